@@ -1,0 +1,42 @@
+"""commlib: collective communication for deep learning.
+
+    import commlib, numpy as np
+    comm = commlib.init()                    # RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, or arguments
+    x = np.full(1000, comm.rank, np.float32)
+    comm.all_reduce(x, op="sum", algorithm="ring")
+
+Schedules can be inspected and verified without any process: ``commlib.schedule(...)``,
+``commlib.algorithms(...)``, ``commlib.verify(...)``.
+"""
+from commlib import _C
+from commlib.communicator import Communicator, Work
+from commlib.errors import CommError, MismatchError, PeerError
+from commlib.init import init
+from commlib.schedules import VerificationError, algorithms, format_schedule, schedule, verify
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "init", "Communicator", "Work", "CommError", "MismatchError", "PeerError",
+    "schedule", "algorithms", "verify", "format_schedule", "VerificationError",
+    "DTYPES", "OPS", "COLLECTIVES",
+]
+
+DTYPES = tuple(_C.DTYPES)
+OPS = tuple(_C.OPS)
+COLLECTIVES = tuple(c for c in _C.COLLECTIVES if c not in ("send", "recv"))
+
+
+def _load_tuning():
+    try:
+        from commlib.bench.tuning import load_default
+    except ImportError:
+        return
+    try:
+        load_default()
+    except Exception as exc:  # a broken tuning file must not break import
+        import warnings
+        warnings.warn(f"commlib: ignoring the tuning file: {exc}")
+
+
+_load_tuning()

@@ -1,0 +1,379 @@
+"""``commlib bench``: start the ranks, run commlib and the peers, merge, fit, tune, report.
+
+Two ways to run:
+
+* **local** (no RANK/WORLD_SIZE in the environment): this process is a driver. It starts ``--np``
+  rank processes for commlib (``python -m commlib.bench.launcher --backend commlib``, rendezvous
+  through ``commlib.init`` on a free port), then ``--np`` processes for gloo (torch.distributed),
+  then one ``mpirun -np N python -m commlib.bench.mpi_peer`` job, each writing its records to a
+  JSON part that the driver merges with a one-thread memcpy measurement. Rank 0 of each job prints
+  its table as it runs.
+* **inside a launcher** (torchrun, srun, mpirun: RANK/WORLD_SIZE, SLURM_* or OMPI_* set): this
+  process is one rank; it runs commlib, then gloo, then MPI when started by mpirun, and rank 0
+  writes the JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+
+from commlib.bench import common as C
+
+SCHEMA = "commlib-bench/1"
+TIMING_NOTE = ("time = median over the timed iterations of the slowest rank's duration of each call "
+               "(calls back to back after a barrier; loop_avg = slowest rank's loop time / iterations)")
+
+
+# -- arguments -------------------------------------------------------------------------------------
+def add_arguments(p: argparse.ArgumentParser):
+    p.add_argument("collectives", nargs="*", metavar="COLL",
+                   help=f"collectives to run (default: {' '.join(C.DEFAULT_COLLECTIVES)}; 'all' adds "
+                        "reduce, gather, scatter)")
+    p.add_argument("--np", type=int, default=4, dest="np_",
+                   help="local ranks to start (ignored inside torchrun/srun/mpirun; default 4)")
+    p.add_argument("-b", "--minbytes", default="8", help="smallest size (default 8)")
+    p.add_argument("-e", "--maxbytes", default="16M", help="largest size, always included (default 16M)")
+    p.add_argument("-f", "--stepfactor", type=float, default=4.0, help="size factor (default 4)")
+    p.add_argument("-i", "--stepbytes", default="0", help="arithmetic step instead of -f")
+    p.add_argument("--algorithms", default="all",
+                   help="comma list of commlib algorithms, 'auto' included (default: all + auto)")
+    p.add_argument("--peers", default="gloo,mpi", help="comma list of gloo, mpi, or 'none' (default gloo,mpi)")
+    p.add_argument("-d", "--datatype", default="float32", choices=C.DTYPES)
+    p.add_argument("-o", "--op", default="sum", choices=C.OPS, help="reduction (default sum)")
+    p.add_argument("-r", "--root", type=int, default=0, help="root of rooted collectives")
+    p.add_argument("-n", "--iters", type=int, default=20, help="timed iterations per size (default 20)")
+    p.add_argument("-w", "--warmup_iters", type=int, default=5, help="warm-up iterations (default 5)")
+    p.add_argument("-c", "--check", type=int, default=1, help="check results (1, default) or not (0)")
+    p.add_argument("--mode", choices=("both", "out", "in"), default="both",
+                   help="commlib: out-of-place, in-place or both columns (default both)")
+    p.add_argument("--json", metavar="FILE", help="write every sample here")
+    p.add_argument("--report", metavar="DIR", help="then write the report (index.html, report.md) here")
+    p.add_argument("--tune", action="store_true",
+                   help="write the tuning file from these measurements (auto's choices)")
+    p.add_argument("--tune-file", metavar="FILE", help="tuning file to write (default: commlib/tuning.json)")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds per job before it is killed")
+
+
+def config_from_args(a) -> dict:
+    colls = a.collectives or list(C.DEFAULT_COLLECTIVES)
+    if "all" in colls:
+        colls = list(C.COLLECTIVES)
+    for c in colls:
+        if c not in C.COLLECTIVES:
+            raise SystemExit(f"commlib bench: unknown collective {c!r} (choose from {', '.join(C.COLLECTIVES)})")
+    sizes = C.size_list(C.parse_size(a.minbytes), C.parse_size(a.maxbytes), a.stepfactor,
+                        C.parse_size(a.stepbytes))
+    peers = [p for p in a.peers.split(",") if p and p != "none"]
+    for p in peers:
+        if p not in ("gloo", "mpi"):
+            raise SystemExit(f"commlib bench: unknown peer {p!r} (gloo, mpi or none)")
+    if a.op in ("band", "bor", "bxor") and a.datatype.startswith(("float", "bfloat")):
+        raise SystemExit(f"commlib bench: -o {a.op} needs an integer -d (got {a.datatype})")
+    return {
+        "collectives": colls, "sizes": sizes, "dtype": a.datatype, "op": a.op, "root": a.root,
+        "iters": a.iters, "warmup": a.warmup_iters, "check": bool(a.check),
+        "modes": ["out", "in"] if a.mode == "both" else [a.mode],
+        "algorithms": [x for x in a.algorithms.split(",") if x], "peers": peers,
+    }
+
+
+# -- one rank of one backend -------------------------------------------------------------------------
+def _progress(done, total, label):
+    if sys.stderr.isatty():
+        sys.stderr.write(f"\r\x1b[K[{done}/{total}] {label}")
+        if done == total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def _make_backend(name, rank=None, world_size=None):
+    if name == "commlib":
+        import commlib
+        from commlib.bench.sweep import CommlibBackend
+        kw = {}
+        if rank is not None:
+            kw = {"rank": rank, "world_size": world_size}
+        return CommlibBackend(commlib.init(**kw))
+    if name == "gloo":
+        from commlib.bench.gloo_peer import GlooBackend
+        return GlooBackend()
+    if name == "mpi":
+        from commlib.bench.mpi_peer import MpiBackend
+        return MpiBackend()
+    raise ValueError(name)
+
+
+def _close(backend):
+    for obj, meth in ((getattr(backend, "comm", None), "close"), (backend, "close")):
+        f = getattr(obj, meth, None)
+        if callable(f):
+            try:
+                f()
+            except Exception:
+                pass
+
+
+def run_backend(name: str, cfg: dict):
+    """Run one backend's sweep in this (rank) process; return (records, wrong_total, info)."""
+    from commlib.bench.sweep import Sweep
+    backend = _make_backend(name)
+    try:
+        sw = Sweep(backend, cfg, progress=_progress)
+        records = sw.run()
+        info = {"available": True, "transport": backend.transport, "wrong": sw.wrong_total}
+        if name == "mpi":
+            info["library"] = backend.library_version()
+        if name == "gloo":
+            import torch
+            info["library"] = f"gloo (torch {torch.__version__})"
+        return records, sw.wrong_total, info, backend.rank
+    finally:
+        _close(backend)
+
+
+def worker_main(argv=None) -> int:
+    """Entry of a rank process started by the driver: --backend B --config cfg.json --out part.json."""
+    p = argparse.ArgumentParser(prog="commlib.bench.launcher")
+    p.add_argument("--backend", required=True, choices=("commlib", "gloo", "mpi"))
+    p.add_argument("--config", required=True)
+    p.add_argument("--out", required=True)
+    a = p.parse_args(argv)
+    with open(a.config) as f:
+        cfg = json.load(f)
+    records, wrong, info, rank = run_backend(a.backend, cfg)
+    if rank == 0:
+        with open(a.out, "w") as f:
+            json.dump({"backend": a.backend, "info": info, "records": records}, f)
+    return 1 if wrong else 0
+
+
+# -- the driver --------------------------------------------------------------------------------------
+def _run_job(procs_args, timeout, label):
+    """Start processes [(cmd, env)], wait; kill the rest if one fails. Return (ok, message)."""
+    procs = []
+    try:
+        for cmd, env in procs_args:
+            procs.append(subprocess.Popen(cmd, env=env))
+        deadline = time.monotonic() + timeout
+        failed_at = None
+        while True:
+            codes = [p.poll() for p in procs]
+            if all(c is not None for c in codes):
+                break
+            bad = [c for c in codes if c not in (None, 0)]
+            now = time.monotonic()
+            if bad and failed_at is None:
+                failed_at = now
+            if (failed_at is not None and now - failed_at > 10) or now > deadline:
+                for p in procs:
+                    if p.poll() is None:
+                        p.kill()
+                for p in procs:
+                    p.wait()
+                why = "timed out" if now > deadline else "a rank failed; the others were stopped"
+                return False, f"{label}: {why} (exit codes {[p.returncode for p in procs]})"
+            time.sleep(0.05)
+        codes = [p.returncode for p in procs]
+        if any(codes):
+            return False, f"{label}: exit codes {codes}"
+        return True, ""
+    except BaseException:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        raise
+
+
+def _env(extra):
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.update(extra)
+    return env
+
+
+def _launch_local(name, cfg_path, part, P, timeout):
+    port = C.free_port()
+    args = []
+    for r in range(P):
+        env = _env({"RANK": str(r), "WORLD_SIZE": str(P), "LOCAL_RANK": str(r),
+                    "LOCAL_WORLD_SIZE": str(P), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+        args.append(([sys.executable, "-m", "commlib.bench.launcher", "--backend", name,
+                      "--config", cfg_path, "--out", part], env))
+    return _run_job(args, timeout, name)
+
+
+def _launch_mpi(cfg_path, part, P, timeout):
+    from commlib.bench import mpi_peer
+    ok, where = mpi_peer.available()
+    if not ok:
+        return False, where
+    cmd = mpi_peer.mpirun_command(where, P, ["--config", cfg_path, "--out", part])
+    env = _env({})
+    for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    return _run_job([(cmd, env)], timeout, "mpi")
+
+
+def external_launch() -> bool:
+    """True when started by torchrun/srun/mpirun as one rank of several."""
+    e = os.environ
+    if "RANK" in e and "WORLD_SIZE" in e:
+        return True
+    if int(e.get("OMPI_COMM_WORLD_SIZE", "1")) > 1 or int(e.get("PMI_SIZE", "1")) > 1:
+        return True
+    return int(e.get("SLURM_NTASKS", "1")) > 1 and "SLURM_PROCID" in e
+
+
+def _world_size_env():
+    e = os.environ
+    for k in ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"):
+        if k in e:
+            return int(e[k])
+    return 1
+
+
+def run(a) -> int:
+    cfg = config_from_args(a)
+    command = "commlib bench " + " ".join(shlex.quote(x) for x in sys.argv[2:]) \
+        if len(sys.argv) > 1 and sys.argv[1] == "bench" else "commlib bench"
+    if external_launch():
+        return _run_inside(a, cfg, command)
+    P = a.np_
+    if P < 1:
+        raise SystemExit("commlib bench: --np must be >= 1")
+    cfg["world_size"] = P
+    results, backends, status = [], {}, 0
+    with tempfile.TemporaryDirectory(prefix="commlib-bench-") as tmp:
+        cfg_path = os.path.join(tmp, "config.json")
+        with open(cfg_path, "w") as f:
+            json.dump(cfg, f)
+        C.log(f"# commlib bench: {P} ranks, {len(cfg['sizes'])} sizes "
+              f"({C.fmt_bytes(cfg['sizes'][0])}..{C.fmt_bytes(cfg['sizes'][-1])}), "
+              f"{', '.join(cfg['collectives'])}; peers: {', '.join(cfg['peers']) or 'none'}")
+        t0 = time.monotonic()
+        for name in ["commlib"] + cfg["peers"]:
+            part = os.path.join(tmp, f"{name}.json")
+            if name == "mpi":
+                ok, msg = _launch_mpi(cfg_path, part, P, a.timeout)
+            else:
+                ok, msg = _launch_local(name, cfg_path, part, P, a.timeout)
+            if os.path.exists(part):
+                with open(part) as f:
+                    got = json.load(f)
+                results += got["records"]
+                backends[name] = got["info"]
+                if got["info"].get("wrong"):
+                    status = 1
+            if not ok:
+                backends.setdefault(name, {})
+                backends[name].update({"available": backends[name].get("available", False), "error": msg})
+                if "reason" not in backends[name] and not backends[name]["available"]:
+                    backends[name]["reason"] = msg
+                C.log(f"# {name}: {msg}")
+                if name == "commlib":
+                    status = 1
+        for name in ("gloo", "mpi"):
+            if name not in cfg["peers"]:
+                backends.setdefault(name, {"available": False, "requested": False, "reason": "not requested"})
+        C.log(f"# ranks done in {time.monotonic() - t0:.0f} s")
+    return _finish(a, cfg, command, results, backends, status)
+
+
+def _run_inside(a, cfg, command) -> int:
+    P = _world_size_env()
+    cfg["world_size"] = P
+    results, backends, status, rank = [], {}, 0, 0
+    records, wrong, info, rank = run_backend("commlib", cfg)
+    results += records
+    backends["commlib"] = info
+    status |= int(bool(wrong))
+    if "gloo" in cfg["peers"]:
+        try:
+            _init_gloo_inside()
+            records, wrong, info, _ = run_backend("gloo", cfg)
+            results += records
+            backends["gloo"] = info
+        except Exception as e:
+            backends["gloo"] = {"available": False, "reason": f"{type(e).__name__}: {e}"}
+    if "mpi" in cfg["peers"]:
+        if "OMPI_COMM_WORLD_SIZE" in os.environ or "PMI_SIZE" in os.environ:
+            try:
+                records, wrong, info, _ = run_backend("mpi", cfg)
+                results += records
+                backends["mpi"] = info
+            except Exception as e:
+                backends["mpi"] = {"available": False, "reason": f"{type(e).__name__}: {e}"}
+        else:
+            backends["mpi"] = {"available": False,
+                               "reason": "not started by mpirun (run the bench under mpirun, or "
+                                         "locally with --np, to measure MPI)"}
+    if rank != 0:
+        return status
+    return _finish(a, cfg, command, results, backends, status)
+
+
+def _init_gloo_inside():
+    import torch.distributed as dist
+    if dist.is_initialized():
+        return
+    e = os.environ
+    rank = int(e.get("RANK", e.get("OMPI_COMM_WORLD_RANK", e.get("PMI_RANK", e.get("SLURM_PROCID", "0")))))
+    size = _world_size_env()
+    if e.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        dist.init_process_group("gloo", rank=rank, world_size=size)
+        return
+    addr = e.get("MASTER_ADDR", "127.0.0.1")
+    port = int(e.get("MASTER_PORT", "29500")) + 1  # commlib's store has MASTER_PORT
+    dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=size)
+
+
+def _finish(a, cfg, command, results, backends, status) -> int:
+    from commlib.bench import memcpy, model, tuning
+    from commlib.bench.report import print_summary
+    mem = memcpy.measure([s for s in cfg["sizes"]], iters=max(cfg["iters"], 10))
+    machine = C.machine_info()
+    data = {
+        "schema": SCHEMA, "command": command, "machine": machine, "config": cfg,
+        "world_size": cfg["world_size"], "timing": TIMING_NOTE, "backends": backends,
+        "results": results, "memcpy": mem,
+    }
+    data["model"] = model.fit_results(results)
+    if a.tune:
+        path = a.tune_file or tuning.default_path()
+        table = tuning.from_results(results, data["model"], previous=tuning.read(path))
+        tuning.write(path, table, machine)
+        data["tuning"] = table
+        C.log(f"# tuning written to {path}")
+        try:
+            tuning.install(table)
+        except Exception as e:
+            C.log(f"# tuning not installed in this process: {e}")
+    print_summary(data, sys.stdout)
+    if a.json:
+        d = os.path.dirname(os.path.abspath(a.json))
+        os.makedirs(d, exist_ok=True)
+        with open(a.json, "w") as f:
+            json.dump(data, f, indent=1)
+        C.log(f"# wrote {a.json}")
+    if a.report:
+        from commlib.bench import report
+        path = report.generate([data], a.report)
+        C.log(f"# report: {path}")
+    wrong = sum(int(r.get("wrong") or 0) for r in results)
+    if wrong:
+        print(f"!!! {wrong} WRONG VALUES in this run (see '<-- WRONG' rows above)", file=sys.stderr, flush=True)
+        status = 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(worker_main())

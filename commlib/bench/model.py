@@ -1,0 +1,172 @@
+"""The alpha-beta-gamma cost model of DESIGN.md §3, and its least-squares fit to measurements.
+
+Every algorithm's time is linear in the three machine parameters::
+
+    T(n, P) = a(n, P) * alpha + b(n, P) * beta + c(n, P) * gamma
+
+(alpha: seconds per message, beta: seconds per byte moved, gamma: seconds per byte reduced; n is
+the bench size in bytes: the whole all_reduce/broadcast buffer, the all_gather output, the
+reduce_scatter input, the all_to_all buffer). :func:`coefficients` gives (a, b, c) for every
+algorithm; :func:`fit` finds non-negative (alpha, beta, gamma) minimising the squared *relative*
+error over all measurements of one transport and world size (relative, so 8-byte latencies weigh as
+much as 16 MiB bandwidths). Peers (gloo, MPI) hide their algorithms; they are fitted as if they ran
+the textbook one (PEER_ALGORITHM).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+PEER_ALGORITHM = {"all_reduce": "ring", "all_gather": "ring", "reduce_scatter": "ring",
+                  "all_to_all": "pairwise", "broadcast": "binomial", "reduce": "binomial",
+                  "gather": "binomial", "scatter": "binomial"}
+
+
+def _lg(P: int) -> int:
+    return max(0, math.ceil(math.log2(P))) if P > 1 else 0
+
+
+def coefficients(collective: str, algorithm: str, n: float, P: int):
+    """(a, b, c): T = a*alpha + b*beta + c*gamma for ``n`` bytes on ``P`` ranks."""
+    if P <= 1:
+        return 0.0, 0.0, 0.0
+    L = _lg(P)
+    f = (P - 1) / P
+    c, a = collective, algorithm
+    if c == "all_reduce":
+        table = {
+            "ring": (2 * (P - 1), 2 * f * n, f * n),
+            "hierarchical": (2 * (P - 1), 2 * f * n, f * n),
+            "two_shot": (2 * (P - 1), 2 * f * n, f * n),
+            "recursive_doubling": (L, n * L, n * L),
+            "rabenseifner": (2 * L, 2 * f * n, f * n),
+            "direct": (P - 1, (P - 1) * n, (P - 1) * n),
+            "tree": (2 * L, 2 * L * n, L * n),
+            "reduce_broadcast": (2 * (P - 1), 2 * (P - 1) * n, (P - 1) * n),
+        }
+        return tuple(float(x) for x in table.get(a, table["ring"]))
+    if c in ("all_gather", "gather", "scatter"):
+        lat = {"recursive_doubling": L, "bruck": L, "binomial": L}.get(a, P - 1)
+        return float(lat), f * n, 0.0
+    if c == "reduce_scatter":
+        lat = L if a == "recursive_halving" else P - 1
+        return float(lat), f * n, f * n
+    if c == "all_to_all":
+        if a == "bruck":
+            return float(L), n / 2 * L, 0.0
+        return float(P - 1), f * n, 0.0
+    if c == "broadcast":
+        if a == "scatter_allgather":
+            return float(L + P - 1), 2 * f * n, 0.0
+        if a == "pipeline":
+            return float(P - 1), float(n), 0.0
+        return float(L), float(n * L), 0.0
+    if c == "reduce":
+        return float(L), float(n * L), float(n * L)
+    raise ValueError(f"collective: no cost model for {collective!r}")
+
+
+def model_algorithm(rec) -> str:
+    """The algorithm whose formula describes a record (auto -> what it resolved to; peers -> textbook)."""
+    if rec["backend"] != "commlib":
+        return PEER_ALGORITHM.get(rec["collective"], "ring")
+    alg = rec.get("resolved") or rec["algorithm"]
+    return alg if alg != "auto" else PEER_ALGORITHM.get(rec["collective"], "ring")
+
+
+def predict(params: dict, collective: str, algorithm: str, n: float, P: int) -> float:
+    a, b, c = coefficients(collective, algorithm, n, P)
+    return a * params["alpha"] + b * params["beta"] + c * params["gamma"]
+
+
+def _nnls_small(A: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Non-negative least squares for a handful of columns: the best feasible active set."""
+    k = A.shape[1]
+    best, best_err = np.zeros(k), float(np.sum(y * y))
+    for m in range(1, k + 1):
+        for cols in itertools.combinations(range(k), m):
+            sub = A[:, cols]
+            if not np.any(sub):
+                continue
+            x, *_ = np.linalg.lstsq(sub, y, rcond=None)
+            if np.any(x < 0):
+                continue
+            full = np.zeros(k)
+            full[list(cols)] = x
+            err = float(np.sum((A @ full - y) ** 2))
+            if err < best_err - 1e-30:
+                best, best_err = full, err
+    return best
+
+
+def fit(samples):
+    """Fit alpha, beta, gamma to [(collective, algorithm, n_bytes, P, seconds)].
+
+    Returns {'alpha', 'beta', 'gamma' (seconds, s/B, s/B), 'n', 'rel_err_median', 'rel_err_max'}.
+    gamma is 0 when nothing reduces.
+    """
+    rows, t = [], []
+    for coll, alg, n, P, sec in samples:
+        co = coefficients(coll, alg, n, P)
+        if sec <= 0 or not any(co):
+            continue
+        rows.append(co)
+        t.append(sec)
+    if not rows:
+        return {"alpha": 0.0, "beta": 0.0, "gamma": 0.0, "n": 0, "rel_err_median": None,
+                "rel_err_max": None}
+    A, t = np.array(rows, float), np.array(t, float)
+    # Scale columns to comparable magnitude, rows by 1/t (relative error).
+    scale = np.where(np.abs(A).max(axis=0) > 0, np.abs(A).max(axis=0), 1.0)
+    Aw = (A / scale) / t[:, None]
+    x = _nnls_small(Aw, np.ones_like(t)) / scale
+    pred = A @ x
+    rel = np.abs(pred - t) / t
+    return {"alpha": float(x[0]), "beta": float(x[1]), "gamma": float(x[2]), "n": int(len(t)),
+            "rel_err_median": float(np.median(rel)), "rel_err_max": float(rel.max())}
+
+
+def fit_results(records):
+    """One fit per (backend, transport, world size): {key: params} with key 'backend/transport/P'."""
+    groups = {}
+    for r in records:
+        if r["backend"] == "commlib" and r["algorithm"] == "auto":
+            continue  # the same calls as the algorithm it resolved to
+        key = f"{r['backend']}/{r['transport']}/{r['world_size']}"
+        groups.setdefault(key, []).append(
+            (r["collective"], model_algorithm(r), r["bytes"], r["world_size"], r["time_us"]["median"] * 1e-6))
+    out = {}
+    for key, samples in sorted(groups.items()):
+        backend, transport, P = key.split("/")
+        p = fit(samples)
+        p.update({"backend": backend, "transport": transport, "world_size": int(P)})
+        out[key] = p
+    return out
+
+
+def describe(params: dict) -> str:
+    """'alpha 2.1 us, beta 0.25 ns/B (4.0 GB/s), gamma 0.10 ns/B (10 GB/s)'."""
+    def bw(x):
+        return f"{1 / x / 1e9:.2f} GB/s" if x > 0 else "inf"
+    return (f"alpha {params['alpha'] * 1e6:.2f} us, beta {params['beta'] * 1e9:.4f} ns/B ({bw(params['beta'])}), "
+            f"gamma {params['gamma'] * 1e9:.4f} ns/B ({bw(params['gamma'])})")
+
+
+def best_by_model(params, collective, algorithms, n, P):
+    return min(algorithms, key=lambda a: predict(params, collective, a, n, P))
+
+
+def crossovers(params, collective, algorithms, P, lo=1, hi=1 << 30, points=400):
+    """[(bytes, from_algorithm, to_algorithm)] where the model's best algorithm changes."""
+    if not algorithms:
+        return []
+    grid = np.unique(np.geomspace(lo, hi, points).astype(np.int64))
+    out, prev = [], None
+    for n in grid:
+        best = best_by_model(params, collective, algorithms, float(n), P)
+        if prev is not None and best != prev:
+            out.append((int(n), prev, best))
+        prev = best
+    return out

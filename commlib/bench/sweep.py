@@ -1,0 +1,342 @@
+"""The sweep: for every collective, algorithm, size and mode, warm up, time, check, record.
+
+One engine serves every backend (commlib here, gloo in gloo_peer.py, MPI in mpi_peer.py). A backend
+builds a zero-argument callable per call shape (``functools.partial`` of the collective, so the
+timed loop is ``fn()`` between two ``perf_counter`` reads) and offers ``barrier`` and
+``gather_stats`` (an all_gather of a small float64 vector, outside the timed region).
+
+How a time is measured (documented in the report and the README):
+
+1. ``-w`` warm-up calls, then a barrier;
+2. ``-n`` timed calls back to back (no barrier between them); every rank records each call's
+   duration; a call's time is the **maximum over ranks** of that call's duration (a collective is
+   done when its slowest rank is done);
+3. the row's ``time`` is the **median** of those per-call times (min, max and the loop average,
+   i.e. the slowest rank's total loop time / n as nccl-tests reports, are kept in the JSON).
+
+With ``-c`` every (algorithm, size, mode) gets one more call on fresh data whose result every rank
+compares against a reference computed locally; ``#wrong`` is the number of wrong elements summed
+over ranks.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+import time
+
+import numpy as np
+
+from commlib.bench import common as C
+from commlib.bench.table import Table
+
+
+class Backend:
+    """Interface of the objects the sweep drives (see CommlibBackend for the reference one)."""
+
+    name = "?"
+    transport = "?"
+    rank = 0
+    size = 1
+
+    def algorithms(self, collective):
+        """Algorithm names to measure for ``collective`` when the user asked for ``all``."""
+        return [self.name]
+
+    def supports(self, collective, mode, op, dtype):
+        return True
+
+    def make(self, collective, algorithm, mode, bufs, op, root):
+        """Zero-argument callable running one collective on ``bufs`` (see make_buffers)."""
+        raise NotImplementedError
+
+    def barrier(self):
+        raise NotImplementedError
+
+    def gather_stats(self, vec: np.ndarray) -> np.ndarray:
+        """(size, len(vec)) float64: every rank's ``vec``."""
+        raise NotImplementedError
+
+    def resolve(self, collective, algorithm, size, dtype):
+        """The algorithm that really runs (for ``auto``)."""
+        return algorithm
+
+
+def make_buffers(collective, mode, count, block, dtype, rank, root):
+    """The buffers of one call shape: dict with 'send' and 'recv' (either may be a view of the other).
+
+    ``recv`` is None where this rank has no output (gather off the root) and ``send`` None where it
+    has no input (scatter off the root).
+    """
+    inplace = mode == "in"
+    if collective in ("all_reduce", "broadcast", "reduce"):
+        send = C.empty(count, dtype)
+        recv = send if inplace else C.empty(count, dtype)
+    elif collective == "all_gather":
+        recv = C.empty(count, dtype)
+        send = recv[rank * block:(rank + 1) * block] if inplace else C.empty(block, dtype)
+    elif collective == "reduce_scatter":
+        send = C.empty(count, dtype)
+        recv = send[rank * block:(rank + 1) * block] if inplace else C.empty(block, dtype)
+    elif collective == "all_to_all":
+        send = C.empty(count, dtype)
+        recv = send if inplace else C.empty(count, dtype)
+    elif collective == "gather":
+        recv = C.empty(count, dtype) if rank == root else None
+        send = recv[root * block:(root + 1) * block] if (inplace and rank == root) else C.empty(block, dtype)
+    elif collective == "scatter":
+        send = C.empty(count, dtype) if rank == root else None
+        recv = send[root * block:(root + 1) * block] if (inplace and rank == root) else C.empty(block, dtype)
+    else:
+        raise ValueError(f"collective: unknown {collective!r}")
+    return {"send": send, "recv": recv}
+
+
+class Reference:
+    """Inputs and expected outputs of one (collective, size) for one rank, built once and reused by
+    every algorithm and mode."""
+
+    def __init__(self, collective, count, block, dtype, op, rank, P, root):
+        self.collective, self.count, self.block = collective, count, block
+        self.dtype, self.op, self.rank, self.P, self.root = dtype, op, rank, P, root
+        r = rank
+        if collective in ("all_reduce", "reduce", "reduce_scatter", "all_to_all"):
+            self.input = C.values(r, 0, count, op, dtype)
+        elif collective in ("all_gather", "gather"):
+            self.input = C.values(r, r * block, block, op, dtype)
+        else:  # broadcast, scatter: the root's data
+            self.input = C.values(root, 0, count, op, dtype) if r == root else None
+        exp = None
+        if collective == "all_reduce" or (collective == "reduce" and r == root):
+            exp = C.reduced(P, 0, count, op, dtype)
+        elif collective == "reduce_scatter":
+            exp = C.reduced(P, r * block, block, op, dtype)
+        elif collective == "all_gather" or (collective == "gather" and r == root):
+            exp = np.concatenate([C.values(q, q * block, block, op, dtype) for q in range(P)])
+        elif collective == "all_to_all":
+            exp = np.concatenate([C.values(q, r * block, block, op, dtype) for q in range(P)])
+        elif collective == "broadcast":
+            exp = C.values(root, 0, count, op, dtype)
+        elif collective == "scatter":
+            exp = C.values(root, r * block, block, op, dtype)
+        self.expected = exp
+
+    def prepare(self, bufs):
+        """Fresh input; output (where distinct) filled with a sentinel that no result equals."""
+        send, recv = bufs["send"], bufs["recv"]
+        coll = self.collective
+        if recv is not None and recv is not send:
+            C.fill(recv, np.full(_numel(recv), 99.0 if not self.dtype.startswith("uint") else 250.0))
+        if coll == "broadcast" and self.rank != self.root:
+            C.fill(send, np.full(self.count, 99.0))
+            return
+        if send is None or self.input is None:
+            return
+        C.fill(send, self.input)
+
+    def wrong(self, bufs) -> int:
+        if self.expected is None:
+            return 0
+        out = bufs["recv"]
+        return C.count_wrong(out, self.expected, self.dtype, self.op)
+
+
+def _numel(buf):
+    return buf.size if isinstance(buf, np.ndarray) else buf.numel()
+
+
+class CommlibBackend(Backend):
+    """commlib's own collectives on a Communicator."""
+
+    name = "commlib"
+
+    def __init__(self, comm):
+        import commlib
+        self.comm = comm
+        self.rank, self.size = comm.rank, comm.size
+        self._commlib = commlib
+        self.transport = _transport_of(comm)
+
+    def algorithms(self, collective):
+        return list(self._commlib.algorithms(collective)) + ["auto"]
+
+    def supports(self, collective, mode, op, dtype):
+        return not (collective == "broadcast" and mode == "out")
+
+    def make(self, collective, algorithm, mode, bufs, op, root):
+        c, s, r = self.comm, bufs["send"], bufs["recv"]
+        scale = C.PREMUL_SCALE if op == "premul_sum" else None
+        if collective == "all_reduce":
+            return functools.partial(c.all_reduce, s, op, algorithm, None if mode == "in" else r,
+                                     False, scale)
+        if collective == "all_gather":
+            return functools.partial(c.all_gather, r, s, algorithm)
+        if collective == "reduce_scatter":
+            return functools.partial(c.reduce_scatter, r, s, op, algorithm, False, scale)
+        if collective == "all_to_all":
+            return functools.partial(c.all_to_all, r, s, algorithm)
+        if collective == "broadcast":
+            return functools.partial(c.broadcast, s, root, algorithm)
+        if collective == "reduce":
+            return functools.partial(c.reduce, s, root, op, algorithm, None if mode == "in" else r,
+                                     False, scale)
+        if collective == "gather":
+            return functools.partial(c.gather, r, s, root, algorithm)
+        if collective == "scatter":
+            return functools.partial(c.scatter, r, s, root, algorithm)
+        raise ValueError(collective)
+
+    def barrier(self):
+        self.comm.barrier()
+
+    def gather_stats(self, vec):
+        vec = np.ascontiguousarray(vec, dtype=np.float64)
+        out = np.empty(vec.size * self.size, np.float64)
+        self.comm.all_gather(out, vec, "ring")
+        return out.reshape(self.size, vec.size)
+
+    def resolve(self, collective, algorithm, size, dtype):
+        if algorithm != "auto":
+            return algorithm
+        try:
+            from commlib import _C
+            return _C.choose_algorithm(collective, "auto", C.core_bytes(collective, size, dtype, self.size),
+                                       self.size)
+        except Exception:
+            return "auto"
+
+
+def _transport_of(comm) -> str:
+    for obj in (comm, getattr(comm, "_core", None)):
+        t = getattr(obj, "transport", None)
+        if callable(t):
+            try:
+                t = t()
+            except Exception:
+                t = None
+        if isinstance(t, str) and t:
+            return t
+    return "shm"
+
+
+class Sweep:
+    """Runs the sweep of one backend; rank 0 prints the table and keeps the records."""
+
+    def __init__(self, backend: Backend, cfg: dict, out=sys.stdout, progress=None):
+        self.b = backend
+        self.cfg = cfg
+        self.out = out
+        self.records = []
+        self.wrong_total = 0
+        self.progress = progress  # callable(done, total, label) or None
+        self._warm = False
+
+    def _algos(self, collective):
+        req = self.cfg.get("algorithms") or ["all"]
+        if self.b.name != "commlib":
+            return [self.b.name]
+        if "all" in req:
+            return self.b.algorithms(collective)
+        known = self.b.algorithms(collective)
+        return [a for a in req if a in known]
+
+    def run(self):
+        cfg, b = self.cfg, self.b
+        P, rank = b.size, b.rank
+        dtype, op, root = cfg["dtype"], cfg["op"], cfg.get("root", 0)
+        modes = cfg.get("modes", list(C.MODES))
+        plan = []
+        for coll in cfg["collectives"]:
+            use_op = op if coll in C.REDUCING else "sum"
+            for algo in self._algos(coll):
+                ms = [m for m in (modes if b.name == "commlib" else [C.COMPARE_MODE[coll]])
+                      if b.supports(coll, m, use_op, dtype)]
+                if ms:
+                    plan.append((coll, algo, ms, use_op))
+        total = sum(len(cfg["sizes"]) for _ in plan)
+        done = 0
+        t_start = time.perf_counter()
+        refs = {}
+        for i, (coll, algo, ms, use_op) in enumerate(plan):
+            if refs and next(iter(refs))[0] != coll:
+                refs.clear()
+            table = None
+            if rank == 0:
+                table = Table(coll, P, self.out, modes=C.MODES if b.name == "commlib" else ms)
+                elapsed = time.perf_counter() - t_start
+                table.header(f"{b.name} {coll} algorithm={algo} ranks={P} transport={b.transport} "
+                             f"[{i + 1}/{len(plan)}, {elapsed:.0f} s]")
+            seen = set()
+            for size_req in cfg["sizes"]:
+                count, block, size = C.geometry(coll, size_req, dtype, P)
+                done += 1
+                if size in seen:  # small sizes round up to one element per rank
+                    continue
+                seen.add(size)
+                key = (coll, size)
+                if cfg.get("check") and key not in refs:
+                    refs[key] = Reference(coll, count, block, dtype, use_op, rank, P, root)
+                cols = {}
+                for mode in ms:
+                    rec = self._measure(coll, algo, mode, count, block, size, dtype, use_op, root,
+                                        refs.get(key))
+                    cols[mode] = rec
+                if rank == 0:
+                    table.row(size, count, dtype, use_op if coll in C.REDUCING else "none",
+                              root if coll in C.ROOTED else -1, cols)
+                if rank == 0 and self.progress:
+                    self.progress(done, total, f"{b.name} {coll} {algo} {C.fmt_bytes(size)}")
+            if rank == 0:
+                table.footer()
+        return self.records
+
+    def _measure(self, coll, algo, mode, count, block, size, dtype, op, root, ref):
+        b, cfg = self.b, self.cfg
+        n, w = cfg["iters"], cfg["warmup"]
+        if not self._warm:  # first call of the job: connections, page faults
+            w += 20
+            self._warm = True
+        bufs = make_buffers(coll, mode, count, block, dtype, b.rank, root)
+        if ref is not None:
+            ref.prepare(bufs)
+        else:
+            send = bufs["send"]
+            if send is not None:
+                C.fill(send, np.ones(_numel(send)))
+        fn = b.make(coll, algo, mode, bufs, op, root)
+        for _ in range(w):
+            fn()
+        b.barrier()
+        times = [0.0] * n
+        pc = time.perf_counter
+        t_loop = pc()
+        for k in range(n):
+            t0 = pc()
+            fn()
+            times[k] = pc() - t0
+        t_loop = pc() - t_loop
+        wrong = 0
+        if ref is not None:
+            ref.prepare(bufs)
+            b.barrier()
+            fn()
+            wrong = ref.wrong(bufs)
+        stats = b.gather_stats(np.array(times + [t_loop, wrong], np.float64))
+        per_call = stats[:, :n].max(axis=0) if n else np.zeros(1)
+        wrong_sum = int(stats[:, n + 1].sum())
+        self.wrong_total += wrong_sum
+        med = float(np.median(per_call))
+        algbw, busbw = C.bandwidths(coll, size, b.size, med)
+        rec = {
+            "backend": b.name, "transport": b.transport, "collective": coll, "algorithm": algo,
+            "resolved": b.resolve(coll, algo, size, dtype), "mode": mode, "world_size": b.size,
+            "dtype": dtype, "op": op, "root": root if coll in C.ROOTED else -1,
+            "bytes": size, "count": count, "iters": n, "warmup": w,
+            "time_us": {"median": med * 1e6, "min": float(per_call.min()) * 1e6,
+                        "max": float(per_call.max()) * 1e6,
+                        "loop_avg": float(stats[:, n].max()) / max(n, 1) * 1e6},
+            "algbw_GBps": algbw, "busbw_GBps": busbw,
+            "wrong": wrong_sum if ref is not None else None,
+        }
+        if b.rank == 0:
+            self.records.append(rec)
+        return rec

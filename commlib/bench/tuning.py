@@ -1,0 +1,187 @@
+"""auto's tuning file: which algorithm to run per (collective, world size, bytes).
+
+Written by ``commlib bench --tune`` from the measurements (for the world size measured) and from the
+fitted cost model (for nearby world sizes not measured), read at ``import commlib`` by
+:func:`load_default` and installed with ``_C.set_tuning``. Format (``commlib/tuning.json``)::
+
+    {"schema": "commlib-tuning/1",
+     "bytes": "per-rank count x element size, as _C.choose_algorithm sees it",
+     "machine": {...}, "generated": "...",
+     "collectives": {"all_reduce": {"4": {"source": "measured", "rows": [[4096, "recursive_doubling"],
+                                                                        [-1, "ring"]]}}}}
+
+For a call on P ranks the rows of P are tried in order; the first whose max_bytes >= bytes wins
+(-1: no limit). World sizes with no rows fall back to the core's built-in heuristic, and
+``COMMLIB_ALGO_<COLLECTIVE>`` overrides everything. ``COMMLIB_TUNING=<file>`` loads another file;
+``COMMLIB_TUNING=0`` loads none.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+
+SCHEMA = "commlib-tuning/1"
+SMOOTH = 1.10  # a lone pick is replaced by its neighbours' when theirs is within 10% there
+MODEL_MAX_REL_ERR = 0.5  # only trust the model for unmeasured world sizes when it fits this well
+
+
+def default_path() -> str:
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tuning.json")
+
+
+def read(path):
+    """The tuning dict in ``path``, or None when missing or unreadable."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        return None
+    return data
+
+
+def write(path, table: dict, machine=None):
+    table = dict(table)
+    table["schema"] = SCHEMA
+    if machine is not None:
+        table["machine"] = {k: machine.get(k) for k in ("hostname", "cpu", "cores", "commlib_commit")}
+    table["generated"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(table, f, indent=1, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def rows_for(table: dict, collective: str):
+    """[(world_size, max_bytes, algorithm)] in the order _C.set_tuning wants."""
+    out = []
+    for P, entry in (table.get("collectives", {}).get(collective) or {}).items():
+        for max_bytes, alg in entry["rows"]:
+            out.append((int(P), int(max_bytes), str(alg)))
+    return sorted(out, key=lambda r: (r[0], r[1] < 0, r[1]))
+
+
+def install(table: dict, core=None):
+    """Install every collective's rows with _C.set_tuning; return the collectives installed."""
+    if core is None:
+        from commlib import _C as core
+    done = []
+    for coll in sorted(table.get("collectives", {})):
+        core.set_tuning(coll, rows_for(table, coll))
+        done.append(coll)
+    return done
+
+
+def load_default() -> bool:
+    """Install the default tuning file (or $COMMLIB_TUNING); never raises. True if installed."""
+    path = os.environ.get("COMMLIB_TUNING", "")
+    if path.lower() in ("0", "off", "none", "false"):
+        return False
+    try:
+        table = read(path or default_path())
+        if table is None:
+            return False
+        install(table)
+        return True
+    except Exception:
+        return False
+
+
+def choose(table: dict, collective: str, nbytes: int, P: int):
+    """What the table says for a call (None when it has no row for P): the Python twin of the core."""
+    for size, max_bytes, alg in rows_for(table, collective):
+        if size == P and (max_bytes < 0 or nbytes <= max_bytes):
+            return alg
+    return None
+
+
+# -- building a table ---------------------------------------------------------------------------------
+def _smooth(picks, times):
+    """picks[i]: best algorithm at size i; times[i][alg]: its time. Remove lone flips."""
+    picks = list(picks)
+    for i in range(1, len(picks) - 1):
+        a, b = picks[i - 1], picks[i + 1]
+        if a == b != picks[i] and a in times[i] and times[i][a] <= SMOOTH * times[i][picks[i]]:
+            picks[i] = a
+    return picks
+
+
+def _rows(core_sizes, picks):
+    rows = []
+    for i, alg in enumerate(picks):
+        if i + 1 < len(picks) and picks[i + 1] == alg:
+            continue
+        if i + 1 < len(picks):
+            rows.append([int(math.sqrt(core_sizes[i] * core_sizes[i + 1])), alg])
+        else:
+            rows.append([-1, alg])
+    return rows
+
+
+def measured_picks(records):
+    """{(collective, P): [(bench_bytes, core_bytes, {algorithm: seconds})]} from commlib records.
+
+    An algorithm's time at a size is the mean of its medians over the modes measured.
+    """
+    from commlib.bench.common import core_bytes
+    acc = {}
+    for r in records:
+        if r["backend"] != "commlib" or r["algorithm"] == "auto":
+            continue
+        key = (r["collective"], r["world_size"])
+        per = acc.setdefault(key, {}).setdefault(r["bytes"], {"core": core_bytes(
+            r["collective"], r["bytes"], r["dtype"], r["world_size"]), "t": {}})
+        per["t"].setdefault(r["algorithm"], []).append(r["time_us"]["median"] * 1e-6)
+    out = {}
+    for key, by_size in acc.items():
+        out[key] = [(b, v["core"], {a: sum(ts) / len(ts) for a, ts in v["t"].items()})
+                    for b, v in sorted(by_size.items())]
+    return out
+
+
+def from_results(records, fits=None, previous=None, model_span=2):
+    """A tuning table from bench records: measured world sizes from the measurements (best median,
+    lone flips smoothed), and world sizes 2..model_span*max(P) not measured from the fitted model of
+    the nearest measured P (when it fits within MODEL_MAX_REL_ERR). Entries of ``previous`` measured
+    at other world sizes are kept."""
+    from commlib.bench import model
+    colls = {}
+    if previous:
+        for coll, per in previous.get("collectives", {}).items():
+            for P, entry in per.items():
+                if entry.get("source") == "measured":
+                    colls.setdefault(coll, {})[P] = entry
+    picks = measured_picks(records)
+    for (coll, P), series in sorted(picks.items()):
+        if not series:
+            continue
+        best = [min(t, key=t.get) for _, _, t in series]
+        best = _smooth(best, [t for _, _, t in series])
+        colls.setdefault(coll, {})[str(P)] = {
+            "source": "measured", "dtype": next(r["dtype"] for r in records if r["backend"] == "commlib"),
+            "rows": _rows([cb for _, cb, _ in series], best)}
+    # Model-based rows for unmeasured world sizes near the measured ones.
+    fits = fits or {}
+    commlib_fits = {v["world_size"]: v for v in fits.values() if v.get("backend") == "commlib"}
+    for (coll, Pm), series in sorted(picks.items()):
+        algs = sorted(series[0][2]) if series else []
+        for P in range(2, model_span * max(commlib_fits or {Pm: None}) + 1):
+            if str(P) in colls.get(coll, {}) or not commlib_fits:
+                continue
+            near = min(commlib_fits, key=lambda q: (abs(q - P), q))
+            params = commlib_fits[near]
+            if params.get("rel_err_median") is None or params["rel_err_median"] > MODEL_MAX_REL_ERR:
+                continue
+            sizes = [b for b, _, _ in series]
+            from commlib.bench.common import core_bytes
+            dtype = next(r["dtype"] for r in records if r["backend"] == "commlib")
+            cbs = [core_bytes(coll, b, dtype, P) for b in sizes]
+            best = [model.best_by_model(params, coll, algs, float(b), P) for b in sizes]
+            colls.setdefault(coll, {})[str(P)] = {"source": f"model (fit at P={near})",
+                                                 "rows": _rows(cbs, best)}
+    return {"schema": SCHEMA, "bytes": "per-rank count x element size, as _C.choose_algorithm sees it",
+            "collectives": colls}

@@ -1,0 +1,40 @@
+"""The ``commlib`` command: ``commlib bench`` (sweeps, peers, model, tuning) and ``commlib report``.
+
+    commlib bench all_reduce --np 4 -b 8 -e 64M -f 4 --algorithms ring,rabenseifner,auto \
+        --peers gloo,mpi --json out.json
+    commlib report out.json [more.json ...] -o report/
+
+``python -m commlib`` is the same command.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="commlib", description="commlib benchmarks and reports")
+    sub = p.add_subparsers(dest="command", metavar="{bench,report}")
+    sub.required = True
+    from commlib.bench.launcher import add_arguments
+    b = sub.add_parser("bench", help="run collectives on local ranks (or inside torchrun/srun), "
+                                     "against gloo, MPI and memcpy; nccl-tests table + JSON",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_arguments(b)
+    r = sub.add_parser("report", help="HTML + Markdown report with plots from bench JSON files")
+    r.add_argument("files", nargs="+", metavar="JSON", help="files written by commlib bench --json")
+    r.add_argument("-o", "--output", default="report", help="output directory (default report/)")
+    return p
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    if args.command == "bench":
+        from commlib.bench.launcher import run
+        return run(args)
+    from commlib.bench.report import main as report_main
+    return report_main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

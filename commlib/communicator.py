@@ -1,0 +1,395 @@
+"""The Python face of a communicator: argument checks, then one call into the C++ executor.
+
+Every check happens here, before anything is sent, and names the argument at fault. The C++ core
+then runs the schedule with the GIL released, on the caller's thread when nothing is queued (the
+latency path) or on the communicator's FIFO worker for ``async_op=True``.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Optional, Sequence
+
+from commlib import _C
+from commlib.buffers import describe
+
+_FLOAT_DTYPES = frozenset(("float32", "float64", "float16", "bfloat16"))
+_BITWISE_OPS = frozenset(("band", "bor", "bxor"))
+_OPS = frozenset(_C.OPS)
+
+
+class Work:
+    """Handle of an asynchronous call. Calls on one communicator complete in call order.
+
+    ``wait()`` blocks (GIL released) until done and re-raises the call's error, if any;
+    ``is_completed()`` polls. The handle keeps the call's buffers alive until it completes.
+    """
+
+    __slots__ = ("_work", "_refs", "_then")
+
+    def __init__(self, work, refs, then=None):
+        self._work = work
+        self._refs = refs
+        self._then = then
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Block until the call completes; raise its CommError if it failed.
+
+        With ``timeout`` (seconds), return False if it has not completed by then.
+        """
+        if not self._work.wait(-1.0 if timeout is None else float(timeout)):
+            return False
+        if self._then is not None:
+            then, self._then = self._then, None
+            then()
+        self._refs = None
+        return True
+
+    def is_completed(self) -> bool:
+        """True once the call finished (successfully or not); never blocks."""
+        return self._work.is_completed()
+
+    def exception(self):
+        """The call's error once completed, else None."""
+        return self._work.exception()
+
+
+class _Done(Work):
+    """Work for a call that already completed on the caller's thread (async_op=False)."""
+
+    __slots__ = ()
+
+    def __init__(self):
+        super().__init__(None, None)
+
+    def wait(self, timeout=None):
+        return True
+
+    def is_completed(self):
+        return True
+
+    def exception(self):
+        return None
+
+
+def _check_op(op: str, dtype: str, scale):
+    if op not in _OPS:
+        raise ValueError(f"op: unknown reduction '{op}' (expected one of: {', '.join(_C.OPS)})")
+    if op in _BITWISE_OPS and dtype in _FLOAT_DTYPES:
+        raise ValueError(f"op: bitwise reduction '{op}' is defined for integer dtypes only, not {dtype}")
+    if op == "premul_sum":
+        if scale is None:
+            raise ValueError("scale: op='premul_sum' needs a scale factor")
+        return float(scale)
+    if scale is not None:
+        raise ValueError(f"scale: only op='premul_sum' takes a scale (op is '{op}')")
+    return 1.0
+
+
+def _check_algorithm(collective: str, algorithm: str):
+    if not isinstance(algorithm, str):
+        raise TypeError(f"algorithm: expected a string, got {type(algorithm).__name__}")
+    if algorithm != "auto" and algorithm not in _C.algorithms(collective):
+        raise ValueError(f"algorithm: unknown {collective} algorithm '{algorithm}' "
+                         f"(expected one of: auto, {', '.join(_C.algorithms(collective))})")
+
+
+class Communicator:
+    """A group of ranks that run collectives together.
+
+    Create one with :func:`commlib.init`; derive sub-groups with :meth:`split`. Buffers are NumPy
+    arrays or torch CPU tensors, contiguous. Every collective takes ``async_op`` (return a
+    :class:`Work` instead of blocking) and, where several algorithms exist, ``algorithm``
+    (``"auto"`` by default; see ``commlib.algorithms(collective)``).
+    """
+
+    def __init__(self, core, store, prefix: str, rank: int, size: int, timeout: float):
+        self._core = core
+        self._store = store
+        self._prefix = prefix
+        self._rank = rank
+        self._size = size
+        self._timeout = timeout
+        self._splits = 0
+
+    # -- identity ---------------------------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        """This process's rank in the communicator (0..size-1)."""
+        return self._rank
+
+    @property
+    def size(self) -> int:
+        """Number of ranks."""
+        return self._size
+
+    world_size = size
+
+    @property
+    def timeout(self) -> float:
+        """Seconds a blocked call waits on a silent peer before raising PeerError."""
+        return self._timeout
+
+    def __repr__(self):
+        return f"Communicator(rank={self._rank}, size={self._size}, prefix={self._prefix!r})"
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _check_root(self, root):
+        if not isinstance(root, int) or not 0 <= root < self._size:
+            raise ValueError(f"root: {root!r} is out of range for a communicator of size {self._size}")
+
+    def _check_peer(self, peer, name="peer"):
+        if not isinstance(peer, int) or not 0 <= peer < self._size:
+            raise ValueError(f"{name}: {peer!r} is out of range for a communicator of size {self._size}")
+        if peer == self._rank:
+            raise ValueError(f"{name}: cannot send to or receive from this rank itself ({peer})")
+
+    def _run(self, coll, algorithm, in_ptr, out_ptr, count, dtype, op, root, scale, async_op, refs):
+        work = self._core.run(coll, algorithm, in_ptr, out_ptr, count, dtype, op, root, scale, async_op)
+        if async_op:
+            return Work(work, refs)
+        return None
+
+    # -- collectives --------------------------------------------------------------------------
+    def all_reduce(self, tensor, op: str = "sum", algorithm: str = "auto", out=None,
+                   async_op: bool = False, scale=None):
+        """Reduce ``tensor`` element-wise over all ranks; every rank gets the result.
+
+        In place unless ``out`` (same dtype and size) is given. ``op`` is one of sum, prod, min,
+        max, avg, premul_sum (``scale`` times each input, then sum), band, bor, bxor.
+        """
+        ip, n, dt = describe(tensor, "tensor")
+        op_ = _check_op(op, dt, scale)
+        _check_algorithm("all_reduce", algorithm)
+        op_ptr = ip
+        if out is not None:
+            op_ptr, n2, dt2 = describe(out, "out")
+            if dt2 != dt:
+                raise TypeError(f"out: dtype {dt2} differs from tensor's {dt}")
+            if n2 != n:
+                raise ValueError(f"out: has {n2} elements, tensor has {n}")
+        return self._run("all_reduce", algorithm, ip, op_ptr, n, dt, op, 0, op_, async_op, (tensor, out))
+
+    def all_gather(self, output, input, algorithm: str = "auto", async_op: bool = False):
+        """Concatenate every rank's ``input`` into ``output`` (size * input elements), rank order.
+
+        ``input`` may be the view of ``output`` at this rank's block (in place).
+        """
+        ip, n, dt = describe(input, "input")
+        op_ptr, n_out, dt2 = describe(output, "output")
+        if dt2 != dt:
+            raise TypeError(f"output: dtype {dt2} differs from input's {dt}")
+        if n_out != n * self._size:
+            raise ValueError(f"output: has {n_out} elements, expected size*input = {self._size}*{n}")
+        _check_algorithm("all_gather", algorithm)
+        return self._run("all_gather", algorithm, ip, op_ptr, n, dt, "sum", 0, 1.0, async_op, (input, output))
+
+    def reduce_scatter(self, output, input, op: str = "sum", algorithm: str = "auto",
+                       async_op: bool = False, scale=None):
+        """Reduce ``input`` (size * output elements) over ranks; rank r gets block r in ``output``."""
+        ip, n_in, dt = describe(input, "input")
+        op_ptr, n, dt2 = describe(output, "output")
+        if dt2 != dt:
+            raise TypeError(f"output: dtype {dt2} differs from input's {dt}")
+        if n_in != n * self._size:
+            raise ValueError(f"input: has {n_in} elements, expected size*output = {self._size}*{n}")
+        op_ = _check_op(op, dt, scale)
+        _check_algorithm("reduce_scatter", algorithm)
+        return self._run("reduce_scatter", algorithm, ip, op_ptr, n, dt, op, 0, op_, async_op, (input, output))
+
+    def all_to_all(self, output, input, algorithm: str = "auto", async_op: bool = False,
+                   output_splits: Optional[Sequence[int]] = None,
+                   input_splits: Optional[Sequence[int]] = None):
+        """Send block j of ``input`` to rank j; block i of ``output`` comes from rank i.
+
+        Equal blocks by default. With ``input_splits``/``output_splits`` (element counts per rank)
+        blocks may differ in size (all_to_allv); every rank must agree on what it sends to whom.
+        """
+        ip, n_in, dt = describe(input, "input")
+        op_ptr, n_out, dt2 = describe(output, "output")
+        if dt2 != dt:
+            raise TypeError(f"output: dtype {dt2} differs from input's {dt}")
+        if input_splits is not None or output_splits is not None:
+            return self._all_to_allv(output, input, op_ptr, ip, n_out, n_in, dt,
+                                     output_splits, input_splits, async_op)
+        if n_in != n_out:
+            raise ValueError(f"output: has {n_out} elements, input has {n_in}")
+        if n_in % self._size:
+            raise ValueError(f"input: {n_in} elements do not split evenly over {self._size} ranks "
+                             "(pass input_splits/output_splits)")
+        _check_algorithm("all_to_all", algorithm)
+        refs = (input, output)
+        if ip == op_ptr and n_in:  # the schedules need distinct buffers: copy the input aside
+            import numpy as np
+            tmp = np.empty(n_in * _C.dtype_size(dt), np.uint8)
+            ctypes.memmove(tmp.ctypes.data, ip, tmp.size)
+            ip, refs = tmp.ctypes.data, (input, output, tmp)
+        return self._run("all_to_all", algorithm, ip, op_ptr, n_in // self._size, dt, "sum", 0, 1.0,
+                         async_op, refs)
+
+    def _all_to_allv(self, output, input, op_ptr, ip, n_out, n_in, dt, output_splits, input_splits,
+                     async_op):
+        P = self._size
+        ins = _splits(input_splits, n_in, P, "input_splits")
+        outs = _splits(output_splits, n_out, P, "output_splits")
+        es = _C.dtype_size(dt)
+        in_off = [0] * P
+        out_off = [0] * P
+        for j in range(1, P):
+            in_off[j] = in_off[j - 1] + ins[j - 1]
+            out_off[j] = out_off[j - 1] + outs[j - 1]
+        r = self._rank
+        if ins[r] != outs[r]:
+            raise ValueError(f"input_splits/output_splits: this rank sends itself {ins[r]} elements "
+                             f"but expects {outs[r]}")
+        ops = []
+        for j in range(P):
+            if j != r:
+                ops.append((True, ip + in_off[j] * es, ins[j], j))
+                ops.append((False, op_ptr + out_off[j] * es, outs[j], j))
+        ctypes.memmove(op_ptr + out_off[r] * es, ip + in_off[r] * es, ins[r] * es)
+        work = self._core.p2p(ops, dt, async_op)
+        return Work(work, (input, output)) if async_op else None
+
+    def broadcast(self, tensor, root: int = 0, algorithm: str = "auto", async_op: bool = False):
+        """Copy ``tensor`` from ``root`` to every rank (in place)."""
+        ip, n, dt = describe(tensor, "tensor")
+        self._check_root(root)
+        _check_algorithm("broadcast", algorithm)
+        return self._run("broadcast", algorithm, ip, ip, n, dt, "sum", root, 1.0, async_op, (tensor,))
+
+    def reduce(self, tensor, root: int = 0, op: str = "sum", algorithm: str = "auto", out=None,
+               async_op: bool = False, scale=None):
+        """Reduce ``tensor`` over all ranks into ``root`` (into ``out`` there if given)."""
+        ip, n, dt = describe(tensor, "tensor")
+        self._check_root(root)
+        op_ = _check_op(op, dt, scale)
+        _check_algorithm("reduce", algorithm)
+        op_ptr = ip
+        if out is not None:
+            op_ptr, n2, dt2 = describe(out, "out")
+            if dt2 != dt:
+                raise TypeError(f"out: dtype {dt2} differs from tensor's {dt}")
+            if n2 != n:
+                raise ValueError(f"out: has {n2} elements, tensor has {n}")
+        return self._run("reduce", algorithm, ip, op_ptr, n, dt, op, root, op_, async_op, (tensor, out))
+
+    def gather(self, output, input, root: int = 0, algorithm: str = "auto", async_op: bool = False):
+        """Concatenate every rank's ``input`` into ``output`` on ``root`` (None elsewhere)."""
+        ip, n, dt = describe(input, "input")
+        self._check_root(root)
+        op_ptr = 0
+        if self._rank == root:
+            if output is None:
+                raise ValueError("output: required on the root rank")
+            op_ptr, n_out, dt2 = describe(output, "output")
+            if dt2 != dt:
+                raise TypeError(f"output: dtype {dt2} differs from input's {dt}")
+            if n_out != n * self._size:
+                raise ValueError(f"output: has {n_out} elements, expected size*input = {self._size}*{n}")
+        _check_algorithm("gather", algorithm)
+        return self._run("gather", algorithm, ip, op_ptr, n, dt, "sum", root, 1.0, async_op, (input, output))
+
+    def scatter(self, output, input, root: int = 0, algorithm: str = "auto", async_op: bool = False):
+        """Send block j of ``input`` (on ``root``; None elsewhere) to rank j's ``output``."""
+        op_ptr, n, dt = describe(output, "output")
+        self._check_root(root)
+        ip = 0
+        if self._rank == root:
+            if input is None:
+                raise ValueError("input: required on the root rank")
+            ip, n_in, dt2 = describe(input, "input")
+            if dt2 != dt:
+                raise TypeError(f"input: dtype {dt2} differs from output's {dt}")
+            if n_in != n * self._size:
+                raise ValueError(f"input: has {n_in} elements, expected size*output = {self._size}*{n}")
+        _check_algorithm("scatter", algorithm)
+        return self._run("scatter", algorithm, ip, op_ptr, n, dt, "sum", root, 1.0, async_op, (input, output))
+
+    def barrier(self, async_op: bool = False):
+        """Return once every rank has entered the barrier."""
+        return self._run("barrier", "auto", 0, 0, 0, "uint8", "sum", 0, 1.0, async_op, ())
+
+    # -- point to point -----------------------------------------------------------------------
+    def send(self, tensor, peer: int, async_op: bool = False):
+        """Send ``tensor`` to ``peer``, which must call ``recv`` with the same size and dtype."""
+        return self.batch_p2p([("send", tensor, peer)], async_op)
+
+    def recv(self, tensor, peer: int, async_op: bool = False):
+        """Receive into ``tensor`` from ``peer``."""
+        return self.batch_p2p([("recv", tensor, peer)], async_op)
+
+    def sendrecv(self, send_tensor, dst: int, recv_tensor, src: int, async_op: bool = False):
+        """Send to ``dst`` and receive from ``src`` concurrently (no deadlock in a ring shift)."""
+        return self.batch_p2p([("send", send_tensor, dst), ("recv", recv_tensor, src)], async_op)
+
+    def batch_p2p(self, ops, async_op: bool = False):
+        """Run several sends/receives concurrently: ``ops`` is a list of ("send"|"recv", tensor, peer).
+
+        At most one send to and one receive from each peer per batch; messages between a pair of
+        ranks match in call order.
+        """
+        if not ops:
+            raise ValueError("ops: empty batch")
+        items, refs, dtype = [], [], None
+        seen = set()
+        for i, entry in enumerate(ops):
+            kind, tensor, peer = entry
+            if kind not in ("send", "recv"):
+                raise ValueError(f"ops[{i}]: kind must be 'send' or 'recv', got {kind!r}")
+            self._check_peer(peer, f"ops[{i}] peer" if len(ops) > 1 else "peer")
+            if (kind, peer) in seen:
+                raise ValueError(f"ops[{i}]: a second {kind} with peer {peer} in one batch")
+            seen.add((kind, peer))
+            ptr, n, dt = describe(tensor, "tensor" if len(ops) == 1 else f"ops[{i}] tensor")
+            if dtype is None:
+                dtype = dt
+            elif dt != dtype:
+                raise TypeError(f"ops[{i}] tensor: dtype {dt} differs from ops[0]'s {dtype}")
+            items.append((kind == "send", ptr, n, peer))
+            refs.append(tensor)
+        work = self._core.p2p(items, dtype, async_op)
+        return Work(work, refs) if async_op else None
+
+    # -- groups ---------------------------------------------------------------------------------
+    def split(self, color: Optional[int], key: Optional[int] = None) -> Optional["Communicator"]:
+        """Partition the ranks: those passing the same ``color`` form a new communicator, ordered
+        by ``key`` (then by rank). Every rank must call it; ``color=None`` joins no group and
+        returns None. Collective over this communicator.
+        """
+        from commlib.init import split_communicator
+        self._splits += 1
+        return split_communicator(self, color, self._rank if key is None else key, self._splits)
+
+    def close(self):
+        """Finish queued work, then release shared memory and the worker thread. Idempotent."""
+        if self._core is not None:
+            self._core.close()
+
+    def abort(self, reason: str = "aborted by the user"):
+        """Abort: fail queued and future calls at once, and tell the peers."""
+        self._core.abort(reason)
+
+    @property
+    def aborted(self) -> bool:
+        return self._core.aborted()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _splits(splits, total, P, name):
+    if splits is None:
+        if total % P:
+            raise ValueError(f"{name}: {total} elements do not split evenly over {P} ranks")
+        return [total // P] * P
+    splits = [int(s) for s in splits]
+    if len(splits) != P:
+        raise ValueError(f"{name}: has {len(splits)} entries, expected one per rank ({P})")
+    if any(s < 0 for s in splits):
+        raise ValueError(f"{name}: negative split size")
+    if sum(splits) != total:
+        raise ValueError(f"{name}: sums to {sum(splits)} but the tensor has {total} elements")
+    return splits

@@ -1,0 +1,216 @@
+"""Private helpers shared by the data-parallel wrappers (DataParallel, ZeRO, ParameterServer).
+
+Nothing here holds global state: every function takes the communicator it works on.
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Iterable, List, Sequence, Tuple
+
+import torch
+
+MB = 1 << 20
+
+
+# -- argument checks ------------------------------------------------------------------------------
+def check_comm(comm, name: str = "comm"):
+    """Refuse objects that are not communicators (duck-typed: rank, size, all_reduce)."""
+    for attr in ("rank", "size", "all_reduce", "broadcast"):
+        if not hasattr(comm, attr):
+            raise TypeError(f"{name}: expected a commlib Communicator, got {type(comm).__name__}")
+
+
+def check_algorithm(collective: str, algorithm) -> str:
+    """Validate an algorithm name early (before any collective runs), naming the argument."""
+    if not isinstance(algorithm, str):
+        raise TypeError(f"algorithm: expected a string, got {type(algorithm).__name__}")
+    try:
+        from commlib import _C  # the core's registry, when it is built
+        names = list(_C.algorithms(collective))
+    except Exception:
+        return algorithm
+    if algorithm != "auto" and algorithm not in names:
+        raise ValueError(f"algorithm: unknown {collective} algorithm '{algorithm}' "
+                         f"(expected one of: auto, {', '.join(names)})")
+    return algorithm
+
+
+def check_positive(value, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
+            or not math.isfinite(value):
+        raise ValueError(f"{name}: expected a positive number, got {value!r}")
+    return float(value)
+
+
+def check_cpu_tensors(named: Iterable[Tuple[str, torch.Tensor]], what: str = "parameter"):
+    for name, t in named:
+        if t.device.type != "cpu":
+            raise ValueError(f"{what} '{name}': is on {t.device}; commlib moves CPU tensors only")
+
+
+def unique_named_parameters(module: torch.nn.Module) -> List[Tuple[str, torch.nn.Parameter]]:
+    """Named parameters in registration order, shared parameters once (first name wins)."""
+    seen, out = set(), []
+    for name, p in module.named_parameters(remove_duplicate=False):
+        if id(p) not in seen:
+            seen.add(id(p))
+            out.append((name, p))
+    return out
+
+
+# -- cross-rank agreement -------------------------------------------------------------------------
+def all_gather_bytes(comm, payload: bytes) -> List[bytes]:
+    """Every rank's ``payload`` (variable length), in rank order."""
+    n = torch.tensor([len(payload)], dtype=torch.int64)
+    lens = torch.empty(comm.size, dtype=torch.int64)
+    comm.all_gather(lens, n)
+    width = max(1, int(lens.max()))
+    mine = torch.zeros(width, dtype=torch.uint8)
+    if payload:
+        mine[:len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+    everyone = torch.empty(width * comm.size, dtype=torch.uint8)
+    comm.all_gather(everyone, mine)
+    out = []
+    for r in range(comm.size):
+        out.append(bytes(everyone[r * width:r * width + int(lens[r])].tolist()))
+    return out
+
+
+def check_same_structure(comm, specs: Sequence[Tuple[str, tuple, str]], what: str = "parameter"):
+    """Check that every rank holds the same (name, shape, dtype) list; raise on every rank if not.
+
+    The error names the first mismatching entry, the rank that differs and both shapes, e.g.
+    ``parameter 'fc.weight': shape (4, 8) on rank 0 but (4, 9) on rank 1``.
+    """
+    payload = json.dumps([[n, list(s), d] for n, s, d in specs]).encode()
+    ranks = [json.loads(b.decode()) for b in all_gather_bytes(comm, payload)]
+    ref = ranks[0]
+    for r, other in enumerate(ranks[1:], start=1):
+        for i in range(max(len(ref), len(other))):
+            a = ref[i] if i < len(ref) else None
+            b = other[i] if i < len(other) else None
+            if a == b:
+                continue
+            if a is None:
+                raise ValueError(f"{what} '{b[0]}': exists on rank {r} but not on rank 0 "
+                                 f"(rank 0 has {len(ref)} {what}s, rank {r} has {len(other)})")
+            if b is None:
+                raise ValueError(f"{what} '{a[0]}': exists on rank 0 but not on rank {r} "
+                                 f"(rank 0 has {len(ref)} {what}s, rank {r} has {len(other)})")
+            if a[0] != b[0]:
+                raise ValueError(f"{what} #{i}: named '{a[0]}' on rank 0 but '{b[0]}' on rank {r} "
+                                 "(the model must be built identically on every rank)")
+            if a[1] != b[1]:
+                raise ValueError(f"{what} '{a[0]}': shape {tuple(a[1])} on rank 0 but "
+                                 f"{tuple(b[1])} on rank {r}")
+            raise ValueError(f"{what} '{a[0]}': dtype {a[2]} on rank 0 but {b[2]} on rank {r}")
+
+
+def broadcast_tensors(comm, tensors: Sequence[torch.Tensor], src: int = 0, algorithm="auto"):
+    """Broadcast ``tensors`` from ``src`` in place, coalesced into one flat buffer per dtype."""
+    by_dtype = {}
+    for t in tensors:
+        by_dtype.setdefault(t.dtype, []).append(t)
+    for dtype, group in by_dtype.items():
+        flat = torch.cat([t.detach().reshape(-1) for t in group]) if comm.rank == src else \
+            torch.empty(sum(t.numel() for t in group), dtype=dtype)
+        if flat.numel() == 0:
+            continue
+        comm.broadcast(flat, root=src, algorithm=algorithm)
+        if comm.rank != src:
+            off = 0
+            with torch.no_grad():
+                for t in group:
+                    t.copy_(flat[off:off + t.numel()].view_as(t))
+                    off += t.numel()
+
+
+# -- memory accounting ----------------------------------------------------------------------------
+def storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of the distinct storages behind ``tensors`` (views of one buffer count once)."""
+    seen, total = set(), 0
+    for t in tensors:
+        if t is None or not isinstance(t, torch.Tensor):
+            continue
+        s = t.untyped_storage()
+        key = s.data_ptr()
+        if key in seen or s.nbytes() == 0:
+            continue
+        seen.add(key)
+        total += s.nbytes()
+    return total
+
+
+def optimizer_state_tensors(optimizer) -> List[torch.Tensor]:
+    out = []
+    if optimizer is None:
+        return out
+    for st in optimizer.state.values():
+        for v in st.values():
+            if isinstance(v, torch.Tensor):
+                out.append(v)
+    return out
+
+
+def rss_bytes() -> int:
+    """Resident set size of this process (Linux /proc), 0 where unavailable."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+# -- flat layouts ---------------------------------------------------------------------------------
+class FlatLayout:
+    """A list of tensors packed back to back into one flat vector, padded to ``size`` pieces.
+
+    ``numel`` is the packed length, ``piece`` the per-rank shard length (``ceil(numel/size)``),
+    ``padded`` = ``piece * size``. ``offsets[i]`` is where tensor i starts.
+    """
+
+    def __init__(self, names: Sequence[str], shapes: Sequence[torch.Size], world: int):
+        self.names = list(names)
+        self.shapes = [torch.Size(s) for s in shapes]
+        self.numels = [int(math.prod(s)) for s in self.shapes]
+        self.offsets = []
+        off = 0
+        for n in self.numels:
+            self.offsets.append(off)
+            off += n
+        self.numel = off
+        self.world = world
+        self.piece = -(-off // world) if off else 0
+        self.padded = self.piece * world
+
+    def views(self, flat: torch.Tensor) -> List[torch.Tensor]:
+        return [flat[o:o + n].view(s) for o, n, s in zip(self.offsets, self.numels, self.shapes)]
+
+    def meta(self) -> dict:
+        return {"names": self.names, "shapes": [list(s) for s in self.shapes], "numel": self.numel,
+                "piece": self.piece, "world": self.world}
+
+
+def bucket_partition(sizes_bytes: Sequence[int], cap_bytes: int, first_cap_bytes: int) -> List[List[int]]:
+    """Group item indices (already in the desired order) into buckets: the first bucket closes at
+    ``first_cap_bytes``, the others at ``cap_bytes`` (a bucket closes once it reaches its cap; an
+    item larger than the cap gets a bucket of its own)."""
+    buckets, cur, cur_bytes = [], [], 0
+    for i, b in enumerate(sizes_bytes):
+        cur.append(i)
+        cur_bytes += b
+        if cur_bytes >= (first_cap_bytes if not buckets else cap_bytes):
+            buckets.append(cur)
+            cur, cur_bytes = [], 0
+    if cur:
+        buckets.append(cur)
+    return buckets
+
+
+def queue_backward_callback(fn):
+    """Run ``fn`` once the current backward pass is over (call from inside an autograd hook)."""
+    torch.autograd.Variable._execution_engine.queue_callback(fn)

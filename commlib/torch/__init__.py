@@ -1,0 +1,36 @@
+"""PyTorch integration: importing this module registers the torch.distributed backend "commlib".
+
+    import torch.distributed as dist, commlib.torch
+    dist.init_process_group("commlib")          # env://, tcp:// or store= as usual
+
+Every process group on this backend (the default group, ``new_group``, DeviceMesh dimensions)
+runs its collectives on its own commlib communicator. ``Options(algorithms={...})`` passed as
+``pg_options`` picks an algorithm per collective; ``COMMLIB_ALGO_<COLLECTIVE>`` works as well.
+See docs/torch_backend.md for what works and what does not.
+"""
+import torch.distributed as _dist
+
+from commlib.torch.backend import COLLECTIVES, Options, ProcessGroupCommlib, _create
+
+BACKEND_NAME = "commlib"
+
+
+def _register():
+    if "COMMLIB" in _dist.Backend._plugins:  # already registered (module re-imported)
+        return
+    _dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu"])
+
+
+_register()
+
+
+def get_communicator(group=None):
+    """The commlib communicator behind ``group`` (default: the default group)."""
+    from torch.distributed.distributed_c10d import _get_default_group
+    pg = group if group is not None else _get_default_group()
+    if not isinstance(pg, ProcessGroupCommlib):
+        raise TypeError(f"group: not a commlib process group ({type(pg).__name__})")
+    return pg.comm
+
+
+__all__ = ["BACKEND_NAME", "COLLECTIVES", "Options", "ProcessGroupCommlib", "get_communicator"]

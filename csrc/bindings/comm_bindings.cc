@@ -1,0 +1,88 @@
+// Communicator, Work and the error classes. Every call that may block releases the GIL.
+#include <pybind11/stl.h>
+
+#include "bindings/bindings.h"
+#include "engine/communicator.h"
+#include "engine/errors.h"
+#include "transport/shm.h"
+
+namespace py = pybind11;
+
+namespace commlib {
+
+void bind_comm(py::module_& m) {
+  static py::exception<CommError> comm_error(m, "CommError", PyExc_RuntimeError);
+  static py::exception<MismatchError> mismatch_error(m, "MismatchError", comm_error.ptr());
+  static py::exception<PeerError> peer_error(m, "PeerError", comm_error.ptr());
+  comm_error.doc() = "Base of every commlib communication failure.";
+  mismatch_error.doc() = "Ranks called different collectives, or one with different arguments.";
+  peer_error.doc() = "A peer died, closed its communicator, aborted or did not answer within the timeout.";
+  // Most specific first: pybind tries translators in reverse registration order.
+  py::register_exception_translator([](std::exception_ptr p) {
+    if (!p) return;
+    try {
+      std::rethrow_exception(p);
+    } catch (const MismatchError& e) {
+      PyErr_SetString(mismatch_error.ptr(), e.what());
+    } catch (const PeerError& e) {
+      PyErr_SetString(peer_error.ptr(), e.what());
+    } catch (const CommError& e) {
+      PyErr_SetString(comm_error.ptr(), e.what());
+    }
+  });
+
+  m.def("shm_region_bytes", [](int size) { return shm_region_bytes(size, shm_config_from_env(size)); },
+        "Bytes of the shared-memory region a communicator of `size` ranks needs (rank 0 sizes the memfd).");
+
+  py::class_<Work, std::shared_ptr<Work>>(m, "Work")
+      .def("wait", &Work::wait, py::arg("timeout") = -1.0, py::call_guard<py::gil_scoped_release>())
+      .def("is_completed", &Work::is_completed);
+
+  py::class_<Communicator>(m, "Communicator")
+      .def(py::init([](int rank, int size, int fd, double timeout, const std::string& label, int debug) {
+             if (size < 1) throw std::invalid_argument("world_size: must be at least 1");
+             if (rank < 0 || rank >= size) throw std::invalid_argument("rank: out of range for world_size");
+             auto transport = std::make_unique<ShmTransport>(rank, size, fd, shm_config_from_env(size));
+             return new Communicator(std::move(transport), CommOptions{timeout, debug, label});
+           }),
+           py::arg("rank"), py::arg("size"), py::arg("fd"), py::arg("timeout"), py::arg("label") = "",
+           py::arg("debug") = 0)
+      .def_property_readonly("rank", &Communicator::rank)
+      .def_property_readonly("size", &Communicator::size)
+      .def(
+          "run",
+          [](Communicator& c, const std::string& coll, const std::string& algo, uintptr_t in, uintptr_t out,
+             int64_t count, const std::string& dtype, const std::string& op, int root, double scale, bool async) {
+            CollectiveCall call;
+            call.coll = parse_collective(coll);
+            call.algorithm = algo;
+            call.input = in;
+            call.output = out;
+            call.count = count;
+            call.dtype = parse_dtype(dtype);
+            call.op = parse_op(op);
+            call.root = root;
+            call.scale = scale;
+            py::gil_scoped_release release;
+            return c.collective(call, async);
+          },
+          py::arg("collective"), py::arg("algorithm"), py::arg("input"), py::arg("output"), py::arg("count"),
+          py::arg("dtype"), py::arg("op"), py::arg("root"), py::arg("scale"), py::arg("async_op"))
+      .def(
+          "p2p",
+          [](Communicator& c, const std::vector<std::tuple<bool, uintptr_t, int64_t, int>>& items,
+             const std::string& dtype, bool async) {
+            std::vector<P2PItem> v;
+            v.reserve(items.size());
+            for (const auto& [send, ptr, count, peer] : items) v.push_back(P2PItem{send, ptr, count, peer});
+            DType t = parse_dtype(dtype);
+            py::gil_scoped_release release;
+            return c.p2p(std::move(v), t, async);
+          },
+          py::arg("items"), py::arg("dtype"), py::arg("async_op"))
+      .def("close", &Communicator::close, py::call_guard<py::gil_scoped_release>())
+      .def("abort", &Communicator::abort)
+      .def("aborted", &Communicator::aborted);
+}
+
+}  // namespace commlib

@@ -1,0 +1,9 @@
+#include "bindings/bindings.h"
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "commlib core: schedules, verifier, kernels, shared-memory transport and executor";
+  commlib::bind_types(m);
+  commlib::bind_schedule(m);
+  commlib::bind_kernels(m);
+  commlib::bind_comm(m);
+}

@@ -1,0 +1,369 @@
+#include "engine/communicator.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cpu_reduce.h"
+#include "schedule/registry.h"
+
+namespace commlib {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+char* aligned_alloc_bytes(size_t bytes) {
+  void* p = nullptr;
+  if (posix_memalign(&p, 64, bytes ? bytes : 64)) throw std::bad_alloc();
+  return static_cast<char*>(p);
+}
+
+// Elements of the input buffer for one rank of a collective with per-call `count`.
+int64_t input_elements(Collective c, int64_t count, int size) {
+  switch (c) {
+    case Collective::ReduceScatter:
+    case Collective::AllToAll:
+    case Collective::Scatter:
+      return count * size;
+    default:
+      return count;
+  }
+}
+
+}  // namespace
+
+std::string describe_call(const CallDesc& d) {
+  const Collective c = static_cast<Collective>(d.coll);
+  const DType t = static_cast<DType>(d.dtype);
+  std::string s = std::string(collective_name(c)) + " #" + std::to_string(d.seq) + " (";
+  if (c != Collective::Send && c != Collective::Barrier && d.algo) {
+    auto names = algorithms(c);
+    s += (d.algo <= names.size() ? names[d.algo - 1] : std::string("algorithm ") + std::to_string(d.algo)) + ", ";
+  }
+  s += std::to_string(d.count) + " x " + dtype_name(t);
+  if (collective_reduces(c)) s += std::string(", ") + op_name(static_cast<RedOp>(d.op));
+  if (collective_has_root(c)) s += ", root " + std::to_string(d.root);
+  return s + ")";
+}
+
+bool Work::wait(double timeout_s) {
+  if (!done_.load(std::memory_order_acquire)) {
+    std::unique_lock<std::mutex> lk(mu_);
+    auto ready = [&] { return done_.load(std::memory_order_acquire); };
+    if (timeout_s < 0)
+      cv_.wait(lk, ready);
+    else if (!cv_.wait_for(lk, std::chrono::duration<double>(timeout_s), ready))
+      return false;
+  }
+  if (error_) std::rethrow_exception(error_);
+  return true;
+}
+
+void Work::run() {
+  try {
+    job_();
+  } catch (...) {
+    error_ = std::current_exception();
+  }
+  job_ = nullptr;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    done_.store(true, std::memory_order_release);
+  }
+  cv_.notify_all();
+}
+
+Communicator::Communicator(std::unique_ptr<Transport> transport, CommOptions opts)
+    : transport_(std::move(transport)),
+      exec_(*transport_, ExecOptions{opts.timeout_s}),
+      opts_(std::move(opts)),
+      rank_(transport_->rank()),
+      size_(transport_->size()),
+      send_seq_(size_, 0),
+      recv_seq_(size_, 0),
+      algo_names_(static_cast<size_t>(Collective::kCount)) {
+  for (int c = 0; c < static_cast<int>(Collective::kCount); ++c) {
+    Collective cc = static_cast<Collective>(c);
+    if (cc != Collective::Send && cc != Collective::Recv) algo_names_[c] = algorithms(cc);
+  }
+}
+
+Communicator::~Communicator() {
+  try {
+    close();
+  } catch (...) {
+  }
+}
+
+void Communicator::throw_if_aborted() const {
+  if (aborted_.load(std::memory_order_acquire))
+    throw_kind(abort_kind_, "communicator aborted: " + abort_message_);
+}
+
+void Communicator::record_failure(const CommError& e, ErrorKind kind) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!aborted_.load(std::memory_order_relaxed)) {
+    abort_kind_ = kind;
+    abort_message_ = e.what();
+    aborted_.store(true, std::memory_order_release);
+  }
+}
+
+void Communicator::abort(const std::string& reason) {
+  transport_->publish_failure(ErrorKind::Comm, "rank " + std::to_string(rank_) + " aborted: " + reason);
+  record_failure(CommError(reason), ErrorKind::Comm);
+}
+
+std::shared_ptr<Work> Communicator::submit(std::function<void()> job, bool async) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (closed_) throw CommError("communicator is closed");
+  throw_if_aborted();
+  if (!async && queue_.empty() && !busy_) {
+    busy_ = true;
+    lk.unlock();
+    struct Done {
+      Communicator* c;
+      ~Done() {
+        std::lock_guard<std::mutex> g(c->mu_);
+        c->busy_ = false;
+        c->cv_.notify_all();
+      }
+    } done{this};
+    job();
+    return nullptr;
+  }
+  auto work = std::make_shared<Work>(std::move(job));
+  if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
+  queue_.push_back(work);
+  cv_.notify_all();
+  lk.unlock();
+  if (async) return work;
+  work->wait(-1);
+  return nullptr;
+}
+
+void Communicator::worker_loop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    cv_.wait(lk, [&] { return (stop_ && queue_.empty()) || (!queue_.empty() && !busy_); });
+    if (queue_.empty()) break;
+    auto work = queue_.front();
+    queue_.pop_front();
+    busy_ = true;
+    lk.unlock();
+    work->run();
+    lk.lock();
+    busy_ = false;
+    cv_.notify_all();
+  }
+}
+
+void Communicator::close() {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (closed_) return;
+  cv_.wait(lk, [&] { return queue_.empty() && !busy_; });
+  closed_ = true;
+  stop_ = true;
+  cv_.notify_all();
+  lk.unlock();
+  if (worker_.joinable()) worker_.join();
+  transport_->close();
+}
+
+std::shared_ptr<Work> Communicator::collective(const CollectiveCall& call, bool async) {
+  return submit([this, call] { run_collective(call); }, async);
+}
+
+std::shared_ptr<Work> Communicator::p2p(std::vector<P2PItem> items, DType dtype, bool async) {
+  for (const P2PItem& it : items) {
+    if (it.peer < 0 || it.peer >= size_ || it.peer == rank_)
+      throw std::invalid_argument("peer: " + std::to_string(it.peer) + " is not another rank of this communicator (size " +
+                                  std::to_string(size_) + ")");
+    if (it.count < 0) throw std::invalid_argument("count: negative");
+  }
+  return submit([this, items = std::move(items), dtype] { run_p2p(items, dtype); }, async);
+}
+
+uint8_t Communicator::algorithm_index(Collective c, const std::string& name) {
+  const auto& names = algo_names_[static_cast<int>(c)];
+  for (size_t i = 0; i < names.size(); ++i)
+    if (names[i] == name) return static_cast<uint8_t>(i + 1);
+  return 0;
+}
+
+const Schedule& Communicator::schedule_for(const CollArgs& args, const std::string& algorithm) {
+  std::string key = algorithm;
+  key += '/';
+  key += std::to_string(static_cast<int>(args.coll));
+  key += '/';
+  key += std::to_string(args.count);
+  key += '/';
+  key += std::to_string(args.root);
+  auto it = schedules_.find(key);
+  if (it != schedules_.end()) return it->second;
+  if (schedules_.size() >= 512) schedules_.clear();
+  return schedules_.emplace(std::move(key), build_schedule(args, algorithm)).first->second;
+}
+
+char* Communicator::scratch(size_t bytes) {
+  if (bytes > scratch_bytes_) {
+    scratch_.reset(aligned_alloc_bytes(bytes));
+    scratch_bytes_ = bytes;
+  }
+  return scratch_.get();
+}
+
+char* Communicator::premul_buffer(size_t bytes) {
+  if (bytes > premul_bytes_) {
+    premul_.reset(aligned_alloc_bytes(bytes));
+    premul_bytes_ = bytes;
+  }
+  return premul_.get();
+}
+
+void Communicator::run_collective(const CollectiveCall& call) {
+  throw_if_aborted();
+  const size_t esize = dtype_size(call.dtype);
+  const int64_t bytes = call.count * static_cast<int64_t>(esize);
+  const std::string algo = choose_algorithm(call.coll, call.algorithm, bytes, size_);
+  if (opts_.debug >= 1 && call.algorithm == "auto") {
+    std::string tag = std::string(collective_name(call.coll)) + ":" + algo;
+    bool seen = false;
+    for (const auto& s : logged_auto_) seen |= s == tag;
+    if (!seen) {
+      logged_auto_.push_back(tag);
+      std::fprintf(stderr, "commlib INFO %s rank %d: auto picked %s for %s of %lld bytes on %d ranks\n",
+                   opts_.label.c_str(), rank_, algo.c_str(), collective_name(call.coll),
+                   static_cast<long long>(bytes), size_);
+    }
+  }
+
+  CallDesc desc;
+  desc.seq = ++coll_seq_;
+  desc.coll = static_cast<uint8_t>(call.coll);
+  desc.dtype = static_cast<uint8_t>(call.dtype);
+  desc.op = collective_reduces(call.coll) ? static_cast<uint8_t>(call.op) : 0;
+  desc.algo = algorithm_index(call.coll, algo);
+  desc.root = collective_has_root(call.coll) ? call.root : 0;
+  desc.count = call.count;
+  transport_->publish_call(desc);
+  const std::string what = describe_call(desc);
+
+  auto t0 = Clock::now();
+  try {
+    exec_.check_peers_failed(what);
+    CollArgs args{call.coll, rank_, size_, call.count, call.root};
+    const Schedule& sched = schedule_for(args, algo);
+
+    char* in = reinterpret_cast<char*>(call.input);
+    char* out = reinterpret_cast<char*>(call.output);
+    const bool owns_input = !((call.coll == Collective::Broadcast || call.coll == Collective::Scatter) &&
+                              rank_ != call.root);
+    if (call.op == RedOp::PremulSum && collective_reduces(call.coll) && owns_input) {
+      // Scale into a private copy: the schedule then runs in its out-of-place form.
+      size_t n = static_cast<size_t>(input_elements(call.coll, call.count, size_));
+      char* buf = premul_buffer(n * esize);
+      scale_copy(buf, in, n, call.dtype, call.scale);
+      in = buf;
+    }
+    char* scr = sched.scratch_count ? scratch(static_cast<size_t>(sched.scratch_count) * esize) : nullptr;
+    char* bases[3] = {in, out, scr};
+
+    for (const Step& step : sched.steps) {
+      ops_.clear();
+      for (const Op& op : step.ops) {
+        ExecOp e;
+        e.kind = op.kind;
+        e.peer = op.peer;
+        e.desc = desc;
+        const Region& r = (op.kind == OpKind::Send) ? op.src : op.dst;
+        e.bytes = static_cast<size_t>(r.count) * esize;
+        auto resolve = [&](const Region& reg) -> char* {
+          char* base = bases[static_cast<int>(reg.buf)];
+          if (!base) {
+            if (reg.count == 0) return nullptr;
+            throw CommError(std::string("internal error: ") + algo + " schedule of " + what + " on rank " +
+                            std::to_string(rank_) + " uses the " + buffer_name(reg.buf) +
+                            " buffer, which this rank does not have");
+          }
+          return base + static_cast<size_t>(reg.offset) * esize;
+        };
+        if (op.kind == OpKind::Send) {
+          e.src = resolve(op.src);
+        } else {
+          e.dst = resolve(op.dst);
+          if (op.kind == OpKind::Copy || op.kind == OpKind::Reduce) e.src = resolve(op.src);
+        }
+        ops_.push_back(e);
+      }
+      exec_.run_step(ops_, call.dtype, call.op, desc, what);
+    }
+
+    if (call.op == RedOp::Avg && collective_reduces(call.coll) && (call.coll != Collective::Reduce || rank_ == call.root))
+      divide_inplace(out, static_cast<size_t>(call.count), call.dtype, size_);
+  } catch (const MismatchError& e) {
+    record_failure(e, ErrorKind::Mismatch);
+    throw;
+  } catch (const PeerError& e) {
+    record_failure(e, ErrorKind::Peer);
+    throw;
+  } catch (const CommError& e) {
+    transport_->publish_failure(ErrorKind::Comm, e.what());
+    record_failure(e, ErrorKind::Comm);
+    throw;
+  }
+  if (opts_.debug >= 2) {
+    double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    std::fprintf(stderr, "commlib TRACE %s rank %d: %s done in %.1f us\n", opts_.label.c_str(), rank_, what.c_str(), us);
+  }
+}
+
+void Communicator::run_p2p(const std::vector<P2PItem>& items, DType dtype) {
+  throw_if_aborted();
+  const size_t esize = dtype_size(dtype);
+  ops_.clear();
+  std::string what = "send/recv batch (";
+  CallDesc any;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const P2PItem& it = items[i];
+    ExecOp e;
+    e.kind = it.send ? OpKind::Send : OpKind::Recv;
+    e.peer = it.peer;
+    e.bytes = static_cast<size_t>(it.count) * esize;
+    e.desc.coll = static_cast<uint8_t>(Collective::Send);
+    e.desc.dtype = static_cast<uint8_t>(dtype);
+    e.desc.count = it.count;
+    e.desc.seq = it.send ? ++send_seq_[it.peer] : ++recv_seq_[it.peer];
+    if (it.send)
+      e.src = reinterpret_cast<const char*>(it.ptr);
+    else
+      e.dst = reinterpret_cast<char*>(it.ptr);
+    what += (i ? ", " : "") + std::string(it.send ? "send to " : "recv from ") + std::to_string(it.peer) + " " +
+            std::to_string(it.count) + " x " + dtype_name(dtype);
+    ops_.push_back(e);
+    any = e.desc;
+  }
+  what += ")";
+  auto t0 = Clock::now();
+  try {
+    exec_.check_peers_failed(what);
+    exec_.run_step(ops_, dtype, RedOp::Sum, any, what);
+  } catch (const MismatchError& e) {
+    record_failure(e, ErrorKind::Mismatch);
+    throw;
+  } catch (const PeerError& e) {
+    record_failure(e, ErrorKind::Peer);
+    throw;
+  } catch (const CommError& e) {
+    record_failure(e, ErrorKind::Comm);
+    throw;
+  }
+  if (opts_.debug >= 2) {
+    double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    std::fprintf(stderr, "commlib TRACE %s rank %d: %s done in %.1f us\n", opts_.label.c_str(), rank_, what.c_str(), us);
+  }
+}
+
+}  // namespace commlib

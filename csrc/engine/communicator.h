@@ -1,0 +1,127 @@
+// A communicator: one transport, one executor, a cache of built schedules, and a FIFO of calls.
+//
+// A blocking call whose queue is empty runs on the caller's thread (a hand-off to a sleeping
+// worker would cost a futex wake-up on the latency path); asynchronous calls go to a worker thread
+// started on first use. Either way calls execute one at a time, in call order. After any failure
+// the communicator is aborted: queued and later calls fail at once with the same error.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/types.h"
+#include "engine/executor.h"
+#include "schedule/ir.h"
+#include "transport/transport.h"
+
+namespace commlib {
+
+class Work {
+ public:
+  explicit Work(std::function<void()> job) : job_(std::move(job)) {}
+  // Waits up to timeout_s (negative: forever). Returns false on timeout; rethrows the call's error.
+  bool wait(double timeout_s);
+  bool is_completed() const { return done_.load(std::memory_order_acquire); }
+
+ private:
+  friend class Communicator;
+  void run();
+  std::function<void()> job_;
+  std::exception_ptr error_;
+  std::atomic<bool> done_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+};
+
+struct CollectiveCall {
+  Collective coll = Collective::AllReduce;
+  std::string algorithm = "auto";
+  uintptr_t input = 0, output = 0;
+  int64_t count = 0;
+  DType dtype = DType::Float32;
+  RedOp op = RedOp::Sum;
+  int root = 0;
+  double scale = 1.0;  // premul_sum factor
+};
+
+struct P2PItem {
+  bool send = true;
+  uintptr_t ptr = 0;
+  int64_t count = 0;
+  int peer = 0;
+};
+
+struct CommOptions {
+  double timeout_s = 300.0;
+  int debug = 0;  // 0 off, 1 INFO, 2 TRACE (COMMLIB_DEBUG)
+  std::string label;
+};
+
+class Communicator {
+ public:
+  Communicator(std::unique_ptr<Transport> transport, CommOptions opts);
+  ~Communicator();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // Returns a Work for async calls; nullptr once a blocking call completed.
+  std::shared_ptr<Work> collective(const CollectiveCall& call, bool async);
+  std::shared_ptr<Work> p2p(std::vector<P2PItem> items, DType dtype, bool async);
+
+  void close();
+  void abort(const std::string& reason);
+  bool aborted() const { return aborted_.load(std::memory_order_acquire); }
+
+ private:
+  std::shared_ptr<Work> submit(std::function<void()> job, bool async);
+  void worker_loop();
+  void run_collective(const CollectiveCall& call);
+  void run_p2p(const std::vector<P2PItem>& items, DType dtype);
+  const Schedule& schedule_for(const CollArgs& args, const std::string& algorithm);
+  char* scratch(size_t bytes);
+  char* premul_buffer(size_t bytes);
+  void record_failure(const CommError& e, ErrorKind kind);
+  void throw_if_aborted() const;
+  uint8_t algorithm_index(Collective c, const std::string& name);
+
+  std::unique_ptr<Transport> transport_;
+  Executor exec_;
+  CommOptions opts_;
+  int rank_, size_;
+
+  // Execution state (touched only by the thread currently executing a call).
+  uint64_t coll_seq_ = 0;
+  std::vector<uint64_t> send_seq_, recv_seq_;
+  std::unordered_map<std::string, Schedule> schedules_;
+  std::vector<ExecOp> ops_;
+  std::unique_ptr<char[], void (*)(void*)> scratch_{nullptr, std::free};
+  size_t scratch_bytes_ = 0;
+  std::unique_ptr<char[], void (*)(void*)> premul_{nullptr, std::free};
+  size_t premul_bytes_ = 0;
+  std::vector<std::vector<std::string>> algo_names_;
+  std::vector<std::string> logged_auto_;
+
+  // Queue.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Work>> queue_;
+  bool busy_ = false, stop_ = false, closed_ = false;
+  std::thread worker_;
+
+  std::atomic<bool> aborted_{false};
+  ErrorKind abort_kind_ = ErrorKind::None;
+  std::string abort_message_;
+};
+
+}  // namespace commlib

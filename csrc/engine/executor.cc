@@ -1,0 +1,179 @@
+#include "engine/executor.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu_reduce.h"
+
+namespace commlib {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int64_t kSleepSliceUs = 50 * 1000;           // longest single futex sleep
+constexpr auto kSlowCheckEvery = std::chrono::milliseconds(100);  // /proc and call checks
+
+bool is_comm(OpKind k) { return k == OpKind::Send || k == OpKind::Recv || k == OpKind::RecvReduce; }
+
+}  // namespace
+
+void Executor::fail(ErrorKind kind, const std::string& message) {
+  t_.publish_failure(kind, message);
+  throw_kind(kind, message);
+}
+
+void Executor::check_peers_failed(const std::string& what) {
+  for (int p = 0; p < t_.size(); ++p) {
+    if (p == t_.rank()) continue;
+    PeerStatus st = t_.peer_status(p, false);
+    if (st.state == PeerState::Failed)
+      fail(st.kind == ErrorKind::None ? ErrorKind::Comm : st.kind,
+           "rank " + std::to_string(t_.rank()) + " cannot start " + what + ": rank " + std::to_string(p) +
+               " failed earlier: " + st.message);
+  }
+}
+
+bool Executor::progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const std::string& what, size_t* pending) {
+  const size_t esize = dtype_size(dtype);
+  const size_t cap = t_.chunk_bytes() / esize * esize;
+  bool moved = false;
+  size_t left = 0;
+  for (ExecOp& o : ops) {
+    if (o.kind == OpKind::Send) {
+      while (!o.finished) {
+        char* payload;
+        ChunkHeader* h = t_.acquire_send(o.peer, &payload);
+        if (!h) break;
+        size_t n = std::min(cap, o.bytes - o.done);
+        h->desc = o.desc;
+        h->offset = o.done;
+        h->bytes = static_cast<uint32_t>(n);
+        h->flags = 0;
+        if (n) std::memcpy(payload, o.src + o.done, n);
+        t_.publish_send(o.peer);
+        o.done += n;
+        o.finished = o.done == o.bytes;
+        moved = true;
+      }
+      if (!o.finished) ++left;
+    } else if (o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce) {
+      while (!o.finished) {
+        const char* payload;
+        const ChunkHeader* h = t_.peek_recv(o.peer, &payload);
+        if (!h) break;
+        size_t expect = std::min(cap, o.bytes - o.done);
+        if (h->desc != o.desc || h->offset != o.done || h->bytes != expect) {
+          std::string got = describe_call(h->desc);
+          std::string msg = "rank " + std::to_string(t_.rank()) + " in " + what + " received from rank " +
+                            std::to_string(o.peer) + " a message of " + got + "; expected " +
+                            describe_call(o.desc);
+          if (h->desc == o.desc)
+            msg += " (chunk at byte " + std::to_string(h->offset) + " of " + std::to_string(h->bytes) +
+                   " bytes, expected byte " + std::to_string(o.done) + " of " + std::to_string(expect) + ")";
+          fail(ErrorKind::Mismatch, msg);
+        }
+        if (expect) {
+          if (o.kind == OpKind::Recv)
+            std::memcpy(o.dst + o.done, payload, expect);
+          else
+            reduce_inplace(o.dst + o.done, payload, expect / esize, dtype, op);
+        }
+        t_.release_recv(o.peer);
+        o.done += expect;
+        o.finished = o.done == o.bytes;
+        moved = true;
+      }
+      if (!o.finished) ++left;
+    }
+  }
+  *pending = left;
+  return moved;
+}
+
+void Executor::on_idle(std::vector<ExecOp>& ops, const CallDesc& call, const std::string& what,
+                       Clock::time_point last_progress, bool slow_checks) {
+  const int me = t_.rank();
+  // A failed peer aborts the whole communicator: re-raise its error here, and pass it on.
+  for (int p = 0; p < t_.size(); ++p) {
+    if (p == me) continue;
+    PeerStatus st = t_.peer_status(p, false);
+    if (st.state == PeerState::Failed)
+      fail(st.kind == ErrorKind::None ? ErrorKind::Comm : st.kind,
+           "rank " + std::to_string(me) + " in " + what + ": rank " + std::to_string(p) + " failed: " + st.message);
+  }
+  if (!slow_checks) return;
+  for (const ExecOp& o : ops) {
+    if (!is_comm(o.kind) || o.finished) continue;
+    const int p = o.peer;
+    PeerStatus st = t_.peer_status(p, true);
+    const char* doing = o.kind == OpKind::Send ? "send to" : "receive from";
+    if (st.state == PeerState::Dead)
+      fail(ErrorKind::Peer, "rank " + std::to_string(p) + " (pid " + std::to_string(t_.peer_pid(p)) +
+                                ") died during " + what + "; rank " + std::to_string(me) + " was waiting to " +
+                                doing + " it");
+    if (st.state == PeerState::Closed)
+      fail(ErrorKind::Peer, "rank " + std::to_string(p) + " closed the communicator during " + what + "; rank " +
+                                std::to_string(me) + " was waiting to " + doing + " it");
+    CallDesc pc;
+    if (call.coll != static_cast<uint8_t>(Collective::Send) && t_.peer_call(p, &pc) && pc.seq == call.seq &&
+        pc != call)
+      fail(ErrorKind::Mismatch, "rank " + std::to_string(me) + " called " + describe_call(call) + " but rank " +
+                                    std::to_string(p) + " called " + describe_call(pc));
+  }
+  double idle_s = std::chrono::duration<double>(Clock::now() - last_progress).count();
+  if (idle_s > opts_.timeout_s) {
+    for (const ExecOp& o : ops) {
+      if (!is_comm(o.kind) || o.finished) continue;
+      const char* doing = o.kind == OpKind::Send ? "send to" : "receive from";
+      fail(ErrorKind::Peer, "rank " + std::to_string(o.peer) + " did not answer for " +
+                                std::to_string(static_cast<int>(opts_.timeout_s)) + " s (COMMLIB_TIMEOUT) during " +
+                                what + "; rank " + std::to_string(me) + " was waiting to " + doing + " it (" +
+                                std::to_string(o.bytes - o.done) + " bytes left)");
+    }
+  }
+}
+
+void Executor::run_step(std::vector<ExecOp>& ops, DType dtype, RedOp op, const CallDesc& call,
+                        const std::string& what) {
+  const size_t esize = dtype_size(dtype);
+  bool any_comm = false;
+  for (ExecOp& o : ops) {
+    if (o.kind == OpKind::Copy) {
+      if (o.bytes && o.dst != o.src) std::memmove(o.dst, o.src, o.bytes);
+    } else if (o.kind == OpKind::Reduce) {
+      if (o.bytes) reduce_inplace(o.dst, o.src, o.bytes / esize, dtype, op);
+    } else {
+      any_comm = true;
+    }
+  }
+  if (!any_comm) return;
+
+  auto last_progress = Clock::now();
+  auto last_slow = last_progress;
+  size_t pending = 0;
+  for (;;) {
+    uint32_t seen = t_.events();
+    bool moved = progress(ops, dtype, op, what, &pending);
+    if (pending == 0) break;
+    if (moved) {
+      last_progress = Clock::now();
+      continue;
+    }
+    auto now = Clock::now();
+    bool slow = now - last_slow >= kSlowCheckEvery;
+    if (slow) last_slow = now;
+    if (slow) {
+      // A peer may have published its last chunks and then exited: drain before judging it.
+      if (progress(ops, dtype, op, what, &pending)) {
+        last_progress = Clock::now();
+        continue;
+      }
+      if (pending == 0) break;
+    }
+    on_idle(ops, call, what, last_progress, slow);
+    t_.wait_events(seen, kSleepSliceUs);
+  }
+}
+
+}  // namespace commlib

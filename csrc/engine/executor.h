@@ -1,0 +1,55 @@
+// Runs one step of resolved operations over a transport: every send and receive of the step
+// progresses concurrently, chunk by chunk, so a large message streams through the bounded channel
+// while the peer reduces what already arrived. Waits spin briefly, then sleep on the transport's
+// doorbell; while asleep the executor watches for failed, closed, dead or silent peers and for
+// peers inside a different collective.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/types.h"
+#include "schedule/ir.h"
+#include "transport/transport.h"
+
+namespace commlib {
+
+struct ExecOp {
+  OpKind kind = OpKind::Copy;
+  int peer = -1;
+  char* dst = nullptr;        // Recv/RecvReduce/Copy/Reduce
+  const char* src = nullptr;  // Send/Copy/Reduce
+  size_t bytes = 0;
+  CallDesc desc;              // Send: stamped on chunks; Recv*: expected on chunks
+  size_t done = 0;            // bytes moved so far
+  bool finished = false;      // all chunks moved (a zero-byte message still moves one header)
+};
+
+struct ExecOptions {
+  double timeout_s = 300.0;
+};
+
+class Executor {
+ public:
+  Executor(Transport& t, ExecOptions opts) : t_(t), opts_(opts) {}
+
+  // Runs `ops` to completion. `what` names the call for error messages ("all_reduce #5 (...)").
+  // Throws MismatchError / PeerError (after publishing the failure to the peers).
+  void run_step(std::vector<ExecOp>& ops, DType dtype, RedOp op, const CallDesc& call, const std::string& what);
+
+  // Raises at once if a peer has already failed (used at the start of every call).
+  void check_peers_failed(const std::string& what);
+
+ private:
+  bool progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const std::string& what, size_t* pending);
+  void on_idle(std::vector<ExecOp>& ops, const CallDesc& call, const std::string& what,
+               std::chrono::steady_clock::time_point last_progress, bool slow_checks);
+  [[noreturn]] void fail(ErrorKind kind, const std::string& message);
+
+  Transport& t_;
+  ExecOptions opts_;
+};
+
+}  // namespace commlib

@@ -1,0 +1,37 @@
+// The symbolic verifier (DESIGN.md §1): runs every rank's schedule on symbolic values instead of
+// bytes and checks the result. Each element is (source index, contributor bitmask); rank r's input
+// element i starts as (i, {r}); a reduction needs equal source indices and disjoint masks.
+// Communication is rendezvous: a send completes only when the peer's current step holds the
+// matching receive from this rank (FIFO per ordered pair); a step completes when all its
+// communication ops matched, then its local ops run. Also checked, per step: op independence
+// (including in-place aliasing), region bounds, buffers the rank does not own, inputs never
+// written, at most one send to / receive from each peer, equal counts on matched send/recv.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "schedule/ir.h"
+
+namespace commlib {
+
+struct VerificationError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// True when the collective has an in-place (aliased) layout (ir.h); all but all_to_all, barrier.
+bool collective_has_in_place(Collective c);
+
+// Builds the registered `algorithm` for every rank and verifies it in the non-aliased layout and,
+// where the collective has one, the in-place layout. Throws VerificationError (or
+// std::invalid_argument for bad arguments).
+void verify_algorithm(Collective c, const std::string& algorithm, int size, int64_t count, int root = 0);
+
+// Verifies given per-rank schedules (per_rank.size() == size) in one layout. `label` names the
+// algorithm in messages.
+void verify_schedules(Collective c, const std::vector<Schedule>& per_rank, int size, int64_t count,
+                      int root, bool in_place, const std::string& label);
+
+}  // namespace commlib

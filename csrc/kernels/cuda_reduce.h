@@ -1,0 +1,26 @@
+// CUDA entry points of the reduction kernels: the same functors as the CPU loops (reduce_ops.h),
+// so CPU and GPU results agree bit for bit. Asynchronous on `stream`; launch errors throw
+// std::runtime_error, bad arguments std::invalid_argument (bitwise op on a floating dtype).
+// Pointers are device (or managed) memory; any alignment works (16-byte aligned pointers take the
+// vectorised path).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/types.h"
+
+namespace commlib {
+
+// dst[i] = dst[i] (op) src[i]; Avg and PremulSum reduce as Sum. dst may alias src exactly.
+void cuda_reduce_inplace(void* dst, const void* src, size_t n, DType dtype, RedOp op, cudaStream_t stream);
+
+// dst[i] = src[i] * scale (premul_sum), same numerics as scale_copy in cpu_reduce.h.
+void cuda_scale_copy(void* dst, const void* src, size_t n, DType dtype, double scale, cudaStream_t stream);
+
+// dst[i] = dst[i] / divisor (avg), same numerics as divide_inplace in cpu_reduce.h; divisor > 0.
+void cuda_divide_inplace(void* dst, size_t n, DType dtype, int64_t divisor, cudaStream_t stream);
+
+}  // namespace commlib

@@ -1,0 +1,90 @@
+// broadcast from `root` (relative ranks vr = rank - root mod P):
+//   binomial          vr receives from vr - lowbit(vr), then sends to vr + 2^k for 2^k < lowbit(vr)
+//                     (largest first). ceil(log2 P) rounds of the whole message.
+//   scatter_allgather van de Geijn: binomial scatter of the P blocks (block v to relative rank v,
+//                     each subtree receiving its contiguous block range), then a ring all-gather
+//                     in relative rank order. ~2x the bandwidth-optimal volume, any P.
+//   pipeline          chain root -> root+1 -> ... with the message cut into S segments; in step t a
+//                     rank receives segment t and forwards segment t-1, so the P-1 hops overlap.
+//                     S = clamp(count / 64, 1, 2P): segments of at least 64 elements, and at most
+//                     2P of them (the executor chunks further for bandwidth); time ~ (P-2+S) * seg.
+#include "schedule/builders.h"
+
+namespace commlib {
+namespace sched {
+
+Schedule broadcast_binomial(const CollArgs& a) {
+  const int P = a.size, r = a.rank;
+  const int64_t n = a.count;
+  Schedule s;
+  const Region in = in_region(0, n), out = out_region(0, n);
+  if (r == a.root) s.steps.push_back(Step{{op_copy(out, in)}});
+  // The root sends from its input; the copy above may share its step (in-place it is a no-op).
+  Schedule b;
+  append_binomial_bcast(b, r, P, a.root, in, out);
+  if (r == a.root && !b.steps.empty()) {
+    b.steps[0].ops.push_back(s.steps[0].ops[0]);
+    return b;
+  }
+  for (auto& st : b.steps) s.steps.push_back(std::move(st));
+  return s;
+}
+
+Schedule broadcast_scatter_allgather(const CollArgs& a) {
+  const int P = a.size, r = a.rank, root = a.root;
+  const int64_t n = a.count;
+  Schedule s;
+  const int vr = pmod(r - root, P);
+  auto real = [&](int v) { return pmod(v + root, P); };
+  auto range = [&](int v0, int v1) {
+    const int64_t o = blk_off(n, P, v0);
+    return out_region(o, blk_off(n, P, v1) - o);
+  };
+  if (vr == 0) s.steps.push_back(Step{{op_copy(out_region(0, n), in_region(0, n))}});
+  if (P == 1) return s;
+  const int sub = subtree_size(vr, P);
+  if (vr != 0) s.steps.push_back(Step{{op_recv(real(vr - lowbit(vr)), range(vr, vr + sub))}});
+  const int top = vr == 0 ? pow2_floor(2 * P - 1) : lowbit(vr);
+  for (int mask = top >> 1; mask >= 1; mask >>= 1) {
+    const int child = vr + mask;
+    if (child >= P) continue;
+    s.steps.push_back(Step{{op_send(real(child), range(child, child + std::min(mask, P - child)))}});
+  }
+  const int next = real(vr + 1), prev = real(vr - 1);
+  for (int k = 0; k < P - 1; ++k) {
+    const int sb = pmod(vr - k, P), rb = pmod(vr - k - 1, P);
+    s.steps.push_back(Step{{op_send(next, range(sb, sb + 1)), op_recv(prev, range(rb, rb + 1))}});
+  }
+  return s;
+}
+
+Schedule broadcast_pipeline(const CollArgs& a) {
+  const int P = a.size, r = a.rank, root = a.root;
+  const int64_t n = a.count;
+  Schedule s;
+  const int vr = pmod(r - root, P);
+  const Region in = in_region(0, n), out = out_region(0, n);
+  if (P == 1) {
+    s.steps.push_back(Step{{op_copy(out, in)}});
+    return s;
+  }
+  const int S = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(n / 64, 2 * P)));
+  auto seg = [&](BufferId b, int t) { return Region{b, blk_off(n, S, t), blk_len(n, S, t)}; };
+  const int next = pmod(r + 1, P), prev = pmod(r - 1, P);
+  if (vr == 0) {
+    for (int t = 0; t < S; ++t) s.steps.push_back(Step{{op_send(next, seg(BufferId::Input, t))}});
+    s.steps[0].ops.push_back(op_copy(out, in));
+    return s;
+  }
+  const bool last = vr == P - 1;
+  for (int t = 0; t <= S; ++t) {
+    Step st;
+    if (t < S) st.ops.push_back(op_recv(prev, seg(BufferId::Output, t)));
+    if (t >= 1 && !last) st.ops.push_back(op_send(next, seg(BufferId::Output, t - 1)));
+    if (!st.ops.empty()) s.steps.push_back(std::move(st));
+  }
+  return s;
+}
+
+}  // namespace sched
+}  // namespace commlib

@@ -1,0 +1,98 @@
+// The schedule IR (DESIGN.md §1): every collective algorithm is a pure function producing, for one
+// rank, a list of steps; each step is a set of operations that may run concurrently. The same
+// schedule is run by the executor (real bytes), the verifier (symbolic contributions) and the
+// simulator (cost model).
+//
+// Buffers and the meaning of `count` per collective (P = size, all counts in elements):
+//   all_reduce      input[count]            -> output[count]
+//   all_gather      input[count]            -> output[P*count]   (block j = rank j's input)
+//   reduce_scatter  input[P*count]          -> output[count]     (rank r gets block r reduced)
+//   all_to_all      input[P*count]          -> output[P*count]   (out block j = rank j's in block r)
+//   broadcast       input[count] (root)     -> output[count]
+//   reduce          input[count]            -> output[count] (root only)
+//   gather          input[count]            -> output[P*count] (root only)
+//   scatter         input[P*count] (root)   -> output[count]
+//   barrier         no data (count is 0)
+// Buffers a rank does not own (output of reduce/gather off the root, input of broadcast/scatter off
+// the root) must never be referenced by that rank's schedule.
+//
+// In-place calls alias the buffers; every schedule must be correct in both modes (the verifier
+// checks both):
+//   all_reduce, broadcast, reduce: output == input
+//   all_gather: input == output + rank*count
+//   reduce_scatter: output == input + rank*count
+//   gather (root): input == output + root*count;  scatter (root): output == input + root*count
+//   all_to_all has no aliased form (the executor copies the input aside first).
+//
+// Rules every builder follows (the verifier enforces them):
+//   * ops of one step are independent: no op writes a region another op of the step reads or writes;
+//   * at most one send to and one receive from each peer per step; a send in step k is matched by
+//     the receive from this rank in the peer's corresponding step, and counts agree;
+//   * reductions happen in the same order on every rank that ends with a given element, so all ranks
+//     end bitwise identical (IEEE add/mul are commutative, not associative);
+//   * zero-count regions are allowed; a zero-count send still carries a header (it synchronises).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/types.h"
+
+namespace commlib {
+
+enum class BufferId : uint8_t { Input, Output, Scratch };
+
+struct Region {
+  BufferId buf = BufferId::Input;
+  int64_t offset = 0;  // elements
+  int64_t count = 0;   // elements
+};
+
+enum class OpKind : uint8_t {
+  Send,        // send(peer, src)
+  Recv,        // recv(peer, dst): dst = incoming
+  RecvReduce,  // recv_reduce(peer, dst): dst = dst (op) incoming
+  Copy,        // copy(dst, src)
+  Reduce,      // reduce(dst, src): dst = dst (op) src
+};
+
+struct Op {
+  OpKind kind = OpKind::Copy;
+  int peer = -1;  // Send/Recv/RecvReduce only
+  Region dst;     // Recv/RecvReduce/Copy/Reduce
+  Region src;     // Send/Copy/Reduce
+};
+
+struct Step {
+  std::vector<Op> ops;
+};
+
+struct Schedule {
+  std::vector<Step> steps;
+  int64_t scratch_count = 0;  // elements of scratch the executor must provide
+};
+
+// Everything a builder may depend on. Nothing about bytes, dtypes or transports.
+struct CollArgs {
+  Collective coll = Collective::AllReduce;
+  int rank = 0;
+  int size = 1;
+  int64_t count = 0;
+  int root = 0;
+};
+
+// Helpers for builders.
+inline Op op_send(int peer, Region src) { return Op{OpKind::Send, peer, Region{}, src}; }
+inline Op op_recv(int peer, Region dst) { return Op{OpKind::Recv, peer, dst, Region{}}; }
+inline Op op_recv_reduce(int peer, Region dst) { return Op{OpKind::RecvReduce, peer, dst, Region{}}; }
+inline Op op_copy(Region dst, Region src) { return Op{OpKind::Copy, -1, dst, src}; }
+inline Op op_reduce(Region dst, Region src) { return Op{OpKind::Reduce, -1, dst, src}; }
+inline Region in_region(int64_t off, int64_t n) { return Region{BufferId::Input, off, n}; }
+inline Region out_region(int64_t off, int64_t n) { return Region{BufferId::Output, off, n}; }
+inline Region scratch_region(int64_t off, int64_t n) { return Region{BufferId::Scratch, off, n}; }
+
+const char* op_kind_name(OpKind k);
+const char* buffer_name(BufferId b);
+
+}  // namespace commlib

@@ -1,0 +1,44 @@
+// The algorithm registry: name -> builder, per collective.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "schedule/ir.h"
+
+namespace commlib {
+
+using Builder = std::function<Schedule(const CollArgs&)>;
+
+// Names registered for a collective, in a stable order ("auto" is not included).
+std::vector<std::string> algorithms(Collective c);
+
+// Build one rank's schedule. Throws std::invalid_argument naming `algorithm` when unknown and
+// naming `rank`/`size`/`count`/`root` when out of range. "auto" is resolved first with
+// choose_algorithm().
+Schedule build_schedule(const CollArgs& args, const std::string& algorithm);
+
+// Resolve "auto" (and the COMMLIB_ALGO_<COLLECTIVE> override) to a registered name, from the
+// message size in bytes and the world size. Non-"auto" names are returned unchanged (after
+// checking they are registered). `bytes` is `count` (ir.h meaning: per-rank block for all_gather,
+// reduce_scatter, all_to_all, gather, scatter) times the element size.
+// Order: requested name if not "auto"; else $COMMLIB_ALGO_<COLLECTIVE> (e.g.
+// COMMLIB_ALGO_ALL_REDUCE=ring; "auto" or empty = unset; an unknown name throws
+// std::invalid_argument naming the variable); else the tuning table; else a built-in heuristic.
+std::string choose_algorithm(Collective c, const std::string& requested, int64_t bytes, int size);
+
+// Tuning table (e.g. loaded from a JSON file of measurements). For a call of world size `size`,
+// the rows with that exact size are tried in increasing max_bytes order and the first with
+// bytes <= max_bytes wins (max_bytes < 0 means no limit); no row -> built-in heuristic.
+struct TuningRow {
+  int size = 0;
+  int64_t max_bytes = -1;
+  std::string algorithm;
+};
+// Replaces the rows of collective c (validates names: std::invalid_argument). Thread-safe.
+void set_tuning(Collective c, std::vector<TuningRow> rows);
+void clear_tuning();
+
+}  // namespace commlib

@@ -1,0 +1,316 @@
+#include "transport/shm.h"
+
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <new>
+#include <string>
+#include <thread>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define COMMLIB_PAUSE() _mm_pause()
+#else
+#define COMMLIB_PAUSE() std::this_thread::yield()
+#endif
+
+namespace commlib {
+
+namespace {
+
+constexpr uint64_t kMagic = 0x636f6d6d6c696230ULL;  // "commlib0"
+constexpr size_t kLine = 64;
+constexpr size_t kMaxMessage = 1024;
+
+size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+struct RegionHeader {
+  std::atomic<uint64_t> magic;
+  uint32_t size;
+  uint32_t nslots;
+  uint64_t slot_bytes;
+};
+
+int futex_wait(std::atomic<uint32_t>* addr, uint32_t expected, int64_t timeout_us) {
+  struct timespec ts;
+  ts.tv_sec = timeout_us / 1000000;
+  ts.tv_nsec = (timeout_us % 1000000) * 1000;
+  // Not FUTEX_PRIVATE: the word lives in memory shared between processes.
+  return static_cast<int>(syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), FUTEX_WAIT, expected, &ts,
+                                  nullptr, 0));
+}
+
+void futex_wake(std::atomic<uint32_t>* addr) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+int64_t env_int(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  long long x = std::strtoll(v, &end, 10);
+  if (end == v || *end) throw std::invalid_argument(std::string(name) + ": not an integer: '" + v + "'");
+  return x;
+}
+
+}  // namespace
+
+// Each field a peer polls sits on its own cache line so that polling one does not bounce another.
+struct ShmTransport::RankCtl {
+  alignas(kLine) std::atomic<uint32_t> doorbell;
+  alignas(kLine) std::atomic<uint32_t> sleeping;
+  alignas(kLine) std::atomic<int32_t> pid;
+  std::atomic<uint32_t> state;       // PeerState
+  std::atomic<uint32_t> error_kind;  // ErrorKind, valid once state == Failed
+  std::atomic<uint64_t> call_version;  // seqlock around `call`: odd while being written
+  CallDesc call;
+  char error_message[kMaxMessage];
+};
+
+struct ShmTransport::ChannelCtl {
+  alignas(kLine) std::atomic<uint64_t> tail;  // chunks published (written by the sender)
+  alignas(kLine) std::atomic<uint64_t> head;  // chunks consumed (written by the receiver)
+};
+
+uint64_t shm_default_slot_bytes(int size) {
+  // Up to 256 KiB chunks (large enough to amortise the hand-off, small enough to stay in cache
+  // between the sender's copy and the receiver's reduce), with at most ~64 MiB of channels.
+  const uint64_t budget = 64ull << 20;
+  uint64_t pairs = size > 1 ? static_cast<uint64_t>(size) * (size - 1) : 1;
+  uint64_t per = budget / pairs / 4;
+  per = std::min<uint64_t>(per, 256 << 10);
+  per = std::max<uint64_t>(per, 4 << 10);
+  return per / 4096 * 4096;
+}
+
+ShmConfig shm_config_from_env(int size) {
+  ShmConfig cfg;
+  cfg.nslots = static_cast<uint32_t>(env_int("COMMLIB_SHM_SLOTS", 4));
+  if (cfg.nslots < 2 || cfg.nslots > 64) throw std::invalid_argument("COMMLIB_SHM_SLOTS: must be in 2..64");
+  cfg.slot_bytes = static_cast<uint64_t>(env_int("COMMLIB_SHM_SLOT_BYTES", 0));
+  if (cfg.slot_bytes == 0) cfg.slot_bytes = shm_default_slot_bytes(size);
+  if (cfg.slot_bytes < 64 || cfg.slot_bytes % 64)
+    throw std::invalid_argument("COMMLIB_SHM_SLOT_BYTES: must be a multiple of 64, at least 64");
+  cfg.spin_us = env_int("COMMLIB_SPIN_US", -1);
+  return cfg;
+}
+
+static size_t ctl_stride() { return round_up(sizeof(ShmTransport::RankCtl), kLine); }
+
+uint64_t shm_region_bytes(int size, const ShmConfig& cfg) {
+  size_t slot_stride = round_up(sizeof(ChunkHeader), kLine) + round_up(cfg.slot_bytes, kLine);
+  size_t channel_stride = round_up(sizeof(ShmTransport::ChannelCtl), kLine) + cfg.nslots * slot_stride;
+  return round_up(sizeof(RegionHeader), kLine) + size * ctl_stride() +
+         static_cast<uint64_t>(size) * size * channel_stride;
+}
+
+ShmTransport::ShmTransport(int rank, int size, int fd, const ShmConfig& cfg) : rank_(rank), size_(size) {
+  // Rank 0 chose the layout; everyone else reads it from the region header.
+  struct RegionHeader hdr_probe;
+  (void)hdr_probe;
+  void* head = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (head == MAP_FAILED) throw CommError(std::string("shm: mmap failed: ") + std::strerror(errno));
+  auto* rh = static_cast<RegionHeader*>(head);
+  uint32_t nslots = cfg.nslots;
+  uint64_t slot_bytes = cfg.slot_bytes;
+  if (rank == 0) {
+    rh->size = static_cast<uint32_t>(size);
+    rh->nslots = nslots;
+    rh->slot_bytes = slot_bytes;
+    rh->magic.store(kMagic, std::memory_order_release);
+  } else {
+    if (rh->magic.load(std::memory_order_acquire) != kMagic)
+      throw CommError("shm: region not initialised by rank 0");
+    if (rh->size != static_cast<uint32_t>(size))
+      throw CommError("shm: world size " + std::to_string(size) + " differs from rank 0's " +
+                      std::to_string(rh->size));
+    nslots = rh->nslots;
+    slot_bytes = rh->slot_bytes;
+  }
+  munmap(head, 4096);
+
+  nslots_ = nslots;
+  slot_bytes_ = slot_bytes;
+  ShmConfig actual = cfg;
+  actual.nslots = nslots;
+  actual.slot_bytes = slot_bytes;
+  bytes_ = shm_region_bytes(size, actual);
+  slot_stride_ = round_up(sizeof(ChunkHeader), kLine) + round_up(slot_bytes, kLine);
+  channel_stride_ = round_up(sizeof(ChannelCtl), kLine) + nslots * slot_stride_;
+  ctl_offset_ = round_up(sizeof(RegionHeader), kLine);
+  chan_offset_ = ctl_offset_ + size * ctl_stride();
+
+  void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) throw CommError(std::string("shm: mmap of the region failed: ") + std::strerror(errno));
+  base_ = static_cast<char*>(p);
+
+  // The region is zero-filled by ftruncate; atomics with all-zero bytes are valid zero values.
+  RankCtl& me = ctl(rank_);
+  me.pid.store(static_cast<int32_t>(getpid()), std::memory_order_relaxed);
+  me.state.store(static_cast<uint32_t>(PeerState::Alive), std::memory_order_release);
+
+  int ncores = static_cast<int>(std::thread::hardware_concurrency());
+  // Oversubscribed: hand the core to a peer almost at once; otherwise spin long enough to catch a
+  // peer's reply without a futex round trip.
+  spin_us_ = cfg.spin_us >= 0 ? cfg.spin_us : (size > ncores ? 2 : 50);
+}
+
+ShmTransport::~ShmTransport() {
+  close();
+  if (base_) munmap(base_, bytes_);
+}
+
+ShmTransport::RankCtl& ShmTransport::ctl(int r) const {
+  return *reinterpret_cast<RankCtl*>(base_ + ctl_offset_ + r * ctl_stride());
+}
+
+ShmTransport::ChannelCtl& ShmTransport::channel(int src, int dst) const {
+  return *reinterpret_cast<ChannelCtl*>(base_ + chan_offset_ + (static_cast<size_t>(src) * size_ + dst) * channel_stride_);
+}
+
+char* ShmTransport::slot(int src, int dst, uint64_t index) const {
+  return reinterpret_cast<char*>(&channel(src, dst)) + round_up(sizeof(ChannelCtl), kLine) +
+         (index % nslots_) * slot_stride_;
+}
+
+void ShmTransport::ring(int peer) {
+  RankCtl& c = ctl(peer);
+  c.doorbell.fetch_add(1, std::memory_order_seq_cst);
+  if (c.sleeping.load(std::memory_order_seq_cst)) futex_wake(&c.doorbell);
+}
+
+ChunkHeader* ShmTransport::acquire_send(int peer, char** payload) {
+  ChannelCtl& ch = channel(rank_, peer);
+  uint64_t t = ch.tail.load(std::memory_order_relaxed);
+  uint64_t h = ch.head.load(std::memory_order_acquire);
+  if (t - h >= nslots_) return nullptr;
+  char* s = slot(rank_, peer, t);
+  *payload = s + round_up(sizeof(ChunkHeader), kLine);
+  return reinterpret_cast<ChunkHeader*>(s);
+}
+
+void ShmTransport::publish_send(int peer) {
+  ChannelCtl& ch = channel(rank_, peer);
+  ch.tail.store(ch.tail.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  ring(peer);
+}
+
+const ChunkHeader* ShmTransport::peek_recv(int peer, const char** payload) {
+  ChannelCtl& ch = channel(peer, rank_);
+  uint64_t h = ch.head.load(std::memory_order_relaxed);
+  if (ch.tail.load(std::memory_order_acquire) == h) return nullptr;
+  char* s = slot(peer, rank_, h);
+  *payload = s + round_up(sizeof(ChunkHeader), kLine);
+  return reinterpret_cast<const ChunkHeader*>(s);
+}
+
+void ShmTransport::release_recv(int peer) {
+  ChannelCtl& ch = channel(peer, rank_);
+  ch.head.store(ch.head.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  ring(peer);
+}
+
+uint32_t ShmTransport::events() { return ctl(rank_).doorbell.load(std::memory_order_acquire); }
+
+void ShmTransport::wait_events(uint32_t seen, int64_t timeout_us) {
+  RankCtl& c = ctl(rank_);
+  if (spin_us_ > 0) {
+    auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us_);
+    for (int i = 0;; ++i) {
+      if (c.doorbell.load(std::memory_order_acquire) != seen) return;
+      COMMLIB_PAUSE();
+      if ((i & 63) == 63 && std::chrono::steady_clock::now() > until) break;
+    }
+  } else {
+    std::this_thread::yield();
+    if (c.doorbell.load(std::memory_order_acquire) != seen) return;
+  }
+  c.sleeping.store(1, std::memory_order_seq_cst);
+  if (c.doorbell.load(std::memory_order_seq_cst) == seen) futex_wait(&c.doorbell, seen, timeout_us);
+  c.sleeping.store(0, std::memory_order_relaxed);
+}
+
+static bool process_dead(int pid) {
+  if (pid <= 0) return false;
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  if (!f) return true;
+  std::string line;
+  std::getline(f, line);
+  size_t close_paren = line.rfind(')');
+  if (close_paren == std::string::npos || close_paren + 2 >= line.size()) return false;
+  char state = line[close_paren + 2];
+  return state == 'Z' || state == 'X';
+}
+
+PeerStatus ShmTransport::peer_status(int peer, bool check_process) {
+  RankCtl& c = ctl(peer);
+  PeerStatus st;
+  st.state = static_cast<PeerState>(c.state.load(std::memory_order_acquire));
+  if (st.state == PeerState::Failed) {
+    st.kind = static_cast<ErrorKind>(c.error_kind.load(std::memory_order_relaxed));
+    st.message.assign(c.error_message, strnlen(c.error_message, kMaxMessage));
+  } else if (check_process && st.state == PeerState::Alive && process_dead(c.pid.load(std::memory_order_relaxed))) {
+    st.state = PeerState::Dead;
+  }
+  return st;
+}
+
+void ShmTransport::publish_failure(ErrorKind kind, const std::string& message) {
+  RankCtl& me = ctl(rank_);
+  if (me.state.load(std::memory_order_relaxed) == static_cast<uint32_t>(PeerState::Failed)) return;
+  size_t n = std::min(message.size(), kMaxMessage - 1);
+  std::memcpy(me.error_message, message.data(), n);
+  me.error_message[n] = 0;
+  me.error_kind.store(static_cast<uint32_t>(kind), std::memory_order_relaxed);
+  me.state.store(static_cast<uint32_t>(PeerState::Failed), std::memory_order_release);
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_) ring(r);
+}
+
+void ShmTransport::publish_call(const CallDesc& d) {
+  RankCtl& me = ctl(rank_);
+  uint64_t v = me.call_version.load(std::memory_order_relaxed);
+  me.call_version.store(v + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  me.call = d;
+  me.call_version.store(v + 2, std::memory_order_release);
+}
+
+bool ShmTransport::peer_call(int peer, CallDesc* d) {
+  RankCtl& c = ctl(peer);
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    uint64_t v1 = c.call_version.load(std::memory_order_acquire);
+    if (v1 == 0) return false;
+    if (v1 & 1) continue;
+    CallDesc copy = c.call;
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (c.call_version.load(std::memory_order_relaxed) == v1) {
+      *d = copy;
+      return true;
+    }
+  }
+  return false;
+}
+
+int ShmTransport::peer_pid(int peer) { return ctl(peer).pid.load(std::memory_order_relaxed); }
+
+void ShmTransport::close() {
+  if (closed_ || !base_) return;
+  closed_ = true;
+  RankCtl& me = ctl(rank_);
+  uint32_t expected = static_cast<uint32_t>(PeerState::Alive);
+  me.state.compare_exchange_strong(expected, static_cast<uint32_t>(PeerState::Closed), std::memory_order_acq_rel);
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_) ring(r);
+}
+
+}  // namespace commlib

@@ -1,0 +1,78 @@
+// Shared-memory transport between processes on one host.
+//
+// One memory region per communicator (a memfd created by rank 0 and opened by the others through
+// /proc/<pid>/fd, so no name ever exists in /dev/shm and a crash leaves nothing behind). It holds a
+// control block per rank (doorbell futex, pid, state, failure message, current call) and one
+// single-producer single-consumer ring of chunks per ordered pair of ranks. A sender copies into a
+// chunk once; the receiver copies or reduces straight out of it.
+//
+// Waiting: a rank checks its channels, and when nothing moved spins briefly on its doorbell, then
+// sleeps on it with FUTEX_WAIT; whoever publishes or frees a chunk for it bumps the doorbell and,
+// only if it sleeps, wakes it. So 8 ranks on 2 cores do not burn the cores their peers need.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "transport/transport.h"
+
+namespace commlib {
+
+struct ShmConfig {
+  uint32_t nslots = 4;          // chunks in flight per ordered pair
+  uint64_t slot_bytes = 0;      // 0: chosen from the world size (see shm_default_slot_bytes)
+  int64_t spin_us = -1;         // -1: chosen from cores vs ranks
+};
+
+uint64_t shm_default_slot_bytes(int size);
+// Bytes the region must have for `size` ranks under `cfg` (env COMMLIB_SHM_SLOT_BYTES,
+// COMMLIB_SHM_SLOTS override the defaults).
+uint64_t shm_region_bytes(int size, const ShmConfig& cfg);
+ShmConfig shm_config_from_env(int size);
+
+class ShmTransport final : public Transport {
+ public:
+  // Maps the region behind `fd` (rank 0 initialises the layout in place: it must be zero-filled).
+  ShmTransport(int rank, int size, int fd, const ShmConfig& cfg);
+  ~ShmTransport() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  size_t chunk_bytes() const override { return slot_bytes_; }
+
+  ChunkHeader* acquire_send(int peer, char** payload) override;
+  void publish_send(int peer) override;
+  const ChunkHeader* peek_recv(int peer, const char** payload) override;
+  void release_recv(int peer) override;
+
+  uint32_t events() override;
+  void wait_events(uint32_t seen, int64_t timeout_us) override;
+
+  PeerStatus peer_status(int peer, bool check_process) override;
+  void publish_failure(ErrorKind kind, const std::string& message) override;
+  void publish_call(const CallDesc& d) override;
+  bool peer_call(int peer, CallDesc* d) override;
+  int peer_pid(int peer) override;
+  void close() override;
+
+  struct RankCtl;
+  struct ChannelCtl;
+
+ private:
+  RankCtl& ctl(int r) const;
+  ChannelCtl& channel(int src, int dst) const;
+  char* slot(int src, int dst, uint64_t index) const;
+  void ring(int peer);
+
+  int rank_, size_;
+  uint32_t nslots_;
+  uint64_t slot_bytes_, slot_stride_, channel_stride_;
+  int64_t spin_us_;
+  char* base_ = nullptr;
+  size_t bytes_ = 0;
+  size_t ctl_offset_ = 0, chan_offset_ = 0;
+  bool closed_ = false;
+};
+
+}  // namespace commlib

@@ -1,0 +1,76 @@
+// The minimal interface the executor needs from a transport: bounded per-peer channels of chunks
+// (fill a send slot in place, read a received chunk in place), one event counter to sleep on, and
+// what the peers are doing (alive, closed, failed, which call they are in).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "engine/errors.h"
+
+namespace commlib {
+
+// What a rank is executing; carried by every chunk so a receiver detects mismatched calls.
+struct CallDesc {
+  uint64_t seq = 0;   // collective sequence number, or per-pair message number for send/recv
+  uint8_t coll = 0;   // Collective
+  uint8_t dtype = 0;  // DType
+  uint8_t op = 0;     // RedOp (0 for collectives that do not reduce)
+  uint8_t algo = 0;   // index in algorithms(coll) + 1; 0 when not applicable
+  int32_t root = 0;
+  int64_t count = 0;
+  bool operator==(const CallDesc& o) const {
+    return seq == o.seq && coll == o.coll && dtype == o.dtype && op == o.op && algo == o.algo &&
+           root == o.root && count == o.count;
+  }
+  bool operator!=(const CallDesc& o) const { return !(*this == o); }
+};
+
+// "all_reduce #5 (ring, 1000 x float32, sum)"
+std::string describe_call(const CallDesc& d);
+
+struct ChunkHeader {
+  CallDesc desc;
+  uint64_t offset = 0;  // byte offset of this chunk within the message
+  uint32_t bytes = 0;   // payload bytes in this chunk
+  uint32_t flags = 0;
+};
+
+enum class PeerState : uint32_t { Unknown = 0, Alive = 1, Closed = 2, Failed = 3, Dead = 4 };
+
+struct PeerStatus {
+  PeerState state = PeerState::Unknown;
+  ErrorKind kind = ErrorKind::None;  // when Failed
+  std::string message;               // when Failed
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual size_t chunk_bytes() const = 0;  // payload capacity of one chunk
+
+  // Send side: a free chunk to fill, or nullptr while the channel to `peer` is full.
+  virtual ChunkHeader* acquire_send(int peer, char** payload) = 0;
+  virtual void publish_send(int peer) = 0;  // makes the acquired chunk visible and wakes `peer`
+
+  // Receive side: the oldest unread chunk from `peer`, or nullptr.
+  virtual const ChunkHeader* peek_recv(int peer, const char** payload) = 0;
+  virtual void release_recv(int peer) = 0;  // frees it for the sender and wakes `peer`
+
+  // Waiting: read events() before checking for progress; wait_events() returns once it moved
+  // (or after timeout_us), spinning briefly before it blocks.
+  virtual uint32_t events() = 0;
+  virtual void wait_events(uint32_t seen, int64_t timeout_us) = 0;
+
+  // Liveness and failure propagation.
+  virtual PeerStatus peer_status(int peer, bool check_process) = 0;
+  virtual void publish_failure(ErrorKind kind, const std::string& message) = 0;
+  virtual void publish_call(const CallDesc& d) = 0;         // the collective this rank is in
+  virtual bool peer_call(int peer, CallDesc* d) = 0;        // false when none published
+  virtual int peer_pid(int peer) = 0;
+  virtual void close() = 0;  // marks this rank closed for its peers
+};
+
+}  // namespace commlib

@@ -1,0 +1,130 @@
+"""Builds commlib._C (C++17 core) and, when nvcc is found, commlib._C_cuda (CUDA kernels).
+
+Objects are cached under build/obj and recompiled only when their source or any header changed,
+and compiled in parallel: a one-line change rebuilds in seconds instead of minutes.
+"""
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pybind11
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).resolve().parent
+CSRC = ROOT / "csrc"
+OBJ_DIR = ROOT / "build" / "obj"
+
+# No -march=native: the build must run on any x86-64. Wider paths use target attributes.
+CXXFLAGS = ["-std=c++17", "-O3", "-fPIC", "-fvisibility=hidden", "-pthread", "-Wall",
+            "-Wno-unused-function", "-g1"]
+INCLUDES = [str(CSRC), pybind11.get_include(), sysconfig.get_paths()["include"]]
+CUDA_ARCHS = ["80", "90"]
+
+
+def core_sources():
+    return sorted(str(p) for p in CSRC.rglob("*.cc") if "cuda" not in p.name)
+
+
+def cuda_sources():
+    return sorted(str(p) for p in CSRC.rglob("*.cu")) + sorted(
+        str(p) for p in CSRC.rglob("*.cc") if "cuda" in p.name)
+
+
+def find_nvcc():
+    if os.environ.get("COMMLIB_NO_CUDA"):
+        return None
+    nvcc = shutil.which("nvcc")
+    if nvcc is None and os.environ.get("CUDA_HOME"):
+        cand = Path(os.environ["CUDA_HOME"]) / "bin" / "nvcc"
+        nvcc = str(cand) if cand.exists() else None
+    return nvcc
+
+
+def newest_header_mtime():
+    return max((p.stat().st_mtime for p in CSRC.rglob("*") if p.suffix in (".h", ".cuh")), default=0)
+
+
+class CachedBuildExt(build_ext):
+    """Compiles each source to build/obj once, in parallel, then links."""
+
+    def build_extension(self, ext):
+        nvcc = find_nvcc()
+        headers = newest_header_mtime()
+        OBJ_DIR.mkdir(parents=True, exist_ok=True)
+
+        def compile_one(src):
+            rel = Path(src).resolve().relative_to(ROOT)
+            obj = OBJ_DIR / (str(rel).replace("/", "_") + (".cuda" if ext.name.endswith("_cuda") else "") + ".o")
+            if obj.exists() and obj.stat().st_mtime >= max(Path(src).stat().st_mtime, headers):
+                return str(obj)
+            if src.endswith(".cu"):
+                cmd = [nvcc, "-c", src, "-o", str(obj), "-std=c++17", "-O3", "-Xcompiler", "-fPIC",
+                       "-Xcompiler", "-fvisibility=hidden"]
+                for a in CUDA_ARCHS:
+                    cmd += ["-gencode", f"arch=compute_{a},code=sm_{a}"]
+                cmd += [f"-I{i}" for i in INCLUDES]
+            else:
+                cmd = ["g++", "-c", src, "-o", str(obj)] + CXXFLAGS + [f"-I{i}" for i in INCLUDES]
+                if ext.name.endswith("_cuda"):
+                    cmd += [f"-I{cuda_include(nvcc)}"]
+            print(" ".join(cmd), flush=True)
+            subprocess.run(cmd, check=True)
+            return str(obj)
+
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+            objects = list(pool.map(compile_one, ext.sources))
+
+        out = Path(self.get_ext_fullpath(ext.name))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        # Link to a temporary name, then rename: processes that have the old module loaded keep
+        # their (unlinked) inode instead of crashing on a file rewritten under them.
+        tmp_out = out.with_name(out.name + f".tmp{os.getpid()}")
+        link = ["g++", "-shared", "-o", str(tmp_out)] + objects + ["-pthread"]
+        if ext.name.endswith("_cuda"):
+            # Static cudart: importing works on machines without a CUDA install and reports
+            # "no CUDA device" instead of failing to find libcudart.
+            link += [f"-L{cuda_lib(nvcc)}", "-lcudart_static", "-ldl", "-lrt"]
+        print(" ".join(link), flush=True)
+        subprocess.run(link, check=True)
+        os.replace(tmp_out, out)
+        # Editable installs build in a temporary folder; keep a copy beside the sources too.
+        inplace = ROOT / "commlib" / out.name
+        if inplace.resolve() != out.resolve():
+            tmp_in = inplace.with_name(inplace.name + f".tmp{os.getpid()}")
+            shutil.copy2(out, tmp_in)
+            os.replace(tmp_in, inplace)
+
+
+def cuda_home(nvcc):
+    if os.environ.get("CUDA_HOME"):
+        return Path(os.environ["CUDA_HOME"])
+    home = Path(nvcc).resolve().parent.parent
+    # nvcc may be a wrapper script (e.g. /usr/local/bin/nvcc exec'ing the real one): fall back to
+    # the standard install location when the headers are not beside it.
+    if not (home / "include" / "cuda_runtime_api.h").exists() and Path("/usr/local/cuda/include").exists():
+        return Path("/usr/local/cuda")
+    return home
+
+
+def cuda_include(nvcc):
+    return cuda_home(nvcc) / "include"
+
+
+def cuda_lib(nvcc):
+    home = cuda_home(nvcc)
+    for cand in (home / "lib64", home / "lib", home / "targets" / "x86_64-linux" / "lib"):
+        if (cand / "libcudart_static.a").exists():
+            return cand
+    return home / "lib64"
+
+
+extensions = [Extension("commlib._C", sources=core_sources())]
+if find_nvcc() and cuda_sources():
+    extensions.append(Extension("commlib._C_cuda", sources=cuda_sources()))
+
+setup(ext_modules=extensions, cmdclass={"build_ext": CachedBuildExt})

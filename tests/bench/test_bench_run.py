@@ -1,0 +1,65 @@
+"""A tiny real ``commlib bench`` run through the command line: every result checked (-c 1), JSON
+valid, #wrong == 0, and a report made from it. Timings are never asserted."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from commlib.bench import report
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _bench(tmp_path, args, timeout=240):
+    out = tmp_path / "out.json"
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("RANK", None)
+    env.pop("WORLD_SIZE", None)
+    p = subprocess.run([sys.executable, "-m", "commlib", "bench", *args, "--json", str(out)],
+                       capture_output=True, text=True, timeout=timeout, cwd=str(tmp_path), env=env)
+    assert p.returncode == 0, f"exit {p.returncode}\n--- stdout\n{p.stdout[-4000:]}\n--- stderr\n{p.stderr[-4000:]}"
+    data = json.loads(out.read_text())
+    assert report.validate(data) == []
+    return data, p.stdout
+
+
+def test_tiny_sweep_all_correct(tmp_path):
+    data, stdout = _bench(tmp_path, ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
+                                     "--np", "2", "-b", "64", "-e", "4K", "-f", "64", "-n", "2", "-w", "1",
+                                     "-c", "1", "--peers", "none"])
+    recs = data["results"]
+    assert recs and all(r["wrong"] == 0 for r in recs)
+    assert {r["collective"] for r in recs} == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                                              "broadcast"}
+    assert {r["bytes"] for r in recs if r["collective"] == "all_reduce"} == {64, 4096}
+    assert all(r["world_size"] == 2 and r["backend"] == "commlib" for r in recs)
+    auto = [r for r in recs if r["algorithm"] == "auto"]
+    assert auto and all(r["resolved"] != "auto" for r in auto)
+    assert "# Avg bus bandwidth" in stdout and "out-of-place" in stdout
+    assert data["machine"]["cpu"] and data["memcpy"]
+    assert data["backends"]["mpi"]["available"] is False
+    path = report.generate([data], str(tmp_path / "rep"))
+    assert os.path.getsize(path) > 10000
+
+
+def test_tiny_sweep_against_gloo(tmp_path):
+    data, _ = _bench(tmp_path, ["all_reduce", "--np", "2", "-b", "1K", "-e", "1K", "--algorithms", "ring,auto",
+                                "-n", "2", "-w", "1", "--peers", "gloo", "--mode", "in"])
+    by = {r["backend"] for r in data["results"]}
+    assert by == {"commlib", "gloo"} and all(r["wrong"] == 0 for r in data["results"])
+
+
+def _has_mpi():
+    from commlib.bench.mpi_peer import available
+    return available()[0]
+
+
+@pytest.mark.skipif(not _has_mpi(), reason="mpi4py or mpirun not installed")
+def test_tiny_sweep_against_mpi(tmp_path):
+    data, _ = _bench(tmp_path, ["all_reduce", "all_to_all", "--np", "2", "-b", "1K", "-e", "1K",
+                                "--algorithms", "auto", "-n", "2", "-w", "1", "--peers", "mpi"])
+    mpi = [r for r in data["results"] if r["backend"] == "mpi"]
+    assert len(mpi) == 2 and all(r["wrong"] == 0 for r in mpi)
+    assert data["backends"]["mpi"]["available"] is True

@@ -1,0 +1,267 @@
+"""Fast tests of the bench pieces that need no ranks: arithmetic, table, fit, tuning, report."""
+import io
+import json
+import math
+import os
+import random
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import synth  # noqa: E402
+from commlib.bench import common as C  # noqa: E402
+from commlib.bench import model as M  # noqa: E402
+from commlib.bench import report, table, tuning  # noqa: E402
+
+
+# -- arithmetic ------------------------------------------------------------------------------------
+def test_bus_factors():
+    assert C.bus_factor("all_reduce", 4) == pytest.approx(1.5)
+    assert C.bus_factor("all_reduce", 2) == pytest.approx(1.0)
+    for c in ("all_gather", "reduce_scatter", "all_to_all"):
+        assert C.bus_factor(c, 8) == pytest.approx(7 / 8)
+    assert C.bus_factor("broadcast", 8) == 1.0
+    algbw, busbw = C.bandwidths("all_reduce", 1_000_000, 4, 1e-3)
+    assert algbw == pytest.approx(1.0) and busbw == pytest.approx(1.5)
+    assert C.bandwidths("all_gather", 10, 2, 0.0) == (0.0, 0.0)
+
+
+def test_sizes():
+    assert C.parse_size("64M") == 64 << 20 and C.parse_size("8") == 8 and C.parse_size("1k") == 1024
+    with pytest.raises(ValueError):
+        C.parse_size("12X")
+    s = C.size_list(8, 16 << 20, 4)
+    assert s[0] == 8 and s[1] == 32 and s[-1] == 16 << 20 and s[-2] == 8 << 20
+    assert C.size_list(8, 64, 2) == [8, 16, 32, 64]
+    assert C.size_list(100, 400, step=100) == [100, 200, 300, 400]
+
+
+def test_geometry_rounds_to_blocks():
+    assert C.geometry("all_reduce", 8, "float32", 4) == (2, 2, 8)
+    assert C.geometry("all_gather", 8, "float32", 4) == (4, 1, 16)
+    assert C.geometry("reduce_scatter", 1 << 20, "float32", 4) == (262144, 65536, 1 << 20)
+    assert C.core_bytes("all_gather", 1 << 20, "float32", 4) == 1 << 18
+    assert C.core_bytes("all_reduce", 1 << 20, "float32", 4) == 1 << 20
+
+
+def test_reference_values_are_exact_and_mismatches_counted():
+    P, n = 5, 100
+    exp = C.reduced(P, 0, n, "sum", "float32")
+    manual = sum(C.values(r, 0, n, "sum", "float32") for r in range(P))
+    assert (exp == manual).all()
+    assert C.count_wrong(manual.astype("float32"), exp, "float32", "sum") == 0
+    bad = manual.astype("float32")
+    bad[3] += 1
+    bad[50] = float("nan")
+    assert C.count_wrong(bad, exp, "float32", "sum") == 2
+    assert (C.reduced(3, 7, 10, "max", "int32") == max(C.values(r, 7, 10, "max", "int32").tolist()
+                                                      for r in range(3))).any()
+
+
+# -- table -------------------------------------------------------------------------------------------
+def _rec(us, busbw=1.25, wrong=0):
+    return {"time_us": {"median": us}, "algbw_GBps": busbw / 1.5, "busbw_GBps": busbw, "wrong": wrong}
+
+
+def test_table_format():
+    h = table.header_lines()
+    assert "out-of-place" in h[0] and "in-place" in h[0]
+    for col in ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong"):
+        assert col in h[1]
+    row = table.format_row(1024, 256, "float32", "sum", -1, {"out": _rec(12.345), "in": _rec(11.5)})
+    f = row.split()
+    assert f[:5] == ["1024", "256", "float32", "sum", "-1"]
+    assert f[5:9] == ["12.35", "0.83", "1.25", "0"] and f[9] == "11.50"
+    # the columns line up with the header
+    assert len(row) == len(h[1]) and row.index(" 12.35") + 6 == h[1].index("time") + 4
+    na = table.format_row(8, 2, "float32", "none", 0, {"in": _rec(3.0)})
+    assert na.split()[5:9] == ["N/A"] * 4
+    assert "WRONG" in table.format_row(8, 2, "float32", "sum", -1, {"out": _rec(3.0, wrong=2)})
+    out = io.StringIO()
+    t = table.Table("all_reduce", 4, out)
+    t.header("commlib all_reduce algorithm=ring ranks=4")
+    t.row(8, 2, "float32", "sum", -1, {"out": _rec(1.0, 1.0), "in": _rec(1.0, 3.0)})
+    assert t.footer() == pytest.approx(2.0)
+    text = out.getvalue()
+    assert "# Avg bus bandwidth    : 2.0000" in text and "# Out of bounds values : 0 OK" in text
+
+
+# -- model ---------------------------------------------------------------------------------------------
+def _samples(params, P, noise=0.0, colls=None):
+    rnd = random.Random(1)
+    out = []
+    for coll, algs in synth.ALGOS.items():
+        if colls and coll not in colls:
+            continue
+        for alg in algs:
+            for n in (8, 256, 4096, 65536, 1 << 20, 16 << 20):
+                t = M.predict(params, coll, alg, n, P) * (1 + noise * rnd.uniform(-1, 1))
+                out.append((coll, alg, n, P, t))
+    return out
+
+
+@pytest.mark.parametrize("P", [2, 4, 7, 8])
+def test_fit_recovers_known_parameters(P):
+    true = dict(alpha=3e-6, beta=2e-10, gamma=7e-11)
+    got = M.fit(_samples(true, P))
+    for k in true:
+        assert got[k] == pytest.approx(true[k], rel=1e-6)
+    assert got["rel_err_median"] < 1e-9
+
+
+def test_fit_with_noise_and_without_reductions():
+    true = dict(alpha=5e-5, beta=1e-9, gamma=3e-10)
+    got = M.fit(_samples(true, 4, noise=0.05))
+    for k in true:
+        assert got[k] == pytest.approx(true[k], rel=0.25)
+    got = M.fit(_samples(true, 4, colls=("all_gather", "all_to_all")))
+    assert got["alpha"] == pytest.approx(5e-5, rel=1e-6) and got["beta"] == pytest.approx(1e-9, rel=1e-6)
+    assert got["gamma"] == 0.0
+
+
+def test_model_formulas_match_design():
+    P, n = 8, 1 << 20
+    assert M.coefficients("all_reduce", "ring", n, P) == pytest.approx((14, 2 * 7 / 8 * n, 7 / 8 * n))
+    assert M.coefficients("all_reduce", "recursive_doubling", n, P) == pytest.approx((3, 3 * n, 3 * n))
+    assert M.coefficients("all_reduce", "rabenseifner", n, P) == pytest.approx((6, 2 * 7 / 8 * n, 7 / 8 * n))
+    assert M.coefficients("all_to_all", "bruck", n, P) == pytest.approx((3, n / 2 * 3, 0))
+    assert M.coefficients("all_to_all", "pairwise", n, P) == pytest.approx((7, 7 / 8 * n, 0))
+    co = M.crossovers(dict(alpha=2e-6, beta=2.5e-10, gamma=1e-10), "all_reduce",
+                      ["ring", "recursive_doubling"], 8)
+    assert len(co) == 1 and co[0][1:] == ("recursive_doubling", "ring")
+
+
+# -- tuning --------------------------------------------------------------------------------------------
+class FakeCore:
+    def __init__(self):
+        self.calls = {}
+
+    def set_tuning(self, coll, rows):
+        self.calls[coll] = rows
+
+
+def test_tuning_from_measurements_round_trips(tmp_path):
+    d = synth.data(P=4, sizes=(8, 256, 4096, 65536, 1 << 20, 16 << 20))
+    table = tuning.from_results(d["results"], d["model"])
+    path = str(tmp_path / "tuning.json")
+    tuning.write(path, table, d["machine"])
+    back = tuning.read(path)
+    assert back["schema"] == tuning.SCHEMA and back["collectives"] == json.loads(json.dumps(table["collectives"]))
+    # every measured size picks the best measured algorithm (the synthetic data have no noise)
+    for coll, P, bytes_, best in [(r["collective"], r["world_size"], r["bytes"], r["best"])
+                                  for r in report.comparison(d["results"])]:
+        assert tuning.choose(back, coll, C.core_bytes(coll, bytes_, "float32", P), P) == best
+    assert back["collectives"]["all_reduce"]["4"]["source"] == "measured"
+    assert back["collectives"]["all_reduce"]["3"]["source"].startswith("model")
+    fake = FakeCore()
+    assert set(tuning.install(back, core=fake)) == set(synth.ALGOS)
+    rows = fake.calls["all_reduce"]
+    assert all(isinstance(r[0], int) and isinstance(r[1], int) and isinstance(r[2], str) for r in rows)
+    four = [r for r in rows if r[0] == 4]
+    assert four[-1][1] == -1 and [r[1] for r in four[:-1]] == sorted(r[1] for r in four[:-1])
+
+
+def test_tuning_installs_into_the_core(tmp_path):
+    from commlib import _C
+    d = synth.data(P=4, sizes=(8, 4096, 1 << 20))
+    table = tuning.from_results(d["results"], d["model"])
+    try:
+        tuning.install(table)
+        for r in report.comparison(d["results"]):
+            b = C.core_bytes(r["collective"], r["bytes"], "float32", 4)
+            assert _C.choose_algorithm(r["collective"], "auto", b, 4) == r["best"]
+    finally:
+        for coll in synth.ALGOS:
+            _C.set_tuning(coll, [])
+        tuning.load_default()
+
+
+def test_load_default_never_fails(tmp_path, monkeypatch):
+    monkeypatch.setenv("COMMLIB_TUNING", str(tmp_path / "missing.json"))
+    assert tuning.load_default() is False
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    monkeypatch.setenv("COMMLIB_TUNING", str(bad))
+    assert tuning.load_default() is False
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps({"schema": tuning.SCHEMA,
+                                 "collectives": {"all_reduce": {"2": {"rows": [[-1, "no_such_algo"]]}}}}))
+    monkeypatch.setenv("COMMLIB_TUNING", str(wrong))
+    assert tuning.load_default() is False
+    monkeypatch.setenv("COMMLIB_TUNING", "0")
+    assert tuning.load_default() is False
+
+
+def test_default_tuning_file_is_valid():
+    path = tuning.default_path()
+    if not os.path.exists(path):
+        pytest.skip("no commlib/tuning.json yet")
+    t = tuning.read(path)
+    assert t is not None
+    for coll in t["collectives"]:
+        rows = tuning.rows_for(t, coll)
+        assert rows and all(isinstance(a, str) for _, _, a in rows)
+
+
+# -- report --------------------------------------------------------------------------------------------
+SECTIONS = ("Summary: commlib vs gloo vs MPI", "Plots", "Fitted cost model", "Crossover sizes",
+            "What auto picks", "commlib vs gloo vs MPI at each size", "Correctness", "Machine and versions")
+
+
+def test_report_from_synthetic_json(tmp_path):
+    d = synth.data(P=4)
+    d2 = synth.data(P=2, mpi=False)
+    f1, f2 = tmp_path / "a.json", tmp_path / "b.json"
+    f1.write_text(json.dumps(d))
+    f2.write_text(json.dumps(d2))
+    out = tmp_path / "rep"
+    datas = report.load([str(f1), str(f2)])
+    path = report.generate(datas, str(out))
+    html = open(path).read()
+    md = (out / "report.md").read_text()
+    for s in SECTIONS:
+        assert s in html and s in md
+    for P in (2, 4):
+        for kind in ("busbw", "latency", "model"):
+            assert (out / f"{kind}_P{P}.png").stat().st_size > 1000
+            assert f"({kind}_P{P}.png)" in md
+    assert html.count("data:image/png;base64,") == 6
+    for coll in synth.ALGOS:  # every collective has a panel and a comparison table
+        assert f"### {coll}, 4 ranks" in md
+    assert "gloo / commlib" in md and "MPI / commlib" in md
+    assert "1/beta (GB/s)" in md and "auto within 10% of the best" in md
+
+
+def test_report_says_mpi_not_available(tmp_path):
+    d = synth.data(P=2, sizes=(8, 1024), collectives=("all_reduce",), mpi=False)
+    report.generate([d], str(tmp_path))
+    md = (tmp_path / "report.md").read_text()
+    assert "MPI: not available (mpi4py not importable (synthetic))" in md
+    out = io.StringIO()
+    report.print_summary(d, out)
+    assert "MPI: not available" in out.getvalue()
+
+
+def test_json_schema_validation():
+    d = synth.data(P=2, sizes=(8, 64))
+    assert report.validate(d) == []
+    assert report.validate(json.loads(json.dumps(d))) == []
+    bad = dict(d, results=[{"backend": "commlib"}])
+    assert any("lacks" in e for e in report.validate(bad))
+    assert report.validate({"schema": "x"})
+
+
+def test_cli_parses_the_readme_command():
+    from commlib.bench.launcher import config_from_args
+    from commlib.cli import parser
+    a = parser().parse_args(["bench", "all_reduce", "--np", "4", "-b", "8", "-e", "64M", "-f", "4",
+                             "--algorithms", "ring,auto", "--peers", "gloo,mpi", "--json", "x.json"])
+    cfg = config_from_args(a)
+    assert cfg["collectives"] == ["all_reduce"] and cfg["sizes"][-1] == 64 << 20
+    assert cfg["algorithms"] == ["ring", "auto"] and cfg["peers"] == ["gloo", "mpi"]
+    a = parser().parse_args(["bench"])
+    assert config_from_args(a)["collectives"] == list(C.DEFAULT_COLLECTIVES)
+    r = parser().parse_args(["report", "a.json", "b.json", "-o", "rep"])
+    assert r.files == ["a.json", "b.json"] and r.output == "rep"

@@ -1,0 +1,340 @@
+"""Rank-side checks of every collective x algorithm x dtype x op x count against NumPy.
+
+Each rank regenerates every rank's input from a deterministic formula, so the reference needs no
+communication. Results come back as failure descriptions plus a digest of every output that must
+be bitwise identical across ranks; the pytest side compares the digests.
+
+Float tolerance (stated): the reference is computed in float64 from the same rounded inputs. A sum
+of P terms in any order, each partial sum rounded to the dtype, is off by at most
+(P-1) * u * sum|x_i| with u the unit roundoff (float32 2^-24, float64 2^-53, and for float16 and
+bfloat16, which accumulate pairwise in float32 but round to 16 bits after every op, 2^-11 and 2^-8).
+We allow 2 * P * u * sum|x_i| plus one rounding of the result; prod uses the same bound relative
+to |prod|. min, max and every integer op are exact.
+"""
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+import commlib
+
+FLOATS = ("float32", "float64", "float16", "bfloat16")
+INTS = ("int8", "uint8", "int32", "int64")
+DTYPES = FLOATS + INTS
+FLOAT_OPS = ("sum", "prod", "min", "max", "avg", "premul_sum")
+INT_OPS = FLOAT_OPS + ("band", "bor", "bxor")
+UNIT_ROUNDOFF = {"float32": 2.0**-24, "float64": 2.0**-53, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+PREMUL = 0.75
+BIG = 1_000_003  # ~1M elements, prime
+
+
+def _torch():
+    import torch
+    return torch
+
+
+def make(dtype: str, values: np.ndarray):
+    """An array of ``dtype`` holding ``values`` (float64 or int64), rounded/wrapped to the dtype.
+
+    bfloat16 has no NumPy dtype: it is a torch tensor.
+    """
+    if dtype == "bfloat16":
+        torch = _torch()
+        return torch.from_numpy(values.astype(np.float32)).to(torch.bfloat16)
+    if dtype in FLOATS:
+        return values.astype(dtype)
+    return values.astype(np.int64).astype(dtype)  # wraps like C
+
+
+def empty(dtype: str, n: int):
+    if dtype == "bfloat16":
+        torch = _torch()
+        return torch.full((n,), float("nan"), dtype=torch.bfloat16)
+    if dtype in FLOATS:
+        return np.full(n, np.nan, dtype)
+    return np.full(n, 77, dtype)
+
+
+def as_f64(x) -> np.ndarray:
+    if not isinstance(x, np.ndarray):
+        return x.float().numpy().astype(np.float64)
+    return x.astype(np.float64)
+
+
+def raw(x) -> bytes:
+    if not isinstance(x, np.ndarray):
+        return x.view(_torch().int16).numpy().tobytes()
+    return x.tobytes()
+
+
+def values(dtype: str, op: str, rank: int, n: int, salt: int = 0) -> np.ndarray:
+    """Deterministic rank-dependent input (float64 or int64 values before the dtype cast)."""
+    i = np.arange(n, dtype=np.int64)
+    h = (i * 2654435761 + (rank + 1) * 40503 + salt * 7919) % 1000003
+    if dtype in INTS:
+        if op == "prod":
+            return (h % 5) - 2 if dtype != "uint8" else h % 4  # small factors, wrap-around still happens
+        if dtype == "int8":
+            return h % 256 - 128
+        if dtype == "uint8":
+            return h % 256
+        return h * 1103 - 500000000 if dtype == "int32" else h * 9000000007 - 4500000000000
+    f = h.astype(np.float64) / 1000003.0  # [0, 1)
+    if op == "prod":
+        return 0.5 + 1.5 * f  # products of <= 8 factors stay in range even for float16
+    return np.round((f - 0.5) * 8.0, 3)
+
+
+def rounded(dtype, v):
+    return as_f64(make(dtype, v)) if dtype in FLOATS else make(dtype, v)
+
+
+def reduce_ref(dtype, op, inputs):
+    """Reference over the rank axis; floats in float64, ints with wrap-around in the dtype."""
+    P = len(inputs)
+    if dtype in FLOATS:
+        xs = np.stack([rounded(dtype, v) for v in inputs])
+        if op == "premul_sum":
+            xs = np.stack([as_f64(make(dtype, x * PREMUL)) for x in xs])
+        if op in ("sum", "premul_sum", "avg"):
+            out = xs.sum(0)
+            return (out / P if op == "avg" else out), np.abs(xs).sum(0)
+        if op == "prod":
+            out = xs.prod(0)
+            return out, np.abs(out)
+        return (xs.min(0) if op == "min" else xs.max(0)), None
+    xs = np.stack([make(dtype, v) for v in inputs])
+    if op in ("sum", "avg"):
+        s = xs.sum(0, dtype=dtype)
+        if op == "avg":  # integer avg: the wrapped sum divided, truncating toward zero
+            w = s.astype(np.int64)
+            s = np.where(w < 0, -((-w) // P), w // P).astype(dtype)
+        return s, None
+    if op == "premul_sum":
+        scaled = np.stack([np.round(x.astype(np.float64) * PREMUL).astype(np.int64).astype(dtype) for x in xs])
+        return scaled.sum(0, dtype=dtype), None
+    if op == "prod":
+        return xs.prod(0, dtype=dtype), None
+    if op == "min":
+        return xs.min(0), None
+    if op == "max":
+        return xs.max(0), None
+    fn = {"band": np.bitwise_and, "bor": np.bitwise_or, "bxor": np.bitwise_xor}[op]
+    return fn.reduce(xs, axis=0), None
+
+
+def mismatch(dtype, got, want, mag, P):
+    """Index of the first element outside tolerance, or None."""
+    if dtype in FLOATS:
+        g = as_f64(got)
+        if mag is None:
+            bad = ~((g == want) | (np.isnan(g) & np.isnan(want)))
+        else:
+            u = UNIT_ROUNDOFF[dtype]
+            tol = 2 * P * u * mag + 2 * u * np.abs(want) + 1e-300
+            bad = ~(np.abs(g - want) <= tol)
+    else:
+        bad = got != want
+    idx = np.flatnonzero(bad)
+    return None if idx.size == 0 else int(idx[0])
+
+
+def _report(failures, what, dtype, got, want, mag, P):
+    k = mismatch(dtype, got, want, mag, P)
+    if k is not None:
+        failures.append(f"{what}: element {k}: got {as_f64(got)[k] if dtype in FLOATS else got[k]}, "
+                        f"expected {want[k]}")
+        return False
+    return True
+
+
+def counts_for(P):
+    return sorted({0, 1, max(P - 1, 0), 13, BIG})
+
+
+def ops_for(dtype, count):
+    ops = INT_OPS if dtype in INTS else FLOAT_OPS
+    if count == BIG and dtype not in ("float32", "int32"):
+        return ("sum",)  # the large count runs every op on float32/int32 and sum on the rest
+    return ops
+
+
+def check_reducing(comm, collective):
+    """all_reduce / reduce_scatter / reduce over every algorithm, dtype, op, count, root."""
+    P, r = comm.size, comm.rank
+    failures, digests = [], []
+    roots = sorted({0, P - 1}) if collective == "reduce" else [0]
+    for algo in ["auto"] + commlib.algorithms(collective):
+        for dtype in DTYPES:
+            for count in counts_for(P):
+                for op in ops_for(dtype, count):
+                    for root in roots:
+                        for inplace in ((False, True) if count != BIG else (False,)):
+                            what = (f"{collective} {algo} {dtype} {op} count={count} root={root} "
+                                    f"{'in-place' if inplace else 'out-of-place'} P={P} rank={r}")
+                            scale = PREMUL if op == "premul_sum" else None
+                            n_in = count * P if collective == "reduce_scatter" else count
+                            inputs = [values(dtype, op, q, n_in) for q in range(P)]
+                            x = make(dtype, inputs[r])
+                            want, mag = reduce_ref(dtype, op, inputs)
+                            if collective == "reduce_scatter":
+                                want = want[r * count:(r + 1) * count]
+                                mag = None if mag is None else mag[r * count:(r + 1) * count]
+                            try:
+                                if collective == "all_reduce":
+                                    out = x if inplace else empty(dtype, count)
+                                    comm.all_reduce(x, op=op, algorithm=algo, out=None if inplace else out,
+                                                    scale=scale)
+                                elif collective == "reduce":
+                                    out = x if inplace else empty(dtype, count)
+                                    comm.reduce(x, root=root, op=op, algorithm=algo,
+                                                out=None if inplace else out, scale=scale)
+                                else:
+                                    out = x[r * count:(r + 1) * count] if inplace else empty(dtype, count)
+                                    comm.reduce_scatter(out, x, op=op, algorithm=algo, scale=scale)
+                            except Exception as e:  # noqa: BLE001 - report every case
+                                failures.append(f"{what}: raised {type(e).__name__}: {e}")
+                                continue
+                            if collective == "reduce" and r != root:
+                                continue
+                            if _report(failures, what, dtype, out, want, mag, P) and collective == "all_reduce":
+                                digests.append((what.rsplit(" rank=", 1)[0], hashlib.sha1(raw(out)).hexdigest()))
+                            if len(failures) > 20:
+                                return failures, digests
+    return failures, digests
+
+
+def check_moving(comm, collective):
+    """all_gather / all_to_all / broadcast / gather / scatter: exact for every dtype."""
+    P, r = comm.size, comm.rank
+    failures, digests = [], []
+    roots = sorted({0, P - 1, P // 2}) if collective in ("broadcast", "gather", "scatter") else [0]
+    for algo in ["auto"] + commlib.algorithms(collective):
+        for dtype in DTYPES:
+            for count in counts_for(P):
+                for root in roots:
+                    for inplace in (False, True):
+                        if inplace and collective in ("all_to_all", "scatter", "gather") and count == BIG:
+                            continue
+                        what = (f"{collective} {algo} {dtype} count={count} root={root} "
+                                f"{'in-place' if inplace else 'out-of-place'} P={P} rank={r}")
+                        ins = [values(dtype, "sum", q, count * (P if collective in ("all_to_all", "scatter") else 1), 1)
+                               for q in range(P)]
+                        x = make(dtype, ins[r])
+                        try:
+                            if collective == "all_gather":
+                                out = empty(dtype, count * P)
+                                inp = out[r * count:(r + 1) * count] if inplace else x
+                                if inplace:
+                                    inp[:] = x
+                                comm.all_gather(out, inp, algorithm=algo)
+                                want = np.concatenate([rounded(dtype, v) for v in ins])
+                            elif collective == "all_to_all":
+                                out = x if inplace else empty(dtype, count * P)
+                                comm.all_to_all(out, x, algorithm=algo)
+                                want = np.concatenate([rounded(dtype, ins[q][r * count:(r + 1) * count]) for q in range(P)])
+                            elif collective == "broadcast":
+                                out = x
+                                comm.broadcast(out, root=root, algorithm=algo)
+                                want = rounded(dtype, ins[root])
+                            elif collective == "gather":
+                                out = empty(dtype, count * P) if r == root else None
+                                inp = out[r * count:(r + 1) * count] if (inplace and r == root) else x
+                                if inplace and r == root:
+                                    inp[:] = x
+                                comm.gather(out, inp, root=root, algorithm=algo)
+                                want = np.concatenate([rounded(dtype, v) for v in ins])
+                            else:  # scatter
+                                out = empty(dtype, count)
+                                src = x if r == root else None
+                                if inplace and r == root:
+                                    out = x[r * count:(r + 1) * count]
+                                comm.scatter(out, src, root=root, algorithm=algo)
+                                want = rounded(dtype, ins[root][r * count:(r + 1) * count])
+                        except Exception as e:  # noqa: BLE001
+                            failures.append(f"{what}: raised {type(e).__name__}: {e}")
+                            continue
+                        if out is None:
+                            continue
+                        if _report(failures, what, dtype, out, want, None, P) and collective in ("all_gather", "broadcast"):
+                            digests.append((what.rsplit(" rank=", 1)[0], hashlib.sha1(raw(out)).hexdigest()))
+                        if len(failures) > 20:
+                            return failures, digests
+    return failures, digests
+
+
+def check_collective(comm, collective):
+    if collective in ("all_reduce", "reduce_scatter", "reduce"):
+        return check_reducing(comm, collective)
+    if collective == "barrier":
+        for algo in commlib.algorithms("barrier"):
+            for _ in range(20):
+                comm.barrier()
+        return [], []
+    return check_moving(comm, collective)
+
+
+def check_p2p(comm):
+    """Ring shifts with sendrecv and batches, every dtype, sizes 0..BIG."""
+    P, r = comm.size, comm.rank
+    failures = []
+    if P == 1:
+        return failures
+    for dtype in DTYPES:
+        for count in (0, 1, 13, BIG):
+            x = make(dtype, values(dtype, "sum", r, count, 2))
+            out = empty(dtype, count)
+            comm.sendrecv(x, (r + 1) % P, out, (r - 1) % P)
+            want = rounded(dtype, values(dtype, "sum", (r - 1) % P, count, 2))
+            _report(failures, f"sendrecv {dtype} count={count} rank={r}", dtype, out, want, None, P)
+    # Plain send/recv in a chain 0 -> 1 -> ... (blocking, ordered).
+    buf = np.zeros(1000, np.int64)
+    if r == 0:
+        buf[:] = np.arange(1000)
+        comm.send(buf, 1)
+    else:
+        comm.recv(buf, r - 1)
+        buf += 1
+        if r + 1 < P:
+            comm.send(buf, r + 1)
+    if not np.array_equal(buf, np.arange(1000) + r):
+        failures.append(f"chain send/recv on rank {r}: got {buf[:3]}")
+    return failures
+
+
+def check_async_order(comm):
+    """Many async calls complete in order and give the same results as blocking ones."""
+    P, r = comm.size, comm.rank
+    xs = [np.full(1000 + k, r + k, np.int64) for k in range(20)]
+    works = [comm.all_reduce(x, async_op=True, algorithm="ring" if k % 2 else "auto") for k, x in enumerate(xs)]
+    for w in works:
+        w.wait()
+    assert all(w.is_completed() for w in works)
+    bad = [k for k, x in enumerate(xs) if not (x == sum(q + k for q in range(P))).all()]
+    return bad
+
+
+def torch_tensors(comm):
+    """torch CPU tensors (incl. bfloat16) in and out of place, and refusal of non-contiguous ones."""
+    torch = _torch()
+    P, r = comm.size, comm.rank
+    x = torch.arange(10, dtype=torch.bfloat16) + r
+    comm.all_reduce(x)
+    ok = torch.equal(x, sum(torch.arange(10, dtype=torch.float32) + q for q in range(P)).to(torch.bfloat16))
+    y = torch.empty(P * 3, dtype=torch.float64)
+    comm.all_gather(y, torch.full((3,), float(r), dtype=torch.float64))
+    ok &= torch.equal(y, torch.arange(P, dtype=torch.float64).repeat_interleave(3))
+    try:
+        comm.all_reduce(torch.zeros(4, 4).t())
+        ok = False
+    except ValueError as e:
+        ok &= "tensor" in str(e) and "contiguous" in str(e)
+    return bool(ok)
+
+
+def many_small(comm, n):
+    x = np.ones(1, np.float32)
+    for _ in range(n):
+        comm.all_reduce(x, op="max")
+    return float(x[0])

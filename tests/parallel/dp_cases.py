@@ -1,0 +1,517 @@
+"""Rank-side functions for the data-parallel tests (run by tests/ranks.py pools).
+
+Import this module as ``parallel.dp_cases`` (tests/ is on the workers' sys.path), so that the
+functions' ``__module__`` resolves in the rank processes.
+
+Equivalence tolerance: every parallel run is compared with single-process training on the full
+batch, computed inside the rank function from the same seed. Each data-parallel rank computes the
+mean loss on its own B/P rows and the gradients are averaged, which equals the full-batch mean
+gradient mathematically but sums the B rows in a different order (per-rank partial sums, then the
+collective's reduction order). fp32 rounding then differs in the last bits (~1e-7 relative per
+step); over 10 steps with SGD+momentum or AdamW these stay far below the 1e-5 relative bound we
+assert, measured per tensor as max|a - b| / max|b|.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import math
+import os
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+TOL = 1e-5
+BATCH = 12          # divisible by 2, 3 and 4 ranks (and by 1, 2, 3 parameter-server workers)
+STEPS = 10
+
+
+# -- models ---------------------------------------------------------------------------------------
+class MLP(nn.Module):
+    def __init__(self, d_in=8, hidden=16, d_out=4):
+        super().__init__()
+        self.fc1 = nn.Linear(d_in, hidden)
+        self.fc2 = nn.Linear(hidden, hidden)
+        self.fc3 = nn.Linear(hidden, d_out)
+
+    def forward(self, x):
+        return self.fc3(torch.tanh(self.fc2(torch.tanh(self.fc1(x)))))
+
+
+class Block(nn.Module):
+    """A pre-norm transformer block: causal self-attention and a GELU MLP."""
+
+    def __init__(self, d=16, heads=2, ff=32):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d, bias=False)  # a key bias has an exactly-zero gradient
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.fc1 = nn.Linear(d, ff)
+        self.fc2 = nn.Linear(ff, d)
+
+    def forward(self, x):
+        B, T, D = x.shape
+        h = self.heads
+        q, k, v = self.qkv(self.ln1(x)).split(D, dim=-1)
+        q, k, v = (t.reshape(B, T, h, D // h).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-1, -2)) / math.sqrt(D // h)
+        mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+        att = att.masked_fill(mask, float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, D)
+        x = x + self.proj(y)
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+
+class Transformer(nn.Module):
+    def __init__(self, d_in=8, d=16, d_out=4, blocks=1):
+        super().__init__()
+        self.embed = nn.Linear(d_in, d)
+        self.blocks = nn.Sequential(*[Block(d) for _ in range(blocks)])
+        self.ln_f = nn.LayerNorm(d)
+        self.head = nn.Linear(d, d_out)
+
+    def forward(self, x):
+        return self.head(self.ln_f(self.blocks(self.embed(x))))
+
+
+def make_model(name, seed=0):
+    torch.manual_seed(seed)
+    if name == "mlp":
+        return MLP()
+    if name == "transformer":
+        return Transformer()
+    if name == "transformer2":
+        return Transformer(blocks=2)
+    raise ValueError(name)
+
+
+def make_optimizer(name, params):
+    if name == "mlp":
+        return torch.optim.SGD, dict(lr=0.05, momentum=0.9)
+    return torch.optim.AdamW, dict(lr=1e-3, weight_decay=0.01)
+
+
+def batch(name, step, n=BATCH):
+    g = torch.Generator().manual_seed(1000 + step)
+    x = torch.randn(n, 8, generator=g) if name == "mlp" else torch.randn(n, 5, 8, generator=g)
+    y = torch.randn(n, 4, generator=g) if name == "mlp" else torch.randn(n, 5, 4, generator=g)
+    return x, y
+
+
+def shard(t, rank, parts):
+    n = t.shape[0] // parts
+    return t[rank * n:(rank + 1) * n]
+
+
+def loss_fn(out, y):
+    return F.mse_loss(out.float(), y)
+
+
+@functools.lru_cache(maxsize=8)
+def reference(name, steps=STEPS, n=BATCH):
+    """Single-process training on the full batch: parameters after every step (cached per rank
+    process; callers must not modify the returned tensors)."""
+    torch.manual_seed(0)
+    model = make_model(name)
+    cls, kw = make_optimizer(name, None)
+    opt = cls(model.parameters(), **kw)
+    states = []
+    for s in range(steps):
+        x, y = batch(name, s, n)
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()
+        states.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+    return states
+
+
+def rel_err(state, ref) -> float:
+    worst = 0.0
+    for k, r in ref.items():
+        a = state[k].detach().float()
+        d = (a - r.float()).abs().max().item()
+        worst = max(worst, d / max(r.float().abs().max().item(), 1e-12))
+    return worst
+
+
+def digest(tensors) -> str:
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(t.detach().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+# -- training under each method -------------------------------------------------------------------
+def _setup(comm, method, name, **kw):
+    import commlib.parallel as par
+    model = make_model(name, seed=comm.rank)  # different init per rank: wrappers must broadcast
+    cls, okw = make_optimizer(name, None)
+    if method == "dp":
+        wrapped = par.DataParallel(model, comm, bucket_cap_mb=kw.pop("bucket_cap_mb", 0.001), **kw)
+        opt = cls(wrapped.parameters(), **okw)
+        state = lambda: model.state_dict()  # noqa: E731
+        params = lambda: list(model.parameters())  # noqa: E731
+    elif method in ("zero1", "zero2"):
+        wrapped = model
+        opt = par.ZeroOptimizer(cls, model.parameters(), comm, stage=int(method[-1]),
+                            bucket_cap_mb=kw.pop("bucket_cap_mb", 0.001), **kw, **okw)
+        state = lambda: model.state_dict()  # noqa: E731
+        params = lambda: list(model.parameters())  # noqa: E731
+    elif method == "zero3":
+        wrapped = par.FullyShardedModule(model, comm, **kw)
+        opt = cls(wrapped.parameters(), **okw)
+        state = lambda: wrapped.full_state_dict()  # noqa: E731
+        params = lambda: list(state().values())  # noqa: E731
+    elif method == "ps":
+        wrapped = model
+        opt = par.ParameterServer(model, comm, cls, **kw, **okw)
+        state = lambda: model.state_dict()  # noqa: E731
+        params = lambda: list(model.parameters())  # noqa: E731
+    else:
+        raise ValueError(method)
+    return wrapped, opt, state, params
+
+
+def data_rank(comm, method, kw):
+    """(index, parts) of this rank's slice of the batch."""
+    if method == "ps" and not kw.get("server_computes", True):
+        server = kw.get("server_rank", 0)
+        if comm.rank == server:
+            return None, comm.size - 1
+        return comm.rank - (comm.rank > server), comm.size - 1
+    return comm.rank, comm.size
+
+
+def train_equivalence(comm, method, name, steps=STEPS, **kw):
+    """Train ``steps`` steps; return per-step (relative error vs reference, parameter digest)."""
+    torch.set_num_threads(1)
+    ref = reference(name, steps)
+    model, opt, state, params = _setup(comm, method, name, **dict(kw))
+    idx, parts = data_rank(comm, method, kw)
+    errs, digests = [], []
+    for s in range(steps):
+        x, y = batch(name, s)
+        opt.zero_grad()
+        if idx is not None:
+            loss_fn(model(shard(x, idx, parts)), shard(y, idx, parts)).backward()
+        opt.step()
+        errs.append(rel_err(state(), ref[s]))
+        digests.append(digest(params()))
+    return {"errs": errs, "digests": digests}
+
+
+def no_sync_accumulation(comm, micro=4):
+    """4 micro-batches under no_sync (last one synchronised) vs one large batch."""
+    from commlib.parallel import DataParallel
+    torch.set_num_threads(1)
+    name = "mlp"
+    ref = reference(name, 3, n=48)
+    model = DataParallel(make_model(name, seed=comm.rank), comm, bucket_cap_mb=0.001)
+    cls, okw = make_optimizer(name, None)
+    opt = cls(model.parameters(), **okw)
+    errs, digests = [], []
+    for s in range(3):
+        x, y = batch(name, s, n=48)
+        x, y = shard(x, comm.rank, comm.size), shard(y, comm.rank, comm.size)
+        opt.zero_grad()
+        xs, ys = x.chunk(micro), y.chunk(micro)
+        for m in range(micro):
+            ctx = model.no_sync() if m < micro - 1 else contextlib.nullcontext()
+            with ctx:
+                (loss_fn(model(xs[m]), ys[m]) / micro).backward()
+        opt.step()
+        errs.append(rel_err(model.module.state_dict(), ref[s]))
+        digests.append(digest(model.parameters()))
+    return {"errs": errs, "digests": digests}
+
+
+def no_sync_is_local(comm):
+    """Inside no_sync gradients are not communicated: they differ across ranks."""
+    from commlib.parallel import DataParallel
+    model = DataParallel(make_model("mlp"), comm)
+    x, y = batch("mlp", 0)
+    with model.no_sync():
+        loss_fn(model(shard(x, comm.rank, comm.size)), shard(y, comm.rank, comm.size)).backward()
+    return digest([p.grad for p in model.parameters()])
+
+
+def overlap_stats(comm):
+    """Bucket launch times vs the time the last gradient became ready."""
+    from commlib.parallel import DataParallel
+    torch.set_num_threads(1)
+    model = DataParallel(make_model("transformer2"), comm, bucket_cap_mb=0.002)
+    x, y = batch("transformer", 0)
+    out = []
+    for _ in range(2):
+        model.zero_grad()
+        loss_fn(model(x), y).backward()
+        out.append(dict(model.last_backward_stats))
+    return out
+
+
+def unused_params(comm, find_unused):
+    """A parameter unused on every rank keeps grad None with find_unused_parameters; one used
+    on rank 0 only gets rank 0's gradient averaged (divided by size)."""
+    from commlib.parallel import DataParallel
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(4, 4)
+            self.b = nn.Linear(4, 4)   # used on rank 0 only
+            self.c = nn.Linear(4, 4)   # never used
+
+        def forward(self, x, use_b):
+            x = self.a(x)
+            return self.b(x) if use_b else x
+
+    torch.manual_seed(0)
+    m = DataParallel(M(), comm, find_unused_parameters=find_unused, bucket_cap_mb=0.0001)
+    x = torch.ones(2, 4)
+    m(x, comm.rank == 0).sum().backward()
+    mod = m.module
+    return {"c_none": mod.c.weight.grad is None,
+            "b_grad": None if mod.b.weight.grad is None else mod.b.weight.grad.sum().item(),
+            "a_grad": mod.a.weight.grad.sum().item()}
+
+
+def bad_inputs(comm):
+    """Argument errors; returns the messages (every rank raises the same)."""
+    from commlib.parallel import DataParallel, FullyShardedModule, ParameterServer, ZeroOptimizer
+    msgs = {}
+
+    def catch(key, fn):
+        try:
+            fn()
+        except (TypeError, ValueError) as e:
+            msgs[key] = f"{type(e).__name__}: {e}"
+        else:
+            msgs[key] = None
+
+    torch.manual_seed(0)
+    d_in = 8 if comm.rank == 0 else 9
+    catch("shape", lambda: DataParallel(nn.Sequential(nn.Linear(d_in, 4)), comm))
+    catch("count", lambda: DataParallel(
+        nn.Sequential(*[nn.Linear(4, 4) for _ in range(1 + (comm.rank == comm.size - 1))]), comm))
+    catch("cap", lambda: DataParallel(nn.Linear(2, 2), comm, bucket_cap_mb=0))
+    catch("module", lambda: DataParallel("not a module", comm))
+    catch("comm", lambda: DataParallel(nn.Linear(2, 2), object()))
+    catch("zero_stage", lambda: ZeroOptimizer(torch.optim.SGD, nn.Linear(2, 2).parameters(), comm,
+                                              stage=3, lr=0.1))
+    catch("zero_cls", lambda: ZeroOptimizer("sgd", nn.Linear(2, 2).parameters(), comm, lr=0.1))
+    catch("zero_empty", lambda: ZeroOptimizer(torch.optim.SGD, [], comm, lr=0.1))
+    catch("fsdp_mp", lambda: FullyShardedModule(nn.Linear(2, 2), comm, mixed_precision="fp8"))
+    catch("ps_root", lambda: ParameterServer(nn.Linear(2, 2), comm, torch.optim.SGD,
+                                             server_rank=comm.size, lr=0.1))
+    return msgs
+
+
+# -- checkpoints ----------------------------------------------------------------------------------
+def _ckpt_objects(comm, method, name):
+    model, opt, state, params = _setup(comm, method, name)
+    return model, opt, state, params
+
+
+def _train_steps(comm, method, name, model, opt, state, params, first, last, ref):
+    errs, digests = [], []
+    for s in range(first, last):
+        x, y = batch(name, s)
+        opt.zero_grad()
+        loss_fn(model(shard(x, comm.rank, comm.size)), shard(y, comm.rank, comm.size)).backward()
+        opt.step()
+        errs.append(rel_err(state(), ref[s]))
+        digests.append(digest(params()))
+    return errs, digests
+
+
+def checkpoint_save(comm, method, name, path, k):
+    """Train k steps and save a sharded checkpoint; return the per-step digests."""
+    torch.set_num_threads(1)
+    ref = reference(name)
+    model, opt, state, params = _ckpt_objects(comm, method, name)
+    errs, digests = _train_steps(comm, method, name, model, opt, state, params, 0, k, ref)
+    if method == "zero3":
+        model.save_sharded_checkpoint(path, opt)
+    else:
+        opt.save_sharded_checkpoint(path)
+    return {"errs": errs, "digests": digests}
+
+
+def checkpoint_resume(comm, method, name, path, k, steps=STEPS):
+    """Build a fresh model (other init), load the checkpoint, train steps k..steps-1."""
+    torch.set_num_threads(1)
+    ref = reference(name)
+    model, opt, state, params = _ckpt_objects(comm, method, name)
+    if method == "zero3":
+        model.load_sharded_checkpoint(path, opt)
+    else:
+        opt.load_sharded_checkpoint(path)
+    loaded_err = rel_err(state(), ref[k - 1])
+    errs, digests = _train_steps(comm, method, name, model, opt, state, params, k, steps, ref)
+    return {"errs": [loaded_err] + errs, "digests": digests}
+
+
+def checkpoint_mismatch(comm, path):
+    """Loading a checkpoint into a different model raises a clear error."""
+    from commlib.parallel import FullyShardedModule
+    torch.manual_seed(0)
+    model = FullyShardedModule(MLP(hidden=17), comm)
+    try:
+        model.load_sharded_checkpoint(path)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+# -- memory ---------------------------------------------------------------------------------------
+def memory_report(comm, method, d=64):
+    """Per-rank bytes for params, grads and optimizer state after one AdamW step, and Ψ."""
+    import commlib.parallel as par
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = Transformer(d_in=8, d=d, blocks=2)
+    psi = sum(p.numel() for p in model.parameters())
+    x, y = batch("transformer", 0)
+    x, y = shard(x, comm.rank, comm.size), shard(y, comm.rank, comm.size)
+    if method == "dp":
+        m = par.DataParallel(model, comm)
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+        mem = lambda: m.memory_breakdown(opt)  # noqa: E731
+    elif method in ("zero1", "zero2"):
+        m = model
+        opt = par.ZeroOptimizer(torch.optim.AdamW, model.parameters(), comm, stage=int(method[-1]),
+                                lr=1e-3)
+        mem = opt.memory_breakdown
+    elif method in ("zero3", "zero3_bf16"):
+        m = par.FullyShardedModule(model, comm, mixed_precision="bf16" if "bf16" in method else None)
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+        mem = lambda: m.memory_breakdown(opt)  # noqa: E731
+    elif method == "ps":
+        m = model
+        opt = par.ParameterServer(model, comm, torch.optim.AdamW, lr=1e-3)
+        mem = opt.memory_breakdown
+    for _ in range(2):
+        opt.zero_grad()
+        loss_fn(m(x), y).backward()
+        opt.step()
+    out = mem()
+    out["psi"] = psi
+    return out
+
+
+# -- ZeRO-3 extras --------------------------------------------------------------------------------
+def fsdp_state_dicts(comm):
+    """full_state_dict on every rank vs rank0_only; keys are the original module's names."""
+    from commlib.parallel import FullyShardedModule
+    torch.manual_seed(0)
+    ref = make_model("transformer").state_dict()
+    model = FullyShardedModule(make_model("transformer", seed=comm.rank), comm)
+    full = model.full_state_dict()
+    r0 = model.full_state_dict(rank0_only=True)
+    same = list(full.keys()) == list(ref.keys()) and all(torch.equal(full[k], ref[k]) for k in ref)
+    r0_ok = (r0 == {}) if comm.rank else (list(r0) == list(full) and
+                                          all(torch.equal(r0[k], full[k]) for k in full))
+    # load_full_state_dict round trip
+    sd = {k: v + 1 for k, v in ref.items()}
+    model.load_full_state_dict(sd)
+    back = model.full_state_dict()
+    return {"same": same, "r0_ok": r0_ok, "units": model.unit_names,
+            "roundtrip": all(torch.equal(back[k], sd[k]) for k in sd),
+            "n_params": len(list(model.parameters()))}
+
+
+def fsdp_wrap_policy(comm, policy):
+    """Nested units chosen by a callable or a list; training still matches the reference."""
+    from commlib.parallel import FullyShardedModule
+    torch.set_num_threads(1)
+    name = "transformer2"
+    ref = reference(name, 4)
+    wrap = {"blocks": lambda n, m: isinstance(m, Block),
+            "list": ["blocks.1", "head"], "none": None}[policy]
+    model = FullyShardedModule(make_model(name, seed=comm.rank), comm, wrap=wrap,
+                               prefetch=policy != "list")
+    cls, okw = make_optimizer(name, None)
+    opt = cls(model.parameters(), **okw)
+    errs, digests = [], []
+    for s in range(4):
+        x, y = batch(name, s)
+        opt.zero_grad()
+        loss_fn(model(shard(x, comm.rank, comm.size)), shard(y, comm.rank, comm.size)).backward()
+        opt.step()
+        st = model.full_state_dict()
+        errs.append(rel_err(st, ref[s]))
+        digests.append(digest(st.values()))
+    return {"errs": errs, "digests": digests, "units": model.unit_names}
+
+
+def fsdp_mixed_precision(comm, steps=5):
+    """bf16 compute with fp32 master weights and fp32 gradient reduction."""
+    from commlib.parallel import FullyShardedModule
+    torch.set_num_threads(1)
+    name = "transformer"
+    ref = reference(name, steps)
+    model = FullyShardedModule(make_model(name, seed=comm.rank), comm, mixed_precision=torch.bfloat16)
+    cls, okw = make_optimizer(name, None)
+    opt = cls(model.parameters(), **okw)
+    errs, digests, out_dtype = [], [], None
+    for s in range(steps):
+        x, y = batch(name, s)
+        opt.zero_grad()
+        out = model(shard(x, comm.rank, comm.size))
+        out_dtype = str(out.dtype)
+        loss_fn(out, shard(y, comm.rank, comm.size)).backward()
+        opt.step()
+        st = model.full_state_dict()
+        errs.append(rel_err(st, ref[s]))
+        digests.append(digest(st.values()))
+    dtypes = sorted({str(p.dtype) for p in model.parameters()} |
+                    {str(p.grad.dtype) for p in model.parameters()} |
+                    {str(v.dtype) for st in opt.state.values() for v in st.values() if v.dim()})
+    return {"errs": errs, "digests": digests, "out_dtype": out_dtype, "master_dtypes": dtypes}
+
+
+def zero_state_dict_roundtrip(comm, stage):
+    """ZeroOptimizer.state_dict/load_state_dict on the same world size continue bitwise."""
+    import commlib.parallel as par
+    torch.set_num_threads(1)
+    name = "transformer"
+
+    def run(steps, load=None):
+        torch.manual_seed(0)
+        model = make_model(name)
+        cls, okw = make_optimizer(name, None)
+        opt = par.ZeroOptimizer(cls, model.parameters(), comm, stage=stage, bucket_cap_mb=0.001,
+                                **okw)
+        if load is not None:
+            model.load_state_dict(load[0])
+            opt.load_state_dict(load[1])
+        for s in steps:
+            x, y = batch(name, s)
+            opt.zero_grad()
+            loss_fn(model(shard(x, comm.rank, comm.size)), shard(y, comm.rank, comm.size)).backward()
+            opt.step()
+        return model, opt
+
+    m, o = run(range(3))
+    saved = ({k: v.clone() for k, v in m.state_dict().items()}, o.state_dict())
+    m1, _ = run(range(3, 5))[0], None
+    m_full, _ = run(range(5))
+    m_res, _ = run(range(3, 5), load=saved)
+    return digest(m_full.parameters()) == digest(m_res.parameters())
+
+
+def zero2_overlap(comm):
+    """ZeRO-2 launches bucket reduce-scatters from the backward hooks."""
+    import commlib.parallel as par
+    torch.manual_seed(0)
+    model = make_model("transformer2")
+    opt = par.ZeroOptimizer(torch.optim.SGD, model.parameters(), comm, stage=2, bucket_cap_mb=0.002,
+                            lr=0.1)
+    x, y = batch("transformer", 0)
+    loss_fn(model(x), y).backward()
+    opt.step()
+    return opt.last_backward_stats

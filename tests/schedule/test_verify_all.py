@@ -1,0 +1,46 @@
+"""Every registered algorithm of every collective is verified symbolically for world sizes 1..64,
+counts {0, 1, P-1, P, 13, 97, 64P+7} (zero, tiny, < P, multiple of P, primes, a large non-multiple)
+and roots {0, P//2, P-1}, in both buffer layouts (separate and in-place)."""
+import pytest
+
+from commlib import schedules
+
+EXPECTED = {
+    "all_reduce": ["ring", "recursive_doubling", "rabenseifner", "direct", "two_shot", "tree",
+                   "reduce_broadcast"],
+    "all_gather": ["ring", "recursive_doubling", "bruck", "direct"],
+    "reduce_scatter": ["ring", "recursive_halving", "direct"],
+    "all_to_all": ["pairwise", "bruck", "direct"],
+    "broadcast": ["binomial", "scatter_allgather", "pipeline"],
+    "reduce": ["binomial", "direct"],
+    "gather": ["binomial", "linear"],
+    "scatter": ["binomial", "linear"],
+    "barrier": ["dissemination", "linear"],
+}
+ROOTED = {"broadcast", "reduce", "gather", "scatter"}
+CASES = [(c, a) for c, algos in EXPECTED.items() for a in algos]
+
+
+def counts(P):
+    return sorted({0, 1, max(P - 1, 0), P, 13, 97, 64 * P + 7})
+
+
+@pytest.mark.parametrize("collective,algorithm", CASES, ids=[f"{c}-{a}" for c, a in CASES])
+def test_verify_all_sizes(collective, algorithm):
+    for P in range(1, 65):
+        roots = sorted({0, P // 2, P - 1}) if collective in ROOTED else [0]
+        for n in ([0] if collective == "barrier" else counts(P)):
+            for root in roots:
+                schedules.verify(collective, algorithm, P, n, root)
+
+
+@pytest.mark.parametrize("collective", sorted(EXPECTED))
+def test_auto_verifies(collective):
+    for P in (1, 2, 3, 8, 13):
+        for n in ([0] if collective == "barrier" else [0, 5, 1 << 20]):
+            schedules.verify(collective, "auto", P, n, P - 1 if collective in ROOTED else 0)
+
+
+def test_registry_lists_exactly_these():
+    for c, algos in EXPECTED.items():
+        assert schedules.algorithms(c) == algos
