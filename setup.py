@@ -26,13 +26,19 @@ INCLUDES = [str(CSRC), pybind11.get_include(), sysconfig.get_paths()["include"]]
 CUDA_ARCHS = ["80", "90"]
 
 
+def _rel(paths):
+    # setuptools wants sources relative to setup.py.
+    return sorted(str(p.relative_to(ROOT)) for p in paths)
+
+
 def core_sources():
-    return sorted(str(p) for p in CSRC.rglob("*.cc") if "cuda" not in p.name)
+    return _rel(p for p in CSRC.rglob("*.cc") if "cuda" not in p.name)
 
 
 def cuda_sources():
-    return sorted(str(p) for p in CSRC.rglob("*.cu")) + sorted(
-        str(p) for p in CSRC.rglob("*.cc") if "cuda" in p.name)
+    # The CUDA module shares the dtype/op tables with the core (hidden visibility: no clash).
+    return _rel(CSRC.rglob("*.cu")) + _rel(p for p in CSRC.rglob("*.cc") if "cuda" in p.name) + [
+        "csrc/common/types.cc"]
 
 
 def find_nvcc():
@@ -58,6 +64,7 @@ class CachedBuildExt(build_ext):
         OBJ_DIR.mkdir(parents=True, exist_ok=True)
 
         def compile_one(src):
+            src = str(ROOT / src)
             rel = Path(src).resolve().relative_to(ROOT)
             obj = OBJ_DIR / (str(rel).replace("/", "_") + (".cuda" if ext.name.endswith("_cuda") else "") + ".o")
             if obj.exists() and obj.stat().st_mtime >= max(Path(src).stat().st_mtime, headers):

@@ -15,6 +15,7 @@ from commlib.buffers import describe
 _FLOAT_DTYPES = frozenset(("float32", "float64", "float16", "bfloat16"))
 _BITWISE_OPS = frozenset(("band", "bor", "bxor"))
 _OPS = frozenset(_C.OPS)
+_ALGORITHMS = {c: frozenset(_C.algorithms(c)) for c in _C.COLLECTIVES if c not in ("send", "recv")}
 
 
 class Work:
@@ -50,7 +51,13 @@ class Work:
 
     def exception(self):
         """The call's error once completed, else None."""
-        return self._work.exception()
+        if not self._work.is_completed():
+            return None
+        try:
+            self._work.wait(0.0)
+        except Exception as e:  # noqa: BLE001 - returned, not raised
+            return e
+        return None
 
 
 class _Done(Work):
@@ -88,7 +95,7 @@ def _check_op(op: str, dtype: str, scale):
 def _check_algorithm(collective: str, algorithm: str):
     if not isinstance(algorithm, str):
         raise TypeError(f"algorithm: expected a string, got {type(algorithm).__name__}")
-    if algorithm != "auto" and algorithm not in _C.algorithms(collective):
+    if algorithm != "auto" and algorithm not in _ALGORITHMS[collective]:
         raise ValueError(f"algorithm: unknown {collective} algorithm '{algorithm}' "
                          f"(expected one of: auto, {', '.join(_C.algorithms(collective))})")
 
@@ -351,19 +358,31 @@ class Communicator:
         return Work(work, refs) if async_op else None
 
     # -- groups ---------------------------------------------------------------------------------
-    def split(self, color: Optional[int], key: Optional[int] = None) -> Optional["Communicator"]:
+    def split(self, color: Optional[int], key: Optional[int] = None,
+              timeout: Optional[float] = None) -> Optional["Communicator"]:
         """Partition the ranks: those passing the same ``color`` form a new communicator, ordered
         by ``key`` (then by rank). Every rank must call it; ``color=None`` joins no group and
-        returns None. Collective over this communicator.
+        returns None. Collective over this communicator. The new communicator has this one's
+        timeout unless ``timeout`` (seconds) is given.
         """
         from commlib.init import split_communicator
+        if color is not None and (not isinstance(color, int) or color < 0):
+            raise ValueError(f"color: must be a non-negative int or None, got {color!r}")
+        if key is not None and not isinstance(key, int):
+            raise TypeError(f"key: must be an int, got {type(key).__name__}")
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout: must be positive, got {timeout!r}")
         self._splits += 1
-        return split_communicator(self, color, self._rank if key is None else key, self._splits)
+        return split_communicator(self, color, self._rank if key is None else key, self._splits,
+                                  self._timeout if timeout is None else float(timeout))
 
     def close(self):
         """Finish queued work, then release shared memory and the worker thread. Idempotent."""
-        if self._core is not None:
-            self._core.close()
+        self._core.close()
+        server = getattr(self, "_store_server", None)
+        if server is not None:
+            self._store_server = None
+            server.close()
 
     def abort(self, reason: str = "aborted by the user"):
         """Abort: fail queued and future calls at once, and tell the peers."""

@@ -157,12 +157,8 @@ def create(store, prefix: str, rank: int, size: int, timeout: float) -> Communic
     return Communicator(core, store, prefix, rank, size, timeout)
 
 
-def split_communicator(comm: Communicator, color, key: int, n: int):
+def split_communicator(comm: Communicator, color, key: int, n: int, timeout: float):
     """Implementation of Communicator.split (collective over ``comm``)."""
-    if color is not None and (not isinstance(color, int) or color < 0):
-        raise ValueError(f"color: must be a non-negative int or None, got {color!r}")
-    if not isinstance(key, int):
-        raise TypeError(f"key: must be an int, got {type(key).__name__}")
     prefix = f"{comm._prefix}/split{n}"
     store = comm._store
     store.set(f"{prefix}/in/{comm.rank}", f"{'-' if color is None else color}:{key}")
@@ -174,4 +170,4 @@ def split_communicator(comm: Communicator, color, key: int, n: int):
         return None
     members = sorted((k, r) for c, k, r in entries if c == color)
     new_rank = [r for _, r in members].index(comm.rank)
-    return create(store, f"{prefix}/c{color}", new_rank, len(members), comm.timeout)
+    return create(store, f"{prefix}/c{color}", new_rank, len(members), timeout)

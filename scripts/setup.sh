@@ -9,7 +9,8 @@ if [ ! -x .venv/bin/python ] || ! cmp -s requirements.txt .venv/.requirements; t
   rm -rf .venv
   "$PY" -m venv .venv
   .venv/bin/pip install -q --upgrade pip >/dev/null 2>&1 || true
-  .venv/bin/pip install -q -r requirements.txt
+  # (pip's notes about this machine's extra index locations are noise: filtered out)
+  .venv/bin/pip install -q -r requirements.txt 2>&1 | { grep -v "^WARNING: Location" || true; } >&2
   cp requirements.txt .venv/.requirements
 fi
 echo "[setup] building the extension" >&2

@@ -84,7 +84,7 @@ class RankPool:
         self._collect("start-up", timeout)
         self.broken = False
 
-    def _collect(self, what, timeout):
+    def _collect(self, what, timeout, allow_death=False):
         deadline = time.monotonic() + timeout
         results, errors = [None] * self.size, []
         waiting = set(range(self.size))
@@ -93,6 +93,10 @@ class RankPool:
                 c = self.conns[r]
                 if not c.poll(0):
                     if not self.procs[r].is_alive():
+                        if allow_death:
+                            self.broken = True
+                            waiting.discard(r)
+                            continue
                         self.kill()
                         raise RankFailure(f"{what}: rank {r} died (exit code {self.procs[r].exitcode})"
                                           + ("\n" + "\n".join(errors) if errors else ""))
@@ -100,6 +104,10 @@ class RankPool:
                 try:
                     status, value = c.recv()
                 except EOFError:
+                    if allow_death:
+                        self.broken = True
+                        waiting.discard(r)
+                        continue
                     self.kill()
                     raise RankFailure(f"{what}: rank {r} closed its pipe")
                 waiting.discard(r)
@@ -119,15 +127,19 @@ class RankPool:
             raise RankFailure(f"{what} failed on {len(errors)} rank(s):\n" + "\n".join(sorted(errors)))
         return results
 
-    def run(self, fn, *args, timeout: float | None = None, **kwargs):
-        """Run ``fn(comm, *args, **kwargs)`` on every rank; return the per-rank results."""
+    def run(self, fn, *args, timeout: float | None = None, allow_death: bool = False, **kwargs):
+        """Run ``fn(comm, *args, **kwargs)`` on every rank; return the per-rank results.
+
+        With ``allow_death`` a rank that dies yields None instead of failing the call (the pool is
+        then retired).
+        """
         if self.broken:
             raise RankFailure("pool is broken by an earlier hang")
         path = getattr(sys.modules.get(fn.__module__), "__file__", None)
         for c in self.conns:
             c.send((fn.__module__, path, fn.__name__, args, kwargs))
         try:
-            return self._collect(fn.__name__, timeout or self.timeout)
+            return self._collect(fn.__name__, timeout or self.timeout, allow_death)
         except RankFailure as e:
             if "did not answer" in str(e) or "died" in str(e) or "closed" in str(e):
                 self.broken = True

@@ -11,6 +11,18 @@ Two ways to run:
 * **inside a launcher** (torchrun, srun, mpirun: RANK/WORLD_SIZE, SLURM_* or OMPI_* set): this
   process is one rank; it runs commlib, then gloo, then MPI when started by mpirun, and rank 0
   writes the JSON.
+
+The JSON (``--json``, schema "commlib-bench/1"; ``report.validate`` checks it)::
+
+    {"schema", "command", "machine": {cpu, cores, memory_gib, os, python, numpy, torch, mpi4py,
+     commlib, commlib_commit, date, ...}, "config": {collectives, sizes, dtype, op, root, iters,
+     warmup, rounds, check, modes, algorithms, peers, world_size}, "world_size", "timing",
+     "backends": {"commlib"|"gloo"|"mpi": {available, transport, library, wrong | reason}},
+     "results": [{backend, transport, collective, algorithm, resolved (what auto ran), mode
+                  ("out"|"in"), world_size, dtype, op, root, bytes, count, iters, warmup, rounds,
+                  time_us: {median, min, max, loop_avg}, algbw_GBps, busbw_GBps, wrong}],
+     "memcpy": [{bytes, time_us, GBps}], "model": {"backend/transport/P": {alpha, beta, gamma,
+     n, rel_err_median, rel_err_max}}, "tuning": {...} (with --tune)}
 """
 from __future__ import annotations
 
@@ -49,6 +61,8 @@ def add_arguments(p: argparse.ArgumentParser):
     p.add_argument("-r", "--root", type=int, default=0, help="root of rooted collectives")
     p.add_argument("-n", "--iters", type=int, default=20, help="timed iterations per size (default 20)")
     p.add_argument("-w", "--warmup_iters", type=int, default=5, help="warm-up iterations (default 5)")
+    p.add_argument("--rounds", type=int, default=2,
+                   help="interleave the algorithms of a size in this many rounds of iters/rounds calls")
     p.add_argument("-c", "--check", type=int, default=1, help="check results (1, default) or not (0)")
     p.add_argument("--mode", choices=("both", "out", "in"), default="both",
                    help="commlib: out-of-place, in-place or both columns (default both)")
@@ -77,7 +91,7 @@ def config_from_args(a) -> dict:
         raise SystemExit(f"commlib bench: -o {a.op} needs an integer -d (got {a.datatype})")
     return {
         "collectives": colls, "sizes": sizes, "dtype": a.datatype, "op": a.op, "root": a.root,
-        "iters": a.iters, "warmup": a.warmup_iters, "check": bool(a.check),
+        "iters": a.iters, "warmup": a.warmup_iters, "check": bool(a.check), "rounds": a.rounds,
         "modes": ["out", "in"] if a.mode == "both" else [a.mode],
         "algorithms": [x for x in a.algorithms.split(",") if x], "peers": peers,
     }
@@ -217,6 +231,7 @@ def _launch_mpi(cfg_path, part, P, timeout):
     if not ok:
         return False, where
     cmd = mpi_peer.mpirun_command(where, P, ["--config", cfg_path, "--out", part])
+    C.log("# mpi: " + " ".join(cmd[:cmd.index(sys.executable)]))
     env = _env({})
     for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
@@ -230,12 +245,12 @@ def external_launch() -> bool:
         return True
     if int(e.get("OMPI_COMM_WORLD_SIZE", "1")) > 1 or int(e.get("PMI_SIZE", "1")) > 1:
         return True
-    return int(e.get("SLURM_NTASKS", "1")) > 1 and "SLURM_PROCID" in e
+    return int(e.get("SLURM_STEP_NUM_TASKS", "1")) > 1  # a task of a multi-task srun step
 
 
 def _world_size_env():
     e = os.environ
-    for k in ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"):
+    for k in ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"):
         if k in e:
             return int(e[k])
     return 1

@@ -7,9 +7,9 @@ Every algorithm's time is linear in the three machine parameters::
 (alpha: seconds per message, beta: seconds per byte moved, gamma: seconds per byte reduced; n is
 the bench size in bytes: the whole all_reduce/broadcast buffer, the all_gather output, the
 reduce_scatter input, the all_to_all buffer). :func:`coefficients` gives (a, b, c) for every
-algorithm; :func:`fit` finds non-negative (alpha, beta, gamma) minimising the squared *relative*
-error over all measurements of one transport and world size (relative, so 8-byte latencies weigh as
-much as 16 MiB bandwidths). Peers (gloo, MPI) hide their algorithms; they are fitted as if they ran
+algorithm; :func:`fit` finds non-negative (alpha, beta, gamma) minimising the squared error of
+log(time) over all measurements of one transport and world size (relative, so 8-byte latencies weigh
+as much as 16 MiB bandwidths). Peers (gloo, MPI) hide their algorithms; they are fitted as if they ran
 the textbook one (PEER_ALGORITHM).
 """
 from __future__ import annotations
@@ -101,6 +101,13 @@ def _nnls_small(A: np.ndarray, y: np.ndarray) -> np.ndarray:
     return best
 
 
+def _log_cost(A, x, t):
+    p = A @ x
+    if np.any(p <= 0):
+        return float("inf")
+    return float(np.sum(np.log(p / t) ** 2))
+
+
 def fit(samples):
     """Fit alpha, beta, gamma to [(collective, algorithm, n_bytes, P, seconds)].
 
@@ -118,10 +125,29 @@ def fit(samples):
         return {"alpha": 0.0, "beta": 0.0, "gamma": 0.0, "n": 0, "rel_err_median": None,
                 "rel_err_max": None}
     A, t = np.array(rows, float), np.array(t, float)
-    # Scale columns to comparable magnitude, rows by 1/t (relative error).
+    # Scale columns to comparable magnitude; start from least squares on relative error (rows / t),
+    # then Gauss-Newton on log(pred) - log(t) (relative LS under-predicts when the noise is large;
+    # the log fit goes through the middle of the points). Non-negative at every step.
     scale = np.where(np.abs(A).max(axis=0) > 0, np.abs(A).max(axis=0), 1.0)
-    Aw = (A / scale) / t[:, None]
-    x = _nnls_small(Aw, np.ones_like(t)) / scale
+    As = A / scale
+    x = _nnls_small(As / t[:, None], np.ones_like(t))
+    cost = _log_cost(As, x, t)
+    for _ in range(30):
+        p = As @ x
+        if np.any(p <= 0):
+            break
+        step = _nnls_small(As / p[:, None], 1.0 + np.log(t / p))
+        best = None
+        for damp in (1.0, 0.5, 0.25, 0.1):
+            cand = x + damp * (step - x)
+            c = _log_cost(As, cand, t)
+            if c < cost - 1e-15:
+                best = (cand, c)
+                break
+        if best is None:
+            break
+        x, cost = best
+    x = x / scale
     pred = A @ x
     rel = np.abs(pred - t) / t
     return {"alpha": float(x[0]), "beta": float(x[1]), "gamma": float(x[2]), "n": int(len(t)),

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 import json
 import os
 
@@ -139,7 +138,7 @@ def _availability(datas):
     for d in datas:
         for name, info in d.get("backends", {}).items():
             if info.get("available"):
-                out[name] = f"available ({info.get('library') or info.get('transport', '')})".replace(" ()", "")
+                out[name] = f"available ({_clean(info.get('library') or info.get('transport', ''))})".replace(" ()", "")
             elif name not in out:
                 out[name] = "not requested" if info.get("requested") is False else \
                     f"not available ({info.get('reason') or info.get('error') or 'unknown'})"
@@ -393,8 +392,9 @@ def build(datas, outdir):
             doc.img(path, f"measured vs model, {P} ranks")
 
     doc.h("Fitted cost model (alpha, beta, gamma)")
-    doc.p("Least squares on relative error over every measured size and algorithm of a transport "
-          "(DESIGN.md §3 formulas; peers fitted as if they ran ring / pairwise / binomial).")
+    doc.p("Non-negative least squares on log(time) over every measured size and algorithm of a transport "
+          "and world size (DESIGN.md §3 formulas; peers fitted as if they ran ring / pairwise / binomial). "
+          "On an oversubscribed or shared machine alpha also absorbs scheduling delays.")
     doc.table(["backend", "transport", "ranks", "alpha (µs)", "beta (ns/B)", "1/beta (GB/s)", "gamma (ns/B)",
                "1/gamma (GB/s)", "samples", "median rel. error"],
               [[v["backend"], v["transport"], v["world_size"], _f(v["alpha"] * 1e6), _f(v["beta"] * 1e9, ".4f"),
@@ -420,20 +420,32 @@ def build(datas, outdir):
     doc.h("What auto picks")
     doc.p("auto's choice at each size (from the tuning file loaded when the bench ran, or the core's "
           "heuristic), its time against the best algorithm measured at that size; target: within 10%.")
-    picks, within, total = [], 0, 0
-    for r in rows:
-        if r["auto_us"] is None:
+    within, same, total = 0, 0, 0
+    for P in Ps:
+        sel = [r for r in rows if r["world_size"] == P and r["auto_us"] is not None]
+        if not sel:
             continue
-        ratio = r["auto_us"] / r["best_us"] if r["best_us"] else None
-        total += 1
-        ok = ratio is not None and ratio <= 1.10
-        within += ok
-        picks.append([r["collective"], r["world_size"], C.fmt_bytes(r["bytes"]), r["auto_resolved"] or "?",
-                      r["best"], _us(r["auto_us"]), _us(r["best_us"]), _x(ratio), "yes" if ok else "NO"])
-    if picks:
-        doc.p(f"auto within 10% of the best at {within} of {total} sizes.")
-        doc.table(["collective", "ranks", "size", "auto ran", "best measured", "auto µs", "best µs",
-                   "auto / best", "≤ 1.10"], picks)
+        colls = [c for c in C.COLLECTIVES if any(r["collective"] == c for r in sel)]
+        cells = {}
+        for r in sel:
+            ratio = r["auto_us"] / r["best_us"] if r["best_us"] else None
+            total += 1
+            ok = ratio is not None and ratio <= 1.10
+            noise = not ok and r["auto_resolved"] == r["best"]
+            within += ok
+            same += noise
+            cells[(r["bytes"], r["collective"])] = (
+                f"{r['auto_resolved'] or '?'} {_x(ratio)}"
+                + ("" if ok else " (= best algorithm: noise)" if noise else f" ✗ (best {r['best']})"))
+        sizes = sorted({b for b, _ in cells})
+        doc.p(f"{P} ranks — each cell: the algorithm auto ran, its time / the best measured time "
+              "(✗: more than 10% slower, and the best algorithm; '= best algorithm' where auto ran the "
+              "best algorithm itself and only the measurement differs):")
+        doc.table(["size"] + colls, [[C.fmt_bytes(b)] + [cells.get((b, c), "–") for c in colls] for b in sizes])
+    if total:
+        doc.p(f"auto within 10% of the best at {within} of {total} (collective, size, world size) points; "
+              f"at {same} more it ran the best algorithm and the gap is noise between two measurements of "
+              f"the same calls.")
     tun = next((d.get("tuning") for d in datas if d.get("tuning")), None)
     if tun:
         from commlib.bench.tuning import rows_for
@@ -492,9 +504,14 @@ def _transport(records, P):
     return "shm"
 
 
+def _clean(text):
+    return str(text).replace("\x00", "").split(",")[0].strip()
+
+
 def _mpi_lib(d):
     info = d.get("backends", {}).get("mpi", {})
-    return info.get("library") or ("not available" if not info.get("available") else "?")
+    return _clean(info.get("library")) if info.get("library") else (
+        "not available" if not info.get("available") else "?")
 
 
 def _memcpy_at(memcpy, b):

@@ -8,7 +8,8 @@ timed loop is ``fn()`` between two ``perf_counter`` reads) and offers ``barrier`
 How a time is measured (documented in the report and the README):
 
 1. ``-w`` warm-up calls, then a barrier;
-2. ``-n`` timed calls back to back (no barrier between them); every rank records each call's
+2. ``-n`` timed calls back to back (no barrier between them), split into ``--rounds`` rounds that
+   interleave the algorithms of one size (see :class:`Sweep`); every rank records each call's
    duration; a call's time is the **maximum over ranks** of that call's duration (a collective is
    done when its slowest rank is done);
 3. the row's ``time`` is the **median** of those per-call times (min, max and the loop average,
@@ -219,7 +220,12 @@ def _transport_of(comm) -> str:
 
 
 class Sweep:
-    """Runs the sweep of one backend; rank 0 prints the table and keeps the records."""
+    """Runs the sweep of one backend; rank 0 prints the table and keeps the records.
+
+    Order: collective, then size, then ``rounds`` rounds over every (algorithm, mode), each round
+    timing iters/rounds calls: the algorithms of one size are measured interleaved, seconds apart,
+    so a burst of load from other processes hits them alike and their ratios stay meaningful.
+    """
 
     def __init__(self, backend: Backend, cfg: dict, out=sys.stdout, progress=None):
         self.b = backend
@@ -234,109 +240,123 @@ class Sweep:
         req = self.cfg.get("algorithms") or ["all"]
         if self.b.name != "commlib":
             return [self.b.name]
-        if "all" in req:
-            return self.b.algorithms(collective)
         known = self.b.algorithms(collective)
+        if "all" in req:
+            return known
         return [a for a in req if a in known]
+
+    def _plan(self):
+        cfg, b = self.cfg, self.b
+        modes = cfg.get("modes", list(C.MODES))
+        plan = []
+        for coll in cfg["collectives"]:
+            use_op = cfg["op"] if coll in C.REDUCING else "sum"
+            ms = [m for m in (modes if b.name == "commlib" else [C.COMPARE_MODE[coll]])
+                  if b.supports(coll, m, use_op, cfg["dtype"])]
+            algos = self._algos(coll)
+            if ms and algos:
+                plan.append((coll, algos, ms, use_op))
+        return plan
 
     def run(self):
         cfg, b = self.cfg, self.b
         P, rank = b.size, b.rank
-        dtype, op, root = cfg["dtype"], cfg["op"], cfg.get("root", 0)
-        modes = cfg.get("modes", list(C.MODES))
-        plan = []
-        for coll in cfg["collectives"]:
-            use_op = op if coll in C.REDUCING else "sum"
-            for algo in self._algos(coll):
-                ms = [m for m in (modes if b.name == "commlib" else [C.COMPARE_MODE[coll]])
-                      if b.supports(coll, m, use_op, dtype)]
-                if ms:
-                    plan.append((coll, algo, ms, use_op))
-        total = sum(len(cfg["sizes"]) for _ in plan)
+        dtype, root = cfg["dtype"], cfg.get("root", 0)
+        plan = self._plan()
+        total = len(plan) * len(cfg["sizes"])
         done = 0
         t_start = time.perf_counter()
-        refs = {}
-        for i, (coll, algo, ms, use_op) in enumerate(plan):
-            if refs and next(iter(refs))[0] != coll:
-                refs.clear()
+        for i, (coll, algos, ms, op) in enumerate(plan):
             table = None
             if rank == 0:
                 table = Table(coll, P, self.out, modes=C.MODES if b.name == "commlib" else ms)
-                elapsed = time.perf_counter() - t_start
-                table.header(f"{b.name} {coll} algorithm={algo} ranks={P} transport={b.transport} "
-                             f"[{i + 1}/{len(plan)}, {elapsed:.0f} s]")
+                table.header(f"{b.name} {coll} ranks={P} transport={b.transport} algorithms: {', '.join(algos)} "
+                             f"[{i + 1}/{len(plan)}, {time.perf_counter() - t_start:.0f} s]")
             seen = set()
             for size_req in cfg["sizes"]:
-                count, block, size = C.geometry(coll, size_req, dtype, P)
                 done += 1
+                count, block, size = C.geometry(coll, size_req, dtype, P)
                 if size in seen:  # small sizes round up to one element per rank
                     continue
                 seen.add(size)
-                key = (coll, size)
-                if cfg.get("check") and key not in refs:
-                    refs[key] = Reference(coll, count, block, dtype, use_op, rank, P, root)
-                cols = {}
-                for mode in ms:
-                    rec = self._measure(coll, algo, mode, count, block, size, dtype, use_op, root,
-                                        refs.get(key))
-                    cols[mode] = rec
+                recs = self._measure_size(coll, algos, ms, count, block, size, dtype, op, root)
                 if rank == 0:
-                    table.row(size, count, dtype, use_op if coll in C.REDUCING else "none",
-                              root if coll in C.ROOTED else -1, cols)
-                if rank == 0 and self.progress:
-                    self.progress(done, total, f"{b.name} {coll} {algo} {C.fmt_bytes(size)}")
+                    for algo in algos:
+                        table.row(size, count, dtype, op if coll in C.REDUCING else "none",
+                                  root if coll in C.ROOTED else -1, recs[algo], algorithm=algo)
+                    if self.progress:
+                        self.progress(done, total, f"{b.name} {coll} {C.fmt_bytes(size)}")
             if rank == 0:
                 table.footer()
         return self.records
 
-    def _measure(self, coll, algo, mode, count, block, size, dtype, op, root, ref):
+    def _measure_size(self, coll, algos, ms, count, block, size, dtype, op, root):
         b, cfg = self.b, self.cfg
         n, w = cfg["iters"], cfg["warmup"]
-        if not self._warm:  # first call of the job: connections, page faults
-            w += 20
-            self._warm = True
-        bufs = make_buffers(coll, mode, count, block, dtype, b.rank, root)
-        if ref is not None:
-            ref.prepare(bufs)
-        else:
-            send = bufs["send"]
-            if send is not None:
-                C.fill(send, np.ones(_numel(send)))
-        fn = b.make(coll, algo, mode, bufs, op, root)
-        for _ in range(w):
-            fn()
-        b.barrier()
-        times = [0.0] * n
+        rounds = max(1, min(cfg.get("rounds", 2), n))
+        ref = Reference(coll, count, block, dtype, op, b.rank, b.size, root) if cfg.get("check") else None
+        bufs = {m: make_buffers(coll, m, count, block, dtype, b.rank, root) for m in ms}
+        for m in ms:
+            if ref is not None:
+                ref.prepare(bufs[m])
+            elif bufs[m]["send"] is not None:
+                C.fill(bufs[m]["send"], np.ones(_numel(bufs[m]["send"])))
+        keys = [(a, m) for a in algos for m in ms]
+        fns = {(a, m): b.make(coll, a, m, bufs[m], op, root) for a, m in keys}
+        times = {k: [] for k in keys}
+        loops = {k: 0.0 for k in keys}
         pc = time.perf_counter
-        t_loop = pc()
-        for k in range(n):
-            t0 = pc()
-            fn()
-            times[k] = pc() - t0
-        t_loop = pc() - t_loop
-        wrong = 0
+        for rnd in range(rounds):
+            k_iters = n // rounds + (1 if rnd < n % rounds else 0)
+            for key in keys:
+                fn = fns[key]
+                warm = w if rnd == 0 else min(w, 1)
+                if not self._warm:  # first calls of the job: connections, page faults
+                    warm += 20
+                    self._warm = True
+                for _ in range(warm):
+                    fn()
+                b.barrier()
+                ts = [0.0] * k_iters
+                t_loop = pc()
+                for j in range(k_iters):
+                    t0 = pc()
+                    fn()
+                    ts[j] = pc() - t0
+                loops[key] += pc() - t_loop
+                times[key] += ts
+        wrong = {k: 0 for k in keys}
         if ref is not None:
-            ref.prepare(bufs)
-            b.barrier()
-            fn()
-            wrong = ref.wrong(bufs)
-        stats = b.gather_stats(np.array(times + [t_loop, wrong], np.float64))
-        per_call = stats[:, :n].max(axis=0) if n else np.zeros(1)
-        wrong_sum = int(stats[:, n + 1].sum())
-        self.wrong_total += wrong_sum
-        med = float(np.median(per_call))
-        algbw, busbw = C.bandwidths(coll, size, b.size, med)
-        rec = {
-            "backend": b.name, "transport": b.transport, "collective": coll, "algorithm": algo,
-            "resolved": b.resolve(coll, algo, size, dtype), "mode": mode, "world_size": b.size,
-            "dtype": dtype, "op": op, "root": root if coll in C.ROOTED else -1,
-            "bytes": size, "count": count, "iters": n, "warmup": w,
-            "time_us": {"median": med * 1e6, "min": float(per_call.min()) * 1e6,
-                        "max": float(per_call.max()) * 1e6,
-                        "loop_avg": float(stats[:, n].max()) / max(n, 1) * 1e6},
-            "algbw_GBps": algbw, "busbw_GBps": busbw,
-            "wrong": wrong_sum if ref is not None else None,
-        }
-        if b.rank == 0:
-            self.records.append(rec)
-        return rec
+            for key in keys:
+                ref.prepare(bufs[key[1]])
+                b.barrier()
+                fns[key]()
+                wrong[key] = ref.wrong(bufs[key[1]])
+        vec = []
+        for key in keys:
+            vec += times[key] + [loops[key], wrong[key]]
+        stats = b.gather_stats(np.array(vec, np.float64))
+        out = {a: {} for a in algos}
+        width = n + 2
+        for j, (algo, mode) in enumerate(keys):
+            blk = stats[:, j * width:(j + 1) * width]
+            per_call = blk[:, :n].max(axis=0) if n else np.zeros(1)
+            wrong_sum = int(blk[:, n + 1].sum())
+            self.wrong_total += wrong_sum
+            med = float(np.median(per_call))
+            algbw, busbw = C.bandwidths(coll, size, b.size, med)
+            rec = {
+                "backend": b.name, "transport": b.transport, "collective": coll, "algorithm": algo,
+                "resolved": b.resolve(coll, algo, size, dtype), "mode": mode, "world_size": b.size,
+                "dtype": dtype, "op": op, "root": root if coll in C.ROOTED else -1,
+                "bytes": size, "count": count, "iters": n, "warmup": cfg["warmup"], "rounds": rounds,
+                "time_us": {"median": med * 1e6, "min": float(per_call.min()) * 1e6,
+                            "max": float(per_call.max()) * 1e6,
+                            "loop_avg": float(blk[:, n].max()) / max(n, 1) * 1e6},
+                "algbw_GBps": algbw, "busbw_GBps": busbw,
+                "wrong": wrong_sum if ref is not None else None,
+            }
+            out[algo][mode] = rec
+            if b.rank == 0:
+                self.records.append(rec)
+        return out

@@ -23,8 +23,9 @@ import os
 import time
 
 SCHEMA = "commlib-tuning/1"
-SMOOTH = 1.10  # a lone pick is replaced by its neighbours' when theirs is within 10% there
-MODEL_MAX_REL_ERR = 0.5  # only trust the model for unmeasured world sizes when it fits this well
+TOLERANCE = 0.10  # a pick is at most 10% slower than the best measured at its size
+SWITCH_COST = 0.05  # ... and changes algorithm only when that gains more than 5% somewhere
+MODEL_MAX_REL_ERR = 0.25  # only trust the model for unmeasured world sizes when it fits this well
 
 
 def default_path() -> str:
@@ -100,14 +101,39 @@ def choose(table: dict, collective: str, nbytes: int, P: int):
 
 
 # -- building a table ---------------------------------------------------------------------------------
-def _smooth(picks, times):
-    """picks[i]: best algorithm at size i; times[i][alg]: its time. Remove lone flips."""
-    picks = list(picks)
-    for i in range(1, len(picks) - 1):
-        a, b = picks[i - 1], picks[i + 1]
-        if a == b != picks[i] and a in times[i] and times[i][a] <= SMOOTH * times[i][picks[i]]:
-            picks[i] = a
-    return picks
+def _choose_path(times):
+    """times[i]: {algorithm: seconds} at the i-th size. Pick one algorithm per size, each within
+    TOLERANCE of that size's best, minimising (relative excess over the best) + SWITCH_COST per
+    change of algorithm between neighbouring sizes (dynamic programming). Measurements are noisy:
+    among near-equal algorithms this keeps one, instead of following the noise."""
+    algs = sorted({a for t in times for a in t})
+    INF = float("inf")
+
+    def excess(i, a):
+        t = times[i]
+        if a not in t:
+            return INF
+        best = min(t.values())
+        x = t[a] / best - 1.0 if best > 0 else 0.0
+        return x if x <= TOLERANCE else INF
+
+    cost = {a: excess(0, a) for a in algs}
+    back = []
+    for i in range(1, len(times)):
+        new, ptr = {}, {}
+        for a in algs:
+            e = excess(i, a)
+            prev = min(algs, key=lambda b: cost[b] + (SWITCH_COST if b != a else 0.0))
+            new[a] = e + cost[prev] + (SWITCH_COST if prev != a else 0.0)
+            ptr[a] = prev
+        cost = new
+        back.append(ptr)
+    a = min(algs, key=lambda b: cost[b])
+    path = [a]
+    for ptr in reversed(back):
+        a = ptr[a]
+        path.append(a)
+    return path[::-1]
 
 
 def _rows(core_sizes, picks):
@@ -144,8 +170,8 @@ def measured_picks(records):
 
 
 def from_results(records, fits=None, previous=None, model_span=2):
-    """A tuning table from bench records: measured world sizes from the measurements (best median,
-    lone flips smoothed), and world sizes 2..model_span*max(P) not measured from the fitted model of
+    """A tuning table from bench records: measured world sizes from the measurements (within 10%
+    of the best at every size, few switches: _choose_path), and world sizes 2..model_span*max(P) not measured from the fitted model of
     the nearest measured P (when it fits within MODEL_MAX_REL_ERR). Entries of ``previous`` measured
     at other world sizes are kept."""
     from commlib.bench import model
@@ -159,8 +185,7 @@ def from_results(records, fits=None, previous=None, model_span=2):
     for (coll, P), series in sorted(picks.items()):
         if not series:
             continue
-        best = [min(t, key=t.get) for _, _, t in series]
-        best = _smooth(best, [t for _, _, t in series])
+        best = _choose_path([t for _, _, t in series])
         colls.setdefault(coll, {})[str(P)] = {
             "source": "measured", "dtype": next(r["dtype"] for r in records if r["backend"] == "commlib"),
             "rows": _rows([cb for _, cb, _ in series], best)}

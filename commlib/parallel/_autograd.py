@@ -46,8 +46,8 @@ def _check_divisible(n: int, comm, what: str):
 
 # ---- raw (non-differentiable) helpers, along an arbitrary dim ------------------------------------
 def all_reduce_tensor(x: torch.Tensor, comm, op: str = "sum") -> torch.Tensor:
-    """All-reduce a copy of ``x`` (contiguous) and return it."""
-    buf = x.contiguous().clone() if x.is_contiguous() else x.contiguous()
+    """All-reduce a contiguous copy of ``x`` (``x`` itself is left untouched) and return it."""
+    buf = x.clone(memory_format=torch.contiguous_format)
     comm.all_reduce(buf, op=op)
     return buf
 

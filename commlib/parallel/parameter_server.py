@@ -2,12 +2,14 @@
 and pull weights.
 
 This is the *baseline*, kept to be measured against. Every step the server receives a full
-gradient from each of the N-1 workers (a ``reduce`` rooted at the server) and sends the full
-weights back (a ``broadcast``): with the ``linear`` algorithms the server's link carries
-2(N-1)·Ψ elements per step, O(N), while a ring all-reduce moves 2(N-1)/N·Ψ per rank, O(1) —
-which is why DataParallel (all-reduce) replaced it. Tree algorithms for the reduce and broadcast
-remove the server hot spot but not the extra latency of two dependent phases, and the server
-still holds the whole optimizer state (16Ψ with Adam) while workers hold 8Ψ.
+gradient from each of the N-1 workers (push: a ``reduce`` rooted at the server, by default the
+``direct`` algorithm, i.e. every worker sends to the server) and sends the full weights back to
+each of them (pull: one point-to-point send per worker, or a ``broadcast`` with ``pull=
+"broadcast"``): the server's link carries 2(N-1)·Ψ elements per step, O(N), while a ring
+all-reduce moves 2(N-1)/N·Ψ per rank, O(1) — which is why DataParallel (all-reduce) replaced it.
+Tree algorithms for the push and pull remove the server hot spot but not the latency of two
+dependent phases, and the server still holds the whole optimizer state (16Ψ with Adam) while the
+workers hold 8Ψ.
 
 Usage (every rank)::
 
@@ -39,16 +41,18 @@ class ParameterServer:
         server_computes: whether the server also trains on a slice of the batch (default True).
             With False the server only aggregates, and the gradient is averaged over the
             ``size - 1`` workers.
-        reduce_algorithm / broadcast_algorithm: algorithms of the push and the pull (``"auto"``;
-            ``"linear"`` reduce / ``"binomial"`` broadcast etc. where the core offers them).
+        reduce_algorithm: algorithm of the push (``"direct"``: every worker sends to the server,
+            the textbook pattern; ``"binomial"`` or ``"auto"`` for a tree).
+        pull: ``"p2p"`` (the server sends the weights to each worker: O(N) at the server) or
+            ``"broadcast"`` (a ``broadcast`` collective with ``broadcast_algorithm``).
 
     Parameters and gradients live in one flat buffer per dtype (``param.data``/``param.grad``
     are views into them), so a push is one ``reduce`` and a pull one ``broadcast`` per dtype.
     """
 
     def __init__(self, module: torch.nn.Module, comm, optimizer_class, server_rank: int = 0,
-                 server_computes: bool = True, reduce_algorithm: str = "auto",
-                 broadcast_algorithm: str = "auto", **optimizer_kwargs):
+                 server_computes: bool = True, reduce_algorithm: str = "direct",
+                 pull: str = "p2p", broadcast_algorithm: str = "auto", **optimizer_kwargs):
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"module: expected a torch.nn.Module, got {type(module).__name__}")
         check_comm(comm)
@@ -61,6 +65,9 @@ class ParameterServer:
                              f"size {comm.size}")
         if not server_computes and comm.size < 2:
             raise ValueError("server_computes: False needs at least one worker (size >= 2)")
+        if pull not in ("p2p", "broadcast"):
+            raise ValueError(f"pull: expected 'p2p' or 'broadcast', got {pull!r}")
+        self.pull = pull
         self.reduce_algorithm = check_algorithm("reduce", reduce_algorithm)
         self.broadcast_algorithm = check_algorithm("broadcast", broadcast_algorithm)
         self.module, self.comm = module, comm
@@ -127,7 +134,15 @@ class ParameterServer:
                 grad.div_(self.workers)
             self.optimizer.step()
         for _, _, flat, _ in self._groups:
-            self.comm.broadcast(flat, root=self.server_rank, algorithm=self.broadcast_algorithm)
+            if self.comm.size == 1 or not flat.numel():
+                continue
+            if self.pull == "broadcast":
+                self.comm.broadcast(flat, root=self.server_rank, algorithm=self.broadcast_algorithm)
+            elif self.is_server:
+                self.comm.batch_p2p([("send", flat, r) for r in range(self.comm.size)
+                                     if r != self.server_rank])
+            else:
+                self.comm.recv(flat, self.server_rank)
         return loss
 
     def state_dict(self) -> dict:

@@ -226,7 +226,8 @@ class ZeroOptimizer:
 
     * stage 1: gradients stay full (in a flat buffer ``param.grad`` points into); ``step()``
       reduce-scatters (averages) every bucket into the owned pieces, steps, and all-gathers the
-      updated parameters.
+      updated parameters. After ``step()`` the owned block of the flat gradient holds the averaged
+      gradient and the other blocks the local one: call ``zero_grad()`` before the next backward.
     * stage 2: post-accumulate-grad hooks copy each gradient into its bucket and free it; a full
       bucket is reduce-scattered asynchronously while backward continues; the end of backward waits
       and accumulates the owned piece. Only the ``1/P`` gradient piece persists.
@@ -235,6 +236,8 @@ class ZeroOptimizer:
     optimizer synchronises gradients itself: do not also wrap the model in DataParallel.
     Parameters with ``requires_grad=False`` are left alone. Note: a parameter that gets no
     gradient in a step is treated as having a zero gradient (its piece of the bucket is zero).
+    The inner torch optimizer is ``.optimizer`` (attach learning-rate schedulers to it);
+    ``algorithm`` is used for both the reduce_scatter and the all_gather calls.
     """
 
     def __init__(self, optimizer_class, params, comm, stage: int = 1, bucket_cap_mb: float = 25.0,
@@ -344,11 +347,17 @@ class ZeroOptimizer:
                         v.copy_(p.grad)
                     p.grad = v
                 out = torch.empty(u.layout.piece, dtype=u.flat.dtype)
-                works.append(self.comm.reduce_scatter(out, u.flat_grad, op="avg",
-                                                      algorithm=self.algorithm, async_op=True))
-                u.shard.grad = out
-            for w in works:
+                works.append((u, out, self.comm.reduce_scatter(out, u.flat_grad, op="avg",
+                                                               algorithm=self.algorithm,
+                                                               async_op=True)))
+            for u, out, w in works:
                 w.wait()
+                # The averaged piece replaces this rank's block of the flat gradient (no extra
+                # persistent buffer); the other blocks keep the local gradients until zero_grad.
+                own = u.flat_grad[u.layout.piece * self.comm.rank:
+                                  u.layout.piece * (self.comm.rank + 1)]
+                own.copy_(out)
+                u.shard.grad = own
         self.optimizer.step()
         works = [self.comm.all_gather(u.flat, u.shard.detach(), algorithm=self.algorithm,
                                       async_op=True) for u in self._units]
@@ -675,6 +684,9 @@ class FullyShardedModule(torch.nn.Module):
             unit.module.register_forward_hook(self._make_post_forward(unit))
         self._fwd_order: List[_FsdpUnit] = []
         self._order_fixed = False
+        #: per forward/backward: units whose all_gather was already launched (prefetched) when
+        #: they were needed ("hits") or had to be gathered on demand ("misses")
+        self.prefetch_stats: Dict[str, int] = {}
         self._pending = []
         self._in_backward = False
 
@@ -687,6 +699,8 @@ class FullyShardedModule(torch.nn.Module):
             kwargs = {k: cast(v) for k, v in kwargs.items()}
         if self._fwd_order and not self._order_fixed:
             self._order_fixed = True
+        self.prefetch_stats = {"forward_hits": 0, "forward_misses": 0, "backward_hits": 0,
+                               "backward_misses": 0}
         out = self.module(*args, **kwargs)
         return out
 
@@ -706,6 +720,7 @@ class FullyShardedModule(torch.nn.Module):
         def hook(module, args):
             if not self._order_fixed and unit not in self._fwd_order:
                 self._fwd_order.append(unit)
+            self.prefetch_stats["forward_misses" if unit.state == _FREE else "forward_hits"] += 1
             unit.ensure_gathered()
             if self.prefetch:
                 nxt = self._next_unit(unit, +1)
@@ -742,6 +757,7 @@ class FullyShardedModule(torch.nn.Module):
         if not self._in_backward:
             self._in_backward = True
             queue_backward_callback(self._finish_backward)
+        self.prefetch_stats["backward_misses" if unit.state == _FREE else "backward_hits"] += 1
         unit.ensure_gathered()
         if self.prefetch:
             prv = self._next_unit(unit, -1)

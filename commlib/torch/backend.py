@@ -15,20 +15,21 @@ Every method turns torch's arguments into one call (or a few) of the communicato
 * an asynchronous call (``async_op=True``, DDP, functional collectives, FSDP2) is queued on the
   communicator's FIFO worker; one completion thread per group waits on the works in call order,
   copies results back and completes the ``torch.futures.Future`` behind the returned work with the
-  list of output tensors (or with the error).
+  list of output tensors (or with the error, which ``wait()`` re-raises);
+* sends and receives are held back and issued as one concurrent batch when something waits on
+  them or the next call is made (see ``_p2p_op``), so ``irecv(p); isend(p)`` cannot deadlock on
+  the communicator's FIFO.
 """
 from __future__ import annotations
 
 import dataclasses
 import datetime
-import os
 import queue
 import threading
 from typing import Optional
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import _create_work_from_future
 from torch.futures import Future
 
 RedOpType = dist.ReduceOp.RedOpType
@@ -71,22 +72,10 @@ class Options:
                                  f"{', '.join(COLLECTIVES)})")
 
 
-# -- hooks for the rendezvous (tests may swap the communicator factory) --------------------------
+# -- rendezvous (``_init_comm`` is a seam: a stand-in communicator can be swapped in) ---------------
 def _default_init_comm(store, rank, size, timeout_s, prefix):
-    import time
-
     import commlib
-    deadline = time.monotonic() + 10.0
-    while True:
-        try:
-            return commlib.init(rank=rank, world_size=size, store=store, prefix=prefix,
-                                timeout=timeout_s)
-        except commlib.CommError as exc:
-            # Work-around for a rendezvous race in the core (rank 0 publishes the region before
-            # initialising it): the region stays published until every rank mapped it, so retry.
-            if rank == 0 or "not initialised" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.01)
+    return commlib.init(rank=rank, world_size=size, store=store, prefix=prefix, timeout=timeout_s)
 
 
 _init_comm = _default_init_comm
@@ -106,16 +95,30 @@ def _create(dist_opts, pg_options):
     """The creator torch calls (extended API) for every group on this backend."""
     if pg_options is not None and not isinstance(pg_options, Options):
         raise TypeError(f"pg_options: expected commlib.torch.Options, got {type(pg_options).__name__}")
+    options = pg_options or Options()
+    _check_algorithms(options)
     rank, size = dist_opts.group_rank, dist_opts.group_size
     timeout = _timeout_seconds(dist_opts.timeout)
     prefix = f"commlib/{dist_opts.group_id}"
     comm = _init_comm(dist_opts.store, rank, size, timeout, prefix)
-    return ProcessGroupCommlib(comm, rank, size, pg_options or Options(), dist_opts.timeout)
+    return ProcessGroupCommlib(comm, rank, size, options, dist_opts.timeout)
+
+
+def _check_algorithms(options: Options):
+    import commlib
+    for coll, algo in options.algorithms.items():
+        if algo in (None, "auto"):
+            continue
+        known = commlib.algorithms(coll)
+        if algo not in known:
+            raise ValueError(f"pg_options.algorithms[{coll!r}]: unknown algorithm {algo!r} "
+                             f"(expected one of: auto, {', '.join(known)})")
 
 
 # -- staging -------------------------------------------------------------------------------------
 def _as_flat(t: torch.Tensor) -> torch.Tensor:
     """A contiguous 1-D tensor sharing t's memory when possible (a copy otherwise)."""
+    t = t.detach()
     if t.is_contiguous():
         return t.view(-1)
     return t.contiguous().view(-1)
@@ -145,7 +148,7 @@ class _Staged:
 def _out_bytes(t: torch.Tensor) -> _Staged:
     """Stage an output for data movement (same element type or bytes)."""
     if t.is_contiguous():
-        flat = t.view(-1)
+        flat = t.detach().view(-1)
         return _Staged(t, flat if flat.dtype in _NATIVE else flat.view(torch.uint8), False)
     buf = torch.empty(t.numel(), dtype=t.dtype)
     return _Staged(t, buf if t.dtype in _NATIVE else buf.view(torch.uint8), True)
@@ -157,13 +160,15 @@ def _reduction_staging(t: torch.Tensor, op: str):
     Native dtypes reduce directly (through a contiguous copy if needed); bool reduces as uint8
     (sum/max/bor -> max, prod/min/band -> min); complex as pairs of reals (sum, avg, premul_sum);
     other integer dtypes in int64 and other floats in float32, cast back afterwards.
+    The finalizers copy into ``t`` and run under ``torch.no_grad()``.
     """
+    t_out, t = t, t.detach()
     dt = t.dtype
     if dt in _NATIVE:
         if t.is_contiguous():
             return t.view(-1), op, None
         buf = t.contiguous().view(-1)
-        return buf, op, lambda: t.copy_(buf.view(t.shape))
+        return buf, op, lambda: t_out.copy_(buf.view(t.shape))
     if dt == torch.bool:
         mapped = {"sum": "max", "max": "max", "bor": "max", "avg": "max", "prod": "min",
                   "min": "min", "band": "min", "bxor": "bxor"}.get(op)
@@ -172,7 +177,7 @@ def _reduction_staging(t: torch.Tensor, op: str):
         buf = t.contiguous().view(-1).view(torch.uint8)
         if t.is_contiguous():
             return buf, mapped, None
-        return buf, mapped, lambda: t.copy_(buf.view(torch.bool).view(t.shape))
+        return buf, mapped, lambda: t_out.copy_(buf.view(torch.bool).view(t.shape))
     if dt.is_complex:
         if op not in ("sum", "avg", "premul_sum"):
             raise ValueError(f"op: {op} is not defined for complex tensors")
@@ -180,12 +185,12 @@ def _reduction_staging(t: torch.Tensor, op: str):
         buf = torch.view_as_real(src).view(-1)
         if t.is_contiguous():
             return buf, op, None
-        return buf, op, lambda: t.copy_(src)
+        return buf, op, lambda: t_out.copy_(src)
     wide = torch.float32 if dt.is_floating_point else torch.int64
     if wide == torch.int64 and op in ("avg", "premul_sum"):
         wide = torch.float64
     buf = t.to(wide).contiguous().view(-1)
-    return buf, op, lambda: t.copy_(buf.view(t.shape))
+    return buf, op, lambda: t_out.copy_(buf.view(t.shape))
 
 
 def _op_of(reduce_op):
@@ -202,10 +207,6 @@ def _op_of(reduce_op):
     if isinstance(factor, torch.Tensor):
         factor = factor.item()
     return name, float(factor)
-
-
-def _block_sizes_equal(tensors, n):
-    return all(x.numel() == n for x in tensors)
 
 
 class _Call:
@@ -228,13 +229,14 @@ class ProcessGroupCommlib(dist.ProcessGroup):
         self._comm = comm
         self._options = options or Options()
         self._timeout = timeout
-        self._algo = {c: self._options.algorithms.get(c, "auto") for c in COLLECTIVES}
+        self._algo = {c: self._options.algorithms.get(c) or "auto" for c in COLLECTIVES}
         self._group_name = ""
         self._group_desc = ""
         self._queue: "queue.SimpleQueue" = queue.SimpleQueue()
         self._thread: Optional[threading.Thread] = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._closed = False
+        self._p2p: list = []
 
     # -- identity ---------------------------------------------------------------------------
     def getBackendName(self):
@@ -275,48 +277,62 @@ class ProcessGroupCommlib(dist.ProcessGroup):
             item = self._queue.get()
             if item is None:
                 return
-            call, fut = item
+            call, futs = item
             try:
                 for w in call.works:
                     w.wait()
-                for f in call.finals:
-                    f()
+                with torch.no_grad():
+                    for f in call.finals:
+                        f()
             except BaseException as exc:  # noqa: BLE001 - handed to the waiter
-                fut.set_exception(exc)
+                for fut, _ in futs:
+                    fut.set_exception(exc)
                 continue
-            fut.set_result(call.result)
+            for fut, result in futs:
+                fut.set_result(result)
 
     def _submit(self, call: _Call, async_op: bool):
         """Return a torch Work for ``call``; ``call.works`` already hold the commlib works."""
         fut = Future()
         if not call.works:  # nothing queued (completed on this thread)
-            for f in call.finals:
-                f()
+            with torch.no_grad():
+                for f in call.finals:
+                    f()
             fut.set_result(call.result)
-            return _create_work_from_future(fut)
+            return _Work(fut)
+        self._enqueue(call, [(fut, call.result)])
+        return _Work(fut)
+
+    def _enqueue(self, call: _Call, futs):
         if self._thread is None:
             with self._lock:
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._completer, daemon=True,
                                                     name=f"commlib-torch-{self._group_name}")
                     self._thread.start()
-        self._queue.put((call, fut))
-        return _create_work_from_future(fut)
+        self._queue.put((call, futs))
 
     def _run(self, async_op: bool, result, body):
         """Run ``body(call, async_op)`` (which issues commlib calls) and wrap it in a Work.
 
         Blocking calls run on this thread and raise commlib's errors directly.
         """
+        if self._p2p:
+            self._flush_p2p()
+        if async_op and self._thread is not None and threading.current_thread() is self._thread:
+            # Issued from a future's callback running on the completion thread (e.g. PowerSGD's
+            # hook waits on an all_reduce inside .then): run it here, or it would wait on itself.
+            async_op = False
         call = _Call(result)
         body(call, async_op)
         if not async_op:
-            for f in call.finals:
-                f()
+            with torch.no_grad():
+                for f in call.finals:
+                    f()
             call.finals = []
             fut = Future()
             fut.set_result(call.result)
-            return _create_work_from_future(fut)
+            return _Work(fut)
         return self._submit(call, True)
 
     @staticmethod
@@ -353,7 +369,7 @@ class ProcessGroupCommlib(dist.ProcessGroup):
                 if len(ts) == 1 or dt not in _NATIVE:
                     self._allreduce_into(call, async_op, ts, opts.reduceOp)
                     continue
-                flat = torch.cat([t.reshape(-1) for t in ts])
+                flat = torch.cat([t.detach().reshape(-1) for t in ts])
                 self._allreduce_into(call, async_op, [flat], opts.reduceOp)
 
                 def unpack(ts=ts, flat=flat):
@@ -527,11 +543,11 @@ class ProcessGroupCommlib(dist.ProcessGroup):
                                      f" output has {out.numel()}")
                 m = max(sizes)
                 if all(s == m for s in sizes):
-                    flat = torch.cat([x.reshape(-1) for x in ins])
+                    flat = torch.cat([x.detach().reshape(-1) for x in ins])
                 else:  # uneven blocks: pad each to the largest (padding is discarded)
                     flat = torch.zeros(m * P, dtype=out.dtype)
                     for r, x in enumerate(ins):
-                        flat[r * m:r * m + sizes[r]] = x.reshape(-1)
+                        flat[r * m:r * m + sizes[r]] = x.detach().reshape(-1)
                 tmp = torch.empty(m, dtype=out.dtype)
                 self._reduce_scatter_single_into(call, async_op, tmp, flat, opts.reduceOp)
 
@@ -543,7 +559,6 @@ class ProcessGroupCommlib(dist.ProcessGroup):
 
     # -- all_to_all -------------------------------------------------------------------------
     def _alltoallv(self, call, async_op, obuf, ibuf, osplits, isplits):
-        P = self.size()
         equal = (all(s == osplits[0] for s in osplits) and list(osplits) == list(isplits)
                  and obuf.numel() == ibuf.numel())
         if equal:
@@ -553,7 +568,6 @@ class ProcessGroupCommlib(dist.ProcessGroup):
             w = self._comm.all_to_all(obuf, ibuf, async_op=async_op,
                                       output_splits=list(osplits), input_splits=list(isplits))
         self._issue(call, async_op, w)
-        del P
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         opts = opts if opts is not None else dist.AllToAllOptions()
@@ -678,20 +692,81 @@ class ProcessGroupCommlib(dist.ProcessGroup):
         return self._run(opts.asyncOp, [],
                          lambda c, a: self._issue(c, a, self._comm.barrier(async_op=a)))
 
+    # Point to point. torch issues isend/irecv (and batch_isend_irecv) one op at a time, but a
+    # commlib communicator runs its calls in FIFO order, so "irecv(peer); isend(peer)" on both
+    # ranks would deadlock. Sends and receives are therefore held back and issued together as one
+    # commlib batch (concurrently) when something waits on one of them, when any other call is
+    # made on the group.
+    def _p2p_op(self, kind, tensors, peer):
+        peer = int(peer)
+        if not 0 <= peer < self.size() or peer == self.rank():
+            raise ValueError(f"{'dst' if kind == 'send' else 'src'}: invalid peer {peer} for "
+                             f"rank {self.rank()} of a group of {self.size()}")
+        fut = Future()
+        tensors = list(tensors)
+        ops, finals = [], []
+        for t in tensors:
+            if kind == "send":
+                buf = _as_flat(t).view(torch.uint8) if t.numel() else None
+                st = None
+            else:
+                st = _out_bytes(t)
+                buf = st.buf.view(torch.uint8) if st.buf.numel() else None
+                if st.copy:
+                    finals.append(st.done)
+            if buf is not None:
+                ops.append((kind, buf, peer))
+        with self._lock:
+            for i, op in enumerate(ops):
+                last = i == len(ops) - 1
+                self._p2p.append((op, finals if last else [], (fut, tensors) if last else None))
+            if not ops:
+                fut.set_result(tensors)
+        return _P2PWork(self, fut)
+
+    def _flush_p2p(self):
+        with self._lock:
+            self._flush_p2p_locked()
+
+    def _flush_p2p_locked(self):
+        """Issue the held-back sends/receives. A commlib batch takes at most one send to and one
+        receive from each peer, so the k-th operation of each (kind, peer) goes into batch k;
+        batches run in order, which keeps messages between a pair of ranks in call order."""
+        pending, self._p2p = self._p2p, []
+        if not pending:
+            return
+        rounds: list = []
+        seen: dict = {}
+        for op, _, _ in pending:
+            key = (op[0], op[2])
+            k = seen.get(key, 0)
+            seen[key] = k + 1
+            if k == len(rounds):
+                rounds.append([])
+            rounds[k].append(op)
+        call = _Call(None)
+        futs = []
+        try:
+            for batch in rounds:
+                call.works.append(self._comm.batch_p2p(batch, async_op=True))
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiters
+            for _, _, fr in pending:
+                if fr is not None:
+                    fr[0].set_exception(exc)
+            if call.works:  # wait for what was issued before failing
+                self._enqueue(call, [])
+            return
+        for _, finals, fr in pending:
+            call.finals.extend(finals)
+            if fr is not None:
+                futs.append(fr)
+        self._enqueue(call, futs)
+
     def send(self, tensors, dst, tag=0):
-        def body(call, async_op):
-            for t in tensors:
-                self._issue(call, True, self._comm.send(_bytes(t), int(dst), async_op=True))
-        return self._run(True, list(tensors), body)
+        return self._p2p_op("send", tensors, dst)
 
     def recv(self, tensors, src, tag=0):
-        def body(call, async_op):
-            for t in tensors:
-                st = _out_bytes(t)
-                self._issue(call, True, self._comm.recv(st.buf, int(src), async_op=True))
-                if st.copy:
-                    call.finals.append(st.done)
-        return self._run(True, list(tensors), body)
+        return self._p2p_op("recv", tensors, src)
 
     def recv_anysource(self, tensors, tag=0):
         raise NotImplementedError("commlib backend: recv from any source is not supported "
@@ -701,6 +776,8 @@ class ProcessGroupCommlib(dist.ProcessGroup):
     def _stop(self, abort: bool):
         if self._closed:
             return
+        if not abort:
+            self._flush_p2p()
         self._closed = True
         if abort:
             try:
@@ -723,11 +800,77 @@ class ProcessGroupCommlib(dist.ProcessGroup):
         self._stop(True)
 
 
-def _env_algorithms() -> dict:
-    """Algorithms named by COMMLIB_ALGO_<COLLECTIVE> (informational; the core reads them)."""
-    out = {}
-    for c in COLLECTIVES:
-        v = os.environ.get(f"COMMLIB_ALGO_{c.upper()}")
-        if v:
-            out[c] = v
-    return out
+class _Work(dist.Work):
+    """torch Work over a ``torch.futures.Future`` whose value is the list of output tensors.
+
+    Unlike ``_create_work_from_future`` (whose ``wait()`` swallows the future's error), ``wait()``
+    raises the commlib error (MismatchError, PeerError, ...) that failed the call.
+    """
+
+    def __init__(self, fut):
+        super().__init__()
+        self._fut = fut
+
+    def wait(self, timeout=None):
+        secs = _timeout_seconds(timeout)
+        if secs is not None and not self._fut.done():
+            import time
+            deadline = time.monotonic() + secs
+            delay = 1e-5
+            while not self._fut.done():
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"commlib backend: work not completed within {secs:g} s")
+                time.sleep(delay)
+                delay = min(delay * 2, 1e-3)
+        self._fut.wait()  # raises the call's error
+        return True
+
+    def get_future(self):
+        return self._fut
+
+    def is_completed(self):
+        return self._fut.done()
+
+    def is_success(self):
+        if not self._fut.done():
+            return False
+        try:
+            self._fut.wait()
+        except Exception:  # noqa: BLE001
+            return False
+        return True
+
+    def exception(self):
+        if not self._fut.done():
+            return None
+        try:
+            self._fut.wait()
+        except Exception as exc:  # noqa: BLE001
+            return exc
+        return None
+
+    def result(self):
+        return self._fut.wait()
+
+    def synchronize(self):
+        pass
+
+
+class _P2PWork(_Work):
+    """Work of a send/recv: waiting (or polling) on it first issues the held-back batch."""
+
+    def __init__(self, pg, fut):
+        super().__init__(fut)
+        self._pg = pg
+
+    def wait(self, timeout=None):
+        self._pg._flush_p2p()
+        return super().wait(timeout)
+
+    def get_future(self):
+        self._pg._flush_p2p()
+        return self._fut
+
+    def is_completed(self):
+        self._pg._flush_p2p()
+        return self._fut.done()

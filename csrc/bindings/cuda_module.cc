@@ -11,10 +11,6 @@
 #include "common/types.h"
 #include "kernels/cuda_reduce.h"
 
-// _C_cuda is built only from the *cuda* sources (setup.py); the dtype/op names it parses come
-// from the one definition in common/types.cc, compiled into this module as well (hidden
-// visibility, so it never clashes with commlib._C's copy).
-#include "common/types.cc"
 
 namespace py = pybind11;
 

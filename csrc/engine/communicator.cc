@@ -112,6 +112,9 @@ void Communicator::record_failure(const CommError& e, ErrorKind kind) {
 }
 
 void Communicator::abort(const std::string& reason) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (closed_) return;
+  lk.unlock();
   transport_->publish_failure(ErrorKind::Comm, "rank " + std::to_string(rank_) + " aborted: " + reason);
   record_failure(CommError(reason), ErrorKind::Comm);
 }
@@ -169,7 +172,9 @@ void Communicator::close() {
   cv_.notify_all();
   lk.unlock();
   if (worker_.joinable()) worker_.join();
+  // Unmap now rather than at garbage collection: peers keep their own mappings of the region.
   transport_->close();
+  transport_.reset();
 }
 
 std::shared_ptr<Work> Communicator::collective(const CollectiveCall& call, bool async) {
@@ -193,18 +198,12 @@ uint8_t Communicator::algorithm_index(Collective c, const std::string& name) {
   return 0;
 }
 
-const Schedule& Communicator::schedule_for(const CollArgs& args, const std::string& algorithm) {
-  std::string key = algorithm;
-  key += '/';
-  key += std::to_string(static_cast<int>(args.coll));
-  key += '/';
-  key += std::to_string(args.count);
-  key += '/';
-  key += std::to_string(args.root);
+const Schedule& Communicator::schedule_for(const CollArgs& args, const std::string& algorithm, uint8_t algo_index) {
+  ScheduleKey key{static_cast<uint8_t>(args.coll), algo_index, args.root, args.count};
   auto it = schedules_.find(key);
   if (it != schedules_.end()) return it->second;
   if (schedules_.size() >= 512) schedules_.clear();
-  return schedules_.emplace(std::move(key), build_schedule(args, algorithm)).first->second;
+  return schedules_.emplace(key, build_schedule(args, algorithm)).first->second;
 }
 
 char* Communicator::scratch(size_t bytes) {
@@ -249,13 +248,12 @@ void Communicator::run_collective(const CollectiveCall& call) {
   desc.root = collective_has_root(call.coll) ? call.root : 0;
   desc.count = call.count;
   transport_->publish_call(desc);
-  const std::string what = describe_call(desc);
 
   auto t0 = Clock::now();
   try {
-    exec_.check_peers_failed(what);
+    exec_.check_peers_failed(desc);
     CollArgs args{call.coll, rank_, size_, call.count, call.root};
-    const Schedule& sched = schedule_for(args, algo);
+    const Schedule& sched = schedule_for(args, algo, desc.algo);
 
     char* in = reinterpret_cast<char*>(call.input);
     char* out = reinterpret_cast<char*>(call.output);
@@ -284,7 +282,7 @@ void Communicator::run_collective(const CollectiveCall& call) {
           char* base = bases[static_cast<int>(reg.buf)];
           if (!base) {
             if (reg.count == 0) return nullptr;
-            throw CommError(std::string("internal error: ") + algo + " schedule of " + what + " on rank " +
+            throw CommError(std::string("internal error: ") + algo + " schedule of " + describe_call(desc) + " on rank " +
                             std::to_string(rank_) + " uses the " + buffer_name(reg.buf) +
                             " buffer, which this rank does not have");
           }
@@ -298,7 +296,7 @@ void Communicator::run_collective(const CollectiveCall& call) {
         }
         ops_.push_back(e);
       }
-      exec_.run_step(ops_, call.dtype, call.op, desc, what);
+      exec_.run_step(ops_, call.dtype, call.op, desc);
     }
 
     if (call.op == RedOp::Avg && collective_reduces(call.coll) && (call.coll != Collective::Reduce || rank_ == call.root))
@@ -316,7 +314,8 @@ void Communicator::run_collective(const CollectiveCall& call) {
   }
   if (opts_.debug >= 2) {
     double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-    std::fprintf(stderr, "commlib TRACE %s rank %d: %s done in %.1f us\n", opts_.label.c_str(), rank_, what.c_str(), us);
+    std::fprintf(stderr, "commlib TRACE %s rank %d: %s done in %.1f us\n", opts_.label.c_str(), rank_,
+                 describe_call(desc).c_str(), us);
   }
 }
 
@@ -324,7 +323,6 @@ void Communicator::run_p2p(const std::vector<P2PItem>& items, DType dtype) {
   throw_if_aborted();
   const size_t esize = dtype_size(dtype);
   ops_.clear();
-  std::string what = "send/recv batch (";
   CallDesc any;
   for (size_t i = 0; i < items.size(); ++i) {
     const P2PItem& it = items[i];
@@ -340,16 +338,13 @@ void Communicator::run_p2p(const std::vector<P2PItem>& items, DType dtype) {
       e.src = reinterpret_cast<const char*>(it.ptr);
     else
       e.dst = reinterpret_cast<char*>(it.ptr);
-    what += (i ? ", " : "") + std::string(it.send ? "send to " : "recv from ") + std::to_string(it.peer) + " " +
-            std::to_string(it.count) + " x " + dtype_name(dtype);
     ops_.push_back(e);
     any = e.desc;
   }
-  what += ")";
   auto t0 = Clock::now();
   try {
-    exec_.check_peers_failed(what);
-    exec_.run_step(ops_, dtype, RedOp::Sum, any, what);
+    exec_.check_peers_failed(any);
+    exec_.run_step(ops_, dtype, RedOp::Sum, any);
   } catch (const MismatchError& e) {
     record_failure(e, ErrorKind::Mismatch);
     throw;
@@ -362,7 +357,8 @@ void Communicator::run_p2p(const std::vector<P2PItem>& items, DType dtype) {
   }
   if (opts_.debug >= 2) {
     double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-    std::fprintf(stderr, "commlib TRACE %s rank %d: %s done in %.1f us\n", opts_.label.c_str(), rank_, what.c_str(), us);
+    std::fprintf(stderr, "commlib TRACE %s rank %d: batch of %zu sends/recvs done in %.1f us\n",
+                 opts_.label.c_str(), rank_, items.size(), us);
   }
 }
 

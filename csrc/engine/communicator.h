@@ -54,6 +54,22 @@ struct CollectiveCall {
   double scale = 1.0;  // premul_sum factor
 };
 
+struct ScheduleKey {
+  uint8_t coll = 0, algo = 0;
+  int32_t root = 0;
+  int64_t count = 0;
+  bool operator==(const ScheduleKey& o) const {
+    return coll == o.coll && algo == o.algo && root == o.root && count == o.count;
+  }
+};
+
+struct ScheduleKeyHash {
+  size_t operator()(const ScheduleKey& k) const {
+    return std::hash<int64_t>()(k.count) ^ (static_cast<size_t>(k.coll) << 48) ^
+           (static_cast<size_t>(k.algo) << 56) ^ (static_cast<size_t>(static_cast<uint32_t>(k.root)) << 20);
+  }
+};
+
 struct P2PItem {
   bool send = true;
   uintptr_t ptr = 0;
@@ -88,7 +104,7 @@ class Communicator {
   void worker_loop();
   void run_collective(const CollectiveCall& call);
   void run_p2p(const std::vector<P2PItem>& items, DType dtype);
-  const Schedule& schedule_for(const CollArgs& args, const std::string& algorithm);
+  const Schedule& schedule_for(const CollArgs& args, const std::string& algorithm, uint8_t algo_index);
   char* scratch(size_t bytes);
   char* premul_buffer(size_t bytes);
   void record_failure(const CommError& e, ErrorKind kind);
@@ -103,7 +119,7 @@ class Communicator {
   // Execution state (touched only by the thread currently executing a call).
   uint64_t coll_seq_ = 0;
   std::vector<uint64_t> send_seq_, recv_seq_;
-  std::unordered_map<std::string, Schedule> schedules_;
+  std::unordered_map<ScheduleKey, Schedule, ScheduleKeyHash> schedules_;
   std::vector<ExecOp> ops_;
   std::unique_ptr<char[], void (*)(void*)> scratch_{nullptr, std::free};
   size_t scratch_bytes_ = 0;

@@ -23,18 +23,18 @@ void Executor::fail(ErrorKind kind, const std::string& message) {
   throw_kind(kind, message);
 }
 
-void Executor::check_peers_failed(const std::string& what) {
+void Executor::check_peers_failed(const CallDesc& call) {
   for (int p = 0; p < t_.size(); ++p) {
     if (p == t_.rank()) continue;
     PeerStatus st = t_.peer_status(p, false);
     if (st.state == PeerState::Failed)
       fail(st.kind == ErrorKind::None ? ErrorKind::Comm : st.kind,
-           "rank " + std::to_string(t_.rank()) + " cannot start " + what + ": rank " + std::to_string(p) +
+           "rank " + std::to_string(t_.rank()) + " cannot start " + describe_call(call) + ": rank " + std::to_string(p) +
                " failed earlier: " + st.message);
   }
 }
 
-bool Executor::progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const std::string& what, size_t* pending) {
+bool Executor::progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const CallDesc& call, size_t* pending) {
   const size_t esize = dtype_size(dtype);
   const size_t cap = t_.chunk_bytes() / esize * esize;
   bool moved = false;
@@ -65,7 +65,7 @@ bool Executor::progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const s
         size_t expect = std::min(cap, o.bytes - o.done);
         if (h->desc != o.desc || h->offset != o.done || h->bytes != expect) {
           std::string got = describe_call(h->desc);
-          std::string msg = "rank " + std::to_string(t_.rank()) + " in " + what + " received from rank " +
+          std::string msg = "rank " + std::to_string(t_.rank()) + " in " + describe_call(call) + " received from rank " +
                             std::to_string(o.peer) + " a message of " + got + "; expected " +
                             describe_call(o.desc);
           if (h->desc == o.desc)
@@ -91,16 +91,17 @@ bool Executor::progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const s
   return moved;
 }
 
-void Executor::on_idle(std::vector<ExecOp>& ops, const CallDesc& call, const std::string& what,
-                       Clock::time_point last_progress, bool slow_checks) {
+void Executor::on_idle(std::vector<ExecOp>& ops, const CallDesc& call, Clock::time_point last_progress,
+                       bool slow_checks) {
   const int me = t_.rank();
+  auto what = [&] { return describe_call(call); };
   // A failed peer aborts the whole communicator: re-raise its error here, and pass it on.
   for (int p = 0; p < t_.size(); ++p) {
     if (p == me) continue;
     PeerStatus st = t_.peer_status(p, false);
     if (st.state == PeerState::Failed)
       fail(st.kind == ErrorKind::None ? ErrorKind::Comm : st.kind,
-           "rank " + std::to_string(me) + " in " + what + ": rank " + std::to_string(p) + " failed: " + st.message);
+           "rank " + std::to_string(me) + " in " + what() + ": rank " + std::to_string(p) + " failed: " + st.message);
   }
   if (!slow_checks) return;
   for (const ExecOp& o : ops) {
@@ -110,10 +111,10 @@ void Executor::on_idle(std::vector<ExecOp>& ops, const CallDesc& call, const std
     const char* doing = o.kind == OpKind::Send ? "send to" : "receive from";
     if (st.state == PeerState::Dead)
       fail(ErrorKind::Peer, "rank " + std::to_string(p) + " (pid " + std::to_string(t_.peer_pid(p)) +
-                                ") died during " + what + "; rank " + std::to_string(me) + " was waiting to " +
+                                ") died during " + what() + "; rank " + std::to_string(me) + " was waiting to " +
                                 doing + " it");
     if (st.state == PeerState::Closed)
-      fail(ErrorKind::Peer, "rank " + std::to_string(p) + " closed the communicator during " + what + "; rank " +
+      fail(ErrorKind::Peer, "rank " + std::to_string(p) + " closed the communicator during " + what() + "; rank " +
                                 std::to_string(me) + " was waiting to " + doing + " it");
     CallDesc pc;
     if (call.coll != static_cast<uint8_t>(Collective::Send) && t_.peer_call(p, &pc) && pc.seq == call.seq &&
@@ -128,14 +129,13 @@ void Executor::on_idle(std::vector<ExecOp>& ops, const CallDesc& call, const std
       const char* doing = o.kind == OpKind::Send ? "send to" : "receive from";
       fail(ErrorKind::Peer, "rank " + std::to_string(o.peer) + " did not answer for " +
                                 std::to_string(static_cast<int>(opts_.timeout_s)) + " s (COMMLIB_TIMEOUT) during " +
-                                what + "; rank " + std::to_string(me) + " was waiting to " + doing + " it (" +
+                                what() + "; rank " + std::to_string(me) + " was waiting to " + doing + " it (" +
                                 std::to_string(o.bytes - o.done) + " bytes left)");
     }
   }
 }
 
-void Executor::run_step(std::vector<ExecOp>& ops, DType dtype, RedOp op, const CallDesc& call,
-                        const std::string& what) {
+void Executor::run_step(std::vector<ExecOp>& ops, DType dtype, RedOp op, const CallDesc& call) {
   const size_t esize = dtype_size(dtype);
   bool any_comm = false;
   for (ExecOp& o : ops) {
@@ -154,7 +154,7 @@ void Executor::run_step(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
   size_t pending = 0;
   for (;;) {
     uint32_t seen = t_.events();
-    bool moved = progress(ops, dtype, op, what, &pending);
+    bool moved = progress(ops, dtype, op, call, &pending);
     if (pending == 0) break;
     if (moved) {
       last_progress = Clock::now();
@@ -165,13 +165,13 @@ void Executor::run_step(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
     if (slow) last_slow = now;
     if (slow) {
       // A peer may have published its last chunks and then exited: drain before judging it.
-      if (progress(ops, dtype, op, what, &pending)) {
+      if (progress(ops, dtype, op, call, &pending)) {
         last_progress = Clock::now();
         continue;
       }
       if (pending == 0) break;
     }
-    on_idle(ops, call, what, last_progress, slow);
+    on_idle(ops, call, last_progress, slow);
     t_.wait_events(seen, kSleepSliceUs);
   }
 }

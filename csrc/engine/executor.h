@@ -35,16 +35,17 @@ class Executor {
  public:
   Executor(Transport& t, ExecOptions opts) : t_(t), opts_(opts) {}
 
-  // Runs `ops` to completion. `what` names the call for error messages ("all_reduce #5 (...)").
+  // Runs `ops` to completion. `call` names the call in error messages (described only on failure:
+  // building strings per call would show on the latency path).
   // Throws MismatchError / PeerError (after publishing the failure to the peers).
-  void run_step(std::vector<ExecOp>& ops, DType dtype, RedOp op, const CallDesc& call, const std::string& what);
+  void run_step(std::vector<ExecOp>& ops, DType dtype, RedOp op, const CallDesc& call);
 
   // Raises at once if a peer has already failed (used at the start of every call).
-  void check_peers_failed(const std::string& what);
+  void check_peers_failed(const CallDesc& call);
 
  private:
-  bool progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const std::string& what, size_t* pending);
-  void on_idle(std::vector<ExecOp>& ops, const CallDesc& call, const std::string& what,
+  bool progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const CallDesc& call, size_t* pending);
+  void on_idle(std::vector<ExecOp>& ops, const CallDesc& call,
                std::chrono::steady_clock::time_point last_progress, bool slow_checks);
   [[noreturn]] void fail(ErrorKind kind, const std::string& message);
 

@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(kThreads) elementwise_kernel(void* dst, const 
     const P* s = static_cast<const P*>(src);
     const size_t npacks = n / P::kN;
     for (size_t i = tid; i < npacks; i += stride) {
-      P a;
+      P a{};
       if constexpr (F::kReadsDst) a = d[i];
       const P b = s[i];
 #pragma unroll

@@ -75,6 +75,14 @@ COMMLIB_HDI uint16_t float_to_bf16(float f) {
   return static_cast<uint16_t>(is_nan ? nan : rounded);
 }
 
+// The same rounding for values whose NaNs are canonical (every functor result is): the plain
+// round-to-nearest-even formula already maps 0x7fc00000 to 0x7fc0 (and Inf to Inf), so the NaN
+// select is dropped, which roughly halves the vector work of a bfloat16 reduction.
+COMMLIB_HDI uint16_t float_to_bf16_canonical(float f) {
+  const uint32_t u = f32_bits(f);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
 // ---------------------------------------------------------------------------------------------
 // IEEE binary16 <-> float, integer only (vectorises: shifts, adds and selects).
 COMMLIB_HDI float half_to_float(uint16_t h) {
@@ -89,9 +97,11 @@ COMMLIB_HDI float half_to_float(uint16_t h) {
   // into a branch under -ftrapping-math) and no FP flag or FMA contraction is involved.
   const uint32_t normal = ((exp + 112u) << 23) | (mant << 13);
   const uint32_t infnan = 0x7f800000u | (mant << 13) | (mant != 0u ? 0x00400000u : 0u);
-  uint32_t m = mant, k = 0;
+  // (Normal inputs search 0x400, so that scalar code, where gcc may use branches, predicts them.)
+  const uint32_t m0 = exp == 0u ? mant : 0x400u;
+  uint32_t m = m0, k = 0;
   m = m < (1u << 3) ? m << 8 : m;
-  k = mant < (1u << 3) ? 8u : 0u;
+  k = m0 < (1u << 3) ? 8u : 0u;
   k = m < (1u << 7) ? k + 4u : k;
   m = m < (1u << 7) ? m << 4 : m;
   k = m < (1u << 9) ? k + 2u : k;
@@ -318,7 +328,8 @@ struct DTypeTraits<DType::BFloat16> {
   using storage = uint16_t;
   using compute = float;
   static COMMLIB_HDI compute load(storage x) { return bf16_to_float(x); }
-  static COMMLIB_HDI storage store(compute x) { return float_to_bf16(x); }
+  // Stored values are functor results, whose NaNs are canonical.
+  static COMMLIB_HDI storage store(compute x) { return float_to_bf16_canonical(x); }
 };
 
 // ---------------------------------------------------------------------------------------------

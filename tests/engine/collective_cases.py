@@ -13,6 +13,7 @@ to |prod|. min, max and every integer op are exact.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 
 import numpy as np
@@ -68,8 +69,12 @@ def raw(x) -> bytes:
     return x.tobytes()
 
 
+@functools.lru_cache(maxsize=64)
 def values(dtype: str, op: str, rank: int, n: int, salt: int = 0) -> np.ndarray:
-    """Deterministic rank-dependent input (float64 or int64 values before the dtype cast)."""
+    """Deterministic rank-dependent input (float64 or int64 values before the dtype cast).
+
+    Cached (every algorithm reuses the same inputs); callers must not modify the result.
+    """
     i = np.arange(n, dtype=np.int64)
     h = (i * 2654435761 + (rank + 1) * 40503 + salt * 7919) % 1000003
     if dtype in INTS:
@@ -88,6 +93,12 @@ def values(dtype: str, op: str, rank: int, n: int, salt: int = 0) -> np.ndarray:
 
 def rounded(dtype, v):
     return as_f64(make(dtype, v)) if dtype in FLOATS else make(dtype, v)
+
+
+@functools.lru_cache(maxsize=16)
+def reduce_ref_for(dtype, op, n, P):
+    """Cached reference for the inputs values(dtype, op, q, n) of ranks q < P."""
+    return reduce_ref(dtype, op, [values(dtype, op, q, n) for q in range(P)])
 
 
 def reduce_ref(dtype, op, inputs):
@@ -165,19 +176,20 @@ def check_reducing(comm, collective):
     P, r = comm.size, comm.rank
     failures, digests = [], []
     roots = sorted({0, P - 1}) if collective == "reduce" else [0]
-    for algo in ["auto"] + commlib.algorithms(collective):
-        for dtype in DTYPES:
-            for count in counts_for(P):
-                for op in ops_for(dtype, count):
-                    for root in roots:
+    algos = ["auto"] + commlib.algorithms(collective)
+    # The algorithm varies fastest so the cached inputs and references are reused.
+    for dtype in DTYPES:
+        for count in counts_for(P):
+            for op in ops_for(dtype, count):
+                for root in roots:
+                    for algo in algos:
                         for inplace in ((False, True) if count != BIG else (False,)):
                             what = (f"{collective} {algo} {dtype} {op} count={count} root={root} "
                                     f"{'in-place' if inplace else 'out-of-place'} P={P} rank={r}")
                             scale = PREMUL if op == "premul_sum" else None
                             n_in = count * P if collective == "reduce_scatter" else count
-                            inputs = [values(dtype, op, q, n_in) for q in range(P)]
-                            x = make(dtype, inputs[r])
-                            want, mag = reduce_ref(dtype, op, inputs)
+                            x = make(dtype, values(dtype, op, r, n_in))
+                            want, mag = reduce_ref_for(dtype, op, n_in, P)
                             if collective == "reduce_scatter":
                                 want = want[r * count:(r + 1) * count]
                                 mag = None if mag is None else mag[r * count:(r + 1) * count]
@@ -205,22 +217,41 @@ def check_reducing(comm, collective):
     return failures, digests
 
 
+@functools.lru_cache(maxsize=8)
+def moving_inputs(collective, dtype, count, P):
+    n = count * (P if collective in ("all_to_all", "scatter") else 1)
+    return [values(dtype, "sum", q, n, 1) for q in range(P)]
+
+
+@functools.lru_cache(maxsize=8)
+def moving_expected(collective, dtype, count, root, r, P):
+    ins = moving_inputs(collective, dtype, count, P)
+    if collective in ("all_gather", "gather"):
+        return np.concatenate([rounded(dtype, v) for v in ins])
+    if collective == "all_to_all":
+        return np.concatenate([rounded(dtype, ins[q][r * count:(r + 1) * count]) for q in range(P)])
+    if collective == "broadcast":
+        return rounded(dtype, ins[root])
+    return rounded(dtype, ins[root][r * count:(r + 1) * count])  # scatter
+
+
 def check_moving(comm, collective):
     """all_gather / all_to_all / broadcast / gather / scatter: exact for every dtype."""
     P, r = comm.size, comm.rank
     failures, digests = [], []
     roots = sorted({0, P - 1, P // 2}) if collective in ("broadcast", "gather", "scatter") else [0]
-    for algo in ["auto"] + commlib.algorithms(collective):
-        for dtype in DTYPES:
-            for count in counts_for(P):
-                for root in roots:
+    algos = ["auto"] + commlib.algorithms(collective)
+    for dtype in DTYPES:
+        for count in counts_for(P):
+            for root in roots:
+                ins = moving_inputs(collective, dtype, count, P)
+                want = moving_expected(collective, dtype, count, root, r, P)
+                for algo in algos:
                     for inplace in (False, True):
                         if inplace and collective in ("all_to_all", "scatter", "gather") and count == BIG:
                             continue
                         what = (f"{collective} {algo} {dtype} count={count} root={root} "
                                 f"{'in-place' if inplace else 'out-of-place'} P={P} rank={r}")
-                        ins = [values(dtype, "sum", q, count * (P if collective in ("all_to_all", "scatter") else 1), 1)
-                               for q in range(P)]
                         x = make(dtype, ins[r])
                         try:
                             if collective == "all_gather":
@@ -229,29 +260,24 @@ def check_moving(comm, collective):
                                 if inplace:
                                     inp[:] = x
                                 comm.all_gather(out, inp, algorithm=algo)
-                                want = np.concatenate([rounded(dtype, v) for v in ins])
                             elif collective == "all_to_all":
                                 out = x if inplace else empty(dtype, count * P)
                                 comm.all_to_all(out, x, algorithm=algo)
-                                want = np.concatenate([rounded(dtype, ins[q][r * count:(r + 1) * count]) for q in range(P)])
                             elif collective == "broadcast":
                                 out = x
                                 comm.broadcast(out, root=root, algorithm=algo)
-                                want = rounded(dtype, ins[root])
                             elif collective == "gather":
                                 out = empty(dtype, count * P) if r == root else None
                                 inp = out[r * count:(r + 1) * count] if (inplace and r == root) else x
                                 if inplace and r == root:
                                     inp[:] = x
                                 comm.gather(out, inp, root=root, algorithm=algo)
-                                want = np.concatenate([rounded(dtype, v) for v in ins])
                             else:  # scatter
                                 out = empty(dtype, count)
                                 src = x if r == root else None
                                 if inplace and r == root:
                                     out = x[r * count:(r + 1) * count]
                                 comm.scatter(out, src, root=root, algorithm=algo)
-                                want = rounded(dtype, ins[root][r * count:(r + 1) * count])
                         except Exception as e:  # noqa: BLE001
                             failures.append(f"{what}: raised {type(e).__name__}: {e}")
                             continue

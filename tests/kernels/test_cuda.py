@@ -132,10 +132,17 @@ def test_gpu_errors():
 def test_import_without_gpu_is_a_clear_error():
     """Where _C_cuda was built but no GPU (or driver) exists, importing it raises ImportError
     naming the cause: never a crash, never an unresolved-symbol error."""
-    if not glob.glob(os.path.join(ROOT, "commlib", "_C_cuda*.so")):
+    built = glob.glob(os.path.join(ROOT, "commlib", "_C_cuda*.so"))
+    if not built:
         pytest.skip("commlib._C_cuda was not built (no nvcc)")
-    proc = subprocess.run([sys.executable, "-c", "import commlib._C_cuda"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    # Load the extension file itself (not through commlib/__init__.py), in a fresh process so that
+    # a crash fails this test instead of killing pytest.
+    code = ("import importlib.util, sys\n"
+            "spec = importlib.util.spec_from_file_location('commlib._C_cuda', sys.argv[1])\n"
+            "module = importlib.util.module_from_spec(spec)\n"
+            "spec.loader.exec_module(module)\n")
+    proc = subprocess.run([sys.executable, "-c", code, built[0]], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
     if proc.returncode == 0:
         pytest.skip("a CUDA device is present")
     assert proc.returncode == 1, f"import crashed (rc={proc.returncode}): {proc.stderr[-2000:]}"

@@ -148,7 +148,7 @@ def test_bitwise_commutative(dtype, op):
     assert_bits_equal(ab, ba, f"{dtype} {op} commutativity")
 
 
-def test_half_conversions_exhaustive():
+def test_half_conversions_exhaustive(cpu_path):
     """All 65536 float16 and bfloat16 patterns: x + (-0) keeps x exactly (NaN -> canonical)."""
     bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
     for dtype, neg_zero in (("float16", 0x8000), ("bfloat16", 0x8000)):
@@ -162,7 +162,7 @@ def test_half_conversions_exhaustive():
         assert_bits_equal(dst, reference_reduce(bits, src, dtype, "sum"), f"{dtype} reference")
 
 
-def test_half_rounding_exhaustive_pairs():
+def test_half_rounding_exhaustive_pairs(cpu_path):
     """Products of every float16 value with a few factors hit every rounding case (ties,
     subnormals, overflow to Inf) of float32 -> float16 and float32 -> bfloat16."""
     bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
@@ -174,7 +174,8 @@ def test_half_rounding_exhaustive_pairs():
             for op in ("prod", "sum"):
                 dst = bits.copy()
                 _C.reduce_local(dst, src, dtype, op)
-                assert_bits_equal(dst, reference_reduce(bits, src, dtype, op), f"{dtype} {op} x {factor}")
+                assert_bits_equal(dst, reference_reduce(bits, src, dtype, op),
+                                  f"{cpu_path}: {dtype} {op} x {factor}")
 
 
 def test_float32_sum_rounds_to_nearest_even():

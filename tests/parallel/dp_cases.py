@@ -146,9 +146,10 @@ def digest(tensors) -> str:
 
 
 # -- training under each method -------------------------------------------------------------------
-def _setup(comm, method, name, **kw):
+def _setup(comm, method, name, same_init=False, **kw):
     import commlib.parallel as par
-    model = make_model(name, seed=comm.rank)  # different init per rank: wrappers must broadcast
+    # different init per rank: the wrappers must broadcast rank 0's (the server's) parameters
+    model = make_model(name, seed=0 if same_init else comm.rank)
     cls, okw = make_optimizer(name, None)
     if method == "dp":
         wrapped = par.DataParallel(model, comm, bucket_cap_mb=kw.pop("bucket_cap_mb", 0.001), **kw)
@@ -191,6 +192,7 @@ def train_equivalence(comm, method, name, steps=STEPS, **kw):
     torch.set_num_threads(1)
     ref = reference(name, steps)
     model, opt, state, params = _setup(comm, method, name, **dict(kw))
+    kw.pop("same_init", None)
     idx, parts = data_rank(comm, method, kw)
     errs, digests = [], []
     for s in range(steps):
@@ -305,6 +307,7 @@ def bad_inputs(comm):
     catch("zero_cls", lambda: ZeroOptimizer("sgd", nn.Linear(2, 2).parameters(), comm, lr=0.1))
     catch("zero_empty", lambda: ZeroOptimizer(torch.optim.SGD, [], comm, lr=0.1))
     catch("fsdp_mp", lambda: FullyShardedModule(nn.Linear(2, 2), comm, mixed_precision="fp8"))
+    catch("algorithm", lambda: DataParallel(nn.Linear(2, 2), comm, algorithm="no_such_algo"))
     catch("ps_root", lambda: ParameterServer(nn.Linear(2, 2), comm, torch.optim.SGD,
                                              server_rank=comm.size, lr=0.1))
     return msgs
@@ -515,3 +518,62 @@ def zero2_overlap(comm):
     loss_fn(model(x), y).backward()
     opt.step()
     return opt.last_backward_stats
+
+
+# -- assertions used by the test modules (run in the pytest process) -----------------------------
+def assert_equivalent(results, tol=TOL, what=""):
+    """Every rank within ``tol`` of the reference at every step, and bitwise-equal parameters
+    across ranks after every step."""
+    for r, res in enumerate(results):
+        worst = max(res["errs"])
+        assert worst <= tol, f"{what}: rank {r} deviates from single-process training by " \
+                             f"{worst:.3g} relative (> {tol:g}); per step: {res['errs']}"
+    for r, res in enumerate(results[1:], start=1):
+        for s, (a, b) in enumerate(zip(results[0]["digests"], res["digests"])):
+            assert a == b, f"{what}: parameters on rank {r} differ from rank 0 after step {s}"
+
+
+def fsdp_prefetch(comm, prefetch):
+    """Prefetch statistics of the second training step (forward order known by then)."""
+    from commlib.parallel import FullyShardedModule
+    torch.set_num_threads(1)
+    model = FullyShardedModule(make_model("transformer"), comm, prefetch=prefetch)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = batch("transformer", 0)
+    for _ in range(2):
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()
+    return dict(model.prefetch_stats)
+
+
+def zero_param_groups(comm, stage, steps=4):
+    """Param groups (no weight decay on biases and norms, a different lr) are honoured."""
+    import commlib.parallel as par
+    torch.set_num_threads(1)
+    name = "transformer"
+
+    def groups(model):
+        decay = [p for n, p in model.named_parameters() if p.dim() > 1]
+        no_decay = [p for n, p in model.named_parameters() if p.dim() <= 1]
+        return [{"params": decay}, {"params": no_decay, "weight_decay": 0.0, "lr": 5e-4}]
+
+    torch.manual_seed(0)
+    ref_model = make_model(name)
+    ref_opt = torch.optim.AdamW(groups(ref_model), lr=1e-3, weight_decay=0.1)
+    model = make_model(name, seed=comm.rank)
+    opt = par.ZeroOptimizer(torch.optim.AdamW, groups(model), comm, stage=stage,
+                            bucket_cap_mb=0.001, lr=1e-3, weight_decay=0.1)
+    errs, digests = [], []
+    for s in range(steps):
+        x, y = batch(name, s)
+        ref_opt.zero_grad()
+        loss_fn(ref_model(x), y).backward()
+        ref_opt.step()
+        opt.zero_grad()
+        loss_fn(model(shard(x, comm.rank, comm.size)), shard(y, comm.rank, comm.size)).backward()
+        opt.step()
+        errs.append(rel_err(model.state_dict(), ref_model.state_dict()))
+        digests.append(digest(model.parameters()))
+    return {"errs": errs, "digests": digests,
+            "groups": [(g["lr"], g["weight_decay"]) for g in opt.param_groups]}
