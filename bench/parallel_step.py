@@ -45,7 +45,7 @@ def main():
     ap.add_argument("--d-model", type=int, default=128)
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--vocab", type=int, default=512)
-    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--out", default=None, help="write a Markdown report here")
     a = ap.parse_args()
     cfg = dict(vocab=a.vocab, d_model=a.d_model, n_heads=a.heads, n_layers=2, max_seq=a.seq)

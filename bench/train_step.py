@@ -14,7 +14,6 @@ bench/RESULTS_data_parallel.md (``--out``).
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import platform
 import socket

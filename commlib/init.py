@@ -107,7 +107,8 @@ def _default_store(rank, world_size, master_addr, master_port, timeout):
         except OSError as e:
             raise RuntimeError(f"master_port: rank 0 cannot serve the rendezvous store on {addr}:{port} "
                                f"({e.strerror}); pick a free MASTER_PORT") from None
-    return TCPStore(addr, port, timeout=timeout), server
+    # Port 0 lets rank 0 pick a free port (useful for a world of one).
+    return TCPStore(addr, server.port if server else port, timeout=timeout), server
 
 
 def _get(store, key: str) -> bytes:

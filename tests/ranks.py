@@ -32,6 +32,9 @@ class RankFailure(AssertionError):
 def _worker(rank, size, port, conn, env):
     import faulthandler
     faulthandler.enable()
+    # One compute thread per rank: several ranks share 2 cores, and torch's default thread pool
+    # per rank makes them fight (100x slower small matmuls). Set before anything imports torch.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.update(env)
     sys.path.insert(0, ROOT)
     sys.path.insert(0, os.path.join(ROOT, "tests"))

@@ -9,7 +9,10 @@ mean loss on its own B/P rows and the gradients are averaged, which equals the f
 gradient mathematically but sums the B rows in a different order (per-rank partial sums, then the
 collective's reduction order). fp32 rounding then differs in the last bits (~1e-7 relative per
 step); over 10 steps with SGD+momentum or AdamW these stay far below the 1e-5 relative bound we
-assert, measured per tensor as max|a - b| / max|b|.
+assert, measured per tensor as max|a - b| / max|b|. (The transformer's qkv projection has no bias:
+a key bias has an exactly-zero true gradient, so AdamW would normalise pure rounding noise into
+full-size steps and no tolerance would be meaningful for it.) Where the reduction order is
+reproducible (a parameter server with a single worker) the test asserts bitwise equality.
 """
 from __future__ import annotations
 
@@ -17,7 +20,6 @@ import contextlib
 import functools
 import hashlib
 import math
-import os
 
 import torch
 import torch.nn as nn
@@ -501,7 +503,6 @@ def zero_state_dict_roundtrip(comm, stage):
 
     m, o = run(range(3))
     saved = ({k: v.clone() for k, v in m.state_dict().items()}, o.state_dict())
-    m1, _ = run(range(3, 5))[0], None
     m_full, _ = run(range(5))
     m_res, _ = run(range(3, 5), load=saved)
     return digest(m_full.parameters()) == digest(m_res.parameters())
