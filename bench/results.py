@@ -29,6 +29,9 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 import targets  # noqa: E402
 
 
+NOTES = "## What falls short, and why"
+
+
 def run_bench(P, out_dir, tune, extra, name=None):
     path = os.path.join(out_dir, f"{name or f'np{P}'}.json")
     cmd = [sys.executable, "-m", "commlib", "bench", "--np", str(P), "--json", path] + (["--tune"] if tune else []) + extra
@@ -130,6 +133,10 @@ def main(argv=None):
     datas = report.load(paths)
     report.generate(datas, a.report)
     text = markdown(datas, commands, os.path.relpath(a.report, ROOT))
+    if os.path.exists(a.md):  # keep the hand-written analysis of an earlier version
+        old = open(a.md).read()
+        if NOTES in old:
+            text += "\n" + old[old.index(NOTES):]
     with open(a.md, "w") as f:
         f.write(text)
     print(f"# wrote {a.md} and {a.report}/index.html")

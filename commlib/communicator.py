@@ -25,12 +25,11 @@ class Work:
     ``is_completed()`` polls. The handle keeps the call's buffers alive until it completes.
     """
 
-    __slots__ = ("_work", "_refs", "_then")
+    __slots__ = ("_work", "_refs")
 
-    def __init__(self, work, refs, then=None):
+    def __init__(self, work, refs):
         self._work = work
         self._refs = refs
-        self._then = then
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Block until the call completes; raise its CommError if it failed.
@@ -39,9 +38,6 @@ class Work:
         """
         if not self._work.wait(-1.0 if timeout is None else float(timeout)):
             return False
-        if self._then is not None:
-            then, self._then = self._then, None
-            then()
         self._refs = None
         return True
 
@@ -57,24 +53,6 @@ class Work:
             self._work.wait(0.0)
         except Exception as e:  # noqa: BLE001 - returned, not raised
             return e
-        return None
-
-
-class _Done(Work):
-    """Work for a call that already completed on the caller's thread (async_op=False)."""
-
-    __slots__ = ()
-
-    def __init__(self):
-        super().__init__(None, None)
-
-    def wait(self, timeout=None):
-        return True
-
-    def is_completed(self):
-        return True
-
-    def exception(self):
         return None
 
 

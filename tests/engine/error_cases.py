@@ -121,16 +121,22 @@ def mismatch(comm, scenario):
 
 
 def kill_during_collective(comm, victim):
-    """``victim`` dies (SIGKILL) while a large all_reduce runs; the others must raise PeerError
-    naming it, the collective and its sequence number."""
+    """``victim`` dies (SIGKILL) inside an all_reduce; the others must raise PeerError naming it,
+    the collective and its sequence number.
+
+    To be sure the victim is inside the call when it dies, one other rank ("late") joins the call
+    only after the kill: the victim is then blocked waiting for that rank's data. The remaining
+    ranks are inside the call when the victim dies; the late one starts after it.
+    """
+    import threading
     sub = comm.split(0, timeout=30)
-    x = np.ones(8 << 20, np.float32)
-    if sub.rank == victim:
-        sub.all_reduce(np.ones(4, np.float32))
-        sub.all_reduce(x, algorithm="ring", async_op=True)
-        time.sleep(0.02)
-        os.kill(os.getpid(), signal.SIGKILL)
+    late = min(q for q in range(sub.size) if q != victim)
+    x = np.ones(1 << 20, np.float32)
     sub.all_reduce(np.ones(4, np.float32))
+    if sub.rank == victim:
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGKILL)).start()
+    elif sub.rank == late:
+        time.sleep(0.8)
     t = time.monotonic()
     try:
         sub.all_reduce(x, algorithm="ring")
