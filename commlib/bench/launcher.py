@@ -306,7 +306,7 @@ def run(a) -> int:
 def _run_inside(a, cfg, command) -> int:
     P = _world_size_env()
     cfg["world_size"] = P
-    results, backends, status, rank = [], {}, 0, 0
+    results, backends, status = [], {}, 0
     records, wrong, info, rank = run_backend("commlib", cfg)
     results += records
     backends["commlib"] = info

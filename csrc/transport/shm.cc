@@ -1,6 +1,7 @@
 #include "transport/shm.h"
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -159,9 +160,11 @@ ShmTransport::ShmTransport(int rank, int size, int fd, const ShmConfig& cfg) : r
   me.state.store(static_cast<uint32_t>(PeerState::Alive), std::memory_order_release);
 
   int ncores = static_cast<int>(std::thread::hardware_concurrency());
-  // Oversubscribed: hand the core to a peer almost at once; otherwise spin long enough to catch a
-  // peer's reply without a futex round trip.
-  spin_us_ = cfg.spin_us >= 0 ? cfg.spin_us : (size > ncores ? 2 : 50);
+  // Spin about as long as a peer's reply takes to arrive (a futex round trip costs more), then
+  // sleep. Oversubscribed ranks spin by yielding only, so the peer they wait for gets the core.
+  // 20 us measured best on 2 cores for 2, 4 and 8 ranks (bench/RESULTS.md).
+  oversubscribed_ = size > ncores;
+  spin_us_ = cfg.spin_us >= 0 ? cfg.spin_us : 20;
 }
 
 ShmTransport::~ShmTransport() {
@@ -224,15 +227,21 @@ uint32_t ShmTransport::events() { return ctl(rank_).doorbell.load(std::memory_or
 void ShmTransport::wait_events(uint32_t seen, int64_t timeout_us) {
   RankCtl& c = ctl(rank_);
   if (spin_us_ > 0) {
+    // Spin, offering the core between rounds: when the peer we wait for shares our core (more
+    // ranks than free cores), pure spinning would hold it off for the whole spin (measured: 120 us
+    // instead of 4 us per 2-rank all_reduce with both ranks on one core). Oversubscribed ranks
+    // only yield; others pause-spin and yield every 256 pauses.
+    const int pauses = oversubscribed_ ? 0 : 256;
     auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us_);
-    for (int i = 0;; ++i) {
+    for (;;) {
+      for (int i = 0; i < pauses; ++i) {
+        if (c.doorbell.load(std::memory_order_acquire) != seen) return;
+        COMMLIB_PAUSE();
+      }
+      sched_yield();
       if (c.doorbell.load(std::memory_order_acquire) != seen) return;
-      COMMLIB_PAUSE();
-      if ((i & 63) == 63 && std::chrono::steady_clock::now() > until) break;
+      if (std::chrono::steady_clock::now() > until) break;
     }
-  } else {
-    std::this_thread::yield();
-    if (c.doorbell.load(std::memory_order_acquire) != seen) return;
   }
   c.sleeping.store(1, std::memory_order_seq_cst);
   if (c.doorbell.load(std::memory_order_seq_cst) == seen) futex_wait(&c.doorbell, seen, timeout_us);

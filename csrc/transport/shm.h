@@ -69,6 +69,7 @@ class ShmTransport final : public Transport {
   uint32_t nslots_;
   uint64_t slot_bytes_, slot_stride_, channel_stride_;
   int64_t spin_us_;
+  bool oversubscribed_ = false;
   char* base_ = nullptr;
   size_t bytes_ = 0;
   size_t ctl_offset_ = 0, chan_offset_ = 0;
