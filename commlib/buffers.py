@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from commlib._C import buffer_address as _buffer_address
+
 _NUMPY_DTYPES = {
     np.dtype(np.float32): "float32",
     np.dtype(np.float64): "float64",
@@ -49,7 +51,7 @@ def describe(x, name: str):
             raise ValueError(f"{name}: array must be C-contiguous")
         if not x.flags.writeable:
             raise ValueError(f"{name}: array must be writeable")
-        return x.ctypes.data, x.size, dt
+        return _buffer_address(x), x.size, dt
     if _is_torch(x) and hasattr(x, "data_ptr"):
         dt = _TORCH_DTYPES.get(str(x.dtype))
         if dt is None:

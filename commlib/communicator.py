@@ -70,6 +70,16 @@ def _check_op(op: str, dtype: str, scale):
     return 1.0
 
 
+def _describe_like(x, name: str, dtype: str, other: str, count: int, expected: str):
+    """Pointer of ``x`` after checking it matches ``other``'s dtype and has ``count`` elements."""
+    ptr, n, dt = describe(x, name)
+    if dt != dtype:
+        raise TypeError(f"{name}: dtype {dt} differs from {other}'s {dtype}")
+    if n != count:
+        raise ValueError(f"{name}: has {n} elements, expected {expected}")
+    return ptr
+
+
 def _check_algorithm(collective: str, algorithm: str):
     if not isinstance(algorithm, str):
         raise TypeError(f"algorithm: expected a string, got {type(algorithm).__name__}")
@@ -145,13 +155,7 @@ class Communicator:
         ip, n, dt = describe(tensor, "tensor")
         op_ = _check_op(op, dt, scale)
         _check_algorithm("all_reduce", algorithm)
-        op_ptr = ip
-        if out is not None:
-            op_ptr, n2, dt2 = describe(out, "out")
-            if dt2 != dt:
-                raise TypeError(f"out: dtype {dt2} differs from tensor's {dt}")
-            if n2 != n:
-                raise ValueError(f"out: has {n2} elements, tensor has {n}")
+        op_ptr = ip if out is None else _describe_like(out, "out", dt, "tensor", n, f"{n} like tensor")
         return self._run("all_reduce", algorithm, ip, op_ptr, n, dt, op, 0, op_, async_op, (tensor, out))
 
     def all_gather(self, output, input, algorithm: str = "auto", async_op: bool = False):
@@ -160,23 +164,16 @@ class Communicator:
         ``input`` may be the view of ``output`` at this rank's block (in place).
         """
         ip, n, dt = describe(input, "input")
-        op_ptr, n_out, dt2 = describe(output, "output")
-        if dt2 != dt:
-            raise TypeError(f"output: dtype {dt2} differs from input's {dt}")
-        if n_out != n * self._size:
-            raise ValueError(f"output: has {n_out} elements, expected size*input = {self._size}*{n}")
+        op_ptr = _describe_like(output, "output", dt, "input", n * self._size,
+                                f"size*input = {self._size}*{n}")
         _check_algorithm("all_gather", algorithm)
         return self._run("all_gather", algorithm, ip, op_ptr, n, dt, "sum", 0, 1.0, async_op, (input, output))
 
     def reduce_scatter(self, output, input, op: str = "sum", algorithm: str = "auto",
                        async_op: bool = False, scale=None):
         """Reduce ``input`` (size * output elements) over ranks; rank r gets block r in ``output``."""
-        ip, n_in, dt = describe(input, "input")
-        op_ptr, n, dt2 = describe(output, "output")
-        if dt2 != dt:
-            raise TypeError(f"output: dtype {dt2} differs from input's {dt}")
-        if n_in != n * self._size:
-            raise ValueError(f"input: has {n_in} elements, expected size*output = {self._size}*{n}")
+        op_ptr, n, dt = describe(output, "output")
+        ip = _describe_like(input, "input", dt, "output", n * self._size, f"size*output = {self._size}*{n}")
         op_ = _check_op(op, dt, scale)
         _check_algorithm("reduce_scatter", algorithm)
         return self._run("reduce_scatter", algorithm, ip, op_ptr, n, dt, op, 0, op_, async_op, (input, output))
@@ -249,13 +246,7 @@ class Communicator:
         self._check_root(root)
         op_ = _check_op(op, dt, scale)
         _check_algorithm("reduce", algorithm)
-        op_ptr = ip
-        if out is not None:
-            op_ptr, n2, dt2 = describe(out, "out")
-            if dt2 != dt:
-                raise TypeError(f"out: dtype {dt2} differs from tensor's {dt}")
-            if n2 != n:
-                raise ValueError(f"out: has {n2} elements, tensor has {n}")
+        op_ptr = ip if out is None else _describe_like(out, "out", dt, "tensor", n, f"{n} like tensor")
         return self._run("reduce", algorithm, ip, op_ptr, n, dt, op, root, op_, async_op, (tensor, out))
 
     def gather(self, output, input, root: int = 0, algorithm: str = "auto", async_op: bool = False):
@@ -266,11 +257,8 @@ class Communicator:
         if self._rank == root:
             if output is None:
                 raise ValueError("output: required on the root rank")
-            op_ptr, n_out, dt2 = describe(output, "output")
-            if dt2 != dt:
-                raise TypeError(f"output: dtype {dt2} differs from input's {dt}")
-            if n_out != n * self._size:
-                raise ValueError(f"output: has {n_out} elements, expected size*input = {self._size}*{n}")
+            op_ptr = _describe_like(output, "output", dt, "input", n * self._size,
+                                    f"size*input = {self._size}*{n}")
         _check_algorithm("gather", algorithm)
         return self._run("gather", algorithm, ip, op_ptr, n, dt, "sum", root, 1.0, async_op, (input, output))
 
@@ -282,11 +270,8 @@ class Communicator:
         if self._rank == root:
             if input is None:
                 raise ValueError("input: required on the root rank")
-            ip, n_in, dt2 = describe(input, "input")
-            if dt2 != dt:
-                raise TypeError(f"input: dtype {dt2} differs from output's {dt}")
-            if n_in != n * self._size:
-                raise ValueError(f"input: has {n_in} elements, expected size*output = {self._size}*{n}")
+            ip = _describe_like(input, "input", dt, "output", n * self._size,
+                                f"size*output = {self._size}*{n}")
         _check_algorithm("scatter", algorithm)
         return self._run("scatter", algorithm, ip, op_ptr, n, dt, "sum", root, 1.0, async_op, (input, output))
 

@@ -111,6 +111,16 @@ void Communicator::record_failure(const CommError& e, ErrorKind kind) {
   }
 }
 
+void Communicator::fail_communicator(const CommError& e) {
+  // The executor already told the peers about mismatches and peer failures it detected; other
+  // errors (e.g. a schedule referencing a missing buffer) are published here.
+  ErrorKind kind = dynamic_cast<const MismatchError*>(&e) ? ErrorKind::Mismatch
+                   : dynamic_cast<const PeerError*>(&e)   ? ErrorKind::Peer
+                                                          : ErrorKind::Comm;
+  if (kind == ErrorKind::Comm) transport_->publish_failure(kind, e.what());
+  record_failure(e, kind);
+}
+
 void Communicator::abort(const std::string& reason) {
   std::unique_lock<std::mutex> lk(mu_);
   if (closed_) return;
@@ -240,20 +250,20 @@ void Communicator::run_collective(const CollectiveCall& call) {
   }
 
   CallDesc desc;
-  desc.seq = ++coll_seq_;
   desc.coll = static_cast<uint8_t>(call.coll);
   desc.dtype = static_cast<uint8_t>(call.dtype);
   desc.op = collective_reduces(call.coll) ? static_cast<uint8_t>(call.op) : 0;
   desc.algo = algorithm_index(call.coll, algo);
   desc.root = collective_has_root(call.coll) ? call.root : 0;
   desc.count = call.count;
+  // Built before the call is numbered: a refused argument leaves the sequence untouched.
+  const Schedule& sched = schedule_for(CollArgs{call.coll, rank_, size_, call.count, call.root}, algo, desc.algo);
+  desc.seq = ++coll_seq_;
   transport_->publish_call(desc);
 
   auto t0 = Clock::now();
   try {
     exec_.check_peers_failed(desc);
-    CollArgs args{call.coll, rank_, size_, call.count, call.root};
-    const Schedule& sched = schedule_for(args, algo, desc.algo);
 
     char* in = reinterpret_cast<char*>(call.input);
     char* out = reinterpret_cast<char*>(call.output);
@@ -301,15 +311,8 @@ void Communicator::run_collective(const CollectiveCall& call) {
 
     if (call.op == RedOp::Avg && collective_reduces(call.coll) && (call.coll != Collective::Reduce || rank_ == call.root))
       divide_inplace(out, static_cast<size_t>(call.count), call.dtype, size_);
-  } catch (const MismatchError& e) {
-    record_failure(e, ErrorKind::Mismatch);
-    throw;
-  } catch (const PeerError& e) {
-    record_failure(e, ErrorKind::Peer);
-    throw;
   } catch (const CommError& e) {
-    transport_->publish_failure(ErrorKind::Comm, e.what());
-    record_failure(e, ErrorKind::Comm);
+    fail_communicator(e);
     throw;
   }
   if (opts_.debug >= 2) {
@@ -345,14 +348,8 @@ void Communicator::run_p2p(const std::vector<P2PItem>& items, DType dtype) {
   try {
     exec_.check_peers_failed(any);
     exec_.run_step(ops_, dtype, RedOp::Sum, any);
-  } catch (const MismatchError& e) {
-    record_failure(e, ErrorKind::Mismatch);
-    throw;
-  } catch (const PeerError& e) {
-    record_failure(e, ErrorKind::Peer);
-    throw;
   } catch (const CommError& e) {
-    record_failure(e, ErrorKind::Comm);
+    fail_communicator(e);
     throw;
   }
   if (opts_.debug >= 2) {

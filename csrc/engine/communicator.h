@@ -108,6 +108,7 @@ class Communicator {
   char* scratch(size_t bytes);
   char* premul_buffer(size_t bytes);
   void record_failure(const CommError& e, ErrorKind kind);
+  void fail_communicator(const CommError& e);  // abort after `e`, telling the peers
   void throw_if_aborted() const;
   uint8_t algorithm_index(Collective c, const std::string& name);
 
