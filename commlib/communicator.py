@@ -105,6 +105,7 @@ class Communicator:
         self._size = size
         self._timeout = timeout
         self._splits = 0
+        self._owned = (None, None)  # (store, store server) that init() created for this communicator
 
     # -- identity ---------------------------------------------------------------------------
     @property
@@ -342,9 +343,11 @@ class Communicator:
     def close(self):
         """Finish queued work, then release shared memory and the worker thread. Idempotent."""
         self._core.close()
-        server = getattr(self, "_store_server", None)
+        store, server = self._owned
+        self._owned = (None, None)
+        if store is not None and hasattr(store, "close"):
+            store.close()
         if server is not None:
-            self._store_server = None
             server.close()
 
     def abort(self, reason: str = "aborted by the user"):

@@ -82,11 +82,13 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, store=Non
     timeout = default_timeout() if timeout is None else float(timeout)
     if timeout <= 0:
         raise ValueError("timeout: must be positive")
+    owned = store is None
     server = None
-    if store is None:
+    if owned:
         store, server = _default_store(rank, world_size, master_addr, master_port, timeout)
     comm = create(store, prefix, rank, world_size, timeout)
-    comm._store_server = server
+    if owned:  # close() releases what init() opened: the store connection and rank 0's server
+        comm._owned = (store, server)
     return comm
 
 
