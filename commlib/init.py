@@ -151,12 +151,16 @@ def create(store, prefix: str, rank: int, size: int, timeout: float) -> Communic
             store.set(f"{prefix}/ready", b"1")
         else:
             _get(store, f"{prefix}/ready")
+        # Every rank is mapped and has published its pid: probe single-copy reads (peers keep
+        # sending through the channels until they see this rank's answer).
+        direct = core.enable_direct_reads()
     finally:
         if my_fd >= 0:
             os.close(my_fd)
     if rank == 0:
         _log(1, f"{prefix}: {size} ranks on {host}, transport shm, "
-                f"{_C.shm_region_bytes(size) >> 20} MiB region, timeout {timeout:g} s")
+                f"{_C.shm_region_bytes(size) >> 20} MiB region, single-copy reads "
+                f"{'on' if direct else 'off'}, timeout {timeout:g} s")
     return Communicator(core, store, prefix, rank, size, timeout)
 
 

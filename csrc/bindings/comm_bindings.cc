@@ -94,6 +94,7 @@ void bind_comm(py::module_& m) {
             return c.p2p(std::move(v), t, async);
           },
           py::arg("items"), py::arg("dtype"), py::arg("async_op"))
+      .def("enable_direct_reads", &Communicator::enable_direct_reads)
       .def("close", &Communicator::close, py::call_guard<py::gil_scoped_release>())
       .def("abort", &Communicator::abort)
       .def("aborted", &Communicator::aborted);

@@ -95,6 +95,9 @@ class Communicator {
   std::shared_ptr<Work> collective(const CollectiveCall& call, bool async);
   std::shared_ptr<Work> p2p(std::vector<P2PItem> items, DType dtype, bool async);
 
+  // Called once every rank has joined: turns on single-copy transfers where the OS allows them.
+  bool enable_direct_reads() { return transport_->enable_direct_reads(); }
+
   void close();
   void abort(const std::string& reason);
   bool aborted() const { return aborted_.load(std::memory_order_acquire); }

@@ -34,6 +34,69 @@ void Executor::check_peers_failed(const CallDesc& call) {
   }
 }
 
+bool Executor::progress_send(ExecOp& o, size_t cap) {
+  if (o.mode < 0)  // decided once per message: the receiver takes either form
+    o.mode = (o.bytes > t_.channel_bytes() && t_.peer_reads_directly(o.peer)) ? 1 : 0;
+  bool moved = false;
+  if (o.mode == 1) {
+    if (!o.rendezvous) {
+      char* payload;
+      ChunkHeader* h = t_.acquire_send(o.peer, &payload);
+      if (!h) return false;
+      h->desc = o.desc;
+      h->offset = 0;
+      h->bytes = o.bytes;
+      h->flags = kChunkRendezvous;
+      const uint64_t address = reinterpret_cast<uint64_t>(o.src);
+      std::memcpy(payload, &address, sizeof(address));
+      t_.publish_send(o.peer);
+      o.rendezvous = ++rendezvous_sent_[o.peer];
+      moved = true;
+    }
+    // The buffer must stay untouched until the peer has read it.
+    if (t_.acked(o.peer) >= o.rendezvous) {
+      o.done = o.bytes;
+      o.finished = true;
+      moved = true;
+    }
+    return moved;
+  }
+  while (!o.finished) {
+    char* payload;
+    ChunkHeader* h = t_.acquire_send(o.peer, &payload);
+    if (!h) break;
+    size_t n = std::min(cap, o.bytes - o.done);
+    h->desc = o.desc;
+    h->offset = o.done;
+    h->bytes = n;
+    h->flags = 0;
+    if (n) std::memcpy(payload, o.src + o.done, n);
+    t_.publish_send(o.peer);
+    o.done += n;
+    o.finished = o.done == o.bytes;
+    moved = true;
+  }
+  return moved;
+}
+
+void Executor::receive_rendezvous(ExecOp& o, const char* payload, DType dtype, RedOp op) {
+  uint64_t address;
+  std::memcpy(&address, payload, sizeof(address));
+  if (o.kind == OpKind::Recv) {
+    t_.read_peer(o.peer, o.dst, address, o.bytes);  // the one copy: sender's buffer -> ours
+  } else {
+    // Read a cache-sized piece, reduce it while it is hot, repeat.
+    const size_t esize = dtype_size(dtype);
+    const size_t piece = std::max<size_t>(esize, (256 << 10) / esize * esize);
+    if (bounce_.size() < piece) bounce_.resize(piece);
+    for (size_t off = 0; off < o.bytes; off += piece) {
+      size_t n = std::min(piece, o.bytes - off);
+      t_.read_peer(o.peer, bounce_.data(), address + off, n);
+      reduce_inplace(o.dst + off, bounce_.data(), n / esize, dtype, op);
+    }
+  }
+}
+
 bool Executor::progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const CallDesc& call, size_t* pending) {
   const size_t esize = dtype_size(dtype);
   const size_t cap = t_.chunk_bytes() / esize * esize;
@@ -41,28 +104,15 @@ bool Executor::progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
   size_t left = 0;
   for (ExecOp& o : ops) {
     if (o.kind == OpKind::Send) {
-      while (!o.finished) {
-        char* payload;
-        ChunkHeader* h = t_.acquire_send(o.peer, &payload);
-        if (!h) break;
-        size_t n = std::min(cap, o.bytes - o.done);
-        h->desc = o.desc;
-        h->offset = o.done;
-        h->bytes = static_cast<uint32_t>(n);
-        h->flags = 0;
-        if (n) std::memcpy(payload, o.src + o.done, n);
-        t_.publish_send(o.peer);
-        o.done += n;
-        o.finished = o.done == o.bytes;
-        moved = true;
-      }
+      moved |= progress_send(o, cap);
       if (!o.finished) ++left;
     } else if (o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce) {
       while (!o.finished) {
         const char* payload;
         const ChunkHeader* h = t_.peek_recv(o.peer, &payload);
         if (!h) break;
-        size_t expect = std::min(cap, o.bytes - o.done);
+        const bool rendezvous = h->flags & kChunkRendezvous;
+        size_t expect = rendezvous ? o.bytes : std::min(cap, o.bytes - o.done);
         if (h->desc != o.desc || h->offset != o.done || h->bytes != expect) {
           std::string got = describe_call(h->desc);
           std::string msg = "rank " + std::to_string(t_.rank()) + " in " + describe_call(call) + " received from rank " +
@@ -73,13 +123,16 @@ bool Executor::progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
                    " bytes, expected byte " + std::to_string(o.done) + " of " + std::to_string(expect) + ")";
           fail(ErrorKind::Mismatch, msg);
         }
-        if (expect) {
+        if (rendezvous) {
+          receive_rendezvous(o, payload, dtype, op);
+        } else if (expect) {
           if (o.kind == OpKind::Recv)
             std::memcpy(o.dst + o.done, payload, expect);
           else
             reduce_inplace(o.dst + o.done, payload, expect / esize, dtype, op);
         }
         t_.release_recv(o.peer);
+        if (rendezvous) t_.ack(o.peer);
         o.done += expect;
         o.finished = o.done == o.bytes;
         moved = true;

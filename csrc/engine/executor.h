@@ -25,6 +25,8 @@ struct ExecOp {
   CallDesc desc;              // Send: stamped on chunks; Recv*: expected on chunks
   size_t done = 0;            // bytes moved so far
   bool finished = false;      // all chunks moved (a zero-byte message still moves one header)
+  int8_t mode = -1;           // Send: -1 undecided, 0 copied through the channel, 1 rendezvous
+  uint64_t rendezvous = 0;    // Send by rendezvous: the peer's ack count that completes it
 };
 
 struct ExecOptions {
@@ -33,7 +35,7 @@ struct ExecOptions {
 
 class Executor {
  public:
-  Executor(Transport& t, ExecOptions opts) : t_(t), opts_(opts) {}
+  Executor(Transport& t, ExecOptions opts) : t_(t), opts_(opts), rendezvous_sent_(t.size(), 0) {}
 
   // Runs `ops` to completion. `call` names the call in error messages (described only on failure:
   // building strings per call would show on the latency path).
@@ -45,12 +47,16 @@ class Executor {
 
  private:
   bool progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const CallDesc& call, size_t* pending);
+  bool progress_send(ExecOp& o, size_t cap);
+  void receive_rendezvous(ExecOp& o, const char* payload, DType dtype, RedOp op);
   void on_idle(std::vector<ExecOp>& ops, const CallDesc& call,
                std::chrono::steady_clock::time_point last_progress, bool slow_checks);
   [[noreturn]] void fail(ErrorKind kind, const std::string& message);
 
   Transport& t_;
   ExecOptions opts_;
+  std::vector<uint64_t> rendezvous_sent_;  // per peer
+  std::vector<char> bounce_;               // cache-sized staging for reductions of direct reads
 };
 
 }  // namespace commlib

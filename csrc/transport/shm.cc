@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <new>
@@ -73,6 +75,8 @@ struct ShmTransport::RankCtl {
   std::atomic<uint32_t> state;       // PeerState
   std::atomic<uint32_t> error_kind;  // ErrorKind, valid once state == Failed
   std::atomic<uint64_t> call_version;  // seqlock around `call`: odd while being written
+  std::atomic<uint64_t> region_address;  // where this rank mapped the region (direct-read probe)
+  std::atomic<uint32_t> reads_directly;  // 1: this rank reads peers' memory (rendezvous welcome)
   CallDesc call;
   char error_message[kMaxMessage];
 };
@@ -80,6 +84,7 @@ struct ShmTransport::RankCtl {
 struct ShmTransport::ChannelCtl {
   alignas(kLine) std::atomic<uint64_t> tail;  // chunks published (written by the sender)
   alignas(kLine) std::atomic<uint64_t> head;  // chunks consumed (written by the receiver)
+  alignas(kLine) std::atomic<uint64_t> acked;  // rendezvous messages read (written by the receiver)
 };
 
 uint64_t shm_default_slot_bytes(int size) {
@@ -156,6 +161,7 @@ ShmTransport::ShmTransport(int rank, int size, int fd, const ShmConfig& cfg) : r
 
   // The region is zero-filled by ftruncate; atomics with all-zero bytes are valid zero values.
   RankCtl& me = ctl(rank_);
+  me.region_address.store(reinterpret_cast<uint64_t>(base_), std::memory_order_relaxed);
   me.pid.store(static_cast<int32_t>(getpid()), std::memory_order_relaxed);
   me.state.store(static_cast<uint32_t>(PeerState::Alive), std::memory_order_release);
 
@@ -221,6 +227,58 @@ void ShmTransport::release_recv(int peer) {
   ch.head.store(ch.head.load(std::memory_order_relaxed) + 1, std::memory_order_release);
   ring(peer);
 }
+
+bool ShmTransport::enable_direct_reads() {
+  // Opt-in (COMMLIB_CMA=1): on the 2-core VMs this project measures on, process_vm_readv was
+  // slower than the pipelined copy through cache-resident chunks (2 ranks, 16 MiB: all_reduce
+  // 2.1-2.3 ms against 1.2-1.3 ms, all_gather 0.7-0.76 ms against 0.54-0.6 ms), because pinning
+  // the sender's pages costs more than the second copy saves there.
+  const char* env = std::getenv("COMMLIB_CMA");
+  if (!env || std::string(env) != "1") return false;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    uint64_t magic = 0;
+    struct iovec local = {&magic, sizeof(magic)};
+    struct iovec remote = {reinterpret_cast<void*>(ctl(p).region_address.load(std::memory_order_relaxed)),
+                           sizeof(magic)};
+    if (process_vm_readv(ctl(p).pid.load(std::memory_order_relaxed), &local, 1, &remote, 1, 0) !=
+            static_cast<ssize_t>(sizeof(magic)) ||
+        magic != kMagic)
+      return false;  // e.g. ptrace restrictions or a seccomp filter: keep the copying path
+  }
+  ctl(rank_).reads_directly.store(1, std::memory_order_release);
+  return true;
+}
+
+bool ShmTransport::peer_reads_directly(int peer) {
+  return ctl(peer).reads_directly.load(std::memory_order_acquire) != 0;
+}
+
+void ShmTransport::read_peer(int peer, void* dst, uint64_t remote, size_t bytes) {
+  const pid_t pid = ctl(peer).pid.load(std::memory_order_relaxed);
+  char* out = static_cast<char*>(dst);
+  while (bytes) {
+    struct iovec local = {out, bytes};
+    struct iovec rem = {reinterpret_cast<void*>(remote), bytes};
+    ssize_t n = process_vm_readv(pid, &local, 1, &rem, 1, 0);
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      throw PeerError("rank " + std::to_string(rank_) + " could not read rank " + std::to_string(peer) +
+                      "'s buffer (process_vm_readv: " + std::strerror(n < 0 ? errno : EIO) + ")");
+    }
+    out += n;
+    remote += static_cast<uint64_t>(n);
+    bytes -= static_cast<size_t>(n);
+  }
+}
+
+void ShmTransport::ack(int peer) {
+  ChannelCtl& ch = channel(peer, rank_);
+  ch.acked.store(ch.acked.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  ring(peer);
+}
+
+uint64_t ShmTransport::acked(int peer) { return channel(rank_, peer).acked.load(std::memory_order_acquire); }
 
 uint32_t ShmTransport::events() { return ctl(rank_).doorbell.load(std::memory_order_acquire); }
 

@@ -46,6 +46,16 @@ class ShmTransport final : public Transport {
   const ChunkHeader* peek_recv(int peer, const char** payload) override;
   void release_recv(int peer) override;
 
+  bool peer_reads_directly(int peer) override;
+  void read_peer(int peer, void* dst, uint64_t remote, size_t bytes) override;
+  void ack(int peer) override;
+  uint64_t acked(int peer) override;
+  size_t channel_bytes() const override { return nslots_ * slot_bytes_; }
+  // With COMMLIB_CMA=1: checks that this process can read every peer's memory (process_vm_readv)
+  // and, if so, tells the peers they may send it messages larger than a channel by rendezvous
+  // (single copy). Call once every rank has mapped the region.
+  bool enable_direct_reads() override;
+
   uint32_t events() override;
   void wait_events(uint32_t seen, int64_t timeout_us) override;
 

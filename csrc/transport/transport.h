@@ -32,9 +32,13 @@ std::string describe_call(const CallDesc& d);
 struct ChunkHeader {
   CallDesc desc;
   uint64_t offset = 0;  // byte offset of this chunk within the message
-  uint32_t bytes = 0;   // payload bytes in this chunk
+  uint64_t bytes = 0;   // payload bytes in this chunk (whole message for a rendezvous)
   uint32_t flags = 0;
 };
+
+// A rendezvous chunk carries no data, only the address of the sender's buffer (its payload is one
+// uint64_t): the receiver reads the message straight from the sender's memory, then acknowledges.
+constexpr uint32_t kChunkRendezvous = 1;
 
 enum class PeerState : uint32_t { Unknown = 0, Alive = 1, Closed = 2, Failed = 3, Dead = 4 };
 
@@ -58,6 +62,19 @@ class Transport {
   // Receive side: the oldest unread chunk from `peer`, or nullptr.
   virtual const ChunkHeader* peek_recv(int peer, const char** payload) = 0;
   virtual void release_recv(int peer) = 0;  // frees it for the sender and wakes `peer`
+
+  // Single-copy transfers (cross-memory attach). peer_reads_directly(p): p can read this rank's
+  // memory, so large messages to p may go as rendezvous chunks. read_peer copies `bytes` from
+  // address `remote` of `peer` into `dst`. The receiver acknowledges each rendezvous message it
+  // consumed with ack(); the sender counts them with acked().
+  virtual bool peer_reads_directly(int peer) = 0;
+  virtual void read_peer(int peer, void* dst, uint64_t remote, size_t bytes) = 0;
+  virtual void ack(int peer) = 0;
+  virtual uint64_t acked(int peer) = 0;
+  // Probe direct reads from every peer and, if they work, announce it (after all ranks mapped).
+  virtual bool enable_direct_reads() { return false; }
+  // Bytes a channel buffers; messages above it block the sender anyway, so they may rendezvous.
+  virtual size_t channel_bytes() const = 0;
 
   // Waiting: read events() before checking for progress; wait_events() returns once it moved
   // (or after timeout_us), spinning briefly before it blocks.

@@ -371,3 +371,9 @@ def many_small(comm, n):
     for _ in range(n):
         comm.all_reduce(x, op="max")
     return float(x[0])
+
+
+def direct_reads_enabled(comm):
+    """Whether this rank announced single-copy reads (COMMLIB_CMA=1 and the OS allows them)."""
+    import os
+    return os.environ.get("COMMLIB_CMA") == "1" and comm._core.enable_direct_reads()

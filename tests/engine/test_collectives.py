@@ -57,3 +57,17 @@ def test_eight_ranks_on_two_cores_do_not_collapse(pool):
     t = time.monotonic()
     assert p.run(cases.many_small, 1000, timeout=100) == [1.0] * 8
     assert time.monotonic() - t < 60
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("collective", ["all_reduce", "all_to_all", "broadcast"])
+def test_single_copy_rendezvous(pool, collective):
+    """COMMLIB_CMA=1: messages larger than a channel go by rendezvous (the receiver reads the
+    sender's buffer with process_vm_readv); same matrix, same exact checks."""
+    p = pool(3, env={"COMMLIB_CMA": "1", "COMMLIB_SHM_SLOT_BYTES": "4096"})
+    assert all(p.run(cases.direct_reads_enabled))
+    results = p.run(cases.check_collective, collective, timeout=240)
+    failures = [f for fails, _ in results for f in fails]
+    assert not failures, f"{len(failures)} wrong result(s):\n" + "\n".join(failures[:20])
+    _check_identical([d for _, d in results])
+    assert p.run(cases.check_p2p) == [[]] * 3
