@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from commlib._C import buffer_address as _buffer_address
+from commlib._C import describe_buffer as _describe_buffer
 
 _NUMPY_DTYPES = {
     np.dtype(np.float32): "float32",
@@ -39,6 +40,10 @@ def describe(x, name: str):
 
     Raises TypeError/ValueError naming ``name`` for unsupported types, dtypes, devices or layouts.
     """
+    if type(x) is np.ndarray:
+        fast = _describe_buffer(x)  # the common case in one C++ call; else explain below
+        if fast is not None:
+            return fast
     if isinstance(x, np.ndarray):
         dt = _NUMPY_DTYPES.get(x.dtype)
         if dt is None:

@@ -45,6 +45,37 @@ void bind_comm(py::module_& m) {
       },
       "Address of a writable contiguous buffer (a NumPy array's data pointer).");
 
+  // The whole description of a NumPy array in one call (address, elements, dtype name), or None
+  // when it is not a writable C-contiguous buffer of a supported dtype: the Python side then
+  // explains what is wrong. ~0.15 us instead of ~0.5 us of Python attribute look-ups per buffer.
+  m.def("describe_buffer", [](py::handle obj) -> py::object {
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj.ptr(), &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) != 0) {
+      PyErr_Clear();
+      return py::none();
+    }
+    const char* name = nullptr;
+    const char* f = view.format ? view.format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') ++f;  // native byte order on x86-64
+    if (f[0] && !f[1]) {
+      switch (f[0]) {
+        case 'f': name = view.itemsize == 4 ? "float32" : nullptr; break;
+        case 'd': name = view.itemsize == 8 ? "float64" : nullptr; break;
+        case 'e': name = view.itemsize == 2 ? "float16" : nullptr; break;
+        case 'b': name = "int8"; break;
+        case 'B': name = "uint8"; break;
+        case 'i': name = view.itemsize == 4 ? "int32" : nullptr; break;
+        case 'l': case 'q': name = view.itemsize == 8 ? "int64" : nullptr; break;
+        default: break;
+      }
+    }
+    py::object out = py::none();
+    if (name)
+      out = py::make_tuple(reinterpret_cast<uintptr_t>(view.buf), view.len / view.itemsize, name);
+    PyBuffer_Release(&view);
+    return out;
+  });
+
   m.def("shm_region_bytes", [](int size) { return shm_region_bytes(size, shm_config_from_env(size)); },
         "Bytes of the shared-memory region a communicator of `size` ranks needs (rank 0 sizes the memfd).");
 
