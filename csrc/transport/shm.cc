@@ -121,8 +121,6 @@ uint64_t shm_region_bytes(int size, const ShmConfig& cfg) {
 
 ShmTransport::ShmTransport(int rank, int size, int fd, const ShmConfig& cfg) : rank_(rank), size_(size) {
   // Rank 0 chose the layout; everyone else reads it from the region header.
-  struct RegionHeader hdr_probe;
-  (void)hdr_probe;
   void* head = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (head == MAP_FAILED) throw CommError(std::string("shm: mmap failed: ") + std::strerror(errno));
   auto* rh = static_cast<RegionHeader*>(head);
