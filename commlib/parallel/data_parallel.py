@@ -16,30 +16,26 @@ from typing import List, Optional
 
 import torch
 
-from ._buckets import (MB, broadcast_tensors, bucket_partition, check_algorithm, check_comm,
+from ._buckets import (MB, FlatLayout, broadcast_tensors, bucket_partition, check_algorithm, check_comm,
                        check_cpu_tensors, check_positive, check_same_structure,
                        queue_backward_callback, storage_bytes, unique_named_parameters)
 
 
 class _Bucket:
-    __slots__ = ("index", "params", "offsets", "buffer", "ready", "work", "launched")
+    __slots__ = ("index", "params", "layout", "buffer", "ready", "work", "launched")
 
     def __init__(self, index, params, dtype):
         self.index = index
         self.params = params
-        self.offsets = []
-        off = 0
-        for p in params:
-            self.offsets.append(off)
-            off += p.numel()
-        self.buffer = torch.zeros(off, dtype=dtype)
+        self.layout = FlatLayout([""] * len(params), [p.shape for p in params], 1)
+        self.buffer = torch.zeros(self.layout.numel, dtype=dtype)
         self.ready = 0
         self.work = None
         self.launched = False
 
     def view(self, i):
-        p = self.params[i]
-        return self.buffer[self.offsets[i]:self.offsets[i] + p.numel()].view_as(p)
+        o, n = self.layout.offsets[i], self.layout.numels[i]
+        return self.buffer[o:o + n].view(self.layout.shapes[i])
 
 
 class DataParallel(torch.nn.Module):

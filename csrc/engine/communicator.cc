@@ -129,7 +129,8 @@ void Communicator::abort(const std::string& reason) {
   record_failure(CommError(reason), ErrorKind::Comm);
 }
 
-std::shared_ptr<Work> Communicator::submit(std::function<void()> job, bool async) {
+template <typename Job>
+std::shared_ptr<Work> Communicator::submit(Job&& job, bool async) {
   std::unique_lock<std::mutex> lk(mu_);
   if (closed_) throw CommError("communicator is closed");
   throw_if_aborted();
@@ -147,7 +148,7 @@ std::shared_ptr<Work> Communicator::submit(std::function<void()> job, bool async
     job();
     return nullptr;
   }
-  auto work = std::make_shared<Work>(std::move(job));
+  auto work = std::make_shared<Work>(std::function<void()>(std::forward<Job>(job)));
   if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
   queue_.push_back(work);
   cv_.notify_all();
