@@ -9,6 +9,9 @@ import numpy as np
 
 from commlib._C import buffer_address as _buffer_address
 from commlib._C import describe_buffer as _describe_buffer
+from commlib._C import register_array_type as _register_array_type
+
+_register_array_type(np.ndarray)  # the C++ fast path accepts exactly this type
 
 _NUMPY_DTYPES = {
     np.dtype(np.float32): "float32",

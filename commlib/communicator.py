@@ -17,6 +17,15 @@ _BITWISE_OPS = frozenset(("band", "bor", "bxor"))
 _OPS = frozenset(_C.OPS)
 _ALGORITHMS = {c: frozenset(_C.algorithms(c)) for c in _C.COLLECTIVES if c not in ("send", "recv")}
 
+# The latency path: blocking calls on plain NumPy arrays go straight to C++ (csrc/bindings/
+# fast_call.cc), which answers NotImplemented for anything it does not handle; the code after it in
+# each method is the general path, which validates and explains. Codes are _C.COLLECTIVES positions.
+_fast = _C.fast_collective
+(_ALL_REDUCE, _ALL_GATHER, _REDUCE_SCATTER, _ALL_TO_ALL, _BROADCAST, _REDUCE, _GATHER, _SCATTER,
+ _BARRIER) = range(9)
+assert _C.COLLECTIVES[:9] == ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
+                              "reduce", "gather", "scatter", "barrier"]
+
 
 class Work:
     """Handle of an asynchronous call. Calls on one communicator complete in call order.
@@ -99,6 +108,7 @@ class Communicator:
 
     def __init__(self, core, store, prefix: str, rank: int, size: int, timeout: float):
         self._core = core
+        self._addr = _C.core_address(core)  # for _fast; self._core keeps the core alive
         self._store = store
         self._prefix = prefix
         self._rank = rank
@@ -153,6 +163,8 @@ class Communicator:
         In place unless ``out`` (same dtype and size) is given. ``op`` is one of sum, prod, min,
         max, avg, premul_sum (``scale`` times each input, then sum), band, bor, bxor.
         """
+        if _fast(self._addr, _ALL_REDUCE, tensor, out, op, algorithm, 0, async_op, scale) is None:
+            return None
         ip, n, dt = describe(tensor, "tensor")
         op_ = _check_op(op, dt, scale)
         _check_algorithm("all_reduce", algorithm)
@@ -164,6 +176,8 @@ class Communicator:
 
         ``input`` may be the view of ``output`` at this rank's block (in place).
         """
+        if _fast(self._addr, _ALL_GATHER, input, output, "sum", algorithm, 0, async_op, None) is None:
+            return None
         ip, n, dt = describe(input, "input")
         op_ptr = _describe_like(output, "output", dt, "input", n * self._size,
                                 f"size*input = {self._size}*{n}")
@@ -173,6 +187,8 @@ class Communicator:
     def reduce_scatter(self, output, input, op: str = "sum", algorithm: str = "auto",
                        async_op: bool = False, scale=None):
         """Reduce ``input`` (size * output elements) over ranks; rank r gets block r in ``output``."""
+        if _fast(self._addr, _REDUCE_SCATTER, input, output, op, algorithm, 0, async_op, scale) is None:
+            return None
         op_ptr, n, dt = describe(output, "output")
         ip = _describe_like(input, "input", dt, "output", n * self._size, f"size*output = {self._size}*{n}")
         op_ = _check_op(op, dt, scale)
@@ -187,6 +203,9 @@ class Communicator:
         Equal blocks by default. With ``input_splits``/``output_splits`` (element counts per rank)
         blocks may differ in size (all_to_allv); every rank must agree on what it sends to whom.
         """
+        if (output_splits is None and input_splits is None
+                and _fast(self._addr, _ALL_TO_ALL, input, output, "sum", algorithm, 0, async_op, None) is None):
+            return None
         ip, n_in, dt = describe(input, "input")
         op_ptr, n_out, dt2 = describe(output, "output")
         if dt2 != dt:
@@ -235,6 +254,8 @@ class Communicator:
 
     def broadcast(self, tensor, root: int = 0, algorithm: str = "auto", async_op: bool = False):
         """Copy ``tensor`` from ``root`` to every rank (in place)."""
+        if _fast(self._addr, _BROADCAST, tensor, None, "sum", algorithm, root, async_op, None) is None:
+            return None
         ip, n, dt = describe(tensor, "tensor")
         self._check_root(root)
         _check_algorithm("broadcast", algorithm)
@@ -243,6 +264,8 @@ class Communicator:
     def reduce(self, tensor, root: int = 0, op: str = "sum", algorithm: str = "auto", out=None,
                async_op: bool = False, scale=None):
         """Reduce ``tensor`` over all ranks into ``root`` (into ``out`` there if given)."""
+        if _fast(self._addr, _REDUCE, tensor, out, op, algorithm, root, async_op, scale) is None:
+            return None
         ip, n, dt = describe(tensor, "tensor")
         self._check_root(root)
         op_ = _check_op(op, dt, scale)
@@ -252,6 +275,8 @@ class Communicator:
 
     def gather(self, output, input, root: int = 0, algorithm: str = "auto", async_op: bool = False):
         """Concatenate every rank's ``input`` into ``output`` on ``root`` (None elsewhere)."""
+        if _fast(self._addr, _GATHER, input, output, "sum", algorithm, root, async_op, None) is None:
+            return None
         ip, n, dt = describe(input, "input")
         self._check_root(root)
         op_ptr = 0
@@ -265,6 +290,8 @@ class Communicator:
 
     def scatter(self, output, input, root: int = 0, algorithm: str = "auto", async_op: bool = False):
         """Send block j of ``input`` (on ``root``; None elsewhere) to rank j's ``output``."""
+        if _fast(self._addr, _SCATTER, input, output, "sum", algorithm, root, async_op, None) is None:
+            return None
         op_ptr, n, dt = describe(output, "output")
         self._check_root(root)
         ip = 0
@@ -278,6 +305,8 @@ class Communicator:
 
     def barrier(self, async_op: bool = False):
         """Return once every rank has entered the barrier."""
+        if _fast(self._addr, _BARRIER, None, None, "sum", "auto", 0, async_op, None) is None:
+            return None
         return self._run("barrier", "auto", 0, 0, 0, "uint8", "sum", 0, 1.0, async_op, ())
 
     # -- point to point -----------------------------------------------------------------------

@@ -59,7 +59,12 @@ def add_arguments(p: argparse.ArgumentParser):
     p.add_argument("-d", "--datatype", default="float32", choices=C.DTYPES)
     p.add_argument("-o", "--op", default="sum", choices=C.OPS, help="reduction (default sum)")
     p.add_argument("-r", "--root", type=int, default=0, help="root of rooted collectives")
-    p.add_argument("-n", "--iters", type=int, default=20, help="timed iterations per size (default 20)")
+    p.add_argument("-n", "--iters", type=int, default=20,
+                   help="timed calls per algorithm and size, at least (default 20)")
+    p.add_argument("--min-time", type=float, default=0.02,
+                   help="time fast calls for about this many seconds per algorithm and size, up to "
+                        "--max-iters calls (default 0.02; 0: exactly -n calls)")
+    p.add_argument("--max-iters", type=int, default=1000, help="cap of the --min-time rule (default 1000)")
     p.add_argument("-w", "--warmup_iters", type=int, default=5, help="warm-up iterations (default 5)")
     p.add_argument("--rounds", type=int, default=2,
                    help="interleave the algorithms of a size in this many rounds of iters/rounds calls")
@@ -91,7 +96,8 @@ def config_from_args(a) -> dict:
         raise SystemExit(f"commlib bench: -o {a.op} needs an integer -d (got {a.datatype})")
     return {
         "collectives": colls, "sizes": sizes, "dtype": a.datatype, "op": a.op, "root": a.root,
-        "iters": a.iters, "warmup": a.warmup_iters, "check": bool(a.check), "rounds": a.rounds,
+        "iters": a.iters, "min_time": a.min_time, "max_iters": a.max_iters, "warmup": a.warmup_iters,
+        "check": bool(a.check), "rounds": a.rounds,
         "modes": ["out", "in"] if a.mode == "both" else [a.mode],
         "algorithms": [x for x in a.algorithms.split(",") if x], "peers": peers,
     }

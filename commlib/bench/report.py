@@ -492,8 +492,11 @@ def build(datas, outdir):
                "commlib", "date"], mrows)
     doc.p("Timing: " + (datas[0].get("timing") or "") + ".")
     cfg = datas[0].get("config", {})
-    doc.p(f"dtype {cfg.get('dtype')}, op {cfg.get('op')}, {cfg.get('iters')} timed + {cfg.get('warmup')} "
-          f"warm-up iterations per size.")
+    per = f"at least {cfg.get('iters')} timed calls"
+    if cfg.get("min_time"):
+        per += f" and about {cfg['min_time'] * 1e3:g} ms of them (at most {cfg.get('max_iters')} calls)"
+    doc.p(f"dtype {cfg.get('dtype')}, op {cfg.get('op')}, {per} after {cfg.get('warmup')} warm-up calls, "
+          f"per algorithm, mode and size.")
     return doc
 
 

@@ -7,8 +7,10 @@ timed loop is ``fn()`` between two ``perf_counter`` reads) and offers ``barrier`
 
 How a time is measured (documented in the report and the README):
 
-1. ``-w`` warm-up calls, then a barrier;
-2. ``-n`` timed calls back to back (no barrier between them), split into ``--rounds`` rounds that
+1. ``-w`` warm-up calls per (algorithm, mode), timed: the slowest rank's estimate sets how many
+   calls that shape gets, at least ``-n`` and enough for ``--min-time`` seconds of samples (at
+   most ``--max-iters``; see :func:`iteration_counts`), then a barrier;
+2. those timed calls back to back (no barrier between them), split into ``--rounds`` rounds that
    interleave the algorithms of one size (see :class:`Sweep`); every rank records each call's
    duration; a call's time is the **maximum over ranks** of that call's duration (a collective is
    done when its slowest rank is done);
@@ -219,6 +221,27 @@ def _transport_of(comm) -> str:
     return "shm"
 
 
+def iteration_counts(seconds_per_call, cfg) -> list:
+    """Timed calls per call shape: at least ``-n``, and more for fast calls, until the shape has
+    about ``--min-time`` seconds of samples (at most ``--max-iters`` calls).
+
+    ``seconds_per_call`` is the slowest rank's warm-up estimate per shape, so every rank computes
+    the same counts. A median over 20 calls of a 1 us collective is dominated by the calls right
+    after the barrier (ranks waking up, skew); a few hundred calls measure the steady state, the
+    way osu_latency and nccl-tests' longer runs do.
+    """
+    n_min = cfg["iters"]
+    n_max = max(n_min, cfg.get("max_iters", 1000))
+    budget = cfg.get("min_time", 0.0)
+    out = []
+    for t in seconds_per_call:
+        n = n_min
+        if budget > 0 and t > 0:
+            n = int(min(n_max, max(n_min, np.ceil(budget / t))))
+        out.append(n)
+    return out
+
+
 class Sweep:
     """Runs the sweep of one backend; rank 0 prints the table and keeps the records.
 
@@ -292,8 +315,7 @@ class Sweep:
 
     def _measure_size(self, coll, algos, ms, count, block, size, dtype, op, root):
         b, cfg = self.b, self.cfg
-        n, w = cfg["iters"], cfg["warmup"]
-        rounds = max(1, min(cfg.get("rounds", 2), n))
+        w = cfg["warmup"]
         ref = Reference(coll, count, block, dtype, op, b.rank, b.size, root) if cfg.get("check") else None
         bufs = {m: make_buffers(coll, m, count, block, dtype, b.rank, root) for m in ms}
         for m in ms:
@@ -303,18 +325,31 @@ class Sweep:
                 C.fill(bufs[m]["send"], np.ones(_numel(bufs[m]["send"])))
         keys = [(a, m) for a in algos for m in ms]
         fns = {(a, m): b.make(coll, a, m, bufs[m], op, root) for a, m in keys}
+        pc = time.perf_counter
+        # Warm up every call shape, timing the warm-up calls: they set how many calls each shape
+        # gets (see iteration_counts). First calls of the job pay for connections and page faults.
+        est = []
+        for key in keys:
+            fn = fns[key]
+            warm = max(w, 1) + (0 if self._warm else 20)
+            self._warm = True
+            wt = [0.0] * warm
+            for j in range(warm):
+                t0 = pc()
+                fn()
+                wt[j] = pc() - t0
+            est.append(float(np.median(wt[len(wt) // 2:])))  # the later, warmer half
+        iters = iteration_counts(b.gather_stats(np.array(est, np.float64)).max(axis=0), cfg)
+        iters = dict(zip(keys, iters))
         times = {k: [] for k in keys}
         loops = {k: 0.0 for k in keys}
-        pc = time.perf_counter
+        rounds = max(1, min(cfg.get("rounds", 2), min(iters.values())))
         for rnd in range(rounds):
-            k_iters = n // rounds + (1 if rnd < n % rounds else 0)
             for key in keys:
+                n = iters[key]
+                k_iters = n // rounds + (1 if rnd < n % rounds else 0)
                 fn = fns[key]
-                warm = w if rnd == 0 else min(w, 1)
-                if not self._warm:  # first calls of the job: connections, page faults
-                    warm += 20
-                    self._warm = True
-                for _ in range(warm):
+                if rnd:  # re-warm after the other shapes ran
                     fn()
                 b.barrier()
                 ts = [0.0] * k_iters
@@ -337,9 +372,11 @@ class Sweep:
             vec += times[key] + [loops[key], wrong[key]]
         stats = b.gather_stats(np.array(vec, np.float64))
         out = {a: {} for a in algos}
-        width = n + 2
-        for j, (algo, mode) in enumerate(keys):
-            blk = stats[:, j * width:(j + 1) * width]
+        start = 0
+        for algo, mode in keys:
+            n = iters[(algo, mode)]
+            blk = stats[:, start:start + n + 2]
+            start += n + 2
             per_call = blk[:, :n].max(axis=0) if n else np.zeros(1)
             wrong_sum = int(blk[:, n + 1].sum())
             self.wrong_total += wrong_sum

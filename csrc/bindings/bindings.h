@@ -3,9 +3,16 @@
 
 #include <pybind11/pybind11.h>
 
+#include <exception>
+
 namespace commlib {
 void bind_types(pybind11::module_& m);     // bindings/types_bindings.cc
 void bind_schedule(pybind11::module_& m);  // bindings/schedule_bindings.cc: schedule(), algorithms(), verify()
 void bind_kernels(pybind11::module_& m);   // bindings/kernels_bindings.cc: reduce_local() etc. for tests
 void bind_comm(pybind11::module_& m);      // bindings/comm_bindings.cc: Communicator, Work, errors
+void bind_fast_call(pybind11::module_& m); // bindings/fast_call.cc: fast_collective (after bind_comm)
+
+// Sets the Python error for a C++ exception (CommError family -> commlib's classes,
+// std::invalid_argument -> ValueError). Needs the GIL and bind_comm() to have run.
+void set_python_error(std::exception_ptr p);
 }  // namespace commlib

@@ -86,8 +86,14 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, CommOptions opt
       algo_names_(static_cast<size_t>(Collective::kCount)) {
   for (int c = 0; c < static_cast<int>(Collective::kCount); ++c) {
     Collective cc = static_cast<Collective>(c);
-    if (cc != Collective::Send && cc != Collective::Recv) algo_names_[c] = algorithms(cc);
+    if (cc != Collective::Send && cc != Collective::Recv) {
+      algo_names_[c] = algorithms(cc);
+      env_algo_.push_back(algorithm_override(cc));
+    } else {
+      env_algo_.emplace_back();
+    }
   }
+  tuning_generation_ = tuning_generation();
 }
 
 Communicator::~Communicator() {
@@ -202,19 +208,39 @@ std::shared_ptr<Work> Communicator::p2p(std::vector<P2PItem> items, DType dtype,
   return submit([this, items = std::move(items), dtype] { run_p2p(items, dtype); }, async);
 }
 
-uint8_t Communicator::algorithm_index(Collective c, const std::string& name) {
-  const auto& names = algo_names_[static_cast<int>(c)];
-  for (size_t i = 0; i < names.size(); ++i)
-    if (names[i] == name) return static_cast<uint8_t>(i + 1);
-  return 0;
-}
+const Communicator::Planned& Communicator::plan(const CollectiveCall& call, int64_t bytes) {
+  const uint64_t gen = tuning_generation();
+  if (gen != tuning_generation_) {  // a new tuning table: auto may choose differently now
+    plans_.clear();
+    tuning_generation_ = gen;
+  }
+  const int root = collective_has_root(call.coll) ? call.root : 0;
+  ScheduleKey key{static_cast<uint8_t>(call.coll), call.algo, root, call.count};
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second;
 
-const Schedule& Communicator::schedule_for(const CollArgs& args, const std::string& algorithm, uint8_t algo_index) {
-  ScheduleKey key{static_cast<uint8_t>(args.coll), algo_index, args.root, args.count};
-  auto it = schedules_.find(key);
-  if (it != schedules_.end()) return it->second;
-  if (schedules_.size() >= 512) schedules_.clear();
-  return schedules_.emplace(key, build_schedule(args, algorithm)).first->second;
+  const auto& names = algo_names_[static_cast<int>(call.coll)];
+  if (call.algo > names.size())
+    throw std::invalid_argument("algorithm: index " + std::to_string(call.algo) + " out of range for " +
+                                collective_name(call.coll));
+  const std::string algo = call.algo ? names[call.algo - 1]
+                                     : choose_auto(call.coll, env_algo_[static_cast<int>(call.coll)], bytes, size_);
+  if (opts_.debug >= 1 && call.algo == 0) {
+    std::string tag = std::string(collective_name(call.coll)) + ":" + algo;
+    bool seen = false;
+    for (const auto& s : logged_auto_) seen |= s == tag;
+    if (!seen) {
+      logged_auto_.push_back(tag);
+      std::fprintf(stderr, "commlib INFO %s rank %d: auto picked %s for %s of %lld bytes on %d ranks\n",
+                   opts_.label.c_str(), rank_, algo.c_str(), collective_name(call.coll),
+                   static_cast<long long>(bytes), size_);
+    }
+  }
+  Planned p;
+  p.sched = build_schedule(CollArgs{call.coll, rank_, size_, call.count, call.root}, algo);
+  p.algo = static_cast<uint8_t>(algorithm_index(call.coll, algo));
+  if (plans_.size() >= 512) plans_.clear();
+  return plans_.emplace(key, std::move(p)).first->second;
 }
 
 char* Communicator::scratch(size_t bytes) {
@@ -237,28 +263,18 @@ void Communicator::run_collective(const CollectiveCall& call) {
   throw_if_aborted();
   const size_t esize = dtype_size(call.dtype);
   const int64_t bytes = call.count * static_cast<int64_t>(esize);
-  const std::string algo = choose_algorithm(call.coll, call.algorithm, bytes, size_);
-  if (opts_.debug >= 1 && call.algorithm == "auto") {
-    std::string tag = std::string(collective_name(call.coll)) + ":" + algo;
-    bool seen = false;
-    for (const auto& s : logged_auto_) seen |= s == tag;
-    if (!seen) {
-      logged_auto_.push_back(tag);
-      std::fprintf(stderr, "commlib INFO %s rank %d: auto picked %s for %s of %lld bytes on %d ranks\n",
-                   opts_.label.c_str(), rank_, algo.c_str(), collective_name(call.coll),
-                   static_cast<long long>(bytes), size_);
-    }
-  }
+  // Built before the call is numbered: a refused argument leaves the sequence untouched.
+  const Planned& planned = plan(call, bytes);
+  const Schedule& sched = planned.sched;
+  const std::string& algo = algo_names_[static_cast<int>(call.coll)][planned.algo - 1];
 
   CallDesc desc;
   desc.coll = static_cast<uint8_t>(call.coll);
   desc.dtype = static_cast<uint8_t>(call.dtype);
   desc.op = collective_reduces(call.coll) ? static_cast<uint8_t>(call.op) : 0;
-  desc.algo = algorithm_index(call.coll, algo);
+  desc.algo = planned.algo;
   desc.root = collective_has_root(call.coll) ? call.root : 0;
   desc.count = call.count;
-  // Built before the call is numbered: a refused argument leaves the sequence untouched.
-  const Schedule& sched = schedule_for(CollArgs{call.coll, rank_, size_, call.count, call.root}, algo, desc.algo);
   desc.seq = ++coll_seq_;
   transport_->publish_call(desc);
 

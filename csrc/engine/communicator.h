@@ -45,7 +45,7 @@ class Work {
 
 struct CollectiveCall {
   Collective coll = Collective::AllReduce;
-  std::string algorithm = "auto";
+  uint8_t algo = 0;  // 0: auto; else 1 + position in algorithms(coll) (registry.h algorithm_index)
   uintptr_t input = 0, output = 0;
   int64_t count = 0;
   DType dtype = DType::Float32;
@@ -54,6 +54,7 @@ struct CollectiveCall {
   double scale = 1.0;  // premul_sum factor
 };
 
+// Keyed by the *requested* algorithm (0 = auto), so a cached entry also remembers what auto chose.
 struct ScheduleKey {
   uint8_t coll = 0, algo = 0;
   int32_t root = 0;
@@ -110,13 +111,17 @@ class Communicator {
   void worker_loop();
   void run_collective(const CollectiveCall& call);
   void run_p2p(const std::vector<P2PItem>& items, DType dtype);
-  const Schedule& schedule_for(const CollArgs& args, const std::string& algorithm, uint8_t algo_index);
+  // The schedule and chosen algorithm (1-based index) of a call; built and cached on first use.
+  struct Planned {
+    Schedule sched;
+    uint8_t algo = 0;
+  };
+  const Planned& plan(const CollectiveCall& call, int64_t bytes);
   char* scratch(size_t bytes);
   char* premul_buffer(size_t bytes);
   void record_failure(const CommError& e, ErrorKind kind);
   void fail_communicator(const CommError& e);  // abort after `e`, telling the peers
   void throw_if_aborted() const;
-  uint8_t algorithm_index(Collective c, const std::string& name);
 
   std::unique_ptr<Transport> transport_;
   Executor exec_;
@@ -126,7 +131,9 @@ class Communicator {
   // Execution state (touched only by the thread currently executing a call).
   uint64_t coll_seq_ = 0;
   std::vector<uint64_t> send_seq_, recv_seq_;
-  std::unordered_map<ScheduleKey, Schedule, ScheduleKeyHash> schedules_;
+  std::unordered_map<ScheduleKey, Planned, ScheduleKeyHash> plans_;
+  uint64_t tuning_generation_ = 0;  // of the tuning table the cached auto choices came from
+  std::vector<std::string> env_algo_;  // COMMLIB_ALGO_<COLLECTIVE> at creation ("" = unset)
   std::vector<ExecOp> ops_;
   std::unique_ptr<char[], void (*)(void*)> scratch_{nullptr, std::free};
   size_t scratch_bytes_ = 0;

@@ -3,6 +3,7 @@
 #include "schedule/registry.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cstdlib>
 #include <mutex>
@@ -94,6 +95,7 @@ std::string env_name(Collective c) {
 std::mutex g_tuning_mu;
 std::vector<TuningRow> g_tuning[kNumColl];
 bool g_tuning_any = false;
+std::atomic<uint64_t> g_tuning_generation{0};  // bumped on every change: communicators drop cached choices
 
 std::string heuristic(Collective c, int64_t bytes, int size) {
   const int P = size;
@@ -140,13 +142,15 @@ std::string choose_algorithm(Collective c, const std::string& requested, int64_t
     if (!find(c, requested)) unknown("algorithm", c, requested);
     return requested;
   }
-  const std::string var = env_name(c);
-  if (const char* env = std::getenv(var.c_str())) {
-    std::string v(env);
-    if (!v.empty() && v != "auto") {
-      if (!find(c, v)) unknown(var.c_str(), c, v);
-      return v;
-    }
+  const char* env = std::getenv(env_name(c).c_str());
+  return choose_auto(c, env ? env : "", bytes, size);
+}
+
+std::string choose_auto(Collective c, const std::string& env_value, int64_t bytes, int size) {
+  check_collective(c);
+  if (!env_value.empty() && env_value != "auto") {
+    if (!find(c, env_value)) unknown(env_name(c).c_str(), c, env_value);
+    return env_value;
   }
   {
     std::lock_guard<std::mutex> lk(g_tuning_mu);
@@ -157,6 +161,22 @@ std::string choose_algorithm(Collective c, const std::string& requested, int64_t
   }
   return heuristic(c, bytes, size);
 }
+
+std::string algorithm_override(Collective c) {
+  const char* env = std::getenv(env_name(c).c_str());
+  return env ? env : "";
+}
+
+int algorithm_index(Collective c, const std::string& name) {
+  check_collective(c);
+  if (name == "auto") return 0;
+  const auto& es = entries(c);
+  for (size_t i = 0; i < es.size(); ++i)
+    if (name == es[i].name) return static_cast<int>(i) + 1;
+  unknown("algorithm", c, name);
+}
+
+uint64_t tuning_generation() { return g_tuning_generation.load(std::memory_order_acquire); }
 
 void set_tuning(Collective c, std::vector<TuningRow> rows) {
   check_collective(c);
@@ -175,12 +195,14 @@ void set_tuning(Collective c, std::vector<TuningRow> rows) {
   g_tuning[static_cast<int>(c)] = std::move(rows);
   g_tuning_any = false;
   for (const auto& t : g_tuning) g_tuning_any = g_tuning_any || !t.empty();
+  g_tuning_generation.fetch_add(1, std::memory_order_release);
 }
 
 void clear_tuning() {
   std::lock_guard<std::mutex> lk(g_tuning_mu);
   for (auto& t : g_tuning) t.clear();
   g_tuning_any = false;
+  g_tuning_generation.fetch_add(1, std::memory_order_release);
 }
 
 Schedule build_schedule(const CollArgs& args, const std::string& algorithm) {

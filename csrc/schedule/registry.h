@@ -29,6 +29,16 @@ Schedule build_schedule(const CollArgs& args, const std::string& algorithm);
 // std::invalid_argument naming the variable); else the tuning table; else a built-in heuristic.
 std::string choose_algorithm(Collective c, const std::string& requested, int64_t bytes, int size);
 
+// The "auto" branch of choose_algorithm with the override's value given (empty: unset), for
+// callers that read COMMLIB_ALGO_<COLLECTIVE> once (a communicator reads it when created).
+std::string choose_auto(Collective c, const std::string& env_value, int64_t bytes, int size);
+// Current value of COMMLIB_ALGO_<COLLECTIVE> ("" when unset).
+std::string algorithm_override(Collective c);
+
+// 0 for "auto", else 1 + the name's position in algorithms(c); unknown names throw
+// std::invalid_argument naming `algorithm`.
+int algorithm_index(Collective c, const std::string& name);
+
 // Tuning table (e.g. loaded from a JSON file of measurements). For a call of world size `size`,
 // the rows with that exact size are tried in increasing max_bytes order and the first with
 // bytes <= max_bytes wins (max_bytes < 0 means no limit); no row -> built-in heuristic.
@@ -40,5 +50,7 @@ struct TuningRow {
 // Replaces the rows of collective c (validates names: std::invalid_argument). Thread-safe.
 void set_tuning(Collective c, std::vector<TuningRow> rows);
 void clear_tuning();
+// Increases on every set_tuning/clear_tuning, so cached "auto" decisions can be dropped.
+uint64_t tuning_generation();
 
 }  // namespace commlib

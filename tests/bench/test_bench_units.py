@@ -64,6 +64,16 @@ def _rec(us, busbw=1.25, wrong=0):
     return {"time_us": {"median": us}, "algbw_GBps": busbw / 1.5, "busbw_GBps": busbw, "wrong": wrong}
 
 
+def test_iteration_counts_follow_the_time_budget():
+    from commlib.bench.sweep import iteration_counts
+    cfg = {"iters": 20, "min_time": 0.02, "max_iters": 1000}
+    # 1 us calls hit the cap, 100 us calls get 200, slow calls keep the minimum, and a zero
+    # estimate (a clock that did not tick) keeps the minimum too.
+    assert iteration_counts([1e-6, 1e-4, 0.5, 0.0], cfg) == [1000, 200, 20, 20]
+    assert iteration_counts([1e-6], dict(cfg, min_time=0.0)) == [20]
+    assert iteration_counts([1e-6], dict(cfg, max_iters=5)) == [20]  # -n wins over the cap
+
+
 def test_table_format():
     h = table.header_lines()
     assert "out-of-place" in h[0] and "in-place" in h[0]

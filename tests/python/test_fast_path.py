@@ -1,0 +1,86 @@
+"""The C++ fast path for blocking calls on NumPy arrays (csrc/bindings/fast_call.cc): it must give
+the general path's results, decline everything unusual (so the general path explains errors), and
+actually be taken in the common case."""
+import numpy as np
+import pytest
+
+import commlib
+from commlib import _C
+from commlib.store import StoreServer, TCPStore
+
+import fast_path_cases as cases
+
+CODES = {c: i for i, c in enumerate(_C.COLLECTIVES)}
+
+
+@pytest.fixture(scope="module")
+def comm1():
+    s = StoreServer("127.0.0.1", 0)
+    comm = commlib.init(rank=0, world_size=1, store=TCPStore("127.0.0.1", s.port), prefix="fast")
+    yield comm
+    comm.close()
+    s.close()
+
+
+def _fast(comm, coll, a, b=None, op="sum", algorithm="auto", root=0, async_op=False, scale=None):
+    return _C.fast_collective(comm._addr, CODES[coll], a, b, op, algorithm, root, async_op, scale)
+
+
+def test_declines_what_it_does_not_handle(comm1):
+    x = np.ones(4, np.float32)
+    torch = pytest.importorskip("torch")
+    declined = [
+        _fast(comm1, "all_reduce", x, async_op=True),                   # async: general path's Work
+        _fast(comm1, "all_reduce", torch.ones(4)),                      # torch tensors
+        _fast(comm1, "all_reduce", x.view(cases.Sub)),                  # ndarray subclass
+        _fast(comm1, "all_reduce", np.ones((4, 2), np.float32)[:, 0]),  # not contiguous
+        _fast(comm1, "all_reduce", np.ones(4, np.complex64)),           # unsupported dtype
+        _fast(comm1, "all_reduce", np.ones(4, np.float32)[::1].copy().view(">f4")),  # byte order
+        _fast(comm1, "all_reduce", x, op="bogus"),
+        _fast(comm1, "all_reduce", x, op="band"),                       # bitwise on floats
+        _fast(comm1, "all_reduce", x, op="premul_sum"),                 # premul without scale
+        _fast(comm1, "all_reduce", x, scale=2.0),                       # scale without premul
+        _fast(comm1, "all_reduce", x, algorithm="bogus"),
+        _fast(comm1, "all_reduce", x, np.ones(5, np.float32)),          # out of another size
+        _fast(comm1, "all_reduce", x, np.ones(4, np.float64)),          # out of another dtype
+        _fast(comm1, "broadcast", x, root=1),                           # root out of range
+        _fast(comm1, "broadcast", x, root=True),                        # bool is not a rank
+        _fast(comm1, "all_gather", x, np.ones(3, np.float32)),          # wrong output size
+        _fast(comm1, "all_to_all", x, x),                               # in place
+        _fast(comm1, "gather", x, None),                                # root without output
+    ]
+    ro = np.ones(4, np.float32)
+    ro.flags.writeable = False
+    declined.append(_fast(comm1, "all_reduce", ro))
+    assert all(d is NotImplemented for d in declined), declined
+
+
+def test_general_path_still_explains_errors(comm1):
+    x = np.ones(4, np.float32)
+    with pytest.raises(ValueError, match="^op: unknown reduction 'bogus'"):
+        comm1.all_reduce(x, op="bogus")
+    with pytest.raises(ValueError, match="^algorithm: unknown all_reduce algorithm 'bogus'"):
+        comm1.all_reduce(x, algorithm="bogus")
+    with pytest.raises(ValueError, match="^out: has 5 elements"):
+        comm1.all_reduce(x, out=np.ones(5, np.float32))
+    with pytest.raises(ValueError, match="^root: 3 is out of range"):
+        comm1.broadcast(x, root=3)
+    with pytest.raises(ValueError, match="^output: required on the root rank"):
+        comm1.gather(None, x)
+
+
+def test_world_of_one_results(comm1):
+    x = np.arange(5, dtype=np.int64)
+    comm1.all_reduce(x, op="premul_sum", scale=3)
+    assert x.tolist() == [0, 3, 6, 9, 12]
+    out = np.zeros(5, np.int64)
+    comm1.all_to_all(out, x)
+    assert out.tolist() == x.tolist()
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_fast_and_general_paths_agree(pool, size):
+    p = pool(size)
+    assert p.run(cases.fast_path_taken) == [[True] * 10] * size
+    failures = [f for fails in p.run(cases.check_paths_agree, timeout=120) for f in fails]
+    assert not failures, "\n".join(failures[:20])
