@@ -62,6 +62,8 @@ def coefficients(collective: str, algorithm: str, n: float, P: int):
             return float(L + P - 1), 2 * f * n, 0.0
         if a == "pipeline":
             return float(P - 1), float(n), 0.0
+        if a == "direct":  # the root sends all P-1 copies itself
+            return float(P - 1), float((P - 1) * n), 0.0
         return float(L), float(n * L), 0.0
     if c == "reduce":
         return float(L), float(n * L), float(n * L)

@@ -251,12 +251,12 @@ char* Communicator::scratch(size_t bytes) {
   return scratch_.get();
 }
 
-char* Communicator::premul_buffer(size_t bytes) {
-  if (bytes > premul_bytes_) {
-    premul_.reset(aligned_alloc_bytes(bytes));
-    premul_bytes_ = bytes;
+char* Communicator::input_copy(size_t bytes) {
+  if (bytes > input_copy_bytes_) {
+    input_copy_.reset(aligned_alloc_bytes(bytes));
+    input_copy_bytes_ = bytes;
   }
-  return premul_.get();
+  return input_copy_.get();
 }
 
 void Communicator::run_collective(const CollectiveCall& call) {
@@ -289,8 +289,15 @@ void Communicator::run_collective(const CollectiveCall& call) {
     if (call.op == RedOp::PremulSum && collective_reduces(call.coll) && owns_input) {
       // Scale into a private copy: the schedule then runs in its out-of-place form.
       size_t n = static_cast<size_t>(input_elements(call.coll, call.count, size_));
-      char* buf = premul_buffer(n * esize);
+      char* buf = input_copy(n * esize);
       scale_copy(buf, in, n, call.dtype, call.scale);
+      in = buf;
+    } else if (call.coll == Collective::AllToAll && in == out && call.count) {
+      // In place: every block is both sent and overwritten, so send from a copy. The schedules
+      // take distinct buffers (the verifier proves them for that layout).
+      const size_t n = static_cast<size_t>(call.count) * size_ * esize;
+      char* buf = input_copy(n);
+      std::memcpy(buf, in, n);
       in = buf;
     }
     char* scr = sched.scratch_count ? scratch(static_cast<size_t>(sched.scratch_count) * esize) : nullptr;

@@ -118,7 +118,8 @@ class Communicator {
   };
   const Planned& plan(const CollectiveCall& call, int64_t bytes);
   char* scratch(size_t bytes);
-  char* premul_buffer(size_t bytes);
+  // A private copy of the input: premul_sum scales into it; in-place all_to_all reads from it.
+  char* input_copy(size_t bytes);
   void record_failure(const CommError& e, ErrorKind kind);
   void fail_communicator(const CommError& e);  // abort after `e`, telling the peers
   void throw_if_aborted() const;
@@ -137,8 +138,8 @@ class Communicator {
   std::vector<ExecOp> ops_;
   std::unique_ptr<char[], void (*)(void*)> scratch_{nullptr, std::free};
   size_t scratch_bytes_ = 0;
-  std::unique_ptr<char[], void (*)(void*)> premul_{nullptr, std::free};
-  size_t premul_bytes_ = 0;
+  std::unique_ptr<char[], void (*)(void*)> input_copy_{nullptr, std::free};
+  size_t input_copy_bytes_ = 0;
   std::vector<std::vector<std::string>> algo_names_;
   std::vector<std::string> logged_auto_;
 

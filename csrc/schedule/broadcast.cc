@@ -86,5 +86,24 @@ Schedule broadcast_pipeline(const CollArgs& a) {
   return s;
 }
 
+// Flat: the root sends the whole buffer to every rank in one step; everyone else receives once.
+// One hop instead of log2(P): the root pays P-1 sends, which for small messages are cheaper than
+// the extra hop (and, with more ranks than cores, than waiting for a forwarding rank to run).
+Schedule broadcast_direct(const CollArgs& a) {
+  const int P = a.size, r = a.rank, root = a.root;
+  const int64_t n = a.count;
+  Schedule s;
+  const Region in = in_region(0, n), out = out_region(0, n);
+  Step st;
+  if (r == root) {
+    for (int k = 1; k < P; ++k) st.ops.push_back(op_send(pmod(root + k, P), in));
+    st.ops.push_back(op_copy(out, in));
+  } else {
+    st.ops.push_back(op_recv(root, out));
+  }
+  s.steps.push_back(std::move(st));
+  return s;
+}
+
 }  // namespace sched
 }  // namespace commlib

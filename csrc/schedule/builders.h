@@ -91,6 +91,7 @@ Schedule all_to_all_direct(const CollArgs& a);
 Schedule broadcast_binomial(const CollArgs& a);
 Schedule broadcast_scatter_allgather(const CollArgs& a);
 Schedule broadcast_pipeline(const CollArgs& a);
+Schedule broadcast_direct(const CollArgs& a);
 
 Schedule reduce_binomial(const CollArgs& a);
 Schedule reduce_direct(const CollArgs& a);

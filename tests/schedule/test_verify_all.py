@@ -11,7 +11,7 @@ EXPECTED = {
     "all_gather": ["ring", "recursive_doubling", "bruck", "direct"],
     "reduce_scatter": ["ring", "recursive_halving", "direct"],
     "all_to_all": ["pairwise", "bruck", "direct"],
-    "broadcast": ["binomial", "scatter_allgather", "pipeline"],
+    "broadcast": ["binomial", "scatter_allgather", "pipeline", "direct"],
     "reduce": ["binomial", "direct"],
     "gather": ["binomial", "linear"],
     "scatter": ["binomial", "linear"],
