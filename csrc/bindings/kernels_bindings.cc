@@ -7,6 +7,7 @@
 
 #include "bindings/bindings.h"
 #include "common/types.h"
+#include "kernels/cpu_copy.h"
 #include "kernels/cpu_features.h"
 #include "kernels/cpu_reduce.h"
 
@@ -82,6 +83,15 @@ void divide_local(const py::buffer& dst, const std::string& dtype_s, int64_t div
   divide_inplace(d.ptr, nd, dtype, divisor);
 }
 
+void copy_local(const py::buffer& dst, const py::buffer& src, bool stream) {
+  py::buffer_info d = request("dst", dst, true);
+  py::buffer_info s = request("src", src, false);
+  const size_t nd = static_cast<size_t>(d.size * d.itemsize), ns = static_cast<size_t>(s.size * s.itemsize);
+  if (nd != ns) throw py::value_error("src: " + std::to_string(ns) + " bytes, but dst has " + std::to_string(nd));
+  py::gil_scoped_release nogil;
+  copy_bytes(d.ptr, s.ptr, nd, stream);
+}
+
 }  // namespace
 
 void bind_kernels(py::module_& m) {
@@ -91,6 +101,8 @@ void bind_kernels(py::module_& m) {
         "dst[i] = src[i] * scale (premul_sum pre-scaling).");
   m.def("divide_local", &divide_local, py::arg("dst"), py::arg("dtype"), py::arg("divisor"),
         "dst[i] = dst[i] / divisor (avg; integers truncate toward zero).");
+  m.def("copy_local", &copy_local, py::arg("dst"), py::arg("src"), py::arg("stream"),
+        "Copy src's bytes into dst (the executor's bulk copy; stream=True: non-temporal stores).");
   m.def("cpu_features", []() { return std::string(cpu_reduce_path()); },
         "The CPU reduction kernels' vector path: 'avx512', 'avx2' or 'baseline'.");
   m.def("_cpu_paths", &cpu_reduce_paths_supported, "Vector paths this CPU can run, best first.");

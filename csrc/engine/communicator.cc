@@ -32,6 +32,18 @@ int64_t input_elements(Collective c, int64_t count, int size) {
   }
 }
 
+ExecOptions exec_options(const CommOptions& opts) {
+  ExecOptions e;
+  e.timeout_s = opts.timeout_s;
+  if (const char* v = std::getenv("COMMLIB_STREAM_BYTES")) {
+    char* end = nullptr;
+    long long b = std::strtoll(v, &end, 10);
+    if (!*v || *end || b < 0) throw std::invalid_argument("COMMLIB_STREAM_BYTES: expected a byte count >= 0");
+    e.stream_bytes = static_cast<size_t>(b);
+  }
+  return e;
+}
+
 }  // namespace
 
 std::string describe_call(const CallDesc& d) {
@@ -77,7 +89,7 @@ void Work::run() {
 
 Communicator::Communicator(std::unique_ptr<Transport> transport, CommOptions opts)
     : transport_(std::move(transport)),
-      exec_(*transport_, ExecOptions{opts.timeout_s}),
+      exec_(*transport_, exec_options(opts)),
       opts_(std::move(opts)),
       rank_(transport_->rank()),
       size_(transport_->size()),

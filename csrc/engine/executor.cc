@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/cpu_copy.h"
 #include "kernels/cpu_reduce.h"
 
 namespace commlib {
@@ -127,7 +128,7 @@ bool Executor::progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
           receive_rendezvous(o, payload, dtype, op);
         } else if (expect) {
           if (o.kind == OpKind::Recv)
-            std::memcpy(o.dst + o.done, payload, expect);
+            copy_bytes(o.dst + o.done, payload, expect, streams(o.bytes));
           else
             reduce_inplace(o.dst + o.done, payload, expect / esize, dtype, op);
         }
@@ -193,7 +194,13 @@ void Executor::run_step(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
   bool any_comm = false;
   for (ExecOp& o : ops) {
     if (o.kind == OpKind::Copy) {
-      if (o.bytes && o.dst != o.src) std::memmove(o.dst, o.src, o.bytes);
+      if (o.bytes && o.dst != o.src) {
+        const bool overlap = o.dst < o.src + o.bytes && o.src < o.dst + o.bytes;
+        if (overlap)
+          std::memmove(o.dst, o.src, o.bytes);
+        else
+          copy_bytes(o.dst, o.src, o.bytes, streams(o.bytes));
+      }
     } else if (o.kind == OpKind::Reduce) {
       if (o.bytes) reduce_inplace(o.dst, o.src, o.bytes / esize, dtype, op);
     } else {

@@ -71,3 +71,15 @@ def test_single_copy_rendezvous(pool, collective):
     assert not failures, f"{len(failures)} wrong result(s):\n" + "\n".join(failures[:20])
     _check_identical([d for _, d in results])
     assert p.run(cases.check_p2p) == [[]] * 3
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("collective", ["all_gather", "all_to_all", "broadcast", "reduce_scatter"])
+def test_streaming_stores(pool, collective):
+    """COMMLIB_STREAM_BYTES=1000: every message and local copy of 1000 bytes or more is written with
+    non-temporal stores (by default only those of 8 MiB or more); same matrix, same exact checks."""
+    p = pool(3, env={"COMMLIB_STREAM_BYTES": "1000"})
+    results = p.run(cases.check_collective, collective, timeout=240)
+    failures = [f for fails, _ in results for f in fails]
+    assert not failures, f"{len(failures)} wrong result(s):\n" + "\n".join(failures[:20])
+    _check_identical([d for _, d in results])
