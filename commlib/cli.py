@@ -3,6 +3,7 @@
     commlib bench all_reduce --np 4 -b 8 -e 64M -f 4 --algorithms ring,rabenseifner,auto \
         --peers gloo,mpi --json out.json
     commlib report out.json [more.json ...] -o report/
+    commlib tune run1.json run2.json [...]          # auto's tuning file from several runs
 
 ``python -m commlib`` is the same command.
 """
@@ -14,7 +15,7 @@ import sys
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="commlib", description="commlib benchmarks and reports")
-    sub = p.add_subparsers(dest="command", metavar="{bench,report}")
+    sub = p.add_subparsers(dest="command", metavar="{bench,report,tune}")
     sub.required = True
     from commlib.bench.launcher import add_arguments
     b = sub.add_parser("bench", help="run collectives on local ranks (or inside torchrun/srun), "
@@ -24,6 +25,10 @@ def parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="HTML + Markdown report with plots from bench JSON files")
     r.add_argument("files", nargs="+", metavar="JSON", help="files written by commlib bench --json")
     r.add_argument("-o", "--output", default="report", help="output directory (default report/)")
+    t = sub.add_parser("tune", help="write auto's tuning file from one or more bench JSON files "
+                                    "(an algorithm's time at a size: median over the runs)")
+    t.add_argument("files", nargs="+", metavar="JSON", help="files written by commlib bench --json")
+    t.add_argument("-o", "--output", help="tuning file to write (default: commlib/tuning.json)")
     return p
 
 
@@ -32,6 +37,9 @@ def main(argv=None) -> int:
     if args.command == "bench":
         from commlib.bench.launcher import run
         return run(args)
+    if args.command == "tune":
+        from commlib.bench.tuning import main as tune_main
+        return tune_main(args)
     from commlib.bench.report import main as report_main
     return report_main(args)
 

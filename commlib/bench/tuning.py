@@ -151,7 +151,8 @@ def _rows(core_sizes, picks):
 def measured_picks(records):
     """{(collective, P): [(bench_bytes, core_bytes, {algorithm: seconds})]} from commlib records.
 
-    An algorithm's time at a size is the mean of its medians over the modes measured.
+    An algorithm's time at a size is the median of its medians over the modes and runs measured
+    (records of several runs may be passed together: one noisy run then does not decide).
     """
     from commlib.bench.common import core_bytes
     acc = {}
@@ -164,9 +165,38 @@ def measured_picks(records):
         per["t"].setdefault(r["algorithm"], []).append(r["time_us"]["median"] * 1e-6)
     out = {}
     for key, by_size in acc.items():
-        out[key] = [(b, v["core"], {a: sum(ts) / len(ts) for a, ts in v["t"].items()})
+        out[key] = [(b, v["core"], {a: _median(ts) for a, ts in v["t"].items()})
                     for b, v in sorted(by_size.items())]
     return out
+
+
+def _median(xs):
+    xs = sorted(xs)
+    m = len(xs) // 2
+    return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
+
+
+def from_runs(datas, previous=None):
+    """A tuning table from several bench runs (the dicts ``commlib bench --json`` writes): records
+    merged (see measured_picks), the model fits of the last run that has them."""
+    records, fits = [], {}
+    for d in datas:
+        records += d.get("results", [])
+        fits.update(d.get("model") or {})
+    return from_results(records, fits, previous=previous)
+
+
+def main(args) -> int:
+    """``commlib tune FILE... [-o OUT]``."""
+    from commlib.bench.report import load
+    datas = load(args.files)
+    path = args.output or default_path()
+    table = from_runs(datas, previous=read(path))
+    write(path, table, (datas[-1].get("machine") if datas else None))
+    sizes = sorted({int(P) for per in table["collectives"].values() for P, e in per.items()
+                    if e.get("source") == "measured"})
+    print(f"# tuning written to {path} from {len(datas)} run(s); measured world sizes {sizes}")
+    return 0
 
 
 def from_results(records, fits=None, previous=None, model_span=2):
