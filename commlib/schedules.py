@@ -3,7 +3,10 @@
 Every collective algorithm is a *schedule* (DESIGN.md §1): per rank, a list of steps, each a set
 of operations that run concurrently::
 
-    send(peer, src)   recv(peer, dst)   recv_reduce(peer, dst)   copy(dst, src)   reduce(dst, src)
+    send(peer, src)   recv(peer, dst)   recv_reduce(peer, dst[, src])   copy(dst, src)   reduce(dst, src)
+
+``recv_reduce`` combines the incoming data with ``dst`` (or, given ``src``, with ``src``, writing
+``dst``: a ring all_reduce reduces straight from its input into its output).
 
 A region is ``(buffer, offset, count)`` with buffer ``"input"``, ``"output"`` or ``"scratch"`` and
 offsets/counts in elements. Buffer sizes per collective (``P`` ranks, ``count`` elements)::
@@ -26,11 +29,10 @@ Example::
     >>> s = commlib.schedule("all_reduce", "ring", rank=0, size=3, count=6)
     >>> print(commlib.format_schedule(s, "all_reduce", rank=0, size=3, count=6))
     all_reduce/ring rank 0 of 3 count 6 (scratch 0)
-      step 0: copy(output[0:6] <- input[0:6])
-      step 1: send(to 1, output[0:2]) | recv_reduce(from 2, output[4:6])
-      step 2: send(to 1, output[4:6]) | recv_reduce(from 2, output[2:4])
-      step 3: send(to 1, output[2:4]) | recv(from 2, output[0:2])
-      step 4: send(to 1, output[0:2]) | recv(from 2, output[4:6])
+      step 0: send(to 1, input[0:2]) | recv_reduce(from 2, output[4:6] <- input[4:6])
+      step 1: send(to 1, output[4:6]) | recv_reduce(from 2, output[2:4] <- input[2:4])
+      step 2: send(to 1, output[2:4]) | recv(from 2, output[0:2])
+      step 3: send(to 1, output[0:2]) | recv(from 2, output[4:6])
     >>> commlib.verify("all_reduce", "ring", size=5, count=13)   # raises VerificationError on a bug
 """
 from __future__ import annotations
@@ -92,7 +94,8 @@ def _op(o: Dict[str, Any]) -> str:
     if k == "send":
         return f"send(to {o['peer']}, {_region(o['src'])})"
     if k in ("recv", "recv_reduce"):
-        return f"{k}(from {o['peer']}, {_region(o['dst'])})"
+        src = f" <- {_region(o['src'])}" if o.get("src") else ""
+        return f"{k}(from {o['peer']}, {_region(o['dst'])}{src})"
     return f"{k}({_region(o['dst'])} <- {_region(o['src'])})"
 
 

@@ -24,7 +24,8 @@ py::dict schedule_to_py(const Schedule& s, const std::string& algorithm) {
       const bool comm = o.kind == OpKind::Send || o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce;
       d["peer"] = comm ? py::object(py::int_(o.peer)) : py::object(py::none());
       d["dst"] = o.kind != OpKind::Send ? region_to_py(o.dst) : py::object(py::none());
-      d["src"] = (o.kind == OpKind::Send || o.kind == OpKind::Copy || o.kind == OpKind::Reduce)
+      d["src"] = (o.kind == OpKind::Send || o.kind == OpKind::Copy || o.kind == OpKind::Reduce ||
+                  reduces_from_src(o))
                      ? region_to_py(o.src)
                      : py::object(py::none());
       ops.append(std::move(d));

@@ -338,7 +338,7 @@ void Communicator::run_collective(const CollectiveCall& call) {
           e.src = resolve(op.src);
         } else {
           e.dst = resolve(op.dst);
-          if (op.kind == OpKind::Copy || op.kind == OpKind::Reduce) e.src = resolve(op.src);
+          if (op.kind == OpKind::Copy || op.kind == OpKind::Reduce || reduces_from_src(op)) e.src = resolve(op.src);
         }
         ops_.push_back(e);
       }

@@ -93,6 +93,7 @@ void Executor::receive_rendezvous(ExecOp& o, const char* payload, DType dtype, R
     for (size_t off = 0; off < o.bytes; off += piece) {
       size_t n = std::min(piece, o.bytes - off);
       t_.read_peer(o.peer, bounce_.data(), address + off, n);
+      if (o.src && o.src != o.dst) std::memcpy(o.dst + off, o.src + off, n);
       reduce_inplace(o.dst + off, bounce_.data(), n / esize, dtype, op);
     }
   }
@@ -127,10 +128,14 @@ bool Executor::progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
         if (rendezvous) {
           receive_rendezvous(o, payload, dtype, op);
         } else if (expect) {
-          if (o.kind == OpKind::Recv)
+          if (o.kind == OpKind::Recv) {
             copy_bytes(o.dst + o.done, payload, expect, streams(o.bytes));
-          else
+          } else {
+            // recv_reduce from another buffer: bring this chunk of it into dst first, so the
+            // copy and the reduce both touch it while it is in cache.
+            if (o.src && o.src != o.dst) std::memcpy(o.dst + o.done, o.src + o.done, expect);
             reduce_inplace(o.dst + o.done, payload, expect / esize, dtype, op);
+          }
         }
         t_.release_recv(o.peer);
         if (rendezvous) t_.ack(o.peer);

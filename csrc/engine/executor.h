@@ -20,7 +20,7 @@ struct ExecOp {
   OpKind kind = OpKind::Copy;
   int peer = -1;
   char* dst = nullptr;        // Recv/RecvReduce/Copy/Reduce
-  const char* src = nullptr;  // Send/Copy/Reduce
+  const char* src = nullptr;  // Send/Copy/Reduce; RecvReduce: reduce from here into dst (null: dst)
   size_t bytes = 0;
   CallDesc desc;              // Send: stamped on chunks; Recv*: expected on chunks
   size_t done = 0;            // bytes moved so far

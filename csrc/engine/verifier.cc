@@ -287,7 +287,9 @@ class Sim {
     switch (o.kind) {
       case OpKind::Send: return s + "(to " + std::to_string(o.peer) + ", " + reg(o.src) + ")";
       case OpKind::Recv:
-      case OpKind::RecvReduce: return s + "(from " + std::to_string(o.peer) + ", " + reg(o.dst) + ")";
+      case OpKind::RecvReduce:
+        return s + "(from " + std::to_string(o.peer) + ", " + reg(o.dst) +
+               (reduces_from_src(o) ? " <- " + reg(o.src) : std::string()) + ")";
       default: return s + "(" + reg(o.dst) + " <- " + reg(o.src) + ")";
     }
   }
@@ -346,11 +348,19 @@ class Sim {
                  " rank " + std::to_string(o.peer) + " in one step");
           seen[o.peer] = static_cast<int>(st);
         }
-        const bool has_dst = o.kind != OpKind::Send, has_src = o.kind == OpKind::Send ||
-                                                             o.kind == OpKind::Copy || o.kind == OpKind::Reduce;
+        const bool has_dst = o.kind != OpKind::Send,
+                   has_src = o.kind == OpKind::Send || o.kind == OpKind::Copy || o.kind == OpKind::Reduce ||
+                             reduces_from_src(o);
         if (has_dst) check_region(r, st, oi, o.dst, true);
         if (has_src) check_region(r, st, oi, o.src, false);
+        if (reduces_from_src(o) && o.src.count != o.dst.count)
+          fail(where(r, st, oi) + ": reduces " + std::to_string(o.src.count) + " source elements into " +
+               std::to_string(o.dst.count));
         if (noop_copy(r, o)) continue;
+        if (reduces_from_src(o) && abs(r, o.src) == abs(r, o.dst)) {  // in place: a plain recv_reduce
+          if (o.dst.count > 0) writes_.push_back(Iv{abs(r, o.dst), abs(r, o.dst) + o.dst.count, oi});
+          continue;
+        }
         if (has_dst && o.dst.count > 0) {
           const int64_t a = abs(r, o.dst);
           writes_.push_back(Iv{a, a + o.dst.count, oi});
@@ -449,7 +459,7 @@ class Sim {
     if (ro.kind == OpKind::Recv) {
       Q.mem.write(abs(q, ro.dst), n, pa_);
     } else {
-      Q.mem.read(abs(q, ro.dst), n, pb_);
+      Q.mem.read(abs(q, reduces_from_src(ro) ? ro.src : ro.dst), n, pb_);
       combine_pieces(pb_, pa_, pc_);
       Q.mem.write(abs(q, ro.dst), n, pc_);
     }

@@ -12,17 +12,25 @@ Schedule all_reduce_ring(const CollArgs& a) {
   const int64_t n = a.count;
   Schedule s;
   s.steps.reserve(2 * P);
-  s.steps.push_back(Step{{op_copy(out_region(0, n), in_region(0, n))}});
-  if (P == 1) return s;
-  auto blk = [&](int b) {
+  if (P == 1) {
+    s.steps.push_back(Step{{op_copy(out_region(0, n), in_region(0, n))}});
+    return s;
+  }
+  auto blk = [&](BufferId buf, int b) {
     b = pmod(b, P);
-    return out_region(blk_off(n, P, b), blk_len(n, P, b));
+    return Region{buf, blk_off(n, P, b), blk_len(n, P, b)};
   };
+  auto out = [&](int b) { return blk(BufferId::Output, b); };
   const int next = (r + 1) % P, prev = (r + P - 1) % P;
+  // No input->output copy out of place: the first step sends this rank's block from the input, and
+  // every block reduced here is reduced straight from the input into the output (each block is
+  // reduced once per rank in the reduce-scatter). Block r of the output is written by the
+  // all-gather.
   for (int k = 0; k < P - 1; ++k)
-    s.steps.push_back(Step{{op_send(next, blk(r - k)), op_recv_reduce(prev, blk(r - k - 1))}});
+    s.steps.push_back(Step{{op_send(next, k == 0 ? blk(BufferId::Input, r) : out(r - k)),
+                            op_recv_reduce_from(prev, out(r - k - 1), blk(BufferId::Input, r - k - 1))}});
   for (int k = 0; k < P - 1; ++k)
-    s.steps.push_back(Step{{op_send(next, blk(r + 1 - k)), op_recv(prev, blk(r - k))}});
+    s.steps.push_back(Step{{op_send(next, out(r + 1 - k)), op_recv(prev, out(r - k))}});
   return s;
 }
 

@@ -52,7 +52,7 @@ struct Region {
 enum class OpKind : uint8_t {
   Send,        // send(peer, src)
   Recv,        // recv(peer, dst): dst = incoming
-  RecvReduce,  // recv_reduce(peer, dst): dst = dst (op) incoming
+  RecvReduce,  // recv_reduce(peer, dst[, src]): dst = src (op) incoming; no src (count 0): src = dst
   Copy,        // copy(dst, src)
   Reduce,      // reduce(dst, src): dst = dst (op) src
 };
@@ -61,7 +61,7 @@ struct Op {
   OpKind kind = OpKind::Copy;
   int peer = -1;  // Send/Recv/RecvReduce only
   Region dst;     // Recv/RecvReduce/Copy/Reduce
-  Region src;     // Send/Copy/Reduce
+  Region src;     // Send/Copy/Reduce; RecvReduce optionally (then src.count == dst.count)
 };
 
 struct Step {
@@ -86,6 +86,10 @@ struct CollArgs {
 inline Op op_send(int peer, Region src) { return Op{OpKind::Send, peer, Region{}, src}; }
 inline Op op_recv(int peer, Region dst) { return Op{OpKind::Recv, peer, dst, Region{}}; }
 inline Op op_recv_reduce(int peer, Region dst) { return Op{OpKind::RecvReduce, peer, dst, Region{}}; }
+// dst = src (op) incoming: reduces straight out of another buffer (e.g. the input, saving an
+// input->output copy out of place). In place src and dst are the same memory: plain recv_reduce.
+inline Op op_recv_reduce_from(int peer, Region dst, Region src) { return Op{OpKind::RecvReduce, peer, dst, src}; }
+inline bool reduces_from_src(const Op& o) { return o.kind == OpKind::RecvReduce && o.src.count > 0; }
 inline Op op_copy(Region dst, Region src) { return Op{OpKind::Copy, -1, dst, src}; }
 inline Op op_reduce(Region dst, Region src) { return Op{OpKind::Reduce, -1, dst, src}; }
 inline Region in_region(int64_t off, int64_t n) { return Region{BufferId::Input, off, n}; }

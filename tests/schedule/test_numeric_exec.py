@@ -84,6 +84,8 @@ def run(coll, algo, P, n, root, in_place, inputs):
                             dst = reg(q, p["dst"])
                             if p["op"] == "recv":
                                 dst[:] = data
+                            elif p.get("src"):  # recv_reduce(peer, dst, src): dst = src + incoming
+                                dst[:] = reg(q, p["src"]) + data
                             else:
                                 dst += data
                             done[r].add(i)

@@ -22,7 +22,7 @@ def test_schedule_structure():
     s = schedules.schedule("all_reduce", "ring", rank=1, size=3, count=7)
     assert set(s) == {"steps", "scratch_count", "algorithm"}
     assert s["algorithm"] == "ring" and s["scratch_count"] == 0
-    assert len(s["steps"]) == 1 + 2 * 2
+    assert len(s["steps"]) == 2 * 2  # reduce-scatter + all-gather, no input->output copy step
     kinds = {"send", "recv", "recv_reduce", "copy", "reduce"}
     for step in s["steps"]:
         assert isinstance(step, list)
@@ -31,18 +31,21 @@ def test_schedule_structure():
             assert op["op"] in kinds
             if op["op"] == "send":
                 assert op["dst"] is None and isinstance(op["peer"], int)
-            elif op["op"] in ("recv", "recv_reduce"):
+            elif op["op"] == "recv":
                 assert op["src"] is None and isinstance(op["peer"], int)
+            elif op["op"] == "recv_reduce":  # the ring reduces from its input: src is given
+                assert op["src"][0] == "input" and op["src"][2] == op["dst"][2] and isinstance(op["peer"], int)
             else:
                 assert op["peer"] is None
             for reg in (op["dst"], op["src"]):
                 if reg is not None:
                     buf, off, n = reg
                     assert buf in ("input", "output", "scratch") and off >= 0 and n >= 0
-    assert s["steps"][0] == [{"op": "copy", "peer": None, "dst": ("output", 0, 7), "src": ("input", 0, 7)}]
-    # rank 1 of 3: first reduce-scatter step sends block 1 (elements 3:5) to 2, reduces block 0 from 0
-    assert s["steps"][1] == [{"op": "send", "peer": 2, "dst": None, "src": ("output", 3, 2)},
-                             {"op": "recv_reduce", "peer": 0, "dst": ("output", 0, 3), "src": None}]
+    # rank 1 of 3: first reduce-scatter step sends block 1 (elements 3:5) of its input to 2, and
+    # reduces block 0 from 0 with its input's block 0 into the output
+    assert s["steps"][0] == [{"op": "send", "peer": 2, "dst": None, "src": ("input", 3, 2)},
+                             {"op": "recv_reduce", "peer": 0, "dst": ("output", 0, 3), "src": ("input", 0, 3)}]
+    assert s["steps"][1][0] == {"op": "send", "peer": 2, "dst": None, "src": ("output", 0, 3)}
 
 
 def test_schedule_scratch_and_auto():
@@ -60,7 +63,7 @@ def test_format_schedule():
     lines = text.splitlines()
     assert lines[0].startswith("all_reduce/ring rank 0 of 3 count 6")
     assert len(lines) == 1 + len(s["steps"])
-    assert "step 1: send(to 1, output[0:2]) | recv_reduce(from 2, output[4:6])" in text
+    assert "step 0: send(to 1, input[0:2]) | recv_reduce(from 2, output[4:6] <- input[4:6])" in text
     assert schedules.format_schedule(schedules.schedule("barrier", "dissemination", 0, 1, 0)).startswith("dissemination")
 
 
