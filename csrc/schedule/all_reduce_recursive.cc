@@ -52,23 +52,44 @@ Schedule all_reduce_rabenseifner(const CollArgs& a) {
   const int64_t n = a.count;
   const Fold f(a.size);
   Schedule s;
-  if (!fold_in(s, f, r, n)) return s;
+  // No input->output copy out of place: the rank that received a folded-out partner's vector
+  // reduces it straight from its input into its output; the others read their input in the first
+  // halving step (send one half from it, reduce the other half from it into the output).
+  if (f.newrank(r) < 0) {
+    s.steps.push_back(Step{{op_send(r + 1, in_region(0, n))}});
+    s.steps.push_back(Step{{op_recv(r + 1, out_region(0, n))}});
+    return s;
+  }
+  bool output_holds_data = true;
+  if (r < 2 * f.rem)
+    s.steps.push_back(Step{{op_recv_reduce_from(r - 1, out_region(0, n), in_region(0, n))}});
+  else if (f.p2 == 1)
+    s.steps.push_back(Step{{op_copy(out_region(0, n), in_region(0, n))}});
+  else
+    output_holds_data = false;
   const int nr = f.newrank(r), p2 = f.p2;
   // Blocks of the p2-way split, indexed by new rank.
-  auto range = [&](int lo, int hi) {
+  auto range_in = [&](BufferId b, int lo, int hi) {
     const int64_t o = blk_off(n, p2, lo);
-    return out_region(o, blk_off(n, p2, hi) - o);
+    return Region{b, o, blk_off(n, p2, hi) - o};
   };
+  auto range = [&](int lo, int hi) { return range_in(BufferId::Output, lo, hi); };
   int lo = 0, hi = p2;
   for (int mask = p2 / 2; mask >= 1; mask >>= 1) {  // recursive halving reduce-scatter
     const int partner = f.real(nr ^ mask), mid = lo + mask;
-    if (nr & mask) {
-      s.steps.push_back(Step{{op_send(partner, range(lo, mid)), op_recv_reduce(partner, range(mid, hi))}});
-      lo = mid;
+    const int keep_lo = (nr & mask) ? mid : lo, keep_hi = (nr & mask) ? hi : mid;
+    const int give_lo = (nr & mask) ? lo : mid, give_hi = (nr & mask) ? mid : hi;
+    if (output_holds_data) {
+      s.steps.push_back(Step{{op_send(partner, range(give_lo, give_hi)),
+                              op_recv_reduce(partner, range(keep_lo, keep_hi))}});
     } else {
-      s.steps.push_back(Step{{op_send(partner, range(mid, hi)), op_recv_reduce(partner, range(lo, mid))}});
-      hi = mid;
+      s.steps.push_back(Step{{op_send(partner, range_in(BufferId::Input, give_lo, give_hi)),
+                              op_recv_reduce_from(partner, range(keep_lo, keep_hi),
+                                                  range_in(BufferId::Input, keep_lo, keep_hi))}});
+      output_holds_data = true;
     }
+    lo = keep_lo;
+    hi = keep_hi;
   }
   for (int mask = 1; mask < p2; mask <<= 1) {  // recursive doubling all-gather
     const int partner = f.real(nr ^ mask), plo = lo ^ mask;
