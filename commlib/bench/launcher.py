@@ -66,7 +66,7 @@ def add_arguments(p: argparse.ArgumentParser):
                         "--max-iters calls (default 0.02; 0: exactly -n calls)")
     p.add_argument("--max-iters", type=int, default=1000, help="cap of the --min-time rule (default 1000)")
     p.add_argument("-w", "--warmup_iters", type=int, default=5, help="warm-up iterations (default 5)")
-    p.add_argument("--rounds", type=int, default=2,
+    p.add_argument("--rounds", type=int, default=4,
                    help="interleave the algorithms of a size in this many rounds of iters/rounds calls")
     p.add_argument("-c", "--check", type=int, default=1, help="check results (1, default) or not (0)")
     p.add_argument("--mode", choices=("both", "out", "in"), default="both",

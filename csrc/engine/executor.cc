@@ -214,24 +214,34 @@ void Executor::run_step(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
   }
   if (!any_comm) return;
 
-  auto last_progress = Clock::now();
-  auto last_slow = last_progress;
+  // Clocks are read only once the step stalls: a small message usually completes without waiting,
+  // and two clock reads per call show on the latency path.
+  Clock::time_point last_progress, last_slow;
+  bool started = false, fresh = true;  // fresh: progress since the last stall
   size_t pending = 0;
   for (;;) {
     uint32_t seen = t_.events();
     bool moved = progress(ops, dtype, op, call, &pending);
     if (pending == 0) break;
     if (moved) {
-      last_progress = Clock::now();
+      fresh = true;
       continue;
     }
     auto now = Clock::now();
+    if (!started) {
+      last_slow = now;
+      started = true;
+    }
+    if (fresh) {
+      last_progress = now;
+      fresh = false;
+    }
     bool slow = now - last_slow >= kSlowCheckEvery;
-    if (slow) last_slow = now;
     if (slow) {
+      last_slow = now;
       // A peer may have published its last chunks and then exited: drain before judging it.
       if (progress(ops, dtype, op, call, &pending)) {
-        last_progress = Clock::now();
+        fresh = true;
         continue;
       }
       if (pending == 0) break;
