@@ -1,5 +1,6 @@
 #include "engine/communicator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -42,6 +43,18 @@ ExecOptions exec_options(const CommOptions& opts) {
     e.stream_bytes = static_cast<size_t>(b);
   }
   return e;
+}
+
+// Elements of the output buffer of one rank (the root's, for rooted collectives).
+int64_t output_elements(Collective c, int64_t count, int size) {
+  switch (c) {
+    case Collective::AllGather:
+    case Collective::AllToAll:
+    case Collective::Gather:
+      return count * size;
+    default:
+      return count;
+  }
 }
 
 }  // namespace
@@ -293,6 +306,7 @@ void Communicator::run_collective(const CollectiveCall& call) {
   const auto t0 = opts_.debug >= 2 ? Clock::now() : Clock::time_point{};
   try {
     exec_.check_peers_failed(desc);
+    exec_.begin_call(static_cast<size_t>(output_elements(call.coll, call.count, size_)) * esize * size_);
 
     char* in = reinterpret_cast<char*>(call.input);
     char* out = reinterpret_cast<char*>(call.output);
@@ -383,6 +397,9 @@ void Communicator::run_p2p(const std::vector<P2PItem>& items, DType dtype) {
   const auto t0 = opts_.debug >= 2 ? Clock::now() : Clock::time_point{};
   try {
     exec_.check_peers_failed(any);
+    size_t largest = 0;
+    for (const ExecOp& e : ops_) largest = std::max(largest, e.bytes);
+    exec_.begin_call(largest);
     exec_.run_step(ops_, dtype, RedOp::Sum, any);
   } catch (const CommError& e) {
     fail_communicator(e);

@@ -31,13 +31,15 @@ struct ExecOp {
 
 struct ExecOptions {
   double timeout_s = 300.0;
-  // Messages and local copies of at least this many bytes are written to their destination with
-  // streaming stores (kernels/cpu_copy.h); 0: never. 8 MiB, a quarter of the 32 MiB L3 of the
-  // VMs we measure on: streaming the 8 MiB messages of 2-rank 16 MiB all_to_all and all_gather was
-  // 20-30% faster there, while 4 MiB messages, which stay in L3, got slower. (The L3 size the OS
-  // reports inside a VM can be the host's, e.g. 384 MiB, so it is not derived from sysconf.)
-  // COMMLIB_STREAM_BYTES overrides.
-  size_t stream_bytes = size_t{8} << 20;
+  // A collective whose output buffers, all ranks together, hold at least this many bytes writes
+  // its received messages and local copies with streaming stores (kernels/cpu_copy.h): the data
+  // cannot stay in the cache anyway, and skipping the read-for-ownership of every destination line
+  // saves a third of the memory traffic of a copy. 0: never. 32 MiB, the L3 of the VMs we measure
+  // on (2 cores): there 16 MiB all_to_all and all_gather on 2 ranks and 8-16 MiB on 4 ranks were
+  // 15-30% faster streaming, while calls whose outputs fit in L3 (8 MiB on 2 ranks, 4 MiB on 4)
+  // were slower. (A VM's sysconf can report the host's L3, e.g. 384 MiB, so it is not derived from
+  // it.) Point-to-point messages stream from this size on. COMMLIB_STREAM_BYTES overrides.
+  size_t stream_bytes = size_t{32} << 20;
 };
 
 class Executor {
@@ -52,8 +54,15 @@ class Executor {
   // Raises at once if a peer has already failed (used at the start of every call).
   void check_peers_failed(const CallDesc& call);
 
+  // Called before a call's steps: `footprint_bytes` is what all ranks' outputs hold together (a
+  // point-to-point batch: its largest message); decides whether this call streams its writes.
+  void begin_call(size_t footprint_bytes) {
+    stream_call_ = opts_.stream_bytes && footprint_bytes >= opts_.stream_bytes;
+  }
+
  private:
-  bool streams(size_t message_bytes) const { return opts_.stream_bytes && message_bytes >= opts_.stream_bytes; }
+  // Messages under 64 KiB never stream: the fence would cost more than the cache lines it saves.
+  bool streams(size_t message_bytes) const { return stream_call_ && message_bytes >= (size_t{64} << 10); }
   bool progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const CallDesc& call, size_t* pending);
   bool progress_send(ExecOp& o, size_t cap);
   void receive_rendezvous(ExecOp& o, const char* payload, DType dtype, RedOp op);
@@ -62,6 +71,7 @@ class Executor {
   [[noreturn]] void fail(ErrorKind kind, const std::string& message);
 
   Transport& t_;
+  bool stream_call_ = false;
   ExecOptions opts_;
   std::vector<uint64_t> rendezvous_sent_;  // per peer
   std::vector<char> bounce_;               // cache-sized staging for reductions of direct reads

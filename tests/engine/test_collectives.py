@@ -76,8 +76,9 @@ def test_single_copy_rendezvous(pool, collective):
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("collective", ["all_gather", "all_to_all", "broadcast", "reduce_scatter"])
 def test_streaming_stores(pool, collective):
-    """COMMLIB_STREAM_BYTES=1000: every message and local copy of 1000 bytes or more is written with
-    non-temporal stores (by default only those of 8 MiB or more); same matrix, same exact checks."""
+    """COMMLIB_STREAM_BYTES=1000: calls whose outputs hold 1000 bytes or more (all ranks together)
+    write their messages and local copies of 64 KiB or more with non-temporal stores (by default
+    only calls of 32 MiB or more do); same matrix, same exact checks."""
     p = pool(3, env={"COMMLIB_STREAM_BYTES": "1000"})
     results = p.run(cases.check_collective, collective, timeout=240)
     failures = [f for fails, _ in results for f in fails]
