@@ -42,6 +42,12 @@ ExecOptions exec_options(const CommOptions& opts) {
     if (!*v || *end || b < 0) throw std::invalid_argument("COMMLIB_STREAM_BYTES: expected a byte count >= 0");
     e.stream_bytes = static_cast<size_t>(b);
   }
+  if (const char* v = std::getenv("COMMLIB_COPY_CHUNK_BYTES")) {
+    char* end = nullptr;
+    long long b = std::strtoll(v, &end, 10);
+    if (!*v || *end || b < 0) throw std::invalid_argument("COMMLIB_COPY_CHUNK_BYTES: expected a byte count >= 0");
+    e.copy_chunk_bytes = static_cast<size_t>(b);
+  }
   return e;
 }
 
@@ -306,7 +312,8 @@ void Communicator::run_collective(const CollectiveCall& call) {
   const auto t0 = opts_.debug >= 2 ? Clock::now() : Clock::time_point{};
   try {
     exec_.check_peers_failed(desc);
-    exec_.begin_call(static_cast<size_t>(output_elements(call.coll, call.count, size_)) * esize * size_);
+    const size_t copy_chunk = (!collective_reduces(call.coll) && size_ >= 4) ? exec_.options().copy_chunk_bytes : 0;
+    exec_.begin_call(static_cast<size_t>(output_elements(call.coll, call.count, size_)) * esize * size_, copy_chunk);
 
     char* in = reinterpret_cast<char*>(call.input);
     char* out = reinterpret_cast<char*>(call.output);

@@ -101,7 +101,8 @@ void Executor::receive_rendezvous(ExecOp& o, const char* payload, DType dtype, R
 
 bool Executor::progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const CallDesc& call, size_t* pending) {
   const size_t esize = dtype_size(dtype);
-  const size_t cap = t_.chunk_bytes() / esize * esize;
+  const size_t chunk = chunk_cap_ ? std::min(chunk_cap_, t_.chunk_bytes()) : t_.chunk_bytes();
+  const size_t cap = std::max(chunk / esize * esize, esize);
   bool moved = false;
   size_t left = 0;
   for (ExecOp& o : ops) {
