@@ -132,7 +132,8 @@ def main(argv=None):
             runs = []
             for k in range(a.tune_runs):
                 for P in a.np:
-                    path, rc, _ = run_bench(P, tune_dir, False, extra + ["--peers", "none"], name=f"np{P}_{k}")
+                    path, rc, _ = run_bench(P, tune_dir, False, extra + ["--peers", "none", "--passes", "1"],
+                                            name=f"np{P}_{k}")
                     if rc == 0 and os.path.exists(path):
                         runs.append(path)
             cmd = [sys.executable, "-m", "commlib", "tune", *runs]

@@ -27,6 +27,7 @@ The JSON (``--json``, schema "commlib-bench/1"; ``report.validate`` checks it)::
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shlex
@@ -39,7 +40,9 @@ from commlib.bench import common as C
 
 SCHEMA = "commlib-bench/1"
 TIMING_NOTE = ("time = median over the timed iterations of the slowest rank's duration of each call "
-               "(calls back to back after a barrier; loop_avg = slowest rank's loop time / iterations)")
+               "(calls back to back after a barrier; loop_avg = slowest rank's loop time / iterations); "
+               "with --passes N (local runs) every backend's job runs N times in alternating order and "
+               "each row keeps its lowest median (all passes' medians in pass_medians_us)")
 
 
 # -- arguments -------------------------------------------------------------------------------------
@@ -66,6 +69,11 @@ def add_arguments(p: argparse.ArgumentParser):
                         "--max-iters calls (default 0.02; 0: exactly -n calls)")
     p.add_argument("--max-iters", type=int, default=1000, help="cap of the --min-time rule (default 1000)")
     p.add_argument("-w", "--warmup_iters", type=int, default=5, help="warm-up iterations (default 5)")
+    p.add_argument("--passes", type=int, default=2,
+                   help="local runs: run every backend's job this many times, alternating the order "
+                        "(commlib, gloo, mpi, then mpi, gloo, commlib, ...), and keep each row's lowest "
+                        "median: a burst of load during one backend's job then does not decide a ratio "
+                        "(default 2; the table is printed in the last pass)")
     p.add_argument("--rounds", type=int, default=4,
                    help="interleave the algorithms of a size in this many rounds of iters/rounds calls")
     p.add_argument("-c", "--check", type=int, default=1, help="check results (1, default) or not (0)")
@@ -144,7 +152,8 @@ def run_backend(name: str, cfg: dict):
     from commlib.bench.sweep import Sweep
     backend = _make_backend(name)
     try:
-        sw = Sweep(backend, cfg, progress=_progress)
+        sw = Sweep(backend, cfg, out=sys.stdout if cfg.get("print_table", True) else io.StringIO(),
+                   progress=_progress)
         records = sw.run()
         info = {"available": True, "transport": backend.transport, "wrong": sw.wrong_total}
         if name == "mpi":
@@ -281,32 +290,82 @@ def run(a) -> int:
               f"({C.fmt_bytes(cfg['sizes'][0])}..{C.fmt_bytes(cfg['sizes'][-1])}), "
               f"{', '.join(cfg['collectives'])}; peers: {', '.join(cfg['peers']) or 'none'}")
         t0 = time.monotonic()
-        for name in ["commlib"] + cfg["peers"]:
-            part = os.path.join(tmp, f"{name}.json")
-            if name == "mpi":
-                ok, msg = _launch_mpi(cfg_path, part, P, a.timeout)
-            else:
-                ok, msg = _launch_local(name, cfg_path, part, P, a.timeout)
-            if os.path.exists(part):
-                with open(part) as f:
-                    got = json.load(f)
-                results += got["records"]
-                backends[name] = got["info"]
-                if got["info"].get("wrong"):
-                    status = 1
-            if not ok:
-                backends.setdefault(name, {})
-                backends[name].update({"available": backends[name].get("available", False), "error": msg})
-                if "reason" not in backends[name] and not backends[name]["available"]:
-                    backends[name]["reason"] = msg
-                C.log(f"# {name}: {msg}")
-                if name == "commlib":
-                    status = 1
+        passes = max(1, a.passes)
+        per_pass = []
+        for k in range(passes):
+            order = ["commlib"] + cfg["peers"]
+            if k % 2:
+                order.reverse()
+            pcfg = dict(cfg, print_table=(k == passes - 1))
+            pcfg_path = os.path.join(tmp, f"config{k}.json")
+            with open(pcfg_path, "w") as f:
+                json.dump(pcfg, f)
+            if passes > 1:
+                C.log(f"# pass {k + 1}/{passes}: {', '.join(order)}")
+            got_pass = []
+            for name in order:
+                if name in backends and not backends[name].get("available", True):
+                    continue  # unavailable in an earlier pass (e.g. no MPI): do not retry
+                part = os.path.join(tmp, f"{name}{k}.json")
+                if name == "mpi":
+                    ok, msg = _launch_mpi(pcfg_path, part, P, a.timeout)
+                else:
+                    ok, msg = _launch_local(name, pcfg_path, part, P, a.timeout)
+                if os.path.exists(part):
+                    with open(part) as f:
+                        got = json.load(f)
+                    got_pass += got["records"]
+                    backends[name] = got["info"]
+                    if got["info"].get("wrong"):
+                        status = 1
+                if not ok:
+                    backends.setdefault(name, {})
+                    backends[name].update({"available": backends[name].get("available", False), "error": msg})
+                    if "reason" not in backends[name] and not backends[name]["available"]:
+                        backends[name]["reason"] = msg
+                    C.log(f"# {name}: {msg}")
+                    if name == "commlib":
+                        status = 1
+            per_pass.append(got_pass)
+        results = merge_passes(per_pass)
+        cfg["passes"] = passes
         for name in ("gloo", "mpi"):
             if name not in cfg["peers"]:
                 backends.setdefault(name, {"available": False, "requested": False, "reason": "not requested"})
         C.log(f"# ranks done in {time.monotonic() - t0:.0f} s")
     return _finish(a, cfg, command, results, backends, status)
+
+
+def _row_key(r):
+    return (r["backend"], r["collective"], r["algorithm"], r["mode"], r["bytes"], r["dtype"], r["op"],
+            r["root"], r["world_size"])
+
+
+def merge_passes(per_pass):
+    """One record per row from several passes: the pass with the lowest median (every backend is
+    treated alike), with every pass's median kept in ``pass_medians_us``; #wrong summed."""
+    best, medians, wrong = {}, {}, {}
+    order = []
+    for records in per_pass:
+        for r in records:
+            k = _row_key(r)
+            if k not in best:
+                order.append(k)
+                best[k] = r
+            elif r["time_us"]["median"] < best[k]["time_us"]["median"]:
+                best[k] = r
+            medians.setdefault(k, []).append(r["time_us"]["median"])
+            if r.get("wrong") is not None:
+                wrong[k] = wrong.get(k, 0) + int(r["wrong"])
+    out = []
+    for k in order:
+        r = dict(best[k])
+        if len(per_pass) > 1:
+            r["pass_medians_us"] = medians[k]
+        if k in wrong:
+            r["wrong"] = wrong[k]
+        out.append(r)
+    return out
 
 
 def _run_inside(a, cfg, command) -> int:

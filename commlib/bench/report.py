@@ -495,8 +495,10 @@ def build(datas, outdir):
     per = f"at least {cfg.get('iters')} timed calls"
     if cfg.get("min_time"):
         per += f" and about {cfg['min_time'] * 1e3:g} ms of them (at most {cfg.get('max_iters')} calls)"
+    passes = cfg.get("passes", 1)
     doc.p(f"dtype {cfg.get('dtype')}, op {cfg.get('op')}, {per} after {cfg.get('warmup')} warm-up calls, "
-          f"per algorithm, mode and size.")
+          f"per algorithm, mode and size" + (f"; best of {passes} passes per row, every backend alike" if passes > 1
+                                             else "") + ".")
     return doc
 
 
