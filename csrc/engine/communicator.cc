@@ -33,21 +33,21 @@ int64_t input_elements(Collective c, int64_t count, int size) {
   }
 }
 
+// A byte count from the environment (unset: `fallback`); anything but digits is an error naming it.
+size_t env_bytes(const char* name, size_t fallback) {
+  const char* v = std::getenv(name);
+  if (!v) return fallback;
+  char* end = nullptr;
+  long long b = std::strtoll(v, &end, 10);
+  if (!*v || *end || b < 0) throw std::invalid_argument(std::string(name) + ": expected a byte count >= 0, got '" + v + "'");
+  return static_cast<size_t>(b);
+}
+
 ExecOptions exec_options(const CommOptions& opts) {
   ExecOptions e;
   e.timeout_s = opts.timeout_s;
-  if (const char* v = std::getenv("COMMLIB_STREAM_BYTES")) {
-    char* end = nullptr;
-    long long b = std::strtoll(v, &end, 10);
-    if (!*v || *end || b < 0) throw std::invalid_argument("COMMLIB_STREAM_BYTES: expected a byte count >= 0");
-    e.stream_bytes = static_cast<size_t>(b);
-  }
-  if (const char* v = std::getenv("COMMLIB_COPY_CHUNK_BYTES")) {
-    char* end = nullptr;
-    long long b = std::strtoll(v, &end, 10);
-    if (!*v || *end || b < 0) throw std::invalid_argument("COMMLIB_COPY_CHUNK_BYTES: expected a byte count >= 0");
-    e.copy_chunk_bytes = static_cast<size_t>(b);
-  }
+  e.stream_bytes = env_bytes("COMMLIB_STREAM_BYTES", e.stream_bytes);
+  e.copy_chunk_bytes = env_bytes("COMMLIB_COPY_CHUNK_BYTES", e.copy_chunk_bytes);
   return e;
 }
 

@@ -83,3 +83,4 @@ def test_fast_and_general_paths_agree(pool, size):
     assert p.run(cases.fast_path_taken) == [[True] * 10] * size
     failures = [f for fails in p.run(cases.check_paths_agree, timeout=120) for f in fails]
     assert not failures, "\n".join(failures[:20])
+

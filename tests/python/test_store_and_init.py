@@ -109,3 +109,14 @@ def test_world_of_one_every_collective():
     assert (x == np.arange(6)).all()
     comm.close()
     s.close()
+
+
+@pytest.mark.parametrize("var", ["COMMLIB_STREAM_BYTES", "COMMLIB_COPY_CHUNK_BYTES", "COMMLIB_SHM_SLOTS"])
+def test_bad_executor_settings_name_the_variable(monkeypatch, var):
+    monkeypatch.setenv(var, "lots")
+    s = StoreServer("127.0.0.1", 0)
+    try:
+        with pytest.raises(ValueError, match=f"^{var}"):
+            commlib.init(rank=0, world_size=1, store=TCPStore("127.0.0.1", s.port), prefix="badenv")
+    finally:
+        s.close()
