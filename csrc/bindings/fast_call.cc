@@ -16,6 +16,7 @@
 
 #include "bindings/bindings.h"
 #include "bindings/buffer_view.h"
+#include "bindings/gil.h"
 #include "engine/communicator.h"
 #include "schedule/registry.h"
 
@@ -168,13 +169,14 @@ PyObject* fast_collective(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (op_is_bitwise(call.op) && collective_reduces(coll) && !dtype_is_integer(call.dtype)) return fallback();
 
   std::exception_ptr error;
-  Py_BEGIN_ALLOW_THREADS
-  try {
-    comm->collective(call, false);
-  } catch (...) {
-    error = std::current_exception();
+  {
+    ReleaseGil nogil;
+    try {
+      comm->collective(call, false);
+    } catch (...) {
+      error = std::current_exception();
+    }
   }
-  Py_END_ALLOW_THREADS
   if (error) {
     set_python_error(error);
     return nullptr;
