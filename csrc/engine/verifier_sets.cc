@@ -12,7 +12,48 @@ uint64_t hash_pairs(const std::vector<int32_t>& p) {
   for (int32_t v : p) h = (h ^ static_cast<uint32_t>(v)) * 0x100000001b3ULL;
   return h;
 }
+inline uint64_t mix(uint64_t x) {
+  x = (x ^ (x >> 33)) * 0xff51afd7ed558ccdULL;
+  x = (x ^ (x >> 33)) * 0xc4ceb9fe1a85ec53ULL;
+  return x ^ (x >> 33);
+}
 }  // namespace
+
+uint32_t FlatMap::get(uint64_t key) const {
+  if (keys_.empty()) return kAbsent;
+  const size_t m = keys_.size() - 1;
+  for (size_t i = mix(key) & m;; i = (i + 1) & m) {
+    if (vals_[i] == kAbsent) return kAbsent;
+    if (keys_[i] == key) return vals_[i];
+  }
+}
+
+void FlatMap::put(uint64_t key, uint32_t value) {
+  if (2 * (used_ + 1) > keys_.size()) grow();
+  const size_t m = keys_.size() - 1;
+  for (size_t i = mix(key) & m;; i = (i + 1) & m) {
+    if (vals_[i] == kAbsent) {
+      keys_[i] = key;
+      vals_[i] = value;
+      ++used_;
+      return;
+    }
+    if (keys_[i] == key) {
+      vals_[i] = value;
+      return;
+    }
+  }
+}
+
+void FlatMap::grow() {
+  std::vector<uint64_t> keys = std::move(keys_);
+  std::vector<uint32_t> vals = std::move(vals_);
+  keys_.assign(std::max<size_t>(64, keys.size() * 2), 0);
+  vals_.assign(keys_.size(), kAbsent);
+  used_ = 0;
+  for (size_t i = 0; i < keys.size(); ++i)
+    if (vals[i] != kAbsent) put(keys[i], vals[i]);
+}
 
 RankSets::RankSets(int size) {
   off_.push_back(0);
@@ -24,8 +65,7 @@ RankSets::RankSets(int size) {
 
 RankSets::Id RankSets::intern(const std::vector<int32_t>& pairs) {
   const uint64_t h = hash_pairs(pairs);
-  auto it = by_hash_.find(h);
-  const Id head = it == by_hash_.end() ? kNone : it->second;
+  const Id head = by_hash_.get(h);  // kAbsent == kNone
   for (Id id = head; id != kNone; id = same_hash_[id])
     if (static_cast<size_t>(end(id) - begin(id)) == pairs.size() && std::equal(pairs.begin(), pairs.end(), begin(id)))
       return id;
@@ -33,7 +73,7 @@ RankSets::Id RankSets::intern(const std::vector<int32_t>& pairs) {
   data_.insert(data_.end(), pairs.begin(), pairs.end());
   off_.push_back(static_cast<uint32_t>(data_.size()));
   same_hash_.push_back(head);
-  by_hash_[h] = id;
+  by_hash_.put(h, id);
   return id;
 }
 
@@ -42,8 +82,8 @@ RankSets::Id RankSets::unite(Id a, Id b) {
   if (a == kEmpty) return b;
   if (a > b) std::swap(a, b);
   const uint64_t key = (static_cast<uint64_t>(a) << 32) | b;
-  auto it = union_cache_.find(key);
-  if (it != union_cache_.end()) return it->second;
+  const Id cached = union_cache_.get(key);
+  if (cached != FlatMap::kAbsent) return cached;
   // Merge the two interval lists, coalescing overlapping or touching intervals.
   tmp_.clear();
   const int32_t *x = begin(a), *xe = end(a), *y = begin(b), *ye = end(b);
@@ -63,7 +103,7 @@ RankSets::Id RankSets::unite(Id a, Id b) {
     }
   }
   const Id u = intern(tmp_);
-  union_cache_.emplace(key, u);
+  union_cache_.put(key, u);
   return u;
 }
 

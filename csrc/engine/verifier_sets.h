@@ -7,11 +7,25 @@
 
 #include <cstdint>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 namespace commlib {
 namespace verify {
+
+// uint64 -> uint32 open-addressing map (linear probing, power-of-two capacity): the verifier does
+// millions of look-ups at 1000+ ranks, where std::unordered_map's node chasing dominated.
+class FlatMap {
+ public:
+  static constexpr uint32_t kAbsent = ~uint32_t(0);
+  uint32_t get(uint64_t key) const;
+  void put(uint64_t key, uint32_t value);
+
+ private:
+  void grow();
+  std::vector<uint64_t> keys_;
+  std::vector<uint32_t> vals_;  // kAbsent marks an empty slot
+  size_t used_ = 0;
+};
 
 class RankSets {
  public:
@@ -38,9 +52,9 @@ class RankSets {
 
   std::vector<int32_t> data_;
   std::vector<uint32_t> off_;
-  std::unordered_map<uint64_t, Id> by_hash_;  // hash -> newest set with it
+  FlatMap by_hash_;              // hash -> newest set with it
   std::vector<Id> same_hash_;                  // set -> older set with its hash (or kNone)
-  std::unordered_map<uint64_t, Id> union_cache_;
+  FlatMap union_cache_;
   std::vector<Id> singles_;
   Id all_ = kEmpty;
   std::vector<int32_t> tmp_;
