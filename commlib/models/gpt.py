@@ -211,3 +211,48 @@ def train(model: TinyGPT, steps: int = 10, batch: int = 2, seq: int = 16, lr: fl
         opt.step()
         losses.append(model.global_loss(loss))
     return losses
+
+
+def split_layers(n_layers: int, n_stages: int, sizes: Optional[list] = None) -> list:
+    """The blocks of each pipeline stage, as ranges: ``sizes`` (blocks per stage) if given, else as
+    even as possible with the earlier stages taking the remainder (they also hold the embedding,
+    the last the head; a real model would weigh those)."""
+    if sizes is None:
+        if n_stages > n_layers:
+            raise ValueError(f"n_stages: {n_stages} stages for {n_layers} blocks; give sizes= with empty stages")
+        sizes = [n_layers // n_stages + (1 if i < n_layers % n_stages else 0) for i in range(n_stages)]
+    if len(sizes) != n_stages or sum(sizes) != n_layers or min(sizes) < 0:
+        raise ValueError(f"sizes: {sizes} must be {n_stages} non-negative counts adding up to {n_layers} blocks")
+    starts = [sum(sizes[:i]) for i in range(n_stages)]
+    return [range(s, s + n) for s, n in zip(starts, sizes)]
+
+
+class GPTStage(nn.Module):
+    """Stage ``stage`` of ``n_stages`` of a :class:`TinyGPT`: the embeddings (first stage), its
+    blocks, the final LayerNorm and head (last stage). It shares the model's parameters (build the
+    whole TinyGPT on every rank, identically seeded, and keep the stage), and its tensor- and
+    context-parallel groups. ``forward`` maps tokens (first) or activations to activations or
+    logits (last); :meth:`loss` is the last stage's ``loss_fn``.
+    """
+
+    def __init__(self, model: TinyGPT, stage: int, n_stages: int, sizes: Optional[list] = None):
+        super().__init__()
+        self.first, self.last = stage == 0, stage == n_stages - 1
+        self.layers = split_layers(model.cfg.n_layers, n_stages, sizes)[stage]
+        self.blocks = nn.ModuleList(model.blocks[i] for i in self.layers)
+        if self.first:
+            self.wte, self.wpe = model.wte, model.wpe
+        if self.last:
+            self.ln_f, self.head = model.ln_f, model.head
+        self._model = (model,)  # a tuple: not registered as a submodule (its other stages' parameters)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        model = self._model[0]
+        if self.first:
+            x = model.embed(x)
+        for blk in self.blocks:
+            x = blk(x)
+        return model.logits(x) if self.last else x
+
+    def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self._model[0].loss(logits, targets)

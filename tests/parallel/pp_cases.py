@@ -135,3 +135,80 @@ def matrix_for(P: int):
     ms = sorted({1, P, 2 * P + 1})
     return [(kind, v, m, 2 * P * v + 1) for kind in A.KINDS for v in (1, 2) for m in ms
             if not (kind == "interleaved" and v == 1)]
+
+
+def _expect(fn, *needles):
+    try:
+        fn()
+    except (ValueError, TypeError) as e:
+        msg = str(e)
+        missing = [n for n in needles if n not in msg]
+        assert not missing, f"error {msg!r} lacks {missing}"
+        return msg
+    raise AssertionError(f"no error; expected one mentioning {needles}")
+
+
+def wrong_use(comm) -> list:
+    """Every misuse raises a clear error on every rank, and the communicator stays usable.
+    Needs 2 ranks."""
+    from commlib.parallel import Mesh
+    torch.set_num_threads(1)
+    r = comm.rank
+    msgs = []
+    lin = lambda: nn.Linear(WIDTH, WIDTH).double()  # noqa: E731
+    x, y = data(4, 0)
+
+    def step(sched, batch=x, target=y):
+        if r == 0:
+            sched.step(batch)
+        else:
+            sched.step(target=target, losses=[])
+
+    # stage counts that disagree between ranks (rank 1 believes in 4 stages: it holds 1 and 3)
+    stages = PipelineStage(lin(), 0, 2, comm) if r == 0 else [PipelineStage(lin(), s, 4, comm) for s in (1, 3)]
+    sched = Schedule1F1B(stages, n_microbatches=2, loss_fn=loss_fn)
+    msgs.append(_expect(lambda: step(sched), "num_stages disagrees", "[2, 4]"))
+    # a loss function missing on the last stage: every rank learns which rank lacks it
+    sched = ScheduleGPipe(PipelineStage(lin(), r, 2, comm), n_microbatches=2, loss_fn=None if r == 1 else loss_fn)
+    msgs.append(_expect(lambda: step(sched), "rank 1: loss_fn is None"))
+    # n_microbatches not dividing the batch
+    sched = Schedule1F1B(PipelineStage(lin(), r, 2, comm), n_microbatches=3, loss_fn=loss_fn)
+    msgs.append(_expect(lambda: step(sched), "rank 0:", "n_microbatches"))
+    # n_microbatches that disagree
+    sched = Schedule1F1B(PipelineStage(lin(), r, 2, comm), n_microbatches=2 + r, loss_fn=loss_fn)
+    msgs.append(_expect(lambda: step(sched, x[:6] if r == 0 else x, y[:6]), "n_microbatches disagrees"))
+    # local errors, before anything is sent
+    msgs.append(_expect(lambda: PipelineStage(lin(), 1 - r, 2, comm), "stage_index", "lives on rank"))
+    msgs.append(_expect(lambda: PipelineStage(lin(), r, 3, comm), "num_stages", "evenly"))
+    msgs.append(_expect(lambda: Schedule1F1B(PipelineStage(lin(), r, 2, comm), n_microbatches=0), "n_microbatches"))
+    msgs.append(_expect(lambda: Mesh(comm, tp=2, pp=2), "do not multiply", "size 2"))
+    msgs.append(_expect(lambda: Mesh(comm, tp=0, pp=2), "tp"))
+    # a later step whose micro-batches change shape: the first stage names the agreed shape
+    sched = Schedule1F1B(PipelineStage(lin(), r, 2, comm), n_microbatches=2, loss_fn=loss_fn)
+    step(sched)
+    if r == 0:
+        # detected before anything of the step is sent; the last stage is not called
+        sched.stages[0].module = nn.Sequential(lin(), nn.Flatten(0))
+        msgs.append(_expect(lambda: sched.step(x), "agreed", "first step"))
+    sched.close()
+    # the communicator still works
+    t = torch.ones(1)
+    comm.all_reduce(t)
+    assert t.item() == comm.size
+    return msgs
+
+
+def mesh_layout(comm, tp, cp, pp, dp) -> dict:
+    """Each dimension's group holds the ranks differing only in that coordinate, TP innermost."""
+    from commlib.parallel import Mesh
+    mesh = Mesh(comm, tp=tp, cp=cp, pp=pp, dp=dp)
+    out = {"coords": mesh.coords}
+    for dim in ("tp", "cp", "pp", "dp"):
+        g = getattr(mesh, dim)
+        members = torch.zeros(g.size, dtype=torch.int64)
+        g.all_gather(members, torch.tensor([comm.rank]))
+        out[dim] = members.tolist()
+        assert g.rank == mesh.coords[dim]
+    assert mesh.rank_of(**mesh.coords) == comm.rank
+    mesh.close()
+    return out
