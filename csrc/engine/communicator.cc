@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/describe.h"
 #include "kernels/cpu_reduce.h"
 #include "schedule/registry.h"
 
@@ -64,20 +65,6 @@ int64_t output_elements(Collective c, int64_t count, int size) {
 }
 
 }  // namespace
-
-std::string describe_call(const CallDesc& d) {
-  const Collective c = static_cast<Collective>(d.coll);
-  const DType t = static_cast<DType>(d.dtype);
-  std::string s = std::string(collective_name(c)) + " #" + std::to_string(d.seq) + " (";
-  if (c != Collective::Send && c != Collective::Barrier && d.algo) {
-    auto names = algorithms(c);
-    s += (d.algo <= names.size() ? names[d.algo - 1] : std::string("algorithm ") + std::to_string(d.algo)) + ", ";
-  }
-  s += std::to_string(d.count) + " x " + dtype_name(t);
-  if (collective_reduces(c)) s += std::string(", ") + op_name(static_cast<RedOp>(d.op));
-  if (collective_has_root(c)) s += ", root " + std::to_string(d.root);
-  return s + ")";
-}
 
 bool Work::wait(double timeout_s) {
   if (!done_.load(std::memory_order_acquire)) {
