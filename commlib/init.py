@@ -198,9 +198,10 @@ def _parse_record(raw: bytes, fields: dict, what: str) -> dict:
     return rec
 
 
-def _make_region(size: int) -> int:
+def _make_region(size: int, prefix: str) -> int:
     """A zero-filled, sealed memfd of the region's size: it can no longer shrink or grow."""
-    fd = os.memfd_create("commlib", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    # The name shows in /proc/<pid>/maps, which is how tests find a communicator's region.
+    fd = os.memfd_create(f"commlib:{prefix}"[:240], os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         os.ftruncate(fd, _C.shm_region_bytes(size))
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
@@ -236,7 +237,7 @@ def _create_core(rdv: _Rendezvous, rank: int, size: int, timeout: float):
     host = socket.gethostname()
     region_bytes = _C.shm_region_bytes(size)
     if rank == 0:
-        fd = _make_region(size)
+        fd = _make_region(size, rdv.prefix)
         server = None
         try:
             # Rank 0 lays out the region before anyone may receive it.
