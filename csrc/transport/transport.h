@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 
 namespace commlib {
 
