@@ -8,7 +8,7 @@
 #include <cstring>
 #include <string>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 
 #ifndef F_GET_SEALS
 #define F_GET_SEALS 1034
