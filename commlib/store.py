@@ -159,7 +159,8 @@ class StoreServer:
             raise
         self.host = host
         self.port = self._srv.server_address[1]
-        self._thread = threading.Thread(target=self._srv.serve_forever, name="commlib-store", daemon=True)
+        self._thread = threading.Thread(target=self._srv.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="commlib-store", daemon=True)
         self._thread.start()
 
     def close(self):
