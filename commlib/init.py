@@ -98,6 +98,7 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, store=Non
     timeout = default_timeout() if timeout is None else float(timeout)
     if timeout <= 0:
         raise ValueError("timeout: must be positive")
+    debug_level()  # a bad COMMLIB_DEBUG is refused before any store is served or reached
     owned = store is None
     server = None
     if owned:
