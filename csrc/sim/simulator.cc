@@ -167,22 +167,24 @@ class Run {
       res[nres] = base + H_ * nics + hq * nics + t_.nic_of[q], bw[nres++] = t_.nic_Bps;
       bytes_inter_ += static_cast<int64_t>(bytes);
     }
-    double begin = start, slowest = bw[0];
+    // Each link is a first-come-first-served server: the transfer's bytes pass every link on the
+    // path (cut-through), so it is done when its most loaded link has served it.
+    double slowest = bw[0], wire_done = start;
     for (int i = 0; i < nres; ++i) {
-      begin = std::max(begin, free_at_[res[i]]);
       slowest = std::min(slowest, bw[i]);
+      free_at_[res[i]] = std::max(start, free_at_[res[i]]) + bytes / bw[i];
+      wire_done = std::max(wire_done, free_at_[res[i]]);
     }
-    for (int i = 0; i < nres; ++i) free_at_[res[i]] = begin + bytes / bw[i];
-    const double wire = bytes / slowest;
-    double recv_time = wire;
+    // A reducing receive adds the reduction its chunk pipeline cannot hide behind the transfer:
+    // k chunks of c bytes take c(beta + gamma) + (k-1) c max(beta, gamma) instead of k c beta.
+    double reduce_tail = 0;
     if (ro.kind == SimKind::RecvReduce && bytes > 0) {
-      // Two-stage pipeline over k chunks: transfer then reduce each chunk.
       const double k = t_.chunk_bytes > 0 ? std::ceil(bytes / static_cast<double>(t_.chunk_bytes)) : 1.0;
       const double c = bytes / k, beta = 1.0 / slowest, gamma = t_.reduce_s_per_byte;
-      recv_time = c * (beta + gamma) + (k - 1) * c * std::max(beta, gamma);
+      reduce_tail = c * gamma + (k - 1) * c * (std::max(beta, gamma) - beta);
     }
-    S.end = std::max(S.end, begin + latency + wire);
-    Q.end = std::max(Q.end, begin + latency + recv_time);
+    S.end = std::max(S.end, wire_done + latency);
+    Q.end = std::max(Q.end, wire_done + latency + reduce_tail);
     S.matched[si] = 1;
     Q.matched[qi] = 1;
     ++transfers_;

@@ -3,11 +3,12 @@
 //   * a rank enters its next step when its previous step ended (plus step_overhead_s);
 //   * a send and its matching receive (FIFO per ordered pair, as the verifier's rendezvous) start
 //     when both ranks are in the step holding them, plus op_overhead_s;
-//   * a transfer occupies the links on its path (sender's and receiver's ports inside a host, the
-//     host's bus if any; the sender's and receiver's NICs between hosts). Links serve transfers in
-//     the order they start (first come, first served), so concurrent transfers sharing a link
-//     queue behind each other: contention;
-//   * it takes latency + bytes / bottleneck bandwidth; a receive that reduces overlaps the
+//   * a transfer crosses the links on its path (sender's and receiver's ports inside a host, the
+//     host's bus if any; the sender's and receiver's NICs between hosts). Each link serves the
+//     bytes of its transfers first come, first served, independently of the other links (the
+//     bytes stream through, cut-through), so transfers sharing a link queue behind each other
+//     (contention) and a transfer ends when its most loaded link has served it;
+//   * alone on its path it takes latency + bytes / bottleneck bandwidth; a receive that reduces overlaps the
 //     reduction of chunk k with the transfer of chunk k+1 (chunk_bytes), as the executor does;
 //   * once every communication op of a step finished, its local copies and reductions run.
 // Events are processed in non-decreasing time, so first come, first served is well defined.
