@@ -73,7 +73,7 @@ def run(args) -> int:
             print(f"commlib sim: {e}", file=sys.stderr)
             return 2
         for P in ranks:
-            table = Table(coll, P, modes=("out",))
+            table = Table(coll, P, out=sys.stdout, modes=("out",))
             table.header(f"{coll} (predicted), {P} ranks = {-(-P // topo.devices_per_host)} host(s) of {topo.name}")
             for size in sizes:
                 for alg in algs:
