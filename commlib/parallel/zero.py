@@ -574,7 +574,8 @@ class FullyShardedModule(torch.nn.Module):
     Each unit's parameters are all-gathered before its forward (forward pre-hook), freed after
     it, all-gathered again before its backward (hooks on its outputs) and freed after it; its
     gradient is reduce-scattered (averaged) asynchronously and accumulated into the shard's
-    ``.grad`` at the end of backward. A parameter may not be shared between two units.
+    ``.grad`` at the end of backward. A parameter shared by two units (tied embeddings) is
+    sharded in the root unit instead (listed in ``tied_to_root``).
     """
 
     def __init__(self, module: torch.nn.Module, comm, wrap=None, mixed_precision=None,
@@ -629,35 +630,28 @@ class FullyShardedModule(torch.nn.Module):
                 for b in unit_names:
                     if a != b and b.startswith(a + "."):
                         raise ValueError(f"wrap: '{b}' is nested inside '{a}'")
-        owner_of = {}
-        for n, p in named:
-            prefix = n.rsplit(".", 1)[0] if "." in n else ""
-            unit = ""
+        def unit_of(module_name: str) -> str:
             for u in unit_names:
-                if prefix == u or prefix.startswith(u + "."):
-                    unit = u
-                    break
-            owner_of[id(p)] = unit
-        # every location of every parameter (shared parameters appear under several names)
+                if module_name == u or module_name.startswith(u + "."):
+                    return u
+            return ""
+
+        # Every location of every parameter (a tied parameter, e.g. GPT-2's wte.weight and
+        # lm_head.weight, appears under several modules). A parameter used from two units belongs
+        # to the root unit, gathered for the whole forward and backward, as torch's fully_shard
+        # does for a parameter shared by two of its sub-modules: tying needs no configuration.
         locations: Dict[int, list] = {}
+        users: Dict[int, set] = {}
         for mname, m in module.named_modules(remove_duplicate=False):
             for pname, p in list(m._parameters.items()):
                 if p is None:
                     continue
-                full = f"{mname}.{pname}" if mname else pname
-                prefix = mname
-                unit = ""
-                for u in unit_names:
-                    if prefix == u or prefix.startswith(u + "."):
-                        unit = u
-                        break
-                if unit != owner_of[id(p)]:
-                    raise ValueError(f"parameter '{full}': shared between units "
-                                     f"'{owner_of[id(p)] or '<root>'}' and '{unit or '<root>'}' "
-                                     "(put both users in one unit)")
+                users.setdefault(id(p), set()).add(unit_of(mname))
                 locations.setdefault(id(p), [])
                 if (m, pname) not in [(a, b) for a, b in locations[id(p)]]:
                     locations[id(p)].append((m, pname))
+        owner_of = {id(p): (next(iter(users[id(p)])) if len(users[id(p)]) == 1 else "") for _, p in named}
+        self.tied_to_root = [n for n, p in named if len(users[id(p)]) > 1]
         self._units: List[_FsdpUnit] = []
         self._unit_by_module = {}
         shards = {}
