@@ -5,7 +5,7 @@
 #include "bindings/buffer_view.h"
 #include "bindings/gil.h"
 #include "engine/communicator.h"
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "schedule/registry.h"
 #include "transport/shm.h"
 
