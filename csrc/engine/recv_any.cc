@@ -10,7 +10,7 @@
 #include <string>
 
 #include "engine/communicator.h"
-#include "engine/errors.h"
+#include "common/errors.h"
 
 namespace commlib {
 
