@@ -26,7 +26,10 @@ import torch
 import torch.distributed as dist
 from torch.futures import Future
 
+from commlib import _C
+
 from commlib.torch import at_exit
+from commlib.torch.fast_path import ALL_REDUCE, OP_BY_HASH, DoneWorks, fast_collective
 from commlib.torch.data_movement import DataMovementMixin
 from commlib.torch.p2p import PointToPointMixin
 from commlib.torch.staging import (NATIVE, as_bytes, op_of, out_bytes, reduction_staging,
@@ -106,6 +109,8 @@ class ProcessGroupCommlib(PointToPointMixin, DataMovementMixin, dist.ProcessGrou
         self._lock = threading.RLock()
         self._closed = False
         self._p2p: list = []
+        self._core_address = _C.core_address(comm._core) if hasattr(comm, "_core") else None
+        self._done_works = DoneWorks()
         at_exit.track(self)
 
     # -- identity ---------------------------------------------------------------------------
@@ -183,6 +188,14 @@ class ProcessGroupCommlib(PointToPointMixin, DataMovementMixin, dist.ProcessGrou
                 call.finals.append(fin)
 
     def allreduce(self, tensors, opts=None):
+        # The latency path (fast_path.py): blocking, one plain tensor, nothing held back.
+        if (opts is not None and not opts.asyncOp and len(tensors) == 1 and not self._p2p
+                and self._core_address is not None):
+            code = hash(opts.reduceOp)
+            if (0 <= code < len(OP_BY_HASH) and fast_collective(
+                    self._core_address, ALL_REDUCE, tensors[0], None, OP_BY_HASH[code],
+                    self._algo["all_reduce"], 0, False, None) is None):
+                return self._done_works.get(tensors)
         opts = opts if opts is not None else dist.AllreduceOptions()
         return self._run(opts.asyncOp, list(tensors),
                          lambda c, a: self._allreduce_into(c, a, tensors, opts.reduceOp))
