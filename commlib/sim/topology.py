@@ -201,12 +201,12 @@ def _check(t: Topology, where: str):
             bad(name, "must be in (0, 1]")
 
 
-def from_bench(path: str, world_size: int | None = None) -> Topology:
+def from_bench(path: str, world_size: int | None = None, collectives=None) -> Topology:
     """This machine as one host, from the commlib fit (alpha, beta, gamma) of a bench JSON file.
 
     alpha becomes the per-message latency, 1/beta the per-rank port bandwidth, 1/gamma the reduction
     rate, with the shared-memory transport's chunking; the fit is the one of ``world_size`` ranks
-    (default: the largest in the file)."""
+    (default: the largest in the file), over the rows of ``collectives`` (default: all)."""
     from commlib.bench import model
     try:
         with open(path) as f:
@@ -217,7 +217,8 @@ def from_bench(path: str, world_size: int | None = None) -> Topology:
         raise TopologyError(f"fitted:{path}: not JSON ({e})") from None
     if not isinstance(data, dict) or not isinstance(data.get("results"), list):
         raise TopologyError(f"fitted:{path}: not a commlib bench JSON file (no 'results' list)")
-    fits = {k: v for k, v in model.fit_results(data["results"]).items() if v["backend"] == "commlib"}
+    rows = [r for r in data["results"] if collectives is None or r.get("collective") in collectives]
+    fits = {k: v for k, v in model.fit_results(rows).items() if v["backend"] == "commlib"}
     if world_size is not None:
         fits = {k: v for k, v in fits.items() if v["world_size"] == world_size}
     fits = {k: v for k, v in fits.items() if v.get("n")}
