@@ -50,6 +50,16 @@ def derive_key(secret: bytes, purpose: str) -> bytes:
     return hmac.new(secret, b"commlib/v1/" + purpose.encode(), hashlib.sha256).digest()
 
 
+def handshake_key(environ=None) -> Optional[bytes]:
+    """The key the TCP transport's connection handshake uses (None without COMMLIB_SECRET).
+
+    Python reads the environment once and hands these 32 bytes to the C++ transport, so secret
+    handling and key derivation live in one place.
+    """
+    secret = load_secret(environ)
+    return None if secret is None else derive_key(secret, "tcp-handshake")
+
+
 def _tag(key: bytes, name: bytes, value: bytes) -> bytes:
     return hmac.new(key, struct.pack("!I", len(name)) + name + value, hashlib.sha256).digest()
 
