@@ -79,3 +79,12 @@ def test_bubble_fraction_of_a_known_timeline():
           {"rank": 0, "kind": "B", "stage": 0, "mb": 0, "start": 3.0, "end": 4.0}]
     from commlib.parallel.pipeline.timeline import bubble_fraction
     assert bubble_fraction(ev) == 0.5
+
+
+@pytest.mark.parametrize("P,m", [(2, 4), (4, 8), (4, 12)])
+def test_orders_reach_the_textbook_bubble(P, m):
+    """Under unit costs (F=1, B=2) GPipe, 1F1B and Megatron's interleaved order hit the textbook
+    bubble exactly; ZB-H1 orders beat 1F1B."""
+    for kind, v in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("interleaved", 3)):
+        assert A.order_bubble(kind, P * v, P, m) == pytest.approx(A.theory_bubble(kind, P * v, P, m)), kind
+    assert A.order_bubble("zero_bubble", P, P, m) < A.theory_bubble("1f1b", P, P, m)
