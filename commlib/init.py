@@ -98,6 +98,7 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, store=Non
     timeout = default_timeout() if timeout is None else float(timeout)
     if timeout <= 0:
         raise ValueError("timeout: must be positive")
+    debug_level()  # a bad COMMLIB_DEBUG is refused before any store is served or reached
     owned = store is None
     server = None
     if owned:
@@ -275,14 +276,18 @@ def _create_core(rdv: _Rendezvous, rank: int, size: int, timeout: float):
             core = _C.Communicator(rank, size, fd, timeout, rdv.prefix, debug_level())
         finally:
             os.close(fd)
-    # Every rank mapped the region and published its pid once rank 0 says ready.
-    rdv.set(f"mapped/{rank}", b"1")
-    if rank == 0:
-        for r in range(1, size):
-            _expect_flag(rdv, f"mapped/{r}", f"rank {r} to map the region")
-        rdv.set("ready", b"1")
-    else:
-        _expect_flag(rdv, "ready", "rank 0 to see every rank mapped")
+    try:
+        # Every rank mapped the region and published its pid once rank 0 says ready.
+        rdv.set(f"mapped/{rank}", b"1")
+        if rank == 0:
+            for r in range(1, size):
+                _expect_flag(rdv, f"mapped/{r}", f"rank {r} to map the region")
+            rdv.set("ready", b"1")
+        else:
+            _expect_flag(rdv, "ready", "rank 0 to see every rank mapped")
+    except BaseException:
+        core.close()  # now, not at garbage collection: peers that got further see this rank close
+        raise
     # Probe single-copy reads (peers keep sending through the channels until they see our answer).
     return core, core.enable_direct_reads()
 
