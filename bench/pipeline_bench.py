@@ -4,7 +4,7 @@
 
 Each schedule trains an MLP (``--layers`` Linear+GELU layers of ``--width``, cut evenly into
 stages; the interleaved schedule uses 2 stages per rank) on one pool of rank processes
-(tests/ranks.py), one torch thread per rank. Per schedule: the median step time (and its ratio to
+(commlib.testing), one torch thread per rank. Per schedule: the median step time (and its ratio to
 the whole model's step in one process, measured in the same run), the measured bubble fraction
 (median over steps) next to theory, and the peak activation bytes per rank next to what the
 schedule's order implies (micro-batches held x bytes per micro-batch). Writes one timeline PNG and
@@ -19,7 +19,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "tests"), os.path.join(ROOT, "bench")]
+sys.path[:0] = [ROOT, os.path.join(ROOT, "bench")]
 
 import pipeline_ranks as R  # noqa: E402
 from commlib.parallel.pipeline.timeline import plot_timeline, write_chrome_trace  # noqa: E402
@@ -46,7 +46,7 @@ def main():
     load0 = os.getloadavg()[0]
     single = R.single_process(a.layers, a.width, a.batch, a.steps, a.warmup)
     print(f"single process: {single:.1f} ms")
-    from ranks import close_pools, get_pool
+    from commlib.testing import close_pools, get_pool
     rows = []
     try:
         pool = get_pool(P, timeout=600)

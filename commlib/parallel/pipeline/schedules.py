@@ -223,10 +223,10 @@ class _StepRun:
         saved = {}
         params = {p.untyped_storage().data_ptr() for p in stage.module.parameters()}
 
-        def pack(t):  # activation memory: storages saved for backward, parameters excluded
+        def pack(t):  # activation memory: tensors saved for backward, parameters excluded
             ptr = t.untyped_storage().data_ptr()
-            if ptr not in params:
-                saved[ptr] = t.untyped_storage().nbytes()
+            if ptr not in params:  # a view (the first stage's micro-batch) counts its own bytes
+                saved[ptr] = max(saved.get(ptr, 0), t.numel() * t.element_size())
             return t
 
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
