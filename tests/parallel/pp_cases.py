@@ -132,9 +132,13 @@ def run_matrix(comm, cases) -> list:
 
 
 def matrix_for(P: int):
+    """Every kind with m in {1, P, 2P+1}: one stage per rank, the interleaved one with two; plus
+    GPipe, 1F1B and zero-bubble looping (two stages per rank) at m = 2P+1. Layers: 2Pv+1, split
+    unevenly."""
     ms = sorted({1, P, 2 * P + 1})
-    return [(kind, v, m, 2 * P * v + 1) for kind in A.KINDS for v in (1, 2) for m in ms
-            if not (kind == "interleaved" and v == 1)]
+    cases = [(kind, 2 if kind == "interleaved" else 1, m) for kind in A.KINDS for m in ms]
+    cases += [(kind, 2, 2 * P + 1) for kind in ("gpipe", "1f1b", "zero_bubble")]
+    return [(kind, v, m, 2 * P * v + 1) for kind, v, m in cases]
 
 
 def _expect(fn, *needles):

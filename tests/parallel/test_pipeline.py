@@ -1,7 +1,8 @@
-"""Pipeline schedules (GPipe, 1F1B, interleaved, zero-bubble) with 2 and 4 ranks, one and two stages
-per rank, m in {1, P, 2P+1} micro-batches, an uneven layer split: losses, every parameter's gradient
-and the final parameters equal single-process training over 3 SGD steps (float64, within
-pp_cases.PP_TOL = 1e-10; see its docstring). The whole matrix of a world size runs in one pool call."""
+"""Pipeline schedules (GPipe, 1F1B, interleaved, zero-bubble) with 2 and 4 ranks, m in {1, P, 2P+1}
+micro-batches, two stages per rank for the interleaved schedule (and, at m = 2P+1, for the others),
+an uneven layer split: losses, every parameter's gradient and the final parameters equal
+single-process training over 3 SGD steps (float64, within pp_cases.PP_TOL = 1e-10; see its
+docstring). The whole matrix of a world size runs in one pool call."""
 import pytest
 
 from commlib.parallel.pipeline import actions as A
