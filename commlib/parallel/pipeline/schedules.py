@@ -61,6 +61,8 @@ class _PipelineSchedule:
         self.stats: dict = {}                # the last step's activation memory
         self._ready = False
         self._steps = 0
+        self._broken = None
+        self.lanes: dict = {}
         self._shapes: Dict[int, tuple] = {}  # stage boundary b (output of stage b) -> (shape, dtype)
 
     # -- set-up, once -------------------------------------------------------------------------
@@ -106,6 +108,8 @@ class _PipelineSchedule:
         First stage: ``step(x)``; last stage: ``step(target=y, losses=[...])`` (appends each
         micro-batch's loss, unscaled); returns the last stage's outputs concatenated (else None).
         """
+        if self._broken:
+            raise RuntimeError(f"pipeline schedule is unusable: {self._broken}; build a new one")
         x = args[0] if args else None
         err = self._local_error(x, target)
         if not self._ready:
@@ -118,8 +122,14 @@ class _PipelineSchedule:
         run = _StepRun(self, inputs, targets, first_step)
         try:
             outputs, step_losses = run.execute()
-        except BaseException:
-            run.abandon()
+        except BaseException as exc:
+            # A half-run step cannot be resumed: abort the lanes, so that the neighbours waiting on
+            # this rank fail at once with its reason instead of at the timeout, and so that no
+            # receive can still write into this step's buffers.
+            for lane in self.lanes.values():
+                lane.abort(f"pipeline step failed on rank {self.comm.rank} of the pipeline: "
+                           f"{type(exc).__name__}: {exc}")
+            self._broken = f"an earlier step failed ({type(exc).__name__}: {exc})"
             raise
         self._steps += 1
         if losses is not None:
@@ -128,7 +138,7 @@ class _PipelineSchedule:
 
     def close(self):
         """Release the lanes (communicators split from the pipeline communicator)."""
-        for lane in getattr(self, "lanes", {}).values():
+        for lane in self.lanes.values():
             lane.close()
         self.lanes = {}
         self._ready = False
@@ -204,13 +214,6 @@ class _StepRun:
                    "peak_in_flight": A.peak_in_flight([s.orders[s.comm.rank]])[0],
                    "step_start": t_begin, "step_end": time.perf_counter()}
         return self.outputs, [self.losses[i] for i in sorted(self.losses)]
-
-    def abandon(self):
-        for box in self.boxes:
-            try:
-                box.drain() if isinstance(box, Inbox) else box.flush()
-            except Exception:
-                pass
 
     def _F(self, st: int, mb: int):
         s, stage = self.s, self.s.stages[st]
