@@ -79,9 +79,7 @@ def write_report(a, rows, single, plots, loads):
          "Step time is the slowest rank's median. The measured bubble is the idle share of the ranks "
          "between the step's first action and its last (median over steps); theory: "
          "(P-1)/(m+P-1) for GPipe and 1F1B, (P-1)/(v·m+P-1) for v stages per rank, (P-1)/(3m+P-1) for ZB-H1 "
-         "(equal F, input-grad and weight-grad costs). Our zero-bubble W pass repeats its stage's "
-         "activation-gradient chain (autograd cannot resume a partial backward), so W costs about as "
-         "much as a whole backward here and its step time pays for it.", "",
+         "(equal F, input-grad and weight-grad costs).", "",
          "The column *orders (unit costs)* is the bubble of the very action orders the runtime follows, "
          "simulated with F = 1, B = 2, I = W = 1: what they achieve on a machine without noise.", "",
          "| schedule | step ms | vs 1 process | bubble measured | orders (unit costs) | bubble theory | "
