@@ -136,7 +136,9 @@ def main(argv=None):
                                             name=f"np{P}_{k}")
                     if rc == 0 and os.path.exists(path):
                         runs.append(path)
-            cmd = [sys.executable, "-m", "commlib", "tune", *runs]
+            # This script regenerates the shipped tuning file, so it names it (commlib tune's
+            # default output is ./tuning.json).
+            cmd = [sys.executable, "-m", "commlib", "tune", *runs, "-o", os.path.join(ROOT, "commlib", "tuning.json")]
             print("$ " + " ".join(cmd[1:]), flush=True)
             subprocess.check_call(cmd, env=dict(os.environ, PYTHONPATH=ROOT))
             commands.append(f"commlib tune <{len(runs)} runs: commlib bench --np P --peers none, "

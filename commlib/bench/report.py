@@ -448,7 +448,7 @@ def build(datas, outdir):
               f"the same calls.")
     tun = next((d.get("tuning") for d in datas if d.get("tuning")), None)
     if tun:
-        from commlib.bench.tuning import rows_for
+        from commlib.tuning import rows_for
         trows = []
         for coll in sorted(tun.get("collectives", {})):
             for P, mb, alg in rows_for(tun, coll):

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <sstream>
 
+#include "common/shapes.h"
+#include "schedule/auto_policy.h"
 #include "schedule/registry.h"
 
 namespace commlib {
@@ -179,37 +181,15 @@ struct Layout {
   int64_t arena;
 };
 
-// Buffer sizes (ir.h) and arena placement for one rank.
+// Buffer sizes and in-place aliasing (common/shapes.h) and arena placement for one rank.
 Layout make_layout(Collective c, int P, int r, int root, int64_t n, int64_t scratch, bool in_place) {
-  int64_t in = n, out = n;
-  const int64_t Pn = static_cast<int64_t>(P) * n;
-  int64_t alias_in_at = -1, alias_out_at = -1;  // input at output+x, or output at input+x
-  switch (c) {
-    case Collective::AllReduce: alias_in_at = 0; break;
-    case Collective::AllGather: out = Pn; alias_in_at = static_cast<int64_t>(r) * n; break;
-    case Collective::ReduceScatter: in = Pn; alias_out_at = static_cast<int64_t>(r) * n; break;
-    case Collective::AllToAll: in = out = Pn; break;
-    case Collective::Broadcast:
-      if (r != root) in = -1;
-      else alias_in_at = 0;
-      break;
-    case Collective::Reduce:
-      if (r != root) out = -1;
-      else alias_in_at = 0;
-      break;
-    case Collective::Gather:
-      out = Pn;
-      if (r != root) out = -1;
-      else alias_in_at = static_cast<int64_t>(root) * n;
-      break;
-    case Collective::Scatter:
-      in = Pn;
-      if (r != root) in = -1;
-      else alias_out_at = static_cast<int64_t>(root) * n;
-      break;
-    case Collective::Barrier: in = out = 0; break;
-    default: break;
-  }
+  const BufferShapes shapes = buffer_shapes(c, n, P, r, root);
+  const int64_t in = shapes.input, out = shapes.output;
+  // all_to_all runs in place from a private copy of the input (the communicator makes it), so its
+  // schedules are proven for distinct buffers only.
+  const bool aliases = collective_has_in_place(c);
+  const int64_t alias_in_at = aliases ? shapes.input_at : -1;    // input at output+x
+  const int64_t alias_out_at = aliases ? shapes.output_at : -1;  // output at input+x
   Layout L;
   const int I = static_cast<int>(BufferId::Input), O = static_cast<int>(BufferId::Output),
             S = static_cast<int>(BufferId::Scratch);
@@ -643,7 +623,8 @@ void verify_schedules(Collective c, const std::vector<Schedule>& per_rank, int s
   sim.run();
 }
 
-void verify_algorithm(Collective c, const std::string& algorithm, int size, int64_t count, int root) {
+std::string verify_algorithm(Collective c, const std::string& algorithm, int size, int64_t count, int root,
+                             DType dtype) {
   if (size < 1 || size > 64) throw std::invalid_argument("size: the verifier supports 1..64 ranks, got " + std::to_string(size));
   std::vector<Schedule> per_rank(size);
   CollArgs a;
@@ -652,15 +633,14 @@ void verify_algorithm(Collective c, const std::string& algorithm, int size, int6
   a.count = count;
   a.root = collective_has_root(c) ? root : 0;
   std::string name = algorithm;
-  if (name == "auto") {
-    name = choose_algorithm(c, name, count, size);
-  }
+  if (name == "auto") name = choose_algorithm(c, name, count * static_cast<int64_t>(dtype_size(dtype)), size);
   for (int r = 0; r < size; ++r) {
     a.rank = r;
     per_rank[r] = build_schedule(a, name);
   }
   verify_schedules(c, per_rank, size, count, a.root, false, name);
   if (collective_has_in_place(c)) verify_schedules(c, per_rank, size, count, a.root, true, name);
+  return name;
 }
 
 }  // namespace commlib
