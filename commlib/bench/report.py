@@ -15,6 +15,7 @@ import base64
 import html
 import json
 import os
+import re
 
 from commlib.bench import common as C
 from commlib.bench import model as M
@@ -527,8 +528,14 @@ def _memcpy_at(memcpy, b):
 
 
 def generate(datas, outdir) -> str:
-    """Write index.html, report.md and PNGs to ``outdir``; return the index.html path."""
+    """Write index.html, report.md and PNGs to ``outdir``; return the index.html path.
+
+    Plots an earlier report left there (e.g. of world sizes this run did not measure) are removed
+    first, so the directory holds exactly this report."""
     os.makedirs(outdir, exist_ok=True)
+    for name in os.listdir(outdir):
+        if re.fullmatch(r"(busbw|latency|model)_P\d+\.png", name):
+            os.remove(os.path.join(outdir, name))
     doc = build(datas, outdir)
     with open(os.path.join(outdir, "report.md"), "w") as f:
         f.write(doc.markdown())

@@ -275,8 +275,12 @@ def test_report_from_synthetic_json(tmp_path):
     f1.write_text(json.dumps(d))
     f2.write_text(json.dumps(d2))
     out = tmp_path / "rep"
+    out.mkdir()
+    (out / "busbw_P16.png").write_bytes(b"from an earlier run")
+    (out / "notes.png").write_bytes(b"not ours")
     datas = report.load([str(f1), str(f2)])
     path = report.generate(datas, str(out))
+    assert not (out / "busbw_P16.png").exists() and (out / "notes.png").exists()
     html = open(path).read()
     md = (out / "report.md").read_text()
     for s in SECTIONS:
