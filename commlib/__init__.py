@@ -10,7 +10,7 @@ Schedules can be inspected and verified without any process: ``commlib.schedule(
 """
 from commlib import _C, tuning
 from commlib.communicator import Communicator, Work
-from commlib.errors import CommError, MismatchError, PeerError
+from commlib.errors import CommError, MismatchError, PeerError, RendezvousError
 from commlib.init import init
 from commlib.schedules import (VerificationError, algorithm_info, algorithms, format_schedule, register_algorithm,
                                schedule, verify)
@@ -18,7 +18,7 @@ from commlib.schedules import (VerificationError, algorithm_info, algorithms, fo
 __version__ = "0.1.0"
 
 __all__ = [
-    "init", "Communicator", "Work", "CommError", "MismatchError", "PeerError",
+    "init", "Communicator", "Work", "CommError", "MismatchError", "PeerError", "RendezvousError",
     "schedule", "algorithms", "algorithm_info", "register_algorithm", "verify", "format_schedule",
     "VerificationError",
     "DTYPES", "OPS", "COLLECTIVES",

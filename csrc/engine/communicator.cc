@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "engine/misuse.h"
 #include "schedule/auto_policy.h"
 
 namespace commlib {
@@ -42,7 +43,8 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, CommOptions opt
       rank_(transport_->rank()),
       size_(transport_->size()),
       send_seq_(size_, 0),
-      recv_seq_(size_, 0) {
+      recv_seq_(size_, 0),
+      fork_generation_(fork_generation()) {
   for (int c = 0; c < static_cast<int>(Collective::kCount); ++c) {
     Collective cc = static_cast<Collective>(c);
     const bool scheduled = cc != Collective::Send && cc != Collective::Recv;
@@ -83,6 +85,7 @@ void Communicator::fail_communicator(const CommError& e) {
 }
 
 void Communicator::abort(const std::string& reason) {
+  if (fork_generation_ != fork_generation()) throw CommError(forked_message(rank_, opts_.label));
   std::unique_lock<std::mutex> lk(mu_);
   if (closed_) return;
   lk.unlock();
@@ -92,9 +95,32 @@ void Communicator::abort(const std::string& reason) {
 
 template <typename Job>
 std::shared_ptr<Work> Communicator::submit(Job&& job, bool async) {
+  // Checked before taking the lock: in a forked child another thread of the parent may hold it.
+  if (fork_generation_ != fork_generation()) throw CommError(forked_message(rank_, opts_.label));
   std::unique_lock<std::mutex> lk(mu_);
   if (closed_) throw CommError("communicator is closed");
   throw_if_aborted();
+  const std::thread::id me = std::this_thread::get_id();
+  if (!async) {
+    // Two threads' blocking calls would be ordered differently on different ranks and pair up
+    // wrongly; refuse, and abort so every rank learns why.
+    if (blocking_thread_ != std::thread::id() && blocking_thread_ != me) {
+      lk.unlock();
+      const std::string msg = concurrent_threads_message(rank_, opts_.label);
+      abort(msg);
+      throw CommError(msg);
+    }
+    blocking_thread_ = me;
+  }
+  struct BlockingDone {  // clears blocking_thread_ however the blocking call ends
+    Communicator* c;
+    bool active;
+    ~BlockingDone() {
+      if (!active) return;
+      std::lock_guard<std::mutex> g(c->mu_);
+      c->blocking_thread_ = std::thread::id();
+    }
+  };
   if (!async && queue_.empty() && !busy_) {
     busy_ = true;
     lk.unlock();
@@ -103,6 +129,7 @@ std::shared_ptr<Work> Communicator::submit(Job&& job, bool async) {
       ~Done() {
         std::lock_guard<std::mutex> g(c->mu_);
         c->busy_ = false;
+        c->blocking_thread_ = std::thread::id();
         c->cv_.notify_all();
       }
     } done{this};
@@ -115,6 +142,7 @@ std::shared_ptr<Work> Communicator::submit(Job&& job, bool async) {
   cv_.notify_all();
   lk.unlock();
   if (async) return work;
+  BlockingDone blocking_done{this, true};
   work->wait(-1);
   return nullptr;
 }
@@ -135,7 +163,18 @@ void Communicator::worker_loop() {
   }
 }
 
+void Communicator::forget_in_forked_child() {
+  // The worker thread and the parent's other threads do not exist here, and the region's control
+  // block is the parent's: telling peers "closed" would close the parent's rank. Drop everything
+  // without touching shared state (leaking the handles is the point).
+  if (closed_) return;
+  closed_ = true;
+  if (worker_.joinable()) new std::thread(std::move(worker_));
+  (void)transport_.release();
+}
+
 void Communicator::close() {
+  if (fork_generation_ != fork_generation()) return forget_in_forked_child();
   std::unique_lock<std::mutex> lk(mu_);
   if (closed_) return;
   cv_.wait(lk, [&] { return queue_.empty() && !busy_; });
@@ -150,6 +189,8 @@ void Communicator::close() {
 }
 
 std::shared_ptr<Work> Communicator::collective(const CollectiveCall& call, bool async) {
+  const std::string overlap = overlap_problem(call, rank_, size_);
+  if (!overlap.empty()) throw std::invalid_argument(overlap);
   return submit([this, call] { run_collective(call); }, async);
 }
 

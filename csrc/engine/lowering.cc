@@ -9,6 +9,7 @@
 
 #include "common/shapes.h"
 #include "engine/communicator.h"
+#include "engine/describe.h"
 #include "kernels/cpu_reduce.h"
 #include "schedule/registry.h"
 

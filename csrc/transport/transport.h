@@ -26,9 +26,6 @@ struct CallDesc {
   bool operator!=(const CallDesc& o) const { return !(*this == o); }
 };
 
-// "all_reduce #5 (ring, 1000 x float32, sum)"
-std::string describe_call(const CallDesc& d);
-
 struct ChunkHeader {
   CallDesc desc;
   uint64_t offset = 0;  // byte offset of this chunk within the message
