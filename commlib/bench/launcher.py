@@ -86,6 +86,9 @@ def add_arguments(p: argparse.ArgumentParser):
     p.add_argument("--tune-file", metavar="FILE",
                    help="tuning file to write (default: ./tuning.json; commlib/tuning.json only when named)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per job before it is killed (default 900)")
+    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                   help="import MODULE in every commlib rank first, e.g. one that calls "
+                        "commlib.register_algorithm (repeatable; found on PYTHONPATH or in the current directory)")
 
 
 def config_from_args(a) -> dict:
@@ -109,6 +112,7 @@ def config_from_args(a) -> dict:
         "check": bool(a.check), "rounds": a.rounds,
         "modes": ["out", "in"] if a.mode == "both" else [a.mode],
         "algorithms": [x for x in a.algorithms.split(",") if x], "peers": peers,
+        "imports": list(getattr(a, "imports", []) or []),
     }
 
 
@@ -148,9 +152,19 @@ def _close(backend):
                 pass
 
 
+def import_plugins(cfg: dict):
+    """Import the modules of ``--import`` (algorithms registered from Python: every rank imports
+    the same modules in the same order, so the algorithms get the same indices everywhere)."""
+    import importlib
+    for module in cfg.get("imports", []):
+        importlib.import_module(module)
+
+
 def run_backend(name: str, cfg: dict):
     """Run one backend's sweep in this (rank) process; return (records, wrong_total, info)."""
     from commlib.bench.sweep import Sweep
+    if name == "commlib":
+        import_plugins(cfg)
     backend = _make_backend(name)
     try:
         sw = Sweep(backend, cfg, out=sys.stdout if cfg.get("print_table", True) else io.StringIO(),

@@ -32,6 +32,8 @@ const std::vector<Param> kParams = {
      "slower on 2-core VMs"},
     {"COMMLIB_CPU_PATH", "name", "",
      "force a lower vector path of the reduction kernels (avx512, avx2, baseline); an unknown name is ignored"},
+    {"COMMLIB_SECRET", "secret", "",
+     "the job's shared secret (16+ bytes): store values are signed and checked with it"},
     {"COMMLIB_NO_CUDA", "flag", "",
      "build time (setup.py): skip the CUDA module even when nvcc is found"},
 };

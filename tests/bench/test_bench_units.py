@@ -3,6 +3,7 @@ import io
 import json
 import os
 import random
+import re
 import sys
 
 import pytest
@@ -325,5 +326,13 @@ def test_cli_parses_the_readme_command():
     assert cfg["algorithms"] == ["ring", "auto"] and cfg["peers"] == ["gloo", "mpi"]
     a = parser().parse_args(["bench"])
     assert config_from_args(a)["collectives"] == list(C.DEFAULT_COLLECTIVES)
+    assert config_from_args(a)["imports"] == []
+    a = parser().parse_args(["bench", "--import", "my_algos", "--import", "more"])
+    assert config_from_args(a)["imports"] == ["my_algos", "more"]
+    help_text = parser()._subparsers._group_actions[0].choices["bench"].format_help()
+    # Each default is stated once, in the help text itself (argparse's defaults formatter once
+    # appended a second copy to every option: "(default 8) (default: 8)").
+    flat = " ".join(help_text.split())
+    assert "(default 8)" in flat and not re.search(r"\(default[^()]*\)\s*\(default", flat)
     r = parser().parse_args(["report", "a.json", "b.json", "-o", "rep"])
     assert r.files == ["a.json", "b.json"] and r.output == "rep"

@@ -73,9 +73,12 @@ def run_out_of_bounds(comm):
 
 
 def bench_chain(comm):
-    """The bench's sweep engine, as commlib bench runs it, on the registered algorithm."""
+    """The bench's sweep engine, as commlib bench runs it, on the registered algorithm (brought in
+    the way `commlib bench --import user_algorithm_plugin` brings it into every rank)."""
+    from commlib.bench.launcher import import_plugins
     from commlib.bench.sweep import CommlibBackend, Sweep
-    register()
+    import_plugins({"imports": ["user_algorithm_plugin"]})
+    assert "chain" in commlib.algorithms("broadcast")
     cfg = {"collectives": ["broadcast"], "sizes": [8, 4096], "dtype": "float32", "op": "sum", "root": 1,
            "iters": 3, "min_time": 0, "max_iters": 3, "warmup": 1, "check": True, "rounds": 1,
            "modes": ["in"], "algorithms": ["chain", "binomial"], "peers": []}
