@@ -1,6 +1,6 @@
 """Inspect and verify collective schedules, no processes needed.
 
-Every collective algorithm is a *schedule* (DESIGN.md §1): per rank, a list of steps, each a set
+Every collective algorithm is a *schedule* (docs/DESIGN.md): per rank, a list of steps, each a set
 of operations that run concurrently::
 
     send(peer, src)   recv(peer, dst)   recv_reduce(peer, dst[, src])   copy(dst, src)   reduce(dst, src)

@@ -1,6 +1,6 @@
 """What every part of the benchmark shares: sizes, busbw factors, buffers, test data and references.
 
-Conventions (nccl-tests, DESIGN.md §6):
+Conventions (nccl-tests, docs/DESIGN.md "How we measure"):
 
 * ``size`` (bytes) is the size of the largest buffer of the call: the buffer of all_reduce,
   broadcast and reduce, the output of all_gather and gather, the input of reduce_scatter and
@@ -58,7 +58,7 @@ def elem_size(dtype: str) -> int:
 
 
 def bus_factor(collective: str, P: int) -> float:
-    """nccl-tests bus-bandwidth factor (DESIGN.md §6)."""
+    """nccl-tests bus-bandwidth factor (docs/DESIGN.md, "How we measure")."""
     if collective == "all_reduce":
         return 2.0 * (P - 1) / P
     if collective in ("broadcast", "reduce"):

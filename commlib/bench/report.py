@@ -394,7 +394,7 @@ def build(datas, outdir):
 
     doc.h("Fitted cost model (alpha, beta, gamma)")
     doc.p("Non-negative least squares on log(time) over every measured size and algorithm of a transport "
-          "and world size (DESIGN.md §3 formulas; peers fitted as if they ran ring / pairwise / binomial). "
+          "and world size (the cost model of docs/DESIGN.md and docs/simulator.md; peers fitted as if they ran ring / pairwise / binomial). "
           "On an oversubscribed or shared machine alpha also absorbs scheduling delays.")
     doc.table(["backend", "transport", "ranks", "alpha (µs)", "beta (ns/B)", "1/beta (GB/s)", "gamma (ns/B)",
                "1/gamma (GB/s)", "samples", "median rel. error"],

@@ -1,4 +1,4 @@
-// The symbolic verifier (DESIGN.md §1): runs every rank's schedule on symbolic values instead of
+// The symbolic verifier (docs/DESIGN.md, "Engines"): runs every rank's schedule on symbolic values instead of
 // bytes and checks the result. Each element is (source index, contributor set); rank r's input
 // element i starts as (i, {r}); a reduction needs equal source indices and disjoint sets.
 // Communication is rendezvous: a send completes only when the peer's current step holds the
