@@ -92,3 +92,21 @@ def test_settings_read_the_environment_with_defaults(monkeypatch):
         settings.get_seconds("COMMLIB_TIMEOUT")
     with pytest.raises(RuntimeError, match="COMMLIB_NOT_A_SETTING is not declared"):
         _C.setting("COMMLIB_NOT_A_SETTING")
+
+
+def test_no_document_links_outside_the_repository():
+    # A clone has only the repository: a link like ../shared/DESIGN.md is dead there.
+    link = re.compile(r"\]\(([^)#\s]+)")
+    bad = []
+    for d, dirs, files in os.walk(ROOT):
+        dirs[:] = [x for x in dirs if not x.startswith(".") and x not in ("build", "report", "node_modules")]
+        for f in files:
+            if f.endswith(".md"):
+                path = os.path.join(d, f)
+                for target in link.findall(open(path, encoding="utf-8").read()):
+                    if "://" in target or target.startswith("mailto:"):
+                        continue
+                    full = os.path.normpath(os.path.join(d, target))
+                    if not full.startswith(ROOT + os.sep):
+                        bad.append(f"{os.path.relpath(path, ROOT)}: {target}")
+    assert not bad, "links leaving the repository:\n" + "\n".join(bad)
