@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import struct
 from typing import Optional
 
+from commlib import settings
 from commlib.errors import RendezvousError
 
 ENV = "COMMLIB_SECRET"
@@ -33,7 +33,7 @@ def load_secret(environ=None) -> Optional[bytes]:
 
     A secret shorter than 16 bytes is refused (ValueError naming the variable): it could be guessed.
     """
-    value = (os.environ if environ is None else environ).get(ENV, "")
+    value = settings.get(ENV) if environ is None else environ.get(ENV, "")
     if not value:
         return None
     raw = value.encode()
