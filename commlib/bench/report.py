@@ -62,6 +62,13 @@ def load(paths):
     for p in paths:
         with open(p) as f:
             d = json.load(f)
+        from commlib.sim import report as sim_report
+        if sim_report.is_sim(d):  # commlib sim --json: the "At scale" section
+            errs = sim_report.validate(d)
+            if errs:
+                raise SystemExit(f"commlib report: {p} is not a commlib sim JSON: {'; '.join(errs[:5])}")
+            datas.append(d)
+            continue
         errs = validate(d)
         if errs:
             raise SystemExit(f"commlib report: {p} is not a commlib bench JSON: {'; '.join(errs[:5])}")
@@ -348,6 +355,14 @@ def _measured_crossovers(rows):
 
 def build(datas, outdir):
     """The report document (and its PNGs in ``outdir``)."""
+    from commlib.sim import report as sim_report
+    sims = [d for d in datas if sim_report.is_sim(d)]
+    datas = [d for d in datas if not sim_report.is_sim(d)]
+    if not datas:  # predictions only
+        doc = Doc()
+        doc.h("commlib collective report (predictions)", 1)
+        sim_report.add_at_scale(doc, sims, outdir, plt=_plt())
+        return doc
     records = merged_records(datas)
     fits = {}
     for d in datas:
@@ -480,6 +495,8 @@ def build(datas, outdir):
             c[1] += int(r["wrong"])
     doc.table(["backend", "collective", "ranks", "results checked", "wrong values"],
               [[b, c, P, v[0], v[1]] for (b, c, P), v in sorted(corr.items())])
+
+    sim_report.add_at_scale(doc, sims, outdir, measured=records, plt=_plt())
 
     doc.h("Machine and versions")
     mrows = []
