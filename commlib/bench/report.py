@@ -15,6 +15,7 @@ import base64
 import html
 import json
 import os
+import re
 
 from commlib.bench import common as C
 from commlib.bench import model as M
@@ -408,7 +409,7 @@ def build(datas, outdir):
 
     doc.h("Fitted cost model (alpha, beta, gamma)")
     doc.p("Non-negative least squares on log(time) over every measured size and algorithm of a transport "
-          "and world size (DESIGN.md §3 formulas; peers fitted as if they ran ring / pairwise / binomial). "
+          "and world size (the cost model of docs/DESIGN.md and docs/simulator.md; peers fitted as if they ran ring / pairwise / binomial). "
           "On an oversubscribed or shared machine alpha also absorbs scheduling delays.")
     doc.table(["backend", "transport", "ranks", "alpha (µs)", "beta (ns/B)", "1/beta (GB/s)", "gamma (ns/B)",
                "1/gamma (GB/s)", "samples", "median rel. error"],
@@ -463,7 +464,7 @@ def build(datas, outdir):
               f"the same calls.")
     tun = next((d.get("tuning") for d in datas if d.get("tuning")), None)
     if tun:
-        from commlib.bench.tuning import rows_for
+        from commlib.tuning import rows_for
         trows = []
         for coll in sorted(tun.get("collectives", {})):
             for P, mb, alg in rows_for(tun, coll):
@@ -544,8 +545,14 @@ def _memcpy_at(memcpy, b):
 
 
 def generate(datas, outdir) -> str:
-    """Write index.html, report.md and PNGs to ``outdir``; return the index.html path."""
+    """Write index.html, report.md and PNGs to ``outdir``; return the index.html path.
+
+    Plots an earlier report left there (e.g. of world sizes this run did not measure) are removed
+    first, so the directory holds exactly this report."""
     os.makedirs(outdir, exist_ok=True)
+    for name in os.listdir(outdir):
+        if re.fullmatch(r"(busbw|latency|model)_P\d+\.png", name):
+            os.remove(os.path.join(outdir, name))
     doc = build(datas, outdir)
     with open(os.path.join(outdir, "report.md"), "w") as f:
         f.write(doc.markdown())

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "schedule/auto_policy.h"
 #include "schedule/registry.h"
 #include "sim/compact.h"
 
