@@ -18,6 +18,7 @@
 #include "bindings/buffer_view.h"
 #include "bindings/gil.h"
 #include "bindings/tensor_view.h"
+#include "common/shapes.h"
 #include "engine/communicator.h"
 #include "schedule/registry.h"
 
@@ -100,6 +101,7 @@ PyObject* call0(PyObject* o, PyObject* name) {
   return r;
 }
 
+
 // fast_collective(core_address, collective, a, b, op, algorithm, root, async_op, scale)
 //   a: the input-side array (all_reduce/broadcast/reduce: the tensor), b: the output-side array
 //   or None. Returns None when the collective ran, NotImplemented to ask for the general path.
@@ -143,7 +145,6 @@ PyObject* fast_collective(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   // Buffers: which objects must be arrays depends on the collective (and, for gather/scatter, on
   // whether this rank is the root).
   Span va, vb;
-  const bool is_root = call.root == me;
   auto view = [](PyObject* o, Span* v) { return o != nullptr && o != Py_None && span_of(o, v); };
   switch (coll) {
     case Collective::AllReduce:
@@ -165,25 +166,27 @@ PyObject* fast_collective(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       call.input = call.output = va.addr;
       break;
     case Collective::AllGather:
-    case Collective::Gather: {  // a = input (n), b = output (P*n; gather: root only)
+    case Collective::Gather: {  // a = input (the count), b = output (shapes.h; gather: root only)
       if (!view(a, &va)) return fallback();
       call.dtype = va.dtype;
       call.count = va.count;
       call.input = va.addr;
-      if (coll == Collective::AllGather || is_root) {
-        if (!view(b, &vb) || vb.dtype != va.dtype || vb.count != va.count * P) return fallback();
+      const int64_t out_elems = buffer_shapes(coll, call.count, P, me, call.root).output;
+      if (out_elems >= 0) {
+        if (!view(b, &vb) || vb.dtype != va.dtype || vb.count != out_elems) return fallback();
         call.output = vb.addr;
       }
       break;
     }
     case Collective::ReduceScatter:
-    case Collective::Scatter: {  // b = output (n), a = input (P*n; scatter: root only)
+    case Collective::Scatter: {  // b = output (the count), a = input (shapes.h; scatter: root only)
       if (!view(b, &vb)) return fallback();
       call.dtype = vb.dtype;
       call.count = vb.count;
       call.output = vb.addr;
-      if (coll == Collective::ReduceScatter || is_root) {
-        if (!view(a, &va) || va.dtype != vb.dtype || va.count != vb.count * P) return fallback();
+      const int64_t in_elems = buffer_shapes(coll, call.count, P, me, call.root).input;
+      if (in_elems >= 0) {
+        if (!view(a, &va) || va.dtype != vb.dtype || va.count != in_elems) return fallback();
         call.input = va.addr;
       }
       break;
