@@ -93,3 +93,25 @@ def case_recv_any_source(comm):
             dist.send(torch.full((6,), float(r)), 0)
     dist.barrier()
     return senders
+
+
+def case_blocking_work_values(comm):
+    """The blocking fast path reuses its completed Work only when nobody kept it: a kept work's
+    future still holds its own call's tensors after later calls."""
+    setup(comm)
+    pg = dist.group.WORLD
+    opts = dist.AllreduceOptions()
+    opts.asyncOp = False
+    a, b = torch.ones(3), torch.full((3,), 2.0)
+    wa = pg.allreduce([a], opts)
+    wb = pg.allreduce([b], opts)
+    assert wa is not wb
+    assert wa.get_future().value()[0] is a and wb.get_future().value()[0] is b
+    assert wa.wait() and wa.is_completed() and wa.exception() is None
+    assert torch.equal(a, torch.full((3,), float(comm.size)))
+    assert torch.equal(b, torch.full((3,), 2.0 * comm.size))
+    # a tensor the fast path does not take (non-contiguous) still goes through the general path
+    c = torch.ones(4, 2).t()
+    dist.all_reduce(c)
+    assert torch.equal(c, torch.full((2, 4), float(comm.size)))
+    return True

@@ -33,3 +33,7 @@ def test_barrier_timeout_names_the_timeout_not_the_variable():
 def test_recv_without_src(n):
     senders = get_pool(n).run(rc.case_recv_any_source)
     assert len(senders[0]) == n
+
+
+def test_blocking_fast_path_works_keep_their_values():
+    get_pool(2).run(rc.case_blocking_work_values)
