@@ -69,18 +69,24 @@ def comm_closed(rank, port):
     dist.barrier()
 
 
+_KEEP = []  # objects left for the interpreter's teardown to destroy
+
+
 def waiter_thread_at_exit(rank, port):
-    """Rank 0 leaves while a daemon thread waits on an async commlib call that rank 1 joins late:
-    the wait returns during rank 0's finalization (the thread must not take the GIL then)."""
+    """Rank 0 leaves a communicator of its own open (destroyed at teardown, which waits for its
+    queued call) and a daemon thread waiting on an async call that rank 1 joins late: the wait
+    returns while rank 0 finalizes, and that thread must not take the GIL back then."""
     _init(rank, port)
-    comm = commlib.torch.get_communicator()
+    sub = commlib.torch.get_communicator().split(0)
     x = torch.ones(8)
     if rank == 0:
-        w = comm.all_reduce(x, async_op=True)
+        w = sub.all_reduce(x, async_op=True)
         threading.Thread(target=w.wait, daemon=True).start()
+        _KEEP.append(sub)
         return
-    time.sleep(0.3)
-    comm.all_reduce(x)
+    time.sleep(0.5)
+    sub.all_reduce(x)
+    sub.close()
 
 
 def sys_exit_in_thread(rank, port):
