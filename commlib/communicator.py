@@ -11,6 +11,7 @@ from typing import Optional, Sequence
 
 from commlib import _C
 from commlib.buffers import describe
+from commlib.device_engine import device_buffer
 
 _FLOAT_DTYPES = frozenset(("float32", "float64", "float16", "bfloat16"))
 _BITWISE_OPS = frozenset(("band", "bor", "bxor"))
@@ -116,6 +117,13 @@ class Communicator:
         self._timeout = timeout
         self._splits = 0
         self._owned = (None, None)  # (store, store server) that init() created for this communicator
+        self._device_route = None  # stream engines for device buffers, created on first use
+
+    def _device(self):
+        if self._device_route is None:
+            from commlib.device_engine import DeviceRoute
+            self._device_route = DeviceRoute(self)
+        return self._device_route
 
     # -- identity ---------------------------------------------------------------------------
     @property
@@ -149,7 +157,16 @@ class Communicator:
         if peer == self._rank:
             raise ValueError(f"{name}: cannot send to or receive from this rank itself ({peer})")
 
-    def _run(self, coll, algorithm, in_ptr, out_ptr, count, dtype, op, root, scale, async_op, refs):
+    def _run(self, coll, algorithm, in_ptr, out_ptr, count, dtype, op, root, scale, async_op, refs,
+             stream=None):
+        # Buffers on a device (commlib.emulated, CUDA) go to the stream engine: the one place
+        # where the route forks (commlib/device_engine.py).
+        bufs = _device_buffers(coll, refs)
+        if bufs:
+            return self._device().run(coll, algorithm, bufs, in_ptr, out_ptr, count, dtype, op, root,
+                                      scale, async_op, stream, refs)
+        if stream is not None:
+            raise ValueError("stream: given, but the buffers are host memory")
         work = self._core.run(coll, algorithm, in_ptr, out_ptr, count, dtype, op, root, scale, async_op)
         if async_op:
             return Work(work, refs)
@@ -157,7 +174,7 @@ class Communicator:
 
     # -- collectives --------------------------------------------------------------------------
     def all_reduce(self, tensor, op: str = "sum", algorithm: str = "auto", out=None,
-                   async_op: bool = False, scale=None):
+                   async_op: bool = False, scale=None, stream=None):
         """Reduce ``tensor`` element-wise over all ranks; every rank gets the result.
 
         In place unless ``out`` (same dtype and size) is given. ``op`` is one of sum, prod, min,
@@ -169,9 +186,10 @@ class Communicator:
         op_ = _check_op(op, dt, scale)
         _check_algorithm("all_reduce", algorithm)
         op_ptr = ip if out is None else _describe_like(out, "out", dt, "tensor", n, f"{n} like tensor")
-        return self._run("all_reduce", algorithm, ip, op_ptr, n, dt, op, 0, op_, async_op, (tensor, out))
+        return self._run("all_reduce", algorithm, ip, op_ptr, n, dt, op, 0, op_, async_op, (tensor, out),
+                         stream)
 
-    def all_gather(self, output, input, algorithm: str = "auto", async_op: bool = False):
+    def all_gather(self, output, input, algorithm: str = "auto", async_op: bool = False, stream=None):
         """Concatenate every rank's ``input`` into ``output`` (size * input elements), rank order.
 
         ``input`` may be the view of ``output`` at this rank's block (in place).
@@ -182,10 +200,11 @@ class Communicator:
         op_ptr = _describe_like(output, "output", dt, "input", n * self._size,
                                 f"size*input = {self._size}*{n}")
         _check_algorithm("all_gather", algorithm)
-        return self._run("all_gather", algorithm, ip, op_ptr, n, dt, "sum", 0, 1.0, async_op, (input, output))
+        return self._run("all_gather", algorithm, ip, op_ptr, n, dt, "sum", 0, 1.0, async_op, (input, output),
+                         stream)
 
     def reduce_scatter(self, output, input, op: str = "sum", algorithm: str = "auto",
-                       async_op: bool = False, scale=None):
+                       async_op: bool = False, scale=None, stream=None):
         """Reduce ``input`` (size * output elements) over ranks; rank r gets block r in ``output``."""
         if _fast(self._addr, _REDUCE_SCATTER, input, output, op, algorithm, 0, async_op, scale) is None:
             return None
@@ -193,11 +212,12 @@ class Communicator:
         ip = _describe_like(input, "input", dt, "output", n * self._size, f"size*output = {self._size}*{n}")
         op_ = _check_op(op, dt, scale)
         _check_algorithm("reduce_scatter", algorithm)
-        return self._run("reduce_scatter", algorithm, ip, op_ptr, n, dt, op, 0, op_, async_op, (input, output))
+        return self._run("reduce_scatter", algorithm, ip, op_ptr, n, dt, op, 0, op_, async_op, (input, output),
+                         stream)
 
     def all_to_all(self, output, input, algorithm: str = "auto", async_op: bool = False,
                    output_splits: Optional[Sequence[int]] = None,
-                   input_splits: Optional[Sequence[int]] = None):
+                   input_splits: Optional[Sequence[int]] = None, stream=None):
         """Send block j of ``input`` to rank j; block i of ``output`` comes from rank i.
 
         Equal blocks by default. With ``input_splits``/``output_splits`` (element counts per rank)
@@ -211,6 +231,8 @@ class Communicator:
         if dt2 != dt:
             raise TypeError(f"output: dtype {dt2} differs from input's {dt}")
         if input_splits is not None or output_splits is not None:
+            _refuse_device("input", input, "all_to_all with splits")
+            _refuse_device("output", output, "all_to_all with splits")
             return self._all_to_allv(output, input, op_ptr, ip, n_out, n_in, dt,
                                      output_splits, input_splits, async_op)
         if n_in != n_out:
@@ -221,7 +243,7 @@ class Communicator:
         _check_algorithm("all_to_all", algorithm)
         # In place (input is output) is handled by the core, which sends from a private copy.
         return self._run("all_to_all", algorithm, ip, op_ptr, n_in // self._size, dt, "sum", 0, 1.0,
-                         async_op, (input, output))
+                         async_op, (input, output), stream)
 
     def _all_to_allv(self, output, input, op_ptr, ip, n_out, n_in, dt, output_splits, input_splits,
                      async_op):
@@ -247,17 +269,19 @@ class Communicator:
         work = self._core.p2p(ops, dt, async_op)
         return Work(work, (input, output)) if async_op else None
 
-    def broadcast(self, tensor, root: int = 0, algorithm: str = "auto", async_op: bool = False):
+    def broadcast(self, tensor, root: int = 0, algorithm: str = "auto", async_op: bool = False,
+                  stream=None):
         """Copy ``tensor`` from ``root`` to every rank (in place)."""
         if _fast(self._addr, _BROADCAST, tensor, None, "sum", algorithm, root, async_op, None) is None:
             return None
         ip, n, dt = describe(tensor, "tensor")
         self._check_root(root)
         _check_algorithm("broadcast", algorithm)
-        return self._run("broadcast", algorithm, ip, ip, n, dt, "sum", root, 1.0, async_op, (tensor,))
+        return self._run("broadcast", algorithm, ip, ip, n, dt, "sum", root, 1.0, async_op, (tensor,),
+                         stream)
 
     def reduce(self, tensor, root: int = 0, op: str = "sum", algorithm: str = "auto", out=None,
-               async_op: bool = False, scale=None):
+               async_op: bool = False, scale=None, stream=None):
         """Reduce ``tensor`` over all ranks into ``root`` (into ``out`` there if given)."""
         if _fast(self._addr, _REDUCE, tensor, out, op, algorithm, root, async_op, scale) is None:
             return None
@@ -266,9 +290,11 @@ class Communicator:
         op_ = _check_op(op, dt, scale)
         _check_algorithm("reduce", algorithm)
         op_ptr = ip if out is None else _describe_like(out, "out", dt, "tensor", n, f"{n} like tensor")
-        return self._run("reduce", algorithm, ip, op_ptr, n, dt, op, root, op_, async_op, (tensor, out))
+        return self._run("reduce", algorithm, ip, op_ptr, n, dt, op, root, op_, async_op, (tensor, out),
+                         stream)
 
-    def gather(self, output, input, root: int = 0, algorithm: str = "auto", async_op: bool = False):
+    def gather(self, output, input, root: int = 0, algorithm: str = "auto", async_op: bool = False,
+               stream=None):
         """Concatenate every rank's ``input`` into ``output`` on ``root`` (None elsewhere)."""
         if _fast(self._addr, _GATHER, input, output, "sum", algorithm, root, async_op, None) is None:
             return None
@@ -281,9 +307,11 @@ class Communicator:
             op_ptr = _describe_like(output, "output", dt, "input", n * self._size,
                                     f"size*input = {self._size}*{n}")
         _check_algorithm("gather", algorithm)
-        return self._run("gather", algorithm, ip, op_ptr, n, dt, "sum", root, 1.0, async_op, (input, output))
+        return self._run("gather", algorithm, ip, op_ptr, n, dt, "sum", root, 1.0, async_op, (input, output),
+                         stream)
 
-    def scatter(self, output, input, root: int = 0, algorithm: str = "auto", async_op: bool = False):
+    def scatter(self, output, input, root: int = 0, algorithm: str = "auto", async_op: bool = False,
+                stream=None):
         """Send block j of ``input`` (on ``root``; None elsewhere) to rank j's ``output``."""
         if _fast(self._addr, _SCATTER, input, output, "sum", algorithm, root, async_op, None) is None:
             return None
@@ -296,7 +324,8 @@ class Communicator:
             ip = _describe_like(input, "input", dt, "output", n * self._size,
                                 f"size*output = {self._size}*{n}")
         _check_algorithm("scatter", algorithm)
-        return self._run("scatter", algorithm, ip, op_ptr, n, dt, "sum", root, 1.0, async_op, (input, output))
+        return self._run("scatter", algorithm, ip, op_ptr, n, dt, "sum", root, 1.0, async_op, (input, output),
+                         stream)
 
     def barrier(self, async_op: bool = False):
         """Return once every rank has entered the barrier."""
@@ -335,7 +364,9 @@ class Communicator:
             if (kind, peer) in seen:
                 raise ValueError(f"ops[{i}]: a second {kind} with peer {peer} in one batch")
             seen.add((kind, peer))
-            ptr, n, dt = describe(tensor, "tensor" if len(ops) == 1 else f"ops[{i}] tensor")
+            tname = "tensor" if len(ops) == 1 else f"ops[{i}] tensor"
+            _refuse_device(tname, tensor, "send/recv")
+            ptr, n, dt = describe(tensor, tname)
             if dtype is None:
                 dtype = dt
             elif dt != dtype:
@@ -366,6 +397,8 @@ class Communicator:
 
     def close(self):
         """Finish queued work, then release shared memory and the worker thread. Idempotent."""
+        if self._device_route is not None:  # before the transport its peer watch uses
+            self._device_route.close()
         self._core.close()
         store, server = self._owned
         self._owned = (None, None)
@@ -376,6 +409,8 @@ class Communicator:
 
     def abort(self, reason: str = "aborted by the user"):
         """Abort: fail queued and future calls at once, and tell the peers."""
+        if self._device_route is not None:
+            self._device_route.abort(reason)
         self._core.abort(reason)
 
     @property
@@ -387,6 +422,32 @@ class Communicator:
 
     def __exit__(self, *exc):
         self.close()
+
+
+# The argument names of each collective's buffers, in the order of _run's ``refs``.
+_REF_NAMES = {"all_reduce": ("tensor", "out"), "reduce": ("tensor", "out"), "broadcast": ("tensor",)}
+
+
+def _device_buffers(coll, refs):
+    """(argument name, DeviceBuffer) for the device buffers among a call's ``refs``."""
+    names = _REF_NAMES.get(coll, ("input", "output"))
+    found, host = [], []
+    for name, r in zip(names, refs):
+        b = device_buffer(r, name)
+        if b is not None:
+            found.append((name, b))
+        elif r is not None:
+            host.append(name)
+    if found and host:
+        raise ValueError(f"{host[0]}: is host memory but {found[0][0]} is device memory; "
+                         "a call's buffers must all be on one device")
+    return found
+
+
+def _refuse_device(name, x, what):
+    if device_buffer(x, name) is not None:
+        raise ValueError(f"{name}: {what} on device buffers is not on the stream engine yet "
+                         "(collectives are); see docs/gpu.md")
 
 
 def _splits(splits, total, P, name):

@@ -7,4 +7,5 @@ PYBIND11_MODULE(_C, m) {
   commlib::bind_kernels(m);
   commlib::bind_comm(m);
   commlib::bind_fast_call(m);
+  commlib::bind_device(m);
 }

@@ -1,0 +1,230 @@
+// The stream engine's failure side (see stream_engine.h): the call-descriptor check each call
+// starts with, the watchdog thread, failing and releasing, works, and the control-plane adapter.
+#include <sched.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "device/host_flags.h"
+#include "engine/stream_engine.h"
+
+namespace commlib {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr uint64_t kReleased = uint64_t{1} << 62;  // above any counter a stream waits for
+constexpr auto kTick = std::chrono::milliseconds(20);
+constexpr auto kSlowCheckEvery = std::chrono::milliseconds(100);
+
+class TransportPeerControl final : public PeerControl {
+ public:
+  explicit TransportPeerControl(Transport& t) : t_(t) {}
+  PeerStatus peer_status(int peer, bool check_process) override { return t_.peer_status(peer, check_process); }
+  int peer_pid(int peer) override { return t_.peer_pid(peer); }
+  void publish_failure(ErrorKind kind, const std::string& message) override { t_.publish_failure(kind, message); }
+
+ private:
+  Transport& t_;
+};
+
+std::atomic<uint64_t>& seq_word(char* slot) { return *reinterpret_cast<std::atomic<uint64_t>*>(slot); }
+
+}  // namespace
+
+std::unique_ptr<PeerControl> transport_peer_control(Transport& transport) {
+  return std::make_unique<TransportPeerControl>(transport);
+}
+
+// -- works ------------------------------------------------------------------------------------
+
+void DeviceWork::wait(DeviceStream& stream) {
+  engine_->throw_if_call_failed(seq_);
+  engine_->device().wait_event(stream, *event_);
+}
+
+bool DeviceWork::is_completed() { return engine_->device().query(*event_); }
+
+void DeviceWork::synchronize() {
+  engine_->device().synchronize(*event_);
+  engine_->throw_if_call_failed(seq_);
+}
+
+// -- failure ----------------------------------------------------------------------------------
+
+void StreamEngine::throw_if_call_failed(uint64_t seq) {
+  if (!failed()) return;
+  std::lock_guard<std::mutex> lk(mu_);
+  if (seq >= failed_from_seq_) throw_kind(fail_kind_, fail_message_);
+}
+
+void StreamEngine::abort(const std::string& reason) {
+  fail(ErrorKind::Comm, "rank " + std::to_string(rank_) + " aborted: " + reason);
+}
+
+void StreamEngine::release_waits() {
+  if (!ctl_) return;
+  for (int p = 0; p < size_; ++p) {
+    store_flag(flag(ctl_, 0, p), kReleased);
+    store_flag(flag(ctl_, 1, p), kReleased);
+  }
+}
+
+void StreamEngine::fail(ErrorKind kind, const std::string& message, bool publish) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (failed_.load(std::memory_order_relaxed)) return;
+    fail_kind_ = kind;
+    fail_message_ = message;
+    // Every call not yet complete fails (its data is incomplete); earlier ones stand.
+    failed_from_seq_ = seq_ + 1;
+    for (const InFlight& f : in_flight_) {
+      if (!device_->query(*f.done)) {
+        failed_from_seq_ = f.seq;
+        break;
+      }
+    }
+    failed_.store(true, std::memory_order_release);
+  }
+  give_up_.store(true, std::memory_order_release);
+  if (publish) control_->publish_failure(kind, message);
+  release_waits();  // no stream of this rank stays blocked
+  cv_.notify_all();
+}
+
+// -- call descriptors -------------------------------------------------------------------------
+
+void StreamEngine::check_call(const CallDesc& desc, const std::vector<int>& peers) {
+  char* mine = ring_slot(ctl_, desc.seq);
+  std::memcpy(mine + 8, &desc, sizeof desc);
+  seq_word(mine).store(desc.seq, std::memory_order_release);
+  const auto start = Clock::now();
+  auto last_slow = start;
+  for (int p : peers) {
+    for (int spins = 0;; ++spins) {
+      if (give_up_.load(std::memory_order_acquire)) return;
+      char* theirs = ring_slot(peers_[p].ctl, desc.seq);
+      const uint64_t s = seq_word(theirs).load(std::memory_order_acquire);
+      if (s == desc.seq) {
+        CallDesc pd;
+        std::memcpy(&pd, theirs + 8, sizeof pd);
+        if (pd != desc) {
+          fail(ErrorKind::Mismatch, "rank " + std::to_string(rank_) + " called " + describe_call(desc) + " but rank " +
+                                        std::to_string(p) + " called " + describe_call(pd));
+          return;
+        }
+        break;
+      }
+      if (s > desc.seq) {
+        fail(ErrorKind::Mismatch, "rank " + std::to_string(rank_) + " is at " + describe_call(desc) + " but rank " +
+                                      std::to_string(p) + " is already at its call #" + std::to_string(s) +
+                                      " on device buffers (calls between them differ)");
+        return;
+      }
+      if (spins < 64) {
+        sched_yield();
+        continue;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(spins < 1000 ? 50 : 1000));
+      const auto now = Clock::now();
+      if (now - last_slow < kSlowCheckEvery) continue;
+      last_slow = now;
+      const PeerStatus st = control_->peer_status(p, true);
+      const std::string who = "rank " + std::to_string(p);
+      const std::string waiting = "; rank " + std::to_string(rank_) + " was waiting for it to join the call";
+      if (st.state == PeerState::Failed) {
+        fail(st.kind == ErrorKind::None ? ErrorKind::Comm : st.kind,
+             "rank " + std::to_string(rank_) + " in " + describe_call(desc) + ": " + who + " failed: " + st.message);
+        return;
+      }
+      if (st.state == PeerState::Dead || st.state == PeerState::Closed) {
+        fail(ErrorKind::Peer, who + " (pid " + std::to_string(control_->peer_pid(p)) + ") " +
+                                  (st.state == PeerState::Dead ? "died" : "closed the communicator") + " before " +
+                                  describe_call(desc) + waiting);
+        return;
+      }
+      if (std::chrono::duration<double>(now - start).count() > opts_.timeout_s) {
+        fail(ErrorKind::Peer, who + " did not reach " + describe_call(desc) + " within " +
+                                  std::to_string(static_cast<int>(opts_.timeout_s)) + " s (COMMLIB_TIMEOUT)" + waiting);
+        return;
+      }
+    }
+  }
+}
+
+// -- watchdog ---------------------------------------------------------------------------------
+
+std::string StreamEngine::describe_seq(uint64_t seq) {
+  for (const InFlight& f : in_flight_)
+    if (f.seq == seq) return describe_call(f.desc);
+  return "call #" + std::to_string(seq);
+}
+
+void StreamEngine::watchdog_loop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  auto last_slow = Clock::now();
+  while (!stop_) {
+    if (in_flight_.empty()) {
+      cv_.wait(lk, [&] { return stop_ || !in_flight_.empty(); });
+      continue;
+    }
+    cv_.wait_for(lk, kTick);
+    if (stop_) break;
+    const auto now = Clock::now();
+    const bool slow = now - last_slow >= kSlowCheckEvery;
+    if (slow) last_slow = now;
+    lk.unlock();
+    inspect_in_flight(slow);
+    lk.lock();
+  }
+}
+
+void StreamEngine::inspect_in_flight(bool slow) {
+  // Watchdog-thread state: when the stream last got past a wait.
+  auto& last_progress = wd_last_progress_;
+  auto& last_front = wd_last_front_;
+  auto& last_target = wd_last_target_;
+  std::unique_lock<std::mutex> lk(mu_);
+  while (!in_flight_.empty() && device_->query(*in_flight_.front().done)) {
+    const uint64_t seq = in_flight_.front().seq;
+    in_flight_.pop_front();
+    while (!waits_.empty() && waits_.front().seq <= seq) waits_.pop_front();
+  }
+  while (!waits_.empty() && load_flag(waits_.front().flag) >= waits_.front().target) waits_.pop_front();
+  const auto now = Clock::now();
+  if (in_flight_.empty() || failed()) {
+    last_progress = now;
+    return;
+  }
+  const Wait* front = waits_.empty() ? nullptr : &waits_.front();
+  if (!front || front->flag != last_front || front->target != last_target) {
+    last_progress = now;
+    last_front = front ? front->flag : nullptr;
+    last_target = front ? front->target : 0;
+  }
+  if (!front) return;
+  const Wait w = *front;
+  const std::string what = describe_seq(w.seq);
+  lk.unlock();
+
+  const std::string me = std::to_string(rank_);
+  const char* doing = w.send ? "send to" : "receive from";
+  for (int p = 0; p < size_ && slow; ++p) {
+    if (p == rank_) continue;
+    const PeerStatus st = control_->peer_status(p, p == w.peer);
+    if (st.state == PeerState::Failed)
+      return fail(st.kind == ErrorKind::None ? ErrorKind::Comm : st.kind,
+                  "rank " + me + " in " + what + ": rank " + std::to_string(p) + " failed: " + st.message);
+    if (p == w.peer && (st.state == PeerState::Dead || st.state == PeerState::Closed))
+      return fail(ErrorKind::Peer, "rank " + std::to_string(p) + " (pid " + std::to_string(control_->peer_pid(p)) + ") " +
+                                       (st.state == PeerState::Dead ? "died" : "closed the communicator") + " during " +
+                                       what + "; rank " + me + " was waiting to " + doing + " it");
+  }
+  if (std::chrono::duration<double>(now - last_progress).count() > opts_.timeout_s)
+    fail(ErrorKind::Peer, "rank " + std::to_string(w.peer) + " did not answer for " +
+                              std::to_string(static_cast<int>(opts_.timeout_s)) + " s (COMMLIB_TIMEOUT) during " + what +
+                              "; rank " + me + " was waiting to " + doing + " it");
+}
+
+}  // namespace commlib
