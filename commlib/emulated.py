@@ -216,11 +216,19 @@ def empty(count: int, dtype: str = "float32", device_index: int = 0,
     return Array(alloc, device_index, 0, int(count), dtype)
 
 
-def from_numpy(a, device_index: int = 0, stream: Optional[Stream] = None) -> Array:
+def from_numpy(a, device_index: int = 0, stream: Optional[Stream] = None,
+               dtype: Optional[str] = None) -> Array:
     """A device copy of a host array (NumPy, or a torch CPU tensor, bfloat16 included), uploaded
-    asynchronously on ``stream`` (default: the current stream)."""
+    asynchronously on ``stream`` (default: the current stream). ``dtype="bfloat16"`` takes a
+    NumPy uint16 array of bfloat16 bit patterns (NumPy has no bfloat16)."""
     from commlib.buffers import describe
-    ptr, n, dt = describe(a, "a")
+    if dtype == "bfloat16" and isinstance(a, np.ndarray) and a.dtype == np.uint16:
+        a = np.ascontiguousarray(a)
+        ptr, n, dt = a.ctypes.data, a.size, "bfloat16"
+    elif dtype is not None:
+        raise ValueError("dtype: only 'bfloat16' (from uint16 bit patterns) may be given")
+    else:
+        ptr, n, dt = describe(a, "a")
     s = stream or current_stream(device_index)
     out = empty(n, dt, device_index, s)
     data = ctypes.string_at(ptr, out.nbytes) if out.nbytes else b""

@@ -53,19 +53,31 @@ EmulatedStream::~EmulatedStream() {
   thread_.join();
 }
 
+void EmulatedStream::enqueue_data(std::function<void()> op) {
+  if (delay_us_ <= 0) return enqueue(std::move(op));
+  enqueue([this, op = std::move(op)] {
+    delay();
+    op();
+  });
+}
+
 void EmulatedStream::enqueue(std::function<void()> op) {
+  bool wake;
   {
     std::lock_guard<std::mutex> lk(mu_);
     queue_.push_back(std::move(op));
     ++enqueued_;
+    wake = thread_sleeping_;
   }
-  cv_.notify_all();
+  if (wake) cv_.notify_all();
 }
 
 void EmulatedStream::synchronize() {
   std::unique_lock<std::mutex> lk(mu_);
   const uint64_t target = enqueued_;
+  ++sync_waiters_;
   cv_.wait(lk, [&] { return executed_ >= target; });
+  --sync_waiters_;
 }
 
 void EmulatedStream::delay() const {
@@ -82,17 +94,20 @@ void EmulatedStream::delay() const {
 void EmulatedStream::run() {
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
-    cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+    if (queue_.empty() && !stop_) {
+      thread_sleeping_ = true;
+      cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      thread_sleeping_ = false;
+    }
     if (queue_.empty()) return;  // stop_ and drained
     std::function<void()> op = std::move(queue_.front());
     queue_.pop_front();
     lk.unlock();
-    delay();
     op();  // operations do not throw (the engine records its own failures)
     op = nullptr;
     lk.lock();
     ++executed_;
-    cv_.notify_all();
+    if (sync_waiters_) cv_.notify_all();
   }
 }
 
@@ -260,20 +275,20 @@ void EmulatedDevice::synchronize(DeviceEvent& event) {
 void EmulatedDevice::synchronize(DeviceStream& stream) { emu(stream).synchronize(); }
 
 void EmulatedDevice::copy(void* dst, const void* src, size_t bytes, DeviceStream& stream) {
-  if (!bytes) return emu(stream).enqueue([] {});
-  emu(stream).enqueue([dst, src, bytes] { std::memmove(dst, src, bytes); });
+  if (!bytes) return emu(stream).enqueue_data([] {});
+  emu(stream).enqueue_data([dst, src, bytes] { std::memmove(dst, src, bytes); });
 }
 
 void EmulatedDevice::reduce(void* dst, const void* src, size_t n, DType dtype, RedOp op, DeviceStream& stream) {
-  emu(stream).enqueue(emulated_reduce_kernel(dst, src, n, dtype, op));
+  emu(stream).enqueue_data(emulated_reduce_kernel(dst, src, n, dtype, op));
 }
 
 void EmulatedDevice::scale_copy(void* dst, const void* src, size_t n, DType dtype, double scale, DeviceStream& stream) {
-  emu(stream).enqueue(emulated_scale_kernel(dst, src, n, dtype, scale));
+  emu(stream).enqueue_data(emulated_scale_kernel(dst, src, n, dtype, scale));
 }
 
 void EmulatedDevice::divide(void* dst, size_t n, DType dtype, int64_t divisor, DeviceStream& stream) {
-  emu(stream).enqueue(emulated_divide_kernel(dst, n, dtype, divisor));
+  emu(stream).enqueue_data(emulated_divide_kernel(dst, n, dtype, divisor));
 }
 
 void EmulatedDevice::write_value(uint64_t* addr, uint64_t value, DeviceStream& stream) {

@@ -8,9 +8,12 @@
 //  - Events are sequence points on a stream: record enqueues "reached", waits block on it.
 //  - Kernels are the CUDA kernels' own bodies (kernels/elementwise_kernel.h) run through host
 //    shims for threadIdx/blockIdx, with the launch shape the CUDA launcher would use.
-//  - COMMLIB_EMULATED_DELAY_US (default 0) delays every stream operation by that many
-//    microseconds, so work that is not ordered correctly (a missing event wait) reads stale data
-//    in tests instead of passing by luck.
+//  - COMMLIB_EMULATED_DELAY_US (default 0) delays every data operation of a stream (copies and
+//    kernels) by that many microseconds before it runs, so work that is not ordered correctly (a
+//    missing event or counter wait) reads stale data in tests instead of passing by luck.
+//    Synchronisation operations (event records and waits, counter writes and waits, host
+//    functions) run undelayed: delaying them too would only slow the tests, since every wrong
+//    read is a read that overtook a data operation.
 // Several processes with the same device index model several ranks on one GPU (the default: all
 // local ranks use emulated device 0).
 #pragma once
@@ -34,6 +37,8 @@ class EmulatedStream final : public DeviceStream {
   ~EmulatedStream() override;  // drains the queue (waits on peers give up while closing), joins
 
   void enqueue(std::function<void()> op);
+  // A data operation (copy, kernel): delayed by COMMLIB_EMULATED_DELAY_US before it runs.
+  void enqueue_data(std::function<void()> op);
   void synchronize();
   // Set while the stream is being destroyed: waits on other processes stop waiting.
   const std::atomic<bool>* closing() const { return &closing_; }
@@ -47,6 +52,9 @@ class EmulatedStream final : public DeviceStream {
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
   uint64_t enqueued_ = 0, executed_ = 0;
+  // Wake-ups only where someone sleeps: a futex wake per operation shows at small messages.
+  bool thread_sleeping_ = false;
+  int sync_waiters_ = 0;
   std::atomic<bool> closing_{false};
   bool stop_ = false;
   std::thread thread_;

@@ -1,10 +1,7 @@
 // The stream engine's failure side (see stream_engine.h): the call-descriptor check each call
 // starts with, the watchdog thread, failing and releasing, works, and the control-plane adapter.
-#include <sched.h>
-
 #include <chrono>
 #include <cstring>
-#include <thread>
 
 #include "device/host_flags.h"
 #include "engine/stream_engine.h"
@@ -98,57 +95,25 @@ void StreamEngine::fail(ErrorKind kind, const std::string& message, bool publish
 void StreamEngine::check_call(const CallDesc& desc, const std::vector<int>& peers) {
   char* mine = ring_slot(ctl_, desc.seq);
   std::memcpy(mine + 8, &desc, sizeof desc);
-  seq_word(mine).store(desc.seq, std::memory_order_release);
-  const auto start = Clock::now();
-  auto last_slow = start;
+  store_flag(reinterpret_cast<uint64_t*>(mine), desc.seq);
+  // Peers that never arrive (dead, failed, silent) are the watchdog's to judge: it then sets
+  // give_up_ and this wait returns.
   for (int p : peers) {
-    for (int spins = 0;; ++spins) {
-      if (give_up_.load(std::memory_order_acquire)) return;
-      char* theirs = ring_slot(peers_[p].ctl, desc.seq);
-      const uint64_t s = seq_word(theirs).load(std::memory_order_acquire);
-      if (s == desc.seq) {
-        CallDesc pd;
-        std::memcpy(&pd, theirs + 8, sizeof pd);
-        if (pd != desc) {
-          fail(ErrorKind::Mismatch, "rank " + std::to_string(rank_) + " called " + describe_call(desc) + " but rank " +
-                                        std::to_string(p) + " called " + describe_call(pd));
-          return;
-        }
-        break;
-      }
-      if (s > desc.seq) {
-        fail(ErrorKind::Mismatch, "rank " + std::to_string(rank_) + " is at " + describe_call(desc) + " but rank " +
-                                      std::to_string(p) + " is already at its call #" + std::to_string(s) +
-                                      " on device buffers (calls between them differ)");
-        return;
-      }
-      if (spins < 64) {
-        sched_yield();
-        continue;
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(spins < 1000 ? 50 : 1000));
-      const auto now = Clock::now();
-      if (now - last_slow < kSlowCheckEvery) continue;
-      last_slow = now;
-      const PeerStatus st = control_->peer_status(p, true);
-      const std::string who = "rank " + std::to_string(p);
-      const std::string waiting = "; rank " + std::to_string(rank_) + " was waiting for it to join the call";
-      if (st.state == PeerState::Failed) {
-        fail(st.kind == ErrorKind::None ? ErrorKind::Comm : st.kind,
-             "rank " + std::to_string(rank_) + " in " + describe_call(desc) + ": " + who + " failed: " + st.message);
-        return;
-      }
-      if (st.state == PeerState::Dead || st.state == PeerState::Closed) {
-        fail(ErrorKind::Peer, who + " (pid " + std::to_string(control_->peer_pid(p)) + ") " +
-                                  (st.state == PeerState::Dead ? "died" : "closed the communicator") + " before " +
-                                  describe_call(desc) + waiting);
-        return;
-      }
-      if (std::chrono::duration<double>(now - start).count() > opts_.timeout_s) {
-        fail(ErrorKind::Peer, who + " did not reach " + describe_call(desc) + " within " +
-                                  std::to_string(static_cast<int>(opts_.timeout_s)) + " s (COMMLIB_TIMEOUT)" + waiting);
-        return;
-      }
+    char* theirs = ring_slot(peers_[p].ctl, desc.seq);
+    if (!wait_flag(reinterpret_cast<const uint64_t*>(theirs), desc.seq, &give_up_)) return;
+    const uint64_t s = seq_word(theirs).load(std::memory_order_acquire);
+    CallDesc pd;
+    std::memcpy(&pd, theirs + 8, sizeof pd);
+    if (s > desc.seq) {
+      fail(ErrorKind::Mismatch, "rank " + std::to_string(rank_) + " is at " + describe_call(desc) + " but rank " +
+                                    std::to_string(p) + " is already at its call #" + std::to_string(s) +
+                                    " on device buffers (the calls between them differ)");
+      return;
+    }
+    if (pd != desc) {
+      fail(ErrorKind::Mismatch, "rank " + std::to_string(rank_) + " called " + describe_call(desc) + " but rank " +
+                                    std::to_string(p) + " called " + describe_call(pd));
+      return;
     }
   }
 }
@@ -212,14 +177,15 @@ void StreamEngine::inspect_in_flight(bool slow) {
   const char* doing = w.send ? "send to" : "receive from";
   for (int p = 0; p < size_ && slow; ++p) {
     if (p == rank_) continue;
-    const PeerStatus st = control_->peer_status(p, p == w.peer);
+    const PeerStatus st = control_->peer_status(p, true);
     if (st.state == PeerState::Failed)
       return fail(st.kind == ErrorKind::None ? ErrorKind::Comm : st.kind,
                   "rank " + me + " in " + what + ": rank " + std::to_string(p) + " failed: " + st.message);
-    if (p == w.peer && (st.state == PeerState::Dead || st.state == PeerState::Closed))
+    if (st.state == PeerState::Dead || st.state == PeerState::Closed)
       return fail(ErrorKind::Peer, "rank " + std::to_string(p) + " (pid " + std::to_string(control_->peer_pid(p)) + ") " +
                                        (st.state == PeerState::Dead ? "died" : "closed the communicator") + " during " +
-                                       what + "; rank " + me + " was waiting to " + doing + " it");
+                                       what + "; rank " + me + (p == w.peer ? std::string(" was waiting to ") + doing + " it"
+                                                                            : " was waiting on rank " + std::to_string(w.peer)));
   }
   if (std::chrono::duration<double>(now - last_progress).count() > opts_.timeout_s)
     fail(ErrorKind::Peer, "rank " + std::to_string(w.peer) + " did not answer for " +
