@@ -49,7 +49,15 @@ void bind_device(py::module_& m) {
               DeviceStream& s) {
              d.reduce(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n, parse_dtype(dtype),
                       parse_op(op), s);
-           });
+           })
+      .def("scale_copy",
+           [](Device& d, uintptr_t dst, uintptr_t src, size_t n, const std::string& dtype, double scale,
+              DeviceStream& s) {
+             d.scale_copy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n, parse_dtype(dtype),
+                          scale, s);
+           })
+      .def("divide", [](Device& d, uintptr_t dst, size_t n, const std::string& dtype, int64_t divisor,
+                        DeviceStream& s) { d.divide(reinterpret_cast<void*>(dst), n, parse_dtype(dtype), divisor, s); });
 
   py::class_<EmulatedDevice, Device, std::shared_ptr<EmulatedDevice>>(m, "EmulatedDevice")
       .def_property_readonly("delay_us", &EmulatedDevice::delay_us)

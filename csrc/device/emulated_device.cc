@@ -303,11 +303,15 @@ void EmulatedDevice::wait_value(const uint64_t* addr, uint64_t value, DeviceStre
 void EmulatedDevice::host_func(std::function<void()> fn, DeviceStream& stream) { emu(stream).enqueue(std::move(fn)); }
 
 std::shared_ptr<EmulatedDevice> emulated_device(int index) {
+  // Devices live as long as the process, like a GPU: operations still queued on a stream may
+  // refer to the device (stream-ordered frees), and streams may outlive every other reference.
+  // Never destroyed, so no exit-time destructor races a stream thread.
   static std::mutex mu;
-  static std::map<int, std::weak_ptr<EmulatedDevice>> devices;
+  static auto* devices = new std::map<int, std::shared_ptr<EmulatedDevice>>();
   if (index < 0) throw std::invalid_argument("device: emulated device index must be >= 0, got " + std::to_string(index));
   std::lock_guard<std::mutex> lk(mu);
-  if (auto d = devices[index].lock()) return d;
+  auto it = devices->find(index);
+  if (it != devices->end()) return it->second;
   int64_t delay = 0;
   if (const char* v = std::getenv("COMMLIB_EMULATED_DELAY_US")) {
     char* end = nullptr;
@@ -317,7 +321,7 @@ std::shared_ptr<EmulatedDevice> emulated_device(int index) {
     delay = x;
   }
   auto d = std::make_shared<EmulatedDevice>(index, delay);
-  devices[index] = d;
+  (*devices)[index] = d;
   return d;
 }
 
