@@ -180,7 +180,7 @@ class Communicator:
         In place unless ``out`` (same dtype and size) is given. ``op`` is one of sum, prod, min,
         max, avg, premul_sum (``scale`` times each input, then sum), band, bor, bxor.
         """
-        if _fast(self._addr, _ALL_REDUCE, tensor, out, op, algorithm, 0, async_op, scale) is None:
+        if stream is None and _fast(self._addr, _ALL_REDUCE, tensor, out, op, algorithm, 0, async_op, scale) is None:
             return None
         ip, n, dt = describe(tensor, "tensor")
         op_ = _check_op(op, dt, scale)
@@ -194,7 +194,7 @@ class Communicator:
 
         ``input`` may be the view of ``output`` at this rank's block (in place).
         """
-        if _fast(self._addr, _ALL_GATHER, input, output, "sum", algorithm, 0, async_op, None) is None:
+        if stream is None and _fast(self._addr, _ALL_GATHER, input, output, "sum", algorithm, 0, async_op, None) is None:
             return None
         ip, n, dt = describe(input, "input")
         op_ptr = _describe_like(output, "output", dt, "input", n * self._size,
@@ -206,7 +206,7 @@ class Communicator:
     def reduce_scatter(self, output, input, op: str = "sum", algorithm: str = "auto",
                        async_op: bool = False, scale=None, stream=None):
         """Reduce ``input`` (size * output elements) over ranks; rank r gets block r in ``output``."""
-        if _fast(self._addr, _REDUCE_SCATTER, input, output, op, algorithm, 0, async_op, scale) is None:
+        if stream is None and _fast(self._addr, _REDUCE_SCATTER, input, output, op, algorithm, 0, async_op, scale) is None:
             return None
         op_ptr, n, dt = describe(output, "output")
         ip = _describe_like(input, "input", dt, "output", n * self._size, f"size*output = {self._size}*{n}")
@@ -223,7 +223,7 @@ class Communicator:
         Equal blocks by default. With ``input_splits``/``output_splits`` (element counts per rank)
         blocks may differ in size (all_to_allv); every rank must agree on what it sends to whom.
         """
-        if (output_splits is None and input_splits is None
+        if (output_splits is None and input_splits is None and stream is None
                 and _fast(self._addr, _ALL_TO_ALL, input, output, "sum", algorithm, 0, async_op, None) is None):
             return None
         ip, n_in, dt = describe(input, "input")
@@ -272,7 +272,7 @@ class Communicator:
     def broadcast(self, tensor, root: int = 0, algorithm: str = "auto", async_op: bool = False,
                   stream=None):
         """Copy ``tensor`` from ``root`` to every rank (in place)."""
-        if _fast(self._addr, _BROADCAST, tensor, None, "sum", algorithm, root, async_op, None) is None:
+        if stream is None and _fast(self._addr, _BROADCAST, tensor, None, "sum", algorithm, root, async_op, None) is None:
             return None
         ip, n, dt = describe(tensor, "tensor")
         self._check_root(root)
@@ -283,7 +283,7 @@ class Communicator:
     def reduce(self, tensor, root: int = 0, op: str = "sum", algorithm: str = "auto", out=None,
                async_op: bool = False, scale=None, stream=None):
         """Reduce ``tensor`` over all ranks into ``root`` (into ``out`` there if given)."""
-        if _fast(self._addr, _REDUCE, tensor, out, op, algorithm, root, async_op, scale) is None:
+        if stream is None and _fast(self._addr, _REDUCE, tensor, out, op, algorithm, root, async_op, scale) is None:
             return None
         ip, n, dt = describe(tensor, "tensor")
         self._check_root(root)
@@ -296,7 +296,7 @@ class Communicator:
     def gather(self, output, input, root: int = 0, algorithm: str = "auto", async_op: bool = False,
                stream=None):
         """Concatenate every rank's ``input`` into ``output`` on ``root`` (None elsewhere)."""
-        if _fast(self._addr, _GATHER, input, output, "sum", algorithm, root, async_op, None) is None:
+        if stream is None and _fast(self._addr, _GATHER, input, output, "sum", algorithm, root, async_op, None) is None:
             return None
         ip, n, dt = describe(input, "input")
         self._check_root(root)
@@ -313,7 +313,7 @@ class Communicator:
     def scatter(self, output, input, root: int = 0, algorithm: str = "auto", async_op: bool = False,
                 stream=None):
         """Send block j of ``input`` (on ``root``; None elsewhere) to rank j's ``output``."""
-        if _fast(self._addr, _SCATTER, input, output, "sum", algorithm, root, async_op, None) is None:
+        if stream is None and _fast(self._addr, _SCATTER, input, output, "sum", algorithm, root, async_op, None) is None:
             return None
         op_ptr, n, dt = describe(output, "output")
         self._check_root(root)

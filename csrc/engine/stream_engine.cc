@@ -271,6 +271,19 @@ std::shared_ptr<DeviceWork> StreamEngine::collective(const CollectiveCall& call,
     for (const Op& o : st.ops)
       if (o.peer >= 0 && std::find(peers.begin(), peers.end(), o.peer) == peers.end()) peers.push_back(o.peer);
 
+  // A peer that failed earlier (its failure is on the control plane) fails this call at once.
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    const PeerStatus st = control_->peer_status(p, false);
+    if (st.state == PeerState::Failed) {
+      const std::string msg = "rank " + std::to_string(rank_) + " cannot start " + describe_call(desc) + ": rank " +
+                              std::to_string(p) + " failed earlier: " + st.message;
+      const ErrorKind kind = st.kind == ErrorKind::None ? ErrorKind::Comm : st.kind;
+      fail(kind, msg);
+      throw_kind(kind, msg);
+    }
+  }
+
   // Nothing above enqueued anything: a refused argument leaves the sequence and the stream as
   // they were. From here on the call is numbered.
   ++seq_;
@@ -347,6 +360,7 @@ void StreamEngine::close() {
   device_->free_async(scratch_, *own_stream_);
   device_->free_async(input_copy_, *own_stream_);
   device_->synchronize(*own_stream_);
+  own_stream_.reset();  // its thread ends now, not when the last work handle goes
   inbox_ = scratch_ = input_copy_ = nullptr;
   if (ctl_) {
     device_->unmap_host(ctl_);
