@@ -2,7 +2,8 @@
 
 ``device_buffer(x)`` recognises buffers that live on a device: ``commlib.emulated`` arrays, and
 CUDA memory of any library through ``__cuda_array_interface__`` (CuPy, Numba, torch), DLPack
-(``__dlpack__``/``__dlpack_device__``) or torch CUDA tensors. ``Communicator`` sends every call
+(``__dlpack__``/``__dlpack_device__``) or torch CUDA tensors; CUDA buffers go to the CUDA device
+of ``commlib._C_cuda`` (a thin layer that has never run on a GPU so far). ``Communicator`` sends every call
 whose buffers are on a device here, to one stream engine per (communicator, device), created on
 the first such call (a collective step: the ranks exchange their engine handles through the
 store). The call is enqueued on the caller's current stream (or ``stream=``) and returns; the
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import sys
 from typing import NamedTuple, Optional
 
 import numpy as np
@@ -125,17 +127,15 @@ class DeviceWork:
     ``is_completed()`` polls.
     """
 
-    __slots__ = ("_work", "_refs", "_device_index")
+    __slots__ = ("_work", "_refs", "_stream_of")
 
-    def __init__(self, work, refs, device_index):
+    def __init__(self, work, refs, stream_of):
         self._work = work
         self._refs = refs
-        self._device_index = device_index
+        self._stream_of = stream_of  # stream argument (None: current) -> the engine's stream
 
     def wait(self, timeout=None, stream=None) -> bool:
-        from commlib import emulated
-        s = stream or emulated.current_stream(self._device_index)
-        self._work.wait(s._stream)
+        self._work.wait(self._stream_of(stream))
         return True
 
     def synchronize(self):
@@ -155,6 +155,54 @@ class DeviceWork:
         return None
 
 
+def _cuda_module(name):
+    try:
+        import commlib._C_cuda as cu
+    except ImportError as e:
+        raise RuntimeError(f"{name}: is CUDA memory, but commlib._C_cuda is not usable here ({e})") from None
+    return cu
+
+
+def _current_cuda_stream(index) -> int:
+    """The caller's current CUDA stream: torch's, else CuPy's, else the legacy default stream."""
+    if "torch" in sys.modules:
+        return sys.modules["torch"].cuda.current_stream(index).cuda_stream
+    if "cupy" in sys.modules:
+        return sys.modules["cupy"].cuda.get_current_stream().ptr
+    return 0
+
+
+def stream_resolver(buf: DeviceBuffer):
+    """A function mapping a ``stream=`` argument (None: the current stream) to the engine's
+    stream object for buffers like ``buf``."""
+    if buf.kind == "emulated":
+        from commlib import emulated
+
+        def emulated_stream(stream):
+            if stream is None:
+                return emulated.current_stream(buf.device_index)._stream
+            if not isinstance(stream, emulated.Stream):
+                raise TypeError(f"stream: expected a commlib.emulated.Stream, got {type(stream).__name__}")
+            return stream._stream
+        return emulated_stream
+    cu = _cuda_module("tensor")
+
+    def cuda_stream(stream):
+        if stream is None:
+            ptr = _current_cuda_stream(buf.device_index)
+        elif hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
+            ptr = stream.cuda_stream
+        elif hasattr(stream, "ptr"):  # cupy.cuda.Stream
+            ptr = stream.ptr
+        elif isinstance(stream, int):
+            ptr = stream
+        else:
+            raise TypeError(f"stream: expected a torch.cuda.Stream, CuPy stream or cudaStream_t, "
+                            f"got {type(stream).__name__}")
+        return _C.stream_from_capsule(cu.stream_capsule(buf.device_index, int(ptr)))
+    return cuda_stream
+
+
 class DeviceRoute:
     """The stream engines of one communicator, one per device, and the calls still in flight."""
 
@@ -168,14 +216,14 @@ class DeviceRoute:
         engine = self._engines.get(key)
         if engine is not None:
             return engine
-        if buf.kind != "emulated":
-            raise RuntimeError("tensor: is CUDA memory, but this build runs collectives on device buffers "
-                               "only on the emulated device (commlib.emulated); the CUDA device layer is "
-                               "not built yet (docs/gpu.md)")
-        from commlib import emulated
+        if buf.kind == "emulated":
+            from commlib import emulated
+            device = emulated.device(buf.device_index)
+        else:  # CUDA: the thin layer of commlib._C_cuda (never run so far: docs/gpu.md)
+            device = _C.device_from_capsule(_cuda_module("tensor").device_capsule(buf.device_index))
         from commlib.init import _get
         c = self._comm
-        engine = _C.StreamEngine(c._core, emulated.device(buf.device_index), c.timeout, c._prefix)
+        engine = _C.StreamEngine(c._core, device, c.timeout, c._prefix)
         n = len(self._engines) + 1
         key_of = f"{c._prefix}/device{n}/{{}}".format
         c._store.set(key_of(c.rank), engine.local_handle())
@@ -192,17 +240,14 @@ class DeviceRoute:
             if (b.kind, b.device_index) != (first.kind, first.device_index):
                 raise ValueError(f"{name}: is on {b.kind}:{b.device_index} but {first_name} on "
                                  f"{first.kind}:{first.device_index}")
+        stream_of = stream_resolver(first)
+        device_stream = stream_of(stream)  # checks `stream` before the engine rendezvous
         engine = self._engine(first)
-        from commlib import emulated
-        if stream is None:
-            stream = emulated.current_stream(first.device_index)
-        elif not isinstance(stream, emulated.Stream):
-            raise TypeError(f"stream: expected a commlib.emulated.Stream, got {type(stream).__name__}")
-        work = engine.run(coll, algorithm, in_ptr, out_ptr, count, dtype, op, root, scale, stream._stream)
+        work = engine.run(coll, algorithm, in_ptr, out_ptr, count, dtype, op, root, scale, device_stream)
         while self._pending and self._pending[0][0].is_completed():
             self._pending.popleft()
         self._pending.append((work, refs))
-        return DeviceWork(work, refs, first.device_index) if async_op else None
+        return DeviceWork(work, refs, stream_of) if async_op else None
 
     def abort(self, reason):
         for e in self._engines.values():

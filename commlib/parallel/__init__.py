@@ -5,10 +5,10 @@ Names are imported lazily so that importing one parallelism does not import ever
 import importlib
 
 _EXPORTS = {
-    # data parallelism (data_parallel.py, zero.py, parameter_server.py)
+    # data parallelism (data_parallel.py, zero.py, fully_sharded.py, parameter_server.py)
     "DataParallel": "data_parallel",
     "ZeroOptimizer": "zero",
-    "FullyShardedModule": "zero",
+    "FullyShardedModule": "fully_sharded",
     "ParameterServer": "parameter_server",
     # tensor parallelism (tensor.py)
     "ColumnParallelLinear": "tensor",
@@ -22,6 +22,13 @@ _EXPORTS = {
     "hybrid_attention": "sequence",
     "zigzag_split": "sequence",
     "zigzag_merge": "sequence",
+    # pipeline parallelism (pipeline/) and the device mesh (mesh.py)
+    "PipelineStage": "pipeline",
+    "ScheduleGPipe": "pipeline",
+    "Schedule1F1B": "pipeline",
+    "ScheduleInterleaved1F1B": "pipeline",
+    "ScheduleZeroBubble": "pipeline",
+    "Mesh": "mesh",
 }
 
 __all__ = sorted(_EXPORTS)

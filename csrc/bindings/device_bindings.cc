@@ -66,6 +66,16 @@ void bind_device(py::module_& m) {
       .def("read", [](EmulatedDevice&, uintptr_t src, size_t bytes) {
         return py::bytes(reinterpret_cast<const char*>(src), bytes);
       });
+  // Devices and streams implemented in another module (commlib._C_cuda) arrive as capsules.
+  m.def("device_from_capsule", [](py::capsule c) {
+    if (std::strcmp(c.name(), "commlib.Device") != 0) throw std::invalid_argument("device: not a commlib.Device capsule");
+    return *static_cast<std::shared_ptr<Device>*>(c.get_pointer());
+  });
+  m.def("stream_from_capsule", [](py::capsule c) {
+    if (std::strcmp(c.name(), "commlib.DeviceStream") != 0)
+      throw std::invalid_argument("stream: not a commlib.DeviceStream capsule");
+    return *static_cast<std::shared_ptr<DeviceStream>*>(c.get_pointer());
+  });
   m.def("emulated_device", &emulated_device, py::arg("index") = 0,
         "The process's emulated device `index` (COMMLIB_EMULATED_DELAY_US read when first created).");
 

@@ -1,4 +1,7 @@
 // A communicator: one transport, one executor, a cache of built schedules, and a FIFO of calls.
+// Its definition is split along those seams: communicator.cc (life cycle and the work queue),
+// plan_cache.cc (schedules built and cached per call shape), lowering.cc (a schedule's steps
+// resolved to addresses and run on the executor), comm_options.cc (settings), describe.cc (describe_call, bounds-checked: codes come from peers).
 //
 // A blocking call whose queue is empty runs on the caller's thread (a hand-off to a sleeping
 // worker would cost a futex wake-up on the latency path); asynchronous calls go to a worker thread
@@ -20,6 +23,7 @@
 #include <vector>
 
 #include "common/types.h"
+#include "engine/comm_options.h"
 #include "engine/executor.h"
 #include "schedule/ir.h"
 #include "transport/transport.h"
@@ -76,12 +80,6 @@ struct P2PItem {
   uintptr_t ptr = 0;
   int64_t count = 0;
   int peer = 0;
-};
-
-struct CommOptions {
-  double timeout_s = 300.0;
-  int debug = 0;  // 0 off, 1 INFO, 2 TRACE (COMMLIB_DEBUG)
-  std::string label;
 };
 
 class Communicator {
@@ -152,6 +150,12 @@ class Communicator {
   std::deque<std::shared_ptr<Work>> queue_;
   bool busy_ = false, stop_ = false, closed_ = false;
   std::thread worker_;
+
+  // Misuse guards (engine/misuse.h): the fork generation this communicator was created under, and
+  // the thread whose blocking call is in flight (none: default id).
+  uint64_t fork_generation_;
+  std::thread::id blocking_thread_;
+  void forget_in_forked_child();
 
   std::atomic<bool> aborted_{false};
   ErrorKind abort_kind_ = ErrorKind::None;

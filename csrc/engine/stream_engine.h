@@ -37,9 +37,10 @@
 #include <thread>
 #include <vector>
 
+#include "common/errors.h"
 #include "device/device.h"
 #include "engine/communicator.h"
-#include "engine/errors.h"
+#include "engine/describe.h"
 #include "transport/transport.h"
 
 namespace commlib {
