@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "engine/communicator.h"
+#include "engine/describe.h"
 #include "kernels/cpu_reduce.h"
 #include "schedule/registry.h"
 
