@@ -120,14 +120,14 @@ class Communicator:
         self._splits = 0
         self._owned = (None, None)  # (store, store server) that init() created for this communicator
         self._device_route = None  # stream engines for device buffers, created on first use
+        self._closed = False
+        self._pid = os.getpid()  # a forked child must not close the parent's store server
 
     def _device(self):
         if self._device_route is None:
             from commlib.device_engine import DeviceRoute
             self._device_route = DeviceRoute(self)
         return self._device_route
-        self._closed = False
-        self._pid = os.getpid()  # a forked child must not close the parent's store server
 
     # -- identity ---------------------------------------------------------------------------
     @property

@@ -221,13 +221,16 @@ class DeviceRoute:
             device = emulated.device(buf.device_index)
         else:  # CUDA: the thin layer of commlib._C_cuda (never run so far: docs/gpu.md)
             device = _C.device_from_capsule(_cuda_module("tensor").device_capsule(buf.device_index))
-        from commlib.init import _get
+        from commlib.init import _Rendezvous
         c = self._comm
-        engine = _C.StreamEngine(c._core, device, c.timeout, c._prefix)
-        n = len(self._engines) + 1
-        key_of = f"{c._prefix}/device{n}/{{}}".format
-        c._store.set(key_of(c.rank), engine.local_handle())
-        engine.connect([_get(c._store, key_of(r)).decode() for r in range(c.size)])
+        rdv = _Rendezvous(c._store, f"{c._prefix}/device{len(self._engines) + 1}", c.rank, c.timeout)
+        try:
+            engine = _C.StreamEngine(c._core, device, c.timeout, c._prefix)
+            rdv.set(str(c.rank), engine.local_handle())
+            engine.connect([rdv.wait(str(r), f"rank {r}'s stream engine").decode() for r in range(c.size)])
+        except Exception as e:
+            rdv.report(f"{type(e).__name__}: {e}")  # the other ranks stop waiting for this one
+            raise
         self._engines[key] = engine
         return engine
 
