@@ -198,7 +198,8 @@ class Communicator:
 
         ``input`` may be the view of ``output`` at this rank's block (in place).
         """
-        if stream is None and _fast(self._addr, _ALL_GATHER, input, output, "sum", algorithm, 0, async_op, None) is None:
+        if stream is None and (
+                _fast(self._addr, _ALL_GATHER, input, output, "sum", algorithm, 0, async_op, None) is None):
             return None
         ip, n, dt = describe(input, "input")
         op_ptr = _describe_like(output, "output", dt, "input", n * self._size,
@@ -210,7 +211,8 @@ class Communicator:
     def reduce_scatter(self, output, input, op: str = "sum", algorithm: str = "auto",
                        async_op: bool = False, scale=None, stream=None):
         """Reduce ``input`` (size * output elements) over ranks; rank r gets block r in ``output``."""
-        if stream is None and _fast(self._addr, _REDUCE_SCATTER, input, output, op, algorithm, 0, async_op, scale) is None:
+        if stream is None and (
+                _fast(self._addr, _REDUCE_SCATTER, input, output, op, algorithm, 0, async_op, scale) is None):
             return None
         op_ptr, n, dt = describe(output, "output")
         ip = _describe_like(input, "input", dt, "output", n * self._size, f"size*output = {self._size}*{n}")
@@ -278,7 +280,8 @@ class Communicator:
     def broadcast(self, tensor, root: int = 0, algorithm: str = "auto", async_op: bool = False,
                   stream=None):
         """Copy ``tensor`` from ``root`` to every rank (in place)."""
-        if stream is None and _fast(self._addr, _BROADCAST, tensor, None, "sum", algorithm, root, async_op, None) is None:
+        if stream is None and (
+                _fast(self._addr, _BROADCAST, tensor, None, "sum", algorithm, root, async_op, None) is None):
             return None
         ip, n, dt = describe(tensor, "tensor")
         self._check_root(root)
@@ -319,7 +322,8 @@ class Communicator:
     def scatter(self, output, input, root: int = 0, algorithm: str = "auto", async_op: bool = False,
                 stream=None):
         """Send block j of ``input`` (on ``root``; None elsewhere) to rank j's ``output``."""
-        if stream is None and _fast(self._addr, _SCATTER, input, output, "sum", algorithm, root, async_op, None) is None:
+        if stream is None and (
+                _fast(self._addr, _SCATTER, input, output, "sum", algorithm, root, async_op, None) is None):
             return None
         op_ptr, n, dt = describe(output, "output")
         self._check_root(root)
