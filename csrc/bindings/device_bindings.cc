@@ -6,6 +6,7 @@
 
 #include "bindings/bindings.h"
 #include "device/emulated_device.h"
+#include "device/nccl_loader.h"
 #include "engine/communicator.h"
 #include "engine/stream_engine.h"
 #include "schedule/registry.h"
@@ -76,6 +77,13 @@ void bind_device(py::module_& m) {
       throw std::invalid_argument("stream: not a commlib.DeviceStream capsule");
     return *static_cast<std::shared_ptr<DeviceStream>*>(c.get_pointer());
   });
+  m.def(
+      "load_nccl",
+      [](const std::vector<std::string>& candidates) {
+        const NcclApi& api = load_nccl(candidates);
+        return py::make_tuple(api.version, api.path);
+      },
+      py::arg("candidates"), "dlopen libnccl (first loadable candidate); returns (version code, path).");
   m.def("emulated_device", &emulated_device, py::arg("index") = 0,
         "The process's emulated device `index` (COMMLIB_EMULATED_DELAY_US read when first created).");
 
