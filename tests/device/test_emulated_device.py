@@ -112,3 +112,20 @@ def test_memory_is_freed_in_stream_order():
     del arrays
     emu.synchronize()
     assert dev.allocated_bytes() == before
+
+
+@pytest.mark.parametrize("var,value", [("COMMLIB_EMULATED_DELAY_US", "soon"), ("COMMLIB_DEVICE_SLOT_BYTES", "100")])
+def test_bad_settings_name_the_variable(var, value):
+    """Read when the device (a process's first) or a stream engine is created: in a fresh
+    interpreter, with one rank, through a real communicator."""
+    import subprocess
+    code = ("import commlib, commlib.emulated as emu, numpy as np\n"
+            "from commlib.store import StoreServer, TCPStore\n"
+            "s = StoreServer('127.0.0.1', 0)\n"
+            "c = commlib.init(rank=0, world_size=1, store=TCPStore('127.0.0.1', s.port))\n"
+            "try:\n    c.all_reduce(emu.from_numpy(np.ones(4, np.float32)))\n"
+            "except ValueError as e:\n    print('ValueError', e)\n")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, env={**os.environ, var: value},
+                         capture_output=True, text=True, timeout=60)
+    assert f"ValueError {var}" in out.stdout, out.stdout + out.stderr
