@@ -290,7 +290,7 @@ std::shared_ptr<DeviceWork> StreamEngine::collective(const CollectiveCall& call,
   auto done = device_->create_event();
   {
     std::lock_guard<std::mutex> lk(mu_);
-    in_flight_.push_back(InFlight{desc.seq, desc, done});
+    in_flight_.push_back(InFlight{desc.seq, desc, done, false});
   }
   cv_.notify_all();
   if (last_done_) device_->wait_event(s, *last_done_);  // calls execute in call order
@@ -305,6 +305,11 @@ std::shared_ptr<DeviceWork> StreamEngine::collective(const CollectiveCall& call,
     fail(ErrorKind::Comm, enqueue_error);
   }
   device_->record(*done, s);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto it = in_flight_.rbegin(); it != in_flight_.rend(); ++it)
+      if (it->seq == desc.seq) it->recorded = true;
+  }
   last_done_ = done;
   if (!enqueue_error.empty()) throw CommError(enqueue_error);
   return std::make_shared<DeviceWork>(shared_from_this(), done, desc.seq);

@@ -22,7 +22,8 @@
 // flight: a peer that failed, died or closed, or a wait that makes no progress for the timeout,
 // fails the engine with PeerError naming the rank and the call; it publishes the failure to the
 // peers (control plane) and raises every counter this rank's stream waits on, so no stream stays
-// blocked. Works are events: wait() makes a stream wait for the call, synchronize() waits on the
+// blocked (again every watchdog tick while calls drain: a peer's stream running through its own
+// failed call may still write a lower value into one of them). Works are events: wait() makes a stream wait for the call, synchronize() waits on the
 // host and raises the call's error.
 #pragma once
 
@@ -124,6 +125,8 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
     uint64_t seq;
     CallDesc desc;
     std::shared_ptr<DeviceEvent> done;
+    bool recorded = false;  // `done` is enqueued (an event never recorded queries as complete)
+    bool completed(Device& d) const { return recorded && d.query(*done); }
   };
 
   // Control-region layout.

@@ -77,7 +77,7 @@ void StreamEngine::fail(ErrorKind kind, const std::string& message, bool publish
     // Every call not yet complete fails (its data is incomplete); earlier ones stand.
     failed_from_seq_ = seq_ + 1;
     for (const InFlight& f : in_flight_) {
-      if (!device_->query(*f.done)) {
+      if (!f.completed(*device_)) {
         failed_from_seq_ = f.seq;
         break;
       }
@@ -151,30 +151,47 @@ void StreamEngine::inspect_in_flight(bool slow) {
   auto& last_front = wd_last_front_;
   auto& last_target = wd_last_target_;
   std::unique_lock<std::mutex> lk(mu_);
-  while (!in_flight_.empty() && device_->query(*in_flight_.front().done)) {
+  while (!in_flight_.empty() && in_flight_.front().completed(*device_)) {
     const uint64_t seq = in_flight_.front().seq;
     in_flight_.pop_front();
     while (!waits_.empty() && waits_.front().seq <= seq) waits_.pop_front();
   }
   while (!waits_.empty() && load_flag(waits_.front().flag) >= waits_.front().target) waits_.pop_front();
   const auto now = Clock::now();
+  if (failed() && !in_flight_.empty()) {
+    // Peers' streams, running through their own failed calls, still write this rank's counters
+    // with ordinary values and may lower a released one under a target: raise them again until
+    // every call has drained.
+    lk.unlock();
+    release_waits();
+    return;
+  }
   if (in_flight_.empty() || failed()) {
     last_progress = now;
     return;
   }
+  // Where the stream is: the first wait not yet satisfied, or (none: every data wait of the
+  // calls in flight is satisfied, so it sits in a call's descriptor check) the oldest call.
   const Wait* front = waits_.empty() ? nullptr : &waits_.front();
-  if (!front || front->flag != last_front || front->target != last_target) {
+  const uint64_t seq = front ? front->seq : in_flight_.front().seq;
+  const void* where = front ? static_cast<const void*>(front->flag) : static_cast<const void*>(&in_flight_.front());
+  const uint64_t target = front ? front->target : seq;
+  if (where != last_front || target != last_target) {
     last_progress = now;
-    last_front = front ? front->flag : nullptr;
-    last_target = front ? front->target : 0;
+    last_front = where;
+    last_target = target;
   }
-  if (!front) return;
-  const Wait w = *front;
-  const std::string what = describe_seq(w.seq);
+  const int waited_peer = front ? front->peer : -1;
+  const char* doing = !front ? "" : front->send ? "send to" : "receive from";
+  const std::string what = describe_seq(seq);
   lk.unlock();
 
   const std::string me = std::to_string(rank_);
-  const char* doing = w.send ? "send to" : "receive from";
+  auto waiting_on = [&](int p) {
+    if (waited_peer < 0) return "; rank " + me + " was waiting for its peers to join the call";
+    return "; rank " + me + (p == waited_peer ? std::string(" was waiting to ") + doing + " it"
+                                              : " was waiting on rank " + std::to_string(waited_peer));
+  };
   for (int p = 0; p < size_ && slow; ++p) {
     if (p == rank_) continue;
     const PeerStatus st = control_->peer_status(p, true);
@@ -184,13 +201,12 @@ void StreamEngine::inspect_in_flight(bool slow) {
     if (st.state == PeerState::Dead || st.state == PeerState::Closed)
       return fail(ErrorKind::Peer, "rank " + std::to_string(p) + " (pid " + std::to_string(control_->peer_pid(p)) + ") " +
                                        (st.state == PeerState::Dead ? "died" : "closed the communicator") + " during " +
-                                       what + "; rank " + me + (p == w.peer ? std::string(" was waiting to ") + doing + " it"
-                                                                            : " was waiting on rank " + std::to_string(w.peer)));
+                                       what + waiting_on(p));
   }
   if (std::chrono::duration<double>(now - last_progress).count() > opts_.timeout_s)
-    fail(ErrorKind::Peer, "rank " + std::to_string(w.peer) + " did not answer for " +
-                              std::to_string(static_cast<int>(opts_.timeout_s)) + " s (COMMLIB_TIMEOUT) during " + what +
-                              "; rank " + me + " was waiting to " + doing + " it");
+    fail(ErrorKind::Peer, (waited_peer >= 0 ? "rank " + std::to_string(waited_peer) : std::string("a peer")) +
+                              " did not answer for " + std::to_string(static_cast<int>(opts_.timeout_s)) +
+                              " s (COMMLIB_TIMEOUT) during " + what + waiting_on(waited_peer));
 }
 
 }  // namespace commlib

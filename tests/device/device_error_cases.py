@@ -126,20 +126,22 @@ def mismatch(comm, scenario):
     r = sub.rank
     x = emu.from_numpy(np.ones(64, np.float32))
     if scenario == "collective":
-        w = (sub.all_gather(emu.empty(64 * sub.size, "float32"), x, async_op=True) if r == 0
-             else sub.all_reduce(x, async_op=True))
+        call = (lambda: sub.all_gather(emu.empty(64 * sub.size, "float32"), x, async_op=True)) if r == 0 else (
+            lambda: sub.all_reduce(x, async_op=True))
         names = ("all_gather", "all_reduce")
     elif scenario == "count":
-        w = sub.all_reduce(emu.from_numpy(np.ones(64 + (r == 1), np.float32)), algorithm="ring", async_op=True)
+        y = emu.from_numpy(np.ones(64 + (r == 1), np.float32))
+        call = lambda: sub.all_reduce(y, algorithm="ring", async_op=True)  # noqa: E731
         names = ("65", "64")
     else:  # dtype
-        w = sub.all_reduce(emu.from_numpy(np.ones(64, np.float32 if r else np.float64)), algorithm="ring",
-                           async_op=True)
+        y = emu.from_numpy(np.ones(64, np.float32 if r else np.float64))
+        call = lambda: sub.all_reduce(y, algorithm="ring", async_op=True)  # noqa: E731
         names = ("float32", "float64")
     t = time.monotonic()
     try:
-        w.synchronize()
-        # A rank whose own peers matched completes; it learns of the mismatch at its next call.
+        # A late rank may learn of the mismatch when it enqueues (a failed peer fails the call at
+        # once); a rank whose own peers matched completes and learns of it at its next call.
+        call().synchronize()
         sub.all_reduce(x, async_op=True).synchronize()
         msg = None
     except commlib.MismatchError as e:
