@@ -4,6 +4,7 @@
 #include <string>
 
 #include "engine/communicator.h"
+#include "schedule/auto_policy.h"
 #include "schedule/registry.h"
 
 namespace commlib {
@@ -19,11 +20,7 @@ const Communicator::Planned& Communicator::plan(const CollectiveCall& call, int6
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
 
-  const auto& names = algo_names_[static_cast<int>(call.coll)];
-  if (call.algo > names.size())
-    throw std::invalid_argument("algorithm: index " + std::to_string(call.algo) + " out of range for " +
-                                collective_name(call.coll));
-  const std::string algo = call.algo ? names[call.algo - 1]
+  const std::string algo = call.algo ? algorithm_name(call.coll, call.algo)
                                      : choose_auto(call.coll, env_algo_[static_cast<int>(call.coll)], bytes, size_);
   if (opts_.debug >= 1 && call.algo == 0) {
     std::string tag = std::string(collective_name(call.coll)) + ":" + algo;
@@ -39,6 +36,7 @@ const Communicator::Planned& Communicator::plan(const CollectiveCall& call, int6
   Planned p;
   p.sched = build_schedule(CollArgs{call.coll, rank_, size_, call.count, call.root}, algo);
   p.algo = static_cast<uint8_t>(algorithm_index(call.coll, algo));
+  p.name = algo;
   if (plans_.size() >= 512) plans_.clear();
   return plans_.emplace(key, std::move(p)).first->second;
 }
