@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from commlib.device_engine import device_buffer
+from commlib.device_buffers import device_buffer
 from commlib._C import buffer_address as _buffer_address
 from commlib._C import describe_buffer as _describe_buffer
 from commlib._C import register_array_type as _register_array_type

@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 from commlib import _C
 from commlib.buffers import describe
-from commlib.device_engine import device_buffer
+from commlib.device_buffers import device_buffer
 from commlib.errors import CommError
 
 _FLOAT_DTYPES = frozenset(("float32", "float64", "float16", "bfloat16"))

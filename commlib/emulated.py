@@ -167,6 +167,11 @@ class Array:
     def __len__(self):
         return self.count
 
+    @property
+    def __commlib_device__(self):
+        """(kind, address, elements, dtype, device index): how commlib/device_buffers.py sees it."""
+        return ("emulated", self.data_ptr(), self.count, self.dtype, self.device_index)
+
     def data_ptr(self) -> int:
         """Device address of the first element."""
         return self._alloc.ptr + self.offset

@@ -10,12 +10,12 @@ import os
 import sys
 from typing import List, Tuple
 
-from commlib import _C
+from commlib import _C, settings
 
 
 def candidates() -> List[str]:
     """The libraries ``load()`` tries, in order."""
-    forced = os.environ.get("COMMLIB_NCCL_LIBRARY")
+    forced = settings.get("COMMLIB_NCCL_LIBRARY")
     if forced:
         return [forced]
     found = []

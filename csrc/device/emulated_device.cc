@@ -13,6 +13,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "common/params.h"
 #include "device/host_flags.h"
 
 namespace commlib {
@@ -312,14 +313,7 @@ std::shared_ptr<EmulatedDevice> emulated_device(int index) {
   std::lock_guard<std::mutex> lk(mu);
   auto it = devices->find(index);
   if (it != devices->end()) return it->second;
-  int64_t delay = 0;
-  if (const char* v = std::getenv("COMMLIB_EMULATED_DELAY_US")) {
-    char* end = nullptr;
-    long long x = std::strtoll(v, &end, 10);
-    if (!*v || *end || x < 0 || x > 10'000'000)
-      throw std::invalid_argument(std::string("COMMLIB_EMULATED_DELAY_US: expected microseconds >= 0, got '") + v + "'");
-    delay = x;
-  }
+  const int64_t delay = param_int("COMMLIB_EMULATED_DELAY_US", 0, 10'000'000);
   auto d = std::make_shared<EmulatedDevice>(index, delay);
   (*devices)[index] = d;
   return d;

@@ -12,6 +12,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "common/params.h"
+#include "schedule/auto_policy.h"
 #include "schedule/registry.h"
 
 namespace commlib {
@@ -21,17 +23,6 @@ namespace {
 constexpr size_t kLine = 64;      // one counter per cache line: ranks write them concurrently
 constexpr uint64_t kRing = 64;    // call descriptors kept per rank
 constexpr size_t kRingSlot = 64;  // bytes per descriptor slot: seq (written last), CallDesc
-
-uint64_t env_u64(const char* name, uint64_t fallback, uint64_t lo, uint64_t hi) {
-  const char* v = std::getenv(name);
-  if (!v) return fallback;
-  char* end = nullptr;
-  unsigned long long x = std::strtoull(v, &end, 10);
-  if (!*v || *end || *v == '-' || x < lo || x > hi)
-    throw std::invalid_argument(std::string(name) + ": expected an integer in [" + std::to_string(lo) + ", " +
-                                std::to_string(hi) + "], got '" + v + "'");
-  return x;
-}
 
 int64_t input_elements(Collective c, int64_t count, int size) {
   return (c == Collective::ReduceScatter || c == Collective::AllToAll || c == Collective::Scatter) ? count * size
@@ -57,11 +48,11 @@ StreamEngineOptions stream_engine_options_from_env(double timeout_s, const std::
   StreamEngineOptions o;
   o.timeout_s = timeout_s;
   o.label = label;
-  o.slot_bytes = env_u64("COMMLIB_DEVICE_SLOT_BYTES", o.slot_bytes, 64, uint64_t{1} << 30);
-  if (o.slot_bytes % 64)
-    throw std::invalid_argument("COMMLIB_DEVICE_SLOT_BYTES: must be a multiple of 64, got " +
+  o.slot_bytes = param_bytes("COMMLIB_DEVICE_SLOT_BYTES");
+  if (o.slot_bytes < 64 || o.slot_bytes > (uint64_t{1} << 30) || o.slot_bytes % 64)
+    throw std::invalid_argument("COMMLIB_DEVICE_SLOT_BYTES: must be a multiple of 64 in [64, 2^30], got " +
                                 std::to_string(o.slot_bytes));
-  o.nslots = static_cast<uint32_t>(env_u64("COMMLIB_DEVICE_SLOTS", o.nslots, 1, 64));
+  o.nslots = static_cast<uint32_t>(param_int("COMMLIB_DEVICE_SLOTS", 1, 64));
   return o;
 }
 
