@@ -7,5 +7,6 @@ PYBIND11_MODULE(_C, m) {
   commlib::bind_kernels(m);
   commlib::bind_comm(m);
   commlib::bind_fast_call(m);
+  commlib::bind_device(m);
   commlib::bind_sim(m);
 }

@@ -100,6 +100,9 @@ class Communicator {
   // Called once every rank has joined: turns on single-copy transfers where the OS allows them.
   bool enable_direct_reads() { return transport_->enable_direct_reads(); }
 
+  // The transport's control plane, for the stream engine's peer watch (engine/stream_engine.h).
+  Transport& transport() { return *transport_; }
+
   void close();
   void abort(const std::string& reason);
   bool aborted() const { return aborted_.load(std::memory_order_acquire); }
