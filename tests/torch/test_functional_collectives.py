@@ -1,0 +1,46 @@
+"""torch.distributed._functional_collectives over "commlib", against gloo in the same processes
+(in the style of upstream's test_functional_api.py). Rank-side code: funcol_cases.py.
+
+Groups are given as a ProcessGroup, a list of ranks (with a tag), a 1-D DeviceMesh and both
+dimensions of a (1, P) DeviceMesh (one spans every rank, one is each rank alone). Tolerances are
+backend_cases' (fp32/fp64 rtol 1e-5, atol 1e-6; bfloat16 a few units in the last place per
+reduction step; integers exact).
+"""
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+torch = pytest.importorskip("torch")
+
+import funcol_cases as fcc  # noqa: E402
+from ranks import get_pool  # noqa: E402
+
+ALL_DTYPES = ["float32", "float64", "int64", "int32", "bfloat16"]
+# every dtype with a ProcessGroup; two dtypes (one float, one integer) for the other group forms
+_MATRIX = [(("pg",), ALL_DTYPES),
+           (("ranks", "mesh1d", "mesh2d_dim1", "mesh2d_dim0"), ["float32", "int64"])]
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_every_collective_dtype_and_group_form(n):
+    counts = get_pool(n).run(_run_matrix)
+    assert all(c == counts[0] and c > 100 for c in counts), counts
+
+
+def _run_matrix(comm):
+    return sum(fcc.case_matrix(comm, forms, dtypes) for forms, dtypes in _MATRIX)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_async_tensor_wait_semantics(n):
+    assert get_pool(n).run(fcc.case_wait_semantics) == [True] * n
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_autograd(n):
+    assert get_pool(n).run(fcc.case_autograd) == [4] * n
