@@ -1,17 +1,17 @@
 """Rendezvous: find the ranks, share the shared-memory region, build communicators.
 
-Rank 0 creates the region as a memfd (anonymous: nothing appears in /dev/shm, and a crash leaves
-nothing behind) and publishes ``pid:fd`` through the store; the other ranks open it through
-/proc/<pid>/fd, map it, and say so; rank 0 drops its descriptor once every rank has mapped it.
+Each host's lowest rank creates its host's region as a memfd (anonymous: nothing appears in
+/dev/shm, and a crash leaves nothing behind) and publishes ``pid:fd`` through the store; the other
+ranks of the host open it through /proc/<pid>/fd, map it, and say so; the leader drops its
+descriptor once they all have. Hosts and TCP addresses come from commlib.bootstrap.
 """
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from typing import Optional
 
-from commlib import _C
+from commlib import _C, bootstrap
 from commlib.communicator import Communicator
 from commlib.store import StoreServer, TCPStore
 
@@ -119,38 +119,48 @@ def _get(store, key: str) -> bytes:
 
 
 def create(store, prefix: str, rank: int, size: int, timeout: float) -> Communicator:
-    """Build a communicator of ``size`` ranks over ``store`` keys under ``prefix`` (collective)."""
-    host = socket.gethostname()
+    """Build a communicator of ``size`` ranks over ``store`` keys under ``prefix`` (collective).
+
+    Ranks on one host (commlib.bootstrap.host_id) share one memory region, created by the host's
+    lowest rank; ranks on other hosts are reached over TCP (commlib.bootstrap).
+    """
+    topo = bootstrap.discover_hosts(store, prefix, rank, size)
+    hidx = topo.host_of[rank]
+    local = topo.ranks_on(hidx)
+    local_size, leader = len(local), local[0]
+    shm_key = f"{prefix}/shm/{hidx}"
+    endpoint = bootstrap.listen(store, prefix, rank, topo, timeout, debug_level()) if len(topo.hosts) > 1 else None
     fd = -1
     my_fd = -1
     try:
-        if rank == 0:
+        if rank == leader:
             fd = os.memfd_create(f"commlib:{prefix}", os.MFD_CLOEXEC)
-            os.ftruncate(fd, _C.shm_region_bytes(size))
+            os.ftruncate(fd, _C.shm_region_bytes(local_size))
             my_fd = fd
-            # Rank 0 lays out the region before anyone may open it.
-            core = _C.Communicator(rank, size, my_fd, timeout, prefix, debug_level())
-            store.set(f"{prefix}/shm", f"{os.getpid()}:{fd}:{host}")
+            # The leader lays out the region before anyone may open it.
+            core = _C.Communicator(rank, size, my_fd, topo.host_of, topo.hosts, endpoint, timeout, prefix,
+                                   debug_level())
+            store.set(shm_key, f"{os.getpid()}:{fd}")
         else:
-            pid, rfd, rhost = _get(store, f"{prefix}/shm").decode().split(":", 2)
-            if rhost != host:
-                raise RuntimeError(f"rank {rank} runs on {host} but rank 0 on {rhost}: this build's "
-                                   "transport is shared memory, so all ranks must share one host")
-            my_fd = os.open(f"/proc/{pid}/fd/{rfd}", os.O_RDWR | os.O_CLOEXEC)
-            core = _C.Communicator(rank, size, my_fd, timeout, prefix, debug_level())
+            pid, rfd = _get(store, shm_key).decode().split(":", 1)
+            my_fd = os.open(f"/proc/{int(pid)}/fd/{int(rfd)}", os.O_RDWR | os.O_CLOEXEC)
+            core = _C.Communicator(rank, size, my_fd, topo.host_of, topo.hosts, endpoint, timeout, prefix,
+                                   debug_level())
             os.close(my_fd)
             my_fd = -1
-        # Rank 0 keeps the memfd open until everyone has mapped it, then it disappears with the
-        # last mapping.
+        # The leader keeps the memfd open until every rank of its host has mapped it, then it
+        # disappears with the last mapping.
         store.set(f"{prefix}/mapped/{rank}", b"1")
-        if rank == 0:
-            for r in range(1, size):
+        if rank == leader:
+            for r in local[1:]:
                 _get(store, f"{prefix}/mapped/{r}")
             os.close(fd)
             fd = my_fd = -1
-            store.set(f"{prefix}/ready", b"1")
+            store.set(f"{shm_key}/ready", b"1")
         else:
-            _get(store, f"{prefix}/ready")
+            _get(store, f"{shm_key}/ready")
+        if endpoint is not None:
+            core.connect(bootstrap.addresses(store, prefix, rank, topo))
         # Every rank is mapped and has published its pid: probe single-copy reads (peers keep
         # sending through the channels until they see this rank's answer).
         direct = core.enable_direct_reads()
@@ -158,9 +168,13 @@ def create(store, prefix: str, rank: int, size: int, timeout: float) -> Communic
         if my_fd >= 0:
             os.close(my_fd)
     if rank == 0:
-        _log(1, f"{prefix}: {size} ranks on {host}, transport shm, "
-                f"{_C.shm_region_bytes(size) >> 20} MiB region, single-copy reads "
+        links = "shm" if len(topo.hosts) == 1 else "shm within hosts, tcp across"
+        _log(1, f"{prefix}: {size} ranks on {topo}, links {links}, "
+                f"{_C.shm_region_bytes(local_size) >> 20} MiB region per host, single-copy reads "
                 f"{'on' if direct else 'off'}, timeout {timeout:g} s")
+        note = bootstrap.unauthenticated_note(topo)
+        if note:
+            _log(1, f"{prefix}: {note}")
     return Communicator(core, store, prefix, rank, size, timeout)
 
 

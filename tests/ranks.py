@@ -35,7 +35,8 @@ def _worker(rank, size, port, conn, env):
     # One compute thread per rank: several ranks share 2 cores, and torch's default thread pool
     # per rank makes them fight (100x slower small matmuls). Set before anything imports torch.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    os.environ.update(env)
+    # A tuple value gives each rank its own setting (e.g. COMMLIB_HOST_ID for emulated hosts).
+    os.environ.update({k: v[rank] if isinstance(v, tuple) else v for k, v in env.items()})
     sys.path.insert(0, ROOT)
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     comm = None

@@ -1,4 +1,4 @@
-// A communicator: one transport, one executor, a cache of built schedules, and a FIFO of calls.
+// A communicator: its links (a Fabric: shm within the host, tcp across hosts), one executor, a cache of built schedules, and a FIFO of calls.
 //
 // A blocking call whose queue is empty runs on the caller's thread (a hand-off to a sleeping
 // worker would cost a futex wake-up on the latency path); asynchronous calls go to a worker thread
@@ -22,7 +22,7 @@
 #include "common/types.h"
 #include "engine/executor.h"
 #include "schedule/ir.h"
-#include "transport/transport.h"
+#include "transport/fabric.h"
 
 namespace commlib {
 
@@ -86,7 +86,7 @@ struct CommOptions {
 
 class Communicator {
  public:
-  Communicator(std::unique_ptr<Transport> transport, CommOptions opts);
+  Communicator(std::unique_ptr<Fabric> fabric, CommOptions opts);
   ~Communicator();
 
   int rank() const { return rank_; }
@@ -98,6 +98,10 @@ class Communicator {
 
   // Called once every rank has joined: turns on single-copy transfers where the OS allows them.
   bool enable_direct_reads() { return transport_->enable_direct_reads(); }
+  const Topology& topology() const { return topology_; }
+  // The kind of link to each rank ("self", "shm", "tcp"), by rank.
+  std::vector<std::string> link_kinds() const;
+  TcpTransport* tcp() { return transport_ ? transport_->tcp() : nullptr; }
 
   void close();
   void abort(const std::string& reason);
@@ -124,7 +128,9 @@ class Communicator {
   void fail_communicator(const CommError& e);  // abort after `e`, telling the peers
   void throw_if_aborted() const;
 
-  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<Fabric> transport_;
+  Topology topology_;  // kept after close() for comm.topology
+  std::vector<LinkKind> link_kinds_;
   Executor exec_;
   CommOptions opts_;
   int rank_, size_;

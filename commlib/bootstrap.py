@@ -1,0 +1,117 @@
+"""Bootstrap over the store: who is on which host, and the TCP addresses of ranks on other hosts.
+
+A rank's host is ``COMMLIB_HOST_ID`` if set (so one machine can act as several hosts in tests),
+else its hostname. Ranks on one host share memory; ranks on different hosts talk over TCP. The
+store only carries public facts (host names, listening addresses, a communicator id): it is
+readable by anyone who reaches it, so the secret that authenticates links (``COMMLIB_SECRET``)
+never goes through it.
+"""
+from __future__ import annotations
+
+import os
+import re
+import socket
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from commlib import _C
+
+_HOST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_ADDRESS = re.compile(r"^(\d{1,3}(\.\d{1,3}){3}|\[[0-9A-Fa-f:.]+\]):\d{1,5}$")
+
+
+def host_id() -> str:
+    """This process's host identity: COMMLIB_HOST_ID, else the hostname."""
+    v = os.environ.get("COMMLIB_HOST_ID")
+    if v is None or v == "":
+        return socket.gethostname()
+    if not _HOST_ID.match(v):
+        raise ValueError(f"COMMLIB_HOST_ID: expected 1-128 characters of [A-Za-z0-9._:-], got {v!r}")
+    return v
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Where the ranks of a communicator are.
+
+    ``hosts``: host names, in order of their lowest rank; ``host_of[r]``: rank r's host index;
+    ``links[r]``: how this rank reaches rank r ("self", "shm" on its host, "tcp" across hosts).
+    """
+
+    hosts: List[str]
+    host_of: List[int]
+    links: List[str] = field(default_factory=list)
+
+    def ranks_on(self, host: int) -> List[int]:
+        """The ranks on host index ``host``, ascending."""
+        return [r for r, h in enumerate(self.host_of) if h == host]
+
+    @property
+    def local_ranks(self) -> List[List[int]]:
+        """Ranks grouped by host."""
+        return [self.ranks_on(h) for h in range(len(self.hosts))]
+
+    def __str__(self):
+        parts = [f"{name}: ranks {self.ranks_on(h)}" for h, name in enumerate(self.hosts)]
+        return f"{len(self.hosts)} host(s) ({'; '.join(parts)})"
+
+
+def _get(store, key: str) -> bytes:
+    v = store.get(key)
+    return v if isinstance(v, bytes) else bytes(v)
+
+
+def discover_hosts(store, prefix: str, rank: int, size: int) -> Topology:
+    """Every rank publishes its host id; all read everyone's (collective)."""
+    store.set(f"{prefix}/host/{rank}", host_id().encode())
+    names: List[str] = []
+    host_of: List[int] = []
+    for r in range(size):
+        name = _get(store, f"{prefix}/host/{r}").decode(errors="replace")
+        if not _HOST_ID.match(name) and name != socket.gethostname():
+            raise RuntimeError(f"rank {r} published an invalid host id {name[:64]!r}")
+        if name not in names:
+            names.append(name)
+        host_of.append(names.index(name))
+    return Topology(names, host_of)
+
+
+def comm_id(store, prefix: str, rank: int) -> str:
+    """An id rank 0 draws for this communicator; TCP handshakes refuse other communicators' ranks."""
+    key = f"{prefix}/comm_id"
+    if rank == 0:
+        store.set(key, os.urandom(16).hex().encode())
+    return _get(store, key).decode() + "/" + prefix
+
+
+def listen(store, prefix: str, rank: int, topo: Topology, timeout: float, debug: int):
+    """Opens this rank's TCP listener and publishes its address (when other hosts exist)."""
+    size = len(topo.host_of)
+    mine = topo.host_of[rank]
+    remote = [h != mine for h in topo.host_of]
+    endpoint = _C.TcpEndpoint(rank, size, comm_id(store, prefix, rank), remote, timeout, debug)
+    store.set(f"{prefix}/tcp/{rank}", endpoint.address.encode())
+    return endpoint
+
+
+def addresses(store, prefix: str, rank: int, topo: Topology) -> List[str]:
+    """Every rank's listening address ("" for ranks on this rank's host), checked strictly."""
+    out = []
+    mine = topo.host_of[rank]
+    for r, h in enumerate(topo.host_of):
+        if h == mine:
+            out.append("")
+            continue
+        a = _get(store, f"{prefix}/tcp/{r}").decode(errors="replace")
+        if not _ADDRESS.match(a):
+            raise RuntimeError(f"rank {r} published an invalid TCP address {a[:64]!r}")
+        out.append(a)
+    return out
+
+
+def unauthenticated_note(topo: Topology) -> Optional[str]:
+    """The INFO line a multi-host job without COMMLIB_SECRET logs, else None."""
+    if len(topo.hosts) > 1 and not os.environ.get("COMMLIB_SECRET"):
+        return ("links between hosts are unauthenticated: set COMMLIB_SECRET (the same on every rank) "
+                "so every TCP connection proves it belongs to this job")
+    return None
