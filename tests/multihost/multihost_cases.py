@@ -165,7 +165,8 @@ def fuzz_port(addr, seed, connections=60):
             opened += 1
             try:
                 s.sendall(payload)
-                if kind == 5:
+                if kind == 5:  # wait briefly for the rank's verdict (it closes on bad magic)
+                    s.settimeout(0.3)
                     s.recv(100)
             except OSError:
                 pass

@@ -40,3 +40,10 @@ def test_topology_names_hosts_and_links(pool, hosts):
 
 def test_point_to_point_across_hosts(pool):
     assert hosts_pool(pool, UNEVEN).run(cases.p2p_ring) == [[True] * 3] * len(UNEVEN)
+
+
+def test_ipv6_loopback(pool):
+    """COMMLIB_SOCKET_FAMILY=AF_INET6: the links listen on ::1 and carry the same collectives."""
+    p = hosts_pool(pool, ONE_PER_HOST, COMMLIB_SOCKET_FAMILY="AF_INET6")
+    assert all(a.startswith("[::1]:") for a in p.run(cases.tcp_port))
+    assert p.run(cases.still_works) == [True] * 3
