@@ -276,7 +276,7 @@ const Communicator::Planned& Communicator::plan(const CollectiveCall& call, int6
     }
   }
   Planned p;
-  p.sched = build_schedule(CollArgs{call.coll, rank_, size_, call.count, call.root}, algo);
+  p.sched = build_schedule(CollArgs{call.coll, rank_, size_, call.count, call.root, topology_.host_of}, algo);
   p.algo = static_cast<uint8_t>(algorithm_index(call.coll, algo));
   if (plans_.size() >= 512) plans_.clear();
   return plans_.emplace(key, std::move(p)).first->second;

@@ -7,11 +7,11 @@ from commlib import schedules
 
 EXPECTED = {
     "all_reduce": ["ring", "recursive_doubling", "rabenseifner", "direct", "two_shot", "tree",
-                   "reduce_broadcast"],
-    "all_gather": ["ring", "recursive_doubling", "bruck", "direct"],
-    "reduce_scatter": ["ring", "recursive_halving", "direct"],
+                   "reduce_broadcast", "hierarchical"],
+    "all_gather": ["ring", "recursive_doubling", "bruck", "direct", "hierarchical"],
+    "reduce_scatter": ["ring", "recursive_halving", "direct", "hierarchical"],
     "all_to_all": ["pairwise", "bruck", "direct"],
-    "broadcast": ["binomial", "scatter_allgather", "pipeline", "direct"],
+    "broadcast": ["binomial", "scatter_allgather", "pipeline", "direct", "hierarchical"],
     "reduce": ["binomial", "direct"],
     "gather": ["binomial", "linear"],
     "scatter": ["binomial", "linear"],
