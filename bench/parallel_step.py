@@ -19,7 +19,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 
-from commlib.parallel.gpt import measure_step  # noqa: E402
+from commlib.models.gpt_timing import measure_step  # noqa: E402
 
 
 def modes(P):

@@ -10,14 +10,14 @@ Schedules can be inspected and verified without any process: ``commlib.schedule(
 """
 from commlib import _C
 from commlib.communicator import Communicator, Work
-from commlib.errors import CommError, MismatchError, PeerError
+from commlib.errors import CommError, MismatchError, PeerError, RendezvousError
 from commlib.init import init
 from commlib.schedules import VerificationError, algorithms, format_schedule, schedule, verify
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "init", "Communicator", "Work", "CommError", "MismatchError", "PeerError",
+    "init", "Communicator", "Work", "CommError", "MismatchError", "PeerError", "RendezvousError",
     "schedule", "algorithms", "verify", "format_schedule", "VerificationError",
     "DTYPES", "OPS", "COLLECTIVES",
 ]

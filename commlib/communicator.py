@@ -7,10 +7,12 @@ latency path) or on the communicator's FIFO worker for ``async_op=True``.
 from __future__ import annotations
 
 import ctypes
+import os
 from typing import Optional, Sequence
 
 from commlib import _C
 from commlib.buffers import describe
+from commlib.errors import CommError
 
 _FLOAT_DTYPES = frozenset(("float32", "float64", "float16", "bfloat16"))
 _BITWISE_OPS = frozenset(("band", "bor", "bxor"))
@@ -116,6 +118,8 @@ class Communicator:
         self._timeout = timeout
         self._splits = 0
         self._owned = (None, None)  # (store, store server) that init() created for this communicator
+        self._closed = False
+        self._pid = os.getpid()  # a forked child must not close the parent's store server
 
     # -- identity ---------------------------------------------------------------------------
     @property
@@ -148,11 +152,11 @@ class Communicator:
 
     # -- helpers ----------------------------------------------------------------------------
     def _check_root(self, root):
-        if not isinstance(root, int) or not 0 <= root < self._size:
+        if not _is_rank(root) or not 0 <= root < self._size:
             raise ValueError(f"root: {root!r} is out of range for a communicator of size {self._size}")
 
     def _check_peer(self, peer, name="peer"):
-        if not isinstance(peer, int) or not 0 <= peer < self._size:
+        if not _is_rank(peer) or not 0 <= peer < self._size:
             raise ValueError(f"{name}: {peer!r} is out of range for a communicator of size {self._size}")
         if peer == self._rank:
             raise ValueError(f"{name}: cannot send to or receive from this rank itself ({peer})")
@@ -242,6 +246,8 @@ class Communicator:
         for j in range(1, P):
             in_off[j] = in_off[j - 1] + ins[j - 1]
             out_off[j] = out_off[j - 1] + outs[j - 1]
+        if ip < op_ptr + n_out * es and op_ptr < ip + n_in * es:
+            raise ValueError("output: overlaps input; all_to_all with splits needs separate buffers")
         r = self._rank
         if ins[r] != outs[r]:
             raise ValueError(f"input_splits/output_splits: this rank sends itself {ins[r]} elements "
@@ -362,9 +368,14 @@ class Communicator:
         timeout unless ``timeout`` (seconds) is given.
         """
         from commlib.init import split_communicator
-        if color is not None and (not isinstance(color, int) or color < 0):
+        if self._closed:
+            raise CommError(f"split: communicator (rank {self._rank}) is closed")
+        if os.getpid() != self._pid:
+            raise CommError(f"split: communicator (rank {self._rank}) was created in pid {self._pid} and "
+                            f"is used in a forked child (pid {os.getpid()})")
+        if color is not None and (not _is_rank(color) or color < 0):
             raise ValueError(f"color: must be a non-negative int or None, got {color!r}")
-        if key is not None and not isinstance(key, int):
+        if key is not None and not _is_rank(key):
             raise TypeError(f"key: must be an int, got {type(key).__name__}")
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout: must be positive, got {timeout!r}")
@@ -373,8 +384,15 @@ class Communicator:
                                   self._timeout if timeout is None else float(timeout))
 
     def close(self):
-        """Finish queued work, then release shared memory and the worker thread. Idempotent."""
+        """Finish queued work, then release shared memory and the worker thread. Idempotent.
+
+        In a forked child it only drops the child's references: the store and region are the parent's.
+        """
+        self._closed = True
         self._core.close()
+        if os.getpid() != self._pid:
+            self._owned = (None, None)
+            return
         store, server = self._owned
         self._owned = (None, None)
         if store is not None and hasattr(store, "close"):
@@ -395,6 +413,11 @@ class Communicator:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _is_rank(x) -> bool:
+    """An int that is not a bool: True is not rank 1."""
+    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def _splits(splits, total, P, name):

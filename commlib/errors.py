@@ -4,9 +4,17 @@
 different collectives (or the same one with a different count, dtype, op, root or algorithm);
 ``PeerError`` means a peer died, closed its communicator or stopped answering within the timeout.
 After either, the communicator is aborted: every later call raises ``CommError`` at once.
+``RendezvousError`` means the ranks could not find each other: the store did not answer (or
+answered something that is not a commlib store), a rank disagreed on the world size, or a value read
+from the store was malformed or not signed with ``COMMLIB_SECRET``.
 
-The classes are created by the C++ core (so C++ can raise them) and re-exported here.
+The first three classes are created by the C++ core (so C++ can raise them) and re-exported here.
 """
 from commlib._C import CommError, MismatchError, PeerError
 
-__all__ = ["CommError", "MismatchError", "PeerError"]
+
+class RendezvousError(CommError):
+    """The ranks could not rendezvous; the message names the store address or rank at fault."""
+
+
+__all__ = ["CommError", "MismatchError", "PeerError", "RendezvousError"]

@@ -1,21 +1,39 @@
 """Rendezvous: find the ranks, share the shared-memory region, build communicators.
 
-Each host's lowest rank creates its host's region as a memfd (anonymous: nothing appears in
-/dev/shm, and a crash leaves nothing behind) and publishes ``pid:fd`` through the store; the other
-ranks of the host open it through /proc/<pid>/fd, map it, and say so; the leader drops its
-descriptor once they all have. Hosts and TCP addresses come from commlib.bootstrap.
+Ranks on one host share a region; ranks on different hosts talk over TCP (commlib.bootstrap finds
+the hosts and exchanges the TCP addresses). Each host's lowest rank (its leader) creates the
+host's region as a memfd (anonymous: nothing appears in /dev/shm, and a crash leaves nothing
+behind), sizes and seals it (it can no longer shrink or grow), and publishes a record of itself
+through the store; the other ranks of the host receive the descriptor itself from their leader
+over a Unix socket (commlib/fdpass.py), the C++ core checks it (a sealed memfd of our user, of the size and
+layout this rank computed), maps it, and says so. Every value read from the store is parsed
+strictly, and signed when COMMLIB_SECRET is set (commlib/secret.py). A rank that finds a problem
+(a different world size, a malformed value) publishes it under ``<prefix>/error`` so every rank
+raises ``RendezvousError`` naming it instead of waiting out the timeout.
 """
 from __future__ import annotations
 
+import fcntl
+import json
 import os
+import socket
 import sys
+import time
 from typing import Optional
 
 from commlib import _C, bootstrap
 from commlib.communicator import Communicator
+from commlib.errors import CommError, RendezvousError
+from commlib.fdpass import FdServer, receive_fd
+from commlib.secret import secured
 from commlib.store import StoreServer, TCPStore
 
 _DEBUG_LEVELS = {"": 0, "0": 0, "OFF": 0, "WARN": 0, "INFO": 1, "TRACE": 2}
+
+
+def _is_int(x) -> bool:
+    """An int that is not a bool (True is not rank 1)."""
+    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def _env_int(*names) -> Optional[int]:
@@ -75,9 +93,9 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, store=Non
     if rank is None or world_size is None:
         raise ValueError("rank/world_size: not given and not found in the environment "
                          "(RANK/WORLD_SIZE, OMPI_COMM_WORLD_RANK/SIZE, SLURM_PROCID/NTASKS)")
-    if not isinstance(world_size, int) or world_size < 1:
+    if not _is_int(world_size) or world_size < 1:
         raise ValueError(f"world_size: must be a positive integer, got {world_size!r}")
-    if not isinstance(rank, int) or not 0 <= rank < world_size:
+    if not _is_int(rank) or not 0 <= rank < world_size:
         raise ValueError(f"rank: {rank!r} is out of range for world_size {world_size}")
     timeout = default_timeout() if timeout is None else float(timeout)
     if timeout <= 0:
@@ -104,73 +122,116 @@ def _default_store(rank, world_size, master_addr, master_port, timeout):
         return dist.TCPStore(addr, port, world_size, False, timedelta(seconds=timeout)), None
     server = None
     if rank == 0:
+        # Bind the address asked for and nothing else (not 0.0.0.0): the store is reachable from
+        # exactly where the ranks were told to look for it.
         try:
-            server = StoreServer("0.0.0.0" if addr not in ("127.0.0.1", "localhost") else addr, port)
+            server = StoreServer("127.0.0.1" if addr == "localhost" else addr, port)
         except OSError as e:
-            raise RuntimeError(f"master_port: rank 0 cannot serve the rendezvous store on {addr}:{port} "
-                               f"({e.strerror}); pick a free MASTER_PORT") from None
+            raise RendezvousError(f"master_port: rank 0 cannot serve the rendezvous store on {addr}:{port} "
+                                  f"({e.strerror}); pick a free MASTER_PORT") from None
     # Port 0 lets rank 0 pick a free port (useful for a world of one).
-    return TCPStore(addr, server.port if server else port, timeout=timeout), server
+    try:
+        return TCPStore(addr, server.port if server else port, timeout=timeout, connect_timeout=timeout), server
+    except BaseException:
+        if server is not None:
+            server.close()
+        raise
 
 
-def _get(store, key: str) -> bytes:
-    v = store.get(key)
-    return v if isinstance(v, bytes) else bytes(v)
+class _Rendezvous:
+    """Keys under one prefix, waited on with a deadline while watching ``<prefix>/error``."""
+
+    def __init__(self, store, prefix: str, rank: int, timeout: float):
+        self.store = store
+        self.prefix = prefix
+        self.rank = rank
+        self.timeout = timeout
+        self.deadline = time.monotonic() + timeout
+
+    def set(self, name: str, value):
+        self.store.set(f"{self.prefix}/{name}", value)
+
+    def wait(self, name: str, what: str) -> bytes:
+        """The value of ``name`` once set; RendezvousError if a rank reported an error first or
+        the deadline passes (``what`` says what was expected)."""
+        key = f"{self.prefix}/{name}"
+        pause = 0.0005
+        while True:
+            if self.store.check([key]):
+                v = self.store.get(key)
+                return v if isinstance(v, bytes) else bytes(v)
+            self.raise_reported()
+            if time.monotonic() > self.deadline:
+                raise RendezvousError(f"rendezvous {self.prefix!r}: rank {self.rank} waited {self.timeout:g} s "
+                                      f"(COMMLIB_TIMEOUT) for {what}")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.02)
+
+    def raise_reported(self):
+        """Raise RendezvousError if some rank reported an error under this prefix."""
+        err = f"{self.prefix}/error"
+        if self.store.check([err]):
+            raise RendezvousError(f"rendezvous {self.prefix!r}: " + _text(self.store.get(err)))
+
+    def report(self, message: str):
+        """Tell every rank what went wrong here (best effort: the store may be the problem)."""
+        try:
+            self.store.set(f"{self.prefix}/error", f"rank {self.rank}: {message}")
+        except Exception:  # noqa: BLE001 - the original error is what the caller raises
+            pass
+
+
+def _text(v) -> str:
+    return bytes(v)[:2000].decode("utf-8", errors="replace")
+
+
+def _parse_record(raw: bytes, fields: dict, what: str) -> dict:
+    """A JSON object with exactly ``fields`` (name -> type or tuple of types); bools are not ints."""
+    try:
+        rec = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise RendezvousError(f"{what}: malformed value {_text(raw)[:80]!r} in the store") from None
+    if not isinstance(rec, dict) or set(rec) != set(fields):
+        raise RendezvousError(f"{what}: expected fields {sorted(fields)}, got {_text(raw)[:80]!r}")
+    for name, types in fields.items():
+        v = rec[name]
+        if isinstance(v, bool) or not isinstance(v, types):
+            raise RendezvousError(f"{what}: field {name!r} has a bad value {v!r}")
+    return rec
+
+
+def _make_region(size: int, prefix: str) -> int:
+    """A zero-filled, sealed memfd of the region's size: it can no longer shrink or grow."""
+    # The name shows in /proc/<pid>/maps, which is how tests find a communicator's region.
+    fd = os.memfd_create(f"commlib:{prefix}"[:240], os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.ftruncate(fd, _C.shm_region_bytes(size))
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+_REGION_FIELDS = {"pid": int, "size": int, "host": str, "socket": str, "bytes": int}
 
 
 def create(store, prefix: str, rank: int, size: int, timeout: float) -> Communicator:
-    """Build a communicator of ``size`` ranks over ``store`` keys under ``prefix`` (collective).
-
-    Ranks on one host (commlib.bootstrap.host_id) share one memory region, created by the host's
-    lowest rank; ranks on other hosts are reached over TCP (commlib.bootstrap).
-    """
-    topo = bootstrap.discover_hosts(store, prefix, rank, size)
-    hidx = topo.host_of[rank]
-    local = topo.ranks_on(hidx)
-    local_size, leader = len(local), local[0]
-    shm_key = f"{prefix}/shm/{hidx}"
-    endpoint = bootstrap.listen(store, prefix, rank, topo, timeout, debug_level()) if len(topo.hosts) > 1 else None
-    fd = -1
-    my_fd = -1
+    """Build a communicator of ``size`` ranks over ``store`` keys under ``prefix`` (collective)."""
+    store = secured(store)
+    rdv = _Rendezvous(store, prefix, rank, timeout)
     try:
-        if rank == leader:
-            fd = os.memfd_create(f"commlib:{prefix}", os.MFD_CLOEXEC)
-            os.ftruncate(fd, _C.shm_region_bytes(local_size))
-            my_fd = fd
-            # The leader lays out the region before anyone may open it.
-            core = _C.Communicator(rank, size, my_fd, topo.host_of, topo.hosts, endpoint, timeout, prefix,
-                                   debug_level())
-            store.set(shm_key, f"{os.getpid()}:{fd}")
-        else:
-            pid, rfd = _get(store, shm_key).decode().split(":", 1)
-            my_fd = os.open(f"/proc/{int(pid)}/fd/{int(rfd)}", os.O_RDWR | os.O_CLOEXEC)
-            core = _C.Communicator(rank, size, my_fd, topo.host_of, topo.hosts, endpoint, timeout, prefix,
-                                   debug_level())
-            os.close(my_fd)
-            my_fd = -1
-        # The leader keeps the memfd open until every rank of its host has mapped it, then it
-        # disappears with the last mapping.
-        store.set(f"{prefix}/mapped/{rank}", b"1")
-        if rank == leader:
-            for r in local[1:]:
-                _get(store, f"{prefix}/mapped/{r}")
-            os.close(fd)
-            fd = my_fd = -1
-            store.set(f"{shm_key}/ready", b"1")
-        else:
-            _get(store, f"{shm_key}/ready")
-        if endpoint is not None:
-            core.connect(bootstrap.addresses(store, prefix, rank, topo))
-        # Every rank is mapped and has published its pid: probe single-copy reads (peers keep
-        # sending through the channels until they see this rank's answer).
-        direct = core.enable_direct_reads()
-    finally:
-        if my_fd >= 0:
-            os.close(my_fd)
+        core, direct = _create_core(rdv, rank, size, timeout)
+    except (CommError, ValueError, OSError) as e:
+        if not str(e).startswith(f"rendezvous {prefix!r}: rank "):  # not a relayed report
+            rdv.report(str(e))
+        if not isinstance(e, OSError):  # CommErrors, and ValueErrors naming a bad setting
+            raise
+        raise RendezvousError(f"rendezvous {prefix!r} on rank {rank}: {e}") from e
     if rank == 0:
+        topo = core_topology(core)
         links = "shm" if len(topo.hosts) == 1 else "shm within hosts, tcp across"
-        _log(1, f"{prefix}: {size} ranks on {topo}, links {links}, "
-                f"{_C.shm_region_bytes(local_size) >> 20} MiB region per host, single-copy reads "
+        _log(1, f"{prefix}: {size} ranks on {topo}, links {links}, single-copy reads "
                 f"{'on' if direct else 'off'}, timeout {timeout:g} s")
         note = bootstrap.unauthenticated_note(topo)
         if note:
@@ -178,17 +239,102 @@ def create(store, prefix: str, rank: int, size: int, timeout: float) -> Communic
     return Communicator(core, store, prefix, rank, size, timeout)
 
 
+def core_topology(core) -> "bootstrap.Topology":
+    return bootstrap.Topology(list(core.host_names), list(core.host_of), list(core.link_kinds))
+
+
+def _create_core(rdv: _Rendezvous, rank: int, size: int, timeout: float):
+    topo = bootstrap.discover_hosts(rdv.store, rdv.prefix, rank, size)
+    hidx = topo.host_of[rank]
+    local = topo.ranks_on(hidx)
+    local_size, leader, local_rank = len(local), local[0], local.index(rank)
+    host = topo.hosts[hidx]
+    region_bytes = _C.shm_region_bytes(local_size)
+    endpoint = None
+    if len(topo.hosts) > 1:  # listen before the address is published; connect once all listen
+        endpoint = bootstrap.listen(rdv.store, rdv.prefix, rank, topo, timeout, debug_level())
+
+    def make_core(fd):
+        return _C.Communicator(rank, size, fd, topo.host_of, topo.hosts, endpoint, timeout, rdv.prefix,
+                               debug_level())
+
+    if rank == leader:
+        fd = _make_region(local_size, rdv.prefix)
+        server = None
+        try:
+            # The leader lays out the region before anyone may receive it.
+            core = make_core(fd)
+            if local_size > 1:
+                server = FdServer(fd, local_size)  # serves local ranks 1..local_size-1
+                rdv.set(f"shm/{hidx}", json.dumps({"pid": os.getpid(), "size": size, "host": host,
+                                                   "socket": server.name, "bytes": region_bytes}))
+                while len(server.served) < local_size - 1:
+                    rdv.raise_reported()
+                    if time.monotonic() > rdv.deadline:
+                        missing = sorted(local[i] for i in set(range(1, local_size)) - server.served)
+                        raise RendezvousError(f"rendezvous {rdv.prefix!r}: ranks {missing} did not fetch the "
+                                              f"shared-memory region within {timeout:g} s (COMMLIB_TIMEOUT)")
+                    server.serve_one(0.05)
+        finally:
+            if server is not None:
+                server.close()
+            os.close(fd)  # the mapping keeps the region; peers hold their own descriptors
+    else:
+        rec = _parse_record(rdv.wait(f"shm/{hidx}", f"rank {leader} to publish host {host}'s shared-memory region"),
+                            _REGION_FIELDS, f"rendezvous {rdv.prefix!r}: rank {leader}'s region record")
+        if rec["size"] != size:
+            raise RendezvousError(f"world size mismatch: rank {rank} has world_size {size} but rank {leader} has "
+                                  f"{rec['size']} (check WORLD_SIZE on every rank)")
+        if rec["host"] != host:
+            raise RendezvousError(f"rank {rank} on host {host} got the region record of host {rec['host']!r}")
+        if rec["bytes"] != region_bytes:
+            raise RendezvousError(f"rank {rank} computed a {region_bytes}-byte region but rank {leader} made "
+                                  f"{rec['bytes']} bytes (COMMLIB_SHM_SLOTS / COMMLIB_SHM_SLOT_BYTES must be "
+                                  "the same on every rank)")
+        fd = receive_fd(rec["socket"], rec["pid"], local_rank, max(0.1, rdv.deadline - time.monotonic()))
+        try:
+            core = make_core(fd)
+        finally:
+            os.close(fd)
+    # Every rank of the host mapped the region and published its pid once the leader says ready.
+    rdv.set(f"mapped/{rank}", b"1")
+    if rank == leader:
+        for r in local[1:]:
+            _expect_flag(rdv, f"mapped/{r}", f"rank {r} to map the region")
+        rdv.set(f"ready/{hidx}", b"1")
+    else:
+        _expect_flag(rdv, f"ready/{hidx}", f"rank {leader} to see every rank of host {host} mapped")
+    if endpoint is not None:
+        core.connect(bootstrap.addresses(rdv.store, rdv.prefix, rank, topo))
+    # Probe single-copy reads (peers keep sending through the channels until they see our answer).
+    return core, core.enable_direct_reads()
+
+
+def _expect_flag(rdv: _Rendezvous, name: str, what: str):
+    v = rdv.wait(name, what)
+    if v != b"1":
+        raise RendezvousError(f"rendezvous {rdv.prefix!r}: key {name!r} holds {_text(v)[:40]!r}, expected '1'")
+
+
 def split_communicator(comm: Communicator, color, key: int, n: int, timeout: float):
     """Implementation of Communicator.split (collective over ``comm``)."""
     prefix = f"{comm._prefix}/split{n}"
-    store = comm._store
-    store.set(f"{prefix}/in/{comm.rank}", f"{'-' if color is None else color}:{key}")
+    rdv = _Rendezvous(comm._store, prefix, comm.rank, timeout)
+    rdv.set(f"in/{comm.rank}", json.dumps({"color": color, "key": key}))
     entries = []
-    for r in range(comm.size):
-        c, k = _get(store, f"{prefix}/in/{r}").decode().split(":")
-        entries.append((None if c == "-" else int(c), int(k), r))
+    try:
+        for r in range(comm.size):
+            rec = _parse_record(rdv.wait(f"in/{r}", f"rank {r} to call split"),
+                                {"color": (int, type(None)), "key": int},
+                                f"split #{n}: rank {r}'s entry")
+            if rec["color"] is not None and rec["color"] < 0:
+                raise RendezvousError(f"split #{n}: rank {r}'s entry has a negative color")
+            entries.append((rec["color"], rec["key"], r))
+    except RendezvousError as e:
+        rdv.report(str(e))
+        raise
     if color is None:
         return None
     members = sorted((k, r) for c, k, r in entries if c == color)
     new_rank = [r for _, r in members].index(comm.rank)
-    return create(store, f"{prefix}/c{color}", new_rank, len(members), timeout)
+    return create(comm._store, f"{prefix}/c{color}", new_rank, len(members), timeout)

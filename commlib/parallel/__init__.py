@@ -22,6 +22,13 @@ _EXPORTS = {
     "hybrid_attention": "sequence",
     "zigzag_split": "sequence",
     "zigzag_merge": "sequence",
+    # pipeline parallelism (pipeline/) and the device mesh (mesh.py)
+    "PipelineStage": "pipeline",
+    "ScheduleGPipe": "pipeline",
+    "Schedule1F1B": "pipeline",
+    "ScheduleInterleaved1F1B": "pipeline",
+    "ScheduleZeroBubble": "pipeline",
+    "Mesh": "mesh",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -4,7 +4,7 @@
 #include "bindings/bindings.h"
 #include "bindings/buffer_view.h"
 #include "engine/communicator.h"
-#include "engine/errors.h"
+#include "common/errors.h"
 #include "schedule/registry.h"
 #include "bindings/transport_handles.h"
 #include "transport/fabric.h"

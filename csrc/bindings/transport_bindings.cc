@@ -27,6 +27,15 @@ void bind_transport(py::module_& m) {
         if (!e.transport) throw std::invalid_argument("endpoint: already handed to a communicator");
         return e.transport->address();
       })
+      .def(
+          "connect",
+          [](TcpEndpoint& e, const std::vector<std::string>& addresses) {
+            if (!e.transport) throw std::invalid_argument("endpoint: already handed to a communicator");
+            py::gil_scoped_release release;
+            e.transport->connect(addresses);
+          },
+          "Connect to every remote rank (tests; a communicator connects its own endpoint).")
+      .def_property_readonly("rejected", [](const TcpEndpoint& e) { return e.transport ? e.transport->rejected() : 0; })
       .def_property_readonly("authenticated", [](const TcpEndpoint& e) { return e.transport && e.transport->authenticated(); });
 
   m.def(

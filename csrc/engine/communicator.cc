@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/describe.h"
+#include "engine/misuse.h"
 #include "kernels/cpu_reduce.h"
 #include "schedule/registry.h"
 
@@ -65,20 +67,6 @@ int64_t output_elements(Collective c, int64_t count, int size) {
 
 }  // namespace
 
-std::string describe_call(const CallDesc& d) {
-  const Collective c = static_cast<Collective>(d.coll);
-  const DType t = static_cast<DType>(d.dtype);
-  std::string s = std::string(collective_name(c)) + " #" + std::to_string(d.seq) + " (";
-  if (c != Collective::Send && c != Collective::Barrier && d.algo) {
-    auto names = algorithms(c);
-    s += (d.algo <= names.size() ? names[d.algo - 1] : std::string("algorithm ") + std::to_string(d.algo)) + ", ";
-  }
-  s += std::to_string(d.count) + " x " + dtype_name(t);
-  if (collective_reduces(c)) s += std::string(", ") + op_name(static_cast<RedOp>(d.op));
-  if (collective_has_root(c)) s += ", root " + std::to_string(d.root);
-  return s + ")";
-}
-
 bool Work::wait(double timeout_s) {
   if (!done_.load(std::memory_order_acquire)) {
     std::unique_lock<std::mutex> lk(mu_);
@@ -115,7 +103,8 @@ Communicator::Communicator(std::unique_ptr<Fabric> transport, CommOptions opts)
       size_(transport_->size()),
       send_seq_(size_, 0),
       recv_seq_(size_, 0),
-      algo_names_(static_cast<size_t>(Collective::kCount)) {
+      algo_names_(static_cast<size_t>(Collective::kCount)),
+      fork_generation_(fork_generation()) {
   for (int c = 0; c < static_cast<int>(Collective::kCount); ++c) {
     Collective cc = static_cast<Collective>(c);
     if (cc != Collective::Send && cc != Collective::Recv) {
@@ -167,6 +156,7 @@ void Communicator::fail_communicator(const CommError& e) {
 }
 
 void Communicator::abort(const std::string& reason) {
+  if (fork_generation_ != fork_generation()) throw CommError(forked_message(rank_, opts_.label));
   std::unique_lock<std::mutex> lk(mu_);
   if (closed_) return;
   lk.unlock();
@@ -176,9 +166,32 @@ void Communicator::abort(const std::string& reason) {
 
 template <typename Job>
 std::shared_ptr<Work> Communicator::submit(Job&& job, bool async) {
+  // Checked before taking the lock: in a forked child another thread of the parent may hold it.
+  if (fork_generation_ != fork_generation()) throw CommError(forked_message(rank_, opts_.label));
   std::unique_lock<std::mutex> lk(mu_);
   if (closed_) throw CommError("communicator is closed");
   throw_if_aborted();
+  const std::thread::id me = std::this_thread::get_id();
+  if (!async) {
+    // Two threads' blocking calls would be ordered differently on different ranks and pair up
+    // wrongly; refuse, and abort so every rank learns why.
+    if (blocking_thread_ != std::thread::id() && blocking_thread_ != me) {
+      lk.unlock();
+      const std::string msg = concurrent_threads_message(rank_, opts_.label);
+      abort(msg);
+      throw CommError(msg);
+    }
+    blocking_thread_ = me;
+  }
+  struct BlockingDone {  // clears blocking_thread_ however the blocking call ends
+    Communicator* c;
+    bool active;
+    ~BlockingDone() {
+      if (!active) return;
+      std::lock_guard<std::mutex> g(c->mu_);
+      c->blocking_thread_ = std::thread::id();
+    }
+  };
   if (!async && queue_.empty() && !busy_) {
     busy_ = true;
     lk.unlock();
@@ -187,6 +200,7 @@ std::shared_ptr<Work> Communicator::submit(Job&& job, bool async) {
       ~Done() {
         std::lock_guard<std::mutex> g(c->mu_);
         c->busy_ = false;
+        c->blocking_thread_ = std::thread::id();
         c->cv_.notify_all();
       }
     } done{this};
@@ -199,6 +213,7 @@ std::shared_ptr<Work> Communicator::submit(Job&& job, bool async) {
   cv_.notify_all();
   lk.unlock();
   if (async) return work;
+  BlockingDone blocking_done{this, true};
   work->wait(-1);
   return nullptr;
 }
@@ -219,7 +234,18 @@ void Communicator::worker_loop() {
   }
 }
 
+void Communicator::forget_in_forked_child() {
+  // The worker thread and the parent's other threads do not exist here, and the region's control
+  // block is the parent's: telling peers "closed" would close the parent's rank. Drop everything
+  // without touching shared state (leaking the handles is the point).
+  if (closed_) return;
+  closed_ = true;
+  if (worker_.joinable()) new std::thread(std::move(worker_));
+  (void)transport_.release();
+}
+
 void Communicator::close() {
+  if (fork_generation_ != fork_generation()) return forget_in_forked_child();
   std::unique_lock<std::mutex> lk(mu_);
   if (closed_) return;
   cv_.wait(lk, [&] { return queue_.empty() && !busy_; });
@@ -234,6 +260,8 @@ void Communicator::close() {
 }
 
 std::shared_ptr<Work> Communicator::collective(const CollectiveCall& call, bool async) {
+  const std::string overlap = overlap_problem(call, rank_, size_);
+  if (!overlap.empty()) throw std::invalid_argument(overlap);
   return submit([this, call] { run_collective(call); }, async);
 }
 

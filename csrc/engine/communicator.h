@@ -156,6 +156,12 @@ class Communicator {
   bool busy_ = false, stop_ = false, closed_ = false;
   std::thread worker_;
 
+  // Misuse guards (engine/misuse.h): the fork generation this communicator was created under, and
+  // the thread whose blocking call is in flight (none: default id).
+  uint64_t fork_generation_;
+  std::thread::id blocking_thread_;
+  void forget_in_forked_child();
+
   std::atomic<bool> aborted_{false};
   ErrorKind abort_kind_ = ErrorKind::None;
   std::string abort_message_;

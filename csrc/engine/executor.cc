@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/describe.h"
 #include "kernels/cpu_copy.h"
 #include "kernels/cpu_reduce.h"
 

@@ -1,240 +1,31 @@
-// Symbolic verifier (verifier.h). Flat vectors only: per rank one arena of symbolic values holding
-// output, input and scratch (aliased buffers overlap in the arena exactly as in memory).
+// The symbolic verifier's run (verifier.h): validates every rank's steps, plays them with
+// rendezvous matching on symbolic values (verifier_values.h) in each rank's arena
+// (verifier_layout.h), and checks the outputs. Contributor sets are interned interval lists
+// (verifier_sets.h), so world sizes are bounded by time, not by a mask width.
 #include "engine/verifier.h"
 
 #include <algorithm>
 #include <sstream>
 
+#include "engine/verifier_layout.h"
+#include "engine/verifier_values.h"
 #include "schedule/registry.h"
 
 namespace commlib {
 
 namespace {
 
-// Val.src >= 0: a valid element; otherwise one of these.
-constexpr int64_t kUninit = -1;
-constexpr int64_t kMixed = -2;        // reduced two different source elements together
-constexpr int64_t kDouble = -3;       // a contributor counted twice (mask = the repeated ones)
-constexpr int64_t kReduceUninit = -4; // reduced with uninitialised data
-
-// `tree` fingerprints the shape of the reduction that produced a valid value, up to
-// commutativity (a op b == b op a bitwise for IEEE add/mul, min, max): leaves are ranks, and a
-// combine hashes the unordered pair of its operands. Two ranks holding the same element with
-// different trees would not be bitwise identical for floats.
-struct Val {
-  int64_t src;
-  uint64_t mask;
-  uint64_t tree = 0;
-};
-
-inline uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-inline uint64_t leaf_tree(int rank) { return mix64(0x1000 + static_cast<uint64_t>(rank)); }
-inline uint64_t join_tree(uint64_t a, uint64_t b) {
-  if (a > b) std::swap(a, b);
-  return mix64(mix64(a) ^ (b * 0x2545f4914f6cdd1dULL));
-}
-
-inline Val combine(Val a, Val b) {
-  if (a.src < 0 || b.src < 0) {
-    if (a.src == kUninit || b.src == kUninit) return Val{kReduceUninit, a.mask | b.mask};
-    return a.src < 0 ? Val{a.src, a.mask} : Val{b.src, b.mask};
-  }
-  if (a.src != b.src) return Val{kMixed, a.mask | b.mask};
-  if (a.mask & b.mask) return Val{kDouble, a.mask & b.mask};
-  return Val{a.src, a.mask | b.mask, join_tree(a.tree, b.tree)};
-}
-
-// Memory is run-length encoded: a run [start, start+len) of valid values holds source indices
-// src, src+1, ... with one contributor mask (or one special value), so the cost of a schedule is
-// proportional to its number of ops and runs, not to `count`.
-struct Run {
-  int64_t start, len, src;
-  uint64_t mask;
-  uint64_t tree;
-};
-inline int64_t src_at(const Run& r, int64_t pos) { return r.src >= 0 ? r.src + (pos - r.start) : r.src; }
-inline bool mergeable(const Run& a, const Run& b) {
-  if (a.mask != b.mask || a.tree != b.tree) return false;
-  if (a.src < 0 || b.src < 0) return a.src == b.src;
-  return b.src == a.src + a.len;
-}
-inline void push_merge(std::vector<Run>& v, const Run& r) {
-  if (r.len <= 0) return;
-  if (!v.empty() && mergeable(v.back(), r)) {
-    v.back().len += r.len;
-    return;
-  }
-  v.push_back(r);
-}
-
-// Pieces are relative runs (start 0..n) covering [0, n) exactly.
-class Mem {
- public:
-  void init(int64_t arena) {
-    runs_.clear();
-    if (arena > 0) runs_.push_back(Run{0, arena, kUninit, 0, 0});
-  }
-  void read(int64_t a, int64_t n, std::vector<Run>& out) const {
-    out.clear();
-    if (n <= 0) return;
-    for (size_t i = find(a); i < runs_.size() && runs_[i].start < a + n; ++i) {
-      const Run& r = runs_[i];
-      const int64_t s = std::max(r.start, a), e = std::min(r.start + r.len, a + n);
-      push_merge(out, Run{s - a, e - s, src_at(r, s), r.mask, r.tree});
-    }
-  }
-  void write(int64_t a, int64_t n, const std::vector<Run>& pieces) {
-    if (n <= 0) return;
-    const size_t i = find(a), j = find(a + n - 1);
-    const Run ri = runs_[i], rj = runs_[j];
-    rep_.clear();
-    if (ri.start < a) rep_.push_back(Run{ri.start, a - ri.start, ri.src, ri.mask, ri.tree});
-    for (const Run& p : pieces) push_merge(rep_, Run{p.start + a, p.len, p.src, p.mask, p.tree});
-    const int64_t ej = rj.start + rj.len;
-    if (ej > a + n) push_merge(rep_, Run{a + n, ej - (a + n), src_at(rj, a + n), rj.mask, rj.tree});
-    const size_t old = j - i + 1;
-    if (rep_.size() <= old) {
-      std::copy(rep_.begin(), rep_.end(), runs_.begin() + i);
-      runs_.erase(runs_.begin() + i + rep_.size(), runs_.begin() + j + 1);
-    } else {
-      std::copy(rep_.begin(), rep_.begin() + old, runs_.begin() + i);
-      runs_.insert(runs_.begin() + j + 1, rep_.begin() + old, rep_.end());
-    }
-  }
-  void set(int64_t a, int64_t n, int64_t src, uint64_t mask, uint64_t tree) {
-    std::vector<Run> one{Run{0, n, src, mask, tree}};
-    write(a, n, one);
-  }
-
- private:
-  size_t find(int64_t pos) const {  // index of the run containing pos
-    auto it = std::upper_bound(runs_.begin(), runs_.end(), pos,
-                               [](int64_t v, const Run& r) { return v < r.start; });
-    return static_cast<size_t>(it - runs_.begin()) - 1;
-  }
-  std::vector<Run> runs_, rep_;
-};
-
-// out = a (op) b elementwise; a and b are pieces of the same length.
-void combine_pieces(const std::vector<Run>& a, const std::vector<Run>& b, std::vector<Run>& out) {
-  out.clear();
-  size_t i = 0, j = 0;
-  int64_t pos = 0;
-  while (i < a.size() && j < b.size()) {
-    const Run& x = a[i];
-    const Run& y = b[j];
-    const int64_t end = std::min(x.start + x.len, y.start + y.len);
-    const Val v = combine(Val{src_at(x, pos), x.mask, x.tree}, Val{src_at(y, pos), y.mask, y.tree});
-    push_merge(out, Run{pos, end - pos, v.src, v.mask, v.tree});
-    pos = end;
-    if (x.start + x.len == end) ++i;
-    if (y.start + y.len == end) ++j;
-  }
-}
-
-std::string mask_str(uint64_t m) {
-  std::string s = "{";
-  bool first = true;
-  for (int i = 0; i < 64;) {
-    if (!((m >> i) & 1)) {
-      ++i;
-      continue;
-    }
-    int j = i;
-    while (j + 1 < 64 && ((m >> (j + 1)) & 1)) ++j;
-    if (!first) s += ",";
-    first = false;
-    s += std::to_string(i);
-    if (j > i + 1) s += ".." + std::to_string(j);
-    else if (j == i + 1) s += "," + std::to_string(j);
-    i = j + 1;
-  }
-  return s + "}";
-}
-
-int popcount64(uint64_t m) { return __builtin_popcountll(m); }
-
-std::string val_str(Val v, const char* in_name) {
-  switch (v.src) {
-    case kUninit: return "uninitialised (never written)";
-    case kMixed: return "invalid (different elements reduced together, ranks " + mask_str(v.mask) + ")";
-    case kDouble: return "invalid (ranks " + mask_str(v.mask) + " counted twice)";
-    case kReduceUninit: return "invalid (reduced with uninitialised data)";
-    default: break;
-  }
-  if (popcount64(v.mask) == 1)
-    return std::string(in_name) + "[" + std::to_string(v.src) + "] of rank " +
-           std::to_string(__builtin_ctzll(v.mask));
-  return "reduction over ranks " + mask_str(v.mask) + " of " + in_name + "[" + std::to_string(v.src) + "]";
-}
-
-struct Layout {
-  int64_t size[3];  // indexed by BufferId; -1 = not owned by this rank
-  int64_t base[3];
-  int64_t arena;
-};
-
-// Buffer sizes (ir.h) and arena placement for one rank.
-Layout make_layout(Collective c, int P, int r, int root, int64_t n, int64_t scratch, bool in_place) {
-  int64_t in = n, out = n;
-  const int64_t Pn = static_cast<int64_t>(P) * n;
-  int64_t alias_in_at = -1, alias_out_at = -1;  // input at output+x, or output at input+x
-  switch (c) {
-    case Collective::AllReduce: alias_in_at = 0; break;
-    case Collective::AllGather: out = Pn; alias_in_at = static_cast<int64_t>(r) * n; break;
-    case Collective::ReduceScatter: in = Pn; alias_out_at = static_cast<int64_t>(r) * n; break;
-    case Collective::AllToAll: in = out = Pn; break;
-    case Collective::Broadcast:
-      if (r != root) in = -1;
-      else alias_in_at = 0;
-      break;
-    case Collective::Reduce:
-      if (r != root) out = -1;
-      else alias_in_at = 0;
-      break;
-    case Collective::Gather:
-      out = Pn;
-      if (r != root) out = -1;
-      else alias_in_at = static_cast<int64_t>(root) * n;
-      break;
-    case Collective::Scatter:
-      in = Pn;
-      if (r != root) in = -1;
-      else alias_out_at = static_cast<int64_t>(root) * n;
-      break;
-    case Collective::Barrier: in = out = 0; break;
-    default: break;
-  }
-  Layout L;
-  const int I = static_cast<int>(BufferId::Input), O = static_cast<int>(BufferId::Output),
-            S = static_cast<int>(BufferId::Scratch);
-  L.size[I] = in;
-  L.size[O] = out;
-  L.size[S] = scratch;
-  int64_t pos = 0;
-  if (in_place && alias_in_at >= 0) {
-    L.base[O] = 0;
-    L.base[I] = alias_in_at;
-    pos = out;
-  } else if (in_place && alias_out_at >= 0) {
-    L.base[I] = 0;
-    L.base[O] = alias_out_at;
-    pos = in;
-  } else {
-    L.base[O] = 0;
-    pos = std::max<int64_t>(out, 0);
-    L.base[I] = pos;
-    pos += std::max<int64_t>(in, 0);
-  }
-  L.base[S] = pos;
-  L.arena = pos + std::max<int64_t>(scratch, 0);
-  return L;
-}
+using verify::Layout;
+using verify::Mem;
+using verify::RankSets;
+using verify::Run;
+using verify::SetId;
+using verify::Val;
+using verify::kUninit;
+using verify::leaf_tree;
+using verify::make_layout;
+using verify::push_merge;
+using verify::src_at;
 
 struct Iv {
   int64_t start, end;
@@ -245,7 +36,7 @@ class Sim {
  public:
   Sim(Collective c, const std::vector<Schedule>& sch, int P, int64_t n, int root, bool in_place,
       const std::string& label)
-      : c_(c), sch_(sch), P_(P), n_(n), root_(root), in_place_(in_place) {
+      : c_(c), sch_(sch), P_(P), n_(n), root_(root), in_place_(in_place), sets_(P) {
     std::ostringstream h;
     h << collective_name(c) << "/" << label << " size=" << P << " count=" << n;
     if (collective_has_root(c)) h << " root=" << root;
@@ -256,7 +47,7 @@ class Sim {
   void run() {
     if (static_cast<int>(sch_.size()) != P_)
       fail("expected " + std::to_string(P_) + " schedules, got " + std::to_string(sch_.size()));
-    all_ = P_ >= 64 ? ~uint64_t(0) : ((uint64_t(1) << P_) - 1);
+    all_ = sets_.all();
     ranks_.resize(P_);
     for (int r = 0; r < P_; ++r) setup_rank(r);
     for (int r = 0; r < P_; ++r) validate_rank(r);
@@ -271,7 +62,7 @@ class Sim {
     size_t step = 0;
     int pending = 0;
     bool done = false;
-    uint64_t know = 0, know_at_entry = 0;
+    SetId know = RankSets::kEmpty, know_at_entry = RankSets::kEmpty;
     std::vector<int> recv_from, send_to;  // op index in the current step, -1 if none
     std::vector<char> matched;
   };
@@ -304,8 +95,8 @@ class Sim {
     R.L = make_layout(c_, P_, r, root_, n_, sch_[r].scratch_count, in_place_);
     R.mem.init(R.L.arena);
     const int I = static_cast<int>(BufferId::Input);
-    if (R.L.size[I] > 0) R.mem.set(R.L.base[I], R.L.size[I], 0, uint64_t(1) << r, leaf_tree(r));
-    R.know = R.know_at_entry = uint64_t(1) << r;
+    if (R.L.size[I] > 0) R.mem.set(R.L.base[I], R.L.size[I], 0, sets_.single(r), leaf_tree(r));
+    R.know = R.know_at_entry = sets_.single(r);
     R.recv_from.assign(P_, -1);
     R.send_to.assign(P_, -1);
   }
@@ -460,10 +251,11 @@ class Sim {
       Q.mem.write(abs(q, ro.dst), n, pa_);
     } else {
       Q.mem.read(abs(q, reduces_from_src(ro) ? ro.src : ro.dst), n, pb_);
-      combine_pieces(pb_, pa_, pc_);
+      verify::combine_pieces(sets_, pb_, pa_, pc_);
       Q.mem.write(abs(q, ro.dst), n, pc_);
     }
-    Q.know |= S.know_at_entry;
+    // Who-heard-from-whom matters only for barriers; tracking it elsewhere would intern ~P^2 sets.
+    if (c_ == Collective::Barrier) Q.know = sets_.unite(Q.know, S.know_at_entry);
     S.matched[si] = 1;
     Q.matched[qi] = 1;
     if (--S.pending == 0) ready_.push_back(s);
@@ -481,7 +273,7 @@ class Sim {
       } else if (o.kind == OpKind::Reduce) {
         R.mem.read(abs(r, o.src), o.src.count, pa_);
         R.mem.read(abs(r, o.dst), o.dst.count, pb_);
-        combine_pieces(pb_, pa_, pc_);
+        verify::combine_pieces(sets_, pb_, pa_, pc_);
         R.mem.write(abs(r, o.dst), o.dst.count, pc_);
       }
     }
@@ -540,7 +332,7 @@ class Sim {
       if (c_ == Collective::Barrier) {
         if (R.know != all_)
           fail("rank " + std::to_string(r) + " leaves the barrier having heard (directly or not) only from ranks " +
-               mask_str(R.know) + ", expected " + mask_str(all_));
+               sets_.str(R.know) + ", expected " + sets_.str(all_));
         continue;
       }
       if (R.L.size[O] < 0) continue;
@@ -553,10 +345,10 @@ class Sim {
         const Run& g = pa_[i];
         const Run& e = pb_[j];
         const int64_t end = std::min(g.start + g.len, e.start + e.len);
-        const Val gv{src_at(g, pos), g.mask}, ev{src_at(e, pos), e.mask};
-        if (gv.src != ev.src || gv.mask != ev.mask)
+        const Val gv{src_at(g, pos), g.set}, ev{src_at(e, pos), e.set};
+        if (gv.src != ev.src || gv.set != ev.set)
           fail("rank " + std::to_string(r) + " output[" + std::to_string(pos) + "]: expected " +
-               val_str(ev, "input") + ", got " + val_str(gv, "input"));
+               verify::val_str(sets_, ev, "input") + ", got " + verify::val_str(sets_, gv, "input"));
         pos = end;
         if (g.start + g.len == end) ++i;
         if (e.start + e.len == end) ++j;
@@ -589,7 +381,7 @@ class Sim {
   }
 
   // Expected output of rank r as pieces.
-  void expected(int r, std::vector<Run>& out) const {
+  void expected(int r, std::vector<Run>& out) {
     const int64_t n = n_, rn = static_cast<int64_t>(r) * n_;
     out.clear();
     switch (c_) {
@@ -598,13 +390,13 @@ class Sim {
       case Collective::ReduceScatter: push_merge(out, Run{0, n, rn, all_, 0}); break;
       case Collective::AllGather:
       case Collective::Gather:
-        for (int j = 0; j < P_; ++j) push_merge(out, Run{j * n, n, 0, uint64_t(1) << j, 0});
+        for (int j = 0; j < P_; ++j) push_merge(out, Run{j * n, n, 0, sets_.single(j), 0});
         break;
       case Collective::AllToAll:
-        for (int j = 0; j < P_; ++j) push_merge(out, Run{j * n, n, rn, uint64_t(1) << j, 0});
+        for (int j = 0; j < P_; ++j) push_merge(out, Run{j * n, n, rn, sets_.single(j), 0});
         break;
-      case Collective::Broadcast: push_merge(out, Run{0, n, 0, uint64_t(1) << root_, 0}); break;
-      case Collective::Scatter: push_merge(out, Run{0, n, rn, uint64_t(1) << root_, 0}); break;
+      case Collective::Broadcast: push_merge(out, Run{0, n, 0, sets_.single(root_), 0}); break;
+      case Collective::Scatter: push_merge(out, Run{0, n, rn, sets_.single(root_), 0}); break;
       default: break;
     }
   }
@@ -616,12 +408,20 @@ class Sim {
   int root_;
   bool in_place_;
   std::string head_;
-  uint64_t all_ = 0;
+  RankSets sets_;
+  SetId all_ = RankSets::kEmpty;
   std::vector<Rank> ranks_;
   std::vector<int> ready_;
   std::vector<Iv> writes_, reads_;
   std::vector<Run> pa_, pb_, pc_;
 };
+
+// Bounded by run time and memory (a ring at P ranks plays ~2P^2 transfers), not by representation.
+void check_size(int size) {
+  if (size < 1 || size > kMaxVerifiedRanks)
+    throw std::invalid_argument("size: the verifier supports 1.." + std::to_string(kMaxVerifiedRanks) +
+                                " ranks, got " + std::to_string(size));
+}
 
 }  // namespace
 
@@ -632,7 +432,7 @@ bool collective_has_in_place(Collective c) {
 
 void verify_schedules(Collective c, const std::vector<Schedule>& per_rank, int size, int64_t count, int root,
                       bool in_place, const std::string& label) {
-  if (size < 1 || size > 64) throw std::invalid_argument("size: the verifier supports 1..64 ranks, got " + std::to_string(size));
+  check_size(size);
   if (count < 0) throw std::invalid_argument("count: must be >= 0, got " + std::to_string(count));
   if (collective_has_root(c) && (root < 0 || root >= size))
     throw std::invalid_argument("root: " + std::to_string(root) + " out of range [0, " + std::to_string(size) + ")");
@@ -644,7 +444,7 @@ void verify_schedules(Collective c, const std::vector<Schedule>& per_rank, int s
 }
 
 void verify_algorithm(Collective c, const std::string& algorithm, int size, int64_t count, int root) {
-  if (size < 1 || size > 64) throw std::invalid_argument("size: the verifier supports 1..64 ranks, got " + std::to_string(size));
+  check_size(size);
   std::vector<Schedule> per_rank(size);
   CollArgs a;
   a.coll = c;

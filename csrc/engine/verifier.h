@@ -1,6 +1,6 @@
 // The symbolic verifier (DESIGN.md §1): runs every rank's schedule on symbolic values instead of
-// bytes and checks the result. Each element is (source index, contributor bitmask); rank r's input
-// element i starts as (i, {r}); a reduction needs equal source indices and disjoint masks.
+// bytes and checks the result. Each element is (source index, contributor set); rank r's input
+// element i starts as (i, {r}); a reduction needs equal source indices and disjoint sets.
 // Communication is rendezvous: a send completes only when the peer's current step holds the
 // matching receive from this rank (FIFO per ordered pair); a step completes when all its
 // communication ops matched, then its local ops run. Also checked, per step: op independence
@@ -20,6 +20,9 @@ namespace commlib {
 struct VerificationError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// Largest world size verify_* accept.
+constexpr int kMaxVerifiedRanks = 16384;
 
 // True when the collective has an in-place (aliased) layout (ir.h); all but all_to_all, barrier.
 bool collective_has_in_place(Collective c);

@@ -108,7 +108,7 @@ bool digest_equal(const Digest& a, const Digest& b) {
 std::string link_key_from_env() {
   const char* s = std::getenv("COMMLIB_SECRET");
   if (!s || !*s) return std::string();
-  static const char kLabel[] = "commlib link key v1";
+  static const char kLabel[] = "commlib/v1/tcp-handshake";  // commlib/secret.py derive_key
   Digest d = hmac_sha256(s, kLabel, sizeof(kLabel) - 1);
   return std::string(reinterpret_cast<const char*>(d.data()), d.size());
 }

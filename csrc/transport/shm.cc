@@ -1,5 +1,7 @@
 #include "transport/shm.h"
 
+#include "transport/shm_region.h"
+
 #include <linux/futex.h>
 #include <sched.h>
 #include <sys/mman.h>
@@ -120,34 +122,41 @@ uint64_t shm_region_bytes(int size, const ShmConfig& cfg) {
 }
 
 ShmTransport::ShmTransport(int rank, int size, int fd, const ShmConfig& cfg) : rank_(rank), size_(size) {
-  // Rank 0 chose the layout; everyone else reads it from the region header.
+  // Every rank computes the layout itself and checks the region against it before mapping it:
+  // the descriptor and rank 0's header come from another process and are not trusted.
+  const uint64_t expected = shm_region_bytes(size, cfg);
+  check_region_fd(fd, expected);
   void* head = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (head == MAP_FAILED) throw CommError(std::string("shm: mmap failed: ") + std::strerror(errno));
   auto* rh = static_cast<RegionHeader*>(head);
-  uint32_t nslots = cfg.nslots;
-  uint64_t slot_bytes = cfg.slot_bytes;
+  const uint32_t nslots = cfg.nslots;
+  const uint64_t slot_bytes = cfg.slot_bytes;
   if (rank == 0) {
     rh->size = static_cast<uint32_t>(size);
     rh->nslots = nslots;
     rh->slot_bytes = slot_bytes;
     rh->magic.store(kMagic, std::memory_order_release);
   } else {
+    std::string bad;
     if (rh->magic.load(std::memory_order_acquire) != kMagic)
-      throw CommError("shm: region not initialised by rank 0");
-    if (rh->size != static_cast<uint32_t>(size))
-      throw CommError("shm: world size " + std::to_string(size) + " differs from rank 0's " +
-                      std::to_string(rh->size));
-    nslots = rh->nslots;
-    slot_bytes = rh->slot_bytes;
+      bad = "shm: region not initialised by rank 0 (bad magic)";
+    else if (rh->size != static_cast<uint32_t>(size))
+      bad = "shm: world size " + std::to_string(size) + " differs from rank 0's " + std::to_string(rh->size);
+    else if (rh->nslots != nslots || rh->slot_bytes != slot_bytes)
+      bad = "shm: rank 0's region header says " + std::to_string(rh->nslots) + " slots of " +
+            std::to_string(rh->slot_bytes) + " bytes but rank " + std::to_string(rank) + " computed " +
+            std::to_string(nslots) + " of " + std::to_string(slot_bytes) +
+            " (COMMLIB_SHM_SLOTS / COMMLIB_SHM_SLOT_BYTES must be the same on every rank)";
+    if (!bad.empty()) {
+      munmap(head, 4096);
+      throw CommError(bad);
+    }
   }
   munmap(head, 4096);
 
   nslots_ = nslots;
   slot_bytes_ = slot_bytes;
-  ShmConfig actual = cfg;
-  actual.nslots = nslots;
-  actual.slot_bytes = slot_bytes;
-  bytes_ = shm_region_bytes(size, actual);
+  bytes_ = expected;
   slot_stride_ = round_up(sizeof(ChunkHeader), kLine) + round_up(slot_bytes, kLine);
   channel_stride_ = round_up(sizeof(ChannelCtl), kLine) + nslots * slot_stride_;
   ctl_offset_ = round_up(sizeof(RegionHeader), kLine);

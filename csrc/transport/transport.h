@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/errors.h"
+#include "common/errors.h"
 
 namespace commlib {
 
@@ -27,9 +27,6 @@ struct CallDesc {
   }
   bool operator!=(const CallDesc& o) const { return !(*this == o); }
 };
-
-// "all_reduce #5 (ring, 1000 x float32, sum)"
-std::string describe_call(const CallDesc& d);
 
 struct ChunkHeader {
   CallDesc desc;

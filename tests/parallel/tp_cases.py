@@ -403,7 +403,7 @@ def ulysses_bad_heads(comm):
 
 
 # ---- tiny GPT -------------------------------------------------------------------------------------
-from commlib.parallel import gpt as _gpt  # noqa: E402
+from commlib.models import gpt as _gpt  # noqa: E402
 
 GPT_TOL = 1e-5  # |loss_sharded - loss_single| per step and final-parameter error, fp32, 10 SGD steps
 _REF = {}

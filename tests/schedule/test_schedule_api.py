@@ -96,7 +96,7 @@ def test_unknown_algorithm_message():
 
 def test_verify_bad_arguments():
     with pytest.raises(ValueError, match="^size:"):
-        schedules.verify("all_reduce", "ring", 65, 1)
+        schedules.verify("all_reduce", "ring", 16385, 1)
     with pytest.raises(ValueError, match="^size:"):
         schedules.verify("all_reduce", "ring", 0, 1)
     with pytest.raises(ValueError, match="^count:"):

@@ -1,7 +1,8 @@
 """A tiny GPT whose attention and MLP run tensor-parallel and/or sequence-parallel on commlib groups.
 
-Used by the tests (sharded training must match single-process training) and by
-``bench/parallel_step.py``. The ranks are laid out as ``rank = cp_rank * tp_size + tp_rank``
+Used by the tests (sharded training must match single-process training), by
+``bench/parallel_step.py`` (through :mod:`commlib.models.gpt_timing`) and by the pipeline examples
+(:func:`split_layers` and :class:`GPTStage` cut it into pipeline stages). The ranks are laid out as ``rank = cp_rank * tp_size + tp_rank``
 (tensor parallelism innermost, as it needs the fastest links); :func:`make_groups` builds the
 groups with ``comm.split``.
 
@@ -31,7 +32,7 @@ from commlib.parallel.tensor import (ColumnParallelLinear, ParallelAttention, Ro
                                      SequenceParallelLayerNorm, VocabParallelEmbedding,
                                      vocab_parallel_cross_entropy)
 
-__all__ = ["GPTConfig", "TinyGPT", "make_groups"]
+__all__ = ["GPTConfig", "TinyGPT", "GPTStage", "make_groups", "split_layers", "batches", "train"]
 
 
 @dataclass
@@ -140,7 +141,15 @@ class TinyGPT(nn.Module):
 
     # -- model ---------------------------------------------------------------------------------------
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        B, n = tokens.shape
+        x = self.embed(tokens)
+        for blk in self.blocks:
+            x = blk(x)
+        return self.loss(self.logits(x), targets)
+
+    # The pieces of forward, separately callable so that pipeline stages (GPTStage) can run a part.
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Token plus position embeddings of this rank's tokens: (B, n) -> (B, n', d)."""
+        n = tokens.shape[1]
         pos = self._positions(n)
         x = self.wte(tokens)
         wpe = self.wpe
@@ -148,13 +157,17 @@ class TinyGPT(nn.Module):
             k = n // self.tp.size
             pos = pos[self.tp.rank * k:(self.tp.rank + 1) * k]
             wpe = copy_to_group(wpe, self.tp)
-        x = x + wpe[pos]
-        for blk in self.blocks:
-            x = blk(x)
-        logits = self.head(self.ln_f(x))  # (B, n, vocab / tp)
+        return x + wpe[pos]
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Final LayerNorm and LM head: (B, n', d) -> (B, n, vocab / tp)."""
+        return self.head(self.ln_f(x))
+
+    def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """This rank's loss share: sum of its token losses / the global token count of the batch."""
+        B, n = targets.shape
         loss = vocab_parallel_cross_entropy(logits, targets, self.tp, reduction="sum")
-        total = B * n * (1 if self.cp is None else self.cp.size)
-        return loss / total
+        return loss / (B * n * (1 if self.cp is None else self.cp.size))
 
     def sync_grads(self):
         """Sum the gradients of the (cp-replicated) parameters over ``cp`` in one all-reduce."""
@@ -200,54 +213,46 @@ def train(model: TinyGPT, steps: int = 10, batch: int = 2, seq: int = 16, lr: fl
     return losses
 
 
-def measure_step(comm, tp_size: int = 1, cp_size: int = 1, cp_mode: str = "ring", layout: str = "contiguous",
-                 sequence_parallel: bool = False, ulysses_size: Optional[int] = None, cfg: Optional[dict] = None,
-                 batch: int = 2, seq: int = 256, steps: int = 5, warmup: int = 2, threads: int = 1) -> dict:
-    """Time training steps of the tiny GPT on this rank (``comm=None``: single process).
+def split_layers(n_layers: int, n_stages: int, sizes: Optional[list] = None) -> list:
+    """The blocks of each pipeline stage, as ranges: ``sizes`` (blocks per stage) if given, else as
+    even as possible with the earlier stages taking the remainder (they also hold the embedding,
+    the last the head; a real model would weigh those)."""
+    if sizes is None:
+        if n_stages > n_layers:
+            raise ValueError(f"n_stages: {n_stages} stages for {n_layers} blocks; give sizes= with empty stages")
+        sizes = [n_layers // n_stages + (1 if i < n_layers % n_stages else 0) for i in range(n_stages)]
+    if len(sizes) != n_stages or sum(sizes) != n_layers or min(sizes) < 0:
+        raise ValueError(f"sizes: {sizes} must be {n_stages} non-negative counts adding up to {n_layers} blocks")
+    starts = [sum(sizes[:i]) for i in range(n_stages)]
+    return [range(s, s + n) for s, n in zip(starts, sizes)]
 
-    Returns this rank's median step time (forward, backward, gradient sync, SGD), parameter bytes,
-    bytes saved for backward (activations, counted once per storage via saved-tensor hooks),
-    peak RSS, and the final loss. Rank-side function of ``bench/parallel_step.py``.
+
+class GPTStage(nn.Module):
+    """Stage ``stage`` of ``n_stages`` of a :class:`TinyGPT`: the embeddings (first stage), its
+    blocks, the final LayerNorm and head (last stage). It shares the model's parameters (build the
+    whole TinyGPT on every rank, identically seeded, and keep the stage), and its tensor- and
+    context-parallel groups. ``forward`` maps tokens (first) or activations to activations or
+    logits (last); :meth:`loss` is the last stage's ``loss_fn``.
     """
-    import resource
-    import time
 
-    torch.set_num_threads(threads)
-    c = GPTConfig(**(cfg or {}))
-    groups = make_groups(comm, tp_size, cp_size, ulysses_size) if comm is not None else None
-    model = TinyGPT(c, groups, cp_mode=cp_mode, layout=layout, sequence_parallel=sequence_parallel)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    tokens, targets = next(batches(c, 1, batch, seq))
-    tok, tgt = model.shard(tokens), model.shard(targets)
-    times, saved = [], {}
+    def __init__(self, model: TinyGPT, stage: int, n_stages: int, sizes: Optional[list] = None):
+        super().__init__()
+        self.first, self.last = stage == 0, stage == n_stages - 1
+        self.layers = split_layers(model.cfg.n_layers, n_stages, sizes)[stage]
+        self.blocks = nn.ModuleList(model.blocks[i] for i in self.layers)
+        if self.first:
+            self.wte, self.wpe = model.wte, model.wpe
+        if self.last:
+            self.ln_f, self.head = model.ln_f, model.head
+        self._model = (model,)  # a tuple: not registered as a submodule (its other stages' parameters)
 
-    def pack(t):
-        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        model = self._model[0]
+        if self.first:
+            x = model.embed(x)
+        for blk in self.blocks:
+            x = blk(x)
+        return model.logits(x) if self.last else x
 
-    loss = None
-    for i in range(warmup + steps):
-        if comm is not None:
-            comm.barrier()
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        if i == 0:
-            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                loss = model(tok, tgt)
-        else:
-            loss = model(tok, tgt)
-        loss.backward()
-        model.sync_grads()
-        opt.step()
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
-    times.sort()
-    out = {"step_ms": 1e3 * times[len(times) // 2],
-           "param_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
-           "saved_bytes": sum(saved.values()),
-           "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
-           "loss": model.global_loss(loss)}
-    for g in (groups or {}).values():
-        if hasattr(g, "close"):
-            g.close()
-    return out
+    def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self._model[0].loss(logits, targets)

@@ -1,7 +1,8 @@
-// Errors the executor raises; the bindings map them to commlib.CommError / MismatchError /
+// Errors the engine and transports raise; the bindings map them to commlib.CommError / MismatchError /
 // PeerError (MismatchError and PeerError derive from CommError in both languages).
 #pragma once
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 

@@ -1,0 +1,105 @@
+"""Hand the shared-memory region's descriptor from rank 0 to the other ranks of one host.
+
+Rank 0 listens on an abstract Unix socket (no file system name; the name carries 128 random bits
+and is published through the store) and sends the memfd itself with SCM_RIGHTS. Both ends check the
+other's credentials with SO_PEERCRED: rank 0 serves only processes of its own user, a rank accepts a
+descriptor only from the pid rank 0 published and only if that process runs as its own user. No path
+is ever built from a store value (the earlier design opened /proc/<pid>/fd/<n>, which a forged store
+value could point anywhere).
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import struct
+import time
+
+from commlib.errors import RendezvousError
+
+_CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+_RANK = struct.Struct("!I")
+
+
+def peer_credentials(sock) -> tuple:
+    """(pid, uid, gid) of the process at the other end of a connected Unix socket."""
+    return _CRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size))
+
+
+class FdServer:
+    """Rank 0's end: ``name`` goes into the store; ``serve_one`` hands ``fd`` to one rank."""
+
+    def __init__(self, fd: int, size: int):
+        self.fd = fd
+        self.size = size
+        self.name = "commlib-" + secrets.token_hex(16)
+        self.served: set = set()
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        self._sock.bind("\0" + self.name)
+        self._sock.listen(max(8, min(size, 1024)))
+
+    def serve_one(self, wait: float) -> bool:
+        """Accept one connection within ``wait`` seconds and serve it; False when none came.
+
+        Connections from another user, or that name no rank still waiting, are closed unserved.
+        """
+        self._sock.settimeout(wait)
+        try:
+            conn, _ = self._sock.accept()
+        except socket.timeout:
+            return False
+        with conn:
+            conn.settimeout(5.0)
+            try:
+                _, uid, _ = peer_credentials(conn)
+                if uid != os.getuid():
+                    return True
+                raw = conn.recv(_RANK.size, socket.MSG_WAITALL)
+                if len(raw) != _RANK.size:
+                    return True
+                (rank,) = _RANK.unpack(raw)
+                if not 0 < rank < self.size or rank in self.served:
+                    return True
+                socket.send_fds(conn, [b"F"], [self.fd])
+                self.served.add(rank)
+            except OSError:
+                pass
+        return True
+
+    def close(self):
+        self._sock.close()
+
+
+def receive_fd(name: str, pid: int, rank: int, timeout: float) -> int:
+    """Rank ``rank``'s end: connect to rank 0's socket ``name``, check it is process ``pid`` of this
+    user, and return the descriptor it sends."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    with sock:
+        sock.settimeout(timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                sock.connect("\0" + name)
+                break
+            except (ConnectionRefusedError, FileNotFoundError) as e:
+                if time.monotonic() > deadline:
+                    raise RendezvousError(f"rank {rank}: cannot reach rank 0's descriptor socket ({e})") from None
+                time.sleep(0.01)
+        peer_pid, uid, _ = peer_credentials(sock)
+        if uid != os.getuid() or peer_pid != pid:
+            raise RendezvousError(f"rank {rank}: the descriptor socket named in the store belongs to pid "
+                                  f"{peer_pid} of uid {uid}, not to rank 0 (pid {pid}, uid {os.getuid()}); "
+                                  "refusing it")
+        sock.sendall(_RANK.pack(rank))
+        try:
+            msg, fds, _, _ = socket.recv_fds(sock, 1, 4)
+        except socket.timeout:
+            raise RendezvousError(f"rank {rank}: rank 0 did not send the region descriptor within "
+                                  f"{timeout:g} s") from None
+        for extra in fds[1:]:
+            os.close(extra)
+        if msg != b"F" or not fds:
+            for f in fds[:1]:
+                os.close(f)
+            raise RendezvousError(f"rank {rank}: rank 0 refused to send the region descriptor")
+        return fds[0]
