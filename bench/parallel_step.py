@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/parallel_step.py [--ranks 4] [--seq 256] [--out bench/RESULTS_tensor_sequence.md]
 
-Runs every mode on one pool of ``--ranks`` processes (tests/ranks.py) plus the single-process
+Runs every mode on one pool of ``--ranks`` processes (commlib.testing) plus the single-process
 baseline in this process, one torch thread per rank. Reports per mode the slowest rank's median
 step time (forward + backward + gradient all-reduce over cp + SGD), and per rank the parameter
 bytes and the activation bytes saved for backward (the memory the parallelisms divide). CPU step
@@ -17,7 +17,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
+sys.path.insert(0, ROOT)  # this checkout's commlib, not an installed one
 
 from commlib.models.gpt_timing import measure_step  # noqa: E402
 
@@ -55,7 +55,7 @@ def main():
     base = measure_step(None, **kw)
     rows.append(("single process", [base]))
     print(f"{'single process':42s} {base['step_ms']:9.1f} ms")
-    from ranks import get_pool, close_pools
+    from commlib.testing import close_pools, get_pool
     try:
         pool = get_pool(a.ranks, timeout=600)
         for name, m in modes(a.ranks):

@@ -3,7 +3,7 @@ DDP over gloo, on one small transformer, at 2 and 4 ranks.
 
     python bench/train_step.py --np 2 4 --steps 8
 
-Each (method, world size) runs in a fresh pool of rank processes (tests/ranks.py), so the RSS
+Each (method, world size) runs in a fresh pool of rank processes (commlib.testing), so the RSS
 figures of one method are not inflated by another. Reported per method: median step time
 (forward + backward + optimizer step, including all communication), the ParameterServer's
 push+pull time, per-rank bytes held for parameters, gradients and optimizer state (from the
@@ -230,9 +230,9 @@ def main(argv=None):
                     help="also run each method alone in a fresh pool to measure its RSS")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "RESULTS_data_parallel.md"))
     args = ap.parse_args(argv)
-    sys.path[:0] = [ROOT, os.path.join(ROOT, "tests"), os.path.join(ROOT, "bench")]
+    sys.path[:0] = [ROOT, os.path.join(ROOT, "bench")]  # this checkout's commlib; this module
     import importlib
-    from ranks import RankPool
+    from commlib.testing import RankPool
     me = importlib.import_module("train_step")  # a module the rank processes can import
     cfg = {"d": args.d, "layers": args.layers, "heads": args.heads, "vocab": args.vocab,
            "seq": args.seq, "batch": args.batch, "steps": args.steps, "warmup": args.warmup,

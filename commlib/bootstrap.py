@@ -24,7 +24,7 @@ def host_id() -> str:
     """This process's host identity: COMMLIB_HOST_ID, else the hostname."""
     v = os.environ.get("COMMLIB_HOST_ID")
     if v is None or v == "":
-        return socket.gethostname()
+        return socket.gethostname()[:128]
     if not _HOST_ID.match(v):
         raise ValueError(f"COMMLIB_HOST_ID: expected 1-128 characters of [A-Za-z0-9._:-], got {v!r}")
     return v
@@ -56,55 +56,62 @@ class Topology:
         return f"{len(self.hosts)} host(s) ({'; '.join(parts)})"
 
 
-def _get(store, key: str) -> bytes:
-    v = store.get(key)
-    return v if isinstance(v, bytes) else bytes(v)
+def discover_hosts(rdv, rank: int, size: int) -> Topology:
+    """Every rank publishes its host id and world size; all read everyone's (collective).
 
+    ``rdv`` is commlib.init's rendezvous (set/wait/report under one prefix): waits end early with
+    RendezvousError when any rank reported a problem, and a world-size disagreement is reported.
+    """
+    from commlib.errors import RendezvousError
 
-def discover_hosts(store, prefix: str, rank: int, size: int) -> Topology:
-    """Every rank publishes its host id; all read everyone's (collective)."""
-    store.set(f"{prefix}/host/{rank}", host_id().encode())
+    rdv.set(f"host/{rank}", f"{size}:{host_id()}".encode())
     names: List[str] = []
     host_of: List[int] = []
     for r in range(size):
-        name = _get(store, f"{prefix}/host/{r}").decode(errors="replace")
-        if not _HOST_ID.match(name) and name != socket.gethostname():
-            raise RuntimeError(f"rank {r} published an invalid host id {name[:64]!r}")
+        raw = rdv.wait(f"host/{r}", f"rank {r} to publish its host").decode(errors="replace")
+        their_size, _, name = raw.partition(":")
+        if their_size != str(size):
+            raise RendezvousError(f"world size mismatch: rank {rank} has world_size {size} but rank {r} has "
+                                  f"{their_size[:12]!r} (check WORLD_SIZE on every rank)")
+        if not _HOST_ID.match(name):
+            raise RendezvousError(f"rank {r} published an invalid host id {name[:64]!r}")
         if name not in names:
             names.append(name)
         host_of.append(names.index(name))
     return Topology(names, host_of)
 
 
-def comm_id(store, prefix: str, rank: int) -> str:
+def comm_id(rdv, rank: int) -> str:
     """An id rank 0 draws for this communicator; TCP handshakes refuse other communicators' ranks."""
-    key = f"{prefix}/comm_id"
     if rank == 0:
-        store.set(key, os.urandom(16).hex().encode())
-    return _get(store, key).decode() + "/" + prefix
+        rdv.set("comm_id", os.urandom(16).hex().encode())
+    raw = rdv.wait("comm_id", "rank 0 to publish the communicator id").decode(errors="replace")
+    return raw[:64] + "/" + rdv.prefix
 
 
-def listen(store, prefix: str, rank: int, topo: Topology, timeout: float, debug: int):
+def listen(rdv, rank: int, topo: Topology, timeout: float, debug: int):
     """Opens this rank's TCP listener and publishes its address (when other hosts exist)."""
     size = len(topo.host_of)
     mine = topo.host_of[rank]
     remote = [h != mine for h in topo.host_of]
-    endpoint = _C.TcpEndpoint(rank, size, comm_id(store, prefix, rank), remote, timeout, debug)
-    store.set(f"{prefix}/tcp/{rank}", endpoint.address.encode())
+    endpoint = _C.TcpEndpoint(rank, size, comm_id(rdv, rank), remote, timeout, debug)
+    rdv.set(f"tcp/{rank}", endpoint.address.encode())
     return endpoint
 
 
-def addresses(store, prefix: str, rank: int, topo: Topology) -> List[str]:
+def addresses(rdv, rank: int, topo: Topology) -> List[str]:
     """Every rank's listening address ("" for ranks on this rank's host), checked strictly."""
+    from commlib.errors import RendezvousError
+
     out = []
     mine = topo.host_of[rank]
     for r, h in enumerate(topo.host_of):
         if h == mine:
             out.append("")
             continue
-        a = _get(store, f"{prefix}/tcp/{r}").decode(errors="replace")
+        a = rdv.wait(f"tcp/{r}", f"rank {r} to publish its TCP address").decode(errors="replace")
         if not _ADDRESS.match(a):
-            raise RuntimeError(f"rank {r} published an invalid TCP address {a[:64]!r}")
+            raise RendezvousError(f"rank {r} published an invalid TCP address {a[:64]!r}")
         out.append(a)
     return out
 

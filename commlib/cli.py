@@ -4,6 +4,8 @@
         --peers gloo,mpi --json out.json
     commlib report out.json [more.json ...] -o report/
     commlib tune run1.json run2.json [...]          # auto's tuning file from several runs
+    commlib sim all_reduce --topology dgx-h100 --nodes 1,8,64   # predictions (commlib/sim)
+    commlib tune --sim dgx-h100 --nodes 1,8,64 -o tuning.json   # auto's tuning file from predictions
 
 ``python -m commlib`` is the same command.
 """
@@ -15,7 +17,7 @@ import sys
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="commlib", description="commlib benchmarks and reports")
-    sub = p.add_subparsers(dest="command", metavar="{bench,report,tune}")
+    sub = p.add_subparsers(dest="command", metavar="{bench,report,tune,sim}")
     sub.required = True
     from commlib.bench.launcher import add_arguments
     b = sub.add_parser("bench", help="run collectives on local ranks (or inside torchrun/srun), "
@@ -27,8 +29,14 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("-o", "--output", default="report", help="output directory (default report/)")
     t = sub.add_parser("tune", help="write auto's tuning file from one or more bench JSON files "
                                     "(an algorithm's time at a size: median over the runs)")
-    t.add_argument("files", nargs="+", metavar="JSON", help="files written by commlib bench --json")
+    t.add_argument("files", nargs="*", metavar="JSON", help="files written by commlib bench --json")
     t.add_argument("-o", "--output", help="tuning file to write (default: commlib/tuning.json)")
+    from commlib.sim.tune import add_arguments as add_sim_tune
+    add_sim_tune(t)
+    from commlib.sim.cli import add_arguments as add_sim
+    s = sub.add_parser("sim", help="predict collectives on a modelled cluster (presets, topology JSON, "
+                                   "or fitted from a bench run): nccl-tests table + JSON")
+    add_sim(s)
     return p
 
 
@@ -37,7 +45,15 @@ def main(argv=None) -> int:
     if args.command == "bench":
         from commlib.bench.launcher import run
         return run(args)
+    if args.command == "sim":
+        from commlib.sim.cli import run as sim_run
+        return sim_run(args)
+    if args.command == "tune" and args.sim:
+        from commlib.sim.tune import main as sim_tune_main
+        return sim_tune_main(args)
     if args.command == "tune":
+        if not args.files:
+            parser().error("tune: give bench JSON files, or --sim TOPOLOGY")
         from commlib.bench.tuning import main as tune_main
         return tune_main(args)
     from commlib.bench.report import main as report_main

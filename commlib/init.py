@@ -100,6 +100,7 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, store=Non
     timeout = default_timeout() if timeout is None else float(timeout)
     if timeout <= 0:
         raise ValueError("timeout: must be positive")
+    debug_level()  # a bad COMMLIB_DEBUG is refused before any store is served or reached
     owned = store is None
     server = None
     if owned:
@@ -231,7 +232,7 @@ def create(store, prefix: str, rank: int, size: int, timeout: float) -> Communic
     if rank == 0:
         topo = core_topology(core)
         links = "shm" if len(topo.hosts) == 1 else "shm within hosts, tcp across"
-        _log(1, f"{prefix}: {size} ranks on {topo}, links {links}, single-copy reads "
+        _log(1, f"{prefix}: {size} ranks on {topo}, transport {links}, single-copy reads "
                 f"{'on' if direct else 'off'}, timeout {timeout:g} s")
         note = bootstrap.unauthenticated_note(topo)
         if note:
@@ -244,15 +245,17 @@ def core_topology(core) -> "bootstrap.Topology":
 
 
 def _create_core(rdv: _Rendezvous, rank: int, size: int, timeout: float):
-    topo = bootstrap.discover_hosts(rdv.store, rdv.prefix, rank, size)
+    topo = bootstrap.discover_hosts(rdv, rank, size)
     hidx = topo.host_of[rank]
     local = topo.ranks_on(hidx)
     local_size, leader, local_rank = len(local), local[0], local.index(rank)
     host = topo.hosts[hidx]
     region_bytes = _C.shm_region_bytes(local_size)
+    # Host 0 (rank 0's) keeps the single-host key names ("shm", "ready"); other hosts add "/<host>".
+    shm_key, ready_key = ("shm", "ready") if hidx == 0 else (f"shm/{hidx}", f"ready/{hidx}")
     endpoint = None
     if len(topo.hosts) > 1:  # listen before the address is published; connect once all listen
-        endpoint = bootstrap.listen(rdv.store, rdv.prefix, rank, topo, timeout, debug_level())
+        endpoint = bootstrap.listen(rdv, rank, topo, timeout, debug_level())
 
     def make_core(fd):
         return _C.Communicator(rank, size, fd, topo.host_of, topo.hosts, endpoint, timeout, rdv.prefix,
@@ -266,7 +269,7 @@ def _create_core(rdv: _Rendezvous, rank: int, size: int, timeout: float):
             core = make_core(fd)
             if local_size > 1:
                 server = FdServer(fd, local_size)  # serves local ranks 1..local_size-1
-                rdv.set(f"shm/{hidx}", json.dumps({"pid": os.getpid(), "size": size, "host": host,
+                rdv.set(shm_key, json.dumps({"pid": os.getpid(), "size": size, "host": host,
                                                    "socket": server.name, "bytes": region_bytes}))
                 while len(server.served) < local_size - 1:
                     rdv.raise_reported()
@@ -280,7 +283,7 @@ def _create_core(rdv: _Rendezvous, rank: int, size: int, timeout: float):
                 server.close()
             os.close(fd)  # the mapping keeps the region; peers hold their own descriptors
     else:
-        rec = _parse_record(rdv.wait(f"shm/{hidx}", f"rank {leader} to publish host {host}'s shared-memory region"),
+        rec = _parse_record(rdv.wait(shm_key, f"rank {leader} to publish host {host}'s shared-memory region"),
                             _REGION_FIELDS, f"rendezvous {rdv.prefix!r}: rank {leader}'s region record")
         if rec["size"] != size:
             raise RendezvousError(f"world size mismatch: rank {rank} has world_size {size} but rank {leader} has "
@@ -296,16 +299,20 @@ def _create_core(rdv: _Rendezvous, rank: int, size: int, timeout: float):
             core = make_core(fd)
         finally:
             os.close(fd)
-    # Every rank of the host mapped the region and published its pid once the leader says ready.
-    rdv.set(f"mapped/{rank}", b"1")
-    if rank == leader:
-        for r in local[1:]:
-            _expect_flag(rdv, f"mapped/{r}", f"rank {r} to map the region")
-        rdv.set(f"ready/{hidx}", b"1")
-    else:
-        _expect_flag(rdv, f"ready/{hidx}", f"rank {leader} to see every rank of host {host} mapped")
-    if endpoint is not None:
-        core.connect(bootstrap.addresses(rdv.store, rdv.prefix, rank, topo))
+    try:
+        # Every rank of the host mapped the region and published its pid once the leader says ready.
+        rdv.set(f"mapped/{rank}", b"1")
+        if rank == leader:
+            for r in local[1:]:
+                _expect_flag(rdv, f"mapped/{r}", f"rank {r} to map the region")
+            rdv.set(ready_key, b"1")
+        else:
+            _expect_flag(rdv, ready_key, f"rank {leader} to see every rank of host {host} mapped")
+        if endpoint is not None:
+            core.connect(bootstrap.addresses(rdv, rank, topo))
+    except BaseException:
+        core.close()  # now, not at garbage collection: peers that got further see this rank close
+        raise
     # Probe single-copy reads (peers keep sending through the channels until they see our answer).
     return core, core.enable_direct_reads()
 

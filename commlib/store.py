@@ -67,6 +67,8 @@ class _Handler(socketserver.BaseRequestHandler):
                 if cmd == _HELLO:
                     _send(sock, _HELLO_REPLY)
                     continue
+                if cmd not in (_SET, _GET, _ADD, _CHECK):
+                    raise _Malformed(f"unknown command {cmd}")
                 key = _recv(sock)
                 if cmd == _SET:
                     value = _recv(sock)
@@ -110,8 +112,6 @@ class _Handler(socketserver.BaseRequestHandler):
                     with srv.cond:
                         present = key in srv.data
                     _send(sock, b"\x01" if present else b"\x00")
-                else:
-                    raise _Malformed(f"unknown command {cmd}")
         except (ConnectionError, OSError, _Malformed, struct.error):
             pass  # this connection only; the server and its other clients go on
 
@@ -159,7 +159,8 @@ class StoreServer:
             raise
         self.host = host
         self.port = self._srv.server_address[1]
-        self._thread = threading.Thread(target=self._srv.serve_forever, name="commlib-store", daemon=True)
+        self._thread = threading.Thread(target=self._srv.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="commlib-store", daemon=True)
         self._thread.start()
 
     def close(self):
@@ -209,14 +210,15 @@ class TCPStore:
         return x.encode() if isinstance(x, str) else bytes(x)
 
     def _exchange(self, what: str, key, wait: float, *parts: bytes) -> bytes:
-        """Send one request, return the reply frame; every failure is a RendezvousError."""
-        self._sock.settimeout(wait + 5.0)  # the server answers a get by `wait`; 5 s for the trip
+        """Send one request, return the reply frame within ``wait`` seconds; every failure is a
+        RendezvousError."""
+        self._sock.settimeout(wait)
         try:
             _send(self._sock, *parts)
             return _recv(self._sock)
         except socket.timeout:
             raise RendezvousError(f"store at {self._where}: no answer to {what} {key!r} within "
-                                  f"{wait + 5.0:g} s (COMMLIB_TIMEOUT); expected a commlib store") from None
+                                  f"{wait:g} s (COMMLIB_TIMEOUT); expected a commlib store") from None
         except _Malformed as e:
             raise RendezvousError(f"store at {self._where}: answered {what} {key!r} with a malformed "
                                   f"frame ({e}); expected a commlib store") from None
@@ -230,7 +232,8 @@ class TCPStore:
 
     def get(self, key) -> bytes:
         with self._lock:
-            reply = self._exchange("get", key, self.timeout, bytes([_GET]), self._b(key),
+            # The server answers by self.timeout; allow 2 s more for the round trip.
+            reply = self._exchange("get", key, self.timeout + 2.0, bytes([_GET]), self._b(key),
                                    struct.pack("!d", self.timeout))
         if reply[:1] == b"\x00" and len(reply) == 1:
             raise RendezvousError(f"store at {self._where}: key {self._b(key).decode(errors='replace')!r} "

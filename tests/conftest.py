@@ -1,4 +1,4 @@
-"""Shared fixtures: rank pools (tests/ranks.py) and the GPU marker's skip."""
+"""Shared fixtures: rank pools (commlib.testing) and the GPU marker's skip."""
 import os
 import sys
 
@@ -6,7 +6,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from ranks import close_pools, get_pool  # noqa: E402
+from commlib.testing import close_pools, get_pool  # noqa: E402
 
 
 def _has_cuda():

@@ -1,21 +1,21 @@
 """The alpha-beta-gamma cost model of DESIGN.md §3, and its least-squares fit to measurements.
 
-Every algorithm's time is linear in the three machine parameters::
+Every algorithm's time is (to the simulator's critical path) linear in the three machine parameters::
 
     T(n, P) = a(n, P) * alpha + b(n, P) * beta + c(n, P) * gamma
 
 (alpha: seconds per message, beta: seconds per byte moved, gamma: seconds per byte reduced; n is
 the bench size in bytes: the whole all_reduce/broadcast buffer, the all_gather output, the
 reduce_scatter input, the all_to_all buffer). :func:`coefficients` gives (a, b, c) for every
-algorithm; :func:`fit` finds non-negative (alpha, beta, gamma) minimising the squared error of
+registered algorithm, from its schedule run by the simulator; :func:`fit` finds non-negative (alpha, beta, gamma) minimising the squared error of
 log(time) over all measurements of one transport and world size (relative, so 8-byte latencies weigh
 as much as 16 MiB bandwidths). Peers (gloo, MPI) hide their algorithms; they are fitted as if they ran
 the textbook one (PEER_ALGORITHM).
 """
 from __future__ import annotations
 
+import functools
 import itertools
-import math
 
 import numpy as np
 
@@ -23,51 +23,38 @@ PEER_ALGORITHM = {"all_reduce": "ring", "all_gather": "ring", "reduce_scatter": 
                   "all_to_all": "pairwise", "broadcast": "binomial", "reduce": "binomial",
                   "gather": "binomial", "scatter": "binomial"}
 
+_HUGE_BPS = 1e300  # "infinitely fast": the term it stands for contributes nothing
 
-def _lg(P: int) -> int:
-    return max(0, math.ceil(math.log2(P))) if P > 1 else 0
+
+def _uniform(P: int, alpha: float, Bps: float, gamma: float) -> dict:
+    return {"host_of": list(range(P)), "nic_of": [0] * P, "nics_per_host": 1, "intra_latency_s": alpha,
+            "intra_port_Bps": Bps, "intra_bus_Bps": 0.0, "inter_latency_s": alpha, "nic_Bps": Bps,
+            "reduce_s_per_byte": gamma, "copy_s_per_byte": 0.0, "op_overhead_s": 0.0,
+            "step_overhead_s": 0.0, "chunk_bytes": 0}
+
+
+@functools.lru_cache(maxsize=65536)
+def _simulated_coefficients(collective: str, algorithm: str, n: int, P: int):
+    from commlib import _C
+    blocked = collective in ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter")
+    count = n // P if blocked else n  # per-rank count of 1-byte elements (ir.h)
+    root = 0
+    def t(alpha, Bps, gamma):
+        return _C.simulate(collective, algorithm, count, 1, root, _uniform(P, alpha, Bps, gamma))["time_s"]
+    return t(1.0, _HUGE_BPS, 0.0), t(0.0, 1.0, 0.0), t(0.0, _HUGE_BPS, 1.0)
 
 
 def coefficients(collective: str, algorithm: str, n: float, P: int):
-    """(a, b, c): T = a*alpha + b*beta + c*gamma for ``n`` bytes on ``P`` ranks."""
+    """(a, b, c): T = a*alpha + b*beta + c*gamma for ``n`` bytes on ``P`` ranks.
+
+    Not a table per name: the algorithm's registered schedule is played by the simulator
+    (commlib/sim, csrc/sim) on a uniform machine with one parameter switched on at a time, so a
+    new algorithm is modelled as soon as its builder exists, and an unknown name is an error
+    (ValueError "algorithm: ...") instead of a silent stand-in. For DESIGN.md §3's algorithms this
+    gives exactly its closed forms (tests/sim/test_closed_forms.py)."""
     if P <= 1:
         return 0.0, 0.0, 0.0
-    L = _lg(P)
-    f = (P - 1) / P
-    c, a = collective, algorithm
-    if c == "all_reduce":
-        table = {
-            "ring": (2 * (P - 1), 2 * f * n, f * n),
-            "hierarchical": (2 * (P - 1), 2 * f * n, f * n),
-            "two_shot": (2 * (P - 1), 2 * f * n, f * n),
-            "recursive_doubling": (L, n * L, n * L),
-            "rabenseifner": (2 * L, 2 * f * n, f * n),
-            "direct": (P - 1, (P - 1) * n, (P - 1) * n),
-            "tree": (2 * L, 2 * L * n, L * n),
-            "reduce_broadcast": (2 * (P - 1), 2 * (P - 1) * n, (P - 1) * n),
-        }
-        return tuple(float(x) for x in table.get(a, table["ring"]))
-    if c in ("all_gather", "gather", "scatter"):
-        lat = {"recursive_doubling": L, "bruck": L, "binomial": L}.get(a, P - 1)
-        return float(lat), f * n, 0.0
-    if c == "reduce_scatter":
-        lat = L if a == "recursive_halving" else P - 1
-        return float(lat), f * n, f * n
-    if c == "all_to_all":
-        if a == "bruck":
-            return float(L), n / 2 * L, 0.0
-        return float(P - 1), f * n, 0.0
-    if c == "broadcast":
-        if a == "scatter_allgather":
-            return float(L + P - 1), 2 * f * n, 0.0
-        if a == "pipeline":
-            return float(P - 1), float(n), 0.0
-        if a == "direct":  # the root sends all P-1 copies itself
-            return float(P - 1), float((P - 1) * n), 0.0
-        return float(L), float(n * L), 0.0
-    if c == "reduce":
-        return float(L), float(n * L), float(n * L)
-    raise ValueError(f"collective: no cost model for {collective!r}")
+    return _simulated_coefficients(collective, algorithm, int(n), int(P))
 
 
 def model_algorithm(rec) -> str:

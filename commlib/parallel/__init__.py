@@ -5,10 +5,10 @@ Names are imported lazily so that importing one parallelism does not import ever
 import importlib
 
 _EXPORTS = {
-    # data parallelism (data_parallel.py, zero.py, parameter_server.py)
+    # data parallelism (data_parallel.py, zero.py, fully_sharded.py, parameter_server.py)
     "DataParallel": "data_parallel",
     "ZeroOptimizer": "zero",
-    "FullyShardedModule": "zero",
+    "FullyShardedModule": "fully_sharded",
     "ParameterServer": "parameter_server",
     # tensor parallelism (tensor.py)
     "ColumnParallelLinear": "tensor",

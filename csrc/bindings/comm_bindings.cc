@@ -121,6 +121,19 @@ void bind_comm(py::module_& m) {
            }),
            py::arg("rank"), py::arg("size"), py::arg("fd"), py::arg("host_of"), py::arg("host_names"),
            py::arg("tcp"), py::arg("timeout"), py::arg("label") = "", py::arg("debug") = 0)
+      .def(py::init([](int rank, int size, int fd, double timeout, const std::string& label, int debug) {
+             // Every rank on this host: the shm region is the whole communicator's.
+             if (size < 1) throw std::invalid_argument("world_size: must be at least 1");
+             if (rank < 0 || rank >= size) throw std::invalid_argument("rank: out of range for world_size");
+             Topology topo;
+             topo.host_of.assign(size, 0);
+             topo.host_names = {"localhost"};
+             auto shm = std::make_unique<ShmTransport>(rank, size, fd, shm_config_from_env(size));
+             auto fabric = std::make_unique<Fabric>(rank, size, std::move(topo), std::move(shm), nullptr);
+             return new Communicator(std::move(fabric), CommOptions{timeout, debug, label});
+           }),
+           py::arg("rank"), py::arg("size"), py::arg("fd"), py::arg("timeout"), py::arg("label") = "",
+           py::arg("debug") = 0)
       .def_property_readonly("host_of", [](const Communicator& c) { return c.topology().host_of; })
       .def_property_readonly("host_names", [](const Communicator& c) { return c.topology().host_names; })
       .def_property_readonly("link_kinds", &Communicator::link_kinds)

@@ -1,4 +1,8 @@
-// A communicator: its links (a Fabric: shm within the host, tcp across hosts), one executor, a cache of built schedules, and a FIFO of calls.
+// A communicator: its links (a Fabric: shm within the host, tcp across hosts), one executor, a
+// cache of built schedules, and a FIFO of calls.
+// Its definition is split along those seams: communicator.cc (life cycle and the work queue),
+// plan_cache.cc (schedules built and cached per call shape), lowering.cc (a schedule's steps
+// resolved to addresses and run on the executor), comm_options.cc (settings), describe.cc (describe_call, bounds-checked: codes come from peers).
 //
 // A blocking call whose queue is empty runs on the caller's thread (a hand-off to a sleeping
 // worker would cost a futex wake-up on the latency path); asynchronous calls go to a worker thread
@@ -20,6 +24,7 @@
 #include <vector>
 
 #include "common/types.h"
+#include "engine/comm_options.h"
 #include "engine/executor.h"
 #include "schedule/ir.h"
 #include "transport/fabric.h"
@@ -76,12 +81,6 @@ struct P2PItem {
   uintptr_t ptr = 0;
   int64_t count = 0;
   int peer = 0;
-};
-
-struct CommOptions {
-  double timeout_s = 300.0;
-  int debug = 0;  // 0 off, 1 INFO, 2 TRACE (COMMLIB_DEBUG)
-  std::string label;
 };
 
 class Communicator {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "common/describe.h"
+#include "engine/describe.h"
 #include "kernels/cpu_copy.h"
 #include "kernels/cpu_reduce.h"
 
@@ -126,6 +126,13 @@ bool Executor::progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
         const ChunkHeader* h = l.peek_recv(&payload);
         if (!h) break;
         const bool rendezvous = h->flags & kChunkRendezvous;
+        // Peers are not trusted: a rendezvous chunk makes us read the sender's memory at an address
+        // it chose, so accept one only when this rank turned single-copy reads on; unknown flag bits
+        // mean a corrupt header.
+        if ((h->flags & ~kChunkRendezvous) || (rendezvous && !l.accepts_rendezvous()))
+          fail(ErrorKind::Comm, "rank " + std::to_string(t_.rank()) + " in " + describe_call(call) +
+                                    " received from rank " + std::to_string(o.peer) + " a chunk with invalid flags " +
+                                    std::to_string(h->flags));
         size_t expect = rendezvous ? o.bytes : std::min(cap, o.bytes - o.done);
         if (h->desc != o.desc || h->offset != o.done || h->bytes != expect) {
           std::string got = describe_call(h->desc);

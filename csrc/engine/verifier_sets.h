@@ -9,23 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "common/flat_map.h"
+
 namespace commlib {
 namespace verify {
-
-// uint64 -> uint32 open-addressing map (linear probing, power-of-two capacity): the verifier does
-// millions of look-ups at 1000+ ranks, where std::unordered_map's node chasing dominated.
-class FlatMap {
- public:
-  static constexpr uint32_t kAbsent = ~uint32_t(0);
-  uint32_t get(uint64_t key) const;
-  void put(uint64_t key, uint32_t value);
-
- private:
-  void grow();
-  std::vector<uint64_t> keys_;
-  std::vector<uint32_t> vals_;  // kAbsent marks an empty slot
-  size_t used_ = 0;
-};
 
 class RankSets {
  public:

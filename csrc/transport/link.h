@@ -38,6 +38,9 @@ class Link {
 
   // Single-copy transfers (see Transport): only links whose peer can read this process's memory.
   virtual bool peer_reads_directly() { return false; }
+  // This rank turned single-copy reads on, so rendezvous chunks from the peer are welcome (a
+  // rendezvous chunk makes us read the sender's memory at an address it chose).
+  virtual bool accepts_rendezvous() { return false; }
   virtual void read_peer(void* dst, uint64_t remote, size_t bytes) = 0;
   virtual void ack() = 0;
   virtual uint64_t acked() = 0;
@@ -56,6 +59,7 @@ class DomainLink final : public Link {
   const ChunkHeader* peek_recv(const char** payload) override { return t_.peek_recv(index_, payload); }
   void release_recv() override { t_.release_recv(index_); }
   bool peer_reads_directly() override { return t_.peer_reads_directly(index_); }
+  bool accepts_rendezvous() override { return t_.peer_reads_directly(t_.rank()); }
   void read_peer(void* dst, uint64_t remote, size_t bytes) override { t_.read_peer(index_, dst, remote, bytes); }
   void ack() override { t_.ack(index_); }
   uint64_t acked() override { return t_.acked(index_); }

@@ -253,11 +253,14 @@ bool ShmTransport::enable_direct_reads() {
         magic != kMagic)
       return false;  // e.g. ptrace restrictions or a seccomp filter: keep the copying path
   }
+  direct_reads_ = true;
   ctl(rank_).reads_directly.store(1, std::memory_order_release);
   return true;
 }
 
 bool ShmTransport::peer_reads_directly(int peer) {
+  // This rank's own answer is kept privately: its shared control block is writable by peers.
+  if (peer == rank_) return direct_reads_;
   return ctl(peer).reads_directly.load(std::memory_order_acquire) != 0;
 }
 

@@ -85,6 +85,7 @@ class ShmTransport final : public Transport {
   size_t bytes_ = 0;
   size_t ctl_offset_ = 0, chan_offset_ = 0;
   bool closed_ = false;
+  bool direct_reads_ = false;  // this rank turned single-copy reads on (enable_direct_reads)
 };
 
 }  // namespace commlib

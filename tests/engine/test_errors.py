@@ -4,7 +4,7 @@ import os
 import pytest
 
 import error_cases as cases
-from ranks import RankPool
+from commlib.testing import RankPool
 
 
 @pytest.mark.parametrize("size", [2, 3])

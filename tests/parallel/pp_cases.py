@@ -212,3 +212,18 @@ def mesh_layout(comm, tp, cp, pp, dp) -> dict:
     assert mesh.rank_of(**mesh.coords) == comm.rank
     mesh.close()
     return out
+
+
+def timeline_case(comm, kind: str = "1f1b", m: int = 3) -> list:
+    """Run one step and return the gathered timeline (every rank's view)."""
+    from commlib.parallel.pipeline.timeline import gather_timeline
+    torch.set_num_threads(1)
+    r = comm.rank
+    full = list(make_model(2).children())
+    stage = PipelineStage(nn.Sequential(*full[2 * r:2 * r + 2]), r, 2, comm)
+    sched = SCHEDULES[kind](stage, n_microbatches=m, loss_fn=loss_fn)
+    x, y = data(2 * m, 0)
+    sched.step(*([x] if r == 0 else []), **({"target": y} if r == 1 else {}))
+    events = gather_timeline(sched)
+    sched.close()
+    return events

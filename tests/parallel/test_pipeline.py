@@ -46,3 +46,36 @@ def test_check_orders_catches_a_deadlock():
     swapped = [list(reversed(orders[0])), orders[1]]  # backward before its forward on rank 0
     with pytest.raises(AssertionError, match="deadlock"):
         A.check_orders(swapped, 2, 2, 2)
+
+
+def test_timeline_gathered_traced_and_plotted(pool, tmp_path):
+    import json
+
+    from commlib.parallel.pipeline.timeline import bubble_fraction, plot_timeline, write_chrome_trace
+    m = 3
+    views = pool(2).run(C.timeline_case, "zero_bubble", m)
+    assert views[0] == views[1]
+    ev = views[0]
+    # every action of the order, once, on its rank, each with a positive duration
+    want = {(r, k, r, i) for r in range(2) for i in range(m) for k in "FIW"}
+    assert {(e["rank"], e["kind"], e["stage"], e["mb"]) for e in ev} == want and len(ev) == len(want)
+    assert all(e["end"] > e["start"] for e in ev)
+    # rank 1's forward of a micro-batch starts after rank 0's forward of it ended (same clock)
+    f = {(e["rank"], e["mb"]): e for e in ev if e["kind"] == "F"}
+    assert all(f[(1, i)]["start"] >= f[(0, i)]["end"] for i in range(m))
+    assert 0.0 < bubble_fraction(ev) < 1.0
+    write_chrome_trace(ev, str(tmp_path / "t.json"))
+    trace = json.load(open(tmp_path / "t.json"))["traceEvents"]
+    slices = [t for t in trace if t["ph"] == "X"]
+    assert len(slices) == len(ev) and {t["tid"] for t in slices} == {0, 1}
+    plot_timeline(ev, str(tmp_path / "t.png"), "test", theory=0.25)
+    assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bubble_fraction_of_a_known_timeline():
+    ev = [{"rank": 0, "kind": "F", "stage": 0, "mb": 0, "start": 0.0, "end": 1.0},
+          {"rank": 1, "kind": "F", "stage": 1, "mb": 0, "start": 1.0, "end": 2.0},
+          {"rank": 1, "kind": "B", "stage": 1, "mb": 0, "start": 2.0, "end": 3.0},
+          {"rank": 0, "kind": "B", "stage": 0, "mb": 0, "start": 3.0, "end": 4.0}]
+    from commlib.parallel.pipeline.timeline import bubble_fraction
+    assert bubble_fraction(ev) == 0.5

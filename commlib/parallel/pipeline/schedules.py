@@ -190,10 +190,12 @@ class _StepRun:
         t_begin = time.perf_counter()
         s.timeline = []
         for a in s.orders[s.comm.rank]:
+            self.t_compute = None
             t0 = time.perf_counter()
             getattr(self, "_" + a.kind)(a.stage, a.mb)
+            # the action's compute starts once its input arrived: waiting is bubble, not work
             s.timeline.append({"rank": s.comm.rank, "kind": a.kind, "stage": a.stage, "mb": a.mb,
-                               "start": t0, "end": time.perf_counter()})
+                               "start": self.t_compute or t0, "end": time.perf_counter()})
         for box in self.boxes:
             if isinstance(box, Outbox):
                 box.flush()
@@ -217,6 +219,7 @@ class _StepRun:
         else:
             x = self.local.pop(("act", st - 1, mb)) if s.P == 1 else self.down_in.get(("act", st - 1, mb))
             x = x.detach().requires_grad_(torch.is_floating_point(x))
+        self.t_compute = time.perf_counter()
         saved = {}
         params = {p.untyped_storage().data_ptr() for p in stage.module.parameters()}
 
@@ -256,7 +259,9 @@ class _StepRun:
         if self.s.stages[st].is_last:
             return None
         key = ("grad", st, mb)
-        return self.local.pop(key) if self.s.P == 1 else self.up_in.get(key)
+        g = self.local.pop(key) if self.s.P == 1 else self.up_in.get(key)
+        self.t_compute = time.perf_counter()
+        return g
 
     def _send_input_grad(self, st: int, mb: int, g):
         if st == 0:

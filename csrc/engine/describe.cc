@@ -1,4 +1,4 @@
-#include "common/describe.h"
+#include "engine/describe.h"
 
 #include <vector>
 

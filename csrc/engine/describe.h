@@ -1,3 +1,4 @@
+// Lives in the engine, not common/: it names algorithms, which only the schedule registry knows.
 // Human-readable text for a call descriptor, e.g. "all_reduce #5 (ring, 1000 x float32, sum)".
 //
 // Descriptors are read from peers' chunk headers and control blocks in shared memory, so every

@@ -1,0 +1,418 @@
+"""ZeRO-3: :class:`FullyShardedModule`, parameters, gradients and optimizer state sharded over a
+communicator (flat units as in ``zero_checkpoint.py``; memory formulas in ``zero.py``)."""
+from __future__ import annotations
+
+import os
+from typing import Dict, List
+
+import torch
+
+from ._buckets import (FlatLayout, broadcast_tensors, check_algorithm, check_comm, check_cpu_tensors,
+                       check_same_structure, optimizer_state_tensors, queue_backward_callback,
+                       storage_bytes, unique_named_parameters)
+from .zero_checkpoint import _load_sharded, _save_sharded, _Unit
+
+__all__ = ["FullyShardedModule"]
+
+_FREE, _GATHERING, _GATHERED = 0, 1, 2
+
+
+class _FsdpUnit(_Unit):
+    def __init__(self, name, module, params, owner):
+        comm = owner.comm
+        layout = FlatLayout([n for n, _ in params], [p.shape for _, p in params], comm.size)
+        super().__init__(name, layout, comm.rank)
+        self.module = module
+        self.owner = owner
+        self.param_names = [n for n, _ in params]
+        flat = torch.zeros(layout.padded, dtype=torch.float32)
+        with torch.no_grad():
+            for (_, p), v in zip(params, layout.views(flat)):
+                v.copy_(p.detach())
+        self.shard = torch.nn.Parameter(flat[layout.piece * comm.rank:
+                                             layout.piece * (comm.rank + 1)].clone())
+        self.orig_dtypes = [p.dtype for _, p in params]
+        self.full = torch.empty(layout.padded, dtype=owner.compute_dtype)
+        self._nbytes = self.full.untyped_storage().nbytes()
+        self.full.untyped_storage().resize_(0)
+        self.state = _FREE
+        self.work = None
+        self.locations = []          # per parameter: [(submodule, attribute), ...]
+        self.bw_hooked = False
+
+    def gather_async(self):
+        assert self.state == _FREE
+        self.full.untyped_storage().resize_(self._nbytes)
+        src = self.shard.detach()
+        if self.full.dtype != src.dtype:
+            src = src.to(self.full.dtype)
+        self.work = self.owner.comm.all_gather(self.full, src, algorithm=self.owner.algorithm,
+                                               async_op=True)
+        self.state = _GATHERING
+
+    def ensure_gathered(self):
+        if self.state == _FREE:
+            self.gather_async()
+        if self.state == _GATHERING:
+            self.work.wait()
+            self.work = None
+            self.state = _GATHERED
+
+    def free(self):
+        if self.state == _GATHERING:
+            self.work.wait()
+            self.work = None
+        self.full.untyped_storage().resize_(0)
+        self.state = _FREE
+
+
+class _GatherParams(torch.autograd.Function):
+    """Forward: the unit's gathered flat parameters (already all-gathered into ``unit.full``).
+    Backward: hands the flat gradient to the unit's reduce-scatter; the shard's gradient is
+    accumulated at the end of backward when the asynchronous reduce-scatter has completed."""
+
+    @staticmethod
+    def forward(ctx, shard, unit):
+        ctx.unit = unit
+        # ``.data``: an alias with its own version counter, so re-gathering into the same storage
+        # before backward is not mistaken for an in-place change of saved tensors.
+        return unit.full.data
+
+    @staticmethod
+    def backward(ctx, grad_full):
+        unit = ctx.unit
+        unit.owner._post_backward(unit, grad_full)
+        return None, None
+
+
+def _default_policy(root: torch.nn.Module) -> List[str]:
+    return [n for n, m in root.named_children() if any(True for _ in m.parameters())]
+
+
+class FullyShardedModule(torch.nn.Module):
+    """ZeRO-3: parameters, gradients and optimizer state sharded over ``comm``.
+
+    ``model = FullyShardedModule(model, comm)``; build the optimizer on ``model.parameters()``
+    (the fp32 shards) and train as usual.
+
+    Args:
+        module: the model (identical on every rank; rank 0's values are broadcast).
+        comm: the communicator (explicit; no global group).
+        wrap: which submodules become units, each with its own flat shard: ``None`` (every direct
+            child that has parameters), a list of submodule names, or a callable
+            ``(name, module) -> bool`` applied top-down (the outermost match wins). Parameters
+            outside every unit form the root unit.
+        mixed_precision: ``None`` (fp32) or ``torch.bfloat16``/``"bf16"`` (also float16): the
+            gathered parameters and the computation use that dtype, the shards (master weights),
+            the gradient reduction (reduce_scatter) and the optimizer stay fp32. Floating-point
+            inputs are cast to that dtype at the root.
+        prefetch: launch the all_gather of the next unit (forward order; reverse in backward)
+            asynchronously while the current unit computes.
+        algorithm: algorithm for the all_gather and reduce_scatter calls.
+
+    Each unit's parameters are all-gathered before its forward (forward pre-hook), freed after
+    it, all-gathered again before its backward (hooks on its outputs) and freed after it; its
+    gradient is reduce-scattered (averaged) asynchronously and accumulated into the shard's
+    ``.grad`` at the end of backward. A parameter shared by two units (tied embeddings) is
+    sharded in the root unit instead (listed in ``tied_to_root``).
+    """
+
+    def __init__(self, module: torch.nn.Module, comm, wrap=None, mixed_precision=None,
+                 prefetch: bool = True, algorithm: str = "auto"):
+        super().__init__()
+        if not isinstance(module, torch.nn.Module):
+            raise TypeError(f"module: expected a torch.nn.Module, got {type(module).__name__}")
+        check_comm(comm)
+        check_algorithm("all_gather", algorithm)
+        check_algorithm("reduce_scatter", algorithm)
+        mp = {None: None, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+              "fp16": torch.float16, "float16": torch.float16, torch.bfloat16: torch.bfloat16,
+              torch.float16: torch.float16, torch.float32: None, "fp32": None}
+        if mixed_precision not in mp:
+            raise ValueError(f"mixed_precision: expected None, 'bf16', 'fp16' or a torch dtype, "
+                             f"got {mixed_precision!r}")
+        self.compute_dtype = mp[mixed_precision] or torch.float32
+        self.comm = comm
+        self.algorithm = algorithm
+        self.prefetch = bool(prefetch)
+        self.module = module
+
+        named = unique_named_parameters(module)
+        buffers = list(module.named_buffers())
+        check_cpu_tensors(named, "parameter")
+        check_cpu_tensors(buffers, "buffer")
+        for n, p in named:
+            if not p.dtype.is_floating_point:
+                raise ValueError(f"parameter '{n}': dtype {p.dtype} cannot be sharded (floats only)")
+        specs = [(n, tuple(p.shape), str(p.dtype)) for n, p in named]
+        specs += [("buffer:" + n, tuple(b.shape), str(b.dtype)) for n, b in buffers]
+        check_same_structure(comm, specs, "parameter")
+        broadcast_tensors(comm, [p.data for _, p in named] + [b for _, b in buffers])
+        self._sd_keys = list(module.state_dict().keys())
+        self._buffer_names = [n for n, _ in buffers]
+
+        # -- choose units ---------------------------------------------------------------------
+        mods = dict(module.named_modules())
+        if wrap is None:
+            unit_names = _default_policy(module)
+        elif callable(wrap):
+            unit_names = []
+            for n, m in module.named_modules():
+                if n and not any(n.startswith(u + ".") for u in unit_names) and wrap(n, m):
+                    unit_names.append(n)
+        else:
+            unit_names = list(wrap)
+            for n in unit_names:
+                if n not in mods or not n:
+                    raise ValueError(f"wrap: '{n}' is not a submodule name of the module")
+            for a in unit_names:
+                for b in unit_names:
+                    if a != b and b.startswith(a + "."):
+                        raise ValueError(f"wrap: '{b}' is nested inside '{a}'")
+        def unit_of(module_name: str) -> str:
+            for u in unit_names:
+                if module_name == u or module_name.startswith(u + "."):
+                    return u
+            return ""
+
+        # Every location of every parameter (a tied parameter, e.g. GPT-2's wte.weight and
+        # lm_head.weight, appears under several modules). A parameter used from two units belongs
+        # to the root unit, gathered for the whole forward and backward, as torch's fully_shard
+        # does for a parameter shared by two of its sub-modules: tying needs no configuration.
+        locations: Dict[int, list] = {}
+        users: Dict[int, set] = {}
+        for mname, m in module.named_modules(remove_duplicate=False):
+            for pname, p in list(m._parameters.items()):
+                if p is None:
+                    continue
+                users.setdefault(id(p), set()).add(unit_of(mname))
+                locations.setdefault(id(p), [])
+                if (m, pname) not in [(a, b) for a, b in locations[id(p)]]:
+                    locations[id(p)].append((m, pname))
+        owner_of = {id(p): (next(iter(users[id(p)])) if len(users[id(p)]) == 1 else "") for _, p in named}
+        self.tied_to_root = [n for n, p in named if len(users[id(p)]) > 1]
+        self._units: List[_FsdpUnit] = []
+        self._unit_by_module = {}
+        shards = {}
+        for uname in unit_names + [""]:
+            ps = [(n, p) for n, p in named if owner_of[id(p)] == uname]
+            if not ps:
+                continue
+            m = mods[uname]
+            unit = _FsdpUnit(uname or "<root>", m, ps, self)
+            unit.locations = [locations[id(p)] for _, p in ps]
+            unit.requires_grad = [p.requires_grad for _, p in ps]
+            self._units.append(unit)
+            self._unit_by_module[id(m)] = unit
+            shards[(uname or "_root").replace(".", "_")] = unit.shard
+        # hand the parameters over: drop them from the modules
+        for unit in self._units:
+            for locs in unit.locations:
+                for m, pname in locs:
+                    del m._parameters[pname]
+                    m.__dict__[pname] = None
+        self.shards = torch.nn.ParameterDict(shards)
+        for unit in self._units:
+            unit.module.register_forward_pre_hook(self._make_pre_forward(unit))
+            unit.module.register_forward_hook(self._make_post_forward(unit))
+        self._fwd_order: List[_FsdpUnit] = []
+        self._order_fixed = False
+        #: per forward/backward: units whose all_gather was already launched (prefetched) when
+        #: they were needed ("hits") or had to be gathered on demand ("misses")
+        self.prefetch_stats: Dict[str, int] = {}
+        self._pending = []
+        self._in_backward = False
+
+    # -- forward / backward machinery -----------------------------------------------------------
+    def forward(self, *args, **kwargs):
+        if self.compute_dtype != torch.float32:
+            cast = lambda t: t.to(self.compute_dtype) if isinstance(t, torch.Tensor) and \
+                t.is_floating_point() else t  # noqa: E731
+            args = tuple(cast(a) for a in args)
+            kwargs = {k: cast(v) for k, v in kwargs.items()}
+        if self._fwd_order and not self._order_fixed:
+            self._order_fixed = True
+        self.prefetch_stats = {"forward_hits": 0, "forward_misses": 0, "backward_hits": 0,
+                               "backward_misses": 0}
+        out = self.module(*args, **kwargs)
+        return out
+
+    def _set_views(self, unit, flat):
+        for (locs, v) in zip(unit.locations, unit.layout.views(flat)):
+            for m, pname in locs:
+                m.__dict__[pname] = v
+
+    def _next_unit(self, unit, step):
+        order = self._fwd_order
+        if unit not in order:
+            return None
+        i = order.index(unit) + step
+        return order[i] if 0 <= i < len(order) else None
+
+    def _make_pre_forward(self, unit):
+        def hook(module, args):
+            if not self._order_fixed and unit not in self._fwd_order:
+                self._fwd_order.append(unit)
+            self.prefetch_stats["forward_misses" if unit.state == _FREE else "forward_hits"] += 1
+            unit.ensure_gathered()
+            if self.prefetch:
+                nxt = self._next_unit(unit, +1)
+                if nxt is not None and nxt.state == _FREE:
+                    nxt.gather_async()
+            if torch.is_grad_enabled() and unit.shard.requires_grad:
+                flat = _GatherParams.apply(unit.shard, unit)
+            else:
+                flat = unit.full
+            self._set_views(unit, flat)
+        return hook
+
+    def _make_post_forward(self, unit):
+        def hook(module, args, output):
+            unit.free()
+            for locs in unit.locations:      # no dangling views of the freed buffer
+                for m, pname in locs:
+                    m.__dict__[pname] = None
+            tensors = [t for t in _flatten(output) if isinstance(t, torch.Tensor) and t.requires_grad]
+            if tensors:
+                fired = [False]
+
+                def pre_backward(grad):
+                    if not fired[0]:
+                        fired[0] = True
+                        self._pre_backward(unit)
+                    return None
+                for t in tensors:
+                    t.register_hook(pre_backward)
+            return None
+        return hook
+
+    def _pre_backward(self, unit):
+        if not self._in_backward:
+            self._in_backward = True
+            queue_backward_callback(self._finish_backward)
+        self.prefetch_stats["backward_misses" if unit.state == _FREE else "backward_hits"] += 1
+        unit.ensure_gathered()
+        if self.prefetch:
+            prv = self._next_unit(unit, -1)
+            if prv is not None and prv.state == _FREE:
+                prv.gather_async()
+
+    def _post_backward(self, unit, grad_full):
+        if not self._in_backward:
+            self._in_backward = True
+            queue_backward_callback(self._finish_backward)
+        g = grad_full.to(torch.float32).contiguous()
+        if g.data_ptr() == unit.full.data_ptr():
+            g = g.clone()
+        out = torch.empty(unit.layout.piece, dtype=torch.float32)
+        work = self.comm.reduce_scatter(out, g, op="avg", algorithm=self.algorithm, async_op=True)
+        self._pending.append((unit, work, out))
+        unit.free()
+
+    def _finish_backward(self):
+        try:
+            for unit, work, out in self._pending:
+                work.wait()
+                if unit.shard.grad is None:
+                    unit.shard.grad = out
+                else:
+                    unit.shard.grad.add_(out)
+        finally:
+            self._pending = []
+            self._in_backward = False
+            for unit in self._units:
+                if unit.state != _FREE:
+                    unit.free()
+
+    # -- state ----------------------------------------------------------------------------------
+    @torch.no_grad()
+    def full_state_dict(self, rank0_only: bool = False) -> Dict[str, torch.Tensor]:
+        """The unsharded parameters and buffers keyed by the original module's state_dict names
+        (fp32 master values, in the parameters' original dtype). Collective. With
+        ``rank0_only=True`` only rank 0 gets them (others return ``{}``)."""
+        values = {}
+        for unit in self._units:
+            full = torch.empty(unit.layout.padded, dtype=torch.float32)
+            if rank0_only:
+                self.comm.gather(full if self.comm.rank == 0 else None, unit.shard.detach(), root=0)
+                if self.comm.rank != 0:
+                    continue
+            else:
+                self.comm.all_gather(full, unit.shard.detach())
+            for locs, v, dt in zip(unit.locations, unit.layout.views(full), unit.orig_dtypes):
+                for m, pname in locs:
+                    values[id(m), pname] = v.clone().to(dt)
+        if rank0_only and self.comm.rank != 0:
+            return {}
+        out = {}
+        mods = dict(self.module.named_modules(remove_duplicate=False))
+        bufs = dict(self.module.named_buffers(remove_duplicate=False))
+        for k in self._sd_keys:
+            if k in bufs:
+                out[k] = bufs[k].detach().clone()
+                continue
+            mname, _, pname = k.rpartition(".")
+            m = mods[mname]
+            out[k] = values[id(m), pname]
+        return out
+
+    @torch.no_grad()
+    def load_full_state_dict(self, state: Dict[str, torch.Tensor]):
+        """Load unsharded parameters (every rank passes the same dict) into the shards."""
+        for unit in self._units:
+            flat = torch.zeros(unit.layout.padded, dtype=torch.float32)
+            for name, v, shape in zip(unit.param_names, unit.layout.views(flat), unit.layout.shapes):
+                if name not in state:
+                    raise KeyError(f"state: missing parameter '{name}'")
+                if tuple(state[name].shape) != tuple(shape):
+                    raise ValueError(f"state: parameter '{name}' has shape "
+                                     f"{tuple(state[name].shape)}, the model has {tuple(shape)}")
+                v.copy_(state[name])
+            unit.shard.copy_(flat[unit.lo:unit.lo + unit.layout.piece])
+        bufs = dict(self.module.named_buffers())
+        for n, b in bufs.items():
+            if n in state:
+                b.copy_(state[n])
+
+    def save_sharded_checkpoint(self, path: str, optimizer=None):
+        """Save each rank's shards (and ``optimizer``'s state over them) plus meta.json under
+        ``path`` (a directory on a filesystem every rank sees). Collective."""
+        bufs = {n: b.detach().clone() for n, b in self.module.named_buffers()}
+        _save_sharded(path, self.comm, "FullyShardedModule", self._units,
+                      [u.shard for u in self._units], optimizer,
+                      rank0_files={"buffers.pt": bufs})
+
+    def load_sharded_checkpoint(self, path: str, optimizer=None):
+        """Load a checkpoint saved by :meth:`save_sharded_checkpoint` on any world size."""
+        _load_sharded(path, self.comm, "FullyShardedModule", self._units,
+                      [u.shard for u in self._units], optimizer)
+        bf = os.path.join(path, "buffers.pt")
+        if os.path.exists(bf):
+            saved = torch.load(bf, weights_only=True)
+            with torch.no_grad():
+                for n, b in self.module.named_buffers():
+                    if n in saved:
+                        b.copy_(saved[n])
+
+    def memory_breakdown(self, optimizer=None) -> dict:
+        """Bytes this rank holds (shards, gathered units currently alive, gradient shards,
+        optimizer state), counted from the tensors actually allocated."""
+        return {"params": storage_bytes([u.shard for u in self._units]),
+                "grads": storage_bytes(u.shard.grad for u in self._units),
+                "optimizer": storage_bytes(optimizer_state_tensors(optimizer)),
+                "comm_buffers": sum(u.full.untyped_storage().nbytes() for u in self._units)}
+
+    @property
+    def unit_names(self) -> List[str]:
+        return [u.name for u in self._units]
+
+
+def _flatten(x):
+    if isinstance(x, torch.Tensor):
+        yield x
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            yield from _flatten(v)
+    elif isinstance(x, dict):
+        for v in x.values():
+            yield from _flatten(v)

@@ -1,0 +1,70 @@
+"""Predictions: the simulator engine (csrc/sim) run on the registry's schedules, as bench records.
+
+    >>> from commlib import sim
+    >>> r = sim.predict("all_reduce", "ring", 1 << 30, 8, "dgx-h100")
+    >>> round(r["busbw_GBps"])          # doctest: +SKIP
+    367
+
+A record has the fields of a ``commlib bench`` record (collective, algorithm, resolved,
+world_size, dtype, bytes, count, time_us, algbw_GBps, busbw_GBps, ...) with ``backend`` "sim" and
+``transport`` the topology's name, so the report and the tuner read both alike.
+"""
+from __future__ import annotations
+
+from commlib import _C
+from commlib.bench import common as C
+from commlib.sim.topology import Topology, load
+
+__all__ = ["predict", "sweep", "algorithms_for"]
+
+SCHEMA = "commlib-sim/1"
+
+
+def algorithms_for(collective: str, requested) -> list:
+    """The algorithm list of a ``--algorithm`` value: 'all' -> every registered one (+ auto)."""
+    if isinstance(requested, str):
+        requested = [a.strip() for a in requested.split(",") if a.strip()]
+    out = []
+    for a in requested:
+        out.extend(list(_C.algorithms(collective)) if a == "all" else [a])
+    return list(dict.fromkeys(out))
+
+
+def predict(collective: str, algorithm: str, size: int, ranks: int, topology, dtype: str = "float32",
+            root: int = 0) -> dict:
+    """Predicted record of one collective of ``size`` bench bytes (nccl-tests sizes: the
+    all_reduce buffer, the all_gather output, ...) on ``ranks`` ranks of ``topology``."""
+    topo: Topology = load(topology)
+    if collective not in C.COLLECTIVES and collective != "barrier":
+        raise ValueError(f"collective: unknown {collective!r} (expected one of {', '.join(C.COLLECTIVES)})")
+    if dtype not in C.DTYPES:
+        raise ValueError(f"dtype: unknown {dtype!r} (expected one of {', '.join(C.DTYPES)})")
+    if ranks < 1:
+        raise ValueError(f"ranks: must be >= 1, got {ranks}")
+    _, block, real = C.geometry(collective, size, dtype, ranks)
+    out = _C.simulate(collective, algorithm, block, C.elem_size(dtype), root, topo.engine_dict(ranks))
+    seconds = out["time_s"]
+    algbw, busbw = C.bandwidths(collective, real, ranks, seconds)
+    return {
+        "backend": "sim", "transport": topo.name, "collective": collective, "algorithm": algorithm,
+        "resolved": out["algorithm"], "mode": "out", "world_size": ranks, "dtype": dtype, "op": "sum",
+        "root": root if collective in C.ROOTED else -1, "bytes": real, "count": block * (
+            ranks if collective in C.BLOCKED else 1),
+        "time_us": {"median": seconds * 1e6}, "algbw_GBps": algbw, "busbw_GBps": busbw, "wrong": None,
+        "sim": {k: out[k] for k in ("build_s", "run_s", "steps", "transfers", "bytes_inter", "bytes_intra",
+                                    "shapes")},
+    }
+
+
+def sweep(collective: str, algorithms, topology, ranks_list, sizes, dtype="float32", root=0, on_row=None):
+    """Records for every (ranks, size, algorithm); ``on_row(record)`` is called as each arrives."""
+    topo = load(topology)
+    recs = []
+    for P in ranks_list:
+        for size in sizes:
+            for alg in algorithms_for(collective, algorithms):
+                rec = predict(collective, alg, size, P, topo, dtype, root)
+                recs.append(rec)
+                if on_row:
+                    on_row(rec)
+    return recs

@@ -1,0 +1,74 @@
+// Compact schedules (compact.h).
+#include "sim/compact.h"
+
+#include <algorithm>
+
+#include "schedule/registry.h"
+
+namespace commlib {
+namespace sim {
+
+namespace {
+bool op_less(const SimOp& a, const SimOp& b) {
+  if (a.kind != b.kind) return a.kind < b.kind;
+  if (a.peer != b.peer) return a.peer < b.peer;
+  return a.count < b.count;
+}
+bool op_eq(const SimOp& a, const SimOp& b) { return a.kind == b.kind && a.peer == b.peer && a.count == b.count; }
+}  // namespace
+
+uint32_t ShapeTable::intern(std::vector<SimOp>& ops) {
+  std::sort(ops.begin(), ops.end(), op_less);
+  uint64_t h = 0x9e3779b97f4a7c15ULL + ops.size();
+  for (const SimOp& o : ops)
+    h = hash_mix(h ^ (static_cast<uint64_t>(static_cast<uint32_t>(o.peer)) << 8 | static_cast<uint64_t>(o.kind)) ^
+                 hash_mix(static_cast<uint64_t>(o.count)));
+  const uint32_t head = by_hash_.get(h);
+  for (uint32_t id = head; id != FlatMap::kAbsent; id = same_hash_[id])
+    if (static_cast<size_t>(end(id) - begin(id)) == ops.size() && std::equal(ops.begin(), ops.end(), begin(id), op_eq))
+      return id;
+  const uint32_t id = static_cast<uint32_t>(size());
+  ops_.insert(ops_.end(), ops.begin(), ops.end());
+  off_.push_back(static_cast<uint32_t>(ops_.size()));
+  same_hash_.push_back(head);
+  by_hash_.put(h, id);
+  return id;
+}
+
+std::vector<Program> build_programs(Collective c, const std::string& algorithm, int size, int64_t count,
+                                    int root, ShapeTable& shapes) {
+  std::vector<Program> programs(size);
+  CollArgs a;
+  a.coll = c;
+  a.size = size;
+  a.count = count;
+  a.root = root;
+  std::vector<SimOp> ops;
+  for (int r = 0; r < size; ++r) {
+    a.rank = r;
+    const Schedule s = build_schedule(a, algorithm);
+    Program& prog = programs[r];
+    for (const Step& st : s.steps) {
+      ops.clear();
+      for (const Op& o : st.ops) {
+        switch (o.kind) {
+          case OpKind::Send: ops.push_back({o.peer, SimKind::Send, o.src.count}); break;
+          case OpKind::Recv: ops.push_back({o.peer, SimKind::Recv, o.dst.count}); break;
+          case OpKind::RecvReduce: ops.push_back({o.peer, SimKind::RecvReduce, o.dst.count}); break;
+          case OpKind::Copy:  // a copy onto itself is skipped by the executor
+            if (o.src.buf != o.dst.buf || o.src.offset != o.dst.offset) ops.push_back({-1, SimKind::Copy, o.dst.count});
+            break;
+          case OpKind::Reduce: ops.push_back({-1, SimKind::Reduce, o.dst.count}); break;
+        }
+      }
+      const uint32_t id = shapes.intern(ops);
+      if (!prog.empty() && prog.back().first == id) ++prog.back().second;
+      else prog.emplace_back(id, 1u);
+    }
+    prog.shrink_to_fit();
+  }
+  return programs;
+}
+
+}  // namespace sim
+}  // namespace commlib

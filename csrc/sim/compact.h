@@ -1,0 +1,48 @@
+// Schedules in the simulator's compact form. A 4096-rank ring all_reduce is 4096 x 8190 steps;
+// kept as ir.h Schedules that is gigabytes, but the simulator needs only each op's kind, peer and
+// size, and most steps of a rank repeat a handful of shapes. So each step is interned as a shape
+// (its ops sorted by kind and peer) and each rank's program is a run-length list of shape ids.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/flat_map.h"
+#include "schedule/ir.h"
+
+namespace commlib {
+namespace sim {
+
+enum class SimKind : uint8_t { Send, Recv, RecvReduce, Copy, Reduce };
+
+struct SimOp {
+  int32_t peer;   // -1 for local ops
+  SimKind kind;
+  int64_t count;  // elements
+};
+
+class ShapeTable {
+ public:
+  uint32_t intern(std::vector<SimOp>& ops);  // sorts ops
+  const SimOp* begin(uint32_t id) const { return ops_.data() + off_[id]; }
+  const SimOp* end(uint32_t id) const { return ops_.data() + off_[id + 1]; }
+  size_t size() const { return off_.size() - 1; }
+
+ private:
+  std::vector<SimOp> ops_;
+  std::vector<uint32_t> off_{0};
+  std::vector<uint32_t> same_hash_;
+  FlatMap by_hash_;
+};
+
+// (shape id, number of consecutive steps with that shape)
+using Program = std::vector<std::pair<uint32_t, uint32_t>>;
+
+// Builds every rank's schedule with the registry's builder and compacts it.
+std::vector<Program> build_programs(Collective c, const std::string& algorithm, int size, int64_t count,
+                                    int root, ShapeTable& shapes);
+
+}  // namespace sim
+}  // namespace commlib

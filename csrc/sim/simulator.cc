@@ -1,0 +1,247 @@
+// The event run (simulator.h).
+#include "sim/simulator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <queue>
+#include <stdexcept>
+#include <vector>
+
+#include "schedule/registry.h"
+#include "sim/compact.h"
+
+namespace commlib {
+namespace sim {
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+bool is_comm(SimKind k) { return k == SimKind::Send || k == SimKind::Recv || k == SimKind::RecvReduce; }
+
+class Run {
+ public:
+  Run(const Topology& t, const ShapeTable& shapes, const std::vector<Program>& progs, int elem_bytes)
+      : t_(t), shapes_(shapes), progs_(progs), eb_(elem_bytes), P_(t.size()), H_(t.hosts()) {
+    ranks_.resize(P_);
+    free_at_.assign(2 * P_ + H_ + 2 * H_ * t.nics_per_host, 0.0);
+  }
+
+  void play(Result& res) {
+    for (int r = 0; r < P_; ++r) schedule_entry(r, 0.0);
+    while (!heap_.empty()) {
+      const Event e = heap_.top();
+      heap_.pop();
+      enter(e.rank, e.time);
+    }
+    for (int r = 0; r < P_; ++r) {
+      const RankState& R = ranks_[r];
+      if (!R.done) throw std::runtime_error("simulate: deadlock, rank " + std::to_string(r) + " never finished step " +
+                                            std::to_string(R.step) + " (verify the schedule)");
+      res.time_s = std::max(res.time_s, R.t);
+    }
+    res.steps = steps_;
+    res.transfers = transfers_;
+    res.bytes_inter = bytes_inter_;
+    res.bytes_intra = bytes_intra_;
+  }
+
+ private:
+  struct RankState {
+    size_t run = 0;      // index into the program
+    uint32_t left = 0;   // steps left in that run, including the current one
+    int64_t step = 0;
+    bool entered = false, done = false;
+    double t = 0;        // entry time of the current step, or finish time when done
+    double end = 0;      // latest end of the current step's communication
+    int pending = 0;
+    uint32_t shape = 0;
+    std::vector<uint8_t> matched;
+  };
+  struct Event {
+    double time;
+    int rank;
+    bool operator<(const Event& o) const { return time > o.time || (time == o.time && rank > o.rank); }
+  };
+
+  // Positions the rank on its next step (not yet entered) and queues its entry.
+  void schedule_entry(int r, double t) {
+    RankState& R = ranks_[r];
+    const Program& p = progs_[r];
+    if (R.left == 0) {
+      if (R.step > 0) ++R.run;
+      while (R.run < p.size() && p[R.run].second == 0) ++R.run;
+      if (R.run >= p.size()) {
+        R.done = true;
+        R.t = t;
+        return;
+      }
+      R.left = p[R.run].second;
+    }
+    R.shape = p[R.run].first;
+    R.entered = false;
+    heap_.push(Event{t + (R.step > 0 ? t_.step_overhead_s : 0.0), r});
+  }
+
+  // The op index in rank q's current step of kind-class `want_send` with `peer`, unmatched; -1.
+  int find_op(int q, bool want_send, int peer) const {
+    const RankState& Q = ranks_[q];
+    const SimOp* b = shapes_.begin(Q.shape);
+    const SimOp* e = shapes_.end(Q.shape);
+    if (want_send) {
+      SimOp key{peer, SimKind::Send, 0};
+      const SimOp* it = std::lower_bound(b, e, key, [](const SimOp& x, const SimOp& k) {
+        return x.kind != k.kind ? x.kind < k.kind : x.peer < k.peer;
+      });
+      if (it != e && it->kind == SimKind::Send && it->peer == peer && !Q.matched[it - b]) return static_cast<int>(it - b);
+      return -1;
+    }
+    for (SimKind k : {SimKind::Recv, SimKind::RecvReduce}) {
+      SimOp key{peer, k, 0};
+      const SimOp* it = std::lower_bound(b, e, key, [](const SimOp& x, const SimOp& kk) {
+        return x.kind != kk.kind ? x.kind < kk.kind : x.peer < kk.peer;
+      });
+      if (it != e && it->kind == k && it->peer == peer && !Q.matched[it - b]) return static_cast<int>(it - b);
+    }
+    return -1;
+  }
+
+  void enter(int r, double t) {
+    RankState& R = ranks_[r];
+    current_ = r;  // its own step finishes below, after all its ops were tried
+    R.entered = true;
+    R.t = t;
+    R.end = t;
+    ++steps_;
+    const SimOp* b = shapes_.begin(R.shape);
+    const int n = static_cast<int>(shapes_.end(R.shape) - b);
+    R.matched.assign(n, 0);
+    R.pending = 0;
+    for (int i = 0; i < n; ++i)
+      if (is_comm(b[i].kind)) ++R.pending;
+    for (int i = 0; i < n && R.pending > 0; ++i) {
+      const SimOp& o = b[i];
+      if (!is_comm(o.kind) || R.matched[i]) continue;
+      const int q = o.peer;
+      RankState& Q = ranks_[q];
+      if (Q.done || !Q.entered) continue;  // Q's entry will find this op
+      const int qi = find_op(q, o.kind != SimKind::Send, r);
+      if (qi < 0) continue;
+      if (o.kind == SimKind::Send) transfer(r, i, q, qi, t);
+      else transfer(q, qi, r, i, t);
+    }
+    current_ = -1;
+    if (R.pending == 0) finish_step(r);
+  }
+
+  // Sender s (op si) to receiver q (op qi); both are in their steps, the later entered at `t`.
+  void transfer(int s, int si, int q, int qi, double t) {
+    RankState& S = ranks_[s];
+    RankState& Q = ranks_[q];
+    const SimOp& so = shapes_.begin(S.shape)[si];
+    const SimOp& ro = shapes_.begin(Q.shape)[qi];
+    if (so.count != ro.count)
+      throw std::runtime_error("simulate: rank " + std::to_string(s) + " sends " + std::to_string(so.count) +
+                               " elements but rank " + std::to_string(q) + " receives " + std::to_string(ro.count));
+    const double bytes = static_cast<double>(so.count) * eb_;
+    const double start = t + t_.op_overhead_s;
+    // Links on the path and their bandwidths.
+    int res[3];
+    double bw[3];
+    int nres = 0;
+    double latency;
+    const int hs = t_.host_of[s], hq = t_.host_of[q];
+    if (hs == hq) {
+      latency = t_.intra_latency_s;
+      res[nres] = s, bw[nres++] = t_.intra_port_Bps;
+      res[nres] = P_ + q, bw[nres++] = t_.intra_port_Bps;
+      if (t_.intra_bus_Bps > 0) res[nres] = 2 * P_ + hs, bw[nres++] = t_.intra_bus_Bps;
+      bytes_intra_ += static_cast<int64_t>(bytes);
+    } else {
+      latency = t_.inter_latency_s;
+      const int nics = t_.nics_per_host, base = 2 * P_ + H_;
+      res[nres] = base + hs * nics + t_.nic_of[s], bw[nres++] = t_.nic_Bps;
+      res[nres] = base + H_ * nics + hq * nics + t_.nic_of[q], bw[nres++] = t_.nic_Bps;
+      bytes_inter_ += static_cast<int64_t>(bytes);
+    }
+    // Each link is a first-come-first-served server: the transfer's bytes pass every link on the
+    // path (cut-through), so it is done when its most loaded link has served it.
+    double slowest = bw[0], wire_done = start;
+    for (int i = 0; i < nres; ++i) {
+      slowest = std::min(slowest, bw[i]);
+      free_at_[res[i]] = std::max(start, free_at_[res[i]]) + bytes / bw[i];
+      wire_done = std::max(wire_done, free_at_[res[i]]);
+    }
+    // A reducing receive adds the reduction its chunk pipeline cannot hide behind the transfer:
+    // k chunks of c bytes take c(beta + gamma) + (k-1) c max(beta, gamma) instead of k c beta.
+    double reduce_tail = 0;
+    if (ro.kind == SimKind::RecvReduce && bytes > 0) {
+      const double k = t_.chunk_bytes > 0 ? std::ceil(bytes / static_cast<double>(t_.chunk_bytes)) : 1.0;
+      const double c = bytes / k, beta = 1.0 / slowest, gamma = t_.reduce_s_per_byte;
+      reduce_tail = c * gamma + (k - 1) * c * (std::max(beta, gamma) - beta);
+    }
+    S.end = std::max(S.end, wire_done + latency);
+    Q.end = std::max(Q.end, wire_done + latency + reduce_tail);
+    S.matched[si] = 1;
+    Q.matched[qi] = 1;
+    ++transfers_;
+    if (--S.pending == 0 && s != current_) finish_step(s);
+    if (--Q.pending == 0 && q != current_) finish_step(q);
+  }
+
+  void finish_step(int r) {
+    RankState& R = ranks_[r];
+    double t = R.end;
+    for (const SimOp* o = shapes_.begin(R.shape); o != shapes_.end(R.shape); ++o) {
+      const double bytes = static_cast<double>(o->count) * eb_;
+      if (o->kind == SimKind::Copy) t += bytes * t_.copy_s_per_byte;
+      else if (o->kind == SimKind::Reduce) t += bytes * t_.reduce_s_per_byte;
+    }
+    --R.left;
+    ++R.step;
+    schedule_entry(r, t);
+  }
+
+  const Topology& t_;
+  const ShapeTable& shapes_;
+  const std::vector<Program>& progs_;
+  const int eb_, P_, H_;
+  std::vector<RankState> ranks_;
+  std::vector<double> free_at_;  // per link: when it is free again
+  std::priority_queue<Event> heap_;
+  int current_ = -1;
+  int64_t steps_ = 0, transfers_ = 0, bytes_inter_ = 0, bytes_intra_ = 0;
+};
+
+}  // namespace
+
+Result simulate(Collective c, const std::string& algorithm, int64_t count, int elem_bytes, int root,
+                const Topology& topo) {
+  topo.validate();
+  const int P = topo.size();
+  if (count < 0) throw std::invalid_argument("count: must be >= 0, got " + std::to_string(count));
+  if (elem_bytes < 1) throw std::invalid_argument("elem_bytes: must be >= 1");
+  if (c == Collective::Send || c == Collective::Recv || c == Collective::kCount)
+    throw std::invalid_argument(std::string("collective: ") + collective_name(c) + " has no schedules");
+  if (collective_has_root(c) && (root < 0 || root >= P))
+    throw std::invalid_argument("root: " + std::to_string(root) + " out of range [0, " + std::to_string(P) + ")");
+  if (!collective_has_root(c)) root = 0;
+  Result res;
+  res.algorithm = algorithm == "auto" ? choose_algorithm(c, algorithm, count * elem_bytes, P) : algorithm;
+  const double t0 = now_s();
+  ShapeTable shapes;
+  const std::vector<Program> progs = build_programs(c, res.algorithm, P, count, root, shapes);
+  const double t1 = now_s();
+  Run run(topo, shapes, progs, elem_bytes);
+  run.play(res);
+  res.build_s = t1 - t0;
+  res.run_s = now_s() - t1;
+  res.shapes = static_cast<int64_t>(shapes.size());
+  return res;
+}
+
+}  // namespace sim
+}  // namespace commlib

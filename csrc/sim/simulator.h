@@ -1,0 +1,43 @@
+// The simulator (DESIGN.md §1's third engine): plays the registry's schedules on a Topology and
+// predicts the collective's time. Event-driven in time order:
+//   * a rank enters its next step when its previous step ended (plus step_overhead_s);
+//   * a send and its matching receive (FIFO per ordered pair, as the verifier's rendezvous) start
+//     when both ranks are in the step holding them, plus op_overhead_s;
+//   * a transfer crosses the links on its path (sender's and receiver's ports inside a host, the
+//     host's bus if any; the sender's and receiver's NICs between hosts). Each link serves the
+//     bytes of its transfers first come, first served, independently of the other links (the
+//     bytes stream through, cut-through), so transfers sharing a link queue behind each other
+//     (contention) and a transfer ends when its most loaded link has served it;
+//   * alone on its path it takes latency + bytes / bottleneck bandwidth; a receive that reduces overlaps the
+//     reduction of chunk k with the transfer of chunk k+1 (chunk_bytes), as the executor does;
+//   * once every communication op of a step finished, its local copies and reductions run.
+// Events are processed in non-decreasing time, so first come, first served is well defined.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/types.h"
+#include "sim/topology.h"
+
+namespace commlib {
+namespace sim {
+
+struct Result {
+  double time_s = 0;        // when the last rank finished
+  double build_s = 0;       // wall time building and compacting the schedules
+  double run_s = 0;         // wall time of the event run
+  int64_t steps = 0;        // steps played, all ranks
+  int64_t transfers = 0;    // matched send/receive pairs
+  int64_t bytes_inter = 0;  // bytes that crossed hosts
+  int64_t bytes_intra = 0;  // bytes that stayed inside a host
+  int64_t shapes = 0;       // distinct step shapes (compaction)
+  std::string algorithm;    // the algorithm played (auto resolved)
+};
+
+// `algorithm` may be "auto" (the registry's choice for this size and byte count).
+Result simulate(Collective c, const std::string& algorithm, int64_t count, int elem_bytes, int root,
+                const Topology& topo);
+
+}  // namespace sim
+}  // namespace commlib

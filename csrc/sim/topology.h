@@ -1,0 +1,44 @@
+// The machine the simulator plays schedules on (docs/simulator.md). Every field is a physical or
+// software parameter with a name; presets and their sources live in commlib/sim/topologies.py,
+// which applies protocol efficiencies before handing bandwidths here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace commlib {
+namespace sim {
+
+struct Topology {
+  // Placement: rank -> host, rank -> NIC index on its host (rails: local GPU i uses NIC i).
+  std::vector<int> host_of;
+  std::vector<int> nic_of;
+  int nics_per_host = 1;
+  // Inside a host: each rank has a port with this bandwidth per direction (NVLink to NVSwitch,
+  // or a core's copy bandwidth on shared memory), and optionally one bus all intra-host traffic of
+  // a host shares (memory bandwidth for shared memory; 0 = no such bus).
+  double intra_latency_s = 0;
+  double intra_port_Bps = 0;
+  double intra_bus_Bps = 0;
+  // Between hosts: every NIC has this bandwidth per direction; the switch fabric is non-blocking.
+  double inter_latency_s = 0;
+  double nic_Bps = 0;
+  // Computation: seconds per byte reduced (recv_reduce, reduce) and copied locally (copy).
+  double reduce_s_per_byte = 0;
+  double copy_s_per_byte = 0;
+  // Software: fixed cost per communication op posted, and per step entered.
+  double op_overhead_s = 0;
+  double step_overhead_s = 0;
+  // Transfers move in chunks of this many bytes, a receive's reduction of chunk k overlapping the
+  // transfer of chunk k+1, as the executor pipelines them (0: whole messages, no overlap).
+  int64_t chunk_bytes = 0;
+
+  int size() const { return static_cast<int>(host_of.size()); }
+  int hosts() const;
+  // Throws std::invalid_argument naming the first bad field.
+  void validate() const;
+};
+
+}  // namespace sim
+}  // namespace commlib

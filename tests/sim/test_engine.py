@@ -1,0 +1,86 @@
+"""The simulator's model beyond the closed forms: contention on shared links, chunk pipelining of
+reductions, software overheads, auto resolution, and clear errors."""
+import pytest
+
+from commlib import _C
+from test_closed_forms import uniform
+
+
+def two_hosts(devices, nics, nic_Bps=1e9):
+    P = 2 * devices
+    t = uniform(P)
+    t.update(host_of=[r // devices for r in range(P)], nic_of=[(r % devices) % nics for r in range(P)],
+             nics_per_host=nics, intra_latency_s=0.0, inter_latency_s=0.0, intra_port_Bps=1e18, nic_Bps=nic_Bps,
+             reduce_s_per_byte=0.0)
+    return t
+
+
+def test_shared_nic_serialises_transfers():
+    # direct all_gather on 2 hosts x 2 devices: each rank sends its m bytes to the 2 remote ranks, so
+    # a host's NICs carry 4m bytes out: 4m/B through one NIC, 2m/B each through two (rails).
+    m = 1 << 20
+    one = _C.simulate("all_gather", "direct", m, 1, 0, two_hosts(2, 1))
+    two = _C.simulate("all_gather", "direct", m, 1, 0, two_hosts(2, 2))
+    assert one["time_s"] == pytest.approx(4 * m / 1e9, rel=1e-9)
+    assert two["time_s"] == pytest.approx(2 * m / 1e9, rel=1e-9)
+    assert one["bytes_inter"] == 8 * m and one["bytes_intra"] == 4 * m
+
+
+def test_chunks_overlap_reduction_with_transfer():
+    # 2-rank ring all_reduce: one recv_reduce of n/2 bytes, then one recv of n/2 bytes.
+    n, chunk = 1 << 20, 64 << 10
+    t = uniform(2)
+    beta, gamma, alpha = 1 / t["intra_port_Bps"], t["reduce_s_per_byte"], t["intra_latency_s"]
+    whole = _C.simulate("all_reduce", "ring", n // 4, 4, 0, t)["time_s"]
+    assert whole == pytest.approx(2 * alpha + (n / 2) * (beta + gamma) + (n / 2) * beta, rel=1e-12)
+    t["chunk_bytes"] = chunk
+    k = (n / 2) / chunk
+    piped = _C.simulate("all_reduce", "ring", n // 4, 4, 0, t)["time_s"]
+    reduce_step = chunk * (beta + gamma) + (k - 1) * chunk * max(beta, gamma)
+    assert piped == pytest.approx(2 * alpha + reduce_step + (n / 2) * beta, rel=1e-12)
+    assert piped < whole
+
+
+def test_overheads_are_added_per_op_and_step():
+    t = uniform(8)
+    base = _C.simulate("all_reduce", "ring", 0, 4, 0, t)["time_s"]
+    t["op_overhead_s"], t["step_overhead_s"] = 1e-6, 0.5e-6
+    more = _C.simulate("all_reduce", "ring", 0, 4, 0, t)["time_s"]
+    steps = 2 * 7
+    assert more - base == pytest.approx(steps * 1e-6 + (steps - 1) * 0.5e-6, rel=1e-9)
+
+
+def test_every_registered_algorithm_runs():
+    t = uniform(6)
+    for coll in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
+                 "gather", "scatter", "barrier"):
+        for alg in _C.algorithms(coll):
+            out = _C.simulate(coll, alg, 0 if coll == "barrier" else 1000, 4, 5 if coll in (
+                "broadcast", "reduce", "gather", "scatter") else 0, t)
+            assert out["time_s"] > 0 and out["algorithm"] == alg, (coll, alg)
+
+
+def test_auto_resolves_to_a_registered_algorithm():
+    out = _C.simulate("all_reduce", "auto", 1 << 20, 4, 0, uniform(8))
+    assert out["algorithm"] in _C.algorithms("all_reduce")
+
+
+def test_bad_arguments_name_the_field():
+    t = uniform(4)
+    with pytest.raises(ValueError, match="^algorithm: unknown all_reduce algorithm 'nope'"):
+        _C.simulate("all_reduce", "nope", 10, 4, 0, t)
+    with pytest.raises(ValueError, match="^count:"):
+        _C.simulate("all_reduce", "ring", -1, 4, 0, t)
+    with pytest.raises(ValueError, match="^root:"):
+        _C.simulate("broadcast", "binomial", 1, 4, 4, t)
+    for field, value, msg in (("intra_port_Bps", 0.0, "must be a finite number > 0"),
+                              ("nic_of", [0, 0, 0], "one entry per rank"),
+                              ("chunk_bytes", -1, "must be >= 0"),
+                              ("op_overhead_s", float("nan"), "must be a finite number >= 0")):
+        bad = dict(t, **{field: value})
+        with pytest.raises(ValueError, match=f"^topology.{field}: {msg}"):
+            _C.simulate("all_reduce", "ring", 10, 4, 0, bad)
+    with pytest.raises(ValueError, match="^topology.extra: unknown field"):
+        _C.simulate("all_reduce", "ring", 10, 4, 0, dict(t, extra=1))
+    with pytest.raises(ValueError, match="^topology.nic_Bps: missing"):
+        _C.simulate("all_reduce", "ring", 10, 4, 0, {k: v for k, v in t.items() if k != "nic_Bps"})
