@@ -138,6 +138,12 @@ void bind_comm(py::module_& m) {
       .def_property_readonly("host_names", [](const Communicator& c) { return c.topology().host_names; })
       .def_property_readonly("link_kinds", &Communicator::link_kinds)
       .def(
+          "auto_choice",
+          [](const Communicator& c, const std::string& coll, int64_t bytes) {
+            return c.auto_choice(parse_collective(coll), bytes);
+          },
+          "The algorithm auto picks for `coll` of `bytes` on this communicator's links.")
+      .def(
           "connect",
           [](Communicator& c, const std::vector<std::string>& addresses) {
             if (!c.tcp()) throw std::invalid_argument("connect: this communicator has no TCP links");

@@ -101,6 +101,8 @@ class Communicator {
   // The kind of link to each rank ("self", "shm", "tcp"), by rank.
   std::vector<std::string> link_kinds() const;
   TcpTransport* tcp() { return transport_ ? transport_->tcp() : nullptr; }
+  // What auto picks for `coll` of `bytes` on this communicator's links (engine/auto_policy.h).
+  std::string auto_choice(Collective coll, int64_t bytes) const;
 
   void close();
   void abort(const std::string& reason);

@@ -3,10 +3,15 @@
 #include <cstdio>
 #include <string>
 
+#include "engine/auto_policy.h"
 #include "engine/communicator.h"
 #include "schedule/registry.h"
 
 namespace commlib {
+
+std::string Communicator::auto_choice(Collective coll, int64_t bytes) const {
+  return choose_auto_for_links(coll, env_algo_[static_cast<int>(coll)], bytes, size_, link_profile(topology_));
+}
 
 const Communicator::Planned& Communicator::plan(const CollectiveCall& call, int64_t bytes) {
   const uint64_t gen = tuning_generation();
@@ -24,7 +29,8 @@ const Communicator::Planned& Communicator::plan(const CollectiveCall& call, int6
     throw std::invalid_argument("algorithm: index " + std::to_string(call.algo) + " out of range for " +
                                 collective_name(call.coll));
   const std::string algo = call.algo ? names[call.algo - 1]
-                                     : choose_auto(call.coll, env_algo_[static_cast<int>(call.coll)], bytes, size_);
+                                     : choose_auto_for_links(call.coll, env_algo_[static_cast<int>(call.coll)], bytes,
+                                                             size_, link_profile(topology_));
   if (opts_.debug >= 1 && call.algo == 0) {
     std::string tag = std::string(collective_name(call.coll)) + ":" + algo;
     bool seen = false;

@@ -189,3 +189,12 @@ def split_cycles(comm, n=3):
         sub.close()
     time.sleep(0.2)
     return before, fds_and_threads()
+
+
+def auto_choices(comm):
+    """What auto picks per collective (the same for 8 B and 16 MiB, which the test also checks)."""
+    out = {}
+    for c in ("all_reduce", "all_gather", "broadcast", "all_to_all"):
+        small, large = comm._core.auto_choice(c, 8), comm._core.auto_choice(c, 16 << 20)
+        out[c] = small if small == large or "hierarchical" not in (small, large) else f"{small}/{large}"
+    return out

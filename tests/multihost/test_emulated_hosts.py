@@ -47,3 +47,15 @@ def test_ipv6_loopback(pool):
     p = hosts_pool(pool, ONE_PER_HOST, COMMLIB_SOCKET_FAMILY="AF_INET6")
     assert all(a.startswith("[::1]:") for a in p.run(cases.tcp_port))
     assert p.run(cases.still_works) == [True] * 3
+
+
+def test_auto_uses_hierarchical_across_shared_hosts(pool):
+    """auto is keyed by link kind: ranks on several hosts with shm inside a host get the
+    hierarchical schedules; one rank per host (all TCP) and an explicit override do not."""
+    two_by_two = hosts_pool(pool, TWO_BY_TWO).run(cases.auto_choices)[0]
+    assert two_by_two["all_reduce"] == two_by_two["broadcast"] == two_by_two["all_gather"] == "hierarchical"
+    assert two_by_two["all_to_all"] != "hierarchical"  # no such schedule
+    flat = hosts_pool(pool, ONE_PER_HOST).run(cases.auto_choices)[0]
+    assert "hierarchical" not in flat.values()
+    pinned = hosts_pool(pool, TWO_BY_TWO, COMMLIB_ALGO_ALL_REDUCE="ring").run(cases.auto_choices)[0]
+    assert pinned["all_reduce"] == "ring" and pinned["broadcast"] == "hierarchical"
