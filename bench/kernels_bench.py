@@ -5,7 +5,7 @@
 
 Bandwidth counts the bytes a kernel must move: a reduce reads dst and src and writes dst (3 x the
 buffer size), a copy reads and writes once (2 x). Medians of --iters runs; on a shared machine
-only the ratios in one run mean anything (see DESIGN.md, "How we measure").
+only the ratios in one run mean anything (see docs/DESIGN.md, "How we measure").
 """
 import argparse
 import time

@@ -54,7 +54,7 @@ def run_schedule(comm, kind: str, v: int, m: int, layers: int, width: int, batch
     stats = dict(sched.stats)
     sched.close()
     return {"step_ms": 1e3 * sorted(times)[steps // 2], "bubble": sorted(bubbles)[steps // 2],
-            "theory": A.theory_bubble(kind, S, P, m),
+            "theory": A.theory_bubble(kind, S, P, m), "order_bubble": A.order_bubble(kind, S, P, m),
             "peak_act_bytes": stats["peak_activation_bytes"],
             "per_mb_bytes": stats["activation_bytes_per_microbatch"],
             "peak_in_flight": stats["peak_in_flight"], "theory_in_flight": A.peak_in_flight(orders)[comm.rank],

@@ -8,17 +8,19 @@
 Schedules can be inspected and verified without any process: ``commlib.schedule(...)``,
 ``commlib.algorithms(...)``, ``commlib.verify(...)``.
 """
-from commlib import _C
+from commlib import _C, tuning
 from commlib.communicator import Communicator, Work
 from commlib.errors import CommError, MismatchError, PeerError, RendezvousError
 from commlib.init import init
-from commlib.schedules import VerificationError, algorithms, format_schedule, schedule, verify
+from commlib.schedules import (VerificationError, algorithm_info, algorithms, format_schedule, register_algorithm,
+                               schedule, verify)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "init", "Communicator", "Work", "CommError", "MismatchError", "PeerError", "RendezvousError",
-    "schedule", "algorithms", "verify", "format_schedule", "VerificationError",
+    "schedule", "algorithms", "algorithm_info", "register_algorithm", "verify", "format_schedule",
+    "VerificationError",
     "DTYPES", "OPS", "COLLECTIVES",
 ]
 
@@ -28,15 +30,13 @@ COLLECTIVES = tuple(c for c in _C.COLLECTIVES if c not in ("send", "recv"))
 
 
 def _load_tuning():
+    # A broken tuning file must not break `import commlib`, but it is never ignored silently:
+    # the warning names the file and what is wrong with it (auto then uses its built-in rules).
     try:
-        from commlib.bench.tuning import load_default
-    except ImportError:
-        return
-    try:
-        load_default()
-    except Exception as exc:  # a broken tuning file must not break import
+        tuning.load_default()
+    except (OSError, ValueError) as exc:
         import warnings
-        warnings.warn(f"commlib: ignoring the tuning file: {exc}")
+        warnings.warn(f"commlib: tuning file not used: {exc}", RuntimeWarning, stacklevel=2)
 
 
 _load_tuning()

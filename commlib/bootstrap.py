@@ -14,7 +14,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-from commlib import _C
+from commlib import _C, settings
 
 _HOST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _ADDRESS = re.compile(r"^(\d{1,3}(\.\d{1,3}){3}|\[[0-9A-Fa-f:.]+\]):\d{1,5}$")
@@ -22,8 +22,8 @@ _ADDRESS = re.compile(r"^(\d{1,3}(\.\d{1,3}){3}|\[[0-9A-Fa-f:.]+\]):\d{1,5}$")
 
 def host_id() -> str:
     """This process's host identity: COMMLIB_HOST_ID, else the hostname."""
-    v = os.environ.get("COMMLIB_HOST_ID")
-    if v is None or v == "":
+    v = settings.get("COMMLIB_HOST_ID")
+    if v == "":
         return socket.gethostname()[:128]
     if not _HOST_ID.match(v):
         raise ValueError(f"COMMLIB_HOST_ID: expected 1-128 characters of [A-Za-z0-9._:-], got {v!r}")
@@ -118,7 +118,7 @@ def addresses(rdv, rank: int, topo: Topology) -> List[str]:
 
 def unauthenticated_note(topo: Topology) -> Optional[str]:
     """The INFO line a multi-host job without COMMLIB_SECRET logs, else None."""
-    if len(topo.hosts) > 1 and not os.environ.get("COMMLIB_SECRET"):
+    if len(topo.hosts) > 1 and not settings.get("COMMLIB_SECRET"):
         return ("links between hosts are unauthenticated: set COMMLIB_SECRET (the same on every rank) "
                 "so every TCP connection proves it belongs to this job")
     return None

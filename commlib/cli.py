@@ -21,8 +21,7 @@ def parser() -> argparse.ArgumentParser:
     sub.required = True
     from commlib.bench.launcher import add_arguments
     b = sub.add_parser("bench", help="run collectives on local ranks (or inside torchrun/srun), "
-                                     "against gloo, MPI and memcpy; nccl-tests table + JSON",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                     "against gloo, MPI and memcpy; nccl-tests table + JSON")
     add_arguments(b)
     r = sub.add_parser("report", help="HTML + Markdown report with plots from bench JSON files")
     r.add_argument("files", nargs="+", metavar="JSON", help="files written by commlib bench --json")
@@ -30,7 +29,8 @@ def parser() -> argparse.ArgumentParser:
     t = sub.add_parser("tune", help="write auto's tuning file from one or more bench JSON files "
                                     "(an algorithm's time at a size: median over the runs)")
     t.add_argument("files", nargs="*", metavar="JSON", help="files written by commlib bench --json")
-    t.add_argument("-o", "--output", help="tuning file to write (default: commlib/tuning.json)")
+    t.add_argument("-o", "--output", help="tuning file to write (default: ./tuning.json; the package's "
+                                          "own file, commlib/tuning.json, only when named)")
     from commlib.sim.tune import add_arguments as add_sim_tune
     add_sim_tune(t)
     from commlib.sim.cli import add_arguments as add_sim

@@ -17,12 +17,15 @@ from commlib.errors import CommError
 _FLOAT_DTYPES = frozenset(("float32", "float64", "float16", "bfloat16"))
 _BITWISE_OPS = frozenset(("band", "bor", "bxor"))
 _OPS = frozenset(_C.OPS)
+# Registered names, refreshed on a miss: commlib.register_algorithm may add some at run time.
 _ALGORITHMS = {c: frozenset(_C.algorithms(c)) for c in _C.COLLECTIVES if c not in ("send", "recv")}
 
 # The latency path: blocking calls on plain NumPy arrays go straight to C++ (csrc/bindings/
 # fast_call.cc), which answers NotImplemented for anything it does not handle; the code after it in
 # each method is the general path, which validates and explains. Codes are _C.COLLECTIVES positions.
 _fast = _C.fast_collective
+# (input, output, input_at, output_at) elements of one rank's buffers (csrc/common/shapes.h).
+_shapes = _C.buffer_shapes
 (_ALL_REDUCE, _ALL_GATHER, _REDUCE_SCATTER, _ALL_TO_ALL, _BROADCAST, _REDUCE, _GATHER, _SCATTER,
  _BARRIER) = range(9)
 assert _C.COLLECTIVES[:9] == ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
@@ -95,6 +98,8 @@ def _check_algorithm(collective: str, algorithm: str):
     if not isinstance(algorithm, str):
         raise TypeError(f"algorithm: expected a string, got {type(algorithm).__name__}")
     if algorithm != "auto" and algorithm not in _ALGORITHMS[collective]:
+        _ALGORITHMS[collective] = frozenset(_C.algorithms(collective))
+    if algorithm != "auto" and algorithm not in _ALGORITHMS[collective]:
         raise ValueError(f"algorithm: unknown {collective} algorithm '{algorithm}' "
                          f"(expected one of: auto, {', '.join(_C.algorithms(collective))})")
 
@@ -108,8 +113,11 @@ class Communicator:
     (``"auto"`` by default; see ``commlib.algorithms(collective)``).
     """
 
-    def __init__(self, core, store, prefix: str, rank: int, size: int, timeout: float):
+    def __init__(self, core, store, prefix: str, rank: int, size: int, timeout: float, split=None):
+        # ``split``: the rendezvous that builds a sub-communicator (commlib.init passes it), so this
+        # module needs no import of the layer that creates communicators.
         self._core = core
+        self._split = split
         self._addr = _C.core_address(core)  # for _fast; self._core keeps the core alive
         self._store = store
         self._prefix = prefix
@@ -191,7 +199,7 @@ class Communicator:
         if _fast(self._addr, _ALL_GATHER, input, output, "sum", algorithm, 0, async_op, None) is None:
             return None
         ip, n, dt = describe(input, "input")
-        op_ptr = _describe_like(output, "output", dt, "input", n * self._size,
+        op_ptr = _describe_like(output, "output", dt, "input", _shapes("all_gather", n, self._size, self._rank, 0)[1],
                                 f"size*input = {self._size}*{n}")
         _check_algorithm("all_gather", algorithm)
         return self._run("all_gather", algorithm, ip, op_ptr, n, dt, "sum", 0, 1.0, async_op, (input, output))
@@ -202,7 +210,8 @@ class Communicator:
         if _fast(self._addr, _REDUCE_SCATTER, input, output, op, algorithm, 0, async_op, scale) is None:
             return None
         op_ptr, n, dt = describe(output, "output")
-        ip = _describe_like(input, "input", dt, "output", n * self._size, f"size*output = {self._size}*{n}")
+        ip = _describe_like(input, "input", dt, "output", _shapes("reduce_scatter", n, self._size, self._rank, 0)[0],
+                            f"size*output = {self._size}*{n}")
         op_ = _check_op(op, dt, scale)
         _check_algorithm("reduce_scatter", algorithm)
         return self._run("reduce_scatter", algorithm, ip, op_ptr, n, dt, op, 0, op_, async_op, (input, output))
@@ -289,11 +298,11 @@ class Communicator:
         ip, n, dt = describe(input, "input")
         self._check_root(root)
         op_ptr = 0
-        if self._rank == root:
+        out_elems = _shapes("gather", n, self._size, self._rank, root)[1]
+        if out_elems is not None:  # the root
             if output is None:
                 raise ValueError("output: required on the root rank")
-            op_ptr = _describe_like(output, "output", dt, "input", n * self._size,
-                                    f"size*input = {self._size}*{n}")
+            op_ptr = _describe_like(output, "output", dt, "input", out_elems, f"size*input = {self._size}*{n}")
         _check_algorithm("gather", algorithm)
         return self._run("gather", algorithm, ip, op_ptr, n, dt, "sum", root, 1.0, async_op, (input, output))
 
@@ -304,11 +313,11 @@ class Communicator:
         op_ptr, n, dt = describe(output, "output")
         self._check_root(root)
         ip = 0
-        if self._rank == root:
+        in_elems = _shapes("scatter", n, self._size, self._rank, root)[0]
+        if in_elems is not None:  # the root
             if input is None:
                 raise ValueError("input: required on the root rank")
-            ip = _describe_like(input, "input", dt, "output", n * self._size,
-                                f"size*output = {self._size}*{n}")
+            ip = _describe_like(input, "input", dt, "output", in_elems, f"size*output = {self._size}*{n}")
         _check_algorithm("scatter", algorithm)
         return self._run("scatter", algorithm, ip, op_ptr, n, dt, "sum", root, 1.0, async_op, (input, output))
 
@@ -367,7 +376,8 @@ class Communicator:
         returns None. Collective over this communicator. The new communicator has this one's
         timeout unless ``timeout`` (seconds) is given.
         """
-        from commlib.init import split_communicator
+        if self._split is None:
+            raise RuntimeError("split: this communicator was not built by commlib.init, which provides it")
         if self._closed:
             raise CommError(f"split: communicator (rank {self._rank}) is closed")
         if os.getpid() != self._pid:
@@ -380,7 +390,7 @@ class Communicator:
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout: must be positive, got {timeout!r}")
         self._splits += 1
-        return split_communicator(self, color, self._rank if key is None else key, self._splits,
+        return self._split(self, color, self._rank if key is None else key, self._splits,
                                   self._timeout if timeout is None else float(timeout))
 
     def close(self):

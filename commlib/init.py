@@ -21,7 +21,7 @@ import sys
 import time
 from typing import Optional
 
-from commlib import _C, bootstrap
+from commlib import _C, bootstrap, settings
 from commlib.communicator import Communicator
 from commlib.errors import CommError, RendezvousError
 from commlib.fdpass import FdServer, receive_fd
@@ -49,23 +49,15 @@ def _env_int(*names) -> Optional[int]:
 
 def debug_level() -> int:
     """0, 1 (INFO) or 2 (TRACE) from COMMLIB_DEBUG."""
-    v = os.environ.get("COMMLIB_DEBUG", "").upper()
+    v = settings.get("COMMLIB_DEBUG").upper()
     if v not in _DEBUG_LEVELS:
         raise ValueError(f"COMMLIB_DEBUG: expected INFO or TRACE, got {v!r}")
     return _DEBUG_LEVELS[v]
 
 
 def default_timeout() -> float:
-    v = os.environ.get("COMMLIB_TIMEOUT")
-    if v in (None, ""):
-        return 300.0
-    try:
-        t = float(v)
-    except ValueError:
-        raise ValueError(f"COMMLIB_TIMEOUT: expected seconds, got {v!r}") from None
-    if t <= 0:
-        raise ValueError("COMMLIB_TIMEOUT: must be positive")
-    return t
+    """Seconds from COMMLIB_TIMEOUT (default 300)."""
+    return settings.get_seconds("COMMLIB_TIMEOUT")
 
 
 def _log(level: int, msg: str):
@@ -237,7 +229,7 @@ def create(store, prefix: str, rank: int, size: int, timeout: float) -> Communic
         note = bootstrap.unauthenticated_note(topo)
         if note:
             _log(1, f"{prefix}: {note}")
-    return Communicator(core, store, prefix, rank, size, timeout)
+    return Communicator(core, store, prefix, rank, size, timeout, split=split_communicator)
 
 
 def core_topology(core) -> "bootstrap.Topology":

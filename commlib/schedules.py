@@ -1,6 +1,6 @@
 """Inspect and verify collective schedules, no processes needed.
 
-Every collective algorithm is a *schedule* (DESIGN.md §1): per rank, a list of steps, each a set
+Every collective algorithm is a *schedule* (docs/DESIGN.md): per rank, a list of steps, each a set
 of operations that run concurrently::
 
     send(peer, src)   recv(peer, dst)   recv_reduce(peer, dst[, src])   copy(dst, src)   reduce(dst, src)
@@ -37,12 +37,12 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from commlib import _C
 
-__all__ = ["schedule", "algorithms", "verify", "format_schedule", "choose_algorithm",
-           "VerificationError"]
+__all__ = ["schedule", "algorithms", "algorithm_info", "register_algorithm", "verify", "format_schedule",
+           "choose_algorithm", "VerificationError"]
 
 #: Raised by :func:`verify` when a schedule is wrong; derives from ``AssertionError``. The message
 #: names the collective, algorithm, size, count, root, buffer layout and the first wrong
@@ -68,13 +68,40 @@ def schedule(collective: str, algorithm: str = "auto", rank: int = 0, size: int 
     return _C.schedule(collective, algorithm, rank, size, count, root, dtype)
 
 
-def verify(collective: str, algorithm: str, size: int, count: int, root: int = 0) -> None:
+def verify(collective: str, algorithm: str, size: int, count: int, root: int = 0,
+           dtype: str = "float32") -> str:
     """Run every rank's schedule symbolically and check the result (both buffer layouts: separate
     buffers and in-place), plus deadlock freedom, op independence and buffer bounds.
 
-    Returns ``None``; raises :class:`VerificationError` on a wrong schedule. Supports 1..64 ranks.
+    Returns the algorithm verified (``"auto"`` resolves for ``count`` elements of ``dtype``);
+    raises :class:`VerificationError` on a wrong schedule. Supports 1..64 ranks.
     """
-    _C.verify(collective, algorithm, size, count, root)
+    return _C.verify(collective, algorithm, size, count, root, dtype)
+
+
+def algorithm_info(collective: str) -> List[Dict[str, Any]]:
+    """The registered algorithms of ``collective`` with what their builders declare:
+    ``[{"name", "traits": [...], "summary"}]`` in index order. Traits: ``small_messages``
+    (latency-bound design), ``large_messages`` (bandwidth-optimal), ``power_of_two`` (fully
+    efficient only at power-of-two world sizes), ``user_defined`` (registered from Python)."""
+    return list(_C.algorithm_info(collective))
+
+
+def register_algorithm(collective: str, name: str, builder: Callable[[int, int, int, int], Any],
+                       summary: str = "") -> None:
+    """Add an algorithm written in Python: ``builder(rank, size, count, root)`` returns one rank's
+    schedule in :func:`schedule`'s format (a dict with ``steps`` and optionally ``scratch_count``,
+    or just the list of steps).
+
+    The algorithm is then listed by :func:`algorithms`, proven by :func:`verify`, runs on
+    communicators (``algorithm=name``) and in ``commlib bench --algorithms``. Schedules are built
+    once per call shape and cached. Every rank must register the same algorithms in the same order
+    (calls name their algorithm by index). A schedule that references memory outside its buffers or
+    a peer that does not exist is refused before it runs; :func:`verify` proves the rest.
+    """
+    if not callable(builder):
+        raise TypeError(f"builder: expected a callable, got {type(builder).__name__}")
+    _C.register_algorithm(collective, name, builder, summary)
 
 
 def choose_algorithm(collective: str, algorithm: str, bytes: int, size: int) -> str:

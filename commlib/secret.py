@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import struct
 from typing import Optional
 
+from commlib import settings
 from commlib.errors import RendezvousError
 
 ENV = "COMMLIB_SECRET"
@@ -33,7 +33,7 @@ def load_secret(environ=None) -> Optional[bytes]:
 
     A secret shorter than 16 bytes is refused (ValueError naming the variable): it could be guessed.
     """
-    value = (os.environ if environ is None else environ).get(ENV, "")
+    value = settings.get(ENV) if environ is None else environ.get(ENV, "")
     if not value:
         return None
     raw = value.encode()
@@ -48,6 +48,16 @@ def derive_key(secret: bytes, purpose: str) -> bytes:
     if not purpose or not purpose.isascii():
         raise ValueError(f"purpose: expected a non-empty ASCII name, got {purpose!r}")
     return hmac.new(secret, b"commlib/v1/" + purpose.encode(), hashlib.sha256).digest()
+
+
+def handshake_key(environ=None) -> Optional[bytes]:
+    """The key the TCP transport's connection handshake uses (None without COMMLIB_SECRET).
+
+    Python reads the environment once and hands these 32 bytes to the C++ transport, so secret
+    handling and key derivation live in one place.
+    """
+    secret = load_secret(environ)
+    return None if secret is None else derive_key(secret, "tcp-handshake")
 
 
 def _tag(key: bytes, name: bytes, value: bytes) -> bytes:

@@ -1,6 +1,6 @@
 """What every part of the benchmark shares: sizes, busbw factors, buffers, test data and references.
 
-Conventions (nccl-tests, DESIGN.md §6):
+Conventions (nccl-tests, docs/DESIGN.md "How we measure"):
 
 * ``size`` (bytes) is the size of the largest buffer of the call: the buffer of all_reduce,
   broadcast and reduce, the output of all_gather and gather, the input of reduce_scatter and
@@ -27,14 +27,17 @@ import time
 
 import numpy as np
 
+from commlib import _C
+
 # Collectives the bench knows, in table order. The first five are the default sweep.
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
                "reduce", "gather", "scatter")
 DEFAULT_COLLECTIVES = COLLECTIVES[:5]
 REDUCING = frozenset(("all_reduce", "reduce_scatter", "reduce"))
 ROOTED = frozenset(("broadcast", "reduce", "gather", "scatter"))
-# Collectives whose size is P per-rank blocks.
-BLOCKED = frozenset(("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"))
+# Collectives whose size is P per-rank blocks: a buffer of P * count elements in the core's shapes
+# table (csrc/common/shapes.h; probed at P = 2, count = 1, root 0).
+BLOCKED = frozenset(c for c in COLLECTIVES if 2 in _C.buffer_shapes(c, 1, 2)[:2])
 # The mode peers are compared in (every backend has it): torch's all_reduce and broadcast work in
 # place, the others have an out-of-place form everywhere.
 COMPARE_MODE = {"all_reduce": "in", "all_gather": "out", "reduce_scatter": "out",
@@ -55,7 +58,7 @@ def elem_size(dtype: str) -> int:
 
 
 def bus_factor(collective: str, P: int) -> float:
-    """nccl-tests bus-bandwidth factor (DESIGN.md §6)."""
+    """nccl-tests bus-bandwidth factor (docs/DESIGN.md, "How we measure")."""
     if collective == "all_reduce":
         return 2.0 * (P - 1) / P
     if collective in ("broadcast", "reduce"):

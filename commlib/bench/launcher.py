@@ -5,7 +5,7 @@ Two ways to run:
 * **local** (no RANK/WORLD_SIZE in the environment): this process is a driver. It starts ``--np``
   rank processes for commlib (``python -m commlib.bench.launcher --backend commlib``, rendezvous
   through ``commlib.init`` on a free port), then ``--np`` processes for gloo (torch.distributed),
-  then one ``mpirun -np N python -m commlib.bench.mpi_peer`` job, each writing its records to a
+  then one ``mpirun -np N python -m commlib.bench.launcher --backend mpi`` job, each writing its records to a
   JSON part that the driver merges with a one-thread memcpy measurement. Rank 0 of each job prints
   its table as it runs.
 * **inside a launcher** (torchrun, srun, mpirun: RANK/WORLD_SIZE, SLURM_* or OMPI_* set): this
@@ -60,13 +60,13 @@ def add_arguments(p: argparse.ArgumentParser):
     p.add_argument("-b", "--minbytes", default="8", help="smallest size (default 8)")
     p.add_argument("-e", "--maxbytes", default="16M", help="largest size, always included (default 16M)")
     p.add_argument("-f", "--stepfactor", type=float, default=4.0, help="size factor (default 4)")
-    p.add_argument("-i", "--stepbytes", default="0", help="arithmetic step instead of -f")
+    p.add_argument("-i", "--stepbytes", default="0", help="arithmetic step instead of -f (default 0: use -f)")
     p.add_argument("--algorithms", default="all",
                    help="comma list of commlib algorithms, 'auto' included (default: all + auto)")
     p.add_argument("--peers", default="gloo,mpi", help="comma list of gloo, mpi, or 'none' (default gloo,mpi)")
-    p.add_argument("-d", "--datatype", default="float32", choices=C.DTYPES)
+    p.add_argument("-d", "--datatype", default="float32", choices=C.DTYPES, help="element type (default float32)")
     p.add_argument("-o", "--op", default="sum", choices=C.OPS, help="reduction (default sum)")
-    p.add_argument("-r", "--root", type=int, default=0, help="root of rooted collectives")
+    p.add_argument("-r", "--root", type=int, default=0, help="root of rooted collectives (default 0)")
     p.add_argument("-n", "--iters", type=int, default=20,
                    help="timed calls per algorithm and size, at least (default 20)")
     p.add_argument("--min-time", type=float, default=0.02,
@@ -80,7 +80,7 @@ def add_arguments(p: argparse.ArgumentParser):
                         "median: a burst of load during one backend's job then does not decide a ratio "
                         "(default 2; the table is printed in the last pass)")
     p.add_argument("--rounds", type=int, default=4,
-                   help="interleave the algorithms of a size in this many rounds of iters/rounds calls")
+                   help="interleave the algorithms of a size in this many rounds of iters/rounds calls (default 4)")
     p.add_argument("-c", "--check", type=int, default=1, help="check results (1, default) or not (0)")
     p.add_argument("--mode", choices=("both", "out", "in"), default="both",
                    help="commlib: out-of-place, in-place or both columns (default both)")
@@ -88,8 +88,12 @@ def add_arguments(p: argparse.ArgumentParser):
     p.add_argument("--report", metavar="DIR", help="then write the report (index.html, report.md) here")
     p.add_argument("--tune", action="store_true",
                    help="write the tuning file from these measurements (auto's choices)")
-    p.add_argument("--tune-file", metavar="FILE", help="tuning file to write (default: commlib/tuning.json)")
-    p.add_argument("--timeout", type=float, default=900.0, help="seconds per job before it is killed")
+    p.add_argument("--tune-file", metavar="FILE",
+                   help="tuning file to write (default: ./tuning.json; commlib/tuning.json only when named)")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds per job before it is killed (default 900)")
+    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                   help="import MODULE in every commlib rank first, e.g. one that calls "
+                        "commlib.register_algorithm (repeatable; found on PYTHONPATH or in the current directory)")
 
 
 def config_from_args(a) -> dict:
@@ -113,6 +117,7 @@ def config_from_args(a) -> dict:
         "check": bool(a.check), "rounds": a.rounds,
         "modes": ["out", "in"] if a.mode == "both" else [a.mode],
         "algorithms": [x for x in a.algorithms.split(",") if x], "peers": peers,
+        "imports": list(getattr(a, "imports", []) or []),
     }
 
 
@@ -152,9 +157,19 @@ def _close(backend):
                 pass
 
 
+def import_plugins(cfg: dict):
+    """Import the modules of ``--import`` (algorithms registered from Python: every rank imports
+    the same modules in the same order, so the algorithms get the same indices everywhere)."""
+    import importlib
+    for module in cfg.get("imports", []):
+        importlib.import_module(module)
+
+
 def run_backend(name: str, cfg: dict):
     """Run one backend's sweep in this (rank) process; return (records, wrong_total, info)."""
     from commlib.bench.sweep import Sweep
+    if name == "commlib":
+        import_plugins(cfg)
     backend = _make_backend(name)
     try:
         sw = Sweep(backend, cfg, out=sys.stdout if cfg.get("print_table", True) else io.StringIO(),
@@ -451,7 +466,7 @@ def _finish(a, cfg, command, results, backends, status) -> int:
     }
     data["model"] = model.fit_results(results)
     if a.tune:
-        path = a.tune_file or tuning.default_path()
+        path = a.tune_file or tuning.DEFAULT_OUTPUT
         table = tuning.from_results(results, data["model"], previous=tuning.read(path))
         tuning.write(path, table, machine)
         data["tuning"] = table

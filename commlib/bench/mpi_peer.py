@@ -3,7 +3,7 @@
 Launched by ``commlib bench`` as its own job, one per run::
 
     mpirun [--allow-run-as-root] -np N --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 \
-        python -m commlib.bench.mpi_peer --config cfg.json --out part.json
+        python -m commlib.bench.launcher --backend mpi --config cfg.json --out part.json
 
 It writes its records as JSON (rank 0) for the main bench to merge. ``available()`` says whether
 mpi4py and mpirun are there, and if not, why (the report then says "MPI: not available").
@@ -48,7 +48,8 @@ def mpirun_command(mpirun: str, np_: int, args):
         import os
         if os.geteuid() == 0:
             cmd.insert(1, "--allow-run-as-root")
-    return cmd + [sys.executable, "-m", "commlib.bench.mpi_peer"] + list(args)
+    # Every rank process enters through the launcher (it imports this module, never the reverse).
+    return cmd + [sys.executable, "-m", "commlib.bench.launcher", "--backend", "mpi"] + list(args)
 
 
 class MpiBackend(Backend):
@@ -113,7 +114,3 @@ class MpiBackend(Backend):
         self.comm.Allgather(v, out)
         return out.reshape(self.size, v.size)
 
-
-if __name__ == "__main__":
-    from commlib.bench.launcher import worker_main
-    sys.exit(worker_main(["--backend", "mpi"] + sys.argv[1:]))

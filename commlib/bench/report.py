@@ -15,6 +15,7 @@ import base64
 import html
 import json
 import os
+import re
 
 from commlib.bench import common as C
 from commlib.bench import model as M
@@ -61,6 +62,13 @@ def load(paths):
     for p in paths:
         with open(p) as f:
             d = json.load(f)
+        from commlib.sim import report as sim_report
+        if sim_report.is_sim(d):  # commlib sim --json: the "At scale" section
+            errs = sim_report.validate(d)
+            if errs:
+                raise SystemExit(f"commlib report: {p} is not a commlib sim JSON: {'; '.join(errs[:5])}")
+            datas.append(d)
+            continue
         errs = validate(d)
         if errs:
             raise SystemExit(f"commlib report: {p} is not a commlib bench JSON: {'; '.join(errs[:5])}")
@@ -347,6 +355,14 @@ def _measured_crossovers(rows):
 
 def build(datas, outdir):
     """The report document (and its PNGs in ``outdir``)."""
+    from commlib.sim import report as sim_report
+    sims = [d for d in datas if sim_report.is_sim(d)]
+    datas = [d for d in datas if not sim_report.is_sim(d)]
+    if not datas:  # predictions only
+        doc = Doc()
+        doc.h("commlib collective report (predictions)", 1)
+        sim_report.add_at_scale(doc, sims, outdir, plt=_plt())
+        return doc
     records = merged_records(datas)
     fits = {}
     for d in datas:
@@ -393,7 +409,7 @@ def build(datas, outdir):
 
     doc.h("Fitted cost model (alpha, beta, gamma)")
     doc.p("Non-negative least squares on log(time) over every measured size and algorithm of a transport "
-          "and world size (DESIGN.md §3 formulas; peers fitted as if they ran ring / pairwise / binomial). "
+          "and world size (the cost model of docs/DESIGN.md and docs/simulator.md; peers fitted as if they ran ring / pairwise / binomial). "
           "On an oversubscribed or shared machine alpha also absorbs scheduling delays.")
     doc.table(["backend", "transport", "ranks", "alpha (µs)", "beta (ns/B)", "1/beta (GB/s)", "gamma (ns/B)",
                "1/gamma (GB/s)", "samples", "median rel. error"],
@@ -448,7 +464,7 @@ def build(datas, outdir):
               f"the same calls.")
     tun = next((d.get("tuning") for d in datas if d.get("tuning")), None)
     if tun:
-        from commlib.bench.tuning import rows_for
+        from commlib.tuning import rows_for
         trows = []
         for coll in sorted(tun.get("collectives", {})):
             for P, mb, alg in rows_for(tun, coll):
@@ -479,6 +495,8 @@ def build(datas, outdir):
             c[1] += int(r["wrong"])
     doc.table(["backend", "collective", "ranks", "results checked", "wrong values"],
               [[b, c, P, v[0], v[1]] for (b, c, P), v in sorted(corr.items())])
+
+    sim_report.add_at_scale(doc, sims, outdir, measured=records, plt=_plt())
 
     doc.h("Machine and versions")
     mrows = []
@@ -527,8 +545,14 @@ def _memcpy_at(memcpy, b):
 
 
 def generate(datas, outdir) -> str:
-    """Write index.html, report.md and PNGs to ``outdir``; return the index.html path."""
+    """Write index.html, report.md and PNGs to ``outdir``; return the index.html path.
+
+    Plots an earlier report left there (e.g. of world sizes this run did not measure) are removed
+    first, so the directory holds exactly this report."""
     os.makedirs(outdir, exist_ok=True)
+    for name in os.listdir(outdir):
+        if re.fullmatch(r"(busbw|latency|model)_P\d+\.png", name):
+            os.remove(os.path.join(outdir, name))
     doc = build(datas, outdir)
     with open(os.path.join(outdir, "report.md"), "w") as f:
         f.write(doc.markdown())

@@ -64,33 +64,28 @@ class Backend:
         return algorithm
 
 
-def make_buffers(collective, mode, count, block, dtype, rank, root):
+def make_buffers(collective, mode, block, dtype, rank, size, root):
     """The buffers of one call shape: dict with 'send' and 'recv' (either may be a view of the other).
 
-    ``recv`` is None where this rank has no output (gather off the root) and ``send`` None where it
-    has no input (scatter off the root).
+    Sizes and in-place placement come from the core's shapes table (``_C.buffer_shapes``): ``recv``
+    is None where this rank has no output (gather off the root) and ``send`` None where it has no
+    input (scatter and broadcast off the root; broadcast's root sends from ``recv``).
     """
+    from commlib import _C
+    n_in, n_out, input_at, output_at = _C.buffer_shapes(collective, block, size, rank, root)
     inplace = mode == "in"
-    if collective in ("all_reduce", "broadcast", "reduce"):
-        send = C.empty(count, dtype)
-        recv = send if inplace else C.empty(count, dtype)
-    elif collective == "all_gather":
-        recv = C.empty(count, dtype)
-        send = recv[rank * block:(rank + 1) * block] if inplace else C.empty(block, dtype)
-    elif collective == "reduce_scatter":
-        send = C.empty(count, dtype)
-        recv = send[rank * block:(rank + 1) * block] if inplace else C.empty(block, dtype)
-    elif collective == "all_to_all":
-        send = C.empty(count, dtype)
-        recv = send if inplace else C.empty(count, dtype)
-    elif collective == "gather":
-        recv = C.empty(count, dtype) if rank == root else None
-        send = recv[root * block:(root + 1) * block] if (inplace and rank == root) else C.empty(block, dtype)
-    elif collective == "scatter":
-        send = C.empty(count, dtype) if rank == root else None
-        recv = send[root * block:(root + 1) * block] if (inplace and rank == root) else C.empty(block, dtype)
+    recv = C.empty(n_out, dtype) if n_out is not None else None
+    if n_in is None:
+        send = None
+    elif inplace and input_at is not None:
+        send = recv[input_at:input_at + n_in]
+    elif inplace and output_at is not None:
+        send = C.empty(n_in, dtype)
+        recv = send[output_at:output_at + n_out]
     else:
-        raise ValueError(f"collective: unknown {collective!r}")
+        send = C.empty(n_in, dtype)
+    if collective == "broadcast" and send is None:
+        send = recv  # broadcast is one tensor on every rank
     return {"send": send, "recv": recv}
 
 
@@ -317,7 +312,7 @@ class Sweep:
         b, cfg = self.b, self.cfg
         w = cfg["warmup"]
         ref = Reference(coll, count, block, dtype, op, b.rank, b.size, root) if cfg.get("check") else None
-        bufs = {m: make_buffers(coll, m, count, block, dtype, b.rank, root) for m in ms}
+        bufs = {m: make_buffers(coll, m, block, dtype, b.rank, b.size, root) for m in ms}
         for m in ms:
             if ref is not None:
                 ref.prepare(bufs[m])

@@ -1,103 +1,25 @@
-"""auto's tuning file: which algorithm to run per (collective, world size, bytes).
+"""Building auto's tuning table from measurements: ``commlib bench --tune`` and ``commlib tune``.
 
-Written by ``commlib bench --tune`` from the measurements (for the world size measured) and from the
-fitted cost model (for nearby world sizes not measured), read at ``import commlib`` by
-:func:`load_default` and installed with ``_C.set_tuning``. Format (``commlib/tuning.json``)::
-
-    {"schema": "commlib-tuning/1",
-     "bytes": "per-rank count x element size, as _C.choose_algorithm sees it",
-     "machine": {...}, "generated": "...",
-     "collectives": {"all_reduce": {"4": {"source": "measured", "rows": [[4096, "recursive_doubling"],
-                                                                        [-1, "ring"]]}}}}
-
-For a call on P ranks the rows of P are tried in order; the first whose max_bytes >= bytes wins
-(-1: no limit). World sizes with no rows fall back to the core's built-in heuristic, and
-``COMMLIB_ALGO_<COLLECTIVE>`` overrides everything. ``COMMLIB_TUNING=<file>`` loads another file;
-``COMMLIB_TUNING=0`` loads none.
+The table's format and its run-time half (read, install, load_default) are in :mod:`commlib.tuning`,
+which ``import commlib`` uses; this module only builds tables. Rows for the world sizes measured
+come from the measurements; rows for nearby world sizes not measured come from the fitted cost
+model.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
-import time
 
-SCHEMA = "commlib-tuning/1"
+from commlib.tuning import (SCHEMA, choose, default_path, install, load_default, read,  # noqa: F401
+                            rows_for, write)  # (re-exported: the bench and its tests use them here)
+
+# Where `commlib tune` and `commlib bench --tune` write without -o / --tune-file: the current
+# directory, never the package (a run must not silently change the installed tuning file).
+DEFAULT_OUTPUT = "tuning.json"
+
 TOLERANCE = 0.10  # a pick is at most 10% slower than the best measured at its size
 SWITCH_COST = 0.05  # ... and changes algorithm only when that gains more than 5% somewhere
 MODEL_MAX_REL_ERR = 0.25  # only trust the model for unmeasured world sizes when it fits this well
-
-
-def default_path() -> str:
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tuning.json")
-
-
-def read(path):
-    """The tuning dict in ``path``, or None when missing or unreadable."""
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        return None
-    return data
-
-
-def write(path, table: dict, machine=None):
-    table = dict(table)
-    table["schema"] = SCHEMA
-    if machine is not None:
-        table["machine"] = {k: machine.get(k) for k in ("hostname", "cpu", "cores", "commlib_commit")}
-    table["generated"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(table, f, indent=1, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
-
-
-def rows_for(table: dict, collective: str):
-    """[(world_size, max_bytes, algorithm)] in the order _C.set_tuning wants."""
-    out = []
-    for P, entry in (table.get("collectives", {}).get(collective) or {}).items():
-        for max_bytes, alg in entry["rows"]:
-            out.append((int(P), int(max_bytes), str(alg)))
-    return sorted(out, key=lambda r: (r[0], r[1] < 0, r[1]))
-
-
-def install(table: dict, core=None):
-    """Install every collective's rows with _C.set_tuning; return the collectives installed."""
-    if core is None:
-        from commlib import _C as core
-    done = []
-    for coll in sorted(table.get("collectives", {})):
-        core.set_tuning(coll, rows_for(table, coll))
-        done.append(coll)
-    return done
-
-
-def load_default() -> bool:
-    """Install the default tuning file (or $COMMLIB_TUNING); never raises. True if installed."""
-    path = os.environ.get("COMMLIB_TUNING", "")
-    if path.lower() in ("0", "off", "none", "false"):
-        return False
-    try:
-        table = read(path or default_path())
-        if table is None:
-            return False
-        install(table)
-        return True
-    except Exception:
-        return False
-
-
-def choose(table: dict, collective: str, nbytes: int, P: int):
-    """What the table says for a call (None when it has no row for P): the Python twin of the core."""
-    for size, max_bytes, alg in rows_for(table, collective):
-        if size == P and (max_bytes < 0 or nbytes <= max_bytes):
-            return alg
-    return None
 
 
 # -- building a table ---------------------------------------------------------------------------------
@@ -190,12 +112,14 @@ def main(args) -> int:
     """``commlib tune FILE... [-o OUT]``."""
     from commlib.bench.report import load
     datas = load(args.files)
-    path = args.output or default_path()
+    path = args.output or DEFAULT_OUTPUT
     table = from_runs(datas, previous=read(path))
     write(path, table, (datas[-1].get("machine") if datas else None))
     sizes = sorted({int(P) for per in table["collectives"].values() for P, e in per.items()
                     if e.get("source") == "measured"})
     print(f"# tuning written to {path} from {len(datas)} run(s); measured world sizes {sizes}")
+    if os.path.abspath(path) != os.path.abspath(default_path()):
+        print(f"# use it with COMMLIB_TUNING={os.path.abspath(path)}, or install it as {default_path()}")
     return 0
 
 

@@ -91,7 +91,7 @@ def run(args) -> int:
         d = os.path.dirname(os.path.abspath(args.json))
         os.makedirs(d, exist_ok=True)
         with open(args.json, "w") as f:
-            json.dump({"schema": engine.SCHEMA, "kind": "sim", "command": " ".join(sys.argv),
+            json.dump({"schema": engine.SCHEMA, "kind": "sim", "command": "commlib " + " ".join(sys.argv[1:]),
                        "topology": topo.as_json(), "results": records}, f, indent=1)
         print(f"# wrote {args.json}", file=sys.stderr)
     return 0

@@ -43,7 +43,7 @@ def predict(collective: str, algorithm: str, size: int, ranks: int, topology, dt
         raise ValueError(f"ranks: must be >= 1, got {ranks}")
     _, block, real = C.geometry(collective, size, dtype, ranks)
     out = _C.simulate(collective, algorithm, block, C.elem_size(dtype), root, topo.engine_dict(ranks))
-    seconds = out["time_s"]
+    seconds = out["time_s"] + topo.call_overhead_us * 1e-6
     algbw, busbw = C.bandwidths(collective, real, ranks, seconds)
     return {
         "backend": "sim", "transport": topo.name, "collective": collective, "algorithm": algorithm,

@@ -10,7 +10,7 @@ of a host uses NIC ``i % nics`` (rail-optimised, as DGX systems are cabled).
 Datasheet rates are never reached by real transfers; the fraction that is (headers, flow control,
 protocol) is an explicit named parameter per link kind (``intra_efficiency``, ``nic_efficiency``),
 as are software overheads (``op_overhead_us`` per send/receive posted, ``step_overhead_us`` per
-schedule step). Every preset records where each number comes from in ``sources``.
+schedule step, ``call_overhead_us`` per collective call). Every preset records where each number comes from in ``sources``.
 
 A JSON topology file holds the same fields (see docs/simulator.md)::
 
@@ -51,6 +51,7 @@ class Topology:
     copy_GBps: float = math.inf     # bytes copied locally per second by one device
     op_overhead_us: float = 0.0
     step_overhead_us: float = 0.0
+    call_overhead_us: float = 0.0   # per collective call (API, argument checks, launch), added once
     chunk_bytes: int = 0            # pipelining granularity of transfers with reductions (0: none)
     sources: dict = field(default_factory=dict, compare=False)
 
@@ -192,7 +193,7 @@ def _check(t: Topology, where: str):
         if not getattr(t, name) > 0:
             bad(name, "must be > 0")
     for name in ("intra_latency_us", "inter_latency_us", "bus_GBps", "nic_Gbps", "op_overhead_us",
-                 "step_overhead_us", "chunk_bytes"):
+                 "step_overhead_us", "call_overhead_us", "chunk_bytes"):
         v = getattr(t, name)
         if not v >= 0 or math.isinf(v):
             bad(name, "must be a finite number >= 0")
@@ -201,13 +202,12 @@ def _check(t: Topology, where: str):
             bad(name, "must be in (0, 1]")
 
 
-def from_bench(path: str, world_size: int | None = None) -> Topology:
-    """This machine as one host, from the commlib fit (alpha, beta, gamma) of a bench JSON file.
-
+def from_bench(path: str, world_size: int | None = None, collectives=None) -> Topology:
+    """This machine as one host, fitted to the commlib rows of a bench JSON file: a fixed cost per
+    call plus alpha-beta-gamma, each row's (a, b, c) from its schedule (relative least squares).
     alpha becomes the per-message latency, 1/beta the per-rank port bandwidth, 1/gamma the reduction
     rate, with the shared-memory transport's chunking; the fit is the one of ``world_size`` ranks
-    (default: the largest in the file)."""
-    from commlib.bench import model
+    (default: the largest in the file), over the rows of ``collectives`` (default: all)."""
     try:
         with open(path) as f:
             data = json.load(f)
@@ -217,26 +217,45 @@ def from_bench(path: str, world_size: int | None = None) -> Topology:
         raise TopologyError(f"fitted:{path}: not JSON ({e})") from None
     if not isinstance(data, dict) or not isinstance(data.get("results"), list):
         raise TopologyError(f"fitted:{path}: not a commlib bench JSON file (no 'results' list)")
-    fits = {k: v for k, v in model.fit_results(data["results"]).items() if v["backend"] == "commlib"}
-    if world_size is not None:
-        fits = {k: v for k, v in fits.items() if v["world_size"] == world_size}
-    fits = {k: v for k, v in fits.items() if v.get("n")}
-    if not fits:
+    rows = [r for r in data["results"] if collectives is None or r.get("collective") in collectives]
+    rows = [r for r in rows if r.get("backend") == "commlib" and r.get("algorithm") != "auto"
+            and (world_size is None or r.get("world_size") == world_size)]
+    if not rows:
         raise TopologyError(f"fitted:{path}: no commlib measurements to fit"
                             + (f" at {world_size} ranks" if world_size else ""))
-    fit = max(fits.values(), key=lambda v: v["world_size"])
-    P = fit["world_size"]
+    P = max(r["world_size"] for r in rows)
+    rows = [r for r in rows if r["world_size"] == P]
+    call, alpha, beta, gamma, err = _fit_machine(rows)
     slot = 256 << 10
-    src = f"fitted from {os.path.basename(path)} (commlib, {fit['transport']}, {P} ranks, {fit['n']} rows)"
+    src = f"fitted from {os.path.basename(path)} (commlib, {rows[0].get('transport', '?')}, {P} ranks, {len(rows)} rows)"
     return Topology(
         name=f"fitted:{os.path.basename(path)}", devices_per_host=max(P, 1),
-        intra_latency_us=fit["alpha"] * 1e6,
-        intra_GBps=(1.0 / fit["beta"] / 1e9) if fit["beta"] > 0 else 1e6,
-        reduce_GBps=(1.0 / fit["gamma"] / 1e9) if fit["gamma"] > 0 else math.inf,
+        intra_latency_us=alpha * 1e6, call_overhead_us=call * 1e6,
+        intra_GBps=(1.0 / beta / 1e9) if beta > 0 else 1e6,
+        reduce_GBps=(1.0 / gamma / 1e9) if gamma > 0 else math.inf,
         chunk_bytes=slot,
         sources={"intra_latency_us": src + ": alpha", "intra_GBps": src + ": 1/beta",
-                 "reduce_GBps": src + ": 1/gamma", "chunk_bytes": "shared-memory slot size (transport/shm.cc)",
-                 "fit_rel_err_median": fit.get("rel_err_median")})
+                 "reduce_GBps": src + ": 1/gamma", "call_overhead_us": src + ": fixed cost per call",
+                 "chunk_bytes": "shared-memory slot size (transport/shm.cc)", "fit_rel_err_median": err})
+
+
+def _fit_machine(rows):
+    """(call, alpha, beta, gamma, median relative error): non-negative least squares of relative
+    error, T = call + a*alpha + b*beta + c*gamma with (a, b, c) from each row's schedule."""
+    import numpy as np
+    from commlib.bench import model
+    A, t = [], []
+    for r in rows:
+        sec = r["time_us"]["median"] * 1e-6
+        if sec <= 0:
+            continue
+        A.append((1.0,) + tuple(model.coefficients(r["collective"], r["algorithm"], r["bytes"], r["world_size"])))
+        t.append(sec)
+    A, t = np.array(A), np.array(t)
+    scale = np.where(np.abs(A).max(axis=0) > 0, np.abs(A).max(axis=0), 1.0)
+    x = model._nnls_small(A / scale / t[:, None], np.ones_like(t)) / scale
+    rel = np.abs(A @ x - t) / t
+    return float(x[0]), float(x[1]), float(x[2]), float(x[3]), float(np.median(rel))
 
 
 def load(spec) -> Topology:

@@ -16,6 +16,7 @@
 
 #include "bindings/bindings.h"
 #include "bindings/buffer_view.h"
+#include "common/shapes.h"
 #include "engine/communicator.h"
 #include "schedule/registry.h"
 
@@ -105,7 +106,6 @@ PyObject* fast_collective(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   // Buffers: which objects must be arrays depends on the collective (and, for gather/scatter, on
   // whether this rank is the root).
   BufferView va, vb;
-  const bool is_root = call.root == me;
   auto view = [](PyObject* o, BufferView* v) { return is_array(o) && v->acquire(o); };
   switch (coll) {
     case Collective::AllReduce:
@@ -127,25 +127,27 @@ PyObject* fast_collective(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       call.input = call.output = va.address();
       break;
     case Collective::AllGather:
-    case Collective::Gather: {  // a = input (n), b = output (P*n; gather: root only)
+    case Collective::Gather: {  // a = input (the count), b = output (shapes.h; gather: root only)
       if (!view(a, &va)) return fallback();
       call.dtype = va.dtype;
       call.count = va.count;
       call.input = va.address();
-      if (coll == Collective::AllGather || is_root) {
-        if (!view(b, &vb) || vb.dtype != va.dtype || vb.count != va.count * P) return fallback();
+      const int64_t out_elems = buffer_shapes(coll, call.count, P, me, call.root).output;
+      if (out_elems >= 0) {
+        if (!view(b, &vb) || vb.dtype != va.dtype || vb.count != out_elems) return fallback();
         call.output = vb.address();
       }
       break;
     }
     case Collective::ReduceScatter:
-    case Collective::Scatter: {  // b = output (n), a = input (P*n; scatter: root only)
+    case Collective::Scatter: {  // b = output (the count), a = input (shapes.h; scatter: root only)
       if (!view(b, &vb)) return fallback();
       call.dtype = vb.dtype;
       call.count = vb.count;
       call.output = vb.address();
-      if (coll == Collective::ReduceScatter || is_root) {
-        if (!view(a, &va) || va.dtype != vb.dtype || va.count != vb.count * P) return fallback();
+      const int64_t in_elems = buffer_shapes(coll, call.count, P, me, call.root).input;
+      if (in_elems >= 0) {
+        if (!view(a, &va) || va.dtype != vb.dtype || va.count != in_elems) return fallback();
         call.input = va.address();
       }
       break;

@@ -3,7 +3,9 @@
 #include <pybind11/stl.h>
 
 #include "bindings/bindings.h"
+#include "common/shapes.h"
 #include "engine/verifier.h"
+#include "schedule/auto_policy.h"
 #include "schedule/registry.h"
 
 namespace py = pybind11;
@@ -93,6 +95,67 @@ Schedule schedule_from_py(py::handle obj) {
   return s;
 }
 
+// Bounds of a schedule from outside the library (the built-ins are proven by the verifier; the
+// executor trusts regions, so a user schedule is checked before anything runs it).
+void check_user_schedule(const Schedule& s, const CollArgs& a, const std::string& name) {
+  const BufferShapes shapes = buffer_shapes(a.coll, a.count, a.size, a.rank, a.root);
+  const int64_t limit[3] = {shapes.input, shapes.output, s.scratch_count};
+  auto where = [&](size_t step) {
+    return name + " schedule of rank " + std::to_string(a.rank) + " (size " + std::to_string(a.size) + ", count " +
+           std::to_string(a.count) + ") step " + std::to_string(step) + ": ";
+  };
+  if (s.scratch_count < 0) throw std::invalid_argument(name + ": scratch_count is negative");
+  for (size_t k = 0; k < s.steps.size(); ++k) {
+    for (const Op& o : s.steps[k].ops) {
+      const bool comm = o.kind == OpKind::Send || o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce;
+      if (comm && (o.peer < 0 || o.peer >= a.size || o.peer == a.rank))
+        throw std::invalid_argument(where(k) + "peer " + std::to_string(o.peer) + " is not another rank");
+      const bool has_dst = o.kind != OpKind::Send;
+      const bool has_src = o.kind == OpKind::Send || o.kind == OpKind::Copy || o.kind == OpKind::Reduce ||
+                           reduces_from_src(o);
+      for (const Region* g : {has_dst ? &o.dst : nullptr, has_src ? &o.src : nullptr}) {
+        if (!g) continue;
+        const int64_t cap = limit[static_cast<int>(g->buf)];
+        if (g->offset < 0 || g->count < 0 || (g->count > 0 && g->offset + g->count > cap))
+          throw std::invalid_argument(where(k) + buffer_name(g->buf) + "[" + std::to_string(g->offset) + ":" +
+                                      std::to_string(g->offset + g->count) + "] is outside the buffer (" +
+                                      std::to_string(cap < 0 ? 0 : cap) + " elements on this rank)");
+      }
+    }
+  }
+}
+
+// A builder written in Python: fn(rank, size, count, root) returns a schedule in schedule()'s
+// format. It keeps its reference to fn forever: the registry outlives the interpreter, so it must
+// never touch a reference count at exit. Runs with the GIL (the caller released it).
+struct PythonBuilder {
+  PyObject* fn;
+  std::string name;
+  Schedule operator()(const CollArgs& a) const {
+    py::gil_scoped_acquire gil;
+    Schedule s;
+    try {
+      py::object result = py::reinterpret_borrow<py::object>(fn)(a.rank, a.size, a.count, a.root);
+      s = schedule_from_py(result);
+    } catch (py::error_already_set& e) {
+      throw std::invalid_argument(name + ": the builder raised " + e.what());
+    } catch (py::cast_error& e) {
+      throw std::invalid_argument(name + ": the builder returned something that is not a schedule (" + e.what() + ")");
+    }
+    check_user_schedule(s, a, name);
+    return s;
+  }
+};
+
+py::list trait_names(uint32_t t) {
+  py::list out;
+  if (t & kSmallMessages) out.append("small_messages");
+  if (t & kLargeMessages) out.append("large_messages");
+  if (t & kPowerOfTwo) out.append("power_of_two");
+  if (t & kUserDefined) out.append("user_defined");
+  return out;
+}
+
 }  // namespace
 
 void bind_schedule(py::module_& m) {
@@ -126,13 +189,17 @@ void bind_schedule(py::module_& m) {
 
   m.def(
       "verify",
-      [](const std::string& collective, const std::string& algorithm, int size, int64_t count, int root) {
+      [](const std::string& collective, const std::string& algorithm, int size, int64_t count, int root,
+         const std::string& dtype) {
         const Collective c = parse_collective(collective);
-        py::gil_scoped_release nogil;
-        verify_algorithm(c, algorithm, size, count, root);
+        const DType t = parse_dtype(dtype);
+        py::gil_scoped_release nogil;  // a Python-registered builder takes it back while it runs
+        return verify_algorithm(c, algorithm, size, count, root, t);
       },
       py::arg("collective"), py::arg("algorithm"), py::arg("size"), py::arg("count"), py::arg("root") = 0,
-      "Symbolically run every rank's schedule (both buffer layouts); raise VerificationError on a bug.");
+      py::arg("dtype") = "float32",
+      "Symbolically run every rank's schedule (both buffer layouts); raise VerificationError on a bug. "
+      "Returns the algorithm verified (\"auto\" resolves for count elements of dtype).");
 
   m.def(
       "_verify_custom",
@@ -175,6 +242,37 @@ void bind_schedule(py::module_& m) {
       "Install tuning rows (size, max_bytes, algorithm) for one collective (max_bytes < 0: no limit).");
 
   m.def("clear_tuning", &clear_tuning);
+
+  m.def(
+      "algorithm_info",
+      [](const std::string& collective) {
+        py::list out;
+        for (const AlgorithmSpec& s : algorithm_specs(parse_collective(collective))) {
+          py::dict d;
+          d["name"] = s.name;
+          d["traits"] = trait_names(s.traits);
+          d["summary"] = s.summary;
+          out.append(std::move(d));
+        }
+        return out;
+      },
+      py::arg("collective"), "The registered algorithms of a collective: [{name, traits, summary}], in index order.");
+
+  m.def(
+      "register_algorithm",
+      [](const std::string& collective, const std::string& name, py::function builder, const std::string& summary) {
+        AlgorithmSpec spec;
+        spec.coll = parse_collective(collective);
+        spec.name = name;
+        spec.traits = kUserDefined;
+        spec.summary = summary;
+        PyObject* fn = builder.ptr();
+        Py_INCREF(fn);  // never released (PythonBuilder)
+        spec.build = PythonBuilder{fn, std::string(collective) + "/" + name};
+        register_algorithm(std::move(spec));
+      },
+      py::arg("collective"), py::arg("name"), py::arg("builder"), py::arg("summary") = "",
+      "Register builder(rank, size, count, root) -> schedule as algorithm `name` of `collective`.");
 }
 
 }  // namespace commlib

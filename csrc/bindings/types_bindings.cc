@@ -1,6 +1,8 @@
 #include <pybind11/stl.h>
 
 #include "bindings/bindings.h"
+#include "common/params.h"
+#include "common/shapes.h"
 #include "common/types.h"
 
 namespace py = pybind11;
@@ -17,6 +19,34 @@ void bind_types(py::module_& m) {
   m.attr("OPS") = ops;
   m.attr("COLLECTIVES") = colls;
   m.def("dtype_size", [](const std::string& name) { return dtype_size(parse_dtype(name)); });
+
+  m.def(
+      "buffer_shapes",
+      [](const std::string& collective, int64_t count, int size, int rank, int root) {
+        const BufferShapes s = buffer_shapes(parse_collective(collective), count, size, rank, root);
+        auto opt = [](int64_t v) { return v < 0 ? py::object(py::none()) : py::object(py::int_(v)); };
+        return py::make_tuple(opt(s.input), opt(s.output), opt(s.input_at), opt(s.output_at));
+      },
+      py::arg("collective"), py::arg("count"), py::arg("size"), py::arg("rank") = 0, py::arg("root") = 0,
+      "(input, output, input_at, output_at) for one rank (common/shapes.h): element counts of its "
+      "buffers (None: it passes none) and, in place, where the smaller buffer starts inside the "
+      "larger one (None: not applicable).");
+
+  // The settings table (common/params.h): Python reads COMMLIB_* variables only through these.
+  m.def("settings", [] {
+    py::list out;
+    for (const Param& p : params()) {
+      py::dict d;
+      d["name"] = p.name;
+      d["type"] = p.type;
+      d["default"] = p.fallback;
+      d["meaning"] = p.meaning;
+      out.append(std::move(d));
+    }
+    return out;
+  }, "Every COMMLIB_* variable: [{name, type, default, meaning}], in README order.");
+  m.def("setting", [](const std::string& name) { return param_string(name); }, py::arg("name"),
+        "The value of a declared COMMLIB_* variable (its default when unset or empty).");
 }
 
 }  // namespace commlib

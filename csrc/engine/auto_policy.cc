@@ -1,5 +1,6 @@
 #include "engine/auto_policy.h"
 
+#include "schedule/auto_policy.h"
 #include "schedule/registry.h"
 
 namespace commlib {

@@ -5,7 +5,7 @@
 #include <chrono>
 
 #include "engine/misuse.h"
-#include "schedule/registry.h"
+#include "schedule/auto_policy.h"
 
 namespace commlib {
 
@@ -45,16 +45,11 @@ Communicator::Communicator(std::unique_ptr<Fabric> transport, CommOptions opts)
       size_(transport_->size()),
       send_seq_(size_, 0),
       recv_seq_(size_, 0),
-      algo_names_(static_cast<size_t>(Collective::kCount)),
       fork_generation_(fork_generation()) {
   for (int c = 0; c < static_cast<int>(Collective::kCount); ++c) {
     Collective cc = static_cast<Collective>(c);
-    if (cc != Collective::Send && cc != Collective::Recv) {
-      algo_names_[c] = algorithms(cc);
-      env_algo_.push_back(algorithm_override(cc));
-    } else {
-      env_algo_.emplace_back();
-    }
+    const bool scheduled = cc != Collective::Send && cc != Collective::Recv;
+    env_algo_.push_back(scheduled ? algorithm_override(cc) : std::string());
   }
   tuning_generation_ = tuning_generation();
   for (int p = 0; p < size_; ++p) link_kinds_.push_back(transport_->link_kind(p));

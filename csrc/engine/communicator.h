@@ -120,6 +120,7 @@ class Communicator {
   struct Planned {
     Schedule sched;
     uint8_t algo = 0;
+    std::string name;  // of the algorithm, for error messages
   };
   const Planned& plan(const CollectiveCall& call, int64_t bytes);
   char* scratch(size_t bytes);
@@ -147,7 +148,6 @@ class Communicator {
   size_t scratch_bytes_ = 0;
   std::unique_ptr<char[], void (*)(void*)> input_copy_{nullptr, std::free};
   size_t input_copy_bytes_ = 0;
-  std::vector<std::vector<std::string>> algo_names_;
   std::vector<std::string> logged_auto_;
 
   // Queue.

@@ -23,12 +23,6 @@ std::vector<std::string> algorithm_names(Collective c) {
 
 }  // namespace
 
-bool call_codes_valid(const CallDesc& d) {
-  if (d.coll >= kCollectives || d.dtype >= kDTypes || d.op >= kOps) return false;
-  const Collective c = static_cast<Collective>(d.coll);
-  return d.algo <= algorithm_names(c).size();
-}
-
 std::string describe_call(const CallDesc& d) {
   if (d.coll >= kCollectives)
     return code("collective", d.coll) + " #" + std::to_string(d.seq) + " (" + std::to_string(d.count) + " x " +

@@ -14,7 +14,4 @@ namespace commlib {
 
 std::string describe_call(const CallDesc& d);
 
-// True when every code in `d` names a known collective, dtype, op and algorithm.
-bool call_codes_valid(const CallDesc& d);
-
 }  // namespace commlib

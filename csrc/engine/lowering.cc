@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/shapes.h"
 #include "engine/communicator.h"
 #include "engine/describe.h"
 #include "kernels/cpu_reduce.h"
@@ -22,30 +23,6 @@ char* aligned_alloc_bytes(size_t bytes) {
   void* p = nullptr;
   if (posix_memalign(&p, 64, bytes ? bytes : 64)) throw std::bad_alloc();
   return static_cast<char*>(p);
-}
-
-// Elements of the input buffer for one rank of a collective with per-call `count`.
-int64_t input_elements(Collective c, int64_t count, int size) {
-  switch (c) {
-    case Collective::ReduceScatter:
-    case Collective::AllToAll:
-    case Collective::Scatter:
-      return count * size;
-    default:
-      return count;
-  }
-}
-
-// Elements of the output buffer of one rank (the root's, for rooted collectives).
-int64_t output_elements(Collective c, int64_t count, int size) {
-  switch (c) {
-    case Collective::AllGather:
-    case Collective::AllToAll:
-    case Collective::Gather:
-      return count * size;
-    default:
-      return count;
-  }
 }
 
 }  // namespace
@@ -73,7 +50,7 @@ void Communicator::run_collective(const CollectiveCall& call) {
   // Built before the call is numbered: a refused argument leaves the sequence untouched.
   const Planned& planned = plan(call, bytes);
   const Schedule& sched = planned.sched;
-  const std::string& algo = algo_names_[static_cast<int>(call.coll)][planned.algo - 1];
+  const std::string& algo = planned.name;
 
   CallDesc desc;
   desc.coll = static_cast<uint8_t>(call.coll);
@@ -89,15 +66,16 @@ void Communicator::run_collective(const CollectiveCall& call) {
   try {
     exec_.check_peers_failed(desc);
     const size_t copy_chunk = (!collective_reduces(call.coll) && size_ >= 4) ? exec_.options().copy_chunk_bytes : 0;
-    exec_.begin_call(static_cast<size_t>(output_elements(call.coll, call.count, size_)) * esize * size_, copy_chunk);
+    // The root's output (the largest) stands for every rank's: all ranks must decide alike.
+    const int64_t root_output = buffer_shapes(call.coll, call.count, size_, call.root, call.root).output;
+    exec_.begin_call(static_cast<size_t>(root_output) * esize * size_, copy_chunk);
 
     char* in = reinterpret_cast<char*>(call.input);
     char* out = reinterpret_cast<char*>(call.output);
-    const bool owns_input = !((call.coll == Collective::Broadcast || call.coll == Collective::Scatter) &&
-                              rank_ != call.root);
-    if (call.op == RedOp::PremulSum && collective_reduces(call.coll) && owns_input) {
+    const int64_t input_elements = buffer_shapes(call.coll, call.count, size_, rank_, call.root).input;
+    if (call.op == RedOp::PremulSum && collective_reduces(call.coll) && input_elements >= 0) {
       // Scale into a private copy: the schedule then runs in its out-of-place form.
-      size_t n = static_cast<size_t>(input_elements(call.coll, call.count, size_));
+      size_t n = static_cast<size_t>(input_elements);
       char* buf = input_copy(n * esize);
       scale_copy(buf, in, n, call.dtype, call.scale);
       in = buf;

@@ -5,6 +5,7 @@
 
 #include "engine/auto_policy.h"
 #include "engine/communicator.h"
+#include "schedule/auto_policy.h"
 #include "schedule/registry.h"
 
 namespace commlib {
@@ -24,11 +25,7 @@ const Communicator::Planned& Communicator::plan(const CollectiveCall& call, int6
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
 
-  const auto& names = algo_names_[static_cast<int>(call.coll)];
-  if (call.algo > names.size())
-    throw std::invalid_argument("algorithm: index " + std::to_string(call.algo) + " out of range for " +
-                                collective_name(call.coll));
-  const std::string algo = call.algo ? names[call.algo - 1]
+  const std::string algo = call.algo ? algorithm_name(call.coll, call.algo)
                                      : choose_auto_for_links(call.coll, env_algo_[static_cast<int>(call.coll)], bytes,
                                                              size_, link_profile(topology_));
   if (opts_.debug >= 1 && call.algo == 0) {
@@ -45,6 +42,7 @@ const Communicator::Planned& Communicator::plan(const CollectiveCall& call, int6
   Planned p;
   p.sched = build_schedule(CollArgs{call.coll, rank_, size_, call.count, call.root, topology_.host_of}, algo);
   p.algo = static_cast<uint8_t>(algorithm_index(call.coll, algo));
+  p.name = algo;
   if (plans_.size() >= 512) plans_.clear();
   return plans_.emplace(key, std::move(p)).first->second;
 }

@@ -9,6 +9,7 @@
 
 #include "engine/verifier_layout.h"
 #include "engine/verifier_values.h"
+#include "schedule/auto_policy.h"
 #include "schedule/registry.h"
 
 namespace commlib {
@@ -443,7 +444,8 @@ void verify_schedules(Collective c, const std::vector<Schedule>& per_rank, int s
   sim.run();
 }
 
-void verify_algorithm(Collective c, const std::string& algorithm, int size, int64_t count, int root) {
+std::string verify_algorithm(Collective c, const std::string& algorithm, int size, int64_t count, int root,
+                             DType dtype) {
   check_size(size);
   std::vector<Schedule> per_rank(size);
   CollArgs a;
@@ -452,15 +454,14 @@ void verify_algorithm(Collective c, const std::string& algorithm, int size, int6
   a.count = count;
   a.root = collective_has_root(c) ? root : 0;
   std::string name = algorithm;
-  if (name == "auto") {
-    name = choose_algorithm(c, name, count, size);
-  }
+  if (name == "auto") name = choose_algorithm(c, name, count * static_cast<int64_t>(dtype_size(dtype)), size);
   for (int r = 0; r < size; ++r) {
     a.rank = r;
     per_rank[r] = build_schedule(a, name);
   }
   verify_schedules(c, per_rank, size, count, a.root, false, name);
   if (collective_has_in_place(c)) verify_schedules(c, per_rank, size, count, a.root, true, name);
+  return name;
 }
 
 }  // namespace commlib

@@ -1,4 +1,4 @@
-// The symbolic verifier (DESIGN.md §1): runs every rank's schedule on symbolic values instead of
+// The symbolic verifier (docs/DESIGN.md, "Engines"): runs every rank's schedule on symbolic values instead of
 // bytes and checks the result. Each element is (source index, contributor set); rank r's input
 // element i starts as (i, {r}); a reduction needs equal source indices and disjoint sets.
 // Communication is rendezvous: a send completes only when the peer's current step holds the
@@ -28,9 +28,11 @@ constexpr int kMaxVerifiedRanks = 16384;
 bool collective_has_in_place(Collective c);
 
 // Builds the registered `algorithm` for every rank and verifies it in the non-aliased layout and,
-// where the collective has one, the in-place layout. Throws VerificationError (or
+// where the collective has one, the in-place layout. "auto" resolves as for `count` elements of
+// `dtype` (choose_algorithm takes bytes). Returns the name verified. Throws VerificationError (or
 // std::invalid_argument for bad arguments).
-void verify_algorithm(Collective c, const std::string& algorithm, int size, int64_t count, int root = 0);
+std::string verify_algorithm(Collective c, const std::string& algorithm, int size, int64_t count, int root = 0,
+                             DType dtype = DType::Float32);
 
 // Verifies given per-rank schedules (per_rank.size() == size) in one layout. `label` names the
 // algorithm in messages.

@@ -3,42 +3,21 @@
 
 #include <algorithm>
 
+#include "common/shapes.h"
 #include "schedule/ir.h"
 
 namespace commlib {
 namespace verify {
 
-// Buffer sizes (ir.h) and arena placement for one rank.
+// Buffer sizes and in-place aliasing (common/shapes.h) and arena placement for one rank.
 Layout make_layout(Collective c, int P, int r, int root, int64_t n, int64_t scratch, bool in_place) {
-  int64_t in = n, out = n;
-  const int64_t Pn = static_cast<int64_t>(P) * n;
-  int64_t alias_in_at = -1, alias_out_at = -1;  // input at output+x, or output at input+x
-  switch (c) {
-    case Collective::AllReduce: alias_in_at = 0; break;
-    case Collective::AllGather: out = Pn; alias_in_at = static_cast<int64_t>(r) * n; break;
-    case Collective::ReduceScatter: in = Pn; alias_out_at = static_cast<int64_t>(r) * n; break;
-    case Collective::AllToAll: in = out = Pn; break;
-    case Collective::Broadcast:
-      if (r != root) in = -1;
-      else alias_in_at = 0;
-      break;
-    case Collective::Reduce:
-      if (r != root) out = -1;
-      else alias_in_at = 0;
-      break;
-    case Collective::Gather:
-      out = Pn;
-      if (r != root) out = -1;
-      else alias_in_at = static_cast<int64_t>(root) * n;
-      break;
-    case Collective::Scatter:
-      in = Pn;
-      if (r != root) in = -1;
-      else alias_out_at = static_cast<int64_t>(root) * n;
-      break;
-    case Collective::Barrier: in = out = 0; break;
-    default: break;
-  }
+  const BufferShapes shapes = buffer_shapes(c, n, P, r, root);
+  const int64_t in = shapes.input, out = shapes.output;
+  // all_to_all runs in place from a private copy of the input (the communicator makes it), so its
+  // schedules are proven for distinct buffers only.
+  const bool aliases = c != Collective::AllToAll;
+  const int64_t alias_in_at = aliases ? shapes.input_at : -1;    // input at output+x
+  const int64_t alias_out_at = aliases ? shapes.output_at : -1;  // output at input+x
   Layout L;
   const int I = static_cast<int>(BufferId::Input), O = static_cast<int>(BufferId::Output),
             S = static_cast<int>(BufferId::Scratch);

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/params.h"
 #include "kernels/cpu_features.h"
 #include "kernels/reduce_ops.h"
 
@@ -260,8 +261,8 @@ int find_path(const std::string& name) {
 
 int select_path() {
   int first = 0;
-  if (const char* env = std::getenv("COMMLIB_CPU_PATH")) {
-    const int cap = find_path(env);
+  if (param_set("COMMLIB_CPU_PATH")) {
+    const int cap = find_path(param_string("COMMLIB_CPU_PATH"));
     if (cap >= 0) first = cap;  // unknown names are ignored: never fail at load time
   }
   for (int i = first; i < kNumPaths; ++i)

@@ -9,6 +9,7 @@
 //                      from r+d; a final rotation copies tmp into place. Any P.
 //   direct             one step: every rank sends its input to every peer.
 #include "schedule/builders.h"
+#include "schedule/registry.h"
 
 namespace commlib {
 namespace sched {
@@ -98,6 +99,15 @@ Schedule all_gather_direct(const CollArgs& a) {
   s.steps.push_back(std::move(x));
   return s;
 }
+
+COMMLIB_REGISTER_ALGORITHM(AllGather, "ring", all_gather_ring, 1, kLargeMessages,
+                           "P-1 steps around a ring");
+COMMLIB_REGISTER_ALGORITHM(AllGather, "recursive_doubling", all_gather_recursive_doubling, 2, kSmallMessages | kPowerOfTwo,
+                           "log P exchanges of doubling size");
+COMMLIB_REGISTER_ALGORITHM(AllGather, "bruck", all_gather_bruck, 3, kSmallMessages,
+                           "log P steps for any P, then a local rotation");
+COMMLIB_REGISTER_ALGORITHM(AllGather, "direct", all_gather_direct, 4, kSmallMessages,
+                           "one step: every rank sends its block to every peer");
 
 }  // namespace sched
 }  // namespace commlib

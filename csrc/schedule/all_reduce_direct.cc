@@ -5,6 +5,7 @@
 //   reduce_broadcast everyone sends to rank 0, which reduces and sends the result to everyone
 //                    (the parameter-server pattern; O(P*count) traffic at one rank).
 #include "schedule/builders.h"
+#include "schedule/registry.h"
 
 namespace commlib {
 namespace sched {
@@ -101,6 +102,13 @@ Schedule all_reduce_reduce_broadcast(const CollArgs& a) {
   s.scratch_count = (P - 1) * n;
   return s;
 }
+
+COMMLIB_REGISTER_ALGORITHM(AllReduce, "direct", all_reduce_direct, 4, kSmallMessages,
+                           "one shot: every rank reduces every peer's whole input");
+COMMLIB_REGISTER_ALGORITHM(AllReduce, "two_shot", all_reduce_two_shot, 5, kLargeMessages,
+                           "direct reduce-scatter then direct all-gather");
+COMMLIB_REGISTER_ALGORITHM(AllReduce, "reduce_broadcast", all_reduce_reduce_broadcast, 7, kNoTraits,
+                           "reduce to rank 0, then broadcast (the parameter-server pattern)");
 
 }  // namespace sched
 }  // namespace commlib

@@ -7,6 +7,7 @@
 // identical for commutative IEEE ops), so every rank holds the same bits after every round; in
 // Rabenseifner each block is finished on exactly one rank and copied to the others.
 #include "schedule/builders.h"
+#include "schedule/registry.h"
 
 namespace commlib {
 namespace sched {
@@ -99,6 +100,11 @@ Schedule all_reduce_rabenseifner(const CollArgs& a) {
   fold_out(s, f, r, n);
   return s;
 }
+
+COMMLIB_REGISTER_ALGORITHM(AllReduce, "recursive_doubling", all_reduce_recursive_doubling, 2, kSmallMessages | kPowerOfTwo,
+                           "butterfly: log P exchanges of the whole vector");
+COMMLIB_REGISTER_ALGORITHM(AllReduce, "rabenseifner", all_reduce_rabenseifner, 3, kLargeMessages | kPowerOfTwo,
+                           "recursive-halving reduce-scatter then recursive-doubling all-gather");
 
 }  // namespace sched
 }  // namespace commlib

@@ -3,6 +3,7 @@
 // reduced on rank b-1, which is the only rank that reduces its final value; the all-gather then
 // copies those bits to everyone, so all ranks end bitwise identical.
 #include "schedule/builders.h"
+#include "schedule/registry.h"
 
 namespace commlib {
 namespace sched {
@@ -33,6 +34,9 @@ Schedule all_reduce_ring(const CollArgs& a) {
     s.steps.push_back(Step{{op_send(next, out(r + 1 - k)), op_recv(prev, out(r - k))}});
   return s;
 }
+
+COMMLIB_REGISTER_ALGORITHM(AllReduce, "ring", all_reduce_ring, 1, kLargeMessages,
+                           "reduce-scatter then all-gather around a ring");
 
 }  // namespace sched
 }  // namespace commlib

@@ -9,6 +9,7 @@
 //             round is one local copy step + one exchange. ~count*P/2 elements per message; any P.
 //   direct    one step: send every block to its rank and receive every block.
 #include "schedule/builders.h"
+#include "schedule/registry.h"
 
 namespace commlib {
 namespace sched {
@@ -127,6 +128,13 @@ Schedule all_to_all_direct(const CollArgs& a) {
   s.steps.push_back(std::move(x));
   return s;
 }
+
+COMMLIB_REGISTER_ALGORITHM(AllToAll, "pairwise", all_to_all_pairwise, 1, kLargeMessages,
+                           "P-1 exchange rounds, one peer each");
+COMMLIB_REGISTER_ALGORITHM(AllToAll, "bruck", all_to_all_bruck, 2, kSmallMessages,
+                           "log P rounds, blocks forwarded through intermediate ranks");
+COMMLIB_REGISTER_ALGORITHM(AllToAll, "direct", all_to_all_direct, 3, kNoTraits,
+                           "one step: every block straight to its rank");
 
 }  // namespace sched
 }  // namespace commlib

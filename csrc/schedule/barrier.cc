@@ -2,6 +2,7 @@
 //   dissemination  ceil(log2 P) rounds; in round k rank r signals r + 2^k and waits for r - 2^k.
 //   linear         everyone signals rank 0, which then releases everyone.
 #include "schedule/builders.h"
+#include "schedule/registry.h"
 
 namespace commlib {
 namespace sched {
@@ -34,6 +35,11 @@ Schedule barrier_linear(const CollArgs& a) {
   s.steps.push_back(std::move(out));
   return s;
 }
+
+COMMLIB_REGISTER_ALGORITHM(Barrier, "dissemination", barrier_dissemination, 1, kSmallMessages,
+                           "ceil(log2 P) rounds of zero-byte messages");
+COMMLIB_REGISTER_ALGORITHM(Barrier, "linear", barrier_linear, 2, kNoTraits,
+                           "everyone to rank 0 and back");
 
 }  // namespace sched
 }  // namespace commlib

@@ -9,6 +9,7 @@
 //                     S = clamp(count / 64, 1, 2P): segments of at least 64 elements, and at most
 //                     2P of them (the executor chunks further for bandwidth); time ~ (P-2+S) * seg.
 #include "schedule/builders.h"
+#include "schedule/registry.h"
 
 namespace commlib {
 namespace sched {
@@ -104,6 +105,15 @@ Schedule broadcast_direct(const CollArgs& a) {
   s.steps.push_back(std::move(st));
   return s;
 }
+
+COMMLIB_REGISTER_ALGORITHM(Broadcast, "binomial", broadcast_binomial, 1, kSmallMessages,
+                           "binomial tree from the root");
+COMMLIB_REGISTER_ALGORITHM(Broadcast, "scatter_allgather", broadcast_scatter_allgather, 2, kLargeMessages,
+                           "scatter from the root, then ring all-gather (van de Geijn)");
+COMMLIB_REGISTER_ALGORITHM(Broadcast, "pipeline", broadcast_pipeline, 3, kLargeMessages,
+                           "chunks pipelined down a chain");
+COMMLIB_REGISTER_ALGORITHM(Broadcast, "direct", broadcast_direct, 4, kSmallMessages,
+                           "the root sends to every rank");
 
 }  // namespace sched
 }  // namespace commlib

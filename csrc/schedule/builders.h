@@ -1,5 +1,5 @@
 // Builders of every registered algorithm and the helpers they share. Internal to csrc/schedule
-// (registry.cc wires the names); see ir.h for buffers, counts, aliasing and the rules.
+// (each builder file registers its builders with COMMLIB_REGISTER_ALGORITHM, registry.h); see ir.h for buffers, counts, aliasing and the rules.
 //
 // Conventions used by every builder here:
 //   * Blocks: a count-element vector split into p blocks gives block b count/p elements plus one

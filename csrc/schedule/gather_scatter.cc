@@ -5,6 +5,7 @@
 //             one child range that wraps past rank P-1 (if any) goes through scratch.
 //   linear    the root exchanges one message with every other rank, in one step.
 #include "schedule/builders.h"
+#include "schedule/registry.h"
 
 namespace commlib {
 namespace sched {
@@ -140,6 +141,15 @@ Schedule scatter_linear(const CollArgs& a) {
   s.steps.push_back(std::move(x));
   return s;
 }
+
+COMMLIB_REGISTER_ALGORITHM(Gather, "binomial", gather_binomial, 1, kSmallMessages,
+                           "binomial tree to the root");
+COMMLIB_REGISTER_ALGORITHM(Gather, "linear", gather_linear, 2, kLargeMessages,
+                           "every rank sends its block to the root");
+COMMLIB_REGISTER_ALGORITHM(Scatter, "binomial", scatter_binomial, 1, kSmallMessages,
+                           "binomial tree from the root");
+COMMLIB_REGISTER_ALGORITHM(Scatter, "linear", scatter_linear, 2, kLargeMessages,
+                           "the root sends every rank its block");
 
 }  // namespace sched
 }  // namespace commlib

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "schedule/builders.h"
+#include "schedule/registry.h"
 
 namespace commlib {
 namespace sched {
@@ -253,6 +254,15 @@ Schedule broadcast_hierarchical(const CollArgs& a) {
   if (!x.ops.empty()) s.steps.push_back(std::move(x));
   return s;
 }
+
+COMMLIB_REGISTER_ALGORITHM(AllReduce, "hierarchical", all_reduce_hierarchical, 8, kLargeMessages,
+                           "reduce-scatter within hosts, all-reduce of each block across hosts, all-gather within hosts");
+COMMLIB_REGISTER_ALGORITHM(AllGather, "hierarchical", all_gather_hierarchical, 5, kLargeMessages,
+                           "each block crosses to every other host once, then is forwarded within the host");
+COMMLIB_REGISTER_ALGORITHM(ReduceScatter, "hierarchical", reduce_scatter_hierarchical, 4, kLargeMessages,
+                           "per-host collectors reduce each block, then owners reduce host partials");
+COMMLIB_REGISTER_ALGORITHM(Broadcast, "hierarchical", broadcast_hierarchical, 5, kSmallMessages,
+                           "root to one rank per host, then within each host");
 
 }  // namespace sched
 }  // namespace commlib

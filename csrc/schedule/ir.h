@@ -1,9 +1,10 @@
-// The schedule IR (DESIGN.md §1): every collective algorithm is a pure function producing, for one
+// The schedule IR (docs/DESIGN.md): every collective algorithm is a pure function producing, for one
 // rank, a list of steps; each step is a set of operations that may run concurrently. The same
 // schedule is run by the executor (real bytes), the verifier (symbolic contributions) and the
 // simulator (cost model).
 //
-// Buffers and the meaning of `count` per collective (P = size, all counts in elements):
+// Buffers and the meaning of `count` per collective (P = size, all counts in elements; the code
+// reads these shapes from one table, common/shapes.h):
 //   all_reduce      input[count]            -> output[count]
 //   all_gather      input[count]            -> output[P*count]   (block j = rank j's input)
 //   reduce_scatter  input[P*count]          -> output[count]     (rank r gets block r reduced)

@@ -4,6 +4,7 @@
 //             Interior non-roots accumulate in scratch (they own no output); leaves send input.
 //   direct    the root receives every input into scratch and reduces in rank order 0..P-1.
 #include "schedule/builders.h"
+#include "schedule/registry.h"
 
 namespace commlib {
 namespace sched {
@@ -46,6 +47,11 @@ Schedule reduce_direct(const CollArgs& a) {
   s.scratch_count = (P - 1) * n;
   return s;
 }
+
+COMMLIB_REGISTER_ALGORITHM(Reduce, "binomial", reduce_binomial, 1, kSmallMessages,
+                           "binomial tree to the root");
+COMMLIB_REGISTER_ALGORITHM(Reduce, "direct", reduce_direct, 2, kNoTraits,
+                           "every rank sends to the root, which reduces in rank order");
 
 }  // namespace sched
 }  // namespace commlib

@@ -10,6 +10,7 @@
 //   direct            one step: rank r receives block r from every peer into scratch, then reduces
 //                     in rank order 0..P-1.
 #include "schedule/builders.h"
+#include "schedule/registry.h"
 
 namespace commlib {
 namespace sched {
@@ -118,6 +119,13 @@ Schedule reduce_scatter_direct(const CollArgs& a) {
   s.scratch_count = (P - 1) * n;
   return s;
 }
+
+COMMLIB_REGISTER_ALGORITHM(ReduceScatter, "ring", reduce_scatter_ring, 1, kLargeMessages,
+                           "P-1 steps around a ring");
+COMMLIB_REGISTER_ALGORITHM(ReduceScatter, "recursive_halving", reduce_scatter_recursive_halving, 2, kSmallMessages | kPowerOfTwo,
+                           "log P exchanges of halving size");
+COMMLIB_REGISTER_ALGORITHM(ReduceScatter, "direct", reduce_scatter_direct, 3, kSmallMessages,
+                           "one step: every rank sends each peer its block");
 
 }  // namespace sched
 }  // namespace commlib

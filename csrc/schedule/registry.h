@@ -1,4 +1,11 @@
-// The algorithm registry: name -> builder, per collective.
+// The algorithm registry: every builder registers itself (name, collective, properties) from its
+// own file, with one COMMLIB_REGISTER_ALGORITHM line; the registry only collects them. The
+// executor, the verifier, the bindings (and through them the tests and the bench) enumerate it.
+// Python may add builders at run time (commlib.register_algorithm), appended after the built-ins.
+//
+// Indices: algorithm_index(c, name) is 1 + the name's position in algorithms(c). Calls carry it on
+// the wire (CallDesc.algo), so every rank must register the same algorithms in the same order
+// (built-ins are ordered by their declared `order`; run-time ones by registration).
 #pragma once
 
 #include <cstdint>
@@ -12,45 +19,67 @@ namespace commlib {
 
 using Builder = std::function<Schedule(const CollArgs&)>;
 
-// Names registered for a collective, in a stable order ("auto" is not included).
+// Properties a builder declares, for listings, the bench and the cost models (bit flags).
+enum AlgorithmTraits : uint32_t {
+  kNoTraits = 0,
+  kSmallMessages = 1u << 0,  // latency-bound design (about log P rounds): for small messages
+  kLargeMessages = 1u << 1,  // bandwidth-optimal: each rank moves about (P-1)/P of the data
+  kPowerOfTwo = 1u << 2,     // fully efficient only at power-of-two world sizes (others fold)
+  kUserDefined = 1u << 3,    // registered at run time (from Python)
+};
+
+struct AlgorithmSpec {
+  Collective coll = Collective::AllReduce;
+  std::string name;
+  Builder build;
+  int order = 0;        // built-ins: position among the collective's algorithms (smaller first)
+  uint32_t traits = 0;  // AlgorithmTraits
+  std::string summary;  // one line, for listings
+};
+
+// Adds an algorithm. std::invalid_argument when the name is taken, is "auto", is not a lower-case
+// identifier, or the collective has no schedules (send/recv). Run-time registrations (traits with
+// kUserDefined) go after every built-in, in registration order.
+void register_algorithm(AlgorithmSpec spec);
+
+// Registers a builder at load time (static initialisation of its file).
+struct AlgorithmRegistrar {
+  explicit AlgorithmRegistrar(AlgorithmSpec spec) { register_algorithm(std::move(spec)); }
+};
+
+#define COMMLIB_REGISTRY_CONCAT2(a, b) a##b
+#define COMMLIB_REGISTRY_CONCAT(a, b) COMMLIB_REGISTRY_CONCAT2(a, b)
+// In a builder file, at namespace scope:
+//   COMMLIB_REGISTER_ALGORITHM(AllReduce, "ring", all_reduce_ring, 1, kLargeMessages, "...");
+#define COMMLIB_REGISTER_ALGORITHM(COLL, NAME, FN, ORDER, TRAITS, SUMMARY)                         \
+  static const ::commlib::AlgorithmRegistrar COMMLIB_REGISTRY_CONCAT(commlib_algorithm_, __LINE__)( \
+      ::commlib::AlgorithmSpec{::commlib::Collective::COLL, NAME, FN, ORDER, TRAITS, SUMMARY})
+
+// Names registered for a collective, in index order ("auto" is not included).
 std::vector<std::string> algorithms(Collective c);
+// The registered algorithms of a collective with their properties, in index order.
+std::vector<AlgorithmSpec> algorithm_specs(Collective c);
+// Whether `name` is registered for `c`.
+bool algorithm_registered(Collective c, const std::string& name);
+// Increases whenever an algorithm is registered (caches of names refresh on a change).
+uint64_t registry_generation();
 
-// Build one rank's schedule. Throws std::invalid_argument naming `algorithm` when unknown and
-// naming `rank`/`size`/`count`/`root` when out of range. "auto" is resolved first with
-// choose_algorithm().
+// Build one rank's schedule with the registered algorithm `algorithm` (resolve "auto" first with
+// choose_algorithm, which needs the message size in bytes). Throws std::invalid_argument naming
+// `algorithm` when it is unknown or "auto", and naming `rank`/`size`/`count`/`root` when out of
+// range.
 Schedule build_schedule(const CollArgs& args, const std::string& algorithm);
-
-// Resolve "auto" (and the COMMLIB_ALGO_<COLLECTIVE> override) to a registered name, from the
-// message size in bytes and the world size. Non-"auto" names are returned unchanged (after
-// checking they are registered). `bytes` is `count` (ir.h meaning: per-rank block for all_gather,
-// reduce_scatter, all_to_all, gather, scatter) times the element size.
-// Order: requested name if not "auto"; else $COMMLIB_ALGO_<COLLECTIVE> (e.g.
-// COMMLIB_ALGO_ALL_REDUCE=ring; "auto" or empty = unset; an unknown name throws
-// std::invalid_argument naming the variable); else the tuning table; else a built-in heuristic.
-std::string choose_algorithm(Collective c, const std::string& requested, int64_t bytes, int size);
-
-// The "auto" branch of choose_algorithm with the override's value given (empty: unset), for
-// callers that read COMMLIB_ALGO_<COLLECTIVE> once (a communicator reads it when created).
-std::string choose_auto(Collective c, const std::string& env_value, int64_t bytes, int size);
-// Current value of COMMLIB_ALGO_<COLLECTIVE> ("" when unset).
-std::string algorithm_override(Collective c);
 
 // 0 for "auto", else 1 + the name's position in algorithms(c); unknown names throw
 // std::invalid_argument naming `algorithm`.
 int algorithm_index(Collective c, const std::string& name);
 
-// Tuning table (e.g. loaded from a JSON file of measurements). For a call of world size `size`,
-// the rows with that exact size are tried in increasing max_bytes order and the first with
-// bytes <= max_bytes wins (max_bytes < 0 means no limit); no row -> built-in heuristic.
-struct TuningRow {
-  int size = 0;
-  int64_t max_bytes = -1;
-  std::string algorithm;
-};
-// Replaces the rows of collective c (validates names: std::invalid_argument). Thread-safe.
-void set_tuning(Collective c, std::vector<TuningRow> rows);
-void clear_tuning();
-// Increases on every set_tuning/clear_tuning, so cached "auto" decisions can be dropped.
-uint64_t tuning_generation();
+// The name of index `index` (algorithm_index's numbering); std::invalid_argument when none has it.
+std::string algorithm_name(Collective c, int index);
+
+// The registered names as an error message lists them: "ring, recursive_doubling, ..., auto".
+std::string expected_algorithms(Collective c);
+// Throws std::invalid_argument for a collective without schedules (send, recv) or out of range.
+void check_has_schedules(Collective c);
 
 }  // namespace commlib

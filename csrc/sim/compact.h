@@ -40,9 +40,10 @@ class ShapeTable {
 // (shape id, number of consecutive steps with that shape)
 using Program = std::vector<std::pair<uint32_t, uint32_t>>;
 
-// Builds every rank's schedule with the registry's builder and compacts it.
+// Builds every rank's schedule with the registry's builder and compacts it. `host_of` is the
+// topology's placement, handed to topology-aware (hierarchical) builders through CollArgs.
 std::vector<Program> build_programs(Collective c, const std::string& algorithm, int size, int64_t count,
-                                    int root, ShapeTable& shapes);
+                                    int root, const std::vector<int>& host_of, ShapeTable& shapes);
 
 }  // namespace sim
 }  // namespace commlib

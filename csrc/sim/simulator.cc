@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "schedule/auto_policy.h"
 #include "schedule/registry.h"
 #include "sim/compact.h"
 
@@ -233,7 +234,7 @@ Result simulate(Collective c, const std::string& algorithm, int64_t count, int e
   res.algorithm = algorithm == "auto" ? choose_algorithm(c, algorithm, count * elem_bytes, P) : algorithm;
   const double t0 = now_s();
   ShapeTable shapes;
-  const std::vector<Program> progs = build_programs(c, res.algorithm, P, count, root, shapes);
+  const std::vector<Program> progs = build_programs(c, res.algorithm, P, count, root, topo.host_of, shapes);
   const double t1 = now_s();
   Run run(topo, shapes, progs, elem_bytes);
   run.play(res);

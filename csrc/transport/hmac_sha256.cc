@@ -1,5 +1,7 @@
 #include "transport/hmac_sha256.h"
 
+#include "common/params.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -106,8 +108,8 @@ bool digest_equal(const Digest& a, const Digest& b) {
 }
 
 std::string link_key_from_env() {
-  const char* s = std::getenv("COMMLIB_SECRET");
-  if (!s || !*s) return std::string();
+  const std::string s = param_string("COMMLIB_SECRET");
+  if (s.empty()) return std::string();
   static const char kLabel[] = "commlib/v1/tcp-handshake";  // commlib/secret.py derive_key
   Digest d = hmac_sha256(s, kLabel, sizeof(kLabel) - 1);
   return std::string(reinterpret_cast<const char*>(d.data()), d.size());

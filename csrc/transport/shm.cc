@@ -1,5 +1,6 @@
 #include "transport/shm.h"
 
+#include "common/params.h"
 #include "transport/shm_region.h"
 
 #include <linux/futex.h>
@@ -58,15 +59,6 @@ void futex_wake(std::atomic<uint32_t>* addr) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
 }
 
-int64_t env_int(const char* name, int64_t fallback) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return fallback;
-  char* end = nullptr;
-  long long x = std::strtoll(v, &end, 10);
-  if (end == v || *end) throw std::invalid_argument(std::string(name) + ": not an integer: '" + v + "'");
-  return x;
-}
-
 }  // namespace
 
 // Each field a peer polls sits on its own cache line so that polling one does not bounce another.
@@ -102,13 +94,12 @@ uint64_t shm_default_slot_bytes(int size) {
 
 ShmConfig shm_config_from_env(int size) {
   ShmConfig cfg;
-  cfg.nslots = static_cast<uint32_t>(env_int("COMMLIB_SHM_SLOTS", 4));
-  if (cfg.nslots < 2 || cfg.nslots > 64) throw std::invalid_argument("COMMLIB_SHM_SLOTS: must be in 2..64");
-  cfg.slot_bytes = static_cast<uint64_t>(env_int("COMMLIB_SHM_SLOT_BYTES", 0));
+  cfg.nslots = static_cast<uint32_t>(param_int("COMMLIB_SHM_SLOTS", 2, 64));
+  cfg.slot_bytes = static_cast<uint64_t>(param_bytes("COMMLIB_SHM_SLOT_BYTES"));
   if (cfg.slot_bytes == 0) cfg.slot_bytes = shm_default_slot_bytes(size);
   if (cfg.slot_bytes < 64 || cfg.slot_bytes % 64)
     throw std::invalid_argument("COMMLIB_SHM_SLOT_BYTES: must be a multiple of 64, at least 64");
-  cfg.spin_us = env_int("COMMLIB_SPIN_US", -1);
+  cfg.spin_us = param_int("COMMLIB_SPIN_US", -1);
   return cfg;
 }
 
@@ -240,8 +231,7 @@ bool ShmTransport::enable_direct_reads() {
   // slower than the pipelined copy through cache-resident chunks (2 ranks, 16 MiB: all_reduce
   // 2.1-2.3 ms against 1.2-1.3 ms, all_gather 0.7-0.76 ms against 0.54-0.6 ms), because pinning
   // the sender's pages costs more than the second copy saves there.
-  const char* env = std::getenv("COMMLIB_CMA");
-  if (!env || std::string(env) != "1") return false;
+  if (param_string("COMMLIB_CMA") != "1") return false;
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
     uint64_t magic = 0;

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "common/params.h"
 #include "common/types.h"
 #include "transport/tcp_conn.h"
 
@@ -33,14 +34,9 @@ TcpConfig tcp_config_from_env(double timeout_s, int debug) {
   TcpConfig c;
   c.timeout_s = timeout_s;
   c.debug = debug;
-  if (const char* v = std::getenv("COMMLIB_TCP_CHUNK_BYTES"); v && *v) {
-    char* end = nullptr;
-    long long b = std::strtoll(v, &end, 10);
-    if (*end || b < 4096 || b > (64ll << 20) || b % 64)
-      throw std::invalid_argument(std::string("COMMLIB_TCP_CHUNK_BYTES: expected a multiple of 64 in 4096..64 MiB, got '") +
-                                  v + "'");
-    c.chunk_bytes = static_cast<uint64_t>(b);
-  }
+  const int64_t b = param_int("COMMLIB_TCP_CHUNK_BYTES", 4096, 64ll << 20);
+  if (b % 64) throw std::invalid_argument("COMMLIB_TCP_CHUNK_BYTES: must be a multiple of 64, got " + std::to_string(b));
+  c.chunk_bytes = static_cast<uint64_t>(b);
   return c;
 }
 

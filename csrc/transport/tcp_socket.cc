@@ -1,5 +1,7 @@
 #include "transport/tcp_socket.h"
 
+#include "common/params.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
@@ -66,9 +68,8 @@ IfFilter parse_ifname(const std::string& v) {
 }
 
 int family_from_env() {
-  const char* v = std::getenv("COMMLIB_SOCKET_FAMILY");
-  if (!v || !*v) return AF_UNSPEC;
-  std::string s(v);
+  const std::string s = param_string("COMMLIB_SOCKET_FAMILY");
+  if (s.empty()) return AF_UNSPEC;
   if (s == "AF_INET" || s == "4" || s == "ipv4") return AF_INET;
   if (s == "AF_INET6" || s == "6" || s == "ipv6") return AF_INET6;
   throw std::invalid_argument("COMMLIB_SOCKET_FAMILY: expected AF_INET or AF_INET6, got '" + s + "'");
@@ -90,8 +91,8 @@ bool usable(const ifaddrs* ifa, int family) {
 
 SockAddr choose_listen_address() {
   const int family = family_from_env();
-  const char* env = std::getenv("COMMLIB_SOCKET_IFNAME");
-  const bool user = env && *env;
+  const std::string env = param_string("COMMLIB_SOCKET_IFNAME");
+  const bool user = !env.empty();
   IfFilter filter = user ? parse_ifname(env) : IfFilter{};
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) throw std::runtime_error(std::string("getifaddrs: ") + std::strerror(errno));
@@ -117,7 +118,7 @@ SockAddr choose_listen_address() {
   freeifaddrs(list);
   if (!out.len)
     throw std::invalid_argument(std::string("COMMLIB_SOCKET_IFNAME: no interface that is up matches '") +
-                                (user ? env : "") + "'" + (family != AF_UNSPEC ? " with COMMLIB_SOCKET_FAMILY" : ""));
+                                env + "'" + (family != AF_UNSPEC ? " with COMMLIB_SOCKET_FAMILY" : ""));
   return out;
 }
 

@@ -3,6 +3,7 @@ import io
 import json
 import os
 import random
+import re
 import sys
 
 import pytest
@@ -225,6 +226,18 @@ def test_tune_merges_runs_so_one_noisy_run_does_not_decide(tmp_path):
     assert tuning.choose(merged, "all_reduce", 8, 2) == best_small
 
 
+def test_tune_without_output_writes_the_current_directory(tmp_path, monkeypatch):
+    from commlib import cli
+    shipped = tuning.default_path()
+    before = open(shipped).read() if os.path.exists(shipped) else None
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(synth.data(P=2, sizes=(8, 1 << 20), collectives=("all_reduce",))))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["tune", str(run)]) == 0
+    assert tuning.read(str(tmp_path / "tuning.json"))["collectives"]["all_reduce"]["2"]["source"] == "measured"
+    assert (open(shipped).read() if os.path.exists(shipped) else None) == before
+
+
 def test_tuning_installs_into_the_core(tmp_path):
     from commlib import _C
     d = synth.data(P=4, sizes=(8, 4096, 1 << 20))
@@ -238,22 +251,6 @@ def test_tuning_installs_into_the_core(tmp_path):
         for coll in synth.ALGOS:
             _C.set_tuning(coll, [])
         tuning.load_default()
-
-
-def test_load_default_never_fails(tmp_path, monkeypatch):
-    monkeypatch.setenv("COMMLIB_TUNING", str(tmp_path / "missing.json"))
-    assert tuning.load_default() is False
-    bad = tmp_path / "bad.json"
-    bad.write_text("{not json")
-    monkeypatch.setenv("COMMLIB_TUNING", str(bad))
-    assert tuning.load_default() is False
-    wrong = tmp_path / "wrong.json"
-    wrong.write_text(json.dumps({"schema": tuning.SCHEMA,
-                                 "collectives": {"all_reduce": {"2": {"rows": [[-1, "no_such_algo"]]}}}}))
-    monkeypatch.setenv("COMMLIB_TUNING", str(wrong))
-    assert tuning.load_default() is False
-    monkeypatch.setenv("COMMLIB_TUNING", "0")
-    assert tuning.load_default() is False
 
 
 def test_default_tuning_file_is_valid():
@@ -279,8 +276,12 @@ def test_report_from_synthetic_json(tmp_path):
     f1.write_text(json.dumps(d))
     f2.write_text(json.dumps(d2))
     out = tmp_path / "rep"
+    out.mkdir()
+    (out / "busbw_P16.png").write_bytes(b"from an earlier run")
+    (out / "notes.png").write_bytes(b"not ours")
     datas = report.load([str(f1), str(f2)])
     path = report.generate(datas, str(out))
+    assert not (out / "busbw_P16.png").exists() and (out / "notes.png").exists()
     html = open(path).read()
     md = (out / "report.md").read_text()
     for s in SECTIONS:
@@ -325,5 +326,13 @@ def test_cli_parses_the_readme_command():
     assert cfg["algorithms"] == ["ring", "auto"] and cfg["peers"] == ["gloo", "mpi"]
     a = parser().parse_args(["bench"])
     assert config_from_args(a)["collectives"] == list(C.DEFAULT_COLLECTIVES)
+    assert config_from_args(a)["imports"] == []
+    a = parser().parse_args(["bench", "--import", "my_algos", "--import", "more"])
+    assert config_from_args(a)["imports"] == ["my_algos", "more"]
+    help_text = parser()._subparsers._group_actions[0].choices["bench"].format_help()
+    # Each default is stated once, in the help text itself (argparse's defaults formatter once
+    # appended a second copy to every option: "(default 8) (default: 8)").
+    flat = " ".join(help_text.split())
+    assert "(default 8)" in flat and not re.search(r"\(default[^()]*\)\s*\(default", flat)
     r = parser().parse_args(["report", "a.json", "b.json", "-o", "rep"])
     assert r.files == ["a.json", "b.json"] and r.output == "rep"

@@ -60,3 +60,25 @@ def test_unreachable_store_is_a_rendezvous_error():
     with pytest.raises(commlib.RendezvousError, match=f"127.0.0.1:{port}"):
         commlib.init(rank=1, world_size=2, master_addr="127.0.0.1", master_port=port, timeout=0.3)
     assert issubclass(commlib.RendezvousError, commlib.CommError)
+
+
+def test_failed_and_successful_rendezvous_leak_no_descriptors_or_threads(server):
+    import gc
+    import os
+    import threading
+
+    def snapshot():
+        gc.collect()
+        return len(os.listdir("/proc/self/fd")), threading.active_count()
+
+    def job(r, prefix, sizes):
+        comm = _init(server, prefix, r, sizes[r], timeout=5)
+        comm.close()
+
+    run_ranks(lambda r: job(r, "warm", (2, 2)), 2)  # first use loads what stays loaded
+    before = snapshot()
+    run_ranks(lambda r: job(r, "leak-ok", (2, 2)), 2)
+    run_ranks(lambda r: job(r, "leak-bad", (2, 3)), 2)
+    with pytest.raises(commlib.RendezvousError):
+        _init(server, "leak-alone", 0, 2, timeout=0.3)
+    assert snapshot() == before

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import commlib
-from commlib.secret import SignedStore, derive_key, load_secret, sign_value, verify_value
+from commlib.secret import SignedStore, derive_key, handshake_key, load_secret, sign_value, verify_value
 from commlib.store import StoreServer, TCPStore
 from hardening_util import run_ranks
 
@@ -30,6 +30,8 @@ def test_key_derivation_is_the_documented_one():
     with pytest.raises(ValueError, match="COMMLIB_SECRET"):
         load_secret({"COMMLIB_SECRET": "short"})
     assert load_secret({}) is None
+    assert handshake_key({"COMMLIB_SECRET": SECRET}) == derive_key(s, "tcp-handshake")
+    assert handshake_key({}) is None
 
 
 def test_signatures_bind_key_name_and_secret():

@@ -125,16 +125,30 @@ def run_case(comm, kind: str, v: int, m: int, n_layers: int, mb_size: int = 2) -
     return worst
 
 
+def _threads_and_fds():
+    import os
+    return len(os.listdir("/proc/self/task")), len(os.listdir("/proc/self/fd"))
+
+
 def run_matrix(comm, cases) -> list:
-    """Run every (kind, v, m, n_layers) case in turn; the errors of each, in order."""
+    """Run every (kind, v, m, n_layers) case in turn; the errors of each, in order. Closing each
+    schedule releases its lanes: no thread or file descriptor outlives the matrix."""
     torch.set_num_threads(1)
-    return [dict(case=c, **run_case(comm, *c)) for c in cases]
+    before = _threads_and_fds()
+    out = [dict(case=c, **run_case(comm, *c)) for c in cases]
+    after = _threads_and_fds()
+    assert after == before, f"(threads, fds) {before} before the matrix, {after} after"
+    return out
 
 
 def matrix_for(P: int):
+    """Every kind with m in {1, P, 2P+1}: one stage per rank, the interleaved one with two; plus
+    GPipe, 1F1B and zero-bubble looping (two stages per rank) at m = 2P+1. Layers: 2Pv+1, split
+    unevenly."""
     ms = sorted({1, P, 2 * P + 1})
-    return [(kind, v, m, 2 * P * v + 1) for kind in A.KINDS for v in (1, 2) for m in ms
-            if not (kind == "interleaved" and v == 1)]
+    cases = [(kind, 2 if kind == "interleaved" else 1, m) for kind in A.KINDS for m in ms]
+    cases += [(kind, 2, 2 * P + 1) for kind in ("gpipe", "1f1b", "zero_bubble")]
+    return [(kind, v, m, 2 * P * v + 1) for kind, v, m in cases]
 
 
 def _expect(fn, *needles):
@@ -227,3 +241,49 @@ def timeline_case(comm, kind: str = "1f1b", m: int = 3) -> list:
     events = gather_timeline(sched)
     sched.close()
     return events
+
+
+class _Fails(nn.Module):
+    """A stage whose forward raises at micro-batch ``at`` of its second step."""
+
+    def __init__(self, at: int):
+        super().__init__()
+        self.lin, self.at, self.calls = nn.Linear(WIDTH, WIDTH).double(), at, 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls == 2 + self.at:  # the first step runs 2 micro-batches
+            raise RuntimeError("stage exploded")
+        return self.lin(x)
+
+
+def failing_stage(comm) -> str:
+    """Rank 0's forward raises mid-step: rank 0 sees its error, rank 1 fails at once (not at the
+    timeout) with an error naming rank 0; both schedules then refuse further steps."""
+    import time
+    torch.set_num_threads(1)
+    r = comm.rank
+    mod = _Fails(at=1) if r == 0 else nn.Linear(WIDTH, WIDTH).double()
+    sched = Schedule1F1B(PipelineStage(mod, r, 2, comm), n_microbatches=2, loss_fn=loss_fn)
+    x, y = data(4, 0)
+    step = (lambda: sched.step(x)) if r == 0 else (lambda: sched.step(target=y))
+    step()
+    t0 = time.monotonic()
+    try:
+        step()
+        raise AssertionError("the failing step raised nothing")
+    except RuntimeError as e:
+        msg = str(e)
+    elapsed = time.monotonic() - t0
+    assert elapsed < 0.5 * comm.timeout, f"rank {r} waited {elapsed:.0f} s for the failure"
+    assert ("stage exploded" in msg) if r == 0 else ("rank 0" in msg), msg
+    try:
+        step()
+        raise AssertionError("a broken schedule ran another step")
+    except RuntimeError as e:
+        assert "unusable" in str(e), e
+    sched.close()
+    t = torch.ones(1)
+    comm.all_reduce(t)  # the pipeline's own communicator is untouched
+    assert t.item() == comm.size
+    return msg

@@ -1,7 +1,8 @@
-"""Pipeline schedules (GPipe, 1F1B, interleaved, zero-bubble) with 2 and 4 ranks, one and two stages
-per rank, m in {1, P, 2P+1} micro-batches, an uneven layer split: losses, every parameter's gradient
-and the final parameters equal single-process training over 3 SGD steps (float64, within
-pp_cases.PP_TOL = 1e-10; see its docstring). The whole matrix of a world size runs in one pool call."""
+"""Pipeline schedules (GPipe, 1F1B, interleaved, zero-bubble) with 2 and 4 ranks, m in {1, P, 2P+1}
+micro-batches, two stages per rank for the interleaved schedule (and, at m = 2P+1, for the others),
+an uneven layer split: losses, every parameter's gradient and the final parameters equal
+single-process training over 3 SGD steps (float64, within pp_cases.PP_TOL = 1e-10; see its
+docstring). The whole matrix of a world size runs in one pool call."""
 import pytest
 
 from commlib.parallel.pipeline import actions as A
@@ -79,3 +80,44 @@ def test_bubble_fraction_of_a_known_timeline():
           {"rank": 0, "kind": "B", "stage": 0, "mb": 0, "start": 3.0, "end": 4.0}]
     from commlib.parallel.pipeline.timeline import bubble_fraction
     assert bubble_fraction(ev) == 0.5
+
+
+@pytest.mark.parametrize("P,m", [(2, 4), (4, 8), (4, 12)])
+def test_orders_reach_the_textbook_bubble(P, m):
+    """Under unit costs (F=1, B=2) GPipe, 1F1B and Megatron's interleaved order hit the textbook
+    bubble exactly; ZB-H1 orders beat 1F1B."""
+    for kind, v in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("interleaved", 3)):
+        assert A.order_bubble(kind, P * v, P, m) == pytest.approx(A.theory_bubble(kind, P * v, P, m)), kind
+    assert A.order_bubble("zero_bubble", P, P, m) < A.theory_bubble("1f1b", P, P, m)
+
+
+def test_split_backward_input_then_weight():
+    """I gives the input gradient and touches no parameter; W then gives exactly the gradients of
+    one whole backward, from the owners' outputs only (no second walk of the activation chain)."""
+    import torch
+    from torch import nn
+
+    from commlib.parallel.pipeline import split_backward as SB
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(5, 7), nn.Tanh(), nn.LayerNorm(7), nn.Linear(7, 3)).double()
+    x = torch.randn(4, 5, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(4, 3, dtype=torch.float64)
+    model(x).backward(g)
+    want = [p.grad.clone() for p in model.parameters()]
+    want_x = x.grad.clone()
+    model.zero_grad(set_to_none=True)
+    x.grad = None
+    owners = SB.param_owners(model)
+    assert [type(m).__name__ for m, _ in owners] == ["Linear", "LayerNorm", "Linear"]
+    with SB.Recorder(owners) as rec:
+        out = model(x)
+    assert rec.complete()
+    gx, per_owner = SB.backward_input(out, g, x, rec)
+    assert torch.allclose(gx, want_x, rtol=0, atol=1e-14)
+    assert all(p.grad is None for p in model.parameters()), "I computed weight gradients"
+    SB.backward_weight(rec, per_owner)
+    for p, w in zip(model.parameters(), want):
+        assert torch.allclose(p.grad, w, rtol=0, atol=1e-14)
+    tied = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3))
+    tied[1].weight = tied[0].weight
+    assert SB.param_owners(tied) is None  # tied inside a stage: the fallback

@@ -35,3 +35,8 @@ def test_mesh_layout(pool):
 def test_wrong_use_gets_clear_errors(pool):
     res = pool(2).run(C.wrong_use)
     assert res[0][:4] == res[1][:4]  # the exchanged errors read the same on every rank
+
+
+def test_a_failing_stage_fails_its_neighbours_at_once(pool):
+    msgs = pool(2).run(C.failing_stage)
+    assert "stage exploded" in msgs[0] and "stage exploded" in msgs[1]

@@ -103,7 +103,7 @@ def test_verify_bad_arguments():
         schedules.verify("all_reduce", "ring", 2, -1)
     with pytest.raises(ValueError, match="^root:"):
         schedules.verify("reduce", "binomial", 2, 1, root=2)
-    assert schedules.verify("all_reduce", "ring", 4, 5) is None
+    assert schedules.verify("all_reduce", "ring", 4, 5) == "ring"
 
 
 def test_root_ignored_for_unrooted():
@@ -193,3 +193,14 @@ def test_tuning_thread_safety(clean):
     for t in ts:
         t.join()
     assert not errors
+
+
+def test_auto_resolves_from_bytes_not_elements(clean):
+    # 50 elements: 200 bytes of float32, 50 of int8. verify() once passed the element count where
+    # the chooser takes bytes, so float32 calls resolved like int8 ones.
+    _C.set_tuning("all_reduce", [(4, 100, "tree"), (4, -1, "two_shot")])
+    assert schedules.verify("all_reduce", "auto", 4, 50) == "two_shot"
+    assert schedules.verify("all_reduce", "auto", 4, 50, dtype="int8") == "tree"
+    assert schedules.verify("all_reduce", "auto", 4, 50, dtype="float64") == "two_shot"
+    assert schedules.schedule("all_reduce", "auto", 0, 4, 50)["algorithm"] == "two_shot"
+    assert schedules.schedule("all_reduce", "auto", 0, 4, 50, dtype="int8")["algorithm"] == "tree"

@@ -47,3 +47,16 @@ def test_tune_sim_writes_a_loadable_table(tmp_path, capsys):
     assert tuning.rows_for(table, "all_reduce")[0][0] == 4
     assert main(["tune", "--sim", "eth-100g"]) == 2  # no -o: refuses to overwrite this machine's file
     assert "-o FILE is required" in capsys.readouterr().err
+
+
+def test_report_at_scale_section(tmp_path):
+    sim_json, out = tmp_path / "sim.json", tmp_path / "report"
+    assert main(["sim", "all_reduce", "--algorithm", "recursive_doubling,rabenseifner", "--topology", "dgx-h100",
+                 "--nodes", "1,4", "-b", "1K", "-e", "1G", "-f", "1024", "--json", str(sim_json)]) == 0
+    assert main(["report", str(sim_json), "-o", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert "## At scale (simulated)" in md and "### all_reduce on dgx-h100" in md
+    # small messages: fewer steps win; large: Rabenseifner's 2(P-1)/P n bytes win
+    assert "| 8 | recursive_doubling | recursive_doubling | rabenseifner |" in md
+    assert "1 MiB: recursive_doubling -> rabenseifner" in md
+    assert (out / "sim_dgx-h100_all_reduce_winners.png").stat().st_size > 1000

@@ -54,7 +54,8 @@ def test_every_registered_algorithm_runs():
     t = uniform(6)
     for coll in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
                  "gather", "scatter", "barrier"):
-        for alg in _C.algorithms(coll):
+        # Built-ins only: tests/schedule registers deliberately broken user algorithms in this process.
+        for alg in [a["name"] for a in _C.algorithm_info(coll) if "user_defined" not in a["traits"]]:
             out = _C.simulate(coll, alg, 0 if coll == "barrier" else 1000, 4, 5 if coll in (
                 "broadcast", "reduce", "gather", "scatter") else 0, t)
             assert out["time_s"] > 0 and out["algorithm"] == alg, (coll, alg)

@@ -76,7 +76,7 @@ def test_bad_names():
         load(None)
 
 
-def synthetic_bench(alpha, beta, gamma, P=2):
+def synthetic_bench(alpha, beta, gamma, P=2, call=0.0):
     """Bench records whose times follow the closed forms exactly (what a noiseless machine gives)."""
     recs = []
     for coll, alg in (("all_reduce", "ring"), ("all_reduce", "recursive_doubling"), ("all_gather", "ring"),
@@ -85,22 +85,23 @@ def synthetic_bench(alpha, beta, gamma, P=2):
             a, b, c = model.coefficients(coll, alg, n, P)
             recs.append({"backend": "commlib", "transport": "shm", "collective": coll, "algorithm": alg,
                          "resolved": alg, "world_size": P, "dtype": "float32", "bytes": n,
-                         "time_us": {"median": (a * alpha + b * beta + c * gamma) * 1e6}})
+                         "time_us": {"median": (call + a * alpha + b * beta + c * gamma) * 1e6}})
     return {"results": recs}
 
 
 def test_fitted_topology_recovers_the_machine(tmp_path):
-    alpha, beta, gamma = 2e-6, 1 / 8e9, 1 / 20e9
-    path = write(tmp_path, synthetic_bench(alpha, beta, gamma), "bench.json")
+    alpha, beta, gamma, call = 2e-6, 1 / 8e9, 1 / 20e9, 5e-6
+    path = write(tmp_path, synthetic_bench(alpha, beta, gamma, P=4, call=call), "bench.json")
     t = load("fitted:" + path)
+    assert t.call_overhead_us == pytest.approx(5.0, rel=1e-3)
     assert t.intra_latency_us == pytest.approx(2.0, rel=1e-3)
     assert t.intra_GBps == pytest.approx(8.0, rel=1e-3)
     assert t.reduce_GBps == pytest.approx(20.0, rel=1e-3)
-    # and predicts those runs back (no chunking effects at 2 ranks with chunk_bytes=0)
+    # and predicts those runs back (chunk_bytes=0: the bench rows above have no pipelining)
     t0 = sim.Topology(**{**t.__dict__, "chunk_bytes": 0})
-    got = sim.predict("all_reduce", "ring", 1 << 20, 2, t0)["time_us"]["median"] * 1e-6
-    a, b, c = model.coefficients("all_reduce", "ring", 1 << 20, 2)
-    assert got == pytest.approx(a * alpha + b * beta + c * gamma, rel=1e-3)
+    got = sim.predict("all_reduce", "ring", 1 << 20, 4, t0)["time_us"]["median"] * 1e-6
+    a, b, c = model.coefficients("all_reduce", "ring", 1 << 20, 4)
+    assert got == pytest.approx(call + a * alpha + b * beta + c * gamma, rel=1e-3)
 
 
 def test_fitted_rejects_non_bench_files(tmp_path):

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from typing import Dict, List, NamedTuple, Tuple
 
-__all__ = ["Action", "KINDS", "build_orders", "check_orders", "simulate", "theory_bubble"]
+__all__ = ["Action", "KINDS", "build_orders", "check_orders", "simulate", "peak_in_flight", "order_bubble",
+           "theory_bubble"]
 
 KINDS = ("gpipe", "1f1b", "interleaved", "zero_bubble")
 
@@ -141,9 +142,57 @@ def simulate(kind: str, S: int, P: int, m: int) -> Tuple[List[List[Action]], Lis
     return orders, timeline
 
 
+def megatron_interleaved(S: int, P: int, m: int) -> List[List[Action]]:
+    """Megatron-LM's interleaved 1F1B orders (m a multiple of P): rank r runs
+    ``2(P-r-1) + (v-1)P`` warm-up forwards, then alternates one forward and one backward, then
+    drains the backwards. Forwards go chunk by chunk over groups of P micro-batches; backwards
+    likewise with the chunks reversed."""
+    v = S // P
+    orders = []
+    for r in range(P):
+        fwd = [Action("F", c * P + r, g * P + i) for g in range(m // P) for c in range(v) for i in range(P)]
+        bwd = [Action("B", c * P + r, g * P + i) for g in range(m // P) for c in reversed(range(v))
+               for i in range(P)]
+        warm = min(len(fwd), 2 * (P - r - 1) + (v - 1) * P)
+        order = fwd[:warm]
+        for k in range(len(fwd) - warm):
+            order += [fwd[warm + k], bwd[k]]
+        orders.append(order + bwd[len(fwd) - warm:])
+    return orders
+
+
 def build_orders(kind: str, S: int, P: int, m: int) -> List[List[Action]]:
-    """Per-rank action orders of schedule ``kind`` (see the module docstring)."""
+    """Per-rank action orders of schedule ``kind`` (see the module docstring). The interleaved
+    schedule with m a multiple of P is Megatron's exact order; every other case comes from the
+    list scheduler."""
+    if kind == "interleaved" and S > P and m % P == 0:
+        return megatron_interleaved(S, P, m)
     return simulate(kind, S, P, m)[0]
+
+
+def replay(orders: List[List[Action]], S: int) -> List[List[Tuple[int, int, Action]]]:
+    """Timeline of ``orders`` under the unit costs: each rank runs its list in order, each action
+    as soon as the rank is free and its inputs are done."""
+    P = len(orders)
+    pos, free_at, done_at = [0] * P, [0] * P, {}
+    timeline: List[List[Tuple[int, int, Action]]] = [[] for _ in range(P)]
+    progressed = True
+    while progressed:
+        progressed = False
+        for r in range(P):
+            while pos[r] < len(orders[r]):
+                a = orders[r][pos[r]]
+                deps = _deps(a, S)
+                if not all(d in done_at for d in deps):
+                    break
+                start = max([free_at[r]] + [done_at[d] for d in deps])
+                done_at[a] = free_at[r] = start + COST[a.kind]
+                timeline[r].append((start, done_at[a], a))
+                pos[r] += 1
+                progressed = True
+    if any(pos[r] < len(orders[r]) for r in range(P)):
+        raise ValueError("replay: the orders deadlock")
+    return timeline
 
 
 def check_orders(orders: List[List[Action]], S: int, P: int, m: int, zero_bubble: bool = False):
@@ -179,6 +228,15 @@ def peak_in_flight(orders: List[List[Action]]) -> List[int]:
             peak = max(peak, live)
         peaks.append(peak)
     return peaks
+
+
+def order_bubble(kind: str, S: int, P: int, m: int) -> float:
+    """Idle fraction of the built orders under the simulation's unit costs (F=1, B=2, I=W=1): what
+    the orders achieve on an ideal machine, next to the textbook :func:`theory_bubble`."""
+    timeline = replay(build_orders(kind, S, P, m), S)
+    span = max(t[-1][1] for t in timeline if t)
+    busy = sum(end - start for t in timeline for start, end, _ in t)
+    return 1.0 - busy / (P * span)
 
 
 def theory_bubble(kind: str, S: int, P: int, m: int) -> float:

@@ -62,8 +62,8 @@ class Inbox:
     for it and for any earlier ones; one receive is posted ahead whenever its shape is known.
     """
 
-    def __init__(self, lane, peer: int, keys: Sequence[Hashable], resolve: Callable, device=None):
-        self.lane, self.peer, self.resolve, self.device = lane, peer, resolve, device
+    def __init__(self, lane, peer: int, keys: Sequence[Hashable], resolve: Callable):
+        self.lane, self.peer, self.resolve = lane, peer, resolve
         self.keys = deque(keys)
         self.posted: deque = deque()
         self.arrived: Dict[Hashable, torch.Tensor] = {}
@@ -75,7 +75,7 @@ class Inbox:
             if spec is None:
                 return
             key = self.keys.popleft()
-            buf = torch.empty(spec[0], dtype=spec[1], device=self.device)
+            buf = torch.empty(spec[0], dtype=spec[1])
             self.posted.append((key, buf, self.lane.recv(buf, self.peer, async_op=True)))
 
     def get(self, key: Hashable) -> torch.Tensor:
@@ -93,15 +93,6 @@ class Inbox:
 
     def on_meta(self, key, buf):  # replaced by the schedule
         pass
-
-    def drain(self):
-        """Wait for everything posted (used when a step fails, so no receive outlives its buffer)."""
-        for _, _, work in self.posted:
-            try:
-                work.wait()
-            except Exception:
-                pass
-        self.posted.clear()
 
 
 class Outbox:

@@ -16,6 +16,7 @@ backward, so a ``loss_fn`` returning a micro-batch mean gives the whole batch's 
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Union
 
@@ -23,6 +24,7 @@ import torch
 
 from commlib.parallel.pipeline import actions as A
 from commlib.parallel.pipeline.lanes import META_LEN, Inbox, Outbox, colour, decode_meta, encode_meta, make_lanes
+from commlib.parallel.pipeline.split_backward import Recorder, backward_input, backward_weight, param_owners
 from commlib.parallel.pipeline.stage import PipelineStage
 
 __all__ = ["ScheduleGPipe", "Schedule1F1B", "ScheduleInterleaved1F1B", "ScheduleZeroBubble"]
@@ -61,7 +63,10 @@ class _PipelineSchedule:
         self.stats: dict = {}                # the last step's activation memory
         self._ready = False
         self._steps = 0
+        self._broken = None
+        self.lanes: dict = {}
         self._shapes: Dict[int, tuple] = {}  # stage boundary b (output of stage b) -> (shape, dtype)
+        self._owners: Dict[int, object] = {}  # zero bubble: stage -> parameter owners (split_backward)
 
     # -- set-up, once -------------------------------------------------------------------------
     def _agree(self, err: int):
@@ -106,6 +111,8 @@ class _PipelineSchedule:
         First stage: ``step(x)``; last stage: ``step(target=y, losses=[...])`` (appends each
         micro-batch's loss, unscaled); returns the last stage's outputs concatenated (else None).
         """
+        if self._broken:
+            raise RuntimeError(f"pipeline schedule is unusable: {self._broken}; build a new one")
         x = args[0] if args else None
         err = self._local_error(x, target)
         if not self._ready:
@@ -118,8 +125,14 @@ class _PipelineSchedule:
         run = _StepRun(self, inputs, targets, first_step)
         try:
             outputs, step_losses = run.execute()
-        except BaseException:
-            run.abandon()
+        except BaseException as exc:
+            # A half-run step cannot be resumed: abort the lanes, so that the neighbours waiting on
+            # this rank fail at once with its reason instead of at the timeout, and so that no
+            # receive can still write into this step's buffers.
+            for lane in self.lanes.values():
+                lane.abort(f"pipeline step failed on rank {self.comm.rank} of the pipeline: "
+                           f"{type(exc).__name__}: {exc}")
+            self._broken = f"an earlier step failed ({type(exc).__name__}: {exc})"
             raise
         self._steps += 1
         if losses is not None:
@@ -128,7 +141,7 @@ class _PipelineSchedule:
 
     def close(self):
         """Release the lanes (communicators split from the pipeline communicator)."""
-        for lane in getattr(self, "lanes", {}).values():
+        for lane in self.lanes.values():
             lane.close()
         self.lanes = {}
         self._ready = False
@@ -151,6 +164,7 @@ class _StepRun:
         self.outputs, self.losses = [], {}
         self.live_bytes = self.peak_bytes = 0
         self.act_bytes: Dict[tuple, int] = {}
+        self.split: Dict[tuple, list] = {}     # zero bubble: (stage, mb) -> [Recorder, owner grads]
         self.boxes = []
         if P > 1:
             prev, nxt = (r - 1) % P, (r + 1) % P
@@ -205,13 +219,6 @@ class _StepRun:
                    "step_start": t_begin, "step_end": time.perf_counter()}
         return self.outputs, [self.losses[i] for i in sorted(self.losses)]
 
-    def abandon(self):
-        for box in self.boxes:
-            try:
-                box.drain() if isinstance(box, Inbox) else box.flush()
-            except Exception:
-                pass
-
     def _F(self, st: int, mb: int):
         s, stage = self.s, self.s.stages[st]
         if st == 0:
@@ -223,16 +230,23 @@ class _StepRun:
         saved = {}
         params = {p.untyped_storage().data_ptr() for p in stage.module.parameters()}
 
-        def pack(t):  # activation memory: storages saved for backward, parameters excluded
+        def pack(t):  # activation memory: tensors saved for backward, parameters excluded
             ptr = t.untyped_storage().data_ptr()
-            if ptr not in params:
-                saved[ptr] = t.untyped_storage().nbytes()
+            if ptr not in params:  # a view (the first stage's micro-batch) counts its own bytes
+                saved[ptr] = max(saved.get(ptr, 0), t.numel() * t.element_size())
             return t
 
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        rec = None
+        if s.kind == "zero_bubble":
+            if st not in s._owners:
+                s._owners[st] = param_owners(stage.module)
+            rec = Recorder(s._owners[st]) if s._owners[st] else None
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), (rec or contextlib.nullcontext()):
             out = stage.module(x)
             if stage.is_last:
                 loss = s.loss_fn(out, self.targets[mb])
+        if rec is not None:
+            self.split[(st, mb)] = [rec if rec.complete() else None, None]
         self.act_bytes[(st, mb)] = sum(saved.values())
         self.live_bytes += self.act_bytes[(st, mb)]
         self.peak_bytes = max(self.peak_bytes, self.live_bytes)
@@ -284,20 +298,31 @@ class _StepRun:
         self._free(st, mb)
 
     def _I(self, st: int, mb: int):
-        """Zero-bubble input gradient: d(loss)/d(input) only; the graph is kept for W."""
+        """Zero-bubble input gradient (and the gradients of the parameter owners' outputs, for W);
+        no weight-gradient products. The graph is kept for W."""
         x, out, _ = self.held[(st, mb)]
         g_out = self._grad_out(st, mb)
         self.held[(st, mb)] = (x, out, g_out)
-        if st > 0 and x.requires_grad:
-            (gx,) = torch.autograd.grad(out, [x], g_out, retain_graph=True, allow_unused=True)
-            self._send_input_grad(st, mb, gx)
+        x_in = x if st > 0 and x.requires_grad else None
+        split = self.split.get((st, mb), [None, None])
+        if split[0] is not None:
+            gx, split[1] = backward_input(out, g_out, x_in, split[0])
+        elif x_in is not None:
+            (gx,) = torch.autograd.grad(out, [x_in], g_out, retain_graph=True, allow_unused=True)
+        else:
+            gx = None
+        self._send_input_grad(st, mb, gx)
 
     def _W(self, st: int, mb: int):
         """Zero-bubble weight gradient: accumulate into the stage's parameters' .grad."""
         x, out, g_out = self.held[(st, mb)]
-        params = [p for p in self.s.stages[st].module.parameters() if p.requires_grad]
-        if params:
-            torch.autograd.backward(out, g_out, inputs=params)
+        rec, per_owner = self.split.pop((st, mb), [None, None])
+        if rec is not None:
+            backward_weight(rec, per_owner)
+        else:  # fallback (see split_backward): walk the stage again from its output
+            params = [p for p in self.s.stages[st].module.parameters() if p.requires_grad]
+            if params:
+                torch.autograd.backward(out, g_out, inputs=params)
         self._free(st, mb)
 
 
@@ -318,10 +343,10 @@ class ScheduleInterleaved1F1B(_PipelineSchedule):
 
 
 class ScheduleZeroBubble(_PipelineSchedule):
-    """ZB-H1: each backward split into an input-gradient part (sent upstream at once) and a
-    weight-gradient part deferred into the idle slots, at most P - r - 1 behind.
+    """ZB-H1: each backward split into an input-gradient part I (sent upstream at once) and a
+    weight-gradient part W deferred into the idle slots, at most P - r - 1 behind.
 
-    The weight-gradient pass walks the stage's graph again from its output (autograd cannot
-    resume a partial backward), so each W repeats the activation-gradient chain of its stage:
-    more compute than an ideal split, the same communication and the same results."""
+    I computes the activation gradients only; W the weight-gradient products only, from the
+    outputs of the modules owning parameters (see split_backward.py, with its fallback for
+    parameters tied inside a stage)."""
     kind = "zero_bubble"

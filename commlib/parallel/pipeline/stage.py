@@ -18,9 +18,10 @@ class PipelineStage:
     micro-batch, the last stage's output goes to the schedule's ``loss_fn``). The shapes passed
     between stages are agreed at the first step of a schedule, by one small message per stage
     boundary, and then fixed: every later micro-batch must produce the same shape and dtype.
+    Tensors live in host memory (the transport is shared memory).
     """
 
-    def __init__(self, module: torch.nn.Module, stage_index: int, num_stages: int, comm, device=None):
+    def __init__(self, module: torch.nn.Module, stage_index: int, num_stages: int, comm):
         if not isinstance(num_stages, int) or num_stages < 1:
             raise ValueError(f"num_stages: must be a positive int, got {num_stages!r}")
         if not isinstance(stage_index, int) or not 0 <= stage_index < num_stages:
@@ -35,7 +36,6 @@ class PipelineStage:
         self.stage_index = stage_index
         self.num_stages = num_stages
         self.comm = comm
-        self.device = device
 
     @property
     def is_first(self) -> bool:

@@ -1,0 +1,102 @@
+#include "common/params.h"
+
+#include <cstdlib>
+#include <stdexcept>
+
+namespace commlib {
+
+namespace {
+
+// Keep in step with README's "Settings" table (a test compares them).
+const std::vector<Param> kParams = {
+    {"COMMLIB_TIMEOUT", "seconds", "300",
+     "how long a call waits on a silent peer before raising PeerError"},
+    {"COMMLIB_DEBUG", "level", "",
+     "INFO: log init and auto's choices; TRACE: also every call"},
+    {"COMMLIB_ALGO_<COLLECTIVE>", "name", "",
+     "algorithm auto runs for that collective (e.g. COMMLIB_ALGO_ALL_REDUCE=ring); read when a "
+     "communicator is created"},
+    {"COMMLIB_TUNING", "path", "",
+     "auto's tuning file (unset: commlib/tuning.json; 0: none)"},
+    {"COMMLIB_STREAM_BYTES", "bytes", "33554432",
+     "a collective whose outputs, all ranks together, hold at least this much writes with "
+     "non-temporal stores (0: never)"},
+    {"COMMLIB_COPY_CHUNK_BYTES", "bytes", "65536",
+     "chunk size of collectives that only move data, on 4 or more ranks (0: the channel's)"},
+    {"COMMLIB_SHM_SLOTS", "int", "4", "chunks in flight per shared-memory channel (2..64)"},
+    {"COMMLIB_SHM_SLOT_BYTES", "bytes", "0",
+     "payload bytes of one channel chunk, a multiple of 64 (0: up to 256 KiB, from the world size)"},
+    {"COMMLIB_SPIN_US", "int", "-1", "microseconds a wait spins before sleeping (-1: 20)"},
+    {"COMMLIB_CMA", "flag", "0",
+     "1: messages larger than a channel go single-copy (process_vm_readv); off because it measured "
+     "slower on 2-core VMs"},
+    {"COMMLIB_CPU_PATH", "name", "",
+     "force a lower vector path of the reduction kernels (avx512, avx2, baseline); an unknown name is ignored"},
+    {"COMMLIB_HOST_ID", "name", "",
+     "this process's host identity (default: the hostname); ranks with equal ids share memory, others talk over TCP"},
+    {"COMMLIB_SOCKET_IFNAME", "name", "",
+     "interfaces TCP links listen on: comma-separated name prefixes, ^ excludes, = exact (default: first up, not loopback)"},
+    {"COMMLIB_SOCKET_FAMILY", "name", "",
+     "AF_INET or AF_INET6: the address family TCP links listen on (default: IPv4 first)"},
+    {"COMMLIB_TCP_CHUNK_BYTES", "bytes", "524288",
+     "payload bytes of one TCP chunk, a multiple of 64 in 4096..64 MiB (the same on every rank)"},
+    {"COMMLIB_SECRET", "secret", "",
+     "the job's shared secret (16+ bytes): store values are signed and checked with it"},
+    {"COMMLIB_NO_CUDA", "flag", "",
+     "build time (setup.py): skip the CUDA module even when nvcc is found"},
+};
+
+// "COMMLIB_ALGO_<COLLECTIVE>" -> "COMMLIB_ALGO_"; "" for a plain name.
+std::string family_prefix(const char* declared) {
+  std::string s = declared;
+  auto lt = s.find('<');
+  return lt == std::string::npos ? std::string() : s.substr(0, lt);
+}
+
+const char* raw(const std::string& name) {
+  param(name);  // declared?
+  const char* v = std::getenv(name.c_str());
+  return (v && *v) ? v : nullptr;
+}
+
+}  // namespace
+
+const std::vector<Param>& params() { return kParams; }
+
+const Param& param(const std::string& name) {
+  for (const Param& p : kParams) {
+    if (name == p.name) return p;
+    const std::string prefix = family_prefix(p.name);
+    if (!prefix.empty() && name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0) return p;
+  }
+  throw std::logic_error("setting " + name + " is not declared in csrc/common/params.cc");
+}
+
+std::string param_string(const std::string& name) {
+  const char* v = raw(name);
+  return v ? std::string(v) : std::string(param(name).fallback);
+}
+
+bool param_set(const std::string& name) { return raw(name) != nullptr; }
+
+int64_t param_int(const std::string& name, int64_t lo, int64_t hi) {
+  const std::string v = param_string(name);
+  char* end = nullptr;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end) throw std::invalid_argument(name + ": expected an integer, got '" + v + "'");
+  if (x < lo || x > hi)
+    throw std::invalid_argument(name + ": must be in " + std::to_string(lo) + ".." + std::to_string(hi) +
+                                ", got " + v);
+  return x;
+}
+
+size_t param_bytes(const std::string& name) {
+  const std::string v = param_string(name);
+  char* end = nullptr;
+  const long long b = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end || b < 0 || v[0] == '-' || v[0] == '+')
+    throw std::invalid_argument(name + ": expected a byte count >= 0, got '" + v + "'");
+  return static_cast<size_t>(b);
+}
+
+}  // namespace commlib

@@ -1,0 +1,41 @@
+// Every COMMLIB_* environment variable, declared once (name, type, default, meaning), like
+// NCCL_PARAM. The C++ core reads settings only through these functions (params.cc holds the one
+// getenv), the Python layer through the binding (_C.settings, _C.setting), and README's settings
+// table mirrors the table (tests/python/test_settings.py checks both).
+//
+// Adding a setting: one row in kParams (params.cc), one row in README's table, then read it with
+// param_string / param_int / param_bytes where it is used.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace commlib {
+
+struct Param {
+  // "COMMLIB_TIMEOUT"; a family of variables ends in "<...>": "COMMLIB_ALGO_<COLLECTIVE>"
+  // declares COMMLIB_ALGO_ALL_REDUCE, COMMLIB_ALGO_BROADCAST, ...
+  const char* name;
+  const char* type;      // seconds, bytes, int, flag, level, path, name
+  const char* fallback;  // the default, as text ("" = unset)
+  const char* meaning;
+};
+
+// The table, in README order.
+const std::vector<Param>& params();
+
+// The declaration of `name` (a family's members map to the family). Throws std::logic_error for an
+// undeclared name: every read goes through the table.
+const Param& param(const std::string& name);
+
+// The variable's value if set and non-empty, else its default.
+std::string param_string(const std::string& name);
+// True when the environment sets `name` to a non-empty value.
+bool param_set(const std::string& name);
+// An integer in [lo, hi]; anything else is std::invalid_argument naming the variable.
+int64_t param_int(const std::string& name, int64_t lo = INT64_MIN, int64_t hi = INT64_MAX);
+// A byte count >= 0 (plain digits).
+size_t param_bytes(const std::string& name);
+
+}  // namespace commlib

@@ -1,0 +1,39 @@
+"""bench/results/summary.csv (bench/summary.py): the raw JSON runs stay out of git, so the summary
+must give back everything the reports are made of."""
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path[:0] = [HERE, os.path.join(ROOT, "bench")]
+
+import summary  # noqa: E402
+import synth  # noqa: E402
+from commlib.bench import report  # noqa: E402
+
+
+def test_summary_round_trip_keeps_what_the_reports_use(tmp_path):
+    runs = [("np4", synth.data(P=4)), ("np2", synth.data(P=2, mpi=False))]
+    runs[0][1]["command"] = "commlib bench --np 4"
+    path = str(tmp_path / "summary.csv")
+    summary.write(path, runs, ["commlib tune <2 runs>", "commlib bench --np 4    # 3 s"])
+    commands, back = summary.read(path)
+    assert commands == ["commlib tune <2 runs>", "commlib bench --np 4    # 3 s"]
+    assert [n for n, _ in back] == ["np4", "np2"]
+    for (_, d), (_, e) in zip(runs, back):
+        assert not report.validate(e), report.validate(e)
+        assert e["machine"] == d["machine"] and e["memcpy"] == d["memcpy"] and e.get("command") == d.get("command")
+        assert len(e["results"]) == len(d["results"])
+        for r, s in zip(d["results"], e["results"]):
+            for k in ("backend", "collective", "algorithm", "mode", "world_size", "dtype", "bytes", "count", "wrong"):
+                assert s[k] == r[k], k
+            assert s["time_us"]["median"] == r["time_us"]["median"]  # exact: digits must not flip
+    assert report.comparison(report.merged_records([d for _, d in back])) == \
+        report.comparison(report.merged_records([d for _, d in runs]))
+
+
+def test_summary_in_git_regenerates_the_results_markdown():
+    path = os.path.join(ROOT, "bench", "results", "summary.csv")
+    commands, runs = summary.read(path)
+    assert commands and {d["world_size"] for _, d in runs} >= {2, 4, 8}
+    assert all(r["time_us"]["median"] > 0 for _, d in runs for r in d["results"])

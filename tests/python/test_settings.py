@@ -1,0 +1,112 @@
+"""One settings table (csrc/common/params.cc): every COMMLIB_* variable is declared there once,
+read only through it, and README's "Settings" table mirrors it."""
+import ast
+import os
+import re
+
+import pytest
+
+from commlib import _C, settings
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def readme_settings():
+    """{name: (type, default)} from README's settings table (rows starting with | `COMMLIB_)."""
+    rows = {}
+    for line in open(os.path.join(ROOT, "README.md")):
+        m = re.match(r"\|\s*`(COMMLIB_[A-Z0-9_<>]+)`\s*\|\s*([^|]*?)\s*\|\s*([^|]*?)\s*\|", line)
+        if m:
+            rows[m.group(1)] = (m.group(2), m.group(3).strip("`") if m.group(3) != "unset" else "")
+    return rows
+
+
+def test_readme_mirrors_the_table():
+    table = {p["name"]: (p["type"], p["default"]) for p in settings.table()}
+    assert "COMMLIB_TIMEOUT" in table and table["COMMLIB_TIMEOUT"] == ("seconds", "300")
+    assert readme_settings() == table, "README's Settings table and csrc/common/params.cc disagree"
+
+
+def test_no_setting_is_read_around_the_table():
+    # C++: the one getenv is params.cc's.
+    offenders = []
+    for d, _, files in os.walk(os.path.join(ROOT, "csrc")):
+        for f in files:
+            path = os.path.join(d, f)
+            if f.endswith((".cc", ".h", ".cu", ".cuh")) and not path.endswith(os.path.join("common", "params.cc")):
+                for i, line in enumerate(open(path), 1):
+                    if re.search(r"\bgetenv\s*\(", line) and not line.lstrip().startswith("//"):
+                        offenders.append(f"{os.path.relpath(path, ROOT)}:{i}")
+    # Python: no os.environ / os.getenv read of a COMMLIB_ name (a literal or a module constant).
+    for d, _, files in os.walk(os.path.join(ROOT, "commlib")):
+        for f in files:
+            if f.endswith(".py"):
+                path = os.path.join(d, f)
+                offenders += [f"{os.path.relpath(path, ROOT)}:{n}" for n in _python_env_reads(path)]
+    assert not offenders, ("COMMLIB_* read outside the settings table (declare it in csrc/common/params.cc and "
+                           "read it with commlib.settings / param_*):\n" + "\n".join(offenders))
+
+
+def _python_env_reads(path):
+    tree = ast.parse(open(path).read(), path)
+    consts = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign)
+              and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
+              for t in n.targets if isinstance(t, ast.Name)}
+
+    def commlib_name(node):
+        v = node.value if isinstance(node, ast.Constant) else consts.get(getattr(node, "id", None))
+        return isinstance(v, str) and v.startswith("COMMLIB_")
+
+    def is_environ(node):
+        return isinstance(node, ast.Attribute) and node.attr == "environ"
+
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args and commlib_name(node.args[0]):
+            fn = node.func
+            if (isinstance(fn, ast.Attribute) and fn.attr in ("get", "pop", "setdefault") and is_environ(fn.value)) \
+                    or (isinstance(fn, ast.Attribute) and fn.attr == "getenv"):
+                lines.append(node.lineno)
+        if isinstance(node, ast.Subscript) and is_environ(node.value) and commlib_name(node.slice) \
+                and isinstance(node.ctx, ast.Load):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_the_scanner_sees_direct_reads(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text('import os\nNAME = "COMMLIB_X"\na = os.environ.get("COMMLIB_Y")\nb = os.environ[NAME]\n'
+                 'c = os.getenv(NAME, "")\nos.environ["COMMLIB_Z"] = "1"\nd = os.environ.get("HOME")\n')
+    assert _python_env_reads(str(f)) == [3, 4, 5]
+
+
+def test_settings_read_the_environment_with_defaults(monkeypatch):
+    monkeypatch.delenv("COMMLIB_SHM_SLOTS", raising=False)
+    assert settings.get("COMMLIB_SHM_SLOTS") == "4"
+    monkeypatch.setenv("COMMLIB_SHM_SLOTS", "8")
+    assert settings.get("COMMLIB_SHM_SLOTS") == "8"
+    monkeypatch.setenv("COMMLIB_ALGO_BROADCAST", "pipeline")  # a family member
+    assert settings.get("COMMLIB_ALGO_BROADCAST") == "pipeline"
+    monkeypatch.setenv("COMMLIB_TIMEOUT", "-3")
+    with pytest.raises(ValueError, match="^COMMLIB_TIMEOUT"):
+        settings.get_seconds("COMMLIB_TIMEOUT")
+    with pytest.raises(RuntimeError, match="COMMLIB_NOT_A_SETTING is not declared"):
+        _C.setting("COMMLIB_NOT_A_SETTING")
+
+
+def test_no_document_links_outside_the_repository():
+    # A clone has only the repository: a link like ../shared/DESIGN.md is dead there.
+    link = re.compile(r"\]\(([^)#\s]+)")
+    bad = []
+    for d, dirs, files in os.walk(ROOT):
+        dirs[:] = [x for x in dirs if not x.startswith(".") and x not in ("build", "report", "node_modules")]
+        for f in files:
+            if f.endswith(".md"):
+                path = os.path.join(d, f)
+                for target in link.findall(open(path, encoding="utf-8").read()):
+                    if "://" in target or target.startswith("mailto:"):
+                        continue
+                    full = os.path.normpath(os.path.join(d, target))
+                    if not full.startswith(ROOT + os.sep):
+                        bad.append(f"{os.path.relpath(path, ROOT)}: {target}")
+    assert not bad, "links leaving the repository:\n" + "\n".join(bad)
