@@ -74,6 +74,8 @@ class CachedBuildExt(build_ext):
                        "-Xcompiler", "-fvisibility=hidden"]
                 for a in CUDA_ARCHS:
                     cmd += ["-gencode", f"arch=compute_{a},code=sm_{a}"]
+                # PTX of the newest architecture too, so newer GPUs JIT-compile it.
+                cmd += ["-gencode", f"arch=compute_{CUDA_ARCHS[-1]},code=compute_{CUDA_ARCHS[-1]}"]
                 cmd += [f"-I{i}" for i in INCLUDES]
             else:
                 cmd = ["g++", "-c", src, "-o", str(obj)] + CXXFLAGS + [f"-I{i}" for i in INCLUDES]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from commlib.device_buffers import device_buffer
 from commlib._C import buffer_address as _buffer_address
 from commlib._C import describe_buffer as _describe_buffer
 from commlib._C import register_array_type as _register_array_type
@@ -60,6 +61,9 @@ def describe(x, name: str):
         if not x.flags.writeable:
             raise ValueError(f"{name}: array must be writeable")
         return _buffer_address(x), x.size, dt
+    dev = device_buffer(x, name)  # commlib.emulated arrays, CUDA memory: the stream engine's
+    if dev is not None:
+        return dev.ptr, dev.count, dev.dtype
     if _is_torch(x) and hasattr(x, "data_ptr"):
         dt = _TORCH_DTYPES.get(str(x.dtype))
         if dt is None:

@@ -12,6 +12,7 @@ from typing import Optional, Sequence
 
 from commlib import _C
 from commlib.buffers import describe
+from commlib.device_buffers import device_buffer
 from commlib.errors import CommError
 
 _FLOAT_DTYPES = frozenset(("float32", "float64", "float16", "bfloat16"))
@@ -126,8 +127,15 @@ class Communicator:
         self._timeout = timeout
         self._splits = 0
         self._owned = (None, None)  # (store, store server) that init() created for this communicator
+        self._device_route = None  # stream engines for device buffers, created on first use
         self._closed = False
         self._pid = os.getpid()  # a forked child must not close the parent's store server
+
+    def _device(self):
+        if self._device_route is None:
+            from commlib.device_engine import DeviceRoute
+            self._device_route = DeviceRoute(self)
+        return self._device_route
 
     # -- identity ---------------------------------------------------------------------------
     @property
@@ -169,7 +177,16 @@ class Communicator:
         if peer == self._rank:
             raise ValueError(f"{name}: cannot send to or receive from this rank itself ({peer})")
 
-    def _run(self, coll, algorithm, in_ptr, out_ptr, count, dtype, op, root, scale, async_op, refs):
+    def _run(self, coll, algorithm, in_ptr, out_ptr, count, dtype, op, root, scale, async_op, refs,
+             stream=None):
+        # Buffers on a device (commlib.emulated, CUDA) go to the stream engine: the one place
+        # where the route forks (commlib/device_engine.py).
+        bufs = _device_buffers(coll, refs)
+        if bufs:
+            return self._device().run(coll, algorithm, bufs, in_ptr, out_ptr, count, dtype, op, root,
+                                      scale, async_op, stream, refs)
+        if stream is not None:
+            raise ValueError("stream: given, but the buffers are host memory")
         work = self._core.run(coll, algorithm, in_ptr, out_ptr, count, dtype, op, root, scale, async_op)
         if async_op:
             return Work(work, refs)
@@ -177,54 +194,59 @@ class Communicator:
 
     # -- collectives --------------------------------------------------------------------------
     def all_reduce(self, tensor, op: str = "sum", algorithm: str = "auto", out=None,
-                   async_op: bool = False, scale=None):
+                   async_op: bool = False, scale=None, stream=None):
         """Reduce ``tensor`` element-wise over all ranks; every rank gets the result.
 
         In place unless ``out`` (same dtype and size) is given. ``op`` is one of sum, prod, min,
         max, avg, premul_sum (``scale`` times each input, then sum), band, bor, bxor.
         """
-        if _fast(self._addr, _ALL_REDUCE, tensor, out, op, algorithm, 0, async_op, scale) is None:
+        if stream is None and _fast(self._addr, _ALL_REDUCE, tensor, out, op, algorithm, 0, async_op, scale) is None:
             return None
         ip, n, dt = describe(tensor, "tensor")
         op_ = _check_op(op, dt, scale)
         _check_algorithm("all_reduce", algorithm)
         op_ptr = ip if out is None else _describe_like(out, "out", dt, "tensor", n, f"{n} like tensor")
-        return self._run("all_reduce", algorithm, ip, op_ptr, n, dt, op, 0, op_, async_op, (tensor, out))
+        return self._run("all_reduce", algorithm, ip, op_ptr, n, dt, op, 0, op_, async_op, (tensor, out),
+                         stream)
 
-    def all_gather(self, output, input, algorithm: str = "auto", async_op: bool = False):
+    def all_gather(self, output, input, algorithm: str = "auto", async_op: bool = False, stream=None):
         """Concatenate every rank's ``input`` into ``output`` (size * input elements), rank order.
 
         ``input`` may be the view of ``output`` at this rank's block (in place).
         """
-        if _fast(self._addr, _ALL_GATHER, input, output, "sum", algorithm, 0, async_op, None) is None:
+        if stream is None and (
+                _fast(self._addr, _ALL_GATHER, input, output, "sum", algorithm, 0, async_op, None) is None):
             return None
         ip, n, dt = describe(input, "input")
         op_ptr = _describe_like(output, "output", dt, "input", _shapes("all_gather", n, self._size, self._rank, 0)[1],
                                 f"size*input = {self._size}*{n}")
         _check_algorithm("all_gather", algorithm)
-        return self._run("all_gather", algorithm, ip, op_ptr, n, dt, "sum", 0, 1.0, async_op, (input, output))
+        return self._run("all_gather", algorithm, ip, op_ptr, n, dt, "sum", 0, 1.0, async_op, (input, output),
+                         stream)
 
     def reduce_scatter(self, output, input, op: str = "sum", algorithm: str = "auto",
-                       async_op: bool = False, scale=None):
+                       async_op: bool = False, scale=None, stream=None):
         """Reduce ``input`` (size * output elements) over ranks; rank r gets block r in ``output``."""
-        if _fast(self._addr, _REDUCE_SCATTER, input, output, op, algorithm, 0, async_op, scale) is None:
+        if stream is None and (
+                _fast(self._addr, _REDUCE_SCATTER, input, output, op, algorithm, 0, async_op, scale) is None):
             return None
         op_ptr, n, dt = describe(output, "output")
         ip = _describe_like(input, "input", dt, "output", _shapes("reduce_scatter", n, self._size, self._rank, 0)[0],
                             f"size*output = {self._size}*{n}")
         op_ = _check_op(op, dt, scale)
         _check_algorithm("reduce_scatter", algorithm)
-        return self._run("reduce_scatter", algorithm, ip, op_ptr, n, dt, op, 0, op_, async_op, (input, output))
+        return self._run("reduce_scatter", algorithm, ip, op_ptr, n, dt, op, 0, op_, async_op, (input, output),
+                         stream)
 
     def all_to_all(self, output, input, algorithm: str = "auto", async_op: bool = False,
                    output_splits: Optional[Sequence[int]] = None,
-                   input_splits: Optional[Sequence[int]] = None):
+                   input_splits: Optional[Sequence[int]] = None, stream=None):
         """Send block j of ``input`` to rank j; block i of ``output`` comes from rank i.
 
         Equal blocks by default. With ``input_splits``/``output_splits`` (element counts per rank)
         blocks may differ in size (all_to_allv); every rank must agree on what it sends to whom.
         """
-        if (output_splits is None and input_splits is None
+        if (output_splits is None and input_splits is None and stream is None
                 and _fast(self._addr, _ALL_TO_ALL, input, output, "sum", algorithm, 0, async_op, None) is None):
             return None
         ip, n_in, dt = describe(input, "input")
@@ -232,6 +254,8 @@ class Communicator:
         if dt2 != dt:
             raise TypeError(f"output: dtype {dt2} differs from input's {dt}")
         if input_splits is not None or output_splits is not None:
+            _refuse_device("input", input, "all_to_all with splits")
+            _refuse_device("output", output, "all_to_all with splits")
             return self._all_to_allv(output, input, op_ptr, ip, n_out, n_in, dt,
                                      output_splits, input_splits, async_op)
         if n_in != n_out:
@@ -242,7 +266,7 @@ class Communicator:
         _check_algorithm("all_to_all", algorithm)
         # In place (input is output) is handled by the core, which sends from a private copy.
         return self._run("all_to_all", algorithm, ip, op_ptr, n_in // self._size, dt, "sum", 0, 1.0,
-                         async_op, (input, output))
+                         async_op, (input, output), stream)
 
     def _all_to_allv(self, output, input, op_ptr, ip, n_out, n_in, dt, output_splits, input_splits,
                      async_op):
@@ -270,30 +294,35 @@ class Communicator:
         work = self._core.p2p(ops, dt, async_op)
         return Work(work, (input, output)) if async_op else None
 
-    def broadcast(self, tensor, root: int = 0, algorithm: str = "auto", async_op: bool = False):
+    def broadcast(self, tensor, root: int = 0, algorithm: str = "auto", async_op: bool = False,
+                  stream=None):
         """Copy ``tensor`` from ``root`` to every rank (in place)."""
-        if _fast(self._addr, _BROADCAST, tensor, None, "sum", algorithm, root, async_op, None) is None:
+        if stream is None and (
+                _fast(self._addr, _BROADCAST, tensor, None, "sum", algorithm, root, async_op, None) is None):
             return None
         ip, n, dt = describe(tensor, "tensor")
         self._check_root(root)
         _check_algorithm("broadcast", algorithm)
-        return self._run("broadcast", algorithm, ip, ip, n, dt, "sum", root, 1.0, async_op, (tensor,))
+        return self._run("broadcast", algorithm, ip, ip, n, dt, "sum", root, 1.0, async_op, (tensor,),
+                         stream)
 
     def reduce(self, tensor, root: int = 0, op: str = "sum", algorithm: str = "auto", out=None,
-               async_op: bool = False, scale=None):
+               async_op: bool = False, scale=None, stream=None):
         """Reduce ``tensor`` over all ranks into ``root`` (into ``out`` there if given)."""
-        if _fast(self._addr, _REDUCE, tensor, out, op, algorithm, root, async_op, scale) is None:
+        if stream is None and _fast(self._addr, _REDUCE, tensor, out, op, algorithm, root, async_op, scale) is None:
             return None
         ip, n, dt = describe(tensor, "tensor")
         self._check_root(root)
         op_ = _check_op(op, dt, scale)
         _check_algorithm("reduce", algorithm)
         op_ptr = ip if out is None else _describe_like(out, "out", dt, "tensor", n, f"{n} like tensor")
-        return self._run("reduce", algorithm, ip, op_ptr, n, dt, op, root, op_, async_op, (tensor, out))
+        return self._run("reduce", algorithm, ip, op_ptr, n, dt, op, root, op_, async_op, (tensor, out),
+                         stream)
 
-    def gather(self, output, input, root: int = 0, algorithm: str = "auto", async_op: bool = False):
+    def gather(self, output, input, root: int = 0, algorithm: str = "auto", async_op: bool = False,
+               stream=None):
         """Concatenate every rank's ``input`` into ``output`` on ``root`` (None elsewhere)."""
-        if _fast(self._addr, _GATHER, input, output, "sum", algorithm, root, async_op, None) is None:
+        if stream is None and _fast(self._addr, _GATHER, input, output, "sum", algorithm, root, async_op, None) is None:
             return None
         ip, n, dt = describe(input, "input")
         self._check_root(root)
@@ -304,11 +333,14 @@ class Communicator:
                 raise ValueError("output: required on the root rank")
             op_ptr = _describe_like(output, "output", dt, "input", out_elems, f"size*input = {self._size}*{n}")
         _check_algorithm("gather", algorithm)
-        return self._run("gather", algorithm, ip, op_ptr, n, dt, "sum", root, 1.0, async_op, (input, output))
+        return self._run("gather", algorithm, ip, op_ptr, n, dt, "sum", root, 1.0, async_op, (input, output),
+                         stream)
 
-    def scatter(self, output, input, root: int = 0, algorithm: str = "auto", async_op: bool = False):
+    def scatter(self, output, input, root: int = 0, algorithm: str = "auto", async_op: bool = False,
+                stream=None):
         """Send block j of ``input`` (on ``root``; None elsewhere) to rank j's ``output``."""
-        if _fast(self._addr, _SCATTER, input, output, "sum", algorithm, root, async_op, None) is None:
+        if stream is None and (
+                _fast(self._addr, _SCATTER, input, output, "sum", algorithm, root, async_op, None) is None):
             return None
         op_ptr, n, dt = describe(output, "output")
         self._check_root(root)
@@ -319,7 +351,8 @@ class Communicator:
                 raise ValueError("input: required on the root rank")
             ip = _describe_like(input, "input", dt, "output", in_elems, f"size*output = {self._size}*{n}")
         _check_algorithm("scatter", algorithm)
-        return self._run("scatter", algorithm, ip, op_ptr, n, dt, "sum", root, 1.0, async_op, (input, output))
+        return self._run("scatter", algorithm, ip, op_ptr, n, dt, "sum", root, 1.0, async_op, (input, output),
+                         stream)
 
     def barrier(self, async_op: bool = False):
         """Return once every rank has entered the barrier."""
@@ -358,7 +391,9 @@ class Communicator:
             if (kind, peer) in seen:
                 raise ValueError(f"ops[{i}]: a second {kind} with peer {peer} in one batch")
             seen.add((kind, peer))
-            ptr, n, dt = describe(tensor, "tensor" if len(ops) == 1 else f"ops[{i}] tensor")
+            tname = "tensor" if len(ops) == 1 else f"ops[{i}] tensor"
+            _refuse_device(tname, tensor, "send/recv")
+            ptr, n, dt = describe(tensor, tname)
             if dtype is None:
                 dtype = dt
             elif dt != dtype:
@@ -399,6 +434,8 @@ class Communicator:
         In a forked child it only drops the child's references: the store and region are the parent's.
         """
         self._closed = True
+        if self._device_route is not None:  # before the transport its peer watch uses
+            self._device_route.close()
         self._core.close()
         if os.getpid() != self._pid:
             self._owned = (None, None)
@@ -412,6 +449,8 @@ class Communicator:
 
     def abort(self, reason: str = "aborted by the user"):
         """Abort: fail queued and future calls at once, and tell the peers."""
+        if self._device_route is not None:
+            self._device_route.abort(reason)
         self._core.abort(reason)
 
     @property
@@ -424,6 +463,31 @@ class Communicator:
     def __exit__(self, *exc):
         self.close()
 
+
+# The argument names of each collective's buffers, in the order of _run's ``refs``.
+_REF_NAMES = {"all_reduce": ("tensor", "out"), "reduce": ("tensor", "out"), "broadcast": ("tensor",)}
+
+
+def _device_buffers(coll, refs):
+    """(argument name, DeviceBuffer) for the device buffers among a call's ``refs``."""
+    names = _REF_NAMES.get(coll, ("input", "output"))
+    found, host = [], []
+    for name, r in zip(names, refs):
+        b = device_buffer(r, name)
+        if b is not None:
+            found.append((name, b))
+        elif r is not None:
+            host.append(name)
+    if found and host:
+        raise ValueError(f"{host[0]}: is host memory but {found[0][0]} is device memory; "
+                         "a call's buffers must all be on one device")
+    return found
+
+
+def _refuse_device(name, x, what):
+    if device_buffer(x, name) is not None:
+        raise ValueError(f"{name}: {what} on device buffers is not on the stream engine yet "
+                         "(collectives are); see docs/gpu.md")
 
 def _is_rank(x) -> bool:
     """An int that is not a bool: True is not rank 1."""

@@ -12,6 +12,7 @@ void bind_kernels(pybind11::module_& m);   // bindings/kernels_bindings.cc: redu
 void bind_transport(pybind11::module_& m);  // bindings/transport_bindings.cc: TcpEndpoint, hmac_sha256
 void bind_comm(pybind11::module_& m);      // bindings/comm_bindings.cc: Communicator, Work, errors
 void bind_fast_call(pybind11::module_& m); // bindings/fast_call.cc: fast_collective (after bind_comm)
+void bind_device(pybind11::module_& m);    // bindings/device_bindings.cc: devices, stream engine (after bind_comm)
 void bind_sim(pybind11::module_& m);       // bindings/sim_bindings.cc: simulate()
 
 // Sets the Python error for a C++ exception (CommError family -> commlib's classes,

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/types.h"
+#include "device/cuda_device.h"
 #include "kernels/cuda_reduce.h"
 
 
@@ -141,4 +142,24 @@ PYBIND11_MODULE(_C_cuda, m) {
               "cudaMemcpy");
       },
       py::arg("dst"), py::arg("src_ptr"), "Copy device memory into a contiguous writable host buffer.");
+
+  // The CUDA device for the stream engine in commlib._C, as capsules holding a
+  // std::shared_ptr<Device> / std::shared_ptr<DeviceStream> (commlib._C.device_from_capsule).
+  m.def(
+      "device_capsule",
+      [](int index) {
+        auto* holder = new std::shared_ptr<Device>(cuda_device(index));
+        return py::capsule(holder, "commlib.Device",
+                           [](PyObject* c) { delete static_cast<std::shared_ptr<Device>*>(PyCapsule_GetPointer(c, "commlib.Device")); });
+      },
+      py::arg("index"), "The CUDA device `index` for the stream engine (a capsule).");
+  m.def(
+      "stream_capsule",
+      [](int index, uintptr_t stream) {
+        auto* holder = new std::shared_ptr<DeviceStream>(cuda_device(index)->wrap_stream(stream));
+        return py::capsule(holder, "commlib.DeviceStream", [](PyObject* c) {
+          delete static_cast<std::shared_ptr<DeviceStream>*>(PyCapsule_GetPointer(c, "commlib.DeviceStream"));
+        });
+      },
+      py::arg("index"), py::arg("stream"), "A caller-owned cudaStream_t (0: the legacy default stream) as a capsule.");
 }

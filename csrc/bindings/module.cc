@@ -8,5 +8,6 @@ PYBIND11_MODULE(_C, m) {
   commlib::bind_transport(m);
   commlib::bind_comm(m);
   commlib::bind_fast_call(m);
+  commlib::bind_device(m);
   commlib::bind_sim(m);
 }

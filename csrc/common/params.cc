@@ -44,6 +44,13 @@ const std::vector<Param> kParams = {
      "the job's shared secret (16+ bytes): store values are signed and checked with it"},
     {"COMMLIB_NO_CUDA", "flag", "",
      "build time (setup.py): skip the CUDA module even when nvcc is found"},
+    {"COMMLIB_EMULATED_DELAY_US", "int", "0",
+     "microseconds every data operation of an emulated device stream waits before it runs (tests: a missing "
+     "wait shows up as wrong data)"},
+    {"COMMLIB_DEVICE_SLOT_BYTES", "bytes", "262144",
+     "bytes of one inbox slot of the stream engine (device buffers), a multiple of 64, the same on every rank"},
+    {"COMMLIB_DEVICE_SLOTS", "int", "4", "inbox slots per peer of the stream engine (1..64)"},
+    {"COMMLIB_NCCL_LIBRARY", "path", "", "the libnccl commlib.nccl loads instead of searching the nvidia-nccl wheels"},
 };
 
 // "COMMLIB_ALGO_<COLLECTIVE>" -> "COMMLIB_ALGO_"; "" for a plain name.

@@ -104,6 +104,9 @@ class Communicator {
   // What auto picks for `coll` of `bytes` on this communicator's links (engine/auto_policy.h).
   std::string auto_choice(Collective coll, int64_t bytes) const;
 
+  // The transport's control plane, for the stream engine's peer watch (engine/stream_engine.h).
+  Transport& transport() { return *transport_; }
+
   void close();
   void abort(const std::string& reason);
   bool aborted() const { return aborted_.load(std::memory_order_acquire); }

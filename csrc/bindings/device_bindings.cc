@@ -1,0 +1,130 @@
+// The device interface, the emulated device and the stream engine, for commlib.emulated and
+// commlib.device_engine. Every call that may block releases the GIL.
+#include <pybind11/stl.h>
+
+#include <cstring>
+
+#include "bindings/bindings.h"
+#include "device/emulated_device.h"
+#include "device/nccl_loader.h"
+#include "engine/communicator.h"
+#include "engine/stream_engine.h"
+#include "schedule/registry.h"
+
+namespace py = pybind11;
+
+namespace commlib {
+
+void bind_device(py::module_& m) {
+  py::class_<DeviceStream, std::shared_ptr<DeviceStream>>(m, "DeviceStream");
+  py::class_<DeviceEvent, std::shared_ptr<DeviceEvent>>(m, "DeviceEvent");
+
+  py::class_<Device, std::shared_ptr<Device>>(m, "Device")
+      .def_property_readonly("name", &Device::name)
+      .def("allocate", [](Device& d, size_t bytes) { return reinterpret_cast<uintptr_t>(d.allocate(bytes)); })
+      .def("free_async", [](Device& d, uintptr_t p, DeviceStream& s) { d.free_async(reinterpret_cast<void*>(p), s); })
+      .def("create_stream", &Device::create_stream)
+      .def("create_event", &Device::create_event)
+      .def("record", &Device::record)
+      .def("wait_event", &Device::wait_event)
+      .def("query", &Device::query)
+      .def("synchronize_event", py::overload_cast<DeviceEvent&>(&Device::synchronize),
+           py::call_guard<py::gil_scoped_release>())
+      .def("synchronize_stream", py::overload_cast<DeviceStream&>(&Device::synchronize),
+           py::call_guard<py::gil_scoped_release>())
+      .def("copy",
+           [](Device& d, uintptr_t dst, uintptr_t src, size_t bytes, DeviceStream& s) {
+             d.copy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes, s);
+           })
+      // Host -> device from a private copy of `data`, so the caller may reuse its buffer at once.
+      .def("upload",
+           [](Device& d, uintptr_t dst, py::bytes data, DeviceStream& s) {
+             auto staging = std::make_shared<std::string>(data);
+             char* host = staging->data();
+             d.copy(reinterpret_cast<void*>(dst), host, staging->size(), s);
+             // Keep the staging bytes alive until the stream has copied them.
+             d.host_func([staging] {}, s);
+           })
+      .def("reduce",
+           [](Device& d, uintptr_t dst, uintptr_t src, size_t n, const std::string& dtype, const std::string& op,
+              DeviceStream& s) {
+             d.reduce(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n, parse_dtype(dtype),
+                      parse_op(op), s);
+           })
+      .def("scale_copy",
+           [](Device& d, uintptr_t dst, uintptr_t src, size_t n, const std::string& dtype, double scale,
+              DeviceStream& s) {
+             d.scale_copy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n, parse_dtype(dtype),
+                          scale, s);
+           })
+      .def("divide", [](Device& d, uintptr_t dst, size_t n, const std::string& dtype, int64_t divisor,
+                        DeviceStream& s) { d.divide(reinterpret_cast<void*>(dst), n, parse_dtype(dtype), divisor, s); });
+
+  py::class_<EmulatedDevice, Device, std::shared_ptr<EmulatedDevice>>(m, "EmulatedDevice")
+      .def_property_readonly("delay_us", &EmulatedDevice::delay_us)
+      .def("allocated_bytes", &EmulatedDevice::allocated_bytes)
+      // Emulated memory is host memory: read it back directly (after a synchronize).
+      .def("read", [](EmulatedDevice&, uintptr_t src, size_t bytes) {
+        return py::bytes(reinterpret_cast<const char*>(src), bytes);
+      });
+  // Devices and streams implemented in another module (commlib._C_cuda) arrive as capsules.
+  m.def("device_from_capsule", [](py::capsule c) {
+    if (std::strcmp(c.name(), "commlib.Device") != 0) throw std::invalid_argument("device: not a commlib.Device capsule");
+    return *static_cast<std::shared_ptr<Device>*>(c.get_pointer());
+  });
+  m.def("stream_from_capsule", [](py::capsule c) {
+    if (std::strcmp(c.name(), "commlib.DeviceStream") != 0)
+      throw std::invalid_argument("stream: not a commlib.DeviceStream capsule");
+    return *static_cast<std::shared_ptr<DeviceStream>*>(c.get_pointer());
+  });
+  m.def(
+      "load_nccl",
+      [](const std::vector<std::string>& candidates) {
+        const NcclApi& api = load_nccl(candidates);
+        return py::make_tuple(api.version, api.path);
+      },
+      py::arg("candidates"), "dlopen libnccl (first loadable candidate); returns (version code, path).");
+  m.def("emulated_device", &emulated_device, py::arg("index") = 0,
+        "The process's emulated device `index` (COMMLIB_EMULATED_DELAY_US read when first created).");
+
+  py::class_<DeviceWork, std::shared_ptr<DeviceWork>>(m, "DeviceWork")
+      .def("wait", &DeviceWork::wait)
+      .def("is_completed", &DeviceWork::is_completed)
+      .def("synchronize", &DeviceWork::synchronize, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("seq", &DeviceWork::seq);
+
+  py::class_<StreamEngine, std::shared_ptr<StreamEngine>>(m, "StreamEngine")
+      .def(py::init([](Communicator& comm, std::shared_ptr<Device> device, double timeout, const std::string& label) {
+             return std::make_shared<StreamEngine>(std::move(device), transport_peer_control(comm.transport()),
+                                                   comm.rank(), comm.size(),
+                                                   stream_engine_options_from_env(timeout, label));
+           }),
+           py::arg("comm"), py::arg("device"), py::arg("timeout"), py::arg("label") = "", py::keep_alive<1, 2>())
+      .def("local_handle", &StreamEngine::local_handle)
+      .def("connect", &StreamEngine::connect)
+      .def(
+          "run",
+          [](StreamEngine& e, const std::string& coll, const std::string& algo, uintptr_t in, uintptr_t out,
+             int64_t count, const std::string& dtype, const std::string& op, int root, double scale,
+             DeviceStream& stream) {
+            CollectiveCall call;
+            call.coll = parse_collective(coll);
+            call.algo = static_cast<uint8_t>(algorithm_index(call.coll, algo));
+            call.input = in;
+            call.output = out;
+            call.count = count;
+            call.dtype = parse_dtype(dtype);
+            call.op = parse_op(op);
+            call.root = root;
+            call.scale = scale;
+            py::gil_scoped_release release;
+            return e.collective(call, stream);
+          },
+          py::arg("collective"), py::arg("algorithm"), py::arg("input"), py::arg("output"), py::arg("count"),
+          py::arg("dtype"), py::arg("op"), py::arg("root"), py::arg("scale"), py::arg("stream"))
+      .def("abort", &StreamEngine::abort)
+      .def("failed", &StreamEngine::failed)
+      .def("close", &StreamEngine::close, py::call_guard<py::gil_scoped_release>());
+}
+
+}  // namespace commlib

@@ -1,0 +1,229 @@
+// The CUDA device: the device interface (device/device.h) as a thin layer over the CUDA runtime,
+// compiled into commlib._C_cuda and handed to the stream engine in commlib._C as a capsule
+// (bindings/cuda_module.cc). NEVER RUN: no GPU was lent while it was written; it compiles in CI.
+//
+//  - memory: cudaMalloc / cudaFree (a free synchronises its stream first: the engine frees only
+//    when a buffer grows, so this is off the hot path); IPC: cudaIpcGetMemHandle /
+//    cudaIpcOpenMemHandle (several ranks on one GPU included, which NCCL refuses);
+//  - counters: the engine's control regions are host memory registered with cudaHostRegister
+//    (mapped, portable); write_value / wait_value are the driver's cuStreamWriteValue64 /
+//    cuStreamWaitValue64 (GEQ), reached through cudaGetDriverEntryPointByVersion, so no libcuda
+//    is needed at build time;
+//  - kernels: the launchers of kernels/cuda_reduce.h (the bodies the emulated device runs too).
+#include "device/cuda_device.h"
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda_reduce.h"
+
+namespace commlib {
+
+namespace {
+
+void check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
+  }
+}
+
+class CudaStream final : public DeviceStream {
+ public:
+  CudaStream(cudaStream_t s, bool owned) : stream(s), owned_(owned) {}
+  ~CudaStream() override {
+    if (owned_) cudaStreamDestroy(stream);
+  }
+  cudaStream_t stream;
+
+ private:
+  bool owned_;
+};
+
+class CudaEvent final : public DeviceEvent {
+ public:
+  CudaEvent() { check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate"); }
+  ~CudaEvent() override { cudaEventDestroy(event); }
+  cudaEvent_t event;
+  bool recorded = false;
+};
+
+cudaStream_t cu(DeviceStream& s) { return static_cast<CudaStream&>(s).stream; }
+CudaEvent& cu(DeviceEvent& e) { return static_cast<CudaEvent&>(e); }
+
+using WriteValue64 = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+using WaitValue64 = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+
+void* driver_entry(const char* name) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult status{};
+  check(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &status), name);
+  if (!fn || status != cudaDriverEntryPointSuccess)
+    throw std::runtime_error(std::string("CUDA driver has no ") + name + " (stream memory operations)");
+  return fn;
+}
+
+void run_host_function(void* data) {
+  auto* fn = static_cast<std::function<void()>*>(data);
+  try {
+    (*fn)();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "commlib: host function on a CUDA stream failed: %s\n", e.what());
+  }
+  delete fn;
+}
+
+const char kHex[] = "0123456789abcdef";
+
+}  // namespace
+
+CudaDevice::CudaDevice(int index) : index_(index) {
+  check(cudaSetDevice(index), "cudaSetDevice");
+  write_value64_ = driver_entry("cuStreamWriteValue64");
+  wait_value64_ = driver_entry("cuStreamWaitValue64");
+}
+
+void CudaDevice::use() const { check(cudaSetDevice(index_), "cudaSetDevice"); }
+
+void* CudaDevice::allocate(size_t bytes) {
+  use();
+  void* p = nullptr;
+  check(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc");
+  return p;
+}
+
+void CudaDevice::free_async(void* ptr, DeviceStream& stream) {
+  if (!ptr) return;
+  use();
+  check(cudaStreamSynchronize(cu(stream)), "cudaStreamSynchronize");
+  check(cudaFree(ptr), "cudaFree");
+}
+
+uint64_t* CudaDevice::map_host(void* host, size_t bytes) {
+  use();
+  check(cudaHostRegister(host, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable), "cudaHostRegister");
+  void* dev = nullptr;
+  check(cudaHostGetDevicePointer(&dev, host, 0), "cudaHostGetDevicePointer");
+  return static_cast<uint64_t*>(dev);
+}
+
+void CudaDevice::unmap_host(void* host) { cudaHostUnregister(host); }
+
+std::string CudaDevice::export_memory(void* ptr) {
+  use();
+  cudaIpcMemHandle_t h;
+  check(cudaIpcGetMemHandle(&h, ptr), "cudaIpcGetMemHandle");
+  std::string out = "cuda:";
+  const auto* b = reinterpret_cast<const unsigned char*>(&h);
+  for (size_t i = 0; i < sizeof h; ++i) {
+    out += kHex[b[i] >> 4];
+    out += kHex[b[i] & 15];
+  }
+  return out;
+}
+
+void* CudaDevice::import_memory(const std::string& handle) {
+  cudaIpcMemHandle_t h;
+  if (handle.size() != 5 + 2 * sizeof h || handle.rfind("cuda:", 0) != 0)
+    throw std::invalid_argument("CUDA device: malformed memory handle");
+  auto nibble = [&](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    throw std::invalid_argument("CUDA device: malformed memory handle");
+  };
+  auto* b = reinterpret_cast<unsigned char*>(&h);
+  for (size_t i = 0; i < sizeof h; ++i) b[i] = static_cast<unsigned char>(nibble(handle[5 + 2 * i]) << 4 | nibble(handle[6 + 2 * i]));
+  use();
+  void* p = nullptr;
+  check(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
+  return p;
+}
+
+void CudaDevice::close_import(void* ptr) { cudaIpcCloseMemHandle(ptr); }
+
+std::shared_ptr<DeviceStream> CudaDevice::create_stream() {
+  use();
+  cudaStream_t s;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  return std::make_shared<CudaStream>(s, true);
+}
+
+std::shared_ptr<DeviceStream> CudaDevice::wrap_stream(uintptr_t stream) {
+  return std::make_shared<CudaStream>(reinterpret_cast<cudaStream_t>(stream), false);
+}
+
+std::shared_ptr<DeviceEvent> CudaDevice::create_event() {
+  use();
+  return std::make_shared<CudaEvent>();
+}
+
+void CudaDevice::record(DeviceEvent& event, DeviceStream& stream) {
+  check(cudaEventRecord(cu(event).event, cu(stream)), "cudaEventRecord");
+  cu(event).recorded = true;
+}
+
+void CudaDevice::wait_event(DeviceStream& stream, DeviceEvent& event) {
+  if (cu(event).recorded) check(cudaStreamWaitEvent(cu(stream), cu(event).event, 0), "cudaStreamWaitEvent");
+}
+
+bool CudaDevice::query(DeviceEvent& event) {
+  const cudaError_t err = cudaEventQuery(cu(event).event);
+  if (err == cudaErrorNotReady) return false;
+  check(err, "cudaEventQuery");
+  return true;
+}
+
+void CudaDevice::synchronize(DeviceEvent& event) { check(cudaEventSynchronize(cu(event).event), "cudaEventSynchronize"); }
+
+void CudaDevice::synchronize(DeviceStream& stream) { check(cudaStreamSynchronize(cu(stream)), "cudaStreamSynchronize"); }
+
+void CudaDevice::copy(void* dst, const void* src, size_t bytes, DeviceStream& stream) {
+  if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cu(stream)), "cudaMemcpyAsync");
+}
+
+void CudaDevice::reduce(void* dst, const void* src, size_t n, DType dtype, RedOp op, DeviceStream& stream) {
+  cuda_reduce_inplace(dst, src, n, dtype, op, cu(stream));
+}
+
+void CudaDevice::scale_copy(void* dst, const void* src, size_t n, DType dtype, double scale, DeviceStream& stream) {
+  cuda_scale_copy(dst, src, n, dtype, scale, cu(stream));
+}
+
+void CudaDevice::divide(void* dst, size_t n, DType dtype, int64_t divisor, DeviceStream& stream) {
+  cuda_divide_inplace(dst, n, dtype, divisor, cu(stream));
+}
+
+void CudaDevice::write_value(uint64_t* addr, uint64_t value, DeviceStream& stream) {
+  const CUresult r = reinterpret_cast<WriteValue64>(write_value64_)(
+      reinterpret_cast<CUstream>(cu(stream)), reinterpret_cast<CUdeviceptr>(addr), value, CU_STREAM_WRITE_VALUE_DEFAULT);
+  if (r != CUDA_SUCCESS) throw std::runtime_error("cuStreamWriteValue64 failed: " + std::to_string(static_cast<int>(r)));
+}
+
+void CudaDevice::wait_value(const uint64_t* addr, uint64_t value, DeviceStream& stream) {
+  const CUresult r = reinterpret_cast<WaitValue64>(wait_value64_)(
+      reinterpret_cast<CUstream>(cu(stream)), reinterpret_cast<CUdeviceptr>(addr), value, CU_STREAM_WAIT_VALUE_GEQ);
+  if (r != CUDA_SUCCESS) throw std::runtime_error("cuStreamWaitValue64 failed: " + std::to_string(static_cast<int>(r)));
+}
+
+void CudaDevice::host_func(std::function<void()> fn, DeviceStream& stream) {
+  auto* heap = new std::function<void()>(std::move(fn));
+  const cudaError_t err = cudaLaunchHostFunc(cu(stream), run_host_function, heap);
+  if (err != cudaSuccess) delete heap;
+  check(err, "cudaLaunchHostFunc");
+}
+
+std::shared_ptr<CudaDevice> cuda_device(int index) {
+  static std::mutex mu;
+  static auto* devices = new std::map<int, std::shared_ptr<CudaDevice>>();  // for the process's life
+  std::lock_guard<std::mutex> lk(mu);
+  auto& d = (*devices)[index];
+  if (!d) d = std::make_shared<CudaDevice>(index);
+  return d;
+}
+
+}  // namespace commlib

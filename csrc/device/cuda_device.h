@@ -1,0 +1,55 @@
+// The CUDA implementation of the device interface (cuda_device.cc; compiled into commlib._C_cuda
+// only, never into the core). See device/device.h for the semantics.
+#pragma once
+
+#include <map>
+#include <memory>
+
+#include "device/device.h"
+
+namespace commlib {
+
+class CudaDevice final : public Device {
+ public:
+  explicit CudaDevice(int index);
+
+  std::string name() const override { return "cuda:" + std::to_string(index_); }
+
+  void* allocate(size_t bytes) override;
+  void free_async(void* ptr, DeviceStream& stream) override;
+  uint64_t* map_host(void* host, size_t bytes) override;
+  void unmap_host(void* host) override;
+
+  std::string export_memory(void* ptr) override;
+  void* import_memory(const std::string& handle) override;
+  void close_import(void* ptr) override;
+
+  std::shared_ptr<DeviceStream> create_stream() override;
+  // A stream the caller owns (torch.cuda.current_stream().cuda_stream, a CuPy stream's ptr).
+  std::shared_ptr<DeviceStream> wrap_stream(uintptr_t stream);
+  std::shared_ptr<DeviceEvent> create_event() override;
+  void record(DeviceEvent& event, DeviceStream& stream) override;
+  void wait_event(DeviceStream& stream, DeviceEvent& event) override;
+  bool query(DeviceEvent& event) override;
+  void synchronize(DeviceEvent& event) override;
+  void synchronize(DeviceStream& stream) override;
+
+  void copy(void* dst, const void* src, size_t bytes, DeviceStream& stream) override;
+  void reduce(void* dst, const void* src, size_t n, DType dtype, RedOp op, DeviceStream& stream) override;
+  void scale_copy(void* dst, const void* src, size_t n, DType dtype, double scale, DeviceStream& stream) override;
+  void divide(void* dst, size_t n, DType dtype, int64_t divisor, DeviceStream& stream) override;
+  void write_value(uint64_t* addr, uint64_t value, DeviceStream& stream) override;
+  void wait_value(const uint64_t* addr, uint64_t value, DeviceStream& stream) override;
+  void host_func(std::function<void()> fn, DeviceStream& stream) override;
+
+ private:
+  void use() const;  // makes this device current for the calling thread
+  const int index_;
+  void* write_value64_ = nullptr;  // cuStreamWriteValue64 / cuStreamWaitValue64 (driver)
+  void* wait_value64_ = nullptr;
+};
+
+// The process's CUDA device `index` (created on first use, lives for the process).
+std::shared_ptr<CudaDevice> cuda_device(int index);
+
+}  // namespace commlib

@@ -1,0 +1,80 @@
+// The device interface: where buffers live and how work on them is ordered. The stream engine
+// (engine/stream_engine.h) is written against this and nothing else, so the same engine runs on a
+// CUDA GPU (device/cuda_device.cc, a thin layer over the CUDA runtime) and on the emulated device
+// (device/emulated_device.h: host memory, a thread per stream) that CI runs.
+//
+// Semantics are CUDA's: every operation taking a stream is enqueued and returns at once; a
+// stream executes its operations one after another; an event recorded on a stream completes
+// when the stream reaches it; wait_event makes a stream wait for the event's latest record as of
+// the call. write_value / wait_value are CUDA's stream memory operations (cuStreamWriteValue64 /
+// cuStreamWaitValue64 with GEQ) on 64-bit words of host-shared memory mapped with map_host: the
+// engine orders ranks with them (a rank's stream waits until a peer's counter reaches a value).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/types.h"
+
+namespace commlib {
+
+class DeviceStream {
+ public:
+  virtual ~DeviceStream() = default;
+};
+
+class DeviceEvent {
+ public:
+  virtual ~DeviceEvent() = default;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  virtual std::string name() const = 0;  // "emulated:0", "cuda:1"
+
+  // -- memory ------------------------------------------------------------------------------
+  virtual void* allocate(size_t bytes) = 0;
+  // Frees once `stream` has executed everything enqueued so far (stream-ordered free).
+  virtual void free_async(void* ptr, DeviceStream& stream) = 0;
+  // The device-side address of host memory shared between processes (a mapped memfd), so that
+  // streams can write_value / wait_value on it; unmap_host undoes it.
+  virtual uint64_t* map_host(void* host, size_t bytes) = 0;
+  virtual void unmap_host(void* host) = 0;
+
+  // -- memory of peer processes (IPC) ----------------------------------------------------------
+  // An opaque handle to the allocation starting at `ptr`, valid while it is allocated.
+  virtual std::string export_memory(void* ptr) = 0;
+  virtual void* import_memory(const std::string& handle) = 0;
+  virtual void close_import(void* ptr) = 0;
+
+  // -- streams and events ----------------------------------------------------------------------
+  virtual std::shared_ptr<DeviceStream> create_stream() = 0;
+  virtual std::shared_ptr<DeviceEvent> create_event() = 0;
+  virtual void record(DeviceEvent& event, DeviceStream& stream) = 0;
+  virtual void wait_event(DeviceStream& stream, DeviceEvent& event) = 0;
+  virtual bool query(DeviceEvent& event) = 0;            // completed (never recorded: true)
+  virtual void synchronize(DeviceEvent& event) = 0;      // host waits for it
+  virtual void synchronize(DeviceStream& stream) = 0;    // host waits for everything enqueued
+
+  // -- stream operations (asynchronous) ----------------------------------------------------------
+  // Byte copies; either side may be device memory, imported peer memory or host memory.
+  virtual void copy(void* dst, const void* src, size_t bytes, DeviceStream& stream) = 0;
+  // dst[i] = dst[i] (op) src[i] with the shared functors (kernels/reduce_ops.h); Avg and
+  // PremulSum reduce as Sum.
+  virtual void reduce(void* dst, const void* src, size_t n, DType dtype, RedOp op, DeviceStream& stream) = 0;
+  virtual void scale_copy(void* dst, const void* src, size_t n, DType dtype, double scale, DeviceStream& stream) = 0;
+  virtual void divide(void* dst, size_t n, DType dtype, int64_t divisor, DeviceStream& stream) = 0;
+  // *addr = value; and: block the stream until *addr >= value. addr comes from map_host.
+  virtual void write_value(uint64_t* addr, uint64_t value, DeviceStream& stream) = 0;
+  virtual void wait_value(const uint64_t* addr, uint64_t value, DeviceStream& stream) = 0;
+  // Runs fn on a host thread when the stream reaches it; the stream waits for fn to return.
+  // fn must not call into the device.
+  virtual void host_func(std::function<void()> fn, DeviceStream& stream) = 0;
+};
+
+}  // namespace commlib

@@ -1,0 +1,193 @@
+// The stream-ordered engine: runs the same schedules as the host executor (schedule/registry.h)
+// on device buffers, through the device interface only (device/device.h). The host enqueues and
+// returns; it never waits inside a collective.
+//
+// Links between ranks of one host (the several-ranks-per-GPU path included) are peer memory:
+// every rank owns
+//   - an inbox (device memory, exported to the peers): nslots slots of slot_bytes per peer;
+//   - a control region (host memory in a memfd, opened by the peers, mapped for the device):
+//     ready[q] = chunks rank q has put into this rank's inbox, freed[p] = chunks of this rank's
+//     messages rank p has consumed, one cache line each; and a ring of the last 64 call
+//     descriptors this rank's stream reached.
+// A send of chunk c to p: the stream waits until freed[p] >= c - nslots + 1 (the slot is free),
+// copies the chunk into p's inbox, and writes p's ready[me] = c + 1. A receive of chunk c from q:
+// the stream waits until ready[q] >= c + 1, copies or reduces (the shared functors) out of its
+// inbox slot, and writes q's freed[me] = c + 1. Within a step, chunk i of every send is enqueued
+// before chunk i of every receive, and chunk i before chunk i + 1: a wait on chunk i then only
+// depends on peers' operations of lower index, so no step can deadlock, whatever its shape.
+//
+// Each call starts with a host function on the stream that publishes the call's descriptor and
+// waits until every peer of the schedule published its descriptor for the same sequence number:
+// different calls raise MismatchError before any byte moves. A watchdog thread watches calls in
+// flight: a peer that failed, died or closed, or a wait that makes no progress for the timeout,
+// fails the engine with PeerError naming the rank and the call; it publishes the failure to the
+// peers (control plane) and raises every counter this rank's stream waits on, so no stream stays
+// blocked (again every watchdog tick while calls drain: a peer's stream running through its own
+// failed call may still write a lower value into one of them). Works are events: wait() makes a stream wait for the call, synchronize() waits on the
+// host and raises the call's error.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/errors.h"
+#include "device/device.h"
+#include "engine/communicator.h"
+#include "engine/describe.h"
+#include "transport/transport.h"
+
+namespace commlib {
+
+class StreamEngine;
+
+struct StreamEngineOptions {
+  double timeout_s = 300.0;
+  uint64_t slot_bytes = 256 << 10;  // COMMLIB_DEVICE_SLOT_BYTES
+  uint32_t nslots = 4;              // COMMLIB_DEVICE_SLOTS
+  std::string label;
+};
+StreamEngineOptions stream_engine_options_from_env(double timeout_s, const std::string& label);
+
+// The part of the control plane the engine uses: peer liveness and failure propagation. Kept to
+// this one adapter so the transport's control plane can change under it.
+class PeerControl {
+ public:
+  virtual ~PeerControl() = default;
+  virtual PeerStatus peer_status(int peer, bool check_process) = 0;
+  virtual int peer_pid(int peer) = 0;
+  virtual void publish_failure(ErrorKind kind, const std::string& message) = 0;
+};
+// Over the host transport of a communicator (which must outlive the engine).
+std::unique_ptr<PeerControl> transport_peer_control(Transport& transport);
+
+class DeviceWork {
+ public:
+  DeviceWork(std::shared_ptr<StreamEngine> engine, std::shared_ptr<DeviceEvent> event, uint64_t seq)
+      : engine_(std::move(engine)), event_(std::move(event)), seq_(seq) {}
+  // Makes `stream` wait for the call (raises at once if it is already known to have failed).
+  void wait(DeviceStream& stream);
+  bool is_completed();
+  // Waits on the host; raises the call's CommError if it failed.
+  void synchronize();
+  uint64_t seq() const { return seq_; }
+
+ private:
+  std::shared_ptr<StreamEngine> engine_;
+  std::shared_ptr<DeviceEvent> event_;
+  uint64_t seq_;
+};
+
+class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
+ public:
+  StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerControl> control, int rank, int size,
+               StreamEngineOptions opts);
+  ~StreamEngine();
+
+  // What the peers need to reach this rank (its control region and inbox); exchanged through
+  // the store, then every rank calls connect() with all handles in rank order.
+  std::string local_handle() const;
+  void connect(const std::vector<std::string>& handles);
+
+  // Enqueues the call on `stream`; calls on one engine execute in call order even across streams.
+  std::shared_ptr<DeviceWork> collective(const CollectiveCall& call, DeviceStream& stream);
+
+  void abort(const std::string& reason);
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  // Throws the engine's error if the call numbered `seq` was in flight (or later) when it failed.
+  void throw_if_call_failed(uint64_t seq);
+  // Waits for every call (the watchdog still runs), then releases the memory. Idempotent.
+  void close();
+  Device& device() { return *device_; }
+
+ private:
+  struct Peer {
+    char* ctl = nullptr;       // host address of the peer's control region (imported)
+    uint64_t* ctl_dev = nullptr;
+    char* inbox = nullptr;     // imported inbox
+    size_t ctl_bytes = 0;
+  };
+  struct Wait {  // one wait_value the stream will execute, for the watchdog
+    const uint64_t* flag;      // host address
+    uint64_t target;
+    int peer;
+    bool send;                 // waiting for a free slot (send) or for data (receive)
+    uint64_t seq;
+  };
+  struct InFlight {
+    uint64_t seq;
+    CallDesc desc;
+    std::shared_ptr<DeviceEvent> done;
+    bool recorded = false;  // `done` is enqueued (an event never recorded queries as complete)
+    bool completed(Device& d) const { return recorded && d.query(*done); }
+  };
+
+  // Control-region layout.
+  uint64_t* flag(char* ctl, int which, int peer) const;  // which: 0 ready, 1 freed
+  char* ring_slot(char* ctl, uint64_t seq) const;
+  size_t ctl_bytes() const;
+
+  void enqueue_call(const CollectiveCall& call, const Schedule& sched, const CallDesc& desc, size_t esize,
+                    DeviceStream& s);
+  void enqueue_step(const Step& step, char* const bases[3], size_t esize, DType dtype, RedOp op,
+                    const CallDesc& desc, DeviceStream& s);
+  void send_chunk(int peer, const char* src, size_t bytes, uint64_t seq, DeviceStream& s);
+  void recv_chunk(int peer, char* dst, const char* src, size_t bytes, bool reduce, DType dtype, RedOp op,
+                  uint64_t seq, DeviceStream& s);
+  void check_call(const CallDesc& desc, const std::vector<int>& peers);  // runs on the stream
+  char* grow(void*& buf, size_t& have, size_t bytes, DeviceStream& s);
+
+  void watchdog_loop();
+  void inspect_in_flight(bool slow);
+  std::string describe_seq(uint64_t seq);
+  void fail(ErrorKind kind, const std::string& message, bool publish = true);
+  void release_waits();
+
+  std::shared_ptr<Device> device_;
+  std::unique_ptr<PeerControl> control_;
+  const int rank_, size_;
+  const StreamEngineOptions opts_;
+
+  int ctl_fd_ = -1;
+  char* ctl_ = nullptr;        // this rank's control region (host)
+  uint64_t* ctl_dev_ = nullptr;
+  void* inbox_ = nullptr;
+  std::vector<Peer> peers_;
+  bool connected_ = false, closed_ = false;
+  std::shared_ptr<DeviceStream> own_stream_;  // frees at close
+
+  // Enqueue state (the caller's thread; one call at a time).
+  std::mutex enqueue_mu_;
+  uint64_t seq_ = 0;
+  std::vector<uint64_t> sent_, received_;
+  std::shared_ptr<DeviceEvent> last_done_;
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+  void* input_copy_ = nullptr;
+  size_t input_copy_bytes_ = 0;
+
+  // Shared with the watchdog and the stream's host functions.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<InFlight> in_flight_;
+  std::deque<Wait> waits_;
+  std::atomic<bool> failed_{false};
+  std::atomic<bool> give_up_{false};
+  ErrorKind fail_kind_ = ErrorKind::None;
+  std::string fail_message_;
+  uint64_t failed_from_seq_ = 0;
+  bool stop_ = false;
+  std::chrono::steady_clock::time_point wd_last_progress_ = std::chrono::steady_clock::now();
+  const void* wd_last_front_ = nullptr;
+  uint64_t wd_last_target_ = 0;
+  std::thread watchdog_;
+};
+
+}  // namespace commlib

@@ -1,0 +1,162 @@
+"""Rank-side checks of collectives on emulated device arrays, through the stream engine.
+
+Inputs, references and tolerances are those of tests/engine/collective_cases.py (its docstring
+states the float bounds); here every buffer is a commlib.emulated array, uploaded on the stream,
+and results are read back with .numpy() (which waits for the stream, as .cpu() does).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "engine"))
+
+import collective_cases as cc  # noqa: E402
+
+import commlib.emulated as emu  # noqa: E402
+
+REDUCING = ("all_reduce", "reduce_scatter", "reduce")
+
+
+# bfloat16 as NumPy uint16 bit patterns instead of torch tensors: importing torch costs each
+# rank process seconds of CPU, more than all of its cases together. Installed into
+# collective_cases (references included) by check_cases, in the rank processes only.
+class BF16(np.ndarray):
+    """uint16 bit patterns of bfloat16 values."""
+
+
+def _bf16_bits(values) -> np.ndarray:
+    u = np.asarray(values, np.float32).view(np.uint32).astype(np.uint64)
+    bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)  # round to nearest even
+    return bits.view(BF16)
+
+
+def _make(dtype, values):
+    return _bf16_bits(values) if dtype == "bfloat16" else _host_make(dtype, values)
+
+
+def _empty(dtype, n):
+    return np.full(n, 0x7FC0, np.uint16).view(BF16) if dtype == "bfloat16" else _host_empty(dtype, n)
+
+
+def _as_f64(x):
+    if isinstance(x, BF16):
+        return (x.view(np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return _host_as_f64(x)
+
+
+def _raw(x):
+    return np.asarray(x).tobytes()
+
+
+_host_make, _host_empty, _host_as_f64 = cc.make, cc.empty, cc.as_f64
+
+
+def _use_numpy_bfloat16():
+    cc.make, cc.empty, cc.as_f64, cc.raw = _make, _empty, _as_f64, _raw
+
+
+def to_device(x):
+    if isinstance(x, BF16):
+        return emu.from_numpy(x.view(np.uint16), dtype="bfloat16")
+    return emu.from_numpy(x)
+
+
+def from_device(a, dtype):
+    """Host copy of a device array in the representation of cc.make (bfloat16: BF16 bits)."""
+    h = a.numpy()
+    return h.view(BF16) if dtype == "bfloat16" else h
+
+
+def empty(dtype, n):
+    """A device array pre-filled with collective_cases' poison (NaN / 77), so unwritten
+    elements show up as wrong."""
+    return to_device(cc.empty(dtype, n))
+
+
+def run_case(comm, case):
+    """One collective call on device arrays; returns (failure or None, digest key, digest)."""
+    coll, algo, dtype, op, count, root, inplace = case
+    P, r = comm.size, comm.rank
+    what = (f"{coll} {algo} {dtype} {op} count={count} root={root} "
+            f"{'in-place' if inplace else 'out-of-place'} P={P}")
+    failures = []
+    if coll in REDUCING:
+        scale = cc.PREMUL if op == "premul_sum" else None
+        n_in = count * P if coll == "reduce_scatter" else count
+        x = to_device(cc.make(dtype, cc.values(dtype, op, r, n_in)))
+        want, mag = cc.reduce_ref_for(dtype, op, n_in, P)
+        if coll == "reduce_scatter":
+            want = want[r * count:(r + 1) * count]
+            mag = None if mag is None else mag[r * count:(r + 1) * count]
+        if coll == "all_reduce":
+            out = x if inplace else empty(dtype, count)
+            comm.all_reduce(x, op=op, algorithm=algo, out=None if inplace else out, scale=scale)
+        elif coll == "reduce":
+            out = x if inplace else empty(dtype, count)
+            comm.reduce(x, root=root, op=op, algorithm=algo, out=None if inplace else out, scale=scale)
+        else:
+            out = x[r * count:(r + 1) * count] if inplace else empty(dtype, count)
+            comm.reduce_scatter(out, x, op=op, algorithm=algo, scale=scale)
+        if coll == "reduce" and r != root:
+            return None, None, None
+        got = from_device(out, dtype)
+        cc._report(failures, f"{what} rank={r}", dtype, got, want, mag, P)
+    else:
+        ins = cc.moving_inputs(coll, dtype, count, P)
+        want = cc.moving_expected(coll, dtype, count, root, r, P)
+        x = to_device(cc.make(dtype, ins[r]))
+        if coll == "all_gather":
+            out = empty(dtype, count * P)
+            inp = out[r * count:(r + 1) * count] if inplace else x
+            if inplace:
+                inp.copy_(x)
+            comm.all_gather(out, inp, algorithm=algo)
+        elif coll == "all_to_all":
+            out = x if inplace else empty(dtype, count * P)
+            comm.all_to_all(out, x, algorithm=algo)
+        elif coll == "broadcast":
+            out = x
+            comm.broadcast(out, root=root, algorithm=algo)
+        elif coll == "gather":
+            out = empty(dtype, count * P) if r == root else None
+            inp = out[r * count:(r + 1) * count] if (inplace and r == root) else x
+            if inplace and r == root:
+                inp.copy_(x)
+            comm.gather(out, inp, root=root, algorithm=algo)
+        else:  # scatter
+            out = empty(dtype, count)
+            if inplace and r == root:
+                out = x[r * count:(r + 1) * count]
+            comm.scatter(out, x if r == root else None, root=root, algorithm=algo)
+        if out is None:
+            return None, None, None
+        got = from_device(out, dtype)
+        cc._report(failures, f"{what} rank={r}", dtype, got, want, None, P)
+    if failures:
+        return failures[0], None, None
+    if coll in ("all_reduce", "all_gather", "broadcast"):
+        return None, what, hashlib.sha1(cc.raw(got)).hexdigest()
+    return None, None, None
+
+
+def check_cases(comm, cases):
+    """Runs every case; returns (failures, [(case, digest)]) like collective_cases."""
+    _use_numpy_bfloat16()
+    failures, digests = [], []
+    for case in cases:
+        try:
+            fail, key, digest = run_case(comm, tuple(case))
+        except Exception as e:  # noqa: BLE001 - report every case
+            failures.append(f"{case} rank={comm.rank}: raised {type(e).__name__}: {e}")
+            if len(failures) > 10:
+                break
+            continue
+        if fail:
+            failures.append(fail)
+        if key:
+            digests.append((key, digest))
+    return failures, digests

@@ -1,0 +1,73 @@
+"""The stream engine's semantics across ranks: stream order, works, bad arguments, mismatches,
+dead and silent peers, leaks (rank-side code in device_error_cases.py)."""
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import device_error_cases as cases  # noqa: E402
+from ranks import RankPool  # noqa: E402
+
+ENV = {"COMMLIB_EMULATED_DELAY_US": "20"}
+
+
+def test_call_returns_before_data_is_ready_and_stream_order_holds(pool):
+    assert pool(2, env=ENV).run(cases.stream_order) == [(True, True), (True, True)]
+
+
+def test_work_wait_orders_another_stream(pool):
+    assert pool(2, env=ENV).run(cases.work_wait_orders_another_stream) == [True, True]
+
+
+@pytest.mark.parametrize("size", [3, 4])
+def test_async_calls_on_two_streams_complete_in_order(pool, size):
+    assert pool(size, env=ENV).run(cases.many_async_calls) == [[]] * size
+
+
+def test_bad_arguments_raise_before_enqueueing(pool):
+    assert pool(3, env=ENV).run(cases.bad_arguments) == [[]] * 3
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("scenario", ["collective", "count", "dtype"])
+def test_mismatch_raises_on_every_rank(pool, scenario):
+    for rank, (msg, took, later, names) in enumerate(pool(3, env=ENV).run(cases.mismatch, scenario, timeout=60)):
+        assert msg is not None, f"rank {rank} got no error"
+        assert "wrong type" not in msg, msg
+        assert all(n in msg for n in names), f"rank {rank}: message does not name both calls: {msg}"
+        assert took < 20, f"rank {rank} took {took:.1f} s"
+        assert later == "raised", f"rank {rank}: aborted communicator accepted another call"
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("size,victim", [(2, 1), (3, 0)])
+def test_killed_peer_raises_peer_error(size, victim):
+    p = RankPool(size, timeout=60, env=ENV)
+    try:
+        results = p.run(cases.kill_during_collective, victim, allow_death=True, timeout=60)
+    finally:
+        p.kill()
+    assert results[victim] is None
+    for rank, res in enumerate(results):
+        if rank == victim:
+            continue
+        assert res is not None, f"rank {rank} finished without error"
+        msg, took = res
+        assert "wrong type" not in msg, msg
+        assert f"rank {victim}" in msg and "all_reduce #" in msg, msg
+        assert took < 20, f"rank {rank} took {took:.1f} s"
+
+
+@pytest.mark.timeout(60)
+def test_silent_peer_times_out_and_releases_the_stream(pool):
+    res = pool(2, env=ENV).run(cases.silent_peer, timeout=40)
+    msg, took = res[0]
+    assert "rank 1" in msg and "all_reduce" in msg and "COMMLIB_TIMEOUT" in msg, msg
+    assert 1.0 < took < 10, took
+    assert res[1][0].startswith(("PeerError", "CommError")), res[1]
+
+
+def test_no_thread_fd_or_device_memory_leaks(pool):
+    for before, after in pool(2, env=ENV).run(cases.resources):
+        assert after == before, (before, after)
