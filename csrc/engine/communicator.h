@@ -105,7 +105,7 @@ class Communicator {
   std::string auto_choice(Collective coll, int64_t bytes) const;
 
   // The transport's control plane, for the stream engine's peer watch (engine/stream_engine.h).
-  Transport& transport() { return *transport_; }
+  Fabric& transport() { return *transport_; }
 
   void close();
   void abort(const std::string& reason);

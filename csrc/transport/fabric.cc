@@ -41,6 +41,10 @@ bool Fabric::peer_call(int peer, CallDesc* d) {
   return local_index_[peer] >= 0 ? local_->peer_call(local_index_[peer], d) : net_->peer_call(peer, d);
 }
 
+int Fabric::peer_pid(int peer) {
+  return local_index_[peer] >= 0 ? local_->peer_pid(local_index_[peer]) : net_->peer_pid(peer);
+}
+
 std::string Fabric::describe_peer(int peer) {
   const bool here = local_index_[peer] >= 0;
   const int pid = here ? local_->peer_pid(local_index_[peer]) : net_->peer_pid(peer);

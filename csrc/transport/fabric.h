@@ -44,7 +44,8 @@ class Fabric {
 
   PeerStatus peer_status(int peer, bool check_process);
   bool peer_call(int peer, CallDesc* d);
-  std::string describe_peer(int peer);  // "rank 3 (pid 123)" or "rank 3 (pid 123 on host b)"
+  std::string describe_peer(int peer);
+  int peer_pid(int peer);  // "rank 3 (pid 123)" or "rank 3 (pid 123 on host b)"
   void publish_failure(ErrorKind kind, const std::string& message);
   void publish_call(const CallDesc& d);
   bool enable_direct_reads() { return local_->enable_direct_reads(); }
