@@ -17,7 +17,7 @@ import sys
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="commlib", description="commlib benchmarks and reports")
-    sub = p.add_subparsers(dest="command", metavar="{bench,report,tune,sim}")
+    sub = p.add_subparsers(dest="command", metavar="{bench,bench-torch,report,tune,sim}")
     sub.required = True
     from commlib.bench.launcher import add_arguments
     b = sub.add_parser("bench", help="run collectives on local ranks (or inside torchrun/srun), "
@@ -37,6 +37,10 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("sim", help="predict collectives on a modelled cluster (presets, topology JSON, "
                                    "or fitted from a bench run): nccl-tests table + JSON")
     add_sim(s)
+    from commlib.bench.torch_overhead import add_arguments as add_torch_overhead
+    bt = sub.add_parser("bench-torch", help="per-call cost of dist.all_reduce over commlib vs gloo, "
+                                            "a do-nothing backend and comm.all_reduce (8 B..64 KiB)")
+    add_torch_overhead(bt)
     return p
 
 
@@ -45,6 +49,9 @@ def main(argv=None) -> int:
     if args.command == "bench":
         from commlib.bench.launcher import run
         return run(args)
+    if args.command == "bench-torch":
+        from commlib.bench.torch_overhead import run as torch_overhead_run
+        return torch_overhead_run(args)
     if args.command == "sim":
         from commlib.sim.cli import run as sim_run
         return sim_run(args)

@@ -3,6 +3,7 @@
 
 #include "bindings/bindings.h"
 #include "bindings/buffer_view.h"
+#include "bindings/gil.h"
 #include "engine/communicator.h"
 #include "common/errors.h"
 #include "schedule/registry.h"
@@ -91,7 +92,13 @@ void bind_comm(py::module_& m) {
         "Bytes of the shared-memory region a communicator of `size` ranks needs (rank 0 sizes the memfd).");
 
   py::class_<Work, std::shared_ptr<Work>>(m, "Work")
-      .def("wait", &Work::wait, py::arg("timeout") = -1.0, py::call_guard<py::gil_scoped_release>())
+      .def(
+          "wait",
+          [](Work& w, double timeout) {
+            ReleaseGil nogil;
+            return w.wait(timeout);
+          },
+          py::arg("timeout") = -1.0)
       .def("is_completed", &Work::is_completed);
 
   py::class_<Communicator>(m, "Communicator")
@@ -170,7 +177,7 @@ void bind_comm(py::module_& m) {
             call.op = parse_op(op);
             call.root = root;
             call.scale = scale;
-            py::gil_scoped_release release;
+            ReleaseGil nogil;
             return c.collective(call, async);
           },
           py::arg("collective"), py::arg("algorithm"), py::arg("input"), py::arg("output"), py::arg("count"),
@@ -183,12 +190,25 @@ void bind_comm(py::module_& m) {
             v.reserve(items.size());
             for (const auto& [send, ptr, count, peer] : items) v.push_back(P2PItem{send, ptr, count, peer});
             DType t = parse_dtype(dtype);
-            py::gil_scoped_release release;
+            ReleaseGil nogil;
             return c.p2p(std::move(v), t, async);
           },
           py::arg("items"), py::arg("dtype"), py::arg("async_op"))
+      .def(
+          "recv_any",
+          [](Communicator& c, uintptr_t ptr, int64_t count, const std::string& dtype, uintptr_t source, bool async) {
+            DType t = parse_dtype(dtype);
+            ReleaseGil nogil;
+            return c.recv_any(ptr, count, t, reinterpret_cast<int32_t*>(source), async);
+          },
+          py::arg("ptr"), py::arg("count"), py::arg("dtype"), py::arg("source"), py::arg("async_op"),
+          "Receive count elements at ptr from whichever rank sends first; its rank goes to the int32 at source.")
       .def("enable_direct_reads", &Communicator::enable_direct_reads)
-      .def("close", &Communicator::close, py::call_guard<py::gil_scoped_release>())
+      .def("close",
+           [](Communicator& c) {
+             ReleaseGil nogil;
+             c.close();
+           })
       .def("abort", &Communicator::abort)
       .def("aborted", &Communicator::aborted);
 }

@@ -16,6 +16,8 @@
 
 #include "bindings/bindings.h"
 #include "bindings/buffer_view.h"
+#include "bindings/gil.h"
+#include "bindings/tensor_view.h"
 #include "common/shapes.h"
 #include "engine/communicator.h"
 #include "schedule/registry.h"
@@ -63,6 +65,43 @@ bool is_array(PyObject* o) { return o != nullptr && Py_TYPE(o) == reinterpret_ca
 
 PyObject* fallback() { Py_RETURN_NOTIMPLEMENTED; }
 
+PyObject* g_tensor_type = nullptr;  // torch.Tensor, registered by commlib.torch
+PyObject* g_strided = nullptr;      // torch.strided
+PyObject* g_is_cpu = nullptr;       // interned attribute and method names
+PyObject* g_layout = nullptr;
+PyObject* g_dtype = nullptr;
+PyObject* g_is_contiguous = nullptr;
+PyObject* g_data_ptr = nullptr;
+PyObject* g_numel = nullptr;
+std::vector<std::pair<PyObject*, DType>> g_torch_dtypes;
+
+// A NumPy array or a torch tensor, as the core sees it.
+struct Span {
+  BufferView buffer;  // holds the NumPy buffer while the call runs
+  uintptr_t addr = 0;
+  int64_t count = 0;
+  DType dtype = DType::UInt8;
+};
+
+bool span_of(PyObject* o, Span* s) {
+  if (is_array(o)) {
+    if (!s->buffer.acquire(o)) return false;
+    s->addr = s->buffer.address();
+    s->count = s->buffer.count;
+    s->dtype = s->buffer.dtype;
+    return true;
+  }
+  return tensor_view(o, &s->addr, &s->count, &s->dtype);
+}
+
+// New reference to o.name() or o.name; nullptr (error cleared) on failure.
+PyObject* call0(PyObject* o, PyObject* name) {
+  PyObject* r = PyObject_CallMethodObjArgs(o, name, nullptr);
+  if (!r) PyErr_Clear();
+  return r;
+}
+
+
 // fast_collective(core_address, collective, a, b, op, algorithm, root, async_op, scale)
 //   a: the input-side array (all_reduce/broadcast/reduce: the tensor), b: the output-side array
 //   or None. Returns None when the collective ran, NotImplemented to ask for the general path.
@@ -105,18 +144,18 @@ PyObject* fast_collective(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 
   // Buffers: which objects must be arrays depends on the collective (and, for gather/scatter, on
   // whether this rank is the root).
-  BufferView va, vb;
-  auto view = [](PyObject* o, BufferView* v) { return is_array(o) && v->acquire(o); };
+  Span va, vb;
+  auto view = [](PyObject* o, Span* v) { return o != nullptr && o != Py_None && span_of(o, v); };
   switch (coll) {
     case Collective::AllReduce:
     case Collective::Reduce: {  // (tensor, out=None)
       if (!view(a, &va)) return fallback();
       call.dtype = va.dtype;
       call.count = va.count;
-      call.input = call.output = va.address();
+      call.input = call.output = va.addr;
       if (b != Py_None) {
         if (!view(b, &vb) || vb.dtype != va.dtype || vb.count != va.count) return fallback();
-        call.output = vb.address();
+        call.output = vb.addr;
       }
       break;
     }
@@ -124,18 +163,18 @@ PyObject* fast_collective(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       if (!view(a, &va)) return fallback();
       call.dtype = va.dtype;
       call.count = va.count;
-      call.input = call.output = va.address();
+      call.input = call.output = va.addr;
       break;
     case Collective::AllGather:
     case Collective::Gather: {  // a = input (the count), b = output (shapes.h; gather: root only)
       if (!view(a, &va)) return fallback();
       call.dtype = va.dtype;
       call.count = va.count;
-      call.input = va.address();
+      call.input = va.addr;
       const int64_t out_elems = buffer_shapes(coll, call.count, P, me, call.root).output;
       if (out_elems >= 0) {
         if (!view(b, &vb) || vb.dtype != va.dtype || vb.count != out_elems) return fallback();
-        call.output = vb.address();
+        call.output = vb.addr;
       }
       break;
     }
@@ -144,11 +183,11 @@ PyObject* fast_collective(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       if (!view(b, &vb)) return fallback();
       call.dtype = vb.dtype;
       call.count = vb.count;
-      call.output = vb.address();
+      call.output = vb.addr;
       const int64_t in_elems = buffer_shapes(coll, call.count, P, me, call.root).input;
       if (in_elems >= 0) {
         if (!view(a, &va) || va.dtype != vb.dtype || va.count != in_elems) return fallback();
-        call.input = va.address();
+        call.input = va.addr;
       }
       break;
     }
@@ -157,8 +196,8 @@ PyObject* fast_collective(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
         return fallback();
       call.dtype = va.dtype;
       call.count = va.count / P;
-      call.input = va.address();
-      call.output = vb.address();
+      call.input = va.addr;
+      call.output = vb.addr;
       break;
     }
     case Collective::Barrier:
@@ -170,13 +209,14 @@ PyObject* fast_collective(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (op_is_bitwise(call.op) && collective_reduces(coll) && !dtype_is_integer(call.dtype)) return fallback();
 
   std::exception_ptr error;
-  Py_BEGIN_ALLOW_THREADS
-  try {
-    comm->collective(call, false);
-  } catch (...) {
-    error = std::current_exception();
+  {
+    ReleaseGil nogil;
+    try {
+      comm->collective(call, false);
+    } catch (...) {
+      error = std::current_exception();
+    }
   }
-  Py_END_ALLOW_THREADS
   if (error) {
     set_python_error(error);
     return nullptr;
@@ -190,6 +230,34 @@ PyMethodDef g_fast_def = {"fast_collective", reinterpret_cast<PyCFunction>(reint
                           "Blocking collective on plain NumPy arrays; NotImplemented asks for the general path."};
 
 }  // namespace
+
+bool tensor_view(PyObject* o, uintptr_t* address, int64_t* count, DType* dtype) {
+  if (g_tensor_type == nullptr || Py_TYPE(o) != reinterpret_cast<PyTypeObject*>(g_tensor_type)) return false;
+  bool ok = false;
+  PyObject *cpu = nullptr, *layout = nullptr, *dt = nullptr, *contig = nullptr, *ptr = nullptr, *n = nullptr;
+  do {
+    if (!(cpu = PyObject_GetAttr(o, g_is_cpu)) || cpu != Py_True) break;
+    if (!(layout = PyObject_GetAttr(o, g_layout)) || layout != g_strided) break;
+    if (!(dt = PyObject_GetAttr(o, g_dtype))) break;
+    bool known = false;
+    for (const auto& [obj, code] : g_torch_dtypes)
+      if (obj == dt) known = true, *dtype = code;
+    if (!known) break;
+    if (!(contig = call0(o, g_is_contiguous)) || contig != Py_True) break;
+    if (!(ptr = call0(o, g_data_ptr)) || !(n = call0(o, g_numel))) break;
+    *address = reinterpret_cast<uintptr_t>(PyLong_AsVoidPtr(ptr));
+    *count = PyLong_AsLongLong(n);
+    ok = !PyErr_Occurred();
+  } while (false);
+  PyErr_Clear();
+  Py_XDECREF(cpu);
+  Py_XDECREF(layout);
+  Py_XDECREF(dt);
+  Py_XDECREF(contig);
+  Py_XDECREF(ptr);
+  Py_XDECREF(n);
+  return ok;
+}
 
 void bind_fast_call(py::module_& m) {
   g_auto = PyUnicode_InternFromString("auto");
@@ -208,6 +276,25 @@ void bind_fast_call(py::module_& m) {
         g_array_type = type.inc_ref().ptr();
       },
       "Tell the fast path which type is numpy.ndarray (commlib.buffers does, at import).");
+  m.def(
+      "register_torch_types",
+      [](py::handle tensor_type, py::handle strided, py::dict dtypes) {
+        if (!PyType_Check(tensor_type.ptr())) throw py::type_error("register_torch_types: expected torch.Tensor");
+        g_torch_dtypes.clear();
+        for (auto item : dtypes) {
+          g_torch_dtypes.emplace_back(item.first.inc_ref().ptr(), parse_dtype(py::cast<std::string>(item.second)));
+        }
+        g_strided = strided.inc_ref().ptr();
+        g_is_cpu = PyUnicode_InternFromString("is_cpu");
+        g_layout = PyUnicode_InternFromString("layout");
+        g_dtype = PyUnicode_InternFromString("dtype");
+        g_is_contiguous = PyUnicode_InternFromString("is_contiguous");
+        g_data_ptr = PyUnicode_InternFromString("data_ptr");
+        g_numel = PyUnicode_InternFromString("numel");
+        g_tensor_type = tensor_type.inc_ref().ptr();
+      },
+      "Let the fast path take torch CPU tensors (commlib.torch does, at import): torch.Tensor, "
+      "torch.strided and {torch dtype: commlib dtype name}.");
   m.def(
       "core_address", [](Communicator& c) { return reinterpret_cast<uintptr_t>(&c); },
       "Address of a Communicator core, for fast_collective (the caller keeps the core alive).");

@@ -155,6 +155,10 @@ std::shared_ptr<Work> Communicator::submit(Job&& job, bool async) {
   return nullptr;
 }
 
+std::shared_ptr<Work> Communicator::submit_function(std::function<void()> job, bool async) {
+  return submit(std::move(job), async);
+}
+
 void Communicator::worker_loop() {
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {

@@ -94,6 +94,9 @@ class Communicator {
   // Returns a Work for async calls; nullptr once a blocking call completed.
   std::shared_ptr<Work> collective(const CollectiveCall& call, bool async);
   std::shared_ptr<Work> p2p(std::vector<P2PItem> items, DType dtype, bool async);
+  // Receives `count` elements from whichever peer sends first (in FIFO order with other calls) and
+  // writes that peer's rank to *source (engine/recv_any.cc).
+  std::shared_ptr<Work> recv_any(uintptr_t ptr, int64_t count, DType dtype, int32_t* source, bool async);
 
   // Called once every rank has joined: turns on single-copy transfers where the OS allows them.
   bool enable_direct_reads() { return transport_->enable_direct_reads(); }
@@ -116,9 +119,12 @@ class Communicator {
   // std::function: no per-call allocation on the latency path.
   template <typename Job>
   std::shared_ptr<Work> submit(Job&& job, bool async);
+  // submit() for jobs built in other files (the template is defined in communicator.cc).
+  std::shared_ptr<Work> submit_function(std::function<void()> job, bool async);
   void worker_loop();
   void run_collective(const CollectiveCall& call);
   void run_p2p(const std::vector<P2PItem>& items, DType dtype);
+  int wait_for_any_sender(DType dtype, int64_t count);
   // The schedule and chosen algorithm (1-based index) of a call; built and cached on first use.
   struct Planned {
     Schedule sched;

@@ -1,6 +1,7 @@
 #include "engine/executor.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "engine/describe.h"
@@ -204,9 +205,12 @@ void Executor::on_idle(std::vector<ExecOp>& ops, const CallDesc& call, Clock::ti
     for (const ExecOp& o : ops) {
       if (!is_comm(o.kind) || o.finished) continue;
       const char* doing = o.kind == OpKind::Send ? "send to" : "receive from";
-      fail(ErrorKind::Peer, "rank " + std::to_string(o.peer) + " did not answer for " +
-                                std::to_string(static_cast<int>(opts_.timeout_s)) + " s (COMMLIB_TIMEOUT) during " +
-                                what() + "; rank " + std::to_string(me) + " was waiting to " + doing + " it (" +
+      // " timeout " and no variable name: the timeout comes from init(timeout=), a torch group's
+      // timeout= or COMMLIB_TIMEOUT, and torch users' code matches torch's wording.
+      char secs[32];
+      std::snprintf(secs, sizeof secs, "%g", opts_.timeout_s);
+      fail(ErrorKind::Peer, "rank " + std::to_string(o.peer) + " did not answer within the communicator's timeout (" +
+                                secs + " s) during " + what() + "; rank " + std::to_string(me) + " was waiting to " + doing + " it (" +
                                 std::to_string(o.bytes - o.done) + " bytes left)");
     }
   }

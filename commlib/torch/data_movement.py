@@ -1,0 +1,303 @@
+"""The data-movement collectives of the torch backend: all-gather, reduce-scatter, all-to-all,
+gather and scatter, in their list, single-tensor and coalesced forms.
+
+Uneven blocks (torch allows them in lists) are padded to the largest block for the core and cut
+back by a finalizer; dtypes the core does not know move as bytes.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from commlib.torch.staging import NATIVE, as_bytes, op_of, out_bytes, reduction_staging
+
+
+class DataMovementMixin:
+    """Collectives of ``ProcessGroupCommlib`` that gather, scatter or exchange blocks (needs
+    ``_comm``, ``_algo``, ``_run`` and ``_issue``)."""
+
+    # -- all_gather -------------------------------------------------------------------------
+    def _gather_flat(self, call, async_op, outputs, inp):
+        """all_gather ``inp`` into the list ``outputs`` (one tensor per rank, equal or not)."""
+        P = self.size()
+        if len(outputs) != P:
+            raise ValueError(f"output_tensor_list: has {len(outputs)} tensors, expected {P}")
+        src = as_bytes(inp)
+        n = src.numel()
+        sizes = [as_bytes(o).numel() if o.dtype == inp.dtype else -1 for o in outputs]
+        if any(o.dtype != inp.dtype for o in outputs):
+            raise TypeError("output_tensor_list: dtypes differ from the input's")
+        if sizes[self.rank()] != n:
+            raise ValueError(f"output_tensor_list[{self.rank()}]: has {outputs[self.rank()].numel()}"
+                             f" elements, input has {inp.numel()}")
+        m = max(sizes)
+        if m != n:  # uneven: pad every block to the largest
+            padded = torch.zeros(m, dtype=src.dtype)
+            padded[:n] = src
+            src = padded
+        flat = torch.empty(m * P, dtype=src.dtype)
+        self._issue(call, async_op, self._comm.all_gather(
+            flat, src, algorithm=self._algo["all_gather"], async_op=async_op))
+
+        def unpack():
+            with torch.no_grad():
+                for r, o in enumerate(outputs):
+                    blk = flat[r * m:r * m + sizes[r]]
+                    o.copy_(blk.view(o.dtype).view(o.shape) if blk.dtype != o.dtype
+                            else blk.view(o.shape))
+        call.finals.append(unpack)
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        opts = opts if opts is not None else dist.AllgatherOptions()
+        if len(output_tensors) != len(input_tensors):
+            raise ValueError("allgather: one output list per input tensor expected")
+
+        def body(call, async_op):
+            for outs, inp in zip(output_tensors, input_tensors):
+                self._gather_flat(call, async_op, list(outs), inp)
+        return self._run(opts.asyncOp, [list(o) for o in output_tensors], body)
+
+    def allgather_coalesced(self, output_lists, input_list, opts=None):
+        """torch passes one list per *rank* (``output_lists[r][i]``: rank r's i-th input), while
+        ``allgather`` takes one list per *input*: transpose, after checking the shape."""
+        opts = opts if opts is not None else dist.AllgatherOptions()
+        P, ins = self.size(), list(input_list)
+        output_lists = [list(o) for o in output_lists]
+        if len(output_lists) != P:
+            raise ValueError(f"output_lists: has {len(output_lists)} lists, expected one per rank ({P})")
+        for r, outs in enumerate(output_lists):
+            if len(outs) != len(ins):
+                raise ValueError(f"output_lists[{r}]: has {len(outs)} tensors, expected one per input "
+                                 f"({len(ins)})")
+        per_input = [[output_lists[r][i] for r in range(P)] for i in range(len(ins))]
+
+        def body(call, async_op):
+            for outs, inp in zip(per_input, ins):
+                self._gather_flat(call, async_op, outs, inp)
+        return self._run(opts.asyncOp, output_lists, body)
+
+    def _all_gather_single_into(self, call, async_op, output, inp):
+        P = self.size()
+        if output.dtype != inp.dtype:
+            raise TypeError(f"output_tensor: dtype {output.dtype} differs from input's {inp.dtype}")
+        if output.numel() != inp.numel() * P:
+            raise ValueError(f"output_tensor: has {output.numel()} elements, expected "
+                             f"world_size*input = {P}*{inp.numel()}")
+        st = out_bytes(output)
+        src = as_bytes(inp)
+        self._issue(call, async_op, self._comm.all_gather(
+            st.buf, src, algorithm=self._algo["all_gather"], async_op=async_op))
+        if st.copy:
+            call.finals.append(st.done)
+
+    def all_gather_single(self, output_tensor, input_tensor, opts=None):
+        opts = opts if opts is not None else dist.AllgatherOptions()
+        return self._run(opts.asyncOp, [output_tensor],
+                         lambda c, a: self._all_gather_single_into(c, a, output_tensor, input_tensor))
+
+    _allgather_base = all_gather_single
+
+    def all_gather_single_coalesced(self, output_tensors, input_tensors, opts=None):
+        opts = opts if opts is not None else dist.AllgatherOptions()
+        outs, ins = list(output_tensors), list(input_tensors)
+
+        def body(call, async_op):
+            for o, i in zip(outs, ins):
+                self._all_gather_single_into(call, async_op, o, i)
+        return self._run(opts.asyncOp, outs, body)
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    # -- reduce_scatter ---------------------------------------------------------------------
+    def _reduce_scatter_single_into(self, call, async_op, output, inp, reduce_op):
+        P = self.size()
+        op, scale = op_of(reduce_op)
+        if output.dtype != inp.dtype:
+            raise TypeError(f"output: dtype {output.dtype} differs from input's {inp.dtype}")
+        if inp.numel() != output.numel() * P:
+            raise ValueError(f"input: has {inp.numel()} elements, expected world_size*output = "
+                             f"{P}*{output.numel()}")
+        obuf, op2, fin = reduction_staging(output, op)
+        ibuf, _, _ = reduction_staging(inp, op)  # read only: views are fine
+        self._issue(call, async_op, self._comm.reduce_scatter(
+            obuf, ibuf, op=op2, algorithm=self._algo["reduce_scatter"], async_op=async_op,
+            scale=scale if op2 == "premul_sum" else None))
+        if fin is not None:
+            call.finals.append(fin)
+
+    def reduce_scatter_single(self, output_tensor, input_tensor, opts=None):
+        opts = opts if opts is not None else dist.ReduceScatterOptions()
+        return self._run(opts.asyncOp, [output_tensor], lambda c, a: self._reduce_scatter_single_into(
+            c, a, output_tensor, input_tensor, opts.reduceOp))
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter_single_coalesced(self, output_tensors, input_tensors, opts=None):
+        opts = opts if opts is not None else dist.ReduceScatterOptions()
+        outs, ins = list(output_tensors), list(input_tensors)
+
+        def body(call, async_op):
+            for o, i in zip(outs, ins):
+                self._reduce_scatter_single_into(call, async_op, o, i, opts.reduceOp)
+        return self._run(opts.asyncOp, outs, body)
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        opts = opts if opts is not None else dist.ReduceScatterOptions()
+        outs = list(output_tensors)
+        P = self.size()
+
+        def body(call, async_op):
+            for out, ins in zip(outs, input_tensors):
+                ins = list(ins)
+                if len(ins) != P:
+                    raise ValueError(f"input_list: has {len(ins)} tensors, expected {P}")
+                sizes = [x.numel() for x in ins]
+                if sizes[self.rank()] != out.numel():
+                    raise ValueError(f"input_list[{self.rank()}]: has {sizes[self.rank()]} elements,"
+                                     f" output has {out.numel()}")
+                m = max(sizes)
+                if all(s == m for s in sizes):
+                    flat = torch.cat([x.detach().reshape(-1) for x in ins])
+                else:  # uneven blocks: pad each to the largest (padding is discarded)
+                    flat = torch.zeros(m * P, dtype=out.dtype)
+                    for r, x in enumerate(ins):
+                        flat[r * m:r * m + sizes[r]] = x.detach().reshape(-1)
+                tmp = torch.empty(m, dtype=out.dtype)
+                self._reduce_scatter_single_into(call, async_op, tmp, flat, opts.reduceOp)
+
+                def fin(out=out, tmp=tmp):
+                    with torch.no_grad():
+                        out.copy_(tmp[:out.numel()].view(out.shape))
+                call.finals.append(fin)
+        return self._run(opts.asyncOp, outs, body)
+
+    # -- all_to_all -------------------------------------------------------------------------
+    def _alltoallv(self, call, async_op, obuf, ibuf, osplits, isplits):
+        equal = (all(s == osplits[0] for s in osplits) and list(osplits) == list(isplits)
+                 and obuf.numel() == ibuf.numel())
+        if equal:
+            w = self._comm.all_to_all(obuf, ibuf, algorithm=self._algo["all_to_all"],
+                                      async_op=async_op)
+        else:
+            w = self._comm.all_to_all(obuf, ibuf, async_op=async_op,
+                                      output_splits=list(osplits), input_splits=list(isplits))
+        self._issue(call, async_op, w)
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        opts = opts if opts is not None else dist.AllToAllOptions()
+        P = self.size()
+
+        def body(call, async_op):
+            if output.dtype != input.dtype:
+                raise TypeError(f"output: dtype {output.dtype} differs from input's {input.dtype}")
+            st = out_bytes(output)
+            ibuf = as_bytes(input)
+            if ibuf.data_ptr() == st.buf.data_ptr() and ibuf.numel():
+                ibuf = ibuf.clone()
+            o_row = st.buf.numel() // output.shape[0] if output.dim() and output.shape[0] else 0
+            i_row = ibuf.numel() // input.shape[0] if input.dim() and input.shape[0] else 0
+            if output_split_sizes:
+                osp = [int(s) * o_row for s in output_split_sizes]
+            else:
+                if st.buf.numel() % P:
+                    raise ValueError(f"output: {output.numel()} elements do not split over {P} ranks")
+                osp = [st.buf.numel() // P] * P
+            if input_split_sizes:
+                isp = [int(s) * i_row for s in input_split_sizes]
+            else:
+                if ibuf.numel() % P:
+                    raise ValueError(f"input: {input.numel()} elements do not split over {P} ranks")
+                isp = [ibuf.numel() // P] * P
+            self._alltoallv(call, async_op, st.buf, ibuf, osp, isp)
+            if st.copy:
+                call.finals.append(st.done)
+        return self._run(opts.asyncOp, [output], body)
+
+    alltoall_base = all_to_all_single
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        opts = opts if opts is not None else dist.AllToAllOptions()
+        outs, ins = list(output_tensors), list(input_tensors)
+        P = self.size()
+
+        def body(call, async_op):
+            if len(outs) != P or len(ins) != P:
+                raise ValueError(f"alltoall: expected {P} output and {P} input tensors")
+            dt = ins[0].dtype
+            if any(x.dtype != dt for x in outs + ins):
+                raise TypeError("alltoall: all tensors must have the same dtype")
+            ib = [as_bytes(x) for x in ins]
+            ibuf = torch.cat(ib) if ib else torch.empty(0)
+            osp = [as_bytes(o).numel() if o.is_contiguous() else o.numel() * (
+                1 if o.dtype in NATIVE else o.element_size()) for o in outs]
+            obuf = torch.empty(sum(osp), dtype=ibuf.dtype)
+            self._alltoallv(call, async_op, obuf, ibuf, osp, [x.numel() for x in ib])
+
+            def unpack():
+                off = 0
+                with torch.no_grad():
+                    for o, n in zip(outs, osp):
+                        blk = obuf[off:off + n]
+                        o.copy_(blk.view(o.dtype).view(o.shape) if blk.dtype != o.dtype
+                                else blk.view(o.shape))
+                        off += n
+            call.finals.append(unpack)
+        return self._run(opts.asyncOp, outs, body)
+
+    # -- gather / scatter -------------------------------------------------------------------
+    def gather(self, output_tensors, input_tensors, opts=None):
+        opts = opts if opts is not None else dist.GatherOptions()
+        root = opts.rootRank
+        P = self.size()
+        inp = input_tensors[0]
+
+        def body(call, async_op):
+            src = as_bytes(inp)
+            flat = None
+            outs = list(output_tensors[0]) if self.rank() == root else []
+            if self.rank() == root:
+                if len(outs) != P:
+                    raise ValueError(f"gather_list: has {len(outs)} tensors, expected {P}")
+                for r, o in enumerate(outs):
+                    if o.numel() != inp.numel() or o.dtype != inp.dtype:
+                        raise ValueError(f"gather_list[{r}]: size/dtype differs from the input's")
+                flat = torch.empty(src.numel() * P, dtype=src.dtype)
+            self._issue(call, async_op, self._comm.gather(
+                flat, src, root=root, algorithm=self._algo["gather"], async_op=async_op))
+            if self.rank() == root:
+                n = src.numel()
+
+                def unpack():
+                    with torch.no_grad():
+                        for r, o in enumerate(outs):
+                            blk = flat[r * n:(r + 1) * n]
+                            o.copy_(blk.view(o.dtype).view(o.shape) if blk.dtype != o.dtype
+                                    else blk.view(o.shape))
+                call.finals.append(unpack)
+        result = [list(o) for o in output_tensors] if output_tensors else []
+        return self._run(opts.asyncOp, result, body)
+
+    def scatter(self, output_tensors, input_tensors, opts=None):
+        opts = opts if opts is not None else dist.ScatterOptions()
+        root = opts.rootRank
+        P = self.size()
+        out = output_tensors[0]
+
+        def body(call, async_op):
+            st = out_bytes(out)
+            flat = None
+            if self.rank() == root:
+                ins = list(input_tensors[0])
+                if len(ins) != P:
+                    raise ValueError(f"scatter_list: has {len(ins)} tensors, expected {P}")
+                for r, x in enumerate(ins):
+                    if x.numel() != out.numel() or x.dtype != out.dtype:
+                        raise ValueError(f"scatter_list[{r}]: size/dtype differs from the output's")
+                flat = torch.cat([as_bytes(x) for x in ins])
+            self._issue(call, async_op, self._comm.scatter(
+                st.buf, flat, root=root, algorithm=self._algo["scatter"], async_op=async_op))
+            if st.copy:
+                call.finals.append(st.done)
+        return self._run(opts.asyncOp, list(output_tensors), body)
