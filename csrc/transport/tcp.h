@@ -87,6 +87,7 @@ class TcpTransport final : public Transport {
   void progress_loop();
   void on_readable(Conn& c);
   bool handle_frame_header(Conn& c);
+  bool ring_has_space(Conn& c);
   void handle_control(Conn& c);
   bool flush(Conn& c);  // with c.send_mu held; true when nothing is left to write
   void enqueue_control(Conn& c, uint16_t type, const void* body, size_t n);

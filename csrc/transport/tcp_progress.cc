@@ -82,7 +82,9 @@ void TcpTransport::update_interest(Conn& c) {
   epoll_event ev{};
   ev.events = want;
   ev.data.u64 = kTagConn | static_cast<uint64_t>(c.peer);
-  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.fd.load(), &ev);
+  // Nothing wanted: leave epoll altogether, or an end of stream (always reported) would spin us.
+  const int how = want == 0 ? EPOLL_CTL_DEL : c.interest == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
+  epoll_ctl(epoll_fd_, how, c.fd.load(), &ev);
   c.interest = want;
 }
 
@@ -121,6 +123,9 @@ void TcpTransport::on_readable(Conn& c) {
         dst = g_discard;
         want = std::min(sizeof(g_discard), c.hdr.length - c.body_got);
       } else {
+        // Only into a free slot: an end of stream or error wakes this thread even while the ring
+        // is full, and the slot at tail is then the oldest unread chunk.
+        if (c.body_got == 0 && !ring_has_space(c)) return;
         dst = c.recv_slot(c.recv_tail.load(std::memory_order_relaxed), stride, cfg_.nslots) + c.body_got;
         // The chunk header first, alone, so it is checked before the payload lands behind it.
         want = c.body_got < sizeof(ChunkHeader) ? sizeof(ChunkHeader) - c.body_got : c.hdr.length - c.body_got;
@@ -209,7 +214,12 @@ bool TcpTransport::handle_frame_header(Conn& c) {
     return true;
   }
   if (draining_.load()) return true;
-  // A data frame needs a free receive slot; without one, stop reading until the caller frees one.
+  return ring_has_space(c);
+}
+
+// A data frame needs a free receive slot; without one, stop reading (and watching) the socket
+// until the caller frees one (release_recv pokes the eventfd when it sees rx_stalled).
+bool TcpTransport::ring_has_space(Conn& c) {
   if (c.recv_tail.load(std::memory_order_relaxed) - c.recv_head.load(std::memory_order_seq_cst) < cfg_.nslots)
     return true;
   c.rx_stalled.store(true, std::memory_order_seq_cst);
