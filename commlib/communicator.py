@@ -155,6 +155,14 @@ class Communicator:
         """Seconds a blocked call waits on a silent peer before raising PeerError."""
         return self._timeout
 
+    @property
+    def topology(self):
+        """Hosts, the ranks on each, and the link (self/shm/tcp) to every rank: a
+        :class:`commlib.bootstrap.Topology`."""
+        from commlib.bootstrap import Topology
+
+        return Topology(list(self._core.host_names), list(self._core.host_of), list(self._core.link_kinds))
+
     def __repr__(self):
         return f"Communicator(rank={self._rank}, size={self._size}, prefix={self._prefix!r})"
 

@@ -1,9 +1,11 @@
 """Rendezvous: find the ranks, share the shared-memory region, build communicators.
 
-Rank 0 creates the region as a memfd (anonymous: nothing appears in /dev/shm, and a crash leaves
-nothing behind), sizes and seals it (it can no longer shrink or grow), and publishes a record of
-itself through the store; the other ranks receive the descriptor itself from rank 0 over a Unix
-socket (commlib/fdpass.py), the C++ core checks it (a sealed memfd of our user, of the size and
+Ranks on one host share a region; ranks on different hosts talk over TCP (commlib.bootstrap finds
+the hosts and exchanges the TCP addresses). Each host's lowest rank (its leader) creates the
+host's region as a memfd (anonymous: nothing appears in /dev/shm, and a crash leaves nothing
+behind), sizes and seals it (it can no longer shrink or grow), and publishes a record of itself
+through the store; the other ranks of the host receive the descriptor itself from their leader
+over a Unix socket (commlib/fdpass.py), the C++ core checks it (a sealed memfd of our user, of the size and
 layout this rank computed), maps it, and says so. Every value read from the store is parsed
 strictly, and signed when COMMLIB_SECRET is set (commlib/secret.py). A rank that finds a problem
 (a different world size, a malformed value) publishes it under ``<prefix>/error`` so every rank
@@ -19,7 +21,7 @@ import sys
 import time
 from typing import Optional
 
-from commlib import _C, settings
+from commlib import _C, bootstrap, settings
 from commlib.communicator import Communicator
 from commlib.errors import CommError, RendezvousError
 from commlib.fdpass import FdServer, receive_fd
@@ -220,29 +222,51 @@ def create(store, prefix: str, rank: int, size: int, timeout: float) -> Communic
             raise
         raise RendezvousError(f"rendezvous {prefix!r} on rank {rank}: {e}") from e
     if rank == 0:
-        _log(1, f"{prefix}: {size} ranks on {socket.gethostname()}, transport shm, "
-                f"{_C.shm_region_bytes(size) >> 20} MiB region, single-copy reads "
+        topo = core_topology(core)
+        links = "shm" if len(topo.hosts) == 1 else "shm within hosts, tcp across"
+        _log(1, f"{prefix}: {size} ranks on {topo}, transport {links}, single-copy reads "
                 f"{'on' if direct else 'off'}, timeout {timeout:g} s")
+        note = bootstrap.unauthenticated_note(topo)
+        if note:
+            _log(1, f"{prefix}: {note}")
     return Communicator(core, store, prefix, rank, size, timeout, split=split_communicator)
 
 
+def core_topology(core) -> "bootstrap.Topology":
+    return bootstrap.Topology(list(core.host_names), list(core.host_of), list(core.link_kinds))
+
+
 def _create_core(rdv: _Rendezvous, rank: int, size: int, timeout: float):
-    host = socket.gethostname()
-    region_bytes = _C.shm_region_bytes(size)
-    if rank == 0:
-        fd = _make_region(size, rdv.prefix)
+    topo = bootstrap.discover_hosts(rdv, rank, size)
+    hidx = topo.host_of[rank]
+    local = topo.ranks_on(hidx)
+    local_size, leader, local_rank = len(local), local[0], local.index(rank)
+    host = topo.hosts[hidx]
+    region_bytes = _C.shm_region_bytes(local_size)
+    # Host 0 (rank 0's) keeps the single-host key names ("shm", "ready"); other hosts add "/<host>".
+    shm_key, ready_key = ("shm", "ready") if hidx == 0 else (f"shm/{hidx}", f"ready/{hidx}")
+    endpoint = None
+    if len(topo.hosts) > 1:  # listen before the address is published; connect once all listen
+        endpoint = bootstrap.listen(rdv, rank, topo, timeout, debug_level())
+
+    def make_core(fd):
+        return _C.Communicator(rank, size, fd, topo.host_of, topo.hosts, endpoint, timeout, rdv.prefix,
+                               debug_level())
+
+    if rank == leader:
+        fd = _make_region(local_size, rdv.prefix)
         server = None
         try:
-            # Rank 0 lays out the region before anyone may receive it.
-            core = _C.Communicator(rank, size, fd, timeout, rdv.prefix, debug_level())
-            if size > 1:
-                server = FdServer(fd, size)
-                rdv.set("shm", json.dumps({"pid": os.getpid(), "size": size, "host": host,
-                                           "socket": server.name, "bytes": region_bytes}))
-                while len(server.served) < size - 1:
+            # The leader lays out the region before anyone may receive it.
+            core = make_core(fd)
+            if local_size > 1:
+                server = FdServer(fd, local_size)  # serves local ranks 1..local_size-1
+                rdv.set(shm_key, json.dumps({"pid": os.getpid(), "size": size, "host": host,
+                                                   "socket": server.name, "bytes": region_bytes}))
+                while len(server.served) < local_size - 1:
                     rdv.raise_reported()
                     if time.monotonic() > rdv.deadline:
-                        missing = sorted(set(range(1, size)) - server.served)
+                        missing = sorted(local[i] for i in set(range(1, local_size)) - server.served)
                         raise RendezvousError(f"rendezvous {rdv.prefix!r}: ranks {missing} did not fetch the "
                                               f"shared-memory region within {timeout:g} s (COMMLIB_TIMEOUT)")
                     server.serve_one(0.05)
@@ -251,32 +275,33 @@ def _create_core(rdv: _Rendezvous, rank: int, size: int, timeout: float):
                 server.close()
             os.close(fd)  # the mapping keeps the region; peers hold their own descriptors
     else:
-        rec = _parse_record(rdv.wait("shm", "rank 0 to publish the shared-memory region"), _REGION_FIELDS,
-                            f"rendezvous {rdv.prefix!r}: rank 0's region record")
+        rec = _parse_record(rdv.wait(shm_key, f"rank {leader} to publish host {host}'s shared-memory region"),
+                            _REGION_FIELDS, f"rendezvous {rdv.prefix!r}: rank {leader}'s region record")
         if rec["size"] != size:
-            raise RendezvousError(f"world size mismatch: rank {rank} has world_size {size} but rank 0 has "
+            raise RendezvousError(f"world size mismatch: rank {rank} has world_size {size} but rank {leader} has "
                                   f"{rec['size']} (check WORLD_SIZE on every rank)")
         if rec["host"] != host:
-            raise RendezvousError(f"rank {rank} runs on {host} but rank 0 on {rec['host']}: this build's "
-                                  "transport is shared memory, so all ranks must share one host")
+            raise RendezvousError(f"rank {rank} on host {host} got the region record of host {rec['host']!r}")
         if rec["bytes"] != region_bytes:
-            raise RendezvousError(f"rank {rank} computed a {region_bytes}-byte region but rank 0 made "
+            raise RendezvousError(f"rank {rank} computed a {region_bytes}-byte region but rank {leader} made "
                                   f"{rec['bytes']} bytes (COMMLIB_SHM_SLOTS / COMMLIB_SHM_SLOT_BYTES must be "
                                   "the same on every rank)")
-        fd = receive_fd(rec["socket"], rec["pid"], rank, max(0.1, rdv.deadline - time.monotonic()))
+        fd = receive_fd(rec["socket"], rec["pid"], local_rank, max(0.1, rdv.deadline - time.monotonic()))
         try:
-            core = _C.Communicator(rank, size, fd, timeout, rdv.prefix, debug_level())
+            core = make_core(fd)
         finally:
             os.close(fd)
     try:
-        # Every rank mapped the region and published its pid once rank 0 says ready.
+        # Every rank of the host mapped the region and published its pid once the leader says ready.
         rdv.set(f"mapped/{rank}", b"1")
-        if rank == 0:
-            for r in range(1, size):
+        if rank == leader:
+            for r in local[1:]:
                 _expect_flag(rdv, f"mapped/{r}", f"rank {r} to map the region")
-            rdv.set("ready", b"1")
+            rdv.set(ready_key, b"1")
         else:
-            _expect_flag(rdv, "ready", "rank 0 to see every rank mapped")
+            _expect_flag(rdv, ready_key, f"rank {leader} to see every rank of host {host} mapped")
+        if endpoint is not None:
+            core.connect(bootstrap.addresses(rdv, rank, topo))
     except BaseException:
         core.close()  # now, not at garbage collection: peers that got further see this rank close
         raise

@@ -52,6 +52,11 @@ def add_arguments(p: argparse.ArgumentParser):
                         "reduce, gather, scatter)")
     p.add_argument("--np", type=int, default=4, dest="np_",
                    help="local ranks to start (ignored inside torchrun/srun/mpirun; default 4)")
+    p.add_argument("--hosts", type=int, default=1,
+                   help="local runs: split the ranks into this many emulated hosts (contiguous rank "
+                        "groups, COMMLIB_HOST_ID): shared memory inside a host, TCP between hosts "
+                        "(default 1). COMMLIB_SOCKET_IFNAME picks the interface (default here: lo); "
+                        "Open MPI then uses --mca btl tcp,self so it crosses the same kind of link")
     p.add_argument("-b", "--minbytes", default="8", help="smallest size (default 8)")
     p.add_argument("-e", "--maxbytes", default="16M", help="largest size, always included (default 16M)")
     p.add_argument("-f", "--stepfactor", type=float, default=4.0, help="size factor (default 4)")
@@ -244,23 +249,37 @@ def _env(extra):
     return env
 
 
-def _launch_local(name, cfg_path, part, P, timeout):
+def host_of_ranks(P: int, hosts: int):
+    """Emulated host of each of P ranks: contiguous groups, the first P % hosts one rank larger."""
+    out = []
+    for h in range(hosts):
+        out += [h] * (P // hosts + (h < P % hosts))
+    return out
+
+
+def _launch_local(name, cfg_path, part, P, timeout, hosts=1):
     port = C.free_port()
     args = []
+    host_of = host_of_ranks(P, hosts)
     for r in range(P):
         env = _env({"RANK": str(r), "WORLD_SIZE": str(P), "LOCAL_RANK": str(r),
                     "LOCAL_WORLD_SIZE": str(P), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+        if hosts > 1:
+            env["COMMLIB_HOST_ID"] = f"host{host_of[r]}"
+            env.setdefault("COMMLIB_SOCKET_IFNAME", "lo")
         args.append(([sys.executable, "-m", "commlib.bench.launcher", "--backend", name,
                       "--config", cfg_path, "--out", part], env))
     return _run_job(args, timeout, name)
 
 
-def _launch_mpi(cfg_path, part, P, timeout):
+def _launch_mpi(cfg_path, part, P, timeout, hosts=1):
     from commlib.bench import mpi_peer
     ok, where = mpi_peer.available()
     if not ok:
         return False, where
     cmd = mpi_peer.mpirun_command(where, P, ["--config", cfg_path, "--out", part])
+    if hosts > 1:  # emulated hosts: MPI over TCP like commlib's inter-host links
+        cmd[1:1] = ["--mca", "btl", "tcp,self"]
     C.log("# mpi: " + " ".join(cmd[:cmd.index(sys.executable)]))
     env = _env({})
     for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
@@ -296,12 +315,16 @@ def run(a) -> int:
     if P < 1:
         raise SystemExit("commlib bench: --np must be >= 1")
     cfg["world_size"] = P
+    if not 1 <= a.hosts <= P:
+        raise SystemExit("commlib bench: --hosts must be in 1..--np")
+    cfg["hosts"] = a.hosts
     results, backends, status = [], {}, 0
     with tempfile.TemporaryDirectory(prefix="commlib-bench-") as tmp:
         cfg_path = os.path.join(tmp, "config.json")
         with open(cfg_path, "w") as f:
             json.dump(cfg, f)
-        C.log(f"# commlib bench: {P} ranks, {len(cfg['sizes'])} sizes "
+        C.log(f"# commlib bench: {P} ranks" + (f" on {a.hosts} emulated hosts" if a.hosts > 1 else "") +
+              f", {len(cfg['sizes'])} sizes "
               f"({C.fmt_bytes(cfg['sizes'][0])}..{C.fmt_bytes(cfg['sizes'][-1])}), "
               f"{', '.join(cfg['collectives'])}; peers: {', '.join(cfg['peers']) or 'none'}")
         t0 = time.monotonic()
@@ -323,9 +346,9 @@ def run(a) -> int:
                     continue  # unavailable in an earlier pass (e.g. no MPI): do not retry
                 part = os.path.join(tmp, f"{name}{k}.json")
                 if name == "mpi":
-                    ok, msg = _launch_mpi(pcfg_path, part, P, a.timeout)
+                    ok, msg = _launch_mpi(pcfg_path, part, P, a.timeout, a.hosts)
                 else:
-                    ok, msg = _launch_local(name, pcfg_path, part, P, a.timeout)
+                    ok, msg = _launch_local(name, pcfg_path, part, P, a.timeout, a.hosts)
                 if os.path.exists(part):
                     with open(part) as f:
                         got = json.load(f)

@@ -36,7 +36,8 @@ def _worker(rank, size, port, conn, env):
     # One compute thread per rank: several ranks share 2 cores, and torch's default thread pool
     # per rank makes them fight (100x slower small matmuls). Set before anything imports torch.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    os.environ.update(env)
+    # A tuple value gives each rank its own setting (e.g. COMMLIB_HOST_ID for emulated hosts).
+    os.environ.update({k: v[rank] if isinstance(v, tuple) else v for k, v in env.items()})
     # Spawned children start with the parent's sys.path (so a test's helper modules import); the
     # package's own directory goes first so ranks never pick up another installed commlib.
     sys.path.insert(0, PACKAGE_PARENT)

@@ -9,6 +9,7 @@ namespace commlib {
 void bind_types(pybind11::module_& m);     // bindings/types_bindings.cc
 void bind_schedule(pybind11::module_& m);  // bindings/schedule_bindings.cc: schedule(), algorithms(), verify()
 void bind_kernels(pybind11::module_& m);   // bindings/kernels_bindings.cc: reduce_local() etc. for tests
+void bind_transport(pybind11::module_& m);  // bindings/transport_bindings.cc: TcpEndpoint, hmac_sha256
 void bind_comm(pybind11::module_& m);      // bindings/comm_bindings.cc: Communicator, Work, errors
 void bind_fast_call(pybind11::module_& m); // bindings/fast_call.cc: fast_collective (after bind_comm)
 void bind_device(pybind11::module_& m);    // bindings/device_bindings.cc: devices, stream engine (after bind_comm)

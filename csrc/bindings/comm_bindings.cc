@@ -7,6 +7,8 @@
 #include "engine/communicator.h"
 #include "common/errors.h"
 #include "schedule/registry.h"
+#include "bindings/transport_handles.h"
+#include "transport/fabric.h"
 #include "transport/shm.h"
 
 namespace py = pybind11;
@@ -100,14 +102,65 @@ void bind_comm(py::module_& m) {
       .def("is_completed", &Work::is_completed);
 
   py::class_<Communicator>(m, "Communicator")
-      .def(py::init([](int rank, int size, int fd, double timeout, const std::string& label, int debug) {
+      .def(py::init([](int rank, int size, int fd, std::vector<int> host_of, std::vector<std::string> host_names,
+                       TcpEndpoint* tcp, double timeout, const std::string& label,
+                       int debug) {
              if (size < 1) throw std::invalid_argument("world_size: must be at least 1");
              if (rank < 0 || rank >= size) throw std::invalid_argument("rank: out of range for world_size");
-             auto transport = std::make_unique<ShmTransport>(rank, size, fd, shm_config_from_env(size));
-             return new Communicator(std::move(transport), CommOptions{timeout, debug, label});
+             Topology topo;
+             topo.host_of = std::move(host_of);
+             topo.host_names = std::move(host_names);
+             if (static_cast<int>(topo.host_of.size()) != size) throw std::invalid_argument("host_of: one entry per rank");
+             for (int h : topo.host_of)
+               if (h < 0 || h >= topo.hosts()) throw std::invalid_argument("host_of: host index out of range");
+             const std::vector<int> mine = topo.ranks_on(topo.host_of[rank]);
+             int local_rank = 0;
+             while (mine[local_rank] != rank) ++local_rank;
+             const int local_size = static_cast<int>(mine.size());
+             auto shm = std::make_unique<ShmTransport>(local_rank, local_size, fd, shm_config_from_env(local_size));
+             std::unique_ptr<TcpTransport> net;
+             if (topo.hosts() > 1) {
+               if (!tcp || !tcp->transport) throw std::invalid_argument("tcp: ranks on other hosts need a TcpEndpoint");
+               net = std::move(tcp->transport);
+             }
+             auto fabric = std::make_unique<Fabric>(rank, size, std::move(topo), std::move(shm), std::move(net));
+             return new Communicator(std::move(fabric), CommOptions{timeout, debug, label});
+           }),
+           py::arg("rank"), py::arg("size"), py::arg("fd"), py::arg("host_of"), py::arg("host_names"),
+           py::arg("tcp"), py::arg("timeout"), py::arg("label") = "", py::arg("debug") = 0)
+      .def(py::init([](int rank, int size, int fd, double timeout, const std::string& label, int debug) {
+             // Every rank on this host: the shm region is the whole communicator's.
+             if (size < 1) throw std::invalid_argument("world_size: must be at least 1");
+             if (rank < 0 || rank >= size) throw std::invalid_argument("rank: out of range for world_size");
+             Topology topo;
+             topo.host_of.assign(size, 0);
+             topo.host_names = {"localhost"};
+             auto shm = std::make_unique<ShmTransport>(rank, size, fd, shm_config_from_env(size));
+             auto fabric = std::make_unique<Fabric>(rank, size, std::move(topo), std::move(shm), nullptr);
+             return new Communicator(std::move(fabric), CommOptions{timeout, debug, label});
            }),
            py::arg("rank"), py::arg("size"), py::arg("fd"), py::arg("timeout"), py::arg("label") = "",
            py::arg("debug") = 0)
+      .def_property_readonly("host_of", [](const Communicator& c) { return c.topology().host_of; })
+      .def_property_readonly("host_names", [](const Communicator& c) { return c.topology().host_names; })
+      .def_property_readonly("link_kinds", &Communicator::link_kinds)
+      .def(
+          "auto_choice",
+          [](const Communicator& c, const std::string& coll, int64_t bytes) {
+            return c.auto_choice(parse_collective(coll), bytes);
+          },
+          "The algorithm auto picks for `coll` of `bytes` on this communicator's links.")
+      .def(
+          "connect",
+          [](Communicator& c, const std::vector<std::string>& addresses) {
+            if (!c.tcp()) throw std::invalid_argument("connect: this communicator has no TCP links");
+            py::gil_scoped_release release;  // waits for the peers
+            c.tcp()->connect(addresses);
+          },
+          "Connects the TCP links (every rank's listening address by rank) once every rank listens.")
+      .def("tcp_rejected", [](Communicator& c) { return c.tcp() ? c.tcp()->rejected() : 0; },
+           "Connections the TCP listener refused so far (bad handshakes, garbage).")
+      .def("tcp_address", [](Communicator& c) { return c.tcp() ? c.tcp()->address() : std::string(); })
       .def_property_readonly("rank", &Communicator::rank)
       .def_property_readonly("size", &Communicator::size)
       .def(

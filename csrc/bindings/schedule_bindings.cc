@@ -168,8 +168,9 @@ void bind_schedule(py::module_& m) {
   m.def(
       "schedule",
       [](const std::string& collective, const std::string& algorithm, int rank, int size, int64_t count,
-         int root, const std::string& dtype) {
+         int root, const std::string& dtype, std::vector<int> hosts) {
         CollArgs a;
+        a.host_of = std::move(hosts);
         a.coll = parse_collective(collective);
         a.rank = rank;
         a.size = size;
@@ -182,8 +183,9 @@ void bind_schedule(py::module_& m) {
         return schedule_to_py(build_schedule(a, name), name);
       },
       py::arg("collective"), py::arg("algorithm"), py::arg("rank"), py::arg("size"), py::arg("count"),
-      py::arg("root") = 0, py::arg("dtype") = "float32",
-      "One rank's schedule as a dict {steps, scratch_count, algorithm}.");
+      py::arg("root") = 0, py::arg("dtype") = "float32", py::arg("hosts") = std::vector<int>{},
+      "One rank's schedule as a dict {steps, scratch_count, algorithm}. `hosts`: every rank's host id "
+      "(hierarchical schedules; empty: one host).");
 
   m.def(
       "verify",

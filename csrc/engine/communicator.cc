@@ -36,8 +36,9 @@ void Work::run() {
   cv_.notify_all();
 }
 
-Communicator::Communicator(std::unique_ptr<Transport> transport, CommOptions opts)
+Communicator::Communicator(std::unique_ptr<Fabric> transport, CommOptions opts)
     : transport_(std::move(transport)),
+      topology_(transport_->topology()),
       exec_(*transport_, exec_options(opts)),
       opts_(std::move(opts)),
       rank_(transport_->rank()),
@@ -51,6 +52,13 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, CommOptions opt
     env_algo_.push_back(scheduled ? algorithm_override(cc) : std::string());
   }
   tuning_generation_ = tuning_generation();
+  for (int p = 0; p < size_; ++p) link_kinds_.push_back(transport_->link_kind(p));
+}
+
+std::vector<std::string> Communicator::link_kinds() const {
+  std::vector<std::string> out;
+  for (LinkKind k : link_kinds_) out.push_back(link_kind_name(k));
+  return out;
 }
 
 Communicator::~Communicator() {

@@ -1,4 +1,5 @@
-// A communicator: one transport, one executor, a cache of built schedules, and a FIFO of calls.
+// A communicator: its links (a Fabric: shm within the host, tcp across hosts), one executor, a
+// cache of built schedules, and a FIFO of calls.
 // Its definition is split along those seams: communicator.cc (life cycle and the work queue),
 // plan_cache.cc (schedules built and cached per call shape), lowering.cc (a schedule's steps
 // resolved to addresses and run on the executor), comm_options.cc (settings), describe.cc (describe_call, bounds-checked: codes come from peers).
@@ -26,7 +27,7 @@
 #include "engine/comm_options.h"
 #include "engine/executor.h"
 #include "schedule/ir.h"
-#include "transport/transport.h"
+#include "transport/fabric.h"
 
 namespace commlib {
 
@@ -84,7 +85,7 @@ struct P2PItem {
 
 class Communicator {
  public:
-  Communicator(std::unique_ptr<Transport> transport, CommOptions opts);
+  Communicator(std::unique_ptr<Fabric> fabric, CommOptions opts);
   ~Communicator();
 
   int rank() const { return rank_; }
@@ -99,9 +100,15 @@ class Communicator {
 
   // Called once every rank has joined: turns on single-copy transfers where the OS allows them.
   bool enable_direct_reads() { return transport_->enable_direct_reads(); }
+  const Topology& topology() const { return topology_; }
+  // The kind of link to each rank ("self", "shm", "tcp"), by rank.
+  std::vector<std::string> link_kinds() const;
+  TcpTransport* tcp() { return transport_ ? transport_->tcp() : nullptr; }
+  // What auto picks for `coll` of `bytes` on this communicator's links (engine/auto_policy.h).
+  std::string auto_choice(Collective coll, int64_t bytes) const;
 
   // The transport's control plane, for the stream engine's peer watch (engine/stream_engine.h).
-  Transport& transport() { return *transport_; }
+  Fabric& transport() { return *transport_; }
 
   void close();
   void abort(const std::string& reason);
@@ -132,7 +139,9 @@ class Communicator {
   void fail_communicator(const CommError& e);  // abort after `e`, telling the peers
   void throw_if_aborted() const;
 
-  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<Fabric> transport_;
+  Topology topology_;  // kept after close() for comm.topology
+  std::vector<LinkKind> link_kinds_;
   Executor exec_;
   CommOptions opts_;
   int rank_, size_;

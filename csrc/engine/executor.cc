@@ -37,14 +37,23 @@ void Executor::check_peers_failed(const CallDesc& call) {
   }
 }
 
-bool Executor::progress_send(ExecOp& o, size_t cap) {
+// Payload bytes per chunk on link `l`: whole elements, and the same at both ends of the link (its
+// chunk size and the call's cap are).
+size_t Executor::chunk_for(Link& l, size_t esize) const {
+  const size_t chunk = chunk_cap_ ? std::min(chunk_cap_, l.chunk_bytes()) : l.chunk_bytes();
+  return std::max(chunk / esize * esize, esize);
+}
+
+bool Executor::progress_send(ExecOp& o, size_t esize) {
+  Link& l = t_.link(o.peer);
+  const size_t cap = chunk_for(l, esize);
   if (o.mode < 0)  // decided once per message: the receiver takes either form
-    o.mode = (o.bytes > t_.channel_bytes() && t_.peer_reads_directly(o.peer)) ? 1 : 0;
+    o.mode = (o.bytes > l.channel_bytes() && l.peer_reads_directly()) ? 1 : 0;
   bool moved = false;
   if (o.mode == 1) {
     if (!o.rendezvous) {
       char* payload;
-      ChunkHeader* h = t_.acquire_send(o.peer, &payload);
+      ChunkHeader* h = l.acquire_send(&payload);
       if (!h) return false;
       h->desc = o.desc;
       h->offset = 0;
@@ -52,12 +61,12 @@ bool Executor::progress_send(ExecOp& o, size_t cap) {
       h->flags = kChunkRendezvous;
       const uint64_t address = reinterpret_cast<uint64_t>(o.src);
       std::memcpy(payload, &address, sizeof(address));
-      t_.publish_send(o.peer);
+      l.publish_send();
       o.rendezvous = ++rendezvous_sent_[o.peer];
       moved = true;
     }
     // The buffer must stay untouched until the peer has read it.
-    if (t_.acked(o.peer) >= o.rendezvous) {
+    if (l.acked() >= o.rendezvous) {
       o.done = o.bytes;
       o.finished = true;
       moved = true;
@@ -66,7 +75,7 @@ bool Executor::progress_send(ExecOp& o, size_t cap) {
   }
   while (!o.finished) {
     char* payload;
-    ChunkHeader* h = t_.acquire_send(o.peer, &payload);
+    ChunkHeader* h = l.acquire_send(&payload);
     if (!h) break;
     size_t n = std::min(cap, o.bytes - o.done);
     h->desc = o.desc;
@@ -74,7 +83,7 @@ bool Executor::progress_send(ExecOp& o, size_t cap) {
     h->bytes = n;
     h->flags = 0;
     if (n) std::memcpy(payload, o.src + o.done, n);
-    t_.publish_send(o.peer);
+    l.publish_send();
     o.done += n;
     o.finished = o.done == o.bytes;
     moved = true;
@@ -85,8 +94,9 @@ bool Executor::progress_send(ExecOp& o, size_t cap) {
 void Executor::receive_rendezvous(ExecOp& o, const char* payload, DType dtype, RedOp op) {
   uint64_t address;
   std::memcpy(&address, payload, sizeof(address));
+  Link& l = t_.link(o.peer);
   if (o.kind == OpKind::Recv) {
-    t_.read_peer(o.peer, o.dst, address, o.bytes);  // the one copy: sender's buffer -> ours
+    l.read_peer(o.dst, address, o.bytes);  // the one copy: sender's buffer -> ours
   } else {
     // Read a cache-sized piece, reduce it while it is hot, repeat.
     const size_t esize = dtype_size(dtype);
@@ -94,7 +104,7 @@ void Executor::receive_rendezvous(ExecOp& o, const char* payload, DType dtype, R
     if (bounce_.size() < piece) bounce_.resize(piece);
     for (size_t off = 0; off < o.bytes; off += piece) {
       size_t n = std::min(piece, o.bytes - off);
-      t_.read_peer(o.peer, bounce_.data(), address + off, n);
+      l.read_peer(bounce_.data(), address + off, n);
       if (o.src && o.src != o.dst) std::memcpy(o.dst + off, o.src + off, n);
       reduce_inplace(o.dst + off, bounce_.data(), n / esize, dtype, op);
     }
@@ -103,24 +113,24 @@ void Executor::receive_rendezvous(ExecOp& o, const char* payload, DType dtype, R
 
 bool Executor::progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const CallDesc& call, size_t* pending) {
   const size_t esize = dtype_size(dtype);
-  const size_t chunk = chunk_cap_ ? std::min(chunk_cap_, t_.chunk_bytes()) : t_.chunk_bytes();
-  const size_t cap = std::max(chunk / esize * esize, esize);
   bool moved = false;
   size_t left = 0;
   for (ExecOp& o : ops) {
     if (o.kind == OpKind::Send) {
-      moved |= progress_send(o, cap);
+      moved |= progress_send(o, esize);
       if (!o.finished) ++left;
     } else if (o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce) {
+      Link& l = t_.link(o.peer);
+      const size_t cap = chunk_for(l, esize);
       while (!o.finished) {
         const char* payload;
-        const ChunkHeader* h = t_.peek_recv(o.peer, &payload);
+        const ChunkHeader* h = l.peek_recv(&payload);
         if (!h) break;
         const bool rendezvous = h->flags & kChunkRendezvous;
         // Peers are not trusted: a rendezvous chunk makes us read the sender's memory at an address
         // it chose, so accept one only when this rank turned single-copy reads on; unknown flag bits
         // mean a corrupt header.
-        if ((h->flags & ~kChunkRendezvous) || (rendezvous && !t_.peer_reads_directly(t_.rank())))
+        if ((h->flags & ~kChunkRendezvous) || (rendezvous && !l.accepts_rendezvous()))
           fail(ErrorKind::Comm, "rank " + std::to_string(t_.rank()) + " in " + describe_call(call) +
                                     " received from rank " + std::to_string(o.peer) + " a chunk with invalid flags " +
                                     std::to_string(h->flags));
@@ -147,8 +157,8 @@ bool Executor::progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
             reduce_inplace(o.dst + o.done, payload, expect / esize, dtype, op);
           }
         }
-        t_.release_recv(o.peer);
-        if (rendezvous) t_.ack(o.peer);
+        l.release_recv();
+        if (rendezvous) l.ack();
         o.done += expect;
         o.finished = o.done == o.bytes;
         moved = true;
@@ -179,9 +189,8 @@ void Executor::on_idle(std::vector<ExecOp>& ops, const CallDesc& call, Clock::ti
     PeerStatus st = t_.peer_status(p, true);
     const char* doing = o.kind == OpKind::Send ? "send to" : "receive from";
     if (st.state == PeerState::Dead)
-      fail(ErrorKind::Peer, "rank " + std::to_string(p) + " (pid " + std::to_string(t_.peer_pid(p)) +
-                                ") died during " + what() + "; rank " + std::to_string(me) + " was waiting to " +
-                                doing + " it");
+      fail(ErrorKind::Peer, t_.describe_peer(p) + " died during " + what() + "; rank " + std::to_string(me) +
+                                " was waiting to " + doing + " it" + (st.message.empty() ? "" : " (" + st.message + ")"));
     if (st.state == PeerState::Closed)
       fail(ErrorKind::Peer, "rank " + std::to_string(p) + " closed the communicator during " + what() + "; rank " +
                                 std::to_string(me) + " was waiting to " + doing + " it");

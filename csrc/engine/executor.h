@@ -1,7 +1,7 @@
-// Runs one step of resolved operations over a transport: every send and receive of the step
+// Runs one step of resolved operations over the links to its peers (a Fabric): every send and receive of the step
 // progresses concurrently, chunk by chunk, so a large message streams through the bounded channel
-// while the peer reduces what already arrived. Waits spin briefly, then sleep on the transport's
-// doorbell; while asleep the executor watches for failed, closed, dead or silent peers and for
+// while the peer reduces what already arrived. Waits spin briefly, then sleep on the rank's
+// doorbell (which every link rings); while asleep the executor watches for failed, closed, dead or silent peers and for
 // peers inside a different collective.
 #pragma once
 
@@ -12,7 +12,7 @@
 
 #include "common/types.h"
 #include "schedule/ir.h"
-#include "transport/transport.h"
+#include "transport/fabric.h"
 
 namespace commlib {
 
@@ -50,7 +50,7 @@ struct ExecOptions {
 
 class Executor {
  public:
-  Executor(Transport& t, ExecOptions opts) : t_(t), opts_(opts), rendezvous_sent_(t.size(), 0) {}
+  Executor(Fabric& f, ExecOptions opts) : t_(f), opts_(opts), rendezvous_sent_(f.size(), 0) {}
 
   // Runs `ops` to completion. `call` names the call in error messages (described only on failure:
   // building strings per call would show on the latency path).
@@ -75,13 +75,14 @@ class Executor {
   // Messages under 64 KiB never stream: the fence would cost more than the cache lines it saves.
   bool streams(size_t message_bytes) const { return stream_call_ && message_bytes >= (size_t{64} << 10); }
   bool progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const CallDesc& call, size_t* pending);
-  bool progress_send(ExecOp& o, size_t cap);
+  bool progress_send(ExecOp& o, size_t esize);
+  size_t chunk_for(Link& l, size_t esize) const;
   void receive_rendezvous(ExecOp& o, const char* payload, DType dtype, RedOp op);
   void on_idle(std::vector<ExecOp>& ops, const CallDesc& call,
                std::chrono::steady_clock::time_point last_progress, bool slow_checks);
   [[noreturn]] void fail(ErrorKind kind, const std::string& message);
 
-  Transport& t_;
+  Fabric& t_;
   size_t chunk_cap_ = 0;
   bool stream_call_ = false;
   ExecOptions opts_;

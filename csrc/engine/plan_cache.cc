@@ -3,11 +3,16 @@
 #include <cstdio>
 #include <string>
 
+#include "engine/auto_policy.h"
 #include "engine/communicator.h"
 #include "schedule/auto_policy.h"
 #include "schedule/registry.h"
 
 namespace commlib {
+
+std::string Communicator::auto_choice(Collective coll, int64_t bytes) const {
+  return choose_auto_for_links(coll, env_algo_[static_cast<int>(coll)], bytes, size_, link_profile(topology_));
+}
 
 const Communicator::Planned& Communicator::plan(const CollectiveCall& call, int64_t bytes) {
   const uint64_t gen = tuning_generation();
@@ -21,7 +26,8 @@ const Communicator::Planned& Communicator::plan(const CollectiveCall& call, int6
   if (it != plans_.end()) return it->second;
 
   const std::string algo = call.algo ? algorithm_name(call.coll, call.algo)
-                                     : choose_auto(call.coll, env_algo_[static_cast<int>(call.coll)], bytes, size_);
+                                     : choose_auto_for_links(call.coll, env_algo_[static_cast<int>(call.coll)], bytes,
+                                                             size_, link_profile(topology_));
   if (opts_.debug >= 1 && call.algo == 0) {
     std::string tag = std::string(collective_name(call.coll)) + ":" + algo;
     bool seen = false;
@@ -34,7 +40,7 @@ const Communicator::Planned& Communicator::plan(const CollectiveCall& call, int6
     }
   }
   Planned p;
-  p.sched = build_schedule(CollArgs{call.coll, rank_, size_, call.count, call.root}, algo);
+  p.sched = build_schedule(CollArgs{call.coll, rank_, size_, call.count, call.root, topology_.host_of}, algo);
   p.algo = static_cast<uint8_t>(algorithm_index(call.coll, algo));
   p.name = algo;
   if (plans_.size() >= 512) plans_.clear();

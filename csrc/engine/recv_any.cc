@@ -28,7 +28,7 @@ int Communicator::wait_for_any_sender(DType dtype, int64_t count) {
       const int p = (first + i) % size_;
       if (p == rank_) continue;
       const char* payload = nullptr;
-      const ChunkHeader* h = transport_->peek_recv(p, &payload);
+      const ChunkHeader* h = transport_->link(p).peek_recv(&payload);
       if (h && h->desc.coll == static_cast<uint8_t>(Collective::Send) && h->desc.seq == recv_seq_[p] + 1) {
         first = p + 1;
         return p;
@@ -46,8 +46,8 @@ int Communicator::wait_for_any_sender(DType dtype, int64_t count) {
                    "rank " + std::to_string(rank_) + " in recv from any source: rank " + std::to_string(p) +
                        " failed: " + st.message);
       if (st.state == PeerState::Dead)
-        throw PeerError("rank " + std::to_string(p) + " (pid " + std::to_string(transport_->peer_pid(p)) +
-                        ") died while rank " + std::to_string(rank_) + " was waiting to receive from any source");
+        throw PeerError(transport_->describe_peer(p) + " died while rank " + std::to_string(rank_) +
+                        " was waiting to receive from any source");
       if (st.state != PeerState::Closed) ++open_peers;
     }
     if (open_peers == 0)

@@ -66,7 +66,7 @@ class PeerControl {
   virtual void publish_failure(ErrorKind kind, const std::string& message) = 0;
 };
 // Over the host transport of a communicator (which must outlive the engine).
-std::unique_ptr<PeerControl> transport_peer_control(Transport& transport);
+std::unique_ptr<PeerControl> transport_peer_control(Fabric& transport);
 
 class DeviceWork {
  public:

@@ -17,20 +17,20 @@ constexpr auto kSlowCheckEvery = std::chrono::milliseconds(100);
 
 class TransportPeerControl final : public PeerControl {
  public:
-  explicit TransportPeerControl(Transport& t) : t_(t) {}
+  explicit TransportPeerControl(Fabric& t) : t_(t) {}
   PeerStatus peer_status(int peer, bool check_process) override { return t_.peer_status(peer, check_process); }
   int peer_pid(int peer) override { return t_.peer_pid(peer); }
   void publish_failure(ErrorKind kind, const std::string& message) override { t_.publish_failure(kind, message); }
 
  private:
-  Transport& t_;
+  Fabric& t_;
 };
 
 std::atomic<uint64_t>& seq_word(char* slot) { return *reinterpret_cast<std::atomic<uint64_t>*>(slot); }
 
 }  // namespace
 
-std::unique_ptr<PeerControl> transport_peer_control(Transport& transport) {
+std::unique_ptr<PeerControl> transport_peer_control(Fabric& transport) {
   return std::make_unique<TransportPeerControl>(transport);
 }
 

@@ -74,15 +74,18 @@ Schedule all_reduce_direct(const CollArgs& a);
 Schedule all_reduce_two_shot(const CollArgs& a);
 Schedule all_reduce_tree(const CollArgs& a);
 Schedule all_reduce_reduce_broadcast(const CollArgs& a);
+Schedule all_reduce_hierarchical(const CollArgs& a);  // hierarchical.cc, as are the next three
 
 Schedule all_gather_ring(const CollArgs& a);
 Schedule all_gather_recursive_doubling(const CollArgs& a);
 Schedule all_gather_bruck(const CollArgs& a);
 Schedule all_gather_direct(const CollArgs& a);
+Schedule all_gather_hierarchical(const CollArgs& a);
 
 Schedule reduce_scatter_ring(const CollArgs& a);
 Schedule reduce_scatter_recursive_halving(const CollArgs& a);
 Schedule reduce_scatter_direct(const CollArgs& a);
+Schedule reduce_scatter_hierarchical(const CollArgs& a);
 
 Schedule all_to_all_pairwise(const CollArgs& a);
 Schedule all_to_all_bruck(const CollArgs& a);
@@ -92,6 +95,7 @@ Schedule broadcast_binomial(const CollArgs& a);
 Schedule broadcast_scatter_allgather(const CollArgs& a);
 Schedule broadcast_pipeline(const CollArgs& a);
 Schedule broadcast_direct(const CollArgs& a);
+Schedule broadcast_hierarchical(const CollArgs& a);
 
 Schedule reduce_binomial(const CollArgs& a);
 Schedule reduce_direct(const CollArgs& a);

@@ -74,13 +74,17 @@ struct Schedule {
   int64_t scratch_count = 0;  // elements of scratch the executor must provide
 };
 
-// Everything a builder may depend on. Nothing about bytes, dtypes or transports.
+// Everything a builder may depend on. Nothing about bytes, dtypes or transports (only which
+// ranks share a host).
 struct CollArgs {
   Collective coll = Collective::AllReduce;
   int rank = 0;
   int size = 1;
   int64_t count = 0;
   int root = 0;
+  // Host of every rank (any ids; ranks with equal ids share a host), for topology-aware
+  // (hierarchical) schedules; empty: all ranks on one host. The other builders ignore it.
+  std::vector<int> host_of;
 };
 
 // Helpers for builders.

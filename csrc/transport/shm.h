@@ -65,6 +65,7 @@ class ShmTransport final : public Transport {
   bool peer_call(int peer, CallDesc* d) override;
   int peer_pid(int peer) override;
   void close() override;
+  void wake() override { ring(rank_); }
 
   struct RankCtl;
   struct ChannelCtl;

@@ -1,6 +1,8 @@
-// The minimal interface the executor needs from a transport: bounded per-peer channels of chunks
-// (fill a send slot in place, read a received chunk in place), one event counter to sleep on, and
-// what the peers are doing (alive, closed, failed, which call they are in).
+// A transport domain: the ranks one mechanism reaches (shm: the ranks of one host; tcp: every rank
+// of the communicator), with bounded per-peer channels of chunks (fill a send slot in place, read a
+// received chunk in place), one event counter to sleep on, and the control plane for those peers
+// (alive, closed, failed, which call they are in). The executor does not see a Transport: it sees
+// one Link per peer (link.h) and the Fabric (fabric.h) that routes control per peer.
 #pragma once
 
 #include <cstdint>
@@ -85,6 +87,9 @@ class Transport {
   virtual bool peer_call(int peer, CallDesc* d) = 0;        // false when none published
   virtual int peer_pid(int peer) = 0;
   virtual void close() = 0;  // marks this rank closed for its peers
+  // Bumps this rank's own event counter (wakes wait_events): another domain's progress thread
+  // calls it when something arrived there, so one rank sleeps on one counter for all its links.
+  virtual void wake() = 0;
 };
 
 }  // namespace commlib

@@ -29,6 +29,8 @@ def store():
 
 
 def _rank1(store, prefix):
+    # Rank 0's host record comes first (commlib.bootstrap); the forged region record follows it.
+    TCPStore("127.0.0.1", store.port).set(f"{prefix}/host/0", f"2:{socket.gethostname()[:128]}")
     return commlib.init(rank=1, world_size=2, store=TCPStore("127.0.0.1", store.port, timeout=5),
                         prefix=prefix, timeout=5)
 

@@ -68,6 +68,7 @@ def test_rendezvous_with_secret_signs_every_value(server, monkeypatch):
 
 def test_forged_unsigned_record_is_refused(server, monkeypatch):
     monkeypatch.setenv("COMMLIB_SECRET", SECRET)
+    TCPStore("127.0.0.1", server.port).set("forged/host/0", "2:h")  # read first (commlib.bootstrap)
     TCPStore("127.0.0.1", server.port).set("forged/shm", json.dumps(
         {"pid": 1, "size": 2, "host": "h", "socket": "x", "bytes": 1}))
     with pytest.raises(commlib.RendezvousError, match="not signed"):

@@ -1,0 +1,51 @@
+// Bootstrap-side objects: the TCP endpoint (listens at once so its address can be published
+// through the store before any rank connects) and HMAC-SHA256 for tests.
+#include <pybind11/stl.h>
+
+#include "bindings/bindings.h"
+#include "bindings/transport_handles.h"
+#include "transport/hmac_sha256.h"
+
+namespace py = pybind11;
+
+namespace commlib {
+
+void bind_transport(py::module_& m) {
+  py::class_<TcpEndpoint>(m, "TcpEndpoint",
+                          "A rank's TCP listener, before its communicator exists (see commlib.bootstrap).")
+      .def(py::init([](int rank, int size, const std::string& comm_id, std::vector<bool> remote, double timeout,
+                       int debug) {
+             if (rank < 0 || rank >= size) throw std::invalid_argument("rank: out of range for world_size");
+             auto* e = new TcpEndpoint;
+             e->transport = std::make_unique<TcpTransport>(rank, size, comm_id, std::move(remote),
+                                                           tcp_config_from_env(timeout, debug));
+             return e;
+           }),
+           py::arg("rank"), py::arg("size"), py::arg("comm_id"), py::arg("remote"), py::arg("timeout"),
+           py::arg("debug") = 0)
+      .def_property_readonly("address", [](const TcpEndpoint& e) {
+        if (!e.transport) throw std::invalid_argument("endpoint: already handed to a communicator");
+        return e.transport->address();
+      })
+      .def(
+          "connect",
+          [](TcpEndpoint& e, const std::vector<std::string>& addresses) {
+            if (!e.transport) throw std::invalid_argument("endpoint: already handed to a communicator");
+            py::gil_scoped_release release;
+            e.transport->connect(addresses);
+          },
+          "Connect to every remote rank (tests; a communicator connects its own endpoint).")
+      .def_property_readonly("rejected", [](const TcpEndpoint& e) { return e.transport ? e.transport->rejected() : 0; })
+      .def_property_readonly("authenticated", [](const TcpEndpoint& e) { return e.transport && e.transport->authenticated(); });
+
+  m.def(
+      "hmac_sha256",
+      [](py::bytes key, py::bytes msg) {
+        std::string k = key, s = msg;
+        Digest d = hmac_sha256(k, s.data(), s.size());
+        return py::bytes(reinterpret_cast<const char*>(d.data()), d.size());
+      },
+      "HMAC-SHA256 as the TCP handshake computes it (tests compare it with Python's hmac).");
+}
+
+}  // namespace commlib

@@ -1,0 +1,343 @@
+#include "transport/tcp.h"
+
+#include <linux/futex.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+#include "common/params.h"
+#include "common/types.h"
+#include "transport/tcp_conn.h"
+
+namespace commlib {
+
+namespace {
+
+size_t round64(size_t x) { return (x + 63) / 64 * 64; }
+
+}  // namespace
+
+double monotonic_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+TcpConfig tcp_config_from_env(double timeout_s, int debug) {
+  TcpConfig c;
+  c.timeout_s = timeout_s;
+  c.debug = debug;
+  const int64_t b = param_int("COMMLIB_TCP_CHUNK_BYTES", 4096, 64ll << 20);
+  if (b % 64) throw std::invalid_argument("COMMLIB_TCP_CHUNK_BYTES: must be a multiple of 64, got " + std::to_string(b));
+  c.chunk_bytes = static_cast<uint64_t>(b);
+  return c;
+}
+
+TcpTransport::TcpTransport(int rank, int size, const std::string& comm_id, std::vector<bool> remote, TcpConfig cfg)
+    : rank_(rank), size_(size), remote_(std::move(remote)), cfg_(cfg), key_(link_key_from_env()) {
+  if (static_cast<int>(remote_.size()) != size) throw std::invalid_argument("remote: one entry per rank expected");
+  Sha256 h;
+  h.update(comm_id.data(), comm_id.size());
+  Digest d = h.finish();
+  std::memcpy(comm_id_, d.data(), sizeof(comm_id_));
+  conns_.resize(size);
+  const size_t send_stride = round64(kSendPrefix + cfg_.chunk_bytes);
+  for (int r = 0; r < size; ++r) {
+    if (!remote_[r] || r == rank) continue;
+    auto c = std::make_unique<Conn>();
+    c->peer = r;
+    c->slot_stride = send_stride;
+    c->send_ring.resize(send_stride * cfg_.nslots);
+    c->recv_ring.resize(round64(sizeof(ChunkHeader) + cfg_.chunk_bytes) * cfg_.nslots);
+    conns_[r] = std::move(c);
+  }
+  listen_addr_ = choose_listen_address();
+  listen_fd_ = socket(listen_addr_.ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (listen_fd_ < 0) throw CommError(std::string("tcp: socket: ") + std::strerror(errno));
+  if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&listen_addr_.ss), listen_addr_.len) != 0 ||
+      listen(listen_fd_, 128) != 0) {
+    int e = errno;
+    ::close(listen_fd_);
+    throw CommError("tcp: cannot listen on " + listen_addr_.str() + ": " + std::strerror(e));
+  }
+  socklen_t len = sizeof(listen_addr_.ss);
+  getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&listen_addr_.ss), &len);
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = 1ull << 56;  // tags: see tcp_progress.cc
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
+  ev.data.u64 = 2ull << 56;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, event_fd_, &ev);
+  thread_ = std::thread([this] { progress_loop(); });
+}
+
+TcpTransport::~TcpTransport() {
+  close();
+  for (auto& c : conns_)
+    if (c && c->fd >= 0) ::close(c->fd);
+  for (auto& p : pending_) ::close(p->fd);
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  if (event_fd_ >= 0) ::close(event_fd_);
+  if (epoll_fd_ >= 0) ::close(epoll_fd_);
+}
+
+TcpTransport::Conn* TcpTransport::conn(int peer) const {
+  Conn* c = (peer >= 0 && peer < size_) ? conns_[peer].get() : nullptr;
+  if (!c) throw CommError("tcp: rank " + std::to_string(peer) + " is not reached over TCP from rank " + std::to_string(rank_));
+  return c;
+}
+
+void TcpTransport::log_warn(const std::string& msg) {
+  // Bounded: a flood of bad connections must not flood the log.
+  int n = warnings_.fetch_add(1);
+  if (n < 20)
+    std::fprintf(stderr, "commlib WARN rank %d: %s\n", rank_, msg.c_str());
+  else if (n == 20)
+    std::fprintf(stderr, "commlib WARN rank %d: further connection warnings suppressed\n", rank_);
+}
+
+void TcpTransport::wake() {
+  events_.fetch_add(1, std::memory_order_seq_cst);
+  if (sleeping_.load(std::memory_order_seq_cst))
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&events_), FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
+  if (waker_) waker_->wake();
+}
+
+void TcpTransport::wait_events(uint32_t seen, int64_t timeout_us) {
+  struct timespec ts = {static_cast<time_t>(timeout_us / 1000000), static_cast<long>((timeout_us % 1000000) * 1000)};
+  sleeping_.store(1, std::memory_order_seq_cst);
+  if (events_.load(std::memory_order_seq_cst) == seen)
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&events_), FUTEX_WAIT_PRIVATE, seen, &ts, nullptr, 0);
+  sleeping_.store(0, std::memory_order_relaxed);
+}
+
+// ---- data path (caller's thread) ----
+
+ChunkHeader* TcpTransport::acquire_send(int peer, char** payload) {
+  Conn& c = *conn(peer);
+  uint64_t t = c.send_tail.load(std::memory_order_relaxed);
+  if (t - c.send_head.load(std::memory_order_acquire) >= cfg_.nslots) return nullptr;
+  char* s = c.send_slot(t);
+  *payload = s + kSendPrefix;
+  return reinterpret_cast<ChunkHeader*>(s + sizeof(WireHeader));
+}
+
+void TcpTransport::publish_send(int peer) {
+  Conn& c = *conn(peer);
+  uint64_t t = c.send_tail.load(std::memory_order_relaxed);
+  char* s = c.send_slot(t);
+  auto* wh = reinterpret_cast<WireHeader*>(s);
+  wh->magic = kFrameMagic;
+  wh->type = kFrameData;
+  wh->reserved = 0;
+  wh->length = sizeof(ChunkHeader) + reinterpret_cast<ChunkHeader*>(s + sizeof(WireHeader))->bytes;
+  c.send_tail.store(t + 1, std::memory_order_release);
+  // Write at once from this thread (no hand-off on the latency path); the progress thread finishes
+  // whatever the socket would not take without blocking.
+  std::lock_guard<std::mutex> g(c.send_mu);
+  if (!flush(c)) request_write(c);
+}
+
+const ChunkHeader* TcpTransport::peek_recv(int peer, const char** payload) {
+  Conn& c = *conn(peer);
+  uint64_t h = c.recv_head.load(std::memory_order_relaxed);
+  if (c.recv_tail.load(std::memory_order_acquire) == h) return nullptr;
+  char* s = c.recv_slot(h, c.recv_ring.size() / cfg_.nslots, cfg_.nslots);
+  *payload = s + sizeof(ChunkHeader);
+  return reinterpret_cast<const ChunkHeader*>(s);
+}
+
+void TcpTransport::release_recv(int peer) {
+  Conn& c = *conn(peer);
+  c.recv_head.store(c.recv_head.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);
+  if (c.rx_stalled.load(std::memory_order_seq_cst)) {
+    uint64_t one = 1;
+    (void)!write(event_fd_, &one, sizeof(one));
+  }
+}
+
+void TcpTransport::read_peer(int peer, void*, uint64_t, size_t) {
+  throw CommError("tcp: rank " + std::to_string(peer) + " cannot be read directly over TCP");
+}
+
+bool TcpTransport::flush(Conn& c) {
+  const int fd = c.fd.load();
+  if (fd < 0 || c.shut_write) return true;
+  bool freed = false;
+  for (;;) {
+    if (!c.writing_control && c.write_off == 0 && c.control_off < c.control_out.size()) c.writing_control = true;
+    const char* p;
+    size_t left;
+    uint64_t head = c.send_head.load(std::memory_order_relaxed);
+    if (c.writing_control) {
+      p = c.control_out.data() + c.control_off;
+      left = c.control_out.size() - c.control_off;
+    } else {
+      if (head == c.send_tail.load(std::memory_order_acquire)) break;
+      const char* s = c.send_slot(head);
+      p = s + c.write_off;
+      left = sizeof(WireHeader) + reinterpret_cast<const WireHeader*>(s)->length - c.write_off;
+    }
+    ssize_t n = send(fd, p, left, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        if (freed) wake();
+        return false;
+      }
+      c.shut_write = true;
+      mark_down(c, PeerState::Dead, std::string("send failed: ") + std::strerror(errno));
+      return true;
+    }
+    if (c.writing_control) {
+      c.control_off += static_cast<size_t>(n);
+      if (c.control_off == c.control_out.size()) {
+        c.control_out.clear();
+        c.control_off = 0;
+        c.writing_control = false;
+      }
+    } else {
+      c.write_off += static_cast<size_t>(n);
+      if (static_cast<size_t>(n) == left) {
+        c.write_off = 0;
+        c.send_head.store(head + 1, std::memory_order_release);
+        freed = true;
+      }
+    }
+  }
+  if (freed) wake();
+  return true;
+}
+
+void TcpTransport::request_write(Conn& c) {
+  c.want_write.store(true);
+  uint64_t one = 1;
+  (void)!write(event_fd_, &one, sizeof(one));
+}
+
+void TcpTransport::enqueue_control(Conn& c, uint16_t type, const void* body, size_t n) {
+  std::lock_guard<std::mutex> g(c.send_mu);
+  if (c.fd.load() < 0 || c.shut_write) return;
+  WireHeader wh{kFrameMagic, type, 0, n};
+  c.control_out.append(reinterpret_cast<const char*>(&wh), sizeof(wh));
+  if (n) c.control_out.append(static_cast<const char*>(body), n);
+  if (!flush(c)) request_write(c);
+}
+
+// ---- control plane ----
+
+void TcpTransport::mark_down(Conn& c, PeerState st, const std::string& why) {
+  {
+    std::lock_guard<std::mutex> g(c.state_mu);
+    uint32_t cur = c.state.load();
+    if (cur != static_cast<uint32_t>(PeerState::Alive) && cur != static_cast<uint32_t>(PeerState::Unknown)) return;
+    if (st == PeerState::Failed) c.fail_kind = ErrorKind::Peer;
+    c.fail_message = why;
+    c.state.store(static_cast<uint32_t>(st), std::memory_order_release);
+  }
+  wake();
+}
+
+PeerStatus TcpTransport::peer_status(int peer, bool) {
+  Conn& c = *conn(peer);
+  PeerStatus st;
+  st.state = static_cast<PeerState>(c.state.load(std::memory_order_acquire));
+  if (st.state == PeerState::Failed) {
+    std::lock_guard<std::mutex> g(c.state_mu);
+    st.kind = c.fail_kind;
+    st.message = c.fail_message;
+  }
+  return st;
+}
+
+void TcpTransport::publish_failure(ErrorKind kind, const std::string& message) {
+  std::string body(4 + std::min(message.size(), kMaxFailMessage), '\0');
+  uint32_t k = static_cast<uint32_t>(kind);
+  std::memcpy(&body[0], &k, 4);
+  std::memcpy(&body[4], message.data(), body.size() - 4);
+  for (auto& c : conns_)
+    if (c && c->state.load() == static_cast<uint32_t>(PeerState::Alive)) enqueue_control(*c, kFrameFail, body.data(), body.size());
+}
+
+void TcpTransport::publish_call(const CallDesc& d) {
+  std::lock_guard<std::mutex> g(call_mu_);
+  my_call_ = d;
+  ++my_call_version_;
+}
+
+void TcpTransport::send_calls() {
+  CallDesc d;
+  {
+    std::lock_guard<std::mutex> g(call_mu_);
+    if (my_call_version_ == sent_call_version_) return;
+    sent_call_version_ = my_call_version_;
+    d = my_call_;
+  }
+  for (auto& c : conns_)
+    if (c && c->state.load() == static_cast<uint32_t>(PeerState::Alive)) enqueue_control(*c, kFrameCall, &d, sizeof(d));
+}
+
+bool TcpTransport::peer_call(int peer, CallDesc* d) {
+  Conn& c = *conn(peer);
+  std::lock_guard<std::mutex> g(c.state_mu);
+  if (!c.has_call) return false;
+  *d = c.call;
+  return true;
+}
+
+int TcpTransport::peer_pid(int peer) { return conn(peer)->pid; }
+
+void TcpTransport::close() {
+  {
+    std::lock_guard<std::mutex> g(connect_mu_);
+    if (closed_) return;
+    closed_ = true;
+  }
+  // Tell every peer, let the progress thread flush what is queued, then half-close and wait
+  // (bounded) for the peers' end of stream: closing a socket with unread data would reset it and
+  // could destroy data the peer has not read yet.
+  draining_.store(true);
+  for (auto& c : conns_)
+    if (c) enqueue_control(*c, kFrameClose, nullptr, 0);
+  uint64_t poke = 1;  // the progress thread resumes reading stalled sockets, to drain them
+  (void)!write(event_fd_, &poke, sizeof(poke));
+  const double limit = std::min(cfg_.timeout_s, 5.0);
+  auto wait_until = [&](auto done) {
+    const double end = monotonic_s() + limit;
+    while (!done() && monotonic_s() < end) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
+  wait_until([&] {
+    for (auto& c : conns_) {
+      if (!c || c->fd.load() < 0) continue;
+      std::lock_guard<std::mutex> g(c->send_mu);
+      if (!c->shut_write && (c->send_head.load() != c->send_tail.load() || !c->control_out.empty())) return false;
+    }
+    return true;
+  });
+  for (auto& c : conns_) {
+    if (!c) continue;
+    std::lock_guard<std::mutex> g(c->send_mu);
+    if (c->fd.load() >= 0 && !c->shut_write) shutdown(c->fd.load(), SHUT_WR);
+    c->shut_write = true;
+  }
+  wait_until([&] {
+    for (auto& c : conns_)
+      if (c && c->fd.load() >= 0) return false;  // the progress thread closes a socket at its EOF
+    return true;
+  });
+  stop_.store(true);
+  uint64_t one = 1;
+  (void)!write(event_fd_, &one, sizeof(one));
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace commlib

@@ -1,0 +1,133 @@
+// TCP transport: the links between ranks on different hosts, and their control plane.
+//
+// One connection per remote peer (the higher rank connects to the lower one after both published
+// their listening address through the store), authenticated by an HMAC challenge-response when
+// COMMLIB_SECRET is set (tcp_socket.h). One progress thread per communicator runs an epoll loop:
+// it accepts and vets connections, reads frames into bounded per-peer receive rings, finishes
+// sends the caller's thread could not complete without blocking, and sends this rank's current
+// call to its peers every 50 ms while it changes (what mismatch detection reads when no data flows).
+//
+// Frames on a connection: a 16-byte WireHeader, then a body: DATA (ChunkHeader + payload), CALL
+// (CallDesc), FAIL (ErrorKind + message), CLOSE. Every field is checked before use; a peer that
+// sends an impossible frame is marked failed (the job sees PeerError naming it) and its connection
+// dropped. Flow control is TCP's own: when a receive ring is full the thread stops reading that
+// socket, the kernel buffers fill, and the sender's writes would block, so its send ring fills.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <condition_variable>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "transport/tcp_socket.h"
+#include "transport/transport.h"
+
+namespace commlib {
+
+struct TcpConfig {
+  uint64_t chunk_bytes = 512 << 10;  // COMMLIB_TCP_CHUNK_BYTES (must agree on all ranks)
+  uint32_t nslots = 4;               // chunks buffered per direction per peer
+  double timeout_s = 300.0;
+  int debug = 0;
+};
+TcpConfig tcp_config_from_env(double timeout_s, int debug);
+
+class TcpTransport final : public Transport {
+ public:
+  // Listens at once (address()); connect() later, once every rank's address is known.
+  // `remote[r]` says which ranks this rank reaches over TCP.
+  TcpTransport(int rank, int size, const std::string& comm_id, std::vector<bool> remote, TcpConfig cfg);
+  ~TcpTransport() override;
+
+  std::string address() const { return listen_addr_.str(); }
+  // Connects to every remote rank below this one and waits for every remote rank above it to
+  // connect here, all within the timeout. `addresses[r]` is rank r's address ("" if not remote).
+  void connect(const std::vector<std::string>& addresses);
+  bool authenticated() const { return !key_.empty(); }
+  // Connections refused so far (failed handshakes, garbage, unknown ranks): tests read it.
+  uint64_t rejected() const { return rejected_.load(); }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  size_t chunk_bytes() const override { return cfg_.chunk_bytes; }
+  size_t channel_bytes() const override { return cfg_.nslots * cfg_.chunk_bytes; }
+
+  ChunkHeader* acquire_send(int peer, char** payload) override;
+  void publish_send(int peer) override;
+  const ChunkHeader* peek_recv(int peer, const char** payload) override;
+  void release_recv(int peer) override;
+
+  bool peer_reads_directly(int) override { return false; }
+  void read_peer(int peer, void*, uint64_t, size_t) override;
+  void ack(int) override {}
+  uint64_t acked(int) override { return 0; }
+
+  uint32_t events() override { return events_.load(std::memory_order_acquire); }
+  void wait_events(uint32_t seen, int64_t timeout_us) override;
+  void wake() override;
+  // Also wake this (another domain's) event counter whenever TCP delivers something.
+  void set_waker(Transport* other) { waker_ = other; }
+
+  PeerStatus peer_status(int peer, bool check_process) override;
+  void publish_failure(ErrorKind kind, const std::string& message) override;
+  void publish_call(const CallDesc& d) override;
+  bool peer_call(int peer, CallDesc* d) override;
+  int peer_pid(int peer) override;
+  void close() override;
+
+  struct Conn;
+  struct Pending;
+
+ private:
+  Conn* conn(int peer) const;
+  void progress_loop();
+  void on_readable(Conn& c);
+  bool handle_frame_header(Conn& c);
+  bool ring_has_space(Conn& c);
+  void handle_control(Conn& c);
+  bool flush(Conn& c);  // with c.send_mu held; true when nothing is left to write
+  void enqueue_control(Conn& c, uint16_t type, const void* body, size_t n);
+  void request_write(Conn& c);
+  void mark_down(Conn& c, PeerState st, const std::string& why);
+  void attach(Conn& c, int fd);
+  void accept_new();
+  void advance_pending(Pending& p);
+  void drop_pending(Pending& p, const std::string& why);
+  void update_interest(Conn& c);
+  void send_calls();
+  void log_warn(const std::string& msg);
+  void protocol_error(Conn& c, const std::string& what);
+  void drop_conn(Conn& c);
+
+  int rank_, size_;
+  uint8_t comm_id_[16];
+  std::vector<bool> remote_;
+  TcpConfig cfg_;
+  std::string key_;
+  SockAddr listen_addr_;
+  int listen_fd_ = -1, epoll_fd_ = -1, event_fd_ = -1;
+  std::vector<std::unique_ptr<Conn>> conns_;  // by global rank; null for ranks not reached by TCP
+  std::vector<std::unique_ptr<Pending>> pending_;  // handshakes in progress (progress thread only)
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> draining_{false};  // closing: incoming data is read and dropped
+  std::atomic<uint32_t> events_{0};
+  std::atomic<uint32_t> sleeping_{0};
+  Transport* waker_ = nullptr;
+  std::atomic<uint64_t> rejected_{0};
+  std::atomic<int> warnings_{0};
+
+  std::mutex call_mu_;
+  CallDesc my_call_;
+  uint64_t my_call_version_ = 0, sent_call_version_ = 0;
+
+  std::mutex connect_mu_;
+  std::condition_variable connect_cv_;
+  bool closed_ = false;
+};
+
+}  // namespace commlib

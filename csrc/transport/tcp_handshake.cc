@@ -1,0 +1,255 @@
+// Making connections: the connecting side runs the handshake on the caller's thread (blocking,
+// bounded by the timeout); the accepting side runs it in the progress thread as a small state
+// machine, so a slow or hostile client never stalls the job. See tcp_socket.h for the messages.
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "transport/tcp_conn.h"
+
+namespace commlib {
+
+namespace {
+
+constexpr uint64_t kTagConn = 3ull << 56, kTagPending = 4ull << 56;
+constexpr size_t kMaxPending = 16;
+constexpr double kHandshakeSeconds = 10.0;
+
+// Sends or receives exactly n bytes before `deadline` (monotonic seconds); false on error/timeout.
+bool io_exact(int fd, char* p, size_t n, bool sending, double deadline) {
+  while (n) {
+    double left = deadline - monotonic_s();
+    if (left <= 0) return false;
+    pollfd pf{fd, static_cast<short>(sending ? POLLOUT : POLLIN), 0};
+    if (poll(&pf, 1, static_cast<int>(left * 1000) + 1) <= 0) continue;
+    ssize_t got = sending ? send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT) : recv(fd, p, n, MSG_DONTWAIT);
+    if (got < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+    if (got <= 0) return false;
+    p += got;
+    n -= static_cast<size_t>(got);
+  }
+  return true;
+}
+
+std::string peer_name(int fd) {
+  SockAddr a;
+  a.len = sizeof(a.ss);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&a.ss), &a.len) != 0) return "?";
+  return a.str();
+}
+
+}  // namespace
+
+void TcpTransport::attach(Conn& c, int fd) {
+  set_nonblocking(fd);
+  tune_socket(fd, cfg_.timeout_s);
+  c.interest = EPOLLIN;
+  c.state.store(static_cast<uint32_t>(PeerState::Alive), std::memory_order_release);
+  c.fd.store(fd);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kTagConn | static_cast<uint64_t>(c.peer);
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+  {
+    std::lock_guard<std::mutex> g(connect_mu_);
+  }
+  connect_cv_.notify_all();
+}
+
+void TcpTransport::connect(const std::vector<std::string>& addresses) {
+  if (static_cast<int>(addresses.size()) != size_) throw std::invalid_argument("addresses: one per rank expected");
+  const double deadline = monotonic_s() + cfg_.timeout_s;
+  const std::string me = "rank " + std::to_string(rank_);
+  for (int q = 0; q < rank_; ++q) {
+    if (!conns_[q]) continue;
+    SockAddr a = parse_address(addresses[q]);
+    const std::string who = "rank " + std::to_string(q) + " at " + a.str();
+    int fd = -1;
+    for (;;) {  // the peer listens before it publishes its address, but its host may be slow
+      fd = socket(a.ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (fd < 0) throw CommError("tcp: socket: " + std::string(std::strerror(errno)));
+      int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&a.ss), a.len);
+      if (rc != 0 && errno == EINPROGRESS) {
+        pollfd pf{fd, POLLOUT, 0};
+        double left = deadline - monotonic_s();
+        if (poll(&pf, 1, static_cast<int>(std::max(left, 0.0) * 1000) + 1) == 1) {
+          int err = 0;
+          socklen_t len = sizeof(err);
+          getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+          rc = err ? -1 : 0;
+          errno = err;
+        }
+      }
+      if (rc == 0) break;
+      const int err = errno;
+      ::close(fd);
+      if (monotonic_s() > deadline)
+        throw PeerError(me + " could not connect to " + who + " within " + std::to_string(int(cfg_.timeout_s)) +
+                        " s (COMMLIB_TIMEOUT): " + std::strerror(err));
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    Hello h{};
+    h.magic = kHelloMagic;
+    h.version = kProtocolVersion;
+    h.header_bytes = sizeof(ChunkHeader);
+    std::memcpy(h.comm_id, comm_id_, sizeof(comm_id_));
+    h.from_rank = static_cast<uint32_t>(rank_);
+    h.to_rank = static_cast<uint32_t>(q);
+    h.world = static_cast<uint32_t>(size_);
+    h.pid = static_cast<int32_t>(getpid());
+    h.chunk_bytes = cfg_.chunk_bytes;
+    random_bytes(h.nonce, sizeof(h.nonce));
+    Challenge ch{};
+    const double hs_deadline = std::min(deadline, monotonic_s() + kHandshakeSeconds);
+    bool ok = io_exact(fd, reinterpret_cast<char*>(&h), sizeof(h), true, hs_deadline) &&
+              io_exact(fd, reinterpret_cast<char*>(&ch), sizeof(ch), false, hs_deadline);
+    if (!ok || ch.magic != kHelloMagic) {
+      ::close(fd);
+      throw PeerError(me + ": " + who + " refused the connection (different communicator, world size, "
+                      "COMMLIB_TCP_CHUNK_BYTES or commlib version?)");
+    }
+    Digest expect = handshake_mac(key_, "commlib accept", h, ch.nonce), got;
+    std::memcpy(got.data(), ch.mac, got.size());
+    if (!digest_equal(expect, got)) {
+      ::close(fd);
+      throw PeerError(me + ": " + who + " did not prove it holds the key (HMAC mismatch): COMMLIB_SECRET must "
+                      "be set, and the same, on every rank");
+    }
+    Response resp{};
+    Digest mine = handshake_mac(key_, "commlib connect", h, ch.nonce);
+    std::memcpy(resp.mac, mine.data(), mine.size());
+    Verdict v{};
+    ok = io_exact(fd, reinterpret_cast<char*>(&resp), sizeof(resp), true, hs_deadline) &&
+         io_exact(fd, reinterpret_cast<char*>(&v), sizeof(v), false, hs_deadline);
+    if (!ok || v.magic != kHelloMagic || v.accepted != 1) {
+      ::close(fd);
+      throw PeerError(me + ": " + who + " rejected this rank's proof of the key: COMMLIB_SECRET must be the "
+                      "same on every rank");
+    }
+    conns_[q]->pid = ch.pid;
+    attach(*conns_[q], fd);
+  }
+  // Ranks above this one connect here; the progress thread accepts them.
+  std::unique_lock<std::mutex> lk(connect_mu_);
+  auto all_in = [&] {
+    for (int q = rank_ + 1; q < size_; ++q)
+      if (conns_[q] && conns_[q]->state.load() == static_cast<uint32_t>(PeerState::Unknown)) return false;
+    return true;
+  };
+  const auto until = std::chrono::steady_clock::now() +
+                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                         std::chrono::duration<double>(std::max(0.0, deadline - monotonic_s())));
+  if (!connect_cv_.wait_until(lk, until, all_in)) {
+    std::string missing;
+    for (int q = rank_ + 1; q < size_; ++q)
+      if (conns_[q] && conns_[q]->state.load() == static_cast<uint32_t>(PeerState::Unknown))
+        missing += (missing.empty() ? "" : ", ") + std::to_string(q);
+    throw PeerError(me + ": rank(s) " + missing + " did not connect within " + std::to_string(int(cfg_.timeout_s)) +
+                    " s (COMMLIB_TIMEOUT)");
+  }
+}
+
+void TcpTransport::accept_new() {
+  for (;;) {
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;
+    if (pending_.size() >= kMaxPending) {
+      rejected_.fetch_add(1);
+      log_warn("dropped a connection from " + peer_name(fd) + ": too many handshakes in progress");
+      ::close(fd);
+      continue;
+    }
+    auto p = std::make_unique<Pending>();
+    p->fd = fd;
+    p->from = peer_name(fd);
+    p->deadline = monotonic_s() + std::min(kHandshakeSeconds, cfg_.timeout_s);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kTagPending | static_cast<uint64_t>(fd);
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+    pending_.push_back(std::move(p));
+  }
+}
+
+void TcpTransport::drop_pending(Pending& p, const std::string& why) {
+  rejected_.fetch_add(1);
+  log_warn("dropped a connection from " + p.from + ": " + why);
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, p.fd, nullptr);
+  ::close(p.fd);
+  for (auto& q : pending_)
+    if (q.get() == &p) q.reset();
+}
+
+void TcpTransport::advance_pending(Pending& p) {
+  const size_t need = p.stage == 0 ? sizeof(Hello) : sizeof(Response);
+  for (;;) {
+    if (p.got == need) break;
+    ssize_t n = recv(p.fd, p.buf + p.got, need - p.got, MSG_DONTWAIT);
+    if (n == 0) return drop_pending(p, "closed during the handshake");
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      return drop_pending(p, std::string("handshake read failed: ") + std::strerror(errno));
+    }
+    p.got += static_cast<size_t>(n);
+  }
+  p.got = 0;
+  if (p.stage == 0) {
+    std::memcpy(&p.hello, p.buf, sizeof(Hello));
+    const Hello& h = p.hello;
+    if (h.magic != kHelloMagic) return drop_pending(p, "not a commlib connection (bad magic)");
+    if (h.version != kProtocolVersion || h.header_bytes != sizeof(ChunkHeader))
+      return drop_pending(p, "protocol version " + std::to_string(h.version) + " differs from this rank's");
+    if (std::memcmp(h.comm_id, comm_id_, sizeof(comm_id_)) != 0) return drop_pending(p, "from another communicator");
+    if (h.world != static_cast<uint32_t>(size_) || h.to_rank != static_cast<uint32_t>(rank_) ||
+        h.from_rank >= static_cast<uint32_t>(size_) || h.from_rank <= static_cast<uint32_t>(rank_) ||
+        !conns_[h.from_rank])
+      return drop_pending(p, "impossible ranks (from " + std::to_string(h.from_rank) + " to " +
+                                 std::to_string(h.to_rank) + " of " + std::to_string(h.world) + ")");
+    if (h.chunk_bytes != cfg_.chunk_bytes)
+      return drop_pending(p, "COMMLIB_TCP_CHUNK_BYTES differs (" + std::to_string(h.chunk_bytes) + ")");
+    if (conns_[h.from_rank]->state.load() != static_cast<uint32_t>(PeerState::Unknown))
+      return drop_pending(p, "rank " + std::to_string(h.from_rank) + " is already connected");
+    Challenge ch{};
+    ch.magic = kHelloMagic;
+    ch.pid = static_cast<int32_t>(getpid());
+    random_bytes(p.nonce_s, sizeof(p.nonce_s));
+    std::memcpy(ch.nonce, p.nonce_s, sizeof(ch.nonce));
+    Digest mac = handshake_mac(key_, "commlib accept", h, p.nonce_s);
+    std::memcpy(ch.mac, mac.data(), mac.size());
+    // 80 bytes into a fresh socket's empty send buffer: a short write means something is wrong.
+    if (send(p.fd, &ch, sizeof(ch), MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(sizeof(ch)))
+      return drop_pending(p, "could not send the challenge");
+    p.stage = 1;
+    return;
+  }
+  Response r;
+  std::memcpy(&r, p.buf, sizeof(r));
+  Digest expect = handshake_mac(key_, "commlib connect", p.hello, p.nonce_s), got;
+  std::memcpy(got.data(), r.mac, got.size());
+  Verdict v{kHelloMagic, 0, 0};
+  Conn& c = *conns_[p.hello.from_rank];
+  if (!digest_equal(expect, got) || c.state.load() != static_cast<uint32_t>(PeerState::Unknown)) {
+    (void)!send(p.fd, &v, sizeof(v), MSG_NOSIGNAL | MSG_DONTWAIT);
+    return drop_pending(p, "rank " + std::to_string(p.hello.from_rank) +
+                               " failed to prove it holds the key (HMAC mismatch: COMMLIB_SECRET differs?)");
+  }
+  v.accepted = 1;
+  if (send(p.fd, &v, sizeof(v), MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(sizeof(v)))
+    return drop_pending(p, "could not send the verdict");
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, p.fd, nullptr);
+  c.pid = p.hello.pid;
+  const int fd = p.fd;
+  for (auto& q : pending_)
+    if (q.get() == &p) q.reset();
+  attach(c, fd);
+}
+
+}  // namespace commlib
