@@ -13,13 +13,13 @@ from commlib.communicator import Communicator, Work
 from commlib.errors import CommError, MismatchError, PeerError, RendezvousError
 from commlib.init import init
 from commlib.schedules import (VerificationError, algorithm_info, algorithms, format_schedule, register_algorithm,
-                               schedule, verify)
+                               schedule, unregister_algorithm, verify)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "init", "Communicator", "Work", "CommError", "MismatchError", "PeerError", "RendezvousError",
-    "schedule", "algorithms", "algorithm_info", "register_algorithm", "verify", "format_schedule",
+    "schedule", "algorithms", "algorithm_info", "register_algorithm", "unregister_algorithm", "verify", "format_schedule",
     "VerificationError",
     "DTYPES", "OPS", "COLLECTIVES",
 ]

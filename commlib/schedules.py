@@ -104,6 +104,13 @@ def register_algorithm(collective: str, name: str, builder: Callable[[int, int, 
     _C.register_algorithm(collective, name, builder, summary)
 
 
+def unregister_algorithm(collective: str, name: str) -> None:
+    """Remove ``name``, the algorithm most recently added with :func:`register_algorithm` for
+    ``collective`` (only that one: the indices calls carry must not move). For tests and
+    notebooks that add algorithms temporarily; every rank must remove the same ones."""
+    _C.unregister_algorithm(collective, name)
+
+
 def choose_algorithm(collective: str, algorithm: str, bytes: int, size: int) -> str:
     """Resolve ``"auto"`` (env ``COMMLIB_ALGO_<COLLECTIVE>``, tuning table, heuristic)."""
     return _C.choose_algorithm(collective, algorithm, bytes, size)

@@ -273,6 +273,12 @@ void bind_schedule(py::module_& m) {
       },
       py::arg("collective"), py::arg("name"), py::arg("builder"), py::arg("summary") = "",
       "Register builder(rank, size, count, root) -> schedule as algorithm `name` of `collective`.");
+  m.def(
+      "unregister_algorithm",
+      [](const std::string& collective, const std::string& name) {
+        unregister_algorithm(parse_collective(collective), name);
+      },
+      py::arg("collective"), py::arg("name"), "Remove the last algorithm registered from Python for `collective`.");
 }
 
 }  // namespace commlib

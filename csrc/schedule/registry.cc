@@ -84,6 +84,17 @@ void register_algorithm(AlgorithmSpec spec) {
   R.generation.fetch_add(1, std::memory_order_release);
 }
 
+void unregister_algorithm(Collective c, const std::string& name) {
+  Registry& R = registry();
+  std::lock_guard<std::mutex> lk(R.mu);
+  auto& v = has_schedules(c) ? R.by_coll[static_cast<int>(c)] : R.by_coll[0];
+  if (!has_schedules(c) || v.empty() || v.back().name != name || !(v.back().traits & kUserDefined))
+    throw std::invalid_argument("name: '" + name + "' is not the last algorithm registered from Python for " +
+                                collective_name(c) + " (only that one can be removed: indices must not move)");
+  v.pop_back();
+  R.generation.fetch_add(1, std::memory_order_release);
+}
+
 std::vector<std::string> algorithms(Collective c) {
   std::vector<std::string> out;
   if (!has_schedules(c)) return out;

@@ -41,6 +41,9 @@ struct AlgorithmSpec {
 // identifier, or the collective has no schedules (send/recv). Run-time registrations (traits with
 // kUserDefined) go after every built-in, in registration order.
 void register_algorithm(AlgorithmSpec spec);
+// Removes a run-time (kUserDefined) algorithm. Only the last one registered for `c` may go, so the
+// index of every remaining algorithm stays what the peers know it as.
+void unregister_algorithm(Collective c, const std::string& name);
 
 // Registers a builder at load time (static initialisation of its file).
 struct AlgorithmRegistrar {

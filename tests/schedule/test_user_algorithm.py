@@ -14,6 +14,23 @@ def setup_module():
     ua.register()
 
 
+def teardown_module():
+    # This process's registry is shared with every later test module: leave only the built-ins
+    # (newest first, the only order removal allows).
+    for name in ("chain_missing_copy", "chain_oob", "chain"):
+        if name in commlib.algorithms("broadcast"):
+            commlib.unregister_algorithm("broadcast", name)
+    assert all("user_defined" not in a["traits"] for a in commlib.algorithm_info("broadcast"))
+
+
+def test_only_the_newest_user_algorithm_can_be_removed():
+    for builtin in ("binomial", "no_such_algorithm"):
+        with pytest.raises(ValueError, match="name"):
+            commlib.unregister_algorithm("broadcast", builtin)
+    with pytest.raises(ValueError, match="last algorithm registered"):
+        commlib.unregister_algorithm("broadcast", "chain")  # chain_oob came after it
+
+
 def test_registered_algorithm_is_listed_with_its_properties():
     assert "chain" in commlib.algorithms("broadcast")
     info = {a["name"]: a for a in commlib.algorithm_info("broadcast")}

@@ -54,7 +54,7 @@ def test_every_registered_algorithm_runs():
     t = uniform(6)
     for coll in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
                  "gather", "scatter", "barrier"):
-        # Built-ins only: tests/schedule registers deliberately broken user algorithms in this process.
+        # Built-ins only (algorithms registered from Python: tests/schedule/test_user_algorithm.py).
         for alg in [a["name"] for a in _C.algorithm_info(coll) if "user_defined" not in a["traits"]]:
             out = _C.simulate(coll, alg, 0 if coll == "barrier" else 1000, 4, 5 if coll in (
                 "broadcast", "reduce", "gather", "scatter") else 0, t)
