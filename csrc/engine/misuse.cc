@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <utility>
+
+#include "common/shapes.h"
 
 namespace commlib {
 
@@ -16,32 +19,10 @@ void on_fork_child() { g_fork_generation.fetch_add(1, std::memory_order_relaxed)
 // Registered when the library loads, before any communicator exists.
 const int g_registered = pthread_atfork(nullptr, nullptr, on_fork_child);
 
-struct Layout {
-  const char* in_name;
-  const char* out_name;
-  int64_t in_elems, out_elems;
-  // The one overlapping layout that is allowed: output at `in_place_offset` elements into input
-  // (negative: input that far into output), with these sizes.
-  int64_t in_place_offset;
-};
-
-Layout layout(const CollectiveCall& c, int rank, int size) {
-  const int64_t n = c.count, block = static_cast<int64_t>(rank) * n;
-  switch (c.coll) {
-    case Collective::AllReduce:
-    case Collective::Reduce:
-      return {"tensor", "out", n, n, 0};
-    case Collective::AllGather:
-    case Collective::Gather:  // input may be this rank's block of output
-      return {"input", "output", n, n * size, -block};
-    case Collective::ReduceScatter:
-    case Collective::Scatter:  // output may be this rank's block of input
-      return {"input", "output", n * size, n, block};
-    case Collective::AllToAll:
-      return {"input", "output", n * size, n * size, 0};
-    default:
-      return {"input", "output", 0, 0, 0};
-  }
+// The argument names the Python API uses for a collective's two buffers (for the message).
+std::pair<const char*, const char*> buffer_names(Collective c) {
+  if (c == Collective::AllReduce || c == Collective::Reduce) return {"tensor", "out"};
+  return {"input", "output"};
 }
 
 }  // namespace
@@ -53,19 +34,29 @@ uint64_t fork_generation() {
 
 std::string overlap_problem(const CollectiveCall& call, int rank, int size) {
   if (call.input == 0 || call.output == 0) return "";  // non-root ranks of rooted collectives
-  const Layout l = layout(call, rank, size);
+  // Sizes and the one allowed in-place placement come from the shapes table (common/shapes.h).
+  // Rooted collectives are judged by the root's shapes on every rank, so a layout is refused on
+  // all ranks or on none (a rank refusing alone would leave its peers waiting in the call).
+  const int as_rank = collective_has_root(call.coll) ? call.root : rank;
+  const BufferShapes sh = buffer_shapes(call.coll, call.count, size, as_rank, call.root);
+  if (sh.input <= 0 || sh.output <= 0) return "";
   const uint64_t es = dtype_size(call.dtype);
-  const uint64_t in_lo = call.input, in_hi = in_lo + static_cast<uint64_t>(l.in_elems) * es;
-  const uint64_t out_lo = call.output, out_hi = out_lo + static_cast<uint64_t>(l.out_elems) * es;
-  if (in_lo >= out_hi || out_lo >= in_hi || l.in_elems == 0 || l.out_elems == 0) return "";  // disjoint
-  const int64_t offset_bytes = l.in_place_offset * static_cast<int64_t>(es);
-  if (out_lo == in_lo + static_cast<uint64_t>(offset_bytes)) return "";  // the supported in-place form
-  std::string allowed = l.in_place_offset == 0
-                            ? std::string("the very same buffer")
-                        : l.in_place_offset < 0 ? std::string(l.in_name) + " as this rank's block of " + l.out_name
-                                                : std::string(l.out_name) + " as this rank's block of " + l.in_name;
-  return std::string(l.out_name) + ": partly overlaps " + l.in_name + "; " + collective_name(call.coll) + " works in place only with " + allowed +
-         ", or with separate buffers";
+  const uint64_t in_lo = call.input, in_hi = in_lo + static_cast<uint64_t>(sh.input) * es;
+  const uint64_t out_lo = call.output, out_hi = out_lo + static_cast<uint64_t>(sh.output) * es;
+  if (in_lo >= out_hi || out_lo >= in_hi) return "";  // disjoint
+  // In place: the input is the output's block at input_at, or the output the input's at output_at.
+  const bool input_inside = sh.input_at >= 0;
+  const int64_t at = input_inside ? sh.input_at : sh.output_at;
+  if (at >= 0 && (input_inside ? in_lo == out_lo + static_cast<uint64_t>(at) * es
+                               : out_lo == in_lo + static_cast<uint64_t>(at) * es))
+    return "";  // the supported in-place form
+  const auto [in_name, out_name] = buffer_names(call.coll);
+  const std::string allowed = at < 0    ? std::string("no overlap at all")
+                              : at == 0 && sh.input == sh.output ? std::string("the very same buffer")
+                              : input_inside ? std::string(in_name) + " as this rank's block of " + out_name
+                                             : std::string(out_name) + " as this rank's block of " + in_name;
+  return std::string(out_name) + ": partly overlaps " + in_name + "; " + collective_name(call.coll) +
+         " works in place only with " + allowed + ", or with separate buffers";
 }
 
 std::string forked_message(int rank, const std::string& label) {
