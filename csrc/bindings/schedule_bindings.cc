@@ -5,7 +5,7 @@
 #include "bindings/bindings.h"
 #include "common/shapes.h"
 #include "engine/verifier.h"
-#include "schedule/auto_policy.h"
+#include "engine/auto_policy.h"
 #include "schedule/registry.h"
 
 namespace py = pybind11;

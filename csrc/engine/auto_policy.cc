@@ -1,6 +1,5 @@
 #include "engine/auto_policy.h"
 
-#include "schedule/auto_policy.h"
 #include "schedule/registry.h"
 
 namespace commlib {

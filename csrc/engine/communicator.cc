@@ -5,7 +5,7 @@
 #include <chrono>
 
 #include "engine/misuse.h"
-#include "schedule/auto_policy.h"
+#include "engine/auto_policy.h"
 
 namespace commlib {
 

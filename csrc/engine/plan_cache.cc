@@ -5,7 +5,6 @@
 
 #include "engine/auto_policy.h"
 #include "engine/communicator.h"
-#include "schedule/auto_policy.h"
 #include "schedule/registry.h"
 
 namespace commlib {

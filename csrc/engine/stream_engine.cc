@@ -13,7 +13,7 @@
 #include <sstream>
 
 #include "common/params.h"
-#include "schedule/auto_policy.h"
+#include "engine/auto_policy.h"
 #include "schedule/registry.h"
 
 namespace commlib {

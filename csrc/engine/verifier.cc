@@ -9,7 +9,7 @@
 
 #include "engine/verifier_layout.h"
 #include "engine/verifier_values.h"
-#include "schedule/auto_policy.h"
+#include "engine/auto_policy.h"
 #include "schedule/registry.h"
 
 namespace commlib {

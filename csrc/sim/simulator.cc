@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "schedule/auto_policy.h"
+#include "engine/auto_policy.h"
 #include "schedule/registry.h"
 #include "sim/compact.h"
 

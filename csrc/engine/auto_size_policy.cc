@@ -1,6 +1,6 @@
-// auto's policy (auto_policy.h): the COMMLIB_ALGO_<COLLECTIVE> override, the tuning table and the
+// auto's size policy (engine/auto_policy.h): the COMMLIB_ALGO_<COLLECTIVE> override, the tuning table and the
 // built-in heuristic.
-#include "schedule/auto_policy.h"
+#include "engine/auto_policy.h"
 
 #include <algorithm>
 #include <atomic>
