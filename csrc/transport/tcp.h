@@ -96,7 +96,7 @@ class TcpTransport final : public Transport {
   void attach(Conn& c, int fd);
   void accept_new();
   void advance_pending(Pending& p);
-  void drop_pending(Pending& p, const std::string& why);
+  void drop_pending(Pending& p, const std::string& why, bool counted = false);
   void update_interest(Conn& c);
   void send_calls();
   void log_warn(const std::string& msg);

@@ -178,8 +178,8 @@ void TcpTransport::accept_new() {
   }
 }
 
-void TcpTransport::drop_pending(Pending& p, const std::string& why) {
-  rejected_.fetch_add(1);
+void TcpTransport::drop_pending(Pending& p, const std::string& why, bool counted) {
+  if (!counted) rejected_.fetch_add(1);
   log_warn("dropped a connection from " + p.from + ": " + why);
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, p.fd, nullptr);
   ::close(p.fd);
@@ -237,9 +237,12 @@ void TcpTransport::advance_pending(Pending& p) {
   Verdict v{kHelloMagic, 0, 0};
   Conn& c = *conns_[p.hello.from_rank];
   if (!digest_equal(expect, got) || c.state.load() != static_cast<uint32_t>(PeerState::Unknown)) {
+    // Counted before the refusal goes out: whoever has read the verdict sees the count.
+    rejected_.fetch_add(1);
     (void)!send(p.fd, &v, sizeof(v), MSG_NOSIGNAL | MSG_DONTWAIT);
     return drop_pending(p, "rank " + std::to_string(p.hello.from_rank) +
-                               " failed to prove it holds the key (HMAC mismatch: COMMLIB_SECRET differs?)");
+                               " failed to prove it holds the key (HMAC mismatch: COMMLIB_SECRET differs?)",
+                        /*counted=*/true);
   }
   v.accepted = 1;
   if (send(p.fd, &v, sizeof(v), MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(sizeof(v)))
