@@ -7,7 +7,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import device_error_cases as cases  # noqa: E402
-from ranks import RankPool  # noqa: E402
+from commlib.testing.faults import assert_survivors_named_the_dead_rank, run_killing_one_rank  # noqa: E402
 
 ENV = {"COMMLIB_EMULATED_DELAY_US": "20"}
 
@@ -43,20 +43,8 @@ def test_mismatch_raises_on_every_rank(pool, scenario):
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("size,victim", [(2, 1), (3, 0)])
 def test_killed_peer_raises_peer_error(size, victim):
-    p = RankPool(size, timeout=60, env=ENV)
-    try:
-        results = p.run(cases.kill_during_collective, victim, allow_death=True, timeout=60)
-    finally:
-        p.kill()
-    assert results[victim] is None
-    for rank, res in enumerate(results):
-        if rank == victim:
-            continue
-        assert res is not None, f"rank {rank} finished without error"
-        msg, took = res
-        assert "wrong type" not in msg, msg
-        assert f"rank {victim}" in msg and "all_reduce #" in msg, msg
-        assert took < 20, f"rank {rank} took {took:.1f} s"
+    results = run_killing_one_rank(size, victim, cases.kill_during_collective, env=ENV, timeout=60)
+    assert_survivors_named_the_dead_rank(results, victim, within_s=20)
 
 
 @pytest.mark.timeout(60)

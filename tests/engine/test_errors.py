@@ -4,7 +4,7 @@ import os
 import pytest
 
 import error_cases as cases
-from commlib.testing import RankPool
+from commlib.testing.faults import assert_survivors_named_the_dead_rank, run_killing_one_rank
 
 
 @pytest.mark.parametrize("size", [2, 3])
@@ -28,20 +28,8 @@ def test_mismatch_raises_on_every_rank(pool, size, scenario):
 @pytest.mark.parametrize("size,victim", [(2, 1), (3, 0), (4, 2)])
 def test_killed_peer_raises_peer_error(size, victim):
     before = set(os.listdir("/dev/shm"))
-    p = RankPool(size, timeout=90)
-    try:
-        results = p.run(cases.kill_during_collective, victim, allow_death=True, timeout=90)
-    finally:
-        p.kill()
-    assert results[victim] is None
-    for rank, res in enumerate(results):
-        if rank == victim:
-            continue
-        assert res is not None, f"rank {rank} finished without error"
-        msg, took = res
-        assert "wrong type" not in msg, msg
-        assert f"rank {victim}" in msg and "all_reduce #" in msg, msg
-        assert took < 30, f"rank {rank} took {took:.1f} s"
+    results = run_killing_one_rank(size, victim, cases.kill_during_collective)
+    assert_survivors_named_the_dead_rank(results, victim, within_s=30)
     leaked = [f for f in set(os.listdir("/dev/shm")) - before if "commlib" in f]
     assert not leaked, f"left in /dev/shm: {leaked}"
 

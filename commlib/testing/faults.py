@@ -1,0 +1,38 @@
+"""Killing a rank in the middle of a collective, and checking that every survivor said so.
+
+The engine, the stream engine and the multi-host links all promise the same thing when a peer
+dies: every other rank raises an error naming the dead rank and the call, within a bound, and
+never a wrong type or a hang. These two helpers state that promise once for all their tests.
+"""
+from __future__ import annotations
+
+from typing import Callable, List, Optional
+
+from commlib.testing.ranks import RankPool
+
+
+def run_killing_one_rank(size: int, victim: int, fn: Callable, env: Optional[dict] = None,
+                         timeout: float = 90) -> List:
+    """Run ``fn(comm, victim)`` on a fresh pool of ``size`` ranks, in which ``fn`` kills rank
+    ``victim``; returns each rank's result (``None`` for the dead one). The pool is always killed
+    afterwards: it is not reusable once a rank died."""
+    pool = RankPool(size, timeout=timeout, env=env)
+    try:
+        return pool.run(fn, victim, allow_death=True, timeout=timeout)
+    finally:
+        pool.kill()
+
+
+def assert_survivors_named_the_dead_rank(results: List, victim: int, call: str = "all_reduce #",
+                                         within_s: float = 30) -> None:
+    """Every rank but ``victim`` returned ``(message, seconds)`` from its failed call: the message
+    names ``rank <victim>`` and the call, is not a type confusion, and came within ``within_s``."""
+    assert results[victim] is None, f"rank {victim} was to die, but returned {results[victim]!r}"
+    for rank, res in enumerate(results):
+        if rank == victim:
+            continue
+        assert res is not None, f"rank {rank} finished without error"
+        msg, took = res
+        assert "wrong type" not in msg, msg
+        assert f"rank {victim}" in msg and call in msg, msg
+        assert took < within_s, f"rank {rank} took {took:.1f} s"
