@@ -231,7 +231,17 @@ Result simulate(Collective c, const std::string& algorithm, int64_t count, int e
     throw std::invalid_argument("root: " + std::to_string(root) + " out of range [0, " + std::to_string(P) + ")");
   if (!collective_has_root(c)) root = 0;
   Result res;
-  res.algorithm = algorithm == "auto" ? choose_algorithm(c, algorithm, count * elem_bytes, P) : algorithm;
+  if (algorithm == "auto") {
+    // The engine's own choice for these links (engine/auto_policy.h): the link-kind rule first
+    // (hierarchical when ranks span hosts that hold several ranks), then the size policy.
+    LinkProfile links;
+    links.crosses_hosts = topo.hosts() > 1;
+    std::vector<int> ranks_per_host(topo.hosts(), 0);
+    for (int h : topo.host_of) links.shares_hosts |= ++ranks_per_host[h] > 1;
+    res.algorithm = choose_auto_for_links(c, algorithm_override(c), count * elem_bytes, P, links);
+  } else {
+    res.algorithm = algorithm;
+  }
   const double t0 = now_s();
   ShapeTable shapes;
   const std::vector<Program> progs = build_programs(c, res.algorithm, P, count, root, topo.host_of, shapes);

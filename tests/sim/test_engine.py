@@ -85,3 +85,16 @@ def test_bad_arguments_name_the_field():
         _C.simulate("all_reduce", "ring", 10, 4, 0, dict(t, extra=1))
     with pytest.raises(ValueError, match="^topology.nic_Bps: missing"):
         _C.simulate("all_reduce", "ring", 10, 4, 0, {k: v for k, v in t.items() if k != "nic_Bps"})
+
+
+def test_auto_is_the_engines_choice_for_the_links(monkeypatch):
+    """auto in the simulator resolves as a communicator on those links would: hierarchical when
+    ranks span hosts that hold several ranks each, the size policy otherwise."""
+    monkeypatch.delenv("COMMLIB_ALGO_ALL_REDUCE", raising=False)
+    spanning = _C.simulate("all_reduce", "auto", 1 << 20, 4, 0, two_hosts(2, 1))
+    assert spanning["algorithm"] == "hierarchical"
+    one_rank_per_host = _C.simulate("all_reduce", "auto", 1 << 20, 4, 0, uniform(4))
+    assert one_rank_per_host["algorithm"] != "hierarchical"
+    assert one_rank_per_host["algorithm"] == _C.choose_algorithm("all_reduce", "auto", 4 << 20, 4)
+    monkeypatch.setenv("COMMLIB_ALGO_ALL_REDUCE", "ring")  # the override wins, as in the engine
+    assert _C.simulate("all_reduce", "auto", 1 << 20, 4, 0, two_hosts(2, 1))["algorithm"] == "ring"
