@@ -148,8 +148,8 @@ class NetnsRankPool(RankPool):
             master = self.net.hosts[self.hosts[0]]["addr"]
             for r, h in enumerate(self.hosts):
                 env = dict(os.environ)
+                env.update(self.net.rank_env(h))  # the pool's env may override these
                 env.update({k: str(v[r] if isinstance(v, tuple) else v) for k, v in self.env.items()})
-                env.update(self.net.rank_env(h))
                 env.update({"RANK": str(r), "WORLD_SIZE": str(self.size), "MASTER_ADDR": master,
                             "MASTER_PORT": str(STORE_PORT), "COMMLIB_POOL_SOCKET": path})
                 env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
