@@ -3,6 +3,7 @@
 #
 #   scripts/netns.sh up N [--rate 1gbit] [--prefix P]   make N "hosts", print them as JSON
 #   scripts/netns.sh down P                             remove everything prefix P made
+#   NETNS_PREFIX=P scripts/netns.sh rsh ADDR CMD...     run CMD on the host with address ADDR
 #
 # `up` creates network namespaces P-h0 .. P-h(N-1) (the hosts) and P-hub (a switch): each host
 # has its loopback up and one veth interface, veth0, addressed 10.77.0.(i+1)/24; the other end,
@@ -15,6 +16,10 @@
 # Note: namespaces share the hostname, so give ranks COMMLIB_HOST_ID (e.g. the namespace name)
 # and COMMLIB_SOCKET_IFNAME=veth0; commlib.testing.netns does both.
 #
+# `rsh` is a launch agent for Open MPI's rsh launcher (--mca plm_rsh_agent "scripts/netns.sh rsh",
+# --host 10.77.0.1:2,10.77.0.2:2, mpirun itself started on host 0): where mpirun would ssh to a
+# machine, it starts the daemon in that host's namespace instead, so MPI runs as across machines.
+#
 # `up` with a prefix that already exists replaces it; `down` of a prefix that is gone does
 # nothing. Both need root (CAP_NET_ADMIN); a failure to create a namespace exits non-zero with
 # the reason, after removing whatever was made.
@@ -24,7 +29,7 @@ SUBNET=10.77.0
 IFNAME=veth0
 
 usage() {
-  echo "usage: $0 up N [--rate RATE] [--prefix P]  |  $0 down P" >&2
+  echo "usage: $0 up N [--rate RATE] [--prefix P]  |  $0 down P  |  NETNS_PREFIX=P $0 rsh ADDR CMD..." >&2
   echo "  RATE: <int>bit|kbit|mbit|gbit (e.g. 1gbit); P: [A-Za-z0-9_]{1,16}" >&2
   exit 2
 }
@@ -121,10 +126,21 @@ up() {
        "\"rate\": \"${rate:-none}\", \"hosts\": [$json]}"
 }
 
+rsh() {
+  local addr=$1; shift
+  local prefix=${NETNS_PREFIX:-}
+  check_prefix "$prefix"
+  [[ "$addr" =~ ^${SUBNET//./\\.}\.([0-9]+)$ ]] || die "rsh: $addr is not a host address ($SUBNET.N)"
+  local ns="$prefix-h$((BASH_REMATCH[1] - 1))"
+  ip netns list | awk '{print $1}' | grep -qx "$ns" || die "rsh: no namespace $ns for $addr"
+  exec ip netns exec "$ns" /bin/sh -c "$*"
+}
+
 [ $# -ge 1 ] || usage
 cmd=$1; shift
 case $cmd in
   up) [ $# -ge 1 ] || usage; up "$@" ;;
   down) [ $# -eq 1 ] || usage; down "$1" ;;
+  rsh) [ $# -ge 2 ] || usage; rsh "$@" ;;
   *) usage ;;
 esac

@@ -204,6 +204,15 @@ class CommlibBackend(Backend):
 
 
 def _transport_of(comm) -> str:
+    """The link kinds of the job ("shm", "tcp", "shm+tcp"), from the topology: shm where a host
+    holds several ranks, tcp between hosts (the same on every rank, whatever its own links)."""
+    try:
+        host_of = list(comm.topology.host_of)
+        kinds = (["shm"] if len(set(host_of)) < len(host_of) else []) + (["tcp"] if len(set(host_of)) > 1 else [])
+        if kinds:
+            return "+".join(kinds)
+    except Exception:  # a communicator without a topology (e.g. a test double): older attributes
+        pass
     for obj in (comm, getattr(comm, "_core", None)):
         t = getattr(obj, "transport", None)
         if callable(t):
@@ -288,7 +297,8 @@ class Sweep:
             table = None
             if rank == 0:
                 table = Table(coll, P, self.out, modes=C.MODES if b.name == "commlib" else ms)
-                table.header(f"{b.name} {coll} ranks={P} transport={b.transport} algorithms: {', '.join(algos)} "
+                links = f" links: {cfg['links']};" if cfg.get("links") else ""
+                table.header(f"{b.name} {coll} ranks={P} transport={b.transport}{links} algorithms: {', '.join(algos)} "
                              f"[{i + 1}/{len(plan)}, {time.perf_counter() - t_start:.0f} s]")
             seen = set()
             for size_req in cfg["sizes"]:

@@ -98,6 +98,22 @@ class Namespaces:
         subprocess.run(["ip", "-n", self.hosts[host]["netns"], *args], check=True, capture_output=True, timeout=30)
 
 
+_AVAILABLE: Optional[str] = None
+
+
+def unavailable_reason() -> str:
+    """"" when network namespaces can be made here, else why not (tried once per process)."""
+    global _AVAILABLE
+    if _AVAILABLE is None:
+        try:
+            with Namespaces(1):
+                pass
+            _AVAILABLE = ""
+        except NetnsUnavailable as e:
+            _AVAILABLE = str(e)
+    return _AVAILABLE
+
+
 class _Process:
     """A rank started with ``ip netns exec``, with the few methods RankPool uses of a Process."""
 
