@@ -195,10 +195,14 @@ class CommlibBackend(Backend):
     def resolve(self, collective, algorithm, size, dtype):
         if algorithm != "auto":
             return algorithm
+        nbytes = C.core_bytes(collective, size, dtype, self.size)
+        try:  # the communicator's own choice: it knows the link kinds (hierarchical across hosts)
+            return self.comm._core.auto_choice(collective, nbytes)
+        except Exception:
+            pass
         try:
             from commlib import _C
-            return _C.choose_algorithm(collective, "auto", C.core_bytes(collective, size, dtype, self.size),
-                                       self.size)
+            return _C.choose_algorithm(collective, "auto", nbytes, self.size)
         except Exception:
             return "auto"
 
