@@ -3,6 +3,7 @@ talking over veth links through a bridge, rendezvous through a store that rank 0
 namespace's address, exactly as on separate machines. Root only; skipped where namespaces
 cannot be made. Results are small integers, checked for exact equality (multihost_cases)."""
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -137,8 +138,8 @@ def test_namespaces_removed_after_an_exception():
 
 @pytest.mark.timeout(30)
 def test_script_refuses_non_root_and_bad_arguments():
-    if os.geteuid() != 0:
-        pytest.skip("needs root to drop to another user")
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to drop to another user")
     as_nobody = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", SCRIPT, "up", "1"],
                                capture_output=True, text=True)
     assert as_nobody.returncode != 0 and "must run as root" in as_nobody.stderr, as_nobody.stderr
