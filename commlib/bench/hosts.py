@@ -73,6 +73,8 @@ class Placement:
                 env["COMMLIB_HOST_ID"] = ns["netns"]  # namespaces share the hostname
                 env.setdefault("COMMLIB_SOCKET_IFNAME", ns["ifname"])
                 env.setdefault("GLOO_SOCKET_IFNAME", ns["ifname"])
+                # torch's store warns on every connection that the namespace address has no name.
+                env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
                 cmd = self.net.exec_argv(h, cmd)
             elif self.hosts > 1:
                 env["COMMLIB_HOST_ID"] = f"host{h}"
