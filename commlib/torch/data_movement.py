@@ -12,6 +12,16 @@ import torch.distributed as dist
 from commlib.torch.staging import NATIVE, as_bytes, op_of, out_bytes, reduction_staging
 
 
+def _unpack_blocks(flat, outs, starts, counts):
+    """Copy ``flat[starts[i]:starts[i] + counts[i]]`` into ``outs[i]`` (the finalizer of every
+    call that gathers into one flat buffer: all-gather lists, gather, all-to-all lists). ``flat``
+    holds either the outputs' dtype or bytes (dtypes the core does not know)."""
+    with torch.no_grad():
+        for o, start, n in zip(outs, starts, counts):
+            blk = flat[start:start + n]
+            o.copy_(blk.view(o.dtype).view(o.shape) if blk.dtype != o.dtype else blk.view(o.shape))
+
+
 class DataMovementMixin:
     """Collectives of ``ProcessGroupCommlib`` that gather, scatter or exchange blocks (needs
     ``_comm``, ``_algo``, ``_run`` and ``_issue``)."""
@@ -39,13 +49,7 @@ class DataMovementMixin:
         self._issue(call, async_op, self._comm.all_gather(
             flat, src, algorithm=self._algo["all_gather"], async_op=async_op))
 
-        def unpack():
-            with torch.no_grad():
-                for r, o in enumerate(outputs):
-                    blk = flat[r * m:r * m + sizes[r]]
-                    o.copy_(blk.view(o.dtype).view(o.shape) if blk.dtype != o.dtype
-                            else blk.view(o.shape))
-        call.finals.append(unpack)
+        call.finals.append(lambda: _unpack_blocks(flat, outputs, range(0, m * P, m), sizes))
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         opts = opts if opts is not None else dist.AllgatherOptions()
@@ -235,15 +239,8 @@ class DataMovementMixin:
             obuf = torch.empty(sum(osp), dtype=ibuf.dtype)
             self._alltoallv(call, async_op, obuf, ibuf, osp, [x.numel() for x in ib])
 
-            def unpack():
-                off = 0
-                with torch.no_grad():
-                    for o, n in zip(outs, osp):
-                        blk = obuf[off:off + n]
-                        o.copy_(blk.view(o.dtype).view(o.shape) if blk.dtype != o.dtype
-                                else blk.view(o.shape))
-                        off += n
-            call.finals.append(unpack)
+            starts = [sum(osp[:r]) for r in range(P)]
+            call.finals.append(lambda: _unpack_blocks(obuf, outs, starts, osp))
         return self._run(opts.asyncOp, outs, body)
 
     # -- gather / scatter -------------------------------------------------------------------
@@ -268,14 +265,7 @@ class DataMovementMixin:
                 flat, src, root=root, algorithm=self._algo["gather"], async_op=async_op))
             if self.rank() == root:
                 n = src.numel()
-
-                def unpack():
-                    with torch.no_grad():
-                        for r, o in enumerate(outs):
-                            blk = flat[r * n:(r + 1) * n]
-                            o.copy_(blk.view(o.dtype).view(o.shape) if blk.dtype != o.dtype
-                                    else blk.view(o.shape))
-                call.finals.append(unpack)
+                call.finals.append(lambda: _unpack_blocks(flat, outs, range(0, n * P, n), [n] * P))
         result = [list(o) for o in output_tensors] if output_tensors else []
         return self._run(opts.asyncOp, result, body)
 
