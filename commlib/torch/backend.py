@@ -29,7 +29,8 @@ from torch.futures import Future
 from commlib import _C
 
 from commlib.torch import at_exit
-from commlib.torch.fast_path import ALL_REDUCE, OP_BY_HASH, DoneWorks, fast_collective
+from commlib.torch.fast_path import (ALL_REDUCE, BARRIER, BROADCAST, OP_BY_HASH, REDUCE, DoneWorks,
+                                     fast_collective)
 from commlib.torch.data_movement import DataMovementMixin
 from commlib.torch.p2p import PointToPointMixin
 from commlib.torch.staging import (NATIVE, as_bytes, op_of, out_bytes, reduction_staging,
@@ -167,6 +168,19 @@ class ProcessGroupCommlib(PointToPointMixin, DataMovementMixin, dist.ProcessGrou
         self._completer.put(call, [(fut, call.result)])
         return Work(fut)
 
+    def _fast_ok(self, opts) -> bool:
+        """Whether a call with these options may try the latency path (fast_path.py): blocking,
+        nothing held back, a core to call."""
+        return (opts is not None and not opts.asyncOp and not self._p2p
+                and self._core_address is not None)
+
+    @staticmethod
+    def _fast_op(opts):
+        """commlib's name of ``opts.reduceOp`` for the latency path; None (general path) for
+        PREMUL_SUM or anything unknown."""
+        code = hash(opts.reduceOp)
+        return OP_BY_HASH[code] if 0 <= code < len(OP_BY_HASH) else None
+
     @staticmethod
     def _issue(call: Call, async_op: bool, work):
         if async_op and work is not None:
@@ -227,6 +241,10 @@ class ProcessGroupCommlib(PointToPointMixin, DataMovementMixin, dist.ProcessGrou
 
     # -- broadcast --------------------------------------------------------------------------
     def broadcast(self, tensors, opts=None):
+        if self._fast_ok(opts) and len(tensors) == 1 and fast_collective(
+                self._core_address, BROADCAST, tensors[0], None, None, self._algo["broadcast"],
+                opts.rootRank, False, None) is None:
+            return self._done_works.get(tensors)
         opts = opts if opts is not None else dist.BroadcastOptions()
         tensors = list(tensors)
         root = opts.rootRank
@@ -244,6 +262,12 @@ class ProcessGroupCommlib(PointToPointMixin, DataMovementMixin, dist.ProcessGrou
 
     # -- reduce -----------------------------------------------------------------------------
     def reduce(self, tensors, opts=None):
+        if self._fast_ok(opts) and len(tensors) == 1:
+            op = self._fast_op(opts)
+            if op is not None and fast_collective(
+                    self._core_address, REDUCE, tensors[0], None, op, self._algo["reduce"],
+                    opts.rootRank, False, None) is None:
+                return self._done_works.get(tensors)
         opts = opts if opts is not None else dist.ReduceOptions()
         tensors = list(tensors)
         op, scale = op_of(opts.reduceOp)
@@ -261,6 +285,9 @@ class ProcessGroupCommlib(PointToPointMixin, DataMovementMixin, dist.ProcessGrou
 
     # -- barrier ----------------------------------------------------------------------------
     def barrier(self, opts=None):
+        if self._fast_ok(opts) and fast_collective(
+                self._core_address, BARRIER, None, None, None, None, 0, False, None) is None:
+            return self._done_works.get([])
         opts = opts if opts is not None else dist.BarrierOptions()
         return self._run(opts.asyncOp, [],
                          lambda c, a: self._issue(c, a, self._comm.barrier(async_op=a)))

@@ -1,7 +1,9 @@
-"""The latency path of the torch backend: a blocking collective on one plain CPU tensor.
+"""The latency path of the torch backend: a blocking collective on plain CPU tensors.
 
-``dist.all_reduce(t)`` on a contiguous CPU tensor of a dtype the core moves goes from the
-ProcessGroup method straight into the core's C++ entry (``_C.fast_collective``, which reads the
+``dist.all_reduce(t)`` (and ``broadcast``, ``reduce``, ``all_gather_into_tensor``,
+``reduce_scatter_tensor``, ``all_to_all_single`` without split sizes, ``barrier``) on contiguous
+CPU tensors of a dtype the core moves goes from the ProcessGroup method straight into the core's
+C++ entry (``_C.fast_collective``, which reads the
 tensor's pointer, size and dtype itself once this module registered torch's types) and returns a
 ``DoneWork``, whose future is made only if someone asks for it. Anything else (async calls, held
 back point-to-point, PREMUL_SUM, other dtypes or layouts) answers False here and takes the general
@@ -25,6 +27,12 @@ _C.register_torch_types(torch.Tensor, torch.strided, {
 
 fast_collective = _C.fast_collective
 ALL_REDUCE = _C.COLLECTIVES.index("all_reduce")
+BROADCAST = _C.COLLECTIVES.index("broadcast")
+REDUCE = _C.COLLECTIVES.index("reduce")
+ALL_GATHER = _C.COLLECTIVES.index("all_gather")
+REDUCE_SCATTER = _C.COLLECTIVES.index("reduce_scatter")
+ALL_TO_ALL = _C.COLLECTIVES.index("all_to_all")
+BARRIER = _C.COLLECTIVES.index("barrier")
 
 _OP_NAMES = ("sum", "avg", "prod", "min", "max", "band", "bor", "bxor")
 _RED = dist.ReduceOp.RedOpType
