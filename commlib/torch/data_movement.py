@@ -9,7 +9,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from commlib.torch.fast_path import ALL_GATHER, ALL_TO_ALL, REDUCE_SCATTER, fast_collective
+from commlib.torch.fast_path import (ALL_GATHER, ALL_TO_ALL, OP_BY_HASH, REDUCE_SCATTER,
+                                     fast_collective)
 from commlib.torch.staging import NATIVE, as_bytes, op_of, out_bytes, reduction_staging
 
 
@@ -25,8 +26,8 @@ def _unpack_blocks(flat, outs, starts, counts):
 
 class DataMovementMixin:
     """Collectives of ``ProcessGroupCommlib`` that gather, scatter or exchange blocks (needs
-    ``_comm``, ``_algo``, ``_run``, ``_issue`` and the latency path's ``_fast_ok``, ``_fast_op``,
-    ``_core_address``, ``_done_works``)."""
+    ``_comm``, ``_algo``, ``_run``, ``_issue``, ``_p2p`` and the latency path's ``_core_address``
+    and ``_done_works``)."""
 
     # -- all_gather -------------------------------------------------------------------------
     def _gather_flat(self, call, async_op, outputs, inp):
@@ -97,9 +98,11 @@ class DataMovementMixin:
             call.finals.append(st.done)
 
     def all_gather_single(self, output_tensor, input_tensor, opts=None):
-        if self._fast_ok(opts) and fast_collective(
-                self._core_address, ALL_GATHER, input_tensor, output_tensor, None,
-                self._algo["all_gather"], 0, False, None) is None:
+        # The latency path (fast_path.py), inline as in backend.py.
+        if (opts is not None and not opts.asyncOp and not self._p2p
+                and self._core_address is not None and fast_collective(
+                    self._core_address, ALL_GATHER, input_tensor, output_tensor, None,
+                    self._algo["all_gather"], 0, False, None) is None):
             return self._done_works.get([output_tensor])
         opts = opts if opts is not None else dist.AllgatherOptions()
         return self._run(opts.asyncOp, [output_tensor],
@@ -136,12 +139,12 @@ class DataMovementMixin:
             call.finals.append(fin)
 
     def reduce_scatter_single(self, output_tensor, input_tensor, opts=None):
-        if self._fast_ok(opts):
-            op = self._fast_op(opts)
-            if op is not None and fast_collective(
-                    self._core_address, REDUCE_SCATTER, input_tensor, output_tensor, op,
-                    self._algo["reduce_scatter"], 0, False, None) is None:
-                return self._done_works.get([output_tensor])
+        if (opts is not None and not opts.asyncOp and not self._p2p
+                and self._core_address is not None and fast_collective(
+                    self._core_address, REDUCE_SCATTER, input_tensor, output_tensor,
+                    OP_BY_HASH.get(hash(opts.reduceOp)), self._algo["reduce_scatter"], 0, False,
+                    None) is None):
+            return self._done_works.get([output_tensor])
         opts = opts if opts is not None else dist.ReduceScatterOptions()
         return self._run(opts.asyncOp, [output_tensor], lambda c, a: self._reduce_scatter_single_into(
             c, a, output_tensor, input_tensor, opts.reduceOp))
@@ -202,7 +205,8 @@ class DataMovementMixin:
         self._issue(call, async_op, w)
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        if (not output_split_sizes and not input_split_sizes and self._fast_ok(opts)
+        if (not output_split_sizes and not input_split_sizes and opts is not None
+                and not opts.asyncOp and not self._p2p and self._core_address is not None
                 and fast_collective(self._core_address, ALL_TO_ALL, input, output, None,
                                     self._algo["all_to_all"], 0, False, None) is None):
             return self._done_works.get([output])

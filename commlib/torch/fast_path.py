@@ -40,15 +40,16 @@ _RED = dist.ReduceOp.RedOpType
 
 def _op_table():
     """``hash(opts.reduceOp)`` -> commlib op name. torch's ReduceOp hashes to its RedOpType value
-    (1.5 us cheaper than ``.op``); checked here, and the fast path is off if that ever changes."""
+    (1.5 us cheaper than ``.op``); checked here, and the fast path is off if that ever changes.
+    PREMUL_SUM is absent: ``OP_BY_HASH.get`` gives None, which ``fast_collective`` declines."""
     kinds = (_RED.SUM, _RED.AVG, _RED.PRODUCT, _RED.MIN, _RED.MAX, _RED.BAND, _RED.BOR, _RED.BXOR)
     try:
         codes = [hash(dist.ReduceOp(k)) for k in kinds]
     except Exception:  # noqa: BLE001 - no fast path then
-        return ()
-    if codes != list(range(len(kinds))) or len(set(codes)) != len(codes):
-        return ()
-    return _OP_NAMES
+        return {}
+    if codes != [int(k) for k in kinds] or len(set(codes)) != len(codes):
+        return {}
+    return dict(zip(codes, _OP_NAMES))
 
 
 OP_BY_HASH = _op_table()
