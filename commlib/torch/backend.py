@@ -35,6 +35,7 @@ from commlib.torch.data_movement import DataMovementMixin
 from commlib.torch.p2p import PointToPointMixin
 from commlib.torch.staging import (NATIVE, as_bytes, op_of, out_bytes, reduction_staging,
                                    sparse_all_reduce)
+from commlib.torch.stream_work import StreamWork, cuda_device
 from commlib.torch.work import Call, Completer, Work, completed_work, timeout_seconds
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
@@ -148,13 +149,21 @@ class ProcessGroupCommlib(PointToPointMixin, DataMovementMixin, dist.ProcessGrou
                 f"name={self._group_name!r})")
 
     # -- issuing and completing calls ---------------------------------------------------------
-    def _run(self, async_op: bool, result, body):
+    def _run(self, async_op: bool, result, body, tensors=None):
         """Run ``body(call, async_op)`` (which issues commlib calls) and wrap it in a Work.
 
-        Blocking calls run on this thread and raise commlib's errors directly.
+        Blocking calls run on this thread and raise commlib's errors directly. Calls on CUDA
+        tensors (``tensors``, default ``result``, decides) are ordered on the current stream
+        instead (stream_work.py), blocking or not.
         """
         if self._p2p:
             self._flush_p2p()
+        device = cuda_device(result if tensors is None else tensors)
+        if device is not None:
+            call = Call(result)
+            body(call, True)  # enqueued on the current stream; the device works poll it
+            call.finish()     # copies out of staging buffers: enqueued after it on that stream
+            return StreamWork(call.result, device, call.works)
         if async_op and self._completer.on_thread():
             # Issued from a future's callback running on the completion thread (e.g. PowerSGD's
             # hook waits on an all_reduce inside .then): run it here, or it would wait on itself.

@@ -45,10 +45,10 @@ class DataMovementMixin:
                              f" elements, input has {inp.numel()}")
         m = max(sizes)
         if m != n:  # uneven: pad every block to the largest
-            padded = torch.zeros(m, dtype=src.dtype)
+            padded = torch.zeros(m, dtype=src.dtype, device=src.device)
             padded[:n] = src
             src = padded
-        flat = torch.empty(m * P, dtype=src.dtype)
+        flat = torch.empty(m * P, dtype=src.dtype, device=src.device)
         self._issue(call, async_op, self._comm.all_gather(
             flat, src, algorithm=self._algo["all_gather"], async_op=async_op))
 
@@ -180,10 +180,10 @@ class DataMovementMixin:
                 if all(s == m for s in sizes):
                     flat = torch.cat([x.detach().reshape(-1) for x in ins])
                 else:  # uneven blocks: pad each to the largest (padding is discarded)
-                    flat = torch.zeros(m * P, dtype=out.dtype)
+                    flat = torch.zeros(m * P, dtype=out.dtype, device=out.device)
                     for r, x in enumerate(ins):
                         flat[r * m:r * m + sizes[r]] = x.detach().reshape(-1)
-                tmp = torch.empty(m, dtype=out.dtype)
+                tmp = torch.empty(m, dtype=out.dtype, device=out.device)
                 self._reduce_scatter_single_into(call, async_op, tmp, flat, opts.reduceOp)
 
                 def fin(out=out, tmp=tmp):
@@ -253,10 +253,10 @@ class DataMovementMixin:
             if any(x.dtype != dt for x in outs + ins):
                 raise TypeError("alltoall: all tensors must have the same dtype")
             ib = [as_bytes(x) for x in ins]
-            ibuf = torch.cat(ib) if ib else torch.empty(0)
+            ibuf = torch.cat(ib) if ib else torch.empty(0, device=ins[0].device if ins else "cpu")
             osp = [as_bytes(o).numel() if o.is_contiguous() else o.numel() * (
                 1 if o.dtype in NATIVE else o.element_size()) for o in outs]
-            obuf = torch.empty(sum(osp), dtype=ibuf.dtype)
+            obuf = torch.empty(sum(osp), dtype=ibuf.dtype, device=ibuf.device)
             self._alltoallv(call, async_op, obuf, ibuf, osp, [x.numel() for x in ib])
 
             starts = [sum(osp[:r]) for r in range(P)]
@@ -280,14 +280,14 @@ class DataMovementMixin:
                 for r, o in enumerate(outs):
                     if o.numel() != inp.numel() or o.dtype != inp.dtype:
                         raise ValueError(f"gather_list[{r}]: size/dtype differs from the input's")
-                flat = torch.empty(src.numel() * P, dtype=src.dtype)
+                flat = torch.empty(src.numel() * P, dtype=src.dtype, device=src.device)
             self._issue(call, async_op, self._comm.gather(
                 flat, src, root=root, algorithm=self._algo["gather"], async_op=async_op))
             if self.rank() == root:
                 n = src.numel()
                 call.finals.append(lambda: _unpack_blocks(flat, outs, range(0, n * P, n), [n] * P))
         result = [list(o) for o in output_tensors] if output_tensors else []
-        return self._run(opts.asyncOp, result, body)
+        return self._run(opts.asyncOp, result, body, tensors=[inp])
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         opts = opts if opts is not None else dist.ScatterOptions()
