@@ -58,6 +58,7 @@ StreamEngineOptions stream_engine_options_from_env(double timeout_s, const std::
     throw std::invalid_argument("COMMLIB_DEVICE_SLOT_BYTES: must be a multiple of 64 in [64, 2^30], got " +
                                 std::to_string(o.slot_bytes));
   o.nslots = static_cast<uint32_t>(param_int("COMMLIB_DEVICE_SLOTS", 1, 64));
+  o.streams = static_cast<int>(param_int("COMMLIB_DEVICE_STREAMS", 1, 2));
   return o;
 }
 
@@ -99,6 +100,13 @@ StreamEngine::StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerC
   ctl_dev_ = device_->map_host(ctl_, ctl_bytes());
   inbox_ = device_->allocate(static_cast<size_t>(size_) * opts_.nslots * opts_.slot_bytes);
   own_stream_ = device_->create_stream();
+  if (opts_.streams == 2) {
+    send_stream_ = device_->create_stream();
+    recv_stream_ = device_->create_stream();
+    fork_ = device_->create_event();
+    sent_step_ = device_->create_event();
+    received_step_ = device_->create_event();
+  }
   watchdog_ = std::thread([this] { watchdog_loop(); });
   // The host side's abort fails this engine too (its peers were told by the host side).
   host_listener_ = control_->on_host_abort([this](ErrorKind kind, const std::string& msg) { fail(kind, msg, false); });
@@ -201,7 +209,7 @@ void StreamEngine::recv_chunk(int q, char* dst, const char* src, size_t bytes, b
 }
 
 void StreamEngine::enqueue_step(const Step& step, char* const bases[3], size_t esize, DType dtype, RedOp op,
-                                const CallDesc& desc, DeviceStream& s) {
+                                const CallDesc& desc, DeviceStream& send_s, DeviceStream& s) {
   auto resolve = [&](const Region& r) -> char* {
     char* base = bases[static_cast<int>(r.buf)];
     if (!base) {
@@ -234,7 +242,7 @@ void StreamEngine::enqueue_step(const Step& step, char* const bases[3], size_t e
       const size_t bytes = static_cast<size_t>(o.src.count) * esize;
       if (i >= chunks(bytes)) continue;
       const size_t off = i * chunk, n = std::min(chunk, bytes - std::min(bytes, off));
-      send_chunk(o.peer, resolve(o.src) + (bytes ? off : 0), n, seq_, s);
+      send_chunk(o.peer, resolve(o.src) + (bytes ? off : 0), n, seq_, send_s);
     }
     for (const Op& o : step.ops) {
       if (o.kind != OpKind::Recv && o.kind != OpKind::RecvReduce) continue;
@@ -404,7 +412,32 @@ void StreamEngine::enqueue_call(const CollectiveCall& call, const Schedule& sche
   char* scr = sched.scratch_count ? grow(scratch_, scratch_bytes_, static_cast<size_t>(sched.scratch_count) * esize, s)
                                   : nullptr;
   char* const bases[3] = {in, out, scr};
-  for (const Step& st : sched.steps) enqueue_step(st, bases, esize, call.dtype, call.op, desc, s);
+  if (opts_.streams == 1 || sched.steps.empty()) {
+    for (const Step& st : sched.steps) enqueue_step(st, bases, esize, call.dtype, call.op, desc, s, s);
+  } else {
+    // Sends on one stream, local operations and receives on another, so a step's copies into
+    // peers overlap its copies and reductions out of the inbox. Within a step they are
+    // independent (a send waits only on its receiver's receives and the other way round, so no
+    // deadlock); across steps each stream waits for the other's previous step (a step sends what
+    // the previous one received, and receives into what it sent). wait_event takes the event's
+    // latest record as of the call, so two events serve every step.
+    DeviceStream& S = *send_stream_;
+    DeviceStream& R = *recv_stream_;
+    device_->record(*fork_, s);
+    device_->wait_event(S, *fork_);
+    device_->wait_event(R, *fork_);
+    for (size_t k = 0; k < sched.steps.size(); ++k) {
+      if (k) {
+        device_->wait_event(S, *received_step_);
+        device_->wait_event(R, *sent_step_);
+      }
+      enqueue_step(sched.steps[k], bases, esize, call.dtype, call.op, desc, S, R);
+      device_->record(*sent_step_, S);
+      device_->record(*received_step_, R);
+    }
+    device_->wait_event(s, *sent_step_);
+    device_->wait_event(s, *received_step_);
+  }
   if (call.op == RedOp::Avg && collective_reduces(call.coll) && (call.coll != Collective::Reduce || rank_ == call.root) &&
       call.count)
     device_->divide(out, static_cast<size_t>(call.count), call.dtype, size_, s);
@@ -438,6 +471,8 @@ void StreamEngine::close() {
   device_->free_async(input_copy_, *own_stream_);
   device_->synchronize(*own_stream_);
   own_stream_.reset();  // its thread ends now, not when the last work handle goes
+  send_stream_.reset();
+  recv_stream_.reset();
   inbox_ = scratch_ = input_copy_ = nullptr;
   if (ctl_) {
     device_->unmap_host(ctl_);
