@@ -31,6 +31,7 @@ namespace commlib {
 struct TcpConfig {
   uint64_t chunk_bytes = 512 << 10;  // COMMLIB_TCP_CHUNK_BYTES (must agree on all ranks)
   uint32_t nslots = 4;               // chunks buffered per direction per peer
+  int64_t spin_us = 20;              // COMMLIB_SPIN_US: how long a waiting caller polls its sockets
   double timeout_s = 300.0;
   int debug = 0;
 };
@@ -61,6 +62,18 @@ class TcpTransport final : public Transport {
   const ChunkHeader* peek_recv(int peer, const char** payload) override;
   void release_recv(int peer) override;
 
+  bool sends_in_place(int) override { return true; }
+  uint64_t publish_send_in_place(int peer, const char* data) override;
+  uint64_t sends_completed(int peer) override;
+  void detach_sends(int peer) override;
+  bool lands_in_place(int) override { return true; }
+  void post_recv(int peer, const CallDesc& d, char* dst, size_t bytes, size_t chunk) override;
+  void unpost_recv(int peer) override;
+  // The caller's thread reads whatever its sockets hold (no hand-off through the progress
+  // thread); returns at once where the progress thread is reading. Rings the doorbell on delivery.
+  void poll();
+  int64_t spin_us() const { return cfg_.spin_us; }
+
   bool peer_reads_directly(int) override { return false; }
   void read_peer(int peer, void*, uint64_t, size_t) override;
   void ack(int) override {}
@@ -85,7 +98,9 @@ class TcpTransport final : public Transport {
  private:
   Conn* conn(int peer) const;
   void progress_loop();
-  void on_readable(Conn& c);
+  uint64_t publish(Conn& c, const char* ref);
+  void on_readable(Conn& c);  // with c.recv_mu held
+  bool land_or_ring(Conn& c);
   bool handle_frame_header(Conn& c);
   bool ring_has_space(Conn& c);
   void handle_control(Conn& c);
