@@ -165,6 +165,7 @@ uint64_t TcpTransport::publish(Conn& c, const char* ref) {
   wh->type = kFrameData;
   wh->reserved = 0;
   wh->length = sizeof(ChunkHeader) + reinterpret_cast<ChunkHeader*>(s + sizeof(WireHeader))->bytes;
+  if (ref) sent_in_place_.fetch_add(wh->length - sizeof(ChunkHeader), std::memory_order_relaxed);
   c.send_tail.store(t + 1, std::memory_order_release);
   // Write at once from this thread (no hand-off on the latency path); the progress thread finishes
   // whatever the socket would not take without blocking.

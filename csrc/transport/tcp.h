@@ -51,6 +51,11 @@ class TcpTransport final : public Transport {
   bool authenticated() const { return !key_.empty(); }
   // Connections refused so far (failed handshakes, garbage, unknown ranks): tests read it.
   uint64_t rejected() const { return rejected_.load(); }
+  // Which data paths ran (tests check that zero-copy and caller polling are taken).
+  struct Stats {
+    uint64_t sent_in_place = 0, landed = 0, frames_read_by_caller = 0;
+  };
+  Stats stats() const { return {sent_in_place_.load(), landed_.load(), frames_read_by_caller_.load()}; }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -134,6 +139,7 @@ class TcpTransport final : public Transport {
   std::atomic<uint32_t> sleeping_{0};
   Transport* waker_ = nullptr;
   std::atomic<uint64_t> rejected_{0};
+  std::atomic<uint64_t> sent_in_place_{0}, landed_{0}, frames_read_by_caller_{0};
   std::atomic<int> warnings_{0};
 
   std::mutex call_mu_;

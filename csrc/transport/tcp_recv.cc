@@ -33,7 +33,9 @@ void TcpTransport::poll() {
       if (c.recv_tail.load() - c.recv_head.load() >= cfg_.nslots) continue;
       c.rx_stalled.store(false);
     }
+    const uint64_t before = c.recv_tail.load(std::memory_order_relaxed);
     on_readable(c);
+    frames_read_by_caller_.fetch_add(c.recv_tail.load(std::memory_order_relaxed) - before, std::memory_order_relaxed);
     if (c.fd.load() >= 0) update_interest(c);
   }
 }
@@ -87,6 +89,7 @@ bool TcpTransport::land_or_ring(Conn& c) {
     return false;
   }
   c.landing = p.dst + p.next;  // p.next + expect <= p.bytes: expect is capped by what is left
+  landed_.fetch_add(expect, std::memory_order_relaxed);
   p.next += expect;
   h->flags |= kChunkLanded;
   return true;
