@@ -160,4 +160,11 @@ def case_declined_calls_take_the_general_path(comm):
     want = torch.cat([torch.arange(me * P, me * P + P, dtype=torch.int64) + 100 * r for r in range(P)])
     check("all_to_all_single with split sizes",
           lambda: dist.all_to_all_single(out, x, [P] * P, [P] * P), out, want)
+    # empty blocks (the finalizers' offsets step by zero)
+    outs = [torch.full((0,), -1.0) for _ in range(P)]
+    with _Recorder():
+        dist.all_gather(outs, torch.ones(0))
+        dist.gather(torch.ones(0), outs if me == 0 else None, dst=0)
+    if any(o.numel() for o in outs):
+        failures.append("all_gather/gather of empty tensors changed their sizes")
     return failures
