@@ -1,4 +1,4 @@
-"""Rank side of test_fast_path.py: the torch backend's latency path (commlib/torch/fast_path.py).
+"""Rank side of test_torch_fast_path.py: the torch backend's latency path (commlib/torch/fast_path.py).
 
 Every blocking collective that has a latency path is run twice on the same data: blocking (which
 must take the latency path: the backend's ``fast_collective`` is wrapped to record what it answered)

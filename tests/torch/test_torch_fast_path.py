@@ -3,7 +3,7 @@ blocking all_reduce, broadcast, reduce, all_gather_into_tensor, reduce_scatter_t
 all_to_all_single (no split sizes) and barrier on plain CPU tensors take it, give bitwise the
 general path's results (async + wait: same algorithm, same data) for every dtype the core moves,
 and whatever it declines still works through the general path (checked against gloo, fp32/fp64
-rtol 1e-5 / atol 1e-6: gloo sums in another order). Rank side: fast_path_cases.py."""
+rtol 1e-5 / atol 1e-6: gloo sums in another order). Rank side: torch_fast_path_cases.py."""
 import os
 import sys
 
@@ -15,7 +15,7 @@ if HERE not in sys.path:
 
 pytest.importorskip("torch")
 
-import fast_path_cases as cases  # noqa: E402
+import torch_fast_path_cases as cases  # noqa: E402
 from ranks import get_pool  # noqa: E402
 
 
