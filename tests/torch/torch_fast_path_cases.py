@@ -101,13 +101,14 @@ def _calls(P, me, n, dtype):
     return out
 
 
-def case_fast_matches_general(comm, sizes=(1, 5, 1000)):
+def case_fast_matches_general(comm, dtype_names=None, sizes=(1, 5, 1000)):
     """Every latency-path call: taken when blocking, declined never; bitwise equal to the general
     path (async + wait) on the same inputs. Returns a list of failures (empty: all good)."""
     bc.setup(comm)
     P, me = comm.size, comm.rank
     failures = []
-    for dtype in DTYPES:
+    dtypes = DTYPES if dtype_names is None else [getattr(torch, d) for d in dtype_names]
+    for dtype in dtypes:
         for n in sizes:
             for salt, (name, make) in enumerate(_calls(P, me, n, dtype)):
                 what = f"{name} {dtype} n={n}"
