@@ -13,7 +13,7 @@ import collections
 import sys
 import time
 
-from commlib import _C
+from commlib import _C, device_nccl
 from commlib.device_buffers import DeviceBuffer
 
 
@@ -126,6 +126,7 @@ class DeviceRoute:
     def __init__(self, comm):
         self._comm = comm
         self._engines = {}
+        self._prefixes = {}  # store prefix of each engine's set-up
         self._pending = collections.deque()  # (work, refs): buffers stay alive until executed
 
     def _engine(self, buf: DeviceBuffer):
@@ -144,6 +145,7 @@ class DeviceRoute:
             engine = _C.StreamEngine(c._core, device, c.timeout, c._prefix)
             c._store.set(f"{prefix}/{c.rank}", engine.local_handle())
             engine.connect([_wait_key(c, prefix, r) for r in range(c.size)])
+            device_nccl.setup_links(c, engine, prefix)  # the link per pair; NCCL if some pair uses it
         except Exception as e:
             try:  # the other ranks stop waiting for this one
                 c._store.set(f"{prefix}/error", f"rank {c.rank}: {type(e).__name__}: {e}")
@@ -151,6 +153,7 @@ class DeviceRoute:
                 pass
             raise
         self._engines[key] = engine
+        self._prefixes[key] = prefix
         return engine
 
     def run(self, coll, algorithm, bufs, in_ptr, out_ptr, count, dtype, op, root, scale, async_op,
@@ -165,6 +168,11 @@ class DeviceRoute:
         stream_of = stream_resolver(first)
         device_stream = stream_of(stream)  # checks `stream` before the engine rendezvous
         engine = self._engine(first)
+        if algorithm == "nccl":  # NCCL's own collective: its communicator is made on first use
+            if coll in ("all_reduce", "reduce_scatter", "reduce") and op in ("band", "bor", "bxor"):
+                raise ValueError(f"op: NCCL has no {op} (algorithm='nccl')")
+            device_nccl.ensure_communicator(self._comm, engine, self._prefixes[(first.kind, first.device_index)],
+                                            f"{coll} (nccl, {count} x {dtype}, {op}, root {root})")
         work = engine.run(coll, algorithm, in_ptr, out_ptr, count, dtype, op, root, scale, device_stream)
         while self._pending and self._pending[0][0].is_completed():
             self._pending.popleft()

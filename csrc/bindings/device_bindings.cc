@@ -109,7 +109,7 @@ void bind_device(py::module_& m) {
              DeviceStream& stream) {
             CollectiveCall call;
             call.coll = parse_collective(coll);
-            call.algo = static_cast<uint8_t>(algorithm_index(call.coll, algo));
+            call.algo = algo == "nccl" ? kNcclAlgorithmCode : static_cast<uint8_t>(algorithm_index(call.coll, algo));
             call.input = in;
             call.output = out;
             call.count = count;
@@ -122,6 +122,21 @@ void bind_device(py::module_& m) {
           },
           py::arg("collective"), py::arg("algorithm"), py::arg("input"), py::arg("output"), py::arg("count"),
           py::arg("dtype"), py::arg("op"), py::arg("root"), py::arg("scale"), py::arg("stream"))
+      // NCCL (engine/nccl_link.h), set up by commlib/device_nccl.py.
+      .def("nccl_load", [](StreamEngine& e, const std::vector<std::string>& c) { return e.nccl().load(c); })
+      .def("nccl_emulated", [](StreamEngine& e) { return e.nccl().emulated(); })
+      .def("nccl_ready", [](StreamEngine& e) { return e.nccl().ready(); })
+      .def("nccl_unique_id", [](StreamEngine& e) { return py::bytes(e.nccl().unique_id()); })
+      .def(
+          "nccl_init",
+          [](StreamEngine& e, py::bytes id) {
+            std::string s = id;
+            py::gil_scoped_release release;
+            e.nccl().init(s);
+          },
+          "ncclCommInitRank with rank 0's unique id (blocks until every rank joined).")
+      .def("nccl_set_peers", [](StreamEngine& e, const std::vector<bool>& p) { e.nccl().set_peers(p); })
+      .def("nccl_carries_any", [](StreamEngine& e) { return e.nccl().carries_any(); })
       .def("abort", &StreamEngine::abort)
       .def("failed", &StreamEngine::failed)
       .def("close", &StreamEngine::close, py::call_guard<py::gil_scoped_release>());

@@ -51,6 +51,9 @@ const std::vector<Param> kParams = {
      "bytes of one inbox slot of the stream engine (device buffers), a multiple of 64, the same on every rank"},
     {"COMMLIB_DEVICE_SLOTS", "int", "4", "inbox slots per peer of the stream engine (1..64)"},
     {"COMMLIB_NCCL_LIBRARY", "path", "", "the libnccl commlib.nccl loads instead of searching the nvidia-nccl wheels"},
+    {"COMMLIB_DEVICE_LINK", "name", "auto",
+     "link between ranks for device buffers: auto (peer memory within a host, NCCL across hosts), ipc or nccl "
+     "(every pair); the same on every rank"},
 };
 
 // "COMMLIB_ALGO_<COLLECTIVE>" -> "COMMLIB_ALGO_"; "" for a plain name.

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "common/types.h"
+#include "engine/nccl_link.h"
 #include "schedule/registry.h"
 
 namespace commlib {
@@ -31,7 +32,10 @@ std::string describe_call(const CallDesc& d) {
   std::string s = std::string(collective_name(c)) + " #" + std::to_string(d.seq) + " (";
   if (c != Collective::Send && c != Collective::Barrier && d.algo) {
     const auto names = algorithm_names(c);
-    s += (d.algo <= names.size() ? names[d.algo - 1] : code("algorithm", d.algo)) + ", ";
+    s += (d.algo == kNcclAlgorithmCode ? std::string("nccl")
+          : d.algo <= names.size()    ? names[d.algo - 1]
+                                      : code("algorithm", d.algo)) +
+         ", ";
   }
   s += std::to_string(d.count) + " x " +
        (d.dtype < kDTypes ? std::string(dtype_name(static_cast<DType>(d.dtype))) : code("dtype", d.dtype));

@@ -75,7 +75,8 @@ StreamEngine::StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerC
       opts_(std::move(opts)),
       peers_(size),
       sent_(size, 0),
-      received_(size, 0) {
+      received_(size, 0),
+      nccl_(std::make_unique<NcclLink>(device_, rank, size, opts_.timeout_s)) {
   ctl_fd_ = memfd_create("commlib-device-ctl", MFD_CLOEXEC);
   if (ctl_fd_ < 0 || ftruncate(ctl_fd_, static_cast<off_t>(ctl_bytes())) != 0)
     throw std::runtime_error(std::string("stream engine: control region: ") + std::strerror(errno));
@@ -206,22 +207,24 @@ void StreamEngine::enqueue_step(const Step& step, char* const bases[3], size_t e
       device_->reduce(resolve(o.dst), resolve(o.src), bytes / esize, dtype, op, s);
     }
   }
+  // Messages to peers over the nccl link: one NCCL group, before the peer-memory chunks.
+  if (nccl_->carries_any()) nccl_->enqueue_step(step, resolve, esize, dtype, op, s);
   const size_t chunk = std::max<size_t>(opts_.slot_bytes / esize * esize, esize);
   auto chunks = [&](size_t bytes) { return bytes ? (bytes + chunk - 1) / chunk : 1; };
   size_t rounds = 0;
   for (const Op& o : step.ops)
-    if (o.kind == OpKind::Send || o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce)
+    if ((o.kind == OpKind::Send || o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce) && !nccl_->carries(o.peer))
       rounds = std::max(rounds, chunks(static_cast<size_t>((o.kind == OpKind::Send ? o.src : o.dst).count) * esize));
   for (size_t i = 0; i < rounds; ++i) {
     for (const Op& o : step.ops) {  // chunk i of every send, then of every receive (see header)
-      if (o.kind != OpKind::Send) continue;
+      if (o.kind != OpKind::Send || nccl_->carries(o.peer)) continue;
       const size_t bytes = static_cast<size_t>(o.src.count) * esize;
       if (i >= chunks(bytes)) continue;
       const size_t off = i * chunk, n = std::min(chunk, bytes - std::min(bytes, off));
       send_chunk(o.peer, resolve(o.src) + (bytes ? off : 0), n, desc.seq, s);
     }
     for (const Op& o : step.ops) {
-      if (o.kind != OpKind::Recv && o.kind != OpKind::RecvReduce) continue;
+      if ((o.kind != OpKind::Recv && o.kind != OpKind::RecvReduce) || nccl_->carries(o.peer)) continue;
       const size_t bytes = static_cast<size_t>(o.dst.count) * esize;
       if (i >= chunks(bytes)) continue;
       const size_t off = i * chunk, n = std::min(chunk, bytes - std::min(bytes, off));
@@ -244,20 +247,30 @@ std::shared_ptr<DeviceWork> StreamEngine::collective(const CollectiveCall& call,
   const size_t esize = dtype_size(call.dtype);
   const int64_t bytes = call.count * static_cast<int64_t>(esize);
   const auto names = algorithms(call.coll);
-  if (call.algo > names.size()) throw std::invalid_argument("algorithm: index out of range");
-  const std::string algo = call.algo ? names[call.algo - 1] : choose_algorithm(call.coll, "auto", bytes, size_);
-  const Schedule sched = build_schedule(CollArgs{call.coll, rank_, size_, call.count, call.root}, algo);
+  const bool whole_nccl = call.algo == kNcclAlgorithmCode;  // algorithm="nccl": no schedule
+  if (whole_nccl) {
+    NcclLink::check_supported(call.dtype, call.op, call.coll);
+    if (!nccl_->ready()) throw CommError("algorithm='nccl': the NCCL communicator was not created");
+  } else if (call.algo > names.size()) {
+    throw std::invalid_argument("algorithm: index out of range");
+  }
+  const std::string algo =
+      whole_nccl ? "nccl" : call.algo ? names[call.algo - 1] : choose_algorithm(call.coll, "auto", bytes, size_);
+  const Schedule sched =
+      whole_nccl ? Schedule{} : build_schedule(CollArgs{call.coll, rank_, size_, call.count, call.root}, algo);
 
   CallDesc desc;
   desc.coll = static_cast<uint8_t>(call.coll);
   desc.dtype = static_cast<uint8_t>(call.dtype);
   desc.op = collective_reduces(call.coll) ? static_cast<uint8_t>(call.op) : 0;
-  desc.algo = static_cast<uint8_t>(algorithm_index(call.coll, algo));
+  desc.algo = whole_nccl ? kNcclAlgorithmCode : static_cast<uint8_t>(algorithm_index(call.coll, algo));
   desc.root = collective_has_root(call.coll) ? call.root : 0;
   desc.count = call.count;
   desc.seq = seq_ + 1;
 
   std::vector<int> peers;
+  for (int p = 0; p < size_ && whole_nccl; ++p)
+    if (p != rank_) peers.push_back(p);
   for (const Step& st : sched.steps)
     for (const Op& o : st.ops)
       if (o.peer >= 0 && std::find(peers.begin(), peers.end(), o.peer) == peers.end()) peers.push_back(o.peer);
@@ -325,6 +338,10 @@ void StreamEngine::enqueue_call(const CollectiveCall& call, const Schedule& sche
   char* scr = sched.scratch_count ? grow(scratch_, scratch_bytes_, static_cast<size_t>(sched.scratch_count) * esize, s)
                                   : nullptr;
   char* const bases[3] = {in, out, scr};
+  if (call.algo == kNcclAlgorithmCode) {  // NCCL sums what avg and premul_sum scale around it
+    const bool scaled = call.op == RedOp::Avg || call.op == RedOp::PremulSum;
+    nccl_->enqueue_collective(call, in, out, scaled ? RedOp::Sum : call.op, s);
+  }
   for (const Step& st : sched.steps) enqueue_step(st, bases, esize, call.dtype, call.op, desc, s);
   if (call.op == RedOp::Avg && collective_reduces(call.coll) && (call.coll != Collective::Reduce || rank_ == call.root) &&
       call.count)
@@ -338,6 +355,7 @@ void StreamEngine::close() {
     closed_ = true;
   }
   if (last_done_) device_->synchronize(*last_done_);  // the watchdog releases a stuck stream
+  nccl_->close();
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_ = true;

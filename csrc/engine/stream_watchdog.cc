@@ -87,6 +87,7 @@ void StreamEngine::fail(ErrorKind kind, const std::string& message, bool publish
   give_up_.store(true, std::memory_order_release);
   if (publish) control_->publish_failure(kind, message);
   release_waits();  // no stream of this rank stays blocked
+  nccl_->abort();   // nor one blocked inside NCCL
   cv_.notify_all();
 }
 
