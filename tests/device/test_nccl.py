@@ -69,10 +69,23 @@ def matrix_cases(P):
     return cases
 
 
+def big_cases(P):
+    """Messages larger than the emulated NCCL's 4 x 64 KiB of buffering per pair, so a send
+    completes only once the peer posts its receive: ungrouped sends and receives of a pairwise
+    step would deadlock. algorithm="nccl" and the first schedule family of every collective."""
+    n = 100_003  # prime, ~400 KB of float32
+    return [_case(coll, algo, n, i, P)[:2] + ("float32", "sum", n, 0, False)
+            for i, coll in enumerate(COLLECTIVES) for algo in ("nccl", commlib.algorithms(coll)[0])]
+
+
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("size", [1, 2, 3, 5])
 def test_nccl_link_and_algorithm_matrix(pool, size):
-    _check(pool(size, env=NCCL_LINK).run(device_cases.check_cases, matrix_cases(size), timeout=200))
+    p = pool(size, env=NCCL_LINK)
+    if size > 1:  # every pair is on NCCL, and its communicator exists
+        assert p.run(nccl_cases.links) == [(True, True)] * size
+    cases = matrix_cases(size) + (big_cases(size) if size == 3 else [])
+    _check(p.run(device_cases.check_cases, cases, timeout=200))
 
 
 @pytest.mark.timeout(240)
