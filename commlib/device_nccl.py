@@ -35,11 +35,15 @@ def nccl_peers(setting: str, host_of, rank: int):
             for r in range(len(host_of))]
 
 
-def _wait(comm, key: str, what: str) -> bytes:
-    """The store value under ``key`` within the communicator's timeout."""
+def _wait(comm, key: str, what: str, error_key: str = "") -> bytes:
+    """The store value under ``key`` within the communicator's timeout; CommError at once if a
+    rank published a failure under ``error_key``."""
     deadline = time.monotonic() + comm.timeout
     pause = 0.0005
     while not comm._store.check([key]):
+        if error_key and comm._store.check([error_key]):
+            why = bytes(comm._store.get(error_key))[:2000].decode(errors="replace")
+            raise CommError(f"NCCL set-up failed on another rank: {why}")
         if time.monotonic() > deadline:
             raise CommError(f"NCCL set-up: rank {comm.rank} waited {comm.timeout:g} s (COMMLIB_TIMEOUT) for {what}")
         time.sleep(pause)
@@ -61,13 +65,17 @@ def _agree(comm, base: str, mine: str, what: str):
 def _create(comm, engine, base: str):
     """ncclGetUniqueId on rank 0, the id through the store, ncclCommInitRank everywhere."""
     from commlib import nccl
-    engine.nccl_load(nccl.candidates())
-    if comm.rank == 0:
-        uid = bytes(engine.nccl_unique_id())
-        if len(uid) != ID_BYTES:
-            raise CommError(f"ncclGetUniqueId returned {len(uid)} bytes, expected {ID_BYTES}")
-        comm._store.set(f"{base}/id", uid)
-    uid = _wait(comm, f"{base}/id", "rank 0's NCCL unique id")
+    try:  # libnccl missing (the error lists what was tried), no unique id: the others hear at once
+        engine.nccl_load(nccl.candidates())
+        if comm.rank == 0:
+            uid = bytes(engine.nccl_unique_id())
+            if len(uid) != ID_BYTES:
+                raise CommError(f"ncclGetUniqueId returned {len(uid)} bytes, expected {ID_BYTES}")
+            comm._store.set(f"{base}/id", uid)
+    except Exception as e:
+        comm._store.set(f"{base}/error", f"rank {comm.rank}: {type(e).__name__}: {e}")
+        raise
+    uid = _wait(comm, f"{base}/id", "rank 0's NCCL unique id", f"{base}/error")
     if len(uid) != ID_BYTES:  # the store is not trusted: NCCL reads exactly 128 bytes
         raise CommError(f"NCCL unique id from the store: expected {ID_BYTES} bytes, got {len(uid)}")
     engine.nccl_init(uid)

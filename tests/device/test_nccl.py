@@ -143,3 +143,59 @@ def test_device_link_setting_is_checked():
     assert device_nccl.nccl_peers("auto", ["a", "a", "b"], 0) == [False, False, True]
     assert device_nccl.nccl_peers("nccl", ["a", "a", "b"], 1) == [True, False, True]
     assert device_nccl.nccl_peers("ipc", ["a", "b", "c"], 2) == [False, False, False]
+
+
+class _Store:
+    def __init__(self):
+        self.d = {}
+
+    def set(self, k, v):
+        self.d[k] = v.encode() if isinstance(v, str) else bytes(v)
+
+    def check(self, keys):
+        return all(k in self.d for k in keys)
+
+    def get(self, k):
+        return self.d[k]
+
+
+class _Comm:
+    def __init__(self, rank, store):
+        self.rank, self.size, self.timeout, self._store = rank, 2, 5.0, store
+
+
+class _Engine:
+    def __init__(self, load_error=None):
+        self.load_error, self.inited = load_error, None
+
+    def nccl_load(self, candidates):
+        if self.load_error:
+            raise RuntimeError(self.load_error)
+
+    def nccl_unique_id(self):
+        return b"i" * 128
+
+    def nccl_init(self, uid):
+        self.inited = uid
+
+
+def test_unique_id_rendezvous_checks_size_and_spreads_failures():
+    from commlib import device_nccl
+    from commlib.errors import CommError
+    store = _Store()
+    # Rank 0 cannot load libnccl: it raises the loader's error, rank 1 hears at once (no timeout).
+    with pytest.raises(RuntimeError, match="tried"):
+        device_nccl._create(_Comm(0, store), _Engine("no libnccl could be loaded; tried: x.so"), "p")
+    with pytest.raises(CommError, match="rank 0: RuntimeError: no libnccl could be loaded; tried: x.so"):
+        device_nccl._create(_Comm(1, store), _Engine(), "p")
+    # An id of the wrong size in the store is refused before NCCL reads it.
+    store = _Store()
+    store.set("q/id", b"x" * 127)
+    engine = _Engine()
+    with pytest.raises(CommError, match="expected 128 bytes, got 127"):
+        device_nccl._create(_Comm(1, store), engine, "q")
+    assert engine.inited is None
+    # The exact size goes to ncclCommInitRank.
+    store.set("q/id", b"y" * 128)
+    device_nccl._create(_Comm(1, store), engine, "q")
+    assert engine.inited == b"y" * 128
