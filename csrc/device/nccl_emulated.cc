@@ -294,15 +294,17 @@ NcclResult comm_destroy(NcclComm c) {
 }
 
 NcclResult comm_abort(NcclComm c) {
-  handle(c)->comm->aborted.store(true, std::memory_order_release);  // a group in progress returns
-  delete handle(c);
+  if (!c) return fail(kNcclInvalidArgument, "CommAbort: null communicator");
+  std::shared_ptr<Comm> comm = std::atomic_exchange(&handle(c)->comm, std::shared_ptr<Comm>());
+  if (comm) comm->aborted.store(true, std::memory_order_release);  // a group in progress returns
   return kNcclSuccess;
 }
 
 NcclResult p2p(bool send, const void* buf, size_t count, int dtype, int peer, NcclComm c, void* stream) {
   DType t;
   if (!to_dtype(dtype, &t)) return fail(kNcclInvalidArgument, "unsupported datatype " + std::to_string(dtype));
-  const auto& comm = handle(c)->comm;
+  const std::shared_ptr<Comm> comm = comm_of(c);
+  if (!comm) return fail(kNcclInvalidUsage, "the communicator was aborted");
   if (peer < 0 || peer >= comm->size || peer == comm->rank)
     return fail(kNcclInvalidArgument, "peer " + std::to_string(peer) + " of rank " + std::to_string(comm->rank));
   P2p op{send, peer, static_cast<char*>(const_cast<void*>(buf)), count * dtype_size(t)};

@@ -24,7 +24,8 @@ NcclResult check(const char* what, int dtype, int op, NcclComm c, void* stream, 
   a->op = RedOp::Sum;
   if (op >= 0 && !to_op(op, &a->op)) return fail(kNcclInvalidArgument, std::string(what) + ": unsupported op");
   if (!c || !stream) return fail(kNcclInvalidArgument, std::string(what) + ": null communicator or stream");
-  a->comm = handle(c)->comm;
+  a->comm = comm_of(c);
+  if (!a->comm) return fail(kNcclInvalidUsage, std::string(what) + ": the communicator was aborted");
   a->stream = static_cast<DeviceStream*>(stream);
   a->bytes = count * dtype_size(a->dtype);
   return kNcclSuccess;

@@ -31,12 +31,16 @@ struct Comm {
   ~Comm();
 };
 
-// The opaque ncclComm_t handed out: destroying or aborting it drops this reference, while host
-// functions still queued on a stream keep the communicator alive through theirs.
+// The opaque ncclComm_t handed out. Destroy frees it; Abort, which NCCL allows from another
+// thread while a call is under way, only drops its reference to the communicator (atomically; the
+// few bytes of the handle stay allocated so that such a call never reads freed memory). Host
+// functions still queued on a stream keep the communicator alive through their own references.
 struct Handle {
-  std::shared_ptr<Comm> comm;
+  std::shared_ptr<Comm> comm;  // read and reset only through std::atomic_load / atomic_store
 };
 inline Handle* handle(NcclComm c) { return reinterpret_cast<Handle*>(c); }
+// The communicator behind `c`; null once it was aborted.
+inline std::shared_ptr<Comm> comm_of(NcclComm c) { return c ? std::atomic_load(&handle(c)->comm) : nullptr; }
 
 struct P2p {
   bool send;

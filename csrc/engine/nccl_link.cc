@@ -54,10 +54,7 @@ std::string NcclLink::load(const std::vector<std::string>& candidates) {
   return api_->path;
 }
 
-bool NcclLink::ready() {
-  std::lock_guard<std::mutex> lk(mu_);
-  return comm_ != nullptr && !aborted_;
-}
+bool NcclLink::ready() { return comm_.load() != nullptr && !aborted_.load(); }
 
 void NcclLink::check(NcclResult r, const char* what) {
   if (r == 0) return;
@@ -81,10 +78,12 @@ void NcclLink::init(const std::string& id) {
   NcclUniqueId uid;
   std::copy(id.begin(), id.end(), uid.internal);
   std::lock_guard<std::mutex> lk(mu_);
-  if (comm_ || aborted_) throw CommError("NCCL: the communicator was already created");
+  if (comm_.load() || aborted_) throw CommError("NCCL: the communicator was already created");
   if (emulated_) emulated_nccl_use_device(device_, timeout_s_);
   device_->make_current();  // ncclCommInitRank binds the current CUDA device
-  check(api_->CommInitRank(&comm_, size_, uid, rank_), "ncclCommInitRank");
+  NcclComm c = nullptr;
+  check(api_->CommInitRank(&c, size_, uid, rank_), "ncclCommInitRank");
+  comm_.store(c);
 }
 
 void NcclLink::set_peers(const std::vector<bool>& over_nccl) {
@@ -117,7 +116,8 @@ void NcclLink::enqueue_step(const Step& step, const std::function<char*(const Re
     if (o.kind == OpKind::RecvReduce && carries(o.peer)) scratch_need += static_cast<size_t>(o.dst.count) * esize;
   std::lock_guard<std::mutex> lk(mu_);
   if (aborted_) throw CommError("NCCL communicator aborted");
-  if (!comm_) throw CommError("NCCL link used before its communicator was created");
+  NcclComm comm = comm_.load();
+  if (!comm) throw CommError("NCCL link used before its communicator was created");
   char* scr = scratch_need ? scratch(scratch_need, s) : nullptr;
   const int dt = nccl_dtype(dtype);
   void* stream = s.native_handle();
@@ -127,7 +127,7 @@ void NcclLink::enqueue_step(const Step& step, const std::function<char*(const Re
   for (const Op& o : step.ops) {
     if (!carries(o.peer) || r) continue;
     if (o.kind == OpKind::Send && o.src.count) {
-      r = api_->Send(resolve(o.src), static_cast<size_t>(o.src.count), dt, o.peer, comm_, stream);
+      r = api_->Send(resolve(o.src), static_cast<size_t>(o.src.count), dt, o.peer, comm, stream);
     } else if ((o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce) && o.dst.count) {
       const size_t bytes = static_cast<size_t>(o.dst.count) * esize;
       char* into = o.kind == OpKind::Recv ? resolve(o.dst) : scr + used;
@@ -135,7 +135,7 @@ void NcclLink::enqueue_step(const Step& step, const std::function<char*(const Re
         reductions.push_back(Reduction{resolve(o.dst), reduces_from_src(o) ? resolve(o.src) : nullptr, used, bytes});
         used += bytes;
       }
-      r = api_->Recv(into, static_cast<size_t>(o.dst.count), dt, o.peer, comm_, stream);
+      r = api_->Recv(into, static_cast<size_t>(o.dst.count), dt, o.peer, comm, stream);
     }
   }
   const NcclResult end = api_->GroupEnd();  // always closes the group, even after a failed call
@@ -157,19 +157,20 @@ void NcclLink::check_supported(DType dtype, RedOp op, Collective coll) {
 void NcclLink::enqueue_collective(const CollectiveCall& call, const char* in, char* out, RedOp op, DeviceStream& s) {
   std::lock_guard<std::mutex> lk(mu_);
   if (aborted_) throw CommError("NCCL communicator aborted");
-  if (!comm_) throw CommError("algorithm='nccl' used before the NCCL communicator was created");
+  NcclComm comm = comm_.load();
+  if (!comm) throw CommError("algorithm='nccl' used before the NCCL communicator was created");
   const int dt = nccl_dtype(call.dtype);
   const size_t n = static_cast<size_t>(call.count), bytes = n * dtype_size(call.dtype);
   void* st = s.native_handle();
   char* src = const_cast<char*>(in);
   switch (call.coll) {
-    case Collective::AllReduce: return check(api_->AllReduce(in, out, n, dt, nccl_op(op), comm_, st), "ncclAllReduce");
-    case Collective::AllGather: return check(api_->AllGather(in, out, n, dt, comm_, st), "ncclAllGather");
+    case Collective::AllReduce: return check(api_->AllReduce(in, out, n, dt, nccl_op(op), comm, st), "ncclAllReduce");
+    case Collective::AllGather: return check(api_->AllGather(in, out, n, dt, comm, st), "ncclAllGather");
     case Collective::ReduceScatter:
-      return check(api_->ReduceScatter(in, out, n, dt, nccl_op(op), comm_, st), "ncclReduceScatter");
-    case Collective::Broadcast: return check(api_->Broadcast(in, out, n, dt, call.root, comm_, st), "ncclBroadcast");
+      return check(api_->ReduceScatter(in, out, n, dt, nccl_op(op), comm, st), "ncclReduceScatter");
+    case Collective::Broadcast: return check(api_->Broadcast(in, out, n, dt, call.root, comm, st), "ncclBroadcast");
     case Collective::Reduce:
-      return check(api_->Reduce(in, out ? out : src, n, dt, nccl_op(op), call.root, comm_, st), "ncclReduce");
+      return check(api_->Reduce(in, out ? out : src, n, dt, nccl_op(op), call.root, comm, st), "ncclReduce");
     default: break;
   }
   // NCCL has no all_to_all, gather or scatter: grouped sends and receives; this rank's own
@@ -186,8 +187,8 @@ void NcclLink::enqueue_collective(const CollectiveCall& call, const char* in, ch
     if (q == rank_) continue;
     const bool sends = call.coll == Collective::AllToAll || (call.coll == Collective::Scatter ? root : q == call.root);
     const bool receives = call.coll == Collective::AllToAll || (call.coll == Collective::Gather ? root : q == call.root);
-    if (sends) r = api_->Send(block_in(q), n, dt, q, comm_, st);
-    if (receives && !r) r = api_->Recv(block_out(q), n, dt, q, comm_, st);
+    if (sends) r = api_->Send(block_in(q), n, dt, q, comm, st);
+    if (receives && !r) r = api_->Recv(block_out(q), n, dt, q, comm, st);
   }
   const NcclResult end = api_->GroupEnd();
   check(r, "ncclSend/ncclRecv");
@@ -195,17 +196,15 @@ void NcclLink::enqueue_collective(const CollectiveCall& call, const char* in, ch
 }
 
 void NcclLink::abort() {
-  std::lock_guard<std::mutex> lk(mu_);
-  if (!comm_ || aborted_) return;
   aborted_ = true;
-  api_->CommAbort(comm_);  // a stream blocked in NCCL returns (its data is garbage)
-  comm_ = nullptr;
+  NcclComm c = comm_.exchange(nullptr);
+  if (c) api_->CommAbort(c);  // a stream (or a host call) blocked in NCCL returns; its data is garbage
 }
 
 void NcclLink::close() {
   std::lock_guard<std::mutex> lk(mu_);
-  if (comm_) api_->CommDestroy(comm_);
-  comm_ = nullptr;
+  NcclComm c = comm_.exchange(nullptr);
+  if (c) api_->CommDestroy(c);
   if (scratch_) {
     // The engine synchronised its streams: nothing still reads the scratch.
     auto s = device_->create_stream();

@@ -15,6 +15,7 @@
 // On the emulated device the table is the emulated NCCL (device/nccl_emulated.h), else libnccl.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -73,9 +74,12 @@ class NcclLink {
   std::vector<bool> peers_;
   bool any_ = false;
 
-  std::mutex mu_;  // the communicator: enqueues (caller's thread) against abort (watchdog)
-  NcclComm comm_ = nullptr;
-  bool aborted_ = false;
+  // Enqueues, init and close take mu_; abort (the watchdog) does not: an enqueue may be blocked
+  // on the host inside NCCL (ncclGroupEnd connecting to a dead peer), and ncclCommAbort from
+  // another thread is what releases it.
+  std::mutex mu_;
+  std::atomic<NcclComm> comm_{nullptr};
+  std::atomic<bool> aborted_{false};
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
 };
