@@ -16,7 +16,7 @@ import sys
 import time
 
 from commlib import _C, device_nccl
-from commlib.communicator import Work
+from commlib.work import Work
 from commlib.device_buffers import DeviceBuffer
 
 

@@ -16,7 +16,10 @@ blocking call of each collective and size for:
   objects).
 
 Rank 0 prints one Markdown table per collective (µs, medians over rounds of per-round means) with
-"commlib − fake", the cost commlib adds above torch's own floor.
+"commlib − fake", the cost commlib adds above torch's own floor. ``--clock cpu`` times the CPU the
+rank process used instead of elapsed time: on a shared, busy machine preemption inflates wall
+times (by whole scheduler slices, unevenly across kinds), while at 1 rank, where no call waits,
+CPU time is what the call costs.
 """
 from __future__ import annotations
 
@@ -49,6 +52,10 @@ def add_arguments(p: argparse.ArgumentParser):
                    help="comma-separated, of: " + ", ".join(COLLECTIVES) + " (default: all)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     p.add_argument("--calls", type=int, default=300, help="calls per kind, size and round (default 300)")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="wall: elapsed time (default); cpu: CPU time of the rank process, all its "
+                        "threads (not inflated when other jobs preempt it on a busy machine; at 1 "
+                        "rank nothing waits, so it is the wall time of an idle machine)")
     p.add_argument("--json", metavar="FILE", help="write the medians here")
 
 
@@ -141,6 +148,7 @@ def _rank_main(rank, size, port, cfg, out):
     while b <= cfg["maxbytes"]:
         sizes.append(b)
         b *= cfg["stepfactor"]
+    clock = time.perf_counter if cfg["clock"] == "wall" else time.process_time
     samples, missing = {}, {}
     for coll in cfg["collectives"]:
         for nbytes in (sizes if coll != "barrier" else sizes[:1]):
@@ -156,10 +164,10 @@ def _rank_main(rank, size, port, cfg, out):
                 for kind, fn in calls.items():
                     k = cfg["calls"] if kind != "dist_gloo" else max(20, cfg["calls"] // 10)
                     comm.barrier()
-                    t0 = time.perf_counter()
+                    t0 = clock()
                     for _ in range(k):
                         fn()
-                    dt = (time.perf_counter() - t0) / k * 1e6
+                    dt = (clock() - t0) / k * 1e6
                     samples.setdefault(f"{coll}:{kind}:{nbytes}", []).append(dt)
     comm.barrier()
     if rank == 0:
@@ -202,7 +210,7 @@ def run(args) -> int:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     import tempfile
-    cfg = {k: getattr(args, k) for k in ("minbytes", "maxbytes", "stepfactor", "rounds", "calls")}
+    cfg = {k: getattr(args, k) for k in ("minbytes", "maxbytes", "stepfactor", "rounds", "calls", "clock")}
     cfg["collectives"] = colls
     ctx = mp.get_context("spawn")
     with tempfile.TemporaryDirectory() as d:
@@ -218,8 +226,8 @@ def run(args) -> int:
             return 1
         with open(out) as f:
             res = json.load(f)
-    print(f"median µs per blocking call (float32), {args.np_} ranks, same processes, "
-          f"{args.rounds} rounds x {args.calls} calls (gloo: a tenth)")
+    print(f"median µs ({args.clock} clock) per blocking call (float32), {args.np_} ranks, same "
+          f"processes, {args.rounds} rounds x {args.calls} calls (gloo: a tenth)")
     print(tables(res))
     if args.json:
         with open(args.json, "w") as f:

@@ -52,7 +52,7 @@ class DataMovementMixin:
         self._issue(call, async_op, self._comm.all_gather(
             flat, src, algorithm=self._algo["all_gather"], async_op=async_op))
 
-        call.finals.append(lambda: _unpack_blocks(flat, outputs, range(0, m * P, m), sizes))
+        call.finals.append(lambda: _unpack_blocks(flat, outputs, [r * m for r in range(P)], sizes))
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         opts = opts if opts is not None else dist.AllgatherOptions()
@@ -285,7 +285,8 @@ class DataMovementMixin:
                 flat, src, root=root, algorithm=self._algo["gather"], async_op=async_op))
             if self.rank() == root:
                 n = src.numel()
-                call.finals.append(lambda: _unpack_blocks(flat, outs, range(0, n * P, n), [n] * P))
+                starts = [r * n for r in range(P)]
+                call.finals.append(lambda: _unpack_blocks(flat, outs, starts, [n] * P))
         result = [list(o) for o in output_tensors] if output_tensors else []
         return self._run(opts.asyncOp, result, body, tensors=[inp])
 

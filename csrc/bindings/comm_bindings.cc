@@ -183,6 +183,18 @@ void bind_comm(py::module_& m) {
       .def("tcp_rejected", [](Communicator& c) { return c.tcp() ? c.tcp()->rejected() : 0; },
            "Connections the TCP listener refused so far (bad handshakes, garbage).")
       .def("tcp_address", [](Communicator& c) { return c.tcp() ? c.tcp()->address() : std::string(); })
+      .def(
+          "tcp_stats",
+          [](Communicator& c) {
+            py::dict d;
+            TcpTransport::Stats s = c.tcp() ? c.tcp()->stats() : TcpTransport::Stats{};
+            d["sent_in_place"] = s.sent_in_place;
+            d["landed"] = s.landed;
+            d["frames_read_by_caller"] = s.frames_read_by_caller;
+            return d;
+          },
+          "TCP data-path counters (tests): payload bytes sent from callers' buffers, bytes received "
+          "straight into destinations, frames read by a waiting caller rather than the progress thread.")
       .def_property_readonly("rank", &Communicator::rank)
       .def_property_readonly("size", &Communicator::size)
       .def(

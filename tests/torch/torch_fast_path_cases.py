@@ -1,4 +1,4 @@
-"""Rank side of test_fast_path.py: the torch backend's latency path (commlib/torch/fast_path.py).
+"""Rank side of test_torch_fast_path.py: the torch backend's latency path (commlib/torch/fast_path.py).
 
 Every blocking collective that has a latency path is run twice on the same data: blocking (which
 must take the latency path: the backend's ``fast_collective`` is wrapped to record what it answered)
@@ -101,13 +101,14 @@ def _calls(P, me, n, dtype):
     return out
 
 
-def case_fast_matches_general(comm, sizes=(1, 5, 1000)):
+def case_fast_matches_general(comm, dtype_names=None, sizes=(1, 5, 1000)):
     """Every latency-path call: taken when blocking, declined never; bitwise equal to the general
     path (async + wait) on the same inputs. Returns a list of failures (empty: all good)."""
     bc.setup(comm)
     P, me = comm.size, comm.rank
     failures = []
-    for dtype in DTYPES:
+    dtypes = DTYPES if dtype_names is None else [getattr(torch, d) for d in dtype_names]
+    for dtype in dtypes:
         for n in sizes:
             for salt, (name, make) in enumerate(_calls(P, me, n, dtype)):
                 what = f"{name} {dtype} n={n}"
@@ -160,4 +161,11 @@ def case_declined_calls_take_the_general_path(comm):
     want = torch.cat([torch.arange(me * P, me * P + P, dtype=torch.int64) + 100 * r for r in range(P)])
     check("all_to_all_single with split sizes",
           lambda: dist.all_to_all_single(out, x, [P] * P, [P] * P), out, want)
+    # empty blocks (the finalizers' offsets step by zero)
+    outs = [torch.full((0,), -1.0) for _ in range(P)]
+    with _Recorder():
+        dist.all_gather(outs, torch.ones(0))
+        dist.gather(torch.ones(0), outs if me == 0 else None, dst=0)
+    if any(o.numel() for o in outs):
+        failures.append("all_gather/gather of empty tensors changed their sizes")
     return failures
