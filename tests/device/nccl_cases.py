@@ -101,3 +101,23 @@ def kill_during_nccl_algorithm(comm, victim):
 
 def kill_during_nccl_link(comm, victim):
     return kill_during_nccl(comm, victim, "ring")
+
+
+def resources(comm):
+    """Sub-communicators that created NCCL communicators (the emulated NCCL: memfd regions, the
+    unique id's rendezvous) and ran calls over them leave no thread, descriptor or device memory
+    behind once closed."""
+    dev = emu.device()
+    x = emu.from_numpy(np.ones(100_000, np.float32))
+    x.numpy()
+
+    def counts():
+        return (len(os.listdir("/proc/self/task")), len(os.listdir("/proc/self/fd")), dev.allocated_bytes())
+    before = counts()
+    for _ in range(3):
+        sub = comm.split(0)
+        sub.all_reduce(x, algorithm="nccl")
+        sub.all_reduce(x, algorithm="ring", async_op=True).synchronize()
+        sub.close()
+    emu.synchronize()
+    return before, counts()

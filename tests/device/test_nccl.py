@@ -124,6 +124,11 @@ def test_killed_peer_raises_peer_error_and_releases_the_stream(fn, env):
         assert res is None or "not released" not in res[0], res
 
 
+def test_no_thread_fd_or_device_memory_left(pool):
+    for before, after in pool(3, env=NCCL_LINK).run(nccl_cases.resources):
+        assert before == after, (before, after)
+
+
 def test_nccl_refuses_what_it_lacks(pool):
     p = pool(2, env=DELAY)
     for msg in p.run(nccl_cases.host_buffers_refused):
