@@ -1,11 +1,13 @@
 """Validates the simulator and writes bench/RESULTS_sim.md (docs/simulator.md explains the model).
 
-    .venv/bin/python bench/sim_validate.py [--bench np2.json] [--tcp tcp.json] [-o bench/RESULTS_sim.md]
+    .venv/bin/python bench/sim_validate.py [--measure] [--bench np2.json] [-o bench/RESULTS_sim.md]
 
 (a) DESIGN.md §3's closed forms on a uniform topology without contention (exact, also a test);
-(b) predicted vs measured for our own runs: 2 ranks on shared memory from a ``commlib bench --json``
-    run (made here when --bench is not given, ~2 minutes), the topology fitted on the all_reduce
-    rows only and checked on every collective; multi-host TCP runs when --tcp is given;
+(b) predicted vs measured for our own runs: 2 ranks on shared memory (the topology fitted, memory
+    tier included, on the all_reduce and all_to_all rows and checked on every collective), and
+    all_reduce across 2 emulated hosts joined by rate-limited TCP links (bench/sim_tcp.py). The
+    bench summaries are committed in bench/sim_data/; ``--measure`` reruns the benches (the netns
+    runs need root and are skipped, saying so, without it);
 (c) NCCL's published 8x H100 all_reduce bus bandwidth against the dgx-h100 preset and ring;
 plus the time the simulator takes for 4096 ranks.
 """
@@ -27,6 +29,9 @@ sys.path.insert(0, ROOT)
 from commlib import _C, sim  # noqa: E402
 from commlib.bench import model  # noqa: E402
 from commlib.bench.common import fmt_bytes  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sim_tcp  # noqa: E402
 
 NCCL_H100_BUSBW = 370.0  # GB/s, nccl-tests all_reduce_perf, 8x H100 SXM, large messages (see below)
 
@@ -52,58 +57,96 @@ def closed_forms(lines):
     lines += ["", f"Largest relative error: {worst:.1e} (floating-point rounding).", ""]
 
 
-def run_bench(path):
-    cmd = [sys.executable, "-m", "commlib", "bench", "all_reduce", "all_gather", "reduce_scatter", "all_to_all",
-           "--np", "2", "-b", "8", "-e", "16M", "-f", "8", "--peers", "none", "--passes", "2",
-           "--mode", "out", "--json", path]
+DATA = os.path.join(ROOT, "bench", "sim_data")
+SHM_SUMMARY = os.path.join(DATA, "shm_np2.json")
+SHM_BENCH = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "--np", "2", "-b", "8", "-e", "32M",
+             "-f", "2", "--peers", "none", "--passes", "3", "--mode", "out"]
+
+
+def run_bench(path, args):
+    cmd = [sys.executable, "-m", "commlib", "bench", *args, "--json", path]
     print("# running", " ".join(cmd[1:]), flush=True)
     subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
 
 
+def summarize(src, dst):
+    """The part of a bench JSON file the validation reads (commlib rows, medians): small enough to
+    commit, so RESULTS_sim.md regenerates without rerunning the bench."""
+    with open(src) as f:
+        data = json.load(f)
+    keep = ("backend", "transport", "collective", "algorithm", "resolved", "world_size", "dtype", "bytes", "root")
+    rows = [dict({k: r.get(k) for k in keep}, time_us={"median": round(r["time_us"]["median"], 3)})
+            for r in data["results"] if r.get("backend") == "commlib"]
+    out = {k: data.get(k) for k in ("command", "machine", "topology", "hosts") if data.get(k) is not None}
+    out["results"] = rows
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    with open(dst, "w") as f:
+        json.dump(out, f, indent=0)
+        f.write("\n")
+
+
 SHOWN = {"all_reduce": "ring", "all_gather": "ring", "reduce_scatter": "ring", "all_to_all": "pairwise",
          "broadcast": "binomial"}
+FIT_ON = ("all_reduce", "all_to_all")
 
 
-def measured_vs_predicted(lines, bench_path, fit_on=("all_reduce", "all_gather"), title="2 ranks on shared memory"):
+def _error(r, topo):
+    p = sim.predict(r["collective"], r["algorithm"], r["bytes"], r["world_size"], topo, r["dtype"],
+                    max(r.get("root", 0) or 0, 0))
+    m, q = r["time_us"]["median"], p["time_us"]["median"]
+    return m, q, (q - m) / m
+
+
+def _rate(v):
+    return "free" if v is None or math.isinf(v) else f"{v:.2f} GB/s"
+
+
+def measured_vs_predicted(lines, bench_path, fit_on=FIT_ON):
     with open(bench_path) as f:
         data = json.load(f)
+    one = sim.from_bench(bench_path, collectives=fit_on, tiers=False)
     topo = sim.from_bench(bench_path, collectives=fit_on)
-    fit_src = topo.sources["intra_latency_us"].rsplit(":", 1)[0]
-    lines += [f"### {title}", "",
+    src = topo.sources["intra_latency_us"].rsplit(":", 1)[0]
+    lines += ["### 2 ranks on shared memory", "",
               f"Bench run: `{data.get('command', '?')}` on {data.get('machine', {}).get('cpu', '?')} "
-              f"({data.get('machine', {}).get('cores', '?')} cores), {data.get('machine', {}).get('date', '')}.",
-              f"Topology `fitted:` on the {', '.join(fit_on)} rows only ({fit_src}): per call "
-              f"{topo.call_overhead_us:.2f} us, per message {topo.intra_latency_us:.2f} us, port {topo.intra_GBps:.2f} GB/s, reduction {topo.reduce_GBps:.2f} GB/s, "
-              f"chunks {fmt_bytes(topo.chunk_bytes)}. (all_reduce alone cannot separate beta from gamma at 2 ranks: its "
-              "coefficients are proportional.) The other collectives are out of sample. The table shows one "
-              "algorithm per collective; the medians below cover every algorithm measured.", "",
-              "| collective | algorithm | size | measured (us) | predicted (us) | error |", "|---|---|---|---|---|---|"]
-    errs, big = {}, {}
+              f"({data.get('machine', {}).get('cores', '?')} cores), {data.get('machine', {}).get('date', '')}; "
+              f"its commlib rows are committed as `bench/sim_data/{os.path.basename(bench_path)}`.", "",
+              f"Topology `fitted:` on the {', '.join(fit_on)} rows only ({src}); the other collectives are out of "
+              "sample. Two fits of the same rows:", "",
+              f"- **one tier** (before): per call {one.call_overhead_us:.2f} us, per message "
+              f"{one.intra_latency_us:.2f} us, port {one.intra_GBps:.2f} GB/s, reduction {_rate(one.reduce_GBps)}, "
+              f"copy {_rate(one.copy_GBps)};",
+              f"- **memory tier** (after): per call {topo.call_overhead_us:.2f} us, per message "
+              f"{topo.intra_latency_us:.2f} us; up to `cache_bytes` = {fmt_bytes(topo.cache_bytes) if topo.cache_bytes else 'none'} "
+              f"per rank: port {topo.intra_GBps:.2f} GB/s, reduction {_rate(topo.reduce_GBps)}, copy "
+              f"{_rate(topo.copy_GBps)}; beyond it: port {_rate(topo.mem_intra_GBps)}, reduction "
+              f"{_rate(topo.mem_reduce_GBps)}, copy {_rate(topo.mem_copy_GBps)}. "
+              f"{topo.sources['cache_bytes'].split(': ', 1)[-1].capitalize()}.", "",
+              "The working set of a rank is its input, output and the schedule's scratch buffer (a 2-rank ring "
+              "all_reduce of n bytes: 2n). The table shows one algorithm per collective; the medians below cover "
+              "every algorithm measured.", "",
+              "| collective | algorithm | size | measured (us) | one tier (us) | error | memory tier (us) | error |",
+              "|---|---|---|---|---|---|---|---|"]
+    errs, errs_one = {}, {}
     for r in data["results"]:
         if r["backend"] != "commlib" or r["algorithm"] == "auto":
             continue
-        try:
-            p = sim.predict(r["collective"], r["algorithm"], r["bytes"], r["world_size"], topo, r["dtype"],
-                            max(r.get("root", 0), 0))
-        except ValueError as e:
-            lines.append(f"| {r['collective']} | {r['algorithm']} | {fmt_bytes(r['bytes'])} | - | - | {e} |")
-            continue
-        m, q = r["time_us"]["median"], p["time_us"]["median"]
-        err = (q - m) / m
-        errs.setdefault(r["collective"], []).append(abs(err))
-        if r["bytes"] >= 2 << 20:
-            big.setdefault(r["collective"], []).append(abs(err))
-        if SHOWN.get(r["collective"]) != r["algorithm"]:
-            continue
-        lines.append(f"| {r['collective']} | {r['algorithm']} | {fmt_bytes(r['bytes'])} | {m:.2f} | {q:.2f} | "
-                     f"{err * 100:+.0f}% |")
-    lines += ["", "Median |error| per collective (all sizes): " + ", ".join(
-        f"{c} {statistics.median(v) * 100:.0f}%" for c, v in sorted(errs.items())) + ".",
-              "At 2 MiB and above: " + ", ".join(
-        f"{c} {statistics.median(v) * 100:.0f}%" for c, v in sorted(big.items())) + ". One fitted bandwidth "
-              "cannot follow a CPU's copy bandwidth falling severalfold once messages leave the cache, and "
-              "this shared 2-core machine ran other sessions' jobs meanwhile (see docs/simulator.md).", ""]
-    return errs
+        m, q1, e1 = _error(r, one)
+        _, q, e = _error(r, topo)
+        band = "small" if r["bytes"] < 64 << 10 else ("mid" if r["bytes"] < 2 << 20 else "big")
+        errs.setdefault((r["collective"], band), []).append(abs(e))
+        errs_one.setdefault((r["collective"], band), []).append(abs(e1))
+        if SHOWN.get(r["collective"]) == r["algorithm"]:
+            lines.append(f"| {r['collective']} | {r['algorithm']} | {fmt_bytes(r['bytes'])} | {m:.2f} | {q1:.2f} | "
+                         f"{e1 * 100:+.0f}% | {q:.2f} | {e * 100:+.0f}% |")
+    lines += ["", "Median |error| over every algorithm, by size band (one tier -> memory tier):", "",
+              "| collective | < 64 KiB | 64 KiB - 1 MiB | >= 2 MiB |", "|---|---|---|---|"]
+    for coll in sorted({c for c, _ in errs}):
+        cells = [f"{statistics.median(errs_one[(coll, b)]) * 100:.0f}% -> {statistics.median(errs[(coll, b)]) * 100:.0f}%"
+                 if (coll, b) in errs else "-" for b in ("small", "mid", "big")]
+        lines.append(f"| {coll}{'' if coll in fit_on else ' (out of sample)'} | " + " | ".join(cells) + " |")
+    lines.append("")
+    return topo
 
 
 def nccl_h100(lines):
@@ -149,27 +192,27 @@ def scale_timing(lines):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--bench", help="commlib bench --json file of a 2-rank shared-memory run (default: run one)")
-    ap.add_argument("--tcp", help="commlib bench --json file of a multi-host TCP run (rate-limited link)")
+    ap.add_argument("--measure", action="store_true",
+                    help="run the benches again and rewrite bench/sim_data/ (shared memory: a few minutes; the "
+                         "netns TCP runs: root only, skipped otherwise)")
+    ap.add_argument("--bench", help="a 2-rank shared-memory commlib bench --json file to use instead of "
+                                    "bench/sim_data/shm_np2.json")
     ap.add_argument("-o", "--output", default=os.path.join(ROOT, "bench", "RESULTS_sim.md"))
     a = ap.parse_args(argv)
+    tcp_note = "Committed summaries (bench/sim_data/), measured by an earlier `--measure` run as root."
+    if a.measure:
+        tmp = tempfile.mkdtemp(prefix="commlib-simval-")
+        raw = os.path.join(tmp, "shm_np2.json")
+        run_bench(raw, SHM_BENCH)
+        summarize(raw, SHM_SUMMARY)
+        tcp_note = sim_tcp.measure(ROOT, DATA, run_bench, summarize, tmp)
     lines = ["# Simulator validation", "",
-             "Written by `bench/sim_validate.py`; the model is described in docs/simulator.md.", ""]
+             "Written by `bench/sim_validate.py` from the bench summaries in `bench/sim_data/` "
+             "(`--measure` reruns the benches); the model is described in docs/simulator.md.", ""]
     closed_forms(lines)
     lines += ["## (b) Predicted vs measured, our own runs", ""]
-    bench = a.bench
-    if not bench:
-        bench = os.path.join(tempfile.mkdtemp(prefix="commlib-simval-"), "np2.json")
-        run_bench(bench)
-    measured_vs_predicted(lines, bench)
-    if a.tcp:
-        with open(a.tcp) as f:
-            first = json.load(f)["results"][0]
-        measured_vs_predicted(lines, a.tcp, title=f"{first['world_size']} ranks over TCP")
-    else:
-        lines += ["### Multi-host TCP with a rate-limited link: not yet measured", "",
-                  "Slot for the multi-host runs (TCP transport, `tc tbf` rate limit) that the multihost work "
-                  "produces; rerun with `--tcp <bench.json>` to fill it. Until then this section has no data.", ""]
+    shm = measured_vs_predicted(lines, a.bench or SHM_SUMMARY)
+    sim_tcp.section(lines, DATA, shm, tcp_note, fmt_bytes)
     nccl_h100(lines)
     scale_timing(lines)
     with open(a.output, "w") as f:

@@ -9,6 +9,7 @@ Command line: ``commlib sim ...`` and ``commlib tune --sim TOPOLOGY``; the model
 and its validation are in docs/simulator.md.
 """
 from commlib.sim.engine import algorithms_for, predict, sweep
-from commlib.sim.topology import PRESETS, Topology, TopologyError, from_bench, load
+from commlib.sim.fit import from_bench
+from commlib.sim.topology import PRESETS, Topology, TopologyError, load
 
 __all__ = ["predict", "sweep", "algorithms_for", "Topology", "TopologyError", "PRESETS", "load", "from_bench"]

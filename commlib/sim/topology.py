@@ -12,6 +12,10 @@ protocol) is an explicit named parameter per link kind (``intra_efficiency``, ``
 as are software overheads (``op_overhead_us`` per send/receive posted, ``step_overhead_us`` per
 schedule step, ``call_overhead_us`` per collective call). Every preset records where each number comes from in ``sources``.
 
+Memory hierarchy: a device whose working set (its input plus output buffer) exceeds ``cache_bytes``
+moves, copies and reduces at the ``mem_*`` rates (the next level of memory) instead of the in-cache
+``intra_GBps``, ``copy_GBps`` and ``reduce_GBps``; ``cache_bytes`` 0 means one tier for every size.
+
 A JSON topology file holds the same fields (see docs/simulator.md)::
 
     {"name": "my-cluster", "base": "eth-100g", "devices_per_host": 4, "nic_Gbps": 200}
@@ -26,7 +30,7 @@ import math
 import os
 from dataclasses import dataclass, field
 
-__all__ = ["Topology", "PRESETS", "load", "from_bench", "TopologyError"]
+__all__ = ["Topology", "PRESETS", "load", "TopologyError"]
 
 
 class TopologyError(ValueError):
@@ -53,6 +57,10 @@ class Topology:
     step_overhead_us: float = 0.0
     call_overhead_us: float = 0.0   # per collective call (API, argument checks, launch), added once
     chunk_bytes: int = 0            # pipelining granularity of transfers with reductions (0: none)
+    cache_bytes: int = 0            # per-device working set beyond which the mem_* rates apply (0: one tier)
+    mem_intra_GBps: float | None = None   # port rate beyond the cache, before intra_efficiency (None: intra_GBps)
+    mem_reduce_GBps: float | None = None  # reduction rate beyond the cache (None: reduce_GBps)
+    mem_copy_GBps: float | None = None    # local copy rate beyond the cache (None: copy_GBps)
     sources: dict = field(default_factory=dict, compare=False)
 
     def engine_dict(self, ranks: int) -> dict:
@@ -61,7 +69,14 @@ class Topology:
             raise TopologyError(f"ranks: must be >= 1, got {ranks}")
         d = self.devices_per_host
         inv = lambda gbps: 0.0 if math.isinf(gbps) else 1.0 / (gbps * 1e9)  # noqa: E731
-        return {
+        or_ = lambda v, default: default if v is None else v  # noqa: E731
+        tier = {} if not self.cache_bytes else {
+            "cache_bytes": int(self.cache_bytes),
+            "mem_port_Bps": or_(self.mem_intra_GBps, self.intra_GBps) * 1e9 * self.intra_efficiency,
+            "mem_reduce_s_per_byte": inv(or_(self.mem_reduce_GBps, self.reduce_GBps)),
+            "mem_copy_s_per_byte": inv(or_(self.mem_copy_GBps, self.copy_GBps)),
+        }
+        return tier | {
             "host_of": [r // d for r in range(ranks)],
             "nic_of": [(r % d) % self.nics for r in range(ranks)],
             "nics_per_host": self.nics,
@@ -78,57 +93,56 @@ class Topology:
         }
 
     def describe(self) -> str:
-        return (f"{self.name}: {self.devices_per_host} devices/host, intra {self.intra_GBps:g} GB/s x "
+        text = (f"{self.name}: {self.devices_per_host} devices/host, intra {self.intra_GBps:g} GB/s x "
                 f"{self.intra_efficiency:g}, {self.intra_latency_us:g} us; {self.nics} x {self.nic_Gbps:g} Gb/s "
                 f"NICs x {self.nic_efficiency:g}, {self.inter_latency_us:g} us; reduce {self.reduce_GBps:g} GB/s")
+        if self.cache_bytes:
+            g = lambda v, d: f"{d if v is None else v:g}"  # noqa: E731
+            text += (f"; beyond {self.cache_bytes} B per device: intra {g(self.mem_intra_GBps, self.intra_GBps)} "
+                     f"GB/s, reduce {g(self.mem_reduce_GBps, self.reduce_GBps)} GB/s")
+        return text
 
     def as_json(self) -> dict:
         d = dataclasses.asdict(self)
         return {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in d.items()}
 
 
-_NVLINK_EFF_SRC = ("NCCL's topology model (src/graph/topo.h) credits {per} GB/s per NVLink of {gen}'s "
-                   "25 GB/s per direction: {eff:.3f}")
-
-PRESETS = {
-    "dgx-h100": Topology(
-        name="dgx-h100", devices_per_host=8,
-        intra_GBps=450.0, intra_efficiency=20.6 / 25.0, intra_latency_us=2.0,
-        nics=8, nic_Gbps=400.0, nic_efficiency=0.97, inter_latency_us=5.0,
-        reduce_GBps=3350.0 / 3, chunk_bytes=512 << 10,
+def _dgx(name, *, gpu, nvlink, port_GBps, links, switches, credited_GBps, nic, nic_Gbps, ib, hbm, hbm_GBps,
+         l2_MB, chunk_bytes=512 << 10) -> Topology:
+    """A DGX node: 8 GPUs on NVSwitch, one NIC per GPU; every number below names its source."""
+    return Topology(
+        name=name, devices_per_host=8,
+        intra_GBps=port_GBps, intra_efficiency=credited_GBps / 25.0, intra_latency_us=2.0,
+        nics=8, nic_Gbps=nic_Gbps, nic_efficiency=0.97, inter_latency_us=5.0,
+        reduce_GBps=hbm_GBps / 3, chunk_bytes=chunk_bytes,
         sources={
-            "devices_per_host": "NVIDIA DGX H100 user guide: 8x H100 SXM5",
-            "intra_GBps": "H100 SXM datasheet: NVLink 4, 900 GB/s bidirectional = 18 links x 25 GB/s per direction, "
-                          "all GPUs on 4 NVSwitch chips (non-blocking)",
-            "intra_efficiency": _NVLINK_EFF_SRC.format(per=20.6, gen="NVLink 4", eff=20.6 / 25),
+            "devices_per_host": f"NVIDIA {name.upper().replace('-', ' ')} user guide: 8x {gpu}",
+            "intra_GBps": f"{gpu} datasheet: {nvlink}, {2 * port_GBps:g} GB/s bidirectional = {links} links x 25 GB/s "
+                          f"per direction, all GPUs on {switches} NVSwitch chips (non-blocking)",
+            "intra_efficiency": f"NCCL's topology model (src/graph/topo.h) credits {credited_GBps:g} GB/s per NVLink "
+                                f"of {nvlink}'s 25 GB/s per direction: {credited_GBps / 25:.3f}",
             "intra_latency_us": "assumed: a few us per NCCL step on NVLink (nccl-tests small-message all_reduce "
                                 "on 8 GPUs is ~10-20 us for ~2 log P.. 2(P-1) steps)",
-            "nics": "DGX H100 user guide: 8x ConnectX-7 (one per GPU, rail-optimised)",
-            "nic_Gbps": "ConnectX-7: 400 Gb/s InfiniBand NDR per port",
-            "nic_efficiency": "InfiniBand NDR data rate after encoding and headers (~48.5 of 50 GB/s)",
+            "nics": f"{name.upper().replace('-', ' ')} user guide: 8x {nic} (one per GPU, rail-optimised)",
+            "nic_Gbps": f"{nic}: {nic_Gbps:g} Gb/s InfiniBand {ib} per port",
+            "nic_efficiency": "InfiniBand data rate after encoding and headers (~48.5 of 50 GB/s on NDR)",
             "inter_latency_us": "assumed: InfiniBand switch hop + NIC + proxy thread, ~5 us",
-            "reduce_GBps": "H100 SXM HBM3 3.35 TB/s; a reduction reads two operands and writes one (3 bytes of "
-                           "traffic per byte reduced)",
+            "reduce_GBps": f"{gpu} {hbm} {hbm_GBps:g} GB/s; a reduction reads two operands and writes one "
+                           "(3 bytes of traffic per byte reduced)",
             "chunk_bytes": "NCCL default buffer 4 MiB (NCCL_BUFFSIZE) in NCCL_STEPS = 8 slots: 512 KiB per step",
-        }),
-    "dgx-a100": Topology(
-        name="dgx-a100", devices_per_host=8,
-        intra_GBps=300.0, intra_efficiency=20.0 / 25.0, intra_latency_us=2.0,
-        nics=8, nic_Gbps=200.0, nic_efficiency=0.97, inter_latency_us=5.0,
-        reduce_GBps=2039.0 / 3, chunk_bytes=512 << 10,
-        sources={
-            "devices_per_host": "NVIDIA DGX A100 user guide: 8x A100 SXM4 80GB",
-            "intra_GBps": "A100 datasheet: NVLink 3, 600 GB/s bidirectional = 12 links x 25 GB/s per direction, "
-                          "6 NVSwitch chips",
-            "intra_efficiency": _NVLINK_EFF_SRC.format(per=20.0, gen="NVLink 3", eff=20.0 / 25),
-            "intra_latency_us": "assumed, as dgx-h100",
-            "nics": "DGX A100 user guide: 8x ConnectX-6 for the compute fabric",
-            "nic_Gbps": "ConnectX-6: 200 Gb/s InfiniBand HDR",
-            "nic_efficiency": "as dgx-h100",
-            "inter_latency_us": "assumed, as dgx-h100",
-            "reduce_GBps": "A100 80GB HBM2e 2,039 GB/s / 3 bytes of traffic per byte reduced",
-            "chunk_bytes": "as dgx-h100",
-        }),
+            "cache_bytes": f"not modelled (0): {hbm} ({hbm_GBps:g} GB/s) outruns the NVLink port "
+                           f"({port_GBps:g} GB/s) whether or not data sits in the {l2_MB} MB L2, and reduce_GBps "
+                           f"is already the {hbm} (beyond-cache) rate",
+        })
+
+
+PRESETS = {
+    "dgx-h100": _dgx("dgx-h100", gpu="H100 SXM5", nvlink="NVLink 4", port_GBps=450.0, links=18, switches=4,
+                     credited_GBps=20.6, nic="ConnectX-7", nic_Gbps=400.0, ib="NDR", hbm="HBM3",
+                     hbm_GBps=3350.0, l2_MB=50),
+    "dgx-a100": _dgx("dgx-a100", gpu="A100 SXM4 80GB", nvlink="NVLink 3", port_GBps=300.0, links=12, switches=6,
+                     credited_GBps=20.0, nic="ConnectX-6", nic_Gbps=200.0, ib="HDR", hbm="HBM2e",
+                     hbm_GBps=2039.0, l2_MB=40),
 }
 for _gbps in (25, 100):
     PRESETS[f"eth-{_gbps}g"] = Topology(
@@ -145,27 +159,33 @@ for _gbps in (25, 100):
             "op_overhead_us": "assumed: a send/recv system call pair, ~2 us",
             "intra_GBps": "unused with one rank per host",
             "chunk_bytes": "commlib's shared-memory slot size (transport/shm.cc)",
+            "cache_bytes": "not modelled (0): one rank per host has no intra-host transfers, and reduce_GBps "
+                           "is already the out-of-cache (DRAM) rate",
         })
+
+_INT_FIELDS = {"devices_per_host", "nics", "chunk_bytes", "cache_bytes"}
+_NULL_IS_FREE = {"reduce_GBps", "copy_GBps"}                               # null: infinitely fast
+_NULL_IS_IN_CACHE = {"mem_intra_GBps", "mem_reduce_GBps", "mem_copy_GBps"}  # null: the in-cache rate
 
 
 def _from_fields(fields: dict, where: str, base: Topology | None = None) -> Topology:
-    names = {f.name: f for f in dataclasses.fields(Topology)}
-    known = set(names) - {"sources"}
+    known = {f.name for f in dataclasses.fields(Topology)} - {"sources"}
     values = dataclasses.asdict(base) if base else {}
     for key, v in fields.items():
         if key in ("base", "comment", "sources"):
             continue
         if key not in known:
             raise TopologyError(f"{where}: unknown field {key!r} (known: {', '.join(sorted(known))})")
-        want = names[key].type
         if key == "name":
             if not isinstance(v, str) or not v:
                 raise TopologyError(f"{where}: field 'name' must be a non-empty string")
-        elif want == "int" or key in ("devices_per_host", "nics", "chunk_bytes"):
+        elif key in _INT_FIELDS:
             if isinstance(v, bool) or not isinstance(v, int):
                 raise TopologyError(f"{where}: field {key!r} must be an integer, got {v!r}")
+        elif v is None and key in _NULL_IS_IN_CACHE:
+            pass
         else:
-            if v is None and key in ("reduce_GBps", "copy_GBps"):
+            if v is None and key in _NULL_IS_FREE:
                 v = math.inf
             if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v):
                 raise TopologyError(f"{where}: field {key!r} must be a number, got {v!r}")
@@ -193,69 +213,21 @@ def _check(t: Topology, where: str):
         if not getattr(t, name) > 0:
             bad(name, "must be > 0")
     for name in ("intra_latency_us", "inter_latency_us", "bus_GBps", "nic_Gbps", "op_overhead_us",
-                 "step_overhead_us", "call_overhead_us", "chunk_bytes"):
+                 "step_overhead_us", "call_overhead_us", "chunk_bytes", "cache_bytes"):
         v = getattr(t, name)
         if not v >= 0 or math.isinf(v):
             bad(name, "must be a finite number >= 0")
     for name in ("intra_efficiency", "nic_efficiency"):
         if not 0 < getattr(t, name) <= 1:
             bad(name, "must be in (0, 1]")
-
-
-def from_bench(path: str, world_size: int | None = None, collectives=None) -> Topology:
-    """This machine as one host, fitted to the commlib rows of a bench JSON file: a fixed cost per
-    call plus alpha-beta-gamma, each row's (a, b, c) from its schedule (relative least squares).
-    alpha becomes the per-message latency, 1/beta the per-rank port bandwidth, 1/gamma the reduction
-    rate, with the shared-memory transport's chunking; the fit is the one of ``world_size`` ranks
-    (default: the largest in the file), over the rows of ``collectives`` (default: all)."""
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except OSError as e:
-        raise TopologyError(f"fitted:{path}: cannot read ({e.strerror})") from None
-    except json.JSONDecodeError as e:
-        raise TopologyError(f"fitted:{path}: not JSON ({e})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("results"), list):
-        raise TopologyError(f"fitted:{path}: not a commlib bench JSON file (no 'results' list)")
-    rows = [r for r in data["results"] if collectives is None or r.get("collective") in collectives]
-    rows = [r for r in rows if r.get("backend") == "commlib" and r.get("algorithm") != "auto"
-            and (world_size is None or r.get("world_size") == world_size)]
-    if not rows:
-        raise TopologyError(f"fitted:{path}: no commlib measurements to fit"
-                            + (f" at {world_size} ranks" if world_size else ""))
-    P = max(r["world_size"] for r in rows)
-    rows = [r for r in rows if r["world_size"] == P]
-    call, alpha, beta, gamma, err = _fit_machine(rows)
-    slot = 256 << 10
-    src = f"fitted from {os.path.basename(path)} (commlib, {rows[0].get('transport', '?')}, {P} ranks, {len(rows)} rows)"
-    return Topology(
-        name=f"fitted:{os.path.basename(path)}", devices_per_host=max(P, 1),
-        intra_latency_us=alpha * 1e6, call_overhead_us=call * 1e6,
-        intra_GBps=(1.0 / beta / 1e9) if beta > 0 else 1e6,
-        reduce_GBps=(1.0 / gamma / 1e9) if gamma > 0 else math.inf,
-        chunk_bytes=slot,
-        sources={"intra_latency_us": src + ": alpha", "intra_GBps": src + ": 1/beta",
-                 "reduce_GBps": src + ": 1/gamma", "call_overhead_us": src + ": fixed cost per call",
-                 "chunk_bytes": "shared-memory slot size (transport/shm.cc)", "fit_rel_err_median": err})
-
-
-def _fit_machine(rows):
-    """(call, alpha, beta, gamma, median relative error): non-negative least squares of relative
-    error, T = call + a*alpha + b*beta + c*gamma with (a, b, c) from each row's schedule."""
-    import numpy as np
-    from commlib.bench import model
-    A, t = [], []
-    for r in rows:
-        sec = r["time_us"]["median"] * 1e-6
-        if sec <= 0:
+    for name in sorted(_NULL_IS_IN_CACHE):
+        v = getattr(t, name)
+        if v is None:
             continue
-        A.append((1.0,) + tuple(model.coefficients(r["collective"], r["algorithm"], r["bytes"], r["world_size"])))
-        t.append(sec)
-    A, t = np.array(A), np.array(t)
-    scale = np.where(np.abs(A).max(axis=0) > 0, np.abs(A).max(axis=0), 1.0)
-    x = model._nnls_small(A / scale / t[:, None], np.ones_like(t)) / scale
-    rel = np.abs(A @ x - t) / t
-    return float(x[0]), float(x[1]), float(x[2]), float(x[3]), float(np.median(rel))
+        if not v > 0:
+            bad(name, "must be > 0 (or null: the in-cache rate)")
+        if not t.cache_bytes:
+            bad(name, "applies beyond cache_bytes, which is 0 (one tier): set cache_bytes too")
 
 
 def load(spec) -> Topology:
@@ -268,6 +240,7 @@ def load(spec) -> Topology:
     if spec in PRESETS:
         return PRESETS[spec]
     if spec.startswith("fitted:"):
+        from commlib.sim.fit import from_bench
         return from_bench(spec[len("fitted:"):])
     if not os.path.exists(spec):
         raise TopologyError(f"topology: {spec!r} is neither a preset ({', '.join(PRESETS)}) nor an existing "

@@ -17,7 +17,8 @@ sim::Topology topology_from_dict(const py::dict& d) {
   static const std::set<std::string> known = {
       "host_of", "nic_of", "nics_per_host", "intra_latency_s", "intra_port_Bps", "intra_bus_Bps",
       "inter_latency_s", "nic_Bps", "reduce_s_per_byte", "copy_s_per_byte", "op_overhead_s",
-      "step_overhead_s", "chunk_bytes"};
+      "step_overhead_s", "chunk_bytes", "cache_bytes", "mem_port_Bps", "mem_reduce_s_per_byte",
+      "mem_copy_s_per_byte"};
   for (auto item : d) {
     const std::string k = py::str(item.first);
     if (!known.count(k)) throw std::invalid_argument("topology." + k + ": unknown field");
@@ -44,6 +45,16 @@ sim::Topology topology_from_dict(const py::dict& d) {
   get("op_overhead_s", t.op_overhead_s);
   get("step_overhead_s", t.step_overhead_s);
   get("chunk_bytes", t.chunk_bytes);
+  // The memory tier is optional: without it one tier (the rates above) serves every size.
+  t.mem_port_Bps = t.intra_port_Bps;
+  t.mem_reduce_s_per_byte = t.reduce_s_per_byte;
+  t.mem_copy_s_per_byte = t.copy_s_per_byte;
+  if (d.contains("cache_bytes")) {
+    get("cache_bytes", t.cache_bytes);
+    get("mem_port_Bps", t.mem_port_Bps);
+    get("mem_reduce_s_per_byte", t.mem_reduce_s_per_byte);
+    get("mem_copy_s_per_byte", t.mem_copy_s_per_byte);
+  }
   return t;
 }
 
@@ -70,6 +81,8 @@ void bind_sim(py::module_& m) {
         out["bytes_inter"] = r.bytes_inter;
         out["bytes_intra"] = r.bytes_intra;
         out["shapes"] = r.shapes;
+        out["ranks_beyond_cache"] = r.ranks_beyond_cache;
+        out["max_working_set_bytes"] = r.max_working_set_bytes;
         out["algorithm"] = r.algorithm;
         return out;
       },

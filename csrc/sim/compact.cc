@@ -45,8 +45,10 @@ uint32_t ShapeTable::intern(std::vector<SimOp>& ops) {
 }
 
 std::vector<Program> build_programs(Collective c, const std::string& algorithm, int size, int64_t count,
-                                    int root, const std::vector<int>& host_of, ShapeTable& shapes) {
+                                    int root, const std::vector<int>& host_of, ShapeTable& shapes,
+                                    std::vector<int64_t>* scratch) {
   std::vector<Program> programs(size);
+  if (scratch) scratch->assign(size, 0);
   CollArgs a;
   a.coll = c;
   a.size = size;
@@ -57,6 +59,7 @@ std::vector<Program> build_programs(Collective c, const std::string& algorithm, 
   for (int r = 0; r < size; ++r) {
     a.rank = r;
     const Schedule s = build_schedule(a, algorithm);
+    if (scratch) (*scratch)[r] = s.scratch_count;
     Program& prog = programs[r];
     for (const Step& st : s.steps) {
       ops.clear();

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "common/shapes.h"
 #include "engine/auto_policy.h"
 #include "schedule/registry.h"
 #include "sim/compact.h"
@@ -23,10 +24,35 @@ double now_s() {
 
 bool is_comm(SimKind k) { return k == SimKind::Send || k == SimKind::Recv || k == SimKind::RecvReduce; }
 
+// One rank's memory-bound rates: the in-cache tier, or the mem_* tier once the rank's working set
+// (input + output + scratch buffer) exceeds the topology's cache_bytes (topology.h).
+struct RankRates {
+  double port_Bps = 0;
+  double reduce_s_per_byte = 0;
+  double copy_s_per_byte = 0;
+};
+
+std::vector<RankRates> rank_rates(const Topology& t, Collective c, int64_t count, int elem_bytes, int root,
+                                  const std::vector<int64_t>& scratch, Result& res) {
+  const int P = t.size();
+  std::vector<RankRates> rates(P, RankRates{t.intra_port_Bps, t.reduce_s_per_byte, t.copy_s_per_byte});
+  for (int r = 0; r < P; ++r) {
+    const BufferShapes b = buffer_shapes(c, count, P, r, root);
+    const int64_t working_set =
+        (std::max<int64_t>(b.input, 0) + std::max<int64_t>(b.output, 0) + scratch[r]) * elem_bytes;
+    res.max_working_set_bytes = std::max(res.max_working_set_bytes, working_set);
+    if (t.cache_bytes <= 0 || working_set <= t.cache_bytes) continue;
+    rates[r] = RankRates{t.mem_port_Bps, t.mem_reduce_s_per_byte, t.mem_copy_s_per_byte};
+    ++res.ranks_beyond_cache;
+  }
+  return rates;
+}
+
 class Run {
  public:
-  Run(const Topology& t, const ShapeTable& shapes, const std::vector<Program>& progs, int elem_bytes)
-      : t_(t), shapes_(shapes), progs_(progs), eb_(elem_bytes), P_(t.size()), H_(t.hosts()) {
+  Run(const Topology& t, const std::vector<RankRates>& rates, const ShapeTable& shapes,
+      const std::vector<Program>& progs, int elem_bytes)
+      : t_(t), rates_(rates), shapes_(shapes), progs_(progs), eb_(elem_bytes), P_(t.size()), H_(t.hosts()) {
     ranks_.resize(P_);
     free_at_.assign(2 * P_ + H_ + 2 * H_ * t.nics_per_host, 0.0);
   }
@@ -157,8 +183,8 @@ class Run {
     const int hs = t_.host_of[s], hq = t_.host_of[q];
     if (hs == hq) {
       latency = t_.intra_latency_s;
-      res[nres] = s, bw[nres++] = t_.intra_port_Bps;
-      res[nres] = P_ + q, bw[nres++] = t_.intra_port_Bps;
+      res[nres] = s, bw[nres++] = rates_[s].port_Bps;
+      res[nres] = P_ + q, bw[nres++] = rates_[q].port_Bps;
       if (t_.intra_bus_Bps > 0) res[nres] = 2 * P_ + hs, bw[nres++] = t_.intra_bus_Bps;
       bytes_intra_ += static_cast<int64_t>(bytes);
     } else {
@@ -181,7 +207,7 @@ class Run {
     double reduce_tail = 0;
     if (ro.kind == SimKind::RecvReduce && bytes > 0) {
       const double k = t_.chunk_bytes > 0 ? std::ceil(bytes / static_cast<double>(t_.chunk_bytes)) : 1.0;
-      const double c = bytes / k, beta = 1.0 / slowest, gamma = t_.reduce_s_per_byte;
+      const double c = bytes / k, beta = 1.0 / slowest, gamma = rates_[q].reduce_s_per_byte;
       reduce_tail = c * gamma + (k - 1) * c * (std::max(beta, gamma) - beta);
     }
     S.end = std::max(S.end, wire_done + latency);
@@ -198,8 +224,8 @@ class Run {
     double t = R.end;
     for (const SimOp* o = shapes_.begin(R.shape); o != shapes_.end(R.shape); ++o) {
       const double bytes = static_cast<double>(o->count) * eb_;
-      if (o->kind == SimKind::Copy) t += bytes * t_.copy_s_per_byte;
-      else if (o->kind == SimKind::Reduce) t += bytes * t_.reduce_s_per_byte;
+      if (o->kind == SimKind::Copy) t += bytes * rates_[r].copy_s_per_byte;
+      else if (o->kind == SimKind::Reduce) t += bytes * rates_[r].reduce_s_per_byte;
     }
     --R.left;
     ++R.step;
@@ -207,6 +233,7 @@ class Run {
   }
 
   const Topology& t_;
+  const std::vector<RankRates>& rates_;
   const ShapeTable& shapes_;
   const std::vector<Program>& progs_;
   const int eb_, P_, H_;
@@ -244,9 +271,11 @@ Result simulate(Collective c, const std::string& algorithm, int64_t count, int e
   }
   const double t0 = now_s();
   ShapeTable shapes;
-  const std::vector<Program> progs = build_programs(c, res.algorithm, P, count, root, topo.host_of, shapes);
+  std::vector<int64_t> scratch;
+  const std::vector<Program> progs = build_programs(c, res.algorithm, P, count, root, topo.host_of, shapes, &scratch);
   const double t1 = now_s();
-  Run run(topo, shapes, progs, elem_bytes);
+  const std::vector<RankRates> rates = rank_rates(topo, c, count, elem_bytes, root, scratch, res);
+  Run run(topo, rates, shapes, progs, elem_bytes);
   run.play(res);
   res.build_s = t1 - t0;
   res.run_s = now_s() - t1;

@@ -46,6 +46,12 @@ void Topology::validate() const {
   check_nonneg("op_overhead_s", op_overhead_s);
   check_nonneg("step_overhead_s", step_overhead_s);
   if (chunk_bytes < 0) throw std::invalid_argument("topology.chunk_bytes: must be >= 0");
+  if (cache_bytes < 0) throw std::invalid_argument("topology.cache_bytes: must be >= 0");
+  if (cache_bytes > 0) {
+    check_pos("mem_port_Bps", mem_port_Bps);
+    check_nonneg("mem_reduce_s_per_byte", mem_reduce_s_per_byte);
+    check_nonneg("mem_copy_s_per_byte", mem_copy_s_per_byte);
+  }
 }
 
 }  // namespace sim
