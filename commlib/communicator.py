@@ -61,6 +61,8 @@ def _describe_like(x, name: str, dtype: str, other: str, count: int, expected: s
 def _check_algorithm(collective: str, algorithm: str):
     if not isinstance(algorithm, str):
         raise TypeError(f"algorithm: expected a string, got {type(algorithm).__name__}")
+    if algorithm == "nccl" and collective != "barrier":  # NCCL's own, on device buffers only (_run)
+        return
     if algorithm != "auto" and algorithm not in _ALGORITHMS[collective]:
         _ALGORITHMS[collective] = frozenset(_C.algorithms(collective))
     if algorithm != "auto" and algorithm not in _ALGORITHMS[collective]:
@@ -145,6 +147,9 @@ class Communicator:
         # Buffers on a device (commlib.emulated, CUDA) go to the stream engine: the one place
         # where the route forks (commlib/device_engine.py).
         bufs = _device_buffers(coll, refs)
+        if algorithm == "nccl" and not bufs:
+            raise ValueError("algorithm: 'nccl' passes the collective to NCCL and needs device buffers "
+                             "(commlib.emulated arrays or CUDA memory)")
         if bufs:
             return self._device().run(coll, algorithm, bufs, in_ptr, out_ptr, count, dtype, op, root,
                                       scale, async_op, stream, refs)

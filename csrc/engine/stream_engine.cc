@@ -90,7 +90,8 @@ StreamEngine::StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerC
       sent_(size, 0),
       received_(size, 0),
       p2p_sent_(size, 0),
-      p2p_received_(size, 0) {
+      p2p_received_(size, 0),
+      nccl_(std::make_unique<NcclLink>(device_, rank, size, opts_.timeout_s)) {
   ctl_fd_ = memfd_create("commlib-device-ctl", MFD_CLOEXEC);
   if (ctl_fd_ < 0 || ftruncate(ctl_fd_, static_cast<off_t>(ctl_bytes())) != 0)
     throw std::runtime_error(std::string("stream engine: control region: ") + std::strerror(errno));
@@ -230,22 +231,24 @@ void StreamEngine::enqueue_step(const Step& step, char* const bases[3], size_t e
       device_->reduce(resolve(o.dst), resolve(o.src), bytes / esize, dtype, op, s);
     }
   }
+  // Messages to peers over the nccl link: one NCCL group, before the peer-memory chunks.
+  if (nccl_->carries_any()) nccl_->enqueue_step(step, resolve, esize, dtype, op, s);
   const size_t chunk = std::max<size_t>(opts_.slot_bytes / esize * esize, esize);
   auto chunks = [&](size_t bytes) { return bytes ? (bytes + chunk - 1) / chunk : 1; };
   size_t rounds = 0;
   for (const Op& o : step.ops)
-    if (o.kind == OpKind::Send || o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce)
+    if ((o.kind == OpKind::Send || o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce) && !nccl_->carries(o.peer))
       rounds = std::max(rounds, chunks(static_cast<size_t>((o.kind == OpKind::Send ? o.src : o.dst).count) * esize));
   for (size_t i = 0; i < rounds; ++i) {
     for (const Op& o : step.ops) {  // chunk i of every send, then of every receive (see header)
-      if (o.kind != OpKind::Send) continue;
+      if (o.kind != OpKind::Send || nccl_->carries(o.peer)) continue;
       const size_t bytes = static_cast<size_t>(o.src.count) * esize;
       if (i >= chunks(bytes)) continue;
       const size_t off = i * chunk, n = std::min(chunk, bytes - std::min(bytes, off));
       send_chunk(o.peer, resolve(o.src) + (bytes ? off : 0), n, seq_, send_s);
     }
     for (const Op& o : step.ops) {
-      if (o.kind != OpKind::Recv && o.kind != OpKind::RecvReduce) continue;
+      if ((o.kind != OpKind::Recv && o.kind != OpKind::RecvReduce) || nccl_->carries(o.peer)) continue;
       const size_t bytes = static_cast<size_t>(o.dst.count) * esize;
       if (i >= chunks(bytes)) continue;
       const size_t off = i * chunk, n = std::min(chunk, bytes - std::min(bytes, off));
@@ -267,6 +270,14 @@ const StreamEngine::Plan& StreamEngine::plan(const CollectiveCall& call) {
   const ScheduleKey key{static_cast<uint8_t>(call.coll), call.algo, root, call.count};
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
+  if (call.algo == kNcclAlgorithmCode) {  // NCCL's own collective: every peer takes part
+    Plan p;
+    p.algo = kNcclAlgorithmCode;
+    for (int q = 0; q < size_; ++q)
+      if (q != rank_) p.peers.push_back(q);
+    if (plans_.size() >= 512) plans_.clear();
+    return plans_.emplace(key, std::move(p)).first->second;
+  }
   const auto names = algorithms(call.coll);
   if (call.algo > names.size()) throw std::invalid_argument("algorithm: index out of range");
   const int64_t bytes = call.count * static_cast<int64_t>(dtype_size(call.dtype));
@@ -360,6 +371,10 @@ std::shared_ptr<DeviceWork> StreamEngine::collective(const CollectiveCall& call,
   std::lock_guard<std::mutex> guard(enqueue_mu_);
   throw_if_failed_locked();
   const size_t esize = dtype_size(call.dtype);
+  if (call.algo == kNcclAlgorithmCode) {  // algorithm="nccl": NCCL's own collective, no schedule
+    NcclLink::check_supported(call.dtype, call.op, call.coll);
+    if (!nccl_->ready()) throw CommError("algorithm='nccl': the NCCL communicator was not created");
+  }
   const Plan& planned = plan(call);
 
   // Nothing above enqueued anything or took a number: a refused argument leaves the numbering
@@ -412,6 +427,10 @@ void StreamEngine::enqueue_call(const CollectiveCall& call, const Schedule& sche
   char* scr = sched.scratch_count ? grow(scratch_, scratch_bytes_, static_cast<size_t>(sched.scratch_count) * esize, s)
                                   : nullptr;
   char* const bases[3] = {in, out, scr};
+  if (call.algo == kNcclAlgorithmCode) {  // NCCL sums what avg and premul_sum scale around it
+    const bool scaled = call.op == RedOp::Avg || call.op == RedOp::PremulSum;
+    nccl_->enqueue_collective(call, in, out, scaled ? RedOp::Sum : call.op, s);
+  }
   if (opts_.streams == 1 || sched.steps.empty()) {
     for (const Step& st : sched.steps) enqueue_step(st, bases, esize, call.dtype, call.op, desc, s, s);
   } else {
@@ -450,6 +469,7 @@ void StreamEngine::close() {
     closed_ = true;
   }
   if (last_done_) device_->synchronize(*last_done_);  // the watchdog releases a stuck stream
+  nccl_->close();
   if (host_listener_) control_->remove_host_listener(host_listener_);
   host_listener_ = 0;
   {

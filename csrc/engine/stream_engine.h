@@ -44,6 +44,7 @@
 #include "device/device.h"
 #include "engine/communicator.h"
 #include "engine/describe.h"
+#include "engine/nccl_link.h"
 #include "transport/transport.h"
 
 namespace commlib {
@@ -128,6 +129,9 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   // Waits for every call (the watchdog still runs), then releases the memory. Idempotent.
   void close();
   Device& device() { return *device_; }
+  // NCCL: the `nccl` link's peers and algorithm="nccl" (engine/nccl_link.h); its communicator
+  // is created by commlib/device_nccl.py on first use.
+  NcclLink& nccl() { return *nccl_; }
 
  private:
   struct Peer {
@@ -240,6 +244,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   const void* wd_last_front_ = nullptr;
   uint64_t wd_last_target_ = 0;
   std::thread watchdog_;
+  const std::unique_ptr<NcclLink> nccl_;  // never null; carries nothing until set up
 };
 
 }  // namespace commlib
