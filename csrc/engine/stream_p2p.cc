@@ -6,7 +6,8 @@
 // Messages carry no header, so each is described before it moves: the sender's stream writes
 // (message number of the pair, count, dtype) into a ring in the receiver's control region, and the
 // receiver's stream waits for that descriptor and compares it with its own receive before it takes
-// a chunk; a different count or dtype fails the engine with MismatchError naming both.
+// a chunk; a different count or dtype fails the engine with MismatchError naming both. Messages to
+// peers on the nccl link go through NCCL instead of the inbox (descriptors as above).
 #include <algorithm>
 #include <cstring>
 
@@ -89,15 +90,30 @@ std::shared_ptr<DeviceWork> StreamEngine::p2p(const std::vector<P2PItem>& items,
   std::string enqueue_error;
   try {
     const size_t esize = dtype_size(dtype);
+    // Peers over the nccl link (engine/nccl_link.h): their messages as one NCCL group, as a
+    // schedule step's; a region's offset is the item's index.
+    Step over_nccl;
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (!nccl_->carries(items[i].peer)) continue;
+      Op o;
+      o.kind = items[i].send ? OpKind::Send : OpKind::Recv;
+      o.peer = items[i].peer;
+      (items[i].send ? o.src : o.dst) = Region{BufferId::Input, static_cast<int64_t>(i), items[i].count};
+      over_nccl.ops.push_back(o);
+    }
+    if (!over_nccl.ops.empty())
+      nccl_->enqueue_step(over_nccl, [&](const Region& r) { return reinterpret_cast<char*>(items[r.offset].ptr); },
+                          esize, dtype, RedOp::Sum, s);
     const size_t chunk = std::max<size_t>(opts_.slot_bytes / esize * esize, esize);
     auto chunks = [&](size_t bytes) { return bytes ? (bytes + chunk - 1) / chunk : 1; };
     size_t rounds = 0;
-    for (const P2PItem& it : items) rounds = std::max(rounds, chunks(static_cast<size_t>(it.count) * esize));
+    for (const P2PItem& it : items)
+      if (!nccl_->carries(it.peer)) rounds = std::max(rounds, chunks(static_cast<size_t>(it.count) * esize));
     // Chunk i of every send before chunk i of every receive, as in a schedule step (no deadlock).
     for (size_t i = 0; i < rounds; ++i) {
       for (int pass = 0; pass < 2; ++pass) {
         for (const P2PItem& it : items) {
-          if (it.send != (pass == 0)) continue;
+          if (it.send != (pass == 0) || nccl_->carries(it.peer)) continue;
           const size_t bytes = static_cast<size_t>(it.count) * esize;
           if (i >= chunks(bytes)) continue;
           const size_t off = i * chunk, n = std::min(chunk, bytes - std::min(bytes, off));
