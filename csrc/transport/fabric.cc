@@ -36,10 +36,14 @@ Fabric::~Fabric() { close(); }
 void Fabric::wait_events(uint32_t seen, int64_t timeout_us) {
   if (net_ && net_->spin_us() > 0) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(net_->spin_us());
+    net_->hold_reading(true);
+    bool moved = false;
     do {
       net_->poll();  // rings the doorbell when it delivered something
-      if (local_->events() != seen) return;
-    } while (std::chrono::steady_clock::now() < until);
+      moved = local_->events() != seen;
+    } while (!moved && std::chrono::steady_clock::now() < until);
+    net_->hold_reading(false);  // the progress thread reads again while this thread works or sleeps
+    if (moved) return;
   }
   local_->wait_events(seen, timeout_us);
 }

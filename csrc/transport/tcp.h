@@ -77,6 +77,9 @@ class TcpTransport final : public Transport {
   // The caller's thread reads whatever its sockets hold (no hand-off through the progress
   // thread); returns at once where the progress thread is reading. Rings the doorbell on delivery.
   void poll();
+  // While held, the progress thread leaves reading to the polling caller (no epoll wake-up and
+  // hand-off for data it would only race the caller for); release before the caller sleeps.
+  void hold_reading(bool hold);
   int64_t spin_us() const { return cfg_.spin_us; }
 
   bool peer_reads_directly(int) override { return false; }

@@ -63,6 +63,7 @@ struct TcpTransport::Conn {
   } posted;
   char* landing = nullptr;  // where the current frame's payload goes when not into the ring
   bool torn = false;        // the posted receive was withdrawn mid-frame: drop the rest of it
+  bool caller_reads = false;  // a waiting caller polls this socket (TcpTransport::hold_reading)
   // Parser.
   WireHeader hdr{};
   size_t hdr_got = 0;

@@ -79,7 +79,9 @@ void TcpTransport::progress_loop() {
 }
 
 void TcpTransport::update_interest(Conn& c) {
-  uint32_t want = (c.rx_stalled.load() ? 0u : static_cast<uint32_t>(EPOLLIN)) |
+  // While a caller polls the socket itself, the progress thread does not watch it for data: a
+  // wake-up there would only race the caller for the same bytes (and cost a core on busy hosts).
+  uint32_t want = (c.rx_stalled.load() || c.caller_reads ? 0u : static_cast<uint32_t>(EPOLLIN)) |
                   (c.want_write.load() ? static_cast<uint32_t>(EPOLLOUT) : 0u);
   if (want == c.interest) return;
   epoll_event ev{};

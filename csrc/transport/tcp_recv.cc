@@ -40,6 +40,15 @@ void TcpTransport::poll() {
   }
 }
 
+void TcpTransport::hold_reading(bool hold) {
+  for (auto& cp : conns_) {
+    if (!cp) continue;
+    std::lock_guard<std::mutex> g(cp->recv_mu);
+    cp->caller_reads = hold;
+    if (cp->fd.load() >= 0) update_interest(*cp);
+  }
+}
+
 void TcpTransport::post_recv(int peer, const CallDesc& d, char* dst, size_t bytes, size_t chunk) {
   Conn& c = *conn(peer);
   std::lock_guard<std::mutex> g(c.recv_mu);

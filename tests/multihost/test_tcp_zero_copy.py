@@ -8,8 +8,8 @@ import zero_copy_cases as cases
 LOOPBACK = {"COMMLIB_SOCKET_IFNAME": "lo"}
 
 
-def hosts_pool(pool, hosts):
-    return pool(len(hosts), env={**LOOPBACK, "COMMLIB_HOST_ID": hosts})
+def hosts_pool(pool, hosts, **extra):
+    return pool(len(hosts), env={**LOOPBACK, "COMMLIB_HOST_ID": hosts, **extra})
 
 
 @pytest.mark.timeout(120)
@@ -43,6 +43,8 @@ def test_landing_stays_inside_the_destination(pool):
 
 @pytest.mark.timeout(120)
 def test_waiting_caller_reads_its_own_socket(pool):
-    res = hosts_pool(pool, ("a", "b")).run(cases.small_round_trips, timeout=100)
+    # A spin long enough to cover a round trip on a loaded machine: while a caller spins, the
+    # progress thread leaves its sockets alone, so the caller itself must read the answers.
+    res = hosts_pool(pool, ("a", "b"), COMMLIB_SPIN_US="50000").run(cases.small_round_trips, 100, timeout=100)
     assert all(ok for ok, _ in res)
     assert sum(n for _, n in res) > 0  # not every small message went through the progress thread
