@@ -106,6 +106,8 @@ std::shared_ptr<DeviceWork> StreamEngine::p2p(const std::vector<P2PItem>& items,
                           esize, dtype, RedOp::Sum, s);
     const size_t chunk = std::max<size_t>(opts_.slot_bytes / esize * esize, esize);
     auto chunks = [&](size_t bytes) { return bytes ? (bytes + chunk - 1) / chunk : 1; };
+    // Messages to peers over the nccl link: one NCCL group, before the peer-memory chunks.
+    if (nccl_->carries_any()) nccl_->enqueue_p2p(items, dtype, s);
     size_t rounds = 0;
     for (const P2PItem& it : items)
       if (!nccl_->carries(it.peer)) rounds = std::max(rounds, chunks(static_cast<size_t>(it.count) * esize));
