@@ -121,7 +121,12 @@ std::shared_ptr<DeviceWork> StreamEngine::finish(std::shared_ptr<DeviceEvent> do
       if (it->seq == seq_) it->recorded = true;
   }
   last_done_ = done;
-  if (!enqueue_error.empty()) throw CommError(enqueue_error);
+  if (!enqueue_error.empty()) {
+    // The engine's first error: ours, or the one that made the enqueue fail (the watchdog may
+    // have failed the engine meanwhile, e.g. a mismatch aborting the NCCL communicator).
+    std::lock_guard<std::mutex> lk(mu_);
+    throw_kind(fail_kind_, fail_message_);
+  }
   return std::make_shared<DeviceWork>(shared_from_this(), done, seq_);
 }
 

@@ -90,20 +90,6 @@ std::shared_ptr<DeviceWork> StreamEngine::p2p(const std::vector<P2PItem>& items,
   std::string enqueue_error;
   try {
     const size_t esize = dtype_size(dtype);
-    // Peers over the nccl link (engine/nccl_link.h): their messages as one NCCL group, as a
-    // schedule step's; a region's offset is the item's index.
-    Step over_nccl;
-    for (size_t i = 0; i < items.size(); ++i) {
-      if (!nccl_->carries(items[i].peer)) continue;
-      Op o;
-      o.kind = items[i].send ? OpKind::Send : OpKind::Recv;
-      o.peer = items[i].peer;
-      (items[i].send ? o.src : o.dst) = Region{BufferId::Input, static_cast<int64_t>(i), items[i].count};
-      over_nccl.ops.push_back(o);
-    }
-    if (!over_nccl.ops.empty())
-      nccl_->enqueue_step(over_nccl, [&](const Region& r) { return reinterpret_cast<char*>(items[r.offset].ptr); },
-                          esize, dtype, RedOp::Sum, s);
     const size_t chunk = std::max<size_t>(opts_.slot_bytes / esize * esize, esize);
     auto chunks = [&](size_t bytes) { return bytes ? (bytes + chunk - 1) / chunk : 1; };
     // Messages to peers over the nccl link: one NCCL group, before the peer-memory chunks.

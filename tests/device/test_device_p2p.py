@@ -27,13 +27,6 @@ def test_all_to_all_with_uneven_splits(pool, size):
     assert pool(size, env=ENV).run(cases.all_to_all_uneven) == [[]] * size
 
 
-@pytest.mark.parametrize("case", ["ring_shift", "all_to_all_uneven"])
-def test_over_the_nccl_link(pool, case):
-    """COMMLIB_DEVICE_LINK=nccl: the messages go through the (emulated) NCCL instead of the inbox."""
-    env = dict(ENV, COMMLIB_DEVICE_LINK="nccl")
-    assert pool(3, env=env).run(getattr(cases, case)) == [[]] * 3
-
-
 @pytest.mark.timeout(60)
 def test_mismatched_pair_raises_on_both(pool):
     (k0, m0), (k1, m1) = pool(2, env=ENV).run(cases.mismatched_pair, timeout=40)
