@@ -1,7 +1,8 @@
 """Builds commlib._C (C++17 core) and, when nvcc is found, commlib._C_cuda (CUDA kernels).
 
-Objects are cached under build/obj and recompiled only when their source or any header changed,
-and compiled in parallel: a one-line change rebuilds in seconds instead of minutes.
+Objects are cached under build/obj and recompiled only when their source or a header they include
+changed (the compiler writes each object's dependency list beside it, -MMD), and compiled in
+parallel: a one-line change rebuilds in seconds instead of minutes.
 """
 import os
 import shutil
@@ -16,6 +17,9 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+from build_deps import object_is_current  # noqa: E402  (beside this file)
+
 CSRC = ROOT / "csrc"
 OBJ_DIR = ROOT / "build" / "obj"
 
@@ -67,18 +71,20 @@ class CachedBuildExt(build_ext):
             src = str(ROOT / src)
             rel = Path(src).resolve().relative_to(ROOT)
             obj = OBJ_DIR / (str(rel).replace("/", "_") + (".cuda" if ext.name.endswith("_cuda") else "") + ".o")
-            if obj.exists() and obj.stat().st_mtime >= max(Path(src).stat().st_mtime, headers):
+            dep = obj.with_suffix(".d")
+            if object_is_current(obj, Path(src), dep, headers):
                 return str(obj)
             if src.endswith(".cu"):
                 cmd = [nvcc, "-c", src, "-o", str(obj), "-std=c++17", "-O3", "-Xcompiler", "-fPIC",
-                       "-Xcompiler", "-fvisibility=hidden"]
+                       "-Xcompiler", "-fvisibility=hidden", "-MD", "-MF", str(dep)]
                 for a in CUDA_ARCHS:
                     cmd += ["-gencode", f"arch=compute_{a},code=sm_{a}"]
                 # PTX of the newest architecture too, so newer GPUs JIT-compile it.
                 cmd += ["-gencode", f"arch=compute_{CUDA_ARCHS[-1]},code=compute_{CUDA_ARCHS[-1]}"]
                 cmd += [f"-I{i}" for i in INCLUDES]
             else:
-                cmd = ["g++", "-c", src, "-o", str(obj)] + CXXFLAGS + [f"-I{i}" for i in INCLUDES]
+                cmd = ["g++", "-c", src, "-o", str(obj), "-MMD", "-MF", str(dep)] + CXXFLAGS + [
+                    f"-I{i}" for i in INCLUDES]
                 if ext.name.endswith("_cuda"):
                     cmd += [f"-I{cuda_include(nvcc)}"]
             print(" ".join(cmd), flush=True)

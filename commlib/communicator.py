@@ -14,6 +14,7 @@ from commlib import _C
 from commlib.buffers import describe
 from commlib.device_buffers import device_buffer
 from commlib.errors import CommError
+from commlib.work import Work  # noqa: F401  (re-exported: commlib.communicator.Work)
 
 _FLOAT_DTYPES = frozenset(("float32", "float64", "float16", "bfloat16"))
 _BITWISE_OPS = frozenset(("band", "bor", "bxor"))
@@ -31,44 +32,6 @@ _shapes = _C.buffer_shapes
  _BARRIER) = range(9)
 assert _C.COLLECTIVES[:9] == ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
                               "reduce", "gather", "scatter", "barrier"]
-
-
-class Work:
-    """Handle of an asynchronous call. Calls on one communicator complete in call order.
-
-    ``wait()`` blocks (GIL released) until done and re-raises the call's error, if any;
-    ``is_completed()`` polls. The handle keeps the call's buffers alive until it completes.
-    """
-
-    __slots__ = ("_work", "_refs")
-
-    def __init__(self, work, refs):
-        self._work = work
-        self._refs = refs
-
-    def wait(self, timeout: Optional[float] = None) -> bool:
-        """Block until the call completes; raise its CommError if it failed.
-
-        With ``timeout`` (seconds), return False if it has not completed by then.
-        """
-        if not self._work.wait(-1.0 if timeout is None else float(timeout)):
-            return False
-        self._refs = None
-        return True
-
-    def is_completed(self) -> bool:
-        """True once the call finished (successfully or not); never blocks."""
-        return self._work.is_completed()
-
-    def exception(self):
-        """The call's error once completed, else None."""
-        if not self._work.is_completed():
-            return None
-        try:
-            self._work.wait(0.0)
-        except Exception as e:  # noqa: BLE001 - returned, not raised
-            return e
-        return None
 
 
 def _check_op(op: str, dtype: str, scale):
@@ -98,6 +61,8 @@ def _describe_like(x, name: str, dtype: str, other: str, count: int, expected: s
 def _check_algorithm(collective: str, algorithm: str):
     if not isinstance(algorithm, str):
         raise TypeError(f"algorithm: expected a string, got {type(algorithm).__name__}")
+    if algorithm == "nccl" and collective != "barrier":  # NCCL's own, on device buffers only (_run)
+        return
     if algorithm != "auto" and algorithm not in _ALGORITHMS[collective]:
         _ALGORITHMS[collective] = frozenset(_C.algorithms(collective))
     if algorithm != "auto" and algorithm not in _ALGORITHMS[collective]:
@@ -182,6 +147,9 @@ class Communicator:
         # Buffers on a device (commlib.emulated, CUDA) go to the stream engine: the one place
         # where the route forks (commlib/device_engine.py).
         bufs = _device_buffers(coll, refs)
+        if algorithm == "nccl" and not bufs:
+            raise ValueError("algorithm: 'nccl' passes the collective to NCCL and needs device buffers "
+                             "(commlib.emulated arrays or CUDA memory)")
         if bufs:
             return self._device().run(coll, algorithm, bufs, in_ptr, out_ptr, count, dtype, op, root,
                                       scale, async_op, stream, refs)
@@ -254,10 +222,8 @@ class Communicator:
         if dt2 != dt:
             raise TypeError(f"output: dtype {dt2} differs from input's {dt}")
         if input_splits is not None or output_splits is not None:
-            _refuse_device("input", input, "all_to_all with splits")
-            _refuse_device("output", output, "all_to_all with splits")
             return self._all_to_allv(output, input, op_ptr, ip, n_out, n_in, dt,
-                                     output_splits, input_splits, async_op)
+                                     output_splits, input_splits, async_op, stream)
         if n_in != n_out:
             raise ValueError(f"output: has {n_out} elements, input has {n_in}")
         if n_in % self._size:
@@ -269,7 +235,7 @@ class Communicator:
                          async_op, (input, output), stream)
 
     def _all_to_allv(self, output, input, op_ptr, ip, n_out, n_in, dt, output_splits, input_splits,
-                     async_op):
+                     async_op, stream):
         P = self._size
         ins = _splits(input_splits, n_in, P, "input_splits")
         outs = _splits(output_splits, n_out, P, "output_splits")
@@ -290,6 +256,12 @@ class Communicator:
             if j != r:
                 ops.append((True, ip + in_off[j] * es, ins[j], j))
                 ops.append((False, op_ptr + out_off[j] * es, outs[j], j))
+        bufs = _named_device_buffers((("input", input), ("output", output)))
+        if bufs:  # the stream engine (commlib/device_engine.py), this rank's block copied on the stream
+            own = (op_ptr + out_off[r] * es, ip + in_off[r] * es, ins[r] * es)
+            return self._device().p2p(bufs, ops, dt, async_op, (input, output), stream, own)
+        if stream is not None:
+            raise ValueError("stream: given, but the buffers are host memory")
         ctypes.memmove(op_ptr + out_off[r] * es, ip + in_off[r] * es, ins[r] * es)
         work = self._core.p2p(ops, dt, async_op)
         return Work(work, (input, output)) if async_op else None
@@ -361,27 +333,28 @@ class Communicator:
         return self._run("barrier", "auto", 0, 0, 0, "uint8", "sum", 0, 1.0, async_op, ())
 
     # -- point to point -----------------------------------------------------------------------
-    def send(self, tensor, peer: int, async_op: bool = False):
+    def send(self, tensor, peer: int, async_op: bool = False, stream=None):
         """Send ``tensor`` to ``peer``, which must call ``recv`` with the same size and dtype."""
-        return self.batch_p2p([("send", tensor, peer)], async_op)
+        return self.batch_p2p([("send", tensor, peer)], async_op, stream)
 
-    def recv(self, tensor, peer: int, async_op: bool = False):
+    def recv(self, tensor, peer: int, async_op: bool = False, stream=None):
         """Receive into ``tensor`` from ``peer``."""
-        return self.batch_p2p([("recv", tensor, peer)], async_op)
+        return self.batch_p2p([("recv", tensor, peer)], async_op, stream)
 
-    def sendrecv(self, send_tensor, dst: int, recv_tensor, src: int, async_op: bool = False):
+    def sendrecv(self, send_tensor, dst: int, recv_tensor, src: int, async_op: bool = False, stream=None):
         """Send to ``dst`` and receive from ``src`` concurrently (no deadlock in a ring shift)."""
-        return self.batch_p2p([("send", send_tensor, dst), ("recv", recv_tensor, src)], async_op)
+        return self.batch_p2p([("send", send_tensor, dst), ("recv", recv_tensor, src)], async_op, stream)
 
-    def batch_p2p(self, ops, async_op: bool = False):
+    def batch_p2p(self, ops, async_op: bool = False, stream=None):
         """Run several sends/receives concurrently: ``ops`` is a list of ("send"|"recv", tensor, peer).
 
         At most one send to and one receive from each peer per batch; messages between a pair of
-        ranks match in call order.
+        ranks match in call order. Device buffers (all of the batch) are enqueued on the current
+        stream or ``stream`` like collectives (docs/gpu.md).
         """
         if not ops:
             raise ValueError("ops: empty batch")
-        items, refs, dtype = [], [], None
+        items, refs, named, dtype = [], [], [], None
         seen = set()
         for i, entry in enumerate(ops):
             kind, tensor, peer = entry
@@ -392,7 +365,7 @@ class Communicator:
                 raise ValueError(f"ops[{i}]: a second {kind} with peer {peer} in one batch")
             seen.add((kind, peer))
             tname = "tensor" if len(ops) == 1 else f"ops[{i}] tensor"
-            _refuse_device(tname, tensor, "send/recv")
+            named.append((tname, tensor))
             ptr, n, dt = describe(tensor, tname)
             if dtype is None:
                 dtype = dt
@@ -400,6 +373,11 @@ class Communicator:
                 raise TypeError(f"ops[{i}] tensor: dtype {dt} differs from ops[0]'s {dtype}")
             items.append((kind == "send", ptr, n, peer))
             refs.append(tensor)
+        bufs = _named_device_buffers(named)
+        if bufs:
+            return self._device().p2p(bufs, items, dtype, async_op, refs, stream)
+        if stream is not None:
+            raise ValueError("stream: given, but the buffers are host memory")
         work = self._core.p2p(items, dtype, async_op)
         return Work(work, refs) if async_op else None
 
@@ -470,9 +448,14 @@ _REF_NAMES = {"all_reduce": ("tensor", "out"), "reduce": ("tensor", "out"), "bro
 
 def _device_buffers(coll, refs):
     """(argument name, DeviceBuffer) for the device buffers among a call's ``refs``."""
-    names = _REF_NAMES.get(coll, ("input", "output"))
+    return _named_device_buffers(zip(_REF_NAMES.get(coll, ("input", "output")), refs))
+
+
+def _named_device_buffers(named):
+    """(argument name, DeviceBuffer) for the device buffers among (name, buffer) pairs; raises if
+    host and device buffers are mixed."""
     found, host = [], []
-    for name, r in zip(names, refs):
+    for name, r in named:
         b = device_buffer(r, name)
         if b is not None:
             found.append((name, b))
@@ -484,10 +467,6 @@ def _device_buffers(coll, refs):
     return found
 
 
-def _refuse_device(name, x, what):
-    if device_buffer(x, name) is not None:
-        raise ValueError(f"{name}: {what} on device buffers is not on the stream engine yet "
-                         "(collectives are); see docs/gpu.md")
 
 def _is_rank(x) -> bool:
     """An int that is not a bool: True is not rank 1."""

@@ -4,7 +4,9 @@
 to one stream engine per (communicator, device), created on the first such call (a collective
 step: the ranks exchange their engine handles through the store). The call is enqueued on the
 caller's current stream (or ``stream=``) and returns; the buffers are kept alive until the
-stream has executed it. CUDA buffers go to the CUDA device of ``commlib._C_cuda`` (a thin layer
+stream has executed it. Point-to-point calls (send/recv, batches, all_to_all with splits) take the
+same route. Host and device calls of a communicator share one call numbering and abort together
+(csrc/engine/communicator.h). CUDA buffers go to the CUDA device of ``commlib._C_cuda`` (a thin layer
 that has never run on a GPU so far).
 """
 from __future__ import annotations
@@ -13,23 +15,23 @@ import collections
 import sys
 import time
 
-from commlib import _C
+from commlib import _C, device_nccl
+from commlib.work import Work
 from commlib.device_buffers import DeviceBuffer
 
 
-class DeviceWork:
+class DeviceWork(Work):
     """Handle of a call enqueued on a device stream (like torch's NCCL work).
 
     ``wait()`` makes the current stream (or ``stream``) wait for the call and returns at once;
     ``synchronize()`` blocks the host until the call has executed and raises its CommError;
-    ``is_completed()`` polls.
+    ``is_completed()`` polls; ``exception()`` as for host works.
     """
 
-    __slots__ = ("_work", "_refs", "_stream_of")
+    __slots__ = ("_stream_of",)
 
     def __init__(self, work, refs, stream_of):
-        self._work = work
-        self._refs = refs
+        super().__init__(work, refs)
         self._stream_of = stream_of  # stream argument (None: current) -> the engine's stream
 
     def wait(self, timeout=None, stream=None) -> bool:
@@ -40,17 +42,8 @@ class DeviceWork:
         self._work.synchronize()
         self._refs = None
 
-    def is_completed(self) -> bool:
-        return self._work.is_completed()
-
-    def exception(self):
-        if not self._work.is_completed():
-            return None
-        try:
-            self._work.synchronize()
-        except Exception as e:  # noqa: BLE001 - returned, not raised
-            return e
-        return None
+    def _raise_error(self):
+        self._work.synchronize()
 
 
 def _cuda_module(name):
@@ -101,14 +94,15 @@ def stream_resolver(buf: DeviceBuffer):
     return cuda_stream
 
 
-def _wait_key(comm, prefix, rank) -> str:
+def _wait_key(comm, prefix, rank, poll) -> str:
     """Rank ``rank``'s engine handle under ``prefix``, within the communicator's timeout; raises
-    CommError at once if some rank reported a failure there."""
+    CommError at once if some rank reported a failure there, and whatever ``poll()`` raises."""
     from commlib.errors import CommError
     key, err = f"{prefix}/{rank}", f"{prefix}/error"
     deadline = time.monotonic() + comm.timeout
     pause = 0.0005
     while not comm._store.check([key]):
+        poll()
         if comm._store.check([err]):
             why = bytes(comm._store.get(err))[:2000].decode(errors="replace")
             raise CommError(f"stream engine set-up failed: {why}")
@@ -126,9 +120,14 @@ class DeviceRoute:
     def __init__(self, comm):
         self._comm = comm
         self._engines = {}
+        self._devices = {}
+        self._prefixes = {}  # store prefix of each engine's set-up
         self._pending = collections.deque()  # (work, refs): buffers stay alive until executed
 
-    def _engine(self, buf: DeviceBuffer):
+    def _engine(self, buf: DeviceBuffer, first_call=None):
+        """The engine for ``buf``'s device, set up on first use. ``first_call`` (collective,
+        algorithm, count, dtype, op, root) is published while the ranks meet, so a peer in a host
+        call of the same number raises MismatchError rather than waiting out the timeout."""
         key = (buf.kind, buf.device_index)
         engine = self._engines.get(key)
         if engine is not None:
@@ -142,8 +141,15 @@ class DeviceRoute:
         prefix = f"{c._prefix}/device{len(self._engines) + 1}"
         try:
             engine = _C.StreamEngine(c._core, device, c.timeout, c._prefix)
+            if first_call is not None:
+                def poll():
+                    engine.check_first_call(*first_call)
+            else:
+                poll = engine.raise_if_failed
+            poll()  # a host side already aborted raises here, before the rendezvous
             c._store.set(f"{prefix}/{c.rank}", engine.local_handle())
-            engine.connect([_wait_key(c, prefix, r) for r in range(c.size)])
+            engine.connect([_wait_key(c, prefix, r, poll) for r in range(c.size)])
+            device_nccl.setup_links(c, engine, prefix)  # the link per pair; NCCL if some pair uses it
         except Exception as e:
             try:  # the other ranks stop waiting for this one
                 c._store.set(f"{prefix}/error", f"rank {c.rank}: {type(e).__name__}: {e}")
@@ -151,21 +157,36 @@ class DeviceRoute:
                 pass
             raise
         self._engines[key] = engine
+        self._devices[key] = device
+        self._prefixes[key] = prefix
         return engine
 
     def run(self, coll, algorithm, bufs, in_ptr, out_ptr, count, dtype, op, root, scale, async_op,
             stream, refs):
         """Enqueue one collective whose buffers (``bufs``: (argument name, DeviceBuffer)) are on a
         device; return a DeviceWork when ``async_op``."""
-        first_name, first = bufs[0]
-        for name, b in bufs[1:]:
-            if (b.kind, b.device_index) != (first.kind, first.device_index):
-                raise ValueError(f"{name}: is on {b.kind}:{b.device_index} but {first_name} on "
-                                 f"{first.kind}:{first.device_index}")
-        stream_of = stream_resolver(first)
-        device_stream = stream_of(stream)  # checks `stream` before the engine rendezvous
-        engine = self._engine(first)
+        first, stream_of, device_stream = _one_device(bufs, stream)
+        if algorithm == "nccl" and coll in ("all_reduce", "reduce_scatter", "reduce") and op in ("band", "bor", "bxor"):
+            raise ValueError(f"op: NCCL has no {op} (algorithm='nccl')")
+        engine = self._engine(first, (coll, algorithm, count, dtype, op, root))
+        if algorithm == "nccl":  # NCCL's own collective: its communicator is made on first use
+            device_nccl.ensure_communicator(self._comm, engine, self._prefixes[(first.kind, first.device_index)],
+                                            f"{coll} (nccl, {count} x {dtype}, {op}, root {root})")
         work = engine.run(coll, algorithm, in_ptr, out_ptr, count, dtype, op, root, scale, device_stream)
+        return self._enqueued(work, refs, stream_of, async_op)
+
+    def p2p(self, bufs, items, dtype, async_op, refs, stream, own_block=None):
+        """Enqueue sends/receives (``items``: (send, address, count, peer)) on device buffers;
+        ``own_block`` (dst, src, bytes): a copy enqueued first on the same stream (all_to_all with
+        splits: this rank's block to itself)."""
+        first, stream_of, device_stream = _one_device(bufs, stream)
+        engine = self._engine(first)
+        if own_block is not None and own_block[2]:
+            self._devices[(first.kind, first.device_index)].copy(*own_block, device_stream)
+        work = engine.p2p(items, dtype, device_stream)
+        return self._enqueued(work, refs, stream_of, async_op)
+
+    def _enqueued(self, work, refs, stream_of, async_op):
         while self._pending and self._pending[0][0].is_completed():
             self._pending.popleft()
         self._pending.append((work, refs))
@@ -179,4 +200,18 @@ class DeviceRoute:
         for e in self._engines.values():
             e.close()
         self._engines.clear()
+        self._devices.clear()
         self._pending.clear()
+
+
+def _one_device(bufs, stream):
+    """The first buffer, the stream resolver for its device and the call's stream; raises if
+    ``bufs`` ((argument name, DeviceBuffer)) are on different devices or ``stream`` is wrong (before
+    any engine rendezvous)."""
+    first_name, first = bufs[0]
+    for name, b in bufs[1:]:
+        if (b.kind, b.device_index) != (first.kind, first.device_index):
+            raise ValueError(f"{name}: is on {b.kind}:{b.device_index} but {first_name} on "
+                             f"{first.kind}:{first.device_index}")
+    stream_of = stream_resolver(first)
+    return first, stream_of, stream_of(stream)

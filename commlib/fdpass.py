@@ -1,11 +1,12 @@
-"""Hand the shared-memory region's descriptor from rank 0 to the other ranks of one host.
+"""Hand the shared-memory region's descriptor from a host's leader to the other ranks of its host.
 
-Rank 0 listens on an abstract Unix socket (no file system name; the name carries 128 random bits
-and is published through the store) and sends the memfd itself with SCM_RIGHTS. Both ends check the
-other's credentials with SO_PEERCRED: rank 0 serves only processes of its own user, a rank accepts a
-descriptor only from the pid rank 0 published and only if that process runs as its own user. No path
-is ever built from a store value (the earlier design opened /proc/<pid>/fd/<n>, which a forged store
-value could point anywhere).
+The leader (the host's lowest rank: rank 0 on a single host) listens on an abstract Unix socket
+(no file system name; the name carries 128 random bits and is published through the store) and
+sends the memfd itself with SCM_RIGHTS. Both ends check the other's credentials with SO_PEERCRED:
+the leader serves only processes of its own user, a rank accepts a descriptor only from the pid the
+leader published and only if that process runs as its own user. No path is ever built from a store
+value (the earlier design opened /proc/<pid>/fd/<n>, which a forged store value could point
+anywhere). Errors name global ranks and, on a multi-host job, the host.
 """
 from __future__ import annotations
 
@@ -70,9 +71,16 @@ class FdServer:
         self._sock.close()
 
 
-def receive_fd(name: str, pid: int, rank: int, timeout: float) -> int:
-    """Rank ``rank``'s end: connect to rank 0's socket ``name``, check it is process ``pid`` of this
-    user, and return the descriptor it sends."""
+def receive_fd(name: str, pid: int, local_rank: int, timeout: float, *, rank: int | None = None,
+               leader: int = 0, host: str | None = None) -> int:
+    """The end of local rank ``local_rank`` (> 0) of a host: connect to the host leader's socket
+    ``name``, check it is process ``pid`` of this user, and return the descriptor it sends.
+
+    Errors name the global ``rank`` and ``leader`` and the ``host`` (on a multi-host job the local
+    rank alone does not say which process failed); they default to the local numbering.
+    """
+    me = f"rank {local_rank if rank is None else rank}" + (f" on host {host}" if host else "")
+    them = f"rank {leader}" + (" (the host's leader)" if host else "")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     with sock:
         sock.settimeout(timeout)
@@ -83,23 +91,23 @@ def receive_fd(name: str, pid: int, rank: int, timeout: float) -> int:
                 break
             except (ConnectionRefusedError, FileNotFoundError) as e:
                 if time.monotonic() > deadline:
-                    raise RendezvousError(f"rank {rank}: cannot reach rank 0's descriptor socket ({e})") from None
+                    raise RendezvousError(f"{me}: cannot reach the descriptor socket of {them} ({e})") from None
                 time.sleep(0.01)
         peer_pid, uid, _ = peer_credentials(sock)
         if uid != os.getuid() or peer_pid != pid:
-            raise RendezvousError(f"rank {rank}: the descriptor socket named in the store belongs to pid "
-                                  f"{peer_pid} of uid {uid}, not to rank 0 (pid {pid}, uid {os.getuid()}); "
+            raise RendezvousError(f"{me}: the descriptor socket named in the store belongs to pid "
+                                  f"{peer_pid} of uid {uid}, not to {them} (pid {pid}, uid {os.getuid()}); "
                                   "refusing it")
-        sock.sendall(_RANK.pack(rank))
+        sock.sendall(_RANK.pack(local_rank))
         try:
             msg, fds, _, _ = socket.recv_fds(sock, 1, 4)
         except socket.timeout:
-            raise RendezvousError(f"rank {rank}: rank 0 did not send the region descriptor within "
+            raise RendezvousError(f"{me}: {them} did not send the region descriptor within "
                                   f"{timeout:g} s") from None
         for extra in fds[1:]:
             os.close(extra)
         if msg != b"F" or not fds:
             for f in fds[:1]:
                 os.close(f)
-            raise RendezvousError(f"rank {rank}: rank 0 refused to send the region descriptor")
+            raise RendezvousError(f"{me}: {them} refused to send the region descriptor")
         return fds[0]

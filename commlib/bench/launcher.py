@@ -37,6 +37,7 @@ import tempfile
 import time
 
 from commlib.bench import common as C
+from commlib.bench.hosts import Placement
 
 SCHEMA = "commlib-bench/1"
 TIMING_NOTE = ("time = median over the timed iterations of the slowest rank's duration of each call "
@@ -57,13 +58,24 @@ def add_arguments(p: argparse.ArgumentParser):
                         "groups, COMMLIB_HOST_ID): shared memory inside a host, TCP between hosts "
                         "(default 1). COMMLIB_SOCKET_IFNAME picks the interface (default here: lo); "
                         "Open MPI then uses --mca btl tcp,self so it crosses the same kind of link")
+    p.add_argument("--netns", action="store_true",
+                   help="with --hosts H: run each host's ranks in its own network namespace "
+                        "(scripts/netns.sh, root only), joined by veth links: real TCP between hosts "
+                        "for commlib, gloo and Open MPI alike")
+    p.add_argument("--rate", metavar="RATE",
+                   help="with --netns: limit every inter-host link to RATE each way (tc tbf; e.g. 1gbit)")
     p.add_argument("-b", "--minbytes", default="8", help="smallest size (default 8)")
     p.add_argument("-e", "--maxbytes", default="16M", help="largest size, always included (default 16M)")
     p.add_argument("-f", "--stepfactor", type=float, default=4.0, help="size factor (default 4)")
     p.add_argument("-i", "--stepbytes", default="0", help="arithmetic step instead of -f (default 0: use -f)")
     p.add_argument("--algorithms", default="all",
                    help="comma list of commlib algorithms, 'auto' included (default: all + auto)")
-    p.add_argument("--peers", default="gloo,mpi", help="comma list of gloo, mpi, or 'none' (default gloo,mpi)")
+    p.add_argument("--peers", default=None,
+                   help="comma list of gloo, mpi, nccl (with --device), or 'none' (default gloo,mpi; "
+                        "with --device: nccl)")
+    p.add_argument("--device", default="host", choices=("host", "emulated", "cuda"),
+                   help="where the buffers live: host memory (default), commlib.emulated arrays or CUDA "
+                        "tensors (the stream engine; commlib/bench/device.py)")
     p.add_argument("-d", "--datatype", default="float32", choices=C.DTYPES, help="element type (default float32)")
     p.add_argument("-o", "--op", default="sum", choices=C.OPS, help="reduction (default sum)")
     p.add_argument("-r", "--root", type=int, default=0, help="root of rooted collectives (default 0)")
@@ -105,10 +117,14 @@ def config_from_args(a) -> dict:
             raise SystemExit(f"commlib bench: unknown collective {c!r} (choose from {', '.join(C.COLLECTIVES)})")
     sizes = C.size_list(C.parse_size(a.minbytes), C.parse_size(a.maxbytes), a.stepfactor,
                         C.parse_size(a.stepbytes))
-    peers = [p for p in a.peers.split(",") if p and p != "none"]
+    device = getattr(a, "device", "host")
+    peer_list = a.peers if a.peers is not None else ("gloo,mpi" if device == "host" else "nccl")
+    peers = [p for p in peer_list.split(",") if p and p != "none"]
     for p in peers:
-        if p not in ("gloo", "mpi"):
-            raise SystemExit(f"commlib bench: unknown peer {p!r} (gloo, mpi or none)")
+        if p not in ("gloo", "mpi", "nccl"):
+            raise SystemExit(f"commlib bench: unknown peer {p!r} (gloo, mpi, nccl or none)")
+    from commlib.bench import device as device_bench
+    device_bench.check_config(device, a.datatype, peers)
     if a.op in ("band", "bor", "bxor") and a.datatype.startswith(("float", "bfloat")):
         raise SystemExit(f"commlib bench: -o {a.op} needs an integer -d (got {a.datatype})")
     return {
@@ -116,7 +132,7 @@ def config_from_args(a) -> dict:
         "iters": a.iters, "min_time": a.min_time, "max_iters": a.max_iters, "warmup": a.warmup_iters,
         "check": bool(a.check), "rounds": a.rounds,
         "modes": ["out", "in"] if a.mode == "both" else [a.mode],
-        "algorithms": [x for x in a.algorithms.split(",") if x], "peers": peers,
+        "algorithms": [x for x in a.algorithms.split(",") if x], "peers": peers, "device": device,
         "imports": list(getattr(a, "imports", []) or []),
     }
 
@@ -130,7 +146,12 @@ def _progress(done, total, label):
         sys.stderr.flush()
 
 
-def _make_backend(name, rank=None, world_size=None):
+def _make_backend(name, rank=None, world_size=None, device="host"):
+    if device != "host":  # commlib's engine on device buffers; "nccl": NCCL's own collectives
+        import commlib
+        from commlib.bench.device import DeviceBackend
+        C.use_device(device)
+        return DeviceBackend(commlib.init(), device, nccl_peer=name == "nccl")
     if name == "commlib":
         import commlib
         from commlib.bench.sweep import CommlibBackend
@@ -170,12 +191,16 @@ def run_backend(name: str, cfg: dict):
     from commlib.bench.sweep import Sweep
     if name == "commlib":
         import_plugins(cfg)
-    backend = _make_backend(name)
+    backend = _make_backend(name, device=cfg.get("device", "host"))
+    if name == "mpi" and cfg.get("hosts", 1) > 1:
+        backend.transport = "tcp"  # launched with --mca btl tcp,self (Placement.mpi_command)
     try:
         sw = Sweep(backend, cfg, out=sys.stdout if cfg.get("print_table", True) else io.StringIO(),
                    progress=_progress)
         records = sw.run()
         info = {"available": True, "transport": backend.transport, "wrong": sw.wrong_total}
+        if cfg.get("links"):
+            info["links"] = cfg["links"]
         if name == "mpi":
             info["library"] = backend.library_version()
         if name == "gloo":
@@ -189,7 +214,7 @@ def run_backend(name: str, cfg: dict):
 def worker_main(argv=None) -> int:
     """Entry of a rank process started by the driver: --backend B --config cfg.json --out part.json."""
     p = argparse.ArgumentParser(prog="commlib.bench.launcher")
-    p.add_argument("--backend", required=True, choices=("commlib", "gloo", "mpi"))
+    p.add_argument("--backend", required=True, choices=("commlib", "gloo", "mpi", "nccl"))
     p.add_argument("--config", required=True)
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
@@ -249,39 +274,19 @@ def _env(extra):
     return env
 
 
-def host_of_ranks(P: int, hosts: int):
-    """Emulated host of each of P ranks: contiguous groups, the first P % hosts one rank larger."""
-    out = []
-    for h in range(hosts):
-        out += [h] * (P // hosts + (h < P % hosts))
-    return out
+def _launch_local(name, cfg_path, part, timeout, place):
+    argv = [sys.executable, "-m", "commlib.bench.launcher", "--backend", name, "--config", cfg_path, "--out", part]
+    return _run_job(place.rank_commands(argv, _env), timeout, name)
 
 
-def _launch_local(name, cfg_path, part, P, timeout, hosts=1):
-    port = C.free_port()
-    args = []
-    host_of = host_of_ranks(P, hosts)
-    for r in range(P):
-        env = _env({"RANK": str(r), "WORLD_SIZE": str(P), "LOCAL_RANK": str(r),
-                    "LOCAL_WORLD_SIZE": str(P), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
-        if hosts > 1:
-            env["COMMLIB_HOST_ID"] = f"host{host_of[r]}"
-            env.setdefault("COMMLIB_SOCKET_IFNAME", "lo")
-        args.append(([sys.executable, "-m", "commlib.bench.launcher", "--backend", name,
-                      "--config", cfg_path, "--out", part], env))
-    return _run_job(args, timeout, name)
-
-
-def _launch_mpi(cfg_path, part, P, timeout, hosts=1):
+def _launch_mpi(cfg_path, part, timeout, place):
     from commlib.bench import mpi_peer
     ok, where = mpi_peer.available()
     if not ok:
         return False, where
-    cmd = mpi_peer.mpirun_command(where, P, ["--config", cfg_path, "--out", part])
-    if hosts > 1:  # emulated hosts: MPI over TCP like commlib's inter-host links
-        cmd[1:1] = ["--mca", "btl", "tcp,self"]
+    cmd, extra = place.mpi_command(mpi_peer.mpirun_command(where, place.P, ["--config", cfg_path, "--out", part]))
     C.log("# mpi: " + " ".join(cmd[:cmd.index(sys.executable)]))
-    env = _env({})
+    env = _env(extra)
     for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
     return _run_job([(cmd, env)], timeout, "mpi")
@@ -317,13 +322,30 @@ def run(a) -> int:
     cfg["world_size"] = P
     if not 1 <= a.hosts <= P:
         raise SystemExit("commlib bench: --hosts must be in 1..--np")
+    if a.rate and not a.netns:
+        raise SystemExit("commlib bench: --rate needs --netns (it limits the links between namespaces)")
+    if a.netns and a.hosts < 2:
+        raise SystemExit("commlib bench: --netns needs --hosts 2 or more")
     cfg["hosts"] = a.hosts
+    if not a.netns:
+        return _run_local(a, cfg, command, Placement(P, a.hosts))
+    from commlib.testing.netns import Namespaces, NetnsUnavailable
+    try:
+        with Namespaces(a.hosts, rate=a.rate) as net:
+            return _run_local(a, cfg, command, Placement(P, a.hosts, net, a.rate))
+    except NetnsUnavailable as e:
+        raise SystemExit(f"commlib bench: --netns: {e}") from None
+
+
+def _run_local(a, cfg, command, place) -> int:
+    P = place.P
+    cfg["links"] = place.links()
     results, backends, status = [], {}, 0
     with tempfile.TemporaryDirectory(prefix="commlib-bench-") as tmp:
         cfg_path = os.path.join(tmp, "config.json")
         with open(cfg_path, "w") as f:
             json.dump(cfg, f)
-        C.log(f"# commlib bench: {P} ranks" + (f" on {a.hosts} emulated hosts" if a.hosts > 1 else "") +
+        C.log(f"# commlib bench: {P} ranks, links: {cfg['links']}" +
               f", {len(cfg['sizes'])} sizes "
               f"({C.fmt_bytes(cfg['sizes'][0])}..{C.fmt_bytes(cfg['sizes'][-1])}), "
               f"{', '.join(cfg['collectives'])}; peers: {', '.join(cfg['peers']) or 'none'}")
@@ -346,9 +368,9 @@ def run(a) -> int:
                     continue  # unavailable in an earlier pass (e.g. no MPI): do not retry
                 part = os.path.join(tmp, f"{name}{k}.json")
                 if name == "mpi":
-                    ok, msg = _launch_mpi(pcfg_path, part, P, a.timeout, a.hosts)
+                    ok, msg = _launch_mpi(pcfg_path, part, a.timeout, place)
                 else:
-                    ok, msg = _launch_local(name, pcfg_path, part, P, a.timeout, a.hosts)
+                    ok, msg = _launch_local(name, pcfg_path, part, a.timeout, place)
                 if os.path.exists(part):
                     with open(part) as f:
                         got = json.load(f)
@@ -476,6 +498,9 @@ def _finish(a, cfg, command, results, backends, status) -> int:
         except Exception as e:
             C.log(f"# tuning not installed in this process: {e}")
     print_summary(data, sys.stdout)
+    if cfg.get("device", "host") != "host":  # our best against the NCCL peer (commlib/bench/device.py)
+        from commlib.bench import device
+        sys.stdout.write("\n" + device.markdown(data))
     if a.json:
         d = os.path.dirname(os.path.abspath(a.json))
         os.makedirs(d, exist_ok=True)

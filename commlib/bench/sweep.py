@@ -139,7 +139,9 @@ class Reference:
 
 
 def _numel(buf):
-    return buf.size if isinstance(buf, np.ndarray) else buf.numel()
+    if isinstance(buf, np.ndarray):
+        return buf.size
+    return buf.numel() if hasattr(buf, "numel") else len(buf)  # torch / commlib.emulated
 
 
 class CommlibBackend(Backend):
@@ -195,15 +197,28 @@ class CommlibBackend(Backend):
     def resolve(self, collective, algorithm, size, dtype):
         if algorithm != "auto":
             return algorithm
+        nbytes = C.core_bytes(collective, size, dtype, self.size)
+        try:  # the communicator's own choice: it knows the link kinds (hierarchical across hosts)
+            return self.comm._core.auto_choice(collective, nbytes)
+        except Exception:
+            pass
         try:
             from commlib import _C
-            return _C.choose_algorithm(collective, "auto", C.core_bytes(collective, size, dtype, self.size),
-                                       self.size)
+            return _C.choose_algorithm(collective, "auto", nbytes, self.size)
         except Exception:
             return "auto"
 
 
 def _transport_of(comm) -> str:
+    """The link kinds of the job ("shm", "tcp", "shm+tcp"), from the topology: shm where a host
+    holds several ranks, tcp between hosts (the same on every rank, whatever its own links)."""
+    try:
+        host_of = list(comm.topology.host_of)
+        kinds = (["shm"] if len(set(host_of)) < len(host_of) else []) + (["tcp"] if len(set(host_of)) > 1 else [])
+        if kinds:
+            return "+".join(kinds)
+    except Exception:  # a communicator without a topology (e.g. a test double): older attributes
+        pass
     for obj in (comm, getattr(comm, "_core", None)):
         t = getattr(obj, "transport", None)
         if callable(t):
@@ -288,7 +303,8 @@ class Sweep:
             table = None
             if rank == 0:
                 table = Table(coll, P, self.out, modes=C.MODES if b.name == "commlib" else ms)
-                table.header(f"{b.name} {coll} ranks={P} transport={b.transport} algorithms: {', '.join(algos)} "
+                links = f" links: {cfg['links']};" if cfg.get("links") else ""
+                table.header(f"{b.name} {coll} ranks={P} transport={b.transport}{links} algorithms: {', '.join(algos)} "
                              f"[{i + 1}/{len(plan)}, {time.perf_counter() - t_start:.0f} s]")
             seen = set()
             for size_req in cfg["sizes"]:

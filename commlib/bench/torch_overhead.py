@@ -1,17 +1,29 @@
-"""``commlib bench-torch``: what a blocking all_reduce costs through torch.distributed.
+"""``commlib bench-torch``: what a blocking collective costs through torch.distributed.
 
-    commlib bench-torch --np 2 -b 8 -e 64K [--json FILE]
+    commlib bench-torch --np 2 -b 8 -e 64K [--collectives all_reduce,broadcast] [--json FILE]
 
 Every rank process measures, in the same processes and interleaved in rounds, the median time per
-blocking all_reduce of each size for:
+blocking call of each collective and size for:
 
-* ``comm.all_reduce`` on a NumPy array and on a torch CPU tensor (the commlib core, no torch.distributed);
-* ``dist.all_reduce`` over the "commlib" process group, and over a gloo group of the same ranks;
-* ``dist.all_reduce`` over a do-nothing backend ("noop": returns a completed work at once), the
-  floor torch's own dispatch costs before any backend runs.
+* ``comm.<collective>`` on a NumPy array and on a torch CPU tensor (the commlib core alone);
+* ``dist.<collective>`` over the "commlib" process group, and over a gloo group of the same ranks;
+* ``dist.<collective>`` over torch's own C++ do-nothing backend ("fake",
+  ``torch.testing._internal.distributed.fake_pg``): the floor of torch's dispatch (Python wrapper,
+  c10d dispatcher, Work) that any C++ backend pays before it runs. It needs no peer: at several
+  ranks every rank runs its own;
+* ``dist.<collective>`` over a do-nothing *Python* ProcessGroup ("noop"): the floor of a backend
+  written in Python, as commlib's is (no dispatcher, but a Python method and torch's options
+  objects);
+* "fake then core": ``dist.<collective>`` over "fake" followed by ``comm.<collective>`` on the
+  tensor: what an ideal C++ backend would cost (torch's floor plus the core's own work, nothing
+  in between). At several ranks it also carries the effect of the extra time per call on how the
+  ranks meet, which the fake floor alone does not.
 
-Rank 0 prints a Markdown table (µs, medians of the per-round medians) with the ratios
-commlib/noop and commlib/comm.all_reduce(torch).
+Rank 0 prints one Markdown table per collective (µs, medians over rounds of per-round means) with
+"commlib − fake", the cost commlib adds above torch's own floor. ``--clock cpu`` times the CPU the
+rank process used instead of elapsed time: on a shared, busy machine preemption inflates wall
+times (by whole scheduler slices, unevenly across kinds), while at 1 rank, where no call waits,
+CPU time is what the call costs.
 """
 from __future__ import annotations
 
@@ -24,7 +36,16 @@ import socket
 import statistics
 import time
 
-KINDS = ("comm_numpy", "comm_torch", "dist_commlib", "dist_gloo", "dist_noop")
+KINDS = ("comm_numpy", "comm_torch", "dist_commlib", "dist_gloo", "dist_fake", "dist_noop",
+         "fake_then_core")
+COLLECTIVES = ("all_reduce", "broadcast", "reduce", "all_gather_into_tensor",
+               "reduce_scatter_tensor", "all_to_all_single", "barrier")
+# what "bytes" means per collective
+SIZE_MEANING = {
+    "all_reduce": "the tensor", "broadcast": "the tensor", "reduce": "the tensor",
+    "all_gather_into_tensor": "each rank's input", "reduce_scatter_tensor": "each rank's output",
+    "all_to_all_single": "each rank's input (and output)", "barrier": "(no data)",
+}
 
 
 def add_arguments(p: argparse.ArgumentParser):
@@ -32,12 +53,19 @@ def add_arguments(p: argparse.ArgumentParser):
     p.add_argument("-b", "--minbytes", type=int, default=8, help="smallest size in bytes (default 8)")
     p.add_argument("-e", "--maxbytes", type=int, default=65536, help="largest size (default 65536)")
     p.add_argument("-f", "--stepfactor", type=int, default=8, help="size factor (default 8)")
+    p.add_argument("--collectives", default=",".join(COLLECTIVES),
+                   help="comma-separated, of: " + ", ".join(COLLECTIVES) + " (default: all)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     p.add_argument("--calls", type=int, default=300, help="calls per kind, size and round (default 300)")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="wall: elapsed time (default); cpu: CPU time of the rank process, all its "
+                        "threads (not inflated when other jobs preempt it on a busy machine; at 1 "
+                        "rank nothing waits, so it is the wall time of an idle machine)")
     p.add_argument("--json", metavar="FILE", help="write the medians here")
 
 
 def _noop_backend():
+    """Register "noop": a Python ProcessGroup whose every collective returns a completed work."""
     import torch
     import torch.distributed as dist
     from torch.futures import Future
@@ -52,82 +80,145 @@ def _noop_backend():
         def getBackendName(self):
             return "noop"
 
-        def allreduce(self, tensors, opts=None):
+        def _done(self, *args, **kwargs):
             return self._work
+
+        allreduce = broadcast = reduce = all_gather_single = _allgather_base = _done
+        reduce_scatter_single = _reduce_scatter_base = all_to_all_single = alltoall_base = _done
+        barrier = _done
 
     if "NOOP" not in dist.Backend._plugins:
         dist.Backend.register_backend("noop", lambda o, _: Noop(o.group_rank, o.group_size),
                                       extended_api=True, devices=["cpu"])
 
 
-def _rank_main(rank, size, port, cfg, out):
-    os.environ["OMP_NUM_THREADS"] = "1"
+def _calls(coll, nbytes, P, comm, groups):
+    """{kind: zero-argument call} for one collective and size (float32)."""
     import numpy as np
     import torch
     import torch.distributed as dist
+
+    n = max(1, nbytes // 4)
+    if coll == "all_to_all_single":
+        n = max(P, n - n % P)
+    a, t = np.ones(n, np.float32), torch.ones(n)
+    # the other buffer: P times larger (all-gather output, reduce-scatter input), or all-to-all's
+    # output
+    m = n * P if coll in ("all_gather_into_tensor", "reduce_scatter_tensor") else n
+    big_a, big_t = np.ones(m, np.float32), torch.ones(m)
+
+    comm_call = {
+        "all_reduce": lambda x, big: comm.all_reduce(x),
+        "broadcast": lambda x, big: comm.broadcast(x, root=0),
+        "reduce": lambda x, big: comm.reduce(x, root=0),
+        "all_gather_into_tensor": lambda x, big: comm.all_gather(big, x),
+        "reduce_scatter_tensor": lambda x, big: comm.reduce_scatter(x, big),
+        "all_to_all_single": lambda x, big: comm.all_to_all(big, x),
+        "barrier": lambda x, big: comm.barrier(),
+    }[coll]
+    dist_call = {
+        "all_reduce": lambda g: dist.all_reduce(t, group=g),
+        "broadcast": lambda g: dist.broadcast(t, src=0, group=g),
+        "reduce": lambda g: dist.reduce(t, dst=0, group=g),
+        "all_gather_into_tensor": lambda g: dist.all_gather_into_tensor(big_t, t, group=g),
+        "reduce_scatter_tensor": lambda g: dist.reduce_scatter_tensor(t, big_t, group=g),
+        "all_to_all_single": lambda g: dist.all_to_all_single(big_t, t, group=g),
+        "barrier": lambda g: dist.barrier(group=g),
+    }[coll]
+    return {
+        "comm_numpy": lambda: comm_call(a, big_a),
+        "comm_torch": lambda: comm_call(t, big_t),
+        **{f"dist_{name}": (lambda g=g: dist_call(g)) for name, g in groups.items()},
+        "fake_then_core": lambda: (dist_call(groups["fake"]), comm_call(t, big_t)),
+    }
+
+
+def _rank_main(rank, size, port, cfg, out):
+    os.environ["OMP_NUM_THREADS"] = "1"
+    import warnings
+    warnings.filterwarnings("ignore", category=FutureWarning)  # the *_tensor names' deprecation
+    import torch
+    import torch.distributed as dist
+    import torch.testing._internal.distributed.fake_pg  # noqa: F401  (registers "fake")
 
     import commlib.torch
     torch.set_num_threads(1)
     _noop_backend()
     dist.init_process_group("commlib", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=size, timeout=datetime.timedelta(seconds=120))
-    gloo = dist.new_group(backend="gloo")
-    noop = dist.new_group(backend="noop")
+    groups = {"commlib": None, "gloo": dist.new_group(backend="gloo"),
+              "fake": dist.new_group(backend="fake"), "noop": dist.new_group(backend="noop")}
     comm = commlib.torch.get_communicator()
-    sizes, samples = [], {}
+    sizes = []
     b = cfg["minbytes"]
     while b <= cfg["maxbytes"]:
         sizes.append(b)
         b *= cfg["stepfactor"]
-    for nbytes in sizes:
-        n = max(1, nbytes // 4)
-        a, t = np.ones(n, np.float32), torch.ones(n)
-        calls = {
-            "comm_numpy": lambda: comm.all_reduce(a),
-            "comm_torch": lambda: comm.all_reduce(t),
-            "dist_commlib": lambda: dist.all_reduce(t),
-            "dist_gloo": lambda: dist.all_reduce(t, group=gloo),
-            "dist_noop": lambda: dist.all_reduce(t, group=noop),
-        }
-        for kind in KINDS:  # warm-up (plans, connections)
-            for _ in range(20):
-                calls[kind]()
-        for _ in range(cfg["rounds"]):
-            for kind in KINDS:
-                k = cfg["calls"] if kind != "dist_gloo" else max(20, cfg["calls"] // 10)
-                comm.barrier()
-                t0 = time.perf_counter()
-                for _ in range(k):
-                    calls[kind]()
-                samples.setdefault((kind, nbytes), []).append((time.perf_counter() - t0) / k * 1e6)
+    clock = time.perf_counter if cfg["clock"] == "wall" else time.process_time
+    samples, missing = {}, {}
+    for coll in cfg["collectives"]:
+        for nbytes in (sizes if coll != "barrier" else sizes[:1]):
+            calls = _calls(coll, nbytes, size, comm, groups)
+            for kind in KINDS:  # warm-up (plans, connections); a backend may lack the call
+                try:
+                    for _ in range(20):
+                        calls[kind]()
+                except Exception as e:  # noqa: BLE001 - reported as n/a with the reason
+                    missing[f"{kind}:{coll}"] = f"{type(e).__name__}: {str(e)[:120]}"
+                    calls.pop(kind)
+            for _ in range(cfg["rounds"]):
+                for kind, fn in calls.items():
+                    k = cfg["calls"] if kind != "dist_gloo" else max(20, cfg["calls"] // 10)
+                    comm.barrier()
+                    t0 = clock()
+                    for _ in range(k):
+                        fn()
+                    dt = (clock() - t0) / k * 1e6
+                    samples.setdefault(f"{coll}:{kind}:{nbytes}", []).append(dt)
     comm.barrier()
     if rank == 0:
-        med = {f"{k}:{s}": statistics.median(v) for (k, s), v in samples.items()}
+        med = {key: statistics.median(v) for key, v in samples.items()}
         with open(out, "w") as f:
-            json.dump({"sizes": sizes, "ranks": size, "median_us": med}, f)
+            json.dump({"sizes": sizes, "ranks": size, "collectives": cfg["collectives"],
+                       "median_us": med, "missing": missing}, f)
     dist.destroy_process_group()
 
 
-def _table(res) -> str:
+def tables(res) -> str:
+    """One Markdown table per collective."""
     med = res["median_us"]
-    lines = [f"| bytes | comm.all_reduce numpy | comm.all_reduce torch | dist.all_reduce commlib | "
-             f"dist.all_reduce gloo | dist.all_reduce noop (torch's floor) | commlib - noop | "
-             f"commlib - comm torch |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for s in res["sizes"]:
-        v = {k: med[f"{k}:{s}"] for k in KINDS}
-        lines.append(f"| {s} | " + " | ".join(f"{v[k]:.2f}" for k in KINDS)
-                     + f" | {v['dist_commlib'] - v['dist_noop']:.2f}"
-                     + f" | {v['dist_commlib'] - v['comm_torch']:.2f} |")
-    return "\n".join(lines)
+    out = []
+    for coll in res["collectives"]:
+        out += [f"### {coll} (bytes: {SIZE_MEANING[coll]})", "",
+                "| bytes | comm numpy | comm torch | dist commlib | dist gloo | dist fake (C++ floor) "
+                "| dist noop (Python floor) | fake then core (ideal C++ backend) | commlib − fake "
+                "| commlib − ideal |",
+                "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for s in (res["sizes"] if coll != "barrier" else res["sizes"][:1]):
+            v = {k: med.get(f"{coll}:{k}:{s}") for k in KINDS}
+            cells = [f"{x:.2f}" if x is not None else "n/a" for x in v.values()]
+            diff = lambda x, y: f"{x - y:+.2f}" if x is not None and y is not None else "n/a"  # noqa: E731
+            out.append(f"| {s if coll != 'barrier' else '-'} | " + " | ".join(cells)
+                       + f" | {diff(v['dist_commlib'], v['dist_fake'])}"
+                       + f" | {diff(v['dist_commlib'], v['fake_then_core'])} |")
+        out.append("")
+    for key, why in sorted(res.get("missing", {}).items()):
+        out.append(f"n/a {key}: {why}")
+    return "\n".join(out)
 
 
 def run(args) -> int:
+    colls = [c.strip() for c in args.collectives.split(",") if c.strip()]
+    for c in colls:
+        if c not in COLLECTIVES:
+            print(f"commlib bench-torch: --collectives: unknown {c!r} (expected: {', '.join(COLLECTIVES)})")
+            return 2
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     import tempfile
-    cfg = {k: getattr(args, k) for k in ("minbytes", "maxbytes", "stepfactor", "rounds", "calls")}
+    cfg = {k: getattr(args, k) for k in ("minbytes", "maxbytes", "stepfactor", "rounds", "calls", "clock")}
+    cfg["collectives"] = colls
     ctx = mp.get_context("spawn")
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "result.json")
@@ -142,8 +233,9 @@ def run(args) -> int:
             return 1
         with open(out) as f:
             res = json.load(f)
-    print(f"median µs per blocking all_reduce (float32), {args.np_} ranks, same processes")
-    print(_table(res))
+    print(f"median µs ({args.clock} clock) per blocking call (float32), {args.np_} ranks, same "
+          f"processes, {args.rounds} rounds x {args.calls} calls (gloo: a tenth)")
+    print(tables(res))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)

@@ -46,7 +46,23 @@ def check_positive(value, name: str) -> float:
 def check_cpu_tensors(named: Iterable[Tuple[str, torch.Tensor]], what: str = "parameter"):
     for name, t in named:
         if t.device.type != "cpu":
-            raise ValueError(f"{what} '{name}': is on {t.device}; commlib moves CPU tensors only")
+            raise ValueError(f"{what} '{name}': is on {t.device}; ParameterServer keeps its flat "
+                             "buffers on the CPU (DataParallel, ZeroOptimizer, FullyShardedModule and "
+                             "the torch backend take CUDA tensors)")
+
+
+def check_one_device(named: Iterable[Tuple[str, torch.Tensor]], what: str = "parameter", device=None):
+    """The one device (CPU or a CUDA device) every tensor of ``named`` is on; ``device`` is the one
+    expected (None: the first tensor's). CUDA tensors go to the communicator's stream engine."""
+    for name, t in named:
+        if t.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"{what} '{name}': is on {t.device}; commlib moves CPU and CUDA tensors")
+        if device is None:
+            device = t.device
+        elif t.device != device:
+            raise ValueError(f"{what} '{name}': is on {t.device} but the others are on {device}; "
+                             "put the module on one device")
+    return device
 
 
 def unique_named_parameters(module: torch.nn.Module) -> List[Tuple[str, torch.nn.Parameter]]:
@@ -114,7 +130,7 @@ def broadcast_tensors(comm, tensors: Sequence[torch.Tensor], src: int = 0, algor
         by_dtype.setdefault(t.dtype, []).append(t)
     for dtype, group in by_dtype.items():
         flat = torch.cat([t.detach().reshape(-1) for t in group]) if comm.rank == src else \
-            torch.empty(sum(t.numel() for t in group), dtype=dtype)
+            torch.empty(sum(t.numel() for t in group), dtype=dtype, device=group[0].device)
         if flat.numel() == 0:
             continue
         comm.broadcast(flat, root=src, algorithm=algorithm)

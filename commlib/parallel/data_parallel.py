@@ -17,7 +17,7 @@ from typing import List, Optional
 import torch
 
 from ._buckets import (MB, FlatLayout, broadcast_tensors, bucket_partition, check_algorithm, check_comm,
-                       check_cpu_tensors, check_positive, check_same_structure,
+                       check_one_device, check_positive, check_same_structure,
                        queue_backward_callback, storage_bytes, unique_named_parameters)
 
 
@@ -28,7 +28,7 @@ class _Bucket:
         self.index = index
         self.params = params
         self.layout = FlatLayout([""] * len(params), [p.shape for p in params], 1)
-        self.buffer = torch.zeros(self.layout.numel, dtype=dtype)
+        self.buffer = torch.zeros(self.layout.numel, dtype=dtype, device=params[0].device)
         self.ready = 0
         self.work = None
         self.launched = False
@@ -42,7 +42,8 @@ class DataParallel(torch.nn.Module):
     """Wrap ``module`` for synchronous data-parallel training over ``comm``.
 
     Args:
-        module: the model (identical architecture on every rank; CPU parameters).
+        module: the model (identical architecture on every rank; parameters on the CPU or on one
+            CUDA device: CUDA buckets are reduced on the current stream by the stream engine).
         comm: the communicator whose ranks share the model (passed explicitly, no global group).
         bucket_cap_mb: bucket size in MiB (default 25).
         first_bucket_cap_mb: size of the first bucket (default 1 MiB, or ``bucket_cap_mb`` if
@@ -81,8 +82,8 @@ class DataParallel(torch.nn.Module):
 
         named = unique_named_parameters(module)
         buffers = list(module.named_buffers())
-        check_cpu_tensors(named, "parameter")
-        check_cpu_tensors(buffers, "buffer")
+        device = check_one_device(named, "parameter")
+        check_one_device(buffers, "buffer", device)
         specs = [(n, tuple(p.shape), str(p.dtype)) for n, p in named]
         specs += [("buffer:" + n, tuple(b.shape), str(b.dtype)) for n, b in buffers]
         check_same_structure(comm, specs, "parameter")

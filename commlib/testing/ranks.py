@@ -30,26 +30,35 @@ class RankFailure(AssertionError):
     """One or more ranks raised; the message holds each failing rank's traceback."""
 
 
-def _worker(rank, size, port, conn, env):
+def _prepare_rank_process(env):
     import faulthandler
     faulthandler.enable()
     # One compute thread per rank: several ranks share 2 cores, and torch's default thread pool
     # per rank makes them fight (100x slower small matmuls). Set before anything imports torch.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    # A tuple value gives each rank its own setting (e.g. COMMLIB_HOST_ID for emulated hosts).
-    os.environ.update({k: v[rank] if isinstance(v, tuple) else v for k, v in env.items()})
+    os.environ.update(env)
     # Spawned children start with the parent's sys.path (so a test's helper modules import); the
     # package's own directory goes first so ranks never pick up another installed commlib.
     sys.path.insert(0, PACKAGE_PARENT)
-    comm = None
+
+
+def _worker(rank, size, port, conn, env):
+    # A tuple value gives each rank its own setting (e.g. COMMLIB_HOST_ID for emulated hosts).
+    _prepare_rank_process({k: v[rank] if isinstance(v, tuple) else v for k, v in env.items()})
     try:
         import commlib
         from commlib.store import TCPStore
         comm = commlib.init(rank=rank, world_size=size, store=TCPStore("127.0.0.1", port), prefix="pool")
-        conn.send(("ready", None))
     except BaseException:
         conn.send(("error", traceback.format_exc()))
         return
+    serve_calls(comm, conn)
+
+
+def serve_calls(comm, conn):
+    """A rank's side of the pool: say ready, then run each function the pool sends on ``comm``
+    and send back its result or traceback, until the pool says stop; then close ``comm``."""
+    conn.send(("ready", None))
     while True:
         try:
             msg = conn.recv()
@@ -78,17 +87,27 @@ class RankPool:
         self.size = size
         self.timeout = timeout
         self.env = dict(env or {})
+        self.store = None
+        self.conns, self.procs = [], []
+        self.broken = False
+        try:
+            self._start_ranks()
+            self._collect("start-up", timeout)
+        except BaseException:
+            self.kill()
+            raise
+
+    def _start_ranks(self):
+        """Starts the rank processes and fills ``conns`` and ``procs`` (``is_alive()``,
+        ``exitcode``, ``kill()``, ``join(t)``) in rank order; subclasses start them elsewhere."""
         self.store = StoreServer("127.0.0.1", 0)
         ctx = mp.get_context("spawn")
-        self.conns, self.procs = [], []
-        for r in range(size):
+        for r in range(self.size):
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=_worker, args=(r, size, self.store.port, child, self.env), daemon=True)
+            p = ctx.Process(target=_worker, args=(r, self.size, self.store.port, child, self.env), daemon=True)
             p.start()
             self.conns.append(parent)
             self.procs.append(p)
-        self._collect("start-up", timeout)
-        self.broken = False
 
     def _collect(self, what, timeout, allow_death=False):
         deadline = time.monotonic() + timeout
@@ -161,7 +180,9 @@ class RankPool:
                 p.kill()
         for p in self.procs:
             p.join(5)
-        self.store.close()
+        if self.store is not None:
+            self.store.close()
+            self.store = None
 
     def close(self):
         if self.broken:

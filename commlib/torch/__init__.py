@@ -18,7 +18,7 @@ BACKEND_NAME = "commlib"
 def _register():
     if "COMMLIB" in _dist.Backend._plugins:  # already registered (module re-imported)
         return
-    _dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu"])
+    _dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu", "cuda"])
 
 
 _register()

@@ -9,12 +9,25 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from commlib.torch.fast_path import (ALL_GATHER, ALL_TO_ALL, OP_BY_HASH, REDUCE_SCATTER,
+                                     fast_collective)
 from commlib.torch.staging import NATIVE, as_bytes, op_of, out_bytes, reduction_staging
+
+
+def _unpack_blocks(flat, outs, starts, counts):
+    """Copy ``flat[starts[i]:starts[i] + counts[i]]`` into ``outs[i]`` (the finalizer of every
+    call that gathers into one flat buffer: all-gather lists, gather, all-to-all lists). ``flat``
+    holds either the outputs' dtype or bytes (dtypes the core does not know)."""
+    with torch.no_grad():
+        for o, start, n in zip(outs, starts, counts):
+            blk = flat[start:start + n]
+            o.copy_(blk.view(o.dtype).view(o.shape) if blk.dtype != o.dtype else blk.view(o.shape))
 
 
 class DataMovementMixin:
     """Collectives of ``ProcessGroupCommlib`` that gather, scatter or exchange blocks (needs
-    ``_comm``, ``_algo``, ``_run`` and ``_issue``)."""
+    ``_comm``, ``_algo``, ``_run``, ``_issue``, ``_p2p`` and the latency path's ``_core_address``
+    and ``_done_works``)."""
 
     # -- all_gather -------------------------------------------------------------------------
     def _gather_flat(self, call, async_op, outputs, inp):
@@ -32,20 +45,14 @@ class DataMovementMixin:
                              f" elements, input has {inp.numel()}")
         m = max(sizes)
         if m != n:  # uneven: pad every block to the largest
-            padded = torch.zeros(m, dtype=src.dtype)
+            padded = torch.zeros(m, dtype=src.dtype, device=src.device)
             padded[:n] = src
             src = padded
-        flat = torch.empty(m * P, dtype=src.dtype)
+        flat = torch.empty(m * P, dtype=src.dtype, device=src.device)
         self._issue(call, async_op, self._comm.all_gather(
             flat, src, algorithm=self._algo["all_gather"], async_op=async_op))
 
-        def unpack():
-            with torch.no_grad():
-                for r, o in enumerate(outputs):
-                    blk = flat[r * m:r * m + sizes[r]]
-                    o.copy_(blk.view(o.dtype).view(o.shape) if blk.dtype != o.dtype
-                            else blk.view(o.shape))
-        call.finals.append(unpack)
+        call.finals.append(lambda: _unpack_blocks(flat, outputs, [r * m for r in range(P)], sizes))
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         opts = opts if opts is not None else dist.AllgatherOptions()
@@ -91,6 +98,12 @@ class DataMovementMixin:
             call.finals.append(st.done)
 
     def all_gather_single(self, output_tensor, input_tensor, opts=None):
+        # The latency path (fast_path.py), inline as in backend.py.
+        if (opts is not None and not opts.asyncOp and not self._p2p
+                and self._core_address is not None and fast_collective(
+                    self._core_address, ALL_GATHER, input_tensor, output_tensor, None,
+                    self._algo["all_gather"], 0, False, None) is None):
+            return self._done_works.get([output_tensor])
         opts = opts if opts is not None else dist.AllgatherOptions()
         return self._run(opts.asyncOp, [output_tensor],
                          lambda c, a: self._all_gather_single_into(c, a, output_tensor, input_tensor))
@@ -126,6 +139,12 @@ class DataMovementMixin:
             call.finals.append(fin)
 
     def reduce_scatter_single(self, output_tensor, input_tensor, opts=None):
+        if (opts is not None and not opts.asyncOp and not self._p2p
+                and self._core_address is not None and fast_collective(
+                    self._core_address, REDUCE_SCATTER, input_tensor, output_tensor,
+                    OP_BY_HASH.get(hash(opts.reduceOp)), self._algo["reduce_scatter"], 0, False,
+                    None) is None):
+            return self._done_works.get([output_tensor])
         opts = opts if opts is not None else dist.ReduceScatterOptions()
         return self._run(opts.asyncOp, [output_tensor], lambda c, a: self._reduce_scatter_single_into(
             c, a, output_tensor, input_tensor, opts.reduceOp))
@@ -161,10 +180,10 @@ class DataMovementMixin:
                 if all(s == m for s in sizes):
                     flat = torch.cat([x.detach().reshape(-1) for x in ins])
                 else:  # uneven blocks: pad each to the largest (padding is discarded)
-                    flat = torch.zeros(m * P, dtype=out.dtype)
+                    flat = torch.zeros(m * P, dtype=out.dtype, device=out.device)
                     for r, x in enumerate(ins):
                         flat[r * m:r * m + sizes[r]] = x.detach().reshape(-1)
-                tmp = torch.empty(m, dtype=out.dtype)
+                tmp = torch.empty(m, dtype=out.dtype, device=out.device)
                 self._reduce_scatter_single_into(call, async_op, tmp, flat, opts.reduceOp)
 
                 def fin(out=out, tmp=tmp):
@@ -186,6 +205,11 @@ class DataMovementMixin:
         self._issue(call, async_op, w)
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        if (not output_split_sizes and not input_split_sizes and opts is not None
+                and not opts.asyncOp and not self._p2p and self._core_address is not None
+                and fast_collective(self._core_address, ALL_TO_ALL, input, output, None,
+                                    self._algo["all_to_all"], 0, False, None) is None):
+            return self._done_works.get([output])
         opts = opts if opts is not None else dist.AllToAllOptions()
         P = self.size()
 
@@ -229,21 +253,14 @@ class DataMovementMixin:
             if any(x.dtype != dt for x in outs + ins):
                 raise TypeError("alltoall: all tensors must have the same dtype")
             ib = [as_bytes(x) for x in ins]
-            ibuf = torch.cat(ib) if ib else torch.empty(0)
+            ibuf = torch.cat(ib) if ib else torch.empty(0, device=ins[0].device if ins else "cpu")
             osp = [as_bytes(o).numel() if o.is_contiguous() else o.numel() * (
                 1 if o.dtype in NATIVE else o.element_size()) for o in outs]
-            obuf = torch.empty(sum(osp), dtype=ibuf.dtype)
+            obuf = torch.empty(sum(osp), dtype=ibuf.dtype, device=ibuf.device)
             self._alltoallv(call, async_op, obuf, ibuf, osp, [x.numel() for x in ib])
 
-            def unpack():
-                off = 0
-                with torch.no_grad():
-                    for o, n in zip(outs, osp):
-                        blk = obuf[off:off + n]
-                        o.copy_(blk.view(o.dtype).view(o.shape) if blk.dtype != o.dtype
-                                else blk.view(o.shape))
-                        off += n
-            call.finals.append(unpack)
+            starts = [sum(osp[:r]) for r in range(P)]
+            call.finals.append(lambda: _unpack_blocks(obuf, outs, starts, osp))
         return self._run(opts.asyncOp, outs, body)
 
     # -- gather / scatter -------------------------------------------------------------------
@@ -263,21 +280,15 @@ class DataMovementMixin:
                 for r, o in enumerate(outs):
                     if o.numel() != inp.numel() or o.dtype != inp.dtype:
                         raise ValueError(f"gather_list[{r}]: size/dtype differs from the input's")
-                flat = torch.empty(src.numel() * P, dtype=src.dtype)
+                flat = torch.empty(src.numel() * P, dtype=src.dtype, device=src.device)
             self._issue(call, async_op, self._comm.gather(
                 flat, src, root=root, algorithm=self._algo["gather"], async_op=async_op))
             if self.rank() == root:
                 n = src.numel()
-
-                def unpack():
-                    with torch.no_grad():
-                        for r, o in enumerate(outs):
-                            blk = flat[r * n:(r + 1) * n]
-                            o.copy_(blk.view(o.dtype).view(o.shape) if blk.dtype != o.dtype
-                                    else blk.view(o.shape))
-                call.finals.append(unpack)
+                starts = [r * n for r in range(P)]
+                call.finals.append(lambda: _unpack_blocks(flat, outs, starts, [n] * P))
         result = [list(o) for o in output_tensors] if output_tensors else []
-        return self._run(opts.asyncOp, result, body)
+        return self._run(opts.asyncOp, result, body, tensors=[inp])
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         opts = opts if opts is not None else dist.ScatterOptions()

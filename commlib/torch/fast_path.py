@@ -1,7 +1,9 @@
-"""The latency path of the torch backend: a blocking collective on one plain CPU tensor.
+"""The latency path of the torch backend: a blocking collective on plain CPU tensors.
 
-``dist.all_reduce(t)`` on a contiguous CPU tensor of a dtype the core moves goes from the
-ProcessGroup method straight into the core's C++ entry (``_C.fast_collective``, which reads the
+``dist.all_reduce(t)`` (and ``broadcast``, ``reduce``, ``all_gather_into_tensor``,
+``reduce_scatter_tensor``, ``all_to_all_single`` without split sizes, ``barrier``) on contiguous
+CPU tensors of a dtype the core moves goes from the ProcessGroup method straight into the core's
+C++ entry (``_C.fast_collective``, which reads the
 tensor's pointer, size and dtype itself once this module registered torch's types) and returns a
 ``DoneWork``, whose future is made only if someone asks for it. Anything else (async calls, held
 back point-to-point, PREMUL_SUM, other dtypes or layouts) answers False here and takes the general
@@ -25,6 +27,12 @@ _C.register_torch_types(torch.Tensor, torch.strided, {
 
 fast_collective = _C.fast_collective
 ALL_REDUCE = _C.COLLECTIVES.index("all_reduce")
+BROADCAST = _C.COLLECTIVES.index("broadcast")
+REDUCE = _C.COLLECTIVES.index("reduce")
+ALL_GATHER = _C.COLLECTIVES.index("all_gather")
+REDUCE_SCATTER = _C.COLLECTIVES.index("reduce_scatter")
+ALL_TO_ALL = _C.COLLECTIVES.index("all_to_all")
+BARRIER = _C.COLLECTIVES.index("barrier")
 
 _OP_NAMES = ("sum", "avg", "prod", "min", "max", "band", "bor", "bxor")
 _RED = dist.ReduceOp.RedOpType
@@ -32,15 +40,16 @@ _RED = dist.ReduceOp.RedOpType
 
 def _op_table():
     """``hash(opts.reduceOp)`` -> commlib op name. torch's ReduceOp hashes to its RedOpType value
-    (1.5 us cheaper than ``.op``); checked here, and the fast path is off if that ever changes."""
+    (1.5 us cheaper than ``.op``); checked here, and the fast path is off if that ever changes.
+    PREMUL_SUM is absent: ``OP_BY_HASH.get`` gives None, which ``fast_collective`` declines."""
     kinds = (_RED.SUM, _RED.AVG, _RED.PRODUCT, _RED.MIN, _RED.MAX, _RED.BAND, _RED.BOR, _RED.BXOR)
     try:
         codes = [hash(dist.ReduceOp(k)) for k in kinds]
     except Exception:  # noqa: BLE001 - no fast path then
-        return ()
-    if codes != list(range(len(kinds))) or len(set(codes)) != len(codes):
-        return ()
-    return _OP_NAMES
+        return {}
+    if codes != [int(k) for k in kinds] or len(set(codes)) != len(codes):
+        return {}
+    return dict(zip(codes, _OP_NAMES))
 
 
 OP_BY_HASH = _op_table()

@@ -85,10 +85,21 @@ class PointToPointMixin:
                 futs.append(fr)
         self._completer.put(call, futs)
 
+    @staticmethod
+    def _refuse_cuda(tensors, what):
+        # Held-back operations are issued later as host batches; the stream engine has no
+        # point-to-point yet (docs/gpu.md), so say so now rather than at the flush.
+        for t in tensors:
+            if isinstance(t, torch.Tensor) and t.is_cuda:
+                raise ValueError(f"tensors: {what} of CUDA tensors is not supported by the commlib "
+                                 f"backend yet (collectives are); see docs/torch_backend.md")
+
     def send(self, tensors, dst, tag=0):
+        self._refuse_cuda(tensors, "send")
         return self._p2p_op("send", tensors, dst)
 
     def recv(self, tensors, src, tag=0):
+        self._refuse_cuda(tensors, "recv")
         return self._p2p_op("recv", tensors, src)
 
     def recv_anysource(self, tensors, tag=0):
@@ -97,6 +108,7 @@ class PointToPointMixin:
         tensors = list(tensors)
         if len(tensors) != 1:
             raise ValueError(f"tensors: recv from any source takes one tensor, got {len(tensors)}")
+        self._refuse_cuda(tensors, "recv")
         self._flush_p2p()
         t = tensors[0]
         st = out_bytes(t)

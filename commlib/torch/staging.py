@@ -63,7 +63,7 @@ def out_bytes(t: torch.Tensor) -> "Staged":
     if t.is_contiguous():
         flat = t.detach().view(-1)
         return Staged(t, flat if flat.dtype in NATIVE else flat.view(torch.uint8), False)
-    buf = torch.empty(t.numel(), dtype=t.dtype)
+    buf = torch.empty(t.numel(), dtype=t.dtype, device=t.device)
     return Staged(t, buf if t.dtype in NATIVE else buf.view(torch.uint8), True)
 
 

@@ -3,9 +3,16 @@
 
 #include <pybind11/pybind11.h>
 
+#include <cstdint>
 #include <exception>
+#include <string>
+#include <tuple>
+#include <vector>
 
 namespace commlib {
+struct CollectiveCall;  // engine/communicator.h
+struct P2PItem;
+
 void bind_types(pybind11::module_& m);     // bindings/types_bindings.cc
 void bind_schedule(pybind11::module_& m);  // bindings/schedule_bindings.cc: schedule(), algorithms(), verify()
 void bind_kernels(pybind11::module_& m);   // bindings/kernels_bindings.cc: reduce_local() etc. for tests
@@ -18,4 +25,11 @@ void bind_sim(pybind11::module_& m);       // bindings/sim_bindings.cc: simulate
 // Sets the Python error for a C++ exception (CommError family -> commlib's classes,
 // std::invalid_argument -> ValueError). Needs the GIL and bind_comm() to have run.
 void set_python_error(std::exception_ptr p);
+
+// The Python API's arguments as the engine's types, for the host and the device path alike
+// (defined in comm_bindings.cc). Raise ValueError naming the argument for an unknown name.
+CollectiveCall collective_call(const std::string& coll, const std::string& algo, uintptr_t in, uintptr_t out,
+                               int64_t count, const std::string& dtype, const std::string& op, int root, double scale);
+using P2PTuple = std::tuple<bool, uintptr_t, int64_t, int>;  // (send, address, count, peer)
+std::vector<P2PItem> p2p_items(const std::vector<P2PTuple>& items);
 }  // namespace commlib

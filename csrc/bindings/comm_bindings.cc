@@ -41,6 +41,28 @@ void set_python_error(std::exception_ptr p) {
   }
 }
 
+CollectiveCall collective_call(const std::string& coll, const std::string& algo, uintptr_t in, uintptr_t out,
+                               int64_t count, const std::string& dtype, const std::string& op, int root, double scale) {
+  CollectiveCall call;
+  call.coll = parse_collective(coll);
+  call.algo = static_cast<uint8_t>(algorithm_index(call.coll, algo));
+  call.input = in;
+  call.output = out;
+  call.count = count;
+  call.dtype = parse_dtype(dtype);
+  call.op = parse_op(op);
+  call.root = root;
+  call.scale = scale;
+  return call;
+}
+
+std::vector<P2PItem> p2p_items(const std::vector<P2PTuple>& items) {
+  std::vector<P2PItem> v;
+  v.reserve(items.size());
+  for (const auto& [send, ptr, count, peer] : items) v.push_back(P2PItem{send, ptr, count, peer});
+  return v;
+}
+
 void bind_comm(py::module_& m) {
   static py::exception<CommError> comm_error(m, "CommError", PyExc_RuntimeError);
   static py::exception<MismatchError> mismatch_error(m, "MismatchError", comm_error.ptr());
@@ -161,22 +183,25 @@ void bind_comm(py::module_& m) {
       .def("tcp_rejected", [](Communicator& c) { return c.tcp() ? c.tcp()->rejected() : 0; },
            "Connections the TCP listener refused so far (bad handshakes, garbage).")
       .def("tcp_address", [](Communicator& c) { return c.tcp() ? c.tcp()->address() : std::string(); })
+      .def(
+          "tcp_stats",
+          [](Communicator& c) {
+            py::dict d;
+            TcpTransport::Stats s = c.tcp() ? c.tcp()->stats() : TcpTransport::Stats{};
+            d["sent_in_place"] = s.sent_in_place;
+            d["landed"] = s.landed;
+            d["frames_read_by_caller"] = s.frames_read_by_caller;
+            return d;
+          },
+          "TCP data-path counters (tests): payload bytes sent from callers' buffers, bytes received "
+          "straight into destinations, frames read by a waiting caller rather than the progress thread.")
       .def_property_readonly("rank", &Communicator::rank)
       .def_property_readonly("size", &Communicator::size)
       .def(
           "run",
           [](Communicator& c, const std::string& coll, const std::string& algo, uintptr_t in, uintptr_t out,
              int64_t count, const std::string& dtype, const std::string& op, int root, double scale, bool async) {
-            CollectiveCall call;
-            call.coll = parse_collective(coll);
-            call.algo = static_cast<uint8_t>(algorithm_index(call.coll, algo));
-            call.input = in;
-            call.output = out;
-            call.count = count;
-            call.dtype = parse_dtype(dtype);
-            call.op = parse_op(op);
-            call.root = root;
-            call.scale = scale;
+            const CollectiveCall call = collective_call(coll, algo, in, out, count, dtype, op, root, scale);
             ReleaseGil nogil;
             return c.collective(call, async);
           },
@@ -184,11 +209,8 @@ void bind_comm(py::module_& m) {
           py::arg("dtype"), py::arg("op"), py::arg("root"), py::arg("scale"), py::arg("async_op"))
       .def(
           "p2p",
-          [](Communicator& c, const std::vector<std::tuple<bool, uintptr_t, int64_t, int>>& items,
-             const std::string& dtype, bool async) {
-            std::vector<P2PItem> v;
-            v.reserve(items.size());
-            for (const auto& [send, ptr, count, peer] : items) v.push_back(P2PItem{send, ptr, count, peer});
+          [](Communicator& c, const std::vector<P2PTuple>& items, const std::string& dtype, bool async) {
+            std::vector<P2PItem> v = p2p_items(items);
             DType t = parse_dtype(dtype);
             ReleaseGil nogil;
             return c.p2p(std::move(v), t, async);

@@ -1,10 +1,12 @@
 // The device interface, the emulated device and the stream engine, for commlib.emulated and
-// commlib.device_engine. Every call that may block releases the GIL.
+// commlib.device_engine. Every call that may block releases the GIL (ReleaseGil: safe at
+// interpreter exit, bindings/gil.h).
 #include <pybind11/stl.h>
 
 #include <cstring>
 
 #include "bindings/bindings.h"
+#include "bindings/gil.h"
 #include "device/emulated_device.h"
 #include "device/nccl_loader.h"
 #include "engine/communicator.h"
@@ -14,6 +16,20 @@
 namespace py = pybind11;
 
 namespace commlib {
+
+namespace {
+
+// collective_call, plus algorithm="nccl" (NCCL's own collective: engine/nccl_link.h), which only
+// device calls have.
+CollectiveCall device_call(const std::string& coll, const std::string& algo, uintptr_t in, uintptr_t out,
+                           int64_t count, const std::string& dtype, const std::string& op, int root, double scale) {
+  const bool nccl = algo == "nccl";
+  CollectiveCall call = collective_call(coll, nccl ? "auto" : algo, in, out, count, dtype, op, root, scale);
+  if (nccl) call.algo = kNcclAlgorithmCode;
+  return call;
+}
+
+}  // namespace
 
 void bind_device(py::module_& m) {
   py::class_<DeviceStream, std::shared_ptr<DeviceStream>>(m, "DeviceStream");
@@ -28,10 +44,8 @@ void bind_device(py::module_& m) {
       .def("record", &Device::record)
       .def("wait_event", &Device::wait_event)
       .def("query", &Device::query)
-      .def("synchronize_event", py::overload_cast<DeviceEvent&>(&Device::synchronize),
-           py::call_guard<py::gil_scoped_release>())
-      .def("synchronize_stream", py::overload_cast<DeviceStream&>(&Device::synchronize),
-           py::call_guard<py::gil_scoped_release>())
+      .def("synchronize_event", py::overload_cast<DeviceEvent&>(&Device::synchronize), py::call_guard<ReleaseGil>())
+      .def("synchronize_stream", py::overload_cast<DeviceStream&>(&Device::synchronize), py::call_guard<ReleaseGil>())
       .def("copy",
            [](Device& d, uintptr_t dst, uintptr_t src, size_t bytes, DeviceStream& s) {
              d.copy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes, s);
@@ -90,12 +104,12 @@ void bind_device(py::module_& m) {
   py::class_<DeviceWork, std::shared_ptr<DeviceWork>>(m, "DeviceWork")
       .def("wait", &DeviceWork::wait)
       .def("is_completed", &DeviceWork::is_completed)
-      .def("synchronize", &DeviceWork::synchronize, py::call_guard<py::gil_scoped_release>())
+      .def("synchronize", &DeviceWork::synchronize, py::call_guard<ReleaseGil>())
       .def_property_readonly("seq", &DeviceWork::seq);
 
   py::class_<StreamEngine, std::shared_ptr<StreamEngine>>(m, "StreamEngine")
       .def(py::init([](Communicator& comm, std::shared_ptr<Device> device, double timeout, const std::string& label) {
-             return std::make_shared<StreamEngine>(std::move(device), transport_peer_control(comm.transport()),
+             return std::make_shared<StreamEngine>(std::move(device), communicator_peer_control(comm),
                                                    comm.rank(), comm.size(),
                                                    stream_engine_options_from_env(timeout, label));
            }),
@@ -107,24 +121,52 @@ void bind_device(py::module_& m) {
           [](StreamEngine& e, const std::string& coll, const std::string& algo, uintptr_t in, uintptr_t out,
              int64_t count, const std::string& dtype, const std::string& op, int root, double scale,
              DeviceStream& stream) {
-            CollectiveCall call;
-            call.coll = parse_collective(coll);
-            call.algo = static_cast<uint8_t>(algorithm_index(call.coll, algo));
-            call.input = in;
-            call.output = out;
-            call.count = count;
-            call.dtype = parse_dtype(dtype);
-            call.op = parse_op(op);
-            call.root = root;
-            call.scale = scale;
-            py::gil_scoped_release release;
+            const CollectiveCall call = device_call(coll, algo, in, out, count, dtype, op, root, scale);
+            ReleaseGil nogil;
             return e.collective(call, stream);
           },
           py::arg("collective"), py::arg("algorithm"), py::arg("input"), py::arg("output"), py::arg("count"),
           py::arg("dtype"), py::arg("op"), py::arg("root"), py::arg("scale"), py::arg("stream"))
+      .def(
+          "p2p",
+          [](StreamEngine& e, const std::vector<P2PTuple>& items, const std::string& dtype, DeviceStream& stream) {
+            const std::vector<P2PItem> v = p2p_items(items);
+            const DType t = parse_dtype(dtype);
+            ReleaseGil nogil;
+            return e.p2p(v, t, stream);
+          },
+          py::arg("items"), py::arg("dtype"), py::arg("stream"),
+          "Enqueues sends/receives ((send, address, count, peer) each) on `stream`.")
+      .def(
+          "check_first_call",
+          [](StreamEngine& e, const std::string& coll, const std::string& algo, int64_t count, const std::string& dtype,
+             const std::string& op, int root) {
+            e.check_first_call(device_call(coll, algo, 0, 0, count, dtype, op, root, 1.0));
+          },
+          py::arg("collective"), py::arg("algorithm"), py::arg("count"), py::arg("dtype"), py::arg("op"),
+          py::arg("root"),
+          "While the first call waits for the peers' engines: raises MismatchError if a peer is in a host call of "
+          "that number, or the error of a failed peer.")
+      .def("raise_if_failed", [](StreamEngine& e) { e.throw_if_call_failed(UINT64_MAX); },
+           "Raises the engine's error if it failed (an aborted host side fails it too).")
+      // NCCL (engine/nccl_link.h), set up by commlib/device_nccl.py.
+      .def("nccl_load", [](StreamEngine& e, const std::vector<std::string>& c) { return e.nccl().load(c); })
+      .def("nccl_emulated", [](StreamEngine& e) { return e.nccl().emulated(); })
+      .def("nccl_ready", [](StreamEngine& e) { return e.nccl().ready(); })
+      .def("nccl_unique_id", [](StreamEngine& e) { return py::bytes(e.nccl().unique_id()); })
+      .def(
+          "nccl_init",
+          [](StreamEngine& e, py::bytes id) {
+            std::string s = id;
+            ReleaseGil nogil;
+            e.nccl().init(s);
+          },
+          "ncclCommInitRank with rank 0's unique id (blocks until every rank joined).")
+      .def("nccl_set_peers", [](StreamEngine& e, const std::vector<bool>& p) { e.nccl().set_peers(p); })
+      .def("nccl_carries_any", [](StreamEngine& e) { return e.nccl().carries_any(); })
       .def("abort", &StreamEngine::abort)
       .def("failed", &StreamEngine::failed)
-      .def("close", &StreamEngine::close, py::call_guard<py::gil_scoped_release>());
+      .def("close", &StreamEngine::close, py::call_guard<ReleaseGil>());
 }
 
 }  // namespace commlib

@@ -32,6 +32,7 @@ PyObject* g_array_type = nullptr;  // numpy.ndarray, registered by commlib.buffe
 PyObject* g_auto = nullptr;        // interned "auto"
 PyObject* g_op_names[static_cast<int>(RedOp::kCount)] = {};
 std::vector<std::vector<PyObject*>> g_algo_names;  // interned, per collective, registry order
+uint64_t g_algo_generation = ~uint64_t{0};         // registry_generation() g_algo_names is from
 
 constexpr int kColls = static_cast<int>(Collective::kCount);
 
@@ -50,9 +51,24 @@ bool parse_op_object(PyObject* s, RedOp* op) {
   return false;
 }
 
+// The interned names of every collective's algorithms, re-read when the registry changed
+// (commlib.register_algorithm / unregister_algorithm at run time): one atomic load per call.
+void refresh_algorithm_names() {
+  const uint64_t gen = registry_generation();
+  if (gen == g_algo_generation) return;
+  for (auto& names : g_algo_names)
+    for (PyObject* n : names) Py_DECREF(n);
+  g_algo_names.assign(kColls, {});
+  for (int c = 0; c < kColls; ++c)
+    for (const auto& name : algorithms(static_cast<Collective>(c)))
+      g_algo_names[c].push_back(PyUnicode_InternFromString(name.c_str()));
+  g_algo_generation = gen;
+}
+
 // 0 for auto, else 1-based registry index; -1 when unknown (the general path explains).
 int parse_algorithm_object(Collective c, PyObject* s) {
   if (same_name(s, g_auto)) return 0;
+  refresh_algorithm_names();
   const auto& names = g_algo_names[static_cast<int>(c)];
   for (size_t i = 0; i < names.size(); ++i)
     if (same_name(s, names[i])) return static_cast<int>(i) + 1;
@@ -264,9 +280,7 @@ void bind_fast_call(py::module_& m) {
   for (int i = 0; i < static_cast<int>(RedOp::kCount); ++i)
     g_op_names[i] = PyUnicode_InternFromString(op_name(static_cast<RedOp>(i)));
   g_algo_names.assign(kColls, {});
-  for (int c = 0; c < kColls; ++c)
-    for (const auto& name : algorithms(static_cast<Collective>(c)))
-      g_algo_names[c].push_back(PyUnicode_InternFromString(name.c_str()));
+  refresh_algorithm_names();
 
   m.def(
       "register_array_type",

@@ -74,12 +74,54 @@ void Communicator::throw_if_aborted() const {
 }
 
 void Communicator::record_failure(const CommError& e, ErrorKind kind) {
-  std::lock_guard<std::mutex> lk(mu_);
-  if (!aborted_.load(std::memory_order_relaxed)) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (aborted_.load(std::memory_order_relaxed)) return;
     abort_kind_ = kind;
     abort_message_ = e.what();
     aborted_.store(true, std::memory_order_release);
   }
+  // Outside mu_: a listener (a stream engine failing) calls back into fail_from_engine, which
+  // then finds the communicator aborted and returns.
+  std::lock_guard<std::mutex> lk(listeners_mu_);
+  for (auto& l : abort_listeners_) l.second(kind, e.what());
+}
+
+void Communicator::fail_from_engine(ErrorKind kind, const std::string& message) {
+  record_failure(CommError(message), kind);
+}
+
+int Communicator::add_abort_listener(std::function<void(ErrorKind, const std::string&)> fn) {
+  std::lock_guard<std::mutex> lk(listeners_mu_);
+  const int id = ++next_listener_;
+  abort_listeners_.emplace_back(id, fn);
+  if (aborted_.load(std::memory_order_acquire)) {
+    ErrorKind kind;
+    std::string message;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      kind = abort_kind_;
+      message = abort_message_;
+    }
+    fn(kind, message);
+  }
+  return id;
+}
+
+void Communicator::remove_abort_listener(int id) {
+  std::lock_guard<std::mutex> lk(listeners_mu_);
+  for (auto it = abort_listeners_.begin(); it != abort_listeners_.end(); ++it)
+    if (it->first == id) {
+      abort_listeners_.erase(it);
+      return;
+    }
+}
+
+void Communicator::publish_call(const CallDesc& desc) {
+  std::lock_guard<std::mutex> lk(publish_mu_);
+  if (desc.seq < published_seq_) return;
+  published_seq_ = desc.seq;
+  transport_->publish_call(desc);
 }
 
 void Communicator::fail_communicator(const CommError& e) {
@@ -203,7 +245,10 @@ void Communicator::close() {
 std::shared_ptr<Work> Communicator::collective(const CollectiveCall& call, bool async) {
   const std::string overlap = overlap_problem(call, rank_, size_);
   if (!overlap.empty()) throw std::invalid_argument(overlap);
-  return submit([this, call] { run_collective(call); }, async);
+  // Numbered when submitted, not when run: a device call made in between takes the next number
+  // on every rank alike.
+  const uint64_t seq = next_call_seq();
+  return submit([this, call, seq] { run_collective(call, seq); }, async);
 }
 
 std::shared_ptr<Work> Communicator::p2p(std::vector<P2PItem> items, DType dtype, bool async) {

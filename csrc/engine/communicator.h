@@ -110,6 +110,23 @@ class Communicator {
   // The transport's control plane, for the stream engine's peer watch (engine/stream_engine.h).
   Fabric& transport() { return *transport_; }
 
+  // One call numbering for the host calls and the device calls (stream engine) of this
+  // communicator, so that ranks mixing them differently get a MismatchError rather than a hang:
+  // every collective takes its number in call order (host calls when submitted, device calls
+  // when enqueued); point-to-point messages keep their per-pair numbers.
+  uint64_t next_call_seq() { return call_seq_.fetch_add(1, std::memory_order_relaxed) + 1; }
+  uint64_t peek_call_seq() const { return call_seq_.load(std::memory_order_relaxed) + 1; }
+  // Publishes the call this rank is in on the control plane (the host executor and the stream
+  // engine both do; serialised, and a lower number never replaces a higher one).
+  void publish_call(const CallDesc& desc);
+
+  // Failures shared with the stream engines of this communicator: fail_from_engine aborts the
+  // host side with an engine's error (the engine has told the peers already); a listener hears of
+  // every abort of the host side (once, possibly at once if it is already aborted).
+  void fail_from_engine(ErrorKind kind, const std::string& message);
+  int add_abort_listener(std::function<void(ErrorKind, const std::string&)> fn);
+  void remove_abort_listener(int id);
+
   void close();
   void abort(const std::string& reason);
   bool aborted() const { return aborted_.load(std::memory_order_acquire); }
@@ -122,7 +139,7 @@ class Communicator {
   // submit() for jobs built in other files (the template is defined in communicator.cc).
   std::shared_ptr<Work> submit_function(std::function<void()> job, bool async);
   void worker_loop();
-  void run_collective(const CollectiveCall& call);
+  void run_collective(const CollectiveCall& call, uint64_t seq);
   void run_p2p(const std::vector<P2PItem>& items, DType dtype);
   int wait_for_any_sender(DType dtype, int64_t count);
   // The schedule and chosen algorithm (1-based index) of a call; built and cached on first use.
@@ -147,7 +164,6 @@ class Communicator {
   int rank_, size_;
 
   // Execution state (touched only by the thread currently executing a call).
-  uint64_t coll_seq_ = 0;
   std::vector<uint64_t> send_seq_, recv_seq_;
   std::unordered_map<ScheduleKey, Planned, ScheduleKeyHash> plans_;
   uint64_t tuning_generation_ = 0;  // of the tuning table the cached auto choices came from
@@ -171,6 +187,13 @@ class Communicator {
   uint64_t fork_generation_;
   std::thread::id blocking_thread_;
   void forget_in_forked_child();
+
+  std::atomic<uint64_t> call_seq_{0};  // the last number taken (next_call_seq)
+  std::mutex publish_mu_;
+  uint64_t published_seq_ = 0;
+  std::mutex listeners_mu_;  // held while listeners run: remove_abort_listener waits for them
+  std::vector<std::pair<int, std::function<void(ErrorKind, const std::string&)>>> abort_listeners_;
+  int next_listener_ = 0;
 
   std::atomic<bool> aborted_{false};
   ErrorKind abort_kind_ = ErrorKind::None;

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "common/types.h"
+#include "engine/nccl_link.h"
 #include "schedule/registry.h"
 
 namespace commlib {
@@ -29,14 +30,19 @@ std::string describe_call(const CallDesc& d) {
            (d.dtype < kDTypes ? dtype_name(static_cast<DType>(d.dtype)) : code("dtype", d.dtype)) + ")";
   const Collective c = static_cast<Collective>(d.coll);
   std::string s = std::string(collective_name(c)) + " #" + std::to_string(d.seq) + " (";
-  if (c != Collective::Send && c != Collective::Barrier && d.algo) {
+  const unsigned algo = d.algo & ~kDeviceCallAlgoBit;
+  if (c != Collective::Send && c != Collective::Barrier && algo) {
     const auto names = algorithm_names(c);
-    s += (d.algo <= names.size() ? names[d.algo - 1] : code("algorithm", d.algo)) + ", ";
+    s += (algo == kNcclAlgorithmCode ? std::string("nccl")
+          : algo <= names.size()    ? names[algo - 1]
+                                    : code("algorithm", algo)) +
+         ", ";
   }
   s += std::to_string(d.count) + " x " +
        (d.dtype < kDTypes ? std::string(dtype_name(static_cast<DType>(d.dtype))) : code("dtype", d.dtype));
   if (collective_reduces(c)) s += ", " + (d.op < kOps ? std::string(op_name(static_cast<RedOp>(d.op))) : code("op", d.op));
   if (collective_has_root(c)) s += ", root " + std::to_string(d.root);
+  if (d.algo & kDeviceCallAlgoBit) s += ", on device buffers";
   return s + ")";
 }
 

@@ -14,4 +14,9 @@ namespace commlib {
 
 std::string describe_call(const CallDesc& d);
 
+// Set in CallDesc::algo for calls on device buffers (the stream engine): host and device calls
+// share one numbering (communicator.h) and one published-call slot, and a host call and a device
+// call of the same number then differ, which is a mismatch. Algorithm indexes stay below it.
+constexpr uint8_t kDeviceCallAlgoBit = 0x80;
+
 }  // namespace commlib

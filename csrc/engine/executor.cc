@@ -19,6 +19,11 @@ constexpr auto kSlowCheckEvery = std::chrono::milliseconds(100);  // /proc and c
 
 bool is_comm(OpKind k) { return k == OpKind::Send || k == OpKind::Recv || k == OpKind::RecvReduce; }
 
+// Messages from this size on go zero-copy where the link allows (sends written from the caller's
+// buffer, receives landed in it). Below it a copy costs less than the bookkeeping, and a copied
+// send completes at once, so small sends never wait for the peer to read.
+constexpr size_t kInPlaceBytes = size_t{64} << 10;
+
 }  // namespace
 
 void Executor::fail(ErrorKind kind, const std::string& message) {
@@ -48,7 +53,10 @@ bool Executor::progress_send(ExecOp& o, size_t esize) {
   Link& l = t_.link(o.peer);
   const size_t cap = chunk_for(l, esize);
   if (o.mode < 0)  // decided once per message: the receiver takes either form
-    o.mode = (o.bytes > l.channel_bytes() && l.peer_reads_directly()) ? 1 : 0;
+    o.mode = (o.bytes > l.channel_bytes() && l.peer_reads_directly()) ? 1
+             : (o.bytes >= kInPlaceBytes && l.sends_in_place()) ? 2
+                                                                : 0;
+  if (o.mode == 2) return progress_send_in_place(o, l, cap);
   bool moved = false;
   if (o.mode == 1) {
     if (!o.rendezvous) {
@@ -91,6 +99,60 @@ bool Executor::progress_send(ExecOp& o, size_t esize) {
   return moved;
 }
 
+// Zero-copy: the link writes each chunk's payload from o.src itself; the send is complete (and
+// o.src may change) only once the link has written the last chunk.
+bool Executor::progress_send_in_place(ExecOp& o, Link& l, size_t cap) {
+  bool moved = false;
+  while (!o.rendezvous) {
+    char* payload;
+    ChunkHeader* h = l.acquire_send(&payload);
+    if (!h) break;
+    const size_t n = std::min(cap, o.bytes - o.done);
+    h->desc = o.desc;
+    h->offset = o.done;
+    h->bytes = n;
+    h->flags = 0;
+    const uint64_t ticket = l.publish_send_in_place(o.src + o.done);
+    o.done += n;
+    if (o.done == o.bytes) o.rendezvous = ticket;
+    moved = true;
+  }
+  if (o.rendezvous && l.sends_completed() >= o.rendezvous) {
+    o.finished = true;
+    moved = true;
+  }
+  return moved;
+}
+
+// Tells each link where the first message it delivers in this step goes (plain receives only: a
+// reduction needs the data beside the destination, not in it).
+void Executor::post_receives(std::vector<ExecOp>& ops, DType dtype) {
+  const size_t esize = dtype_size(dtype);
+  for (ExecOp& o : ops) {
+    if (o.kind != OpKind::Recv || o.bytes < kInPlaceBytes) continue;
+    Link& l = t_.link(o.peer);
+    if (!l.lands_in_place()) continue;
+    bool first = true;  // later messages from the same peer arrive behind this one: not posted
+    for (const ExecOp& e : ops) {
+      if (&e == &o) break;
+      if (e.kind == OpKind::Recv || e.kind == OpKind::RecvReduce) first &= e.peer != o.peer;
+    }
+    if (!first) continue;
+    l.post_recv(o.desc, o.dst, o.bytes, chunk_for(l, esize));
+    o.mode = 3;
+  }
+}
+
+void Executor::release_buffers(std::vector<ExecOp>& ops) {
+  for (ExecOp& o : ops) {
+    if (o.kind == OpKind::Send && o.mode == 2 && !o.finished) t_.link(o.peer).detach_sends();
+    if (o.kind == OpKind::Recv && o.mode == 3) {
+      t_.link(o.peer).unpost_recv();
+      o.mode = -1;
+    }
+  }
+}
+
 void Executor::receive_rendezvous(ExecOp& o, const char* payload, DType dtype, RedOp op) {
   uint64_t address;
   std::memcpy(&address, payload, sizeof(address));
@@ -117,6 +179,7 @@ bool Executor::progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
   size_t left = 0;
   for (ExecOp& o : ops) {
     if (o.kind == OpKind::Send) {
+      if (o.finished) continue;  // (a finished send that reported progress again would spin forever)
       moved |= progress_send(o, esize);
       if (!o.finished) ++left;
     } else if (o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce) {
@@ -127,10 +190,13 @@ bool Executor::progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
         const ChunkHeader* h = l.peek_recv(&payload);
         if (!h) break;
         const bool rendezvous = h->flags & kChunkRendezvous;
+        // Landed: the link already wrote the payload to o.dst (it sets this flag itself, after
+        // checking the chunk against what this op posted; it never comes from a peer).
+        const bool landed = (h->flags & kChunkLanded) && o.mode == 3;
         // Peers are not trusted: a rendezvous chunk makes us read the sender's memory at an address
         // it chose, so accept one only when this rank turned single-copy reads on; unknown flag bits
         // mean a corrupt header.
-        if ((h->flags & ~kChunkRendezvous) || (rendezvous && !l.accepts_rendezvous()))
+        if ((h->flags & ~(kChunkRendezvous | (landed ? kChunkLanded : 0u))) || (rendezvous && !l.accepts_rendezvous()))
           fail(ErrorKind::Comm, "rank " + std::to_string(t_.rank()) + " in " + describe_call(call) +
                                     " received from rank " + std::to_string(o.peer) + " a chunk with invalid flags " +
                                     std::to_string(h->flags));
@@ -147,7 +213,7 @@ bool Executor::progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
         }
         if (rendezvous) {
           receive_rendezvous(o, payload, dtype, op);
-        } else if (expect) {
+        } else if (expect && !landed) {
           if (o.kind == OpKind::Recv) {
             copy_bytes(o.dst + o.done, payload, expect, streams(o.bytes));
           } else {
@@ -235,6 +301,12 @@ void Executor::run_step(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
     }
   }
   if (!any_comm) return;
+  post_receives(ops, dtype);
+  struct Release {  // also when a failure leaves this step early
+    Executor& ex;
+    std::vector<ExecOp>& ops;
+    ~Release() { ex.release_buffers(ops); }
+  } release{*this, ops};
 
   // Clocks are read only once the step stalls: a small message usually completes without waiting,
   // and two clock reads per call show on the latency path.

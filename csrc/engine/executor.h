@@ -25,8 +25,11 @@ struct ExecOp {
   CallDesc desc;              // Send: stamped on chunks; Recv*: expected on chunks
   size_t done = 0;            // bytes moved so far
   bool finished = false;      // all chunks moved (a zero-byte message still moves one header)
-  int8_t mode = -1;           // Send: -1 undecided, 0 copied through the channel, 1 rendezvous
-  uint64_t rendezvous = 0;    // Send by rendezvous: the peer's ack count that completes it
+  int8_t mode = -1;           // Send: -1 undecided, 0 copied through the channel, 1 rendezvous,
+                              // 2 in place (the link writes from src; see Link::sends_in_place)
+                              // Recv: 3 posted (the link may land chunks straight in dst)
+  uint64_t rendezvous = 0;    // Send by rendezvous: the peer's ack count that completes it; in
+                              // place: the link's ticket of the last chunk (0: not all published)
 };
 
 struct ExecOptions {
@@ -76,6 +79,10 @@ class Executor {
   bool streams(size_t message_bytes) const { return stream_call_ && message_bytes >= (size_t{64} << 10); }
   bool progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const CallDesc& call, size_t* pending);
   bool progress_send(ExecOp& o, size_t esize);
+  bool progress_send_in_place(ExecOp& o, Link& l, size_t cap);
+  void post_receives(std::vector<ExecOp>& ops, DType dtype);
+  // Leaves no link holding a pointer into the step's buffers (run_step's exit, also by exception).
+  void release_buffers(std::vector<ExecOp>& ops);
   size_t chunk_for(Link& l, size_t esize) const;
   void receive_rendezvous(ExecOp& o, const char* payload, DType dtype, RedOp op);
   void on_idle(std::vector<ExecOp>& ops, const CallDesc& call,

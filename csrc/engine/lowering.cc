@@ -43,11 +43,12 @@ char* Communicator::input_copy(size_t bytes) {
   return input_copy_.get();
 }
 
-void Communicator::run_collective(const CollectiveCall& call) {
+void Communicator::run_collective(const CollectiveCall& call, uint64_t seq) {
   throw_if_aborted();
   const size_t esize = dtype_size(call.dtype);
   const int64_t bytes = call.count * static_cast<int64_t>(esize);
-  // Built before the call is numbered: a refused argument leaves the sequence untouched.
+  // The number was taken when the call was submitted (communicator.h: next_call_seq); a refused
+  // argument here uses it up, alike on every rank that refuses it.
   const Planned& planned = plan(call, bytes);
   const Schedule& sched = planned.sched;
   const std::string& algo = planned.name;
@@ -59,8 +60,8 @@ void Communicator::run_collective(const CollectiveCall& call) {
   desc.algo = planned.algo;
   desc.root = collective_has_root(call.coll) ? call.root : 0;
   desc.count = call.count;
-  desc.seq = ++coll_seq_;
-  transport_->publish_call(desc);
+  desc.seq = seq;
+  publish_call(desc);
 
   const auto t0 = opts_.debug >= 2 ? Clock::now() : Clock::time_point{};
   try {

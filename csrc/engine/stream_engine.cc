@@ -23,6 +23,11 @@ namespace {
 constexpr size_t kLine = 64;      // one counter per cache line: ranks write them concurrently
 constexpr uint64_t kRing = 64;    // call descriptors kept per rank
 constexpr size_t kRingSlot = 64;  // bytes per descriptor slot: seq (written last), CallDesc
+// Point-to-point message descriptors kept per sender: more than the chunks a sender can have in
+// flight (COMMLIB_DEVICE_SLOTS <= 64), and every message moves at least one chunk, so a sender
+// never overwrites a descriptor its receiver has not checked yet.
+constexpr uint64_t kP2PRing = 128;
+constexpr size_t kP2PSlot = 64;  // seq (written last), CallDesc
 
 int64_t input_elements(Collective c, int64_t count, int size) {
   return (c == Collective::ReduceScatter || c == Collective::AllToAll || c == Collective::Scatter) ? count * size
@@ -53,10 +58,18 @@ StreamEngineOptions stream_engine_options_from_env(double timeout_s, const std::
     throw std::invalid_argument("COMMLIB_DEVICE_SLOT_BYTES: must be a multiple of 64 in [64, 2^30], got " +
                                 std::to_string(o.slot_bytes));
   o.nslots = static_cast<uint32_t>(param_int("COMMLIB_DEVICE_SLOTS", 1, 64));
+  o.streams = static_cast<int>(param_int("COMMLIB_DEVICE_STREAMS", 1, 2));
   return o;
 }
 
-size_t StreamEngine::ctl_bytes() const { return 2 * static_cast<size_t>(size_) * kLine + kRing * kRingSlot; }
+size_t StreamEngine::ctl_bytes() const {
+  return 2 * static_cast<size_t>(size_) * kLine + kRing * kRingSlot + static_cast<size_t>(size_) * kP2PRing * kP2PSlot;
+}
+
+char* StreamEngine::p2p_slot(char* ctl, int peer, uint64_t k) const {
+  return ctl + 2 * static_cast<size_t>(size_) * kLine + kRing * kRingSlot +
+         (static_cast<size_t>(peer) * kP2PRing + k % kP2PRing) * kP2PSlot;
+}
 
 uint64_t* StreamEngine::flag(char* ctl, int which, int peer) const {
   return reinterpret_cast<uint64_t*>(ctl + (static_cast<size_t>(which) * size_ + peer) * kLine);
@@ -75,7 +88,10 @@ StreamEngine::StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerC
       opts_(std::move(opts)),
       peers_(size),
       sent_(size, 0),
-      received_(size, 0) {
+      received_(size, 0),
+      p2p_sent_(size, 0),
+      p2p_received_(size, 0),
+      nccl_(std::make_unique<NcclLink>(device_, rank, size, opts_.timeout_s)) {
   ctl_fd_ = memfd_create("commlib-device-ctl", MFD_CLOEXEC);
   if (ctl_fd_ < 0 || ftruncate(ctl_fd_, static_cast<off_t>(ctl_bytes())) != 0)
     throw std::runtime_error(std::string("stream engine: control region: ") + std::strerror(errno));
@@ -85,7 +101,16 @@ StreamEngine::StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerC
   ctl_dev_ = device_->map_host(ctl_, ctl_bytes());
   inbox_ = device_->allocate(static_cast<size_t>(size_) * opts_.nslots * opts_.slot_bytes);
   own_stream_ = device_->create_stream();
+  if (opts_.streams == 2) {
+    send_stream_ = device_->create_stream();
+    recv_stream_ = device_->create_stream();
+    fork_ = device_->create_event();
+    sent_step_ = device_->create_event();
+    received_step_ = device_->create_event();
+  }
   watchdog_ = std::thread([this] { watchdog_loop(); });
+  // The host side's abort fails this engine too (its peers were told by the host side).
+  host_listener_ = control_->on_host_abort([this](ErrorKind kind, const std::string& msg) { fail(kind, msg, false); });
 }
 
 StreamEngine::~StreamEngine() {
@@ -185,7 +210,7 @@ void StreamEngine::recv_chunk(int q, char* dst, const char* src, size_t bytes, b
 }
 
 void StreamEngine::enqueue_step(const Step& step, char* const bases[3], size_t esize, DType dtype, RedOp op,
-                                const CallDesc& desc, DeviceStream& s) {
+                                const CallDesc& desc, DeviceStream& send_s, DeviceStream& s) {
   auto resolve = [&](const Region& r) -> char* {
     char* base = bases[static_cast<int>(r.buf)];
     if (!base) {
@@ -206,61 +231,155 @@ void StreamEngine::enqueue_step(const Step& step, char* const bases[3], size_t e
       device_->reduce(resolve(o.dst), resolve(o.src), bytes / esize, dtype, op, s);
     }
   }
+  // Messages to peers over the nccl link: one NCCL group, before the peer-memory chunks.
+  if (nccl_->carries_any()) nccl_->enqueue_step(step, resolve, esize, dtype, op, s);
   const size_t chunk = std::max<size_t>(opts_.slot_bytes / esize * esize, esize);
   auto chunks = [&](size_t bytes) { return bytes ? (bytes + chunk - 1) / chunk : 1; };
   size_t rounds = 0;
   for (const Op& o : step.ops)
-    if (o.kind == OpKind::Send || o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce)
+    if ((o.kind == OpKind::Send || o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce) && !nccl_->carries(o.peer))
       rounds = std::max(rounds, chunks(static_cast<size_t>((o.kind == OpKind::Send ? o.src : o.dst).count) * esize));
   for (size_t i = 0; i < rounds; ++i) {
     for (const Op& o : step.ops) {  // chunk i of every send, then of every receive (see header)
-      if (o.kind != OpKind::Send) continue;
+      if (o.kind != OpKind::Send || nccl_->carries(o.peer)) continue;
       const size_t bytes = static_cast<size_t>(o.src.count) * esize;
       if (i >= chunks(bytes)) continue;
       const size_t off = i * chunk, n = std::min(chunk, bytes - std::min(bytes, off));
-      send_chunk(o.peer, resolve(o.src) + (bytes ? off : 0), n, desc.seq, s);
+      send_chunk(o.peer, resolve(o.src) + (bytes ? off : 0), n, seq_, send_s);
     }
     for (const Op& o : step.ops) {
-      if (o.kind != OpKind::Recv && o.kind != OpKind::RecvReduce) continue;
+      if ((o.kind != OpKind::Recv && o.kind != OpKind::RecvReduce) || nccl_->carries(o.peer)) continue;
       const size_t bytes = static_cast<size_t>(o.dst.count) * esize;
       if (i >= chunks(bytes)) continue;
       const size_t off = i * chunk, n = std::min(chunk, bytes - std::min(bytes, off));
       char* d = resolve(o.dst);
       const char* src = reduces_from_src(o) ? resolve(o.src) : nullptr;
       recv_chunk(o.peer, d ? d + off : nullptr, src ? src + off : nullptr, n, o.kind == OpKind::RecvReduce, dtype, op,
-                 desc.seq, s);
+                 seq_, s);
     }
   }
 }
 
-std::shared_ptr<DeviceWork> StreamEngine::collective(const CollectiveCall& call, DeviceStream& s) {
-  std::lock_guard<std::mutex> guard(enqueue_mu_);
+const StreamEngine::Plan& StreamEngine::plan(const CollectiveCall& call) {
+  const uint64_t gen = tuning_generation();
+  if (gen != tuning_generation_) {  // a new tuning table: auto may choose differently now
+    plans_.clear();
+    tuning_generation_ = gen;
+  }
+  const int root = collective_has_root(call.coll) ? call.root : 0;
+  const ScheduleKey key{static_cast<uint8_t>(call.coll), call.algo, root, call.count};
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second;
+  if (call.algo == kNcclAlgorithmCode) {  // NCCL's own collective: every peer takes part
+    Plan p;
+    p.algo = kNcclAlgorithmCode;
+    for (int q = 0; q < size_; ++q)
+      if (q != rank_) p.peers.push_back(q);
+    if (plans_.size() >= 512) plans_.clear();
+    return plans_.emplace(key, std::move(p)).first->second;
+  }
+  const auto names = algorithms(call.coll);
+  if (call.algo > names.size()) throw std::invalid_argument("algorithm: index out of range");
+  const int64_t bytes = call.count * static_cast<int64_t>(dtype_size(call.dtype));
+  const std::string algo = call.algo ? names[call.algo - 1] : choose_algorithm(call.coll, "auto", bytes, size_);
+  Plan p;
+  p.sched = build_schedule(CollArgs{call.coll, rank_, size_, call.count, call.root}, algo);
+  p.algo = static_cast<uint8_t>(algorithm_index(call.coll, algo));
+  for (const Step& st : p.sched.steps)
+    for (const Op& o : st.ops)
+      if (o.peer >= 0 && std::find(p.peers.begin(), p.peers.end(), o.peer) == p.peers.end()) p.peers.push_back(o.peer);
+  if (plans_.size() >= 512) plans_.clear();
+  return plans_.emplace(key, std::move(p)).first->second;
+}
+
+CallDesc StreamEngine::describe(const CollectiveCall& call, uint8_t algo, uint64_t seq) const {
+  CallDesc desc;
+  desc.coll = static_cast<uint8_t>(call.coll);
+  desc.dtype = static_cast<uint8_t>(call.dtype);
+  desc.op = collective_reduces(call.coll) ? static_cast<uint8_t>(call.op) : 0;
+  desc.algo = static_cast<uint8_t>(algo | kDeviceCallAlgoBit);
+  desc.root = collective_has_root(call.coll) ? call.root : 0;
+  desc.count = call.count;
+  desc.seq = seq;
+  return desc;
+}
+
+void StreamEngine::throw_if_failed_locked() {
   if (closed_) throw CommError("communicator is closed");
   if (!connected_) throw CommError("stream engine: not connected");
   if (failed()) {
     std::lock_guard<std::mutex> lk(mu_);
     throw_kind(fail_kind_, "communicator aborted: " + fail_message_);
   }
+}
+
+void StreamEngine::check_first_call(const CollectiveCall& call) {
+  std::lock_guard<std::mutex> guard(enqueue_mu_);
+  if (failed()) {
+    std::lock_guard<std::mutex> lk(mu_);
+    throw_kind(fail_kind_, "communicator aborted: " + fail_message_);
+  }
+  const CallDesc desc = describe(call, plan(call).algo, control_->peek_call_seq());
+  control_->publish_call(desc);
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    const PeerStatus st = control_->peer_status(p, false);
+    CallDesc pc;
+    std::string msg;
+    ErrorKind kind = ErrorKind::Mismatch;
+    if (st.state == PeerState::Failed) {
+      kind = st.kind == ErrorKind::None ? ErrorKind::Comm : st.kind;
+      msg = "rank " + std::to_string(rank_) + " cannot start " + describe_call(desc) + ": rank " + std::to_string(p) +
+            " failed: " + st.message;
+    } else if (control_->peer_call(p, &pc) && pc.seq == desc.seq && pc != desc) {
+      msg = "rank " + std::to_string(rank_) + " called " + describe_call(desc) + " but rank " + std::to_string(p) +
+            " called " + describe_call(pc);
+    }
+    if (!msg.empty()) {
+      fail(kind, msg);
+      throw_kind(kind, msg);
+    }
+  }
+}
+
+std::shared_ptr<DeviceEvent> StreamEngine::begin(const CallDesc& desc, DeviceStream& s) {
+  ++seq_;
+  auto done = device_->create_event();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    in_flight_.push_back(InFlight{seq_, desc, done, false});
+  }
+  cv_.notify_all();
+  if (last_done_) device_->wait_event(s, *last_done_);  // calls execute in call order
+  return done;
+}
+
+std::shared_ptr<DeviceWork> StreamEngine::finish(std::shared_ptr<DeviceEvent> done, const std::string& enqueue_error,
+                                                 DeviceStream& s) {
+  device_->record(*done, s);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto it = in_flight_.rbegin(); it != in_flight_.rend(); ++it)
+      if (it->seq == seq_) it->recorded = true;
+  }
+  last_done_ = done;
+  if (!enqueue_error.empty()) throw CommError(enqueue_error);
+  return std::make_shared<DeviceWork>(shared_from_this(), done, seq_);
+}
+
+std::shared_ptr<DeviceWork> StreamEngine::collective(const CollectiveCall& call, DeviceStream& s) {
+  std::lock_guard<std::mutex> guard(enqueue_mu_);
+  throw_if_failed_locked();
   const size_t esize = dtype_size(call.dtype);
-  const int64_t bytes = call.count * static_cast<int64_t>(esize);
-  const auto names = algorithms(call.coll);
-  if (call.algo > names.size()) throw std::invalid_argument("algorithm: index out of range");
-  const std::string algo = call.algo ? names[call.algo - 1] : choose_algorithm(call.coll, "auto", bytes, size_);
-  const Schedule sched = build_schedule(CollArgs{call.coll, rank_, size_, call.count, call.root}, algo);
+  if (call.algo == kNcclAlgorithmCode) {  // algorithm="nccl": NCCL's own collective, no schedule
+    NcclLink::check_supported(call.dtype, call.op, call.coll);
+    if (!nccl_->ready()) throw CommError("algorithm='nccl': the NCCL communicator was not created");
+  }
+  const Plan& planned = plan(call);
 
-  CallDesc desc;
-  desc.coll = static_cast<uint8_t>(call.coll);
-  desc.dtype = static_cast<uint8_t>(call.dtype);
-  desc.op = collective_reduces(call.coll) ? static_cast<uint8_t>(call.op) : 0;
-  desc.algo = static_cast<uint8_t>(algorithm_index(call.coll, algo));
-  desc.root = collective_has_root(call.coll) ? call.root : 0;
-  desc.count = call.count;
-  desc.seq = seq_ + 1;
-
-  std::vector<int> peers;
-  for (const Step& st : sched.steps)
-    for (const Op& o : st.ops)
-      if (o.peer >= 0 && std::find(peers.begin(), peers.end(), o.peer) == peers.end()) peers.push_back(o.peer);
+  // Nothing above enqueued anything or took a number: a refused argument leaves the numbering
+  // and the stream as they were. From here on the call is numbered (with the host calls).
+  const CallDesc desc = describe(call, planned.algo, control_->next_call_seq());
 
   // A peer that failed earlier (its failure is on the control plane) fails this call at once.
   for (int p = 0; p < size_; ++p) {
@@ -275,35 +394,18 @@ std::shared_ptr<DeviceWork> StreamEngine::collective(const CollectiveCall& call,
     }
   }
 
-  // Nothing above enqueued anything: a refused argument leaves the sequence and the stream as
-  // they were. From here on the call is numbered.
-  ++seq_;
-  auto done = device_->create_event();
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    in_flight_.push_back(InFlight{desc.seq, desc, done, false});
-  }
-  cv_.notify_all();
-  if (last_done_) device_->wait_event(s, *last_done_);  // calls execute in call order
+  auto done = begin(desc, s);
+  const std::vector<int> peers = planned.peers;
   if (!peers.empty()) device_->host_func([this, desc, peers] { check_call(desc, peers); }, s);
-
   std::string enqueue_error;
   try {
-    enqueue_call(call, sched, desc, esize, s);
+    enqueue_call(call, planned.sched, desc, esize, s);
   } catch (const std::exception& e) {
     // Partly enqueued: the ranks' counters no longer agree, so the engine cannot go on.
     enqueue_error = "rank " + std::to_string(rank_) + " could not enqueue " + describe_call(desc) + ": " + e.what();
     fail(ErrorKind::Comm, enqueue_error);
   }
-  device_->record(*done, s);
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    for (auto it = in_flight_.rbegin(); it != in_flight_.rend(); ++it)
-      if (it->seq == desc.seq) it->recorded = true;
-  }
-  last_done_ = done;
-  if (!enqueue_error.empty()) throw CommError(enqueue_error);
-  return std::make_shared<DeviceWork>(shared_from_this(), done, desc.seq);
+  return finish(done, enqueue_error, s);
 }
 
 void StreamEngine::enqueue_call(const CollectiveCall& call, const Schedule& sched, const CallDesc& desc, size_t esize,
@@ -325,7 +427,36 @@ void StreamEngine::enqueue_call(const CollectiveCall& call, const Schedule& sche
   char* scr = sched.scratch_count ? grow(scratch_, scratch_bytes_, static_cast<size_t>(sched.scratch_count) * esize, s)
                                   : nullptr;
   char* const bases[3] = {in, out, scr};
-  for (const Step& st : sched.steps) enqueue_step(st, bases, esize, call.dtype, call.op, desc, s);
+  if (call.algo == kNcclAlgorithmCode) {  // NCCL sums what avg and premul_sum scale around it
+    const bool scaled = call.op == RedOp::Avg || call.op == RedOp::PremulSum;
+    nccl_->enqueue_collective(call, in, out, scaled ? RedOp::Sum : call.op, s);
+  }
+  if (opts_.streams == 1 || sched.steps.empty()) {
+    for (const Step& st : sched.steps) enqueue_step(st, bases, esize, call.dtype, call.op, desc, s, s);
+  } else {
+    // Sends on one stream, local operations and receives on another, so a step's copies into
+    // peers overlap its copies and reductions out of the inbox. Within a step they are
+    // independent (a send waits only on its receiver's receives and the other way round, so no
+    // deadlock); across steps each stream waits for the other's previous step (a step sends what
+    // the previous one received, and receives into what it sent). wait_event takes the event's
+    // latest record as of the call, so two events serve every step.
+    DeviceStream& S = *send_stream_;
+    DeviceStream& R = *recv_stream_;
+    device_->record(*fork_, s);
+    device_->wait_event(S, *fork_);
+    device_->wait_event(R, *fork_);
+    for (size_t k = 0; k < sched.steps.size(); ++k) {
+      if (k) {
+        device_->wait_event(S, *received_step_);
+        device_->wait_event(R, *sent_step_);
+      }
+      enqueue_step(sched.steps[k], bases, esize, call.dtype, call.op, desc, S, R);
+      device_->record(*sent_step_, S);
+      device_->record(*received_step_, R);
+    }
+    device_->wait_event(s, *sent_step_);
+    device_->wait_event(s, *received_step_);
+  }
   if (call.op == RedOp::Avg && collective_reduces(call.coll) && (call.coll != Collective::Reduce || rank_ == call.root) &&
       call.count)
     device_->divide(out, static_cast<size_t>(call.count), call.dtype, size_, s);
@@ -338,6 +469,9 @@ void StreamEngine::close() {
     closed_ = true;
   }
   if (last_done_) device_->synchronize(*last_done_);  // the watchdog releases a stuck stream
+  nccl_->close();
+  if (host_listener_) control_->remove_host_listener(host_listener_);
+  host_listener_ = 0;
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_ = true;
@@ -357,6 +491,8 @@ void StreamEngine::close() {
   device_->free_async(input_copy_, *own_stream_);
   device_->synchronize(*own_stream_);
   own_stream_.reset();  // its thread ends now, not when the last work handle goes
+  send_stream_.reset();
+  recv_stream_.reset();
   inbox_ = scratch_ = input_copy_ = nullptr;
   if (ctl_) {
     device_->unmap_host(ctl_);

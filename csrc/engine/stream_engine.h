@@ -32,16 +32,19 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "common/errors.h"
 #include "device/device.h"
 #include "engine/communicator.h"
 #include "engine/describe.h"
+#include "engine/nccl_link.h"
 #include "transport/transport.h"
 
 namespace commlib {
@@ -52,24 +55,37 @@ struct StreamEngineOptions {
   double timeout_s = 300.0;
   uint64_t slot_bytes = 256 << 10;  // COMMLIB_DEVICE_SLOT_BYTES
   uint32_t nslots = 4;              // COMMLIB_DEVICE_SLOTS
+  int streams = 2;                  // COMMLIB_DEVICE_STREAMS: 2 = sends and receives on their own streams
   std::string label;
 };
 StreamEngineOptions stream_engine_options_from_env(double timeout_s, const std::string& label);
 
-// The part of the control plane the engine uses: peer liveness and failure propagation. Kept to
-// this one adapter so the transport's control plane can change under it.
+// What the engine uses of its communicator: peer liveness and failure propagation (the
+// transport's control plane), the call numbering shared with host calls and the published call
+// (so a host call and a device call of the same number are a mismatch), and the host side's
+// abort in both directions. Kept to this one adapter so the control plane can change under it.
 class PeerControl {
  public:
   virtual ~PeerControl() = default;
   virtual PeerStatus peer_status(int peer, bool check_process) = 0;
   virtual int peer_pid(int peer) = 0;
   virtual void publish_failure(ErrorKind kind, const std::string& message) = 0;
+  virtual uint64_t next_call_seq() = 0;
+  virtual uint64_t peek_call_seq() = 0;
+  virtual void publish_call(const CallDesc& desc) = 0;
+  virtual bool peer_call(int peer, CallDesc* desc) = 0;
+  // Aborts the host side with the engine's error (the peers were told already).
+  virtual void fail_host(ErrorKind kind, const std::string& message) = 0;
+  // fn hears of the host side's abort; returns an id for remove_host_listener.
+  virtual int on_host_abort(std::function<void(ErrorKind, const std::string&)> fn) = 0;
+  virtual void remove_host_listener(int id) = 0;
 };
-// Over the host transport of a communicator (which must outlive the engine).
-std::unique_ptr<PeerControl> transport_peer_control(Fabric& transport);
+// Over a communicator (which must outlive the engine).
+std::unique_ptr<PeerControl> communicator_peer_control(Communicator& comm);
 
 class DeviceWork {
  public:
+  // `seq`: the engine's ordinal of the call (its position among the engine's calls).
   DeviceWork(std::shared_ptr<StreamEngine> engine, std::shared_ptr<DeviceEvent> event, uint64_t seq)
       : engine_(std::move(engine)), event_(std::move(event)), seq_(seq) {}
   // Makes `stream` wait for the call (raises at once if it is already known to have failed).
@@ -98,6 +114,13 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
 
   // Enqueues the call on `stream`; calls on one engine execute in call order even across streams.
   std::shared_ptr<DeviceWork> collective(const CollectiveCall& call, DeviceStream& stream);
+  // Point-to-point messages (engine/stream_p2p.cc): the sends and receives of one batch run
+  // concurrently; messages of a pair match in call order, checked (count, dtype) before a byte moves.
+  std::shared_ptr<DeviceWork> p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& stream);
+  // While the first device call waits for the peers' engines (a host rendezvous): publishes that
+  // call as the next call of the communicator and raises MismatchError if a peer is in a host
+  // call of that number, or the error of a peer (or of the host side) that failed.
+  void check_first_call(const CollectiveCall& call);
 
   void abort(const std::string& reason);
   bool failed() const { return failed_.load(std::memory_order_acquire); }
@@ -106,6 +129,9 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   // Waits for every call (the watchdog still runs), then releases the memory. Idempotent.
   void close();
   Device& device() { return *device_; }
+  // NCCL: the `nccl` link's peers and algorithm="nccl" (engine/nccl_link.h); its communicator
+  // is created by commlib/device_nccl.py on first use.
+  NcclLink& nccl() { return *nccl_; }
 
  private:
   struct Peer {
@@ -122,22 +148,43 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
     uint64_t seq;
   };
   struct InFlight {
-    uint64_t seq;
-    CallDesc desc;
+    uint64_t seq;    // the engine's ordinal of the call
+    CallDesc desc;   // desc.seq: the communicator's call number (collectives; 0 for point to point)
     std::shared_ptr<DeviceEvent> done;
     bool recorded = false;  // `done` is enqueued (an event never recorded queries as complete)
     bool completed(Device& d) const { return recorded && d.query(*done); }
   };
 
+  // A built schedule and what the descriptor check needs of it, cached per call shape.
+  struct Plan {
+    Schedule sched;
+    uint8_t algo = 0;  // 1-based index of the algorithm auto or the caller chose
+    std::vector<int> peers;
+  };
+  const Plan& plan(const CollectiveCall& call);
+
   // Control-region layout.
   uint64_t* flag(char* ctl, int which, int peer) const;  // which: 0 ready, 1 freed
   char* ring_slot(char* ctl, uint64_t seq) const;
+  // The descriptor of point-to-point message k from `peer`, in the receiver's control region.
+  char* p2p_slot(char* ctl, int peer, uint64_t k) const;
   size_t ctl_bytes() const;
+  CallDesc describe(const CollectiveCall& call, uint8_t algo, uint64_t seq) const;
+  // Numbers a call, orders it after the previous one and starts its in-flight entry; finish()
+  // records its completion event and returns its work.
+  std::shared_ptr<DeviceEvent> begin(const CallDesc& desc, DeviceStream& s);
+  std::shared_ptr<DeviceWork> finish(std::shared_ptr<DeviceEvent> done, const std::string& enqueue_error,
+                                     DeviceStream& s);
+  void throw_if_failed_locked();
+  void p2p_send_desc(int peer, const CallDesc& desc);  // run on the stream
+  void p2p_check_desc(int peer, const CallDesc& desc);  // run on the stream
 
   void enqueue_call(const CollectiveCall& call, const Schedule& sched, const CallDesc& desc, size_t esize,
                     DeviceStream& s);
+  // Local operations and receives on `recv_s`, sends on `send_s` (the same stream, or the
+  // engine's two: see enqueue_call).
   void enqueue_step(const Step& step, char* const bases[3], size_t esize, DType dtype, RedOp op,
-                    const CallDesc& desc, DeviceStream& s);
+                    const CallDesc& desc, DeviceStream& send_s, DeviceStream& recv_s);
   void send_chunk(int peer, const char* src, size_t bytes, uint64_t seq, DeviceStream& s);
   void recv_chunk(int peer, char* dst, const char* src, size_t bytes, bool reduce, DType dtype, RedOp op,
                   uint64_t seq, DeviceStream& s);
@@ -162,11 +209,20 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   std::vector<Peer> peers_;
   bool connected_ = false, closed_ = false;
   std::shared_ptr<DeviceStream> own_stream_;  // frees at close
+  // COMMLIB_DEVICE_STREAMS=2: a call's sends run on send_stream_, its local operations and
+  // receives on recv_stream_, forked from and joined into the caller's stream by these events.
+  std::shared_ptr<DeviceStream> send_stream_, recv_stream_;
+  std::shared_ptr<DeviceEvent> fork_, sent_step_, received_step_;
+
+  int host_listener_ = 0;
 
   // Enqueue state (the caller's thread; one call at a time).
   std::mutex enqueue_mu_;
-  uint64_t seq_ = 0;
+  uint64_t seq_ = 0;  // ordinal of the last call
   std::vector<uint64_t> sent_, received_;
+  std::vector<uint64_t> p2p_sent_, p2p_received_;  // point-to-point messages per peer
+  std::unordered_map<ScheduleKey, Plan, ScheduleKeyHash> plans_;
+  uint64_t tuning_generation_ = 0;
   std::shared_ptr<DeviceEvent> last_done_;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
@@ -188,6 +244,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   const void* wd_last_front_ = nullptr;
   uint64_t wd_last_target_ = 0;
   std::thread watchdog_;
+  const std::unique_ptr<NcclLink> nccl_;  // never null; carries nothing until set up
 };
 
 }  // namespace commlib

@@ -1,6 +1,7 @@
 // The stream engine's failure side (see stream_engine.h): the call-descriptor check each call
 // starts with, the watchdog thread, failing and releasing, works, and the control-plane adapter.
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include "device/host_flags.h"
@@ -15,23 +16,36 @@ constexpr uint64_t kReleased = uint64_t{1} << 62;  // above any counter a stream
 constexpr auto kTick = std::chrono::milliseconds(20);
 constexpr auto kSlowCheckEvery = std::chrono::milliseconds(100);
 
-class TransportPeerControl final : public PeerControl {
+class CommunicatorPeerControl final : public PeerControl {
  public:
-  explicit TransportPeerControl(Fabric& t) : t_(t) {}
-  PeerStatus peer_status(int peer, bool check_process) override { return t_.peer_status(peer, check_process); }
-  int peer_pid(int peer) override { return t_.peer_pid(peer); }
-  void publish_failure(ErrorKind kind, const std::string& message) override { t_.publish_failure(kind, message); }
+  explicit CommunicatorPeerControl(Communicator& c) : c_(c) {}
+  PeerStatus peer_status(int peer, bool check_process) override {
+    return c_.transport().peer_status(peer, check_process);
+  }
+  int peer_pid(int peer) override { return c_.transport().peer_pid(peer); }
+  void publish_failure(ErrorKind kind, const std::string& message) override {
+    c_.transport().publish_failure(kind, message);
+  }
+  uint64_t next_call_seq() override { return c_.next_call_seq(); }
+  uint64_t peek_call_seq() override { return c_.peek_call_seq(); }
+  void publish_call(const CallDesc& desc) override { c_.publish_call(desc); }
+  bool peer_call(int peer, CallDesc* desc) override { return c_.transport().peer_call(peer, desc); }
+  void fail_host(ErrorKind kind, const std::string& message) override { c_.fail_from_engine(kind, message); }
+  int on_host_abort(std::function<void(ErrorKind, const std::string&)> fn) override {
+    return c_.add_abort_listener(std::move(fn));
+  }
+  void remove_host_listener(int id) override { c_.remove_abort_listener(id); }
 
  private:
-  Fabric& t_;
+  Communicator& c_;
 };
 
 std::atomic<uint64_t>& seq_word(char* slot) { return *reinterpret_cast<std::atomic<uint64_t>*>(slot); }
 
 }  // namespace
 
-std::unique_ptr<PeerControl> transport_peer_control(Fabric& transport) {
-  return std::make_unique<TransportPeerControl>(transport);
+std::unique_ptr<PeerControl> communicator_peer_control(Communicator& comm) {
+  return std::make_unique<CommunicatorPeerControl>(comm);
 }
 
 // -- works ------------------------------------------------------------------------------------
@@ -85,14 +99,19 @@ void StreamEngine::fail(ErrorKind kind, const std::string& message, bool publish
     failed_.store(true, std::memory_order_release);
   }
   give_up_.store(true, std::memory_order_release);
-  if (publish) control_->publish_failure(kind, message);
+  if (publish) {
+    control_->publish_failure(kind, message);
+    control_->fail_host(kind, message);  // later host calls raise it at once
+  }
   release_waits();  // no stream of this rank stays blocked
+  nccl_->abort();   // nor one blocked inside NCCL
   cv_.notify_all();
 }
 
 // -- call descriptors -------------------------------------------------------------------------
 
 void StreamEngine::check_call(const CallDesc& desc, const std::vector<int>& peers) {
+  control_->publish_call(desc);  // where host calls look (a host call of this number is a mismatch)
   char* mine = ring_slot(ctl_, desc.seq);
   std::memcpy(mine + 8, &desc, sizeof desc);
   store_flag(reinterpret_cast<uint64_t*>(mine), desc.seq);
@@ -181,12 +200,25 @@ void StreamEngine::inspect_in_flight(bool slow) {
     last_front = where;
     last_target = target;
   }
+  // Host and device calls share one numbering: a peer's host call of a number a device call of
+  // this rank has is a mismatch (the host call never reaches this rank's stream).
+  std::vector<CallDesc> calls;
+  for (const InFlight& f : in_flight_)
+    if (f.desc.coll != static_cast<uint8_t>(Collective::Send)) calls.push_back(f.desc);
   const int waited_peer = front ? front->peer : -1;
   const char* doing = !front ? "" : front->send ? "send to" : "receive from";
   const std::string what = describe_seq(seq);
   lk.unlock();
 
   const std::string me = std::to_string(rank_);
+  for (int p = 0; p < size_; ++p) {
+    CallDesc pc;
+    if (p == rank_ || !control_->peer_call(p, &pc)) continue;
+    for (const CallDesc& d : calls)
+      if (pc.seq == d.seq && pc != d)
+        return fail(ErrorKind::Mismatch, "rank " + me + " called " + describe_call(d) + " but rank " + std::to_string(p) +
+                                             " called " + describe_call(pc));
+  }
   auto waiting_on = [&](int p) {
     if (waited_peer < 0) return "; rank " + me + " was waiting for its peers to join the call";
     return "; rank " + me + (p == waited_peer ? std::string(" was waiting to ") + doing + " it"
@@ -203,10 +235,13 @@ void StreamEngine::inspect_in_flight(bool slow) {
                                        (st.state == PeerState::Dead ? "died" : "closed the communicator") + " during " +
                                        what + waiting_on(p));
   }
-  if (std::chrono::duration<double>(now - last_progress).count() > opts_.timeout_s)
+  if (std::chrono::duration<double>(now - last_progress).count() > opts_.timeout_s) {
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%g", opts_.timeout_s);
     fail(ErrorKind::Peer, (waited_peer >= 0 ? "rank " + std::to_string(waited_peer) : std::string("a peer")) +
-                              " did not answer for " + std::to_string(static_cast<int>(opts_.timeout_s)) +
-                              " s (COMMLIB_TIMEOUT) during " + what + waiting_on(waited_peer));
+                              " did not answer for " + secs + " s (COMMLIB_TIMEOUT) during " + what +
+                              waiting_on(waited_peer));
+  }
 }
 
 }  // namespace commlib

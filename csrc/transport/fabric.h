@@ -40,7 +40,9 @@ class Fabric {
   TcpTransport* tcp() { return net_.get(); }
 
   uint32_t events() { return local_->events(); }
-  void wait_events(uint32_t seen, int64_t timeout_us) { local_->wait_events(seen, timeout_us); }
+  // With TCP peers, the wait first polls their sockets from this thread for the spin time, so a
+  // small message is read by the rank that waits for it, not handed over by the progress thread.
+  void wait_events(uint32_t seen, int64_t timeout_us);
 
   PeerStatus peer_status(int peer, bool check_process);
   bool peer_call(int peer, CallDesc* d);

@@ -44,6 +44,15 @@ class Link {
   virtual void read_peer(void* dst, uint64_t remote, size_t bytes) = 0;
   virtual void ack() = 0;
   virtual uint64_t acked() = 0;
+
+  // Zero-copy sends and posted receives: see Transport.
+  virtual bool sends_in_place() { return false; }
+  virtual uint64_t publish_send_in_place(const char*) { return publish_send(), 0; }
+  virtual uint64_t sends_completed() { return 0; }
+  virtual void detach_sends() {}
+  virtual bool lands_in_place() { return false; }
+  virtual void post_recv(const CallDesc&, char*, size_t, size_t) {}
+  virtual void unpost_recv() {}
 };
 
 // A Link onto one peer of a transport domain (a set of ranks one mechanism reaches: the ranks of
@@ -63,6 +72,15 @@ class DomainLink final : public Link {
   void read_peer(void* dst, uint64_t remote, size_t bytes) override { t_.read_peer(index_, dst, remote, bytes); }
   void ack() override { t_.ack(index_); }
   uint64_t acked() override { return t_.acked(index_); }
+  bool sends_in_place() override { return t_.sends_in_place(index_); }
+  uint64_t publish_send_in_place(const char* data) override { return t_.publish_send_in_place(index_, data); }
+  uint64_t sends_completed() override { return t_.sends_completed(index_); }
+  void detach_sends() override { t_.detach_sends(index_); }
+  bool lands_in_place() override { return t_.lands_in_place(index_); }
+  void post_recv(const CallDesc& d, char* dst, size_t bytes, size_t chunk) override {
+    t_.post_recv(index_, d, dst, bytes, chunk);
+  }
+  void unpost_recv() override { t_.unpost_recv(index_); }
 
  private:
   Transport& t_;

@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -37,6 +38,8 @@ TcpConfig tcp_config_from_env(double timeout_s, int debug) {
   const int64_t b = param_int("COMMLIB_TCP_CHUNK_BYTES", 4096, 64ll << 20);
   if (b % 64) throw std::invalid_argument("COMMLIB_TCP_CHUNK_BYTES: must be a multiple of 64, got " + std::to_string(b));
   c.chunk_bytes = static_cast<uint64_t>(b);
+  const int64_t spin = param_int("COMMLIB_SPIN_US", -1);
+  c.spin_us = spin >= 0 ? spin : 20;
   return c;
 }
 
@@ -55,6 +58,7 @@ TcpTransport::TcpTransport(int rank, int size, const std::string& comm_id, std::
     c->peer = r;
     c->slot_stride = send_stride;
     c->send_ring.resize(send_stride * cfg_.nslots);
+    c->send_ref.assign(cfg_.nslots, nullptr);
     c->recv_ring.resize(round64(sizeof(ChunkHeader) + cfg_.chunk_bytes) * cfg_.nslots);
     conns_[r] = std::move(c);
   }
@@ -131,20 +135,43 @@ ChunkHeader* TcpTransport::acquire_send(int peer, char** payload) {
   return reinterpret_cast<ChunkHeader*>(s + sizeof(WireHeader));
 }
 
-void TcpTransport::publish_send(int peer) {
+void TcpTransport::publish_send(int peer) { publish(*conn(peer), nullptr); }
+
+uint64_t TcpTransport::publish_send_in_place(int peer, const char* data) { return publish(*conn(peer), data); }
+
+uint64_t TcpTransport::sends_completed(int peer) { return conn(peer)->send_head.load(std::memory_order_acquire); }
+
+void TcpTransport::detach_sends(int peer) {
   Conn& c = *conn(peer);
+  std::lock_guard<std::mutex> g(c.send_mu);
+  const uint64_t tail = c.send_tail.load(std::memory_order_relaxed);
+  for (uint64_t i = c.send_head.load(std::memory_order_relaxed); i < tail; ++i) {
+    const char*& ref = c.send_ref_of(i);
+    if (!ref) continue;
+    char* s = c.send_slot(i);
+    // The whole payload, also of a frame partly written: the bytes are the same, only their home moves.
+    std::memcpy(s + kSendPrefix, ref, reinterpret_cast<const ChunkHeader*>(s + sizeof(WireHeader))->bytes);
+    ref = nullptr;
+  }
+}
+
+// Returns the ticket of the published chunk: sends_completed() reaches it once it is written.
+uint64_t TcpTransport::publish(Conn& c, const char* ref) {
   uint64_t t = c.send_tail.load(std::memory_order_relaxed);
+  c.send_ref_of(t) = ref;
   char* s = c.send_slot(t);
   auto* wh = reinterpret_cast<WireHeader*>(s);
   wh->magic = kFrameMagic;
   wh->type = kFrameData;
   wh->reserved = 0;
   wh->length = sizeof(ChunkHeader) + reinterpret_cast<ChunkHeader*>(s + sizeof(WireHeader))->bytes;
+  if (ref) sent_in_place_.fetch_add(wh->length - sizeof(ChunkHeader), std::memory_order_relaxed);
   c.send_tail.store(t + 1, std::memory_order_release);
   // Write at once from this thread (no hand-off on the latency path); the progress thread finishes
   // whatever the socket would not take without blocking.
   std::lock_guard<std::mutex> g(c.send_mu);
   if (!flush(c)) request_write(c);
+  return t + 1;
 }
 
 const ChunkHeader* TcpTransport::peek_recv(int peer, const char** payload) {
@@ -175,19 +202,32 @@ bool TcpTransport::flush(Conn& c) {
   bool freed = false;
   for (;;) {
     if (!c.writing_control && c.write_off == 0 && c.control_off < c.control_out.size()) c.writing_control = true;
-    const char* p;
+    iovec iov[2];
+    int niov = 1;
     size_t left;
     uint64_t head = c.send_head.load(std::memory_order_relaxed);
     if (c.writing_control) {
-      p = c.control_out.data() + c.control_off;
-      left = c.control_out.size() - c.control_off;
+      iov[0] = {&c.control_out[c.control_off], c.control_out.size() - c.control_off};
+      left = iov[0].iov_len;
     } else {
       if (head == c.send_tail.load(std::memory_order_acquire)) break;
-      const char* s = c.send_slot(head);
-      p = s + c.write_off;
+      char* s = c.send_slot(head);
       left = sizeof(WireHeader) + reinterpret_cast<const WireHeader*>(s)->length - c.write_off;
+      const char* ref = c.send_ref_of(head);
+      if (!ref) {
+        iov[0] = {s + c.write_off, left};
+      } else if (c.write_off < kSendPrefix) {  // headers from the slot, payload from the caller
+        iov[0] = {s + c.write_off, kSendPrefix - c.write_off};
+        iov[1] = {const_cast<char*>(ref), left - iov[0].iov_len};
+        niov = iov[1].iov_len ? 2 : 1;
+      } else {
+        iov[0] = {const_cast<char*>(ref) + (c.write_off - kSendPrefix), left};
+      }
     }
-    ssize_t n = send(fd, p, left, MSG_NOSIGNAL | MSG_DONTWAIT);
+    msghdr mh{};
+    mh.msg_iov = iov;
+    mh.msg_iovlen = niov;
+    ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -209,6 +249,7 @@ bool TcpTransport::flush(Conn& c) {
       c.write_off += static_cast<size_t>(n);
       if (static_cast<size_t>(n) == left) {
         c.write_off = 0;
+        c.send_ref_of(head) = nullptr;
         c.send_head.store(head + 1, std::memory_order_release);
         freed = true;
       }

@@ -31,6 +31,7 @@ namespace commlib {
 struct TcpConfig {
   uint64_t chunk_bytes = 512 << 10;  // COMMLIB_TCP_CHUNK_BYTES (must agree on all ranks)
   uint32_t nslots = 4;               // chunks buffered per direction per peer
+  int64_t spin_us = 20;              // COMMLIB_SPIN_US: how long a waiting caller polls its sockets
   double timeout_s = 300.0;
   int debug = 0;
 };
@@ -50,6 +51,11 @@ class TcpTransport final : public Transport {
   bool authenticated() const { return !key_.empty(); }
   // Connections refused so far (failed handshakes, garbage, unknown ranks): tests read it.
   uint64_t rejected() const { return rejected_.load(); }
+  // Which data paths ran (tests check that zero-copy and caller polling are taken).
+  struct Stats {
+    uint64_t sent_in_place = 0, landed = 0, frames_read_by_caller = 0;
+  };
+  Stats stats() const { return {sent_in_place_.load(), landed_.load(), frames_read_by_caller_.load()}; }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -60,6 +66,21 @@ class TcpTransport final : public Transport {
   void publish_send(int peer) override;
   const ChunkHeader* peek_recv(int peer, const char** payload) override;
   void release_recv(int peer) override;
+
+  bool sends_in_place(int) override { return true; }
+  uint64_t publish_send_in_place(int peer, const char* data) override;
+  uint64_t sends_completed(int peer) override;
+  void detach_sends(int peer) override;
+  bool lands_in_place(int) override { return true; }
+  void post_recv(int peer, const CallDesc& d, char* dst, size_t bytes, size_t chunk) override;
+  void unpost_recv(int peer) override;
+  // The caller's thread reads whatever its sockets hold (no hand-off through the progress
+  // thread); returns at once where the progress thread is reading. Rings the doorbell on delivery.
+  void poll();
+  // While held, the progress thread leaves reading to the polling caller (no epoll wake-up and
+  // hand-off for data it would only race the caller for); release before the caller sleeps.
+  void hold_reading(bool hold);
+  int64_t spin_us() const { return cfg_.spin_us; }
 
   bool peer_reads_directly(int) override { return false; }
   void read_peer(int peer, void*, uint64_t, size_t) override;
@@ -85,7 +106,9 @@ class TcpTransport final : public Transport {
  private:
   Conn* conn(int peer) const;
   void progress_loop();
-  void on_readable(Conn& c);
+  uint64_t publish(Conn& c, const char* ref);
+  void on_readable(Conn& c);  // with c.recv_mu held
+  bool land_or_ring(Conn& c);
   bool handle_frame_header(Conn& c);
   bool ring_has_space(Conn& c);
   void handle_control(Conn& c);
@@ -119,6 +142,7 @@ class TcpTransport final : public Transport {
   std::atomic<uint32_t> sleeping_{0};
   Transport* waker_ = nullptr;
   std::atomic<uint64_t> rejected_{0};
+  std::atomic<uint64_t> sent_in_place_{0}, landed_{0}, frames_read_by_caller_{0};
   std::atomic<int> warnings_{0};
 
   std::mutex call_mu_;

@@ -33,8 +33,11 @@ struct TcpTransport::Conn {
   int32_t pid = 0;
   size_t slot_stride = 0;
 
-  // Send ring: the caller fills slots at tail; whoever holds send_mu writes them from head.
+  // Send ring: the caller fills slots at tail; whoever holds send_mu writes them from head. A slot
+  // whose send_ref is set carries only the headers: its payload is written from the caller's
+  // memory there (zero-copy; the executor waits for send_head before that memory may change).
   std::vector<char> send_ring;
+  std::vector<const char*> send_ref;  // per slot
   std::atomic<uint64_t> send_tail{0}, send_head{0};
   std::mutex send_mu;
   size_t write_off = 0;     // bytes of the frame at send_head already written
@@ -44,11 +47,24 @@ struct TcpTransport::Conn {
   std::atomic<bool> want_write{false};
   bool shut_write = false;
 
-  // Receive ring (slot = ChunkHeader + payload): the progress thread fills at tail.
+  // Receive ring (slot = ChunkHeader + payload): whoever holds recv_mu (the progress thread, or
+  // a caller polling while it waits) fills it at tail.
   std::vector<char> recv_ring;
   std::atomic<uint64_t> recv_tail{0}, recv_head{0};
   std::atomic<bool> rx_stalled{false};
-  // Parser (progress thread only).
+  std::mutex recv_mu;  // the parser, the posted receive and epoll interest (lock before send_mu)
+  // The posted receive: the message the executor waits for next, read straight into dst.
+  struct Posted {
+    bool active = false;
+    CallDesc desc;
+    char* dst = nullptr;
+    size_t bytes = 0, chunk = 0;
+    size_t next = 0;  // offset the next chunk of it must carry
+  } posted;
+  char* landing = nullptr;  // where the current frame's payload goes when not into the ring
+  bool torn = false;        // the posted receive was withdrawn mid-frame: drop the rest of it
+  bool caller_reads = false;  // a waiting caller polls this socket (TcpTransport::hold_reading)
+  // Parser.
   WireHeader hdr{};
   size_t hdr_got = 0;
   size_t body_got = 0;
@@ -65,7 +81,9 @@ struct TcpTransport::Conn {
   bool has_call = false;
   bool got_close = false;
 
-  char* send_slot(uint64_t i) { return send_ring.data() + (i % (send_ring.size() / slot_stride)) * slot_stride; }
+  size_t send_slots() const { return send_ring.size() / slot_stride; }
+  char* send_slot(uint64_t i) { return send_ring.data() + (i % send_slots()) * slot_stride; }
+  const char*& send_ref_of(uint64_t i) { return send_ref[i % send_slots()]; }
   char* recv_slot(uint64_t i, size_t stride, uint32_t nslots) { return recv_ring.data() + (i % nslots) * stride; }
 };
 
@@ -82,5 +100,6 @@ struct TcpTransport::Pending {
 };
 
 double monotonic_s();
+bool valid_desc(const CallDesc& d);  // fields in range (peers are not trusted)
 
 }  // namespace commlib

@@ -28,7 +28,7 @@ bool io_exact(int fd, char* p, size_t n, bool sending, double deadline) {
     double left = deadline - monotonic_s();
     if (left <= 0) return false;
     pollfd pf{fd, static_cast<short>(sending ? POLLOUT : POLLIN), 0};
-    if (poll(&pf, 1, static_cast<int>(left * 1000) + 1) <= 0) continue;
+    if (::poll(&pf, 1, static_cast<int>(left * 1000) + 1) <= 0) continue;
     ssize_t got = sending ? send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT) : recv(fd, p, n, MSG_DONTWAIT);
     if (got < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     if (got <= 0) return false;
@@ -79,7 +79,7 @@ void TcpTransport::connect(const std::vector<std::string>& addresses) {
       if (rc != 0 && errno == EINPROGRESS) {
         pollfd pf{fd, POLLOUT, 0};
         double left = deadline - monotonic_s();
-        if (poll(&pf, 1, static_cast<int>(std::max(left, 0.0) * 1000) + 1) == 1) {
+        if (::poll(&pf, 1, static_cast<int>(std::max(left, 0.0) * 1000) + 1) == 1) {
           int err = 0;
           socklen_t len = sizeof(err);
           getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);

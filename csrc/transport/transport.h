@@ -38,6 +38,9 @@ struct ChunkHeader {
 // A rendezvous chunk carries no data, only the address of the sender's buffer (its payload is one
 // uint64_t): the receiver reads the message straight from the sender's memory, then acknowledges.
 constexpr uint32_t kChunkRendezvous = 1;
+// Set by a receiving link (never accepted from the wire): this chunk's payload was already written
+// to the destination the executor posted (post_recv), so there is nothing left to copy.
+constexpr uint32_t kChunkLanded = 1u << 31;
 
 enum class PeerState : uint32_t { Unknown = 0, Alive = 1, Closed = 2, Failed = 3, Dead = 4 };
 
@@ -74,6 +77,21 @@ class Transport {
   virtual bool enable_direct_reads() { return false; }
   // Bytes a channel buffers; messages above it block the sender anyway, so they may rendezvous.
   virtual size_t channel_bytes() const = 0;
+
+  // Zero-copy sends (links whose writer can read the caller's memory, tcp): publish_send_in_place
+  // publishes the acquired chunk with its payload left at `data`; that memory must not change
+  // until sends_completed(peer) reaches the returned ticket, or until detach_sends(peer) copied
+  // what is still unsent into the link's own buffer (an error path leaving before completion).
+  virtual bool sends_in_place(int) { return false; }
+  virtual uint64_t publish_send_in_place(int peer, const char*) { return publish_send(peer), 0; }
+  virtual uint64_t sends_completed(int) { return 0; }
+  virtual void detach_sends(int) {}
+  // Posted receives (tcp): the next message from `peer` is `desc`, `bytes` long in chunks of
+  // `chunk` bytes, and goes to `dst`; chunks that match exactly are read straight into dst and
+  // arrive flagged kChunkLanded. unpost_recv withdraws dst (the link writes there no more).
+  virtual bool lands_in_place(int) { return false; }
+  virtual void post_recv(int, const CallDesc&, char*, size_t, size_t) {}
+  virtual void unpost_recv(int) {}
 
   // Waiting: read events() before checking for progress; wait_events() returns once it moved
   // (or after timeout_us), spinning briefly before it blocks.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -12,6 +13,9 @@ import numpy as np
 
 import commlib
 import commlib.emulated as emu
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "engine"))
+import error_cases as ec  # noqa: E402
 
 
 def _warm_up(comm):
@@ -22,11 +26,19 @@ def _warm_up(comm):
     x.numpy()
 
 
+def _side_channel(comm):
+    """Another communicator of the same ranks, for host barriers that order the ranks around a
+    device call: on ``comm`` itself a host call made by one rank while another makes a device
+    call is a mismatch (host and device calls share one numbering)."""
+    return comm.split(0)
+
+
 def stream_order(comm):
     """Rank 0's all_reduce returns before its data is ready, and work enqueued after it on the
     same stream sees the result. Deterministic: rank 1 joins the call only after rank 0 checked
     (a host barrier orders them), so rank 0's call cannot have completed before."""
     r = comm.rank
+    side = _side_channel(comm)
     _warm_up(comm)
     x = emu.from_numpy(np.full(1000, r + 1, np.float32))
     y = emu.empty(1000, "float32")
@@ -35,10 +47,13 @@ def stream_order(comm):
         w = comm.all_reduce(x, algorithm="ring", async_op=True)
         pending = not w.is_completed() and bool((x.host_view_unsynchronized() == 1).all())
         y.copy_(x)  # a later operation on the same stream
-        comm.barrier()  # host path: lets rank 1 join the device call
-        return pending, y.numpy().tolist() == [3.0] * 1000
-    comm.barrier()
+        side.barrier()  # host path: lets rank 1 join the device call
+        ok = y.numpy().tolist() == [3.0] * 1000
+        side.close()
+        return pending, ok
+    side.barrier()
     comm.all_reduce(x, algorithm="ring")
+    side.close()
     return True, x.numpy().tolist() == [3.0] * 1000
 
 
@@ -46,6 +61,7 @@ def work_wait_orders_another_stream(comm):
     """work.wait(stream=s2) makes s2 wait for the call: a copy enqueued on s2 after it sees the
     result although rank 1 joins late (without the wait, s2 would copy the old data at once)."""
     r = comm.rank
+    side = _side_channel(comm)
     _warm_up(comm)
     x = emu.from_numpy(np.full(64, r + 1, np.int32))
     x.numpy()
@@ -55,14 +71,15 @@ def work_wait_orders_another_stream(comm):
         w = comm.all_reduce(x, async_op=True)
         w.wait(stream=s2)
         y.copy_(x, stream=s2)
-        comm.barrier()
+        side.barrier()
     else:
-        comm.barrier()
+        side.barrier()
         w = comm.all_reduce(x, async_op=True)
         w.wait(stream=s2)
         y.copy_(x, stream=s2)
     s2.synchronize()
     w.synchronize()
+    side.close()
     return y.host_view_unsynchronized().tolist() == [3] * 64 and w.is_completed()
 
 
@@ -98,8 +115,14 @@ def bad_arguments(comm):
             (lambda: comm.all_reduce(np.zeros(8, np.float32), stream=emu.Stream()), ValueError, "stream"),
             (lambda: comm.all_gather(emu.empty(8 * P + 1, "float32"), d), ValueError, "output"),
             (lambda: comm.broadcast(d, root=P), ValueError, "root"),
-            (lambda: comm.send(d, 1 % P), ValueError, "tensor"),
-            (lambda: comm.all_to_all(d, d, input_splits=[8] + [0] * (P - 1)), ValueError, "input"),
+            (lambda: comm.send(d, P), ValueError, "peer"),
+            (lambda: comm.send(d, 0), ValueError, "peer"),
+            (lambda: comm.batch_p2p([("send", d, 1), ("recv", np.zeros(8, np.float32), 1)]), ValueError, "tensor"),
+            (lambda: comm.recv(np.zeros(8, np.float32), 1, stream=emu.Stream()), ValueError, "stream"),
+            (lambda: comm.all_to_all(d, d, input_splits=[8] + [0] * (P - 1), output_splits=[8] + [0] * (P - 1)),
+             ValueError, "overlaps"),
+            (lambda: comm.all_to_all(emu.empty(8, "float32"), d, input_splits=[7] + [1] * (P - 1)), ValueError,
+             "input_splits"),
         ]
         for i, (call, exc, word) in enumerate(cases):
             try:
@@ -118,44 +141,23 @@ def bad_arguments(comm):
     return seen
 
 
+class DeviceCalls:
+    """error_cases' call style for commlib.emulated arrays: calls are enqueued (async) and then
+    synchronised, so a failure shows on the work."""
+
+    @staticmethod
+    def full(n, dtype, value):
+        return emu.from_numpy(np.full(n, value, dtype))
+
+    @staticmethod
+    def call(fn):
+        fn(async_op=True).synchronize()
+
+
 def mismatch(comm, scenario):
-    """Ranks enqueue different calls on device buffers: every rank's work (or, where the rank's
-    own peers matched, its next call) raises MismatchError naming both calls, and the
-    communicator is aborted."""
-    sub = comm.split(0, timeout=30)
-    r = sub.rank
-    x = emu.from_numpy(np.ones(64, np.float32))
-    if scenario == "collective":
-        call = (lambda: sub.all_gather(emu.empty(64 * sub.size, "float32"), x, async_op=True)) if r == 0 else (
-            lambda: sub.all_reduce(x, async_op=True))
-        names = ("all_gather", "all_reduce")
-    elif scenario == "count":
-        y = emu.from_numpy(np.ones(64 + (r == 1), np.float32))
-        call = lambda: sub.all_reduce(y, algorithm="ring", async_op=True)  # noqa: E731
-        names = ("65", "64")
-    else:  # dtype
-        y = emu.from_numpy(np.ones(64, np.float32 if r else np.float64))
-        call = lambda: sub.all_reduce(y, algorithm="ring", async_op=True)  # noqa: E731
-        names = ("float32", "float64")
-    t = time.monotonic()
-    try:
-        # A late rank may learn of the mismatch when it enqueues (a failed peer fails the call at
-        # once); a rank whose own peers matched completes and learns of it at its next call.
-        call().synchronize()
-        sub.all_reduce(x, async_op=True).synchronize()
-        msg = None
-    except commlib.MismatchError as e:
-        msg = str(e)
-    except commlib.CommError as e:
-        msg = f"wrong type {type(e).__name__}: {e}"
-    took = time.monotonic() - t
-    later = None
-    try:
-        sub.all_reduce(x)
-    except commlib.CommError:
-        later = "raised"
-    sub.close()
-    return msg, took, later, names
+    """error_cases.mismatch on device buffers: every rank's work (or, where the rank's own peers
+    matched, its next call) raises MismatchError naming both calls; the communicator is aborted."""
+    return ec.mismatch(comm, scenario, DeviceCalls)
 
 
 def kill_during_collective(comm, victim):

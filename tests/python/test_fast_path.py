@@ -84,3 +84,23 @@ def test_fast_and_general_paths_agree(pool, size):
     failures = [f for fails in p.run(cases.check_paths_agree, timeout=120) for f in fails]
     assert not failures, "\n".join(failures[:20])
 
+
+
+def test_takes_algorithms_registered_at_run_time(comm1):
+    # The fast path's table of algorithm names follows the registry: a Python-registered builder is
+    # run by the fast path (not handed to the general path), and once removed it is declined.
+    built = []
+
+    def mirror(rank, size, count, root):  # world of one: copy input to output
+        built.append(count)
+        return {"steps": [[{"op": "copy", "dst": ("output", 0, count), "src": ("input", 0, count)}]]}
+
+    x, out = np.arange(6, dtype=np.int32), np.zeros(6, np.int32)
+    assert _fast(comm1, "all_reduce", x, out, algorithm="fast_path_mirror") is NotImplemented
+    commlib.register_algorithm("all_reduce", "fast_path_mirror", mirror)
+    try:
+        assert _fast(comm1, "all_reduce", x, out, algorithm="fast_path_mirror") is None
+        assert built == [6] and out.tolist() == list(range(6))
+    finally:
+        commlib.unregister_algorithm("all_reduce", "fast_path_mirror")
+    assert _fast(comm1, "all_reduce", x, out, algorithm="fast_path_mirror") is NotImplemented

@@ -1,0 +1,36 @@
+"""When a cached object of setup.py's build is current: the dependency files the compiler writes.
+
+g++ -MMD and nvcc -MD write, beside each object, the make-style list of the files it was built
+from (its source and every non-system header it included). An object is rebuilt when any of them
+is newer, so a header change rebuilds only the objects that include it. Kept apart from setup.py
+so that tests can import it (setup.py runs the build when imported).
+"""
+from pathlib import Path
+
+
+def depfile_inputs(dep, obj):
+    """The files a make-style dependency file (written by -MMD / nvcc -MD) lists for `obj`, or None
+    if there is none, or it was written for another tree (build/obj copied from elsewhere)."""
+    try:
+        text = dep.read_text()
+    except OSError:
+        return None
+    target, _, rest = text.partition(":")
+    if Path(target.strip()) != obj.resolve():
+        return None
+    return [w for w in rest.replace("\\\n", " ").split() if w != "\\"]
+
+
+def object_is_current(obj, src, dep, all_headers_mtime):
+    """True if `obj` need not be rebuilt: it exists and nothing its dependency file lists is newer
+    (without a usable dependency file: nothing newer than it among `src` and all headers)."""
+    if not obj.exists():
+        return False
+    built = obj.stat().st_mtime
+    inputs = depfile_inputs(dep, obj)
+    if inputs is None:  # an object from before dependency files: any header change rebuilds it
+        return built >= max(src.stat().st_mtime, all_headers_mtime)
+    try:
+        return all(Path(f).stat().st_mtime <= built for f in inputs + [str(src)])
+    except OSError:  # a listed header was removed or renamed
+        return False

@@ -1,0 +1,34 @@
+"""Point-to-point on device buffers through the stream engine: send/recv, batches and all_to_all
+with splits, stream-ordered with the emulated delay on, counts 0 to several chunks, uneven splits,
+and a mismatched pair raising MismatchError (rank-side code in device_p2p_cases.py)."""
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import device_p2p_cases as cases  # noqa: E402
+
+ENV = {"COMMLIB_EMULATED_DELAY_US": "20"}
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_ring_shift_send_recv(pool, size):
+    assert pool(size, env=ENV).run(cases.ring_shift) == [[]] * size
+
+
+@pytest.mark.parametrize("size", [2, 4])
+def test_fan_out_and_batch_gather(pool, size):
+    assert pool(size, env=ENV).run(cases.fan_out_and_in) == [[]] * size
+
+
+@pytest.mark.parametrize("size", [1, 3, 4])
+def test_all_to_all_with_uneven_splits(pool, size):
+    assert pool(size, env=ENV).run(cases.all_to_all_uneven) == [[]] * size
+
+
+@pytest.mark.timeout(60)
+def test_mismatched_pair_raises_on_both(pool):
+    (k0, m0), (k1, m1) = pool(2, env=ENV).run(cases.mismatched_pair, timeout=40)
+    assert k1 == "MismatchError" and "10 x float32" in m1 and "11 x float32" in m1, (k1, m1)
+    assert k0 == "MismatchError", (k0, m0)
