@@ -113,19 +113,19 @@ def measured_vs_predicted(lines, bench_path, fit_on=FIT_ON):
               f"its commlib rows are committed as `bench/sim_data/{os.path.basename(bench_path)}`.", "",
               f"Topology `fitted:` on the {', '.join(fit_on)} rows only ({src}); the other collectives are out of "
               "sample. Two fits of the same rows:", "",
-              f"- **one tier** (before): per call {one.call_overhead_us:.2f} us, per message "
+              f"- **one level** (before): per call {one.call_overhead_us:.2f} us, per message "
               f"{one.intra_latency_us:.2f} us, port {one.intra_GBps:.2f} GB/s, reduction {_rate(one.reduce_GBps)}, "
               f"copy {_rate(one.copy_GBps)};",
-              f"- **memory tier** (after): per call {topo.call_overhead_us:.2f} us, per message "
-              f"{topo.intra_latency_us:.2f} us; up to `cache_bytes` = {fmt_bytes(topo.cache_bytes) if topo.cache_bytes else 'none'} "
-              f"per rank: port {topo.intra_GBps:.2f} GB/s, reduction {_rate(topo.reduce_GBps)}, copy "
-              f"{_rate(topo.copy_GBps)}; beyond it: port {_rate(topo.mem_intra_GBps)}, reduction "
-              f"{_rate(topo.mem_reduce_GBps)}, copy {_rate(topo.mem_copy_GBps)}. "
-              f"{topo.sources['cache_bytes'].split(': ', 1)[-1].capitalize()}.", "",
+              f"- **memory tiers** (after): per call {topo.call_overhead_us:.2f} us, per message "
+              f"{topo.intra_latency_us:.2f} us; in cache: port {topo.intra_GBps:.2f} GB/s, reduction "
+              f"{_rate(topo.reduce_GBps)}, copy {_rate(topo.copy_GBps)}" + "".join(
+                  f"; beyond {fmt_bytes(m['above_bytes'])} per rank: port {_rate(m['intra_GBps'])}, reduction "
+                  f"{_rate(m['reduce_GBps'])}, copy {_rate(m['copy_GBps'])}" for m in topo.resolved_tiers()) + ". "
+              f"The cut: {topo.sources['memory_tiers'].split(': ', 2)[-1]}.", "",
               "The working set of a rank is its input, output and the schedule's scratch buffer (a 2-rank ring "
               "all_reduce of n bytes: 2n). The table shows one algorithm per collective; the medians below cover "
               "every algorithm measured.", "",
-              "| collective | algorithm | size | measured (us) | one tier (us) | error | memory tier (us) | error |",
+              "| collective | algorithm | size | measured (us) | one level (us) | error | memory tiers (us) | error |",
               "|---|---|---|---|---|---|---|---|"]
     errs, errs_one = {}, {}
     for r in data["results"]:
@@ -139,7 +139,7 @@ def measured_vs_predicted(lines, bench_path, fit_on=FIT_ON):
         if SHOWN.get(r["collective"]) == r["algorithm"]:
             lines.append(f"| {r['collective']} | {r['algorithm']} | {fmt_bytes(r['bytes'])} | {m:.2f} | {q1:.2f} | "
                          f"{e1 * 100:+.0f}% | {q:.2f} | {e * 100:+.0f}% |")
-    lines += ["", "Median |error| over every algorithm, by size band (one tier -> memory tier):", "",
+    lines += ["", "Median |error| over every algorithm, by size band (one level -> memory tiers):", "",
               "| collective | < 64 KiB | 64 KiB - 1 MiB | >= 2 MiB |", "|---|---|---|---|"]
     for coll in sorted({c for c, _ in errs}):
         cells = [f"{statistics.median(errs_one[(coll, b)]) * 100:.0f}% -> {statistics.median(errs[(coll, b)]) * 100:.0f}%"

@@ -14,6 +14,7 @@ from commlib import _C
 from commlib.buffers import describe
 from commlib.device_buffers import device_buffer
 from commlib.errors import CommError
+from commlib.work import Work  # noqa: F401  (re-exported: commlib.communicator.Work)
 
 _FLOAT_DTYPES = frozenset(("float32", "float64", "float16", "bfloat16"))
 _BITWISE_OPS = frozenset(("band", "bor", "bxor"))
@@ -31,48 +32,6 @@ _shapes = _C.buffer_shapes
  _BARRIER) = range(9)
 assert _C.COLLECTIVES[:9] == ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
                               "reduce", "gather", "scatter", "barrier"]
-
-
-class Work:
-    """Handle of an asynchronous call. Calls on one communicator complete in call order.
-
-    ``wait()`` blocks (GIL released) until done and re-raises the call's error, if any;
-    ``is_completed()`` polls. The handle keeps the call's buffers alive until it completes.
-    """
-
-    __slots__ = ("_work", "_refs")
-
-    def __init__(self, work, refs):
-        self._work = work
-        self._refs = refs
-
-    def wait(self, timeout: Optional[float] = None) -> bool:
-        """Block until the call completes; raise its CommError if it failed.
-
-        With ``timeout`` (seconds), return False if it has not completed by then.
-        """
-        if not self._work.wait(-1.0 if timeout is None else float(timeout)):
-            return False
-        self._refs = None
-        return True
-
-    def is_completed(self) -> bool:
-        """True once the call finished (successfully or not); never blocks."""
-        return self._work.is_completed()
-
-    def exception(self):
-        """The call's error once completed, else None."""
-        if not self._work.is_completed():
-            return None
-        try:
-            self._raise_error()
-        except Exception as e:  # noqa: BLE001 - returned, not raised
-            return e
-        return None
-
-    def _raise_error(self):
-        """Raise the completed call's error, if any (device works override it)."""
-        self._work.wait(0.0)
 
 
 def _check_op(op: str, dtype: str, scale):
@@ -102,6 +61,8 @@ def _describe_like(x, name: str, dtype: str, other: str, count: int, expected: s
 def _check_algorithm(collective: str, algorithm: str):
     if not isinstance(algorithm, str):
         raise TypeError(f"algorithm: expected a string, got {type(algorithm).__name__}")
+    if algorithm == "nccl" and collective != "barrier":  # NCCL's own, on device buffers only (_run)
+        return
     if algorithm != "auto" and algorithm not in _ALGORITHMS[collective]:
         _ALGORITHMS[collective] = frozenset(_C.algorithms(collective))
     if algorithm != "auto" and algorithm not in _ALGORITHMS[collective]:
@@ -186,6 +147,9 @@ class Communicator:
         # Buffers on a device (commlib.emulated, CUDA) go to the stream engine: the one place
         # where the route forks (commlib/device_engine.py).
         bufs = _device_buffers(coll, refs)
+        if algorithm == "nccl" and not bufs:
+            raise ValueError("algorithm: 'nccl' passes the collective to NCCL and needs device buffers "
+                             "(commlib.emulated arrays or CUDA memory)")
         if bufs:
             return self._device().run(coll, algorithm, bufs, in_ptr, out_ptr, count, dtype, op, root,
                                       scale, async_op, stream, refs)

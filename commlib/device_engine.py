@@ -15,8 +15,8 @@ import collections
 import sys
 import time
 
-from commlib import _C
-from commlib.communicator import Work
+from commlib import _C, device_nccl
+from commlib.work import Work
 from commlib.device_buffers import DeviceBuffer
 
 
@@ -121,6 +121,7 @@ class DeviceRoute:
         self._comm = comm
         self._engines = {}
         self._devices = {}
+        self._prefixes = {}  # store prefix of each engine's set-up
         self._pending = collections.deque()  # (work, refs): buffers stay alive until executed
 
     def _engine(self, buf: DeviceBuffer, first_call=None):
@@ -148,6 +149,7 @@ class DeviceRoute:
             poll()  # a host side already aborted raises here, before the rendezvous
             c._store.set(f"{prefix}/{c.rank}", engine.local_handle())
             engine.connect([_wait_key(c, prefix, r, poll) for r in range(c.size)])
+            device_nccl.setup_links(c, engine, prefix)  # the link per pair; NCCL if some pair uses it
         except Exception as e:
             try:  # the other ranks stop waiting for this one
                 c._store.set(f"{prefix}/error", f"rank {c.rank}: {type(e).__name__}: {e}")
@@ -156,6 +158,7 @@ class DeviceRoute:
             raise
         self._engines[key] = engine
         self._devices[key] = device
+        self._prefixes[key] = prefix
         return engine
 
     def run(self, coll, algorithm, bufs, in_ptr, out_ptr, count, dtype, op, root, scale, async_op,
@@ -163,7 +166,12 @@ class DeviceRoute:
         """Enqueue one collective whose buffers (``bufs``: (argument name, DeviceBuffer)) are on a
         device; return a DeviceWork when ``async_op``."""
         first, stream_of, device_stream = _one_device(bufs, stream)
+        if algorithm == "nccl" and coll in ("all_reduce", "reduce_scatter", "reduce") and op in ("band", "bor", "bxor"):
+            raise ValueError(f"op: NCCL has no {op} (algorithm='nccl')")
         engine = self._engine(first, (coll, algorithm, count, dtype, op, root))
+        if algorithm == "nccl":  # NCCL's own collective: its communicator is made on first use
+            device_nccl.ensure_communicator(self._comm, engine, self._prefixes[(first.kind, first.device_index)],
+                                            f"{coll} (nccl, {count} x {dtype}, {op}, root {root})")
         work = engine.run(coll, algorithm, in_ptr, out_ptr, count, dtype, op, root, scale, device_stream)
         return self._enqueued(work, refs, stream_of, async_op)
 

@@ -165,8 +165,21 @@ def _np_dtype(dtype: str):
     return np.dtype(dtype)
 
 
+# Where the sweep's buffers live: "host", or a device of commlib/bench/device.py (--device).
+_DEVICE = "host"
+
+
+def use_device(device: str):
+    global _DEVICE
+    _DEVICE = device
+
+
 def empty(count: int, dtype: str):
-    """A buffer commlib, gloo and MPI all accept: NumPy, or a torch tensor for bfloat16."""
+    """A buffer commlib, gloo and MPI all accept: NumPy, or a torch tensor for bfloat16 (with
+    --device: a device buffer, commlib/bench/device.py)."""
+    if _DEVICE != "host":
+        from commlib.bench import device
+        return device.empty(_DEVICE, count, dtype)
     if dtype == "bfloat16":
         import torch
         return torch.empty(count, dtype=torch.bfloat16)
@@ -175,6 +188,9 @@ def empty(count: int, dtype: str):
 
 def as_numpy_f64(buf) -> np.ndarray:
     """Values of a bench buffer as float64 (for comparisons)."""
+    if not isinstance(buf, np.ndarray) and _DEVICE != "host":
+        from commlib.bench import device
+        return device.to_host(buf)
     if isinstance(buf, np.ndarray):
         return buf.astype(np.float64)
     return buf.float().numpy().astype(np.float64)
@@ -205,6 +221,9 @@ def values(rank: int, start: int, count: int, op: str, dtype: str) -> np.ndarray
 def fill(buf, vals: np.ndarray, offset: int = 0):
     """buf[offset:offset+len(vals)] = vals, for NumPy or torch buffers."""
     n = len(vals)
+    if not isinstance(buf, np.ndarray) and _DEVICE != "host":
+        from commlib.bench import device
+        return device.fill(buf, vals, offset)
     if isinstance(buf, np.ndarray):
         buf[offset:offset + n] = vals.astype(buf.dtype)
     else:

@@ -70,7 +70,12 @@ def add_arguments(p: argparse.ArgumentParser):
     p.add_argument("-i", "--stepbytes", default="0", help="arithmetic step instead of -f (default 0: use -f)")
     p.add_argument("--algorithms", default="all",
                    help="comma list of commlib algorithms, 'auto' included (default: all + auto)")
-    p.add_argument("--peers", default="gloo,mpi", help="comma list of gloo, mpi, or 'none' (default gloo,mpi)")
+    p.add_argument("--peers", default=None,
+                   help="comma list of gloo, mpi, nccl (with --device), or 'none' (default gloo,mpi; "
+                        "with --device: nccl)")
+    p.add_argument("--device", default="host", choices=("host", "emulated", "cuda"),
+                   help="where the buffers live: host memory (default), commlib.emulated arrays or CUDA "
+                        "tensors (the stream engine; commlib/bench/device.py)")
     p.add_argument("-d", "--datatype", default="float32", choices=C.DTYPES, help="element type (default float32)")
     p.add_argument("-o", "--op", default="sum", choices=C.OPS, help="reduction (default sum)")
     p.add_argument("-r", "--root", type=int, default=0, help="root of rooted collectives (default 0)")
@@ -112,10 +117,14 @@ def config_from_args(a) -> dict:
             raise SystemExit(f"commlib bench: unknown collective {c!r} (choose from {', '.join(C.COLLECTIVES)})")
     sizes = C.size_list(C.parse_size(a.minbytes), C.parse_size(a.maxbytes), a.stepfactor,
                         C.parse_size(a.stepbytes))
-    peers = [p for p in a.peers.split(",") if p and p != "none"]
+    device = getattr(a, "device", "host")
+    peer_list = a.peers if a.peers is not None else ("gloo,mpi" if device == "host" else "nccl")
+    peers = [p for p in peer_list.split(",") if p and p != "none"]
     for p in peers:
-        if p not in ("gloo", "mpi"):
-            raise SystemExit(f"commlib bench: unknown peer {p!r} (gloo, mpi or none)")
+        if p not in ("gloo", "mpi", "nccl"):
+            raise SystemExit(f"commlib bench: unknown peer {p!r} (gloo, mpi, nccl or none)")
+    from commlib.bench import device as device_bench
+    device_bench.check_config(device, a.datatype, peers)
     if a.op in ("band", "bor", "bxor") and a.datatype.startswith(("float", "bfloat")):
         raise SystemExit(f"commlib bench: -o {a.op} needs an integer -d (got {a.datatype})")
     return {
@@ -123,7 +132,7 @@ def config_from_args(a) -> dict:
         "iters": a.iters, "min_time": a.min_time, "max_iters": a.max_iters, "warmup": a.warmup_iters,
         "check": bool(a.check), "rounds": a.rounds,
         "modes": ["out", "in"] if a.mode == "both" else [a.mode],
-        "algorithms": [x for x in a.algorithms.split(",") if x], "peers": peers,
+        "algorithms": [x for x in a.algorithms.split(",") if x], "peers": peers, "device": device,
         "imports": list(getattr(a, "imports", []) or []),
     }
 
@@ -137,7 +146,12 @@ def _progress(done, total, label):
         sys.stderr.flush()
 
 
-def _make_backend(name, rank=None, world_size=None):
+def _make_backend(name, rank=None, world_size=None, device="host"):
+    if device != "host":  # commlib's engine on device buffers; "nccl": NCCL's own collectives
+        import commlib
+        from commlib.bench.device import DeviceBackend
+        C.use_device(device)
+        return DeviceBackend(commlib.init(), device, nccl_peer=name == "nccl")
     if name == "commlib":
         import commlib
         from commlib.bench.sweep import CommlibBackend
@@ -177,7 +191,7 @@ def run_backend(name: str, cfg: dict):
     from commlib.bench.sweep import Sweep
     if name == "commlib":
         import_plugins(cfg)
-    backend = _make_backend(name)
+    backend = _make_backend(name, device=cfg.get("device", "host"))
     if name == "mpi" and cfg.get("hosts", 1) > 1:
         backend.transport = "tcp"  # launched with --mca btl tcp,self (Placement.mpi_command)
     try:
@@ -200,7 +214,7 @@ def run_backend(name: str, cfg: dict):
 def worker_main(argv=None) -> int:
     """Entry of a rank process started by the driver: --backend B --config cfg.json --out part.json."""
     p = argparse.ArgumentParser(prog="commlib.bench.launcher")
-    p.add_argument("--backend", required=True, choices=("commlib", "gloo", "mpi"))
+    p.add_argument("--backend", required=True, choices=("commlib", "gloo", "mpi", "nccl"))
     p.add_argument("--config", required=True)
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
@@ -484,6 +498,9 @@ def _finish(a, cfg, command, results, backends, status) -> int:
         except Exception as e:
             C.log(f"# tuning not installed in this process: {e}")
     print_summary(data, sys.stdout)
+    if cfg.get("device", "host") != "host":  # our best against the NCCL peer (commlib/bench/device.py)
+        from commlib.bench import device
+        sys.stdout.write("\n" + device.markdown(data))
     if a.json:
         d = os.path.dirname(os.path.abspath(a.json))
         os.makedirs(d, exist_ok=True)

@@ -104,7 +104,8 @@ def comparison(records):
     for (coll, P), series in sorted(_index(records).items(), key=lambda kv: (C.COLLECTIVES.index(kv[0][0]), kv[0][1])):
         sizes = sorted({b for s in series.values() for b in s})
         for b in sizes:
-            algs = {a: v[b] for a, v in series.items() if a not in ("auto", "gloo", "mpi") and b in v}
+            algs = {a: v[b] for a, v in series.items()
+                    if a not in ("auto", "gloo", "mpi") and not a.startswith("nccl") and b in v}  # peers
             if not algs:
                 continue
             best = min(algs, key=lambda a: _t(algs[a]))

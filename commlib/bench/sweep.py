@@ -139,7 +139,9 @@ class Reference:
 
 
 def _numel(buf):
-    return buf.size if isinstance(buf, np.ndarray) else buf.numel()
+    if isinstance(buf, np.ndarray):
+        return buf.size
+    return buf.numel() if hasattr(buf, "numel") else len(buf)  # torch / commlib.emulated
 
 
 class CommlibBackend(Backend):

@@ -46,8 +46,9 @@ def check_positive(value, name: str) -> float:
 def check_cpu_tensors(named: Iterable[Tuple[str, torch.Tensor]], what: str = "parameter"):
     for name, t in named:
         if t.device.type != "cpu":
-            raise ValueError(f"{what} '{name}': is on {t.device}; this wrapper keeps its flat buffers "
-                             "on the CPU (DataParallel and the torch backend take CUDA tensors)")
+            raise ValueError(f"{what} '{name}': is on {t.device}; ParameterServer keeps its flat "
+                             "buffers on the CPU (DataParallel, ZeroOptimizer, FullyShardedModule and "
+                             "the torch backend take CUDA tensors)")
 
 
 def check_one_device(named: Iterable[Tuple[str, torch.Tensor]], what: str = "parameter", device=None):

@@ -7,7 +7,7 @@ from typing import Dict, List
 
 import torch
 
-from ._buckets import (FlatLayout, broadcast_tensors, check_algorithm, check_comm, check_cpu_tensors,
+from ._buckets import (FlatLayout, broadcast_tensors, check_algorithm, check_comm, check_one_device,
                        check_same_structure, optimizer_state_tensors, queue_backward_callback,
                        storage_bytes, unique_named_parameters)
 from .zero_checkpoint import _load_sharded, _save_sharded, _Unit
@@ -25,14 +25,14 @@ class _FsdpUnit(_Unit):
         self.module = module
         self.owner = owner
         self.param_names = [n for n, _ in params]
-        flat = torch.zeros(layout.padded, dtype=torch.float32)
+        flat = torch.zeros(layout.padded, dtype=torch.float32, device=params[0][1].device)
         with torch.no_grad():
             for (_, p), v in zip(params, layout.views(flat)):
                 v.copy_(p.detach())
         self.shard = torch.nn.Parameter(flat[layout.piece * comm.rank:
                                              layout.piece * (comm.rank + 1)].clone())
         self.orig_dtypes = [p.dtype for _, p in params]
-        self.full = torch.empty(layout.padded, dtype=owner.compute_dtype)
+        self.full = torch.empty(layout.padded, dtype=owner.compute_dtype, device=flat.device)
         self._nbytes = self.full.untyped_storage().nbytes()
         self.full.untyped_storage().resize_(0)
         self.state = _FREE
@@ -139,8 +139,8 @@ class FullyShardedModule(torch.nn.Module):
 
         named = unique_named_parameters(module)
         buffers = list(module.named_buffers())
-        check_cpu_tensors(named, "parameter")
-        check_cpu_tensors(buffers, "buffer")
+        device = check_one_device(named, "parameter")
+        check_one_device(buffers, "buffer", device)
         for n, p in named:
             if not p.dtype.is_floating_point:
                 raise ValueError(f"parameter '{n}': dtype {p.dtype} cannot be sharded (floats only)")
@@ -304,7 +304,7 @@ class FullyShardedModule(torch.nn.Module):
         g = grad_full.to(torch.float32).contiguous()
         if g.data_ptr() == unit.full.data_ptr():
             g = g.clone()
-        out = torch.empty(unit.layout.piece, dtype=torch.float32)
+        out = torch.empty(unit.layout.piece, dtype=torch.float32, device=g.device)
         work = self.comm.reduce_scatter(out, g, op="avg", algorithm=self.algorithm, async_op=True)
         self._pending.append((unit, work, out))
         unit.free()
@@ -332,7 +332,7 @@ class FullyShardedModule(torch.nn.Module):
         ``rank0_only=True`` only rank 0 gets them (others return ``{}``)."""
         values = {}
         for unit in self._units:
-            full = torch.empty(unit.layout.padded, dtype=torch.float32)
+            full = torch.empty(unit.layout.padded, dtype=torch.float32, device=unit.shard.device)
             if rank0_only:
                 self.comm.gather(full if self.comm.rank == 0 else None, unit.shard.detach(), root=0)
                 if self.comm.rank != 0:
@@ -360,7 +360,7 @@ class FullyShardedModule(torch.nn.Module):
     def load_full_state_dict(self, state: Dict[str, torch.Tensor]):
         """Load unsharded parameters (every rank passes the same dict) into the shards."""
         for unit in self._units:
-            flat = torch.zeros(unit.layout.padded, dtype=torch.float32)
+            flat = torch.zeros(unit.layout.padded, dtype=torch.float32, device=unit.shard.device)
             for name, v, shape in zip(unit.param_names, unit.layout.views(flat), unit.layout.shapes):
                 if name not in state:
                     raise KeyError(f"state: missing parameter '{name}'")

@@ -23,7 +23,7 @@ from typing import Callable, List, Optional
 import torch
 
 from ._buckets import (MB, FlatLayout, bucket_partition, broadcast_tensors, check_algorithm,
-                       check_comm, check_cpu_tensors, check_positive, check_same_structure,
+                       check_comm, check_one_device, check_positive, check_same_structure,
                        optimizer_state_tensors, queue_backward_callback, storage_bytes)
 from .zero_checkpoint import FORMAT, _load_sharded, _save_sharded, _Unit, read_checkpoint_meta  # noqa: F401
 
@@ -36,7 +36,7 @@ class _ZeroUnit(_Unit):
                             world)
         super().__init__(name, layout, rank)
         self.params = params
-        self.flat = torch.zeros(layout.padded, dtype=dtype)
+        self.flat = torch.zeros(layout.padded, dtype=dtype, device=params[0].device)
         with torch.no_grad():
             for p, v in zip(params, layout.views(self.flat)):
                 v.copy_(p.detach())
@@ -95,13 +95,15 @@ class ZeroOptimizer:
             groups = [{"params": groups}]
         self._units: List[_ZeroUnit] = []
         inner_groups, specs, all_params = [], [], []
+        device = None  # every parameter on one device (CPU or CUDA)
         for gi, g in enumerate(groups):
             ps = list(g["params"]) if not isinstance(g["params"], torch.Tensor) else [g["params"]]
             for i, p in enumerate(ps):
                 if not isinstance(p, torch.Tensor):
                     raise TypeError(f"params: group {gi} item {i} is a {type(p).__name__}, "
                                     "not a tensor")
-            check_cpu_tensors([(f"group{gi}.param{i}", p) for i, p in enumerate(ps)])
+            device = check_one_device([(f"group{gi}.param{i}", p) for i, p in enumerate(ps)], "parameter",
+                                      device)
             specs += [(f"group{gi}.param{i}", tuple(p.shape), str(p.dtype)) for i, p in enumerate(ps)]
             all_params += ps
             ps = [p for p in ps if p.requires_grad]
@@ -136,7 +138,7 @@ class ZeroOptimizer:
         self._marked = set()
         if stage == 1:
             for u in self._units:
-                u.flat_grad = torch.zeros(u.layout.padded, dtype=u.flat.dtype)
+                u.flat_grad = torch.zeros(u.layout.padded, dtype=u.flat.dtype, device=u.flat.device)
                 for p, v in zip(u.params, u.layout.views(u.flat_grad)):
                     p.grad = v
         else:
@@ -180,7 +182,7 @@ class ZeroOptimizer:
                     elif p.grad.data_ptr() != v.data_ptr():
                         v.copy_(p.grad)
                     p.grad = v
-                out = torch.empty(u.layout.piece, dtype=u.flat.dtype)
+                out = torch.empty(u.layout.piece, dtype=u.flat.dtype, device=u.flat.device)
                 works.append((u, out, self.comm.reduce_scatter(out, u.flat_grad, op="avg",
                                                                algorithm=self.algorithm,
                                                                async_op=True)))
@@ -251,7 +253,7 @@ class ZeroOptimizer:
         self._marked.add(id(p))
         u, i = self._where[id(p)]
         if u.tmp_grad is None:
-            u.tmp_grad = torch.zeros(u.layout.padded, dtype=u.flat.dtype)
+            u.tmp_grad = torch.zeros(u.layout.padded, dtype=u.flat.dtype, device=u.flat.device)
         o, n = u.layout.offsets[i], u.layout.numels[i]
         u.tmp_grad[o:o + n].copy_(p.grad.reshape(-1))
         p.grad = None                                     # free the unsharded gradient
@@ -260,7 +262,7 @@ class ZeroOptimizer:
             self._launched_in_hook += self._launch_ready()
 
     def _launch(self, u):
-        u.out = torch.empty(u.layout.piece, dtype=u.flat.dtype)
+        u.out = torch.empty(u.layout.piece, dtype=u.flat.dtype, device=u.flat.device)
         u.work = self.comm.reduce_scatter(u.out, u.tmp_grad, op="avg", algorithm=self.algorithm,
                                           async_op=True)
         self._t_launch.append(time.perf_counter())
@@ -279,7 +281,7 @@ class ZeroOptimizer:
             for u in self._units:
                 if u.ready < len(u.params):
                     if u.tmp_grad is None:
-                        u.tmp_grad = torch.zeros(u.layout.padded, dtype=u.flat.dtype)
+                        u.tmp_grad = torch.zeros(u.layout.padded, dtype=u.flat.dtype, device=u.flat.device)
                     for i, p in enumerate(u.params):
                         if id(p) not in self._marked and p.grad is not None:  # set by hand
                             o, n = u.layout.offsets[i], u.layout.numels[i]

@@ -1,19 +1,21 @@
 """``fitted:<bench.json>``: this machine as one host, fitted to the commlib rows of a
 ``commlib bench --json`` run.
 
-Every row's time is modelled as a fixed cost per call plus alpha-beta-gamma, each row's (a, b, c)
-coming from its own schedule (``commlib.bench.model.coefficients``)::
+Every row's time is modelled as a fixed cost per call plus alpha-beta-gamma and a copy term, each
+row's coefficients coming from its own schedule (``commlib.bench.model.coefficients``, and the
+bytes its schedule copies locally)::
 
-    T = call + a*alpha + b*beta + c*gamma
+    T = call + a*alpha + b*beta + c*gamma + d*delta
 
-with a memory hierarchy: a rank whose working set (its input, output and scratch buffers) is at most
-``cache_bytes`` moves and reduces at the in-cache rates (beta, gamma), a larger one at the memory
-rates (beta_mem, gamma_mem). The threshold is chosen among the working sets the bench measured:
-for every split of the sizes into a lower (in-cache) and an upper tier, with at least
-``MIN_SIZES_PER_TIER`` distinct working sets on each side, a non-negative least squares of the
-relative error is solved; the split with the smallest error wins, and one tier (no threshold) is
-kept unless a split does better. ``cache_bytes`` is the largest working set of the lower tier: the
-real cliff lies between it and the smallest working set of the upper tier (recorded in
+with a memory hierarchy: the per-byte rates (beta, gamma, delta) are fitted per level of memory,
+a row falling in one level by its working set (its input, output and scratch buffers; the
+simulator's own number). The levels' boundaries are chosen among the working sets the bench
+measured: every way of cutting the sorted working sets into up to ``MAX_LEVELS`` levels, each with
+at least ``MIN_SIZES_PER_LEVEL`` distinct working sets, is searched (non-negative least squares of
+the relative error per cut; cuts added greedily, each then moved to its best place), and the cut
+with the least error wins; an extra level is kept only if it lowers that error by ``LEVEL_GAIN``
+or more. A boundary is the largest working set of the level
+below: the real cliff lies between it and the next working set measured (recorded in
 ``sources``), so a finer bench (``-f 2``) places it more precisely.
 """
 from __future__ import annotations
@@ -25,12 +27,14 @@ import os
 
 from commlib.sim.topology import Topology, TopologyError
 
-__all__ = ["from_bench", "working_set_bytes", "MIN_SIZES_PER_TIER"]
+__all__ = ["from_bench", "fit_machine", "working_set_bytes", "MAX_LEVELS", "MIN_SIZES_PER_LEVEL", "LEVEL_GAIN"]
 
-MIN_SIZES_PER_TIER = 2  # distinct working sets each tier needs for its bandwidth to be fitted
+MAX_LEVELS = 3           # in cache + up to two memory tiers (e.g. a private L2, a shared L3, DRAM)
+MIN_SIZES_PER_LEVEL = 2  # distinct working sets a level needs for its rates to be fitted
+LEVEL_GAIN = 0.10        # an extra level must lower the (capped) squared error by this fraction
 # A row the fit misses by more than this (relative) belongs to a regime the model does not describe
 # (a call that left the fast path, a burst of load): it is set aside and the fit redone, up to
-# REFITS times, so that it does not pull the rates; in choosing the split it counts as this error.
+# REFITS times, so that it does not pull the rates; in choosing the levels it counts as this error.
 OUTLIER_REL = 0.5
 REFITS = 4
 
@@ -39,7 +43,7 @@ REFITS = 4
 def working_set_bytes(collective: str, algorithm: str, size: int, dtype: str, ranks: int, root: int = 0) -> int:
     """The largest working set of any rank for one bench row: its input, output (out of place) and
     the schedule's scratch buffer, in bytes; the very number the simulator compares with
-    ``cache_bytes`` (csrc/sim/simulator.cc)."""
+    memory tiers' ``above_bytes`` (csrc/sim/simulator.cc)."""
     from commlib import _C
     from commlib.bench import common as C
     from commlib.bench import model
@@ -87,40 +91,36 @@ def from_bench(path: str, world_size: int | None = None, collectives=None, tiers
     """This machine as one host, fitted to the commlib rows of a bench JSON file (module docstring).
 
     alpha becomes the per-message latency, 1/beta the per-rank port bandwidth, 1/gamma the
-    reduction rate, and with ``tiers`` the memory tier (``cache_bytes``, ``mem_intra_GBps``,
-    ``mem_reduce_GBps``). The fit is the one of ``world_size`` ranks (default: the largest in the
-    file), over the rows of ``collectives`` (default: all). Reductions are not pipelined
-    (``chunk_bytes`` 0): on shared memory the receiving rank reduces straight out of the slot or
-    the sender's buffer, in the same loop that moves the bytes, so there is nothing to overlap."""
+    reduction rate, 1/delta the copy rate, and with ``tiers`` the levels beyond the first become
+    ``memory_tiers``. The fit is the one of ``world_size`` ranks (default: the largest in the file),
+    over the rows of ``collectives`` (default: all). Reductions are not pipelined (``chunk_bytes``
+    0): on shared memory the receiving rank reduces straight out of the slot or the sender's
+    buffer, in the same loop that moves the bytes, so there is nothing to overlap."""
     rows, P = _read_rows(path, world_size, collectives)
-    f = fit_machine(rows, tiers=tiers)
+    f = fit_machine(rows, max_levels=MAX_LEVELS if tiers else 1)
     src = (f"fitted from {os.path.basename(path)} (commlib, {rows[0].get('transport', '?')}, {P} ranks, "
            f"{len(rows)} rows)")
     rate = lambda s_per_byte: (1.0 / s_per_byte / 1e9) if s_per_byte > 0 else math.inf  # noqa: E731
     port = lambda s_per_byte: rate(s_per_byte) if s_per_byte > 0 else 1e6  # a port must be finite  # noqa: E731
-    fields = dict(
+    first = f["levels"][0]
+    memory_tiers = tuple({"above_bytes": lv["above_bytes"],
+                          "intra_GBps": None if lv["beta"] is None else port(lv["beta"]),
+                          "reduce_GBps": None if lv["gamma"] is None else rate(lv["gamma"]),
+                          "copy_GBps": None if lv["delta"] is None else rate(lv["delta"])} for lv in f["levels"][1:])
+    cuts = "; ".join(f"a cliff between {lv['above_bytes']} and {lv['next_working_set']} bytes per rank"
+                     for lv in f["levels"][1:]) or "one level fitted best (no cliff among the measured sizes)"
+    return Topology(
         name=f"fitted:{os.path.basename(path)}", devices_per_host=max(P, 1),
-        intra_latency_us=f["alpha"] * 1e6, call_overhead_us=f["call"] * 1e6, intra_GBps=port(f["beta"]),
-        reduce_GBps=rate(f["gamma"]), copy_GBps=rate(f["delta"]), chunk_bytes=0)
-    sources = {"intra_latency_us": src + ": alpha", "intra_GBps": src + ": 1/beta",
-               "reduce_GBps": src + ": 1/gamma", "copy_GBps": src + ": 1/delta (local copies of the schedules)",
-               "call_overhead_us": src + ": fixed cost per call",
-               "chunk_bytes": "0: a shared-memory receiver reduces in the loop that moves the bytes",
-               "fit_rel_err_median": f["err"]}
-    if f["cache_bytes"]:
-        fields.update(cache_bytes=f["cache_bytes"],
-                      mem_intra_GBps=None if f["beta_mem"] is None else port(f["beta_mem"]),
-                      mem_reduce_GBps=None if f["gamma_mem"] is None else rate(f["gamma_mem"]),
-                      mem_copy_GBps=None if f["delta_mem"] is None else rate(f["delta_mem"]))
-        sources["cache_bytes"] = (f"{src}: the split of the measured working sets with the least error; the cliff "
-                                  f"lies between {f['cache_bytes']} and {f['next_working_set']} bytes per rank")
-        for key, term in (("mem_intra_GBps", "beta_mem"), ("mem_reduce_GBps", "gamma_mem"),
-                          ("mem_copy_GBps", "delta_mem")):
-            sources[key] = src + (f": 1/{term[:-4]} of the rows beyond cache_bytes" if f[term] is not None
-                                  else ": no row beyond cache_bytes has this term; the in-cache rate")
-    else:
-        sources["cache_bytes"] = src + ": one tier fitted best (no cliff among the measured sizes)"
-    return Topology(**fields, sources=sources)
+        intra_latency_us=f["alpha"] * 1e6, call_overhead_us=f["call"] * 1e6, intra_GBps=port(first["beta"] or 0.0),
+        reduce_GBps=rate(first["gamma"] or 0.0), copy_GBps=rate(first["delta"] or 0.0), chunk_bytes=0,
+        memory_tiers=memory_tiers,
+        sources={"intra_latency_us": src + ": alpha", "intra_GBps": src + ": 1/beta",
+                 "reduce_GBps": src + ": 1/gamma", "copy_GBps": src + ": 1/delta (local copies of the schedules)",
+                 "call_overhead_us": src + ": fixed cost per call",
+                 "chunk_bytes": "0: a shared-memory receiver reduces in the loop that moves the bytes",
+                 "memory_tiers": f"{src}: the cut of the measured working sets with the least error: {cuts}; a "
+                                 "rate no row of a tier exercises is the tier before's",
+                 "fit_rel_err_median": f["err"], "fit_outliers": f["outliers"]})
 
 
 def _nnls(A, y, iters: int = 100):
@@ -148,11 +148,11 @@ def _nnls(A, y, iters: int = 100):
     return x
 
 
-def fit_machine(rows, tiers: bool = True) -> dict:
-    """The best fit of the rows (module docstring): {call, alpha (s), beta, gamma, delta (s per byte
-    moved, reduced, copied in cache), beta_mem, gamma_mem, delta_mem (beyond it; None where no row
-    beyond the cache has that term), cache_bytes (0 when one tier fits best), next_working_set,
-    err (median relative error), outliers (rows set aside)}."""
+def fit_machine(rows, max_levels: int = MAX_LEVELS) -> dict:
+    """The best fit of the rows (module docstring): {call, alpha (s), levels: [{above_bytes (0 for
+    the first), next_working_set, beta, gamma, delta (s per byte moved, reduced, copied; None where
+    no row of a memory tier has that term)}], err (median relative error), outliers (rows set
+    aside)}."""
     import numpy as np
     from commlib.bench import model
     co, t, ws = [], [], []
@@ -166,11 +166,13 @@ def fit_machine(rows, tiers: bool = True) -> dict:
         ws.append(working_set_bytes(r["collective"], r["algorithm"], r["bytes"], r.get("dtype", "float32"),
                                     r["world_size"], r.get("root", 0)))
     co, t, ws = np.array(co), np.array(t), np.array(ws)
+    sizes = sorted(set(int(w) for w in ws))
 
-    def solve(inside):
-        # columns: call, alpha, then beta, gamma, delta in cache, then beta, gamma, delta beyond
-        per_byte = co[:, 2:5]
-        A = np.column_stack([co[:, :2], per_byte * inside[:, None], per_byte * ~inside[:, None]])
+    def solve(cuts):
+        # columns: call, alpha, then (beta, gamma, delta) per level; a row sits in one level
+        level = np.searchsorted(np.array(cuts, dtype=float), ws, side="left")  # ws <= cuts[0]: level 0
+        per_level = [co[:, 2:5] * (level == k)[:, None] for k in range(len(cuts) + 1)]
+        A = np.column_stack([co[:, :2], *per_level])
         scale = np.where(np.abs(A).max(axis=0) > 0, np.abs(A).max(axis=0), 1.0)
         B = A / scale / t[:, None]
         kept = np.ones_like(t, dtype=bool)
@@ -182,22 +184,47 @@ def fit_machine(rows, tiers: bool = True) -> dict:
                 break
             kept = again
         cost = float(np.sum(np.minimum(rel ** 2, OUTLIER_REL ** 2)))
-        return x / scale, cost, float(np.median(np.abs(rel))), A[:, 5:].any(axis=0), int((~kept).sum())
+        return {"x": x / scale, "cost": cost, "err": float(np.median(np.abs(rel))), "cuts": cuts,
+                "seen": A.any(axis=0), "outliers": int((~kept).sum())}
 
-    one = np.ones_like(t, dtype=bool)
-    best = solve(one) + (0,)
-    sizes = sorted(set(int(w) for w in ws))
-    if tiers:
-        for k in range(MIN_SIZES_PER_TIER - 1, len(sizes) - MIN_SIZES_PER_TIER):
-            cand = solve(ws <= sizes[k]) + (k + 1,)
-            if cand[1] < best[1] * (1 - 1e-9):  # strictly better than what we have (one tier first)
-                best = cand
-    x, _, err, seen_beyond, outliers, split = best
-    out = {"call": x[0], "alpha": x[1], "beta": x[2], "gamma": x[3], "delta": x[4], "err": err,
-           "outliers": outliers, "cache_bytes": 0, "next_working_set": None,
-           "beta_mem": x[2], "gamma_mem": x[3], "delta_mem": x[4]}
-    if split:
-        out.update(cache_bytes=sizes[split - 1], next_working_set=sizes[split],
-                   **{k: (x[5 + i] if seen_beyond[i] else None)
-                      for i, k in enumerate(("beta_mem", "gamma_mem", "delta_mem"))})
-    return out
+    best = solve(())
+    # Cuts are added greedily (the best cut given the others, then each earlier cut moved to its
+    # best place given the rest): every combination would be O(sizes^levels) fits. The k-th cut is
+    # the largest working set of level k; every level keeps MIN_SIZES_PER_LEVEL sizes.
+    index = {w: i for i, w in enumerate(sizes)}
+
+    def allowed(idx):
+        bounds = [-1, *sorted(idx), len(sizes) - 1]
+        return len(set(idx)) == len(idx) and all(b - a >= MIN_SIZES_PER_LEVEL for a, b in zip(bounds, bounds[1:]))
+
+    def best_with(fixed, free_slot_options):
+        out = None
+        for i in free_slot_options:
+            idx = sorted([*fixed, i])
+            if allowed(idx):
+                cand = solve(tuple(sizes[j] for j in idx))
+                if out is None or cand["cost"] < out["cost"]:
+                    out = cand
+        return out
+
+    for _ in range(1, max_levels):
+        if best["cost"] <= 1e-18 * len(t):  # exact already (rounding left): nothing for a level to explain
+            break
+        fixed = [index[c] for c in best["cuts"]]
+        cand = best_with(fixed, range(len(sizes)))
+        if cand is None or cand["cost"] > best["cost"] * (1 - LEVEL_GAIN):
+            break
+        for k in range(len(cand["cuts"])):  # move each cut to its best place given the others
+            others = [index[c] for j, c in enumerate(cand["cuts"]) if j != k]
+            moved = best_with(others, range(len(sizes)))
+            if moved is not None and moved["cost"] < cand["cost"]:
+                cand = moved
+        best = cand
+    x, cuts = best["x"], best["cuts"]
+    levels = []
+    for k in range(len(cuts) + 1):
+        rates = [x[2 + 3 * k + i] if (k == 0 or best["seen"][2 + 3 * k + i]) else None for i in range(3)]
+        levels.append({"above_bytes": cuts[k - 1] if k else 0,
+                       "next_working_set": sizes[sizes.index(cuts[k - 1]) + 1] if k else None,
+                       "beta": rates[0], "gamma": rates[1], "delta": rates[2]})
+    return {"call": x[0], "alpha": x[1], "levels": levels, "err": best["err"], "outliers": best["outliers"]}

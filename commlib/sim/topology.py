@@ -12,9 +12,11 @@ protocol) is an explicit named parameter per link kind (``intra_efficiency``, ``
 as are software overheads (``op_overhead_us`` per send/receive posted, ``step_overhead_us`` per
 schedule step, ``call_overhead_us`` per collective call). Every preset records where each number comes from in ``sources``.
 
-Memory hierarchy: a device whose working set (its input plus output buffer) exceeds ``cache_bytes``
-moves, copies and reduces at the ``mem_*`` rates (the next level of memory) instead of the in-cache
-``intra_GBps``, ``copy_GBps`` and ``reduce_GBps``; ``cache_bytes`` 0 means one tier for every size.
+Memory hierarchy: ``memory_tiers`` is a list of ``{"above_bytes", "intra_GBps", "reduce_GBps",
+"copy_GBps"}`` in ascending ``above_bytes``. A device whose working set (its input, output and
+scratch buffers) exceeds a tier's ``above_bytes`` moves, copies and reduces at that tier's rates
+(the last such tier's) instead of the in-cache ``intra_GBps``, ``reduce_GBps`` and ``copy_GBps``;
+a rate left out or null is the tier before's. No tiers: one set of rates for every size.
 
 A JSON topology file holds the same fields (see docs/simulator.md)::
 
@@ -57,10 +59,7 @@ class Topology:
     step_overhead_us: float = 0.0
     call_overhead_us: float = 0.0   # per collective call (API, argument checks, launch), added once
     chunk_bytes: int = 0            # pipelining granularity of transfers with reductions (0: none)
-    cache_bytes: int = 0            # per-device working set beyond which the mem_* rates apply (0: one tier)
-    mem_intra_GBps: float | None = None   # port rate beyond the cache, before intra_efficiency (None: intra_GBps)
-    mem_reduce_GBps: float | None = None  # reduction rate beyond the cache (None: reduce_GBps)
-    mem_copy_GBps: float | None = None    # local copy rate beyond the cache (None: copy_GBps)
+    memory_tiers: tuple = ()        # ({"above_bytes", "intra_GBps", "reduce_GBps", "copy_GBps"}, ...)
     sources: dict = field(default_factory=dict, compare=False)
 
     def engine_dict(self, ranks: int) -> dict:
@@ -69,14 +68,10 @@ class Topology:
             raise TopologyError(f"ranks: must be >= 1, got {ranks}")
         d = self.devices_per_host
         inv = lambda gbps: 0.0 if math.isinf(gbps) else 1.0 / (gbps * 1e9)  # noqa: E731
-        or_ = lambda v, default: default if v is None else v  # noqa: E731
-        tier = {} if not self.cache_bytes else {
-            "cache_bytes": int(self.cache_bytes),
-            "mem_port_Bps": or_(self.mem_intra_GBps, self.intra_GBps) * 1e9 * self.intra_efficiency,
-            "mem_reduce_s_per_byte": inv(or_(self.mem_reduce_GBps, self.reduce_GBps)),
-            "mem_copy_s_per_byte": inv(or_(self.mem_copy_GBps, self.copy_GBps)),
-        }
-        return tier | {
+        tiers = [{"above_bytes": int(m["above_bytes"]), "port_Bps": m["intra_GBps"] * 1e9 * self.intra_efficiency,
+                  "reduce_s_per_byte": inv(m["reduce_GBps"]), "copy_s_per_byte": inv(m["copy_GBps"])}
+                 for m in self.resolved_tiers()]
+        return {"memory_tiers": tiers} | {
             "host_of": [r // d for r in range(ranks)],
             "nic_of": [(r % d) % self.nics for r in range(ranks)],
             "nics_per_host": self.nics,
@@ -92,19 +87,29 @@ class Topology:
             "chunk_bytes": int(self.chunk_bytes),
         }
 
+    def resolved_tiers(self) -> list:
+        """The memory tiers with every rate filled in (a missing or null rate: the tier before's)."""
+        prev = {"intra_GBps": self.intra_GBps, "reduce_GBps": self.reduce_GBps, "copy_GBps": self.copy_GBps}
+        out = []
+        for m in self.memory_tiers:
+            prev = dict(prev, **{k: m[k] for k in prev if m.get(k) is not None})
+            out.append(dict(prev, above_bytes=m["above_bytes"]))
+        return out
+
     def describe(self) -> str:
         text = (f"{self.name}: {self.devices_per_host} devices/host, intra {self.intra_GBps:g} GB/s x "
                 f"{self.intra_efficiency:g}, {self.intra_latency_us:g} us; {self.nics} x {self.nic_Gbps:g} Gb/s "
                 f"NICs x {self.nic_efficiency:g}, {self.inter_latency_us:g} us; reduce {self.reduce_GBps:g} GB/s")
-        if self.cache_bytes:
-            g = lambda v, d: f"{d if v is None else v:g}"  # noqa: E731
-            text += (f"; beyond {self.cache_bytes} B per device: intra {g(self.mem_intra_GBps, self.intra_GBps)} "
-                     f"GB/s, reduce {g(self.mem_reduce_GBps, self.reduce_GBps)} GB/s")
+        for m in self.resolved_tiers():
+            text += (f"; beyond {m['above_bytes']} B per device: intra {m['intra_GBps']:g} GB/s, reduce "
+                     f"{m['reduce_GBps']:g} GB/s, copy {m['copy_GBps']:g} GB/s")
         return text
 
     def as_json(self) -> dict:
         d = dataclasses.asdict(self)
-        return {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in d.items()}
+        free = lambda v: None if isinstance(v, float) and math.isinf(v) else v  # noqa: E731
+        d["memory_tiers"] = [{k: free(v) for k, v in m.items()} for m in self.memory_tiers]
+        return {k: free(v) for k, v in d.items()}
 
 
 def _dgx(name, *, gpu, nvlink, port_GBps, links, switches, credited_GBps, nic, nic_Gbps, ib, hbm, hbm_GBps,
@@ -130,7 +135,7 @@ def _dgx(name, *, gpu, nvlink, port_GBps, links, switches, credited_GBps, nic, n
             "reduce_GBps": f"{gpu} {hbm} {hbm_GBps:g} GB/s; a reduction reads two operands and writes one "
                            "(3 bytes of traffic per byte reduced)",
             "chunk_bytes": "NCCL default buffer 4 MiB (NCCL_BUFFSIZE) in NCCL_STEPS = 8 slots: 512 KiB per step",
-            "cache_bytes": f"not modelled (0): {hbm} ({hbm_GBps:g} GB/s) outruns the NVLink port "
+            "memory_tiers": f"not modelled (none): {hbm} ({hbm_GBps:g} GB/s) outruns the NVLink port "
                            f"({port_GBps:g} GB/s) whether or not data sits in the {l2_MB} MB L2, and reduce_GBps "
                            f"is already the {hbm} (beyond-cache) rate",
         })
@@ -159,13 +164,41 @@ for _gbps in (25, 100):
             "op_overhead_us": "assumed: a send/recv system call pair, ~2 us",
             "intra_GBps": "unused with one rank per host",
             "chunk_bytes": "commlib's shared-memory slot size (transport/shm.cc)",
-            "cache_bytes": "not modelled (0): one rank per host has no intra-host transfers, and reduce_GBps "
+            "memory_tiers": "not modelled (none): one rank per host has no intra-host transfers, and reduce_GBps "
                            "is already the out-of-cache (DRAM) rate",
         })
 
-_INT_FIELDS = {"devices_per_host", "nics", "chunk_bytes", "cache_bytes"}
-_NULL_IS_FREE = {"reduce_GBps", "copy_GBps"}                               # null: infinitely fast
-_NULL_IS_IN_CACHE = {"mem_intra_GBps", "mem_reduce_GBps", "mem_copy_GBps"}  # null: the in-cache rate
+_INT_FIELDS = {"devices_per_host", "nics", "chunk_bytes"}
+_NULL_IS_FREE = {"reduce_GBps", "copy_GBps"}  # null: infinitely fast
+_TIER_RATES = ("intra_GBps", "reduce_GBps", "copy_GBps")
+
+
+def _tiers(v, where: str) -> tuple:
+    """memory_tiers from JSON: a list of objects, checked field by field (names in the errors)."""
+    if not isinstance(v, (list, tuple)):
+        raise TopologyError(f"{where}: field 'memory_tiers' must be a list of objects, got {v!r}")
+    out, last = [], 0
+    for i, m in enumerate(v):
+        at = f"{where}: memory_tiers[{i}]"
+        if not isinstance(m, dict):
+            raise TopologyError(f"{at} must be an object, got {m!r}")
+        unknown = set(m) - {"above_bytes", *_TIER_RATES}
+        if unknown:
+            raise TopologyError(f"{at}: unknown field(s) {', '.join(sorted(unknown))} (known: above_bytes, "
+                                f"{', '.join(_TIER_RATES)})")
+        b = m.get("above_bytes")
+        if isinstance(b, bool) or not isinstance(b, int) or b <= last:
+            raise TopologyError(f"{at}.above_bytes must be an integer > 0 and above the tier before's, got {b!r}")
+        last = b
+        tier = {"above_bytes": b}
+        for k in _TIER_RATES:
+            r = m.get(k)
+            if r is not None and (isinstance(r, bool) or not isinstance(r, (int, float)) or not r > 0
+                                  or math.isinf(r)):
+                raise TopologyError(f"{at}.{k} must be a number > 0 (or null: the tier before's), got {r!r}")
+            tier[k] = None if r is None else float(r)
+        out.append(tier)
+    return tuple(out)
 
 
 def _from_fields(fields: dict, where: str, base: Topology | None = None) -> Topology:
@@ -182,8 +215,8 @@ def _from_fields(fields: dict, where: str, base: Topology | None = None) -> Topo
         elif key in _INT_FIELDS:
             if isinstance(v, bool) or not isinstance(v, int):
                 raise TopologyError(f"{where}: field {key!r} must be an integer, got {v!r}")
-        elif v is None and key in _NULL_IS_IN_CACHE:
-            pass
+        elif key == "memory_tiers":
+            v = _tiers(v, where)
         else:
             if v is None and key in _NULL_IS_FREE:
                 v = math.inf
@@ -213,21 +246,14 @@ def _check(t: Topology, where: str):
         if not getattr(t, name) > 0:
             bad(name, "must be > 0")
     for name in ("intra_latency_us", "inter_latency_us", "bus_GBps", "nic_Gbps", "op_overhead_us",
-                 "step_overhead_us", "call_overhead_us", "chunk_bytes", "cache_bytes"):
+                 "step_overhead_us", "call_overhead_us", "chunk_bytes"):
         v = getattr(t, name)
         if not v >= 0 or math.isinf(v):
             bad(name, "must be a finite number >= 0")
     for name in ("intra_efficiency", "nic_efficiency"):
         if not 0 < getattr(t, name) <= 1:
             bad(name, "must be in (0, 1]")
-    for name in sorted(_NULL_IS_IN_CACHE):
-        v = getattr(t, name)
-        if v is None:
-            continue
-        if not v > 0:
-            bad(name, "must be > 0 (or null: the in-cache rate)")
-        if not t.cache_bytes:
-            bad(name, "applies beyond cache_bytes, which is 0 (one tier): set cache_bytes too")
+    _tiers(list(t.memory_tiers), where)
 
 
 def load(spec) -> Topology:

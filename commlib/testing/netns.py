@@ -167,9 +167,9 @@ class NetnsRankPool(RankPool):
                 env.update(self.net.rank_env(h))  # the pool's env may override these
                 env.update({k: str(v[r] if isinstance(v, tuple) else v) for k, v in self.env.items()})
                 env.update({"RANK": str(r), "WORLD_SIZE": str(self.size), "MASTER_ADDR": master,
-                            "MASTER_PORT": str(STORE_PORT), "COMMLIB_POOL_SOCKET": path})
+                            "MASTER_PORT": str(STORE_PORT)})
                 env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
-                argv = self.net.exec_argv(h, [sys.executable, "-m", "commlib.testing.netns_rank"])
+                argv = self.net.exec_argv(h, [sys.executable, "-m", "commlib.testing.netns_rank", path])
                 self.procs.append(_Process(subprocess.Popen(argv, env=env, cwd=PACKAGE_PARENT)))
             self.conns = self._accept(listener)
         finally:

@@ -17,6 +17,20 @@ namespace py = pybind11;
 
 namespace commlib {
 
+namespace {
+
+// collective_call, plus algorithm="nccl" (NCCL's own collective: engine/nccl_link.h), which only
+// device calls have.
+CollectiveCall device_call(const std::string& coll, const std::string& algo, uintptr_t in, uintptr_t out,
+                           int64_t count, const std::string& dtype, const std::string& op, int root, double scale) {
+  const bool nccl = algo == "nccl";
+  CollectiveCall call = collective_call(coll, nccl ? "auto" : algo, in, out, count, dtype, op, root, scale);
+  if (nccl) call.algo = kNcclAlgorithmCode;
+  return call;
+}
+
+}  // namespace
+
 void bind_device(py::module_& m) {
   py::class_<DeviceStream, std::shared_ptr<DeviceStream>>(m, "DeviceStream");
   py::class_<DeviceEvent, std::shared_ptr<DeviceEvent>>(m, "DeviceEvent");
@@ -107,7 +121,7 @@ void bind_device(py::module_& m) {
           [](StreamEngine& e, const std::string& coll, const std::string& algo, uintptr_t in, uintptr_t out,
              int64_t count, const std::string& dtype, const std::string& op, int root, double scale,
              DeviceStream& stream) {
-            const CollectiveCall call = collective_call(coll, algo, in, out, count, dtype, op, root, scale);
+            const CollectiveCall call = device_call(coll, algo, in, out, count, dtype, op, root, scale);
             ReleaseGil nogil;
             return e.collective(call, stream);
           },
@@ -127,7 +141,7 @@ void bind_device(py::module_& m) {
           "check_first_call",
           [](StreamEngine& e, const std::string& coll, const std::string& algo, int64_t count, const std::string& dtype,
              const std::string& op, int root) {
-            e.check_first_call(collective_call(coll, algo, 0, 0, count, dtype, op, root, 1.0));
+            e.check_first_call(device_call(coll, algo, 0, 0, count, dtype, op, root, 1.0));
           },
           py::arg("collective"), py::arg("algorithm"), py::arg("count"), py::arg("dtype"), py::arg("op"),
           py::arg("root"),
@@ -135,6 +149,21 @@ void bind_device(py::module_& m) {
           "that number, or the error of a failed peer.")
       .def("raise_if_failed", [](StreamEngine& e) { e.throw_if_call_failed(UINT64_MAX); },
            "Raises the engine's error if it failed (an aborted host side fails it too).")
+      // NCCL (engine/nccl_link.h), set up by commlib/device_nccl.py.
+      .def("nccl_load", [](StreamEngine& e, const std::vector<std::string>& c) { return e.nccl().load(c); })
+      .def("nccl_emulated", [](StreamEngine& e) { return e.nccl().emulated(); })
+      .def("nccl_ready", [](StreamEngine& e) { return e.nccl().ready(); })
+      .def("nccl_unique_id", [](StreamEngine& e) { return py::bytes(e.nccl().unique_id()); })
+      .def(
+          "nccl_init",
+          [](StreamEngine& e, py::bytes id) {
+            std::string s = id;
+            ReleaseGil nogil;
+            e.nccl().init(s);
+          },
+          "ncclCommInitRank with rank 0's unique id (blocks until every rank joined).")
+      .def("nccl_set_peers", [](StreamEngine& e, const std::vector<bool>& p) { e.nccl().set_peers(p); })
+      .def("nccl_carries_any", [](StreamEngine& e) { return e.nccl().carries_any(); })
       .def("abort", &StreamEngine::abort)
       .def("failed", &StreamEngine::failed)
       .def("close", &StreamEngine::close, py::call_guard<ReleaseGil>());

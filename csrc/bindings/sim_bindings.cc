@@ -17,8 +17,7 @@ sim::Topology topology_from_dict(const py::dict& d) {
   static const std::set<std::string> known = {
       "host_of", "nic_of", "nics_per_host", "intra_latency_s", "intra_port_Bps", "intra_bus_Bps",
       "inter_latency_s", "nic_Bps", "reduce_s_per_byte", "copy_s_per_byte", "op_overhead_s",
-      "step_overhead_s", "chunk_bytes", "cache_bytes", "mem_port_Bps", "mem_reduce_s_per_byte",
-      "mem_copy_s_per_byte"};
+      "step_overhead_s", "chunk_bytes", "memory_tiers"};
   for (auto item : d) {
     const std::string k = py::str(item.first);
     if (!known.count(k)) throw std::invalid_argument("topology." + k + ": unknown field");
@@ -45,15 +44,38 @@ sim::Topology topology_from_dict(const py::dict& d) {
   get("op_overhead_s", t.op_overhead_s);
   get("step_overhead_s", t.step_overhead_s);
   get("chunk_bytes", t.chunk_bytes);
-  // The memory tier is optional: without it one tier (the rates above) serves every size.
-  t.mem_port_Bps = t.intra_port_Bps;
-  t.mem_reduce_s_per_byte = t.reduce_s_per_byte;
-  t.mem_copy_s_per_byte = t.copy_s_per_byte;
-  if (d.contains("cache_bytes")) {
-    get("cache_bytes", t.cache_bytes);
-    get("mem_port_Bps", t.mem_port_Bps);
-    get("mem_reduce_s_per_byte", t.mem_reduce_s_per_byte);
-    get("mem_copy_s_per_byte", t.mem_copy_s_per_byte);
+  // Memory tiers are optional: without them one tier (the rates above) serves every size.
+  if (d.contains("memory_tiers")) {
+    py::list tiers;
+    try {
+      tiers = d["memory_tiers"].cast<py::list>();
+    } catch (const py::cast_error&) {
+      throw std::invalid_argument("topology.memory_tiers: wrong type (a list of dicts)");
+    }
+    for (size_t i = 0; i < tiers.size(); ++i) {
+      const std::string at = "topology.memory_tiers[" + std::to_string(i) + "].";
+      py::dict m;
+      try {
+        m = tiers[i].cast<py::dict>();
+      } catch (const py::cast_error&) {
+        throw std::invalid_argument(at.substr(0, at.size() - 1) + ": wrong type (a dict)");
+      }
+      sim::Topology::MemoryTier tier;
+      auto field = [&](const char* k, auto& v) {
+        if (!m.contains(k)) throw std::invalid_argument(at + k + ": missing");
+        try {
+          v = m[k].cast<std::decay_t<decltype(v)>>();
+        } catch (const py::cast_error&) {
+          throw std::invalid_argument(at + k + ": wrong type");
+        }
+      };
+      field("above_bytes", tier.above_bytes);
+      field("port_Bps", tier.port_Bps);
+      field("reduce_s_per_byte", tier.reduce_s_per_byte);
+      field("copy_s_per_byte", tier.copy_s_per_byte);
+      if (m.size() != 4) throw std::invalid_argument(at.substr(0, at.size() - 1) + ": unknown field");
+      t.memory_tiers.push_back(tier);
+    }
   }
   return t;
 }

@@ -50,7 +50,13 @@ const std::vector<Param> kParams = {
     {"COMMLIB_DEVICE_SLOT_BYTES", "bytes", "262144",
      "bytes of one inbox slot of the stream engine (device buffers), a multiple of 64, the same on every rank"},
     {"COMMLIB_DEVICE_SLOTS", "int", "4", "inbox slots per peer of the stream engine (1..64)"},
+    {"COMMLIB_DEVICE_STREAMS", "int", "2",
+     "streams a call of the stream engine runs its steps on: 2 = sends on one, receives and reductions on another, "
+     "joined by events per step; 1 = the caller's stream only"},
     {"COMMLIB_NCCL_LIBRARY", "path", "", "the libnccl commlib.nccl loads instead of searching the nvidia-nccl wheels"},
+    {"COMMLIB_DEVICE_LINK", "name", "auto",
+     "link between ranks for device buffers: auto (peer memory within a host, NCCL across hosts), ipc or nccl "
+     "(every pair); the same on every rank"},
 };
 
 // "COMMLIB_ALGO_<COLLECTIVE>" -> "COMMLIB_ALGO_"; "" for a plain name.

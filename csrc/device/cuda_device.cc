@@ -39,6 +39,7 @@ class CudaStream final : public DeviceStream {
   ~CudaStream() override {
     if (owned_) cudaStreamDestroy(stream);
   }
+  void* native_handle() override { return stream; }
   cudaStream_t stream;
 
  private:

@@ -14,6 +14,7 @@ class CudaDevice final : public Device {
   explicit CudaDevice(int index);
 
   std::string name() const override { return "cuda:" + std::to_string(index_); }
+  void make_current() override { use(); }
 
   void* allocate(size_t bytes) override;
   void free_async(void* ptr, DeviceStream& stream) override;

@@ -24,6 +24,9 @@ namespace commlib {
 class DeviceStream {
  public:
   virtual ~DeviceStream() = default;
+  // The stream as NCCL's API takes it (engine/nccl_link.h): the cudaStream_t on CUDA; on the
+  // emulated device (whose NCCL is device/nccl_emulated.h) the stream object itself.
+  virtual void* native_handle() { return this; }
 };
 
 class DeviceEvent {
@@ -36,6 +39,9 @@ class Device {
   virtual ~Device() = default;
 
   virtual std::string name() const = 0;  // "emulated:0", "cuda:1"
+  // Makes this device the calling thread's current one (cudaSetDevice), as libraries that bind
+  // to the current device need (ncclCommInitRank).
+  virtual void make_current() {}
 
   // -- memory ------------------------------------------------------------------------------
   virtual void* allocate(size_t bytes) = 0;

@@ -41,6 +41,10 @@ const NcclApi& load_nccl(const std::vector<std::string>& candidates) {
       resolve(lib, path, "ncclCommDestroy", &a->CommDestroy);
       resolve(lib, path, "ncclCommAbort", &a->CommAbort);
       resolve(lib, path, "ncclAllReduce", &a->AllReduce);
+      resolve(lib, path, "ncclAllGather", &a->AllGather);
+      resolve(lib, path, "ncclReduceScatter", &a->ReduceScatter);
+      resolve(lib, path, "ncclBroadcast", &a->Broadcast);
+      resolve(lib, path, "ncclReduce", &a->Reduce);
       resolve(lib, path, "ncclSend", &a->Send);
       resolve(lib, path, "ncclRecv", &a->Recv);
       resolve(lib, path, "ncclGroupStart", &a->GroupStart);

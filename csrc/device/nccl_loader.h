@@ -1,7 +1,8 @@
 // NCCL loaded at run time: dlopen of libnccl (the nvidia-nccl-cu12 / -cu13 wheels ship
 // libnccl.so.2 under site-packages/nvidia/nccl/lib), no NCCL at build time. The function table
-// is what the coming `nccl` link and algorithm="nccl" call (docs/gpu.md); opaque handles and
-// enums are declared here with NCCL's ABI (nccl.h), so no NCCL header is needed either.
+// is what the `nccl` link and algorithm="nccl" call (engine/nccl_link.h); opaque handles and
+// enums are declared here with NCCL's ABI (nccl.h), so no NCCL header is needed either. The
+// emulated device has its own implementation of the same table (device/nccl_emulated.h).
 #pragma once
 
 #include <cstddef>
@@ -16,6 +17,18 @@ struct NcclUniqueId {
 using NcclComm = struct ncclComm*;
 using NcclResult = int;  // ncclResult_t: 0 success
 
+// ncclDataType_t and ncclRedOp_t codes (nccl.h); uint32/uint64 have no commlib dtype.
+enum NcclDataType : int {
+  kNcclInt8 = 0, kNcclUint8 = 1, kNcclInt32 = 2, kNcclUint32 = 3, kNcclInt64 = 4, kNcclUint64 = 5,
+  kNcclFloat16 = 6, kNcclFloat32 = 7, kNcclFloat64 = 8, kNcclBfloat16 = 9
+};
+enum NcclRedOp : int { kNcclSum = 0, kNcclProd = 1, kNcclMax = 2, kNcclMin = 3, kNcclAvg = 4 };
+// ncclResult_t codes the emulated NCCL returns.
+enum NcclResultCode : int {
+  kNcclSuccess = 0, kNcclSystemError = 2, kNcclInternalError = 3, kNcclInvalidArgument = 4, kNcclInvalidUsage = 5,
+  kNcclRemoteError = 6
+};
+
 struct NcclApi {
   NcclResult (*GetVersion)(int*);
   const char* (*GetErrorString)(NcclResult);
@@ -23,7 +36,12 @@ struct NcclApi {
   NcclResult (*CommInitRank)(NcclComm*, int, NcclUniqueId, int);
   NcclResult (*CommDestroy)(NcclComm);
   NcclResult (*CommAbort)(NcclComm);
+  // The stream argument (void*) is a cudaStream_t; on the emulated NCCL the DeviceStream itself.
   NcclResult (*AllReduce)(const void*, void*, size_t, int, int, NcclComm, void*);
+  NcclResult (*AllGather)(const void*, void*, size_t, int, NcclComm, void*);          // sendcount
+  NcclResult (*ReduceScatter)(const void*, void*, size_t, int, int, NcclComm, void*); // recvcount
+  NcclResult (*Broadcast)(const void*, void*, size_t, int, int, NcclComm, void*);     // root
+  NcclResult (*Reduce)(const void*, void*, size_t, int, int, int, NcclComm, void*);   // op, root
   NcclResult (*Send)(const void*, size_t, int, int, NcclComm, void*);
   NcclResult (*Recv)(void*, size_t, int, int, NcclComm, void*);
   NcclResult (*GroupStart)();

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "common/types.h"
+#include "engine/nccl_link.h"
 #include "schedule/registry.h"
 
 namespace commlib {
@@ -32,7 +33,10 @@ std::string describe_call(const CallDesc& d) {
   const unsigned algo = d.algo & ~kDeviceCallAlgoBit;
   if (c != Collective::Send && c != Collective::Barrier && algo) {
     const auto names = algorithm_names(c);
-    s += (algo <= names.size() ? names[algo - 1] : code("algorithm", algo)) + ", ";
+    s += (algo == kNcclAlgorithmCode ? std::string("nccl")
+          : algo <= names.size()    ? names[algo - 1]
+                                    : code("algorithm", algo)) +
+         ", ";
   }
   s += std::to_string(d.count) + " x " +
        (d.dtype < kDTypes ? std::string(dtype_name(static_cast<DType>(d.dtype))) : code("dtype", d.dtype));

@@ -58,6 +58,7 @@ StreamEngineOptions stream_engine_options_from_env(double timeout_s, const std::
     throw std::invalid_argument("COMMLIB_DEVICE_SLOT_BYTES: must be a multiple of 64 in [64, 2^30], got " +
                                 std::to_string(o.slot_bytes));
   o.nslots = static_cast<uint32_t>(param_int("COMMLIB_DEVICE_SLOTS", 1, 64));
+  o.streams = static_cast<int>(param_int("COMMLIB_DEVICE_STREAMS", 1, 2));
   return o;
 }
 
@@ -89,7 +90,8 @@ StreamEngine::StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerC
       sent_(size, 0),
       received_(size, 0),
       p2p_sent_(size, 0),
-      p2p_received_(size, 0) {
+      p2p_received_(size, 0),
+      nccl_(std::make_unique<NcclLink>(device_, rank, size, opts_.timeout_s)) {
   ctl_fd_ = memfd_create("commlib-device-ctl", MFD_CLOEXEC);
   if (ctl_fd_ < 0 || ftruncate(ctl_fd_, static_cast<off_t>(ctl_bytes())) != 0)
     throw std::runtime_error(std::string("stream engine: control region: ") + std::strerror(errno));
@@ -99,6 +101,13 @@ StreamEngine::StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerC
   ctl_dev_ = device_->map_host(ctl_, ctl_bytes());
   inbox_ = device_->allocate(static_cast<size_t>(size_) * opts_.nslots * opts_.slot_bytes);
   own_stream_ = device_->create_stream();
+  if (opts_.streams == 2) {
+    send_stream_ = device_->create_stream();
+    recv_stream_ = device_->create_stream();
+    fork_ = device_->create_event();
+    sent_step_ = device_->create_event();
+    received_step_ = device_->create_event();
+  }
   watchdog_ = std::thread([this] { watchdog_loop(); });
   // The host side's abort fails this engine too (its peers were told by the host side).
   host_listener_ = control_->on_host_abort([this](ErrorKind kind, const std::string& msg) { fail(kind, msg, false); });
@@ -201,7 +210,7 @@ void StreamEngine::recv_chunk(int q, char* dst, const char* src, size_t bytes, b
 }
 
 void StreamEngine::enqueue_step(const Step& step, char* const bases[3], size_t esize, DType dtype, RedOp op,
-                                const CallDesc& desc, DeviceStream& s) {
+                                const CallDesc& desc, DeviceStream& send_s, DeviceStream& s) {
   auto resolve = [&](const Region& r) -> char* {
     char* base = bases[static_cast<int>(r.buf)];
     if (!base) {
@@ -222,22 +231,24 @@ void StreamEngine::enqueue_step(const Step& step, char* const bases[3], size_t e
       device_->reduce(resolve(o.dst), resolve(o.src), bytes / esize, dtype, op, s);
     }
   }
+  // Messages to peers over the nccl link: one NCCL group, before the peer-memory chunks.
+  if (nccl_->carries_any()) nccl_->enqueue_step(step, resolve, esize, dtype, op, s);
   const size_t chunk = std::max<size_t>(opts_.slot_bytes / esize * esize, esize);
   auto chunks = [&](size_t bytes) { return bytes ? (bytes + chunk - 1) / chunk : 1; };
   size_t rounds = 0;
   for (const Op& o : step.ops)
-    if (o.kind == OpKind::Send || o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce)
+    if ((o.kind == OpKind::Send || o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce) && !nccl_->carries(o.peer))
       rounds = std::max(rounds, chunks(static_cast<size_t>((o.kind == OpKind::Send ? o.src : o.dst).count) * esize));
   for (size_t i = 0; i < rounds; ++i) {
     for (const Op& o : step.ops) {  // chunk i of every send, then of every receive (see header)
-      if (o.kind != OpKind::Send) continue;
+      if (o.kind != OpKind::Send || nccl_->carries(o.peer)) continue;
       const size_t bytes = static_cast<size_t>(o.src.count) * esize;
       if (i >= chunks(bytes)) continue;
       const size_t off = i * chunk, n = std::min(chunk, bytes - std::min(bytes, off));
-      send_chunk(o.peer, resolve(o.src) + (bytes ? off : 0), n, seq_, s);
+      send_chunk(o.peer, resolve(o.src) + (bytes ? off : 0), n, seq_, send_s);
     }
     for (const Op& o : step.ops) {
-      if (o.kind != OpKind::Recv && o.kind != OpKind::RecvReduce) continue;
+      if ((o.kind != OpKind::Recv && o.kind != OpKind::RecvReduce) || nccl_->carries(o.peer)) continue;
       const size_t bytes = static_cast<size_t>(o.dst.count) * esize;
       if (i >= chunks(bytes)) continue;
       const size_t off = i * chunk, n = std::min(chunk, bytes - std::min(bytes, off));
@@ -259,6 +270,14 @@ const StreamEngine::Plan& StreamEngine::plan(const CollectiveCall& call) {
   const ScheduleKey key{static_cast<uint8_t>(call.coll), call.algo, root, call.count};
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
+  if (call.algo == kNcclAlgorithmCode) {  // NCCL's own collective: every peer takes part
+    Plan p;
+    p.algo = kNcclAlgorithmCode;
+    for (int q = 0; q < size_; ++q)
+      if (q != rank_) p.peers.push_back(q);
+    if (plans_.size() >= 512) plans_.clear();
+    return plans_.emplace(key, std::move(p)).first->second;
+  }
   const auto names = algorithms(call.coll);
   if (call.algo > names.size()) throw std::invalid_argument("algorithm: index out of range");
   const int64_t bytes = call.count * static_cast<int64_t>(dtype_size(call.dtype));
@@ -352,6 +371,10 @@ std::shared_ptr<DeviceWork> StreamEngine::collective(const CollectiveCall& call,
   std::lock_guard<std::mutex> guard(enqueue_mu_);
   throw_if_failed_locked();
   const size_t esize = dtype_size(call.dtype);
+  if (call.algo == kNcclAlgorithmCode) {  // algorithm="nccl": NCCL's own collective, no schedule
+    NcclLink::check_supported(call.dtype, call.op, call.coll);
+    if (!nccl_->ready()) throw CommError("algorithm='nccl': the NCCL communicator was not created");
+  }
   const Plan& planned = plan(call);
 
   // Nothing above enqueued anything or took a number: a refused argument leaves the numbering
@@ -404,7 +427,36 @@ void StreamEngine::enqueue_call(const CollectiveCall& call, const Schedule& sche
   char* scr = sched.scratch_count ? grow(scratch_, scratch_bytes_, static_cast<size_t>(sched.scratch_count) * esize, s)
                                   : nullptr;
   char* const bases[3] = {in, out, scr};
-  for (const Step& st : sched.steps) enqueue_step(st, bases, esize, call.dtype, call.op, desc, s);
+  if (call.algo == kNcclAlgorithmCode) {  // NCCL sums what avg and premul_sum scale around it
+    const bool scaled = call.op == RedOp::Avg || call.op == RedOp::PremulSum;
+    nccl_->enqueue_collective(call, in, out, scaled ? RedOp::Sum : call.op, s);
+  }
+  if (opts_.streams == 1 || sched.steps.empty()) {
+    for (const Step& st : sched.steps) enqueue_step(st, bases, esize, call.dtype, call.op, desc, s, s);
+  } else {
+    // Sends on one stream, local operations and receives on another, so a step's copies into
+    // peers overlap its copies and reductions out of the inbox. Within a step they are
+    // independent (a send waits only on its receiver's receives and the other way round, so no
+    // deadlock); across steps each stream waits for the other's previous step (a step sends what
+    // the previous one received, and receives into what it sent). wait_event takes the event's
+    // latest record as of the call, so two events serve every step.
+    DeviceStream& S = *send_stream_;
+    DeviceStream& R = *recv_stream_;
+    device_->record(*fork_, s);
+    device_->wait_event(S, *fork_);
+    device_->wait_event(R, *fork_);
+    for (size_t k = 0; k < sched.steps.size(); ++k) {
+      if (k) {
+        device_->wait_event(S, *received_step_);
+        device_->wait_event(R, *sent_step_);
+      }
+      enqueue_step(sched.steps[k], bases, esize, call.dtype, call.op, desc, S, R);
+      device_->record(*sent_step_, S);
+      device_->record(*received_step_, R);
+    }
+    device_->wait_event(s, *sent_step_);
+    device_->wait_event(s, *received_step_);
+  }
   if (call.op == RedOp::Avg && collective_reduces(call.coll) && (call.coll != Collective::Reduce || rank_ == call.root) &&
       call.count)
     device_->divide(out, static_cast<size_t>(call.count), call.dtype, size_, s);
@@ -417,6 +469,7 @@ void StreamEngine::close() {
     closed_ = true;
   }
   if (last_done_) device_->synchronize(*last_done_);  // the watchdog releases a stuck stream
+  nccl_->close();
   if (host_listener_) control_->remove_host_listener(host_listener_);
   host_listener_ = 0;
   {
@@ -438,6 +491,8 @@ void StreamEngine::close() {
   device_->free_async(input_copy_, *own_stream_);
   device_->synchronize(*own_stream_);
   own_stream_.reset();  // its thread ends now, not when the last work handle goes
+  send_stream_.reset();
+  recv_stream_.reset();
   inbox_ = scratch_ = input_copy_ = nullptr;
   if (ctl_) {
     device_->unmap_host(ctl_);

@@ -44,6 +44,7 @@
 #include "device/device.h"
 #include "engine/communicator.h"
 #include "engine/describe.h"
+#include "engine/nccl_link.h"
 #include "transport/transport.h"
 
 namespace commlib {
@@ -54,6 +55,7 @@ struct StreamEngineOptions {
   double timeout_s = 300.0;
   uint64_t slot_bytes = 256 << 10;  // COMMLIB_DEVICE_SLOT_BYTES
   uint32_t nslots = 4;              // COMMLIB_DEVICE_SLOTS
+  int streams = 2;                  // COMMLIB_DEVICE_STREAMS: 2 = sends and receives on their own streams
   std::string label;
 };
 StreamEngineOptions stream_engine_options_from_env(double timeout_s, const std::string& label);
@@ -127,6 +129,9 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   // Waits for every call (the watchdog still runs), then releases the memory. Idempotent.
   void close();
   Device& device() { return *device_; }
+  // NCCL: the `nccl` link's peers and algorithm="nccl" (engine/nccl_link.h); its communicator
+  // is created by commlib/device_nccl.py on first use.
+  NcclLink& nccl() { return *nccl_; }
 
  private:
   struct Peer {
@@ -176,8 +181,10 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
 
   void enqueue_call(const CollectiveCall& call, const Schedule& sched, const CallDesc& desc, size_t esize,
                     DeviceStream& s);
+  // Local operations and receives on `recv_s`, sends on `send_s` (the same stream, or the
+  // engine's two: see enqueue_call).
   void enqueue_step(const Step& step, char* const bases[3], size_t esize, DType dtype, RedOp op,
-                    const CallDesc& desc, DeviceStream& s);
+                    const CallDesc& desc, DeviceStream& send_s, DeviceStream& recv_s);
   void send_chunk(int peer, const char* src, size_t bytes, uint64_t seq, DeviceStream& s);
   void recv_chunk(int peer, char* dst, const char* src, size_t bytes, bool reduce, DType dtype, RedOp op,
                   uint64_t seq, DeviceStream& s);
@@ -202,6 +209,10 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   std::vector<Peer> peers_;
   bool connected_ = false, closed_ = false;
   std::shared_ptr<DeviceStream> own_stream_;  // frees at close
+  // COMMLIB_DEVICE_STREAMS=2: a call's sends run on send_stream_, its local operations and
+  // receives on recv_stream_, forked from and joined into the caller's stream by these events.
+  std::shared_ptr<DeviceStream> send_stream_, recv_stream_;
+  std::shared_ptr<DeviceEvent> fork_, sent_step_, received_step_;
 
   int host_listener_ = 0;
 
@@ -233,6 +244,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   const void* wd_last_front_ = nullptr;
   uint64_t wd_last_target_ = 0;
   std::thread watchdog_;
+  const std::unique_ptr<NcclLink> nccl_;  // never null; carries nothing until set up
 };
 
 }  // namespace commlib

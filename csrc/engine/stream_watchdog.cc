@@ -104,6 +104,7 @@ void StreamEngine::fail(ErrorKind kind, const std::string& message, bool publish
     control_->fail_host(kind, message);  // later host calls raise it at once
   }
   release_waits();  // no stream of this rank stays blocked
+  nccl_->abort();   // nor one blocked inside NCCL
   cv_.notify_all();
 }
 

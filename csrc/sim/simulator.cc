@@ -24,8 +24,8 @@ double now_s() {
 
 bool is_comm(SimKind k) { return k == SimKind::Send || k == SimKind::Recv || k == SimKind::RecvReduce; }
 
-// One rank's memory-bound rates: the in-cache tier, or the mem_* tier once the rank's working set
-// (input + output + scratch buffer) exceeds the topology's cache_bytes (topology.h).
+// One rank's memory-bound rates: the in-cache ones, or those of the last memory tier whose
+// above_bytes the rank's working set (input + output + scratch buffer) exceeds (topology.h).
 struct RankRates {
   double port_Bps = 0;
   double reduce_s_per_byte = 0;
@@ -41,8 +41,11 @@ std::vector<RankRates> rank_rates(const Topology& t, Collective c, int64_t count
     const int64_t working_set =
         (std::max<int64_t>(b.input, 0) + std::max<int64_t>(b.output, 0) + scratch[r]) * elem_bytes;
     res.max_working_set_bytes = std::max(res.max_working_set_bytes, working_set);
-    if (t.cache_bytes <= 0 || working_set <= t.cache_bytes) continue;
-    rates[r] = RankRates{t.mem_port_Bps, t.mem_reduce_s_per_byte, t.mem_copy_s_per_byte};
+    const Topology::MemoryTier* tier = nullptr;
+    for (const Topology::MemoryTier& m : t.memory_tiers)
+      if (working_set > m.above_bytes) tier = &m;
+    if (!tier) continue;
+    rates[r] = RankRates{tier->port_Bps, tier->reduce_s_per_byte, tier->copy_s_per_byte};
     ++res.ranks_beyond_cache;
   }
   return rates;

@@ -11,7 +11,7 @@
 //   * alone on its path it takes latency + bytes / bottleneck bandwidth; a receive that reduces overlaps the
 //     reduction of chunk k with the transfer of chunk k+1 (chunk_bytes), as the executor does;
 //   * once every communication op of a step finished, its local copies and reductions run;
-//   * a rank whose buffers exceed the topology's cache_bytes moves and reduces at the mem_* rates.
+//   * a rank whose buffers exceed a memory tier's above_bytes moves and reduces at that tier's rates.
 // Events are processed in non-decreasing time, so first come, first served is well defined.
 #pragma once
 
@@ -34,7 +34,7 @@ struct Result {
   int64_t bytes_intra = 0;  // bytes that stayed inside a host
   int64_t shapes = 0;       // distinct step shapes (compaction)
   int64_t max_working_set_bytes = 0;  // largest input + output + scratch bytes of any rank
-  int64_t ranks_beyond_cache = 0;     // ranks whose working set exceeded cache_bytes (mem_* rates)
+  int64_t ranks_beyond_cache = 0;     // ranks whose working set put them in a memory tier
   std::string algorithm;    // the algorithm played (auto resolved)
 };
 

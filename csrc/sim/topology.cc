@@ -46,11 +46,14 @@ void Topology::validate() const {
   check_nonneg("op_overhead_s", op_overhead_s);
   check_nonneg("step_overhead_s", step_overhead_s);
   if (chunk_bytes < 0) throw std::invalid_argument("topology.chunk_bytes: must be >= 0");
-  if (cache_bytes < 0) throw std::invalid_argument("topology.cache_bytes: must be >= 0");
-  if (cache_bytes > 0) {
-    check_pos("mem_port_Bps", mem_port_Bps);
-    check_nonneg("mem_reduce_s_per_byte", mem_reduce_s_per_byte);
-    check_nonneg("mem_copy_s_per_byte", mem_copy_s_per_byte);
+  for (size_t i = 0; i < memory_tiers.size(); ++i) {
+    const MemoryTier& m = memory_tiers[i];
+    const std::string at = "memory_tiers[" + std::to_string(i) + "].";
+    if (m.above_bytes <= 0 || (i > 0 && m.above_bytes <= memory_tiers[i - 1].above_bytes))
+      throw std::invalid_argument("topology." + at + "above_bytes: must be > 0 and above the previous tier's");
+    check_pos((at + "port_Bps").c_str(), m.port_Bps);
+    check_nonneg((at + "reduce_s_per_byte").c_str(), m.reduce_s_per_byte);
+    check_nonneg((at + "copy_s_per_byte").c_str(), m.copy_s_per_byte);
   }
 }
 

@@ -33,15 +33,17 @@ struct Topology {
   // Transfers move in chunks of this many bytes, a receive's reduction of chunk k overlapping the
   // transfer of chunk k+1, as the executor pipelines them (0: whole messages, no overlap).
   int64_t chunk_bytes = 0;
-  // Memory hierarchy (0: one tier, the rates above for any size). A rank whose working set -- its
-  // input, output (out of place) and scratch buffers -- exceeds cache_bytes has left its cache: its port,
-  // copies and reductions run at the mem_* rates instead (the next level of memory: DRAM, HBM, or
-  // a larger shared cache). The Python layer fills the mem_* rates with the in-cache ones when a
-  // topology gives none.
-  int64_t cache_bytes = 0;
-  double mem_port_Bps = 0;
-  double mem_reduce_s_per_byte = 0;
-  double mem_copy_s_per_byte = 0;
+  // Memory hierarchy (empty: one tier, the rates above for any size). A rank whose working set --
+  // its input, output (out of place) and scratch buffers -- exceeds a tier's above_bytes has left
+  // the level of memory before it: its port, copies and reductions run at that tier's rates (the
+  // last such tier: a larger cache, then DRAM or HBM). Tiers are in ascending above_bytes.
+  struct MemoryTier {
+    int64_t above_bytes = 0;
+    double port_Bps = 0;
+    double reduce_s_per_byte = 0;
+    double copy_s_per_byte = 0;
+  };
+  std::vector<MemoryTier> memory_tiers;
 
   int size() const { return static_cast<int>(host_of.size()); }
   int hosts() const;

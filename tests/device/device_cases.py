@@ -77,65 +77,41 @@ def empty(dtype, n):
     return to_device(cc.empty(dtype, n))
 
 
+class DeviceBuffers:
+    """collective_cases' buffer factory for commlib.emulated arrays (uploaded on the stream; read
+    back with .numpy(), which waits for it)."""
+
+    @staticmethod
+    def make(dtype, v):
+        return to_device(cc.make(dtype, v))
+
+    @staticmethod
+    def empty(dtype, n):
+        return empty(dtype, n)
+
+    to_host = staticmethod(from_device)
+
+    @staticmethod
+    def assign(dst, src):
+        dst.copy_(src)
+
+
 def run_case(comm, case):
-    """One collective call on device arrays; returns (failure or None, digest key, digest)."""
+    """One collective call on device arrays (collective_cases' case functions); returns (failure
+    or None, digest key, digest)."""
     coll, algo, dtype, op, count, root, inplace = case
     P, r = comm.size, comm.rank
     what = (f"{coll} {algo} {dtype} {op} count={count} root={root} "
             f"{'in-place' if inplace else 'out-of-place'} P={P}")
-    failures = []
     if coll in REDUCING:
-        scale = cc.PREMUL if op == "premul_sum" else None
-        n_in = count * P if coll == "reduce_scatter" else count
-        x = to_device(cc.make(dtype, cc.values(dtype, op, r, n_in)))
-        want, mag = cc.reduce_ref_for(dtype, op, n_in, P)
-        if coll == "reduce_scatter":
-            want = want[r * count:(r + 1) * count]
-            mag = None if mag is None else mag[r * count:(r + 1) * count]
-        if coll == "all_reduce":
-            out = x if inplace else empty(dtype, count)
-            comm.all_reduce(x, op=op, algorithm=algo, out=None if inplace else out, scale=scale)
-        elif coll == "reduce":
-            out = x if inplace else empty(dtype, count)
-            comm.reduce(x, root=root, op=op, algorithm=algo, out=None if inplace else out, scale=scale)
-        else:
-            out = x[r * count:(r + 1) * count] if inplace else empty(dtype, count)
-            comm.reduce_scatter(out, x, op=op, algorithm=algo, scale=scale)
-        if coll == "reduce" and r != root:
-            return None, None, None
-        got = from_device(out, dtype)
-        cc._report(failures, f"{what} rank={r}", dtype, got, want, mag, P)
+        got, want, mag = cc.run_reducing(comm, DeviceBuffers, coll, algo, dtype, op, count, root, inplace)
     else:
-        ins = cc.moving_inputs(coll, dtype, count, P)
-        want = cc.moving_expected(coll, dtype, count, root, r, P)
-        x = to_device(cc.make(dtype, ins[r]))
-        if coll == "all_gather":
-            out = empty(dtype, count * P)
-            inp = out[r * count:(r + 1) * count] if inplace else x
-            if inplace:
-                inp.copy_(x)
-            comm.all_gather(out, inp, algorithm=algo)
-        elif coll == "all_to_all":
-            out = x if inplace else empty(dtype, count * P)
-            comm.all_to_all(out, x, algorithm=algo)
-        elif coll == "broadcast":
-            out = x
-            comm.broadcast(out, root=root, algorithm=algo)
-        elif coll == "gather":
-            out = empty(dtype, count * P) if r == root else None
-            inp = out[r * count:(r + 1) * count] if (inplace and r == root) else x
-            if inplace and r == root:
-                inp.copy_(x)
-            comm.gather(out, inp, root=root, algorithm=algo)
-        else:  # scatter
-            out = empty(dtype, count)
-            if inplace and r == root:
-                out = x[r * count:(r + 1) * count]
-            comm.scatter(out, x if r == root else None, root=root, algorithm=algo)
-        if out is None:
-            return None, None, None
-        got = from_device(out, dtype)
-        cc._report(failures, f"{what} rank={r}", dtype, got, want, None, P)
+        got, want = cc.run_moving(comm, DeviceBuffers, coll, algo, dtype, count, root, inplace)
+        mag = None
+    if got is None:
+        return None, None, None
+    failures = []
+    cc._report(failures, f"{what} rank={r}", dtype, got, want, mag, P)
     if failures:
         return failures[0], None, None
     if coll in ("all_reduce", "all_gather", "broadcast"):

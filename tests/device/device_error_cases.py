@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -12,6 +13,9 @@ import numpy as np
 
 import commlib
 import commlib.emulated as emu
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "engine"))
+import error_cases as ec  # noqa: E402
 
 
 def _warm_up(comm):
@@ -137,44 +141,23 @@ def bad_arguments(comm):
     return seen
 
 
+class DeviceCalls:
+    """error_cases' call style for commlib.emulated arrays: calls are enqueued (async) and then
+    synchronised, so a failure shows on the work."""
+
+    @staticmethod
+    def full(n, dtype, value):
+        return emu.from_numpy(np.full(n, value, dtype))
+
+    @staticmethod
+    def call(fn):
+        fn(async_op=True).synchronize()
+
+
 def mismatch(comm, scenario):
-    """Ranks enqueue different calls on device buffers: every rank's work (or, where the rank's
-    own peers matched, its next call) raises MismatchError naming both calls, and the
-    communicator is aborted."""
-    sub = comm.split(0, timeout=30)
-    r = sub.rank
-    x = emu.from_numpy(np.ones(64, np.float32))
-    if scenario == "collective":
-        call = (lambda: sub.all_gather(emu.empty(64 * sub.size, "float32"), x, async_op=True)) if r == 0 else (
-            lambda: sub.all_reduce(x, async_op=True))
-        names = ("all_gather", "all_reduce")
-    elif scenario == "count":
-        y = emu.from_numpy(np.ones(64 + (r == 1), np.float32))
-        call = lambda: sub.all_reduce(y, algorithm="ring", async_op=True)  # noqa: E731
-        names = ("65", "64")
-    else:  # dtype
-        y = emu.from_numpy(np.ones(64, np.float32 if r else np.float64))
-        call = lambda: sub.all_reduce(y, algorithm="ring", async_op=True)  # noqa: E731
-        names = ("float32", "float64")
-    t = time.monotonic()
-    try:
-        # A late rank may learn of the mismatch when it enqueues (a failed peer fails the call at
-        # once); a rank whose own peers matched completes and learns of it at its next call.
-        call().synchronize()
-        sub.all_reduce(x, async_op=True).synchronize()
-        msg = None
-    except commlib.MismatchError as e:
-        msg = str(e)
-    except commlib.CommError as e:
-        msg = f"wrong type {type(e).__name__}: {e}"
-    took = time.monotonic() - t
-    later = None
-    try:
-        sub.all_reduce(x)
-    except commlib.CommError:
-        later = "raised"
-    sub.close()
-    return msg, took, later, names
+    """error_cases.mismatch on device buffers: every rank's work (or, where the rank's own peers
+    matched, its next call) raises MismatchError naming both calls; the communicator is aborted."""
+    return ec.mismatch(comm, scenario, DeviceCalls)
 
 
 def kill_during_collective(comm, victim):

@@ -1,6 +1,9 @@
 """The collective matrix on the emulated device, through the stream engine, with the stream delay
 on (COMMLIB_EMULATED_DELAY_US) and every rank of a pool sharing emulated device 0.
 
+The default runs each call on two streams (sends | receives, COMMLIB_DEVICE_STREAMS=2); one test
+runs world size 3 on the caller's stream alone (=1).
+
 A covering selection instead of the full product (which the host executor's matrix runs): at
 every world size 1-5 and 8, every collective x algorithm (auto included) runs two of the counts
 0, 1, size - 1, 13 and 97 (prime), rotating, and dtypes, ops, roots and in/out of place rotate
@@ -82,3 +85,11 @@ def test_collective_matrix_on_emulated_device(pool, size):
     if size in (3, 8):
         cases += big_cases(size)
     _check(pool(size, env=DELAY_ENV).run(device_cases.check_cases, cases, timeout=240))
+
+
+@pytest.mark.timeout(300)
+def test_single_stream_calls(pool):
+    """COMMLIB_DEVICE_STREAMS=1 (every step on the caller's stream, no send/receive split): the
+    world-size-3 covering cases and the big ones."""
+    env = dict(DELAY_ENV, COMMLIB_DEVICE_STREAMS="1")
+    _check(pool(3, env=env).run(device_cases.check_cases, covering_cases(3) + big_cases(3), timeout=240))

@@ -30,14 +30,14 @@ def test_bad_arguments_raise_before_enqueueing(pool):
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("scenario", ["collective", "count", "dtype"])
+@pytest.mark.parametrize("scenario", ["collective", "count", "dtype", "root"])
 def test_mismatch_raises_on_every_rank(pool, scenario):
     for rank, (msg, took, later, names) in enumerate(pool(3, env=ENV).run(cases.mismatch, scenario, timeout=60)):
         assert msg is not None, f"rank {rank} got no error"
         assert "wrong type" not in msg, msg
         assert all(n in msg for n in names), f"rank {rank}: message does not name both calls: {msg}"
         assert took < 20, f"rank {rank} took {took:.1f} s"
-        assert later == "raised", f"rank {rank}: aborted communicator accepted another call"
+        assert later is not None and later < 1.0, f"rank {rank}: aborted communicator did not fail at once"
 
 
 @pytest.mark.timeout(90)

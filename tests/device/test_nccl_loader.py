@@ -10,7 +10,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FUNCTIONS = ["ncclGetErrorString", "ncclGetUniqueId", "ncclCommInitRank", "ncclCommDestroy", "ncclCommAbort",
-             "ncclAllReduce", "ncclSend", "ncclRecv", "ncclGroupStart", "ncclGroupEnd"]
+             "ncclAllReduce", "ncclAllGather", "ncclReduceScatter", "ncclBroadcast", "ncclReduce",
+             "ncclSend", "ncclRecv", "ncclGroupStart", "ncclGroupEnd"]
 
 
 def _fake_nccl(tmp_path, missing=None):

@@ -178,6 +178,53 @@ def ops_for(dtype, count):
     return ops
 
 
+class HostBuffers:
+    """The buffer factory of the host cases: NumPy arrays (torch tensors for bfloat16). The device
+    cases (tests/device/device_cases.py) pass one of commlib.emulated arrays to the same case
+    functions. Looked up at call time: the device cases swap make/empty for bfloat16."""
+
+    @staticmethod
+    def make(dtype, v):
+        return make(dtype, v)
+
+    @staticmethod
+    def empty(dtype, n):
+        return empty(dtype, n)
+
+    @staticmethod
+    def to_host(x, dtype):
+        return x
+
+    @staticmethod
+    def assign(dst, src):
+        dst[:] = src
+
+
+def run_reducing(comm, buffers, collective, algo, dtype, op, count, root, inplace):
+    """One all_reduce / reduce_scatter / reduce on ``buffers``' arrays. Returns (the result on the
+    host, or None on a rank that gets none, the reference, its magnitudes for the tolerance)."""
+    P, r = comm.size, comm.rank
+    scale = PREMUL if op == "premul_sum" else None
+    n_in = count * P if collective == "reduce_scatter" else count
+    x = buffers.make(dtype, values(dtype, op, r, n_in))
+    want, mag = reduce_ref_for(dtype, op, n_in, P)
+    if collective == "reduce_scatter":
+        want = want[r * count:(r + 1) * count]
+        mag = None if mag is None else mag[r * count:(r + 1) * count]
+    if collective == "all_reduce":
+        out = x if inplace else buffers.empty(dtype, count)
+        comm.all_reduce(x, op=op, algorithm=algo, out=None if inplace else out, scale=scale)
+    elif collective == "reduce":
+        out = x if inplace else buffers.empty(dtype, count)
+        comm.reduce(x, root=root, op=op, algorithm=algo, out=None if inplace else out, scale=scale)
+    else:
+        out = x[r * count:(r + 1) * count] if inplace else buffers.empty(dtype, count)
+        comm.reduce_scatter(out, x, op=op, algorithm=algo, scale=scale)
+    if collective == "reduce" and r != root:
+        return None, want, mag
+    return buffers.to_host(out, dtype), want, mag
+
+
 def check_reducing(comm, collective):
     """all_reduce / reduce_scatter / reduce over every algorithm, dtype, op, count, root."""
     P, r = comm.size, comm.rank
@@ -193,29 +240,13 @@ def check_reducing(comm, collective):
                         for inplace in ((False, True) if count < 100_000 else (False,)):
                             what = (f"{collective} {algo} {dtype} {op} count={count} root={root} "
                                     f"{'in-place' if inplace else 'out-of-place'} P={P} rank={r}")
-                            scale = PREMUL if op == "premul_sum" else None
-                            n_in = count * P if collective == "reduce_scatter" else count
-                            x = make(dtype, values(dtype, op, r, n_in))
-                            want, mag = reduce_ref_for(dtype, op, n_in, P)
-                            if collective == "reduce_scatter":
-                                want = want[r * count:(r + 1) * count]
-                                mag = None if mag is None else mag[r * count:(r + 1) * count]
                             try:
-                                if collective == "all_reduce":
-                                    out = x if inplace else empty(dtype, count)
-                                    comm.all_reduce(x, op=op, algorithm=algo, out=None if inplace else out,
-                                                    scale=scale)
-                                elif collective == "reduce":
-                                    out = x if inplace else empty(dtype, count)
-                                    comm.reduce(x, root=root, op=op, algorithm=algo,
-                                                out=None if inplace else out, scale=scale)
-                                else:
-                                    out = x[r * count:(r + 1) * count] if inplace else empty(dtype, count)
-                                    comm.reduce_scatter(out, x, op=op, algorithm=algo, scale=scale)
+                                out, want, mag = run_reducing(comm, HostBuffers, collective, algo, dtype, op, count,
+                                                              root, inplace)
                             except Exception as e:  # noqa: BLE001 - report every case
                                 failures.append(f"{what}: raised {type(e).__name__}: {e}")
                                 continue
-                            if collective == "reduce" and r != root:
+                            if out is None:
                                 continue
                             if _report(failures, what, dtype, out, want, mag, P) and collective == "all_reduce":
                                 digests.append((what.rsplit(" rank=", 1)[0], hashlib.sha1(raw(out)).hexdigest()))
@@ -242,6 +273,40 @@ def moving_expected(collective, dtype, count, root, r, P):
     return rounded(dtype, ins[root][r * count:(r + 1) * count])  # scatter
 
 
+def run_moving(comm, buffers, collective, algo, dtype, count, root, inplace):
+    """One all_gather / all_to_all / broadcast / gather / scatter on ``buffers``' arrays. Returns
+    (the result on the host, or None on a rank that gets none, the expected result)."""
+    P, r = comm.size, comm.rank
+    ins = moving_inputs(collective, dtype, count, P)
+    want = moving_expected(collective, dtype, count, root, r, P)
+    x = buffers.make(dtype, ins[r])
+    if collective == "all_gather":
+        out = buffers.empty(dtype, count * P)
+        inp = out[r * count:(r + 1) * count] if inplace else x
+        if inplace:
+            buffers.assign(inp, x)
+        comm.all_gather(out, inp, algorithm=algo)
+    elif collective == "all_to_all":
+        out = x if inplace else buffers.empty(dtype, count * P)
+        comm.all_to_all(out, x, algorithm=algo)
+    elif collective == "broadcast":
+        out = x
+        comm.broadcast(out, root=root, algorithm=algo)
+    elif collective == "gather":
+        out = buffers.empty(dtype, count * P) if r == root else None
+        inp = out[r * count:(r + 1) * count] if (inplace and r == root) else x
+        if inplace and r == root:
+            buffers.assign(inp, x)
+        comm.gather(out, inp, root=root, algorithm=algo)
+    else:  # scatter
+        out = buffers.empty(dtype, count)
+        src = x if r == root else None
+        if inplace and r == root:
+            out = x[r * count:(r + 1) * count]
+        comm.scatter(out, src, root=root, algorithm=algo)
+    return (None if out is None else buffers.to_host(out, dtype)), want
+
+
 def check_moving(comm, collective):
     """all_gather / all_to_all / broadcast / gather / scatter: exact for every dtype."""
     P, r = comm.size, comm.rank
@@ -251,40 +316,14 @@ def check_moving(comm, collective):
     for dtype in DTYPES:
         for count in counts_for(P, collective):
             for root in roots:
-                ins = moving_inputs(collective, dtype, count, P)
-                want = moving_expected(collective, dtype, count, root, r, P)
                 for algo in (algos if dtype == "float32" else algos[1:]):
                     for inplace in (False, True):
                         if inplace and collective in ("all_to_all", "scatter", "gather") and count >= 100_000:
                             continue
                         what = (f"{collective} {algo} {dtype} count={count} root={root} "
                                 f"{'in-place' if inplace else 'out-of-place'} P={P} rank={r}")
-                        x = make(dtype, ins[r])
                         try:
-                            if collective == "all_gather":
-                                out = empty(dtype, count * P)
-                                inp = out[r * count:(r + 1) * count] if inplace else x
-                                if inplace:
-                                    inp[:] = x
-                                comm.all_gather(out, inp, algorithm=algo)
-                            elif collective == "all_to_all":
-                                out = x if inplace else empty(dtype, count * P)
-                                comm.all_to_all(out, x, algorithm=algo)
-                            elif collective == "broadcast":
-                                out = x
-                                comm.broadcast(out, root=root, algorithm=algo)
-                            elif collective == "gather":
-                                out = empty(dtype, count * P) if r == root else None
-                                inp = out[r * count:(r + 1) * count] if (inplace and r == root) else x
-                                if inplace and r == root:
-                                    inp[:] = x
-                                comm.gather(out, inp, root=root, algorithm=algo)
-                            else:  # scatter
-                                out = empty(dtype, count)
-                                src = x if r == root else None
-                                if inplace and r == root:
-                                    out = x[r * count:(r + 1) * count]
-                                comm.scatter(out, src, root=root, algorithm=algo)
+                            out, want = run_moving(comm, HostBuffers, collective, algo, dtype, count, root, inplace)
                         except Exception as e:  # noqa: BLE001
                             failures.append(f"{what}: raised {type(e).__name__}: {e}")
                             continue

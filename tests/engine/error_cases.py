@@ -74,35 +74,53 @@ def bad_arguments(comm):
     return seen
 
 
-def mismatch(comm, scenario):
+class HostCalls:
+    """How the host cases make buffers and calls: NumPy arrays, blocking calls. The device cases
+    (tests/device/device_error_cases.py) pass one of commlib.emulated arrays whose calls are
+    enqueued and then synchronised, to the same scenario functions."""
+
+    @staticmethod
+    def full(n, dtype, value):
+        return np.full(n, value, dtype)
+
+    @staticmethod
+    def call(fn):
+        """Make the call fn(**kwargs) and wait for it (raising its error)."""
+        fn()
+
+
+def mismatch(comm, scenario, calls=HostCalls):
     """Ranks call different things on a fresh sub-communicator; every rank must get a
     MismatchError (from the call or, for a rank whose part needed nothing back, the next call)
     naming both calls, within seconds."""
     sub = comm.split(0, timeout=60)
     r = sub.rank
-    x = np.ones(64, np.float32)
+    x = calls.full(64, "float32", 1)
     if scenario == "collective":  # rank 0 all_gather, everyone else all_reduce
-        call = (lambda: sub.all_gather(np.zeros(64 * sub.size, np.float32), x)) if r == 0 else (
-            lambda: sub.all_reduce(x))
+        out = calls.full(64 * sub.size, "float32", 0)
+        call = (lambda **kw: sub.all_gather(out, x, **kw)) if r == 0 else (lambda **kw: sub.all_reduce(x, **kw))
         names = ("all_gather", "all_reduce")
     elif scenario == "count":
-        call = lambda: sub.all_reduce(np.ones(64 + (r == 1), np.float32), algorithm="ring")  # noqa: E731
+        y = calls.full(64 + (r == 1), "float32", 1)
+        call = lambda **kw: sub.all_reduce(y, algorithm="ring", **kw)  # noqa: E731
         names = ("65", "64")
     elif scenario == "dtype":
-        call = lambda: sub.all_reduce(np.ones(64, np.float32 if r else np.float64), algorithm="ring")  # noqa: E731
+        y = calls.full(64, "float32" if r else "float64", 1)
+        call = lambda **kw: sub.all_reduce(y, algorithm="ring", **kw)  # noqa: E731
         names = ("float32", "float64")
     elif scenario == "algorithm":
-        call = lambda: sub.all_reduce(x, algorithm="ring" if r else "recursive_doubling")  # noqa: E731
+        call = lambda **kw: sub.all_reduce(x, algorithm="ring" if r else "recursive_doubling", **kw)  # noqa: E731
         names = ("ring", "recursive_doubling")
     elif scenario == "root":
-        call = lambda: sub.reduce(x, root=0 if r == 0 else 1)  # noqa: E731
+        call = lambda **kw: sub.reduce(x, root=0 if r == 0 else 1, **kw)  # noqa: E731
         names = ("root 0", "root 1")
     else:
         raise ValueError(scenario)
     t = time.monotonic()
     try:
-        call()
-        sub.barrier()  # a rank whose part was only to send learns of the mismatch here
+        calls.call(call)
+        # A rank whose part was only to send learns of the mismatch at its next call.
+        calls.call(lambda **kw: sub.all_reduce(x, **kw))
         msg = None
     except commlib.MismatchError as e:
         msg = str(e)
@@ -113,7 +131,7 @@ def mismatch(comm, scenario):
     later = None
     t2 = time.monotonic()
     try:
-        sub.barrier()
+        calls.call(lambda **kw: sub.all_reduce(x, **kw))
     except commlib.CommError:
         later = time.monotonic() - t2
     sub.close()

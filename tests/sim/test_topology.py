@@ -14,7 +14,7 @@ from commlib.sim.topology import PRESETS, TopologyError, load
 def test_presets_document_their_sources(name):
     t = load(name)
     assert t.name == name
-    for field in ("devices_per_host", "nic_Gbps", "nic_efficiency", "inter_latency_us", "reduce_GBps", "cache_bytes"):
+    for field in ("devices_per_host", "nic_Gbps", "nic_efficiency", "inter_latency_us", "reduce_GBps", "memory_tiers"):
         assert t.sources.get(field), f"{name}: no source for {field}"
     d = t.engine_dict(3 * t.devices_per_host)
     assert d["host_of"][-1] == 2 and max(d["nic_of"]) < t.nics

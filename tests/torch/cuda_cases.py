@@ -149,3 +149,38 @@ def case_cuda_fsdp(comm, steps=6):
         return [f"FSDP2 losses: commlib/cuda {losses['commlib'].tolist()} vs "
                 f"gloo/cpu {losses['gloo'].tolist()}"]
     return []
+
+
+def case_cuda_parallel_wrappers(comm, steps=5, per_rank=4):
+    """commlib.parallel's DataParallel, ZeroOptimizer (stage 2) and FullyShardedModule on a CUDA
+    model vs the same wrapper on the CPU, over the same communicator: losses within the training
+    tolerance."""
+    import commlib.parallel as par
+    _cuda_setup(comm)
+    failures = []
+    for method in ("dp", "zero2", "fsdp"):
+        losses = {}
+        for device in ("cpu", "cuda"):
+            model = _mlp(0).to(device)
+            if method == "dp":
+                run = par.DataParallel(model, comm, bucket_cap_mb=0.001)
+                opt = torch.optim.SGD(run.parameters(), lr=0.1)
+            elif method == "zero2":
+                run = model
+                opt = par.ZeroOptimizer(torch.optim.SGD, model.parameters(), comm, stage=2, lr=0.1)
+            else:
+                run = par.FullyShardedModule(model, comm)
+                opt = torch.optim.SGD(run.parameters(), lr=0.1)
+            out = []
+            for step in range(steps):
+                x, y = bc._batch(1000 * step + comm.rank, per_rank)
+                loss = torch.nn.functional.mse_loss(run(x.to(device)), y.to(device))
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                out.append(loss.item())
+            losses[device] = torch.tensor(out)
+        if not torch.allclose(losses["cuda"], losses["cpu"], rtol=TRAIN_RTOL, atol=TRAIN_ATOL):
+            failures.append(f"{method}: losses on cuda {losses['cuda'].tolist()} vs cpu "
+                            f"{losses['cpu'].tolist()}")
+    return failures

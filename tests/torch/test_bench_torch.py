@@ -17,12 +17,12 @@ def test_bench_torch_reports_every_kind(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     res = json.loads(out.read_text())
     assert res["missing"] == {}, res["missing"]
-    kinds = ("comm_numpy", "comm_torch", "dist_commlib", "dist_gloo", "dist_fake", "dist_noop")
+    kinds = ("comm_numpy", "comm_torch", "dist_commlib", "dist_gloo", "dist_fake", "dist_noop", "fake_then_core")
     for coll, sizes in (("reduce_scatter_tensor", (8,)), ("barrier", (8,))):
         for s in sizes:
             for k in kinds:
                 assert res["median_us"][f"{coll}:{k}:{s}"] > 0
-    assert "### reduce_scatter_tensor" in r.stdout and "commlib − fake" in r.stdout
+    assert "### reduce_scatter_tensor" in r.stdout and "commlib − fake" in r.stdout and "commlib − ideal" in r.stdout
 
 
 def test_bench_torch_refuses_unknown_collective():

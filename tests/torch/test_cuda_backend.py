@@ -75,3 +75,11 @@ def test_cuda_fsdp2_four_ranks_on_one_gpu():
     import cuda_cases
     fails = [f for r in get_pool(4).run(cuda_cases.case_cuda_fsdp, timeout=300) for f in r]
     assert not fails, "\n".join(fails)
+
+
+@pytest.mark.gpu
+@needs_torch_cuda
+def test_cuda_parallel_wrappers_match_cpu():
+    import cuda_cases
+    fails = [f for r in get_pool(2).run(cuda_cases.case_cuda_parallel_wrappers, timeout=300) for f in r]
+    assert not fails, "\n".join(fails)

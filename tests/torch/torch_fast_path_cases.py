@@ -84,6 +84,10 @@ def _calls(P, me, n, dtype):
         out = torch.zeros(P * n, dtype=dtype)
         return (lambda a: dist.all_to_all_single(out, x, async_op=a)), [out, x]
 
+    def a2a_in_place(make_salt):  # output is input: the core copies the input aside first
+        x = _data(P * n, dtype, me, make_salt)
+        return (lambda a: dist.all_to_all_single(x, x, async_op=a)), [x]
+
     def barrier(salt):
         return (lambda a: dist.barrier(async_op=a)), []
 
@@ -97,7 +101,8 @@ def _calls(P, me, n, dtype):
     out += [(f"reduce root {r} {op}", red(r, op)) for r in range(P) for op in ops[:2]]
     out += [("all_gather_into_tensor", ag(False)), ("all_gather_into_tensor stacked", ag(True))]
     out += [(f"reduce_scatter_tensor {op}", rs(op)) for op in ops[:2]]
-    out += [("all_to_all_single", a2a), ("barrier", barrier)]
+    out += [("all_to_all_single", a2a), ("all_to_all_single in place", a2a_in_place),
+            ("barrier", barrier)]
     return out
 
 

@@ -1,0 +1,191 @@
+"""``commlib bench --device cuda|emulated``: the same sweep on device buffers.
+
+Buffers are ``commlib.emulated`` arrays (``--device emulated``) or torch CUDA tensors (``--device
+cuda``); every call goes through the stream engine (csrc/engine/stream_engine.h) over the links
+``COMMLIB_DEVICE_LINK`` chooses. A timed call is the enqueue plus a synchronisation of the current
+stream, so its time is the call's completion as the host sees it (nccl-tests times a loop of
+calls between two events instead, which leaves the host's wake-up out). Bus bandwidth is
+nccl-tests' (commlib/bench/common.py: bandwidths).
+
+``--peers nccl``: NCCL's own collectives through the same libnccl (``algorithm="nccl"``: the call
+goes to ncclAllReduce etc.; all_to_all, gather and scatter are grouped ncclSend/ncclRecv, as torch
+does), in the same job. On the emulated device that peer is the *emulated* NCCL (a test double of
+NCCL's API semantics, csrc/device/nccl_emulated.h): its backend is named ``nccl-emulated`` and its
+numbers say nothing about NCCL.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from commlib.bench.sweep import CommlibBackend
+
+DEVICES = ("host", "emulated", "cuda")
+_TORCH_DTYPES = {"float32": "float32", "float64": "float64", "float16": "float16", "bfloat16": "bfloat16",
+                 "int8": "int8", "uint8": "uint8", "int32": "int32", "int64": "int64"}
+
+
+def check_config(device: str, dtype: str, peers) -> None:
+    """SystemExit for what the device sweep cannot do."""
+    if device == "host":
+        if "nccl" in peers:
+            raise SystemExit("commlib bench: --peers nccl needs --device cuda or emulated")
+        return
+    if device == "emulated" and dtype == "bfloat16":
+        raise SystemExit("commlib bench: --device emulated: bfloat16 is not supported by the bench (use -d float16)")
+    other = [p for p in peers if p != "nccl"]
+    if other:
+        raise SystemExit(f"commlib bench: --device {device}: peers {', '.join(other)} run on host memory; "
+                         "only nccl compares on the device")
+
+
+def is_device_buffer(buf) -> bool:
+    return hasattr(buf, "__commlib_device__") or bool(getattr(buf, "is_cuda", False))
+
+
+def empty(device: str, count: int, dtype: str):
+    if device == "emulated":
+        from commlib import emulated
+        return emulated.empty(count, dtype)
+    import torch
+    return torch.empty(count, dtype=getattr(torch, _TORCH_DTYPES[dtype]), device="cuda")
+
+
+def fill(buf, vals: np.ndarray, offset: int = 0):
+    """buf[offset:offset+len(vals)] = vals on the device (ordered on the current stream)."""
+    n = len(vals)
+    if hasattr(buf, "__commlib_device__"):
+        from commlib import emulated
+        buf[offset:offset + n].copy_(emulated.from_numpy(vals.astype(np.dtype(buf.dtype))))
+    else:
+        import torch
+        buf[offset:offset + n] = torch.from_numpy(vals).to(buf.dtype).to(buf.device)
+
+
+def to_host(buf) -> np.ndarray:
+    """float64 host copy (waits for the current stream, like .cpu())."""
+    if hasattr(buf, "__commlib_device__"):
+        return buf.numpy().astype(np.float64)
+    return buf.float().cpu().numpy().astype(np.float64)
+
+
+def synchronizer(device: str):
+    if device == "emulated":
+        from commlib import emulated
+        return emulated.current_stream().synchronize
+    import torch
+    return torch.cuda.current_stream().synchronize
+
+
+def _timed(call, sync):
+    call()
+    sync()
+
+
+class DeviceBackend(CommlibBackend):
+    """commlib's collectives on device buffers (``nccl_peer``: NCCL's own, ``algorithm="nccl"``)."""
+
+    def __init__(self, comm, device: str, nccl_peer: bool = False):
+        super().__init__(comm)
+        from commlib import settings
+        self.device = device
+        self.nccl_peer = nccl_peer
+        if device == "cuda":  # one GPU per local rank where there are several
+            import os
+
+            import torch
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % max(torch.cuda.device_count(), 1))
+        self._sync = synchronizer(device)
+        if nccl_peer:
+            self.name = "nccl-emulated" if device == "emulated" else "nccl"
+            self.transport = ("emulated NCCL (test double, not NCCL)" if device == "emulated"
+                              else "NCCL")
+        else:
+            self.transport = f"{device} device, link {settings.get('COMMLIB_DEVICE_LINK') or 'auto'}"
+
+    def algorithms(self, collective):
+        return ["nccl"] if self.nccl_peer else super().algorithms(collective)
+
+    def supports(self, collective, mode, op, dtype):
+        if self.nccl_peer and op in ("band", "bor", "bxor"):
+            return False
+        return super().supports(collective, mode, op, dtype)
+
+    def make(self, collective, algorithm, mode, bufs, op, root):
+        call = super().make(collective, "nccl" if self.nccl_peer else algorithm, mode, bufs, op, root)
+        return functools.partial(_timed, call, self._sync)
+
+    def resolve(self, collective, algorithm, size, dtype):
+        return "nccl" if self.nccl_peer else super().resolve(collective, algorithm, size, dtype)
+
+
+# -- summary: our best against NCCL (scripts/gpu_check.sh writes it into bench/RESULTS_gpu.md) -----
+def _best(records, coll, size, mode):
+    ours = [r for r in records if r["backend"] == "commlib" and r["collective"] == coll and r["bytes"] == size
+            and r["mode"] == mode and r["algorithm"] != "auto"]
+    return min(ours, key=lambda r: r["time_us"]["median"]) if ours else None
+
+
+def peer_rows(data):
+    """Per (collective, size, mode) with an NCCL record: our best algorithm and NCCL's, median
+    time and busbw, and the ratios (ours / NCCL for busbw, NCCL / ours for time: > 1 is ours
+    ahead)."""
+    recs = data["results"]
+    rows = []
+    for n in sorted((r for r in recs if r["backend"].startswith("nccl")),
+                    key=lambda r: (r["collective"], r["bytes"], r["mode"])):
+        best = _best(recs, n["collective"], n["bytes"], n["mode"])
+        if best is None:
+            continue
+        t_ours, t_nccl = best["time_us"]["median"], n["time_us"]["median"]
+        rows.append({"collective": n["collective"], "bytes": n["bytes"], "mode": n["mode"], "peer": n["backend"],
+                     "best": best["algorithm"], "ours_us": t_ours, "nccl_us": t_nccl,
+                     "ours_busbw": best["busbw_GBps"], "nccl_busbw": n["busbw_GBps"],
+                     "time_ratio": t_nccl / t_ours if t_ours else float("nan"),
+                     "busbw_ratio": best["busbw_GBps"] / n["busbw_GBps"] if n["busbw_GBps"] else float("nan")})
+    return rows
+
+
+def targets(rows, world_size):
+    """Issue #14's two all_reduce targets, judged on ``rows`` (peer_rows)."""
+    big = [r for r in rows if r["collective"] == "all_reduce" and r["bytes"] >= 256 << 20]
+    small = [r for r in rows if r["collective"] == "all_reduce" and r["bytes"] <= 64 << 10]
+
+    def verdict(rs, ok, what):
+        if rs and all(r["peer"] == "nccl-emulated" for r in rs):
+            return "not measured: the peer is the emulated NCCL (a test double), not NCCL"
+        if not rs:
+            return "not measured (no all_reduce row against NCCL at these sizes)"
+        bad = [r for r in rs if not ok(r)]
+        worst = min(r["busbw_ratio" if what == "busbw" else "time_ratio"] for r in rs)
+        return (("met" if not bad else f"missed at {len(bad)} of {len(rs)} sizes") +
+                f" ({world_size} ranks; worst {what} ratio {worst:.2f})")
+    return [("our best all_reduce busbw >= NCCL's at >= 256 MiB", verdict(big, lambda r: r["busbw_ratio"] >= 1, "busbw")),
+            ("our best all_reduce time <= NCCL's at <= 64 KiB", verdict(small, lambda r: r["time_ratio"] >= 1, "time"))]
+
+
+def markdown(data) -> str:
+    """The comparison as markdown (one table, then the targets)."""
+    rows = peer_rows(data)
+    P = data.get("world_size")
+    lines = [f"Device bench: {P} ranks, `{data.get('command', 'commlib bench')}`; NCCL peer: "
+             f"{', '.join(sorted({r['peer'] for r in rows})) or 'none'}. Time = median of the slowest rank's "
+             "per-call time (enqueue + stream synchronize); busbw as nccl-tests.", "",
+             "| collective | size | mode | our best | ours µs | NCCL µs | NCCL/ours time | ours GB/s | NCCL GB/s | ours/NCCL busbw |",
+             "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    from commlib.bench.common import fmt_bytes
+    for r in rows:
+        lines.append(f"| {r['collective']} | {fmt_bytes(r['bytes'])} | {r['mode']} | {r['best']} | {r['ours_us']:.1f} | "
+                     f"{r['nccl_us']:.1f} | {r['time_ratio']:.2f} | {r['ours_busbw']:.2f} | {r['nccl_busbw']:.2f} | "
+                     f"{r['busbw_ratio']:.2f} |")
+    lines += ["", "| target | status |", "| --- | --- |"]
+    lines += [f"| {t} | {v} |" for t, v in targets(rows, P)]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+    with open(sys.argv[1]) as f:
+        sys.stdout.write(markdown(json.load(f)))

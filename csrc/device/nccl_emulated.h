@@ -1,0 +1,34 @@
+// The emulated NCCL: an implementation of the NcclApi table (device/nccl_loader.h) for the
+// emulated device, so CI runs the `nccl` link and algorithm="nccl" without a GPU or libnccl.
+//
+// It is a test double for NCCL's API *semantics*, not NCCL: grouping (ncclGroupStart/End fuse
+// sends and receives into one operation that progresses them together), stream order (every call
+// becomes operations on the emulated stream, after what was enqueued before), in-order matching
+// per ordered pair of ranks, blocking until the matching operation is posted, and CommAbort
+// releasing a stream blocked in a call. Its transfers are host memcpys through memfd regions the
+// ranks map from each other (/proc/<pid>/fd), 4 slots of 64 KiB per ordered pair; its collectives
+// are grouped sends/receives followed by the shared reduction functors on the stream, reduced in
+// rank order (so every rank gets the same bits). Its `void* stream` is the DeviceStream itself.
+//
+// The unique id names a rendezvous memfd of the rank that called GetUniqueId; CommInitRank blocks
+// until all ranks joined (or the configured timeout passes), like ncclCommInitRank.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "device/device.h"
+#include "device/nccl_loader.h"
+
+namespace commlib {
+
+const NcclApi& emulated_nccl_api();
+
+// The device (and the set-up timeout) the calling thread's next CommInitRank binds its
+// communicator to, as ncclCommInitRank binds to the current CUDA device.
+void emulated_nccl_use_device(std::shared_ptr<Device> device, double timeout_s);
+
+// Why the calling thread's last failing call failed (NCCL's codes say little).
+std::string emulated_nccl_last_error();
+
+}  // namespace commlib

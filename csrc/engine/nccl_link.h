@@ -1,0 +1,87 @@
+// NCCL inside the stream engine (engine/stream_engine.h), two ways:
+//  - the `nccl` link: the messages of a schedule step to the peers reached over NCCL become one
+//    ncclGroupStart .. ncclSend/ncclRecv .. ncclGroupEnd on the call's stream; a receive that
+//    reduces lands in scratch and the shared reduction functors run on the stream after the
+//    group. NCCL messages carry no header: the engine's descriptor check (control plane) runs
+//    before any of them, as for the ipc link. Zero-byte messages are skipped on both sides
+//    (NCCL moves its data itself, so they order nothing here).
+//  - algorithm="nccl": the whole collective is NCCL's own (AllReduce, AllGather, ReduceScatter,
+//    Broadcast, Reduce; all_to_all, gather and scatter as grouped sends/receives, as torch's
+//    NCCL process group does), for comparison with our schedules in the same job.
+// The communicator is created lazily (the first call that needs it, commlib/device_nccl.py): rank
+// 0's unique id goes through the store (exactly 128 bytes), every rank calls init(). abort() is
+// ncclCommAbort, called when the engine fails, so a stream blocked in NCCL is released; close()
+// is ncclCommDestroy once the engine's calls have drained.
+// On the emulated device the table is the emulated NCCL (device/nccl_emulated.h), else libnccl.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "device/device.h"
+#include "device/nccl_loader.h"
+#include "engine/communicator.h"
+#include "schedule/ir.h"
+
+namespace commlib {
+
+// CollectiveCall::algo / CallDesc::algo of algorithm="nccl": above every registry index (they
+// start at 1), below 0x80 (the high bit may mark device calls in descriptors).
+constexpr uint8_t kNcclAlgorithmCode = 0x7F;
+
+class NcclLink {
+ public:
+  NcclLink(std::shared_ptr<Device> device, int rank, int size, double timeout_s);
+  ~NcclLink();
+
+  // Chooses the NCCL: the emulated one on the emulated device, else the first of `candidates`
+  // that loads (device/nccl_loader.h). Returns the library's description.
+  std::string load(const std::vector<std::string>& candidates);
+  bool emulated() const { return emulated_; }
+  bool ready();
+  std::string unique_id();              // ncclGetUniqueId: 128 bytes (rank 0)
+  void init(const std::string& id);     // ncclCommInitRank: blocks until every rank joined
+
+  // Which peers the link carries (the rest use the engine's peer memory).
+  void set_peers(const std::vector<bool>& over_nccl);
+  bool carries(int peer) const { return peer >= 0 && peer < size_ && peers_[peer]; }
+  bool carries_any() const { return any_; }
+
+  // The messages of `step` to carried peers, as one group on `s` (see above).
+  void enqueue_step(const Step& step, const std::function<char*(const Region&)>& resolve, size_t esize,
+                    DType dtype, RedOp op, DeviceStream& s);
+  // algorithm="nccl". `op` is what NCCL reduces with (Sum for avg / premul_sum: the engine
+  // scales and divides around it). Throws std::invalid_argument for what NCCL lacks.
+  void enqueue_collective(const CollectiveCall& call, const char* in, char* out, RedOp op, DeviceStream& s);
+  static void check_supported(DType dtype, RedOp op, Collective coll);
+
+  void abort();  // any thread
+  void close();  // after the engine's streams drained
+
+ private:
+  void check(NcclResult r, const char* what);
+  char* scratch(size_t bytes, DeviceStream& s);
+
+  std::shared_ptr<Device> device_;
+  const int rank_, size_;
+  const double timeout_s_;
+  const NcclApi* api_ = nullptr;
+  bool emulated_ = false;
+  std::vector<bool> peers_;
+  bool any_ = false;
+
+  // Enqueues, init and close take mu_; abort (the watchdog) does not: an enqueue may be blocked
+  // on the host inside NCCL (ncclGroupEnd connecting to a dead peer), and ncclCommAbort from
+  // another thread is what releases it.
+  std::mutex mu_;
+  std::atomic<NcclComm> comm_{nullptr};
+  std::atomic<bool> aborted_{false};
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+};
+
+}  // namespace commlib

@@ -1,0 +1,123 @@
+"""Rank-side cases of the NCCL tests (test_nccl.py): the collective matrix is device_cases'
+(this module only adds the failure cases), on the emulated device whose NCCL is the emulated one
+(csrc/device/nccl_emulated.h)."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+
+import commlib
+import commlib.emulated as emu
+
+
+def links(comm):
+    """Which peers this rank's device engine reaches over NCCL (after a device call)."""
+    x = emu.from_numpy(np.ones(4, np.float32))
+    comm.all_reduce(x)
+    x.numpy()
+    engine = next(iter(comm._device()._engines.values()))
+    return engine.nccl_carries_any(), engine.nccl_ready()
+
+
+def mismatch(comm, scenario):
+    """Ranks 0 and 1 make different NCCL calls: each raises MismatchError naming both sides.
+    ``first``: the first algorithm="nccl" call differs (caught on the host before NCCL is set
+    up); ``later``: after a matched one, rank 0 calls algorithm="nccl" and rank 1 "ring" (caught
+    by the engine's descriptor check before anything is enqueued in NCCL)."""
+    sub = comm.split(0, timeout=30)
+    r = sub.rank
+    x = emu.from_numpy(np.ones(64 + (r == 1 and scenario == "first"), np.float32))
+    t = time.monotonic()
+    try:
+        if scenario == "later":
+            sub.all_reduce(x, algorithm="nccl")
+            x.numpy()
+        sub.all_reduce(x, algorithm="nccl" if (r == 0 or scenario == "first") else "ring", async_op=True).synchronize()
+        sub.all_reduce(x, async_op=True).synchronize()
+        msg = None
+    except commlib.MismatchError as e:
+        msg = str(e)
+    except commlib.CommError as e:
+        msg = f"wrong type {type(e).__name__}: {e}"
+    took = time.monotonic() - t
+    sub.close()
+    return msg, took
+
+
+def kill_during_nccl(comm, victim, algorithm):
+    """``victim`` dies (SIGKILL) while the others' streams are blocked in an NCCL group (the
+    emulated NCCL's) waiting for it: their works raise PeerError naming it, through the watchdog
+    and ncclCommAbort, and their streams run on. The victim's data operations are slow
+    (COMMLIB_EMULATED_DELAY_US is 0.2 s on it, test_nccl.py), its synchronisation is not: it
+    passes the call's descriptor check at once, then sits in a delayed copy or reduction before
+    its own NCCL group while the others already wait in theirs, and dies there."""
+    sub = comm.split(0, timeout=60)
+    x = emu.from_numpy(np.ones(1 << 12, np.float32))
+    sub.all_reduce(x, algorithm=algorithm)
+    x.numpy()
+    sub.barrier()
+    if sub.rank == victim:
+        threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGKILL)).start()
+    t = time.monotonic()
+    try:
+        sub.all_reduce(x, algorithm=algorithm, async_op=True).synchronize()
+        if sub.rank == victim:
+            time.sleep(5)
+        return None
+    except commlib.PeerError as e:
+        # The stream was released: an operation enqueued after the failed call completes.
+        y = emu.from_numpy(np.full(8, 3, np.float32))
+        released = y.numpy().tolist() == [3.0] * 8
+        return (str(e) if released else "stream not released: " + str(e)), time.monotonic() - t
+    except commlib.CommError as e:
+        return f"wrong type {type(e).__name__}: {e}", time.monotonic() - t
+
+
+def host_buffers_refused(comm):
+    """algorithm="nccl" on host buffers is refused before anything is sent."""
+    try:
+        comm.all_reduce(np.ones(4, np.float32), algorithm="nccl")
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def band_refused(comm):
+    x = emu.from_numpy(np.ones(4, np.int32))
+    try:
+        comm.all_reduce(x, op="band", algorithm="nccl")
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def kill_during_nccl_algorithm(comm, victim):
+    return kill_during_nccl(comm, victim, "nccl")
+
+
+def kill_during_nccl_link(comm, victim):
+    return kill_during_nccl(comm, victim, "ring")
+
+
+def resources(comm):
+    """Sub-communicators that created NCCL communicators (the emulated NCCL: memfd regions, the
+    unique id's rendezvous) and ran calls over them leave no thread, descriptor or device memory
+    behind once closed."""
+    dev = emu.device()
+    x = emu.from_numpy(np.ones(100_000, np.float32))
+    x.numpy()
+
+    def counts():
+        return (len(os.listdir("/proc/self/task")), len(os.listdir("/proc/self/fd")), dev.allocated_bytes())
+    before = counts()
+    for _ in range(3):
+        sub = comm.split(0)
+        sub.all_reduce(x, algorithm="nccl")
+        sub.all_reduce(x, algorithm="ring", async_op=True).synchronize()
+        sub.close()
+    emu.synchronize()
+    return before, counts()
