@@ -38,8 +38,8 @@ def parser() -> argparse.ArgumentParser:
                                    "or fitted from a bench run): nccl-tests table + JSON")
     add_sim(s)
     from commlib.bench.torch_overhead import add_arguments as add_torch_overhead
-    bt = sub.add_parser("bench-torch", help="per-call cost of dist.all_reduce over commlib vs gloo, "
-                                            "a do-nothing backend and comm.all_reduce (8 B..64 KiB)")
+    bt = sub.add_parser("bench-torch", help="per-call cost of blocking dist.* collectives over commlib vs "
+                                            "gloo, torch's do-nothing backends and comm.* (8 B..64 KiB)")
     add_torch_overhead(bt)
     return p
 

@@ -165,7 +165,7 @@ def _np_dtype(dtype: str):
     return np.dtype(dtype)
 
 
-# Where the sweep's buffers live: "host", or a device of commlib/bench/device.py (--device).
+# Where the sweep's buffers live: "host", or a device of commlib/bench/device_buffers.py (--device).
 _DEVICE = "host"
 
 
@@ -178,7 +178,7 @@ def empty(count: int, dtype: str):
     """A buffer commlib, gloo and MPI all accept: NumPy, or a torch tensor for bfloat16 (with
     --device: a device buffer, commlib/bench/device.py)."""
     if _DEVICE != "host":
-        from commlib.bench import device
+        from commlib.bench import device_buffers as device
         return device.empty(_DEVICE, count, dtype)
     if dtype == "bfloat16":
         import torch
@@ -189,7 +189,7 @@ def empty(count: int, dtype: str):
 def as_numpy_f64(buf) -> np.ndarray:
     """Values of a bench buffer as float64 (for comparisons)."""
     if not isinstance(buf, np.ndarray) and _DEVICE != "host":
-        from commlib.bench import device
+        from commlib.bench import device_buffers as device
         return device.to_host(buf)
     if isinstance(buf, np.ndarray):
         return buf.astype(np.float64)
@@ -222,7 +222,7 @@ def fill(buf, vals: np.ndarray, offset: int = 0):
     """buf[offset:offset+len(vals)] = vals, for NumPy or torch buffers."""
     n = len(vals)
     if not isinstance(buf, np.ndarray) and _DEVICE != "host":
-        from commlib.bench import device
+        from commlib.bench import device_buffers as device
         return device.fill(buf, vals, offset)
     if isinstance(buf, np.ndarray):
         buf[offset:offset + n] = vals.astype(buf.dtype)

@@ -25,7 +25,7 @@ import json
 import math
 import os
 
-from commlib.sim.topology import Topology, TopologyError
+from commlib.sim.topology_model import Topology, TopologyError
 
 __all__ = ["from_bench", "fit_machine", "working_set_bytes", "MAX_LEVELS", "MIN_SIZES_PER_LEVEL", "LEVEL_GAIN"]
 

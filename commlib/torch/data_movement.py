@@ -253,7 +253,7 @@ class DataMovementMixin:
             if any(x.dtype != dt for x in outs + ins):
                 raise TypeError("alltoall: all tensors must have the same dtype")
             ib = [as_bytes(x) for x in ins]
-            ibuf = torch.cat(ib) if ib else torch.empty(0, device=ins[0].device if ins else "cpu")
+            ibuf = torch.cat(ib) if ib else torch.empty(0)
             osp = [as_bytes(o).numel() if o.is_contiguous() else o.numel() * (
                 1 if o.dtype in NATIVE else o.element_size()) for o in outs]
             obuf = torch.empty(sum(osp), dtype=ibuf.dtype, device=ibuf.device)

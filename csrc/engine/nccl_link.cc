@@ -147,6 +147,26 @@ void NcclLink::enqueue_step(const Step& step, const std::function<char*(const Re
   }
 }
 
+void NcclLink::enqueue_p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& s) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (aborted_) throw CommError("NCCL communicator aborted");
+  NcclComm comm = comm_.load();
+  if (!comm) throw CommError("NCCL link used before its communicator was created");
+  const int dt = nccl_dtype(dtype);
+  void* stream = s.native_handle();
+  check(api_->GroupStart(), "ncclGroupStart");
+  NcclResult r = 0;
+  for (const P2PItem& it : items) {
+    if (!carries(it.peer) || !it.count || r) continue;
+    void* p = reinterpret_cast<void*>(it.ptr);
+    const size_t n = static_cast<size_t>(it.count);
+    r = it.send ? api_->Send(p, n, dt, it.peer, comm, stream) : api_->Recv(p, n, dt, it.peer, comm, stream);
+  }
+  const NcclResult end = api_->GroupEnd();
+  check(r, "ncclSend/ncclRecv");
+  check(end, "ncclGroupEnd");
+}
+
 void NcclLink::check_supported(DType dtype, RedOp op, Collective coll) {
   nccl_dtype(dtype);
   if (coll == Collective::AllReduce || coll == Collective::ReduceScatter || coll == Collective::Reduce) {

@@ -54,6 +54,9 @@ class NcclLink {
   // The messages of `step` to carried peers, as one group on `s` (see above).
   void enqueue_step(const Step& step, const std::function<char*(const Region&)>& resolve, size_t esize,
                     DType dtype, RedOp op, DeviceStream& s);
+  // Point-to-point messages (send / recv / batches, all_to_all with splits) to carried peers, as
+  // one group on `s`; zero-count ones are skipped on both sides.
+  void enqueue_p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& s);
   // algorithm="nccl". `op` is what NCCL reduces with (Sum for avg / premul_sum: the engine
   // scales and divides around it). Throws std::invalid_argument for what NCCL lacks.
   void enqueue_collective(const CollectiveCall& call, const char* in, char* out, RedOp op, DeviceStream& s);

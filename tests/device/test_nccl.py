@@ -88,6 +88,16 @@ def test_nccl_link_and_algorithm_matrix(pool, size):
     _check(p.run(device_cases.check_cases, cases, timeout=200))
 
 
+@pytest.mark.timeout(120)
+def test_point_to_point_over_the_nccl_link(pool):
+    # device_p2p_cases' send/recv rings, fan-out/in batches and uneven all_to_all splits (counts 0
+    # to several chunks), every pair on NCCL.
+    import device_p2p_cases as p2p
+    p = pool(3, env=NCCL_LINK)
+    for case in (p2p.ring_shift, p2p.fan_out_and_in, p2p.all_to_all_uneven):
+        assert p.run(case, timeout=100) == [[]] * 3, case.__name__
+
+
 @pytest.mark.timeout(240)
 def test_ipc_within_hosts_nccl_across(pool):
     p = pool(4, env=TWO_HOSTS)
