@@ -12,6 +12,10 @@
 // sends an impossible frame is marked failed (the job sees PeerError naming it) and its connection
 // dropped. Flow control is TCP's own: when a receive ring is full the thread stops reading that
 // socket, the kernel buffers fill, and the sender's writes would block, so its send ring fills.
+//
+// Zero-copy (docs/transports.md): a send slot may point at the caller's buffer instead of holding
+// the payload (sendmsg gathers headers + payload); the executor may post where the next message
+// goes, and matching chunks are read straight there; a waiting caller reads its sockets itself.
 #pragma once
 
 #include <atomic>

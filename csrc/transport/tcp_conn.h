@@ -24,7 +24,8 @@ struct WireHeader {
 };
 static_assert(sizeof(WireHeader) == 16, "wire header layout");
 
-// A send slot holds a whole frame (WireHeader + ChunkHeader + payload) so one write() sends it.
+// A send slot holds a whole frame (WireHeader + ChunkHeader + payload) so one write() sends it,
+// or only the headers when its payload is written from the caller's buffer (send_ref).
 constexpr size_t kSendPrefix = sizeof(WireHeader) + sizeof(ChunkHeader);
 
 struct TcpTransport::Conn {
