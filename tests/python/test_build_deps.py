@@ -28,6 +28,7 @@ def built(tmp_path):
     for f in (src, tmp_path / "used.h", tmp_path / "unused.h"):
         _age(f, 100)
     subprocess.run(["g++", "-c", str(src), "-o", str(obj), "-MMD", "-MF", str(dep)], check=True)
+    _age(obj, 10)  # so that a later touch() is newer even where timestamps are coarse
     return tmp_path, src, obj, dep
 
 
