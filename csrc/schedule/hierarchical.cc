@@ -8,6 +8,9 @@
 //                   their partials and reduce them in host order; (3) within each host, owners
 //                   send their range to every local peer. Every element is reduced in the same
 //                   order (local ranks, then hosts) wherever it is computed: bitwise identical.
+//                   Pipelined when every host holds the same number of ranks and the message
+//                   spans two segments or more (COMMLIB_HIER_SEGMENT elements; at most
+//                   kMaxSegments): see all_reduce_pipelined.
 //   all_gather      (1) every rank sends its block to one rank on each other host (local index
 //                   i -> i mod L there); (2) each rank forwards its own and the blocks it
 //                   received to its local peers, one block per round.
@@ -17,9 +20,11 @@
 //                   the host partials to the owner, which reduces them in host order.
 //   broadcast       the root sends to the lowest rank of every other host and to its own local
 //                   peers; those leaders send to their local peers.
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
+#include "common/params.h"
 #include "schedule/builders.h"
 #include "schedule/registry.h"
 
@@ -56,10 +61,110 @@ struct HostMap {
   int partner(int h, int i) const { return hosts[h][i % L(h)]; }
 };
 
+
+// Segments cap the per-step overhead (one header and one wake-up per peer per step).
+constexpr int kMaxSegments = 16;
+
+// 1 (the plain schedule) unless hosts are equal, there are two or more of them (else there is no
+// inter-host transfer to overlap) and the message spans two segments.
+int pipeline_segments(const CollArgs& a, const HostMap& m) {
+  if (m.H() < 2) return 1;
+  for (int g = 1; g < m.H(); ++g)
+    if (m.L(g) != m.L(0)) return 1;
+  const int64_t seg = param_int("COMMLIB_HIER_SEGMENT", 1, INT64_MAX);
+  return static_cast<int>(std::clamp<int64_t>(a.count / seg, 1, kMaxSegments));
+}
+
+// The plain all_reduce cut into K segments (local index i owns block i of every segment) and run
+// as a pipeline so the shared-memory phases hide behind the inter-host link. Tick t:
+//   step A   inter-host exchange of segment t  ||  intra-host reduce-scatter sends of segment t+1
+//   steps B  the ordered reductions of both (disjoint regions); the first B step also carries
+//            the intra-host all-gather of segment t-1.
+// Every rank has the same step shape (equal hosts), so sends and receives pair up step by step;
+// each element is still reduced in local rank order, then host order: bitwise identical.
+Schedule all_reduce_pipelined(const CollArgs& a, const HostMap& m, int K) {
+  const int r = a.rank, h = m.host[r], i = m.local[r], L = m.L(h), H = m.H();
+  const int64_t n = a.count;
+  auto block = [&](BufferId buf, int t, int j) {
+    const int64_t so = blk_off(n, K, t), sl = blk_len(n, K, t);
+    return Region{buf, so + blk_off(sl, L, j), blk_len(sl, L, j)};
+  };
+  const int64_t max_block = blk_len(blk_len(n, K, 0), L, 0);  // segment 0, block 0: the largest
+  const int64_t x_base = (L - 1) * max_block;                 // scratch: [rs slots][x slots]
+  Schedule s;
+  s.scratch_count = (L - 1 + H - 1) * max_block;
+  auto chain = [](Region dst, const std::vector<Region>& srcs, int own) {
+    Schedule tmp;
+    append_ordered_reduce(tmp, dst, srcs, own);
+    return tmp.steps;
+  };
+  auto rs_comm = [&](int t, Step& x) {
+    for (int j = 0, slot = 0; j < L; ++j) {
+      if (j == i) continue;
+      const int q = m.hosts[h][j];
+      x.ops.push_back(op_send(q, block(BufferId::Input, t, j)));
+      x.ops.push_back(op_recv(q, scratch_region(slot++ * max_block, block(BufferId::Input, t, i).count)));
+    }
+  };
+  auto rs_reduce = [&](int t) {
+    const Region mine_in = block(BufferId::Input, t, i), mine_out = block(BufferId::Output, t, i);
+    if (L == 1) return std::vector<Step>{Step{{op_copy(mine_out, mine_in)}}};
+    std::vector<Region> srcs(L);
+    for (int j = 0, slot = 0; j < L; ++j)
+      srcs[j] = j == i ? mine_in : scratch_region(slot++ * max_block, mine_in.count);
+    return chain(mine_out, srcs, i);
+  };
+  auto x_comm = [&](int t, Step& x) {
+    const Region mine = block(BufferId::Output, t, i);
+    for (int g = 0, slot = 0; g < H; ++g) {
+      if (g == h) continue;
+      const int q = m.hosts[g][i];
+      x.ops.push_back(op_send(q, mine));
+      x.ops.push_back(op_recv(q, scratch_region(x_base + slot++ * max_block, mine.count)));
+    }
+  };
+  auto x_reduce = [&](int t) {
+    const Region mine = block(BufferId::Output, t, i);
+    std::vector<Region> srcs(H);
+    for (int g = 0, slot = 0; g < H; ++g)
+      srcs[g] = g == h ? mine : scratch_region(x_base + slot++ * max_block, mine.count);
+    return chain(mine, srcs, h);
+  };
+  auto ag_comm = [&](int t, Step& x) {
+    for (int j = 0; j < L; ++j) {
+      if (j == i) continue;
+      const int q = m.hosts[h][j];
+      x.ops.push_back(op_send(q, block(BufferId::Output, t, i)));
+      x.ops.push_back(op_recv(q, block(BufferId::Output, t, j)));
+    }
+  };
+  auto append = [](Step& dst, const Step& src) { dst.ops.insert(dst.ops.end(), src.ops.begin(), src.ops.end()); };
+  for (int t = -1; t <= K; ++t) {
+    const bool x_now = t >= 0 && t < K, rs_next = t + 1 < K, ag_prev = t >= 1 && t - 1 < K;
+    Step A;
+    if (x_now) x_comm(t, A);
+    if (rs_next) rs_comm(t + 1, A);
+    if (!A.ops.empty()) s.steps.push_back(std::move(A));
+    const std::vector<Step> rs = rs_next ? rs_reduce(t + 1) : std::vector<Step>{};
+    const std::vector<Step> xr = x_now ? x_reduce(t) : std::vector<Step>{};
+    const size_t len = std::max({rs.size(), xr.size(), size_t{ag_prev ? 1u : 0u}});
+    for (size_t k = 0; k < len; ++k) {
+      Step B;
+      if (k < rs.size()) append(B, rs[k]);
+      if (k < xr.size()) append(B, xr[k]);
+      if (k == 0 && ag_prev) ag_comm(t - 1, B);
+      if (!B.ops.empty()) s.steps.push_back(std::move(B));
+    }
+  }
+  return s;
+}
+
 }  // namespace
 
 Schedule all_reduce_hierarchical(const CollArgs& a) {
   const HostMap m(a);
+  const int K = pipeline_segments(a, m);
+  if (K > 1) return all_reduce_pipelined(a, m, K);
   const int r = a.rank, h = m.host[r], i = m.local[r], L = m.L(h), H = m.H();
   const int64_t n = a.count;
   int B = 0;

@@ -59,3 +59,16 @@ def test_auto_uses_hierarchical_across_shared_hosts(pool):
     assert "hierarchical" not in flat.values()
     pinned = hosts_pool(pool, TWO_BY_TWO, COMMLIB_ALGO_ALL_REDUCE="ring").run(cases.auto_choices)[0]
     assert pinned["all_reduce"] == "ring" and pinned["broadcast"] == "hierarchical"
+
+
+@pytest.mark.parametrize("hosts", [TWO_BY_TWO, ("a", "b", "a", "b", "a", "b")], ids=["2x2", "2x3-interleaved"])
+def test_pipelined_hierarchical_all_reduce(pool, hosts):
+    """Segments of 64 elements: 3 to 16 segments, the last ones uneven; exact for integers and
+    bitwise identical floats on every rank, in place and out of place."""
+    import pipelined_cases
+
+    counts = [64 * 3 + 5, 64 * 7 + 1, 5003]
+    got = hosts_pool(pool, hosts, COMMLIB_HIER_SEGMENT="64").run(pipelined_cases.pipelined_all_reduce, counts)
+    for per_count in zip(*got):
+        assert all(exact_in and exact_out for exact_in, exact_out, _ in per_count)
+        assert len({digest for _, _, digest in per_count}) == 1

@@ -47,3 +47,41 @@ def test_verifier_rejects_a_broken_one(collective):
 def test_bad_host_map_is_refused():
     with pytest.raises(ValueError, match="host_of"):
         _C.schedule("all_reduce", "hierarchical", 0, 4, 10, 0, "float32", [0, 1])
+
+
+EQUAL_HOSTS = [[0, 1], [0, 0, 1, 1], [1, 0, 1, 0], [0, 1, 2], [0, 0, 0, 1, 1, 1], [h % 4 for h in range(16)],
+               list(range(16)), [h for h in range(8) for _ in range(8)]]
+
+
+def test_pipelined_all_reduce_verified(monkeypatch):
+    """Equal hosts and a message of two segments or more: the pipelined all_reduce (more steps than
+    the plain one) is proven for every count shape; uneven hosts keep the plain schedule."""
+    plain = {tuple(h): len(schedules("all_reduce", h, 1009, 0)[0]["steps"]) for h in EQUAL_HOSTS}
+    monkeypatch.setenv("COMMLIB_HIER_SEGMENT", "7")
+    for hosts in EQUAL_HOSTS:
+        P = len(hosts)
+        for count in sorted({0, 1, P - 1, P + 3, 14, 97, 1009}):
+            _C._verify_custom("all_reduce", P, count, schedules("all_reduce", hosts, count, 0), 0)
+        assert len(schedules("all_reduce", hosts, 1009, 0)[0]["steps"]) > plain[tuple(hosts)]
+    uneven = [0, 0, 1, 2, 2, 2]
+    monkeypatch.setenv("COMMLIB_HIER_SEGMENT", "262144")
+    before = schedules("all_reduce", uneven, 1009, 0)
+    monkeypatch.setenv("COMMLIB_HIER_SEGMENT", "7")
+    assert schedules("all_reduce", uneven, 1009, 0) == before
+
+
+def test_verifier_rejects_a_broken_pipeline(monkeypatch):
+    monkeypatch.setenv("COMMLIB_HIER_SEGMENT", "7")
+    hosts = [0, 0, 1, 1]
+    s = schedules("all_reduce", hosts, 97, 0)
+    victim = s[3]["steps"]
+    last_ag = max(k for k, st in enumerate(victim) if any(op["op"] == "recv" for op in st))
+    del victim[last_ag]
+    with pytest.raises(_C.VerificationError):
+        _C._verify_custom("all_reduce", len(hosts), 97, s, 0)
+
+
+def test_bad_segment_setting_is_refused(monkeypatch):
+    monkeypatch.setenv("COMMLIB_HIER_SEGMENT", "0")
+    with pytest.raises(ValueError, match="COMMLIB_HIER_SEGMENT"):
+        _C.schedule("all_reduce", "hierarchical", 0, 4, 100, 0, "float32", [0, 0, 1, 1])
