@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-exec .venv/bin/python -m pytest -q -ra "$@"
+# --durations: the slowest tests, to keep an eye on the CI budget (15 minutes on 2 cores).
+exec .venv/bin/python -m pytest -q -ra --durations=15 "$@"
