@@ -6,6 +6,7 @@ and results are read back with .numpy() (which waits for the stream, as .cpu() d
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import os
 import sys
@@ -136,3 +137,16 @@ def check_cases(comm, cases):
         if key:
             digests.append((key, digest))
     return failures, digests
+
+
+def check_results(results):
+    """Asserts (in the test process) that no rank reported a wrong result and that every case's
+    digest is the same on every rank (bitwise identical results)."""
+    failures = [f for fails, _ in results for f in fails]
+    assert not failures, f"{len(failures)} wrong result(s):\n" + "\n".join(failures[:20])
+    by_case = collections.defaultdict(set)
+    for _, digests in results:
+        for case, digest in digests:
+            by_case[case].add(digest)
+    differing = [case for case, ds in by_case.items() if len(ds) > 1]
+    assert not differing, f"ranks differ bitwise in {len(differing)} case(s), e.g. {differing[:3]}"

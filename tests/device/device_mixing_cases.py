@@ -41,35 +41,32 @@ def host_versus_device(comm, after_setup):
     return got, later
 
 
-def engine_failure_aborts_host(comm):
-    """Rank 1 stays silent; rank 0's device all_reduce fails with PeerError after the timeout
-    (1.5 s), and rank 0's next host call raises that error at once instead of waiting again."""
+def _failure_then(comm, first, second):
+    """Rank 1 stays silent after a first device call; rank 0's `first` call (on the host
+    communicator's device or host side) fails with PeerError after the timeout (1.5 s), then its
+    `second` call, on the other side, raises that error at once instead of waiting again."""
     sub = comm.split(0, timeout=1.5)
     x = emu.from_numpy(np.ones(16, np.float32))
-    sub.all_reduce(x)
+    sub.all_reduce(x)  # sets the engine up on both ranks
     x.numpy()
     if sub.rank == 1:
         time.sleep(3)
         sub.close()
         return None
-    device = _outcome(lambda: sub.all_reduce(x, async_op=True).synchronize())
-    host = _outcome(lambda: sub.all_reduce(np.ones(4, np.float32)))
+    calls = {"device": lambda: sub.all_reduce(x, async_op=True).synchronize(),
+             "device_enqueue": lambda: sub.all_reduce(x, async_op=True),
+             "host": lambda: sub.all_reduce(np.ones(4, np.float32))}
+    out = (_outcome(calls[first]), _outcome(calls[second]))
     sub.close()
-    return device, host
+    return out
+
+
+def engine_failure_aborts_host(comm):
+    """A device call's PeerError makes the next host call raise it at once: (device, host)."""
+    return _failure_then(comm, "device", "host")
 
 
 def host_failure_aborts_engine(comm):
-    """Rank 1 stays silent; rank 0's host all_reduce fails with PeerError after the timeout, and
-    rank 0's next device call (engine set up before) raises that error when it is enqueued."""
-    sub = comm.split(0, timeout=1.5)
-    x = emu.from_numpy(np.ones(16, np.float32))
-    sub.all_reduce(x)
-    x.numpy()
-    if sub.rank == 1:
-        time.sleep(3)
-        sub.close()
-        return None
-    host = _outcome(lambda: sub.all_reduce(np.ones(4, np.float32)))
-    device = _outcome(lambda: sub.all_reduce(x, async_op=True))
-    sub.close()
-    return host, device
+    """A host call's PeerError makes the next device call raise it when it is enqueued:
+    (host, device)."""
+    return _failure_then(comm, "host", "device_enqueue")

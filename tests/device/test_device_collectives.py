@@ -11,7 +11,6 @@ across the cases; one
 sweep runs every dtype x op (all_reduce and reduce_scatter); one ~1M-element call per collective.
 Outputs every rank must hold identically are compared bitwise across ranks.
 """
-import collections
 import os
 import sys
 
@@ -65,17 +64,6 @@ def big_cases(P):
     return [(coll, "auto", "float32", "sum", cc.big(coll, P), 0, False) for coll in COLLECTIVES]
 
 
-def _check(results):
-    failures = [f for fails, _ in results for f in fails]
-    assert not failures, f"{len(failures)} wrong result(s):\n" + "\n".join(failures[:20])
-    by_case = collections.defaultdict(set)
-    for _, digests in results:
-        for case, digest in digests:
-            by_case[case].add(digest)
-    differing = [case for case, ds in by_case.items() if len(ds) > 1]
-    assert not differing, f"ranks differ bitwise in {len(differing)} case(s), e.g. {differing[:3]}"
-
-
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("size", SIZES)
 def test_collective_matrix_on_emulated_device(pool, size):
@@ -84,7 +72,7 @@ def test_collective_matrix_on_emulated_device(pool, size):
         cases += dtype_op_sweep(size)
     if size in (3, 8):
         cases += big_cases(size)
-    _check(pool(size, env=DELAY_ENV).run(device_cases.check_cases, cases, timeout=240))
+    device_cases.check_results(pool(size, env=DELAY_ENV).run(device_cases.check_cases, cases, timeout=240))
 
 
 @pytest.mark.timeout(300)
@@ -92,4 +80,4 @@ def test_single_stream_calls(pool):
     """COMMLIB_DEVICE_STREAMS=1 (every step on the caller's stream, no send/receive split): the
     world-size-3 covering cases and the big ones."""
     env = dict(DELAY_ENV, COMMLIB_DEVICE_STREAMS="1")
-    _check(pool(3, env=env).run(device_cases.check_cases, covering_cases(3) + big_cases(3), timeout=240))
+    device_cases.check_results(pool(3, env=env).run(device_cases.check_cases, covering_cases(3) + big_cases(3), timeout=240))

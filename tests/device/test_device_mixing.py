@@ -25,16 +25,10 @@ def test_host_call_against_device_call_is_a_mismatch_on_both_ranks(pool, after_s
 
 
 @pytest.mark.timeout(60)
-def test_engine_failure_aborts_the_host_side(pool):
-    device, host = pool(2, env=ENV).run(cases.engine_failure_aborts_host, timeout=40)[0]
-    assert device[0] == "PeerError" and "rank 1" in device[1], device
-    assert host[0] == "PeerError" and "rank 1" in host[1], host
-    assert host[2] < 0.5, f"the host call waited {host[2]:.2f} s instead of raising at once"
-
-
-@pytest.mark.timeout(60)
-def test_host_failure_aborts_the_engine(pool):
-    host, device = pool(2, env=ENV).run(cases.host_failure_aborts_engine, timeout=40)[0]
-    assert host[0] == "PeerError" and "rank 1" in host[1], host
-    assert device[0] == "PeerError" and "rank 1" in device[1], device
-    assert device[2] < 0.5, f"the device call took {device[2]:.2f} s to raise"
+@pytest.mark.parametrize("case", [cases.engine_failure_aborts_host, cases.host_failure_aborts_engine],
+                         ids=["engine-fails-host", "host-fails-engine"])
+def test_one_side_failing_fails_the_other_at_once(pool, case):
+    first, second = pool(2, env=ENV).run(case, timeout=40)[0]
+    assert first[0] == "PeerError" and "rank 1" in first[1], first
+    assert second[0] == "PeerError" and "rank 1" in second[1], second
+    assert second[2] < 0.5, f"the second call took {second[2]:.2f} s instead of raising at once"

@@ -9,7 +9,6 @@ count, rotating; dtypes, ops, roots and in/out of place rotate across the cases.
 (COMMLIB_HOST_ID) give the auto rule's mix: peer memory within a host, NCCL across. Outputs
 every rank must hold identically are compared bitwise across ranks.
 """
-import collections
 import os
 import sys
 
@@ -34,17 +33,6 @@ TWO_HOSTS = {**DELAY, "COMMLIB_HOST_ID": ("a", "a", "b", "b")}
 
 def _ops(dtype):
     return cc.INT_OPS if dtype in cc.INTS else cc.FLOAT_OPS
-
-
-def _check(results):
-    failures = [f for fails, _ in results for f in fails]
-    assert not failures, f"{len(failures)} wrong result(s):\n" + "\n".join(failures[:20])
-    by_case = collections.defaultdict(set)
-    for _, digests in results:
-        for case, digest in digests:
-            by_case[case].add(digest)
-    differing = [case for case, ds in by_case.items() if len(ds) > 1]
-    assert not differing, f"ranks differ bitwise in {len(differing)} case(s), e.g. {differing[:3]}"
 
 
 def _case(coll, algo, count, k, P):
@@ -85,7 +73,7 @@ def test_nccl_link_and_algorithm_matrix(pool, size):
     if size > 1:  # every pair is on NCCL, and its communicator exists
         assert p.run(nccl_cases.links) == [(True, True)] * size
     cases = matrix_cases(size) + (big_cases(size) if size == 3 else [])
-    _check(p.run(device_cases.check_cases, cases, timeout=200))
+    device_cases.check_results(p.run(device_cases.check_cases, cases, timeout=200))
 
 
 @pytest.mark.timeout(120)
@@ -105,7 +93,7 @@ def test_ipc_within_hosts_nccl_across(pool):
     assert p.run(nccl_cases.links) == [(True, True)] * 4
     cases = [_case(coll, algo, (13, 97)[i % 2], i, 4)
              for i, (coll, algo) in enumerate((c, a) for c in COLLECTIVES for a in commlib.algorithms(c))]
-    _check(p.run(device_cases.check_cases, cases, timeout=200))
+    device_cases.check_results(p.run(device_cases.check_cases, cases, timeout=200))
 
 
 def test_ipc_only_by_default_on_one_host(pool):

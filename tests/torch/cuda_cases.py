@@ -91,6 +91,19 @@ def _mlp(seed):
     return torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
 
 
+def _train(model, opt, device, rank, steps, per_rank):
+    """`steps` SGD steps of `model` on this rank's batches (moved to `device`); the losses."""
+    losses = []
+    for step in range(steps):
+        x, y = bc._batch(1000 * step + rank, per_rank)
+        loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return torch.tensor(losses)
+
+
 def case_cuda_ddp(comm, steps=8, per_rank=4):
     """DDP over commlib on a CUDA model vs DDP over gloo on the same model on the CPU: losses and
     final parameters within the training tolerance."""
@@ -101,15 +114,8 @@ def case_cuda_ddp(comm, steps=8, per_rank=4):
         model = _mlp(0).to(device)
         ddp = DDP(model, device_ids=[0] if device == "cuda" else None, process_group=group)
         opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
-        losses = []
-        for step in range(steps):
-            x, y = bc._batch(1000 * step + comm.rank, per_rank)
-            loss = torch.nn.functional.mse_loss(ddp(x.to(device)), y.to(device))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-        runs[kind] = (torch.tensor(losses), [p.detach().cpu() for p in model.parameters()])
+        losses = _train(ddp, opt, device, comm.rank, steps, per_rank)
+        runs[kind] = (losses, [p.detach().cpu() for p in model.parameters()])
     (l1, p1), (l2, p2) = runs["commlib"], runs["gloo"]
     failures = []
     if not torch.allclose(l1, l2, rtol=TRAIN_RTOL, atol=TRAIN_ATOL):
@@ -171,15 +177,7 @@ def case_cuda_parallel_wrappers(comm, steps=5, per_rank=4):
             else:
                 run = par.FullyShardedModule(model, comm)
                 opt = torch.optim.SGD(run.parameters(), lr=0.1)
-            out = []
-            for step in range(steps):
-                x, y = bc._batch(1000 * step + comm.rank, per_rank)
-                loss = torch.nn.functional.mse_loss(run(x.to(device)), y.to(device))
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                out.append(loss.item())
-            losses[device] = torch.tensor(out)
+            losses[device] = _train(run, opt, device, comm.rank, steps, per_rank)
         if not torch.allclose(losses["cuda"], losses["cpu"], rtol=TRAIN_RTOL, atol=TRAIN_ATOL):
             failures.append(f"{method}: losses on cuda {losses['cuda'].tolist()} vs cpu "
                             f"{losses['cpu'].tolist()}")
