@@ -97,7 +97,14 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, store=Non
     server = None
     if owned:
         store, server = _default_store(rank, world_size, master_addr, master_port, timeout)
-    comm = create(store, prefix, rank, world_size, timeout)
+    try:
+        comm = create(store, prefix, rank, world_size, timeout)
+    except BaseException:
+        if owned:  # a failed rendezvous leaves nothing open behind it
+            store.close()
+            if server is not None:
+                server.close()
+        raise
     if owned:  # close() releases what init() opened: the store connection and rank 0's server
         comm._owned = (store, server)
     return comm

@@ -205,6 +205,11 @@ class TCPStore:
             raise RendezvousError(f"store at {self._where}: answered {reply[:32]!r}, expected a commlib "
                                   "store's hello (is MASTER_PORT used by another program?)")
 
+    def close(self):
+        """Close the connection to the server (idempotent); later operations raise
+        RendezvousError. Without it the socket lives until garbage collection."""
+        self._sock.close()
+
     @staticmethod
     def _b(x):
         return x.encode() if isinstance(x, str) else bytes(x)
