@@ -191,10 +191,13 @@ void bind_comm(py::module_& m) {
             d["sent_in_place"] = s.sent_in_place;
             d["landed"] = s.landed;
             d["frames_read_by_caller"] = s.frames_read_by_caller;
+            d["lanes"] = s.lanes;
+            d["frames_striped"] = s.frames_striped;
             return d;
           },
           "TCP data-path counters (tests): payload bytes sent from callers' buffers, bytes received "
-          "straight into destinations, frames read by a waiting caller rather than the progress thread.")
+          "straight into destinations, frames read by a waiting caller rather than the progress thread, "
+          "connections per peer and data frames sent on connections other than the first.")
       .def_property_readonly("rank", &Communicator::rank)
       .def_property_readonly("size", &Communicator::size)
       .def(

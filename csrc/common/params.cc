@@ -42,6 +42,8 @@ const std::vector<Param> kParams = {
      "elements per pipeline segment of hierarchical all_reduce (equal hosts; at most 16 segments; same on all ranks)"},
     {"COMMLIB_TCP_CHUNK_BYTES", "bytes", "524288",
      "payload bytes of one TCP chunk, a multiple of 64 in 4096..64 MiB (the same on every rank)"},
+    {"COMMLIB_TCP_NCONNS", "int", "1",
+     "TCP connections per pair of ranks on different hosts, 1..16; chunks are striped over them (the same on every rank)"},
     {"COMMLIB_SECRET", "secret", "",
      "the job's shared secret (16+ bytes): store values are signed and checked with it"},
     {"COMMLIB_NO_CUDA", "flag", "",

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -40,12 +41,17 @@ TcpConfig tcp_config_from_env(double timeout_s, int debug) {
   c.chunk_bytes = static_cast<uint64_t>(b);
   const int64_t spin = param_int("COMMLIB_SPIN_US", -1);
   c.spin_us = spin >= 0 ? spin : 20;
+  c.nconns = static_cast<uint32_t>(param_int("COMMLIB_TCP_NCONNS", 1, kMaxLanes));
+  c.nslots = std::max<uint32_t>(4, 2 * c.nconns);  // two chunks in flight per lane
   return c;
 }
 
 TcpTransport::TcpTransport(int rank, int size, const std::string& comm_id, std::vector<bool> remote, TcpConfig cfg)
     : rank_(rank), size_(size), remote_(std::move(remote)), cfg_(cfg), key_(link_key_from_env()) {
   if (static_cast<int>(remote_.size()) != size) throw std::invalid_argument("remote: one entry per rank expected");
+  if (cfg_.nconns < 1 || cfg_.nconns > kMaxLanes || cfg_.nslots < 2 * cfg_.nconns)
+    throw std::invalid_argument("COMMLIB_TCP_NCONNS: must be in 1.." + std::to_string(kMaxLanes) + ", got " +
+                                std::to_string(cfg_.nconns));
   Sha256 h;
   h.update(comm_id.data(), comm_id.size());
   Digest d = h.finish();
@@ -60,6 +66,11 @@ TcpTransport::TcpTransport(int rank, int size, const std::string& comm_id, std::
     c->send_ring.resize(send_stride * cfg_.nslots);
     c->send_ref.assign(cfg_.nslots, nullptr);
     c->recv_ring.resize(round64(sizeof(ChunkHeader) + cfg_.chunk_bytes) * cfg_.nslots);
+    for (uint32_t i = 0; i < cfg_.nconns; ++i) {
+      auto l = std::make_unique<Lane>();
+      l->index = l->send_next = l->recv_next = i;
+      c->lanes.push_back(std::move(l));
+    }
     conns_[r] = std::move(c);
   }
   listen_addr_ = choose_listen_address();
@@ -77,9 +88,9 @@ TcpTransport::TcpTransport(int rank, int size, const std::string& comm_id, std::
   event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.u64 = 1ull << 56;  // tags: see tcp_progress.cc
+  ev.data.u64 = kTagListen;
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
-  ev.data.u64 = 2ull << 56;
+  ev.data.u64 = kTagEvent;
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, event_fd_, &ev);
   thread_ = std::thread([this] { progress_loop(); });
 }
@@ -87,7 +98,9 @@ TcpTransport::TcpTransport(int rank, int size, const std::string& comm_id, std::
 TcpTransport::~TcpTransport() {
   close();
   for (auto& c : conns_)
-    if (c && c->fd >= 0) ::close(c->fd);
+    if (c)
+      for (auto& l : c->lanes)
+        if (l->fd >= 0) ::close(l->fd);
   for (auto& p : pending_) ::close(p->fd);
   if (listen_fd_ >= 0) ::close(listen_fd_);
   if (event_fd_ >= 0) ::close(event_fd_);
@@ -124,156 +137,6 @@ void TcpTransport::wait_events(uint32_t seen, int64_t timeout_us) {
   sleeping_.store(0, std::memory_order_relaxed);
 }
 
-// ---- data path (caller's thread) ----
-
-ChunkHeader* TcpTransport::acquire_send(int peer, char** payload) {
-  Conn& c = *conn(peer);
-  uint64_t t = c.send_tail.load(std::memory_order_relaxed);
-  if (t - c.send_head.load(std::memory_order_acquire) >= cfg_.nslots) return nullptr;
-  char* s = c.send_slot(t);
-  *payload = s + kSendPrefix;
-  return reinterpret_cast<ChunkHeader*>(s + sizeof(WireHeader));
-}
-
-void TcpTransport::publish_send(int peer) { publish(*conn(peer), nullptr); }
-
-uint64_t TcpTransport::publish_send_in_place(int peer, const char* data) { return publish(*conn(peer), data); }
-
-uint64_t TcpTransport::sends_completed(int peer) { return conn(peer)->send_head.load(std::memory_order_acquire); }
-
-void TcpTransport::detach_sends(int peer) {
-  Conn& c = *conn(peer);
-  std::lock_guard<std::mutex> g(c.send_mu);
-  const uint64_t tail = c.send_tail.load(std::memory_order_relaxed);
-  for (uint64_t i = c.send_head.load(std::memory_order_relaxed); i < tail; ++i) {
-    const char*& ref = c.send_ref_of(i);
-    if (!ref) continue;
-    char* s = c.send_slot(i);
-    // The whole payload, also of a frame partly written: the bytes are the same, only their home moves.
-    std::memcpy(s + kSendPrefix, ref, reinterpret_cast<const ChunkHeader*>(s + sizeof(WireHeader))->bytes);
-    ref = nullptr;
-  }
-}
-
-// Returns the ticket of the published chunk: sends_completed() reaches it once it is written.
-uint64_t TcpTransport::publish(Conn& c, const char* ref) {
-  uint64_t t = c.send_tail.load(std::memory_order_relaxed);
-  c.send_ref_of(t) = ref;
-  char* s = c.send_slot(t);
-  auto* wh = reinterpret_cast<WireHeader*>(s);
-  wh->magic = kFrameMagic;
-  wh->type = kFrameData;
-  wh->reserved = 0;
-  wh->length = sizeof(ChunkHeader) + reinterpret_cast<ChunkHeader*>(s + sizeof(WireHeader))->bytes;
-  if (ref) sent_in_place_.fetch_add(wh->length - sizeof(ChunkHeader), std::memory_order_relaxed);
-  c.send_tail.store(t + 1, std::memory_order_release);
-  // Write at once from this thread (no hand-off on the latency path); the progress thread finishes
-  // whatever the socket would not take without blocking.
-  std::lock_guard<std::mutex> g(c.send_mu);
-  if (!flush(c)) request_write(c);
-  return t + 1;
-}
-
-const ChunkHeader* TcpTransport::peek_recv(int peer, const char** payload) {
-  Conn& c = *conn(peer);
-  uint64_t h = c.recv_head.load(std::memory_order_relaxed);
-  if (c.recv_tail.load(std::memory_order_acquire) == h) return nullptr;
-  char* s = c.recv_slot(h, c.recv_ring.size() / cfg_.nslots, cfg_.nslots);
-  *payload = s + sizeof(ChunkHeader);
-  return reinterpret_cast<const ChunkHeader*>(s);
-}
-
-void TcpTransport::release_recv(int peer) {
-  Conn& c = *conn(peer);
-  c.recv_head.store(c.recv_head.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);
-  if (c.rx_stalled.load(std::memory_order_seq_cst)) {
-    uint64_t one = 1;
-    (void)!write(event_fd_, &one, sizeof(one));
-  }
-}
-
-void TcpTransport::read_peer(int peer, void*, uint64_t, size_t) {
-  throw CommError("tcp: rank " + std::to_string(peer) + " cannot be read directly over TCP");
-}
-
-bool TcpTransport::flush(Conn& c) {
-  const int fd = c.fd.load();
-  if (fd < 0 || c.shut_write) return true;
-  bool freed = false;
-  for (;;) {
-    if (!c.writing_control && c.write_off == 0 && c.control_off < c.control_out.size()) c.writing_control = true;
-    iovec iov[2];
-    int niov = 1;
-    size_t left;
-    uint64_t head = c.send_head.load(std::memory_order_relaxed);
-    if (c.writing_control) {
-      iov[0] = {&c.control_out[c.control_off], c.control_out.size() - c.control_off};
-      left = iov[0].iov_len;
-    } else {
-      if (head == c.send_tail.load(std::memory_order_acquire)) break;
-      char* s = c.send_slot(head);
-      left = sizeof(WireHeader) + reinterpret_cast<const WireHeader*>(s)->length - c.write_off;
-      const char* ref = c.send_ref_of(head);
-      if (!ref) {
-        iov[0] = {s + c.write_off, left};
-      } else if (c.write_off < kSendPrefix) {  // headers from the slot, payload from the caller
-        iov[0] = {s + c.write_off, kSendPrefix - c.write_off};
-        iov[1] = {const_cast<char*>(ref), left - iov[0].iov_len};
-        niov = iov[1].iov_len ? 2 : 1;
-      } else {
-        iov[0] = {const_cast<char*>(ref) + (c.write_off - kSendPrefix), left};
-      }
-    }
-    msghdr mh{};
-    mh.msg_iov = iov;
-    mh.msg_iovlen = niov;
-    ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        if (freed) wake();
-        return false;
-      }
-      c.shut_write = true;
-      mark_down(c, PeerState::Dead, std::string("send failed: ") + std::strerror(errno));
-      return true;
-    }
-    if (c.writing_control) {
-      c.control_off += static_cast<size_t>(n);
-      if (c.control_off == c.control_out.size()) {
-        c.control_out.clear();
-        c.control_off = 0;
-        c.writing_control = false;
-      }
-    } else {
-      c.write_off += static_cast<size_t>(n);
-      if (static_cast<size_t>(n) == left) {
-        c.write_off = 0;
-        c.send_ref_of(head) = nullptr;
-        c.send_head.store(head + 1, std::memory_order_release);
-        freed = true;
-      }
-    }
-  }
-  if (freed) wake();
-  return true;
-}
-
-void TcpTransport::request_write(Conn& c) {
-  c.want_write.store(true);
-  uint64_t one = 1;
-  (void)!write(event_fd_, &one, sizeof(one));
-}
-
-void TcpTransport::enqueue_control(Conn& c, uint16_t type, const void* body, size_t n) {
-  std::lock_guard<std::mutex> g(c.send_mu);
-  if (c.fd.load() < 0 || c.shut_write) return;
-  WireHeader wh{kFrameMagic, type, 0, n};
-  c.control_out.append(reinterpret_cast<const char*>(&wh), sizeof(wh));
-  if (n) c.control_out.append(static_cast<const char*>(body), n);
-  if (!flush(c)) request_write(c);
-}
-
 // ---- control plane ----
 
 void TcpTransport::mark_down(Conn& c, PeerState st, const std::string& why) {
@@ -306,7 +169,8 @@ void TcpTransport::publish_failure(ErrorKind kind, const std::string& message) {
   std::memcpy(&body[0], &k, 4);
   std::memcpy(&body[4], message.data(), body.size() - 4);
   for (auto& c : conns_)
-    if (c && c->state.load() == static_cast<uint32_t>(PeerState::Alive)) enqueue_control(*c, kFrameFail, body.data(), body.size());
+    if (c && c->state.load() == static_cast<uint32_t>(PeerState::Alive))
+      enqueue_control(*c, *c->lanes[0], kFrameFail, body.data(), body.size());
 }
 
 void TcpTransport::publish_call(const CallDesc& d) {
@@ -324,7 +188,7 @@ void TcpTransport::send_calls() {
     d = my_call_;
   }
   for (auto& c : conns_)
-    if (c && c->state.load() == static_cast<uint32_t>(PeerState::Alive)) enqueue_control(*c, kFrameCall, &d, sizeof(d));
+    if (c && c->state.load() == static_cast<uint32_t>(PeerState::Alive)) enqueue_control(*c, *c->lanes[0], kFrameCall, &d, sizeof(d));
 }
 
 bool TcpTransport::peer_call(int peer, CallDesc* d) {
@@ -348,7 +212,8 @@ void TcpTransport::close() {
   // could destroy data the peer has not read yet.
   draining_.store(true);
   for (auto& c : conns_)
-    if (c) enqueue_control(*c, kFrameClose, nullptr, 0);
+    if (c)
+      for (auto& l : c->lanes) enqueue_control(*c, *l, kFrameClose, nullptr, 0);  // every stream ends with it
   uint64_t poke = 1;  // the progress thread resumes reading stalled sockets, to drain them
   (void)!write(event_fd_, &poke, sizeof(poke));
   const double limit = std::min(cfg_.timeout_s, 5.0);
@@ -358,21 +223,25 @@ void TcpTransport::close() {
   };
   wait_until([&] {
     for (auto& c : conns_) {
-      if (!c || c->fd.load() < 0) continue;
+      if (!c) continue;
       std::lock_guard<std::mutex> g(c->send_mu);
-      if (!c->shut_write && (c->send_head.load() != c->send_tail.load() || !c->control_out.empty())) return false;
+      const uint64_t tail = c->send_tail.load();
+      for (auto& l : c->lanes)
+        if (l->fd.load() >= 0 && !l->shut_write && (l->send_next < tail || !l->control_out.empty())) return false;
     }
     return true;
   });
   for (auto& c : conns_) {
     if (!c) continue;
     std::lock_guard<std::mutex> g(c->send_mu);
-    if (c->fd.load() >= 0 && !c->shut_write) shutdown(c->fd.load(), SHUT_WR);
-    c->shut_write = true;
+    for (auto& l : c->lanes) {
+      if (l->fd.load() >= 0 && !l->shut_write) shutdown(l->fd.load(), SHUT_WR);
+      l->shut_write = true;
+    }
   }
   wait_until([&] {
     for (auto& c : conns_)
-      if (c && c->fd.load() >= 0) return false;  // the progress thread closes a socket at its EOF
+      if (c && c->any_fd()) return false;  // the progress thread closes a socket at its EOF
     return true;
   });
   stop_.store(true);

@@ -1,7 +1,9 @@
 // TCP transport: the links between ranks on different hosts, and their control plane.
 //
-// One connection per remote peer (the higher rank connects to the lower one after both published
-// their listening address through the store), authenticated by an HMAC challenge-response when
+// N connections ("lanes", COMMLIB_TCP_NCONNS) per remote peer (the higher rank connects to the
+// lower one after both published their listening address through the store); DATA frame s of a
+// direction travels on lane s % N (tcp_conn.h), so TCP's per-stream order is all the receiver
+// needs. Every lane is authenticated by an HMAC challenge-response when
 // COMMLIB_SECRET is set (tcp_socket.h). One progress thread per communicator runs an epoll loop:
 // it accepts and vets connections, reads frames into bounded per-peer receive rings, finishes
 // sends the caller's thread could not complete without blocking, and sends this rank's current
@@ -34,7 +36,8 @@ namespace commlib {
 
 struct TcpConfig {
   uint64_t chunk_bytes = 512 << 10;  // COMMLIB_TCP_CHUNK_BYTES (must agree on all ranks)
-  uint32_t nslots = 4;               // chunks buffered per direction per peer
+  uint32_t nslots = 4;               // chunks buffered per direction per peer (at least 2 per lane)
+  uint32_t nconns = 1;               // COMMLIB_TCP_NCONNS: lanes per peer pair (must agree on all ranks)
   int64_t spin_us = 20;              // COMMLIB_SPIN_US: how long a waiting caller polls its sockets
   double timeout_s = 300.0;
   int debug = 0;
@@ -58,8 +61,11 @@ class TcpTransport final : public Transport {
   // Which data paths ran (tests check that zero-copy and caller polling are taken).
   struct Stats {
     uint64_t sent_in_place = 0, landed = 0, frames_read_by_caller = 0;
+    uint64_t lanes = 1, frames_striped = 0;  // lanes per peer; DATA frames sent on lanes other than 0
   };
-  Stats stats() const { return {sent_in_place_.load(), landed_.load(), frames_read_by_caller_.load()}; }
+  Stats stats() const {
+    return {sent_in_place_.load(), landed_.load(), frames_read_by_caller_.load(), cfg_.nconns, frames_striped_.load()};
+  }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -104,6 +110,7 @@ class TcpTransport final : public Transport {
   int peer_pid(int peer) override;
   void close() override;
 
+  struct Lane;
   struct Conn;
   struct Pending;
 
@@ -111,24 +118,29 @@ class TcpTransport final : public Transport {
   Conn* conn(int peer) const;
   void progress_loop();
   uint64_t publish(Conn& c, const char* ref);
-  void on_readable(Conn& c);  // with c.recv_mu held
-  bool land_or_ring(Conn& c);
-  bool handle_frame_header(Conn& c);
-  bool ring_has_space(Conn& c);
-  void handle_control(Conn& c);
-  bool flush(Conn& c);  // with c.send_mu held; true when nothing is left to write
-  void enqueue_control(Conn& c, uint16_t type, const void* body, size_t n);
-  void request_write(Conn& c);
+  void on_readable(Conn& c, Lane& l);  // with c.recv_mu held
+  void read_lanes(Conn& c);            // every lane that may read (c.recv_mu held)
+  bool land_or_ring(Conn& c, Lane& l);
+  bool handle_frame_header(Conn& c, Lane& l);
+  bool ring_has_space(Conn& c, Lane& l);
+  void frame_done(Conn& c, Lane& l);
+  void handle_control(Conn& c, Lane& l);
+  bool flush(Conn& c);  // with c.send_mu held; true when nothing is left to write on any lane
+  bool flush_lane(Conn& c, Lane& l, bool* freed);
+  void enqueue_control(Conn& c, Lane& l, uint16_t type, const void* body, size_t n);
+  void request_write();
   void mark_down(Conn& c, PeerState st, const std::string& why);
-  void attach(Conn& c, int fd);
+  void attach(Conn& c, uint32_t lane, int fd);
+  int connect_lane(int q, const SockAddr& a, uint32_t lane, double deadline);
   void accept_new();
   void advance_pending(Pending& p);
   void drop_pending(Pending& p, const std::string& why, bool counted = false);
-  void update_interest(Conn& c);
+  void update_interest(Conn& c, Lane& l);
   void send_calls();
   void log_warn(const std::string& msg);
-  void protocol_error(Conn& c, const std::string& what);
-  void drop_conn(Conn& c);
+  void protocol_error(Conn& c, Lane& l, const std::string& what);
+  void drop_lane(Conn& c, Lane& l);
+  void drop_conn(Conn& c);  // every lane: a peer that lost one lane is gone
 
   int rank_, size_;
   uint8_t comm_id_[16];
@@ -146,7 +158,7 @@ class TcpTransport final : public Transport {
   std::atomic<uint32_t> sleeping_{0};
   Transport* waker_ = nullptr;
   std::atomic<uint64_t> rejected_{0};
-  std::atomic<uint64_t> sent_in_place_{0}, landed_{0}, frames_read_by_caller_{0};
+  std::atomic<uint64_t> sent_in_place_{0}, landed_{0}, frames_read_by_caller_{0}, frames_striped_{0};
   std::atomic<int> warnings_{0};
 
   std::mutex call_mu_;

@@ -18,7 +18,6 @@ namespace commlib {
 
 namespace {
 
-constexpr uint64_t kTagConn = 3ull << 56, kTagPending = 4ull << 56;
 constexpr size_t kMaxPending = 16;
 constexpr double kHandshakeSeconds = 10.0;
 
@@ -47,20 +46,106 @@ std::string peer_name(int fd) {
 
 }  // namespace
 
-void TcpTransport::attach(Conn& c, int fd) {
+// Lane `lane` of the pair with c.peer is proven; the peer is Alive once all its lanes are.
+void TcpTransport::attach(Conn& c, uint32_t lane, int fd) {
+  Lane& l = *c.lanes[lane];
   set_nonblocking(fd);
   tune_socket(fd, cfg_.timeout_s);
-  c.interest = EPOLLIN;
-  c.state.store(static_cast<uint32_t>(PeerState::Alive), std::memory_order_release);
-  c.fd.store(fd);
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u64 = kTagConn | static_cast<uint64_t>(c.peer);
-  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+  {
+    std::lock_guard<std::mutex> g(c.recv_mu);
+    l.interest = EPOLLIN;
+    l.fd.store(fd);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = lane_tag(c.peer, lane);
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+  }
+  bool all = true;
   {
     std::lock_guard<std::mutex> g(connect_mu_);
+    l.attached = true;
+    for (auto& x : c.lanes) all &= x->attached;
+    if (all) {
+      std::lock_guard<std::mutex> sg(c.state_mu);
+      if (c.state.load() == static_cast<uint32_t>(PeerState::Unknown))
+        c.state.store(static_cast<uint32_t>(PeerState::Alive), std::memory_order_release);
+    }
   }
-  connect_cv_.notify_all();
+  if (all) connect_cv_.notify_all();
+}
+
+// Opens lane `lane` to rank q (lower than this rank) and proves both ends; returns the socket.
+int TcpTransport::connect_lane(int q, const SockAddr& a, uint32_t lane, double deadline) {
+  const std::string me = "rank " + std::to_string(rank_);
+  const std::string who = "rank " + std::to_string(q) + " at " + a.str();
+  int fd = -1;
+  for (;;) {  // the peer listens before it publishes its address, but its host may be slow
+    fd = socket(a.ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) throw CommError("tcp: socket: " + std::string(std::strerror(errno)));
+    int rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&a.ss), a.len);
+    if (rc != 0 && errno == EINPROGRESS) {
+      pollfd pf{fd, POLLOUT, 0};
+      double left = deadline - monotonic_s();
+      if (::poll(&pf, 1, static_cast<int>(std::max(left, 0.0) * 1000) + 1) == 1) {
+        int err = 0;
+        socklen_t len = sizeof(err);
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        rc = err ? -1 : 0;
+        errno = err;
+      }
+    }
+    if (rc == 0) break;
+    const int err = errno;
+    ::close(fd);
+    if (monotonic_s() > deadline)
+      throw PeerError(me + " could not connect to " + who + " within " + std::to_string(int(cfg_.timeout_s)) +
+                      " s (COMMLIB_TIMEOUT): " + std::strerror(err));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  Hello h{};
+  h.magic = kHelloMagic;
+  h.version = kProtocolVersion;
+  h.header_bytes = sizeof(ChunkHeader);
+  std::memcpy(h.comm_id, comm_id_, sizeof(comm_id_));
+  h.from_rank = static_cast<uint32_t>(rank_);
+  h.to_rank = static_cast<uint32_t>(q);
+  h.world = static_cast<uint32_t>(size_);
+  h.pid = static_cast<int32_t>(getpid());
+  h.chunk_bytes = cfg_.chunk_bytes;
+  h.lane = lane;
+  h.nlanes = cfg_.nconns;
+  random_bytes(h.nonce, sizeof(h.nonce));
+  Challenge ch{};
+  const double hs_deadline = std::min(deadline, monotonic_s() + kHandshakeSeconds);
+  bool ok = io_exact(fd, reinterpret_cast<char*>(&h), sizeof(h), true, hs_deadline) &&
+            io_exact(fd, reinterpret_cast<char*>(&ch), sizeof(ch), false, hs_deadline);
+  if (!ok || ch.magic != kHelloMagic) {
+    ::close(fd);
+    throw PeerError(me + ": " + who + " refused the connection (different communicator, world size, "
+                    "COMMLIB_TCP_CHUNK_BYTES or commlib version?)");
+  }
+  Digest expect = handshake_mac(key_, "commlib accept", h, ch.nonce), got;
+  std::memcpy(got.data(), ch.mac, got.size());
+  if (!digest_equal(expect, got)) {
+    ::close(fd);
+    throw PeerError(me + ": " + who + " did not prove it holds the key (HMAC mismatch): COMMLIB_SECRET must "
+                    "be set, and the same, on every rank");
+  }
+  Response resp{};
+  Digest mine = handshake_mac(key_, "commlib connect", h, ch.nonce);
+  std::memcpy(resp.mac, mine.data(), mine.size());
+  Verdict v{};
+  ok = io_exact(fd, reinterpret_cast<char*>(&resp), sizeof(resp), true, hs_deadline) &&
+       io_exact(fd, reinterpret_cast<char*>(&v), sizeof(v), false, hs_deadline);
+  ::close(ok && v.magic == kHelloMagic && v.accepted == 1 ? -1 : fd);
+  if (ok && v.magic == kHelloMagic && v.accepted == kVerdictLanesDiffer)
+    throw PeerError(me + ": " + who + " uses COMMLIB_TCP_NCONNS=" + std::to_string(v.nlanes) + ", this rank " +
+                    std::to_string(cfg_.nconns) + ": the setting must be the same on every rank");
+  if (!ok || v.magic != kHelloMagic || v.accepted != 1)
+    throw PeerError(me + ": " + who + " rejected this rank's proof of the key: COMMLIB_SECRET must be the "
+                    "same on every rank");
+  conns_[q]->pid = ch.pid;
+  return fd;
 }
 
 void TcpTransport::connect(const std::vector<std::string>& addresses) {
@@ -70,71 +155,7 @@ void TcpTransport::connect(const std::vector<std::string>& addresses) {
   for (int q = 0; q < rank_; ++q) {
     if (!conns_[q]) continue;
     SockAddr a = parse_address(addresses[q]);
-    const std::string who = "rank " + std::to_string(q) + " at " + a.str();
-    int fd = -1;
-    for (;;) {  // the peer listens before it publishes its address, but its host may be slow
-      fd = socket(a.ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-      if (fd < 0) throw CommError("tcp: socket: " + std::string(std::strerror(errno)));
-      int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&a.ss), a.len);
-      if (rc != 0 && errno == EINPROGRESS) {
-        pollfd pf{fd, POLLOUT, 0};
-        double left = deadline - monotonic_s();
-        if (::poll(&pf, 1, static_cast<int>(std::max(left, 0.0) * 1000) + 1) == 1) {
-          int err = 0;
-          socklen_t len = sizeof(err);
-          getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-          rc = err ? -1 : 0;
-          errno = err;
-        }
-      }
-      if (rc == 0) break;
-      const int err = errno;
-      ::close(fd);
-      if (monotonic_s() > deadline)
-        throw PeerError(me + " could not connect to " + who + " within " + std::to_string(int(cfg_.timeout_s)) +
-                        " s (COMMLIB_TIMEOUT): " + std::strerror(err));
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    Hello h{};
-    h.magic = kHelloMagic;
-    h.version = kProtocolVersion;
-    h.header_bytes = sizeof(ChunkHeader);
-    std::memcpy(h.comm_id, comm_id_, sizeof(comm_id_));
-    h.from_rank = static_cast<uint32_t>(rank_);
-    h.to_rank = static_cast<uint32_t>(q);
-    h.world = static_cast<uint32_t>(size_);
-    h.pid = static_cast<int32_t>(getpid());
-    h.chunk_bytes = cfg_.chunk_bytes;
-    random_bytes(h.nonce, sizeof(h.nonce));
-    Challenge ch{};
-    const double hs_deadline = std::min(deadline, monotonic_s() + kHandshakeSeconds);
-    bool ok = io_exact(fd, reinterpret_cast<char*>(&h), sizeof(h), true, hs_deadline) &&
-              io_exact(fd, reinterpret_cast<char*>(&ch), sizeof(ch), false, hs_deadline);
-    if (!ok || ch.magic != kHelloMagic) {
-      ::close(fd);
-      throw PeerError(me + ": " + who + " refused the connection (different communicator, world size, "
-                      "COMMLIB_TCP_CHUNK_BYTES or commlib version?)");
-    }
-    Digest expect = handshake_mac(key_, "commlib accept", h, ch.nonce), got;
-    std::memcpy(got.data(), ch.mac, got.size());
-    if (!digest_equal(expect, got)) {
-      ::close(fd);
-      throw PeerError(me + ": " + who + " did not prove it holds the key (HMAC mismatch): COMMLIB_SECRET must "
-                      "be set, and the same, on every rank");
-    }
-    Response resp{};
-    Digest mine = handshake_mac(key_, "commlib connect", h, ch.nonce);
-    std::memcpy(resp.mac, mine.data(), mine.size());
-    Verdict v{};
-    ok = io_exact(fd, reinterpret_cast<char*>(&resp), sizeof(resp), true, hs_deadline) &&
-         io_exact(fd, reinterpret_cast<char*>(&v), sizeof(v), false, hs_deadline);
-    if (!ok || v.magic != kHelloMagic || v.accepted != 1) {
-      ::close(fd);
-      throw PeerError(me + ": " + who + " rejected this rank's proof of the key: COMMLIB_SECRET must be the "
-                      "same on every rank");
-    }
-    conns_[q]->pid = ch.pid;
-    attach(*conns_[q], fd);
+    for (uint32_t lane = 0; lane < cfg_.nconns; ++lane) attach(*conns_[q], lane, connect_lane(q, a, lane, deadline));
   }
   // Ranks above this one connect here; the progress thread accepts them.
   std::unique_lock<std::mutex> lk(connect_mu_);
@@ -154,6 +175,12 @@ void TcpTransport::connect(const std::vector<std::string>& addresses) {
     throw PeerError(me + ": rank(s) " + missing + " did not connect within " + std::to_string(int(cfg_.timeout_s)) +
                     " s (COMMLIB_TIMEOUT)");
   }
+  // A rank that proved itself but could not be taken (its COMMLIB_TCP_NCONNS differs) failed it.
+  for (int q = rank_ + 1; q < size_; ++q)
+    if (conns_[q] && conns_[q]->state.load() == static_cast<uint32_t>(PeerState::Failed)) {
+      std::lock_guard<std::mutex> g(conns_[q]->state_mu);
+      throw PeerError(me + ": " + conns_[q]->fail_message);
+    }
 }
 
 void TcpTransport::accept_new() {
@@ -215,8 +242,14 @@ void TcpTransport::advance_pending(Pending& p) {
                                  std::to_string(h.to_rank) + " of " + std::to_string(h.world) + ")");
     if (h.chunk_bytes != cfg_.chunk_bytes)
       return drop_pending(p, "COMMLIB_TCP_CHUNK_BYTES differs (" + std::to_string(h.chunk_bytes) + ")");
-    if (conns_[h.from_rank]->state.load() != static_cast<uint32_t>(PeerState::Unknown))
-      return drop_pending(p, "rank " + std::to_string(h.from_rank) + " is already connected");
+    if (h.nlanes < 1 || h.nlanes > kMaxLanes || h.lane >= h.nlanes)
+      return drop_pending(p, "impossible connection " + std::to_string(h.lane) + " of " + std::to_string(h.nlanes));
+    Conn& c = *conns_[h.from_rank];
+    // (A lane count that differs from ours is only told once the peer has proven itself: stage 1.)
+    if (c.state.load() != static_cast<uint32_t>(PeerState::Unknown) ||
+        (h.nlanes == cfg_.nconns && c.lanes[h.lane]->attached))
+      return drop_pending(p, "rank " + std::to_string(h.from_rank) + " is already connected (connection " +
+                                 std::to_string(h.lane) + ")");
     Challenge ch{};
     ch.magic = kHelloMagic;
     ch.pid = static_cast<int32_t>(getpid());
@@ -234,9 +267,25 @@ void TcpTransport::advance_pending(Pending& p) {
   std::memcpy(&r, p.buf, sizeof(r));
   Digest expect = handshake_mac(key_, "commlib connect", p.hello, p.nonce_s), got;
   std::memcpy(got.data(), r.mac, got.size());
-  Verdict v{kHelloMagic, 0, 0};
+  Verdict v{kHelloMagic, 0, cfg_.nconns};
   Conn& c = *conns_[p.hello.from_rank];
-  if (!digest_equal(expect, got) || c.state.load() != static_cast<uint32_t>(PeerState::Unknown)) {
+  const uint32_t lane = p.hello.lane;
+  const bool proven = digest_equal(expect, got);
+  if (proven && p.hello.nlanes != cfg_.nconns && c.state.load() == static_cast<uint32_t>(PeerState::Unknown)) {
+    // A genuine rank of this job with another lane count: both ends fail with the reason.
+    v.accepted = kVerdictLanesDiffer;
+    (void)!send(p.fd, &v, sizeof(v), MSG_NOSIGNAL | MSG_DONTWAIT);
+    const std::string why = "rank " + std::to_string(c.peer) + " uses COMMLIB_TCP_NCONNS=" +
+                            std::to_string(p.hello.nlanes) + ", this rank " + std::to_string(cfg_.nconns) +
+                            ": the setting must be the same on every rank";
+    mark_down(c, PeerState::Failed, why);
+    drop_pending(p, why);
+    { std::lock_guard<std::mutex> g(connect_mu_); }  // (the waiter is either before its check or asleep)
+    connect_cv_.notify_all();
+    return;
+  }
+  if (!proven || p.hello.nlanes != cfg_.nconns || c.state.load() != static_cast<uint32_t>(PeerState::Unknown) ||
+      c.lanes[lane]->attached) {
     // Counted before the refusal goes out: whoever has read the verdict sees the count.
     rejected_.fetch_add(1);
     (void)!send(p.fd, &v, sizeof(v), MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -252,7 +301,7 @@ void TcpTransport::advance_pending(Pending& p) {
   const int fd = p.fd;
   for (auto& q : pending_)
     if (q.get() == &p) q.reset();
-  attach(c, fd);
+  attach(c, lane, fd);
 }
 
 }  // namespace commlib

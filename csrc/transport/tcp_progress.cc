@@ -16,11 +16,6 @@
 
 namespace commlib {
 
-namespace {
-constexpr uint64_t kTagListen = 1ull << 56, kTagEvent = 2ull << 56, kTagConn = 3ull << 56, kTagPending = 4ull << 56;
-constexpr uint64_t kTagMask = 0xffull << 56;
-}  // namespace
-
 bool valid_desc(const CallDesc& d) {
   return d.coll < static_cast<uint8_t>(Collective::kCount) && d.dtype < static_cast<uint8_t>(DType::kCount) &&
          d.op < static_cast<uint8_t>(RedOp::kCount) && d.count >= 0;
@@ -41,12 +36,21 @@ void TcpTransport::progress_loop() {
         for (auto& c : conns_) {
           if (!c) continue;
           std::lock_guard<std::mutex> g(c->recv_mu);
-          if (c->fd.load() < 0) continue;
-          if (c->rx_stalled.load() && (draining_.load() || c->recv_tail.load() - c->recv_head.load() < cfg_.nslots)) {
-            c->rx_stalled.store(false);
-            on_readable(*c);
+          // Stalled lanes whose slot is free read again (read_lanes); the others update their
+          // interest (a lane that wants to write gets EPOLLOUT).
+          for (auto& l : c->lanes) {
+            if (l->fd.load() < 0) continue;
+            if (l->stalled && (draining_.load() || l->recv_next - c->recv_head.load() < cfg_.nslots)) {
+              l->stalled = false;
+              on_readable(*c, *l);
+            }
           }
-          if (c->fd.load() >= 0) update_interest(*c);
+          bool stalled = false;
+          for (auto& l : c->lanes) {
+            stalled |= l->stalled;
+            if (l->fd.load() >= 0) update_interest(*c, *l);
+          }
+          if (!stalled) c->rx_stalled.store(false);
         }
       } else if (tag == kTagPending) {
         for (auto& p : pending_)
@@ -56,15 +60,16 @@ void TcpTransport::progress_loop() {
           }
         pending_.erase(std::remove(pending_.begin(), pending_.end(), nullptr), pending_.end());
       } else if (tag == kTagConn) {
-        Conn& c = *conns_[index];
+        Conn& c = *conns_[index >> 8];
+        Lane& l = *c.lanes[index & 0xff];
         std::lock_guard<std::mutex> rg(c.recv_mu);  // a polling caller may be reading it
-        if (c.fd.load() < 0) continue;
+        if (l.fd.load() < 0) continue;
         if (evs[i].events & EPOLLOUT) {
           std::lock_guard<std::mutex> g(c.send_mu);
-          if (flush(c)) c.want_write.store(false);
+          flush(c);
         }
-        if (evs[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) on_readable(c);
-        if (c.fd.load() >= 0) update_interest(c);
+        if (evs[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) on_readable(c, l);
+        if (l.fd.load() >= 0) update_interest(c, l);
       }
     }
     const double now = monotonic_s();
@@ -78,27 +83,27 @@ void TcpTransport::progress_loop() {
   }
 }
 
-void TcpTransport::update_interest(Conn& c) {
+void TcpTransport::update_interest(Conn& c, Lane& l) {
   // While a caller polls the socket itself, the progress thread does not watch it for data: a
   // wake-up there would only race the caller for the same bytes (and cost a core on busy hosts).
-  uint32_t want = (c.rx_stalled.load() || c.caller_reads ? 0u : static_cast<uint32_t>(EPOLLIN)) |
-                  (c.want_write.load() ? static_cast<uint32_t>(EPOLLOUT) : 0u);
-  if (want == c.interest) return;
+  uint32_t want = (l.stalled || c.caller_reads ? 0u : static_cast<uint32_t>(EPOLLIN)) |
+                  (l.want_write.load() ? static_cast<uint32_t>(EPOLLOUT) : 0u);
+  if (want == l.interest) return;
   epoll_event ev{};
   ev.events = want;
-  ev.data.u64 = kTagConn | static_cast<uint64_t>(c.peer);
+  ev.data.u64 = lane_tag(c.peer, l.index);
   // Nothing wanted: leave epoll altogether, or an end of stream (always reported) would spin us.
-  const int how = want == 0 ? EPOLL_CTL_DEL : c.interest == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
-  epoll_ctl(epoll_fd_, how, c.fd.load(), &ev);
-  c.interest = want;
+  const int how = want == 0 ? EPOLL_CTL_DEL : l.interest == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
+  epoll_ctl(epoll_fd_, how, l.fd.load(), &ev);
+  l.interest = want;
 }
 
-void TcpTransport::drop_conn(Conn& c) {
+void TcpTransport::drop_lane(Conn& c, Lane& l) {
   int fd;
   {
     std::lock_guard<std::mutex> g(c.send_mu);
-    fd = c.fd.exchange(-1);
-    c.shut_write = true;
+    fd = l.fd.exchange(-1);
+    l.shut_write = true;
   }
   if (fd >= 0) {
     epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
@@ -107,25 +112,30 @@ void TcpTransport::drop_conn(Conn& c) {
   wake();
 }
 
-void TcpTransport::protocol_error(Conn& c, const std::string& what) {
-  log_warn("dropped the connection from rank " + std::to_string(c.peer) + ": " + what);
+void TcpTransport::drop_conn(Conn& c) {
+  for (auto& l : c.lanes) drop_lane(c, *l);
+}
+
+void TcpTransport::protocol_error(Conn& c, Lane& l, const std::string& what) {
+  log_warn("dropped the connections from rank " + std::to_string(c.peer) + ": " + what + " on connection " +
+           std::to_string(l.index));
   mark_down(c, PeerState::Failed, "rank " + std::to_string(c.peer) + " sent an invalid frame (" + what + ")");
   drop_conn(c);
 }
 
-void TcpTransport::handle_control(Conn& c) {
-  const std::string& b = c.control_in;
-  if (c.hdr.type == kFrameCall) {
+void TcpTransport::handle_control(Conn& c, Lane& l) {
+  const std::string& b = l.control_in;
+  if (l.hdr.type == kFrameCall) {
     CallDesc d;
     std::memcpy(&d, b.data(), sizeof(d));
-    if (!valid_desc(d)) return protocol_error(c, "impossible call description");
+    if (!valid_desc(d)) return protocol_error(c, l, "impossible call description");
     std::lock_guard<std::mutex> g(c.state_mu);
     c.call = d;
     c.has_call = true;
-  } else if (c.hdr.type == kFrameFail) {
+  } else if (l.hdr.type == kFrameFail) {
     uint32_t kind;
     std::memcpy(&kind, b.data(), 4);
-    if (kind > static_cast<uint32_t>(ErrorKind::Peer)) return protocol_error(c, "impossible error kind");
+    if (kind > static_cast<uint32_t>(ErrorKind::Peer)) return protocol_error(c, l, "impossible error kind");
     std::string msg = b.substr(4);
     for (char& ch : msg)  // shown to users: no terminal control characters from the wire
       if (static_cast<unsigned char>(ch) < 0x20 && ch != '\n') ch = '?';
@@ -138,7 +148,8 @@ void TcpTransport::handle_control(Conn& c) {
       }
     }
     wake();
-  } else if (c.hdr.type == kFrameClose) {
+  } else if (l.hdr.type == kFrameClose) {
+    l.got_close = true;
     {
       std::lock_guard<std::mutex> g(c.state_mu);
       c.got_close = true;
@@ -146,11 +157,11 @@ void TcpTransport::handle_control(Conn& c) {
         c.state.store(static_cast<uint32_t>(PeerState::Closed), std::memory_order_release);
     }
     {
-      // The peer reads nothing more: end our side of the stream so its close completes.
+      // The peer reads nothing more here: end our side of this stream so its close completes.
       std::lock_guard<std::mutex> g(c.send_mu);
       flush(c);
-      if (!c.shut_write && c.fd.load() >= 0) shutdown(c.fd.load(), SHUT_WR);
-      c.shut_write = true;
+      if (!l.shut_write && l.fd.load() >= 0) shutdown(l.fd.load(), SHUT_WR);
+      l.shut_write = true;
     }
     wake();
   }

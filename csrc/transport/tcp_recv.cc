@@ -1,5 +1,6 @@
-// The receive side of a TCP connection: the frame parser that fills the receive ring, and the
-// posted receive that lets a chunk's payload go straight to the executor's destination instead.
+// The receive side of a peer's TCP lanes: the frame parser of each lane that fills the shared
+// receive ring (DATA frame s, read from lane s % N, goes to slot s % nslots), and the posted
+// receive that lets a chunk's payload go straight to the executor's destination instead.
 // Everything here runs under the connection's recv_mu, held by the progress thread or by a caller
 // that polls its sockets while it waits (TcpTransport::poll): whoever holds it reads.
 #include <sys/epoll.h>
@@ -17,26 +18,53 @@ namespace commlib {
 namespace {
 char g_discard[1 << 16];  // where a closing rank drops the payloads it no longer wants
 
-// Payload bytes the next chunk of a posted message must carry (the executor's own rule).
-size_t expected_chunk(const TcpTransport::Conn& c) {
-  return std::min(c.posted.chunk, c.posted.bytes - c.posted.next);
+// Whether frame `seq`'s chunk header is in its ring slot (the frame is complete, or its payload is
+// being read): what a new posted receive must take as already arrived.
+bool header_arrived(const TcpTransport::Lane& l, uint64_t seq) {
+  return seq < l.recv_next ||
+         (seq == l.recv_next && l.in_body && l.hdr.type == kFrameData && l.body_got >= sizeof(ChunkHeader));
+}
+
+// Whether `h` is exactly chunk `seq - first` of the posted message: the call, the offset that
+// chunk starts at and the bytes the executor will expect there (so it ends inside dst). 0: it is;
+// 1: another message (a later one, or another call); -1: this message, out of step.
+int posted_match(const TcpTransport::Conn& c, uint64_t seq, const ChunkHeader& h) {
+  const auto& p = c.posted;
+  if (!p.active || seq < p.first || h.desc != p.desc) return 1;
+  const uint64_t j = seq - p.first;
+  if (j >= (p.bytes + p.chunk - 1) / p.chunk) return 1;
+  const size_t off = j * p.chunk, expect = std::min(p.chunk, p.bytes - off);
+  return h.offset == off && h.bytes == expect ? 0 : -1;
 }
 }  // namespace
+
+void TcpTransport::read_lanes(Conn& c) {
+  for (auto& lp : c.lanes) {
+    Lane& l = *lp;
+    if (l.fd.load() < 0) continue;
+    if (l.stalled) {
+      if (!draining_.load() && l.recv_next - c.recv_head.load() >= cfg_.nslots) continue;
+      l.stalled = false;
+    }
+    on_readable(c, l);
+  }
+  bool stalled = false;
+  for (auto& lp : c.lanes) {
+    stalled |= lp->stalled;
+    if (lp->fd.load() >= 0) update_interest(c, *lp);
+  }
+  if (!stalled) c.rx_stalled.store(false);
+}
 
 void TcpTransport::poll() {
   for (auto& cp : conns_) {
     if (!cp) continue;
     Conn& c = *cp;
     std::unique_lock<std::mutex> lk(c.recv_mu, std::try_to_lock);
-    if (!lk.owns_lock() || c.fd.load() < 0) continue;  // the progress thread is at it
-    if (c.rx_stalled.load()) {
-      if (c.recv_tail.load() - c.recv_head.load() >= cfg_.nslots) continue;
-      c.rx_stalled.store(false);
-    }
+    if (!lk.owns_lock()) continue;  // the progress thread is at it
     const uint64_t before = c.recv_tail.load(std::memory_order_relaxed);
-    on_readable(c);
+    read_lanes(c);
     frames_read_by_caller_.fetch_add(c.recv_tail.load(std::memory_order_relaxed) - before, std::memory_order_relaxed);
-    if (c.fd.load() >= 0) update_interest(c);
   }
 }
 
@@ -45,7 +73,8 @@ void TcpTransport::hold_reading(bool hold) {
     if (!cp) continue;
     std::lock_guard<std::mutex> g(cp->recv_mu);
     cp->caller_reads = hold;
-    if (cp->fd.load() >= 0) update_interest(*cp);
+    for (auto& l : cp->lanes)
+      if (l->fd.load() >= 0) update_interest(*cp, *l);
   }
 }
 
@@ -53,23 +82,21 @@ void TcpTransport::post_recv(int peer, const CallDesc& d, char* dst, size_t byte
   Conn& c = *conn(peer);
   std::lock_guard<std::mutex> g(c.recv_mu);
   Conn::Posted& p = c.posted;
-  p = Conn::Posted{true, d, dst, bytes, chunk, 0};
-  if (!chunk || !dst) {
+  // The message starts at the next frame the executor reads.
+  const uint64_t head = c.recv_head.load(std::memory_order_relaxed);
+  p = Conn::Posted{chunk && dst && bytes, d, dst, bytes, chunk, head};
+  if (!p.active || draining_.load()) {
     p.active = false;
     return;
   }
-  // What already arrived (in the ring, or whose header was read) is the start of this message:
-  // the executor copies those chunks; landing starts after them. Anything out of step: land nothing
-  // and let the executor report it.
+  // Frames whose headers already arrived went to the ring (the executor copies them); landing
+  // applies to the rest. Anything of this message out of step: land nothing, let the executor
+  // report it.
   const size_t stride = c.recv_ring.size() / cfg_.nslots;
-  uint64_t end = c.recv_tail.load(std::memory_order_relaxed);
-  if (c.in_body && c.hdr.type == kFrameData && c.body_got >= sizeof(ChunkHeader) && !draining_.load()) ++end;
-  for (uint64_t i = c.recv_head.load(std::memory_order_relaxed); i < end && p.active; ++i) {
-    const auto* h = reinterpret_cast<const ChunkHeader*>(c.recv_slot(i, stride, cfg_.nslots));
-    if (h->desc == d && h->offset == p.next && h->bytes == expected_chunk(c) && h->bytes)
-      p.next += h->bytes;
-    else
-      p.active = false;
+  for (uint64_t s = head; s < head + cfg_.nslots && p.active; ++s) {
+    if (!header_arrived(c.lane_of(s), s)) continue;
+    const auto* h = reinterpret_cast<const ChunkHeader*>(c.recv_slot(s, stride, cfg_.nslots));
+    if (posted_match(c, s, *h) < 0) p.active = false;
   }
 }
 
@@ -78,119 +105,121 @@ void TcpTransport::unpost_recv(int peer) {
   std::lock_guard<std::mutex> g(c.recv_mu);
   c.posted.active = false;
   c.posted.dst = nullptr;
-  if (c.landing) {  // withdrawn mid-frame (an error path): the rest of that payload is dropped
-    c.landing = nullptr;
-    c.torn = true;
-  }
+  for (auto& l : c.lanes)
+    if (l->landing) {  // withdrawn mid-frame (an error path): the rest of that payload is dropped
+      l->landing = nullptr;
+      l->torn = true;
+    }
 }
 
 // A DATA frame's chunk header was read and checked: its payload goes to the posted destination
-// when it is exactly the next chunk of the posted message (same call, the offset that follows, the
-// size the executor expects, inside the destination), else into the ring slot behind its header.
-bool TcpTransport::land_or_ring(Conn& c) {
+// when it is exactly its chunk of the posted message, else into the ring slot behind its header.
+bool TcpTransport::land_or_ring(Conn& c, Lane& l) {
   const size_t stride = c.recv_ring.size() / cfg_.nslots;
-  auto* h = reinterpret_cast<ChunkHeader*>(c.recv_slot(c.recv_tail.load(std::memory_order_relaxed), stride, cfg_.nslots));
-  Conn::Posted& p = c.posted;
-  if (!p.active || h->desc != p.desc) return false;
-  const size_t expect = expected_chunk(c);
-  if (h->offset != p.next || h->bytes != expect || expect == 0) {
-    p.active = false;  // out of step: the executor sees the chunk in the ring and reports it
-    return false;
-  }
-  c.landing = p.dst + p.next;  // p.next + expect <= p.bytes: expect is capped by what is left
-  landed_.fetch_add(expect, std::memory_order_relaxed);
-  p.next += expect;
+  auto* h = reinterpret_cast<ChunkHeader*>(c.recv_slot(l.recv_next, stride, cfg_.nslots));
+  const int m = posted_match(c, l.recv_next, *h);
+  if (m < 0) c.posted.active = false;  // out of step: the executor sees the chunk in the ring and reports it
+  if (m != 0 || h->bytes == 0) return false;
+  l.landing = c.posted.dst + h->offset;  // offset + bytes <= posted.bytes (posted_match)
+  landed_.fetch_add(h->bytes, std::memory_order_relaxed);
   h->flags |= kChunkLanded;
   return true;
 }
 
-void TcpTransport::on_readable(Conn& c) {
+void TcpTransport::on_readable(Conn& c, Lane& l) {
   const size_t stride = c.recv_ring.size() / cfg_.nslots;
   for (;;) {
-    const int fd = c.fd.load();
+    const int fd = l.fd.load();
     if (fd < 0) return;
     char* dst;
     size_t want;
-    if (!c.in_body) {
-      dst = reinterpret_cast<char*>(&c.hdr) + c.hdr_got;
-      want = sizeof(WireHeader) - c.hdr_got;
-    } else if (c.hdr.type == kFrameData) {
-      if (draining_.load() || c.torn) {
+    if (!l.in_body) {
+      dst = reinterpret_cast<char*>(&l.hdr) + l.hdr_got;
+      want = sizeof(WireHeader) - l.hdr_got;
+    } else if (l.hdr.type == kFrameData) {
+      if (draining_.load() || l.torn) {
         dst = g_discard;
-        want = std::min(sizeof(g_discard), c.hdr.length - c.body_got);
-      } else if (c.landing) {  // straight into the posted destination (checked in land_or_ring)
-        dst = c.landing + (c.body_got - sizeof(ChunkHeader));
-        want = c.hdr.length - c.body_got;
+        want = std::min(sizeof(g_discard), l.hdr.length - l.body_got);
+      } else if (l.landing) {  // straight into the posted destination (checked in land_or_ring)
+        dst = l.landing + (l.body_got - sizeof(ChunkHeader));
+        want = l.hdr.length - l.body_got;
       } else {
         // Only into a free slot: an end of stream or error wakes this thread even while the ring
-        // is full, and the slot at tail is then the oldest unread chunk.
-        if (c.body_got == 0 && !ring_has_space(c)) return;
-        dst = c.recv_slot(c.recv_tail.load(std::memory_order_relaxed), stride, cfg_.nslots) + c.body_got;
+        // is full, and the slot may still hold a chunk the executor has not read.
+        if (l.body_got == 0 && !ring_has_space(c, l)) return;
+        dst = c.recv_slot(l.recv_next, stride, cfg_.nslots) + l.body_got;
         // The chunk header first, alone, so it is checked before the payload lands behind it.
-        want = c.body_got < sizeof(ChunkHeader) ? sizeof(ChunkHeader) - c.body_got : c.hdr.length - c.body_got;
+        want = l.body_got < sizeof(ChunkHeader) ? sizeof(ChunkHeader) - l.body_got : l.hdr.length - l.body_got;
       }
     } else {
-      dst = &c.control_in[c.body_got];
-      want = c.hdr.length - c.body_got;
+      dst = &l.control_in[l.body_got];
+      want = l.hdr.length - l.body_got;
     }
     ssize_t n = want ? recv(fd, dst, want, MSG_DONTWAIT) : 0;
     if (want && n == 0) {
-      bool closed = false;
-      {
-        std::lock_guard<std::mutex> g(c.state_mu);
-        closed = c.got_close;
-      }
-      if (!closed) mark_down(c, PeerState::Dead, "connection lost (end of stream without a close)");
-      drop_conn(c);
+      // An orderly end only after this stream's CLOSE; any other end of any lane loses the peer
+      // (all its lanes go, so the peer learns it at once too). A closing rank only lets go.
+      if (!l.got_close)
+        mark_down(c, PeerState::Dead, "connection lost (end of stream without a close on connection " +
+                                          std::to_string(l.index) + ")");
+      if (l.got_close || draining_.load()) drop_lane(c, l); else drop_conn(c);
       return;
     }
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-      mark_down(c, PeerState::Dead, std::string("connection lost (") + std::strerror(errno) + ")");
-      drop_conn(c);
+      mark_down(c, PeerState::Dead, std::string("connection lost (") + std::strerror(errno) + " on connection " +
+                                        std::to_string(l.index) + ")");
+      if (draining_.load()) drop_lane(c, l); else drop_conn(c);
       return;
     }
-    if (!c.in_body) {
-      c.hdr_got += static_cast<size_t>(n);
-      if (c.hdr_got < sizeof(WireHeader)) continue;
-      if (!handle_frame_header(c)) return;
+    if (!l.in_body) {
+      l.hdr_got += static_cast<size_t>(n);
+      if (l.hdr_got < sizeof(WireHeader)) continue;
+      if (!handle_frame_header(c, l)) return;
       continue;
     }
-    const size_t before = c.body_got;
-    c.body_got += static_cast<size_t>(n);
-    if (c.hdr.type == kFrameData && !draining_.load() && before < sizeof(ChunkHeader) &&
-        c.body_got >= sizeof(ChunkHeader)) {
-      const auto* h = reinterpret_cast<const ChunkHeader*>(
-          c.recv_slot(c.recv_tail.load(std::memory_order_relaxed), stride, cfg_.nslots));
-      if (h->bytes != c.hdr.length - sizeof(ChunkHeader) || h->flags != 0 || !valid_desc(h->desc) ||
+    const size_t before = l.body_got;
+    l.body_got += static_cast<size_t>(n);
+    if (l.hdr.type == kFrameData && !draining_.load() && before < sizeof(ChunkHeader) &&
+        l.body_got >= sizeof(ChunkHeader)) {
+      const auto* h = reinterpret_cast<const ChunkHeader*>(c.recv_slot(l.recv_next, stride, cfg_.nslots));
+      if (h->bytes != l.hdr.length - sizeof(ChunkHeader) || h->flags != 0 || !valid_desc(h->desc) ||
           h->offset > (uint64_t{1} << 62)) {
-        protocol_error(c, "impossible chunk header (" + std::to_string(h->bytes) + " bytes at offset " +
-                              std::to_string(h->offset) + ", flags " + std::to_string(h->flags) + ")");
+        protocol_error(c, l, "impossible chunk header (" + std::to_string(h->bytes) + " bytes at offset " +
+                                 std::to_string(h->offset) + ", flags " + std::to_string(h->flags) + ")");
         return;
       }
-      land_or_ring(c);
+      land_or_ring(c, l);
     }
-    if (c.body_got < c.hdr.length) continue;
+    if (l.body_got < l.hdr.length) continue;
     // A whole frame.
-    c.in_body = false;
-    c.hdr_got = 0;
-    c.landing = nullptr;
-    c.torn = false;
-    if (c.hdr.type == kFrameData) {
-      if (!draining_.load()) {
-        c.recv_tail.store(c.recv_tail.load(std::memory_order_relaxed) + 1, std::memory_order_release);
-        wake();
-      }
-    } else {
-      handle_control(c);
-    }
+    l.in_body = false;
+    l.hdr_got = 0;
+    l.landing = nullptr;
+    l.torn = false;
+    if (l.hdr.type != kFrameData)
+      handle_control(c, l);
+    else if (!draining_.load())
+      frame_done(c, l);  // (a torn frame too: its header says kChunkLanded, which no later reader accepts)
+  }
+}
+
+// Frame l.recv_next is complete: the lane moves to its next frame, and the ring's tail to the
+// lowest frame some lane has not completed (all below it are in their slots).
+void TcpTransport::frame_done(Conn& c, Lane& l) {
+  l.recv_next += c.nlanes();
+  uint64_t tail = UINT64_MAX;
+  for (auto& x : c.lanes) tail = std::min(tail, x->recv_next);
+  if (tail != c.recv_tail.load(std::memory_order_relaxed)) {
+    c.recv_tail.store(tail, std::memory_order_release);
+    wake();
   }
 }
 
 // Checks a complete WireHeader; returns false when reading must stop (bad frame or full ring).
-bool TcpTransport::handle_frame_header(Conn& c) {
-  const WireHeader& h = c.hdr;
+bool TcpTransport::handle_frame_header(Conn& c, Lane& l) {
+  const WireHeader& h = l.hdr;
   bool ok = h.magic == kFrameMagic && h.reserved == 0;
   switch (h.type) {
     case kFrameData: ok &= h.length >= sizeof(ChunkHeader) && h.length <= sizeof(ChunkHeader) + cfg_.chunk_bytes; break;
@@ -199,37 +228,36 @@ bool TcpTransport::handle_frame_header(Conn& c) {
     case kFrameClose: ok &= h.length == 0; break;
     default: ok = false;
   }
+  ok &= !l.got_close;  // nothing follows a stream's CLOSE
   if (!ok) {
-    protocol_error(c, "impossible frame header (type " + std::to_string(h.type) + ", " + std::to_string(h.length) +
-                          " bytes)");
+    protocol_error(c, l, "impossible frame header (type " + std::to_string(h.type) + ", " +
+                             std::to_string(h.length) + " bytes)");
     return false;
   }
-  c.in_body = true;
-  c.body_got = 0;
+  l.in_body = true;
+  l.body_got = 0;
   if (h.type != kFrameData) {
-    c.control_in.assign(h.length, '\0');
+    l.control_in.assign(h.length, '\0');
     if (h.length == 0) {
-      c.in_body = false;
-      c.hdr_got = 0;
-      handle_control(c);
+      l.in_body = false;
+      l.hdr_got = 0;
+      handle_control(c, l);
     }
     return true;
   }
   if (draining_.load()) return true;
-  return ring_has_space(c);
+  return ring_has_space(c, l);
 }
 
-// A data frame needs a free receive slot; without one, stop reading (and watching) the socket
+// A data frame needs its ring slot free; until it is, stop reading (and watching) this lane
 // until the caller frees one (release_recv pokes the eventfd when it sees rx_stalled).
-bool TcpTransport::ring_has_space(Conn& c) {
-  if (c.recv_tail.load(std::memory_order_relaxed) - c.recv_head.load(std::memory_order_seq_cst) < cfg_.nslots)
-    return true;
+bool TcpTransport::ring_has_space(Conn& c, Lane& l) {
+  auto room = [&] { return l.recv_next - c.recv_head.load(std::memory_order_seq_cst) < cfg_.nslots; };
+  if (room()) return true;
   c.rx_stalled.store(true, std::memory_order_seq_cst);
-  if (c.recv_tail.load(std::memory_order_relaxed) - c.recv_head.load(std::memory_order_seq_cst) < cfg_.nslots) {
-    c.rx_stalled.store(false);
-    return true;
-  }
-  update_interest(c);
+  if (room()) return true;  // (rx_stalled stays set: at worst one spare poke)
+  l.stalled = true;
+  update_interest(c, l);
   return false;
 }
 

@@ -170,6 +170,8 @@ Digest handshake_mac(const std::string& key, const char* label, const Hello& h, 
   m.append(reinterpret_cast<const char*>(h.comm_id), sizeof(h.comm_id));
   m.append(reinterpret_cast<const char*>(&h.from_rank), sizeof(h.from_rank));
   m.append(reinterpret_cast<const char*>(&h.to_rank), sizeof(h.to_rank));
+  m.append(reinterpret_cast<const char*>(&h.lane), sizeof(h.lane));
+  m.append(reinterpret_cast<const char*>(&h.nlanes), sizeof(h.nlanes));
   m.append(reinterpret_cast<const char*>(h.nonce), sizeof(h.nonce));
   m.append(reinterpret_cast<const char*>(nonce_s), 32);
   return hmac_sha256(key, m.data(), m.size());

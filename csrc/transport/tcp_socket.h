@@ -36,11 +36,12 @@ void set_nonblocking(int fd);
 //   acceptor  -> connector Challenge  (nonce_s, MAC_accept: proves the acceptor holds the key)
 //   connector -> acceptor  Response   (MAC_connect: proves the connector holds the key)
 //   acceptor  -> connector Verdict    (accepted or not)
-// Both MACs cover the communicator id, both ranks and both nonces, with different labels, so
+// Both MACs cover the communicator id, both ranks, the lane and lane count, and both nonces, with
+// different labels, so
 // neither can be replayed as the other. The key is derived from COMMLIB_SECRET and never sent;
 // without a secret the key is empty and the exchange only checks that both ends agree.
 constexpr uint64_t kHelloMagic = 0x31706374626c6d63ULL;  // "cmlbtcp1"
-constexpr uint32_t kProtocolVersion = 1;
+constexpr uint32_t kProtocolVersion = 2;  // 2: lanes (several connections per peer pair)
 
 struct Hello {
   uint64_t magic;
@@ -51,6 +52,7 @@ struct Hello {
   int32_t pid;
   uint64_t chunk_bytes;
   uint8_t nonce[32];
+  uint32_t lane, nlanes;  // which of the pair's connections this is, of how many (COMMLIB_TCP_NCONNS)
 };
 
 struct Challenge {
@@ -67,9 +69,10 @@ struct Response {
 
 struct Verdict {
   uint64_t magic;
-  uint32_t accepted;
-  uint32_t pad;
+  uint32_t accepted;  // 1 accepted, 0 refused, kVerdictLanesDiffer: proven, but COMMLIB_TCP_NCONNS differs
+  uint32_t nlanes;    // the acceptor's COMMLIB_TCP_NCONNS
 };
+constexpr uint32_t kVerdictLanesDiffer = 2;
 
 Digest handshake_mac(const std::string& key, const char* label, const Hello& h, const uint8_t nonce_s[32]);
 void random_bytes(uint8_t* out, size_t n);

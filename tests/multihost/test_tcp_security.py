@@ -19,7 +19,7 @@ from ranks import RankFailure, RankPool
 LOOPBACK = {"COMMLIB_SOCKET_IFNAME": "lo"}
 TWO_HOSTS = ("a", "a", "b")
 SECRET = "0123456789abcdef-job-secret"
-HELLO = struct.Struct("<QII16sIIIiQ32s")      # tcp_socket.h Hello
+HELLO = struct.Struct("<QII16sIIIiQ32sII")    # tcp_socket.h Hello (version 2: lane, lanes)
 CHALLENGE = struct.Struct("<QiI32s32s")       # Challenge
 VERDICT = struct.Struct("<QII")               # Verdict
 MAGIC = 0x31706374626c6d63
@@ -43,19 +43,20 @@ def _endpoint(monkeypatch, rank, key):
     return _C.TcpEndpoint(rank, 2, "job-1/x", [rank == 1, rank == 0], 3.0)
 
 
-def _impostor(address, key: bytes, comm_id="job-1/x", chunk=512 << 10):
-    """Speaks the handshake from Python as rank 1 of 2; returns the verdict (1 accepted) or None."""
+def _impostor(address, key: bytes, comm_id="job-1/x", chunk=512 << 10, lane=0, lanes=1):
+    """Speaks the handshake from Python as rank 1 of 2 (connection `lane` of `lanes`); returns
+    (whether the rank's own proof checked out, the verdict: 1 accepted), or None when refused."""
     host, port = address.rsplit(":", 1)
     nonce = os.urandom(32)
     cid = hashlib.sha256(comm_id.encode()).digest()[:16]
-    hello = HELLO.pack(MAGIC, 1, 48, cid, 1, 0, 2, os.getpid(), chunk, nonce)
+    hello = HELLO.pack(MAGIC, 2, 48, cid, 1, 0, 2, os.getpid(), chunk, nonce, lane, lanes)
     with socket.create_connection((host, int(port)), timeout=3) as s:
         s.sendall(hello)
         raw = s.recv(CHALLENGE.size, socket.MSG_WAITALL)
         if len(raw) != CHALLENGE.size:
             return None
         _, _, _, nonce_s, mac_s = CHALLENGE.unpack(raw)
-        fields = cid + struct.pack("<II", 1, 0) + nonce + nonce_s
+        fields = cid + struct.pack("<IIII", 1, 0, lane, lanes) + nonce + nonce_s
         accept_ok = hmac.compare_digest(mac_s, hmac.new(key, b"commlib accept" + fields, hashlib.sha256).digest())
         s.sendall(hmac.new(key, b"commlib connect" + fields, hashlib.sha256).digest())
         raw = s.recv(VERDICT.size, socket.MSG_WAITALL)

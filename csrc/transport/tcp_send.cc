@@ -1,0 +1,181 @@
+// The send side of a peer's TCP lanes, and the caller's end of both rings. The caller fills send
+// slots in order; DATA frame s is written on lane s % N (tcp_conn.h) by whoever holds send_mu:
+// the caller's thread at once when the socket takes it, else the progress thread on EPOLLOUT.
+// send_head (what sends_completed reports) is the lowest frame some lane has not finished
+// writing, so every frame below it is in the kernel and its slot and source buffer are free.
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "transport/tcp_conn.h"
+
+namespace commlib {
+
+ChunkHeader* TcpTransport::acquire_send(int peer, char** payload) {
+  Conn& c = *conn(peer);
+  uint64_t t = c.send_tail.load(std::memory_order_relaxed);
+  if (t - c.send_head.load(std::memory_order_acquire) >= cfg_.nslots) return nullptr;
+  char* s = c.send_slot(t);
+  *payload = s + kSendPrefix;
+  return reinterpret_cast<ChunkHeader*>(s + sizeof(WireHeader));
+}
+
+void TcpTransport::publish_send(int peer) { publish(*conn(peer), nullptr); }
+
+uint64_t TcpTransport::publish_send_in_place(int peer, const char* data) { return publish(*conn(peer), data); }
+
+uint64_t TcpTransport::sends_completed(int peer) { return conn(peer)->send_head.load(std::memory_order_acquire); }
+
+void TcpTransport::detach_sends(int peer) {
+  Conn& c = *conn(peer);
+  std::lock_guard<std::mutex> g(c.send_mu);
+  const uint64_t tail = c.send_tail.load(std::memory_order_relaxed);
+  for (uint64_t i = c.send_head.load(std::memory_order_relaxed); i < tail; ++i) {
+    const char*& ref = c.send_ref_of(i);
+    if (!ref) continue;  // copied, or already written by its lane
+    char* s = c.send_slot(i);
+    // The whole payload, also of a frame partly written: the bytes are the same, only their home moves.
+    std::memcpy(s + kSendPrefix, ref, reinterpret_cast<const ChunkHeader*>(s + sizeof(WireHeader))->bytes);
+    ref = nullptr;
+  }
+}
+
+// Returns the ticket of the published chunk: sends_completed() reaches it once it is written.
+uint64_t TcpTransport::publish(Conn& c, const char* ref) {
+  uint64_t t = c.send_tail.load(std::memory_order_relaxed);
+  c.send_ref_of(t) = ref;
+  char* s = c.send_slot(t);
+  auto* wh = reinterpret_cast<WireHeader*>(s);
+  wh->magic = kFrameMagic;
+  wh->type = kFrameData;
+  wh->reserved = 0;
+  wh->length = sizeof(ChunkHeader) + reinterpret_cast<ChunkHeader*>(s + sizeof(WireHeader))->bytes;
+  if (ref) sent_in_place_.fetch_add(wh->length - sizeof(ChunkHeader), std::memory_order_relaxed);
+  if (t % c.nlanes()) frames_striped_.fetch_add(1, std::memory_order_relaxed);
+  c.send_tail.store(t + 1, std::memory_order_release);
+  // Write at once from this thread (no hand-off on the latency path); the progress thread finishes
+  // whatever the sockets would not take without blocking.
+  std::lock_guard<std::mutex> g(c.send_mu);
+  if (!flush(c)) request_write();
+  return t + 1;
+}
+
+const ChunkHeader* TcpTransport::peek_recv(int peer, const char** payload) {
+  Conn& c = *conn(peer);
+  uint64_t h = c.recv_head.load(std::memory_order_relaxed);
+  if (c.recv_tail.load(std::memory_order_acquire) == h) return nullptr;
+  char* s = c.recv_slot(h, c.recv_ring.size() / cfg_.nslots, cfg_.nslots);
+  *payload = s + sizeof(ChunkHeader);
+  return reinterpret_cast<const ChunkHeader*>(s);
+}
+
+void TcpTransport::release_recv(int peer) {
+  Conn& c = *conn(peer);
+  c.recv_head.store(c.recv_head.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);
+  if (c.rx_stalled.load(std::memory_order_seq_cst)) {
+    uint64_t one = 1;
+    (void)!write(event_fd_, &one, sizeof(one));
+  }
+}
+
+void TcpTransport::read_peer(int peer, void*, uint64_t, size_t) {
+  throw CommError("tcp: rank " + std::to_string(peer) + " cannot be read directly over TCP");
+}
+
+bool TcpTransport::flush(Conn& c) {
+  bool done = true, freed = false;
+  for (auto& l : c.lanes) done &= flush_lane(c, *l, &freed);
+  if (freed) {
+    uint64_t head = UINT64_MAX;
+    for (auto& l : c.lanes) head = std::min(head, l->send_next);
+    c.send_head.store(head, std::memory_order_release);
+    wake();
+  }
+  return done;
+}
+
+// Writes what lane `l` has (control frames between data frames, then its DATA frames in sequence)
+// until the socket would block; true when nothing is left. Sets *freed when a frame finished.
+bool TcpTransport::flush_lane(Conn& c, Lane& l, bool* freed) {
+  const int fd = l.fd.load();
+  if (fd < 0 || l.shut_write) return true;
+  const uint64_t stride = c.nlanes();
+  for (;;) {
+    if (!l.writing_control && l.write_off == 0 && l.control_off < l.control_out.size()) l.writing_control = true;
+    iovec iov[2];
+    int niov = 1;
+    size_t left;
+    const uint64_t seq = l.send_next;
+    if (l.writing_control) {
+      iov[0] = {&l.control_out[l.control_off], l.control_out.size() - l.control_off};
+      left = iov[0].iov_len;
+    } else {
+      if (seq >= c.send_tail.load(std::memory_order_acquire)) break;
+      char* s = c.send_slot(seq);
+      left = sizeof(WireHeader) + reinterpret_cast<const WireHeader*>(s)->length - l.write_off;
+      const char* ref = c.send_ref_of(seq);
+      if (!ref) {
+        iov[0] = {s + l.write_off, left};
+      } else if (l.write_off < kSendPrefix) {  // headers from the slot, payload from the caller
+        iov[0] = {s + l.write_off, kSendPrefix - l.write_off};
+        iov[1] = {const_cast<char*>(ref), left - iov[0].iov_len};
+        niov = iov[1].iov_len ? 2 : 1;
+      } else {
+        iov[0] = {const_cast<char*>(ref) + (l.write_off - kSendPrefix), left};
+      }
+    }
+    msghdr mh{};
+    mh.msg_iov = iov;
+    mh.msg_iovlen = niov;
+    ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        l.want_write.store(true);
+        return false;
+      }
+      l.shut_write = true;
+      mark_down(c, PeerState::Dead, "send on connection " + std::to_string(l.index) + " failed: " + std::strerror(errno));
+      return true;
+    }
+    if (l.writing_control) {
+      l.control_off += static_cast<size_t>(n);
+      if (l.control_off == l.control_out.size()) {
+        l.control_out.clear();
+        l.control_off = 0;
+        l.writing_control = false;
+      }
+    } else {
+      l.write_off += static_cast<size_t>(n);
+      if (static_cast<size_t>(n) == left) {
+        l.write_off = 0;
+        c.send_ref_of(seq) = nullptr;
+        l.send_next = seq + stride;
+        ++l.frames_sent;
+        *freed = true;
+      }
+    }
+  }
+  l.want_write.store(false);
+  return true;
+}
+
+void TcpTransport::request_write() {
+  uint64_t one = 1;  // the progress thread watches the lanes that want to write
+  (void)!write(event_fd_, &one, sizeof(one));
+}
+
+void TcpTransport::enqueue_control(Conn& c, Lane& l, uint16_t type, const void* body, size_t n) {
+  std::lock_guard<std::mutex> g(c.send_mu);
+  if (l.fd.load() < 0 || l.shut_write) return;
+  WireHeader wh{kFrameMagic, type, 0, n};
+  l.control_out.append(reinterpret_cast<const char*>(&wh), sizeof(wh));
+  if (n) l.control_out.append(static_cast<const char*>(body), n);
+  if (!flush(c)) request_write();
+}
+
+}  // namespace commlib
