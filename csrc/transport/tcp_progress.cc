@@ -69,7 +69,8 @@ void TcpTransport::progress_loop() {
           flush(c);
         }
         if (evs[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) on_readable(c, l);
-        if (l.fd.load() >= 0) update_interest(c, l);
+        for (auto& x : c.lanes)  // (the flush may have left another lane wanting to write)
+          if (x->fd.load() >= 0) update_interest(c, *x);
       }
     }
     const double now = monotonic_s();

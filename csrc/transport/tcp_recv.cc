@@ -228,7 +228,6 @@ bool TcpTransport::handle_frame_header(Conn& c, Lane& l) {
     case kFrameClose: ok &= h.length == 0; break;
     default: ok = false;
   }
-  ok &= !l.got_close;  // nothing follows a stream's CLOSE
   if (!ok) {
     protocol_error(c, l, "impossible frame header (type " + std::to_string(h.type) + ", " +
                              std::to_string(h.length) + " bytes)");
