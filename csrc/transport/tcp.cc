@@ -68,7 +68,8 @@ TcpTransport::TcpTransport(int rank, int size, const std::string& comm_id, std::
     c->recv_ring.resize(round64(sizeof(ChunkHeader) + cfg_.chunk_bytes) * cfg_.nslots);
     for (uint32_t i = 0; i < cfg_.nconns; ++i) {
       auto l = std::make_unique<Lane>();
-      l->index = l->send_next = l->recv_next = i;
+      l->index = l->recv_next = i;
+      l->send_next.store(i);
       c->lanes.push_back(std::move(l));
     }
     conns_[r] = std::move(c);
@@ -224,17 +225,18 @@ void TcpTransport::close() {
   wait_until([&] {
     for (auto& c : conns_) {
       if (!c) continue;
-      std::lock_guard<std::mutex> g(c->send_mu);
       const uint64_t tail = c->send_tail.load();
-      for (auto& l : c->lanes)
+      for (auto& l : c->lanes) {
+        std::lock_guard<std::mutex> g(l->send_mu);
         if (l->fd.load() >= 0 && !l->shut_write && (l->send_next < tail || !l->control_out.empty())) return false;
+      }
     }
     return true;
   });
   for (auto& c : conns_) {
     if (!c) continue;
-    std::lock_guard<std::mutex> g(c->send_mu);
     for (auto& l : c->lanes) {
+      std::lock_guard<std::mutex> g(l->send_mu);
       if (l->fd.load() >= 0 && !l->shut_write) shutdown(l->fd.load(), SHUT_WR);
       l->shut_write = true;
     }

@@ -125,8 +125,9 @@ class TcpTransport final : public Transport {
   bool ring_has_space(Conn& c, Lane& l);
   void frame_done(Conn& c, Lane& l);
   void handle_control(Conn& c, Lane& l);
-  bool flush(Conn& c);  // with c.send_mu held; true when nothing is left to write on any lane
-  bool flush_lane(Conn& c, Lane& l, bool* freed);
+  bool write_lane(Conn& c, Lane& l);  // takes l.send_mu; true when nothing is left to write
+  bool flush_lane(Conn& c, Lane& l, bool* freed);  // with l.send_mu held
+  void advance_send_head(Conn& c);
   void enqueue_control(Conn& c, Lane& l, uint16_t type, const void* body, size_t n);
   void request_write();
   void mark_down(Conn& c, PeerState st, const std::string& why);
@@ -168,6 +169,7 @@ class TcpTransport final : public Transport {
   std::mutex connect_mu_;
   std::condition_variable connect_cv_;
   bool closed_ = false;
+  std::string connect_error_;  // a proven peer that cannot be taken (lane counts differ); under connect_mu_
 };
 
 }  // namespace commlib

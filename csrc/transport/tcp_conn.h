@@ -38,21 +38,24 @@ static_assert(sizeof(WireHeader) == 16, "wire header layout");
 // or only the headers when its payload is written from the caller's buffer (send_ref).
 constexpr size_t kSendPrefix = sizeof(WireHeader) + sizeof(ChunkHeader);
 
-// One TCP connection of a peer pair. Send fields are guarded by Conn::send_mu, receive fields by
-// Conn::recv_mu (lock recv_mu before send_mu).
+// One TCP connection of a peer pair. Send fields are guarded by the lane's send_mu, receive fields
+// by Conn::recv_mu (lock recv_mu before any send_mu; several send_mu in lane order).
 struct TcpTransport::Lane {
   uint32_t index = 0;
   std::atomic<int> fd{-1};
   bool attached = false;  // handshake done (set once, under connect_mu_ or by the progress thread)
 
   // Send side: the DATA frame with sequence number send_next (index, index + N, ...) is the next
-  // this lane writes, write_off bytes of it written.
-  uint64_t send_next = 0;
+  // this lane writes, write_off bytes of it written. Lanes have their own lock, so the caller's
+  // thread and the progress thread write two lanes at once (the kernel's work per connection runs
+  // in the writing thread: that is what striping spreads over cores).
+  std::mutex send_mu;
+  std::atomic<uint64_t> send_next{0};
   size_t write_off = 0;
   std::string control_out;  // control frames, written only between data frames
   size_t control_off = 0;
   bool writing_control = false;
-  std::atomic<bool> want_write{false};
+  std::atomic<bool> want_write{false};  // the progress thread is to write this lane (handed off, or blocked)
   bool shut_write = false;
   uint64_t frames_sent = 0;
 
@@ -76,14 +79,13 @@ struct TcpTransport::Conn {
   size_t slot_stride = 0;
   std::vector<std::unique_ptr<Lane>> lanes;
 
-  // Send ring: the caller fills slots at tail; whoever holds send_mu writes slot s on lane s % N.
-  // A slot whose send_ref is set carries only the headers: its payload is written from the
-  // caller's memory (zero-copy; the executor waits for send_head before that memory may change).
-  // send_head = the lowest send_next of all lanes: every frame below it is in the kernel.
+  // Send ring: the caller fills slots at tail; slot s is written on lane s % N under that lane's
+  // send_mu. A slot whose send_ref is set carries only the headers: its payload is written from
+  // the caller's memory (zero-copy; the executor waits for send_head before that memory may
+  // change). send_head = the lowest send_next of all lanes: every frame below it is in the kernel.
   std::vector<char> send_ring;
   std::vector<const char*> send_ref;  // per slot
   std::atomic<uint64_t> send_tail{0}, send_head{0};
-  std::mutex send_mu;
 
   // Receive ring (slot = ChunkHeader + payload), frame s in slot s % nslots. recv_tail = the
   // lowest recv_next of all lanes: every frame below it is complete (the executor reads to there).

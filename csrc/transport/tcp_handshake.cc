@@ -175,12 +175,9 @@ void TcpTransport::connect(const std::vector<std::string>& addresses) {
     throw PeerError(me + ": rank(s) " + missing + " did not connect within " + std::to_string(int(cfg_.timeout_s)) +
                     " s (COMMLIB_TIMEOUT)");
   }
-  // A rank that proved itself but could not be taken (its COMMLIB_TCP_NCONNS differs) failed it.
-  for (int q = rank_ + 1; q < size_; ++q)
-    if (conns_[q] && conns_[q]->state.load() == static_cast<uint32_t>(PeerState::Failed)) {
-      std::lock_guard<std::mutex> g(conns_[q]->state_mu);
-      throw PeerError(me + ": " + conns_[q]->fail_message);
-    }
+  // A rank that proved itself but could not be taken (its COMMLIB_TCP_NCONNS differs). (Not any
+  // failed peer: a peer may connect, start its first call and fail it before this wait returns.)
+  if (!connect_error_.empty()) throw PeerError(me + ": " + connect_error_);
 }
 
 void TcpTransport::accept_new() {
@@ -280,7 +277,10 @@ void TcpTransport::advance_pending(Pending& p) {
                             ": the setting must be the same on every rank";
     mark_down(c, PeerState::Failed, why);
     drop_pending(p, why);
-    { std::lock_guard<std::mutex> g(connect_mu_); }  // (the waiter is either before its check or asleep)
+    {
+      std::lock_guard<std::mutex> g(connect_mu_);
+      if (connect_error_.empty()) connect_error_ = why;
+    }
     connect_cv_.notify_all();
     return;
   }

@@ -35,6 +35,8 @@ void TcpTransport::progress_loop() {
         (void)!read(event_fd_, &v, sizeof(v));
         for (auto& c : conns_) {
           if (!c) continue;
+          for (auto& l : c->lanes)  // frames handed off by the caller (not under recv_mu: it would stall readers)
+            if (l->want_write.load()) write_lane(*c, *l);
           std::lock_guard<std::mutex> g(c->recv_mu);
           // Stalled lanes whose slot is free read again (read_lanes); the others update their
           // interest (a lane that wants to write gets EPOLLOUT).
@@ -62,12 +64,9 @@ void TcpTransport::progress_loop() {
       } else if (tag == kTagConn) {
         Conn& c = *conns_[index >> 8];
         Lane& l = *c.lanes[index & 0xff];
+        if (evs[i].events & EPOLLOUT) write_lane(c, l);
         std::lock_guard<std::mutex> rg(c.recv_mu);  // a polling caller may be reading it
         if (l.fd.load() < 0) continue;
-        if (evs[i].events & EPOLLOUT) {
-          std::lock_guard<std::mutex> g(c.send_mu);
-          flush(c);
-        }
         if (evs[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) on_readable(c, l);
         for (auto& x : c.lanes)  // (the flush may have left another lane wanting to write)
           if (x->fd.load() >= 0) update_interest(c, *x);
@@ -102,7 +101,7 @@ void TcpTransport::update_interest(Conn& c, Lane& l) {
 void TcpTransport::drop_lane(Conn& c, Lane& l) {
   int fd;
   {
-    std::lock_guard<std::mutex> g(c.send_mu);
+    std::lock_guard<std::mutex> g(l.send_mu);
     fd = l.fd.exchange(-1);
     l.shut_write = true;
   }
@@ -159,10 +158,14 @@ void TcpTransport::handle_control(Conn& c, Lane& l) {
     }
     {
       // The peer reads nothing more here: end our side of this stream so its close completes.
-      std::lock_guard<std::mutex> g(c.send_mu);
-      flush(c);
-      if (!l.shut_write && l.fd.load() >= 0) shutdown(l.fd.load(), SHUT_WR);
-      l.shut_write = true;
+      bool freed = false;
+      {
+        std::lock_guard<std::mutex> g(l.send_mu);
+        flush_lane(c, l, &freed);
+        if (!l.shut_write && l.fd.load() >= 0) shutdown(l.fd.load(), SHUT_WR);
+        l.shut_write = true;
+      }
+      if (freed) advance_send_head(c);
     }
     wake();
   }

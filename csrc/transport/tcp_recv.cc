@@ -38,16 +38,25 @@ int posted_match(const TcpTransport::Conn& c, uint64_t seq, const ChunkHeader& h
 }
 }  // namespace
 
+// A waiting caller reads only what it waits for: the lane that carries the next frame the executor
+// needs (frame recv_tail), then the next such lane while frames complete, then lane 0 for control
+// frames. Idle lanes cost no syscall per spin; the progress thread reads them once the spin ends.
 void TcpTransport::read_lanes(Conn& c) {
-  for (auto& lp : c.lanes) {
-    Lane& l = *lp;
-    if (l.fd.load() < 0) continue;
+  auto read = [&](Lane& l) {
+    if (l.fd.load() < 0) return;
     if (l.stalled) {
-      if (!draining_.load() && l.recv_next - c.recv_head.load() >= cfg_.nslots) continue;
+      if (!draining_.load() && l.recv_next - c.recv_head.load() >= cfg_.nslots) return;
       l.stalled = false;
     }
     on_readable(c, l);
+  };
+  for (uint32_t k = 0; k < c.nlanes(); ++k) {
+    const uint64_t tail = c.recv_tail.load(std::memory_order_relaxed);
+    Lane& l = c.lane_of(tail);
+    read(l);
+    if (l.index == 0 || c.recv_tail.load(std::memory_order_relaxed) == tail) break;
   }
+  if (c.lane_of(c.recv_tail.load(std::memory_order_relaxed)).index != 0) read(*c.lanes[0]);
   bool stalled = false;
   for (auto& lp : c.lanes) {
     stalled |= lp->stalled;

@@ -1,6 +1,9 @@
 // The send side of a peer's TCP lanes, and the caller's end of both rings. The caller fills send
-// slots in order; DATA frame s is written on lane s % N (tcp_conn.h) by whoever holds send_mu:
-// the caller's thread at once when the socket takes it, else the progress thread on EPOLLOUT.
+// slots in order; DATA frame s is written on lane s % N (tcp_conn.h) under that lane's lock. The
+// caller's thread writes at once what it publishes on lane 0, and every copied (small) frame: no
+// hand-off on the latency path. Zero-copy frames (messages of 64 KiB and more) on the other lanes
+// go to the progress thread, so two threads write two connections at once: the kernel's work per
+// connection runs in the thread that writes it, and that is what one connection cannot spread.
 // send_head (what sends_completed reports) is the lowest frame some lane has not finished
 // writing, so every frame below it is in the kernel and its slot and source buffer are free.
 #include <sys/socket.h>
@@ -32,7 +35,8 @@ uint64_t TcpTransport::sends_completed(int peer) { return conn(peer)->send_head.
 
 void TcpTransport::detach_sends(int peer) {
   Conn& c = *conn(peer);
-  std::lock_guard<std::mutex> g(c.send_mu);
+  std::vector<std::unique_lock<std::mutex>> locks;  // every lane (in lane order): no writer reads a ref meanwhile
+  for (auto& l : c.lanes) locks.emplace_back(l->send_mu);
   const uint64_t tail = c.send_tail.load(std::memory_order_relaxed);
   for (uint64_t i = c.send_head.load(std::memory_order_relaxed); i < tail; ++i) {
     const char*& ref = c.send_ref_of(i);
@@ -55,12 +59,15 @@ uint64_t TcpTransport::publish(Conn& c, const char* ref) {
   wh->reserved = 0;
   wh->length = sizeof(ChunkHeader) + reinterpret_cast<ChunkHeader*>(s + sizeof(WireHeader))->bytes;
   if (ref) sent_in_place_.fetch_add(wh->length - sizeof(ChunkHeader), std::memory_order_relaxed);
-  if (t % c.nlanes()) frames_striped_.fetch_add(1, std::memory_order_relaxed);
-  c.send_tail.store(t + 1, std::memory_order_release);
-  // Write at once from this thread (no hand-off on the latency path); the progress thread finishes
-  // whatever the sockets would not take without blocking.
-  std::lock_guard<std::mutex> g(c.send_mu);
-  if (!flush(c)) request_write();
+  Lane& l = c.lane_of(t);
+  if (l.index) frames_striped_.fetch_add(1, std::memory_order_relaxed);
+  c.send_tail.store(t + 1, std::memory_order_seq_cst);
+  if (ref && l.index) {  // a large message's frame on another lane: the progress thread writes it
+    l.want_write.store(true, std::memory_order_seq_cst);
+    request_write();
+  } else if (!write_lane(c, l)) {  // the progress thread finishes what the socket would not take
+    request_write();
+  }
   return t + 1;
 }
 
@@ -86,23 +93,36 @@ void TcpTransport::read_peer(int peer, void*, uint64_t, size_t) {
   throw CommError("tcp: rank " + std::to_string(peer) + " cannot be read directly over TCP");
 }
 
-bool TcpTransport::flush(Conn& c) {
-  bool done = true, freed = false;
-  for (auto& l : c.lanes) done &= flush_lane(c, *l, &freed);
-  if (freed) {
-    uint64_t head = UINT64_MAX;
-    for (auto& l : c.lanes) head = std::min(head, l->send_next);
-    c.send_head.store(head, std::memory_order_release);
-    wake();
+bool TcpTransport::write_lane(Conn& c, Lane& l) {
+  bool freed = false, done;
+  {
+    std::lock_guard<std::mutex> g(l.send_mu);
+    done = flush_lane(c, l, &freed);
   }
+  if (freed) advance_send_head(c);
   return done;
+}
+
+// send_head = the lowest frame some lane still has to write. Lanes finish in any order and two
+// threads may compute this at once: the head only moves forward.
+void TcpTransport::advance_send_head(Conn& c) {
+  uint64_t head = UINT64_MAX;
+  for (auto& l : c.lanes) head = std::min(head, l->send_next.load(std::memory_order_acquire));
+  head = std::min(head, c.send_tail.load(std::memory_order_acquire));
+  uint64_t cur = c.send_head.load(std::memory_order_relaxed);
+  while (cur < head && !c.send_head.compare_exchange_weak(cur, head, std::memory_order_acq_rel)) {
+  }
+  wake();
 }
 
 // Writes what lane `l` has (control frames between data frames, then its DATA frames in sequence)
 // until the socket would block; true when nothing is left. Sets *freed when a frame finished.
 bool TcpTransport::flush_lane(Conn& c, Lane& l, bool* freed) {
   const int fd = l.fd.load();
-  if (fd < 0 || l.shut_write) return true;
+  if (fd < 0 || l.shut_write) {
+    l.want_write.store(false);  // (a shut lane would otherwise stay in epoll for EPOLLOUT forever)
+    return true;
+  }
   const uint64_t stride = c.nlanes();
   for (;;) {
     if (!l.writing_control && l.write_off == 0 && l.control_off < l.control_out.size()) l.writing_control = true;
@@ -114,7 +134,13 @@ bool TcpTransport::flush_lane(Conn& c, Lane& l, bool* freed) {
       iov[0] = {&l.control_out[l.control_off], l.control_out.size() - l.control_off};
       left = iov[0].iov_len;
     } else {
-      if (seq >= c.send_tail.load(std::memory_order_acquire)) break;
+      if (seq >= c.send_tail.load(std::memory_order_seq_cst)) {
+        // Nothing left: clear the hand-off flag, then look once more, so a frame handed off
+        // meanwhile is either seen here or finds the flag set again by its publisher.
+        l.want_write.store(false, std::memory_order_seq_cst);
+        if (seq >= c.send_tail.load(std::memory_order_seq_cst)) return true;
+        continue;
+      }
       char* s = c.send_slot(seq);
       left = sizeof(WireHeader) + reinterpret_cast<const WireHeader*>(s)->length - l.write_off;
       const char* ref = c.send_ref_of(seq);
@@ -154,14 +180,12 @@ bool TcpTransport::flush_lane(Conn& c, Lane& l, bool* freed) {
       if (static_cast<size_t>(n) == left) {
         l.write_off = 0;
         c.send_ref_of(seq) = nullptr;
-        l.send_next = seq + stride;
+        l.send_next.store(seq + stride, std::memory_order_release);
         ++l.frames_sent;
         *freed = true;
       }
     }
   }
-  l.want_write.store(false);
-  return true;
 }
 
 void TcpTransport::request_write() {
@@ -170,12 +194,14 @@ void TcpTransport::request_write() {
 }
 
 void TcpTransport::enqueue_control(Conn& c, Lane& l, uint16_t type, const void* body, size_t n) {
-  std::lock_guard<std::mutex> g(c.send_mu);
-  if (l.fd.load() < 0 || l.shut_write) return;
-  WireHeader wh{kFrameMagic, type, 0, n};
-  l.control_out.append(reinterpret_cast<const char*>(&wh), sizeof(wh));
-  if (n) l.control_out.append(static_cast<const char*>(body), n);
-  if (!flush(c)) request_write();
+  {
+    std::lock_guard<std::mutex> g(l.send_mu);
+    if (l.fd.load() < 0 || l.shut_write) return;
+    WireHeader wh{kFrameMagic, type, 0, n};
+    l.control_out.append(reinterpret_cast<const char*>(&wh), sizeof(wh));
+    if (n) l.control_out.append(static_cast<const char*>(body), n);
+  }
+  if (!write_lane(c, l)) request_write();
 }
 
 }  // namespace commlib
