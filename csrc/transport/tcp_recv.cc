@@ -50,13 +50,15 @@ void TcpTransport::read_lanes(Conn& c) {
     }
     on_readable(c, l);
   };
+  bool read_first = false;
   for (uint32_t k = 0; k < c.nlanes(); ++k) {
     const uint64_t tail = c.recv_tail.load(std::memory_order_relaxed);
     Lane& l = c.lane_of(tail);
     read(l);
-    if (l.index == 0 || c.recv_tail.load(std::memory_order_relaxed) == tail) break;
+    read_first |= l.index == 0;
+    if (c.recv_tail.load(std::memory_order_relaxed) == tail) break;
   }
-  if (c.lane_of(c.recv_tail.load(std::memory_order_relaxed)).index != 0) read(*c.lanes[0]);
+  if (!read_first) read(*c.lanes[0]);
   bool stalled = false;
   for (auto& lp : c.lanes) {
     stalled |= lp->stalled;
