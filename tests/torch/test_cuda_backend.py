@@ -63,6 +63,15 @@ def test_cuda_collectives_match_gloo(n):
 
 @pytest.mark.gpu
 @needs_torch_cuda
+@pytest.mark.parametrize("n", [2, 3])
+def test_cuda_point_to_point(n):
+    import cuda_cases
+    fails = [f for r in get_pool(n).run(cuda_cases.case_cuda_point_to_point, timeout=300) for f in r]
+    assert not fails, "\n".join(fails[:20])
+
+
+@pytest.mark.gpu
+@needs_torch_cuda
 def test_cuda_ddp_matches_gloo_on_cpu():
     import cuda_cases
     fails = [f for r in get_pool(2).run(cuda_cases.case_cuda_ddp, timeout=300) for f in r]
