@@ -93,7 +93,8 @@ class PointToPointMixin:
         if len(tensors) != 1:  # torch passes one; a batch of one engine call takes one per peer
             raise ValueError(f"tensors: a {kind} of device tensors takes one tensor, got {len(tensors)}")
         t = tensors[0]
-        stream = self._p2p_streams.get(side)
+        with self._lock:
+            stream = self._p2p_streams.get(side)
         result = DeviceBatchResult()
         if kind == "send":
             buf, finals = side.send_bytes(t, stream), []
