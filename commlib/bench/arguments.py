@@ -8,6 +8,7 @@ from commlib.bench import common as C
 
 
 def add_arguments(p: argparse.ArgumentParser):
+    """The arguments of ``commlib bench`` (also its ``--help``)."""
     p.add_argument("collectives", nargs="*", metavar="COLL",
                    help=f"collectives to run (default: {' '.join(C.DEFAULT_COLLECTIVES)}; 'all' adds "
                         "reduce, gather, scatter)")
@@ -69,6 +70,7 @@ def add_arguments(p: argparse.ArgumentParser):
 
 
 def config_from_args(a) -> dict:
+    """The run's config from parsed arguments; unknown names and impossible combinations exit with a message."""
     colls = a.collectives or list(C.DEFAULT_COLLECTIVES)
     if "all" in colls:
         colls = list(C.COLLECTIVES)

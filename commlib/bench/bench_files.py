@@ -31,6 +31,7 @@ def validate(d) -> list:
 
 
 def load(paths):
+    """The JSON documents of ``paths`` (bench or sim files); exits naming a file that is neither."""
     datas = []
     for p in paths:
         with open(p) as f:
@@ -50,4 +51,5 @@ def load(paths):
 
 
 def merged_records(datas):
+    """Every result record of ``datas``, in file order."""
     return [r for d in datas for r in d["results"]]

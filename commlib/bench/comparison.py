@@ -21,13 +21,15 @@ def index_by_series(records):
 
 
 def median_us(rec):
+    """A record's median time in µs (None for no record)."""
     return rec["time_us"]["median"] if rec else None
 
 
 def comparison(records):
     """Rows per (collective, P, bytes): best commlib, auto, gloo, mpi (median us) and ratios."""
     rows = []
-    for (coll, P), series in sorted(index_by_series(records).items(), key=lambda kv: (C.COLLECTIVES.index(kv[0][0]), kv[0][1])):
+    by_order = lambda kv: (C.COLLECTIVES.index(kv[0][0]), kv[0][1])  # noqa: E731
+    for (coll, P), series in sorted(index_by_series(records).items(), key=by_order):
         sizes = sorted({b for s in series.values() for b in s})
         for b in sizes:
             algs = {a: v[b] for a, v in series.items()

@@ -81,6 +81,7 @@ def _launch_mpi(cfg_path, part, timeout, place):
 
 
 def run_local(a, cfg, command, place) -> int:
+    """The local run: every backend's job in each pass, merged; then ``finish``."""
     P = place.P
     cfg["links"] = place.links()
     results, backends, status = [], {}, 0

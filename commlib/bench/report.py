@@ -78,6 +78,7 @@ def print_summary(data, out):
 
 
 def main(args) -> int:
+    """``commlib report``: write the report of ``args.files`` to ``args.output``."""
     datas = load(args.files)
     path = generate(datas, args.output)
     print(f"report: {path} (and {os.path.join(args.output, 'report.md')})")

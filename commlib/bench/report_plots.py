@@ -12,6 +12,7 @@ PEER_STYLE = {"gloo": dict(color="tab:red", ls="--", marker="s"),
 
 
 def pyplot():
+    """matplotlib's pyplot on the Agg backend (no display needed)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

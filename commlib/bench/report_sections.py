@@ -62,7 +62,8 @@ def build(datas, outdir):
                             key=lambda k: (C.COLLECTIVES.index(k[0]), k[1])):
         sel = [r for r in rows if r["collective"] == coll and r["world_size"] == P]
         for r in (sel[0], sel[-1]) if len(sel) > 1 else sel:
-            head.append([coll, P, C.fmt_bytes(r["bytes"]), f"{fmt_us(r['best_us'])} ({r['best']})", fmt_us(r["auto_us"]),
+            head.append([coll, P, C.fmt_bytes(r["bytes"]), f"{fmt_us(r['best_us'])} ({r['best']})",
+                         fmt_us(r["auto_us"]),
                          fmt_us(r["gloo_us"]), fmt_us(r["mpi_us"]), fmt_ratio(peer_ratio(r["gloo_us"], r["best_us"])),
                          fmt_ratio(peer_ratio(r["mpi_us"], r["best_us"])), fmt_num(r["best_busbw"])])
     doc.table(["collective", "ranks", "size", "commlib best µs (algorithm)", "auto µs", "gloo µs", "MPI µs",
@@ -85,7 +86,8 @@ def build(datas, outdir):
           "On an oversubscribed or shared machine alpha also absorbs scheduling delays.")
     doc.table(["backend", "transport", "ranks", "alpha (µs)", "beta (ns/B)", "1/beta (GB/s)", "gamma (ns/B)",
                "1/gamma (GB/s)", "samples", "median rel. error"],
-              [[v["backend"], v["transport"], v["world_size"], fmt_num(v["alpha"] * 1e6), fmt_num(v["beta"] * 1e9, ".4f"),
+              [[v["backend"], v["transport"], v["world_size"], fmt_num(v["alpha"] * 1e6),
+                fmt_num(v["beta"] * 1e9, ".4f"),
                 fmt_num(1e-9 / v["beta"] if v["beta"] else None), fmt_num(v["gamma"] * 1e9, ".4f"),
                 fmt_num(1e-9 / v["gamma"] if v["gamma"] else None), v["n"],
                 fmt_num(v["rel_err_median"] * 100 if v["rel_err_median"] is not None else None, ".0f") + "%"]
@@ -152,9 +154,10 @@ def build(datas, outdir):
         doc.h(f"{coll}, {P} ranks ({'in-place' if C.COMPARE_MODE[coll] == 'in' else 'out-of-place'})", 3)
         doc.table(["size", "best algorithm", "commlib µs", "auto µs", "gloo µs", "MPI µs", "gloo / commlib",
                    "MPI / commlib", "commlib busbw", "gloo busbw", "MPI busbw", "memcpy GB/s"],
-                  [[C.fmt_bytes(r["bytes"]), r["best"], fmt_us(r["best_us"]), fmt_us(r["auto_us"]), fmt_us(r["gloo_us"]),
-                    fmt_us(r["mpi_us"]), fmt_ratio(peer_ratio(r["gloo_us"], r["best_us"])), fmt_ratio(peer_ratio(r["mpi_us"], r["best_us"])),
-                    fmt_num(r["best_busbw"]), fmt_num(r["gloo_busbw"]), fmt_num(r["mpi_busbw"]), fmt_num(memcpy_at(memcpy, r["bytes"]))]
+                  [[C.fmt_bytes(r["bytes"]), r["best"], fmt_us(r["best_us"]), fmt_us(r["auto_us"]),
+                    fmt_us(r["gloo_us"]), fmt_us(r["mpi_us"]), fmt_ratio(peer_ratio(r["gloo_us"], r["best_us"])),
+                    fmt_ratio(peer_ratio(r["mpi_us"], r["best_us"])), fmt_num(r["best_busbw"]),
+                    fmt_num(r["gloo_busbw"]), fmt_num(r["mpi_busbw"]), fmt_num(memcpy_at(memcpy, r["bytes"]))]
                    for r in sel])
 
     doc.h("Correctness")
@@ -176,7 +179,8 @@ def build(datas, outdir):
         m = d.get("machine", {})
         mrows.append([d.get("world_size"), m.get("cpu"), f"{m.get('cores')} ({m.get('cores_usable')} usable)",
                       m.get("memory_gib"), m.get("os"), m.get("python"), m.get("numpy"), m.get("torch"),
-                      m.get("mpi4py") or "–", mpi_library(d), f"{m.get('commlib')} {m.get('commlib_commit') or ''}".strip(),
+                      m.get("mpi4py") or "–", mpi_library(d),
+                      f"{m.get('commlib')} {m.get('commlib_commit') or ''}".strip(),
                       m.get("date")])
     doc.table(["ranks", "CPU", "cores", "memory GiB", "OS", "Python", "NumPy", "torch", "mpi4py", "MPI library",
                "commlib", "date"], mrows)

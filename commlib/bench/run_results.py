@@ -30,6 +30,7 @@ TIMING_NOTE = ("time = median over the timed iterations of the slowest rank's du
 
 
 def finish(a, cfg, command, results, backends, status) -> int:
+    """Complete the run: memcpy, fit, tuning, summary, ``--json``, ``--report``; the exit status."""
     from commlib.bench import memcpy, model, tuning
     from commlib.bench.report import print_summary
     mem = memcpy.measure([s for s in cfg["sizes"]], iters=max(cfg["iters"], 10))

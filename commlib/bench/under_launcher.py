@@ -27,6 +27,7 @@ def _world_size_env():
 
 
 def run_inside(a, cfg, command) -> int:
+    """One rank of a run started by a launcher: commlib, then the peers that can run here; rank 0 finishes."""
     P = _world_size_env()
     cfg["world_size"] = P
     results, backends, status = [], {}, 0
