@@ -309,6 +309,7 @@ class ProcessGroupCommlib(PointToPointMixin, DataMovementMixin, dist.ProcessGrou
             self._comm.close()
         except Exception:  # noqa: BLE001 - closing after a failure
             pass
+        self._p2p_streams.close()
 
     def _stop_at_exit(self):
         """At interpreter exit: close if nothing is in flight, else abort (peers get an error

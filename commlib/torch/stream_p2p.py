@@ -157,6 +157,10 @@ class DeviceStreams:
             s = self._streams[side.key] = side.new_stream()
         return s
 
+    def close(self):
+        """Drop the streams (an emulated stream's thread ends with its last reference)."""
+        self._streams.clear()
+
 
 def issue_device_batch(comm, held, stream):
     """Enqueue ``held`` (DeviceHeld of one device, at most one send to and one receive from each

@@ -8,6 +8,9 @@ Values encode (sender, receiver, index, salt), so a message read from the wrong 
 """
 from __future__ import annotations
 
+import os
+import time
+
 import numpy as np
 import torch
 
@@ -26,12 +29,19 @@ def _group(comm):
     return ProcessGroupCommlib(comm.split(0), comm.rank, comm.size)
 
 
+def _threads():
+    return len(os.listdir("/proc/self/task"))  # native ones too: an emulated stream is a thread
+
+
 def ring_receive_first(comm):
     """Every rank posts its receive from the previous rank before its send to the next (which
     deadlocks unless the operations are held back and batched), for every count, and waits; the
-    current stream then sees the data (``numpy()`` waits for the current stream only)."""
+    current stream then sees the data (``numpy()`` waits for the current stream only). After
+    shutdown the group's threads (its engine's, its point-to-point stream's) are gone."""
     P, r = comm.size, comm.rank
     nxt, prv = (r + 1) % P, (r - 1) % P
+    emu.default_stream()  # the process's own, kept
+    threads = _threads()
     pg, bad = _group(comm), []
     for k, n in enumerate(COUNTS):
         dt = DTYPES[k % len(DTYPES)]
@@ -48,6 +58,11 @@ def ring_receive_first(comm):
         if not np.array_equal(y.numpy(), _message(prv, r, n, dt)):
             bad.append(f"ring {n} x {dt}")
     pg.shutdown()
+    deadline = time.monotonic() + 5
+    while _threads() > threads and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if _threads() > threads:
+        bad.append(f"{_threads() - threads} thread(s) left after shutdown")
     return bad
 
 
