@@ -2,7 +2,8 @@
 
 GPU tests (``@pytest.mark.gpu``: skipped without a CUDA device, and without a CUDA build of torch):
 every rank on GPU 0 (several ranks per GPU), results against gloo on CPU copies in the same
-processes. CPU tests: what can be checked without a GPU (registration, which path a tensor takes,
+processes; point-to-point against the values each message encodes (its layer below torch's
+tensor type runs on the emulated device in test_device_p2p.py). CPU tests: what can be checked without a GPU (registration, which path a tensor takes,
 the device check of commlib.parallel). Nothing here pretends a GPU ran.
 """
 import os
