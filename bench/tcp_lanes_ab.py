@@ -6,12 +6,15 @@ and take turns call by call, so every lane count sees the same load.
 
 Prints, per operation and lane count, the median over calls of the slowest rank's time and the
 ratio to one lane. Operations: all_reduce of 16 MiB float32 (ring: both directions at once),
-broadcast of 16 MiB (one direction), all_reduce of 8 B (latency).
+broadcast of 16 MiB (one direction), all_reduce of 8 B (latency), and the peer that bounds what
+striping can win here: 16 MiB sent one way by plain Python sockets over the same link, split over
+`lanes` connections, one thread per connection at each end.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import socket
 import statistics
 import sys
 import time
@@ -20,7 +23,50 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-OPS = ("all_reduce 16 MiB", "broadcast 16 MiB", "all_reduce 8 B")
+OPS = ("all_reduce 16 MiB", "broadcast 16 MiB", "all_reduce 8 B", "raw TCP 16 MiB")
+
+
+def _raw_flows(comm, lanes):
+    """Rank 0 listens next to its commlib listener; rank 1 opens max(lanes) connections. Returns
+    a function moving 16 MiB from rank 0 to rank 1 over the first n of them, a thread each."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    where = np.zeros(64, np.uint8)  # rank 0's "host:port", broadcast
+    if comm.rank == 0:
+        lst = socket.create_server((comm._core.tcp_address().rsplit(":", 1)[0].strip("[]"), 0))
+        name = f"{lst.getsockname()[0]}:{lst.getsockname()[1]}".encode()
+        where[:len(name)] = np.frombuffer(name, np.uint8)
+    comm.broadcast(where, root=0)
+    host, port = bytes(where).rstrip(b"\0").decode().rsplit(":", 1)
+    if comm.rank == 0:
+        socks = [lst.accept()[0] for _ in range(max(lanes))]
+        lst.close()
+    else:
+        socks = [socket.create_connection((host, int(port))) for _ in range(max(lanes))]
+    for s in socks:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    data = bytearray(16 << 20)
+    pool = ThreadPoolExecutor(max(lanes))
+
+    def part(i, n):
+        view = memoryview(data)[i * len(data) // n:(i + 1) * len(data) // n]
+        if comm.rank == 0:
+            socks[i].sendall(view)
+        else:
+            while len(view):
+                got = socks[i].recv_into(view)
+                view = view[got:]
+
+    def move(n):
+        if comm.rank < 2:
+            list(pool.map(part, range(n), [n] * n))
+
+    def close():
+        pool.shutdown()
+        for s in socks:
+            s.close()
+
+    return move, close
 
 
 def _rank_main(comm, lanes, reps):
@@ -36,6 +82,8 @@ def _rank_main(comm, lanes, reps):
         OPS[1]: lambda s: s.broadcast(big, root=0),
         OPS[2]: lambda s: s.all_reduce(small, algorithm="ring"),
     }
+    raw, raw_close = _raw_flows(comm, lanes)
+    ops[OPS[3]] = None
     times = {(op, n): [] for op in OPS for n in lanes}
     for rep in range(reps + 1):
         order = list(lanes) if rep % 2 else list(reversed(lanes))
@@ -46,9 +94,12 @@ def _rank_main(comm, lanes, reps):
                 s.barrier()
                 t = time.perf_counter()
                 for _ in range(inner):
-                    fn(s)
+                    fn(s) if fn else raw(n)
+                if not fn:
+                    s.barrier()  # the receiver has it all
                 if rep:  # the first round warms up
                     times[(op, n)].append((time.perf_counter() - t) / inner)
+    raw_close()
     for s in subs.values():
         s.close()
     return times

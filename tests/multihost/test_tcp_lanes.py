@@ -9,6 +9,7 @@ import os
 import socket
 import struct
 import threading
+import time
 
 import pytest
 
@@ -71,6 +72,19 @@ def test_mismatched_lane_counts_fail_with_the_setting_named():
     text = str(info.value)
     assert ("COMMLIB_TCP_NCONNS=3, this rank 2" in text or "COMMLIB_TCP_NCONNS=2, this rank 3" in text), text[-2000:]
     assert "must be the same on every rank" in text
+
+
+@pytest.mark.timeout(60)
+def test_fuzzed_port_does_not_disturb_a_job_with_lanes(pool):
+    p = lanes_pool(pool, ("a", "a", "b"), 2)
+    addresses = p.run(cases.tcp_port)
+    before = p.run(cases.rejected)[0]
+    assert cases.fuzz_port(addresses[0], seed=13, connections=24) == 24
+    assert p.run(cases.still_works) == [True] * 3
+    deadline = time.monotonic() + 10  # every foreign connection is refused and counted
+    while p.run(cases.rejected)[0] - before < 24 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert p.run(cases.rejected)[0] - before == 24
 
 
 # ---- the handshake, between two endpoints in this process (tcp_socket.h) ----
