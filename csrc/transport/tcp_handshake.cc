@@ -289,8 +289,9 @@ void TcpTransport::advance_pending(Pending& p) {
     // Counted before the refusal goes out: whoever has read the verdict sees the count.
     rejected_.fetch_add(1);
     (void)!send(p.fd, &v, sizeof(v), MSG_NOSIGNAL | MSG_DONTWAIT);
-    return drop_pending(p, "rank " + std::to_string(p.hello.from_rank) +
-                               " failed to prove it holds the key (HMAC mismatch: COMMLIB_SECRET differs?)",
+    const std::string who = "rank " + std::to_string(p.hello.from_rank);
+    return drop_pending(p, !proven ? who + " failed to prove it holds the key (HMAC mismatch: COMMLIB_SECRET differs?)"
+                                   : who + " is already connected (connection " + std::to_string(lane) + ")",
                         /*counted=*/true);
   }
   v.accepted = 1;
