@@ -57,7 +57,6 @@ struct TcpTransport::Lane {
   bool writing_control = false;
   std::atomic<bool> want_write{false};  // the progress thread is to write this lane (handed off, or blocked)
   bool shut_write = false;
-  uint64_t frames_sent = 0;
 
   // Receive side: the next DATA frame read here has sequence number recv_next.
   uint64_t recv_next = 0;
@@ -111,7 +110,6 @@ struct TcpTransport::Conn {
   std::string fail_message;
   CallDesc call;
   bool has_call = false;
-  bool got_close = false;
 
   uint32_t nlanes() const { return static_cast<uint32_t>(lanes.size()); }
   Lane& lane_of(uint64_t seq) { return *lanes[seq % lanes.size()]; }

@@ -152,7 +152,6 @@ void TcpTransport::handle_control(Conn& c, Lane& l) {
     l.got_close = true;
     {
       std::lock_guard<std::mutex> g(c.state_mu);
-      c.got_close = true;
       if (c.state.load() == static_cast<uint32_t>(PeerState::Alive))
         c.state.store(static_cast<uint32_t>(PeerState::Closed), std::memory_order_release);
     }

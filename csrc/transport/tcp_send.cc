@@ -181,7 +181,6 @@ bool TcpTransport::flush_lane(Conn& c, Lane& l, bool* freed) {
         l.write_off = 0;
         c.send_ref_of(seq) = nullptr;
         l.send_next.store(seq + stride, std::memory_order_release);
-        ++l.frames_sent;
         *freed = true;
       }
     }
