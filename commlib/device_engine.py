@@ -148,7 +148,9 @@ class DeviceRoute:
                 poll = engine.raise_if_failed
             poll()  # a host side already aborted raises here, before the rendezvous
             c._store.set(f"{prefix}/{c.rank}", engine.local_handle())
-            engine.connect([_wait_key(c, prefix, r, poll) for r in range(c.size)])
+            handles = [_wait_key(c, prefix, r, poll) for r in range(c.size)]
+            host_of = list(c._core.host_of)  # peer memory only within a host; NCCL across
+            engine.connect(handles, [h == host_of[c.rank] for h in host_of])
             device_nccl.setup_links(c, engine, prefix)  # the link per pair; NCCL if some pair uses it
         except Exception as e:
             try:  # the other ranks stop waiting for this one

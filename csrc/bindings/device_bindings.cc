@@ -115,7 +115,9 @@ void bind_device(py::module_& m) {
            }),
            py::arg("comm"), py::arg("device"), py::arg("timeout"), py::arg("label") = "", py::keep_alive<1, 2>())
       .def("local_handle", &StreamEngine::local_handle)
-      .def("connect", &StreamEngine::connect)
+      .def("connect", &StreamEngine::connect, py::arg("handles"), py::arg("same_host"))
+      .def("mapped_peers", &StreamEngine::mapped_peers,
+           "Peers whose control region this rank mapped (those on its host).")
       .def(
           "run",
           [](StreamEngine& e, const std::string& coll, const std::string& algo, uintptr_t in, uintptr_t out,
@@ -162,7 +164,7 @@ void bind_device(py::module_& m) {
             e.nccl().init(s);
           },
           "ncclCommInitRank with rank 0's unique id (blocks until every rank joined).")
-      .def("nccl_set_peers", [](StreamEngine& e, const std::vector<bool>& p) { e.nccl().set_peers(p); })
+      .def("nccl_set_peers", [](StreamEngine& e, const std::vector<bool>& p) { e.set_links(p); })
       .def("nccl_carries_any", [](StreamEngine& e) { return e.nccl().carries_any(); })
       .def("abort", &StreamEngine::abort)
       .def("failed", &StreamEngine::failed)

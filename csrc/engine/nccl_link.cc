@@ -167,6 +167,24 @@ void NcclLink::enqueue_p2p(const std::vector<P2PItem>& items, DType dtype, Devic
   check(end, "ncclGroupEnd");
 }
 
+void NcclLink::enqueue_exchange(const std::vector<std::pair<int, const void*>>& sends,
+                                const std::vector<std::pair<int, void*>>& recvs, size_t bytes, DeviceStream& s) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (aborted_) throw CommError("NCCL communicator aborted");
+  NcclComm comm = comm_.load();
+  if (!comm) throw CommError("NCCL link used before its communicator was created");
+  void* stream = s.native_handle();
+  check(api_->GroupStart(), "ncclGroupStart");
+  NcclResult r = 0;
+  for (const auto& [peer, p] : sends)
+    if (!r) r = api_->Send(p, bytes, kNcclUint8, peer, comm, stream);
+  for (const auto& [peer, p] : recvs)
+    if (!r) r = api_->Recv(p, bytes, kNcclUint8, peer, comm, stream);
+  const NcclResult end = api_->GroupEnd();
+  check(r, "ncclSend/ncclRecv (call descriptors)");
+  check(end, "ncclGroupEnd");
+}
+
 void NcclLink::check_supported(DType dtype, RedOp op, Collective coll) {
   nccl_dtype(dtype);
   if (coll == Collective::AllReduce || coll == Collective::ReduceScatter || coll == Collective::Reduce) {

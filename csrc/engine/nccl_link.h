@@ -57,6 +57,10 @@ class NcclLink {
   // Point-to-point messages (send / recv / batches, all_to_all with splits) to carried peers, as
   // one group on `s`; zero-count ones are skipped on both sides.
   void enqueue_p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& s);
+  // One group of `bytes`-byte messages: to each (peer, device address) of `sends`, from each of
+  // `recvs`. The engine's call descriptors for peers on other hosts (engine/stream_remote.cc).
+  void enqueue_exchange(const std::vector<std::pair<int, const void*>>& sends,
+                        const std::vector<std::pair<int, void*>>& recvs, size_t bytes, DeviceStream& s);
   // algorithm="nccl". `op` is what NCCL reduces with (Sum for avg / premul_sum: the engine
   // scales and divides around it). Throws std::invalid_argument for what NCCL lacks.
   void enqueue_collective(const CollectiveCall& call, const char* in, char* out, RedOp op, DeviceStream& s);

@@ -108,9 +108,16 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   ~StreamEngine();
 
   // What the peers need to reach this rank (its control region and inbox); exchanged through
-  // the store, then every rank calls connect() with all handles in rank order.
+  // the store, then every rank calls connect() with all handles in rank order and, per rank,
+  // whether it is on this rank's host: only those peers' control regions and inboxes are mapped
+  // (peer memory needs one machine); peers on other hosts are reached over NCCL, their call
+  // descriptors exchanged in-band (engine/stream_remote.cc).
   std::string local_handle() const;
-  void connect(const std::vector<std::string>& handles);
+  void connect(const std::vector<std::string>& handles, const std::vector<bool>& same_host);
+  // The link of every pair (true: NCCL); peers on other hosts must be on NCCL.
+  void set_links(const std::vector<bool>& over_nccl);
+  // Peers whose control region this rank mapped (those on its host).
+  int mapped_peers() const;
 
   // Enqueues the call on `stream`; calls on one engine execute in call order even across streams.
   std::shared_ptr<DeviceWork> collective(const CollectiveCall& call, DeviceStream& stream);
@@ -189,6 +196,15 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   void recv_chunk(int peer, char* dst, const char* src, size_t bytes, bool reduce, DType dtype, RedOp op,
                   uint64_t seq, DeviceStream& s);
   void check_call(const CallDesc& desc, const std::vector<int>& peers);  // runs on the stream
+  // Peers on other hosts (no control region mapped): their descriptors go over NCCL, one group
+  // of `sends` (this rank's descriptor to each peer) and of the peers' descriptors, which a host
+  // function then compares with `expects` (engine/stream_remote.cc).
+  bool remote(int peer) const { return peer != rank_ && !peers_[peer].ctl; }
+  void exchange_remote(const std::vector<std::pair<int, CallDesc>>& sends,
+                       const std::vector<std::pair<int, CallDesc>>& expects, DeviceStream& s);
+  void compare_remote(const std::vector<std::pair<int, CallDesc>>& expects);  // runs on the stream
+  void open_remote_staging();   // at connect, when some peer is on another host
+  void close_remote_staging();  // at close, after the streams drained
   char* grow(void*& buf, size_t& have, size_t bytes, DeviceStream& s);
 
   void watchdog_loop();
@@ -206,6 +222,11 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   char* ctl_ = nullptr;        // this rank's control region (host)
   uint64_t* ctl_dev_ = nullptr;
   void* inbox_ = nullptr;
+  // Staging for descriptors exchanged with peers on other hosts: host memory (mapped for the
+  // device) and device memory, each a 64-byte send slot then a receive slot per peer.
+  char* remote_host_ = nullptr;
+  uint64_t* remote_host_dev_ = nullptr;
+  void* remote_dev_ = nullptr;
   std::vector<Peer> peers_;
   bool connected_ = false, closed_ = false;
   std::shared_ptr<DeviceStream> own_stream_;  // frees at close

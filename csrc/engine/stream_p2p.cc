@@ -82,13 +82,21 @@ std::shared_ptr<DeviceWork> StreamEngine::p2p(const std::vector<P2PItem>& items,
     descs[i].seq = items[i].send ? ++p2p_sent_[items[i].peer] : ++p2p_received_[items[i].peer];
   }
   // Every send's descriptor before any receive's check: a check waits only on peers' sends.
-  for (size_t i = 0; i < items.size(); ++i)
-    if (items[i].send) device_->host_func([this, p = items[i].peer, d = descs[i]] { p2p_send_desc(p, d); }, s);
-  for (size_t i = 0; i < items.size(); ++i)
-    if (!items[i].send) device_->host_func([this, p = items[i].peer, d = descs[i]] { p2p_check_desc(p, d); }, s);
-
+  // Peers on other hosts get theirs over NCCL, in one group (stream_remote.cc).
+  std::vector<std::pair<int, CallDesc>> remote_sends, remote_expects;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const int p = items[i].peer;
+    if (remote(p))
+      (items[i].send ? remote_sends : remote_expects).emplace_back(p, descs[i]);
+    else if (items[i].send)
+      device_->host_func([this, p, d = descs[i]] { p2p_send_desc(p, d); }, s);
+  }
   std::string enqueue_error;
   try {
+    exchange_remote(remote_sends, remote_expects, s);
+    for (size_t i = 0; i < items.size(); ++i)
+      if (!items[i].send && !remote(items[i].peer))
+        device_->host_func([this, p = items[i].peer, d = descs[i]] { p2p_check_desc(p, d); }, s);
     const size_t esize = dtype_size(dtype);
     const size_t chunk = std::max<size_t>(opts_.slot_bytes / esize * esize, esize);
     auto chunks = [&](size_t bytes) { return bytes ? (bytes + chunk - 1) / chunk : 1; };

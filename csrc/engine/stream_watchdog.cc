@@ -118,6 +118,7 @@ void StreamEngine::check_call(const CallDesc& desc, const std::vector<int>& peer
   // Peers that never arrive (dead, failed, silent) are the watchdog's to judge: it then sets
   // give_up_ and this wait returns.
   for (int p : peers) {
+    if (remote(p)) continue;  // its descriptor comes over NCCL (stream_remote.cc)
     char* theirs = ring_slot(peers_[p].ctl, desc.seq);
     if (!wait_flag(reinterpret_cast<const uint64_t*>(theirs), desc.seq, &give_up_)) return;
     const uint64_t s = seq_word(theirs).load(std::memory_order_acquire);
