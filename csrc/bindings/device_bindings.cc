@@ -166,6 +166,8 @@ void bind_device(py::module_& m) {
           "ncclCommInitRank with rank 0's unique id (blocks until every rank joined).")
       .def("nccl_set_peers", [](StreamEngine& e, const std::vector<bool>& p) { e.set_links(p); })
       .def("nccl_carries_any", [](StreamEngine& e) { return e.nccl().carries_any(); })
+      .def("nccl_inject_async_error", [](StreamEngine& e, int code) { e.nccl().inject_async_error(code); },
+           py::arg("code"), "Tests, emulated NCCL only: ncclCommGetAsyncError reports `code` from now on.")
       .def("abort", &StreamEngine::abort)
       .def("failed", &StreamEngine::failed)
       .def("close", &StreamEngine::close, py::call_guard<ReleaseGil>());

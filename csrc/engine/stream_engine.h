@@ -264,6 +264,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   std::chrono::steady_clock::time_point wd_last_progress_ = std::chrono::steady_clock::now();
   const void* wd_last_front_ = nullptr;
   uint64_t wd_last_target_ = 0;
+  uint64_t wd_last_nccl_ = 0;  // NCCL calls the stream had entered at the last check
   std::thread watchdog_;
   const std::unique_ptr<NcclLink> nccl_;  // never null; carries nothing until set up
 };

@@ -211,6 +211,20 @@ void StreamEngine::inspect_in_flight(bool slow) {
   const std::string what = describe_seq(seq);
   lk.unlock();
 
+  // NCCL: an asynchronous error (its own threads found a network or remote failure) fails the
+  // engine, whose abort (ncclCommAbort) releases a stream blocked inside NCCL; and where the
+  // stream is blocked when it sits inside an NCCL call (NCCL moving on counts as progress).
+  std::string nccl_why, nccl_where;
+  if (const int code = nccl_->async_error(&nccl_why))
+    return fail(code == kNcclRemoteError ? ErrorKind::Peer : ErrorKind::Comm,
+                "rank " + std::to_string(rank_) + " in " + what + ": NCCL reported an asynchronous error: " + nccl_why);
+  uint64_t nccl_entered = 0;
+  const bool in_nccl = nccl_->inside(&nccl_where, &nccl_entered);
+  if (nccl_entered != wd_last_nccl_) {
+    wd_last_nccl_ = nccl_entered;
+    last_progress = now;
+  }
+
   const std::string me = std::to_string(rank_);
   for (int p = 0; p < size_; ++p) {
     CallDesc pc;
@@ -221,6 +235,7 @@ void StreamEngine::inspect_in_flight(bool slow) {
                                              " called " + describe_call(pc));
   }
   auto waiting_on = [&](int p) {
+    if (in_nccl) return "; rank " + me + " was waiting inside NCCL (" + nccl_where + ")";
     if (waited_peer < 0) return "; rank " + me + " was waiting for its peers to join the call";
     return "; rank " + me + (p == waited_peer ? std::string(" was waiting to ") + doing + " it"
                                               : " was waiting on rank " + std::to_string(waited_peer));
@@ -239,7 +254,7 @@ void StreamEngine::inspect_in_flight(bool slow) {
   if (std::chrono::duration<double>(now - last_progress).count() > opts_.timeout_s) {
     char secs[32];
     std::snprintf(secs, sizeof secs, "%g", opts_.timeout_s);
-    fail(ErrorKind::Peer, (waited_peer >= 0 ? "rank " + std::to_string(waited_peer) : std::string("a peer")) +
+    fail(ErrorKind::Peer, (waited_peer >= 0 && !in_nccl ? "rank " + std::to_string(waited_peer) : std::string("a peer")) +
                               " did not answer for " + secs + " s (COMMLIB_TIMEOUT) during " + what +
                               waiting_on(waited_peer));
   }
