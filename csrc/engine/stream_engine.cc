@@ -24,10 +24,6 @@ namespace {
 constexpr size_t kLine = 64;      // one counter per cache line: ranks write them concurrently
 constexpr uint64_t kRing = 64;    // call descriptors kept per rank
 constexpr size_t kRingSlot = 64;  // bytes per descriptor slot: seq (written last), CallDesc
-// Point-to-point message descriptors kept per sender: more than the chunks a sender can have in
-// flight (COMMLIB_DEVICE_SLOTS <= 64), and every message moves at least one chunk, so a sender
-// never overwrites a descriptor its receiver has not checked yet.
-constexpr uint64_t kP2PRing = 128;
 constexpr size_t kP2PSlot = 64;  // seq (written last), CallDesc
 
 // "<pid>:<fd>:<bytes>" fields, strictly parsed (handles come through the store).
@@ -159,6 +155,8 @@ void StreamEngine::connect(const std::vector<std::string>& handles, const std::v
     peers_[p].inbox = static_cast<char*>(device_->import_memory(h.substr(b + 7)));
   }
   open_remote_staging();
+  p2p_probe_ = control_->add_p2p_probe(
+      [this](int peer, const CallDesc& want, CallDesc* sent) { return device_message(peer, want, sent); });
   connected_ = true;
 }
 
@@ -271,6 +269,8 @@ void StreamEngine::close() {
   nccl_->close();
   if (host_listener_) control_->remove_host_listener(host_listener_);
   host_listener_ = 0;
+  if (p2p_probe_) control_->remove_p2p_probe(p2p_probe_);  // before the control region goes
+  p2p_probe_ = 0;
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_ = true;

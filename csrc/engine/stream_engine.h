@@ -79,6 +79,13 @@ class PeerControl {
   // fn hears of the host side's abort; returns an id for remove_host_listener.
   virtual int on_host_abort(std::function<void(ErrorKind, const std::string&)> fn) = 0;
   virtual void remove_host_listener(int id) = 0;
+  // Point-to-point: one numbering per pair with the host messages, the host link's next message
+  // from `peer` (false while a host call runs), and the probe the host executor asks whether a
+  // receive's message came on a device buffer (Communicator::next_p2p_seq and the rest).
+  virtual uint64_t next_p2p_seq(int peer, bool send) = 0;
+  virtual bool peek_host_message(int peer, CallDesc* desc) = 0;
+  virtual int add_p2p_probe(std::function<bool(int, const CallDesc&, CallDesc*)> fn) = 0;
+  virtual void remove_p2p_probe(int id) = 0;
 };
 // Over a communicator (which must outlive the engine).
 std::unique_ptr<PeerControl> communicator_peer_control(Communicator& comm);
@@ -170,6 +177,10 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   };
   const Plan& plan(const CollectiveCall& call);
 
+  // Point-to-point message descriptors kept per sender: more than the chunks a sender can have in
+  // flight (COMMLIB_DEVICE_SLOTS <= 64), and every message moves at least one chunk, so a sender
+  // never overwrites a descriptor its receiver has not checked yet.
+  static constexpr uint64_t kP2PRing = 128;
   // Control-region layout.
   uint64_t* flag(char* ctl, int which, int peer) const;  // which: 0 ready, 1 freed
   char* ring_slot(char* ctl, uint64_t seq) const;
@@ -183,8 +194,16 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   std::shared_ptr<DeviceWork> finish(std::shared_ptr<DeviceEvent> done, const std::string& enqueue_error,
                                      DeviceStream& s);
   void throw_if_failed_locked();
-  void p2p_send_desc(int peer, const CallDesc& desc);  // run on the stream
-  void p2p_check_desc(int peer, const CallDesc& desc);  // run on the stream
+  // Message descriptors in the receiver's ring: `k` the pair's device message index (the ring
+  // position), desc.seq the message's number shared with host messages.
+  void p2p_send_desc(int peer, uint64_t k, const CallDesc& desc);  // run on the stream
+  void p2p_check_desc(int peer, uint64_t k, const CallDesc& desc);  // run on the stream
+  // Host and device messages of a pair share one numbering: a device message of the number a
+  // host receive waits for (the executor's probe), or a host message of the number a device
+  // receive waits for (the watchdog, p2p_waits_), is a mismatch.
+  bool device_message(int peer, const CallDesc& want, CallDesc* sent);
+  void check_host_messages();
+  void note_p2p_waits(const std::vector<std::pair<int, CallDesc>>& waits, bool add);
 
   void enqueue_call(const CollectiveCall& call, const Schedule& sched, const CallDesc& desc, size_t esize,
                     DeviceStream& s);
@@ -236,6 +255,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   std::shared_ptr<DeviceEvent> fork_, sent_step_, received_step_;
 
   int host_listener_ = 0;
+  int p2p_probe_ = 0;
 
   // Enqueue state (the caller's thread; one call at a time).
   std::mutex enqueue_mu_;
@@ -255,6 +275,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   std::condition_variable cv_;
   std::deque<InFlight> in_flight_;
   std::deque<Wait> waits_;
+  std::vector<std::pair<int, CallDesc>> p2p_waits_;  // device receives waiting for their descriptor
   std::atomic<bool> failed_{false};
   std::atomic<bool> give_up_{false};
   ErrorKind fail_kind_ = ErrorKind::None;

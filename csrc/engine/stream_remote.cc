@@ -77,7 +77,8 @@ void StreamEngine::exchange_remote(const std::vector<std::pair<int, CallDesc>>& 
   char* dev = static_cast<char*>(remote_dev_);
   char* host_dev = reinterpret_cast<char*>(remote_host_dev_);
   device_->host_func(
-      [this, sends] {
+      [this, sends, expects] {
+        note_p2p_waits(expects, true);  // the watchdog looks for host messages of these numbers
         for (const auto& [peer, d] : sends) {
           char* slot = remote_host_ + static_cast<size_t>(peer) * kSlot;
           std::memset(slot, 0, kSlot);
@@ -102,6 +103,7 @@ void StreamEngine::exchange_remote(const std::vector<std::pair<int, CallDesc>>& 
 }
 
 void StreamEngine::compare_remote(const std::vector<std::pair<int, CallDesc>>& expects) {
+  note_p2p_waits(expects, false);
   // After a failure NCCL was aborted and moved nothing: the slots hold stale bytes.
   if (failed()) return;
   const size_t recv_at = static_cast<size_t>(size_) * kSlot;

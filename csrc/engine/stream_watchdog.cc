@@ -35,6 +35,12 @@ class CommunicatorPeerControl final : public PeerControl {
     return c_.add_abort_listener(std::move(fn));
   }
   void remove_host_listener(int id) override { c_.remove_abort_listener(id); }
+  uint64_t next_p2p_seq(int peer, bool send) override { return c_.next_p2p_seq(peer, send); }
+  bool peek_host_message(int peer, CallDesc* desc) override { return c_.peek_host_message(peer, desc); }
+  int add_p2p_probe(std::function<bool(int, const CallDesc&, CallDesc*)> fn) override {
+    return c_.add_p2p_probe(std::move(fn));
+  }
+  void remove_p2p_probe(int id) override { c_.remove_p2p_probe(id); }
 
  private:
   Communicator& c_;
@@ -240,6 +246,10 @@ void StreamEngine::inspect_in_flight(bool slow) {
     return "; rank " + me + (p == waited_peer ? std::string(" was waiting to ") + doing + " it"
                                               : " was waiting on rank " + std::to_string(waited_peer));
   };
+  if (slow) {
+    check_host_messages();  // a device receive whose message the peer sent from a host buffer
+    if (failed()) return;
+  }
   for (int p = 0; p < size_ && slow; ++p) {
     if (p == rank_) continue;
     const PeerStatus st = control_->peer_status(p, true);

@@ -63,8 +63,15 @@ def test_point_to_point_across_hosts(pool):
     p = pool(3, env=TWO_HOSTS)
     for case in (device_p2p_cases.ring_shift, device_p2p_cases.all_to_all_uneven):
         assert p.run(case, timeout=100) == [[]] * 3, case.__name__
-    got = pool(3, env=THREE_HOSTS).run(device_p2p_cases.mismatched_pair, timeout=60)  # 0 -> 1 across hosts
+    p3 = pool(3, env=THREE_HOSTS)  # 0 -> 1 across hosts
+    got = p3.run(device_p2p_cases.mismatched_pair, timeout=60)
     assert got[1][0] == "MismatchError" and "10" in got[1][1] and "11" in got[1][1], got
+    # A host send against a device receive across hosts: the receiver, waiting for the descriptor
+    # over NCCL, finds the host message of that number on its TCP link. (The other direction is
+    # found on one host only: a device message to another host is not visible before its receive.)
+    for rank, (kind, msg, took) in enumerate(p3.run(device_p2p_cases.host_against_device, True, timeout=60)[:2]):
+        assert kind == "MismatchError" and "on device buffers" in msg and "rank 0" in msg, (rank, msg)
+        assert took < 5, (rank, took)
 
 
 @pytest.mark.timeout(120)
