@@ -113,7 +113,7 @@ class Communicator {
   // One call numbering for the host calls and the device calls (stream engine) of this
   // communicator, so that ranks mixing them differently get a MismatchError rather than a hang:
   // every collective takes its number in call order (host calls when submitted, device calls
-  // when enqueued); point-to-point messages keep their per-pair numbers.
+  // when enqueued); point-to-point messages are numbered per pair (next_p2p_seq).
   uint64_t next_call_seq() { return call_seq_.fetch_add(1, std::memory_order_relaxed) + 1; }
   uint64_t peek_call_seq() const { return call_seq_.load(std::memory_order_relaxed) + 1; }
   // Publishes the call this rank is in on the control plane (the host executor and the stream
