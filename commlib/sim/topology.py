@@ -26,6 +26,7 @@ A JSON topology file holds the same fields (see docs/simulator.md)::
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 import dataclasses
 import json
 import math
@@ -104,7 +105,7 @@ def _tiers(v, where: str) -> tuple:
     out, last = [], 0
     for i, m in enumerate(v):
         at = f"{where}: memory_tiers[{i}]"
-        if not isinstance(m, dict):
+        if not isinstance(m, Mapping):
             raise TopologyError(f"{at} must be an object, got {m!r}")
         unknown = set(m) - {"above_bytes", *_TIER_RATES}
         if unknown:

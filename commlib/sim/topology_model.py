@@ -6,11 +6,38 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
 class TopologyError(ValueError):
     """A topology name, file or field is invalid; the message names which."""
+
+
+class MemoryTier(Mapping):
+    """One entry of ``Topology.memory_tiers``: a read-only mapping (``above_bytes`` and the rates),
+    hashable so that a Topology with tiers can key a cache or a set like one without."""
+
+    def __init__(self, fields):
+        self._items = tuple(sorted(dict(fields).items()))
+
+    def __getitem__(self, key):
+        for k, v in self._items:
+            if k == key:
+                return v
+        raise KeyError(key)
+
+    def __iter__(self):
+        return (k for k, _ in self._items)
+
+    def __len__(self):
+        return len(self._items)
+
+    def __hash__(self):
+        return hash(self._items)
+
+    def __repr__(self):
+        return repr(dict(self._items))
 
 
 @dataclass(frozen=True)
@@ -35,6 +62,10 @@ class Topology:
     chunk_bytes: int = 0            # pipelining granularity of transfers with reductions (0: none)
     memory_tiers: tuple = ()        # ({"above_bytes", "intra_GBps", "reduce_GBps", "copy_GBps"}, ...)
     sources: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self):
+        # Tiers arrive as dicts (JSON, the fit, callers); frozen and hashable from here on.
+        object.__setattr__(self, "memory_tiers", tuple(MemoryTier(m) for m in self.memory_tiers))
 
     def engine_dict(self, ranks: int) -> dict:
         """The parameters for ``_C.simulate`` placed on ``ranks`` ranks (filled host by host)."""

@@ -35,6 +35,7 @@ from commlib.torch.data_movement import DataMovementMixin
 from commlib.torch.p2p import PointToPointMixin
 from commlib.torch.staging import (NATIVE, as_bytes, op_of, out_bytes, reduction_staging,
                                    sparse_all_reduce)
+from commlib.torch.stream_p2p import DeviceStreams
 from commlib.torch.stream_work import StreamWork, cuda_device
 from commlib.torch.work import Call, Completer, Work, completed_work, timeout_seconds
 
@@ -110,7 +111,8 @@ class ProcessGroupCommlib(PointToPointMixin, DataMovementMixin, dist.ProcessGrou
         self._completer = Completer(str(id(self)))
         self._lock = threading.RLock()
         self._closed = False
-        self._p2p: list = []
+        self._p2p: list = []  # held-back sends and receives (p2p.py)
+        self._p2p_streams = DeviceStreams()  # the point-to-point stream per device (stream_p2p.py)
         self._core_address = _C.core_address(comm._core) if hasattr(comm, "_core") else None
         self._done_works = DoneWorks()
         at_exit.track(self)
@@ -307,6 +309,7 @@ class ProcessGroupCommlib(PointToPointMixin, DataMovementMixin, dist.ProcessGrou
             self._comm.close()
         except Exception:  # noqa: BLE001 - closing after a failure
             pass
+        self._p2p_streams.close()
 
     def _stop_at_exit(self):
         """At interpreter exit: close if nothing is in flight, else abort (peers get an error

@@ -5,7 +5,8 @@ commlib runs the calls of a communicator in FIFO order, while torch issues ``ise
 if each ran as soon as it was issued. Sends and receives are therefore held back and issued together
 as concurrent commlib batches when something waits on (or polls) one of their works, or when any
 other call is made on the group. A receive without ``src`` finds its sender in the core
-(``recv_any``), after the held-back operations.
+(``recv_any``), after the held-back operations. Device tensors (CUDA, emulated) are held back the
+same way and go to the stream engine on the group's point-to-point stream (stream_p2p.py).
 """
 from __future__ import annotations
 
@@ -13,25 +14,63 @@ import torch
 from torch.futures import Future
 
 from commlib.torch.staging import as_flat, out_bytes
+from commlib.torch.stream_p2p import (DeviceBatchResult, DeviceHeld, DeviceP2PWork,
+                                      device_side, issue_device_batch)
 from commlib.torch.work import AnySourceWork, Call, P2PWork
+
+
+class HostHeld:
+    """One held-back send or receive of host bytes; the last of a torch call carries its future
+    (``done``: (future, tensors)) and the call's finalizers."""
+
+    __slots__ = ("kind", "buf", "peer", "finals", "done")
+
+    def __init__(self, kind, buf, peer, finals, done):
+        self.kind, self.buf, self.peer, self.finals, self.done = kind, buf, peer, finals, done
+
+
+def _channel(h):
+    """Where a held-back operation's messages are matched: the host executor, or a device's engine
+    (a host send does not match a device receive; each matches its own kind in call order)."""
+    return h.side.key if isinstance(h, DeviceHeld) else "host"
+
+
+def _rounds(pending):
+    """Split held-back operations into batches: the k-th operation of each (channel, kind, peer)
+    goes into batch k (a commlib batch takes at most one send to and one receive from each peer),
+    so batches run in order keep the messages between a pair of ranks in call order. Counting per
+    channel matters: a host receive must not be pushed behind a host send into a later batch by
+    device operations before it (the host executor runs batches one at a time)."""
+    rounds: list = []
+    seen: dict = {}
+    for h in pending:
+        key = (_channel(h), h.kind, h.peer)
+        k = seen.get(key, 0)
+        seen[key] = k + 1
+        if k == len(rounds):
+            rounds.append([])
+        rounds[k].append(h)
+    return rounds
 
 
 class PointToPointMixin:
     """send/recv/recv_anysource of ``ProcessGroupCommlib`` (needs ``_comm``, ``_lock``, ``_p2p``,
-    ``_completer``)."""
+    ``_p2p_streams``, ``_completer``)."""
 
     def _p2p_op(self, kind, tensors, peer):
         peer = int(peer)
         if not 0 <= peer < self.size() or peer == self.rank():
             raise ValueError(f"{'dst' if kind == 'send' else 'src'}: invalid peer {peer} for "
                              f"rank {self.rank()} of a group of {self.size()}")
-        fut = Future()
         tensors = list(tensors)
+        side = device_side(tensors[0]) if tensors else None
+        if side is not None:
+            return self._device_p2p_op(kind, tensors, peer, side)
+        fut = Future()
         ops, finals = [], []
         for t in tensors:
             if kind == "send":
                 buf = as_flat(t).view(torch.uint8) if t.numel() else None
-                st = None
             else:
                 st = out_bytes(t)
                 buf = st.buf.view(torch.uint8) if st.buf.numel() else None
@@ -40,66 +79,92 @@ class PointToPointMixin:
             if buf is not None:
                 ops.append((kind, buf, peer))
         with self._lock:
-            for i, op in enumerate(ops):
+            for i, (k, buf, p) in enumerate(ops):
                 last = i == len(ops) - 1
-                self._p2p.append((op, finals if last else [], (fut, tensors) if last else None))
+                self._p2p.append(HostHeld(k, buf, p, finals if last else [],
+                                          (fut, tensors) if last else None))
             if not ops:
                 fut.set_result(tensors)
         return P2PWork(self, fut)
+
+    def _device_p2p_op(self, kind, tensors, peer, side):
+        """Hold back a send/recv of device tensors (all on ``side``'s device): the event recorded
+        now on the current stream orders the message after the tensors' producers."""
+        if len(tensors) != 1:  # torch passes one; a batch of one engine call takes one per peer
+            raise ValueError(f"tensors: a {kind} of device tensors takes one tensor, got {len(tensors)}")
+        t = tensors[0]
+        with self._lock:
+            stream = self._p2p_streams.get(side)
+        result = DeviceBatchResult()
+        if kind == "send":
+            buf, finals = side.send_bytes(t, stream), []
+        else:
+            buf, fin = side.recv_bytes(t, stream)
+            finals = [fin] if fin is not None else []
+        if side.nbytes(buf) == 0:
+            result.set()  # nothing to move (zero bytes): complete at once
+        else:
+            held = DeviceHeld(kind, buf, peer, side, side.record(side.current_stream()), finals, result)
+            with self._lock:
+                self._p2p.append(held)
+        return DeviceP2PWork(self, side, result, tensors)
 
     def _flush_p2p(self):
         with self._lock:
             self._flush_p2p_locked()
 
     def _flush_p2p_locked(self):
-        """Issue the held-back sends/receives. A commlib batch takes at most one send to and one
-        receive from each peer, so the k-th operation of each (kind, peer) goes into batch k;
-        batches run in order, which keeps messages between a pair of ranks in call order."""
+        """Issue the held-back sends/receives as batches (``_rounds``). Within a batch, host
+        operations go to the host executor and each device's to its engine: host and device
+        messages of a pair are matched separately, each in call order."""
         pending, self._p2p = self._p2p, []
         if not pending:
             return
-        rounds: list = []
-        seen: dict = {}
-        for op, _, _ in pending:
-            key = (op[0], op[2])
-            k = seen.get(key, 0)
-            seen[key] = k + 1
-            if k == len(rounds):
-                rounds.append([])
-            rounds[k].append(op)
         call = Call(None)
         futs = []
-        try:
-            for batch in rounds:
-                call.works.append(self._comm.batch_p2p(batch, async_op=True))
-        except BaseException as exc:  # noqa: BLE001 - handed to the waiters
-            for _, _, fr in pending:
-                if fr is not None:
-                    fr[0].set_exception(exc)
+        failed = None
+        for batch in _rounds(pending):
+            host = [h for h in batch if isinstance(h, HostHeld)]
+            devices: dict = {}
+            for h in batch:
+                if isinstance(h, DeviceHeld):
+                    devices.setdefault(h.side.key, []).append(h)
+            if failed is not None:  # an earlier batch failed to issue: so do the later ones
+                for held in devices.values():
+                    for h in held:
+                        h.result.set(error=failed)
+                continue
+            try:
+                if host:
+                    call.works.append(self._comm.batch_p2p([(h.kind, h.buf, h.peer) for h in host],
+                                                           async_op=True))
+                for held in devices.values():
+                    issue_device_batch(self._comm, held, self._p2p_streams.get(held[0].side))
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiters
+                failed = exc
+                for held in devices.values():
+                    for h in held:
+                        if not h.result.issued:
+                            h.result.set(error=exc)
+        host_pending = [h for h in pending if isinstance(h, HostHeld)]
+        if failed is not None:
+            for h in host_pending:
+                if h.done is not None:
+                    h.done[0].set_exception(failed)
             if call.works:  # wait for what was issued before failing
                 self._completer.put(call, [])
             return
-        for _, finals, fr in pending:
-            call.finals.extend(finals)
-            if fr is not None:
-                futs.append(fr)
-        self._completer.put(call, futs)
-
-    @staticmethod
-    def _refuse_cuda(tensors, what):
-        # Held-back operations are issued later as host batches; the stream engine has no
-        # point-to-point yet (docs/gpu.md), so say so now rather than at the flush.
-        for t in tensors:
-            if isinstance(t, torch.Tensor) and t.is_cuda:
-                raise ValueError(f"tensors: {what} of CUDA tensors is not supported by the commlib "
-                                 f"backend yet (collectives are); see docs/torch_backend.md")
+        for h in host_pending:
+            call.finals.extend(h.finals)
+            if h.done is not None:
+                futs.append(h.done)
+        if host_pending:
+            self._completer.put(call, futs)
 
     def send(self, tensors, dst, tag=0):
-        self._refuse_cuda(tensors, "send")
         return self._p2p_op("send", tensors, dst)
 
     def recv(self, tensors, src, tag=0):
-        self._refuse_cuda(tensors, "recv")
         return self._p2p_op("recv", tensors, src)
 
     def recv_anysource(self, tensors, tag=0):
@@ -108,7 +173,11 @@ class PointToPointMixin:
         tensors = list(tensors)
         if len(tensors) != 1:
             raise ValueError(f"tensors: recv from any source takes one tensor, got {len(tensors)}")
-        self._refuse_cuda(tensors, "recv")
+        if device_side(tensors[0]) is not None:
+            # The stream engine receives from a named peer only: a message's descriptor is
+            # checked against the receive before it moves, so the sender must be known.
+            raise ValueError("src: receiving a device tensor from any source is not supported by the "
+                             "commlib backend; give src (docs/torch_backend.md)")
         self._flush_p2p()
         t = tensors[0]
         st = out_bytes(t)

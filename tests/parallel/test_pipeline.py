@@ -121,3 +121,24 @@ def test_split_backward_input_then_weight():
     tied = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3))
     tied[1].weight = tied[0].weight
     assert SB.param_owners(tied) is None  # tied inside a stage: the fallback
+
+
+def test_stage_off_the_cpu_is_refused_naming_the_tensor():
+    """The pipeline moves host tensors only: a module with a parameter or buffer elsewhere (meta
+    here; CUDA takes the same check) is refused at construction, naming it, instead of timing out
+    at its first device message. A CPU module is taken."""
+    import types
+
+    import torch
+    from torch import nn
+
+    from commlib.parallel.pipeline import PipelineStage
+    comm = types.SimpleNamespace(rank=0, size=1)  # the stage only reads rank and size here
+    model = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))
+    assert PipelineStage(model, 0, 1, comm).module is model
+    model[1].to("meta")
+    with pytest.raises(ValueError, match=r"^module: '1\.weight' is on meta; pipeline stages run on the CPU only"):
+        PipelineStage(model, 0, 1, comm)
+    model[1].weight, model[1].bias = nn.Parameter(torch.ones(2)), nn.Parameter(torch.zeros(2))
+    with pytest.raises(ValueError, match=r"^module: '1\.running_mean' is on meta"):
+        PipelineStage(model, 0, 1, comm)

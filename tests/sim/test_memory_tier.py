@@ -167,3 +167,16 @@ def test_engine_names_a_bad_memory_tier():
             _C.simulate("all_reduce", "ring", 10, 4, 0, dict(one_host(2), memory_tiers=[bad]))
     with pytest.raises(ValueError, match=r"^topology.memory_tiers\[1\].above_bytes: must be > 0 and above"):
         _C.simulate("all_reduce", "ring", 10, 4, 0, dict(one_host(2), memory_tiers=[good, good]))
+
+
+def test_a_topology_with_tiers_is_hashable_and_equal_to_its_copy():
+    from commlib.sim.topology_model import Topology
+    tiers = ({"above_bytes": 1 << 20, "intra_GBps": 2.0, "reduce_GBps": 5.0, "copy_GBps": None},)
+    a = Topology("t", devices_per_host=2, intra_latency_us=1.0, intra_GBps=8.0, memory_tiers=tiers)
+    b = Topology("t", devices_per_host=2, intra_latency_us=1.0, intra_GBps=8.0, memory_tiers=list(tiers))
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+    assert a.memory_tiers[0]["reduce_GBps"] == 5.0 and dict(a.memory_tiers[0]) == tiers[0]
+    c = Topology("t", devices_per_host=2, intra_latency_us=1.0, intra_GBps=8.0,
+                 memory_tiers=({"above_bytes": 2 << 20, "intra_GBps": 2.0},))
+    assert a != c
+    assert a.as_json()["memory_tiers"][0]["above_bytes"] == 1 << 20

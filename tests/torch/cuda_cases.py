@@ -182,3 +182,79 @@ def case_cuda_parallel_wrappers(comm, steps=5, per_rank=4):
             failures.append(f"{method}: losses on cuda {losses['cuda'].tolist()} vs cpu "
                             f"{losses['cpu'].tolist()}")
     return failures
+
+
+def _p2p_message(src, dst, n, dtype, salt=0):
+    """A message whose values name its sender, receiver and salt (exact in every dtype used)."""
+    return ((torch.arange(n) % 97) + src * 1000 + dst * 100 + salt).to(dtype)
+
+
+def case_cuda_point_to_point(comm):
+    """send/recv/isend/irecv/batch_isend_irecv on CUDA tensors: blocking fan-out and fan-in,
+    receive-first isend/irecv rings, a batch_isend_irecv ring, a non-contiguous receive, an
+    exchange issued on a side stream (read there after wait()), and recv without src refused.
+    Values are compared exactly."""
+    _cuda_setup(comm)
+    P, me = comm.size, comm.rank
+    nxt, prv = (me + 1) % P, (me - 1) % P
+    failures = []
+
+    def check(name, got, want):
+        if not torch.equal(got.cpu(), want):
+            failures.append(f"{name}: got {got.flatten()[:6].tolist()}, want {want.flatten()[:6].tolist()}")
+
+    for dtype in (torch.float32, torch.int64, torch.bfloat16):
+        for n in (0, 1, 70001):
+            tag = f"{dtype} n={n}"
+            if me == 0:  # blocking fan-out, then fan-in
+                for q in range(1, P):
+                    dist.send(_p2p_message(0, q, n, dtype).cuda(), q)
+                for q in range(1, P):
+                    y = torch.zeros(n, dtype=dtype, device="cuda")
+                    dist.recv(y, q)
+                    check(f"blocking recv from {q} {tag}", y, _p2p_message(q, 0, n, dtype))
+            else:
+                y = torch.zeros(n, dtype=dtype, device="cuda")
+                dist.recv(y, 0)
+                check(f"blocking recv from 0 {tag}", y, _p2p_message(0, me, n, dtype))
+                dist.send(_p2p_message(me, 0, n, dtype).cuda(), 0)
+            y = torch.zeros(n, dtype=dtype, device="cuda")  # receive-first ring
+            wr = dist.irecv(y, prv)
+            ws = dist.isend(_p2p_message(me, nxt, n, dtype, 1).cuda(), nxt)
+            wr.wait()
+            ws.wait()
+            check(f"irecv/isend ring {tag}", y * 1, _p2p_message(prv, me, n, dtype, 1))
+            y = torch.zeros(n, dtype=dtype, device="cuda")
+            ops = [dist.P2POp(dist.irecv, y, prv),
+                   dist.P2POp(dist.isend, _p2p_message(me, nxt, n, dtype, 2).cuda(), nxt)]
+            for w in dist.batch_isend_irecv(ops):
+                w.wait()
+            check(f"batch_isend_irecv ring {tag}", y, _p2p_message(prv, me, n, dtype, 2))
+
+    out = torch.zeros(4, 6, device="cuda").t()  # non-contiguous: staged, copied back on the p2p stream
+    ops = [dist.P2POp(dist.isend, _p2p_message(me, nxt, 24, torch.float32, 3).view(6, 4).cuda(), nxt),
+           dist.P2POp(dist.irecv, out, prv)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    check("non-contiguous receive", out, _p2p_message(prv, me, 24, torch.float32, 3).view(6, 4))
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        x = _p2p_message(me, nxt, 1 << 20, torch.float32, 4).cuda() * 1  # produced on s
+        y = torch.zeros(1 << 20, device="cuda")
+        works = [dist.irecv(y, prv), dist.isend(x, nxt)]
+        for w in works:
+            w.wait()  # s waits for the exchange
+        got = y * 1  # a kernel on s
+    torch.cuda.current_stream().wait_stream(s)
+    check("exchange on a side stream", got, _p2p_message(prv, me, 1 << 20, torch.float32, 4))
+
+    try:
+        dist.recv(torch.zeros(1, device="cuda"))
+        failures.append("recv without src on a CUDA tensor was not refused")
+    except ValueError as e:
+        if not str(e).startswith("src:"):
+            failures.append(f"recv without src: the error does not name src: {e}")
+    torch.cuda.synchronize()
+    return failures

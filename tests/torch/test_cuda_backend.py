@@ -2,7 +2,8 @@
 
 GPU tests (``@pytest.mark.gpu``: skipped without a CUDA device, and without a CUDA build of torch):
 every rank on GPU 0 (several ranks per GPU), results against gloo on CPU copies in the same
-processes. CPU tests: what can be checked without a GPU (registration, which path a tensor takes,
+processes; point-to-point against the values each message encodes (its layer below torch's
+tensor type runs on the emulated device in test_device_p2p.py). CPU tests: what can be checked without a GPU (registration, which path a tensor takes,
 the device check of commlib.parallel). Nothing here pretends a GPU ran.
 """
 import os
@@ -58,6 +59,15 @@ def test_parallel_takes_one_device_and_names_the_odd_tensor():
 def test_cuda_collectives_match_gloo(n):
     import cuda_cases
     fails = [f for r in get_pool(n).run(cuda_cases.case_cuda_collectives, timeout=300) for f in r]
+    assert not fails, "\n".join(fails[:20])
+
+
+@pytest.mark.gpu
+@needs_torch_cuda
+@pytest.mark.parametrize("n", [2, 3])
+def test_cuda_point_to_point(n):
+    import cuda_cases
+    fails = [f for r in get_pool(n).run(cuda_cases.case_cuda_point_to_point, timeout=300) for f in r]
     assert not fails, "\n".join(fails[:20])
 
 

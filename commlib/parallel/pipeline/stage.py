@@ -32,6 +32,13 @@ class PipelineStage:
         if stage_index % comm.size != comm.rank:
             raise ValueError(f"stage_index: stage {stage_index} lives on rank {stage_index % comm.size} of "
                              f"comm (stage s on rank s % {comm.size}), not on this rank {comm.rank}")
+        for name, t in [*module.named_parameters(), *module.named_buffers()]:
+            # A CUDA stage would send device messages that its neighbour receives into host
+            # buffers (a stream-engine set-up timeout), and receives posted ahead would have to
+            # run on streams of their own not to block the compute stream: not built yet.
+            if t.device.type != "cpu":
+                raise ValueError(f"module: {name!r} is on {t.device}; pipeline stages run on the CPU only "
+                                 "(docs/pipeline.md, 'Not built')")
         self.module = module
         self.stage_index = stage_index
         self.num_stages = num_stages

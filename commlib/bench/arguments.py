@@ -1,0 +1,99 @@
+"""``commlib bench``'s command line: its arguments and the run's configuration built from them
+(the ``config`` block of the JSON, handed to every rank process as a file)."""
+from __future__ import annotations
+
+import argparse
+
+from commlib.bench import common as C
+
+
+def add_arguments(p: argparse.ArgumentParser):
+    """The arguments of ``commlib bench`` (also its ``--help``)."""
+    p.add_argument("collectives", nargs="*", metavar="COLL",
+                   help=f"collectives to run (default: {' '.join(C.DEFAULT_COLLECTIVES)}; 'all' adds "
+                        "reduce, gather, scatter)")
+    p.add_argument("--np", type=int, default=4, dest="np_",
+                   help="local ranks to start (ignored inside torchrun/srun/mpirun; default 4)")
+    p.add_argument("--hosts", type=int, default=1,
+                   help="local runs: split the ranks into this many emulated hosts (contiguous rank "
+                        "groups, COMMLIB_HOST_ID): shared memory inside a host, TCP between hosts "
+                        "(default 1). COMMLIB_SOCKET_IFNAME picks the interface (default here: lo); "
+                        "Open MPI then uses --mca btl tcp,self so it crosses the same kind of link")
+    p.add_argument("--netns", action="store_true",
+                   help="with --hosts H: run each host's ranks in its own network namespace "
+                        "(scripts/netns.sh, root only), joined by veth links: real TCP between hosts "
+                        "for commlib, gloo and Open MPI alike")
+    p.add_argument("--rate", metavar="RATE",
+                   help="with --netns: limit every inter-host link to RATE each way (tc tbf; e.g. 1gbit)")
+    p.add_argument("-b", "--minbytes", default="8", help="smallest size (default 8)")
+    p.add_argument("-e", "--maxbytes", default="16M", help="largest size, always included (default 16M)")
+    p.add_argument("-f", "--stepfactor", type=float, default=4.0, help="size factor (default 4)")
+    p.add_argument("-i", "--stepbytes", default="0", help="arithmetic step instead of -f (default 0: use -f)")
+    p.add_argument("--algorithms", default="all",
+                   help="comma list of commlib algorithms, 'auto' included (default: all + auto)")
+    p.add_argument("--peers", default=None,
+                   help="comma list of gloo, mpi, nccl (with --device), or 'none' (default gloo,mpi; "
+                        "with --device: nccl)")
+    p.add_argument("--device", default="host", choices=("host", "emulated", "cuda"),
+                   help="where the buffers live: host memory (default), commlib.emulated arrays or CUDA "
+                        "tensors (the stream engine; commlib/bench/device.py)")
+    p.add_argument("-d", "--datatype", default="float32", choices=C.DTYPES, help="element type (default float32)")
+    p.add_argument("-o", "--op", default="sum", choices=C.OPS, help="reduction (default sum)")
+    p.add_argument("-r", "--root", type=int, default=0, help="root of rooted collectives (default 0)")
+    p.add_argument("-n", "--iters", type=int, default=20,
+                   help="timed calls per algorithm and size, at least (default 20)")
+    p.add_argument("--min-time", type=float, default=0.02,
+                   help="time fast calls for about this many seconds per algorithm and size, up to "
+                        "--max-iters calls (default 0.02; 0: exactly -n calls)")
+    p.add_argument("--max-iters", type=int, default=1000, help="cap of the --min-time rule (default 1000)")
+    p.add_argument("-w", "--warmup_iters", type=int, default=5, help="warm-up iterations (default 5)")
+    p.add_argument("--passes", type=int, default=2,
+                   help="local runs: run every backend's job this many times, alternating the order "
+                        "(commlib, gloo, mpi, then mpi, gloo, commlib, ...), and keep each row's lowest "
+                        "median: a burst of load during one backend's job then does not decide a ratio "
+                        "(default 2; the table is printed in the last pass)")
+    p.add_argument("--rounds", type=int, default=4,
+                   help="interleave the algorithms of a size in this many rounds of iters/rounds calls (default 4)")
+    p.add_argument("-c", "--check", type=int, default=1, help="check results (1, default) or not (0)")
+    p.add_argument("--mode", choices=("both", "out", "in"), default="both",
+                   help="commlib: out-of-place, in-place or both columns (default both)")
+    p.add_argument("--json", metavar="FILE", help="write every sample here")
+    p.add_argument("--report", metavar="DIR", help="then write the report (index.html, report.md) here")
+    p.add_argument("--tune", action="store_true",
+                   help="write the tuning file from these measurements (auto's choices)")
+    p.add_argument("--tune-file", metavar="FILE",
+                   help="tuning file to write (default: ./tuning.json; commlib/tuning.json only when named)")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds per job before it is killed (default 900)")
+    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                   help="import MODULE in every commlib rank first, e.g. one that calls "
+                        "commlib.register_algorithm (repeatable; found on PYTHONPATH or in the current directory)")
+
+
+def config_from_args(a) -> dict:
+    """The run's config from parsed arguments; unknown names and impossible combinations exit with a message."""
+    colls = a.collectives or list(C.DEFAULT_COLLECTIVES)
+    if "all" in colls:
+        colls = list(C.COLLECTIVES)
+    for c in colls:
+        if c not in C.COLLECTIVES:
+            raise SystemExit(f"commlib bench: unknown collective {c!r} (choose from {', '.join(C.COLLECTIVES)})")
+    sizes = C.size_list(C.parse_size(a.minbytes), C.parse_size(a.maxbytes), a.stepfactor,
+                        C.parse_size(a.stepbytes))
+    device = getattr(a, "device", "host")
+    peer_list = a.peers if a.peers is not None else ("gloo,mpi" if device == "host" else "nccl")
+    peers = [p for p in peer_list.split(",") if p and p != "none"]
+    for p in peers:
+        if p not in ("gloo", "mpi", "nccl"):
+            raise SystemExit(f"commlib bench: unknown peer {p!r} (gloo, mpi, nccl or none)")
+    from commlib.bench import device as device_bench
+    device_bench.check_config(device, a.datatype, peers)
+    if a.op in ("band", "bor", "bxor") and a.datatype.startswith(("float", "bfloat")):
+        raise SystemExit(f"commlib bench: -o {a.op} needs an integer -d (got {a.datatype})")
+    return {
+        "collectives": colls, "sizes": sizes, "dtype": a.datatype, "op": a.op, "root": a.root,
+        "iters": a.iters, "min_time": a.min_time, "max_iters": a.max_iters, "warmup": a.warmup_iters,
+        "check": bool(a.check), "rounds": a.rounds,
+        "modes": ["out", "in"] if a.mode == "both" else [a.mode],
+        "algorithms": [x for x in a.algorithms.split(",") if x], "peers": peers, "device": device,
+        "imports": list(getattr(a, "imports", []) or []),
+    }

@@ -1,0 +1,44 @@
+"""The torch backend's point-to-point on device arrays (rank side: device_p2p_cases.py), on the
+emulated device with its delay on, several ranks sharing it: receive-first rings at every count,
+an array produced on a side stream, several messages per pair mixed with host tensors, a batch
+issued by a later collective, refusals, and a mismatched pair. The same code path takes CUDA
+tensors; tests/torch/test_cuda_backend.py has the GPU tests (skipped without a GPU)."""
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+pytest.importorskip("torch")
+
+import device_p2p_cases as cases  # noqa: E402
+
+ENV = {"COMMLIB_EMULATED_DELAY_US": "20"}
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_receive_first_ring(pool, size):
+    assert pool(size, env=ENV).run(cases.ring_receive_first) == [[]] * size
+
+
+def test_side_stream_producer_and_waiter(pool):
+    assert pool(2, env=ENV).run(cases.side_stream_producer) == [[]] * 2
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_several_per_pair_mixed_with_host(pool, size):
+    assert pool(size, env=ENV).run(cases.several_per_pair_and_mixed) == [[]] * size
+
+
+def test_refusals_name_the_argument(pool):
+    assert pool(2, env=ENV).run(cases.refusals) == [[]] * 2
+
+
+@pytest.mark.timeout(60)
+def test_mismatched_sizes_raise_on_both(pool):
+    (k0, m0), (k1, m1) = pool(2, env=ENV).run(cases.mismatched_sizes, timeout=40)
+    assert k1 == "MismatchError" and "40 x uint8" in m1 and "44 x uint8" in m1, (k1, m1)
+    assert k0 == "MismatchError", (k0, m0)
