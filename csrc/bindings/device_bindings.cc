@@ -149,6 +149,14 @@ void bind_device(py::module_& m) {
           py::arg("root"),
           "While the first call waits for the peers' engines: raises MismatchError if a peer is in a host call of "
           "that number, or the error of a failed peer.")
+      .def(
+          "check_first_p2p",
+          [](StreamEngine& e, const std::vector<P2PTuple>& items, const std::string& dtype) {
+            e.check_first_p2p(p2p_items(items), parse_dtype(dtype));
+          },
+          py::arg("items"), py::arg("dtype"),
+          "While a first call of sends/receives waits for the peers' engines: raises MismatchError if a peer sent "
+          "the message a receive expects from a host buffer.")
       .def("raise_if_failed", [](StreamEngine& e) { e.throw_if_call_failed(UINT64_MAX); },
            "Raises the engine's error if it failed (an aborted host side fails it too).")
       // NCCL (engine/nccl_link.h), set up by commlib/device_nccl.py.

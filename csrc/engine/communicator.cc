@@ -274,6 +274,11 @@ uint64_t Communicator::next_p2p_seq(int peer, bool send) {
   return send ? ++send_seq_[peer] : ++recv_seq_[peer];
 }
 
+uint64_t Communicator::peek_p2p_seq(int peer, bool send) {
+  std::lock_guard<std::mutex> lk(p2p_mu_);
+  return (send ? send_seq_[peer] : recv_seq_[peer]) + 1;
+}
+
 bool Communicator::peek_host_message(int peer, CallDesc* desc) {
   std::lock_guard<std::mutex> lk(mu_);  // no host call starts meanwhile
   if (busy_ || !queue_.empty() || closed_ || !transport_) return false;

@@ -134,6 +134,7 @@ class Communicator {
   // the executor asks the engine's probe (add_p2p_probe) for a device message of the number a host
   // receive waits for.
   uint64_t next_p2p_seq(int peer, bool send);
+  uint64_t peek_p2p_seq(int peer, bool send);  // the number next_p2p_seq would return
   bool peek_host_message(int peer, CallDesc* desc);
   int add_p2p_probe(std::function<bool(int peer, const CallDesc& want, CallDesc* sent)> fn);
   void remove_p2p_probe(int id);

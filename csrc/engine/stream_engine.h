@@ -83,6 +83,7 @@ class PeerControl {
   // from `peer` (false while a host call runs), and the probe the host executor asks whether a
   // receive's message came on a device buffer (Communicator::next_p2p_seq and the rest).
   virtual uint64_t next_p2p_seq(int peer, bool send) = 0;
+  virtual uint64_t peek_p2p_seq(int peer, bool send) = 0;
   virtual bool peek_host_message(int peer, CallDesc* desc) = 0;
   virtual int add_p2p_probe(std::function<bool(int, const CallDesc&, CallDesc*)> fn) = 0;
   virtual void remove_p2p_probe(int id) = 0;
@@ -135,6 +136,9 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   // call as the next call of the communicator and raises MismatchError if a peer is in a host
   // call of that number, or the error of a peer (or of the host side) that failed.
   void check_first_call(const CollectiveCall& call);
+  // The same while a first device call of point-to-point messages waits: a receive whose message
+  // the peer sent from a host buffer (it is on the host link) raises MismatchError naming both.
+  void check_first_p2p(const std::vector<P2PItem>& items, DType dtype);
 
   void abort(const std::string& reason);
   bool failed() const { return failed_.load(std::memory_order_acquire); }

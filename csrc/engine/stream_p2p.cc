@@ -184,4 +184,23 @@ void StreamEngine::check_host_messages() {
   }
 }
 
+void StreamEngine::check_first_p2p(const std::vector<P2PItem>& items, DType dtype) {
+  for (const P2PItem& it : items) {
+    if (it.send || it.peer < 0 || it.peer >= size_ || it.peer == rank_) continue;
+    CallDesc want;
+    want.coll = static_cast<uint8_t>(Collective::Send);
+    want.dtype = static_cast<uint8_t>(dtype);
+    want.algo = kDeviceCallAlgoBit;
+    want.count = it.count;
+    want.seq = control_->peek_p2p_seq(it.peer, false);
+    CallDesc host;
+    if (!control_->peek_host_message(it.peer, &host) || host.coll != want.coll || host.seq != want.seq) continue;
+    const std::string them = std::to_string(it.peer);
+    const std::string msg = "rank " + std::to_string(rank_) + " receives " + describe_call(want) + " from rank " + them +
+                            " but rank " + them + " sent " + describe_call(host) + " from a host buffer";
+    fail(ErrorKind::Mismatch, msg);
+    throw_kind(ErrorKind::Mismatch, msg);
+  }
+}
+
 }  // namespace commlib

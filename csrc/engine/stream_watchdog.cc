@@ -36,6 +36,7 @@ class CommunicatorPeerControl final : public PeerControl {
   }
   void remove_host_listener(int id) override { c_.remove_abort_listener(id); }
   uint64_t next_p2p_seq(int peer, bool send) override { return c_.next_p2p_seq(peer, send); }
+  uint64_t peek_p2p_seq(int peer, bool send) override { return c_.peek_p2p_seq(peer, send); }
   bool peek_host_message(int peer, CallDesc* desc) override { return c_.peek_host_message(peer, desc); }
   int add_p2p_probe(std::function<bool(int, const CallDesc&, CallDesc*)> fn) override {
     return c_.add_p2p_probe(std::move(fn));
