@@ -29,6 +29,18 @@ def test_every_schedule_on_cuda_matches_single_process(pool, P):
 
 @pytest.mark.gpu
 @needs_torch_cuda
+@pytest.mark.parametrize("P", [2, 4])
+def test_tensor_and_sequence_parallel_on_cuda_match_one_process(pool, P):
+    """The tensor- and sequence-parallel layers refuse no device: their collectives (and ring
+    attention's K/V rotation) run on the current stream. Same tolerances as on the CPU."""
+    from parallel import tp_cases
+    for per_rank in pool(P).run(C.tensor_and_sequence, timeout=300):
+        bad = {k: v for k, v in per_rank.items() if not v <= tp_cases.ATTN_TOL[k.split(".")[0]]}
+        assert not bad, bad
+
+
+@pytest.mark.gpu
+@needs_torch_cuda
 @pytest.mark.parametrize("kw", [{}, {"pull": "broadcast", "server_rank": 1, "same_init": True}, {"server_computes": False}])
 def test_parameter_server_on_cuda_matches_single_process(pool, kw):
     res = pool(3).run(C.parameter_server, timeout=300, **kw)

@@ -31,7 +31,7 @@ from commlib.parallel.pipeline.device_io import io_for
 from commlib.parallel.pipeline.lanes import (META_LEN, Inbox, Outbox, colour, decode_meta, encode_meta, make_lanes,
                                              message_keys, warm_up)
 from commlib.parallel.pipeline.split_backward import Recorder, backward_input, backward_weight, param_owners
-from commlib.parallel.pipeline.stage import PipelineStage
+from commlib.parallel.pipeline.stage import PipelineStage, same_device
 
 __all__ = ["ScheduleGPipe", "Schedule1F1B", "ScheduleInterleaved1F1B", "ScheduleZeroBubble"]
 
@@ -58,7 +58,7 @@ class _PipelineSchedule:
         for st in stages:
             if st.comm is not comm or st.num_stages != S:
                 raise ValueError("stages: all of a rank's stages must share comm and num_stages")
-            if st.device != stages[0].device:
+            if not same_device(st.device, stages[0].device):
                 raise ValueError(f"stages: stage {st.stage_index} is on {st.device} but stage "
                                  f"{stages[0].stage_index} on {stages[0].device}; a rank's stages share one device")
         P = comm.size

@@ -46,7 +46,7 @@ class PipelineStage:
                                  "one CUDA device")
             if device is None:
                 device = t.device
-            elif not _same_device(t.device, device):
+            elif not same_device(t.device, device):
                 raise ValueError(f"module: {name!r} is on {t.device} but the stage is on {device}; "
                                  "put the stage's module on one device")
         self.device = device if device is not None else torch.device("cpu")
@@ -68,7 +68,7 @@ class PipelineStage:
                 f"{self.device})")
 
 
-def _same_device(a: torch.device, b: torch.device) -> bool:
+def same_device(a: torch.device, b: torch.device) -> bool:
     """``cuda`` (the current device) and ``cuda:i`` are the same device when i is the current one;
     the index is compared only when both name one."""
     return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
