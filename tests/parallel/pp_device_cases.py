@@ -113,19 +113,21 @@ class Replay:
         self.lanes = make_lanes(comm)
         if warm:
             warm_up(self.lanes, io)
+        self.streams = {flow: io.new_stream() for flow in ("down_in", "up_in", "down_out", "up_out")}
         self.shapes = {}
 
     def step(self, step: int, first: bool):
         r, P, S, io = self.comm.rank, self.P, self.S, self.io
         prev, nxt = (r - 1) % P, (r + 1) % P
         resolve = lambda key: ((META_LEN,), torch.int64) if key[0] == "meta" else self.shapes.get(key[1])  # noqa: E731
+        sm = self.streams
         down_in = Inbox(self.lanes[("down", colour(prev, P))], prev,
-                        message_keys(self.orders[prev], "down", S, first), resolve, io)
+                        message_keys(self.orders[prev], "down", S, first), resolve, io, sm["down_in"])
         up_in = Inbox(self.lanes[("up", colour(nxt, P))], nxt,
-                      message_keys(self.orders[nxt], "up", S, first), resolve, io)
+                      message_keys(self.orders[nxt], "up", S, first), resolve, io, sm["up_in"])
         down_in.on_meta = lambda key, buf: self.shapes.__setitem__(key[1], decode_meta(buf))
-        down_out = Outbox(self.lanes[("down", colour(r, P))], nxt, io)
-        up_out = Outbox(self.lanes[("up", colour(r, P))], prev, io)
+        down_out = Outbox(self.lanes[("down", colour(r, P))], nxt, io, sm["down_out"])
+        up_out = Outbox(self.lanes[("up", colour(r, P))], prev, io, sm["up_out"])
         held, outs, grads = {}, {}, {}
         for a in self.orders[r]:
             st, mb = a.stage, a.mb
@@ -159,6 +161,7 @@ class Replay:
     def close(self):
         for lane in self.lanes.values():
             lane.close()
+        self.streams = {}
 
 
 def replay_schedules(comm, cases, steps: int = 2) -> list:

@@ -9,7 +9,8 @@ from parallel import cuda_cases as C
 from parallel import dp_cases, pp_cases
 
 torch = pytest.importorskip("torch")
-needs_torch_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="this torch build has no CUDA device")
+needs_torch_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
+                                      reason="this torch build has no CUDA device")
 
 
 @pytest.mark.gpu
@@ -41,7 +42,8 @@ def test_tensor_and_sequence_parallel_on_cuda_match_one_process(pool, P):
 
 @pytest.mark.gpu
 @needs_torch_cuda
-@pytest.mark.parametrize("kw", [{}, {"pull": "broadcast", "server_rank": 1, "same_init": True}, {"server_computes": False}])
+@pytest.mark.parametrize("kw", [{}, {"pull": "broadcast", "server_rank": 1, "same_init": True},
+                                {"server_computes": False}])
 def test_parameter_server_on_cuda_matches_single_process(pool, kw):
     res = pool(3).run(C.parameter_server, timeout=300, **kw)
     dp_cases.assert_equivalent(res, tol=C.PS_CUDA_TOL, what=f"ParameterServer on CUDA {kw}")

@@ -8,7 +8,8 @@ communication streams of its own, never on the compute stream (torch's current s
 * a send enqueued behind a posted-ahead receive on one stream would wait for that receive, which
   may itself wait for this send to reach the neighbour (1F1B's warm-up sends two activations
   before its first gradient arrives): so each of a rank's four message flows (activations in
-  and out, gradients in and out) has its stream, as each has its lane (lanes.py).
+  and out, gradients in and out) has its stream, as each has its lane (lanes.py). The schedule
+  makes the four once, at its set-up, and every step uses them.
 
 The ordering rules, as torch's NCCL process group applies them:
 
@@ -51,7 +52,11 @@ class CudaIO:
         return torch.cuda.current_stream(self.device)
 
     def new_stream(self):
-        return torch.cuda.Stream(self.device)
+        # High priority: torch hands out pooled streams round-robin, and a user's own compute
+        # stream comes from the default-priority pool, so it is never one of these (a shared
+        # stream would put posted-ahead receives in front of the compute: see above).
+        # Communication ahead of compute is also what NCCL recommends.
+        return torch.cuda.Stream(self.device, priority=-1)
 
     def record(self, stream):
         event = torch.cuda.Event()

@@ -89,14 +89,15 @@ class Inbox:
     activation's from the shape message that precedes it). ``get(key)`` returns the tensor, waiting
     for it and for any earlier ones; one receive is posted ahead whenever its shape is known.
 
-    With an ``io`` (device_io.py) the receives run on the inbox's own stream, each after the
+    With an ``io`` (device_io.py) the receives run on the inbox's own stream (``stream``, else a
+    new one), each after the
     compute issued before it was posted; ``get`` makes the current stream wait for the message
     (the host does not wait) and ``finish`` blocks until every receive ran, raising its error.
     """
 
-    def __init__(self, lane, peer: int, keys: Sequence[Hashable], resolve: Callable, io=None):
+    def __init__(self, lane, peer: int, keys: Sequence[Hashable], resolve: Callable, io=None, stream=None):
         self.lane, self.peer, self.resolve, self.io = lane, peer, resolve, io
-        self.stream = io.new_stream() if io is not None else None
+        self.stream = stream if stream is not None or io is None else io.new_stream()
         self.keys = deque(keys)
         self.posted: deque = deque()
         self.arrived: Dict[Hashable, torch.Tensor] = {}
@@ -154,9 +155,9 @@ class Outbox:
     first. ``flush`` then makes the current stream wait for the sends and blocks until they ran,
     raising a failed one's error, as the host path's ``flush`` does."""
 
-    def __init__(self, lane, peer: int, io=None):
+    def __init__(self, lane, peer: int, io=None, stream=None):
         self.lane, self.peer, self.io = lane, peer, io
-        self.stream = io.new_stream() if io is not None else None
+        self.stream = stream if stream is not None or io is None else io.new_stream()
         self.works: List = []
 
     def send(self, t: torch.Tensor):

@@ -71,6 +71,7 @@ class _PipelineSchedule:
         self.loss_fn = loss_fn
         self.device = stages[0].device
         self.io = None                       # device stages: their streams and buffers (device_io)
+        self.streams: dict = {}              # device stages: the stream of each message flow
         self.timeline: List[dict] = []       # the last step's compute actions (see timeline.py)
         self.stats: dict = {}                # the last step's activation memory
         self._ready = False
@@ -103,6 +104,7 @@ class _PipelineSchedule:
         self.io = io_for(self.device)
         if self.io is not None and self.lanes:
             warm_up(self.lanes, self.io)
+            self.streams = {flow: self.io.new_stream() for flow in ("down_in", "up_in", "down_out", "up_out")}
         self.orders = A.build_orders(self.kind, self.S, self.P, self.m)
         self._ready = True
 
@@ -161,7 +163,7 @@ class _PipelineSchedule:
         """Release the lanes (communicators split from the pipeline communicator)."""
         for lane in self.lanes.values():
             lane.close()
-        self.lanes = {}
+        self.lanes, self.streams = {}, {}
         self._ready = False
 
     def __enter__(self):
@@ -187,14 +189,16 @@ class _StepRun:
         if P > 1:
             prev, nxt = (r - 1) % P, (r + 1) % P
             lanes = sched.lanes
-            io, S = sched.io, sched.S
+            io, S, streams = sched.io, sched.S, sched.streams
             self.down_in = Inbox(lanes[("down", colour(prev, P))], prev,
-                                 message_keys(sched.orders[prev], "down", S, first_step), self._resolve, io)
+                                 message_keys(sched.orders[prev], "down", S, first_step), self._resolve, io,
+                                 streams.get("down_in"))
             self.up_in = Inbox(lanes[("up", colour(nxt, P))], nxt,
-                               message_keys(sched.orders[nxt], "up", S, first_step), self._resolve, io)
+                               message_keys(sched.orders[nxt], "up", S, first_step), self._resolve, io,
+                               streams.get("up_in"))
             self.down_in.on_meta = self._on_meta
-            self.down_out = Outbox(lanes[("down", colour(r, P))], nxt, io)
-            self.up_out = Outbox(lanes[("up", colour(r, P))], prev, io)
+            self.down_out = Outbox(lanes[("down", colour(r, P))], nxt, io, streams.get("down_out"))
+            self.up_out = Outbox(lanes[("up", colour(r, P))], prev, io, streams.get("up_out"))
             self.boxes = [self.down_in, self.up_in, self.down_out, self.up_out]
 
     def _resolve(self, key):
