@@ -53,8 +53,8 @@ class CudaIO:
 
     def new_stream(self):
         # High priority: torch hands out pooled streams round-robin, and a user's own compute
-        # stream comes from the default-priority pool, so it is never one of these (a shared
-        # stream would put posted-ahead receives in front of the compute: see above).
+        # stream normally comes from the default-priority pool, so it is not one of these (a
+        # shared stream would put posted-ahead receives in front of the compute: see above).
         # Communication ahead of compute is also what NCCL recommends.
         return torch.cuda.Stream(self.device, priority=-1)
 
