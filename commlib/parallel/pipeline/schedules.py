@@ -139,6 +139,10 @@ class _PipelineSchedule:
             self._agree(err)
         elif err:
             raise ValueError(f"pipeline step: {_ERRORS[err]} (rank {self.comm.rank})")
+        if self.io is not None and any(st == self.io.current_stream() for st in self.streams.values()):
+            # posted-ahead receives would sit in front of the compute: a hang, so refuse
+            raise ValueError("pipeline step: torch's current stream is one of the pipeline's communication "
+                             "streams; compute on another stream")
         first_step = self._steps == 0
         inputs = list(torch.tensor_split(x, self.m)) if 0 in self.stages else None
         targets = list(torch.tensor_split(target, self.m)) if (self.S - 1) in self.stages else None
