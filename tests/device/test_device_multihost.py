@@ -108,3 +108,9 @@ def test_ipc_link_across_hosts_is_refused(pool):
 def test_killed_rank_on_another_host_raises_peer_error():
     results = run_killing_one_rank(3, 1, device_error_cases.kill_during_collective, env=THREE_HOSTS, timeout=60)
     assert_survivors_named_the_dead_rank(results, 1, within_s=20)
+
+
+def test_no_thread_fd_or_device_memory_left_across_hosts(pool):
+    # Engines with peers on other hosts (descriptor staging, NCCL) leave nothing behind once closed.
+    for before, after in pool(3, env=THREE_HOSTS).run(nccl_cases.resources, timeout=60):
+        assert before == after, (before, after)
