@@ -1,6 +1,7 @@
 """The Python face of a communicator: argument checks, then one call into the C++ executor.
 
-Every check happens here, before anything is sent, and names the argument at fault. The C++ core
+Every check happens before anything is sent and names the argument at fault (the shared ones in
+commlib/call_checks.py, the point-to-point messages worked out in commlib/p2p_plan.py). The C++ core
 then runs the schedule with the GIL released, on the caller's thread when nothing is queued (the
 latency path) or on the communicator's FIFO worker for ``async_op=True``.
 """
@@ -12,15 +13,11 @@ from typing import Optional, Sequence
 
 from commlib import _C
 from commlib.buffers import describe
-from commlib.device_buffers import device_buffer
+from commlib.call_checks import (check_algorithm, check_op, describe_like, device_buffers_of, is_rank,
+                                 named_device_buffers)
+from commlib.p2p_plan import plan_all_to_allv, plan_batch
 from commlib.errors import CommError
 from commlib.work import Work  # noqa: F401  (re-exported: commlib.communicator.Work)
-
-_FLOAT_DTYPES = frozenset(("float32", "float64", "float16", "bfloat16"))
-_BITWISE_OPS = frozenset(("band", "bor", "bxor"))
-_OPS = frozenset(_C.OPS)
-# Registered names, refreshed on a miss: commlib.register_algorithm may add some at run time.
-_ALGORITHMS = {c: frozenset(_C.algorithms(c)) for c in _C.COLLECTIVES if c not in ("send", "recv")}
 
 # The latency path: blocking calls on plain NumPy arrays go straight to C++ (csrc/bindings/
 # fast_call.cc), which answers NotImplemented for anything it does not handle; the code after it in
@@ -32,42 +29,6 @@ _shapes = _C.buffer_shapes
  _BARRIER) = range(9)
 assert _C.COLLECTIVES[:9] == ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
                               "reduce", "gather", "scatter", "barrier"]
-
-
-def _check_op(op: str, dtype: str, scale):
-    if op not in _OPS:
-        raise ValueError(f"op: unknown reduction '{op}' (expected one of: {', '.join(_C.OPS)})")
-    if op in _BITWISE_OPS and dtype in _FLOAT_DTYPES:
-        raise ValueError(f"op: bitwise reduction '{op}' is defined for integer dtypes only, not {dtype}")
-    if op == "premul_sum":
-        if scale is None:
-            raise ValueError("scale: op='premul_sum' needs a scale factor")
-        return float(scale)
-    if scale is not None:
-        raise ValueError(f"scale: only op='premul_sum' takes a scale (op is '{op}')")
-    return 1.0
-
-
-def _describe_like(x, name: str, dtype: str, other: str, count: int, expected: str):
-    """Pointer of ``x`` after checking it matches ``other``'s dtype and has ``count`` elements."""
-    ptr, n, dt = describe(x, name)
-    if dt != dtype:
-        raise TypeError(f"{name}: dtype {dt} differs from {other}'s {dtype}")
-    if n != count:
-        raise ValueError(f"{name}: has {n} elements, expected {expected}")
-    return ptr
-
-
-def _check_algorithm(collective: str, algorithm: str):
-    if not isinstance(algorithm, str):
-        raise TypeError(f"algorithm: expected a string, got {type(algorithm).__name__}")
-    if algorithm == "nccl" and collective != "barrier":  # NCCL's own, on device buffers only (_run)
-        return
-    if algorithm != "auto" and algorithm not in _ALGORITHMS[collective]:
-        _ALGORITHMS[collective] = frozenset(_C.algorithms(collective))
-    if algorithm != "auto" and algorithm not in _ALGORITHMS[collective]:
-        raise ValueError(f"algorithm: unknown {collective} algorithm '{algorithm}' "
-                         f"(expected one of: auto, {', '.join(_C.algorithms(collective))})")
 
 
 class Communicator:
@@ -133,11 +94,11 @@ class Communicator:
 
     # -- helpers ----------------------------------------------------------------------------
     def _check_root(self, root):
-        if not _is_rank(root) or not 0 <= root < self._size:
+        if not is_rank(root) or not 0 <= root < self._size:
             raise ValueError(f"root: {root!r} is out of range for a communicator of size {self._size}")
 
     def _check_peer(self, peer, name="peer"):
-        if not _is_rank(peer) or not 0 <= peer < self._size:
+        if not is_rank(peer) or not 0 <= peer < self._size:
             raise ValueError(f"{name}: {peer!r} is out of range for a communicator of size {self._size}")
         if peer == self._rank:
             raise ValueError(f"{name}: cannot send to or receive from this rank itself ({peer})")
@@ -146,7 +107,7 @@ class Communicator:
              stream=None):
         # Buffers on a device (commlib.emulated, CUDA) go to the stream engine: the one place
         # where the route forks (commlib/device_engine.py).
-        bufs = _device_buffers(coll, refs)
+        bufs = device_buffers_of(coll, refs)
         if algorithm == "nccl" and not bufs:
             raise ValueError("algorithm: 'nccl' passes the collective to NCCL and needs device buffers "
                              "(commlib.emulated arrays or CUDA memory)")
@@ -171,9 +132,9 @@ class Communicator:
         if stream is None and _fast(self._addr, _ALL_REDUCE, tensor, out, op, algorithm, 0, async_op, scale) is None:
             return None
         ip, n, dt = describe(tensor, "tensor")
-        op_ = _check_op(op, dt, scale)
-        _check_algorithm("all_reduce", algorithm)
-        op_ptr = ip if out is None else _describe_like(out, "out", dt, "tensor", n, f"{n} like tensor")
+        op_ = check_op(op, dt, scale)
+        check_algorithm("all_reduce", algorithm)
+        op_ptr = ip if out is None else describe_like(out, "out", dt, "tensor", n, f"{n} like tensor")
         return self._run("all_reduce", algorithm, ip, op_ptr, n, dt, op, 0, op_, async_op, (tensor, out),
                          stream)
 
@@ -186,9 +147,9 @@ class Communicator:
                 _fast(self._addr, _ALL_GATHER, input, output, "sum", algorithm, 0, async_op, None) is None):
             return None
         ip, n, dt = describe(input, "input")
-        op_ptr = _describe_like(output, "output", dt, "input", _shapes("all_gather", n, self._size, self._rank, 0)[1],
+        op_ptr = describe_like(output, "output", dt, "input", _shapes("all_gather", n, self._size, self._rank, 0)[1],
                                 f"size*input = {self._size}*{n}")
-        _check_algorithm("all_gather", algorithm)
+        check_algorithm("all_gather", algorithm)
         return self._run("all_gather", algorithm, ip, op_ptr, n, dt, "sum", 0, 1.0, async_op, (input, output),
                          stream)
 
@@ -199,10 +160,10 @@ class Communicator:
                 _fast(self._addr, _REDUCE_SCATTER, input, output, op, algorithm, 0, async_op, scale) is None):
             return None
         op_ptr, n, dt = describe(output, "output")
-        ip = _describe_like(input, "input", dt, "output", _shapes("reduce_scatter", n, self._size, self._rank, 0)[0],
+        ip = describe_like(input, "input", dt, "output", _shapes("reduce_scatter", n, self._size, self._rank, 0)[0],
                             f"size*output = {self._size}*{n}")
-        op_ = _check_op(op, dt, scale)
-        _check_algorithm("reduce_scatter", algorithm)
+        op_ = check_op(op, dt, scale)
+        check_algorithm("reduce_scatter", algorithm)
         return self._run("reduce_scatter", algorithm, ip, op_ptr, n, dt, op, 0, op_, async_op, (input, output),
                          stream)
 
@@ -229,40 +190,21 @@ class Communicator:
         if n_in % self._size:
             raise ValueError(f"input: {n_in} elements do not split evenly over {self._size} ranks "
                              "(pass input_splits/output_splits)")
-        _check_algorithm("all_to_all", algorithm)
+        check_algorithm("all_to_all", algorithm)
         # In place (input is output) is handled by the core, which sends from a private copy.
         return self._run("all_to_all", algorithm, ip, op_ptr, n_in // self._size, dt, "sum", 0, 1.0,
                          async_op, (input, output), stream)
 
     def _all_to_allv(self, output, input, op_ptr, ip, n_out, n_in, dt, output_splits, input_splits,
                      async_op, stream):
-        P = self._size
-        ins = _splits(input_splits, n_in, P, "input_splits")
-        outs = _splits(output_splits, n_out, P, "output_splits")
-        es = _C.dtype_size(dt)
-        in_off = [0] * P
-        out_off = [0] * P
-        for j in range(1, P):
-            in_off[j] = in_off[j - 1] + ins[j - 1]
-            out_off[j] = out_off[j - 1] + outs[j - 1]
-        if ip < op_ptr + n_out * es and op_ptr < ip + n_in * es:
-            raise ValueError("output: overlaps input; all_to_all with splits needs separate buffers")
-        r = self._rank
-        if ins[r] != outs[r]:
-            raise ValueError(f"input_splits/output_splits: this rank sends itself {ins[r]} elements "
-                             f"but expects {outs[r]}")
-        ops = []
-        for j in range(P):
-            if j != r:
-                ops.append((True, ip + in_off[j] * es, ins[j], j))
-                ops.append((False, op_ptr + out_off[j] * es, outs[j], j))
-        bufs = _named_device_buffers((("input", input), ("output", output)))
+        ops, own = plan_all_to_allv(self._rank, self._size, ip, op_ptr, n_in, n_out, dt, input_splits,
+                                    output_splits)
+        bufs = named_device_buffers((("input", input), ("output", output)))
         if bufs:  # the stream engine (commlib/device_engine.py), this rank's block copied on the stream
-            own = (op_ptr + out_off[r] * es, ip + in_off[r] * es, ins[r] * es)
             return self._device().p2p(bufs, ops, dt, async_op, (input, output), stream, own)
         if stream is not None:
             raise ValueError("stream: given, but the buffers are host memory")
-        ctypes.memmove(op_ptr + out_off[r] * es, ip + in_off[r] * es, ins[r] * es)
+        ctypes.memmove(*own)
         work = self._core.p2p(ops, dt, async_op)
         return Work(work, (input, output)) if async_op else None
 
@@ -274,7 +216,7 @@ class Communicator:
             return None
         ip, n, dt = describe(tensor, "tensor")
         self._check_root(root)
-        _check_algorithm("broadcast", algorithm)
+        check_algorithm("broadcast", algorithm)
         return self._run("broadcast", algorithm, ip, ip, n, dt, "sum", root, 1.0, async_op, (tensor,),
                          stream)
 
@@ -285,9 +227,9 @@ class Communicator:
             return None
         ip, n, dt = describe(tensor, "tensor")
         self._check_root(root)
-        op_ = _check_op(op, dt, scale)
-        _check_algorithm("reduce", algorithm)
-        op_ptr = ip if out is None else _describe_like(out, "out", dt, "tensor", n, f"{n} like tensor")
+        op_ = check_op(op, dt, scale)
+        check_algorithm("reduce", algorithm)
+        op_ptr = ip if out is None else describe_like(out, "out", dt, "tensor", n, f"{n} like tensor")
         return self._run("reduce", algorithm, ip, op_ptr, n, dt, op, root, op_, async_op, (tensor, out),
                          stream)
 
@@ -303,8 +245,8 @@ class Communicator:
         if out_elems is not None:  # the root
             if output is None:
                 raise ValueError("output: required on the root rank")
-            op_ptr = _describe_like(output, "output", dt, "input", out_elems, f"size*input = {self._size}*{n}")
-        _check_algorithm("gather", algorithm)
+            op_ptr = describe_like(output, "output", dt, "input", out_elems, f"size*input = {self._size}*{n}")
+        check_algorithm("gather", algorithm)
         return self._run("gather", algorithm, ip, op_ptr, n, dt, "sum", root, 1.0, async_op, (input, output),
                          stream)
 
@@ -321,8 +263,8 @@ class Communicator:
         if in_elems is not None:  # the root
             if input is None:
                 raise ValueError("input: required on the root rank")
-            ip = _describe_like(input, "input", dt, "output", in_elems, f"size*output = {self._size}*{n}")
-        _check_algorithm("scatter", algorithm)
+            ip = describe_like(input, "input", dt, "output", in_elems, f"size*output = {self._size}*{n}")
+        check_algorithm("scatter", algorithm)
         return self._run("scatter", algorithm, ip, op_ptr, n, dt, "sum", root, 1.0, async_op, (input, output),
                          stream)
 
@@ -352,28 +294,8 @@ class Communicator:
         ranks match in call order. Device buffers (all of the batch) are enqueued on the current
         stream or ``stream`` like collectives (docs/gpu.md).
         """
-        if not ops:
-            raise ValueError("ops: empty batch")
-        items, refs, named, dtype = [], [], [], None
-        seen = set()
-        for i, entry in enumerate(ops):
-            kind, tensor, peer = entry
-            if kind not in ("send", "recv"):
-                raise ValueError(f"ops[{i}]: kind must be 'send' or 'recv', got {kind!r}")
-            self._check_peer(peer, f"ops[{i}] peer" if len(ops) > 1 else "peer")
-            if (kind, peer) in seen:
-                raise ValueError(f"ops[{i}]: a second {kind} with peer {peer} in one batch")
-            seen.add((kind, peer))
-            tname = "tensor" if len(ops) == 1 else f"ops[{i}] tensor"
-            named.append((tname, tensor))
-            ptr, n, dt = describe(tensor, tname)
-            if dtype is None:
-                dtype = dt
-            elif dt != dtype:
-                raise TypeError(f"ops[{i}] tensor: dtype {dt} differs from ops[0]'s {dtype}")
-            items.append((kind == "send", ptr, n, peer))
-            refs.append(tensor)
-        bufs = _named_device_buffers(named)
+        items, refs, named, dtype = plan_batch(ops, self._check_peer)
+        bufs = named_device_buffers(named)
         if bufs:
             return self._device().p2p(bufs, items, dtype, async_op, refs, stream)
         if stream is not None:
@@ -396,9 +318,9 @@ class Communicator:
         if os.getpid() != self._pid:
             raise CommError(f"split: communicator (rank {self._rank}) was created in pid {self._pid} and "
                             f"is used in a forked child (pid {os.getpid()})")
-        if color is not None and (not _is_rank(color) or color < 0):
+        if color is not None and (not is_rank(color) or color < 0):
             raise ValueError(f"color: must be a non-negative int or None, got {color!r}")
-        if key is not None and not _is_rank(key):
+        if key is not None and not is_rank(key):
             raise TypeError(f"key: must be an int, got {type(key).__name__}")
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout: must be positive, got {timeout!r}")
@@ -440,49 +362,3 @@ class Communicator:
 
     def __exit__(self, *exc):
         self.close()
-
-
-# The argument names of each collective's buffers, in the order of _run's ``refs``.
-_REF_NAMES = {"all_reduce": ("tensor", "out"), "reduce": ("tensor", "out"), "broadcast": ("tensor",)}
-
-
-def _device_buffers(coll, refs):
-    """(argument name, DeviceBuffer) for the device buffers among a call's ``refs``."""
-    return _named_device_buffers(zip(_REF_NAMES.get(coll, ("input", "output")), refs))
-
-
-def _named_device_buffers(named):
-    """(argument name, DeviceBuffer) for the device buffers among (name, buffer) pairs; raises if
-    host and device buffers are mixed."""
-    found, host = [], []
-    for name, r in named:
-        b = device_buffer(r, name)
-        if b is not None:
-            found.append((name, b))
-        elif r is not None:
-            host.append(name)
-    if found and host:
-        raise ValueError(f"{host[0]}: is host memory but {found[0][0]} is device memory; "
-                         "a call's buffers must all be on one device")
-    return found
-
-
-
-def _is_rank(x) -> bool:
-    """An int that is not a bool: True is not rank 1."""
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _splits(splits, total, P, name):
-    if splits is None:
-        if total % P:
-            raise ValueError(f"{name}: {total} elements do not split evenly over {P} ranks")
-        return [total // P] * P
-    splits = [int(s) for s in splits]
-    if len(splits) != P:
-        raise ValueError(f"{name}: has {len(splits)} entries, expected one per rank ({P})")
-    if any(s < 0 for s in splits):
-        raise ValueError(f"{name}: negative split size")
-    if sum(splits) != total:
-        raise ValueError(f"{name}: sums to {sum(splits)} but the tensor has {total} elements")
-    return splits

@@ -9,6 +9,8 @@ the same TinyGPT (tensor-parallel over mesh.tp, sequence-sharded over mesh.cp) a
 pipeline stage(s); the schedule moves activations between mesh.pp ranks; gradients are summed over
 cp (replicated parameters) and the optimizer is ZeRO-1 over mesh.dp. ``--check`` also trains the
 whole model in one process (on every rank, same data, same AdamW) and asserts the losses agree.
+``--device cuda`` puts every rank's part on GPU ``LOCAL_RANK % device count`` (several ranks may
+share one); that path has never run on a GPU (docs/pipeline.md).
 """
 import argparse
 import os
@@ -46,15 +48,20 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--check", action="store_true", help="compare with single-process training")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where every rank's part lives")
     a = ap.parse_args()
     torch.set_num_threads(1)
 
     comm = commlib.init()
+    device = torch.device("cpu")
+    if a.device == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", comm.rank)) % torch.cuda.device_count())
+        torch.cuda.set_device(device)
     mesh = Mesh(comm, tp=a.tp, cp=a.cp, pp=a.pp, dp=a.dp)
     v = a.stages_per_rank or (2 if a.schedule == "interleaved" else 1)
     S = a.pp * v
     cfg = GPTConfig(n_layers=a.layers, max_seq=a.seq)
-    model = TinyGPT(cfg, {"tp": mesh.tp, "cp": mesh.cp})
+    model = TinyGPT(cfg, {"tp": mesh.tp, "cp": mesh.cp}).to(device)
     mine = range(mesh.pp.rank, S, a.pp)  # stage s on pipeline rank s % pp (a loop when v > 1)
     parts = [GPTStage(model, s, S) for s in mine]
     stages = [PipelineStage(part, s, S, mesh.pp) for part, s in zip(parts, mine)]
@@ -66,11 +73,11 @@ def main():
     reporter = last and mesh.tp.rank == 0 and mesh.cp.rank == 0 and mesh.dp.rank == 0
 
     if a.check:
-        ref = TinyGPT(cfg)
+        ref = TinyGPT(cfg).to(device)
         ref_opt = torch.optim.AdamW(ref.parameters(), lr=a.lr)
     worst = 0.0
     for step in range(a.steps):
-        tokens, targets = batch(cfg, step, a.batch, a.seq)
+        tokens, targets = (t.to(device) for t in batch(cfg, step, a.batch, a.seq))
         k = a.batch // mesh.dp.size  # this data-parallel replica's rows, then its sequence part
         rows = slice(mesh.dp.rank * k, (mesh.dp.rank + 1) * k)
         tok, tgt = model.shard(tokens[rows]), model.shard(targets[rows])
@@ -80,7 +87,7 @@ def main():
         model.sync_grads()  # parameters are replicated over cp: sum their gradients
         opt.step()
         if last:
-            loss = torch.tensor([sum(x.item() for x in losses) / a.microbatches])
+            loss = torch.tensor([sum(x.item() for x in losses) / a.microbatches], device=device)
             mesh.cp.all_reduce(loss)           # the shares of the sequence parts add up
             mesh.dp.all_reduce(loss, op="avg")  # the replicas' batches average
         if a.check:

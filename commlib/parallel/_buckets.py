@@ -43,14 +43,6 @@ def check_positive(value, name: str) -> float:
     return float(value)
 
 
-def check_cpu_tensors(named: Iterable[Tuple[str, torch.Tensor]], what: str = "parameter"):
-    for name, t in named:
-        if t.device.type != "cpu":
-            raise ValueError(f"{what} '{name}': is on {t.device}; ParameterServer keeps its flat "
-                             "buffers on the CPU (DataParallel, ZeroOptimizer, FullyShardedModule and "
-                             "the torch backend take CUDA tensors)")
-
-
 def check_one_device(named: Iterable[Tuple[str, torch.Tensor]], what: str = "parameter", device=None):
     """The one device (CPU or a CUDA device) every tensor of ``named`` is on; ``device`` is the one
     expected (None: the first tensor's). CUDA tensors go to the communicator's stream engine."""

@@ -25,7 +25,7 @@ from typing import Callable, Optional
 import torch
 
 from ._buckets import (FlatLayout, broadcast_tensors, check_algorithm, check_comm,
-                       check_cpu_tensors, check_same_structure, optimizer_state_tensors,
+                       check_one_device, check_same_structure, optimizer_state_tensors,
                        storage_bytes, unique_named_parameters)
 
 
@@ -48,6 +48,11 @@ class ParameterServer:
 
     Parameters and gradients live in one flat buffer per dtype (``param.data``/``param.grad``
     are views into them), so a push is one ``reduce`` and a pull one ``broadcast`` per dtype.
+
+    The flat buffers (and the server's optimizer state) stay on the module's device: the CPU, or
+    one CUDA device, whose pushes and pulls the communicator enqueues on the current stream (the
+    server's division and optimizer step follow on that stream, so nothing waits on the host).
+    Every rank's module must be on the same kind of device.
     """
 
     def __init__(self, module: torch.nn.Module, comm, optimizer_class, server_rank: int = 0,
@@ -76,7 +81,8 @@ class ParameterServer:
         self.is_server = comm.rank == server_rank
         named = unique_named_parameters(module)
         buffers = list(module.named_buffers())
-        check_cpu_tensors(named, "parameter")
+        device = check_one_device(named, "parameter")
+        check_one_device(buffers, "buffer", device)
         specs = [(n, tuple(p.shape), str(p.dtype)) for n, p in named]
         specs += [("buffer:" + n, tuple(b.shape), str(b.dtype)) for n, b in buffers]
         check_same_structure(comm, specs, "parameter")
@@ -88,8 +94,8 @@ class ParameterServer:
             by_dtype.setdefault(p.dtype, []).append(p)
         for dtype, ps in by_dtype.items():
             layout = FlatLayout([str(i) for i in range(len(ps))], [p.shape for p in ps], 1)
-            flat = torch.empty(layout.numel, dtype=dtype)
-            grad = torch.zeros(layout.numel, dtype=dtype)
+            flat = torch.empty(layout.numel, dtype=dtype, device=device)
+            grad = torch.zeros(layout.numel, dtype=dtype, device=device)
             with torch.no_grad():
                 for p, v, g in zip(ps, layout.views(flat), layout.views(grad)):
                     v.copy_(p.detach())

@@ -141,7 +141,7 @@ def _load_sharded(path: str, comm, kind: str, units: Sequence[_Unit], shards: Se
         if optimizer is not None:
             for k, v in ref["state"].items():
                 if k in elementwise:
-                    state[k] = torch.zeros(s.numel(), dtype=v.dtype)
+                    state[k] = torch.zeros(s.numel(), dtype=v.dtype, device=s.device)
                 else:                        # scalars such as Adam's step: identical everywhere
                     state[k] = v.clone() if isinstance(v, torch.Tensor) else v
         with torch.no_grad():

@@ -134,7 +134,7 @@ def reference(name, steps=STEPS, n=BATCH):
 def rel_err(state, ref) -> float:
     worst = 0.0
     for k, r in ref.items():
-        a = state[k].detach().float()
+        a = state[k].detach().float().cpu()
         d = (a - r.float()).abs().max().item()
         worst = max(worst, d / max(r.float().abs().max().item(), 1e-12))
     return worst
@@ -143,15 +143,15 @@ def rel_err(state, ref) -> float:
 def digest(tensors) -> str:
     h = hashlib.sha256()
     for t in tensors:
-        h.update(t.detach().contiguous().view(torch.uint8).numpy().tobytes())
+        h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
 
 
 # -- training under each method -------------------------------------------------------------------
-def _setup(comm, method, name, same_init=False, **kw):
+def _setup(comm, method, name, same_init=False, device="cpu", **kw):
     import commlib.parallel as par
     # different init per rank: the wrappers must broadcast rank 0's (the server's) parameters
-    model = make_model(name, seed=0 if same_init else comm.rank)
+    model = make_model(name, seed=0 if same_init else comm.rank).to(device)
     cls, okw = make_optimizer(name, None)
     if method == "dp":
         wrapped = par.DataParallel(model, comm, bucket_cap_mb=kw.pop("bucket_cap_mb", 0.001), **kw)
@@ -189,16 +189,17 @@ def data_rank(comm, method, kw):
     return comm.rank, comm.size
 
 
-def train_equivalence(comm, method, name, steps=STEPS, **kw):
-    """Train ``steps`` steps; return per-step (relative error vs reference, parameter digest)."""
+def train_equivalence(comm, method, name, steps=STEPS, device="cpu", **kw):
+    """Train ``steps`` steps on ``device``; return per-step (relative error vs the CPU reference,
+    parameter digest)."""
     torch.set_num_threads(1)
     ref = reference(name, steps)
-    model, opt, state, params = _setup(comm, method, name, **dict(kw))
+    model, opt, state, params = _setup(comm, method, name, device=device, **dict(kw))
     kw.pop("same_init", None)
     idx, parts = data_rank(comm, method, kw)
     errs, digests = [], []
     for s in range(steps):
-        x, y = batch(name, s)
+        x, y = (t.to(device) for t in batch(name, s))
         opt.zero_grad()
         if idx is not None:
             loss_fn(model(shard(x, idx, parts)), shard(y, idx, parts)).backward()

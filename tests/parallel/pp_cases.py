@@ -83,8 +83,9 @@ def _stage_params(n_layers, sizes, st):
     return list(range(2 * first, 2 * (first + sizes[st])))
 
 
-def run_case(comm, kind: str, v: int, m: int, n_layers: int, mb_size: int = 2) -> dict:
-    """Train under one schedule; return the worst errors against the single-process reference."""
+def run_case(comm, kind: str, v: int, m: int, n_layers: int, mb_size: int = 2, device: str = "cpu") -> dict:
+    """Train under one schedule with the stages on ``device``; return the worst errors against the
+    single-process reference (run on the CPU)."""
     P, S = comm.size, comm.size * v
     sizes = split_sizes(n_layers, S)
     batch = m * mb_size
@@ -94,7 +95,7 @@ def run_case(comm, kind: str, v: int, m: int, n_layers: int, mb_size: int = 2) -
     stages, params = [], {}
     for st in range(comm.rank, S, P):
         first = sum(sizes[:st])
-        module = nn.Sequential(*[copy.deepcopy(x) for x in mods[2 * first:2 * (first + sizes[st])]])
+        module = nn.Sequential(*[copy.deepcopy(x) for x in mods[2 * first:2 * (first + sizes[st])]]).to(device)
         stages.append(PipelineStage(module, st, S, comm))
         params[st] = (list(module.parameters()), _stage_params(n_layers, sizes, st))
     sched = SCHEDULES[kind](stages if v > 1 else stages[0], n_microbatches=m, loss_fn=loss_fn)
@@ -102,7 +103,7 @@ def run_case(comm, kind: str, v: int, m: int, n_layers: int, mb_size: int = 2) -
     has_first, has_last = 0 in params, (S - 1) in params
     try:
         for step in range(STEPS):
-            x, y = data(batch, step)
+            x, y = (t.to(device) for t in data(batch, step))
             losses = []
             sched.step(*([x] if has_first else []), **({"target": y, "losses": losses} if has_last else {}))
             ref_loss, ref_grads = ref_hist[step]
@@ -112,11 +113,11 @@ def run_case(comm, kind: str, v: int, m: int, n_layers: int, mb_size: int = 2) -
             for ps, idx in params.values():
                 for p, i in zip(ps, idx):
                     assert p.grad is not None, f"stage parameter {i} got no gradient"
-                    worst["grad"] = max(worst["grad"], (p.grad - ref_grads[i]).abs().max().item())
+                    worst["grad"] = max(worst["grad"], (p.grad.cpu() - ref_grads[i]).abs().max().item())
             sgd([p for ps, _ in params.values() for p in ps])
         for ps, idx in params.values():
             for p, i in zip(ps, idx):
-                worst["param"] = max(worst["param"], (p.detach() - ref_final[i]).abs().max().item())
+                worst["param"] = max(worst["param"], (p.detach().cpu() - ref_final[i]).abs().max().item())
         worst["peak_in_flight"] = sched.stats["peak_in_flight"]
         worst["peak_activation_bytes"] = sched.stats["peak_activation_bytes"]
         worst["per_mb_bytes"] = sched.stats["activation_bytes_per_microbatch"]
@@ -191,6 +192,10 @@ def wrong_use(comm) -> list:
     # n_microbatches that disagree
     sched = Schedule1F1B(PipelineStage(lin(), r, 2, comm), n_microbatches=2 + r, loss_fn=loss_fn)
     msgs.append(_expect(lambda: step(sched, x[:6] if r == 0 else x, y[:6]), "n_microbatches disagrees"))
+    # stage devices that disagree (a parameterless stage named CUDA: found before any device call)
+    sched = Schedule1F1B(PipelineStage(nn.Tanh(), r, 2, comm, device="cuda" if r == 0 else None),
+                         n_microbatches=2, loss_fn=loss_fn)
+    msgs.append(_expect(lambda: step(sched), "stage device disagrees", "['cuda', 'cpu']"))
     # local errors, before anything is sent
     msgs.append(_expect(lambda: PipelineStage(lin(), 1 - r, 2, comm), "stage_index", "lives on rank"))
     msgs.append(_expect(lambda: PipelineStage(lin(), r, 3, comm), "num_stages", "evenly"))

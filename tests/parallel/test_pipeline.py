@@ -123,10 +123,11 @@ def test_split_backward_input_then_weight():
     assert SB.param_owners(tied) is None  # tied inside a stage: the fallback
 
 
-def test_stage_off_the_cpu_is_refused_naming_the_tensor():
-    """The pipeline moves host tensors only: a module with a parameter or buffer elsewhere (meta
-    here; CUDA takes the same check) is refused at construction, naming it, instead of timing out
-    at its first device message. A CPU module is taken."""
+def test_stage_device_is_its_modules_and_odd_devices_are_named():
+    """A stage runs on its module's device (CPU or one CUDA device; ``device=`` for a module
+    without parameters): a parameter or buffer elsewhere (meta here) or on another device than the
+    rest is refused at construction, naming it, before anything is sent. CUDA devices are only
+    named here (torch's CPU build makes no CUDA tensor)."""
     import types
 
     import torch
@@ -135,9 +136,16 @@ def test_stage_off_the_cpu_is_refused_naming_the_tensor():
     from commlib.parallel.pipeline import PipelineStage
     comm = types.SimpleNamespace(rank=0, size=1)  # the stage only reads rank and size here
     model = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))
-    assert PipelineStage(model, 0, 1, comm).module is model
+    stage = PipelineStage(model, 0, 1, comm)
+    assert stage.module is model and stage.device == torch.device("cpu")
+    assert PipelineStage(nn.Tanh(), 0, 1, comm, device="cuda").device == torch.device("cuda")
+    assert PipelineStage(nn.Tanh(), 0, 1, comm).device == torch.device("cpu")
+    with pytest.raises(ValueError, match=r"^module: '0\.weight' is on cpu but the stage is on cuda"):
+        PipelineStage(model, 0, 1, comm, device="cuda")
+    with pytest.raises(ValueError, match=r"^device: pipeline stages run on the CPU or a CUDA device, not meta"):
+        PipelineStage(nn.Tanh(), 0, 1, comm, device="meta")
     model[1].to("meta")
-    with pytest.raises(ValueError, match=r"^module: '1\.weight' is on meta; pipeline stages run on the CPU only"):
+    with pytest.raises(ValueError, match=r"^module: '1\.weight' is on meta; pipeline stages run on the CPU or one"):
         PipelineStage(model, 0, 1, comm)
     model[1].weight, model[1].bias = nn.Parameter(torch.ones(2)), nn.Parameter(torch.zeros(2))
     with pytest.raises(ValueError, match=r"^module: '1\.running_mean' is on meta"):

@@ -38,7 +38,7 @@ TP_TOL = 1e-5  # fp32: max |sharded - unsharded| / max(1, max |unsharded|)
 
 def _err(a, b) -> float:
     """Max abs error, relative to the reference's scale when that exceeds 1."""
-    a, b = a.detach().double(), b.detach().double()
+    a, b = a.detach().double().cpu(), b.detach().double().cpu()
     return ((a - b).abs().max() / b.abs().max().clamp(min=1.0)).item()
 
 
@@ -124,9 +124,10 @@ def row_linear(comm, transposed: bool):
 
 
 @_one_thread
-def mlp(comm, sequence_parallel: bool):
+def mlp(comm, sequence_parallel: bool, device: str = "cpu"):
     """Column -> GELU -> Row (Megatron MLP), optionally sequence-parallel with a LayerNorm in front
-    whose gradients must be all-reduced over the group."""
+    whose gradients must be all-reduced over the group; the parallel layers on ``device``, the
+    reference on the CPU."""
     B, S, D = 2, 2 * comm.size, 8
     tp = comm
     torch.manual_seed(5)
@@ -138,19 +139,20 @@ def mlp(comm, sequence_parallel: bool):
     ln.load_state_dict(ln_r.state_dict())
     c = ColumnParallelLinear.from_linear(fc1, tp, sequence_parallel=sequence_parallel)
     r = RowParallelLinear.from_linear(fc2, tp, sequence_parallel=sequence_parallel)
+    ln, c, r = ln.to(device), c.to(device), r.to(device)
     x = _rand(B, S, D, seed=6).requires_grad_()
     xr = x.detach().clone().requires_grad_()
     G = _rand(B, S, D, seed=7)
     yr = fc2(F.gelu(fc1(ln_r(xr))))
     xin = x[:, _sl(S, tp)] if sequence_parallel else x
-    y = r(F.gelu(c(ln(xin))))
+    y = r(F.gelu(c(ln(xin.to(device)))))
     errs = {}
     if sequence_parallel:
         errs["y"] = _err(y, yr[:, _sl(S, tp)])
-        (y * G[:, _sl(S, tp)]).sum().backward()
+        (y * G[:, _sl(S, tp)].to(device)).sum().backward()
     else:
         errs["y"] = _err(y, yr)
-        (y * G).sum().backward()
+        (y * G.to(device)).sum().backward()
     (yr * G).sum().backward()
     sl = _sl(S, tp) if sequence_parallel else slice(None)  # sequence-parallel: only our part
     errs["dx"] = _err(x.grad[:, sl], xr.grad[:, sl])
@@ -310,8 +312,9 @@ def _reference(qf, kf, vf, Gf, causal):
 
 
 @_one_thread
-def attention_suite(comm, dtype_name: str, algos=("ring", "ulysses", "hybrid")):
-    """Every algorithm x causal x layout against full attention, forward and backward.
+def attention_suite(comm, dtype_name: str, algos=("ring", "ulysses", "hybrid"), device: str = "cpu"):
+    """Every algorithm x causal x layout against full attention, forward and backward; the
+    sharded q/k/v on ``device``, the reference on the CPU.
 
     q/k/v are handed in as transposed views of (B, n, H, D) leaves (non-contiguous), and the loss
     uses the output transposed, so the incoming gradient is non-contiguous too.
@@ -330,7 +333,7 @@ def attention_suite(comm, dtype_name: str, algos=("ring", "ulysses", "hybrid")):
             configs.append((algo, None))
     groups = {U: _hybrid_groups(comm, U) for a, U in configs if a == "hybrid"}
     # float32/float64: absolute error; bfloat16: relative to max(1, max |reference|)
-    measure = _err if dt == torch.bfloat16 else (lambda a, b: (a.detach().double() - b).abs().max().item())
+    measure = _err if dt == torch.bfloat16 else (lambda a, b: (a.detach().double().cpu() - b).abs().max().item())
     errs = {}
     for algo, U in configs:
         for causal in (False, True):
@@ -341,7 +344,7 @@ def attention_suite(comm, dtype_name: str, algos=("ring", "ulysses", "hybrid")):
                     shard = lambda x: SQ.hybrid_split(x, ug.rank, ug.size, rg.rank, rg.size, layout)  # noqa: E731
                 else:
                     shard = lambda x: SQ.shard_sequence(x, r, P, layout)  # noqa: E731
-                leaves = [shard(t).transpose(1, 2).contiguous().requires_grad_() for t in (qf, kf, vf)]
+                leaves = [shard(t).transpose(1, 2).contiguous().to(device).requires_grad_() for t in (qf, kf, vf)]
                 q, k, v = (t.transpose(1, 2) for t in leaves)  # non-contiguous (B, H, n, D)
                 if algo == "ring":
                     o = SQ.ring_attention(q, k, v, comm, causal=causal, layout=layout)
@@ -349,7 +352,7 @@ def attention_suite(comm, dtype_name: str, algos=("ring", "ulysses", "hybrid")):
                     o = SQ.ulysses_attention(q, k, v, comm, causal=causal, layout=layout)
                 else:
                     o = SQ.hybrid_attention(q, k, v, ug, rg, causal=causal, layout=layout)
-                G = shard(Gf).transpose(1, 2).contiguous()
+                G = shard(Gf).transpose(1, 2).contiguous().to(device)
                 (o.transpose(1, 2) * G).sum().backward()
                 key = f"{algo}{'' if U is None else f'(U={U})'}.{'causal' if causal else 'full'}.{layout}"
                 for name, got, want in (("out", o, ref[0]), ("dq", leaves[0].grad.transpose(1, 2), ref[1]),

@@ -13,6 +13,10 @@ shape is ``torch.distributed.pipelining``'s:
 Gradients accumulate into ``.grad`` over the micro-batches of a step (call ``zero_grad`` between
 steps, as without a pipeline); each micro-batch's loss is divided by ``n_microbatches`` before its
 backward, so a ``loss_fn`` returning a micro-batch mean gives the whole batch's mean gradient.
+
+Stages on a CUDA device (every rank's, one device per rank) compute on torch's current stream
+and move their messages on communication streams of their own (device_io.py); the orders, and
+so every schedule, are the same as on the CPU.
 """
 from __future__ import annotations
 
@@ -23,13 +27,16 @@ from typing import Callable, Dict, List, Optional, Sequence, Union
 import torch
 
 from commlib.parallel.pipeline import actions as A
-from commlib.parallel.pipeline.lanes import META_LEN, Inbox, Outbox, colour, decode_meta, encode_meta, make_lanes
+from commlib.parallel.pipeline.device_io import io_for
+from commlib.parallel.pipeline.lanes import (META_LEN, Inbox, Outbox, colour, decode_meta, encode_meta, make_lanes,
+                                             message_keys, warm_up)
 from commlib.parallel.pipeline.split_backward import Recorder, backward_input, backward_weight, param_owners
-from commlib.parallel.pipeline.stage import PipelineStage
+from commlib.parallel.pipeline.stage import PipelineStage, same_device
 
 __all__ = ["ScheduleGPipe", "Schedule1F1B", "ScheduleInterleaved1F1B", "ScheduleZeroBubble"]
 
 # Errors found before anything is sent, exchanged at the first step so that every rank raises.
+_DEVICE_KINDS = ("cpu", "cuda")  # the stage devices a pipeline runs on (PipelineStage checks)
 _ERRORS = {1: "loss_fn is None on the rank holding the last stage",
            2: "the first stage's batch does not split into n_microbatches equal micro-batches",
            3: "the last stage's target does not split into n_microbatches equal micro-batches",
@@ -51,6 +58,9 @@ class _PipelineSchedule:
         for st in stages:
             if st.comm is not comm or st.num_stages != S:
                 raise ValueError("stages: all of a rank's stages must share comm and num_stages")
+            if not same_device(st.device, stages[0].device):
+                raise ValueError(f"stages: stage {st.stage_index} is on {st.device} but stage "
+                                 f"{stages[0].stage_index} on {stages[0].device}; a rank's stages share one device")
         P = comm.size
         mine = sorted(st.stage_index for st in stages)
         if mine != list(range(comm.rank, S, P)):
@@ -59,6 +69,9 @@ class _PipelineSchedule:
         self.stages: Dict[int, PipelineStage] = {st.stage_index: st for st in stages}
         self.comm, self.S, self.P, self.m = comm, S, P, n_microbatches
         self.loss_fn = loss_fn
+        self.device = stages[0].device
+        self.io = None                       # device stages: their streams and buffers (device_io)
+        self.streams: dict = {}              # device stages: the stream of each message flow
         self.timeline: List[dict] = []       # the last step's compute actions (see timeline.py)
         self.stats: dict = {}                # the last step's activation memory
         self._ready = False
@@ -70,21 +83,28 @@ class _PipelineSchedule:
 
     # -- set-up, once -------------------------------------------------------------------------
     def _agree(self, err: int):
-        """All ranks exchange (S, m, kind, error) and raise the same error if any differ."""
+        """All ranks exchange (S, m, kind, device type, error) and raise the same error if any
+        differ; then make the lanes (and, on a device, set up their engines together)."""
         kinds = A.KINDS.index(self.kind)
-        mine = torch.tensor([self.S, self.m, kinds, err], dtype=torch.int64)
-        every = torch.empty(4 * self.P, dtype=torch.int64)
+        device_kind = _DEVICE_KINDS.index(self.device.type)
+        mine = torch.tensor([self.S, self.m, kinds, device_kind, err], dtype=torch.int64)
+        every = torch.empty(5 * self.P, dtype=torch.int64)
         self.comm.all_gather(every, mine)
-        rows = every.view(self.P, 4).tolist()
-        for what, col in (("num_stages", 0), ("n_microbatches", 1), ("schedule", 2)):
+        rows = every.view(self.P, 5).tolist()
+        for what, col, names in (("num_stages", 0, None), ("n_microbatches", 1, None), ("schedule", 2, A.KINDS),
+                                 ("stage device", 3, _DEVICE_KINDS)):
             vals = [r[col] for r in rows]
             if len(set(vals)) > 1:
-                shown = [A.KINDS[v] for v in vals] if col == 2 else vals
+                shown = [names[v] for v in vals] if names else vals
                 raise ValueError(f"{what} disagrees between the pipeline's ranks: {shown} (rank order)")
-        bad = {r: _ERRORS[row[3]] for r, row in enumerate(rows) if row[3]}
+        bad = {r: _ERRORS[row[4]] for r, row in enumerate(rows) if row[4]}
         if bad:
             raise ValueError("pipeline set-up failed: " + "; ".join(f"rank {r}: {e}" for r, e in bad.items()))
         self.lanes = make_lanes(self.comm)
+        self.io = io_for(self.device)
+        if self.io is not None and self.lanes:
+            warm_up(self.lanes, self.io)
+            self.streams = {flow: self.io.new_stream() for flow in ("down_in", "up_in", "down_out", "up_out")}
         self.orders = A.build_orders(self.kind, self.S, self.P, self.m)
         self._ready = True
 
@@ -119,6 +139,10 @@ class _PipelineSchedule:
             self._agree(err)
         elif err:
             raise ValueError(f"pipeline step: {_ERRORS[err]} (rank {self.comm.rank})")
+        if self.io is not None and any(st == self.io.current_stream() for st in self.streams.values()):
+            # posted-ahead receives would sit in front of the compute: a hang, so refuse
+            raise ValueError("pipeline step: torch's current stream is one of the pipeline's communication "
+                             "streams; compute on another stream")
         first_step = self._steps == 0
         inputs = list(torch.tensor_split(x, self.m)) if 0 in self.stages else None
         targets = list(torch.tensor_split(target, self.m)) if (self.S - 1) in self.stages else None
@@ -143,7 +167,7 @@ class _PipelineSchedule:
         """Release the lanes (communicators split from the pipeline communicator)."""
         for lane in self.lanes.values():
             lane.close()
-        self.lanes = {}
+        self.lanes, self.streams = {}, {}
         self._ready = False
 
     def __enter__(self):
@@ -169,26 +193,17 @@ class _StepRun:
         if P > 1:
             prev, nxt = (r - 1) % P, (r + 1) % P
             lanes = sched.lanes
+            io, S, streams = sched.io, sched.S, sched.streams
             self.down_in = Inbox(lanes[("down", colour(prev, P))], prev,
-                                 self._stream(sched.orders[prev], "down"), self._resolve)
+                                 message_keys(sched.orders[prev], "down", S, first_step), self._resolve, io,
+                                 streams.get("down_in"))
             self.up_in = Inbox(lanes[("up", colour(nxt, P))], nxt,
-                               self._stream(sched.orders[nxt], "up"), self._resolve)
+                               message_keys(sched.orders[nxt], "up", S, first_step), self._resolve, io,
+                               streams.get("up_in"))
             self.down_in.on_meta = self._on_meta
-            self.down_out = Outbox(lanes[("down", colour(r, P))], nxt)
-            self.up_out = Outbox(lanes[("up", colour(r, P))], prev)
+            self.down_out = Outbox(lanes[("down", colour(r, P))], nxt, io, streams.get("down_out"))
+            self.up_out = Outbox(lanes[("up", colour(r, P))], prev, io, streams.get("up_out"))
             self.boxes = [self.down_in, self.up_in, self.down_out, self.up_out]
-
-    def _stream(self, order, direction):
-        """The keys a neighbour sends this rank, in its order (shape messages on the first step)."""
-        keys, S = [], self.s.S
-        for a in order:
-            if direction == "down" and a.kind == "F" and a.stage + 1 < S:
-                if self.first and a.mb == 0:
-                    keys.append(("meta", a.stage))
-                keys.append(("act", a.stage, a.mb))
-            elif direction == "up" and a.kind in ("B", "I") and a.stage > 0:
-                keys.append(("grad", a.stage - 1, a.mb))
-        return keys
 
     def _resolve(self, key):
         if key[0] == "meta":
@@ -213,6 +228,8 @@ class _StepRun:
         for box in self.boxes:
             if isinstance(box, Outbox):
                 box.flush()
+            else:
+                box.finish()
         s.stats = {"peak_activation_bytes": self.peak_bytes,
                    "activation_bytes_per_microbatch": max(self.act_bytes.values(), default=0),
                    "peak_in_flight": A.peak_in_flight([s.orders[s.comm.rank]])[0],
@@ -281,7 +298,7 @@ class _StepRun:
         if st == 0:
             return
         if g is None:
-            g = torch.zeros(self.s._shapes[st - 1][0], dtype=self.s._shapes[st - 1][1])
+            g = torch.zeros(self.s._shapes[st - 1][0], dtype=self.s._shapes[st - 1][1], device=self.s.device)
         if self.s.P > 1:
             self.up_out.send(g)
         else:

@@ -18,10 +18,14 @@ class PipelineStage:
     micro-batch, the last stage's output goes to the schedule's ``loss_fn``). The shapes passed
     between stages are agreed at the first step of a schedule, by one small message per stage
     boundary, and then fixed: every later micro-batch must produce the same shape and dtype.
-    Tensors live in host memory (the transport is shared memory).
+
+    The stage runs on its module's device: the CPU (host messages), or one CUDA device, whose
+    messages move on communication streams of the stage while it computes on torch's current
+    stream (device_io.py). ``device`` names it for a module without parameters or buffers (the
+    default is then the CPU); every rank of the pipeline must use the same kind of device.
     """
 
-    def __init__(self, module: torch.nn.Module, stage_index: int, num_stages: int, comm):
+    def __init__(self, module: torch.nn.Module, stage_index: int, num_stages: int, comm, device=None):
         if not isinstance(num_stages, int) or num_stages < 1:
             raise ValueError(f"num_stages: must be a positive int, got {num_stages!r}")
         if not isinstance(stage_index, int) or not 0 <= stage_index < num_stages:
@@ -32,13 +36,20 @@ class PipelineStage:
         if stage_index % comm.size != comm.rank:
             raise ValueError(f"stage_index: stage {stage_index} lives on rank {stage_index % comm.size} of "
                              f"comm (stage s on rank s % {comm.size}), not on this rank {comm.rank}")
+        if device is not None:
+            device = torch.device(device)
+            if device.type not in ("cpu", "cuda"):
+                raise ValueError(f"device: pipeline stages run on the CPU or a CUDA device, not {device}")
         for name, t in [*module.named_parameters(), *module.named_buffers()]:
-            # A CUDA stage would send device messages that its neighbour receives into host
-            # buffers (a stream-engine set-up timeout), and receives posted ahead would have to
-            # run on streams of their own not to block the compute stream: not built yet.
-            if t.device.type != "cpu":
-                raise ValueError(f"module: {name!r} is on {t.device}; pipeline stages run on the CPU only "
-                                 "(docs/pipeline.md, 'Not built')")
+            if t.device.type not in ("cpu", "cuda"):
+                raise ValueError(f"module: {name!r} is on {t.device}; pipeline stages run on the CPU or "
+                                 "one CUDA device")
+            if device is None:
+                device = t.device
+            elif not same_device(t.device, device):
+                raise ValueError(f"module: {name!r} is on {t.device} but the stage is on {device}; "
+                                 "put the stage's module on one device")
+        self.device = device if device is not None else torch.device("cpu")
         self.module = module
         self.stage_index = stage_index
         self.num_stages = num_stages
@@ -53,4 +64,11 @@ class PipelineStage:
         return self.stage_index == self.num_stages - 1
 
     def __repr__(self):
-        return f"PipelineStage({self.stage_index}/{self.num_stages}, rank {self.comm.rank}/{self.comm.size})"
+        return (f"PipelineStage({self.stage_index}/{self.num_stages}, rank {self.comm.rank}/{self.comm.size}, "
+                f"{self.device})")
+
+
+def same_device(a: torch.device, b: torch.device) -> bool:
+    """``cuda`` (the current device) and ``cuda:i`` are the same device when i is the current one;
+    the index is compared only when both name one."""
+    return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)

@@ -1,0 +1,19 @@
+"""The pipeline's device message path (communication streams, events, posted-ahead receives,
+the lanes' collective warm-up) on the emulated device with its delay on: every schedule's real
+action orders replayed through the real lanes at 2 and 3 ranks, results equal to one process
+(rank side and what a broken rule does: pp_device_cases.py). The CUDA runs of the schedules
+and of the parameter server are in test_parallel_cuda.py (GPU only)."""
+import pytest
+
+from parallel import pp_device_cases as C
+
+ENV = {"COMMLIB_EMULATED_DELAY_US": "20"}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("P", [2, 3])
+def test_every_schedule_moves_device_messages_in_order(pool, P):
+    cases = [("gpipe", 1, P + 1), ("1f1b", 1, 2 * P + 1), ("interleaved", 2, 2 * P), ("zero_bubble", 1, 2 * P + 1),
+             ("1f1b", 2, P + 1)]
+    fails = [f for per_rank in pool(P, env=ENV).run(C.replay_schedules, cases, timeout=100) for f in per_rank]
+    assert not fails, "\n".join(fails[:20])
