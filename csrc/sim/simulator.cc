@@ -58,6 +58,13 @@ class Run {
       : t_(t), rates_(rates), shapes_(shapes), progs_(progs), eb_(elem_bytes), P_(t.size()), H_(t.hosts()) {
     ranks_.resize(P_);
     free_at_.assign(2 * P_ + H_ + 2 * H_ * t.nics_per_host, 0.0);
+    // Oversubscription per host (topology.h): ranks / cores where the ranks outnumber the cores.
+    std::vector<int> per_host(H_, 0);
+    for (int h : t.host_of) ++per_host[h];
+    oversub_.assign(H_, 1.0);
+    if (t.cores_per_host > 0)
+      for (int h = 0; h < H_; ++h)
+        oversub_[h] = std::max(1.0, static_cast<double>(per_host[h]) / t.cores_per_host);
   }
 
   void play(Result& res) {
@@ -113,7 +120,7 @@ class Run {
     }
     R.shape = p[R.run].first;
     R.entered = false;
-    heap_.push(Event{t + (R.step > 0 ? t_.step_overhead_s : 0.0), r});
+    heap_.push(Event{t + (R.step > 0 ? t_.step_overhead_s * oversub_[t_.host_of[r]] : 0.0), r});
   }
 
   // The op index in rank q's current step of kind-class `want_send` with `peer`, unmatched; -1.
@@ -177,7 +184,9 @@ class Run {
       throw std::runtime_error("simulate: rank " + std::to_string(s) + " sends " + std::to_string(so.count) +
                                " elements but rank " + std::to_string(q) + " receives " + std::to_string(ro.count));
     const double bytes = static_cast<double>(so.count) * eb_;
-    const double start = t + t_.op_overhead_s;
+    // Both ranks post their op; on an oversubscribed host that CPU work waits its share of a core.
+    const double start =
+        t + t_.op_overhead_s * std::max(oversub_[t_.host_of[s]], oversub_[t_.host_of[q]]);
     // Links on the path and their bandwidths.
     int res[3];
     double bw[3];
@@ -214,12 +223,22 @@ class Run {
       reduce_tail = c * gamma + (k - 1) * c * (std::max(beta, gamma) - beta);
     }
     S.end = std::max(S.end, wire_done + latency);
-    Q.end = std::max(Q.end, wire_done + latency + reduce_tail);
+    Q.end = std::max(Q.end, std::max(wire_done + latency + reduce_tail, receiver_running(q, start + latency)));
     S.matched[si] = 1;
     Q.matched[qi] = 1;
     ++transfers_;
     if (--S.pending == 0 && s != current_) finish_step(s);
     if (--Q.pending == 0 && q != current_) finish_step(q);
+  }
+
+  // When receiver q is running again to take a message whose first bytes arrive at `first`
+  // (topology.h: spin then sleep; on an oversubscribed host every receive sleeps and then waits
+  // its turn for a core). The rest of the message streams in while it wakes.
+  double receiver_running(int q, double first) const {
+    const double f = oversub_[t_.host_of[q]];
+    if (f > 1.0) return first + t_.wake_s + (f - 1.0) * t_.sched_quantum_s;
+    if (t_.wake_s > 0 && first - ranks_[q].t > t_.spin_s) return first + t_.wake_s;
+    return first;
   }
 
   void finish_step(int r) {
@@ -242,6 +261,7 @@ class Run {
   const int eb_, P_, H_;
   std::vector<RankState> ranks_;
   std::vector<double> free_at_;  // per link: when it is free again
+  std::vector<double> oversub_;  // per host: ranks per core when above 1, else 1
   std::priority_queue<Event> heap_;
   int current_ = -1;
   int64_t steps_ = 0, transfers_ = 0, bytes_inter_ = 0, bytes_intra_ = 0;
