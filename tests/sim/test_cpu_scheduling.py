@@ -110,3 +110,12 @@ def test_fit_recovers_a_known_quantum_from_synthetic_rows():
                                                    _netns_like(0.0))["time_us"]["median"]}) for r in rows]
     assert fit_sched.fit_monotone(zero, lambda v: dataclasses.replace(truth, sched_quantum_us=v),
                                 max_bytes=4096) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_scheduling_fields_round_trip_through_json(tmp_path):
+    t = _netns_like(97.0, wake_us=3.0)
+    p = tmp_path / "t.json"
+    p.write_text(__import__("json").dumps(t.as_json()))
+    back = load(str(p))
+    assert back == t and back.engine_dict(4)["sched_quantum_s"] == pytest.approx(97e-6)
+    assert "1 cores per host, spin 20 us, wake-up 3 us, quantum 97 us" in t.describe()
