@@ -124,10 +124,11 @@ class DeviceRoute:
         self._prefixes = {}  # store prefix of each engine's set-up
         self._pending = collections.deque()  # (work, refs): buffers stay alive until executed
 
-    def _engine(self, buf: DeviceBuffer, first_call=None):
+    def _engine(self, buf: DeviceBuffer, first_call=None, first_p2p=None):
         """The engine for ``buf``'s device, set up on first use. ``first_call`` (collective,
         algorithm, count, dtype, op, root) is published while the ranks meet, so a peer in a host
-        call of the same number raises MismatchError rather than waiting out the timeout."""
+        call of the same number raises MismatchError rather than waiting out the timeout;
+        ``first_p2p`` (items, dtype): receives whose message a peer sent from a host buffer do."""
         key = (buf.kind, buf.device_index)
         engine = self._engines.get(key)
         if engine is not None:
@@ -144,11 +145,16 @@ class DeviceRoute:
             if first_call is not None:
                 def poll():
                     engine.check_first_call(*first_call)
+            elif first_p2p is not None:
+                def poll():
+                    engine.check_first_p2p(*first_p2p)
             else:
                 poll = engine.raise_if_failed
             poll()  # a host side already aborted raises here, before the rendezvous
             c._store.set(f"{prefix}/{c.rank}", engine.local_handle())
-            engine.connect([_wait_key(c, prefix, r, poll) for r in range(c.size)])
+            handles = [_wait_key(c, prefix, r, poll) for r in range(c.size)]
+            host_of = list(c._core.host_of)  # peer memory only within a host; NCCL across
+            engine.connect(handles, [h == host_of[c.rank] for h in host_of])
             device_nccl.setup_links(c, engine, prefix)  # the link per pair; NCCL if some pair uses it
         except Exception as e:
             try:  # the other ranks stop waiting for this one
@@ -180,7 +186,7 @@ class DeviceRoute:
         ``own_block`` (dst, src, bytes): a copy enqueued first on the same stream (all_to_all with
         splits: this rank's block to itself)."""
         first, stream_of, device_stream = _one_device(bufs, stream)
-        engine = self._engine(first)
+        engine = self._engine(first, first_p2p=(items, dtype))
         if own_block is not None and own_block[2]:
             self._devices[(first.kind, first.device_index)].copy(*own_block, device_stream)
         work = engine.p2p(items, dtype, device_stream)

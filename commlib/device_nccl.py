@@ -98,6 +98,7 @@ def setup_links(comm, engine, prefix: str):
 def ensure_communicator(comm, engine, prefix: str, call: str):
     """Before an ``algorithm="nccl"`` call (``call`` describes it): create the communicator if
     this is the first use."""
+    engine.raise_if_failed()  # an aborted communicator is the engine's error, not a new one to create
     if engine.nccl_ready():
         return
     _agree(comm, f"{prefix}/nccl/first", call, "as its first NCCL call")

@@ -115,7 +115,9 @@ void bind_device(py::module_& m) {
            }),
            py::arg("comm"), py::arg("device"), py::arg("timeout"), py::arg("label") = "", py::keep_alive<1, 2>())
       .def("local_handle", &StreamEngine::local_handle)
-      .def("connect", &StreamEngine::connect)
+      .def("connect", &StreamEngine::connect, py::arg("handles"), py::arg("same_host"))
+      .def("mapped_peers", &StreamEngine::mapped_peers,
+           "Peers whose control region this rank mapped (those on its host).")
       .def(
           "run",
           [](StreamEngine& e, const std::string& coll, const std::string& algo, uintptr_t in, uintptr_t out,
@@ -147,6 +149,14 @@ void bind_device(py::module_& m) {
           py::arg("root"),
           "While the first call waits for the peers' engines: raises MismatchError if a peer is in a host call of "
           "that number, or the error of a failed peer.")
+      .def(
+          "check_first_p2p",
+          [](StreamEngine& e, const std::vector<P2PTuple>& items, const std::string& dtype) {
+            e.check_first_p2p(p2p_items(items), parse_dtype(dtype));
+          },
+          py::arg("items"), py::arg("dtype"),
+          "While a first call of sends/receives waits for the peers' engines: raises MismatchError if a peer sent "
+          "the message a receive expects from a host buffer.")
       .def("raise_if_failed", [](StreamEngine& e) { e.throw_if_call_failed(UINT64_MAX); },
            "Raises the engine's error if it failed (an aborted host side fails it too).")
       // NCCL (engine/nccl_link.h), set up by commlib/device_nccl.py.
@@ -162,8 +172,10 @@ void bind_device(py::module_& m) {
             e.nccl().init(s);
           },
           "ncclCommInitRank with rank 0's unique id (blocks until every rank joined).")
-      .def("nccl_set_peers", [](StreamEngine& e, const std::vector<bool>& p) { e.nccl().set_peers(p); })
+      .def("nccl_set_peers", [](StreamEngine& e, const std::vector<bool>& p) { e.set_links(p); })
       .def("nccl_carries_any", [](StreamEngine& e) { return e.nccl().carries_any(); })
+      .def("nccl_inject_async_error", [](StreamEngine& e, int code) { e.nccl().inject_async_error(code); },
+           py::arg("code"), "Tests, emulated NCCL only: ncclCommGetAsyncError reports `code` from now on.")
       .def("abort", &StreamEngine::abort)
       .def("failed", &StreamEngine::failed)
       .def("close", &StreamEngine::close, py::call_guard<ReleaseGil>());

@@ -57,8 +57,8 @@ const std::vector<Param> kParams = {
      "joined by events per step; 1 = the caller's stream only"},
     {"COMMLIB_NCCL_LIBRARY", "path", "", "the libnccl commlib.nccl loads instead of searching the nvidia-nccl wheels"},
     {"COMMLIB_DEVICE_LINK", "name", "auto",
-     "link between ranks for device buffers: auto (peer memory within a host, NCCL across hosts), ipc or nccl "
-     "(every pair); the same on every rank"},
+     "link between ranks for device buffers: auto (peer memory within a host, NCCL across hosts), ipc (every "
+     "pair; ranks on one host only) or nccl (every pair); the same on every rank"},
 };
 
 // "COMMLIB_ALGO_<COLLECTIVE>" -> "COMMLIB_ALGO_"; "" for a plain name.

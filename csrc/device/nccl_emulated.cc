@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <stdexcept>
 #include <random>
 #include <thread>
 
@@ -300,6 +301,13 @@ NcclResult comm_abort(NcclComm c) {
   return kNcclSuccess;
 }
 
+NcclResult comm_get_async_error(NcclComm c, NcclResult* out) {
+  if (!c || !out) return fail(kNcclInvalidArgument, "CommGetAsyncError: null argument");
+  const std::shared_ptr<Comm> comm = comm_of(c);
+  *out = comm ? comm->async_error.load(std::memory_order_acquire) : kNcclSuccess;
+  return kNcclSuccess;
+}
+
 NcclResult p2p(bool send, const void* buf, size_t count, int dtype, int peer, NcclComm c, void* stream) {
   DType t;
   if (!to_dtype(dtype, &t)) return fail(kNcclInvalidArgument, "unsupported datatype " + std::to_string(dtype));
@@ -361,6 +369,7 @@ const NcclApi& emulated_nccl_api() {
     a.CommInitRank = emunccl::comm_init_rank;
     a.CommDestroy = emunccl::comm_destroy;
     a.CommAbort = emunccl::comm_abort;
+    a.CommGetAsyncError = emunccl::comm_get_async_error;
     a.AllReduce = emunccl::all_reduce;
     a.AllGather = emunccl::all_gather;
     a.ReduceScatter = emunccl::reduce_scatter;
@@ -383,5 +392,11 @@ void emulated_nccl_use_device(std::shared_ptr<Device> device, double timeout_s) 
 }
 
 std::string emulated_nccl_last_error() { return emunccl::t_error; }
+
+void emulated_nccl_inject_async_error(NcclComm c, NcclResult code) {
+  const std::shared_ptr<emunccl::Comm> comm = emunccl::comm_of(c);
+  if (!comm) throw std::invalid_argument("emulated NCCL: no live communicator to inject an error into");
+  comm->async_error.store(code, std::memory_order_release);
+}
 
 }  // namespace commlib

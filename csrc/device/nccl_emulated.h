@@ -31,4 +31,9 @@ void emulated_nccl_use_device(std::shared_ptr<Device> device, double timeout_s);
 // Why the calling thread's last failing call failed (NCCL's codes say little).
 std::string emulated_nccl_last_error();
 
+// Tests: from now on CommGetAsyncError of `c` reports `code`, as NCCL does after a network or
+// remote failure found in its own threads. Operations in progress are left as they are (they may
+// block until CommAbort, as NCCL's may).
+void emulated_nccl_inject_async_error(NcclComm c, NcclResult code);
+
 }  // namespace commlib

@@ -26,6 +26,7 @@ struct Comm {
   size_t region_bytes = 0;
   std::vector<char*> regions;  // regions[rank] is this rank's own, the others mapped from peers
   std::atomic<bool> aborted{false};
+  std::atomic<int> async_error{0};  // what CommGetAsyncError reports (set by a test's injection)
   // Chunk counters per peer; only the stream's host functions touch them, one group at a time.
   std::vector<uint64_t> sent, received;
   ~Comm();

@@ -40,6 +40,7 @@ const NcclApi& load_nccl(const std::vector<std::string>& candidates) {
       resolve(lib, path, "ncclCommInitRank", &a->CommInitRank);
       resolve(lib, path, "ncclCommDestroy", &a->CommDestroy);
       resolve(lib, path, "ncclCommAbort", &a->CommAbort);
+      resolve(lib, path, "ncclCommGetAsyncError", &a->CommGetAsyncError);
       resolve(lib, path, "ncclAllReduce", &a->AllReduce);
       resolve(lib, path, "ncclAllGather", &a->AllGather);
       resolve(lib, path, "ncclReduceScatter", &a->ReduceScatter);

@@ -36,6 +36,9 @@ struct NcclApi {
   NcclResult (*CommInitRank)(NcclComm*, int, NcclUniqueId, int);
   NcclResult (*CommDestroy)(NcclComm);
   NcclResult (*CommAbort)(NcclComm);
+  // The communicator's asynchronous error (a network or remote failure NCCL found in its own
+  // threads); thread-safe, polled by the engine's watchdog.
+  NcclResult (*CommGetAsyncError)(NcclComm, NcclResult*);
   // The stream argument (void*) is a cudaStream_t; on the emulated NCCL the DeviceStream itself.
   NcclResult (*AllReduce)(const void*, void*, size_t, int, int, NcclComm, void*);
   NcclResult (*AllGather)(const void*, void*, size_t, int, NcclComm, void*);          // sendcount

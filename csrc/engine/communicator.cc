@@ -258,7 +258,41 @@ std::shared_ptr<Work> Communicator::p2p(std::vector<P2PItem> items, DType dtype,
                                   std::to_string(size_) + ")");
     if (it.count < 0) throw std::invalid_argument("count: negative");
   }
-  return submit([this, items = std::move(items), dtype] { run_p2p(items, dtype); }, async);
+  // Numbered when submitted (device messages made in between take the next numbers), unless a
+  // receive from any source is queued ahead: its sender is known only when it runs.
+  std::vector<uint64_t> seqs;
+  {
+    std::lock_guard<std::mutex> lk(p2p_mu_);
+    if (!queued_any_)
+      for (const P2PItem& it : items) seqs.push_back(it.send ? ++send_seq_[it.peer] : ++recv_seq_[it.peer]);
+  }
+  return submit([this, items = std::move(items), dtype, seqs] { run_p2p(items, dtype, seqs); }, async);
 }
+
+uint64_t Communicator::next_p2p_seq(int peer, bool send) {
+  std::lock_guard<std::mutex> lk(p2p_mu_);
+  return send ? ++send_seq_[peer] : ++recv_seq_[peer];
+}
+
+uint64_t Communicator::peek_p2p_seq(int peer, bool send) {
+  std::lock_guard<std::mutex> lk(p2p_mu_);
+  return (send ? send_seq_[peer] : recv_seq_[peer]) + 1;
+}
+
+bool Communicator::peek_host_message(int peer, CallDesc* desc) {
+  std::lock_guard<std::mutex> lk(mu_);  // no host call starts meanwhile
+  if (busy_ || !queue_.empty() || closed_ || !transport_) return false;
+  const char* payload = nullptr;
+  const ChunkHeader* h = transport_->link(peer).peek_recv(&payload);
+  if (!h) return false;
+  *desc = h->desc;
+  return true;
+}
+
+int Communicator::add_p2p_probe(std::function<bool(int, const CallDesc&, CallDesc*)> fn) {
+  return exec_.add_p2p_probe(std::move(fn));
+}
+
+void Communicator::remove_p2p_probe(int id) { exec_.remove_p2p_probe(id); }
 
 }  // namespace commlib

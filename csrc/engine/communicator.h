@@ -113,7 +113,7 @@ class Communicator {
   // One call numbering for the host calls and the device calls (stream engine) of this
   // communicator, so that ranks mixing them differently get a MismatchError rather than a hang:
   // every collective takes its number in call order (host calls when submitted, device calls
-  // when enqueued); point-to-point messages keep their per-pair numbers.
+  // when enqueued); point-to-point messages are numbered per pair (next_p2p_seq).
   uint64_t next_call_seq() { return call_seq_.fetch_add(1, std::memory_order_relaxed) + 1; }
   uint64_t peek_call_seq() const { return call_seq_.load(std::memory_order_relaxed) + 1; }
   // Publishes the call this rank is in on the control plane (the host executor and the stream
@@ -126,6 +126,18 @@ class Communicator {
   void fail_from_engine(ErrorKind kind, const std::string& message);
   int add_abort_listener(std::function<void(ErrorKind, const std::string&)> fn);
   void remove_abort_listener(int id);
+
+  // Point-to-point messages of a pair share one numbering on host and device buffers (host
+  // messages take their number when submitted, device messages when enqueued), so a host message
+  // where the peer's message of that number is on a device buffer is a mismatch: the stream engine
+  // looks at the host link's next message (peek_host_message, only while no host call runs) and
+  // the executor asks the engine's probe (add_p2p_probe) for a device message of the number a host
+  // receive waits for.
+  uint64_t next_p2p_seq(int peer, bool send);
+  uint64_t peek_p2p_seq(int peer, bool send);  // the number next_p2p_seq would return
+  bool peek_host_message(int peer, CallDesc* desc);
+  int add_p2p_probe(std::function<bool(int peer, const CallDesc& want, CallDesc* sent)> fn);
+  void remove_p2p_probe(int id);
 
   void close();
   void abort(const std::string& reason);
@@ -140,7 +152,9 @@ class Communicator {
   std::shared_ptr<Work> submit_function(std::function<void()> job, bool async);
   void worker_loop();
   void run_collective(const CollectiveCall& call, uint64_t seq);
-  void run_p2p(const std::vector<P2PItem>& items, DType dtype);
+  // `seqs`: each item's message number, taken when submitted (empty: take them now, as a receive
+  // from any source and the receives queued behind one do).
+  void run_p2p(const std::vector<P2PItem>& items, DType dtype, const std::vector<uint64_t>& seqs = {});
   int wait_for_any_sender(DType dtype, int64_t count);
   // The schedule and chosen algorithm (1-based index) of a call; built and cached on first use.
   struct Planned {
@@ -163,8 +177,12 @@ class Communicator {
   CommOptions opts_;
   int rank_, size_;
 
-  // Execution state (touched only by the thread currently executing a call).
+  // Point-to-point numbering per peer (next_p2p_seq); queued_any_: receives from any source
+  // submitted and not yet run (they number at run time, and so do receives submitted behind them).
+  std::mutex p2p_mu_;
   std::vector<uint64_t> send_seq_, recv_seq_;
+  int queued_any_ = 0;
+  // Execution state (touched only by the thread currently executing a call).
   std::unordered_map<ScheduleKey, Planned, ScheduleKeyHash> plans_;
   uint64_t tuning_generation_ = 0;  // of the tuning table the cached auto choices came from
   std::vector<std::string> env_algo_;  // COMMLIB_ALGO_<COLLECTIVE> at creation ("" = unset)

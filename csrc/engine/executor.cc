@@ -209,6 +209,7 @@ bool Executor::progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
           if (h->desc == o.desc)
             msg += " (chunk at byte " + std::to_string(h->offset) + " of " + std::to_string(h->bytes) +
                    " bytes, expected byte " + std::to_string(o.done) + " of " + std::to_string(expect) + ")";
+          check_device_messages(ops);  // the message came on a device buffer: say so
           fail(ErrorKind::Mismatch, msg);
         }
         if (rendezvous) {
@@ -249,6 +250,7 @@ void Executor::on_idle(std::vector<ExecOp>& ops, const CallDesc& call, Clock::ti
            "rank " + std::to_string(me) + " in " + what() + ": rank " + std::to_string(p) + " failed: " + st.message);
   }
   if (!slow_checks) return;
+  if (call.coll == static_cast<uint8_t>(Collective::Send)) check_device_messages(ops);
   for (const ExecOp& o : ops) {
     if (!is_comm(o.kind) || o.finished) continue;
     const int p = o.peer;
@@ -342,6 +344,37 @@ void Executor::run_step(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
     }
     on_idle(ops, call, last_progress, slow);
     t_.wait_events(seen, kSleepSliceUs);
+  }
+}
+
+int Executor::add_p2p_probe(P2PProbe fn) {
+  std::lock_guard<std::mutex> lk(probes_mu_);
+  probes_.emplace_back(++next_probe_, std::move(fn));
+  return next_probe_;
+}
+
+void Executor::remove_p2p_probe(int id) {
+  std::lock_guard<std::mutex> lk(probes_mu_);
+  for (auto it = probes_.begin(); it != probes_.end(); ++it)
+    if (it->first == id) {
+      probes_.erase(it);
+      return;
+    }
+}
+
+void Executor::check_device_messages(const std::vector<ExecOp>& ops) {
+  // Point-to-point messages of a pair share one numbering on host and device buffers: a receive
+  // whose message the peer sent on a device buffer is a mismatch (the stream engine's probe).
+  std::lock_guard<std::mutex> lk(probes_mu_);
+  for (const ExecOp& o : ops) {
+    if (o.kind != OpKind::Recv || o.finished || o.desc.coll != static_cast<uint8_t>(Collective::Send)) continue;
+    for (auto& [id, probe] : probes_) {
+      CallDesc sent;
+      if (probe(o.peer, o.desc, &sent))
+        fail(ErrorKind::Mismatch, "rank " + std::to_string(t_.rank()) + " receives " + describe_call(o.desc) +
+                                      " from rank " + std::to_string(o.peer) + " but rank " + std::to_string(o.peer) +
+                                      " sent " + describe_call(sent));
+    }
   }
 }
 

@@ -7,6 +7,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -69,6 +71,12 @@ class Executor {
   // the same cap, so it may depend only on what every rank of the call agrees on.
   const ExecOptions& options() const { return opts_; }
 
+  // Probes asked, while a point-to-point receive waits, whether the peer sent that message on a
+  // device buffer instead (the stream engine's, Communicator::add_p2p_probe): a mismatch.
+  using P2PProbe = std::function<bool(int peer, const CallDesc& want, CallDesc* sent)>;
+  int add_p2p_probe(P2PProbe fn);
+  void remove_p2p_probe(int id);
+
   void begin_call(size_t footprint_bytes, size_t chunk_cap = 0) {
     stream_call_ = opts_.stream_bytes && footprint_bytes >= opts_.stream_bytes;
     chunk_cap_ = chunk_cap;
@@ -88,6 +96,7 @@ class Executor {
   void on_idle(std::vector<ExecOp>& ops, const CallDesc& call,
                std::chrono::steady_clock::time_point last_progress, bool slow_checks);
   [[noreturn]] void fail(ErrorKind kind, const std::string& message);
+  void check_device_messages(const std::vector<ExecOp>& ops);  // fails if a probe says so
 
   Fabric& t_;
   size_t chunk_cap_ = 0;
@@ -95,6 +104,9 @@ class Executor {
   ExecOptions opts_;
   std::vector<uint64_t> rendezvous_sent_;  // per peer
   std::vector<char> bounce_;               // cache-sized staging for reductions of direct reads
+  std::mutex probes_mu_;
+  std::vector<std::pair<int, P2PProbe>> probes_;
+  int next_probe_ = 0;
 };
 
 }  // namespace commlib

@@ -134,7 +134,7 @@ void Communicator::run_collective(const CollectiveCall& call, uint64_t seq) {
   }
 }
 
-void Communicator::run_p2p(const std::vector<P2PItem>& items, DType dtype) {
+void Communicator::run_p2p(const std::vector<P2PItem>& items, DType dtype, const std::vector<uint64_t>& seqs) {
   throw_if_aborted();
   const size_t esize = dtype_size(dtype);
   ops_.clear();
@@ -148,7 +148,7 @@ void Communicator::run_p2p(const std::vector<P2PItem>& items, DType dtype) {
     e.desc.coll = static_cast<uint8_t>(Collective::Send);
     e.desc.dtype = static_cast<uint8_t>(dtype);
     e.desc.count = it.count;
-    e.desc.seq = it.send ? ++send_seq_[it.peer] : ++recv_seq_[it.peer];
+    e.desc.seq = i < seqs.size() ? seqs[i] : next_p2p_seq(it.peer, it.send);
     if (it.send)
       e.src = reinterpret_cast<const char*>(it.ptr);
     else

@@ -1,8 +1,12 @@
 // The nccl link and algorithm="nccl" (see engine/nccl_link.h).
 #include "engine/nccl_link.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <stdexcept>
+
+#include "device/host_flags.h"
 
 #include "common/errors.h"
 #include "device/nccl_emulated.h"
@@ -37,14 +41,75 @@ int nccl_op(RedOp op) {
 
 }  // namespace
 
+constexpr size_t kMarkBytes = 4096;  // one page: cudaHostRegister maps whole pages anyway
+constexpr size_t kLogLength = 256;   // NCCL calls remembered for the watchdog's messages
+
 NcclLink::NcclLink(std::shared_ptr<Device> device, int rank, int size, double timeout_s)
-    : device_(std::move(device)), rank_(rank), size_(size), timeout_s_(timeout_s), peers_(size, false) {}
+    : device_(std::move(device)), rank_(rank), size_(size), timeout_s_(timeout_s), peers_(size, false) {
+  void* m = mmap(nullptr, kMarkBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) throw std::runtime_error("NCCL link: mmap of its stream markers failed");
+  marks_ = static_cast<uint64_t*>(m);
+  marks_dev_ = device_->map_host(marks_, kMarkBytes);
+}
 
 NcclLink::~NcclLink() {
   try {
     close();
   } catch (...) {
   }
+  if (marks_) {
+    device_->unmap_host(marks_);
+    munmap(marks_, kMarkBytes);
+  }
+}
+
+void NcclLink::enter(const char* what, std::vector<int> peers, DeviceStream& s) {
+  const uint64_t n = ++entered_;
+  {
+    std::lock_guard<std::mutex> lk(log_mu_);
+    log_.push_back(Mark{n, what, std::move(peers)});
+    if (log_.size() > kLogLength) log_.pop_front();
+  }
+  device_->write_value(marks_dev_, n, s);
+}
+
+void NcclLink::leave(DeviceStream& s) { device_->write_value(marks_dev_ + 1, entered_, s); }
+
+bool NcclLink::inside(std::string* where, uint64_t* entered) {
+  const uint64_t in = load_flag(marks_), out = load_flag(marks_ + 1);
+  *entered = in;
+  if (in <= out) return false;
+  std::lock_guard<std::mutex> lk(log_mu_);
+  *where = "an NCCL call";
+  for (const Mark& m : log_) {
+    if (m.n != in) continue;
+    *where = m.what;
+    if (!m.peers.empty()) {
+      *where += m.peers.size() == 1 ? " with rank " : " with ranks ";
+      for (size_t i = 0; i < m.peers.size(); ++i) *where += (i ? ", " : "") + std::to_string(m.peers[i]);
+    }
+  }
+  return true;
+}
+
+int NcclLink::async_error(std::string* why) {
+  std::unique_lock<std::mutex> lk(life_mu_, std::try_to_lock);
+  if (!lk.owns_lock()) return 0;  // being destroyed or aborted: the engine knows why
+  NcclComm c = comm_.load();
+  if (!c || !api_->CommGetAsyncError) return 0;
+  NcclResult r = 0;
+  if (api_->CommGetAsyncError(c, &r) != 0 || r == 0) return 0;
+  *why = std::string(api_->GetErrorString ? api_->GetErrorString(r) : "error") + " (code " + std::to_string(r) +
+         ") [" + api_->path + "]";
+  return r;
+}
+
+void NcclLink::inject_async_error(int code) {
+  if (!emulated_) throw std::invalid_argument("inject_async_error: only the emulated NCCL takes injected errors");
+  std::lock_guard<std::mutex> lk(life_mu_);
+  NcclComm c = comm_.load();
+  if (!c) throw std::invalid_argument("inject_async_error: no NCCL communicator");
+  emulated_nccl_inject_async_error(c, code);
 }
 
 std::string NcclLink::load(const std::vector<std::string>& candidates) {
@@ -121,6 +186,10 @@ void NcclLink::enqueue_step(const Step& step, const std::function<char*(const Re
   char* scr = scratch_need ? scratch(scratch_need, s) : nullptr;
   const int dt = nccl_dtype(dtype);
   void* stream = s.native_handle();
+  std::vector<int> with;
+  for (const Op& o : step.ops)
+    if (carries(o.peer) && std::find(with.begin(), with.end(), o.peer) == with.end()) with.push_back(o.peer);
+  enter("grouped ncclSend/ncclRecv of a schedule step", std::move(with), s);
   check(api_->GroupStart(), "ncclGroupStart");
   size_t used = 0;
   NcclResult r = 0;
@@ -139,6 +208,7 @@ void NcclLink::enqueue_step(const Step& step, const std::function<char*(const Re
     }
   }
   const NcclResult end = api_->GroupEnd();  // always closes the group, even after a failed call
+  leave(s);
   check(r, "ncclSend/ncclRecv");
   check(end, "ncclGroupEnd");
   for (const Reduction& red : reductions) {
@@ -154,6 +224,10 @@ void NcclLink::enqueue_p2p(const std::vector<P2PItem>& items, DType dtype, Devic
   if (!comm) throw CommError("NCCL link used before its communicator was created");
   const int dt = nccl_dtype(dtype);
   void* stream = s.native_handle();
+  std::vector<int> with;
+  for (const P2PItem& it : items)
+    if (carries(it.peer) && std::find(with.begin(), with.end(), it.peer) == with.end()) with.push_back(it.peer);
+  enter("grouped ncclSend/ncclRecv (point-to-point)", std::move(with), s);
   check(api_->GroupStart(), "ncclGroupStart");
   NcclResult r = 0;
   for (const P2PItem& it : items) {
@@ -163,7 +237,32 @@ void NcclLink::enqueue_p2p(const std::vector<P2PItem>& items, DType dtype, Devic
     r = it.send ? api_->Send(p, n, dt, it.peer, comm, stream) : api_->Recv(p, n, dt, it.peer, comm, stream);
   }
   const NcclResult end = api_->GroupEnd();
+  leave(s);
   check(r, "ncclSend/ncclRecv");
+  check(end, "ncclGroupEnd");
+}
+
+void NcclLink::enqueue_exchange(const std::vector<std::pair<int, const void*>>& sends,
+                                const std::vector<std::pair<int, void*>>& recvs, size_t bytes, DeviceStream& s) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (aborted_) throw CommError("NCCL communicator aborted");
+  NcclComm comm = comm_.load();
+  if (!comm) throw CommError("NCCL link used before its communicator was created");
+  void* stream = s.native_handle();
+  std::vector<int> with;
+  for (const auto& sr : sends) with.push_back(sr.first);
+  for (const auto& sr : recvs)
+    if (std::find(with.begin(), with.end(), sr.first) == with.end()) with.push_back(sr.first);
+  enter("ncclSend/ncclRecv of call descriptors", std::move(with), s);
+  check(api_->GroupStart(), "ncclGroupStart");
+  NcclResult r = 0;
+  for (const auto& [peer, p] : sends)
+    if (!r) r = api_->Send(p, bytes, kNcclUint8, peer, comm, stream);
+  for (const auto& [peer, p] : recvs)
+    if (!r) r = api_->Recv(p, bytes, kNcclUint8, peer, comm, stream);
+  const NcclResult end = api_->GroupEnd();
+  leave(s);
+  check(r, "ncclSend/ncclRecv (call descriptors)");
   check(end, "ncclGroupEnd");
 }
 
@@ -183,16 +282,34 @@ void NcclLink::enqueue_collective(const CollectiveCall& call, const char* in, ch
   const size_t n = static_cast<size_t>(call.count), bytes = n * dtype_size(call.dtype);
   void* st = s.native_handle();
   char* src = const_cast<char*>(in);
+  std::vector<int> everyone;
+  for (int q = 0; q < size_; ++q)
+    if (q != rank_) everyone.push_back(q);
+  const char* name = nullptr;
+  NcclResult r = 0;
+  auto call_nccl = [&](const char* what, auto fn) {
+    name = what;
+    enter(what, everyone, s);
+    r = fn();
+    leave(s);
+  };
   switch (call.coll) {
-    case Collective::AllReduce: return check(api_->AllReduce(in, out, n, dt, nccl_op(op), comm, st), "ncclAllReduce");
-    case Collective::AllGather: return check(api_->AllGather(in, out, n, dt, comm, st), "ncclAllGather");
+    case Collective::AllReduce:
+      call_nccl("ncclAllReduce", [&] { return api_->AllReduce(in, out, n, dt, nccl_op(op), comm, st); });
+      break;
+    case Collective::AllGather: call_nccl("ncclAllGather", [&] { return api_->AllGather(in, out, n, dt, comm, st); }); break;
     case Collective::ReduceScatter:
-      return check(api_->ReduceScatter(in, out, n, dt, nccl_op(op), comm, st), "ncclReduceScatter");
-    case Collective::Broadcast: return check(api_->Broadcast(in, out, n, dt, call.root, comm, st), "ncclBroadcast");
+      call_nccl("ncclReduceScatter", [&] { return api_->ReduceScatter(in, out, n, dt, nccl_op(op), comm, st); });
+      break;
+    case Collective::Broadcast:
+      call_nccl("ncclBroadcast", [&] { return api_->Broadcast(in, out, n, dt, call.root, comm, st); });
+      break;
     case Collective::Reduce:
-      return check(api_->Reduce(in, out ? out : src, n, dt, nccl_op(op), call.root, comm, st), "ncclReduce");
+      call_nccl("ncclReduce", [&] { return api_->Reduce(in, out ? out : src, n, dt, nccl_op(op), call.root, comm, st); });
+      break;
     default: break;
   }
+  if (name) return check(r, name);
   // NCCL has no all_to_all, gather or scatter: grouped sends and receives; this rank's own
   // block is a local copy.
   if (!n) return;
@@ -201,8 +318,14 @@ void NcclLink::enqueue_collective(const CollectiveCall& call, const char* in, ch
   auto block_out = [&](int q) { return call.coll == Collective::Scatter ? out : out + q * bytes; };
   const int me = rooted ? call.root : rank_;
   if (!rooted || root) device_->copy(block_out(me), block_in(me), bytes, s);
+  std::vector<int> with;
+  for (int q : everyone)
+    if (!rooted || root || q == call.root) with.push_back(q);
+  enter(call.coll == Collective::AllToAll ? "grouped ncclSend/ncclRecv (all_to_all)"
+        : call.coll == Collective::Gather ? "grouped ncclSend/ncclRecv (gather)"
+                                          : "grouped ncclSend/ncclRecv (scatter)",
+        std::move(with), s);
   check(api_->GroupStart(), "ncclGroupStart");
-  NcclResult r = 0;
   for (int q = 0; q < size_ && !r; ++q) {
     if (q == rank_) continue;
     const bool sends = call.coll == Collective::AllToAll || (call.coll == Collective::Scatter ? root : q == call.root);
@@ -211,20 +334,26 @@ void NcclLink::enqueue_collective(const CollectiveCall& call, const char* in, ch
     if (receives && !r) r = api_->Recv(block_out(q), n, dt, q, comm, st);
   }
   const NcclResult end = api_->GroupEnd();
+  leave(s);
   check(r, "ncclSend/ncclRecv");
   check(end, "ncclGroupEnd");
 }
 
 void NcclLink::abort() {
   aborted_ = true;
+  std::lock_guard<std::mutex> life(life_mu_);  // held only briefly by the watchdog's poll
   NcclComm c = comm_.exchange(nullptr);
   if (c) api_->CommAbort(c);  // a stream (or a host call) blocked in NCCL returns; its data is garbage
 }
 
 void NcclLink::close() {
   std::lock_guard<std::mutex> lk(mu_);
-  NcclComm c = comm_.exchange(nullptr);
-  if (c) api_->CommDestroy(c);
+  NcclComm c;
+  {
+    std::lock_guard<std::mutex> life(life_mu_);
+    c = comm_.exchange(nullptr);
+    if (c) api_->CommDestroy(c);
+  }
   if (scratch_) {
     // The engine synchronised its streams: nothing still reads the scratch.
     auto s = device_->create_stream();

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -57,6 +58,10 @@ class NcclLink {
   // Point-to-point messages (send / recv / batches, all_to_all with splits) to carried peers, as
   // one group on `s`; zero-count ones are skipped on both sides.
   void enqueue_p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& s);
+  // One group of `bytes`-byte messages: to each (peer, device address) of `sends`, from each of
+  // `recvs`. The engine's call descriptors for peers on other hosts (engine/stream_remote.cc).
+  void enqueue_exchange(const std::vector<std::pair<int, const void*>>& sends,
+                        const std::vector<std::pair<int, void*>>& recvs, size_t bytes, DeviceStream& s);
   // algorithm="nccl". `op` is what NCCL reduces with (Sum for avg / premul_sum: the engine
   // scales and divides around it). Throws std::invalid_argument for what NCCL lacks.
   void enqueue_collective(const CollectiveCall& call, const char* in, char* out, RedOp op, DeviceStream& s);
@@ -65,8 +70,21 @@ class NcclLink {
   void abort();  // any thread
   void close();  // after the engine's streams drained
 
+  // The watchdog's view (any thread, never blocks): ncclCommGetAsyncError (0: none, or no
+  // communicator), with NCCL's description in *why; and whether the stream is inside an NCCL
+  // call now, described in *where ("ncclAllReduce with ranks 1, 2"), with the number of NCCL
+  // calls it entered so far (progress) in *entered.
+  int async_error(std::string* why);
+  bool inside(std::string* where, uint64_t* entered);
+  // Tests, emulated NCCL only: make ncclCommGetAsyncError report `code` from now on.
+  void inject_async_error(int code);
+
  private:
   void check(NcclResult r, const char* what);
+  // Marks an NCCL call on the stream: `entered` is written before it, `left` after it, so the
+  // watchdog sees where the stream is blocked (the call and its peers, logged here).
+  void enter(const char* what, std::vector<int> peers, DeviceStream& s);
+  void leave(DeviceStream& s);
   char* scratch(size_t bytes, DeviceStream& s);
 
   std::shared_ptr<Device> device_;
@@ -85,6 +103,21 @@ class NcclLink {
   std::atomic<bool> aborted_{false};
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
+
+  // Stream position markers: [0] NCCL calls entered, [1] left (host memory mapped for the device).
+  uint64_t* marks_ = nullptr;
+  uint64_t* marks_dev_ = nullptr;
+  uint64_t entered_ = 0;  // enqueue side
+  struct Mark {
+    uint64_t n;
+    const char* what;
+    std::vector<int> peers;
+  };
+  std::mutex log_mu_;
+  std::deque<Mark> log_;  // the last NCCL calls enqueued
+  // Held while ncclCommGetAsyncError or ncclCommDestroy/Abort uses the communicator, so the
+  // watchdog's poll never reads a destroyed one.
+  std::mutex life_mu_;
 };
 
 }  // namespace commlib

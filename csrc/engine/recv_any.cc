@@ -29,7 +29,12 @@ int Communicator::wait_for_any_sender(DType dtype, int64_t count) {
       if (p == rank_) continue;
       const char* payload = nullptr;
       const ChunkHeader* h = transport_->link(p).peek_recv(&payload);
-      if (h && h->desc.coll == static_cast<uint8_t>(Collective::Send) && h->desc.seq == recv_seq_[p] + 1) {
+      uint64_t next;
+      {
+        std::lock_guard<std::mutex> lk(p2p_mu_);
+        next = recv_seq_[p] + 1;
+      }
+      if (h && h->desc.coll == static_cast<uint8_t>(Collective::Send) && h->desc.seq == next) {
         first = p + 1;
         return p;
       }
@@ -66,18 +71,32 @@ std::shared_ptr<Work> Communicator::recv_any(uintptr_t ptr, int64_t count, DType
   if (count < 0) throw std::invalid_argument("count: negative");
   if (size_ < 2) throw std::invalid_argument("recv from any source: the communicator has no other rank");
   if (source == nullptr) throw std::invalid_argument("source: null");
+  {
+    std::lock_guard<std::mutex> lk(p2p_mu_);
+    ++queued_any_;  // receives submitted behind it number when they run (Communicator::p2p)
+  }
   return submit_function(
       [this, ptr, count, dtype, source] {
-        throw_if_aborted();
+        auto ran = [this] {
+          std::lock_guard<std::mutex> lk(p2p_mu_);
+          --queued_any_;
+        };
         int src = -1;
         try {
+          throw_if_aborted();
           src = wait_for_any_sender(dtype, count);
         } catch (const CommError& e) {
+          ran();
           fail_communicator(e);
+          throw;
+        } catch (...) {
+          ran();
           throw;
         }
         *source = src;
-        run_p2p({P2PItem{false, ptr, count, src}}, dtype);
+        const uint64_t seq = next_p2p_seq(src, false);
+        ran();
+        run_p2p({P2PItem{false, ptr, count, src}}, dtype, {seq});
       },
       async);
 }

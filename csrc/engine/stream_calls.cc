@@ -162,6 +162,10 @@ std::shared_ptr<DeviceWork> StreamEngine::collective(const CollectiveCall& call,
   if (!peers.empty()) device_->host_func([this, desc, peers] { check_call(desc, peers); }, s);
   std::string enqueue_error;
   try {
+    std::vector<std::pair<int, CallDesc>> remote_peers;  // on other hosts: descriptors in-band
+    for (int p : peers)
+      if (remote(p)) remote_peers.emplace_back(p, desc);
+    exchange_remote(remote_peers, remote_peers, s);
     enqueue_call(call, planned.sched, desc, esize, s);
   } catch (const std::exception& e) {
     // Partly enqueued: the ranks' counters no longer agree, so the engine cannot go on.

@@ -24,10 +24,6 @@ namespace {
 constexpr size_t kLine = 64;      // one counter per cache line: ranks write them concurrently
 constexpr uint64_t kRing = 64;    // call descriptors kept per rank
 constexpr size_t kRingSlot = 64;  // bytes per descriptor slot: seq (written last), CallDesc
-// Point-to-point message descriptors kept per sender: more than the chunks a sender can have in
-// flight (COMMLIB_DEVICE_SLOTS <= 64), and every message moves at least one chunk, so a sender
-// never overwrites a descriptor its receiver has not checked yet.
-constexpr uint64_t kP2PRing = 128;
 constexpr size_t kP2PSlot = 64;  // seq (written last), CallDesc
 
 // "<pid>:<fd>:<bytes>" fields, strictly parsed (handles come through the store).
@@ -123,9 +119,12 @@ std::string StreamEngine::local_handle() const {
          ";inbox:" + device_->export_memory(inbox_);
 }
 
-void StreamEngine::connect(const std::vector<std::string>& handles) {
+void StreamEngine::connect(const std::vector<std::string>& handles, const std::vector<bool>& same_host) {
   if (static_cast<int>(handles.size()) != size_)
     throw std::invalid_argument("handles: expected " + std::to_string(size_) + ", got " + std::to_string(handles.size()));
+  if (static_cast<int>(same_host.size()) != size_)
+    throw std::invalid_argument("same_host: expected " + std::to_string(size_) + " flags, got " +
+                                std::to_string(same_host.size()));
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
     const std::string& h = handles[p];
@@ -140,6 +139,7 @@ void StreamEngine::connect(const std::vector<std::string>& handles) {
                                   std::to_string(rank_) + " " + std::to_string(opts_.nslots) + " x " +
                                   std::to_string(opts_.slot_bytes) + "; every rank must use the same");
     if (ctl[2] != ctl_bytes()) throw std::invalid_argument("stream engine: rank " + std::to_string(p) + " has another world size");
+    if (!same_host[p]) continue;  // another host: reached over NCCL, nothing of it to map here
     const std::string path = "/proc/" + std::to_string(ctl[0]) + "/fd/" + std::to_string(ctl[1]);
     int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
     if (fd < 0) throw std::runtime_error("stream engine: cannot open rank " + std::to_string(p) + "'s control region " + path);
@@ -154,6 +154,9 @@ void StreamEngine::connect(const std::vector<std::string>& handles) {
     peers_[p].ctl_dev = device_->map_host(m, ctl_bytes());
     peers_[p].inbox = static_cast<char*>(device_->import_memory(h.substr(b + 7)));
   }
+  open_remote_staging();
+  p2p_probe_ = control_->add_p2p_probe(
+      [this](int peer, const CallDesc& want, CallDesc* sent) { return device_message(peer, want, sent); });
   connected_ = true;
 }
 
@@ -266,6 +269,8 @@ void StreamEngine::close() {
   nccl_->close();
   if (host_listener_) control_->remove_host_listener(host_listener_);
   host_listener_ = 0;
+  if (p2p_probe_) control_->remove_p2p_probe(p2p_probe_);  // before the control region goes
+  p2p_probe_ = 0;
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_ = true;
@@ -280,6 +285,7 @@ void StreamEngine::close() {
     }
     p = Peer{};
   }
+  close_remote_staging();
   device_->free_async(inbox_, *own_stream_);
   device_->free_async(scratch_, *own_stream_);
   device_->free_async(input_copy_, *own_stream_);

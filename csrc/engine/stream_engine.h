@@ -79,6 +79,14 @@ class PeerControl {
   // fn hears of the host side's abort; returns an id for remove_host_listener.
   virtual int on_host_abort(std::function<void(ErrorKind, const std::string&)> fn) = 0;
   virtual void remove_host_listener(int id) = 0;
+  // Point-to-point: one numbering per pair with the host messages, the host link's next message
+  // from `peer` (false while a host call runs), and the probe the host executor asks whether a
+  // receive's message came on a device buffer (Communicator::next_p2p_seq and the rest).
+  virtual uint64_t next_p2p_seq(int peer, bool send) = 0;
+  virtual uint64_t peek_p2p_seq(int peer, bool send) = 0;
+  virtual bool peek_host_message(int peer, CallDesc* desc) = 0;
+  virtual int add_p2p_probe(std::function<bool(int, const CallDesc&, CallDesc*)> fn) = 0;
+  virtual void remove_p2p_probe(int id) = 0;
 };
 // Over a communicator (which must outlive the engine).
 std::unique_ptr<PeerControl> communicator_peer_control(Communicator& comm);
@@ -108,9 +116,16 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   ~StreamEngine();
 
   // What the peers need to reach this rank (its control region and inbox); exchanged through
-  // the store, then every rank calls connect() with all handles in rank order.
+  // the store, then every rank calls connect() with all handles in rank order and, per rank,
+  // whether it is on this rank's host: only those peers' control regions and inboxes are mapped
+  // (peer memory needs one machine); peers on other hosts are reached over NCCL, their call
+  // descriptors exchanged in-band (engine/stream_remote.cc).
   std::string local_handle() const;
-  void connect(const std::vector<std::string>& handles);
+  void connect(const std::vector<std::string>& handles, const std::vector<bool>& same_host);
+  // The link of every pair (true: NCCL); peers on other hosts must be on NCCL.
+  void set_links(const std::vector<bool>& over_nccl);
+  // Peers whose control region this rank mapped (those on its host).
+  int mapped_peers() const;
 
   // Enqueues the call on `stream`; calls on one engine execute in call order even across streams.
   std::shared_ptr<DeviceWork> collective(const CollectiveCall& call, DeviceStream& stream);
@@ -121,6 +136,9 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   // call as the next call of the communicator and raises MismatchError if a peer is in a host
   // call of that number, or the error of a peer (or of the host side) that failed.
   void check_first_call(const CollectiveCall& call);
+  // The same while a first device call of point-to-point messages waits: a receive whose message
+  // the peer sent from a host buffer (it is on the host link) raises MismatchError naming both.
+  void check_first_p2p(const std::vector<P2PItem>& items, DType dtype);
 
   void abort(const std::string& reason);
   bool failed() const { return failed_.load(std::memory_order_acquire); }
@@ -163,6 +181,10 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   };
   const Plan& plan(const CollectiveCall& call);
 
+  // Point-to-point message descriptors kept per sender: more than the chunks a sender can have in
+  // flight (COMMLIB_DEVICE_SLOTS <= 64), and every message moves at least one chunk, so a sender
+  // never overwrites a descriptor its receiver has not checked yet.
+  static constexpr uint64_t kP2PRing = 128;
   // Control-region layout.
   uint64_t* flag(char* ctl, int which, int peer) const;  // which: 0 ready, 1 freed
   char* ring_slot(char* ctl, uint64_t seq) const;
@@ -176,8 +198,16 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   std::shared_ptr<DeviceWork> finish(std::shared_ptr<DeviceEvent> done, const std::string& enqueue_error,
                                      DeviceStream& s);
   void throw_if_failed_locked();
-  void p2p_send_desc(int peer, const CallDesc& desc);  // run on the stream
-  void p2p_check_desc(int peer, const CallDesc& desc);  // run on the stream
+  // Message descriptors in the receiver's ring: `k` the pair's device message index (the ring
+  // position), desc.seq the message's number shared with host messages.
+  void p2p_send_desc(int peer, uint64_t k, const CallDesc& desc);  // run on the stream
+  void p2p_check_desc(int peer, uint64_t k, const CallDesc& desc);  // run on the stream
+  // Host and device messages of a pair share one numbering: a device message of the number a
+  // host receive waits for (the executor's probe), or a host message of the number a device
+  // receive waits for (the watchdog, p2p_waits_), is a mismatch.
+  bool device_message(int peer, const CallDesc& want, CallDesc* sent);
+  void check_host_messages();
+  void note_p2p_waits(const std::vector<std::pair<int, CallDesc>>& waits, bool add);
 
   void enqueue_call(const CollectiveCall& call, const Schedule& sched, const CallDesc& desc, size_t esize,
                     DeviceStream& s);
@@ -189,6 +219,15 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   void recv_chunk(int peer, char* dst, const char* src, size_t bytes, bool reduce, DType dtype, RedOp op,
                   uint64_t seq, DeviceStream& s);
   void check_call(const CallDesc& desc, const std::vector<int>& peers);  // runs on the stream
+  // Peers on other hosts (no control region mapped): their descriptors go over NCCL, one group
+  // of `sends` (this rank's descriptor to each peer) and of the peers' descriptors, which a host
+  // function then compares with `expects` (engine/stream_remote.cc).
+  bool remote(int peer) const { return peer != rank_ && !peers_[peer].ctl; }
+  void exchange_remote(const std::vector<std::pair<int, CallDesc>>& sends,
+                       const std::vector<std::pair<int, CallDesc>>& expects, DeviceStream& s);
+  void compare_remote(const std::vector<std::pair<int, CallDesc>>& expects);  // runs on the stream
+  void open_remote_staging();   // at connect, when some peer is on another host
+  void close_remote_staging();  // at close, after the streams drained
   char* grow(void*& buf, size_t& have, size_t bytes, DeviceStream& s);
 
   void watchdog_loop();
@@ -206,6 +245,11 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   char* ctl_ = nullptr;        // this rank's control region (host)
   uint64_t* ctl_dev_ = nullptr;
   void* inbox_ = nullptr;
+  // Staging for descriptors exchanged with peers on other hosts: host memory (mapped for the
+  // device) and device memory, each a 64-byte send slot then a receive slot per peer.
+  char* remote_host_ = nullptr;
+  uint64_t* remote_host_dev_ = nullptr;
+  void* remote_dev_ = nullptr;
   std::vector<Peer> peers_;
   bool connected_ = false, closed_ = false;
   std::shared_ptr<DeviceStream> own_stream_;  // frees at close
@@ -215,6 +259,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   std::shared_ptr<DeviceEvent> fork_, sent_step_, received_step_;
 
   int host_listener_ = 0;
+  int p2p_probe_ = 0;
 
   // Enqueue state (the caller's thread; one call at a time).
   std::mutex enqueue_mu_;
@@ -234,6 +279,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   std::condition_variable cv_;
   std::deque<InFlight> in_flight_;
   std::deque<Wait> waits_;
+  std::vector<std::pair<int, CallDesc>> p2p_waits_;  // device receives waiting for their descriptor
   std::atomic<bool> failed_{false};
   std::atomic<bool> give_up_{false};
   ErrorKind fail_kind_ = ErrorKind::None;
@@ -243,6 +289,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   std::chrono::steady_clock::time_point wd_last_progress_ = std::chrono::steady_clock::now();
   const void* wd_last_front_ = nullptr;
   uint64_t wd_last_target_ = 0;
+  uint64_t wd_last_nccl_ = 0;  // NCCL calls the stream had entered at the last check
   std::thread watchdog_;
   const std::unique_ptr<NcclLink> nccl_;  // never null; carries nothing until set up
 };

@@ -22,23 +22,43 @@ std::atomic<uint64_t>& seq_word(char* slot) { return *reinterpret_cast<std::atom
 
 }  // namespace
 
-void StreamEngine::p2p_send_desc(int peer, const CallDesc& desc) {
-  char* slot = p2p_slot(peers_[peer].ctl, rank_, desc.seq);
+void StreamEngine::p2p_send_desc(int peer, uint64_t k, const CallDesc& desc) {
+  char* slot = p2p_slot(peers_[peer].ctl, rank_, k);
   std::memcpy(slot + 8, &desc, sizeof desc);
-  store_flag(reinterpret_cast<uint64_t*>(slot), desc.seq);
+  store_flag(reinterpret_cast<uint64_t*>(slot), k);
 }
 
-void StreamEngine::p2p_check_desc(int peer, const CallDesc& desc) {
-  char* slot = p2p_slot(ctl_, peer, desc.seq);
-  // A sender that never sends is the watchdog's to judge: it sets give_up_ and this returns.
-  if (!wait_flag(reinterpret_cast<const uint64_t*>(slot), desc.seq, &give_up_)) return;
+void StreamEngine::note_p2p_waits(const std::vector<std::pair<int, CallDesc>>& waits, bool add) {
+  std::lock_guard<std::mutex> lk(mu_);
+  for (const auto& w : waits) {
+    if (w.second.coll != static_cast<uint8_t>(Collective::Send)) continue;
+    if (add) {
+      p2p_waits_.push_back(w);
+      continue;
+    }
+    for (auto it = p2p_waits_.begin(); it != p2p_waits_.end(); ++it)
+      if (it->first == w.first && it->second == w.second) {
+        p2p_waits_.erase(it);
+        break;
+      }
+  }
+}
+
+void StreamEngine::p2p_check_desc(int peer, uint64_t k, const CallDesc& desc) {
+  char* slot = p2p_slot(ctl_, peer, k);
+  // A sender that never sends is the watchdog's to judge: it sets give_up_ and this returns. Its
+  // checks include a host message of this number from the peer (check_host_messages).
+  note_p2p_waits({{peer, desc}}, true);
+  const bool arrived = wait_flag(reinterpret_cast<const uint64_t*>(slot), k, &give_up_);
+  note_p2p_waits({{peer, desc}}, false);
+  if (!arrived) return;
   const uint64_t s = seq_word(slot).load(std::memory_order_acquire);
   CallDesc sent;
   std::memcpy(&sent, slot + 8, sizeof sent);
   const std::string me = std::to_string(rank_), them = std::to_string(peer);
-  if (s != desc.seq)  // cannot happen while both ranks follow the protocol (the ring outruns the slots)
-    fail(ErrorKind::Mismatch, "rank " + me + " expects message #" + std::to_string(desc.seq) + " from rank " + them +
-                                  " but rank " + them + " is already at its message #" + std::to_string(s));
+  if (s != k)  // cannot happen while both ranks follow the protocol (the ring outruns the slots)
+    fail(ErrorKind::Mismatch, "rank " + me + " expects device message #" + std::to_string(k) + " from rank " + them +
+                                  " but rank " + them + " is already at its device message #" + std::to_string(s));
   else if (sent != desc)
     fail(ErrorKind::Mismatch, "rank " + me + " receives " + describe_call(desc) + " from rank " + them + " but rank " +
                                   them + " sent " + describe_call(sent));
@@ -77,18 +97,28 @@ std::shared_ptr<DeviceWork> StreamEngine::p2p(const std::vector<P2PItem>& items,
 
   auto done = begin(call, s);
   std::vector<CallDesc> descs(items.size(), call);
+  std::vector<uint64_t> ring(items.size());  // the pair's device message index
   for (size_t i = 0; i < items.size(); ++i) {
     descs[i].count = items[i].count;
-    descs[i].seq = items[i].send ? ++p2p_sent_[items[i].peer] : ++p2p_received_[items[i].peer];
+    descs[i].seq = control_->next_p2p_seq(items[i].peer, items[i].send);
+    ring[i] = items[i].send ? ++p2p_sent_[items[i].peer] : ++p2p_received_[items[i].peer];
   }
   // Every send's descriptor before any receive's check: a check waits only on peers' sends.
-  for (size_t i = 0; i < items.size(); ++i)
-    if (items[i].send) device_->host_func([this, p = items[i].peer, d = descs[i]] { p2p_send_desc(p, d); }, s);
-  for (size_t i = 0; i < items.size(); ++i)
-    if (!items[i].send) device_->host_func([this, p = items[i].peer, d = descs[i]] { p2p_check_desc(p, d); }, s);
-
+  // Peers on other hosts get theirs over NCCL, in one group (stream_remote.cc).
+  std::vector<std::pair<int, CallDesc>> remote_sends, remote_expects;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const int p = items[i].peer;
+    if (remote(p))
+      (items[i].send ? remote_sends : remote_expects).emplace_back(p, descs[i]);
+    else if (items[i].send)
+      device_->host_func([this, p, k = ring[i], d = descs[i]] { p2p_send_desc(p, k, d); }, s);
+  }
   std::string enqueue_error;
   try {
+    exchange_remote(remote_sends, remote_expects, s);
+    for (size_t i = 0; i < items.size(); ++i)
+      if (!items[i].send && !remote(items[i].peer))
+        device_->host_func([this, p = items[i].peer, k = ring[i], d = descs[i]] { p2p_check_desc(p, k, d); }, s);
     const size_t esize = dtype_size(dtype);
     const size_t chunk = std::max<size_t>(opts_.slot_bytes / esize * esize, esize);
     auto chunks = [&](size_t bytes) { return bytes ? (bytes + chunk - 1) / chunk : 1; };
@@ -119,6 +149,58 @@ std::shared_ptr<DeviceWork> StreamEngine::p2p(const std::vector<P2PItem>& items,
     fail(ErrorKind::Comm, enqueue_error);
   }
   return finish(done, enqueue_error, s);
+}
+
+bool StreamEngine::device_message(int peer, const CallDesc& want, CallDesc* sent) {
+  // Called by the host executor while a receive of message `want.seq` from `peer` waits: the
+  // peer's descriptors in this rank's ring (any slot: numbers are never reused) name the messages
+  // it sent on device buffers. Peers on other hosts send theirs over NCCL, unseen here.
+  if (!ctl_ || peer < 0 || peer >= size_ || peer == rank_ || remote(peer)) return false;
+  for (uint64_t k = 0; k < kP2PRing; ++k) {
+    const char* slot = p2p_slot(ctl_, peer, k);
+    if (!seq_word(const_cast<char*>(slot)).load(std::memory_order_acquire)) continue;
+    CallDesc d;
+    std::memcpy(&d, slot + 8, sizeof d);
+    if (d.coll == want.coll && d.seq == want.seq) {
+      *sent = d;
+      return true;
+    }
+  }
+  return false;
+}
+
+void StreamEngine::check_host_messages() {
+  std::vector<std::pair<int, CallDesc>> waits;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    waits = p2p_waits_;
+  }
+  for (const auto& [peer, want] : waits) {
+    CallDesc host;
+    if (!control_->peek_host_message(peer, &host) || host.coll != want.coll || host.seq != want.seq) continue;
+    const std::string me = std::to_string(rank_), them = std::to_string(peer);
+    return fail(ErrorKind::Mismatch, "rank " + me + " receives " + describe_call(want) + " from rank " + them +
+                                         " but rank " + them + " sent " + describe_call(host) + " from a host buffer");
+  }
+}
+
+void StreamEngine::check_first_p2p(const std::vector<P2PItem>& items, DType dtype) {
+  for (const P2PItem& it : items) {
+    if (it.send || it.peer < 0 || it.peer >= size_ || it.peer == rank_) continue;
+    CallDesc want;
+    want.coll = static_cast<uint8_t>(Collective::Send);
+    want.dtype = static_cast<uint8_t>(dtype);
+    want.algo = kDeviceCallAlgoBit;
+    want.count = it.count;
+    want.seq = control_->peek_p2p_seq(it.peer, false);
+    CallDesc host;
+    if (!control_->peek_host_message(it.peer, &host) || host.coll != want.coll || host.seq != want.seq) continue;
+    const std::string them = std::to_string(it.peer);
+    const std::string msg = "rank " + std::to_string(rank_) + " receives " + describe_call(want) + " from rank " + them +
+                            " but rank " + them + " sent " + describe_call(host) + " from a host buffer";
+    fail(ErrorKind::Mismatch, msg);
+    throw_kind(ErrorKind::Mismatch, msg);
+  }
 }
 
 }  // namespace commlib

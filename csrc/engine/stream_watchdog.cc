@@ -35,6 +35,13 @@ class CommunicatorPeerControl final : public PeerControl {
     return c_.add_abort_listener(std::move(fn));
   }
   void remove_host_listener(int id) override { c_.remove_abort_listener(id); }
+  uint64_t next_p2p_seq(int peer, bool send) override { return c_.next_p2p_seq(peer, send); }
+  uint64_t peek_p2p_seq(int peer, bool send) override { return c_.peek_p2p_seq(peer, send); }
+  bool peek_host_message(int peer, CallDesc* desc) override { return c_.peek_host_message(peer, desc); }
+  int add_p2p_probe(std::function<bool(int, const CallDesc&, CallDesc*)> fn) override {
+    return c_.add_p2p_probe(std::move(fn));
+  }
+  void remove_p2p_probe(int id) override { c_.remove_p2p_probe(id); }
 
  private:
   Communicator& c_;
@@ -118,6 +125,7 @@ void StreamEngine::check_call(const CallDesc& desc, const std::vector<int>& peer
   // Peers that never arrive (dead, failed, silent) are the watchdog's to judge: it then sets
   // give_up_ and this wait returns.
   for (int p : peers) {
+    if (remote(p)) continue;  // its descriptor comes over NCCL (stream_remote.cc)
     char* theirs = ring_slot(peers_[p].ctl, desc.seq);
     if (!wait_flag(reinterpret_cast<const uint64_t*>(theirs), desc.seq, &give_up_)) return;
     const uint64_t s = seq_word(theirs).load(std::memory_order_acquire);
@@ -210,6 +218,20 @@ void StreamEngine::inspect_in_flight(bool slow) {
   const std::string what = describe_seq(seq);
   lk.unlock();
 
+  // NCCL: an asynchronous error (its own threads found a network or remote failure) fails the
+  // engine, whose abort (ncclCommAbort) releases a stream blocked inside NCCL; and where the
+  // stream is blocked when it sits inside an NCCL call (NCCL moving on counts as progress).
+  std::string nccl_why, nccl_where;
+  if (const int code = nccl_->async_error(&nccl_why))
+    return fail(code == kNcclRemoteError ? ErrorKind::Peer : ErrorKind::Comm,
+                "rank " + std::to_string(rank_) + " in " + what + ": NCCL reported an asynchronous error: " + nccl_why);
+  uint64_t nccl_entered = 0;
+  const bool in_nccl = nccl_->inside(&nccl_where, &nccl_entered);
+  if (nccl_entered != wd_last_nccl_) {
+    wd_last_nccl_ = nccl_entered;
+    last_progress = now;
+  }
+
   const std::string me = std::to_string(rank_);
   for (int p = 0; p < size_; ++p) {
     CallDesc pc;
@@ -220,10 +242,15 @@ void StreamEngine::inspect_in_flight(bool slow) {
                                              " called " + describe_call(pc));
   }
   auto waiting_on = [&](int p) {
+    if (in_nccl) return "; rank " + me + " was waiting inside NCCL (" + nccl_where + ")";
     if (waited_peer < 0) return "; rank " + me + " was waiting for its peers to join the call";
     return "; rank " + me + (p == waited_peer ? std::string(" was waiting to ") + doing + " it"
                                               : " was waiting on rank " + std::to_string(waited_peer));
   };
+  if (slow) {
+    check_host_messages();  // a device receive whose message the peer sent from a host buffer
+    if (failed()) return;
+  }
   for (int p = 0; p < size_ && slow; ++p) {
     if (p == rank_) continue;
     const PeerStatus st = control_->peer_status(p, true);
@@ -238,7 +265,7 @@ void StreamEngine::inspect_in_flight(bool slow) {
   if (std::chrono::duration<double>(now - last_progress).count() > opts_.timeout_s) {
     char secs[32];
     std::snprintf(secs, sizeof secs, "%g", opts_.timeout_s);
-    fail(ErrorKind::Peer, (waited_peer >= 0 ? "rank " + std::to_string(waited_peer) : std::string("a peer")) +
+    fail(ErrorKind::Peer, (waited_peer >= 0 && !in_nccl ? "rank " + std::to_string(waited_peer) : std::string("a peer")) +
                               " did not answer for " + secs + " s (COMMLIB_TIMEOUT) during " + what +
                               waiting_on(waited_peer));
   }

@@ -111,3 +111,41 @@ def mismatched_pair(comm):
         return type(e).__name__, str(e)
     finally:
         sub.close()
+
+
+def host_against_device(comm, receiver_on_device, first_device_call=False):
+    """Rank 0 sends 10 float32 to rank 1, one side from or into a host array and the other a device
+    buffer (``receiver_on_device``: rank 0 sends a host array, rank 1 receives into a device
+    buffer; else the other way round). Host and device messages of a pair share one numbering, so
+    this is message #1 on both sides in different kinds: rank 1's receive raises MismatchError
+    naming both messages, and rank 0 (whose send completed: it fits the channel) raises it at its
+    next call. Other ranks do nothing after a first device all_reduce (``first_device_call``: none,
+    so rank 1's receive is its first device call, waiting for the peers' engines; only with
+    ``receiver_on_device``). Runs on a split (it aborts). Returns (error type, message,
+    seconds) on ranks 0 and 1."""
+    import time
+    sub = comm.split(0, timeout=30)
+    host = np.ones(10, np.float32)
+    dev = emu.from_numpy(np.ones(10, np.float32))
+    if not first_device_call:
+        sub.all_reduce(dev)  # the engines exist (their set-up is a rendezvous of every rank)
+    dev.numpy()
+    t = time.monotonic()
+    try:
+        if sub.rank == 0:
+            if receiver_on_device:
+                sub.send(host, 1)
+            else:
+                sub.send(dev, 1)
+                emu.synchronize()
+            sub.all_reduce(np.ones(4, np.float32))
+        elif sub.rank == 1:
+            if receiver_on_device:
+                sub.recv(emu.empty(10, "float32"), 0, async_op=True).synchronize()
+            else:
+                sub.recv(np.empty(10, np.float32), 0)
+        return None
+    except commlib.CommError as e:
+        return type(e).__name__, str(e), time.monotonic() - t
+    finally:
+        sub.close()

@@ -121,3 +121,63 @@ def resources(comm):
         sub.close()
     emu.synchronize()
     return before, counts()
+
+
+def _released():
+    """An operation enqueued on the current stream after a failed call completes."""
+    y = emu.from_numpy(np.full(8, 3, np.float32))
+    return y.numpy().tolist() == [3.0] * 8
+
+
+def async_error(comm, injector):
+    """The ranks make an algorithm="nccl" all_reduce; the last one joins 1.5 s late, so the others
+    are blocked inside NCCL when ``injector``'s emulated NCCL reports an asynchronous error
+    (ncclSystemError, as NCCL does when its threads find a network failure). Every rank raises
+    CommError naming NCCL's error and the call within seconds (the injector's watchdog polls
+    ncclCommGetAsyncError, fails and aborts; the others hear of it on the control plane), and the
+    streams are released. Returns (error type, message, seconds, released) per rank."""
+    sub = comm.split(0, timeout=30)
+    x = emu.from_numpy(np.ones(1 << 10, np.float32))
+    sub.all_reduce(x, algorithm="nccl")
+    x.numpy()
+    engine = next(iter(sub._device()._engines.values()))
+    if sub.rank == sub.size - 1:
+        time.sleep(1.5)
+    t = time.monotonic()
+    try:
+        work = sub.all_reduce(x, algorithm="nccl", async_op=True)
+        if sub.rank == injector:
+            engine.nccl_inject_async_error(2)
+        work.synchronize()
+        out = None
+    except commlib.CommError as e:
+        out = (type(e).__name__, str(e), time.monotonic() - t, _released())
+    sub.close()
+    return out
+
+
+def silent_inside_nccl(comm):
+    """Rank 1's data operations are slow (COMMLIB_EMULATED_DELAY_US 3 s on it, test_nccl_errors.py),
+    its synchronisation is not: in an algorithm="nccl" all_reduce with premul_sum it passes the
+    descriptor check at once and then sits in the scaling copy before ncclAllReduce, while rank 0
+    already waits inside it (6 s: two slow operations). Rank 0's work raises PeerError after the
+    2.5 s timeout (room for the set-up's host steps under load) saying it
+    waited inside NCCL (the call and its peers), not for its peers to join. Rank 1 only enqueues
+    and returns (its pool is killed after: its slow stream would take seconds to drain)."""
+    sub = comm.split(0, timeout=2.5)
+    x = emu.from_numpy(np.ones(64, np.float32))
+    x.numpy()
+    comm.barrier()  # host waits on the pool's communicator: rank 1's upload takes 3 s
+    # The first NCCL call (its communicator is created on the host first): no earlier call whose
+    # slow operations on rank 1 would keep rank 0 inside NCCL past the timeout.
+    t = time.monotonic()
+    work = sub.all_reduce(x, op="premul_sum", scale=2.0, algorithm="nccl", async_op=True)
+    if sub.rank == 1:
+        return None
+    try:
+        work.synchronize()
+        out = None
+    except commlib.CommError as e:
+        out = (type(e).__name__, str(e), time.monotonic() - t)
+    sub.close()
+    return out

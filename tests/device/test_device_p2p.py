@@ -32,3 +32,19 @@ def test_mismatched_pair_raises_on_both(pool):
     (k0, m0), (k1, m1) = pool(2, env=ENV).run(cases.mismatched_pair, timeout=40)
     assert k1 == "MismatchError" and "10 x float32" in m1 and "11 x float32" in m1, (k1, m1)
     assert k0 == "MismatchError", (k0, m0)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("receiver_on_device,first", [(True, False), (False, False), (True, True)],
+                         ids=["host-to-device", "device-to-host", "host-to-device-first-device-call"])
+def test_host_message_against_device_message_is_a_mismatch_on_both(pool, receiver_on_device, first):
+    # One numbering per pair for host and device messages: a host send where the receiver expects
+    # a device message (or the other way round) is found in well under the 30 s timeout, also
+    # while the receive, as the first device call, waits for the peers' engines.
+    results = pool(2, env=ENV).run(cases.host_against_device, receiver_on_device, first, timeout=40)
+    for rank, res in enumerate(results):
+        assert res is not None, f"rank {rank} got no error"
+        kind, msg, took = res
+        assert kind == "MismatchError", (rank, kind, msg)
+        assert "rank 0" in msg and "rank 1" in msg and "on device buffers" in msg and "10 x float32" in msg, (rank, msg)
+        assert took < 5, (rank, took)

@@ -1,0 +1,37 @@
+"""NCCL failures in the stream engine, on the emulated NCCL (a test double of NCCL's API semantics,
+csrc/device/nccl_emulated.h): an asynchronous NCCL error (ncclCommGetAsyncError, polled by the
+watchdog) fails the call on every rank naming NCCL and the call, and ncclCommAbort releases the
+streams; a stream blocked inside NCCL times out saying so (rank-side code in nccl_cases.py)."""
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import nccl_cases  # noqa: E402
+
+DELAY = {"COMMLIB_EMULATED_DELAY_US": "20"}
+
+
+@pytest.mark.timeout(120)
+def test_async_nccl_error_fails_every_rank_and_releases_the_streams(pool):
+    results = pool(3, env=DELAY).run(nccl_cases.async_error, 1, timeout=60)
+    for rank, res in enumerate(results):
+        assert res is not None, f"rank {rank} finished without error"
+        kind, msg, took, released = res
+        assert kind == "CommError", (rank, kind, msg)
+        assert "asynchronous error" in msg and "unhandled system error" in msg and "all_reduce" in msg, (rank, msg)
+        assert "rank 1" in msg and took < 10 and released, (rank, msg, took, released)
+
+
+@pytest.mark.timeout(120)
+def test_timeout_inside_nccl_names_the_nccl_call():
+    from commlib.testing import RankPool
+    pool = RankPool(2, timeout=60, env={"COMMLIB_EMULATED_DELAY_US": ("20", "3000000")})
+    try:
+        kind, msg, took = pool.run(nccl_cases.silent_inside_nccl, timeout=60)[0]
+    finally:
+        pool.kill()
+    assert kind == "PeerError" and "COMMLIB_TIMEOUT" in msg, msg
+    assert "inside NCCL (ncclAllReduce with rank 1)" in msg and "join" not in msg, msg
+    assert 2.0 < took < 12, took
