@@ -32,8 +32,19 @@ struct RankRates {
   double copy_s_per_byte = 0;
 };
 
+// Per host: ranks per core where the ranks outnumber the cores (topology.h), else 1.
+std::vector<double> oversubscription(const Topology& t) {
+  std::vector<int> per_host(t.hosts(), 0);
+  for (int h : t.host_of) ++per_host[h];
+  std::vector<double> f(per_host.size(), 1.0);
+  if (t.cores_per_host > 0)
+    for (size_t h = 0; h < f.size(); ++h) f[h] = std::max(1.0, static_cast<double>(per_host[h]) / t.cores_per_host);
+  return f;
+}
+
 std::vector<RankRates> rank_rates(const Topology& t, Collective c, int64_t count, int elem_bytes, int root,
                                   const std::vector<int64_t>& scratch, Result& res) {
+  const std::vector<double> oversub = oversubscription(t);
   const int P = t.size();
   std::vector<RankRates> rates(P, RankRates{t.intra_port_Bps, t.reduce_s_per_byte, t.copy_s_per_byte});
   for (int r = 0; r < P; ++r) {
@@ -44,9 +55,13 @@ std::vector<RankRates> rank_rates(const Topology& t, Collective c, int64_t count
     const Topology::MemoryTier* tier = nullptr;
     for (const Topology::MemoryTier& m : t.memory_tiers)
       if (working_set > m.above_bytes) tier = &m;
-    if (!tier) continue;
-    rates[r] = RankRates{tier->port_Bps, tier->reduce_s_per_byte, tier->copy_s_per_byte};
-    ++res.ranks_beyond_cache;
+    if (tier) {
+      rates[r] = RankRates{tier->port_Bps, tier->reduce_s_per_byte, tier->copy_s_per_byte};
+      ++res.ranks_beyond_cache;
+    }
+    // Ranks sharing a core move, copy and reduce their bytes with a share of its time.
+    const double f = oversub[t.host_of[r]];
+    rates[r] = RankRates{rates[r].port_Bps / f, rates[r].reduce_s_per_byte * f, rates[r].copy_s_per_byte * f};
   }
   return rates;
 }
@@ -58,13 +73,7 @@ class Run {
       : t_(t), rates_(rates), shapes_(shapes), progs_(progs), eb_(elem_bytes), P_(t.size()), H_(t.hosts()) {
     ranks_.resize(P_);
     free_at_.assign(2 * P_ + H_ + 2 * H_ * t.nics_per_host, 0.0);
-    // Oversubscription per host (topology.h): ranks / cores where the ranks outnumber the cores.
-    std::vector<int> per_host(H_, 0);
-    for (int h : t.host_of) ++per_host[h];
-    oversub_.assign(H_, 1.0);
-    if (t.cores_per_host > 0)
-      for (int h = 0; h < H_; ++h)
-        oversub_[h] = std::max(1.0, static_cast<double>(per_host[h]) / t.cores_per_host);
+    oversub_ = oversubscription(t);
   }
 
   void play(Result& res) {

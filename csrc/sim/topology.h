@@ -34,7 +34,8 @@ struct Topology {
   // of its own and finds a message as soon as it arrives.
   // cores_per_host: cores a host's ranks share (0: one per rank). A host with R ranks on C < R
   // cores is oversubscribed by f = R / C: its ranks' op and step overheads take f times as long
-  // (they share the cores' time), and every receive there pays the wake-up plus
+  // and their port, copy and reduction rates are divided by f (CPU ranks move their bytes with
+  // the cores they share), and every receive there pays the wake-up plus
   // (f - 1) * sched_quantum_s waiting for a core, the receiver's peer not being scheduled.
   int cores_per_host = 0;
   double sched_quantum_s = 0;

@@ -1,6 +1,6 @@
 """The simulator's CPU-scheduling terms (docs/simulator.md, "Waiting"): ranks beyond a host's cores
-(cores_per_host: software costs scale, every receive pays the wake-up and a share of the scheduler
-quantum) and spin-then-sleep receives (spin_s, wake_s). Each test fails if its term is removed:
+(cores_per_host: software costs and byte rates scale, every receive pays the wake-up and a share of
+the scheduler quantum) and spin-then-sleep receives (spin_s, wake_s). Each test fails if its term is removed:
 it pins the exact difference the term makes on a tiny topology."""
 import dataclasses
 
@@ -48,6 +48,20 @@ def test_oversubscription_scales_software_costs():
     base = time_s(one_host(4, **costs), "all_reduce", "ring", 8)
     over = time_s(one_host(4, cores_per_host=2, **costs), "all_reduce", "ring", 8)
     assert over - base == pytest.approx((2 - 1) * (6 * 1 + 5 * 0.5) * US, rel=1e-9)
+
+
+def test_oversubscription_divides_byte_rates():
+    # 2 ranks on 1 core (f = 2): a 1 MB message at 1 GB/s per port takes twice as long, and so do the
+    # schedule's local copies (binomial broadcast's root copies its input to its output, out of place).
+    t = one_host(2, latency_s=0.0)
+    t.update(intra_port_Bps=1e9)
+    base = time_s(t, count=250_000)
+    over = time_s(dict(t, cores_per_host=1), count=250_000)
+    assert base == pytest.approx(1e6 / 1e9, rel=1e-12) and over == pytest.approx(2 * base, rel=1e-12)
+    t["copy_s_per_byte"] = 0.5e-9
+    copy = time_s(t, count=250_000) - base
+    over_copy = time_s(dict(t, cores_per_host=1), count=250_000) - over
+    assert copy > 0 and over_copy == pytest.approx(2 * copy, rel=1e-9)
 
 
 def test_receiver_sleeps_after_its_spin_window():
