@@ -173,7 +173,8 @@ def section(lines, data_dir, shm, note, fmt_bytes):
         lines.append(f"| {key} | " + " | ".join(cell(key, b) for b, _ in BANDS) + f" | {cell(key, 'all')} |")
     lines += ["", "Where it is off, and why (read from the committed run's table):", "",
               "- From 128 KiB up the time is the tc rate's, and the predictions hold for both runs (ring within "
-              "5%); hierarchical at 8-16 MiB on 2 x 2 ran 8-17% slower than predicted (not investigated).",
+              "5%); hierarchical at 8-16 MiB on 2 x 2 ran 12-17% slower than predicted before and 4-9% after "
+              "(its intra-host steps move their bytes with a shared core).",
               "- 2 x 2 below 32 KiB: before, 300-750 us measured against 29-135 us predicted (the model had no "
               "CPU term); after, every step's receive waits for a core and the small rows come within about 20% "
               "for ring (fitted) and hierarchical (out of sample). One quantum per receive is the model's "

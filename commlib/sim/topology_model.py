@@ -116,7 +116,8 @@ class Topology:
                 f"NICs x {self.nic_efficiency:g}, {self.inter_latency_us:g} us; reduce {self.reduce_GBps:g} GB/s")
         if self.cores_per_host or self.wake_us or self.sched_quantum_us:
             cores = f"{self.cores_per_host} cores per host" if self.cores_per_host else "a core per rank"
-            text += (f"; {cores}, spin {self.spin_us:g} us, wake-up {self.wake_us:g} us, quantum {self.sched_quantum_us:g} us")
+            text += (f"; {cores}, spin {self.spin_us:g} us, wake-up {self.wake_us:g} us, "
+                     f"quantum {self.sched_quantum_us:g} us")
         for m in self.resolved_tiers():
             text += (f"; beyond {m['above_bytes']} B per device: intra {m['intra_GBps']:g} GB/s, reduce "
                      f"{m['reduce_GBps']:g} GB/s, copy {m['copy_GBps']:g} GB/s")
