@@ -32,7 +32,7 @@ RATE_GBPS = 1.0
 TCP_EFFICIENCY = 1448 / 1514
 LATENCY_FIT_BYTES = 4096
 BANDWIDTH_BOUND_BYTES = 512 << 10  # the summary splits the errors here
-SPIN_US = 20.0  # COMMLIB_SPIN_US's default (csrc/common/params.cc): a waiting caller polls its sockets this long
+from commlib.sim.fit_sched import SPIN_US  # noqa: E402  COMMLIB_SPIN_US's default: a waiting caller polls this long
 RUNS = (("tcp_1gbit_h2x1.json", 2, 2), ("tcp_1gbit_h2x2.json", 2, 4))  # (summary, hosts, ranks)
 BENCH = ["all_reduce", "--algorithms", "ring,hierarchical", "-b", "8", "-e", "16M", "-f", "4", "--peers", "none",
          "--passes", "2", "--mode", "out", "--netns", "--rate", RATE]
@@ -57,7 +57,7 @@ def measure(root, data_dir, run_bench, summarize, tmp):
 def topology(shm, devices_per_host, inter_latency_us=0.0, cores_per_host=0, sched_quantum_us=0.0):
     """The netns machine: the fitted shared-memory host, one rate-limited NIC per host; with
     ``cores_per_host`` > 0, the CPU-scheduling terms (module docstring)."""
-    sched = {} if cores_per_host <= 0 else dict(
+    sched = dict(cores_per_host=0, spin_us=0.0, wake_us=0.0, sched_quantum_us=0.0) if cores_per_host <= 0 else dict(
         cores_per_host=cores_per_host, spin_us=SPIN_US, wake_us=0.0, sched_quantum_us=sched_quantum_us)
     return dataclasses.replace(
         shm, name=f"netns-{RATE}", devices_per_host=devices_per_host, nics=1, nic_Gbps=RATE_GBPS,

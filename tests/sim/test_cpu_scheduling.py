@@ -133,3 +133,41 @@ def test_scheduling_fields_round_trip_through_json(tmp_path):
     back = load(str(p))
     assert back == t and back.engine_dict(4)["sched_quantum_s"] == pytest.approx(97e-6)
     assert "1 cores per host, spin 20 us, wake-up 3 us, quantum 97 us" in t.describe()
+
+
+def _bench_file(tmp_path, truth, sizes, cores):
+    """Bench rows the simulator predicts on `truth` at each world size (a noiseless machine)."""
+    recs = []
+    for P in sizes:
+        for coll, alg in (("all_reduce", "ring"), ("all_reduce", "recursive_doubling"), ("all_to_all", "pairwise")):
+            for k in range(3, 22, 2):
+                recs.append(dict(sim.predict(coll, alg, 1 << k, P, truth), backend="commlib", transport="shm"))
+    path = tmp_path / "bench.json"
+    path.write_text(__import__("json").dumps({"machine": {"cores": cores}, "results": recs}))
+    return str(path)
+
+
+def test_fitted_topology_recovers_cores_and_quantum(tmp_path):
+    # A 2-core machine measured at 2 ranks (fits the rates) and 4 ranks (beyond the cores).
+    truth = sim.Topology(name="truth", devices_per_host=64, intra_latency_us=1.0, call_overhead_us=2.0,
+                         intra_GBps=8.0, reduce_GBps=20.0, copy_GBps=12.0, cores_per_host=2, spin_us=20.0,
+                         sched_quantum_us=6.0)
+    path = _bench_file(tmp_path, truth, (2, 4), cores=2)
+    t = sim.from_bench(path, world_size=2)
+    assert (t.cores_per_host, t.spin_us, t.wake_us) == (2, 20.0, 0.0)
+    assert t.sched_quantum_us == pytest.approx(6.0, rel=1e-6)
+    assert "at 4 ranks" in t.sources["sched_quantum_us"]
+    # every simulated rank sits on the fitted host: 8 ranks predicted as the truth's (4 per core)
+    got = sim.predict("all_reduce", "ring", 64, 8, t)["time_us"]["median"]
+    assert got == pytest.approx(sim.predict("all_reduce", "ring", 64, 8, truth)["time_us"]["median"], rel=1e-6)
+
+
+def test_fitted_topology_without_cores_or_beyond_them_has_no_scheduling(tmp_path):
+    truth = sim.Topology(name="truth", devices_per_host=64, intra_latency_us=1.0, call_overhead_us=2.0,
+                         intra_GBps=8.0, reduce_GBps=20.0, copy_GBps=12.0)
+    # fitted at 4 ranks on 2 cores (the default: the largest world size): sharing is inside its rates
+    t = sim.from_bench(_bench_file(tmp_path, truth, (2, 4), cores=2))
+    assert (t.cores_per_host, t.sched_quantum_us) == (0, 0.0)
+    # cores known, no run beyond them: cores_per_host set, no quantum to fit
+    t = sim.from_bench(_bench_file(tmp_path, truth, (2,), cores=2))
+    assert (t.cores_per_host, t.sched_quantum_us) == (2, 0.0) and "no run" in t.sources["sched_quantum_us"]
