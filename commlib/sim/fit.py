@@ -37,7 +37,6 @@ LEVEL_GAIN = 0.10        # an extra level must lower the (capped) squared error 
 # REFITS times, so that it does not pull the rates; in choosing the levels it counts as this error.
 OUTLIER_REL = 0.5
 REFITS = 4
-ONE_HOST = 1 << 16       # devices_per_host of a fitted topology: this machine holds every simulated rank
 
 
 @functools.lru_cache(maxsize=65536)
@@ -98,11 +97,12 @@ def from_bench(path: str, world_size: int | None = None, collectives=None, tiers
     0): on shared memory the receiving rank reduces straight out of the slot or the sender's
     buffer, in the same loop that moves the bytes, so there is nothing to overlap.
 
-    Every simulated rank sits on this one host. Where the file records the machine's cores and
+    The host holds as many ranks as the largest world size in the file. Where the file records the machine's cores and
     the fit's ranks fit on them, the ranks beyond them are modelled (``cores_per_host``, and
     ``sched_quantum_us`` fitted if the file has runs with more ranks than cores:
     ``commlib.sim.fit_sched.with_scheduling``)."""
     rows, P, data = _read_rows(path, world_size, collectives)
+    host_ranks = max([P] + [r["world_size"] for r in data["results"] if isinstance(r.get("world_size"), int)])
     f = fit_machine(rows, max_levels=MAX_LEVELS if tiers else 1)
     src = (f"fitted from {os.path.basename(path)} (commlib, {rows[0].get('transport', '?')}, {P} ranks, "
            f"{len(rows)} rows)")
@@ -116,7 +116,7 @@ def from_bench(path: str, world_size: int | None = None, collectives=None, tiers
     cuts = "; ".join(f"a cliff between {lv['above_bytes']} and {lv['next_working_set']} bytes per rank"
                      for lv in f["levels"][1:]) or "one level fitted best (no cliff among the measured sizes)"
     topo = Topology(
-        name=f"fitted:{os.path.basename(path)}", devices_per_host=max(P, ONE_HOST),
+        name=f"fitted:{os.path.basename(path)}", devices_per_host=host_ranks,
         intra_latency_us=f["alpha"] * 1e6, call_overhead_us=f["call"] * 1e6, intra_GBps=port(first["beta"] or 0.0),
         reduce_GBps=rate(first["gamma"] or 0.0), copy_GBps=rate(first["delta"] or 0.0), chunk_bytes=0,
         memory_tiers=memory_tiers,
@@ -126,7 +126,8 @@ def from_bench(path: str, world_size: int | None = None, collectives=None, tiers
                  "chunk_bytes": "0: a shared-memory receiver reduces in the loop that moves the bytes",
                  "memory_tiers": f"{src}: the cut of the measured working sets with the least error: {cuts}; a "
                                  "rate no row of a tier exercises is the tier before's",
-                 "devices_per_host": "this machine is one host: every simulated rank is placed on it",
+                 "devices_per_host": "the largest world size of the bench file: this machine as one host of "
+                                     "that many ranks",
                  "fit_rel_err_median": f["err"], "fit_outliers": f["outliers"]})
     from commlib.sim.fit_sched import with_scheduling
     return with_scheduling(topo, data, P, collectives)

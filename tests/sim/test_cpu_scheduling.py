@@ -157,9 +157,12 @@ def test_fitted_topology_recovers_cores_and_quantum(tmp_path):
     assert (t.cores_per_host, t.spin_us, t.wake_us) == (2, 20.0, 0.0)
     assert t.sched_quantum_us == pytest.approx(6.0, rel=1e-6)
     assert "at 4 ranks" in t.sources["sched_quantum_us"]
-    # every simulated rank sits on the fitted host: 8 ranks predicted as the truth's (4 per core)
-    got = sim.predict("all_reduce", "ring", 64, 8, t)["time_us"]["median"]
-    assert got == pytest.approx(sim.predict("all_reduce", "ring", 64, 8, truth)["time_us"]["median"], rel=1e-6)
+    # the fitted host holds the file's largest world size, predicted as the truth's; more is a clear error
+    assert t.devices_per_host == 4
+    got = sim.predict("all_reduce", "ring", 64, 4, t)["time_us"]["median"]
+    assert got == pytest.approx(sim.predict("all_reduce", "ring", 64, 4, truth)["time_us"]["median"], rel=1e-6)
+    with pytest.raises(ValueError, match="ranks: 8 needs 2 hosts, but fitted:bench.json is one host of 4 ranks"):
+        sim.predict("all_reduce", "ring", 64, 8, t)
 
 
 def test_fitted_topology_without_cores_or_beyond_them_has_no_scheduling(tmp_path):
