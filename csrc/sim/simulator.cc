@@ -232,7 +232,8 @@ class Run {
       reduce_tail = c * gamma + (k - 1) * c * (std::max(beta, gamma) - beta);
     }
     S.end = std::max(S.end, wire_done + latency);
-    Q.end = std::max(Q.end, std::max(wire_done + latency + reduce_tail, receiver_running(q, start + latency)));
+    // A receiver asleep when the bytes are in reduces them once it is running again.
+    Q.end = std::max(Q.end, std::max(wire_done + latency, receiver_running(q, start + latency)) + reduce_tail);
     S.matched[si] = 1;
     Q.matched[qi] = 1;
     ++transfers_;

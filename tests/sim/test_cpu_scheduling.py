@@ -64,6 +64,17 @@ def test_oversubscription_divides_byte_rates():
     assert copy > 0 and over_copy == pytest.approx(2 * copy, rel=1e-9)
 
 
+def test_a_woken_receiver_reduces_after_it_runs_again():
+    # 2-rank ring all_reduce of n bytes, free port, reduction gamma: step 1 receives and reduces n/2
+    # bytes, step 2 receives n/2. On 1 core (f = 2) each receive first waits wake + quantum, then the
+    # reduction runs at half speed: 2 (wake + quantum) + (n/2) gamma more, not hidden behind the wait.
+    n, gamma = 4000, 1e-9
+    terms = dict(spin_s=10 * US, wake_s=3 * US, sched_quantum_s=40 * US, reduce_s_per_byte=gamma)
+    base = time_s(dict(one_host(2), **terms), "all_reduce", "ring", n // 4)
+    over = time_s(dict(one_host(2), cores_per_host=1, **terms), "all_reduce", "ring", n // 4)
+    assert over - base == pytest.approx(2 * 43 * US + (n / 2) * gamma, rel=1e-9)
+
+
 def test_receiver_sleeps_after_its_spin_window():
     # The message's first bytes arrive op + L = 1 + 5 us after the receiver entered its step.
     costs = dict(op_overhead_s=1 * US, wake_s=7 * US)
