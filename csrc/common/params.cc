@@ -39,7 +39,7 @@ const std::vector<Param> kParams = {
     {"COMMLIB_SOCKET_FAMILY", "name", "",
      "AF_INET or AF_INET6: the address family TCP links listen on (default: IPv4 first)"},
     {"COMMLIB_HIER_SEGMENT", "int", "262144",
-     "elements per pipeline segment of hierarchical all_reduce (equal hosts; at most 16 segments; same on all ranks)"},
+     "elements per pipeline segment of hierarchical all_reduce (2+ hosts; at most 16 segments; same on all ranks)"},
     {"COMMLIB_TCP_CHUNK_BYTES", "bytes", "524288",
      "payload bytes of one TCP chunk, a multiple of 64 in 4096..64 MiB (the same on every rank)"},
     {"COMMLIB_SECRET", "secret", "",

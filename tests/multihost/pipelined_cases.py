@@ -9,7 +9,10 @@ import numpy as np
 
 
 def pipelined_all_reduce(comm, counts):
-    """For each count: [exact integer result in place, exact out of place, sha256 of float result]."""
+    """For each count: [exact integer result in place, exact out of place, sha256 of float result,
+    sha256 of this rank's schedule as built here (the rank's COMMLIB_HIER_SEGMENT and host map)]."""
+    from commlib import _C
+
     P, r = comm.size, comm.rank
     out = []
     for count in counts:
@@ -22,5 +25,11 @@ def pipelined_all_reduce(comm, counts):
         floats = np.random.default_rng(1000 * r + count).standard_normal(count).astype(np.float32)
         comm.all_reduce(floats, algorithm="hierarchical")
         out.append([bool(np.array_equal(inplace, want)), bool(np.array_equal(dst, want)),
-                    hashlib.sha256(floats.tobytes()).hexdigest()])
+                    hashlib.sha256(floats.tobytes()).hexdigest(),
+                    schedule_digest(_C.schedule("all_reduce", "hierarchical", r, P, count, 0, "int32",
+                                                comm.topology.host_of))])
     return out
+
+
+def schedule_digest(schedule) -> str:
+    return hashlib.sha256(repr(schedule).encode()).hexdigest()

@@ -61,14 +61,25 @@ def test_auto_uses_hierarchical_across_shared_hosts(pool):
     assert pinned["all_reduce"] == "ring" and pinned["broadcast"] == "hierarchical"
 
 
-@pytest.mark.parametrize("hosts", [TWO_BY_TWO, ("a", "b", "a", "b", "a", "b")], ids=["2x2", "2x3-interleaved"])
-def test_pipelined_hierarchical_all_reduce(pool, hosts):
+@pytest.mark.parametrize("hosts", [TWO_BY_TWO, ("a", "b", "a", "b", "a", "b"), UNEVEN],
+                         ids=["2x2", "2x3-interleaved", "uneven-2+1+3"])
+def test_pipelined_hierarchical_all_reduce(pool, hosts, monkeypatch):
     """Segments of 64 elements: 3 to 16 segments, the last ones uneven; exact for integers and
-    bitwise identical floats on every rank, in place and out of place."""
+    bitwise identical floats on every rank, in place and out of place; and every rank ran the
+    pipelined schedule (the one built here with the same segment, not the plain one)."""
     import pipelined_cases
+    from commlib import _C
 
     counts = [64 * 3 + 5, 64 * 7 + 1, 5003]
     got = hosts_pool(pool, hosts, COMMLIB_HIER_SEGMENT="64").run(pipelined_cases.pipelined_all_reduce, counts)
-    for per_count in zip(*got):
-        assert all(exact_in and exact_out for exact_in, exact_out, _ in per_count)
-        assert len({digest for _, _, digest in per_count}) == 1
+    host_of = [sorted(set(hosts), key=hosts.index).index(h) for h in hosts]
+    for count, per_count in zip(counts, zip(*got)):
+        assert all(exact_in and exact_out for exact_in, exact_out, _, _ in per_count)
+        assert len({digest for _, _, digest, _ in per_count}) == 1
+        for rank, (_, _, _, digest) in enumerate(per_count):
+            build = lambda: pipelined_cases.schedule_digest(  # noqa: E731
+                _C.schedule("all_reduce", "hierarchical", rank, len(hosts), count, 0, "int32", host_of))
+            monkeypatch.setenv("COMMLIB_HIER_SEGMENT", "1000000000")
+            plain = build()
+            monkeypatch.setenv("COMMLIB_HIER_SEGMENT", "64")
+            assert digest == build() != plain, (rank, count)

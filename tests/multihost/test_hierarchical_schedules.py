@@ -55,7 +55,7 @@ EQUAL_HOSTS = [[0, 1], [0, 0, 1, 1], [1, 0, 1, 0], [0, 1, 2], [0, 0, 0, 1, 1, 1]
 
 def test_pipelined_all_reduce_verified(monkeypatch):
     """Equal hosts and a message of two segments or more: the pipelined all_reduce (more steps than
-    the plain one) is proven for every count shape; uneven hosts keep the plain schedule."""
+    the plain one) is proven for every count shape."""
     plain = {tuple(h): len(schedules("all_reduce", h, 1009, 0)[0]["steps"]) for h in EQUAL_HOSTS}
     monkeypatch.setenv("COMMLIB_HIER_SEGMENT", "7")
     for hosts in EQUAL_HOSTS:
@@ -63,22 +63,46 @@ def test_pipelined_all_reduce_verified(monkeypatch):
         for count in sorted({0, 1, P - 1, P + 3, 14, 97, 1009}):
             _C._verify_custom("all_reduce", P, count, schedules("all_reduce", hosts, count, 0), 0)
         assert len(schedules("all_reduce", hosts, 1009, 0)[0]["steps"]) > plain[tuple(hosts)]
-    uneven = [0, 0, 1, 2, 2, 2]
-    monkeypatch.setenv("COMMLIB_HIER_SEGMENT", "262144")
-    before = schedules("all_reduce", uneven, 1009, 0)
-    monkeypatch.setenv("COMMLIB_HIER_SEGMENT", "7")
-    assert schedules("all_reduce", uneven, 1009, 0) == before
 
 
-def test_verifier_rejects_a_broken_pipeline(monkeypatch):
+def uneven_host_maps():
+    rng = random.Random(1301)
+    maps = [[0, 0, 1, 2, 2, 2], [0, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1, 2, 3, 3], [2, 2, 0, 1, 1, 0, 3],
+            [0, 1, 0, 1, 1], [0] * 7 + [1]]
+    for P in (16, 37, 64):
+        maps.append([rng.randrange(1 + P // 8) for _ in range(P)])
+    return maps
+
+
+def test_pipelined_all_reduce_verified_on_uneven_hosts(monkeypatch):
+    """Uneven hosts (2+1+3, 1+4, 3+3+1+2, interleaved, random maps to 64 ranks) take the pipelined
+    path too (segments of 7 elements: counts of 14 and more span 2 to 16 segments) and it is proven
+    for counts 0, 1, < ranks, primes, in place and out of place; below two segments the plain
+    schedule runs (a count of 13 builds the same schedule as with pipelining off)."""
+    monkeypatch.setenv("COMMLIB_HIER_SEGMENT", "1000000000")
+    plain = {tuple(h): [schedules("all_reduce", h, c, 0) for c in (13, 1009)] for h in uneven_host_maps()}
     monkeypatch.setenv("COMMLIB_HIER_SEGMENT", "7")
-    hosts = [0, 0, 1, 1]
-    s = schedules("all_reduce", hosts, 97, 0)
-    victim = s[3]["steps"]
-    last_ag = max(k for k, st in enumerate(victim) if any(op["op"] == "recv" for op in st))
-    del victim[last_ag]
-    with pytest.raises(_C.VerificationError):
-        _C._verify_custom("all_reduce", len(hosts), 97, s, 0)
+    for hosts in uneven_host_maps():
+        P = len(hosts)
+        assert len({hosts.count(h) for h in hosts}) > 1  # the map is uneven
+        for count in sorted({0, 1, P - 1, 13, 14, 23, 97, 1009}):
+            _C._verify_custom("all_reduce", P, count, schedules("all_reduce", hosts, count, 0), 0)
+        small, large = plain[tuple(hosts)]
+        assert schedules("all_reduce", hosts, 13, 0) == small
+        assert len(schedules("all_reduce", hosts, 1009, 0)[0]["steps"]) > len(large[0]["steps"])
+
+
+@pytest.mark.parametrize("hosts", [[0, 0, 1, 1], [0, 0, 1, 2, 2, 2]], ids=["2x2", "2+1+3"])
+def test_verifier_rejects_a_broken_pipeline(monkeypatch, hosts):
+    """Each rank's last receiving step removed in turn (the final all-gather, or on a one-rank host
+    the last inter-host exchange): the verifier must refuse every one."""
+    monkeypatch.setenv("COMMLIB_HIER_SEGMENT", "7")
+    for victim in range(len(hosts)):
+        s = schedules("all_reduce", hosts, 97, 0)
+        steps = s[victim]["steps"]
+        del steps[max(k for k, st in enumerate(steps) if any(op["op"] == "recv" for op in st))]
+        with pytest.raises(_C.VerificationError):
+            _C._verify_custom("all_reduce", len(hosts), 97, s, 0)
 
 
 def test_bad_segment_setting_is_refused(monkeypatch):

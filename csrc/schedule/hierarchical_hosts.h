@@ -1,0 +1,49 @@
+// The host map the hierarchical schedules share (hierarchical.cc, hierarchical_all_reduce.cc):
+// built from CollArgs::host_of, internal to csrc/schedule.
+#pragma once
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "schedule/ir.h"
+
+namespace commlib {
+namespace sched {
+
+// Hosts in order of their lowest rank, each with its ranks ascending.
+struct HostMap {
+  std::vector<std::vector<int>> hosts;
+  std::vector<int> host, local;  // by rank
+  explicit HostMap(const CollArgs& a) : host(a.size), local(a.size) {
+    if (!a.host_of.empty() && static_cast<int>(a.host_of.size()) != a.size)
+      throw std::invalid_argument("host_of: " + std::to_string(a.host_of.size()) + " entries for " +
+                                  std::to_string(a.size) + " ranks");
+    std::vector<int> ids;
+    for (int r = 0; r < a.size; ++r) {
+      const int id = a.host_of.empty() ? 0 : a.host_of[r];
+      size_t h = 0;
+      while (h < ids.size() && ids[h] != id) ++h;
+      if (h == ids.size()) {
+        ids.push_back(id);
+        hosts.emplace_back();
+      }
+      host[r] = static_cast<int>(h);
+      local[r] = static_cast<int>(hosts[h].size());
+      hosts[h].push_back(r);
+    }
+  }
+  int H() const { return static_cast<int>(hosts.size()); }
+  int L(int h) const { return static_cast<int>(hosts[h].size()); }
+  int max_L() const {
+    int b = 0;
+    for (const auto& g : hosts) b = std::max(b, static_cast<int>(g.size()));
+    return b;
+  }
+  // The rank of host h that handles what local index i of another host sends.
+  int partner(int h, int i) const { return hosts[h][i % L(h)]; }
+};
+
+}  // namespace sched
+}  // namespace commlib
