@@ -5,7 +5,8 @@
 (a) DESIGN.md §3's closed forms on a uniform topology without contention (exact, also a test);
 (b) predicted vs measured for our own runs: 2 ranks on shared memory (the topology fitted, memory
     tier included, on the all_reduce and all_to_all rows and checked on every collective), and
-    all_reduce across 2 emulated hosts joined by rate-limited TCP links (bench/sim_tcp.py). The
+    all_reduce across 2 emulated hosts joined by rate-limited TCP links (bench/sim_tcp.py), and 4
+    and 8 ranks on the 2 cores of the machine fitted at 2 (ranks beyond the cores; bench/sim_cores.py). The
     bench summaries are committed in bench/sim_data/; ``--measure`` reruns the benches (the netns
     runs need root and are skipped, saying so, without it);
 (c) NCCL's published 8x H100 all_reduce bus bandwidth against the dgx-h100 preset and ring;
@@ -31,6 +32,7 @@ from commlib.bench import model  # noqa: E402
 from commlib.bench.common import fmt_bytes  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sim_cores  # noqa: E402
 import sim_tcp  # noqa: E402
 
 NCCL_H100_BUSBW = 370.0  # GB/s, nccl-tests all_reduce_perf, 8x H100 SXM, large messages (see below)
@@ -213,6 +215,7 @@ def main(argv=None) -> int:
     lines += ["## (b) Predicted vs measured, our own runs", ""]
     shm = measured_vs_predicted(lines, a.bench or SHM_SUMMARY)
     sim_tcp.section(lines, DATA, shm, tcp_note, fmt_bytes)
+    sim_cores.section(lines, DATA, fmt_bytes)
     nccl_h100(lines)
     scale_timing(lines)
     with open(a.output, "w") as f:

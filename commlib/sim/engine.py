@@ -41,6 +41,9 @@ def predict(collective: str, algorithm: str, size: int, ranks: int, topology, dt
         raise ValueError(f"dtype: unknown {dtype!r} (expected one of {', '.join(C.DTYPES)})")
     if ranks < 1:
         raise ValueError(f"ranks: must be >= 1, got {ranks}")
+    if ranks > topo.devices_per_host and not topo.nic_Gbps > 0:
+        raise ValueError(f"ranks: {ranks} needs {-(-ranks // topo.devices_per_host)} hosts, but {topo.name} is one "
+                         f"host of {topo.devices_per_host} ranks without NICs (nic_Gbps 0)")
     _, block, real = C.geometry(collective, size, dtype, ranks)
     out = _C.simulate(collective, algorithm, block, C.elem_size(dtype), root, topo.engine_dict(ranks))
     seconds = out["time_s"] + topo.call_overhead_us * 1e-6

@@ -84,7 +84,7 @@ def _read_rows(path: str, world_size, collectives):
         raise TopologyError(f"fitted:{path}: no commlib measurements to fit"
                             + (f" at {world_size} ranks" if world_size else ""))
     P = max(r["world_size"] for r in rows)
-    return [r for r in rows if r["world_size"] == P], P
+    return [r for r in rows if r["world_size"] == P], P, data
 
 
 def from_bench(path: str, world_size: int | None = None, collectives=None, tiers: bool = True) -> Topology:
@@ -95,8 +95,14 @@ def from_bench(path: str, world_size: int | None = None, collectives=None, tiers
     ``memory_tiers``. The fit is the one of ``world_size`` ranks (default: the largest in the file),
     over the rows of ``collectives`` (default: all). Reductions are not pipelined (``chunk_bytes``
     0): on shared memory the receiving rank reduces straight out of the slot or the sender's
-    buffer, in the same loop that moves the bytes, so there is nothing to overlap."""
-    rows, P = _read_rows(path, world_size, collectives)
+    buffer, in the same loop that moves the bytes, so there is nothing to overlap.
+
+    The host holds as many ranks as the largest world size in the file. Where the file records the machine's cores and
+    the fit's ranks fit on them, the ranks beyond them are modelled (``cores_per_host``, and
+    ``sched_quantum_us`` fitted if the file has runs with more ranks than cores:
+    ``commlib.sim.fit_sched.with_scheduling``)."""
+    rows, P, data = _read_rows(path, world_size, collectives)
+    host_ranks = max([P] + [r["world_size"] for r in data["results"] if isinstance(r.get("world_size"), int)])
     f = fit_machine(rows, max_levels=MAX_LEVELS if tiers else 1)
     src = (f"fitted from {os.path.basename(path)} (commlib, {rows[0].get('transport', '?')}, {P} ranks, "
            f"{len(rows)} rows)")
@@ -109,8 +115,8 @@ def from_bench(path: str, world_size: int | None = None, collectives=None, tiers
                           "copy_GBps": None if lv["delta"] is None else rate(lv["delta"])} for lv in f["levels"][1:])
     cuts = "; ".join(f"a cliff between {lv['above_bytes']} and {lv['next_working_set']} bytes per rank"
                      for lv in f["levels"][1:]) or "one level fitted best (no cliff among the measured sizes)"
-    return Topology(
-        name=f"fitted:{os.path.basename(path)}", devices_per_host=max(P, 1),
+    topo = Topology(
+        name=f"fitted:{os.path.basename(path)}", devices_per_host=host_ranks,
         intra_latency_us=f["alpha"] * 1e6, call_overhead_us=f["call"] * 1e6, intra_GBps=port(first["beta"] or 0.0),
         reduce_GBps=rate(first["gamma"] or 0.0), copy_GBps=rate(first["delta"] or 0.0), chunk_bytes=0,
         memory_tiers=memory_tiers,
@@ -120,7 +126,11 @@ def from_bench(path: str, world_size: int | None = None, collectives=None, tiers
                  "chunk_bytes": "0: a shared-memory receiver reduces in the loop that moves the bytes",
                  "memory_tiers": f"{src}: the cut of the measured working sets with the least error: {cuts}; a "
                                  "rate no row of a tier exercises is the tier before's",
+                 "devices_per_host": "the largest world size of the bench file: this machine as one host of "
+                                     "that many ranks",
                  "fit_rel_err_median": f["err"], "fit_outliers": f["outliers"]})
+    from commlib.sim.fit_sched import with_scheduling
+    return with_scheduling(topo, data, P, collectives)
 
 
 def _nnls(A, y, iters: int = 100):

@@ -12,6 +12,12 @@ protocol) is an explicit named parameter per link kind (``intra_efficiency``, ``
 as are software overheads (``op_overhead_us`` per send/receive posted, ``step_overhead_us`` per
 schedule step, ``call_overhead_us`` per collective call). Every preset records where each number comes from in ``sources``.
 
+CPU scheduling (all 0 in the presets: a core per rank, no sleeping): ``cores_per_host`` cores
+shared by a host's ranks (0: one per rank); a host with more ranks than cores runs its software
+costs that many times slower and every receive there pays ``wake_us`` plus a share of
+``sched_quantum_us`` waiting for a core. Elsewhere a receiver spins ``spin_us`` for its message
+and, if it must wait longer, sleeps and pays ``wake_us`` (docs/simulator.md, "Waiting").
+
 Memory hierarchy: ``memory_tiers`` is a list of ``{"above_bytes", "intra_GBps", "reduce_GBps",
 "copy_GBps"}`` in ascending ``above_bytes``. A device whose working set (its input, output and
 scratch buffers) exceeds a tier's ``above_bytes`` moves, copies and reduces at that tier's rates
@@ -93,7 +99,7 @@ for _gbps in (25, 100):
                            "is already the out-of-cache (DRAM) rate",
         })
 
-_INT_FIELDS = {"devices_per_host", "nics", "chunk_bytes"}
+_INT_FIELDS = {"devices_per_host", "nics", "chunk_bytes", "cores_per_host"}
 _NULL_IS_FREE = {"reduce_GBps", "copy_GBps"}  # null: infinitely fast
 _TIER_RATES = ("intra_GBps", "reduce_GBps", "copy_GBps")
 
@@ -171,7 +177,8 @@ def _check(t: Topology, where: str):
         if not getattr(t, name) > 0:
             bad(name, "must be > 0")
     for name in ("intra_latency_us", "inter_latency_us", "bus_GBps", "nic_Gbps", "op_overhead_us",
-                 "step_overhead_us", "call_overhead_us", "chunk_bytes"):
+                 "step_overhead_us", "call_overhead_us", "chunk_bytes", "cores_per_host", "sched_quantum_us",
+                 "spin_us", "wake_us"):
         v = getattr(t, name)
         if not v >= 0 or math.isinf(v):
             bad(name, "must be a finite number >= 0")

@@ -60,6 +60,11 @@ class Topology:
     step_overhead_us: float = 0.0
     call_overhead_us: float = 0.0   # per collective call (API, argument checks, launch), added once
     chunk_bytes: int = 0            # pipelining granularity of transfers with reductions (0: none)
+    # CPU scheduling (docs/simulator.md, "Waiting"); zeros: every rank has a core and never sleeps
+    cores_per_host: int = 0         # cores a host's ranks share (0: one per rank)
+    sched_quantum_us: float = 0.0   # an oversubscribed host: a woken rank waits (ranks/cores - 1) x this for a core
+    spin_us: float = 0.0            # a receiver spins this long for its message before it sleeps
+    wake_us: float = 0.0            # a sleeping receiver is running again this long after its message arrives
     memory_tiers: tuple = ()        # ({"above_bytes", "intra_GBps", "reduce_GBps", "copy_GBps"}, ...)
     sources: dict = field(default_factory=dict, compare=False)
 
@@ -90,6 +95,10 @@ class Topology:
             "op_overhead_s": self.op_overhead_us * 1e-6,
             "step_overhead_s": self.step_overhead_us * 1e-6,
             "chunk_bytes": int(self.chunk_bytes),
+            "cores_per_host": int(self.cores_per_host),
+            "sched_quantum_s": self.sched_quantum_us * 1e-6,
+            "spin_s": self.spin_us * 1e-6,
+            "wake_s": self.wake_us * 1e-6,
         }
 
     def resolved_tiers(self) -> list:
@@ -105,6 +114,10 @@ class Topology:
         text = (f"{self.name}: {self.devices_per_host} devices/host, intra {self.intra_GBps:g} GB/s x "
                 f"{self.intra_efficiency:g}, {self.intra_latency_us:g} us; {self.nics} x {self.nic_Gbps:g} Gb/s "
                 f"NICs x {self.nic_efficiency:g}, {self.inter_latency_us:g} us; reduce {self.reduce_GBps:g} GB/s")
+        if self.cores_per_host or self.wake_us or self.sched_quantum_us:
+            cores = f"{self.cores_per_host} cores per host" if self.cores_per_host else "a core per rank"
+            text += (f"; {cores}, spin {self.spin_us:g} us, wake-up {self.wake_us:g} us, "
+                     f"quantum {self.sched_quantum_us:g} us")
         for m in self.resolved_tiers():
             text += (f"; beyond {m['above_bytes']} B per device: intra {m['intra_GBps']:g} GB/s, reduce "
                      f"{m['reduce_GBps']:g} GB/s, copy {m['copy_GBps']:g} GB/s")

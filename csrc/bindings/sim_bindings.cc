@@ -17,7 +17,7 @@ sim::Topology topology_from_dict(const py::dict& d) {
   static const std::set<std::string> known = {
       "host_of", "nic_of", "nics_per_host", "intra_latency_s", "intra_port_Bps", "intra_bus_Bps",
       "inter_latency_s", "nic_Bps", "reduce_s_per_byte", "copy_s_per_byte", "op_overhead_s",
-      "step_overhead_s", "chunk_bytes", "memory_tiers"};
+      "step_overhead_s", "chunk_bytes", "memory_tiers", "cores_per_host", "sched_quantum_s", "spin_s", "wake_s"};
   for (auto item : d) {
     const std::string k = py::str(item.first);
     if (!known.count(k)) throw std::invalid_argument("topology." + k + ": unknown field");
@@ -44,6 +44,11 @@ sim::Topology topology_from_dict(const py::dict& d) {
   get("op_overhead_s", t.op_overhead_s);
   get("step_overhead_s", t.step_overhead_s);
   get("chunk_bytes", t.chunk_bytes);
+  // CPU scheduling is optional: without it every rank has a core and never sleeps.
+  if (d.contains("cores_per_host")) get("cores_per_host", t.cores_per_host);
+  if (d.contains("sched_quantum_s")) get("sched_quantum_s", t.sched_quantum_s);
+  if (d.contains("spin_s")) get("spin_s", t.spin_s);
+  if (d.contains("wake_s")) get("wake_s", t.wake_s);
   // Memory tiers are optional: without them one tier (the rates above) serves every size.
   if (d.contains("memory_tiers")) {
     py::list tiers;

@@ -32,8 +32,19 @@ struct RankRates {
   double copy_s_per_byte = 0;
 };
 
+// Per host: ranks per core where the ranks outnumber the cores (topology.h), else 1.
+std::vector<double> oversubscription(const Topology& t) {
+  std::vector<int> per_host(t.hosts(), 0);
+  for (int h : t.host_of) ++per_host[h];
+  std::vector<double> f(per_host.size(), 1.0);
+  if (t.cores_per_host > 0)
+    for (size_t h = 0; h < f.size(); ++h) f[h] = std::max(1.0, static_cast<double>(per_host[h]) / t.cores_per_host);
+  return f;
+}
+
 std::vector<RankRates> rank_rates(const Topology& t, Collective c, int64_t count, int elem_bytes, int root,
                                   const std::vector<int64_t>& scratch, Result& res) {
+  const std::vector<double> oversub = oversubscription(t);
   const int P = t.size();
   std::vector<RankRates> rates(P, RankRates{t.intra_port_Bps, t.reduce_s_per_byte, t.copy_s_per_byte});
   for (int r = 0; r < P; ++r) {
@@ -44,9 +55,13 @@ std::vector<RankRates> rank_rates(const Topology& t, Collective c, int64_t count
     const Topology::MemoryTier* tier = nullptr;
     for (const Topology::MemoryTier& m : t.memory_tiers)
       if (working_set > m.above_bytes) tier = &m;
-    if (!tier) continue;
-    rates[r] = RankRates{tier->port_Bps, tier->reduce_s_per_byte, tier->copy_s_per_byte};
-    ++res.ranks_beyond_cache;
+    if (tier) {
+      rates[r] = RankRates{tier->port_Bps, tier->reduce_s_per_byte, tier->copy_s_per_byte};
+      ++res.ranks_beyond_cache;
+    }
+    // Ranks sharing a core move, copy and reduce their bytes with a share of its time.
+    const double f = oversub[t.host_of[r]];
+    rates[r] = RankRates{rates[r].port_Bps / f, rates[r].reduce_s_per_byte * f, rates[r].copy_s_per_byte * f};
   }
   return rates;
 }
@@ -58,6 +73,7 @@ class Run {
       : t_(t), rates_(rates), shapes_(shapes), progs_(progs), eb_(elem_bytes), P_(t.size()), H_(t.hosts()) {
     ranks_.resize(P_);
     free_at_.assign(2 * P_ + H_ + 2 * H_ * t.nics_per_host, 0.0);
+    oversub_ = oversubscription(t);
   }
 
   void play(Result& res) {
@@ -113,7 +129,7 @@ class Run {
     }
     R.shape = p[R.run].first;
     R.entered = false;
-    heap_.push(Event{t + (R.step > 0 ? t_.step_overhead_s : 0.0), r});
+    heap_.push(Event{t + (R.step > 0 ? t_.step_overhead_s * oversub_[t_.host_of[r]] : 0.0), r});
   }
 
   // The op index in rank q's current step of kind-class `want_send` with `peer`, unmatched; -1.
@@ -177,7 +193,9 @@ class Run {
       throw std::runtime_error("simulate: rank " + std::to_string(s) + " sends " + std::to_string(so.count) +
                                " elements but rank " + std::to_string(q) + " receives " + std::to_string(ro.count));
     const double bytes = static_cast<double>(so.count) * eb_;
-    const double start = t + t_.op_overhead_s;
+    // Both ranks post their op; on an oversubscribed host that CPU work waits its share of a core.
+    const double start =
+        t + t_.op_overhead_s * std::max(oversub_[t_.host_of[s]], oversub_[t_.host_of[q]]);
     // Links on the path and their bandwidths.
     int res[3];
     double bw[3];
@@ -214,12 +232,23 @@ class Run {
       reduce_tail = c * gamma + (k - 1) * c * (std::max(beta, gamma) - beta);
     }
     S.end = std::max(S.end, wire_done + latency);
-    Q.end = std::max(Q.end, wire_done + latency + reduce_tail);
+    // A receiver asleep when the bytes are in reduces them once it is running again.
+    Q.end = std::max(Q.end, std::max(wire_done + latency, receiver_running(q, start + latency)) + reduce_tail);
     S.matched[si] = 1;
     Q.matched[qi] = 1;
     ++transfers_;
     if (--S.pending == 0 && s != current_) finish_step(s);
     if (--Q.pending == 0 && q != current_) finish_step(q);
+  }
+
+  // When receiver q is running again to take a message whose first bytes arrive at `first`
+  // (topology.h: spin then sleep; on an oversubscribed host every receive sleeps and then waits
+  // its turn for a core). The rest of the message streams in while it wakes.
+  double receiver_running(int q, double first) const {
+    const double f = oversub_[t_.host_of[q]];
+    if (f > 1.0) return first + t_.wake_s + (f - 1.0) * t_.sched_quantum_s;
+    if (t_.wake_s > 0 && first - ranks_[q].t > t_.spin_s) return first + t_.wake_s;
+    return first;
   }
 
   void finish_step(int r) {
@@ -242,6 +271,7 @@ class Run {
   const int eb_, P_, H_;
   std::vector<RankState> ranks_;
   std::vector<double> free_at_;  // per link: when it is free again
+  std::vector<double> oversub_;  // per host: ranks per core when above 1, else 1
   std::priority_queue<Event> heap_;
   int current_ = -1;
   int64_t steps_ = 0, transfers_ = 0, bytes_inter_ = 0, bytes_intra_ = 0;

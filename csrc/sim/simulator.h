@@ -11,7 +11,9 @@
 //   * alone on its path it takes latency + bytes / bottleneck bandwidth; a receive that reduces overlaps the
 //     reduction of chunk k with the transfer of chunk k+1 (chunk_bytes), as the executor does;
 //   * once every communication op of a step finished, its local copies and reductions run;
-//   * a rank whose buffers exceed a memory tier's above_bytes moves and reduces at that tier's rates.
+//   * a rank whose buffers exceed a memory tier's above_bytes moves and reduces at that tier's rates;
+//   * ranks beyond their host's cores share them (costs and byte rates scale, receives wait for a
+//     core), and a receiver whose message comes after its spin window pays a wake-up (topology.h).
 // Events are processed in non-decreasing time, so first come, first served is well defined.
 #pragma once
 

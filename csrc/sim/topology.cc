@@ -45,6 +45,10 @@ void Topology::validate() const {
   check_nonneg("copy_s_per_byte", copy_s_per_byte);
   check_nonneg("op_overhead_s", op_overhead_s);
   check_nonneg("step_overhead_s", step_overhead_s);
+  if (cores_per_host < 0) throw std::invalid_argument("topology.cores_per_host: must be >= 0 (0: a core per rank)");
+  check_nonneg("sched_quantum_s", sched_quantum_s);
+  check_nonneg("spin_s", spin_s);
+  check_nonneg("wake_s", wake_s);
   if (chunk_bytes < 0) throw std::invalid_argument("topology.chunk_bytes: must be >= 0");
   for (size_t i = 0; i < memory_tiers.size(); ++i) {
     const MemoryTier& m = memory_tiers[i];

@@ -30,6 +30,20 @@ struct Topology {
   // Software: fixed cost per communication op posted, and per step entered.
   double op_overhead_s = 0;
   double step_overhead_s = 0;
+  // CPU scheduling (docs/simulator.md, "Waiting"): all zero (the presets) = every rank has a core
+  // of its own and finds a message as soon as it arrives.
+  // cores_per_host: cores a host's ranks share (0: one per rank). A host with R ranks on C < R
+  // cores is oversubscribed by f = R / C: its ranks' op and step overheads take f times as long
+  // and their port, copy and reduction rates are divided by f (CPU ranks move their bytes with
+  // the cores they share), and every receive there pays the wake-up plus
+  // (f - 1) * sched_quantum_s waiting for a core, the receiver's peer not being scheduled.
+  int cores_per_host = 0;
+  double sched_quantum_s = 0;
+  // Spin then sleep: a receiver spins spin_s for its message; one whose message's first bytes
+  // arrive later than that after it entered the step sleeps, and is running again wake_s after
+  // they arrive (futex wake-up, scheduling); the rest of the message streams in meanwhile.
+  double spin_s = 0;
+  double wake_s = 0;
   // Transfers move in chunks of this many bytes, a receive's reduction of chunk k overlapping the
   // transfer of chunk k+1, as the executor pipelines them (0: whole messages, no overlap).
   int64_t chunk_bytes = 0;
