@@ -87,15 +87,19 @@ def test_socket_ifname_picks_the_interface(net):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("algorithm", ["hierarchical", "ring"])
-def test_interface_down_mid_job(algorithm):
+@pytest.mark.parametrize("algorithm,segment", [("hierarchical", None), ("hierarchical", 65536), ("ring", None)],
+                         ids=["hierarchical", "hierarchical-pipelined", "ring"])
+def test_interface_down_mid_job(algorithm, segment):
     """Host 1's veth goes down while the ranks all-reduce in a loop: every rank raises PeerError
     naming a rank and the collective within COMMLIB_TIMEOUT (plus scheduling slack), nothing
     hangs, and the namespaces are gone afterwards."""
     timeout_s, hosts = 3, [0, 1, 1]
     net = _namespaces(2)
     try:
-        pool = NetnsRankPool(net, hosts, env={"COMMLIB_TIMEOUT": str(timeout_s)})
+        env = {"COMMLIB_TIMEOUT": str(timeout_s)}
+        if segment:  # the loop's message spans several segments: the pipelined schedule under the fault
+            env["COMMLIB_HIER_SEGMENT"] = str(segment)
+        pool = NetnsRankPool(net, hosts, env=env)
         try:
             cut = {}
 
