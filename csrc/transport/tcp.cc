@@ -156,7 +156,8 @@ PeerStatus TcpTransport::peer_status(int peer, bool) {
   Conn& c = *conn(peer);
   PeerStatus st;
   st.state = static_cast<PeerState>(c.state.load(std::memory_order_acquire));
-  if (st.state == PeerState::Failed) {
+  if (st.state == PeerState::Failed || st.state == PeerState::Dead) {
+    // Dead carries the link's reason ("connection lost ...") for the PeerError's detail.
     std::lock_guard<std::mutex> g(c.state_mu);
     st.kind = c.fail_kind;
     st.message = c.fail_message;

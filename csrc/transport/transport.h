@@ -47,7 +47,7 @@ enum class PeerState : uint32_t { Unknown = 0, Alive = 1, Closed = 2, Failed = 3
 struct PeerStatus {
   PeerState state = PeerState::Unknown;
   ErrorKind kind = ErrorKind::None;  // when Failed
-  std::string message;               // when Failed
+  std::string message;               // when Failed (the peer's error) or Dead (why, if the link knows)
 };
 
 class Transport {

@@ -1,9 +1,9 @@
-"""The "commlib" torch backend on CUDA tensors (rank side: cuda_cases.py; tolerances there).
+"""The "commlib" torch backend on CUDA tensors (rank side: torch_cuda_cases.py; tolerances there).
 
 GPU tests (``@pytest.mark.gpu``: skipped without a CUDA device, and without a CUDA build of torch):
 every rank on GPU 0 (several ranks per GPU), results against gloo on CPU copies in the same
 processes; point-to-point against the values each message encodes (its layer below torch's
-tensor type runs on the emulated device in test_device_p2p.py). CPU tests: what can be checked without a GPU (registration, which path a tensor takes,
+tensor type runs on the emulated device in test_cuda_p2p_emulated.py). CPU tests: what can be checked without a GPU (registration, which path a tensor takes,
 the device check of commlib.parallel). Nothing here pretends a GPU ran.
 """
 import os
@@ -57,8 +57,8 @@ def test_parallel_takes_one_device_and_names_the_odd_tensor():
 @needs_torch_cuda
 @pytest.mark.parametrize("n", [2, 3])
 def test_cuda_collectives_match_gloo(n):
-    import cuda_cases
-    fails = [f for r in get_pool(n).run(cuda_cases.case_cuda_collectives, timeout=300) for f in r]
+    import torch_cuda_cases
+    fails = [f for r in get_pool(n).run(torch_cuda_cases.case_cuda_collectives, timeout=300) for f in r]
     assert not fails, "\n".join(fails[:20])
 
 
@@ -66,30 +66,30 @@ def test_cuda_collectives_match_gloo(n):
 @needs_torch_cuda
 @pytest.mark.parametrize("n", [2, 3])
 def test_cuda_point_to_point(n):
-    import cuda_cases
-    fails = [f for r in get_pool(n).run(cuda_cases.case_cuda_point_to_point, timeout=300) for f in r]
+    import torch_cuda_cases
+    fails = [f for r in get_pool(n).run(torch_cuda_cases.case_cuda_point_to_point, timeout=300) for f in r]
     assert not fails, "\n".join(fails[:20])
 
 
 @pytest.mark.gpu
 @needs_torch_cuda
 def test_cuda_ddp_matches_gloo_on_cpu():
-    import cuda_cases
-    fails = [f for r in get_pool(2).run(cuda_cases.case_cuda_ddp, timeout=300) for f in r]
+    import torch_cuda_cases
+    fails = [f for r in get_pool(2).run(torch_cuda_cases.case_cuda_ddp, timeout=300) for f in r]
     assert not fails, "\n".join(fails)
 
 
 @pytest.mark.gpu
 @needs_torch_cuda
 def test_cuda_fsdp2_four_ranks_on_one_gpu():
-    import cuda_cases
-    fails = [f for r in get_pool(4).run(cuda_cases.case_cuda_fsdp, timeout=300) for f in r]
+    import torch_cuda_cases
+    fails = [f for r in get_pool(4).run(torch_cuda_cases.case_cuda_fsdp, timeout=300) for f in r]
     assert not fails, "\n".join(fails)
 
 
 @pytest.mark.gpu
 @needs_torch_cuda
 def test_cuda_parallel_wrappers_match_cpu():
-    import cuda_cases
-    fails = [f for r in get_pool(2).run(cuda_cases.case_cuda_parallel_wrappers, timeout=300) for f in r]
+    import torch_cuda_cases
+    fails = [f for r in get_pool(2).run(torch_cuda_cases.case_cuda_parallel_wrappers, timeout=300) for f in r]
     assert not fails, "\n".join(fails)

@@ -1,4 +1,4 @@
-"""The torch backend's point-to-point on device arrays (rank side: device_p2p_cases.py), on the
+"""The torch backend's point-to-point on device arrays (rank side: torch_p2p_cases.py), on the
 emulated device with its delay on, several ranks sharing it: receive-first rings at every count,
 an array produced on a side stream, several messages per pair mixed with host tensors, a batch
 issued by a later collective, refusals, and a mismatched pair. The same code path takes CUDA
@@ -14,7 +14,7 @@ if HERE not in sys.path:
 
 pytest.importorskip("torch")
 
-import device_p2p_cases as cases  # noqa: E402
+import torch_p2p_cases as cases  # noqa: E402
 
 ENV = {"COMMLIB_EMULATED_DELAY_US": "20"}
 

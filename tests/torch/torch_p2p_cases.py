@@ -1,4 +1,4 @@
-"""Rank side of test_device_p2p.py: the torch backend's point-to-point on device arrays, driven with
+"""Rank side of test_cuda_p2p_emulated.py: the torch backend's point-to-point on device arrays, driven with
 ``commlib.emulated`` arrays through the process group's own methods (torch's ``dist.send`` takes
 torch tensors only, and torch's CPU build has no CUDA tensor). Each case runs on a fresh group over
 a split of the pool's communicator and returns its failures (empty: all good).
