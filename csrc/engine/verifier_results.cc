@@ -2,8 +2,6 @@
 // produce, and for all_reduce the same reduction order on every rank (bitwise-identical results).
 #include "engine/verifier_replay.h"
 
-#include <algorithm>
-
 namespace commlib {
 namespace verify {
 
@@ -21,20 +19,12 @@ void Replay::check_results() {
     const int64_t m = R.L.size[O];
     R.mem.read(R.L.base[O], m, pa_);
     expected(r, pb_);
-    size_t i = 0, j = 0;
-    int64_t pos = 0;
-    while (i < pa_.size() && j < pb_.size()) {
-      const Run& g = pa_[i];
-      const Run& e = pb_[j];
-      const int64_t end = std::min(g.start + g.len, e.start + e.len);
+    for_each_overlap(pa_, pb_, [&](const Run& g, const Run& e, int64_t pos, int64_t) {
       const Val gv{src_at(g, pos), g.set}, ev{src_at(e, pos), e.set};
       if (gv.src != ev.src || gv.set != ev.set)
         fail("rank " + std::to_string(r) + " output[" + std::to_string(pos) + "]: expected " +
              verify::val_str(sets_, ev, "input") + ", got " + verify::val_str(sets_, gv, "input"));
-      pos = end;
-      if (g.start + g.len == end) ++i;
-      if (e.start + e.len == end) ++j;
-    }
+    });
   }
   if (c_ == Collective::AllReduce) check_same_order();
 }
@@ -45,20 +35,12 @@ void Replay::check_same_order() {
   ranks_[0].mem.read(ranks_[0].L.base[O], ranks_[0].L.size[O], pc_);
   for (int r = 1; r < P_; ++r) {
     ranks_[r].mem.read(ranks_[r].L.base[O], ranks_[r].L.size[O], pa_);
-    size_t i = 0, j = 0;
-    int64_t pos = 0;
-    while (i < pa_.size() && j < pc_.size()) {
-      const Run& g = pa_[i];
-      const Run& e = pc_[j];
-      const int64_t end = std::min(g.start + g.len, e.start + e.len);
+    for_each_overlap(pa_, pc_, [&](const Run& g, const Run& e, int64_t pos, int64_t) {
       if (g.tree != e.tree)
         fail("rank " + std::to_string(r) + " output[" + std::to_string(pos) +
              "] was reduced in a different order than on rank 0, so the ranks would not end bitwise "
              "identical");
-      pos = end;
-      if (g.start + g.len == end) ++i;
-      if (e.start + e.len == end) ++j;
-    }
+    });
   }
 }
 

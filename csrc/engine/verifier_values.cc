@@ -83,18 +83,10 @@ size_t Mem::find(int64_t pos) const {
 
 void combine_pieces(RankSets& sets, const std::vector<Run>& a, const std::vector<Run>& b, std::vector<Run>& out) {
   out.clear();
-  size_t i = 0, j = 0;
-  int64_t pos = 0;
-  while (i < a.size() && j < b.size()) {
-    const Run& x = a[i];
-    const Run& y = b[j];
-    const int64_t end = std::min(x.start + x.len, y.start + y.len);
+  for_each_overlap(a, b, [&](const Run& x, const Run& y, int64_t pos, int64_t end) {
     const Val v = combine(sets, Val{src_at(x, pos), x.set, x.tree}, Val{src_at(y, pos), y.set, y.tree});
     push_merge(out, Run{pos, end - pos, v.src, v.set, v.tree});
-    pos = end;
-    if (x.start + x.len == end) ++i;
-    if (y.start + y.len == end) ++j;
-  }
+  });
 }
 
 std::string val_str(const RankSets& sets, Val v, const char* in_name) {

@@ -3,6 +3,7 @@
 // i starts as (i, {r}, leaf(r)). A reduction needs equal source indices and disjoint sets.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -66,6 +67,23 @@ class Mem {
 };
 
 // out = a (op) b elementwise; a and b are pieces of the same length.
+// Walks two run lists over the same elements in step: f(x, y, pos, end) for every piece
+// [pos, end) that lies in one run x of `a` and one run y of `b`.
+template <class F>
+void for_each_overlap(const std::vector<Run>& a, const std::vector<Run>& b, F&& f) {
+  size_t i = 0, j = 0;
+  int64_t pos = 0;
+  while (i < a.size() && j < b.size()) {
+    const Run& x = a[i];
+    const Run& y = b[j];
+    const int64_t end = std::min(x.start + x.len, y.start + y.len);
+    f(x, y, pos, end);
+    pos = end;
+    if (x.start + x.len == end) ++i;
+    if (y.start + y.len == end) ++j;
+  }
+}
+
 void combine_pieces(RankSets& sets, const std::vector<Run>& a, const std::vector<Run>& b, std::vector<Run>& out);
 
 // "input[3] of rank 2", "reduction over ranks {0..7} of input[3]", "uninitialised (...)".
