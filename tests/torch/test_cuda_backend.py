@@ -53,43 +53,23 @@ def test_parallel_takes_one_device_and_names_the_odd_tensor():
 
 
 # -- GPU ----------------------------------------------------------------------------------------------
+# Each case runs on every rank of a pool and returns its failures (torch_cuda_cases.py says what it
+# compares and with which tolerance); 4 ranks on one GPU is the several-ranks-per-GPU path.
+CUDA_CASES = [
+    ("case_cuda_collectives", 2),      # every collective against gloo on CPU copies
+    ("case_cuda_collectives", 3),
+    ("case_cuda_point_to_point", 2),   # send/recv/isend/irecv/batch_isend_irecv
+    ("case_cuda_point_to_point", 3),
+    ("case_cuda_ddp", 2),              # DDP on CUDA against gloo on CPU
+    ("case_cuda_fsdp", 4),             # FSDP2, four ranks on one GPU
+    ("case_cuda_parallel_wrappers", 2),  # commlib.parallel against CPU
+]
+
+
 @pytest.mark.gpu
 @needs_torch_cuda
-@pytest.mark.parametrize("n", [2, 3])
-def test_cuda_collectives_match_gloo(n):
+@pytest.mark.parametrize("case,n", CUDA_CASES, ids=[f"{c[len('case_cuda_'):]}-{n}" for c, n in CUDA_CASES])
+def test_cuda_case(case, n):
     import torch_cuda_cases
-    fails = [f for r in get_pool(n).run(torch_cuda_cases.case_cuda_collectives, timeout=300) for f in r]
+    fails = [f for r in get_pool(n).run(getattr(torch_cuda_cases, case), timeout=300) for f in r]
     assert not fails, "\n".join(fails[:20])
-
-
-@pytest.mark.gpu
-@needs_torch_cuda
-@pytest.mark.parametrize("n", [2, 3])
-def test_cuda_point_to_point(n):
-    import torch_cuda_cases
-    fails = [f for r in get_pool(n).run(torch_cuda_cases.case_cuda_point_to_point, timeout=300) for f in r]
-    assert not fails, "\n".join(fails[:20])
-
-
-@pytest.mark.gpu
-@needs_torch_cuda
-def test_cuda_ddp_matches_gloo_on_cpu():
-    import torch_cuda_cases
-    fails = [f for r in get_pool(2).run(torch_cuda_cases.case_cuda_ddp, timeout=300) for f in r]
-    assert not fails, "\n".join(fails)
-
-
-@pytest.mark.gpu
-@needs_torch_cuda
-def test_cuda_fsdp2_four_ranks_on_one_gpu():
-    import torch_cuda_cases
-    fails = [f for r in get_pool(4).run(torch_cuda_cases.case_cuda_fsdp, timeout=300) for f in r]
-    assert not fails, "\n".join(fails)
-
-
-@pytest.mark.gpu
-@needs_torch_cuda
-def test_cuda_parallel_wrappers_match_cpu():
-    import torch_cuda_cases
-    fails = [f for r in get_pool(2).run(torch_cuda_cases.case_cuda_parallel_wrappers, timeout=300) for f in r]
-    assert not fails, "\n".join(fails)
