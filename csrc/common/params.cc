@@ -54,6 +54,10 @@ const std::vector<Param> kParams = {
     {"COMMLIB_DEVICE_SLOT_BYTES", "bytes", "262144",
      "bytes of one inbox slot of the stream engine (device buffers), a multiple of 64, the same on every rank"},
     {"COMMLIB_DEVICE_SLOTS", "int", "4", "inbox slots per peer of the stream engine (1..64)"},
+    {"COMMLIB_DEVICE_PATH", "name", "auto",
+     "how the stream engine runs a collective on device buffers: kernel = one kernel launch over peer memory, "
+     "copy = copy-engine copies ordered by stream memory operations, auto = kernel up to 1 MiB per rank, copy above "
+     "(the same on every rank)"},
     {"COMMLIB_DEVICE_STREAMS", "int", "2",
      "streams a call of the stream engine runs its steps on: 2 = sends on one, receives and reductions on another, "
      "joined by events per step; 1 = the caller's stream only"},

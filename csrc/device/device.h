@@ -15,11 +15,16 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "common/types.h"
 
 namespace commlib {
+
+namespace kexec {
+struct PlanLaunch;  // kernels/plan_kernel.cuh
+}
 
 class DeviceStream {
  public:
@@ -81,6 +86,16 @@ class Device {
   // Runs fn on a host thread when the stream reaches it; the stream waits for fn to return.
   // fn must not call into the device.
   virtual void host_func(std::function<void()> fn, DeviceStream& stream) = 0;
+
+  // -- the kernel path (stream/kernel_path.h) ----------------------------------------------------
+  // How many blocks a launch of the kernel executor may use when `wanted` items can run in
+  // parallel (0: this device has no kernel path).
+  virtual unsigned plan_blocks(unsigned wanted) const { return 0 * wanted; }
+  // Enqueues the kernel executor (kernels/plan_kernel.cuh) over `blocks` blocks, with the element
+  // functor of (dtype, op) when the plan reduces.
+  virtual void launch_plan(const kexec::PlanLaunch&, unsigned, DType, RedOp, bool, DeviceStream&) {
+    throw std::runtime_error(name() + ": no kernel path on this device");
+  }
 };
 
 }  // namespace commlib
