@@ -88,6 +88,14 @@ class Device {
   virtual void host_func(std::function<void()> fn, DeviceStream& stream) = 0;
 
   // -- the kernel path (stream/kernel_path.h) ----------------------------------------------------
+  // Set-up copies from host memory that the host waits for (zeroed flags, plans, peer tables):
+  // not a data operation of any call, so the emulated device copies at once (no
+  // COMMLIB_EMULATED_DELAY_US), and `src` may be reused when it returns.
+  virtual void upload_now(void* dst, const void* src, size_t bytes) {
+    auto s = create_stream();
+    copy(dst, src, bytes, *s);
+    synchronize(*s);
+  }
   // How many blocks a launch of the kernel executor may use when `wanted` items can run in
   // parallel (0: this device has no kernel path).
   virtual unsigned plan_blocks(unsigned wanted) const { return 0 * wanted; }

@@ -204,7 +204,11 @@ void StreamEngine::enqueue_call(const CollectiveCall& call, const Schedule& sche
     last_path_ = "kernel";  // the whole schedule as one launch (stream/kernel_path.h)
     const KernelPlanKey key{desc.coll, static_cast<uint8_t>(desc.algo & ~kDeviceCallAlgoBit), desc.root, desc.count,
                             static_cast<uint32_t>(esize)};
-    kernel_->enqueue(key, sched, bases, call.dtype, call.op, s);
+    const KernelPath::Launched l = kernel_->enqueue(key, sched, bases, call.dtype, call.op, s);
+    if (l.done) {  // the watchdog's view of it: the launch's first peer until the launch completes
+      std::lock_guard<std::mutex> lk(mu_);
+      waits_.push_back(Wait{l.done, l.target, l.peer, l.send, seq_});
+    }
   } else if (opts_.streams == 1 || sched.steps.empty()) {
     for (const Step& st : sched.steps) enqueue_step(st, bases, esize, call.dtype, call.op, desc, s, s);
   } else {

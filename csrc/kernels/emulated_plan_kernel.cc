@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -44,6 +45,10 @@ struct BodyOf {
 std::atomic<uint64_t> launches{0};
 
 }  // namespace
+
+void EmulatedDevice::upload_now(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
 
 unsigned EmulatedDevice::plan_blocks(unsigned wanted) const {
   return std::max(1u, std::min(wanted, kEmulatedMaxBlocks));

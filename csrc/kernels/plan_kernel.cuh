@@ -75,6 +75,8 @@ struct PlanLaunch {
   uint64_t barrier_base;       // its value when the launch starts
   const uint64_t* abort;       // host memory mapped for the device: nonzero = stop
   uint64_t* progress;          // host memory mapped: [kMaxBlocks] items done per block
+  uint64_t* done;              // host memory mapped: set to `launch` when the launch completes
+  uint64_t launch;             // this launch's number (from 1)
   uint64_t slot_bytes;
   uint32_t nsteps;
   uint32_t nslots;
@@ -230,6 +232,7 @@ __device__ __forceinline__ void run_plan(const PlanLaunch& a, const F& f) {
       a.sent[p] += a.sends_to[p];
       a.received[p] += a.recvs_from[p];
     }
+  if (blockIdx.x == 0 && threadIdx.x == 0) release_store(a.done, a.launch);
 }
 
 }  // namespace kexec

@@ -21,7 +21,10 @@ namespace {
 
 constexpr size_t kLine = 64;
 constexpr size_t kPageBytes = 4096;
-constexpr size_t kProgressWord = 8;  // the progress words start at word 8 of the host page (word 0: abort)
+// Host page: word 0 the abort word, word 1 the number of the last launch completed, words 8.. the
+// blocks' progress words.
+constexpr size_t kDoneWord = 1;
+constexpr size_t kProgressWord = 8;
 constexpr size_t kMaxPlans = 256;
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
@@ -57,9 +60,9 @@ KernelPath::KernelPath(std::shared_ptr<Device> device, int rank, int size, uint3
   const size_t local_bytes = round_up(2 * size_ * 8, kLine) + kLine + size_ * sizeof(PeerView);
   local_ = device_->allocate(local_bytes);
   std::vector<char> zeros(std::max(2 * flag_bytes(), local_bytes), 0);
-  device_->copy(region_, zeros.data(), 2 * flag_bytes(), *setup_stream_);
-  device_->copy(local_, zeros.data(), local_bytes, *setup_stream_);
-  device_->synchronize(*setup_stream_);  // once per engine: the flags are zero before any peer sees them
+  // Once per engine: the flags are zero before any peer sees the region.
+  device_->upload_now(region_, zeros.data(), 2 * flag_bytes());
+  device_->upload_now(local_, zeros.data(), local_bytes);
   void* page = mmap(nullptr, kPageBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (page == MAP_FAILED) throw std::runtime_error("kernel path: cannot map its host page");
   host_page_ = static_cast<char*>(page);
@@ -100,8 +103,7 @@ void KernelPath::connect(const std::vector<std::string>& handles, bool one_host)
                         reinterpret_cast<uint64_t*>(imported_[p] + flag_bytes())};
   }
   char* views_dev = static_cast<char*>(local_) + round_up(2 * size_ * 8, kLine) + kLine;
-  device_->copy(views_dev, views.data(), views.size() * sizeof(PeerView), *setup_stream_);
-  device_->synchronize(*setup_stream_);
+  device_->upload_now(views_dev, views.data(), views.size() * sizeof(PeerView));
 }
 
 bool KernelPath::chooses(uint64_t bytes) const {
@@ -127,16 +129,15 @@ const KernelPath::Uploaded& KernelPath::upload(const KernelPlanKey& key, const S
   std::memcpy(host.data() + items + steps, p.sends_to.data(), counts);
   std::memcpy(host.data() + items + steps + counts, p.recvs_from.data(), counts);
   u.dev = device_->allocate(host.size());
-  device_->copy(u.dev, host.data(), host.size(), *setup_stream_);
-  device_->synchronize(*setup_stream_);  // once per call shape (the host copy goes now)
+  device_->upload_now(u.dev, host.data(), host.size());  // once per call shape
   return plans_.emplace(key, std::move(u)).first->second;
 }
 
-void KernelPath::enqueue(const KernelPlanKey& key, const Schedule& sched, char* const bases[3], DType dtype, RedOp op,
-                         DeviceStream& stream) {
+KernelPath::Launched KernelPath::enqueue(const KernelPlanKey& key, const Schedule& sched, char* const bases[3],
+                                         DType dtype, RedOp op, DeviceStream& stream) {
   const Uploaded& u = upload(key, sched, stream);
   const DevicePlan& p = u.plan;
-  if (p.steps.empty()) return;
+  if (p.steps.empty()) return Launched{};
   const unsigned blocks = device_->plan_blocks(std::max(1u, p.widest_step));
   char* dev = static_cast<char*>(u.dev);
   const size_t items = p.items.size() * sizeof(kplan::PlanItem), steps = p.steps.size() * sizeof(kplan::PlanStep);
@@ -157,6 +158,8 @@ void KernelPath::enqueue(const KernelPlanKey& key, const Schedule& sched, char* 
   a.barrier_base = barrier_;
   a.abort = host_page_dev_;
   a.progress = host_page_dev_ + kProgressWord;
+  a.done = host_page_dev_ + kDoneWord;
+  a.launch = launches_ + 1;
   a.slot_bytes = slot_bytes_;
   a.nsteps = static_cast<uint32_t>(p.steps.size());
   a.nslots = nslots_;
@@ -165,6 +168,14 @@ void KernelPath::enqueue(const KernelPlanKey& key, const Schedule& sched, char* 
   device_->launch_plan(a, blocks, dtype, op, p.reduces, stream);
   barrier_ += static_cast<uint64_t>(blocks) * p.steps.size();
   ++launches_;
+  Launched l{reinterpret_cast<const uint64_t*>(host_page_) + kDoneWord, launches_, -1, false};
+  for (const kplan::PlanItem& it : p.items)
+    if (it.kind == kplan::kSend || it.kind == kplan::kRecv || it.kind == kplan::kRecvReduce) {
+      l.peer = it.peer;
+      l.send = it.kind == kplan::kSend;
+      break;
+    }
+  return l;
 }
 
 void KernelPath::abort() {

@@ -69,9 +69,17 @@ class KernelPath {
   // Whether a call of `bytes` (count x element size) runs as a kernel (the same answer on every
   // rank: every rank has the same mode, the same world and the same call).
   bool chooses(uint64_t bytes) const;
+  // What the watchdog watches of a launch: `done` (host address) reaches `target` when it
+  // completes; its first message is with `peer` (-1: none), a send or a receive.
+  struct Launched {
+    const uint64_t* done = nullptr;
+    uint64_t target = 0;
+    int peer = -1;
+    bool send = false;
+  };
   // Enqueues the call's kernel on `stream`: `sched` is this rank's schedule of the call shape `key`,
   // `bases` its input, output and scratch.
-  void enqueue(const KernelPlanKey& key, const Schedule& sched, char* const bases[3], DType dtype, RedOp op,
+  Launched enqueue(const KernelPlanKey& key, const Schedule& sched, char* const bases[3], DType dtype, RedOp op,
                DeviceStream& stream);
 
   // Sets the abort word: every wait loop of a running or later launch returns.
