@@ -71,7 +71,7 @@ inline void pause(uint32_t& spins) {
   else if (spins > 16)
     std::this_thread::yield();
 }
-// Set by the emulated launch for the block it runs (kernels/emulated_plan_kernel.cc).
+// Set by the emulated launch for the block it runs (device/emulated/emulated_plan_kernel.cc).
 extern thread_local int64_t emu_delay_us;
 extern thread_local uint64_t emu_rng;
 inline void emu_perturb() {

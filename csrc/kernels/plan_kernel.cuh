@@ -1,6 +1,6 @@
 // The kernel executor: one launch per collective interprets this rank's device plan
 // (device_plan_types.h). Written once as __host__ __device__ code: the CUDA launcher
-// (cuda_plan_kernel.cu) runs it on the GPU, the emulated device (emulated_plan_kernel.cc) on one
+// (cuda_plan_kernel.cu) runs it on the GPU, the emulated device (device/emulated/emulated_plan_kernel.cc) on one
 // host thread per block, through the shims of cuda_shim.h and plan_atomics.cuh.
 //
 // Peer memory. Every rank owns a kernel region (stream/kernel_path.h), device memory its peers map
