@@ -82,7 +82,10 @@ def two_lanes(comm, backend="emulated", microbatches=3, n=70001, warm=False):
     one collective on each lane first, so the lanes' first device calls are not the pattern's.
     Returns the wrong messages (empty when every one arrived intact)."""
     arrays = BACKENDS[backend]()
-    lane_a, lane_g = comm.split(0), comm.split(0)
+    # The lanes' engines are set up here, where every rank is (their first device calls below
+    # come in different orders on different ranks).
+    device = "cuda:0" if backend == "cuda" else "emulated:0"
+    lane_a, lane_g = comm.split(0, device=device), comm.split(0, device=device)
     P, r = comm.size, comm.rank
     sa, sg = arrays.stream(), arrays.stream()
     if warm:
@@ -115,4 +118,8 @@ def two_lanes(comm, backend="emulated", microbatches=3, n=70001, warm=False):
             bad.append(f"rank {r}: {what}: {int((got != want).sum())} of {n} elements wrong")
     lane_a.close()
     lane_g.close()
+    if backend == "emulated":  # CUDA's rules the emulated device checks: none broken
+        rules = arrays.emu.rule_counts()
+        if rules["host_function_violations"] or rules["stray_contexts"]:
+            bad.append(f"rank {r}: CUDA rules broken: {rules}")
     return bad
