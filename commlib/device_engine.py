@@ -79,7 +79,9 @@ def stream_resolver(buf: DeviceBuffer):
     cu = _cuda_module("tensor")
 
     def cuda_stream(stream):
-        if stream is None:
+        if stream is None and buf.stream is not None:  # __cuda_array_interface__'s stream
+            ptr = buf.stream
+        elif stream is None:
             ptr = _current_cuda_stream(buf.device_index)
         elif hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
             ptr = stream.cuda_stream

@@ -236,6 +236,7 @@ void bind_device(py::module_& m) {
       .def("nccl_carries_any", [](StreamEngine& e) { return e.nccl().carries_any(); })
       .def("nccl_inject_async_error", [](StreamEngine& e, int code) { e.nccl().inject_async_error(code); },
            py::arg("code"), "Tests, emulated NCCL only: ncclCommGetAsyncError reports `code` from now on.")
+      .def_property_readonly("device_name", [](StreamEngine& e) { return e.device().name(); })
       .def("abort", &StreamEngine::abort)
       .def("failed", &StreamEngine::failed)
       .def("close", &StreamEngine::close, py::call_guard<ReleaseGil>())

@@ -335,6 +335,9 @@ void StreamEngine::inspect_in_flight(bool slow) {
     wd_last_nccl_ = nccl_entered;
     last_progress = now;
   }
+  // Every wait on a peer is behind the stream (descriptor checks included: they are waits too)
+  // and it is not inside NCCL: it runs this rank's own operations, which no peer holds up.
+  if (!front && !in_nccl) last_progress = now;
 
   const std::string me = std::to_string(rank_);
   for (int p = 0; p < size_; ++p) {
