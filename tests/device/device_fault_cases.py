@@ -39,3 +39,18 @@ def fault_in_collectives(comm, victim, calls=40):
     close_s = time.monotonic() - t1
     return {"ok_before": ok_before, "error": error, "raised_after": raised_after, "close_s": close_s,
             "rules": emu.rule_counts()}
+
+
+def mismatch_rules(comm):
+    """A count mismatch (10 against 11 elements) found by the call-descriptor check, whose host
+    function may only record it: MismatchError on every rank, and no device or NCCL call from a
+    host function (the rule counts)."""
+    sub = comm.split(0, device="emulated:0")
+    x = emu.from_numpy(np.ones(10 + comm.rank, np.float32))
+    error = None
+    try:
+        sub.all_reduce(x, async_op=True).synchronize()
+    except commlib.CommError as e:
+        error = type(e).__name__
+    sub.close()
+    return error, emu.rule_counts()

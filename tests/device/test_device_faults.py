@@ -30,3 +30,13 @@ def test_injected_fault_is_comm_error_here_and_peer_error_there(pool, size, vict
         assert r["close_s"] < 35, (rank, r)
         assert r["rules"]["host_function_violations"] == 0, (rank, r["rules"])
         assert r["rules"]["stray_contexts"] == 0, (rank, r["rules"])
+
+
+@pytest.mark.timeout(60)
+def test_mismatch_found_in_a_host_function_makes_no_device_call_there(pool):
+    """Issue #23 item 2: the descriptor check's host function only records the mismatch; the
+    watchdog acts on it (before, it failed the engine from the host function: an event query and
+    ncclCommAbort there, which CUDA forbids)."""
+    for rank, (error, rules) in enumerate(pool(2, env=ENV).run(cases.mismatch_rules, timeout=40)):
+        assert error == "MismatchError", (rank, error)
+        assert rules["host_function_violations"] == 0, (rank, rules)
