@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import commlib
-from commlib.device_buffers import _from_dlpack, device_buffer
+from commlib.device.buffers import _from_dlpack, device_buffer
 
 
 class FakeCudaArray:
@@ -35,8 +35,8 @@ def test_cuda_array_interface_takes_the_pointers_device_and_stream(monkeypatch):
     import sys
     import types
 
-    import commlib.device_buffers as dbuf
-    import commlib.device_engine as de
+    import commlib.device.buffers as dbuf
+    import commlib.core.device_route as de
     monkeypatch.setattr(dbuf, "_pointer_device", lambda ptr: 3 if ptr == 0x7F0000001000 else 0)
     b = device_buffer(FakeCudaArray((4,), stream=0x5150))
     assert (b.device_index, b.stream) == (3, 0x5150)

@@ -1,5 +1,5 @@
 """NCCL failures in the stream engine, on the emulated NCCL (a test double of NCCL's API semantics,
-csrc/device/nccl_emulated.h): an asynchronous NCCL error (ncclCommGetAsyncError, polled by the
+csrc/device/emulated/nccl_emulated.h): an asynchronous NCCL error (ncclCommGetAsyncError, polled by the
 watchdog) fails the call on every rank naming NCCL and the call, and ncclCommAbort releases the
 streams; a stream blocked inside NCCL times out saying so (rank-side code in nccl_cases.py)."""
 import os
@@ -40,7 +40,7 @@ def test_timeout_inside_nccl_names_the_nccl_call():
 def test_two_ranks_on_one_gpu_are_refused_before_nccl():
     """Issue #23 item 8: NCCL refuses a communicator with two ranks on one GPU; commlib names them
     before ncclCommInitRank (the emulated NCCL, a test double, keeps several ranks per device)."""
-    from commlib.device_nccl import duplicate_gpus
+    from commlib.device.nccl_comm import duplicate_gpus
     assert duplicate_gpus(["0/cuda:0", "0/cuda:1", "1/cuda:0", "0/cuda:1"]) == (1, 3)
     assert duplicate_gpus(["0/cuda:0", "1/cuda:0"]) is None
     assert duplicate_gpus(["0/emulated:0", "0/emulated:0"]) is None
