@@ -44,7 +44,8 @@ uint64_t parse_field(const std::string& s, const std::string& handle) {
 // ---------------------------------------------------------------------------------------------
 // Streams
 
-EmulatedStream::EmulatedStream(int64_t delay_us) : delay_us_(delay_us), thread_([this] { run(); }) {}
+EmulatedStream::EmulatedStream(int64_t delay_us, std::shared_ptr<HardwareQueue> queue)
+    : delay_us_(delay_us), hw_(std::move(queue)), thread_([this] { run(); }) {}
 
 EmulatedStream::~EmulatedStream() {
   {
@@ -73,7 +74,7 @@ void EmulatedStream::enqueue(std::function<void()> op, bool always) {
   bool wake;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    queue_.emplace_back(std::move(op), always);
+    queue_.push_back(Op{std::move(op), always, hw_->take_ticket()});
     ++enqueued_;
     wake = thread_sleeping_;
   }
@@ -108,14 +109,17 @@ void EmulatedStream::run() {
       thread_sleeping_ = false;
     }
     if (queue_.empty()) return;  // stop_ and drained
-    std::function<void()> op = std::move(queue_.front().first);
-    const bool always = queue_.front().second;
+    std::function<void()> op = std::move(queue_.front().fn);
+    const bool always = queue_.front().always;
+    const uint64_t ticket = queue_.front().ticket;
     queue_.pop_front();
     lk.unlock();
+    hw_->wait_turn(ticket, &closing_);  // the streams sharing the hardware queue, in enqueue order
     // Operations do not throw (the engine records its own failures). A faulted device executes
     // nothing more, but event records still mark their events, so waiters wake and see the fault.
     if (always || !faulted_.load(std::memory_order_acquire)) op();
     op = nullptr;
+    hw_->finished(ticket);
     lk.lock();
     ++executed_;
     if (sync_waiters_) cv_.notify_all();
@@ -125,7 +129,8 @@ void EmulatedStream::run() {
 // ---------------------------------------------------------------------------------------------
 // Device
 
-EmulatedDevice::EmulatedDevice(int index, int64_t delay_us) : index_(index), delay_us_(delay_us) {
+EmulatedDevice::EmulatedDevice(int index, int64_t delay_us, int connections) : index_(index), delay_us_(delay_us) {
+  for (int i = 0; i < connections; ++i) hardware_queues_.push_back(std::make_shared<HardwareQueue>());
   // Every allocation keeps a memfd open (so peers can import it): raise the soft fd limit.
   rlimit rl{};
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
@@ -287,8 +292,8 @@ void EmulatedDevice::close_import(void* ptr) {
 
 std::shared_ptr<DeviceStream> EmulatedDevice::create_stream() {
   enter("cudaStreamCreate");
-  auto s = std::make_shared<EmulatedStream>(delay_us_);
   std::lock_guard<std::mutex> lk(mu_);
+  auto s = std::make_shared<EmulatedStream>(delay_us_, hardware_queues_[streams_created_++ % hardware_queues_.size()]);
   streams_.erase(std::remove_if(streams_.begin(), streams_.end(),
                                 [](const std::weak_ptr<EmulatedStream>& w) { return w.expired(); }),
                  streams_.end());
@@ -408,7 +413,8 @@ std::shared_ptr<EmulatedDevice> emulated_device(int index) {
   auto it = devices->find(index);
   if (it != devices->end()) return it->second;
   const int64_t delay = param_int("COMMLIB_EMULATED_DELAY_US", 0, 10'000'000);
-  auto d = std::make_shared<EmulatedDevice>(index, delay);
+  const int connections = static_cast<int>(param_int("COMMLIB_EMULATED_CONNECTIONS", 1, 32));
+  auto d = std::make_shared<EmulatedDevice>(index, delay, connections);
   (*devices)[index] = d;
   return d;
 }

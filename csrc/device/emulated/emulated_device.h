@@ -33,12 +33,14 @@
 #include <vector>
 
 #include "device/device.h"
+#include "device/emulated/emulated_rules.h"
 
 namespace commlib {
 
 class EmulatedStream final : public DeviceStream {
  public:
-  explicit EmulatedStream(int64_t delay_us);
+  // `queue`: the hardware queue it shares with other streams of its device (emulated_rules.h).
+  EmulatedStream(int64_t delay_us, std::shared_ptr<HardwareQueue> queue);
   ~EmulatedStream() override;  // drains the queue (waits on peers give up while closing), joins
 
   // `always`: runs even after a fault (event records, so that waiters wake and see the error).
@@ -58,7 +60,13 @@ class EmulatedStream final : public DeviceStream {
   const int64_t delay_us_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::pair<std::function<void()>, bool>> queue_;
+  struct Op {
+    std::function<void()> fn;
+    bool always;
+    uint64_t ticket;  // its place on the hardware queue
+  };
+  std::deque<Op> queue_;
+  std::shared_ptr<HardwareQueue> hw_;
   std::atomic<bool> faulted_{false};
   uint64_t enqueued_ = 0, executed_ = 0;
   // Wake-ups only where someone sleeps: a futex wake per operation shows at small messages.
@@ -71,7 +79,7 @@ class EmulatedStream final : public DeviceStream {
 
 class EmulatedDevice final : public Device {
  public:
-  EmulatedDevice(int index, int64_t delay_us);
+  EmulatedDevice(int index, int64_t delay_us, int connections = 8);
   ~EmulatedDevice() override;
 
   std::string name() const override { return "emulated:" + std::to_string(index_); }
@@ -133,6 +141,8 @@ class EmulatedDevice final : public Device {
   std::atomic<bool> faulted_{false};
   std::string fault_;
   std::vector<std::weak_ptr<EmulatedStream>> streams_;
+  std::vector<std::shared_ptr<HardwareQueue>> hardware_queues_;  // COMMLIB_EMULATED_CONNECTIONS
+  size_t streams_created_ = 0;
 };
 
 // The process's emulated device `index` (created on first use; delay from the environment).

@@ -1,6 +1,7 @@
 // The CUDA rules the emulated device enforces (see emulated_rules.h).
 #include "device/emulated/emulated_rules.h"
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -131,6 +132,25 @@ void emulated_enter(const char* what, int index, bool needs_current) {
     throw std::runtime_error(std::string("cudaErrorInvalidResourceHandle (emulated): ") + what + " on a stream of emulated:" +
                              std::to_string(index) + " while emulated:" + std::to_string(t_current) +
                              " is this thread's current device");
+}
+
+uint64_t HardwareQueue::take_ticket() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return next_++;
+}
+
+void HardwareQueue::wait_turn(uint64_t ticket, const std::atomic<bool>* abandon) {
+  std::unique_lock<std::mutex> lk(mu_);
+  while (done_ < ticket && !(abandon && abandon->load(std::memory_order_acquire)))
+    cv_.wait_for(lk, std::chrono::milliseconds(20));  // abandon is set without this lock
+}
+
+void HardwareQueue::finished(uint64_t ticket) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (done_ < ticket + 1) done_ = ticket + 1;
+  }
+  cv_.notify_all();
 }
 
 }  // namespace commlib

@@ -6,12 +6,17 @@
 //  - no device or NCCL call from inside a host function (cudaErrorNotPermitted): refused and
 //    counted;
 //  - a current device per thread: kernels and event records on a stream of another device fail;
-//    a device call from a thread that never set one is counted as a context created on device 0.
+//    a device call from a thread that never set one is counted as a context created on device 0;
+//  - a bounded number of hardware queues (CUDA_DEVICE_MAX_CONNECTIONS; COMMLIB_EMULATED_CONNECTIONS
+//    here): streams share them round robin, and the operations of the streams of one queue run in
+//    the order they were enqueued, so a blocked wait holds up every stream behind it on its queue.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <condition_variable>
+#include <mutex>
 #include <string>
 
 namespace commlib {
@@ -37,5 +42,21 @@ void emulated_set_current_device(int index);
 void emulated_enter(const char* what, int index, bool needs_current);
 // For the emulated NCCL: the message of a call made from inside a host function (counted), or "".
 std::string emulated_host_function_violation(const char* what);
+
+// One hardware queue: operations take a ticket when enqueued and run in ticket order across the
+// streams that share the queue.
+class HardwareQueue {
+ public:
+  uint64_t take_ticket();
+  // Blocks until every earlier ticket of the queue ran (or `abandon` is set: a closing or
+  // faulted stream stops waiting for its turn).
+  void wait_turn(uint64_t ticket, const std::atomic<bool>* abandon);
+  void finished(uint64_t ticket);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t next_ = 0, done_ = 0;
+};
 
 }  // namespace commlib
