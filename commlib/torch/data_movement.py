@@ -11,6 +11,7 @@ import torch.distributed as dist
 
 from commlib.torch.fast_path import (ALL_GATHER, ALL_TO_ALL, OP_BY_HASH, REDUCE_SCATTER,
                                      fast_collective)
+from commlib.torch.devices import check_one_device
 from commlib.torch.staging import NATIVE, as_bytes, op_of, out_bytes, reduction_staging
 
 
@@ -58,6 +59,10 @@ class DataMovementMixin:
         opts = opts if opts is not None else dist.AllgatherOptions()
         if len(output_tensors) != len(input_tensors):
             raise ValueError("allgather: one output list per input tensor expected")
+        if len(input_tensors) == 1:  # dist.all_gather(tensor_list, tensor): name those
+            check_one_device(tensor=input_tensors[0], tensor_list=list(output_tensors[0]))
+        else:
+            check_one_device(input_tensors=input_tensors, output_tensors=output_tensors)
 
         def body(call, async_op):
             for outs, inp in zip(output_tensors, input_tensors):
@@ -77,6 +82,7 @@ class DataMovementMixin:
                 raise ValueError(f"output_lists[{r}]: has {len(outs)} tensors, expected one per input "
                                  f"({len(ins)})")
         per_input = [[output_lists[r][i] for r in range(P)] for i in range(len(ins))]
+        check_one_device(input_tensor_list=ins, output_tensor_lists=output_lists)
 
         def body(call, async_op):
             for outs, inp in zip(per_input, ins):
@@ -245,6 +251,7 @@ class DataMovementMixin:
         opts = opts if opts is not None else dist.AllToAllOptions()
         outs, ins = list(output_tensors), list(input_tensors)
         P = self.size()
+        check_one_device(input_tensor_list=ins, output_tensor_list=outs)
 
         def body(call, async_op):
             if len(outs) != P or len(ins) != P:

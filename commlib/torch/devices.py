@@ -82,3 +82,28 @@ class DeviceTypesMixin:
     def supports_tensor_alloc(self, device) -> bool:  # noqa: ARG002 - torch's signature
         """No backend-owned allocator: FSDP2 then allocates with ``torch.empty``."""
         return False
+
+
+def _named_tensors(name, value):
+    """(label, tensor) for every tensor in ``value`` (nested lists labelled ``name[i][j]``)."""
+    if isinstance(value, torch.Tensor):
+        yield name, value
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            yield from _named_tensors(f"{name}[{i}]", v)
+
+
+def check_one_device(**named):
+    """Refuse, before anything is sent, a call whose tensors (keyword: torch's argument name,
+    value: a tensor or nested lists of them) are not all on one device, naming the odd one. The
+    path of a call is picked from its outputs (stream_work.cuda_device) and its staging buffers
+    are made on its input's device: CUDA outputs with a CPU input would otherwise run a host call
+    under the stream path, whose copies out run before that call has finished."""
+    first = None
+    for name, value in named.items():
+        for label, t in _named_tensors(name, value):
+            if first is None:
+                first = (label, t.device)
+            elif t.device != first[1]:
+                raise ValueError(f"{label}: is on {t.device} but {first[0]} is on {first[1]}; "
+                                 "the tensors of one call must all be on one device")

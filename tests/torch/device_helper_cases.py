@@ -394,3 +394,47 @@ def case_cuda_dcp(comm):
         fails.append(f"CUDA DTensor checkpoint: commlib {got['commlib'].flatten()[:6].tolist()}")
     return fails
 
+
+
+# -- a call whose tensors are on two devices -----------------------------------------------------
+def case_mixed_devices(comm, other):
+    """Each list collective with one tensor on ``other`` (meta on a CPU build, cuda on a GPU) and
+    the rest on the CPU is refused on every rank, naming the odd tensor, before anything is sent:
+    an all_reduce right after gives the right sum (no rank was left inside a half-sent call)."""
+    st = bc.setup(comm)
+    P, me = comm.size, comm.rank
+    if other == "cuda":
+        torch.cuda.set_device(0)
+
+    def odd(n=3):
+        return torch.zeros(n, device=other)
+
+    calls = {
+        "all_gather, input elsewhere": (lambda: dist.all_gather(
+            [torch.zeros(3) for _ in range(P)], odd()), "tensor"),
+        "all_gather, one output elsewhere": (lambda: dist.all_gather(
+            [torch.zeros(3) for _ in range(P - 1)] + [odd()], torch.zeros(3)), f"tensor_list[{P - 1}]"),
+        "all_to_all, inputs elsewhere": (lambda: dist.all_to_all(
+            [torch.zeros(3) for _ in range(P)], [odd() for _ in range(P)]), "input_tensor_list[0]"),
+        "all_reduce_coalesced": (lambda: dist.all_reduce_coalesced(
+            [torch.zeros(2), odd()]), "tensors[1]"),
+        "all_gather_coalesced": (lambda: dist.all_gather_coalesced(
+            [[torch.zeros(3)] for _ in range(P)], [odd()]), "input_tensor_list[0]"),
+    }
+    fails = []
+    for what, (call, name) in calls.items():
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # all_reduce_coalesced's deprecation
+                call()
+        except ValueError as e:
+            msg = str(e)
+            if not (msg.startswith(f"{name}: is on") or f"but {name} is on" in msg):
+                fails.append(f"{what}: message does not name {name}: {msg}")
+        else:
+            fails.append(f"{what}: not refused")
+        x = torch.full((4,), me + 1, dtype=torch.int64)
+        dist.all_reduce(x)
+        if x.tolist() != [P * (P + 1) // 2] * 4:
+            fails.append(f"{what}: the next all_reduce gave {x.tolist()}")
+    return fails

@@ -23,8 +23,8 @@ import device_helper_cases as cases  # noqa: E402
 from ranks import get_pool  # noqa: E402
 
 
-def _run(n, case, timeout=120):
-    fails = [f"rank {r}: {f}" for r, fs in enumerate(get_pool(n).run(case, timeout=timeout))
+def _run(n, case, *args, timeout=120):
+    fails = [f"rank {r}: {f}" for r, fs in enumerate(get_pool(n).run(case, *args, timeout=timeout))
              for f in fs]
     assert not fails, "\n".join(fails[:20])
 
@@ -70,6 +70,12 @@ def test_device_mesh_2x2_submeshes_match_gloo():
     _run(4, cases.case_device_mesh_submeshes)
 
 
+@pytest.mark.parametrize("n", [2, 3])
+def test_mixed_device_calls_are_refused(n):
+    """meta stands in for a second device on a CPU build (the GPU test below uses cuda)."""
+    _run(n, cases.case_mixed_devices, "meta")
+
+
 needs_torch_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
                                       reason="this torch build has no CUDA device")
 
@@ -80,3 +86,9 @@ needs_torch_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
 @pytest.mark.parametrize("case", ["case_cuda_registration", "case_cuda_dcp"])
 def test_cuda_helpers(n, case):
     _run(n, getattr(cases, case), timeout=300)
+
+
+@pytest.mark.gpu
+@needs_torch_cuda
+def test_cpu_and_cuda_tensors_in_one_call_are_refused():
+    _run(2, cases.case_mixed_devices, "cuda", timeout=300)
