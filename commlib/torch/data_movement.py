@@ -172,6 +172,10 @@ class DataMovementMixin:
         opts = opts if opts is not None else dist.ReduceScatterOptions()
         outs = list(output_tensors)
         P = self.size()
+        if len(outs) == 1:  # dist.reduce_scatter(output, input_list): name those
+            check_one_device(output=outs[0], input_list=list(input_tensors[0]))
+        else:
+            check_one_device(output_tensors=outs, input_tensors=input_tensors)
 
         def body(call, async_op):
             for out, ins in zip(outs, input_tensors):
@@ -313,7 +317,9 @@ class DataMovementMixin:
                 for r, x in enumerate(ins):
                     if x.numel() != out.numel() or x.dtype != out.dtype:
                         raise ValueError(f"scatter_list[{r}]: size/dtype differs from the output's")
-                flat = torch.cat([as_bytes(x) for x in ins])
+                # staged on the output's device (as gather stages on its input's): the path
+                # is the output's, and a scatter_list elsewhere is copied there first
+                flat = torch.cat([as_bytes(x).to(st.buf.device) for x in ins])
             self._issue(call, async_op, self._comm.scatter(
                 st.buf, flat, root=root, algorithm=self._algo["scatter"], async_op=async_op))
             if st.copy:

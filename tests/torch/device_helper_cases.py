@@ -420,6 +420,9 @@ def case_mixed_devices(comm, other):
             [torch.zeros(2), odd()]), "tensors[1]"),
         "all_gather_coalesced": (lambda: dist.all_gather_coalesced(
             [[torch.zeros(3)] for _ in range(P)], [odd()]), "input_tensor_list[0]"),
+        "reduce_scatter, one input elsewhere": (lambda: dist.reduce_scatter(
+            torch.zeros(3), [torch.zeros(3) for _ in range(P - 1)] + [odd()]),
+            f"input_list[{P - 1}]"),
     }
     fails = []
     for what, (call, name) in calls.items():
@@ -437,4 +440,26 @@ def case_mixed_devices(comm, other):
         dist.all_reduce(x)
         if x.tolist() != [P * (P + 1) // 2] * 4:
             fails.append(f"{what}: the next all_reduce gave {x.tolist()}")
+    if other == "cuda":
+        fails += _gather_scatter_across_devices(P, me)
+    return fails
+
+
+def _gather_scatter_across_devices(P, me):
+    """gather's gather_list and scatter's scatter_list may lie on another device than the
+    tensor sent or received (ShardedTensor.gather stages on the GPU into a CPU tensor): the
+    values arrive exactly, from every root."""
+    fails = []
+    for root in range(P):
+        inp = torch.arange(5, dtype=torch.int64, device="cuda") + 10 * me
+        outs = [torch.zeros(5, dtype=torch.int64) for _ in range(P)] if me == root else None
+        dist.gather(inp, outs, dst=root)
+        if me == root and [o.tolist() for o in outs] != [
+                [10 * r + i for i in range(5)] for r in range(P)]:
+            fails.append(f"gather cuda -> cpu list, root {root}: {[o.tolist() for o in outs]}")
+        out = torch.zeros(4, dtype=torch.int64, device="cuda")
+        ins = [torch.full((4,), 100 * root + r, dtype=torch.int64) for r in range(P)]
+        dist.scatter(out, ins if me == root else None, src=root)
+        if out.cpu().tolist() != [100 * root + me] * 4:
+            fails.append(f"scatter cpu list -> cuda, root {root}: {out.cpu().tolist()}")
     return fails
