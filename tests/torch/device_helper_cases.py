@@ -241,9 +241,7 @@ def case_dcp_sharded_tensor(comm):
 
 # -- distributed checkpoint: DTensor -------------------------------------------------------------
 def _meshes(st, P):
-    from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-    return {"gloo": DeviceMesh.from_group(st["gloo"], "cpu"),
-            "commlib": init_device_mesh("cpu", (P,))}
+    return {kind: bc._mesh(st, kind, (P,)) for kind in ("gloo", "commlib")}
 
 
 def case_dcp_dtensor(comm):
@@ -269,6 +267,36 @@ def case_dcp_dtensor(comm):
                     fails.append(f"{name} Shard(0) -> {placement}: {got.flatten()[:6].tolist()}")
         finally:
             _remove_dir(path, st["gloo"])
+    return fails
+
+
+# -- full state dicts of an FSDP2 model (torch's _state_dict_utils) --------------------------------
+def case_full_state_dict(comm):
+    """An FSDP2 model loaded from rank 0's full state dict (``broadcast_from_rank0``: torch
+    broadcasts on a device it picks from ``group._device_types``) and read back as a full state
+    dict (all-gathers of the shards): over gloo and over commlib, equal to what rank 0 had."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                         set_model_state_dict)
+    from torch.distributed.fsdp import fully_shard
+    st = bc.setup(comm)
+    P, me = comm.size, comm.rank
+    fails = []
+    g = torch.Generator().manual_seed(11)
+    source = {"0.weight": torch.randn(2 * P + 1, 3, generator=g),
+              "0.bias": torch.randn(2 * P + 1, generator=g),
+              "1.weight": torch.randn(2, 2 * P + 1, generator=g)}
+    for name, mesh in _meshes(st, P).items():
+        torch.manual_seed(me)  # every rank starts from different values
+        model = torch.nn.Sequential(torch.nn.Linear(3, 2 * P + 1),
+                                    torch.nn.Linear(2 * P + 1, 2, bias=False))
+        fully_shard(model, mesh=mesh)
+        given = {k: v.clone() for k, v in source.items()} if me == 0 else {}  # torch edits it
+        set_model_state_dict(model, given, options=StateDictOptions(
+            full_state_dict=True, broadcast_from_rank0=True))
+        got = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+        for key, want in source.items():
+            if not torch.equal(got[key], want):
+                fails.append(f"{name} {key}: {got[key].flatten()[:4].tolist()}")
     return fails
 
 

@@ -61,7 +61,7 @@ def test_cuda_served_needs_every_condition(monkeypatch):
 @pytest.mark.parametrize("n", [2, 3])
 @pytest.mark.parametrize("case", ["case_device_queries", "case_object_collectives",
                                   "case_dcp_sharded_tensor", "case_dcp_dtensor",
-                                  "case_device_mesh_submeshes"])
+                                  "case_device_mesh_submeshes", "case_full_state_dict"])
 def test_helpers_match_gloo(n, case):
     _run(n, getattr(cases, case))
 
