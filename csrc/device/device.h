@@ -47,6 +47,13 @@ class Device {
   // Makes this device the calling thread's current one (cudaSetDevice), as libraries that bind
   // to the current device need (ncclCommInitRank).
   virtual void make_current() {}
+  // make_current() returning the calling thread's previous current device (-1: none), and its
+  // undoing: CUDA's current device is per thread, and a library must leave it as it found it.
+  virtual int swap_current() {
+    make_current();
+    return -1;
+  }
+  virtual void restore_current(int previous) { (void)previous; }
 
   // -- memory ------------------------------------------------------------------------------
   virtual void* allocate(size_t bytes) = 0;
@@ -104,6 +111,21 @@ class Device {
   virtual void launch_plan(const kexec::PlanLaunch&, unsigned, DType, RedOp, bool, DeviceStream&) {
     throw std::runtime_error(name() + ": no kernel path on this device");
   }
+};
+
+// This device current on the calling thread for a scope, the previous one restored after: every
+// method of the engine that enqueues or queries takes one (kernels launched on another device's
+// stream fail; a thread that never set a device creates a context on device 0).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(Device& d) : d_(d), previous_(d.swap_current()) {}
+  ~DeviceGuard() { d_.restore_current(previous_); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  Device& d_;
+  int previous_;
 };
 
 }  // namespace commlib

@@ -70,11 +70,10 @@ KernelPath::KernelPath(std::shared_ptr<Device> device, int rank, int size, uint3
 }
 
 KernelPath::~KernelPath() {
-  if (setup_stream_) {
-    try {
-      close(*setup_stream_);
-    } catch (...) {
-    }
+  try {
+    close_imports();
+    if (setup_stream_) release(*setup_stream_, false);
+  } catch (...) {
   }
 }
 
@@ -190,14 +189,18 @@ uint64_t KernelPath::progress() const {
   return sum;
 }
 
-void KernelPath::close(DeviceStream& stream) {
-  if (!setup_stream_) return;
+void KernelPath::close_imports() {
   for (int p = 0; p < size_; ++p)
     if (imported_[p]) device_->close_import(imported_[p]);
   imported_.assign(size_, nullptr);
+}
+
+void KernelPath::release(DeviceStream& stream, bool free_region) {
+  if (!setup_stream_) return;
+  close_imports();
   for (auto& [k, u] : plans_) device_->free_async(u.dev, stream);
   plans_.clear();
-  if (region_) device_->free_async(region_, stream);
+  if (region_ && free_region) device_->free_async(region_, stream);
   if (local_) device_->free_async(local_, stream);
   region_ = nullptr;
   local_ = nullptr;

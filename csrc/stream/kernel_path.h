@@ -86,8 +86,12 @@ class KernelPath {
   void abort();
   // The kernel's progress words summed (the watchdog: a change is progress).
   uint64_t progress() const;
-  // Frees everything, stream-ordered on `stream`, after the engine's calls drained. Idempotent.
-  void close(DeviceStream& stream);
+  // Closes the peers' regions this rank imported (the engine's close, before the ranks' barrier).
+  void close_imports();
+  // Frees this rank's memory, stream-ordered on `stream`, after the engine's calls drained; the
+  // exported region only when `free_region` (every peer closed its import and nothing failed:
+  // otherwise it is leaked rather than freed under a peer, like the inbox). Idempotent.
+  void release(DeviceStream& stream, bool free_region);
 
   DevicePath mode() const { return mode_; }
   uint64_t launches() const { return launches_; }

@@ -47,6 +47,7 @@ std::atomic<uint64_t> launches{0};
 }  // namespace
 
 void EmulatedDevice::upload_now(void* dst, const void* src, size_t bytes) {
+  enter("cudaMemcpy");
   if (bytes) std::memcpy(dst, src, bytes);
 }
 
@@ -56,6 +57,7 @@ unsigned EmulatedDevice::plan_blocks(unsigned wanted) const {
 
 void EmulatedDevice::launch_plan(const PlanLaunch& launch, unsigned blocks, DType dtype, RedOp op, bool reduces,
                                  DeviceStream& stream) {
+  enter("the kernel path's launch", true);
   BodyOf pick;
   if (reduces)
     kern::dispatch_reduce(dtype, op, pick);  // throws for a bitwise op on floats, before enqueueing
