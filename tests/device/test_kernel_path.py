@@ -146,9 +146,11 @@ def _torch_kernel_path(comm, path):
 
 
 @pytest.mark.gpu
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("path", ["kernel", "copy"])
 def test_kernel_path_on_a_gpu_several_ranks(pool, path):
-    for ok, paths in pool(4, env={"COMMLIB_DEVICE_PATH": path, "COMMLIB_TIMEOUT": "60"}).run(
-            _torch_kernel_path, path, timeout=240):
+    # Without MPS the ranks' kernels time-slice on the GPU (correct, slow: docs/gpu.md); a hang is
+    # a PeerError after COMMLIB_TIMEOUT, not a stuck check.
+    for ok, paths in pool(4, env={"COMMLIB_DEVICE_PATH": path, "COMMLIB_TIMEOUT": "30"}).run(
+            _torch_kernel_path, path, timeout=100):
         assert ok and paths == [path], (ok, paths)
