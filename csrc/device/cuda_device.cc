@@ -223,7 +223,7 @@ unsigned CudaDevice::plan_blocks(unsigned wanted) const { return cuda_plan_block
 
 void CudaDevice::launch_plan(const kexec::PlanLaunch& launch, unsigned blocks, DType dtype, RedOp op, bool reduces,
                              DeviceStream& stream) {
-  use();
+  Current current(index_);
   cuda_launch_plan(launch, blocks, dtype, op, reduces, cu(stream));
 }
 
