@@ -71,6 +71,7 @@ KernelPath::KernelPath(std::shared_ptr<Device> device, int rank, int size, uint3
 
 KernelPath::~KernelPath() {
   try {
+    DeviceGuard guard(*device_);  // the last reference may go on any thread (issue #23: no stray context)
     close_imports();
     if (setup_stream_) release(*setup_stream_, false);
   } catch (...) {
