@@ -100,6 +100,8 @@ def test_job_starts_while_every_data_port_is_squatted():
         pool.squatter.stop.set()
         pool.close()
         pool.squatter.join(10)
+    print(f"started in {started:.1f} s beside {squatter.opened} silent connections; "
+          f"rejected per rank {[r for _, r in results]}")
     assert squatter.ports_found == 3
     assert [ok for ok, _ in results] == [True] * 3
     assert squatter.opened >= 3 * HELD
