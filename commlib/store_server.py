@@ -33,6 +33,8 @@ import threading
 import time
 from typing import Optional
 
+from commlib.secret import signature_ok
+
 SET, GET, ADD, CHECK, HELLO = 1, 2, 3, 4, 5
 HELLO_REPLY = b"commlib-store/1"
 REFUSED = b"refused: "
@@ -70,7 +72,8 @@ def parse_request(buf) -> Optional[tuple]:
             raise Malformed(f"frame of {n} bytes exceeds the {limits[len(out)]}-byte limit")
         if len(buf) < pos + 4 + n:
             return None
-        out.append(bytes(buf[pos + 4:pos + 4 + n]))
+        with memoryview(buf) as view:  # one copy of the field (a slice of a bytearray is another)
+            out.append(bytes(view[pos + 4:pos + 4 + n]))
         pos += 4 + n
         if len(out) == 1:
             if len(out[0]) != 1:
@@ -351,7 +354,6 @@ class StoreServer:
         for this key name (commlib/secret.py's format)."""
         if self._key is None:
             return ""
-        from commlib.secret import signature_ok
         if signature_ok(self._key, key, value):
             return ""
         return ("value not signed with this job's COMMLIB_SECRET (set it, and the same, on every rank); "

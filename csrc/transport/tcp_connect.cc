@@ -137,13 +137,14 @@ int TcpTransport::connect_lane(int q, const SockAddr& a, uint32_t lane, double d
                       "same on every rank");
     // Closed or unanswered before its verdict: the peer evicted or timed us out while busy.
     ++unanswered;
-    if (monotonic_s() + pause > deadline)
+    const double left = deadline - monotonic_s();
+    if (left <= 0)
       throw PeerError(me + " could not complete the handshake with " + who + " within " +
                       std::to_string(int(cfg_.timeout_s)) + " s (COMMLIB_TIMEOUT): " + std::to_string(unanswered) +
                       " connection(s) were closed or went unanswered mid-handshake. Its pending handshakes may be "
                       "taken by other connections (an outsider at its port: its log names the dropped "
                       "connections), or it is stuck");
-    std::this_thread::sleep_for(std::chrono::duration<double>(pause));
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::min(pause, left)));
     pause = std::min(pause * 2, 0.5);
   }
 }

@@ -167,3 +167,36 @@ def test_silent_connections_are_evicted_for_a_real_one(monkeypatch):
     finally:
         for s in silent:
             s.close()
+
+
+def test_a_peer_that_keeps_closing_is_retried_then_named(monkeypatch):
+    """A port whose owner closes every connection before the challenge (as a rank does when it
+    evicts): the connecting rank retries until its deadline, then says what happened."""
+    rank1 = _endpoint(monkeypatch, 1, timeout=1.5)
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted = []
+
+    def close_everything():
+        listener.settimeout(0.1)
+        while True:
+            try:
+                s, _ = listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return  # the listener was closed
+            accepted.append(1)
+            s.close()
+
+    t = threading.Thread(target=close_everything, daemon=True)
+    t.start()
+    start = time.monotonic()
+    try:
+        with pytest.raises(_C.PeerError, match=r"could not complete the handshake with rank 0 .* within 1 s "
+                                               r"\(COMMLIB_TIMEOUT\): \d+ connection\(s\) were closed"):
+            rank1.connect([f"127.0.0.1:{listener.getsockname()[1]}", ""])
+    finally:
+        listener.close()
+        t.join(5)
+    assert 1.4 < time.monotonic() - start < 3.0
+    assert len(accepted) >= 3  # retried, with back-off (20 ms doubling to 0.5 s)
