@@ -141,20 +141,33 @@ def test_with_a_key_only_signed_writes_are_stored(keyed):
 
 
 def test_rank0s_own_server_takes_the_secret(monkeypatch):
-    """init()'s store (rank 0 serves it) refuses unsigned writes when COMMLIB_SECRET is set."""
+    """init()'s store (rank 0 serves it) refuses unsigned writes when COMMLIB_SECRET is set, and
+    everything commlib itself writes (rendezvous, split) is signed."""
     monkeypatch.setenv("COMMLIB_SECRET", SECRET)
-    comm = commlib.init(rank=0, world_size=1, master_addr="127.0.0.1", master_port=0)
-    try:
-        server = comm._owned[1]
-        outsider = TCPStore("127.0.0.1", server.port, timeout=5)
-        with pytest.raises(commlib.RendezvousError, match="not signed"):
-            outsider.set("commlib/error", b"stop")
-        outsider.close()
-        x = np.ones(3, np.int64)
-        comm.all_reduce(x)
-        assert (x == 1).all()
-    finally:
-        comm.close()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    def rank(r):
+        comm = commlib.init(rank=r, world_size=2, master_addr="127.0.0.1", master_port=port, timeout=20)
+        try:
+            if r == 0:
+                outsider = TCPStore("127.0.0.1", port, timeout=5)
+                try:
+                    outsider.set("commlib/error", b"stop")
+                    refused = False
+                except commlib.RendezvousError as e:
+                    refused = "not signed" in str(e)
+                outsider.close()
+            comm.barrier()
+            sub = comm.split(0, key=-r)
+            x = np.full(3, r + 1, np.int64)
+            sub.all_reduce(x)
+            sub.close()
+            return bool((x == 3).all()) and (refused if r == 0 else True)
+        finally:
+            comm.close()
+    assert run_ranks(rank, 2, timeout=60) == [True, True]
 
 
 def test_blocking_get_is_answered_by_a_later_set_and_close_leaves_nothing():
