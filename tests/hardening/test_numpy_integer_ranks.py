@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import commlib
-from commlib.call_checks import as_int, as_rank
+from commlib.core.call_checks import as_int, as_rank
 
 
 def numpy_ranks(comm):

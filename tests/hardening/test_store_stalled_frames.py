@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 import commlib
-from commlib import store_server
-from commlib.secret import derive_key, sign_value
-from commlib.store import StoreServer, TCPStore
+from commlib.bootstrap import store_server
+from commlib.bootstrap.secret import derive_key, sign_value
+from commlib.bootstrap.store import StoreServer, TCPStore
 from hardening_util import run_ranks
 
 SECRET = "0123456789abcdef-store-secret"
@@ -31,7 +31,7 @@ RSS_BOUND = 128 << 20              # stated in docs/security.md (measured growth
 
 _SERVER = """
 import sys
-from commlib.store_server import StoreServer
+from commlib.bootstrap.store_server import StoreServer
 def status(field):
     with open("/proc/self/status") as f:
         return int(next(l.split()[1] for l in f if l.startswith(field)))

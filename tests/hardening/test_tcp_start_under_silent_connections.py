@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from commlib import _C
-from commlib.store import TCPStore
+from commlib.bootstrap.store import TCPStore
 from commlib.testing import RankPool
 
 SECRET = "0123456789abcdef-tcp-start-secret"
