@@ -13,8 +13,8 @@ from typing import Optional, Sequence
 
 import commlib._C as _C
 from commlib.device.host_buffers import describe
-from commlib.core.call_checks import (check_algorithm, check_op, describe_like, device_buffers_of, is_rank,
-                                 named_device_buffers)
+from commlib.core.call_checks import (as_int, as_rank, check_algorithm, check_op, describe_like, device_buffers_of,
+                                      named_device_buffers)
 from commlib.core.p2p_plan import plan_all_to_allv, plan_batch
 from commlib.errors import CommError
 from commlib.core.work import Work  # noqa: F401  (re-exported: commlib.core.communicator.Work)
@@ -93,15 +93,14 @@ class Communicator:
         return f"Communicator(rank={self._rank}, size={self._size}, prefix={self._prefix!r})"
 
     # -- helpers ----------------------------------------------------------------------------
-    def _check_root(self, root):
-        if not is_rank(root) or not 0 <= root < self._size:
-            raise ValueError(f"root: {root!r} is out of range for a communicator of size {self._size}")
+    def _check_root(self, root) -> int:
+        return as_rank(root, "root", self._size)
 
-    def _check_peer(self, peer, name="peer"):
-        if not is_rank(peer) or not 0 <= peer < self._size:
-            raise ValueError(f"{name}: {peer!r} is out of range for a communicator of size {self._size}")
+    def _check_peer(self, peer, name="peer") -> int:
+        peer = as_rank(peer, name, self._size)
         if peer == self._rank:
             raise ValueError(f"{name}: cannot send to or receive from this rank itself ({peer})")
+        return peer
 
     def _run(self, coll, algorithm, in_ptr, out_ptr, count, dtype, op, root, scale, async_op, refs,
              stream=None):
@@ -215,7 +214,7 @@ class Communicator:
                 _fast(self._addr, _BROADCAST, tensor, None, "sum", algorithm, root, async_op, None) is None):
             return None
         ip, n, dt = describe(tensor, "tensor")
-        self._check_root(root)
+        root = self._check_root(root)
         check_algorithm("broadcast", algorithm)
         return self._run("broadcast", algorithm, ip, ip, n, dt, "sum", root, 1.0, async_op, (tensor,),
                          stream)
@@ -226,7 +225,7 @@ class Communicator:
         if stream is None and _fast(self._addr, _REDUCE, tensor, out, op, algorithm, root, async_op, scale) is None:
             return None
         ip, n, dt = describe(tensor, "tensor")
-        self._check_root(root)
+        root = self._check_root(root)
         op_ = check_op(op, dt, scale)
         check_algorithm("reduce", algorithm)
         op_ptr = ip if out is None else describe_like(out, "out", dt, "tensor", n, f"{n} like tensor")
@@ -239,7 +238,7 @@ class Communicator:
         if stream is None and _fast(self._addr, _GATHER, input, output, "sum", algorithm, root, async_op, None) is None:
             return None
         ip, n, dt = describe(input, "input")
-        self._check_root(root)
+        root = self._check_root(root)
         op_ptr = 0
         out_elems = _shapes("gather", n, self._size, self._rank, root)[1]
         if out_elems is not None:  # the root
@@ -257,7 +256,7 @@ class Communicator:
                 _fast(self._addr, _SCATTER, input, output, "sum", algorithm, root, async_op, None) is None):
             return None
         op_ptr, n, dt = describe(output, "output")
-        self._check_root(root)
+        root = self._check_root(root)
         ip = 0
         in_elems = _shapes("scatter", n, self._size, self._rank, root)[0]
         if in_elems is not None:  # the root
@@ -327,10 +326,12 @@ class Communicator:
         if os.getpid() != self._pid:
             raise CommError(f"split: communicator (rank {self._rank}) was created in pid {self._pid} and "
                             f"is used in a forked child (pid {os.getpid()})")
-        if color is not None and (not is_rank(color) or color < 0):
-            raise ValueError(f"color: must be a non-negative int or None, got {color!r}")
-        if key is not None and not is_rank(key):
-            raise TypeError(f"key: must be an int, got {type(key).__name__}")
+        if color is not None:
+            color = as_int(color, "color")
+            if color < 0:
+                raise ValueError(f"color: must be a non-negative int or None, got {color!r}")
+        if key is not None:
+            key = as_int(key, "key")
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout: must be positive, got {timeout!r}")
         self._splits += 1

@@ -136,6 +136,8 @@ class TcpTransport final : public Transport {
   void accept_new();
   void advance_pending(Pending& p);
   void drop_pending(Pending& p, const std::string& why, bool counted = false);
+  void evict_pending();
+  void refuse_pending(Pending& p, const std::string& why);
   void update_interest(Conn& c, Lane& l);
   void send_calls();
   void log_warn(const std::string& msg);

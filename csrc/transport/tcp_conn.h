@@ -124,6 +124,14 @@ struct TcpTransport::Conn {
   }
 };
 
+// Handshake limits. An accepted connection must deliver its whole Hello within kHelloSeconds (a
+// real rank sends it right after connecting) and finish within kHandshakeSeconds; at most
+// kMaxPending wait at once, and a new one replaces the oldest unproven one (tcp_handshake.cc), so
+// silent connections cannot keep a real rank out: it retries until its deadline (tcp_connect.cc).
+constexpr size_t kMaxPending = 16;
+constexpr double kHelloSeconds = 2.0;
+constexpr double kHandshakeSeconds = 10.0;
+
 // A connection accepted but not yet proven (progress thread only).
 struct TcpTransport::Pending {
   int fd = -1;
@@ -133,7 +141,8 @@ struct TcpTransport::Pending {
   uint8_t nonce_s[32];
   char buf[sizeof(Hello)];
   size_t got = 0;
-  double deadline = 0;
+  double accepted_at = 0;
+  double deadline = 0;  // first kHelloSeconds for the Hello, then the rest of kHandshakeSeconds
 };
 
 double monotonic_s();
