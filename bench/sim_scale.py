@@ -30,7 +30,7 @@ from commlib.sim import topology as sim_topology
 TOPOLOGIES = ("dgx-h100", "eth-25g")
 HOSTS = (2, 4, 8, 16, 32, 64, 128)
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
-SIZES = tuple(1 << k for k in range(10, 31, 2))  # 1 KiB .. 1 GiB, x4
+SIZES = tuple(1 << k for k in range(10, 31, 4))  # 1 KiB .. 1 GiB, x16
 TOLERANCE = 0.10
 
 
@@ -85,7 +85,7 @@ def fmt_size(b: int) -> str:
 
 
 def markdown(rows, t4096, wall_total, jobs) -> str:
-    out = ["| topology | collective | hosts | worst auto / best | where | auto's picks (sizes 1 KiB..1 GiB, x4) |",
+    out = ["| topology | collective | hosts | worst auto / best | where | auto's picks (sizes 1 KiB..1 GiB, x16) |",
            "| --- | --- | --- | --- | --- | --- |"]
     groups = {}
     for r in rows:

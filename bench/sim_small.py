@@ -9,7 +9,7 @@
     LogGP terms (send/receive overhead per message, NIC gap) and without them (the former model:
     every message costs latency and bandwidth, the overheads not serialised).
 
-    python bench/sim_small.py  > markdown on stdout
+    python bench/sim_small.py  > markdown on stdout (bench/sim_validate.py puts it in RESULTS_sim.md)
 """
 from __future__ import annotations
 
@@ -30,15 +30,16 @@ def without_loggp(topo):
                                send_overhead_us=0.0, recv_overhead_us=0.0, nic_gap_us=0.0)
 
 
-def main() -> None:
+def rows() -> list:
+    """The section's markdown lines."""
+    out = []
     h100 = sim_topology.load("dgx-h100")
     ring8 = predict(h100, 8, "all_reduce", "ring", 2)
-    print("| check | predicted | reference | error |\n| --- | --- | --- | --- |")
-    print(f"| dgx-h100, 1 node, ring all_reduce 8 B | {ring8 * 1e6:.2f} us | 9.20 us (NCCL tuning model, ring LL: "
-          f"3.6 + 14 x 0.4) | {(ring8 / 9.2e-6 - 1) * 100:+.1f} % |")
-    print()
-    print("| topology | collective 1 KiB | hosts | direct | log-step | direct / log-step | same without o, g |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    out += ["| check | predicted | reference | error |", "| --- | --- | --- | --- |",
+            f"| dgx-h100, 1 node, ring all_reduce 8 B | {ring8 * 1e6:.2f} us | 9.20 us (NCCL tuning model, ring LL: "
+            f"3.6 + 14 x 0.4) | {(ring8 / 9.2e-6 - 1) * 100:+.1f} % |", "",
+            "| topology | collective 1 KiB (log-step algorithm) | hosts | direct | log-step | direct / log-step | "
+            "same without o, g |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for name in ("eth-25g", "dgx-h100"):
         topo = sim_topology.load(name)
         old = without_loggp(topo)
@@ -48,9 +49,10 @@ def main() -> None:
                 count = max(256 // P, 1) if coll == "all_gather" else 256
                 d, l = predict(topo, P, coll, "direct", count), predict(topo, P, coll, logstep, count)
                 od, ol = predict(old, P, coll, "direct", count), predict(old, P, coll, logstep, count)
-                print(f"| {name} | {coll} ({logstep}) | {hosts} | {d * 1e6:.1f} us | {l * 1e6:.1f} us | {d / l:.2f} | "
-                      f"{od / ol:.2f} |")
+                out.append(f"| {name} | {coll} ({logstep}) | {hosts} | {d * 1e6:.1f} us | {l * 1e6:.1f} us | "
+                           f"{d / l:.2f} | {od / ol:.2f} |")
+    return out
 
 
 if __name__ == "__main__":
-    main()
+    print("\n".join(rows()))
