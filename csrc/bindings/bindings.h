@@ -10,7 +10,7 @@
 #include <vector>
 
 namespace commlib {
-struct CollectiveCall;  // engine/communicator.h
+struct CollectiveCall;  // host/communicator.h
 struct P2PItem;
 namespace sim {
 struct Topology;

@@ -6,7 +6,7 @@
 #include <set>
 
 #include "bindings/bindings.h"
-#include "engine/auto_policy.h"
+#include "policy/auto_policy.h"
 #include "sim/simulator.h"
 
 namespace py = pybind11;
@@ -153,7 +153,7 @@ void bind_sim(py::module_& m) {
         return out;
       },
       py::arg("collective"), py::arg("count"), py::arg("elem_bytes"), py::arg("root"), py::arg("topology"),
-      "Every candidate auto's cost model ranks on this topology, with its predicted time (engine/auto_policy.h).");
+      "Every candidate auto's cost model ranks on this topology, with its predicted time (policy/auto_policy.h).");
 
   m.def(
       "resolve_algorithm",
@@ -177,7 +177,7 @@ void bind_sim(py::module_& m) {
       },
       py::arg("collective"), py::arg("algorithm"), py::arg("count"), py::arg("elem_bytes"), py::arg("root"),
       py::arg("size"), py::arg("hosts"), py::arg("topology") = py::none(),
-      "The engine's one resolution of a call's algorithm (engine/auto_policy.h): a dict with algorithm, "
+      "The engine's one resolution of a call's algorithm (policy/auto_policy.h): a dict with algorithm, "
       "inter_algorithm, segment, predicted_s, source, and the candidates the cost model ranked (empty when it "
       "did not decide).");
 }

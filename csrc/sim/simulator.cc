@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/shapes.h"
-#include "engine/auto_policy.h"
+#include "policy/auto_policy.h"
 #include "schedule/registry.h"
 #include "sim/compact.h"
 
@@ -316,7 +316,7 @@ Result simulate(Collective c, const std::string& algorithm, int64_t count, int e
   res.inter_algorithm = opts.inter_algorithm;
   int64_t segment = opts.segment;
   if (algorithm == "auto") {
-    // The engine's own resolution, this topology being the cost model (engine/auto_policy.h).
+    // The engine's own resolution, this topology being the cost model (policy/auto_policy.h).
     const AlgorithmChoice choice = resolve_algorithm(CallShape{c, count, elem_bytes, root}, "auto",
                                                      algorithm_override(c), P, topo.host_of, &topo);
     res.algorithm = choice.algorithm;

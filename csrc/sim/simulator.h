@@ -48,7 +48,7 @@ struct Options {
   int64_t segment = -1;
 };
 
-// `algorithm` may be "auto": the engine's resolution (engine/auto_policy.h, resolve_algorithm)
+// `algorithm` may be "auto": the engine's resolution (policy/auto_policy.h, resolve_algorithm)
 // with this topology as its cost model, so the fastest candidate the model predicts; the inter
 // algorithm it picks replaces opts.inter_algorithm.
 Result simulate(Collective c, const std::string& algorithm, int64_t count, int elem_bytes, int root,

@@ -19,7 +19,7 @@ def run(comm):
     """{(collective, count): (auto's choice, the model's choice, the hierarchical inter algorithm)}
     and the failures."""
     # The pool's processes installed this machine's tuning table when they imported commlib; the
-    # table would win over the model where it has the shape (engine/auto_policy.h).
+    # table would win over the model where it has the shape (policy/auto_policy.h).
     _C.clear_tuning()
     try:
         return _run(comm)

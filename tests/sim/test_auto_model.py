@@ -1,4 +1,4 @@
-"""auto from the cost model (engine/auto_policy.h resolve_algorithm) and the simulator's
+"""auto from the cost model (policy/auto_policy.h resolve_algorithm) and the simulator's
 per-message costs (LogGP's o and g, docs/simulator.md "Messages").
 
 auto: on a few points of the dgx-h100 and eth-25g presets it is the fastest candidate the model
