@@ -2,10 +2,11 @@
 as markdown for bench/RESULTS_sim.md.
 
 For every (topology, hosts, collective, size): every candidate auto's cost model ranks (flat
-algorithms, and hierarchical with each inter-host algorithm: engine/auto_policy.h
+algorithms, and hierarchical with each inter-host algorithm: policy/auto_policy.h
 predict_candidates) is simulated, and auto's own choice is taken from the engine's one resolution
 (resolve_algorithm, the function communicators call). Checked: auto within 10 % of the best
-registered algorithm; where auto picks hierarchical, it is within 10 % of the best flat one. This
+registered algorithm; where auto picks hierarchical, it is within 10 % of the best flat one; and what
+auto picked before the cost model (link-kind rule, built-in heuristic), predicted alike. This
 machine's measured tuning table is cleared first (it describes this machine, not the simulated
 cluster; a communicator's table still wins over the model where it has the shape). Also
 timed: one 4096-rank prediction (ring all_reduce, dgx-h100, 512 hosts).
@@ -62,10 +63,13 @@ def point(args):
     best_flat = min(flat, key=lambda c: c["predicted_s"])
     auto_t = next(c["predicted_s"] for c in cands
                   if c["algorithm"] == choice["algorithm"] and c["inter_algorithm"] == choice["inter_algorithm"])
+    # Before the cost model: the link-kind rule and the built-in heuristic (no model given).
+    before = _C.resolve_algorithm(coll, "auto", count, 4, 0, ranks, d["host_of"])
+    before_t = next(c["predicted_s"] for c in cands if c["algorithm"] == before["algorithm"] and not c["inter_algorithm"])
     return {"topology": topo_name, "hosts": hosts, "ranks": ranks, "collective": coll, "bytes": size,
             "auto": label(choice), "auto_source": choice["source"], "auto_s": auto_t, "best": label(best),
             "best_s": best["predicted_s"], "best_flat": label(best_flat), "best_flat_s": best_flat["predicted_s"],
-            "candidates": len(cands), "wall_s": wall}
+            "before": before["algorithm"], "before_s": before_t, "candidates": len(cands), "wall_s": wall}
 
 
 def time_4096() -> dict:
@@ -85,8 +89,10 @@ def fmt_size(b: int) -> str:
 
 
 def markdown(rows, t4096, wall_total, jobs) -> str:
-    out = ["| topology | collective | hosts | worst auto / best | where | auto's picks (sizes 1 KiB..1 GiB, x16) |",
-           "| --- | --- | --- | --- | --- | --- |"]
+    has_before = any("before_s" in r for r in rows)  # older sweeps did not record it
+    out = ["| topology | collective | hosts | worst auto / best | where |" + (" before: worst / best |" if has_before else "")
+           + " auto's picks (sizes 1 KiB..1 GiB, x16) |",
+           "| --- | --- | --- | --- | --- |" + (" --- |" if has_before else "") + " --- |"]
     groups = {}
     for r in rows:
         groups.setdefault((r["topology"], r["collective"], r["hosts"]), []).append(r)
@@ -100,13 +106,19 @@ def markdown(rows, t4096, wall_total, jobs) -> str:
             else:
                 picks[-1][2] = r["bytes"]
         pick_s = ", ".join(f"{a} {fmt_size(lo)}" + (f"-{fmt_size(hi)}" if hi != lo else "") for a, lo, hi in picks)
+        was = max(rs, key=lambda r: r.get("before_s", r["auto_s"]) / r["best_s"])
+        was_s = (f"{was['before_s'] / was['best_s']:.2f} ({was['before']}, {fmt_size(was['bytes'])})"
+                 if "before_s" in was else "-")
         out.append(f"| {topo} | {coll} | {hosts} | {worst['auto_s'] / worst['best_s']:.3f} | "
-                   f"{fmt_size(worst['bytes'])} | {pick_s} |")
+                   f"{fmt_size(worst['bytes'])} |" + (f" {was_s} |" if has_before else "") + f" {pick_s} |")
     bad = [r for r in rows if r["auto_s"] > (1 + TOLERANCE) * r["best_s"]]
     hier = [r for r in rows if r["auto"].startswith("hierarchical")]
     hier_bad = [r for r in hier if r["auto_s"] > (1 + TOLERANCE) * r["best_flat_s"]]
     worst_hier = max((r["auto_s"] / r["best_flat_s"] for r in hier), default=float("nan"))
-    out += ["", f"Points: {len(rows)}; auto more than 10 % slower than the best candidate at {len(bad)}; "
+    before_bad = [r for r in rows if r.get("before_s", 0) > (1 + TOLERANCE) * r["best_s"]]
+    out += ["", f"Points: {len(rows)}; auto more than 10 % slower than the best candidate at {len(bad)} "
+            + (f"(before the cost model, with the link-kind rule and the heuristic: at {len(before_bad)})" if has_before
+               else "") + "; "
             f"auto picked hierarchical at {len(hier)}, more than 10 % slower than the best flat one at "
             f"{len(hier_bad)} (worst ratio to the best flat {worst_hier:.3f}). "
             f"4096 ranks (ring all_reduce, 1 GiB, dgx-h100): predicted {t4096['predicted_s'] * 1e3:.2f} ms in "
