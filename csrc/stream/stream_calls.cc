@@ -38,7 +38,6 @@ const StreamEngine::Plan& StreamEngine::plan(const CollectiveCall& call) {
   }
   const auto names = algorithms(call.coll);
   if (call.algo > names.size()) throw std::invalid_argument("algorithm: index out of range");
-  const int64_t bytes = call.count * static_cast<int64_t>(dtype_size(call.dtype));
   // Device streams have no host map: one host, the size policy (policy/auto_policy.h).
   const std::string algo =
       call.algo ? names[call.algo - 1]
