@@ -245,6 +245,20 @@ def create(store, prefix: str, rank: int, size: int, timeout: float, watch=()) -
     return Communicator(core, store, prefix, rank, size, timeout, split=split_communicator)
 
 
+def _set_cost_model(core, size: int) -> None:
+    """COMMLIB_TOPOLOGY: auto ranks its candidates with the simulator on this topology's links (the
+    placement is the communicator's host map). Every rank loads the same file, so all choose alike."""
+    spec = settings.get("COMMLIB_TOPOLOGY")
+    if not spec:
+        return
+    from commlib.sim import topology as sim_topology  # only when asked: the simulator's Python side
+    try:
+        model = sim_topology.load(spec)
+    except Exception as e:
+        raise ValueError(f"COMMLIB_TOPOLOGY: {e}") from None
+    core.set_cost_model(model.engine_dict(size))
+
+
 def core_topology(core) -> "bootstrap.Topology":
     return bootstrap.Topology(list(core.host_names), list(core.host_of), list(core.link_kinds))
 
@@ -263,8 +277,10 @@ def _create_core(rdv: _Rendezvous, rank: int, size: int, timeout: float):
         endpoint = bootstrap.listen(rdv, rank, topo, timeout, debug_level())
 
     def make_core(fd):
-        return _C.Communicator(rank, size, fd, topo.host_of, topo.hosts, endpoint, timeout, rdv.prefix,
+        core = _C.Communicator(rank, size, fd, topo.host_of, topo.hosts, endpoint, timeout, rdv.prefix,
                                debug_level())
+        _set_cost_model(core, size)
+        return core
 
     if rank == leader:
         fd = _make_region(local_size, rdv.prefix)

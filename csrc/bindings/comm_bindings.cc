@@ -2,6 +2,7 @@
 #include <pybind11/stl.h>
 
 #include "bindings/bindings.h"
+#include "sim/topology.h"
 #include "bindings/buffer_view.h"
 #include "bindings/gil.h"
 #include "host/communicator.h"
@@ -172,6 +173,13 @@ void bind_comm(py::module_& m) {
             return c.auto_choice(parse_collective(coll), bytes);
           },
           "The algorithm auto picks for `coll` of `bytes` on this communicator's links.")
+      .def(
+          "set_cost_model",
+          [](Communicator& c, const py::dict& topology) { c.set_cost_model(topology_from_dict(topology)); },
+          py::arg("topology"),
+          "The simulator topology (link parameters; the placement is this communicator's) auto ranks its "
+          "candidates with (COMMLIB_TOPOLOGY). Set before the first call.")
+      .def_property_readonly("has_cost_model", &Communicator::has_cost_model)
       .def(
           "connect",
           [](Communicator& c, const std::vector<std::string>& addresses) {

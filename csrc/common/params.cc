@@ -40,6 +40,8 @@ const std::vector<Param> kParams = {
      "AF_INET or AF_INET6: the address family TCP links listen on (default: IPv4 first)"},
     {"COMMLIB_HIER_SEGMENT", "int", "262144",
      "elements per pipeline segment of hierarchical all_reduce (2+ hosts; at most 16 segments; same on all ranks)"},
+    {"COMMLIB_TOPOLOGY", "name", "",
+     "auto's cost model: a simulator preset (dgx-h100, eth-25g, ...), a topology JSON file or fitted:<bench.json>; auto then picks the candidate the simulator predicts fastest on the communicator's host map (unset: the link-kind rule)"},
     {"COMMLIB_TCP_CHUNK_BYTES", "bytes", "524288",
      "payload bytes of one TCP chunk, a multiple of 64 in 4096..64 MiB (the same on every rank)"},
     {"COMMLIB_TCP_NCONNS", "int", "1",
