@@ -21,7 +21,7 @@ import sys
 import time
 from typing import Optional
 
-from commlib import _C, bootstrap, settings
+from commlib import _C, bootstrap, settings, shrink
 from commlib.communicator import Communicator
 from commlib.errors import CommError, RendezvousError
 from commlib.fdpass import FdServer, receive_fd
@@ -139,14 +139,16 @@ def _default_store(rank, world_size, master_addr, master_port, timeout):
 
 
 class _Rendezvous:
-    """Keys under one prefix, waited on with a deadline while watching ``<prefix>/error``."""
+    """Keys under one prefix, waited on with a deadline while watching ``<prefix>/error`` (and
+    calling ``watch()``, which may raise, e.g. a shrink's check that no survivor died)."""
 
-    def __init__(self, store, prefix: str, rank: int, timeout: float):
+    def __init__(self, store, prefix: str, rank: int, timeout: float, watch=None):
         self.store = store
         self.prefix = prefix
         self.rank = rank
         self.timeout = timeout
         self.deadline = time.monotonic() + timeout
+        self.watch = watch
 
     def set(self, name: str, value):
         self.store.set(f"{self.prefix}/{name}", value)
@@ -172,6 +174,8 @@ class _Rendezvous:
         err = f"{self.prefix}/error"
         if self.store.check([err]):
             raise RendezvousError(f"rendezvous {self.prefix!r}: " + _text(self.store.get(err)))
+        if self.watch is not None:
+            self.watch()
 
     def report(self, message: str):
         """Tell every rank what went wrong here (best effort: the store may be the problem)."""
@@ -216,10 +220,11 @@ def _make_region(size: int, prefix: str) -> int:
 _REGION_FIELDS = {"pid": int, "size": int, "host": str, "socket": str, "bytes": int}
 
 
-def create(store, prefix: str, rank: int, size: int, timeout: float) -> Communicator:
-    """Build a communicator of ``size`` ranks over ``store`` keys under ``prefix`` (collective)."""
+def create(store, prefix: str, rank: int, size: int, timeout: float, watch=None) -> Communicator:
+    """Build a communicator of ``size`` ranks over ``store`` keys under ``prefix`` (collective);
+    ``watch()`` runs while waiting on peers and may raise to stop the rendezvous."""
     store = secured(store)
-    rdv = _Rendezvous(store, prefix, rank, timeout)
+    rdv = _Rendezvous(store, prefix, rank, timeout, watch)
     try:
         core, direct = _create_core(rdv, rank, size, timeout)
     except (CommError, ValueError, OSError) as e:
@@ -236,7 +241,8 @@ def create(store, prefix: str, rank: int, size: int, timeout: float) -> Communic
         note = bootstrap.unauthenticated_note(topo)
         if note:
             _log(1, f"{prefix}: {note}")
-    return Communicator(core, store, prefix, rank, size, timeout, split=split_communicator)
+    return Communicator(core, store, prefix, rank, size, timeout, split=split_communicator,
+                        shrink=shrink_communicator)
 
 
 def core_topology(core) -> "bootstrap.Topology":
@@ -345,3 +351,8 @@ def split_communicator(comm: Communicator, color, key: int, n: int, timeout: flo
     members = sorted((k, r) for c, k, r in entries if c == color)
     new_rank = [r for _, r in members].index(comm.rank)
     return create(comm._store, f"{prefix}/c{color}", new_rank, len(members), timeout)
+
+
+def shrink_communicator(comm: Communicator, exclude, n: int, timeout: float):
+    """Implementation of Communicator.shrink (commlib/shrink.py; collective over the survivors)."""
+    return shrink.shrink(comm, exclude, n, timeout, _Rendezvous, create)

@@ -33,6 +33,7 @@ from commlib.torch.fast_path import (ALL_REDUCE, BARRIER, BROADCAST, OP_BY_HASH,
                                      fast_collective)
 from commlib.torch.data_movement import DataMovementMixin
 from commlib.torch.p2p import PointToPointMixin
+from commlib.torch.shrink import ShrinkMixin
 from commlib.torch.staging import (NATIVE, as_bytes, op_of, out_bytes, reduction_staging,
                                    sparse_all_reduce)
 from commlib.torch.stream_p2p import DeviceStreams
@@ -96,7 +97,7 @@ def _check_algorithms(options: Options):
                              f"(expected one of: auto, {', '.join(known)})")
 
 
-class ProcessGroupCommlib(PointToPointMixin, DataMovementMixin, dist.ProcessGroup):
+class ProcessGroupCommlib(ShrinkMixin, PointToPointMixin, DataMovementMixin, dist.ProcessGroup):
     """``torch.distributed.ProcessGroup`` whose collectives run on a commlib communicator."""
 
     def __init__(self, comm, rank: int, size: int, options: Optional[Options] = None,

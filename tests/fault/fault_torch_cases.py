@@ -68,3 +68,133 @@ def case_ddp_backward_raises(comm, victim, kill_step=3, steps=8):
             return f"{type(exc).__name__}: {exc}", time.monotonic() - t0
         opt.step()
     return None
+
+
+# -- survivors shrink and train on (float64, exact: training_replay.py) -----------------------------
+def _members(me: int) -> list:
+    """The original ranks of the default group's members, in group order."""
+    out = torch.zeros(dist.get_world_size(), dtype=torch.int64)
+    dist.all_gather_into_tensor(out, torch.tensor([me], dtype=torch.int64))
+    return out.tolist()
+
+
+def _shrink_default_group():
+    import commlib.torch as ct
+    dead = ct.dead_ranks()
+    dist.shrink_group(dead, shrink_flags=dist.distributed_c10d.SHRINK_ABORT)
+    return dead
+
+
+def case_dist_all_reduce_shrink(comm, victim, kill_step=2):
+    """Gradients summed with dist.all_reduce; ``victim`` dies at ``kill_step``; the survivors
+    shrink the default group (dist.shrink_group) and redo the step. Returns (params bytes,
+    members by step, error message, excluded ranks, new rank)."""
+    import training_replay as tr
+    torch.set_num_threads(1)
+    init_torch(comm)
+    me = comm.rank
+    w, members_by_step, message, dead, step = torch.zeros(tr.DIM, dtype=torch.float64), [], None, None, 0
+    members = _members(me)
+    while step < tr.STEPS:
+        if step == kill_step and me == victim:
+            die()
+        g = torch.from_numpy(tr.gradient(w.numpy(), step, me))
+        try:
+            dist.all_reduce(g)
+        except Exception as exc:  # noqa: BLE001 - PeerError from the blocking path
+            message = f"{type(exc).__name__}: {exc}"
+            dead = _shrink_default_group()
+            members = _members(me)
+            continue
+        w -= tr.LR * g
+        members_by_step.append(members)
+        step += 1
+    out = (w.numpy().tobytes(), members_by_step, message, dead, dist.get_rank())
+    dist.destroy_process_group()
+    return out
+
+
+def _sum_hook(state, bucket):
+    """DDP comm hook: the bucket's sum, undivided (keeps the float64 sums exact)."""
+    fut = dist.all_reduce(bucket.buffer(), async_op=True).get_future()
+    return fut.then(lambda f: f.value()[0])
+
+
+def _linear():
+    import training_replay as tr
+    model = torch.nn.Linear(tr.DIM, 1, bias=False).to(torch.float64)
+    with torch.no_grad():
+        model.weight.zero_()
+    return model
+
+
+def _loss(model, step, rank):
+    import training_replay as tr
+    x, y = (torch.from_numpy(a) for a in tr.batch(step, rank))
+    return 0.5 * ((model(x).squeeze(1) - y) ** 2).sum()  # gradient: x^T (x w - y)
+
+
+def case_ddp_shrink(comm, victim, kill_step=2, fsdp_steps=2):
+    """torch DDP (sum hook); ``victim`` dies at ``kill_step``; the survivors catch the backward's
+    error, shrink the default group, build DDP again on it and redo the step; then FSDP2 on the
+    shrunk group trains a copy ``fsdp_steps`` steps. Returns (params bytes, members by step,
+    error message, FSDP2 full parameters after its steps as bytes)."""
+    import gc
+
+    import training_replay as tr
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    torch.set_num_threads(1)
+    init_torch(comm)
+    me = comm.rank
+    model = _linear()
+    ddp = DDP(model)
+    ddp.register_comm_hook(None, _sum_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=tr.LR)
+    members_by_step, message, step = [], None, 0
+    members = _members(me)
+    while step < tr.STEPS:
+        opt.zero_grad()
+        loss = _loss(ddp, step, me)
+        if step == kill_step and me == victim:
+            die()
+        try:
+            loss.backward()
+        except Exception as exc:  # noqa: BLE001 - RuntimeError carrying the PeerError
+            message = f"{type(exc).__name__}: {exc}"
+        else:
+            opt.step()
+            members_by_step.append(members)
+            step += 1
+            continue
+        del ddp, loss  # the old reducer's autograd hooks go with it
+        gc.collect()
+        _shrink_default_group()
+        members = _members(me)
+        ddp = DDP(model)
+        ddp.register_comm_hook(None, _sum_hook)
+    params = model.weight.detach().reshape(-1).numpy().tobytes()
+    del ddp
+    fsdp = _fsdp_steps(members, fsdp_steps)
+    dist.destroy_process_group()
+    return params, members_by_step, message, fsdp
+
+
+def _fsdp_steps(members, steps):
+    """FSDP2 (fully_shard) over the shrunk default group trains a fresh linear model ``steps``
+    steps on the members' batches; returns the full parameters (bytes)."""
+    import training_replay as tr
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    model = torch.nn.Linear(tr.DIM, 2, bias=False).to(torch.float64)
+    with torch.no_grad():
+        model.weight.zero_()
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=tr.LR)
+    me = members[dist.get_rank()]
+    for step in range(steps):
+        opt.zero_grad()
+        x, y = (torch.from_numpy(a) for a in tr.batch(step, me))
+        (0.5 * ((model(x) - y[:, None]) ** 2).sum()).backward()
+        opt.step()
+    return model.weight.full_tensor().reshape(-1).detach().numpy().tobytes()
