@@ -47,29 +47,6 @@ def batch(step: int, rank: int, n: int = 4, dtype=torch.float32):
     return torch.randn(n, 8, generator=g, dtype=dtype), torch.randn(n, 4, generator=g, dtype=dtype)
 
 
-def case_ddp_backward_raises(comm, victim, kill_step=3, steps=8):
-    """DDP over "commlib"; ``victim`` dies at ``kill_step`` before its backward. Every survivor's
-    ``loss.backward()`` must raise a Python exception (not crash): returns (message, seconds)."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
-    torch.set_num_threads(1)
-    init_torch(comm)
-    ddp = DDP(two_layer_model())
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
-    for step in range(steps):
-        x, y = batch(step, comm.rank)
-        opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(ddp(x), y)
-        if step == kill_step and comm.rank == victim:
-            die()
-        t0 = time.monotonic()
-        try:
-            loss.backward()
-        except Exception as exc:  # noqa: BLE001 - the point of the case
-            return f"{type(exc).__name__}: {exc}", time.monotonic() - t0
-        opt.step()
-    return None
-
-
 # -- survivors shrink and train on (float64, exact: training_replay.py) -----------------------------
 def _members(me: int) -> list:
     """The original ranks of the default group's members, in group order."""
@@ -135,10 +112,12 @@ def _loss(model, step, rank):
 
 
 def case_ddp_shrink(comm, victim, kill_step=2, fsdp_steps=2):
-    """torch DDP (sum hook); ``victim`` dies at ``kill_step``; the survivors catch the backward's
-    error, shrink the default group, build DDP again on it and redo the step; then FSDP2 on the
-    shrunk group trains a copy ``fsdp_steps`` steps. Returns (params bytes, members by step,
-    error message, FSDP2 full parameters after its steps as bytes)."""
+    """torch DDP (its default averaging: 4 ranks, exact) until ``victim`` dies at ``kill_step``
+    before its backward. The survivors' ``loss.backward()`` must raise (it used to crash with
+    SIGSEGV); they shrink the default group, build DDP again on it (summing hook: 3 ranks) and redo
+    the step; then FSDP2 on the shrunk group trains a fresh model ``fsdp_steps`` steps. Returns
+    (params bytes, members by step, error message, seconds the backward took to raise, FSDP2 full
+    parameters as bytes)."""
     import gc
 
     import training_replay as tr
@@ -147,20 +126,20 @@ def case_ddp_shrink(comm, victim, kill_step=2, fsdp_steps=2):
     init_torch(comm)
     me = comm.rank
     model = _linear()
-    ddp = DDP(model)
-    ddp.register_comm_hook(None, _sum_hook)
+    ddp = DDP(model)  # the default path: bucket all_reduce, futures, the reducer's callbacks
     opt = torch.optim.SGD(model.parameters(), lr=tr.LR)
-    members_by_step, message, step = [], None, 0
+    members_by_step, message, took, step = [], None, None, 0
     members = _members(me)
     while step < tr.STEPS:
         opt.zero_grad()
         loss = _loss(ddp, step, me)
         if step == kill_step and me == victim:
             die()
+        t0 = time.monotonic()
         try:
             loss.backward()
         except Exception as exc:  # noqa: BLE001 - RuntimeError carrying the PeerError
-            message = f"{type(exc).__name__}: {exc}"
+            message, took = f"{type(exc).__name__}: {exc}", time.monotonic() - t0
         else:
             opt.step()
             members_by_step.append(members)
@@ -176,7 +155,7 @@ def case_ddp_shrink(comm, victim, kill_step=2, fsdp_steps=2):
     del ddp
     fsdp = _fsdp_steps(members, fsdp_steps)
     dist.destroy_process_group()
-    return params, members_by_step, message, fsdp
+    return params, members_by_step, message, took, fsdp
 
 
 def _fsdp_steps(members, steps):
@@ -198,3 +177,54 @@ def _fsdp_steps(members, steps):
         (0.5 * ((model(x) - y[:, None]) ** 2).sum()).backward()
         opt.step()
     return model.weight.full_tensor().reshape(-1).detach().numpy().tobytes()
+
+
+def case_commlib_dp_shrink(comm, victim, kill_step=1):
+    """commlib.parallel.DataParallel on the pool's communicator (3 ranks: it averages); ``victim``
+    dies at ``kill_step``; the survivors call ``DataParallel.shrink()`` and redo the step. Returns
+    (params bytes, members by step, error message)."""
+    import training_replay as tr
+    from commlib.parallel import DataParallel
+    torch.set_num_threads(1)
+    me = comm.rank
+    model = _linear()
+    dp = DataParallel(model, comm)
+    opt = torch.optim.SGD(model.parameters(), lr=tr.LR)
+    members_by_step, message, step = [], None, 0
+    members = list(range(comm.size))
+    while step < tr.STEPS:
+        opt.zero_grad()
+        loss = _loss(dp, step, me)
+        if step == kill_step and me == victim:
+            die()
+        try:
+            loss.backward()
+        except Exception as exc:  # noqa: BLE001 - PeerError from the end of backward
+            message = f"{type(exc).__name__}: {exc}"
+            dp.shrink()
+            members = [r for r in members if r != victim]
+            continue
+        opt.step()
+        members_by_step.append(members)
+        step += 1
+    return model.weight.detach().reshape(-1).numpy().tobytes(), members_by_step, message, dp.comm.size
+
+
+def torch_replay(members_by_step, divisors):
+    """``training_replay.replay`` computed with the same torch ops as the ranks (forward, backward,
+    SGD), for runs whose parameters leave the exact range: every rank's gradient is then the same
+    bits here, and a sum of two is the same in either order."""
+    import training_replay as tr
+    model = _linear()
+    opt = torch.optim.SGD(model.parameters(), lr=tr.LR)
+    for step, members in enumerate(members_by_step):
+        total = None
+        for r in sorted(members):
+            probe = _linear()
+            with torch.no_grad():
+                probe.weight.copy_(model.weight)
+            _loss(probe, step, r).backward()
+            total = probe.weight.grad if total is None else total + probe.weight.grad
+        model.weight.grad = total / divisors[step]
+        opt.step()
+    return model.weight.detach().reshape(-1).numpy().tobytes()

@@ -31,8 +31,11 @@ def case_train_shrink(comm, victim, kill_step=2, split_color=None):
     """SGD on the summed gradients; ``victim`` dies at ``kill_step``. Survivors catch PeerError,
     shrink, close the old communicator and redo the step. With ``split_color`` (rank -> color) the
     training runs on this rank's sub-communicator of ``split`` instead, and the world is shrunk too.
-    Returns (params bytes, members by step, error message, new world size or None)."""
+    Returns (params bytes, members by step, error message, new world size or None, leaks): leaks
+    are the commlib mappings left and the descriptors and threads gained once every communicator
+    (the pool's too) is closed."""
     me = comm.rank
+    fds, threads = _fds(), _threads()
     group = comm if split_color is None else comm.split(split_color[me])
     w, members_by_step, message, step = np.zeros(tr.DIM), [], None, 0
     members = original_ranks(group, me)
@@ -63,7 +66,22 @@ def case_train_shrink(comm, victim, kill_step=2, split_color=None):
         new_world.close()
     if group is not comm:
         group.close()
-    return w.tobytes(), members_by_step, message, world
+    comm.close()  # the pool's: the dead rank's region goes with the last mapping (close is idempotent)
+    leaks = (_maps(), _fds() - fds, _threads() - threads)
+    return w.tobytes(), members_by_step, message, world, leaks
+
+
+def _fds():
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _threads():
+    return len(os.listdir("/proc/self/task"))
+
+
+def _maps():
+    with open("/proc/self/maps") as f:
+        return sum("commlib:" in line for line in f)
 
 
 def _try(fn):

@@ -27,7 +27,8 @@ def _check_training(results, victim, members_before, members_after, ranks):
     want = tr.replay(members)
     assert results[victim] is None
     for rank in ranks:
-        params, members_by_step, message, _ = results[rank]
+        params, members_by_step, message, _, leaks = results[rank]
+        assert leaks[0] == 0 and leaks[1] <= 0 and leaks[2] <= 0, f"rank {rank}: maps, fds, threads {leaks}"
         assert members_by_step == members, (rank, members_by_step)
         assert f"rank {victim}" in message, message
         assert params == want.tobytes(), (rank, np.frombuffer(params), want)
@@ -53,7 +54,7 @@ def test_split_sub_communicator_shrinks():
     colors = (0, 0, 0, 1)
     results = run_killing_one_rank(4, 2, sc.case_train_shrink, timeout=120, args=(KILL_STEP, colors))
     _check_training(results, 2, [0, 1, 2], [0, 1], [0, 1])
-    params, members_by_step, message, _ = results[3]  # alone in its group: never disturbed
+    params, members_by_step, message, _, _ = results[3]  # alone in its group: never disturbed
     assert members_by_step == [[3]] * tr.STEPS and message is None
     assert params == tr.replay([[3]] * tr.STEPS).tobytes()
     assert [results[r][3] for r in (0, 1, 3)] == [3, 3, 3]

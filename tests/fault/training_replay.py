@@ -29,15 +29,15 @@ def gradient(w: np.ndarray, step: int, rank: int) -> np.ndarray:
     return x.T @ (x @ w - y)
 
 
-def replay(members_by_step, average: bool = False) -> np.ndarray:
-    """Parameters after one process replays the steps: step i sums (``average``: averages) the
-    gradients of the (original) ranks in ``members_by_step[i]``."""
+def replay(members_by_step, divisors=None) -> np.ndarray:
+    """Parameters after one process replays the steps: step i sums the gradients of the (original)
+    ranks in ``members_by_step[i]`` and divides the sum by ``divisors[i]`` (default 1)."""
     w = np.zeros(DIM)
     for step, members in enumerate(members_by_step):
         total = np.zeros(DIM)
         for r in sorted(members):
             total = total + gradient(w, step, r)
-        if average:
-            total = total / len(members)
+        if divisors is not None and divisors[step] != 1:
+            total = total / divisors[step]
         w = w - LR * total
     return w
