@@ -38,20 +38,18 @@ class ShrinkMixin:
         CommError) instead of letting it finish. ``opts``: ``commlib.torch.Options`` for the new
         group (default: this group's).
         """
-        from commlib.torch.backend import Options, ProcessGroupCommlib
-        if opts is not None and not isinstance(opts, Options):
+        if opts is not None and not isinstance(opts, type(self._options)):
             raise TypeError(f"opts: expected commlib.torch.Options, got {type(opts).__name__}")
         if shrink_flags & SHRINK_ABORT:
             # Fail queued and running calls now; the communicator's links stay open for the
             # agreement (peer liveness), and torch destroys this group after the shrink.
             self._comm.abort("aborted by shrink_group(SHRINK_ABORT)")
         comm = self._comm.shrink(exclude=list(ranks_to_exclude))
-        return ProcessGroupCommlib(comm, comm.rank, comm.size, opts or self._options, self._timeout)
+        return type(self)(comm, comm.rank, comm.size, opts or self._options, self._timeout)
 
 
 def _is_commlib(pg) -> bool:
-    from commlib.torch.backend import ProcessGroupCommlib
-    return isinstance(pg, ProcessGroupCommlib)
+    return isinstance(pg, ShrinkMixin)  # ProcessGroupCommlib (this module sits below backend.py)
 
 
 def install():
