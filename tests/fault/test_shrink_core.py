@@ -60,9 +60,13 @@ def test_split_sub_communicator_shrinks():
     assert [results[r][3] for r in (0, 1, 3)] == [3, 3, 3]
 
 
+# four hosts: every survivor sees ranks 2-4 (the live one excluded, the one dying during the shrink,
+# the first victim) only over TCP, where a failed peer that dies is known by its lost connection
 @pytest.mark.timeout(150)
-def test_shrink_misuse_fails_on_every_rank():
-    results = run_killing_one_rank(5, 4, sc.case_shrink_errors, timeout=120)
+@pytest.mark.parametrize("hosts", [None, ("a", "a", "b", "c", "d")], ids=["shm", "four-hosts"])
+def test_shrink_misuse_fails_on_every_rank(hosts):
+    env = {"COMMLIB_HOST_ID": hosts} if hosts else None
+    results = run_killing_one_rank(5, 4, sc.case_shrink_errors, env=env, timeout=120)
     assert results[3] is None  # the second failure
     for r in (0, 1, 2):
         msg, took = results[r]["disagree"]
