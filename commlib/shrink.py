@@ -116,9 +116,12 @@ class _Agreement:
         raw = self.rdv.store.get(full)
         try:
             rec = json.loads(bytes(raw).decode())
-            ranks = rec["exclude"]
-            assert isinstance(ranks, list) and all(isinstance(r, int) and 0 <= r < self.size for r in ranks)
-        except Exception:  # noqa: BLE001 - anything malformed is one error
+            ranks, explicit = rec["exclude"], rec["explicit"]
+            good = isinstance(ranks, list) and isinstance(explicit, bool) and all(
+                isinstance(r, int) and not isinstance(r, bool) and 0 <= r < self.size for r in ranks)
+        except (ValueError, TypeError, KeyError):  # not JSON, not an object, a field missing
+            good = False
+        if not good:
             self.fail(RendezvousError(f"{self.what}: rank {rank}'s {key} is malformed: {bytes(raw)[:80]!r}"))
         return rec
 
@@ -145,7 +148,7 @@ class _Agreement:
                 if s not in claims:
                     rec = self._read("claim", s)
                     if rec is not None:
-                        claims[s] = (set(rec["exclude"]), bool(rec["explicit"]))
+                        claims[s] = (set(rec["exclude"]), rec["explicit"])
             claimed = set().union(*(c for c, _ in claims.values()))
             pending = [s for s in range(self.size) if s not in claims and s not in claimed]
             if not pending:

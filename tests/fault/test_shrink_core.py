@@ -69,8 +69,9 @@ def test_shrink_misuse_fails_on_every_rank(hosts):
     results = run_killing_one_rank(5, 4, sc.case_shrink_errors, env=env, timeout=120)
     assert results[3] is None  # the second failure
     for r in (0, 1, 2):
-        msg, took = results[r]["disagree"]
-        assert "RendezvousError" in msg and "rank 2" in msg and "alive" in msg, (r, msg)
+        msg, took = results[r]["disagree"]  # which check names it first depends on timing
+        assert "RendezvousError" in msg and (
+            ("exclude rank 2" in msg and "alive" in msg) or ("disagree" in msg and "[2, 4]" in msg)), (r, msg)
         assert took < 10, (r, took)
         msg, took = results[r]["excluded_caller"]
         assert "RendezvousError" in msg and "rank 2" in msg and "must not call shrink" in msg, (r, msg)
