@@ -91,6 +91,24 @@ def case_dist_all_reduce_shrink(comm, victim, kill_step=2):
     return out
 
 
+class Sgd:
+    """Plain SGD, ``p -= lr * grad`` with torch.optim.SGD's arithmetic (``add_`` with ``alpha``):
+    constructing a torch optimizer imports torch._dynamo, about 25 s per rank on a busy 2-core
+    machine, the bulk of these tests' time otherwise."""
+
+    def __init__(self, model, lr):
+        self.params, self.lr = list(model.parameters()), lr
+
+    def zero_grad(self):
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self):
+        for p in self.params:
+            p.add_(p.grad, alpha=-self.lr)
+
+
 def _sum_hook(state, bucket):
     """DDP comm hook: the bucket's sum, undivided (keeps the float64 sums exact)."""
     fut = dist.all_reduce(bucket.buffer(), async_op=True).get_future()
@@ -127,7 +145,7 @@ def case_ddp_shrink(comm, victim, kill_step=2, fsdp_steps=2):
     me = comm.rank
     model = _linear()
     ddp = DDP(model)  # the default path: bucket all_reduce, futures, the reducer's callbacks
-    opt = torch.optim.SGD(model.parameters(), lr=tr.LR)
+    opt = Sgd(model, tr.LR)
     members_by_step, message, took, step = [], None, None, 0
     members = _members(me)
     while step < tr.STEPS:
@@ -169,7 +187,7 @@ def _fsdp_steps(members, steps):
     with torch.no_grad():
         model.weight.zero_()
     fully_shard(model, mesh=mesh)
-    opt = torch.optim.SGD(model.parameters(), lr=tr.LR)
+    opt = Sgd(model, tr.LR)
     me = members[dist.get_rank()]
     for step in range(steps):
         opt.zero_grad()
@@ -189,7 +207,7 @@ def case_commlib_dp_shrink(comm, victim, kill_step=1):
     me = comm.rank
     model = _linear()
     dp = DataParallel(model, comm)
-    opt = torch.optim.SGD(model.parameters(), lr=tr.LR)
+    opt = Sgd(model, tr.LR)
     members_by_step, message, step = [], None, 0
     members = list(range(comm.size))
     while step < tr.STEPS:
@@ -216,7 +234,7 @@ def torch_replay(members_by_step, divisors):
     bits here, and a sum of two is the same in either order."""
     import training_replay as tr
     model = _linear()
-    opt = torch.optim.SGD(model.parameters(), lr=tr.LR)
+    opt = Sgd(model, tr.LR)
     for step, members in enumerate(members_by_step):
         total = None
         for r in sorted(members):
