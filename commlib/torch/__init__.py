@@ -38,7 +38,7 @@ def get_communicator(group=None):
 def dead_ranks(group=None):
     """The ranks of ``group`` (default: the default group) that its communicator sees gone (dead
     or closed), sorted: what the survivors pass to ``dist.shrink_group`` after a PeerError."""
-    from commlib.shrink import gone_ranks
+    from commlib.core.shrink import gone_ranks
     return sorted(gone_ranks(get_communicator(group)))
 
 

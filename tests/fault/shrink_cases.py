@@ -113,7 +113,7 @@ def case_shrink_errors(comm, victim):
     out["excluded_caller"] = _try(lambda: comm.shrink(exclude=gone + [2]))
     # 3. a second failure during the shrink: rank `last - 1` dies once it published its claim
     if me == last - 1:
-        import commlib.shrink as cs
+        import commlib.core.shrink as cs
         cs._Agreement.agree = lambda self, excluded: die()
     out["second_failure"] = _try(lambda: comm.shrink())
     # 4. a live rank excluded: ranks 0 and 1 exclude rank 2, which does not call shrink
