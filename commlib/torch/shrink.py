@@ -1,15 +1,15 @@
 """``dist.shrink_group`` on commlib process groups (torch's ``Backend.shrink``).
 
-torch 2.13's ``shrink_group(ranks_to_exclude, group, shrink_flags)`` looks up the group's C++
-``Backend`` (``_get_backend``), asks it ``supports_shrinking``, calls ``shrink(excluded,
-flags, opts)`` for the new backend, then wraps that in a fresh ``ProcessGroup`` with
-``_register_backend``, destroys the old group and, for the default group, makes the new one the
-default. A commlib group is a Python ``ProcessGroup`` subclass (the C++ ``Backend`` cannot be
-subclassed from Python), so two of those steps cannot take it: ``_get_backend`` has nothing
-registered and ``_register_backend`` accepts only C++ backends. ``install()`` wraps exactly those
-two helpers of ``torch.distributed.distributed_c10d`` so that, for commlib groups only, the group
-itself is the backend and the shrunk group is used as it is (as torch already does for Python
-groups in ``new_group``); every other backend takes torch's own code unchanged.
+torch 2.13's ``shrink_group(ranks_to_exclude, group, shrink_flags)`` looks up the group's backend
+(``_get_backend``: a commlib group answers with itself, commlib/torch/devices.py), asks it
+``supports_shrinking``, calls ``shrink(excluded, flags, opts)`` for the new backend, then wraps that
+in a fresh ``ProcessGroup`` with ``_register_backend``, destroys the old group and, for the default
+group, makes the new one the default. A commlib group is a Python ``ProcessGroup`` subclass (the
+C++ ``Backend`` cannot be subclassed from Python), and ``_register_backend`` accepts only C++
+backends: ``install()`` wraps that one helper of ``torch.distributed.distributed_c10d``
+(``_create_shrunk_process_group``) so that, for commlib groups only, the shrunk group is used as it
+is (as torch already does for Python groups in ``new_group``); every other backend takes torch's
+own code unchanged.
 
 ``ShrinkMixin`` gives ``ProcessGroupCommlib`` the ``Backend.shrink`` API on top of
 ``Communicator.shrink`` (docs/fault_tolerance.md).
@@ -56,15 +56,9 @@ def install():
     """Route commlib groups through ``dist.shrink_group`` (idempotent; see the module docstring)."""
     if getattr(c10d, "_commlib_shrink_installed", False):
         return
-    if not hasattr(c10d, "_validate_shrink_backend_requirements") or \
-            not hasattr(c10d, "_create_shrunk_process_group"):
+    if not hasattr(c10d, "_create_shrunk_process_group"):
         return  # a torch without shrink_group: nothing to route
-    validate = c10d._validate_shrink_backend_requirements
     create = c10d._create_shrunk_process_group
-
-    def validate_backend(group_info):
-        pg = group_info["process_group"]
-        return pg if _is_commlib(pg) else validate(group_info)
 
     def create_group(new_backend, remaining_ranks, metadata, is_default_group):
         if not _is_commlib(new_backend):
@@ -76,6 +70,5 @@ def install():
             new_backend.bound_device_id = metadata["bound_device_id"]
         return new_backend
 
-    c10d._validate_shrink_backend_requirements = validate_backend
     c10d._create_shrunk_process_group = create_group
     c10d._commlib_shrink_installed = True
