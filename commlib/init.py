@@ -25,6 +25,7 @@ from commlib import settings
 import commlib._C as _C
 from commlib.bootstrap import hosts as bootstrap
 from commlib.core.call_checks import as_int
+from commlib.core import shrink
 from commlib.core.communicator import Communicator
 from commlib.errors import CommError, RendezvousError
 from commlib.bootstrap.fdpass import FdServer, receive_fd
@@ -140,9 +141,10 @@ def _default_store(rank, world_size, master_addr, master_port, timeout):
 
 
 class _Rendezvous:
-    """Keys under one prefix, waited on with a deadline while watching ``<prefix>/error``."""
+    """Keys under one prefix, waited on with a deadline while watching ``<prefix>/error`` (and
+    calling ``check()``, which may raise, e.g. a shrink's check that no survivor died)."""
 
-    def __init__(self, store, prefix: str, rank: int, timeout: float, watch=()):
+    def __init__(self, store, prefix: str, rank: int, timeout: float, watch=(), check=None):
         self.store = store
         self.prefix = prefix
         self.rank = rank
@@ -151,6 +153,7 @@ class _Rendezvous:
         # Other prefixes whose errors end this rendezvous too: a split's child watches its parent's,
         # so a rank that refused a split entry stops the ranks already in the child rendezvous.
         self.watch = (prefix,) + tuple(watch)
+        self.check = check
 
     def set(self, name: str, value):
         self.store.set(f"{self.prefix}/{name}", value)
@@ -172,11 +175,14 @@ class _Rendezvous:
             pause = min(pause * 2, 0.02)
 
     def raise_reported(self):
-        """Raise RendezvousError if some rank reported an error under this prefix (or a watched one)."""
+        """Raise RendezvousError if some rank reported an error under this prefix (or a watched one),
+        or whatever ``check()`` raises."""
         for prefix in self.watch:
             err = f"{prefix}/error"
             if self.store.check([err]):
                 raise RendezvousError(f"rendezvous {prefix!r}: " + _text(self.store.get(err)))
+        if self.check is not None:
+            self.check()
 
     def report(self, message: str):
         """Tell every rank what went wrong here (best effort: the store may be the problem)."""
@@ -221,11 +227,12 @@ def _make_region(size: int, prefix: str) -> int:
 _REGION_FIELDS = {"pid": int, "size": int, "host": str, "socket": str, "bytes": int}
 
 
-def create(store, prefix: str, rank: int, size: int, timeout: float, watch=()) -> Communicator:
+def create(store, prefix: str, rank: int, size: int, timeout: float, watch=(), check=None) -> Communicator:
     """Build a communicator of ``size`` ranks over ``store`` keys under ``prefix`` (collective).
-    An error reported under any prefix in ``watch`` ends the rendezvous too."""
+    An error reported under any prefix in ``watch`` ends the rendezvous too; ``check()`` runs while
+    waiting on peers and may raise to stop it (a shrink's check that no survivor died)."""
     store = secured(store)
-    rdv = _Rendezvous(store, prefix, rank, timeout, watch)
+    rdv = _Rendezvous(store, prefix, rank, timeout, watch, check)
     try:
         core, direct = _create_core(rdv, rank, size, timeout)
     except (CommError, ValueError, OSError) as e:
@@ -242,7 +249,8 @@ def create(store, prefix: str, rank: int, size: int, timeout: float, watch=()) -
         note = bootstrap.unauthenticated_note(topo)
         if note:
             _log(1, f"{prefix}: {note}")
-    return Communicator(core, store, prefix, rank, size, timeout, split=split_communicator)
+    return Communicator(core, store, prefix, rank, size, timeout, split=split_communicator,
+                        shrink=shrink_communicator)
 
 
 def _set_cost_model(core, size: int) -> None:
@@ -367,3 +375,8 @@ def split_communicator(comm: Communicator, color, key: int, n: int, timeout: flo
     members = sorted((k, r) for c, k, r in entries if c == color)
     new_rank = [r for _, r in members].index(comm.rank)
     return create(comm._store, f"{prefix}/c{color}", new_rank, len(members), timeout, watch=(prefix,))
+
+
+def shrink_communicator(comm: Communicator, exclude, n: int, timeout: float):
+    """Implementation of Communicator.shrink (commlib/core/shrink.py; collective over the survivors)."""
+    return shrink.shrink(comm, exclude, n, timeout, _Rendezvous, create)

@@ -17,6 +17,7 @@ from commlib.core.call_checks import (as_int, as_rank, check_algorithm, check_op
                                       named_device_buffers)
 from commlib.core.p2p_plan import plan_all_to_allv, plan_batch
 from commlib.errors import CommError
+from commlib.core.shrink import check_exclude
 from commlib.core.work import Work  # noqa: F401  (re-exported: commlib.core.communicator.Work)
 
 # The latency path: blocking calls on plain NumPy arrays go straight to C++ (csrc/bindings/
@@ -40,11 +41,15 @@ class Communicator:
     (``"auto"`` by default; see ``commlib.algorithms(collective)``).
     """
 
-    def __init__(self, core, store, prefix: str, rank: int, size: int, timeout: float, split=None):
-        # ``split``: the rendezvous that builds a sub-communicator (commlib.init passes it), so this
-        # module needs no import of the layer that creates communicators.
+    def __init__(self, core, store, prefix: str, rank: int, size: int, timeout: float, split=None,
+                 shrink=None):
+        # ``split``/``shrink``: the rendezvous that builds a sub-communicator or the survivors'
+        # communicator (commlib.init passes them), so this module needs no import of the layer
+        # that creates communicators.
         self._core = core
         self._split = split
+        self._shrink = shrink
+        self._shrinks = 0
         self._addr = _C.core_address(core)  # for _fast; self._core keeps the core alive
         self._store = store
         self._prefix = prefix
@@ -344,6 +349,30 @@ class Communicator:
                 child.abort("its stream engine could not be set up at split()")
                 raise
         return child
+
+    def shrink(self, exclude: Optional[Sequence[int]] = None,
+               timeout: Optional[float] = None) -> "Communicator":
+        """A new communicator of the survivors, ranks renumbered in order (docs/fault_tolerance.md).
+
+        Called by every rank that stays (never by an excluded one), typically after a PeerError.
+        ``exclude=None`` excludes the ranks this communicator sees gone (dead or closed); the
+        survivors agree on the set through the store within ``timeout`` (default: this
+        communicator's), or every one raises an error naming the disagreement, a live rank
+        excluded, or a rank that died during the shrink (call shrink again then). This
+        communicator stays usable for nothing but ``close()`` after a failure: close it.
+        """
+        if self._shrink is None:
+            raise RuntimeError("shrink: this communicator was not built by commlib.init, which provides it")
+        if self._closed:
+            raise CommError(f"shrink: communicator (rank {self._rank}) is closed")
+        if os.getpid() != self._pid:
+            raise CommError(f"shrink: communicator (rank {self._rank}) was created in pid {self._pid} and "
+                            f"is used in a forked child (pid {os.getpid()})")
+        exclude = check_exclude(exclude, self._size, self._rank)
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout: must be positive, got {timeout!r}")
+        self._shrinks += 1
+        return self._shrink(self, exclude, self._shrinks, self._timeout if timeout is None else float(timeout))
 
     def close(self):
         """Finish queued work, then release shared memory and the worker thread. Idempotent.

@@ -1,5 +1,6 @@
 // Communicator, Work and the error classes. Every call that may block releases the GIL.
 #include <pybind11/stl.h>
+#include <unistd.h>
 
 #include "bindings/bindings.h"
 #include "sim/topology.h"
@@ -236,6 +237,27 @@ void bind_comm(py::module_& m) {
           },
           py::arg("ptr"), py::arg("count"), py::arg("dtype"), py::arg("source"), py::arg("async_op"),
           "Receive count elements at ptr from whichever rank sends first; its rank goes to the int32 at source.")
+      .def(
+          "peer_states",
+          [](Communicator& c) {
+            // Polled while survivors agree on a shrink (commlib/shrink.py): how this rank sees
+            // each peer now, checking the processes of ranks on this host.
+            if (!c.has_transport()) throw CommError("peer_states: the communicator is closed");
+            py::list out;
+            for (int p = 0; p < c.size(); ++p) {
+              if (p == c.rank()) {
+                out.append(py::make_tuple("self", static_cast<int>(getpid()), ""));
+                continue;
+              }
+              PeerStatus st = c.transport().peer_status(p, true);
+              static const char* names[] = {"unknown", "alive", "closed", "failed", "dead"};
+              const auto i = static_cast<uint32_t>(st.state);
+              out.append(py::make_tuple(i < 5 ? names[i] : "unknown", c.transport().peer_pid(p), st.message));
+            }
+            return out;
+          },
+          "(state, pid, message) of every rank as this rank sees it now: self, unknown, alive, "
+          "closed, failed (published an error) or dead (process gone or connection lost).")
       .def("enable_direct_reads", &Communicator::enable_direct_reads)
       .def("close",
            [](Communicator& c) {

@@ -83,6 +83,8 @@ class Communicator {
 
   // The transport's control plane, for the stream engine's peer watch (stream/stream_engine.h).
   Fabric& transport() { return *transport_; }
+  // False once close() released the links (transport() must not be used then).
+  bool has_transport() const { return transport_ != nullptr; }
 
   // One call numbering for the host calls and the device calls (stream engine) of this
   // communicator, so that ranks mixing them differently get a MismatchError rather than a hang:

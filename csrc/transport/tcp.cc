@@ -152,10 +152,23 @@ void TcpTransport::mark_down(Conn& c, PeerState st, const std::string& why) {
   wake();
 }
 
-PeerStatus TcpTransport::peer_status(int peer, bool) {
+PeerStatus TcpTransport::peer_status(int peer, bool check_process) {
   Conn& c = *conn(peer);
   PeerStatus st;
   st.state = static_cast<PeerState>(c.state.load(std::memory_order_acquire));
+  // A peer that published its failure and then lost every connection without closing them has
+  // died since (a failed state is never replaced by mark_down): the slow check says so, as shm's
+  // process check does for a live state, so that a shrink sees a survivor die after its PeerError.
+  if (check_process && st.state == PeerState::Failed && !c.lanes.empty() && !c.any_fd()) {
+    std::lock_guard<std::mutex> g(c.recv_mu);  // got_close is the parsers'
+    bool closed = false;
+    for (auto& l : c.lanes) closed = closed || l->got_close;
+    if (!closed) {
+      st.state = PeerState::Dead;
+      st.message = "connection lost after it failed";
+      return st;
+    }
+  }
   if (st.state == PeerState::Failed || st.state == PeerState::Dead) {
     // Dead carries the link's reason ("connection lost ...") for the PeerError's detail.
     std::lock_guard<std::mutex> g(c.state_mu);
