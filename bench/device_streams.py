@@ -18,7 +18,7 @@ ALGOS = ["ring", "recursive_doubling"]
 
 
 def _rank_times(comm, sizes, algos, reps):
-    import commlib.emulated as emu
+    import commlib.device.emulated as emu
     out = {}
     for nbytes in sizes:
         n = nbytes // 4

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from commlib import _C
+import commlib._C as _C
 
 NUMPY_DTYPE = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "bfloat16": np.uint16,
                "int8": np.int8, "uint8": np.uint8, "int32": np.int32, "int64": np.int64}

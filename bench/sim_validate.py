@@ -27,9 +27,10 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from commlib import _C, sim  # noqa: E402
-from commlib.bench import model  # noqa: E402
-from commlib.bench.common import fmt_bytes  # noqa: E402
+from commlib import sim  # noqa: E402
+import commlib._C as _C
+from commlib.perf import model  # noqa: E402
+from commlib.perf.common import fmt_bytes  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sim_cores  # noqa: E402

@@ -22,7 +22,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from commlib.bench import report  # noqa: E402
-from commlib.bench.common import fmt_bytes  # noqa: E402
+from commlib.perf.common import fmt_bytes  # noqa: E402
 from commlib.bench.memcpy import largest  # noqa: E402
 
 MiB = 1 << 20

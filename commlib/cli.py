@@ -30,7 +30,7 @@ def parser() -> argparse.ArgumentParser:
                                     "(an algorithm's time at a size: median over the runs)")
     t.add_argument("files", nargs="*", metavar="JSON", help="files written by commlib bench --json")
     t.add_argument("-o", "--output", help="tuning file to write (default: ./tuning.json; the package's "
-                                          "own file, commlib/tuning.json, only when named)")
+                                          "own file, commlib/core/tuning.json, only when named)")
     from commlib.sim.tune import add_arguments as add_sim_tune
     add_sim_tune(t)
     from commlib.sim.cli import add_arguments as add_sim

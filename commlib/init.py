@@ -1,13 +1,13 @@
 """Rendezvous: find the ranks, share the shared-memory region, build communicators.
 
-Ranks on one host share a region; ranks on different hosts talk over TCP (commlib.bootstrap finds
+Ranks on one host share a region; ranks on different hosts talk over TCP (commlib.bootstrap.hosts finds
 the hosts and exchanges the TCP addresses). Each host's lowest rank (its leader) creates the
 host's region as a memfd (anonymous: nothing appears in /dev/shm, and a crash leaves nothing
 behind), sizes and seals it (it can no longer shrink or grow), and publishes a record of itself
 through the store; the other ranks of the host receive the descriptor itself from their leader
-over a Unix socket (commlib/fdpass.py), the C++ core checks it (a sealed memfd of our user, of the size and
+over a Unix socket (commlib/bootstrap/fdpass.py), the C++ core checks it (a sealed memfd of our user, of the size and
 layout this rank computed), maps it, and says so. Every value read from the store is parsed
-strictly, and signed when COMMLIB_SECRET is set (commlib/secret.py). A rank that finds a problem
+strictly, and signed when COMMLIB_SECRET is set (commlib/bootstrap/secret.py). A rank that finds a problem
 (a different world size, a malformed value) publishes it under ``<prefix>/error`` so every rank
 raises ``RendezvousError`` naming it instead of waiting out the timeout.
 """
@@ -21,12 +21,14 @@ import sys
 import time
 from typing import Optional
 
-from commlib import _C, bootstrap, settings
-from commlib.communicator import Communicator
+from commlib import settings
+import commlib._C as _C
+from commlib.bootstrap import hosts as bootstrap
+from commlib.core.communicator import Communicator
 from commlib.errors import CommError, RendezvousError
-from commlib.fdpass import FdServer, receive_fd
-from commlib.secret import secured
-from commlib.store import StoreServer, TCPStore
+from commlib.bootstrap.fdpass import FdServer, receive_fd
+from commlib.bootstrap.secret import secured
+from commlib.bootstrap.store import StoreServer, TCPStore
 
 _DEBUG_LEVELS = {"": 0, "0": 0, "OFF": 0, "WARN": 0, "INFO": 1, "TRACE": 2}
 
@@ -72,7 +74,7 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, store=Non
 
     Rank and size come from the arguments, else from the launcher's environment: RANK/WORLD_SIZE
     (torchrun), OMPI_COMM_WORLD_RANK/SIZE (mpirun), PMI_RANK/SIZE, SLURM_PROCID/NTASKS (srun).
-    Rendezvous uses ``store`` (any torch.distributed Store, or commlib.store.TCPStore) or, if none,
+    Rendezvous uses ``store`` (any torch.distributed Store, or commlib.bootstrap.store.TCPStore) or, if none,
     a store at MASTER_ADDR:MASTER_PORT (default 127.0.0.1:29500): torchrun's agent store when
     running under torchrun, else one that rank 0 serves. ``timeout`` (seconds, default
     COMMLIB_TIMEOUT or 300) bounds every wait on a peer. ``prefix`` namespaces the store keys so

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Dict, List
 
-from commlib import _C
+import commlib._C as _C
 
 
 def table() -> List[Dict[str, str]]:

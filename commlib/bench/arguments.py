@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from commlib.bench import common as C
+from commlib.perf import common as C
 
 
 def add_arguments(p: argparse.ArgumentParser):
@@ -62,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser):
     p.add_argument("--tune", action="store_true",
                    help="write the tuning file from these measurements (auto's choices)")
     p.add_argument("--tune-file", metavar="FILE",
-                   help="tuning file to write (default: ./tuning.json; commlib/tuning.json only when named)")
+                   help="tuning file to write (default: ./tuning.json; commlib/core/tuning.json only when named)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per job before it is killed (default 900)")
     p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
                    help="import MODULE in every commlib rank first, e.g. one that calls "

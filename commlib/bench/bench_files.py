@@ -36,7 +36,7 @@ def load(paths):
     for p in paths:
         with open(p) as f:
             d = json.load(f)
-        from commlib.sim import report as sim_report
+        from commlib.perf import sim_report
         if sim_report.is_sim(d):  # commlib sim --json: the "At scale" section
             errs = sim_report.validate(d)
             if errs:

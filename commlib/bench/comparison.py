@@ -3,7 +3,7 @@
 algorithm changes. Shared by the report, the summary at the end of a run and bench/ scripts."""
 from __future__ import annotations
 
-from commlib.bench import common as C
+from commlib.perf import common as C
 
 
 def compare_records(records):

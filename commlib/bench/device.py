@@ -1,16 +1,16 @@
 """``commlib bench --device cuda|emulated``: the same sweep on device buffers.
 
 Buffers are ``commlib.emulated`` arrays (``--device emulated``) or torch CUDA tensors (``--device
-cuda``); every call goes through the stream engine (csrc/engine/stream_engine.h) over the links
+cuda``); every call goes through the stream engine (csrc/stream/stream_engine.h) over the links
 ``COMMLIB_DEVICE_LINK`` chooses. A timed call is the enqueue plus a synchronisation of the current
 stream, so its time is the call's completion as the host sees it (nccl-tests times a loop of
 calls between two events instead, which leaves the host's wake-up out). Bus bandwidth is
-nccl-tests' (commlib/bench/common.py: bandwidths).
+nccl-tests' (commlib/perf/common.py: bandwidths).
 
 ``--peers nccl``: NCCL's own collectives through the same libnccl (``algorithm="nccl"``: the call
 goes to ncclAllReduce etc.; all_to_all, gather and scatter are grouped ncclSend/ncclRecv, as torch
 does), in the same job. On the emulated device that peer is the *emulated* NCCL (a test double of
-NCCL's API semantics, csrc/device/nccl_emulated.h): its backend is named ``nccl-emulated`` and its
+NCCL's API semantics, csrc/device/emulated/nccl_emulated.h): its backend is named ``nccl-emulated`` and its
 numbers say nothing about NCCL.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ import functools
 
 import numpy as np
 
-from commlib.bench.device_buffers import empty, fill, is_device_buffer, to_host  # noqa: F401 (re-exported)
+from commlib.perf.device_buffers import empty, fill, is_device_buffer, to_host  # noqa: F401 (re-exported)
 from commlib.bench.sweep import CommlibBackend
 
 DEVICES = ("host", "emulated", "cuda")
@@ -41,7 +41,7 @@ def check_config(device: str, dtype: str, peers) -> None:
 
 def synchronizer(device: str):
     if device == "emulated":
-        from commlib import emulated
+        from commlib.device import emulated
         return emulated.current_stream().synchronize
     import torch
     return torch.cuda.current_stream().synchronize
@@ -143,7 +143,7 @@ def markdown(data) -> str:
              "per-call time (enqueue + stream synchronize); busbw as nccl-tests.", "",
              "| collective | size | mode | our best | ours µs | NCCL µs | NCCL/ours time | ours GB/s | NCCL GB/s | ours/NCCL busbw |",
              "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    from commlib.bench.common import fmt_bytes
+    from commlib.perf.common import fmt_bytes
     for r in rows:
         lines.append(f"| {r['collective']} | {fmt_bytes(r['bytes'])} | {r['mode']} | {r['best']} | {r['ours_us']:.1f} | "
                      f"{r['nccl_us']:.1f} | {r['time_ratio']:.2f} | {r['ours_busbw']:.2f} | {r['nccl_busbw']:.2f} | "

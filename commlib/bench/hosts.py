@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
 
-from commlib.bench import common as C
+from commlib.perf import common as C
 
 NETNS_PORT = 29500  # first rendezvous port inside fresh namespaces (nothing else listens there)
 

@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 
-from commlib.bench import common as C
+from commlib.perf import common as C
 from commlib.bench.run_results import finish
 
 

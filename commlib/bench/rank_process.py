@@ -10,7 +10,7 @@ import io
 import json
 import sys
 
-from commlib.bench import common as C
+from commlib.perf import common as C
 
 
 def _progress(done, total, label):

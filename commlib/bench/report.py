@@ -18,8 +18,8 @@ from __future__ import annotations
 import os
 import re
 
-from commlib.bench import common as C
-from commlib.bench import model as M
+from commlib.perf import common as C
+from commlib.perf import model as M
 from commlib.bench.bench_files import RECORD_KEYS, TOP_KEYS, load, merged_records, validate  # noqa: F401
 from commlib.bench.comparison import compare_records, comparison, peer_ratio  # noqa: F401
 from commlib.bench.memcpy import largest as memcpy_largest

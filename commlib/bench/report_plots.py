@@ -2,8 +2,8 @@
 memcpy overlaid, and measured times against the fitted model; one panel per collective."""
 from __future__ import annotations
 
-from commlib.bench import common as C
-from commlib.bench import model as M
+from commlib.perf import common as C
+from commlib.perf import model as M
 from commlib.bench.comparison import index_by_series, median_us
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 
-from commlib.bench import common as C
-from commlib.bench import model as M
+from commlib.perf import common as C
+from commlib.perf import model as M
 from commlib.bench.bench_files import merged_records
 from commlib.bench.comparison import comparison, measured_crossovers, peer_ratio
 from commlib.bench.memcpy import largest as memcpy_largest
@@ -27,7 +27,7 @@ BUSBW_NOTE = (
 
 def build(datas, outdir):
     """The report document (and its PNGs in ``outdir``)."""
-    from commlib.sim import report as sim_report
+    from commlib.perf import sim_report
     sims = [d for d in datas if sim_report.is_sim(d)]
     datas = [d for d in datas if not sim_report.is_sim(d)]
     if not datas:  # predictions only
@@ -138,7 +138,7 @@ def build(datas, outdir):
               f"the same calls.")
     tun = next((d.get("tuning") for d in datas if d.get("tuning")), None)
     if tun:
-        from commlib.tuning import rows_for
+        from commlib.core.tuning import rows_for
         trows = []
         for coll in sorted(tun.get("collectives", {})):
             for P, mb, alg in rows_for(tun, coll):

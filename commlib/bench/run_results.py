@@ -19,7 +19,7 @@ import json
 import os
 import sys
 
-from commlib.bench import common as C
+from commlib.perf import common as C
 
 
 SCHEMA = "commlib-bench/1"
@@ -31,7 +31,8 @@ TIMING_NOTE = ("time = median over the timed iterations of the slowest rank's du
 
 def finish(a, cfg, command, results, backends, status) -> int:
     """Complete the run: memcpy, fit, tuning, summary, ``--json``, ``--report``; the exit status."""
-    from commlib.bench import memcpy, model, tuning
+    from commlib.bench import memcpy, tuning
+    from commlib.perf import model
     from commlib.bench.report import print_summary
     mem = memcpy.measure([s for s in cfg["sizes"]], iters=max(cfg["iters"], 10))
     machine = C.machine_info()

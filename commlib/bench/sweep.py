@@ -29,8 +29,8 @@ import time
 
 import numpy as np
 
-from commlib.bench import common as C
-from commlib.bench.table import Table
+from commlib.perf import common as C
+from commlib.perf.table import Table
 
 
 class Backend:
@@ -71,7 +71,7 @@ def make_buffers(collective, mode, block, dtype, rank, size, root):
     is None where this rank has no output (gather off the root) and ``send`` None where it has no
     input (scatter and broadcast off the root; broadcast's root sends from ``recv``).
     """
-    from commlib import _C
+    import commlib._C as _C
     n_in, n_out, input_at, output_at = _C.buffer_shapes(collective, block, size, rank, root)
     inplace = mode == "in"
     recv = C.empty(n_out, dtype) if n_out is not None else None
@@ -203,7 +203,7 @@ class CommlibBackend(Backend):
         except Exception:
             pass
         try:
-            from commlib import _C
+            import commlib._C as _C
             return _C.choose_algorithm(collective, "auto", nbytes, self.size)
         except Exception:
             return "auto"

@@ -1,6 +1,6 @@
 """Building auto's tuning table from measurements: ``commlib bench --tune`` and ``commlib tune``.
 
-The table's format and its run-time half (read, install, load_default) are in :mod:`commlib.tuning`,
+The table's format and its run-time half (read, install, load_default) are in :mod:`commlib.core.tuning`,
 which ``import commlib`` uses; this module only builds tables. Rows for the world sizes measured
 come from the measurements; rows for nearby world sizes not measured come from the fitted cost
 model.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 
-from commlib.tuning import (SCHEMA, choose, default_path, install, load_default, read,  # noqa: F401
+from commlib.core.tuning import (SCHEMA, choose, default_path, install, load_default, read,  # noqa: F401
                             rows_for, write)  # (re-exported: the bench and its tests use them here)
 
 # Where `commlib tune` and `commlib bench --tune` write without -o / --tune-file: the current
@@ -76,7 +76,7 @@ def measured_picks(records):
     An algorithm's time at a size is the median of its medians over the modes and runs measured
     (records of several runs may be passed together: one noisy run then does not decide).
     """
-    from commlib.bench.common import core_bytes
+    from commlib.perf.common import core_bytes
     acc = {}
     for r in records:
         if r["backend"] != "commlib" or r["algorithm"] == "auto":
@@ -128,7 +128,7 @@ def from_results(records, fits=None, previous=None, model_span=2):
     of the best at every size, few switches: _choose_path), and world sizes 2..model_span*max(P) not measured from the fitted model of
     the nearest measured P (when it fits within MODEL_MAX_REL_ERR). Entries of ``previous`` measured
     at other world sizes are kept."""
-    from commlib.bench import model
+    from commlib.perf import model
     colls = {}
     if previous:
         for coll, per in previous.get("collectives", {}).items():
@@ -156,7 +156,7 @@ def from_results(records, fits=None, previous=None, model_span=2):
             if params.get("rel_err_median") is None or params["rel_err_median"] > MODEL_MAX_REL_ERR:
                 continue
             sizes = [b for b, _, _ in series]
-            from commlib.bench.common import core_bytes
+            from commlib.perf.common import core_bytes
             dtype = next(r["dtype"] for r in records if r["backend"] == "commlib")
             cbs = [core_bytes(coll, b, dtype, P) for b in sizes]
             best = [model.best_by_model(params, coll, algs, float(b), P) for b in sizes]

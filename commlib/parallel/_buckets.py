@@ -26,7 +26,7 @@ def check_algorithm(collective: str, algorithm) -> str:
     if not isinstance(algorithm, str):
         raise TypeError(f"algorithm: expected a string, got {type(algorithm).__name__}")
     try:
-        from commlib import _C  # the core's registry, when it is built
+        import commlib._C as _C  # the core's registry, when it is built
         names = list(_C.algorithms(collective))
     except Exception:
         return algorithm

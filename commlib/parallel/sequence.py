@@ -266,7 +266,9 @@ def _local_attention(q, k, v, causal, pos, scale):
         return F.scaled_dot_product_attention(q, k, v, scale=scale)
     if bool((pos[1:] > pos[:-1]).all()):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
-    mask = pos.unsqueeze(1) >= pos.unsqueeze(0)
+    # pos lives on the CPU (the order check above needs no device sync); the mask must sit on q's
+    # device, or CUDA's attention refuses it.
+    mask = (pos.unsqueeze(1) >= pos.unsqueeze(0)).to(q.device)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
 
 

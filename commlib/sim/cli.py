@@ -12,8 +12,8 @@ import json
 import os
 import sys
 
-from commlib.bench import common as C
-from commlib.bench.table import Table
+from commlib.perf import common as C
+from commlib.perf.table import Table
 
 __all__ = ["add_arguments", "run", "parse_ranks"]
 

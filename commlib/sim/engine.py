@@ -11,8 +11,8 @@ world_size, dtype, bytes, count, time_us, algbw_GBps, busbw_GBps, ...) with ``ba
 """
 from __future__ import annotations
 
-from commlib import _C
-from commlib.bench import common as C
+import commlib._C as _C
+from commlib.perf import common as C
 from commlib.sim.topology import Topology, load
 
 __all__ = ["predict", "sweep", "algorithms_for"]

@@ -2,7 +2,7 @@
 ``commlib bench --json`` run.
 
 Every row's time is modelled as a fixed cost per call plus alpha-beta-gamma and a copy term, each
-row's coefficients coming from its own schedule (``commlib.bench.model.coefficients``, and the
+row's coefficients coming from its own schedule (``commlib.perf.model.coefficients``, and the
 bytes its schedule copies locally)::
 
     T = call + a*alpha + b*beta + c*gamma + d*delta
@@ -44,9 +44,9 @@ def working_set_bytes(collective: str, algorithm: str, size: int, dtype: str, ra
     """The largest working set of any rank for one bench row: its input, output (out of place) and
     the schedule's scratch buffer, in bytes; the very number the simulator compares with
     memory tiers' ``above_bytes`` (csrc/sim/simulator.cc)."""
-    from commlib import _C
-    from commlib.bench import common as C
-    from commlib.bench import model
+    import commlib._C as _C
+    from commlib.perf import common as C
+    from commlib.perf import model
     _, block, _ = C.geometry(collective, size, dtype, ranks)
     topo = model._uniform(ranks, 0.0, model._HUGE_BPS, 0.0)
     return int(_C.simulate(collective, algorithm, block, C.elem_size(dtype), max(root, 0), topo)["max_working_set_bytes"])
@@ -55,9 +55,9 @@ def working_set_bytes(collective: str, algorithm: str, size: int, dtype: str, ra
 @functools.lru_cache(maxsize=65536)
 def copy_coefficient(collective: str, algorithm: str, n: int, P: int) -> float:
     """Bytes one rank copies locally on the critical path (the schedule's copy ops), the term
-    ``commlib.bench.model.coefficients`` leaves out: T gains d / copy rate."""
-    from commlib import _C
-    from commlib.bench import model
+    ``commlib.perf.model.coefficients`` leaves out: T gains d / copy rate."""
+    import commlib._C as _C
+    from commlib.perf import model
     if P <= 1:
         return 0.0
     blocked = collective in ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter")
@@ -164,7 +164,7 @@ def fit_machine(rows, max_levels: int = MAX_LEVELS) -> dict:
     no row of a memory tier has that term)}], err (median relative error), outliers (rows set
     aside)}."""
     import numpy as np
-    from commlib.bench import model
+    from commlib.perf import model
     co, t, ws = [], [], []
     for r in rows:
         sec = r["time_us"]["median"] * 1e-6

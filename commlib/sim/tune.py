@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from commlib.bench import common as C
+from commlib.perf import common as C
 
 __all__ = ["add_arguments", "main", "table_for"]
 
@@ -30,7 +30,7 @@ def add_arguments(t):
 
 def table_for(topology, ranks_list, sizes, collectives=TUNED, dtype="float32") -> dict:
     """The tuning table (commlib/bench/tuning.py's format) from predictions."""
-    from commlib import _C
+    import commlib._C as _C
     from commlib.bench.tuning import SCHEMA, _choose_path, _rows
     from commlib.sim import engine
     from commlib.sim.topology import load
@@ -61,7 +61,7 @@ def main(args) -> int:
         return 2
     if not args.output:
         print("commlib tune --sim: -o FILE is required (a simulated cluster's tuning must not replace "
-              "this machine's commlib/tuning.json)", file=sys.stderr)
+              "this machine's commlib/core/tuning.json)", file=sys.stderr)
         return 2
     try:
         topo = load(args.sim)

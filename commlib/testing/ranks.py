@@ -20,7 +20,7 @@ import sys
 import time
 import traceback
 
-from commlib.store import StoreServer
+from commlib.bootstrap.store import StoreServer
 
 # The directory holding the commlib package: rank processes import this same commlib.
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -47,7 +47,7 @@ def _worker(rank, size, port, conn, env):
     _prepare_rank_process({k: v[rank] if isinstance(v, tuple) else v for k, v in env.items()})
     try:
         import commlib
-        from commlib.store import TCPStore
+        from commlib.bootstrap.store import TCPStore
         comm = commlib.init(rank=rank, world_size=size, store=TCPStore("127.0.0.1", port), prefix="pool")
     except BaseException:
         conn.send(("error", traceback.format_exc()))

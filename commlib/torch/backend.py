@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 from torch.futures import Future
 
-from commlib import _C
+import commlib._C as _C
 
 from commlib.torch import at_exit
 from commlib.torch.fast_path import (ALL_REDUCE, BARRIER, BROADCAST, OP_BY_HASH, REDUCE, DoneWorks,

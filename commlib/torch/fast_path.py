@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch.futures import Future
 
-from commlib import _C
+import commlib._C as _C
 from commlib.torch.work import Work
 
 _C.register_torch_types(torch.Tensor, torch.strided, {

@@ -73,7 +73,7 @@ class EmulatedSide:
     """Streams, events and buffers of one emulated device (``commlib.emulated``)."""
 
     def __init__(self, device_index: int):
-        from commlib import emulated
+        from commlib.device import emulated
         self._emu = emulated
         self.key = ("emulated", device_index)
         self.index = device_index

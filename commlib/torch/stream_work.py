@@ -1,7 +1,7 @@
 """CUDA tensors in the torch backend: calls ordered on the caller's current stream, as torch's NCCL
 process group orders them.
 
-A call on CUDA tensors goes to the communicator's device path (commlib/device_engine.py: the stream
+A call on CUDA tensors goes to the communicator's device path (commlib/core/device_route.py: the stream
 engine on ``torch.cuda.current_stream()``), which only enqueues; the call's finalizers (copies out of
 staging buffers) are enqueued right after it on the same stream. Nothing waits on the host: the
 returned ``StreamWork`` holds a CUDA-aware ``torch.futures.Future`` completed at once, whose

@@ -10,7 +10,7 @@
 #include <vector>
 
 namespace commlib {
-struct CollectiveCall;  // engine/communicator.h
+struct CollectiveCall;  // host/communicator.h
 struct P2PItem;
 
 void bind_types(pybind11::module_& m);     // bindings/types_bindings.cc

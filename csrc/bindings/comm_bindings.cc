@@ -4,7 +4,7 @@
 #include "bindings/bindings.h"
 #include "bindings/buffer_view.h"
 #include "bindings/gil.h"
-#include "engine/communicator.h"
+#include "host/communicator.h"
 #include "common/errors.h"
 #include "schedule/registry.h"
 #include "bindings/transport_handles.h"

@@ -7,10 +7,11 @@
 
 #include "bindings/bindings.h"
 #include "bindings/gil.h"
-#include "device/emulated_device.h"
+#include "bindings/peer_control.h"
+#include "device/emulated/emulated_device.h"
 #include "device/nccl_loader.h"
-#include "engine/communicator.h"
-#include "engine/stream_engine.h"
+#include "host/communicator.h"
+#include "stream/stream_engine.h"
 #include "schedule/registry.h"
 
 namespace py = pybind11;
@@ -19,7 +20,7 @@ namespace commlib {
 
 namespace {
 
-// collective_call, plus algorithm="nccl" (NCCL's own collective: engine/nccl_link.h), which only
+// collective_call, plus algorithm="nccl" (NCCL's own collective: stream/nccl_link.h), which only
 // device calls have.
 CollectiveCall device_call(const std::string& coll, const std::string& algo, uintptr_t in, uintptr_t out,
                            int64_t count, const std::string& dtype, const std::string& op, int root, double scale) {
@@ -159,7 +160,7 @@ void bind_device(py::module_& m) {
           "the message a receive expects from a host buffer.")
       .def("raise_if_failed", [](StreamEngine& e) { e.throw_if_call_failed(UINT64_MAX); },
            "Raises the engine's error if it failed (an aborted host side fails it too).")
-      // NCCL (engine/nccl_link.h), set up by commlib/device_nccl.py.
+      // NCCL (stream/nccl_link.h), set up by commlib/device/nccl_comm.py.
       .def("nccl_load", [](StreamEngine& e, const std::vector<std::string>& c) { return e.nccl().load(c); })
       .def("nccl_emulated", [](StreamEngine& e) { return e.nccl().emulated(); })
       .def("nccl_ready", [](StreamEngine& e) { return e.nccl().ready(); })

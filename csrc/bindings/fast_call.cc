@@ -19,7 +19,7 @@
 #include "bindings/gil.h"
 #include "bindings/tensor_view.h"
 #include "common/shapes.h"
-#include "engine/communicator.h"
+#include "host/communicator.h"
 #include "schedule/registry.h"
 
 namespace py = pybind11;

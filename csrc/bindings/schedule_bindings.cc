@@ -4,8 +4,8 @@
 
 #include "bindings/bindings.h"
 #include "common/shapes.h"
-#include "engine/verifier.h"
-#include "engine/auto_policy.h"
+#include "verify/verifier.h"
+#include "policy/auto_policy.h"
 #include "schedule/registry.h"
 
 namespace py = pybind11;

@@ -17,7 +17,7 @@ const std::vector<Param> kParams = {
      "algorithm auto runs for that collective (e.g. COMMLIB_ALGO_ALL_REDUCE=ring); read when a "
      "communicator is created"},
     {"COMMLIB_TUNING", "path", "",
-     "auto's tuning file (unset: commlib/tuning.json; 0: none)"},
+     "auto's tuning file (unset: commlib/core/tuning.json; 0: none)"},
     {"COMMLIB_STREAM_BYTES", "bytes", "33554432",
      "a collective whose outputs, all ranks together, hold at least this much writes with "
      "non-temporal stores (0: never)"},

@@ -1,7 +1,7 @@
 // The device interface: where buffers live and how work on them is ordered. The stream engine
-// (engine/stream_engine.h) is written against this and nothing else, so the same engine runs on a
+// (stream/stream_engine.h) is written against this and nothing else, so the same engine runs on a
 // CUDA GPU (device/cuda_device.cc, a thin layer over the CUDA runtime) and on the emulated device
-// (device/emulated_device.h: host memory, a thread per stream) that CI runs.
+// (device/emulated/emulated_device.h: host memory, a thread per stream) that CI runs.
 //
 // Semantics are CUDA's: every operation taking a stream is enqueued and returns at once; a
 // stream executes its operations one after another; an event recorded on a stream completes
@@ -24,8 +24,8 @@ namespace commlib {
 class DeviceStream {
  public:
   virtual ~DeviceStream() = default;
-  // The stream as NCCL's API takes it (engine/nccl_link.h): the cudaStream_t on CUDA; on the
-  // emulated device (whose NCCL is device/nccl_emulated.h) the stream object itself.
+  // The stream as NCCL's API takes it (stream/nccl_link.h): the cudaStream_t on CUDA; on the
+  // emulated device (whose NCCL is device/emulated/nccl_emulated.h) the stream object itself.
   virtual void* native_handle() { return this; }
 };
 

@@ -1,8 +1,8 @@
 // NCCL loaded at run time: dlopen of libnccl (the nvidia-nccl-cu12 / -cu13 wheels ship
 // libnccl.so.2 under site-packages/nvidia/nccl/lib), no NCCL at build time. The function table
-// is what the `nccl` link and algorithm="nccl" call (engine/nccl_link.h); opaque handles and
+// is what the `nccl` link and algorithm="nccl" call (stream/nccl_link.h); opaque handles and
 // enums are declared here with NCCL's ABI (nccl.h), so no NCCL header is needed either. The
-// emulated device has its own implementation of the same table (device/nccl_emulated.h).
+// emulated device has its own implementation of the same table (device/emulated/nccl_emulated.h).
 #pragma once
 
 #include <cstddef>

@@ -1,6 +1,6 @@
 // The elementwise reduction kernel (dst = f(dst, src)), its element functors and its launch
 // shape, shared by the CUDA launcher (cuda_reduce.cu, <<<>>> on a stream) and the emulated device
-// (device/emulated_kernels.cc, through cuda_shim.h on the host): CI runs the GPU's kernel body.
+// (device/emulated/emulated_kernels.cc, through cuda_shim.h on the host): CI runs the GPU's kernel body.
 #pragma once
 
 #include <algorithm>

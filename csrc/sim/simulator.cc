@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/shapes.h"
-#include "engine/auto_policy.h"
+#include "policy/auto_policy.h"
 #include "schedule/registry.h"
 #include "sim/compact.h"
 
@@ -292,7 +292,7 @@ Result simulate(Collective c, const std::string& algorithm, int64_t count, int e
   if (!collective_has_root(c)) root = 0;
   Result res;
   if (algorithm == "auto") {
-    // The engine's own choice for these links (engine/auto_policy.h): the link-kind rule first
+    // The engine's own choice for these links (policy/auto_policy.h): the link-kind rule first
     // (hierarchical when ranks span hosts that hold several ranks), then the size policy.
     LinkProfile links;
     links.crosses_hosts = topo.hosts() > 1;

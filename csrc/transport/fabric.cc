@@ -4,13 +4,6 @@
 
 namespace commlib {
 
-std::vector<int> Topology::ranks_on(int host) const {
-  std::vector<int> out;
-  for (int r = 0; r < static_cast<int>(host_of.size()); ++r)
-    if (host_of[r] == host) out.push_back(r);
-  return out;
-}
-
 Fabric::Fabric(int rank, int size, Topology topo, std::unique_ptr<ShmTransport> local, std::unique_ptr<TcpTransport> net)
     : rank_(rank), size_(size), topo_(std::move(topo)), local_index_(size, -1), local_(std::move(local)),
       net_(std::move(net)), links_(size) {

@@ -10,19 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "common/topology.h"
 #include "transport/link.h"
 #include "transport/shm.h"
 #include "transport/tcp.h"
 
 namespace commlib {
-
-// Where every rank is: host_of[r] is rank r's host index (0..hosts-1, in order of first rank).
-struct Topology {
-  std::vector<int> host_of;
-  std::vector<std::string> host_names;  // by host index
-  int hosts() const { return static_cast<int>(host_names.size()); }
-  std::vector<int> ranks_on(int host) const;
-};
 
 class Fabric {
  public:

@@ -110,7 +110,7 @@ bool digest_equal(const Digest& a, const Digest& b) {
 std::string link_key_from_env() {
   const std::string s = param_string("COMMLIB_SECRET");
   if (s.empty()) return std::string();
-  static const char kLabel[] = "commlib/v1/tcp-handshake";  // commlib/secret.py derive_key
+  static const char kLabel[] = "commlib/v1/tcp-handshake";  // commlib/bootstrap/secret.py derive_key
   Digest d = hmac_sha256(s, kLabel, sizeof(kLabel) - 1);
   return std::string(reinterpret_cast<const char*>(d.data()), d.size());
 }

@@ -32,7 +32,7 @@ Digest hmac_sha256(const std::string& key, const void* msg, size_t n);
 bool digest_equal(const Digest& a, const Digest& b);
 
 // The key connections prove they hold: HMAC-SHA256(COMMLIB_SECRET, "commlib/v1/tcp-handshake"),
-// commlib/secret.py's derive_key(secret, "tcp-handshake"), so the raw secret is used for nothing
+// commlib/bootstrap/secret.py's derive_key(secret, "tcp-handshake"), so the raw secret is used for nothing
 // else. Empty when COMMLIB_SECRET is unset or empty (Python refuses secrets under 16 bytes first).
 std::string link_key_from_env();
 

@@ -1,6 +1,6 @@
 """A synthetic bench JSON (times from the cost model with known parameters) for the bench tests."""
-from commlib.bench import common as C
-from commlib.bench import model as M
+from commlib.perf import common as C
+from commlib.perf import model as M
 
 ALGOS = {
     "all_reduce": ["ring", "recursive_doubling", "rabenseifner", "direct"],

@@ -11,9 +11,10 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import synth  # noqa: E402
-from commlib.bench import common as C  # noqa: E402
-from commlib.bench import model as M  # noqa: E402
-from commlib.bench import report, table, tuning  # noqa: E402
+from commlib.perf import common as C  # noqa: E402
+from commlib.perf import model as M  # noqa: E402
+from commlib.bench import report, tuning  # noqa: E402
+from commlib.perf import table
 
 
 # -- arithmetic ------------------------------------------------------------------------------------
@@ -239,7 +240,7 @@ def test_tune_without_output_writes_the_current_directory(tmp_path, monkeypatch)
 
 
 def test_tuning_installs_into_the_core(tmp_path):
-    from commlib import _C
+    import commlib._C as _C
     d = synth.data(P=4, sizes=(8, 4096, 1 << 20))
     table = tuning.from_results(d["results"], d["model"])
     try:
@@ -256,7 +257,7 @@ def test_tuning_installs_into_the_core(tmp_path):
 def test_default_tuning_file_is_valid():
     path = tuning.default_path()
     if not os.path.exists(path):
-        pytest.skip("no commlib/tuning.json yet")
+        pytest.skip("no commlib/core/tuning.json yet")
     t = tuning.read(path)
     assert t is not None
     for coll in t["collectives"]:

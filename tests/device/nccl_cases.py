@@ -1,6 +1,6 @@
 """Rank-side cases of the NCCL tests (test_nccl.py): the collective matrix is device_cases'
 (this module only adds the failure cases), on the emulated device whose NCCL is the emulated one
-(csrc/device/nccl_emulated.h)."""
+(csrc/device/emulated/nccl_emulated.h)."""
 from __future__ import annotations
 
 import os

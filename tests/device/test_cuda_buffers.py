@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import commlib
-from commlib.device_buffers import _from_dlpack, device_buffer
+from commlib.device.buffers import _from_dlpack, device_buffer
 
 
 class FakeCudaArray:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import commlib.emulated as emu
-from commlib import _C
+import commlib._C as _C
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernels"))
 from kernel_reference import CASES, STORAGE, assert_bits_equal, random_data, seed  # noqa: E402
@@ -120,7 +120,7 @@ def test_bad_settings_name_the_variable(var, value):
     interpreter, with one rank, through a real communicator."""
     import subprocess
     code = ("import commlib, commlib.emulated as emu, numpy as np\n"
-            "from commlib.store import StoreServer, TCPStore\n"
+            "from commlib.bootstrap.store import StoreServer, TCPStore\n"
             "s = StoreServer('127.0.0.1', 0)\n"
             "c = commlib.init(rank=0, world_size=1, store=TCPStore('127.0.0.1', s.port))\n"
             "try:\n    c.all_reduce(emu.from_numpy(np.ones(4, np.float32)))\n"

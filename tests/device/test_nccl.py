@@ -1,5 +1,5 @@
-"""NCCL on the emulated device: the `nccl` link and algorithm="nccl" (csrc/engine/nccl_link.h),
-run against the emulated NCCL (csrc/device/nccl_emulated.h, a test double of NCCL's API semantics:
+"""NCCL on the emulated device: the `nccl` link and algorithm="nccl" (csrc/stream/nccl_link.h),
+run against the emulated NCCL (csrc/device/emulated/nccl_emulated.h, a test double of NCCL's API semantics:
 grouping, stream order, in-order matching per pair, abort; not NCCL itself).
 
 The collective matrix is a covering selection with the stream delay on: at world sizes 1, 2, 3
@@ -136,7 +136,7 @@ def test_nccl_refuses_what_it_lacks(pool):
 
 
 def test_device_link_setting_is_checked():
-    from commlib import device_nccl
+    from commlib.device import nccl_comm as device_nccl
     os.environ["COMMLIB_DEVICE_LINK"] = "tcp"
     try:
         with pytest.raises(ValueError, match="COMMLIB_DEVICE_LINK"):
@@ -183,7 +183,7 @@ class _Engine:
 
 
 def test_unique_id_rendezvous_checks_size_and_spreads_failures():
-    from commlib import device_nccl
+    from commlib.device import nccl_comm as device_nccl
     from commlib.errors import CommError
     store = _Store()
     # Rank 0 cannot load libnccl: it raises the loader's error, rank 1 hears at once (no timeout).

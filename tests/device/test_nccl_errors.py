@@ -1,5 +1,5 @@
 """NCCL failures in the stream engine, on the emulated NCCL (a test double of NCCL's API semantics,
-csrc/device/nccl_emulated.h): an asynchronous NCCL error (ncclCommGetAsyncError, polled by the
+csrc/device/emulated/nccl_emulated.h): an asynchronous NCCL error (ncclCommGetAsyncError, polled by the
 watchdog) fails the call on every rank naming NCCL and the call, and ncclCommAbort releases the
 streams; a stream blocked inside NCCL times out saying so (rank-side code in nccl_cases.py)."""
 import os

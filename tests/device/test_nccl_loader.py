@@ -25,7 +25,7 @@ def _fake_nccl(tmp_path, missing=None):
 
 
 def _load(env):
-    code = "import commlib.nccl as n\ntry:\n    print(n.load())\nexcept RuntimeError as e:\n    print('ERROR', e)"
+    code = "import commlib.device.nccl as n\ntry:\n    print(n.load())\nexcept RuntimeError as e:\n    print('ERROR', e)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, **env},
                          capture_output=True, text=True, timeout=60)
     return out.stdout + out.stderr

@@ -9,7 +9,7 @@ import subprocess
 import threading
 import uuid
 
-from commlib import _C
+import commlib._C as _C
 
 LINE = 64
 HEADER = LINE                 # RegionHeader, rounded to a cache line

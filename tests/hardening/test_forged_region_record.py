@@ -15,9 +15,9 @@ import uuid
 import pytest
 
 import commlib
-from commlib import _C
-from commlib.fdpass import FdServer
-from commlib.store import StoreServer, TCPStore
+import commlib._C as _C
+from commlib.bootstrap.fdpass import FdServer
+from commlib.bootstrap.store import StoreServer, TCPStore
 from hardening_util import SecondUser
 
 
@@ -29,7 +29,7 @@ def store():
 
 
 def _rank1(store, prefix):
-    # Rank 0's host record comes first (commlib.bootstrap); the forged region record follows it.
+    # Rank 0's host record comes first (commlib.bootstrap.hosts); the forged region record follows it.
     TCPStore("127.0.0.1", store.port).set(f"{prefix}/host/0", f"2:{socket.gethostname()[:128]}")
     return commlib.init(rank=1, world_size=2, store=TCPStore("127.0.0.1", store.port, timeout=5),
                         prefix=prefix, timeout=5)

@@ -9,7 +9,7 @@ import time
 import pytest
 
 import commlib
-from commlib.store import StoreServer, TCPStore
+from commlib.bootstrap.store import StoreServer, TCPStore
 from hardening_util import run_ranks
 
 
@@ -46,7 +46,7 @@ def test_missing_rank_times_out_with_rendezvous_error(server):
 
 
 def test_rank0_reports_a_rank_that_never_comes(server):
-    # Rank 1 never publishes its host (commlib.bootstrap), the first thing every rank does.
+    # Rank 1 never publishes its host (commlib.bootstrap.hosts), the first thing every rank does.
     with pytest.raises(commlib.RendezvousError, match=r"rank 0 waited 0.5 s .* for rank 1 to publish its host"):
         _init(server, "nobody", 0, 2, timeout=0.5)
 

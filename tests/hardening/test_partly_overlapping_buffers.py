@@ -51,7 +51,7 @@ def test_partial_overlap_raises_and_in_place_works(pool):
 
 
 def test_all_to_allv_overlap_is_refused():
-    from commlib.store import StoreServer, TCPStore
+    from commlib.bootstrap.store import StoreServer, TCPStore
     server = StoreServer()
     comm = commlib.init(rank=0, world_size=1, store=TCPStore("127.0.0.1", server.port), prefix="a2av")
     try:

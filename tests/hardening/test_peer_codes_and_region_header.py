@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import commlib
-from commlib import _C
+import commlib._C as _C
 from commlib.init import _make_region
 from hardening_util import CTL_CALL, CTL_CALL_VERSION, Region
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import commlib
-from commlib.secret import SignedStore, derive_key, handshake_key, load_secret, sign_value, verify_value
-from commlib.store import StoreServer, TCPStore
+from commlib.bootstrap.secret import SignedStore, derive_key, handshake_key, load_secret, sign_value, verify_value
+from commlib.bootstrap.store import StoreServer, TCPStore
 from hardening_util import run_ranks
 
 SECRET = "0123456789abcdef0123456789abcdef"
@@ -68,7 +68,7 @@ def test_rendezvous_with_secret_signs_every_value(server, monkeypatch):
 
 def test_forged_unsigned_record_is_refused(server, monkeypatch):
     monkeypatch.setenv("COMMLIB_SECRET", SECRET)
-    TCPStore("127.0.0.1", server.port).set("forged/host/0", "2:h")  # read first (commlib.bootstrap)
+    TCPStore("127.0.0.1", server.port).set("forged/host/0", "2:h")  # read first (commlib.bootstrap.hosts)
     TCPStore("127.0.0.1", server.port).set("forged/shm", json.dumps(
         {"pid": 1, "size": 2, "host": "h", "socket": "x", "bytes": 1}))
     with pytest.raises(commlib.RendezvousError, match="not signed"):

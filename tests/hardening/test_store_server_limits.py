@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import commlib
-from commlib import store as store_mod
-from commlib.store import StoreServer, TCPStore
+from commlib.bootstrap import store as store_mod
+from commlib.bootstrap.store import StoreServer, TCPStore
 
 
 @pytest.fixture

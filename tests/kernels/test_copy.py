@@ -3,7 +3,7 @@ with and without streaming stores."""
 import numpy as np
 import pytest
 
-from commlib import _C
+import commlib._C as _C
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from commlib import _C
+import commlib._C as _C
 from kernel_reference import (BITWISE_OPS, CASES, DTYPES, FLOATS, LENGTHS, assert_bits_equal, random_data,
                               reference_divide, reference_reduce, reference_scale, seed)
 

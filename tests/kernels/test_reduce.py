@@ -12,7 +12,7 @@ reference does too and NaNs are compared bit for bit as well.
 import numpy as np
 import pytest
 
-from commlib import _C
+import commlib._C as _C
 from kernel_reference import (BITS, BITWISE_OPS, CANONICAL_NAN, CASES, DTYPES, FLOATS, INTS, LENGTHS,
                               PATH_LENGTHS, STORAGE, assert_bits_equal, f32_to_bf16, is_nan, ops_for,
                               random_data, reference_divide, reference_reduce, reference_scale, seed,

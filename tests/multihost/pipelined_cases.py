@@ -11,7 +11,7 @@ import numpy as np
 def pipelined_all_reduce(comm, counts):
     """For each count: [exact integer result in place, exact out of place, sha256 of float result,
     sha256 of this rank's schedule as built here (the rank's COMMLIB_HIER_SEGMENT and host map)]."""
-    from commlib import _C
+    import commlib._C as _C
 
     P, r = comm.size, comm.rank
     out = []

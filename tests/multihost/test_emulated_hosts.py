@@ -68,7 +68,7 @@ def test_pipelined_hierarchical_all_reduce(pool, hosts, monkeypatch):
     bitwise identical floats on every rank, in place and out of place; and every rank ran the
     pipelined schedule (the one built here with the same segment, not the plain one)."""
     import pipelined_cases
-    from commlib import _C
+    import commlib._C as _C
 
     counts = [64 * 3 + 5, 64 * 7 + 1, 5003]
     got = hosts_pool(pool, hosts, COMMLIB_HIER_SEGMENT="64").run(pipelined_cases.pipelined_all_reduce, counts)

@@ -1,11 +1,11 @@
-"""commlib.fdpass errors on a multi-host job name the global rank, its host and the host's leader
+"""commlib.bootstrap.fdpass errors on a multi-host job name the global rank, its host and the host's leader
 (a local rank alone does not say which process failed)."""
 import os
 
 import pytest
 
 from commlib.errors import RendezvousError
-from commlib.fdpass import FdServer, receive_fd
+from commlib.bootstrap.fdpass import FdServer, receive_fd
 
 
 def test_unreachable_leader_names_global_ranks_and_host():

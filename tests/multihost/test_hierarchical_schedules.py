@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from commlib import _C
+import commlib._C as _C
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 

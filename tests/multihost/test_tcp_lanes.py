@@ -15,7 +15,7 @@ import pytest
 
 import multihost_cases as cases
 import stripe_cases
-from commlib import _C
+import commlib._C as _C
 from ranks import RankFailure, RankPool
 
 LOOPBACK = {"COMMLIB_SOCKET_IFNAME": "lo"}

@@ -1,5 +1,5 @@
 """The TCP link's handshake: HMAC-SHA256 matches Python's, the handshake key is the one
-commlib.secret derives, a wrong COMMLIB_SECRET is refused with a clear error, a right one connects,
+commlib.bootstrap.secret derives, a wrong COMMLIB_SECRET is refused with a clear error, a right one connects,
 and random or truncated frames thrown at a live rank's port are dropped without disturbing the job."""
 import hashlib
 import hmac
@@ -13,7 +13,9 @@ import time
 import pytest
 
 import multihost_cases as cases
-from commlib import _C, bootstrap, secret
+import commlib._C as _C
+from commlib.bootstrap import hosts as bootstrap
+from commlib.bootstrap import secret
 from ranks import RankFailure, RankPool
 
 LOOPBACK = {"COMMLIB_SOCKET_IFNAME": "lo"}

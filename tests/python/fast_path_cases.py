@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from commlib import _C
+import commlib._C as _C
 
 
 class Sub(np.ndarray):

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import commlib
-from commlib import _C
-from commlib.store import StoreServer, TCPStore
+import commlib._C as _C
+from commlib.bootstrap.store import StoreServer, TCPStore
 
 import fast_path_cases as cases
 

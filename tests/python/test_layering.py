@@ -1,4 +1,6 @@
-"""Dependencies point down: no import cycle inside commlib/, no include of engine/ from transport/.
+"""Dependencies point down: no import cycle inside commlib/, between its subpackages either; in
+csrc/, no engine folder includes another engine's, the transports include no engine, and the
+verifier and the simulator include no transport header.
 
 The import graph is built from the source (ast), counting every import, including those inside
 functions: a lazy import hides a cycle from Python but not from a reader. Relative imports do not
@@ -10,6 +12,9 @@ import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PKG = os.path.join(ROOT, "commlib")
+CSRC = os.path.join(ROOT, "csrc")
+# The compiled extensions: leaves, not the package's face (commlib/__init__.py).
+EXTENSIONS = ("commlib._C", "commlib._C_cuda")
 
 
 def _modules():
@@ -46,6 +51,8 @@ def import_graph():
             else:
                 continue
             for t in targets:
+                if t.startswith(EXTENSIONS):
+                    continue
                 while t and t not in mods:  # a.b.c where a.b is the module
                     t = t.rpartition(".")[0]
                 if t and t != name:
@@ -94,18 +101,87 @@ def test_the_checker_finds_a_cycle():
 
 def test_commlib_has_no_import_cycle():
     graph = import_graph()
-    assert "commlib.communicator" in graph and "commlib.init" in graph["commlib"]
+    assert "commlib.core.communicator" in graph and "commlib.init" in graph["commlib"]
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
+def layer_of(module):
+    """commlib.core.communicator -> commlib.core; a top-level module is its own layer."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_graph(graph):
+    """{layer: layers it imports}. The root package (commlib/__init__.py) re-exports every layer
+    and nothing imports it back for a name it defines, so it is left out."""
+    out = {}
+    for m, deps in graph.items():
+        if m == "commlib":
+            continue
+        node = out.setdefault(layer_of(m), set())
+        node.update(layer_of(d) for d in deps if d != "commlib" and layer_of(d) != layer_of(m))
+    return out
+
+
+def test_commlib_subpackages_have_no_cycle():
+    layers = package_graph(import_graph())
+    assert {"commlib.core", "commlib.device", "commlib.bootstrap", "commlib.perf", "commlib.bench",
+            "commlib.sim"} <= set(layers)
+    cycle = find_cycle(layers)
+    assert cycle is None, "import cycle between subpackages: " + " -> ".join(cycle)
+
+
+def test_bench_and_sim_share_perf_not_each_other():
+    layers = package_graph(import_graph())
+    assert "commlib.sim" not in layers["commlib.bench"], "bench imports sim (share it through perf)"
+    assert "commlib.perf" in layers["commlib.sim"] and "commlib.perf" in layers["commlib.bench"]
+
+
+_INCLUDE = re.compile(r'#\s*include\s*"([^"]+)"')
+
+
+def includes(folder, csrc=CSRC):
+    """[(file:line, included path)] of every quoted include under csrc/<folder>."""
+    out = []
+    base = os.path.join(csrc, folder)
+    for d, _, files in os.walk(base):
+        for f in sorted(files):
+            path = os.path.join(d, f)
+            for i, line in enumerate(open(path), 1):
+                m = _INCLUDE.match(line.strip())
+                if m:
+                    out.append((f"{os.path.relpath(path, ROOT)}:{i}", m.group(1)))
+    assert out, f"no include found under csrc/{folder}"
+    return out
+
+
+# One folder per engine: each runs schedules its own way and shares only what lies below them
+# (common, kernels, transport, device, schedule, policy, plan). The bindings wire them together.
+ENGINES = ("host", "stream", "verify", "sim")
+TRANSPORT = ("transport/",)
+
+
+def test_no_engine_includes_another_engine():
+    bad = [f"{where}: {inc}" for e in ENGINES for where, inc in includes(e)
+           if inc.split("/")[0] in ENGINES and inc.split("/")[0] != e]
+    assert not bad, "an engine includes another engine's folder:\n" + "\n".join(bad)
+
+
+def test_verifier_and_simulator_include_no_transport():
+    bad = [f"{where}: {inc}" for folder in ("verify", "sim", "policy", "schedule")
+           for where, inc in includes(folder) if inc.startswith(TRANSPORT)]
+    assert not bad, "the verifier, the simulator or what they use includes a transport:\n" + "\n".join(bad)
+
+
 def test_transports_do_not_include_the_engine():
-    include = re.compile(r'#\s*include\s*"([^"]+)"')
-    bad = []
-    tdir = os.path.join(ROOT, "csrc", "transport")
-    for f in sorted(os.listdir(tdir)):
-        for i, line in enumerate(open(os.path.join(tdir, f)), 1):
-            m = include.match(line.strip())
-            if m and m.group(1).startswith(("engine/", "bindings/")):
-                bad.append(f"csrc/transport/{f}:{i}: {m.group(1)}")
-    assert os.listdir(tdir) and not bad, "transport includes a higher layer:\n" + "\n".join(bad)
+    higher = tuple(f"{d}/" for d in ENGINES + ("plan", "policy", "bindings"))
+    bad = [f"{where}: {inc}" for where, inc in includes("transport") if inc.startswith(higher)]
+    assert not bad, "transport includes a higher layer:\n" + "\n".join(bad)
+
+
+def test_the_include_checks_see_a_violation(tmp_path):
+    # The checks above read real files; the reader must also see a planted include.
+    (tmp_path / "stream").mkdir()
+    (tmp_path / "stream" / "x.cc").write_text('#include "host/communicator.h"\n')
+    [(where, inc)] = includes("stream", csrc=str(tmp_path))
+    assert where.endswith("stream/x.cc:1") and inc == "host/communicator.h"

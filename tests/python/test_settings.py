@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from commlib import _C, settings
+from commlib import settings
+import commlib._C as _C
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import commlib
-from commlib.store import StoreServer, TCPStore
+from commlib.bootstrap.store import StoreServer, TCPStore
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -1,4 +1,4 @@
-"""The run-time half of auto's tuning (commlib.tuning): a missing default file is fine, a broken
+"""The run-time half of auto's tuning (commlib.core.tuning): a missing default file is fine, a broken
 file is reported by name (never swallowed), and `import commlib` survives a broken file with a
 warning that names it."""
 import json
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from commlib import tuning
+from commlib.core import tuning
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -46,7 +46,7 @@ def test_import_warns_about_a_broken_tuning_file(tmp_path):
 
 
 def test_install_and_choose_agree_with_the_core():
-    from commlib import _C
+    import commlib._C as _C
     table = {"schema": tuning.SCHEMA, "collectives": {"all_gather": {"3": {"rows": [[100, "bruck"], [-1, "direct"]]}}}}
     try:
         assert tuning.install(table) == ["all_gather"]

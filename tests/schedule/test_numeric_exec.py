@@ -4,7 +4,7 @@ NumPy references; for all_reduce the ranks must also agree bitwise (same reducti
 import numpy as np
 import pytest
 
-from commlib import schedules
+from commlib.core import schedules
 
 from test_verify_all import CASES, ROOTED
 

@@ -2,7 +2,8 @@
 (env override and tuning table)."""
 import pytest
 
-from commlib import _C, schedules
+import commlib._C as _C
+from commlib.core import schedules
 
 COLLS = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "gather",
          "scatter", "barrier"]

@@ -2,8 +2,9 @@
 checks that _C._verify_custom raises VerificationError naming the problem."""
 import pytest
 
-from commlib import _C, schedules
-from commlib.schedules import VerificationError
+import commlib._C as _C
+from commlib.core import schedules
+from commlib.core.schedules import VerificationError
 
 
 def send(peer, buf, off, n):

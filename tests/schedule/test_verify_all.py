@@ -4,7 +4,7 @@ and roots {0, P//2, P-1}, in both buffer layouts (separate and in-place)."""
 import pytest
 
 import commlib
-from commlib import schedules
+from commlib.core import schedules
 
 # Every built-in algorithm, from the registry (each builder file registers its own).
 EXPECTED = {c: [a["name"] for a in schedules.algorithm_info(c) if "user_defined" not in a["traits"]]

@@ -3,8 +3,9 @@ the common algorithms are proven at 1024 ranks (ring at 256: its proof plays ~2P
 at 1024), and errors at large sizes still name the ranks involved."""
 import pytest
 
-from commlib import _C, schedules
-from commlib.schedules import VerificationError
+import commlib._C as _C
+from commlib.core import schedules
+from commlib.core.schedules import VerificationError
 
 FAST_AT_1024 = [("all_reduce", "recursive_doubling"), ("all_reduce", "rabenseifner"), ("all_reduce", "tree"),
                 ("all_gather", "recursive_doubling"), ("all_gather", "bruck"),

@@ -1,7 +1,7 @@
 """``commlib sim`` and ``commlib tune --sim`` end to end (in process)."""
 import json
 
-from commlib import _C
+import commlib._C as _C
 from commlib.bench import tuning
 from commlib.cli import main
 

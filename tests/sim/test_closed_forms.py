@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from commlib import _C
+import commlib._C as _C
 
 ALPHA, BETA, GAMMA = 3e-6, 1.0 / 12.5e9, 1.0 / 40e9
 

@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from commlib import _C, sim
+from commlib import sim
+import commlib._C as _C
 from commlib.sim import fit_sched
 from commlib.sim.topology import TopologyError, load
 from test_closed_forms import uniform

@@ -2,7 +2,7 @@
 reductions, software overheads, auto resolution, and clear errors."""
 import pytest
 
-from commlib import _C
+import commlib._C as _C
 from test_closed_forms import uniform
 
 

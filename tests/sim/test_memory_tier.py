@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from commlib import _C, sim
+from commlib import sim
+import commlib._C as _C
 from commlib.sim.fit import working_set_bytes
 from commlib.sim.topology import TopologyError, load
 

@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from commlib import _C
-from commlib.bench import model
+import commlib._C as _C
+from commlib.perf import model
 
 
 def test_coefficients_match_design_closed_forms():

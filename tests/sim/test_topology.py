@@ -6,7 +6,7 @@ import math
 import pytest
 
 from commlib import sim
-from commlib.bench import model
+from commlib.perf import model
 from commlib.sim.topology import PRESETS, TopologyError, load
 
 

@@ -1,0 +1,95 @@
+"""Argument checks shared by the communicator's methods: each names the argument at fault and runs
+before anything is sent (commlib/core/communicator.py calls them; commlib/core/p2p_plan.py too)."""
+from __future__ import annotations
+
+import commlib._C as _C
+from commlib.device.host_buffers import describe
+from commlib.device.buffers import device_buffer
+
+_FLOAT_DTYPES = frozenset(("float32", "float64", "float16", "bfloat16"))
+_BITWISE_OPS = frozenset(("band", "bor", "bxor"))
+_OPS = frozenset(_C.OPS)
+# Registered names, refreshed on a miss: commlib.register_algorithm may add some at run time.
+_ALGORITHMS = {c: frozenset(_C.algorithms(c)) for c in _C.COLLECTIVES if c not in ("send", "recv")}
+
+
+def check_op(op: str, dtype: str, scale):
+    if op not in _OPS:
+        raise ValueError(f"op: unknown reduction '{op}' (expected one of: {', '.join(_C.OPS)})")
+    if op in _BITWISE_OPS and dtype in _FLOAT_DTYPES:
+        raise ValueError(f"op: bitwise reduction '{op}' is defined for integer dtypes only, not {dtype}")
+    if op == "premul_sum":
+        if scale is None:
+            raise ValueError("scale: op='premul_sum' needs a scale factor")
+        return float(scale)
+    if scale is not None:
+        raise ValueError(f"scale: only op='premul_sum' takes a scale (op is '{op}')")
+    return 1.0
+
+
+def describe_like(x, name: str, dtype: str, other: str, count: int, expected: str):
+    """Pointer of ``x`` after checking it matches ``other``'s dtype and has ``count`` elements."""
+    ptr, n, dt = describe(x, name)
+    if dt != dtype:
+        raise TypeError(f"{name}: dtype {dt} differs from {other}'s {dtype}")
+    if n != count:
+        raise ValueError(f"{name}: has {n} elements, expected {expected}")
+    return ptr
+
+
+def check_algorithm(collective: str, algorithm: str):
+    if not isinstance(algorithm, str):
+        raise TypeError(f"algorithm: expected a string, got {type(algorithm).__name__}")
+    if algorithm == "nccl" and collective != "barrier":  # NCCL's own, on device buffers only (_run)
+        return
+    if algorithm != "auto" and algorithm not in _ALGORITHMS[collective]:
+        _ALGORITHMS[collective] = frozenset(_C.algorithms(collective))
+    if algorithm != "auto" and algorithm not in _ALGORITHMS[collective]:
+        raise ValueError(f"algorithm: unknown {collective} algorithm '{algorithm}' "
+                         f"(expected one of: auto, {', '.join(_C.algorithms(collective))})")
+
+
+# The argument names of each collective's buffers, in the order of _run's ``refs``.
+_REF_NAMES = {"all_reduce": ("tensor", "out"), "reduce": ("tensor", "out"), "broadcast": ("tensor",)}
+
+
+def device_buffers_of(coll, refs):
+    """(argument name, DeviceBuffer) for the device buffers among a call's ``refs``."""
+    return named_device_buffers(zip(_REF_NAMES.get(coll, ("input", "output")), refs))
+
+
+def named_device_buffers(named):
+    """(argument name, DeviceBuffer) for the device buffers among (name, buffer) pairs; raises if
+    host and device buffers are mixed."""
+    found, host = [], []
+    for name, r in named:
+        b = device_buffer(r, name)
+        if b is not None:
+            found.append((name, b))
+        elif r is not None:
+            host.append(name)
+    if found and host:
+        raise ValueError(f"{host[0]}: is host memory but {found[0][0]} is device memory; "
+                         "a call's buffers must all be on one device")
+    return found
+
+
+
+def is_rank(x) -> bool:
+    """An int that is not a bool: True is not rank 1."""
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def split_sizes(splits, total, P, name):
+    if splits is None:
+        if total % P:
+            raise ValueError(f"{name}: {total} elements do not split evenly over {P} ranks")
+        return [total // P] * P
+    splits = [int(s) for s in splits]
+    if len(splits) != P:
+        raise ValueError(f"{name}: has {len(splits)} entries, expected one per rank ({P})")
+    if any(s < 0 for s in splits):
+        raise ValueError(f"{name}: negative split size")
+    if sum(splits) != total:
+        raise ValueError(f"{name}: sums to {sum(splits)} but the tensor has {total} elements")
+    return splits

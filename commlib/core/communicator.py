@@ -1,0 +1,364 @@
+"""The Python face of a communicator: argument checks, then one call into the C++ executor.
+
+Every check happens before anything is sent and names the argument at fault (the shared ones in
+commlib/core/call_checks.py, the point-to-point messages worked out in commlib/core/p2p_plan.py). The C++ core
+then runs the schedule with the GIL released, on the caller's thread when nothing is queued (the
+latency path) or on the communicator's FIFO worker for ``async_op=True``.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Optional, Sequence
+
+import commlib._C as _C
+from commlib.device.host_buffers import describe
+from commlib.core.call_checks import (check_algorithm, check_op, describe_like, device_buffers_of, is_rank,
+                                 named_device_buffers)
+from commlib.core.p2p_plan import plan_all_to_allv, plan_batch
+from commlib.errors import CommError
+from commlib.core.work import Work  # noqa: F401  (re-exported: commlib.core.communicator.Work)
+
+# The latency path: blocking calls on plain NumPy arrays go straight to C++ (csrc/bindings/
+# fast_call.cc), which answers NotImplemented for anything it does not handle; the code after it in
+# each method is the general path, which validates and explains. Codes are _C.COLLECTIVES positions.
+_fast = _C.fast_collective
+# (input, output, input_at, output_at) elements of one rank's buffers (csrc/common/shapes.h).
+_shapes = _C.buffer_shapes
+(_ALL_REDUCE, _ALL_GATHER, _REDUCE_SCATTER, _ALL_TO_ALL, _BROADCAST, _REDUCE, _GATHER, _SCATTER,
+ _BARRIER) = range(9)
+assert _C.COLLECTIVES[:9] == ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
+                              "reduce", "gather", "scatter", "barrier"]
+
+
+class Communicator:
+    """A group of ranks that run collectives together.
+
+    Create one with :func:`commlib.init`; derive sub-groups with :meth:`split`. Buffers are NumPy
+    arrays or torch CPU tensors, contiguous. Every collective takes ``async_op`` (return a
+    :class:`Work` instead of blocking) and, where several algorithms exist, ``algorithm``
+    (``"auto"`` by default; see ``commlib.algorithms(collective)``).
+    """
+
+    def __init__(self, core, store, prefix: str, rank: int, size: int, timeout: float, split=None):
+        # ``split``: the rendezvous that builds a sub-communicator (commlib.init passes it), so this
+        # module needs no import of the layer that creates communicators.
+        self._core = core
+        self._split = split
+        self._addr = _C.core_address(core)  # for _fast; self._core keeps the core alive
+        self._store = store
+        self._prefix = prefix
+        self._rank = rank
+        self._size = size
+        self._timeout = timeout
+        self._splits = 0
+        self._owned = (None, None)  # (store, store server) that init() created for this communicator
+        self._device_route = None  # stream engines for device buffers, created on first use
+        self._closed = False
+        self._pid = os.getpid()  # a forked child must not close the parent's store server
+
+    def _device(self):
+        if self._device_route is None:
+            from commlib.core.device_route import DeviceRoute
+            self._device_route = DeviceRoute(self)
+        return self._device_route
+
+    # -- identity ---------------------------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        """This process's rank in the communicator (0..size-1)."""
+        return self._rank
+
+    @property
+    def size(self) -> int:
+        """Number of ranks."""
+        return self._size
+
+    world_size = size
+
+    @property
+    def timeout(self) -> float:
+        """Seconds a blocked call waits on a silent peer before raising PeerError."""
+        return self._timeout
+
+    @property
+    def topology(self):
+        """Hosts, the ranks on each, and the link (self/shm/tcp) to every rank: a
+        :class:`commlib.bootstrap.hosts.Topology`."""
+        from commlib.bootstrap.hosts import Topology
+
+        return Topology(list(self._core.host_names), list(self._core.host_of), list(self._core.link_kinds))
+
+    def __repr__(self):
+        return f"Communicator(rank={self._rank}, size={self._size}, prefix={self._prefix!r})"
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _check_root(self, root):
+        if not is_rank(root) or not 0 <= root < self._size:
+            raise ValueError(f"root: {root!r} is out of range for a communicator of size {self._size}")
+
+    def _check_peer(self, peer, name="peer"):
+        if not is_rank(peer) or not 0 <= peer < self._size:
+            raise ValueError(f"{name}: {peer!r} is out of range for a communicator of size {self._size}")
+        if peer == self._rank:
+            raise ValueError(f"{name}: cannot send to or receive from this rank itself ({peer})")
+
+    def _run(self, coll, algorithm, in_ptr, out_ptr, count, dtype, op, root, scale, async_op, refs,
+             stream=None):
+        # Buffers on a device (commlib.emulated, CUDA) go to the stream engine: the one place
+        # where the route forks (commlib/core/device_route.py).
+        bufs = device_buffers_of(coll, refs)
+        if algorithm == "nccl" and not bufs:
+            raise ValueError("algorithm: 'nccl' passes the collective to NCCL and needs device buffers "
+                             "(commlib.emulated arrays or CUDA memory)")
+        if bufs:
+            return self._device().run(coll, algorithm, bufs, in_ptr, out_ptr, count, dtype, op, root,
+                                      scale, async_op, stream, refs)
+        if stream is not None:
+            raise ValueError("stream: given, but the buffers are host memory")
+        work = self._core.run(coll, algorithm, in_ptr, out_ptr, count, dtype, op, root, scale, async_op)
+        if async_op:
+            return Work(work, refs)
+        return None
+
+    # -- collectives --------------------------------------------------------------------------
+    def all_reduce(self, tensor, op: str = "sum", algorithm: str = "auto", out=None,
+                   async_op: bool = False, scale=None, stream=None):
+        """Reduce ``tensor`` element-wise over all ranks; every rank gets the result.
+
+        In place unless ``out`` (same dtype and size) is given. ``op`` is one of sum, prod, min,
+        max, avg, premul_sum (``scale`` times each input, then sum), band, bor, bxor.
+        """
+        if stream is None and _fast(self._addr, _ALL_REDUCE, tensor, out, op, algorithm, 0, async_op, scale) is None:
+            return None
+        ip, n, dt = describe(tensor, "tensor")
+        op_ = check_op(op, dt, scale)
+        check_algorithm("all_reduce", algorithm)
+        op_ptr = ip if out is None else describe_like(out, "out", dt, "tensor", n, f"{n} like tensor")
+        return self._run("all_reduce", algorithm, ip, op_ptr, n, dt, op, 0, op_, async_op, (tensor, out),
+                         stream)
+
+    def all_gather(self, output, input, algorithm: str = "auto", async_op: bool = False, stream=None):
+        """Concatenate every rank's ``input`` into ``output`` (size * input elements), rank order.
+
+        ``input`` may be the view of ``output`` at this rank's block (in place).
+        """
+        if stream is None and (
+                _fast(self._addr, _ALL_GATHER, input, output, "sum", algorithm, 0, async_op, None) is None):
+            return None
+        ip, n, dt = describe(input, "input")
+        op_ptr = describe_like(output, "output", dt, "input", _shapes("all_gather", n, self._size, self._rank, 0)[1],
+                                f"size*input = {self._size}*{n}")
+        check_algorithm("all_gather", algorithm)
+        return self._run("all_gather", algorithm, ip, op_ptr, n, dt, "sum", 0, 1.0, async_op, (input, output),
+                         stream)
+
+    def reduce_scatter(self, output, input, op: str = "sum", algorithm: str = "auto",
+                       async_op: bool = False, scale=None, stream=None):
+        """Reduce ``input`` (size * output elements) over ranks; rank r gets block r in ``output``."""
+        if stream is None and (
+                _fast(self._addr, _REDUCE_SCATTER, input, output, op, algorithm, 0, async_op, scale) is None):
+            return None
+        op_ptr, n, dt = describe(output, "output")
+        ip = describe_like(input, "input", dt, "output", _shapes("reduce_scatter", n, self._size, self._rank, 0)[0],
+                            f"size*output = {self._size}*{n}")
+        op_ = check_op(op, dt, scale)
+        check_algorithm("reduce_scatter", algorithm)
+        return self._run("reduce_scatter", algorithm, ip, op_ptr, n, dt, op, 0, op_, async_op, (input, output),
+                         stream)
+
+    def all_to_all(self, output, input, algorithm: str = "auto", async_op: bool = False,
+                   output_splits: Optional[Sequence[int]] = None,
+                   input_splits: Optional[Sequence[int]] = None, stream=None):
+        """Send block j of ``input`` to rank j; block i of ``output`` comes from rank i.
+
+        Equal blocks by default. With ``input_splits``/``output_splits`` (element counts per rank)
+        blocks may differ in size (all_to_allv); every rank must agree on what it sends to whom.
+        """
+        if (output_splits is None and input_splits is None and stream is None
+                and _fast(self._addr, _ALL_TO_ALL, input, output, "sum", algorithm, 0, async_op, None) is None):
+            return None
+        ip, n_in, dt = describe(input, "input")
+        op_ptr, n_out, dt2 = describe(output, "output")
+        if dt2 != dt:
+            raise TypeError(f"output: dtype {dt2} differs from input's {dt}")
+        if input_splits is not None or output_splits is not None:
+            return self._all_to_allv(output, input, op_ptr, ip, n_out, n_in, dt,
+                                     output_splits, input_splits, async_op, stream)
+        if n_in != n_out:
+            raise ValueError(f"output: has {n_out} elements, input has {n_in}")
+        if n_in % self._size:
+            raise ValueError(f"input: {n_in} elements do not split evenly over {self._size} ranks "
+                             "(pass input_splits/output_splits)")
+        check_algorithm("all_to_all", algorithm)
+        # In place (input is output) is handled by the core, which sends from a private copy.
+        return self._run("all_to_all", algorithm, ip, op_ptr, n_in // self._size, dt, "sum", 0, 1.0,
+                         async_op, (input, output), stream)
+
+    def _all_to_allv(self, output, input, op_ptr, ip, n_out, n_in, dt, output_splits, input_splits,
+                     async_op, stream):
+        ops, own = plan_all_to_allv(self._rank, self._size, ip, op_ptr, n_in, n_out, dt, input_splits,
+                                    output_splits)
+        bufs = named_device_buffers((("input", input), ("output", output)))
+        if bufs:  # the stream engine (commlib/core/device_route.py), this rank's block copied on the stream
+            return self._device().p2p(bufs, ops, dt, async_op, (input, output), stream, own)
+        if stream is not None:
+            raise ValueError("stream: given, but the buffers are host memory")
+        ctypes.memmove(*own)
+        work = self._core.p2p(ops, dt, async_op)
+        return Work(work, (input, output)) if async_op else None
+
+    def broadcast(self, tensor, root: int = 0, algorithm: str = "auto", async_op: bool = False,
+                  stream=None):
+        """Copy ``tensor`` from ``root`` to every rank (in place)."""
+        if stream is None and (
+                _fast(self._addr, _BROADCAST, tensor, None, "sum", algorithm, root, async_op, None) is None):
+            return None
+        ip, n, dt = describe(tensor, "tensor")
+        self._check_root(root)
+        check_algorithm("broadcast", algorithm)
+        return self._run("broadcast", algorithm, ip, ip, n, dt, "sum", root, 1.0, async_op, (tensor,),
+                         stream)
+
+    def reduce(self, tensor, root: int = 0, op: str = "sum", algorithm: str = "auto", out=None,
+               async_op: bool = False, scale=None, stream=None):
+        """Reduce ``tensor`` over all ranks into ``root`` (into ``out`` there if given)."""
+        if stream is None and _fast(self._addr, _REDUCE, tensor, out, op, algorithm, root, async_op, scale) is None:
+            return None
+        ip, n, dt = describe(tensor, "tensor")
+        self._check_root(root)
+        op_ = check_op(op, dt, scale)
+        check_algorithm("reduce", algorithm)
+        op_ptr = ip if out is None else describe_like(out, "out", dt, "tensor", n, f"{n} like tensor")
+        return self._run("reduce", algorithm, ip, op_ptr, n, dt, op, root, op_, async_op, (tensor, out),
+                         stream)
+
+    def gather(self, output, input, root: int = 0, algorithm: str = "auto", async_op: bool = False,
+               stream=None):
+        """Concatenate every rank's ``input`` into ``output`` on ``root`` (None elsewhere)."""
+        if stream is None and _fast(self._addr, _GATHER, input, output, "sum", algorithm, root, async_op, None) is None:
+            return None
+        ip, n, dt = describe(input, "input")
+        self._check_root(root)
+        op_ptr = 0
+        out_elems = _shapes("gather", n, self._size, self._rank, root)[1]
+        if out_elems is not None:  # the root
+            if output is None:
+                raise ValueError("output: required on the root rank")
+            op_ptr = describe_like(output, "output", dt, "input", out_elems, f"size*input = {self._size}*{n}")
+        check_algorithm("gather", algorithm)
+        return self._run("gather", algorithm, ip, op_ptr, n, dt, "sum", root, 1.0, async_op, (input, output),
+                         stream)
+
+    def scatter(self, output, input, root: int = 0, algorithm: str = "auto", async_op: bool = False,
+                stream=None):
+        """Send block j of ``input`` (on ``root``; None elsewhere) to rank j's ``output``."""
+        if stream is None and (
+                _fast(self._addr, _SCATTER, input, output, "sum", algorithm, root, async_op, None) is None):
+            return None
+        op_ptr, n, dt = describe(output, "output")
+        self._check_root(root)
+        ip = 0
+        in_elems = _shapes("scatter", n, self._size, self._rank, root)[0]
+        if in_elems is not None:  # the root
+            if input is None:
+                raise ValueError("input: required on the root rank")
+            ip = describe_like(input, "input", dt, "output", in_elems, f"size*output = {self._size}*{n}")
+        check_algorithm("scatter", algorithm)
+        return self._run("scatter", algorithm, ip, op_ptr, n, dt, "sum", root, 1.0, async_op, (input, output),
+                         stream)
+
+    def barrier(self, async_op: bool = False):
+        """Return once every rank has entered the barrier."""
+        if _fast(self._addr, _BARRIER, None, None, "sum", "auto", 0, async_op, None) is None:
+            return None
+        return self._run("barrier", "auto", 0, 0, 0, "uint8", "sum", 0, 1.0, async_op, ())
+
+    # -- point to point -----------------------------------------------------------------------
+    def send(self, tensor, peer: int, async_op: bool = False, stream=None):
+        """Send ``tensor`` to ``peer``, which must call ``recv`` with the same size and dtype."""
+        return self.batch_p2p([("send", tensor, peer)], async_op, stream)
+
+    def recv(self, tensor, peer: int, async_op: bool = False, stream=None):
+        """Receive into ``tensor`` from ``peer``."""
+        return self.batch_p2p([("recv", tensor, peer)], async_op, stream)
+
+    def sendrecv(self, send_tensor, dst: int, recv_tensor, src: int, async_op: bool = False, stream=None):
+        """Send to ``dst`` and receive from ``src`` concurrently (no deadlock in a ring shift)."""
+        return self.batch_p2p([("send", send_tensor, dst), ("recv", recv_tensor, src)], async_op, stream)
+
+    def batch_p2p(self, ops, async_op: bool = False, stream=None):
+        """Run several sends/receives concurrently: ``ops`` is a list of ("send"|"recv", tensor, peer).
+
+        At most one send to and one receive from each peer per batch; messages between a pair of
+        ranks match in call order. Device buffers (all of the batch) are enqueued on the current
+        stream or ``stream`` like collectives (docs/gpu.md).
+        """
+        items, refs, named, dtype = plan_batch(ops, self._check_peer)
+        bufs = named_device_buffers(named)
+        if bufs:
+            return self._device().p2p(bufs, items, dtype, async_op, refs, stream)
+        if stream is not None:
+            raise ValueError("stream: given, but the buffers are host memory")
+        work = self._core.p2p(items, dtype, async_op)
+        return Work(work, refs) if async_op else None
+
+    # -- groups ---------------------------------------------------------------------------------
+    def split(self, color: Optional[int], key: Optional[int] = None,
+              timeout: Optional[float] = None) -> Optional["Communicator"]:
+        """Partition the ranks: those passing the same ``color`` form a new communicator, ordered
+        by ``key`` (then by rank). Every rank must call it; ``color=None`` joins no group and
+        returns None. Collective over this communicator. The new communicator has this one's
+        timeout unless ``timeout`` (seconds) is given.
+        """
+        if self._split is None:
+            raise RuntimeError("split: this communicator was not built by commlib.init, which provides it")
+        if self._closed:
+            raise CommError(f"split: communicator (rank {self._rank}) is closed")
+        if os.getpid() != self._pid:
+            raise CommError(f"split: communicator (rank {self._rank}) was created in pid {self._pid} and "
+                            f"is used in a forked child (pid {os.getpid()})")
+        if color is not None and (not is_rank(color) or color < 0):
+            raise ValueError(f"color: must be a non-negative int or None, got {color!r}")
+        if key is not None and not is_rank(key):
+            raise TypeError(f"key: must be an int, got {type(key).__name__}")
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout: must be positive, got {timeout!r}")
+        self._splits += 1
+        return self._split(self, color, self._rank if key is None else key, self._splits,
+                                  self._timeout if timeout is None else float(timeout))
+
+    def close(self):
+        """Finish queued work, then release shared memory and the worker thread. Idempotent.
+
+        In a forked child it only drops the child's references: the store and region are the parent's.
+        """
+        self._closed = True
+        if self._device_route is not None:  # before the transport its peer watch uses
+            self._device_route.close()
+        self._core.close()
+        if os.getpid() != self._pid:
+            self._owned = (None, None)
+            return
+        store, server = self._owned
+        self._owned = (None, None)
+        if store is not None and hasattr(store, "close"):
+            store.close()
+        if server is not None:
+            server.close()
+
+    def abort(self, reason: str = "aborted by the user"):
+        """Abort: fail queued and future calls at once, and tell the peers."""
+        if self._device_route is not None:
+            self._device_route.abort(reason)
+        self._core.abort(reason)
+
+    @property
+    def aborted(self) -> bool:
+        return self._core.aborted()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

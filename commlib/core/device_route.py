@@ -1,0 +1,224 @@
+"""The route from a Communicator to the stream engine (csrc/stream/stream_engine.h).
+
+``Communicator`` sends every call whose buffers are on a device (commlib/device/buffers.py) here,
+to one stream engine per (communicator, device), created on the first such call (a collective
+step: the ranks exchange their engine handles through the store). The call is enqueued on the
+caller's current stream (or ``stream=``) and returns; the buffers are kept alive until the
+stream has executed it. Point-to-point calls (send/recv, batches, all_to_all with splits) take the
+same route. Host and device calls of a communicator share one call numbering and abort together
+(csrc/host/communicator.h). CUDA buffers go to the CUDA device of ``commlib._C_cuda`` (a thin layer
+that has never run on a GPU so far).
+"""
+from __future__ import annotations
+
+import collections
+import sys
+import time
+
+import commlib._C as _C
+from commlib.device import nccl_comm as device_nccl
+from commlib.core.work import Work
+from commlib.device.buffers import DeviceBuffer
+
+
+class DeviceWork(Work):
+    """Handle of a call enqueued on a device stream (like torch's NCCL work).
+
+    ``wait()`` makes the current stream (or ``stream``) wait for the call and returns at once;
+    ``synchronize()`` blocks the host until the call has executed and raises its CommError;
+    ``is_completed()`` polls; ``exception()`` as for host works.
+    """
+
+    __slots__ = ("_stream_of",)
+
+    def __init__(self, work, refs, stream_of):
+        super().__init__(work, refs)
+        self._stream_of = stream_of  # stream argument (None: current) -> the engine's stream
+
+    def wait(self, timeout=None, stream=None) -> bool:
+        self._work.wait(self._stream_of(stream))
+        return True
+
+    def synchronize(self):
+        self._work.synchronize()
+        self._refs = None
+
+    def _raise_error(self):
+        self._work.synchronize()
+
+
+def _cuda_module(name):
+    try:
+        import commlib._C_cuda as cu
+    except ImportError as e:
+        raise RuntimeError(f"{name}: is CUDA memory, but commlib._C_cuda is not usable here ({e})") from None
+    return cu
+
+
+def _current_cuda_stream(index) -> int:
+    """The caller's current CUDA stream: torch's, else CuPy's, else the legacy default stream."""
+    if "torch" in sys.modules:
+        return sys.modules["torch"].cuda.current_stream(index).cuda_stream
+    if "cupy" in sys.modules:
+        return sys.modules["cupy"].cuda.get_current_stream().ptr
+    return 0
+
+
+def stream_resolver(buf: DeviceBuffer):
+    """A function mapping a ``stream=`` argument (None: the current stream) to the engine's
+    stream object for buffers like ``buf``."""
+    if buf.kind == "emulated":
+        from commlib.device import emulated
+
+        def emulated_stream(stream):
+            if stream is None:
+                return emulated.current_stream(buf.device_index)._stream
+            if not isinstance(stream, emulated.Stream):
+                raise TypeError(f"stream: expected a commlib.emulated.Stream, got {type(stream).__name__}")
+            return stream._stream
+        return emulated_stream
+    cu = _cuda_module("tensor")
+
+    def cuda_stream(stream):
+        if stream is None:
+            ptr = _current_cuda_stream(buf.device_index)
+        elif hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
+            ptr = stream.cuda_stream
+        elif hasattr(stream, "ptr"):  # cupy.cuda.Stream
+            ptr = stream.ptr
+        elif isinstance(stream, int):
+            ptr = stream
+        else:
+            raise TypeError(f"stream: expected a torch.cuda.Stream, CuPy stream or cudaStream_t, "
+                            f"got {type(stream).__name__}")
+        return _C.stream_from_capsule(cu.stream_capsule(buf.device_index, int(ptr)))
+    return cuda_stream
+
+
+def _wait_key(comm, prefix, rank, poll) -> str:
+    """Rank ``rank``'s engine handle under ``prefix``, within the communicator's timeout; raises
+    CommError at once if some rank reported a failure there, and whatever ``poll()`` raises."""
+    from commlib.errors import CommError
+    key, err = f"{prefix}/{rank}", f"{prefix}/error"
+    deadline = time.monotonic() + comm.timeout
+    pause = 0.0005
+    while not comm._store.check([key]):
+        poll()
+        if comm._store.check([err]):
+            why = bytes(comm._store.get(err))[:2000].decode(errors="replace")
+            raise CommError(f"stream engine set-up failed: {why}")
+        if time.monotonic() > deadline:
+            raise CommError(f"stream engine set-up: rank {comm.rank} waited {comm.timeout:g} s (COMMLIB_TIMEOUT) "
+                            f"for rank {rank}, which has not made its first call on device buffers")
+        time.sleep(pause)
+        pause = min(pause * 2, 0.02)
+    return bytes(comm._store.get(key)).decode()
+
+
+class DeviceRoute:
+    """The stream engines of one communicator, one per device, and the calls still in flight."""
+
+    def __init__(self, comm):
+        self._comm = comm
+        self._engines = {}
+        self._devices = {}
+        self._prefixes = {}  # store prefix of each engine's set-up
+        self._pending = collections.deque()  # (work, refs): buffers stay alive until executed
+
+    def _engine(self, buf: DeviceBuffer, first_call=None, first_p2p=None):
+        """The engine for ``buf``'s device, set up on first use. ``first_call`` (collective,
+        algorithm, count, dtype, op, root) is published while the ranks meet, so a peer in a host
+        call of the same number raises MismatchError rather than waiting out the timeout;
+        ``first_p2p`` (items, dtype): receives whose message a peer sent from a host buffer do."""
+        key = (buf.kind, buf.device_index)
+        engine = self._engines.get(key)
+        if engine is not None:
+            return engine
+        if buf.kind == "emulated":
+            from commlib.device import emulated
+            device = emulated.device(buf.device_index)
+        else:  # CUDA: the thin layer of commlib._C_cuda (never run so far: docs/gpu.md)
+            device = _C.device_from_capsule(_cuda_module("tensor").device_capsule(buf.device_index))
+        c = self._comm
+        prefix = f"{c._prefix}/device{len(self._engines) + 1}"
+        try:
+            engine = _C.StreamEngine(c._core, device, c.timeout, c._prefix)
+            if first_call is not None:
+                def poll():
+                    engine.check_first_call(*first_call)
+            elif first_p2p is not None:
+                def poll():
+                    engine.check_first_p2p(*first_p2p)
+            else:
+                poll = engine.raise_if_failed
+            poll()  # a host side already aborted raises here, before the rendezvous
+            c._store.set(f"{prefix}/{c.rank}", engine.local_handle())
+            handles = [_wait_key(c, prefix, r, poll) for r in range(c.size)]
+            host_of = list(c._core.host_of)  # peer memory only within a host; NCCL across
+            engine.connect(handles, [h == host_of[c.rank] for h in host_of])
+            device_nccl.setup_links(c, engine, prefix)  # the link per pair; NCCL if some pair uses it
+        except Exception as e:
+            try:  # the other ranks stop waiting for this one
+                c._store.set(f"{prefix}/error", f"rank {c.rank}: {type(e).__name__}: {e}")
+            except Exception:  # noqa: BLE001 - the original error is what matters
+                pass
+            raise
+        self._engines[key] = engine
+        self._devices[key] = device
+        self._prefixes[key] = prefix
+        return engine
+
+    def run(self, coll, algorithm, bufs, in_ptr, out_ptr, count, dtype, op, root, scale, async_op,
+            stream, refs):
+        """Enqueue one collective whose buffers (``bufs``: (argument name, DeviceBuffer)) are on a
+        device; return a DeviceWork when ``async_op``."""
+        first, stream_of, device_stream = _one_device(bufs, stream)
+        if algorithm == "nccl" and coll in ("all_reduce", "reduce_scatter", "reduce") and op in ("band", "bor", "bxor"):
+            raise ValueError(f"op: NCCL has no {op} (algorithm='nccl')")
+        engine = self._engine(first, (coll, algorithm, count, dtype, op, root))
+        if algorithm == "nccl":  # NCCL's own collective: its communicator is made on first use
+            device_nccl.ensure_communicator(self._comm, engine, self._prefixes[(first.kind, first.device_index)],
+                                            f"{coll} (nccl, {count} x {dtype}, {op}, root {root})")
+        work = engine.run(coll, algorithm, in_ptr, out_ptr, count, dtype, op, root, scale, device_stream)
+        return self._enqueued(work, refs, stream_of, async_op)
+
+    def p2p(self, bufs, items, dtype, async_op, refs, stream, own_block=None):
+        """Enqueue sends/receives (``items``: (send, address, count, peer)) on device buffers;
+        ``own_block`` (dst, src, bytes): a copy enqueued first on the same stream (all_to_all with
+        splits: this rank's block to itself)."""
+        first, stream_of, device_stream = _one_device(bufs, stream)
+        engine = self._engine(first, first_p2p=(items, dtype))
+        if own_block is not None and own_block[2]:
+            self._devices[(first.kind, first.device_index)].copy(*own_block, device_stream)
+        work = engine.p2p(items, dtype, device_stream)
+        return self._enqueued(work, refs, stream_of, async_op)
+
+    def _enqueued(self, work, refs, stream_of, async_op):
+        while self._pending and self._pending[0][0].is_completed():
+            self._pending.popleft()
+        self._pending.append((work, refs))
+        return DeviceWork(work, refs, stream_of) if async_op else None
+
+    def abort(self, reason):
+        for e in self._engines.values():
+            e.abort(reason)
+
+    def close(self):
+        for e in self._engines.values():
+            e.close()
+        self._engines.clear()
+        self._devices.clear()
+        self._pending.clear()
+
+
+def _one_device(bufs, stream):
+    """The first buffer, the stream resolver for its device and the call's stream; raises if
+    ``bufs`` ((argument name, DeviceBuffer)) are on different devices or ``stream`` is wrong (before
+    any engine rendezvous)."""
+    first_name, first = bufs[0]
+    for name, b in bufs[1:]:
+        if (b.kind, b.device_index) != (first.kind, first.device_index):
+            raise ValueError(f"{name}: is on {b.kind}:{b.device_index} but {first_name} on "
+                             f"{first.kind}:{first.device_index}")
+    stream_of = stream_resolver(first)
+    return first, stream_of, stream_of(stream)

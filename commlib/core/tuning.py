@@ -1,0 +1,120 @@
+"""auto's tuning table at run time: read it, install it in the core, and load the default one.
+
+The file (``commlib/core/tuning.json``, or ``$COMMLIB_TUNING``) says which algorithm ``auto`` runs per
+(collective, world size, bytes). ``import commlib`` installs it with :func:`load_default`. Building
+a table from measurements is the bench's job (:mod:`commlib.bench.tuning`, ``commlib tune``)::
+
+    {"schema": "commlib-tuning/1",
+     "bytes": "per-rank count x element size, as _C.choose_algorithm sees it",
+     "machine": {...}, "generated": "...",
+     "collectives": {"all_reduce": {"4": {"source": "measured", "rows": [[4096, "recursive_doubling"],
+                                                                        [-1, "ring"]]}}}}
+
+For a call on P ranks the rows of P are tried in order; the first whose max_bytes >= bytes wins
+(-1: no limit). World sizes with no rows fall back to the core's built-in heuristic, and
+``COMMLIB_ALGO_<COLLECTIVE>`` overrides everything. ``COMMLIB_TUNING=<file>`` loads another file;
+``COMMLIB_TUNING=0`` loads none.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import commlib._C as _C
+from commlib import settings
+
+SCHEMA = "commlib-tuning/1"
+
+
+class TuningFileError(ValueError):
+    """A tuning file exists but cannot be used (unreadable, not JSON, wrong schema, bad rows)."""
+
+
+def default_path() -> str:
+    """The tuning file shipped with the package (commlib/core/tuning.json)."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "tuning.json")
+
+
+def read(path):
+    """The tuning dict in ``path``, or None when missing or unreadable."""
+    try:
+        return read_strict(path)
+    except (OSError, TuningFileError):
+        return None
+
+
+def read_strict(path) -> dict:
+    """The tuning dict in ``path``; OSError when it cannot be opened, TuningFileError when invalid."""
+    with open(path) as f:
+        try:
+            data = json.load(f)
+        except ValueError as e:
+            raise TuningFileError(f"{path}: not JSON ({e})") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise TuningFileError(f"{path}: not a {SCHEMA} file")
+    return data
+
+
+def write(path, table: dict, machine=None):
+    """Write ``table`` to ``path`` atomically, stamped with the schema, machine and date."""
+    table = dict(table)
+    table["schema"] = SCHEMA
+    if machine is not None:
+        table["machine"] = {k: machine.get(k) for k in ("hostname", "cpu", "cores", "commlib_commit")}
+    table["generated"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(table, f, indent=1, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def rows_for(table: dict, collective: str):
+    """[(world_size, max_bytes, algorithm)] in the order _C.set_tuning wants."""
+    out = []
+    for P, entry in (table.get("collectives", {}).get(collective) or {}).items():
+        for max_bytes, alg in entry["rows"]:
+            out.append((int(P), int(max_bytes), str(alg)))
+    return sorted(out, key=lambda r: (r[0], r[1] < 0, r[1]))
+
+
+def install(table: dict, core=None):
+    """Install every collective's rows with _C.set_tuning; return the collectives installed."""
+    core = core or _C
+    done = []
+    for coll in sorted(table.get("collectives", {})):
+        core.set_tuning(coll, rows_for(table, coll))
+        done.append(coll)
+    return done
+
+
+def load_default() -> bool:
+    """Install $COMMLIB_TUNING, or the shipped file. True if a table was installed.
+
+    COMMLIB_TUNING=0 (or off/none/false) installs nothing. A missing default file is not an error
+    (auto then uses the built-in heuristic); a named file that is missing, or any file that is
+    invalid, raises OSError / TuningFileError / ValueError naming it (``import commlib`` turns that
+    into a warning, so a broken file never breaks the import but is never ignored silently).
+    """
+    path = settings.get("COMMLIB_TUNING")
+    if path.lower() in ("0", "off", "none", "false"):
+        return False
+    if not path:
+        path = default_path()
+        if not os.path.exists(path):
+            return False
+    table = read_strict(path)
+    try:
+        install(table)
+    except (ValueError, KeyError, TypeError) as e:
+        raise TuningFileError(f"{path}: {e}") from None
+    return True
+
+
+def choose(table: dict, collective: str, nbytes: int, P: int):
+    """What the table says for a call (None when it has no row for P): the Python twin of the core."""
+    for size, max_bytes, alg in rows_for(table, collective):
+        if size == P and (max_bytes < 0 or nbytes <= max_bytes):
+            return alg
+    return None

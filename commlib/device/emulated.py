@@ -1,0 +1,241 @@
+"""The emulated device: GPU-style arrays and streams in host memory, for running the GPU engine
+without a GPU.
+
+Memory lives in memfds that other ranks' processes map (as CUDA IPC maps a peer's allocation);
+every stream is a host thread that executes its queue asynchronously; kernels are the CUDA
+kernels' own bodies. Collectives on emulated arrays go through the stream engine exactly as CUDA
+tensors do: enqueued on the current stream (or ``stream=``), returning at once::
+
+    import commlib, commlib.device.emulated as emu
+    x = emu.from_numpy(np.ones(1000, np.float32))
+    comm.all_reduce(x)          # enqueued; returns before the data is ready
+    x.numpy()                   # waits for the stream, like tensor.cpu()
+
+All local ranks use emulated device 0 by default (several ranks on one device).
+``COMMLIB_EMULATED_DELAY_US`` delays every stream operation, so that missing synchronisation shows
+up as wrong data in tests.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import threading
+import weakref
+from typing import Optional
+
+import numpy as np
+
+import commlib._C as _C
+
+_NUMPY = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "int8": np.int8,
+          "uint8": np.uint8, "int32": np.int32, "int64": np.int64, "bfloat16": np.uint16}
+_state = threading.local()
+_defaults: dict = {}
+_streams: "weakref.WeakSet[Stream]" = weakref.WeakSet()
+
+
+def device(index: int = 0):
+    """The process's emulated device ``index`` (a ``commlib._C.EmulatedDevice``)."""
+    return _C.emulated_device(index)
+
+
+class Stream:
+    """An ordered queue of device work, executed by its own host thread."""
+
+    def __init__(self, device_index: int = 0):
+        self.device_index = device_index
+        self._device = device(device_index)
+        self._stream = self._device.create_stream()
+        _streams.add(self)
+
+    def synchronize(self):
+        """Block until everything enqueued so far has executed."""
+        self._device.synchronize_stream(self._stream)
+
+    def wait_event(self, event: "Event"):
+        """Later work on this stream waits for ``event``'s latest record."""
+        self._device.wait_event(self._stream, event._event)
+
+    def record_event(self) -> "Event":
+        e = Event(self.device_index)
+        e.record(self)
+        return e
+
+    def __repr__(self):
+        return f"emulated.Stream(device={self.device_index}, id={id(self):#x})"
+
+
+class Event:
+    """A sequence point on a stream (like torch.cuda.Event)."""
+
+    def __init__(self, device_index: int = 0):
+        self._device = device(device_index)
+        self._event = self._device.create_event()
+
+    def record(self, stream: Optional[Stream] = None):
+        self._device.record(self._event, (stream or current_stream())._stream)
+
+    def query(self) -> bool:
+        return self._device.query(self._event)
+
+    def synchronize(self):
+        self._device.synchronize_event(self._event)
+
+
+def default_stream(device_index: int = 0) -> Stream:
+    s = _defaults.get(device_index)
+    if s is None:
+        s = _defaults[device_index] = Stream(device_index)
+    return s
+
+
+def current_stream(device_index: int = 0) -> Stream:
+    """This thread's current stream (the default stream unless inside ``use_stream``)."""
+    stack = getattr(_state, "stack", None)
+    if stack:
+        return stack[-1]
+    return default_stream(device_index)
+
+
+@contextlib.contextmanager
+def use_stream(stream: Stream):
+    """Make ``stream`` the current stream of this thread inside the ``with`` block."""
+    if not isinstance(stream, Stream):
+        raise TypeError(f"stream: expected a commlib.emulated.Stream, got {type(stream).__name__}")
+    stack = getattr(_state, "stack", None)
+    if stack is None:
+        stack = _state.stack = []
+    stack.append(stream)
+    try:
+        yield stream
+    finally:
+        stack.pop()
+
+
+def synchronize(device_index: int = 0):
+    """Wait for all work on every stream of the device (like torch.cuda.synchronize)."""
+    for s in list(_streams):
+        if s.device_index == device_index:
+            s.synchronize()
+
+
+class _Allocation:
+    """Owns device memory; freed in stream order on the stream it was allocated on."""
+
+    __slots__ = ("device", "ptr", "stream", "__weakref__")
+
+    def __init__(self, dev, nbytes, stream):
+        self.device = dev
+        self.ptr = dev.allocate(nbytes)
+        self.stream = stream
+
+    def __del__(self):
+        try:
+            self.device.free_async(self.ptr, self.stream._stream)
+        except Exception:  # interpreter shutdown
+            pass
+
+
+class Array:
+    """A one-dimensional array in emulated device memory.
+
+    ``numpy()`` waits for the current stream and returns a host copy; slicing with step 1 gives a
+    view sharing the memory (e.g. one rank's block of an all_gather output).
+    """
+
+    __slots__ = ("_alloc", "device_index", "offset", "count", "dtype", "__weakref__")
+
+    def __init__(self, alloc: _Allocation, device_index: int, offset: int, count: int, dtype: str):
+        self._alloc = alloc
+        self.device_index = device_index
+        self.offset = offset
+        self.count = count
+        self.dtype = dtype
+
+    @property
+    def itemsize(self) -> int:
+        return _C.dtype_size(self.dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return self.count * self.itemsize
+
+    @property
+    def shape(self):
+        return (self.count,)
+
+    def __len__(self):
+        return self.count
+
+    @property
+    def __commlib_device__(self):
+        """(kind, address, elements, dtype, device index): how commlib/device/buffers.py sees it."""
+        return ("emulated", self.data_ptr(), self.count, self.dtype, self.device_index)
+
+    def data_ptr(self) -> int:
+        """Device address of the first element."""
+        return self._alloc.ptr + self.offset
+
+    def __getitem__(self, key):
+        if not isinstance(key, slice):
+            raise TypeError("emulated arrays support slices only (a[i:j])")
+        start, stop, step = key.indices(self.count)
+        if step != 1:
+            raise ValueError("emulated arrays support contiguous slices only (step 1)")
+        n = max(0, stop - start)
+        return Array(self._alloc, self.device_index, self.offset + start * self.itemsize, n, self.dtype)
+
+    def copy_(self, src: "Array", stream: Optional[Stream] = None) -> "Array":
+        """Enqueue a device-to-device copy of ``src`` (same dtype and size) into this array."""
+        if not isinstance(src, Array) or src.dtype != self.dtype or src.count != self.count:
+            raise ValueError("src: must be an emulated array of the same dtype and size")
+        s = stream or current_stream(self.device_index)
+        device(self.device_index).copy(self.data_ptr(), src.data_ptr(), self.nbytes, s._stream)
+        return self
+
+    def numpy(self) -> np.ndarray:
+        """A host copy, after the current stream finished all work enqueued so far (bfloat16:
+        its uint16 bit patterns)."""
+        current_stream(self.device_index).synchronize()
+        return self.host_view_unsynchronized().copy()
+
+    def host_view_unsynchronized(self) -> np.ndarray:
+        """The memory as it is right now, without waiting for any stream (for tests that prove
+        stream order: the data a racing reader would see)."""
+        raw = device(self.device_index).read(self.data_ptr(), self.nbytes)
+        return np.frombuffer(raw, _NUMPY[self.dtype]).copy()
+
+    def __repr__(self):
+        return f"emulated.Array(count={self.count}, dtype={self.dtype}, device={self.device_index})"
+
+
+def empty(count: int, dtype: str = "float32", device_index: int = 0,
+          stream: Optional[Stream] = None) -> Array:
+    """An uninitialised array of ``count`` elements of ``dtype`` (one of commlib.DTYPES)."""
+    if not isinstance(count, (int, np.integer)) or count < 0:
+        raise ValueError(f"count: must be a non-negative integer, got {count!r}")
+    if dtype not in _NUMPY:
+        raise TypeError(f"dtype: unsupported {dtype!r} (supported: {', '.join(_NUMPY)})")
+    s = stream or current_stream(device_index)
+    alloc = _Allocation(device(device_index), int(count) * _C.dtype_size(dtype), s)
+    return Array(alloc, device_index, 0, int(count), dtype)
+
+
+def from_numpy(a, device_index: int = 0, stream: Optional[Stream] = None,
+               dtype: Optional[str] = None) -> Array:
+    """A device copy of a host array (NumPy, or a torch CPU tensor, bfloat16 included), uploaded
+    asynchronously on ``stream`` (default: the current stream). ``dtype="bfloat16"`` takes a
+    NumPy uint16 array of bfloat16 bit patterns (NumPy has no bfloat16)."""
+    from commlib.device.host_buffers import describe
+    if dtype == "bfloat16" and isinstance(a, np.ndarray) and a.dtype == np.uint16:
+        a = np.ascontiguousarray(a)
+        ptr, n, dt = a.ctypes.data, a.size, "bfloat16"
+    elif dtype is not None:
+        raise ValueError("dtype: only 'bfloat16' (from uint16 bit patterns) may be given")
+    else:
+        ptr, n, dt = describe(a, "a")
+    s = stream or current_stream(device_index)
+    out = empty(n, dt, device_index, s)
+    data = ctypes.string_at(ptr, out.nbytes) if out.nbytes else b""
+    device(device_index).upload(out.data_ptr(), data, s._stream)
+    return out

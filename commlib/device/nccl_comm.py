@@ -1,0 +1,105 @@
+"""NCCL for the stream engine's device calls (csrc/stream/nccl_link.h): which peer pairs use the
+``nccl`` link, and the NCCL communicator's lazy creation.
+
+Link per pair (``COMMLIB_DEVICE_LINK``, the same on every rank): ``auto`` puts ranks of one host on
+peer memory (ipc) and ranks on different hosts on NCCL; ``ipc`` or ``nccl`` force every pair. The
+NCCL communicator is created on first use: when the engine is created if some pair uses the nccl
+link, else at the first ``algorithm="nccl"`` call. Every rank publishes what it is about to do
+(the link setting, or the first NCCL call) through the store and compares before anything blocks
+in NCCL: ranks that disagree raise ``MismatchError`` naming both. Rank 0's unique id goes through
+the store and must be exactly 128 bytes. On the emulated device the NCCL is the emulated one
+(device/emulated/nccl_emulated.h, a test double of NCCL's API semantics); on CUDA, libnccl from
+``commlib.device.nccl.candidates()``.
+"""
+from __future__ import annotations
+
+import time
+
+from commlib import settings
+from commlib.errors import CommError, MismatchError
+
+LINKS = ("auto", "ipc", "nccl")
+ID_BYTES = 128
+
+
+def link_setting() -> str:
+    v = settings.get("COMMLIB_DEVICE_LINK").strip().lower() or "auto"
+    if v not in LINKS:
+        raise ValueError(f"COMMLIB_DEVICE_LINK: expected one of {', '.join(LINKS)}, got {v!r}")
+    return v
+
+
+def nccl_peers(setting: str, host_of, rank: int):
+    """Per rank: True where this rank reaches it over NCCL."""
+    return [r != rank and (setting == "nccl" or (setting == "auto" and host_of[r] != host_of[rank]))
+            for r in range(len(host_of))]
+
+
+def _wait(comm, key: str, what: str, error_key: str = "") -> bytes:
+    """The store value under ``key`` within the communicator's timeout; CommError at once if a
+    rank published a failure under ``error_key``."""
+    deadline = time.monotonic() + comm.timeout
+    pause = 0.0005
+    while not comm._store.check([key]):
+        if error_key and comm._store.check([error_key]):
+            why = bytes(comm._store.get(error_key))[:2000].decode(errors="replace")
+            raise CommError(f"NCCL set-up failed on another rank: {why}")
+        if time.monotonic() > deadline:
+            raise CommError(f"NCCL set-up: rank {comm.rank} waited {comm.timeout:g} s (COMMLIB_TIMEOUT) for {what}")
+        time.sleep(pause)
+        pause = min(pause * 2, 0.02)
+    return bytes(comm._store.get(key))
+
+
+def _agree(comm, base: str, mine: str, what: str):
+    """Every rank publishes ``mine``; MismatchError naming both sides where one differs."""
+    comm._store.set(f"{base}/{comm.rank}", mine)
+    for r in range(comm.size):
+        if r == comm.rank:
+            continue
+        theirs = _wait(comm, f"{base}/{r}", f"rank {r}'s {what}").decode(errors="replace")
+        if theirs != mine:
+            raise MismatchError(f"rank {comm.rank} has {what} {mine} but rank {r} has {theirs}")
+
+
+def _create(comm, engine, base: str):
+    """ncclGetUniqueId on rank 0, the id through the store, ncclCommInitRank everywhere."""
+    from commlib.device import nccl
+    try:  # libnccl missing (the error lists what was tried), no unique id: the others hear at once
+        engine.nccl_load(nccl.candidates())
+        if comm.rank == 0:
+            uid = bytes(engine.nccl_unique_id())
+            if len(uid) != ID_BYTES:
+                raise CommError(f"ncclGetUniqueId returned {len(uid)} bytes, expected {ID_BYTES}")
+            comm._store.set(f"{base}/id", uid)
+    except Exception as e:
+        comm._store.set(f"{base}/error", f"rank {comm.rank}: {type(e).__name__}: {e}")
+        raise
+    uid = _wait(comm, f"{base}/id", "rank 0's NCCL unique id", f"{base}/error")
+    if len(uid) != ID_BYTES:  # the store is not trusted: NCCL reads exactly 128 bytes
+        raise CommError(f"NCCL unique id from the store: expected {ID_BYTES} bytes, got {len(uid)}")
+    engine.nccl_init(uid)
+
+
+def setup_links(comm, engine, prefix: str):
+    """At the engine's creation: choose the link of every pair; create the NCCL communicator if
+    some pair uses the nccl link."""
+    if comm.size == 1:
+        return
+    setting = link_setting()
+    _agree(comm, f"{prefix}/link", f"COMMLIB_DEVICE_LINK={setting}", "the device link setting")
+    host_of = list(comm._core.host_of)
+    peers = nccl_peers(setting, host_of, comm.rank)
+    engine.nccl_set_peers(peers)
+    if any(nccl_peers(setting, host_of, r)[q] for r in range(comm.size) for q in range(comm.size)):
+        _create(comm, engine, f"{prefix}/nccl")
+
+
+def ensure_communicator(comm, engine, prefix: str, call: str):
+    """Before an ``algorithm="nccl"`` call (``call`` describes it): create the communicator if
+    this is the first use."""
+    engine.raise_if_failed()  # an aborted communicator is the engine's error, not a new one to create
+    if engine.nccl_ready():
+        return
+    _agree(comm, f"{prefix}/nccl/first", call, "as its first NCCL call")
+    _create(comm, engine, f"{prefix}/nccl")

@@ -1,0 +1,322 @@
+#include "device/emulated/emulated_device.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+
+#include "common/params.h"
+#include "device/host_flags.h"
+
+namespace commlib {
+
+namespace {
+
+class EmulatedEvent final : public DeviceEvent, public std::enable_shared_from_this<EmulatedEvent> {
+ public:
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t recorded = 0;  // records enqueued
+  uint64_t reached = 0;   // records the stream has passed
+};
+
+EmulatedStream& emu(DeviceStream& s) { return static_cast<EmulatedStream&>(s); }
+
+// Strict parse of an unsigned decimal field of an IPC handle (handles come through the store).
+uint64_t parse_field(const std::string& s, const std::string& handle) {
+  if (s.empty() || s.size() > 19 || s.find_first_not_of("0123456789") != std::string::npos)
+    throw std::invalid_argument("emulated device: malformed memory handle '" + handle + "'");
+  return std::stoull(s);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Streams
+
+EmulatedStream::EmulatedStream(int64_t delay_us) : delay_us_(delay_us), thread_([this] { run(); }) {}
+
+EmulatedStream::~EmulatedStream() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  closing_.store(true, std::memory_order_release);
+  cv_.notify_all();
+  thread_.join();
+}
+
+void EmulatedStream::enqueue_data(std::function<void()> op) {
+  if (delay_us_ <= 0) return enqueue(std::move(op));
+  enqueue([this, op = std::move(op)] {
+    delay();
+    op();
+  });
+}
+
+void EmulatedStream::enqueue(std::function<void()> op) {
+  bool wake;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    queue_.push_back(std::move(op));
+    ++enqueued_;
+    wake = thread_sleeping_;
+  }
+  if (wake) cv_.notify_all();
+}
+
+void EmulatedStream::synchronize() {
+  std::unique_lock<std::mutex> lk(mu_);
+  const uint64_t target = enqueued_;
+  ++sync_waiters_;
+  cv_.wait(lk, [&] { return executed_ >= target; });
+  --sync_waiters_;
+}
+
+void EmulatedStream::delay() const {
+  if (delay_us_ <= 0) return;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(delay_us_);
+  if (delay_us_ >= 200) {
+    std::this_thread::sleep_until(until);
+    return;
+  }
+  // Short delays: a sleep would take the timer slack (~50 us) instead; yield the core meanwhile.
+  while (std::chrono::steady_clock::now() < until) sched_yield();
+}
+
+void EmulatedStream::run() {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    if (queue_.empty() && !stop_) {
+      thread_sleeping_ = true;
+      cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      thread_sleeping_ = false;
+    }
+    if (queue_.empty()) return;  // stop_ and drained
+    std::function<void()> op = std::move(queue_.front());
+    queue_.pop_front();
+    lk.unlock();
+    op();  // operations do not throw (the engine records its own failures)
+    op = nullptr;
+    lk.lock();
+    ++executed_;
+    if (sync_waiters_) cv_.notify_all();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Device
+
+EmulatedDevice::EmulatedDevice(int index, int64_t delay_us) : index_(index), delay_us_(delay_us) {
+  // Every allocation keeps a memfd open (so peers can import it): raise the soft fd limit.
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+EmulatedDevice::~EmulatedDevice() {
+  for (auto& [ptr, a] : allocations_) {
+    munmap(ptr, a.bytes);
+    close(a.fd);
+  }
+  for (auto& [ptr, bytes] : imports_) munmap(ptr, bytes);
+}
+
+void* EmulatedDevice::allocate(size_t bytes) {
+  const size_t size = bytes ? bytes : 1;
+  int fd = memfd_create("commlib-emulated", MFD_CLOEXEC);
+  if (fd < 0) throw std::runtime_error(std::string("emulated device: memfd_create: ") + std::strerror(errno));
+  if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    const int err = errno;
+    close(fd);
+    throw std::runtime_error(std::string("emulated device: cannot allocate ") + std::to_string(bytes) +
+                             " bytes: " + std::strerror(err));
+  }
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    const int err = errno;
+    close(fd);
+    throw std::runtime_error(std::string("emulated device: mmap: ") + std::strerror(err));
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  allocations_[p] = Allocation{fd, size};
+  return p;
+}
+
+void EmulatedDevice::release(void* ptr) {
+  Allocation a;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = allocations_.find(ptr);
+    if (it == allocations_.end()) return;
+    a = it->second;
+    allocations_.erase(it);
+  }
+  munmap(ptr, a.bytes);
+  close(a.fd);
+}
+
+void EmulatedDevice::free_async(void* ptr, DeviceStream& stream) {
+  if (!ptr) return;
+  emu(stream).enqueue([this, ptr] { release(ptr); });
+}
+
+size_t EmulatedDevice::allocated_bytes() {
+  std::lock_guard<std::mutex> lk(mu_);
+  size_t n = 0;
+  for (auto& kv : allocations_) n += kv.second.bytes;
+  return n;
+}
+
+std::string EmulatedDevice::export_memory(void* ptr) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = allocations_.find(ptr);
+  if (it == allocations_.end()) throw std::invalid_argument("export_memory: not the start of an emulated allocation");
+  return "emu:" + std::to_string(getpid()) + ":" + std::to_string(it->second.fd) + ":" +
+         std::to_string(it->second.bytes);
+}
+
+void* EmulatedDevice::import_memory(const std::string& handle) {
+  // "emu:<pid>:<fd>:<bytes>"
+  if (handle.rfind("emu:", 0) != 0) throw std::invalid_argument("emulated device: malformed memory handle '" + handle + "'");
+  std::string rest = handle.substr(4);
+  size_t a = rest.find(':'), b = a == std::string::npos ? a : rest.find(':', a + 1);
+  if (b == std::string::npos) throw std::invalid_argument("emulated device: malformed memory handle '" + handle + "'");
+  const uint64_t pid = parse_field(rest.substr(0, a), handle);
+  const uint64_t fd = parse_field(rest.substr(a + 1, b - a - 1), handle);
+  const uint64_t bytes = parse_field(rest.substr(b + 1), handle);
+  const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+  int f = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (f < 0) throw std::runtime_error("emulated device: cannot open peer memory " + path + ": " + std::strerror(errno));
+  struct stat st {};
+  if (fstat(f, &st) != 0 || static_cast<uint64_t>(st.st_size) < bytes || bytes == 0) {
+    close(f);
+    throw std::runtime_error("emulated device: peer memory " + path + " is smaller than its handle says");
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
+  const int err = errno;
+  close(f);
+  if (p == MAP_FAILED) throw std::runtime_error(std::string("emulated device: mmap of peer memory: ") + std::strerror(err));
+  std::lock_guard<std::mutex> lk(mu_);
+  imports_[p] = bytes;
+  return p;
+}
+
+void EmulatedDevice::close_import(void* ptr) {
+  size_t bytes = 0;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = imports_.find(ptr);
+    if (it == imports_.end()) return;
+    bytes = it->second;
+    imports_.erase(it);
+  }
+  munmap(ptr, bytes);
+}
+
+std::shared_ptr<DeviceStream> EmulatedDevice::create_stream() { return std::make_shared<EmulatedStream>(delay_us_); }
+
+std::shared_ptr<DeviceEvent> EmulatedDevice::create_event() { return std::make_shared<EmulatedEvent>(); }
+
+void EmulatedDevice::record(DeviceEvent& event, DeviceStream& stream) {
+  auto& e = static_cast<EmulatedEvent&>(event);
+  uint64_t target;
+  {
+    std::lock_guard<std::mutex> lk(e.mu);
+    target = ++e.recorded;
+  }
+  auto ep = e.shared_from_this();  // the operation keeps the event alive
+  emu(stream).enqueue([ep, target] {
+    {
+      std::lock_guard<std::mutex> lk(ep->mu);
+      if (ep->reached < target) ep->reached = target;
+    }
+    ep->cv.notify_all();
+  });
+}
+
+void EmulatedDevice::wait_event(DeviceStream& stream, DeviceEvent& event) {
+  auto& e = static_cast<EmulatedEvent&>(event);
+  uint64_t target;
+  {
+    std::lock_guard<std::mutex> lk(e.mu);
+    target = e.recorded;
+  }
+  if (target == 0) return;
+  auto ep = e.shared_from_this();
+  emu(stream).enqueue([ep, target] {
+    std::unique_lock<std::mutex> lk(ep->mu);
+    ep->cv.wait(lk, [&] { return ep->reached >= target; });
+  });
+}
+
+bool EmulatedDevice::query(DeviceEvent& event) {
+  auto& e = static_cast<EmulatedEvent&>(event);
+  std::lock_guard<std::mutex> lk(e.mu);
+  return e.reached >= e.recorded;
+}
+
+void EmulatedDevice::synchronize(DeviceEvent& event) {
+  auto& e = static_cast<EmulatedEvent&>(event);
+  std::unique_lock<std::mutex> lk(e.mu);
+  const uint64_t target = e.recorded;
+  e.cv.wait(lk, [&] { return e.reached >= target; });
+}
+
+void EmulatedDevice::synchronize(DeviceStream& stream) { emu(stream).synchronize(); }
+
+void EmulatedDevice::copy(void* dst, const void* src, size_t bytes, DeviceStream& stream) {
+  if (!bytes) return emu(stream).enqueue_data([] {});
+  emu(stream).enqueue_data([dst, src, bytes] { std::memmove(dst, src, bytes); });
+}
+
+void EmulatedDevice::reduce(void* dst, const void* src, size_t n, DType dtype, RedOp op, DeviceStream& stream) {
+  emu(stream).enqueue_data(emulated_reduce_kernel(dst, src, n, dtype, op));
+}
+
+void EmulatedDevice::scale_copy(void* dst, const void* src, size_t n, DType dtype, double scale, DeviceStream& stream) {
+  emu(stream).enqueue_data(emulated_scale_kernel(dst, src, n, dtype, scale));
+}
+
+void EmulatedDevice::divide(void* dst, size_t n, DType dtype, int64_t divisor, DeviceStream& stream) {
+  emu(stream).enqueue_data(emulated_divide_kernel(dst, n, dtype, divisor));
+}
+
+void EmulatedDevice::write_value(uint64_t* addr, uint64_t value, DeviceStream& stream) {
+  emu(stream).enqueue([addr, value] { store_flag(addr, value); });
+}
+
+void EmulatedDevice::wait_value(const uint64_t* addr, uint64_t value, DeviceStream& stream) {
+  const std::atomic<bool>* closing = emu(stream).closing();
+  emu(stream).enqueue([addr, value, closing] { wait_flag(addr, value, closing); });
+}
+
+void EmulatedDevice::host_func(std::function<void()> fn, DeviceStream& stream) { emu(stream).enqueue(std::move(fn)); }
+
+std::shared_ptr<EmulatedDevice> emulated_device(int index) {
+  // Devices live as long as the process, like a GPU: operations still queued on a stream may
+  // refer to the device (stream-ordered frees), and streams may outlive every other reference.
+  // Never destroyed, so no exit-time destructor races a stream thread.
+  static std::mutex mu;
+  static auto* devices = new std::map<int, std::shared_ptr<EmulatedDevice>>();
+  if (index < 0) throw std::invalid_argument("device: emulated device index must be >= 0, got " + std::to_string(index));
+  std::lock_guard<std::mutex> lk(mu);
+  auto it = devices->find(index);
+  if (it != devices->end()) return it->second;
+  const int64_t delay = param_int("COMMLIB_EMULATED_DELAY_US", 0, 10'000'000);
+  auto d = std::make_shared<EmulatedDevice>(index, delay);
+  (*devices)[index] = d;
+  return d;
+}
+
+}  // namespace commlib

@@ -1,0 +1,122 @@
+// The emulated device: the device interface on host memory, so the whole GPU engine (stream
+// ordering, events, IPC between ranks, every schedule) runs in CI without a GPU.
+//
+//  - Memory is host memory, each allocation its own memfd mapped shared: another process imports
+//    it by opening /proc/<pid>/fd/<fd> (the exporter keeps the fd open while it is allocated), as
+//    CUDA IPC imports a peer's allocation. No name ever appears in /dev/shm.
+//  - Each stream is a host thread executing its queue in order, asynchronously to the caller.
+//  - Events are sequence points on a stream: record enqueues "reached", waits block on it.
+//  - Kernels are the CUDA kernels' own bodies (kernels/elementwise_kernel.h) run through host
+//    shims for threadIdx/blockIdx, with the launch shape the CUDA launcher would use.
+//  - COMMLIB_EMULATED_DELAY_US (default 0) delays every data operation of a stream (copies and
+//    kernels) by that many microseconds before it runs, so work that is not ordered correctly (a
+//    missing event or counter wait) reads stale data in tests instead of passing by luck.
+//    Synchronisation operations (event records and waits, counter writes and waits, host
+//    functions) run undelayed: delaying them too would only slow the tests, since every wrong
+//    read is a read that overtook a data operation.
+// Several processes with the same device index model several ranks on one GPU (the default: all
+// local ranks use emulated device 0).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "device/device.h"
+
+namespace commlib {
+
+class EmulatedStream final : public DeviceStream {
+ public:
+  explicit EmulatedStream(int64_t delay_us);
+  ~EmulatedStream() override;  // drains the queue (waits on peers give up while closing), joins
+
+  void enqueue(std::function<void()> op);
+  // A data operation (copy, kernel): delayed by COMMLIB_EMULATED_DELAY_US before it runs.
+  void enqueue_data(std::function<void()> op);
+  void synchronize();
+  // Set while the stream is being destroyed: waits on other processes stop waiting.
+  const std::atomic<bool>* closing() const { return &closing_; }
+
+ private:
+  void run();
+  void delay() const;
+
+  const int64_t delay_us_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  uint64_t enqueued_ = 0, executed_ = 0;
+  // Wake-ups only where someone sleeps: a futex wake per operation shows at small messages.
+  bool thread_sleeping_ = false;
+  int sync_waiters_ = 0;
+  std::atomic<bool> closing_{false};
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+class EmulatedDevice final : public Device {
+ public:
+  EmulatedDevice(int index, int64_t delay_us);
+  ~EmulatedDevice() override;
+
+  std::string name() const override { return "emulated:" + std::to_string(index_); }
+  int64_t delay_us() const { return delay_us_; }
+
+  void* allocate(size_t bytes) override;
+  void free_async(void* ptr, DeviceStream& stream) override;
+  uint64_t* map_host(void* host, size_t) override { return static_cast<uint64_t*>(host); }
+  void unmap_host(void*) override {}
+
+  std::string export_memory(void* ptr) override;
+  void* import_memory(const std::string& handle) override;
+  void close_import(void* ptr) override;
+
+  std::shared_ptr<DeviceStream> create_stream() override;
+  std::shared_ptr<DeviceEvent> create_event() override;
+  void record(DeviceEvent& event, DeviceStream& stream) override;
+  void wait_event(DeviceStream& stream, DeviceEvent& event) override;
+  bool query(DeviceEvent& event) override;
+  void synchronize(DeviceEvent& event) override;
+  void synchronize(DeviceStream& stream) override;
+
+  void copy(void* dst, const void* src, size_t bytes, DeviceStream& stream) override;
+  void reduce(void* dst, const void* src, size_t n, DType dtype, RedOp op, DeviceStream& stream) override;
+  void scale_copy(void* dst, const void* src, size_t n, DType dtype, double scale, DeviceStream& stream) override;
+  void divide(void* dst, size_t n, DType dtype, int64_t divisor, DeviceStream& stream) override;
+  void write_value(uint64_t* addr, uint64_t value, DeviceStream& stream) override;
+  void wait_value(const uint64_t* addr, uint64_t value, DeviceStream& stream) override;
+  void host_func(std::function<void()> fn, DeviceStream& stream) override;
+
+  // Bytes currently allocated (tests check that nothing leaks).
+  size_t allocated_bytes();
+
+ private:
+  struct Allocation {
+    int fd;
+    size_t bytes;
+  };
+  void release(void* ptr);
+
+  const int index_;
+  const int64_t delay_us_;
+  std::mutex mu_;
+  std::unordered_map<void*, Allocation> allocations_;
+  std::unordered_map<void*, size_t> imports_;
+};
+
+// The process's emulated device `index` (created on first use; delay from the environment).
+std::shared_ptr<EmulatedDevice> emulated_device(int index);
+
+// Kernel launches on the host (device/emulated/emulated_kernels.cc); throw std::invalid_argument for a
+// bitwise op on a floating dtype, like the CUDA entry points. Return the launch to enqueue.
+std::function<void()> emulated_reduce_kernel(void* dst, const void* src, size_t n, DType dtype, RedOp op);
+std::function<void()> emulated_scale_kernel(void* dst, const void* src, size_t n, DType dtype, double scale);
+std::function<void()> emulated_divide_kernel(void* dst, size_t n, DType dtype, int64_t divisor);
+
+}  // namespace commlib

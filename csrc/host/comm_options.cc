@@ -1,0 +1,15 @@
+#include "host/comm_options.h"
+
+#include "common/params.h"
+
+namespace commlib {
+
+ExecOptions exec_options(const CommOptions& opts) {
+  ExecOptions e;
+  e.timeout_s = opts.timeout_s;
+  e.stream_bytes = param_bytes("COMMLIB_STREAM_BYTES");
+  e.copy_chunk_bytes = param_bytes("COMMLIB_COPY_CHUNK_BYTES");
+  return e;
+}
+
+}  // namespace commlib

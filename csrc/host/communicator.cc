@@ -1,0 +1,298 @@
+// The communicator's life cycle and its work queue: calls run one at a time in call order, inline
+// when a blocking call finds the queue empty, else on a worker thread; failures abort it.
+#include "host/communicator.h"
+
+#include <chrono>
+
+#include "host/misuse.h"
+#include "policy/auto_policy.h"
+
+namespace commlib {
+
+bool Work::wait(double timeout_s) {
+  if (!done_.load(std::memory_order_acquire)) {
+    std::unique_lock<std::mutex> lk(mu_);
+    auto ready = [&] { return done_.load(std::memory_order_acquire); };
+    if (timeout_s < 0)
+      cv_.wait(lk, ready);
+    else if (!cv_.wait_for(lk, std::chrono::duration<double>(timeout_s), ready))
+      return false;
+  }
+  if (error_) std::rethrow_exception(error_);
+  return true;
+}
+
+void Work::run() {
+  try {
+    job_();
+  } catch (...) {
+    error_ = std::current_exception();
+  }
+  job_ = nullptr;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    done_.store(true, std::memory_order_release);
+  }
+  cv_.notify_all();
+}
+
+Communicator::Communicator(std::unique_ptr<Fabric> transport, CommOptions opts)
+    : transport_(std::move(transport)),
+      topology_(transport_->topology()),
+      exec_(*transport_, exec_options(opts)),
+      opts_(std::move(opts)),
+      rank_(transport_->rank()),
+      size_(transport_->size()),
+      send_seq_(size_, 0),
+      recv_seq_(size_, 0),
+      fork_generation_(fork_generation()) {
+  for (int c = 0; c < static_cast<int>(Collective::kCount); ++c) {
+    Collective cc = static_cast<Collective>(c);
+    const bool scheduled = cc != Collective::Send && cc != Collective::Recv;
+    env_algo_.push_back(scheduled ? algorithm_override(cc) : std::string());
+  }
+  tuning_generation_ = tuning_generation();
+  for (int p = 0; p < size_; ++p) link_kinds_.push_back(transport_->link_kind(p));
+}
+
+std::vector<std::string> Communicator::link_kinds() const {
+  std::vector<std::string> out;
+  for (LinkKind k : link_kinds_) out.push_back(link_kind_name(k));
+  return out;
+}
+
+Communicator::~Communicator() {
+  try {
+    close();
+  } catch (...) {
+  }
+}
+
+void Communicator::throw_if_aborted() const {
+  if (aborted_.load(std::memory_order_acquire))
+    throw_kind(abort_kind_, "communicator aborted: " + abort_message_);
+}
+
+void Communicator::record_failure(const CommError& e, ErrorKind kind) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (aborted_.load(std::memory_order_relaxed)) return;
+    abort_kind_ = kind;
+    abort_message_ = e.what();
+    aborted_.store(true, std::memory_order_release);
+  }
+  // Outside mu_: a listener (a stream engine failing) calls back into fail_from_engine, which
+  // then finds the communicator aborted and returns.
+  std::lock_guard<std::mutex> lk(listeners_mu_);
+  for (auto& l : abort_listeners_) l.second(kind, e.what());
+}
+
+void Communicator::fail_from_engine(ErrorKind kind, const std::string& message) {
+  record_failure(CommError(message), kind);
+}
+
+int Communicator::add_abort_listener(std::function<void(ErrorKind, const std::string&)> fn) {
+  std::lock_guard<std::mutex> lk(listeners_mu_);
+  const int id = ++next_listener_;
+  abort_listeners_.emplace_back(id, fn);
+  if (aborted_.load(std::memory_order_acquire)) {
+    ErrorKind kind;
+    std::string message;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      kind = abort_kind_;
+      message = abort_message_;
+    }
+    fn(kind, message);
+  }
+  return id;
+}
+
+void Communicator::remove_abort_listener(int id) {
+  std::lock_guard<std::mutex> lk(listeners_mu_);
+  for (auto it = abort_listeners_.begin(); it != abort_listeners_.end(); ++it)
+    if (it->first == id) {
+      abort_listeners_.erase(it);
+      return;
+    }
+}
+
+void Communicator::publish_call(const CallDesc& desc) {
+  std::lock_guard<std::mutex> lk(publish_mu_);
+  if (desc.seq < published_seq_) return;
+  published_seq_ = desc.seq;
+  transport_->publish_call(desc);
+}
+
+void Communicator::fail_communicator(const CommError& e) {
+  // The executor already told the peers about mismatches and peer failures it detected; other
+  // errors (e.g. a schedule referencing a missing buffer) are published here.
+  ErrorKind kind = dynamic_cast<const MismatchError*>(&e) ? ErrorKind::Mismatch
+                   : dynamic_cast<const PeerError*>(&e)   ? ErrorKind::Peer
+                                                          : ErrorKind::Comm;
+  if (kind == ErrorKind::Comm) transport_->publish_failure(kind, e.what());
+  record_failure(e, kind);
+}
+
+void Communicator::abort(const std::string& reason) {
+  if (fork_generation_ != fork_generation()) throw CommError(forked_message(rank_, opts_.label));
+  std::unique_lock<std::mutex> lk(mu_);
+  if (closed_) return;
+  lk.unlock();
+  transport_->publish_failure(ErrorKind::Comm, "rank " + std::to_string(rank_) + " aborted: " + reason);
+  record_failure(CommError(reason), ErrorKind::Comm);
+}
+
+template <typename Job>
+std::shared_ptr<Work> Communicator::submit(Job&& job, bool async) {
+  // Checked before taking the lock: in a forked child another thread of the parent may hold it.
+  if (fork_generation_ != fork_generation()) throw CommError(forked_message(rank_, opts_.label));
+  std::unique_lock<std::mutex> lk(mu_);
+  if (closed_) throw CommError("communicator is closed");
+  throw_if_aborted();
+  const std::thread::id me = std::this_thread::get_id();
+  if (!async) {
+    // Two threads' blocking calls would be ordered differently on different ranks and pair up
+    // wrongly; refuse, and abort so every rank learns why.
+    if (blocking_thread_ != std::thread::id() && blocking_thread_ != me) {
+      lk.unlock();
+      const std::string msg = concurrent_threads_message(rank_, opts_.label);
+      abort(msg);
+      throw CommError(msg);
+    }
+    blocking_thread_ = me;
+  }
+  struct BlockingDone {  // clears blocking_thread_ however the blocking call ends
+    Communicator* c;
+    bool active;
+    ~BlockingDone() {
+      if (!active) return;
+      std::lock_guard<std::mutex> g(c->mu_);
+      c->blocking_thread_ = std::thread::id();
+    }
+  };
+  if (!async && queue_.empty() && !busy_) {
+    busy_ = true;
+    lk.unlock();
+    struct Done {
+      Communicator* c;
+      ~Done() {
+        std::lock_guard<std::mutex> g(c->mu_);
+        c->busy_ = false;
+        c->blocking_thread_ = std::thread::id();
+        c->cv_.notify_all();
+      }
+    } done{this};
+    job();
+    return nullptr;
+  }
+  auto work = std::make_shared<Work>(std::function<void()>(std::forward<Job>(job)));
+  if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
+  queue_.push_back(work);
+  cv_.notify_all();
+  lk.unlock();
+  if (async) return work;
+  BlockingDone blocking_done{this, true};
+  work->wait(-1);
+  return nullptr;
+}
+
+std::shared_ptr<Work> Communicator::submit_function(std::function<void()> job, bool async) {
+  return submit(std::move(job), async);
+}
+
+void Communicator::worker_loop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    cv_.wait(lk, [&] { return (stop_ && queue_.empty()) || (!queue_.empty() && !busy_); });
+    if (queue_.empty()) break;
+    auto work = queue_.front();
+    queue_.pop_front();
+    busy_ = true;
+    lk.unlock();
+    work->run();
+    lk.lock();
+    busy_ = false;
+    cv_.notify_all();
+  }
+}
+
+void Communicator::forget_in_forked_child() {
+  // The worker thread and the parent's other threads do not exist here, and the region's control
+  // block is the parent's: telling peers "closed" would close the parent's rank. Drop everything
+  // without touching shared state (leaking the handles is the point).
+  if (closed_) return;
+  closed_ = true;
+  if (worker_.joinable()) new std::thread(std::move(worker_));
+  (void)transport_.release();
+}
+
+void Communicator::close() {
+  if (fork_generation_ != fork_generation()) return forget_in_forked_child();
+  std::unique_lock<std::mutex> lk(mu_);
+  if (closed_) return;
+  cv_.wait(lk, [&] { return queue_.empty() && !busy_; });
+  closed_ = true;
+  stop_ = true;
+  cv_.notify_all();
+  lk.unlock();
+  if (worker_.joinable()) worker_.join();
+  // Unmap now rather than at garbage collection: peers keep their own mappings of the region.
+  transport_->close();
+  transport_.reset();
+}
+
+std::shared_ptr<Work> Communicator::collective(const CollectiveCall& call, bool async) {
+  const std::string overlap = overlap_problem(call, rank_, size_);
+  if (!overlap.empty()) throw std::invalid_argument(overlap);
+  // Numbered when submitted, not when run: a device call made in between takes the next number
+  // on every rank alike.
+  const uint64_t seq = next_call_seq();
+  return submit([this, call, seq] { run_collective(call, seq); }, async);
+}
+
+std::shared_ptr<Work> Communicator::p2p(std::vector<P2PItem> items, DType dtype, bool async) {
+  for (const P2PItem& it : items) {
+    if (it.peer < 0 || it.peer >= size_ || it.peer == rank_)
+      throw std::invalid_argument("peer: " + std::to_string(it.peer) + " is not another rank of this communicator (size " +
+                                  std::to_string(size_) + ")");
+    if (it.count < 0) throw std::invalid_argument("count: negative");
+  }
+  // Numbered when submitted (device messages made in between take the next numbers), unless a
+  // receive from any source is queued ahead: its sender is known only when it runs.
+  std::vector<uint64_t> seqs;
+  {
+    std::lock_guard<std::mutex> lk(p2p_mu_);
+    if (!queued_any_)
+      for (const P2PItem& it : items) seqs.push_back(it.send ? ++send_seq_[it.peer] : ++recv_seq_[it.peer]);
+  }
+  return submit([this, items = std::move(items), dtype, seqs] { run_p2p(items, dtype, seqs); }, async);
+}
+
+uint64_t Communicator::next_p2p_seq(int peer, bool send) {
+  std::lock_guard<std::mutex> lk(p2p_mu_);
+  return send ? ++send_seq_[peer] : ++recv_seq_[peer];
+}
+
+uint64_t Communicator::peek_p2p_seq(int peer, bool send) {
+  std::lock_guard<std::mutex> lk(p2p_mu_);
+  return (send ? send_seq_[peer] : recv_seq_[peer]) + 1;
+}
+
+bool Communicator::peek_host_message(int peer, CallDesc* desc) {
+  std::lock_guard<std::mutex> lk(mu_);  // no host call starts meanwhile
+  if (busy_ || !queue_.empty() || closed_ || !transport_) return false;
+  const char* payload = nullptr;
+  const ChunkHeader* h = transport_->link(peer).peek_recv(&payload);
+  if (!h) return false;
+  *desc = h->desc;
+  return true;
+}
+
+int Communicator::add_p2p_probe(std::function<bool(int, const CallDesc&, CallDesc*)> fn) {
+  return exec_.add_p2p_probe(std::move(fn));
+}
+
+void Communicator::remove_p2p_probe(int id) { exec_.remove_p2p_probe(id); }
+
+}  // namespace commlib

@@ -1,0 +1,187 @@
+// A communicator: its links (a Fabric: shm within the host, tcp across hosts), one executor, a
+// cache of built schedules, and a FIFO of calls.
+// Its definition is split along those seams: communicator.cc (life cycle and the work queue),
+// plan_cache.cc (schedules built and cached per call shape), lowering.cc (a schedule's steps
+// resolved to addresses and run on the executor), comm_options.cc (settings), describe.cc (describe_call, bounds-checked: codes come from peers).
+//
+// A blocking call whose queue is empty runs on the caller's thread (a hand-off to a sleeping
+// worker would cost a futex wake-up on the latency path); asynchronous calls go to a worker thread
+// started on first use. Either way calls execute one at a time, in call order. After any failure
+// the communicator is aborted: queued and later calls fail at once with the same error.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/types.h"
+#include "host/comm_options.h"
+#include "host/executor.h"
+#include "plan/call.h"
+#include "schedule/ir.h"
+#include "transport/fabric.h"
+
+namespace commlib {
+
+class Work {
+ public:
+  explicit Work(std::function<void()> job) : job_(std::move(job)) {}
+  // Waits up to timeout_s (negative: forever). Returns false on timeout; rethrows the call's error.
+  bool wait(double timeout_s);
+  bool is_completed() const { return done_.load(std::memory_order_acquire); }
+
+ private:
+  friend class Communicator;
+  void run();
+  std::function<void()> job_;
+  std::exception_ptr error_;
+  std::atomic<bool> done_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+};
+
+class Communicator {
+ public:
+  Communicator(std::unique_ptr<Fabric> fabric, CommOptions opts);
+  ~Communicator();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // Returns a Work for async calls; nullptr once a blocking call completed.
+  std::shared_ptr<Work> collective(const CollectiveCall& call, bool async);
+  std::shared_ptr<Work> p2p(std::vector<P2PItem> items, DType dtype, bool async);
+  // Receives `count` elements from whichever peer sends first (in FIFO order with other calls) and
+  // writes that peer's rank to *source (host/recv_any.cc).
+  std::shared_ptr<Work> recv_any(uintptr_t ptr, int64_t count, DType dtype, int32_t* source, bool async);
+
+  // Called once every rank has joined: turns on single-copy transfers where the OS allows them.
+  bool enable_direct_reads() { return transport_->enable_direct_reads(); }
+  const Topology& topology() const { return topology_; }
+  // The kind of link to each rank ("self", "shm", "tcp"), by rank.
+  std::vector<std::string> link_kinds() const;
+  TcpTransport* tcp() { return transport_ ? transport_->tcp() : nullptr; }
+  // What auto picks for `coll` of `bytes` on this communicator's links (policy/auto_policy.h).
+  std::string auto_choice(Collective coll, int64_t bytes) const;
+
+  // The transport's control plane, for the stream engine's peer watch (stream/stream_engine.h).
+  Fabric& transport() { return *transport_; }
+
+  // One call numbering for the host calls and the device calls (stream engine) of this
+  // communicator, so that ranks mixing them differently get a MismatchError rather than a hang:
+  // every collective takes its number in call order (host calls when submitted, device calls
+  // when enqueued); point-to-point messages are numbered per pair (next_p2p_seq).
+  uint64_t next_call_seq() { return call_seq_.fetch_add(1, std::memory_order_relaxed) + 1; }
+  uint64_t peek_call_seq() const { return call_seq_.load(std::memory_order_relaxed) + 1; }
+  // Publishes the call this rank is in on the control plane (the host executor and the stream
+  // engine both do; serialised, and a lower number never replaces a higher one).
+  void publish_call(const CallDesc& desc);
+
+  // Failures shared with the stream engines of this communicator: fail_from_engine aborts the
+  // host side with an engine's error (the engine has told the peers already); a listener hears of
+  // every abort of the host side (once, possibly at once if it is already aborted).
+  void fail_from_engine(ErrorKind kind, const std::string& message);
+  int add_abort_listener(std::function<void(ErrorKind, const std::string&)> fn);
+  void remove_abort_listener(int id);
+
+  // Point-to-point messages of a pair share one numbering on host and device buffers (host
+  // messages take their number when submitted, device messages when enqueued), so a host message
+  // where the peer's message of that number is on a device buffer is a mismatch: the stream engine
+  // looks at the host link's next message (peek_host_message, only while no host call runs) and
+  // the executor asks the engine's probe (add_p2p_probe) for a device message of the number a host
+  // receive waits for.
+  uint64_t next_p2p_seq(int peer, bool send);
+  uint64_t peek_p2p_seq(int peer, bool send);  // the number next_p2p_seq would return
+  bool peek_host_message(int peer, CallDesc* desc);
+  int add_p2p_probe(std::function<bool(int peer, const CallDesc& want, CallDesc* sent)> fn);
+  void remove_p2p_probe(int id);
+
+  void close();
+  void abort(const std::string& reason);
+  bool aborted() const { return aborted_.load(std::memory_order_acquire); }
+
+ private:
+  // A template so the blocking path (run inline when nothing is queued) wraps nothing in a
+  // std::function: no per-call allocation on the latency path.
+  template <typename Job>
+  std::shared_ptr<Work> submit(Job&& job, bool async);
+  // submit() for jobs built in other files (the template is defined in communicator.cc).
+  std::shared_ptr<Work> submit_function(std::function<void()> job, bool async);
+  void worker_loop();
+  void run_collective(const CollectiveCall& call, uint64_t seq);
+  // `seqs`: each item's message number, taken when submitted (empty: take them now, as a receive
+  // from any source and the receives queued behind one do).
+  void run_p2p(const std::vector<P2PItem>& items, DType dtype, const std::vector<uint64_t>& seqs = {});
+  int wait_for_any_sender(DType dtype, int64_t count);
+  // The schedule and chosen algorithm (1-based index) of a call; built and cached on first use.
+  struct Planned {
+    Schedule sched;
+    uint8_t algo = 0;
+    std::string name;  // of the algorithm, for error messages
+  };
+  const Planned& plan(const CollectiveCall& call, int64_t bytes);
+  char* scratch(size_t bytes);
+  // A private copy of the input: premul_sum scales into it; in-place all_to_all reads from it.
+  char* input_copy(size_t bytes);
+  void record_failure(const CommError& e, ErrorKind kind);
+  void fail_communicator(const CommError& e);  // abort after `e`, telling the peers
+  void throw_if_aborted() const;
+
+  std::unique_ptr<Fabric> transport_;
+  Topology topology_;  // kept after close() for comm.topology
+  std::vector<LinkKind> link_kinds_;
+  Executor exec_;
+  CommOptions opts_;
+  int rank_, size_;
+
+  // Point-to-point numbering per peer (next_p2p_seq); queued_any_: receives from any source
+  // submitted and not yet run (they number at run time, and so do receives submitted behind them).
+  std::mutex p2p_mu_;
+  std::vector<uint64_t> send_seq_, recv_seq_;
+  int queued_any_ = 0;
+  // Execution state (touched only by the thread currently executing a call).
+  std::unordered_map<ScheduleKey, Planned, ScheduleKeyHash> plans_;
+  uint64_t tuning_generation_ = 0;  // of the tuning table the cached auto choices came from
+  std::vector<std::string> env_algo_;  // COMMLIB_ALGO_<COLLECTIVE> at creation ("" = unset)
+  std::vector<ExecOp> ops_;
+  std::unique_ptr<char[], void (*)(void*)> scratch_{nullptr, std::free};
+  size_t scratch_bytes_ = 0;
+  std::unique_ptr<char[], void (*)(void*)> input_copy_{nullptr, std::free};
+  size_t input_copy_bytes_ = 0;
+  std::vector<std::string> logged_auto_;
+
+  // Queue.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Work>> queue_;
+  bool busy_ = false, stop_ = false, closed_ = false;
+  std::thread worker_;
+
+  // Misuse guards (host/misuse.h): the fork generation this communicator was created under, and
+  // the thread whose blocking call is in flight (none: default id).
+  uint64_t fork_generation_;
+  std::thread::id blocking_thread_;
+  void forget_in_forked_child();
+
+  std::atomic<uint64_t> call_seq_{0};  // the last number taken (next_call_seq)
+  std::mutex publish_mu_;
+  uint64_t published_seq_ = 0;
+  std::mutex listeners_mu_;  // held while listeners run: remove_abort_listener waits for them
+  std::vector<std::pair<int, std::function<void(ErrorKind, const std::string&)>>> abort_listeners_;
+  int next_listener_ = 0;
+
+  std::atomic<bool> aborted_{false};
+  ErrorKind abort_kind_ = ErrorKind::None;
+  std::string abort_message_;
+};
+
+}  // namespace commlib

@@ -1,0 +1,381 @@
+#include "host/executor.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "plan/describe.h"
+#include "kernels/cpu_copy.h"
+#include "kernels/cpu_reduce.h"
+
+namespace commlib {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int64_t kSleepSliceUs = 50 * 1000;           // longest single futex sleep
+constexpr auto kSlowCheckEvery = std::chrono::milliseconds(100);  // /proc and call checks
+
+bool is_comm(OpKind k) { return k == OpKind::Send || k == OpKind::Recv || k == OpKind::RecvReduce; }
+
+// Messages from this size on go zero-copy where the link allows (sends written from the caller's
+// buffer, receives landed in it). Below it a copy costs less than the bookkeeping, and a copied
+// send completes at once, so small sends never wait for the peer to read.
+constexpr size_t kInPlaceBytes = size_t{64} << 10;
+
+}  // namespace
+
+void Executor::fail(ErrorKind kind, const std::string& message) {
+  t_.publish_failure(kind, message);
+  throw_kind(kind, message);
+}
+
+void Executor::check_peers_failed(const CallDesc& call) {
+  for (int p = 0; p < t_.size(); ++p) {
+    if (p == t_.rank()) continue;
+    PeerStatus st = t_.peer_status(p, false);
+    if (st.state == PeerState::Failed)
+      fail(st.kind == ErrorKind::None ? ErrorKind::Comm : st.kind,
+           "rank " + std::to_string(t_.rank()) + " cannot start " + describe_call(call) + ": rank " + std::to_string(p) +
+               " failed earlier: " + st.message);
+  }
+}
+
+// Payload bytes per chunk on link `l`: whole elements, and the same at both ends of the link (its
+// chunk size and the call's cap are).
+size_t Executor::chunk_for(Link& l, size_t esize) const {
+  const size_t chunk = chunk_cap_ ? std::min(chunk_cap_, l.chunk_bytes()) : l.chunk_bytes();
+  return std::max(chunk / esize * esize, esize);
+}
+
+bool Executor::progress_send(ExecOp& o, size_t esize) {
+  Link& l = t_.link(o.peer);
+  const size_t cap = chunk_for(l, esize);
+  if (o.mode < 0)  // decided once per message: the receiver takes either form
+    o.mode = (o.bytes > l.channel_bytes() && l.peer_reads_directly()) ? 1
+             : (o.bytes >= kInPlaceBytes && l.sends_in_place()) ? 2
+                                                                : 0;
+  if (o.mode == 2) return progress_send_in_place(o, l, cap);
+  bool moved = false;
+  if (o.mode == 1) {
+    if (!o.rendezvous) {
+      char* payload;
+      ChunkHeader* h = l.acquire_send(&payload);
+      if (!h) return false;
+      h->desc = o.desc;
+      h->offset = 0;
+      h->bytes = o.bytes;
+      h->flags = kChunkRendezvous;
+      const uint64_t address = reinterpret_cast<uint64_t>(o.src);
+      std::memcpy(payload, &address, sizeof(address));
+      l.publish_send();
+      o.rendezvous = ++rendezvous_sent_[o.peer];
+      moved = true;
+    }
+    // The buffer must stay untouched until the peer has read it.
+    if (l.acked() >= o.rendezvous) {
+      o.done = o.bytes;
+      o.finished = true;
+      moved = true;
+    }
+    return moved;
+  }
+  while (!o.finished) {
+    char* payload;
+    ChunkHeader* h = l.acquire_send(&payload);
+    if (!h) break;
+    size_t n = std::min(cap, o.bytes - o.done);
+    h->desc = o.desc;
+    h->offset = o.done;
+    h->bytes = n;
+    h->flags = 0;
+    if (n) std::memcpy(payload, o.src + o.done, n);
+    l.publish_send();
+    o.done += n;
+    o.finished = o.done == o.bytes;
+    moved = true;
+  }
+  return moved;
+}
+
+// Zero-copy: the link writes each chunk's payload from o.src itself; the send is complete (and
+// o.src may change) only once the link has written the last chunk.
+bool Executor::progress_send_in_place(ExecOp& o, Link& l, size_t cap) {
+  bool moved = false;
+  while (!o.rendezvous) {
+    char* payload;
+    ChunkHeader* h = l.acquire_send(&payload);
+    if (!h) break;
+    const size_t n = std::min(cap, o.bytes - o.done);
+    h->desc = o.desc;
+    h->offset = o.done;
+    h->bytes = n;
+    h->flags = 0;
+    const uint64_t ticket = l.publish_send_in_place(o.src + o.done);
+    o.done += n;
+    if (o.done == o.bytes) o.rendezvous = ticket;
+    moved = true;
+  }
+  if (o.rendezvous && l.sends_completed() >= o.rendezvous) {
+    o.finished = true;
+    moved = true;
+  }
+  return moved;
+}
+
+// Tells each link where the first message it delivers in this step goes (plain receives only: a
+// reduction needs the data beside the destination, not in it).
+void Executor::post_receives(std::vector<ExecOp>& ops, DType dtype) {
+  const size_t esize = dtype_size(dtype);
+  for (ExecOp& o : ops) {
+    if (o.kind != OpKind::Recv || o.bytes < kInPlaceBytes) continue;
+    Link& l = t_.link(o.peer);
+    if (!l.lands_in_place()) continue;
+    bool first = true;  // later messages from the same peer arrive behind this one: not posted
+    for (const ExecOp& e : ops) {
+      if (&e == &o) break;
+      if (e.kind == OpKind::Recv || e.kind == OpKind::RecvReduce) first &= e.peer != o.peer;
+    }
+    if (!first) continue;
+    l.post_recv(o.desc, o.dst, o.bytes, chunk_for(l, esize));
+    o.mode = 3;
+  }
+}
+
+void Executor::release_buffers(std::vector<ExecOp>& ops) {
+  for (ExecOp& o : ops) {
+    if (o.kind == OpKind::Send && o.mode == 2 && !o.finished) t_.link(o.peer).detach_sends();
+    if (o.kind == OpKind::Recv && o.mode == 3) {
+      t_.link(o.peer).unpost_recv();
+      o.mode = -1;
+    }
+  }
+}
+
+void Executor::receive_rendezvous(ExecOp& o, const char* payload, DType dtype, RedOp op) {
+  uint64_t address;
+  std::memcpy(&address, payload, sizeof(address));
+  Link& l = t_.link(o.peer);
+  if (o.kind == OpKind::Recv) {
+    l.read_peer(o.dst, address, o.bytes);  // the one copy: sender's buffer -> ours
+  } else {
+    // Read a cache-sized piece, reduce it while it is hot, repeat.
+    const size_t esize = dtype_size(dtype);
+    const size_t piece = std::max<size_t>(esize, (256 << 10) / esize * esize);
+    if (bounce_.size() < piece) bounce_.resize(piece);
+    for (size_t off = 0; off < o.bytes; off += piece) {
+      size_t n = std::min(piece, o.bytes - off);
+      l.read_peer(bounce_.data(), address + off, n);
+      if (o.src && o.src != o.dst) std::memcpy(o.dst + off, o.src + off, n);
+      reduce_inplace(o.dst + off, bounce_.data(), n / esize, dtype, op);
+    }
+  }
+}
+
+bool Executor::progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const CallDesc& call, size_t* pending) {
+  const size_t esize = dtype_size(dtype);
+  bool moved = false;
+  size_t left = 0;
+  for (ExecOp& o : ops) {
+    if (o.kind == OpKind::Send) {
+      if (o.finished) continue;  // (a finished send that reported progress again would spin forever)
+      moved |= progress_send(o, esize);
+      if (!o.finished) ++left;
+    } else if (o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce) {
+      Link& l = t_.link(o.peer);
+      const size_t cap = chunk_for(l, esize);
+      while (!o.finished) {
+        const char* payload;
+        const ChunkHeader* h = l.peek_recv(&payload);
+        if (!h) break;
+        const bool rendezvous = h->flags & kChunkRendezvous;
+        // Landed: the link already wrote the payload to o.dst (it sets this flag itself, after
+        // checking the chunk against what this op posted; it never comes from a peer).
+        const bool landed = (h->flags & kChunkLanded) && o.mode == 3;
+        // Peers are not trusted: a rendezvous chunk makes us read the sender's memory at an address
+        // it chose, so accept one only when this rank turned single-copy reads on; unknown flag bits
+        // mean a corrupt header.
+        if ((h->flags & ~(kChunkRendezvous | (landed ? kChunkLanded : 0u))) || (rendezvous && !l.accepts_rendezvous()))
+          fail(ErrorKind::Comm, "rank " + std::to_string(t_.rank()) + " in " + describe_call(call) +
+                                    " received from rank " + std::to_string(o.peer) + " a chunk with invalid flags " +
+                                    std::to_string(h->flags));
+        size_t expect = rendezvous ? o.bytes : std::min(cap, o.bytes - o.done);
+        if (h->desc != o.desc || h->offset != o.done || h->bytes != expect) {
+          std::string got = describe_call(h->desc);
+          std::string msg = "rank " + std::to_string(t_.rank()) + " in " + describe_call(call) + " received from rank " +
+                            std::to_string(o.peer) + " a message of " + got + "; expected " +
+                            describe_call(o.desc);
+          if (h->desc == o.desc)
+            msg += " (chunk at byte " + std::to_string(h->offset) + " of " + std::to_string(h->bytes) +
+                   " bytes, expected byte " + std::to_string(o.done) + " of " + std::to_string(expect) + ")";
+          check_device_messages(ops);  // the message came on a device buffer: say so
+          fail(ErrorKind::Mismatch, msg);
+        }
+        if (rendezvous) {
+          receive_rendezvous(o, payload, dtype, op);
+        } else if (expect && !landed) {
+          if (o.kind == OpKind::Recv) {
+            copy_bytes(o.dst + o.done, payload, expect, streams(o.bytes));
+          } else {
+            // recv_reduce from another buffer: bring this chunk of it into dst first, so the
+            // copy and the reduce both touch it while it is in cache.
+            if (o.src && o.src != o.dst) std::memcpy(o.dst + o.done, o.src + o.done, expect);
+            reduce_inplace(o.dst + o.done, payload, expect / esize, dtype, op);
+          }
+        }
+        l.release_recv();
+        if (rendezvous) l.ack();
+        o.done += expect;
+        o.finished = o.done == o.bytes;
+        moved = true;
+      }
+      if (!o.finished) ++left;
+    }
+  }
+  *pending = left;
+  return moved;
+}
+
+void Executor::on_idle(std::vector<ExecOp>& ops, const CallDesc& call, Clock::time_point last_progress,
+                       bool slow_checks) {
+  const int me = t_.rank();
+  auto what = [&] { return describe_call(call); };
+  // A failed peer aborts the whole communicator: re-raise its error here, and pass it on.
+  for (int p = 0; p < t_.size(); ++p) {
+    if (p == me) continue;
+    PeerStatus st = t_.peer_status(p, false);
+    if (st.state == PeerState::Failed)
+      fail(st.kind == ErrorKind::None ? ErrorKind::Comm : st.kind,
+           "rank " + std::to_string(me) + " in " + what() + ": rank " + std::to_string(p) + " failed: " + st.message);
+  }
+  if (!slow_checks) return;
+  if (call.coll == static_cast<uint8_t>(Collective::Send)) check_device_messages(ops);
+  for (const ExecOp& o : ops) {
+    if (!is_comm(o.kind) || o.finished) continue;
+    const int p = o.peer;
+    PeerStatus st = t_.peer_status(p, true);
+    const char* doing = o.kind == OpKind::Send ? "send to" : "receive from";
+    if (st.state == PeerState::Dead)
+      fail(ErrorKind::Peer, t_.describe_peer(p) + " died during " + what() + "; rank " + std::to_string(me) +
+                                " was waiting to " + doing + " it" + (st.message.empty() ? "" : " (" + st.message + ")"));
+    if (st.state == PeerState::Closed)
+      fail(ErrorKind::Peer, "rank " + std::to_string(p) + " closed the communicator during " + what() + "; rank " +
+                                std::to_string(me) + " was waiting to " + doing + " it");
+    CallDesc pc;
+    if (call.coll != static_cast<uint8_t>(Collective::Send) && t_.peer_call(p, &pc) && pc.seq == call.seq &&
+        pc != call)
+      fail(ErrorKind::Mismatch, "rank " + std::to_string(me) + " called " + describe_call(call) + " but rank " +
+                                    std::to_string(p) + " called " + describe_call(pc));
+  }
+  double idle_s = std::chrono::duration<double>(Clock::now() - last_progress).count();
+  if (idle_s > opts_.timeout_s) {
+    for (const ExecOp& o : ops) {
+      if (!is_comm(o.kind) || o.finished) continue;
+      const char* doing = o.kind == OpKind::Send ? "send to" : "receive from";
+      // " timeout " and no variable name: the timeout comes from init(timeout=), a torch group's
+      // timeout= or COMMLIB_TIMEOUT, and torch users' code matches torch's wording.
+      char secs[32];
+      std::snprintf(secs, sizeof secs, "%g", opts_.timeout_s);
+      fail(ErrorKind::Peer, "rank " + std::to_string(o.peer) + " did not answer within the communicator's timeout (" +
+                                secs + " s) during " + what() + "; rank " + std::to_string(me) + " was waiting to " + doing + " it (" +
+                                std::to_string(o.bytes - o.done) + " bytes left)");
+    }
+  }
+}
+
+void Executor::run_step(std::vector<ExecOp>& ops, DType dtype, RedOp op, const CallDesc& call) {
+  const size_t esize = dtype_size(dtype);
+  bool any_comm = false;
+  for (ExecOp& o : ops) {
+    if (o.kind == OpKind::Copy) {
+      if (o.bytes && o.dst != o.src) {
+        const bool overlap = o.dst < o.src + o.bytes && o.src < o.dst + o.bytes;
+        if (overlap)
+          std::memmove(o.dst, o.src, o.bytes);
+        else
+          copy_bytes(o.dst, o.src, o.bytes, streams(o.bytes));
+      }
+    } else if (o.kind == OpKind::Reduce) {
+      if (o.bytes) reduce_inplace(o.dst, o.src, o.bytes / esize, dtype, op);
+    } else {
+      any_comm = true;
+    }
+  }
+  if (!any_comm) return;
+  post_receives(ops, dtype);
+  struct Release {  // also when a failure leaves this step early
+    Executor& ex;
+    std::vector<ExecOp>& ops;
+    ~Release() { ex.release_buffers(ops); }
+  } release{*this, ops};
+
+  // Clocks are read only once the step stalls: a small message usually completes without waiting,
+  // and two clock reads per call show on the latency path.
+  Clock::time_point last_progress, last_slow;
+  bool started = false, fresh = true;  // fresh: progress since the last stall
+  size_t pending = 0;
+  for (;;) {
+    uint32_t seen = t_.events();
+    bool moved = progress(ops, dtype, op, call, &pending);
+    if (pending == 0) break;
+    if (moved) {
+      fresh = true;
+      continue;
+    }
+    auto now = Clock::now();
+    if (!started) {
+      last_slow = now;
+      started = true;
+    }
+    if (fresh) {
+      last_progress = now;
+      fresh = false;
+    }
+    bool slow = now - last_slow >= kSlowCheckEvery;
+    if (slow) {
+      last_slow = now;
+      // A peer may have published its last chunks and then exited: drain before judging it.
+      if (progress(ops, dtype, op, call, &pending)) {
+        fresh = true;
+        continue;
+      }
+      if (pending == 0) break;
+    }
+    on_idle(ops, call, last_progress, slow);
+    t_.wait_events(seen, kSleepSliceUs);
+  }
+}
+
+int Executor::add_p2p_probe(P2PProbe fn) {
+  std::lock_guard<std::mutex> lk(probes_mu_);
+  probes_.emplace_back(++next_probe_, std::move(fn));
+  return next_probe_;
+}
+
+void Executor::remove_p2p_probe(int id) {
+  std::lock_guard<std::mutex> lk(probes_mu_);
+  for (auto it = probes_.begin(); it != probes_.end(); ++it)
+    if (it->first == id) {
+      probes_.erase(it);
+      return;
+    }
+}
+
+void Executor::check_device_messages(const std::vector<ExecOp>& ops) {
+  // Point-to-point messages of a pair share one numbering on host and device buffers: a receive
+  // whose message the peer sent on a device buffer is a mismatch (the stream engine's probe).
+  std::lock_guard<std::mutex> lk(probes_mu_);
+  for (const ExecOp& o : ops) {
+    if (o.kind != OpKind::Recv || o.finished || o.desc.coll != static_cast<uint8_t>(Collective::Send)) continue;
+    for (auto& [id, probe] : probes_) {
+      CallDesc sent;
+      if (probe(o.peer, o.desc, &sent))
+        fail(ErrorKind::Mismatch, "rank " + std::to_string(t_.rank()) + " receives " + describe_call(o.desc) +
+                                      " from rank " + std::to_string(o.peer) + " but rank " + std::to_string(o.peer) +
+                                      " sent " + describe_call(sent));
+    }
+  }
+}
+
+}  // namespace commlib

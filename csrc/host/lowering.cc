@@ -1,0 +1,177 @@
+// Step lowering: a planned schedule's regions become buffer addresses (input, output, scratch) and
+// each step runs on the executor; also the point-to-point batch and the buffers the communicator
+// owns (scratch, the private input copy).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/shapes.h"
+#include "host/communicator.h"
+#include "plan/describe.h"
+#include "kernels/cpu_reduce.h"
+#include "schedule/registry.h"
+
+namespace commlib {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+char* aligned_alloc_bytes(size_t bytes) {
+  void* p = nullptr;
+  if (posix_memalign(&p, 64, bytes ? bytes : 64)) throw std::bad_alloc();
+  return static_cast<char*>(p);
+}
+
+}  // namespace
+
+char* Communicator::scratch(size_t bytes) {
+  if (bytes > scratch_bytes_) {
+    scratch_.reset(aligned_alloc_bytes(bytes));
+    scratch_bytes_ = bytes;
+  }
+  return scratch_.get();
+}
+
+char* Communicator::input_copy(size_t bytes) {
+  if (bytes > input_copy_bytes_) {
+    input_copy_.reset(aligned_alloc_bytes(bytes));
+    input_copy_bytes_ = bytes;
+  }
+  return input_copy_.get();
+}
+
+void Communicator::run_collective(const CollectiveCall& call, uint64_t seq) {
+  throw_if_aborted();
+  const size_t esize = dtype_size(call.dtype);
+  const int64_t bytes = call.count * static_cast<int64_t>(esize);
+  // The number was taken when the call was submitted (communicator.h: next_call_seq); a refused
+  // argument here uses it up, alike on every rank that refuses it.
+  const Planned& planned = plan(call, bytes);
+  const Schedule& sched = planned.sched;
+  const std::string& algo = planned.name;
+
+  CallDesc desc;
+  desc.coll = static_cast<uint8_t>(call.coll);
+  desc.dtype = static_cast<uint8_t>(call.dtype);
+  desc.op = collective_reduces(call.coll) ? static_cast<uint8_t>(call.op) : 0;
+  desc.algo = planned.algo;
+  desc.root = collective_has_root(call.coll) ? call.root : 0;
+  desc.count = call.count;
+  desc.seq = seq;
+  publish_call(desc);
+
+  const auto t0 = opts_.debug >= 2 ? Clock::now() : Clock::time_point{};
+  try {
+    exec_.check_peers_failed(desc);
+    const size_t copy_chunk = (!collective_reduces(call.coll) && size_ >= 4) ? exec_.options().copy_chunk_bytes : 0;
+    // The root's output (the largest) stands for every rank's: all ranks must decide alike.
+    const int64_t root_output = buffer_shapes(call.coll, call.count, size_, call.root, call.root).output;
+    exec_.begin_call(static_cast<size_t>(root_output) * esize * size_, copy_chunk);
+
+    char* in = reinterpret_cast<char*>(call.input);
+    char* out = reinterpret_cast<char*>(call.output);
+    const int64_t input_elements = buffer_shapes(call.coll, call.count, size_, rank_, call.root).input;
+    if (call.op == RedOp::PremulSum && collective_reduces(call.coll) && input_elements >= 0) {
+      // Scale into a private copy: the schedule then runs in its out-of-place form.
+      size_t n = static_cast<size_t>(input_elements);
+      char* buf = input_copy(n * esize);
+      scale_copy(buf, in, n, call.dtype, call.scale);
+      in = buf;
+    } else if (call.coll == Collective::AllToAll && in == out && call.count) {
+      // In place: every block is both sent and overwritten, so send from a copy. The schedules
+      // take distinct buffers (the verifier proves them for that layout).
+      const size_t n = static_cast<size_t>(call.count) * size_ * esize;
+      char* buf = input_copy(n);
+      std::memcpy(buf, in, n);
+      in = buf;
+    }
+    char* scr = sched.scratch_count ? scratch(static_cast<size_t>(sched.scratch_count) * esize) : nullptr;
+    char* bases[3] = {in, out, scr};
+
+    for (const Step& step : sched.steps) {
+      ops_.clear();
+      for (const Op& op : step.ops) {
+        ExecOp e;
+        e.kind = op.kind;
+        e.peer = op.peer;
+        e.desc = desc;
+        const Region& r = (op.kind == OpKind::Send) ? op.src : op.dst;
+        e.bytes = static_cast<size_t>(r.count) * esize;
+        auto resolve = [&](const Region& reg) -> char* {
+          char* base = bases[static_cast<int>(reg.buf)];
+          if (!base) {
+            if (reg.count == 0) return nullptr;
+            throw CommError(std::string("internal error: ") + algo + " schedule of " + describe_call(desc) + " on rank " +
+                            std::to_string(rank_) + " uses the " + buffer_name(reg.buf) +
+                            " buffer, which this rank does not have");
+          }
+          return base + static_cast<size_t>(reg.offset) * esize;
+        };
+        if (op.kind == OpKind::Send) {
+          e.src = resolve(op.src);
+        } else {
+          e.dst = resolve(op.dst);
+          if (op.kind == OpKind::Copy || op.kind == OpKind::Reduce || reduces_from_src(op)) e.src = resolve(op.src);
+        }
+        ops_.push_back(e);
+      }
+      exec_.run_step(ops_, call.dtype, call.op, desc);
+    }
+
+    if (call.op == RedOp::Avg && collective_reduces(call.coll) && (call.coll != Collective::Reduce || rank_ == call.root))
+      divide_inplace(out, static_cast<size_t>(call.count), call.dtype, size_);
+  } catch (const CommError& e) {
+    fail_communicator(e);
+    throw;
+  }
+  if (opts_.debug >= 2) {
+    double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    std::fprintf(stderr, "commlib TRACE %s rank %d: %s done in %.1f us\n", opts_.label.c_str(), rank_,
+                 describe_call(desc).c_str(), us);
+  }
+}
+
+void Communicator::run_p2p(const std::vector<P2PItem>& items, DType dtype, const std::vector<uint64_t>& seqs) {
+  throw_if_aborted();
+  const size_t esize = dtype_size(dtype);
+  ops_.clear();
+  CallDesc any;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const P2PItem& it = items[i];
+    ExecOp e;
+    e.kind = it.send ? OpKind::Send : OpKind::Recv;
+    e.peer = it.peer;
+    e.bytes = static_cast<size_t>(it.count) * esize;
+    e.desc.coll = static_cast<uint8_t>(Collective::Send);
+    e.desc.dtype = static_cast<uint8_t>(dtype);
+    e.desc.count = it.count;
+    e.desc.seq = i < seqs.size() ? seqs[i] : next_p2p_seq(it.peer, it.send);
+    if (it.send)
+      e.src = reinterpret_cast<const char*>(it.ptr);
+    else
+      e.dst = reinterpret_cast<char*>(it.ptr);
+    ops_.push_back(e);
+    any = e.desc;
+  }
+  const auto t0 = opts_.debug >= 2 ? Clock::now() : Clock::time_point{};
+  try {
+    exec_.check_peers_failed(any);
+    size_t largest = 0;
+    for (const ExecOp& e : ops_) largest = std::max(largest, e.bytes);
+    exec_.begin_call(largest);
+    exec_.run_step(ops_, dtype, RedOp::Sum, any);
+  } catch (const CommError& e) {
+    fail_communicator(e);
+    throw;
+  }
+  if (opts_.debug >= 2) {
+    double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    std::fprintf(stderr, "commlib TRACE %s rank %d: batch of %zu sends/recvs done in %.1f us\n",
+                 opts_.label.c_str(), rank_, items.size(), us);
+  }
+}
+
+}  // namespace commlib

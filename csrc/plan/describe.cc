@@ -1,0 +1,48 @@
+#include "plan/describe.h"
+
+#include <vector>
+
+#include "common/types.h"
+#include "schedule/registry.h"
+
+namespace commlib {
+
+namespace {
+
+constexpr uint8_t kCollectives = static_cast<uint8_t>(Collective::kCount);
+constexpr uint8_t kDTypes = static_cast<uint8_t>(DType::kCount);
+constexpr uint8_t kOps = static_cast<uint8_t>(RedOp::kCount);
+
+std::string code(const char* what, unsigned v) { return std::string(what) + " code " + std::to_string(v); }
+
+// Names of `c`'s algorithms; empty for point to point (whose registry has none).
+std::vector<std::string> algorithm_names(Collective c) {
+  if (c == Collective::Send || c == Collective::Recv) return {};
+  return algorithms(c);
+}
+
+}  // namespace
+
+std::string describe_call(const CallDesc& d) {
+  if (d.coll >= kCollectives)
+    return code("collective", d.coll) + " #" + std::to_string(d.seq) + " (" + std::to_string(d.count) + " x " +
+           (d.dtype < kDTypes ? dtype_name(static_cast<DType>(d.dtype)) : code("dtype", d.dtype)) + ")";
+  const Collective c = static_cast<Collective>(d.coll);
+  std::string s = std::string(collective_name(c)) + " #" + std::to_string(d.seq) + " (";
+  const unsigned algo = d.algo & ~kDeviceCallAlgoBit;
+  if (c != Collective::Send && c != Collective::Barrier && algo) {
+    const auto names = algorithm_names(c);
+    s += (algo == kNcclAlgorithmCode ? std::string("nccl")
+          : algo <= names.size()    ? names[algo - 1]
+                                    : code("algorithm", algo)) +
+         ", ";
+  }
+  s += std::to_string(d.count) + " x " +
+       (d.dtype < kDTypes ? std::string(dtype_name(static_cast<DType>(d.dtype))) : code("dtype", d.dtype));
+  if (collective_reduces(c)) s += ", " + (d.op < kOps ? std::string(op_name(static_cast<RedOp>(d.op))) : code("op", d.op));
+  if (collective_has_root(c)) s += ", root " + std::to_string(d.root);
+  if (d.algo & kDeviceCallAlgoBit) s += ", on device buffers";
+  return s + ")";
+}
+
+}  // namespace commlib

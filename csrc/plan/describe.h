@@ -1,0 +1,26 @@
+// Lives in plan/, not common/: it names algorithms, which only the schedule registry knows.
+// Human-readable text for a call descriptor, e.g. "all_reduce #5 (ring, 1000 x float32, sum)".
+//
+// Descriptors are read from peers' chunk headers and control blocks in shared memory, so every
+// code in them is untrusted: each is range-checked before it indexes a name table, and an unknown
+// code is shown as a number ("collective code 200") instead of whatever memory lies past the table.
+#pragma once
+
+#include <string>
+
+#include "transport/transport.h"
+
+namespace commlib {
+
+std::string describe_call(const CallDesc& d);
+
+// Set in CallDesc::algo for calls on device buffers (the stream engine): host and device calls
+// share one numbering (host/communicator.h) and one published-call slot, and a host call and a device
+// call of the same number then differ, which is a mismatch. Algorithm indexes stay below it.
+constexpr uint8_t kDeviceCallAlgoBit = 0x80;
+
+// CollectiveCall::algo / CallDesc::algo of algorithm="nccl": above every registry index (they
+// start at 1), below 0x80 (the high bit may mark device calls in descriptors).
+constexpr uint8_t kNcclAlgorithmCode = 0x7F;
+
+}  // namespace commlib

@@ -1,0 +1,67 @@
+// auto's policy, in the engine, where the links are known: which algorithm a call gets when the
+// user asked for "auto". Two parts: the size policy (auto_size_policy.cc: the
+// COMMLIB_ALGO_<COLLECTIVE> override, else the tuning table measured into commlib/core/tuning.json, else a
+// built-in heuristic from bytes and world size), which the verifier and the simulator also use, and
+// the link-kind rule (auto_policy.cc), keyed by the kinds of link the communicator's ranks are
+// joined by.
+//
+// Within one host (every peer over shm) the registry's size/bytes policy applies (tuning table,
+// then built-in heuristic, schedule/registry.h). When ranks span several hosts and some host holds
+// several ranks, collectives with a hierarchical schedule use it: it moves every byte across the
+// slow inter-host links as few times as possible (measured: bench/RESULTS_multihost.md). With one
+// rank per host every link is TCP and the single-host policy's choice stands. COMMLIB_ALGO_<COLL>
+// overrides all of this.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/types.h"
+#include "common/topology.h"
+
+namespace commlib {
+
+
+// Resolve "auto" (and the COMMLIB_ALGO_<COLLECTIVE> override) to a registered name, from the
+// message size in bytes and the world size. Non-"auto" names are returned unchanged (after
+// checking they are registered). `bytes` is `count` (ir.h meaning: per-rank block for all_gather,
+// reduce_scatter, all_to_all, gather, scatter) times the element size.
+// Order: requested name if not "auto"; else $COMMLIB_ALGO_<COLLECTIVE> (e.g.
+// COMMLIB_ALGO_ALL_REDUCE=ring; "auto" or empty = unset; an unknown name throws
+// std::invalid_argument naming the variable); else the tuning table; else a built-in heuristic.
+std::string choose_algorithm(Collective c, const std::string& requested, int64_t bytes, int size);
+
+// The "auto" branch of choose_algorithm with the override's value given (empty: unset), for
+// callers that read COMMLIB_ALGO_<COLLECTIVE> once (a communicator reads it when created).
+std::string choose_auto(Collective c, const std::string& env_value, int64_t bytes, int size);
+// Current value of COMMLIB_ALGO_<COLLECTIVE> ("" when unset).
+std::string algorithm_override(Collective c);
+
+// Tuning table (e.g. loaded from a JSON file of measurements). For a call of world size `size`,
+// the rows with that exact size are tried in increasing max_bytes order and the first with
+// bytes <= max_bytes wins (max_bytes < 0 means no limit); no row -> built-in heuristic.
+struct TuningRow {
+  int size = 0;
+  int64_t max_bytes = -1;
+  std::string algorithm;
+};
+// Replaces the rows of collective c (validates names: std::invalid_argument). Thread-safe.
+void set_tuning(Collective c, std::vector<TuningRow> rows);
+void clear_tuning();
+// Increases on every set_tuning/clear_tuning, so cached "auto" decisions can be dropped.
+uint64_t tuning_generation();
+
+// -- the link-kind rule ------------------------------------------------------------------------
+
+struct LinkProfile {
+  bool crosses_hosts = false;  // some peer is reached over TCP
+  bool shares_hosts = false;   // some host holds two or more ranks (shm links exist)
+};
+
+LinkProfile link_profile(const Topology& topo);
+
+std::string choose_auto_for_links(Collective c, const std::string& env_value, int64_t bytes, int size,
+                                  const LinkProfile& links);
+
+}  // namespace commlib

@@ -1,0 +1,232 @@
+// The stream engine's calls (see stream_engine.h): the schedule cache, numbering a call with the
+// host calls, ordering it after the previous one, the first call's check during set-up, and the
+// enqueueing of a collective (its input copies, its steps on one or two streams, avg's divide).
+#include <algorithm>
+
+#include "policy/auto_policy.h"
+#include "stream/stream_engine.h"
+#include "schedule/registry.h"
+
+namespace commlib {
+
+namespace {
+
+int64_t input_elements(Collective c, int64_t count, int size) {
+  return (c == Collective::ReduceScatter || c == Collective::AllToAll || c == Collective::Scatter) ? count * size
+                                                                                                   : count;
+}
+
+}  // namespace
+
+const StreamEngine::Plan& StreamEngine::plan(const CollectiveCall& call) {
+  const uint64_t gen = tuning_generation();
+  if (gen != tuning_generation_) {  // a new tuning table: auto may choose differently now
+    plans_.clear();
+    tuning_generation_ = gen;
+  }
+  const int root = collective_has_root(call.coll) ? call.root : 0;
+  const ScheduleKey key{static_cast<uint8_t>(call.coll), call.algo, root, call.count};
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second;
+  if (call.algo == kNcclAlgorithmCode) {  // NCCL's own collective: every peer takes part
+    Plan p;
+    p.algo = kNcclAlgorithmCode;
+    for (int q = 0; q < size_; ++q)
+      if (q != rank_) p.peers.push_back(q);
+    if (plans_.size() >= 512) plans_.clear();
+    return plans_.emplace(key, std::move(p)).first->second;
+  }
+  const auto names = algorithms(call.coll);
+  if (call.algo > names.size()) throw std::invalid_argument("algorithm: index out of range");
+  const int64_t bytes = call.count * static_cast<int64_t>(dtype_size(call.dtype));
+  const std::string algo = call.algo ? names[call.algo - 1] : choose_algorithm(call.coll, "auto", bytes, size_);
+  Plan p;
+  p.sched = build_schedule(CollArgs{call.coll, rank_, size_, call.count, call.root}, algo);
+  p.algo = static_cast<uint8_t>(algorithm_index(call.coll, algo));
+  for (const Step& st : p.sched.steps)
+    for (const Op& o : st.ops)
+      if (o.peer >= 0 && std::find(p.peers.begin(), p.peers.end(), o.peer) == p.peers.end()) p.peers.push_back(o.peer);
+  if (plans_.size() >= 512) plans_.clear();
+  return plans_.emplace(key, std::move(p)).first->second;
+}
+
+CallDesc StreamEngine::describe(const CollectiveCall& call, uint8_t algo, uint64_t seq) const {
+  CallDesc desc;
+  desc.coll = static_cast<uint8_t>(call.coll);
+  desc.dtype = static_cast<uint8_t>(call.dtype);
+  desc.op = collective_reduces(call.coll) ? static_cast<uint8_t>(call.op) : 0;
+  desc.algo = static_cast<uint8_t>(algo | kDeviceCallAlgoBit);
+  desc.root = collective_has_root(call.coll) ? call.root : 0;
+  desc.count = call.count;
+  desc.seq = seq;
+  return desc;
+}
+
+void StreamEngine::throw_if_failed_locked() {
+  if (closed_) throw CommError("communicator is closed");
+  if (!connected_) throw CommError("stream engine: not connected");
+  if (failed()) {
+    std::lock_guard<std::mutex> lk(mu_);
+    throw_kind(fail_kind_, "communicator aborted: " + fail_message_);
+  }
+}
+
+void StreamEngine::check_first_call(const CollectiveCall& call) {
+  std::lock_guard<std::mutex> guard(enqueue_mu_);
+  if (failed()) {
+    std::lock_guard<std::mutex> lk(mu_);
+    throw_kind(fail_kind_, "communicator aborted: " + fail_message_);
+  }
+  const CallDesc desc = describe(call, plan(call).algo, control_->peek_call_seq());
+  control_->publish_call(desc);
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    const PeerStatus st = control_->peer_status(p, false);
+    CallDesc pc;
+    std::string msg;
+    ErrorKind kind = ErrorKind::Mismatch;
+    if (st.state == PeerState::Failed) {
+      kind = st.kind == ErrorKind::None ? ErrorKind::Comm : st.kind;
+      msg = "rank " + std::to_string(rank_) + " cannot start " + describe_call(desc) + ": rank " + std::to_string(p) +
+            " failed: " + st.message;
+    } else if (control_->peer_call(p, &pc) && pc.seq == desc.seq && pc != desc) {
+      msg = "rank " + std::to_string(rank_) + " called " + describe_call(desc) + " but rank " + std::to_string(p) +
+            " called " + describe_call(pc);
+    }
+    if (!msg.empty()) {
+      fail(kind, msg);
+      throw_kind(kind, msg);
+    }
+  }
+}
+
+std::shared_ptr<DeviceEvent> StreamEngine::begin(const CallDesc& desc, DeviceStream& s) {
+  ++seq_;
+  auto done = device_->create_event();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    in_flight_.push_back(InFlight{seq_, desc, done, false});
+  }
+  cv_.notify_all();
+  if (last_done_) device_->wait_event(s, *last_done_);  // calls execute in call order
+  return done;
+}
+
+std::shared_ptr<DeviceWork> StreamEngine::finish(std::shared_ptr<DeviceEvent> done, const std::string& enqueue_error,
+                                                 DeviceStream& s) {
+  device_->record(*done, s);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto it = in_flight_.rbegin(); it != in_flight_.rend(); ++it)
+      if (it->seq == seq_) it->recorded = true;
+  }
+  last_done_ = done;
+  if (!enqueue_error.empty()) {
+    // The engine's first error: ours, or the one that made the enqueue fail (the watchdog may
+    // have failed the engine meanwhile, e.g. a mismatch aborting the NCCL communicator).
+    std::lock_guard<std::mutex> lk(mu_);
+    throw_kind(fail_kind_, fail_message_);
+  }
+  return std::make_shared<DeviceWork>(shared_from_this(), done, seq_);
+}
+
+std::shared_ptr<DeviceWork> StreamEngine::collective(const CollectiveCall& call, DeviceStream& s) {
+  std::lock_guard<std::mutex> guard(enqueue_mu_);
+  throw_if_failed_locked();
+  const size_t esize = dtype_size(call.dtype);
+  if (call.algo == kNcclAlgorithmCode) {  // algorithm="nccl": NCCL's own collective, no schedule
+    NcclLink::check_supported(call.dtype, call.op, call.coll);
+    if (!nccl_->ready()) throw CommError("algorithm='nccl': the NCCL communicator was not created");
+  }
+  const Plan& planned = plan(call);
+
+  // Nothing above enqueued anything or took a number: a refused argument leaves the numbering
+  // and the stream as they were. From here on the call is numbered (with the host calls).
+  const CallDesc desc = describe(call, planned.algo, control_->next_call_seq());
+
+  // A peer that failed earlier (its failure is on the control plane) fails this call at once.
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    const PeerStatus st = control_->peer_status(p, false);
+    if (st.state == PeerState::Failed) {
+      const std::string msg = "rank " + std::to_string(rank_) + " cannot start " + describe_call(desc) + ": rank " +
+                              std::to_string(p) + " failed earlier: " + st.message;
+      const ErrorKind kind = st.kind == ErrorKind::None ? ErrorKind::Comm : st.kind;
+      fail(kind, msg);
+      throw_kind(kind, msg);
+    }
+  }
+
+  auto done = begin(desc, s);
+  const std::vector<int> peers = planned.peers;
+  if (!peers.empty()) device_->host_func([this, desc, peers] { check_call(desc, peers); }, s);
+  std::string enqueue_error;
+  try {
+    std::vector<std::pair<int, CallDesc>> remote_peers;  // on other hosts: descriptors in-band
+    for (int p : peers)
+      if (remote(p)) remote_peers.emplace_back(p, desc);
+    exchange_remote(remote_peers, remote_peers, s);
+    enqueue_call(call, planned.sched, desc, esize, s);
+  } catch (const std::exception& e) {
+    // Partly enqueued: the ranks' counters no longer agree, so the engine cannot go on.
+    enqueue_error = "rank " + std::to_string(rank_) + " could not enqueue " + describe_call(desc) + ": " + e.what();
+    fail(ErrorKind::Comm, enqueue_error);
+  }
+  return finish(done, enqueue_error, s);
+}
+
+void StreamEngine::enqueue_call(const CollectiveCall& call, const Schedule& sched, const CallDesc& desc, size_t esize,
+                                DeviceStream& s) {
+  char* in = reinterpret_cast<char*>(call.input);
+  char* out = reinterpret_cast<char*>(call.output);
+  const bool owns_input = !((call.coll == Collective::Broadcast || call.coll == Collective::Scatter) && rank_ != call.root);
+  if (call.op == RedOp::PremulSum && collective_reduces(call.coll) && owns_input) {
+    const size_t n = static_cast<size_t>(input_elements(call.coll, call.count, size_));
+    char* buf = grow(input_copy_, input_copy_bytes_, n * esize, s);
+    if (n) device_->scale_copy(buf, in, n, call.dtype, call.scale, s);
+    in = buf;
+  } else if (call.coll == Collective::AllToAll && in == out && call.count) {
+    const size_t n = static_cast<size_t>(call.count) * size_ * esize;
+    char* buf = grow(input_copy_, input_copy_bytes_, n, s);
+    device_->copy(buf, in, n, s);
+    in = buf;
+  }
+  char* scr = sched.scratch_count ? grow(scratch_, scratch_bytes_, static_cast<size_t>(sched.scratch_count) * esize, s)
+                                  : nullptr;
+  char* const bases[3] = {in, out, scr};
+  if (call.algo == kNcclAlgorithmCode) {  // NCCL sums what avg and premul_sum scale around it
+    const bool scaled = call.op == RedOp::Avg || call.op == RedOp::PremulSum;
+    nccl_->enqueue_collective(call, in, out, scaled ? RedOp::Sum : call.op, s);
+  }
+  if (opts_.streams == 1 || sched.steps.empty()) {
+    for (const Step& st : sched.steps) enqueue_step(st, bases, esize, call.dtype, call.op, desc, s, s);
+  } else {
+    // Sends on one stream, local operations and receives on another, so a step's copies into
+    // peers overlap its copies and reductions out of the inbox. Within a step they are
+    // independent (a send waits only on its receiver's receives and the other way round, so no
+    // deadlock); across steps each stream waits for the other's previous step (a step sends what
+    // the previous one received, and receives into what it sent). wait_event takes the event's
+    // latest record as of the call, so two events serve every step.
+    DeviceStream& S = *send_stream_;
+    DeviceStream& R = *recv_stream_;
+    device_->record(*fork_, s);
+    device_->wait_event(S, *fork_);
+    device_->wait_event(R, *fork_);
+    for (size_t k = 0; k < sched.steps.size(); ++k) {
+      if (k) {
+        device_->wait_event(S, *received_step_);
+        device_->wait_event(R, *sent_step_);
+      }
+      enqueue_step(sched.steps[k], bases, esize, call.dtype, call.op, desc, S, R);
+      device_->record(*sent_step_, S);
+      device_->record(*received_step_, R);
+    }
+    device_->wait_event(s, *sent_step_);
+    device_->wait_event(s, *received_step_);
+  }
+  if (call.op == RedOp::Avg && collective_reduces(call.coll) && (call.coll != Collective::Reduce || rank_ == call.root) &&
+      call.count)
+    device_->divide(out, static_cast<size_t>(call.count), call.dtype, size_, s);
+}
+
+}  // namespace commlib

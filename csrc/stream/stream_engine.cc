@@ -1,0 +1,306 @@
+// The stream engine's set-up, its control regions and the enqueueing of schedule steps (see
+// stream_engine.h); calls (planning, numbering, ordering) are in stream_calls.cc, point-to-point in
+// stream_p2p.cc, the watchdog, the call descriptor check and failure handling in stream_watchdog.cc.
+#include "stream/stream_engine.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "common/params.h"
+#include "policy/auto_policy.h"
+#include "schedule/registry.h"
+
+namespace commlib {
+
+namespace {
+
+constexpr size_t kLine = 64;      // one counter per cache line: ranks write them concurrently
+constexpr uint64_t kRing = 64;    // call descriptors kept per rank
+constexpr size_t kRingSlot = 64;  // bytes per descriptor slot: seq (written last), CallDesc
+constexpr size_t kP2PSlot = 64;  // seq (written last), CallDesc
+
+// "<pid>:<fd>:<bytes>" fields, strictly parsed (handles come through the store).
+std::vector<uint64_t> parse_fields(const std::string& s, size_t n, const std::string& what) {
+  std::vector<uint64_t> out;
+  std::stringstream ss(s);
+  std::string f;
+  while (std::getline(ss, f, ':')) {
+    if (f.empty() || f.size() > 19 || f.find_first_not_of("0123456789") != std::string::npos) break;
+    out.push_back(std::stoull(f));
+  }
+  if (out.size() != n) throw std::invalid_argument("stream engine: malformed " + what + " '" + s + "'");
+  return out;
+}
+
+}  // namespace
+
+StreamEngineOptions stream_engine_options_from_env(double timeout_s, const std::string& label) {
+  StreamEngineOptions o;
+  o.timeout_s = timeout_s;
+  o.label = label;
+  o.slot_bytes = param_bytes("COMMLIB_DEVICE_SLOT_BYTES");
+  if (o.slot_bytes < 64 || o.slot_bytes > (uint64_t{1} << 30) || o.slot_bytes % 64)
+    throw std::invalid_argument("COMMLIB_DEVICE_SLOT_BYTES: must be a multiple of 64 in [64, 2^30], got " +
+                                std::to_string(o.slot_bytes));
+  o.nslots = static_cast<uint32_t>(param_int("COMMLIB_DEVICE_SLOTS", 1, 64));
+  o.streams = static_cast<int>(param_int("COMMLIB_DEVICE_STREAMS", 1, 2));
+  return o;
+}
+
+size_t StreamEngine::ctl_bytes() const {
+  return 2 * static_cast<size_t>(size_) * kLine + kRing * kRingSlot + static_cast<size_t>(size_) * kP2PRing * kP2PSlot;
+}
+
+char* StreamEngine::p2p_slot(char* ctl, int peer, uint64_t k) const {
+  return ctl + 2 * static_cast<size_t>(size_) * kLine + kRing * kRingSlot +
+         (static_cast<size_t>(peer) * kP2PRing + k % kP2PRing) * kP2PSlot;
+}
+
+uint64_t* StreamEngine::flag(char* ctl, int which, int peer) const {
+  return reinterpret_cast<uint64_t*>(ctl + (static_cast<size_t>(which) * size_ + peer) * kLine);
+}
+
+char* StreamEngine::ring_slot(char* ctl, uint64_t seq) const {
+  return ctl + 2 * static_cast<size_t>(size_) * kLine + (seq % kRing) * kRingSlot;
+}
+
+StreamEngine::StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerControl> control, int rank, int size,
+                           StreamEngineOptions opts)
+    : device_(std::move(device)),
+      control_(std::move(control)),
+      rank_(rank),
+      size_(size),
+      opts_(std::move(opts)),
+      peers_(size),
+      sent_(size, 0),
+      received_(size, 0),
+      p2p_sent_(size, 0),
+      p2p_received_(size, 0),
+      nccl_(std::make_unique<NcclLink>(device_, rank, size, opts_.timeout_s)) {
+  ctl_fd_ = memfd_create("commlib-device-ctl", MFD_CLOEXEC);
+  if (ctl_fd_ < 0 || ftruncate(ctl_fd_, static_cast<off_t>(ctl_bytes())) != 0)
+    throw std::runtime_error(std::string("stream engine: control region: ") + std::strerror(errno));
+  void* p = mmap(nullptr, ctl_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, ctl_fd_, 0);
+  if (p == MAP_FAILED) throw std::runtime_error(std::string("stream engine: mmap: ") + std::strerror(errno));
+  ctl_ = static_cast<char*>(p);
+  ctl_dev_ = device_->map_host(ctl_, ctl_bytes());
+  inbox_ = device_->allocate(static_cast<size_t>(size_) * opts_.nslots * opts_.slot_bytes);
+  own_stream_ = device_->create_stream();
+  if (opts_.streams == 2) {
+    send_stream_ = device_->create_stream();
+    recv_stream_ = device_->create_stream();
+    fork_ = device_->create_event();
+    sent_step_ = device_->create_event();
+    received_step_ = device_->create_event();
+  }
+  watchdog_ = std::thread([this] { watchdog_loop(); });
+  // The host side's abort fails this engine too (its peers were told by the host side).
+  host_listener_ = control_->on_host_abort([this](ErrorKind kind, const std::string& msg) { fail(kind, msg, false); });
+}
+
+StreamEngine::~StreamEngine() {
+  try {
+    close();
+  } catch (...) {
+  }
+}
+
+std::string StreamEngine::local_handle() const {
+  // ctl:<pid>:<fd>:<bytes>;slots:<nslots>:<slot_bytes>;inbox:<device handle>
+  return "ctl:" + std::to_string(getpid()) + ":" + std::to_string(ctl_fd_) + ":" + std::to_string(ctl_bytes()) +
+         ";slots:" + std::to_string(opts_.nslots) + ":" + std::to_string(opts_.slot_bytes) +
+         ";inbox:" + device_->export_memory(inbox_);
+}
+
+void StreamEngine::connect(const std::vector<std::string>& handles, const std::vector<bool>& same_host) {
+  if (static_cast<int>(handles.size()) != size_)
+    throw std::invalid_argument("handles: expected " + std::to_string(size_) + ", got " + std::to_string(handles.size()));
+  if (static_cast<int>(same_host.size()) != size_)
+    throw std::invalid_argument("same_host: expected " + std::to_string(size_) + " flags, got " +
+                                std::to_string(same_host.size()));
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    const std::string& h = handles[p];
+    const size_t a = h.find(";slots:"), b = h.find(";inbox:");
+    if (h.rfind("ctl:", 0) != 0 || a == std::string::npos || b == std::string::npos || b < a)
+      throw std::invalid_argument("stream engine: malformed handle of rank " + std::to_string(p));
+    auto ctl = parse_fields(h.substr(4, a - 4), 3, "control handle of rank " + std::to_string(p));
+    auto slots = parse_fields(h.substr(a + 7, b - a - 7), 2, "slot settings of rank " + std::to_string(p));
+    if (slots[0] != opts_.nslots || slots[1] != opts_.slot_bytes)
+      throw std::invalid_argument("COMMLIB_DEVICE_SLOTS/COMMLIB_DEVICE_SLOT_BYTES: rank " + std::to_string(p) + " uses " +
+                                  std::to_string(slots[0]) + " x " + std::to_string(slots[1]) + " bytes, rank " +
+                                  std::to_string(rank_) + " " + std::to_string(opts_.nslots) + " x " +
+                                  std::to_string(opts_.slot_bytes) + "; every rank must use the same");
+    if (ctl[2] != ctl_bytes()) throw std::invalid_argument("stream engine: rank " + std::to_string(p) + " has another world size");
+    if (!same_host[p]) continue;  // another host: reached over NCCL, nothing of it to map here
+    const std::string path = "/proc/" + std::to_string(ctl[0]) + "/fd/" + std::to_string(ctl[1]);
+    int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) throw std::runtime_error("stream engine: cannot open rank " + std::to_string(p) + "'s control region " + path);
+    struct stat st {};
+    void* m = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) >= ctl[2])
+      m = mmap(nullptr, ctl_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (m == MAP_FAILED) throw std::runtime_error("stream engine: cannot map rank " + std::to_string(p) + "'s control region");
+    peers_[p].ctl = static_cast<char*>(m);
+    peers_[p].ctl_bytes = ctl_bytes();
+    peers_[p].ctl_dev = device_->map_host(m, ctl_bytes());
+    peers_[p].inbox = static_cast<char*>(device_->import_memory(h.substr(b + 7)));
+  }
+  open_remote_staging();
+  p2p_probe_ = control_->add_p2p_probe(
+      [this](int peer, const CallDesc& want, CallDesc* sent) { return device_message(peer, want, sent); });
+  connected_ = true;
+}
+
+char* StreamEngine::grow(void*& buf, size_t& have, size_t bytes, DeviceStream& s) {
+  if (bytes > have) {
+    // Calls are ordered (each waits for the previous one), so a stream-ordered free is safe.
+    if (buf) device_->free_async(buf, s);
+    buf = nullptr;
+    have = 0;
+    buf = device_->allocate(bytes);
+    have = bytes;
+  }
+  return static_cast<char*>(buf);
+}
+
+void StreamEngine::send_chunk(int p, const char* src, size_t bytes, uint64_t seq, DeviceStream& s) {
+  const uint64_t c = sent_[p]++;
+  if (c >= opts_.nslots) {
+    const uint64_t target = c - opts_.nslots + 1;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      waits_.push_back(Wait{flag(ctl_, 1, p), target, p, true, seq});
+    }
+    device_->wait_value(flag(reinterpret_cast<char*>(ctl_dev_), 1, p), target, s);
+  }
+  char* slot = peers_[p].inbox + (static_cast<size_t>(rank_) * opts_.nslots + c % opts_.nslots) * opts_.slot_bytes;
+  if (bytes) device_->copy(slot, src, bytes, s);
+  device_->write_value(flag(reinterpret_cast<char*>(peers_[p].ctl_dev), 0, rank_), c + 1, s);
+}
+
+void StreamEngine::recv_chunk(int q, char* dst, const char* src, size_t bytes, bool reduce, DType dtype, RedOp op,
+                              uint64_t seq, DeviceStream& s) {
+  const uint64_t c = received_[q]++;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    waits_.push_back(Wait{flag(ctl_, 0, q), c + 1, q, false, seq});
+  }
+  device_->wait_value(flag(reinterpret_cast<char*>(ctl_dev_), 0, q), c + 1, s);
+  const char* slot = static_cast<char*>(inbox_) +
+                     (static_cast<size_t>(q) * opts_.nslots + c % opts_.nslots) * opts_.slot_bytes;
+  if (bytes) {
+    if (!reduce) {
+      device_->copy(dst, slot, bytes, s);
+    } else {
+      if (src && src != dst) device_->copy(dst, src, bytes, s);
+      device_->reduce(dst, slot, bytes / dtype_size(dtype), dtype, op, s);
+    }
+  }
+  device_->write_value(flag(reinterpret_cast<char*>(peers_[q].ctl_dev), 1, rank_), c + 1, s);
+}
+
+void StreamEngine::enqueue_step(const Step& step, char* const bases[3], size_t esize, DType dtype, RedOp op,
+                                const CallDesc& desc, DeviceStream& send_s, DeviceStream& s) {
+  auto resolve = [&](const Region& r) -> char* {
+    char* base = bases[static_cast<int>(r.buf)];
+    if (!base) {
+      if (r.count == 0) return nullptr;
+      throw CommError(std::string("internal error: schedule of ") + describe_call(desc) + " on rank " +
+                      std::to_string(rank_) + " uses the " + buffer_name(r.buf) + " buffer, which this rank does not have");
+    }
+    return base + static_cast<size_t>(r.offset) * esize;
+  };
+  // Local operations first: the schedule guarantees they touch nothing the messages touch.
+  for (const Op& o : step.ops) {
+    const size_t bytes = static_cast<size_t>((o.kind == OpKind::Send ? o.src : o.dst).count) * esize;
+    if (o.kind == OpKind::Copy && bytes) {
+      char* d = resolve(o.dst);
+      const char* src = resolve(o.src);
+      if (d != src) device_->copy(d, src, bytes, s);
+    } else if (o.kind == OpKind::Reduce && bytes) {
+      device_->reduce(resolve(o.dst), resolve(o.src), bytes / esize, dtype, op, s);
+    }
+  }
+  // Messages to peers over the nccl link: one NCCL group, before the peer-memory chunks.
+  if (nccl_->carries_any()) nccl_->enqueue_step(step, resolve, esize, dtype, op, s);
+  const size_t chunk = std::max<size_t>(opts_.slot_bytes / esize * esize, esize);
+  auto chunks = [&](size_t bytes) { return bytes ? (bytes + chunk - 1) / chunk : 1; };
+  size_t rounds = 0;
+  for (const Op& o : step.ops)
+    if ((o.kind == OpKind::Send || o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce) && !nccl_->carries(o.peer))
+      rounds = std::max(rounds, chunks(static_cast<size_t>((o.kind == OpKind::Send ? o.src : o.dst).count) * esize));
+  for (size_t i = 0; i < rounds; ++i) {
+    for (const Op& o : step.ops) {  // chunk i of every send, then of every receive (see header)
+      if (o.kind != OpKind::Send || nccl_->carries(o.peer)) continue;
+      const size_t bytes = static_cast<size_t>(o.src.count) * esize;
+      if (i >= chunks(bytes)) continue;
+      const size_t off = i * chunk, n = std::min(chunk, bytes - std::min(bytes, off));
+      send_chunk(o.peer, resolve(o.src) + (bytes ? off : 0), n, seq_, send_s);
+    }
+    for (const Op& o : step.ops) {
+      if ((o.kind != OpKind::Recv && o.kind != OpKind::RecvReduce) || nccl_->carries(o.peer)) continue;
+      const size_t bytes = static_cast<size_t>(o.dst.count) * esize;
+      if (i >= chunks(bytes)) continue;
+      const size_t off = i * chunk, n = std::min(chunk, bytes - std::min(bytes, off));
+      char* d = resolve(o.dst);
+      const char* src = reduces_from_src(o) ? resolve(o.src) : nullptr;
+      recv_chunk(o.peer, d ? d + off : nullptr, src ? src + off : nullptr, n, o.kind == OpKind::RecvReduce, dtype, op,
+                 seq_, s);
+    }
+  }
+}
+
+void StreamEngine::close() {
+  {
+    std::lock_guard<std::mutex> guard(enqueue_mu_);
+    if (closed_) return;
+    closed_ = true;
+  }
+  if (last_done_) device_->synchronize(*last_done_);  // the watchdog releases a stuck stream
+  nccl_->close();
+  if (host_listener_) control_->remove_host_listener(host_listener_);
+  host_listener_ = 0;
+  if (p2p_probe_) control_->remove_p2p_probe(p2p_probe_);  // before the control region goes
+  p2p_probe_ = 0;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
+  for (Peer& p : peers_) {
+    if (p.inbox) device_->close_import(p.inbox);
+    if (p.ctl) {
+      device_->unmap_host(p.ctl);
+      munmap(p.ctl, p.ctl_bytes);
+    }
+    p = Peer{};
+  }
+  close_remote_staging();
+  device_->free_async(inbox_, *own_stream_);
+  device_->free_async(scratch_, *own_stream_);
+  device_->free_async(input_copy_, *own_stream_);
+  device_->synchronize(*own_stream_);
+  own_stream_.reset();  // its thread ends now, not when the last work handle goes
+  send_stream_.reset();
+  recv_stream_.reset();
+  inbox_ = scratch_ = input_copy_ = nullptr;
+  if (ctl_) {
+    device_->unmap_host(ctl_);
+    munmap(ctl_, ctl_bytes());
+    ctl_ = nullptr;
+  }
+  if (ctl_fd_ >= 0) ::close(ctl_fd_);
+  ctl_fd_ = -1;
+}
+
+}  // namespace commlib

@@ -1,0 +1,295 @@
+// The stream-ordered engine: runs the same schedules as the host executor (schedule/registry.h)
+// on device buffers, through the device interface only (device/device.h). The host enqueues and
+// returns; it never waits inside a collective.
+//
+// Links between ranks of one host (the several-ranks-per-GPU path included) are peer memory:
+// every rank owns
+//   - an inbox (device memory, exported to the peers): nslots slots of slot_bytes per peer;
+//   - a control region (host memory in a memfd, opened by the peers, mapped for the device):
+//     ready[q] = chunks rank q has put into this rank's inbox, freed[p] = chunks of this rank's
+//     messages rank p has consumed, one cache line each; and a ring of the last 64 call
+//     descriptors this rank's stream reached.
+// A send of chunk c to p: the stream waits until freed[p] >= c - nslots + 1 (the slot is free),
+// copies the chunk into p's inbox, and writes p's ready[me] = c + 1. A receive of chunk c from q:
+// the stream waits until ready[q] >= c + 1, copies or reduces (the shared functors) out of its
+// inbox slot, and writes q's freed[me] = c + 1. Within a step, chunk i of every send is enqueued
+// before chunk i of every receive, and chunk i before chunk i + 1: a wait on chunk i then only
+// depends on peers' operations of lower index, so no step can deadlock, whatever its shape.
+//
+// Each call starts with a host function on the stream that publishes the call's descriptor and
+// waits until every peer of the schedule published its descriptor for the same sequence number:
+// different calls raise MismatchError before any byte moves. A watchdog thread watches calls in
+// flight: a peer that failed, died or closed, or a wait that makes no progress for the timeout,
+// fails the engine with PeerError naming the rank and the call; it publishes the failure to the
+// peers (control plane) and raises every counter this rank's stream waits on, so no stream stays
+// blocked (again every watchdog tick while calls drain: a peer's stream running through its own
+// failed call may still write a lower value into one of them). Works are events: wait() makes a stream wait for the call, synchronize() waits on the
+// host and raises the call's error.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/errors.h"
+#include "device/device.h"
+#include "plan/call.h"
+#include "plan/describe.h"
+#include "stream/nccl_link.h"
+#include "transport/transport.h"
+
+namespace commlib {
+
+class StreamEngine;
+
+struct StreamEngineOptions {
+  double timeout_s = 300.0;
+  uint64_t slot_bytes = 256 << 10;  // COMMLIB_DEVICE_SLOT_BYTES
+  uint32_t nslots = 4;              // COMMLIB_DEVICE_SLOTS
+  int streams = 2;                  // COMMLIB_DEVICE_STREAMS: 2 = sends and receives on their own streams
+  std::string label;
+};
+StreamEngineOptions stream_engine_options_from_env(double timeout_s, const std::string& label);
+
+// What the engine uses of its communicator: peer liveness and failure propagation (the
+// transport's control plane), the call numbering shared with host calls and the published call
+// (so a host call and a device call of the same number are a mismatch), and the host side's
+// abort in both directions. Kept to this one adapter so the control plane can change under it.
+class PeerControl {
+ public:
+  virtual ~PeerControl() = default;
+  virtual PeerStatus peer_status(int peer, bool check_process) = 0;
+  virtual int peer_pid(int peer) = 0;
+  virtual void publish_failure(ErrorKind kind, const std::string& message) = 0;
+  virtual uint64_t next_call_seq() = 0;
+  virtual uint64_t peek_call_seq() = 0;
+  virtual void publish_call(const CallDesc& desc) = 0;
+  virtual bool peer_call(int peer, CallDesc* desc) = 0;
+  // Aborts the host side with the engine's error (the peers were told already).
+  virtual void fail_host(ErrorKind kind, const std::string& message) = 0;
+  // fn hears of the host side's abort; returns an id for remove_host_listener.
+  virtual int on_host_abort(std::function<void(ErrorKind, const std::string&)> fn) = 0;
+  virtual void remove_host_listener(int id) = 0;
+  // Point-to-point: one numbering per pair with the host messages, the host link's next message
+  // from `peer` (false while a host call runs), and the probe the host executor asks whether a
+  // receive's message came on a device buffer (Communicator::next_p2p_seq and the rest).
+  virtual uint64_t next_p2p_seq(int peer, bool send) = 0;
+  virtual uint64_t peek_p2p_seq(int peer, bool send) = 0;
+  virtual bool peek_host_message(int peer, CallDesc* desc) = 0;
+  virtual int add_p2p_probe(std::function<bool(int, const CallDesc&, CallDesc*)> fn) = 0;
+  virtual void remove_p2p_probe(int id) = 0;
+};
+
+class DeviceWork {
+ public:
+  // `seq`: the engine's ordinal of the call (its position among the engine's calls).
+  DeviceWork(std::shared_ptr<StreamEngine> engine, std::shared_ptr<DeviceEvent> event, uint64_t seq)
+      : engine_(std::move(engine)), event_(std::move(event)), seq_(seq) {}
+  // Makes `stream` wait for the call (raises at once if it is already known to have failed).
+  void wait(DeviceStream& stream);
+  bool is_completed();
+  // Waits on the host; raises the call's CommError if it failed.
+  void synchronize();
+  uint64_t seq() const { return seq_; }
+
+ private:
+  std::shared_ptr<StreamEngine> engine_;
+  std::shared_ptr<DeviceEvent> event_;
+  uint64_t seq_;
+};
+
+class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
+ public:
+  StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerControl> control, int rank, int size,
+               StreamEngineOptions opts);
+  ~StreamEngine();
+
+  // What the peers need to reach this rank (its control region and inbox); exchanged through
+  // the store, then every rank calls connect() with all handles in rank order and, per rank,
+  // whether it is on this rank's host: only those peers' control regions and inboxes are mapped
+  // (peer memory needs one machine); peers on other hosts are reached over NCCL, their call
+  // descriptors exchanged in-band (stream/stream_remote.cc).
+  std::string local_handle() const;
+  void connect(const std::vector<std::string>& handles, const std::vector<bool>& same_host);
+  // The link of every pair (true: NCCL); peers on other hosts must be on NCCL.
+  void set_links(const std::vector<bool>& over_nccl);
+  // Peers whose control region this rank mapped (those on its host).
+  int mapped_peers() const;
+
+  // Enqueues the call on `stream`; calls on one engine execute in call order even across streams.
+  std::shared_ptr<DeviceWork> collective(const CollectiveCall& call, DeviceStream& stream);
+  // Point-to-point messages (stream/stream_p2p.cc): the sends and receives of one batch run
+  // concurrently; messages of a pair match in call order, checked (count, dtype) before a byte moves.
+  std::shared_ptr<DeviceWork> p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& stream);
+  // While the first device call waits for the peers' engines (a host rendezvous): publishes that
+  // call as the next call of the communicator and raises MismatchError if a peer is in a host
+  // call of that number, or the error of a peer (or of the host side) that failed.
+  void check_first_call(const CollectiveCall& call);
+  // The same while a first device call of point-to-point messages waits: a receive whose message
+  // the peer sent from a host buffer (it is on the host link) raises MismatchError naming both.
+  void check_first_p2p(const std::vector<P2PItem>& items, DType dtype);
+
+  void abort(const std::string& reason);
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  // Throws the engine's error if the call numbered `seq` was in flight (or later) when it failed.
+  void throw_if_call_failed(uint64_t seq);
+  // Waits for every call (the watchdog still runs), then releases the memory. Idempotent.
+  void close();
+  Device& device() { return *device_; }
+  // NCCL: the `nccl` link's peers and algorithm="nccl" (stream/nccl_link.h); its communicator
+  // is created by commlib/device/nccl_comm.py on first use.
+  NcclLink& nccl() { return *nccl_; }
+
+ private:
+  struct Peer {
+    char* ctl = nullptr;       // host address of the peer's control region (imported)
+    uint64_t* ctl_dev = nullptr;
+    char* inbox = nullptr;     // imported inbox
+    size_t ctl_bytes = 0;
+  };
+  struct Wait {  // one wait_value the stream will execute, for the watchdog
+    const uint64_t* flag;      // host address
+    uint64_t target;
+    int peer;
+    bool send;                 // waiting for a free slot (send) or for data (receive)
+    uint64_t seq;
+  };
+  struct InFlight {
+    uint64_t seq;    // the engine's ordinal of the call
+    CallDesc desc;   // desc.seq: the communicator's call number (collectives; 0 for point to point)
+    std::shared_ptr<DeviceEvent> done;
+    bool recorded = false;  // `done` is enqueued (an event never recorded queries as complete)
+    bool completed(Device& d) const { return recorded && d.query(*done); }
+  };
+
+  // A built schedule and what the descriptor check needs of it, cached per call shape.
+  struct Plan {
+    Schedule sched;
+    uint8_t algo = 0;  // 1-based index of the algorithm auto or the caller chose
+    std::vector<int> peers;
+  };
+  const Plan& plan(const CollectiveCall& call);
+
+  // Point-to-point message descriptors kept per sender: more than the chunks a sender can have in
+  // flight (COMMLIB_DEVICE_SLOTS <= 64), and every message moves at least one chunk, so a sender
+  // never overwrites a descriptor its receiver has not checked yet.
+  static constexpr uint64_t kP2PRing = 128;
+  // Control-region layout.
+  uint64_t* flag(char* ctl, int which, int peer) const;  // which: 0 ready, 1 freed
+  char* ring_slot(char* ctl, uint64_t seq) const;
+  // The descriptor of point-to-point message k from `peer`, in the receiver's control region.
+  char* p2p_slot(char* ctl, int peer, uint64_t k) const;
+  size_t ctl_bytes() const;
+  CallDesc describe(const CollectiveCall& call, uint8_t algo, uint64_t seq) const;
+  // Numbers a call, orders it after the previous one and starts its in-flight entry; finish()
+  // records its completion event and returns its work.
+  std::shared_ptr<DeviceEvent> begin(const CallDesc& desc, DeviceStream& s);
+  std::shared_ptr<DeviceWork> finish(std::shared_ptr<DeviceEvent> done, const std::string& enqueue_error,
+                                     DeviceStream& s);
+  void throw_if_failed_locked();
+  // Message descriptors in the receiver's ring: `k` the pair's device message index (the ring
+  // position), desc.seq the message's number shared with host messages.
+  void p2p_send_desc(int peer, uint64_t k, const CallDesc& desc);  // run on the stream
+  void p2p_check_desc(int peer, uint64_t k, const CallDesc& desc);  // run on the stream
+  // Host and device messages of a pair share one numbering: a device message of the number a
+  // host receive waits for (the executor's probe), or a host message of the number a device
+  // receive waits for (the watchdog, p2p_waits_), is a mismatch.
+  bool device_message(int peer, const CallDesc& want, CallDesc* sent);
+  void check_host_messages();
+  void note_p2p_waits(const std::vector<std::pair<int, CallDesc>>& waits, bool add);
+
+  void enqueue_call(const CollectiveCall& call, const Schedule& sched, const CallDesc& desc, size_t esize,
+                    DeviceStream& s);
+  // Local operations and receives on `recv_s`, sends on `send_s` (the same stream, or the
+  // engine's two: see enqueue_call).
+  void enqueue_step(const Step& step, char* const bases[3], size_t esize, DType dtype, RedOp op,
+                    const CallDesc& desc, DeviceStream& send_s, DeviceStream& recv_s);
+  void send_chunk(int peer, const char* src, size_t bytes, uint64_t seq, DeviceStream& s);
+  void recv_chunk(int peer, char* dst, const char* src, size_t bytes, bool reduce, DType dtype, RedOp op,
+                  uint64_t seq, DeviceStream& s);
+  void check_call(const CallDesc& desc, const std::vector<int>& peers);  // runs on the stream
+  // Peers on other hosts (no control region mapped): their descriptors go over NCCL, one group
+  // of `sends` (this rank's descriptor to each peer) and of the peers' descriptors, which a host
+  // function then compares with `expects` (stream/stream_remote.cc).
+  bool remote(int peer) const { return peer != rank_ && !peers_[peer].ctl; }
+  void exchange_remote(const std::vector<std::pair<int, CallDesc>>& sends,
+                       const std::vector<std::pair<int, CallDesc>>& expects, DeviceStream& s);
+  void compare_remote(const std::vector<std::pair<int, CallDesc>>& expects);  // runs on the stream
+  void open_remote_staging();   // at connect, when some peer is on another host
+  void close_remote_staging();  // at close, after the streams drained
+  char* grow(void*& buf, size_t& have, size_t bytes, DeviceStream& s);
+
+  void watchdog_loop();
+  void inspect_in_flight(bool slow);
+  std::string describe_seq(uint64_t seq);
+  void fail(ErrorKind kind, const std::string& message, bool publish = true);
+  void release_waits();
+
+  std::shared_ptr<Device> device_;
+  std::unique_ptr<PeerControl> control_;
+  const int rank_, size_;
+  const StreamEngineOptions opts_;
+
+  int ctl_fd_ = -1;
+  char* ctl_ = nullptr;        // this rank's control region (host)
+  uint64_t* ctl_dev_ = nullptr;
+  void* inbox_ = nullptr;
+  // Staging for descriptors exchanged with peers on other hosts: host memory (mapped for the
+  // device) and device memory, each a 64-byte send slot then a receive slot per peer.
+  char* remote_host_ = nullptr;
+  uint64_t* remote_host_dev_ = nullptr;
+  void* remote_dev_ = nullptr;
+  std::vector<Peer> peers_;
+  bool connected_ = false, closed_ = false;
+  std::shared_ptr<DeviceStream> own_stream_;  // frees at close
+  // COMMLIB_DEVICE_STREAMS=2: a call's sends run on send_stream_, its local operations and
+  // receives on recv_stream_, forked from and joined into the caller's stream by these events.
+  std::shared_ptr<DeviceStream> send_stream_, recv_stream_;
+  std::shared_ptr<DeviceEvent> fork_, sent_step_, received_step_;
+
+  int host_listener_ = 0;
+  int p2p_probe_ = 0;
+
+  // Enqueue state (the caller's thread; one call at a time).
+  std::mutex enqueue_mu_;
+  uint64_t seq_ = 0;  // ordinal of the last call
+  std::vector<uint64_t> sent_, received_;
+  std::vector<uint64_t> p2p_sent_, p2p_received_;  // point-to-point messages per peer
+  std::unordered_map<ScheduleKey, Plan, ScheduleKeyHash> plans_;
+  uint64_t tuning_generation_ = 0;
+  std::shared_ptr<DeviceEvent> last_done_;
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+  void* input_copy_ = nullptr;
+  size_t input_copy_bytes_ = 0;
+
+  // Shared with the watchdog and the stream's host functions.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<InFlight> in_flight_;
+  std::deque<Wait> waits_;
+  std::vector<std::pair<int, CallDesc>> p2p_waits_;  // device receives waiting for their descriptor
+  std::atomic<bool> failed_{false};
+  std::atomic<bool> give_up_{false};
+  ErrorKind fail_kind_ = ErrorKind::None;
+  std::string fail_message_;
+  uint64_t failed_from_seq_ = 0;
+  bool stop_ = false;
+  std::chrono::steady_clock::time_point wd_last_progress_ = std::chrono::steady_clock::now();
+  const void* wd_last_front_ = nullptr;
+  uint64_t wd_last_target_ = 0;
+  uint64_t wd_last_nccl_ = 0;  // NCCL calls the stream had entered at the last check
+  std::thread watchdog_;
+  const std::unique_ptr<NcclLink> nccl_;  // never null; carries nothing until set up
+};
+
+}  // namespace commlib

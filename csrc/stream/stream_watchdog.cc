@@ -1,0 +1,240 @@
+// The stream engine's failure side (see stream_engine.h): the call-descriptor check each call
+// starts with, the watchdog thread, failing and releasing, and works. The adapter from a host
+// communicator to PeerControl is wired where both are known (bindings/peer_control.cc).
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+#include "device/host_flags.h"
+#include "stream/stream_engine.h"
+
+namespace commlib {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr uint64_t kReleased = uint64_t{1} << 62;  // above any counter a stream waits for
+constexpr auto kTick = std::chrono::milliseconds(20);
+constexpr auto kSlowCheckEvery = std::chrono::milliseconds(100);
+
+std::atomic<uint64_t>& seq_word(char* slot) { return *reinterpret_cast<std::atomic<uint64_t>*>(slot); }
+
+}  // namespace
+
+// -- works ------------------------------------------------------------------------------------
+
+void DeviceWork::wait(DeviceStream& stream) {
+  engine_->throw_if_call_failed(seq_);
+  engine_->device().wait_event(stream, *event_);
+}
+
+bool DeviceWork::is_completed() { return engine_->device().query(*event_); }
+
+void DeviceWork::synchronize() {
+  engine_->device().synchronize(*event_);
+  engine_->throw_if_call_failed(seq_);
+}
+
+// -- failure ----------------------------------------------------------------------------------
+
+void StreamEngine::throw_if_call_failed(uint64_t seq) {
+  if (!failed()) return;
+  std::lock_guard<std::mutex> lk(mu_);
+  if (seq >= failed_from_seq_) throw_kind(fail_kind_, fail_message_);
+}
+
+void StreamEngine::abort(const std::string& reason) {
+  fail(ErrorKind::Comm, "rank " + std::to_string(rank_) + " aborted: " + reason);
+}
+
+void StreamEngine::release_waits() {
+  if (!ctl_) return;
+  for (int p = 0; p < size_; ++p) {
+    store_flag(flag(ctl_, 0, p), kReleased);
+    store_flag(flag(ctl_, 1, p), kReleased);
+  }
+}
+
+void StreamEngine::fail(ErrorKind kind, const std::string& message, bool publish) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (failed_.load(std::memory_order_relaxed)) return;
+    fail_kind_ = kind;
+    fail_message_ = message;
+    // Every call not yet complete fails (its data is incomplete); earlier ones stand.
+    failed_from_seq_ = seq_ + 1;
+    for (const InFlight& f : in_flight_) {
+      if (!f.completed(*device_)) {
+        failed_from_seq_ = f.seq;
+        break;
+      }
+    }
+    failed_.store(true, std::memory_order_release);
+  }
+  give_up_.store(true, std::memory_order_release);
+  if (publish) {
+    control_->publish_failure(kind, message);
+    control_->fail_host(kind, message);  // later host calls raise it at once
+  }
+  release_waits();  // no stream of this rank stays blocked
+  nccl_->abort();   // nor one blocked inside NCCL
+  cv_.notify_all();
+}
+
+// -- call descriptors -------------------------------------------------------------------------
+
+void StreamEngine::check_call(const CallDesc& desc, const std::vector<int>& peers) {
+  control_->publish_call(desc);  // where host calls look (a host call of this number is a mismatch)
+  char* mine = ring_slot(ctl_, desc.seq);
+  std::memcpy(mine + 8, &desc, sizeof desc);
+  store_flag(reinterpret_cast<uint64_t*>(mine), desc.seq);
+  // Peers that never arrive (dead, failed, silent) are the watchdog's to judge: it then sets
+  // give_up_ and this wait returns.
+  for (int p : peers) {
+    if (remote(p)) continue;  // its descriptor comes over NCCL (stream_remote.cc)
+    char* theirs = ring_slot(peers_[p].ctl, desc.seq);
+    if (!wait_flag(reinterpret_cast<const uint64_t*>(theirs), desc.seq, &give_up_)) return;
+    const uint64_t s = seq_word(theirs).load(std::memory_order_acquire);
+    CallDesc pd;
+    std::memcpy(&pd, theirs + 8, sizeof pd);
+    if (s > desc.seq) {
+      fail(ErrorKind::Mismatch, "rank " + std::to_string(rank_) + " is at " + describe_call(desc) + " but rank " +
+                                    std::to_string(p) + " is already at its call #" + std::to_string(s) +
+                                    " on device buffers (the calls between them differ)");
+      return;
+    }
+    if (pd != desc) {
+      fail(ErrorKind::Mismatch, "rank " + std::to_string(rank_) + " called " + describe_call(desc) + " but rank " +
+                                    std::to_string(p) + " called " + describe_call(pd));
+      return;
+    }
+  }
+}
+
+// -- watchdog ---------------------------------------------------------------------------------
+
+std::string StreamEngine::describe_seq(uint64_t seq) {
+  for (const InFlight& f : in_flight_)
+    if (f.seq == seq) return describe_call(f.desc);
+  return "call #" + std::to_string(seq);
+}
+
+void StreamEngine::watchdog_loop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  auto last_slow = Clock::now();
+  while (!stop_) {
+    if (in_flight_.empty()) {
+      cv_.wait(lk, [&] { return stop_ || !in_flight_.empty(); });
+      continue;
+    }
+    cv_.wait_for(lk, kTick);
+    if (stop_) break;
+    const auto now = Clock::now();
+    const bool slow = now - last_slow >= kSlowCheckEvery;
+    if (slow) last_slow = now;
+    lk.unlock();
+    inspect_in_flight(slow);
+    lk.lock();
+  }
+}
+
+void StreamEngine::inspect_in_flight(bool slow) {
+  // Watchdog-thread state: when the stream last got past a wait.
+  auto& last_progress = wd_last_progress_;
+  auto& last_front = wd_last_front_;
+  auto& last_target = wd_last_target_;
+  std::unique_lock<std::mutex> lk(mu_);
+  while (!in_flight_.empty() && in_flight_.front().completed(*device_)) {
+    const uint64_t seq = in_flight_.front().seq;
+    in_flight_.pop_front();
+    while (!waits_.empty() && waits_.front().seq <= seq) waits_.pop_front();
+  }
+  while (!waits_.empty() && load_flag(waits_.front().flag) >= waits_.front().target) waits_.pop_front();
+  const auto now = Clock::now();
+  if (failed() && !in_flight_.empty()) {
+    // Peers' streams, running through their own failed calls, still write this rank's counters
+    // with ordinary values and may lower a released one under a target: raise them again until
+    // every call has drained.
+    lk.unlock();
+    release_waits();
+    return;
+  }
+  if (in_flight_.empty() || failed()) {
+    last_progress = now;
+    return;
+  }
+  // Where the stream is: the first wait not yet satisfied, or (none: every data wait of the
+  // calls in flight is satisfied, so it sits in a call's descriptor check) the oldest call.
+  const Wait* front = waits_.empty() ? nullptr : &waits_.front();
+  const uint64_t seq = front ? front->seq : in_flight_.front().seq;
+  const void* where = front ? static_cast<const void*>(front->flag) : static_cast<const void*>(&in_flight_.front());
+  const uint64_t target = front ? front->target : seq;
+  if (where != last_front || target != last_target) {
+    last_progress = now;
+    last_front = where;
+    last_target = target;
+  }
+  // Host and device calls share one numbering: a peer's host call of a number a device call of
+  // this rank has is a mismatch (the host call never reaches this rank's stream).
+  std::vector<CallDesc> calls;
+  for (const InFlight& f : in_flight_)
+    if (f.desc.coll != static_cast<uint8_t>(Collective::Send)) calls.push_back(f.desc);
+  const int waited_peer = front ? front->peer : -1;
+  const char* doing = !front ? "" : front->send ? "send to" : "receive from";
+  const std::string what = describe_seq(seq);
+  lk.unlock();
+
+  // NCCL: an asynchronous error (its own threads found a network or remote failure) fails the
+  // engine, whose abort (ncclCommAbort) releases a stream blocked inside NCCL; and where the
+  // stream is blocked when it sits inside an NCCL call (NCCL moving on counts as progress).
+  std::string nccl_why, nccl_where;
+  if (const int code = nccl_->async_error(&nccl_why))
+    return fail(code == kNcclRemoteError ? ErrorKind::Peer : ErrorKind::Comm,
+                "rank " + std::to_string(rank_) + " in " + what + ": NCCL reported an asynchronous error: " + nccl_why);
+  uint64_t nccl_entered = 0;
+  const bool in_nccl = nccl_->inside(&nccl_where, &nccl_entered);
+  if (nccl_entered != wd_last_nccl_) {
+    wd_last_nccl_ = nccl_entered;
+    last_progress = now;
+  }
+
+  const std::string me = std::to_string(rank_);
+  for (int p = 0; p < size_; ++p) {
+    CallDesc pc;
+    if (p == rank_ || !control_->peer_call(p, &pc)) continue;
+    for (const CallDesc& d : calls)
+      if (pc.seq == d.seq && pc != d)
+        return fail(ErrorKind::Mismatch, "rank " + me + " called " + describe_call(d) + " but rank " + std::to_string(p) +
+                                             " called " + describe_call(pc));
+  }
+  auto waiting_on = [&](int p) {
+    if (in_nccl) return "; rank " + me + " was waiting inside NCCL (" + nccl_where + ")";
+    if (waited_peer < 0) return "; rank " + me + " was waiting for its peers to join the call";
+    return "; rank " + me + (p == waited_peer ? std::string(" was waiting to ") + doing + " it"
+                                              : " was waiting on rank " + std::to_string(waited_peer));
+  };
+  if (slow) {
+    check_host_messages();  // a device receive whose message the peer sent from a host buffer
+    if (failed()) return;
+  }
+  for (int p = 0; p < size_ && slow; ++p) {
+    if (p == rank_) continue;
+    const PeerStatus st = control_->peer_status(p, true);
+    if (st.state == PeerState::Failed)
+      return fail(st.kind == ErrorKind::None ? ErrorKind::Comm : st.kind,
+                  "rank " + me + " in " + what + ": rank " + std::to_string(p) + " failed: " + st.message);
+    if (st.state == PeerState::Dead || st.state == PeerState::Closed)
+      return fail(ErrorKind::Peer, "rank " + std::to_string(p) + " (pid " + std::to_string(control_->peer_pid(p)) + ") " +
+                                       (st.state == PeerState::Dead ? "died" : "closed the communicator") + " during " +
+                                       what + waiting_on(p));
+  }
+  if (std::chrono::duration<double>(now - last_progress).count() > opts_.timeout_s) {
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%g", opts_.timeout_s);
+    fail(ErrorKind::Peer, (waited_peer >= 0 && !in_nccl ? "rank " + std::to_string(waited_peer) : std::string("a peer")) +
+                              " did not answer for " + secs + " s (COMMLIB_TIMEOUT) during " + what +
+                              waiting_on(waited_peer));
+  }
+}
+
+}  // namespace commlib

@@ -1,0 +1,123 @@
+// The verifier's replay of one collective's schedules (verifier.h's verify_schedules): every rank's
+// steps validated (verifier_validate.cc), played with rendezvous matching on symbolic values
+// (verifier_play.cc), and the outputs checked against what the collective must produce
+// (verifier_results.cc). Values live in each rank's arena (verifier_layout.h) as runs of
+// contributor sets (verifier_values.h, verifier_sets.h).
+#pragma once
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "verify/verifier.h"
+#include "verify/verifier_layout.h"
+#include "verify/verifier_values.h"
+
+namespace commlib {
+namespace verify {
+
+struct Iv {  // an interval of a rank's arena touched by op `op` of a step
+  int64_t start, end;
+  int op;
+};
+
+class Replay {
+ public:
+  Replay(Collective c, const std::vector<Schedule>& sch, int P, int64_t n, int root, bool in_place,
+         const std::string& label)
+      : c_(c), sch_(sch), P_(P), n_(n), root_(root), in_place_(in_place), sets_(P) {
+    std::ostringstream h;
+    h << collective_name(c) << "/" << label << " size=" << P << " count=" << n;
+    if (collective_has_root(c)) h << " root=" << root;
+    h << (in_place ? " in-place" : " out-of-place");
+    head_ = h.str();
+  }
+
+  void run() {
+    if (static_cast<int>(sch_.size()) != P_)
+      fail("expected " + std::to_string(P_) + " schedules, got " + std::to_string(sch_.size()));
+    all_ = sets_.all();
+    ranks_.resize(P_);
+    for (int r = 0; r < P_; ++r) setup_rank(r);
+    for (int r = 0; r < P_; ++r) validate_rank(r);
+    simulate();
+    check_results();
+  }
+
+ private:
+  struct Rank {
+    Layout L;
+    Mem mem;
+    size_t step = 0;
+    int pending = 0;
+    bool done = false;
+    SetId know = RankSets::kEmpty, know_at_entry = RankSets::kEmpty;
+    std::vector<int> recv_from, send_to;  // op index in the current step, -1 if none
+    std::vector<char> matched;
+  };
+
+  [[noreturn]] void fail(const std::string& what) const { throw VerificationError(head_ + ": " + what); }
+
+  std::string reg(const Region& g) const {
+    return std::string(buffer_name(g.buf)) + "[" + std::to_string(g.offset) + ":" +
+           std::to_string(g.offset + g.count) + "]";
+  }
+  std::string opdesc(const Op& o) const {
+    std::string s = op_kind_name(o.kind);
+    switch (o.kind) {
+      case OpKind::Send: return s + "(to " + std::to_string(o.peer) + ", " + reg(o.src) + ")";
+      case OpKind::Recv:
+      case OpKind::RecvReduce:
+        return s + "(from " + std::to_string(o.peer) + ", " + reg(o.dst) +
+               (reduces_from_src(o) ? " <- " + reg(o.src) : std::string()) + ")";
+      default: return s + "(" + reg(o.dst) + " <- " + reg(o.src) + ")";
+    }
+  }
+  std::string where(int r, size_t st, int oi) const {
+    return "rank " + std::to_string(r) + " step " + std::to_string(st) + " op " + std::to_string(oi) +
+           " " + opdesc(sch_[r].steps[st].ops[oi]);
+  }
+
+  int64_t abs(int r, const Region& g) const {
+    return ranks_[r].L.base[static_cast<int>(g.buf)] + g.offset;
+  }
+  bool noop_copy(int r, const Op& o) const {
+    return o.kind == OpKind::Copy && o.dst.count == o.src.count && abs(r, o.dst) == abs(r, o.src);
+  }
+
+
+  // verifier_validate.cc: every op in bounds, peers valid, ops of a step independent.
+  void setup_rank(int r);
+  void check_region(int r, size_t st, int oi, const Region& g, bool write);
+  void validate_rank(int r);
+  void conflict(int r, size_t st, int a, int b, const char* kind);
+  void check_independent(int r, size_t st);
+  // verifier_play.cc: steps played with rendezvous matching until every rank finished or deadlock.
+  void enter_step(int r);
+  void try_match(int s, int si, int q);
+  void try_match_recv(int q, int qi, int s);
+  void transfer(int s, int si, int q, int qi);
+  void finish_step(int r);
+  void simulate();
+  // verifier_results.cc: outputs against the collective's definition, one reduction order.
+  void check_results();
+  void check_same_order();
+  void expected(int r, std::vector<Run>& out);
+
+  Collective c_;
+  const std::vector<Schedule>& sch_;
+  int P_;
+  int64_t n_;
+  int root_;
+  bool in_place_;
+  std::string head_;
+  RankSets sets_;
+  SetId all_ = RankSets::kEmpty;
+  std::vector<Rank> ranks_;
+  std::vector<int> ready_;
+  std::vector<Iv> writes_, reads_;
+  std::vector<Run> pa_, pb_, pc_;
+};
+
+}  // namespace verify
+}  // namespace commlib
