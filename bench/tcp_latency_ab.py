@@ -2,7 +2,7 @@
 joined by veth (scripts/netns.sh, root only) hold one sub-communicator per variant and take turns
 round by round, so every variant sees the same load.
 
-    python bench/tcp_latency_ab.py [--variants 'spin20=COMMLIB_SPIN_US=20;spin200=COMMLIB_SPIN_US=200']
+    python bench/tcp_latency_ab.py [--variants 'spin20=COMMLIB_TCP_SPIN_US=20;spin200=COMMLIB_TCP_SPIN_US=200']
                                    [--sizes 8,8192] [--calls 200] [--rounds 10]
 
 A variant is NAME=VAR=VALUE[,VAR=VALUE...]; its settings are in the environment while its
