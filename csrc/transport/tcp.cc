@@ -39,8 +39,8 @@ TcpConfig tcp_config_from_env(double timeout_s, int debug) {
   const int64_t b = param_int("COMMLIB_TCP_CHUNK_BYTES", 4096, 64ll << 20);
   if (b % 64) throw std::invalid_argument("COMMLIB_TCP_CHUNK_BYTES: must be a multiple of 64, got " + std::to_string(b));
   c.chunk_bytes = static_cast<uint64_t>(b);
-  const int64_t spin = param_int("COMMLIB_SPIN_US", -1);
-  c.spin_us = spin >= 0 ? spin : 20;
+  const int64_t spin = param_int("COMMLIB_TCP_SPIN_US", -1, 10'000'000);
+  if (spin >= 0) c.spin_us = spin;
   c.nconns = static_cast<uint32_t>(param_int("COMMLIB_TCP_NCONNS", 1, kMaxLanes));
   c.nslots = std::max<uint32_t>(4, 2 * c.nconns);  // two chunks in flight per lane
   return c;
@@ -222,6 +222,7 @@ void TcpTransport::close() {
     if (closed_) return;
     closed_ = true;
   }
+  hold_reading(false);  // the progress thread reads every socket to its end from here on
   // Tell every peer, let the progress thread flush what is queued, then half-close and wait
   // (bounded) for the peers' end of stream: closing a socket with unread data would reset it and
   // could destroy data the peer has not read yet.
