@@ -31,6 +31,10 @@
 #include "transport/fabric.h"
 
 namespace commlib {
+namespace sim {
+struct Topology;
+}
+
 
 class Work {
  public:
@@ -72,9 +76,15 @@ class Communicator {
   TcpTransport* tcp() { return transport_ ? transport_->tcp() : nullptr; }
   // What auto picks for `coll` of `bytes` on this communicator's links (policy/auto_policy.h).
   std::string auto_choice(Collective coll, int64_t bytes) const;
+  // The cost model auto ranks candidates with (COMMLIB_TOPOLOGY, set from Python before the first
+  // call; its placement is replaced by this communicator's host map). Drops cached plans.
+  void set_cost_model(const sim::Topology& model);
+  bool has_cost_model() const { return cost_model_ != nullptr; }
 
   // The transport's control plane, for the stream engine's peer watch (stream/stream_engine.h).
   Fabric& transport() { return *transport_; }
+  // False once close() released the links (transport() must not be used then).
+  bool has_transport() const { return transport_ != nullptr; }
 
   // One call numbering for the host calls and the device calls (stream engine) of this
   // communicator, so that ranks mixing them differently get a MismatchError rather than a hang:
@@ -127,6 +137,7 @@ class Communicator {
     Schedule sched;
     uint8_t algo = 0;
     std::string name;  // of the algorithm, for error messages
+    std::string inter;  // hierarchical: the inter-host algorithm ("" built-in exchange)
   };
   const Planned& plan(const CollectiveCall& call, int64_t bytes);
   char* scratch(size_t bytes);
@@ -158,6 +169,7 @@ class Communicator {
   std::unique_ptr<char[], void (*)(void*)> input_copy_{nullptr, std::free};
   size_t input_copy_bytes_ = 0;
   std::vector<std::string> logged_auto_;
+  std::shared_ptr<const sim::Topology> cost_model_;  // null: auto uses the link-kind rule
 
   // Queue.
   std::mutex mu_;

@@ -38,8 +38,12 @@ const StreamEngine::Plan& StreamEngine::plan(const CollectiveCall& call) {
   }
   const auto names = algorithms(call.coll);
   if (call.algo > names.size()) throw std::invalid_argument("algorithm: index out of range");
-  const int64_t bytes = call.count * static_cast<int64_t>(dtype_size(call.dtype));
-  const std::string algo = call.algo ? names[call.algo - 1] : choose_algorithm(call.coll, "auto", bytes, size_);
+  // Device streams have no host map: one host, the size policy (policy/auto_policy.h).
+  const std::string algo =
+      call.algo ? names[call.algo - 1]
+                : resolve_algorithm(CallShape{call.coll, call.count, static_cast<int>(dtype_size(call.dtype)), call.root},
+                                    "auto", algorithm_override(call.coll), size_, {}, nullptr)
+                      .algorithm;
   Plan p;
   p.sched = build_schedule(CollArgs{call.coll, rank_, size_, call.count, call.root}, algo);
   p.algo = static_cast<uint8_t>(algorithm_index(call.coll, algo));
