@@ -8,7 +8,6 @@
 #include "policy/auto_policy.h"
 #include "host/communicator.h"
 #include "schedule/registry.h"
-#include "sim/topology.h"
 
 namespace commlib {
 
@@ -19,7 +18,7 @@ std::string Communicator::auto_choice(Collective coll, int64_t bytes) const {
 }
 
 void Communicator::set_cost_model(const sim::Topology& model) {
-  cost_model_ = std::make_shared<const sim::Topology>(model);
+  cost_model_ = share_cost_model(model);
   plans_.clear();
 }
 

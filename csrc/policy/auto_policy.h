@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -109,6 +110,10 @@ AlgorithmChoice resolve_algorithm(const CallShape& call, const std::string& requ
 // hierarchical ones after the flat ones.
 std::vector<AlgorithmChoice> predict_candidates(const CallShape& call, const std::vector<int>& host_of,
                                                 const sim::Topology& model);
+
+// A shared copy of a cost model, for an engine to keep (engines hold the model without including the
+// simulator: only the policy depends on it).
+std::shared_ptr<const sim::Topology> share_cost_model(const sim::Topology& model);
 
 // COMMLIB_HIER_SEGMENT (elements per pipeline segment of hierarchical all_reduce).
 int64_t hier_segment_setting();

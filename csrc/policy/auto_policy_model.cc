@@ -159,4 +159,8 @@ std::string describe_choice(const CallShape& call, int size, const AlgorithmChoi
   return buf;
 }
 
+std::shared_ptr<const sim::Topology> share_cost_model(const sim::Topology& model) {
+  return std::make_shared<const sim::Topology>(model);
+}
+
 }  // namespace commlib
