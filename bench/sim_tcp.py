@@ -10,7 +10,10 @@ The topology of these runs is built, not fitted, except for one number:
   to LATENCY_FIT_BYTES of (measured - predicted without it) / its coefficient);
 - CPU scheduling (docs/simulator.md, "Waiting"): the emulated hosts share this machine's cores,
   ``cores_per_host`` = cores / hosts (2 / 2 = 1: the 2 x 2 run has 2 ranks per core); receivers
-  spin ``spin_us`` = 20 us (COMMLIB_SPIN_US's default, the TCP transport's spin) before sleeping;
+  on shared memory spin ``spin_us`` = 20 us (COMMLIB_SPIN_US's default) before sleeping, receivers of
+  another host's message poll their sockets ``inter_spin_us`` = 1000 us (COMMLIB_TCP_SPIN_US's
+  default), offering the core between polls (csrc/transport/tcp_spin.cc), so within it they pay no
+  wake-up even with two ranks per core;
   ``sched_quantum_us``, the wait of a woken rank for a core, is fitted on the 2 x 2 ring rows up to
   LATENCY_FIT_BYTES (commlib.sim.fit_sched), the hierarchical rows being out of sample. The
   wake-up itself (``wake_us``) is not separable from it at one oversubscription ratio and stays 0:
@@ -32,7 +35,7 @@ RATE_GBPS = 1.0
 TCP_EFFICIENCY = 1448 / 1514
 LATENCY_FIT_BYTES = 4096
 BANDWIDTH_BOUND_BYTES = 512 << 10  # the summary splits the errors here
-from commlib.sim.fit_sched import SPIN_US  # noqa: E402  COMMLIB_SPIN_US's default: a waiting caller polls this long
+from commlib.sim.fit_sched import SPIN_US, TCP_SPIN_US  # noqa: E402  COMMLIB_SPIN_US's, COMMLIB_TCP_SPIN_US's defaults
 RUNS = (("tcp_1gbit_h2x1.json", 2, 2), ("tcp_1gbit_h2x2.json", 2, 4))  # (summary, hosts, ranks)
 BENCH = ["all_reduce", "--algorithms", "ring,hierarchical", "-b", "8", "-e", "16M", "-f", "4", "--peers", "none",
          "--passes", "2", "--mode", "out", "--netns", "--rate", RATE]
@@ -58,7 +61,8 @@ def topology(shm, devices_per_host, inter_latency_us=0.0, cores_per_host=0, sche
     """The netns machine: the fitted shared-memory host, one rate-limited NIC per host; with
     ``cores_per_host`` > 0, the CPU-scheduling terms (module docstring)."""
     sched = dict(cores_per_host=0, spin_us=0.0, wake_us=0.0, sched_quantum_us=0.0) if cores_per_host <= 0 else dict(
-        cores_per_host=cores_per_host, spin_us=SPIN_US, wake_us=0.0, sched_quantum_us=sched_quantum_us)
+        cores_per_host=cores_per_host, spin_us=SPIN_US, inter_spin_us=TCP_SPIN_US, wake_us=0.0,
+        sched_quantum_us=sched_quantum_us)
     return dataclasses.replace(
         shm, name=f"netns-{RATE}", devices_per_host=devices_per_host, nics=1, nic_Gbps=RATE_GBPS,
         nic_efficiency=TCP_EFFICIENCY, inter_latency_us=inter_latency_us, **sched,
@@ -66,7 +70,9 @@ def topology(shm, devices_per_host, inter_latency_us=0.0, cores_per_host=0, sche
                      nic_efficiency="TCP payload per frame tbf counts: 1448 / 1514 at MTU 1500",
                      inter_latency_us=f"fitted: rows up to {LATENCY_FIT_BYTES} B of the 2 x 1 run",
                      cores_per_host="this machine's cores / emulated hosts (the hosts share them)",
-                     spin_us="COMMLIB_SPIN_US's default: the TCP transport's spin before sleeping",
+                     spin_us="COMMLIB_SPIN_US's default: a shared-memory wait's spin before sleeping",
+                     inter_spin_us="COMMLIB_TCP_SPIN_US's default: a TCP wait polls the sockets this long, "
+                                   "sched_yield between polls (csrc/transport/tcp_spin.cc)",
                      sched_quantum_us=f"fitted: ring rows up to {LATENCY_FIT_BYTES} B of the 2 x 2 run; includes "
                                       "the wake-up (wake_us 0: not separable at one oversubscription ratio)"))
 
@@ -140,9 +146,12 @@ def section(lines, data_dir, shm, note, fmt_bytes):
               f"{cores[over_name]}, so the 2 x 2 run has {over_ranks // over_hosts} ranks per core and every receive "
               f"there waits for its core: `sched_quantum_us` = {quantum:.1f} us, fitted on the 2 x 2 **ring** rows up "
               f"to {LATENCY_FIT_BYTES} B (the hierarchical rows are out of sample; the wake-up is inside this number, "
-              f"`wake_us` 0: one oversubscription ratio cannot separate them); receivers spin `spin_us` = "
-              f"{SPIN_US:g} us (COMMLIB_SPIN_US's default) before sleeping. The 2 x 1 run (one rank per core) is "
-              "unchanged by these terms: its messages arrive within the spin.", "",
+              f"`wake_us` 0: one oversubscription ratio cannot separate them); receivers on shared memory spin "
+              f"`spin_us` = {SPIN_US:g} us (COMMLIB_SPIN_US's default) before sleeping, receivers of another host's "
+              f"message poll `inter_spin_us` = {TCP_SPIN_US:g} us (COMMLIB_TCP_SPIN_US's default), offering the core "
+              "between polls. With `wake_us` 0 the spins change no prediction here. The summaries were measured "
+              "before the TCP wait yielded (a 20 us spin without yielding): rerun `--measure` for the current wait. "
+              "The 2 x 1 run (one rank per core) is unchanged by these terms: its messages arrive within the spin.", "",
               "| hosts x ranks | algorithm | size | measured (us) | before (us) | error | after (us) | error |",
               "|---|---|---|---|---|---|---|---|"]
     summary, errs = {}, {}
@@ -189,7 +198,7 @@ def section(lines, data_dir, shm, note, fmt_bytes):
               "charges the rate and over-predicts there.",
               "- Below 8 KiB on 2 x 1 the measured latency jumps from size to size (11-93 us, no trend): one pass "
               "pair at load ~12 from other sessions on 2 cores. The fitted per inter-host message latency is their "
-              "median; it is inside the 20 us spin, so no wake-up is charged.", ""]
+              "median; it is inside the spin, so no wake-up is charged.", ""]
     return summary
 
 

@@ -10,6 +10,10 @@ a table from measurements is the bench's job (:mod:`commlib.bench.tuning`, ``com
      "collectives": {"all_reduce": {"4": {"source": "measured", "rows": [[4096, "recursive_doubling"],
                                                                         [-1, "ring"]]}}}}
 
+An entry may say ``"hosts": H`` (default 1): the rows were measured on that many hosts. Without a
+cost model every row applies to its world size; with one (COMMLIB_TOPOLOGY, ranks on several
+hosts) only rows of the communicator's host count do, the model deciding elsewhere.
+
 For a call on P ranks the rows of P are tried in order; the first whose max_bytes >= bytes wins
 (-1: no limit). World sizes with no rows fall back to the core's built-in heuristic, and
 ``COMMLIB_ALGO_<COLLECTIVE>`` overrides everything. ``COMMLIB_TUNING=<file>`` loads another file;
@@ -79,12 +83,21 @@ def rows_for(table: dict, collective: str):
     return sorted(out, key=lambda r: (r[0], r[1] < 0, r[1]))
 
 
+def hosts_of(table: dict, collective: str, P: int) -> int:
+    """How many hosts the rows of world size P were measured (or simulated) on: the entry's
+    ``"hosts"``, else 1 (a table measured on this machine)."""
+    entry = (table.get("collectives", {}).get(collective) or {}).get(str(P)) or {}
+    return int(entry.get("hosts", 1))
+
+
 def install(table: dict, core=None):
-    """Install every collective's rows with _C.set_tuning; return the collectives installed."""
+    """Install every collective's rows with _C.set_tuning; return the collectives installed. Each
+    row carries its entry's host count: the cost model (COMMLIB_TOPOLOGY) defers only to rows
+    measured on as many hosts as the communicator spans."""
     core = core or _C
     done = []
     for coll in sorted(table.get("collectives", {})):
-        core.set_tuning(coll, rows_for(table, coll))
+        core.set_tuning(coll, [(P, mb, alg, hosts_of(table, coll, P)) for P, mb, alg in rows_for(table, coll)])
         done.append(coll)
     return done
 

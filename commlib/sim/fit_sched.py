@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import statistics
 
-__all__ = ["fit_monotone", "with_scheduling", "SPIN_US", "QUANTUM_FIT_BYTES"]
+__all__ = ["fit_monotone", "with_scheduling", "SPIN_US", "TCP_SPIN_US", "QUANTUM_FIT_BYTES"]
 
 UPPER = 1e6        # the largest value searched (us for the latency-like parameters: one second)
 BISECTIONS = 60    # UPPER / 2**60: far below any measurement's resolution
-SPIN_US = 20.0     # COMMLIB_SPIN_US's default (csrc/common/params.cc): a waiting rank spins this long
+SPIN_US = 20.0     # COMMLIB_SPIN_US's default (csrc/common/params.cc): a wait on this host spins this long
+TCP_SPIN_US = 1000.0  # COMMLIB_TCP_SPIN_US's default: a wait on other hosts polls this long, yielding between polls
 QUANTUM_FIT_BYTES = 4096  # rows up to this size are latency-bound: they fit sched_quantum_us
 
 

@@ -16,7 +16,9 @@ CPU scheduling (all 0 in the presets: a core per rank, no sleeping): ``cores_per
 shared by a host's ranks (0: one per rank); a host with more ranks than cores runs its software
 costs that many times slower and every receive there pays ``wake_us`` plus a share of
 ``sched_quantum_us`` waiting for a core. Elsewhere a receiver spins ``spin_us`` for its message
-and, if it must wait longer, sleeps and pays ``wake_us`` (docs/simulator.md, "Waiting").
+and, if it must wait longer, sleeps and pays ``wake_us`` (docs/simulator.md, "Waiting"). A wait on
+a message from another host spins ``inter_spin_us`` instead (when >= 0), offering the core between
+polls as commlib's TCP wait does: within it no wake-up is paid, even on an oversubscribed host.
 
 Memory hierarchy: ``memory_tiers`` is a list of ``{"above_bytes", "intra_GBps", "reduce_GBps",
 "copy_GBps"}`` in ascending ``above_bytes``. A device whose working set (its input, output and

@@ -65,6 +65,7 @@ class Topology:
     sched_quantum_us: float = 0.0   # an oversubscribed host: a woken rank waits (ranks/cores - 1) x this for a core
     spin_us: float = 0.0            # a receiver spins this long for its message before it sleeps
     wake_us: float = 0.0            # a sleeping receiver is running again this long after its message arrives
+    inter_spin_us: float = -1.0     # a wait on another host spins this long, yielding (TCP); < 0: spin_us, not yielding
     # Per-message costs (LogGP's o and g, docs/simulator.md "Messages"); zeros: none
     send_overhead_us: float = 0.0   # a rank's CPU time per send posted (its sends go one after another)
     recv_overhead_us: float = 0.0   # a rank's CPU time per message taken in
@@ -102,6 +103,7 @@ class Topology:
             "cores_per_host": int(self.cores_per_host),
             "sched_quantum_s": self.sched_quantum_us * 1e-6,
             "spin_s": self.spin_us * 1e-6,
+            "inter_spin_s": self.inter_spin_us * 1e-6 if self.inter_spin_us >= 0 else -1.0,
             "wake_s": self.wake_us * 1e-6,
             "send_overhead_s": self.send_overhead_us * 1e-6,
             "recv_overhead_s": self.recv_overhead_us * 1e-6,
@@ -123,7 +125,9 @@ class Topology:
                 f"NICs x {self.nic_efficiency:g}, {self.inter_latency_us:g} us; reduce {self.reduce_GBps:g} GB/s")
         if self.cores_per_host or self.wake_us or self.sched_quantum_us:
             cores = f"{self.cores_per_host} cores per host" if self.cores_per_host else "a core per rank"
-            text += (f"; {cores}, spin {self.spin_us:g} us, wake-up {self.wake_us:g} us, "
+            spin = f"spin {self.spin_us:g} us" + (f" ({self.inter_spin_us:g} us yielding between hosts)"
+                                                  if self.inter_spin_us >= 0 else "")
+            text += (f"; {cores}, {spin}, wake-up {self.wake_us:g} us, "
                      f"quantum {self.sched_quantum_us:g} us")
         for m in self.resolved_tiers():
             text += (f"; beyond {m['above_bytes']} B per device: intra {m['intra_GBps']:g} GB/s, reduce "

@@ -47,6 +47,7 @@ def table_for(topology, ranks_list, sizes, collectives=TUNED, dtype="float32") -
                 times.append({r["algorithm"]: r["time_us"]["median"] for r in recs})
                 cores.append(C.core_bytes(coll, size, dtype, P))
             colls.setdefault(coll, {})[str(P)] = {"source": f"sim:{topo.name}", "dtype": dtype,
+                                                 "hosts": -(-P // topo.devices_per_host),  # filled host by host
                                                  "rows": _rows(cores, _choose_path(times))}
     return {"schema": SCHEMA, "bytes": "per-rank count x element size, as _C.choose_algorithm sees it",
             "topology": topo.as_json(), "collectives": colls}

@@ -236,14 +236,21 @@ void bind_schedule(py::module_& m) {
 
   m.def(
       "set_tuning",
-      [](const std::string& collective, const std::vector<std::tuple<int, int64_t, std::string>>& rows) {
+      [](const std::string& collective, const std::vector<py::tuple>& rows) {
         std::vector<TuningRow> v;
         v.reserve(rows.size());
-        for (const auto& t : rows) v.push_back(TuningRow{std::get<0>(t), std::get<1>(t), std::get<2>(t)});
+        for (const py::tuple& t : rows) {
+          if (t.size() != 3 && t.size() != 4)
+            throw std::invalid_argument("rows: expected (size, max_bytes, algorithm[, hosts]) tuples");
+          TuningRow r{t[0].cast<int>(), t[1].cast<int64_t>(), t[2].cast<std::string>()};
+          if (t.size() == 4) r.hosts = t[3].cast<int>();
+          v.push_back(std::move(r));
+        }
         set_tuning(parse_collective(collective), std::move(v));
       },
       py::arg("collective"), py::arg("rows"),
-      "Install tuning rows (size, max_bytes, algorithm) for one collective (max_bytes < 0: no limit).");
+      "Install tuning rows (size, max_bytes, algorithm[, hosts]) for one collective (max_bytes < 0: no limit; "
+      "hosts: how many hosts the row was measured on, default 1).");
 
   m.def("clear_tuning", &clear_tuning);
 

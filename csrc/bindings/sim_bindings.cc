@@ -7,6 +7,7 @@
 
 #include "bindings/bindings.h"
 #include "policy/auto_policy.h"
+#include "policy/candidate_search.h"
 #include "sim/simulator.h"
 
 namespace py = pybind11;
@@ -17,7 +18,7 @@ sim::Topology topology_from_dict(const py::dict& d) {
   static const std::set<std::string> known = {
       "host_of", "nic_of", "nics_per_host", "intra_latency_s", "intra_port_Bps", "intra_bus_Bps",
       "inter_latency_s", "nic_Bps", "reduce_s_per_byte", "copy_s_per_byte", "op_overhead_s",
-      "step_overhead_s", "chunk_bytes", "memory_tiers", "cores_per_host", "sched_quantum_s", "spin_s", "wake_s",
+      "step_overhead_s", "chunk_bytes", "memory_tiers", "cores_per_host", "sched_quantum_s", "spin_s", "wake_s", "inter_spin_s",
       "send_overhead_s", "recv_overhead_s", "nic_gap_s"};
   for (auto item : d) {
     const std::string k = py::str(item.first);
@@ -50,6 +51,7 @@ sim::Topology topology_from_dict(const py::dict& d) {
   if (d.contains("sched_quantum_s")) get("sched_quantum_s", t.sched_quantum_s);
   if (d.contains("spin_s")) get("spin_s", t.spin_s);
   if (d.contains("wake_s")) get("wake_s", t.wake_s);
+  if (d.contains("inter_spin_s")) get("inter_spin_s", t.inter_spin_s);
   // Per-message costs are optional (LogGP's o and g; 0: none).
   if (d.contains("send_overhead_s")) get("send_overhead_s", t.send_overhead_s);
   if (d.contains("recv_overhead_s")) get("recv_overhead_s", t.recv_overhead_s);
@@ -137,6 +139,42 @@ void bind_sim(py::module_& m) {
       "Predicted time of one collective: plays every rank's schedule on the topology (sim/simulator.h). "
       "inter_algorithm/segment: hierarchical's inter-host algorithm (\"\": built-in exchange) and pipeline "
       "segment (-1: COMMLIB_HIER_SEGMENT).");
+
+  m.def(
+      "search_candidates",
+      [](const std::string& collective, int64_t count, int elem_bytes, int root, const py::dict& topology,
+         bool hier_only) {
+        const Collective c = parse_collective(collective);
+        const sim::Topology t = topology_from_dict(topology);
+        AlgorithmChoice k;
+        SearchStats st;
+        {
+          py::gil_scoped_release nogil;
+          k = search_best_candidate(CallShape{c, count, elem_bytes, root}, t.host_of, t, hier_only, &st);
+        }
+        py::dict out = choice_to_py(k);
+        out["candidates"] = st.candidates;
+        out["simulated"] = st.simulated;
+        out["cut"] = st.cut;
+        out["cached"] = st.cached;
+        return out;
+      },
+      py::arg("collective"), py::arg("count"), py::arg("elem_bytes"), py::arg("root"), py::arg("topology"),
+      py::arg("hier_only") = false,
+      "auto's branch-and-bound search (policy/candidate_search.h): the fastest candidate, and how many "
+      "candidates it simulated, cut short, or found in the process-wide cache.");
+  m.def("clear_candidate_cache", &clear_candidate_cache, "Drops auto's cache of cost-model choices (tests).");
+  m.def(
+      "candidate_lower_bound",
+      [](const std::string& collective, const std::string& algorithm, int64_t count, int elem_bytes, int root,
+         const py::dict& topology, const std::string& inter_algorithm, int64_t segment) {
+        const sim::Topology t = topology_from_dict(topology);
+        return candidate_lower_bound(CallShape{parse_collective(collective), count, elem_bytes, root}, algorithm,
+                                     inter_algorithm, segment < 0 ? hier_segment_setting() : segment, t);
+      },
+      py::arg("collective"), py::arg("algorithm"), py::arg("count"), py::arg("elem_bytes"), py::arg("root"),
+      py::arg("topology"), py::arg("inter_algorithm") = "", py::arg("segment") = -1,
+      "The search's lower bound on a candidate's predicted time (seconds).");
 
   m.def(
       "predict_candidates",

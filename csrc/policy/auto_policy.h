@@ -36,18 +36,23 @@ std::string choose_algorithm(Collective c, const std::string& requested, int64_t
 // The "auto" branch of choose_algorithm with the override's value given (empty: unset), for
 // callers that read COMMLIB_ALGO_<COLLECTIVE> once (a communicator reads it when created).
 std::string choose_auto(Collective c, const std::string& env_value, int64_t bytes, int size);
-// The tuning table's row for this call, if it has one (true and *out set).
-bool tuned_algorithm(Collective c, int64_t bytes, int size, std::string* out);
+// The tuning table's row for this call, if it has one (true and *out set). `hosts` > 0: only rows
+// measured on that many hosts (TuningRow::hosts); 0: any row of this world size.
+bool tuned_algorithm(Collective c, int64_t bytes, int size, std::string* out, int hosts = 0);
 // Current value of COMMLIB_ALGO_<COLLECTIVE> ("" when unset).
 std::string algorithm_override(Collective c);
 
 // Tuning table (e.g. loaded from a JSON file of measurements). For a call of world size `size`,
 // the rows with that exact size are tried in increasing max_bytes order and the first with
 // bytes <= max_bytes wins (max_bytes < 0 means no limit); no row -> built-in heuristic.
+// `hosts`: how many hosts the row's world size was measured (or simulated) on. A table measured on
+// one machine says nothing about the same world size spread over hosts joined by a network, so the
+// cost model (resolve_algorithm) only defers to rows of the communicator's own host count.
 struct TuningRow {
   int size = 0;
   int64_t max_bytes = -1;
   std::string algorithm;
+  int hosts = 1;
 };
 // Replaces the rows of collective c (validates names: std::invalid_argument). Thread-safe.
 void set_tuning(Collective c, std::vector<TuningRow> rows);
@@ -72,7 +77,8 @@ std::string choose_auto_for_links(Collective c, const std::string& env_value, in
 // resolve_algorithm. For "auto" with a cost model (a sim::Topology: link parameters, the placement
 // taken from host_of) and ranks on two hosts or more, in order:
 //   1. COMMLIB_ALGO_<COLLECTIVE> (env_value);
-//   2. the measured tuning table, where it has a row for this world size and byte count;
+//   2. the measured tuning table, where it has a row for this world size, byte count and number of
+//      hosts (a table measured on one machine does not apply across hosts: TuningRow::hosts);
 //   3. the candidate the simulator predicts fastest: every registered built-in algorithm, and
 //      where some host holds several ranks, hierarchical with each inter-host algorithm (the
 //      built-in exchange and every flat algorithm of the collective).

@@ -7,6 +7,7 @@
 
 #include "common/params.h"
 #include "policy/auto_policy.h"
+#include "policy/candidate_search.h"
 #include "schedule/registry.h"
 #include "sim/simulator.h"
 
@@ -30,45 +31,16 @@ Placement placement(const std::vector<int>& host_of) {
   return p;
 }
 
-// The model's topology on this placement: host ids renumbered densely, NICs by local index.
-sim::Topology placed(const sim::Topology& model, const std::vector<int>& host_of) {
-  sim::Topology t = model;
-  std::vector<int> ids, count;
-  t.host_of.assign(host_of.size(), 0);
-  t.nic_of.assign(host_of.size(), 0);
-  for (size_t r = 0; r < host_of.size(); ++r) {
-    size_t h = 0;
-    while (h < ids.size() && ids[h] != host_of[r]) ++h;
-    if (h == ids.size()) {
-      ids.push_back(host_of[r]);
-      count.push_back(0);
-    }
-    t.host_of[r] = static_cast<int>(h);
-    t.nic_of[r] = count[h]++ % std::max(1, t.nics_per_host);
-  }
-  return t;
-}
-
-bool is_builtin(const AlgorithmSpec& s) { return !(s.traits & kUserDefined); }
-
 }  // namespace
 
 int64_t hier_segment_setting() { return param_int("COMMLIB_HIER_SEGMENT", 1, INT64_MAX); }
 
 std::vector<AlgorithmChoice> predict_candidates(const CallShape& call, const std::vector<int>& host_of,
                                                 const sim::Topology& model) {
-  const sim::Topology topo = placed(model, host_of);
-  const Placement p = placement(host_of);
+  const sim::Topology topo = placed_model(model, host_of);
   const int64_t segment = hier_segment_setting();
   std::vector<AlgorithmChoice> out;
-  std::vector<std::string> flat;
-  bool has_hier = false;
-  for (const AlgorithmSpec& s : algorithm_specs(call.coll)) {
-    if (!is_builtin(s)) continue;
-    if (s.name == "hierarchical") has_hier = true;
-    else flat.push_back(s.name);
-  }
-  auto predict = [&](const std::string& algo, const std::string& inter) {
+  for (const auto& [algo, inter] : candidate_list(call.coll, host_of)) {
     AlgorithmChoice c;
     c.algorithm = algo;
     c.inter_algorithm = inter;
@@ -79,11 +51,6 @@ std::vector<AlgorithmChoice> predict_candidates(const CallShape& call, const std
     o.segment = c.segment;
     c.predicted_s = sim::simulate(call.coll, algo, call.count, call.elem_bytes, call.root, topo, o).time_s;
     out.push_back(c);
-  };
-  for (const std::string& f : flat) predict(f, "");
-  if (has_hier && p.hosts > 1 && p.shares) {
-    predict("hierarchical", "");
-    for (const std::string& f : flat) predict("hierarchical", f);
   }
   return out;
 }
@@ -111,7 +78,7 @@ AlgorithmChoice resolve_algorithm(const CallShape& call, const std::string& requ
     choice.algorithm = choose_algorithm(c, requested, bytes, size);
     choice.source = "requested";
     if (choice.algorithm == "hierarchical" && model_applies && p.shares) {
-      const AlgorithmChoice best = best_of(predict_candidates(call, host_of, *model), true);
+      const AlgorithmChoice best = search_best_candidate(call, host_of, *model, true);
       choice.inter_algorithm = best.inter_algorithm;
       choice.predicted_s = best.predicted_s;
     }
@@ -133,14 +100,15 @@ AlgorithmChoice resolve_algorithm(const CallShape& call, const std::string& requ
     choice.source = "override";
     return choice;
   }
-  if (tuned_algorithm(c, bytes, world, &name)) {
+  if (tuned_algorithm(c, bytes, world, &name, p.hosts)) {
     choice.algorithm = name;
     choice.source = "tuning";
     return choice;
   }
+  if (!ranked) return search_best_candidate(call, host_of, *model, false);  // fast, the same answer
   std::vector<AlgorithmChoice> cands = predict_candidates(call, host_of, *model);
   AlgorithmChoice best = best_of(cands, false);
-  if (ranked) *ranked = std::move(cands);
+  *ranked = std::move(cands);
   return best;
 }
 

@@ -87,11 +87,11 @@ std::string choose_auto(Collective c, const std::string& env_value, int64_t byte
   return heuristic(c, bytes, size);
 }
 
-bool tuned_algorithm(Collective c, int64_t bytes, int size, std::string* out) {
+bool tuned_algorithm(Collective c, int64_t bytes, int size, std::string* out, int hosts) {
   std::lock_guard<std::mutex> lk(g_tuning_mu);
   if (!g_tuning_any) return false;
   for (const auto& row : g_tuning[static_cast<int>(c)])
-    if (row.size == size && (row.max_bytes < 0 || bytes <= row.max_bytes)) {
+    if (row.size == size && (hosts <= 0 || row.hosts == hosts) && (row.max_bytes < 0 || bytes <= row.max_bytes)) {
       *out = row.algorithm;
       return true;
     }
@@ -109,6 +109,7 @@ void set_tuning(Collective c, std::vector<TuningRow> rows) {
   for (const auto& r : rows) {
     if (!algorithm_registered(c, r.algorithm)) unknown("tuning", c, r.algorithm);
     if (r.size < 1) throw std::invalid_argument("tuning: size must be >= 1");
+    if (r.hosts < 1 || r.hosts > r.size) throw std::invalid_argument("tuning: hosts must be in 1..size");
   }
   std::stable_sort(rows.begin(), rows.end(), [](const TuningRow& a, const TuningRow& b) {
     if (a.size != b.size) return a.size < b.size;

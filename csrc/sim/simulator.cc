@@ -79,10 +79,16 @@ class Run {
     oversub_ = oversubscription(t);
   }
 
-  void play(Result& res) {
+  void play(Result& res, double stop_after_s) {
     for (int r = 0; r < P_; ++r) schedule_entry(r, 0.0);
     while (!heap_.empty()) {
       const Event e = heap_.top();
+      if (e.time > stop_after_s) {  // every later event, and so the finish, is later still
+        res.cut = true;
+        res.time_s = e.time;
+        res.steps = steps_;
+        return;
+      }
       heap_.pop();
       enter(e.rank, e.time);
     }
@@ -247,7 +253,7 @@ class Run {
     S.end = std::max(S.end, wire_done + latency);
     // A receiver asleep when the bytes are in reduces them once it is running again; its CPU takes
     // the messages in one after another (LogGP's o, receive side).
-    double taken = std::max(wire_done + latency, receiver_running(q, start + latency));
+    double taken = std::max(wire_done + latency, receiver_running(s, q, start + latency));
     if (t_.recv_overhead_s > 0) {
       recv_cpu_[q] = std::max(recv_cpu_[q], taken) + t_.recv_overhead_s * fq;
       taken = recv_cpu_[q];
@@ -260,13 +266,18 @@ class Run {
     if (--Q.pending == 0 && q != current_) finish_step(q);
   }
 
-  // When receiver q is running again to take a message whose first bytes arrive at `first`
-  // (topology.h: spin then sleep; on an oversubscribed host every receive sleeps and then waits
-  // its turn for a core). The rest of the message streams in while it wakes.
-  double receiver_running(int q, double first) const {
+  // When receiver q is running again to take a message from sender s whose first bytes arrive at
+  // `first` (topology.h: spin then sleep; on an oversubscribed host every receive waits its turn
+  // for a core, and sleeps first unless a yielding inter-host spin was still polling). The rest of
+  // the message streams in while it wakes.
+  double receiver_running(int s, int q, double first) const {
     const double f = oversub_[t_.host_of[q]];
-    if (f > 1.0) return first + t_.wake_s + (f - 1.0) * t_.sched_quantum_s;
-    if (t_.wake_s > 0 && first - ranks_[q].t > t_.spin_s) return first + t_.wake_s;
+    const bool inter = t_.host_of[s] != t_.host_of[q];
+    const bool yielding = inter && t_.inter_spin_s >= 0;
+    const double spin = yielding ? t_.inter_spin_s : t_.spin_s;
+    const bool asleep = first - ranks_[q].t > spin;
+    if (f > 1.0) return first + (yielding && !asleep ? 0.0 : t_.wake_s) + (f - 1.0) * t_.sched_quantum_s;
+    if (t_.wake_s > 0 && asleep) return first + t_.wake_s;
     return first;
   }
 
@@ -332,7 +343,7 @@ Result simulate(Collective c, const std::string& algorithm, int64_t count, int e
   const double t1 = now_s();
   const std::vector<RankRates> rates = rank_rates(topo, c, count, elem_bytes, root, scratch, res);
   Run run(topo, rates, shapes, progs, elem_bytes);
-  run.play(res);
+  run.play(res, opts.stop_after_s);
   res.build_s = t1 - t0;
   res.run_s = now_s() - t1;
   res.shapes = static_cast<int64_t>(shapes.size());

@@ -51,6 +51,12 @@ struct Topology {
   // they arrive (futex wake-up, scheduling); the rest of the message streams in meanwhile.
   double spin_s = 0;
   double wake_s = 0;
+  // A wait for a message from another host spins inter_spin_s instead (< 0: spin_s), offering the
+  // core between polls (commlib's TCP wait: COMMLIB_TCP_SPIN_US, sched_yield between polls, while
+  // shared-memory waits spin COMMLIB_SPIN_US without yielding). A yielding spinner is never asleep:
+  // within its spin it pays no wake-up, even on an oversubscribed host (it still waits its turn
+  // for a core there).
+  double inter_spin_s = -1;
   // Transfers move in chunks of this many bytes, a receive's reduction of chunk k overlapping the
   // transfer of chunk k+1, as the executor pipelines them (0: whole messages, no overlap).
   int64_t chunk_bytes = 0;

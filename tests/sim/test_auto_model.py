@@ -53,13 +53,30 @@ def test_auto_is_the_fastest_candidate(no_tuning, topo, hosts, coll, nbytes):
 
 
 def test_tuning_table_wins_where_it_has_the_shape(no_tuning):
-    d = sim_topology.load("dgx-h100").engine_dict(16)
-    _C.set_tuning("all_reduce", [(16, 1 << 20, "tree")])
+    d = sim_topology.load("dgx-h100").engine_dict(16)  # 2 hosts x 8
+    _C.set_tuning("all_reduce", [(16, 1 << 20, "tree", 2)])  # rows measured on 2 hosts
     assert _C.resolve_algorithm("all_reduce", "auto", 1000, 4, 0, 16, d["host_of"], d)["source"] == "tuning"
     assert _C.resolve_algorithm("all_reduce", "auto", 1000, 4, 0, 16, d["host_of"], d)["algorithm"] == "tree"
     assert _C.resolve_algorithm("all_reduce", "auto", 1 << 20, 4, 0, 16, d["host_of"], d)["source"] == "model"
     # no model (COMMLIB_TOPOLOGY unset): the link-kind rule
     assert _C.resolve_algorithm("all_reduce", "auto", 1 << 20, 4, 0, 16, d["host_of"])["algorithm"] == "hierarchical"
+
+
+def test_a_one_host_tuning_table_does_not_overrule_the_model_across_hosts(no_tuning):
+    # The shipped table is measured on one machine: its 4-rank rows once made the cost model pick
+    # rabenseifner on 2 hosts x 2 ranks at 1 Gbit/s, 2x slower than the hierarchical schedule the
+    # model predicts (bench/RESULTS_multihost.md, issue 24's acceptance).
+    d = sim_topology.load("dgx-h100").engine_dict(16)
+    _C.set_tuning("all_reduce", [(16, -1, "tree")])  # hosts defaults to 1
+    across = _C.resolve_algorithm("all_reduce", "auto", 1000, 4, 0, 16, d["host_of"], d)
+    assert across["source"] == "model" and across["candidates"]
+    one_host = _C.resolve_algorithm("all_reduce", "auto", 1000, 4, 0, 16, [0] * 16, d)
+    assert (one_host["algorithm"], one_host["source"]) == ("tree", "size")  # one host: the table applies
+    with pytest.raises(ValueError, match="hosts"):
+        _C.set_tuning("all_reduce", [(4, -1, "tree", 5)])
+    table = {"collectives": {"all_reduce": {"16": {"hosts": 2, "rows": [[-1, "tree"]]}}}}
+    tuning.install(table)
+    assert _C.resolve_algorithm("all_reduce", "auto", 1000, 4, 0, 16, d["host_of"], d)["source"] == "tuning"
 
 
 def test_requested_hierarchical_takes_the_models_inter_algorithm(no_tuning):

@@ -86,6 +86,36 @@ def test_receiver_sleeps_after_its_spin_window():
     assert asleep - plain == pytest.approx(7 * US, rel=1e-9)
 
 
+def two_hosts(latency_s=5 * US, **extra):
+    """2 ranks on 2 hosts, one NIC each; transfers cost their latency only."""
+    t = uniform(2)
+    t.update(host_of=[0, 1], nic_of=[0, 0], inter_latency_s=latency_s, nic_Bps=1e18, reduce_s_per_byte=0.0, **extra)
+    return t
+
+
+def test_tcp_wait_spins_its_own_window_and_yields():
+    # commlib's TCP wait polls COMMLIB_TCP_SPIN_US (inter_spin_s), offering the core between polls;
+    # shared-memory waits spin COMMLIB_SPIN_US (spin_s). The message arrives op + L = 1 + 5 us in.
+    costs = dict(op_overhead_s=1 * US, wake_s=7 * US, spin_s=2 * US)
+    plain = time_s(two_hosts(op_overhead_s=1 * US))
+    assert time_s(two_hosts(**costs)) - plain == pytest.approx(7 * US, rel=1e-9)  # unset: spin_s, asleep
+    assert time_s(two_hosts(inter_spin_s=6.5 * US, **costs)) == pytest.approx(plain, rel=1e-12)
+    assert time_s(two_hosts(inter_spin_s=5.5 * US, **costs)) - plain == pytest.approx(7 * US, rel=1e-9)
+    # On one host the inter-host spin does not apply.
+    assert time_s(one_host(2, inter_spin_s=6.5 * US, **costs)) - time_s(one_host(2, op_overhead_s=1 * US)) == \
+        pytest.approx(7 * US, rel=1e-9)
+    # Oversubscribed (host 1: 2 ranks on 1 core): a yielding poller is not asleep, so within its spin
+    # it pays its turn for a core but not the wake-up.
+    t = two_hosts(**costs, cores_per_host=1, sched_quantum_s=40 * US)
+    t.update(host_of=[0, 1, 1], nic_of=[0, 0, 0])
+    base = dict(t, cores_per_host=0, wake_s=0.0, sched_quantum_s=0.0)
+    yielding = _C.simulate("broadcast", "binomial", 2, 4, 0, dict(t, inter_spin_s=1000 * US))["time_s"]
+    asleep = _C.simulate("broadcast", "binomial", 2, 4, 0, t)["time_s"]
+    free = _C.simulate("broadcast", "binomial", 2, 4, 0, base)["time_s"]
+    assert asleep - yielding == pytest.approx(7 * US, rel=1e-9)
+    assert yielding > free
+
+
 def test_wake_up_overlaps_a_long_transfer():
     # 1 MB at 1 GB/s takes 1000 us: the receiver woken 7 us after the first bytes is running long before
     # the last, so a bandwidth-bound message costs nothing more.

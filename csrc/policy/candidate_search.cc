@@ -1,0 +1,192 @@
+// auto's branch-and-bound search over the cost model's candidates (candidate_search.h).
+#include "policy/candidate_search.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <set>
+
+#include "schedule/registry.h"
+#include "sim/simulator.h"
+
+namespace commlib {
+
+namespace {
+
+bool is_builtin(const AlgorithmSpec& s) { return !(s.traits & kUserDefined); }
+
+// Every field of the placed model that a prediction depends on, exactly (hex floats), with the
+// call's shape and segment: the cache key.
+std::string cache_key(const CallShape& call, int64_t segment, bool hier_only, const sim::Topology& t) {
+  std::string k;
+  char buf[64];
+  auto num = [&](double v) {
+    std::snprintf(buf, sizeof buf, "%a,", v);
+    k += buf;
+  };
+  auto integer = [&](int64_t v) {
+    std::snprintf(buf, sizeof buf, "%lld,", static_cast<long long>(v));
+    k += buf;
+  };
+  integer(static_cast<int>(call.coll)), integer(call.count), integer(call.elem_bytes), integer(call.root);
+  integer(segment), integer(hier_only), integer(t.nics_per_host), integer(t.cores_per_host), integer(t.chunk_bytes);
+  for (double v : {t.intra_latency_s, t.intra_port_Bps, t.intra_bus_Bps, t.inter_latency_s, t.nic_Bps,
+                   t.reduce_s_per_byte, t.copy_s_per_byte, t.op_overhead_s, t.step_overhead_s, t.send_overhead_s,
+                   t.recv_overhead_s, t.nic_gap_s, t.sched_quantum_s, t.spin_s, t.wake_s, t.inter_spin_s})
+    num(v);
+  for (const auto& m : t.memory_tiers) integer(m.above_bytes), num(m.port_Bps), num(m.reduce_s_per_byte), num(m.copy_s_per_byte);
+  k += '|';
+  for (int h : t.host_of) integer(h);
+  k += '|';
+  for (int n : t.nic_of) integer(n);
+  return k;
+}
+
+std::mutex g_cache_mu;
+std::map<std::string, AlgorithmChoice> g_cache;
+constexpr size_t kCacheEntries = 1024;
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> candidate_list(Collective c, const std::vector<int>& host_of) {
+  std::set<int> ids;
+  bool shares = false;
+  for (int h : host_of) shares |= !ids.insert(h).second;
+  std::vector<std::pair<std::string, std::string>> out;
+  std::vector<std::string> flat;
+  bool has_hier = false;
+  for (const AlgorithmSpec& s : algorithm_specs(c)) {
+    if (!is_builtin(s)) continue;
+    if (s.name == "hierarchical") has_hier = true;
+    else flat.push_back(s.name);
+  }
+  for (const std::string& f : flat) out.emplace_back(f, "");
+  if (has_hier && ids.size() > 1 && shares) {
+    out.emplace_back("hierarchical", "");
+    for (const std::string& f : flat) out.emplace_back("hierarchical", f);
+  }
+  return out;
+}
+
+sim::Topology placed_model(const sim::Topology& model, const std::vector<int>& host_of) {
+  sim::Topology t = model;
+  std::vector<int> ids, count;
+  t.host_of.assign(host_of.size(), 0);
+  t.nic_of.assign(host_of.size(), 0);
+  for (size_t r = 0; r < host_of.size(); ++r) {
+    size_t h = 0;
+    while (h < ids.size() && ids[h] != host_of[r]) ++h;
+    if (h == ids.size()) {
+      ids.push_back(host_of[r]);
+      count.push_back(0);
+    }
+    t.host_of[r] = static_cast<int>(h);
+    t.nic_of[r] = count[h]++ % std::max(1, t.nics_per_host);
+  }
+  return t;
+}
+
+double candidate_lower_bound(const CallShape& call, const std::string& algorithm, const std::string& inter,
+                             int64_t segment, const sim::Topology& t) {
+  const int P = t.size();
+  // The fastest a port ever moves bytes (in cache or any memory tier; sharing a core only slows it).
+  double port = t.intra_port_Bps;
+  for (const auto& m : t.memory_tiers) port = std::max(port, m.port_Bps);
+  CollArgs a;
+  a.coll = call.coll;
+  a.size = P;
+  a.count = call.count;
+  a.root = collective_has_root(call.coll) ? call.root : 0;
+  a.host_of = t.host_of;
+  a.inter_algorithm = inter;
+  a.segment = segment;
+  double bound = 0;
+  for (int r : {0, a.root, P / 2, P - 1}) {
+    a.rank = r;
+    const Schedule s = build_schedule(a, algorithm);
+    double rank_time = 0;
+    for (const Step& st : s.steps) {
+      double step = 0;
+      for (const Op& o : st.ops) {
+        if (o.kind != OpKind::Send && o.kind != OpKind::Recv && o.kind != OpKind::RecvReduce) continue;
+        const int64_t elems = o.kind == OpKind::Send ? o.src.count : o.dst.count;
+        const double bytes = static_cast<double>(elems) * call.elem_bytes;
+        const bool same_host = t.host_of[r] == t.host_of[o.peer];
+        double bw = same_host ? port : t.nic_Bps;
+        if (same_host && t.intra_bus_Bps > 0) bw = std::min(bw, t.intra_bus_Bps);
+        const double latency = same_host ? t.intra_latency_s : t.inter_latency_s;
+        step = std::max(step, t.op_overhead_s + latency + bytes / bw);
+      }
+      rank_time += step;
+    }
+    bound = std::max(bound, rank_time);
+  }
+  return bound;
+}
+
+AlgorithmChoice search_best_candidate(const CallShape& call, const std::vector<int>& host_of,
+                                      const sim::Topology& model, bool hier_only, SearchStats* stats) {
+  SearchStats local;
+  SearchStats& st = stats ? *stats : local;
+  st = SearchStats{};
+  const int64_t segment = hier_segment_setting();
+  const sim::Topology topo = placed_model(model, host_of);
+  const std::string key = cache_key(call, segment, hier_only, topo);
+  {
+    std::lock_guard<std::mutex> lk(g_cache_mu);
+    auto it = g_cache.find(key);
+    if (it != g_cache.end()) {
+      st.cached = true;
+      return it->second;
+    }
+  }
+  std::vector<std::pair<std::string, std::string>> cands;
+  for (const auto& c : candidate_list(call.coll, host_of))
+    if (!hier_only || c.first == "hierarchical") cands.push_back(c);
+  st.candidates = static_cast<int>(cands.size());
+  std::vector<double> bound(cands.size());
+  for (size_t i = 0; i < cands.size(); ++i)
+    bound[i] = candidate_lower_bound(call, cands[i].first, cands[i].second,
+                                     cands[i].first == "hierarchical" ? segment : 0, topo);
+  std::vector<size_t> order(cands.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return bound[x] < bound[y]; });
+  AlgorithmChoice best;
+  size_t best_index = std::numeric_limits<size_t>::max();
+  double best_t = std::numeric_limits<double>::infinity();
+  for (size_t i : order) {
+    if (bound[i] > best_t) break;  // sorted: no later candidate can win either
+    sim::Options o;
+    o.inter_algorithm = cands[i].second;
+    o.segment = cands[i].first == "hierarchical" ? segment : 0;
+    o.stop_after_s = best_t;  // a run past the best so far cannot win (equal times still finish)
+    const sim::Result r = sim::simulate(call.coll, cands[i].first, call.count, call.elem_bytes, call.root, topo, o);
+    ++st.simulated;
+    if (r.cut) {
+      ++st.cut;
+      continue;
+    }
+    if (r.time_s < best_t || (r.time_s == best_t && i < best_index)) {
+      best_t = r.time_s, best_index = i;
+      best.algorithm = cands[i].first;
+      best.inter_algorithm = cands[i].second;
+      best.segment = o.segment;
+      best.predicted_s = r.time_s;
+      best.source = "model";
+    }
+  }
+  std::lock_guard<std::mutex> lk(g_cache_mu);
+  if (g_cache.size() >= kCacheEntries) g_cache.clear();
+  g_cache.emplace(key, best);
+  return best;
+}
+
+void clear_candidate_cache() {
+  std::lock_guard<std::mutex> lk(g_cache_mu);
+  g_cache.clear();
+}
+
+}  // namespace commlib
