@@ -20,6 +20,10 @@ struct Placement {
   bool shares = false;  // some host holds two ranks or more
 };
 
+// Without a cost model, hierarchical all_reduce on 3 hosts or more runs two_shot between the
+// owners from this many bytes (resolve_algorithm).
+constexpr int64_t kTwoShotInterBytes = 256 << 10;
+
 Placement placement(const std::vector<int>& host_of) {
   Placement p;
   std::set<int> ids;
@@ -93,6 +97,14 @@ AlgorithmChoice resolve_algorithm(const CallShape& call, const std::string& requ
     choice.algorithm = choose_auto_for_links(c, env_value, bytes, world, links);
     const bool overridden = !env_value.empty() && env_value != "auto";
     choice.source = overridden ? "override" : (links.crosses_hosts && links.shares_hosts) ? "links" : "size";
+    // The built-in inter-host exchange sends every block to each of the other H - 1 hosts; from 3
+    // hosts a reduce-scatter + all-gather between the owners (two_shot) sends 2(H - 1)/H of it, so
+    // it wins by about H/2 once bandwidth dominates. Measured on 2+1+3 ranks at 1 Gbit/s
+    // (bench/RESULTS_multihost.md, "auto at 1 Gbit/s"): 1.6-1.9x faster at 1 and 16 MiB; the
+    // simulator puts the crossover between 16 and 256 KiB on every preset, hence the bound.
+    if (!overridden && choice.algorithm == "hierarchical" && c == Collective::AllReduce && p.hosts >= 3 &&
+        bytes >= kTwoShotInterBytes)
+      choice.inter_algorithm = "two_shot";
     return choice;
   }
   if (!env_value.empty() && env_value != "auto") {

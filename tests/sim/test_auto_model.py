@@ -79,6 +79,20 @@ def test_a_one_host_tuning_table_does_not_overrule_the_model_across_hosts(no_tun
     assert _C.resolve_algorithm("all_reduce", "auto", 1000, 4, 0, 16, d["host_of"], d)["source"] == "tuning"
 
 
+def test_without_a_model_hierarchical_all_reduce_on_3_hosts_runs_two_shot_between_owners(no_tuning):
+    # The built-in exchange sends each block to every other host; measured 1.6-1.9x slower than
+    # two_shot between the owners on 2+1+3 ranks at 1 and 16 MiB (bench/RESULTS_multihost.md).
+    uneven = [0, 0, 1, 2, 2, 2]
+    big = _C.resolve_algorithm("all_reduce", "auto", 1 << 18, 4, 0, 6, uneven)
+    assert (big["algorithm"], big["inter_algorithm"], big["source"]) == ("hierarchical", "two_shot", "links")
+    small = _C.resolve_algorithm("all_reduce", "auto", 1 << 10, 4, 0, 6, uneven)  # latency: one exchange step
+    assert (small["algorithm"], small["inter_algorithm"]) == ("hierarchical", "")
+    two_hosts = _C.resolve_algorithm("all_reduce", "auto", 1 << 18, 4, 0, 4, [0, 0, 1, 1])  # the same bytes
+    assert (two_hosts["algorithm"], two_hosts["inter_algorithm"]) == ("hierarchical", "")
+    gather = _C.resolve_algorithm("all_gather", "auto", 1 << 18, 4, 0, 6, uneven)
+    assert gather["inter_algorithm"] == ""
+
+
 def test_requested_hierarchical_takes_the_models_inter_algorithm(no_tuning):
     d = sim_topology.load("dgx-h100").engine_dict(64)
     got = _C.resolve_algorithm("all_reduce", "hierarchical", 1 << 26, 4, 0, 64, d["host_of"], d)
