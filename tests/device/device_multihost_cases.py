@@ -32,3 +32,18 @@ def ipc_across_hosts_refused(comm):
     finally:
         del os.environ["COMMLIB_DEVICE_LINK"]
         sub.close()
+
+
+def host_and_device_choices(comm):
+    """[(collective, count, host's auto, device's auto)] over several shapes: the host's choice
+    (comm auto_choice) and the algorithm the device engine resolves the same call to."""
+    x = emu.from_numpy(np.ones(4, np.float32))
+    comm.all_reduce(x)  # starts the engine
+    x.numpy()
+    engine = next(iter(comm._device()._engines.values()))
+    out = []
+    for coll in ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all"):
+        for count in (1, 1000, 1 << 20):
+            host = comm._core.auto_choice(coll, count * 4)
+            out.append((coll, count, host, engine.resolved_algorithm(coll, "auto", count, "float32", 0)))
+    return out

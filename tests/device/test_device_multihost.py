@@ -114,3 +114,17 @@ def test_no_thread_fd_or_device_memory_left_across_hosts(pool):
     # Engines with peers on other hosts (descriptor staging, NCCL) leave nothing behind once closed.
     for before, after in pool(3, env=THREE_HOSTS).run(nccl_cases.resources, timeout=60):
         assert before == after, (before, after)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("env", [TWO_HOSTS, THREE_HOSTS, {**TWO_HOSTS, "COMMLIB_ALGO_ALL_REDUCE": "ring"}],
+                         ids=["2hosts", "3hosts", "override"])
+def test_host_and_device_resolve_auto_alike(pool, env):
+    # One lowering (csrc/plan/plan_cache.h): the device resolves auto from the host map, as the
+    # host does, so a call picks one algorithm whichever buffers it is on.
+    per_rank = pool(3, env=env).run(cases.host_and_device_choices, timeout=40)
+    for rank, rows in enumerate(per_rank):
+        differ = [r for r in rows if r[2] != r[3]]
+        assert not differ, (rank, differ)
+    if env is TWO_HOSTS:  # the host map matters here: some collective goes hierarchical
+        assert any(r[2].startswith("hier") for r in per_rank[0]), per_rank[0]

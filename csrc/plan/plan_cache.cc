@@ -1,0 +1,63 @@
+#include "plan/plan_cache.h"
+
+#include <algorithm>
+
+#include "plan/describe.h"
+#include "policy/auto_policy.h"
+#include "schedule/registry.h"
+
+namespace commlib {
+
+PlanContext make_plan_context(int rank, int size, Topology topology) {
+  PlanContext ctx;
+  ctx.rank = rank;
+  ctx.size = size;
+  ctx.topology = std::move(topology);
+  for (int c = 0; c < static_cast<int>(Collective::kCount); ++c) {
+    const Collective cc = static_cast<Collective>(c);
+    const bool scheduled = cc != Collective::Send && cc != Collective::Recv;
+    ctx.env_algo.push_back(scheduled ? algorithm_override(cc) : std::string());
+  }
+  return ctx;
+}
+
+std::string resolve_algorithm(const PlanContext& ctx, Collective coll, uint8_t requested, int64_t bytes) {
+  if (requested) return algorithm_name(coll, requested);
+  return choose_auto_for_links(coll, ctx.env_algo[static_cast<int>(coll)], bytes, ctx.size,
+                               link_profile(ctx.topology));
+}
+
+PlanCache::PlanCache(PlanContext ctx) : ctx_(std::move(ctx)), tuning_generation_(tuning_generation()) {}
+
+const ResolvedPlan& PlanCache::get(const CollectiveCall& call) {
+  const uint64_t gen = tuning_generation();
+  if (gen != tuning_generation_) {  // a new tuning table: auto may choose differently now
+    plans_.clear();
+    tuning_generation_ = gen;
+  }
+  const int root = collective_has_root(call.coll) ? call.root : 0;
+  const ScheduleKey key{static_cast<uint8_t>(call.coll), call.algo, root, call.count};
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second;
+
+  ResolvedPlan p;
+  if (call.algo == kNcclAlgorithmCode) {  // NCCL's own collective: every peer takes part
+    p.algo = kNcclAlgorithmCode;
+    p.name = "nccl";
+    for (int q = 0; q < ctx_.size; ++q)
+      if (q != ctx_.rank) p.peers.push_back(q);
+  } else {
+    const int64_t bytes = call.count * static_cast<int64_t>(dtype_size(call.dtype));
+    p.name = resolve_algorithm(ctx_, call.coll, call.algo, bytes);
+    p.sched = build_schedule(CollArgs{call.coll, ctx_.rank, ctx_.size, call.count, call.root, ctx_.topology.host_of},
+                             p.name);
+    p.algo = static_cast<uint8_t>(algorithm_index(call.coll, p.name));
+    for (const Step& st : p.sched.steps)
+      for (const Op& o : st.ops)
+        if (o.peer >= 0 && std::find(p.peers.begin(), p.peers.end(), o.peer) == p.peers.end()) p.peers.push_back(o.peer);
+  }
+  if (plans_.size() >= 512) plans_.clear();
+  return plans_.emplace(key, std::move(p)).first->second;
+}
+
+}  // namespace commlib
