@@ -39,8 +39,7 @@ TcpConfig tcp_config_from_env(double timeout_s, int debug) {
   const int64_t b = param_int("COMMLIB_TCP_CHUNK_BYTES", 4096, 64ll << 20);
   if (b % 64) throw std::invalid_argument("COMMLIB_TCP_CHUNK_BYTES: must be a multiple of 64, got " + std::to_string(b));
   c.chunk_bytes = static_cast<uint64_t>(b);
-  const int64_t spin = param_int("COMMLIB_SPIN_US", -1);
-  c.spin_us = spin >= 0 ? spin : 20;
+  c.spin_us = spin_us_param();
   c.nconns = static_cast<uint32_t>(param_int("COMMLIB_TCP_NCONNS", 1, kMaxLanes));
   c.nslots = std::max<uint32_t>(4, 2 * c.nconns);  // two chunks in flight per lane
   return c;

@@ -32,13 +32,15 @@
 #include "transport/tcp_socket.h"
 #include "transport/transport.h"
 
+#include "common/params.h"
+
 namespace commlib {
 
 struct TcpConfig {
   uint64_t chunk_bytes = 512 << 10;  // COMMLIB_TCP_CHUNK_BYTES (must agree on all ranks)
   uint32_t nslots = 4;               // chunks buffered per direction per peer (at least 2 per lane)
   uint32_t nconns = 1;               // COMMLIB_TCP_NCONNS: lanes per peer pair (must agree on all ranks)
-  int64_t spin_us = 20;              // COMMLIB_SPIN_US: how long a waiting caller polls its sockets
+  int64_t spin_us = kDefaultSpinUs;  // COMMLIB_SPIN_US: how long a waiting caller polls its sockets
   double timeout_s = 300.0;
   int debug = 0;
 };
