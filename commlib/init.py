@@ -29,6 +29,7 @@ from commlib.errors import CommError, RendezvousError
 from commlib.bootstrap.fdpass import FdServer, receive_fd
 from commlib.bootstrap.secret import secured
 from commlib.bootstrap.store import StoreServer, TCPStore
+from commlib.bootstrap.wait import error_text, wait_for_key
 
 _DEBUG_LEVELS = {"": 0, "0": 0, "OFF": 0, "WARN": 0, "INFO": 1, "TRACE": 2}
 
@@ -156,24 +157,17 @@ class _Rendezvous:
     def wait(self, name: str, what: str) -> bytes:
         """The value of ``name`` once set; RendezvousError if a rank reported an error first or
         the deadline passes (``what`` says what was expected)."""
-        key = f"{self.prefix}/{name}"
-        pause = 0.0005
-        while True:
-            if self.store.check([key]):
-                v = self.store.get(key)
-                return v if isinstance(v, bytes) else bytes(v)
-            self.raise_reported()
-            if time.monotonic() > self.deadline:
-                raise RendezvousError(f"rendezvous {self.prefix!r}: rank {self.rank} waited {self.timeout:g} s "
-                                      f"(COMMLIB_TIMEOUT) for {what}")
-            time.sleep(pause)
-            pause = min(pause * 2, 0.02)
+        return wait_for_key(
+            self.store, f"{self.prefix}/{name}", self.deadline, error_key=f"{self.prefix}/error",
+            on_error=lambda why: RendezvousError(f"rendezvous {self.prefix!r}: " + why),
+            on_timeout=lambda: RendezvousError(f"rendezvous {self.prefix!r}: rank {self.rank} waited "
+                                               f"{self.timeout:g} s (COMMLIB_TIMEOUT) for {what}"))
 
     def raise_reported(self):
         """Raise RendezvousError if some rank reported an error under this prefix."""
         err = f"{self.prefix}/error"
         if self.store.check([err]):
-            raise RendezvousError(f"rendezvous {self.prefix!r}: " + _text(self.store.get(err)))
+            raise RendezvousError(f"rendezvous {self.prefix!r}: " + error_text(self.store.get(err)))
 
     def report(self, message: str):
         """Tell every rank what went wrong here (best effort: the store may be the problem)."""
@@ -183,18 +177,14 @@ class _Rendezvous:
             pass
 
 
-def _text(v) -> str:
-    return bytes(v)[:2000].decode("utf-8", errors="replace")
-
-
 def _parse_record(raw: bytes, fields: dict, what: str) -> dict:
     """A JSON object with exactly ``fields`` (name -> type or tuple of types); bools are not ints."""
     try:
         rec = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
-        raise RendezvousError(f"{what}: malformed value {_text(raw)[:80]!r} in the store") from None
+        raise RendezvousError(f"{what}: malformed value {error_text(raw)[:80]!r} in the store") from None
     if not isinstance(rec, dict) or set(rec) != set(fields):
-        raise RendezvousError(f"{what}: expected fields {sorted(fields)}, got {_text(raw)[:80]!r}")
+        raise RendezvousError(f"{what}: expected fields {sorted(fields)}, got {error_text(raw)[:80]!r}")
     for name, types in fields.items():
         v = rec[name]
         if isinstance(v, bool) or not isinstance(v, types):
@@ -322,7 +312,7 @@ def _create_core(rdv: _Rendezvous, rank: int, size: int, timeout: float):
 def _expect_flag(rdv: _Rendezvous, name: str, what: str):
     v = rdv.wait(name, what)
     if v != b"1":
-        raise RendezvousError(f"rendezvous {rdv.prefix!r}: key {name!r} holds {_text(v)[:40]!r}, expected '1'")
+        raise RendezvousError(f"rendezvous {rdv.prefix!r}: key {name!r} holds {error_text(v)[:40]!r}, expected '1'")
 
 
 def split_communicator(comm: Communicator, color, key: int, n: int, timeout: float):

@@ -16,6 +16,7 @@ import sys
 import time
 
 import commlib._C as _C
+from commlib.bootstrap.wait import wait_for_key
 from commlib.device import nccl_comm as device_nccl
 from commlib.core.work import Work
 from commlib.device.buffers import DeviceBuffer
@@ -99,20 +100,13 @@ def _wait_key(comm, prefix, rank, poll) -> str:
     """Rank ``rank``'s engine handle under ``prefix``, within the communicator's timeout; raises
     CommError at once if some rank reported a failure there, and whatever ``poll()`` raises."""
     from commlib.errors import CommError
-    key, err = f"{prefix}/{rank}", f"{prefix}/error"
-    deadline = time.monotonic() + comm.timeout
-    pause = 0.0005
-    while not comm._store.check([key]):
-        poll()
-        if comm._store.check([err]):
-            why = bytes(comm._store.get(err))[:2000].decode(errors="replace")
-            raise CommError(f"stream engine set-up failed: {why}")
-        if time.monotonic() > deadline:
-            raise CommError(f"stream engine set-up: rank {comm.rank} waited {comm.timeout:g} s (COMMLIB_TIMEOUT) "
-                            f"for rank {rank}, which has not made its first call on device buffers")
-        time.sleep(pause)
-        pause = min(pause * 2, 0.02)
-    return bytes(comm._store.get(key)).decode()
+    value = wait_for_key(
+        comm._store, f"{prefix}/{rank}", time.monotonic() + comm.timeout, poll=poll, error_key=f"{prefix}/error",
+        on_error=lambda why: CommError(f"stream engine set-up failed: {why}"),
+        on_timeout=lambda: CommError(f"stream engine set-up: rank {comm.rank} waited {comm.timeout:g} s "
+                                     f"(COMMLIB_TIMEOUT) for rank {rank}, which has not made its first call on "
+                                     f"device buffers"))
+    return value.decode()
 
 
 class DeviceRoute:

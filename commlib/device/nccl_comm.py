@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 
 from commlib import settings
+from commlib.bootstrap.wait import wait_for_key
 from commlib.errors import CommError, MismatchError
 
 LINKS = ("auto", "ipc", "nccl")
@@ -38,17 +39,11 @@ def nccl_peers(setting: str, host_of, rank: int):
 def _wait(comm, key: str, what: str, error_key: str = "") -> bytes:
     """The store value under ``key`` within the communicator's timeout; CommError at once if a
     rank published a failure under ``error_key``."""
-    deadline = time.monotonic() + comm.timeout
-    pause = 0.0005
-    while not comm._store.check([key]):
-        if error_key and comm._store.check([error_key]):
-            why = bytes(comm._store.get(error_key))[:2000].decode(errors="replace")
-            raise CommError(f"NCCL set-up failed on another rank: {why}")
-        if time.monotonic() > deadline:
-            raise CommError(f"NCCL set-up: rank {comm.rank} waited {comm.timeout:g} s (COMMLIB_TIMEOUT) for {what}")
-        time.sleep(pause)
-        pause = min(pause * 2, 0.02)
-    return bytes(comm._store.get(key))
+    return wait_for_key(
+        comm._store, key, time.monotonic() + comm.timeout, error_key=error_key,
+        on_error=lambda why: CommError(f"NCCL set-up failed on another rank: {why}"),
+        on_timeout=lambda: CommError(f"NCCL set-up: rank {comm.rank} waited {comm.timeout:g} s (COMMLIB_TIMEOUT) "
+                                     f"for {what}"))
 
 
 def _agree(comm, base: str, mine: str, what: str):
