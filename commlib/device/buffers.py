@@ -14,16 +14,12 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 import commlib._C as _C
+from commlib.device import dtypes
 
-_TYPESTR = {"<f4": "float32", "<f8": "float64", "<f2": "float16", "|i1": "int8", "<i1": "int8",
-            "|u1": "uint8", "<u1": "uint8", "<i4": "int32", "<i8": "int64"}
-_TORCH_DTYPES = {"torch.float32": "float32", "torch.float64": "float64", "torch.float16": "float16",
-                 "torch.bfloat16": "bfloat16", "torch.int8": "int8", "torch.uint8": "uint8",
-                 "torch.int32": "int32", "torch.int64": "int64"}
-# DLPack type codes (dlpack.h): kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4; devices kDLCUDA 2,
-# kDLCUDAManaged 13.
-_DLPACK_DTYPES = {(2, 32): "float32", (2, 64): "float64", (2, 16): "float16", (4, 16): "bfloat16",
-                  (0, 8): "int8", (1, 8): "uint8", (0, 32): "int32", (0, 64): "int64"}
+_TYPESTR = dtypes.TYPESTR
+_TORCH_DTYPES = dtypes.TORCH
+# DLPack devices: kDLCUDA 2, kDLCUDAManaged 13.
+_DLPACK_DTYPES = dtypes.DLPACK
 _DL_CUDA = (2, 13)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from commlib.device import dtypes
 from commlib.device.buffers import device_buffer
 from commlib._C import buffer_address as _buffer_address
 from commlib._C import describe_buffer as _describe_buffer
@@ -14,25 +15,8 @@ from commlib._C import register_array_type as _register_array_type
 
 _register_array_type(np.ndarray)  # the C++ fast path accepts exactly this type
 
-_NUMPY_DTYPES = {
-    np.dtype(np.float32): "float32",
-    np.dtype(np.float64): "float64",
-    np.dtype(np.float16): "float16",
-    np.dtype(np.int8): "int8",
-    np.dtype(np.uint8): "uint8",
-    np.dtype(np.int32): "int32",
-    np.dtype(np.int64): "int64",
-}
-_TORCH_DTYPES = {
-    "torch.float32": "float32",
-    "torch.float64": "float64",
-    "torch.float16": "float16",
-    "torch.bfloat16": "bfloat16",
-    "torch.int8": "int8",
-    "torch.uint8": "uint8",
-    "torch.int32": "int32",
-    "torch.int64": "int64",
-}
+_NUMPY_DTYPES = dtypes.NUMPY
+_TORCH_DTYPES = dtypes.TORCH
 
 
 def _is_torch(x) -> bool:

@@ -8,10 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 
-_TORCH_DTYPES = {"float32": "float32", "float64": "float64", "float16": "float16", "bfloat16": "bfloat16",
-                 "int8": "int8", "uint8": "uint8", "int32": "int32", "int64": "int64"}
-
-
 def is_device_buffer(buf) -> bool:
     return hasattr(buf, "__commlib_device__") or bool(getattr(buf, "is_cuda", False))
 
@@ -21,7 +17,7 @@ def empty(device: str, count: int, dtype: str):
         from commlib.device import emulated
         return emulated.empty(count, dtype)
     import torch
-    return torch.empty(count, dtype=getattr(torch, _TORCH_DTYPES[dtype]), device="cuda")
+    return torch.empty(count, dtype=getattr(torch, dtype), device="cuda")
 
 
 def fill(buf, vals: np.ndarray, offset: int = 0):

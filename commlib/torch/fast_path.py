@@ -18,12 +18,10 @@ import torch.distributed as dist
 from torch.futures import Future
 
 import commlib._C as _C
+from commlib.device import dtypes
 from commlib.torch.work import Work
 
-_C.register_torch_types(torch.Tensor, torch.strided, {
-    torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
-    torch.bfloat16: "bfloat16", torch.int8: "int8", torch.uint8: "uint8", torch.int32: "int32",
-    torch.int64: "int64"})
+_C.register_torch_types(torch.Tensor, torch.strided, dtypes.torch_dtypes(torch))
 
 fast_collective = _C.fast_collective
 ALL_REDUCE = _C.COLLECTIVES.index("all_reduce")

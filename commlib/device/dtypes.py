@@ -1,0 +1,25 @@
+"""The one dtype table of the Python side, generated from the extension's (``_C.DTYPES``, the
+names csrc/common/types.h defines): how NumPy, torch, the CUDA array interface and DLPack spell
+each dtype commlib moves. Host buffers, device buffers, the torch fast path and the bench's device
+buffers read it, so a dtype added in C++ appears everywhere at once."""
+from __future__ import annotations
+
+import numpy as np
+
+import commlib._C as _C
+
+NAMES = tuple(_C.DTYPES)
+# NumPy has no bfloat16 of its own (ml_dtypes' is recognised by name where buffers are read).
+NUMPY = {np.dtype(n): n for n in NAMES if n != "bfloat16"}
+# str(torch.dtype) -> name, so that modules need not import torch to read a tensor's dtype.
+TORCH = {f"torch.{n}": n for n in NAMES}
+# __cuda_array_interface__ typestr -> name: single bytes carry either byte-order mark.
+TYPESTR = {**{d.str: n for d, n in NUMPY.items()},
+           **{d.str.replace("|", "<"): n for d, n in NUMPY.items() if d.itemsize == 1}}
+# DLPack (code, bits) -> name; codes from dlpack.h: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4.
+DLPACK = {**{({"i": 0, "u": 1, "f": 2}[d.kind], d.itemsize * 8): n for d, n in NUMPY.items()}, (4, 16): "bfloat16"}
+
+
+def torch_dtypes(torch) -> dict:
+    """{torch.dtype: name} for the torch module given (imported by the caller that has it)."""
+    return {getattr(torch, n): n for n in NAMES}
