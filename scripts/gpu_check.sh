@@ -1,63 +1,219 @@
 #!/usr/bin/env bash
-# One command on a GPU machine: build (with nvcc), run the GPU tests and the device-engine tests,
-# the GPU bench (our algorithms against NCCL, commlib/bench/device.py), and write
-# bench/RESULTS_gpu.md (machine, results, the issue's targets and what is not measured).
+# The GPU check: one command on a lent GPU machine, in bounded steps, each under `timeout`, the
+# whole run under GPU_CHECK_BUDGET_S (default 470 s: a lent command may run 10 minutes).
+#
+#   scripts/gpu_check.sh                  every step
+#   scripts/gpu_check.sh --skip-build     reuse commlib/_C*.so from an earlier run
+#   scripts/gpu_check.sh --steps gpu,bench   only these steps (env always runs)
+#   scripts/gpu_check.sh --dry-run        say what would run, run nothing
+#
+# Steps: env (driver, torch.version.cuda, NCCL version), build (_C and _C_cuda in place with the
+# machine's own python3: no venv, no download, no registry), import (commlib._C_cuda must import
+# where nvidia-smi lists a GPU: the import error otherwise, and the run stops), kernels (the
+# @pytest.mark.gpu kernel tests), gpu (every other @pytest.mark.gpu test, several ranks on the one GPU), ranks (tests/device's CUDA cases again under
+# MPS when nvidia-cuda-mps-control exists; skipped otherwise), bench (small and large all_reduce
+# sizes; against NCCL where there is one GPU per rank, NCCL refusing several ranks on one GPU).
+# bench/RESULTS_gpu.md is rewritten after every step, so a run cut short still reports.
+# Without a GPU it says so and stops (exit 0) without touching bench/RESULTS_gpu.md.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh || exit 1
+ROOT=$PWD
+PY=${PYTHON:-python3}
+BUDGET=${GPU_CHECK_BUDGET_S:-470}
+ALL_STEPS="build,import,kernels,gpu,ranks,bench"
+steps=$ALL_STEPS dry=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --skip-build) steps=${steps//build/} ;;
+    --steps) steps=$2; shift ;;
+    --steps=*) steps=${1#--steps=} ;;
+    --dry-run) dry=1 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    *) echo "gpu_check: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+steps=$(echo "$steps" | tr -s ',' | sed 's/^,//;s/,$//')
+wants() { case ",$steps," in *",$1,"*) return 0 ;; esac; return 1; }
+
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+if [ "${gpus:-0}" -eq 0 ]; then
+  echo "gpu_check: no GPU here (nvidia-smi lists none): nothing to check; bench/RESULTS_gpu.md left as it is."
+  echo "gpu_check: on a GPU machine it would run: env,${steps} with $PY, within ${BUDGET}s."
+  exit 0
+fi
+if [ $dry -eq 1 ]; then
+  echo "gpu_check: $gpus GPU(s); would run env,${steps} with $PY ($(command -v "$PY")), within ${BUDGET}s."
+  exit 0
+fi
+
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONDONTWRITEBYTECODE=1
 out=bench/RESULTS_gpu.md
-log=$(mktemp)
-{
-  echo "# GPU check"
-  echo
-  echo "Run $(date -u +%Y-%m-%dT%H:%MZ) on $(hostname) by scripts/gpu_check.sh."
-  echo
-  echo '```'
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 || echo "nvidia-smi: not available"
-  nvcc --version 2>&1 | tail -1 || true
-  echo '```'
-} > "$out"
-.venv/bin/python -m pytest -q -ra -m gpu tests/ > "$log" 2>&1
-gpu_rc=$?
-.venv/bin/python -m pytest -q -ra tests/device > "$log.device" 2>&1
-dev_rc=$?
-# The GPU bench: our algorithms against NCCL through the same libnccl (--peers nccl), 8 ranks
-# (one per GPU where there are 8; several per GPU otherwise: our ipc link takes that, NCCL refuses
-# it, and its rows are then missing), all_reduce 8 B .. 1 GiB, the other collectives to 64 MiB.
-ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
-mkdir -p bench/results
-bench_json=bench/results/gpu_bench.json
-.venv/bin/python -m commlib bench all_reduce --device cuda --np 8 -b 8 -e 1G -f 4 --mode in -n 10 --passes 1 \
-  --peers nccl --timeout 3000 --json "$bench_json" > "$log.bench" 2>&1
-bench_rc=$?
-.venv/bin/python -m commlib bench all_gather reduce_scatter broadcast all_to_all --device cuda --np 8 -b 8 -e 64M \
-  -f 8 -n 10 --passes 1 --peers nccl --timeout 3000 --json bench/results/gpu_bench_others.json > "$log.others" 2>&1
-others_rc=$?
-{
-  echo
-  echo "## Tests"
-  echo
-  echo "- \`pytest -m gpu tests/\` (CUDA kernels and every @pytest.mark.gpu test): exit $gpu_rc, $(tail -1 "$log")"
-  echo "- \`pytest tests/device\` (stream engine on the emulated device): exit $dev_rc, $(tail -1 "$log.device")"
-  echo
-  echo "## Bench: our algorithms against NCCL ($ngpu GPU(s), 8 ranks)"
-  echo
-  echo "all_reduce: exit $bench_rc; the other collectives: exit $others_rc (logs: the last lines below)."
-  echo
-  if [ -s "$bench_json" ]; then .venv/bin/python -m commlib.bench.device "$bench_json"; else echo '```'; tail -20 "$log.bench"; echo '```'; fi
-  echo
-  if [ -s bench/results/gpu_bench_others.json ]; then
-    .venv/bin/python -m commlib.bench.device bench/results/gpu_bench_others.json | grep -v '^| our best all_reduce'
-  else
-    echo '```'; tail -20 "$log.others"; echo '```'
+logs=$(mktemp -d /tmp/gpu_check.XXXXXX)
+started=$SECONDS
+rows=()     # one table row per step that ran
+tails=()    # the tail of each failing step's log
+overall=0
+remaining() { echo $(( BUDGET - (SECONDS - started) )); }
+
+env_lines() {
+  echo "- machine: $(hostname), $(nproc) cores; GPUs:"
+  nvidia-smi --query-gpu=index,name,memory.total,driver_version,compute_mode --format=csv,noheader 2>&1 | sed 's/^/  - /'
+  echo "- nvcc: $(nvcc --version 2>/dev/null | tail -1 || echo 'not found')"
+  echo "- python: $PY = $(command -v "$PY"), $("$PY" -c 'import sys; print(sys.version.split()[0])' 2>&1)"
+  timeout 60 "$PY" - <<'EOF' 2>&1 | sed 's/^/- /'
+import importlib
+try:
+    import torch
+    print(f"torch {torch.__version__}, torch.version.cuda {torch.version.cuda}, "
+          f"cuda available {torch.cuda.is_available()}, devices {torch.cuda.device_count()}")
+    try:
+        print("NCCL (torch's): " + ".".join(map(str, torch.cuda.nccl.version())))
+    except Exception as e:  # noqa: BLE001
+        print(f"NCCL (torch's): {type(e).__name__}: {e}")
+except Exception as e:  # noqa: BLE001
+    print(f"torch: {type(e).__name__}: {e}")
+for name in ("cupy", "numba", "mpi4py", "pytest", "pybind11"):
+    try:
+        m = importlib.import_module(name)
+        print(f"{name} {getattr(m, '__version__', '?')}")
+    except Exception as e:  # noqa: BLE001
+        print(f"{name}: {type(e).__name__}: {e}")
+EOF
+  if [ -n "$(ls commlib/_C_cuda*.so 2>/dev/null)" ]; then
+    timeout 60 "$PY" -c 'from commlib import nccl; v, path = nccl.load(); print("- NCCL (commlib loads): " + ".".join(map(str, v)) + " from " + path)' 2>&1 | tail -1
   fi
-  echo
-  echo "## Targets of issue #14"
-  echo
-  echo "The two all_reduce targets are judged in the bench's table above (8 ranks: on one node of 8 GPUs they"
-  echo "are the issue's; on fewer GPUs NCCL cannot run 8 ranks and they stay not measured)."
-  echo "4 ranks on one GPU running every collective: the @pytest.mark.gpu tests above (tests/device/test_cuda_buffers.py)."
-} >> "$out"
-echo "wrote $out"
+}
+
+write_report() {
+  {
+    echo "# GPU check"
+    echo
+    echo "Written by \`scripts/gpu_check.sh\` (steps: env,$steps), $(date -u +%Y-%m-%dT%H:%M:%SZ), after $((SECONDS - started)) s."
+    echo
+    cat "$logs/env.md"
+    echo
+    echo "| step | what ran | result | seconds |"
+    echo "| --- | --- | --- | --- |"
+    printf '%s\n' "${rows[@]}"
+    if [ ${#tails[@]} -gt 0 ]; then
+      echo
+      echo "## Failing steps: the last lines of their logs"
+      printf '%s\n' "${tails[@]}"
+    fi
+    if [ -s "$logs/bench.md" ]; then
+      echo
+      echo "## Bench"
+      echo
+      cat "$logs/bench.md"
+    fi
+  } > "$out"
+}
+
+# run_step NAME BUDGET_S "what ran" command...: runs under timeout (at most what is left of the
+# whole budget), records passed / failed (exit) / timed out with the pytest summary line, writes
+# the report. Returns the command's status.
+run_step() {
+  local name=$1 budget=$2 what=$3; shift 3
+  local left; left=$(remaining)
+  if [ "$left" -lt 20 ]; then
+    rows+=("| $name | $what | not run: the ${BUDGET} s budget is spent | 0 |")
+    write_report; return 124
+  fi
+  [ "$budget" -gt "$left" ] && budget=$left
+  local log="$logs/$name.log" t0=$SECONDS rc
+  echo "gpu_check: [$name] $what (at most ${budget}s)" >&2
+  timeout -k 10 "$budget" "$@" > "$log" 2>&1
+  rc=$?
+  local summary; summary=$(grep -E '(passed|failed|error|skipped|no tests ran)' "$log" | grep -E '^=+ |^[0-9]+ ' | tail -1 | tr -d '=|' | sed 's/^ *//;s/ *$//')
+  local result
+  case $rc in
+    0) result="passed${summary:+: $summary}" ;;
+    124|137) result="**timed out** after ${budget} s${summary:+: $summary}" ;;
+    *) result="**failed** (exit $rc)${summary:+: $summary}" ;;
+  esac
+  rows+=("| $name | $what | $result | $((SECONDS - t0)) |")
+  if [ $rc -ne 0 ]; then
+    overall=1
+    tails+=("" "### $name (exit $rc)" "" '```' "$(grep -v '^\s*$' "$log" | tail -40)" '```')
+  fi
+  write_report
+  echo "gpu_check: [$name] $result" >&2
+  return $rc
+}
+
+env_lines > "$logs/env.md" 2>&1
+write_report
+
+if wants build; then
+  run_step build 240 "\`$PY setup.py build_ext --inplace\` (_C and _C_cuda, $(nproc) jobs)" \
+    "$PY" setup.py build_ext --inplace || { echo "gpu_check: build failed: stopping"; cat "$out"; exit 1; }
+  env_lines > "$logs/env.md" 2>&1   # now with the NCCL commlib loads
+  write_report
+fi
+
+if wants import; then
+  # Item 4 of issue #23: a GPU listed and a CUDA module that does not import is a failure with
+  # the import error (a driver older than the static CUDA runtime, a missing build), never a skip.
+  run_step import 60 "\`import commlib._C_cuda\` and a device count (nvidia-smi lists $gpus GPU(s))" \
+    "$PY" -c 'import commlib._C_cuda as cu; n = cu.device_count(); print("devices:", n); assert n > 0, "no device"' \
+    || { echo "gpu_check: commlib._C_cuda does not import while nvidia-smi lists $gpus GPU(s):"; tail -20 "$logs/import.log"; cat "$out"; exit 1; }
+fi
+
+# A hang must show as one failing test, not eat the step: peers' timeouts of 30 s, 120 s per test.
+export COMMLIB_TIMEOUT=${COMMLIB_TIMEOUT:-30}
+PYTEST=("$PY" -m pytest -q -ra -p no:cacheprovider --timeout 120)
+if wants kernels; then
+  run_step kernels 90 "\`pytest -m gpu tests/kernels\`: the CUDA reduction kernels against the CPU's" \
+    "${PYTEST[@]}" -m gpu tests/kernels
+fi
+if wants gpu; then
+  run_step gpu 200 "\`pytest -m gpu tests/ --ignore=tests/kernels\`: every other @pytest.mark.gpu test (device buffers, the stream engine with 2 and 4 ranks on GPU 0, torch backend, parallel), no MPS" \
+    "${PYTEST[@]}" -m gpu tests/ --ignore=tests/kernels
+fi
+
+if wants ranks; then
+  if command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
+    # A private MPS daemon (its pipe and log folders under $logs): started here, stopped after.
+    export CUDA_MPS_PIPE_DIRECTORY=$logs/mps_pipe CUDA_MPS_LOG_DIRECTORY=$logs/mps_log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    if nvidia-cuda-mps-control -d > "$logs/mps_start.log" 2>&1; then
+      run_step ranks 120 "\`pytest -m gpu tests/device\` again under MPS (several ranks on the one GPU)" \
+        "${PYTEST[@]}" -m gpu tests/device
+      echo quit | nvidia-cuda-mps-control > /dev/null 2>&1
+      sleep 1
+    else
+      rows+=("| ranks | MPS | not run: nvidia-cuda-mps-control -d failed: $(tail -1 "$logs/mps_start.log") | 0 |")
+      write_report
+    fi
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  else
+    rows+=("| ranks | under MPS | not run: no nvidia-cuda-mps-control here (the gpu step ran the ranks without MPS) | 0 |")
+    write_report
+  fi
+fi
+
+if wants bench; then
+  np=$gpus peers=(--peers nccl) note="NCCL through the same libnccl, one GPU per rank"
+  if [ "$gpus" -lt 2 ]; then
+    np=2 peers=() note="no NCCL peer: NCCL refuses several ranks on one GPU (Duplicate GPU); ours only, 2 ranks on GPU 0"
+  fi
+  [ "$np" -gt 8 ] && np=8
+  common=(all_reduce --device cuda --np "$np" --mode in -n 10 -w 3 --passes 1 --timeout 60 "${peers[@]}")
+  mkdir -p bench/results
+  run_step bench_small 70 "all_reduce 8 B .. 64 KiB, $np ranks ($note)" \
+    "$PY" -m commlib bench "${common[@]}" -b 8 -e 64K -f 8 --json bench/results/gpu_bench_small.json
+  run_step bench_large 80 "all_reduce 64 MiB .. 256 MiB, $np ranks ($note)" \
+    "$PY" -m commlib bench "${common[@]}" -b 64M -e 256M -f 4 --json bench/results/gpu_bench_large.json
+  for f in small large; do
+    j=bench/results/gpu_bench_$f.json
+    if [ -s "$j" ]; then
+      { echo "### $f sizes"; echo; timeout 60 "$PY" -m commlib.bench.device "$j" 2>&1; echo; } >> "$logs/bench.md"
+    fi
+  done
+  write_report
+fi
+
+echo "gpu_check: wrote $out ($((SECONDS - started)) s); logs in $logs"
 cat "$out"
-[ $gpu_rc -eq 0 ] || [ $gpu_rc -eq 5 ] && [ $dev_rc -eq 0 ] && [ $bench_rc -eq 0 ]
+exit $overall

@@ -9,22 +9,34 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from commlib.testing import close_pools, get_pool  # noqa: E402
 
 
-def _has_cuda():
-    try:
-        import commlib._C_cuda  # noqa: F401
-        return True
-    except Exception:
-        return False
+from gpu_presence import cuda_import_error, gpu_verdict, listed_gpus  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
     # get_closest_marker, not `"gpu" in item.keywords`: keywords also hold the names of the
     # directories above the test, so a checkout in a folder named gpu skipped every test.
-    if any(item.get_closest_marker("gpu") for item in items) and not _has_cuda():
-        skip = pytest.mark.skip(reason="no CUDA device")
-        for item in items:
-            if item.get_closest_marker("gpu"):
-                item.add_marker(skip)
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_items:
+        return
+    verdict, reason = gpu_verdict(listed_gpus(), cuda_import_error())
+    if verdict == "run":
+        return
+    # A GPU that nvidia-smi lists but commlib cannot use fails every GPU test with the reason
+    # (issue #23, item 4); without a GPU they skip.
+    mark = pytest.mark.skip(reason=reason) if verdict == "skip" else pytest.mark.usefixtures("_unusable_gpu")
+    config._commlib_gpu_failure = reason
+    for item in gpu_items:
+        item.add_marker(mark)
+
+
+@pytest.fixture
+def _unusable_gpu(request):
+    pytest.fail(request.config._commlib_gpu_failure, pytrace=False)
+
+
+def pytest_report_header(config):
+    n = listed_gpus()
+    return f"GPUs listed by nvidia-smi: {n}" + ("" if n == 0 else f"; commlib._C_cuda: {cuda_import_error() or 'usable'}")
 
 
 def pytest_sessionfinish(session, exitstatus):

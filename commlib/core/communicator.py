@@ -305,12 +305,21 @@ class Communicator:
 
     # -- groups ---------------------------------------------------------------------------------
     def split(self, color: Optional[int], key: Optional[int] = None,
-              timeout: Optional[float] = None) -> Optional["Communicator"]:
+              timeout: Optional[float] = None, device=None) -> Optional["Communicator"]:
         """Partition the ranks: those passing the same ``color`` form a new communicator, ordered
         by ``key`` (then by rank). Every rank must call it; ``color=None`` joins no group and
         returns None. Collective over this communicator. The new communicator has this one's
         timeout unless ``timeout`` (seconds) is given.
+
+        ``device`` ("cuda:N", "emulated:N", a torch.device, or a device buffer): the new
+        communicator's stream engine for that device is set up here, while every rank is in this
+        collective call, instead of at its first device call (which waits until every rank makes
+        one there: communicators whose first device calls come in different orders on different
+        ranks, as a pipeline's two lanes do, would wait for one another until the timeout). Every
+        rank of the new communicator must name the same kind of device.
         """
+        from commlib.core.device_route import parse_device
+        device_key = None if device is None else parse_device(device)
         if self._split is None:
             raise RuntimeError("split: this communicator was not built by commlib.init, which provides it")
         if self._closed:
@@ -325,8 +334,15 @@ class Communicator:
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout: must be positive, got {timeout!r}")
         self._splits += 1
-        return self._split(self, color, self._rank if key is None else key, self._splits,
-                                  self._timeout if timeout is None else float(timeout))
+        child = self._split(self, color, self._rank if key is None else key, self._splits,
+                            self._timeout if timeout is None else float(timeout))
+        if child is not None and device_key is not None:
+            try:
+                child._device().setup(*device_key)
+            except BaseException:
+                child.abort("its stream engine could not be set up at split()")
+                raise
+        return child
 
     def close(self):
         """Finish queued work, then release shared memory and the worker thread. Idempotent.

@@ -81,7 +81,9 @@ def stream_resolver(buf: DeviceBuffer):
     cu = _cuda_module("tensor")
 
     def cuda_stream(stream):
-        if stream is None:
+        if stream is None and buf.stream is not None:  # __cuda_array_interface__'s stream
+            ptr = buf.stream
+        elif stream is None:
             ptr = _current_cuda_stream(buf.device_index)
         elif hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
             ptr = stream.cuda_stream
@@ -118,6 +120,12 @@ class DeviceRoute:
         self._devices = {}
         self._prefixes = {}  # store prefix of each engine's set-up
         self._pending = collections.deque()  # (work, refs): buffers stay alive until executed
+
+    def setup(self, kind: str, index: int):
+        """Set up the engine of device ``kind``:``index`` now (split(device=...)): every rank of
+        the communicator is in the same collective call, so the rendezvous waits for nobody's
+        first device call."""
+        self._engine(DeviceBuffer(kind, 0, 0, "float32", index))
 
     def _engine(self, buf: DeviceBuffer, first_call=None, first_p2p=None):
         """The engine for ``buf``'s device, set up on first use. ``first_call`` (collective,
@@ -193,16 +201,59 @@ class DeviceRoute:
         self._pending.append((work, refs))
         return DeviceWork(work, refs, stream_of) if async_op else None
 
+    def _imports_closed(self, prefix) -> bool:
+        return _closed_barrier(self._comm, prefix)
+
     def abort(self, reason):
         for e in self._engines.values():
             e.abort(reason)
 
     def close(self):
-        for e in self._engines.values():
+        """Close every engine (never raises for a device error: the engine fails instead), then
+        free its memory: the exported inbox only after every rank closed its imports of it (a
+        store barrier, bounded by the timeout) and nothing failed (issue #23, item 7)."""
+        for key, e in self._engines.items():
             e.close()
+            e.release_memory(peers_closed=not e.failed() and self._imports_closed(self._prefixes[key]))
         self._engines.clear()
         self._devices.clear()
         self._pending.clear()
+
+
+def parse_device(device):
+    """(kind, index) of a ``device=`` argument: "cuda", "cuda:N", "emulated", "emulated:N", a
+    torch.device, or a device buffer (its device)."""
+    from commlib.device.buffers import device_buffer
+    if isinstance(device, str):
+        kind, _, index = device.partition(":")
+        if kind in ("cuda", "emulated") and (index == "" or index.isdigit()):
+            return kind, int(index or 0)
+        raise ValueError(f"device: expected 'cuda[:N]' or 'emulated[:N]', got {device!r}")
+    if type(device).__module__.startswith("torch") and hasattr(device, "type") and hasattr(device, "index"):
+        if device.type != "cuda":
+            raise ValueError(f"device: a stream engine needs a CUDA device, got {device}")
+        return "cuda", device.index or 0
+    buf = device_buffer(device, "device")
+    if buf is None:
+        raise TypeError(f"device: expected a device name, torch.device or device buffer, got {type(device).__name__}")
+    return buf.kind, buf.device_index
+
+
+def _closed_barrier(comm, prefix) -> bool:
+    """Every rank closed its imports of ``prefix``'s engines (False on timeout or a failed store)."""
+    try:
+        comm._store.set(f"{prefix}/closed/{comm.rank}", b"1")
+        keys = [f"{prefix}/closed/{r}" for r in range(comm.size)]
+        deadline = time.monotonic() + min(comm.timeout, 30.0)
+        pause = 0.0005
+        while not comm._store.check(keys):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(pause)
+            pause = min(pause * 2, 0.02)
+        return True
+    except Exception:  # noqa: BLE001 - a store gone: leave the exported memory allocated
+        return False
 
 
 def _one_device(bufs, stream):

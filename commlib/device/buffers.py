@@ -29,6 +29,21 @@ class DeviceBuffer(NamedTuple):
     count: int
     dtype: str
     device_index: int
+    # The stream the data is valid on, from __cuda_array_interface__'s "stream" key (a
+    # cudaStream_t; 1 and 2: the legacy and per-thread default streams), or None: the caller's
+    # current stream (torch's for torch tensors).
+    stream: Optional[int] = None
+
+
+def _pointer_device(ptr: int) -> int:
+    """The CUDA device of a pointer (its attributes), 0 where that cannot be asked (no usable
+    commlib._C_cuda: the route refuses the buffer later with the reason)."""
+    try:
+        import commlib._C_cuda as cu
+    except ImportError:
+        return 0
+    d = cu.pointer_device(int(ptr)) if ptr else 0
+    return d if d >= 0 else 0
 
 
 def _is_contiguous(shape, strides, itemsize) -> bool:
@@ -101,7 +116,12 @@ def device_buffer(x, name: str = "tensor") -> Optional[DeviceBuffer]:
         count = 1
         for n in shape:
             count *= n
-        return DeviceBuffer("cuda", int(cai["data"][0] or 0), count, dt, 0)
+        ptr = int(cai["data"][0] or 0)
+        # The device of the memory, not device 0; the producer's stream (CuPy's current stream,
+        # never torch's): version 3 of the interface says which stream the data is valid on.
+        stream = cai.get("stream")
+        return DeviceBuffer("cuda", ptr, count, dt, _pointer_device(ptr) if ptr else 0,
+                            0 if stream is None else int(stream))
     dl_device = getattr(x, "__dlpack_device__", None)
     if dl_device is not None and hasattr(x, "__dlpack__"):
         kind, _ = dl_device()

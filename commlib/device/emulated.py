@@ -12,6 +12,11 @@ tensors do: enqueued on the current stream (or ``stream=``), returning at once::
     x.numpy()                   # waits for the stream, like tensor.cpu()
 
 All local ranks use emulated device 0 by default (several ranks on one device).
+
+The device follows CUDA's documented rules where code could otherwise pass here and hang or fail
+on a GPU (docs/gpu.md lists them): one host-function thread per process, no device call inside a
+host function, a current device per thread (``rule_counts()``), IPC refusing one's own export,
+and ``inject_fault`` for a sticky device error.
 ``COMMLIB_EMULATED_DELAY_US`` delays every stream operation, so that missing synchronisation shows
 up as wrong data in tests.
 """
@@ -37,6 +42,22 @@ _streams: "weakref.WeakSet[Stream]" = weakref.WeakSet()
 def device(index: int = 0):
     """The process's emulated device ``index`` (a ``commlib._C.EmulatedDevice``)."""
     return _C.emulated_device(index)
+
+
+def inject_fault(device_index: int = 0, kind: str = "illegal_address") -> None:
+    """Make emulated device ``device_index`` of this process sticky-failed, like a CUDA context
+    after an illegal memory access (``kind``: "illegal_address"): every later call on it raises,
+    and work already queued on its streams is skipped. The stream engine turns it into CommError
+    on this rank and PeerError on its peers."""
+    device(device_index).inject_fault(kind)
+
+
+def rule_counts() -> dict:
+    """How often this process broke a CUDA rule that the emulated device checks: device calls
+    from a thread that never set a device (``stray_contexts``: on a GPU each creates a context on
+    device 0), device or NCCL calls from inside a host function (``host_function_violations``:
+    cudaErrorNotPermitted), and the last such call (``last_violation``)."""
+    return _C.emulated_rule_counts()
 
 
 class Stream:

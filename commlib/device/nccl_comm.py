@@ -57,6 +57,32 @@ def _agree(comm, base: str, mine: str, what: str):
             raise MismatchError(f"rank {comm.rank} has {what} {mine} but rank {r} has {theirs}")
 
 
+def duplicate_gpus(identities):
+    """The first two ranks whose (host, CUDA device) is the same, or None. ``identities``: one
+    "host/device" string per rank. NCCL refuses such a communicator ("Duplicate GPU detected")."""
+    seen = {}
+    for rank, ident in enumerate(identities):
+        if ident.split("/", 1)[-1].startswith("cuda:") and ident in seen:
+            return seen[ident], rank
+        seen.setdefault(ident, rank)
+    return None
+
+
+def _refuse_duplicate_gpus(comm, engine, base: str):
+    """A clear error before ncclCommInitRank where two ranks share a GPU (NCCL's own is an
+    internal error after a hang-prone init). CUDA engines only: the emulated NCCL, a test double,
+    keeps several ranks per emulated device (every rank of the tests is on emulated:0)."""
+    mine = f"{comm._core.host_of[comm.rank]}/{engine.device_name}"
+    comm._store.set(f"{base}/gpu/{comm.rank}", mine)
+    ids = [mine if r == comm.rank else _wait(comm, f"{base}/gpu/{r}", f"rank {r}'s GPU").decode(errors="replace")
+           for r in range(comm.size)]
+    dup = duplicate_gpus(ids)
+    if dup is not None:
+        a, b = dup
+        raise CommError(f"NCCL refuses two ranks on one GPU: ranks {a} and {b} are both on {ids[a]} "
+                        "(use COMMLIB_DEVICE_LINK=ipc for ranks sharing a GPU, or one GPU per rank)")
+
+
 def _create(comm, engine, base: str):
     """ncclGetUniqueId on rank 0, the id through the store, ncclCommInitRank everywhere."""
     from commlib.device import nccl
@@ -73,6 +99,8 @@ def _create(comm, engine, base: str):
     uid = _wait(comm, f"{base}/id", "rank 0's NCCL unique id", f"{base}/error")
     if len(uid) != ID_BYTES:  # the store is not trusted: NCCL reads exactly 128 bytes
         raise CommError(f"NCCL unique id from the store: expected {ID_BYTES} bytes, got {len(uid)}")
+    if getattr(engine, "device_name", "").startswith("cuda:"):
+        _refuse_duplicate_gpus(comm, engine, base)
     engine.nccl_init(uid)
 
 

@@ -11,6 +11,7 @@ See docs/torch_backend.md for what works and what does not.
 import torch.distributed as _dist
 
 from commlib.torch.backend import COLLECTIVES, Options, ProcessGroupCommlib, _create
+from commlib.torch.devices import served_devices
 
 BACKEND_NAME = "commlib"
 
@@ -18,7 +19,8 @@ BACKEND_NAME = "commlib"
 def _register():
     if "COMMLIB" in _dist.Backend._plugins:  # already registered (module re-imported)
         return
-    _dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu", "cuda"])
+    # "cpu" always, "cuda" only where the CUDA path can serve it (devices.py says when)
+    _dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=served_devices())
 
 
 _register()

@@ -32,6 +32,7 @@ from commlib.torch import at_exit
 from commlib.torch.fast_path import (ALL_REDUCE, BARRIER, BROADCAST, OP_BY_HASH, REDUCE, DoneWorks,
                                      fast_collective)
 from commlib.torch.data_movement import DataMovementMixin
+from commlib.torch.devices import DeviceTypesMixin, check_one_device
 from commlib.torch.p2p import PointToPointMixin
 from commlib.torch.staging import (NATIVE, as_bytes, op_of, out_bytes, reduction_staging,
                                    sparse_all_reduce)
@@ -96,7 +97,7 @@ def _check_algorithms(options: Options):
                              f"(expected one of: auto, {', '.join(known)})")
 
 
-class ProcessGroupCommlib(PointToPointMixin, DataMovementMixin, dist.ProcessGroup):
+class ProcessGroupCommlib(PointToPointMixin, DataMovementMixin, DeviceTypesMixin, dist.ProcessGroup):
     """``torch.distributed.ProcessGroup`` whose collectives run on a commlib communicator."""
 
     def __init__(self, comm, rank: int, size: int, options: Optional[Options] = None,
@@ -215,6 +216,7 @@ class ProcessGroupCommlib(PointToPointMixin, DataMovementMixin, dist.ProcessGrou
     def allreduce_coalesced(self, tensors, opts=None):
         opts = opts if opts is not None else dist.AllreduceCoalescedOptions()
         tensors = list(tensors)
+        check_one_device(tensors=tensors)
 
         def body(call, async_op):
             groups = {}

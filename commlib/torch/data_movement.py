@@ -11,6 +11,7 @@ import torch.distributed as dist
 
 from commlib.torch.fast_path import (ALL_GATHER, ALL_TO_ALL, OP_BY_HASH, REDUCE_SCATTER,
                                      fast_collective)
+from commlib.torch.devices import check_one_device
 from commlib.torch.staging import NATIVE, as_bytes, op_of, out_bytes, reduction_staging
 
 
@@ -58,6 +59,10 @@ class DataMovementMixin:
         opts = opts if opts is not None else dist.AllgatherOptions()
         if len(output_tensors) != len(input_tensors):
             raise ValueError("allgather: one output list per input tensor expected")
+        if len(input_tensors) == 1:  # dist.all_gather(tensor_list, tensor): name those
+            check_one_device(tensor=input_tensors[0], tensor_list=list(output_tensors[0]))
+        else:
+            check_one_device(input_tensors=input_tensors, output_tensors=output_tensors)
 
         def body(call, async_op):
             for outs, inp in zip(output_tensors, input_tensors):
@@ -77,6 +82,7 @@ class DataMovementMixin:
                 raise ValueError(f"output_lists[{r}]: has {len(outs)} tensors, expected one per input "
                                  f"({len(ins)})")
         per_input = [[output_lists[r][i] for r in range(P)] for i in range(len(ins))]
+        check_one_device(input_tensor_list=ins, output_tensor_lists=output_lists)
 
         def body(call, async_op):
             for outs, inp in zip(per_input, ins):
@@ -166,6 +172,10 @@ class DataMovementMixin:
         opts = opts if opts is not None else dist.ReduceScatterOptions()
         outs = list(output_tensors)
         P = self.size()
+        if len(outs) == 1:  # dist.reduce_scatter(output, input_list): name those
+            check_one_device(output=outs[0], input_list=list(input_tensors[0]))
+        else:
+            check_one_device(output_tensors=outs, input_tensors=input_tensors)
 
         def body(call, async_op):
             for out, ins in zip(outs, input_tensors):
@@ -245,6 +255,7 @@ class DataMovementMixin:
         opts = opts if opts is not None else dist.AllToAllOptions()
         outs, ins = list(output_tensors), list(input_tensors)
         P = self.size()
+        check_one_device(input_tensor_list=ins, output_tensor_list=outs)
 
         def body(call, async_op):
             if len(outs) != P or len(ins) != P:
@@ -306,7 +317,9 @@ class DataMovementMixin:
                 for r, x in enumerate(ins):
                     if x.numel() != out.numel() or x.dtype != out.dtype:
                         raise ValueError(f"scatter_list[{r}]: size/dtype differs from the output's")
-                flat = torch.cat([as_bytes(x) for x in ins])
+                # staged on the output's device (as gather stages on its input's): the path
+                # is the output's, and a scatter_list elsewhere is copied there first
+                flat = torch.cat([as_bytes(x).to(st.buf.device) for x in ins])
             self._issue(call, async_op, self._comm.scatter(
                 st.buf, flat, root=root, algorithm=self._algo["scatter"], async_op=async_op))
             if st.copy:

@@ -62,6 +62,19 @@ PYBIND11_MODULE(_C_cuda, m) {
 
   m.doc() = "commlib CUDA reduction kernels on device pointers (synchronous; for tests and tools)";
 
+  m.def(
+      "pointer_device",
+      [](uintptr_t ptr) {
+        cudaPointerAttributes attr{};
+        const cudaError_t err = cudaPointerGetAttributes(&attr, reinterpret_cast<const void*>(ptr));
+        if (err != cudaSuccess || (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)) {
+          cudaGetLastError();
+          return -1;
+        }
+        return attr.device;
+      },
+      py::arg("ptr"), "The CUDA device of a device pointer (-1: not device memory).");
+
   m.def("device_count", []() {
     int count = 0;
     check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");

@@ -9,6 +9,7 @@
 #include "bindings/gil.h"
 #include "bindings/peer_control.h"
 #include "device/emulated/emulated_device.h"
+#include "device/emulated/emulated_rules.h"
 #include "device/nccl_loader.h"
 #include "host/communicator.h"
 #include "stream/stream_engine.h"
@@ -36,24 +37,68 @@ void bind_device(py::module_& m) {
   py::class_<DeviceStream, std::shared_ptr<DeviceStream>>(m, "DeviceStream");
   py::class_<DeviceEvent, std::shared_ptr<DeviceEvent>>(m, "DeviceEvent");
 
+  // Every call from Python runs with its device current and restores the thread's previous one,
+  // as torch's device guards do (the emulated device enforces CUDA's per-thread current device).
   py::class_<Device, std::shared_ptr<Device>>(m, "Device")
       .def_property_readonly("name", &Device::name)
-      .def("allocate", [](Device& d, size_t bytes) { return reinterpret_cast<uintptr_t>(d.allocate(bytes)); })
-      .def("free_async", [](Device& d, uintptr_t p, DeviceStream& s) { d.free_async(reinterpret_cast<void*>(p), s); })
-      .def("create_stream", &Device::create_stream)
-      .def("create_event", &Device::create_event)
-      .def("record", &Device::record)
-      .def("wait_event", &Device::wait_event)
-      .def("query", &Device::query)
-      .def("synchronize_event", py::overload_cast<DeviceEvent&>(&Device::synchronize), py::call_guard<ReleaseGil>())
-      .def("synchronize_stream", py::overload_cast<DeviceStream&>(&Device::synchronize), py::call_guard<ReleaseGil>())
+      .def("allocate",
+           [](Device& d, size_t bytes) {
+             DeviceGuard g(d);
+             return reinterpret_cast<uintptr_t>(d.allocate(bytes));
+           })
+      .def("free_async",
+           [](Device& d, uintptr_t p, DeviceStream& s) {
+             DeviceGuard g(d);
+             d.free_async(reinterpret_cast<void*>(p), s);
+           })
+      .def("create_stream",
+           [](Device& d) {
+             DeviceGuard g(d);
+             return d.create_stream();
+           })
+      .def("create_event",
+           [](Device& d) {
+             DeviceGuard g(d);
+             return d.create_event();
+           })
+      .def("record",
+           [](Device& d, DeviceEvent& e, DeviceStream& s) {
+             DeviceGuard g(d);
+             d.record(e, s);
+           })
+      .def("wait_event",
+           [](Device& d, DeviceStream& s, DeviceEvent& e) {
+             DeviceGuard g(d);
+             d.wait_event(s, e);
+           })
+      .def("query",
+           [](Device& d, DeviceEvent& e) {
+             DeviceGuard g(d);
+             return d.query(e);
+           })
+      .def(
+          "synchronize_event",
+          [](Device& d, DeviceEvent& e) {
+            DeviceGuard g(d);
+            d.synchronize(e);
+          },
+          py::call_guard<ReleaseGil>())
+      .def(
+          "synchronize_stream",
+          [](Device& d, DeviceStream& s) {
+            DeviceGuard g(d);
+            d.synchronize(s);
+          },
+          py::call_guard<ReleaseGil>())
       .def("copy",
            [](Device& d, uintptr_t dst, uintptr_t src, size_t bytes, DeviceStream& s) {
+             DeviceGuard g(d);
              d.copy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes, s);
            })
       // Host -> device from a private copy of `data`, so the caller may reuse its buffer at once.
       .def("upload",
            [](Device& d, uintptr_t dst, py::bytes data, DeviceStream& s) {
+             DeviceGuard g(d);
              auto staging = std::make_shared<std::string>(data);
              char* host = staging->data();
              d.copy(reinterpret_cast<void*>(dst), host, staging->size(), s);
@@ -63,21 +108,28 @@ void bind_device(py::module_& m) {
       .def("reduce",
            [](Device& d, uintptr_t dst, uintptr_t src, size_t n, const std::string& dtype, const std::string& op,
               DeviceStream& s) {
+             DeviceGuard g(d);
              d.reduce(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n, parse_dtype(dtype),
                       parse_op(op), s);
            })
       .def("scale_copy",
            [](Device& d, uintptr_t dst, uintptr_t src, size_t n, const std::string& dtype, double scale,
               DeviceStream& s) {
+             DeviceGuard g(d);
              d.scale_copy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n, parse_dtype(dtype),
                           scale, s);
            })
       .def("divide", [](Device& d, uintptr_t dst, size_t n, const std::string& dtype, int64_t divisor,
-                        DeviceStream& s) { d.divide(reinterpret_cast<void*>(dst), n, parse_dtype(dtype), divisor, s); });
+                        DeviceStream& s) {
+        DeviceGuard g(d);
+        d.divide(reinterpret_cast<void*>(dst), n, parse_dtype(dtype), divisor, s);
+      });
 
   py::class_<EmulatedDevice, Device, std::shared_ptr<EmulatedDevice>>(m, "EmulatedDevice")
       .def_property_readonly("delay_us", &EmulatedDevice::delay_us)
       .def("allocated_bytes", &EmulatedDevice::allocated_bytes)
+      .def("inject_fault", &EmulatedDevice::inject_fault, py::arg("kind"))
+      .def_property_readonly("fault", &EmulatedDevice::fault)
       // Emulated memory is host memory: read it back directly (after a synchronize).
       .def("read", [](EmulatedDevice&, uintptr_t src, size_t bytes) {
         return py::bytes(reinterpret_cast<const char*>(src), bytes);
@@ -99,6 +151,14 @@ void bind_device(py::module_& m) {
         return py::make_tuple(api.version, api.path);
       },
       py::arg("candidates"), "dlopen libnccl (first loadable candidate); returns (version code, path).");
+  m.def("emulated_rule_counts", [] {
+    const EmulatedRuleCounts c = emulated_rule_counts();
+    py::dict d;
+    d["stray_contexts"] = c.stray_contexts;
+    d["host_function_violations"] = c.host_function_violations;
+    d["last_violation"] = c.last_violation;
+    return d;
+  }, "How often this process broke the CUDA rules the emulated device checks (see commlib.emulated).");
   m.def("emulated_device", &emulated_device, py::arg("index") = 0,
         "The process's emulated device `index` (COMMLIB_EMULATED_DELAY_US read when first created).");
 
@@ -183,9 +243,11 @@ void bind_device(py::module_& m) {
       .def("nccl_carries_any", [](StreamEngine& e) { return e.nccl().carries_any(); })
       .def("nccl_inject_async_error", [](StreamEngine& e, int code) { e.nccl().inject_async_error(code); },
            py::arg("code"), "Tests, emulated NCCL only: ncclCommGetAsyncError reports `code` from now on.")
+      .def_property_readonly("device_name", [](StreamEngine& e) { return e.device().name(); })
       .def("abort", &StreamEngine::abort)
       .def("failed", &StreamEngine::failed)
-      .def("close", &StreamEngine::close, py::call_guard<ReleaseGil>());
+      .def("close", &StreamEngine::close, py::call_guard<ReleaseGil>())
+      .def("release_memory", &StreamEngine::release_memory, py::arg("peers_closed"), py::call_guard<ReleaseGil>());
 }
 
 }  // namespace commlib

@@ -51,6 +51,9 @@ const std::vector<Param> kParams = {
     {"COMMLIB_EMULATED_DELAY_US", "int", "0",
      "microseconds every data operation of an emulated device stream waits before it runs (tests: a missing "
      "wait shows up as wrong data)"},
+    {"COMMLIB_EMULATED_CONNECTIONS", "int", "8",
+     "hardware queues an emulated device's streams share, as CUDA_DEVICE_MAX_CONNECTIONS (1..32): "
+     "operations of streams on one queue run in enqueue order, so a blocked wait holds up the others"},
     {"COMMLIB_DEVICE_SLOT_BYTES", "bytes", "262144",
      "bytes of one inbox slot of the stream engine (device buffers), a multiple of 64, the same on every rank"},
     {"COMMLIB_DEVICE_SLOTS", "int", "4", "inbox slots per peer of the stream engine (1..64)"},

@@ -81,18 +81,47 @@ void run_host_function(void* data) {
 
 const char kHex[] = "0123456789abcdef";
 
+// The device current for a scope, the caller's restored after (CUDA's current device is per
+// thread; a library must not leave it changed: torch and CuPy keep their own notion of it).
+class Current {
+ public:
+  explicit Current(int index) : index_(index) {
+    check(cudaGetDevice(&previous_), "cudaGetDevice");
+    if (previous_ != index_) check(cudaSetDevice(index_), "cudaSetDevice");
+  }
+  ~Current() {
+    if (previous_ != index_) cudaSetDevice(previous_);
+  }
+
+ private:
+  int index_;
+  int previous_ = 0;
+};
+
 }  // namespace
 
 CudaDevice::CudaDevice(int index) : index_(index) {
-  check(cudaSetDevice(index), "cudaSetDevice");
+  Current current(index_);
   write_value64_ = driver_entry("cuStreamWriteValue64");
   wait_value64_ = driver_entry("cuStreamWaitValue64");
+  cuda_preload_kernels();  // no lazy module load (a context-wide synchronisation) inside a call
 }
 
-void CudaDevice::use() const { check(cudaSetDevice(index_), "cudaSetDevice"); }
+void CudaDevice::make_current() { check(cudaSetDevice(index_), "cudaSetDevice"); }
+
+int CudaDevice::swap_current() {
+  int previous = -1;
+  check(cudaGetDevice(&previous), "cudaGetDevice");
+  if (previous != index_) check(cudaSetDevice(index_), "cudaSetDevice");
+  return previous;
+}
+
+void CudaDevice::restore_current(int previous) {
+  if (previous >= 0 && previous != index_) cudaSetDevice(previous);
+}
 
 void* CudaDevice::allocate(size_t bytes) {
-  use();
+  Current current(index_);
   void* p = nullptr;
   check(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc");
   return p;
@@ -100,13 +129,13 @@ void* CudaDevice::allocate(size_t bytes) {
 
 void CudaDevice::free_async(void* ptr, DeviceStream& stream) {
   if (!ptr) return;
-  use();
+  Current current(index_);
   check(cudaStreamSynchronize(cu(stream)), "cudaStreamSynchronize");
   check(cudaFree(ptr), "cudaFree");
 }
 
 uint64_t* CudaDevice::map_host(void* host, size_t bytes) {
-  use();
+  Current current(index_);
   check(cudaHostRegister(host, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable), "cudaHostRegister");
   void* dev = nullptr;
   check(cudaHostGetDevicePointer(&dev, host, 0), "cudaHostGetDevicePointer");
@@ -116,7 +145,7 @@ uint64_t* CudaDevice::map_host(void* host, size_t bytes) {
 void CudaDevice::unmap_host(void* host) { cudaHostUnregister(host); }
 
 std::string CudaDevice::export_memory(void* ptr) {
-  use();
+  Current current(index_);
   cudaIpcMemHandle_t h;
   check(cudaIpcGetMemHandle(&h, ptr), "cudaIpcGetMemHandle");
   std::string out = "cuda:";
@@ -139,7 +168,7 @@ void* CudaDevice::import_memory(const std::string& handle) {
   };
   auto* b = reinterpret_cast<unsigned char*>(&h);
   for (size_t i = 0; i < sizeof h; ++i) b[i] = static_cast<unsigned char>(nibble(handle[5 + 2 * i]) << 4 | nibble(handle[6 + 2 * i]));
-  use();
+  Current current(index_);
   void* p = nullptr;
   check(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
   return p;
@@ -148,7 +177,7 @@ void* CudaDevice::import_memory(const std::string& handle) {
 void CudaDevice::close_import(void* ptr) { cudaIpcCloseMemHandle(ptr); }
 
 std::shared_ptr<DeviceStream> CudaDevice::create_stream() {
-  use();
+  Current current(index_);
   cudaStream_t s;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
   return std::make_shared<CudaStream>(s, true);
@@ -159,11 +188,12 @@ std::shared_ptr<DeviceStream> CudaDevice::wrap_stream(uintptr_t stream) {
 }
 
 std::shared_ptr<DeviceEvent> CudaDevice::create_event() {
-  use();
+  Current current(index_);
   return std::make_shared<CudaEvent>();
 }
 
 void CudaDevice::record(DeviceEvent& event, DeviceStream& stream) {
+  Current current(index_);
   check(cudaEventRecord(cu(event).event, cu(stream)), "cudaEventRecord");
   cu(event).recorded = true;
 }
@@ -184,18 +214,22 @@ void CudaDevice::synchronize(DeviceEvent& event) { check(cudaEventSynchronize(cu
 void CudaDevice::synchronize(DeviceStream& stream) { check(cudaStreamSynchronize(cu(stream)), "cudaStreamSynchronize"); }
 
 void CudaDevice::copy(void* dst, const void* src, size_t bytes, DeviceStream& stream) {
+  Current current(index_);
   if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cu(stream)), "cudaMemcpyAsync");
 }
 
 void CudaDevice::reduce(void* dst, const void* src, size_t n, DType dtype, RedOp op, DeviceStream& stream) {
+  Current current(index_);
   cuda_reduce_inplace(dst, src, n, dtype, op, cu(stream));
 }
 
 void CudaDevice::scale_copy(void* dst, const void* src, size_t n, DType dtype, double scale, DeviceStream& stream) {
+  Current current(index_);
   cuda_scale_copy(dst, src, n, dtype, scale, cu(stream));
 }
 
 void CudaDevice::divide(void* dst, size_t n, DType dtype, int64_t divisor, DeviceStream& stream) {
+  Current current(index_);
   cuda_divide_inplace(dst, n, dtype, divisor, cu(stream));
 }
 

@@ -14,7 +14,9 @@ class CudaDevice final : public Device {
   explicit CudaDevice(int index);
 
   std::string name() const override { return "cuda:" + std::to_string(index_); }
-  void make_current() override { use(); }
+  void make_current() override;
+  int swap_current() override;
+  void restore_current(int previous) override;
 
   void* allocate(size_t bytes) override;
   void free_async(void* ptr, DeviceStream& stream) override;
@@ -44,7 +46,6 @@ class CudaDevice final : public Device {
   void host_func(std::function<void()> fn, DeviceStream& stream) override;
 
  private:
-  void use() const;  // makes this device current for the calling thread
   const int index_;
   void* write_value64_ = nullptr;  // cuStreamWriteValue64 / cuStreamWaitValue64 (driver)
   void* wait_value64_ = nullptr;

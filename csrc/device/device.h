@@ -42,6 +42,13 @@ class Device {
   // Makes this device the calling thread's current one (cudaSetDevice), as libraries that bind
   // to the current device need (ncclCommInitRank).
   virtual void make_current() {}
+  // make_current() returning the calling thread's previous current device (-1: none), and its
+  // undoing: CUDA's current device is per thread, and a library must leave it as it found it.
+  virtual int swap_current() {
+    make_current();
+    return -1;
+  }
+  virtual void restore_current(int previous) { (void)previous; }
 
   // -- memory ------------------------------------------------------------------------------
   virtual void* allocate(size_t bytes) = 0;
@@ -81,6 +88,21 @@ class Device {
   // Runs fn on a host thread when the stream reaches it; the stream waits for fn to return.
   // fn must not call into the device.
   virtual void host_func(std::function<void()> fn, DeviceStream& stream) = 0;
+};
+
+// This device current on the calling thread for a scope, the previous one restored after: every
+// method of the engine that enqueues or queries takes one (kernels launched on another device's
+// stream fail; a thread that never set a device creates a context on device 0).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(Device& d) : d_(d), previous_(d.swap_current()) {}
+  ~DeviceGuard() { d_.restore_current(previous_); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  Device& d_;
+  int previous_;
 };
 
 }  // namespace commlib

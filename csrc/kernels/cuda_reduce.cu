@@ -33,8 +33,16 @@ struct CudaLaunch {
   const void* src;
   size_t n;
   cudaStream_t stream;
+  bool preload = false;  // load the kernel's three variants instead of launching
   template <class F>
   void operator()(F f) {
+    if (preload) {
+      cudaFuncAttributes attr;
+      cudaFuncGetAttributes(&attr, elementwise_kernel<F, kVector>);
+      cudaFuncGetAttributes(&attr, elementwise_kernel<F, kElement>);
+      cudaFuncGetAttributes(&attr, elementwise_kernel<F, kBytes>);
+      return;
+    }
     if (n == 0) return;
     const LaunchShape shape = launch_shape<typename F::S>(dst, src, n);
     if (shape.access == kVector)
@@ -66,6 +74,28 @@ void cuda_divide_inplace(void* dst, size_t n, DType dtype, int64_t divisor, cuda
   CudaLaunch launch{"cuda_divide_inplace", dst, dst, n, stream};
   DivideVisitor<CudaLaunch> v{launch, divisor};
   kern::dispatch_dtype(dtype, v);
+}
+
+void cuda_preload_kernels() {
+  // With lazy loading (CUDA's default since 12.2) a kernel's first launch loads its module, which
+  // synchronises the context: with the engine's streams parked in waits on peers that can hang.
+  // Loading them all up front (cudaFuncGetAttributes loads a function) takes that off every call.
+  for (int d = 0; d < static_cast<int>(DType::kCount); ++d) {
+    const DType dtype = static_cast<DType>(d);
+    CudaLaunch launch{"preload", nullptr, nullptr, 0, nullptr, true};
+    for (int o = 0; o < static_cast<int>(RedOp::kCount); ++o) {
+      try {
+        ReduceVisitor<CudaLaunch> v{launch};
+        kern::dispatch_reduce(dtype, static_cast<RedOp>(o), v);
+      } catch (const std::exception&) {  // an op this dtype has not (bitwise on floats)
+      }
+    }
+    ScaleVisitor<CudaLaunch> sv{launch, 1.0};
+    kern::dispatch_dtype(dtype, sv);
+    DivideVisitor<CudaLaunch> dv{launch, 1};
+    kern::dispatch_dtype(dtype, dv);
+  }
+  cudaGetLastError();
 }
 
 }  // namespace commlib

@@ -22,5 +22,7 @@ void cuda_scale_copy(void* dst, const void* src, size_t n, DType dtype, double s
 
 // dst[i] = dst[i] / divisor (avg), same numerics as divide_inplace in cpu_reduce.h; divisor > 0.
 void cuda_divide_inplace(void* dst, size_t n, DType dtype, int64_t divisor, cudaStream_t stream);
+// Loads every kernel variant now (the current device's context), so no launch loads lazily.
+void cuda_preload_kernels();
 
 }  // namespace commlib

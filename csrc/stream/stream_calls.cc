@@ -90,6 +90,19 @@ std::shared_ptr<DeviceWork> StreamEngine::finish(std::shared_ptr<DeviceEvent> do
 std::shared_ptr<DeviceWork> StreamEngine::collective(const CollectiveCall& call, DeviceStream& s) {
   std::lock_guard<std::mutex> guard(enqueue_mu_);
   throw_if_failed_locked();
+  try {
+    DeviceGuard current(*device_);  // kernels and records on the engine's device, restored after
+    return enqueue_collective(call, s);
+  } catch (const CommError&) {
+    throw;
+  } catch (const std::invalid_argument&) {
+    throw;
+  } catch (const std::exception& e) {  // a device error (sticky CUDA error): CommError
+    device_error("enqueueing a collective", e);
+  }
+}
+
+std::shared_ptr<DeviceWork> StreamEngine::enqueue_collective(const CollectiveCall& call, DeviceStream& s) {
   const size_t esize = dtype_size(call.dtype);
   if (call.algo == kNcclAlgorithmCode) {  // algorithm="nccl": NCCL's own collective, no schedule
     NcclLink::check_supported(call.dtype, call.op, call.coll);
@@ -111,9 +124,9 @@ std::shared_ptr<DeviceWork> StreamEngine::collective(const CollectiveCall& call,
 
   auto done = begin(desc, s);
   const std::vector<int> peers = planned.peers;
-  if (!peers.empty()) device_->host_func([this, desc, peers] { check_call(desc, peers); }, s);
   std::string enqueue_error;
   try {
+    if (!peers.empty()) enqueue_call_check(desc, peers, s);
     std::vector<std::pair<int, CallDesc>> remote_peers;  // on other hosts: descriptors in-band
     for (int p : peers)
       if (remote(p)) remote_peers.emplace_back(p, desc);

@@ -54,12 +54,16 @@ StreamEngineOptions stream_engine_options_from_env(double timeout_s, const std::
   return o;
 }
 
+// Control region: three counter lines per peer (ready, freed, called), the call-descriptor ring,
+// the point-to-point descriptor rings.
+constexpr int kFlagKinds = 3;
+
 size_t StreamEngine::ctl_bytes() const {
-  return 2 * static_cast<size_t>(size_) * kLine + kRing * kRingSlot + static_cast<size_t>(size_) * kP2PRing * kP2PSlot;
+  return kFlagKinds * static_cast<size_t>(size_) * kLine + kRing * kRingSlot + static_cast<size_t>(size_) * kP2PRing * kP2PSlot;
 }
 
 char* StreamEngine::p2p_slot(char* ctl, int peer, uint64_t k) const {
-  return ctl + 2 * static_cast<size_t>(size_) * kLine + kRing * kRingSlot +
+  return ctl + kFlagKinds * static_cast<size_t>(size_) * kLine + kRing * kRingSlot +
          (static_cast<size_t>(peer) * kP2PRing + k % kP2PRing) * kP2PSlot;
 }
 
@@ -68,7 +72,7 @@ uint64_t* StreamEngine::flag(char* ctl, int which, int peer) const {
 }
 
 char* StreamEngine::ring_slot(char* ctl, uint64_t seq) const {
-  return ctl + 2 * static_cast<size_t>(size_) * kLine + (seq % kRing) * kRingSlot;
+  return ctl + kFlagKinds * static_cast<size_t>(size_) * kLine + (seq % kRing) * kRingSlot;
 }
 
 StreamEngine::StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerControl> control, PlanContext plan,
@@ -91,6 +95,7 @@ StreamEngine::StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerC
   void* p = mmap(nullptr, ctl_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, ctl_fd_, 0);
   if (p == MAP_FAILED) throw std::runtime_error(std::string("stream engine: mmap: ") + std::strerror(errno));
   ctl_ = static_cast<char*>(p);
+  DeviceGuard guard(*device_);
   ctl_dev_ = device_->map_host(ctl_, ctl_bytes());
   inbox_ = device_->allocate(static_cast<size_t>(size_) * opts_.nslots * opts_.slot_bytes);
   own_stream_ = device_->create_stream();
@@ -109,11 +114,13 @@ StreamEngine::StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerC
 StreamEngine::~StreamEngine() {
   try {
     close();
+    release_memory(false);  // without the peers' word: the exported inbox is left allocated
   } catch (...) {
   }
 }
 
 std::string StreamEngine::local_handle() const {
+  DeviceGuard guard(*device_);
   // ctl:<pid>:<fd>:<bytes>;slots:<nslots>:<slot_bytes>;inbox:<device handle>
   return "ctl:" + std::to_string(getpid()) + ":" + std::to_string(ctl_fd_) + ":" + std::to_string(ctl_bytes()) +
          ";slots:" + std::to_string(opts_.nslots) + ":" + std::to_string(opts_.slot_bytes) +
@@ -126,6 +133,7 @@ void StreamEngine::connect(const std::vector<std::string>& handles, const std::v
   if (static_cast<int>(same_host.size()) != size_)
     throw std::invalid_argument("same_host: expected " + std::to_string(size_) + " flags, got " +
                                 std::to_string(same_host.size()));
+  DeviceGuard guard(*device_);
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
     const std::string& h = handles[p];
@@ -162,13 +170,17 @@ void StreamEngine::connect(const std::vector<std::string>& handles, const std::v
 }
 
 char* StreamEngine::grow(void*& buf, size_t& have, size_t bytes, DeviceStream& s) {
+  (void)s;
   if (bytes > have) {
-    // Calls are ordered (each waits for the previous one), so a stream-ordered free is safe.
-    if (buf) device_->free_async(buf, s);
+    // No free here: freeing synchronises the device like cudaFree, while this rank's streams may
+    // be parked in waits on peers (a deadlock). The old buffer is retired until close; growing
+    // geometrically keeps the retired ones smaller than the live one together.
+    const size_t want = std::max(bytes, 2 * have);
+    if (buf) retired_.push_back(buf);
     buf = nullptr;
     have = 0;
-    buf = device_->allocate(bytes);
-    have = bytes;
+    buf = device_->allocate(want);
+    have = want;
   }
   return static_cast<char*>(buf);
 }
@@ -261,13 +273,24 @@ void StreamEngine::enqueue_step(const Step& step, char* const bases[3], size_t e
 }
 
 void StreamEngine::close() {
+  // Always returns: a device error on the way (a sticky CUDA error) fails the engine instead of
+  // throwing, and the watchdog is joined whatever happened.
   {
     std::lock_guard<std::mutex> guard(enqueue_mu_);
     if (closed_) return;
     closed_ = true;
   }
-  if (last_done_) device_->synchronize(*last_done_);  // the watchdog releases a stuck stream
-  nccl_->close();
+  auto attempt = [this](const char* what, auto&& fn) {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      fail_device(std::string("close (") + what + ")", e);
+    }
+  };
+  std::unique_ptr<DeviceGuard> guard;
+  attempt("current device", [&] { guard = std::make_unique<DeviceGuard>(*device_); });
+  if (last_done_) attempt("synchronize", [&] { device_->synchronize(*last_done_); });  // the watchdog releases a stuck stream
+  attempt("nccl", [&] { nccl_->close(); });
   if (host_listener_) control_->remove_host_listener(host_listener_);
   host_listener_ = 0;
   if (p2p_probe_) control_->remove_p2p_probe(p2p_probe_);  // before the control region goes
@@ -278,25 +301,50 @@ void StreamEngine::close() {
   }
   cv_.notify_all();
   if (watchdog_.joinable()) watchdog_.join();
+  // Imports first (issue #23, item 7): the peers' memory is theirs to free once every rank has
+  // closed its imports (release_memory, after the Python side's barrier).
   for (Peer& p : peers_) {
-    if (p.inbox) device_->close_import(p.inbox);
+    if (p.inbox) attempt("close import", [&] { device_->close_import(p.inbox); });
     if (p.ctl) {
-      device_->unmap_host(p.ctl);
+      attempt("unmap", [&] { device_->unmap_host(p.ctl); });
       munmap(p.ctl, p.ctl_bytes);
     }
     p = Peer{};
   }
-  close_remote_staging();
-  device_->free_async(inbox_, *own_stream_);
-  device_->free_async(scratch_, *own_stream_);
-  device_->free_async(input_copy_, *own_stream_);
-  device_->synchronize(*own_stream_);
+  attempt("remote staging", [&] { close_remote_staging(); });
+}
+
+void StreamEngine::release_memory(bool peers_closed) {
+  {
+    std::lock_guard<std::mutex> guard(enqueue_mu_);
+    if (!closed_ || released_) return;
+    released_ = true;
+  }
+  auto attempt = [this](const char* what, auto&& fn) {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      fail_device(std::string("release (") + what + ")", e);
+    }
+  };
+  std::unique_ptr<DeviceGuard> guard;
+  attempt("current device", [&] { guard = std::make_unique<DeviceGuard>(*device_); });
+  // The inbox is exported: freed only when every peer closed its import of it and nothing
+  // failed (a peer that failed may still map it: leaked rather than freed under it).
+  if (peers_closed && !failed()) attempt("free inbox", [&] { device_->free_async(inbox_, *own_stream_); });
+  attempt("free scratch", [&] {
+    device_->free_async(scratch_, *own_stream_);
+    device_->free_async(input_copy_, *own_stream_);
+    for (void* b : retired_) device_->free_async(b, *own_stream_);
+    retired_.clear();
+  });
+  attempt("synchronize", [&] { device_->synchronize(*own_stream_); });
   own_stream_.reset();  // its thread ends now, not when the last work handle goes
   send_stream_.reset();
   recv_stream_.reset();
   inbox_ = scratch_ = input_copy_ = nullptr;
   if (ctl_) {
-    device_->unmap_host(ctl_);
+    attempt("unmap", [&] { device_->unmap_host(ctl_); });
     munmap(ctl_, ctl_bytes());
     ctl_ = nullptr;
   }

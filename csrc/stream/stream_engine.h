@@ -16,9 +16,13 @@
 // before chunk i of every receive, and chunk i before chunk i + 1: a wait on chunk i then only
 // depends on peers' operations of lower index, so no step can deadlock, whatever its shape.
 //
-// Each call starts with a host function on the stream that publishes the call's descriptor and
-// waits until every peer of the schedule published its descriptor for the same sequence number:
-// different calls raise MismatchError before any byte moves. A watchdog thread watches calls in
+// Each call starts by publishing its descriptor (a host function that only writes memory), then
+// the stream waits (wait_value, on the device) until every peer of the schedule signalled its
+// descriptor for the same sequence number, and a second host function compares them: different
+// calls raise MismatchError before any byte moves. Nothing enqueued on a stream waits on the host
+// for another process, and host functions make no device or NCCL call (CUDA's rules: all host
+// functions of a process may run on one thread; they must not call CUDA): they record an error,
+// which the watchdog thread acts on (stream_watchdog.cc). A watchdog thread watches calls in
 // flight: a peer that failed, died or closed, or a wait that makes no progress for the timeout,
 // fails the engine with PeerError naming the rank and the call; it publishes the failure to the
 // peers (control plane) and raises every counter this rank's stream waits on, so no stream stays
@@ -145,10 +149,17 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
 
   void abort(const std::string& reason);
   bool failed() const { return failed_.load(std::memory_order_acquire); }
+  // A device call of the engine's device threw (a sticky error): fails the engine and throws its
+  // CommError.
+  [[noreturn]] void device_error(const std::string& where, const std::exception& e);
   // Throws the engine's error if the call numbered `seq` was in flight (or later) when it failed.
   void throw_if_call_failed(uint64_t seq);
-  // Waits for every call (the watchdog still runs), then releases the memory. Idempotent.
+  // Waits for every call (the watchdog still runs), stops the watchdog and closes the imports of
+  // the peers' memory. Idempotent; never throws (a device error fails the engine instead).
   void close();
+  // After close(): frees this rank's memory; the exported inbox only when `peers_closed` (every
+  // peer closed its import: the Python side's barrier) and nothing failed. Idempotent.
+  void release_memory(bool peers_closed);
   Device& device() { return *device_; }
   // NCCL: the `nccl` link's peers and algorithm="nccl" (stream/nccl_link.h); its communicator
   // is created by commlib/device/nccl_comm.py on first use.
@@ -161,12 +172,14 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
     char* inbox = nullptr;     // imported inbox
     size_t ctl_bytes = 0;
   };
+  enum class WaitFor : uint8_t { Slot, Data, CallDesc, MessageDesc };
   struct Wait {  // one wait_value the stream will execute, for the watchdog
     const uint64_t* flag;      // host address
     uint64_t target;
     int peer;
     bool send;                 // waiting for a free slot (send) or for data (receive)
     uint64_t seq;
+    WaitFor what = WaitFor::Data;
   };
   struct InFlight {
     uint64_t seq;    // the engine's ordinal of the call
@@ -175,6 +188,9 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
     bool recorded = false;  // `done` is enqueued (an event never recorded queries as complete)
     bool completed(Device& d) const { return recorded && d.query(*done); }
   };
+
+  std::shared_ptr<DeviceWork> enqueue_collective(const CollectiveCall& call, DeviceStream& s);  // collective()'s body
+  std::shared_ptr<DeviceWork> enqueue_p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& s);
 
   // Point-to-point message descriptors kept per sender: more than the chunks a sender can have in
   // flight (COMMLIB_DEVICE_SLOTS <= 64), and every message moves at least one chunk, so a sender
@@ -196,7 +212,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   // Message descriptors in the receiver's ring: `k` the pair's device message index (the ring
   // position), desc.seq the message's number shared with host messages.
   void p2p_send_desc(int peer, uint64_t k, const CallDesc& desc);  // run on the stream
-  void p2p_check_desc(int peer, uint64_t k, const CallDesc& desc);  // run on the stream
+  void p2p_check_desc(int peer, uint64_t k, const CallDesc& desc);  // run on the stream, after its wait_value
   // Host and device messages of a pair share one numbering: a device message of the number a
   // host receive waits for (the executor's probe), or a host message of the number a device
   // receive waits for (the watchdog, p2p_waits_), is a mismatch.
@@ -213,7 +229,12 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   void send_chunk(int peer, const char* src, size_t bytes, uint64_t seq, DeviceStream& s);
   void recv_chunk(int peer, char* dst, const char* src, size_t bytes, bool reduce, DType dtype, RedOp op,
                   uint64_t seq, DeviceStream& s);
-  void check_call(const CallDesc& desc, const std::vector<int>& peers);  // runs on the stream
+  // The call-descriptor check (stream_watchdog.cc): publish (host function: writes this rank's
+  // ring slot and signals each peer's `called` word), a device-side wait per peer, compare (host
+  // function: reads the peers' ring slots). Neither host function waits.
+  void enqueue_call_check(const CallDesc& desc, const std::vector<int>& peers, DeviceStream& s);
+  void publish_call_desc(const CallDesc& desc, const std::vector<int>& peers);  // runs on the stream
+  void compare_call_desc(const CallDesc& desc, const std::vector<int>& peers);  // runs on the stream
   // Peers on other hosts (no control region mapped): their descriptors go over NCCL, one group
   // of `sends` (this rank's descriptor to each peer) and of the peers' descriptors, which a host
   // function then compares with `expects` (stream/stream_remote.cc).
@@ -229,6 +250,14 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   void inspect_in_flight(bool slow);
   std::string describe_seq(uint64_t seq);
   void fail(ErrorKind kind, const std::string& message, bool publish = true);
+  // From a host function: only records the error (no device, NCCL or control-plane call there);
+  // the watchdog fails the engine with it within a tick.
+  void fail_from_stream(ErrorKind kind, const std::string& message);
+  // A device error (a sticky CUDA error, an injected fault): CommError here, PeerError for the
+  // peers; never throws.
+  void fail_device(const std::string& where, const std::exception& e);
+  bool completed_or_failed(const InFlight& f);
+  void fail_as(ErrorKind kind, ErrorKind published, const std::string& message, bool publish);  // f.completed(), a device error counting as done
   void release_waits();
 
   std::shared_ptr<Device> device_;
@@ -246,7 +275,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   uint64_t* remote_host_dev_ = nullptr;
   void* remote_dev_ = nullptr;
   std::vector<Peer> peers_;
-  bool connected_ = false, closed_ = false;
+  bool connected_ = false, closed_ = false, released_ = false;
   std::shared_ptr<DeviceStream> own_stream_;  // frees at close
   // COMMLIB_DEVICE_STREAMS=2: a call's sends run on send_stream_, its local operations and
   // receives on recv_stream_, forked from and joined into the caller's stream by these events.
@@ -275,6 +304,10 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   std::deque<Wait> waits_;
   std::vector<std::pair<int, CallDesc>> p2p_waits_;  // device receives waiting for their descriptor
   std::atomic<bool> failed_{false};
+  bool stream_failure_ = false;  // fail_from_stream's error, for the watchdog
+  ErrorKind stream_fail_kind_ = ErrorKind::None;
+  std::string stream_fail_message_;
+  std::vector<void*> retired_;  // grown-out-of buffers, freed at close (no cudaFree mid-call)
   std::atomic<bool> give_up_{false};
   ErrorKind fail_kind_ = ErrorKind::None;
   std::string fail_message_;

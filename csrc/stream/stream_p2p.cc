@@ -45,28 +45,40 @@ void StreamEngine::note_p2p_waits(const std::vector<std::pair<int, CallDesc>>& w
 }
 
 void StreamEngine::p2p_check_desc(int peer, uint64_t k, const CallDesc& desc) {
-  char* slot = p2p_slot(ctl_, peer, k);
-  // A sender that never sends is the watchdog's to judge: it sets give_up_ and this returns. Its
-  // checks include a host message of this number from the peer (check_host_messages).
-  note_p2p_waits({{peer, desc}}, true);
-  const bool arrived = wait_flag(reinterpret_cast<const uint64_t*>(slot), k, &give_up_);
+  // Runs after the stream's wait_value on the slot's word: the descriptor is there (or the wait
+  // was released by a failure). Only reads and compares: a mismatch is recorded for the watchdog.
   note_p2p_waits({{peer, desc}}, false);
-  if (!arrived) return;
-  const uint64_t s = seq_word(slot).load(std::memory_order_acquire);
+  const char* slot = p2p_slot(ctl_, peer, k);
+  const uint64_t s = seq_word(const_cast<char*>(slot)).load(std::memory_order_acquire);
+  if (failed() || s < k) return;
   CallDesc sent;
   std::memcpy(&sent, slot + 8, sizeof sent);
   const std::string me = std::to_string(rank_), them = std::to_string(peer);
   if (s != k)  // cannot happen while both ranks follow the protocol (the ring outruns the slots)
-    fail(ErrorKind::Mismatch, "rank " + me + " expects device message #" + std::to_string(k) + " from rank " + them +
-                                  " but rank " + them + " is already at its device message #" + std::to_string(s));
+    fail_from_stream(ErrorKind::Mismatch, "rank " + me + " expects device message #" + std::to_string(k) + " from rank " +
+                                              them + " but rank " + them + " is already at its device message #" +
+                                              std::to_string(s));
   else if (sent != desc)
-    fail(ErrorKind::Mismatch, "rank " + me + " receives " + describe_call(desc) + " from rank " + them + " but rank " +
-                                  them + " sent " + describe_call(sent));
+    fail_from_stream(ErrorKind::Mismatch, "rank " + me + " receives " + describe_call(desc) + " from rank " + them +
+                                              " but rank " + them + " sent " + describe_call(sent));
 }
 
 std::shared_ptr<DeviceWork> StreamEngine::p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& s) {
   std::lock_guard<std::mutex> guard(enqueue_mu_);
   throw_if_failed_locked();
+  try {
+    DeviceGuard current(*device_);
+    return enqueue_p2p(items, dtype, s);
+  } catch (const CommError&) {
+    throw;
+  } catch (const std::invalid_argument&) {
+    throw;
+  } catch (const std::exception& e) {
+    device_error("enqueueing point-to-point messages", e);
+  }
+}
+
+std::shared_ptr<DeviceWork> StreamEngine::enqueue_p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& s) {
   // An empty batch (all_to_all with splits on one rank) still orders and completes like a call.
   for (size_t i = 0; i < items.size(); ++i) {
     const P2PItem& it = items[i];
@@ -116,9 +128,20 @@ std::shared_ptr<DeviceWork> StreamEngine::p2p(const std::vector<P2PItem>& items,
   std::string enqueue_error;
   try {
     exchange_remote(remote_sends, remote_expects, s);
-    for (size_t i = 0; i < items.size(); ++i)
-      if (!items[i].send && !remote(items[i].peer))
-        device_->host_func([this, p = items[i].peer, k = ring[i], d = descs[i]] { p2p_check_desc(p, k, d); }, s);
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (items[i].send || remote(items[i].peer)) continue;
+      // The descriptor's arrival is a wait on the device (never a host function that waits);
+      // the watchdog meanwhile looks for a host message of this number (p2p_waits_).
+      const int p = items[i].peer;
+      uint64_t* word = reinterpret_cast<uint64_t*>(p2p_slot(ctl_, p, ring[i]));
+      note_p2p_waits({{p, descs[i]}}, true);
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        waits_.push_back(Wait{word, ring[i], p, false, seq_, WaitFor::MessageDesc});
+      }
+      device_->wait_value(reinterpret_cast<uint64_t*>(p2p_slot(reinterpret_cast<char*>(ctl_dev_), p, ring[i])), ring[i], s);
+      device_->host_func([this, p, k = ring[i], d = descs[i]] { p2p_check_desc(p, k, d); }, s);
+    }
     const size_t esize = dtype_size(dtype);
     const size_t chunk = std::max<size_t>(opts_.slot_bytes / esize * esize, esize);
     auto chunks = [&](size_t bytes) { return bytes ? (bytes + chunk - 1) / chunk : 1; };

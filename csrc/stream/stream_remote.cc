@@ -9,7 +9,7 @@
 // higher number before the stream reaches the device call, so the device call's descriptor would
 // never be seen. NCCL delivers a pair's messages in order, so the k-th descriptor a rank receives
 // from a peer is that peer's k-th call with it. The control plane still carries every device
-// call too (check_call publishes it): a peer in a host call of the same number, or in a device
+// call too (publish_call_desc publishes it): a peer in a host call of the same number, or in a device
 // call that does not talk to this rank, is found by the watchdog (stream_watchdog.cc).
 //
 // Per call: a host function writes this rank's descriptors into mapped host memory, the stream
@@ -115,11 +115,11 @@ void StreamEngine::compare_remote(const std::vector<std::pair<int, CallDesc>>& e
     const std::string them = std::to_string(peer);
     const bool p2p = want.coll == static_cast<uint8_t>(Collective::Send);
     if (p2p)
-      fail(ErrorKind::Mismatch, "rank " + me + " receives " + describe_call(want) + " from rank " + them +
+      fail_from_stream(ErrorKind::Mismatch, "rank " + me + " receives " + describe_call(want) + " from rank " + them +
                                     " (on another host) but rank " + them +
                                     (got.coll == want.coll ? " sent " : " called ") + describe_call(got));
     else
-      fail(ErrorKind::Mismatch, "rank " + me + " called " + describe_call(want) + " but rank " + them +
+      fail_from_stream(ErrorKind::Mismatch, "rank " + me + " called " + describe_call(want) + " but rank " + them +
                                     " (on another host) called " + describe_call(got));
     return;
   }

@@ -23,15 +23,39 @@ std::atomic<uint64_t>& seq_word(char* slot) { return *reinterpret_cast<std::atom
 
 // -- works ------------------------------------------------------------------------------------
 
+// A device error in a work's call (a sticky CUDA error) is the engine's CommError, never a
+// runtime error escaping to the caller.
 void DeviceWork::wait(DeviceStream& stream) {
   engine_->throw_if_call_failed(seq_);
-  engine_->device().wait_event(stream, *event_);
+  try {
+    DeviceGuard guard(engine_->device());
+    engine_->device().wait_event(stream, *event_);
+  } catch (const CommError&) {
+    throw;
+  } catch (const std::exception& e) {
+    engine_->device_error("wait", e);
+  }
 }
 
-bool DeviceWork::is_completed() { return engine_->device().query(*event_); }
+bool DeviceWork::is_completed() {
+  try {
+    DeviceGuard guard(engine_->device());
+    return engine_->device().query(*event_);
+  } catch (const std::exception& e) {
+    engine_->device_error("is_completed", e);
+  }
+  return true;
+}
 
 void DeviceWork::synchronize() {
-  engine_->device().synchronize(*event_);
+  try {
+    DeviceGuard guard(engine_->device());
+    engine_->device().synchronize(*event_);
+  } catch (const CommError&) {
+    throw;
+  } catch (const std::exception& e) {
+    engine_->device_error("synchronize", e);
+  }
   engine_->throw_if_call_failed(seq_);
 }
 
@@ -49,13 +73,28 @@ void StreamEngine::abort(const std::string& reason) {
 
 void StreamEngine::release_waits() {
   if (!ctl_) return;
-  for (int p = 0; p < size_; ++p) {
-    store_flag(flag(ctl_, 0, p), kReleased);
-    store_flag(flag(ctl_, 1, p), kReleased);
+  for (int p = 0; p < size_; ++p)
+    for (int which = 0; which < 3; ++which) store_flag(flag(ctl_, which, p), kReleased);
+  // Message-descriptor waits are on the ring slots of this rank's region.
+  std::lock_guard<std::mutex> lk(mu_);
+  for (const Wait& w : waits_)
+    if (w.what == WaitFor::MessageDesc) store_flag(const_cast<uint64_t*>(w.flag), kReleased);
+}
+
+bool StreamEngine::completed_or_failed(const InFlight& f) {
+  try {
+    DeviceGuard guard(*device_);
+    return f.completed(*device_);
+  } catch (const std::exception&) {
+    return false;  // a device error: the call's data is not trustworthy
   }
 }
 
 void StreamEngine::fail(ErrorKind kind, const std::string& message, bool publish) {
+  fail_as(kind, kind, message, publish);
+}
+
+void StreamEngine::fail_as(ErrorKind kind, ErrorKind published, const std::string& message, bool publish) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (failed_.load(std::memory_order_relaxed)) return;
@@ -64,7 +103,7 @@ void StreamEngine::fail(ErrorKind kind, const std::string& message, bool publish
     // Every call not yet complete fails (its data is incomplete); earlier ones stand.
     failed_from_seq_ = seq_ + 1;
     for (const InFlight& f : in_flight_) {
-      if (!f.completed(*device_)) {
+      if (!completed_or_failed(f)) {
         failed_from_seq_ = f.seq;
         break;
       }
@@ -73,41 +112,82 @@ void StreamEngine::fail(ErrorKind kind, const std::string& message, bool publish
   }
   give_up_.store(true, std::memory_order_release);
   if (publish) {
-    control_->publish_failure(kind, message);
+    control_->publish_failure(published, message);
     control_->fail_host(kind, message);  // later host calls raise it at once
   }
   release_waits();  // no stream of this rank stays blocked
-  nccl_->abort();   // nor one blocked inside NCCL
+  try {
+    nccl_->abort();  // nor one blocked inside NCCL
+  } catch (const std::exception&) {
+  }
   cv_.notify_all();
+}
+
+void StreamEngine::fail_from_stream(ErrorKind kind, const std::string& message) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stream_failure_ || failed_.load(std::memory_order_relaxed)) return;
+    stream_failure_ = true;
+    stream_fail_kind_ = kind;
+    stream_fail_message_ = message;
+  }
+  cv_.notify_all();
+}
+
+void StreamEngine::fail_device(const std::string& where, const std::exception& e) {
+  // This rank's device failed: CommError here; the peers hear of a failed peer (PeerError).
+  fail_as(ErrorKind::Comm, ErrorKind::Peer,
+          "rank " + std::to_string(rank_) + ": device error on " + device_->name() + " in " + where + ": " + e.what(),
+          true);
+}
+
+void StreamEngine::device_error(const std::string& where, const std::exception& e) {
+  fail_device(where, e);
+  std::lock_guard<std::mutex> lk(mu_);
+  throw_kind(fail_kind_, fail_message_);
 }
 
 // -- call descriptors -------------------------------------------------------------------------
 
-void StreamEngine::check_call(const CallDesc& desc, const std::vector<int>& peers) {
+void StreamEngine::enqueue_call_check(const CallDesc& desc, const std::vector<int>& peers, DeviceStream& s) {
+  device_->host_func([this, desc, peers] { publish_call_desc(desc, peers); }, s);
+  // Peers that never arrive (dead, failed, silent) are the watchdog's to judge: failing raises
+  // this rank's `called` words and the wait passes.
+  for (int p : peers) {
+    if (remote(p)) continue;  // its descriptor comes over NCCL (stream_remote.cc)
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      waits_.push_back(Wait{flag(ctl_, 2, p), desc.seq, p, false, seq_, WaitFor::CallDesc});
+    }
+    device_->wait_value(flag(reinterpret_cast<char*>(ctl_dev_), 2, p), desc.seq, s);
+  }
+  device_->host_func([this, desc, peers] { compare_call_desc(desc, peers); }, s);
+}
+
+void StreamEngine::publish_call_desc(const CallDesc& desc, const std::vector<int>& peers) {
   control_->publish_call(desc);  // where host calls look (a host call of this number is a mismatch)
   char* mine = ring_slot(ctl_, desc.seq);
   std::memcpy(mine + 8, &desc, sizeof desc);
   store_flag(reinterpret_cast<uint64_t*>(mine), desc.seq);
-  // Peers that never arrive (dead, failed, silent) are the watchdog's to judge: it then sets
-  // give_up_ and this wait returns.
+  for (int p : peers)  // after the slot: a peer whose `called` word passed reads a written slot
+    if (!remote(p)) store_flag(flag(peers_[p].ctl, 2, rank_), desc.seq);
+}
+
+void StreamEngine::compare_call_desc(const CallDesc& desc, const std::vector<int>& peers) {
   for (int p : peers) {
-    if (remote(p)) continue;  // its descriptor comes over NCCL (stream_remote.cc)
+    if (remote(p)) continue;
     char* theirs = ring_slot(peers_[p].ctl, desc.seq);
-    if (!wait_flag(reinterpret_cast<const uint64_t*>(theirs), desc.seq, &give_up_)) return;
     const uint64_t s = seq_word(theirs).load(std::memory_order_acquire);
+    if (s < desc.seq) return;  // released by a failure: the peer never published this call
     CallDesc pd;
     std::memcpy(&pd, theirs + 8, sizeof pd);
-    if (s > desc.seq) {
-      fail(ErrorKind::Mismatch, "rank " + std::to_string(rank_) + " is at " + describe_call(desc) + " but rank " +
-                                    std::to_string(p) + " is already at its call #" + std::to_string(s) +
-                                    " on device buffers (the calls between them differ)");
-      return;
-    }
-    if (pd != desc) {
-      fail(ErrorKind::Mismatch, "rank " + std::to_string(rank_) + " called " + describe_call(desc) + " but rank " +
-                                    std::to_string(p) + " called " + describe_call(pd));
-      return;
-    }
+    if (s > desc.seq)
+      return fail_from_stream(ErrorKind::Mismatch, "rank " + std::to_string(rank_) + " is at " + describe_call(desc) +
+                                                       " but rank " + std::to_string(p) + " is already at its call #" +
+                                                       std::to_string(s) + " on device buffers (the calls between them differ)");
+    if (pd != desc)
+      return fail_from_stream(ErrorKind::Mismatch, "rank " + std::to_string(rank_) + " called " + describe_call(desc) +
+                                                       " but rank " + std::to_string(p) + " called " + describe_call(pd));
   }
 }
 
@@ -120,20 +200,41 @@ std::string StreamEngine::describe_seq(uint64_t seq) {
 }
 
 void StreamEngine::watchdog_loop() {
+  // The engine's device is this thread's current one before any device call (otherwise each
+  // rank's watchdog would create a context on device 0).
+  try {
+    device_->make_current();
+  } catch (const std::exception& e) {
+    fail_device("the watchdog's set-up", e);
+  }
   std::unique_lock<std::mutex> lk(mu_);
   auto last_slow = Clock::now();
   while (!stop_) {
+    if (stream_failure_) {  // a host function's error: acted on here, where device calls are allowed
+      stream_failure_ = false;
+      const ErrorKind kind = stream_fail_kind_;
+      const std::string message = stream_fail_message_;
+      lk.unlock();
+      fail(kind, message);
+      lk.lock();
+      continue;
+    }
     if (in_flight_.empty()) {
-      cv_.wait(lk, [&] { return stop_ || !in_flight_.empty(); });
+      cv_.wait(lk, [&] { return stop_ || stream_failure_ || !in_flight_.empty(); });
       continue;
     }
     cv_.wait_for(lk, kTick);
     if (stop_) break;
+    if (stream_failure_) continue;
     const auto now = Clock::now();
     const bool slow = now - last_slow >= kSlowCheckEvery;
     if (slow) last_slow = now;
     lk.unlock();
-    inspect_in_flight(slow);
+    try {
+      inspect_in_flight(slow);
+    } catch (const std::exception& e) {  // a sticky device error: CommError, never terminate
+      fail_device("the watchdog", e);
+    }
     lk.lock();
   }
 }
@@ -144,7 +245,7 @@ void StreamEngine::inspect_in_flight(bool slow) {
   auto& last_front = wd_last_front_;
   auto& last_target = wd_last_target_;
   std::unique_lock<std::mutex> lk(mu_);
-  while (!in_flight_.empty() && in_flight_.front().completed(*device_)) {
+  while (!in_flight_.empty() && completed_or_failed(in_flight_.front())) {
     const uint64_t seq = in_flight_.front().seq;
     in_flight_.pop_front();
     while (!waits_.empty() && waits_.front().seq <= seq) waits_.pop_front();
@@ -180,7 +281,10 @@ void StreamEngine::inspect_in_flight(bool slow) {
   for (const InFlight& f : in_flight_)
     if (f.desc.coll != static_cast<uint8_t>(Collective::Send)) calls.push_back(f.desc);
   const int waited_peer = front ? front->peer : -1;
-  const char* doing = !front ? "" : front->send ? "send to" : "receive from";
+  const bool desc_wait = front && front->what == WaitFor::CallDesc;
+  const char* doing = !front ? "" : front->what == WaitFor::MessageDesc ? "receive (its descriptor) from"
+                                   : front->send                       ? "send to"
+                                                                       : "receive from";
   const std::string what = describe_seq(seq);
   lk.unlock();
 
@@ -197,6 +301,9 @@ void StreamEngine::inspect_in_flight(bool slow) {
     wd_last_nccl_ = nccl_entered;
     last_progress = now;
   }
+  // Every wait on a peer is behind the stream (descriptor checks included: they are waits too)
+  // and it is not inside NCCL: it runs this rank's own operations, which no peer holds up.
+  if (!front && !in_nccl) last_progress = now;
 
   const std::string me = std::to_string(rank_);
   for (int p = 0; p < size_; ++p) {
@@ -210,6 +317,7 @@ void StreamEngine::inspect_in_flight(bool slow) {
   auto waiting_on = [&](int p) {
     if (in_nccl) return "; rank " + me + " was waiting inside NCCL (" + nccl_where + ")";
     if (waited_peer < 0) return "; rank " + me + " was waiting for its peers to join the call";
+    if (desc_wait) return "; rank " + me + " was waiting for rank " + std::to_string(waited_peer) + " to join the call";
     return "; rank " + me + (p == waited_peer ? std::string(" was waiting to ") + doing + " it"
                                               : " was waiting on rank " + std::to_string(waited_peer));
   };

@@ -10,9 +10,11 @@ from commlib.device.buffers import _from_dlpack, device_buffer
 class FakeCudaArray:
     """Anything exposing __cuda_array_interface__ (as CuPy and Numba arrays do)."""
 
-    def __init__(self, shape, typestr="<f4", strides=None, ptr=0x7F0000001000):
+    def __init__(self, shape, typestr="<f4", strides=None, ptr=0x7F0000001000, stream=None):
         self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (ptr, False),
                                          "strides": strides, "version": 3}
+        if stream is not None:
+            self.__cuda_array_interface__["stream"] = stream
 
 
 def test_cuda_array_interface_is_recognised_and_checked():
@@ -24,6 +26,30 @@ def test_cuda_array_interface_is_recognised_and_checked():
     with pytest.raises(TypeError, match="x: unsupported CUDA array typestr"):
         device_buffer(FakeCudaArray((4,), "<c8"), "x")
     assert device_buffer(np.zeros(3)) is None and device_buffer(None) is None
+
+
+def test_cuda_array_interface_takes_the_pointers_device_and_stream(monkeypatch):
+    """Issue #23 item 5: the device comes from the pointer's attributes (not always 0), and the
+    interface's stream is the call's stream, never torch's current one (a CPU-only torch raises
+    there)."""
+    import sys
+    import types
+
+    import commlib.device.buffers as dbuf
+    import commlib.core.device_route as de
+    monkeypatch.setattr(dbuf, "_pointer_device", lambda ptr: 3 if ptr == 0x7F0000001000 else 0)
+    b = device_buffer(FakeCudaArray((4,), stream=0x5150))
+    assert (b.device_index, b.stream) == (3, 0x5150)
+    assert device_buffer(FakeCudaArray((4,))).stream == 0  # no stream key: the legacy default stream
+
+    def no_torch_stream(index):
+        raise AssertionError("a CUDA array interface buffer went through torch's current stream")
+    fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(current_stream=no_torch_stream))
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    fake_cuda = types.SimpleNamespace(stream_capsule=lambda index, ptr: ("capsule", index, ptr))
+    monkeypatch.setattr(de, "_cuda_module", lambda name: fake_cuda)
+    monkeypatch.setattr(de._C, "stream_from_capsule", lambda capsule: capsule)
+    assert de.stream_resolver(b)(None) == ("capsule", 3, 0x5150)
 
 
 def test_dlpack_tensors_are_parsed():

@@ -35,3 +35,12 @@ def test_timeout_inside_nccl_names_the_nccl_call():
     assert kind == "PeerError" and "COMMLIB_TIMEOUT" in msg, msg
     assert "inside NCCL (ncclAllReduce with rank 1)" in msg and "join" not in msg, msg
     assert 2.0 < took < 12, took
+
+
+def test_two_ranks_on_one_gpu_are_refused_before_nccl():
+    """Issue #23 item 8: NCCL refuses a communicator with two ranks on one GPU; commlib names them
+    before ncclCommInitRank (the emulated NCCL, a test double, keeps several ranks per device)."""
+    from commlib.device.nccl_comm import duplicate_gpus
+    assert duplicate_gpus(["0/cuda:0", "0/cuda:1", "1/cuda:0", "0/cuda:1"]) == (1, 3)
+    assert duplicate_gpus(["0/cuda:0", "1/cuda:0"]) is None
+    assert duplicate_gpus(["0/emulated:0", "0/emulated:0"]) is None

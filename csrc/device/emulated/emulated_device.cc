@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <stdexcept>
 
 #include "common/params.h"
+#include "device/emulated/emulated_rules.h"
 #include "device/host_flags.h"
 
 namespace commlib {
@@ -42,7 +44,8 @@ uint64_t parse_field(const std::string& s, const std::string& handle) {
 // ---------------------------------------------------------------------------------------------
 // Streams
 
-EmulatedStream::EmulatedStream(int64_t delay_us) : delay_us_(delay_us), thread_([this] { run(); }) {}
+EmulatedStream::EmulatedStream(int64_t delay_us, std::shared_ptr<HardwareQueue> queue)
+    : delay_us_(delay_us), hw_(std::move(queue)), thread_([this] { run(); }) {}
 
 EmulatedStream::~EmulatedStream() {
   {
@@ -62,11 +65,16 @@ void EmulatedStream::enqueue_data(std::function<void()> op) {
   });
 }
 
-void EmulatedStream::enqueue(std::function<void()> op) {
+void EmulatedStream::fault() {
+  faulted_.store(true, std::memory_order_release);
+  closing_.store(true, std::memory_order_release);  // a wait on another process stops
+}
+
+void EmulatedStream::enqueue(std::function<void()> op, bool always) {
   bool wake;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    queue_.push_back(std::move(op));
+    queue_.push_back(Op{std::move(op), always, hw_->take_ticket()});
     ++enqueued_;
     wake = thread_sleeping_;
   }
@@ -101,11 +109,17 @@ void EmulatedStream::run() {
       thread_sleeping_ = false;
     }
     if (queue_.empty()) return;  // stop_ and drained
-    std::function<void()> op = std::move(queue_.front());
+    std::function<void()> op = std::move(queue_.front().fn);
+    const bool always = queue_.front().always;
+    const uint64_t ticket = queue_.front().ticket;
     queue_.pop_front();
     lk.unlock();
-    op();  // operations do not throw (the engine records its own failures)
+    hw_->wait_turn(ticket, &closing_);  // the streams sharing the hardware queue, in enqueue order
+    // Operations do not throw (the engine records its own failures). A faulted device executes
+    // nothing more, but event records still mark their events, so waiters wake and see the fault.
+    if (always || !faulted_.load(std::memory_order_acquire)) op();
     op = nullptr;
+    hw_->finished(ticket);
     lk.lock();
     ++executed_;
     if (sync_waiters_) cv_.notify_all();
@@ -115,7 +129,8 @@ void EmulatedStream::run() {
 // ---------------------------------------------------------------------------------------------
 // Device
 
-EmulatedDevice::EmulatedDevice(int index, int64_t delay_us) : index_(index), delay_us_(delay_us) {
+EmulatedDevice::EmulatedDevice(int index, int64_t delay_us, int connections) : index_(index), delay_us_(delay_us) {
+  for (int i = 0; i < connections; ++i) hardware_queues_.push_back(std::make_shared<HardwareQueue>());
   // Every allocation keeps a memfd open (so peers can import it): raise the soft fd limit.
   rlimit rl{};
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
@@ -132,7 +147,51 @@ EmulatedDevice::~EmulatedDevice() {
   for (auto& [ptr, bytes] : imports_) munmap(ptr, bytes);
 }
 
+void EmulatedDevice::enter(const char* what, bool needs_current) {
+  emulated_enter(what, index_, needs_current);
+  if (faulted_.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lk(mu_);
+    throw std::runtime_error(fault_);
+  }
+}
+
+void EmulatedDevice::make_current() { emulated_set_current_device(index_); }
+
+int EmulatedDevice::swap_current() {
+  const int previous = emulated_current_device();
+  emulated_set_current_device(index_);
+  return previous;
+}
+
+void EmulatedDevice::restore_current(int previous) { emulated_set_current_device(previous); }
+
+void EmulatedDevice::inject_fault(const std::string& kind) {
+  if (kind != "illegal_address")
+    throw std::invalid_argument("kind: unknown fault '" + kind + "' (known: illegal_address)");
+  std::vector<std::shared_ptr<EmulatedStream>> live;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    fault_ = "cudaErrorIllegalAddress (emulated, injected on " + name() +
+             "): an illegal memory access was encountered; the device is unusable from now on";
+    faulted_.store(true, std::memory_order_release);
+    for (auto& w : streams_)
+      if (auto st = w.lock()) live.push_back(std::move(st));
+  }
+  for (auto& st : live) st->fault();
+}
+
+std::string EmulatedDevice::fault() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return fault_;
+}
+
+void EmulatedDevice::launch_host_kernel(std::function<void()> fn, DeviceStream& stream) {
+  enter("a kernel launch", true);
+  emu(stream).enqueue(std::move(fn));
+}
+
 void* EmulatedDevice::allocate(size_t bytes) {
+  enter("cudaMalloc");
   const size_t size = bytes ? bytes : 1;
   int fd = memfd_create("commlib-emulated", MFD_CLOEXEC);
   if (fd < 0) throw std::runtime_error(std::string("emulated device: memfd_create: ") + std::strerror(errno));
@@ -168,6 +227,7 @@ void EmulatedDevice::release(void* ptr) {
 
 void EmulatedDevice::free_async(void* ptr, DeviceStream& stream) {
   if (!ptr) return;
+  enter("cudaFree");
   emu(stream).enqueue([this, ptr] { release(ptr); });
 }
 
@@ -179,6 +239,7 @@ size_t EmulatedDevice::allocated_bytes() {
 }
 
 std::string EmulatedDevice::export_memory(void* ptr) {
+  enter("cudaIpcGetMemHandle");
   std::lock_guard<std::mutex> lk(mu_);
   auto it = allocations_.find(ptr);
   if (it == allocations_.end()) throw std::invalid_argument("export_memory: not the start of an emulated allocation");
@@ -193,6 +254,10 @@ void* EmulatedDevice::import_memory(const std::string& handle) {
   size_t a = rest.find(':'), b = a == std::string::npos ? a : rest.find(':', a + 1);
   if (b == std::string::npos) throw std::invalid_argument("emulated device: malformed memory handle '" + handle + "'");
   const uint64_t pid = parse_field(rest.substr(0, a), handle);
+  enter("cudaIpcOpenMemHandle");
+  if (pid == static_cast<uint64_t>(getpid()))  // CUDA IPC refuses a handle of one's own process
+    throw std::invalid_argument("emulated device: cannot import memory exported by this process (" + handle +
+                                "): CUDA IPC refuses it; use the pointer itself");
   const uint64_t fd = parse_field(rest.substr(a + 1, b - a - 1), handle);
   const uint64_t bytes = parse_field(rest.substr(b + 1), handle);
   const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
@@ -213,6 +278,7 @@ void* EmulatedDevice::import_memory(const std::string& handle) {
 }
 
 void EmulatedDevice::close_import(void* ptr) {
+  enter("cudaIpcCloseMemHandle");
   size_t bytes = 0;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -224,11 +290,24 @@ void EmulatedDevice::close_import(void* ptr) {
   munmap(ptr, bytes);
 }
 
-std::shared_ptr<DeviceStream> EmulatedDevice::create_stream() { return std::make_shared<EmulatedStream>(delay_us_); }
+std::shared_ptr<DeviceStream> EmulatedDevice::create_stream() {
+  enter("cudaStreamCreate");
+  std::lock_guard<std::mutex> lk(mu_);
+  auto s = std::make_shared<EmulatedStream>(delay_us_, hardware_queues_[streams_created_++ % hardware_queues_.size()]);
+  streams_.erase(std::remove_if(streams_.begin(), streams_.end(),
+                                [](const std::weak_ptr<EmulatedStream>& w) { return w.expired(); }),
+                 streams_.end());
+  streams_.push_back(s);
+  return s;
+}
 
-std::shared_ptr<DeviceEvent> EmulatedDevice::create_event() { return std::make_shared<EmulatedEvent>(); }
+std::shared_ptr<DeviceEvent> EmulatedDevice::create_event() {
+  enter("cudaEventCreate");
+  return std::make_shared<EmulatedEvent>();
+}
 
 void EmulatedDevice::record(DeviceEvent& event, DeviceStream& stream) {
+  enter("cudaEventRecord", true);
   auto& e = static_cast<EmulatedEvent&>(event);
   uint64_t target;
   {
@@ -242,10 +321,11 @@ void EmulatedDevice::record(DeviceEvent& event, DeviceStream& stream) {
       if (ep->reached < target) ep->reached = target;
     }
     ep->cv.notify_all();
-  });
+  }, /*always=*/true);
 }
 
 void EmulatedDevice::wait_event(DeviceStream& stream, DeviceEvent& event) {
+  enter("cudaStreamWaitEvent");
   auto& e = static_cast<EmulatedEvent&>(event);
   uint64_t target;
   {
@@ -261,47 +341,66 @@ void EmulatedDevice::wait_event(DeviceStream& stream, DeviceEvent& event) {
 }
 
 bool EmulatedDevice::query(DeviceEvent& event) {
+  enter("cudaEventQuery");
   auto& e = static_cast<EmulatedEvent&>(event);
   std::lock_guard<std::mutex> lk(e.mu);
   return e.reached >= e.recorded;
 }
 
 void EmulatedDevice::synchronize(DeviceEvent& event) {
+  enter("cudaEventSynchronize");
   auto& e = static_cast<EmulatedEvent&>(event);
-  std::unique_lock<std::mutex> lk(e.mu);
-  const uint64_t target = e.recorded;
-  e.cv.wait(lk, [&] { return e.reached >= target; });
+  {
+    std::unique_lock<std::mutex> lk(e.mu);
+    const uint64_t target = e.recorded;
+    e.cv.wait(lk, [&] { return e.reached >= target; });
+  }
+  enter("cudaEventSynchronize");  // a fault meanwhile is this call's error, as CUDA reports it
 }
 
-void EmulatedDevice::synchronize(DeviceStream& stream) { emu(stream).synchronize(); }
+void EmulatedDevice::synchronize(DeviceStream& stream) {
+  enter("cudaStreamSynchronize");
+  emu(stream).synchronize();
+  enter("cudaStreamSynchronize");
+}
 
 void EmulatedDevice::copy(void* dst, const void* src, size_t bytes, DeviceStream& stream) {
+  enter("cudaMemcpyAsync");
   if (!bytes) return emu(stream).enqueue_data([] {});
   emu(stream).enqueue_data([dst, src, bytes] { std::memmove(dst, src, bytes); });
 }
 
 void EmulatedDevice::reduce(void* dst, const void* src, size_t n, DType dtype, RedOp op, DeviceStream& stream) {
+  enter("a reduction kernel launch", true);
   emu(stream).enqueue_data(emulated_reduce_kernel(dst, src, n, dtype, op));
 }
 
 void EmulatedDevice::scale_copy(void* dst, const void* src, size_t n, DType dtype, double scale, DeviceStream& stream) {
+  enter("a scale kernel launch", true);
   emu(stream).enqueue_data(emulated_scale_kernel(dst, src, n, dtype, scale));
 }
 
 void EmulatedDevice::divide(void* dst, size_t n, DType dtype, int64_t divisor, DeviceStream& stream) {
+  enter("a divide kernel launch", true);
   emu(stream).enqueue_data(emulated_divide_kernel(dst, n, dtype, divisor));
 }
 
 void EmulatedDevice::write_value(uint64_t* addr, uint64_t value, DeviceStream& stream) {
+  enter("cuStreamWriteValue64");
   emu(stream).enqueue([addr, value] { store_flag(addr, value); });
 }
 
 void EmulatedDevice::wait_value(const uint64_t* addr, uint64_t value, DeviceStream& stream) {
+  enter("cuStreamWaitValue64");
   const std::atomic<bool>* closing = emu(stream).closing();
   emu(stream).enqueue([addr, value, closing] { wait_flag(addr, value, closing); });
 }
 
-void EmulatedDevice::host_func(std::function<void()> fn, DeviceStream& stream) { emu(stream).enqueue(std::move(fn)); }
+void EmulatedDevice::host_func(std::function<void()> fn, DeviceStream& stream) {
+  enter("cudaLaunchHostFunc");
+  // The stream waits while the process's one host-function thread runs fn (emulated_rules.h).
+  emu(stream).enqueue([fn = std::move(fn)]() mutable { run_host_function(std::move(fn)); });
+}
 
 std::shared_ptr<EmulatedDevice> emulated_device(int index) {
   // Devices live as long as the process, like a GPU: operations still queued on a stream may
@@ -314,7 +413,8 @@ std::shared_ptr<EmulatedDevice> emulated_device(int index) {
   auto it = devices->find(index);
   if (it != devices->end()) return it->second;
   const int64_t delay = param_int("COMMLIB_EMULATED_DELAY_US", 0, 10'000'000);
-  auto d = std::make_shared<EmulatedDevice>(index, delay);
+  const int connections = static_cast<int>(param_int("COMMLIB_EMULATED_CONNECTIONS", 1, 32));
+  auto d = std::make_shared<EmulatedDevice>(index, delay, connections);
   (*devices)[index] = d;
   return d;
 }

@@ -8,6 +8,10 @@
 //  - Events are sequence points on a stream: record enqueues "reached", waits block on it.
 //  - Kernels are the CUDA kernels' own bodies (kernels/elementwise_kernel.h) run through host
 //    shims for threadIdx/blockIdx, with the launch shape the CUDA launcher would use.
+//  - CUDA's rules (device/emulated/emulated_rules.h): host functions run on one thread per process, no
+//    device call from inside one, a current device per thread; inject_fault makes the device
+//    sticky-failed like a CUDA context after an illegal address (every later call throws, the
+//    streams stop executing); importing memory this process exported is refused, as CUDA IPC does.
 //  - COMMLIB_EMULATED_DELAY_US (default 0) delays every data operation of a stream (copies and
 //    kernels) by that many microseconds before it runs, so work that is not ordered correctly (a
 //    missing event or counter wait) reads stale data in tests instead of passing by luck.
@@ -26,22 +30,28 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "device/device.h"
+#include "device/emulated/emulated_rules.h"
 
 namespace commlib {
 
 class EmulatedStream final : public DeviceStream {
  public:
-  explicit EmulatedStream(int64_t delay_us);
+  // `queue`: the hardware queue it shares with other streams of its device (emulated_rules.h).
+  EmulatedStream(int64_t delay_us, std::shared_ptr<HardwareQueue> queue);
   ~EmulatedStream() override;  // drains the queue (waits on peers give up while closing), joins
 
-  void enqueue(std::function<void()> op);
+  // `always`: runs even after a fault (event records, so that waiters wake and see the error).
+  void enqueue(std::function<void()> op, bool always = false);
   // A data operation (copy, kernel): delayed by COMMLIB_EMULATED_DELAY_US before it runs.
   void enqueue_data(std::function<void()> op);
   void synchronize();
   // Set while the stream is being destroyed: waits on other processes stop waiting.
   const std::atomic<bool>* closing() const { return &closing_; }
+  // The device faulted: later operations are skipped, waits on other processes stop.
+  void fault();
 
  private:
   void run();
@@ -50,7 +60,14 @@ class EmulatedStream final : public DeviceStream {
   const int64_t delay_us_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
+  struct Op {
+    std::function<void()> fn;
+    bool always;
+    uint64_t ticket;  // its place on the hardware queue
+  };
+  std::deque<Op> queue_;
+  std::shared_ptr<HardwareQueue> hw_;
+  std::atomic<bool> faulted_{false};
   uint64_t enqueued_ = 0, executed_ = 0;
   // Wake-ups only where someone sleeps: a futex wake per operation shows at small messages.
   bool thread_sleeping_ = false;
@@ -62,10 +79,13 @@ class EmulatedStream final : public DeviceStream {
 
 class EmulatedDevice final : public Device {
  public:
-  EmulatedDevice(int index, int64_t delay_us);
+  EmulatedDevice(int index, int64_t delay_us, int connections = 8);
   ~EmulatedDevice() override;
 
   std::string name() const override { return "emulated:" + std::to_string(index_); }
+  void make_current() override;
+  int swap_current() override;
+  void restore_current(int previous) override;
   int64_t delay_us() const { return delay_us_; }
 
   void* allocate(size_t bytes) override;
@@ -92,6 +112,14 @@ class EmulatedDevice final : public Device {
   void write_value(uint64_t* addr, uint64_t value, DeviceStream& stream) override;
   void wait_value(const uint64_t* addr, uint64_t value, DeviceStream& stream) override;
   void host_func(std::function<void()> fn, DeviceStream& stream) override;
+  // Host code standing for a kernel (the emulated NCCL's): runs on the stream's own thread, not
+  // on the host-function thread, and may wait for other processes as a kernel spins.
+  void launch_host_kernel(std::function<void()> fn, DeviceStream& stream);
+
+  // Makes the device sticky-failed (kind: "illegal_address"), like a CUDA context after an
+  // illegal memory access: every later call throws, queued work is skipped.
+  void inject_fault(const std::string& kind);
+  std::string fault();  // "" while healthy
 
   // Bytes currently allocated (tests check that nothing leaks).
   size_t allocated_bytes();
@@ -102,12 +130,19 @@ class EmulatedDevice final : public Device {
     size_t bytes;
   };
   void release(void* ptr);
+  // The rules' checks (emulated_rules.h) and the sticky fault, at the top of every call.
+  void enter(const char* what, bool needs_current = false);
 
   const int index_;
   const int64_t delay_us_;
   std::mutex mu_;
   std::unordered_map<void*, Allocation> allocations_;
   std::unordered_map<void*, size_t> imports_;
+  std::atomic<bool> faulted_{false};
+  std::string fault_;
+  std::vector<std::weak_ptr<EmulatedStream>> streams_;
+  std::vector<std::shared_ptr<HardwareQueue>> hardware_queues_;  // COMMLIB_EMULATED_CONNECTIONS
+  size_t streams_created_ = 0;
 };
 
 // The process's emulated device `index` (created on first use; delay from the environment).

@@ -16,6 +16,8 @@
 #include <random>
 #include <thread>
 
+#include "device/emulated/emulated_device.h"
+#include "device/emulated/emulated_rules.h"
 #include "device/host_flags.h"
 #include "device/emulated/nccl_emulated_comm.h"
 
@@ -158,7 +160,16 @@ void enqueue_group(const std::shared_ptr<Comm>& comm, DeviceStream& stream, std:
   std::vector<GroupOp> group;
   for (const P2p& o : ops) group.push_back(GroupOp{o, 0, o.bytes ? (o.bytes + kChunk - 1) / kChunk : 1, 0});
   std::shared_ptr<Comm> keep = comm;
-  comm->device->host_func(
+  // NCCL's work is a kernel: it waits for its peers on the stream, never on the host-function
+  // thread (where it would block every other stream's host functions).
+  auto* emulated = dynamic_cast<EmulatedDevice*>(comm->device.get());
+  auto launch = [&](std::function<void()> fn) {
+    if (emulated)
+      emulated->launch_host_kernel(std::move(fn), stream);
+    else
+      comm->device->host_func(std::move(fn), stream);
+  };
+  launch(
       [keep, group]() mutable {
         Comm& c = *keep;
         for (GroupOp& g : group) {
@@ -167,8 +178,7 @@ void enqueue_group(const std::shared_ptr<Comm>& comm, DeviceStream& stream, std:
           counter += g.n;
         }
         run_group(c, group);
-      },
-      stream);
+      });
 }
 
 namespace {
@@ -227,6 +237,7 @@ bool wait_joined(char* id_region, int nranks, double timeout_s) {
 }
 
 NcclResult comm_init_rank(NcclComm* out, int nranks, NcclUniqueId id, int rank) {
+  if (const std::string v = emulated_host_function_violation("ncclCommInitRank"); !v.empty()) return fail(kNcclInvalidUsage, v);
   if (nranks < 1 || nranks > kMaxRanks || rank < 0 || rank >= nranks)
     return fail(kNcclInvalidArgument, "CommInitRank: rank " + std::to_string(rank) + " of " + std::to_string(nranks));
   if (!t_device) return fail(kNcclInvalidUsage, "CommInitRank: no device chosen (emulated_nccl_use_device)");
@@ -290,11 +301,13 @@ NcclResult comm_init_rank(NcclComm* out, int nranks, NcclUniqueId id, int rank) 
 }
 
 NcclResult comm_destroy(NcclComm c) {
+  if (const std::string v = emulated_host_function_violation("ncclCommDestroy"); !v.empty()) return fail(kNcclInvalidUsage, v);
   delete handle(c);
   return kNcclSuccess;
 }
 
 NcclResult comm_abort(NcclComm c) {
+  if (const std::string v = emulated_host_function_violation("ncclCommAbort"); !v.empty()) return fail(kNcclInvalidUsage, v);
   if (!c) return fail(kNcclInvalidArgument, "CommAbort: null communicator");
   std::shared_ptr<Comm> comm = std::atomic_exchange(&handle(c)->comm, std::shared_ptr<Comm>());
   if (comm) comm->aborted.store(true, std::memory_order_release);  // a group in progress returns
@@ -338,6 +351,7 @@ NcclResult group_start() {
 }
 
 NcclResult group_end() {
+  if (const std::string v = emulated_host_function_violation("ncclGroupEnd"); !v.empty()) return fail(kNcclInvalidUsage, v);
   if (t_depth == 0) return fail(kNcclInvalidUsage, "GroupEnd without GroupStart");
   if (--t_depth > 0) return kNcclSuccess;
   // One group per (communicator, stream), in the order first used.

@@ -1,6 +1,7 @@
 // The emulated NCCL's collectives (see device/emulated/nccl_emulated.h): each is one group of sends and
 // receives on the stream, then copies and reductions with the device's shared functors, reducing
 // the ranks' contributions in rank order so that every rank computes the same bits.
+#include "device/emulated/emulated_rules.h"
 #include <cstring>
 
 #include "device/emulated/nccl_emulated_comm.h"
@@ -19,6 +20,7 @@ struct Args {
 
 // Checks what every collective shares; `op < 0`: the collective does not reduce.
 NcclResult check(const char* what, int dtype, int op, NcclComm c, void* stream, size_t count, Args* a) {
+  if (const std::string v = emulated_host_function_violation(what); !v.empty()) return fail(kNcclInvalidUsage, v);
   if (in_group()) return fail(kNcclInvalidUsage, std::string(what) + " inside a group is not modelled");
   if (!to_dtype(dtype, &a->dtype)) return fail(kNcclInvalidArgument, std::string(what) + ": unsupported datatype");
   a->op = RedOp::Sum;
