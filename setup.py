@@ -81,6 +81,9 @@ class CachedBuildExt(build_ext):
                     cmd += ["-gencode", f"arch=compute_{a},code=sm_{a}"]
                 # PTX of the newest architecture too, so newer GPUs JIT-compile it.
                 cmd += ["-gencode", f"arch=compute_{CUDA_ARCHS[-1]},code=compute_{CUDA_ARCHS[-1]}"]
+                # A kernel that spills registers fails the build (the kernel path's launch bounds
+                # are chosen so that none does, on every architecture built).
+                cmd += ["-Xptxas", "--warn-on-spills,--warning-as-error"]
                 cmd += [f"-I{i}" for i in INCLUDES]
             else:
                 cmd = ["g++", "-c", src, "-o", str(obj), "-MMD", "-MF", str(dep)] + CXXFLAGS + [

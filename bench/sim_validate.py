@@ -34,6 +34,8 @@ from commlib.perf.common import fmt_bytes  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sim_cores  # noqa: E402
+import sim_scale  # noqa: E402
+import sim_small  # noqa: E402
 import sim_tcp  # noqa: E402
 
 NCCL_H100_BUSBW = 370.0  # GB/s, nccl-tests all_reduce_perf, 8x H100 SXM, large messages (see below)
@@ -189,8 +191,38 @@ def scale_timing(lines):
               f"building and compacting the 4096 schedules {r['sim']['build_s']:.1f} s, event run "
               f"{r['sim']['run_s']:.1f} s, {wall:.1f} s in all on this machine "
               f"({r['sim']['shapes']} distinct step shapes). Predicted busbw {r['busbw_GBps']:.1f} GB/s "
-              "(a flat ring: every step moves 1 GiB / 4096 = 256 KiB per rank, whose 5.4 us on a 48.5 GB/s "
-              "NIC rail is matched by the 5 us inter-host latency).", ""]
+              f"(a flat ring: every step moves 1 GiB / 4096 = 256 KiB per rank, 5.4 us on a 48.5 GB/s NIC "
+              f"rail, plus the {topo.inter_latency_us:g} us inter-host latency and the per-message and "
+              "per-step costs).", ""]
+
+
+def small_messages(lines):
+    lines += ["## (d) Small messages at scale (bench/sim_small.py)", "",
+              "The per-message terms (LogGP's o and g: `send_overhead_us`, `recv_overhead_us` serialised per "
+              "rank, `nic_gap_us` per NIC) and where the presets' numbers come from (each cited in the preset's "
+              "`sources`). First a calibration check against NCCL's published tuning model, then what the "
+              "terms change: direct (one message per peer, in one step) against recursive doubling (log2 P "
+              "steps) at 1 KiB. Without o and g (the former model: per-op overhead not serialised, no message "
+              "rate) direct was predicted cheaper the more peers it had; with them, it pays per peer.", ""]
+    lines += sim_small.rows()
+    lines.append("")
+
+
+def auto_at_scale(lines):
+    path = os.path.join(DATA, "scale.json")
+    lines += ["## (e) auto at scale (bench/sim_scale.py)", ""]
+    if not os.path.exists(path):
+        lines += ["No bench/sim_data/scale.json: run `bench/sim_scale.py --json bench/sim_data/scale.json`.", ""]
+        return
+    with open(path) as f:
+        data = json.load(f)
+    lines += ["auto (the engine's `resolve_algorithm` with the preset as its cost model) against every candidate "
+              "it ranks: the flat algorithms, and hierarchical with the built-in exchange and with every flat "
+              "algorithm across hosts. Ratios are predicted times (auto / the best candidate); this machine's "
+              f"tuning table cleared. Sweep: {data['jobs']} processes on this 2-core VM shared with other "
+              "sessions (load 15-20).", ""]
+    lines += sim_scale.markdown(data["rows"], data["t4096"], data["wall_s"], data["jobs"]).splitlines()
+    lines.append("")
 
 
 def main(argv=None) -> int:
@@ -218,6 +250,8 @@ def main(argv=None) -> int:
     sim_tcp.section(lines, DATA, shm, tcp_note, fmt_bytes)
     sim_cores.section(lines, DATA, fmt_bytes)
     nccl_h100(lines)
+    small_messages(lines)
+    auto_at_scale(lines)
     scale_timing(lines)
     with open(a.output, "w") as f:
         f.write("\n".join(lines).rstrip() + "\n")

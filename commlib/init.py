@@ -24,19 +24,16 @@ from typing import Optional
 from commlib import settings
 import commlib._C as _C
 from commlib.bootstrap import hosts as bootstrap
+from commlib.core.call_checks import as_int
+from commlib.core import shrink
 from commlib.core.communicator import Communicator
 from commlib.errors import CommError, RendezvousError
 from commlib.bootstrap.fdpass import FdServer, receive_fd
-from commlib.bootstrap.secret import secured
+from commlib.bootstrap.secret import secured, store_key
 from commlib.bootstrap.store import StoreServer, TCPStore
 from commlib.bootstrap.wait import error_text, wait_for_key
 
 _DEBUG_LEVELS = {"": 0, "0": 0, "OFF": 0, "WARN": 0, "INFO": 1, "TRACE": 2}
-
-
-def _is_int(x) -> bool:
-    """An int that is not a bool (True is not rank 1)."""
-    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def _env_int(*names) -> Optional[int]:
@@ -88,9 +85,11 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, store=Non
     if rank is None or world_size is None:
         raise ValueError("rank/world_size: not given and not found in the environment "
                          "(RANK/WORLD_SIZE, OMPI_COMM_WORLD_RANK/SIZE, SLURM_PROCID/NTASKS)")
-    if not _is_int(world_size) or world_size < 1:
+    world_size = as_int(world_size, "world_size")  # np.int64 passes; bools and floats do not
+    if world_size < 1:
         raise ValueError(f"world_size: must be a positive integer, got {world_size!r}")
-    if not _is_int(rank) or not 0 <= rank < world_size:
+    rank = as_int(rank, "rank")
+    if not 0 <= rank < world_size:
         raise ValueError(f"rank: {rank!r} is out of range for world_size {world_size}")
     timeout = default_timeout() if timeout is None else float(timeout)
     if timeout <= 0:
@@ -128,7 +127,8 @@ def _default_store(rank, world_size, master_addr, master_port, timeout):
         # Bind the address asked for and nothing else (not 0.0.0.0): the store is reachable from
         # exactly where the ranks were told to look for it.
         try:
-            server = StoreServer("127.0.0.1" if addr == "localhost" else addr, port)
+            # With COMMLIB_SECRET the server stores only values signed with the job's key.
+            server = StoreServer("127.0.0.1" if addr == "localhost" else addr, port, key=store_key())
         except OSError as e:
             raise RendezvousError(f"master_port: rank 0 cannot serve the rendezvous store on {addr}:{port} "
                                   f"({e.strerror}); pick a free MASTER_PORT") from None
@@ -142,14 +142,19 @@ def _default_store(rank, world_size, master_addr, master_port, timeout):
 
 
 class _Rendezvous:
-    """Keys under one prefix, waited on with a deadline while watching ``<prefix>/error``."""
+    """Keys under one prefix, waited on with a deadline while watching ``<prefix>/error`` (and
+    calling ``check()``, which may raise, e.g. a shrink's check that no survivor died)."""
 
-    def __init__(self, store, prefix: str, rank: int, timeout: float):
+    def __init__(self, store, prefix: str, rank: int, timeout: float, watch=(), check=None):
         self.store = store
         self.prefix = prefix
         self.rank = rank
         self.timeout = timeout
         self.deadline = time.monotonic() + timeout
+        # Other prefixes whose errors end this rendezvous too: a split's child watches its parent's,
+        # so a rank that refused a split entry stops the ranks already in the child rendezvous.
+        self.watch = (prefix,) + tuple(watch)
+        self.check = check
 
     def set(self, name: str, value):
         self.store.set(f"{self.prefix}/{name}", value)
@@ -158,16 +163,19 @@ class _Rendezvous:
         """The value of ``name`` once set; RendezvousError if a rank reported an error first or
         the deadline passes (``what`` says what was expected)."""
         return wait_for_key(
-            self.store, f"{self.prefix}/{name}", self.deadline, error_key=f"{self.prefix}/error",
-            on_error=lambda why: RendezvousError(f"rendezvous {self.prefix!r}: " + why),
+            self.store, f"{self.prefix}/{name}", self.deadline, poll=self.raise_reported,
             on_timeout=lambda: RendezvousError(f"rendezvous {self.prefix!r}: rank {self.rank} waited "
                                                f"{self.timeout:g} s (COMMLIB_TIMEOUT) for {what}"))
 
     def raise_reported(self):
-        """Raise RendezvousError if some rank reported an error under this prefix."""
-        err = f"{self.prefix}/error"
-        if self.store.check([err]):
-            raise RendezvousError(f"rendezvous {self.prefix!r}: " + error_text(self.store.get(err)))
+        """Raise RendezvousError if some rank reported an error under this prefix (or a watched one),
+        or whatever ``check()`` raises."""
+        for prefix in self.watch:
+            err = f"{prefix}/error"
+            if self.store.check([err]):
+                raise RendezvousError(f"rendezvous {prefix!r}: " + error_text(self.store.get(err)))
+        if self.check is not None:
+            self.check()
 
     def report(self, message: str):
         """Tell every rank what went wrong here (best effort: the store may be the problem)."""
@@ -208,14 +216,16 @@ def _make_region(size: int, prefix: str) -> int:
 _REGION_FIELDS = {"pid": int, "size": int, "host": str, "socket": str, "bytes": int}
 
 
-def create(store, prefix: str, rank: int, size: int, timeout: float) -> Communicator:
-    """Build a communicator of ``size`` ranks over ``store`` keys under ``prefix`` (collective)."""
+def create(store, prefix: str, rank: int, size: int, timeout: float, watch=(), check=None) -> Communicator:
+    """Build a communicator of ``size`` ranks over ``store`` keys under ``prefix`` (collective).
+    An error reported under any prefix in ``watch`` ends the rendezvous too; ``check()`` runs while
+    waiting on peers and may raise to stop it (a shrink's check that no survivor died)."""
     store = secured(store)
-    rdv = _Rendezvous(store, prefix, rank, timeout)
+    rdv = _Rendezvous(store, prefix, rank, timeout, watch, check)
     try:
         core, direct = _create_core(rdv, rank, size, timeout)
     except (CommError, ValueError, OSError) as e:
-        if not str(e).startswith(f"rendezvous {prefix!r}: rank "):  # not a relayed report
+        if not any(str(e).startswith(f"rendezvous {p!r}: rank ") for p in rdv.watch):  # not a relayed report
             rdv.report(str(e))
         if not isinstance(e, OSError):  # CommErrors, and ValueErrors naming a bad setting
             raise
@@ -228,7 +238,22 @@ def create(store, prefix: str, rank: int, size: int, timeout: float) -> Communic
         note = bootstrap.unauthenticated_note(topo)
         if note:
             _log(1, f"{prefix}: {note}")
-    return Communicator(core, store, prefix, rank, size, timeout, split=split_communicator)
+    return Communicator(core, store, prefix, rank, size, timeout, split=split_communicator,
+                        shrink=shrink_communicator)
+
+
+def _set_cost_model(core, size: int) -> None:
+    """COMMLIB_TOPOLOGY: auto ranks its candidates with the simulator on this topology's links (the
+    placement is the communicator's host map). Every rank loads the same file, so all choose alike."""
+    spec = settings.get("COMMLIB_TOPOLOGY")
+    if not spec:
+        return
+    from commlib.sim import topology as sim_topology  # only when asked: the simulator's Python side
+    try:
+        model = sim_topology.load(spec)
+    except Exception as e:
+        raise ValueError(f"COMMLIB_TOPOLOGY: {e}") from None
+    core.set_cost_model(model.engine_dict(size))
 
 
 def core_topology(core) -> "bootstrap.Topology":
@@ -249,8 +274,10 @@ def _create_core(rdv: _Rendezvous, rank: int, size: int, timeout: float):
         endpoint = bootstrap.listen(rdv, rank, topo, timeout, debug_level())
 
     def make_core(fd):
-        return _C.Communicator(rank, size, fd, topo.host_of, topo.hosts, endpoint, timeout, rdv.prefix,
+        core = _C.Communicator(rank, size, fd, topo.host_of, topo.hosts, endpoint, timeout, rdv.prefix,
                                debug_level())
+        _set_cost_model(core, size)
+        return core
 
     if rank == leader:
         fd = _make_region(local_size, rdv.prefix)
@@ -336,4 +363,9 @@ def split_communicator(comm: Communicator, color, key: int, n: int, timeout: flo
         return None
     members = sorted((k, r) for c, k, r in entries if c == color)
     new_rank = [r for _, r in members].index(comm.rank)
-    return create(comm._store, f"{prefix}/c{color}", new_rank, len(members), timeout)
+    return create(comm._store, f"{prefix}/c{color}", new_rank, len(members), timeout, watch=(prefix,))
+
+
+def shrink_communicator(comm: Communicator, exclude, n: int, timeout: float):
+    """Implementation of Communicator.shrink (commlib/core/shrink.py; collective over the survivors)."""
+    return shrink.shrink(comm, exclude, n, timeout, _Rendezvous, create)

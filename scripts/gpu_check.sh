@@ -196,7 +196,7 @@ fi
 if wants bench; then
   np=$gpus peers=(--peers nccl) note="NCCL through the same libnccl, one GPU per rank"
   if [ "$gpus" -lt 2 ]; then
-    np=2 peers=() note="no NCCL peer: NCCL refuses several ranks on one GPU (Duplicate GPU); ours only, 2 ranks on GPU 0"
+    np=2 peers=(--peers none) note="no NCCL peer: NCCL refuses several ranks on one GPU (Duplicate GPU); ours only, 2 ranks on GPU 0"
   fi
   [ "$np" -gt 8 ] && np=8
   common=(all_reduce --device cuda --np "$np" --mode in -n 10 -w 3 --passes 1 --timeout 60 "${peers[@]}")

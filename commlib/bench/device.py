@@ -71,7 +71,11 @@ class DeviceBackend(CommlibBackend):
             self.transport = ("emulated NCCL (test double, not NCCL)" if device == "emulated"
                               else "NCCL")
         else:
-            self.transport = f"{device} device, link {settings.get('COMMLIB_DEVICE_LINK') or 'auto'}"
+            path = settings.get("COMMLIB_DEVICE_PATH") or "auto"
+            # Which path runs (docs/gpu.md "The kernel path"): auto decides per size, the same way
+            # on every rank, so the size column says which one each row measured.
+            shown = "auto (kernel up to 1 MiB per rank, copy above)" if path == "auto" else path
+            self.transport = f"{device} device, link {settings.get('COMMLIB_DEVICE_LINK') or 'auto'}, path {shown}"
 
     def algorithms(self, collective):
         return ["nccl"] if self.nccl_peer else super().algorithms(collective)

@@ -60,6 +60,13 @@ def handshake_key(environ=None) -> Optional[bytes]:
     return None if secret is None else derive_key(secret, "tcp-handshake")
 
 
+def store_key(environ=None) -> Optional[bytes]:
+    """The key signing store values (None without COMMLIB_SECRET); the store server refuses
+    writes not signed with it."""
+    secret = load_secret(environ)
+    return None if secret is None else derive_key(secret, "store")
+
+
 def _tag(key: bytes, name: bytes, value: bytes) -> bytes:
     return hmac.new(key, struct.pack("!I", len(name)) + name + value, hashlib.sha256).digest()
 
@@ -67,6 +74,14 @@ def _tag(key: bytes, name: bytes, value: bytes) -> bytes:
 def sign_value(key: bytes, name: bytes, value: bytes) -> bytes:
     """``value`` as stored under ``name``, with its tag."""
     return _MAGIC + _tag(key, name, value) + value
+
+
+def signature_ok(key: bytes, name: bytes, stored: bytes) -> bool:
+    """Whether ``stored`` is a value signed with ``key`` for ``name`` (the store server's check)."""
+    head = len(_MAGIC) + _TAG_BYTES
+    if stored[:len(_MAGIC)] != _MAGIC or len(stored) < head:
+        return False
+    return hmac.compare_digest(stored[len(_MAGIC):head], _tag(key, name, stored[head:]))
 
 
 def verify_value(key: bytes, name: bytes, stored: bytes) -> bytes:

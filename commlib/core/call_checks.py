@@ -2,6 +2,10 @@
 before anything is sent (commlib/core/communicator.py calls them; commlib/core/p2p_plan.py too)."""
 from __future__ import annotations
 
+import operator
+
+import numpy as np
+
 import commlib._C as _C
 from commlib.device.host_buffers import describe
 from commlib.device.buffers import device_buffer
@@ -78,6 +82,28 @@ def named_device_buffers(named):
 def is_rank(x) -> bool:
     """An int that is not a bool: True is not rank 1."""
     return isinstance(x, int) and not isinstance(x, bool)
+
+
+def as_int(x, name: str) -> int:
+    """``x`` as a Python int: ints and integral scalars (``np.int64(1)``, anything with
+    ``__index__``, as torch and MPI accept) pass; bools, floats and the rest are refused
+    (ValueError "<name>: must be an int") before anything is sent."""
+    if isinstance(x, (bool, np.bool_)):
+        raise ValueError(f"{name}: must be an int, got the bool {x!r} (True is not rank 1)")
+    if isinstance(x, int):
+        return int(x)
+    try:
+        return operator.index(x)
+    except TypeError:
+        raise ValueError(f"{name}: must be an int, got {type(x).__name__} {x!r}") from None
+
+
+def as_rank(x, name: str, size: int) -> int:
+    """``x`` as a rank of a communicator of ``size`` ranks (see ``as_int``)."""
+    r = as_int(x, name)
+    if not 0 <= r < size:
+        raise ValueError(f"{name}: {r} is out of range for a communicator of size {size}")
+    return r
 
 
 def split_sizes(splits, total, P, name):

@@ -13,10 +13,11 @@ from typing import Optional, Sequence
 
 import commlib._C as _C
 from commlib.device.host_buffers import describe
-from commlib.core.call_checks import (check_algorithm, check_op, describe_like, device_buffers_of, is_rank,
-                                 named_device_buffers)
+from commlib.core.call_checks import (as_int, as_rank, check_algorithm, check_op, describe_like, device_buffers_of,
+                                      named_device_buffers)
 from commlib.core.p2p_plan import plan_all_to_allv, plan_batch
 from commlib.errors import CommError
+from commlib.core.shrink import check_exclude
 from commlib.core.work import Work  # noqa: F401  (re-exported: commlib.core.communicator.Work)
 
 # The latency path: blocking calls on plain NumPy arrays go straight to C++ (csrc/bindings/
@@ -40,11 +41,15 @@ class Communicator:
     (``"auto"`` by default; see ``commlib.algorithms(collective)``).
     """
 
-    def __init__(self, core, store, prefix: str, rank: int, size: int, timeout: float, split=None):
-        # ``split``: the rendezvous that builds a sub-communicator (commlib.init passes it), so this
-        # module needs no import of the layer that creates communicators.
+    def __init__(self, core, store, prefix: str, rank: int, size: int, timeout: float, split=None,
+                 shrink=None):
+        # ``split``/``shrink``: the rendezvous that builds a sub-communicator or the survivors'
+        # communicator (commlib.init passes them), so this module needs no import of the layer
+        # that creates communicators.
         self._core = core
         self._split = split
+        self._shrink = shrink
+        self._shrinks = 0
         self._addr = _C.core_address(core)  # for _fast; self._core keeps the core alive
         self._store = store
         self._prefix = prefix
@@ -93,15 +98,14 @@ class Communicator:
         return f"Communicator(rank={self._rank}, size={self._size}, prefix={self._prefix!r})"
 
     # -- helpers ----------------------------------------------------------------------------
-    def _check_root(self, root):
-        if not is_rank(root) or not 0 <= root < self._size:
-            raise ValueError(f"root: {root!r} is out of range for a communicator of size {self._size}")
+    def _check_root(self, root) -> int:
+        return as_rank(root, "root", self._size)
 
-    def _check_peer(self, peer, name="peer"):
-        if not is_rank(peer) or not 0 <= peer < self._size:
-            raise ValueError(f"{name}: {peer!r} is out of range for a communicator of size {self._size}")
+    def _check_peer(self, peer, name="peer") -> int:
+        peer = as_rank(peer, name, self._size)
         if peer == self._rank:
             raise ValueError(f"{name}: cannot send to or receive from this rank itself ({peer})")
+        return peer
 
     def _run(self, coll, algorithm, in_ptr, out_ptr, count, dtype, op, root, scale, async_op, refs,
              stream=None):
@@ -215,7 +219,7 @@ class Communicator:
                 _fast(self._addr, _BROADCAST, tensor, None, "sum", algorithm, root, async_op, None) is None):
             return None
         ip, n, dt = describe(tensor, "tensor")
-        self._check_root(root)
+        root = self._check_root(root)
         check_algorithm("broadcast", algorithm)
         return self._run("broadcast", algorithm, ip, ip, n, dt, "sum", root, 1.0, async_op, (tensor,),
                          stream)
@@ -226,7 +230,7 @@ class Communicator:
         if stream is None and _fast(self._addr, _REDUCE, tensor, out, op, algorithm, root, async_op, scale) is None:
             return None
         ip, n, dt = describe(tensor, "tensor")
-        self._check_root(root)
+        root = self._check_root(root)
         op_ = check_op(op, dt, scale)
         check_algorithm("reduce", algorithm)
         op_ptr = ip if out is None else describe_like(out, "out", dt, "tensor", n, f"{n} like tensor")
@@ -239,7 +243,7 @@ class Communicator:
         if stream is None and _fast(self._addr, _GATHER, input, output, "sum", algorithm, root, async_op, None) is None:
             return None
         ip, n, dt = describe(input, "input")
-        self._check_root(root)
+        root = self._check_root(root)
         op_ptr = 0
         out_elems = _shapes("gather", n, self._size, self._rank, root)[1]
         if out_elems is not None:  # the root
@@ -257,7 +261,7 @@ class Communicator:
                 _fast(self._addr, _SCATTER, input, output, "sum", algorithm, root, async_op, None) is None):
             return None
         op_ptr, n, dt = describe(output, "output")
-        self._check_root(root)
+        root = self._check_root(root)
         ip = 0
         in_elems = _shapes("scatter", n, self._size, self._rank, root)[0]
         if in_elems is not None:  # the root
@@ -327,10 +331,12 @@ class Communicator:
         if os.getpid() != self._pid:
             raise CommError(f"split: communicator (rank {self._rank}) was created in pid {self._pid} and "
                             f"is used in a forked child (pid {os.getpid()})")
-        if color is not None and (not is_rank(color) or color < 0):
-            raise ValueError(f"color: must be a non-negative int or None, got {color!r}")
-        if key is not None and not is_rank(key):
-            raise TypeError(f"key: must be an int, got {type(key).__name__}")
+        if color is not None:
+            color = as_int(color, "color")
+            if color < 0:
+                raise ValueError(f"color: must be a non-negative int or None, got {color!r}")
+        if key is not None:
+            key = as_int(key, "key")
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout: must be positive, got {timeout!r}")
         self._splits += 1
@@ -343,6 +349,30 @@ class Communicator:
                 child.abort("its stream engine could not be set up at split()")
                 raise
         return child
+
+    def shrink(self, exclude: Optional[Sequence[int]] = None,
+               timeout: Optional[float] = None) -> "Communicator":
+        """A new communicator of the survivors, ranks renumbered in order (docs/fault_tolerance.md).
+
+        Called by every rank that stays (never by an excluded one), typically after a PeerError.
+        ``exclude=None`` excludes the ranks this communicator sees gone (dead or closed); the
+        survivors agree on the set through the store within ``timeout`` (default: this
+        communicator's), or every one raises an error naming the disagreement, a live rank
+        excluded, or a rank that died during the shrink (call shrink again then). This
+        communicator stays usable for nothing but ``close()`` after a failure: close it.
+        """
+        if self._shrink is None:
+            raise RuntimeError("shrink: this communicator was not built by commlib.init, which provides it")
+        if self._closed:
+            raise CommError(f"shrink: communicator (rank {self._rank}) is closed")
+        if os.getpid() != self._pid:
+            raise CommError(f"shrink: communicator (rank {self._rank}) was created in pid {self._pid} and "
+                            f"is used in a forked child (pid {os.getpid()})")
+        exclude = check_exclude(exclude, self._size, self._rank)
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout: must be positive, got {timeout!r}")
+        self._shrinks += 1
+        return self._shrink(self, exclude, self._shrinks, self._timeout if timeout is None else float(timeout))
 
     def close(self):
         """Finish queued work, then release shared memory and the worker thread. Idempotent.

@@ -120,6 +120,7 @@ class DeviceRoute:
         self._devices = {}
         self._prefixes = {}  # store prefix of each engine's set-up
         self._pending = collections.deque()  # (work, refs): buffers stay alive until executed
+        self._last_engine = None
 
     def setup(self, kind: str, index: int):
         """Set up the engine of device ``kind``:``index`` now (split(device=...)): every rank of
@@ -182,7 +183,13 @@ class DeviceRoute:
             device_nccl.ensure_communicator(self._comm, engine, self._prefixes[(first.kind, first.device_index)],
                                             f"{coll} (nccl, {count} x {dtype}, {op}, root {root})")
         work = engine.run(coll, algorithm, in_ptr, out_ptr, count, dtype, op, root, scale, device_stream)
+        self._last_engine = engine
         return self._enqueued(work, refs, stream_of, async_op)
+
+    def last_path(self) -> str:
+        """The path the last device collective ran on: "kernel" (one kernel launch over peer
+        memory), "copy" (copy-engine copies), "" before the first (COMMLIB_DEVICE_PATH)."""
+        return self._last_engine.last_path() if self._last_engine is not None else ""
 
     def p2p(self, bufs, items, dtype, async_op, refs, stream, own_block=None):
         """Enqueue sends/receives (``items``: (send, address, count, peer)) on device buffers;
@@ -216,6 +223,7 @@ class DeviceRoute:
             e.close()
             e.release_memory(peers_closed=not e.failed() and self._imports_closed(self._prefixes[key]))
         self._engines.clear()
+        self._last_engine = None
         self._devices.clear()
         self._pending.clear()
 

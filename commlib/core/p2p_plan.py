@@ -39,7 +39,7 @@ def plan_all_to_allv(rank: int, size: int, ip: int, op_ptr: int, n_in: int, n_ou
 
 def plan_batch(ops, check_peer):
     """(messages, buffers, (argument name, buffer) pairs, dtype) of a batch of
-    ("send"|"recv", tensor, peer) entries; ``check_peer(peer, name)`` refuses a bad peer."""
+    ("send"|"recv", tensor, peer) entries; ``check_peer(peer, name)`` refuses a bad peer and returns it as an int."""
     if not ops:
         raise ValueError("ops: empty batch")
     items, refs, named, dtype = [], [], [], None
@@ -48,7 +48,7 @@ def plan_batch(ops, check_peer):
         kind, tensor, peer = entry
         if kind not in ("send", "recv"):
             raise ValueError(f"ops[{i}]: kind must be 'send' or 'recv', got {kind!r}")
-        check_peer(peer, f"ops[{i}] peer" if len(ops) > 1 else "peer")
+        peer = check_peer(peer, f"ops[{i}] peer" if len(ops) > 1 else "peer")  # as a Python int
         if (kind, peer) in seen:
             raise ValueError(f"ops[{i}]: a second {kind} with peer {peer} in one batch")
         seen.add((kind, peer))

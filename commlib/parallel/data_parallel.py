@@ -129,6 +129,22 @@ class DataParallel(torch.nn.Module):
                     broadcast_tensors(self.comm, bufs)
         return self.module(*args, **kwargs)
 
+    def shrink(self, exclude=None, close_old: bool = True):
+        """Go on with the survivors after a rank died (a backward or step raised PeerError):
+        ``self.comm.shrink(exclude)`` (every survivor calls this; see Communicator.shrink), the
+        old communicator closed (unless ``close_old`` is False), then the new group's rank 0's
+        parameters and buffers broadcast, since the failed step may have completed on some
+        survivors and not on others. Gradients of the failed backward are dropped: zero them and
+        redo the step. Returns the new communicator (docs/fault_tolerance.md)."""
+        old = self.comm
+        new = old.shrink(exclude)
+        if close_old:
+            old.close()
+        self.comm = new
+        with torch.no_grad():
+            broadcast_tensors(new, [p.data for p in self.module.parameters()] + list(self.module.buffers()))
+        return new
+
     @contextlib.contextmanager
     def no_sync(self):
         """Accumulate gradients locally (no communication) inside this context; the first

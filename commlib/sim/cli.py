@@ -83,7 +83,8 @@ def run(args) -> int:
                         print(f"commlib sim: {e}", file=sys.stderr)
                         return 2
                     records.append(rec)
-                    label = alg if rec["resolved"] == alg else f"{alg}>{rec['resolved']}"
+                    resolved = rec["resolved"] + (f"({rec['inter_algorithm']})" if rec.get("inter_algorithm") else "")
+                    label = alg if resolved == alg else f"{alg}>{resolved}"
                     table.row(rec["bytes"], rec["count"], args.datatype, "sum" if coll in C.REDUCING else "none",
                               rec["root"], {"out": rec}, algorithm=label)
             table.footer()

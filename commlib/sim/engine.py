@@ -50,7 +50,7 @@ def predict(collective: str, algorithm: str, size: int, ranks: int, topology, dt
     algbw, busbw = C.bandwidths(collective, real, ranks, seconds)
     return {
         "backend": "sim", "transport": topo.name, "collective": collective, "algorithm": algorithm,
-        "resolved": out["algorithm"], "mode": "out", "world_size": ranks, "dtype": dtype, "op": "sum",
+        "resolved": out["algorithm"], "inter_algorithm": out["inter_algorithm"], "mode": "out", "world_size": ranks, "dtype": dtype, "op": "sum",
         "root": root if collective in C.ROOTED else -1, "bytes": real, "count": block * (
             ranks if collective in C.BLOCKED else 1),
         "time_us": {"median": seconds * 1e6}, "algbw_GBps": algbw, "busbw_GBps": busbw, "wrong": None,

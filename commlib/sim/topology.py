@@ -44,25 +44,34 @@ __all__ = ["Topology", "PRESETS", "load", "TopologyError"]
 
 
 def _dgx(name, *, gpu, nvlink, port_GBps, links, switches, credited_GBps, nic, nic_Gbps, ib, hbm, hbm_GBps,
-         l2_MB, chunk_bytes=512 << 10) -> Topology:
+         l2_MB, msg_rate_M, chunk_bytes=512 << 10) -> Topology:
     """A DGX node: 8 GPUs on NVSwitch, one NIC per GPU; every number below names its source."""
     return Topology(
         name=name, devices_per_host=8,
-        intra_GBps=port_GBps, intra_efficiency=credited_GBps / 25.0, intra_latency_us=2.0,
-        nics=8, nic_Gbps=nic_Gbps, nic_efficiency=0.97, inter_latency_us=5.0,
+        intra_GBps=port_GBps, intra_efficiency=credited_GBps / 25.0, intra_latency_us=0.2,
+        nics=8, nic_Gbps=nic_Gbps, nic_efficiency=0.97, inter_latency_us=0.7,
         reduce_GBps=hbm_GBps / 3, chunk_bytes=chunk_bytes,
+        call_overhead_us=3.6, send_overhead_us=0.1, recv_overhead_us=0.1,
+        nic_gap_us=1.0 / msg_rate_M,
         sources={
+            "call_overhead_us": "NCCL's tuning model (src/graph/tuning.cc, baseLat ring LL): 3.6 us per call",
+            "intra_latency_us": "NCCL's tuning model (src/graph/tuning.cc, hwLat NVLink ring LL): 0.4 us per ring "
+                                "step, of which 0.1 + 0.1 us are the send and receive overheads: 0.2 us",
+            "inter_latency_us": "NCCL's tuning model (src/graph/tuning.cc, hwLat NET ring LL): 0.9 us per step "
+                                "between nodes, less the 0.2 us of send and receive overheads: 0.7 us",
+            "send_overhead_us": "derived: a quarter of NCCL's 0.4 us NVLink ring LL step (tuning.cc hwLat) per "
+                                "message posted, one after another (LogGP o)",
+            "recv_overhead_us": "derived: as send_overhead_us, per message taken in",
+            "nic_gap_us": f"{nic} message rate, up to {msg_rate_M:g} million messages/s (NVIDIA product brief): "
+                          "one message per 1/rate per direction",
             "devices_per_host": f"NVIDIA {name.upper().replace('-', ' ')} user guide: 8x {gpu}",
             "intra_GBps": f"{gpu} datasheet: {nvlink}, {2 * port_GBps:g} GB/s bidirectional = {links} links x 25 GB/s "
                           f"per direction, all GPUs on {switches} NVSwitch chips (non-blocking)",
             "intra_efficiency": f"NCCL's topology model (src/graph/topo.h) credits {credited_GBps:g} GB/s per NVLink "
                                 f"of {nvlink}'s 25 GB/s per direction: {credited_GBps / 25:.3f}",
-            "intra_latency_us": "assumed: a few us per NCCL step on NVLink (nccl-tests small-message all_reduce "
-                                "on 8 GPUs is ~10-20 us for ~2 log P.. 2(P-1) steps)",
             "nics": f"{name.upper().replace('-', ' ')} user guide: 8x {nic} (one per GPU, rail-optimised)",
             "nic_Gbps": f"{nic}: {nic_Gbps:g} Gb/s InfiniBand {ib} per port",
             "nic_efficiency": "InfiniBand data rate after encoding and headers (~48.5 of 50 GB/s on NDR)",
-            "inter_latency_us": "assumed: InfiniBand switch hop + NIC + proxy thread, ~5 us",
             "reduce_GBps": f"{gpu} {hbm} {hbm_GBps:g} GB/s; a reduction reads two operands and writes one "
                            "(3 bytes of traffic per byte reduced)",
             "chunk_bytes": "NCCL default buffer 4 MiB (NCCL_BUFFSIZE) in NCCL_STEPS = 8 slots: 512 KiB per step",
@@ -75,24 +84,30 @@ def _dgx(name, *, gpu, nvlink, port_GBps, links, switches, credited_GBps, nic, n
 PRESETS = {
     "dgx-h100": _dgx("dgx-h100", gpu="H100 SXM5", nvlink="NVLink 4", port_GBps=450.0, links=18, switches=4,
                      credited_GBps=20.6, nic="ConnectX-7", nic_Gbps=400.0, ib="NDR", hbm="HBM3",
-                     hbm_GBps=3350.0, l2_MB=50),
+                     hbm_GBps=3350.0, l2_MB=50, msg_rate_M=330.0),
     "dgx-a100": _dgx("dgx-a100", gpu="A100 SXM4 80GB", nvlink="NVLink 3", port_GBps=300.0, links=12, switches=6,
                      credited_GBps=20.0, nic="ConnectX-6", nic_Gbps=200.0, ib="HDR", hbm="HBM2e",
-                     hbm_GBps=2039.0, l2_MB=40),
+                     hbm_GBps=2039.0, l2_MB=40, msg_rate_M=215.0),
 }
 for _gbps in (25, 100):
     PRESETS[f"eth-{_gbps}g"] = Topology(
         name=f"eth-{_gbps}g", devices_per_host=1,
         intra_GBps=10.0, intra_efficiency=1.0, intra_latency_us=1.0,
         nics=1, nic_Gbps=float(_gbps), nic_efficiency=0.94, inter_latency_us=25.0,
-        reduce_GBps=10.0, op_overhead_us=2.0, chunk_bytes=256 << 10,
+        reduce_GBps=10.0, send_overhead_us=1.0, recv_overhead_us=1.0, chunk_bytes=256 << 10,
+        nic_gap_us=84 * 8 / (_gbps * 1e3),
         sources={
+            "send_overhead_us": "assumed (as the former 2 us op_overhead_us, a send/recv system call pair): 1 us "
+                                "of CPU per send, taken one after another",
+            "recv_overhead_us": "assumed: 1 us of CPU per message received (the other system call of the pair)",
+            "nic_gap_us": f"Ethernet framing: a minimum frame occupies 84 bytes on the wire (64 + preamble 8 + "
+                          f"inter-frame gap 12), so a {_gbps} GbE port starts at most {_gbps * 1e3 / 672:.1f} M "
+                          "messages/s",
             "devices_per_host": "one rank per host (a CPU process per server)",
             "nic_Gbps": f"{_gbps} GbE NIC",
             "nic_efficiency": "TCP/IPv4 over Ethernet at 1500 MTU: 1448 payload bytes per 1538 on the wire",
             "inter_latency_us": "assumed: kernel TCP round trip through one switch, ~25 us one way",
             "reduce_GBps": "assumed: one core's vectorised float32 sum out of DRAM, ~10 GB/s",
-            "op_overhead_us": "assumed: a send/recv system call pair, ~2 us",
             "intra_GBps": "unused with one rank per host",
             "chunk_bytes": "commlib's shared-memory slot size (transport/shm.cc)",
             "memory_tiers": "not modelled (none): one rank per host has no intra-host transfers, and reduce_GBps "

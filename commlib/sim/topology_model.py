@@ -65,6 +65,10 @@ class Topology:
     sched_quantum_us: float = 0.0   # an oversubscribed host: a woken rank waits (ranks/cores - 1) x this for a core
     spin_us: float = 0.0            # a receiver spins this long for its message before it sleeps
     wake_us: float = 0.0            # a sleeping receiver is running again this long after its message arrives
+    # Per-message costs (LogGP's o and g, docs/simulator.md "Messages"); zeros: none
+    send_overhead_us: float = 0.0   # a rank's CPU time per send posted (its sends go one after another)
+    recv_overhead_us: float = 0.0   # a rank's CPU time per message taken in
+    nic_gap_us: float = 0.0         # a NIC starts at most one message per gap in each direction
     memory_tiers: tuple = ()        # ({"above_bytes", "intra_GBps", "reduce_GBps", "copy_GBps"}, ...)
     sources: dict = field(default_factory=dict, compare=False)
 
@@ -99,6 +103,9 @@ class Topology:
             "sched_quantum_s": self.sched_quantum_us * 1e-6,
             "spin_s": self.spin_us * 1e-6,
             "wake_s": self.wake_us * 1e-6,
+            "send_overhead_s": self.send_overhead_us * 1e-6,
+            "recv_overhead_s": self.recv_overhead_us * 1e-6,
+            "nic_gap_s": self.nic_gap_us * 1e-6,
         }
 
     def resolved_tiers(self) -> list:

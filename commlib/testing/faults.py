@@ -12,13 +12,13 @@ from commlib.testing.ranks import RankPool
 
 
 def run_killing_one_rank(size: int, victim: int, fn: Callable, env: Optional[dict] = None,
-                         timeout: float = 90) -> List:
-    """Run ``fn(comm, victim)`` on a fresh pool of ``size`` ranks, in which ``fn`` kills rank
-    ``victim``; returns each rank's result (``None`` for the dead one). The pool is always killed
-    afterwards: it is not reusable once a rank died."""
+                         timeout: float = 90, args: tuple = ()) -> List:
+    """Run ``fn(comm, victim, *args)`` on a fresh pool of ``size`` ranks, in which ``fn`` kills
+    rank ``victim``; returns each rank's result (``None`` for the dead one). The pool is always
+    killed afterwards: it is not reusable once a rank died."""
     pool = RankPool(size, timeout=timeout, env=env)
     try:
-        return pool.run(fn, victim, allow_death=True, timeout=timeout)
+        return pool.run(fn, victim, *args, allow_death=True, timeout=timeout)
     finally:
         pool.kill()
 

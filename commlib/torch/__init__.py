@@ -10,6 +10,7 @@ See docs/torch_backend.md for what works and what does not.
 """
 import torch.distributed as _dist
 
+from commlib.torch import shrink as _shrink
 from commlib.torch.backend import COLLECTIVES, Options, ProcessGroupCommlib, _create
 from commlib.torch.devices import served_devices
 
@@ -24,6 +25,7 @@ def _register():
 
 
 _register()
+_shrink.install()  # dist.shrink_group on commlib groups (commlib/torch/shrink.py)
 
 
 def get_communicator(group=None):
@@ -35,4 +37,12 @@ def get_communicator(group=None):
     return pg.comm
 
 
-__all__ = ["BACKEND_NAME", "COLLECTIVES", "Options", "ProcessGroupCommlib", "get_communicator"]
+def dead_ranks(group=None):
+    """The ranks of ``group`` (default: the default group) that its communicator sees gone (dead
+    or closed), sorted: what the survivors pass to ``dist.shrink_group`` after a PeerError."""
+    from commlib.core.shrink import gone_ranks
+    return sorted(gone_ranks(get_communicator(group)))
+
+
+__all__ = ["BACKEND_NAME", "COLLECTIVES", "Options", "ProcessGroupCommlib", "dead_ranks",
+           "get_communicator"]

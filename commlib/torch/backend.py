@@ -34,6 +34,7 @@ from commlib.torch.fast_path import (ALL_REDUCE, BARRIER, BROADCAST, OP_BY_HASH,
 from commlib.torch.data_movement import DataMovementMixin
 from commlib.torch.devices import DeviceTypesMixin, check_one_device
 from commlib.torch.p2p import PointToPointMixin
+from commlib.torch.shrink import ShrinkMixin
 from commlib.torch.staging import (NATIVE, as_bytes, op_of, out_bytes, reduction_staging,
                                    sparse_all_reduce)
 from commlib.torch.stream_p2p import DeviceStreams
@@ -97,7 +98,8 @@ def _check_algorithms(options: Options):
                              f"(expected one of: auto, {', '.join(known)})")
 
 
-class ProcessGroupCommlib(PointToPointMixin, DataMovementMixin, DeviceTypesMixin, dist.ProcessGroup):
+class ProcessGroupCommlib(ShrinkMixin, PointToPointMixin, DataMovementMixin, DeviceTypesMixin,
+                          dist.ProcessGroup):
     """``torch.distributed.ProcessGroup`` whose collectives run on a commlib communicator."""
 
     def __init__(self, comm, rank: int, size: int, options: Optional[Options] = None,

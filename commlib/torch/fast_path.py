@@ -75,6 +75,9 @@ class DoneWork(Work):
     def wait(self, timeout=None):
         return True
 
+    def get_future(self):
+        return self._fut  # completed with its value: never carries an error
+
     def is_completed(self):
         return True
 

@@ -56,6 +56,11 @@ class StreamWork(Work):
         self._fut.wait()  # the current stream waits for the event: no host synchronisation
         return True
 
+    def get_future(self):
+        # Completed at once with the outputs (errors surface through wait()/exception()); its
+        # CUDA event is what orders the reader's stream, so it is handed out as it is.
+        return self._fut
+
     def is_completed(self):
         return all(w.is_completed() for w in self._device_works)
 

@@ -107,16 +107,35 @@ def completed_work(result) -> "Work":
     return Work(fut)
 
 
+def _value_or_raise(fut):
+    return fut.value()  # a future failed by ``set_exception`` raises its error here
+
+
+def erroring_future(fut: Future) -> Future:
+    """A future that completes with ``fut``'s value, or fails with a C++-level error.
+
+    ``Future.set_exception`` from Python does not fail the C++ future: it completes it with the
+    exception object as its *value* and only Python's ``wait()`` raises. C++ readers (DDP's
+    reducer parses the bucket future's value as tensors) then read an exception as a tensor list
+    and crash (SIGSEGV in ``loss.backward()`` when a peer died). A callback that raises does fail
+    the C++ future (``then`` catches it and sets the error), so every reader, C++ or Python, gets
+    ``RuntimeError: ... PeerError: ... rank N ...``.
+    """
+    return fut.then(_value_or_raise)
+
+
 class Work(dist.Work):
     """torch Work over a ``torch.futures.Future`` whose value is the list of output tensors.
 
     Unlike ``_create_work_from_future`` (whose ``wait()`` swallows the future's error), ``wait()``
-    raises the commlib error (MismatchError, PeerError, ...) that failed the call.
+    raises the commlib error (MismatchError, PeerError, ...) that failed the call;
+    ``get_future()`` gives a future whose error C++ readers see as well (``erroring_future``).
     """
 
     def __init__(self, fut):
         super().__init__()
         self._fut = fut
+        self._public_fut = None
 
     def wait(self, timeout=None):
         secs = timeout_seconds(timeout)
@@ -132,7 +151,9 @@ class Work(dist.Work):
         return True
 
     def get_future(self):
-        return self._fut
+        if self._public_fut is None:
+            self._public_fut = erroring_future(self._fut)
+        return self._public_fut
 
     def is_completed(self):
         return self._fut.done()
@@ -175,7 +196,7 @@ class P2PWork(Work):
 
     def get_future(self):
         self._pg._flush_p2p()
-        return self._fut
+        return super().get_future()
 
     def is_completed(self):
         self._pg._flush_p2p()

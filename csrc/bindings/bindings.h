@@ -12,6 +12,9 @@
 namespace commlib {
 struct CollectiveCall;  // host/communicator.h
 struct P2PItem;
+namespace sim {
+struct Topology;
+}
 
 void bind_types(pybind11::module_& m);     // bindings/types_bindings.cc
 void bind_schedule(pybind11::module_& m);  // bindings/schedule_bindings.cc: schedule(), algorithms(), verify()
@@ -21,10 +24,15 @@ void bind_comm(pybind11::module_& m);      // bindings/comm_bindings.cc: Communi
 void bind_fast_call(pybind11::module_& m); // bindings/fast_call.cc: fast_collective (after bind_comm)
 void bind_device(pybind11::module_& m);    // bindings/device_bindings.cc: devices, stream engine (after bind_comm)
 void bind_sim(pybind11::module_& m);       // bindings/sim_bindings.cc: simulate()
+void bind_device_plan(pybind11::module_& m);  // bindings/device_plan_bindings.cc: device plans, their check
 
 // Sets the Python error for a C++ exception (CommError family -> commlib's classes,
 // std::invalid_argument -> ValueError). Needs the GIL and bind_comm() to have run.
 void set_python_error(std::exception_ptr p);
+
+// A simulator topology from the dict commlib/sim builds (bindings/sim_bindings.cc); ValueError
+// naming the field.
+sim::Topology topology_from_dict(const pybind11::dict& d);
 
 // The Python API's arguments as the engine's types, for the host and the device path alike
 // (defined in comm_bindings.cc). Raise ValueError naming the argument for an unknown name.

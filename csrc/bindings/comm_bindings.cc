@@ -1,7 +1,9 @@
 // Communicator, Work and the error classes. Every call that may block releases the GIL.
 #include <pybind11/stl.h>
+#include <unistd.h>
 
 #include "bindings/bindings.h"
+#include "sim/topology.h"
 #include "bindings/buffer_view.h"
 #include "bindings/gil.h"
 #include "host/communicator.h"
@@ -173,6 +175,13 @@ void bind_comm(py::module_& m) {
           },
           "The algorithm auto picks for `coll` of `bytes` on this communicator's links.")
       .def(
+          "set_cost_model",
+          [](Communicator& c, const py::dict& topology) { c.set_cost_model(topology_from_dict(topology)); },
+          py::arg("topology"),
+          "The simulator topology (link parameters; the placement is this communicator's) auto ranks its "
+          "candidates with (COMMLIB_TOPOLOGY). Set before the first call.")
+      .def_property_readonly("has_cost_model", &Communicator::has_cost_model)
+      .def(
           "connect",
           [](Communicator& c, const std::vector<std::string>& addresses) {
             if (!c.tcp()) throw std::invalid_argument("connect: this communicator has no TCP links");
@@ -193,11 +202,16 @@ void bind_comm(py::module_& m) {
             d["frames_read_by_caller"] = s.frames_read_by_caller;
             d["lanes"] = s.lanes;
             d["frames_striped"] = s.frames_striped;
+            d["recv_reads"] = s.recv_reads;
+            d["caller_takes"] = s.caller_takes;
+            d["reclaims"] = s.reclaims;
             return d;
           },
           "TCP data-path counters (tests): payload bytes sent from callers' buffers, bytes received "
           "straight into destinations, frames read by a waiting caller rather than the progress thread, "
-          "connections per peer and data frames sent on connections other than the first.")
+          "connections per peer, data frames sent on connections other than the first, recv calls "
+          "that returned data, times a waiting caller took its sockets from the progress thread and "
+          "times the progress thread took them back from a caller that had stopped polling.")
       .def_property_readonly("rank", &Communicator::rank)
       .def_property_readonly("size", &Communicator::size)
       .def(
@@ -228,6 +242,27 @@ void bind_comm(py::module_& m) {
           },
           py::arg("ptr"), py::arg("count"), py::arg("dtype"), py::arg("source"), py::arg("async_op"),
           "Receive count elements at ptr from whichever rank sends first; its rank goes to the int32 at source.")
+      .def(
+          "peer_states",
+          [](Communicator& c) {
+            // Polled while survivors agree on a shrink (commlib/shrink.py): how this rank sees
+            // each peer now, checking the processes of ranks on this host.
+            if (!c.has_transport()) throw CommError("peer_states: the communicator is closed");
+            py::list out;
+            for (int p = 0; p < c.size(); ++p) {
+              if (p == c.rank()) {
+                out.append(py::make_tuple("self", static_cast<int>(getpid()), ""));
+                continue;
+              }
+              PeerStatus st = c.transport().peer_status(p, true);
+              static const char* names[] = {"unknown", "alive", "closed", "failed", "dead"};
+              const auto i = static_cast<uint32_t>(st.state);
+              out.append(py::make_tuple(i < 5 ? names[i] : "unknown", c.transport().peer_pid(p), st.message));
+            }
+            return out;
+          },
+          "(state, pid, message) of every rank as this rank sees it now: self, unknown, alive, "
+          "closed, failed (published an error) or dead (process gone or connection lost).")
       .def("enable_direct_reads", &Communicator::enable_direct_reads)
       .def("close",
            [](Communicator& c) {

@@ -177,6 +177,8 @@ void bind_device(py::module_& m) {
            py::arg("comm"), py::arg("device"), py::arg("timeout"), py::arg("label") = "", py::keep_alive<1, 2>())
       .def("local_handle", &StreamEngine::local_handle)
       .def("connect", &StreamEngine::connect, py::arg("handles"), py::arg("same_host"))
+      .def("last_path", &StreamEngine::last_path,
+           "The path the last collective ran on: 'kernel', 'copy' or '' (COMMLIB_DEVICE_PATH).")
       .def("mapped_peers", &StreamEngine::mapped_peers,
            "Peers whose control region this rank mapped (those on its host).")
       .def(

@@ -10,4 +10,5 @@ PYBIND11_MODULE(_C, m) {
   commlib::bind_fast_call(m);
   commlib::bind_device(m);
   commlib::bind_sim(m);
+  commlib::bind_device_plan(m);
 }

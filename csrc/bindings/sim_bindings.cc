@@ -2,22 +2,23 @@
 // root, topology) with the topology as a dict of sim::Topology's fields (commlib/sim builds it).
 #include <pybind11/stl.h>
 
+#include <memory>
 #include <set>
 
 #include "bindings/bindings.h"
+#include "policy/auto_policy.h"
 #include "sim/simulator.h"
 
 namespace py = pybind11;
 
 namespace commlib {
 
-namespace {
-
 sim::Topology topology_from_dict(const py::dict& d) {
   static const std::set<std::string> known = {
       "host_of", "nic_of", "nics_per_host", "intra_latency_s", "intra_port_Bps", "intra_bus_Bps",
       "inter_latency_s", "nic_Bps", "reduce_s_per_byte", "copy_s_per_byte", "op_overhead_s",
-      "step_overhead_s", "chunk_bytes", "memory_tiers", "cores_per_host", "sched_quantum_s", "spin_s", "wake_s"};
+      "step_overhead_s", "chunk_bytes", "memory_tiers", "cores_per_host", "sched_quantum_s", "spin_s", "wake_s",
+      "send_overhead_s", "recv_overhead_s", "nic_gap_s"};
   for (auto item : d) {
     const std::string k = py::str(item.first);
     if (!known.count(k)) throw std::invalid_argument("topology." + k + ": unknown field");
@@ -49,6 +50,10 @@ sim::Topology topology_from_dict(const py::dict& d) {
   if (d.contains("sched_quantum_s")) get("sched_quantum_s", t.sched_quantum_s);
   if (d.contains("spin_s")) get("spin_s", t.spin_s);
   if (d.contains("wake_s")) get("wake_s", t.wake_s);
+  // Per-message costs are optional (LogGP's o and g; 0: none).
+  if (d.contains("send_overhead_s")) get("send_overhead_s", t.send_overhead_s);
+  if (d.contains("recv_overhead_s")) get("recv_overhead_s", t.recv_overhead_s);
+  if (d.contains("nic_gap_s")) get("nic_gap_s", t.nic_gap_s);
   // Memory tiers are optional: without them one tier (the rates above) serves every size.
   if (d.contains("memory_tiers")) {
     py::list tiers;
@@ -85,20 +90,33 @@ sim::Topology topology_from_dict(const py::dict& d) {
   return t;
 }
 
+namespace {
+
+py::dict choice_to_py(const AlgorithmChoice& c) {
+  py::dict d;
+  d["algorithm"] = c.algorithm;
+  d["inter_algorithm"] = c.inter_algorithm;
+  d["segment"] = c.segment;
+  d["predicted_s"] = c.predicted_s;
+  d["source"] = c.source;
+  return d;
+}
+
 }  // namespace
 
 void bind_sim(py::module_& m) {
   m.def(
       "simulate",
       [](const std::string& collective, const std::string& algorithm, int64_t count, int elem_bytes, int root,
-         const py::dict& topology) {
+         const py::dict& topology, const std::string& inter_algorithm, int64_t segment) {
         const Collective c = parse_collective(collective);
         const sim::Topology t = topology_from_dict(topology);
         sim::Result r;
         {
           py::gil_scoped_release nogil;
-          r = sim::simulate(c, algorithm, count, elem_bytes, root, t);
+          r = sim::simulate(c, algorithm, count, elem_bytes, root, t, sim::Options{inter_algorithm, segment});
         }
+
         py::dict out;
         out["time_s"] = r.time_s;
         out["build_s"] = r.build_s;
@@ -111,11 +129,57 @@ void bind_sim(py::module_& m) {
         out["ranks_beyond_cache"] = r.ranks_beyond_cache;
         out["max_working_set_bytes"] = r.max_working_set_bytes;
         out["algorithm"] = r.algorithm;
+        out["inter_algorithm"] = r.inter_algorithm;
         return out;
       },
       py::arg("collective"), py::arg("algorithm"), py::arg("count"), py::arg("elem_bytes"), py::arg("root"),
-      py::arg("topology"),
-      "Predicted time of one collective: plays every rank's schedule on the topology (sim/simulator.h).");
+      py::arg("topology"), py::arg("inter_algorithm") = "", py::arg("segment") = -1,
+      "Predicted time of one collective: plays every rank's schedule on the topology (sim/simulator.h). "
+      "inter_algorithm/segment: hierarchical's inter-host algorithm (\"\": built-in exchange) and pipeline "
+      "segment (-1: COMMLIB_HIER_SEGMENT).");
+
+  m.def(
+      "predict_candidates",
+      [](const std::string& collective, int64_t count, int elem_bytes, int root, const py::dict& topology) {
+        const Collective c = parse_collective(collective);
+        const sim::Topology t = topology_from_dict(topology);
+        std::vector<AlgorithmChoice> cands;
+        {
+          py::gil_scoped_release nogil;
+          cands = predict_candidates(CallShape{c, count, elem_bytes, root}, t.host_of, t);
+        }
+        py::list out;
+        for (const auto& k : cands) out.append(choice_to_py(k));
+        return out;
+      },
+      py::arg("collective"), py::arg("count"), py::arg("elem_bytes"), py::arg("root"), py::arg("topology"),
+      "Every candidate auto's cost model ranks on this topology, with its predicted time (policy/auto_policy.h).");
+
+  m.def(
+      "resolve_algorithm",
+      [](const std::string& collective, const std::string& algorithm, int64_t count, int elem_bytes, int root,
+         int size, std::vector<int> hosts, py::object topology) {
+        const Collective c = parse_collective(collective);
+        std::unique_ptr<sim::Topology> model;
+        if (!topology.is_none()) model = std::make_unique<sim::Topology>(topology_from_dict(topology.cast<py::dict>()));
+        AlgorithmChoice k;
+        std::vector<AlgorithmChoice> ranked;
+        {
+          py::gil_scoped_release nogil;
+          k = resolve_algorithm(CallShape{c, count, elem_bytes, root}, algorithm, algorithm_override(c), size, hosts,
+                                model.get(), &ranked);
+        }
+        py::dict out = choice_to_py(k);
+        py::list cands;
+        for (const auto& r : ranked) cands.append(choice_to_py(r));
+        out["candidates"] = cands;
+        return out;
+      },
+      py::arg("collective"), py::arg("algorithm"), py::arg("count"), py::arg("elem_bytes"), py::arg("root"),
+      py::arg("size"), py::arg("hosts"), py::arg("topology") = py::none(),
+      "The engine's one resolution of a call's algorithm (policy/auto_policy.h): a dict with algorithm, "
+      "inter_algorithm, segment, predicted_s, source, and the candidates the cost model ranked (empty when it "
+      "did not decide).");
 }
 
 }  // namespace commlib

@@ -26,7 +26,9 @@ const std::vector<Param> kParams = {
     {"COMMLIB_SHM_SLOTS", "int", "4", "chunks in flight per shared-memory channel (2..64)"},
     {"COMMLIB_SHM_SLOT_BYTES", "bytes", "0",
      "payload bytes of one channel chunk, a multiple of 64 (0: up to 256 KiB, from the world size)"},
-    {"COMMLIB_SPIN_US", "int", "-1", "microseconds a wait spins before sleeping (-1: 20)"},
+    {"COMMLIB_SPIN_US", "int", "-1",
+     "microseconds a wait on ranks of this host spins before sleeping (-1: 20; with ranks on other hosts see "
+     "COMMLIB_TCP_SPIN_US)"},
     {"COMMLIB_CMA", "flag", "0",
      "1: messages larger than a channel go single-copy (process_vm_readv); off because it measured "
      "slower on 2-core VMs"},
@@ -40,8 +42,13 @@ const std::vector<Param> kParams = {
      "AF_INET or AF_INET6: the address family TCP links listen on (default: IPv4 first)"},
     {"COMMLIB_HIER_SEGMENT", "int", "262144",
      "elements per pipeline segment of hierarchical all_reduce (2+ hosts; at most 16 segments; same on all ranks)"},
+    {"COMMLIB_TOPOLOGY", "name", "",
+     "auto's cost model: a simulator preset (dgx-h100, eth-25g, ...), a topology JSON file or fitted:<bench.json>; auto then picks the candidate the simulator predicts fastest on the communicator's host map (unset: the link-kind rule)"},
     {"COMMLIB_TCP_CHUNK_BYTES", "bytes", "524288",
      "payload bytes of one TCP chunk, a multiple of 64 in 4096..64 MiB (the same on every rank)"},
+    {"COMMLIB_TCP_SPIN_US", "int", "-1",
+     "microseconds a wait polls the sockets to other hosts from the calling thread, offering the core "
+     "between polls, before it sleeps (-1: 1000; 0: no polling, the progress thread reads)"},
     {"COMMLIB_TCP_NCONNS", "int", "1",
      "TCP connections per pair of ranks on different hosts, 1..16; chunks are striped over them (the same on every rank)"},
     {"COMMLIB_SECRET", "secret", "",
@@ -57,6 +64,10 @@ const std::vector<Param> kParams = {
     {"COMMLIB_DEVICE_SLOT_BYTES", "bytes", "262144",
      "bytes of one inbox slot of the stream engine (device buffers), a multiple of 64, the same on every rank"},
     {"COMMLIB_DEVICE_SLOTS", "int", "4", "inbox slots per peer of the stream engine (1..64)"},
+    {"COMMLIB_DEVICE_PATH", "name", "auto",
+     "how the stream engine runs a collective on device buffers: kernel = one kernel launch over peer memory, "
+     "copy = copy-engine copies ordered by stream memory operations, auto = kernel up to 1 MiB per rank, copy above "
+     "(the same on every rank)"},
     {"COMMLIB_DEVICE_STREAMS", "int", "2",
      "streams a call of the stream engine runs its steps on: 2 = sends on one, receives and reductions on another, "
      "joined by events per step; 1 = the caller's stream only"},

@@ -20,6 +20,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda_plan_kernel.h"
 #include "kernels/cuda_reduce.h"
 
 namespace commlib {
@@ -216,6 +217,14 @@ void CudaDevice::synchronize(DeviceStream& stream) { check(cudaStreamSynchronize
 void CudaDevice::copy(void* dst, const void* src, size_t bytes, DeviceStream& stream) {
   Current current(index_);
   if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cu(stream)), "cudaMemcpyAsync");
+}
+
+unsigned CudaDevice::plan_blocks(unsigned wanted) const { return cuda_plan_blocks(wanted); }
+
+void CudaDevice::launch_plan(const kexec::PlanLaunch& launch, unsigned blocks, DType dtype, RedOp op, bool reduces,
+                             DeviceStream& stream) {
+  Current current(index_);
+  cuda_launch_plan(launch, blocks, dtype, op, reduces, cu(stream));
 }
 
 void CudaDevice::reduce(void* dst, const void* src, size_t n, DType dtype, RedOp op, DeviceStream& stream) {

@@ -44,6 +44,9 @@ class CudaDevice final : public Device {
   void write_value(uint64_t* addr, uint64_t value, DeviceStream& stream) override;
   void wait_value(const uint64_t* addr, uint64_t value, DeviceStream& stream) override;
   void host_func(std::function<void()> fn, DeviceStream& stream) override;
+  unsigned plan_blocks(unsigned wanted) const override;  // kernels/cuda_plan_kernel.cu
+  void launch_plan(const kexec::PlanLaunch& launch, unsigned blocks, DType dtype, RedOp op, bool reduces,
+                   DeviceStream& stream) override;
 
  private:
   const int index_;

@@ -15,11 +15,16 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "common/types.h"
 
 namespace commlib {
+
+namespace kexec {
+struct PlanLaunch;  // kernels/plan_kernel.cuh
+}
 
 class DeviceStream {
  public:
@@ -88,6 +93,24 @@ class Device {
   // Runs fn on a host thread when the stream reaches it; the stream waits for fn to return.
   // fn must not call into the device.
   virtual void host_func(std::function<void()> fn, DeviceStream& stream) = 0;
+
+  // -- the kernel path (stream/kernel_path.h) ----------------------------------------------------
+  // Set-up copies from host memory that the host waits for (zeroed flags, plans, peer tables):
+  // not a data operation of any call, so the emulated device copies at once (no
+  // COMMLIB_EMULATED_DELAY_US), and `src` may be reused when it returns.
+  virtual void upload_now(void* dst, const void* src, size_t bytes) {
+    auto s = create_stream();
+    copy(dst, src, bytes, *s);
+    synchronize(*s);
+  }
+  // How many blocks a launch of the kernel executor may use when `wanted` items can run in
+  // parallel (0: this device has no kernel path).
+  virtual unsigned plan_blocks(unsigned wanted) const { return 0 * wanted; }
+  // Enqueues the kernel executor (kernels/plan_kernel.cuh) over `blocks` blocks, with the element
+  // functor of (dtype, op) when the plan reduces.
+  virtual void launch_plan(const kexec::PlanLaunch&, unsigned, DType, RedOp, bool, DeviceStream&) {
+    throw std::runtime_error(name() + ": no kernel path on this device");
+  }
 };
 
 // This device current on the calling thread for a scope, the previous one restored after: every

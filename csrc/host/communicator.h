@@ -32,6 +32,10 @@
 #include "transport/fabric.h"
 
 namespace commlib {
+namespace sim {
+struct Topology;
+}
+
 
 class Work {
  public:
@@ -75,9 +79,15 @@ class Communicator {
   std::string auto_choice(Collective coll, int64_t bytes) const;
   // What an engine on this communicator resolves calls with (the stream engine takes a copy).
   const PlanContext& plan_context() const { return plans_.context(); }
+  // The cost model auto ranks candidates with (COMMLIB_TOPOLOGY, set from Python before the first
+  // call; its placement is replaced by this communicator's host map). Drops cached plans.
+  void set_cost_model(const sim::Topology& model);
+  bool has_cost_model() const { return plans_.context().cost_model != nullptr; }
 
   // The transport's control plane, for the stream engine's peer watch (stream/stream_engine.h).
   Fabric& transport() { return *transport_; }
+  // False once close() released the links (transport() must not be used then).
+  bool has_transport() const { return transport_ != nullptr; }
 
   // One call numbering for the host calls and the device calls (stream engine) of this
   // communicator, so that ranks mixing them differently get a MismatchError rather than a hang:

@@ -1,28 +1,34 @@
-// The communicator's side of the plan cache (plan/plan_cache.h): what auto picks on its links,
-// and the debug log of auto's choices.
+// The communicator's side of the plan cache (plan/plan_cache.h): what auto picks on its links, the
+// cost model it ranks candidates with, and the debug log of auto's choices.
 #include <cstdio>
 #include <string>
 
 #include "host/communicator.h"
+#include "policy/auto_policy.h"
 #include "schedule/registry.h"
 
 namespace commlib {
 
 std::string Communicator::auto_choice(Collective coll, int64_t bytes) const {
-  return resolve_algorithm(plans_.context(), coll, 0, bytes);
+  return resolve_call(plans_.context(), CallShape{coll, bytes, 1, 0}, 0).algorithm;
+}
+
+void Communicator::set_cost_model(const sim::Topology& model) {
+  plans_.set_cost_model(share_cost_model(model));
 }
 
 const ResolvedPlan& Communicator::plan(const CollectiveCall& call, int64_t bytes) {
   const ResolvedPlan& p = plans_.get(call);
   if (opts_.debug >= 1 && call.algo == 0) {
-    std::string tag = std::string(collective_name(call.coll)) + ":" + p.name;
+    const int root = collective_has_root(call.coll) ? call.root : 0;
+    std::string tag = std::string(collective_name(call.coll)) + ":" + p.name + ":" + p.choice.inter_algorithm + ":" +
+                      (p.choice.source == "model" ? std::to_string(bytes) : "");
     bool seen = false;
     for (const auto& s : logged_auto_) seen |= s == tag;
     if (!seen) {
       logged_auto_.push_back(tag);
-      std::fprintf(stderr, "commlib INFO %s rank %d: auto picked %s for %s of %lld bytes on %d ranks\n",
-                   opts_.label.c_str(), rank_, p.name.c_str(), collective_name(call.coll),
-                   static_cast<long long>(bytes), size_);
+      std::fprintf(stderr, "commlib INFO %s rank %d: %s\n", opts_.label.c_str(), rank_,
+                   describe_choice(CallShape{call.coll, bytes, 1, root}, size_, p.choice).c_str());
     }
   }
   return p;

@@ -21,10 +21,15 @@ PlanContext make_plan_context(int rank, int size, Topology topology) {
   return ctx;
 }
 
-std::string resolve_algorithm(const PlanContext& ctx, Collective coll, uint8_t requested, int64_t bytes) {
-  if (requested) return algorithm_name(coll, requested);
-  return choose_auto_for_links(coll, ctx.env_algo[static_cast<int>(coll)], bytes, ctx.size,
-                               link_profile(ctx.topology));
+AlgorithmChoice resolve_call(const PlanContext& ctx, const CallShape& call, uint8_t requested) {
+  return resolve_algorithm(call, requested ? algorithm_name(call.coll, requested) : "auto",
+                           ctx.env_algo[static_cast<int>(call.coll)], ctx.size, ctx.topology.host_of,
+                           ctx.cost_model.get());
+}
+
+void PlanCache::set_cost_model(std::shared_ptr<const sim::Topology> model) {
+  ctx_.cost_model = std::move(model);
+  plans_.clear();
 }
 
 PlanCache::PlanCache(PlanContext ctx) : ctx_(std::move(ctx)), tuning_generation_(tuning_generation()) {}
@@ -47,10 +52,13 @@ const ResolvedPlan& PlanCache::get(const CollectiveCall& call) {
     for (int q = 0; q < ctx_.size; ++q)
       if (q != ctx_.rank) p.peers.push_back(q);
   } else {
-    const int64_t bytes = call.count * static_cast<int64_t>(dtype_size(call.dtype));
-    p.name = resolve_algorithm(ctx_, call.coll, call.algo, bytes);
-    p.sched = build_schedule(CollArgs{call.coll, ctx_.rank, ctx_.size, call.count, call.root, ctx_.topology.host_of},
-                             p.name);
+    p.choice = resolve_call(ctx_, CallShape{call.coll, call.count, static_cast<int>(dtype_size(call.dtype)), root},
+                            call.algo);
+    p.name = p.choice.algorithm;
+    CollArgs args{call.coll, ctx_.rank, ctx_.size, call.count, call.root, ctx_.topology.host_of};
+    args.inter_algorithm = p.choice.inter_algorithm;
+    args.segment = p.choice.segment;
+    p.sched = build_schedule(args, p.name);
     p.algo = static_cast<uint8_t>(algorithm_index(call.coll, p.name));
     for (const Step& st : p.sched.steps)
       for (const Op& o : st.ops)

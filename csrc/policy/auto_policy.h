@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,8 @@ std::string choose_algorithm(Collective c, const std::string& requested, int64_t
 // The "auto" branch of choose_algorithm with the override's value given (empty: unset), for
 // callers that read COMMLIB_ALGO_<COLLECTIVE> once (a communicator reads it when created).
 std::string choose_auto(Collective c, const std::string& env_value, int64_t bytes, int size);
+// The tuning table's row for this call, if it has one (true and *out set).
+bool tuned_algorithm(Collective c, int64_t bytes, int size, std::string* out);
 // Current value of COMMLIB_ALGO_<COLLECTIVE> ("" when unset).
 std::string algorithm_override(Collective c);
 
@@ -63,5 +66,59 @@ LinkProfile link_profile(const Topology& topo);
 
 std::string choose_auto_for_links(Collective c, const std::string& env_value, int64_t bytes, int size,
                                   const LinkProfile& links);
+
+// -- the one resolution of a call's algorithm (auto_policy_model.cc) -----------------------------
+// The plan cache, the stream engine, the verifier and the simulator all resolve through
+// resolve_algorithm. For "auto" with a cost model (a sim::Topology: link parameters, the placement
+// taken from host_of) and ranks on two hosts or more, in order:
+//   1. COMMLIB_ALGO_<COLLECTIVE> (env_value);
+//   2. the measured tuning table, where it has a row for this world size and byte count;
+//   3. the candidate the simulator predicts fastest: every registered built-in algorithm, and
+//      where some host holds several ranks, hierarchical with each inter-host algorithm (the
+//      built-in exchange and every flat algorithm of the collective).
+// Without a model, or on one host: choose_auto_for_links (override, link-kind rule, tuning
+// table, built-in heuristic), as before the model existed.
+// A requested "hierarchical" takes its inter-host algorithm from step 3's ranking of the
+// hierarchical candidates when there is a model (else the built-in exchange).
+
+namespace sim {
+struct Topology;
+}
+
+struct CallShape {
+  Collective coll = Collective::AllReduce;
+  int64_t count = 0;  // elements, ir.h's meaning
+  int elem_bytes = 1;
+  int root = 0;
+};
+
+struct AlgorithmChoice {
+  std::string algorithm;        // a registered name
+  std::string inter_algorithm;  // hierarchical: the inter-host phase's algorithm ("" built-in exchange)
+  int64_t segment = 0;          // hierarchical all_reduce: pipeline segment in elements
+  double predicted_s = -1;      // the cost model's prediction when the model decided, else -1
+  std::string source;           // "requested", "override", "tuning", "model", "links", "size"
+};
+
+// `size`: the world size; `host_of`: every rank's host (empty: one host); `model` may be null.
+// `ranked` (optional) receives the candidates with their predictions when the model decided.
+AlgorithmChoice resolve_algorithm(const CallShape& call, const std::string& requested, const std::string& env_value,
+                                  int size, const std::vector<int>& host_of, const sim::Topology* model,
+                                  std::vector<AlgorithmChoice>* ranked = nullptr);
+
+// Every candidate step 3 ranks, with the model's prediction (seconds), in registry order, the
+// hierarchical ones after the flat ones.
+std::vector<AlgorithmChoice> predict_candidates(const CallShape& call, const std::vector<int>& host_of,
+                                                const sim::Topology& model);
+
+// A shared copy of a cost model, for an engine to keep (engines hold the model without including the
+// simulator: only the policy depends on it).
+std::shared_ptr<const sim::Topology> share_cost_model(const sim::Topology& model);
+
+// COMMLIB_HIER_SEGMENT (elements per pipeline segment of hierarchical all_reduce).
+int64_t hier_segment_setting();
+
+// One line for COMMLIB_DEBUG=INFO: what auto chose for a shape, and why.
+std::string describe_choice(const CallShape& call, int size, const AlgorithmChoice& choice);
 
 }  // namespace commlib

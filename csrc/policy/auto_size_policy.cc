@@ -82,14 +82,20 @@ std::string choose_auto(Collective c, const std::string& env_value, int64_t byte
     if (!algorithm_registered(c, env_value)) unknown(env_name(c), c, env_value);
     return env_value;
   }
-  {
-    std::lock_guard<std::mutex> lk(g_tuning_mu);
-    if (g_tuning_any) {
-      for (const auto& row : g_tuning[static_cast<int>(c)])
-        if (row.size == size && (row.max_bytes < 0 || bytes <= row.max_bytes)) return row.algorithm;
-    }
-  }
+  std::string tuned;
+  if (tuned_algorithm(c, bytes, size, &tuned)) return tuned;
   return heuristic(c, bytes, size);
+}
+
+bool tuned_algorithm(Collective c, int64_t bytes, int size, std::string* out) {
+  std::lock_guard<std::mutex> lk(g_tuning_mu);
+  if (!g_tuning_any) return false;
+  for (const auto& row : g_tuning[static_cast<int>(c)])
+    if (row.size == size && (row.max_bytes < 0 || bytes <= row.max_bytes)) {
+      *out = row.algorithm;
+      return true;
+    }
+  return false;
 }
 
 std::string algorithm_override(Collective c) {

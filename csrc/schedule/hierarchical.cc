@@ -1,6 +1,8 @@
 // Hierarchical (topology-aware) schedules: the host map (CollArgs::host_of) decides who talks to
 // whom, so that every byte crosses between hosts as few times as possible and the rest moves over
-// fast intra-host links. Hosts may hold different numbers of ranks (2+1+3 works).
+// fast intra-host links. Hosts may hold different numbers of ranks (2+1+3 works). Below, the
+// built-in inter-host phase (a direct exchange); with CollArgs::inter_algorithm set, any registered
+// algorithm runs it instead (hierarchical_composed.cc).
 //
 //   all_reduce      reduce-scatter within hosts, all-reduce of each block across hosts,
 //                   all-gather within hosts; plain and pipelined: hierarchical_all_reduce.cc.
@@ -26,6 +28,7 @@ namespace sched {
 
 Schedule all_gather_hierarchical(const CollArgs& a) {
   const HostMap m(a);
+  if (!a.inter_algorithm.empty()) return all_gather_composed(a, m);
   const int P = a.size, r = a.rank, h = m.host[r], L = m.L(h), H = m.H();
   const int64_t n = a.count;
   auto blk = [&](int q) { return out_region(q * n, n); };
@@ -64,6 +67,7 @@ Schedule all_gather_hierarchical(const CollArgs& a) {
 
 Schedule reduce_scatter_hierarchical(const CollArgs& a) {
   const HostMap m(a);
+  if (!a.inter_algorithm.empty()) return reduce_scatter_composed(a, m);
   const int P = a.size, r = a.rank, h = m.host[r], L = m.L(h), H = m.H(), i = m.local[r];
   const int64_t n = a.count;
   auto in_blk = [&](int q) { return in_region(q * n, n); };
@@ -122,6 +126,7 @@ Schedule reduce_scatter_hierarchical(const CollArgs& a) {
 
 Schedule broadcast_hierarchical(const CollArgs& a) {
   const HostMap m(a);
+  if (!a.inter_algorithm.empty()) return broadcast_composed(a, m);
   const int r = a.rank, root = a.root, h = m.host[r], hr = m.host[root];
   const Region in = in_region(0, a.count), out = out_region(0, a.count);
   Schedule s;

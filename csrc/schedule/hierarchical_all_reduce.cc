@@ -7,12 +7,11 @@
 // wherever it is computed: bitwise identical on every rank.
 //
 // Pipelined when there are two hosts or more and the message spans two segments or more
-// (COMMLIB_HIER_SEGMENT elements; at most kMaxSegments), on equal and uneven hosts alike: see
+// (CollArgs::segment elements, from COMMLIB_HIER_SEGMENT; at most kMaxSegments), on equal and uneven hosts alike: see
 // all_reduce_pipelined.
 #include <algorithm>
 #include <string>
 
-#include "common/params.h"
 #include "schedule/builders.h"
 #include "schedule/hierarchical_hosts.h"
 
@@ -27,9 +26,8 @@ constexpr int kMaxSegments = 16;
 // 1 (the plain schedule) unless there are two hosts or more (else there is no inter-host transfer
 // to overlap) and the message spans two segments.
 int pipeline_segments(const CollArgs& a, const HostMap& m) {
-  if (m.H() < 2) return 1;
-  const int64_t seg = param_int("COMMLIB_HIER_SEGMENT", 1, INT64_MAX);
-  return static_cast<int>(std::clamp<int64_t>(a.count / seg, 1, kMaxSegments));
+  if (m.H() < 2 || a.segment <= 0) return 1;
+  return static_cast<int>(std::clamp<int64_t>(a.count / a.segment, 1, kMaxSegments));
 }
 
 // The plain all_reduce cut into K segments (each split into B blocks, owned as above) and run as a
@@ -132,6 +130,7 @@ Schedule all_reduce_pipelined(const CollArgs& a, const HostMap& m, int K) {
 
 Schedule all_reduce_hierarchical(const CollArgs& a) {
   const HostMap m(a);
+  if (!a.inter_algorithm.empty()) return all_reduce_composed(a, m);
   const int K = pipeline_segments(a, m);
   if (K > 1) return all_reduce_pipelined(a, m, K);
   const int r = a.rank, h = m.host[r], i = m.local[r], L = m.L(h), H = m.H(), B = m.max_L();

@@ -45,5 +45,11 @@ struct HostMap {
   int partner(int h, int i) const { return hosts[h][i % L(h)]; }
 };
 
+// The schedules composed with CollArgs::inter_algorithm (hierarchical_composed.cc).
+Schedule all_reduce_composed(const CollArgs& a, const HostMap& m);
+Schedule all_gather_composed(const CollArgs& a, const HostMap& m);
+Schedule reduce_scatter_composed(const CollArgs& a, const HostMap& m);
+Schedule broadcast_composed(const CollArgs& a, const HostMap& m);
+
 }  // namespace sched
 }  // namespace commlib

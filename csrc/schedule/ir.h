@@ -85,6 +85,14 @@ struct CollArgs {
   // Host of every rank (any ids; ranks with equal ids share a host), for topology-aware
   // (hierarchical) schedules; empty: all ranks on one host. The other builders ignore it.
   std::vector<int> host_of;
+  // Hierarchical schedules only (the others ignore both; the caller fills them, so every builder
+  // stays a pure function of its CollArgs):
+  //   inter_algorithm: the registered algorithm (same collective) the owners of each block run
+  //     across hosts; empty: the built-in direct exchange between owners.
+  //   segment: elements per pipeline segment of all_reduce across two hosts or more (at most 16
+  //     segments); 0: not pipelined.
+  std::string inter_algorithm;
+  int64_t segment = 0;
 };
 
 // Helpers for builders.

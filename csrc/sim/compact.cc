@@ -16,14 +16,6 @@ bool op_less(const SimOp& a, const SimOp& b) {
 }
 bool op_eq(const SimOp& a, const SimOp& b) { return a.kind == b.kind && a.peer == b.peer && a.count == b.count; }
 
-// The host map reaches builders through CollArgs::host_of where the schedule layer has that field
-// (hierarchical schedules); the overload set keeps this file building with or without it.
-template <typename Args>
-auto set_host_map(Args& a, const std::vector<int>& host_of, int) -> decltype(a.host_of = host_of, void()) {
-  a.host_of = host_of;
-}
-template <typename Args>
-void set_host_map(Args&, const std::vector<int>&, long) {}
 }  // namespace
 
 uint32_t ShapeTable::intern(std::vector<SimOp>& ops) {
@@ -45,7 +37,8 @@ uint32_t ShapeTable::intern(std::vector<SimOp>& ops) {
 }
 
 std::vector<Program> build_programs(Collective c, const std::string& algorithm, int size, int64_t count,
-                                    int root, const std::vector<int>& host_of, ShapeTable& shapes,
+                                    int root, const std::vector<int>& host_of, const std::string& inter_algorithm,
+                                    int64_t segment, ShapeTable& shapes,
                                     std::vector<int64_t>* scratch) {
   std::vector<Program> programs(size);
   if (scratch) scratch->assign(size, 0);
@@ -54,7 +47,9 @@ std::vector<Program> build_programs(Collective c, const std::string& algorithm, 
   a.size = size;
   a.count = count;
   a.root = root;
-  set_host_map(a, host_of, 0);
+  a.host_of = host_of;
+  a.inter_algorithm = inter_algorithm;
+  a.segment = segment;
   std::vector<SimOp> ops;
   for (int r = 0; r < size; ++r) {
     a.rank = r;

@@ -73,6 +73,9 @@ class Run {
       : t_(t), rates_(rates), shapes_(shapes), progs_(progs), eb_(elem_bytes), P_(t.size()), H_(t.hosts()) {
     ranks_.resize(P_);
     free_at_.assign(2 * P_ + H_ + 2 * H_ * t.nics_per_host, 0.0);
+    nic_next_.assign(2 * H_ * t.nics_per_host, 0.0);
+    send_cpu_.assign(P_, 0.0);
+    recv_cpu_.assign(P_, 0.0);
     oversub_ = oversubscription(t);
   }
 
@@ -194,8 +197,13 @@ class Run {
                                " elements but rank " + std::to_string(q) + " receives " + std::to_string(ro.count));
     const double bytes = static_cast<double>(so.count) * eb_;
     // Both ranks post their op; on an oversubscribed host that CPU work waits its share of a core.
-    const double start =
-        t + t_.op_overhead_s * std::max(oversub_[t_.host_of[s]], oversub_[t_.host_of[q]]);
+    // The sender's CPU posts its sends one after another (LogGP's o, send side).
+    const double fs = oversub_[t_.host_of[s]], fq = oversub_[t_.host_of[q]];
+    double start = t + t_.op_overhead_s * std::max(fs, fq);
+    if (t_.send_overhead_s > 0) {
+      send_cpu_[s] = std::max(send_cpu_[s], t) + t_.send_overhead_s * fs;
+      start = std::max(start, send_cpu_[s]);
+    }
     // Links on the path and their bandwidths.
     int res[3];
     double bw[3];
@@ -211,6 +219,11 @@ class Run {
     } else {
       latency = t_.inter_latency_s;
       const int nics = t_.nics_per_host, base = 2 * P_ + H_;
+      if (t_.nic_gap_s > 0) {  // each NIC starts one message per gap, per direction (LogGP's g)
+        const int out = hs * nics + t_.nic_of[s], in = H_ * nics + hq * nics + t_.nic_of[q];
+        start = std::max({start, nic_next_[out], nic_next_[in]});
+        nic_next_[out] = nic_next_[in] = start + t_.nic_gap_s;
+      }
       res[nres] = base + hs * nics + t_.nic_of[s], bw[nres++] = t_.nic_Bps;
       res[nres] = base + H_ * nics + hq * nics + t_.nic_of[q], bw[nres++] = t_.nic_Bps;
       bytes_inter_ += static_cast<int64_t>(bytes);
@@ -232,8 +245,14 @@ class Run {
       reduce_tail = c * gamma + (k - 1) * c * (std::max(beta, gamma) - beta);
     }
     S.end = std::max(S.end, wire_done + latency);
-    // A receiver asleep when the bytes are in reduces them once it is running again.
-    Q.end = std::max(Q.end, std::max(wire_done + latency, receiver_running(q, start + latency)) + reduce_tail);
+    // A receiver asleep when the bytes are in reduces them once it is running again; its CPU takes
+    // the messages in one after another (LogGP's o, receive side).
+    double taken = std::max(wire_done + latency, receiver_running(q, start + latency));
+    if (t_.recv_overhead_s > 0) {
+      recv_cpu_[q] = std::max(recv_cpu_[q], taken) + t_.recv_overhead_s * fq;
+      taken = recv_cpu_[q];
+    }
+    Q.end = std::max(Q.end, taken + reduce_tail);
     S.matched[si] = 1;
     Q.matched[qi] = 1;
     ++transfers_;
@@ -271,6 +290,8 @@ class Run {
   const int eb_, P_, H_;
   std::vector<RankState> ranks_;
   std::vector<double> free_at_;  // per link: when it is free again
+  std::vector<double> nic_next_;  // per NIC direction: when it may start its next message
+  std::vector<double> send_cpu_, recv_cpu_;  // per rank: when its CPU has posted / taken in its last message
   std::vector<double> oversub_;  // per host: ranks per core when above 1, else 1
   std::priority_queue<Event> heap_;
   int current_ = -1;
@@ -280,7 +301,7 @@ class Run {
 }  // namespace
 
 Result simulate(Collective c, const std::string& algorithm, int64_t count, int elem_bytes, int root,
-                const Topology& topo) {
+                const Topology& topo, const Options& opts) {
   topo.validate();
   const int P = topo.size();
   if (count < 0) throw std::invalid_argument("count: must be >= 0, got " + std::to_string(count));
@@ -291,21 +312,23 @@ Result simulate(Collective c, const std::string& algorithm, int64_t count, int e
     throw std::invalid_argument("root: " + std::to_string(root) + " out of range [0, " + std::to_string(P) + ")");
   if (!collective_has_root(c)) root = 0;
   Result res;
+  res.algorithm = algorithm;
+  res.inter_algorithm = opts.inter_algorithm;
+  int64_t segment = opts.segment;
   if (algorithm == "auto") {
-    // The engine's own choice for these links (policy/auto_policy.h): the link-kind rule first
-    // (hierarchical when ranks span hosts that hold several ranks), then the size policy.
-    LinkProfile links;
-    links.crosses_hosts = topo.hosts() > 1;
-    std::vector<int> ranks_per_host(topo.hosts(), 0);
-    for (int h : topo.host_of) links.shares_hosts |= ++ranks_per_host[h] > 1;
-    res.algorithm = choose_auto_for_links(c, algorithm_override(c), count * elem_bytes, P, links);
-  } else {
-    res.algorithm = algorithm;
+    // The engine's own resolution, this topology being the cost model (policy/auto_policy.h).
+    const AlgorithmChoice choice = resolve_algorithm(CallShape{c, count, elem_bytes, root}, "auto",
+                                                     algorithm_override(c), P, topo.host_of, &topo);
+    res.algorithm = choice.algorithm;
+    res.inter_algorithm = choice.inter_algorithm;
+    segment = choice.segment;
   }
+  if (segment < 0) segment = hier_segment_setting();
   const double t0 = now_s();
   ShapeTable shapes;
   std::vector<int64_t> scratch;
-  const std::vector<Program> progs = build_programs(c, res.algorithm, P, count, root, topo.host_of, shapes, &scratch);
+  const std::vector<Program> progs = build_programs(c, res.algorithm, P, count, root, topo.host_of,
+                                                       res.inter_algorithm, segment, shapes, &scratch);
   const double t1 = now_s();
   const std::vector<RankRates> rates = rank_rates(topo, c, count, elem_bytes, root, scratch, res);
   Run run(topo, rates, shapes, progs, elem_bytes);

@@ -38,11 +38,21 @@ struct Result {
   int64_t max_working_set_bytes = 0;  // largest input + output + scratch bytes of any rank
   int64_t ranks_beyond_cache = 0;     // ranks whose working set put them in a memory tier
   std::string algorithm;    // the algorithm played (auto resolved)
+  std::string inter_algorithm;  // hierarchical: its inter-host algorithm ("" the built-in exchange)
 };
 
-// `algorithm` may be "auto" (the registry's choice for this size and byte count).
+// What a hierarchical schedule is built with (ir.h CollArgs): its inter-host algorithm ("": the
+// built-in exchange) and pipeline segment in elements (-1: COMMLIB_HIER_SEGMENT; 0: none).
+struct Options {
+  std::string inter_algorithm;
+  int64_t segment = -1;
+};
+
+// `algorithm` may be "auto": the engine's resolution (policy/auto_policy.h, resolve_algorithm)
+// with this topology as its cost model, so the fastest candidate the model predicts; the inter
+// algorithm it picks replaces opts.inter_algorithm.
 Result simulate(Collective c, const std::string& algorithm, int64_t count, int elem_bytes, int root,
-                const Topology& topo);
+                const Topology& topo, const Options& opts = Options{});
 
 }  // namespace sim
 }  // namespace commlib

@@ -45,6 +45,9 @@ void Topology::validate() const {
   check_nonneg("copy_s_per_byte", copy_s_per_byte);
   check_nonneg("op_overhead_s", op_overhead_s);
   check_nonneg("step_overhead_s", step_overhead_s);
+  check_nonneg("send_overhead_s", send_overhead_s);
+  check_nonneg("recv_overhead_s", recv_overhead_s);
+  check_nonneg("nic_gap_s", nic_gap_s);
   if (cores_per_host < 0) throw std::invalid_argument("topology.cores_per_host: must be >= 0 (0: a core per rank)");
   check_nonneg("sched_quantum_s", sched_quantum_s);
   check_nonneg("spin_s", spin_s);

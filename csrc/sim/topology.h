@@ -30,6 +30,13 @@ struct Topology {
   // Software: fixed cost per communication op posted, and per step entered.
   double op_overhead_s = 0;
   double step_overhead_s = 0;
+  // Per-message costs (LogGP's o and g): a rank's CPU spends send_overhead_s posting each send and
+  // recv_overhead_s taking each message in, one message after another (a rank talking to 1000
+  // peers pays 1000 of them), and a NIC starts at most one message every nic_gap_s in each
+  // direction (its message rate). All 0: messages cost only latency and bandwidth.
+  double send_overhead_s = 0;
+  double recv_overhead_s = 0;
+  double nic_gap_s = 0;
   // CPU scheduling (docs/simulator.md, "Waiting"): all zero (the presets) = every rank has a core
   // of its own and finds a message as soon as it arrives.
   // cores_per_host: cores a host's ranks share (0: one per rank). A host with R ranks on C < R

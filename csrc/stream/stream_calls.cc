@@ -160,7 +160,18 @@ void StreamEngine::enqueue_call(const CollectiveCall& call, const Schedule& sche
     const bool scaled = call.op == RedOp::Avg || call.op == RedOp::PremulSum;
     nccl_->enqueue_collective(call, in, out, scaled ? RedOp::Sum : call.op, s);
   }
-  if (opts_.streams == 1 || sched.steps.empty()) {
+  const uint64_t bytes = static_cast<uint64_t>(call.count) * esize;
+  last_path_ = "copy";
+  if (kernel_ && call.algo != kNcclAlgorithmCode && !nccl_->carries_any() && kernel_->chooses(bytes)) {
+    last_path_ = "kernel";  // the whole schedule as one launch (stream/kernel_path.h)
+    const KernelPlanKey key{desc.coll, static_cast<uint8_t>(desc.algo & ~kDeviceCallAlgoBit), desc.root, desc.count,
+                            static_cast<uint32_t>(esize)};
+    const KernelPath::Launched l = kernel_->enqueue(key, sched, bases, call.dtype, call.op, s);
+    if (l.done) {  // the watchdog's view of it: the launch's first peer until the launch completes
+      std::lock_guard<std::mutex> lk(mu_);
+      waits_.push_back(Wait{l.done, l.target, l.peer, l.send, seq_});
+    }
+  } else if (opts_.streams == 1 || sched.steps.empty()) {
     for (const Step& st : sched.steps) enqueue_step(st, bases, esize, call.dtype, call.op, desc, s, s);
   } else {
     // Sends on one stream, local operations and receives on another, so a step's copies into

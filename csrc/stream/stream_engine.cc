@@ -51,6 +51,7 @@ StreamEngineOptions stream_engine_options_from_env(double timeout_s, const std::
                                 std::to_string(o.slot_bytes));
   o.nslots = static_cast<uint32_t>(param_int("COMMLIB_DEVICE_SLOTS", 1, 64));
   o.streams = static_cast<int>(param_int("COMMLIB_DEVICE_STREAMS", 1, 2));
+  o.path = device_path_from_env();
   return o;
 }
 
@@ -106,6 +107,8 @@ StreamEngine::StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerC
     sent_step_ = device_->create_event();
     received_step_ = device_->create_event();
   }
+  if (opts_.path != DevicePath::Copy)
+    kernel_ = std::make_unique<KernelPath>(device_, rank_, size_, opts_.nslots, opts_.slot_bytes, opts_.path);
   watchdog_ = std::thread([this] { watchdog_loop(); });
   // The host side's abort fails this engine too (its peers were told by the host side).
   host_listener_ = control_->on_host_abort([this](ErrorKind kind, const std::string& msg) { fail(kind, msg, false); });
@@ -124,7 +127,8 @@ std::string StreamEngine::local_handle() const {
   // ctl:<pid>:<fd>:<bytes>;slots:<nslots>:<slot_bytes>;inbox:<device handle>
   return "ctl:" + std::to_string(getpid()) + ":" + std::to_string(ctl_fd_) + ":" + std::to_string(ctl_bytes()) +
          ";slots:" + std::to_string(opts_.nslots) + ":" + std::to_string(opts_.slot_bytes) +
-         ";inbox:" + device_->export_memory(inbox_);
+         ";inbox:" + device_->export_memory(inbox_) +
+         ";kernel:" + (kernel_ ? kernel_->local_handle() : std::string(device_path_name(opts_.path)) + ":");
 }
 
 void StreamEngine::connect(const std::vector<std::string>& handles, const std::vector<bool>& same_host) {
@@ -134,9 +138,17 @@ void StreamEngine::connect(const std::vector<std::string>& handles, const std::v
     throw std::invalid_argument("same_host: expected " + std::to_string(size_) + " flags, got " +
                                 std::to_string(same_host.size()));
   DeviceGuard guard(*device_);
+  // The kernel path's part ("<mode>:<region>") comes last.
+  std::vector<std::string> kernel_handles(size_);
+  for (int p = 0; p < size_; ++p) {
+    const size_t k = handles[p].rfind(";kernel:");
+    if (k == std::string::npos) throw std::invalid_argument("stream engine: malformed handle of rank " + std::to_string(p));
+    kernel_handles[p] = handles[p].substr(k + 8);
+  }
+  check_device_paths(kernel_handles, opts_.path, rank_);
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
-    const std::string& h = handles[p];
+    const std::string h = handles[p].substr(0, handles[p].rfind(";kernel:"));
     const size_t a = h.find(";slots:"), b = h.find(";inbox:");
     if (h.rfind("ctl:", 0) != 0 || a == std::string::npos || b == std::string::npos || b < a)
       throw std::invalid_argument("stream engine: malformed handle of rank " + std::to_string(p));
@@ -163,6 +175,8 @@ void StreamEngine::connect(const std::vector<std::string>& handles, const std::v
     peers_[p].ctl_dev = device_->map_host(m, ctl_bytes());
     peers_[p].inbox = static_cast<char*>(device_->import_memory(h.substr(b + 7)));
   }
+  if (kernel_)
+    kernel_->connect(kernel_handles, std::all_of(same_host.begin(), same_host.end(), [](bool b) { return b; }));
   open_remote_staging();
   p2p_probe_ = control_->add_p2p_probe(
       [this](int peer, const CallDesc& want, CallDesc* sent) { return device_message(peer, want, sent); });
@@ -311,6 +325,7 @@ void StreamEngine::close() {
     }
     p = Peer{};
   }
+  if (kernel_) attempt("kernel path imports", [&] { kernel_->close_imports(); });
   attempt("remote staging", [&] { close_remote_staging(); });
 }
 
@@ -338,6 +353,8 @@ void StreamEngine::release_memory(bool peers_closed) {
     for (void* b : retired_) device_->free_async(b, *own_stream_);
     retired_.clear();
   });
+  // The kernel region is exported like the inbox: freed on the same condition.
+  if (kernel_) attempt("kernel path", [&] { kernel_->release(*own_stream_, peers_closed && !failed()); });
   attempt("synchronize", [&] { device_->synchronize(*own_stream_); });
   own_stream_.reset();  // its thread ends now, not when the last work handle goes
   send_stream_.reset();

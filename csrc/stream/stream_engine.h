@@ -50,6 +50,7 @@
 #include "plan/describe.h"
 #include "plan/plan_cache.h"
 #include "stream/nccl_link.h"
+#include "stream/kernel_path.h"
 #include "transport/transport.h"
 
 namespace commlib {
@@ -61,6 +62,7 @@ struct StreamEngineOptions {
   uint64_t slot_bytes = 256 << 10;  // COMMLIB_DEVICE_SLOT_BYTES
   uint32_t nslots = 4;              // COMMLIB_DEVICE_SLOTS
   int streams = 2;                  // COMMLIB_DEVICE_STREAMS: 2 = sends and receives on their own streams
+  DevicePath path = DevicePath::Auto;  // COMMLIB_DEVICE_PATH (stream/kernel_path.h)
   std::string label;
 };
 StreamEngineOptions stream_engine_options_from_env(double timeout_s, const std::string& label);
@@ -164,6 +166,9 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   // NCCL: the `nccl` link's peers and algorithm="nccl" (stream/nccl_link.h); its communicator
   // is created by commlib/device/nccl_comm.py on first use.
   NcclLink& nccl() { return *nccl_; }
+  // The path the last collective ran on: "kernel" (one launch, stream/kernel_path.h), "copy"
+  // (copy-engine copies ordered by stream memory operations) or "" before the first.
+  std::string last_path() const { return last_path_; }
 
  private:
   struct Peer {
@@ -319,6 +324,9 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   uint64_t wd_last_nccl_ = 0;  // NCCL calls the stream had entered at the last check
   std::thread watchdog_;
   const std::unique_ptr<NcclLink> nccl_;  // never null; carries nothing until set up
+  std::unique_ptr<KernelPath> kernel_;    // null with COMMLIB_DEVICE_PATH=copy
+  std::string last_path_;
+  uint64_t wd_kernel_progress_ = 0;
 };
 
 }  // namespace commlib

@@ -72,6 +72,7 @@ void StreamEngine::abort(const std::string& reason) {
 }
 
 void StreamEngine::release_waits() {
+  if (kernel_) kernel_->abort();  // every wait loop of a kernel polls it
   if (!ctl_) return;
   for (int p = 0; p < size_; ++p)
     for (int which = 0; which < 3; ++which) store_flag(flag(ctl_, which, p), kReleased);
@@ -274,6 +275,10 @@ void StreamEngine::inspect_in_flight(bool slow) {
     last_progress = now;
     last_front = where;
     last_target = target;
+  }
+  if (kernel_ && kernel_->progress() != wd_kernel_progress_) {  // a kernel call moved a chunk
+    wd_kernel_progress_ = kernel_->progress();
+    last_progress = now;
   }
   // Host and device calls share one numbering: a peer's host call of a number a device call of
   // this rank has is a mismatch (the host call never reaches this rank's stream).

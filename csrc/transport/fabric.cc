@@ -1,6 +1,5 @@
 #include "transport/fabric.h"
 
-#include <chrono>
 #include <stdexcept>
 
 namespace commlib {
@@ -27,17 +26,9 @@ Fabric::Fabric(int rank, int size, Topology topo, std::unique_ptr<ShmTransport> 
 Fabric::~Fabric() { close(); }
 
 void Fabric::wait_events(uint32_t seen, int64_t timeout_us) {
-  if (net_ && net_->spin_us() > 0) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(net_->spin_us());
-    net_->hold_reading(true);
-    bool moved = false;
-    do {
-      net_->poll();  // rings the doorbell when it delivered something
-      moved = local_->events() != seen;
-    } while (!moved && std::chrono::steady_clock::now() < until);
-    net_->hold_reading(false);  // the progress thread reads again while this thread works or sleeps
-    if (moved) return;
-  }
+  // The TCP spin polls the sockets from this thread (TcpTransport::spin_until); it returns early
+  // once this rank's doorbell moved (a delivery from either domain).
+  if (net_ && net_->spin_until(*local_, seen)) return;
   local_->wait_events(seen, timeout_us);
 }
 

@@ -39,7 +39,8 @@ TcpConfig tcp_config_from_env(double timeout_s, int debug) {
   const int64_t b = param_int("COMMLIB_TCP_CHUNK_BYTES", 4096, 64ll << 20);
   if (b % 64) throw std::invalid_argument("COMMLIB_TCP_CHUNK_BYTES: must be a multiple of 64, got " + std::to_string(b));
   c.chunk_bytes = static_cast<uint64_t>(b);
-  c.spin_us = spin_us_param();
+  const int64_t spin = param_int("COMMLIB_TCP_SPIN_US", -1, 10'000'000);
+  if (spin >= 0) c.spin_us = spin;
   c.nconns = static_cast<uint32_t>(param_int("COMMLIB_TCP_NCONNS", 1, kMaxLanes));
   c.nslots = std::max<uint32_t>(4, 2 * c.nconns);  // two chunks in flight per lane
   return c;
@@ -151,10 +152,23 @@ void TcpTransport::mark_down(Conn& c, PeerState st, const std::string& why) {
   wake();
 }
 
-PeerStatus TcpTransport::peer_status(int peer, bool) {
+PeerStatus TcpTransport::peer_status(int peer, bool check_process) {
   Conn& c = *conn(peer);
   PeerStatus st;
   st.state = static_cast<PeerState>(c.state.load(std::memory_order_acquire));
+  // A peer that published its failure and then lost every connection without closing them has
+  // died since (a failed state is never replaced by mark_down): the slow check says so, as shm's
+  // process check does for a live state, so that a shrink sees a survivor die after its PeerError.
+  if (check_process && st.state == PeerState::Failed && !c.lanes.empty() && !c.any_fd()) {
+    std::lock_guard<std::mutex> g(c.recv_mu);  // got_close is the parsers'
+    bool closed = false;
+    for (auto& l : c.lanes) closed = closed || l->got_close;
+    if (!closed) {
+      st.state = PeerState::Dead;
+      st.message = "connection lost after it failed";
+      return st;
+    }
+  }
   if (st.state == PeerState::Failed || st.state == PeerState::Dead) {
     // Dead carries the link's reason ("connection lost ...") for the PeerError's detail.
     std::lock_guard<std::mutex> g(c.state_mu);
@@ -208,6 +222,7 @@ void TcpTransport::close() {
     if (closed_) return;
     closed_ = true;
   }
+  hold_reading(false);  // the progress thread reads every socket to its end from here on
   // Tell every peer, let the progress thread flush what is queued, then half-close and wait
   // (bounded) for the peers' end of stream: closing a socket with unread data would reset it and
   // could destroy data the peer has not read yet.

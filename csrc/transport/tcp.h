@@ -20,6 +20,8 @@
 // goes, and matching chunks are read straight there; a waiting caller reads its sockets itself.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -32,15 +34,13 @@
 #include "transport/tcp_socket.h"
 #include "transport/transport.h"
 
-#include "common/params.h"
-
 namespace commlib {
 
 struct TcpConfig {
   uint64_t chunk_bytes = 512 << 10;  // COMMLIB_TCP_CHUNK_BYTES (must agree on all ranks)
   uint32_t nslots = 4;               // chunks buffered per direction per peer (at least 2 per lane)
   uint32_t nconns = 1;               // COMMLIB_TCP_NCONNS: lanes per peer pair (must agree on all ranks)
-  int64_t spin_us = kDefaultSpinUs;  // COMMLIB_SPIN_US: how long a waiting caller polls its sockets
+  int64_t spin_us = 1000;            // COMMLIB_TCP_SPIN_US: how long a waiting caller polls its sockets
   double timeout_s = 300.0;
   int debug = 0;
 };
@@ -64,9 +64,13 @@ class TcpTransport final : public Transport {
   struct Stats {
     uint64_t sent_in_place = 0, landed = 0, frames_read_by_caller = 0;
     uint64_t lanes = 1, frames_striped = 0;  // lanes per peer; DATA frames sent on lanes other than 0
+    // recv calls that returned data; times a caller took its sockets from the progress thread,
+    // and times the progress thread took them back from a caller that had stopped polling.
+    uint64_t recv_reads = 0, caller_takes = 0, reclaims = 0;
   };
   Stats stats() const {
-    return {sent_in_place_.load(), landed_.load(), frames_read_by_caller_.load(), cfg_.nconns, frames_striped_.load()};
+    return {sent_in_place_.load(), landed_.load(),   frames_read_by_caller_.load(), cfg_.nconns,
+            frames_striped_.load(), recv_reads_.load(), caller_takes_.load(),          reclaims_.load()};
   }
 
   int rank() const override { return rank_; }
@@ -86,13 +90,19 @@ class TcpTransport final : public Transport {
   bool lands_in_place(int) override { return true; }
   void post_recv(int peer, const CallDesc& d, char* dst, size_t bytes, size_t chunk) override;
   void unpost_recv(int peer) override;
+  // The waiting caller's spin (tcp_spin.cc): polls this rank's sockets from the calling thread,
+  // offering the core between polls, until `local`'s event counter leaves `seen` (a delivery from
+  // either domain) or the spin time (COMMLIB_TCP_SPIN_US) is up; true if it moved. While a caller
+  // polls, the progress thread leaves the sockets to it; the caller keeps them after a successful
+  // spin (the next wait polls again, no epoll change per call) and hands them back before it
+  // sleeps; the progress thread takes them back once nobody polled for a while.
+  bool spin_until(Transport& local, uint32_t seen);
   // The caller's thread reads whatever its sockets hold (no hand-off through the progress
   // thread); returns at once where the progress thread is reading. Rings the doorbell on delivery.
   void poll();
   // While held, the progress thread leaves reading to the polling caller (no epoll wake-up and
-  // hand-off for data it would only race the caller for); release before the caller sleeps.
+  // hand-off for data it would only race the caller for).
   void hold_reading(bool hold);
-  int64_t spin_us() const { return cfg_.spin_us; }
 
   bool peer_reads_directly(int) override { return false; }
   void read_peer(int peer, void*, uint64_t, size_t) override;
@@ -119,8 +129,10 @@ class TcpTransport final : public Transport {
  private:
   Conn* conn(int peer) const;
   void progress_loop();
+  void reclaim_reading_if_idle();  // progress thread: take the sockets back from a caller gone elsewhere
   uint64_t publish(Conn& c, const char* ref);
   void on_readable(Conn& c, Lane& l);  // with c.recv_mu held
+  ssize_t lane_read(Lane& l, int fd, char* dst, size_t want, bool* drained);
   void read_lanes(Conn& c);            // every lane that may read (c.recv_mu held)
   bool land_or_ring(Conn& c, Lane& l);
   bool handle_frame_header(Conn& c, Lane& l);
@@ -138,6 +150,8 @@ class TcpTransport final : public Transport {
   void accept_new();
   void advance_pending(Pending& p);
   void drop_pending(Pending& p, const std::string& why, bool counted = false);
+  void evict_pending();
+  void refuse_pending(Pending& p, const std::string& why);
   void update_interest(Conn& c, Lane& l);
   void send_calls();
   void log_warn(const std::string& msg);
@@ -159,9 +173,12 @@ class TcpTransport final : public Transport {
   std::atomic<bool> draining_{false};  // closing: incoming data is read and dropped
   std::atomic<uint32_t> events_{0};
   std::atomic<uint32_t> sleeping_{0};
+  std::atomic<bool> caller_holds_{false};  // a caller reads the sockets (hold_reading(true))
+  std::atomic<int64_t> last_poll_ns_{0};   // when a caller last polled them (steady_clock, ns)
   Transport* waker_ = nullptr;
   std::atomic<uint64_t> rejected_{0};
   std::atomic<uint64_t> sent_in_place_{0}, landed_{0}, frames_read_by_caller_{0}, frames_striped_{0};
+  std::atomic<uint64_t> recv_reads_{0}, caller_takes_{0}, reclaims_{0};
   std::atomic<int> warnings_{0};
 
   std::mutex call_mu_;

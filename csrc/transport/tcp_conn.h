@@ -38,6 +38,11 @@ static_assert(sizeof(WireHeader) == 16, "wire header layout");
 // or only the headers when its payload is written from the caller's buffer (send_ref).
 constexpr size_t kSendPrefix = sizeof(WireHeader) + sizeof(ChunkHeader);
 
+// A lane's receive staging buffer: a read that wants less than this goes through it (one recv
+// takes a whole small frame, or several), a larger one goes straight to its destination (payloads
+// of large chunks are not copied twice). Holds a 16 KiB chunk's frame whole.
+constexpr size_t kStageBytes = (16 << 10) + kSendPrefix;
+
 // One TCP connection of a peer pair. Send fields are guarded by the lane's send_mu, receive fields
 // by Conn::recv_mu (lock recv_mu before any send_mu; several send_mu in lane order).
 struct TcpTransport::Lane {
@@ -60,6 +65,10 @@ struct TcpTransport::Lane {
 
   // Receive side: the next DATA frame read here has sequence number recv_next.
   uint64_t recv_next = 0;
+  // Bytes read from the socket ahead of the parser (stage[stage_off, stage_len)): small reads go
+  // through here, so a small frame (header, chunk header, payload) costs one recv, not three.
+  std::unique_ptr<char[]> stage{new char[kStageBytes]};
+  size_t stage_off = 0, stage_len = 0;
   WireHeader hdr{};
   size_t hdr_got = 0;
   size_t body_got = 0;
@@ -124,6 +133,14 @@ struct TcpTransport::Conn {
   }
 };
 
+// Handshake limits. An accepted connection must deliver its whole Hello within kHelloSeconds (a
+// real rank sends it right after connecting) and finish within kHandshakeSeconds; at most
+// kMaxPending wait at once, and a new one replaces the oldest unproven one (tcp_handshake.cc), so
+// silent connections cannot keep a real rank out: it retries until its deadline (tcp_connect.cc).
+constexpr size_t kMaxPending = 16;
+constexpr double kHelloSeconds = 2.0;
+constexpr double kHandshakeSeconds = 10.0;
+
 // A connection accepted but not yet proven (progress thread only).
 struct TcpTransport::Pending {
   int fd = -1;
@@ -133,7 +150,8 @@ struct TcpTransport::Pending {
   uint8_t nonce_s[32];
   char buf[sizeof(Hello)];
   size_t got = 0;
-  double deadline = 0;
+  double accepted_at = 0;
+  double deadline = 0;  // first kHelloSeconds for the Hello, then the rest of kHandshakeSeconds
 };
 
 double monotonic_s();

@@ -72,6 +72,7 @@ void TcpTransport::progress_loop() {
           if (x->fd.load() >= 0) update_interest(c, *x);
       }
     }
+    reclaim_reading_if_idle();
     const double now = monotonic_s();
     if (now >= next_call) {
       next_call = now + 0.05;

@@ -2,7 +2,8 @@
 // receive ring (DATA frame s, read from lane s % N, goes to slot s % nslots), and the posted
 // receive that lets a chunk's payload go straight to the executor's destination instead.
 // Everything here runs under the connection's recv_mu, held by the progress thread or by a caller
-// that polls its sockets while it waits (TcpTransport::poll): whoever holds it reads.
+// that polls its sockets while it waits (TcpTransport::poll, tcp_spin.cc): whoever holds it reads.
+// Small reads go through a per-lane staging buffer (lane_read), so a small frame costs one recv.
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -67,28 +68,6 @@ void TcpTransport::read_lanes(Conn& c) {
   if (!stalled) c.rx_stalled.store(false);
 }
 
-void TcpTransport::poll() {
-  for (auto& cp : conns_) {
-    if (!cp) continue;
-    Conn& c = *cp;
-    std::unique_lock<std::mutex> lk(c.recv_mu, std::try_to_lock);
-    if (!lk.owns_lock()) continue;  // the progress thread is at it
-    const uint64_t before = c.recv_tail.load(std::memory_order_relaxed);
-    read_lanes(c);
-    frames_read_by_caller_.fetch_add(c.recv_tail.load(std::memory_order_relaxed) - before, std::memory_order_relaxed);
-  }
-}
-
-void TcpTransport::hold_reading(bool hold) {
-  for (auto& cp : conns_) {
-    if (!cp) continue;
-    std::lock_guard<std::mutex> g(cp->recv_mu);
-    cp->caller_reads = hold;
-    for (auto& l : cp->lanes)
-      if (l->fd.load() >= 0) update_interest(*cp, *l);
-  }
-}
-
 void TcpTransport::post_recv(int peer, const CallDesc& d, char* dst, size_t bytes, size_t chunk) {
   Conn& c = *conn(peer);
   std::lock_guard<std::mutex> g(c.recv_mu);
@@ -137,8 +116,41 @@ bool TcpTransport::land_or_ring(Conn& c, Lane& l) {
   return true;
 }
 
+// Reads up to `want` bytes for the parser: from the lane's staging buffer while it holds bytes;
+// else a small want refills the staging buffer with one recv of whatever the socket holds (up to
+// kStageBytes), a large one is read straight into `dst`. Returns like recv (0: end of stream;
+// -1 with errno). `*drained`: a recv came back short, so the socket is empty for now and the next
+// refill would only return EAGAIN: it is skipped (epoll, or the caller's next poll, comes back).
+ssize_t TcpTransport::lane_read(Lane& l, int fd, char* dst, size_t want, bool* drained) {
+  if (l.stage_off < l.stage_len) {
+    const size_t n = std::min(want, l.stage_len - l.stage_off);
+    std::memcpy(dst, l.stage.get() + l.stage_off, n);
+    l.stage_off += n;
+    return static_cast<ssize_t>(n);
+  }
+  if (*drained) {
+    errno = EAGAIN;
+    return -1;
+  }
+  if (want >= kStageBytes) {
+    const ssize_t n = recv(fd, dst, want, MSG_DONTWAIT);
+    if (n > 0) recv_reads_.fetch_add(1, std::memory_order_relaxed);
+    if (n > 0 && static_cast<size_t>(n) < want) *drained = true;
+    return n;
+  }
+  const ssize_t n = recv(fd, l.stage.get(), kStageBytes, MSG_DONTWAIT);
+  if (n <= 0) return n;
+  recv_reads_.fetch_add(1, std::memory_order_relaxed);
+  if (static_cast<size_t>(n) < kStageBytes) *drained = true;
+  l.stage_off = std::min(want, static_cast<size_t>(n));
+  l.stage_len = static_cast<size_t>(n);
+  std::memcpy(dst, l.stage.get(), l.stage_off);
+  return static_cast<ssize_t>(l.stage_off);
+}
+
 void TcpTransport::on_readable(Conn& c, Lane& l) {
   const size_t stride = c.recv_ring.size() / cfg_.nslots;
+  bool drained = false;
   for (;;) {
     const int fd = l.fd.load();
     if (fd < 0) return;
@@ -166,7 +178,7 @@ void TcpTransport::on_readable(Conn& c, Lane& l) {
       dst = &l.control_in[l.body_got];
       want = l.hdr.length - l.body_got;
     }
-    ssize_t n = want ? recv(fd, dst, want, MSG_DONTWAIT) : 0;
+    ssize_t n = want ? lane_read(l, fd, dst, want, &drained) : 0;
     if (want && n == 0) {
       // An orderly end only after this stream's CLOSE; any other end of any lane loses the peer
       // (all its lanes go, so the peer learns it at once too). A closing rank only lets go.

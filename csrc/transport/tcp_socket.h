@@ -55,6 +55,12 @@ struct Hello {
   uint32_t lane, nlanes;  // which of the pair's connections this is, of how many (COMMLIB_TCP_NCONNS)
 };
 
+// An acceptor that refuses a Hello (another communicator, world size, chunk size or version) answers
+// with a Challenge whose magic is this and whose nonce and mac carry the reason as text, so the
+// connecting rank fails at once with it. A connection closed without one (evicted, timed out) is
+// retried until the deadline.
+constexpr uint64_t kRefusedMagic = 0x3066657262636d63ULL;  // "cmcbref0"
+
 struct Challenge {
   uint64_t magic;
   int32_t pid;  // the acceptor's, for error messages

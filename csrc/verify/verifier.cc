@@ -47,8 +47,11 @@ std::string verify_algorithm(Collective c, const std::string& algorithm, int siz
   a.size = size;
   a.count = count;
   a.root = collective_has_root(c) ? root : 0;
-  std::string name = algorithm;
-  if (name == "auto") name = choose_algorithm(c, name, count * static_cast<int64_t>(dtype_size(dtype)), size);
+  // One host (the verifier has no host map): the size policy.
+  const std::string name =
+      resolve_algorithm(CallShape{c, count, static_cast<int>(dtype_size(dtype)), a.root}, algorithm,
+                        algorithm_override(c), size, {}, nullptr)
+          .algorithm;
   for (int r = 0; r < size; ++r) {
     a.rank = r;
     per_rank[r] = build_schedule(a, name);

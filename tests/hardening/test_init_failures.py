@@ -88,7 +88,7 @@ def test_failed_and_successful_rendezvous_leak_no_descriptors_or_threads(server)
         deadline = time.monotonic() + within
         while time.monotonic() < deadline:
             now = snapshot()
-            if server._srv.connections == 0 and (before is None or now == before):
+            if server.connections == 0 and (before is None or now == before):
                 break
             time.sleep(0.05)
         time.sleep(0.05)  # a handler thread that just closed its socket is finishing

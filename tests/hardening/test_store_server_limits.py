@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import commlib
-from commlib.bootstrap import store as store_mod
+from commlib.bootstrap import store_server
 from commlib.bootstrap.store import StoreServer, TCPStore
 
 
@@ -70,7 +70,7 @@ def test_malformed_frame_closes_that_connection_only(server, frame):
 
 
 def test_connections_are_capped(server, monkeypatch):
-    monkeypatch.setattr(store_mod, "MAX_CONNECTIONS", 8)
+    monkeypatch.setattr(store_server, "MAX_CONNECTIONS", 8)
     held = [TCPStore("127.0.0.1", server.port) for _ in range(8)]
     extra = socket.create_connection(("127.0.0.1", server.port))
     assert _closed_by_server(extra)
@@ -91,7 +91,7 @@ def test_connections_are_capped(server, monkeypatch):
 def test_rank0_binds_only_the_address_asked():
     comm = commlib.init(rank=0, world_size=1, master_addr="127.0.0.2", master_port=0)
     try:
-        assert comm._owned[1]._srv.server_address[0] == "127.0.0.2"
+        assert comm._owned[1].address[0] == "127.0.0.2"
         x = np.ones(3, np.int64)
         comm.all_reduce(x)
         assert (x == 1).all()

@@ -104,7 +104,7 @@ def _endpoint(monkeypatch, rank, lanes):
 
 def _hello(address, lane, lanes, keep):
     """Rank 1's handshake for connection `lane` of `lanes` (no secret: the empty key). Returns the
-    verdict's (accepted, lanes) or None when the rank dropped the connection first. The socket
+    verdict's (accepted, lanes) or None when the rank dropped or refused the connection first. The socket
     stays open in `keep` (a lane that closes would lose the pair)."""
     host, port = address.rsplit(":", 1)
     nonce = os.urandom(32)
@@ -113,7 +113,7 @@ def _hello(address, lane, lanes, keep):
     keep.append(s)
     s.sendall(HELLO.pack(MAGIC, 2, 48, cid, 1, 0, 2, os.getpid(), 512 << 10, nonce, lane, lanes))
     raw = s.recv(CHALLENGE.size, socket.MSG_WAITALL)
-    if len(raw) != CHALLENGE.size:
+    if len(raw) != CHALLENGE.size or CHALLENGE.unpack(raw)[0] != MAGIC:  # dropped, or refused with a reason
         return None
     nonce_s = CHALLENGE.unpack(raw)[3]
     fields = cid + struct.pack("<IIII", 1, 0, lane, lanes) + nonce + nonce_s

@@ -88,13 +88,21 @@ def test_bad_arguments_name_the_field():
 
 
 def test_auto_is_the_engines_choice_for_the_links(monkeypatch):
-    """auto in the simulator resolves as a communicator on those links would: hierarchical when
-    ranks span hosts that hold several ranks each, the size policy otherwise."""
+    """auto in the simulator resolves as a communicator with that topology as its cost model would
+    (engine/auto_policy.h resolve_algorithm): the fastest candidate the model predicts when ranks
+    span hosts; the override wins over everything (tests/sim/test_auto_model.py has the rest)."""
+    from commlib import tuning
     monkeypatch.delenv("COMMLIB_ALGO_ALL_REDUCE", raising=False)
-    spanning = _C.simulate("all_reduce", "auto", 1 << 20, 4, 0, two_hosts(2, 1))
-    assert spanning["algorithm"] == "hierarchical"
-    one_rank_per_host = _C.simulate("all_reduce", "auto", 1 << 20, 4, 0, uniform(4))
-    assert one_rank_per_host["algorithm"] != "hierarchical"
-    assert one_rank_per_host["algorithm"] == _C.choose_algorithm("all_reduce", "auto", 4 << 20, 4)
-    monkeypatch.setenv("COMMLIB_ALGO_ALL_REDUCE", "ring")  # the override wins, as in the engine
-    assert _C.simulate("all_reduce", "auto", 1 << 20, 4, 0, two_hosts(2, 1))["algorithm"] == "ring"
+    _C.clear_tuning()
+    try:
+        t = two_hosts(2, 1)
+        spanning = _C.simulate("all_reduce", "auto", 1 << 20, 4, 0, t)
+        best = min(_C.predict_candidates("all_reduce", 1 << 20, 4, 0, t), key=lambda c: c["predicted_s"])
+        assert (spanning["algorithm"], spanning["inter_algorithm"]) == (best["algorithm"], best["inter_algorithm"])
+        one_host = dict(uniform(4), host_of=[0] * 4, nic_of=[0] * 4)
+        assert (_C.simulate("all_reduce", "auto", 1 << 20, 4, 0, one_host)["algorithm"] ==
+                _C.choose_algorithm("all_reduce", "auto", 4 << 20, 4))  # one host: the size policy
+        monkeypatch.setenv("COMMLIB_ALGO_ALL_REDUCE", "ring")  # the override wins, as in the engine
+        assert _C.simulate("all_reduce", "auto", 1 << 20, 4, 0, t)["algorithm"] == "ring"
+    finally:
+        tuning.load_default()

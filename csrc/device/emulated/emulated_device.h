@@ -112,6 +112,11 @@ class EmulatedDevice final : public Device {
   void write_value(uint64_t* addr, uint64_t value, DeviceStream& stream) override;
   void wait_value(const uint64_t* addr, uint64_t value, DeviceStream& stream) override;
   void host_func(std::function<void()> fn, DeviceStream& stream) override;
+  void upload_now(void* dst, const void* src, size_t bytes) override;  // a memcpy: host memory
+  // The kernel executor on one host thread per block (device/emulated/emulated_plan_kernel.cc).
+  unsigned plan_blocks(unsigned wanted) const override;
+  void launch_plan(const kexec::PlanLaunch& launch, unsigned blocks, DType dtype, RedOp op, bool reduces,
+                   DeviceStream& stream) override;
   // Host code standing for a kernel (the emulated NCCL's): runs on the stream's own thread, not
   // on the host-function thread, and may wait for other processes as a kernel spins.
   void launch_host_kernel(std::function<void()> fn, DeviceStream& stream);

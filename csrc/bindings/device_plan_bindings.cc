@@ -1,0 +1,115 @@
+// The device plans (kernels/device_plan.h) for tests: a rank's plan as Python data, the check of a
+// plan (possibly altered by the test) against its schedule, and the all-ranks sweep check.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "bindings/bindings.h"
+#include "common/types.h"
+#include "kernels/device_plan.h"
+#include "schedule/registry.h"
+
+namespace py = pybind11;
+
+namespace commlib {
+namespace {
+
+const char* const kKinds[] = {"send", "recv", "recv_reduce", "copy", "reduce"};
+
+py::dict plan_to_py(const DevicePlan& p) {
+  py::list steps, items;
+  for (const kplan::PlanStep& s : p.steps) steps.append(py::make_tuple(s.first, s.count));
+  for (const kplan::PlanItem& it : p.items) {
+    py::dict d;
+    d["kind"] = kKinds[it.kind];
+    d["peer"] = it.peer;
+    d["chunk"] = it.chunk;
+    d["bytes"] = it.bytes;
+    d["dst_buf"] = static_cast<int>(it.dst_buf);
+    d["dst_off"] = it.dst_off;
+    d["src_buf"] = static_cast<int>(it.src_buf);
+    d["src_off"] = it.src_off;
+    items.append(std::move(d));
+  }
+  py::dict out;
+  out["steps"] = steps;
+  out["items"] = items;
+  out["sends_to"] = p.sends_to;
+  out["recvs_from"] = p.recvs_from;
+  out["chunk_bytes"] = p.chunk_bytes;
+  out["esize"] = p.esize;
+  out["widest_step"] = p.widest_step;
+  out["reduces"] = p.reduces;
+  return out;
+}
+
+DevicePlan plan_from_py(const py::dict& d) {
+  DevicePlan p;
+  for (py::handle h : d["steps"].cast<py::list>()) {
+    auto t = h.cast<std::pair<uint32_t, uint32_t>>();
+    p.steps.push_back(kplan::PlanStep{t.first, t.second});
+  }
+  for (py::handle h : d["items"].cast<py::list>()) {
+    py::dict i = h.cast<py::dict>();
+    kplan::PlanItem it;
+    const std::string kind = i["kind"].cast<std::string>();
+    it.kind = 0xff;
+    for (uint8_t k = 0; k < 5; ++k)
+      if (kind == kKinds[k]) it.kind = k;
+    it.peer = i["peer"].cast<int32_t>();
+    it.chunk = i["chunk"].cast<uint32_t>();
+    it.bytes = i["bytes"].cast<uint32_t>();
+    it.dst_buf = static_cast<uint8_t>(i["dst_buf"].cast<int>());
+    it.dst_off = i["dst_off"].cast<int64_t>();
+    it.src_buf = static_cast<uint8_t>(i["src_buf"].cast<int>());
+    it.src_off = i["src_off"].cast<int64_t>();
+    p.items.push_back(it);
+  }
+  p.sends_to = d["sends_to"].cast<std::vector<uint32_t>>();
+  p.recvs_from = d["recvs_from"].cast<std::vector<uint32_t>>();
+  p.chunk_bytes = d["chunk_bytes"].cast<uint64_t>();
+  p.esize = d["esize"].cast<size_t>();
+  p.widest_step = d["widest_step"].cast<uint32_t>();
+  p.reduces = d["reduces"].cast<bool>();
+  return p;
+}
+
+Schedule schedule_of(const std::string& coll, const std::string& algo, int rank, int size, int64_t count, int root) {
+  return build_schedule(CollArgs{parse_collective(coll), rank, size, count, root}, algo);
+}
+
+}  // namespace
+
+void bind_device_plan(py::module_& m) {
+  m.def(
+      "device_plan",
+      [](const std::string& coll, const std::string& algo, int rank, int size, int64_t count, int root, size_t esize,
+         uint64_t chunk_bytes) {
+        return plan_to_py(lower_schedule(schedule_of(coll, algo, rank, size, count, root), rank, size, esize, chunk_bytes));
+      },
+      py::arg("collective"), py::arg("algorithm"), py::arg("rank"), py::arg("size"), py::arg("count"),
+      py::arg("root") = 0, py::arg("esize") = 4, py::arg("chunk_bytes") = 262144,
+      "One rank's device plan (the kernel path's lowering of its schedule) as a dict.");
+  m.def(
+      "check_device_plan",
+      [](const py::dict& plan, const std::string& coll, const std::string& algo, int rank, int size, int64_t count,
+         int root) {
+        const DevicePlan p = plan_from_py(plan);
+        return check_device_plan(p, schedule_of(coll, algo, rank, size, count, root), rank, size, p.esize);
+      },
+      py::arg("plan"), py::arg("collective"), py::arg("algorithm"), py::arg("rank"), py::arg("size"), py::arg("count"),
+      py::arg("root") = 0, "'' when `plan` is the schedule's lowering for this rank, else what differs.");
+  m.def(
+      "check_device_plans",
+      [](const std::string& coll, const std::string& algo, int size, int64_t count, int root, size_t esize,
+         uint64_t chunk_bytes) {
+        const Collective c = parse_collective(coll);
+        py::gil_scoped_release nogil;
+        check_device_plans(c, algo, size, count, root, esize, chunk_bytes);
+      },
+      py::arg("collective"), py::arg("algorithm"), py::arg("size"), py::arg("count"), py::arg("root") = 0,
+      py::arg("esize") = 4, py::arg("chunk_bytes") = 262144,
+      "Lower every rank's schedule, check each plan against its schedule and the pairs across ranks; "
+      "RuntimeError naming the rank and the difference.");
+}
+
+}  // namespace commlib

@@ -1,0 +1,86 @@
+// The kernel executor on the emulated device: the body of plan_kernel.cuh, unchanged, with one host
+// thread per block (real concurrency between blocks, and between ranks, which are processes) and
+// one thread per block (blockDim 1, so block_sync has nothing to order). COMMLIB_EMULATED_DELAY_US
+// delays the launch like any data operation and, per block, each item by a random part of it, so
+// an ordering the flags do not enforce shows up as wrong data.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "device/emulated/emulated_device.h"
+#include "kernels/plan_kernel.cuh"
+
+namespace commlib {
+
+namespace kexec {
+thread_local int64_t emu_delay_us = 0;
+thread_local uint64_t emu_rng = 0;
+}  // namespace kexec
+
+namespace {
+
+using namespace kexec;
+
+constexpr unsigned kEmulatedMaxBlocks = 4;  // host threads per launch
+
+using Body = void (*)(const PlanLaunch&);
+
+template <class F>
+void body(const PlanLaunch& a) {
+  run_plan(a, F{});
+}
+
+struct BodyOf {
+  Body out = nullptr;
+  template <DType D, class Op>
+  void reduce() {
+    out = &body<gpu::ReduceElem<D, Op>>;
+  }
+};
+
+std::atomic<uint64_t> launches{0};
+
+}  // namespace
+
+void EmulatedDevice::upload_now(void* dst, const void* src, size_t bytes) {
+  enter("cudaMemcpy");
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+
+unsigned EmulatedDevice::plan_blocks(unsigned wanted) const {
+  return std::max(1u, std::min(wanted, kEmulatedMaxBlocks));
+}
+
+void EmulatedDevice::launch_plan(const PlanLaunch& launch, unsigned blocks, DType dtype, RedOp op, bool reduces,
+                                 DeviceStream& stream) {
+  enter("the kernel path's launch", true);
+  BodyOf pick;
+  if (reduces)
+    kern::dispatch_reduce(dtype, op, pick);  // throws for a bitwise op on floats, before enqueueing
+  else
+    pick.out = &body<NoReduce>;
+  const Body run = pick.out;
+  const int64_t delay = delay_us_;
+  const uint64_t seed = (static_cast<uint64_t>(getpid()) << 32) ^ launches.fetch_add(1);
+  static_cast<EmulatedStream&>(stream).enqueue_data([launch, blocks, run, delay, seed] {
+    auto block = [&](unsigned b) {
+      gridDim = EmuDim3{blocks, 1, 1};
+      blockDim = EmuDim3{1, 1, 1};
+      blockIdx = EmuDim3{b, 0, 0};
+      threadIdx = EmuDim3{0, 0, 0};
+      emu_delay_us = delay;
+      emu_rng = seed * 0x9e3779b97f4a7c15ull + b;
+      run(launch);
+    };
+    std::vector<std::thread> others;
+    for (unsigned b = 1; b < blocks; ++b) others.emplace_back(block, b);
+    block(0);
+    for (std::thread& t : others) t.join();
+  });
+}
+
+}  // namespace commlib

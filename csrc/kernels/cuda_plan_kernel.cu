@@ -1,0 +1,54 @@
+// The CUDA launcher of the kernel executor (plan_kernel.cuh): one kernel per element functor,
+// kCudaThreads threads per block, a grid of at most kMaxBlocks blocks (all co-resident: the wait
+// loops need every block of every rank running).
+#include "kernels/cuda_plan_kernel.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/plan_kernel.cuh"
+
+namespace commlib {
+namespace {
+
+using namespace kexec;
+
+template <class F>
+__global__ void __launch_bounds__(kCudaThreads, 1) plan_kernel(PlanLaunch a, F f) {
+  run_plan(a, f);
+}
+
+struct CudaPlanLaunch {
+  const PlanLaunch& a;
+  unsigned blocks;
+  cudaStream_t stream;
+  template <class F>
+  void launch(F f) {
+    plan_kernel<F><<<blocks, kCudaThreads, 0, stream>>>(a, f);
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess)
+      throw std::runtime_error(std::string("kernel path: launch failed: ") + cudaGetErrorName(err) + ": " +
+                               cudaGetErrorString(err));
+  }
+  template <DType D, class Op>
+  void reduce() {
+    launch(gpu::ReduceElem<D, Op>{});
+  }
+};
+
+}  // namespace
+
+unsigned cuda_plan_blocks(unsigned wanted) { return std::max(1u, std::min(wanted, kMaxBlocks)); }
+
+void cuda_launch_plan(const PlanLaunch& a, unsigned blocks, DType dtype, RedOp op, bool reduces, cudaStream_t stream) {
+  CudaPlanLaunch l{a, blocks, stream};
+  if (reduces)
+    kern::dispatch_reduce(dtype, op, l);
+  else
+    l.launch(NoReduce{});
+}
+
+}  // namespace commlib

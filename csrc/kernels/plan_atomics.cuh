@@ -1,0 +1,87 @@
+// The few memory operations the kernel executor (plan_kernel.cuh) synchronises with, written once
+// for the GPU and for the emulated device, which runs the same kernel body on host threads:
+//   - flags: 64-bit words written with release stores and read with acquire loads at system scope
+//     (a peer process on the same GPU, another GPU over NVLink, or the host reads them);
+//   - the grid barrier's counter: an acq_rel fetch-add at device scope;
+//   - block_sync: __syncthreads on the GPU; nothing on the emulated device, which runs one thread
+//     per block (a block's threads there are one host thread, so there is nothing to order);
+//   - pause: the back-off of a wait loop (__nanosleep; on the host yield, then sleep, so that
+//     spinning ranks on a 2-core machine leave the cores to the ranks they wait for);
+//   - emu_perturb: COMMLIB_EMULATED_DELAY_US on the emulated device (a random delay before each
+//     item, per block), nothing on the GPU.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda_shim.h"
+
+#ifdef __CUDACC__
+#include <cuda/atomic>
+#else
+#include <chrono>
+#include <thread>
+#define __shared__
+#endif
+
+namespace commlib {
+namespace kexec {
+
+#ifdef __CUDACC__
+
+__device__ __forceinline__ uint64_t acquire_load(const uint64_t* p) {
+  cuda::atomic_ref<uint64_t, cuda::thread_scope_system> a(*const_cast<uint64_t*>(p));
+  return a.load(cuda::memory_order_acquire);
+}
+__device__ __forceinline__ uint64_t relaxed_load(const uint64_t* p) {
+  cuda::atomic_ref<uint64_t, cuda::thread_scope_system> a(*const_cast<uint64_t*>(p));
+  return a.load(cuda::memory_order_relaxed);
+}
+__device__ __forceinline__ void release_store(uint64_t* p, uint64_t v) {
+  cuda::atomic_ref<uint64_t, cuda::thread_scope_system>(*p).store(v, cuda::memory_order_release);
+}
+__device__ __forceinline__ void relaxed_store(uint64_t* p, uint64_t v) {
+  cuda::atomic_ref<uint64_t, cuda::thread_scope_system>(*p).store(v, cuda::memory_order_relaxed);
+}
+__device__ __forceinline__ void arrive(uint64_t* p) {
+  cuda::atomic_ref<uint64_t, cuda::thread_scope_device>(*p).fetch_add(1, cuda::memory_order_acq_rel);
+}
+__device__ __forceinline__ uint64_t acquire_load_device(const uint64_t* p) {
+  cuda::atomic_ref<uint64_t, cuda::thread_scope_device> a(*const_cast<uint64_t*>(p));
+  return a.load(cuda::memory_order_acquire);
+}
+__device__ __forceinline__ void block_sync() { __syncthreads(); }
+__device__ __forceinline__ void pause(uint32_t& spins) {
+  if (++spins > 64) __nanosleep(spins > 4096 ? 1000 : 100);
+}
+__device__ __forceinline__ void emu_perturb() {}
+
+#else
+
+inline uint64_t acquire_load(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+inline uint64_t relaxed_load(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+inline void release_store(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+inline void relaxed_store(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+inline void arrive(uint64_t* p) { __atomic_fetch_add(p, 1, __ATOMIC_ACQ_REL); }
+inline uint64_t acquire_load_device(const uint64_t* p) { return acquire_load(p); }
+inline void block_sync() {}
+inline void pause(uint32_t& spins) {
+  ++spins;
+  if (spins > 2048)
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  else if (spins > 16)
+    std::this_thread::yield();
+}
+// Set by the emulated launch for the block it runs (device/emulated/emulated_plan_kernel.cc).
+extern thread_local int64_t emu_delay_us;
+extern thread_local uint64_t emu_rng;
+inline void emu_perturb() {
+  if (emu_delay_us <= 0) return;
+  emu_rng = emu_rng * 6364136223846793005ull + 1442695040888963407ull;
+  const int64_t us = static_cast<int64_t>((emu_rng >> 33) % static_cast<uint64_t>(emu_delay_us + 1));
+  if (us) std::this_thread::sleep_for(std::chrono::microseconds(us));
+}
+
+#endif
+
+}  // namespace kexec
+}  // namespace commlib

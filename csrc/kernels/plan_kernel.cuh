@@ -1,0 +1,239 @@
+// The kernel executor: one launch per collective interprets this rank's device plan
+// (device_plan_types.h). Written once as __host__ __device__ code: the CUDA launcher
+// (cuda_plan_kernel.cu) runs it on the GPU, the emulated device (device/emulated/emulated_plan_kernel.cc) on one
+// host thread per block, through the shims of cuda_shim.h and plan_atomics.cuh.
+//
+// Peer memory. Every rank owns a kernel region (stream/kernel_path.h), device memory its peers map
+// (IPC): slots[q][s] (nslots inbox slots of slot_bytes per sender q), ready[q][s] (the number + 1
+// of the chunk sender q last put into slot s) and freed[p][s] (the number + 1 of the chunk of this
+// rank's that receiver p last consumed from its slot s). Chunk c of a pair goes through slot
+// c % nslots; chunks are numbered per pair across calls (sent[p], received[q], kept on the device).
+//
+//   send chunk c to p:      wait freed[p][s] >= c - nslots + 1 (the slot's previous chunk was
+//                           consumed); copy into p's slots[me][s]; release-store p's ready[me][s] = c + 1
+//   receive chunk c from q: wait ready[q][s] >= c + 1 (acquire); copy or reduce out of slots[q][s];
+//                           release-store q's freed[me][s] = c + 1
+//
+// Memory ordering: a block's threads write a chunk, __syncthreads, then thread 0 stores the flag
+// with release semantics at system scope; the reader's thread 0 loads it with acquire semantics,
+// then __syncthreads, then its threads read. Release/acquire at system scope plus the barriers
+// make every write of the chunk happen-before every read of it (causality is transitive through
+// the CTA barrier and the system-scope pair), across processes and GPUs; the same chain, in the
+// other direction through freed, keeps a slot from being overwritten while it is still read.
+// Per slot the flags only grow: chunk c + nslots can only be sent once chunk c was consumed.
+//
+// Parallelism and deadlock freedom. Item j of a step runs on block j % gridDim.x; each block runs
+// its items in plan order, then all blocks meet in a grid barrier before the next step (a step
+// reads what the previous one received). Give every item the rank (step, chunk-within-step, send
+// before receive): a send waits only for a receive of a lower rank on its peer (chunk c - nslots)
+// and a receive only for the send of the same chunk, which has a lower rank. The item of lowest
+// rank not done therefore always has what it waits for done or runnable, and blocks run their
+// items in rank order: every item completes, whatever the schedule's shape, as long as all blocks
+// of all ranks run concurrently (the grid is small; on one GPU several ranks need MPS to be
+// co-resident, otherwise they time-slice).
+//
+// Errors. Every wait loop polls the abort word (host memory the watchdog sets when the engine
+// fails: a dead or mismatched peer, a timeout) and the kernel returns: no launch outlives the
+// watchdog's verdict. Each block publishes its progress (items done) for the watchdog's timeout.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/device_plan_types.h"
+#include "kernels/elementwise_kernel.h"
+#include "kernels/plan_atomics.cuh"
+
+namespace commlib {
+namespace kexec {
+
+constexpr unsigned kMaxBlocks = 16;  // progress words the host page holds
+constexpr unsigned kCudaThreads = 512;
+constexpr uint32_t kAbortPollEvery = 16;  // spins between reads of the (host-memory) abort word
+
+// What this rank reaches of peer p (addresses valid in this process; its own entry unused).
+struct PeerView {
+  char* slots;      // p's slots[.][.]
+  uint64_t* ready;  // p's ready[.][.]
+  uint64_t* freed;  // p's freed[.][.]
+};
+
+// The kernel's parameters (passed by value).
+struct PlanLaunch {
+  const kplan::PlanItem* items;
+  const kplan::PlanStep* steps;
+  const uint32_t* sends_to;    // the plan's chunks per peer
+  const uint32_t* recvs_from;
+  const PeerView* peers;       // [size]
+  char* bases[3];              // input, output, scratch of the call
+  char* slots;                 // this rank's kernel region
+  uint64_t* ready;
+  uint64_t* freed;
+  uint64_t* sent;              // [size] chunks sent to each peer before this call (device)
+  uint64_t* received;          // [size]
+  uint64_t* barrier;           // grid barrier counter (device, this rank only)
+  uint64_t barrier_base;       // its value when the launch starts
+  const uint64_t* abort;       // host memory mapped for the device: nonzero = stop
+  uint64_t* progress;          // host memory mapped: [kMaxBlocks] items done per block
+  uint64_t* done;              // host memory mapped: set to `launch` when the launch completes
+  uint64_t launch;             // this launch's number (from 1)
+  uint64_t slot_bytes;
+  uint32_t nsteps;
+  uint32_t nslots;
+  int rank;
+  int size;
+};
+
+// The element functor of collectives that never reduce (their plans have no reduce items).
+struct NoReduce {
+  using S = uint8_t;
+  __device__ __forceinline__ S operator()(S a, S) const { return a; }
+};
+
+struct alignas(16) Vec16 {
+  uint64_t lo, hi;
+};
+
+template <typename T>
+__device__ __forceinline__ void copy_as(char* dst, const char* src, size_t n) {
+  T* d = reinterpret_cast<T*>(dst);
+  const T* s = reinterpret_cast<const T*>(src);
+  for (size_t i = threadIdx.x; i < n / sizeof(T); i += blockDim.x) d[i] = s[i];
+}
+
+// The block's threads copy n bytes (the widest access both pointers and n allow).
+__device__ __forceinline__ void block_copy(char* dst, const char* src, size_t n) {
+  if (dst == src || n == 0) return;
+  const uintptr_t bits = reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | n;
+  if (bits % 16 == 0)
+    copy_as<Vec16>(dst, src, n);
+  else if (bits % 8 == 0)
+    copy_as<uint64_t>(dst, src, n);
+  else if (bits % 4 == 0)
+    copy_as<uint32_t>(dst, src, n);
+  else
+    copy_as<uint8_t>(dst, src, n);
+}
+
+// The block's threads compute dst[i] = f(a[i], b[i]) for n elements (a may be dst).
+template <class F>
+__device__ __forceinline__ void block_reduce(char* dst, const char* a, const char* b, size_t n, const F& f) {
+  using S = typename F::S;
+  using P = gpu::Pack<S>;
+  const uintptr_t bits = reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b);
+  size_t done = 0;
+  if (bits % 16 == 0) {
+    P* d = reinterpret_cast<P*>(dst);
+    const P* x = reinterpret_cast<const P*>(a);
+    const P* y = reinterpret_cast<const P*>(b);
+    const size_t npacks = n / P::kN;
+    for (size_t i = threadIdx.x; i < npacks; i += blockDim.x) {
+      P u = x[i];
+      const P v = y[i];
+      COMMLIB_UNROLL
+      for (int j = 0; j < P::kN; ++j) u.v[j] = f(u.v[j], v.v[j]);
+      d[i] = u;
+    }
+    done = npacks * P::kN;
+  }
+  if (bits % sizeof(S) == 0) {
+    S* d = reinterpret_cast<S*>(dst);
+    const S* x = reinterpret_cast<const S*>(a);
+    const S* y = reinterpret_cast<const S*>(b);
+    for (size_t i = done + threadIdx.x; i < n; i += blockDim.x) d[i] = f(x[i], y[i]);
+  } else {
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x)
+      gpu::store_any<S>(dst, i, f(gpu::load_any<S>(a, i), gpu::load_any<S>(b, i)));
+  }
+}
+
+// Thread 0 waits until *flag >= target or the abort word is set; the whole block learns which.
+__device__ __forceinline__ bool block_wait(const uint64_t* flag, uint64_t target, const PlanLaunch& a,
+                                                    bool device_scope = false) {
+  __shared__ int ok;
+  if (threadIdx.x == 0) {
+    ok = 1;
+    uint32_t spins = 0;
+    while ((device_scope ? acquire_load_device(flag) : acquire_load(flag)) < target) {
+      if (spins % kAbortPollEvery == 0 && relaxed_load(a.abort)) {
+        ok = 0;
+        break;
+      }
+      pause(spins);
+    }
+  }
+  block_sync();
+  return ok != 0;
+}
+
+template <class F>
+__device__ __forceinline__ bool run_item(const PlanLaunch& a, const kplan::PlanItem& it, const F& f) {
+  char* dst = it.dst_buf < 3 ? a.bases[it.dst_buf] + it.dst_off : nullptr;
+  const char* src = it.src_buf < 3 ? a.bases[it.src_buf] + it.src_off : nullptr;
+  const size_t esize = sizeof(typename F::S);
+  switch (it.kind) {
+    case kplan::kCopy:
+      block_copy(dst, src, it.bytes);
+      return true;
+    case kplan::kReduce:
+      block_reduce(dst, dst, src, it.bytes / esize, f);
+      return true;
+    case kplan::kSend: {
+      const uint64_t c = a.sent[it.peer] + it.chunk;
+      const uint64_t s = c % a.nslots;
+      if (c >= a.nslots && !block_wait(a.freed + static_cast<size_t>(it.peer) * a.nslots + s, c - a.nslots + 1, a))
+        return false;
+      const PeerView& p = a.peers[it.peer];
+      block_copy(p.slots + (static_cast<size_t>(a.rank) * a.nslots + s) * a.slot_bytes, src, it.bytes);
+      block_sync();  // every thread's part of the chunk is written before the flag says so
+      if (threadIdx.x == 0) release_store(p.ready + static_cast<size_t>(a.rank) * a.nslots + s, c + 1);
+      return true;
+    }
+    default: {  // kRecv, kRecvReduce
+      const uint64_t c = a.received[it.peer] + it.chunk;
+      const uint64_t s = c % a.nslots;
+      if (!block_wait(a.ready + static_cast<size_t>(it.peer) * a.nslots + s, c + 1, a)) return false;
+      const char* slot = a.slots + (static_cast<size_t>(it.peer) * a.nslots + s) * a.slot_bytes;
+      if (it.kind == kplan::kRecv)
+        block_copy(dst, slot, it.bytes);
+      else
+        block_reduce(dst, src ? src : dst, slot, it.bytes / esize, f);
+      block_sync();  // every thread is done reading the slot before it is handed back
+      if (threadIdx.x == 0) release_store(a.peers[it.peer].freed + static_cast<size_t>(a.rank) * a.nslots + s, c + 1);
+      return true;
+    }
+  }
+}
+
+// Every block of the grid has finished step `k` (its writes visible to all blocks) or the abort
+// word was set.
+__device__ __forceinline__ bool grid_barrier(const PlanLaunch& a, uint32_t k) {
+  block_sync();
+  if (threadIdx.x == 0) arrive(a.barrier);
+  return block_wait(a.barrier, a.barrier_base + static_cast<uint64_t>(gridDim.x) * (k + 1), a, true);
+}
+
+template <class F>
+__device__ __forceinline__ void run_plan(const PlanLaunch& a, const F& f) {
+  uint64_t done = 0;
+  for (uint32_t k = 0; k < a.nsteps; ++k) {
+    const kplan::PlanStep st = a.steps[k];
+    for (uint32_t j = blockIdx.x; j < st.count; j += gridDim.x) {
+      emu_perturb();
+      if (!run_item(a, a.items[st.first + j], f)) return;
+      if (threadIdx.x == 0 && blockIdx.x < kMaxBlocks) relaxed_store(a.progress + blockIdx.x, ++done);
+    }
+    if (!grid_barrier(a, k)) return;
+  }
+  // Every block is past the last barrier (no one reads the counters any more): the next call's
+  // chunks continue from here.
+  if (blockIdx.x == 0)
+    for (int p = threadIdx.x; p < a.size; p += blockDim.x) {
+      a.sent[p] += a.sends_to[p];
+      a.received[p] += a.recvs_from[p];
+    }
+  if (blockIdx.x == 0 && threadIdx.x == 0) release_store(a.done, a.launch);
+}
+
+}  // namespace kexec
+}  // namespace commlib

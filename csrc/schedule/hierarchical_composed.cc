@@ -1,0 +1,257 @@
+// Hierarchical schedules composed with any registered algorithm for the inter-host phase
+// (CollArgs::inter_algorithm non-empty; the built-in direct exchange is hierarchical.cc and
+// hierarchical_all_reduce.cc). The inter-host phase is the sub-group combinator (subgroup.h) over
+// one rank per host; the intra-host phases are direct exchanges, as in the built-in schedules.
+//
+// Slots. B = the most ranks any host holds. Host g serves slot j (0 <= j < B) with its rank of local
+// index j mod L_g (HostMap::partner), so every host takes part in every slot's group, smaller hosts
+// with one rank in several groups (in slot order on every rank: groups never wait on each other in
+// a cycle). A slot j >= L_g has no block of host g: that member contributes a stand-in block whose
+// result nobody keeps (all_gather, reduce_scatter), the price of equal counts on uneven hosts.
+//
+//   all_reduce      B blocks (per segment); within each host the owners (as in the built-in)
+//                   reduce-scatter, the owners of block b (one per host) all-reduce it with the
+//                   inter algorithm in place, then all-gather within the host. Pipelined over
+//                   segments like the built-in: tick t runs the inter phase of segment t beside the
+//                   reduce-scatter of t+1 (disjoint regions and peers), after the all-gather of t-1.
+//   all_gather      each slot's group all-gathers its members' blocks into scratch; each rank keeps
+//                   the real ones and forwards them (and its own) to its local peers.
+//   reduce_scatter  each slot's collector reduces its host's contributions to the group's blocks
+//                   (one block per round, local rank order), then the group reduce-scatters them.
+//   broadcast       the root and the lowest rank of every other host broadcast with the inter
+//                   algorithm, then each of them sends to its local peers.
+#include <algorithm>
+#include <string>
+
+#include "schedule/builders.h"
+#include "schedule/hierarchical_hosts.h"
+#include "schedule/subgroup.h"
+
+namespace commlib {
+namespace sched {
+
+namespace {
+
+constexpr int kMaxSegments = 16;
+
+std::vector<int> slot_group(const HostMap& m, int j) {
+  std::vector<int> g(m.H());
+  for (int x = 0; x < m.H(); ++x) g[x] = m.partner(x, j);
+  return g;
+}
+
+// Forwarding rounds within the host: local index j sends forwards[j][t] (an output block) to every
+// local peer in round t.
+void append_forwarding(Schedule& s, const HostMap& m, int r, int64_t n, const std::vector<std::vector<int>>& forwards) {
+  const int h = m.host[r], L = m.L(h), i = m.local[r];
+  size_t rounds = 0;
+  for (const auto& f : forwards) rounds = std::max(rounds, f.size());
+  for (size_t t = 0; t < rounds && L > 1; ++t) {
+    Step y;
+    for (int j = 0; j < L; ++j) {
+      if (j == i) continue;
+      const int q = m.hosts[h][j];
+      if (t < forwards[i].size()) y.ops.push_back(op_send(q, out_region(forwards[i][t] * n, n)));
+      if (t < forwards[j].size()) y.ops.push_back(op_recv(q, out_region(forwards[j][t] * n, n)));
+    }
+    if (!y.ops.empty()) s.steps.push_back(std::move(y));
+  }
+}
+
+}  // namespace
+
+Schedule all_reduce_composed(const CollArgs& a, const HostMap& m) {
+  const int r = a.rank, h = m.host[r], i = m.local[r], L = m.L(h), H = m.H(), B = m.max_L();
+  const int64_t n = a.count;
+  const int K = (H < 2 || a.segment <= 0) ? 1 : static_cast<int>(std::clamp<int64_t>(n / a.segment, 1, kMaxSegments));
+  auto first = [&](int g, int j) { return j * B / m.L(g); };
+  auto owner = [&](int g, int b) {
+    int j = 0;
+    while (first(g, j + 1) <= b) ++j;
+    return m.hosts[g][j];
+  };
+  auto span = [&](BufferId buf, int t, int b0, int b1) {  // blocks [b0, b1) of segment t
+    const int64_t so = blk_off(n, K, t), sl = blk_len(n, K, t), o = blk_off(sl, B, b0);
+    return Region{buf, so + o, blk_off(sl, B, b1) - o};
+  };
+  auto range = [&](BufferId buf, int t, int j) { return span(buf, t, first(h, j), first(h, j + 1)); };
+  const int64_t max_range = range(BufferId::Input, 0, i).count;
+  const int64_t x_base = (L - 1) * max_range;
+  Schedule s;
+  s.scratch_count = x_base;
+  auto rs = [&](int t) {  // reduce-scatter of segment t within the host
+    const Region mine_in = range(BufferId::Input, t, i), mine_out = range(BufferId::Output, t, i);
+    if (L == 1) return std::vector<Step>{Step{{op_copy(mine_out, mine_in)}}};
+    Step x;
+    std::vector<Region> srcs(L);
+    for (int j = 0, slot = 0; j < L; ++j) {
+      if (j == i) {
+        srcs[j] = mine_in;
+        continue;
+      }
+      const int q = m.hosts[h][j];
+      srcs[j] = scratch_region(slot++ * max_range, mine_in.count);
+      x.ops.push_back(op_send(q, range(BufferId::Input, t, j)));
+      x.ops.push_back(op_recv(q, srcs[j]));
+    }
+    Schedule tmp;
+    tmp.steps.push_back(std::move(x));
+    append_ordered_reduce(tmp, mine_out, srcs, i);
+    return tmp.steps;
+  };
+  auto inter = [&](int t) {  // every owned block of segment t all-reduced across hosts
+    Schedule tmp;
+    if (H < 2) return tmp.steps;
+    for (int b = first(h, i); b < first(h, i + 1); ++b) {
+      Subgroup g;
+      for (int x = 0; x < H; ++x) g.members.push_back(owner(x, b));
+      const Region blk = span(BufferId::Output, t, b, b + 1);
+      g.input = g.output = Rebase{BufferId::Output, blk.offset};
+      g.scratch = Rebase{BufferId::Scratch, x_base};
+      append_schedule(tmp, on_subgroup(Collective::AllReduce, a.inter_algorithm, r, blk.count, 0, g));
+    }
+    s.scratch_count = std::max(s.scratch_count, tmp.scratch_count);
+    return tmp.steps;
+  };
+  auto ag = [&](int t) {  // all-gather of segment t within the host
+    Step x;
+    for (int j = 0; j < L; ++j) {
+      if (j == i) continue;
+      const int q = m.hosts[h][j];
+      x.ops.push_back(op_send(q, range(BufferId::Output, t, i)));
+      x.ops.push_back(op_recv(q, range(BufferId::Output, t, j)));
+    }
+    return x.ops.empty() ? std::vector<Step>{} : std::vector<Step>{std::move(x)};
+  };
+  if (K == 1) {
+    s.steps = zip_steps({rs(0)});
+    for (const auto& part : {inter(0), ag(0)}) s.steps.insert(s.steps.end(), part.begin(), part.end());
+    return s;
+  }
+  // Tick t: the all-gather of t-1 alone, then the inter phase of t beside the reduce-scatter of
+  // t+1. Intra-host messages only in a tick's first two steps, which a rank's local peers reach as
+  // soon as they finished the tick before: so no rank waits on a local peer that waits on an
+  // inter-host group (an all-gather beside the inter steps can: a rank of a smaller host serves
+  // several groups one after another, and its local peer's group may be the later one).
+  for (int t = -1; t <= K; ++t) {
+    if (t >= 1)
+      for (Step& st : ag(t - 1)) s.steps.push_back(std::move(st));
+    const std::vector<Step> tick =
+        zip_steps({t >= 0 && t < K ? inter(t) : std::vector<Step>{}, t + 1 < K ? rs(t + 1) : std::vector<Step>{}});
+    s.steps.insert(s.steps.end(), tick.begin(), tick.end());
+  }
+  return s;
+}
+
+Schedule all_gather_composed(const CollArgs& a, const HostMap& m) {
+  const int r = a.rank, h = m.host[r], i = m.local[r], L = m.L(h), H = m.H(), B = m.max_L();
+  const int64_t n = a.count;
+  Schedule s;
+  s.steps.push_back(Step{{op_copy(out_region(r * n, n), in_region(0, n))}});
+  std::vector<std::vector<int>> forwards(L);  // own block, then the blocks received across hosts
+  for (int j = 0; j < L; ++j) forwards[j].push_back(m.hosts[h][j]);
+  for (int j = 0; j < B && H > 1; ++j) {
+    std::vector<int>& fw = forwards[j % L];
+    for (int g = 0; g < H; ++g)
+      if (g != h && j < m.L(g)) fw.push_back(m.hosts[g][j]);
+    if (j % L != i) continue;
+    Subgroup g;
+    g.members = slot_group(m, j);
+    g.input = Rebase{BufferId::Input, 0};  // a stand-in where this host has no block j
+    g.output = Rebase{BufferId::Scratch, 0};
+    g.scratch = Rebase{BufferId::Scratch, H * n};
+    append_schedule(s, on_subgroup(Collective::AllGather, a.inter_algorithm, r, n, 0, g));
+    s.scratch_count = std::max(s.scratch_count, H * n);
+    Step keep;
+    for (int x = 0; x < H; ++x)
+      if (x != h && j < m.L(x)) keep.ops.push_back(op_copy(out_region(m.hosts[x][j] * n, n), scratch_region(x * n, n)));
+    if (!keep.ops.empty()) s.steps.push_back(std::move(keep));
+  }
+  append_forwarding(s, m, r, n, forwards);
+  return s;
+}
+
+Schedule reduce_scatter_composed(const CollArgs& a, const HostMap& m) {
+  const int r = a.rank, h = m.host[r], i = m.local[r], L = m.L(h), H = m.H(), B = m.max_L();
+  const int64_t n = a.count;
+  // This rank's slots, and per local index what it collects: (slot position k, host g) pairs whose
+  // block hosts[g][j] it reduces over the host into its group's input at k*H*n + g*n.
+  std::vector<int> my_slots;
+  for (int j = i; j < B; j += L) my_slots.push_back(j);
+  struct Entry {
+    int k, g, block;
+  };
+  std::vector<std::vector<Entry>> collects(L);
+  for (int jl = 0; jl < L; ++jl) {
+    int k = 0;
+    for (int j = jl; j < B; j += L, ++k)
+      for (int g = 0; g < H; ++g)
+        if (j < m.L(g)) collects[jl].push_back(Entry{k, g, m.hosts[g][j]});
+  }
+  const int64_t recv_base = 0, acc_base = (L - 1) * n;
+  const int64_t dummy_out = acc_base + static_cast<int64_t>(my_slots.size()) * H * n, sub_base = dummy_out + n;
+  auto acc = [&](int k, int g) { return scratch_region(acc_base + (static_cast<int64_t>(k) * H + g) * n, n); };
+  Schedule s;
+  s.scratch_count = sub_base;
+  {  // stand-ins for slots a host has no rank of (their results are dropped)
+    Step fill;
+    for (size_t k = 0; k < my_slots.size(); ++k)
+      for (int g = 0; g < H; ++g)
+        if (my_slots[k] >= m.L(g)) fill.ops.push_back(op_copy(acc(static_cast<int>(k), g), in_region(0, n)));
+    if (!fill.ops.empty()) s.steps.push_back(std::move(fill));
+  }
+  size_t rounds = 0;
+  for (const auto& c : collects) rounds = std::max(rounds, c.size());
+  for (size_t t = 0; t < rounds; ++t) {  // (1) within the host, one block per round
+    Step x;
+    for (int j = 0, slot = 0; j < L; ++j) {
+      if (j == i) continue;
+      const int q = m.hosts[h][j];
+      if (t < collects[j].size()) x.ops.push_back(op_send(q, in_region(collects[j][t].block * n, n)));
+      if (t < collects[i].size()) x.ops.push_back(op_recv(q, scratch_region(recv_base + slot * n, n)));
+      ++slot;
+    }
+    if (!x.ops.empty()) s.steps.push_back(std::move(x));
+    if (t >= collects[i].size()) continue;
+    const Entry& e = collects[i][t];
+    std::vector<Region> srcs(L);
+    for (int j = 0, slot = 0; j < L; ++j) srcs[j] = j == i ? in_region(e.block * n, n) : scratch_region(recv_base + slot++ * n, n);
+    if (L == 1) s.steps.push_back(Step{{op_copy(acc(e.k, e.g), srcs[0])}});
+    else append_ordered_reduce(s, acc(e.k, e.g), srcs, i);
+  }
+  for (size_t k = 0; k < my_slots.size(); ++k) {  // (2) each slot's group reduce-scatters
+    const int j = my_slots[k];
+    Subgroup g;
+    g.members = slot_group(m, j);
+    g.input = Rebase{BufferId::Scratch, acc_base + static_cast<int64_t>(k) * H * n};
+    g.output = j == i ? Rebase{BufferId::Output, 0} : Rebase{BufferId::Scratch, dummy_out};
+    g.scratch = Rebase{BufferId::Scratch, sub_base};
+    append_schedule(s, on_subgroup(Collective::ReduceScatter, a.inter_algorithm, r, n, 0, g));
+  }
+  return s;
+}
+
+Schedule broadcast_composed(const CollArgs& a, const HostMap& m) {
+  const int r = a.rank, root = a.root, h = m.host[r], hr = m.host[root];
+  const int64_t n = a.count;
+  auto leader = [&](int g) { return g == hr ? root : m.hosts[g][0]; };
+  Schedule s;
+  if (r != leader(h)) {
+    s.steps.push_back(Step{{op_recv(leader(h), out_region(0, n))}});
+    return s;
+  }
+  Subgroup g;
+  for (int x = 0; x < m.H(); ++x) g.members.push_back(leader(x));
+  g.input = Rebase{BufferId::Input, 0};
+  g.output = Rebase{BufferId::Output, 0};
+  g.scratch = Rebase{BufferId::Scratch, 0};
+  append_schedule(s, on_subgroup(Collective::Broadcast, a.inter_algorithm, r, n, hr, g));
+  Step x;
+  for (int q : m.hosts[h])
+    if (q != r) x.ops.push_back(op_send(q, out_region(0, n)));
+  if (!x.ops.empty()) s.steps.push_back(std::move(x));
+  return s;
+}
+
+}  // namespace sched
+}  // namespace commlib

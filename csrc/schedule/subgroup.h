@@ -1,0 +1,42 @@
+// The sub-group combinator: one registered algorithm run by a subset of the ranks, as part of a
+// larger schedule. The sub-schedule is built for the sub-group's own numbering (its ranks 0..n-1 are
+// `members` in that order) and rewritten into the parent's terms: peers renumbered, and each of its
+// three buffers re-based onto a region of the parent's buffers. Hierarchical schedules use it for
+// their inter-host phase (any algorithm over the owners of a block); internal to csrc/schedule.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "schedule/ir.h"
+
+namespace commlib {
+namespace sched {
+
+// Where one of the sub-schedule's buffers lives in the parent: element `offset` of buffer `buf`.
+struct Rebase {
+  BufferId buf = BufferId::Input;
+  int64_t offset = 0;
+};
+
+struct Subgroup {
+  std::vector<int> members;  // parent ranks, in sub-rank order
+  Rebase input, output, scratch;
+};
+
+// The parent-rank schedule of `algorithm` for collective `coll` over `g.members` (the calling rank
+// must be one of them), `count` and `root` in the sub-group's terms (ir.h). The result's
+// scratch_count is the end of the scratch it uses in the parent's scratch buffer (0 if none).
+// std::invalid_argument naming `inter_algorithm` when the algorithm is unknown or hierarchical.
+Schedule on_subgroup(Collective coll, const std::string& algorithm, int rank, int64_t count, int root,
+                     const Subgroup& g);
+
+// Appends `more`'s steps to `s` and raises s's scratch to cover more's.
+void append_schedule(Schedule& s, const Schedule& more);
+
+// Merges step lists that run side by side (disjoint regions, disjoint peers): step k of the result
+// holds step k of each list; empty steps are dropped. Each list keeps its own order.
+std::vector<Step> zip_steps(const std::vector<std::vector<Step>>& lists);
+
+}  // namespace sched
+}  // namespace commlib

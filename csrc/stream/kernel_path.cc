@@ -1,0 +1,218 @@
+// The kernel path (see kernel_path.h): the kernel region and its handles, the plan cache (plans
+// uploaded to device memory once per call shape) and the launch.
+#include "stream/kernel_path.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "common/params.h"
+#include "device/host_flags.h"
+#include "kernels/plan_kernel.cuh"
+
+namespace commlib {
+
+using kexec::PeerView;
+using kexec::PlanLaunch;
+
+namespace {
+
+constexpr size_t kLine = 64;
+constexpr size_t kPageBytes = 4096;
+// Host page: word 0 the abort word, word 1 the number of the last launch completed, words 8.. the
+// blocks' progress words.
+constexpr size_t kDoneWord = 1;
+constexpr size_t kProgressWord = 8;
+constexpr size_t kMaxPlans = 256;
+
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+}  // namespace
+
+DevicePath device_path_from_env() {
+  const std::string v = param_string("COMMLIB_DEVICE_PATH");
+  if (v == "auto") return DevicePath::Auto;
+  if (v == "kernel") return DevicePath::Kernel;
+  if (v == "copy") return DevicePath::Copy;
+  throw std::invalid_argument("COMMLIB_DEVICE_PATH: expected auto, kernel or copy, got '" + v + "'");
+}
+
+const char* device_path_name(DevicePath p) {
+  return p == DevicePath::Auto ? "auto" : p == DevicePath::Kernel ? "kernel" : "copy";
+}
+
+size_t KernelPath::flag_bytes() const { return round_up(static_cast<size_t>(size_) * nslots_ * 8, kLine); }
+size_t KernelPath::region_bytes() const {
+  return 2 * flag_bytes() + static_cast<size_t>(size_) * nslots_ * slot_bytes_;
+}
+
+KernelPath::KernelPath(std::shared_ptr<Device> device, int rank, int size, uint32_t nslots, uint64_t slot_bytes,
+                       DevicePath mode)
+    : device_(std::move(device)), rank_(rank), size_(size), nslots_(nslots), slot_bytes_(slot_bytes), mode_(mode),
+      imported_(size, nullptr) {
+  if (mode_ == DevicePath::Kernel && device_->plan_blocks(1) == 0)
+    throw std::invalid_argument("COMMLIB_DEVICE_PATH=kernel: " + device_->name() + " has no kernel path");
+  setup_stream_ = device_->create_stream();
+  region_ = static_cast<char*>(device_->allocate(region_bytes()));
+  // sent | received (size words each) | barrier (a line) | peer views
+  const size_t local_bytes = round_up(2 * size_ * 8, kLine) + kLine + size_ * sizeof(PeerView);
+  local_ = device_->allocate(local_bytes);
+  std::vector<char> zeros(std::max(2 * flag_bytes(), local_bytes), 0);
+  // Once per engine: the flags are zero before any peer sees the region.
+  device_->upload_now(region_, zeros.data(), 2 * flag_bytes());
+  device_->upload_now(local_, zeros.data(), local_bytes);
+  void* page = mmap(nullptr, kPageBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (page == MAP_FAILED) throw std::runtime_error("kernel path: cannot map its host page");
+  host_page_ = static_cast<char*>(page);
+  host_page_dev_ = device_->map_host(host_page_, kPageBytes);
+}
+
+KernelPath::~KernelPath() {
+  try {
+    DeviceGuard guard(*device_);  // the last reference may go on any thread (issue #23: no stray context)
+    close_imports();
+    if (setup_stream_) release(*setup_stream_, false);
+  } catch (...) {
+  }
+}
+
+std::string KernelPath::local_handle() const {
+  return std::string(device_path_name(mode_)) + ":" + device_->export_memory(region_);
+}
+
+void check_device_paths(const std::vector<std::string>& kernel_handles, DevicePath mine, int rank) {
+  for (size_t p = 0; p < kernel_handles.size(); ++p) {
+    const std::string theirs = kernel_handles[p].substr(0, kernel_handles[p].find(':'));
+    if (theirs != device_path_name(mine))
+      throw std::invalid_argument("COMMLIB_DEVICE_PATH: rank " + std::to_string(p) + " uses " + theirs + ", rank " +
+                                  std::to_string(rank) + " " + device_path_name(mine) + "; every rank must use the same");
+  }
+}
+
+void KernelPath::connect(const std::vector<std::string>& handles, bool one_host) {
+  usable_ = one_host && mode_ != DevicePath::Copy && device_->plan_blocks(1) > 0;
+  if (!usable_) return;
+  std::vector<PeerView> views(size_, PeerView{nullptr, nullptr, nullptr});
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    const std::string& h = handles[p];
+    imported_[p] = static_cast<char*>(device_->import_memory(h.substr(h.find(':') + 1)));
+    views[p] = PeerView{imported_[p] + 2 * flag_bytes(), reinterpret_cast<uint64_t*>(imported_[p]),
+                        reinterpret_cast<uint64_t*>(imported_[p] + flag_bytes())};
+  }
+  char* views_dev = static_cast<char*>(local_) + round_up(2 * size_ * 8, kLine) + kLine;
+  device_->upload_now(views_dev, views.data(), views.size() * sizeof(PeerView));
+}
+
+bool KernelPath::chooses(uint64_t bytes) const {
+  if (!usable_) return false;
+  return mode_ == DevicePath::Kernel || bytes <= kKernelPathMaxBytes;
+}
+
+const KernelPath::Uploaded& KernelPath::upload(const KernelPlanKey& key, const Schedule& sched, DeviceStream& stream) {
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second;
+  if (plans_.size() >= kMaxPlans) {
+    for (auto& [k, u] : plans_) device_->free_async(u.dev, stream);  // after the launches that use them
+    plans_.clear();
+  }
+  Uploaded u;
+  u.plan = lower_schedule(sched, rank_, size_, key.esize, slot_bytes_);
+  const DevicePlan& p = u.plan;
+  const size_t items = p.items.size() * sizeof(kplan::PlanItem), steps = p.steps.size() * sizeof(kplan::PlanStep),
+               counts = size_ * sizeof(uint32_t);
+  std::vector<char> host(items + steps + 2 * counts + 16);
+  std::memcpy(host.data(), p.items.data(), items);
+  std::memcpy(host.data() + items, p.steps.data(), steps);
+  std::memcpy(host.data() + items + steps, p.sends_to.data(), counts);
+  std::memcpy(host.data() + items + steps + counts, p.recvs_from.data(), counts);
+  u.dev = device_->allocate(host.size());
+  device_->upload_now(u.dev, host.data(), host.size());  // once per call shape
+  return plans_.emplace(key, std::move(u)).first->second;
+}
+
+KernelPath::Launched KernelPath::enqueue(const KernelPlanKey& key, const Schedule& sched, char* const bases[3],
+                                         DType dtype, RedOp op, DeviceStream& stream) {
+  const Uploaded& u = upload(key, sched, stream);
+  const DevicePlan& p = u.plan;
+  if (p.steps.empty()) return Launched{};
+  const unsigned blocks = device_->plan_blocks(std::max(1u, p.widest_step));
+  char* dev = static_cast<char*>(u.dev);
+  const size_t items = p.items.size() * sizeof(kplan::PlanItem), steps = p.steps.size() * sizeof(kplan::PlanStep);
+  char* local = static_cast<char*>(local_);
+  PlanLaunch a{};
+  a.items = reinterpret_cast<const kplan::PlanItem*>(dev);
+  a.steps = reinterpret_cast<const kplan::PlanStep*>(dev + items);
+  a.sends_to = reinterpret_cast<const uint32_t*>(dev + items + steps);
+  a.recvs_from = a.sends_to + size_;
+  a.peers = reinterpret_cast<const PeerView*>(local + round_up(2 * size_ * 8, kLine) + kLine);
+  for (int b = 0; b < 3; ++b) a.bases[b] = bases[b];
+  a.ready = reinterpret_cast<uint64_t*>(region_);
+  a.freed = reinterpret_cast<uint64_t*>(region_ + flag_bytes());
+  a.slots = region_ + 2 * flag_bytes();
+  a.sent = reinterpret_cast<uint64_t*>(local);
+  a.received = a.sent + size_;
+  a.barrier = reinterpret_cast<uint64_t*>(local + round_up(2 * size_ * 8, kLine));
+  a.barrier_base = barrier_;
+  a.abort = host_page_dev_;
+  a.progress = host_page_dev_ + kProgressWord;
+  a.done = host_page_dev_ + kDoneWord;
+  a.launch = launches_ + 1;
+  a.slot_bytes = slot_bytes_;
+  a.nsteps = static_cast<uint32_t>(p.steps.size());
+  a.nslots = nslots_;
+  a.rank = rank_;
+  a.size = size_;
+  device_->launch_plan(a, blocks, dtype, op, p.reduces, stream);
+  barrier_ += static_cast<uint64_t>(blocks) * p.steps.size();
+  ++launches_;
+  Launched l{reinterpret_cast<const uint64_t*>(host_page_) + kDoneWord, launches_, -1, false};
+  for (const kplan::PlanItem& it : p.items)
+    if (it.kind == kplan::kSend || it.kind == kplan::kRecv || it.kind == kplan::kRecvReduce) {
+      l.peer = it.peer;
+      l.send = it.kind == kplan::kSend;
+      break;
+    }
+  return l;
+}
+
+void KernelPath::abort() {
+  if (host_page_) store_flag(reinterpret_cast<uint64_t*>(host_page_), 1);
+}
+
+uint64_t KernelPath::progress() const {
+  if (!host_page_) return 0;
+  uint64_t sum = 0;
+  const uint64_t* w = reinterpret_cast<const uint64_t*>(host_page_) + kProgressWord;
+  for (unsigned b = 0; b < kexec::kMaxBlocks; ++b) sum += load_flag(w + b);
+  return sum;
+}
+
+void KernelPath::close_imports() {
+  for (int p = 0; p < size_; ++p)
+    if (imported_[p]) device_->close_import(imported_[p]);
+  imported_.assign(size_, nullptr);
+}
+
+void KernelPath::release(DeviceStream& stream, bool free_region) {
+  if (!setup_stream_) return;
+  close_imports();
+  for (auto& [k, u] : plans_) device_->free_async(u.dev, stream);
+  plans_.clear();
+  if (region_ && free_region) device_->free_async(region_, stream);
+  if (local_) device_->free_async(local_, stream);
+  region_ = nullptr;
+  local_ = nullptr;
+  device_->synchronize(stream);
+  if (host_page_) {
+    device_->unmap_host(host_page_);
+    munmap(host_page_, kPageBytes);
+  }
+  host_page_ = nullptr;
+  host_page_dev_ = nullptr;
+  setup_stream_.reset();
+}
+
+}  // namespace commlib

@@ -1,0 +1,125 @@
+// The kernel path of the stream engine (issue #25): a collective on device buffers runs as ONE
+// kernel launch that interprets this rank's device plan (kernels/device_plan.h, lowered from the
+// same schedule the copy path runs, cached per call shape), moving chunks through peers' kernel
+// regions (IPC-mapped device memory) and synchronising only with flags in device memory
+// (kernels/plan_kernel.cuh). The copy path (copy-engine copies ordered by stream memory
+// operations, stream_engine.h) stays for large messages: COMMLIB_DEVICE_PATH=auto|kernel|copy.
+//
+// The engine owns one KernelPath (null with COMMLIB_DEVICE_PATH=copy): its region's handle travels
+// with the engine's handle, connect() maps the peers' regions, enqueue() launches. The engine's
+// watchdog judges kernel calls like any other (peers dead or failed, descriptor mismatches, the
+// timeout, with the kernel's progress words as progress) and, when the engine fails, abort() sets
+// the abort word every wait loop of the kernel polls, so no launch spins past the verdict.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/types.h"
+#include "device/device.h"
+#include "kernels/device_plan.h"
+#include "schedule/ir.h"
+
+namespace commlib {
+
+enum class DevicePath : uint8_t { Auto, Kernel, Copy };
+// COMMLIB_DEVICE_PATH (std::invalid_argument naming it for another value).
+DevicePath device_path_from_env();
+const char* device_path_name(DevicePath p);
+// Every rank's kernel handle ("<mode>:..."): std::invalid_argument naming COMMLIB_DEVICE_PATH when
+// a rank uses another mode than `mine` (the ranks must choose the same path for every call).
+void check_device_paths(const std::vector<std::string>& kernel_handles, DevicePath mine, int rank);
+// auto: the kernel path for calls of at most this many bytes (count x element size), else copy.
+constexpr uint64_t kKernelPathMaxBytes = uint64_t{1} << 20;
+
+// A call shape as the kernel path caches its plan: the resolved algorithm, so a new tuning table
+// that makes auto choose differently never finds a stale plan.
+struct KernelPlanKey {
+  uint8_t coll = 0, algo = 0;
+  int32_t root = 0;
+  int64_t count = 0;
+  uint32_t esize = 0;
+  bool operator==(const KernelPlanKey& o) const {
+    return coll == o.coll && algo == o.algo && root == o.root && count == o.count && esize == o.esize;
+  }
+};
+struct KernelPlanKeyHash {
+  size_t operator()(const KernelPlanKey& k) const {
+    return std::hash<int64_t>()(k.count) ^ (size_t{k.coll} << 48) ^ (size_t{k.algo} << 56) ^
+           (static_cast<size_t>(static_cast<uint32_t>(k.root)) << 20) ^ (size_t{k.esize} << 40);
+  }
+};
+
+class KernelPath {
+ public:
+  // Allocates this rank's kernel region (flags zeroed) and its host page (abort word, progress).
+  KernelPath(std::shared_ptr<Device> device, int rank, int size, uint32_t nslots, uint64_t slot_bytes, DevicePath mode);
+  ~KernelPath();
+
+  // "<mode>:<region handle>", the part of the engine's handle the peers need.
+  std::string local_handle() const;
+  // Every rank's local_handle(); `one_host`: every rank is on this rank's host (otherwise the
+  // kernel path stays off: it needs every peer's memory). std::invalid_argument when a rank uses
+  // another COMMLIB_DEVICE_PATH.
+  void connect(const std::vector<std::string>& handles, bool one_host);
+
+  // Whether a call of `bytes` (count x element size) runs as a kernel (the same answer on every
+  // rank: every rank has the same mode, the same world and the same call).
+  bool chooses(uint64_t bytes) const;
+  // What the watchdog watches of a launch: `done` (host address) reaches `target` when it
+  // completes; its first message is with `peer` (-1: none), a send or a receive.
+  struct Launched {
+    const uint64_t* done = nullptr;
+    uint64_t target = 0;
+    int peer = -1;
+    bool send = false;
+  };
+  // Enqueues the call's kernel on `stream`: `sched` is this rank's schedule of the call shape `key`,
+  // `bases` its input, output and scratch.
+  Launched enqueue(const KernelPlanKey& key, const Schedule& sched, char* const bases[3], DType dtype, RedOp op,
+               DeviceStream& stream);
+
+  // Sets the abort word: every wait loop of a running or later launch returns.
+  void abort();
+  // The kernel's progress words summed (the watchdog: a change is progress).
+  uint64_t progress() const;
+  // Closes the peers' regions this rank imported (the engine's close, before the ranks' barrier).
+  void close_imports();
+  // Frees this rank's memory, stream-ordered on `stream`, after the engine's calls drained; the
+  // exported region only when `free_region` (every peer closed its import and nothing failed:
+  // otherwise it is leaked rather than freed under a peer, like the inbox). Idempotent.
+  void release(DeviceStream& stream, bool free_region);
+
+  DevicePath mode() const { return mode_; }
+  uint64_t launches() const { return launches_; }
+
+ private:
+  struct Uploaded {
+    DevicePlan plan;
+    void* dev = nullptr;  // items | steps | sends_to | recvs_from
+  };
+  const Uploaded& upload(const KernelPlanKey& key, const Schedule& sched, DeviceStream& stream);
+  size_t flag_bytes() const;
+  size_t region_bytes() const;
+
+  std::shared_ptr<Device> device_;
+  const int rank_, size_;
+  const uint32_t nslots_;
+  const uint64_t slot_bytes_;
+  const DevicePath mode_;
+  bool usable_ = false;  // connected, every rank on this host, the device has a kernel path
+  char* region_ = nullptr;         // exported: ready | freed | slots
+  void* local_ = nullptr;          // this rank only: sent | received | barrier | peer views
+  std::vector<char*> imported_;    // peers' regions
+  char* host_page_ = nullptr;      // abort word, progress words
+  uint64_t* host_page_dev_ = nullptr;
+  uint64_t barrier_ = 0;           // the device's barrier counter after the launches enqueued so far
+  uint64_t launches_ = 0;
+  std::unordered_map<KernelPlanKey, Uploaded, KernelPlanKeyHash> plans_;
+  std::shared_ptr<DeviceStream> setup_stream_;
+};
+
+}  // namespace commlib

@@ -1,0 +1,51 @@
+"""The TCP small-message path (csrc/transport/tcp_spin.cc, lane_read in tcp_recv.cc): a waiting
+caller keeps its sockets between calls and the progress thread takes them back once it stops
+polling; a small frame is one recv; read-ahead bytes survive a full ring and frames cut across
+reads. Emulated hosts, TCP over loopback."""
+import pytest
+
+import latency_path_cases as cases
+
+LOOPBACK = {"COMMLIB_SOCKET_IFNAME": "lo"}
+# A spin long enough to cover a round trip on a loaded machine: the caller reads every answer.
+LONG_SPIN = {"COMMLIB_TCP_SPIN_US": "50000"}
+
+
+def hosts_pool(pool, hosts, **extra):
+    return pool(len(hosts), env={**LOOPBACK, "COMMLIB_HOST_ID": hosts, **extra})
+
+
+@pytest.mark.timeout(120)
+def test_small_frames_take_one_recv_and_the_caller_keeps_its_sockets(pool):
+    n = 200
+    res = hosts_pool(pool, ("a", "b"), **LONG_SPIN).run(cases.round_trips, n, timeout=100)
+    for ok, d in res:
+        assert ok
+        # Header, chunk header and payload of each frame come in one recv (three before), plus
+        # the few control frames (the call, every 50 ms).
+        assert d["recv_reads"] <= 1.5 * n, d
+        # One take at the first wait, again only after the progress thread took the sockets back
+        # (2 ms without a poll); one per call before.
+        assert 1 <= d["caller_takes"] <= n // 4, d
+
+
+@pytest.mark.timeout(120)
+def test_progress_thread_reads_for_a_rank_busy_elsewhere(pool):
+    ok0, _ = (res := hosts_pool(pool, ("a", "b"), **LONG_SPIN).run(cases.busy_receiver, 0.3, timeout=100))[0]
+    ok1, d = res[1]
+    assert ok0 and ok1
+    # Rank 1's caller held its sockets after the all_reduce; while it slept the progress thread
+    # took them back and read the message, so the receive found it in the ring.
+    assert d["reclaims"] >= 1, d
+    assert d["frames_read_by_caller"] == 0, d
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("chunk", [4096, 524288], ids=["4k-chunks", "512k-chunks"])
+def test_mixed_sizes_queued_behind_a_busy_receiver(pool, chunk):
+    # int32 counts: tiny, around the 16 KiB staging buffer (4096 elements), several 4 KiB chunks,
+    # a multi-chunk message at both chunk sizes; 40 messages, more than the ring's 4 slots.
+    sizes = [1, 2, 1021, 4095, 4096, 4097, 4108, 3, 9000, 70_000, 17, 4096 * 3 + 5] * 3 + [5, 4096, 1, 200_001]
+    res = hosts_pool(pool, ("a", "b"), COMMLIB_TCP_CHUNK_BYTES=str(chunk)).run(
+        cases.mixed_sizes_queued, sizes, 0.3, timeout=100)
+    assert res[1] == []

@@ -1,0 +1,113 @@
+"""auto from the cost model (policy/auto_policy.h resolve_algorithm) and the simulator's
+per-message costs (LogGP's o and g, docs/simulator.md "Messages").
+
+auto: on a few points of the dgx-h100 and eth-25g presets it is the fastest candidate the model
+predicts (flat algorithms, and hierarchical with each inter-host algorithm); the measured tuning
+table wins where it has the shape; a requested hierarchical takes the model's inter algorithm.
+Messages: each term pins its exact effect on zero-byte messages (latency only otherwise)."""
+import pytest
+
+from commlib import _C, tuning
+from commlib.sim import topology as sim_topology
+
+from test_closed_forms import ALPHA, uniform
+
+US = 1e-6
+
+
+@pytest.fixture
+def no_tuning(monkeypatch):
+    for c in ("ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER", "BROADCAST"):
+        monkeypatch.delenv(f"COMMLIB_ALGO_{c}", raising=False)
+    _C.clear_tuning()
+    yield
+    tuning.load_default()
+
+
+@pytest.mark.parametrize("topo,hosts,coll,nbytes", [
+    ("dgx-h100", 2, "all_reduce", 1 << 10), ("dgx-h100", 2, "all_reduce", 64 << 20),
+    ("dgx-h100", 4, "all_gather", 1 << 20), ("dgx-h100", 2, "reduce_scatter", 16 << 20),
+    ("dgx-h100", 4, "broadcast", 4 << 10), ("eth-25g", 8, "all_reduce", 1 << 10),
+    ("eth-25g", 4, "all_gather", 16 << 20), ("eth-25g", 8, "broadcast", 64 << 20)])
+def test_auto_is_the_fastest_candidate(no_tuning, topo, hosts, coll, nbytes):
+    t = sim_topology.load(topo)
+    P = hosts * t.devices_per_host
+    d = t.engine_dict(P)
+    count = nbytes // 4 // (P if coll in ("all_gather", "reduce_scatter") else 1)
+    cands = _C.predict_candidates(coll, count, 4, 0, d)
+    names = {(c["algorithm"], c["inter_algorithm"]) for c in cands}
+    assert ("ring", "") in names or ("binomial", "") in names
+    if t.devices_per_host > 1:  # hierarchical with every flat algorithm across hosts
+        flat = {a for a, i in names if a != "hierarchical"}
+        assert {i for a, i in names if a == "hierarchical"} == flat | {""}
+    else:
+        assert all(a != "hierarchical" for a, _ in names)
+    best = min(cands, key=lambda c: c["predicted_s"])
+    got = _C.resolve_algorithm(coll, "auto", count, 4, 0, P, d["host_of"], d)
+    assert got["source"] == "model"
+    assert (got["algorithm"], got["inter_algorithm"]) == (best["algorithm"], best["inter_algorithm"])
+    assert got["predicted_s"] == best["predicted_s"]
+    sim = _C.simulate(coll, "auto", count, 4, 0, d)
+    assert (sim["algorithm"], sim["inter_algorithm"]) == (best["algorithm"], best["inter_algorithm"])
+    assert sim["time_s"] == pytest.approx(best["predicted_s"], rel=1e-12)
+
+
+def test_tuning_table_wins_where_it_has_the_shape(no_tuning):
+    d = sim_topology.load("dgx-h100").engine_dict(16)
+    _C.set_tuning("all_reduce", [(16, 1 << 20, "tree")])
+    assert _C.resolve_algorithm("all_reduce", "auto", 1000, 4, 0, 16, d["host_of"], d)["source"] == "tuning"
+    assert _C.resolve_algorithm("all_reduce", "auto", 1000, 4, 0, 16, d["host_of"], d)["algorithm"] == "tree"
+    assert _C.resolve_algorithm("all_reduce", "auto", 1 << 20, 4, 0, 16, d["host_of"], d)["source"] == "model"
+    # no model (COMMLIB_TOPOLOGY unset): the link-kind rule
+    assert _C.resolve_algorithm("all_reduce", "auto", 1 << 20, 4, 0, 16, d["host_of"])["algorithm"] == "hierarchical"
+
+
+def test_requested_hierarchical_takes_the_models_inter_algorithm(no_tuning):
+    d = sim_topology.load("dgx-h100").engine_dict(64)
+    got = _C.resolve_algorithm("all_reduce", "hierarchical", 1 << 26, 4, 0, 64, d["host_of"], d)
+    hier = [c for c in _C.predict_candidates("all_reduce", 1 << 26, 4, 0, d) if c["algorithm"] == "hierarchical"]
+    assert got["inter_algorithm"] == min(hier, key=lambda c: c["predicted_s"])["inter_algorithm"]
+    assert _C.resolve_algorithm("all_reduce", "hierarchical", 1 << 26, 4, 0, 64, d["host_of"])["inter_algorithm"] == ""
+
+
+def zero_bytes(coll, algo, P, **costs):
+    return _C.simulate(coll, algo, 0, 4, 0, dict(uniform(P), **costs))["time_s"]
+
+
+@pytest.mark.parametrize("P", [2, 9, 64])
+def test_send_overhead_serialises_a_ranks_sends(P):
+    """direct broadcast: the root posts P-1 sends one after another."""
+    assert zero_bytes("broadcast", "direct", P) == pytest.approx(ALPHA, rel=1e-12)
+    assert zero_bytes("broadcast", "direct", P, send_overhead_s=2 * US) == pytest.approx(ALPHA + (P - 1) * 2 * US,
+                                                                                         rel=1e-12)
+
+
+@pytest.mark.parametrize("P", [2, 9, 64])
+def test_recv_overhead_serialises_a_ranks_receives(P):
+    """linear gather: the root takes P-1 messages in one after another."""
+    assert zero_bytes("gather", "linear", P, recv_overhead_s=3 * US) == pytest.approx(ALPHA + (P - 1) * 3 * US,
+                                                                                     rel=1e-12)
+
+
+@pytest.mark.parametrize("P", [2, 9, 64])
+def test_nic_gap_limits_the_message_rate(P):
+    """direct broadcast: the root's NIC starts one message per gap (the last at (P-2) gaps)."""
+    assert zero_bytes("broadcast", "direct", P, nic_gap_s=0.5 * US) == pytest.approx(ALPHA + (P - 2) * 0.5 * US,
+                                                                                    rel=1e-12)
+
+
+def test_direct_with_many_peers_is_not_free_on_the_presets():
+    """Small messages at scale: with the presets' per-message costs, a direct all_gather of 1 KiB
+    on 128 Ethernet hosts is predicted slower than ring-like log-step algorithms, not free."""
+    d = sim_topology.load("eth-25g").engine_dict(128)
+    direct = _C.simulate("all_gather", "direct", 2, 4, 0, d)["time_s"]
+    rd = _C.simulate("all_gather", "recursive_doubling", 2, 4, 0, d)["time_s"]
+    assert direct > 127 * 2 * US  # every rank posts 127 sends and takes 127 messages in
+    assert rd < direct
+
+
+def test_bad_message_costs_are_named():
+    with pytest.raises(ValueError, match="send_overhead_s"):
+        zero_bytes("broadcast", "direct", 4, send_overhead_s=-1.0)
+    with pytest.raises(ValueError, match="nic_gap_s"):
+        zero_bytes("broadcast", "direct", 4, nic_gap_s=float("nan"))
