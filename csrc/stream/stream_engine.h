@@ -246,7 +246,8 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   bool remote(int peer) const { return peer != rank_ && !peers_[peer].ctl; }
   void exchange_remote(const std::vector<std::pair<int, CallDesc>>& sends,
                        const std::vector<std::pair<int, CallDesc>>& expects, DeviceStream& s);
-  void compare_remote(const std::vector<std::pair<int, CallDesc>>& expects);  // runs on the stream
+  // Runs on the stream (a host function) for the call of ordinal `seq`.
+  void compare_remote(const std::vector<std::pair<int, CallDesc>>& expects, uint64_t seq);
   void open_remote_staging();   // at connect, when some peer is on another host
   void close_remote_staging();  // at close, after the streams drained
   char* grow(void*& buf, size_t& have, size_t bytes, DeviceStream& s);
@@ -257,7 +258,9 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   void fail(ErrorKind kind, const std::string& message, bool publish = true);
   // From a host function: only records the error (no device, NCCL or control-plane call there);
   // the watchdog fails the engine with it within a tick.
-  void fail_from_stream(ErrorKind kind, const std::string& message);
+  // `seq`: the ordinal of the call whose host function found the error (0: not known), so that call
+  // raises it even when its event completed before the watchdog acted.
+  void fail_from_stream(ErrorKind kind, const std::string& message, uint64_t seq = 0);
   // A device error (a sticky CUDA error, an injected fault): CommError here, PeerError for the
   // peers; never throws.
   void fail_device(const std::string& where, const std::exception& e);
@@ -310,6 +313,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   std::vector<std::pair<int, CallDesc>> p2p_waits_;  // device receives waiting for their descriptor
   std::atomic<bool> failed_{false};
   bool stream_failure_ = false;  // fail_from_stream's error, for the watchdog
+  uint64_t stream_fail_seq_ = 0;  // the call that found it (0: not known)
   ErrorKind stream_fail_kind_ = ErrorKind::None;
   std::string stream_fail_message_;
   std::vector<void*> retired_;  // grown-out-of buffers, freed at close (no cudaFree mid-call)

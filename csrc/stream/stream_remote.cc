@@ -99,10 +99,10 @@ void StreamEngine::exchange_remote(const std::vector<std::pair<int, CallDesc>>& 
     const size_t off = recv_at + static_cast<size_t>(peer) * kSlot;
     device_->copy(host_dev + off, dev + off, kSlot, s);
   }
-  device_->host_func([this, expects] { compare_remote(expects); }, s);
+  device_->host_func([this, expects, seq = seq_] { compare_remote(expects, seq); }, s);
 }
 
-void StreamEngine::compare_remote(const std::vector<std::pair<int, CallDesc>>& expects) {
+void StreamEngine::compare_remote(const std::vector<std::pair<int, CallDesc>>& expects, uint64_t seq) {
   note_p2p_waits(expects, false);
   // After a failure NCCL was aborted and moved nothing: the slots hold stale bytes.
   if (failed()) return;
@@ -117,10 +117,10 @@ void StreamEngine::compare_remote(const std::vector<std::pair<int, CallDesc>>& e
     if (p2p)
       fail_from_stream(ErrorKind::Mismatch, "rank " + me + " receives " + describe_call(want) + " from rank " + them +
                                     " (on another host) but rank " + them +
-                                    (got.coll == want.coll ? " sent " : " called ") + describe_call(got));
+                                    (got.coll == want.coll ? " sent " : " called ") + describe_call(got), seq);
     else
       fail_from_stream(ErrorKind::Mismatch, "rank " + me + " called " + describe_call(want) + " but rank " + them +
-                                    " (on another host) called " + describe_call(got));
+                                    " (on another host) called " + describe_call(got), seq);
     return;
   }
 }

@@ -62,8 +62,14 @@ void DeviceWork::synchronize() {
 // -- failure ----------------------------------------------------------------------------------
 
 void StreamEngine::throw_if_call_failed(uint64_t seq) {
+  std::unique_lock<std::mutex> lk(mu_);
+  // A host function of this call may have recorded an error (a descriptor mismatch) that the
+  // watchdog has not acted on yet: it ran before the call's event completed, so the call must
+  // raise it. Wait for the watchdog (bounded; it only takes the lock and aborts).
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (stream_failure_ && !stop_ && std::chrono::steady_clock::now() < until)
+    cv_.wait_for(lk, std::chrono::milliseconds(1));
   if (!failed()) return;
-  std::lock_guard<std::mutex> lk(mu_);
   if (seq >= failed_from_seq_) throw_kind(fail_kind_, fail_message_);
 }
 
@@ -109,6 +115,8 @@ void StreamEngine::fail_as(ErrorKind kind, ErrorKind published, const std::strin
         break;
       }
     }
+    // A host function's error belongs to its call, even if that call's event completed since.
+    if (stream_fail_seq_ != 0 && stream_fail_seq_ < failed_from_seq_) failed_from_seq_ = stream_fail_seq_;
     failed_.store(true, std::memory_order_release);
   }
   give_up_.store(true, std::memory_order_release);
@@ -124,11 +132,12 @@ void StreamEngine::fail_as(ErrorKind kind, ErrorKind published, const std::strin
   cv_.notify_all();
 }
 
-void StreamEngine::fail_from_stream(ErrorKind kind, const std::string& message) {
+void StreamEngine::fail_from_stream(ErrorKind kind, const std::string& message, uint64_t seq) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (stream_failure_ || failed_.load(std::memory_order_relaxed)) return;
     stream_failure_ = true;
+    stream_fail_seq_ = seq;
     stream_fail_kind_ = kind;
     stream_fail_message_ = message;
   }

@@ -170,6 +170,16 @@ def replay_schedules(comm, cases, steps: int = 2) -> list:
     import os
     io, fails = EmulatedIO(), []
     io.current_stream()  # the default stream's thread lives on: count from here
+    # So do the emulated device's process-wide threads (its host-function thread, its hardware
+    # queues, as CUDA's own): one step of the first case, closed, starts them before the count.
+    warm = Replay(comm, *cases[0], io)
+    try:
+        warm.step(0, first=True)
+    finally:
+        warm.close()
+    io.emu.synchronize()
+    import gc
+    gc.collect()
     threads = len(os.listdir("/proc/self/task"))
     for kind, v, m in cases:
         rp = Replay(comm, kind, v, m, io)

@@ -41,6 +41,14 @@ def ring_receive_first(comm):
     P, r = comm.size, comm.rank
     nxt, prv = (r + 1) % P, (r - 1) % P
     emu.default_stream()  # the process's own, kept
+    # The emulated device's process-wide threads (its host-function thread and hardware queues, as
+    # CUDA's own) start on first use and stay: one small ring on a group shut down first starts them.
+    warm = _group(comm)
+    wr, ws = warm.recv([emu.empty(1, "int32")], prv), warm.send([emu.from_numpy(_message(r, nxt, 1, "int32"))], nxt)
+    wr.wait()
+    ws.wait()
+    warm.shutdown()
+    time.sleep(0.2)
     threads = _threads()
     pg, bad = _group(comm), []
     for k, n in enumerate(COUNTS):
