@@ -6,7 +6,7 @@ predict_candidates, what resolve_algorithm did before).
     python bench/sim_auto_speed.py [--ranks 4096] [--topology dgx-h100] [--sizes 1K,1M,1G]
                                    [--collectives all_reduce,all_gather,reduce_scatter,broadcast] [--before]
 
-Per call shape: wall seconds of one resolution in this process (cache cleared first), the
+Per call shape: wall and CPU seconds of one resolution in this process (cache cleared first), the
 candidates simulated out of all, how many of those were cut short, and the choice. With --before
 also the full ranking's wall time and its argmin, which must equal the search's choice.
 """
@@ -50,8 +50,8 @@ def main(argv=None) -> int:
     d = sim_topology.load(a.topology).engine_dict(a.ranks)
     hosts = len(set(d["host_of"]))
     print(f"{a.ranks} ranks on {hosts} {a.topology} hosts; load average {os.getloadavg()[0]:.1f}")
-    print("| collective | size | auto's choice | search wall (s) | simulated / candidates (cut) |"
-          + (" full ranking wall (s) | full argmin |" if a.before else ""))
+    print("| collective | size | auto's choice | search wall / CPU (s) | simulated / candidates (cut) |"
+          + (" full ranking wall / CPU (s) | full argmin |" if a.before else ""))
     print("| --- | --- | --- | --- | --- |" + (" --- | --- |" if a.before else ""))
     worst, mismatches = 0.0, 0
     for coll in a.collectives.split(","):
@@ -59,18 +59,19 @@ def main(argv=None) -> int:
             nbytes = parse_size(s)
             count = count_for(coll, nbytes, a.ranks)
             _C.clear_candidate_cache()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             r = _C.search_candidates(coll, count, 4, 0, d)
-            wall = time.perf_counter() - t0
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
             worst = max(worst, wall)
-            row = f"| {coll} | {s} | {label(r)} | {wall:.1f} | {r['simulated']} / {r['candidates']} ({r['cut']}) |"
+            row = (f"| {coll} | {s} | {label(r)} | {wall:.1f} / {cpu:.1f} | {r['simulated']} / {r['candidates']} "
+                   f"({r['cut']}) |")
             if a.before:
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 cands = _C.predict_candidates(coll, count, 4, 0, d)
-                full = time.perf_counter() - t0
+                full = f"{time.perf_counter() - t0:.1f} / {time.process_time() - c0:.1f}"
                 best = min(cands, key=lambda k: k["predicted_s"])  # first of equals: registry order
                 mismatches += label(best) != label(r)
-                row += f" {full:.1f} | {label(best)} |"
+                row += f" {full} | {label(best)} |"
             print(row, flush=True)
     print(f"slowest resolution: {worst:.1f} s" + (f"; choices differing from the full ranking: {mismatches}"
                                                    if a.before else ""))

@@ -24,19 +24,24 @@ struct CollectiveCall {
 };
 
 // Keyed by the *requested* algorithm (0 = auto), so a cached entry also remembers what auto chose.
+// auto chooses by bytes (count x element size: tuning table, heuristic, cost model), so the element
+// size is part of the key: two calls of the same count in int8 and float64 are 8x apart in bytes
+// and may get different algorithms. (A schedule itself counts elements; dtypes of one size share.)
 struct ScheduleKey {
   uint8_t coll = 0, algo = 0;
   int32_t root = 0;
   int64_t count = 0;
+  uint8_t elem_bytes = 0;
   bool operator==(const ScheduleKey& o) const {
-    return coll == o.coll && algo == o.algo && root == o.root && count == o.count;
+    return coll == o.coll && algo == o.algo && root == o.root && count == o.count && elem_bytes == o.elem_bytes;
   }
 };
 
 struct ScheduleKeyHash {
   size_t operator()(const ScheduleKey& k) const {
     return std::hash<int64_t>()(k.count) ^ (static_cast<size_t>(k.coll) << 48) ^
-           (static_cast<size_t>(k.algo) << 56) ^ (static_cast<size_t>(static_cast<uint32_t>(k.root)) << 20);
+           (static_cast<size_t>(k.algo) << 56) ^ (static_cast<size_t>(static_cast<uint32_t>(k.root)) << 20) ^
+           (static_cast<size_t>(k.elem_bytes) << 40);
   }
 };
 

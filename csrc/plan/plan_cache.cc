@@ -41,7 +41,8 @@ const ResolvedPlan& PlanCache::get(const CollectiveCall& call) {
     tuning_generation_ = gen;
   }
   const int root = collective_has_root(call.coll) ? call.root : 0;
-  const ScheduleKey key{static_cast<uint8_t>(call.coll), call.algo, root, call.count};
+  const ScheduleKey key{static_cast<uint8_t>(call.coll), call.algo, root, call.count,
+                        static_cast<uint8_t>(dtype_size(call.dtype))};
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
 

@@ -18,6 +18,11 @@ namespace {
 
 bool is_builtin(const AlgorithmSpec& s) { return !(s.traits & kUserDefined); }
 
+struct Tally {
+  int64_t messages = 0;
+  double bytes = 0;
+};
+
 // Every field of the placed model that a prediction depends on, exactly (hex floats), with the
 // call's shape and segment: the cache key.
 std::string cache_key(const CallShape& call, int64_t segment, bool hier_only, const sim::Topology& t) {
@@ -108,19 +113,38 @@ double candidate_lower_bound(const CallShape& call, const std::string& algorithm
     a.rank = r;
     const Schedule s = build_schedule(a, algorithm);
     double rank_time = 0;
-    for (const Step& st : s.steps) {
+    for (size_t k = 0; k < s.steps.size(); ++k) {
+      // What this step's communication must at least take after the rank entered it (sim/simulator.h):
+      // each transfer its latency and bytes at the fastest rate; the rank's sends one after another
+      // (send overhead), its receives likewise (receive overhead); all its bytes through its one
+      // port (inside a host) or its NIC (across), each direction; its NIC's message gap.
+      Tally send[2], recv[2];  // [0] same host, [1] other hosts
       double step = 0;
-      for (const Op& o : st.ops) {
+      for (const Op& o : s.steps[k].ops) {
         if (o.kind != OpKind::Send && o.kind != OpKind::Recv && o.kind != OpKind::RecvReduce) continue;
-        const int64_t elems = o.kind == OpKind::Send ? o.src.count : o.dst.count;
-        const double bytes = static_cast<double>(elems) * call.elem_bytes;
-        const bool same_host = t.host_of[r] == t.host_of[o.peer];
-        double bw = same_host ? port : t.nic_Bps;
-        if (same_host && t.intra_bus_Bps > 0) bw = std::min(bw, t.intra_bus_Bps);
-        const double latency = same_host ? t.intra_latency_s : t.inter_latency_s;
-        step = std::max(step, t.op_overhead_s + latency + bytes / bw);
+        const double bytes = static_cast<double>(o.kind == OpKind::Send ? o.src.count : o.dst.count) * call.elem_bytes;
+        const int inter = t.host_of[r] != t.host_of[o.peer];
+        double bw = inter ? t.nic_Bps : port;
+        if (!inter && t.intra_bus_Bps > 0) bw = std::min(bw, t.intra_bus_Bps);
+        step = std::max(step, t.op_overhead_s + (inter ? t.inter_latency_s : t.intra_latency_s) + bytes / bw);
+        Tally& tally = (o.kind == OpKind::Send ? send : recv)[inter];
+        ++tally.messages;
+        tally.bytes += bytes;
       }
-      rank_time += step;
+      const double latency[2] = {t.intra_latency_s, t.inter_latency_s};
+      const double rate[2] = {t.intra_bus_Bps > 0 ? std::min(port, t.intra_bus_Bps) : port, t.nic_Bps};
+      const int64_t sends = send[0].messages + send[1].messages, recvs = recv[0].messages + recv[1].messages;
+      const double send_latency = send[0].messages ? latency[0] : latency[1];
+      const double recv_latency = recv[0].messages ? latency[0] : latency[1];
+      if (sends) step = std::max(step, std::max(t.op_overhead_s, sends * t.send_overhead_s) + std::min(send_latency, latency[1]));
+      if (recvs) step = std::max(step, t.op_overhead_s + std::min(recv_latency, latency[1]) + recvs * t.recv_overhead_s);
+      for (int x = 0; x < 2; ++x)
+        for (const Tally* d : {&send[x], &recv[x]})
+          if (d->messages) {
+            step = std::max(step, t.op_overhead_s + latency[x] + d->bytes / rate[x]);
+            if (x == 1) step = std::max(step, t.op_overhead_s + (d->messages - 1) * t.nic_gap_s + latency[1]);
+          }
+      rank_time += step + (k > 0 ? t.step_overhead_s : 0.0);
     }
     bound = std::max(bound, rank_time);
   }
