@@ -152,9 +152,11 @@ def verdicts(layout, table, choices):
                        f"{med[label] * 1e3:.2f} ms = {ratio:.2f}x the best ({best}, {flat[best] * 1e3:.2f} ms): "
                        f"{'within 10%' if ratio <= 1.10 else 'MISSED (> 10%)'}")
         if layout == "2+2" and nbytes == 16 << 20:
+            low = {k: min(v) for k, v in rows.items()}  # load only adds time: the best pass is the least disturbed
             for label in (AUTO, AUTO_MODEL):
                 r = med["ring"] / med[label]
-                out.append(f"2+2, 16 MiB: ring / {label} = {r:.2f}x ({'>= 1.4x: met' if r >= 1.4 else 'MISSED (< 1.4x)'})")
+                out.append(f"2+2, 16 MiB: ring / {label} = {r:.2f}x medians ({'>= 1.4x: met' if r >= 1.4 else 'MISSED (< 1.4x)'}), "
+                           f"{low['ring'] / low[label]:.2f}x best passes")
     return out
 
 

@@ -225,6 +225,17 @@ def auto_at_scale(lines):
     lines.append("")
 
 
+def auto_speed(lines):
+    """(f): bench/sim_auto_speed.py's committed output (bench/sim_data/auto_speed.md)."""
+    path = os.path.join(DATA, "auto_speed.md")
+    lines += ["## (f) auto's search at thousands of ranks (bench/sim_auto_speed.py)", ""]
+    if not os.path.exists(path):
+        lines += ["No bench/sim_data/auto_speed.md: run `bench/sim_auto_speed.py > bench/sim_data/auto_speed.md`.", ""]
+        return
+    with open(path) as f:
+        lines += f.read().rstrip().splitlines() + [""]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--measure", action="store_true",
@@ -252,6 +263,7 @@ def main(argv=None) -> int:
     nccl_h100(lines)
     small_messages(lines)
     auto_at_scale(lines)
+    auto_speed(lines)
     scale_timing(lines)
     with open(a.output, "w") as f:
         f.write("\n".join(lines).rstrip() + "\n")
