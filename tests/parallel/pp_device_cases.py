@@ -13,7 +13,9 @@ runtime replays every schedule's real action orders (actions.build_orders) and m
 * a receive posted ahead on the compute stream (or on the same stream as a send) would block the
   compute (or the send) behind a message that needs it: a deadlock, caught by the pool's timeout;
 * a pipeline set up without ``warm_up`` would stall at its first message between two ranks
-  until a third made its first device call on that lane (``warm=False``, checked by hand).
+  until a third made its first device call on that lane (without ``warm_up``, checked by hand).
+
+The lanes are set up once and shared by every schedule replayed, as a runtime's steps share them.
 
 Values are exact small integers in float64; results are compared for equality with the same
 functions run in one process.
@@ -106,13 +108,11 @@ def reference(S: int, m: int, step: int):
 class Replay:
     """One rank of a pipeline replayed on emulated arrays (the schedules' runtime minus autograd)."""
 
-    def __init__(self, comm, kind: str, v: int, m: int, io, warm: bool = True):
+    def __init__(self, comm, kind: str, v: int, m: int, io, lanes):
         self.comm, self.kind, self.m, self.io = comm, kind, m, io
         self.P, self.S = comm.size, comm.size * v
         self.orders = A.build_orders(kind, self.S, self.P, m)
-        self.lanes = make_lanes(comm)
-        if warm:
-            warm_up(self.lanes, io)
+        self.lanes = lanes  # shared by the schedules replayed one after another, as by a runtime's steps
         self.streams = {flow: io.new_stream() for flow in ("down_in", "up_in", "down_out", "up_out")}
         self.shapes = {}
 
@@ -159,8 +159,6 @@ class Replay:
         return outs, grads
 
     def close(self):
-        for lane in self.lanes.values():
-            lane.close()
         self.streams = {}
 
 
@@ -168,21 +166,33 @@ def replay_schedules(comm, cases, steps: int = 2) -> list:
     """Replay each (kind, v, m) for ``steps`` steps (the first with shape messages); the list of
     mismatches against the one-process reference (empty: all equal)."""
     import os
-    io, fails = EmulatedIO(), []
-    io.current_stream()  # the default stream's thread lives on: count from here
-    # So do the emulated device's process-wide threads (its host-function thread, its hardware
-    # queues, as CUDA's own): one step of the first case, closed, starts them before the count.
-    warm = Replay(comm, *cases[0], io)
-    try:
-        warm.step(0, first=True)
-    finally:
-        warm.close()
-    io.emu.synchronize()
     import gc
-    gc.collect()
-    threads = len(os.listdir("/proc/self/task"))
+    io, fails = EmulatedIO(), []
+    io.current_stream()  # the default stream's thread lives on
+    # One set of lanes for every schedule (setting lanes up was most of a short replay's time),
+    # warmed up; the emulated device's process-wide threads (its host-function thread) start there.
+    lanes = make_lanes(comm)
+    warm_up(lanes, io)
+    try:
+        io.emu.synchronize()
+        gc.collect()
+        threads = len(os.listdir("/proc/self/task"))  # the lanes' engines included: count from here
+        fails += _replay_cases(comm, cases, steps, io, lanes)
+        io.emu.synchronize()
+        gc.collect()
+        left = len(os.listdir("/proc/self/task")) - threads
+        if left > 0:
+            fails.append(f"{left} threads (streams) outlived the pipelines")
+    finally:
+        for lane in lanes.values():
+            lane.close()
+    return fails
+
+
+def _replay_cases(comm, cases, steps, io, lanes) -> list:
+    fails = []
     for kind, v, m in cases:
-        rp = Replay(comm, kind, v, m, io)
+        rp = Replay(comm, kind, v, m, io, lanes)
         try:
             for step in range(steps):
                 outs, grads = rp.step(step, first=step == 0)
@@ -195,10 +205,4 @@ def replay_schedules(comm, cases, steps: int = 2) -> list:
                               for i in range(m) if not np.array_equal(grads.get(i), want_grad[i])]
         finally:
             rp.close()
-    io.emu.synchronize()
-    import gc
-    gc.collect()
-    left = len(os.listdir("/proc/self/task")) - threads
-    if left > 0:
-        fails.append(f"{left} threads (streams) outlived the pipelines")
     return fails

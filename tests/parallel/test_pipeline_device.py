@@ -7,9 +7,10 @@ import pytest
 
 from parallel import pp_device_cases as C
 
-# Enough emulated hardware queues that no two of the replay's streams share one: with 8, the
-# lanes' stream waits can block each other's queue (the one-queue hazard of docs/gpu.md, a known
-# defect, to fix next); this test is about message order.
+# A hardware queue per stream: the pipeline's inboxes post receives ahead on their own streams,
+# which completes only while a receive's wait does not share a queue with the sends it depends on
+# (docs/gpu.md, "Streams sharing hardware queues": no library can promise more; with 8 queues and
+# the replay's streams it stalls, as it could on a GPU). This test is about message order.
 ENV = {"COMMLIB_EMULATED_DELAY_US": "20", "COMMLIB_EMULATED_CONNECTIONS": "32"}
 
 
