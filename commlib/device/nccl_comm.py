@@ -99,7 +99,8 @@ def _create(comm, engine, base: str):
     uid = _wait(comm, f"{base}/id", "rank 0's NCCL unique id", f"{base}/error")
     if len(uid) != ID_BYTES:  # the store is not trusted: NCCL reads exactly 128 bytes
         raise CommError(f"NCCL unique id from the store: expected {ID_BYTES} bytes, got {len(uid)}")
-    _refuse_duplicate_gpus(comm, engine, base)
+    if getattr(engine, "device_name", "").startswith(("cuda:", "emulated:")):
+        _refuse_duplicate_gpus(comm, engine, base)
     engine.nccl_init(uid)
 
 
