@@ -162,23 +162,49 @@ class Replay:
         self.streams = {}
 
 
-def replay_schedules(comm, cases, steps: int = 2) -> list:
-    """Replay each (kind, v, m) for ``steps`` steps (the first with shape messages); the list of
-    mismatches against the one-process reference (empty: all equal)."""
+# The replay's own emulated device: created here with its delay and hardware queues, so the test
+# runs in the session's plain pools (their ranks have torch imported already) without touching
+# device 0 of the other tests.
+REPLAY_DEVICE = 5
+
+
+def replay_device(index: int, delay_us: int, connections: int):
+    """Emulated device ``index`` created with ``delay_us`` and ``connections`` (the settings are
+    read once, when a process first uses the device)."""
     import os
+
+    from commlib import emulated
+    saved = {k: os.environ.get(k) for k in ("COMMLIB_EMULATED_DELAY_US", "COMMLIB_EMULATED_CONNECTIONS")}
+    os.environ.update(COMMLIB_EMULATED_DELAY_US=str(delay_us), COMMLIB_EMULATED_CONNECTIONS=str(connections))
+    try:
+        return emulated.device(index)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def replay_schedules(comm, cases, steps: int = 2, delay_us: int = 20, connections: int = 32) -> list:
+    """Replay each (kind, v, m) for ``steps`` steps (the first with shape messages) on emulated
+    device REPLAY_DEVICE (created with ``delay_us`` and ``connections`` if this process has not
+    used it yet); the list of mismatches against the one-process reference (empty: all equal)."""
     import gc
-    io, fails = EmulatedIO(), []
+    import os
+    replay_device(REPLAY_DEVICE, delay_us, connections)
+    io, fails = EmulatedIO(REPLAY_DEVICE), []
     io.current_stream()  # the default stream's thread lives on
     # One set of lanes for every schedule (setting lanes up was most of a short replay's time),
     # warmed up; the emulated device's process-wide threads (its host-function thread) start there.
     lanes = make_lanes(comm)
     warm_up(lanes, io)
     try:
-        io.emu.synchronize()
+        io.emu.synchronize(io.index)
         gc.collect()
         threads = len(os.listdir("/proc/self/task"))  # the lanes' engines included: count from here
         fails += _replay_cases(comm, cases, steps, io, lanes)
-        io.emu.synchronize()
+        io.emu.synchronize(io.index)
         gc.collect()
         left = len(os.listdir("/proc/self/task")) - threads
         if left > 0:
@@ -206,3 +232,15 @@ def _replay_cases(comm, cases, steps, io, lanes) -> list:
         finally:
             rp.close()
     return fails
+
+
+def replay_on_first_ranks(comm, P: int, cases, **kw) -> list:
+    """replay_schedules on a communicator of ranks 0..P-1 of ``comm`` (the others return []), so
+    a world size without a pool of its own in the session runs in a larger one."""
+    sub = comm.split(0 if comm.rank < P else None)
+    if sub is None:
+        return []
+    try:
+        return replay_schedules(sub, cases, **kw)
+    finally:
+        sub.close()
