@@ -198,6 +198,7 @@ def main():
     algorithms = a.algorithms.split(",") if a.algorithms else list(_C.algorithms("all_reduce"))
     sizes = [parse_size(s) for s in a.sizes.split(",")]
     start = datetime.datetime.now(datetime.timezone.utc)
+    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     load0 = os.getloadavg()[0]
     section, lines = [], []
     for layout in a.layouts.split(","):
@@ -214,7 +215,6 @@ def main():
                          ", ".join(f"{k} {pred[k] * 1e3:.2f} ms" for k in top))
         print("\n".join(section[-len(sizes) - 3:]), flush=True)
     end = datetime.datetime.now(datetime.timezone.utc)
-    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     head = [f"Measured {start:%Y-%m-%d %H:%M}-{end:%H:%M} UTC at {commit}, shared 2-core VM, **load average "
             f"{load0:.1f} -> {os.getloadavg()[0]:.1f}** (other engineers building and testing: absolute times are "
             f"noise; variants take turns so ratios are fairer). `python bench/netns_acceptance.py --layouts {a.layouts} "
