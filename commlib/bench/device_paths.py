@@ -129,9 +129,9 @@ def markdown(data) -> str:
         cells = [r["collective"], fmt_bytes(r["bytes"]), r["mode"], r["algorithm"]]
         for p in paths:
             v = r.get(p)
-            cells += [f"{v['us']:.1f}" if v else "", f"{v['busbw']:.2f}" if v else ""]
+            cells += [f"{v['us']:.1f}" if v else "", f"{v['busbw']:.3g}" if v else ""]
             if copy_bw:
-                cells.append(f"{v['busbw'] / copy_bw:.3f}" if v else "")
+                cells.append(f"{v['busbw'] / copy_bw:.3g}" if v else "")
             if p == "auto":
                 cells.append(v["ran"] if v else "")
         cells.append(f"{r['copy_over_kernel']:.2f}" if r["copy_over_kernel"] else "")

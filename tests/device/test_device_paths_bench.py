@@ -3,37 +3,45 @@
 kernel up to 1 MiB per rank, copy above), the results are checked (-c 1), the device copy bandwidth
 is measured, and the report puts the paths side by side, saying the emulated numbers say nothing
 about a GPU."""
-import json
-import os
-import subprocess
-import sys
+import io
 
 import pytest
 
 from commlib.bench import device_paths
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DELAY_ENV = {"COMMLIB_EMULATED_DELAY_US": "20"}  # the device matrix's pools (test_device_collectives.py)
+CFG = {"collectives": ["all_reduce"], "sizes": [64, 2 << 20], "dtype": "float32", "op": "sum", "root": 0,
+       "iters": 2, "min_time": 0, "max_iters": 2, "warmup": 1, "check": True, "rounds": 1, "modes": ["in"],
+       "algorithms": ["ring"], "peers": [], "device": "emulated", "paths": ["kernel", "copy", "auto"]}
+
+
+def _sweep_paths(comm, cfg):
+    """The device bench's sweep in a pool rank (as `commlib bench --device emulated --paths ...`
+    runs it, without starting processes): the records, the backend's info, the transport."""
+    from commlib.bench.device import DeviceBackend
+    from commlib.bench.sweep import Sweep
+    from commlib.perf import common as C
+    C.use_device("emulated")
+    backend = DeviceBackend(comm, "emulated", paths=cfg["paths"])
+    try:
+        sw = Sweep(backend, cfg, out=io.StringIO())
+        records = sw.run()
+        return records, backend.extra_info(cfg), backend.transport, sw.wrong_total
+    finally:
+        backend.close()  # its sub-communicators; the pool's own stays open
+        C.use_device("host")
 
 
 @pytest.mark.timeout(120)
-def test_the_bench_compares_the_paths(tmp_path):
-    out = tmp_path / "bench.json"
-    cmd = [sys.executable, "-m", "commlib", "bench", "all_reduce", "--device", "emulated", "--np", "2",
-           "-b", "64", "-e", "2M", "-f", "32768", "-n", "2", "-w", "1", "--passes", "1", "--rounds", "1",
-           "--min-time", "0", "--algorithms", "ring", "--mode", "in", "--peers", "none",
-           "--paths", "kernel,copy,auto", "--json", str(out)]
-    env = {**os.environ, "PYTHONPATH": ROOT, "COMMLIB_EMULATED_DELAY_US": "0"}
-    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=110)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    data = json.loads(out.read_text())
-    ran = {(r["algorithm"], r["bytes"]): r["path"] for r in data["results"]}
+def test_the_bench_compares_the_paths(pool):
+    records, info, transport, wrong = pool(2, env=DELAY_ENV).run(_sweep_paths, CFG, timeout=100)[0]
+    ran = {(r["algorithm"], r["bytes"]): r["path"] for r in records}
     assert ran == {("ring@kernel", 64): "kernel", ("ring@kernel", 2 << 20): "kernel",
                    ("ring@copy", 64): "copy", ("ring@copy", 2 << 20): "copy",
                    ("ring@auto", 64): "kernel", ("ring@auto", 2 << 20): "copy"}, ran
-    assert all(r["wrong"] == 0 for r in data["results"])
-    assert data["backends"]["commlib"]["device_copy_GBps"] > 0
-    report = subprocess.run([sys.executable, "-m", "commlib.bench.device", str(out)], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=60).stdout
+    assert wrong == 0 and all(r["wrong"] == 0 for r in records)
+    assert info["device_copy_GBps"] > 0 and "paths kernel, copy, auto" in transport
+    report = device_paths.markdown({"results": records, "world_size": 2, "backends": {"commlib": info}})
     assert "kernel µs" in report and "copy µs" in report and "auto ran" in report, report
     assert "say nothing about a GPU" in report, report
 
