@@ -13,8 +13,9 @@
 //
 // A line is never mistaken for another chunk's: chunk c of a pair uses slot c % nslots, whose
 // lines last held chunk c - nslots (flag c - nslots + 1) or a slow-protocol chunk (lines untouched)
-// or nothing (zeros; flags start at 1); the 32-bit flag wraps only after 2^32 chunks of one pair,
-// and the lines of a slot can only hold chunks nslots apart. Reuse of a slot's lines is ordered as
+// or nothing (zeros; flags start at 1). The limit of a 32-bit flag (NCCL's LL has the same kind):
+// a line last written exactly k * 2^32 chunks of the pair earlier (a long run of shorter chunks
+// through the slot since) would be taken for the current chunk's. Reuse of a slot's lines is ordered as
 // in the slow protocol: the receiver's loads, __syncthreads, its release store of freed; the
 // sender's acquire load of freed, then its stores of chunk c + nslots.
 //
