@@ -26,13 +26,51 @@ from commlib.bootstrap.store import StoreServer
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+# Rank processes fork from one forkserver that imported these once: a spawned rank importing torch
+# costs seconds of CPU (tens of seconds when 4 ranks start on 2 busy cores), a fork a millisecond.
+# Importing them starts no thread (checked: numpy's BLAS pool obeys OMP_NUM_THREADS=1, set for the
+# server) and no CUDA context (torch initialises CUDA lazily). A missing module is skipped.
+FORKSERVER_PRELOAD = ("numpy", "torch", "torch.distributed")
+# A rank environment naming any of these would be read at import time, which the forkserver has
+# already done: such pools are spawned instead.
+IMPORT_TIME_ENV_PREFIXES = ("OMP_", "MKL_", "KMP_", "OPENBLAS_", "TORCH_", "CUDA_", "PYTORCH_", "NCCL_")
+_forkserver_ready = False
+
+
+def _start_context(env: dict):
+    """The multiprocessing context for a pool with extra environment ``env``: the preloaded
+    forkserver, or spawn where ``env`` changes what an import reads."""
+    global _forkserver_ready
+    if any(k.startswith(IMPORT_TIME_ENV_PREFIXES) for k in env):
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    if not _forkserver_ready:
+        from multiprocessing import forkserver
+        ctx.set_forkserver_preload(list(FORKSERVER_PRELOAD))
+        saved = os.environ.get("OMP_NUM_THREADS")
+        os.environ["OMP_NUM_THREADS"] = saved or "1"  # the server's environment, read by its imports
+        try:
+            forkserver.ensure_running()
+        finally:
+            if saved is None:
+                del os.environ["OMP_NUM_THREADS"]
+        _forkserver_ready = True
+    return ctx
+
+
 class RankFailure(AssertionError):
     """One or more ranks raised; the message holds each failing rank's traceback."""
 
 
-def _prepare_rank_process(env):
+def _prepare_rank_process(env, parent_env=None):
+    """``parent_env``: the pool creator's whole environment when the pool was made, which a
+    forkserver child does not inherit (it has the server's, from its start), so that a rank sees
+    what a spawned one would."""
     import faulthandler
     faulthandler.enable()
+    if parent_env is not None:
+        os.environ.clear()
+        os.environ.update(parent_env)
     # One compute thread per rank: several ranks share 2 cores, and torch's default thread pool
     # per rank makes them fight (100x slower small matmuls). Set before anything imports torch.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -42,9 +80,9 @@ def _prepare_rank_process(env):
     sys.path.insert(0, PACKAGE_PARENT)
 
 
-def _worker(rank, size, port, conn, env):
+def _worker(rank, size, port, conn, env, parent_env):
     # A tuple value gives each rank its own setting (e.g. COMMLIB_HOST_ID for emulated hosts).
-    _prepare_rank_process({k: v[rank] if isinstance(v, tuple) else v for k, v in env.items()})
+    _prepare_rank_process({k: v[rank] if isinstance(v, tuple) else v for k, v in env.items()}, parent_env)
     try:
         import commlib
         from commlib.bootstrap.store import TCPStore
@@ -101,10 +139,11 @@ class RankPool:
         """Starts the rank processes and fills ``conns`` and ``procs`` (``is_alive()``,
         ``exitcode``, ``kill()``, ``join(t)``) in rank order; subclasses start them elsewhere."""
         self.store = StoreServer("127.0.0.1", 0)
-        ctx = mp.get_context("spawn")
+        ctx = _start_context(self.env)
         for r in range(self.size):
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=_worker, args=(r, self.size, self.store.port, child, self.env), daemon=True)
+            p = ctx.Process(target=_worker, args=(r, self.size, self.store.port, child, self.env, dict(os.environ)),
+                            daemon=True)
             p.start()
             self.conns.append(parent)
             self.procs.append(p)
