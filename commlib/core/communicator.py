@@ -242,17 +242,7 @@ class Communicator:
         """Concatenate every rank's ``input`` into ``output`` on ``root`` (None elsewhere)."""
         if stream is None and _fast(self._addr, _GATHER, input, output, "sum", algorithm, root, async_op, None) is None:
             return None
-        ip, n, dt = describe(input, "input")
-        root = self._check_root(root)
-        op_ptr = 0
-        out_elems = _shapes("gather", n, self._size, self._rank, root)[1]
-        if out_elems is not None:  # the root
-            if output is None:
-                raise ValueError("output: required on the root rank")
-            op_ptr = describe_like(output, "output", dt, "input", out_elems, f"size*input = {self._size}*{n}")
-        check_algorithm("gather", algorithm)
-        return self._run("gather", algorithm, ip, op_ptr, n, dt, "sum", root, 1.0, async_op, (input, output),
-                         stream)
+        return self._rooted("gather", output, input, root, algorithm, async_op, stream)
 
     def scatter(self, output, input, root: int = 0, algorithm: str = "auto", async_op: bool = False,
                 stream=None):
@@ -260,16 +250,27 @@ class Communicator:
         if stream is None and (
                 _fast(self._addr, _SCATTER, input, output, "sum", algorithm, root, async_op, None) is None):
             return None
-        op_ptr, n, dt = describe(output, "output")
+        return self._rooted("scatter", output, input, root, algorithm, async_op, stream)
+
+    def _rooted(self, coll, output, input, root, algorithm, async_op, stream):
+        """gather and scatter: every rank's block (gather's input, scatter's output) and the root's
+        ``size`` blocks (gather's output, scatter's input; checked on the root only)."""
+        gathering = coll == "gather"
+        block, block_name, whole, whole_name = ((input, "input", output, "output") if gathering
+                                                else (output, "output", input, "input"))
+        block_ptr, n, dt = describe(block, block_name)
         root = self._check_root(root)
-        ip = 0
-        in_elems = _shapes("scatter", n, self._size, self._rank, root)[0]
-        if in_elems is not None:  # the root
-            if input is None:
-                raise ValueError("input: required on the root rank")
-            ip = describe_like(input, "input", dt, "output", in_elems, f"size*output = {self._size}*{n}")
-        check_algorithm("scatter", algorithm)
-        return self._run("scatter", algorithm, ip, op_ptr, n, dt, "sum", root, 1.0, async_op, (input, output),
+        whole_ptr = 0
+        shapes = _shapes(coll, n, self._size, self._rank, root)  # (input elems, output elems, ...)
+        whole_elems = shapes[1] if gathering else shapes[0]
+        if whole_elems is not None:  # the root
+            if whole is None:
+                raise ValueError(f"{whole_name}: required on the root rank")
+            whole_ptr = describe_like(whole, whole_name, dt, block_name, whole_elems,
+                                      f"size*{block_name} = {self._size}*{n}")
+        check_algorithm(coll, algorithm)
+        ip, op_ptr = (block_ptr, whole_ptr) if gathering else (whole_ptr, block_ptr)
+        return self._run(coll, algorithm, ip, op_ptr, n, dt, "sum", root, 1.0, async_op, (input, output),
                          stream)
 
     def barrier(self, async_op: bool = False):

@@ -171,7 +171,7 @@ void bind_device(py::module_& m) {
   py::class_<StreamEngine, std::shared_ptr<StreamEngine>>(m, "StreamEngine")
       .def(py::init([](Communicator& comm, std::shared_ptr<Device> device, double timeout, const std::string& label) {
              return std::make_shared<StreamEngine>(std::move(device), communicator_peer_control(comm),
-                                                   comm.rank(), comm.size(),
+                                                   comm.plan_context(),
                                                    stream_engine_options_from_env(timeout, label));
            }),
            py::arg("comm"), py::arg("device"), py::arg("timeout"), py::arg("label") = "", py::keep_alive<1, 2>())
@@ -192,6 +192,12 @@ void bind_device(py::module_& m) {
           },
           py::arg("collective"), py::arg("algorithm"), py::arg("input"), py::arg("output"), py::arg("count"),
           py::arg("dtype"), py::arg("op"), py::arg("root"), py::arg("scale"), py::arg("stream"))
+      .def(
+          "resolved_algorithm",
+          [](StreamEngine& e, const std::string& coll, const std::string& algo, int64_t count, const std::string& dtype,
+             int root) { return e.resolved_algorithm(device_call(coll, algo, 0, 0, count, dtype, "sum", root, 1.0)); },
+          py::arg("collective"), py::arg("algorithm"), py::arg("count"), py::arg("dtype"), py::arg("root") = 0,
+          "The algorithm a call of this shape runs on this engine (auto resolved as the host does).")
       .def(
           "p2p",
           [](StreamEngine& e, const std::vector<P2PTuple>& items, const std::string& dtype, DeviceStream& stream) {

@@ -134,4 +134,9 @@ size_t param_bytes(const std::string& name) {
   return static_cast<size_t>(b);
 }
 
+int64_t spin_us_param() {
+  const int64_t spin = param_int("COMMLIB_SPIN_US", -1);
+  return spin >= 0 ? spin : kDefaultSpinUs;
+}
+
 }  // namespace commlib

@@ -35,6 +35,11 @@ std::string param_string(const std::string& name);
 bool param_set(const std::string& name);
 // An integer in [lo, hi]; anything else is std::invalid_argument naming the variable.
 int64_t param_int(const std::string& name, int64_t lo = INT64_MIN, int64_t hi = INT64_MAX);
+
+// How long a waiting transport spins before sleeping, in microseconds: COMMLIB_SPIN_US, or
+// kDefaultSpinUs when unset or -1 (measured best on 2 cores for 2, 4 and 8 ranks: bench/RESULTS.md).
+constexpr int64_t kDefaultSpinUs = 20;
+int64_t spin_us_param();
 // A byte count >= 0 (plain digits).
 size_t param_bytes(const std::string& name);
 

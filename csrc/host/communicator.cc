@@ -45,13 +45,8 @@ Communicator::Communicator(std::unique_ptr<Fabric> transport, CommOptions opts)
       size_(transport_->size()),
       send_seq_(size_, 0),
       recv_seq_(size_, 0),
+      plans_(make_plan_context(rank_, size_, topology_)),
       fork_generation_(fork_generation()) {
-  for (int c = 0; c < static_cast<int>(Collective::kCount); ++c) {
-    Collective cc = static_cast<Collective>(c);
-    const bool scheduled = cc != Collective::Send && cc != Collective::Recv;
-    env_algo_.push_back(scheduled ? algorithm_override(cc) : std::string());
-  }
-  tuning_generation_ = tuning_generation();
   for (int p = 0; p < size_; ++p) link_kinds_.push_back(transport_->link_kind(p));
 }
 

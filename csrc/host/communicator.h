@@ -27,6 +27,7 @@
 #include "host/comm_options.h"
 #include "host/executor.h"
 #include "plan/call.h"
+#include "plan/plan_cache.h"
 #include "schedule/ir.h"
 #include "transport/fabric.h"
 
@@ -76,10 +77,12 @@ class Communicator {
   TcpTransport* tcp() { return transport_ ? transport_->tcp() : nullptr; }
   // What auto picks for `coll` of `bytes` on this communicator's links (policy/auto_policy.h).
   std::string auto_choice(Collective coll, int64_t bytes) const;
+  // What an engine on this communicator resolves calls with (the stream engine takes a copy).
+  const PlanContext& plan_context() const { return plans_.context(); }
   // The cost model auto ranks candidates with (COMMLIB_TOPOLOGY, set from Python before the first
   // call; its placement is replaced by this communicator's host map). Drops cached plans.
   void set_cost_model(const sim::Topology& model);
-  bool has_cost_model() const { return cost_model_ != nullptr; }
+  bool has_cost_model() const { return plans_.context().cost_model != nullptr; }
 
   // The transport's control plane, for the stream engine's peer watch (stream/stream_engine.h).
   Fabric& transport() { return *transport_; }
@@ -132,14 +135,8 @@ class Communicator {
   // from any source and the receives queued behind one do).
   void run_p2p(const std::vector<P2PItem>& items, DType dtype, const std::vector<uint64_t>& seqs = {});
   int wait_for_any_sender(DType dtype, int64_t count);
-  // The schedule and chosen algorithm (1-based index) of a call; built and cached on first use.
-  struct Planned {
-    Schedule sched;
-    uint8_t algo = 0;
-    std::string name;  // of the algorithm, for error messages
-    std::string inter;  // hierarchical: the inter-host algorithm ("" built-in exchange)
-  };
-  const Planned& plan(const CollectiveCall& call, int64_t bytes);
+  // The call's resolved plan (plan/plan_cache.h), auto's choice logged once at debug >= 1.
+  const ResolvedPlan& plan(const CollectiveCall& call, int64_t bytes);
   char* scratch(size_t bytes);
   // A private copy of the input: premul_sum scales into it; in-place all_to_all reads from it.
   char* input_copy(size_t bytes);
@@ -160,16 +157,13 @@ class Communicator {
   std::vector<uint64_t> send_seq_, recv_seq_;
   int queued_any_ = 0;
   // Execution state (touched only by the thread currently executing a call).
-  std::unordered_map<ScheduleKey, Planned, ScheduleKeyHash> plans_;
-  uint64_t tuning_generation_ = 0;  // of the tuning table the cached auto choices came from
-  std::vector<std::string> env_algo_;  // COMMLIB_ALGO_<COLLECTIVE> at creation ("" = unset)
+  PlanCache plans_;  // COMMLIB_ALGO_<COLLECTIVE> read at creation, the host map, the plans
   std::vector<ExecOp> ops_;
   std::unique_ptr<char[], void (*)(void*)> scratch_{nullptr, std::free};
   size_t scratch_bytes_ = 0;
   std::unique_ptr<char[], void (*)(void*)> input_copy_{nullptr, std::free};
   size_t input_copy_bytes_ = 0;
   std::vector<std::string> logged_auto_;
-  std::shared_ptr<const sim::Topology> cost_model_;  // null: auto uses the link-kind rule
 
   // Queue.
   std::mutex mu_;

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "plan/describe.h"
+#include "plan/lowering.h"
 #include "kernels/cpu_copy.h"
 #include "kernels/cpu_reduce.h"
 
@@ -32,14 +33,10 @@ void Executor::fail(ErrorKind kind, const std::string& message) {
 }
 
 void Executor::check_peers_failed(const CallDesc& call) {
-  for (int p = 0; p < t_.size(); ++p) {
-    if (p == t_.rank()) continue;
-    PeerStatus st = t_.peer_status(p, false);
-    if (st.state == PeerState::Failed)
-      fail(st.kind == ErrorKind::None ? ErrorKind::Comm : st.kind,
-           "rank " + std::to_string(t_.rank()) + " cannot start " + describe_call(call) + ": rank " + std::to_string(p) +
-               " failed earlier: " + st.message);
-  }
+  ErrorKind kind;
+  std::string message;
+  if (failed_peer_error(call, t_.rank(), t_.size(), [this](int p) { return t_.peer_status(p, false); }, &kind, &message))
+    fail(kind, message);
 }
 
 // Payload bytes per chunk on link `l`: whole elements, and the same at both ends of the link (its

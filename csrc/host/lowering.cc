@@ -10,6 +10,7 @@
 #include "common/shapes.h"
 #include "host/communicator.h"
 #include "plan/describe.h"
+#include "plan/lowering.h"
 #include "kernels/cpu_reduce.h"
 #include "schedule/registry.h"
 
@@ -49,18 +50,11 @@ void Communicator::run_collective(const CollectiveCall& call, uint64_t seq) {
   const int64_t bytes = call.count * static_cast<int64_t>(esize);
   // The number was taken when the call was submitted (communicator.h: next_call_seq); a refused
   // argument here uses it up, alike on every rank that refuses it.
-  const Planned& planned = plan(call, bytes);
+  const ResolvedPlan& planned = plan(call, bytes);
   const Schedule& sched = planned.sched;
   const std::string& algo = planned.name;
 
-  CallDesc desc;
-  desc.coll = static_cast<uint8_t>(call.coll);
-  desc.dtype = static_cast<uint8_t>(call.dtype);
-  desc.op = collective_reduces(call.coll) ? static_cast<uint8_t>(call.op) : 0;
-  desc.algo = planned.algo;
-  desc.root = collective_has_root(call.coll) ? call.root : 0;
-  desc.count = call.count;
-  desc.seq = seq;
+  const CallDesc desc = call_desc(call, planned.algo, seq);
   publish_call(desc);
 
   const auto t0 = opts_.debug >= 2 ? Clock::now() : Clock::time_point{};
@@ -73,19 +67,13 @@ void Communicator::run_collective(const CollectiveCall& call, uint64_t seq) {
 
     char* in = reinterpret_cast<char*>(call.input);
     char* out = reinterpret_cast<char*>(call.output);
-    const int64_t input_elements = buffer_shapes(call.coll, call.count, size_, rank_, call.root).input;
-    if (call.op == RedOp::PremulSum && collective_reduces(call.coll) && input_elements >= 0) {
-      // Scale into a private copy: the schedule then runs in its out-of-place form.
-      size_t n = static_cast<size_t>(input_elements);
-      char* buf = input_copy(n * esize);
-      scale_copy(buf, in, n, call.dtype, call.scale);
-      in = buf;
-    } else if (call.coll == Collective::AllToAll && in == out && call.count) {
-      // In place: every block is both sent and overwritten, so send from a copy. The schedules
-      // take distinct buffers (the verifier proves them for that layout).
-      const size_t n = static_cast<size_t>(call.count) * size_ * esize;
-      char* buf = input_copy(n);
-      std::memcpy(buf, in, n);
+    const InputStaging staging = input_staging(call, rank_, size_);
+    if (staging.kind != InputStaging::None) {
+      char* buf = input_copy(staging.elements * esize);
+      if (staging.kind == InputStaging::Scale)
+        scale_copy(buf, in, staging.elements, call.dtype, call.scale);
+      else
+        std::memcpy(buf, in, staging.elements * esize);
       in = buf;
     }
     char* scr = sched.scratch_count ? scratch(static_cast<size_t>(sched.scratch_count) * esize) : nullptr;
@@ -121,8 +109,7 @@ void Communicator::run_collective(const CollectiveCall& call, uint64_t seq) {
       exec_.run_step(ops_, call.dtype, call.op, desc);
     }
 
-    if (call.op == RedOp::Avg && collective_reduces(call.coll) && (call.coll != Collective::Reduce || rank_ == call.root))
-      divide_inplace(out, static_cast<size_t>(call.count), call.dtype, size_);
+    if (avg_divides(call, rank_)) divide_inplace(out, static_cast<size_t>(call.count), call.dtype, size_);
   } catch (const CommError& e) {
     fail_communicator(e);
     throw;

@@ -1,69 +1,22 @@
-// The stream engine's calls (see stream_engine.h): the schedule cache, numbering a call with the
+// The stream engine's calls (see stream_engine.h): the plan (plan/plan_cache.h, shared with the
+// host), numbering a call with the
 // host calls, ordering it after the previous one, the first call's check during set-up, and the
 // enqueueing of a collective (its input copies, its steps on one or two streams, avg's divide).
 #include <algorithm>
 
-#include "policy/auto_policy.h"
+#include "plan/lowering.h"
 #include "stream/stream_engine.h"
 #include "schedule/registry.h"
 
 namespace commlib {
 
-namespace {
-
-int64_t input_elements(Collective c, int64_t count, int size) {
-  return (c == Collective::ReduceScatter || c == Collective::AllToAll || c == Collective::Scatter) ? count * size
-                                                                                                   : count;
-}
-
-}  // namespace
-
-const StreamEngine::Plan& StreamEngine::plan(const CollectiveCall& call) {
-  const uint64_t gen = tuning_generation();
-  if (gen != tuning_generation_) {  // a new tuning table: auto may choose differently now
-    plans_.clear();
-    tuning_generation_ = gen;
-  }
-  const int root = collective_has_root(call.coll) ? call.root : 0;
-  const ScheduleKey key{static_cast<uint8_t>(call.coll), call.algo, root, call.count};
-  auto it = plans_.find(key);
-  if (it != plans_.end()) return it->second;
-  if (call.algo == kNcclAlgorithmCode) {  // NCCL's own collective: every peer takes part
-    Plan p;
-    p.algo = kNcclAlgorithmCode;
-    for (int q = 0; q < size_; ++q)
-      if (q != rank_) p.peers.push_back(q);
-    if (plans_.size() >= 512) plans_.clear();
-    return plans_.emplace(key, std::move(p)).first->second;
-  }
-  const auto names = algorithms(call.coll);
-  if (call.algo > names.size()) throw std::invalid_argument("algorithm: index out of range");
-  // Device streams have no host map: one host, the size policy (policy/auto_policy.h).
-  const std::string algo =
-      call.algo ? names[call.algo - 1]
-                : resolve_algorithm(CallShape{call.coll, call.count, static_cast<int>(dtype_size(call.dtype)), call.root},
-                                    "auto", algorithm_override(call.coll), size_, {}, nullptr)
-                      .algorithm;
-  Plan p;
-  p.sched = build_schedule(CollArgs{call.coll, rank_, size_, call.count, call.root}, algo);
-  p.algo = static_cast<uint8_t>(algorithm_index(call.coll, algo));
-  for (const Step& st : p.sched.steps)
-    for (const Op& o : st.ops)
-      if (o.peer >= 0 && std::find(p.peers.begin(), p.peers.end(), o.peer) == p.peers.end()) p.peers.push_back(o.peer);
-  if (plans_.size() >= 512) plans_.clear();
-  return plans_.emplace(key, std::move(p)).first->second;
-}
-
 CallDesc StreamEngine::describe(const CollectiveCall& call, uint8_t algo, uint64_t seq) const {
-  CallDesc desc;
-  desc.coll = static_cast<uint8_t>(call.coll);
-  desc.dtype = static_cast<uint8_t>(call.dtype);
-  desc.op = collective_reduces(call.coll) ? static_cast<uint8_t>(call.op) : 0;
-  desc.algo = static_cast<uint8_t>(algo | kDeviceCallAlgoBit);
-  desc.root = collective_has_root(call.coll) ? call.root : 0;
-  desc.count = call.count;
-  desc.seq = seq;
-  return desc;
+  return call_desc(call, static_cast<uint8_t>(algo | kDeviceCallAlgoBit), seq);
+}
+
+std::string StreamEngine::resolved_algorithm(const CollectiveCall& call) {
+  std::lock_guard<std::mutex> guard(enqueue_mu_);
+  return plans_.get(call).name;
 }
 
 void StreamEngine::throw_if_failed_locked() {
@@ -81,7 +34,7 @@ void StreamEngine::check_first_call(const CollectiveCall& call) {
     std::lock_guard<std::mutex> lk(mu_);
     throw_kind(fail_kind_, "communicator aborted: " + fail_message_);
   }
-  const CallDesc desc = describe(call, plan(call).algo, control_->peek_call_seq());
+  const CallDesc desc = describe(call, plans_.get(call).algo, control_->peek_call_seq());
   control_->publish_call(desc);
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
@@ -155,23 +108,18 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_collective(const CollectiveCal
     NcclLink::check_supported(call.dtype, call.op, call.coll);
     if (!nccl_->ready()) throw CommError("algorithm='nccl': the NCCL communicator was not created");
   }
-  const Plan& planned = plan(call);
+  const ResolvedPlan& planned = plans_.get(call);
 
   // Nothing above enqueued anything or took a number: a refused argument leaves the numbering
   // and the stream as they were. From here on the call is numbered (with the host calls).
   const CallDesc desc = describe(call, planned.algo, control_->next_call_seq());
 
   // A peer that failed earlier (its failure is on the control plane) fails this call at once.
-  for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
-    const PeerStatus st = control_->peer_status(p, false);
-    if (st.state == PeerState::Failed) {
-      const std::string msg = "rank " + std::to_string(rank_) + " cannot start " + describe_call(desc) + ": rank " +
-                              std::to_string(p) + " failed earlier: " + st.message;
-      const ErrorKind kind = st.kind == ErrorKind::None ? ErrorKind::Comm : st.kind;
-      fail(kind, msg);
-      throw_kind(kind, msg);
-    }
+  ErrorKind kind;
+  std::string msg;
+  if (failed_peer_error(desc, rank_, size_, [this](int p) { return control_->peer_status(p, false); }, &kind, &msg)) {
+    fail(kind, msg);
+    throw_kind(kind, msg);
   }
 
   auto done = begin(desc, s);
@@ -196,16 +144,13 @@ void StreamEngine::enqueue_call(const CollectiveCall& call, const Schedule& sche
                                 DeviceStream& s) {
   char* in = reinterpret_cast<char*>(call.input);
   char* out = reinterpret_cast<char*>(call.output);
-  const bool owns_input = !((call.coll == Collective::Broadcast || call.coll == Collective::Scatter) && rank_ != call.root);
-  if (call.op == RedOp::PremulSum && collective_reduces(call.coll) && owns_input) {
-    const size_t n = static_cast<size_t>(input_elements(call.coll, call.count, size_));
-    char* buf = grow(input_copy_, input_copy_bytes_, n * esize, s);
-    if (n) device_->scale_copy(buf, in, n, call.dtype, call.scale, s);
-    in = buf;
-  } else if (call.coll == Collective::AllToAll && in == out && call.count) {
-    const size_t n = static_cast<size_t>(call.count) * size_ * esize;
-    char* buf = grow(input_copy_, input_copy_bytes_, n, s);
-    device_->copy(buf, in, n, s);
+  const InputStaging staging = input_staging(call, rank_, size_);
+  if (staging.kind != InputStaging::None) {
+    char* buf = grow(input_copy_, input_copy_bytes_, staging.elements * esize, s);
+    if (staging.kind == InputStaging::Scale && staging.elements)
+      device_->scale_copy(buf, in, staging.elements, call.dtype, call.scale, s);
+    else if (staging.kind == InputStaging::Copy)
+      device_->copy(buf, in, staging.elements * esize, s);
     in = buf;
   }
   char* scr = sched.scratch_count ? grow(scratch_, scratch_bytes_, static_cast<size_t>(sched.scratch_count) * esize, s)
@@ -252,8 +197,7 @@ void StreamEngine::enqueue_call(const CollectiveCall& call, const Schedule& sche
     device_->wait_event(s, *sent_step_);
     device_->wait_event(s, *received_step_);
   }
-  if (call.op == RedOp::Avg && collective_reduces(call.coll) && (call.coll != Collective::Reduce || rank_ == call.root) &&
-      call.count)
+  if (avg_divides(call, rank_) && call.count)
     device_->divide(out, static_cast<size_t>(call.count), call.dtype, size_, s);
 }
 

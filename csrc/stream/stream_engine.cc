@@ -76,19 +76,20 @@ char* StreamEngine::ring_slot(char* ctl, uint64_t seq) const {
   return ctl + kFlagKinds * static_cast<size_t>(size_) * kLine + (seq % kRing) * kRingSlot;
 }
 
-StreamEngine::StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerControl> control, int rank, int size,
+StreamEngine::StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerControl> control, PlanContext plan,
                            StreamEngineOptions opts)
     : device_(std::move(device)),
       control_(std::move(control)),
-      rank_(rank),
-      size_(size),
+      rank_(plan.rank),
+      size_(plan.size),
       opts_(std::move(opts)),
-      peers_(size),
-      sent_(size, 0),
-      received_(size, 0),
-      p2p_sent_(size, 0),
-      p2p_received_(size, 0),
-      nccl_(std::make_unique<NcclLink>(device_, rank, size, opts_.timeout_s)) {
+      peers_(size_),
+      sent_(size_, 0),
+      received_(size_, 0),
+      p2p_sent_(size_, 0),
+      p2p_received_(size_, 0),
+      plans_(std::move(plan)),
+      nccl_(std::make_unique<NcclLink>(device_, rank_, size_, opts_.timeout_s)) {
   ctl_fd_ = memfd_create("commlib-device-ctl", MFD_CLOEXEC);
   if (ctl_fd_ < 0 || ftruncate(ctl_fd_, static_cast<off_t>(ctl_bytes())) != 0)
     throw std::runtime_error(std::string("stream engine: control region: ") + std::strerror(errno));

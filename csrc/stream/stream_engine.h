@@ -48,6 +48,7 @@
 #include "device/device.h"
 #include "plan/call.h"
 #include "plan/describe.h"
+#include "plan/plan_cache.h"
 #include "stream/nccl_link.h"
 #include "stream/kernel_path.h"
 #include "transport/transport.h"
@@ -115,7 +116,9 @@ class DeviceWork {
 
 class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
  public:
-  StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerControl> control, int rank, int size,
+  // `plan`: the host communicator's plan context (rank, size, host map, overrides), so a device
+  // call resolves auto exactly as a host call does.
+  StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerControl> control, PlanContext plan,
                StreamEngineOptions opts);
   ~StreamEngine();
 
@@ -143,6 +146,8 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   // The same while a first device call of point-to-point messages waits: a receive whose message
   // the peer sent from a host buffer (it is on the host link) raises MismatchError naming both.
   void check_first_p2p(const std::vector<P2PItem>& items, DType dtype);
+  // The algorithm `call` runs on this engine (plan/plan_cache.h: as the host resolves it).
+  std::string resolved_algorithm(const CollectiveCall& call);
 
   void abort(const std::string& reason);
   bool failed() const { return failed_.load(std::memory_order_acquire); }
@@ -189,13 +194,6 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
     bool completed(Device& d) const { return recorded && d.query(*done); }
   };
 
-  // A built schedule and what the descriptor check needs of it, cached per call shape.
-  struct Plan {
-    Schedule sched;
-    uint8_t algo = 0;  // 1-based index of the algorithm auto or the caller chose
-    std::vector<int> peers;
-  };
-  const Plan& plan(const CollectiveCall& call);
   std::shared_ptr<DeviceWork> enqueue_collective(const CollectiveCall& call, DeviceStream& s);  // collective()'s body
   std::shared_ptr<DeviceWork> enqueue_p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& s);
 
@@ -300,8 +298,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   uint64_t seq_ = 0;  // ordinal of the last call
   std::vector<uint64_t> sent_, received_;
   std::vector<uint64_t> p2p_sent_, p2p_received_;  // point-to-point messages per peer
-  std::unordered_map<ScheduleKey, Plan, ScheduleKeyHash> plans_;
-  uint64_t tuning_generation_ = 0;
+  PlanCache plans_;  // resolved as the host communicator resolves (its context)
   std::shared_ptr<DeviceEvent> last_done_;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;

@@ -99,7 +99,7 @@ ShmConfig shm_config_from_env(int size) {
   if (cfg.slot_bytes == 0) cfg.slot_bytes = shm_default_slot_bytes(size);
   if (cfg.slot_bytes < 64 || cfg.slot_bytes % 64)
     throw std::invalid_argument("COMMLIB_SHM_SLOT_BYTES: must be a multiple of 64, at least 64");
-  cfg.spin_us = param_int("COMMLIB_SPIN_US", -1);
+  cfg.spin_us = spin_us_param();
   return cfg;
 }
 
@@ -166,9 +166,8 @@ ShmTransport::ShmTransport(int rank, int size, int fd, const ShmConfig& cfg) : r
   int ncores = static_cast<int>(std::thread::hardware_concurrency());
   // Spin about as long as a peer's reply takes to arrive (a futex round trip costs more), then
   // sleep. Oversubscribed ranks spin by yielding only, so the peer they wait for gets the core.
-  // 20 us measured best on 2 cores for 2, 4 and 8 ranks (bench/RESULTS.md).
   oversubscribed_ = size > ncores;
-  spin_us_ = cfg.spin_us >= 0 ? cfg.spin_us : 20;
+  spin_us_ = cfg.spin_us >= 0 ? cfg.spin_us : kDefaultSpinUs;
 }
 
 ShmTransport::~ShmTransport() {

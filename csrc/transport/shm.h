@@ -17,12 +17,14 @@
 
 #include "transport/transport.h"
 
+#include "common/params.h"
+
 namespace commlib {
 
 struct ShmConfig {
   uint32_t nslots = 4;          // chunks in flight per ordered pair
   uint64_t slot_bytes = 0;      // 0: chosen from the world size (see shm_default_slot_bytes)
-  int64_t spin_us = -1;         // -1: chosen from cores vs ranks
+  int64_t spin_us = kDefaultSpinUs;  // COMMLIB_SPIN_US (common/params.h)
 };
 
 uint64_t shm_default_slot_bytes(int size);

@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 import commlib.emulated as emu
+from commlib import _C, settings, tuning
+from commlib.sim import topology as sim_topology
 
 
 def reach(comm):
@@ -32,3 +34,33 @@ def ipc_across_hosts_refused(comm):
     finally:
         del os.environ["COMMLIB_DEVICE_LINK"]
         sub.close()
+
+
+def host_and_device_choices(comm):
+    """[(collective, count, host's auto, device's auto, auto without the host map, how the policy
+    decides with it)] over several shapes. The host's is what the communicator resolves auto to
+    (comm auto_choice); the device's the plan the stream engine runs for the same call; then what
+    the size policy alone picks on one host (the device's resolution before the one lowering):
+    where it differs from the host's, a device path that ignored the host map would show; last the
+    policy's own resolution with the host map and COMMLIB_TOPOLOGY's model, (algorithm, source).
+    The tuning table is cleared so that, with COMMLIB_TOPOLOGY set, the cost model decides (the
+    table would win where it has the shape)."""
+    _C.clear_tuning()
+    try:
+        x = emu.from_numpy(np.ones(4, np.float32))
+        comm.all_reduce(x)  # starts the engine
+        x.numpy()
+        engine = next(iter(comm._device()._engines.values()))
+        spec, hosts = settings.get("COMMLIB_TOPOLOGY"), list(comm._core.host_of)
+        model = sim_topology.load(spec).engine_dict(comm.size) if spec else None
+        out = []
+        for coll in ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all"):
+            for count in (1, 1000, 70_001, 1 << 20):
+                host = comm._core.auto_choice(coll, count * 4)
+                device = engine.resolved_algorithm(coll, "auto", count, "float32", 0)
+                one_host = _C.resolve_algorithm(coll, "auto", count, 4, 0, comm.size, [], None)["algorithm"]
+                policy = _C.resolve_algorithm(coll, "auto", count, 4, 0, comm.size, hosts, model)
+                out.append((coll, count, host, device, one_host, (policy["algorithm"], policy["source"])))
+        return out
+    finally:
+        tuning.load_default()

@@ -114,3 +114,26 @@ def test_no_thread_fd_or_device_memory_left_across_hosts(pool):
     # Engines with peers on other hosts (descriptor staging, NCCL) leave nothing behind once closed.
     for before, after in pool(3, env=THREE_HOSTS).run(nccl_cases.resources, timeout=60):
         assert before == after, (before, after)
+
+
+# The cost model decides auto (COMMLIB_TOPOLOGY), all_reduce forced by its override.
+MODEL_AND_OVERRIDE = {**TWO_HOSTS, "COMMLIB_TOPOLOGY": "dgx-h100", "COMMLIB_ALGO_ALL_REDUCE": "ring"}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("env", [TWO_HOSTS, THREE_HOSTS, MODEL_AND_OVERRIDE], ids=["2hosts", "3hosts", "model+override"])
+def test_host_and_device_resolve_auto_alike(pool, env):
+    # One lowering (csrc/plan/plan_cache.h): the device resolves auto from the host map, the
+    # overrides and the cost model, as the host does, so a call picks one algorithm whichever
+    # buffers it is on.
+    per_rank = pool(3, env=env).run(cases.host_and_device_choices, timeout=40)
+    for rank, rows in enumerate(per_rank):
+        differ = [r for r in rows if not r[2] == r[3] == r[5][0]]
+        assert not differ, (rank, differ)
+    if env is not THREE_HOSTS:  # (one rank per host: no host has local peers, the map changes nothing)
+        # The host map matters for these shapes: a resolution without it (the size policy on one
+        # host) picks differently for some, so a device path that ignored it would fail above.
+        assert any(r[2] != r[4] for r in per_rank[0]), per_rank[0]
+    if env is MODEL_AND_OVERRIDE:  # the model decided every call the override leaves to auto
+        assert all(r[2] == "ring" for r in per_rank[0] if r[0] == "all_reduce"), per_rank[0]
+        assert all(r[5][1] == "model" for r in per_rank[0] if r[0] != "all_reduce"), per_rank[0]

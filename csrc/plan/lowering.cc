@@ -1,0 +1,51 @@
+#include "plan/lowering.h"
+
+#include "common/shapes.h"
+#include "plan/describe.h"
+
+namespace commlib {
+
+CallDesc call_desc(const CollectiveCall& call, uint8_t algo, uint64_t seq) {
+  CallDesc desc;
+  desc.coll = static_cast<uint8_t>(call.coll);
+  desc.dtype = static_cast<uint8_t>(call.dtype);
+  desc.op = collective_reduces(call.coll) ? static_cast<uint8_t>(call.op) : 0;
+  desc.algo = algo;
+  desc.root = collective_has_root(call.coll) ? call.root : 0;
+  desc.count = call.count;
+  desc.seq = seq;
+  return desc;
+}
+
+InputStaging input_staging(const CollectiveCall& call, int rank, int size) {
+  InputStaging s;
+  const int64_t input = buffer_shapes(call.coll, call.count, size, rank, call.root).input;  // < 0: no input
+  if (call.op == RedOp::PremulSum && collective_reduces(call.coll) && input >= 0) {
+    s.kind = InputStaging::Scale;
+    s.elements = static_cast<size_t>(input);
+  } else if (call.coll == Collective::AllToAll && call.input == call.output && call.count) {
+    s.kind = InputStaging::Copy;
+    s.elements = static_cast<size_t>(call.count) * size;
+  }
+  return s;
+}
+
+bool avg_divides(const CollectiveCall& call, int rank) {
+  return call.op == RedOp::Avg && collective_reduces(call.coll) && (call.coll != Collective::Reduce || rank == call.root);
+}
+
+bool failed_peer_error(const CallDesc& desc, int rank, int size, const std::function<PeerStatus(int)>& status,
+                       ErrorKind* kind, std::string* message) {
+  for (int p = 0; p < size; ++p) {
+    if (p == rank) continue;
+    const PeerStatus st = status(p);
+    if (st.state != PeerState::Failed) continue;
+    *kind = st.kind == ErrorKind::None ? ErrorKind::Comm : st.kind;
+    *message = "rank " + std::to_string(rank) + " cannot start " + describe_call(desc) + ": rank " + std::to_string(p) +
+               " failed earlier: " + st.message;
+    return true;
+  }
+  return false;
+}
+
+}  // namespace commlib

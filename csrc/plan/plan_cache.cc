@@ -1,0 +1,71 @@
+#include "plan/plan_cache.h"
+
+#include <algorithm>
+
+#include "plan/describe.h"
+#include "policy/auto_policy.h"
+#include "schedule/registry.h"
+
+namespace commlib {
+
+PlanContext make_plan_context(int rank, int size, Topology topology) {
+  PlanContext ctx;
+  ctx.rank = rank;
+  ctx.size = size;
+  ctx.topology = std::move(topology);
+  for (int c = 0; c < static_cast<int>(Collective::kCount); ++c) {
+    const Collective cc = static_cast<Collective>(c);
+    const bool scheduled = cc != Collective::Send && cc != Collective::Recv;
+    ctx.env_algo.push_back(scheduled ? algorithm_override(cc) : std::string());
+  }
+  return ctx;
+}
+
+AlgorithmChoice resolve_call(const PlanContext& ctx, const CallShape& call, uint8_t requested) {
+  return resolve_algorithm(call, requested ? algorithm_name(call.coll, requested) : "auto",
+                           ctx.env_algo[static_cast<int>(call.coll)], ctx.size, ctx.topology.host_of,
+                           ctx.cost_model.get());
+}
+
+void PlanCache::set_cost_model(std::shared_ptr<const sim::Topology> model) {
+  ctx_.cost_model = std::move(model);
+  plans_.clear();
+}
+
+PlanCache::PlanCache(PlanContext ctx) : ctx_(std::move(ctx)), tuning_generation_(tuning_generation()) {}
+
+const ResolvedPlan& PlanCache::get(const CollectiveCall& call) {
+  const uint64_t gen = tuning_generation();
+  if (gen != tuning_generation_) {  // a new tuning table: auto may choose differently now
+    plans_.clear();
+    tuning_generation_ = gen;
+  }
+  const int root = collective_has_root(call.coll) ? call.root : 0;
+  const ScheduleKey key{static_cast<uint8_t>(call.coll), call.algo, root, call.count};
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second;
+
+  ResolvedPlan p;
+  if (call.algo == kNcclAlgorithmCode) {  // NCCL's own collective: every peer takes part
+    p.algo = kNcclAlgorithmCode;
+    p.name = "nccl";
+    for (int q = 0; q < ctx_.size; ++q)
+      if (q != ctx_.rank) p.peers.push_back(q);
+  } else {
+    p.choice = resolve_call(ctx_, CallShape{call.coll, call.count, static_cast<int>(dtype_size(call.dtype)), root},
+                            call.algo);
+    p.name = p.choice.algorithm;
+    CollArgs args{call.coll, ctx_.rank, ctx_.size, call.count, call.root, ctx_.topology.host_of};
+    args.inter_algorithm = p.choice.inter_algorithm;
+    args.segment = p.choice.segment;
+    p.sched = build_schedule(args, p.name);
+    p.algo = static_cast<uint8_t>(algorithm_index(call.coll, p.name));
+    for (const Step& st : p.sched.steps)
+      for (const Op& o : st.ops)
+        if (o.peer >= 0 && std::find(p.peers.begin(), p.peers.end(), o.peer) == p.peers.end()) p.peers.push_back(o.peer);
+  }
+  if (plans_.size() >= 512) plans_.clear();
+  return plans_.emplace(key, std::move(p)).first->second;
+}
+
+}  // namespace commlib

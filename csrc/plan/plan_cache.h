@@ -1,0 +1,62 @@
+// The one lowering's first half, shared by every engine (the host executor, the stream engine and
+// what comes after them): a call resolves to a plan — the algorithm auto or the caller chose, its
+// schedule for this rank and the peers it talks to — cached per (collective, requested algorithm,
+// root, count) and dropped when the tuning table changes. Auto is resolved in one place
+// (resolve_algorithm), from the communicator's host map, so an engine cannot pick differently
+// from another on the same call.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/topology.h"
+#include "plan/call.h"
+#include "policy/auto_policy.h"
+#include "schedule/ir.h"
+
+namespace commlib {
+
+// What resolving a call needs of its communicator, fixed when the communicator is created.
+struct PlanContext {
+  int rank = 0, size = 1;
+  Topology topology;                  // the host map: auto's link-kind rule reads it
+  std::vector<std::string> env_algo;  // COMMLIB_ALGO_<COLLECTIVE> per collective ("" = unset)
+  // COMMLIB_TOPOLOGY's cost model (null: auto uses the link-kind rule), policy/auto_policy.h.
+  std::shared_ptr<const sim::Topology> cost_model;
+};
+
+// The context of a communicator of `topology` on `rank` of `size`, reading the overrides now.
+PlanContext make_plan_context(int rank, int size, Topology topology);
+
+// What a call of `requested` (0 = auto, else 1-based index) runs on the context's links: the
+// policy's one resolution (policy/auto_policy.h: override, tuning table, cost model, link kind).
+// Every engine resolves through this.
+AlgorithmChoice resolve_call(const PlanContext& ctx, const CallShape& call, uint8_t requested);
+
+struct ResolvedPlan {
+  Schedule sched;          // empty for algorithm="nccl" (NCCL's own collective)
+  uint8_t algo = 0;        // 1-based index of the algorithm chosen (or kNcclAlgorithmCode)
+  std::string name;        // of the algorithm, for messages
+  AlgorithmChoice choice;  // how it was chosen (hierarchical: the inter-host algorithm, the segment)
+  std::vector<int> peers;  // the ranks this rank's schedule talks to, in first-use order
+};
+
+class PlanCache {
+ public:
+  explicit PlanCache(PlanContext ctx);
+  const PlanContext& context() const { return ctx_; }
+  // Rank auto's candidates with this cost model from now on (drops the cached plans).
+  void set_cost_model(std::shared_ptr<const sim::Topology> model);
+  // The plan of `call`, built on first use (std::invalid_argument for an unknown algorithm index).
+  const ResolvedPlan& get(const CollectiveCall& call);
+
+ private:
+  PlanContext ctx_;
+  std::unordered_map<ScheduleKey, ResolvedPlan, ScheduleKeyHash> plans_;
+  uint64_t tuning_generation_ = 0;  // of the tuning table the cached auto choices came from
+};
+
+}  // namespace commlib
