@@ -3,11 +3,15 @@
 kernel up to 1 MiB per rank, copy above), the results are checked (-c 1), the device copy bandwidth
 is measured, and the report puts the paths side by side, saying the emulated numbers say nothing
 about a GPU."""
-import io
+import os
+import sys
 
 import pytest
 
 from commlib.bench import device_paths
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kernel_path_cases import sweep_paths  # noqa: E402
 
 DELAY_ENV = {"COMMLIB_EMULATED_DELAY_US": "20"}  # the device matrix's pools (test_device_collectives.py)
 CFG = {"collectives": ["all_reduce"], "sizes": [64, 2 << 20], "dtype": "float32", "op": "sum", "root": 0,
@@ -15,26 +19,9 @@ CFG = {"collectives": ["all_reduce"], "sizes": [64, 2 << 20], "dtype": "float32"
        "algorithms": ["ring"], "peers": [], "device": "emulated", "paths": ["kernel", "copy", "auto"]}
 
 
-def _sweep_paths(comm, cfg):
-    """The device bench's sweep in a pool rank (as `commlib bench --device emulated --paths ...`
-    runs it, without starting processes): the records, the backend's info, the transport."""
-    from commlib.bench.device import DeviceBackend
-    from commlib.bench.sweep import Sweep
-    from commlib.perf import common as C
-    C.use_device("emulated")
-    backend = DeviceBackend(comm, "emulated", paths=cfg["paths"])
-    try:
-        sw = Sweep(backend, cfg, out=io.StringIO())
-        records = sw.run()
-        return records, backend.extra_info(cfg), backend.transport, sw.wrong_total
-    finally:
-        backend.close()  # its sub-communicators; the pool's own stays open
-        C.use_device("host")
-
-
 @pytest.mark.timeout(120)
 def test_the_bench_compares_the_paths(pool):
-    records, info, transport, wrong = pool(2, env=DELAY_ENV).run(_sweep_paths, CFG, timeout=100)[0]
+    records, info, transport, wrong = pool(2, env=DELAY_ENV).run(sweep_paths, CFG, timeout=100)[0]
     ran = {(r["algorithm"], r["bytes"]): r["path"] for r in records}
     assert ran == {("ring@kernel", 64): "kernel", ("ring@kernel", 2 << 20): "kernel",
                    ("ring@copy", 64): "copy", ("ring@copy", 2 << 20): "copy",

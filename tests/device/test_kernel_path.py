@@ -5,7 +5,7 @@ every rank of a pool sharing emulated device 0.
 
 CI time: the tests run in the SAME rank pools as the copy path's matrix (test_device_collectives.py:
 one pool per world size, env DELAY_ENV), switching to the kernel path per sub-communicator (the path
-and slot settings are read when a sub-communicator's engine is created; `_with_settings`), so no
+and slot settings are read when a sub-communicator's engine is created; kernel_path_cases.py), so no
 pool is started for this file when the suite runs.
 
 The covering selection (pairwise over collective x algorithm, world size and count): at world sizes
@@ -28,14 +28,12 @@ import commlib
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import device_cases  # noqa: E402
 import device_error_cases as cases  # noqa: E402
+from kernel_path_cases import KERNEL_SETTINGS, kernel_matrix, mixed_settings, paths_per_setting, with_settings  # noqa: E402
 from device_cases import cc  # noqa: E402
 from test_device_collectives import COLLECTIVES, DELAY_ENV, ROOTED, _ops, big_cases, dtype_op_sweep  # noqa: E402
 
 from commlib.testing.faults import assert_survivors_named_the_dead_rank, run_killing_one_rank  # noqa: E402
 
-KERNEL_SETTINGS = {"COMMLIB_DEVICE_PATH": "kernel", "COMMLIB_DEVICE_SLOT_BYTES": "4096",
-                   "COMMLIB_DEVICE_SLOTS": "2", "COMMLIB_DEVICE_LL_BYTES": "1024"}
-BIG_SETTINGS = dict(KERNEL_SETTINGS, COMMLIB_DEVICE_SLOT_BYTES="32768")
 KERNEL = dict(DELAY_ENV, **KERNEL_SETTINGS)  # for tests that start their own processes
 
 
@@ -53,78 +51,27 @@ def kernel_covering_cases(P):
     return out
 
 
-def _with_settings(comm, settings, fn, *args):
-    """fn(sub, *args) on a sub-communicator whose engine is created with `settings` in the
-    environment (the pool's own communicator keeps its engine and settings)."""
-    old = {k: os.environ.get(k) for k in settings}
-    os.environ.update(settings)
-    sub = comm.split(0, timeout=60)
-    try:
-        return fn(sub, *args)
-    finally:
-        sub.close()
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def _kernel_matrix(comm, small, big):
-    """`small` cases with the kernel settings, `big` ones with larger slots; every call's path."""
-    paths = set()
-
-    def run(sub, cases_):
-        fails, digests = [], []
-        for c in cases_:
-            f, d = device_cases.check_cases(sub, [c])
-            fails += f
-            digests += d
-            paths.add(sub._device_route.last_path())
-        return fails, digests
-    f1, d1 = _with_settings(comm, KERNEL_SETTINGS, run, small)
-    f2, d2 = _with_settings(comm, BIG_SETTINGS, run, big) if big else ([], [])
-    return f1 + f2, d1 + d2, sorted(paths)
-
-
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("size", [1, 2, 3, 4, 5, 8])
 def test_collective_matrix_on_the_kernel_path(pool, size):
     small = kernel_covering_cases(size) + (dtype_op_sweep(size) if size == 3 else [])
     big = big_cases(size) if size == 3 else []
-    results = pool(size, env=DELAY_ENV).run(_kernel_matrix, small, big, timeout=240)
-    device_cases.check_results([(f, d) for f, d, _ in results])
-    for _, _, paths in results:
-        assert paths == ["kernel"], paths
-
-
-def _paths(comm):
-    """The path auto takes for a small and a large all_reduce."""
-    import numpy as np
-
-    import commlib.emulated as emu
-    out = []
-    for n in (1000, (1 << 20) // 4 + 1):  # 4 000 bytes; one element over 1 MiB
-        x = emu.from_numpy(np.ones(n, np.float32))
-        comm.all_reduce(x)
-        out.append((comm._device_route.last_path(), bool((x.numpy() == comm.size).all())))
-    return out
-
-
-def _paths_per_setting(comm, settings):
-    return [_with_settings(comm, {"COMMLIB_DEVICE_PATH": s}, _paths) for s in settings]
+    results = pool(size, env=DELAY_ENV).run(kernel_matrix, small, big, timeout=240)
+    device_cases.check_results([(f, d) for f, d, _, _ in results])
+    for _, _, paths, ran in results:
+        assert paths == ["kernel"] and ran == len(small) + len(big), (paths, ran)
 
 
 def test_auto_chooses_by_size_and_the_setting_forces(pool):
     want = {"auto": ["kernel", "copy"], "copy": ["copy", "copy"], "kernel": ["kernel", "kernel"]}
-    for res in pool(2, env=DELAY_ENV).run(_paths_per_setting, list(want)):
+    for res in pool(2, env=DELAY_ENV).run(paths_per_setting, list(want)):
         assert res == [[(w, True) for w in ws] for ws in want.values()], res
 
 
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("scenario", ["collective", "count"])
 def test_mismatch_raises_on_every_rank_on_the_kernel_path(pool, scenario):
-    results = pool(3, env=DELAY_ENV).run(_with_settings, KERNEL_SETTINGS, cases.mismatch, scenario, timeout=60)
+    results = pool(3, env=DELAY_ENV).run(with_settings, KERNEL_SETTINGS, cases.mismatch, scenario, timeout=60)
     for rank, (msg, took, later, names) in enumerate(results):
         assert msg is not None, f"rank {rank} got no error"
         assert all(n in msg for n in names), f"rank {rank}: message does not name both calls: {msg}"
@@ -140,35 +87,18 @@ def test_killed_peer_raises_peer_error_on_the_kernel_path():
 
 @pytest.mark.timeout(60)
 def test_silent_peer_times_out_and_the_abort_word_releases_the_kernel(pool):
-    res = pool(2, env=DELAY_ENV).run(_with_settings, KERNEL_SETTINGS, cases.silent_peer, timeout=40)
+    res = pool(2, env=DELAY_ENV).run(with_settings, KERNEL_SETTINGS, cases.silent_peer, timeout=40)
     msg, took = res[0]
     assert "rank 1" in msg and "all_reduce" in msg and "COMMLIB_TIMEOUT" in msg, msg
     assert 1.0 < took < 10, took
     assert res[1][0].startswith(("PeerError", "CommError")), res[1]
 
 
-def _mixed_settings(comm, settings_of_rank1, settings_of_rank0):
-    """Rank 1 creates its engine with one setting, rank 0 with another."""
-    import numpy as np
-
-    import commlib.emulated as emu
-
-    def run(sub):
-        try:
-            x = emu.from_numpy(np.ones(4, np.float32))
-            sub.all_reduce(x)
-            x.numpy()
-            return "no error"
-        except ValueError as e:
-            return str(e)
-    return _with_settings(comm, settings_of_rank1 if comm.rank == 1 else settings_of_rank0, run)
-
-
 @pytest.mark.parametrize("name,rank1,rank0", [("COMMLIB_DEVICE_PATH", "copy", "kernel"),
                                               ("COMMLIB_DEVICE_LL_BYTES", "0", "1024")])
 def test_ranks_with_different_settings_are_refused(pool, name, rank1, rank0):
     base = {"COMMLIB_DEVICE_PATH": "kernel"}
-    for msg in pool(2, env=DELAY_ENV).run(_mixed_settings, dict(base, **{name: rank1}), dict(base, **{name: rank0}),
+    for msg in pool(2, env=DELAY_ENV).run(mixed_settings, dict(base, **{name: rank1}), dict(base, **{name: rank0}),
                                           timeout=40):
         assert name in msg and "every rank must use the same" in msg, msg
 
