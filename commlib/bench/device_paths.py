@@ -32,7 +32,8 @@ def parse_paths(text: str) -> list:
 
 def device_name(device: str) -> str:
     if device == "emulated":
-        return "emulated:0"
+        from commlib.device import emulated
+        return f"emulated:{emulated.current_device()}"
     import torch
     return f"cuda:{torch.cuda.current_device()}"
 
