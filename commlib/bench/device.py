@@ -65,6 +65,9 @@ class DeviceBackend(CommlibBackend):
 
             import torch
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % max(torch.cuda.device_count(), 1))
+        elif device == "emulated" and nccl_peer:  # the emulated NCCL, like NCCL, needs a device per rank
+            from commlib.device import emulated
+            emulated.set_device(comm.rank)
         self._sync = synchronizer(device)
         if nccl_peer:
             self.name = "nccl-emulated" if device == "emulated" else "nccl"

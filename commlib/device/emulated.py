@@ -11,7 +11,9 @@ tensors do: enqueued on the current stream (or ``stream=``), returning at once::
     comm.all_reduce(x)          # enqueued; returns before the data is ready
     x.numpy()                   # waits for the stream, like tensor.cpu()
 
-All local ranks use emulated device 0 by default (several ranks on one device).
+Where no device is named, calls use this process's device: ``set_device(index)``, else
+``COMMLIB_EMULATED_DEVICE`` (default 0: all local ranks on one device, the several-ranks-per-GPU
+case). The emulated NCCL, like NCCL, refuses two ranks on one device: give each rank its own.
 
 The device follows CUDA's documented rules where code could otherwise pass here and hang or fail
 on a GPU (docs/gpu.md lists them): one host-function thread per process, no device call inside a
@@ -37,14 +39,37 @@ _NUMPY = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "
 _state = threading.local()
 _defaults: dict = {}
 _streams: "weakref.WeakSet[Stream]" = weakref.WeakSet()
+_chosen: dict = {}  # "index": the device set_device chose for this process
 
 
-def device(index: int = 0):
-    """The process's emulated device ``index`` (a ``commlib._C.EmulatedDevice``)."""
-    return _C.emulated_device(index)
+def set_device(index: int) -> None:
+    """This process's device where none is named (as ``torch.cuda.set_device``)."""
+    if not isinstance(index, (int, np.integer)) or index < 0:
+        raise ValueError(f"index: expected a device index >= 0, got {index!r}")
+    _chosen["index"] = int(index)
 
 
-def inject_fault(device_index: int = 0, kind: str = "illegal_address") -> None:
+def current_device() -> int:
+    """The device used where none is named: ``set_device``'s, else COMMLIB_EMULATED_DEVICE."""
+    if "index" in _chosen:
+        return _chosen["index"]
+    from commlib import settings
+    return int(settings.get("COMMLIB_EMULATED_DEVICE") or 0)
+
+
+def _index(device_index: Optional[int], stream: Optional["Stream"] = None) -> int:
+    if device_index is not None:
+        return device_index
+    return stream.device_index if stream is not None else current_device()
+
+
+def device(index: Optional[int] = None):
+    """The process's emulated device ``index`` (default: ``current_device()``), a
+    ``commlib._C.EmulatedDevice``."""
+    return _C.emulated_device(_index(index))
+
+
+def inject_fault(device_index: Optional[int] = None, kind: str = "illegal_address") -> None:
     """Make emulated device ``device_index`` of this process sticky-failed, like a CUDA context
     after an illegal memory access (``kind``: "illegal_address"): every later call on it raises,
     and work already queued on its streams is skipped. The stream engine turns it into CommError
@@ -56,16 +81,19 @@ def rule_counts() -> dict:
     """How often this process broke a CUDA rule that the emulated device checks: device calls
     from a thread that never set a device (``stray_contexts``: on a GPU each creates a context on
     device 0), device or NCCL calls from inside a host function (``host_function_violations``:
-    cudaErrorNotPermitted), and the last such call (``last_violation``)."""
+    cudaErrorNotPermitted), cudaFree-like frees that had to wait for unfinished stream work
+    (``frees_while_busy``: inside an enqueue, a stall or a deadlock on a GPU), exported memory
+    freed while a peer still mapped it (``exports_freed_while_mapped``), and the last such call
+    (``last_violation``)."""
     return _C.emulated_rule_counts()
 
 
 class Stream:
     """An ordered queue of device work, executed by its own host thread."""
 
-    def __init__(self, device_index: int = 0):
-        self.device_index = device_index
-        self._device = device(device_index)
+    def __init__(self, device_index: Optional[int] = None):
+        self.device_index = _index(device_index)
+        self._device = device(self.device_index)
         self._stream = self._device.create_stream()
         _streams.add(self)
 
@@ -89,7 +117,7 @@ class Stream:
 class Event:
     """A sequence point on a stream (like torch.cuda.Event)."""
 
-    def __init__(self, device_index: int = 0):
+    def __init__(self, device_index: Optional[int] = None):
         self._device = device(device_index)
         self._event = self._device.create_event()
 
@@ -103,14 +131,15 @@ class Event:
         self._device.synchronize_event(self._event)
 
 
-def default_stream(device_index: int = 0) -> Stream:
+def default_stream(device_index: Optional[int] = None) -> Stream:
+    device_index = _index(device_index)
     s = _defaults.get(device_index)
     if s is None:
         s = _defaults[device_index] = Stream(device_index)
     return s
 
 
-def current_stream(device_index: int = 0) -> Stream:
+def current_stream(device_index: Optional[int] = None) -> Stream:
     """This thread's current stream (the default stream unless inside ``use_stream``)."""
     stack = getattr(_state, "stack", None)
     if stack:
@@ -133,8 +162,9 @@ def use_stream(stream: Stream):
         stack.pop()
 
 
-def synchronize(device_index: int = 0):
+def synchronize(device_index: Optional[int] = None):
     """Wait for all work on every stream of the device (like torch.cuda.synchronize)."""
+    device_index = _index(device_index)
     for s in list(_streams):
         if s.device_index == device_index:
             s.synchronize()
@@ -152,7 +182,8 @@ class _Allocation:
 
     def __del__(self):
         try:
-            self.device.free_async(self.ptr, self.stream._stream)
+            # stream-ordered, as torch's caching allocator (never cudaFree's device-wide sync)
+            self.device.free_ordered(self.ptr, self.stream._stream)
         except Exception:  # interpreter shutdown
             pass
 
@@ -230,9 +261,11 @@ class Array:
         return f"emulated.Array(count={self.count}, dtype={self.dtype}, device={self.device_index})"
 
 
-def empty(count: int, dtype: str = "float32", device_index: int = 0,
+def empty(count: int, dtype: str = "float32", device_index: Optional[int] = None,
           stream: Optional[Stream] = None) -> Array:
-    """An uninitialised array of ``count`` elements of ``dtype`` (one of commlib.DTYPES)."""
+    """An uninitialised array of ``count`` elements of ``dtype`` (one of commlib.DTYPES), on
+    ``device_index`` (default: ``stream``'s device, else ``current_device()``)."""
+    device_index = _index(device_index, stream)
     if not isinstance(count, (int, np.integer)) or count < 0:
         raise ValueError(f"count: must be a non-negative integer, got {count!r}")
     if dtype not in _NUMPY:
@@ -242,7 +275,7 @@ def empty(count: int, dtype: str = "float32", device_index: int = 0,
     return Array(alloc, device_index, 0, int(count), dtype)
 
 
-def from_numpy(a, device_index: int = 0, stream: Optional[Stream] = None,
+def from_numpy(a, device_index: Optional[int] = None, stream: Optional[Stream] = None,
                dtype: Optional[str] = None) -> Array:
     """A device copy of a host array (NumPy, or a torch CPU tensor, bfloat16 included), uploaded
     asynchronously on ``stream`` (default: the current stream). ``dtype="bfloat16"`` takes a
@@ -255,6 +288,7 @@ def from_numpy(a, device_index: int = 0, stream: Optional[Stream] = None,
         raise ValueError("dtype: only 'bfloat16' (from uint16 bit patterns) may be given")
     else:
         ptr, n, dt = describe(a, "a")
+    device_index = _index(device_index, stream)
     s = stream or current_stream(device_index)
     out = empty(n, dt, device_index, s)
     data = ctypes.string_at(ptr, out.nbytes) if out.nbytes else b""

@@ -62,7 +62,7 @@ def duplicate_gpus(identities):
     "host/device" string per rank. NCCL refuses such a communicator ("Duplicate GPU detected")."""
     seen = {}
     for rank, ident in enumerate(identities):
-        if ident.split("/", 1)[-1].startswith("cuda:") and ident in seen:
+        if ident.split("/", 1)[-1].startswith(("cuda:", "emulated:")) and ident in seen:
             return seen[ident], rank
         seen.setdefault(ident, rank)
     return None
@@ -70,8 +70,7 @@ def duplicate_gpus(identities):
 
 def _refuse_duplicate_gpus(ctx, engine, base: str):
     """A clear error before ncclCommInitRank where two ranks share a GPU (NCCL's own is an
-    internal error after a hang-prone init). CUDA engines only: the emulated NCCL, a test double,
-    keeps several ranks per emulated device (every rank of the tests is on emulated:0)."""
+    internal error after a hang-prone init). The emulated NCCL refuses them too, as NCCL does."""
     mine = f"{ctx.core.host_of[ctx.rank]}/{engine.device_name}"
     ctx.store.set(f"{base}/gpu/{ctx.rank}", mine)
     ids = [mine if r == ctx.rank else _wait(ctx, f"{base}/gpu/{r}", f"rank {r}'s GPU").decode(errors="replace")
@@ -80,7 +79,8 @@ def _refuse_duplicate_gpus(ctx, engine, base: str):
     if dup is not None:
         a, b = dup
         raise CommError(f"NCCL refuses two ranks on one GPU: ranks {a} and {b} are both on {ids[a]} "
-                        "(use COMMLIB_DEVICE_LINK=ipc for ranks sharing a GPU, or one GPU per rank)")
+                        "(use COMMLIB_DEVICE_LINK=ipc for ranks sharing a GPU, or one GPU per rank; "
+                        "emulated: COMMLIB_EMULATED_DEVICE or commlib.emulated.set_device per rank)")
 
 
 def _create(ctx, engine, base: str):
@@ -99,7 +99,7 @@ def _create(ctx, engine, base: str):
     uid = _wait(ctx, f"{base}/id", "rank 0's NCCL unique id", f"{base}/error")
     if len(uid) != ID_BYTES:  # the store is not trusted: NCCL reads exactly 128 bytes
         raise CommError(f"NCCL unique id from the store: expected {ID_BYTES} bytes, got {len(uid)}")
-    if getattr(engine, "device_name", "").startswith("cuda:"):
+    if getattr(engine, "device_name", "").startswith(("cuda:", "emulated:")):
         _refuse_duplicate_gpus(ctx, engine, base)
     engine.nccl_init(uid)
 

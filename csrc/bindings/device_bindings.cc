@@ -50,6 +50,12 @@ void bind_device(py::module_& m) {
            [](Device& d, uintptr_t p, DeviceStream& s) {
              DeviceGuard g(d);
              d.free_async(reinterpret_cast<void*>(p), s);
+           },
+           py::call_guard<ReleaseGil>())
+      .def("free_ordered",
+           [](Device& d, uintptr_t p, DeviceStream& s) {
+             DeviceGuard g(d);
+             d.free_ordered(reinterpret_cast<void*>(p), s);
            })
       .def("create_stream",
            [](Device& d) {
@@ -156,6 +162,8 @@ void bind_device(py::module_& m) {
     py::dict d;
     d["stray_contexts"] = c.stray_contexts;
     d["host_function_violations"] = c.host_function_violations;
+    d["frees_while_busy"] = c.frees_while_busy;
+    d["exports_freed_while_mapped"] = c.exports_freed_while_mapped;
     d["last_violation"] = c.last_violation;
     return d;
   }, "How often this process broke the CUDA rules the emulated device checks (see commlib.emulated).");

@@ -65,6 +65,9 @@ const std::vector<Param> kParams = {
     {"COMMLIB_EMULATED_CONNECTIONS", "int", "8",
      "hardware queues an emulated device's streams share, as CUDA_DEVICE_MAX_CONNECTIONS (1..32): "
      "operations of streams on one queue run in enqueue order, so a blocked wait holds up the others", 1, 32},
+    {"COMMLIB_EMULATED_DEVICE", "int", "0",
+     "the emulated device commlib.emulated uses where none is named (one per rank, as torch.cuda.set_device: "
+     "the emulated NCCL, like NCCL, refuses two ranks on one device)", 0, INT64_MAX},
     {"COMMLIB_DEVICE_SLOT_BYTES", "bytes", "262144",
      "bytes of one inbox slot of the stream engine (device buffers), a multiple of 64, the same on every rank", 0, INT64_MAX},
     {"COMMLIB_DEVICE_SLOTS", "int", "4", "inbox slots per peer of the stream engine (1..64)", 1, 64},

@@ -135,6 +135,19 @@ void CudaDevice::free_async(void* ptr, DeviceStream& stream) {
   check(cudaFree(ptr), "cudaFree");
 }
 
+void* CudaDevice::allocate_ordered(size_t bytes, DeviceStream& stream) {
+  Current current(index_);
+  void* p = nullptr;
+  check(cudaMallocAsync(&p, bytes ? bytes : 1, cu(stream)), "cudaMallocAsync");
+  return p;
+}
+
+void CudaDevice::free_ordered(void* ptr, DeviceStream& stream) {
+  if (!ptr) return;
+  Current current(index_);
+  check(cudaFreeAsync(ptr, cu(stream)), "cudaFreeAsync");
+}
+
 uint64_t* CudaDevice::map_host(void* host, size_t bytes) {
   Current current(index_);
   check(cudaHostRegister(host, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable), "cudaHostRegister");

@@ -20,6 +20,8 @@ class CudaDevice final : public Device {
 
   void* allocate(size_t bytes) override;
   void free_async(void* ptr, DeviceStream& stream) override;
+  void* allocate_ordered(size_t bytes, DeviceStream& stream) override;  // cudaMallocAsync
+  void free_ordered(void* ptr, DeviceStream& stream) override;          // cudaFreeAsync
   uint64_t* map_host(void* host, size_t bytes) override;
   void unmap_host(void* host) override;
 

@@ -57,8 +57,16 @@ class Device {
 
   // -- memory ------------------------------------------------------------------------------
   virtual void* allocate(size_t bytes) = 0;
-  // Frees once `stream` has executed everything enqueued so far (stream-ordered free).
+  // Frees memory from allocate() as cudaFree does: once `stream` has executed everything
+  // enqueued so far, and, like cudaFree, only after the whole device is idle (every stream of
+  // it), so the host waits meanwhile. Never call it while a stream may be parked in a wait for a
+  // peer (inside an enqueue): use allocate_ordered / free_ordered there.
   virtual void free_async(void* ptr, DeviceStream& stream) = 0;
+  // Stream-ordered memory (cudaMallocAsync / cudaFreeAsync): usable by work enqueued on
+  // `stream` after the call; freed once `stream` executed everything enqueued before the free;
+  // neither call waits for the device. Not exportable to peers (export_memory needs allocate()).
+  virtual void* allocate_ordered(size_t bytes, DeviceStream& stream) = 0;
+  virtual void free_ordered(void* ptr, DeviceStream& stream) = 0;
   // The device-side address of host memory shared between processes (a mapped memfd), so that
   // streams can write_value / wait_value on it; unmap_host undoes it.
   virtual uint64_t* map_host(void* host, size_t bytes) = 0;

@@ -160,9 +160,11 @@ void NcclLink::set_peers(const std::vector<bool>& over_nccl) {
 
 char* NcclLink::scratch(size_t bytes, DeviceStream& s) {
   if (bytes > scratch_bytes_) {
-    // Calls are ordered on the engine's streams: a stream-ordered free is safe.
-    if (scratch_) device_->free_async(scratch_, s);
-    scratch_ = device_->allocate(bytes);
+    // Stream-ordered (cudaMallocAsync / cudaFreeAsync): calls are ordered on the engine's
+    // streams, and neither waits for the device, whose other streams may be parked in waits for
+    // peers (cudaFree would synchronise the device here, inside an enqueue: issue #23, item 9).
+    if (scratch_) device_->free_ordered(scratch_, s);
+    scratch_ = device_->allocate_ordered(bytes, s);
     scratch_bytes_ = bytes;
   }
   return static_cast<char*>(scratch_);
@@ -357,7 +359,7 @@ void NcclLink::close() {
   if (scratch_) {
     // The engine synchronised its streams: nothing still reads the scratch.
     auto s = device_->create_stream();
-    device_->free_async(scratch_, *s);
+    device_->free_ordered(scratch_, *s);
     device_->synchronize(*s);
   }
   scratch_ = nullptr;

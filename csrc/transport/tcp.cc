@@ -102,7 +102,8 @@ TcpTransport::~TcpTransport() {
     if (c)
       for (auto& l : c->lanes)
         if (l->fd >= 0) ::close(l->fd);
-  for (auto& p : pending_) ::close(p->fd);
+  for (auto& p : pending_)
+    if (p) ::close(p->fd);  // (none is empty once the thread stopped; checked anyway)
   if (listen_fd_ >= 0) ::close(listen_fd_);
   if (event_fd_ >= 0) ::close(event_fd_);
   if (epoll_fd_ >= 0) ::close(epoll_fd_);

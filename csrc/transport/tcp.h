@@ -151,6 +151,7 @@ class TcpTransport final : public Transport {
   void advance_pending(Pending& p);
   void drop_pending(Pending& p, const std::string& why, bool counted = false);
   void evict_pending();
+  void forget_dropped_pending();  // erases the entries drop_pending emptied
   void refuse_pending(Pending& p, const std::string& why);
   void update_interest(Conn& c, Lane& l);
   void send_calls();

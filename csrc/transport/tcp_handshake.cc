@@ -62,8 +62,8 @@ void TcpTransport::accept_new() {
   // Bounded per round, so a flood of connections leaves the progress thread time for the rest.
   for (int round = 0; round < 64; ++round) {
     int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;
-    pending_.erase(std::remove(pending_.begin(), pending_.end(), nullptr), pending_.end());
+    if (fd < 0) break;
+    forget_dropped_pending();
     if (pending_.size() >= kMaxPending) evict_pending();
     auto p = std::make_unique<Pending>();
     p->fd = fd;
@@ -76,9 +76,18 @@ void TcpTransport::accept_new() {
     epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
     pending_.push_back(std::move(p));
     // A real rank sends its Hello right after connecting: it is usually here already, and reading
-    // it now moves the connection past the silent ones that evictions pick first.
+    // it now moves the connection past the silent ones that evictions pick first. (It may drop
+    // the connection: forget_dropped_pending below.)
     advance_pending(*pending_.back());
   }
+  forget_dropped_pending();
+}
+
+// drop_pending only empties a connection's entry (its callers may be iterating pending_); the
+// entries go here, before the progress thread leaves the step that dropped them. An entry left
+// behind outlived the thread once: the destructor read a freed connection's descriptor.
+void TcpTransport::forget_dropped_pending() {
+  pending_.erase(std::remove(pending_.begin(), pending_.end(), nullptr), pending_.end());
 }
 
 // Makes room for a new connection: drops the silent one accepted first (nothing received yet),
@@ -96,17 +105,19 @@ void TcpTransport::evict_pending() {
     drop_pending(*victim, "evicted to make room: " + std::to_string(kMaxPending) +
                               " handshakes in progress, this one the oldest unproven (a port scan, or "
                               "connections held by another program?)");
-  pending_.erase(std::remove(pending_.begin(), pending_.end(), nullptr), pending_.end());
+  forget_dropped_pending();
 }
 
-// A Hello this rank will not take: the connecting rank learns why and fails at once.
+// A Hello this rank will not take: the connecting rank learns why and fails at once. Counted
+// before the reply goes out: whoever has read the refusal sees the count.
 void TcpTransport::refuse_pending(Pending& p, const std::string& why) {
+  rejected_.fetch_add(1);
   Challenge ch{};
   ch.magic = kRefusedMagic;
   ch.pid = static_cast<int32_t>(getpid());
   std::memcpy(ch.nonce, why.data(), std::min(why.size(), sizeof(ch.nonce) + sizeof(ch.mac) - 1));
   (void)!send(p.fd, &ch, sizeof(ch), MSG_NOSIGNAL | MSG_DONTWAIT);
-  drop_pending(p, why);
+  drop_pending(p, why, /*counted=*/true);
 }
 
 void TcpTransport::drop_pending(Pending& p, const std::string& why, bool counted) {
@@ -179,12 +190,13 @@ void TcpTransport::advance_pending(Pending& p) {
   if (proven && p.hello.nlanes != cfg_.nconns && c.state.load() == static_cast<uint32_t>(PeerState::Unknown)) {
     // A genuine rank of this job with another lane count: both ends fail with the reason.
     v.accepted = kVerdictLanesDiffer;
+    rejected_.fetch_add(1);  // (before the verdict, as every refusal)
     (void)!send(p.fd, &v, sizeof(v), MSG_NOSIGNAL | MSG_DONTWAIT);
     const std::string why = "rank " + std::to_string(c.peer) + " uses COMMLIB_TCP_NCONNS=" +
                             std::to_string(p.hello.nlanes) + ", this rank " + std::to_string(cfg_.nconns) +
                             ": the setting must be the same on every rank";
     mark_down(c, PeerState::Failed, why);
-    drop_pending(p, why);
+    drop_pending(p, why, /*counted=*/true);
     {
       std::lock_guard<std::mutex> g(connect_mu_);
       if (connect_error_.empty()) connect_error_ = why;

@@ -60,7 +60,7 @@ void TcpTransport::progress_loop() {
             advance_pending(*p);
             break;
           }
-        pending_.erase(std::remove(pending_.begin(), pending_.end(), nullptr), pending_.end());
+        forget_dropped_pending();
       } else if (tag == kTagConn) {
         Conn& c = *conns_[index >> 8];
         Lane& l = *c.lanes[index & 0xff];
@@ -79,7 +79,7 @@ void TcpTransport::progress_loop() {
       send_calls();
       for (auto& p : pending_)
         if (p && now > p->deadline) drop_pending(*p, "handshake not completed in time");
-      pending_.erase(std::remove(pending_.begin(), pending_.end(), nullptr), pending_.end());
+      forget_dropped_pending();
     }
   }
 }

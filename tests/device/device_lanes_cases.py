@@ -75,12 +75,14 @@ def _gradient(m, n):
     return (np.arange(n) * 5 - 1000 * m - 11).astype(np.int64)
 
 
-def two_lanes(comm, backend="emulated", microbatches=3, n=70001, warm=False):
+def two_lanes(comm, backend="emulated", microbatches=3, n=70001, warm=False, order="receive_first"):
     """Activations 0 -> 1 -> ... -> P-1 on lane A, gradients P-1 -> ... -> 0 on lane G (two fresh
     communicators split from ``comm``, each with its own stream). Rank P-1 makes its gradient from
     the activation it received (its gradient stream waits for its activation stream). ``warm``:
     one collective on each lane first, so the lanes' first device calls are not the pattern's.
-    Returns the wrong messages (empty when every one arrived intact)."""
+    ``order``: "receive_first" (the gradient receive posted before the activation send: needs
+    the two streams on different hardware queues) or "send_first" (after it: completes on one
+    queue, docs/gpu.md). Returns the wrong messages (empty when every one arrived intact)."""
     arrays = BACKENDS[backend]()
     # The lanes' engines are set up here, where every rank is (their first device calls below
     # come in different orders on different ranks).
@@ -93,11 +95,15 @@ def two_lanes(comm, backend="emulated", microbatches=3, n=70001, warm=False):
             x = arrays.upload(np.ones(4, np.int64), s)
             lane.all_reduce(x, stream=s)
     received = []  # (what, buffer, stream, expected)
+    def post_gradient_receive(m):
+        g = arrays.empty(n, "int64", sg)
+        lane_g.recv(g, r + 1, stream=sg)
+        received.append((f"gradient {m} from {r + 1}", g, sg, _gradient(m, n)))
+        return g
+
     for m in range(microbatches):
-        if r < P - 1:  # the gradient receive, posted first
-            g = arrays.empty(n, "int64", sg)
-            lane_g.recv(g, r + 1, stream=sg)
-            received.append((f"gradient {m} from {r + 1}", g, sg, _gradient(m, n)))
+        if r < P - 1 and order == "receive_first":  # the gradient receive, posted ahead
+            g = post_gradient_receive(m)
         if r == 0:
             act = arrays.upload(_activation(m, n), sa)
         else:
@@ -106,6 +112,8 @@ def two_lanes(comm, backend="emulated", microbatches=3, n=70001, warm=False):
             received.append((f"activation {m} from {r - 1}", act, sa, _activation(m, n)))
         if r < P - 1:
             lane_a.send(act, r + 1, stream=sa)
+            if order == "send_first":
+                g = post_gradient_receive(m)
         if r > 0:
             if r == P - 1:  # the last stage: its gradient after its activation arrived
                 arrays.wait(sg, sa)

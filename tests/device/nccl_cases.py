@@ -181,3 +181,32 @@ def silent_inside_nccl(comm):
         out = (type(e).__name__, str(e), time.monotonic() - t)
     sub.close()
     return out
+
+
+def two_ranks_on_one_device(comm):
+    """Every rank on emulated:0 (several ranks per device): algorithm="nccl" is refused by name
+    before ncclCommInitRank; the emulated NCCL's own ncclCommInitRank refuses it too, as NCCL
+    does ("Duplicate GPU detected"). Returns (commlib's error, the emulated NCCL's error)."""
+    from commlib.bootstrap.wait import wait_for_key
+    from commlib.device import nccl
+    sub = comm.split(0, device="emulated:0")
+    x = emu.from_numpy(np.ones(8, np.float32), 0)
+    try:
+        sub.all_reduce(x, algorithm="nccl")
+        ours = None
+    except commlib.CommError as e:
+        ours = str(e)
+    engine = sub._device_route._engines[("emulated", 0)]
+    engine.nccl_load(nccl.candidates())
+    if comm.rank == 0:
+        comm._store.set("dup-gpu/id", bytes(engine.nccl_unique_id()))
+    uid = wait_for_key(comm._store, "dup-gpu/id", time.monotonic() + 20,
+                       on_timeout=lambda: TimeoutError("rank 0's unique id"))
+    try:
+        engine.nccl_init(uid)
+        theirs = None
+    except Exception as e:  # noqa: BLE001 (whatever the binding raises for NCCL's error)
+        theirs = str(e)
+    comm.barrier()
+    sub.close()
+    return ours, theirs

@@ -17,7 +17,27 @@ ENV = {"COMMLIB_EMULATED_DELAY_US": "20", "COMMLIB_TIMEOUT": "20"}
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("size,warm", [(2, False), (4, False), (2, True), (4, True)])
 def test_two_lane_pipeline(pool, size, warm):
-    assert pool(size, env=ENV).run(lanes.two_lanes, "emulated", warm=warm, timeout=60) == [[]] * size
+    """The acceptance's order (each rank's gradient receive posted before its activation send):
+    it needs the receiving stream's wait not to hold up the send's stream, i.e. streams on
+    different hardware queues (a queue per stream here, as when a process has at most
+    CUDA_DEVICE_MAX_CONNECTIONS streams)."""
+    env = dict(ENV, COMMLIB_EMULATED_CONNECTIONS="32")
+    assert pool(size, env=env).run(lanes.two_lanes, "emulated", warm=warm, timeout=60) == [[]] * size
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("size,warm", [(2, False), (4, False), (2, True), (4, True)])
+def test_two_lanes_on_one_hardware_queue(pool, size, warm):
+    """CUDA_DEVICE_MAX_CONNECTIONS=1: every stream of a process on one hardware queue, so the
+    process's operations may run one at a time in enqueue order (CUDA promises no independent
+    progress of streams). The two lanes complete when each rank posts its gradient receive after
+    its activation send (docs/gpu.md, "Streams sharing hardware queues": every order that
+    completes with blocking calls in posting order completes; the engine adds no cycle of its own).
+    The receive-first order cannot complete on one queue with any library (test_two_lane_pipeline
+    runs it with a queue per stream)."""
+    env = dict(ENV, COMMLIB_EMULATED_CONNECTIONS="1")
+    assert pool(size, env=env).run(lanes.two_lanes, "emulated", warm=warm, order="send_first",
+                                   timeout=40) == [[]] * size
 
 
 @pytest.mark.timeout(200)

@@ -22,7 +22,8 @@ from device_cases import cc  # noqa: E402
 
 from commlib.testing.faults import assert_survivors_named_the_dead_rank, run_killing_one_rank  # noqa: E402
 
-DELAY = {"COMMLIB_EMULATED_DELAY_US": "20"}
+# One emulated device per rank: the emulated NCCL, like NCCL, refuses two ranks on one device.
+DELAY = {"COMMLIB_EMULATED_DELAY_US": "20", "COMMLIB_EMULATED_DEVICE": tuple(map(str, range(8)))}
 TWO_HOSTS = {**DELAY, "COMMLIB_HOST_ID": ("a", "a", "b")}
 THREE_HOSTS = {**DELAY, "COMMLIB_HOST_ID": ("a", "b", "c")}
 COLLECTIVES = ["all_reduce", "reduce_scatter", "reduce", "all_gather", "all_to_all", "broadcast",

@@ -26,7 +26,8 @@ from commlib.testing.faults import assert_survivors_named_the_dead_rank, run_kil
 COLLECTIVES = ["all_reduce", "reduce_scatter", "reduce", "all_gather", "all_to_all", "broadcast",
                "gather", "scatter"]
 ROOTED = ("reduce", "broadcast", "gather", "scatter")
-DELAY = {"COMMLIB_EMULATED_DELAY_US": "20"}
+# One emulated device per rank: the emulated NCCL, like NCCL, refuses two ranks on one device.
+DELAY = {"COMMLIB_EMULATED_DELAY_US": "20", "COMMLIB_EMULATED_DEVICE": tuple(map(str, range(8)))}
 NCCL_LINK = {**DELAY, "COMMLIB_DEVICE_LINK": "nccl"}
 TWO_HOSTS = {**DELAY, "COMMLIB_HOST_ID": ("a", "a", "b", "b")}
 

@@ -13,7 +13,9 @@ runtime replays every schedule's real action orders (actions.build_orders) and m
 * a receive posted ahead on the compute stream (or on the same stream as a send) would block the
   compute (or the send) behind a message that needs it: a deadlock, caught by the pool's timeout;
 * a pipeline set up without ``warm_up`` would stall at its first message between two ranks
-  until a third made its first device call on that lane (``warm=False``, checked by hand).
+  until a third made its first device call on that lane (without ``warm_up``, checked by hand).
+
+The lanes are set up once and shared by every schedule replayed, as a runtime's steps share them.
 
 Values are exact small integers in float64; results are compared for equality with the same
 functions run in one process.
@@ -106,13 +108,11 @@ def reference(S: int, m: int, step: int):
 class Replay:
     """One rank of a pipeline replayed on emulated arrays (the schedules' runtime minus autograd)."""
 
-    def __init__(self, comm, kind: str, v: int, m: int, io, warm: bool = True):
+    def __init__(self, comm, kind: str, v: int, m: int, io, lanes):
         self.comm, self.kind, self.m, self.io = comm, kind, m, io
         self.P, self.S = comm.size, comm.size * v
         self.orders = A.build_orders(kind, self.S, self.P, m)
-        self.lanes = make_lanes(comm)
-        if warm:
-            warm_up(self.lanes, io)
+        self.lanes = lanes  # shared by the schedules replayed one after another, as by a runtime's steps
         self.streams = {flow: io.new_stream() for flow in ("down_in", "up_in", "down_out", "up_out")}
         self.shapes = {}
 
@@ -159,30 +159,66 @@ class Replay:
         return outs, grads
 
     def close(self):
-        for lane in self.lanes.values():
-            lane.close()
         self.streams = {}
 
 
-def replay_schedules(comm, cases, steps: int = 2) -> list:
-    """Replay each (kind, v, m) for ``steps`` steps (the first with shape messages); the list of
-    mismatches against the one-process reference (empty: all equal)."""
+# The replay's own emulated device: created here with its delay and hardware queues, so the test
+# runs in the session's plain pools (their ranks have torch imported already) without touching
+# device 0 of the other tests.
+REPLAY_DEVICE = 5
+
+
+def replay_device(index: int, delay_us: int, connections: int):
+    """Emulated device ``index`` created with ``delay_us`` and ``connections`` (the settings are
+    read once, when a process first uses the device)."""
     import os
-    io, fails = EmulatedIO(), []
-    io.current_stream()  # the default stream's thread lives on: count from here
-    # So do the emulated device's process-wide threads (its host-function thread, its hardware
-    # queues, as CUDA's own): one step of the first case, closed, starts them before the count.
-    warm = Replay(comm, *cases[0], io)
+
+    from commlib import emulated
+    saved = {k: os.environ.get(k) for k in ("COMMLIB_EMULATED_DELAY_US", "COMMLIB_EMULATED_CONNECTIONS")}
+    os.environ.update(COMMLIB_EMULATED_DELAY_US=str(delay_us), COMMLIB_EMULATED_CONNECTIONS=str(connections))
     try:
-        warm.step(0, first=True)
+        return emulated.device(index)
     finally:
-        warm.close()
-    io.emu.synchronize()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def replay_schedules(comm, cases, steps: int = 2, delay_us: int = 20, connections: int = 32) -> list:
+    """Replay each (kind, v, m) for ``steps`` steps (the first with shape messages) on emulated
+    device REPLAY_DEVICE (created with ``delay_us`` and ``connections`` if this process has not
+    used it yet); the list of mismatches against the one-process reference (empty: all equal)."""
     import gc
-    gc.collect()
-    threads = len(os.listdir("/proc/self/task"))
+    import os
+    replay_device(REPLAY_DEVICE, delay_us, connections)
+    io, fails = EmulatedIO(REPLAY_DEVICE), []
+    io.current_stream()  # the default stream's thread lives on
+    # One set of lanes for every schedule (setting lanes up was most of a short replay's time),
+    # warmed up; the emulated device's process-wide threads (its host-function thread) start there.
+    lanes = make_lanes(comm)
+    warm_up(lanes, io)
+    try:
+        io.emu.synchronize(io.index)
+        gc.collect()
+        threads = len(os.listdir("/proc/self/task"))  # the lanes' engines included: count from here
+        fails += _replay_cases(comm, cases, steps, io, lanes)
+        io.emu.synchronize(io.index)
+        gc.collect()
+        left = len(os.listdir("/proc/self/task")) - threads
+        if left > 0:
+            fails.append(f"{left} threads (streams) outlived the pipelines")
+    finally:
+        for lane in lanes.values():
+            lane.close()
+    return fails
+
+
+def _replay_cases(comm, cases, steps, io, lanes) -> list:
+    fails = []
     for kind, v, m in cases:
-        rp = Replay(comm, kind, v, m, io)
+        rp = Replay(comm, kind, v, m, io, lanes)
         try:
             for step in range(steps):
                 outs, grads = rp.step(step, first=step == 0)
@@ -195,10 +231,16 @@ def replay_schedules(comm, cases, steps: int = 2) -> list:
                               for i in range(m) if not np.array_equal(grads.get(i), want_grad[i])]
         finally:
             rp.close()
-    io.emu.synchronize()
-    import gc
-    gc.collect()
-    left = len(os.listdir("/proc/self/task")) - threads
-    if left > 0:
-        fails.append(f"{left} threads (streams) outlived the pipelines")
     return fails
+
+
+def replay_on_first_ranks(comm, P: int, cases, **kw) -> list:
+    """replay_schedules on a communicator of ranks 0..P-1 of ``comm`` (the others return []), so
+    a world size without a pool of its own in the session runs in a larger one."""
+    sub = comm.split(0 if comm.rank < P else None)
+    if sub is None:
+        return []
+    try:
+        return replay_schedules(sub, cases, **kw)
+    finally:
+        sub.close()

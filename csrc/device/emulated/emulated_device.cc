@@ -32,6 +32,13 @@ class EmulatedEvent final : public DeviceEvent, public std::enable_shared_from_t
 
 EmulatedStream& emu(DeviceStream& s) { return static_cast<EmulatedStream&>(s); }
 
+constexpr size_t kPage = 4096;
+
+// An allocation's last page holds the count of importers mapping it (the IPC rule's witness).
+std::atomic<uint64_t>& import_count(void* base, size_t mapped) {
+  return *reinterpret_cast<std::atomic<uint64_t>*>(static_cast<char*>(base) + mapped - kPage);
+}
+
 // Strict parse of an unsigned decimal field of an IPC handle (handles come through the store).
 uint64_t parse_field(const std::string& s, const std::string& handle) {
   if (s.empty() || s.size() > 19 || s.find_first_not_of("0123456789") != std::string::npos)
@@ -79,6 +86,11 @@ void EmulatedStream::enqueue(std::function<void()> op, bool always) {
     wake = thread_sleeping_;
   }
   if (wake) cv_.notify_all();
+}
+
+bool EmulatedStream::busy() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return executed_ < enqueued_;
 }
 
 void EmulatedStream::synchronize() {
@@ -192,7 +204,7 @@ void EmulatedDevice::launch_host_kernel(std::function<void()> fn, DeviceStream& 
 
 void* EmulatedDevice::allocate(size_t bytes) {
   enter("cudaMalloc");
-  const size_t size = bytes ? bytes : 1;
+  const size_t size = ((bytes ? bytes : 1) + kPage - 1) / kPage * kPage + kPage;  // + the count page
   int fd = memfd_create("commlib-emulated", MFD_CLOEXEC);
   if (fd < 0) throw std::runtime_error(std::string("emulated device: memfd_create: ") + std::strerror(errno));
   if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
@@ -221,6 +233,11 @@ void EmulatedDevice::release(void* ptr) {
     a = it->second;
     allocations_.erase(it);
   }
+  // CUDA IPC: memory must not be freed while a peer maps it (the peer reads freed, maybe reused,
+  // memory). Counted, then freed (the memfd lives on in the peer's mapping).
+  if (const uint64_t n = import_count(ptr, a.bytes).load(std::memory_order_acquire))
+    emulated_count_mapped_export_free("cudaFree on " + name() + " of exported memory that " + std::to_string(n) +
+                                      " importer(s) still map (close the imports first)");
   munmap(ptr, a.bytes);
   close(a.fd);
 }
@@ -228,6 +245,27 @@ void EmulatedDevice::release(void* ptr) {
 void EmulatedDevice::free_async(void* ptr, DeviceStream& stream) {
   if (!ptr) return;
   enter("cudaFree");
+  // cudaFree synchronises the device: the host waits for every stream of it, a stream parked in
+  // a wait for a peer included (inside an enqueue that is a stall, or a deadlock when that peer
+  // waits for this host). Counted when some stream still had work, then done as CUDA does.
+  std::vector<std::shared_ptr<EmulatedStream>> live;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& w : streams_)
+      if (auto st = w.lock()) live.push_back(std::move(st));
+  }
+  bool busy = emu(stream).busy();
+  for (auto& st : live) busy = busy || st->busy();
+  if (busy) emulated_count_busy_free("cudaFree on " + name() + " while its streams had unfinished work");
+  emu(stream).synchronize();
+  for (auto& st : live) st->synchronize();
+  enter("cudaFree");
+  release(ptr);
+}
+
+void EmulatedDevice::free_ordered(void* ptr, DeviceStream& stream) {
+  if (!ptr) return;
+  enter("cudaFreeAsync");
   emu(stream).enqueue([this, ptr] { release(ptr); });
 }
 
@@ -268,10 +306,15 @@ void* EmulatedDevice::import_memory(const std::string& handle) {
     close(f);
     throw std::runtime_error("emulated device: peer memory " + path + " is smaller than its handle says");
   }
+  if (bytes % kPage) {
+    close(f);
+    throw std::invalid_argument("emulated device: malformed memory handle '" + handle + "' (size)");
+  }
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
   const int err = errno;
   close(f);
   if (p == MAP_FAILED) throw std::runtime_error(std::string("emulated device: mmap of peer memory: ") + std::strerror(err));
+  import_count(p, bytes).fetch_add(1, std::memory_order_acq_rel);
   std::lock_guard<std::mutex> lk(mu_);
   imports_[p] = bytes;
   return p;
@@ -287,6 +330,7 @@ void EmulatedDevice::close_import(void* ptr) {
     bytes = it->second;
     imports_.erase(it);
   }
+  import_count(ptr, bytes).fetch_sub(1, std::memory_order_acq_rel);
   munmap(ptr, bytes);
 }
 

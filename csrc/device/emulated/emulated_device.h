@@ -48,6 +48,8 @@ class EmulatedStream final : public DeviceStream {
   // A data operation (copy, kernel): delayed by COMMLIB_EMULATED_DELAY_US before it runs.
   void enqueue_data(std::function<void()> op);
   void synchronize();
+  // Work enqueued and not yet executed.
+  bool busy();
   // Set while the stream is being destroyed: waits on other processes stop waiting.
   const std::atomic<bool>* closing() const { return &closing_; }
   // The device faulted: later operations are skipped, waits on other processes stop.
@@ -87,9 +89,14 @@ class EmulatedDevice final : public Device {
   int swap_current() override;
   void restore_current(int previous) override;
   int64_t delay_us() const { return delay_us_; }
+  int index() const { return index_; }
 
   void* allocate(size_t bytes) override;
+  // cudaFree: synchronises every stream of the device first (counted when one had work left:
+  // emulated_rules.h), then frees at once.
   void free_async(void* ptr, DeviceStream& stream) override;
+  void* allocate_ordered(size_t bytes, DeviceStream&) override { return allocate(bytes); }
+  void free_ordered(void* ptr, DeviceStream& stream) override;  // in stream order, no wait
   uint64_t* map_host(void* host, size_t) override { return static_cast<uint64_t*>(host); }
   void unmap_host(void*) override {}
 
@@ -132,7 +139,8 @@ class EmulatedDevice final : public Device {
  private:
   struct Allocation {
     int fd;
-    size_t bytes;
+    size_t bytes;  // what the caller asked for (rounded up to a page), then one page more: the
+                   // count of importers mapping it (the IPC rule: no free under a peer's mapping)
   };
   void release(void* ptr);
   // The rules' checks (emulated_rules.h) and the sticky fault, at the top of every call.
@@ -142,7 +150,7 @@ class EmulatedDevice final : public Device {
   const int64_t delay_us_;
   std::mutex mu_;
   std::unordered_map<void*, Allocation> allocations_;
-  std::unordered_map<void*, size_t> imports_;
+  std::unordered_map<void*, size_t> imports_;  // mapping -> mapped bytes (the count page included)
   std::atomic<bool> faulted_{false};
   std::string fault_;
   std::vector<std::weak_ptr<EmulatedStream>> streams_;

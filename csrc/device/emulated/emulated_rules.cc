@@ -18,6 +18,8 @@ thread_local int t_current = -1;
 
 std::atomic<uint64_t> g_stray{0};
 std::atomic<uint64_t> g_violations{0};
+std::atomic<uint64_t> g_busy_frees{0};
+std::atomic<uint64_t> g_mapped_frees{0};
 std::mutex g_violation_mu;
 std::string g_last_violation;
 
@@ -91,9 +93,23 @@ EmulatedRuleCounts emulated_rule_counts() {
   EmulatedRuleCounts c;
   c.stray_contexts = g_stray.load();
   c.host_function_violations = g_violations.load();
+  c.frees_while_busy = g_busy_frees.load();
+  c.exports_freed_while_mapped = g_mapped_frees.load();
   std::lock_guard<std::mutex> g(g_violation_mu);
   c.last_violation = g_last_violation;
   return c;
+}
+
+void emulated_count_busy_free(const std::string& what) {
+  g_busy_frees.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> g(g_violation_mu);
+  g_last_violation = what;
+}
+
+void emulated_count_mapped_export_free(const std::string& what) {
+  g_mapped_frees.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> g(g_violation_mu);
+  g_last_violation = what;
 }
 
 void run_host_function(std::function<void()> fn) {

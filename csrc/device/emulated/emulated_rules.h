@@ -9,7 +9,10 @@
 //    a device call from a thread that never set one is counted as a context created on device 0;
 //  - a bounded number of hardware queues (CUDA_DEVICE_MAX_CONNECTIONS; COMMLIB_EMULATED_CONNECTIONS
 //    here): streams share them round robin, and the operations of the streams of one queue run in
-//    the order they were enqueued, so a blocked wait holds up every stream behind it on its queue.
+//    the order they were enqueued, so a blocked wait holds up every stream behind it on its queue;
+//  - cudaFree synchronises the device: a free that finds work unfinished on one of the device's
+//    streams (a stream parked in a wait for a peer, inside an enqueue) is counted, then waits;
+//  - IPC: freeing memory a peer still maps (an export not closed by every importer) is counted.
 #pragma once
 
 #include <atomic>
@@ -24,9 +27,14 @@ namespace commlib {
 struct EmulatedRuleCounts {
   uint64_t stray_contexts = 0;            // device calls from threads that never set a device
   uint64_t host_function_violations = 0;  // device / NCCL calls from inside host functions
+  uint64_t frees_while_busy = 0;          // cudaFree-like frees that had to wait for streams' work
+  uint64_t exports_freed_while_mapped = 0;  // exported memory freed while a peer still mapped it
   std::string last_violation;
 };
 EmulatedRuleCounts emulated_rule_counts();
+// Counts a free that found unfinished stream work / an export still mapped by a peer.
+void emulated_count_busy_free(const std::string& what);
+void emulated_count_mapped_export_free(const std::string& what);
 
 // Runs fn on the process's host-function thread and returns once it ran.
 void run_host_function(std::function<void()> fn);

@@ -16,6 +16,7 @@
 #include <random>
 #include <thread>
 
+#include "common/params.h"
 #include "device/emulated/emulated_device.h"
 #include "device/emulated/emulated_rules.h"
 #include "device/host_flags.h"
@@ -29,7 +30,8 @@ constexpr size_t kLine = 64;
 constexpr size_t kChunk = 64 << 10;
 constexpr uint64_t kSlots = 4;
 constexpr int kMaxRanks = 4096;
-constexpr size_t kIdRegion = (1 + kMaxRanks) * kLine;  // nonce, then per rank {joined, pid, fd}
+// The nonce, then per rank {joined, pid, fd, device index, host hash}.
+constexpr size_t kIdRegion = (1 + kMaxRanks) * kLine;
 
 thread_local std::string t_error;
 thread_local std::shared_ptr<Device> t_device;
@@ -53,6 +55,33 @@ uint64_t* freed(const Comm& c, char* region, int p) {
 }
 char* slot(const Comm& c, char* region, int src, uint64_t chunk) {
   return region + 2 * c.size * kLine + (src * kSlots + chunk % kSlots) * kChunk;
+}
+
+// This process's host as the emulated NCCL sees it (COMMLIB_HOST_ID, else the hostname), hashed.
+uint64_t host_hash() {
+  std::string host = param_string("COMMLIB_HOST_ID");
+  if (host.empty()) {
+    char name[256] = {};
+    gethostname(name, sizeof name - 1);
+    host = name;
+  }
+  return std::hash<std::string>{}(host) | 1;
+}
+
+// NCCL refuses a communicator with two ranks on one GPU ("Duplicate GPU detected"), on every
+// rank, at ncclCommInitRank: the same here for two ranks on one emulated device of one host.
+std::string duplicate_device(const char* id_region, int nranks) {
+  for (int a = 0; a < nranks; ++a)
+    for (int b = a + 1; b < nranks; ++b) {
+      uint64_t da[2], db[2];
+      std::memcpy(da, id_region + (1 + a) * kLine + 24, sizeof da);
+      std::memcpy(db, id_region + (1 + b) * kLine + 24, sizeof db);
+      if (da[0] == db[0] && da[1] == db[1])
+        return "Duplicate GPU detected: rank " + std::to_string(a) + " and rank " + std::to_string(b) +
+               " both on emulated:" + std::to_string(da[0]) +
+               " of one host (NCCL needs one GPU per rank: give each rank its own device)";
+    }
+  return "";
 }
 
 char* map_fd(int fd, size_t bytes) {
@@ -271,12 +300,15 @@ NcclResult comm_init_rank(NcclComm* out, int nranks, NcclUniqueId id, int rank) 
     return fail(kNcclSystemError, std::string("CommInitRank: region: ") + std::strerror(errno));
   }
   char* my_slot = idr + (1 + rank) * kLine;
-  const uint64_t me[2] = {static_cast<uint64_t>(getpid()), static_cast<uint64_t>(c->fd)};
+  auto* emulated = dynamic_cast<EmulatedDevice*>(t_device.get());
+  const uint64_t me[4] = {static_cast<uint64_t>(getpid()), static_cast<uint64_t>(c->fd),
+                          static_cast<uint64_t>(emulated ? emulated->index() : 0), host_hash()};
   std::memcpy(my_slot + 8, me, sizeof me);
   store_flag(reinterpret_cast<uint64_t*>(my_slot), 1);
   const bool joined = wait_joined(idr, nranks, t_timeout_s);
+  const std::string duplicate = joined ? duplicate_device(idr, nranks) : "";
   std::string missing;
-  for (int r = 0; joined && r < nranks; ++r) {
+  for (int r = 0; joined && duplicate.empty() && r < nranks; ++r) {
     if (r == rank) continue;
     uint64_t peer[2];
     std::memcpy(peer, idr + (1 + r) * kLine + 8, sizeof peer);
@@ -295,6 +327,7 @@ NcclResult comm_init_rank(NcclComm* out, int nranks, NcclUniqueId id, int rank) 
   }
   if (!joined)
     return fail(kNcclSystemError, "CommInitRank: not every rank joined within " + std::to_string(t_timeout_s) + " s");
+  if (!duplicate.empty()) return fail(kNcclInvalidUsage, "CommInitRank: " + duplicate);
   if (!missing.empty()) return fail(kNcclSystemError, "CommInitRank: cannot map the regions of ranks" + missing);
   *out = reinterpret_cast<NcclComm>(new Handle{std::move(c)});
   return kNcclSuccess;

@@ -48,7 +48,8 @@ void exchange_and_reduce(const Args& a, const char* in, size_t (*offset)(const A
   Device& d = *a.comm->device;
   const int me = a.comm->rank, n = a.comm->size;
   const bool receives = !to_root_only || me == root;
-  char* blocks = receives ? static_cast<char*>(d.allocate(n * a.bytes)) : nullptr;
+  // Stream-ordered: NCCL never frees (or cudaFrees) inside a call.
+  char* blocks = receives ? static_cast<char*>(d.allocate_ordered(n * a.bytes, *a.stream)) : nullptr;
   if (receives) d.copy(blocks + me * a.bytes, in + offset(a, me), a.bytes, *a.stream);
   std::vector<P2p> ops;
   for (int q = 0; q < n; ++q) {
@@ -59,7 +60,7 @@ void exchange_and_reduce(const Args& a, const char* in, size_t (*offset)(const A
   enqueue_group(a.comm, *a.stream, std::move(ops));
   if (receives) {
     reduce_blocks(a, out, blocks);
-    d.free_async(blocks, *a.stream);
+    d.free_ordered(blocks, *a.stream);
   }
 }
 
