@@ -11,7 +11,8 @@
 # machine's own python3: no venv, no download, no registry), import (commlib._C_cuda must import
 # where nvidia-smi lists a GPU: the import error otherwise, and the run stops), kernels (the
 # @pytest.mark.gpu kernel tests), gpu (every other @pytest.mark.gpu test, several ranks on the one GPU), ranks (tests/device's CUDA cases again under
-# MPS when nvidia-cuda-mps-control exists; skipped otherwise), bench (small and large all_reduce
+# MPS when nvidia-cuda-mps-control exists; skipped otherwise), bench (small and large all_reduce on
+# both device paths, kernel and copy, against the device copy bandwidth, under MPS where there is one;
 # sizes; against NCCL where there is one GPU per rank, NCCL refusing several ranks on one GPU).
 # bench/RESULTS_gpu.md is rewritten after every step, so a run cut short still reports.
 # Without a GPU it says so and stops (exit 0) without touching bench/RESULTS_gpu.md.
@@ -199,16 +200,37 @@ if wants bench; then
     np=2 peers=(--peers none) note="no NCCL peer: NCCL refuses several ranks on one GPU (Duplicate GPU); ours only, 2 ranks on GPU 0"
   fi
   [ "$np" -gt 8 ] && np=8
-  common=(all_reduce --device cuda --np "$np" --mode in -n 10 -w 3 --passes 1 --timeout 60 "${peers[@]}")
+  # Both paths of the stream engine side by side (--paths: kernel, copy, and which one auto ran),
+  # against the device-to-device copy bandwidth measured in the same job (docs/gpu.md, "Paths in
+  # the bench"). Few algorithms so that both sizes fit the budget. Several ranks on one GPU time-slice
+  # without MPS (every kernel-path wait lasts a slice), so the bench runs under a private MPS daemon
+  # where there is one, and says so.
+  common=(all_reduce --device cuda --np "$np" --mode in -n 10 -w 3 --passes 1 --timeout 60
+          --algorithms ring,direct,two_shot,auto --paths kernel,copy,auto "${peers[@]}")
+  mps=""
+  if [ "$gpus" -lt 2 ] && command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
+    export CUDA_MPS_PIPE_DIRECTORY=$logs/mps_bench_pipe CUDA_MPS_LOG_DIRECTORY=$logs/mps_bench_log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    if nvidia-cuda-mps-control -d > "$logs/mps_bench_start.log" 2>&1; then
+      mps=", under MPS"
+    else
+      unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    fi
+  fi
   mkdir -p bench/results
-  run_step bench_small 70 "all_reduce 8 B .. 64 KiB, $np ranks ($note)" \
+  run_step bench_small 90 "all_reduce 8 B .. 64 KiB, $np ranks ($note$mps), kernel and copy paths" \
     "$PY" -m commlib bench "${common[@]}" -b 8 -e 64K -f 8 --json bench/results/gpu_bench_small.json
-  run_step bench_large 80 "all_reduce 64 MiB .. 256 MiB, $np ranks ($note)" \
+  run_step bench_large 90 "all_reduce 64 MiB .. 256 MiB, $np ranks ($note$mps), kernel and copy paths" \
     "$PY" -m commlib bench "${common[@]}" -b 64M -e 256M -f 4 --json bench/results/gpu_bench_large.json
+  if [ -n "$mps" ]; then
+    echo quit | nvidia-cuda-mps-control > /dev/null 2>&1
+    sleep 1
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  fi
   for f in small large; do
     j=bench/results/gpu_bench_$f.json
     if [ -s "$j" ]; then
-      { echo "### $f sizes"; echo; timeout 60 "$PY" -m commlib.bench.device "$j" 2>&1; echo; } >> "$logs/bench.md"
+      { echo "### $f sizes$mps"; echo; timeout 60 "$PY" -m commlib.bench.device "$j" 2>&1; echo; } >> "$logs/bench.md"
     fi
   done
   write_report

@@ -37,6 +37,9 @@ def add_arguments(p: argparse.ArgumentParser):
     p.add_argument("--device", default="host", choices=("host", "emulated", "cuda"),
                    help="where the buffers live: host memory (default), commlib.emulated arrays or CUDA "
                         "tensors (the stream engine; commlib/bench/device.py)")
+    p.add_argument("--paths", default=None,
+                   help="with --device: comma list of the stream engine's paths to compare, each on its own "
+                        "sub-communicator: auto, kernel, copy (default auto,kernel,copy; commlib/bench/device_paths.py)")
     p.add_argument("-d", "--datatype", default="float32", choices=C.DTYPES, help="element type (default float32)")
     p.add_argument("-o", "--op", default="sum", choices=C.OPS, help="reduction (default sum)")
     p.add_argument("-r", "--root", type=int, default=0, help="root of rooted collectives (default 0)")
@@ -95,5 +98,17 @@ def config_from_args(a) -> dict:
         "check": bool(a.check), "rounds": a.rounds,
         "modes": ["out", "in"] if a.mode == "both" else [a.mode],
         "algorithms": [x for x in a.algorithms.split(",") if x], "peers": peers, "device": device,
+        "paths": _paths(a, device),
         "imports": list(getattr(a, "imports", []) or []),
     }
+
+
+def _paths(a, device):
+    """--paths (the device bench only)."""
+    text = getattr(a, "paths", None)
+    if device == "host":
+        if text:
+            raise SystemExit("commlib bench: --paths needs --device emulated or cuda")
+        return None
+    from commlib.bench.device_paths import parse_paths
+    return parse_paths(text or "auto,kernel,copy")

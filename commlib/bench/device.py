@@ -52,10 +52,25 @@ def _timed(call, sync):
     sync()
 
 
+class _TimedOnPath:
+    """A timed call that notes, at its first call, the path its communicator's engine took."""
+
+    def __init__(self, call, sync, comm, algorithm, ran):
+        self.call, self.sync, self.comm, self.algorithm, self.ran = call, sync, comm, algorithm, ran
+        self.first = True
+
+    def __call__(self):
+        self.call()
+        self.sync()
+        if self.first:
+            self.first = False
+            self.ran[self.algorithm] = self.comm._device_route.last_path()
+
+
 class DeviceBackend(CommlibBackend):
     """commlib's collectives on device buffers (``nccl_peer``: NCCL's own, ``algorithm="nccl"``)."""
 
-    def __init__(self, comm, device: str, nccl_peer: bool = False):
+    def __init__(self, comm, device: str, nccl_peer: bool = False, paths=None):
         super().__init__(comm)
         from commlib import settings
         self.device = device
@@ -79,9 +94,21 @@ class DeviceBackend(CommlibBackend):
             # on every rank, so the size column says which one each row measured.
             shown = "auto (kernel up to 1 MiB per rank, copy above)" if path == "auto" else path
             self.transport = f"{device} device, link {settings.get('COMMLIB_DEVICE_LINK') or 'auto'}, path {shown}"
+        # --paths: one sub-communicator per path, algorithms named "<algorithm>@<path>"
+        # (commlib/bench/device_paths.py); `_ran`: the path each algorithm's calls last ran on.
+        self._path_comms = {}
+        self._ran = {}
+        if paths and list(paths) != ["auto"] and not nccl_peer:  # auto alone: the plain names
+            from commlib.bench import device_paths
+            self._path_comms = device_paths.path_communicators(comm, device, paths)
+            self.transport = (f"{device} device, link {settings.get('COMMLIB_DEVICE_LINK') or 'auto'}, "
+                              f"paths {', '.join(paths)} (auto: kernel up to 1 MiB per rank, copy above)")
 
     def algorithms(self, collective):
-        return ["nccl"] if self.nccl_peer else super().algorithms(collective)
+        if self.nccl_peer:
+            return ["nccl"]
+        base = super().algorithms(collective)
+        return [f"{a}@{p}" for p in self._path_comms for a in base] if self._path_comms else base
 
     def supports(self, collective, mode, op, dtype):
         if self.nccl_peer and op in ("band", "bor", "bxor"):
@@ -89,11 +116,39 @@ class DeviceBackend(CommlibBackend):
         return super().supports(collective, mode, op, dtype)
 
     def make(self, collective, algorithm, mode, bufs, op, root):
-        call = super().make(collective, "nccl" if self.nccl_peer else algorithm, mode, bufs, op, root)
-        return functools.partial(_timed, call, self._sync)
+        from commlib.bench.device_paths import split_algorithm
+        algo, path = split_algorithm(algorithm)
+        if path is None:
+            call = super().make(collective, "nccl" if self.nccl_peer else algo, mode, bufs, op, root)
+            return _TimedOnPath(call, self._sync, self.comm, algorithm, self._ran)
+        own, self.comm = self.comm, self._path_comms[path]
+        try:
+            call = super().make(collective, algo, mode, bufs, op, root)
+        finally:
+            self.comm, path_comm = own, self.comm
+        return _TimedOnPath(call, self._sync, path_comm, algorithm, self._ran)
 
     def resolve(self, collective, algorithm, size, dtype):
-        return "nccl" if self.nccl_peer else super().resolve(collective, algorithm, size, dtype)
+        from commlib.bench.device_paths import split_algorithm
+        return "nccl" if self.nccl_peer else super().resolve(collective, split_algorithm(algorithm)[0], size, dtype)
+
+    def ran_path(self, algorithm):
+        """The path ("kernel" / "copy") the calls of `algorithm` ran on, as of its latest size."""
+        return self._ran.get(algorithm)
+
+    def extra_info(self, cfg):
+        """Rank 0, after the sweep: the device-to-device copy bandwidth, the paths' reference."""
+        if self.nccl_peer or self.rank != 0:
+            return {"device": self.device}
+        from commlib.bench.device_paths import copy_bandwidth
+        nbytes = min(max(cfg.get("sizes") or [1 << 20]), 256 << 20)
+        return {"device": self.device, "device_copy_GBps": copy_bandwidth(self.device, nbytes),
+                "device_copy_bytes": max(nbytes, 1 << 20)}
+
+    def close(self):
+        for c in self._path_comms.values():
+            c.close()
+        self._path_comms = {}
 
 
 # -- summary: our best against NCCL (scripts/gpu_check.sh writes it into bench/RESULTS_gpu.md) -----
@@ -157,7 +212,9 @@ def markdown(data) -> str:
                      f"{r['busbw_ratio']:.2f} |")
     lines += ["", "| target | status |", "| --- | --- |"]
     lines += [f"| {t} | {v} |" for t, v in targets(rows, P)]
-    return "\n".join(lines) + "\n"
+    from commlib.bench.device_paths import markdown as paths_markdown
+    paths = paths_markdown(data)
+    return "\n".join(lines) + "\n" + ("\n" + paths if paths else "")
 
 
 if __name__ == "__main__":

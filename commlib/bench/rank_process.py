@@ -21,12 +21,12 @@ def _progress(done, total, label):
         sys.stderr.flush()
 
 
-def _make_backend(name, rank=None, world_size=None, device="host"):
+def _make_backend(name, rank=None, world_size=None, device="host", paths=None):
     if device != "host":  # commlib's engine on device buffers; "nccl": NCCL's own collectives
         import commlib
         from commlib.bench.device import DeviceBackend
         C.use_device(device)
-        return DeviceBackend(commlib.init(), device, nccl_peer=name == "nccl")
+        return DeviceBackend(commlib.init(), device, nccl_peer=name == "nccl", paths=paths)
     if name == "commlib":
         import commlib
         from commlib.bench.sweep import CommlibBackend
@@ -44,7 +44,8 @@ def _make_backend(name, rank=None, world_size=None, device="host"):
 
 
 def _close(backend):
-    for obj, meth in ((getattr(backend, "comm", None), "close"), (backend, "close")):
+    # the backend's own first: its sub-communicators (the device bench's paths) before their parent
+    for obj, meth in ((backend, "close"), (getattr(backend, "comm", None), "close")):
         f = getattr(obj, meth, None)
         if callable(f):
             try:
@@ -66,7 +67,7 @@ def run_backend(name: str, cfg: dict):
     from commlib.bench.sweep import Sweep
     if name == "commlib":
         import_plugins(cfg)
-    backend = _make_backend(name, device=cfg.get("device", "host"))
+    backend = _make_backend(name, device=cfg.get("device", "host"), paths=cfg.get("paths"))
     if name == "mpi" and cfg.get("hosts", 1) > 1:
         backend.transport = "tcp"  # launched with --mca btl tcp,self (Placement.mpi_command)
     try:
@@ -76,6 +77,8 @@ def run_backend(name: str, cfg: dict):
         info = {"available": True, "transport": backend.transport, "wrong": sw.wrong_total}
         if cfg.get("links"):
             info["links"] = cfg["links"]
+        if hasattr(backend, "extra_info"):
+            info.update(backend.extra_info(cfg))
         if name == "mpi":
             info["library"] = backend.library_version()
         if name == "gloo":

@@ -276,7 +276,8 @@ class Sweep:
         known = self.b.algorithms(collective)
         if "all" in req:
             return known
-        return [a for a in req if a in known]
+        # "<algorithm>@<path>" (the device bench's paths) is selected by its algorithm
+        return [a for a in known if a in req or a.partition("@")[0] in req]
 
     def _plan(self):
         cfg, b = self.cfg, self.b
@@ -404,6 +405,8 @@ class Sweep:
                 "algbw_GBps": algbw, "busbw_GBps": busbw,
                 "wrong": wrong_sum if ref is not None else None,
             }
+            if hasattr(b, "ran_path"):  # the device bench: the path the calls ran on
+                rec["path"] = b.ran_path(algo)
             out[algo][mode] = rec
             if b.rank == 0:
                 self.records.append(rec)

@@ -5,6 +5,11 @@
 //   - the grid barrier's counter: an acq_rel fetch-add at device scope;
 //   - block_sync: __syncthreads on the GPU; nothing on the emulated device, which runs one thread
 //     per block (a block's threads there are one host thread, so there is nothing to order);
+//     block_any: __syncthreads_or (a barrier that also tells every thread whether any thread's
+//     predicate was set; no shared variable to race on);
+//   - LL lines (the small-message protocol, plan_ll.cuh): 64-bit words stored and loaded RELAXED at
+//     system scope, each one single-copy atomic, so a reader that sees a line's flag half sees the
+//     data half of the same store;
 //   - pause: the back-off of a wait loop (__nanosleep; on the host yield, then sleep, so that
 //     spinning ranks on a 2-core machine leave the cores to the ranks they wait for);
 //   - emu_perturb: COMMLIB_EMULATED_DELAY_US on the emulated device (a random delay before each
@@ -50,6 +55,9 @@ __device__ __forceinline__ uint64_t acquire_load_device(const uint64_t* p) {
   return a.load(cuda::memory_order_acquire);
 }
 __device__ __forceinline__ void block_sync() { __syncthreads(); }
+__device__ __forceinline__ bool block_any(int pred) { return __syncthreads_or(pred) != 0; }
+__device__ __forceinline__ void ll_store(uint64_t* p, uint64_t v) { relaxed_store(p, v); }
+__device__ __forceinline__ uint64_t ll_load(const uint64_t* p) { return relaxed_load(p); }
 __device__ __forceinline__ void pause(uint32_t& spins) {
   if (++spins > 64) __nanosleep(spins > 4096 ? 1000 : 100);
 }
@@ -64,6 +72,9 @@ inline void relaxed_store(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __AT
 inline void arrive(uint64_t* p) { __atomic_fetch_add(p, 1, __ATOMIC_ACQ_REL); }
 inline uint64_t acquire_load_device(const uint64_t* p) { return acquire_load(p); }
 inline void block_sync() {}
+inline bool block_any(int pred) { return pred != 0; }
+inline void ll_store(uint64_t* p, uint64_t v) { relaxed_store(p, v); }
+inline uint64_t ll_load(const uint64_t* p) { return relaxed_load(p); }
 inline void pause(uint32_t& spins) {
   ++spins;
   if (spins > 2048)

@@ -32,6 +32,10 @@
 // of all ranks run concurrently (the grid is small; on one GPU several ranks need MPS to be
 // co-resident, otherwise they time-slice).
 //
+// Small chunks (at most ll_bytes, COMMLIB_DEVICE_LL_BYTES) take the LL protocol instead
+// (plan_ll.cuh: data and flag in one 64-bit store into the peer's LL slot, no fence, no flag
+// round trip); both sides choose it from the chunk's bytes, which the plan check proves equal.
+//
 // Errors. Every wait loop polls the abort word (host memory the watchdog sets when the engine
 // fails: a dead or mismatched peer, a timeout) and the kernel returns: no launch outlives the
 // watchdog's verdict. Each block publishes its progress (items done) for the watchdog's timeout.
@@ -43,6 +47,7 @@
 #include "kernels/device_plan_types.h"
 #include "kernels/elementwise_kernel.h"
 #include "kernels/plan_atomics.cuh"
+#include "kernels/plan_ll.cuh"
 
 namespace commlib {
 namespace kexec {
@@ -56,6 +61,7 @@ struct PeerView {
   char* slots;      // p's slots[.][.]
   uint64_t* ready;  // p's ready[.][.]
   uint64_t* freed;  // p's freed[.][.]
+  uint64_t* ll;     // p's LL slots: ll[q][s], ll_lines words each
 };
 
 // The kernel's parameters (passed by value).
@@ -69,6 +75,8 @@ struct PlanLaunch {
   char* slots;                 // this rank's kernel region
   uint64_t* ready;
   uint64_t* freed;
+  uint64_t* ll;                // this rank's LL slots
+  char* ll_stage;              // this rank only: [gridDim.x][ll_bytes], one stage per block
   uint64_t* sent;              // [size] chunks sent to each peer before this call (device)
   uint64_t* received;          // [size]
   uint64_t* barrier;           // grid barrier counter (device, this rank only)
@@ -80,6 +88,7 @@ struct PlanLaunch {
   uint64_t slot_bytes;
   uint32_t nsteps;
   uint32_t nslots;
+  uint32_t ll_bytes;           // chunks of at most this many bytes take the LL protocol (0: none)
   int rank;
   int size;
 };
@@ -150,21 +159,22 @@ __device__ __forceinline__ void block_reduce(char* dst, const char* a, const cha
 // Thread 0 waits until *flag >= target or the abort word is set; the whole block learns which.
 __device__ __forceinline__ bool block_wait(const uint64_t* flag, uint64_t target, const PlanLaunch& a,
                                                     bool device_scope = false) {
-  __shared__ int ok;
+  int stop = 0;
   if (threadIdx.x == 0) {
-    ok = 1;
     uint32_t spins = 0;
     while ((device_scope ? acquire_load_device(flag) : acquire_load(flag)) < target) {
       if (spins % kAbortPollEvery == 0 && relaxed_load(a.abort)) {
-        ok = 0;
+        stop = 1;
         break;
       }
       pause(spins);
     }
   }
-  block_sync();
-  return ok != 0;
+  return !block_any(stop);
 }
+
+// Whether a chunk of `bytes` takes the LL protocol (both sides of a message decide alike).
+__device__ __forceinline__ bool uses_ll(const PlanLaunch& a, uint32_t bytes) { return a.ll_bytes && bytes <= a.ll_bytes; }
 
 template <class F>
 __device__ __forceinline__ bool run_item(const PlanLaunch& a, const kplan::PlanItem& it, const F& f) {
@@ -184,6 +194,11 @@ __device__ __forceinline__ bool run_item(const PlanLaunch& a, const kplan::PlanI
       if (c >= a.nslots && !block_wait(a.freed + static_cast<size_t>(it.peer) * a.nslots + s, c - a.nslots + 1, a))
         return false;
       const PeerView& p = a.peers[it.peer];
+      if (uses_ll(a, it.bytes)) {  // LL: no __syncthreads, no fence, no flag store
+        ll_send(p.ll + (static_cast<size_t>(a.rank) * a.nslots + s) * (a.ll_bytes / 4), src, it.bytes,
+                static_cast<uint32_t>(c + 1));
+        return true;
+      }
       block_copy(p.slots + (static_cast<size_t>(a.rank) * a.nslots + s) * a.slot_bytes, src, it.bytes);
       block_sync();  // every thread's part of the chunk is written before the flag says so
       if (threadIdx.x == 0) release_store(p.ready + static_cast<size_t>(a.rank) * a.nslots + s, c + 1);
@@ -192,8 +207,16 @@ __device__ __forceinline__ bool run_item(const PlanLaunch& a, const kplan::PlanI
     default: {  // kRecv, kRecvReduce
       const uint64_t c = a.received[it.peer] + it.chunk;
       const uint64_t s = c % a.nslots;
-      if (!block_wait(a.ready + static_cast<size_t>(it.peer) * a.nslots + s, c + 1, a)) return false;
       const char* slot = a.slots + (static_cast<size_t>(it.peer) * a.nslots + s) * a.slot_bytes;
+      if (uses_ll(a, it.bytes)) {  // LL: the lines carry their flags; unpacked into the block's stage
+        char* stage = a.ll_stage + static_cast<size_t>(blockIdx.x) * a.ll_bytes;
+        if (!ll_recv(a.ll + (static_cast<size_t>(it.peer) * a.nslots + s) * (a.ll_bytes / 4), stage, it.bytes,
+                     static_cast<uint32_t>(c + 1), a.abort))
+          return false;
+        slot = stage;
+      } else if (!block_wait(a.ready + static_cast<size_t>(it.peer) * a.nslots + s, c + 1, a)) {
+        return false;
+      }
       if (it.kind == kplan::kRecv)
         block_copy(dst, slot, it.bytes);
       else

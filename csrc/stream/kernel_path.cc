@@ -26,6 +26,7 @@ constexpr size_t kPageBytes = 4096;
 constexpr size_t kDoneWord = 1;
 constexpr size_t kProgressWord = 8;
 constexpr size_t kMaxPlans = 256;
+constexpr uint64_t kMaxLLBytes = 65536;
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
@@ -43,25 +44,38 @@ const char* device_path_name(DevicePath p) {
   return p == DevicePath::Auto ? "auto" : p == DevicePath::Kernel ? "kernel" : "copy";
 }
 
-size_t KernelPath::flag_bytes() const { return round_up(static_cast<size_t>(size_) * nslots_ * 8, kLine); }
-size_t KernelPath::region_bytes() const {
-  return 2 * flag_bytes() + static_cast<size_t>(size_) * nslots_ * slot_bytes_;
+uint32_t device_ll_bytes_from_env(uint64_t slot_bytes) {
+  const uint64_t v = param_bytes("COMMLIB_DEVICE_LL_BYTES");
+  if (v % 64 || v > kMaxLLBytes)
+    throw std::invalid_argument("COMMLIB_DEVICE_LL_BYTES: expected a multiple of 64 up to 65536, got " +
+                                std::to_string(v));
+  return static_cast<uint32_t>(std::min(v, slot_bytes));
 }
+
+size_t KernelPath::flag_bytes() const { return round_up(static_cast<size_t>(size_) * nslots_ * 8, kLine); }
+size_t KernelPath::slots_bytes() const { return static_cast<size_t>(size_) * nslots_ * slot_bytes_; }
+// ready | freed | slots | LL slots (two bytes of lines per byte of data)
+size_t KernelPath::region_bytes() const {
+  return 2 * flag_bytes() + slots_bytes() + static_cast<size_t>(size_) * nslots_ * 2 * ll_bytes_;
+}
+size_t KernelPath::views_offset() const { return round_up(2 * size_ * 8, kLine) + kLine; }
 
 KernelPath::KernelPath(std::shared_ptr<Device> device, int rank, int size, uint32_t nslots, uint64_t slot_bytes,
                        DevicePath mode)
     : device_(std::move(device)), rank_(rank), size_(size), nslots_(nslots), slot_bytes_(slot_bytes), mode_(mode),
-      imported_(size, nullptr) {
+      ll_bytes_(device_ll_bytes_from_env(slot_bytes)), imported_(size, nullptr) {
   if (mode_ == DevicePath::Kernel && device_->plan_blocks(1) == 0)
     throw std::invalid_argument("COMMLIB_DEVICE_PATH=kernel: " + device_->name() + " has no kernel path");
   setup_stream_ = device_->create_stream();
   region_ = static_cast<char*>(device_->allocate(region_bytes()));
-  // sent | received (size words each) | barrier (a line) | peer views
-  const size_t local_bytes = round_up(2 * size_ * 8, kLine) + kLine + size_ * sizeof(PeerView);
+  // sent | received (size words each) | barrier (a line) | peer views | LL stages (one per block)
+  const size_t local_bytes = views_offset() + round_up(size_ * sizeof(PeerView), kLine) + kexec::kMaxBlocks * ll_bytes_;
   local_ = device_->allocate(local_bytes);
-  std::vector<char> zeros(std::max(2 * flag_bytes(), local_bytes), 0);
-  // Once per engine: the flags are zero before any peer sees the region.
+  const size_t ll_area = region_bytes() - 2 * flag_bytes() - slots_bytes();
+  std::vector<char> zeros(std::max({2 * flag_bytes(), local_bytes, ll_area}), 0);
+  // Once per engine: the flags (and the LL lines' flag halves) are zero before any peer sees the region.
   device_->upload_now(region_, zeros.data(), 2 * flag_bytes());
+  if (ll_area) device_->upload_now(region_ + 2 * flag_bytes() + slots_bytes(), zeros.data(), ll_area);
   device_->upload_now(local_, zeros.data(), local_bytes);
   void* page = mmap(nullptr, kPageBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (page == MAP_FAILED) throw std::runtime_error("kernel path: cannot map its host page");
@@ -79,12 +93,12 @@ KernelPath::~KernelPath() {
 }
 
 std::string KernelPath::local_handle() const {
-  return std::string(device_path_name(mode_)) + ":" + device_->export_memory(region_);
+  return std::string(device_path_name(mode_)) + "," + std::to_string(ll_bytes_) + ":" + device_->export_memory(region_);
 }
 
 void check_device_paths(const std::vector<std::string>& kernel_handles, DevicePath mine, int rank) {
   for (size_t p = 0; p < kernel_handles.size(); ++p) {
-    const std::string theirs = kernel_handles[p].substr(0, kernel_handles[p].find(':'));
+    const std::string theirs = kernel_handles[p].substr(0, kernel_handles[p].find_first_of(",:"));
     if (theirs != device_path_name(mine))
       throw std::invalid_argument("COMMLIB_DEVICE_PATH: rank " + std::to_string(p) + " uses " + theirs + ", rank " +
                                   std::to_string(rank) + " " + device_path_name(mine) + "; every rank must use the same");
@@ -92,17 +106,26 @@ void check_device_paths(const std::vector<std::string>& kernel_handles, DevicePa
 }
 
 void KernelPath::connect(const std::vector<std::string>& handles, bool one_host) {
+  const std::string mine = std::to_string(ll_bytes_);
+  for (size_t p = 0; p < handles.size(); ++p) {  // the regions' layout depends on it
+    const size_t comma = handles[p].find(','), colon = handles[p].find(':');
+    const std::string theirs = comma < colon ? handles[p].substr(comma + 1, colon - comma - 1) : "";
+    if (theirs != mine)
+      throw std::invalid_argument("COMMLIB_DEVICE_LL_BYTES: rank " + std::to_string(p) + " uses " + theirs + ", rank " +
+                                  std::to_string(rank_) + " " + mine + "; every rank must use the same");
+  }
   usable_ = one_host && mode_ != DevicePath::Copy && device_->plan_blocks(1) > 0;
   if (!usable_) return;
-  std::vector<PeerView> views(size_, PeerView{nullptr, nullptr, nullptr});
+  std::vector<PeerView> views(size_, PeerView{nullptr, nullptr, nullptr, nullptr});
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
     const std::string& h = handles[p];
     imported_[p] = static_cast<char*>(device_->import_memory(h.substr(h.find(':') + 1)));
     views[p] = PeerView{imported_[p] + 2 * flag_bytes(), reinterpret_cast<uint64_t*>(imported_[p]),
-                        reinterpret_cast<uint64_t*>(imported_[p] + flag_bytes())};
+                        reinterpret_cast<uint64_t*>(imported_[p] + flag_bytes()),
+                        reinterpret_cast<uint64_t*>(imported_[p] + 2 * flag_bytes() + slots_bytes())};
   }
-  char* views_dev = static_cast<char*>(local_) + round_up(2 * size_ * 8, kLine) + kLine;
+  char* views_dev = static_cast<char*>(local_) + views_offset();
   device_->upload_now(views_dev, views.data(), views.size() * sizeof(PeerView));
 }
 
@@ -130,6 +153,12 @@ const KernelPath::Uploaded& KernelPath::upload(const KernelPlanKey& key, const S
   std::memcpy(host.data() + items + steps + counts, p.recvs_from.data(), counts);
   u.dev = device_->allocate(host.size());
   device_->upload_now(u.dev, host.data(), host.size());  // once per call shape
+  for (const kplan::PlanItem& it : p.items)
+    if (it.kind == kplan::kSend || it.kind == kplan::kRecv || it.kind == kplan::kRecvReduce) {
+      u.first_peer = it.peer;
+      u.first_is_send = it.kind == kplan::kSend;
+      break;
+    }
   return plans_.emplace(key, std::move(u)).first->second;
 }
 
@@ -147,11 +176,14 @@ KernelPath::Launched KernelPath::enqueue(const KernelPlanKey& key, const Schedul
   a.steps = reinterpret_cast<const kplan::PlanStep*>(dev + items);
   a.sends_to = reinterpret_cast<const uint32_t*>(dev + items + steps);
   a.recvs_from = a.sends_to + size_;
-  a.peers = reinterpret_cast<const PeerView*>(local + round_up(2 * size_ * 8, kLine) + kLine);
+  a.peers = reinterpret_cast<const PeerView*>(local + views_offset());
   for (int b = 0; b < 3; ++b) a.bases[b] = bases[b];
   a.ready = reinterpret_cast<uint64_t*>(region_);
   a.freed = reinterpret_cast<uint64_t*>(region_ + flag_bytes());
   a.slots = region_ + 2 * flag_bytes();
+  a.ll = reinterpret_cast<uint64_t*>(region_ + 2 * flag_bytes() + slots_bytes());
+  a.ll_stage = local + views_offset() + round_up(size_ * sizeof(PeerView), kLine);
+  a.ll_bytes = ll_bytes_;
   a.sent = reinterpret_cast<uint64_t*>(local);
   a.received = a.sent + size_;
   a.barrier = reinterpret_cast<uint64_t*>(local + round_up(2 * size_ * 8, kLine));
@@ -168,14 +200,7 @@ KernelPath::Launched KernelPath::enqueue(const KernelPlanKey& key, const Schedul
   device_->launch_plan(a, blocks, dtype, op, p.reduces, stream);
   barrier_ += static_cast<uint64_t>(blocks) * p.steps.size();
   ++launches_;
-  Launched l{reinterpret_cast<const uint64_t*>(host_page_) + kDoneWord, launches_, -1, false};
-  for (const kplan::PlanItem& it : p.items)
-    if (it.kind == kplan::kSend || it.kind == kplan::kRecv || it.kind == kplan::kRecvReduce) {
-      l.peer = it.peer;
-      l.send = it.kind == kplan::kSend;
-      break;
-    }
-  return l;
+  return Launched{reinterpret_cast<const uint64_t*>(host_page_) + kDoneWord, launches_, u.first_peer, u.first_is_send};
 }
 
 void KernelPath::abort() {

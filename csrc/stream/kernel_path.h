@@ -32,6 +32,9 @@ const char* device_path_name(DevicePath p);
 // Every rank's kernel handle ("<mode>:..."): std::invalid_argument naming COMMLIB_DEVICE_PATH when
 // a rank uses another mode than `mine` (the ranks must choose the same path for every call).
 void check_device_paths(const std::vector<std::string>& kernel_handles, DevicePath mine, int rank);
+// COMMLIB_DEVICE_LL_BYTES for slots of `slot_bytes` (at most a slot; std::invalid_argument naming
+// it unless a multiple of 64 up to 65536).
+uint32_t device_ll_bytes_from_env(uint64_t slot_bytes);
 // auto: the kernel path for calls of at most this many bytes (count x element size), else copy.
 constexpr uint64_t kKernelPathMaxBytes = uint64_t{1} << 20;
 
@@ -59,11 +62,11 @@ class KernelPath {
   KernelPath(std::shared_ptr<Device> device, int rank, int size, uint32_t nslots, uint64_t slot_bytes, DevicePath mode);
   ~KernelPath();
 
-  // "<mode>:<region handle>", the part of the engine's handle the peers need.
+  // "<mode>,<LL bytes>:<region handle>", the part of the engine's handle the peers need.
   std::string local_handle() const;
   // Every rank's local_handle(); `one_host`: every rank is on this rank's host (otherwise the
   // kernel path stays off: it needs every peer's memory). std::invalid_argument when a rank uses
-  // another COMMLIB_DEVICE_PATH.
+  // another COMMLIB_DEVICE_PATH or COMMLIB_DEVICE_LL_BYTES.
   void connect(const std::vector<std::string>& handles, bool one_host);
 
   // Whether a call of `bytes` (count x element size) runs as a kernel (the same answer on every
@@ -100,19 +103,24 @@ class KernelPath {
   struct Uploaded {
     DevicePlan plan;
     void* dev = nullptr;  // items | steps | sends_to | recvs_from
+    int first_peer = -1;  // the plan's first message (the watchdog's view of a launch)
+    bool first_is_send = false;
   };
   const Uploaded& upload(const KernelPlanKey& key, const Schedule& sched, DeviceStream& stream);
   size_t flag_bytes() const;
+  size_t slots_bytes() const;
   size_t region_bytes() const;
+  size_t views_offset() const;  // of the peer views in local_ (after sent | received | barrier)
 
   std::shared_ptr<Device> device_;
   const int rank_, size_;
   const uint32_t nslots_;
   const uint64_t slot_bytes_;
   const DevicePath mode_;
+  const uint32_t ll_bytes_;  // COMMLIB_DEVICE_LL_BYTES, at most a slot
   bool usable_ = false;  // connected, every rank on this host, the device has a kernel path
-  char* region_ = nullptr;         // exported: ready | freed | slots
-  void* local_ = nullptr;          // this rank only: sent | received | barrier | peer views
+  char* region_ = nullptr;         // exported: ready | freed | slots | LL slots
+  void* local_ = nullptr;          // this rank only: sent | received | barrier | peer views | LL stages
   std::vector<char*> imported_;    // peers' regions
   char* host_page_ = nullptr;      // abort word, progress words
   uint64_t* host_page_dev_ = nullptr;

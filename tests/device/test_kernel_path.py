@@ -3,74 +3,76 @@ rank's device plan, csrc/stream/kernel_path.h) on the emulated device, whose blo
 threads concurrently, with the stream delay on (it also perturbs every item of every block) and
 every rank of a pool sharing emulated device 0.
 
-The same covering selection as the copy path's matrix (test_device_collectives.py): every
-collective x algorithm (auto included) x two of the counts 0, 1, P-1, 13, 97 at world sizes 1-5
-and 8, dtypes, ops, roots and placement rotating; every dtype x op at size 3; one ~1M-element call
-per collective at size 3 (forced onto the kernel path: auto would take the copy path above
-1 MiB). Small slots (COMMLIB_DEVICE_SLOT_BYTES=4096, 2 slots) make large calls hundreds of chunks
-through few slots, so slot reuse and the flags' order are exercised. Then errors on the kernel
-path: mismatched calls, a killed rank, a silent peer (the abort word releases the kernel), and
-the auto/kernel/copy choice itself."""
+CI time: the tests run in the SAME rank pools as the copy path's matrix (test_device_collectives.py:
+one pool per world size, env DELAY_ENV), switching to the kernel path per sub-communicator (the path
+and slot settings are read when a sub-communicator's engine is created; kernel_path_cases.py), so no
+pool is started for this file when the suite runs.
+
+The covering selection (pairwise over collective x algorithm, world size and count): at world sizes
+1-5 and 8 every collective x algorithm (auto included) runs ONE of the counts 0, 1, P-1, 13, 97,
+rotating with the world size, so every algorithm meets every count across the sizes and every
+size every count; dtypes, ops, roots and placement rotate across the cases. Every dtype x op (each
+a kernel instantiation) runs at size 3; one ~1M-element call per collective at size 3. Small slots
+(4 KiB, 2 slots; 32 KiB for the ~1M calls) make messages many chunks through few slots, so slot
+reuse and the flags' order are exercised; COMMLIB_DEVICE_LL_BYTES=1024 makes small chunks take the
+LL protocol and larger ones the slot-and-flag protocol in the same calls. Then errors on the kernel
+path: mismatched calls, a killed rank, a silent peer (the abort word releases the kernel), and the
+auto/kernel/copy choice itself."""
 import os
 import sys
 
 import pytest
 
+import commlib
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import device_cases  # noqa: E402
 import device_error_cases as cases  # noqa: E402
-from test_device_collectives import big_cases, covering_cases, dtype_op_sweep  # noqa: E402
+from kernel_path_cases import KERNEL_SETTINGS, kernel_matrix, mixed_settings, paths_per_setting, with_settings  # noqa: E402
+from device_cases import cc  # noqa: E402
+from test_device_collectives import COLLECTIVES, DELAY_ENV, ROOTED, _ops, big_cases, dtype_op_sweep  # noqa: E402
 
 from commlib.testing.faults import assert_survivors_named_the_dead_rank, run_killing_one_rank  # noqa: E402
 
-KERNEL = {"COMMLIB_EMULATED_DELAY_US": "20", "COMMLIB_DEVICE_PATH": "kernel",
-          "COMMLIB_DEVICE_SLOT_BYTES": "4096", "COMMLIB_DEVICE_SLOTS": "2"}
+KERNEL = dict(DELAY_ENV, **KERNEL_SETTINGS)  # for tests that start their own processes
 
 
-def _path_of_cases(comm, cases_):
-    """check_cases, plus the path the last call ran on."""
-    out = device_cases.check_cases(comm, cases_)
-    return out[0], out[1], comm._device_route.last_path()
+def kernel_covering_cases(P):
+    """Every collective x algorithm at world size P with one count, rotating with P."""
+    out, k = [], P
+    counts = (0, 1, max(P - 1, 0), 13, 97)
+    for coll in COLLECTIVES:
+        for a, algo in enumerate(["auto"] + commlib.algorithms(coll)):
+            dtype = cc.DTYPES[k % len(cc.DTYPES)]
+            op = _ops(dtype)[k % len(_ops(dtype))] if coll in device_cases.REDUCING else "sum"
+            root = (0, P - 1, P // 2)[k % 3] if coll in ROOTED else 0
+            out.append((coll, algo, dtype, op, counts[(a + P) % 5], root, k % 2 == 1))
+            k += 1
+    return out
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("size", [1, 2, 3, 4, 5, 8])
 def test_collective_matrix_on_the_kernel_path(pool, size):
-    selected = covering_cases(size)
-    if size == 3:
-        selected += dtype_op_sweep(size)
-    if size == 3:
-        selected += big_cases(size)
-    results = pool(size, env=KERNEL).run(_path_of_cases, selected, timeout=240)
-    device_cases.check_results([(f, d) for f, d, _ in results])
-    assert {p for _, _, p in results} == {"kernel"}, results[0][2]
+    small = kernel_covering_cases(size) + (dtype_op_sweep(size) if size == 3 else [])
+    big = big_cases(size) if size == 3 else []
+    results = pool(size, env=DELAY_ENV).run(kernel_matrix, small, big, timeout=240)
+    device_cases.check_results([(f, d) for f, d, _, _ in results])
+    for _, _, paths, ran in results:
+        assert paths == ["kernel"] and ran == len(small) + len(big), (paths, ran)
 
 
-def _paths(comm):
-    """The path auto takes for a small and a large all_reduce."""
-    import numpy as np
-
-    import commlib.emulated as emu
-    out = []
-    for n in (1000, (1 << 20) // 4 + 1):  # 4 000 bytes; one element over 1 MiB
-        x = emu.from_numpy(np.ones(n, np.float32))
-        comm.all_reduce(x)
-        out.append((comm._device_route.last_path(), bool((x.numpy() == comm.size).all())))
-    return out
-
-
-@pytest.mark.parametrize("setting,want", [("auto", ["kernel", "copy"]), ("copy", ["copy", "copy"]),
-                                          ("kernel", ["kernel", "kernel"])])
-def test_auto_chooses_by_size_and_the_setting_forces(pool, setting, want):
-    env = {"COMMLIB_DEVICE_PATH": setting, "COMMLIB_EMULATED_DELAY_US": "20"}
-    for res in pool(2, env=env).run(_paths):
-        assert res == [(w, True) for w in want], res
+def test_auto_chooses_by_size_and_the_setting_forces(pool):
+    want = {"auto": ["kernel", "copy"], "copy": ["copy", "copy"], "kernel": ["kernel", "kernel"]}
+    for res in pool(2, env=DELAY_ENV).run(paths_per_setting, list(want)):
+        assert res == [[(w, True) for w in ws] for ws in want.values()], res
 
 
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("scenario", ["collective", "count"])
 def test_mismatch_raises_on_every_rank_on_the_kernel_path(pool, scenario):
-    for rank, (msg, took, later, names) in enumerate(pool(3, env=KERNEL).run(cases.mismatch, scenario, timeout=60)):
+    results = pool(3, env=DELAY_ENV).run(with_settings, KERNEL_SETTINGS, cases.mismatch, scenario, timeout=60)
+    for rank, (msg, took, later, names) in enumerate(results):
         assert msg is not None, f"rank {rank} got no error"
         assert all(n in msg for n in names), f"rank {rank}: message does not name both calls: {msg}"
         assert took < 20, f"rank {rank} took {took:.1f} s"
@@ -85,36 +87,20 @@ def test_killed_peer_raises_peer_error_on_the_kernel_path():
 
 @pytest.mark.timeout(60)
 def test_silent_peer_times_out_and_the_abort_word_releases_the_kernel(pool):
-    res = pool(2, env=KERNEL).run(cases.silent_peer, timeout=40)
+    res = pool(2, env=DELAY_ENV).run(with_settings, KERNEL_SETTINGS, cases.silent_peer, timeout=40)
     msg, took = res[0]
     assert "rank 1" in msg and "all_reduce" in msg and "COMMLIB_TIMEOUT" in msg, msg
     assert 1.0 < took < 10, took
     assert res[1][0].startswith(("PeerError", "CommError")), res[1]
 
 
-def _mixed_paths(comm):
-    """Rank 1 creates its engine with COMMLIB_DEVICE_PATH=copy, rank 0 with kernel."""
-    import numpy as np
-
-    import commlib.emulated as emu
-    old = os.environ.get("COMMLIB_DEVICE_PATH")
-    os.environ["COMMLIB_DEVICE_PATH"] = "copy" if comm.rank == 1 else "kernel"
-    sub = comm.split(0, timeout=20)
-    try:
-        x = emu.from_numpy(np.ones(4, np.float32))
-        sub.all_reduce(x)
-        x.numpy()
-        return "no error"
-    except ValueError as e:
-        return str(e)
-    finally:
-        os.environ["COMMLIB_DEVICE_PATH"] = old
-        sub.close()
-
-
-def test_ranks_with_different_paths_are_refused(pool):
-    for msg in pool(2, env={"COMMLIB_DEVICE_PATH": "kernel"}).run(_mixed_paths, timeout=40):
-        assert "COMMLIB_DEVICE_PATH" in msg and "every rank must use the same" in msg, msg
+@pytest.mark.parametrize("name,rank1,rank0", [("COMMLIB_DEVICE_PATH", "copy", "kernel"),
+                                              ("COMMLIB_DEVICE_LL_BYTES", "0", "1024")])
+def test_ranks_with_different_settings_are_refused(pool, name, rank1, rank0):
+    base = {"COMMLIB_DEVICE_PATH": "kernel"}
+    for msg in pool(2, env=DELAY_ENV).run(mixed_settings, dict(base, **{name: rank1}), dict(base, **{name: rank0}),
+                                          timeout=40):
+        assert name in msg and "every rank must use the same" in msg, msg
 
 
 # -- on a GPU ------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ def test_device_bench_on_emulated_with_the_nccl_peer(tmp_path):
     out = tmp_path / "bench.json"
     cmd = [sys.executable, "-m", "commlib", "bench", "all_reduce", "all_gather", "--device", "emulated", "--np", "3",
            "-b", "64", "-e", "64K", "-f", "32", "-n", "3", "-w", "1", "--passes", "1", "--rounds", "1",
-           "--min-time", "0", "--algorithms", "ring,auto", "--json", str(out)]
+           "--min-time", "0", "--algorithms", "ring,auto", "--paths", "auto", "--json", str(out)]
     env = {**os.environ, "PYTHONPATH": ROOT, "COMMLIB_EMULATED_DELAY_US": "0"}
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=110)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]

@@ -1,0 +1,48 @@
+"""`commlib bench --device emulated --paths kernel,copy,auto`: each path on its own sub-communicator
+(algorithms named `<algorithm>@<path>`), every record names the path its calls ran on (auto: the
+kernel up to 1 MiB per rank, copy above), the results are checked (-c 1), the device copy bandwidth
+is measured, and the report puts the paths side by side, saying the emulated numbers say nothing
+about a GPU."""
+import os
+import sys
+
+import pytest
+
+from commlib.bench import device_paths
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kernel_path_cases import sweep_paths  # noqa: E402
+
+DELAY_ENV = {"COMMLIB_EMULATED_DELAY_US": "20"}  # the device matrix's pools (test_device_collectives.py)
+CFG = {"collectives": ["all_reduce"], "sizes": [64, 2 << 20], "dtype": "float32", "op": "sum", "root": 0,
+       "iters": 2, "min_time": 0, "max_iters": 2, "warmup": 1, "check": True, "rounds": 1, "modes": ["in"],
+       "algorithms": ["ring"], "peers": [], "device": "emulated", "paths": ["kernel", "copy", "auto"]}
+
+
+@pytest.mark.timeout(120)
+def test_the_bench_compares_the_paths(pool):
+    records, info, transport, wrong = pool(2, env=DELAY_ENV).run(sweep_paths, CFG, timeout=100)[0]
+    ran = {(r["algorithm"], r["bytes"]): r["path"] for r in records}
+    assert ran == {("ring@kernel", 64): "kernel", ("ring@kernel", 2 << 20): "kernel",
+                   ("ring@copy", 64): "copy", ("ring@copy", 2 << 20): "copy",
+                   ("ring@auto", 64): "kernel", ("ring@auto", 2 << 20): "copy"}, ran
+    assert wrong == 0 and all(r["wrong"] == 0 for r in records)
+    assert info["device_copy_GBps"] > 0 and "paths kernel, copy, auto" in transport
+    report = device_paths.markdown({"results": records, "world_size": 2, "backends": {"commlib": info}})
+    assert "kernel µs" in report and "copy µs" in report and "auto ran" in report, report
+    assert "say nothing about a GPU" in report, report
+
+
+def test_path_rows_pair_the_paths_of_a_size():
+    def rec(algo, path, us):
+        return {"backend": "commlib", "collective": "all_reduce", "bytes": 8, "mode": "in", "algorithm": algo,
+                "time_us": {"median": us}, "busbw_GBps": 0.5, "path": path}
+    rows = device_paths.path_rows([rec("ring@kernel", "kernel", 10.0), rec("ring@copy", "copy", 30.0),
+                                   rec("ring@auto", "kernel", 11.0), rec("ring", "kernel", 1.0)])
+    assert len(rows) == 1 and rows[0]["algorithm"] == "ring"
+    assert rows[0]["copy_over_kernel"] == pytest.approx(3.0) and rows[0]["auto"]["ran"] == "kernel"
+
+
+def test_unknown_paths_are_refused():
+    with pytest.raises(SystemExit, match="--paths"):
+        device_paths.parse_paths("kernel,fast")
