@@ -78,7 +78,7 @@ const std::vector<Param> kParams = {
     {"COMMLIB_DEVICE_LL_BYTES", "bytes", "8192",
      "kernel path: chunks of at most this many bytes move with the LL protocol (data and flag in one 8-byte store, "
      "no fence; half the bandwidth), larger ones through a slot and a flag; 0 = never; a multiple of 64 up to 65536, "
-     "at most COMMLIB_DEVICE_SLOT_BYTES, the same on every rank"},
+     "at most COMMLIB_DEVICE_SLOT_BYTES, the same on every rank", 0, INT64_MAX},
     {"COMMLIB_DEVICE_STREAMS", "int", "2",
      "streams a call of the stream engine runs its steps on: 2 = sends on one, receives and reductions on another, "
      "joined by events per step; 1 = the caller's stream only", 1, 2},
