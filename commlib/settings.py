@@ -6,19 +6,25 @@ this layer read the same variables with the same defaults; README's "Settings" t
 """
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Any, Dict, List
 
 import commlib._C as _C
 
 
-def table() -> List[Dict[str, str]]:
-    """[{name, type, default, meaning}] for every declared variable, in README order."""
+def table() -> List[Dict[str, Any]]:
+    """[{name, type, default, meaning, range}] for every declared variable, in README order;
+    ``range`` is ``(lo, hi)`` for int and bytes settings, else ``None``."""
     return list(_C.settings())
 
 
 def get(name: str) -> str:
     """The variable's value, or its declared default when unset or empty."""
     return _C.setting(name)
+
+
+def get_int(name: str) -> int:
+    """An int or bytes variable as an integer in its declared range; ValueError naming it otherwise."""
+    return _C.setting_int(name)
 
 
 def get_seconds(name: str) -> float:

@@ -13,9 +13,11 @@ from typing import Optional, Sequence
 
 import commlib._C as _C
 from commlib.device.host_buffers import describe
+from commlib.core.device_route import DeviceRoute, parse_device
 from commlib.core.call_checks import (as_int, as_rank, check_algorithm, check_op, describe_like, device_buffers_of,
                                       named_device_buffers)
 from commlib.core.p2p_plan import plan_all_to_allv, plan_batch
+from commlib.device.route_context import RouteContext
 from commlib.errors import CommError
 from commlib.core.shrink import check_exclude
 from commlib.core.work import Work  # noqa: F401  (re-exported: commlib.core.communicator.Work)
@@ -63,9 +65,10 @@ class Communicator:
         self._pid = os.getpid()  # a forked child must not close the parent's store server
 
     def _device(self):
-        if self._device_route is None:
-            from commlib.core.device_route import DeviceRoute
-            self._device_route = DeviceRoute(self)
+        if self._device_route is None:  # the route reads the communicator only through its RouteContext
+            self._device_route = DeviceRoute(RouteContext(core=self._core, store=self._store, prefix=self._prefix,
+                                                          rank=self._rank, size=self._size, timeout=self._timeout),
+                                             owner=self)
         return self._device_route
 
     # -- identity ---------------------------------------------------------------------------
@@ -323,7 +326,6 @@ class Communicator:
         ranks, as a pipeline's two lanes do, would wait for one another until the timeout). Every
         rank of the new communicator must name the same kind of device.
         """
-        from commlib.core.device_route import parse_device
         device_key = None if device is None else parse_device(device)
         if self._split is None:
             raise RuntimeError("split: this communicator was not built by commlib.init, which provides it")

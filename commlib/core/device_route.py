@@ -7,7 +7,8 @@ caller's current stream (or ``stream=``) and returns; the buffers are kept alive
 stream has executed it. Point-to-point calls (send/recv, batches, all_to_all with splits) take the
 same route. Host and device calls of a communicator share one call numbering and abort together
 (csrc/host/communicator.h). CUDA buffers go to the CUDA device of ``commlib._C_cuda`` (a thin layer
-that has never run on a GPU so far).
+that has never run on a GPU so far). The route sees its communicator only through a
+``RouteContext`` (commlib/device/route_context.py).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import time
 import commlib._C as _C
 from commlib.bootstrap.wait import wait_for_key
 from commlib.device import nccl_comm as device_nccl
+from commlib.device.route_context import RouteContext
 from commlib.core.work import Work
 from commlib.device.buffers import DeviceBuffer
 
@@ -98,14 +100,14 @@ def stream_resolver(buf: DeviceBuffer):
     return cuda_stream
 
 
-def _wait_key(comm, prefix, rank, poll) -> str:
+def _wait_key(ctx, prefix, rank, poll) -> str:
     """Rank ``rank``'s engine handle under ``prefix``, within the communicator's timeout; raises
     CommError at once if some rank reported a failure there, and whatever ``poll()`` raises."""
     from commlib.errors import CommError
     value = wait_for_key(
-        comm._store, f"{prefix}/{rank}", time.monotonic() + comm.timeout, poll=poll, error_key=f"{prefix}/error",
+        ctx.store, f"{prefix}/{rank}", time.monotonic() + ctx.timeout, poll=poll, error_key=f"{prefix}/error",
         on_error=lambda why: CommError(f"stream engine set-up failed: {why}"),
-        on_timeout=lambda: CommError(f"stream engine set-up: rank {comm.rank} waited {comm.timeout:g} s "
+        on_timeout=lambda: CommError(f"stream engine set-up: rank {ctx.rank} waited {ctx.timeout:g} s "
                                      f"(COMMLIB_TIMEOUT) for rank {rank}, which has not made its first call on "
                                      f"device buffers"))
     return value.decode()
@@ -114,8 +116,13 @@ def _wait_key(comm, prefix, rank, poll) -> str:
 class DeviceRoute:
     """The stream engines of one communicator, one per device, and the calls still in flight."""
 
-    def __init__(self, comm):
-        self._comm = comm
+    def __init__(self, ctx: RouteContext, owner=None):
+        self._ctx = ctx  # the communicator's public seam: nothing else of it is read here
+        # Held, never read: the route and its owner live and die together, as when the route read
+        # the communicator itself. A communicator dropped without close() with calls still on a
+        # stream must not free the engines under them (the stream engine does not survive that:
+        # a segfault, tests/device/test_nccl_errors.py's silent rank).
+        self._owner = owner
         self._engines = {}
         self._devices = {}
         self._prefixes = {}  # store prefix of each engine's set-up
@@ -142,10 +149,10 @@ class DeviceRoute:
             device = emulated.device(buf.device_index)
         else:  # CUDA: the thin layer of commlib._C_cuda (never run so far: docs/gpu.md)
             device = _C.device_from_capsule(_cuda_module("tensor").device_capsule(buf.device_index))
-        c = self._comm
-        prefix = f"{c._prefix}/device{len(self._engines) + 1}"
+        c = self._ctx
+        prefix = f"{c.prefix}/device{len(self._engines) + 1}"
         try:
-            engine = _C.StreamEngine(c._core, device, c.timeout, c._prefix)
+            engine = _C.StreamEngine(c.core, device, c.timeout, c.prefix)
             if first_call is not None:
                 def poll():
                     engine.check_first_call(*first_call)
@@ -155,14 +162,14 @@ class DeviceRoute:
             else:
                 poll = engine.raise_if_failed
             poll()  # a host side already aborted raises here, before the rendezvous
-            c._store.set(f"{prefix}/{c.rank}", engine.local_handle())
+            c.store.set(f"{prefix}/{c.rank}", engine.local_handle())
             handles = [_wait_key(c, prefix, r, poll) for r in range(c.size)]
-            host_of = list(c._core.host_of)  # peer memory only within a host; NCCL across
+            host_of = list(c.core.host_of)  # peer memory only within a host; NCCL across
             engine.connect(handles, [h == host_of[c.rank] for h in host_of])
             device_nccl.setup_links(c, engine, prefix)  # the link per pair; NCCL if some pair uses it
         except Exception as e:
             try:  # the other ranks stop waiting for this one
-                c._store.set(f"{prefix}/error", f"rank {c.rank}: {type(e).__name__}: {e}")
+                c.store.set(f"{prefix}/error", f"rank {c.rank}: {type(e).__name__}: {e}")
             except Exception:  # noqa: BLE001 - the original error is what matters
                 pass
             raise
@@ -180,7 +187,7 @@ class DeviceRoute:
             raise ValueError(f"op: NCCL has no {op} (algorithm='nccl')")
         engine = self._engine(first, (coll, algorithm, count, dtype, op, root))
         if algorithm == "nccl":  # NCCL's own collective: its communicator is made on first use
-            device_nccl.ensure_communicator(self._comm, engine, self._prefixes[(first.kind, first.device_index)],
+            device_nccl.ensure_communicator(self._ctx, engine, self._prefixes[(first.kind, first.device_index)],
                                             f"{coll} (nccl, {count} x {dtype}, {op}, root {root})")
         work = engine.run(coll, algorithm, in_ptr, out_ptr, count, dtype, op, root, scale, device_stream)
         self._last_engine = engine
@@ -209,7 +216,7 @@ class DeviceRoute:
         return DeviceWork(work, refs, stream_of) if async_op else None
 
     def _imports_closed(self, prefix) -> bool:
-        return _closed_barrier(self._comm, prefix)
+        return _closed_barrier(self._ctx, prefix)
 
     def abort(self, reason):
         for e in self._engines.values():
@@ -247,14 +254,14 @@ def parse_device(device):
     return buf.kind, buf.device_index
 
 
-def _closed_barrier(comm, prefix) -> bool:
+def _closed_barrier(ctx, prefix) -> bool:
     """Every rank closed its imports of ``prefix``'s engines (False on timeout or a failed store)."""
     try:
-        comm._store.set(f"{prefix}/closed/{comm.rank}", b"1")
-        keys = [f"{prefix}/closed/{r}" for r in range(comm.size)]
-        deadline = time.monotonic() + min(comm.timeout, 30.0)
+        ctx.store.set(f"{prefix}/closed/{ctx.rank}", b"1")
+        keys = [f"{prefix}/closed/{r}" for r in range(ctx.size)]
+        deadline = time.monotonic() + min(ctx.timeout, 30.0)
         pause = 0.0005
-        while not comm._store.check(keys):
+        while not ctx.store.check(keys):
             if time.monotonic() > deadline:
                 return False
             time.sleep(pause)

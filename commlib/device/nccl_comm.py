@@ -36,25 +36,25 @@ def nccl_peers(setting: str, host_of, rank: int):
             for r in range(len(host_of))]
 
 
-def _wait(comm, key: str, what: str, error_key: str = "") -> bytes:
+def _wait(ctx, key: str, what: str, error_key: str = "") -> bytes:
     """The store value under ``key`` within the communicator's timeout; CommError at once if a
     rank published a failure under ``error_key``."""
     return wait_for_key(
-        comm._store, key, time.monotonic() + comm.timeout, error_key=error_key,
+        ctx.store, key, time.monotonic() + ctx.timeout, error_key=error_key,
         on_error=lambda why: CommError(f"NCCL set-up failed on another rank: {why}"),
-        on_timeout=lambda: CommError(f"NCCL set-up: rank {comm.rank} waited {comm.timeout:g} s (COMMLIB_TIMEOUT) "
+        on_timeout=lambda: CommError(f"NCCL set-up: rank {ctx.rank} waited {ctx.timeout:g} s (COMMLIB_TIMEOUT) "
                                      f"for {what}"))
 
 
-def _agree(comm, base: str, mine: str, what: str):
+def _agree(ctx, base: str, mine: str, what: str):
     """Every rank publishes ``mine``; MismatchError naming both sides where one differs."""
-    comm._store.set(f"{base}/{comm.rank}", mine)
-    for r in range(comm.size):
-        if r == comm.rank:
+    ctx.store.set(f"{base}/{ctx.rank}", mine)
+    for r in range(ctx.size):
+        if r == ctx.rank:
             continue
-        theirs = _wait(comm, f"{base}/{r}", f"rank {r}'s {what}").decode(errors="replace")
+        theirs = _wait(ctx, f"{base}/{r}", f"rank {r}'s {what}").decode(errors="replace")
         if theirs != mine:
-            raise MismatchError(f"rank {comm.rank} has {what} {mine} but rank {r} has {theirs}")
+            raise MismatchError(f"rank {ctx.rank} has {what} {mine} but rank {r} has {theirs}")
 
 
 def duplicate_gpus(identities):
@@ -68,13 +68,13 @@ def duplicate_gpus(identities):
     return None
 
 
-def _refuse_duplicate_gpus(comm, engine, base: str):
+def _refuse_duplicate_gpus(ctx, engine, base: str):
     """A clear error before ncclCommInitRank where two ranks share a GPU (NCCL's own is an
     internal error after a hang-prone init). The emulated NCCL refuses them too, as NCCL does."""
-    mine = f"{comm._core.host_of[comm.rank]}/{engine.device_name}"
-    comm._store.set(f"{base}/gpu/{comm.rank}", mine)
-    ids = [mine if r == comm.rank else _wait(comm, f"{base}/gpu/{r}", f"rank {r}'s GPU").decode(errors="replace")
-           for r in range(comm.size)]
+    mine = f"{ctx.core.host_of[ctx.rank]}/{engine.device_name}"
+    ctx.store.set(f"{base}/gpu/{ctx.rank}", mine)
+    ids = [mine if r == ctx.rank else _wait(ctx, f"{base}/gpu/{r}", f"rank {r}'s GPU").decode(errors="replace")
+           for r in range(ctx.size)]
     dup = duplicate_gpus(ids)
     if dup is not None:
         a, b = dup
@@ -83,46 +83,46 @@ def _refuse_duplicate_gpus(comm, engine, base: str):
                         "emulated: COMMLIB_EMULATED_DEVICE or commlib.emulated.set_device per rank)")
 
 
-def _create(comm, engine, base: str):
+def _create(ctx, engine, base: str):
     """ncclGetUniqueId on rank 0, the id through the store, ncclCommInitRank everywhere."""
     from commlib.device import nccl
     try:  # libnccl missing (the error lists what was tried), no unique id: the others hear at once
         engine.nccl_load(nccl.candidates())
-        if comm.rank == 0:
+        if ctx.rank == 0:
             uid = bytes(engine.nccl_unique_id())
             if len(uid) != ID_BYTES:
                 raise CommError(f"ncclGetUniqueId returned {len(uid)} bytes, expected {ID_BYTES}")
-            comm._store.set(f"{base}/id", uid)
+            ctx.store.set(f"{base}/id", uid)
     except Exception as e:
-        comm._store.set(f"{base}/error", f"rank {comm.rank}: {type(e).__name__}: {e}")
+        ctx.store.set(f"{base}/error", f"rank {ctx.rank}: {type(e).__name__}: {e}")
         raise
-    uid = _wait(comm, f"{base}/id", "rank 0's NCCL unique id", f"{base}/error")
+    uid = _wait(ctx, f"{base}/id", "rank 0's NCCL unique id", f"{base}/error")
     if len(uid) != ID_BYTES:  # the store is not trusted: NCCL reads exactly 128 bytes
         raise CommError(f"NCCL unique id from the store: expected {ID_BYTES} bytes, got {len(uid)}")
     if getattr(engine, "device_name", "").startswith(("cuda:", "emulated:")):
-        _refuse_duplicate_gpus(comm, engine, base)
+        _refuse_duplicate_gpus(ctx, engine, base)
     engine.nccl_init(uid)
 
 
-def setup_links(comm, engine, prefix: str):
+def setup_links(ctx, engine, prefix: str):
     """At the engine's creation: choose the link of every pair; create the NCCL communicator if
     some pair uses the nccl link."""
-    if comm.size == 1:
+    if ctx.size == 1:
         return
     setting = link_setting()
-    _agree(comm, f"{prefix}/link", f"COMMLIB_DEVICE_LINK={setting}", "the device link setting")
-    host_of = list(comm._core.host_of)
-    peers = nccl_peers(setting, host_of, comm.rank)
+    _agree(ctx, f"{prefix}/link", f"COMMLIB_DEVICE_LINK={setting}", "the device link setting")
+    host_of = list(ctx.core.host_of)
+    peers = nccl_peers(setting, host_of, ctx.rank)
     engine.nccl_set_peers(peers)
-    if any(nccl_peers(setting, host_of, r)[q] for r in range(comm.size) for q in range(comm.size)):
-        _create(comm, engine, f"{prefix}/nccl")
+    if any(nccl_peers(setting, host_of, r)[q] for r in range(ctx.size) for q in range(ctx.size)):
+        _create(ctx, engine, f"{prefix}/nccl")
 
 
-def ensure_communicator(comm, engine, prefix: str, call: str):
+def ensure_communicator(ctx, engine, prefix: str, call: str):
     """Before an ``algorithm="nccl"`` call (``call`` describes it): create the communicator if
     this is the first use."""
     engine.raise_if_failed()  # an aborted communicator is the engine's error, not a new one to create
     if engine.nccl_ready():
         return
-    _agree(comm, f"{prefix}/nccl/first", call, "as its first NCCL call")
-    _create(comm, engine, f"{prefix}/nccl")
+    _agree(ctx, f"{prefix}/nccl/first", call, "as its first NCCL call")
+    _create(ctx, engine, f"{prefix}/nccl")

@@ -41,12 +41,17 @@ void bind_types(py::module_& m) {
       d["type"] = p.type;
       d["default"] = p.fallback;
       d["meaning"] = p.meaning;
+      d["range"] = p.integer() ? py::object(py::make_tuple(p.lo, p.hi)) : py::object(py::none());
       out.append(std::move(d));
     }
     return out;
-  }, "Every COMMLIB_* variable: [{name, type, default, meaning}], in README order.");
+  }, "Every COMMLIB_* variable: [{name, type, default, meaning, range}], in README order; range: (lo, hi) "
+     "for int and bytes settings, else None.");
   m.def("setting", [](const std::string& name) { return param_string(name); }, py::arg("name"),
         "The value of a declared COMMLIB_* variable (its default when unset or empty).");
+  m.def("setting_int", [](const std::string& name) { return param_int(name); }, py::arg("name"),
+        "An int or bytes COMMLIB_* variable as an integer, checked against its declared range "
+        "(ValueError naming it otherwise).");
 }
 
 }  // namespace commlib

@@ -2,12 +2,16 @@
 
 #include <cstdlib>
 #include <stdexcept>
+#include <string>
+#include <unordered_map>
 
 namespace commlib {
 
 namespace {
 
-// Keep in step with README's "Settings" table (a test compares them).
+// Keep in step with README's "Settings" table (a test compares them). A row:
+//   {name, type, default, meaning}              (names, paths, flags, seconds)
+//   {name, type, default, meaning, lo, hi}      (int, bytes: the accepted range, checked on read)
 const std::vector<Param> kParams = {
     {"COMMLIB_TIMEOUT", "seconds", "300",
      "how long a call waits on a silent peer before raising PeerError"},
@@ -20,15 +24,15 @@ const std::vector<Param> kParams = {
      "auto's tuning file (unset: commlib/core/tuning.json; 0: none)"},
     {"COMMLIB_STREAM_BYTES", "bytes", "33554432",
      "a collective whose outputs, all ranks together, hold at least this much writes with "
-     "non-temporal stores (0: never)"},
+     "non-temporal stores (0: never)", 0, INT64_MAX},
     {"COMMLIB_COPY_CHUNK_BYTES", "bytes", "65536",
-     "chunk size of collectives that only move data, on 4 or more ranks (0: the channel's)"},
-    {"COMMLIB_SHM_SLOTS", "int", "4", "chunks in flight per shared-memory channel (2..64)"},
+     "chunk size of collectives that only move data, on 4 or more ranks (0: the channel's)", 0, INT64_MAX},
+    {"COMMLIB_SHM_SLOTS", "int", "4", "chunks in flight per shared-memory channel (2..64)", 2, 64},
     {"COMMLIB_SHM_SLOT_BYTES", "bytes", "0",
-     "payload bytes of one channel chunk, a multiple of 64 (0: up to 256 KiB, from the world size)"},
+     "payload bytes of one channel chunk, a multiple of 64 (0: up to 256 KiB, from the world size)", 0, INT64_MAX},
     {"COMMLIB_SPIN_US", "int", "-1",
      "microseconds a wait on ranks of this host spins before sleeping (-1: 20; with ranks on other hosts see "
-     "COMMLIB_TCP_SPIN_US)"},
+     "COMMLIB_TCP_SPIN_US)", -1, INT64_MAX},
     {"COMMLIB_CMA", "flag", "0",
      "1: messages larger than a channel go single-copy (process_vm_readv); off because it measured "
      "slower on 2-core VMs"},
@@ -41,32 +45,32 @@ const std::vector<Param> kParams = {
     {"COMMLIB_SOCKET_FAMILY", "name", "",
      "AF_INET or AF_INET6: the address family TCP links listen on (default: IPv4 first)"},
     {"COMMLIB_HIER_SEGMENT", "int", "262144",
-     "elements per pipeline segment of hierarchical all_reduce (2+ hosts; at most 16 segments; same on all ranks)"},
+     "elements per pipeline segment of hierarchical all_reduce (2+ hosts; at most 16 segments; same on all ranks)", 1, INT64_MAX},
     {"COMMLIB_TOPOLOGY", "name", "",
      "auto's cost model: a simulator preset (dgx-h100, eth-25g, ...), a topology JSON file or fitted:<bench.json>; auto then picks the candidate the simulator predicts fastest on the communicator's host map (unset: the link-kind rule)"},
     {"COMMLIB_TCP_CHUNK_BYTES", "bytes", "524288",
-     "payload bytes of one TCP chunk, a multiple of 64 in 4096..64 MiB (the same on every rank)"},
+     "payload bytes of one TCP chunk, a multiple of 64 in 4096..64 MiB (the same on every rank)", 4096, 64ll << 20},
     {"COMMLIB_TCP_SPIN_US", "int", "-1",
      "microseconds a wait polls the sockets to other hosts from the calling thread, offering the core "
-     "between polls, before it sleeps (-1: 1000; 0: no polling, the progress thread reads)"},
+     "between polls, before it sleeps (-1: 1000; 0: no polling, the progress thread reads)", -1, 10'000'000},
     {"COMMLIB_TCP_NCONNS", "int", "1",
-     "TCP connections per pair of ranks on different hosts, 1..16; chunks are striped over them (the same on every rank)"},
+     "TCP connections per pair of ranks on different hosts, 1..16; chunks are striped over them (the same on every rank)", 1, 16},
     {"COMMLIB_SECRET", "secret", "",
      "the job's shared secret (16+ bytes): store values are signed and checked with it"},
     {"COMMLIB_NO_CUDA", "flag", "",
      "build time (setup.py): skip the CUDA module even when nvcc is found"},
     {"COMMLIB_EMULATED_DELAY_US", "int", "0",
      "microseconds every data operation of an emulated device stream waits before it runs (tests: a missing "
-     "wait shows up as wrong data)"},
+     "wait shows up as wrong data)", 0, 10'000'000},
     {"COMMLIB_EMULATED_CONNECTIONS", "int", "8",
      "hardware queues an emulated device's streams share, as CUDA_DEVICE_MAX_CONNECTIONS (1..32): "
-     "operations of streams on one queue run in enqueue order, so a blocked wait holds up the others"},
+     "operations of streams on one queue run in enqueue order, so a blocked wait holds up the others", 1, 32},
     {"COMMLIB_EMULATED_DEVICE", "int", "0",
      "the emulated device commlib.emulated uses where none is named (one per rank, as torch.cuda.set_device: "
-     "the emulated NCCL, like NCCL, refuses two ranks on one device)"},
+     "the emulated NCCL, like NCCL, refuses two ranks on one device)", 0, INT64_MAX},
     {"COMMLIB_DEVICE_SLOT_BYTES", "bytes", "262144",
-     "bytes of one inbox slot of the stream engine (device buffers), a multiple of 64, the same on every rank"},
-    {"COMMLIB_DEVICE_SLOTS", "int", "4", "inbox slots per peer of the stream engine (1..64)"},
+     "bytes of one inbox slot of the stream engine (device buffers), a multiple of 64, the same on every rank", 0, INT64_MAX},
+    {"COMMLIB_DEVICE_SLOTS", "int", "4", "inbox slots per peer of the stream engine (1..64)", 1, 64},
     {"COMMLIB_DEVICE_PATH", "name", "auto",
      "how the stream engine runs a collective on device buffers: kernel = one kernel launch over peer memory, "
      "copy = copy-engine copies ordered by stream memory operations, auto = kernel up to 1 MiB per rank, copy above "
@@ -74,10 +78,10 @@ const std::vector<Param> kParams = {
     {"COMMLIB_DEVICE_LL_BYTES", "bytes", "8192",
      "kernel path: chunks of at most this many bytes move with the LL protocol (data and flag in one 8-byte store, "
      "no fence; half the bandwidth), larger ones through a slot and a flag; 0 = never; a multiple of 64 up to 65536, "
-     "at most COMMLIB_DEVICE_SLOT_BYTES, the same on every rank"},
+     "at most COMMLIB_DEVICE_SLOT_BYTES, the same on every rank", 0, INT64_MAX},
     {"COMMLIB_DEVICE_STREAMS", "int", "2",
      "streams a call of the stream engine runs its steps on: 2 = sends on one, receives and reductions on another, "
-     "joined by events per step; 1 = the caller's stream only"},
+     "joined by events per step; 1 = the caller's stream only", 1, 2},
     {"COMMLIB_NCCL_LIBRARY", "path", "", "the libnccl commlib.nccl loads instead of searching the nvidia-nccl wheels"},
     {"COMMLIB_DEVICE_LINK", "name", "auto",
      "link between ranks for device buffers: auto (peer memory within a host, NCCL across hosts), ipc (every "
@@ -102,13 +106,22 @@ const char* raw(const std::string& name) {
 const std::vector<Param>& params() { return kParams; }
 
 const Param& param(const std::string& name) {
+  // Plain names index once; family members (COMMLIB_ALGO_<COLLECTIVE>) match by prefix.
+  static const std::unordered_map<std::string, const Param*> by_name = [] {
+    std::unordered_map<std::string, const Param*> m;
+    for (const Param& p : kParams)
+      if (family_prefix(p.name).empty()) m.emplace(p.name, &p);
+    return m;
+  }();
+  if (auto it = by_name.find(name); it != by_name.end()) return *it->second;
   for (const Param& p : kParams) {
-    if (name == p.name) return p;
     const std::string prefix = family_prefix(p.name);
     if (!prefix.empty() && name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0) return p;
   }
   throw std::logic_error("setting " + name + " is not declared in csrc/common/params.cc");
 }
+
+bool Param::integer() const { return std::string(type) == "int" || std::string(type) == "bytes"; }
 
 std::string param_string(const std::string& name) {
   const char* v = raw(name);
@@ -117,28 +130,49 @@ std::string param_string(const std::string& name) {
 
 bool param_set(const std::string& name) { return raw(name) != nullptr; }
 
+namespace {
+
+void check_range(const std::string& name, const std::string& v, int64_t x, int64_t lo, int64_t hi) {
+  if (x < lo || x > hi)
+    throw std::invalid_argument(name + ": must be in " + std::to_string(lo) + ".." + std::to_string(hi) +
+                                ", got " + v);
+}
+
+const Param& integer_param(const std::string& name, const char* accessor) {
+  const Param& p = param(name);
+  if (!p.integer())
+    throw std::logic_error(std::string(accessor) + "(" + name + "): declared as " + p.type + ", not int or bytes");
+  return p;
+}
+
+}  // namespace
+
 int64_t param_int(const std::string& name, int64_t lo, int64_t hi) {
+  const Param& p = integer_param(name, "param_int");
   const std::string v = param_string(name);
   char* end = nullptr;
   const long long x = std::strtoll(v.c_str(), &end, 10);
   if (v.empty() || *end) throw std::invalid_argument(name + ": expected an integer, got '" + v + "'");
-  if (x < lo || x > hi)
-    throw std::invalid_argument(name + ": must be in " + std::to_string(lo) + ".." + std::to_string(hi) +
-                                ", got " + v);
+  check_range(name, v, x, p.lo, p.hi);
+  check_range(name, v, x, lo, hi);
   return x;
 }
 
 size_t param_bytes(const std::string& name) {
+  const Param& p = integer_param(name, "param_bytes");
+  if (std::string(p.type) != "bytes")
+    throw std::logic_error("param_bytes(" + name + "): declared as " + p.type + ", not bytes");
   const std::string v = param_string(name);
   char* end = nullptr;
   const long long b = std::strtoll(v.c_str(), &end, 10);
   if (v.empty() || *end || b < 0 || v[0] == '-' || v[0] == '+')
     throw std::invalid_argument(name + ": expected a byte count >= 0, got '" + v + "'");
+  check_range(name, v, b, p.lo, p.hi);
   return static_cast<size_t>(b);
 }
 
 int64_t spin_us_param() {
-  const int64_t spin = param_int("COMMLIB_SPIN_US", -1);
+  const int64_t spin = param_int("COMMLIB_SPIN_US");
   return spin >= 0 ? spin : kDefaultSpinUs;
 }
 

@@ -4,10 +4,14 @@
 // table mirrors the table (tests/python/test_settings.py checks both).
 //
 // Adding a setting: one row in kParams (params.cc), one row in README's table, then read it with
-// param_string / param_int / param_bytes where it is used.
+// param_string / param_int / param_bytes where it is used. An integer setting declares its range in
+// its row ({..., meaning, lo, hi}); the accessors check it, so a reader need not repeat it. The
+// declaration lookup is built once (cached); values are read from the environment at each call, so a
+// variable set before a communicator is created is seen by that communicator.
 #pragma once
 
 #include <cstdint>
+#include <climits>
 #include <string>
 #include <vector>
 
@@ -20,6 +24,10 @@ struct Param {
   const char* type;      // seconds, bytes, int, flag, level, path, name
   const char* fallback;  // the default, as text ("" = unset)
   const char* meaning;
+  // Integer settings (int, bytes): the accepted range, checked by param_int / param_bytes.
+  int64_t lo = INT64_MIN;
+  int64_t hi = INT64_MAX;
+  bool integer() const;  // type int or bytes: read with param_int / param_bytes only
 };
 
 // The table, in README order.
@@ -33,14 +41,15 @@ const Param& param(const std::string& name);
 std::string param_string(const std::string& name);
 // True when the environment sets `name` to a non-empty value.
 bool param_set(const std::string& name);
-// An integer in [lo, hi]; anything else is std::invalid_argument naming the variable.
+// An integer in the declared range (and in [lo, hi], for a reader that needs less); anything else is
+// std::invalid_argument naming the variable. std::logic_error for a setting that is not an integer.
 int64_t param_int(const std::string& name, int64_t lo = INT64_MIN, int64_t hi = INT64_MAX);
 
 // How long a waiting transport spins before sleeping, in microseconds: COMMLIB_SPIN_US, or
 // kDefaultSpinUs when unset or -1 (measured best on 2 cores for 2, 4 and 8 ranks: bench/RESULTS.md).
 constexpr int64_t kDefaultSpinUs = 20;
 int64_t spin_us_param();
-// A byte count >= 0 (plain digits).
+// A byte count >= 0 (plain digits) in the declared range; std::logic_error unless of type bytes.
 size_t param_bytes(const std::string& name);
 
 }  // namespace commlib

@@ -4,8 +4,7 @@
 // built-in inter-host phase (a direct exchange); with CollArgs::inter_algorithm set, any registered
 // algorithm runs it instead (hierarchical_composed.cc).
 //
-//   all_reduce      reduce-scatter within hosts, all-reduce of each block across hosts,
-//                   all-gather within hosts; plain and pipelined: hierarchical_all_reduce.cc.
+//   all_reduce      built, composed and registered in hierarchical_all_reduce.cc.
 //   all_gather      (1) every rank sends its block to one rank on each other host (local index
 //                   i -> i mod L there); (2) each rank forwards its own and the blocks it
 //                   received to its local peers, one block per round.
@@ -25,6 +24,24 @@
 
 namespace commlib {
 namespace sched {
+
+// Forwarding rounds within the host (declared in hierarchical_hosts.h): local index j sends
+// forwards[j][t] (an output block) to every local peer in round t.
+void append_forwarding(Schedule& s, const HostMap& m, int r, int64_t n, const std::vector<std::vector<int>>& forwards) {
+  const int h = m.host[r], L = m.L(h), i = m.local[r];
+  size_t rounds = 0;
+  for (const auto& f : forwards) rounds = std::max(rounds, f.size());
+  for (size_t t = 0; t < rounds && L > 1; ++t) {
+    Step y;
+    for (int j = 0; j < L; ++j) {
+      if (j == i) continue;
+      const int q = m.hosts[h][j];
+      if (t < forwards[i].size()) y.ops.push_back(op_send(q, out_region(forwards[i][t] * n, n)));
+      if (t < forwards[j].size()) y.ops.push_back(op_recv(q, out_region(forwards[j][t] * n, n)));
+    }
+    if (!y.ops.empty()) s.steps.push_back(std::move(y));
+  }
+}
 
 Schedule all_gather_hierarchical(const CollArgs& a) {
   const HostMap m(a);
@@ -48,20 +65,7 @@ Schedule all_gather_hierarchical(const CollArgs& a) {
   for (int g = 0; g < H; ++g)
     if (g != h) x.ops.push_back(op_send(m.partner(g, m.local[r]), in_region(0, n)));
   s.steps.push_back(std::move(x));
-  // (2) forwarding rounds within the host.
-  size_t rounds = 0;
-  for (const auto& f : forwards) rounds = std::max(rounds, f.size());
-  const int i = m.local[r];
-  for (size_t t = 0; t < rounds && L > 1; ++t) {
-    Step y;
-    for (int j = 0; j < L; ++j) {
-      if (j == i) continue;
-      const int q = m.hosts[h][j];
-      if (t < forwards[i].size()) y.ops.push_back(op_send(q, blk(forwards[i][t])));
-      if (t < forwards[j].size()) y.ops.push_back(op_recv(q, blk(forwards[j][t])));
-    }
-    s.steps.push_back(std::move(y));
-  }
+  append_forwarding(s, m, r, n, forwards);  // (2) forwarding rounds within the host
   return s;
 }
 
@@ -152,8 +156,6 @@ Schedule broadcast_hierarchical(const CollArgs& a) {
   return s;
 }
 
-COMMLIB_REGISTER_ALGORITHM(AllReduce, "hierarchical", all_reduce_hierarchical, 8, kLargeMessages,
-                           "reduce-scatter within hosts, all-reduce of each block across hosts, all-gather within hosts");
 COMMLIB_REGISTER_ALGORITHM(AllGather, "hierarchical", all_gather_hierarchical, 5, kLargeMessages,
                            "each block crosses to every other host once, then is forwarded within the host");
 COMMLIB_REGISTER_ALGORITHM(ReduceScatter, "hierarchical", reduce_scatter_hierarchical, 4, kLargeMessages,

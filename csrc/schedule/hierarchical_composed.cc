@@ -1,7 +1,8 @@
 // Hierarchical schedules composed with any registered algorithm for the inter-host phase
-// (CollArgs::inter_algorithm non-empty; the built-in direct exchange is hierarchical.cc and
-// hierarchical_all_reduce.cc). The inter-host phase is the sub-group combinator (subgroup.h) over
-// one rank per host; the intra-host phases are direct exchanges, as in the built-in schedules.
+// (CollArgs::inter_algorithm non-empty; the built-in direct exchange is hierarchical.cc). all_reduce
+// composes beside its built-in schedule in hierarchical_all_reduce.cc, sharing its segment layout.
+// The inter-host phase is the sub-group combinator (subgroup.h) over one rank per host; the
+// intra-host phases are direct exchanges, as in the built-in schedules.
 //
 // Slots. B = the most ranks any host holds. Host g serves slot j (0 <= j < B) with its rank of local
 // index j mod L_g (HostMap::partner), so every host takes part in every slot's group, smaller hosts
@@ -9,11 +10,6 @@
 // a cycle). A slot j >= L_g has no block of host g: that member contributes a stand-in block whose
 // result nobody keeps (all_gather, reduce_scatter), the price of equal counts on uneven hosts.
 //
-//   all_reduce      B blocks (per segment); within each host the owners (as in the built-in)
-//                   reduce-scatter, the owners of block b (one per host) all-reduce it with the
-//                   inter algorithm in place, then all-gather within the host. Pipelined over
-//                   segments like the built-in: tick t runs the inter phase of segment t beside the
-//                   reduce-scatter of t+1 (disjoint regions and peers), after the all-gather of t-1.
 //   all_gather      each slot's group all-gathers its members' blocks into scratch; each rank keeps
 //                   the real ones and forwards them (and its own) to its local peers.
 //   reduce_scatter  each slot's collector reduces its host's contributions to the group's blocks
@@ -32,116 +28,13 @@ namespace sched {
 
 namespace {
 
-constexpr int kMaxSegments = 16;
-
 std::vector<int> slot_group(const HostMap& m, int j) {
   std::vector<int> g(m.H());
   for (int x = 0; x < m.H(); ++x) g[x] = m.partner(x, j);
   return g;
 }
 
-// Forwarding rounds within the host: local index j sends forwards[j][t] (an output block) to every
-// local peer in round t.
-void append_forwarding(Schedule& s, const HostMap& m, int r, int64_t n, const std::vector<std::vector<int>>& forwards) {
-  const int h = m.host[r], L = m.L(h), i = m.local[r];
-  size_t rounds = 0;
-  for (const auto& f : forwards) rounds = std::max(rounds, f.size());
-  for (size_t t = 0; t < rounds && L > 1; ++t) {
-    Step y;
-    for (int j = 0; j < L; ++j) {
-      if (j == i) continue;
-      const int q = m.hosts[h][j];
-      if (t < forwards[i].size()) y.ops.push_back(op_send(q, out_region(forwards[i][t] * n, n)));
-      if (t < forwards[j].size()) y.ops.push_back(op_recv(q, out_region(forwards[j][t] * n, n)));
-    }
-    if (!y.ops.empty()) s.steps.push_back(std::move(y));
-  }
-}
-
 }  // namespace
-
-Schedule all_reduce_composed(const CollArgs& a, const HostMap& m) {
-  const int r = a.rank, h = m.host[r], i = m.local[r], L = m.L(h), H = m.H(), B = m.max_L();
-  const int64_t n = a.count;
-  const int K = (H < 2 || a.segment <= 0) ? 1 : static_cast<int>(std::clamp<int64_t>(n / a.segment, 1, kMaxSegments));
-  auto first = [&](int g, int j) { return j * B / m.L(g); };
-  auto owner = [&](int g, int b) {
-    int j = 0;
-    while (first(g, j + 1) <= b) ++j;
-    return m.hosts[g][j];
-  };
-  auto span = [&](BufferId buf, int t, int b0, int b1) {  // blocks [b0, b1) of segment t
-    const int64_t so = blk_off(n, K, t), sl = blk_len(n, K, t), o = blk_off(sl, B, b0);
-    return Region{buf, so + o, blk_off(sl, B, b1) - o};
-  };
-  auto range = [&](BufferId buf, int t, int j) { return span(buf, t, first(h, j), first(h, j + 1)); };
-  const int64_t max_range = range(BufferId::Input, 0, i).count;
-  const int64_t x_base = (L - 1) * max_range;
-  Schedule s;
-  s.scratch_count = x_base;
-  auto rs = [&](int t) {  // reduce-scatter of segment t within the host
-    const Region mine_in = range(BufferId::Input, t, i), mine_out = range(BufferId::Output, t, i);
-    if (L == 1) return std::vector<Step>{Step{{op_copy(mine_out, mine_in)}}};
-    Step x;
-    std::vector<Region> srcs(L);
-    for (int j = 0, slot = 0; j < L; ++j) {
-      if (j == i) {
-        srcs[j] = mine_in;
-        continue;
-      }
-      const int q = m.hosts[h][j];
-      srcs[j] = scratch_region(slot++ * max_range, mine_in.count);
-      x.ops.push_back(op_send(q, range(BufferId::Input, t, j)));
-      x.ops.push_back(op_recv(q, srcs[j]));
-    }
-    Schedule tmp;
-    tmp.steps.push_back(std::move(x));
-    append_ordered_reduce(tmp, mine_out, srcs, i);
-    return tmp.steps;
-  };
-  auto inter = [&](int t) {  // every owned block of segment t all-reduced across hosts
-    Schedule tmp;
-    if (H < 2) return tmp.steps;
-    for (int b = first(h, i); b < first(h, i + 1); ++b) {
-      Subgroup g;
-      for (int x = 0; x < H; ++x) g.members.push_back(owner(x, b));
-      const Region blk = span(BufferId::Output, t, b, b + 1);
-      g.input = g.output = Rebase{BufferId::Output, blk.offset};
-      g.scratch = Rebase{BufferId::Scratch, x_base};
-      append_schedule(tmp, on_subgroup(Collective::AllReduce, a.inter_algorithm, r, blk.count, 0, g));
-    }
-    s.scratch_count = std::max(s.scratch_count, tmp.scratch_count);
-    return tmp.steps;
-  };
-  auto ag = [&](int t) {  // all-gather of segment t within the host
-    Step x;
-    for (int j = 0; j < L; ++j) {
-      if (j == i) continue;
-      const int q = m.hosts[h][j];
-      x.ops.push_back(op_send(q, range(BufferId::Output, t, i)));
-      x.ops.push_back(op_recv(q, range(BufferId::Output, t, j)));
-    }
-    return x.ops.empty() ? std::vector<Step>{} : std::vector<Step>{std::move(x)};
-  };
-  if (K == 1) {
-    s.steps = zip_steps({rs(0)});
-    for (const auto& part : {inter(0), ag(0)}) s.steps.insert(s.steps.end(), part.begin(), part.end());
-    return s;
-  }
-  // Tick t: the all-gather of t-1 alone, then the inter phase of t beside the reduce-scatter of
-  // t+1. Intra-host messages only in a tick's first two steps, which a rank's local peers reach as
-  // soon as they finished the tick before: so no rank waits on a local peer that waits on an
-  // inter-host group (an all-gather beside the inter steps can: a rank of a smaller host serves
-  // several groups one after another, and its local peer's group may be the later one).
-  for (int t = -1; t <= K; ++t) {
-    if (t >= 1)
-      for (Step& st : ag(t - 1)) s.steps.push_back(std::move(st));
-    const std::vector<Step> tick =
-        zip_steps({t >= 0 && t < K ? inter(t) : std::vector<Step>{}, t + 1 < K ? rs(t + 1) : std::vector<Step>{}});
-    s.steps.insert(s.steps.end(), tick.begin(), tick.end());
-  }
-  return s;
-}
 
 Schedule all_gather_composed(const CollArgs& a, const HostMap& m) {
   const int r = a.rank, h = m.host[r], i = m.local[r], L = m.L(h), H = m.H(), B = m.max_L();

@@ -45,8 +45,12 @@ struct HostMap {
   int partner(int h, int i) const { return hosts[h][i % L(h)]; }
 };
 
-// The schedules composed with CollArgs::inter_algorithm (hierarchical_composed.cc).
-Schedule all_reduce_composed(const CollArgs& a, const HostMap& m);
+// Forwarding rounds within the host (all_gather, built-in and composed): local index j sends
+// forwards[j][t] (an output block of n elements) to every local peer in round t.
+void append_forwarding(Schedule& s, const HostMap& m, int r, int64_t n, const std::vector<std::vector<int>>& forwards);
+
+// The schedules composed with CollArgs::inter_algorithm (hierarchical_composed.cc; all_reduce
+// composes in hierarchical_all_reduce.cc).
 Schedule all_gather_composed(const CollArgs& a, const HostMap& m);
 Schedule reduce_scatter_composed(const CollArgs& a, const HostMap& m);
 Schedule broadcast_composed(const CollArgs& a, const HostMap& m);

@@ -94,7 +94,7 @@ uint64_t shm_default_slot_bytes(int size) {
 
 ShmConfig shm_config_from_env(int size) {
   ShmConfig cfg;
-  cfg.nslots = static_cast<uint32_t>(param_int("COMMLIB_SHM_SLOTS", 2, 64));
+  cfg.nslots = static_cast<uint32_t>(param_int("COMMLIB_SHM_SLOTS"));
   cfg.slot_bytes = static_cast<uint64_t>(param_bytes("COMMLIB_SHM_SLOT_BYTES"));
   if (cfg.slot_bytes == 0) cfg.slot_bytes = shm_default_slot_bytes(size);
   if (cfg.slot_bytes < 64 || cfg.slot_bytes % 64)

@@ -163,9 +163,10 @@ class _Store:
         return self.d[k]
 
 
-class _Comm:
-    def __init__(self, rank, store):
-        self.rank, self.size, self.timeout, self._store = rank, 2, 5.0, store
+def _Comm(rank, store):
+    """The communicator as the NCCL set-up sees it (the device route's public seam)."""
+    from commlib.device.route_context import RouteContext
+    return RouteContext(core=None, store=store, prefix="p", rank=rank, size=2, timeout=5.0)
 
 
 class _Engine:

@@ -111,3 +111,26 @@ def test_no_document_links_outside_the_repository():
                     if not full.startswith(ROOT + os.sep):
                         bad.append(f"{os.path.relpath(path, ROOT)}: {target}")
     assert not bad, "links leaving the repository:\n" + "\n".join(bad)
+
+
+def test_integer_settings_are_range_checked_where_declared(monkeypatch):
+    """Every int/bytes row declares its range in params.cc, and reading it checks that range
+    (a reader need not repeat it: shm.cc reads COMMLIB_SHM_SLOTS without one)."""
+    rows = {p["name"]: p for p in settings.table()}
+    for name, p in rows.items():
+        assert (p["range"] is not None) == (p["type"] in ("int", "bytes")), name
+    assert rows["COMMLIB_SHM_SLOTS"]["range"] == (2, 64)
+    assert rows["COMMLIB_DEVICE_STREAMS"]["range"] == (1, 2)
+    monkeypatch.setenv("COMMLIB_SHM_SLOTS", "64")
+    assert settings.get_int("COMMLIB_SHM_SLOTS") == 64
+    monkeypatch.setenv("COMMLIB_SHM_SLOTS", "65")
+    with pytest.raises(ValueError, match=r"^COMMLIB_SHM_SLOTS: must be in 2\.\.64, got 65"):
+        settings.get_int("COMMLIB_SHM_SLOTS")
+    monkeypatch.setenv("COMMLIB_TCP_CHUNK_BYTES", "1024")
+    with pytest.raises(ValueError, match="^COMMLIB_TCP_CHUNK_BYTES: must be in 4096"):
+        settings.get_int("COMMLIB_TCP_CHUNK_BYTES")
+    monkeypatch.setenv("COMMLIB_SPIN_US", "-2")
+    with pytest.raises(ValueError, match="^COMMLIB_SPIN_US"):
+        settings.get_int("COMMLIB_SPIN_US")
+    with pytest.raises(RuntimeError, match="COMMLIB_TUNING.*not int or bytes"):
+        settings.get_int("COMMLIB_TUNING")
