@@ -6,6 +6,8 @@ this layer read the same variables with the same defaults; README's "Settings" t
 """
 from __future__ import annotations
 
+import contextlib
+import os
 from typing import Any, Dict, List
 
 import commlib._C as _C
@@ -37,3 +39,20 @@ def get_seconds(name: str) -> float:
     if not t > 0:
         raise ValueError(f"{name}: must be positive, got {v!r}")
     return t
+
+
+@contextlib.contextmanager
+def overridden(updates: Dict[str, str]):
+    """The process environment with ``updates`` inside the ``with`` block, restored after. For
+    settings read once when something is created (an engine, an emulated device): the only way to
+    give one such object other settings than the rest of the process."""
+    saved = {k: os.environ.get(k) for k in updates}
+    os.environ.update(updates)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

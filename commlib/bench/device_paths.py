@@ -13,11 +13,11 @@ copies memcpys on a shared CPU.
 """
 from __future__ import annotations
 
-import contextlib
-import os
 import time
 
 import numpy as np
+
+from commlib import settings
 
 PATHS = ("auto", "kernel", "copy")
 
@@ -38,28 +38,11 @@ def device_name(device: str) -> str:
     return f"cuda:{torch.cuda.current_device()}"
 
 
-@contextlib.contextmanager
-def _environment(updates: dict):
-    """The process environment with `updates` for the duration (the engine of a sub-communicator
-    reads its settings when it is created: the only way to give one engine another path); the
-    previous values are restored after, not read as settings."""
-    saved = {k: os.environ.get(k) for k in updates}
-    os.environ.update(updates)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def path_communicators(comm, device: str, paths) -> dict:
     """{path: a sub-communicator whose engine was created with COMMLIB_DEVICE_PATH=path}."""
     out = {}
     for p in paths:
-        with _environment({"COMMLIB_DEVICE_PATH": p}):
+        with settings.overridden({"COMMLIB_DEVICE_PATH": p}):
             out[p] = comm.split(0, device=device_name(device))  # the engine is set up here, with p
     return out
 

@@ -171,19 +171,10 @@ REPLAY_DEVICE = 5
 def replay_device(index: int, delay_us: int, connections: int):
     """Emulated device ``index`` created with ``delay_us`` and ``connections`` (the settings are
     read once, when a process first uses the device)."""
-    import os
-
-    from commlib import emulated
-    saved = {k: os.environ.get(k) for k in ("COMMLIB_EMULATED_DELAY_US", "COMMLIB_EMULATED_CONNECTIONS")}
-    os.environ.update(COMMLIB_EMULATED_DELAY_US=str(delay_us), COMMLIB_EMULATED_CONNECTIONS=str(connections))
-    try:
+    from commlib import emulated, settings
+    with settings.overridden({"COMMLIB_EMULATED_DELAY_US": str(delay_us),
+                              "COMMLIB_EMULATED_CONNECTIONS": str(connections)}):
         return emulated.device(index)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def replay_schedules(comm, cases, steps: int = 2, delay_us: int = 20, connections: int = 32) -> list:
