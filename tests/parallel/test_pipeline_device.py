@@ -1,4 +1,4 @@
-"""The pipeline's device message path (communication streams, events, posted-ahead receives,
+"""The pipeline's device message path (communication streams, events, receives posted at need,
 the lanes' collective warm-up) on the emulated device with its delay on: every schedule's real
 action orders replayed through the real lanes at 2 and 3 ranks, results equal to one process
 (rank side and what a broken rule does: pp_device_cases.py). The CUDA runs of the schedules
@@ -7,13 +7,13 @@ import pytest
 
 from parallel import pp_device_cases as C
 
-# A hardware queue per stream: the pipeline's inboxes post receives ahead on their own streams,
-# which completes only while a receive's wait does not share a queue with the sends it depends on
-# (docs/gpu.md, "Streams sharing hardware queues": no library can promise more; with 8 queues and
-# the replay's streams it stalls, as it could on a GPU). This test is about message order.
+# ONE hardware queue for all streams (CUDA_DEVICE_MAX_CONNECTIONS=1, the strictest case): every
+# stream's waits hold up the others'. It completes because the inboxes post each receive only
+# when the schedule needs it (lanes.Inbox): with receives posted ahead on their own streams it hung
+# until the timeout (docs/gpu.md, "Streams sharing hardware queues").
 # The replay runs on its own emulated device (pp_device_cases.REPLAY_DEVICE) made with these, in
 # the session's plain pools: starting ranks that import torch was most of this test's time.
-DELAY_US, CONNECTIONS = 20, 32
+DELAY_US, CONNECTIONS = 20, 1
 
 
 @pytest.mark.timeout(120)

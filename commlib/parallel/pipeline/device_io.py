@@ -3,9 +3,10 @@
 A stage on a CUDA device sends its activations and gradients, and receives its neighbours', on
 communication streams of its own, never on the compute stream (torch's current stream):
 
-* a receive is posted ahead, before the compute that will consume it has been issued; enqueued
-  on the compute stream it would hold up every kernel behind it until the neighbour sends;
-* a send enqueued behind a posted-ahead receive on one stream would wait for that receive, which
+* a receive is posted before the compute that will consume it has been issued (when its action
+  comes, not further ahead: lanes.Inbox says why); enqueued on the compute stream it would hold up
+  every kernel behind it until the neighbour sends;
+* a send enqueued behind a posted receive on one stream would wait for that receive, which
   may itself wait for this send to reach the neighbour (1F1B's warm-up sends two activations
   before its first gradient arrives): so each of a rank's four message flows (activations in
   and out, gradients in and out) has its stream, as each has its lane (lanes.py). The schedule
@@ -54,7 +55,7 @@ class CudaIO:
     def new_stream(self):
         # High priority: torch hands out pooled streams round-robin, and a user's own compute
         # stream normally comes from the default-priority pool, so it is not one of these (a
-        # shared stream would put posted-ahead receives in front of the compute: see above).
+        # shared stream would put posted receives in front of the compute: see above).
         # Communication ahead of compute is also what NCCL recommends.
         return torch.cuda.Stream(self.device, priority=-1)
 

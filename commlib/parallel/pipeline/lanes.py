@@ -87,7 +87,12 @@ class Inbox:
     ``keys`` lists the messages in that order; ``resolve(key)`` gives a key's (shape, dtype), or
     None while unknown (a gradient's shape is learnt from this rank's own first forward, an
     activation's from the shape message that precedes it). ``get(key)`` returns the tensor, waiting
-    for it and for any earlier ones; one receive is posted ahead whenever its shape is known.
+    for it and for any earlier ones. On the host one receive is posted ahead whenever its shape is
+    known; on a device each is posted only when ``get`` needs it, so every rank enqueues its
+    communication in the schedule's own order: a receive posted ahead makes its stream wait, and
+    where streams share a hardware queue (CUDA_DEVICE_MAX_CONNECTIONS) that wait holds up the sends
+    queued behind it, which its peer may be waiting for (docs/gpu.md, "Streams sharing hardware
+    queues").
 
     With an ``io`` (device_io.py) the receives run on the inbox's own stream (``stream``, else a
     new one), each after the
@@ -102,7 +107,9 @@ class Inbox:
         self.posted: deque = deque()
         self.arrived: Dict[Hashable, torch.Tensor] = {}
         self.received: List = []  # device works already waited for (finish checks them)
-        self._post()
+        self.ahead = io is None
+        if self.ahead:
+            self._post()
 
     def _post(self):
         if self.keys and not self.posted:
@@ -133,7 +140,8 @@ class Inbox:
             self.arrived[k] = buf
             if k[0] == "meta":
                 self.on_meta(k, buf if self.io is None else self.io.to_host(buf))
-            self._post()
+            if self.ahead:
+                self._post()
         return self.arrived.pop(key)
 
     def finish(self):
