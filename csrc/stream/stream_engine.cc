@@ -146,21 +146,33 @@ void StreamEngine::connect(const std::vector<std::string>& handles, const std::v
     kernel_handles[p] = handles[p].substr(k + 8);
   }
   check_device_paths(kernel_handles, opts_.path, rank_);
+  // Every check of the peers' settings comes before anything of a peer is opened: every rank sees
+  // the same handles, so all refuse together, before one of them closes what another would open
+  // (a rank that opened first would fail with "cannot open" instead of naming the setting).
+  std::vector<std::string> peer_handles(size_);
+  std::vector<std::vector<uint64_t>> ctls(size_);
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
     const std::string h = handles[p].substr(0, handles[p].rfind(";kernel:"));
     const size_t a = h.find(";slots:"), b = h.find(";inbox:");
     if (h.rfind("ctl:", 0) != 0 || a == std::string::npos || b == std::string::npos || b < a)
       throw std::invalid_argument("stream engine: malformed handle of rank " + std::to_string(p));
-    auto ctl = parse_fields(h.substr(4, a - 4), 3, "control handle of rank " + std::to_string(p));
+    ctls[p] = parse_fields(h.substr(4, a - 4), 3, "control handle of rank " + std::to_string(p));
     auto slots = parse_fields(h.substr(a + 7, b - a - 7), 2, "slot settings of rank " + std::to_string(p));
     if (slots[0] != opts_.nslots || slots[1] != opts_.slot_bytes)
       throw std::invalid_argument("COMMLIB_DEVICE_SLOTS/COMMLIB_DEVICE_SLOT_BYTES: rank " + std::to_string(p) + " uses " +
                                   std::to_string(slots[0]) + " x " + std::to_string(slots[1]) + " bytes, rank " +
                                   std::to_string(rank_) + " " + std::to_string(opts_.nslots) + " x " +
                                   std::to_string(opts_.slot_bytes) + "; every rank must use the same");
-    if (ctl[2] != ctl_bytes()) throw std::invalid_argument("stream engine: rank " + std::to_string(p) + " has another world size");
-    if (!same_host[p]) continue;  // another host: reached over NCCL, nothing of it to map here
+    if (ctls[p][2] != ctl_bytes()) throw std::invalid_argument("stream engine: rank " + std::to_string(p) + " has another world size");
+    peer_handles[p] = h.substr(b + 7);
+  }
+  // The kernel path checks COMMLIB_DEVICE_LL_BYTES on every handle before it imports anything.
+  if (kernel_)
+    kernel_->connect(kernel_handles, std::all_of(same_host.begin(), same_host.end(), [](bool b) { return b; }));
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_ || !same_host[p]) continue;  // another host: reached over NCCL, nothing of it to map here
+    const std::vector<uint64_t>& ctl = ctls[p];
     const std::string path = "/proc/" + std::to_string(ctl[0]) + "/fd/" + std::to_string(ctl[1]);
     int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
     if (fd < 0) throw std::runtime_error("stream engine: cannot open rank " + std::to_string(p) + "'s control region " + path);
@@ -173,10 +185,8 @@ void StreamEngine::connect(const std::vector<std::string>& handles, const std::v
     peers_[p].ctl = static_cast<char*>(m);
     peers_[p].ctl_bytes = ctl_bytes();
     peers_[p].ctl_dev = device_->map_host(m, ctl_bytes());
-    peers_[p].inbox = static_cast<char*>(device_->import_memory(h.substr(b + 7)));
+    peers_[p].inbox = static_cast<char*>(device_->import_memory(peer_handles[p]));
   }
-  if (kernel_)
-    kernel_->connect(kernel_handles, std::all_of(same_host.begin(), same_host.end(), [](bool b) { return b; }));
   open_remote_staging();
   p2p_probe_ = control_->add_p2p_probe(
       [this](int peer, const CallDesc& want, CallDesc* sent) { return device_message(peer, want, sent); });
