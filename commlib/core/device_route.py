@@ -215,8 +215,8 @@ class DeviceRoute:
         self._pending.append((work, refs))
         return DeviceWork(work, refs, stream_of) if async_op else None
 
-    def _imports_closed(self, prefix) -> bool:
-        return _closed_barrier(self._ctx, prefix)
+    def _imports_closed(self, prefix, wait: bool) -> bool:
+        return _closed_barrier(self._ctx, prefix, wait)
 
     def abort(self, reason):
         for e in self._engines.values():
@@ -227,8 +227,12 @@ class DeviceRoute:
         free its memory: the exported inbox only after every rank closed its imports of it (a
         store barrier, bounded by the timeout) and nothing failed (issue #23, item 7)."""
         for key, e in self._engines.items():
-            e.close()
-            e.release_memory(peers_closed=not e.failed() and self._imports_closed(self._prefixes[key]))
+            e.close()  # closes its imports of the peers' memory, failed or not
+            failed = e.failed()
+            # A failed engine frees nothing exported, so it does not wait; it still says it closed
+            # its imports, or its healthy peers would wait out the timeout to free theirs.
+            peers_closed = self._imports_closed(self._prefixes[key], wait=not failed)
+            e.release_memory(peers_closed=not failed and peers_closed)
         self._engines.clear()
         self._last_engine = None
         self._devices.clear()
@@ -254,10 +258,13 @@ def parse_device(device):
     return buf.kind, buf.device_index
 
 
-def _closed_barrier(ctx, prefix) -> bool:
-    """Every rank closed its imports of ``prefix``'s engines (False on timeout or a failed store)."""
+def _closed_barrier(ctx, prefix, wait: bool = True) -> bool:
+    """Says this rank closed its imports of ``prefix``'s engines; with ``wait``, whether every rank
+    did (False on timeout or a failed store; without ``wait``, False at once)."""
     try:
         ctx.store.set(f"{prefix}/closed/{ctx.rank}", b"1")
+        if not wait:
+            return False
         keys = [f"{prefix}/closed/{r}" for r in range(ctx.size)]
         deadline = time.monotonic() + min(ctx.timeout, 30.0)
         pause = 0.0005
