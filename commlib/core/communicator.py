@@ -67,8 +67,7 @@ class Communicator:
     def _device(self):
         if self._device_route is None:  # the route reads the communicator only through its RouteContext
             self._device_route = DeviceRoute(RouteContext(core=self._core, store=self._store, prefix=self._prefix,
-                                                          rank=self._rank, size=self._size, timeout=self._timeout),
-                                             owner=self)
+                                                          rank=self._rank, size=self._size, timeout=self._timeout))
         return self._device_route
 
     # -- identity ---------------------------------------------------------------------------
