@@ -20,6 +20,7 @@ import commlib._C as _C
 from commlib.bootstrap.wait import wait_for_key
 from commlib.device import nccl_comm as device_nccl
 from commlib.device.route_context import RouteContext
+from commlib.core.shrink import gone_peers
 from commlib.core.work import Work
 from commlib.device.buffers import DeviceBuffer
 
@@ -116,13 +117,11 @@ def _wait_key(ctx, prefix, rank, poll) -> str:
 class DeviceRoute:
     """The stream engines of one communicator, one per device, and the calls still in flight."""
 
-    def __init__(self, ctx: RouteContext, owner=None):
-        self._ctx = ctx  # the communicator's public seam: nothing else of it is read here
-        # Held, never read: the route and its owner live and die together, as when the route read
-        # the communicator itself. A communicator dropped without close() with calls still on a
-        # stream must not free the engines under them (the stream engine does not survive that:
-        # a segfault, tests/device/test_nccl_errors.py's silent rank).
-        self._owner = owner
+    def __init__(self, ctx: RouteContext):
+        # The communicator's public seam: nothing else of it is read here. A communicator dropped
+        # without close() while its works still hold engines is safe: the C++ communicator closes
+        # its engines before its transport goes (csrc/host/communicator.h, close listeners).
+        self._ctx = ctx
         self._engines = {}
         self._devices = {}
         self._prefixes = {}  # store prefix of each engine's set-up
@@ -229,9 +228,6 @@ class DeviceRoute:
         self._pending.append((work, refs))
         return DeviceWork(work, refs, stream_of) if async_op else None
 
-    def _imports_closed(self, prefix, wait: bool) -> bool:
-        return _closed_barrier(self._ctx, prefix, wait)
-
     def abort(self, reason):
         for e in self._engines.values():
             e.abort(reason)
@@ -245,7 +241,7 @@ class DeviceRoute:
             failed = e.failed()
             # A failed engine frees nothing exported, so it does not wait; it still says it closed
             # its imports, or its healthy peers would wait out the timeout to free theirs.
-            peers_closed = self._imports_closed(self._prefixes[key], wait=not failed)
+            peers_closed = _closed_barrier(self._ctx, self._prefixes[key], wait=not failed)
             e.release_memory(peers_closed=not failed and peers_closed)
         self._engines.clear()
         self._last_engine = None
@@ -272,24 +268,42 @@ def parse_device(device):
     return buf.kind, buf.device_index
 
 
+# How often the closing barrier asks the control plane whether a rank it waits for is dead.
+_PEER_CHECK_S = 0.1
+
+
 def _closed_barrier(ctx, prefix, wait: bool = True) -> bool:
     """Says this rank closed its imports of ``prefix``'s engines; with ``wait``, whether every rank
-    did (False on timeout or a failed store; without ``wait``, False at once)."""
+    did (False on timeout, a failed store, or a rank that died or failed before saying so: nobody
+    waits out the timeout for a SIGKILLed peer; without ``wait``, False at once)."""
     try:
         ctx.store.set(f"{prefix}/closed/{ctx.rank}", b"1")
         if not wait:
             return False
         keys = [f"{prefix}/closed/{r}" for r in range(ctx.size)]
         deadline = time.monotonic() + min(ctx.timeout, 30.0)
+        next_peer_check = time.monotonic() + _PEER_CHECK_S
         pause = 0.0005
         while not ctx.store.check(keys):
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > deadline:
                 return False
+            if now >= next_peer_check:
+                next_peer_check = now + _PEER_CHECK_S
+                if _gone_before_closing(ctx, keys):
+                    return False
             time.sleep(pause)
             pause = min(pause * 2, 0.02)
         return True
     except Exception:  # noqa: BLE001 - a store gone: leave the exported memory allocated
         return False
+
+
+def _gone_before_closing(ctx, keys) -> bool:
+    """Whether some rank that has not said it closed is gone (its process dead, its connection
+    lost, or its communicator closed without close(): commlib.core.shrink.gone_peers); it never
+    will say so. Exported memory is then left allocated, as after a timeout."""
+    return any(not ctx.store.check([keys[r]]) for r in gone_peers(ctx.core))
 
 
 def _one_device(bufs, stream):

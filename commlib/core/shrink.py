@@ -53,9 +53,15 @@ def gone_ranks(comm, states=GONE_STATES) -> Set[int]:
     """The ranks of ``comm`` this rank sees in one of ``states`` now (default: dead or closed). A
     peer on this host that published an error and then died is caught by its process, whatever
     its last state (the core does the same for links across hosts)."""
+    return gone_peers(comm._core, states)
+
+
+def gone_peers(core, states=GONE_STATES) -> Set[int]:
+    """``gone_ranks`` of a C++ communicator (``_C.Communicator``): the device route's closing
+    barrier asks it, which sees its communicator only as a RouteContext."""
     gone = set()
-    kinds = comm._core.link_kinds
-    for r, (state, pid, _msg) in enumerate(comm._core.peer_states()):
+    kinds = core.link_kinds
+    for r, (state, pid, _msg) in enumerate(core.peer_states()):
         if state in states or (kinds[r] == "shm" and _process_gone(pid)):
             gone.add(r)
     return gone

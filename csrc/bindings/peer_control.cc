@@ -27,6 +27,8 @@ class CommunicatorPeerControl final : public PeerControl {
     return c_.add_abort_listener(std::move(fn));
   }
   void remove_host_listener(int id) override { c_.remove_abort_listener(id); }
+  int on_host_close(std::function<void()> fn) override { return c_.add_close_listener(std::move(fn)); }
+  void remove_close_listener(int id) override { c_.remove_close_listener(id); }
   uint64_t next_p2p_seq(int peer, bool send) override { return c_.next_p2p_seq(peer, send); }
   uint64_t peek_p2p_seq(int peer, bool send) override { return c_.peek_p2p_seq(peer, send); }
   bool peek_host_message(int peer, CallDesc* desc) override { return c_.peek_host_message(peer, desc); }

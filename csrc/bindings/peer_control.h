@@ -9,7 +9,8 @@
 
 namespace commlib {
 
-// Over a communicator (which must outlive the engine).
+// Over a communicator. The engine may outlive it (its works hold it): it closes when the
+// communicator does (a close listener), before the transport goes, and never calls it after.
 std::unique_ptr<PeerControl> communicator_peer_control(Communicator& comm);
 
 }  // namespace commlib

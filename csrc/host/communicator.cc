@@ -112,6 +112,31 @@ void Communicator::remove_abort_listener(int id) {
     }
 }
 
+int Communicator::add_close_listener(std::function<void()> fn) {
+  std::lock_guard<std::recursive_mutex> lk(close_listeners_mu_);
+  const int id = ++next_close_listener_;
+  close_listeners_.emplace_back(id, std::move(fn));
+  return id;
+}
+
+void Communicator::remove_close_listener(int id) {
+  std::lock_guard<std::recursive_mutex> lk(close_listeners_mu_);
+  for (auto it = close_listeners_.begin(); it != close_listeners_.end(); ++it)
+    if (it->first == id) {
+      close_listeners_.erase(it);
+      return;
+    }
+}
+
+void Communicator::run_close_listeners() {
+  // Held while they run: an engine destroyed on another thread meanwhile waits in its
+  // remove_close_listener rather than vanishing under its listener.
+  std::lock_guard<std::recursive_mutex> lk(close_listeners_mu_);
+  auto listeners = std::move(close_listeners_);
+  close_listeners_.clear();
+  for (auto& l : listeners) l.second();
+}
+
 void Communicator::publish_call(const CallDesc& desc) {
   std::lock_guard<std::mutex> lk(publish_mu_);
   if (desc.seq < published_seq_) return;
@@ -232,6 +257,7 @@ void Communicator::close() {
   cv_.notify_all();
   lk.unlock();
   if (worker_.joinable()) worker_.join();
+  run_close_listeners();  // the stream engines, while the transport their watchdogs read is up
   // Unmap now rather than at garbage collection: peers keep their own mappings of the region.
   transport_->close();
   transport_.reset();

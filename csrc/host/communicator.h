@@ -105,6 +105,12 @@ class Communicator {
   void fail_from_engine(ErrorKind kind, const std::string& message);
   int add_abort_listener(std::function<void(ErrorKind, const std::string&)> fn);
   void remove_abort_listener(int id);
+  // A close listener runs once, when the communicator closes (close() or the destructor), before
+  // its transport goes: a stream engine closes there (drains its calls, stops its watchdog),
+  // since its works may keep it alive after the communicator, and nothing of it may reach the
+  // transport after. remove_close_listener waits for a listener running on another thread.
+  int add_close_listener(std::function<void()> fn);
+  void remove_close_listener(int id);
 
   // Point-to-point messages of a pair share one numbering on host and device buffers (host
   // messages take their number when submitted, device messages when enqueued), so a host message
@@ -184,6 +190,11 @@ class Communicator {
   std::mutex listeners_mu_;  // held while listeners run: remove_abort_listener waits for them
   std::vector<std::pair<int, std::function<void(ErrorKind, const std::string&)>>> abort_listeners_;
   int next_listener_ = 0;
+  // Recursive: a close listener (an engine closing) removes itself while it runs.
+  std::recursive_mutex close_listeners_mu_;
+  std::vector<std::pair<int, std::function<void()>>> close_listeners_;
+  int next_close_listener_ = 0;
+  void run_close_listeners();
 
   std::atomic<bool> aborted_{false};
   ErrorKind abort_kind_ = ErrorKind::None;

@@ -112,6 +112,12 @@ StreamEngine::StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerC
   watchdog_ = std::thread([this] { watchdog_loop(); });
   // The host side's abort fails this engine too (its peers were told by the host side).
   host_listener_ = control_->on_host_abort([this](ErrorKind kind, const std::string& msg) { fail(kind, msg, false); });
+  // The engine may outlive its communicator (a work handle holds it): it closes with it, while
+  // the communicator's transport, which the watchdog and the host functions read, is still up.
+  close_listener_ = control_->on_host_close([this] {
+    close();
+    host_gone_.store(true, std::memory_order_release);
+  });
 }
 
 StreamEngine::~StreamEngine() {
@@ -299,6 +305,8 @@ void StreamEngine::enqueue_step(const Step& step, char* const bases[3], size_t e
 void StreamEngine::close() {
   // Always returns: a device error on the way (a sticky CUDA error) fails the engine instead of
   // throwing, and the watchdog is joined whatever happened.
+  if (const int id = close_listener_.exchange(0)) control_->remove_close_listener(id);
+  std::lock_guard<std::mutex> closing(close_mu_);
   {
     std::lock_guard<std::mutex> guard(enqueue_mu_);
     if (closed_) return;

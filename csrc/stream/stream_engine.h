@@ -86,6 +86,10 @@ class PeerControl {
   // fn hears of the host side's abort; returns an id for remove_host_listener.
   virtual int on_host_abort(std::function<void(ErrorKind, const std::string&)> fn) = 0;
   virtual void remove_host_listener(int id) = 0;
+  // fn runs when the host side closes, before its transport goes (the engine closes there: its
+  // works may keep it alive after the communicator); returns an id for remove_close_listener.
+  virtual int on_host_close(std::function<void()> fn) = 0;
+  virtual void remove_close_listener(int id) = 0;
   // Point-to-point: one numbering per pair with the host messages, the host link's next message
   // from `peer` (false while a host call runs), and the probe the host executor asks whether a
   // receive's message came on a device buffer (Communicator::next_p2p_seq and the rest).
@@ -157,7 +161,8 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   // Throws the engine's error if the call numbered `seq` was in flight (or later) when it failed.
   void throw_if_call_failed(uint64_t seq);
   // Waits for every call (the watchdog still runs), stops the watchdog and closes the imports of
-  // the peers' memory. Idempotent; never throws (a device error fails the engine instead).
+  // the peers' memory. Idempotent (a second caller returns once the first one finished); never
+  // throws (a device error fails the engine instead). The host communicator's close runs it too.
   void close();
   // After close(): frees this rank's memory; the exported inbox only when `peers_closed` (every
   // peer closed its import: the Python side's barrier) and nothing failed. Idempotent.
@@ -294,6 +299,14 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   std::shared_ptr<DeviceEvent> fork_, sent_step_, received_step_;
 
   int host_listener_ = 0;
+  // Taken (exchanged for 0) by the first close(), outside close_mu_: the communicator holds its
+  // listeners' lock while one runs close(), so the order is always that lock, then close_mu_.
+  std::atomic<int> close_listener_{0};
+  // Held through close(): a second caller (the host communicator closing on another thread)
+  // returns only once nothing of the engine reaches the communicator any more.
+  std::mutex close_mu_;
+  // The host communicator closed (it may be gone): control_ is never called again.
+  std::atomic<bool> host_gone_{false};
   int p2p_probe_ = 0;
 
   // Enqueue state (the caller's thread; one call at a time).

@@ -120,7 +120,7 @@ void StreamEngine::fail_as(ErrorKind kind, ErrorKind published, const std::strin
     failed_.store(true, std::memory_order_release);
   }
   give_up_.store(true, std::memory_order_release);
-  if (publish) {
+  if (publish && !host_gone_.load(std::memory_order_acquire)) {
     control_->publish_failure(published, message);
     control_->fail_host(kind, message);  // later host calls raise it at once
   }

@@ -13,14 +13,15 @@ def stats(comm):
 
 
 def round_trips(comm, n):
-    """n 8-byte all_reduces; returns (all right, counter deltas)."""
+    """n 8-byte all_reduces; returns (all right, deltas of every tcp_stats counter). Shared by the
+    small-message path's and the zero-copy path's tests."""
     before = stats(comm)
     x = np.zeros(2, np.int64)
     ok = True
     for i in range(n):
         x[:] = comm.rank + i
         comm.all_reduce(x)
-        ok &= bool((x == sum(q + i for q in range(comm.size)) ).all())
+        ok &= bool((x == sum(q + i for q in range(comm.size))).all())
     after = stats(comm)
     return ok, {k: after[k] - before[k] for k in after}
 

@@ -109,15 +109,3 @@ def landing_stays_in_bounds(comm):
         intact &= bool((big == -5).all())  # the mismatched message landed nowhere
     sub.close()
     return ok, intact, err
-
-
-def small_round_trips(comm, n=300):
-    """Many 8-byte all_reduces; returns (all right, frames this rank's caller read itself)."""
-    before = stats(comm)["frames_read_by_caller"]
-    x = np.zeros(2, np.float32)
-    ok = True
-    for i in range(n):
-        x[:] = comm.rank + i
-        comm.all_reduce(x)
-        ok &= bool((x == sum(q + i for q in range(comm.size))).all())
-    return ok, stats(comm)["frames_read_by_caller"] - before

@@ -1,0 +1,21 @@
+"""close() of a communicator with device engines when a peer was SIGKILLed (rank-side code in
+device_close_cases.py): the closing barrier, where every rank says it closed its imports of the
+others' memory before any frees its own, stops waiting for a rank the control plane sees dead
+(before: up to 30 s, min(COMMLIB_TIMEOUT, 30))."""
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import device_close_cases as cases  # noqa: E402
+from commlib.testing.faults import run_killing_one_rank  # noqa: E402
+
+
+@pytest.mark.timeout(90)
+def test_close_does_not_wait_for_a_killed_peer():
+    results = run_killing_one_rank(3, 1, cases.close_after_peer_killed, env={"COMMLIB_EMULATED_DELAY_US": "20"},
+                                   timeout=60)
+    assert results[1] is None
+    for rank in (0, 2):
+        assert results[rank] < 5, f"rank {rank}'s close() took {results[rank]:.1f} s"
