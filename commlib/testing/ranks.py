@@ -62,6 +62,12 @@ class RankFailure(AssertionError):
     """One or more ranks raised; the message holds each failing rank's traceback."""
 
 
+def process_context(env: dict | None = None):
+    """A multiprocessing context for a test's own rank processes (outside a pool): the forkserver
+    with torch already imported, so that starting a rank costs a fork, not a torch import."""
+    return _start_context(env or {})
+
+
 def _prepare_rank_process(env, parent_env=None):
     """``parent_env``: the pool creator's whole environment when the pool was made, which a
     forkserver child does not inherit (it has the server's, from its start), so that a rank sees

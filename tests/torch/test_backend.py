@@ -8,7 +8,6 @@ Tolerances (fp32): reductions whose order differs from gloo's: rtol 1e-5 / atol 
 exact); DDP after 20 SGD steps vs single-process full-batch training: rtol 1e-4 / atol 1e-5 (and
 bitwise equal across ranks); FSDP2/HSDP losses vs gloo: rtol 1e-5 / atol 1e-6.
 """
-import multiprocessing as mp
 import os
 import socket
 import sys
@@ -24,6 +23,7 @@ torch = pytest.importorskip("torch")
 
 import backend_cases as bc  # noqa: E402
 from ranks import get_pool  # noqa: E402
+from commlib.testing.ranks import process_context  # noqa: E402
 
 
 # every ReduceOp x every dtype on 2 ranks; a smaller matrix on 3 and 4 ranks (time budget)
@@ -107,7 +107,7 @@ def test_killed_rank_raises_within_timeout():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
+    ctx = process_context()  # forked from the torch-preloaded server: no torch import per rank
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "result")
         procs = [ctx.Process(target=bc.killed_rank_main, args=(r, 2, port, out)) for r in range(2)]
