@@ -47,8 +47,10 @@ def test_tiny_sweep_all_correct(tmp_path):
 
 
 def test_tiny_sweep_against_gloo(tmp_path):
+    # --passes 1: each gloo job's ranks import torch (~20 s on 2 busy cores); merging passes is
+    # covered by test_tiny_sweep_all_correct (the default 2 passes) and test_bench_units.
     data, _ = _bench(tmp_path, ["all_reduce", "--np", "2", "-b", "1K", "-e", "1K", "--algorithms", "ring,auto",
-                                "-n", "2", "-w", "1", "--peers", "gloo", "--mode", "in"])
+                                "-n", "2", "-w", "1", "--peers", "gloo", "--mode", "in", "--passes", "1"])
     by = {r["backend"] for r in data["results"]}
     assert by == {"commlib", "gloo"} and all(r["wrong"] == 0 for r in data["results"])
 
@@ -61,7 +63,8 @@ def _has_mpi():
 @pytest.mark.skipif(not _has_mpi(), reason="mpi4py or mpirun not installed")
 def test_tiny_sweep_against_mpi(tmp_path):
     data, _ = _bench(tmp_path, ["all_reduce", "all_to_all", "--np", "2", "-b", "1K", "-e", "1K",
-                                "--algorithms", "auto", "-n", "2", "-w", "1", "--peers", "mpi"])
+                                "--algorithms", "auto", "-n", "2", "-w", "1", "--peers", "mpi",
+                                "--passes", "1"])
     mpi = [r for r in data["results"] if r["backend"] == "mpi"]
     assert len(mpi) == 2 and all(r["wrong"] == 0 for r in mpi)
     assert data["backends"]["mpi"]["available"] is True
