@@ -30,7 +30,9 @@ PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath
 # costs seconds of CPU (tens of seconds when 4 ranks start on 2 busy cores), a fork a millisecond.
 # Importing them starts no thread (checked: numpy's BLAS pool obeys OMP_NUM_THREADS=1, set for the
 # server) and no CUDA context (torch initialises CUDA lazily). A missing module is skipped.
-FORKSERVER_PRELOAD = ("numpy", "torch", "torch.distributed")
+# torch._dynamo: every torch optimizer's constructor imports it on first use (its
+# disable-dynamo wrapper), ~10 s of CPU per rank on a busy machine; its import starts no thread.
+FORKSERVER_PRELOAD = ("numpy", "torch", "torch.distributed", "torch._dynamo")
 # A rank environment naming any of these would be read at import time, which the forkserver has
 # already done: such pools are spawned instead.
 IMPORT_TIME_ENV_PREFIXES = ("OMP_", "MKL_", "KMP_", "OPENBLAS_", "TORCH_", "CUDA_", "PYTORCH_", "NCCL_")
