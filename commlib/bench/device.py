@@ -20,7 +20,7 @@ import functools
 import numpy as np
 
 from commlib.perf.device_buffers import empty, fill, is_device_buffer, to_host  # noqa: F401 (re-exported)
-from commlib.bench.sweep import CommlibBackend
+from commlib.bench.backends import CommlibBackend
 
 DEVICES = ("host", "emulated", "cuda")
 

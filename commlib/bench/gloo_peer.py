@@ -9,7 +9,7 @@ import functools
 
 import numpy as np
 
-from commlib.bench.sweep import Backend
+from commlib.bench.backends import Backend
 
 _OPS = {"sum": "SUM", "prod": "PRODUCT", "min": "MIN", "max": "MAX", "avg": "AVG",
         "band": "BAND", "bor": "BOR", "bxor": "BXOR"}

@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 
-from commlib.bench.sweep import Backend
+from commlib.bench.backends import Backend
 
 _DTYPES = ("float32", "float64", "int8", "uint8", "int32", "int64")
 

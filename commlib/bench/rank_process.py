@@ -29,7 +29,7 @@ def _make_backend(name, rank=None, world_size=None, device="host", paths=None):
         return DeviceBackend(commlib.init(), device, nccl_peer=name == "nccl", paths=paths)
     if name == "commlib":
         import commlib
-        from commlib.bench.sweep import CommlibBackend
+        from commlib.bench.backends import CommlibBackend
         kw = {}
         if rank is not None:
             kw = {"rank": rank, "world_size": world_size}

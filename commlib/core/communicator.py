@@ -13,13 +13,12 @@ from typing import Optional, Sequence
 
 import commlib._C as _C
 from commlib.device.host_buffers import describe
-from commlib.core.device_route import DeviceRoute, parse_device
-from commlib.core.call_checks import (as_int, as_rank, check_algorithm, check_op, describe_like, device_buffers_of,
+from commlib.core.comm_groups import GroupMethods
+from commlib.core.device_route import DeviceRoute
+from commlib.core.call_checks import (as_rank, check_algorithm, check_op, describe_like, device_buffers_of,
                                       named_device_buffers)
 from commlib.core.p2p_plan import plan_all_to_allv, plan_batch
 from commlib.device.route_context import RouteContext
-from commlib.errors import CommError
-from commlib.core.shrink import check_exclude
 from commlib.core.work import Work  # noqa: F401  (re-exported: commlib.core.communicator.Work)
 
 # The latency path: blocking calls on plain NumPy arrays go straight to C++ (csrc/bindings/
@@ -34,7 +33,7 @@ assert _C.COLLECTIVES[:9] == ["all_reduce", "all_gather", "reduce_scatter", "all
                               "reduce", "gather", "scatter", "barrier"]
 
 
-class Communicator:
+class Communicator(GroupMethods):
     """A group of ranks that run collectives together.
 
     Create one with :func:`commlib.init`; derive sub-groups with :meth:`split`. Buffers are NumPy
@@ -309,72 +308,6 @@ class Communicator:
             raise ValueError("stream: given, but the buffers are host memory")
         work = self._core.p2p(items, dtype, async_op)
         return Work(work, refs) if async_op else None
-
-    # -- groups ---------------------------------------------------------------------------------
-    def split(self, color: Optional[int], key: Optional[int] = None,
-              timeout: Optional[float] = None, device=None) -> Optional["Communicator"]:
-        """Partition the ranks: those passing the same ``color`` form a new communicator, ordered
-        by ``key`` (then by rank). Every rank must call it; ``color=None`` joins no group and
-        returns None. Collective over this communicator. The new communicator has this one's
-        timeout unless ``timeout`` (seconds) is given.
-
-        ``device`` ("cuda:N", "emulated:N", a torch.device, or a device buffer): the new
-        communicator's stream engine for that device is set up here, while every rank is in this
-        collective call, instead of at its first device call (which waits until every rank makes
-        one there: communicators whose first device calls come in different orders on different
-        ranks, as a pipeline's two lanes do, would wait for one another until the timeout). Every
-        rank of the new communicator must name the same kind of device.
-        """
-        device_key = None if device is None else parse_device(device)
-        if self._split is None:
-            raise RuntimeError("split: this communicator was not built by commlib.init, which provides it")
-        if self._closed:
-            raise CommError(f"split: communicator (rank {self._rank}) is closed")
-        if os.getpid() != self._pid:
-            raise CommError(f"split: communicator (rank {self._rank}) was created in pid {self._pid} and "
-                            f"is used in a forked child (pid {os.getpid()})")
-        if color is not None:
-            color = as_int(color, "color")
-            if color < 0:
-                raise ValueError(f"color: must be a non-negative int or None, got {color!r}")
-        if key is not None:
-            key = as_int(key, "key")
-        if timeout is not None and not timeout > 0:
-            raise ValueError(f"timeout: must be positive, got {timeout!r}")
-        self._splits += 1
-        child = self._split(self, color, self._rank if key is None else key, self._splits,
-                            self._timeout if timeout is None else float(timeout))
-        if child is not None and device_key is not None:
-            try:
-                child._device().setup(*device_key)
-            except BaseException:
-                child.abort("its stream engine could not be set up at split()")
-                raise
-        return child
-
-    def shrink(self, exclude: Optional[Sequence[int]] = None,
-               timeout: Optional[float] = None) -> "Communicator":
-        """A new communicator of the survivors, ranks renumbered in order (docs/fault_tolerance.md).
-
-        Called by every rank that stays (never by an excluded one), typically after a PeerError.
-        ``exclude=None`` excludes the ranks this communicator sees gone (dead or closed); the
-        survivors agree on the set through the store within ``timeout`` (default: this
-        communicator's), or every one raises an error naming the disagreement, a live rank
-        excluded, or a rank that died during the shrink (call shrink again then). This
-        communicator stays usable for nothing but ``close()`` after a failure: close it.
-        """
-        if self._shrink is None:
-            raise RuntimeError("shrink: this communicator was not built by commlib.init, which provides it")
-        if self._closed:
-            raise CommError(f"shrink: communicator (rank {self._rank}) is closed")
-        if os.getpid() != self._pid:
-            raise CommError(f"shrink: communicator (rank {self._rank}) was created in pid {self._pid} and "
-                            f"is used in a forked child (pid {os.getpid()})")
-        exclude = check_exclude(exclude, self._size, self._rank)
-        if timeout is not None and not timeout > 0:
-            raise ValueError(f"timeout: must be positive, got {timeout!r}")
-        self._shrinks += 1
-        return self._shrink(self, exclude, self._shrinks, self._timeout if timeout is None else float(timeout))
 
     def close(self):
         """Finish queued work, then release shared memory and the worker thread. Idempotent.

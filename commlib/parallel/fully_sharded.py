@@ -7,82 +7,13 @@ from typing import Dict, List
 
 import torch
 
-from ._buckets import (FlatLayout, broadcast_tensors, check_algorithm, check_comm, check_one_device,
+from ._buckets import (broadcast_tensors, check_algorithm, check_comm, check_one_device,
                        check_same_structure, optimizer_state_tensors, queue_backward_callback,
                        storage_bytes, unique_named_parameters)
-from .zero_checkpoint import _load_sharded, _save_sharded, _Unit
+from .fsdp_unit import FREE, FsdpUnit, GatherParams
+from .zero_checkpoint import _load_sharded, _save_sharded
 
 __all__ = ["FullyShardedModule"]
-
-_FREE, _GATHERING, _GATHERED = 0, 1, 2
-
-
-class _FsdpUnit(_Unit):
-    def __init__(self, name, module, params, owner):
-        comm = owner.comm
-        layout = FlatLayout([n for n, _ in params], [p.shape for _, p in params], comm.size)
-        super().__init__(name, layout, comm.rank)
-        self.module = module
-        self.owner = owner
-        self.param_names = [n for n, _ in params]
-        flat = torch.zeros(layout.padded, dtype=torch.float32, device=params[0][1].device)
-        with torch.no_grad():
-            for (_, p), v in zip(params, layout.views(flat)):
-                v.copy_(p.detach())
-        self.shard = torch.nn.Parameter(flat[layout.piece * comm.rank:
-                                             layout.piece * (comm.rank + 1)].clone())
-        self.orig_dtypes = [p.dtype for _, p in params]
-        self.full = torch.empty(layout.padded, dtype=owner.compute_dtype, device=flat.device)
-        self._nbytes = self.full.untyped_storage().nbytes()
-        self.full.untyped_storage().resize_(0)
-        self.state = _FREE
-        self.work = None
-        self.locations = []          # per parameter: [(submodule, attribute), ...]
-        self.bw_hooked = False
-
-    def gather_async(self):
-        assert self.state == _FREE
-        self.full.untyped_storage().resize_(self._nbytes)
-        src = self.shard.detach()
-        if self.full.dtype != src.dtype:
-            src = src.to(self.full.dtype)
-        self.work = self.owner.comm.all_gather(self.full, src, algorithm=self.owner.algorithm,
-                                               async_op=True)
-        self.state = _GATHERING
-
-    def ensure_gathered(self):
-        if self.state == _FREE:
-            self.gather_async()
-        if self.state == _GATHERING:
-            self.work.wait()
-            self.work = None
-            self.state = _GATHERED
-
-    def free(self):
-        if self.state == _GATHERING:
-            self.work.wait()
-            self.work = None
-        self.full.untyped_storage().resize_(0)
-        self.state = _FREE
-
-
-class _GatherParams(torch.autograd.Function):
-    """Forward: the unit's gathered flat parameters (already all-gathered into ``unit.full``).
-    Backward: hands the flat gradient to the unit's reduce-scatter; the shard's gradient is
-    accumulated at the end of backward when the asynchronous reduce-scatter has completed."""
-
-    @staticmethod
-    def forward(ctx, shard, unit):
-        ctx.unit = unit
-        # ``.data``: an alias with its own version counter, so re-gathering into the same storage
-        # before backward is not mistaken for an in-place change of saved tensors.
-        return unit.full.data
-
-    @staticmethod
-    def backward(ctx, grad_full):
-        unit = ctx.unit
-        unit.owner._post_backward(unit, grad_full)
-        return None, None
 
 
 def _default_policy(root: torch.nn.Module) -> List[str]:
@@ -191,7 +122,7 @@ class FullyShardedModule(torch.nn.Module):
                     locations[id(p)].append((m, pname))
         owner_of = {id(p): (next(iter(users[id(p)])) if len(users[id(p)]) == 1 else "") for _, p in named}
         self.tied_to_root = [n for n, p in named if len(users[id(p)]) > 1]
-        self._units: List[_FsdpUnit] = []
+        self._units: List[FsdpUnit] = []
         self._unit_by_module = {}
         shards = {}
         for uname in unit_names + [""]:
@@ -199,7 +130,7 @@ class FullyShardedModule(torch.nn.Module):
             if not ps:
                 continue
             m = mods[uname]
-            unit = _FsdpUnit(uname or "<root>", m, ps, self)
+            unit = FsdpUnit(uname or "<root>", m, ps, self)
             unit.locations = [locations[id(p)] for _, p in ps]
             unit.requires_grad = [p.requires_grad for _, p in ps]
             self._units.append(unit)
@@ -215,7 +146,7 @@ class FullyShardedModule(torch.nn.Module):
         for unit in self._units:
             unit.module.register_forward_pre_hook(self._make_pre_forward(unit))
             unit.module.register_forward_hook(self._make_post_forward(unit))
-        self._fwd_order: List[_FsdpUnit] = []
+        self._fwd_order: List[FsdpUnit] = []
         self._order_fixed = False
         #: per forward/backward: units whose all_gather was already launched (prefetched) when
         #: they were needed ("hits") or had to be gathered on demand ("misses")
@@ -253,14 +184,14 @@ class FullyShardedModule(torch.nn.Module):
         def hook(module, args):
             if not self._order_fixed and unit not in self._fwd_order:
                 self._fwd_order.append(unit)
-            self.prefetch_stats["forward_misses" if unit.state == _FREE else "forward_hits"] += 1
+            self.prefetch_stats["forward_misses" if unit.state == FREE else "forward_hits"] += 1
             unit.ensure_gathered()
             if self.prefetch:
                 nxt = self._next_unit(unit, +1)
-                if nxt is not None and nxt.state == _FREE:
+                if nxt is not None and nxt.state == FREE:
                     nxt.gather_async()
             if torch.is_grad_enabled() and unit.shard.requires_grad:
-                flat = _GatherParams.apply(unit.shard, unit)
+                flat = GatherParams.apply(unit.shard, unit)
             else:
                 flat = unit.full
             self._set_views(unit, flat)
@@ -290,11 +221,11 @@ class FullyShardedModule(torch.nn.Module):
         if not self._in_backward:
             self._in_backward = True
             queue_backward_callback(self._finish_backward)
-        self.prefetch_stats["backward_misses" if unit.state == _FREE else "backward_hits"] += 1
+        self.prefetch_stats["backward_misses" if unit.state == FREE else "backward_hits"] += 1
         unit.ensure_gathered()
         if self.prefetch:
             prv = self._next_unit(unit, -1)
-            if prv is not None and prv.state == _FREE:
+            if prv is not None and prv.state == FREE:
                 prv.gather_async()
 
     def _post_backward(self, unit, grad_full):
@@ -321,7 +252,7 @@ class FullyShardedModule(torch.nn.Module):
             self._pending = []
             self._in_backward = False
             for unit in self._units:
-                if unit.state != _FREE:
+                if unit.state != FREE:
                     unit.free()
 
     # -- state ----------------------------------------------------------------------------------

@@ -6,11 +6,11 @@
 #include "sim/topology.h"
 #include "bindings/buffer_view.h"
 #include "bindings/gil.h"
+#include "host/comm_factory.h"
 #include "host/communicator.h"
 #include "common/errors.h"
 #include "schedule/registry.h"
 #include "bindings/transport_handles.h"
-#include "transport/fabric.h"
 #include "transport/shm.h"
 
 namespace py = pybind11;
@@ -127,44 +127,16 @@ void bind_comm(py::module_& m) {
 
   py::class_<Communicator>(m, "Communicator")
       .def(py::init([](int rank, int size, int fd, std::vector<int> host_of, std::vector<std::string> host_names,
-                       TcpEndpoint* tcp, double timeout, const std::string& label,
-                       int debug) {
-             if (size < 1) throw std::invalid_argument("world_size: must be at least 1");
-             if (rank < 0 || rank >= size) throw std::invalid_argument("rank: out of range for world_size");
-             Topology topo;
-             topo.host_of = std::move(host_of);
-             topo.host_names = std::move(host_names);
-             if (static_cast<int>(topo.host_of.size()) != size) throw std::invalid_argument("host_of: one entry per rank");
-             for (int h : topo.host_of)
-               if (h < 0 || h >= topo.hosts()) throw std::invalid_argument("host_of: host index out of range");
-             const std::vector<int> mine = topo.ranks_on(topo.host_of[rank]);
-             int local_rank = 0;
-             while (mine[local_rank] != rank) ++local_rank;
-             const int local_size = static_cast<int>(mine.size());
-             auto shm = std::make_unique<ShmTransport>(local_rank, local_size, fd, shm_config_from_env(local_size));
-             std::unique_ptr<TcpTransport> net;
-             if (topo.hosts() > 1) {
-               if (!tcp || !tcp->transport) throw std::invalid_argument("tcp: ranks on other hosts need a TcpEndpoint");
-               net = std::move(tcp->transport);
-             }
-             auto fabric = std::make_unique<Fabric>(rank, size, std::move(topo), std::move(shm), std::move(net));
-             return new Communicator(std::move(fabric), CommOptions{timeout, debug, label});
+                       TcpEndpoint* tcp, double timeout, const std::string& label, int debug) {
+             std::unique_ptr<TcpTransport> none;
+             return make_communicator(CommSpec{rank, size, fd, std::move(host_of), std::move(host_names), timeout,
+                                               label, debug},
+                                      tcp ? tcp->transport : none);
            }),
            py::arg("rank"), py::arg("size"), py::arg("fd"), py::arg("host_of"), py::arg("host_names"),
            py::arg("tcp"), py::arg("timeout"), py::arg("label") = "", py::arg("debug") = 0)
-      .def(py::init([](int rank, int size, int fd, double timeout, const std::string& label, int debug) {
-             // Every rank on this host: the shm region is the whole communicator's.
-             if (size < 1) throw std::invalid_argument("world_size: must be at least 1");
-             if (rank < 0 || rank >= size) throw std::invalid_argument("rank: out of range for world_size");
-             Topology topo;
-             topo.host_of.assign(size, 0);
-             topo.host_names = {"localhost"};
-             auto shm = std::make_unique<ShmTransport>(rank, size, fd, shm_config_from_env(size));
-             auto fabric = std::make_unique<Fabric>(rank, size, std::move(topo), std::move(shm), nullptr);
-             return new Communicator(std::move(fabric), CommOptions{timeout, debug, label});
-           }),
-           py::arg("rank"), py::arg("size"), py::arg("fd"), py::arg("timeout"), py::arg("label") = "",
-           py::arg("debug") = 0)
+      .def(py::init(&make_local_communicator), py::arg("rank"), py::arg("size"), py::arg("fd"), py::arg("timeout"),
+           py::arg("label") = "", py::arg("debug") = 0)
       .def_property_readonly("host_of", [](const Communicator& c) { return c.topology().host_of; })
       .def_property_readonly("host_names", [](const Communicator& c) { return c.topology().host_names; })
       .def_property_readonly("link_kinds", &Communicator::link_kinds)

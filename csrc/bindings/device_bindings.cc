@@ -10,6 +10,7 @@
 #include "bindings/peer_control.h"
 #include "device/emulated/emulated_device.h"
 #include "device/emulated/emulated_rules.h"
+#include "device/emulated/nccl_emulated.h"
 #include "device/nccl_loader.h"
 #include "host/communicator.h"
 #include "stream/stream_engine.h"
@@ -238,7 +239,7 @@ void bind_device(py::module_& m) {
            "Raises the engine's error if it failed (an aborted host side fails it too).")
       // NCCL (stream/nccl_link.h), set up by commlib/device/nccl_comm.py.
       .def("nccl_load", [](StreamEngine& e, const std::vector<std::string>& c) { return e.nccl().load(c); })
-      .def("nccl_emulated", [](StreamEngine& e) { return e.nccl().emulated(); })
+      .def("nccl_emulated", [](StreamEngine& e) { return e.nccl().from_device(); })
       .def("nccl_ready", [](StreamEngine& e) { return e.nccl().ready(); })
       .def("nccl_unique_id", [](StreamEngine& e) { return py::bytes(e.nccl().unique_id()); })
       .def(
@@ -251,7 +252,9 @@ void bind_device(py::module_& m) {
           "ncclCommInitRank with rank 0's unique id (blocks until every rank joined).")
       .def("nccl_set_peers", [](StreamEngine& e, const std::vector<bool>& p) { e.set_links(p); })
       .def("nccl_carries_any", [](StreamEngine& e) { return e.nccl().carries_any(); })
-      .def("nccl_inject_async_error", [](StreamEngine& e, int code) { e.nccl().inject_async_error(code); },
+      .def("nccl_inject_async_error", [](StreamEngine& e, int code) {
+             e.nccl().with_comm([code](const NcclApi& api, NcclComm c) { emulated_nccl_inject_async_error(api, c, code); });
+           },
            py::arg("code"), "Tests, emulated NCCL only: ncclCommGetAsyncError reports `code` from now on.")
       .def_property_readonly("device_name", [](StreamEngine& e) { return e.device().name(); })
       .def("abort", &StreamEngine::abort)

@@ -25,6 +25,7 @@ namespace commlib {
 namespace kexec {
 struct PlanLaunch;  // kernels/plan_kernel.cuh
 }
+struct NcclApi;  // device/nccl_loader.h
 
 class DeviceStream {
  public:
@@ -44,6 +45,9 @@ class Device {
   virtual ~Device() = default;
 
   virtual std::string name() const = 0;  // "emulated:0", "cuda:1"
+  // The NCCL this device provides (device/nccl_loader.h's table), or null: load libnccl
+  // (stream/nccl_link.h). The emulated device provides the emulated NCCL.
+  virtual const NcclApi* nccl_api() const { return nullptr; }
   // Makes this device the calling thread's current one (cudaSetDevice), as libraries that bind
   // to the current device need (ncclCommInitRank).
   virtual void make_current() {}

@@ -1,15 +1,19 @@
 // NCCL loaded at run time: dlopen of libnccl (the nvidia-nccl-cu12 / -cu13 wheels ship
 // libnccl.so.2 under site-packages/nvidia/nccl/lib), no NCCL at build time. The function table
 // is what the `nccl` link and algorithm="nccl" call (stream/nccl_link.h); opaque handles and
-// enums are declared here with NCCL's ABI (nccl.h), so no NCCL header is needed either. The
-// emulated device has its own implementation of the same table (device/emulated/nccl_emulated.h).
+// enums are declared here with NCCL's ABI (nccl.h), so no NCCL header is needed either. A device
+// may provide its own implementation of the same table (Device::nccl_api(); the emulated device's
+// is device/emulated/nccl_emulated.h), which libnccl's leaves out the extensions of.
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace commlib {
+
+class Device;
 
 struct NcclUniqueId {
   char internal[128];
@@ -49,6 +53,12 @@ struct NcclApi {
   NcclResult (*Recv)(void*, size_t, int, int, NcclComm, void*);
   NcclResult (*GroupStart)();
   NcclResult (*GroupEnd)();
+  // Extensions of a table a device provides (null in libnccl's). UseDevice: the device (and the
+  // set-up timeout, seconds) the calling thread's next CommInitRank binds to, where libnccl binds
+  // to the current CUDA device. LastError: why the calling thread's last failing call failed
+  // (NCCL's result codes say little).
+  void (*UseDevice)(std::shared_ptr<Device>, double) = nullptr;
+  std::string (*LastError)() = nullptr;
   int version = 0;        // e.g. 22703 for 2.27.3
   std::string path;       // the library that was loaded
 };

@@ -10,6 +10,7 @@
 
 #include "common/shapes.h"
 #include "policy/auto_policy.h"
+#include "schedule/player.h"
 #include "schedule/registry.h"
 #include "sim/compact.h"
 
@@ -21,8 +22,6 @@ namespace {
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-
-bool is_comm(SimKind k) { return k == SimKind::Send || k == SimKind::Recv || k == SimKind::RecvReduce; }
 
 // One rank's memory-bound rates: the in-cache ones, or those of the last memory tier whose
 // above_bytes the rank's working set (input + output + scratch buffer) exceeds (topology.h).
@@ -70,8 +69,10 @@ class Run {
  public:
   Run(const Topology& t, const std::vector<RankRates>& rates, const ShapeTable& shapes,
       const std::vector<Program>& progs, int elem_bytes)
-      : t_(t), rates_(rates), shapes_(shapes), progs_(progs), eb_(elem_bytes), P_(t.size()), H_(t.hosts()) {
+      : t_(t), rates_(rates), shapes_(shapes), progs_(progs), eb_(elem_bytes), P_(t.size()), H_(t.hosts()),
+        player_(*this) {
     ranks_.resize(P_);
+    player_.reset(P_);
     free_at_.assign(2 * P_ + H_ + 2 * H_ * t.nics_per_host, 0.0);
     nic_next_.assign(2 * H_ * t.nics_per_host, 0.0);
     send_cpu_.assign(P_, 0.0);
@@ -92,12 +93,9 @@ class Run {
       heap_.pop();
       enter(e.rank, e.time);
     }
-    for (int r = 0; r < P_; ++r) {
-      const RankState& R = ranks_[r];
-      if (!R.done) throw std::runtime_error("simulate: deadlock, rank " + std::to_string(r) + " never finished step " +
-                                            std::to_string(R.step) + " (verify the schedule)");
-      res.time_s = std::max(res.time_s, R.t);
-    }
+    const std::string stuck = player_.deadlock();
+    if (!stuck.empty()) throw std::runtime_error("simulate: " + stuck + " (verify the schedule)");
+    for (int r = 0; r < P_; ++r) res.time_s = std::max(res.time_s, ranks_[r].t);
     res.steps = steps_;
     res.transfers = transfers_;
     res.bytes_inter = bytes_inter_;
@@ -109,13 +107,11 @@ class Run {
     size_t run = 0;      // index into the program
     uint32_t left = 0;   // steps left in that run, including the current one
     int64_t step = 0;
-    bool entered = false, done = false;
     double t = 0;        // entry time of the current step, or finish time when done
     double end = 0;      // latest end of the current step's communication
-    int pending = 0;
     uint32_t shape = 0;
-    std::vector<uint8_t> matched;
   };
+  friend class sched::SchedulePlayer<Run>;
   struct Event {
     double time;
     int rank;
@@ -130,67 +126,59 @@ class Run {
       if (R.step > 0) ++R.run;
       while (R.run < p.size() && p[R.run].second == 0) ++R.run;
       if (R.run >= p.size()) {
-        R.done = true;
+        player_.finish(r);
         R.t = t;
         return;
       }
       R.left = p[R.run].second;
     }
     R.shape = p[R.run].first;
-    R.entered = false;
     heap_.push(Event{t + (R.step > 0 ? t_.step_overhead_s * oversub_[t_.host_of[r]] : 0.0), r});
   }
 
-  // The op index in rank q's current step of kind-class `want_send` with `peer`, unmatched; -1.
-  int find_op(int q, bool want_send, int peer) const {
+  // The schedule player's game (schedule/player.h): the ops of a rank's current step shape.
+  int op_count(int r) const { return static_cast<int>(shapes_.end(ranks_[r].shape) - shapes_.begin(ranks_[r].shape)); }
+  sched::PlayKind op_kind(int r, int i) const {
+    const SimKind k = shapes_.begin(ranks_[r].shape)[i].kind;
+    return k == SimKind::Send ? sched::PlayKind::Send
+           : (k == SimKind::Recv || k == SimKind::RecvReduce) ? sched::PlayKind::Recv
+                                                              : sched::PlayKind::Local;
+  }
+  int op_peer(int r, int i) const { return shapes_.begin(ranks_[r].shape)[i].peer; }
+  int64_t step_of(int r) const { return ranks_[r].step; }
+
+  // The op index in rank q's current step of `kind` with `peer`, unmatched; -1 (a shape's ops are
+  // sorted by kind, then peer).
+  int find_op(int q, sched::PlayKind kind, int peer, const std::vector<uint8_t>& matched) const {
     const RankState& Q = ranks_[q];
     const SimOp* b = shapes_.begin(Q.shape);
     const SimOp* e = shapes_.end(Q.shape);
-    if (want_send) {
-      SimOp key{peer, SimKind::Send, 0};
-      const SimOp* it = std::lower_bound(b, e, key, [](const SimOp& x, const SimOp& k) {
-        return x.kind != k.kind ? x.kind < k.kind : x.peer < k.peer;
-      });
-      if (it != e && it->kind == SimKind::Send && it->peer == peer && !Q.matched[it - b]) return static_cast<int>(it - b);
+    auto by_kind_peer = [](const SimOp& x, const SimOp& k) { return x.kind != k.kind ? x.kind < k.kind : x.peer < k.peer; };
+    if (kind == sched::PlayKind::Send) {
+      const SimOp* it = std::lower_bound(b, e, SimOp{peer, SimKind::Send, 0}, by_kind_peer);
+      if (it != e && it->kind == SimKind::Send && it->peer == peer && !matched[it - b]) return static_cast<int>(it - b);
       return -1;
     }
     for (SimKind k : {SimKind::Recv, SimKind::RecvReduce}) {
-      SimOp key{peer, k, 0};
-      const SimOp* it = std::lower_bound(b, e, key, [](const SimOp& x, const SimOp& kk) {
-        return x.kind != kk.kind ? x.kind < kk.kind : x.peer < kk.peer;
-      });
-      if (it != e && it->kind == k && it->peer == peer && !Q.matched[it - b]) return static_cast<int>(it - b);
+      const SimOp* it = std::lower_bound(b, e, SimOp{peer, k, 0}, by_kind_peer);
+      if (it != e && it->kind == k && it->peer == peer && !matched[it - b]) return static_cast<int>(it - b);
     }
     return -1;
   }
 
+  // Rank r enters its step at `t`: the player matches its messages (on_transfer times each).
   void enter(int r, double t) {
-    RankState& R = ranks_[r];
-    current_ = r;  // its own step finishes below, after all its ops were tried
-    R.entered = true;
-    R.t = t;
-    R.end = t;
-    ++steps_;
-    const SimOp* b = shapes_.begin(R.shape);
-    const int n = static_cast<int>(shapes_.end(R.shape) - b);
-    R.matched.assign(n, 0);
-    R.pending = 0;
-    for (int i = 0; i < n; ++i)
-      if (is_comm(b[i].kind)) ++R.pending;
-    for (int i = 0; i < n && R.pending > 0; ++i) {
-      const SimOp& o = b[i];
-      if (!is_comm(o.kind) || R.matched[i]) continue;
-      const int q = o.peer;
-      RankState& Q = ranks_[q];
-      if (Q.done || !Q.entered) continue;  // Q's entry will find this op
-      const int qi = find_op(q, o.kind != SimKind::Send, r);
-      if (qi < 0) continue;
-      if (o.kind == SimKind::Send) transfer(r, i, q, qi, t);
-      else transfer(q, qi, r, i, t);
-    }
-    current_ = -1;
-    if (R.pending == 0) finish_step(r);
+    now_ = t;
+    if (player_.enter(r)) finish_step(r);
   }
+  void on_enter(int r) {
+    RankState& R = ranks_[r];
+    R.t = now_;
+    R.end = now_;
+    ++steps_;
+  }
+  void on_complete(int r) { finish_step(r); }
+  void on_transfer(int s, int si, int q, int qi) { transfer(s, si, q, qi, now_); }
 
   // Sender s (op si) to receiver q (op qi); both are in their steps, the later entered at `t`.
   void transfer(int s, int si, int q, int qi, double t) {
@@ -259,11 +247,7 @@ class Run {
       taken = recv_cpu_[q];
     }
     Q.end = std::max(Q.end, taken + reduce_tail);
-    S.matched[si] = 1;
-    Q.matched[qi] = 1;
     ++transfers_;
-    if (--S.pending == 0 && s != current_) finish_step(s);
-    if (--Q.pending == 0 && q != current_) finish_step(q);
   }
 
   // When receiver q is running again to take a message from sender s whose first bytes arrive at
@@ -291,6 +275,7 @@ class Run {
     }
     --R.left;
     ++R.step;
+    player_.leave(r);
     schedule_entry(r, t);
   }
 
@@ -305,7 +290,8 @@ class Run {
   std::vector<double> send_cpu_, recv_cpu_;  // per rank: when its CPU has posted / taken in its last message
   std::vector<double> oversub_;  // per host: ranks per core when above 1, else 1
   std::priority_queue<Event> heap_;
-  int current_ = -1;
+  sched::SchedulePlayer<Run> player_;
+  double now_ = 0;  // the entering rank's entry time
   int64_t steps_ = 0, transfers_ = 0, bytes_inter_ = 0, bytes_intra_ = 0;
 };
 

@@ -6,10 +6,8 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "device/host_flags.h"
-
 #include "common/errors.h"
-#include "device/emulated/nccl_emulated.h"
+#include "device/host_flags.h"
 
 namespace commlib {
 
@@ -104,18 +102,17 @@ int NcclLink::async_error(std::string* why) {
   return r;
 }
 
-void NcclLink::inject_async_error(int code) {
-  if (!emulated_) throw std::invalid_argument("inject_async_error: only the emulated NCCL takes injected errors");
+void NcclLink::with_comm(const std::function<void(const NcclApi&, NcclComm)>& fn) {
   std::lock_guard<std::mutex> lk(life_mu_);
-  NcclComm c = comm_.load();
-  if (!c) throw std::invalid_argument("inject_async_error: no NCCL communicator");
-  emulated_nccl_inject_async_error(c, code);
+  if (!api_) throw CommError("NCCL: not loaded");
+  fn(*api_, comm_.load());
 }
 
 std::string NcclLink::load(const std::vector<std::string>& candidates) {
   std::lock_guard<std::mutex> lk(mu_);
-  emulated_ = device_->name().rfind("emulated", 0) == 0;
-  api_ = emulated_ ? &emulated_nccl_api() : &load_nccl(candidates);
+  api_ = device_->nccl_api();
+  from_device_ = api_ != nullptr;
+  if (!api_) api_ = &load_nccl(candidates);
   return api_->path;
 }
 
@@ -124,7 +121,7 @@ bool NcclLink::ready() { return comm_.load() != nullptr && !aborted_.load(); }
 void NcclLink::check(NcclResult r, const char* what) {
   if (r == 0) return;
   std::string why = api_->GetErrorString ? api_->GetErrorString(r) : "error";
-  if (emulated_) why += " (" + emulated_nccl_last_error() + ")";
+  if (api_->LastError) why += " (" + api_->LastError() + ")";
   throw CommError(std::string(what) + " failed on rank " + std::to_string(rank_) + ": " + why + " [" + api_->path + "]");
 }
 
@@ -144,7 +141,7 @@ void NcclLink::init(const std::string& id) {
   std::copy(id.begin(), id.end(), uid.internal);
   std::lock_guard<std::mutex> lk(mu_);
   if (comm_.load() || aborted_) throw CommError("NCCL: the communicator was already created");
-  if (emulated_) emulated_nccl_use_device(device_, timeout_s_);
+  if (api_->UseDevice) api_->UseDevice(device_, timeout_s_);
   device_->make_current();  // ncclCommInitRank binds the current CUDA device
   NcclComm c = nullptr;
   check(api_->CommInitRank(&c, size_, uid, rank_), "ncclCommInitRank");

@@ -12,7 +12,8 @@
 // 0's unique id goes through the store (exactly 128 bytes), every rank calls init(). abort() is
 // ncclCommAbort, called when the engine fails, so a stream blocked in NCCL is released; close()
 // is ncclCommDestroy once the engine's calls have drained.
-// On the emulated device the table is the emulated NCCL (device/emulated/nccl_emulated.h), else libnccl.
+// The table is the one the device provides (Device::nccl_api(): the emulated device's is the
+// emulated NCCL, device/emulated/nccl_emulated.h), else libnccl.
 #pragma once
 
 #include <atomic>
@@ -36,10 +37,10 @@ class NcclLink {
   NcclLink(std::shared_ptr<Device> device, int rank, int size, double timeout_s);
   ~NcclLink();
 
-  // Chooses the NCCL: the emulated one on the emulated device, else the first of `candidates`
-  // that loads (device/nccl_loader.h). Returns the library's description.
+  // Chooses the NCCL: the device's own (Device::nccl_api()), else the first of `candidates` that
+  // loads (device/nccl_loader.h). Returns the library's description.
   std::string load(const std::vector<std::string>& candidates);
-  bool emulated() const { return emulated_; }
+  bool from_device() const { return from_device_; }
   bool ready();
   std::string unique_id();              // ncclGetUniqueId: 128 bytes (rank 0)
   void init(const std::string& id);     // ncclCommInitRank: blocks until every rank joined
@@ -73,8 +74,9 @@ class NcclLink {
   // calls it entered so far (progress) in *entered.
   int async_error(std::string* why);
   bool inside(std::string* where, uint64_t* entered);
-  // Tests, emulated NCCL only: make ncclCommGetAsyncError report `code` from now on.
-  void inject_async_error(int code);
+  // Runs `fn` on the table and the communicator (null: none yet, or destroyed), which stays alive
+  // meanwhile (a test double's hooks, e.g. emulated_nccl_inject_async_error).
+  void with_comm(const std::function<void(const NcclApi&, NcclComm)>& fn);
 
  private:
   void check(NcclResult r, const char* what);
@@ -88,7 +90,7 @@ class NcclLink {
   const int rank_, size_;
   const double timeout_s_;
   const NcclApi* api_ = nullptr;
-  bool emulated_ = false;
+  bool from_device_ = false;  // the device's own table, not libnccl
   std::vector<bool> peers_;
   bool any_ = false;
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "schedule/player.h"
 #include "verify/verifier.h"
 #include "verify/verifier_layout.h"
 #include "verify/verifier_values.h"
@@ -25,7 +26,7 @@ class Replay {
  public:
   Replay(Collective c, const std::vector<Schedule>& sch, int P, int64_t n, int root, bool in_place,
          const std::string& label)
-      : c_(c), sch_(sch), P_(P), n_(n), root_(root), in_place_(in_place), sets_(P) {
+      : c_(c), sch_(sch), P_(P), n_(n), root_(root), in_place_(in_place), sets_(P), player_(*this) {
     std::ostringstream h;
     h << collective_name(c) << "/" << label << " size=" << P << " count=" << n;
     if (collective_has_root(c)) h << " root=" << root;
@@ -49,12 +50,10 @@ class Replay {
     Layout L;
     Mem mem;
     size_t step = 0;
-    int pending = 0;
-    bool done = false;
     SetId know = RankSets::kEmpty, know_at_entry = RankSets::kEmpty;
     std::vector<int> recv_from, send_to;  // op index in the current step, -1 if none
-    std::vector<char> matched;
   };
+  friend class sched::SchedulePlayer<Replay>;
 
   [[noreturn]] void fail(const std::string& what) const { throw VerificationError(head_ + ": " + what); }
 
@@ -92,13 +91,28 @@ class Replay {
   void validate_rank(int r);
   void conflict(int r, size_t st, int a, int b, const char* kind);
   void check_independent(int r, size_t st);
-  // verifier_play.cc: steps played with rendezvous matching until every rank finished or deadlock.
+  // verifier_play.cc: steps played by the schedule player (schedule/player.h) until every rank
+  // finished or deadlock; the player's game is this class: the hooks below.
   void enter_step(int r);
-  void try_match(int s, int si, int q);
-  void try_match_recv(int q, int qi, int s);
-  void transfer(int s, int si, int q, int qi);
   void finish_step(int r);
   void simulate();
+  const Op& op(int r, int i) const { return sch_[r].steps[ranks_[r].step].ops[i]; }
+  int op_count(int r) const { return static_cast<int>(sch_[r].steps[ranks_[r].step].ops.size()); }
+  sched::PlayKind op_kind(int r, int i) const {
+    const OpKind k = op(r, i).kind;
+    return k == OpKind::Send ? sched::PlayKind::Send
+           : (k == OpKind::Recv || k == OpKind::RecvReduce) ? sched::PlayKind::Recv
+                                                            : sched::PlayKind::Local;
+  }
+  int op_peer(int r, int i) const { return op(r, i).peer; }
+  int find_op(int q, sched::PlayKind kind, int peer, const std::vector<uint8_t>& matched) const {
+    const int qi = kind == sched::PlayKind::Send ? ranks_[q].send_to[peer] : ranks_[q].recv_from[peer];
+    return qi >= 0 && !matched[qi] ? qi : -1;
+  }
+  void on_enter(int r);
+  void on_transfer(int s, int si, int q, int qi);
+  void on_complete(int r) { ready_.push_back(r); }
+  int64_t step_of(int r) const { return static_cast<int64_t>(ranks_[r].step); }
   // verifier_results.cc: outputs against the collective's definition, one reduction order.
   void check_results();
   void check_same_order();
@@ -114,7 +128,8 @@ class Replay {
   RankSets sets_;
   SetId all_ = RankSets::kEmpty;
   std::vector<Rank> ranks_;
-  std::vector<int> ready_;
+  sched::SchedulePlayer<Replay> player_;
+  std::vector<int> ready_;  // ranks whose step a peer completed, to finish
   std::vector<Iv> writes_, reads_;
   std::vector<Run> pa_, pb_, pc_;
 };

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from parallel import dp_cases, pp_cases, tp_cases
+from parallel import dp_cases, pp_cases, sp_cases, tp_cases
 
 # fp32 training on a GPU rounds differently from the CPU (its matmul and reduction kernels sum in
 # another order; TF32 is off): 1e-4 relative after 10 SGD-with-momentum steps, as the torch
@@ -36,12 +36,12 @@ def parameter_server(comm, **kw) -> dict:
 def tensor_and_sequence(comm) -> dict:
     """The Megatron MLP (plain and sequence-parallel; tp_cases.mlp checks TP_TOL itself) and
     every attention algorithm in float32 and float64 on CUDA shards: the worst error per
-    "dtype.case" (the caller checks them against tp_cases.ATTN_TOL)."""
+    "dtype.case" (the caller checks them against sp_cases.ATTN_TOL)."""
     _cuda()
     for sp in (False, True):
         tp_cases.mlp(comm, sp, device="cuda")
     worst = {}
     for dt, algos in (("float32", ("ring", "ulysses", "hybrid")), ("float64", ("ring", "ulysses"))):
-        for k, v in tp_cases.attention_suite(comm, dt, algos, device="cuda").items():
+        for k, v in sp_cases.attention_suite(comm, dt, algos, device="cuda").items():
             worst[f"{dt}.{k}"] = v
     return worst

@@ -1,8 +1,8 @@
 """The tiny GPT trained 10 SGD steps sharded over (tp, cp) on 4 ranks matches single-process
-training: per-step loss and final parameters within 1e-5 (tp_cases.GPT_TOL, fp32)."""
+training: per-step loss and final parameters within 1e-5 (gpt_cases.GPT_TOL, fp32)."""
 import pytest
 
-from parallel import tp_cases as C
+from parallel import gpt_cases as C
 
 MODES = [  # (tp, cp, cp_mode, layout, sequence_parallel, ulysses_size)
     (2, 2, "ring", "zigzag", False, None),

@@ -34,9 +34,9 @@ def test_every_schedule_on_cuda_matches_single_process(pool, P):
 def test_tensor_and_sequence_parallel_on_cuda_match_one_process(pool, P):
     """The tensor- and sequence-parallel layers refuse no device: their collectives (and ring
     attention's K/V rotation) run on the current stream. Same tolerances as on the CPU."""
-    from parallel import tp_cases
+    from parallel import sp_cases
     for per_rank in pool(P).run(C.tensor_and_sequence, timeout=300):
-        bad = {k: v for k, v in per_rank.items() if not v <= tp_cases.ATTN_TOL[k.split(".")[0]]}
+        bad = {k: v for k, v in per_rank.items() if not v <= sp_cases.ATTN_TOL[k.split(".")[0]]}
         assert not bad, bad
 
 

@@ -8,7 +8,7 @@ Tolerances (reference = float64 full attention on the same inputs): float32 max 
 import pytest
 import torch
 
-from parallel import tp_cases as C
+from parallel import sp_cases as C
 from commlib.parallel import zigzag_merge, zigzag_split
 
 

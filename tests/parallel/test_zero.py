@@ -6,6 +6,7 @@ Tolerance: see tests/parallel/dp_cases.py (1e-5 relative per tensor, fp32).
 import pytest
 
 from parallel import dp_cases as C
+from parallel import zero_cases as Z
 
 WORLDS = [2, 3, 4]
 
@@ -27,9 +28,9 @@ def test_checkpoint_reshards(pool, tmp_path, method, worlds):
     model), the run continues like an uninterrupted single-process run."""
     old, new = worlds
     path = str(tmp_path / "ckpt")
-    saved = pool(old).run(C.checkpoint_save, method, "transformer", path, 5)
+    saved = pool(old).run(Z.checkpoint_save, method, "transformer", path, 5)
     C.assert_equivalent(saved, what=f"{method} before saving on {old} ranks")
-    resumed = pool(new).run(C.checkpoint_resume, method, "transformer", path, 5)
+    resumed = pool(new).run(Z.checkpoint_resume, method, "transformer", path, 5)
     C.assert_equivalent(resumed, what=f"{method} resumed {old}->{new} ranks")
 
 
@@ -37,37 +38,37 @@ def test_checkpoint_reshards(pool, tmp_path, method, worlds):
 def test_checkpoint_same_world_is_bitwise(pool, tmp_path):
     """Reloading on the same world size continues bitwise like the uninterrupted run."""
     path = str(tmp_path / "ckpt")
-    full = pool(2).run(C.checkpoint_save, "zero3", "transformer", str(tmp_path / "unused"), 8)
-    pool(2).run(C.checkpoint_save, "zero3", "transformer", path, 5)
-    resumed = pool(2).run(C.checkpoint_resume, "zero3", "transformer", path, 5, 8)
+    full = pool(2).run(Z.checkpoint_save, "zero3", "transformer", str(tmp_path / "unused"), 8)
+    pool(2).run(Z.checkpoint_save, "zero3", "transformer", path, 5)
+    resumed = pool(2).run(Z.checkpoint_resume, "zero3", "transformer", path, 5, 8)
     assert resumed[0]["digests"] == full[0]["digests"][5:8]
 
 
 @pytest.mark.timeout(120)
 def test_checkpoint_mismatch_is_refused(pool, tmp_path):
     path = str(tmp_path / "ckpt")
-    pool(2).run(C.checkpoint_save, "zero3", "mlp", path, 1)
-    msgs = pool(2).run(C.checkpoint_mismatch, path)
+    pool(2).run(Z.checkpoint_save, "zero3", "mlp", path, 1)
+    msgs = pool(2).run(Z.checkpoint_mismatch, path)
     assert msgs[0] and "fc1" in msgs[0] and "(17, 8)" in msgs[0], msgs[0]
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("stage", [1, 2])
 def test_zero_state_dict_roundtrip(pool, stage):
-    assert all(pool(2).run(C.zero_state_dict_roundtrip, stage))
+    assert all(pool(2).run(Z.zero_state_dict_roundtrip, stage))
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("stage", [1, 2])
 def test_zero_param_groups(pool, stage):
-    res = pool(3).run(C.zero_param_groups, stage)
+    res = pool(3).run(Z.zero_param_groups, stage)
     C.assert_equivalent(res, what=f"ZeroOptimizer(stage={stage}) with param groups")
     assert res[0]["groups"] == [(1e-3, 0.1), (5e-4, 0.0)]
 
 
 @pytest.mark.timeout(60)
 def test_zero2_reduce_scatters_during_backward(pool):
-    for st in pool(2).run(C.zero2_overlap):
+    for st in pool(2).run(Z.zero2_overlap):
         assert st["buckets"] >= 3 and st["launched_during_backward"] == st["buckets"]
 
 
@@ -75,7 +76,7 @@ def test_zero2_reduce_scatters_during_backward(pool):
 def test_fsdp_prefetch(pool):
     """With prefetch only the first unit of forward and of backward is gathered on demand; the
     others' all_gathers were already launched while the previous unit computed."""
-    on, off = pool(2).run(C.fsdp_prefetch, True)[0], pool(2).run(C.fsdp_prefetch, False)[0]
+    on, off = pool(2).run(Z.fsdp_prefetch, True)[0], pool(2).run(Z.fsdp_prefetch, False)[0]
     assert on == {"forward_hits": 3, "forward_misses": 1, "backward_hits": 3,
                   "backward_misses": 1}, on
     assert off["forward_hits"] == 0 and off["backward_hits"] == 0, off
@@ -83,7 +84,7 @@ def test_fsdp_prefetch(pool):
 
 @pytest.mark.timeout(60)
 def test_full_state_dict(pool):
-    for res in pool(3).run(C.fsdp_state_dicts):
+    for res in pool(3).run(Z.fsdp_state_dicts):
         assert res["same"], "full_state_dict differs from the original module's state_dict"
         assert res["r0_ok"], "rank0_only=True: wrong result"
         assert res["roundtrip"], "load_full_state_dict -> full_state_dict changed values"
@@ -94,7 +95,7 @@ def test_full_state_dict(pool):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("policy", ["blocks", "list"])
 def test_wrap_policies(pool, policy):
-    res = pool(3).run(C.fsdp_wrap_policy, policy)
+    res = pool(3).run(Z.fsdp_wrap_policy, policy)
     C.assert_equivalent(res, what=f"FullyShardedModule(wrap={policy})")
     assert res[0]["units"] == {"blocks": ["blocks.0", "blocks.1", "<root>"],
                                "list": ["blocks.1", "head", "<root>"]}[policy]
@@ -104,7 +105,7 @@ def test_wrap_policies(pool, policy):
 def test_mixed_precision_bf16(pool):
     """bf16 compute, fp32 master weights, gradients and optimizer state. bf16 has an 8-bit
     mantissa, so the comparison with fp32 training uses a bf16-sized tolerance (5e-2)."""
-    res = pool(2).run(C.fsdp_mixed_precision)
+    res = pool(2).run(Z.fsdp_mixed_precision)
     C.assert_equivalent(res, tol=5e-2, what="FullyShardedModule(mixed_precision=bf16)")
     assert res[0]["out_dtype"] == "torch.bfloat16"
     assert res[0]["master_dtypes"] == ["torch.float32"]

@@ -179,6 +179,15 @@ def test_transports_do_not_include_the_engine():
     assert not bad, "transport includes a higher layer:\n" + "\n".join(bad)
 
 
+def test_engines_do_not_include_the_emulated_device():
+    # A device provides its own NCCL (Device::nccl_api()): the engines pick nothing by the
+    # device's name, and the emulated device and NCCL (test doubles) reach them only through the
+    # device interface. The bindings create the emulated device and hold the tests' hooks.
+    bad = [f"{where}: {inc}" for e in ENGINES + ("plan", "policy") for where, inc in includes(e)
+           if inc.startswith("device/emulated/")]
+    assert not bad, "an engine includes the emulated device or NCCL:\n" + "\n".join(bad)
+
+
 def test_the_include_checks_see_a_violation(tmp_path):
     # The checks above read real files; the reader must also see a planted include.
     (tmp_path / "stream").mkdir()

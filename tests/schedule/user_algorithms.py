@@ -76,7 +76,8 @@ def bench_chain(comm):
     """The bench's sweep engine, as commlib bench runs it, on the registered algorithm (brought in
     the way `commlib bench --import user_algorithm_plugin` brings it into every rank)."""
     from commlib.bench.launcher import import_plugins
-    from commlib.bench.sweep import CommlibBackend, Sweep
+    from commlib.bench.backends import CommlibBackend
+    from commlib.bench.sweep import Sweep
     import_plugins({"imports": ["user_algorithm_plugin"]})
     assert "chain" in commlib.algorithms("broadcast")
     cfg = {"collectives": ["broadcast"], "sizes": [8, 4096], "dtype": "float32", "op": "sum", "root": 1,

@@ -16,6 +16,7 @@
 
 #include "common/params.h"
 #include "device/emulated/emulated_rules.h"
+#include "device/emulated/nccl_emulated.h"
 #include "device/host_flags.h"
 
 namespace commlib {
@@ -152,6 +153,8 @@ void EmulatedDevice::enter(const char* what, bool needs_current) {
     throw std::runtime_error(fault_);
   }
 }
+
+const NcclApi* EmulatedDevice::nccl_api() const { return &emulated_nccl_api(); }
 
 void EmulatedDevice::make_current() { emulated_set_current_device(index_); }
 

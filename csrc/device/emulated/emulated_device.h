@@ -85,6 +85,7 @@ class EmulatedDevice final : public Device {
   ~EmulatedDevice() override;
 
   std::string name() const override { return "emulated:" + std::to_string(index_); }
+  const NcclApi* nccl_api() const override;  // the emulated NCCL (nccl_emulated.h)
   void make_current() override;
   int swap_current() override;
   void restore_current(int previous) override;

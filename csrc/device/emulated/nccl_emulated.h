@@ -1,5 +1,5 @@
-// The emulated NCCL: an implementation of the NcclApi table (device/nccl_loader.h) for the
-// emulated device, so CI runs the `nccl` link and algorithm="nccl" without a GPU or libnccl.
+// The emulated NCCL: an implementation of the NcclApi table (device/nccl_loader.h) that the
+// emulated device provides (Device::nccl_api()), so CI runs the `nccl` link and algorithm="nccl" without a GPU or libnccl.
 //
 // It is a test double for NCCL's API *semantics*, not NCCL: grouping (ncclGroupStart/End fuse
 // sends and receives into one operation that progresses them together), stream order (every call
@@ -33,7 +33,8 @@ std::string emulated_nccl_last_error();
 
 // Tests: from now on CommGetAsyncError of `c` reports `code`, as NCCL does after a network or
 // remote failure found in its own threads. Operations in progress are left as they are (they may
-// block until CommAbort, as NCCL's may).
-void emulated_nccl_inject_async_error(NcclComm c, NcclResult code);
+// block until CommAbort, as NCCL's may). `api` is the table `c` came from: std::invalid_argument
+// unless it is the emulated NCCL's, or without a communicator.
+void emulated_nccl_inject_async_error(const NcclApi& api, NcclComm c, NcclResult code);
 
 }  // namespace commlib

@@ -1,6 +1,6 @@
-// Internals of the emulated NCCL (device/emulated/nccl_emulated.h) shared by its two files: the
-// communicator (nccl_emulated.cc: rendezvous, point-to-point groups) and the collectives built
-// on it (nccl_emulated_coll.cc).
+// Internals of the emulated NCCL (device/emulated/nccl_emulated.h) shared by its files: the
+// communicator's set-up (nccl_emulated_init.cc: unique id, rendezvous), its point-to-point groups
+// and abort (nccl_emulated.cc), and the collectives built on them (nccl_emulated_coll.cc).
 #pragma once
 
 #include <atomic>
@@ -15,6 +15,11 @@
 
 namespace commlib {
 namespace emunccl {
+
+// A communicator's region: one cache line per counter, kSlots slots of kChunk bytes per source.
+constexpr size_t kLine = 64;
+constexpr size_t kChunk = 64 << 10;
+constexpr uint64_t kSlots = 4;
 
 // One rank's communicator. Its region (a memfd the peers map) holds, per peer q, ready[q] (chunks
 // q has put into this rank's slots) and freed[q] (chunks of this rank's messages q has consumed),
@@ -52,6 +57,10 @@ struct P2p {
 
 // Enqueues `ops` on `stream` as one group (a host function progressing them together).
 void enqueue_group(const std::shared_ptr<Comm>& comm, DeviceStream& stream, std::vector<P2p> ops);
+
+// The unique id and CommInitRank (nccl_emulated_init.cc), with NCCL's signatures.
+NcclResult get_unique_id(NcclUniqueId* id);
+NcclResult comm_init_rank(NcclComm* out, int nranks, NcclUniqueId id, int rank);
 
 // Records why the calling thread's call failed; returns `code`.
 NcclResult fail(NcclResult code, const std::string& why);

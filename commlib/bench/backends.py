@@ -1,0 +1,131 @@
+"""What the sweep drives: the ``Backend`` interface and commlib's own backend.
+
+A backend builds a zero-argument callable per call shape (``functools.partial`` of the collective,
+so the timed loop is ``fn()`` between two ``perf_counter`` reads) and offers ``barrier`` and
+``gather_stats`` (an all_gather of a small float64 vector, outside the timed region). gloo's is in
+gloo_peer.py, MPI's in mpi_peer.py, the device bench's in device.py.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from commlib.perf import common as C
+
+class Backend:
+    """Interface of the objects the sweep drives (see CommlibBackend for the reference one)."""
+
+    name = "?"
+    transport = "?"
+    rank = 0
+    size = 1
+
+    def algorithms(self, collective):
+        """Algorithm names to measure for ``collective`` when the user asked for ``all``."""
+        return [self.name]
+
+    def supports(self, collective, mode, op, dtype):
+        return True
+
+    def make(self, collective, algorithm, mode, bufs, op, root):
+        """Zero-argument callable running one collective on ``bufs`` (see make_buffers)."""
+        raise NotImplementedError
+
+    def barrier(self):
+        raise NotImplementedError
+
+    def gather_stats(self, vec: np.ndarray) -> np.ndarray:
+        """(size, len(vec)) float64: every rank's ``vec``."""
+        raise NotImplementedError
+
+    def resolve(self, collective, algorithm, size, dtype):
+        """The algorithm that really runs (for ``auto``)."""
+        return algorithm
+
+
+class CommlibBackend(Backend):
+    """commlib's own collectives on a Communicator."""
+
+    name = "commlib"
+
+    def __init__(self, comm):
+        import commlib
+        self.comm = comm
+        self.rank, self.size = comm.rank, comm.size
+        self._commlib = commlib
+        self.transport = _transport_of(comm)
+
+    def algorithms(self, collective):
+        return list(self._commlib.algorithms(collective)) + ["auto"]
+
+    def supports(self, collective, mode, op, dtype):
+        return not (collective == "broadcast" and mode == "out")
+
+    def make(self, collective, algorithm, mode, bufs, op, root):
+        c, s, r = self.comm, bufs["send"], bufs["recv"]
+        scale = C.PREMUL_SCALE if op == "premul_sum" else None
+        if collective == "all_reduce":
+            return functools.partial(c.all_reduce, s, op, algorithm, None if mode == "in" else r,
+                                     False, scale)
+        if collective == "all_gather":
+            return functools.partial(c.all_gather, r, s, algorithm)
+        if collective == "reduce_scatter":
+            return functools.partial(c.reduce_scatter, r, s, op, algorithm, False, scale)
+        if collective == "all_to_all":
+            return functools.partial(c.all_to_all, r, s, algorithm)
+        if collective == "broadcast":
+            return functools.partial(c.broadcast, s, root, algorithm)
+        if collective == "reduce":
+            return functools.partial(c.reduce, s, root, op, algorithm, None if mode == "in" else r,
+                                     False, scale)
+        if collective == "gather":
+            return functools.partial(c.gather, r, s, root, algorithm)
+        if collective == "scatter":
+            return functools.partial(c.scatter, r, s, root, algorithm)
+        raise ValueError(collective)
+
+    def barrier(self):
+        self.comm.barrier()
+
+    def gather_stats(self, vec):
+        vec = np.ascontiguousarray(vec, dtype=np.float64)
+        out = np.empty(vec.size * self.size, np.float64)
+        self.comm.all_gather(out, vec, "ring")
+        return out.reshape(self.size, vec.size)
+
+    def resolve(self, collective, algorithm, size, dtype):
+        if algorithm != "auto":
+            return algorithm
+        nbytes = C.core_bytes(collective, size, dtype, self.size)
+        try:  # the communicator's own choice: it knows the link kinds (hierarchical across hosts)
+            return self.comm._core.auto_choice(collective, nbytes)
+        except Exception:
+            pass
+        try:
+            import commlib._C as _C
+            return _C.choose_algorithm(collective, "auto", nbytes, self.size)
+        except Exception:
+            return "auto"
+
+
+def _transport_of(comm) -> str:
+    """The link kinds of the job ("shm", "tcp", "shm+tcp"), from the topology: shm where a host
+    holds several ranks, tcp between hosts (the same on every rank, whatever its own links)."""
+    try:
+        host_of = list(comm.topology.host_of)
+        kinds = (["shm"] if len(set(host_of)) < len(host_of) else []) + (["tcp"] if len(set(host_of)) > 1 else [])
+        if kinds:
+            return "+".join(kinds)
+    except Exception:  # a communicator without a topology (e.g. a test double): older attributes
+        pass
+    for obj in (comm, getattr(comm, "_core", None)):
+        t = getattr(obj, "transport", None)
+        if callable(t):
+            try:
+                t = t()
+            except Exception:
+                t = None
+        if isinstance(t, str) and t:
+            return t
+    return "shm"

@@ -1,0 +1,56 @@
+// The host communicator's stack (host/comm_factory.h).
+#include "host/comm_factory.h"
+
+#include <stdexcept>
+#include <utility>
+
+#include "common/topology.h"
+#include "transport/fabric.h"
+#include "transport/shm.h"
+#include "transport/tcp.h"
+
+namespace commlib {
+
+namespace {
+
+void check_rank(int rank, int size) {
+  if (size < 1) throw std::invalid_argument("world_size: must be at least 1");
+  if (rank < 0 || rank >= size) throw std::invalid_argument("rank: out of range for world_size");
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_communicator(CommSpec spec, std::unique_ptr<TcpTransport>& net) {
+  check_rank(spec.rank, spec.size);
+  Topology topo;
+  topo.host_of = std::move(spec.host_of);
+  topo.host_names = std::move(spec.host_names);
+  if (static_cast<int>(topo.host_of.size()) != spec.size) throw std::invalid_argument("host_of: one entry per rank");
+  for (int h : topo.host_of)
+    if (h < 0 || h >= topo.hosts()) throw std::invalid_argument("host_of: host index out of range");
+  const std::vector<int> mine = topo.ranks_on(topo.host_of[spec.rank]);
+  int local_rank = 0;
+  while (mine[local_rank] != spec.rank) ++local_rank;
+  const int local_size = static_cast<int>(mine.size());
+  auto shm = std::make_unique<ShmTransport>(local_rank, local_size, spec.fd, shm_config_from_env(local_size));
+  std::unique_ptr<TcpTransport> tcp;
+  if (topo.hosts() > 1) {
+    if (!net) throw std::invalid_argument("tcp: ranks on other hosts need a TcpEndpoint");
+    tcp = std::move(net);
+  }
+  auto fabric = std::make_unique<Fabric>(spec.rank, spec.size, std::move(topo), std::move(shm), std::move(tcp));
+  return std::make_unique<Communicator>(std::move(fabric), CommOptions{spec.timeout, spec.debug, spec.label});
+}
+
+std::unique_ptr<Communicator> make_local_communicator(int rank, int size, int fd, double timeout,
+                                                      const std::string& label, int debug) {
+  check_rank(rank, size);
+  Topology topo;
+  topo.host_of.assign(size, 0);
+  topo.host_names = {"localhost"};
+  auto shm = std::make_unique<ShmTransport>(rank, size, fd, shm_config_from_env(size));
+  auto fabric = std::make_unique<Fabric>(rank, size, std::move(topo), std::move(shm), nullptr);
+  return std::make_unique<Communicator>(std::move(fabric), CommOptions{timeout, debug, label});
+}
+
+}  // namespace commlib
