@@ -19,6 +19,15 @@ void bind_types(py::module_& m) {
   m.attr("OPS") = ops;
   m.attr("COLLECTIVES") = colls;
   m.def("dtype_size", [](const std::string& name) { return dtype_size(parse_dtype(name)); });
+  m.def("dtype_table", [] {
+    py::list out;
+    for (int i = 0; i < static_cast<int>(DType::kCount); ++i) {
+      const DType t = static_cast<DType>(i);
+      out.append(py::make_tuple(dtype_name(t), dtype_size(t), !dtype_is_integer(t)));
+    }
+    return out;
+  }, "[(name, element size in bytes, is_float)] for every dtype common/types.h defines, in its "
+     "enum order (commlib/device/dtypes.py builds the Python side's one dtype table from it).");
 
   m.def(
       "buffer_shapes",
