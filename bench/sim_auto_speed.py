@@ -4,11 +4,13 @@ with --before, with the full ranking it replaced (every candidate simulated to t
 predict_candidates, what resolve_algorithm did before).
 
     python bench/sim_auto_speed.py [--ranks 4096] [--topology dgx-h100] [--sizes 1K,1M,1G]
-                                   [--collectives all_reduce,all_gather,reduce_scatter,broadcast] [--before]
+                                   [--collectives all_reduce,all_gather,reduce_scatter,broadcast] [--before] [--exact]
 
 Per call shape: wall and CPU seconds of one resolution in this process (cache cleared first), the
-candidates simulated out of all, how many of those were cut short, and the choice. With --before
-also the full ranking's wall time and its argmin, which must equal the search's choice.
+candidates simulated out of all, how many of those were cut short, how many were estimated from
+their first segments (and of those simulated whole), and the choice. With --before also the full
+ranking's wall time and its argmin, with --exact the search without estimates (every candidate
+it keeps simulated whole): both must equal the search's choice.
 """
 from __future__ import annotations
 
@@ -45,14 +47,18 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default="1K,1M,1G")
     ap.add_argument("--collectives", default="all_reduce,all_gather,reduce_scatter,broadcast")
     ap.add_argument("--before", action="store_true", help="also time the full ranking (minutes at 4096 ranks)")
+    ap.add_argument("--exact", action="store_true",
+                    help="also time the search without extrapolation (every candidate it keeps simulated whole)")
     a = ap.parse_args(argv)
     _C.clear_tuning()  # this machine's table describes this machine, not the simulated cluster
     d = sim_topology.load(a.topology).engine_dict(a.ranks)
     hosts = len(set(d["host_of"]))
     print(f"{a.ranks} ranks on {hosts} {a.topology} hosts; load average {os.getloadavg()[0]:.1f}")
-    print("| collective | size | auto's choice | search wall / CPU (s) | simulated / candidates (cut) |"
-          + (" full ranking wall / CPU (s) | full argmin |" if a.before else ""))
-    print("| --- | --- | --- | --- | --- |" + (" --- | --- |" if a.before else ""))
+    print("| collective | size | auto's choice | search wall / CPU (s) | simulated / candidates (cut) "
+          "| extrapolated (confirmed) |"
+          + (" full ranking wall / CPU (s) | full argmin |" if a.before else "")
+          + (" exact search wall / CPU (s) | its choice |" if a.exact else ""))
+    print("| --- | --- | --- | --- | --- | --- |" + (" --- | --- |" if a.before else "") + (" --- | --- |" if a.exact else ""))
     worst, mismatches = 0.0, 0
     for coll in a.collectives.split(","):
         for s in a.sizes.split(","):
@@ -64,7 +70,7 @@ def main(argv=None) -> int:
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
             worst = max(worst, wall)
             row = (f"| {coll} | {s} | {label(r)} | {wall:.1f} / {cpu:.1f} | {r['simulated']} / {r['candidates']} "
-                   f"({r['cut']}) |")
+                   f"({r['cut']}) | {r['extrapolated']} ({r['confirmed']}) |")
             if a.before:
                 t0, c0 = time.perf_counter(), time.process_time()
                 cands = _C.predict_candidates(coll, count, 4, 0, d)
@@ -72,9 +78,15 @@ def main(argv=None) -> int:
                 best = min(cands, key=lambda k: k["predicted_s"])  # first of equals: registry order
                 mismatches += label(best) != label(r)
                 row += f" {full} | {label(best)} |"
+            if a.exact:
+                _C.clear_candidate_cache()
+                t0, c0 = time.perf_counter(), time.process_time()
+                e = _C.search_candidates(coll, count, 4, 0, d, extrapolate_ops=0)
+                mismatches += label(e) != label(r)
+                row += f" {time.perf_counter() - t0:.1f} / {time.process_time() - c0:.1f} | {label(e)} |"
             print(row, flush=True)
-    print(f"slowest resolution: {worst:.1f} s" + (f"; choices differing from the full ranking: {mismatches}"
-                                                   if a.before else ""))
+    print(f"slowest resolution: {worst:.1f} s" + (f"; choices differing from the full ranking / exact search: {mismatches}"
+                                                   if a.before or a.exact else ""))
     return 1 if mismatches else 0
 
 

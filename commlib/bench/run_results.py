@@ -44,7 +44,9 @@ def finish(a, cfg, command, results, backends, status) -> int:
     data["model"] = model.fit_results(results)
     if a.tune:
         path = a.tune_file or tuning.DEFAULT_OUTPUT
-        table = tuning.from_results(results, data["model"], previous=tuning.read(path))
+        hosts, per_host = tuning.placement_of(cfg, cfg["world_size"])
+        table = tuning.from_results(results, data["model"], previous=tuning.read(path), hosts=hosts,
+                                    ranks_per_host=per_host)
         tuning.write(path, table, machine)
         data["tuning"] = table
         C.log(f"# tuning written to {path}")

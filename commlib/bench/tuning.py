@@ -100,12 +100,27 @@ def _median(xs):
 
 def from_runs(datas, previous=None):
     """A tuning table from several bench runs (the dicts ``commlib bench --json`` writes): records
-    merged (see measured_picks), the model fits of the last run that has them."""
+    merged (see measured_picks), the model fits of the last run that has them. Each run's records
+    keep the placement it was measured on (its config's ``hosts``, see placement_of)."""
     records, fits = [], {}
     for d in datas:
-        records += d.get("results", [])
+        hosts, per_host = placement_of(d.get("config") or {}, d.get("world_size"))
+        records += [dict(r, hosts=hosts, ranks_per_host=per_host) for r in d.get("results", [])]
         fits.update(d.get("model") or {})
     return from_results(records, fits, previous=previous)
+
+
+def placement_of(cfg, world_size=None):
+    """(hosts, ranks per host) of a run from its config: ``hosts`` (``commlib bench --hosts``,
+    default 1) and the bench's contiguous placement of ``world_size`` ranks on them
+    (commlib.bench.hosts.host_of_ranks); ranks per host is None on one host or when unknown."""
+    hosts = int(cfg.get("hosts", 1) or 1)
+    P = world_size or cfg.get("world_size")
+    if hosts <= 1 or not P:
+        return hosts, None
+    from commlib.bench.hosts import host_of_ranks
+    of = host_of_ranks(int(P), hosts)
+    return hosts, [of.count(h) for h in range(hosts)]
 
 
 def main(args) -> int:
@@ -123,11 +138,17 @@ def main(args) -> int:
     return 0
 
 
-def from_results(records, fits=None, previous=None, model_span=2):
+def from_results(records, fits=None, previous=None, model_span=2, hosts=1, ranks_per_host=None):
     """A tuning table from bench records: measured world sizes from the measurements (within 10%
     of the best at every size, few switches: _choose_path), and world sizes 2..model_span*max(P) not measured from the fitted model of
     the nearest measured P (when it fits within MODEL_MAX_REL_ERR). Entries of ``previous`` measured
-    at other world sizes are kept."""
+    at other world sizes are kept.
+
+    ``hosts`` / ``ranks_per_host``: where the records were measured (a record's own ``hosts`` /
+    ``ranks_per_host`` keys, set by from_runs, take precedence). An entry measured on several hosts
+    says so (``"hosts"``, with ``"ranks_per_host"``): the cost model (COMMLIB_TOPOLOGY) defers only to
+    rows of the communicator's host count (commlib.core.tuning). Runs of one world size on several
+    host counts cannot share an entry: the one with the most hosts is kept."""
     from commlib.perf import model
     colls = {}
     if previous:
@@ -135,14 +156,26 @@ def from_results(records, fits=None, previous=None, model_span=2):
             for P, entry in per.items():
                 if entry.get("source") == "measured":
                     colls.setdefault(coll, {})[P] = entry
-    picks = measured_picks(records)
+    where = {}  # host count -> [records], and each host count's ranks per host
+    for r in records:
+        h = int(r.get("hosts", hosts))
+        where.setdefault(h, ([], r.get("ranks_per_host", ranks_per_host)))[0].append(r)
+    picks, placed = {}, {}
+    for h in sorted(where):  # more hosts last: they replace fewer hosts' picks of the same world size
+        for key, series in measured_picks(where[h][0]).items():
+            picks[key], placed[key] = series, (h, where[h][1])
     for (coll, P), series in sorted(picks.items()):
         if not series:
             continue
         best = _choose_path([t for _, _, t in series])
-        colls.setdefault(coll, {})[str(P)] = {
+        entry = colls.setdefault(coll, {})[str(P)] = {
             "source": "measured", "dtype": next(r["dtype"] for r in records if r["backend"] == "commlib"),
             "rows": _rows([cb for _, cb, _ in series], best)}
+        h, per_host = placed[(coll, P)]
+        if h > 1:
+            entry["hosts"] = h
+            if per_host:
+                entry["ranks_per_host"] = list(per_host)
     # Model-based rows for unmeasured world sizes near the measured ones.
     fits = fits or {}
     commlib_fits = {v["world_size"]: v for v in fits.values() if v.get("backend") == "commlib"}

@@ -197,6 +197,20 @@ class DeviceRoute:
         memory), "copy" (copy-engine copies), "" before the first (COMMLIB_DEVICE_PATH)."""
         return self._last_engine.last_path() if self._last_engine is not None else ""
 
+    def kernel_chunks(self) -> dict:
+        """Message chunks (sent and received) the kernel path of the last device collective's
+        engine moved so far, by protocol, as its kernels recorded them: ``{"ll": n, "slots": m}``
+        (read after the calls completed; zeros before the first)."""
+        return self._last_engine.kernel_chunks() if self._last_engine is not None else {"ll": 0, "slots": 0}
+
+    def _start_kernel_chunk_numbers_at(self, n: int) -> None:
+        """Test hook: every engine's kernel-path chunk numbers continue from ``n`` (every rank
+        the same, between drained calls), to cross the LL flags' epoch (2^32 - 1 chunks)."""
+        if not self._engines:
+            raise RuntimeError("no device engine yet: make a device call (or split(device=...)) first")
+        for e in self._engines.values():
+            e.start_kernel_chunk_numbers_at(n)
+
     def p2p(self, bufs, items, dtype, async_op, refs, stream, own_block=None):
         """Enqueue sends/receives (``items``: (send, address, count, peer)) on device buffers;
         ``own_block`` (dst, src, bytes): a copy enqueued first on the same stream (all_to_all with

@@ -188,6 +188,26 @@ void bind_device(py::module_& m) {
       .def("connect", &StreamEngine::connect, py::arg("handles"), py::arg("same_host"))
       .def("last_path", &StreamEngine::last_path,
            "The path the last collective ran on: 'kernel', 'copy' or '' (COMMLIB_DEVICE_PATH).")
+      .def(
+          "kernel_chunks",
+          [](StreamEngine& e) {
+            const KernelPath::ChunksMoved m = e.kernel_path() ? e.kernel_path()->chunks_moved() : KernelPath::ChunksMoved{};
+            py::dict d;
+            d["ll"] = m.ll;
+            d["slots"] = m.slots;
+            return d;
+          },
+          "Message chunks (sent and received) the kernel path's launches moved so far, by protocol: "
+          "{'ll': .., 'slots': ..}, as the kernel recorded them (read after the calls completed).")
+      .def(
+          "start_kernel_chunk_numbers_at",
+          [](StreamEngine& e, uint64_t n) {
+            if (!e.kernel_path()) throw std::invalid_argument("this engine has no kernel path (COMMLIB_DEVICE_PATH=copy)");
+            e.kernel_path()->start_chunk_numbers_at(n);
+          },
+          py::arg("n"),
+          "Test hook: every pair's kernel-path chunk numbers continue from n (every rank the same, between "
+          "drained calls): crosses the LL flags' epoch in a few calls.")
       .def("mapped_peers", &StreamEngine::mapped_peers,
            "Peers whose control region this rank mapped (those on its host).")
       .def(

@@ -143,26 +143,31 @@ void bind_sim(py::module_& m) {
   m.def(
       "search_candidates",
       [](const std::string& collective, int64_t count, int elem_bytes, int root, const py::dict& topology,
-         bool hier_only) {
+         bool hier_only, int64_t extrapolate_ops) {
         const Collective c = parse_collective(collective);
         const sim::Topology t = topology_from_dict(topology);
         AlgorithmChoice k;
         SearchStats st;
         {
           py::gil_scoped_release nogil;
-          k = search_best_candidate(CallShape{c, count, elem_bytes, root}, t.host_of, t, hier_only, &st);
+          k = search_best_candidate(CallShape{c, count, elem_bytes, root}, t.host_of, t, hier_only, &st,
+                                    extrapolate_ops < 0 ? kExtrapolateOps : extrapolate_ops);
         }
         py::dict out = choice_to_py(k);
         out["candidates"] = st.candidates;
         out["simulated"] = st.simulated;
         out["cut"] = st.cut;
+        out["extrapolated"] = st.extrapolated;
+        out["confirmed"] = st.confirmed;
         out["cached"] = st.cached;
         return out;
       },
       py::arg("collective"), py::arg("count"), py::arg("elem_bytes"), py::arg("root"), py::arg("topology"),
-      py::arg("hier_only") = false,
+      py::arg("hier_only") = false, py::arg("extrapolate_ops") = -1,
       "auto's branch-and-bound search (policy/candidate_search.h): the fastest candidate, and how many "
-      "candidates it simulated, cut short, or found in the process-wide cache.");
+      "candidates it simulated, cut short, estimated from their first segments (extrapolated; of those "
+      "simulated whole: confirmed), or found in the process-wide cache. extrapolate_ops: the size from "
+      "which pipelined candidates are estimated first (-1: the library's; 0: never, the exact search).");
   m.def("clear_candidate_cache", &clear_candidate_cache, "Drops auto's cache of cost-model choices (tests).");
   m.def(
       "candidate_lower_bound",

@@ -5,7 +5,6 @@
 #include "kernels/device_plan.h"
 
 #include <algorithm>
-#include <map>
 #include <stdexcept>
 #include <tuple>
 
@@ -119,9 +118,10 @@ Range byte_range(const Region& r, size_t esize) {
 }
 
 // Whether the items (sorted by offset) cover `dst` (and `src` alongside, when given) exactly.
-std::string tiles(const std::vector<const PlanItem*>& items, const Range* dst, const Range* src) {
+std::string tiles(const PlanItem* const* first, const PlanItem* const* last, const Range* dst, const Range* src) {
   int64_t at = 0;
-  for (const PlanItem* it : items) {
+  for (const PlanItem* const* p = first; p != last; ++p) {
+    const PlanItem* it = *p;
     if (dst && (it->dst_buf != dst->buf || it->dst_off != dst->begin + at)) return "a gap or overlap in the destination";
     if (src && (it->src_buf != src->buf || it->src_off != src->begin + at)) return "a gap or overlap in the source";
     if (!dst && it->dst_buf != kNoBuffer) return "a destination where the operation has none";
@@ -135,90 +135,153 @@ std::string tiles(const std::vector<const PlanItem*>& items, const Range* dst, c
 
 }  // namespace
 
+namespace {
+
+// Scratch of one plan's check, reused across its steps (and across the ranks of a sweep), so the
+// check allocates nothing per step: the sweep runs it for every rank of P = 1..64.
+struct CheckScratch {
+  std::vector<int> send_owner, recv_owner;  // per peer: the step's message operation with it, or -1
+  std::vector<int> local_ops;
+  std::vector<int> owner;                   // per item of the step: its operation
+  std::vector<uint32_t> op_begin;           // per operation: where its items start in `by_op`
+  std::vector<const PlanItem*> by_op;       // the step's items grouped by operation
+};
+
+std::string step_error(size_t k, const std::string& what) { return "step " + std::to_string(k) + ": " + what; }
+
+std::string op_error(size_t k, const Op& op, const std::string& what) {
+  return step_error(k, std::string(op_kind_name(op.kind)) + (op.peer >= 0 ? " with rank " + std::to_string(op.peer) : "") +
+                           ": " + what);
+}
+
+}  // namespace
+
 std::string check_device_plan(const DevicePlan& plan, const Schedule& sched, int rank, int size, size_t esize) {
   if (plan.steps.size() != sched.steps.size())
     return "plan has " + std::to_string(plan.steps.size()) + " steps, schedule " + std::to_string(sched.steps.size());
   if (plan.esize != esize) return "plan lowered for another element size";
+  if (plan.sends_to.size() != static_cast<size_t>(size) || plan.recvs_from.size() != static_cast<size_t>(size))
+    return "per-peer chunk totals not of the world's size";
   std::vector<uint32_t> sent(size, 0), received(size, 0);
+  CheckScratch sc;
+  sc.send_owner.assign(size, -1);
+  sc.recv_owner.assign(size, -1);
   uint32_t next_item = 0, widest = 0;
   bool reduces = false;
   for (size_t k = 0; k < sched.steps.size(); ++k) {
-    const std::string where = "step " + std::to_string(k) + ": ";
     const PlanStep& ps = plan.steps[k];
-    if (ps.first != next_item || ps.first + ps.count > plan.items.size()) return where + "items out of sequence";
+    if (ps.first != next_item || static_cast<uint64_t>(ps.first) + ps.count > plan.items.size())
+      return step_error(k, "items out of sequence");
     next_item = ps.first + ps.count;
     widest = std::max(widest, ps.count);
     const Step& st = sched.steps[k];
-    std::vector<std::vector<const PlanItem*>> of_op(st.ops.size());
-    std::map<std::pair<uint8_t, int>, int> message_op;  // (item kind, peer) -> operation (the first one)
-    std::vector<int> local_ops;
-    for (size_t o = 0; o < st.ops.size(); ++o) {
-      if (is_message(st.ops[o].kind))
-        message_op.emplace(std::make_pair(item_kind(st.ops[o].kind), st.ops[o].peer), static_cast<int>(o));
-      else
-        local_ops.push_back(static_cast<int>(o));
+    // The step's message operations by (direction, peer); a second one in a direction is an error.
+    sc.local_ops.clear();
+    std::string bad;
+    for (size_t o = 0; o < st.ops.size() && bad.empty(); ++o) {
+      const Op& op = st.ops[o];
+      if (!is_message(op.kind)) {
+        sc.local_ops.push_back(static_cast<int>(o));
+        continue;
+      }
+      if (op.peer < 0 || op.peer >= size || op.peer == rank) bad = op_error(k, op, "a peer out of range");
+      else {
+        int& slot = (op.kind == OpKind::Send ? sc.send_owner : sc.recv_owner)[op.peer];
+        if (slot >= 0) bad = op_error(k, op, "two messages in one direction with one peer in a step");
+        slot = static_cast<int>(o);
+      }
     }
+    auto reset_owners = [&] {
+      for (const Op& op : st.ops)
+        if (is_message(op.kind) && op.peer >= 0 && op.peer < size)
+          (op.kind == OpKind::Send ? sc.send_owner : sc.recv_owner)[op.peer] = -1;
+    };
+    if (!bad.empty()) return bad;
+    // Every item belongs to one operation, and the step's items are in the kernel's order.
     bool seen_message = false;
     std::tuple<uint32_t, int> last_order{0, -1};  // (chunk within the step, send 0 / receive 1)
+    sc.owner.assign(ps.count, -1);
     for (uint32_t j = ps.first; j < ps.first + ps.count; ++j) {
       const PlanItem& it = plan.items[j];
-      if (it.kind > kReduce) return where + "an item of unknown kind";
-      if (it.kind == kRecvReduce || it.kind == kReduce) reduces = true;
-      if (it.bytes > plan.chunk_bytes) return where + "an item larger than a chunk";
+      if (it.kind > kReduce) bad = "an item of unknown kind";
+      else if (it.bytes > plan.chunk_bytes) bad = "an item larger than a chunk";
       const bool msg = is_message_item(it.kind);
-      if (!msg && seen_message) return where + "a local operation after a message";
+      if (bad.empty() && !msg && seen_message) bad = "a local operation after a message";
+      if (!bad.empty()) return reset_owners(), step_error(k, bad);
+      if (it.kind == kRecvReduce || it.kind == kReduce) reduces = true;
       seen_message = seen_message || msg;
       int owner = -1;
       if (msg) {
-        auto m = message_op.find(std::make_pair(it.kind, it.peer));
-        if (m != message_op.end()) owner = m->second;
+        if (it.peer >= 0 && it.peer < size) {
+          const int o = (it.kind == kSend ? sc.send_owner : sc.recv_owner)[it.peer];
+          if (o >= 0 && item_kind(st.ops[o].kind) == it.kind) owner = o;
+        }
+      } else {
+        auto contains = [&](int o) {
+          const Op& op = st.ops[o];
+          if (item_kind(op.kind) != it.kind) return false;
+          const Range d = byte_range(op.dst, esize), s = byte_range(op.src, esize);
+          return it.dst_buf == d.buf && it.dst_off >= d.begin && it.dst_off + it.bytes <= d.end && it.src_buf == s.buf &&
+                 it.src_off - s.begin == it.dst_off - d.begin && it.bytes > 0;
+        };
+        // The previous item's operation first (a lowering emits an operation's chunks together),
+        // so a step of many local operations is not searched once per chunk.
+        const int previous = j > ps.first ? sc.owner[j - 1 - ps.first] : -1;
+        if (previous >= 0 && !is_message(st.ops[previous].kind) && contains(previous)) owner = previous;
+        for (size_t lo = 0; lo < sc.local_ops.size() && owner < 0; ++lo)
+          if (contains(sc.local_ops[lo])) owner = sc.local_ops[lo];
       }
-      for (size_t lo = 0; lo < local_ops.size() && owner < 0 && !msg; ++lo) {
-        const size_t o = static_cast<size_t>(local_ops[lo]);
-        const Op& op = st.ops[o];
-        if (item_kind(op.kind) != it.kind) continue;
-        const Range d = byte_range(op.dst, esize), s = byte_range(op.src, esize);
-        if (it.dst_buf == d.buf && it.dst_off >= d.begin && it.dst_off + it.bytes <= d.end && it.src_buf == s.buf &&
-            it.src_off - s.begin == it.dst_off - d.begin && it.bytes > 0)
-          owner = static_cast<int>(o);
-      }
-      if (owner < 0) return where + "item " + std::to_string(j) + " belongs to no operation of the schedule";
-      of_op[owner].push_back(&it);
+      if (owner < 0) return reset_owners(), step_error(k, "item " + std::to_string(j) + " belongs to no operation of the schedule");
+      sc.owner[j - ps.first] = owner;
       if (msg) {
         const uint32_t base = (it.kind == kSend ? sent : received)[it.peer];
-        if (it.chunk < base) return where + "a chunk index from an earlier step";
+        if (it.chunk < base) return reset_owners(), step_error(k, "a chunk index from an earlier step");
         const std::tuple<uint32_t, int> order{it.chunk - base, it.kind == kSend ? 0 : 1};
-        if (order < last_order) return where + "messages out of the kernel's order (chunk i of sends, then of receives)";
+        if (order < last_order)
+          return reset_owners(), step_error(k, "messages out of the kernel's order (chunk i of sends, then of receives)");
         last_order = order;
       }
     }
+    reset_owners();
+    // Group the items by operation (a counting sort: stable, so each group keeps the plan's order).
+    sc.op_begin.assign(st.ops.size() + 1, 0);
+    for (int o : sc.owner) ++sc.op_begin[o + 1];
+    for (size_t o = 0; o < st.ops.size(); ++o) sc.op_begin[o + 1] += sc.op_begin[o];
+    sc.by_op.assign(ps.count, nullptr);
+    {
+      std::vector<uint32_t>& fill = sc.op_begin;  // advanced while filling, then restored below
+      for (uint32_t j = 0; j < ps.count; ++j) sc.by_op[fill[sc.owner[j]]++] = &plan.items[ps.first + j];
+      for (size_t o = st.ops.size(); o > 0; --o) fill[o] = fill[o - 1];
+      fill[0] = 0;
+    }
+    // The items of each operation tile its regions exactly; a message's chunks continue the pair's.
     for (size_t o = 0; o < st.ops.size(); ++o) {
       const Op& op = st.ops[o];
-      auto& items = of_op[o];
-      const std::string what = where + op_kind_name(op.kind) + (op.peer >= 0 ? " with rank " + std::to_string(op.peer) : "") + ": ";
-      std::sort(items.begin(), items.end(), [](const PlanItem* a, const PlanItem* b) { return a->chunk < b->chunk || (a->chunk == b->chunk && a->dst_off < b->dst_off); });
+      const auto first = sc.by_op.begin() + sc.op_begin[o], last = sc.by_op.begin() + sc.op_begin[o + 1];
+      std::sort(first, last, [](const PlanItem* a, const PlanItem* b) {
+        return a->chunk < b->chunk || (a->chunk == b->chunk && a->dst_off < b->dst_off);
+      });
+      const PlanItem* const* items = sc.by_op.data() + sc.op_begin[o];
+      const size_t n = sc.op_begin[o + 1] - sc.op_begin[o];
       const Range d = byte_range(op.dst, esize), s = byte_range(op.src, esize);
       if (is_message(op.kind)) {
-        for (size_t o2 = 0; o2 < o; ++o2)
-          if (st.ops[o2].peer == op.peer && (st.ops[o2].kind == OpKind::Send) == (op.kind == OpKind::Send))
-            return what + "two messages in one direction with one peer in a step";
         auto& counter = (op.kind == OpKind::Send ? sent : received)[op.peer];
         if (moved(op).count == 0) {
-          if (items.size() != 1 || items[0]->bytes != 0) return what + "a zero-byte message must move exactly one chunk";
+          if (n != 1 || items[0]->bytes != 0) return op_error(k, op, "a zero-byte message must move exactly one chunk");
         } else {
-          const std::string t = tiles(items, has_dst(op) ? &d : nullptr, has_src(op) ? &s : nullptr);
-          if (!t.empty()) return what + t;
+          const std::string t = tiles(items, items + n, has_dst(op) ? &d : nullptr, has_src(op) ? &s : nullptr);
+          if (!t.empty()) return op_error(k, op, t);
         }
-        for (size_t i = 0; i < items.size(); ++i)
-          if (items[i]->chunk != counter + i) return what + "chunk indices not consecutive for the pair";
-        counter += static_cast<uint32_t>(items.size());
+        for (size_t i = 0; i < n; ++i)
+          if (items[i]->chunk != counter + i) return op_error(k, op, "chunk indices not consecutive for the pair");
+        counter += static_cast<uint32_t>(n);
       } else {
         if (moved(op).count == 0) {
-          if (!items.empty()) return what + "items for an empty region";
+          if (n != 0) return op_error(k, op, "items for an empty region");
           continue;
         }
-        const std::string t = tiles(items, &d, &s);
-        if (!t.empty()) return what + t;
+        const std::string t = tiles(items, items + n, &d, &s);
+        if (!t.empty()) return op_error(k, op, t);
       }
     }
   }
@@ -240,24 +303,32 @@ void check_device_plans(Collective coll, const std::string& algorithm, int size,
       throw std::runtime_error("device plan of " + algorithm + " on rank " + std::to_string(r) + " of " +
                                std::to_string(size) + " (count " + std::to_string(count) + "): " + why);
   }
-  // Pairs: every chunk rank a sends b is a chunk b receives from a, of the same size.
-  std::map<std::tuple<int, int, uint32_t>, uint32_t> sends, recvs;
-  for (int r = 0; r < size; ++r)
-    for (const PlanItem& it : plans[r].items) {
-      if (it.kind == kSend) sends[{r, it.peer, it.chunk}] = it.bytes;
-      if (it.kind == kRecv || it.kind == kRecvReduce) recvs[{it.peer, r, it.chunk}] = it.bytes;
+  // Pairs: every chunk rank a sends b is a chunk b receives from a, of the same size. Each plan's
+  // check proved its chunk indices per pair run 0..total-1, so a flat array per ordered pair,
+  // indexed by chunk, holds what a sends b.
+  const std::string of = "device plans of " + algorithm + " on " + std::to_string(size) + " ranks: ";
+  auto pair_error = [&](int from, int to, uint32_t chunk) {
+    return std::runtime_error(of + "rank " + std::to_string(from) + "'s chunk " + std::to_string(chunk) + " to rank " +
+                              std::to_string(to) + " is not received as sent");
+  };
+  const size_t P = static_cast<size_t>(size);
+  std::vector<size_t> start(P * P + 1, 0);  // start[a * P + b]: where a's chunks to b begin
+  for (size_t a = 0; a < P; ++a)
+    for (size_t b = 0; b < P; ++b) {
+      if (plans[a].sends_to[b] != plans[b].recvs_from[a]) {
+        const uint32_t fewer = std::min(plans[a].sends_to[b], plans[b].recvs_from[a]);
+        throw pair_error(static_cast<int>(a), static_cast<int>(b), fewer);
+      }
+      start[a * P + b + 1] = start[a * P + b] + plans[a].sends_to[b];
     }
-  if (sends != recvs) {
-    for (const auto& [k, v] : sends) {
-      auto it = recvs.find(k);
-      if (it == recvs.end() || it->second != v)
-        throw std::runtime_error("device plans of " + algorithm + " on " + std::to_string(size) + " ranks: rank " +
-                                 std::to_string(std::get<0>(k)) + "'s chunk " + std::to_string(std::get<2>(k)) +
-                                 " to rank " + std::to_string(std::get<1>(k)) + " is not received as sent");
-    }
-    throw std::runtime_error("device plans of " + algorithm + " on " + std::to_string(size) +
-                             " ranks: a received chunk that no rank sends");
-  }
+  std::vector<uint32_t> sent_bytes(start.back());
+  for (size_t a = 0; a < P; ++a)
+    for (const PlanItem& it : plans[a].items)
+      if (it.kind == kSend) sent_bytes[start[a * P + it.peer] + it.chunk] = it.bytes;
+  for (size_t b = 0; b < P; ++b)
+    for (const PlanItem& it : plans[b].items)
+      if ((it.kind == kRecv || it.kind == kRecvReduce) && sent_bytes[start[it.peer * P + b] + it.chunk] != it.bytes)
+        throw pair_error(it.peer, static_cast<int>(b), it.chunk);
 }
 
 }  // namespace commlib

@@ -84,6 +84,8 @@ struct PlanLaunch {
   const uint64_t* abort;       // host memory mapped for the device: nonzero = stop
   uint64_t* progress;          // host memory mapped: [kMaxBlocks] items done per block
   uint64_t* done;              // host memory mapped: set to `launch` when the launch completes
+  uint64_t* chunk_counts;      // host memory mapped: [kMaxBlocks][2] message chunks (sent and received)
+                               // each block moved by LL and through slots, all launches together
   uint64_t launch;             // this launch's number (from 1)
   uint64_t slot_bytes;
   uint32_t nsteps;
@@ -176,8 +178,13 @@ __device__ __forceinline__ bool block_wait(const uint64_t* flag, uint64_t target
 // Whether a chunk of `bytes` takes the LL protocol (both sides of a message decide alike).
 __device__ __forceinline__ bool uses_ll(const PlanLaunch& a, uint32_t bytes) { return a.ll_bytes && bytes <= a.ll_bytes; }
 
+// The message chunks a block moved in this launch, by protocol (the path record tests read).
+struct ChunkCounts {
+  uint32_t ll = 0, slots = 0;
+};
+
 template <class F>
-__device__ __forceinline__ bool run_item(const PlanLaunch& a, const kplan::PlanItem& it, const F& f) {
+__device__ __forceinline__ bool run_item(const PlanLaunch& a, const kplan::PlanItem& it, const F& f, ChunkCounts& n) {
   char* dst = it.dst_buf < 3 ? a.bases[it.dst_buf] + it.dst_off : nullptr;
   const char* src = it.src_buf < 3 ? a.bases[it.src_buf] + it.src_off : nullptr;
   const size_t esize = sizeof(typename F::S);
@@ -195,10 +202,11 @@ __device__ __forceinline__ bool run_item(const PlanLaunch& a, const kplan::PlanI
         return false;
       const PeerView& p = a.peers[it.peer];
       if (uses_ll(a, it.bytes)) {  // LL: no __syncthreads, no fence, no flag store
-        ll_send(p.ll + (static_cast<size_t>(a.rank) * a.nslots + s) * (a.ll_bytes / 4), src, it.bytes,
-                static_cast<uint32_t>(c + 1));
+        ll_send(p.ll + (static_cast<size_t>(a.rank) * a.nslots + s) * (a.ll_bytes / 4), src, it.bytes, ll_flag(c));
+        ++n.ll;
         return true;
       }
+      ++n.slots;
       block_copy(p.slots + (static_cast<size_t>(a.rank) * a.nslots + s) * a.slot_bytes, src, it.bytes);
       block_sync();  // every thread's part of the chunk is written before the flag says so
       if (threadIdx.x == 0) release_store(p.ready + static_cast<size_t>(a.rank) * a.nslots + s, c + 1);
@@ -208,19 +216,24 @@ __device__ __forceinline__ bool run_item(const PlanLaunch& a, const kplan::PlanI
       const uint64_t c = a.received[it.peer] + it.chunk;
       const uint64_t s = c % a.nslots;
       const char* slot = a.slots + (static_cast<size_t>(it.peer) * a.nslots + s) * a.slot_bytes;
+      uint64_t* lines = a.ll + (static_cast<size_t>(it.peer) * a.nslots + s) * (a.ll_bytes / 4);
       if (uses_ll(a, it.bytes)) {  // LL: the lines carry their flags; unpacked into the block's stage
         char* stage = a.ll_stage + static_cast<size_t>(blockIdx.x) * a.ll_bytes;
-        if (!ll_recv(a.ll + (static_cast<size_t>(it.peer) * a.nslots + s) * (a.ll_bytes / 4), stage, it.bytes,
-                     static_cast<uint32_t>(c + 1), a.abort))
-          return false;
+        if (!ll_recv(lines, stage, it.bytes, ll_flag(c), a.abort)) return false;
         slot = stage;
+        ++n.ll;
       } else if (!block_wait(a.ready + static_cast<size_t>(it.peer) * a.nslots + s, c + 1, a)) {
         return false;
+      } else {
+        ++n.slots;
       }
       if (it.kind == kplan::kRecv)
         block_copy(dst, slot, it.bytes);
       else
         block_reduce(dst, src ? src : dst, slot, it.bytes / esize, f);
+      // The slot's last chunk of an LL epoch: no line of an older epoch may alias the next one's
+      // flags (plan_ll.cuh). The block's reads of the lines ended at ll_recv's barrier.
+      if (a.ll_bytes && ll_epoch_ends(c, a.nslots)) ll_scrub(lines, a.ll_bytes / 4);
       block_sync();  // every thread is done reading the slot before it is handed back
       if (threadIdx.x == 0) release_store(a.peers[it.peer].freed + static_cast<size_t>(a.rank) * a.nslots + s, c + 1);
       return true;
@@ -239,11 +252,12 @@ __device__ __forceinline__ bool grid_barrier(const PlanLaunch& a, uint32_t k) {
 template <class F>
 __device__ __forceinline__ void run_plan(const PlanLaunch& a, const F& f) {
   uint64_t done = 0;
+  ChunkCounts moved;
   for (uint32_t k = 0; k < a.nsteps; ++k) {
     const kplan::PlanStep st = a.steps[k];
     for (uint32_t j = blockIdx.x; j < st.count; j += gridDim.x) {
       emu_perturb();
-      if (!run_item(a, a.items[st.first + j], f)) return;
+      if (!run_item(a, a.items[st.first + j], f, moved)) return;
       if (threadIdx.x == 0 && blockIdx.x < kMaxBlocks) relaxed_store(a.progress + blockIdx.x, ++done);
     }
     if (!grid_barrier(a, k)) return;
@@ -255,6 +269,11 @@ __device__ __forceinline__ void run_plan(const PlanLaunch& a, const F& f) {
       a.sent[p] += a.sends_to[p];
       a.received[p] += a.recvs_from[p];
     }
+  if (threadIdx.x == 0 && blockIdx.x < kMaxBlocks) {  // only this block writes its words; launches run in order
+    uint64_t* mine = a.chunk_counts + 2 * blockIdx.x;
+    relaxed_store(mine, relaxed_load(mine) + moved.ll);
+    relaxed_store(mine + 1, relaxed_load(mine + 1) + moved.slots);
+  }
   if (blockIdx.x == 0 && threadIdx.x == 0) release_store(a.done, a.launch);
 }
 

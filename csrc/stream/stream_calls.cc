@@ -164,8 +164,8 @@ void StreamEngine::enqueue_call(const CollectiveCall& call, const Schedule& sche
   last_path_ = "copy";
   if (kernel_ && call.algo != kNcclAlgorithmCode && !nccl_->carries_any() && kernel_->chooses(bytes)) {
     last_path_ = "kernel";  // the whole schedule as one launch (stream/kernel_path.h)
-    const KernelPlanKey key{desc.coll, static_cast<uint8_t>(desc.algo & ~kDeviceCallAlgoBit), desc.root, desc.count,
-                            static_cast<uint32_t>(esize)};
+    const ScheduleKey key{desc.coll, static_cast<uint8_t>(desc.algo & ~kDeviceCallAlgoBit), desc.root, desc.count,
+                          static_cast<uint8_t>(esize)};  // the resolved algorithm
     const KernelPath::Launched l = kernel_->enqueue(key, sched, bases, call.dtype, call.op, s);
     if (l.done) {  // the watchdog's view of it: the launch's first peer until the launch completes
       std::lock_guard<std::mutex> lk(mu_);

@@ -174,6 +174,9 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   // The path the last collective ran on: "kernel" (one launch, stream/kernel_path.h), "copy"
   // (copy-engine copies ordered by stream memory operations) or "" before the first.
   std::string last_path() const { return last_path_; }
+  // The kernel path (null with COMMLIB_DEVICE_PATH=copy): its record of the chunks it moved by
+  // protocol, and the tests' hook on its chunk numbers (kernel_path.h).
+  KernelPath* kernel_path() { return kernel_.get(); }
 
  private:
   struct Peer {

@@ -221,12 +221,16 @@ void StreamEngine::watchdog_loop() {
   auto last_slow = Clock::now();
   while (!stop_) {
     if (stream_failure_) {  // a host function's error: acted on here, where device calls are allowed
-      stream_failure_ = false;
       const ErrorKind kind = stream_fail_kind_;
       const std::string message = stream_fail_message_;
       lk.unlock();
       fail(kind, message);
       lk.lock();
+      // Cleared only once fail() has marked the engine failed: a synchronize() that looked between
+      // the two (the flag down, the engine not yet failed) returned as if the call had succeeded
+      // (a mismatched receive completed with no error under load).
+      stream_failure_ = false;
+      cv_.notify_all();
       continue;
     }
     if (in_flight_.empty()) {

@@ -337,3 +337,31 @@ def test_cli_parses_the_readme_command():
     assert "(default 8)" in flat and not re.search(r"\(default[^()]*\)\s*\(default", flat)
     r = parser().parse_args(["report", "a.json", "b.json", "-o", "rep"])
     assert r.files == ["a.json", "b.json"] and r.output == "rep"
+
+
+def test_tuning_from_a_multi_host_run_says_its_hosts(tmp_path):
+    # A --hosts 2 run's entry carries its host count and placement, so the cost model (which defers
+    # only to rows of the communicator's host count) uses its rows on 2 hosts and not on 1 or 4.
+    import commlib._C as _C
+    from commlib.sim import topology as sim_topology
+    d = synth.data(P=4, sizes=(8, 1 << 20), collectives=("all_reduce",))
+    d["config"]["hosts"] = 2
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(d))
+    from commlib import cli
+    out = str(tmp_path / "tuning.json")
+    assert cli.main(["tune", str(path), "-o", out]) == 0
+    entry = tuning.read(out)["collectives"]["all_reduce"]["4"]
+    assert (entry["source"], entry["hosts"], entry["ranks_per_host"]) == ("measured", 2, [2, 2])
+    assert "hosts" not in tuning.from_results(d["results"], d["model"])["collectives"]["all_reduce"]["4"]
+    model = sim_topology.load("eth-25g").engine_dict(4)
+    try:
+        tuning.install(tuning.read(out))
+        pick = tuning.choose(tuning.read(out), "all_reduce", 8, 4)
+        on_two = _C.resolve_algorithm("all_reduce", "auto", 2, 4, 0, 4, [0, 0, 1, 1], model)
+        assert (on_two["source"], on_two["algorithm"]) == ("tuning", pick)
+        on_four = _C.resolve_algorithm("all_reduce", "auto", 2, 4, 0, 4, [0, 1, 2, 3], model)
+        assert on_four["source"] == "model"
+    finally:
+        _C.clear_tuning()
+        tuning.load_default()

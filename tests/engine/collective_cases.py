@@ -19,6 +19,7 @@ import hashlib
 import numpy as np
 
 import commlib
+from matrix_selection import selected
 
 FLOATS = ("float32", "float64", "float16", "bfloat16")
 INTS = ("int8", "uint8", "int32", "int64")
@@ -72,16 +73,21 @@ def raw(x) -> bytes:
     return x.tobytes()
 
 
-@functools.lru_cache(maxsize=16)
 def values(dtype: str, op: str, rank: int, n: int, salt: int = 0) -> np.ndarray:
     """Deterministic rank-dependent input (float64 or int64 values before the dtype cast).
 
-    Cached (every algorithm reuses the same inputs); callers must not modify the result.
+    Cached (every algorithm and every op but prod reuse the same inputs); callers must not
+    modify the result.
     """
+    return _values(dtype, op == "prod", rank, n, salt)
+
+
+@functools.lru_cache(maxsize=18)  # a reference's P <= 8 inputs, twice, and this rank's own
+def _values(dtype: str, prod: bool, rank: int, n: int, salt: int) -> np.ndarray:
     i = np.arange(n, dtype=np.int64)
     h = (i * 2654435761 + (rank + 1) * 40503 + salt * 7919) % 1000003
     if dtype in INTS:
-        if op == "prod":
+        if prod:
             return (h % 5) - 2 if dtype != "uint8" else h % 4  # small factors, wrap-around still happens
         if dtype == "int8":
             return h % 256 - 128
@@ -89,7 +95,7 @@ def values(dtype: str, op: str, rank: int, n: int, salt: int = 0) -> np.ndarray:
             return h % 256
         return h * 1103 - 500000000 if dtype == "int32" else h * 9000000007 - 4500000000000
     f = h.astype(np.float64) / 1000003.0  # [0, 1)
-    if op == "prod":
+    if prod:
         return 0.5 + 1.5 * f  # products of <= 8 factors stay in range even for float16
     return np.round((f - 0.5) * 8.0, 3)
 
@@ -225,18 +231,36 @@ def run_reducing(comm, buffers, collective, algo, dtype, op, count, root, inplac
     return buffers.to_host(out, dtype), want, mag
 
 
+def algos_for(collective, dtype):
+    """Every algorithm of ``collective``; "auto" on float32 only."""
+    algos = ["auto"] + commlib.algorithms(collective)
+    return algos if dtype == "float32" else algos[1:]
+
+
+@functools.lru_cache(maxsize=4)
+def reducing_selection(collective, P):
+    """{(algorithm, count, dtype): ops}: the full product up to 4 ranks, a pairwise covering
+    selection of the ops above (matrix_selection.py says which and why)."""
+    cells = [(algo, count, dtype) for dtype in DTYPES for count in counts_for(P, collective)
+             for algo in algos_for(collective, dtype)]
+    return selected(P, cells, lambda cell: ops_for(cell[2], cell[1]))
+
+
 def check_reducing(comm, collective):
-    """all_reduce / reduce_scatter / reduce over every algorithm, dtype, op, count, root."""
+    """all_reduce / reduce_scatter / reduce over every algorithm, dtype, op, count, root (the
+    dtype x op product thinned to a pairwise covering above 4 ranks: reducing_selection)."""
     P, r = comm.size, comm.rank
     failures, digests = [], []
     roots = sorted({0, P - 1}) if collective == "reduce" else [0]
-    algos = ["auto"] + commlib.algorithms(collective)
+    selection = reducing_selection(collective, P)
     # The algorithm varies fastest so the cached inputs and references are reused.
     for dtype in DTYPES:
         for count in counts_for(P, collective):
             for op in ops_for(dtype, count):
                 for root in roots:
-                    for algo in (algos if dtype == "float32" else algos[1:]):
+                    for algo in algos_for(collective, dtype):
+                        if op not in selection[(algo, count, dtype)]:
+                            continue
                         for inplace in ((False, True) if count < 100_000 else (False,)):
                             what = (f"{collective} {algo} {dtype} {op} count={count} root={root} "
                                     f"{'in-place' if inplace else 'out-of-place'} P={P} rank={r}")
@@ -307,17 +331,38 @@ def run_moving(comm, buffers, collective, algo, dtype, count, root, inplace):
     return (None if out is None else buffers.to_host(out, dtype)), want
 
 
+def roots_for(collective, P):
+    return sorted({0, P - 1, P // 2}) if collective in ("broadcast", "gather", "scatter") else [0]
+
+
+ITEM_BYTES = {"int8": 1, "uint8": 1, "float16": 2, "bfloat16": 2, "float32": 4, "int32": 4, "float64": 8,
+              "int64": 8}
+
+
+@functools.lru_cache(maxsize=4)
+def moving_selection(collective, P):
+    """{(algorithm, count, root, item bytes): dtypes}: every dtype up to 4 ranks, a pairwise
+    covering selection of the dtypes of each element size above (matrix_selection.py)."""
+    cells = [(algo, count, root, size) for size in (1, 2, 4, 8) for count in counts_for(P, collective)
+             for root in roots_for(collective, P) for algo in ["auto"] + commlib.algorithms(collective)]
+    return selected(P, cells, lambda cell: [d for d in DTYPES if ITEM_BYTES[d] == cell[3]
+                                            and cell[0] in algos_for(collective, d)])
+
+
 def check_moving(comm, collective):
-    """all_gather / all_to_all / broadcast / gather / scatter: exact for every dtype."""
+    """all_gather / all_to_all / broadcast / gather / scatter: exact for every dtype (the dtypes
+    thinned to a pairwise covering above 4 ranks: moving_selection)."""
     P, r = comm.size, comm.rank
     failures, digests = [], []
-    roots = sorted({0, P - 1, P // 2}) if collective in ("broadcast", "gather", "scatter") else [0]
-    algos = ["auto"] + commlib.algorithms(collective)
+    selection = moving_selection(collective, P)
     for dtype in DTYPES:
         for count in counts_for(P, collective):
-            for root in roots:
-                for algo in (algos if dtype == "float32" else algos[1:]):
-                    for inplace in (False, True):
+            for root in roots_for(collective, P):
+                for algo in algos_for(collective, dtype):
+                    if dtype not in selection[(algo, count, root, ITEM_BYTES[dtype])]:
+                        continue
+                    # broadcast has no out-of-place form: one run, not two identical ones
+                    for inplace in ((True,) if collective == "broadcast" else (False, True)):
                         if inplace and collective in ("all_to_all", "scatter", "gather") and count >= 100_000:
                             continue
                         what = (f"{collective} {algo} {dtype} count={count} root={root} "

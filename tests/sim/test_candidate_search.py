@@ -74,3 +74,30 @@ def test_search_is_cached_per_shape_and_placement(no_tuning):
     assert not _C.search_candidates("all_reduce", 1000, 4, 0, moved)["cached"]
     _C.clear_candidate_cache()
     assert not _C.search_candidates("all_reduce", 1000, 4, 0, d)["cached"]
+
+
+# Large pipelined candidates estimated from their first segments (policy/candidate_search.h), here
+# every one that can be (extrapolate_ops=1) with 16 segments of 1024 elements: pairwise over
+# topology, placement (equal, uneven, one rank on some hosts) and size, the choice is the
+# exhaustive ranking's, and a prediction taken from an estimate is within the margin.
+EXTRAPOLATED = [
+    ("dgx-h100", [h for h in range(4) for _ in range(8)], 256 << 10),  # two close: both run whole
+    ("eth-25g", [h for h in range(4) for _ in range(8)], 256 << 10),  # a lone one: its estimate
+    ("eth-25g", [h for h in range(4) for _ in range(8)], 64 << 10),  # a flat one wins
+    ("dgx-h100", [0, 0, 1, 2, 2, 2], 256 << 10),
+    ("eth-25g", [h for h in range(8) for _ in range(2)], 256 << 10),
+]
+
+
+@pytest.mark.parametrize("topo,hosts_of,count", EXTRAPOLATED)
+def test_extrapolated_search_keeps_the_exhaustive_choice(no_tuning, monkeypatch, topo, hosts_of, count):
+    monkeypatch.setenv("COMMLIB_HIER_SEGMENT", "1024")
+    d = placed(topo, hosts_of)
+    cands = _C.predict_candidates("all_reduce", count, 4, 0, d)
+    best = min(cands, key=lambda c: c["predicted_s"])
+    got = _C.search_candidates("all_reduce", count, 4, 0, d, extrapolate_ops=1)
+    assert got["extrapolated"] > 0
+    assert (got["algorithm"], got["inter_algorithm"]) == (best["algorithm"], best["inter_algorithm"])
+    assert got["predicted_s"] == pytest.approx(best["predicted_s"], rel=0.03)
+    exact = _C.search_candidates("all_reduce", count, 4, 0, d, extrapolate_ops=0)  # its own cache entry
+    assert exact["extrapolated"] == 0 and exact["predicted_s"] == best["predicted_s"]

@@ -34,18 +34,19 @@ THREE_RANK_SELECTION = ("all_gather_coalesced", "any_source", "sparse", "barrier
                         "broadcast_full_group")
 
 
-def _run_suite(world_size, tmp_path, selection=()):
-    out = tmp_path / f"commlib_{world_size}.json"
+@pytest.fixture(scope="module")
+def suite_results(tmp_path_factory):
+    """Both world sizes in one run of dist_suite.py (importing its module costs seconds of CPU)."""
+    out = tmp_path_factory.mktemp("torch_suite") / "commlib.json"
     cmd = [sys.executable, os.path.join(HERE, "dist_suite.py"), "--backend", "commlib",
-           "--world-size", str(world_size), "--json", str(out),
+           "--world-size", "2", "--world-size", "3", "--json", str(out),
            "--passed-in", os.path.join(HERE, "suite_gloo_passes.json")]
-    for k in selection:
-        cmd += ["-k", k]
+    cmd += [f"--select=3={k}" for k in THREE_RANK_SELECTION]
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     assert out.exists(), f"the suite did not finish:\n{proc.stderr[-4000:]}"
-    outcomes = json.loads(out.read_text())["outcomes"]
-    return outcomes, proc.stderr
+    report = json.loads(out.read_text())
+    return {int(ws): r["outcomes"] for ws, r in report.items()}, proc.stderr
 
 
 def _check(world_size, outcomes, log, selection=()):
@@ -61,13 +62,14 @@ def _check(world_size, outcomes, log, selection=()):
     assert not stale, f"expected to fail but passed (update EXPECTED_FAILURES and the doc): {stale}"
 
 
-@pytest.mark.timeout(900)
-def test_torch_suite_two_ranks(tmp_path):
-    outcomes, log = _run_suite(2, tmp_path)
-    _check(2, outcomes, log)
+@pytest.mark.timeout(1500)
+def test_torch_suite_two_ranks(suite_results):
+    outcomes, log = suite_results
+    _check(2, outcomes[2], log)
 
 
-@pytest.mark.timeout(900)
-def test_torch_suite_three_ranks_selection(tmp_path):
-    outcomes, log = _run_suite(3, tmp_path, THREE_RANK_SELECTION)
-    _check(3, outcomes, log, THREE_RANK_SELECTION)
+@pytest.mark.timeout(1500)  # the shared run is charged to whichever test comes first
+def test_torch_suite_three_ranks_selection(suite_results):
+    outcomes, log = suite_results
+    _check(3, outcomes[3], log, THREE_RANK_SELECTION)
+    assert len(outcomes[3]) < len(outcomes[2]), "the selection at 3 ranks ran every test"
