@@ -9,8 +9,8 @@ import numpy as np
 import commlib._C as _C
 from commlib.device.host_buffers import describe
 from commlib.device.buffers import device_buffer
+from commlib.device.dtypes import FLOATS as _FLOAT_DTYPES
 
-_FLOAT_DTYPES = frozenset(("float32", "float64", "float16", "bfloat16"))
 _BITWISE_OPS = frozenset(("band", "bor", "bxor"))
 _OPS = frozenset(_C.OPS)
 # Registered names, refreshed on a miss: commlib.register_algorithm may add some at run time.

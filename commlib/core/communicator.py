@@ -13,6 +13,7 @@ from typing import Optional, Sequence
 
 import commlib._C as _C
 from commlib.device.host_buffers import describe
+from commlib.core.call_spec import COLLECTIVE, DTYPE, OP
 from commlib.core.comm_groups import GroupMethods
 from commlib.core.device_route import DeviceRoute
 from commlib.core.call_checks import (as_rank, check_algorithm, check_op, describe_like, device_buffers_of,
@@ -121,7 +122,8 @@ class Communicator(GroupMethods):
                                       scale, async_op, stream, refs)
         if stream is not None:
             raise ValueError("stream: given, but the buffers are host memory")
-        work = self._core.run(coll, algorithm, in_ptr, out_ptr, count, dtype, op, root, scale, async_op)
+        work = self._core.run(COLLECTIVE[coll], algorithm, in_ptr, out_ptr, count, DTYPE[dtype], OP[op], root,
+                              scale, async_op)
         if async_op:
             return Work(work, refs)
         return None
@@ -210,7 +212,7 @@ class Communicator(GroupMethods):
         if stream is not None:
             raise ValueError("stream: given, but the buffers are host memory")
         ctypes.memmove(*own)
-        work = self._core.p2p(ops, dt, async_op)
+        work = self._core.p2p(ops, DTYPE[dt], async_op)
         return Work(work, (input, output)) if async_op else None
 
     def broadcast(self, tensor, root: int = 0, algorithm: str = "auto", async_op: bool = False,
@@ -306,7 +308,7 @@ class Communicator(GroupMethods):
             return self._device().p2p(bufs, items, dtype, async_op, refs, stream)
         if stream is not None:
             raise ValueError("stream: given, but the buffers are host memory")
-        work = self._core.p2p(items, dtype, async_op)
+        work = self._core.p2p(items, DTYPE[dtype], async_op)
         return Work(work, refs) if async_op else None
 
     def close(self):

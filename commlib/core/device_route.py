@@ -101,12 +101,28 @@ def stream_resolver(buf: DeviceBuffer):
     return cuda_stream
 
 
-def _wait_key(ctx, prefix, rank, poll) -> str:
+def _wait_key(ctx, prefix, rank, poll, what: str = "set-up") -> str:
     """Rank ``rank``'s engine handle under ``prefix``, within the communicator's timeout; raises
-    CommError at once if some rank reported a failure there, and whatever ``poll()`` raises."""
-    from commlib.errors import CommError
+    CommError at once if some rank reported a failure there, PeerError once the control plane sees
+    ``rank`` gone (dead, or closed without this call: it never will give its handle), naming the
+    call ``what`` that set the engine up, and whatever ``poll()`` raises."""
+    from commlib.errors import CommError, PeerError
+    next_peer_check = [time.monotonic() + _PEER_CHECK_S]
+
+    def poll_and_check_peer():
+        poll()
+        now = time.monotonic()
+        if now < next_peer_check[0]:
+            return
+        next_peer_check[0] = now + _PEER_CHECK_S
+        if rank in gone_peers(ctx.core) and not ctx.store.check([f"{prefix}/{rank}"]):
+            raise PeerError(f"{what}: stream engine set-up: rank {ctx.rank} waits for rank {rank}'s first call on device "
+                            f"buffers, but rank {rank} is gone (its process died, its connection was lost or it "
+                            f"closed its communicator)")
+
     value = wait_for_key(
-        ctx.store, f"{prefix}/{rank}", time.monotonic() + ctx.timeout, poll=poll, error_key=f"{prefix}/error",
+        ctx.store, f"{prefix}/{rank}", time.monotonic() + ctx.timeout, poll=poll_and_check_peer,
+        error_key=f"{prefix}/error",
         on_error=lambda why: CommError(f"stream engine set-up failed: {why}"),
         on_timeout=lambda: CommError(f"stream engine set-up: rank {ctx.rank} waited {ctx.timeout:g} s "
                                      f"(COMMLIB_TIMEOUT) for rank {rank}, which has not made its first call on "
@@ -162,7 +178,9 @@ class DeviceRoute:
                 poll = engine.raise_if_failed
             poll()  # a host side already aborted raises here, before the rendezvous
             c.store.set(f"{prefix}/{c.rank}", engine.local_handle())
-            handles = [_wait_key(c, prefix, r, poll) for r in range(c.size)]
+            what = (first_call[0] if first_call is not None else "point-to-point" if first_p2p is not None
+                    else "set-up")
+            handles = [_wait_key(c, prefix, r, poll, what) for r in range(c.size)]
             host_of = list(c.core.host_of)  # peer memory only within a host; NCCL across
             engine.connect(handles, [h == host_of[c.rank] for h in host_of])
             device_nccl.setup_links(c, engine, prefix)  # the link per pair; NCCL if some pair uses it

@@ -1,16 +1,23 @@
-"""The one dtype table of the Python side, generated from the extension's (``_C.DTYPES``, the
-names csrc/common/types.h defines): how NumPy, torch, the CUDA array interface and DLPack spell
-each dtype commlib moves. Host buffers, device buffers, the torch fast path and the bench's device
-buffers read it, so a dtype added in C++ appears everywhere at once."""
+"""The one dtype table of the Python side, generated from the extension (``_C.dtype_table()``:
+the names csrc/common/types.h defines, their sizes and float-ness) with how NumPy, torch, the CUDA
+array interface and DLPack spell each dtype commlib moves. Host and device buffers, the emulated
+device, the argument checks, the torch layer and the bench read it, so a dtype added in C++
+appears everywhere at once."""
 from __future__ import annotations
 
 import numpy as np
 
 import commlib._C as _C
 
-NAMES = tuple(_C.DTYPES)
+_TABLE = _C.dtype_table()  # [(name, size, is_float)] in C++'s enum order
+NAMES = tuple(name for name, _, _ in _TABLE)
+SIZE = {name: size for name, size, _ in _TABLE}
+FLOATS = frozenset(name for name, _, is_float in _TABLE if is_float)
+INTEGERS = frozenset(NAMES) - FLOATS
 # NumPy has no bfloat16 of its own (ml_dtypes' is recognised by name where buffers are read).
 NUMPY = {np.dtype(n): n for n in NAMES if n != "bfloat16"}
+# name -> the NumPy dtype that holds its elements on the host (bfloat16: its uint16 bit patterns).
+HOST_NUMPY = {**{n: d for d, n in NUMPY.items()}, "bfloat16": np.dtype(np.uint16)}
 # str(torch.dtype) -> name, so that modules need not import torch to read a tensor's dtype.
 TORCH = {f"torch.{n}": n for n in NAMES}
 # __cuda_array_interface__ typestr -> name: single bytes carry either byte-order mark.

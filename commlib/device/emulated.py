@@ -33,9 +33,8 @@ from typing import Optional
 import numpy as np
 
 import commlib._C as _C
+from commlib.device import dtypes
 
-_NUMPY = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "int8": np.int8,
-          "uint8": np.uint8, "int32": np.int32, "int64": np.int64, "bfloat16": np.uint16}
 _state = threading.local()
 _defaults: dict = {}
 _streams: "weakref.WeakSet[Stream]" = weakref.WeakSet()
@@ -255,7 +254,7 @@ class Array:
         """The memory as it is right now, without waiting for any stream (for tests that prove
         stream order: the data a racing reader would see)."""
         raw = device(self.device_index).read(self.data_ptr(), self.nbytes)
-        return np.frombuffer(raw, _NUMPY[self.dtype]).copy()
+        return np.frombuffer(raw, dtypes.HOST_NUMPY[self.dtype]).copy()
 
     def __repr__(self):
         return f"emulated.Array(count={self.count}, dtype={self.dtype}, device={self.device_index})"
@@ -268,8 +267,8 @@ def empty(count: int, dtype: str = "float32", device_index: Optional[int] = None
     device_index = _index(device_index, stream)
     if not isinstance(count, (int, np.integer)) or count < 0:
         raise ValueError(f"count: must be a non-negative integer, got {count!r}")
-    if dtype not in _NUMPY:
-        raise TypeError(f"dtype: unsupported {dtype!r} (supported: {', '.join(_NUMPY)})")
+    if dtype not in dtypes.SIZE:
+        raise TypeError(f"dtype: unsupported {dtype!r} (supported: {', '.join(dtypes.NAMES)})")
     s = stream or current_stream(device_index)
     alloc = _Allocation(device(device_index), int(count) * _C.dtype_size(dtype), s)
     return Array(alloc, device_index, 0, int(count), dtype)

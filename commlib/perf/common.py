@@ -28,6 +28,7 @@ import time
 import numpy as np
 
 import commlib._C as _C
+from commlib.device import dtypes
 
 # Collectives the bench knows, in table order. The first five are the default sweep.
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
@@ -45,16 +46,14 @@ COMPARE_MODE = {"all_reduce": "in", "all_gather": "out", "reduce_scatter": "out"
                 "scatter": "out"}
 MODES = ("out", "in")
 
-DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32", "int64")
+DTYPES = dtypes.NAMES
 OPS = ("sum", "prod", "min", "max", "avg", "premul_sum", "band", "bor", "bxor")
 PREMUL_SCALE = 0.5
 
-_ELEM = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int8": 1, "uint8": 1,
-         "int32": 4, "int64": 8}
 
 
 def elem_size(dtype: str) -> int:
-    return _ELEM[dtype]
+    return dtypes.SIZE[dtype]
 
 
 def bus_factor(collective: str, P: int) -> float:
@@ -261,9 +260,9 @@ def reduced(P: int, start: int, count: int, op: str, dtype: str) -> np.ndarray:
         acc = _reduce2(op, acc, values(r, start, count, op, dtype), dtype)
     if op == "avg":
         acc = acc / P
-        if dtype not in ("float32", "float64", "float16", "bfloat16"):
+        if dtype not in dtypes.FLOATS:
             acc = np.trunc(acc)
-    if dtype in ("int8", "uint8", "int32", "int64"):  # wrap like the machine does
+    if dtype in dtypes.INTEGERS:  # wrap like the machine does
         acc = acc.astype(np.int64).astype(np.dtype(dtype)).astype(np.float64)
     return acc
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from torch.futures import Future
 
+from commlib.core.call_spec import DTYPE
 from commlib.torch.staging import as_flat, out_bytes
 from commlib.torch.stream_p2p import (DeviceBatchResult, DeviceHeld, DeviceP2PWork,
                                       device_side, issue_device_batch)
@@ -184,7 +185,7 @@ class PointToPointMixin:
         buf = st.buf.view(torch.uint8)
         source = torch.full((1,), -1, dtype=torch.int32)
         core = self._comm._core
-        work = core.recv_any(buf.data_ptr(), buf.numel(), "uint8", source.data_ptr(), True)
+        work = core.recv_any(buf.data_ptr(), buf.numel(), DTYPE["uint8"], source.data_ptr(), True)
         call = Call(tensors)
         call.works.append(work)
         if st.copy:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from commlib.device import dtypes
+
 RedOpType = dist.ReduceOp.RedOpType
 
 _OPS = {
@@ -24,8 +26,7 @@ _OPS = {
     RedOpType.PREMUL_SUM: "premul_sum",
 }
 
-NATIVE = frozenset((torch.float32, torch.float64, torch.float16, torch.bfloat16,
-                    torch.int8, torch.uint8, torch.int32, torch.int64))
+NATIVE = frozenset(dtypes.torch_dtypes(torch))
 
 
 

@@ -9,6 +9,8 @@
 #include <tuple>
 #include <vector>
 
+#include "common/types.h"
+
 namespace commlib {
 struct CollectiveCall;  // host/communicator.h
 struct P2PItem;
@@ -38,6 +40,10 @@ sim::Topology topology_from_dict(const pybind11::dict& d);
 // (defined in comm_bindings.cc). Raise ValueError naming the argument for an unknown name.
 CollectiveCall collective_call(const std::string& coll, const std::string& algo, uintptr_t in, uintptr_t out,
                                int64_t count, const std::string& dtype, const std::string& op, int root, double scale);
+// The same from the call spec's enums (_C.Collective, _C.DType, _C.RedOp), converted once at the
+// Python API's edge: nothing is parsed back here but the algorithm's name.
+CollectiveCall collective_call(Collective coll, const std::string& algo, uintptr_t in, uintptr_t out, int64_t count,
+                               DType dtype, RedOp op, int root, double scale);
 using P2PTuple = std::tuple<bool, uintptr_t, int64_t, int>;  // (send, address, count, peer)
 std::vector<P2PItem> p2p_items(const std::vector<P2PTuple>& items);
 }  // namespace commlib

@@ -43,19 +43,25 @@ void set_python_error(std::exception_ptr p) {
   }
 }
 
-CollectiveCall collective_call(const std::string& coll, const std::string& algo, uintptr_t in, uintptr_t out,
-                               int64_t count, const std::string& dtype, const std::string& op, int root, double scale) {
+CollectiveCall collective_call(Collective coll, const std::string& algo, uintptr_t in, uintptr_t out, int64_t count,
+                               DType dtype, RedOp op, int root, double scale) {
   CollectiveCall call;
-  call.coll = parse_collective(coll);
-  call.algo = static_cast<uint8_t>(algorithm_index(call.coll, algo));
+  call.coll = coll;
+  call.algo = static_cast<uint8_t>(algorithm_index(coll, algo));
   call.input = in;
   call.output = out;
   call.count = count;
-  call.dtype = parse_dtype(dtype);
-  call.op = parse_op(op);
+  call.dtype = dtype;
+  call.op = op;
   call.root = root;
   call.scale = scale;
   return call;
+}
+
+CollectiveCall collective_call(const std::string& coll, const std::string& algo, uintptr_t in, uintptr_t out,
+                               int64_t count, const std::string& dtype, const std::string& op, int root, double scale) {
+  const Collective c = parse_collective(coll);
+  return collective_call(c, algo, in, out, count, parse_dtype(dtype), parse_op(op), root, scale);
 }
 
 std::vector<P2PItem> p2p_items(const std::vector<P2PTuple>& items) {
@@ -188,8 +194,8 @@ void bind_comm(py::module_& m) {
       .def_property_readonly("size", &Communicator::size)
       .def(
           "run",
-          [](Communicator& c, const std::string& coll, const std::string& algo, uintptr_t in, uintptr_t out,
-             int64_t count, const std::string& dtype, const std::string& op, int root, double scale, bool async) {
+          [](Communicator& c, Collective coll, const std::string& algo, uintptr_t in, uintptr_t out, int64_t count,
+             DType dtype, RedOp op, int root, double scale, bool async) {
             const CollectiveCall call = collective_call(coll, algo, in, out, count, dtype, op, root, scale);
             ReleaseGil nogil;
             return c.collective(call, async);
@@ -198,19 +204,17 @@ void bind_comm(py::module_& m) {
           py::arg("dtype"), py::arg("op"), py::arg("root"), py::arg("scale"), py::arg("async_op"))
       .def(
           "p2p",
-          [](Communicator& c, const std::vector<P2PTuple>& items, const std::string& dtype, bool async) {
+          [](Communicator& c, const std::vector<P2PTuple>& items, DType dtype, bool async) {
             std::vector<P2PItem> v = p2p_items(items);
-            DType t = parse_dtype(dtype);
             ReleaseGil nogil;
-            return c.p2p(std::move(v), t, async);
+            return c.p2p(std::move(v), dtype, async);
           },
           py::arg("items"), py::arg("dtype"), py::arg("async_op"))
       .def(
           "recv_any",
-          [](Communicator& c, uintptr_t ptr, int64_t count, const std::string& dtype, uintptr_t source, bool async) {
-            DType t = parse_dtype(dtype);
+          [](Communicator& c, uintptr_t ptr, int64_t count, DType dtype, uintptr_t source, bool async) {
             ReleaseGil nogil;
-            return c.recv_any(ptr, count, t, reinterpret_cast<int32_t*>(source), async);
+            return c.recv_any(ptr, count, dtype, reinterpret_cast<int32_t*>(source), async);
           },
           py::arg("ptr"), py::arg("count"), py::arg("dtype"), py::arg("source"), py::arg("async_op"),
           "Receive count elements at ptr from whichever rank sends first; its rank goes to the int32 at source.")

@@ -9,7 +9,18 @@ namespace py = pybind11;
 
 namespace commlib {
 
+// The call spec's enums: the Python API converts its names to these once, at its edge, and
+// the bindings take them as they are. Member names are the API's names (common/types.cc).
+template <typename E>
+void bind_enum(py::module_& m, const char* type, const char* (*name)(E), const char* doc) {
+  py::enum_<E> e(m, type, doc);
+  for (int i = 0; i < static_cast<int>(E::kCount); ++i) e.value(name(static_cast<E>(i)), static_cast<E>(i));
+}
+
 void bind_types(py::module_& m) {
+  bind_enum<DType>(m, "DType", dtype_name, "Element types (common/types.h), by the names of commlib.DTYPES.");
+  bind_enum<RedOp>(m, "RedOp", op_name, "Reduction operators (common/types.h), by the names of commlib.OPS.");
+  bind_enum<Collective>(m, "Collective", collective_name, "Collectives (common/types.h), by their API names.");
   std::vector<std::string> dtypes, ops, colls;
   for (int i = 0; i < static_cast<int>(DType::kCount); ++i) dtypes.push_back(dtype_name(static_cast<DType>(i)));
   for (int i = 0; i < static_cast<int>(RedOp::kCount); ++i) ops.push_back(op_name(static_cast<RedOp>(i)));
@@ -19,6 +30,15 @@ void bind_types(py::module_& m) {
   m.attr("OPS") = ops;
   m.attr("COLLECTIVES") = colls;
   m.def("dtype_size", [](const std::string& name) { return dtype_size(parse_dtype(name)); });
+  m.def("dtype_table", [] {
+    py::list out;
+    for (int i = 0; i < static_cast<int>(DType::kCount); ++i) {
+      const DType t = static_cast<DType>(i);
+      out.append(py::make_tuple(dtype_name(t), dtype_size(t), !dtype_is_integer(t)));
+    }
+    return out;
+  }, "[(name, element size in bytes, is_float)] for every dtype common/types.h defines, in its "
+     "enum order (commlib/device/dtypes.py builds the Python side's one dtype table from it).");
 
   m.def(
       "buffer_shapes",

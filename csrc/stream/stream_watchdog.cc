@@ -304,6 +304,9 @@ void StreamEngine::inspect_in_flight(bool slow) {
                                    : front->send                       ? "send to"
                                                                        : "receive from";
   const std::string what = describe_seq(seq);
+  uint64_t stuck_call = 0;  // the communicator's number of the call the stream is in (0: point to point)
+  for (const InFlight& f : in_flight_)
+    if (f.seq == seq) stuck_call = f.desc.seq;
   lk.unlock();
 
   // NCCL: an asynchronous error (its own threads found a network or remote failure) fails the
@@ -349,6 +352,12 @@ void StreamEngine::inspect_in_flight(bool slow) {
     if (st.state == PeerState::Failed)
       return fail(st.kind == ErrorKind::None ? ErrorKind::Comm : st.kind,
                   "rank " + me + " in " + what + ": rank " + std::to_string(p) + " failed: " + st.message);
+    // A peer closes only once its calls drained: one whose last call is this one or later did
+    // its part of it (this rank's stream is only slower, e.g. a communicator dropped without
+    // close(), whose transport closes without the route's barrier), so that is no failure.
+    CallDesc last;
+    if (st.state == PeerState::Closed && stuck_call && control_->peer_call(p, &last) && last.seq >= stuck_call)
+      continue;
     if (st.state == PeerState::Dead || st.state == PeerState::Closed)
       return fail(ErrorKind::Peer, "rank " + std::to_string(p) + " (pid " + std::to_string(control_->peer_pid(p)) + ") " +
                                        (st.state == PeerState::Dead ? "died" : "closed the communicator") + " during " +

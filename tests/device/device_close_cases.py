@@ -12,7 +12,9 @@ from commlib.core.shrink import gone_ranks
 
 def close_after_peer_killed(comm, victim):
     """``victim`` dies (SIGKILL) after a device all_reduce completed everywhere; the survivors wait
-    until they see it dead, then close. Returns the seconds close() took (None on the victim)."""
+    until they see it dead, then close; then they make the pool communicator's first device call,
+    whose engine set-up waits for the dead rank. Returns (seconds close() took, the first call's
+    error, seconds it took) (None on the victim)."""
     sub = comm.split(0, timeout=60)
     x = emu.from_numpy(np.ones(1024, np.float32))
     sub.all_reduce(x)
@@ -26,4 +28,14 @@ def close_after_peer_killed(comm, victim):
         time.sleep(0.01)
     t = time.monotonic()
     sub.close()
-    return time.monotonic() - t
+    closing = time.monotonic() - t
+    # The pool's communicator has made no device call yet: its first one sets up an engine, whose
+    # rendezvous waits for every rank's handle. The dead rank never gives one: the wait must stop
+    # once the control plane sees it gone, not after COMMLIB_TIMEOUT (60 s here).
+    t = time.monotonic()
+    try:
+        comm.all_reduce(emu.from_numpy(np.ones(8, np.float32)))
+        first_call = "no error"
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        first_call = f"{type(e).__name__}: {e}"
+    return closing, first_call, time.monotonic() - t

@@ -5,6 +5,7 @@ queued), drops the communicator without close() but keeps the last work, collect
 synchronizes the work and checks its result; then it enqueues more on the world communicator and
 exits without closing anything. Prints "ok <value>" when the kept work's data was right.
 """
+import faulthandler
 import gc
 import sys
 
@@ -18,6 +19,7 @@ CALLS = 8
 
 
 def main(rank: int, port: int) -> None:
+    faulthandler.dump_traceback_later(40)  # a hang shows where, on stderr, before the test gives up
     world = commlib.init(rank=rank, world_size=2, store=TCPStore("127.0.0.1", port), timeout=60)
     sub = world.split(0)
     x = emu.from_numpy(np.ones(1 << 12, np.float32))

@@ -21,8 +21,10 @@ from typing import Callable, Dict, Hashable, List, Sequence, Tuple
 
 import torch
 
-_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
-           torch.uint8, torch.int8, torch.int16, torch.bool]
+from commlib.device import dtypes
+
+# The shape message's dtype codes: commlib's dtypes, then two the torch layer moves as bytes.
+_DTYPES = [*dtypes.torch_dtypes(torch), torch.int16, torch.bool]
 META_LEN = 10  # dtype code, ndim, up to 8 dimensions
 
 
