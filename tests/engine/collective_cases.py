@@ -73,18 +73,19 @@ def raw(x) -> bytes:
     return x.tobytes()
 
 
-def values(dtype: str, op: str, rank: int, n: int, salt: int = 0) -> np.ndarray:
-    """Deterministic rank-dependent input (float64 or int64 values before the dtype cast).
+def values(dtype: str, op: str, rank: int, n: int, salt: int = 0, start: int = 0, stop: int | None = None) -> np.ndarray:
+    """Deterministic rank-dependent input (float64 or int64 values before the dtype cast): the
+    elements [start, stop) of rank ``rank``'s ``n``-element input (all of it by default).
 
-    Cached (every algorithm and every op but prod reuse the same inputs); callers must not
-    modify the result.
+    Element i depends on i alone, so a reference reads just the part it checks. Cached (every
+    algorithm and every op but prod reuse the same inputs); callers must not modify the result.
     """
-    return _values(dtype, op == "prod", rank, n, salt)
+    return _values(dtype, op == "prod", rank, start, n if stop is None else stop, salt)
 
 
 @functools.lru_cache(maxsize=18)  # a reference's P <= 8 inputs, twice, and this rank's own
-def _values(dtype: str, prod: bool, rank: int, n: int, salt: int) -> np.ndarray:
-    i = np.arange(n, dtype=np.int64)
+def _values(dtype: str, prod: bool, rank: int, start: int, stop: int, salt: int) -> np.ndarray:
+    i = np.arange(start, stop, dtype=np.int64)
     h = (i * 2654435761 + (rank + 1) * 40503 + salt * 7919) % 1000003
     if dtype in INTS:
         if prod:
@@ -105,43 +106,51 @@ def rounded(dtype, v):
 
 
 @functools.lru_cache(maxsize=4)
-def reduce_ref_for(dtype, op, n, P):
-    """Cached reference for the inputs values(dtype, op, q, n) of ranks q < P."""
-    return reduce_ref(dtype, op, [values(dtype, op, q, n) for q in range(P)])
+def reduce_ref_for(dtype, op, n, P, start=0, stop=None):
+    """Cached reference over elements [start, stop) of the inputs values(dtype, op, q, n) of
+    ranks q < P: only the part of the output a rank checks is computed."""
+    stop = n if stop is None else stop
+    return reduce_ref(dtype, op, (values(dtype, op, q, n, 0, start, stop) for q in range(P)), P)
 
 
-def reduce_ref(dtype, op, inputs):
-    """Reference over the rank axis; floats in float64, ints with wrap-around in the dtype."""
-    P = len(inputs)
+def _accumulate(acc, x, ufunc):
+    if acc is None:
+        return x
+    ufunc(acc, x, out=acc)
+    return acc
+
+
+def reduce_ref(dtype, op, inputs, P):
+    """Reference over the ``P`` rank inputs (an iterable, consumed one at a time and folded in
+    place: no P-fold stack); floats in float64, ints with wrap-around in the dtype."""
     if dtype in FLOATS:
-        xs = np.stack([rounded(dtype, v) for v in inputs])
-        if op == "premul_sum":
-            xs = np.stack([as_f64(make(dtype, x * PREMUL)) for x in xs])
-        if op in ("sum", "premul_sum", "avg"):
-            out = xs.sum(0)
-            return (out / P if op == "avg" else out), np.abs(xs).sum(0)
+        out = mag = None
+        for v in inputs:
+            x = rounded(dtype, v)  # a fresh float64 array: safe to fold into
+            if op == "premul_sum":
+                x = as_f64(make(dtype, x * PREMUL))
+            if op in ("sum", "premul_sum", "avg"):
+                out = _accumulate(out, x, np.add)
+                mag = _accumulate(mag, np.abs(x), np.add)
+            else:
+                out = _accumulate(out, x, {"prod": np.multiply, "min": np.minimum, "max": np.maximum}[op])
+        if op == "avg":
+            out = out / P
         if op == "prod":
-            out = xs.prod(0)
-            return out, np.abs(out)
-        return (xs.min(0) if op == "min" else xs.max(0)), None
-    xs = np.stack([make(dtype, v) for v in inputs])
-    if op in ("sum", "avg"):
-        s = xs.sum(0, dtype=dtype)
-        if op == "avg":  # integer avg: the wrapped sum divided, truncating toward zero
-            w = s.astype(np.int64)
-            s = np.where(w < 0, -((-w) // P), w // P).astype(dtype)
-        return s, None
-    if op == "premul_sum":
-        scaled = np.stack([np.round(x.astype(np.float64) * PREMUL).astype(np.int64).astype(dtype) for x in xs])
-        return scaled.sum(0, dtype=dtype), None
-    if op == "prod":
-        return xs.prod(0, dtype=dtype), None
-    if op == "min":
-        return xs.min(0), None
-    if op == "max":
-        return xs.max(0), None
-    fn = {"band": np.bitwise_and, "bor": np.bitwise_or, "bxor": np.bitwise_xor}[op]
-    return fn.reduce(xs, axis=0), None
+            mag = np.abs(out)
+        return out, (None if op in ("min", "max") else mag)
+    ufunc = {"sum": np.add, "avg": np.add, "premul_sum": np.add, "prod": np.multiply, "min": np.minimum,
+             "max": np.maximum, "band": np.bitwise_and, "bor": np.bitwise_or, "bxor": np.bitwise_xor}[op]
+    out = None
+    for v in inputs:
+        x = make(dtype, v)  # a fresh array of the dtype: in-place ops wrap like C
+        if op == "premul_sum":
+            x = np.round(x.astype(np.float64) * PREMUL).astype(np.int64).astype(dtype)
+        out = _accumulate(out, x, ufunc)
+    if op == "avg":  # integer avg: the wrapped sum divided, truncating toward zero
+        w = out.astype(np.int64)
+        out = np.where(w < 0, -((-w) // P), w // P).astype(dtype)
+    return out, None
 
 
 def mismatch(dtype, got, want, mag, P):
@@ -213,10 +222,12 @@ def run_reducing(comm, buffers, collective, algo, dtype, op, count, root, inplac
     scale = PREMUL if op == "premul_sum" else None
     n_in = count * P if collective == "reduce_scatter" else count
     x = buffers.make(dtype, values(dtype, op, r, n_in))
-    want, mag = reduce_ref_for(dtype, op, n_in, P)
-    if collective == "reduce_scatter":
-        want = want[r * count:(r + 1) * count]
-        mag = None if mag is None else mag[r * count:(r + 1) * count]
+    if collective == "reduce" and r != root:
+        want = mag = None  # this rank gets no result to check
+    elif collective == "reduce_scatter":
+        want, mag = reduce_ref_for(dtype, op, n_in, P, r * count, (r + 1) * count)
+    else:
+        want, mag = reduce_ref_for(dtype, op, n_in, P)
     if collective == "all_reduce":
         out = x if inplace else buffers.empty(dtype, count)
         comm.all_reduce(x, op=op, algorithm=algo, out=None if inplace else out, scale=scale)
@@ -279,31 +290,38 @@ def check_reducing(comm, collective):
     return failures, digests
 
 
-@functools.lru_cache(maxsize=2)
-def moving_inputs(collective, dtype, count, P):
-    n = count * (P if collective in ("all_to_all", "scatter") else 1)
-    return [values(dtype, "sum", q, n, 1) for q in range(P)]
+def moving_n(collective, count, P):
+    """Elements of each rank's input."""
+    return count * (P if collective in ("all_to_all", "scatter") else 1)
+
+
+def moving_input(collective, dtype, count, P, q, start=0, stop=None):
+    """Elements [start, stop) of rank q's input (cached by values())."""
+    return values(dtype, "sum", q, moving_n(collective, count, P), 1, start, stop)
 
 
 @functools.lru_cache(maxsize=2)
 def moving_expected(collective, dtype, count, root, r, P):
-    ins = moving_inputs(collective, dtype, count, P)
+    """What rank r must hold, built from just the peers' input elements that land there (None
+    where it gets nothing)."""
+    if collective == "gather" and r != root:
+        return None
     if collective in ("all_gather", "gather"):
-        return np.concatenate([rounded(dtype, v) for v in ins])
+        return np.concatenate([rounded(dtype, moving_input(collective, dtype, count, P, q)) for q in range(P)])
     if collective == "all_to_all":
-        return np.concatenate([rounded(dtype, ins[q][r * count:(r + 1) * count]) for q in range(P)])
+        return np.concatenate([rounded(dtype, moving_input(collective, dtype, count, P, q, r * count, (r + 1) * count))
+                               for q in range(P)])
     if collective == "broadcast":
-        return rounded(dtype, ins[root])
-    return rounded(dtype, ins[root][r * count:(r + 1) * count])  # scatter
+        return rounded(dtype, moving_input(collective, dtype, count, P, root))
+    return rounded(dtype, moving_input(collective, dtype, count, P, root, r * count, (r + 1) * count))  # scatter
 
 
 def run_moving(comm, buffers, collective, algo, dtype, count, root, inplace):
     """One all_gather / all_to_all / broadcast / gather / scatter on ``buffers``' arrays. Returns
     (the result on the host, or None on a rank that gets none, the expected result)."""
     P, r = comm.size, comm.rank
-    ins = moving_inputs(collective, dtype, count, P)
     want = moving_expected(collective, dtype, count, root, r, P)
-    x = buffers.make(dtype, ins[r])
+    x = buffers.make(dtype, moving_input(collective, dtype, count, P, r))
     if collective == "all_gather":
         out = buffers.empty(dtype, count * P)
         inp = out[r * count:(r + 1) * count] if inplace else x
