@@ -2,9 +2,9 @@
 module so that a pool's ranks unpickling these functions import neither pytest nor the test
 modules (a few seconds of CPU per rank on the shared machine)."""
 import io
-import os
 
 import device_cases
+from commlib.settings import overridden
 
 KERNEL_SETTINGS = {"COMMLIB_DEVICE_PATH": "kernel", "COMMLIB_DEVICE_SLOT_BYTES": "4096",
                    "COMMLIB_DEVICE_SLOTS": "2", "COMMLIB_DEVICE_LL_BYTES": "1024"}
@@ -14,18 +14,12 @@ BIG_SETTINGS = dict(KERNEL_SETTINGS, COMMLIB_DEVICE_SLOT_BYTES="32768")
 def with_settings(comm, settings, fn, *args):
     """fn(sub, *args) on a sub-communicator whose engine is created with `settings` in the
     environment (the pool's own communicator keeps its engine and settings)."""
-    old = {k: os.environ.get(k) for k in settings}
-    os.environ.update(settings)
-    sub = comm.split(0, timeout=60)
-    try:
-        return fn(sub, *args)
-    finally:
-        sub.close()
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with overridden(settings):  # the engine is made at the sub-communicator's first device call
+        sub = comm.split(0, timeout=60)
+        try:
+            return fn(sub, *args)
+        finally:
+            sub.close()
 
 
 def kernel_matrix(comm, small, big):

@@ -2,11 +2,11 @@
 neither pytest nor the test modules): which protocol the kernel path's chunks took, as the kernel
 recorded it; the LL flags' epoch crossed; the plan cache's eviction inside an enqueue while a
 stream of the device is parked in a wait."""
-import os
 
 import numpy as np
 
 import commlib.emulated as emu
+from commlib.settings import overridden
 from kernel_path_cases import KERNEL_SETTINGS, with_settings
 
 LL_COUNT = 4      # int32: 16-byte messages, LL chunks (COMMLIB_DEVICE_LL_BYTES=1024)
@@ -76,17 +76,9 @@ def evict_plans_while_a_receive_waits(comm, shapes=257):
     kernel lane runs `shapes` all_reduces of distinct counts: the 257th call shape evicts the
     cached plans inside its enqueue. Returns (frees that waited for busy streams meanwhile, all
     results right)."""
-    old = {k: os.environ.get(k) for k in KERNEL_SETTINGS}
     lane_p = comm.split(0, device="emulated:0")
-    os.environ.update(KERNEL_SETTINGS)
-    try:
+    with overridden(KERNEL_SETTINGS):
         lane_k = comm.split(0, device="emulated:0")
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     s_p, s_k = emu.Stream(0), emu.Stream(0)
     got = emu.empty(64, "int64", 0, stream=s_p)
     before = emu.rule_counts()["frees_while_busy"]
