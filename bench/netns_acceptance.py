@@ -86,9 +86,9 @@ def rank_measure(comm, algorithms, sizes, passes, reps, model):
                     calls.append(time.perf_counter() - t0)
                 per[label].append(calls)
         times[nbytes] = per
-        default = _C.resolve_algorithm("all_reduce", "auto", count, 4, 0, comm.size, hosts, None)
-        modelled = _C.resolve_algorithm("all_reduce", "auto", count, 4, 0, comm.size, hosts, model)
-        choices[nbytes] = {AUTO: (comm._core.auto_choice("all_reduce", nbytes), default["inter_algorithm"],
+        default = _C.resolve_algorithm(_C.Collective.all_reduce, "auto", count, 4, 0, comm.size, hosts, None)
+        modelled = _C.resolve_algorithm(_C.Collective.all_reduce, "auto", count, 4, 0, comm.size, hosts, model)
+        choices[nbytes] = {AUTO: (comm._core.auto_choice(_C.Collective.all_reduce, nbytes), default["inter_algorithm"],
                                   default["source"]),
                            AUTO_MODEL: (modelled["algorithm"], modelled["inter_algorithm"], modelled["source"]),
                            "predicted": {f"{k['algorithm']}({k['inter_algorithm']})" if k["inter_algorithm"]
@@ -195,7 +195,7 @@ def main():
     sys.path.insert(0, here)
     from commlib import _C
     from commlib.sim import topology as sim_topology
-    algorithms = a.algorithms.split(",") if a.algorithms else list(_C.algorithms("all_reduce"))
+    algorithms = a.algorithms.split(",") if a.algorithms else list(_C.algorithms(_C.Collective.all_reduce))
     sizes = [parse_size(s) for s in a.sizes.split(",")]
     start = datetime.datetime.now(datetime.timezone.utc)
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()

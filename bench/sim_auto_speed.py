@@ -22,6 +22,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from commlib import _C  # noqa: E402
+from commlib.core import call_spec  # noqa: E402
 from commlib.sim import topology as sim_topology  # noqa: E402
 
 
@@ -61,19 +62,20 @@ def main(argv=None) -> int:
     print("| --- | --- | --- | --- | --- | --- |" + (" --- | --- |" if a.before else "") + (" --- | --- |" if a.exact else ""))
     worst, mismatches = 0.0, 0
     for coll in a.collectives.split(","):
+        ce = call_spec.collective(coll, "--collectives")
         for s in a.sizes.split(","):
             nbytes = parse_size(s)
             count = count_for(coll, nbytes, a.ranks)
             _C.clear_candidate_cache()
             t0, c0 = time.perf_counter(), time.process_time()
-            r = _C.search_candidates(coll, count, 4, 0, d)
+            r = _C.search_candidates(ce, count, 4, 0, d)
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
             worst = max(worst, wall)
             row = (f"| {coll} | {s} | {label(r)} | {wall:.1f} / {cpu:.1f} | {r['simulated']} / {r['candidates']} "
                    f"({r['cut']}) | {r['extrapolated']} ({r['confirmed']}) |")
             if a.before:
                 t0, c0 = time.perf_counter(), time.process_time()
-                cands = _C.predict_candidates(coll, count, 4, 0, d)
+                cands = _C.predict_candidates(ce, count, 4, 0, d)
                 full = f"{time.perf_counter() - t0:.1f} / {time.process_time() - c0:.1f}"
                 best = min(cands, key=lambda k: k["predicted_s"])  # first of equals: registry order
                 mismatches += label(best) != label(r)
@@ -81,7 +83,7 @@ def main(argv=None) -> int:
             if a.exact:
                 _C.clear_candidate_cache()
                 t0, c0 = time.perf_counter(), time.process_time()
-                e = _C.search_candidates(coll, count, 4, 0, d, extrapolate_ops=0)
+                e = _C.search_candidates(ce, count, 4, 0, d, extrapolate_ops=0)
                 mismatches += label(e) != label(r)
                 row += f" {time.perf_counter() - t0:.1f} / {time.process_time() - c0:.1f} | {label(e)} |"
             print(row, flush=True)

@@ -26,6 +26,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 
 from commlib import _C
+from commlib.core import call_spec
 from commlib.sim import topology as sim_topology
 
 TOPOLOGIES = ("dgx-h100", "eth-25g")
@@ -54,7 +55,7 @@ def point(args):
     d = topo.engine_dict(ranks)
     count = count_for(coll, size, ranks)
     t0 = time.perf_counter()
-    choice = _C.resolve_algorithm(coll, "auto", count, 4, 0, ranks, d["host_of"], d)
+    choice = _C.resolve_algorithm(call_spec.collective(coll), "auto", count, 4, 0, ranks, d["host_of"], d)
     cands = choice["candidates"]  # what the cost model ranked (every candidate: predict_candidates)
     assert choice["source"] == "model" and cands, choice
     wall = time.perf_counter() - t0
@@ -64,7 +65,7 @@ def point(args):
     auto_t = next(c["predicted_s"] for c in cands
                   if c["algorithm"] == choice["algorithm"] and c["inter_algorithm"] == choice["inter_algorithm"])
     # Before the cost model: the link-kind rule and the built-in heuristic (no model given).
-    before = _C.resolve_algorithm(coll, "auto", count, 4, 0, ranks, d["host_of"])
+    before = _C.resolve_algorithm(call_spec.collective(coll), "auto", count, 4, 0, ranks, d["host_of"])
     before_t = next(c["predicted_s"] for c in cands if c["algorithm"] == before["algorithm"] and not c["inter_algorithm"])
     return {"topology": topo_name, "hosts": hosts, "ranks": ranks, "collective": coll, "bytes": size,
             "auto": label(choice), "auto_source": choice["source"], "auto_s": auto_t, "best": label(best),
@@ -76,7 +77,7 @@ def time_4096() -> dict:
     topo = sim_topology.load("dgx-h100")
     d = topo.engine_dict(4096)
     t0 = time.perf_counter()
-    r = _C.simulate("all_reduce", "ring", (1 << 30) // 4, 4, 0, d)
+    r = _C.simulate(_C.Collective.all_reduce, "ring", (1 << 30) // 4, 4, 0, d)
     return {"ranks": 4096, "algorithm": "ring", "bytes": 1 << 30, "predicted_s": r["time_s"],
             "wall_s": time.perf_counter() - t0}
 

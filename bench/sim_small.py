@@ -16,11 +16,12 @@ from __future__ import annotations
 import dataclasses
 
 from commlib import _C
+from commlib.core import call_spec
 from commlib.sim import topology as sim_topology
 
 
 def predict(topo, ranks, coll, algo, count):
-    return _C.simulate(coll, algo, count, 4, 0, topo.engine_dict(ranks))["time_s"] + topo.call_overhead_us * 1e-6
+    return _C.simulate(call_spec.collective(coll), algo, count, 4, 0, topo.engine_dict(ranks))["time_s"] + topo.call_overhead_us * 1e-6
 
 
 def without_loggp(topo):

@@ -208,11 +208,20 @@ def small_messages(lines):
     lines.append("")
 
 
+def committed(lines, name: str, hint: str):
+    """The path of the committed bench/sim_data/<name>; None, with a line saying how to make it
+    (``hint``, the command), when it is not there."""
+    path = os.path.join(DATA, name)
+    if os.path.exists(path):
+        return path
+    lines += [f"No bench/sim_data/{name}: run `{hint}`.", ""]
+    return None
+
+
 def auto_at_scale(lines):
-    path = os.path.join(DATA, "scale.json")
     lines += ["## (e) auto at scale (bench/sim_scale.py)", ""]
-    if not os.path.exists(path):
-        lines += ["No bench/sim_data/scale.json: run `bench/sim_scale.py --json bench/sim_data/scale.json`.", ""]
+    path = committed(lines, "scale.json", "bench/sim_scale.py --json bench/sim_data/scale.json")
+    if path is None:
         return
     with open(path) as f:
         data = json.load(f)
@@ -227,10 +236,9 @@ def auto_at_scale(lines):
 
 def auto_speed(lines):
     """(f): bench/sim_auto_speed.py's committed output (bench/sim_data/auto_speed.md)."""
-    path = os.path.join(DATA, "auto_speed.md")
     lines += ["## (f) auto's search at thousands of ranks (bench/sim_auto_speed.py)", ""]
-    if not os.path.exists(path):
-        lines += ["No bench/sim_data/auto_speed.md: run `bench/sim_auto_speed.py > bench/sim_data/auto_speed.md`.", ""]
+    path = committed(lines, "auto_speed.md", "bench/sim_auto_speed.py > bench/sim_data/auto_speed.md")
+    if path is None:
         return
     with open(path) as f:
         lines += f.read().rstrip().splitlines() + [""]

@@ -97,14 +97,15 @@ class CommlibBackend(Backend):
     def resolve(self, collective, algorithm, size, dtype):
         if algorithm != "auto":
             return algorithm
+        from commlib.core.call_spec import COLLECTIVE
         nbytes = C.core_bytes(collective, size, dtype, self.size)
         try:  # the communicator's own choice: it knows the link kinds (hierarchical across hosts)
-            return self.comm._core.auto_choice(collective, nbytes)
+            return self.comm._core.auto_choice(COLLECTIVE[collective], nbytes)
         except Exception:
             pass
         try:
             import commlib._C as _C
-            return _C.choose_algorithm(collective, "auto", nbytes, self.size)
+            return _C.choose_algorithm(COLLECTIVE[collective], "auto", nbytes, self.size)
         except Exception:
             return "auto"
 

@@ -40,7 +40,8 @@ def make_buffers(collective, mode, block, dtype, rank, size, root):
     input (scatter and broadcast off the root; broadcast's root sends from ``recv``).
     """
     import commlib._C as _C
-    n_in, n_out, input_at, output_at = _C.buffer_shapes(collective, block, size, rank, root)
+    from commlib.core.call_spec import COLLECTIVE
+    n_in, n_out, input_at, output_at = _C.buffer_shapes(COLLECTIVE[collective], block, size, rank, root)
     inplace = mode == "in"
     recv = C.empty(n_out, dtype) if n_out is not None else None
     if n_in is None:

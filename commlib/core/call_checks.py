@@ -7,6 +7,7 @@ import operator
 import numpy as np
 
 import commlib._C as _C
+from commlib.core.call_spec import COLLECTIVE
 from commlib.device.host_buffers import describe
 from commlib.device.buffers import device_buffer
 from commlib.device.dtypes import FLOATS as _FLOAT_DTYPES
@@ -14,7 +15,7 @@ from commlib.device.dtypes import FLOATS as _FLOAT_DTYPES
 _BITWISE_OPS = frozenset(("band", "bor", "bxor"))
 _OPS = frozenset(_C.OPS)
 # Registered names, refreshed on a miss: commlib.register_algorithm may add some at run time.
-_ALGORITHMS = {c: frozenset(_C.algorithms(c)) for c in _C.COLLECTIVES if c not in ("send", "recv")}
+_ALGORITHMS = {c: frozenset(_C.algorithms(COLLECTIVE[c])) for c in _C.COLLECTIVES if c not in ("send", "recv")}
 
 
 def check_op(op: str, dtype: str, scale):
@@ -47,10 +48,10 @@ def check_algorithm(collective: str, algorithm: str):
     if algorithm == "nccl" and collective != "barrier":  # NCCL's own, on device buffers only (_run)
         return
     if algorithm != "auto" and algorithm not in _ALGORITHMS[collective]:
-        _ALGORITHMS[collective] = frozenset(_C.algorithms(collective))
+        _ALGORITHMS[collective] = frozenset(_C.algorithms(COLLECTIVE[collective]))
     if algorithm != "auto" and algorithm not in _ALGORITHMS[collective]:
         raise ValueError(f"algorithm: unknown {collective} algorithm '{algorithm}' "
-                         f"(expected one of: auto, {', '.join(_C.algorithms(collective))})")
+                         f"(expected one of: auto, {', '.join(_C.algorithms(COLLECTIVE[collective]))})")
 
 
 # The argument names of each collective's buffers, in the order of _run's ``refs``.

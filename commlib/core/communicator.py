@@ -154,7 +154,7 @@ class Communicator(GroupMethods):
                 _fast(self._addr, _ALL_GATHER, input, output, "sum", algorithm, 0, async_op, None) is None):
             return None
         ip, n, dt = describe(input, "input")
-        op_ptr = describe_like(output, "output", dt, "input", _shapes("all_gather", n, self._size, self._rank, 0)[1],
+        op_ptr = describe_like(output, "output", dt, "input", _shapes(_C.Collective.all_gather, n, self._size, self._rank, 0)[1],
                                 f"size*input = {self._size}*{n}")
         check_algorithm("all_gather", algorithm)
         return self._run("all_gather", algorithm, ip, op_ptr, n, dt, "sum", 0, 1.0, async_op, (input, output),
@@ -167,7 +167,7 @@ class Communicator(GroupMethods):
                 _fast(self._addr, _REDUCE_SCATTER, input, output, op, algorithm, 0, async_op, scale) is None):
             return None
         op_ptr, n, dt = describe(output, "output")
-        ip = describe_like(input, "input", dt, "output", _shapes("reduce_scatter", n, self._size, self._rank, 0)[0],
+        ip = describe_like(input, "input", dt, "output", _shapes(_C.Collective.reduce_scatter, n, self._size, self._rank, 0)[0],
                             f"size*output = {self._size}*{n}")
         op_ = check_op(op, dt, scale)
         check_algorithm("reduce_scatter", algorithm)
@@ -264,7 +264,7 @@ class Communicator(GroupMethods):
         block_ptr, n, dt = describe(block, block_name)
         root = self._check_root(root)
         whole_ptr = 0
-        shapes = _shapes(coll, n, self._size, self._rank, root)  # (input elems, output elems, ...)
+        shapes = _shapes(COLLECTIVE[coll], n, self._size, self._rank, root)  # (input elems, output elems, ...)
         whole_elems = shapes[1] if gathering else shapes[0]
         if whole_elems is not None:  # the root
             if whole is None:

@@ -3,7 +3,7 @@ before anything is sent. Pure functions of the arguments: commlib/core/communica
 to the host executor or to the stream engine."""
 from __future__ import annotations
 
-import commlib._C as _C
+from commlib.device.dtypes import SIZE as _DTYPE_SIZE
 from commlib.device.host_buffers import describe
 from commlib.core.call_checks import split_sizes
 
@@ -17,7 +17,7 @@ def plan_all_to_allv(rank: int, size: int, ip: int, op_ptr: int, n_in: int, n_ou
     """
     ins = split_sizes(input_splits, n_in, size, "input_splits")
     outs = split_sizes(output_splits, n_out, size, "output_splits")
-    es = _C.dtype_size(dtype)
+    es = _DTYPE_SIZE[dtype]
     in_off = [0] * size
     out_off = [0] * size
     for j in range(1, size):

@@ -40,6 +40,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List, Optional
 
 import commlib._C as _C
+from commlib.core import call_spec
 
 __all__ = ["schedule", "algorithms", "algorithm_info", "register_algorithm", "verify", "format_schedule",
            "choose_algorithm", "VerificationError"]
@@ -52,7 +53,7 @@ VerificationError = _C.VerificationError
 
 def algorithms(collective: str) -> List[str]:
     """Registered algorithm names of ``collective`` (``"auto"`` is accepted too but not listed)."""
-    return list(_C.algorithms(collective))
+    return list(_C.algorithms(call_spec.collective(collective)))
 
 
 def schedule(collective: str, algorithm: str = "auto", rank: int = 0, size: int = 1, count: int = 0,
@@ -65,7 +66,7 @@ def schedule(collective: str, algorithm: str = "auto", rank: int = 0, size: int 
     ``algorithm`` is the resolved name (``"auto"`` resolves from ``count * dtype size``).
     Bad arguments raise ``ValueError`` naming the argument.
     """
-    return _C.schedule(collective, algorithm, rank, size, count, root, dtype)
+    return _C.schedule(call_spec.collective(collective), algorithm, rank, size, count, root, call_spec.dtype(dtype))
 
 
 def verify(collective: str, algorithm: str, size: int, count: int, root: int = 0,
@@ -76,7 +77,7 @@ def verify(collective: str, algorithm: str, size: int, count: int, root: int = 0
     Returns the algorithm verified (``"auto"`` resolves for ``count`` elements of ``dtype``);
     raises :class:`VerificationError` on a wrong schedule. Supports 1..64 ranks.
     """
-    return _C.verify(collective, algorithm, size, count, root, dtype)
+    return _C.verify(call_spec.collective(collective), algorithm, size, count, root, call_spec.dtype(dtype))
 
 
 def algorithm_info(collective: str) -> List[Dict[str, Any]]:
@@ -84,7 +85,7 @@ def algorithm_info(collective: str) -> List[Dict[str, Any]]:
     ``[{"name", "traits": [...], "summary"}]`` in index order. Traits: ``small_messages``
     (latency-bound design), ``large_messages`` (bandwidth-optimal), ``power_of_two`` (fully
     efficient only at power-of-two world sizes), ``user_defined`` (registered from Python)."""
-    return list(_C.algorithm_info(collective))
+    return list(_C.algorithm_info(call_spec.collective(collective)))
 
 
 def register_algorithm(collective: str, name: str, builder: Callable[[int, int, int, int], Any],
@@ -101,19 +102,19 @@ def register_algorithm(collective: str, name: str, builder: Callable[[int, int, 
     """
     if not callable(builder):
         raise TypeError(f"builder: expected a callable, got {type(builder).__name__}")
-    _C.register_algorithm(collective, name, builder, summary)
+    _C.register_algorithm(call_spec.collective(collective), name, builder, summary)
 
 
 def unregister_algorithm(collective: str, name: str) -> None:
     """Remove ``name``, the algorithm most recently added with :func:`register_algorithm` for
     ``collective`` (only that one: the indices calls carry must not move). For tests and
     notebooks that add algorithms temporarily; every rank must remove the same ones."""
-    _C.unregister_algorithm(collective, name)
+    _C.unregister_algorithm(call_spec.collective(collective), name)
 
 
 def choose_algorithm(collective: str, algorithm: str, bytes: int, size: int) -> str:
     """Resolve ``"auto"`` (env ``COMMLIB_ALGO_<COLLECTIVE>``, tuning table, heuristic)."""
-    return _C.choose_algorithm(collective, algorithm, bytes, size)
+    return _C.choose_algorithm(call_spec.collective(collective), algorithm, bytes, size)
 
 
 def _region(r: Optional[tuple]) -> str:

@@ -27,6 +27,7 @@ import time
 
 import commlib._C as _C
 from commlib import settings
+from commlib.core import call_spec
 
 SCHEMA = "commlib-tuning/1"
 
@@ -90,11 +91,20 @@ def hosts_of(table: dict, collective: str, P: int) -> int:
     return int(entry.get("hosts", 1))
 
 
+class _Engine:
+    """The engine's tuning table: ``set_tuning`` by the collective's name, converted once here."""
+
+    @staticmethod
+    def set_tuning(collective: str, rows) -> None:
+        _C.set_tuning(call_spec.collective(collective), rows)
+
+
 def install(table: dict, core=None):
     """Install every collective's rows with _C.set_tuning; return the collectives installed. Each
     row carries its entry's host count: the cost model (COMMLIB_TOPOLOGY) defers only to rows
-    measured on as many hosts as the communicator spans."""
-    core = core or _C
+    measured on as many hosts as the communicator spans. ``core``: anything with
+    ``set_tuning(collective name, rows)`` (tests pass a recorder); the engine by default."""
+    core = core or _Engine
     done = []
     for coll in sorted(table.get("collectives", {})):
         core.set_tuning(coll, [(P, mb, alg, hosts_of(table, coll, P)) for P, mb, alg in rows_for(table, coll)])

@@ -111,7 +111,7 @@ def device_buffer(x, name: str = "tensor") -> Optional[DeviceBuffer]:
         if dt is None:
             raise TypeError(f"{name}: unsupported CUDA array typestr {cai['typestr']!r}")
         shape = tuple(cai["shape"])
-        if not _is_contiguous(shape, cai.get("strides"), _C.dtype_size(dt)):
+        if not _is_contiguous(shape, cai.get("strides"), dtypes.SIZE[dt]):
             raise ValueError(f"{name}: CUDA array must be C-contiguous")
         count = 1
         for n in shape:

@@ -205,7 +205,7 @@ class Array:
 
     @property
     def itemsize(self) -> int:
-        return _C.dtype_size(self.dtype)
+        return dtypes.SIZE[self.dtype]
 
     @property
     def nbytes(self) -> int:
@@ -270,7 +270,7 @@ def empty(count: int, dtype: str = "float32", device_index: Optional[int] = None
     if dtype not in dtypes.SIZE:
         raise TypeError(f"dtype: unsupported {dtype!r} (supported: {', '.join(dtypes.NAMES)})")
     s = stream or current_stream(device_index)
-    alloc = _Allocation(device(device_index), int(count) * _C.dtype_size(dtype), s)
+    alloc = _Allocation(device(device_index), int(count) * dtypes.SIZE[dtype], s)
     return Array(alloc, device_index, 0, int(count), dtype)
 
 

@@ -27,7 +27,8 @@ def check_algorithm(collective: str, algorithm) -> str:
         raise TypeError(f"algorithm: expected a string, got {type(algorithm).__name__}")
     try:
         import commlib._C as _C  # the core's registry, when it is built
-        names = list(_C.algorithms(collective))
+        from commlib.core.call_spec import COLLECTIVE
+        names = list(_C.algorithms(COLLECTIVE[collective]))
     except Exception:
         return algorithm
     if algorithm != "auto" and algorithm not in names:

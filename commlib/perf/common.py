@@ -28,6 +28,7 @@ import time
 import numpy as np
 
 import commlib._C as _C
+from commlib.core.call_spec import COLLECTIVE as _COLLECTIVE
 from commlib.device import dtypes
 
 # Collectives the bench knows, in table order. The first five are the default sweep.
@@ -38,7 +39,7 @@ REDUCING = frozenset(("all_reduce", "reduce_scatter", "reduce"))
 ROOTED = frozenset(("broadcast", "reduce", "gather", "scatter"))
 # Collectives whose size is P per-rank blocks: a buffer of P * count elements in the core's shapes
 # table (csrc/common/shapes.h; probed at P = 2, count = 1, root 0).
-BLOCKED = frozenset(c for c in COLLECTIVES if 2 in _C.buffer_shapes(c, 1, 2)[:2])
+BLOCKED = frozenset(c for c in COLLECTIVES if 2 in _C.buffer_shapes(_COLLECTIVE[c], 1, 2)[:2])
 # The mode peers are compared in (every backend has it): torch's all_reduce and broadcast work in
 # place, the others have an out-of-place form everywhere.
 COMPARE_MODE = {"all_reduce": "in", "all_gather": "out", "reduce_scatter": "out",

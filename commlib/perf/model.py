@@ -36,11 +36,12 @@ def _uniform(P: int, alpha: float, Bps: float, gamma: float) -> dict:
 @functools.lru_cache(maxsize=65536)
 def _simulated_coefficients(collective: str, algorithm: str, n: int, P: int):
     import commlib._C as _C
+    from commlib.core.call_spec import COLLECTIVE
     blocked = collective in ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter")
     count = n // P if blocked else n  # per-rank count of 1-byte elements (ir.h)
     root = 0
     def t(alpha, Bps, gamma):
-        return _C.simulate(collective, algorithm, count, 1, root, _uniform(P, alpha, Bps, gamma))["time_s"]
+        return _C.simulate(COLLECTIVE[collective], algorithm, count, 1, root, _uniform(P, alpha, Bps, gamma))["time_s"]
     # Bytes over the "infinite" bandwidth leave ~1e-296 s behind: not a real term.
     return tuple(x if x > 1e-200 else 0.0 for x in (t(1.0, _HUGE_BPS, 0.0), t(0.0, 1.0, 0.0), t(0.0, _HUGE_BPS, 1.0)))
 

@@ -12,6 +12,8 @@ world_size, dtype, bytes, count, time_us, algbw_GBps, busbw_GBps, ...) with ``ba
 from __future__ import annotations
 
 import commlib._C as _C
+from commlib.core import call_spec
+from commlib.core.call_spec import COLLECTIVE
 from commlib.perf import common as C
 from commlib.sim.topology import Topology, load
 
@@ -26,7 +28,7 @@ def algorithms_for(collective: str, requested) -> list:
         requested = [a.strip() for a in requested.split(",") if a.strip()]
     out = []
     for a in requested:
-        out.extend(list(_C.algorithms(collective)) if a == "all" else [a])
+        out.extend(list(_C.algorithms(call_spec.collective(collective))) if a == "all" else [a])
     return list(dict.fromkeys(out))
 
 
@@ -45,7 +47,7 @@ def predict(collective: str, algorithm: str, size: int, ranks: int, topology, dt
         raise ValueError(f"ranks: {ranks} needs {-(-ranks // topo.devices_per_host)} hosts, but {topo.name} is one "
                          f"host of {topo.devices_per_host} ranks without NICs (nic_Gbps 0)")
     _, block, real = C.geometry(collective, size, dtype, ranks)
-    out = _C.simulate(collective, algorithm, block, C.elem_size(dtype), root, topo.engine_dict(ranks))
+    out = _C.simulate(COLLECTIVE[collective], algorithm, block, C.elem_size(dtype), root, topo.engine_dict(ranks))
     seconds = out["time_s"] + topo.call_overhead_us * 1e-6
     algbw, busbw = C.bandwidths(collective, real, ranks, seconds)
     return {

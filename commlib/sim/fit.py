@@ -45,11 +45,12 @@ def working_set_bytes(collective: str, algorithm: str, size: int, dtype: str, ra
     the schedule's scratch buffer, in bytes; the very number the simulator compares with
     memory tiers' ``above_bytes`` (csrc/sim/simulator.cc)."""
     import commlib._C as _C
+    from commlib.core.call_spec import COLLECTIVE
     from commlib.perf import common as C
     from commlib.perf import model
     _, block, _ = C.geometry(collective, size, dtype, ranks)
     topo = model._uniform(ranks, 0.0, model._HUGE_BPS, 0.0)
-    return int(_C.simulate(collective, algorithm, block, C.elem_size(dtype), max(root, 0), topo)["max_working_set_bytes"])
+    return int(_C.simulate(COLLECTIVE[collective], algorithm, block, C.elem_size(dtype), max(root, 0), topo)["max_working_set_bytes"])
 
 
 @functools.lru_cache(maxsize=65536)
@@ -57,13 +58,14 @@ def copy_coefficient(collective: str, algorithm: str, n: int, P: int) -> float:
     """Bytes one rank copies locally on the critical path (the schedule's copy ops), the term
     ``commlib.perf.model.coefficients`` leaves out: T gains d / copy rate."""
     import commlib._C as _C
+    from commlib.core.call_spec import COLLECTIVE
     from commlib.perf import model
     if P <= 1:
         return 0.0
     blocked = collective in ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter")
     topo = model._uniform(P, 0.0, model._HUGE_BPS, 0.0)
     topo["copy_s_per_byte"] = 1.0
-    d = _C.simulate(collective, algorithm, n // P if blocked else n, 1, 0, topo)["time_s"]
+    d = _C.simulate(COLLECTIVE[collective], algorithm, n // P if blocked else n, 1, 0, topo)["time_s"]
     return d if d > 1e-200 else 0.0
 
 

@@ -31,13 +31,14 @@ def add_arguments(t):
 def table_for(topology, ranks_list, sizes, collectives=TUNED, dtype="float32") -> dict:
     """The tuning table (commlib/bench/tuning.py's format) from predictions."""
     import commlib._C as _C
+    from commlib.core import call_spec
     from commlib.bench.tuning import SCHEMA, _choose_path, _rows
     from commlib.sim import engine
     from commlib.sim.topology import load
     topo = load(topology)
     colls = {}
     for coll in collectives:
-        algs = list(_C.algorithms(coll))
+        algs = list(_C.algorithms(call_spec.collective(coll)))
         for P in ranks_list:
             if P < 2:
                 continue

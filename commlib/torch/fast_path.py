@@ -18,10 +18,11 @@ import torch.distributed as dist
 from torch.futures import Future
 
 import commlib._C as _C
+from commlib.core.call_spec import DTYPE
 from commlib.device import dtypes
 from commlib.torch.work import Work
 
-_C.register_torch_types(torch.Tensor, torch.strided, dtypes.torch_dtypes(torch))
+_C.register_torch_types(torch.Tensor, torch.strided, {t: DTYPE[n] for t, n in dtypes.torch_dtypes(torch).items()})
 
 fast_collective = _C.fast_collective
 ALL_REDUCE = _C.COLLECTIVES.index("all_reduce")

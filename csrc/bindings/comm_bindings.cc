@@ -148,8 +148,8 @@ void bind_comm(py::module_& m) {
       .def_property_readonly("link_kinds", &Communicator::link_kinds)
       .def(
           "auto_choice",
-          [](const Communicator& c, const std::string& coll, int64_t bytes) {
-            return c.auto_choice(parse_collective(coll), bytes);
+          [](const Communicator& c, Collective coll, int64_t bytes) {
+            return c.auto_choice(coll, bytes);
           },
           "The algorithm auto picks for `coll` of `bytes` on this communicator's links.")
       .def(

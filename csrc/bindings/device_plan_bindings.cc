@@ -73,8 +73,8 @@ DevicePlan plan_from_py(const py::dict& d) {
   return p;
 }
 
-Schedule schedule_of(const std::string& coll, const std::string& algo, int rank, int size, int64_t count, int root) {
-  return build_schedule(CollArgs{parse_collective(coll), rank, size, count, root}, algo);
+Schedule schedule_of(Collective coll, const std::string& algo, int rank, int size, int64_t count, int root) {
+  return build_schedule(CollArgs{coll, rank, size, count, root}, algo);
 }
 
 }  // namespace
@@ -82,7 +82,7 @@ Schedule schedule_of(const std::string& coll, const std::string& algo, int rank,
 void bind_device_plan(py::module_& m) {
   m.def(
       "device_plan",
-      [](const std::string& coll, const std::string& algo, int rank, int size, int64_t count, int root, size_t esize,
+      [](Collective coll, const std::string& algo, int rank, int size, int64_t count, int root, size_t esize,
          uint64_t chunk_bytes) {
         return plan_to_py(lower_schedule(schedule_of(coll, algo, rank, size, count, root), rank, size, esize, chunk_bytes));
       },
@@ -91,7 +91,7 @@ void bind_device_plan(py::module_& m) {
       "One rank's device plan (the kernel path's lowering of its schedule) as a dict.");
   m.def(
       "check_device_plan",
-      [](const py::dict& plan, const std::string& coll, const std::string& algo, int rank, int size, int64_t count,
+      [](const py::dict& plan, Collective coll, const std::string& algo, int rank, int size, int64_t count,
          int root) {
         const DevicePlan p = plan_from_py(plan);
         return check_device_plan(p, schedule_of(coll, algo, rank, size, count, root), rank, size, p.esize);
@@ -100,11 +100,10 @@ void bind_device_plan(py::module_& m) {
       py::arg("root") = 0, "'' when `plan` is the schedule's lowering for this rank, else what differs.");
   m.def(
       "check_device_plans",
-      [](const std::string& coll, const std::string& algo, int size, int64_t count, int root, size_t esize,
+      [](Collective coll, const std::string& algo, int size, int64_t count, int root, size_t esize,
          uint64_t chunk_bytes) {
-        const Collective c = parse_collective(coll);
         py::gil_scoped_release nogil;
-        check_device_plans(c, algo, size, count, root, esize, chunk_bytes);
+        check_device_plans(coll, algo, size, count, root, esize, chunk_bytes);
       },
       py::arg("collective"), py::arg("algorithm"), py::arg("size"), py::arg("count"), py::arg("root") = 0,
       py::arg("esize") = 4, py::arg("chunk_bytes") = 262144,

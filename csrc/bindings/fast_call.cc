@@ -296,7 +296,7 @@ void bind_fast_call(py::module_& m) {
         if (!PyType_Check(tensor_type.ptr())) throw py::type_error("register_torch_types: expected torch.Tensor");
         g_torch_dtypes.clear();
         for (auto item : dtypes) {
-          g_torch_dtypes.emplace_back(item.first.inc_ref().ptr(), parse_dtype(py::cast<std::string>(item.second)));
+          g_torch_dtypes.emplace_back(item.first.inc_ref().ptr(), py::cast<DType>(item.second));
         }
         g_strided = strided.inc_ref().ptr();
         g_is_cpu = PyUnicode_InternFromString("is_cpu");
@@ -308,7 +308,7 @@ void bind_fast_call(py::module_& m) {
         g_tensor_type = tensor_type.inc_ref().ptr();
       },
       "Let the fast path take torch CPU tensors (commlib.torch does, at import): torch.Tensor, "
-      "torch.strided and {torch dtype: commlib dtype name}.");
+      "torch.strided and {torch dtype: _C.DType}.");
   m.def(
       "core_address", [](Communicator& c) { return reinterpret_cast<uintptr_t>(&c); },
       "Address of a Communicator core, for fast_collective (the caller keeps the core alive).");

@@ -45,37 +45,35 @@ py::buffer_info request(const char* name, const py::buffer& buf, bool writable) 
   }
 }
 
-void reduce_local(const py::buffer& dst, const py::buffer& src, const std::string& dtype_s,
-                  const std::string& op_s) {
-  const DType dtype = parse_dtype(dtype_s);
-  const RedOp op = parse_op(op_s);
+// dst and src of an element-wise kernel: dst writable, both of dtype's item size, contiguous and
+// of the same element count (ValueError naming the buffer otherwise).
+struct Operands {
+  py::buffer_info dst, src;
+  size_t count;
+  Operands(const py::buffer& d, const py::buffer& s, DType dtype)
+      : dst(request("dst", d, true)), src(request("src", s, false)), count(checked_count("dst", dst, dtype)) {
+    const size_t ns = checked_count("src", src, dtype);
+    if (count != ns)
+      throw py::value_error("src: " + std::to_string(ns) + " elements, but dst has " + std::to_string(count));
+  }
+};
+
+void reduce_local(const py::buffer& dst, const py::buffer& src, DType dtype, RedOp op) {
   if (op_is_bitwise(op) && !dtype_is_integer(dtype))  // refuse before touching any buffer
     throw py::value_error(std::string("op: bitwise reduction '") + op_name(op) +
                           "' is defined for integer dtypes only, not " + dtype_name(dtype));
-  py::buffer_info d = request("dst", dst, true);
-  py::buffer_info s = request("src", src, false);
-  const size_t nd = checked_count("dst", d, dtype);
-  const size_t ns = checked_count("src", s, dtype);
-  if (nd != ns)
-    throw py::value_error("src: " + std::to_string(ns) + " elements, but dst has " + std::to_string(nd));
+  const Operands o(dst, src, dtype);
   py::gil_scoped_release nogil;
-  reduce_inplace(d.ptr, s.ptr, nd, dtype, op);
+  reduce_inplace(o.dst.ptr, o.src.ptr, o.count, dtype, op);
 }
 
-void scale_copy_py(const py::buffer& dst, const py::buffer& src, const std::string& dtype_s, double scale) {
-  const DType dtype = parse_dtype(dtype_s);
-  py::buffer_info d = request("dst", dst, true);
-  py::buffer_info s = request("src", src, false);
-  const size_t nd = checked_count("dst", d, dtype);
-  const size_t ns = checked_count("src", s, dtype);
-  if (nd != ns)
-    throw py::value_error("src: " + std::to_string(ns) + " elements, but dst has " + std::to_string(nd));
+void scale_copy_py(const py::buffer& dst, const py::buffer& src, DType dtype, double scale) {
+  const Operands o(dst, src, dtype);
   py::gil_scoped_release nogil;
-  scale_copy(d.ptr, s.ptr, nd, dtype, scale);
+  scale_copy(o.dst.ptr, o.src.ptr, o.count, dtype, scale);
 }
 
-void divide_local(const py::buffer& dst, const std::string& dtype_s, int64_t divisor) {
-  const DType dtype = parse_dtype(dtype_s);
+void divide_local(const py::buffer& dst, DType dtype, int64_t divisor) {
   if (divisor <= 0) throw py::value_error("divisor: must be positive, got " + std::to_string(divisor));
   py::buffer_info d = request("dst", dst, true);
   const size_t nd = checked_count("dst", d, dtype);

@@ -161,31 +161,31 @@ py::list trait_names(uint32_t t) {
 void bind_schedule(py::module_& m) {
   py::register_exception<VerificationError>(m, "VerificationError", PyExc_AssertionError);
 
-  m.def("algorithms", [](const std::string& collective) { return algorithms(parse_collective(collective)); },
+  m.def("algorithms", [](Collective collective) { return algorithms(collective); },
         py::arg("collective"),
         "Registered algorithm names of a collective (\"auto\" not included).");
 
   m.def(
       "schedule",
-      [](const std::string& collective, const std::string& algorithm, int rank, int size, int64_t count,
-         int root, const std::string& dtype, std::vector<int> hosts, const std::string& inter, int64_t segment) {
+      [](Collective collective, const std::string& algorithm, int rank, int size, int64_t count,
+         int root, DType dtype, std::vector<int> hosts, const std::string& inter, int64_t segment) {
         CollArgs a;
         a.host_of = std::move(hosts);
         a.inter_algorithm = inter;
         a.segment = segment < 0 ? hier_segment_setting() : segment;
-        a.coll = parse_collective(collective);
+        a.coll = collective;
         a.rank = rank;
         a.size = size;
         a.count = count;
         a.root = root;
-        const int64_t bytes = count * static_cast<int64_t>(dtype_size(parse_dtype(dtype)));
+        const int64_t bytes = count * static_cast<int64_t>(dtype_size(dtype));
         if (size < 1) throw std::invalid_argument("size: must be >= 1, got " + std::to_string(size));
         if (count < 0) throw std::invalid_argument("count: must be >= 0, got " + std::to_string(count));
         const std::string name = choose_algorithm(a.coll, algorithm, bytes, size);
         return schedule_to_py(build_schedule(a, name), name);
       },
       py::arg("collective"), py::arg("algorithm"), py::arg("rank"), py::arg("size"), py::arg("count"),
-      py::arg("root") = 0, py::arg("dtype") = "float32", py::arg("hosts") = std::vector<int>{},
+      py::arg("root") = 0, py::arg("dtype") = DType::Float32, py::arg("hosts") = std::vector<int>{},
       py::arg("inter") = "", py::arg("segment") = -1,
       "One rank's schedule as a dict {steps, scratch_count, algorithm}. `hosts`: every rank's host id "
       "(hierarchical schedules; empty: one host); `inter`: hierarchical's inter-host algorithm (\"\": the "
@@ -193,23 +193,18 @@ void bind_schedule(py::module_& m) {
 
   m.def(
       "verify",
-      [](const std::string& collective, const std::string& algorithm, int size, int64_t count, int root,
-         const std::string& dtype) {
-        const Collective c = parse_collective(collective);
-        const DType t = parse_dtype(dtype);
+      [](Collective collective, const std::string& algorithm, int size, int64_t count, int root, DType dtype) {
         py::gil_scoped_release nogil;  // a Python-registered builder takes it back while it runs
-        return verify_algorithm(c, algorithm, size, count, root, t);
+        return verify_algorithm(collective, algorithm, size, count, root, dtype);
       },
       py::arg("collective"), py::arg("algorithm"), py::arg("size"), py::arg("count"), py::arg("root") = 0,
-      py::arg("dtype") = "float32",
+      py::arg("dtype") = DType::Float32,
       "Symbolically run every rank's schedule (both buffer layouts); raise VerificationError on a bug. "
       "Returns the algorithm verified (\"auto\" resolves for count elements of dtype).");
 
   m.def(
       "_verify_custom",
-      [](const std::string& collective, int size, int64_t count, py::sequence schedules, int root,
-         py::object in_place) {
-        const Collective c = parse_collective(collective);
+      [](Collective c, int size, int64_t count, py::sequence schedules, int root, py::object in_place) {
         std::vector<Schedule> per_rank;
         for (py::handle h : schedules) per_rank.push_back(schedule_from_py(h));
         std::vector<bool> modes;
@@ -229,14 +224,14 @@ void bind_schedule(py::module_& m) {
 
   m.def(
       "choose_algorithm",
-      [](const std::string& collective, const std::string& algorithm, int64_t bytes, int size) {
-        return choose_algorithm(parse_collective(collective), algorithm, bytes, size);
+      [](Collective collective, const std::string& algorithm, int64_t bytes, int size) {
+        return choose_algorithm(collective, algorithm, bytes, size);
       },
       py::arg("collective"), py::arg("algorithm"), py::arg("bytes"), py::arg("size"));
 
   m.def(
       "set_tuning",
-      [](const std::string& collective, const std::vector<py::tuple>& rows) {
+      [](Collective collective, const std::vector<py::tuple>& rows) {
         std::vector<TuningRow> v;
         v.reserve(rows.size());
         for (const py::tuple& t : rows) {
@@ -246,7 +241,7 @@ void bind_schedule(py::module_& m) {
           if (t.size() == 4) r.hosts = t[3].cast<int>();
           v.push_back(std::move(r));
         }
-        set_tuning(parse_collective(collective), std::move(v));
+        set_tuning(collective, std::move(v));
       },
       py::arg("collective"), py::arg("rows"),
       "Install tuning rows (size, max_bytes, algorithm[, hosts]) for one collective (max_bytes < 0: no limit; "
@@ -256,9 +251,9 @@ void bind_schedule(py::module_& m) {
 
   m.def(
       "algorithm_info",
-      [](const std::string& collective) {
+      [](Collective collective) {
         py::list out;
-        for (const AlgorithmSpec& s : algorithm_specs(parse_collective(collective))) {
+        for (const AlgorithmSpec& s : algorithm_specs(collective)) {
           py::dict d;
           d["name"] = s.name;
           d["traits"] = trait_names(s.traits);
@@ -271,23 +266,23 @@ void bind_schedule(py::module_& m) {
 
   m.def(
       "register_algorithm",
-      [](const std::string& collective, const std::string& name, py::function builder, const std::string& summary) {
+      [](Collective collective, const std::string& name, py::function builder, const std::string& summary) {
         AlgorithmSpec spec;
-        spec.coll = parse_collective(collective);
+        spec.coll = collective;
         spec.name = name;
         spec.traits = kUserDefined;
         spec.summary = summary;
         PyObject* fn = builder.ptr();
         Py_INCREF(fn);  // never released (PythonBuilder)
-        spec.build = PythonBuilder{fn, std::string(collective) + "/" + name};
+        spec.build = PythonBuilder{fn, std::string(collective_name(collective)) + "/" + name};
         register_algorithm(std::move(spec));
       },
       py::arg("collective"), py::arg("name"), py::arg("builder"), py::arg("summary") = "",
       "Register builder(rank, size, count, root) -> schedule as algorithm `name` of `collective`.");
   m.def(
       "unregister_algorithm",
-      [](const std::string& collective, const std::string& name) {
-        unregister_algorithm(parse_collective(collective), name);
+      [](Collective collective, const std::string& name) {
+        unregister_algorithm(collective, name);
       },
       py::arg("collective"), py::arg("name"), "Remove the last algorithm registered from Python for `collective`.");
 }

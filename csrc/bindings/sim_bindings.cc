@@ -109,9 +109,8 @@ py::dict choice_to_py(const AlgorithmChoice& c) {
 void bind_sim(py::module_& m) {
   m.def(
       "simulate",
-      [](const std::string& collective, const std::string& algorithm, int64_t count, int elem_bytes, int root,
+      [](Collective c, const std::string& algorithm, int64_t count, int elem_bytes, int root,
          const py::dict& topology, const std::string& inter_algorithm, int64_t segment) {
-        const Collective c = parse_collective(collective);
         const sim::Topology t = topology_from_dict(topology);
         sim::Result r;
         {
@@ -142,9 +141,8 @@ void bind_sim(py::module_& m) {
 
   m.def(
       "search_candidates",
-      [](const std::string& collective, int64_t count, int elem_bytes, int root, const py::dict& topology,
+      [](Collective c, int64_t count, int elem_bytes, int root, const py::dict& topology,
          bool hier_only, int64_t extrapolate_ops) {
-        const Collective c = parse_collective(collective);
         const sim::Topology t = topology_from_dict(topology);
         AlgorithmChoice k;
         SearchStats st;
@@ -171,10 +169,10 @@ void bind_sim(py::module_& m) {
   m.def("clear_candidate_cache", &clear_candidate_cache, "Drops auto's cache of cost-model choices (tests).");
   m.def(
       "candidate_lower_bound",
-      [](const std::string& collective, const std::string& algorithm, int64_t count, int elem_bytes, int root,
+      [](Collective collective, const std::string& algorithm, int64_t count, int elem_bytes, int root,
          const py::dict& topology, const std::string& inter_algorithm, int64_t segment) {
         const sim::Topology t = topology_from_dict(topology);
-        return candidate_lower_bound(CallShape{parse_collective(collective), count, elem_bytes, root}, algorithm,
+        return candidate_lower_bound(CallShape{collective, count, elem_bytes, root}, algorithm,
                                      inter_algorithm, segment < 0 ? hier_segment_setting() : segment, t);
       },
       py::arg("collective"), py::arg("algorithm"), py::arg("count"), py::arg("elem_bytes"), py::arg("root"),
@@ -183,8 +181,7 @@ void bind_sim(py::module_& m) {
 
   m.def(
       "predict_candidates",
-      [](const std::string& collective, int64_t count, int elem_bytes, int root, const py::dict& topology) {
-        const Collective c = parse_collective(collective);
+      [](Collective c, int64_t count, int elem_bytes, int root, const py::dict& topology) {
         const sim::Topology t = topology_from_dict(topology);
         std::vector<AlgorithmChoice> cands;
         {
@@ -200,9 +197,8 @@ void bind_sim(py::module_& m) {
 
   m.def(
       "resolve_algorithm",
-      [](const std::string& collective, const std::string& algorithm, int64_t count, int elem_bytes, int root,
+      [](Collective c, const std::string& algorithm, int64_t count, int elem_bytes, int root,
          int size, std::vector<int> hosts, py::object topology) {
-        const Collective c = parse_collective(collective);
         std::unique_ptr<sim::Topology> model;
         if (!topology.is_none()) model = std::make_unique<sim::Topology>(topology_from_dict(topology.cast<py::dict>()));
         AlgorithmChoice k;

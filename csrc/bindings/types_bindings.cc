@@ -29,7 +29,7 @@ void bind_types(py::module_& m) {
   m.attr("DTYPES") = dtypes;
   m.attr("OPS") = ops;
   m.attr("COLLECTIVES") = colls;
-  m.def("dtype_size", [](const std::string& name) { return dtype_size(parse_dtype(name)); });
+  m.def("dtype_size", [](DType t) { return dtype_size(t); }, py::arg("dtype"), "Bytes of one element.");
   m.def("dtype_table", [] {
     py::list out;
     for (int i = 0; i < static_cast<int>(DType::kCount); ++i) {
@@ -42,8 +42,8 @@ void bind_types(py::module_& m) {
 
   m.def(
       "buffer_shapes",
-      [](const std::string& collective, int64_t count, int size, int rank, int root) {
-        const BufferShapes s = buffer_shapes(parse_collective(collective), count, size, rank, root);
+      [](Collective collective, int64_t count, int size, int rank, int root) {
+        const BufferShapes s = buffer_shapes(collective, count, size, rank, root);
         auto opt = [](int64_t v) { return v < 0 ? py::object(py::none()) : py::object(py::int_(v)); };
         return py::make_tuple(opt(s.input), opt(s.output), opt(s.input_at), opt(s.output_at));
       },

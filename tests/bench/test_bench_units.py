@@ -15,6 +15,7 @@ from commlib.perf import common as C  # noqa: E402
 from commlib.perf import model as M  # noqa: E402
 from commlib.bench import report, tuning  # noqa: E402
 from commlib.perf import table
+from commlib.core.call_spec import COLLECTIVE
 
 
 # -- arithmetic ------------------------------------------------------------------------------------
@@ -247,10 +248,10 @@ def test_tuning_installs_into_the_core(tmp_path):
         tuning.install(table)
         for r in report.comparison(d["results"]):
             b = C.core_bytes(r["collective"], r["bytes"], "float32", 4)
-            assert _C.choose_algorithm(r["collective"], "auto", b, 4) == tuning.choose(table, r["collective"], b, 4)
+            assert _C.choose_algorithm(COLLECTIVE[r["collective"]], "auto", b, 4) == tuning.choose(table, r["collective"], b, 4)
     finally:
         for coll in synth.ALGOS:
-            _C.set_tuning(coll, [])
+            _C.set_tuning(COLLECTIVE[coll], [])
         tuning.load_default()
 
 
@@ -358,9 +359,9 @@ def test_tuning_from_a_multi_host_run_says_its_hosts(tmp_path):
     try:
         tuning.install(tuning.read(out))
         pick = tuning.choose(tuning.read(out), "all_reduce", 8, 4)
-        on_two = _C.resolve_algorithm("all_reduce", "auto", 2, 4, 0, 4, [0, 0, 1, 1], model)
+        on_two = _C.resolve_algorithm(_C.Collective.all_reduce, "auto", 2, 4, 0, 4, [0, 0, 1, 1], model)
         assert (on_two["source"], on_two["algorithm"]) == ("tuning", pick)
-        on_four = _C.resolve_algorithm("all_reduce", "auto", 2, 4, 0, 4, [0, 1, 2, 3], model)
+        on_four = _C.resolve_algorithm(_C.Collective.all_reduce, "auto", 2, 4, 0, 4, [0, 1, 2, 3], model)
         assert on_four["source"] == "model"
     finally:
         _C.clear_tuning()

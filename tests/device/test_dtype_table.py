@@ -7,6 +7,7 @@ import numpy as np
 
 import commlib._C as _C
 from commlib.device import dtypes
+from commlib.core.call_spec import DTYPE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Lists of dtypes that are deliberately not commlib's table: the subset MPI itself can reduce.
@@ -15,7 +16,7 @@ NOT_THE_TABLE = {os.path.join("commlib", "bench", "mpi_peer.py")}
 
 def test_the_table_is_the_extensions():
     assert dtypes.NAMES == tuple(_C.DTYPES)
-    assert dtypes.SIZE == {n: _C.dtype_size(n) for n in _C.DTYPES}
+    assert dtypes.SIZE == {n: _C.dtype_size(DTYPE[n]) for n in _C.DTYPES}
     assert dtypes.FLOATS | dtypes.INTEGERS == set(_C.DTYPES)
     assert not dtypes.FLOATS & dtypes.INTEGERS
     for name, dt in dtypes.HOST_NUMPY.items():

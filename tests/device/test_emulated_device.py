@@ -11,6 +11,7 @@ import commlib._C as _C
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernels"))
 from kernel_reference import CASES, STORAGE, assert_bits_equal, random_data, seed  # noqa: E402
+from commlib.core.call_spec import DTYPE, OP
 
 # Lengths x byte offsets: the kernel's three access paths (16-byte vectors, aligned elements,
 # unaligned bytes), their tails, and a grid-stride loop (more packs than 8192 blocks x 256).
@@ -33,23 +34,23 @@ def _download(dev, stream, ptr, like):
 def test_kernels_match_cpu_kernels_bitwise(dtype, op):
     dev, s = emu.device(), emu.Stream()._stream
     rng = np.random.default_rng(seed("emulated", dtype, op))
-    esize = _C.dtype_size(dtype)
+    esize = _C.dtype_size(DTYPE[dtype])
     for n in LENGTHS + ([BIG] if (dtype, op) == ("float32", "sum") else []):
         for offset in ((0, esize, 1) if n < BIG else (0,)):
             a, b = random_data(dtype, n, rng), random_data(dtype, n, rng)
             want = a.copy()
-            _C.reduce_local(want, b, dtype, op)
+            _C.reduce_local(want, b, DTYPE[dtype], OP[op])
             pa, pb = _upload(dev, s, a, offset), _upload(dev, s, b, offset)
             dev.reduce(pa + offset, pb + offset, n, dtype, op, s)
             assert_bits_equal(_download(dev, s, pa + offset, a), want, f"{dtype} {op} n={n} offset={offset}")
             if op == "premul_sum":
                 want = np.empty_like(a)
-                _C.scale_copy(want, b, dtype, 0.75)
+                _C.scale_copy(want, b, DTYPE[dtype], 0.75)
                 dev.scale_copy(pa + offset, pb + offset, n, dtype, 0.75, s)
                 assert_bits_equal(_download(dev, s, pa + offset, a), want, f"scale {dtype} n={n}")
             if op == "avg":
                 want = a.copy()
-                _C.divide_local(want, dtype, 3)
+                _C.divide_local(want, DTYPE[dtype], 3)
                 dev.upload(pa + offset, a.tobytes(), s)
                 dev.divide(pa + offset, n, dtype, 3, s)
                 assert_bits_equal(_download(dev, s, pa + offset, a), want, f"divide {dtype} n={n}")

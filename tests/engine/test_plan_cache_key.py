@@ -9,7 +9,7 @@ CODE = """
 import numpy as np, commlib
 from commlib import _C
 # auto's table for one rank: up to 16 bytes ring, above that direct.
-_C.set_tuning("all_reduce", [(1, 16, "ring"), (1, -1, "direct")])
+_C.set_tuning(_C.Collective.all_reduce, [(1, 16, "ring"), (1, -1, "direct")])
 c = commlib.init(rank=0, world_size=1, master_port=0)
 small = np.ones(16, np.int8)      # 16 bytes
 large = np.ones(16, np.float64)   # the same count, 128 bytes

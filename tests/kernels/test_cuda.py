@@ -15,6 +15,7 @@ import pytest
 import commlib._C as _C
 from kernel_reference import (BITWISE_OPS, CASES, DTYPES, FLOATS, LENGTHS, assert_bits_equal, random_data,
                               reference_divide, reference_reduce, reference_scale, seed)
+from commlib.core.call_spec import DTYPE, OP
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -49,7 +50,7 @@ class DeviceBuffer:
 
 def cpu_reduce(a, b, dtype, op):
     out = a.copy()
-    _C.reduce_local(out, b, dtype, op)
+    _C.reduce_local(out, b, DTYPE[dtype], OP[op])
     return out
 
 
@@ -97,14 +98,14 @@ def test_gpu_scale_copy_and_divide(dtype, n):
     a = random_data(dtype, n, np.random.default_rng(seed("gpu-scale", dtype, n)))
     for scale in (0.5, -1.25, 1e-3, 1e30):
         want = np.zeros_like(a)
-        _C.scale_copy(want, a, dtype, scale)
+        _C.scale_copy(want, a, DTYPE[dtype], scale)
         assert_bits_equal(want, reference_scale(a, dtype, scale), "cpu vs reference")
         with DeviceBuffer(np.zeros_like(a), 1 if n % 2 else 0) as d, DeviceBuffer(a) as s:
             cuda().scale_copy(d.ptr, s.ptr, n, dtype, scale)
             assert_bits_equal(d.get(), want, f"gpu {dtype} x {scale}")
     for divisor in (1, 3, 8, 1000, 2**40):
         want = a.copy()
-        _C.divide_local(want, dtype, divisor)
+        _C.divide_local(want, DTYPE[dtype], divisor)
         assert_bits_equal(want, reference_divide(a, dtype, divisor), "cpu vs reference")
         with DeviceBuffer(a) as d:
             cuda().divide(d.ptr, n, dtype, divisor)

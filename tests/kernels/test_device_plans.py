@@ -13,6 +13,7 @@ import pytest
 
 import commlib
 from commlib import _C, schedules
+from commlib.core.call_spec import COLLECTIVE
 
 ROOTED = {"broadcast", "reduce", "gather", "scatter"}
 SIZES = range(1, 65)
@@ -33,20 +34,20 @@ def test_plans_equal_their_schedules(collective, algorithm):
             for root in roots:
                 # esize 2 with small chunks: a 64P+7 message is several chunks, the last partial
                 # (64-byte chunks up to 12 ranks, 1 KiB beyond, where the messages are larger).
-                _C.check_device_plans(collective, algorithm, P, n, root, esize=2, chunk_bytes=64 if P <= 12 else 1024)
+                _C.check_device_plans(COLLECTIVE[collective], algorithm, P, n, root, esize=2, chunk_bytes=64 if P <= 12 else 1024)
                 if P in (1, 2, 3, 8, 64):
-                    _C.check_device_plans(collective, algorithm, P, n, root, esize=8, chunk_bytes=262144)
+                    _C.check_device_plans(COLLECTIVE[collective], algorithm, P, n, root, esize=8, chunk_bytes=262144)
 
 
 def _plan(**kw):
     args = dict(collective="all_reduce", algorithm="ring", rank=1, size=4, count=1000, root=0, esize=4,
                 chunk_bytes=256)
     args.update(kw)
-    return _C.device_plan(**args), args
+    return _C.device_plan(**dict(args, collective=COLLECTIVE[args["collective"]])), args
 
 
 def _check(plan, args):
-    return _C.check_device_plan(plan, args["collective"], args["algorithm"], args["rank"], args["size"],
+    return _C.check_device_plan(plan, COLLECTIVE[args["collective"]], args["algorithm"], args["rank"], args["size"],
                                 args["count"], args["root"])
 
 

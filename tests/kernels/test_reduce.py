@@ -17,6 +17,8 @@ from kernel_reference import (BITS, BITWISE_OPS, CANONICAL_NAN, CASES, DTYPES, F
                               PATH_LENGTHS, STORAGE, assert_bits_equal, f32_to_bf16, is_nan, ops_for,
                               random_data, reference_divide, reference_reduce, reference_scale, seed,
                               special_values, unaligned_copy)
+from commlib.core import call_spec
+from commlib.core.call_spec import DTYPE, OP
 
 
 @pytest.fixture(params=_C._cpu_paths())
@@ -39,7 +41,7 @@ def test_reduce_matches_reference(dtype, op, n):
     want = reference_reduce(a, b, dtype, op)
     b_before = b.copy()
     dst = a.copy()
-    _C.reduce_local(dst, b, dtype, op)
+    _C.reduce_local(dst, b, DTYPE[dtype], OP[op])
     assert_bits_equal(dst, want, f"{dtype} {op} n={n}")
     assert_bits_equal(b, b_before, "src must be untouched")
 
@@ -52,7 +54,7 @@ def test_reduce_every_vector_path(cpu_path, dtype, op, n):
     b = random_data(dtype, n, rng)
     want = reference_reduce(a, b, dtype, op)
     dst = a.copy()
-    _C.reduce_local(dst, b, dtype, op)
+    _C.reduce_local(dst, b, DTYPE[dtype], OP[op])
     assert_bits_equal(dst, want, f"{cpu_path}: {dtype} {op} n={n}")
 
 
@@ -66,7 +68,7 @@ def test_reduce_unaligned(dtype, op, n, dst_off, src_off):
     size = np.dtype(STORAGE[dtype]).itemsize
     dst = unaligned_copy(a, size if dst_off == "elem" else dst_off)
     src = unaligned_copy(b, size if src_off == "elem" else src_off)
-    _C.reduce_local(dst, src, dtype, op)
+    _C.reduce_local(dst, src, DTYPE[dtype], OP[op])
     assert_bits_equal(dst, reference_reduce(a, b, dtype, op), f"{dtype} {op} offsets {dst_off},{src_off}")
     assert_bits_equal(src, b, "src must be untouched")
 
@@ -77,7 +79,7 @@ def test_reduce_unaligned_every_path(cpu_path):
         for op in ops_for(dtype):
             a, b = random_data(dtype, 1001, rng), random_data(dtype, 1001, rng)
             dst, src = unaligned_copy(a, 1), unaligned_copy(b, 3)
-            _C.reduce_local(dst, src, dtype, op)
+            _C.reduce_local(dst, src, DTYPE[dtype], OP[op])
             assert_bits_equal(dst, reference_reduce(a, b, dtype, op), f"{cpu_path}: {dtype} {op}")
 
 
@@ -87,7 +89,7 @@ def test_reduce_dst_aliases_src(dtype, op, n):
     a = random_data(dtype, n, np.random.default_rng(n))
     want = reference_reduce(a, a, dtype, op)
     dst = a.copy()
-    _C.reduce_local(dst, dst, dtype, op)
+    _C.reduce_local(dst, dst, DTYPE[dtype], OP[op])
     assert_bits_equal(dst, want, f"{dtype} {op} in place")
 
 
@@ -98,7 +100,7 @@ def test_integer_wraparound(dtype):
     b = np.array([1, -1 if info.min else info.max, info.max, info.min, info.max], dtype=STORAGE[dtype])
     for op in ("sum", "prod"):
         dst = a.copy()
-        _C.reduce_local(dst, b, dtype, op)
+        _C.reduce_local(dst, b, DTYPE[dtype], OP[op])
         want = [(int(x) + int(y)) if op == "sum" else int(x) * int(y) for x, y in zip(a.tolist(), b.tolist())]
         want = np.array([w % (1 << info.bits) for w in want], dtype=np.uint64).astype(BITS[a.itemsize])
         assert_bits_equal(dst, want.view(STORAGE[dtype]), f"{dtype} {op} wrap-around")
@@ -111,7 +113,7 @@ def test_nan_propagates(dtype, op):
     a = np.repeat(vals, len(vals))
     b = np.tile(vals, len(vals))
     dst = a.copy()
-    _C.reduce_local(dst, b, dtype, op)
+    _C.reduce_local(dst, b, DTYPE[dtype], OP[op])
     either = is_nan(a, dtype) | is_nan(b, dtype)
     assert is_nan(dst, dtype)[either].all(), f"{op}: NaN lost"
     # and every NaN result is the canonical quiet NaN
@@ -127,7 +129,7 @@ def test_min_max_signed_zero(dtype):
     for op, want_negative in (("min", True), ("max", False)):
         for a, b in ((z[0:1], z[1:2]), (z[1:2], z[0:1])):
             dst = a.copy()
-            _C.reduce_local(dst, b, dtype, op)
+            _C.reduce_local(dst, b, DTYPE[dtype], OP[op])
             bits = dst.view(BITS[dst.itemsize])[0]
             assert bool(bits & sign) == want_negative and (bits & ~sign) == 0, (dtype, op, a, b, hex(int(bits)))
 
@@ -143,8 +145,8 @@ def test_bitwise_commutative(dtype, op):
         a = np.concatenate([a, np.repeat(s, len(s))])
         b = np.concatenate([b, np.tile(s, len(s))])
     ab, ba = a.copy(), b.copy()
-    _C.reduce_local(ab, b, dtype, op)
-    _C.reduce_local(ba, a, dtype, op)
+    _C.reduce_local(ab, b, DTYPE[dtype], OP[op])
+    _C.reduce_local(ba, a, DTYPE[dtype], OP[op])
     assert_bits_equal(ab, ba, f"{dtype} {op} commutativity")
 
 
@@ -154,7 +156,7 @@ def test_half_conversions_exhaustive(cpu_path):
     for dtype, neg_zero in (("float16", 0x8000), ("bfloat16", 0x8000)):
         src = np.full_like(bits, neg_zero)
         dst = bits.copy()
-        _C.reduce_local(dst, src, dtype, "sum")
+        _C.reduce_local(dst, src, DTYPE[dtype], _C.RedOp.sum)
         want = bits.copy()
         want[is_nan(bits, dtype)] = CANONICAL_NAN[dtype]
         assert_bits_equal(dst, want, f"{dtype} identity")
@@ -173,7 +175,7 @@ def test_half_rounding_exhaustive_pairs(cpu_path):
             src = np.full_like(bits, fb[0])
             for op in ("prod", "sum"):
                 dst = bits.copy()
-                _C.reduce_local(dst, src, dtype, op)
+                _C.reduce_local(dst, src, DTYPE[dtype], OP[op])
                 assert_bits_equal(dst, reference_reduce(bits, src, dtype, op),
                                   f"{cpu_path}: {dtype} {op} x {factor}")
 
@@ -182,7 +184,7 @@ def test_float32_sum_rounds_to_nearest_even():
     a = np.array([1.0, 1.0, 3.0, 1e8, 16777216.0], np.float32)
     b = np.array([2.0 ** -24, 3 * 2.0 ** -24, 2.0 ** -23, 4.0, 1.0], np.float32)
     dst = a.copy()
-    _C.reduce_local(dst, b, "float32", "sum")
+    _C.reduce_local(dst, b, _C.DType.float32, _C.RedOp.sum)
     np.testing.assert_array_equal(dst, a + b)
     assert dst[0] == 1.0 and dst[4] == 16777216.0  # ties to even
 
@@ -197,7 +199,7 @@ def test_float32_sum_rounds_to_nearest_even():
 def test_scale_copy(dtype, scale, n):
     a = random_data(dtype, n, np.random.default_rng(n))
     dst = np.zeros_like(a)
-    _C.scale_copy(dst, a, dtype, scale)
+    _C.scale_copy(dst, a, DTYPE[dtype], scale)
     assert_bits_equal(dst, reference_scale(a, dtype, scale), f"{dtype} x {scale}")
 
 
@@ -207,19 +209,19 @@ def test_scale_copy_every_path_unaligned_and_in_place(cpu_path):
         a = random_data(dtype, 1003, rng)
         want = reference_scale(a, dtype, 0.37)
         dst = unaligned_copy(np.zeros_like(a), 1)
-        _C.scale_copy(dst, unaligned_copy(a, 3), dtype, 0.37)
+        _C.scale_copy(dst, unaligned_copy(a, 3), DTYPE[dtype], 0.37)
         assert_bits_equal(dst, want, f"{cpu_path}: {dtype} scale_copy unaligned")
         inplace = a.copy()
-        _C.scale_copy(inplace, inplace, dtype, 0.37)
+        _C.scale_copy(inplace, inplace, DTYPE[dtype], 0.37)
         assert_bits_equal(inplace, want, f"{cpu_path}: {dtype} scale_copy in place")
 
 
 def test_scale_copy_integers_round_half_even_and_saturate():
     a = np.array([1, 3, 5, -1, -3, 100, -100], np.int8)
     dst = np.zeros_like(a)
-    _C.scale_copy(dst, a, "int8", 0.5)
+    _C.scale_copy(dst, a, _C.DType.int8, 0.5)
     np.testing.assert_array_equal(dst, [0, 2, 2, 0, -2, 50, -50])
-    _C.scale_copy(dst, a, "int8", 2.0)
+    _C.scale_copy(dst, a, _C.DType.int8, 2.0)
     np.testing.assert_array_equal(dst, [2, 6, 10, -2, -6, 127, -128])
 
 
@@ -229,7 +231,7 @@ def test_scale_copy_integers_round_half_even_and_saturate():
 def test_divide_local(dtype, divisor, n):
     a = random_data(dtype, n, np.random.default_rng(n + divisor % 97))
     dst = a.copy()
-    _C.divide_local(dst, dtype, divisor)
+    _C.divide_local(dst, DTYPE[dtype], divisor)
     assert_bits_equal(dst, reference_divide(a, dtype, divisor), f"{dtype} / {divisor}")
 
 
@@ -238,13 +240,13 @@ def test_divide_every_path_unaligned(cpu_path):
     for dtype in DTYPES:
         a = random_data(dtype, 1003, rng)
         dst = unaligned_copy(a, 1)
-        _C.divide_local(dst, dtype, 3)
+        _C.divide_local(dst, DTYPE[dtype], 3)
         assert_bits_equal(dst, reference_divide(a, dtype, 3), f"{cpu_path}: {dtype} divide")
 
 
 def test_divide_integers_truncate_toward_zero():
     a = np.array([7, -7, 6, -6, -1, 1, np.iinfo(np.int64).min, np.iinfo(np.int64).max], np.int64)
-    _C.divide_local(a, "int64", 2)
+    _C.divide_local(a, _C.DType.int64, 2)
     np.testing.assert_array_equal(a, [3, -3, 3, -3, 0, 0, -(2**62), 2**62 - 1])
 
 
@@ -257,43 +259,43 @@ def test_divide_integers_truncate_toward_zero():
 def test_bitwise_on_floats_raises(dtype, op):
     a = np.zeros(4, STORAGE[dtype])
     with pytest.raises(ValueError, match="op") as exc:
-        _C.reduce_local(a, a.copy(), dtype, op)
+        _C.reduce_local(a, a.copy(), DTYPE[dtype], OP[op])
     assert op in str(exc.value) and dtype in str(exc.value)
 
 
 def test_bad_arguments_name_the_argument():
     a = np.zeros(8, np.float32)
     with pytest.raises(ValueError, match="src"):
-        _C.reduce_local(a, np.zeros(7, np.float32), "float32", "sum")
+        _C.reduce_local(a, np.zeros(7, np.float32), _C.DType.float32, _C.RedOp.sum)
     with pytest.raises(ValueError, match="dst"):
-        _C.reduce_local(np.zeros(8, np.float64), a, "float32", "sum")
+        _C.reduce_local(np.zeros(8, np.float64), a, _C.DType.float32, _C.RedOp.sum)
     with pytest.raises(ValueError, match="src"):
-        _C.reduce_local(a, np.zeros(8, np.int16), "float32", "sum")
+        _C.reduce_local(a, np.zeros(8, np.int16), _C.DType.float32, _C.RedOp.sum)
     with pytest.raises(ValueError, match="dtype"):
-        _C.reduce_local(a, a.copy(), "complex64", "sum")
+        _C.reduce_local(a, a.copy(), call_spec.dtype("complex64"), _C.RedOp.sum)
     with pytest.raises(ValueError, match="op"):
-        _C.reduce_local(a, a.copy(), "float32", "mean")
+        _C.reduce_local(a, a.copy(), _C.DType.float32, call_spec.op("mean"))
     with pytest.raises(ValueError, match="dst"):
-        _C.reduce_local(np.zeros(16, np.float32)[::2], a, "float32", "sum")
+        _C.reduce_local(np.zeros(16, np.float32)[::2], a, _C.DType.float32, _C.RedOp.sum)
     ro = np.zeros(8, np.float32)
     ro.flags.writeable = False
     with pytest.raises(ValueError, match="dst"):
-        _C.reduce_local(ro, a, "float32", "sum")
+        _C.reduce_local(ro, a, _C.DType.float32, _C.RedOp.sum)
     with pytest.raises(ValueError, match="src"):
-        _C.scale_copy(a, np.zeros(9, np.float32), "float32", 2.0)
+        _C.scale_copy(a, np.zeros(9, np.float32), _C.DType.float32, 2.0)
     for bad in (0, -2):
         with pytest.raises(ValueError, match="divisor"):
-            _C.divide_local(a, "float32", bad)
+            _C.divide_local(a, _C.DType.float32, bad)
 
 
 def test_accepts_float16_arrays_and_uint16_bits():
     x = np.array([1.5, -2.25, 65504.0], np.float16)
     dst = x.copy()
-    _C.reduce_local(dst, x, "float16", "sum")
+    _C.reduce_local(dst, x, _C.DType.float16, _C.RedOp.sum)
     with np.errstate(over="ignore"):
         np.testing.assert_array_equal(dst, (x.astype(np.float32) * 2).astype(np.float16))
     bits = x.view(np.uint16).copy()
-    _C.reduce_local(bits, x.view(np.uint16), "float16", "sum")
+    _C.reduce_local(bits, x.view(np.uint16), _C.DType.float16, _C.RedOp.sum)
     assert_bits_equal(bits, dst.view(np.uint16), "uint16 bits")
 
 

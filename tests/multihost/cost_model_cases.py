@@ -10,6 +10,7 @@ from commlib import _C, settings, tuning
 from commlib.sim import topology as sim_topology
 
 import multihost_cases
+from commlib.core.call_spec import COLLECTIVE
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 COUNTS = (1, 4099, 70_001)
@@ -38,8 +39,8 @@ def _run(comm):
                 err = multihost_cases._one(comm, coll, algo, count, np.int32, root)
                 if err:
                     failures.append(f"{coll} {algo} count {count}: {err}")
-            want = _C.resolve_algorithm(coll, "auto", count, 4, 0, comm.size, hosts, model)
-            hier = _C.resolve_algorithm(coll, "hierarchical", count, 4, 0, comm.size, hosts, model)
-            seen[f"{coll}:{count}"] = (comm._core.auto_choice(coll, count * 4), want["algorithm"], want["source"],
+            want = _C.resolve_algorithm(COLLECTIVE[coll], "auto", count, 4, 0, comm.size, hosts, model)
+            hier = _C.resolve_algorithm(COLLECTIVE[coll], "hierarchical", count, 4, 0, comm.size, hosts, model)
+            seen[f"{coll}:{count}"] = (comm._core.auto_choice(COLLECTIVE[coll], count * 4), want["algorithm"], want["source"],
                                        hier["inter_algorithm"])
     return seen, failures

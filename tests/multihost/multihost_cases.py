@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 import commlib
+from commlib.core.call_spec import COLLECTIVE
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "reduce", "all_gather", "all_to_all", "broadcast",
                "gather", "scatter", "barrier")
@@ -195,6 +196,6 @@ def auto_choices(comm):
     """What auto picks per collective (the same for 8 B and 16 MiB, which the test also checks)."""
     out = {}
     for c in ("all_reduce", "all_gather", "broadcast", "all_to_all"):
-        small, large = comm._core.auto_choice(c, 8), comm._core.auto_choice(c, 16 << 20)
+        small, large = comm._core.auto_choice(COLLECTIVE[c], 8), comm._core.auto_choice(COLLECTIVE[c], 16 << 20)
         out[c] = small if small == large or "hierarchical" not in (small, large) else f"{small}/{large}"
     return out

@@ -26,7 +26,7 @@ def pipelined_all_reduce(comm, counts):
         comm.all_reduce(floats, algorithm="hierarchical")
         out.append([bool(np.array_equal(inplace, want)), bool(np.array_equal(dst, want)),
                     hashlib.sha256(floats.tobytes()).hexdigest(),
-                    schedule_digest(_C.schedule("all_reduce", "hierarchical", r, P, count, 0, "int32",
+                    schedule_digest(_C.schedule(_C.Collective.all_reduce, "hierarchical", r, P, count, 0, _C.DType.int32,
                                                 comm.topology.host_of))])
     return out
 

@@ -78,7 +78,7 @@ def test_pipelined_hierarchical_all_reduce(pool, hosts, monkeypatch):
         assert len({digest for _, _, digest, _ in per_count}) == 1
         for rank, (_, _, _, digest) in enumerate(per_count):
             build = lambda: pipelined_cases.schedule_digest(  # noqa: E731
-                _C.schedule("all_reduce", "hierarchical", rank, len(hosts), count, 0, "int32", host_of))
+                _C.schedule(_C.Collective.all_reduce, "hierarchical", rank, len(hosts), count, 0, _C.DType.int32, host_of))
             monkeypatch.setenv("COMMLIB_HIER_SEGMENT", "1000000000")
             plain = build()
             monkeypatch.setenv("COMMLIB_HIER_SEGMENT", "64")

@@ -6,6 +6,7 @@ import random
 import pytest
 
 import commlib._C as _C
+from commlib.core.call_spec import COLLECTIVE
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 
@@ -22,7 +23,7 @@ def host_maps():
 
 def schedules(coll, hosts, count, root):
     P = len(hosts)
-    return [_C.schedule(coll, "hierarchical", r, P, count, root, "float32", hosts) for r in range(P)]
+    return [_C.schedule(COLLECTIVE[coll], "hierarchical", r, P, count, root, _C.DType.float32, hosts) for r in range(P)]
 
 
 @pytest.mark.parametrize("collective", COLLECTIVES)
@@ -31,7 +32,7 @@ def test_verified_on_host_maps(collective):
         P = len(hosts)
         for count in sorted({0, 1, P - 1, P + 3, 97}):
             for root in (sorted({0, P // 2, P - 1}) if collective == "broadcast" else [0]):
-                _C._verify_custom(collective, P, count, schedules(collective, hosts, count, root), root)
+                _C._verify_custom(COLLECTIVE[collective], P, count, schedules(collective, hosts, count, root), root)
 
 
 @pytest.mark.parametrize("collective", COLLECTIVES)
@@ -41,12 +42,12 @@ def test_verifier_rejects_a_broken_one(collective):
     victim = 4
     s[victim]["steps"] = s[victim]["steps"][:-1]
     with pytest.raises(_C.VerificationError):
-        _C._verify_custom(collective, len(hosts), 13, s, 0)
+        _C._verify_custom(COLLECTIVE[collective], len(hosts), 13, s, 0)
 
 
 def test_bad_host_map_is_refused():
     with pytest.raises(ValueError, match="host_of"):
-        _C.schedule("all_reduce", "hierarchical", 0, 4, 10, 0, "float32", [0, 1])
+        _C.schedule(_C.Collective.all_reduce, "hierarchical", 0, 4, 10, 0, _C.DType.float32, [0, 1])
 
 
 EQUAL_HOSTS = [[0, 1], [0, 0, 1, 1], [1, 0, 1, 0], [0, 1, 2], [0, 0, 0, 1, 1, 1], [h % 4 for h in range(16)],
@@ -61,7 +62,7 @@ def test_pipelined_all_reduce_verified(monkeypatch):
     for hosts in EQUAL_HOSTS:
         P = len(hosts)
         for count in sorted({0, 1, P - 1, P + 3, 14, 97, 1009}):
-            _C._verify_custom("all_reduce", P, count, schedules("all_reduce", hosts, count, 0), 0)
+            _C._verify_custom(_C.Collective.all_reduce, P, count, schedules("all_reduce", hosts, count, 0), 0)
         assert len(schedules("all_reduce", hosts, 1009, 0)[0]["steps"]) > plain[tuple(hosts)]
 
 
@@ -86,7 +87,7 @@ def test_pipelined_all_reduce_verified_on_uneven_hosts(monkeypatch):
         P = len(hosts)
         assert len({hosts.count(h) for h in hosts}) > 1  # the map is uneven
         for count in sorted({0, 1, P - 1, 13, 14, 23, 97, 1009}):
-            _C._verify_custom("all_reduce", P, count, schedules("all_reduce", hosts, count, 0), 0)
+            _C._verify_custom(_C.Collective.all_reduce, P, count, schedules("all_reduce", hosts, count, 0), 0)
         small, large = plain[tuple(hosts)]
         assert schedules("all_reduce", hosts, 13, 0) == small
         assert len(schedules("all_reduce", hosts, 1009, 0)[0]["steps"]) > len(large[0]["steps"])
@@ -102,10 +103,10 @@ def test_verifier_rejects_a_broken_pipeline(monkeypatch, hosts):
         steps = s[victim]["steps"]
         del steps[max(k for k, st in enumerate(steps) if any(op["op"] == "recv" for op in st))]
         with pytest.raises(_C.VerificationError):
-            _C._verify_custom("all_reduce", len(hosts), 97, s, 0)
+            _C._verify_custom(_C.Collective.all_reduce, len(hosts), 97, s, 0)
 
 
 def test_bad_segment_setting_is_refused(monkeypatch):
     monkeypatch.setenv("COMMLIB_HIER_SEGMENT", "0")
     with pytest.raises(ValueError, match="COMMLIB_HIER_SEGMENT"):
-        _C.schedule("all_reduce", "hierarchical", 0, 4, 100, 0, "float32", [0, 0, 1, 1])
+        _C.schedule(_C.Collective.all_reduce, "hierarchical", 0, 4, 100, 0, _C.DType.float32, [0, 0, 1, 1])

@@ -51,9 +51,9 @@ def test_install_and_choose_agree_with_the_core():
     try:
         assert tuning.install(table) == ["all_gather"]
         for nbytes in (8, 100, 101, 1 << 20):
-            assert _C.choose_algorithm("all_gather", "auto", nbytes, 3) == tuning.choose(table, "all_gather", nbytes, 3)
+            assert _C.choose_algorithm(_C.Collective.all_gather, "auto", nbytes, 3) == tuning.choose(table, "all_gather", nbytes, 3)
         assert tuning.choose(table, "all_gather", 8, 3) == "bruck"
         assert tuning.choose(table, "all_gather", 101, 3) == "direct"
     finally:
-        _C.set_tuning("all_gather", [])
+        _C.set_tuning(_C.Collective.all_gather, [])
         tuning.load_default()

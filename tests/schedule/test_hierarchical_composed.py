@@ -8,12 +8,13 @@ import random
 import pytest
 
 from commlib import _C
+from commlib.core.call_spec import COLLECTIVE
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 
 
 def inter_algorithms(coll):
-    return [a for a in _C.algorithms(coll) if a != "hierarchical"]
+    return [a for a in _C.algorithms(COLLECTIVE[coll]) if a != "hierarchical"]
 
 
 def host_maps():
@@ -28,7 +29,7 @@ def host_maps():
 
 def schedules(coll, hosts, count, root, inter, segment=0):
     P = len(hosts)
-    return [_C.schedule(coll, "hierarchical", r, P, count, root, "float32", hosts, inter, segment) for r in range(P)]
+    return [_C.schedule(COLLECTIVE[coll], "hierarchical", r, P, count, root, _C.DType.float32, hosts, inter, segment) for r in range(P)]
 
 
 @pytest.mark.parametrize("collective", COLLECTIVES)
@@ -41,7 +42,7 @@ def test_every_inter_algorithm_verified_on_host_maps(collective):
             counts = [0, 1, P + 3, 97]
             count = counts[(k + m) % len(counts)]
             root = (k * 7 + m) % P if collective == "broadcast" else 0
-            _C._verify_custom(collective, P, count, schedules(collective, hosts, count, root, inter), root)
+            _C._verify_custom(COLLECTIVE[collective], P, count, schedules(collective, hosts, count, root, inter), root)
 
 
 @pytest.mark.parametrize("inter", inter_algorithms("all_reduce"))
@@ -51,7 +52,7 @@ def test_pipelined_all_reduce_with_each_inter_algorithm(inter):
     for hosts in ([0, 0, 1, 1], [0, 0, 1, 2, 2, 2], [h % 4 for h in range(16)], [2, 2, 0, 1, 1, 0, 3]):
         P = len(hosts)
         for count in (14, 97, 1009):
-            _C._verify_custom("all_reduce", P, count, schedules("all_reduce", hosts, count, 0, inter, 7), 0)
+            _C._verify_custom(_C.Collective.all_reduce, P, count, schedules("all_reduce", hosts, count, 0, inter, 7), 0)
         assert (len(schedules("all_reduce", hosts, 1009, 0, inter, 7)[0]["steps"]) >
                 len(schedules("all_reduce", hosts, 1009, 0, inter, 0)[0]["steps"]))
 
@@ -68,7 +69,7 @@ def test_verifier_rejects_a_broken_composed_schedule(collective):
             continue
         del steps[comm[-1]]
         with pytest.raises(_C.VerificationError):
-            _C._verify_custom(collective, len(hosts), 13, s, 0)
+            _C._verify_custom(COLLECTIVE[collective], len(hosts), 13, s, 0)
 
 
 def test_inter_phase_uses_the_inter_algorithm():
@@ -77,7 +78,7 @@ def test_inter_phase_uses_the_inter_algorithm():
     hosts = [h for h in range(8) for _ in range(2)]
 
     def remote_peers(inter):
-        s = _C.schedule("all_reduce", "hierarchical", 0, 16, 1 << 12, 0, "float32", hosts, inter, 0)
+        s = _C.schedule(_C.Collective.all_reduce, "hierarchical", 0, 16, 1 << 12, 0, _C.DType.float32, hosts, inter, 0)
         return {op["peer"] for st in s["steps"] for op in st if op["peer"] is not None and hosts[op["peer"]] != 0}
 
     assert len(remote_peers("ring")) == 2
@@ -86,6 +87,6 @@ def test_inter_phase_uses_the_inter_algorithm():
 
 def test_bad_inter_algorithm_is_named():
     with pytest.raises(ValueError, match="inter_algorithm.*nope"):
-        _C.schedule("all_reduce", "hierarchical", 0, 4, 10, 0, "float32", [0, 0, 1, 1], "nope")
+        _C.schedule(_C.Collective.all_reduce, "hierarchical", 0, 4, 10, 0, _C.DType.float32, [0, 0, 1, 1], "nope")
     with pytest.raises(ValueError, match="inter_algorithm"):
-        _C.schedule("broadcast", "hierarchical", 0, 4, 10, 0, "float32", [0, 0, 1, 1], "hierarchical")
+        _C.schedule(_C.Collective.broadcast, "hierarchical", 0, 4, 10, 0, _C.DType.float32, [0, 0, 1, 1], "hierarchical")

@@ -4,13 +4,15 @@ import pytest
 
 import commlib._C as _C
 from commlib.core import schedules
+from commlib.core import call_spec
+from commlib.core.call_spec import COLLECTIVE
 
 COLLS = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "gather",
          "scatter", "barrier"]
 
 
 def test_algorithms_lists():
-    assert _C.algorithms("all_reduce")[0] == "ring"
+    assert _C.algorithms(_C.Collective.all_reduce)[0] == "ring"
     for c in COLLS:
         names = schedules.algorithms(c)
         assert names and len(set(names)) == len(names) and "auto" not in names
@@ -55,7 +57,7 @@ def test_schedule_scratch_and_auto():
     a = schedules.schedule("all_reduce", "auto", 0, 4, 10)
     assert a["algorithm"] in schedules.algorithms("all_reduce")
     # the positional order of the C function
-    assert _C.schedule("broadcast", "binomial", 2, 4, 5, 2) == schedules.schedule("broadcast", "binomial", 2, 4, 5, root=2)
+    assert _C.schedule(_C.Collective.broadcast, "binomial", 2, 4, 5, 2) == schedules.schedule("broadcast", "binomial", 2, 4, 5, root=2)
 
 
 def test_format_schedule():
@@ -121,55 +123,55 @@ def clean(monkeypatch):
 
 
 def test_choose_explicit_and_heuristic(clean):
-    assert _C.choose_algorithm("all_reduce", "ring", 1 << 30, 8) == "ring"
+    assert _C.choose_algorithm(_C.Collective.all_reduce, "ring", 1 << 30, 8) == "ring"
     with pytest.raises(ValueError, match="^algorithm: unknown all_reduce algorithm 'nope'"):
-        _C.choose_algorithm("all_reduce", "nope", 8, 8)
-    assert _C.choose_algorithm("all_reduce", "auto", 64, 8) == "recursive_doubling"
-    assert _C.choose_algorithm("all_reduce", "auto", 1 << 28, 8) == "ring"
-    assert _C.choose_algorithm("barrier", "auto", 0, 8) == "dissemination"
+        _C.choose_algorithm(_C.Collective.all_reduce, "nope", 8, 8)
+    assert _C.choose_algorithm(_C.Collective.all_reduce, "auto", 64, 8) == "recursive_doubling"
+    assert _C.choose_algorithm(_C.Collective.all_reduce, "auto", 1 << 28, 8) == "ring"
+    assert _C.choose_algorithm(_C.Collective.barrier, "auto", 0, 8) == "dissemination"
     for c in COLLS:
         for size in (1, 2, 3, 8, 64):
             for nbytes in (0, 100, 1 << 16, 1 << 26):
-                assert _C.choose_algorithm(c, "auto", nbytes, size) in schedules.algorithms(c)
+                assert _C.choose_algorithm(COLLECTIVE[c], "auto", nbytes, size) in schedules.algorithms(c)
 
 
 def test_choose_env_override(clean):
     clean.setenv("COMMLIB_ALGO_ALL_REDUCE", "tree")
-    assert _C.choose_algorithm("all_reduce", "auto", 64, 8) == "tree"
-    assert _C.choose_algorithm("all_reduce", "ring", 64, 8) == "ring"  # explicit name wins
+    assert _C.choose_algorithm(_C.Collective.all_reduce, "auto", 64, 8) == "tree"
+    assert _C.choose_algorithm(_C.Collective.all_reduce, "ring", 64, 8) == "ring"  # explicit name wins
     assert schedules.schedule("all_reduce", "auto", 0, 4, 8)["algorithm"] == "tree"
-    assert _C.choose_algorithm("all_gather", "auto", 64, 8) != "tree"  # per collective
+    assert _C.choose_algorithm(_C.Collective.all_gather, "auto", 64, 8) != "tree"  # per collective
     clean.setenv("COMMLIB_ALGO_ALL_TO_ALL", "bruck")
-    assert _C.choose_algorithm("all_to_all", "auto", 1 << 30, 2) == "bruck"
+    assert _C.choose_algorithm(_C.Collective.all_to_all, "auto", 1 << 30, 2) == "bruck"
     clean.setenv("COMMLIB_ALGO_ALL_REDUCE", "auto")
-    assert _C.choose_algorithm("all_reduce", "auto", 64, 8) == "recursive_doubling"
+    assert _C.choose_algorithm(_C.Collective.all_reduce, "auto", 64, 8) == "recursive_doubling"
     clean.setenv("COMMLIB_ALGO_ALL_REDUCE", "bogus")
     with pytest.raises(ValueError, match="^COMMLIB_ALGO_ALL_REDUCE: unknown all_reduce algorithm 'bogus'"):
-        _C.choose_algorithm("all_reduce", "auto", 64, 8)
+        _C.choose_algorithm(_C.Collective.all_reduce, "auto", 64, 8)
 
 
 def test_tuning_table(clean):
-    _C.set_tuning("all_reduce", [(4, -1, "ring"), (4, 1024, "direct"), (4, 65536, "two_shot"), (8, 100, "tree")])
-    assert _C.choose_algorithm("all_reduce", "auto", 10, 4) == "direct"
-    assert _C.choose_algorithm("all_reduce", "auto", 1024, 4) == "direct"
-    assert _C.choose_algorithm("all_reduce", "auto", 1025, 4) == "two_shot"
-    assert _C.choose_algorithm("all_reduce", "auto", 1 << 30, 4) == "ring"
-    assert _C.choose_algorithm("all_reduce", "auto", 50, 8) == "tree"
-    assert _C.choose_algorithm("all_reduce", "auto", 500, 8) == "recursive_doubling"  # heuristic
-    assert _C.choose_algorithm("all_reduce", "auto", 50, 5) == "recursive_doubling"  # no rows: heuristic
-    assert _C.choose_algorithm("all_reduce", "rabenseifner", 10, 4) == "rabenseifner"
+    _C.set_tuning(_C.Collective.all_reduce, [(4, -1, "ring"), (4, 1024, "direct"), (4, 65536, "two_shot"), (8, 100, "tree")])
+    assert _C.choose_algorithm(_C.Collective.all_reduce, "auto", 10, 4) == "direct"
+    assert _C.choose_algorithm(_C.Collective.all_reduce, "auto", 1024, 4) == "direct"
+    assert _C.choose_algorithm(_C.Collective.all_reduce, "auto", 1025, 4) == "two_shot"
+    assert _C.choose_algorithm(_C.Collective.all_reduce, "auto", 1 << 30, 4) == "ring"
+    assert _C.choose_algorithm(_C.Collective.all_reduce, "auto", 50, 8) == "tree"
+    assert _C.choose_algorithm(_C.Collective.all_reduce, "auto", 500, 8) == "recursive_doubling"  # heuristic
+    assert _C.choose_algorithm(_C.Collective.all_reduce, "auto", 50, 5) == "recursive_doubling"  # no rows: heuristic
+    assert _C.choose_algorithm(_C.Collective.all_reduce, "rabenseifner", 10, 4) == "rabenseifner"
     clean.setenv("COMMLIB_ALGO_ALL_REDUCE", "rabenseifner")  # env beats the table
-    assert _C.choose_algorithm("all_reduce", "auto", 10, 4) == "rabenseifner"
+    assert _C.choose_algorithm(_C.Collective.all_reduce, "auto", 10, 4) == "rabenseifner"
     clean.delenv("COMMLIB_ALGO_ALL_REDUCE")
-    _C.set_tuning("all_reduce", [])  # replacing with no rows clears that collective
-    assert _C.choose_algorithm("all_reduce", "auto", 10, 4) == "recursive_doubling"
-    _C.set_tuning("broadcast", [(2, -1, "pipeline")])
+    _C.set_tuning(_C.Collective.all_reduce, [])  # replacing with no rows clears that collective
+    assert _C.choose_algorithm(_C.Collective.all_reduce, "auto", 10, 4) == "recursive_doubling"
+    _C.set_tuning(_C.Collective.broadcast, [(2, -1, "pipeline")])
     _C.clear_tuning()
-    assert _C.choose_algorithm("broadcast", "auto", 10, 2) == "binomial"
+    assert _C.choose_algorithm(_C.Collective.broadcast, "auto", 10, 2) == "binomial"
     with pytest.raises(ValueError, match="^tuning: unknown all_gather algorithm 'rabenseifner'"):
-        _C.set_tuning("all_gather", [(4, 10, "rabenseifner")])
+        _C.set_tuning(_C.Collective.all_gather, [(4, 10, "rabenseifner")])
     with pytest.raises(ValueError, match="collective"):
-        _C.set_tuning("nope", [])
+        _C.set_tuning(call_spec.collective("nope"), [])
 
 
 def test_tuning_thread_safety(clean):
@@ -180,7 +182,7 @@ def test_tuning_thread_safety(clean):
     def reader():
         while not stop:
             try:
-                assert _C.choose_algorithm("all_reduce", "auto", 10, 4) in ("direct", "recursive_doubling")
+                assert _C.choose_algorithm(_C.Collective.all_reduce, "auto", 10, 4) in ("direct", "recursive_doubling")
             except Exception as e:  # pragma: no cover
                 errors.append(e)
 
@@ -188,7 +190,7 @@ def test_tuning_thread_safety(clean):
     for t in ts:
         t.start()
     for _ in range(300):
-        _C.set_tuning("all_reduce", [(4, -1, "direct")])
+        _C.set_tuning(_C.Collective.all_reduce, [(4, -1, "direct")])
         _C.clear_tuning()
     stop = True
     for t in ts:
@@ -199,7 +201,7 @@ def test_tuning_thread_safety(clean):
 def test_auto_resolves_from_bytes_not_elements(clean):
     # 50 elements: 200 bytes of float32, 50 of int8. verify() once passed the element count where
     # the chooser takes bytes, so float32 calls resolved like int8 ones.
-    _C.set_tuning("all_reduce", [(4, 100, "tree"), (4, -1, "two_shot")])
+    _C.set_tuning(_C.Collective.all_reduce, [(4, 100, "tree"), (4, -1, "two_shot")])
     assert schedules.verify("all_reduce", "auto", 4, 50) == "two_shot"
     assert schedules.verify("all_reduce", "auto", 4, 50, dtype="int8") == "tree"
     assert schedules.verify("all_reduce", "auto", 4, 50, dtype="float64") == "two_shot"

@@ -5,6 +5,7 @@ import pytest
 import commlib._C as _C
 from commlib.core import schedules
 from commlib.core.schedules import VerificationError
+from commlib.core.call_spec import COLLECTIVE
 
 
 def send(peer, buf, off, n):
@@ -29,7 +30,7 @@ def reduce(dst, src):
 
 def raises(match, collective, size, count, scheds, root=0, in_place=None):
     with pytest.raises(VerificationError, match=match):
-        _C._verify_custom(collective, size, count, scheds, root, in_place)
+        _C._verify_custom(COLLECTIVE[collective], size, count, scheds, root, in_place)
 
 
 def registered(collective, algorithm, size, count, root=0):
@@ -46,9 +47,9 @@ def test_correct_custom_schedule_passes():
     s = [{"steps": [[copy(("output", 0, 4), ("input", 0, 4))],
                     [send(1 - r, "input", 0, 4), recv(1 - r, "scratch", 0, 4)],
                     [reduce(("output", 0, 4), ("scratch", 0, 4))]], "scratch_count": 4} for r in range(2)]
-    _C._verify_custom("all_reduce", 2, 4, s)
+    _C._verify_custom(_C.Collective.all_reduce, 2, 4, s)
     # registered schedules round-trip through the dict format
-    _C._verify_custom("all_gather", 5, 3, registered("all_gather", "bruck", 5, 3))
+    _C._verify_custom(_C.Collective.all_gather, 5, 3, registered("all_gather", "bruck", 5, 3))
 
 
 def test_wrong_result_names_rank_and_element():
@@ -168,7 +169,7 @@ def test_in_place_aliasing_bug_is_caught():
                       [reduce(("output", 0, 3), ("scratch", 3, 3))]]
         return {"steps": steps, "scratch_count": 6}
     s = [rank(0), rank(1)]
-    _C._verify_custom("all_reduce", 2, 3, s, 0, False)
+    _C._verify_custom(_C.Collective.all_reduce, 2, 3, s, 0, False)
     raises(r"in-place: rank 1 output\[0\]: .*counted twice", "all_reduce", 2, 3, s)
 
 
@@ -181,7 +182,7 @@ def test_in_place_alias_overlap_in_one_step():
                           [copy(("scratch", 2, 2), ("input", 2 * r, 2)), copy(("output", 0, 2), ("scratch", 0, 2))],
                           [reduce(("output", 0, 2), ("scratch", 2, 2))]], "scratch_count": 4}
     s = [rank(0), rank(1)]
-    _C._verify_custom("reduce_scatter", 2, 2, s, 0, False)
+    _C._verify_custom(_C.Collective.reduce_scatter, 2, 2, s, 0, False)
     raises(r"in-place: rank 0 step 1: .* not independent \(read/write overlap, in-place aliasing\)",
            "reduce_scatter", 2, 2, s)
 
@@ -192,7 +193,7 @@ def test_barrier_knowledge():
          {"steps": [[recv(0, "scratch", 0, 0)], [send(2, "scratch", 0, 0)]]},
          {"steps": [[recv(1, "scratch", 0, 0)]]}]
     raises(r"rank 0 leaves the barrier having heard \(directly or not\) only from ranks \{0\}", "barrier", 3, 0, s)
-    _C._verify_custom("barrier", 3, 0, registered("barrier", "dissemination", 3, 0))
+    _C._verify_custom(_C.Collective.barrier, 3, 0, registered("barrier", "dissemination", 3, 0))
 
 
 def test_wrong_schedule_count():
@@ -204,7 +205,7 @@ def test_message_names_everything():
     for x in s:
         x["steps"] = x["steps"][:1]
     with pytest.raises(VerificationError) as e:
-        _C._verify_custom("broadcast", 5, 7, s, 3)
+        _C._verify_custom(_C.Collective.broadcast, 5, 7, s, 3)
     msg = str(e.value)
     assert "broadcast/custom size=5 count=7 root=3" in msg
     assert "out-of-place" in msg or "in-place" in msg
@@ -239,7 +240,7 @@ def _two_rank_from(src_of):
 def test_recv_reduce_from_a_source():
     # Correct out of place. (In place this one-step form is wrong, and caught: the send reads the
     # input while the reduce writes the same memory.)
-    _C._verify_custom("all_reduce", 2, 4, _two_rank_from(lambda r: ("input", 0, 4)), 0, False)
+    _C._verify_custom(_C.Collective.all_reduce, 2, 4, _two_rank_from(lambda r: ("input", 0, 4)), 0, False)
     raises(r"not independent", "all_reduce", 2, 4, _two_rank_from(lambda r: ("input", 0, 4)), in_place=True)
     # The ring all_reduce uses this form; its in-place layout is checked by verify() too.
     assert any(o.get("src") for st in schedules.schedule("all_reduce", "ring", 0, 3, 6)["steps"]

@@ -35,7 +35,7 @@ def test_errors_past_64_name_ranks():
         x["steps"].pop()  # drop the last all-gather step everywhere
     with pytest.raises(VerificationError, match=r"expected reduction over ranks \{0\.\.129\} of input\[\d+\], "
                                                 r"got reduction over ranks \{"):
-        _C._verify_custom("all_reduce", P, P, s, 0, None)
+        _C._verify_custom(_C.Collective.all_reduce, P, P, s, 0, None)
 
 
 def test_size_limit():

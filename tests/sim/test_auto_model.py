@@ -11,6 +11,7 @@ from commlib import _C, tuning
 from commlib.sim import topology as sim_topology
 
 from test_closed_forms import ALPHA, uniform
+from commlib.core.call_spec import COLLECTIVE
 
 US = 1e-6
 
@@ -34,7 +35,7 @@ def test_auto_is_the_fastest_candidate(no_tuning, topo, hosts, coll, nbytes):
     P = hosts * t.devices_per_host
     d = t.engine_dict(P)
     count = nbytes // 4 // (P if coll in ("all_gather", "reduce_scatter") else 1)
-    cands = _C.predict_candidates(coll, count, 4, 0, d)
+    cands = _C.predict_candidates(COLLECTIVE[coll], count, 4, 0, d)
     names = {(c["algorithm"], c["inter_algorithm"]) for c in cands}
     assert ("ring", "") in names or ("binomial", "") in names
     if t.devices_per_host > 1:  # hierarchical with every flat algorithm across hosts
@@ -43,23 +44,23 @@ def test_auto_is_the_fastest_candidate(no_tuning, topo, hosts, coll, nbytes):
     else:
         assert all(a != "hierarchical" for a, _ in names)
     best = min(cands, key=lambda c: c["predicted_s"])
-    got = _C.resolve_algorithm(coll, "auto", count, 4, 0, P, d["host_of"], d)
+    got = _C.resolve_algorithm(COLLECTIVE[coll], "auto", count, 4, 0, P, d["host_of"], d)
     assert got["source"] == "model"
     assert (got["algorithm"], got["inter_algorithm"]) == (best["algorithm"], best["inter_algorithm"])
     assert got["predicted_s"] == best["predicted_s"]
-    sim = _C.simulate(coll, "auto", count, 4, 0, d)
+    sim = _C.simulate(COLLECTIVE[coll], "auto", count, 4, 0, d)
     assert (sim["algorithm"], sim["inter_algorithm"]) == (best["algorithm"], best["inter_algorithm"])
     assert sim["time_s"] == pytest.approx(best["predicted_s"], rel=1e-12)
 
 
 def test_tuning_table_wins_where_it_has_the_shape(no_tuning):
     d = sim_topology.load("dgx-h100").engine_dict(16)  # 2 hosts x 8
-    _C.set_tuning("all_reduce", [(16, 1 << 20, "tree", 2)])  # rows measured on 2 hosts
-    assert _C.resolve_algorithm("all_reduce", "auto", 1000, 4, 0, 16, d["host_of"], d)["source"] == "tuning"
-    assert _C.resolve_algorithm("all_reduce", "auto", 1000, 4, 0, 16, d["host_of"], d)["algorithm"] == "tree"
-    assert _C.resolve_algorithm("all_reduce", "auto", 1 << 20, 4, 0, 16, d["host_of"], d)["source"] == "model"
+    _C.set_tuning(_C.Collective.all_reduce, [(16, 1 << 20, "tree", 2)])  # rows measured on 2 hosts
+    assert _C.resolve_algorithm(_C.Collective.all_reduce, "auto", 1000, 4, 0, 16, d["host_of"], d)["source"] == "tuning"
+    assert _C.resolve_algorithm(_C.Collective.all_reduce, "auto", 1000, 4, 0, 16, d["host_of"], d)["algorithm"] == "tree"
+    assert _C.resolve_algorithm(_C.Collective.all_reduce, "auto", 1 << 20, 4, 0, 16, d["host_of"], d)["source"] == "model"
     # no model (COMMLIB_TOPOLOGY unset): the link-kind rule
-    assert _C.resolve_algorithm("all_reduce", "auto", 1 << 20, 4, 0, 16, d["host_of"])["algorithm"] == "hierarchical"
+    assert _C.resolve_algorithm(_C.Collective.all_reduce, "auto", 1 << 20, 4, 0, 16, d["host_of"])["algorithm"] == "hierarchical"
 
 
 def test_a_one_host_tuning_table_does_not_overrule_the_model_across_hosts(no_tuning):
@@ -67,42 +68,42 @@ def test_a_one_host_tuning_table_does_not_overrule_the_model_across_hosts(no_tun
     # rabenseifner on 2 hosts x 2 ranks at 1 Gbit/s, 2x slower than the hierarchical schedule the
     # model predicts (bench/RESULTS_multihost.md, issue 24's acceptance).
     d = sim_topology.load("dgx-h100").engine_dict(16)
-    _C.set_tuning("all_reduce", [(16, -1, "tree")])  # hosts defaults to 1
-    across = _C.resolve_algorithm("all_reduce", "auto", 1000, 4, 0, 16, d["host_of"], d)
+    _C.set_tuning(_C.Collective.all_reduce, [(16, -1, "tree")])  # hosts defaults to 1
+    across = _C.resolve_algorithm(_C.Collective.all_reduce, "auto", 1000, 4, 0, 16, d["host_of"], d)
     assert across["source"] == "model" and across["candidates"]
-    one_host = _C.resolve_algorithm("all_reduce", "auto", 1000, 4, 0, 16, [0] * 16, d)
+    one_host = _C.resolve_algorithm(_C.Collective.all_reduce, "auto", 1000, 4, 0, 16, [0] * 16, d)
     assert (one_host["algorithm"], one_host["source"]) == ("tree", "size")  # one host: the table applies
     with pytest.raises(ValueError, match="hosts"):
-        _C.set_tuning("all_reduce", [(4, -1, "tree", 5)])
+        _C.set_tuning(_C.Collective.all_reduce, [(4, -1, "tree", 5)])
     table = {"collectives": {"all_reduce": {"16": {"hosts": 2, "rows": [[-1, "tree"]]}}}}
     tuning.install(table)
-    assert _C.resolve_algorithm("all_reduce", "auto", 1000, 4, 0, 16, d["host_of"], d)["source"] == "tuning"
+    assert _C.resolve_algorithm(_C.Collective.all_reduce, "auto", 1000, 4, 0, 16, d["host_of"], d)["source"] == "tuning"
 
 
 def test_without_a_model_hierarchical_all_reduce_on_3_hosts_runs_two_shot_between_owners(no_tuning):
     # The built-in exchange sends each block to every other host; measured 1.6-1.9x slower than
     # two_shot between the owners on 2+1+3 ranks at 1 and 16 MiB (bench/RESULTS_multihost.md).
     uneven = [0, 0, 1, 2, 2, 2]
-    big = _C.resolve_algorithm("all_reduce", "auto", 1 << 18, 4, 0, 6, uneven)
+    big = _C.resolve_algorithm(_C.Collective.all_reduce, "auto", 1 << 18, 4, 0, 6, uneven)
     assert (big["algorithm"], big["inter_algorithm"], big["source"]) == ("hierarchical", "two_shot", "links")
-    small = _C.resolve_algorithm("all_reduce", "auto", 1 << 10, 4, 0, 6, uneven)  # latency: one exchange step
+    small = _C.resolve_algorithm(_C.Collective.all_reduce, "auto", 1 << 10, 4, 0, 6, uneven)  # latency: one exchange step
     assert (small["algorithm"], small["inter_algorithm"]) == ("hierarchical", "")
-    two_hosts = _C.resolve_algorithm("all_reduce", "auto", 1 << 18, 4, 0, 4, [0, 0, 1, 1])  # the same bytes
+    two_hosts = _C.resolve_algorithm(_C.Collective.all_reduce, "auto", 1 << 18, 4, 0, 4, [0, 0, 1, 1])  # the same bytes
     assert (two_hosts["algorithm"], two_hosts["inter_algorithm"]) == ("hierarchical", "")
-    gather = _C.resolve_algorithm("all_gather", "auto", 1 << 18, 4, 0, 6, uneven)
+    gather = _C.resolve_algorithm(_C.Collective.all_gather, "auto", 1 << 18, 4, 0, 6, uneven)
     assert gather["inter_algorithm"] == ""
 
 
 def test_requested_hierarchical_takes_the_models_inter_algorithm(no_tuning):
     d = sim_topology.load("dgx-h100").engine_dict(64)
-    got = _C.resolve_algorithm("all_reduce", "hierarchical", 1 << 26, 4, 0, 64, d["host_of"], d)
-    hier = [c for c in _C.predict_candidates("all_reduce", 1 << 26, 4, 0, d) if c["algorithm"] == "hierarchical"]
+    got = _C.resolve_algorithm(_C.Collective.all_reduce, "hierarchical", 1 << 26, 4, 0, 64, d["host_of"], d)
+    hier = [c for c in _C.predict_candidates(_C.Collective.all_reduce, 1 << 26, 4, 0, d) if c["algorithm"] == "hierarchical"]
     assert got["inter_algorithm"] == min(hier, key=lambda c: c["predicted_s"])["inter_algorithm"]
-    assert _C.resolve_algorithm("all_reduce", "hierarchical", 1 << 26, 4, 0, 64, d["host_of"])["inter_algorithm"] == ""
+    assert _C.resolve_algorithm(_C.Collective.all_reduce, "hierarchical", 1 << 26, 4, 0, 64, d["host_of"])["inter_algorithm"] == ""
 
 
 def zero_bytes(coll, algo, P, **costs):
-    return _C.simulate(coll, algo, 0, 4, 0, dict(uniform(P), **costs))["time_s"]
+    return _C.simulate(COLLECTIVE[coll], algo, 0, 4, 0, dict(uniform(P), **costs))["time_s"]
 
 
 @pytest.mark.parametrize("P", [2, 9, 64])
@@ -131,8 +132,8 @@ def test_direct_with_many_peers_is_not_free_on_the_presets():
     """Small messages at scale: with the presets' per-message costs, a direct all_gather of 1 KiB
     on 128 Ethernet hosts is predicted slower than ring-like log-step algorithms, not free."""
     d = sim_topology.load("eth-25g").engine_dict(128)
-    direct = _C.simulate("all_gather", "direct", 2, 4, 0, d)["time_s"]
-    rd = _C.simulate("all_gather", "recursive_doubling", 2, 4, 0, d)["time_s"]
+    direct = _C.simulate(_C.Collective.all_gather, "direct", 2, 4, 0, d)["time_s"]
+    rd = _C.simulate(_C.Collective.all_gather, "recursive_doubling", 2, 4, 0, d)["time_s"]
     assert direct > 127 * 2 * US  # every rank posts 127 sends and takes 127 messages in
     assert rd < direct
 

@@ -5,6 +5,7 @@ import pytest
 
 from commlib import _C, tuning
 from commlib.sim import topology as sim_topology
+from commlib.core.call_spec import COLLECTIVE
 
 
 @pytest.fixture
@@ -39,18 +40,18 @@ def test_search_finds_the_full_rankings_best_and_bounds_hold(no_tuning, topo, ho
     d = placed(topo, hosts_of)
     P = len(hosts_of)
     count = max(1, nbytes // 4 // (P if coll in ("all_gather", "reduce_scatter") else 1))
-    cands = _C.predict_candidates(coll, count, 4, 0, d)
+    cands = _C.predict_candidates(COLLECTIVE[coll], count, 4, 0, d)
     best = min(cands, key=lambda c: c["predicted_s"])  # the first of equals, as resolve_algorithm
-    got = _C.search_candidates(coll, count, 4, 0, d)
+    got = _C.search_candidates(COLLECTIVE[coll], count, 4, 0, d)
     assert (got["algorithm"], got["inter_algorithm"]) == (best["algorithm"], best["inter_algorithm"])
     assert got["predicted_s"] == best["predicted_s"]
     assert got["candidates"] == len(cands) and not got["cached"]
     for c in cands:
         seg = c["segment"] if c["algorithm"] == "hierarchical" else 0
-        bound = _C.candidate_lower_bound(coll, c["algorithm"], count, 4, 0, d, c["inter_algorithm"], seg)
+        bound = _C.candidate_lower_bound(COLLECTIVE[coll], c["algorithm"], count, 4, 0, d, c["inter_algorithm"], seg)
         assert 0 < bound <= c["predicted_s"] * (1 + 1e-12), c
     # A communicator's resolution is the search (no ranked list asked for): the same answer.
-    sim = _C.simulate(coll, "auto", count, 4, 0, d)
+    sim = _C.simulate(COLLECTIVE[coll], "auto", count, 4, 0, d)
     assert (sim["algorithm"], sim["inter_algorithm"]) == (best["algorithm"], best["inter_algorithm"])
 
 
@@ -58,22 +59,22 @@ def test_search_skips_or_cuts_candidates_that_cannot_win(no_tuning):
     # 64 ranks on 8 DGX hosts, 256 MiB: the flat ring's 126 steps and direct's 63 messages per rank
     # are far behind the best; they are never built or are stopped early.
     d = placed("dgx-h100", [h for h in range(8) for _ in range(8)])
-    got = _C.search_candidates("all_reduce", 64 << 20, 4, 0, d)
+    got = _C.search_candidates(_C.Collective.all_reduce, 64 << 20, 4, 0, d)
     assert got["simulated"] < got["candidates"] or got["cut"] > 0
     assert got["simulated"] - got["cut"] < got["candidates"]
 
 
 def test_search_is_cached_per_shape_and_placement(no_tuning):
     d = placed("eth-25g", [0, 0, 1, 2, 2, 2])
-    first = _C.search_candidates("all_reduce", 1000, 4, 0, d)
-    again = _C.search_candidates("all_reduce", 1000, 4, 0, d)
+    first = _C.search_candidates(_C.Collective.all_reduce, 1000, 4, 0, d)
+    again = _C.search_candidates(_C.Collective.all_reduce, 1000, 4, 0, d)
     assert again["cached"] and (again["algorithm"], again["predicted_s"]) == (first["algorithm"], first["predicted_s"])
-    other_dtype = _C.search_candidates("all_reduce", 1000, 8, 0, d)  # bytes differ: a new search
+    other_dtype = _C.search_candidates(_C.Collective.all_reduce, 1000, 8, 0, d)  # bytes differ: a new search
     assert not other_dtype["cached"]
     moved = dict(d, host_of=[0, 1, 1, 2, 2, 2])  # another placement: a new search
-    assert not _C.search_candidates("all_reduce", 1000, 4, 0, moved)["cached"]
+    assert not _C.search_candidates(_C.Collective.all_reduce, 1000, 4, 0, moved)["cached"]
     _C.clear_candidate_cache()
-    assert not _C.search_candidates("all_reduce", 1000, 4, 0, d)["cached"]
+    assert not _C.search_candidates(_C.Collective.all_reduce, 1000, 4, 0, d)["cached"]
 
 
 # Large pipelined candidates estimated from their first segments (policy/candidate_search.h), here
@@ -93,11 +94,11 @@ EXTRAPOLATED = [
 def test_extrapolated_search_keeps_the_exhaustive_choice(no_tuning, monkeypatch, topo, hosts_of, count):
     monkeypatch.setenv("COMMLIB_HIER_SEGMENT", "1024")
     d = placed(topo, hosts_of)
-    cands = _C.predict_candidates("all_reduce", count, 4, 0, d)
+    cands = _C.predict_candidates(_C.Collective.all_reduce, count, 4, 0, d)
     best = min(cands, key=lambda c: c["predicted_s"])
-    got = _C.search_candidates("all_reduce", count, 4, 0, d, extrapolate_ops=1)
+    got = _C.search_candidates(_C.Collective.all_reduce, count, 4, 0, d, extrapolate_ops=1)
     assert got["extrapolated"] > 0
     assert (got["algorithm"], got["inter_algorithm"]) == (best["algorithm"], best["inter_algorithm"])
     assert got["predicted_s"] == pytest.approx(best["predicted_s"], rel=0.03)
-    exact = _C.search_candidates("all_reduce", count, 4, 0, d, extrapolate_ops=0)  # its own cache entry
+    exact = _C.search_candidates(_C.Collective.all_reduce, count, 4, 0, d, extrapolate_ops=0)  # its own cache entry
     assert exact["extrapolated"] == 0 and exact["predicted_s"] == best["predicted_s"]

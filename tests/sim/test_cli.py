@@ -19,7 +19,7 @@ def test_sim_table_and_json(tmp_path, capsys):
     assert {(r["world_size"], r["bytes"]) for r in recs} == {(P, b) for P in (8, 16) for b in (1024, 32768, 1 << 20)}
     assert {r["algorithm"] for r in recs} == {"ring", "rabenseifner", "auto"}
     for r in recs:
-        assert r["backend"] == "sim" and r["resolved"] in _C.algorithms("all_reduce")
+        assert r["backend"] == "sim" and r["resolved"] in _C.algorithms(_C.Collective.all_reduce)
         assert r["busbw_GBps"] == r["algbw_GBps"] * 2 * (r["world_size"] - 1) / r["world_size"]
 
 
@@ -42,7 +42,7 @@ def test_tune_sim_writes_a_loadable_table(tmp_path, capsys):
     # The largest size's pick is within 10% of the best prediction there.
     from commlib import sim
     preds = {a: sim.predict("all_reduce", a, 16 << 20, 16, "eth-100g")["time_us"]["median"]
-             for a in _C.algorithms("all_reduce")}
+             for a in _C.algorithms(_C.Collective.all_reduce)}
     assert preds[entry["rows"][-1][1]] <= 1.1 * min(preds.values())
     assert tuning.rows_for(table, "all_reduce")[0][0] == 4
     assert main(["tune", "--sim", "eth-100g"]) == 2  # no -o: refuses to overwrite this machine's file

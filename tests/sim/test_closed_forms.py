@@ -7,6 +7,7 @@ import math
 import pytest
 
 import commlib._C as _C
+from commlib.core.call_spec import COLLECTIVE
 
 ALPHA, BETA, GAMMA = 3e-6, 1.0 / 12.5e9, 1.0 / 40e9
 
@@ -34,7 +35,7 @@ def closed_form(collective, algorithm, n, P):
 
 def simulated(collective, algorithm, n, P, elem=4):
     per_rank = n // elem if collective == "all_reduce" else n // elem // P
-    return _C.simulate(collective, algorithm, per_rank, elem, 0, uniform(P))["time_s"]
+    return _C.simulate(COLLECTIVE[collective], algorithm, per_rank, elem, 0, uniform(P))["time_s"]
 
 
 CASES = [("all_reduce", "ring"), ("all_reduce", "recursive_doubling"), ("all_reduce", "rabenseifner"),
@@ -60,7 +61,7 @@ def test_ring_closed_form_any_world_size():
 def test_4096_rank_ring_all_reduce_is_exact_and_fast():
     # 4096 ranks x 2(P-1) = 8190 ring steps each (33.5M transfers): the formula still holds exactly.
     P, n = 4096, 4096 * 4 * 64
-    out = _C.simulate("all_reduce", "ring", n // 4, 4, 0, uniform(P))
+    out = _C.simulate(_C.Collective.all_reduce, "ring", n // 4, 4, 0, uniform(P))
     assert out["steps"] == out["transfers"] == P * 2 * (P - 1)
     assert out["time_s"] == pytest.approx(closed_form("all_reduce", "ring", n, P), rel=1e-12)
     assert out["shapes"] <= 4 * P  # compaction: a handful of step shapes per rank

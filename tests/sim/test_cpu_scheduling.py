@@ -11,6 +11,7 @@ import commlib._C as _C
 from commlib.sim import fit_sched
 from commlib.sim.topology import TopologyError, load
 from test_closed_forms import uniform
+from commlib.core.call_spec import COLLECTIVE
 
 US = 1e-6
 
@@ -24,7 +25,7 @@ def one_host(P, latency_s=5 * US, **extra):
 
 
 def time_s(t, collective="broadcast", algorithm="binomial", count=2):
-    return _C.simulate(collective, algorithm, count, 4, 0, t)["time_s"]
+    return _C.simulate(COLLECTIVE[collective], algorithm, count, 4, 0, t)["time_s"]
 
 
 def test_oversubscribed_receive_pays_wake_and_quantum_share():
@@ -109,9 +110,9 @@ def test_tcp_wait_spins_its_own_window_and_yields():
     t = two_hosts(**costs, cores_per_host=1, sched_quantum_s=40 * US)
     t.update(host_of=[0, 1, 1], nic_of=[0, 0, 0])
     base = dict(t, cores_per_host=0, wake_s=0.0, sched_quantum_s=0.0)
-    yielding = _C.simulate("broadcast", "binomial", 2, 4, 0, dict(t, inter_spin_s=1000 * US))["time_s"]
-    asleep = _C.simulate("broadcast", "binomial", 2, 4, 0, t)["time_s"]
-    free = _C.simulate("broadcast", "binomial", 2, 4, 0, base)["time_s"]
+    yielding = _C.simulate(_C.Collective.broadcast, "binomial", 2, 4, 0, dict(t, inter_spin_s=1000 * US))["time_s"]
+    asleep = _C.simulate(_C.Collective.broadcast, "binomial", 2, 4, 0, t)["time_s"]
+    free = _C.simulate(_C.Collective.broadcast, "binomial", 2, 4, 0, base)["time_s"]
     assert asleep - yielding == pytest.approx(7 * US, rel=1e-9)
     assert yielding > free
 
@@ -144,7 +145,7 @@ def test_bad_scheduling_fields_are_named(tmp_path):
     with pytest.raises(TopologyError, match="wake_us"):
         load(str(p))
     with pytest.raises(ValueError, match="spin_s"):
-        _C.simulate("broadcast", "binomial", 2, 4, 0, one_host(2, spin_s=-1.0))
+        _C.simulate(_C.Collective.broadcast, "binomial", 2, 4, 0, one_host(2, spin_s=-1.0))
 
 
 def _netns_like(quantum_us, wake_us=0.0):

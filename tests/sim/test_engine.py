@@ -4,6 +4,7 @@ import pytest
 
 import commlib._C as _C
 from test_closed_forms import uniform
+from commlib.core.call_spec import COLLECTIVE
 
 
 def two_hosts(devices, nics, nic_Bps=1e9):
@@ -19,8 +20,8 @@ def test_shared_nic_serialises_transfers():
     # direct all_gather on 2 hosts x 2 devices: each rank sends its m bytes to the 2 remote ranks, so
     # a host's NICs carry 4m bytes out: 4m/B through one NIC, 2m/B each through two (rails).
     m = 1 << 20
-    one = _C.simulate("all_gather", "direct", m, 1, 0, two_hosts(2, 1))
-    two = _C.simulate("all_gather", "direct", m, 1, 0, two_hosts(2, 2))
+    one = _C.simulate(_C.Collective.all_gather, "direct", m, 1, 0, two_hosts(2, 1))
+    two = _C.simulate(_C.Collective.all_gather, "direct", m, 1, 0, two_hosts(2, 2))
     assert one["time_s"] == pytest.approx(4 * m / 1e9, rel=1e-9)
     assert two["time_s"] == pytest.approx(2 * m / 1e9, rel=1e-9)
     assert one["bytes_inter"] == 8 * m and one["bytes_intra"] == 4 * m
@@ -31,11 +32,11 @@ def test_chunks_overlap_reduction_with_transfer():
     n, chunk = 1 << 20, 64 << 10
     t = uniform(2)
     beta, gamma, alpha = 1 / t["intra_port_Bps"], t["reduce_s_per_byte"], t["intra_latency_s"]
-    whole = _C.simulate("all_reduce", "ring", n // 4, 4, 0, t)["time_s"]
+    whole = _C.simulate(_C.Collective.all_reduce, "ring", n // 4, 4, 0, t)["time_s"]
     assert whole == pytest.approx(2 * alpha + (n / 2) * (beta + gamma) + (n / 2) * beta, rel=1e-12)
     t["chunk_bytes"] = chunk
     k = (n / 2) / chunk
-    piped = _C.simulate("all_reduce", "ring", n // 4, 4, 0, t)["time_s"]
+    piped = _C.simulate(_C.Collective.all_reduce, "ring", n // 4, 4, 0, t)["time_s"]
     reduce_step = chunk * (beta + gamma) + (k - 1) * chunk * max(beta, gamma)
     assert piped == pytest.approx(2 * alpha + reduce_step + (n / 2) * beta, rel=1e-12)
     assert piped < whole
@@ -43,9 +44,9 @@ def test_chunks_overlap_reduction_with_transfer():
 
 def test_overheads_are_added_per_op_and_step():
     t = uniform(8)
-    base = _C.simulate("all_reduce", "ring", 0, 4, 0, t)["time_s"]
+    base = _C.simulate(_C.Collective.all_reduce, "ring", 0, 4, 0, t)["time_s"]
     t["op_overhead_s"], t["step_overhead_s"] = 1e-6, 0.5e-6
-    more = _C.simulate("all_reduce", "ring", 0, 4, 0, t)["time_s"]
+    more = _C.simulate(_C.Collective.all_reduce, "ring", 0, 4, 0, t)["time_s"]
     steps = 2 * 7
     assert more - base == pytest.approx(steps * 1e-6 + (steps - 1) * 0.5e-6, rel=1e-9)
 
@@ -55,36 +56,36 @@ def test_every_registered_algorithm_runs():
     for coll in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
                  "gather", "scatter", "barrier"):
         # Built-ins only (algorithms registered from Python: tests/schedule/test_user_algorithm.py).
-        for alg in [a["name"] for a in _C.algorithm_info(coll) if "user_defined" not in a["traits"]]:
-            out = _C.simulate(coll, alg, 0 if coll == "barrier" else 1000, 4, 5 if coll in (
+        for alg in [a["name"] for a in _C.algorithm_info(COLLECTIVE[coll]) if "user_defined" not in a["traits"]]:
+            out = _C.simulate(COLLECTIVE[coll], alg, 0 if coll == "barrier" else 1000, 4, 5 if coll in (
                 "broadcast", "reduce", "gather", "scatter") else 0, t)
             assert out["time_s"] > 0 and out["algorithm"] == alg, (coll, alg)
 
 
 def test_auto_resolves_to_a_registered_algorithm():
-    out = _C.simulate("all_reduce", "auto", 1 << 20, 4, 0, uniform(8))
-    assert out["algorithm"] in _C.algorithms("all_reduce")
+    out = _C.simulate(_C.Collective.all_reduce, "auto", 1 << 20, 4, 0, uniform(8))
+    assert out["algorithm"] in _C.algorithms(_C.Collective.all_reduce)
 
 
 def test_bad_arguments_name_the_field():
     t = uniform(4)
     with pytest.raises(ValueError, match="^algorithm: unknown all_reduce algorithm 'nope'"):
-        _C.simulate("all_reduce", "nope", 10, 4, 0, t)
+        _C.simulate(_C.Collective.all_reduce, "nope", 10, 4, 0, t)
     with pytest.raises(ValueError, match="^count:"):
-        _C.simulate("all_reduce", "ring", -1, 4, 0, t)
+        _C.simulate(_C.Collective.all_reduce, "ring", -1, 4, 0, t)
     with pytest.raises(ValueError, match="^root:"):
-        _C.simulate("broadcast", "binomial", 1, 4, 4, t)
+        _C.simulate(_C.Collective.broadcast, "binomial", 1, 4, 4, t)
     for field, value, msg in (("intra_port_Bps", 0.0, "must be a finite number > 0"),
                               ("nic_of", [0, 0, 0], "one entry per rank"),
                               ("chunk_bytes", -1, "must be >= 0"),
                               ("op_overhead_s", float("nan"), "must be a finite number >= 0")):
         bad = dict(t, **{field: value})
         with pytest.raises(ValueError, match=f"^topology.{field}: {msg}"):
-            _C.simulate("all_reduce", "ring", 10, 4, 0, bad)
+            _C.simulate(_C.Collective.all_reduce, "ring", 10, 4, 0, bad)
     with pytest.raises(ValueError, match="^topology.extra: unknown field"):
-        _C.simulate("all_reduce", "ring", 10, 4, 0, dict(t, extra=1))
+        _C.simulate(_C.Collective.all_reduce, "ring", 10, 4, 0, dict(t, extra=1))
     with pytest.raises(ValueError, match="^topology.nic_Bps: missing"):
-        _C.simulate("all_reduce", "ring", 10, 4, 0, {k: v for k, v in t.items() if k != "nic_Bps"})
+        _C.simulate(_C.Collective.all_reduce, "ring", 10, 4, 0, {k: v for k, v in t.items() if k != "nic_Bps"})
 
 
 def test_auto_is_the_engines_choice_for_the_links(monkeypatch):
@@ -96,13 +97,13 @@ def test_auto_is_the_engines_choice_for_the_links(monkeypatch):
     _C.clear_tuning()
     try:
         t = two_hosts(2, 1)
-        spanning = _C.simulate("all_reduce", "auto", 1 << 20, 4, 0, t)
-        best = min(_C.predict_candidates("all_reduce", 1 << 20, 4, 0, t), key=lambda c: c["predicted_s"])
+        spanning = _C.simulate(_C.Collective.all_reduce, "auto", 1 << 20, 4, 0, t)
+        best = min(_C.predict_candidates(_C.Collective.all_reduce, 1 << 20, 4, 0, t), key=lambda c: c["predicted_s"])
         assert (spanning["algorithm"], spanning["inter_algorithm"]) == (best["algorithm"], best["inter_algorithm"])
         one_host = dict(uniform(4), host_of=[0] * 4, nic_of=[0] * 4)
-        assert (_C.simulate("all_reduce", "auto", 1 << 20, 4, 0, one_host)["algorithm"] ==
-                _C.choose_algorithm("all_reduce", "auto", 4 << 20, 4))  # one host: the size policy
+        assert (_C.simulate(_C.Collective.all_reduce, "auto", 1 << 20, 4, 0, one_host)["algorithm"] ==
+                _C.choose_algorithm(_C.Collective.all_reduce, "auto", 4 << 20, 4))  # one host: the size policy
         monkeypatch.setenv("COMMLIB_ALGO_ALL_REDUCE", "ring")  # the override wins, as in the engine
-        assert _C.simulate("all_reduce", "auto", 1 << 20, 4, 0, t)["algorithm"] == "ring"
+        assert _C.simulate(_C.Collective.all_reduce, "auto", 1 << 20, 4, 0, t)["algorithm"] == "ring"
     finally:
         tuning.load_default()

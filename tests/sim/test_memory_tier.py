@@ -30,16 +30,16 @@ def test_ranks_beyond_the_cache_use_the_memory_rates():
                                       "copy_s_per_byte": 0.0},
                                      {"above_bytes": second, "port_Bps": 1e9, "reduce_s_per_byte": 0.0,
                                       "copy_s_per_byte": 0.0}])
-    inside = _C.simulate("all_gather", "ring", m, 1, 0, tiers(3 * m, 4 * m))
-    middle = _C.simulate("all_gather", "ring", m, 1, 0, tiers(3 * m - 1, 3 * m))
-    beyond = _C.simulate("all_gather", "ring", m, 1, 0, tiers(m, 3 * m - 1))
+    inside = _C.simulate(_C.Collective.all_gather, "ring", m, 1, 0, tiers(3 * m, 4 * m))
+    middle = _C.simulate(_C.Collective.all_gather, "ring", m, 1, 0, tiers(3 * m - 1, 3 * m))
+    beyond = _C.simulate(_C.Collective.all_gather, "ring", m, 1, 0, tiers(m, 3 * m - 1))
     assert inside["max_working_set_bytes"] == beyond["max_working_set_bytes"] == 3 * m
     assert (inside["ranks_beyond_cache"], middle["ranks_beyond_cache"], beyond["ranks_beyond_cache"]) == (0, 2, 2)
     assert inside["time_s"] == pytest.approx(m / 4e9, rel=1e-12)
     assert middle["time_s"] == pytest.approx(m / 2e9, rel=1e-12)
     assert beyond["time_s"] == pytest.approx(m / 1e9, rel=1e-12)
     # no tiers: one set of rates, whatever the size
-    assert _C.simulate("all_gather", "ring", m, 1, 0, t)["time_s"] == pytest.approx(m / 4e9, rel=1e-12)
+    assert _C.simulate(_C.Collective.all_gather, "ring", m, 1, 0, t)["time_s"] == pytest.approx(m / 4e9, rel=1e-12)
 
 
 def test_reductions_beyond_the_cache_use_the_memory_reduce_rate():
@@ -47,7 +47,7 @@ def test_reductions_beyond_the_cache_use_the_memory_reduce_rate():
     n = 1 << 20
     t = dict(one_host(2, port_Bps=4e9, reduce_s_per_byte=1 / 8e9),
              memory_tiers=[{"above_bytes": 1, "port_Bps": 4e9, "reduce_s_per_byte": 1 / 1e9, "copy_s_per_byte": 0.0}])
-    got = _C.simulate("all_reduce", "ring", n, 1, 0, t)["time_s"]
+    got = _C.simulate(_C.Collective.all_reduce, "ring", n, 1, 0, t)["time_s"]
     assert got == pytest.approx(n / 4e9 + (n / 2) / 1e9, rel=1e-12)
 
 
@@ -165,9 +165,9 @@ def test_engine_names_a_bad_memory_tier():
                      (dict(good, extra=1), r"memory_tiers\[0\]: unknown field"),
                      (dict(good, above_bytes=0), r"memory_tiers\[0\].above_bytes: must be > 0")):
         with pytest.raises(ValueError, match="^topology." + msg):
-            _C.simulate("all_reduce", "ring", 10, 4, 0, dict(one_host(2), memory_tiers=[bad]))
+            _C.simulate(_C.Collective.all_reduce, "ring", 10, 4, 0, dict(one_host(2), memory_tiers=[bad]))
     with pytest.raises(ValueError, match=r"^topology.memory_tiers\[1\].above_bytes: must be > 0 and above"):
-        _C.simulate("all_reduce", "ring", 10, 4, 0, dict(one_host(2), memory_tiers=[good, good]))
+        _C.simulate(_C.Collective.all_reduce, "ring", 10, 4, 0, dict(one_host(2), memory_tiers=[good, good]))
 
 
 def test_a_topology_with_tiers_is_hashable_and_equal_to_its_copy():

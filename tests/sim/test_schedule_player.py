@@ -22,6 +22,6 @@ def test_verifier_and_simulator_report_one_deadlock():
         with pytest.raises(commlib.VerificationError, match=report):
             commlib.verify("all_reduce", "receive_first", 2, 4)
         with pytest.raises(RuntimeError, match="simulate: " + report):
-            _C.simulate("all_reduce", "receive_first", 4, 4, 0, uniform(2))
+            _C.simulate(_C.Collective.all_reduce, "receive_first", 4, 4, 0, uniform(2))
     finally:
         commlib.unregister_algorithm("all_reduce", "receive_first")
