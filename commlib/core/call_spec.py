@@ -17,11 +17,11 @@ OP = dict(_C.RedOp.__members__)
 
 
 def _convert(table: dict, enum, value, arg: str):
-    if isinstance(value, enum):
-        return value
     try:
-        return table[value]
+        return table[value]  # a name, the usual case: one look-up
     except (KeyError, TypeError):  # TypeError: an unhashable value
+        if isinstance(value, enum):
+            return value
         # The wording C++ used when it parsed names (csrc/common/types.cc parse_enum).
         raise ValueError(f"{arg}: unknown value '{value}' (expected one of: {' '.join(table)})") from None
 
