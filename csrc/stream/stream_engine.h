@@ -49,6 +49,7 @@
 #include "plan/call.h"
 #include "plan/describe.h"
 #include "plan/plan_cache.h"
+#include "stream/event_pool.h"
 #include "stream/nccl_link.h"
 #include "stream/kernel_path.h"
 #include "transport/transport.h"
@@ -177,6 +178,11 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   // The kernel path (null with COMMLIB_DEVICE_PATH=copy): its record of the chunks it moved by
   // protocol, and the tests' hook on its chunk numbers (kernel_path.h).
   KernelPath* kernel_path() { return kernel_.get(); }
+  // Completion events the engine created so far (pooled: O(calls in flight), not one per call).
+  uint64_t events_created() const { return events_ ? events_->created() : 0; }
+  // Test hook: kernel-path calls are not published on the control plane, so only the kernel's own
+  // descriptor check can find a mismatch (the watchdog's comparison of published calls cannot).
+  void hide_kernel_calls_from_control_plane() { publish_kernel_calls_ = false; }
 
  private:
   struct Peer {
@@ -235,6 +241,8 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
 
   void enqueue_call(const CollectiveCall& call, const Schedule& sched, const CallDesc& desc, size_t esize,
                     DeviceStream& s);
+  // The call runs as one kernel (stream/kernel_path.h), which checks the call's descriptor itself.
+  bool runs_on_kernel(const CollectiveCall& call) const;
   // Local operations and receives on `recv_s`, sends on `send_s` (the same stream, or the
   // engine's two: see enqueue_call).
   void enqueue_step(const Step& step, char* const bases[3], size_t esize, DType dtype, RedOp op,
@@ -316,6 +324,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   std::vector<uint64_t> p2p_sent_, p2p_received_;  // point-to-point messages per peer
   PlanCache plans_;  // resolved as the host communicator resolves (its context)
   std::shared_ptr<DeviceEvent> last_done_;
+  std::unique_ptr<EventPool> events_;  // the calls' completion events (stream/event_pool.h)
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
   void* input_copy_ = nullptr;
@@ -346,6 +355,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   const std::unique_ptr<NcclLink> nccl_;  // never null; carries nothing until set up
   std::unique_ptr<KernelPath> kernel_;    // null with COMMLIB_DEVICE_PATH=copy
   std::string last_path_;
+  bool publish_kernel_calls_ = true;  // enqueue state
   uint64_t wd_kernel_progress_ = 0;
 };
 
