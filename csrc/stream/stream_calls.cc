@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "plan/lowering.h"
+#include "stream/kernel_auto.h"
 #include "stream/stream_engine.h"
 #include "schedule/registry.h"
 
@@ -14,9 +15,20 @@ CallDesc StreamEngine::describe(const CollectiveCall& call, uint8_t algo, uint64
   return call_desc(call, static_cast<uint8_t>(algo | kDeviceCallAlgoBit), seq);
 }
 
+const ResolvedPlan& StreamEngine::plan_of(const CollectiveCall& call) {
+  const ResolvedPlan& policy = plans_.get(call);
+  const std::string source = policy.choice.source;  // before get() again (it may drop the cache)
+  const uint8_t algo = kernel_auto_algorithm(plans_.context(), opts_.path, kernel_ != nullptr && device_->plan_blocks(1) > 0,
+                                             call, source);
+  if (!algo) return policy;
+  CollectiveCall c = call;
+  c.algo = algo;
+  return plans_.get(c);
+}
+
 std::string StreamEngine::resolved_algorithm(const CollectiveCall& call) {
   std::lock_guard<std::mutex> guard(enqueue_mu_);
-  return plans_.get(call).name;
+  return plan_of(call).name;
 }
 
 void StreamEngine::throw_if_failed_locked() {
@@ -34,7 +46,7 @@ void StreamEngine::check_first_call(const CollectiveCall& call) {
     std::lock_guard<std::mutex> lk(mu_);
     throw_kind(fail_kind_, "communicator aborted: " + fail_message_);
   }
-  const CallDesc desc = describe(call, plans_.get(call).algo, control_->peek_call_seq());
+  const CallDesc desc = describe(call, plan_of(call).algo, control_->peek_call_seq());
   control_->publish_call(desc);
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
@@ -118,7 +130,7 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_collective(const CollectiveCal
     NcclLink::check_supported(call.dtype, call.op, call.coll);
     if (!nccl_->ready()) throw CommError("algorithm='nccl': the NCCL communicator was not created");
   }
-  const ResolvedPlan& planned = plans_.get(call);
+  const ResolvedPlan& planned = plan_of(call);
 
   // Nothing above enqueued anything or took a number: a refused argument leaves the numbering
   // and the stream as they were. From here on the call is numbered (with the host calls).

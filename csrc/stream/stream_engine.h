@@ -241,6 +241,9 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
 
   void enqueue_call(const CollectiveCall& call, const Schedule& sched, const CallDesc& desc, size_t esize,
                     DeviceStream& s);
+  // The plan of `call`: the policy's (plans_), except where the kernel path's auto asks for the
+  // one-shot or two-shot all_reduce (stream/kernel_auto.h).
+  const ResolvedPlan& plan_of(const CollectiveCall& call);
   // The call runs as one kernel (stream/kernel_path.h), which checks the call's descriptor itself.
   bool runs_on_kernel(const CollectiveCall& call) const;
   // Local operations and receives on `recv_s`, sends on `send_s` (the same stream, or the

@@ -92,3 +92,34 @@ def mismatch_found_by_the_kernel(comm, scenario):
             later = time.monotonic() - t
         return error, took, later
     return with_settings(comm, KERNEL_SETTINGS, run)
+
+
+AUTO_COUNTS = (2, 16384, 65536, 262145)  # float32: 8 B, 64 KiB, 256 KiB, just over 1 MiB
+
+
+def kernel_auto_choices(comm, settings):
+    """What auto resolves an all_reduce of each of AUTO_COUNTS to under `settings`: on an engine
+    that never connects (what the first call's descriptor is made with during set-up) and on the
+    connected engine the calls run on; then the calls themselves: (before, after, the size
+    policy's own choice on one host, the paths taken, all right)."""
+    from commlib import _C
+
+    def run(sub):
+        lone = _C.StreamEngine(sub._core, emu.device(0), 10.0, "never-connected")
+        try:
+            before = [lone.resolved_algorithm("all_reduce", "auto", n, "float32") for n in AUTO_COUNTS]
+        finally:
+            lone.close()
+            lone.release_memory(False)
+        ok, paths = True, []
+        for n in AUTO_COUNTS:
+            x = emu.from_numpy(np.full(n, sub.rank + 1, np.float32))
+            sub.all_reduce(x)
+            ok &= bool((x.numpy() == sub.size * (sub.size + 1) // 2).all())
+            paths.append(sub._device().last_path())
+        engine = sub._device()._last_engine
+        after = [engine.resolved_algorithm("all_reduce", "auto", n, "float32") for n in AUTO_COUNTS]
+        policy = [_C.resolve_algorithm("all_reduce", "auto", n, 4, 0, sub.size, [], None)["algorithm"]
+                  for n in AUTO_COUNTS]
+        return before, after, policy, paths, ok
+    return with_settings(comm, settings, run)

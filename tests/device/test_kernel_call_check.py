@@ -10,7 +10,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kernel_call_check_cases import (events_per_call, host_functions_per_call,  # noqa: E402
+from kernel_call_check_cases import (events_per_call, host_functions_per_call, kernel_auto_choices,  # noqa: E402
                                      mismatch_found_by_the_kernel)
 from test_device_collectives import DELAY_ENV  # noqa: E402
 
@@ -44,3 +44,23 @@ def test_the_kernel_finds_a_mismatch_the_control_plane_cannot_see(pool, scenario
         assert "rank 0" in msg and "rank 1" in msg, msg
         assert took < 15, f"rank {rank} took {took:.1f} s (the communicator's timeout is 60 s)"
         assert later is not None and later < 1.0, f"rank {rank}: aborted communicator did not fail at once"
+
+
+@pytest.mark.parametrize("path", ["auto", "kernel", "copy", "auto+override"])
+def test_auto_takes_one_shot_or_two_shot_on_the_kernel_path(pool, path):
+    # kernel_auto.h's rule at 3 ranks on one host: direct while (P - 1) x bytes <= 256 KiB,
+    # two_shot up to 1 MiB, the policy's choice above; the same before and after connect (else the
+    # first call's descriptor would differ from the call's). The copy path and an override
+    # (COMMLIB_ALGO_ALL_REDUCE) keep the policy's choice.
+    settings = {"COMMLIB_DEVICE_PATH": path.split("+")[0]}
+    if path.endswith("override"):
+        settings["COMMLIB_ALGO_ALL_REDUCE"] = "ring"
+    for before, after, policy, paths, ok in pool(3, env=DELAY_ENV).run(kernel_auto_choices, settings, timeout=60):
+        assert ok and before == after, (before, after)
+        if path in ("auto", "kernel"):
+            assert after == ["direct", "direct", "two_shot", policy[3]], (after, policy)
+            assert paths == ["kernel", "kernel", "kernel", "copy" if path == "auto" else "kernel"], paths
+        elif path == "copy":
+            assert after == policy and paths == ["copy"] * 4, (after, policy, paths)
+        else:
+            assert after == ["ring"] * 4, after
