@@ -36,6 +36,10 @@
 // (plan_ll.cuh: data and flag in one 64-bit store into the peer's LL slot, no fence, no flag
 // round trip); both sides choose it from the chunk's bytes, which the plan check proves equal.
 //
+// The call's descriptor check (plan_call_check.cuh) runs first: block 0 exchanges and compares the
+// call's descriptor with every peer of the plan, the other blocks wait in a grid barrier (barrier
+// 0 of the launch when the plan has peers).
+//
 // Errors. Every wait loop polls the abort word (host memory the watchdog sets when the engine
 // fails: a dead or mismatched peer, a timeout) and the kernel returns: no launch outlives the
 // watchdog's verdict. Each block publishes its progress (items done) for the watchdog's timeout.

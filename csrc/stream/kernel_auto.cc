@@ -7,10 +7,9 @@
 
 namespace commlib {
 
-uint8_t kernel_auto_algorithm(const PlanContext& ctx, DevicePath path, bool device_has_kernel_path,
-                              const CollectiveCall& call, const std::string& policy_source) {
-  if (call.algo != 0 || call.coll != Collective::AllReduce || ctx.size < 2) return 0;
-  if (path == DevicePath::Copy || !device_has_kernel_path) return 0;
+uint8_t kernel_auto_algorithm(const PlanContext& ctx, bool device_has_kernel_path, const CollectiveCall& call,
+                              const std::string& policy_source) {
+  if (call.algo != 0 || call.coll != Collective::AllReduce || ctx.size < 2 || !device_has_kernel_path) return 0;
   const std::vector<int>& host_of = ctx.topology.host_of;
   if (!host_of.empty() && !std::all_of(host_of.begin(), host_of.end(), [&](int h) { return h == host_of[0]; }))
     return 0;

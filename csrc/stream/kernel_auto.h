@@ -8,13 +8,17 @@
 // The rule must give every rank the same algorithm, and the same before the engines connect as
 // after (the first call is described during set-up, before connect, and compared with the peers'
 // descriptors: a different algorithm there is a false MismatchError). So it reads only what every
-// rank knows alike when its engine is created: COMMLIB_DEVICE_PATH, whether the device has a kernel
-// path, the communicator's host map, the world size and the call (never whether the peers' memory
-// got mapped, nor the nccl link). It applies when
+// rank knows alike when its engine is created: whether the device has a kernel path, the
+// communicator's host map, the world size and the call (never whether the peers' memory got
+// mapped, nor the nccl link). Not COMMLIB_DEVICE_PATH either: every rank must use the same, but
+// that is checked at connect, after the first call's check, and ranks that differ in it must hear
+// of the setting (ValueError naming it), not of a first call resolved differently; so on one host
+// the copy path (forced, or above auto's limit for the kernel path: never, see below) takes the
+// same algorithm. It applies when
 //   - the call asks for auto and is an all_reduce;
-//   - the path is not `copy`, the device has a kernel path and every rank is on one host (the
-//     kernel path needs every peer's memory; across hosts host and device resolve auto alike,
-//     test_device_multihost.py's test_host_and_device_resolve_auto_alike);
+//   - the device has a kernel path and every rank is on one host (the kernel path needs every
+//     peer's memory; across hosts host and device resolve auto alike, test_device_multihost.py's
+//     test_host_and_device_resolve_auto_alike);
 //   - the policy decided by its rules of thumb or the tuning table (source "size", "links",
 //     "tuning": the table measures the host executor, not these kernels), not by an override
 //     (COMMLIB_ALGO_ALL_REDUCE) or COMMLIB_TOPOLOGY's cost model, which keep their word;
@@ -36,7 +40,7 @@ constexpr uint64_t kOneShotBytes = uint64_t{256} << 10;
 
 // The algorithm index (registry.h) the kernel path's auto asks for instead of the policy's choice
 // (`policy_source`: AlgorithmChoice::source), or 0 to keep the policy's.
-uint8_t kernel_auto_algorithm(const PlanContext& ctx, DevicePath path, bool device_has_kernel_path,
-                              const CollectiveCall& call, const std::string& policy_source);
+uint8_t kernel_auto_algorithm(const PlanContext& ctx, bool device_has_kernel_path, const CollectiveCall& call,
+                              const std::string& policy_source);
 
 }  // namespace commlib

@@ -18,8 +18,7 @@ CallDesc StreamEngine::describe(const CollectiveCall& call, uint8_t algo, uint64
 const ResolvedPlan& StreamEngine::plan_of(const CollectiveCall& call) {
   const ResolvedPlan& policy = plans_.get(call);
   const std::string source = policy.choice.source;  // before get() again (it may drop the cache)
-  const uint8_t algo = kernel_auto_algorithm(plans_.context(), opts_.path, kernel_ != nullptr && device_->plan_blocks(1) > 0,
-                                             call, source);
+  const uint8_t algo = kernel_auto_algorithm(plans_.context(), device_->plan_blocks(1) > 0, call, source);
   if (!algo) return policy;
   CollectiveCall c = call;
   c.algo = algo;

@@ -16,10 +16,11 @@
 // before chunk i of every receive, and chunk i before chunk i + 1: a wait on chunk i then only
 // depends on peers' operations of lower index, so no step can deadlock, whatever its shape.
 //
-// Each call starts by publishing its descriptor (a host function that only writes memory), then
+// Each call on the copy path starts by publishing its descriptor (a host function that only writes memory), then
 // the stream waits (wait_value, on the device) until every peer of the schedule signalled its
 // descriptor for the same sequence number, and a second host function compares them: different
-// calls raise MismatchError before any byte moves. Nothing enqueued on a stream waits on the host
+// calls raise MismatchError before any byte moves. (A call on the kernel path checks inside its
+// kernel instead: kernels/plan_call_check.cuh.) Nothing enqueued on a stream waits on the host
 // for another process, and host functions make no device or NCCL call (CUDA's rules: all host
 // functions of a process may run on one thread; they must not call CUDA): they record an error,
 // which the watchdog thread acts on (stream_watchdog.cc). A watchdog thread watches calls in

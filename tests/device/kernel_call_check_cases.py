@@ -110,7 +110,7 @@ def kernel_auto_choices(comm, settings):
             before = [lone.resolved_algorithm("all_reduce", "auto", n, "float32") for n in AUTO_COUNTS]
         finally:
             lone.close()
-            lone.release_memory(False)
+            lone.release_memory(True)  # it never exported anything to a peer
         ok, paths = True, []
         for n in AUTO_COUNTS:
             x = emu.from_numpy(np.full(n, sub.rank + 1, np.float32))

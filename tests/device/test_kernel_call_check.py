@@ -50,17 +50,17 @@ def test_the_kernel_finds_a_mismatch_the_control_plane_cannot_see(pool, scenario
 def test_auto_takes_one_shot_or_two_shot_on_the_kernel_path(pool, path):
     # kernel_auto.h's rule at 3 ranks on one host: direct while (P - 1) x bytes <= 256 KiB,
     # two_shot up to 1 MiB, the policy's choice above; the same before and after connect (else the
-    # first call's descriptor would differ from the call's). The copy path and an override
-    # (COMMLIB_ALGO_ALL_REDUCE) keep the policy's choice.
+    # first call's descriptor would differ from the call's), and whatever COMMLIB_DEVICE_PATH says
+    # (ranks differing in it must get the set-up's ValueError naming it). An override
+    # (COMMLIB_ALGO_ALL_REDUCE) keeps its word.
     settings = {"COMMLIB_DEVICE_PATH": path.split("+")[0]}
     if path.endswith("override"):
         settings["COMMLIB_ALGO_ALL_REDUCE"] = "ring"
     for before, after, policy, paths, ok in pool(3, env=DELAY_ENV).run(kernel_auto_choices, settings, timeout=60):
         assert ok and before == after, (before, after)
-        if path in ("auto", "kernel"):
+        if path in ("auto", "kernel", "copy"):
             assert after == ["direct", "direct", "two_shot", policy[3]], (after, policy)
-            assert paths == ["kernel", "kernel", "kernel", "copy" if path == "auto" else "kernel"], paths
-        elif path == "copy":
-            assert after == policy and paths == ["copy"] * 4, (after, policy, paths)
+            want = {"auto": ["kernel"] * 3 + ["copy"], "kernel": ["kernel"] * 4, "copy": ["copy"] * 4}[path]
+            assert paths == want, paths
         else:
             assert after == ["ring"] * 4, after
