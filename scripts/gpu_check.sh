@@ -64,7 +64,8 @@ if [ $dry -eq 1 ]; then
 fi
 
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONDONTWRITEBYTECODE=1
-logs=$(mktemp -d /tmp/gpu_check.XXXXXX)
+logs=/nonexistent  # a dry run writes nothing
+[ $dry -eq 0 ] && logs=$(mktemp -d /tmp/gpu_check.XXXXXX)
 started=$SECONDS
 rows=()     # one table row per step that ran
 tails=()    # the tail of each failing step's log
