@@ -98,6 +98,7 @@ py::dict choice_to_py(const AlgorithmChoice& c) {
   py::dict d;
   d["algorithm"] = c.algorithm;
   d["inter_algorithm"] = c.inter_algorithm;
+  d["intra_algorithm"] = c.intra_algorithm;
   d["segment"] = c.segment;
   d["predicted_s"] = c.predicted_s;
   d["source"] = c.source;
@@ -110,13 +111,14 @@ void bind_sim(py::module_& m) {
   m.def(
       "simulate",
       [](const std::string& collective, const std::string& algorithm, int64_t count, int elem_bytes, int root,
-         const py::dict& topology, const std::string& inter_algorithm, int64_t segment) {
+         const py::dict& topology, const std::string& inter_algorithm, int64_t segment,
+         const std::string& intra_algorithm) {
         const Collective c = parse_collective(collective);
         const sim::Topology t = topology_from_dict(topology);
         sim::Result r;
         {
           py::gil_scoped_release nogil;
-          r = sim::simulate(c, algorithm, count, elem_bytes, root, t, sim::Options{inter_algorithm, segment});
+          r = sim::simulate(c, algorithm, count, elem_bytes, root, t, sim::Options{inter_algorithm, segment, intra_algorithm});
         }
 
         py::dict out;
@@ -132,13 +134,14 @@ void bind_sim(py::module_& m) {
         out["max_working_set_bytes"] = r.max_working_set_bytes;
         out["algorithm"] = r.algorithm;
         out["inter_algorithm"] = r.inter_algorithm;
+        out["intra_algorithm"] = r.intra_algorithm;
         return out;
       },
       py::arg("collective"), py::arg("algorithm"), py::arg("count"), py::arg("elem_bytes"), py::arg("root"),
-      py::arg("topology"), py::arg("inter_algorithm") = "", py::arg("segment") = -1,
+      py::arg("topology"), py::arg("inter_algorithm") = "", py::arg("segment") = -1, py::arg("intra_algorithm") = "",
       "Predicted time of one collective: plays every rank's schedule on the topology (sim/simulator.h). "
-      "inter_algorithm/segment: hierarchical's inter-host algorithm (\"\": built-in exchange) and pipeline "
-      "segment (-1: COMMLIB_HIER_SEGMENT).");
+      "inter_algorithm/segment/intra_algorithm: hierarchical's inter-host algorithm (\"\": built-in exchange), "
+      "pipeline segment (-1: COMMLIB_HIER_SEGMENT) and intra-host algorithm (\"\": built-in exchanges).");
 
   m.def(
       "search_candidates",
@@ -172,13 +175,15 @@ void bind_sim(py::module_& m) {
   m.def(
       "candidate_lower_bound",
       [](const std::string& collective, const std::string& algorithm, int64_t count, int elem_bytes, int root,
-         const py::dict& topology, const std::string& inter_algorithm, int64_t segment) {
+         const py::dict& topology, const std::string& inter_algorithm, int64_t segment,
+         const std::string& intra_algorithm) {
         const sim::Topology t = topology_from_dict(topology);
-        return candidate_lower_bound(CallShape{parse_collective(collective), count, elem_bytes, root}, algorithm,
-                                     inter_algorithm, segment < 0 ? hier_segment_setting() : segment, t);
+        return candidate_lower_bound(CallShape{parse_collective(collective), count, elem_bytes, root},
+                                     Candidate{algorithm, inter_algorithm, intra_algorithm},
+                                     segment < 0 ? hier_segment_setting() : segment, t);
       },
       py::arg("collective"), py::arg("algorithm"), py::arg("count"), py::arg("elem_bytes"), py::arg("root"),
-      py::arg("topology"), py::arg("inter_algorithm") = "", py::arg("segment") = -1,
+      py::arg("topology"), py::arg("inter_algorithm") = "", py::arg("segment") = -1, py::arg("intra_algorithm") = "",
       "The search's lower bound on a candidate's predicted time (seconds).");
 
   m.def(

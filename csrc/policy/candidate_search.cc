@@ -57,11 +57,35 @@ constexpr size_t kCacheEntries = 1024;
 
 }  // namespace
 
-std::vector<std::pair<std::string, std::string>> candidate_list(Collective c, const std::vector<int>& host_of) {
+std::vector<std::string> intra_candidates(Collective c) {
+  auto builtin_flat = [](Collective k) {
+    std::vector<std::string> names;
+    for (const AlgorithmSpec& s : algorithm_specs(k))
+      if (is_builtin(s) && s.name != "hierarchical" && s.name != "direct") names.push_back(s.name);
+    return names;
+  };
+  switch (c) {
+    case Collective::AllReduce: {
+      std::vector<std::string> both;
+      const std::vector<std::string> ag = builtin_flat(Collective::AllGather);
+      for (const std::string& n : builtin_flat(Collective::ReduceScatter))
+        if (std::find(ag.begin(), ag.end(), n) != ag.end()) both.push_back(n);
+      return both;
+    }
+    case Collective::AllGather:
+    case Collective::ReduceScatter:
+    case Collective::Broadcast:
+      return builtin_flat(c);
+    default:
+      return {};
+  }
+}
+
+std::vector<Candidate> candidate_list(Collective c, const std::vector<int>& host_of) {
   std::set<int> ids;
   bool shares = false;
   for (int h : host_of) shares |= !ids.insert(h).second;
-  std::vector<std::pair<std::string, std::string>> out;
+  std::vector<Candidate> out;
   std::vector<std::string> flat;
   bool has_hier = false;
   for (const AlgorithmSpec& s : algorithm_specs(c)) {
@@ -69,10 +93,12 @@ std::vector<std::pair<std::string, std::string>> candidate_list(Collective c, co
     if (s.name == "hierarchical") has_hier = true;
     else flat.push_back(s.name);
   }
-  for (const std::string& f : flat) out.emplace_back(f, "");
+  for (const std::string& f : flat) out.push_back(Candidate{f, "", ""});
   if (has_hier && ids.size() > 1 && shares) {
-    out.emplace_back("hierarchical", "");
-    for (const std::string& f : flat) out.emplace_back("hierarchical", f);
+    out.push_back(Candidate{"hierarchical", "", ""});
+    for (const std::string& f : flat) out.push_back(Candidate{"hierarchical", f, ""});
+    for (const std::string& x : intra_candidates(c))
+      for (const std::string& f : flat) out.push_back(Candidate{"hierarchical", f, x});
   }
   return out;
 }
@@ -95,8 +121,8 @@ sim::Topology placed_model(const sim::Topology& model, const std::vector<int>& h
   return t;
 }
 
-double candidate_lower_bound(const CallShape& call, const std::string& algorithm, const std::string& inter,
-                             int64_t segment, const sim::Topology& t, int64_t* ops_per_rank) {
+double candidate_lower_bound(const CallShape& call, const Candidate& cand, int64_t segment, const sim::Topology& t,
+                             int64_t* ops_per_rank) {
   if (ops_per_rank) *ops_per_rank = 0;
   const int P = t.size();
   // The fastest a port ever moves bytes (in cache or any memory tier; sharing a core only slows it).
@@ -108,12 +134,13 @@ double candidate_lower_bound(const CallShape& call, const std::string& algorithm
   a.count = call.count;
   a.root = collective_has_root(call.coll) ? call.root : 0;
   a.host_of = t.host_of;
-  a.inter_algorithm = inter;
+  a.inter_algorithm = cand.inter;
+  a.intra_algorithm = cand.intra;
   a.segment = segment;
   double bound = 0;
   for (int r : {0, a.root, P / 2, P - 1}) {
     a.rank = r;
-    const Schedule s = build_schedule(a, algorithm);
+    const Schedule s = build_schedule(a, cand.algorithm);
     double rank_time = 0;
     int64_t ops = 0;
     for (size_t k = 0; k < s.steps.size(); ++k) {
@@ -167,15 +194,15 @@ int64_t hier_segments(const CallShape& call, int64_t segment, const sim::Topolog
 
 // The steady-state estimate of a K-segment candidate (candidate_search.h): its first 2 and 3
 // segments simulated at the full run's segment length.
-double extrapolated_time(const CallShape& call, const std::string& algorithm, const std::string& inter,
-                         int64_t segments, const sim::Topology& t) {
+double extrapolated_time(const CallShape& call, const Candidate& cand, int64_t segments, const sim::Topology& t) {
   const int64_t len = call.count / segments;
   double at[2];
   for (int m : {2, 3}) {
     sim::Options o;
-    o.inter_algorithm = inter;
+    o.inter_algorithm = cand.inter;
+    o.intra_algorithm = cand.intra;
     o.segment = len;
-    at[m - 2] = sim::simulate(call.coll, algorithm, m * len, call.elem_bytes, call.root, t, o).time_s;
+    at[m - 2] = sim::simulate(call.coll, cand.algorithm, m * len, call.elem_bytes, call.root, t, o).time_s;
   }
   return at[1] + static_cast<double>(segments - 3) * (at[1] - at[0]);
 }
@@ -199,16 +226,16 @@ AlgorithmChoice search_best_candidate(const CallShape& call, const std::vector<i
       return it->second;
     }
   }
-  std::vector<std::pair<std::string, std::string>> cands;
+  std::vector<Candidate> cands;
   for (const auto& c : candidate_list(call.coll, host_of))
-    if (!hier_only || c.first == "hierarchical") cands.push_back(c);
+    if (!hier_only || c.algorithm == "hierarchical") cands.push_back(c);
   st.candidates = static_cast<int>(cands.size());
   std::vector<double> bound(cands.size());
   std::vector<bool> big(cands.size(), false);
   for (size_t i = 0; i < cands.size(); ++i) {
-    const bool hier = cands[i].first == "hierarchical";
+    const bool hier = cands[i].algorithm == "hierarchical";
     int64_t ops = 0;
-    bound[i] = candidate_lower_bound(call, cands[i].first, cands[i].second, hier ? segment : 0, topo, &ops);
+    bound[i] = candidate_lower_bound(call, cands[i], hier ? segment : 0, topo, &ops);
     big[i] = hier && extrapolate_ops > 0 && ops * topo.size() >= extrapolate_ops &&
              hier_segments(call, segment, topo) >= 5;
   }
@@ -221,19 +248,21 @@ AlgorithmChoice search_best_candidate(const CallShape& call, const std::vector<i
   auto take = [&](size_t i, double time_s) {
     if (time_s < best_t || (time_s == best_t && i < best_index)) {
       best_t = time_s, best_index = i;
-      best.algorithm = cands[i].first;
-      best.inter_algorithm = cands[i].second;
-      best.segment = cands[i].first == "hierarchical" ? segment : 0;
+      best.algorithm = cands[i].algorithm;
+      best.inter_algorithm = cands[i].inter;
+      best.intra_algorithm = cands[i].intra;
+      best.segment = cands[i].algorithm == "hierarchical" ? segment : 0;
       best.predicted_s = time_s;
       best.source = "model";
     }
   };
   auto simulate_whole = [&](size_t i) {
     sim::Options o;
-    o.inter_algorithm = cands[i].second;
-    o.segment = cands[i].first == "hierarchical" ? segment : 0;
+    o.inter_algorithm = cands[i].inter;
+    o.intra_algorithm = cands[i].intra;
+    o.segment = cands[i].algorithm == "hierarchical" ? segment : 0;
     o.stop_after_s = best_t;  // a run past the best so far cannot win (equal times still finish)
-    const sim::Result r = sim::simulate(call.coll, cands[i].first, call.count, call.elem_bytes, call.root, topo, o);
+    const sim::Result r = sim::simulate(call.coll, cands[i].algorithm, call.count, call.elem_bytes, call.root, topo, o);
     ++st.simulated;
     if (r.cut) ++st.cut;
     else take(i, r.time_s);
@@ -247,7 +276,7 @@ AlgorithmChoice search_best_candidate(const CallShape& call, const std::vector<i
       simulate_whole(i);
       continue;
     }
-    const double e = extrapolated_time(call, cands[i].first, cands[i].second, hier_segments(call, segment, topo), topo);
+    const double e = extrapolated_time(call, cands[i], hier_segments(call, segment, topo), topo);
     ++st.extrapolated;
     estimated.emplace_back(e, i);
     best_estimate = std::min(best_estimate, e);

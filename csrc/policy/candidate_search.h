@@ -33,17 +33,30 @@ namespace sim {
 struct Topology;
 }
 
-// Every candidate of step 3 as (algorithm, inter_algorithm), in registry order, hierarchical ones
-// (with each inter-host algorithm) after the flat ones, where some host holds several ranks.
-std::vector<std::pair<std::string, std::string>> candidate_list(Collective c, const std::vector<int>& host_of);
+// One candidate: an algorithm and, for hierarchical, its inter- and intra-host algorithms.
+struct Candidate {
+  std::string algorithm, inter, intra;
+};
+
+// Every candidate of step 3, in registry order, where some host holds several ranks and ranks span
+// hosts: the flat ones; hierarchical built-in; hierarchical with each flat algorithm across hosts;
+// then each of those with each intra-host algorithm (intra_candidates) inside the hosts. So at most
+// F + 1 + F (1 + I) candidates: all_reduce 7 + 1 + 7 x 2 = 22, all_gather 21, reduce_scatter 13,
+// broadcast 21 with the built-in registry.
+std::vector<Candidate> candidate_list(Collective c, const std::vector<int>& host_of);
+
+// The intra-host algorithms auto tries for c's hierarchical schedule (CollArgs::intra_algorithm):
+// the built-ins registered for the intra phases' collective (all_reduce: for both reduce_scatter and
+// all_gather), less "direct" (the built-in intra phases are direct exchanges already).
+std::vector<std::string> intra_candidates(Collective c);
 
 // The model placed on this host map (hosts renumbered densely, NICs by local index).
 sim::Topology placed_model(const sim::Topology& model, const std::vector<int>& host_of);
 
 // The lower bound above, in seconds, for one candidate on a placed model.
 // ops_per_rank (if not null): the most communication ops of the ranks it built.
-double candidate_lower_bound(const CallShape& call, const std::string& algorithm, const std::string& inter,
-                             int64_t segment, const sim::Topology& placed, int64_t* ops_per_rank = nullptr);
+double candidate_lower_bound(const CallShape& call, const Candidate& cand, int64_t segment,
+                             const sim::Topology& placed, int64_t* ops_per_rank = nullptr);
 
 // A candidate is extrapolated (above) when it has this many communication ops in all (ranks x
 // the most of one rank) or more, and 5 pipeline segments or more. 0: never.

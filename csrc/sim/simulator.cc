@@ -311,6 +311,7 @@ Result simulate(Collective c, const std::string& algorithm, int64_t count, int e
   Result res;
   res.algorithm = algorithm;
   res.inter_algorithm = opts.inter_algorithm;
+  res.intra_algorithm = opts.intra_algorithm;
   int64_t segment = opts.segment;
   if (algorithm == "auto") {
     // The engine's own resolution, this topology being the cost model (policy/auto_policy.h).
@@ -318,6 +319,7 @@ Result simulate(Collective c, const std::string& algorithm, int64_t count, int e
                                                      algorithm_override(c), P, topo.host_of, &topo);
     res.algorithm = choice.algorithm;
     res.inter_algorithm = choice.inter_algorithm;
+    res.intra_algorithm = choice.intra_algorithm;
     segment = choice.segment;
   }
   if (segment < 0) segment = hier_segment_setting();
@@ -325,7 +327,8 @@ Result simulate(Collective c, const std::string& algorithm, int64_t count, int e
   ShapeTable shapes;
   std::vector<int64_t> scratch;
   const std::vector<Program> progs = build_programs(c, res.algorithm, P, count, root, topo.host_of,
-                                                       res.inter_algorithm, segment, shapes, &scratch);
+                                                       res.inter_algorithm, segment, shapes, &scratch,
+                                                       res.intra_algorithm);
   const double t1 = now_s();
   const std::vector<RankRates> rates = rank_rates(topo, c, count, elem_bytes, root, scratch, res);
   Run run(topo, rates, shapes, progs, elem_bytes);
