@@ -42,16 +42,17 @@ def test_search_finds_the_full_rankings_best_and_bounds_hold(no_tuning, topo, ho
     cands = _C.predict_candidates(coll, count, 4, 0, d)
     best = min(cands, key=lambda c: c["predicted_s"])  # the first of equals, as resolve_algorithm
     got = _C.search_candidates(coll, count, 4, 0, d)
-    assert (got["algorithm"], got["inter_algorithm"]) == (best["algorithm"], best["inter_algorithm"])
+    assert (got["algorithm"], got["inter_algorithm"], got["intra_algorithm"]) == (best["algorithm"], best["inter_algorithm"], best["intra_algorithm"])
     assert got["predicted_s"] == best["predicted_s"]
     assert got["candidates"] == len(cands) and not got["cached"]
     for c in cands:
         seg = c["segment"] if c["algorithm"] == "hierarchical" else 0
-        bound = _C.candidate_lower_bound(coll, c["algorithm"], count, 4, 0, d, c["inter_algorithm"], seg)
+        bound = _C.candidate_lower_bound(coll, c["algorithm"], count, 4, 0, d, c["inter_algorithm"], seg,
+                                         c["intra_algorithm"])
         assert 0 < bound <= c["predicted_s"] * (1 + 1e-12), c
     # A communicator's resolution is the search (no ranked list asked for): the same answer.
     sim = _C.simulate(coll, "auto", count, 4, 0, d)
-    assert (sim["algorithm"], sim["inter_algorithm"]) == (best["algorithm"], best["inter_algorithm"])
+    assert (sim["algorithm"], sim["inter_algorithm"], sim["intra_algorithm"]) == (best["algorithm"], best["inter_algorithm"], best["intra_algorithm"])
 
 
 def test_search_skips_or_cuts_candidates_that_cannot_win(no_tuning):
@@ -97,7 +98,7 @@ def test_extrapolated_search_keeps_the_exhaustive_choice(no_tuning, monkeypatch,
     best = min(cands, key=lambda c: c["predicted_s"])
     got = _C.search_candidates("all_reduce", count, 4, 0, d, extrapolate_ops=1)
     assert got["extrapolated"] > 0
-    assert (got["algorithm"], got["inter_algorithm"]) == (best["algorithm"], best["inter_algorithm"])
+    assert (got["algorithm"], got["inter_algorithm"], got["intra_algorithm"]) == (best["algorithm"], best["inter_algorithm"], best["intra_algorithm"])
     assert got["predicted_s"] == pytest.approx(best["predicted_s"], rel=0.03)
     exact = _C.search_candidates("all_reduce", count, 4, 0, d, extrapolate_ops=0)  # its own cache entry
     assert exact["extrapolated"] == 0 and exact["predicted_s"] == best["predicted_s"]

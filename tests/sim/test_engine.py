@@ -98,7 +98,7 @@ def test_auto_is_the_engines_choice_for_the_links(monkeypatch):
         t = two_hosts(2, 1)
         spanning = _C.simulate("all_reduce", "auto", 1 << 20, 4, 0, t)
         best = min(_C.predict_candidates("all_reduce", 1 << 20, 4, 0, t), key=lambda c: c["predicted_s"])
-        assert (spanning["algorithm"], spanning["inter_algorithm"]) == (best["algorithm"], best["inter_algorithm"])
+        assert (spanning["algorithm"], spanning["inter_algorithm"], spanning["intra_algorithm"]) == (best["algorithm"], best["inter_algorithm"], best["intra_algorithm"])
         one_host = dict(uniform(4), host_of=[0] * 4, nic_of=[0] * 4)
         assert (_C.simulate("all_reduce", "auto", 1 << 20, 4, 0, one_host)["algorithm"] ==
                 _C.choose_algorithm("all_reduce", "auto", 4 << 20, 4))  # one host: the size policy
