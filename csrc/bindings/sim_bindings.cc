@@ -146,7 +146,7 @@ void bind_sim(py::module_& m) {
   m.def(
       "search_candidates",
       [](const std::string& collective, int64_t count, int elem_bytes, int root, const py::dict& topology,
-         bool hier_only, int64_t extrapolate_ops) {
+         bool hier_only, int64_t extrapolate_ops, int64_t costly_ops) {
         const Collective c = parse_collective(collective);
         const sim::Topology t = topology_from_dict(topology);
         AlgorithmChoice k;
@@ -154,7 +154,8 @@ void bind_sim(py::module_& m) {
         {
           py::gil_scoped_release nogil;
           k = search_best_candidate(CallShape{c, count, elem_bytes, root}, t.host_of, t, hier_only, &st,
-                                    extrapolate_ops < 0 ? kExtrapolateOps : extrapolate_ops);
+                                    extrapolate_ops < 0 ? kExtrapolateOps : extrapolate_ops,
+                                    costly_ops < 0 ? kCostlyOps : costly_ops);
         }
         py::dict out = choice_to_py(k);
         out["candidates"] = st.candidates;
@@ -166,11 +167,13 @@ void bind_sim(py::module_& m) {
         return out;
       },
       py::arg("collective"), py::arg("count"), py::arg("elem_bytes"), py::arg("root"), py::arg("topology"),
-      py::arg("hier_only") = false, py::arg("extrapolate_ops") = -1,
+      py::arg("hier_only") = false, py::arg("extrapolate_ops") = -1, py::arg("costly_ops") = -1,
       "auto's branch-and-bound search (policy/candidate_search.h): the fastest candidate, and how many "
       "candidates it simulated, cut short, estimated from their first segments (extrapolated; of those "
       "simulated whole: confirmed), or found in the process-wide cache. extrapolate_ops: the size from "
-      "which pipelined candidates are estimated first (-1: the library's; 0: never, the exact search).");
+      "which pipelined candidates are estimated first (-1: the library's; 0: never, the exact search). "
+      "costly_ops: the size from which candidates are simulated after the cheaper ones (-1: the library's; "
+      "0: bound order alone).");
   m.def("clear_candidate_cache", &clear_candidate_cache, "Drops auto's cache of cost-model choices (tests).");
   m.def(
       "candidate_lower_bound",

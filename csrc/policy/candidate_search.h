@@ -6,7 +6,8 @@
 //     not all P): a rank's steps run one after another and each lasts at least its slowest
 //     transfer's latency + bytes / the fastest rate its link ever has, so their sum bounds the
 //     collective's time from below;
-//   * candidates are simulated in increasing bound order; one whose bound is above the best time so
+//   * candidates are simulated in increasing bound order, the cheap ones (fewer than kCostlyOps
+//     communication ops in all) before the costly ones; one whose bound is above the best time so
 //     far is never built, and the others' event runs stop as soon as simulated time passes it
 //     (sim::Options::stop_after_s);
 //   * a pipelined hierarchical all_reduce with many segments and many messages in all (at 4096
@@ -61,6 +62,11 @@ double candidate_lower_bound(const CallShape& call, const Candidate& cand, int64
 // A candidate is extrapolated (above) when it has this many communication ops in all (ranks x
 // the most of one rank) or more, and 5 pipeline segments or more. 0: never.
 constexpr int64_t kExtrapolateOps = 2'000'000;
+// A candidate with this many communication ops in all (ranks x the most of one rank) is simulated
+// after every cheaper one (at 4096 ranks, 1 GiB reduce_scatter: a flat ring or the built-in
+// intra-host rounds, 15-33 M transfers, behind a hierarchical one with registered algorithms in
+// both phases, 0.1-2 M). 0: bound order alone.
+constexpr int64_t kCostlyOps = 1'000'000;
 // How close (relative) an extrapolated candidate must come to the best to be simulated whole.
 constexpr double kExtrapolationMargin = 0.03;
 
@@ -79,7 +85,7 @@ struct SearchStats {
 // lower in tests (0: simulate every candidate whole, the exact search).
 AlgorithmChoice search_best_candidate(const CallShape& call, const std::vector<int>& host_of,
                                       const sim::Topology& model, bool hier_only, SearchStats* stats = nullptr,
-                                      int64_t extrapolate_ops = kExtrapolateOps);
+                                      int64_t extrapolate_ops = kExtrapolateOps, int64_t costly_ops = kCostlyOps);
 
 // Drops the process-wide cache (tests).
 void clear_candidate_cache();
