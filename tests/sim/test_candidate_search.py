@@ -1,6 +1,8 @@
 """auto's branch-and-bound search over the cost model's candidates (policy/candidate_search.h): the
 same choice as simulating every candidate to the end, its lower bounds never above a prediction,
 fewer simulations where candidates are far apart, and one search per shape and placement."""
+import os
+
 import pytest
 
 from commlib import _C, tuning
@@ -23,6 +25,9 @@ def placed(topo, hosts_of):
     return d
 
 
+NETNS = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "sim_data", "netns_1gbit.json")
+
+
 # Pairwise over (topology, placement, collective, size): even and uneven hosts, tiny and large sizes.
 CASES = [
     ("dgx-h100", [h for h in range(4) for _ in range(8)], "all_reduce", 1 << 10),
@@ -31,6 +36,9 @@ CASES = [
     ("eth-25g", [0, 0, 1, 2, 2, 2], "reduce_scatter", 1 << 10),
     ("dgx-h100", [0, 0, 0, 1, 2, 2, 3, 3], "all_gather", 1 << 20),
     ("eth-25g", list(range(16)), "all_gather", 4 << 10),
+    # the bound's copies and reductions: memory tiers (netns file) and chunked reductions (dgx)
+    (NETNS, [0, 0, 1, 2, 2, 2], "reduce_scatter", 16 << 20),
+    ("dgx-h100", [h for h in range(4) for _ in range(8)], "reduce_scatter", 256 << 20),
 ]
 
 
