@@ -4,7 +4,8 @@
 // exactly the answer of simulating them all:
 //   * a lower bound per candidate from a few ranks' schedules alone (cheap: one rank's schedule,
 //     not all P): a rank's steps run one after another and each lasts at least its slowest
-//     transfer's latency + bytes / the fastest rate its link ever has, so their sum bounds the
+//     transfer's latency + bytes / the fastest rate its link ever has (+ a reducing receive's last
+//     chunk reduced), then its copies and reductions at the fastest rates, so their sum bounds the
 //     collective's time from below;
 //   * candidates are simulated in increasing bound order, the cheap ones (fewer than kCostlyOps
 //     communication ops in all) before the costly ones; one whose bound is above the best time so
