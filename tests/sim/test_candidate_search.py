@@ -117,13 +117,16 @@ def test_extrapolated_search_keeps_the_exhaustive_choice(no_tuning, monkeypatch,
 # are cheap and the flat and built-in-intra ones costly, every collective's choice and prediction
 # are still the exhaustive ranking's (the work saved is bench/sim_auto_speed.py's to show).
 @pytest.mark.parametrize("coll,nbytes", [("reduce_scatter", 16 << 20), ("all_gather", 16 << 20),
-                                         ("all_reduce", 1 << 20), ("broadcast", 4 << 10)])
+                                         ("all_reduce", 1 << 20), ("broadcast", 4 << 10), ("all_reduce", 1 << 10),
+                                         ("all_gather", 1 << 10)])
 def test_cheap_candidates_first_keeps_the_exhaustive_choice(no_tuning, coll, nbytes):
     hosts_of = [h for h in range(8) for _ in range(8)]
     d = placed("dgx-h100", hosts_of)
     count = nbytes // 4 // (len(hosts_of) if coll in ("all_gather", "reduce_scatter") else 1)
     best = min(_C.predict_candidates(coll, count, 4, 0, d), key=lambda c: c["predicted_s"])
-    for costly_ops in (0, 2000, 1):  # bound order alone; a split; everything costly (bound order)
+    # bound order alone; splits at several sizes (a costly winner behind cheap ones among them);
+    # everything costly (bound order again)
+    for costly_ops in (0, 300, 1000, 2000, 4000, 10000, 1):
         _C.clear_candidate_cache()
         got = _C.search_candidates(coll, count, 4, 0, d, extrapolate_ops=0, costly_ops=costly_ops)
         assert (got["algorithm"], got["inter_algorithm"], got["intra_algorithm"], got["predicted_s"]) == (
