@@ -274,7 +274,8 @@ struct IntraPhases {
 // group (an all-gather beside the inter steps can: a rank of a smaller host serves several groups
 // one after another, and its local peer's group may be the later one).
 // With CollArgs::intra_algorithm the intra phases take many steps each, and zipping them beside
-// the inter steps deadlocks on uneven hosts for the same reason; a tick then runs its phases one
+// the inter steps can deadlock on uneven hosts for the same reason (a local peer's intra step
+// waits behind its inter group); a tick then runs its phases one
 // after another (all-gather of t-1, reduce-scatter of t+1, inter phase of t): every group meets
 // its phases in one global order, so segments still flow through the hosts, but a rank's own
 // phases no longer overlap.
@@ -308,7 +309,7 @@ Schedule all_reduce_composed(const CollArgs& a, const Layout& y) {
       if (t + 1 < y.K) append_steps(s, phases.rs(t + 1));
       if (t >= 0 && t < y.K) append_steps(s, inter(t));
     }
-    s.scratch_count = std::max({s.scratch_count, phases.scratch_end(), y.L > 1 ? int64_t{0} : y.rs_scratch()});
+    s.scratch_count = std::max(s.scratch_count, phases.scratch_end());
     return s;
   }
   auto ag = [&](int t) {
