@@ -19,7 +19,7 @@ sim::Topology topology_from_dict(const py::dict& d) {
       "host_of", "nic_of", "nics_per_host", "intra_latency_s", "intra_port_Bps", "intra_bus_Bps",
       "inter_latency_s", "nic_Bps", "reduce_s_per_byte", "copy_s_per_byte", "op_overhead_s",
       "step_overhead_s", "chunk_bytes", "memory_tiers", "cores_per_host", "sched_quantum_s", "spin_s", "wake_s", "inter_spin_s",
-      "send_overhead_s", "recv_overhead_s", "nic_gap_s"};
+      "send_overhead_s", "recv_overhead_s", "nic_gap_s", "nic_burst_bytes"};
   for (auto item : d) {
     const std::string k = py::str(item.first);
     if (!known.count(k)) throw std::invalid_argument("topology." + k + ": unknown field");
@@ -56,6 +56,7 @@ sim::Topology topology_from_dict(const py::dict& d) {
   if (d.contains("send_overhead_s")) get("send_overhead_s", t.send_overhead_s);
   if (d.contains("recv_overhead_s")) get("recv_overhead_s", t.recv_overhead_s);
   if (d.contains("nic_gap_s")) get("nic_gap_s", t.nic_gap_s);
+  if (d.contains("nic_burst_bytes")) get("nic_burst_bytes", t.nic_burst_bytes);
   // Memory tiers are optional: without them one tier (the rates above) serves every size.
   if (d.contains("memory_tiers")) {
     py::list tiers;

@@ -42,7 +42,8 @@ std::string cache_key(const CallShape& call, int64_t segment, bool hier_only, in
   integer(segment), integer(hier_only), integer(extrapolate_ops), integer(t.nics_per_host), integer(t.cores_per_host), integer(t.chunk_bytes);
   for (double v : {t.intra_latency_s, t.intra_port_Bps, t.intra_bus_Bps, t.inter_latency_s, t.nic_Bps,
                    t.reduce_s_per_byte, t.copy_s_per_byte, t.op_overhead_s, t.step_overhead_s, t.send_overhead_s,
-                   t.recv_overhead_s, t.nic_gap_s, t.sched_quantum_s, t.spin_s, t.wake_s, t.inter_spin_s})
+                   t.recv_overhead_s, t.nic_gap_s, t.sched_quantum_s, t.spin_s, t.wake_s, t.inter_spin_s,
+                   t.nic_burst_bytes})
     num(v);
   for (const auto& m : t.memory_tiers) integer(m.above_bytes), num(m.port_Bps), num(m.reduce_s_per_byte), num(m.copy_s_per_byte);
   k += '|';
@@ -138,6 +139,7 @@ double candidate_lower_bound(const CallShape& call, const Candidate& cand, int64
     copy_spb = std::min(copy_spb, m.copy_s_per_byte);
     reduce_spb = std::min(reduce_spb, m.reduce_s_per_byte);
   }
+  const double nic_step_Bps = t.nic_burst_bytes > 0 ? std::numeric_limits<double>::infinity() : t.nic_Bps;
   CollArgs a;
   a.coll = call.coll;
   a.size = P;
@@ -151,7 +153,7 @@ double candidate_lower_bound(const CallShape& call, const Candidate& cand, int64
   for (int r : {0, a.root, P / 2, P - 1}) {
     a.rank = r;
     const Schedule s = build_schedule(a, cand.algorithm);
-    double rank_time = 0;
+    double rank_time = 0, inter_out = 0, inter_in = 0;
     int64_t ops = 0;
     for (size_t k = 0; k < s.steps.size(); ++k) {
       // What this step's communication must at least take after the rank entered it (sim/simulator.h):
@@ -169,7 +171,9 @@ double candidate_lower_bound(const CallShape& call, const Candidate& cand, int64
         ++ops;
         const double bytes = static_cast<double>(o.kind == OpKind::Send ? o.src.count : o.dst.count) * call.elem_bytes;
         const int inter = t.host_of[r] != t.host_of[o.peer];
-        double bw = inter ? t.nic_Bps : port;
+        // A NIC with a token bucket passes a message's bytes at once while tokens last; its rate
+        // only bounds the call as a whole (below: the bucket starts empty).
+        double bw = inter ? nic_step_Bps : port;
         if (!inter && t.intra_bus_Bps > 0) bw = std::min(bw, t.intra_bus_Bps);
         double tail = 0;  // a reducing receive's last chunk reduced after its bytes are in
         if (o.kind == OpKind::RecvReduce && bytes > 0)
@@ -180,7 +184,8 @@ double candidate_lower_bound(const CallShape& call, const Candidate& cand, int64
         tally.bytes += bytes;
       }
       const double latency[2] = {t.intra_latency_s, t.inter_latency_s};
-      const double rate[2] = {t.intra_bus_Bps > 0 ? std::min(port, t.intra_bus_Bps) : port, t.nic_Bps};
+      const double rate[2] = {t.intra_bus_Bps > 0 ? std::min(port, t.intra_bus_Bps) : port, nic_step_Bps};
+      inter_out += send[1].bytes, inter_in += recv[1].bytes;
       const int64_t sends = send[0].messages + send[1].messages, recvs = recv[0].messages + recv[1].messages;
       const double send_latency = send[0].messages ? latency[0] : latency[1];
       const double recv_latency = recv[0].messages ? latency[0] : latency[1];
@@ -194,6 +199,7 @@ double candidate_lower_bound(const CallShape& call, const Candidate& cand, int64
           }
       rank_time += step + local + (k > 0 ? t.step_overhead_s : 0.0);
     }
+    if (t.nic_burst_bytes > 0) rank_time = std::max(rank_time, std::max(inter_out, inter_in) / t.nic_Bps);
     bound = std::max(bound, rank_time);
     if (ops_per_rank) *ops_per_rank = std::max(*ops_per_rank, ops);
   }
