@@ -1,14 +1,15 @@
 """The TCP small-message path (csrc/transport/tcp_spin.cc, lane_read in tcp_recv.cc): a waiting
 caller keeps its sockets between calls and the progress thread takes them back once it stops
 polling; a small frame is one recv; read-ahead bytes survive a full ring and frames cut across
-reads. Emulated hosts, TCP over loopback."""
+reads. Emulated hosts, TCP over loopback. Each case sets up the state it checks (whether the caller
+holds its sockets), so the order of the tests, and of test_tcp_zero_copy.py's sharing the pool,
+does not matter."""
 import pytest
 
 import latency_path_cases as cases
 
 LOOPBACK = {"COMMLIB_SOCKET_IFNAME": "lo"}
-# A spin long enough to cover a round trip on a loaded machine: the caller reads every answer.
-LONG_SPIN = {"COMMLIB_TCP_SPIN_US": "50000"}
+LONG_SPIN = cases.LONG_SPIN
 
 
 def hosts_pool(pool, hosts, **extra):
