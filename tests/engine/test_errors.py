@@ -18,9 +18,8 @@ def test_bad_arguments_raise_before_sending(pool, route, size):
     assert pool(size, env=ENV[route]).run(cases.bad_arguments, route) == [[]] * size
 
 
-MISMATCHES = ([("host", size, scenario) for size in (2, 3) for scenario in ("collective", "count", "dtype",
-                                                                            "algorithm", "root")]
-              + [("device", 3, scenario) for scenario in ("collective", "count", "dtype", "algorithm", "root")])
+MISMATCHES = [(route, size, scenario) for route, size in (("host", 2), ("host", 3), ("device", 3))
+              for scenario in ("collective", "count", "dtype", "algorithm", "root")]
 
 
 @pytest.mark.timeout(120)
