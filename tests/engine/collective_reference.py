@@ -41,14 +41,22 @@ class BF16(np.ndarray):
 
 
 def bf16_bits(values) -> BF16:
-    """bfloat16 bit patterns of ``values``, rounded to nearest even (finite values)."""
-    u = np.asarray(values, np.float32).view(np.uint32).astype(np.uint64)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16).view(BF16)
+    """bfloat16 bit patterns of ``values``, rounded to nearest even (finite values: no carry out
+    of 32 bits). In place on 32-bit words, as fast as torch's conversion."""
+    u = np.array(values, np.float32).view(np.uint32)
+    r = u >> 16
+    r &= 1
+    r += 0x7FFF
+    r += u
+    r >>= 16
+    return r.astype(np.uint16).view(BF16)
 
 
 def bf16_values(bits) -> np.ndarray:
     """The float64 values of bfloat16 bit patterns."""
-    return (np.asarray(bits).view(np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    u = np.asarray(bits).view(np.uint16).astype(np.uint32)
+    u <<= 16
+    return u.view(np.float32).astype(np.float64)
 
 
 def make(dtype: str, values: np.ndarray) -> np.ndarray:
