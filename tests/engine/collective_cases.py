@@ -38,9 +38,10 @@ class Failures(list):
             self.unrecorded += 1
 
     def listed(self) -> list:
-        """A plain list (what the rank sends back), ending with how many were not listed."""
-        extra = [f"... and {self.unrecorded} more failure(s) on this rank"] if self.unrecorded else []
-        return list(self) + extra
+        """A plain list (what the rank sends back), led by how many more were not listed (the
+        test shows the first lines)."""
+        extra = [f"{self.unrecorded} more failure(s) on this rank than listed here"] if self.unrecorded else []
+        return extra + list(self)
 
 
 def _torch():
