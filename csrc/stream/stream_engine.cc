@@ -100,6 +100,7 @@ StreamEngine::StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerC
   ctl_dev_ = device_->map_host(ctl_, ctl_bytes());
   inbox_ = device_->allocate(static_cast<size_t>(size_) * opts_.nslots * opts_.slot_bytes);
   own_stream_ = device_->create_stream();
+  events_ = std::make_unique<EventPool>(*device_);
   if (opts_.streams == 2) {
     send_stream_ = device_->create_stream();
     recv_stream_ = device_->create_stream();
@@ -375,6 +376,13 @@ void StreamEngine::release_memory(bool peers_closed) {
   if (kernel_) attempt("kernel path", [&] { kernel_->release(*own_stream_, peers_closed && !failed()); });
   attempt("synchronize", [&] { device_->synchronize(*own_stream_); });
   own_stream_.reset();  // its thread ends now, not when the last work handle goes
+  {
+    std::lock_guard<std::mutex> lk(mu_);  // the calls drained (close): their events go with their works
+    in_flight_.clear();
+    waits_.clear();
+  }
+  last_done_.reset();
+  events_->clear();
   send_stream_.reset();
   recv_stream_.reset();
   inbox_ = scratch_ = input_copy_ = nullptr;
