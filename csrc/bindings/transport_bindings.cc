@@ -1,10 +1,11 @@
 // Bootstrap-side objects: the TCP endpoint (listens at once so its address can be published
-// through the store before any rank connects) and HMAC-SHA256 for tests.
+// through the store before any rank connects), the transport table's choice and HMAC-SHA256 for tests.
 #include <pybind11/stl.h>
 
 #include "bindings/bindings.h"
 #include "bindings/transport_handles.h"
 #include "transport/hmac_sha256.h"
+#include "transport/registry.h"
 
 namespace py = pybind11;
 
@@ -37,6 +38,26 @@ void bind_transport(py::module_& m) {
           "Connect to every remote rank (tests; a communicator connects its own endpoint).")
       .def_property_readonly("rejected", [](const TcpEndpoint& e) { return e.transport ? e.transport->rejected() : 0; })
       .def_property_readonly("authenticated", [](const TcpEndpoint& e) { return e.transport && e.transport->authenticated(); });
+
+  m.def(
+      "transport_choice",
+      [](int rank, std::vector<int> host_of, bool host_region, std::vector<bool> net) {
+        Reach r;
+        r.rank = rank;
+        r.topo.host_of = std::move(host_of);
+        r.net = std::move(net);
+        r.host_region = host_region;
+        std::vector<std::string> names;
+        for (const TransportEntry* e : choose_transports(r)) names.push_back(e ? e->name : "self");
+        return names;
+      },
+      py::arg("rank"), py::arg("host_of"), py::arg("host_region"), py::arg("net"),
+      "The transport table's choice per peer (tests): `net[r]` says whether a TCP endpoint reaches rank r.");
+  m.def("transport_table", [] {
+    std::vector<std::string> names;
+    for (const TransportEntry& e : transport_table()) names.push_back(e.name);
+    return names;
+  }, "The transport table's entries, in order of preference.");
 
   m.def(
       "hmac_sha256",

@@ -6,7 +6,6 @@
 
 #include "common/topology.h"
 #include "transport/fabric.h"
-#include "transport/shm.h"
 #include "transport/tcp.h"
 
 namespace commlib {
@@ -28,17 +27,17 @@ std::unique_ptr<Communicator> make_communicator(CommSpec spec, std::unique_ptr<T
   if (static_cast<int>(topo.host_of.size()) != spec.size) throw std::invalid_argument("host_of: one entry per rank");
   for (int h : topo.host_of)
     if (h < 0 || h >= topo.hosts()) throw std::invalid_argument("host_of: host index out of range");
-  const std::vector<int> mine = topo.ranks_on(topo.host_of[spec.rank]);
-  int local_rank = 0;
-  while (mine[local_rank] != spec.rank) ++local_rank;
-  const int local_size = static_cast<int>(mine.size());
-  auto shm = std::make_unique<ShmTransport>(local_rank, local_size, spec.fd, shm_config_from_env(local_size));
-  std::unique_ptr<TcpTransport> tcp;
-  if (topo.hosts() > 1) {
+  FabricInputs in;
+  in.host_region_fd = spec.fd;
+  if (topo.hosts() > 1) {  // else the endpoint stays with the caller, unused
     if (!net) throw std::invalid_argument("tcp: ranks on other hosts need a TcpEndpoint");
-    tcp = std::move(net);
+    in.net = std::move(net);
+    for (int r = 0; r < spec.size; ++r) in.reach.net.push_back(in.net->reaches(r));
   }
-  auto fabric = std::make_unique<Fabric>(spec.rank, spec.size, std::move(topo), std::move(shm), std::move(tcp));
+  in.reach.rank = spec.rank;
+  in.reach.topo = std::move(topo);
+  in.reach.host_region = true;
+  auto fabric = std::make_unique<Fabric>(std::move(in));
   return std::make_unique<Communicator>(std::move(fabric), CommOptions{spec.timeout, spec.debug, spec.label});
 }
 
@@ -48,8 +47,12 @@ std::unique_ptr<Communicator> make_local_communicator(int rank, int size, int fd
   Topology topo;
   topo.host_of.assign(size, 0);
   topo.host_names = {"localhost"};
-  auto shm = std::make_unique<ShmTransport>(rank, size, fd, shm_config_from_env(size));
-  auto fabric = std::make_unique<Fabric>(rank, size, std::move(topo), std::move(shm), nullptr);
+  FabricInputs in;
+  in.reach.rank = rank;
+  in.reach.topo = std::move(topo);
+  in.reach.host_region = true;
+  in.host_region_fd = fd;
+  auto fabric = std::make_unique<Fabric>(std::move(in));
   return std::make_unique<Communicator>(std::move(fabric), CommOptions{timeout, debug, label});
 }
 

@@ -78,8 +78,8 @@ void Communicator::record_failure(const CommError& e, ErrorKind kind) {
   }
   // Outside mu_: a listener (a stream engine failing) calls back into fail_from_engine, which
   // then finds the communicator aborted and returns.
-  std::lock_guard<std::mutex> lk(listeners_mu_);
-  for (auto& l : abort_listeners_) l.second(kind, e.what());
+  const std::string message = e.what();
+  abort_listeners_.for_each([&](auto& fn) { fn(kind, message); });
 }
 
 void Communicator::fail_from_engine(ErrorKind kind, const std::string& message) {
@@ -87,10 +87,8 @@ void Communicator::fail_from_engine(ErrorKind kind, const std::string& message) 
 }
 
 int Communicator::add_abort_listener(std::function<void(ErrorKind, const std::string&)> fn) {
-  std::lock_guard<std::mutex> lk(listeners_mu_);
-  const int id = ++next_listener_;
-  abort_listeners_.emplace_back(id, fn);
-  if (aborted_.load(std::memory_order_acquire)) {
+  return abort_listeners_.add(std::move(fn), [this](auto& added) {
+    if (!aborted_.load(std::memory_order_acquire)) return;
     ErrorKind kind;
     std::string message;
     {
@@ -98,44 +96,15 @@ int Communicator::add_abort_listener(std::function<void(ErrorKind, const std::st
       kind = abort_kind_;
       message = abort_message_;
     }
-    fn(kind, message);
-  }
-  return id;
+    added(kind, message);
+  });
 }
 
-void Communicator::remove_abort_listener(int id) {
-  std::lock_guard<std::mutex> lk(listeners_mu_);
-  for (auto it = abort_listeners_.begin(); it != abort_listeners_.end(); ++it)
-    if (it->first == id) {
-      abort_listeners_.erase(it);
-      return;
-    }
-}
+void Communicator::remove_abort_listener(int id) { abort_listeners_.remove(id); }
 
-int Communicator::add_close_listener(std::function<void()> fn) {
-  std::lock_guard<std::recursive_mutex> lk(close_listeners_mu_);
-  const int id = ++next_close_listener_;
-  close_listeners_.emplace_back(id, std::move(fn));
-  return id;
-}
+int Communicator::add_close_listener(std::function<void()> fn) { return close_listeners_.add(std::move(fn)); }
 
-void Communicator::remove_close_listener(int id) {
-  std::lock_guard<std::recursive_mutex> lk(close_listeners_mu_);
-  for (auto it = close_listeners_.begin(); it != close_listeners_.end(); ++it)
-    if (it->first == id) {
-      close_listeners_.erase(it);
-      return;
-    }
-}
-
-void Communicator::run_close_listeners() {
-  // Held while they run: an engine destroyed on another thread meanwhile waits in its
-  // remove_close_listener rather than vanishing under its listener.
-  std::lock_guard<std::recursive_mutex> lk(close_listeners_mu_);
-  auto listeners = std::move(close_listeners_);
-  close_listeners_.clear();
-  for (auto& l : listeners) l.second();
-}
+void Communicator::remove_close_listener(int id) { close_listeners_.remove(id); }
 
 void Communicator::publish_call(const CallDesc& desc) {
   std::lock_guard<std::mutex> lk(publish_mu_);
@@ -257,7 +226,9 @@ void Communicator::close() {
   cv_.notify_all();
   lk.unlock();
   if (worker_.joinable()) worker_.join();
-  run_close_listeners();  // the stream engines, while the transport their watchdogs read is up
+  // The stream engines, while the transport their watchdogs read is up; an engine destroyed on
+  // another thread meanwhile waits in its remove_close_listener (the list's lock is held).
+  close_listeners_.take_all_and_call();
   // Unmap now rather than at garbage collection: peers keep their own mappings of the region.
   transport_->close();
   transport_.reset();

@@ -23,6 +23,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/listener_list.h"
 #include "common/types.h"
 #include "host/comm_options.h"
 #include "host/executor.h"
@@ -187,14 +188,10 @@ class Communicator {
   std::atomic<uint64_t> call_seq_{0};  // the last number taken (next_call_seq)
   std::mutex publish_mu_;
   uint64_t published_seq_ = 0;
-  std::mutex listeners_mu_;  // held while listeners run: remove_abort_listener waits for them
-  std::vector<std::pair<int, std::function<void(ErrorKind, const std::string&)>>> abort_listeners_;
-  int next_listener_ = 0;
-  // Recursive: a close listener (an engine closing) removes itself while it runs.
-  std::recursive_mutex close_listeners_mu_;
-  std::vector<std::pair<int, std::function<void()>>> close_listeners_;
-  int next_close_listener_ = 0;
-  void run_close_listeners();
+  // Held while they run (common/listener_list.h): remove_abort_listener waits for them; a close
+  // listener (an engine closing) removes itself while it runs.
+  ListenerList<std::function<void(ErrorKind, const std::string&)>> abort_listeners_;
+  ListenerList<std::function<void()>> close_listeners_;
 
   std::atomic<bool> aborted_{false};
   ErrorKind abort_kind_ = ErrorKind::None;

@@ -41,8 +41,8 @@ void Executor::check_peers_failed(const CallDesc& call) {
 
 // Payload bytes per chunk on link `l`: whole elements, and the same at both ends of the link (its
 // chunk size and the call's cap are).
-size_t Executor::chunk_for(Link& l, size_t esize) const {
-  const size_t chunk = chunk_cap_ ? std::min(chunk_cap_, l.chunk_bytes()) : l.chunk_bytes();
+size_t Executor::chunk_for(const Link& l, size_t esize) const {
+  const size_t chunk = chunk_cap_ ? std::min(chunk_cap_, l.caps().chunk_bytes) : l.caps().chunk_bytes;
   return std::max(chunk / esize * esize, esize);
 }
 
@@ -50,8 +50,8 @@ bool Executor::progress_send(ExecOp& o, size_t esize) {
   Link& l = t_.link(o.peer);
   const size_t cap = chunk_for(l, esize);
   if (o.mode < 0)  // decided once per message: the receiver takes either form
-    o.mode = (o.bytes > l.channel_bytes() && l.peer_reads_directly()) ? 1
-             : (o.bytes >= kInPlaceBytes && l.sends_in_place()) ? 2
+    o.mode = (o.bytes > l.caps().channel_bytes && l.peer_reads_directly()) ? 1
+             : (o.bytes >= kInPlaceBytes && l.caps().sends_in_place) ? 2
                                                                 : 0;
   if (o.mode == 2) return progress_send_in_place(o, l, cap);
   bool moved = false;
@@ -128,7 +128,7 @@ void Executor::post_receives(std::vector<ExecOp>& ops, DType dtype) {
   for (ExecOp& o : ops) {
     if (o.kind != OpKind::Recv || o.bytes < kInPlaceBytes) continue;
     Link& l = t_.link(o.peer);
-    if (!l.lands_in_place()) continue;
+    if (!l.caps().lands_in_place) continue;
     bool first = true;  // later messages from the same peer arrive behind this one: not posted
     for (const ExecOp& e : ops) {
       if (&e == &o) break;
@@ -193,7 +193,7 @@ bool Executor::progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
         // Peers are not trusted: a rendezvous chunk makes us read the sender's memory at an address
         // it chose, so accept one only when this rank turned single-copy reads on; unknown flag bits
         // mean a corrupt header.
-        if ((h->flags & ~(kChunkRendezvous | (landed ? kChunkLanded : 0u))) || (rendezvous && !l.accepts_rendezvous()))
+        if ((h->flags & ~(kChunkRendezvous | (landed ? kChunkLanded : 0u))) || (rendezvous && !l.caps().accepts_rendezvous))
           fail(ErrorKind::Comm, "rank " + std::to_string(t_.rank()) + " in " + describe_call(call) +
                                     " received from rank " + std::to_string(o.peer) + " a chunk with invalid flags " +
                                     std::to_string(h->flags));
@@ -344,34 +344,18 @@ void Executor::run_step(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
   }
 }
 
-int Executor::add_p2p_probe(P2PProbe fn) {
-  std::lock_guard<std::mutex> lk(probes_mu_);
-  probes_.emplace_back(++next_probe_, std::move(fn));
-  return next_probe_;
-}
-
-void Executor::remove_p2p_probe(int id) {
-  std::lock_guard<std::mutex> lk(probes_mu_);
-  for (auto it = probes_.begin(); it != probes_.end(); ++it)
-    if (it->first == id) {
-      probes_.erase(it);
-      return;
-    }
-}
-
 void Executor::check_device_messages(const std::vector<ExecOp>& ops) {
   // Point-to-point messages of a pair share one numbering on host and device buffers: a receive
   // whose message the peer sent on a device buffer is a mismatch (the stream engine's probe).
-  std::lock_guard<std::mutex> lk(probes_mu_);
   for (const ExecOp& o : ops) {
     if (o.kind != OpKind::Recv || o.finished || o.desc.coll != static_cast<uint8_t>(Collective::Send)) continue;
-    for (auto& [id, probe] : probes_) {
+    probes_.for_each([&](P2PProbe& probe) {
       CallDesc sent;
       if (probe(o.peer, o.desc, &sent))
         fail(ErrorKind::Mismatch, "rank " + std::to_string(t_.rank()) + " receives " + describe_call(o.desc) +
                                       " from rank " + std::to_string(o.peer) + " but rank " + std::to_string(o.peer) +
                                       " sent " + describe_call(sent));
-    }
+    });
   }
 }
 

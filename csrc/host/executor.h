@@ -8,10 +8,10 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "common/listener_list.h"
 #include "common/types.h"
 #include "schedule/ir.h"
 #include "transport/fabric.h"
@@ -28,7 +28,7 @@ struct ExecOp {
   size_t done = 0;            // bytes moved so far
   bool finished = false;      // all chunks moved (a zero-byte message still moves one header)
   int8_t mode = -1;           // Send: -1 undecided, 0 copied through the channel, 1 rendezvous,
-                              // 2 in place (the link writes from src; see Link::sends_in_place)
+                              // 2 in place (the link writes from src; see LinkCaps::sends_in_place)
                               // Recv: 3 posted (the link may land chunks straight in dst)
   uint64_t rendezvous = 0;    // Send by rendezvous: the peer's ack count that completes it; in
                               // place: the link's ticket of the last chunk (0: not all published)
@@ -74,8 +74,8 @@ class Executor {
   // Probes asked, while a point-to-point receive waits, whether the peer sent that message on a
   // device buffer instead (the stream engine's, Communicator::add_p2p_probe): a mismatch.
   using P2PProbe = std::function<bool(int peer, const CallDesc& want, CallDesc* sent)>;
-  int add_p2p_probe(P2PProbe fn);
-  void remove_p2p_probe(int id);
+  int add_p2p_probe(P2PProbe fn) { return probes_.add(std::move(fn)); }
+  void remove_p2p_probe(int id) { probes_.remove(id); }
 
   void begin_call(size_t footprint_bytes, size_t chunk_cap = 0) {
     stream_call_ = opts_.stream_bytes && footprint_bytes >= opts_.stream_bytes;
@@ -91,7 +91,7 @@ class Executor {
   void post_receives(std::vector<ExecOp>& ops, DType dtype);
   // Leaves no link holding a pointer into the step's buffers (run_step's exit, also by exception).
   void release_buffers(std::vector<ExecOp>& ops);
-  size_t chunk_for(Link& l, size_t esize) const;
+  size_t chunk_for(const Link& l, size_t esize) const;
   void receive_rendezvous(ExecOp& o, const char* payload, DType dtype, RedOp op);
   void on_idle(std::vector<ExecOp>& ops, const CallDesc& call,
                std::chrono::steady_clock::time_point last_progress, bool slow_checks);
@@ -104,9 +104,7 @@ class Executor {
   ExecOptions opts_;
   std::vector<uint64_t> rendezvous_sent_;  // per peer
   std::vector<char> bounce_;               // cache-sized staging for reductions of direct reads
-  std::mutex probes_mu_;
-  std::vector<std::pair<int, P2PProbe>> probes_;
-  int next_probe_ = 0;
+  ListenerList<P2PProbe> probes_;
 };
 
 }  // namespace commlib

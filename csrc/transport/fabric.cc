@@ -2,72 +2,105 @@
 
 #include <stdexcept>
 
+#include "transport/tcp.h"
+
 namespace commlib {
 
-Fabric::Fabric(int rank, int size, Topology topo, std::unique_ptr<ShmTransport> local, std::unique_ptr<TcpTransport> net)
-    : rank_(rank), size_(size), topo_(std::move(topo)), local_index_(size, -1), local_(std::move(local)),
-      net_(std::move(net)), links_(size) {
-  if (static_cast<int>(topo_.host_of.size()) != size) throw std::invalid_argument("topology: one host per rank expected");
-  const std::vector<int> mine = topo_.ranks_on(topo_.host_of[rank]);
-  for (size_t i = 0; i < mine.size(); ++i) local_index_[mine[i]] = static_cast<int>(i);
-  if (!local_ || local_->size() != static_cast<int>(mine.size()) || local_->rank() != local_index_[rank])
-    throw std::invalid_argument("shm: the host's domain does not match the topology");
-  if (!net_ && topo_.hosts() > 1) throw std::invalid_argument("tcp: ranks on other hosts but no tcp transport");
-  if (net_) net_->set_waker(local_.get());
-  for (int p = 0; p < size; ++p) {
-    if (p == rank) continue;
-    if (local_index_[p] >= 0)
-      links_[p] = std::make_unique<DomainLink>(*local_, local_index_[p], LinkKind::Shm);
+Fabric::Fabric(FabricInputs in)
+    : rank_(in.reach.rank),
+      size_(static_cast<int>(in.reach.topo.host_of.size())),
+      topo_(in.reach.topo),
+      domain_of_(size_, -1),
+      links_(size_) {
+  const std::vector<const TransportEntry*> chosen = choose_transports(in.reach);
+  for (const TransportEntry& e : transport_table()) {
+    std::vector<int> members;
+    for (int p = 0; p < size_; ++p)
+      if (chosen[p] == &e || p == rank_) members.push_back(p);
+    if (members.size() == 1 && !e.home) continue;  // carries no peer of this rank
+    Domain d = e.create(in, members);
+    d.entry = &e;
+    for (int p : members)
+      if (p != rank_) domain_of_[p] = static_cast<int>(domains_.size());
+    domains_.push_back(std::move(d));
+  }
+  for (Domain& d : domains_) {
+    if (d.entry->home)
+      home_ = d.transport.get();
     else
-      links_[p] = std::make_unique<DomainLink>(*net_, p, LinkKind::Tcp);
+      spinners_.push_back(d.transport.get());
+  }
+  if (!home_) throw std::logic_error("transport table: no home domain");
+  for (Transport* t : spinners_) t->set_waker(home_);
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    Domain& d = domain_of(p);
+    links_[p] = d.transport->make_link(d.index[p]);
+    links_[p]->refresh_caps();
   }
 }
 
 Fabric::~Fabric() { close(); }
 
+const char* Fabric::transport_name(int peer) const {
+  return peer == rank_ ? "self" : domains_[domain_of_[peer]].entry->name;
+}
+
+TcpTransport* Fabric::tcp() {
+  for (Domain& d : domains_)
+    if (auto* t = dynamic_cast<TcpTransport*>(d.transport.get())) return t;
+  return nullptr;
+}
+
 void Fabric::wait_events(uint32_t seen, int64_t timeout_us) {
-  // The TCP spin polls the sockets from this thread (TcpTransport::spin_until); it returns early
-  // once this rank's doorbell moved (a delivery from either domain).
-  if (net_ && net_->spin_until(*local_, seen)) return;
-  local_->wait_events(seen, timeout_us);
+  // A spinning domain returns early once this rank's doorbell moved (a delivery from any domain).
+  for (Transport* t : spinners_)
+    if (t->spin_until(*home_, seen)) return;
+  home_->wait_events(seen, timeout_us);
 }
 
 PeerStatus Fabric::peer_status(int peer, bool check_process) {
-  return local_index_[peer] >= 0 ? local_->peer_status(local_index_[peer], check_process)
-                                 : net_->peer_status(peer, check_process);
+  Domain& d = domain_of(peer);
+  return d.transport->peer_status(d.index[peer], check_process);
 }
 
-bool Fabric::peer_call(int peer, CallDesc* d) {
-  return local_index_[peer] >= 0 ? local_->peer_call(local_index_[peer], d) : net_->peer_call(peer, d);
+bool Fabric::peer_call(int peer, CallDesc* desc) {
+  Domain& d = domain_of(peer);
+  return d.transport->peer_call(d.index[peer], desc);
 }
 
 int Fabric::peer_pid(int peer) {
-  return local_index_[peer] >= 0 ? local_->peer_pid(local_index_[peer]) : net_->peer_pid(peer);
+  Domain& d = domain_of(peer);
+  return d.transport->peer_pid(d.index[peer]);
 }
 
 std::string Fabric::describe_peer(int peer) {
-  const bool here = local_index_[peer] >= 0;
-  const int pid = here ? local_->peer_pid(local_index_[peer]) : net_->peer_pid(peer);
-  std::string s = "rank " + std::to_string(peer) + " (pid " + std::to_string(pid);
-  if (!here) s += " on host " + topo_.host_names[topo_.host_of[peer]];
+  std::string s = "rank " + std::to_string(peer) + " (pid " + std::to_string(peer_pid(peer));
+  if (topo_.host_of[peer] != topo_.host_of[rank_]) s += " on host " + topo_.host_names[topo_.host_of[peer]];
   return s + ")";
 }
 
 void Fabric::publish_failure(ErrorKind kind, const std::string& message) {
-  local_->publish_failure(kind, message);
-  if (net_) net_->publish_failure(kind, message);
+  for (Domain& d : domains_) d.transport->publish_failure(kind, message);
 }
 
-void Fabric::publish_call(const CallDesc& d) {
-  local_->publish_call(d);
-  if (net_) net_->publish_call(d);
+void Fabric::publish_call(const CallDesc& desc) {
+  for (Domain& d : domains_) d.transport->publish_call(desc);
+}
+
+bool Fabric::enable_direct_reads() {
+  bool any = false;
+  for (Domain& d : domains_) any |= d.transport->enable_direct_reads();
+  for (auto& l : links_)
+    if (l) l->refresh_caps();
+  return any;
 }
 
 void Fabric::close() {
   if (closed_) return;
   closed_ = true;
-  if (net_) net_->close();
-  local_->close();
+  // Reverse table order: tcp's progress thread stops before the region it rings is marked closed.
+  for (auto it = domains_.rbegin(); it != domains_.rend(); ++it) it->transport->close();
 }
 
 }  // namespace commlib

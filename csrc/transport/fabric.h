@@ -1,9 +1,12 @@
-// What the executor talks to: one Link per peer and a control plane that routes each question
-// about a peer to the transport domain that reaches it (shm for ranks on this host, tcp for the
-// others), while publishing this rank's own state (call, failure, close) to every domain.
+// What the executor talks to: one Link per peer, and a control plane that routes each question
+// about a peer to the domain that reaches it, while publishing this rank's own state (call,
+// failure, close) to every domain. Which domain reaches which peer is the transport table's choice
+// (registry.h: the first entry that can connect the pair; shm on the same host, tcp otherwise).
 //
-// A rank always sleeps on the shm domain's event counter (a host with one rank has a one-rank
-// shm domain): the tcp progress thread rings it too, so one wait covers every link.
+// A rank always sleeps on the home domain's event counter (shm; a host with one rank has a
+// one-rank shm domain): the other domains ring it too (tcp's progress thread), so one wait covers
+// every link; before it sleeps, the other domains may make progress from the waiting thread (tcp
+// polls its sockets for the spin time).
 #pragma once
 
 #include <memory>
@@ -12,16 +15,16 @@
 
 #include "common/topology.h"
 #include "transport/link.h"
-#include "transport/shm.h"
-#include "transport/tcp.h"
+#include "transport/registry.h"
 
 namespace commlib {
 
+class TcpTransport;
+
 class Fabric {
  public:
-  // `local` reaches the ranks on this rank's host (its indices follow topo's order of those
-  // ranks); `net` (may be null when there is one host) reaches every other rank.
-  Fabric(int rank, int size, Topology topo, std::unique_ptr<ShmTransport> local, std::unique_ptr<TcpTransport> net);
+  // Builds the domains the table chooses for this rank's peers from what the bootstrap gathered.
+  explicit Fabric(FabricInputs in);
   ~Fabric();
 
   int rank() const { return rank_; }
@@ -29,29 +32,35 @@ class Fabric {
   const Topology& topology() const { return topo_; }
   Link& link(int peer) { return *links_[peer]; }
   LinkKind link_kind(int peer) const { return peer == rank_ ? LinkKind::Self : links_[peer]->kind(); }
-  bool multi_host() const { return net_ != nullptr; }
-  TcpTransport* tcp() { return net_.get(); }
+  // The table entry that carries each peer ("self" for this rank).
+  const char* transport_name(int peer) const;
+  TcpTransport* tcp();  // the tcp domain, null when no peer is on another host
 
-  uint32_t events() { return local_->events(); }
-  // With TCP peers, the wait first polls their sockets from this thread for the spin time, so a
-  // small message is read by the rank that waits for it, not handed over by the progress thread.
+  uint32_t events() { return home_->events(); }
+  // Lets every other domain make progress from this thread for its spin time (tcp), so a small
+  // message is read by the rank that waits for it, not handed over by a progress thread; then
+  // sleeps on the home domain's counter.
   void wait_events(uint32_t seen, int64_t timeout_us);
 
   PeerStatus peer_status(int peer, bool check_process);
   bool peer_call(int peer, CallDesc* d);
-  std::string describe_peer(int peer);
-  int peer_pid(int peer);  // "rank 3 (pid 123)" or "rank 3 (pid 123 on host b)"
+  std::string describe_peer(int peer);  // "rank 3 (pid 123)" or "rank 3 (pid 123 on host b)"
+  int peer_pid(int peer);
   void publish_failure(ErrorKind kind, const std::string& message);
   void publish_call(const CallDesc& d);
-  bool enable_direct_reads() { return local_->enable_direct_reads(); }
+  // Single-copy reads where a domain allows them; the links' capabilities are queried again.
+  bool enable_direct_reads();
   void close();
 
  private:
+  Domain& domain_of(int peer) { return domains_[domain_of_[peer]]; }
+
   int rank_, size_;
   Topology topo_;
-  std::vector<int> local_index_;  // by global rank: index in the shm domain, -1 when remote
-  std::unique_ptr<ShmTransport> local_;
-  std::unique_ptr<TcpTransport> net_;
+  std::vector<Domain> domains_;   // in table order
+  std::vector<int> domain_of_;    // by global rank: index in domains_ (-1: this rank)
+  Transport* home_ = nullptr;
+  std::vector<Transport*> spinners_;  // the domains other than home, asked to spin before a sleep
   std::vector<std::unique_ptr<Link>> links_;
   bool closed_ = false;
 };

@@ -1,9 +1,16 @@
-// The data plane between two ranks: a bounded channel of chunks in each direction, the seam every
-// transport (shm within a host, tcp across hosts, device links later) presents to the executor.
-// A Link is what NCCL calls a connector: the executor fills send chunks in place and reads
-// received chunks in place, never knowing which mechanism moves them.
+// The data plane between two ranks: a bounded channel of chunks in each direction. A Link is what
+// NCCL calls a connector, and the one per-peer seam of the data plane: each transport provides
+// its own link class (ShmLink, TcpLink) that moves chunks itself, with direct access to its
+// channel; the executor fills send chunks in place and reads received chunks in place, never
+// knowing which mechanism moves them. The domain-level duties (events, waiting, the control
+// plane) stay with the Transport that made the link (transport.h).
+//
+// What a link can do is queried once, into LinkCaps, when the Fabric makes it (and again when
+// this rank turns single-copy reads on), so the executor reads plain fields, not virtual calls,
+// while it decides how to move each message.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -22,12 +29,36 @@ inline const char* link_kind_name(LinkKind k) {
   }
 }
 
+struct LinkCaps {
+  LinkKind kind = LinkKind::Self;
+  size_t chunk_bytes = 0;    // payload capacity of one chunk (same at both ends)
+  size_t channel_bytes = 0;  // bytes the channel buffers
+  // Zero-copy sends: the link writes a chunk's payload from the caller's buffer (see Link).
+  bool sends_in_place = false;
+  // Posted receives: the link may write matching chunks straight into a posted destination.
+  bool lands_in_place = false;
+  // This rank turned single-copy reads on, so rendezvous chunks from the peer are welcome (a
+  // rendezvous chunk makes us read the sender's memory at an address it chose).
+  bool accepts_rendezvous = false;
+  // The peer's own announcement that it reads this rank's memory directly (null: the link cannot
+  // carry single-copy transfers). A live flag, not a cached answer: a peer announces it once it
+  // has probed every rank, possibly after this rank's first calls, which go through the channel.
+  const std::atomic<uint32_t>* peer_reads_flag = nullptr;
+};
+
 class Link {
  public:
   virtual ~Link() = default;
-  virtual LinkKind kind() const = 0;
-  virtual size_t chunk_bytes() const = 0;    // payload capacity of one chunk (same at both ends)
-  virtual size_t channel_bytes() const = 0;  // bytes the channel buffers
+
+  const LinkCaps& caps() const { return caps_; }
+  LinkKind kind() const { return caps_.kind; }
+  // Single-copy transfers: the peer can read this process's memory, so a message larger than the
+  // channel may go as a rendezvous chunk (the receiver reads it, then acknowledges with ack()).
+  bool peer_reads_directly() const {
+    return caps_.peer_reads_flag && caps_.peer_reads_flag->load(std::memory_order_acquire) != 0;
+  }
+  // Queries the capabilities again (the Fabric calls it at creation and once direct reads are on).
+  void refresh_caps() { caps_ = query_caps(); }
 
   // Send side: a free chunk to fill, or nullptr while the channel is full; publish makes it visible.
   virtual ChunkHeader* acquire_send(char** payload) = 0;
@@ -36,56 +67,37 @@ class Link {
   virtual const ChunkHeader* peek_recv(const char** payload) = 0;
   virtual void release_recv() = 0;
 
-  // Single-copy transfers (see Transport): only links whose peer can read this process's memory.
-  virtual bool peer_reads_directly() { return false; }
-  // This rank turned single-copy reads on, so rendezvous chunks from the peer are welcome (a
-  // rendezvous chunk makes us read the sender's memory at an address it chose).
-  virtual bool accepts_rendezvous() { return false; }
-  virtual void read_peer(void* dst, uint64_t remote, size_t bytes) = 0;
-  virtual void ack() = 0;
-  virtual uint64_t acked() = 0;
+  // Single-copy transfers (peer_reads_directly): read_peer copies `bytes` from address `remote`
+  // of the peer into `dst`; the receiver acknowledges each rendezvous message it consumed with
+  // ack(), the sender counts them with acked().
+  virtual void read_peer(void* dst, uint64_t remote, size_t bytes);
+  virtual void ack() {}
+  virtual uint64_t acked() { return 0; }
 
-  // Zero-copy sends and posted receives: see Transport.
-  virtual bool sends_in_place() { return false; }
+  // Zero-copy sends (caps.sends_in_place): publish_send_in_place publishes the acquired chunk with
+  // its payload left at `data`; that memory must not change until sends_completed() reaches the
+  // returned ticket, or until detach_sends() copied what is still unsent into the link's own
+  // buffer (an error path leaving before completion).
   virtual uint64_t publish_send_in_place(const char*) { return publish_send(), 0; }
   virtual uint64_t sends_completed() { return 0; }
   virtual void detach_sends() {}
-  virtual bool lands_in_place() { return false; }
+  // Posted receives (caps.lands_in_place): the next message is `desc`, `bytes` long in chunks of
+  // `chunk` bytes, and goes to `dst`; chunks that match exactly are read straight into dst and
+  // arrive flagged kChunkLanded. unpost_recv withdraws dst (the link writes there no more).
   virtual void post_recv(const CallDesc&, char*, size_t, size_t) {}
   virtual void unpost_recv() {}
-};
 
-// A Link onto one peer of a transport domain (a set of ranks one mechanism reaches: the ranks of
-// this host for shm, every rank for tcp); `index` is the peer's rank inside that domain.
-class DomainLink final : public Link {
- public:
-  DomainLink(Transport& t, int index, LinkKind kind) : t_(t), index_(index), kind_(kind) {}
-  LinkKind kind() const override { return kind_; }
-  size_t chunk_bytes() const override { return t_.chunk_bytes(); }
-  size_t channel_bytes() const override { return t_.channel_bytes(); }
-  ChunkHeader* acquire_send(char** payload) override { return t_.acquire_send(index_, payload); }
-  void publish_send() override { t_.publish_send(index_); }
-  const ChunkHeader* peek_recv(const char** payload) override { return t_.peek_recv(index_, payload); }
-  void release_recv() override { t_.release_recv(index_); }
-  bool peer_reads_directly() override { return t_.peer_reads_directly(index_); }
-  bool accepts_rendezvous() override { return t_.peer_reads_directly(t_.rank()); }
-  void read_peer(void* dst, uint64_t remote, size_t bytes) override { t_.read_peer(index_, dst, remote, bytes); }
-  void ack() override { t_.ack(index_); }
-  uint64_t acked() override { return t_.acked(index_); }
-  bool sends_in_place() override { return t_.sends_in_place(index_); }
-  uint64_t publish_send_in_place(const char* data) override { return t_.publish_send_in_place(index_, data); }
-  uint64_t sends_completed() override { return t_.sends_completed(index_); }
-  void detach_sends() override { t_.detach_sends(index_); }
-  bool lands_in_place() override { return t_.lands_in_place(index_); }
-  void post_recv(const CallDesc& d, char* dst, size_t bytes, size_t chunk) override {
-    t_.post_recv(index_, d, dst, bytes, chunk);
-  }
-  void unpost_recv() override { t_.unpost_recv(index_); }
+ protected:
+  // What this link can do now (its transport's settings, this rank's direct-read state).
+  virtual LinkCaps query_caps() const = 0;
 
  private:
-  Transport& t_;
-  int index_;
-  LinkKind kind_;
+  LinkCaps caps_;
 };
+
+// Only links with a peer_reads_flag receive rendezvous chunks (the executor refuses them otherwise).
+inline void Link::read_peer(void*, uint64_t, size_t) {
+  throw CommError("link: a " + std::string(link_kind_name(kind())) + " link cannot read its peer's memory");
+}
 
 }  // namespace commlib

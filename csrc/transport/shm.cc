@@ -194,35 +194,55 @@ void ShmTransport::ring(int peer) {
   if (c.sleeping.load(std::memory_order_seq_cst)) futex_wake(&c.doorbell);
 }
 
-ChunkHeader* ShmTransport::acquire_send(int peer, char** payload) {
-  ChannelCtl& ch = channel(rank_, peer);
-  uint64_t t = ch.tail.load(std::memory_order_relaxed);
-  uint64_t h = ch.head.load(std::memory_order_acquire);
-  if (t - h >= nslots_) return nullptr;
-  char* s = slot(rank_, peer, t);
+ShmLink::ShmLink(ShmTransport& t, int peer)
+    : t_(t),
+      peer_(peer),
+      out_(t.channel(t.rank_, peer)),
+      in_(t.channel(peer, t.rank_)),
+      out_slots_(t.slot(t.rank_, peer, 0)),
+      in_slots_(t.slot(peer, t.rank_, 0)),
+      peer_ctl_(t.ctl(peer)) {}
+
+std::unique_ptr<Link> ShmTransport::make_link(int peer) {
+  if (peer < 0 || peer >= size_ || peer == rank_) throw std::invalid_argument("shm: no link to domain rank " + std::to_string(peer));
+  return std::make_unique<ShmLink>(*this, peer);
+}
+
+LinkCaps ShmLink::query_caps() const {
+  LinkCaps c;
+  c.kind = LinkKind::Shm;
+  c.chunk_bytes = t_.chunk_bytes();
+  c.channel_bytes = t_.channel_bytes();
+  c.accepts_rendezvous = t_.direct_reads();
+  c.peer_reads_flag = &peer_ctl_.reads_directly;
+  return c;
+}
+
+ChunkHeader* ShmLink::acquire_send(char** payload) {
+  uint64_t t = out_.tail.load(std::memory_order_relaxed);
+  uint64_t h = out_.head.load(std::memory_order_acquire);
+  if (t - h >= t_.nslots_) return nullptr;
+  char* s = out_slots_ + (t % t_.nslots_) * t_.slot_stride_;
   *payload = s + round_up(sizeof(ChunkHeader), kLine);
   return reinterpret_cast<ChunkHeader*>(s);
 }
 
-void ShmTransport::publish_send(int peer) {
-  ChannelCtl& ch = channel(rank_, peer);
-  ch.tail.store(ch.tail.load(std::memory_order_relaxed) + 1, std::memory_order_release);
-  ring(peer);
+void ShmLink::publish_send() {
+  out_.tail.store(out_.tail.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  t_.ring(peer_);
 }
 
-const ChunkHeader* ShmTransport::peek_recv(int peer, const char** payload) {
-  ChannelCtl& ch = channel(peer, rank_);
-  uint64_t h = ch.head.load(std::memory_order_relaxed);
-  if (ch.tail.load(std::memory_order_acquire) == h) return nullptr;
-  char* s = slot(peer, rank_, h);
+const ChunkHeader* ShmLink::peek_recv(const char** payload) {
+  uint64_t h = in_.head.load(std::memory_order_relaxed);
+  if (in_.tail.load(std::memory_order_acquire) == h) return nullptr;
+  const char* s = in_slots_ + (h % t_.nslots_) * t_.slot_stride_;
   *payload = s + round_up(sizeof(ChunkHeader), kLine);
   return reinterpret_cast<const ChunkHeader*>(s);
 }
 
-void ShmTransport::release_recv(int peer) {
-  ChannelCtl& ch = channel(peer, rank_);
-  ch.head.store(ch.head.load(std::memory_order_relaxed) + 1, std::memory_order_release);
-  ring(peer);
+void ShmLink::release_recv() {
+  in_.head.store(in_.head.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  t_.ring(peer_);
 }
 
 bool ShmTransport::enable_direct_reads() {
@@ -247,14 +267,8 @@ bool ShmTransport::enable_direct_reads() {
   return true;
 }
 
-bool ShmTransport::peer_reads_directly(int peer) {
-  // This rank's own answer is kept privately: its shared control block is writable by peers.
-  if (peer == rank_) return direct_reads_;
-  return ctl(peer).reads_directly.load(std::memory_order_acquire) != 0;
-}
-
-void ShmTransport::read_peer(int peer, void* dst, uint64_t remote, size_t bytes) {
-  const pid_t pid = ctl(peer).pid.load(std::memory_order_relaxed);
+void ShmLink::read_peer(void* dst, uint64_t remote, size_t bytes) {
+  const pid_t pid = peer_ctl_.pid.load(std::memory_order_relaxed);
   char* out = static_cast<char*>(dst);
   while (bytes) {
     struct iovec local = {out, bytes};
@@ -262,7 +276,7 @@ void ShmTransport::read_peer(int peer, void* dst, uint64_t remote, size_t bytes)
     ssize_t n = process_vm_readv(pid, &local, 1, &rem, 1, 0);
     if (n <= 0) {
       if (n < 0 && errno == EINTR) continue;
-      throw PeerError("rank " + std::to_string(rank_) + " could not read rank " + std::to_string(peer) +
+      throw PeerError("rank " + std::to_string(t_.rank_) + " could not read rank " + std::to_string(peer_) +
                       "'s buffer (process_vm_readv: " + std::strerror(n < 0 ? errno : EIO) + ")");
     }
     out += n;
@@ -271,13 +285,12 @@ void ShmTransport::read_peer(int peer, void* dst, uint64_t remote, size_t bytes)
   }
 }
 
-void ShmTransport::ack(int peer) {
-  ChannelCtl& ch = channel(peer, rank_);
-  ch.acked.store(ch.acked.load(std::memory_order_relaxed) + 1, std::memory_order_release);
-  ring(peer);
+void ShmLink::ack() {
+  in_.acked.store(in_.acked.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  t_.ring(peer_);
 }
 
-uint64_t ShmTransport::acked(int peer) { return channel(rank_, peer).acked.load(std::memory_order_acquire); }
+uint64_t ShmLink::acked() { return out_.acked.load(std::memory_order_acquire); }
 
 uint32_t ShmTransport::events() { return ctl(rank_).doorbell.load(std::memory_order_acquire); }
 

@@ -14,7 +14,9 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
+#include "transport/link.h"
 #include "transport/transport.h"
 
 #include "common/params.h"
@@ -41,22 +43,15 @@ class ShmTransport final : public Transport {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  size_t chunk_bytes() const override { return slot_bytes_; }
+  size_t chunk_bytes() const { return slot_bytes_; }
+  size_t channel_bytes() const { return nslots_ * slot_bytes_; }
 
-  ChunkHeader* acquire_send(int peer, char** payload) override;
-  void publish_send(int peer) override;
-  const ChunkHeader* peek_recv(int peer, const char** payload) override;
-  void release_recv(int peer) override;
-
-  bool peer_reads_directly(int peer) override;
-  void read_peer(int peer, void* dst, uint64_t remote, size_t bytes) override;
-  void ack(int peer) override;
-  uint64_t acked(int peer) override;
-  size_t channel_bytes() const override { return nslots_ * slot_bytes_; }
+  std::unique_ptr<Link> make_link(int peer) override;
   // With COMMLIB_CMA=1: checks that this process can read every peer's memory (process_vm_readv)
   // and, if so, tells the peers they may send it messages larger than a channel by rendezvous
   // (single copy). Call once every rank has mapped the region.
   bool enable_direct_reads() override;
+  bool direct_reads() const { return direct_reads_; }  // this rank's own answer (kept privately)
 
   uint32_t events() override;
   void wait_events(uint32_t seen, int64_t timeout_us) override;
@@ -73,6 +68,7 @@ class ShmTransport final : public Transport {
   struct ChannelCtl;
 
  private:
+  friend class ShmLink;
   RankCtl& ctl(int r) const;
   ChannelCtl& channel(int src, int dst) const;
   char* slot(int src, int dst, uint64_t index) const;
@@ -88,6 +84,32 @@ class ShmTransport final : public Transport {
   size_t ctl_offset_ = 0, chan_offset_ = 0;
   bool closed_ = false;
   bool direct_reads_ = false;  // this rank turned single-copy reads on (enable_direct_reads)
+};
+
+// One peer's pair of rings in the region (this rank -> peer, peer -> this rank), located once:
+// each chunk operation is a few loads and stores on the ring and a doorbell ring, no lookups.
+class ShmLink final : public Link {
+ public:
+  ShmLink(ShmTransport& t, int peer);
+  ChunkHeader* acquire_send(char** payload) override;
+  void publish_send() override;
+  const ChunkHeader* peek_recv(const char** payload) override;
+  void release_recv() override;
+  void read_peer(void* dst, uint64_t remote, size_t bytes) override;
+  void ack() override;
+  uint64_t acked() override;
+
+ protected:
+  LinkCaps query_caps() const override;
+
+ private:
+  ShmTransport& t_;
+  int peer_;
+  ShmTransport::ChannelCtl& out_;  // this rank -> peer
+  ShmTransport::ChannelCtl& in_;   // peer -> this rank
+  char* out_slots_;
+  const char* in_slots_;
+  ShmTransport::RankCtl& peer_ctl_;
 };
 
 }  // namespace commlib

@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "transport/link.h"
 #include "transport/tcp_socket.h"
 #include "transport/transport.h"
 
@@ -58,6 +59,7 @@ class TcpTransport final : public Transport {
   // connect here, all within the timeout. `addresses[r]` is rank r's address ("" if not remote).
   void connect(const std::vector<std::string>& addresses);
   bool authenticated() const { return !key_.empty(); }
+  bool reaches(int r) const { return r >= 0 && r < size_ && remote_[r]; }  // `remote` at creation
   // Connections refused so far (failed handshakes, garbage, unknown ranks): tests read it.
   uint64_t rejected() const { return rejected_.load(); }
   // Which data paths ran (tests check that zero-copy and caller polling are taken).
@@ -75,28 +77,17 @@ class TcpTransport final : public Transport {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  size_t chunk_bytes() const override { return cfg_.chunk_bytes; }
-  size_t channel_bytes() const override { return cfg_.nslots * cfg_.chunk_bytes; }
+  size_t chunk_bytes() const { return cfg_.chunk_bytes; }
+  size_t channel_bytes() const { return cfg_.nslots * cfg_.chunk_bytes; }
+  std::unique_ptr<Link> make_link(int peer) override;  // peer: a global rank this endpoint reaches
 
-  ChunkHeader* acquire_send(int peer, char** payload) override;
-  void publish_send(int peer) override;
-  const ChunkHeader* peek_recv(int peer, const char** payload) override;
-  void release_recv(int peer) override;
-
-  bool sends_in_place(int) override { return true; }
-  uint64_t publish_send_in_place(int peer, const char* data) override;
-  uint64_t sends_completed(int peer) override;
-  void detach_sends(int peer) override;
-  bool lands_in_place(int) override { return true; }
-  void post_recv(int peer, const CallDesc& d, char* dst, size_t bytes, size_t chunk) override;
-  void unpost_recv(int peer) override;
   // The waiting caller's spin (tcp_spin.cc): polls this rank's sockets from the calling thread,
   // offering the core between polls, until `local`'s event counter leaves `seen` (a delivery from
   // either domain) or the spin time (COMMLIB_TCP_SPIN_US) is up; true if it moved. While a caller
   // polls, the progress thread leaves the sockets to it; the caller keeps them after a successful
   // spin (the next wait polls again, no epoll change per call) and hands them back before it
   // sleeps; the progress thread takes them back once nobody polled for a while.
-  bool spin_until(Transport& local, uint32_t seen);
+  bool spin_until(Transport& local, uint32_t seen) override;
   // The caller's thread reads whatever its sockets hold (no hand-off through the progress
   // thread); returns at once where the progress thread is reading. Rings the doorbell on delivery.
   void poll();
@@ -104,16 +95,11 @@ class TcpTransport final : public Transport {
   // hand-off for data it would only race the caller for).
   void hold_reading(bool hold);
 
-  bool peer_reads_directly(int) override { return false; }
-  void read_peer(int peer, void*, uint64_t, size_t) override;
-  void ack(int) override {}
-  uint64_t acked(int) override { return 0; }
-
   uint32_t events() override { return events_.load(std::memory_order_acquire); }
   void wait_events(uint32_t seen, int64_t timeout_us) override;
   void wake() override;
   // Also wake this (another domain's) event counter whenever TCP delivers something.
-  void set_waker(Transport* other) { waker_ = other; }
+  void set_waker(Transport* other) override { waker_ = other; }
 
   PeerStatus peer_status(int peer, bool check_process) override;
   void publish_failure(ErrorKind kind, const std::string& message) override;
@@ -127,6 +113,7 @@ class TcpTransport final : public Transport {
   struct Pending;
 
  private:
+  friend class TcpLink;
   Conn* conn(int peer) const;
   void progress_loop();
   void reclaim_reading_if_idle();  // progress thread: take the sockets back from a caller gone elsewhere
@@ -190,6 +177,31 @@ class TcpTransport final : public Transport {
   std::condition_variable connect_cv_;
   bool closed_ = false;
   std::string connect_error_;  // a proven peer that cannot be taken (lane counts differ); under connect_mu_
+};
+
+// One remote peer's connection: send ring (zero-copy sends allowed), receive ring (posted
+// receives land in place), no single-copy reads. Defined in tcp_send.cc and tcp_recv.cc.
+class TcpLink final : public Link {
+ public:
+  TcpLink(TcpTransport& t, int peer) : t_(t), c_(*t.conn(peer)), peer_(peer) {}
+  ChunkHeader* acquire_send(char** payload) override;
+  void publish_send() override;
+  const ChunkHeader* peek_recv(const char** payload) override;
+  void release_recv() override;
+  void read_peer(void* dst, uint64_t remote, size_t bytes) override;
+  uint64_t publish_send_in_place(const char* data) override;
+  uint64_t sends_completed() override;
+  void detach_sends() override;
+  void post_recv(const CallDesc& d, char* dst, size_t bytes, size_t chunk) override;
+  void unpost_recv() override;
+
+ protected:
+  LinkCaps query_caps() const override;
+
+ private:
+  TcpTransport& t_;
+  TcpTransport::Conn& c_;
+  int peer_;
 };
 
 }  // namespace commlib

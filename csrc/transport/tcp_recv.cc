@@ -68,30 +68,32 @@ void TcpTransport::read_lanes(Conn& c) {
   if (!stalled) c.rx_stalled.store(false);
 }
 
-void TcpTransport::post_recv(int peer, const CallDesc& d, char* dst, size_t bytes, size_t chunk) {
-  Conn& c = *conn(peer);
+void TcpLink::post_recv(const CallDesc& d, char* dst, size_t bytes, size_t chunk) {
+  using Conn = TcpTransport::Conn;
+  Conn& c = c_;
+  const uint32_t nslots = t_.cfg_.nslots;
   std::lock_guard<std::mutex> g(c.recv_mu);
   Conn::Posted& p = c.posted;
   // The message starts at the next frame the executor reads.
   const uint64_t head = c.recv_head.load(std::memory_order_relaxed);
   p = Conn::Posted{chunk && dst && bytes, d, dst, bytes, chunk, head};
-  if (!p.active || draining_.load()) {
+  if (!p.active || t_.draining_.load()) {
     p.active = false;
     return;
   }
   // Frames whose headers already arrived went to the ring (the executor copies them); landing
   // applies to the rest. Anything of this message out of step: land nothing, let the executor
   // report it.
-  const size_t stride = c.recv_ring.size() / cfg_.nslots;
-  for (uint64_t s = head; s < head + cfg_.nslots && p.active; ++s) {
+  const size_t stride = c.recv_ring.size() / nslots;
+  for (uint64_t s = head; s < head + nslots && p.active; ++s) {
     if (!header_arrived(c.lane_of(s), s)) continue;
-    const auto* h = reinterpret_cast<const ChunkHeader*>(c.recv_slot(s, stride, cfg_.nslots));
+    const auto* h = reinterpret_cast<const ChunkHeader*>(c.recv_slot(s, stride, nslots));
     if (posted_match(c, s, *h) < 0) p.active = false;
   }
 }
 
-void TcpTransport::unpost_recv(int peer) {
-  Conn& c = *conn(peer);
+void TcpLink::unpost_recv() {
+  TcpTransport::Conn& c = c_;
   std::lock_guard<std::mutex> g(c.recv_mu);
   c.posted.active = false;
   c.posted.dst = nullptr;

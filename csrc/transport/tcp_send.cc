@@ -18,23 +18,35 @@
 
 namespace commlib {
 
-ChunkHeader* TcpTransport::acquire_send(int peer, char** payload) {
-  Conn& c = *conn(peer);
+std::unique_ptr<Link> TcpTransport::make_link(int peer) { return std::make_unique<TcpLink>(*this, peer); }
+
+LinkCaps TcpLink::query_caps() const {
+  LinkCaps caps;
+  caps.kind = LinkKind::Tcp;
+  caps.chunk_bytes = t_.chunk_bytes();
+  caps.channel_bytes = t_.channel_bytes();
+  caps.sends_in_place = true;
+  caps.lands_in_place = true;
+  return caps;
+}
+
+ChunkHeader* TcpLink::acquire_send(char** payload) {
+  TcpTransport::Conn& c = c_;
   uint64_t t = c.send_tail.load(std::memory_order_relaxed);
-  if (t - c.send_head.load(std::memory_order_acquire) >= cfg_.nslots) return nullptr;
+  if (t - c.send_head.load(std::memory_order_acquire) >= t_.cfg_.nslots) return nullptr;
   char* s = c.send_slot(t);
   *payload = s + kSendPrefix;
   return reinterpret_cast<ChunkHeader*>(s + sizeof(WireHeader));
 }
 
-void TcpTransport::publish_send(int peer) { publish(*conn(peer), nullptr); }
+void TcpLink::publish_send() { t_.publish(c_, nullptr); }
 
-uint64_t TcpTransport::publish_send_in_place(int peer, const char* data) { return publish(*conn(peer), data); }
+uint64_t TcpLink::publish_send_in_place(const char* data) { return t_.publish(c_, data); }
 
-uint64_t TcpTransport::sends_completed(int peer) { return conn(peer)->send_head.load(std::memory_order_acquire); }
+uint64_t TcpLink::sends_completed() { return c_.send_head.load(std::memory_order_acquire); }
 
-void TcpTransport::detach_sends(int peer) {
-  Conn& c = *conn(peer);
+void TcpLink::detach_sends() {
+  TcpTransport::Conn& c = c_;
   std::vector<std::unique_lock<std::mutex>> locks;  // every lane (in lane order): no writer reads a ref meanwhile
   for (auto& l : c.lanes) locks.emplace_back(l->send_mu);
   const uint64_t tail = c.send_tail.load(std::memory_order_relaxed);
@@ -71,26 +83,26 @@ uint64_t TcpTransport::publish(Conn& c, const char* ref) {
   return t + 1;
 }
 
-const ChunkHeader* TcpTransport::peek_recv(int peer, const char** payload) {
-  Conn& c = *conn(peer);
+const ChunkHeader* TcpLink::peek_recv(const char** payload) {
+  TcpTransport::Conn& c = c_;
   uint64_t h = c.recv_head.load(std::memory_order_relaxed);
   if (c.recv_tail.load(std::memory_order_acquire) == h) return nullptr;
-  char* s = c.recv_slot(h, c.recv_ring.size() / cfg_.nslots, cfg_.nslots);
+  char* s = c.recv_slot(h, c.recv_ring.size() / t_.cfg_.nslots, t_.cfg_.nslots);
   *payload = s + sizeof(ChunkHeader);
   return reinterpret_cast<const ChunkHeader*>(s);
 }
 
-void TcpTransport::release_recv(int peer) {
-  Conn& c = *conn(peer);
+void TcpLink::release_recv() {
+  TcpTransport::Conn& c = c_;
   c.recv_head.store(c.recv_head.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);
   if (c.rx_stalled.load(std::memory_order_seq_cst)) {
     uint64_t one = 1;
-    (void)!write(event_fd_, &one, sizeof(one));
+    (void)!write(t_.event_fd_, &one, sizeof(one));
   }
 }
 
-void TcpTransport::read_peer(int peer, void*, uint64_t, size_t) {
-  throw CommError("tcp: rank " + std::to_string(peer) + " cannot be read directly over TCP");
+void TcpLink::read_peer(void*, uint64_t, size_t) {
+  throw CommError("tcp: rank " + std::to_string(peer_) + " cannot be read directly over TCP");
 }
 
 bool TcpTransport::write_lane(Conn& c, Lane& l) {

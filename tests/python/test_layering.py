@@ -188,6 +188,22 @@ def test_engines_do_not_include_the_emulated_device():
     assert not bad, "an engine includes the emulated device or NCCL:\n" + "\n".join(bad)
 
 
+# The engines see transports as Links, the Fabric and the Transport interface: which transport
+# reaches a peer is the transport table's choice (transport/registry.h). Only the host factory
+# names tcp (it hands the bootstrap's listening endpoint to the table).
+CONCRETE_TRANSPORTS = ("transport/shm.h", "transport/tcp.h", "transport/tcp_conn.h", "transport/tcp_socket.h")
+
+
+def test_engines_reach_transports_only_through_the_fabric():
+    allowed = {os.path.join("csrc", "host", "comm_factory.cc")}
+    bad = [f"{where}: {inc}" for e in ENGINES + ("plan", "policy") for where, inc in includes(e)
+           if inc in CONCRETE_TRANSPORTS and where.rsplit(":", 1)[0] not in allowed]
+    assert not bad, "an engine names a concrete transport (use the Fabric and the table):\n" + "\n".join(bad)
+    fabric = [inc for where, inc in includes("transport") if os.path.basename(where).startswith("fabric.")]
+    assert "transport/registry.h" in fabric and "transport/shm.h" not in fabric, \
+        "the Fabric builds its domains through the transport table"
+
+
 def test_the_include_checks_see_a_violation(tmp_path):
     # The checks above read real files; the reader must also see a planted include.
     (tmp_path / "stream").mkdir()
