@@ -52,6 +52,7 @@ StreamEngineOptions stream_engine_options_from_env(double timeout_s, const std::
   o.nslots = static_cast<uint32_t>(param_int("COMMLIB_DEVICE_SLOTS", 1, 64));
   o.streams = static_cast<int>(param_int("COMMLIB_DEVICE_STREAMS", 1, 2));
   o.path = device_path_from_env();
+  o.link = device_link_setting_from_env();
   return o;
 }
 
@@ -84,6 +85,7 @@ StreamEngine::StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerC
       size_(plan.size),
       opts_(std::move(opts)),
       peers_(size_),
+      links_(size_),
       sent_(size_, 0),
       received_(size_, 0),
       p2p_sent_(size_, 0),
@@ -137,12 +139,15 @@ std::string StreamEngine::local_handle() const {
          ";kernel:" + (kernel_ ? kernel_->local_handle() : std::string(device_path_name(opts_.path)) + ":");
 }
 
-void StreamEngine::connect(const std::vector<std::string>& handles, const std::vector<bool>& same_host) {
+void StreamEngine::connect(const std::vector<std::string>& handles, const std::vector<int>& host_of) {
   if (static_cast<int>(handles.size()) != size_)
     throw std::invalid_argument("handles: expected " + std::to_string(size_) + ", got " + std::to_string(handles.size()));
-  if (static_cast<int>(same_host.size()) != size_)
-    throw std::invalid_argument("same_host: expected " + std::to_string(size_) + " flags, got " +
-                                std::to_string(same_host.size()));
+  if (static_cast<int>(host_of.size()) != size_)
+    throw std::invalid_argument("host_of: expected " + std::to_string(size_) + " hosts, got " +
+                                std::to_string(host_of.size()));
+  // Links first (stream/device_link.h): ipc across hosts is refused before anything is opened.
+  const LinkTopology topo{host_of};
+  std::vector<std::unique_ptr<DeviceLink>> links = connect_device_links(topo, rank_, opts_.link);
   DeviceGuard guard(*device_);
   // The kernel path's part ("<mode>:<region>") comes last.
   std::vector<std::string> kernel_handles(size_);
@@ -175,9 +180,9 @@ void StreamEngine::connect(const std::vector<std::string>& handles, const std::v
   }
   // The kernel path checks COMMLIB_DEVICE_LL_BYTES on every handle before it imports anything.
   if (kernel_)
-    kernel_->connect(kernel_handles, std::all_of(same_host.begin(), same_host.end(), [](bool b) { return b; }));
+    kernel_->connect(kernel_handles, std::count(host_of.begin(), host_of.end(), host_of[rank_]) == size_);
   for (int p = 0; p < size_; ++p) {
-    if (p == rank_ || !same_host[p]) continue;  // another host: reached over NCCL, nothing of it to map here
+    if (p == rank_ || !topo.same_host(rank_, p)) continue;  // another host: reached over NCCL, nothing of it to map here
     const std::vector<uint64_t>& ctl = ctls[p];
     const std::string path = "/proc/" + std::to_string(ctl[0]) + "/fd/" + std::to_string(ctl[1]);
     int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
@@ -193,6 +198,11 @@ void StreamEngine::connect(const std::vector<std::string>& handles, const std::v
     peers_[p].ctl_dev = device_->map_host(m, ctl_bytes());
     peers_[p].inbox = static_cast<char*>(device_->import_memory(peer_handles[p]));
   }
+  std::vector<bool> over_nccl(size_);  // the peers NcclLink carries: those not through peer memory
+  for (int p = 0; p < size_; ++p) over_nccl[p] = links[p] && !links[p]->through_peer_memory();
+  nccl_->set_peers(over_nccl);
+  links_ = std::move(links);
+  needs_nccl_ = some_pair_uses(topo, opts_.link, "nccl");
   open_remote_staging();
   p2p_probe_ = control_->add_p2p_probe(
       [this](int peer, const CallDesc& want, CallDesc* sent) { return device_message(peer, want, sent); });
@@ -274,23 +284,23 @@ void StreamEngine::enqueue_step(const Step& step, char* const bases[3], size_t e
     }
   }
   // Messages to peers over the nccl link: one NCCL group, before the peer-memory chunks.
-  if (nccl_->carries_any()) nccl_->enqueue_step(step, resolve, esize, dtype, op, s);
+  if (nccl_->carries_any()) nccl_->enqueue_step(step, resolve, esize, dtype, op, s);  // its grouped() peers
   const size_t chunk = std::max<size_t>(opts_.slot_bytes / esize * esize, esize);
   auto chunks = [&](size_t bytes) { return bytes ? (bytes + chunk - 1) / chunk : 1; };
   size_t rounds = 0;
   for (const Op& o : step.ops)
-    if ((o.kind == OpKind::Send || o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce) && !nccl_->carries(o.peer))
+    if ((o.kind == OpKind::Send || o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce) && !grouped(o.peer))
       rounds = std::max(rounds, chunks(static_cast<size_t>((o.kind == OpKind::Send ? o.src : o.dst).count) * esize));
   for (size_t i = 0; i < rounds; ++i) {
     for (const Op& o : step.ops) {  // chunk i of every send, then of every receive (see header)
-      if (o.kind != OpKind::Send || nccl_->carries(o.peer)) continue;
+      if (o.kind != OpKind::Send || grouped(o.peer)) continue;
       const size_t bytes = static_cast<size_t>(o.src.count) * esize;
       if (i >= chunks(bytes)) continue;
       const size_t off = i * chunk, n = std::min(chunk, bytes - std::min(bytes, off));
       send_chunk(o.peer, resolve(o.src) + (bytes ? off : 0), n, seq_, send_s);
     }
     for (const Op& o : step.ops) {
-      if ((o.kind != OpKind::Recv && o.kind != OpKind::RecvReduce) || nccl_->carries(o.peer)) continue;
+      if ((o.kind != OpKind::Recv && o.kind != OpKind::RecvReduce) || grouped(o.peer)) continue;
       const size_t bytes = static_cast<size_t>(o.dst.count) * esize;
       if (i >= chunks(bytes)) continue;
       const size_t off = i * chunk, n = std::min(chunk, bytes - std::min(bytes, off));
