@@ -37,6 +37,11 @@ DEFAULT_TOPOLOGY = os.path.join(ROOT, "bench", "sim_data", "netns_1gbit.json")
 AUTO, AUTO_MODEL = "auto", "auto (cost model)"
 
 
+def busy_note(load: float) -> str:
+    """What the load average says about the absolute times (a quiet machine has load < 2 here)."""
+    return "the machine shared with other work: absolute times are noise; " if load >= 2 else ""
+
+
 def parse_size(s: str) -> int:
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     return int(s[:-1]) * units[s[-1].upper()] if s[-1].upper() in units else int(s)
@@ -216,8 +221,7 @@ def main():
         print("\n".join(section[-len(sizes) - 3:]), flush=True)
     end = datetime.datetime.now(datetime.timezone.utc)
     head = [f"Measured {start:%Y-%m-%d %H:%M}-{end:%H:%M} UTC at {commit}, shared 2-core VM, **load average "
-            f"{load0:.1f} -> {os.getloadavg()[0]:.1f}** (other engineers building and testing: absolute times are "
-            f"noise; variants take turns so ratios are fairer). `python bench/netns_acceptance.py --layouts {a.layouts} "
+            f"{load0:.1f} -> {os.getloadavg()[0]:.1f}** ({busy_note(load0)}variants take turns so ratios are fairer). `python bench/netns_acceptance.py --layouts {a.layouts} "
             f"--sizes {a.sizes} --passes {a.passes} --reps {a.reps} --rate {a.rate}`. float32 sum, out of place; ms, "
             f"median over {a.passes} passes of each pass's median slowest-rank time ({a.reps} calls), range of the pass "
             f"medians in brackets; bold = the best registered algorithm. `auto` = as shipped (no COMMLIB_TOPOLOGY), "

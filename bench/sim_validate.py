@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/sim_validate.py [--measure] [--bench np2.json] [-o bench/RESULTS_sim.md]
 
-(a) DESIGN.md §3's closed forms on a uniform topology without contention (exact, also a test);
+(a) the closed forms of docs/simulator.md on a uniform topology without contention (exact, also a test);
 (b) predicted vs measured for our own runs: 2 ranks on shared memory (the topology fitted, memory
     tier included, on the all_reduce and all_to_all rows and checked on every collective), and
     all_reduce across 2 emulated hosts joined by rate-limited TCP links (bench/sim_tcp.py), and 4
@@ -46,7 +46,7 @@ def closed_forms(lines):
     spec = importlib.util.spec_from_file_location("cf", os.path.join(ROOT, "tests", "sim", "test_closed_forms.py"))
     cf = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(cf)
-    lines += ["## (a) Closed forms (DESIGN.md §3) on a uniform topology without contention", "",
+    lines += ["## (a) Closed forms (docs/simulator.md) on a uniform topology without contention", "",
               f"alpha {cf.ALPHA * 1e6:g} us, beta 1/{1 / cf.BETA / 1e9:g} GB/s, gamma 1/{1 / cf.GAMMA / 1e9:g} "
               "GB/s; every rank its own host and NIC; no chunking or overheads. Same check as "
               "tests/sim/test_closed_forms.py.", "",

@@ -1,4 +1,4 @@
-"""The alpha-beta-gamma cost model of DESIGN.md §3, and its least-squares fit to measurements.
+"""The alpha-beta-gamma cost model (docs/simulator.md "Closed forms"), and its least-squares fit to measurements.
 
 Every algorithm's time is (to the simulator's critical path) linear in the three machine parameters::
 
@@ -51,7 +51,7 @@ def coefficients(collective: str, algorithm: str, n: float, P: int):
     Not a table per name: the algorithm's registered schedule is played by the simulator
     (commlib/sim, csrc/sim) on a uniform machine with one parameter switched on at a time, so a
     new algorithm is modelled as soon as its builder exists, and an unknown name is an error
-    (ValueError "algorithm: ...") instead of a silent stand-in. For DESIGN.md §3's algorithms this
+    (ValueError "algorithm: ...") instead of a silent stand-in. For the algorithms with a closed form (docs/simulator.md) this
     gives exactly its closed forms (tests/sim/test_closed_forms.py)."""
     if P <= 1:
         return 0.0, 0.0, 0.0

@@ -1,4 +1,4 @@
-"""The simulator (DESIGN.md §1's third engine): the registry's schedules played on modelled
+"""The simulator (docs/DESIGN.md "Engines": the third engine): the registry's schedules played on modelled
 clusters by the C++ event engine (csrc/sim), up to thousands of ranks.
 
     from commlib import sim

@@ -1,4 +1,4 @@
-// The simulator (DESIGN.md §1's third engine): plays the registry's schedules on a Topology and
+// The simulator (docs/DESIGN.md "Engines": the third engine): plays the registry's schedules on a Topology and
 // predicts the collective's time. Event-driven in time order:
 //   * a rank enters its next step when its previous step ended (plus step_overhead_s);
 //   * a send and its matching receive (FIFO per ordered pair, as the verifier's rendezvous) start

@@ -1,4 +1,4 @@
-"""DESIGN.md §3's closed forms reproduced by the simulator on a uniform topology without contention
+"""The closed forms of docs/simulator.md ("Closed forms") reproduced by the simulator on a uniform topology without contention
 (every rank its own host and NIC, one latency alpha, one bandwidth 1/beta, reductions at 1/gamma,
 no chunk pipelining, no software overheads): the simulated time equals the formula to rounding
 (relative 1e-12; the simulator sums the same terms in a different order)."""

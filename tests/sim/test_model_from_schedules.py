@@ -1,5 +1,5 @@
 """bench/model.py's alpha-beta-gamma coefficients come from the schedules (via the simulator), not
-from a table per algorithm name: closed forms where DESIGN.md §3 has them, every registered
+from a table per algorithm name: closed forms where docs/simulator.md has them, every registered
 algorithm modelled, unknown names refused instead of silently modelled as ring."""
 import math
 
