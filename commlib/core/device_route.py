@@ -153,9 +153,10 @@ class DeviceRoute:
 
     def _engine(self, buf: DeviceBuffer, first_call=None, first_p2p=None):
         """The engine for ``buf``'s device, set up on first use. ``first_call`` (collective,
-        algorithm, count, dtype, op, root; the call spec's enums) is published while the ranks meet, so a peer in a host
-        call of the same number raises MismatchError rather than waiting out the timeout;
-        ``first_p2p`` (items, dtype enum): receives whose message a peer sent from a host buffer do."""
+        algorithm, count, dtype, op, root; collective, dtype and op as the call spec's enums) is
+        published while the ranks meet, so a peer in a host call of the same number raises
+        MismatchError rather than waiting out the timeout; ``first_p2p`` (items, dtype enum):
+        receives whose message a peer sent from a host buffer do."""
         key = (buf.kind, buf.device_index)
         engine = self._engines.get(key)
         if engine is not None:
@@ -183,7 +184,7 @@ class DeviceRoute:
                     else "set-up")
             handles = [_wait_key(c, prefix, r, poll, what) for r in range(c.size)]
             device_nccl.agree_link_setting(c, engine, prefix)  # COMMLIB_DEVICE_LINK, the same everywhere
-            engine.connect(handles, list(c.core.host_of))  # chooses the link per pair (C++), maps this host's peers
+            engine.connect(handles, list(c.core.host_of))  # the link per pair (C++); maps this host's peers
             device_nccl.setup_links(c, engine, prefix)  # NCCL's communicator if some pair uses it
         except Exception as e:
             try:  # the other ranks stop waiting for this one
