@@ -37,6 +37,11 @@ DEFAULT_TOPOLOGY = os.path.join(ROOT, "bench", "sim_data", "netns_1gbit.json")
 AUTO, AUTO_MODEL = "auto", "auto (cost model)"
 
 
+def phases(choice: dict) -> str:
+    """A hierarchical choice's inter-host algorithm, and its intra-host one after a slash."""
+    return "/".join(choice[k] for k in ("inter_algorithm", "intra_algorithm") if choice.get(k))
+
+
 def busy_note(load: float) -> str:
     """What the load average says about the absolute times (a quiet machine has load < 2 here)."""
     return "the machine shared with other work: absolute times are noise; " if load >= 2 else ""
@@ -95,8 +100,8 @@ def rank_measure(comm, algorithms, sizes, passes, reps, model):
         modelled = _C.resolve_algorithm("all_reduce", "auto", count, 4, 0, comm.size, hosts, model)
         choices[nbytes] = {AUTO: (comm._core.auto_choice("all_reduce", nbytes), default["inter_algorithm"],
                                   default["source"]),
-                           AUTO_MODEL: (modelled["algorithm"], modelled["inter_algorithm"], modelled["source"]),
-                           "predicted": {f"{k['algorithm']}({k['inter_algorithm']})" if k["inter_algorithm"]
+                           AUTO_MODEL: (modelled["algorithm"], phases(modelled), modelled["source"]),
+                           "predicted": {f"{k['algorithm']}({phases(k)})" if k["inter_algorithm"]
                                          else k["algorithm"]: k["predicted_s"] for k in modelled["candidates"]}}
     mcomm.close()
     return times, choices

@@ -31,7 +31,7 @@ def parse_size(s: str) -> int:
 
 
 def label(d) -> str:
-    return d["algorithm"] + (f"({d['inter_algorithm']})" if d.get("inter_algorithm") else "")
+    return "/".join([d["algorithm"]] + [d[k] for k in ("inter_algorithm", "intra_algorithm") if d.get(k)])
 
 
 def count_for(coll: str, nbytes: int, ranks: int) -> int:

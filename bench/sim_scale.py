@@ -41,7 +41,7 @@ def count_for(coll: str, size: int, ranks: int) -> int:
 
 
 def label(c: dict) -> str:
-    return c["algorithm"] + (f"({c['inter_algorithm']})" if c["inter_algorithm"] else "")
+    return "/".join([c["algorithm"]] + [c[k] for k in ("inter_algorithm", "intra_algorithm") if c.get(k)])
 
 
 def point(args):
@@ -62,7 +62,7 @@ def point(args):
     flat = [c for c in cands if c["algorithm"] != "hierarchical"]
     best_flat = min(flat, key=lambda c: c["predicted_s"])
     auto_t = next(c["predicted_s"] for c in cands
-                  if c["algorithm"] == choice["algorithm"] and c["inter_algorithm"] == choice["inter_algorithm"])
+                  if label(c) == label(choice))
     # Before the cost model: the link-kind rule and the built-in heuristic (no model given).
     before = _C.resolve_algorithm(coll, "auto", count, 4, 0, ranks, d["host_of"])
     before_t = next(c["predicted_s"] for c in cands if c["algorithm"] == before["algorithm"] and not c["inter_algorithm"])

@@ -5,7 +5,13 @@
 #   scripts/gpu_check.sh                  every step
 #   scripts/gpu_check.sh --skip-build     reuse commlib/_C*.so from an earlier run
 #   scripts/gpu_check.sh --steps gpu,bench   only these steps (env always runs)
-#   scripts/gpu_check.sh --dry-run        say what would run, run nothing
+#   scripts/gpu_check.sh --dry-run        say what would run (every step's command), run nothing;
+#                                         without a GPU, as on a machine with one
+#   scripts/gpu_check.sh --emulated       no GPU needed: only the bench steps, on the emulated device
+#                                         (--device emulated, smaller large sizes), into
+#                                         bench/results/gpu_check_emulated.md: checks the bench
+#                                         steps' commands and report here; its numbers say nothing
+#                                         about a GPU
 #
 # Steps: env (driver, torch.version.cuda, NCCL version), build (_C and _C_cuda in place with the
 # machine's own python3: no venv, no download, no registry), import (commlib._C_cuda must import
@@ -22,14 +28,15 @@ ROOT=$PWD
 PY=${PYTHON:-python3}
 BUDGET=${GPU_CHECK_BUDGET_S:-470}
 ALL_STEPS="build,import,kernels,gpu,ranks,bench"
-steps=$ALL_STEPS dry=0
+steps=$ALL_STEPS dry=0 emulated=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --skip-build) steps=${steps//build/} ;;
     --steps) steps=$2; shift ;;
     --steps=*) steps=${1#--steps=} ;;
     --dry-run) dry=1 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    --emulated) emulated=1 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "gpu_check: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -38,19 +45,27 @@ steps=$(echo "$steps" | tr -s ',' | sed 's/^,//;s/,$//')
 wants() { case ",$steps," in *",$1,"*) return 0 ;; esac; return 1; }
 
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-if [ "${gpus:-0}" -eq 0 ]; then
+gpus=${gpus:-0}
+device=cuda out=bench/RESULTS_gpu.md
+if [ $emulated -eq 1 ]; then
+  # The bench steps' commands and report, without a GPU: ranks on emulated device 0 (as ranks
+  # sharing one GPU), no MPS, no NCCL peer; the GPU's results file is left alone.
+  steps=bench device=emulated gpus=1 out=bench/results/gpu_check_emulated.md
+elif [ "$gpus" -eq 0 ] && [ $dry -eq 1 ]; then
+  echo "gpu_check: no GPU here (nvidia-smi lists none): the plan as on a machine with one GPU."
+  gpus=1
+elif [ "$gpus" -eq 0 ]; then
   echo "gpu_check: no GPU here (nvidia-smi lists none): nothing to check; bench/RESULTS_gpu.md left as it is."
-  echo "gpu_check: on a GPU machine it would run: env,${steps} with $PY, within ${BUDGET}s."
+  echo "gpu_check: on a GPU machine it would run: env,${steps} with $PY, within ${BUDGET}s (--dry-run shows the commands)."
   exit 0
 fi
 if [ $dry -eq 1 ]; then
-  echo "gpu_check: $gpus GPU(s); would run env,${steps} with $PY ($(command -v "$PY")), within ${BUDGET}s."
-  exit 0
+  echo "gpu_check: $gpus GPU(s); would run env,${steps} with $PY ($(command -v "$PY")), within ${BUDGET}s:"
 fi
 
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONDONTWRITEBYTECODE=1
-out=bench/RESULTS_gpu.md
-logs=$(mktemp -d /tmp/gpu_check.XXXXXX)
+logs=/nonexistent  # a dry run writes nothing
+[ $dry -eq 0 ] && logs=$(mktemp -d /tmp/gpu_check.XXXXXX)
 started=$SECONDS
 rows=()     # one table row per step that ran
 tails=()    # the tail of each failing step's log
@@ -87,6 +102,7 @@ EOF
 }
 
 write_report() {
+  [ $dry -eq 1 ] && return 0
   {
     echo "# GPU check"
     echo
@@ -116,6 +132,11 @@ write_report() {
 # the report. Returns the command's status.
 run_step() {
   local name=$1 budget=$2 what=$3; shift 3
+  if [ $dry -eq 1 ]; then
+    echo "  [$name] (at most ${budget}s) $what"
+    echo "      $*"
+    return 0
+  fi
   local left; left=$(remaining)
   if [ "$left" -lt 20 ]; then
     rows+=("| $name | $what | not run: the ${BUDGET} s budget is spent | 0 |")
@@ -143,14 +164,39 @@ run_step() {
   return $rc
 }
 
-env_lines > "$logs/env.md" 2>&1
-write_report
+# start_mps NAME: a private MPS daemon (pipe and log folders under $logs), so that several ranks'
+# kernels run concurrently on one GPU (without it their contexts time-slice and every wait of the
+# kernel path lasts a slice). Returns non-zero where it cannot be started; stop_mps stops it.
+start_mps() {
+  command -v nvidia-cuda-mps-control >/dev/null 2>&1 || return 1
+  [ $dry -eq 1 ] && { echo "  (MPS: nvidia-cuda-mps-control -d, pipe under \$logs/$1_pipe; stopped with 'echo quit | nvidia-cuda-mps-control')"; return 0; }
+  export CUDA_MPS_PIPE_DIRECTORY=$logs/$1_pipe CUDA_MPS_LOG_DIRECTORY=$logs/$1_log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if nvidia-cuda-mps-control -d > "$logs/$1_start.log" 2>&1; then return 0; fi
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  return 1
+}
+stop_mps() {
+  [ $dry -eq 1 ] && return 0
+  echo quit | nvidia-cuda-mps-control > /dev/null 2>&1
+  sleep 1
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+}
+# Stops a daemon left running when the script is cut short (timeout, ^C).
+trap '[ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ] && [ $dry -eq 0 ] && echo quit | nvidia-cuda-mps-control >/dev/null 2>&1' EXIT
+
+if [ $dry -eq 0 ]; then
+  env_lines > "$logs/env.md" 2>&1
+  write_report
+fi
 
 if wants build; then
   run_step build 240 "\`$PY setup.py build_ext --inplace\` (_C and _C_cuda, $(nproc) jobs)" \
     "$PY" setup.py build_ext --inplace || { echo "gpu_check: build failed: stopping"; cat "$out"; exit 1; }
-  env_lines > "$logs/env.md" 2>&1   # now with the NCCL commlib loads
-  write_report
+  if [ $dry -eq 0 ]; then
+    env_lines > "$logs/env.md" 2>&1   # now with the NCCL commlib loads
+    write_report
+  fi
 fi
 
 if wants import; then
@@ -175,20 +221,16 @@ fi
 
 if wants ranks; then
   if command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
-    # A private MPS daemon (its pipe and log folders under $logs): started here, stopped after.
-    export CUDA_MPS_PIPE_DIRECTORY=$logs/mps_pipe CUDA_MPS_LOG_DIRECTORY=$logs/mps_log
-    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-    if nvidia-cuda-mps-control -d > "$logs/mps_start.log" 2>&1; then
+    if start_mps mps; then
       run_step ranks 120 "\`pytest -m gpu tests/device\` again under MPS (several ranks on the one GPU)" \
         "${PYTEST[@]}" -m gpu tests/device
-      echo quit | nvidia-cuda-mps-control > /dev/null 2>&1
-      sleep 1
+      stop_mps
     else
       rows+=("| ranks | MPS | not run: nvidia-cuda-mps-control -d failed: $(tail -1 "$logs/mps_start.log") | 0 |")
       write_report
     fi
-    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
   else
+    [ $dry -eq 1 ] && echo "  [ranks] not run: no nvidia-cuda-mps-control here"
     rows+=("| ranks | under MPS | not run: no nvidia-cuda-mps-control here (the gpu step ran the ranks without MPS) | 0 |")
     write_report
   fi
@@ -205,30 +247,28 @@ if wants bench; then
   # the bench"). Few algorithms so that both sizes fit the budget. Several ranks on one GPU time-slice
   # without MPS (every kernel-path wait lasts a slice), so the bench runs under a private MPS daemon
   # where there is one, and says so.
-  common=(all_reduce --device cuda --np "$np" --mode in -n 10 -w 3 --passes 1 --timeout 60
+  common=(all_reduce --device "$device" --np "$np" --mode in -n 10 -w 3 --passes 1 --timeout 60
           --algorithms ring,direct,two_shot,auto --paths kernel,copy,auto "${peers[@]}")
+  large=(-b 64M -e 256M -f 4) large_what="64 MiB .. 256 MiB" tag=gpu_bench
+  if [ $emulated -eq 1 ]; then  # host threads copying host memory on a busy CPU: smaller
+    large=(-b 1M -e 4M -f 4) large_what="1 MiB .. 4 MiB (emulated: smaller)" tag=gpu_check_emulated
+    note="emulated device 0 shared by the ranks; no NCCL peer; says nothing about a GPU"
+  fi
   mps=""
-  if [ "$gpus" -lt 2 ] && command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
-    export CUDA_MPS_PIPE_DIRECTORY=$logs/mps_bench_pipe CUDA_MPS_LOG_DIRECTORY=$logs/mps_bench_log
-    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-    if nvidia-cuda-mps-control -d > "$logs/mps_bench_start.log" 2>&1; then
-      mps=", under MPS"
-    else
-      unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-    fi
+  if [ "$gpus" -lt 2 ] && [ $emulated -eq 0 ] && start_mps mps_bench; then
+    # Under MPS the issue's small-message target's shape: 4 ranks on the one GPU.
+    mps=", under MPS" np=4 note="no NCCL peer: NCCL refuses several ranks on one GPU (Duplicate GPU); ours only, 4 ranks on GPU 0"
+    common[4]=$np
   fi
-  mkdir -p bench/results
+  [ $dry -eq 0 ] && mkdir -p bench/results
   run_step bench_small 90 "all_reduce 8 B .. 64 KiB, $np ranks ($note$mps), kernel and copy paths" \
-    "$PY" -m commlib bench "${common[@]}" -b 8 -e 64K -f 8 --json bench/results/gpu_bench_small.json
-  run_step bench_large 90 "all_reduce 64 MiB .. 256 MiB, $np ranks ($note$mps), kernel and copy paths" \
-    "$PY" -m commlib bench "${common[@]}" -b 64M -e 256M -f 4 --json bench/results/gpu_bench_large.json
-  if [ -n "$mps" ]; then
-    echo quit | nvidia-cuda-mps-control > /dev/null 2>&1
-    sleep 1
-    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-  fi
+    "$PY" -m commlib bench "${common[@]}" -b 8 -e 64K -f 8 --json "bench/results/${tag}_small.json"
+  run_step bench_large 120 "all_reduce $large_what, $np ranks ($note$mps), kernel and copy paths" \
+    "$PY" -m commlib bench "${common[@]}" "${large[@]}" --json "bench/results/${tag}_large.json"
+  [ -n "$mps" ] && stop_mps
+  [ $dry -eq 1 ] && exit 0
   for f in small large; do
-    j=bench/results/gpu_bench_$f.json
+    j=bench/results/${tag}_$f.json
     if [ -s "$j" ]; then
       { echo "### $f sizes$mps"; echo; timeout 60 "$PY" -m commlib.bench.device "$j" 2>&1; echo; } >> "$logs/bench.md"
     fi
@@ -236,6 +276,7 @@ if wants bench; then
   write_report
 fi
 
+[ $dry -eq 1 ] && exit 0
 echo "gpu_check: wrote $out ($((SECONDS - started)) s); logs in $logs"
 cat "$out"
 exit $overall

@@ -83,7 +83,9 @@ def rule_counts() -> dict:
     cudaErrorNotPermitted), cudaFree-like frees that had to wait for unfinished stream work
     (``frees_while_busy``: inside an enqueue, a stall or a deadlock on a GPU), exported memory
     freed while a peer still mapped it (``exports_freed_while_mapped``), and the last such call
-    (``last_violation``)."""
+    (``last_violation``). Also what per-call costs are made of, counted since the process
+    started: host functions enqueued (``host_functions``: cudaLaunchHostFunc), events created
+    (``events_created``: cudaEventCreate) and events alive now (``events_alive``)."""
     return _C.emulated_rule_counts()
 
 

@@ -21,7 +21,8 @@ __all__ = ["add_arguments", "run", "parse_ranks"]
 def add_arguments(p: argparse.ArgumentParser):
     p.add_argument("collectives", nargs="+", metavar="COLL", help="collective(s) to predict")
     p.add_argument("--algorithm", "--algorithms", dest="algorithm", default="all",
-                   help="comma list of algorithms, 'auto', or 'all' (every registered one)")
+                   help="comma list of algorithms, 'auto', or 'all' (every registered one); "
+                        "hierarchical/<inter>[/<intra>] names hierarchical's inter- and intra-host algorithms")
     p.add_argument("--topology", required=True,
                    help="a preset (dgx-h100, dgx-a100, eth-25g, eth-100g), a topology JSON file, "
                         "or fitted:<bench.json> (this machine, from a commlib bench --json run)")
@@ -83,7 +84,8 @@ def run(args) -> int:
                         print(f"commlib sim: {e}", file=sys.stderr)
                         return 2
                     records.append(rec)
-                    resolved = rec["resolved"] + (f"({rec['inter_algorithm']})" if rec.get("inter_algorithm") else "")
+                    resolved = engine.phases_label(rec["resolved"], rec.get("inter_algorithm", ""),
+                                                   rec.get("intra_algorithm", ""))
                     label = alg if resolved == alg else f"{alg}>{resolved}"
                     table.row(rec["bytes"], rec["count"], args.datatype, "sum" if coll in C.REDUCING else "none",
                               rec["root"], {"out": rec}, algorithm=label)

@@ -15,7 +15,7 @@ import commlib._C as _C
 from commlib.perf import common as C
 from commlib.sim.topology import Topology, load
 
-__all__ = ["predict", "sweep", "algorithms_for"]
+__all__ = ["predict", "sweep", "algorithms_for", "split_phases", "phases_label"]
 
 SCHEMA = "commlib-sim/1"
 
@@ -30,10 +30,28 @@ def algorithms_for(collective: str, requested) -> list:
     return list(dict.fromkeys(out))
 
 
+def split_phases(algorithm: str) -> tuple:
+    """``hierarchical/<inter>[/<intra>]`` -> ("hierarchical", inter, intra): the hierarchical schedule
+    with a registered algorithm across hosts (and inside them); any other name -> (name, "", "")."""
+    parts = algorithm.split("/")
+    if len(parts) == 1:
+        return algorithm, "", ""
+    if parts[0] != "hierarchical" or len(parts) > 3 or not all(parts[1:]):
+        raise ValueError(f"algorithm: {algorithm!r}: only hierarchical/<inter> or hierarchical/<inter>/<intra> "
+                         "names phases")
+    return parts[0], parts[1], parts[2] if len(parts) == 3 else ""
+
+
+def phases_label(algorithm: str, inter: str, intra: str) -> str:
+    """split_phases' inverse: the name a table or record shows for a resolved choice."""
+    return "/".join([algorithm] + ([inter] if inter else []) + ([intra] if intra else []))
+
+
 def predict(collective: str, algorithm: str, size: int, ranks: int, topology, dtype: str = "float32",
             root: int = 0) -> dict:
     """Predicted record of one collective of ``size`` bench bytes (nccl-tests sizes: the
-    all_reduce buffer, the all_gather output, ...) on ``ranks`` ranks of ``topology``."""
+    all_reduce buffer, the all_gather output, ...) on ``ranks`` ranks of ``topology``.
+    ``algorithm`` may name hierarchical's phases: ``hierarchical/<inter>[/<intra>]`` (split_phases)."""
     topo: Topology = load(topology)
     if collective not in C.COLLECTIVES and collective != "barrier":
         raise ValueError(f"collective: unknown {collective!r} (expected one of {', '.join(C.COLLECTIVES)})")
@@ -45,12 +63,14 @@ def predict(collective: str, algorithm: str, size: int, ranks: int, topology, dt
         raise ValueError(f"ranks: {ranks} needs {-(-ranks // topo.devices_per_host)} hosts, but {topo.name} is one "
                          f"host of {topo.devices_per_host} ranks without NICs (nic_Gbps 0)")
     _, block, real = C.geometry(collective, size, dtype, ranks)
-    out = _C.simulate(collective, algorithm, block, C.elem_size(dtype), root, topo.engine_dict(ranks))
+    name, inter, intra = split_phases(algorithm)
+    out = _C.simulate(collective, name, block, C.elem_size(dtype), root, topo.engine_dict(ranks), inter, -1, intra)
     seconds = out["time_s"] + topo.call_overhead_us * 1e-6
     algbw, busbw = C.bandwidths(collective, real, ranks, seconds)
     return {
         "backend": "sim", "transport": topo.name, "collective": collective, "algorithm": algorithm,
-        "resolved": out["algorithm"], "inter_algorithm": out["inter_algorithm"], "mode": "out", "world_size": ranks, "dtype": dtype, "op": "sum",
+        "resolved": out["algorithm"], "inter_algorithm": out["inter_algorithm"],
+        "intra_algorithm": out["intra_algorithm"], "mode": "out", "world_size": ranks, "dtype": dtype, "op": "sum",
         "root": root if collective in C.ROOTED else -1, "bytes": real, "count": block * (
             ranks if collective in C.BLOCKED else 1),
         "time_us": {"median": seconds * 1e6}, "algbw_GBps": algbw, "busbw_GBps": busbw, "wrong": None,

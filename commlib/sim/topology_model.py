@@ -70,6 +70,7 @@ class Topology:
     send_overhead_us: float = 0.0   # a rank's CPU time per send posted (its sends go one after another)
     recv_overhead_us: float = 0.0   # a rank's CPU time per message taken in
     nic_gap_us: float = 0.0         # a NIC starts at most one message per gap in each direction
+    nic_burst_KiB: float = 0.0      # a token bucket on each NIC direction (tc tbf's burst); 0: none
     memory_tiers: tuple = ()        # ({"above_bytes", "intra_GBps", "reduce_GBps", "copy_GBps"}, ...)
     sources: dict = field(default_factory=dict, compare=False)
 
@@ -108,6 +109,7 @@ class Topology:
             "send_overhead_s": self.send_overhead_us * 1e-6,
             "recv_overhead_s": self.recv_overhead_us * 1e-6,
             "nic_gap_s": self.nic_gap_us * 1e-6,
+            "nic_burst_bytes": self.nic_burst_KiB * 1024.0,
         }
 
     def resolved_tiers(self) -> list:

@@ -162,6 +162,9 @@ void bind_device(py::module_& m) {
     d["frees_while_busy"] = c.frees_while_busy;
     d["exports_freed_while_mapped"] = c.exports_freed_while_mapped;
     d["last_violation"] = c.last_violation;
+    d["host_functions"] = c.host_functions;
+    d["events_created"] = c.events_created;
+    d["events_alive"] = c.events_alive;
     return d;
   }, "How often this process broke the CUDA rules the emulated device checks (see commlib.emulated).");
   m.def(
@@ -226,6 +229,11 @@ void bind_device(py::module_& m) {
           py::arg("n"),
           "Test hook: every pair's kernel-path chunk numbers continue from n (every rank the same, between "
           "drained calls): crosses the LL flags' epoch in a few calls.")
+      .def("events_created", &StreamEngine::events_created,
+           "Completion events the engine created so far (pooled: O(calls in flight), not one per call).")
+      .def("hide_kernel_calls_from_control_plane", &StreamEngine::hide_kernel_calls_from_control_plane,
+           "Test hook: kernel-path calls are not published on the control plane, so only the kernel's own "
+           "descriptor check can find a mismatch.")
       .def("mapped_peers", &StreamEngine::mapped_peers,
            "Peers whose control region this rank mapped (those on its host).")
       .def(

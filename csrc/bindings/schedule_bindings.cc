@@ -168,10 +168,12 @@ void bind_schedule(py::module_& m) {
   m.def(
       "schedule",
       [](const std::string& collective, const std::string& algorithm, int rank, int size, int64_t count,
-         int root, const std::string& dtype, std::vector<int> hosts, const std::string& inter, int64_t segment) {
+         int root, const std::string& dtype, std::vector<int> hosts, const std::string& inter, int64_t segment,
+         const std::string& intra) {
         CollArgs a;
         a.host_of = std::move(hosts);
         a.inter_algorithm = inter;
+        a.intra_algorithm = intra;
         a.segment = segment < 0 ? hier_segment_setting() : segment;
         a.coll = parse_collective(collective);
         a.rank = rank;
@@ -186,10 +188,11 @@ void bind_schedule(py::module_& m) {
       },
       py::arg("collective"), py::arg("algorithm"), py::arg("rank"), py::arg("size"), py::arg("count"),
       py::arg("root") = 0, py::arg("dtype") = "float32", py::arg("hosts") = std::vector<int>{},
-      py::arg("inter") = "", py::arg("segment") = -1,
+      py::arg("inter") = "", py::arg("segment") = -1, py::arg("intra") = "",
       "One rank's schedule as a dict {steps, scratch_count, algorithm}. `hosts`: every rank's host id "
       "(hierarchical schedules; empty: one host); `inter`: hierarchical's inter-host algorithm (\"\": the "
-      "built-in exchange); `segment`: its pipeline segment in elements (-1: COMMLIB_HIER_SEGMENT, 0: none).");
+      "built-in exchange); `segment`: its pipeline segment in elements (-1: COMMLIB_HIER_SEGMENT, 0: none); "
+      "`intra`: the intra-host phases' algorithm (\"\": the built-in direct exchanges; needs `inter`).");
 
   m.def(
       "verify",

@@ -19,7 +19,7 @@ sim::Topology topology_from_dict(const py::dict& d) {
       "host_of", "nic_of", "nics_per_host", "intra_latency_s", "intra_port_Bps", "intra_bus_Bps",
       "inter_latency_s", "nic_Bps", "reduce_s_per_byte", "copy_s_per_byte", "op_overhead_s",
       "step_overhead_s", "chunk_bytes", "memory_tiers", "cores_per_host", "sched_quantum_s", "spin_s", "wake_s", "inter_spin_s",
-      "send_overhead_s", "recv_overhead_s", "nic_gap_s"};
+      "send_overhead_s", "recv_overhead_s", "nic_gap_s", "nic_burst_bytes"};
   for (auto item : d) {
     const std::string k = py::str(item.first);
     if (!known.count(k)) throw std::invalid_argument("topology." + k + ": unknown field");
@@ -56,6 +56,7 @@ sim::Topology topology_from_dict(const py::dict& d) {
   if (d.contains("send_overhead_s")) get("send_overhead_s", t.send_overhead_s);
   if (d.contains("recv_overhead_s")) get("recv_overhead_s", t.recv_overhead_s);
   if (d.contains("nic_gap_s")) get("nic_gap_s", t.nic_gap_s);
+  if (d.contains("nic_burst_bytes")) get("nic_burst_bytes", t.nic_burst_bytes);
   // Memory tiers are optional: without them one tier (the rates above) serves every size.
   if (d.contains("memory_tiers")) {
     py::list tiers;
@@ -98,6 +99,7 @@ py::dict choice_to_py(const AlgorithmChoice& c) {
   py::dict d;
   d["algorithm"] = c.algorithm;
   d["inter_algorithm"] = c.inter_algorithm;
+  d["intra_algorithm"] = c.intra_algorithm;
   d["segment"] = c.segment;
   d["predicted_s"] = c.predicted_s;
   d["source"] = c.source;
@@ -110,13 +112,14 @@ void bind_sim(py::module_& m) {
   m.def(
       "simulate",
       [](const std::string& collective, const std::string& algorithm, int64_t count, int elem_bytes, int root,
-         const py::dict& topology, const std::string& inter_algorithm, int64_t segment) {
+         const py::dict& topology, const std::string& inter_algorithm, int64_t segment,
+         const std::string& intra_algorithm) {
         const Collective c = parse_collective(collective);
         const sim::Topology t = topology_from_dict(topology);
         sim::Result r;
         {
           py::gil_scoped_release nogil;
-          r = sim::simulate(c, algorithm, count, elem_bytes, root, t, sim::Options{inter_algorithm, segment});
+          r = sim::simulate(c, algorithm, count, elem_bytes, root, t, sim::Options{inter_algorithm, segment, intra_algorithm});
         }
 
         py::dict out;
@@ -132,18 +135,19 @@ void bind_sim(py::module_& m) {
         out["max_working_set_bytes"] = r.max_working_set_bytes;
         out["algorithm"] = r.algorithm;
         out["inter_algorithm"] = r.inter_algorithm;
+        out["intra_algorithm"] = r.intra_algorithm;
         return out;
       },
       py::arg("collective"), py::arg("algorithm"), py::arg("count"), py::arg("elem_bytes"), py::arg("root"),
-      py::arg("topology"), py::arg("inter_algorithm") = "", py::arg("segment") = -1,
+      py::arg("topology"), py::arg("inter_algorithm") = "", py::arg("segment") = -1, py::arg("intra_algorithm") = "",
       "Predicted time of one collective: plays every rank's schedule on the topology (sim/simulator.h). "
-      "inter_algorithm/segment: hierarchical's inter-host algorithm (\"\": built-in exchange) and pipeline "
-      "segment (-1: COMMLIB_HIER_SEGMENT).");
+      "inter_algorithm/segment/intra_algorithm: hierarchical's inter-host algorithm (\"\": built-in exchange), "
+      "pipeline segment (-1: COMMLIB_HIER_SEGMENT) and intra-host algorithm (\"\": built-in exchanges).");
 
   m.def(
       "search_candidates",
       [](const std::string& collective, int64_t count, int elem_bytes, int root, const py::dict& topology,
-         bool hier_only, int64_t extrapolate_ops) {
+         bool hier_only, int64_t extrapolate_ops, int64_t costly_ops) {
         const Collective c = parse_collective(collective);
         const sim::Topology t = topology_from_dict(topology);
         AlgorithmChoice k;
@@ -151,7 +155,8 @@ void bind_sim(py::module_& m) {
         {
           py::gil_scoped_release nogil;
           k = search_best_candidate(CallShape{c, count, elem_bytes, root}, t.host_of, t, hier_only, &st,
-                                    extrapolate_ops < 0 ? kExtrapolateOps : extrapolate_ops);
+                                    extrapolate_ops < 0 ? kExtrapolateOps : extrapolate_ops,
+                                    costly_ops < 0 ? kCostlyOps : costly_ops);
         }
         py::dict out = choice_to_py(k);
         out["candidates"] = st.candidates;
@@ -163,22 +168,26 @@ void bind_sim(py::module_& m) {
         return out;
       },
       py::arg("collective"), py::arg("count"), py::arg("elem_bytes"), py::arg("root"), py::arg("topology"),
-      py::arg("hier_only") = false, py::arg("extrapolate_ops") = -1,
+      py::arg("hier_only") = false, py::arg("extrapolate_ops") = -1, py::arg("costly_ops") = -1,
       "auto's branch-and-bound search (policy/candidate_search.h): the fastest candidate, and how many "
       "candidates it simulated, cut short, estimated from their first segments (extrapolated; of those "
       "simulated whole: confirmed), or found in the process-wide cache. extrapolate_ops: the size from "
-      "which pipelined candidates are estimated first (-1: the library's; 0: never, the exact search).");
+      "which pipelined candidates are estimated first (-1: the library's; 0: never, the exact search). "
+      "costly_ops: the size from which candidates are simulated after the cheaper ones (-1: the library's; "
+      "0: bound order alone).");
   m.def("clear_candidate_cache", &clear_candidate_cache, "Drops auto's cache of cost-model choices (tests).");
   m.def(
       "candidate_lower_bound",
       [](const std::string& collective, const std::string& algorithm, int64_t count, int elem_bytes, int root,
-         const py::dict& topology, const std::string& inter_algorithm, int64_t segment) {
+         const py::dict& topology, const std::string& inter_algorithm, int64_t segment,
+         const std::string& intra_algorithm) {
         const sim::Topology t = topology_from_dict(topology);
-        return candidate_lower_bound(CallShape{parse_collective(collective), count, elem_bytes, root}, algorithm,
-                                     inter_algorithm, segment < 0 ? hier_segment_setting() : segment, t);
+        return candidate_lower_bound(CallShape{parse_collective(collective), count, elem_bytes, root},
+                                     Candidate{algorithm, inter_algorithm, intra_algorithm},
+                                     segment < 0 ? hier_segment_setting() : segment, t);
       },
       py::arg("collective"), py::arg("algorithm"), py::arg("count"), py::arg("elem_bytes"), py::arg("root"),
-      py::arg("topology"), py::arg("inter_algorithm") = "", py::arg("segment") = -1,
+      py::arg("topology"), py::arg("inter_algorithm") = "", py::arg("segment") = -1, py::arg("intra_algorithm") = "",
       "The search's lower bound on a candidate's predicted time (seconds).");
 
   m.def(

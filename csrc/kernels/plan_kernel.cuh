@@ -36,6 +36,10 @@
 // (plan_ll.cuh: data and flag in one 64-bit store into the peer's LL slot, no fence, no flag
 // round trip); both sides choose it from the chunk's bytes, which the plan check proves equal.
 //
+// The call's descriptor check (plan_call_check.cuh) runs first: block 0 exchanges and compares the
+// call's descriptor with every peer of the plan, the other blocks wait in a grid barrier (barrier
+// 0 of the launch when the plan has peers).
+//
 // Errors. Every wait loop polls the abort word (host memory the watchdog sets when the engine
 // fails: a dead or mismatched peer, a timeout) and the kernel returns: no launch outlives the
 // watchdog's verdict. Each block publishes its progress (items done) for the watchdog's timeout.
@@ -47,6 +51,7 @@
 #include "kernels/device_plan_types.h"
 #include "kernels/elementwise_kernel.h"
 #include "kernels/plan_atomics.cuh"
+#include "kernels/plan_call_check.cuh"
 #include "kernels/plan_ll.cuh"
 
 namespace commlib {
@@ -62,6 +67,7 @@ struct PeerView {
   uint64_t* ready;  // p's ready[.][.]
   uint64_t* freed;  // p's freed[.][.]
   uint64_t* ll;     // p's LL slots: ll[q][s], ll_lines words each
+  uint64_t* descs;  // p's call-descriptor ring (plan_call_check.cuh)
 };
 
 // The kernel's parameters (passed by value).
@@ -86,6 +92,12 @@ struct PlanLaunch {
   uint64_t* done;              // host memory mapped: set to `launch` when the launch completes
   uint64_t* chunk_counts;      // host memory mapped: [kMaxBlocks][2] message chunks (sent and received)
                                // each block moved by LL and through slots, all launches together
+  // The call's descriptor check (plan_call_check.cuh); desc_ring_len 0: none (no peer in the plan).
+  uint64_t desc[3];            // this call's CallDesc, as words
+  uint64_t* descs;             // this rank's descriptor ring (region): [size][desc_ring_len][kDescWords]
+  uint64_t* checked;           // [size] checks made with each peer before this launch (device)
+  uint64_t* mismatch;          // host memory mapped: the mismatch record (kMismatchWords)
+  uint32_t desc_ring_len;
   uint64_t launch;             // this launch's number (from 1)
   uint64_t slot_bytes;
   uint32_t nsteps;
@@ -253,6 +265,13 @@ template <class F>
 __device__ __forceinline__ void run_plan(const PlanLaunch& a, const F& f) {
   uint64_t done = 0;
   ChunkCounts moved;
+  // The call's descriptor check before the first step: block 0 checks, every block waits for it
+  // in a grid barrier (counted as barrier 0; the steps' barriers follow).
+  const uint32_t first_barrier = a.desc_ring_len ? 1 : 0;
+  if (first_barrier) {
+    if (blockIdx.x == 0 && !check_call(a)) return;
+    if (!grid_barrier(a, 0)) return;
+  }
   for (uint32_t k = 0; k < a.nsteps; ++k) {
     const kplan::PlanStep st = a.steps[k];
     for (uint32_t j = blockIdx.x; j < st.count; j += gridDim.x) {
@@ -260,7 +279,7 @@ __device__ __forceinline__ void run_plan(const PlanLaunch& a, const F& f) {
       if (!run_item(a, a.items[st.first + j], f, moved)) return;
       if (threadIdx.x == 0 && blockIdx.x < kMaxBlocks) relaxed_store(a.progress + blockIdx.x, ++done);
     }
-    if (!grid_barrier(a, k)) return;
+    if (!grid_barrier(a, k + first_barrier)) return;
   }
   // Every block is past the last barrier (no one reads the counters any more): the next call's
   // chunks continue from here.

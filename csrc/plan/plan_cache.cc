@@ -58,6 +58,7 @@ const ResolvedPlan& PlanCache::get(const CollectiveCall& call) {
     p.name = p.choice.algorithm;
     CollArgs args{call.coll, ctx_.rank, ctx_.size, call.count, call.root, ctx_.topology.host_of};
     args.inter_algorithm = p.choice.inter_algorithm;
+    args.intra_algorithm = p.choice.intra_algorithm;
     args.segment = p.choice.segment;
     p.sched = build_schedule(args, p.name);
     p.algo = static_cast<uint8_t>(algorithm_index(call.coll, p.name));

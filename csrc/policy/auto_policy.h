@@ -101,6 +101,7 @@ struct CallShape {
 struct AlgorithmChoice {
   std::string algorithm;        // a registered name
   std::string inter_algorithm;  // hierarchical: the inter-host phase's algorithm ("" built-in exchange)
+  std::string intra_algorithm;  // hierarchical: the intra-host phases' algorithm ("" built-in exchanges)
   int64_t segment = 0;          // hierarchical all_reduce: pipeline segment in elements
   double predicted_s = -1;      // the cost model's prediction when the model decided, else -1
   std::string source;           // "requested", "override", "tuning", "model", "links", "size"

@@ -44,16 +44,18 @@ std::vector<AlgorithmChoice> predict_candidates(const CallShape& call, const std
   const sim::Topology topo = placed_model(model, host_of);
   const int64_t segment = hier_segment_setting();
   std::vector<AlgorithmChoice> out;
-  for (const auto& [algo, inter] : candidate_list(call.coll, host_of)) {
+  for (const Candidate& k : candidate_list(call.coll, host_of)) {
     AlgorithmChoice c;
-    c.algorithm = algo;
-    c.inter_algorithm = inter;
-    c.segment = algo == "hierarchical" ? segment : 0;
+    c.algorithm = k.algorithm;
+    c.inter_algorithm = k.inter;
+    c.intra_algorithm = k.intra;
+    c.segment = k.algorithm == "hierarchical" ? segment : 0;
     c.source = "model";
     sim::Options o;
-    o.inter_algorithm = inter;
+    o.inter_algorithm = k.inter;
+    o.intra_algorithm = k.intra;
     o.segment = c.segment;
-    c.predicted_s = sim::simulate(call.coll, algo, call.count, call.elem_bytes, call.root, topo, o).time_s;
+    c.predicted_s = sim::simulate(call.coll, k.algorithm, call.count, call.elem_bytes, call.root, topo, o).time_s;
     out.push_back(c);
   }
   return out;
@@ -84,6 +86,7 @@ AlgorithmChoice resolve_algorithm(const CallShape& call, const std::string& requ
     if (choice.algorithm == "hierarchical" && model_applies && p.shares) {
       const AlgorithmChoice best = search_best_candidate(call, host_of, *model, true);
       choice.inter_algorithm = best.inter_algorithm;
+      choice.intra_algorithm = best.intra_algorithm;
       choice.predicted_s = best.predicted_s;
     }
     return choice;
@@ -127,7 +130,8 @@ AlgorithmChoice resolve_algorithm(const CallShape& call, const std::string& requ
 std::string describe_choice(const CallShape& call, int size, const AlgorithmChoice& choice) {
   char buf[256];
   std::string algo = choice.algorithm;
-  if (!choice.inter_algorithm.empty()) algo += "(inter " + choice.inter_algorithm + ")";
+  if (!choice.inter_algorithm.empty())
+    algo += "(inter " + choice.inter_algorithm + (choice.intra_algorithm.empty() ? "" : ", intra " + choice.intra_algorithm) + ")";
   if (choice.predicted_s >= 0)
     std::snprintf(buf, sizeof buf, "auto picked %s for %s of %lld bytes on %d ranks (%s: %.3g us predicted)",
                   algo.c_str(), collective_name(call.coll), static_cast<long long>(call.count * call.elem_bytes), size,

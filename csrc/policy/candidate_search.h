@@ -4,9 +4,11 @@
 // exactly the answer of simulating them all:
 //   * a lower bound per candidate from a few ranks' schedules alone (cheap: one rank's schedule,
 //     not all P): a rank's steps run one after another and each lasts at least its slowest
-//     transfer's latency + bytes / the fastest rate its link ever has, so their sum bounds the
+//     transfer's latency + bytes / the fastest rate its link ever has (+ a reducing receive's last
+//     chunk reduced), then its copies and reductions at the fastest rates, so their sum bounds the
 //     collective's time from below;
-//   * candidates are simulated in increasing bound order; one whose bound is above the best time so
+//   * candidates are simulated in increasing bound order, the cheap ones (fewer than kCostlyOps
+//     communication ops in all) before the costly ones; one whose bound is above the best time so
 //     far is never built, and the others' event runs stop as soon as simulated time passes it
 //     (sim::Options::stop_after_s);
 //   * a pipelined hierarchical all_reduce with many segments and many messages in all (at 4096
@@ -33,21 +35,39 @@ namespace sim {
 struct Topology;
 }
 
-// Every candidate of step 3 as (algorithm, inter_algorithm), in registry order, hierarchical ones
-// (with each inter-host algorithm) after the flat ones, where some host holds several ranks.
-std::vector<std::pair<std::string, std::string>> candidate_list(Collective c, const std::vector<int>& host_of);
+// One candidate: an algorithm and, for hierarchical, its inter- and intra-host algorithms.
+struct Candidate {
+  std::string algorithm, inter, intra;
+};
+
+// Every candidate of step 3, in registry order, where some host holds several ranks and ranks span
+// hosts: the flat ones; hierarchical built-in; hierarchical with each flat algorithm across hosts;
+// then each of those with each intra-host algorithm (intra_candidates) inside the hosts. So at most
+// F + 1 + F (1 + I) candidates: all_reduce 7 + 1 + 7 x 2 = 22, all_gather 21, reduce_scatter 13,
+// broadcast 21 with the built-in registry.
+std::vector<Candidate> candidate_list(Collective c, const std::vector<int>& host_of);
+
+// The intra-host algorithms auto tries for c's hierarchical schedule (CollArgs::intra_algorithm):
+// the built-ins registered for the intra phases' collective (all_reduce: for both reduce_scatter and
+// all_gather), less "direct" (the built-in intra phases are direct exchanges already).
+std::vector<std::string> intra_candidates(Collective c);
 
 // The model placed on this host map (hosts renumbered densely, NICs by local index).
 sim::Topology placed_model(const sim::Topology& model, const std::vector<int>& host_of);
 
 // The lower bound above, in seconds, for one candidate on a placed model.
 // ops_per_rank (if not null): the most communication ops of the ranks it built.
-double candidate_lower_bound(const CallShape& call, const std::string& algorithm, const std::string& inter,
-                             int64_t segment, const sim::Topology& placed, int64_t* ops_per_rank = nullptr);
+double candidate_lower_bound(const CallShape& call, const Candidate& cand, int64_t segment,
+                             const sim::Topology& placed, int64_t* ops_per_rank = nullptr);
 
 // A candidate is extrapolated (above) when it has this many communication ops in all (ranks x
 // the most of one rank) or more, and 5 pipeline segments or more. 0: never.
 constexpr int64_t kExtrapolateOps = 2'000'000;
+// A candidate with this many communication ops in all (ranks x the most of one rank) is simulated
+// after every cheaper one (at 4096 ranks, 1 GiB reduce_scatter: a flat ring or the built-in
+// intra-host rounds, 15-33 M transfers, behind a hierarchical one with registered algorithms in
+// both phases, 0.1-2 M). 0: bound order alone.
+constexpr int64_t kCostlyOps = 1'000'000;
 // How close (relative) an extrapolated candidate must come to the best to be simulated whole.
 constexpr double kExtrapolationMargin = 0.03;
 
@@ -66,7 +86,7 @@ struct SearchStats {
 // lower in tests (0: simulate every candidate whole, the exact search).
 AlgorithmChoice search_best_candidate(const CallShape& call, const std::vector<int>& host_of,
                                       const sim::Topology& model, bool hier_only, SearchStats* stats = nullptr,
-                                      int64_t extrapolate_ops = kExtrapolateOps);
+                                      int64_t extrapolate_ops = kExtrapolateOps, int64_t costly_ops = kCostlyOps);
 
 // Drops the process-wide cache (tests).
 void clear_candidate_cache();

@@ -45,7 +45,7 @@ void append_forwarding(Schedule& s, const HostMap& m, int r, int64_t n, const st
 
 Schedule all_gather_hierarchical(const CollArgs& a) {
   const HostMap m(a);
-  if (!a.inter_algorithm.empty()) return all_gather_composed(a, m);
+  if (!a.inter_algorithm.empty() || !a.intra_algorithm.empty()) return all_gather_composed(a, m);
   const int P = a.size, r = a.rank, h = m.host[r], L = m.L(h), H = m.H();
   const int64_t n = a.count;
   auto blk = [&](int q) { return out_region(q * n, n); };
@@ -71,7 +71,7 @@ Schedule all_gather_hierarchical(const CollArgs& a) {
 
 Schedule reduce_scatter_hierarchical(const CollArgs& a) {
   const HostMap m(a);
-  if (!a.inter_algorithm.empty()) return reduce_scatter_composed(a, m);
+  if (!a.inter_algorithm.empty() || !a.intra_algorithm.empty()) return reduce_scatter_composed(a, m);
   const int P = a.size, r = a.rank, h = m.host[r], L = m.L(h), H = m.H(), i = m.local[r];
   const int64_t n = a.count;
   auto in_blk = [&](int q) { return in_region(q * n, n); };
@@ -130,7 +130,7 @@ Schedule reduce_scatter_hierarchical(const CollArgs& a) {
 
 Schedule broadcast_hierarchical(const CollArgs& a) {
   const HostMap m(a);
-  if (!a.inter_algorithm.empty()) return broadcast_composed(a, m);
+  if (!a.inter_algorithm.empty() || !a.intra_algorithm.empty()) return broadcast_composed(a, m);
   const int r = a.rank, root = a.root, h = m.host[r], hr = m.host[root];
   const Region in = in_region(0, a.count), out = out_region(0, a.count);
   Schedule s;

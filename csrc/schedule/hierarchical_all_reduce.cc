@@ -13,6 +13,7 @@
 // are one `Layout` shared by the three schedules; the two pipelines order a tick differently (see
 // each), because a composed inter phase may take many steps.
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 
 #include "schedule/builders.h"
@@ -194,6 +195,77 @@ Schedule all_reduce_pipelined(const Layout& y) {
   return s;
 }
 
+// The intra-host phases through CollArgs::intra_algorithm (a name registered for reduce_scatter
+// and all_gather) on the host's sub-group. The host's ranges of a segment differ by up to a block
+// (B blocks over L ranks), while a registered collective moves equal blocks: each range is packed
+// into a slot of the host's largest range (the rest of the slot filled from the input, so nothing
+// undefined travels; its result is dropped), the sub-collective runs on the slots, and the result
+// is unpacked. Scratch: [L slots][L result slots][the sub-collective's scratch]; the phases run
+// one after another, so they share it with the inter phase's.
+struct IntraPhases {
+  const Layout& y;
+  const std::string& algo;
+  int64_t pad0;  // the largest range of segment 0 (segment 0 is the longest): the slot stride
+
+  IntraPhases(const Layout& layout, const std::string& name) : y(layout), algo(name), pad0(pad(0)) {}
+  int64_t pad(int t) const {
+    int64_t p = 0;
+    for (int j = 0; j < y.L; ++j) p = std::max(p, y.range(BufferId::Input, t, j).count);
+    return p;
+  }
+  int64_t scratch_end() const { return 2 * y.L * pad0 + sub_scratch_; }
+  Subgroup group() const {
+    Subgroup g;
+    g.members = y.m.hosts[y.h];
+    g.input = Rebase{BufferId::Scratch, 0};
+    g.output = Rebase{BufferId::Scratch, y.L * pad0};
+    g.scratch = Rebase{BufferId::Scratch, 2 * y.L * pad0};
+    return g;
+  }
+  // Copies `src` into the slot at `slot_off` of `p` elements, the rest from segment t's input.
+  void pack(Step& st, int64_t slot_off, Region src, int t, int64_t p) const {
+    st.ops.push_back(op_copy(scratch_region(slot_off, src.count), src));
+    const Region seg = y.span(BufferId::Input, t, 0, y.B);
+    if (p > src.count) st.ops.push_back(op_copy(scratch_region(slot_off + src.count, p - src.count), Region{BufferId::Input, seg.offset, p - src.count}));
+  }
+  std::vector<Step> rs(int t) {
+    const int64_t p = pad(t);
+    if (y.L == 1 || p == 0) return y.rs(t);
+    Schedule s;
+    Step in;
+    for (int j = 0; j < y.L; ++j) pack(in, j * p, y.range(BufferId::Input, t, j), t, p);
+    s.steps.push_back(std::move(in));
+    note(append_to(s, on_subgroup(Collective::ReduceScatter, algo, y.r, p, 0, group(), "intra_algorithm")));
+    const Region mine = y.range(BufferId::Output, t, y.i);
+    if (mine.count) s.steps.push_back(Step{{op_copy(mine, scratch_region(y.L * pad0, mine.count))}});
+    return s.steps;
+  }
+  std::vector<Step> ag(int t) {
+    const int64_t p = pad(t);
+    if (y.L == 1 || p == 0) return {};
+    Schedule s;
+    Step in;
+    pack(in, 0, y.range(BufferId::Output, t, y.i), t, p);
+    s.steps.push_back(std::move(in));
+    note(append_to(s, on_subgroup(Collective::AllGather, algo, y.r, p, 0, group(), "intra_algorithm")));
+    Step out;
+    for (int j = 0; j < y.L; ++j) {
+      const Region theirs = y.range(BufferId::Output, t, j);
+      if (j != y.i && theirs.count) out.ops.push_back(op_copy(theirs, scratch_region(y.L * pad0 + j * p, theirs.count)));
+    }
+    if (!out.ops.empty()) s.steps.push_back(std::move(out));
+    return s.steps;
+  }
+
+ private:
+  int64_t sub_scratch_ = 0;
+  static int64_t append_to(Schedule& s, const Schedule& more) {
+    s.steps.insert(s.steps.end(), more.steps.begin(), more.steps.end());
+    return more.scratch_count;
+  }
+  void note(int64_t end) { sub_scratch_ = std::max(sub_scratch_, end - 2 * y.L * pad0); }
+};
+
 // Composed: (2) every owned block of a segment all-reduced in place by CollArgs::inter_algorithm
 // on the sub-group of its owners (subgroup.h), whose scratch follows the reduce-scatter slots.
 // Tick t: the all-gather of t-1 alone, then the inter phase of t beside the reduce-scatter of t+1.
@@ -201,8 +273,15 @@ Schedule all_reduce_pipelined(const Layout& y) {
 // as they finished the tick before: so no rank waits on a local peer that waits on an inter-host
 // group (an all-gather beside the inter steps can: a rank of a smaller host serves several groups
 // one after another, and its local peer's group may be the later one).
+// With CollArgs::intra_algorithm the intra phases take many steps each, and zipping them beside
+// the inter steps can deadlock on uneven hosts for the same reason (a local peer's intra step
+// waits behind its inter group); a tick then runs its phases one
+// after another (all-gather of t-1, reduce-scatter of t+1, inter phase of t): every group meets
+// its phases in one global order, so segments still flow through the hosts, but a rank's own
+// phases no longer overlap.
 Schedule all_reduce_composed(const CollArgs& a, const Layout& y) {
-  const int64_t x_base = y.rs_scratch();
+  const bool intra = !a.intra_algorithm.empty();
+  const int64_t x_base = intra ? 0 : y.rs_scratch();
   Schedule s;
   s.scratch_count = x_base;
   auto inter = [&](int t) {
@@ -219,6 +298,20 @@ Schedule all_reduce_composed(const CollArgs& a, const Layout& y) {
     s.scratch_count = std::max(s.scratch_count, tmp.scratch_count);
     return tmp.steps;
   };
+  if (intra) {
+    if (!algorithm_registered(Collective::ReduceScatter, a.intra_algorithm) ||
+        !algorithm_registered(Collective::AllGather, a.intra_algorithm))
+      throw std::invalid_argument("intra_algorithm: all_reduce's intra-host phases need a name registered for both "
+                                  "reduce_scatter and all_gather, got '" + a.intra_algorithm + "'");
+    IntraPhases phases(y, a.intra_algorithm);
+    for (int t = -1; t <= y.K; ++t) {
+      if (t >= 1) append_steps(s, phases.ag(t - 1));
+      if (t + 1 < y.K) append_steps(s, phases.rs(t + 1));
+      if (t >= 0 && t < y.K) append_steps(s, inter(t));
+    }
+    s.scratch_count = std::max(s.scratch_count, phases.scratch_end());
+    return s;
+  }
   auto ag = [&](int t) {
     Step x;
     y.ag_comm(t, x);
@@ -243,6 +336,8 @@ Schedule all_reduce_composed(const CollArgs& a, const Layout& y) {
 Schedule all_reduce_hierarchical(const CollArgs& a) {
   const HostMap m(a);
   const Layout y(a, m, pipeline_segments(a, m));
+  if (!a.intra_algorithm.empty() && a.inter_algorithm.empty())
+    throw std::invalid_argument("intra_algorithm: '" + a.intra_algorithm + "' needs an inter_algorithm too");
   if (!a.inter_algorithm.empty()) return all_reduce_composed(a, y);
   return y.K > 1 ? all_reduce_pipelined(y) : all_reduce_plain(y);
 }

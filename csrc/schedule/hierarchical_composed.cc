@@ -2,7 +2,13 @@
 // (CollArgs::inter_algorithm non-empty; the built-in direct exchange is hierarchical.cc). all_reduce
 // composes beside its built-in schedule in hierarchical_all_reduce.cc, sharing its segment layout.
 // The inter-host phase is the sub-group combinator (subgroup.h) over one rank per host; the
-// intra-host phases are direct exchanges, as in the built-in schedules.
+// intra-host phases are direct exchanges, as in the built-in schedules, or with
+// CollArgs::intra_algorithm set, that registered algorithm on the host's ranks (below: the
+// all_gather forwarding is an all_gather, the reduce_scatter collection a reduce_scatter, the
+// broadcast within the host a broadcast). A host's ranks forward or collect different numbers of
+// blocks on uneven hosts; the registered collectives move equal ones, so each rank packs its
+// blocks into the host's largest count of slots (the rest filled from the input, its result
+// dropped) and unpacks after.
 //
 // Slots. B = the most ranks any host holds. Host g serves slot j (0 <= j < B) with its rank of local
 // index j mod L_g (HostMap::partner), so every host takes part in every slot's group, smaller hosts
@@ -17,6 +23,7 @@
 //   broadcast       the root and the lowest rank of every other host broadcast with the inter
 //                   algorithm, then each of them sends to its local peers.
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 
 #include "schedule/builders.h"
@@ -34,9 +41,48 @@ std::vector<int> slot_group(const HostMap& m, int j) {
   return g;
 }
 
+Subgroup host_group(const HostMap& m, int h, int64_t base, int64_t slots_elems) {
+  Subgroup g;
+  g.members = m.hosts[h];
+  g.input = Rebase{BufferId::Scratch, base};
+  g.output = Rebase{BufferId::Scratch, base + slots_elems};
+  g.scratch = Rebase{BufferId::Scratch, base + slots_elems + static_cast<int64_t>(m.L(h)) * slots_elems};
+  return g;
+}
+
+// The forwarding rounds as an all_gather with `algo` (CollArgs::intra_algorithm) over the host:
+// local index j's blocks forwards[j] packed into F = max |forwards| slots of n elements, at
+// scratch `base`.
+void append_intra_forwarding(Schedule& s, const HostMap& m, int r, int64_t n,
+                             const std::vector<std::vector<int>>& forwards, const std::string& algo, int64_t base) {
+  const int h = m.host[r], i = m.local[r], L = m.L(h);
+  size_t F = 0;
+  for (const auto& f : forwards) F = std::max(F, f.size());
+  if (L == 1 || n == 0) return;
+  const int64_t slots = static_cast<int64_t>(F) * n;
+  Step pack;
+  for (size_t t = 0; t < F; ++t)
+    pack.ops.push_back(op_copy(scratch_region(base + t * n, n),
+                               t < forwards[i].size() ? out_region(forwards[i][t] * n, n) : in_region(0, n)));
+  s.steps.push_back(std::move(pack));
+  append_schedule(s, on_subgroup(Collective::AllGather, algo, r, slots, 0, host_group(m, h, base, slots), "intra_algorithm"));
+  Step unpack;
+  for (int j = 0; j < L; ++j)
+    for (size_t t = 0; j != i && t < forwards[j].size(); ++t)
+      unpack.ops.push_back(op_copy(out_region(forwards[j][t] * n, n), scratch_region(base + slots + (j * F + t) * n, n)));
+  s.steps.push_back(std::move(unpack));
+  s.scratch_count = std::max(s.scratch_count, base + (1 + L) * slots);
+}
+
+void check_intra(const CollArgs& a) {
+  if (!a.intra_algorithm.empty() && a.inter_algorithm.empty())
+    throw std::invalid_argument("intra_algorithm: '" + a.intra_algorithm + "' needs an inter_algorithm too");
+}
+
 }  // namespace
 
 Schedule all_gather_composed(const CollArgs& a, const HostMap& m) {
+  check_intra(a);
   const int r = a.rank, h = m.host[r], i = m.local[r], L = m.L(h), H = m.H(), B = m.max_L();
   const int64_t n = a.count;
   Schedule s;
@@ -60,11 +106,13 @@ Schedule all_gather_composed(const CollArgs& a, const HostMap& m) {
       if (x != h && j < m.L(x)) keep.ops.push_back(op_copy(out_region(m.hosts[x][j] * n, n), scratch_region(x * n, n)));
     if (!keep.ops.empty()) s.steps.push_back(std::move(keep));
   }
-  append_forwarding(s, m, r, n, forwards);
+  if (a.intra_algorithm.empty()) append_forwarding(s, m, r, n, forwards);
+  else append_intra_forwarding(s, m, r, n, forwards, a.intra_algorithm, s.scratch_count);
   return s;
 }
 
 Schedule reduce_scatter_composed(const CollArgs& a, const HostMap& m) {
+  check_intra(a);
   const int r = a.rank, h = m.host[r], i = m.local[r], L = m.L(h), H = m.H(), B = m.max_L();
   const int64_t n = a.count;
   // This rank's slots, and per local index what it collects: (slot position k, host g) pairs whose
@@ -95,6 +143,25 @@ Schedule reduce_scatter_composed(const CollArgs& a, const HostMap& m) {
   }
   size_t rounds = 0;
   for (const auto& c : collects) rounds = std::max(rounds, c.size());
+  if (!a.intra_algorithm.empty() && L > 1 && n > 0) {
+    // (1) as a reduce_scatter with intra_algorithm: slot jl of the packed input holds the blocks
+    // local index jl collects (padded to `rounds` blocks); this rank's result unpacks into acc.
+    const int64_t slots = static_cast<int64_t>(rounds) * n, base = sub_base;
+    Step pack;
+    for (int jl = 0; jl < L; ++jl)
+      for (size_t t = 0; t < rounds; ++t)
+        pack.ops.push_back(op_copy(scratch_region(base + jl * slots + t * n, n),
+                                   in_region(t < collects[jl].size() ? collects[jl][t].block * n : 0, n)));
+    s.steps.push_back(std::move(pack));
+    append_schedule(s, on_subgroup(Collective::ReduceScatter, a.intra_algorithm, r, slots, 0,
+                                   host_group(m, h, base, L * slots), "intra_algorithm"));
+    Step unpack;
+    for (size_t t = 0; t < collects[i].size(); ++t)
+      unpack.ops.push_back(op_copy(acc(collects[i][t].k, collects[i][t].g), scratch_region(base + L * slots + t * n, n)));
+    s.steps.push_back(std::move(unpack));
+    s.scratch_count = std::max(s.scratch_count, base + (L + 1) * slots);
+    rounds = 0;  // the direct rounds below are done
+  }
   for (size_t t = 0; t < rounds; ++t) {  // (1) within the host, one block per round
     Step x;
     for (int j = 0, slot = 0; j < L; ++j) {
@@ -125,10 +192,24 @@ Schedule reduce_scatter_composed(const CollArgs& a, const HostMap& m) {
 }
 
 Schedule broadcast_composed(const CollArgs& a, const HostMap& m) {
+  check_intra(a);
   const int r = a.rank, root = a.root, h = m.host[r], hr = m.host[root];
   const int64_t n = a.count;
   auto leader = [&](int g) { return g == hr ? root : m.hosts[g][0]; };
+  // Within the host with intra_algorithm: a broadcast from the leader's output, in place.
+  auto within = [&](Schedule& s) {
+    Subgroup local;
+    local.members = m.hosts[h];
+    local.input = local.output = Rebase{BufferId::Output, 0};
+    local.scratch = Rebase{BufferId::Scratch, 0};
+    append_schedule(s, on_subgroup(Collective::Broadcast, a.intra_algorithm, r, n, m.local[leader(h)], local,
+                                   "intra_algorithm"));
+  };
   Schedule s;
+  if (!a.intra_algorithm.empty() && r != leader(h)) {
+    within(s);
+    return s;
+  }
   if (r != leader(h)) {
     s.steps.push_back(Step{{op_recv(leader(h), out_region(0, n))}});
     return s;
@@ -139,6 +220,10 @@ Schedule broadcast_composed(const CollArgs& a, const HostMap& m) {
   g.output = Rebase{BufferId::Output, 0};
   g.scratch = Rebase{BufferId::Scratch, 0};
   append_schedule(s, on_subgroup(Collective::Broadcast, a.inter_algorithm, r, n, hr, g));
+  if (!a.intra_algorithm.empty()) {
+    within(s);
+    return s;
+  }
   Step x;
   for (int q : m.hosts[h])
     if (q != r) x.ops.push_back(op_send(q, out_region(0, n)));

@@ -89,9 +89,14 @@ struct CollArgs {
   // stays a pure function of its CollArgs):
   //   inter_algorithm: the registered algorithm (same collective) the owners of each block run
   //     across hosts; empty: the built-in direct exchange between owners.
+  //   intra_algorithm: the registered algorithm the ranks of each host run for the intra-host
+  //     phases (all_reduce: a name registered for both reduce_scatter and all_gather; the others:
+  //     for their intra collective, hierarchical_composed.cc); needs inter_algorithm; empty: the
+  //     built-in direct exchanges.
   //   segment: elements per pipeline segment of all_reduce across two hosts or more (at most 16
   //     segments); 0: not pipelined.
   std::string inter_algorithm;
+  std::string intra_algorithm;
   int64_t segment = 0;
 };
 

@@ -19,9 +19,9 @@ Region rebase(const Region& r, const Subgroup& g) {
 }  // namespace
 
 Schedule on_subgroup(Collective coll, const std::string& algorithm, int rank, int64_t count, int root,
-                     const Subgroup& g) {
+                     const Subgroup& g, const char* what) {
   if (algorithm == "hierarchical")
-    throw std::invalid_argument("inter_algorithm: 'hierarchical' cannot run its own inter-host phase");
+    throw std::invalid_argument(std::string(what) + ": 'hierarchical' cannot run a phase of itself");
   const auto at = std::find(g.members.begin(), g.members.end(), rank);
   if (at == g.members.end())
     throw std::logic_error("on_subgroup: rank " + std::to_string(rank) + " is not in the sub-group");
@@ -32,7 +32,7 @@ Schedule on_subgroup(Collective coll, const std::string& algorithm, int rank, in
   sub.count = count;
   sub.root = root;
   if (!algorithm_registered(coll, algorithm))
-    throw std::invalid_argument("inter_algorithm: unknown " + std::string(collective_name(coll)) + " algorithm '" +
+    throw std::invalid_argument(std::string(what) + ": unknown " + std::string(collective_name(coll)) + " algorithm '" +
                                 algorithm + "' (expected one of: " + expected_algorithms(coll) + ")");
   Schedule s = build_schedule(sub, algorithm);
   for (Step& st : s.steps) {

@@ -2,7 +2,8 @@
 // larger schedule. The sub-schedule is built for the sub-group's own numbering (its ranks 0..n-1 are
 // `members` in that order) and rewritten into the parent's terms: peers renumbered, and each of its
 // three buffers re-based onto a region of the parent's buffers. Hierarchical schedules use it for
-// their inter-host phase (any algorithm over the owners of a block); internal to csrc/schedule.
+// their inter-host phase (any algorithm over the owners of a block) and, with
+// CollArgs::intra_algorithm, their intra-host phases; internal to csrc/schedule.
 #pragma once
 
 #include <string>
@@ -27,9 +28,10 @@ struct Subgroup {
 // The parent-rank schedule of `algorithm` for collective `coll` over `g.members` (the calling rank
 // must be one of them), `count` and `root` in the sub-group's terms (ir.h). The result's
 // scratch_count is the end of the scratch it uses in the parent's scratch buffer (0 if none).
-// std::invalid_argument naming `inter_algorithm` when the algorithm is unknown or hierarchical.
+// std::invalid_argument naming `what` (the CollArgs field that chose it: inter_algorithm or
+// intra_algorithm) when the algorithm is unknown or hierarchical.
 Schedule on_subgroup(Collective coll, const std::string& algorithm, int rank, int64_t count, int root,
-                     const Subgroup& g);
+                     const Subgroup& g, const char* what = "inter_algorithm");
 
 // Appends `more`'s steps to `s` and raises s's scratch to cover more's.
 void append_schedule(Schedule& s, const Schedule& more);

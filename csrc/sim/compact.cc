@@ -39,7 +39,7 @@ uint32_t ShapeTable::intern(std::vector<SimOp>& ops) {
 std::vector<Program> build_programs(Collective c, const std::string& algorithm, int size, int64_t count,
                                     int root, const std::vector<int>& host_of, const std::string& inter_algorithm,
                                     int64_t segment, ShapeTable& shapes,
-                                    std::vector<int64_t>* scratch) {
+                                    std::vector<int64_t>* scratch, const std::string& intra_algorithm) {
   std::vector<Program> programs(size);
   if (scratch) scratch->assign(size, 0);
   CollArgs a;
@@ -49,6 +49,7 @@ std::vector<Program> build_programs(Collective c, const std::string& algorithm, 
   a.root = root;
   a.host_of = host_of;
   a.inter_algorithm = inter_algorithm;
+  a.intra_algorithm = intra_algorithm;
   a.segment = segment;
   std::vector<SimOp> ops;
   for (int r = 0; r < size; ++r) {

@@ -75,6 +75,7 @@ class Run {
     player_.reset(P_);
     free_at_.assign(2 * P_ + H_ + 2 * H_ * t.nics_per_host, 0.0);
     nic_next_.assign(2 * H_ * t.nics_per_host, 0.0);
+    tokens_.assign(free_at_.size(), 0.0);
     send_cpu_.assign(P_, 0.0);
     recv_cpu_.assign(P_, 0.0);
     oversub_ = oversubscription(t);
@@ -227,7 +228,9 @@ class Run {
     double slowest = bw[0], wire_done = start;
     for (int i = 0; i < nres; ++i) {
       slowest = std::min(slowest, bw[i]);
-      free_at_[res[i]] = std::max(start, free_at_[res[i]]) + bytes / bw[i];
+      const double begin = std::max(start, free_at_[res[i]]);
+      const bool bucket = hs != hq && t_.nic_burst_bytes > 0;
+      free_at_[res[i]] = begin + (bucket ? through_bucket(res[i], begin, bytes) : bytes / bw[i]);
       wire_done = std::max(wire_done, free_at_[res[i]]);
     }
     // A reducing receive adds the reduction its chunk pipeline cannot hide behind the transfer:
@@ -248,6 +251,16 @@ class Run {
     }
     Q.end = std::max(Q.end, taken + reduce_tail);
     ++transfers_;
+  }
+
+  // Seconds a NIC direction with a token bucket (Topology::nic_burst_bytes) takes to pass `bytes`
+  // from `begin` (it was idle or done before): the tokens gathered since its last message, up to the
+  // bucket, pass at once, the rest at the bucket's rate.
+  double through_bucket(int res, double begin, double bytes) {
+    const double level = std::min(t_.nic_burst_bytes, tokens_[res] + (begin - free_at_[res]) * t_.nic_Bps);
+    const double seconds = std::max(0.0, bytes - level) / t_.nic_Bps;
+    tokens_[res] = std::max(0.0, level - bytes);
+    return seconds;
   }
 
   // When receiver q is running again to take a message from sender s whose first bytes arrive at
@@ -287,6 +300,7 @@ class Run {
   std::vector<RankState> ranks_;
   std::vector<double> free_at_;  // per link: when it is free again
   std::vector<double> nic_next_;  // per NIC direction: when it may start its next message
+  std::vector<double> tokens_;    // per link: a NIC bucket's tokens when it was last free (free_at_)
   std::vector<double> send_cpu_, recv_cpu_;  // per rank: when its CPU has posted / taken in its last message
   std::vector<double> oversub_;  // per host: ranks per core when above 1, else 1
   std::priority_queue<Event> heap_;
@@ -311,6 +325,7 @@ Result simulate(Collective c, const std::string& algorithm, int64_t count, int e
   Result res;
   res.algorithm = algorithm;
   res.inter_algorithm = opts.inter_algorithm;
+  res.intra_algorithm = opts.intra_algorithm;
   int64_t segment = opts.segment;
   if (algorithm == "auto") {
     // The engine's own resolution, this topology being the cost model (policy/auto_policy.h).
@@ -318,6 +333,7 @@ Result simulate(Collective c, const std::string& algorithm, int64_t count, int e
                                                      algorithm_override(c), P, topo.host_of, &topo);
     res.algorithm = choice.algorithm;
     res.inter_algorithm = choice.inter_algorithm;
+    res.intra_algorithm = choice.intra_algorithm;
     segment = choice.segment;
   }
   if (segment < 0) segment = hier_segment_setting();
@@ -325,7 +341,8 @@ Result simulate(Collective c, const std::string& algorithm, int64_t count, int e
   ShapeTable shapes;
   std::vector<int64_t> scratch;
   const std::vector<Program> progs = build_programs(c, res.algorithm, P, count, root, topo.host_of,
-                                                       res.inter_algorithm, segment, shapes, &scratch);
+                                                       res.inter_algorithm, segment, shapes, &scratch,
+                                                       res.intra_algorithm);
   const double t1 = now_s();
   const std::vector<RankRates> rates = rank_rates(topo, c, count, elem_bytes, root, scratch, res);
   Run run(topo, rates, shapes, progs, elem_bytes);

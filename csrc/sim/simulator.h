@@ -40,23 +40,25 @@ struct Result {
   int64_t ranks_beyond_cache = 0;     // ranks whose working set put them in a memory tier
   std::string algorithm;    // the algorithm played (auto resolved)
   std::string inter_algorithm;  // hierarchical: its inter-host algorithm ("" the built-in exchange)
+  std::string intra_algorithm;  // hierarchical: its intra-host algorithm ("" the built-in exchanges)
   bool cut = false;         // stopped at Options::stop_after_s: time_s is a lower bound (> stop_after_s)
 };
 
 // What a hierarchical schedule is built with (ir.h CollArgs): its inter-host algorithm ("": the
-// built-in exchange) and pipeline segment in elements (-1: COMMLIB_HIER_SEGMENT; 0: none).
+// built-in exchange), its intra-host algorithm ("": the built-in exchanges) and pipeline segment in elements (-1: COMMLIB_HIER_SEGMENT; 0: none).
 // stop_after_s: stop the event run once simulated time passes it (Result::cut; time_s is then the
 // time reached, a lower bound). Events run in time order, so a run stopped there could only have
 // finished later: auto's ranking uses it to drop a candidate as soon as it cannot win.
 struct Options {
   std::string inter_algorithm;
   int64_t segment = -1;
+  std::string intra_algorithm;
   double stop_after_s = std::numeric_limits<double>::infinity();
 };
 
 // `algorithm` may be "auto": the engine's resolution (policy/auto_policy.h, resolve_algorithm)
 // with this topology as its cost model, so the fastest candidate the model predicts; the inter
-// algorithm it picks replaces opts.inter_algorithm.
+// and intra algorithms it picks replace opts'.
 Result simulate(Collective c, const std::string& algorithm, int64_t count, int elem_bytes, int root,
                 const Topology& topo, const Options& opts = Options{});
 

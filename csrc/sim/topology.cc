@@ -48,6 +48,7 @@ void Topology::validate() const {
   check_nonneg("send_overhead_s", send_overhead_s);
   check_nonneg("recv_overhead_s", recv_overhead_s);
   check_nonneg("nic_gap_s", nic_gap_s);
+  check_nonneg("nic_burst_bytes", nic_burst_bytes);
   if (cores_per_host < 0) throw std::invalid_argument("topology.cores_per_host: must be >= 0 (0: a core per rank)");
   check_nonneg("sched_quantum_s", sched_quantum_s);
   check_nonneg("spin_s", spin_s);

@@ -37,6 +37,13 @@ struct Topology {
   double send_overhead_s = 0;
   double recv_overhead_s = 0;
   double nic_gap_s = 0;
+  // A token-bucket rate limit on each NIC direction (tc tbf, what scripts/netns.sh puts on every
+  // veth): nic_Bps is the bucket's rate, nic_burst_bytes its size; bytes with tokens leave at once
+  // (the veth itself has no rate modelled), the rest at nic_Bps. The bucket starts empty: the
+  // steady state of back-to-back calls, whose bytes drain it, so a call pays its bytes at nic_Bps
+  // overall, but its steps' latencies and the refill overlap. 0: no bucket, every message's bytes
+  // at nic_Bps (a real NIC).
+  double nic_burst_bytes = 0;
   // CPU scheduling (docs/simulator.md, "Waiting"): all zero (the presets) = every rank has a core
   // of its own and finds a message as soon as it arrives.
   // cores_per_host: cores a host's ranks share (0: one per rank). A host with R ranks on C < R

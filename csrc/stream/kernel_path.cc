@@ -11,6 +11,7 @@
 #include "common/params.h"
 #include "device/host_flags.h"
 #include "kernels/plan_kernel.cuh"
+#include "plan/describe.h"
 
 namespace commlib {
 
@@ -22,13 +23,17 @@ namespace {
 constexpr size_t kLine = 64;
 constexpr size_t kPageBytes = 4096;
 // Host page: word 0 the abort word, word 1 the number of the last launch completed, words 8.. the
-// blocks' progress words, words 32.. the blocks' chunk counts (LL, slots).
+// blocks' progress words, words 32.. the blocks' chunk counts (LL, slots), words 64.. the call
+// check's mismatch record (plan_call_check.cuh).
 constexpr size_t kDoneWord = 1;
 constexpr size_t kProgressWord = 8;
 constexpr size_t kChunkCountWord = 32;
+constexpr size_t kMismatchWord = 64;
 static_assert(kProgressWord + kexec::kMaxBlocks <= kChunkCountWord &&
-                  (kChunkCountWord + 2 * kexec::kMaxBlocks) * 8 <= kPageBytes,
+                  kChunkCountWord + 2 * kexec::kMaxBlocks <= kMismatchWord &&
+                  (kMismatchWord + kexec::kMismatchWords) * 8 <= kPageBytes,
               "the host page's words");
+static_assert(sizeof(CallDesc) == 3 * sizeof(uint64_t), "the kernel compares a CallDesc as three words");
 constexpr size_t kMaxPlans = 256;
 constexpr size_t kMinStaging = 64 * 1024;
 constexpr uint64_t kMaxLLBytes = 65536;
@@ -59,11 +64,17 @@ uint32_t device_ll_bytes_from_env(uint64_t slot_bytes) {
 
 size_t KernelPath::flag_bytes() const { return round_up(static_cast<size_t>(size_) * nslots_ * 8, kLine); }
 size_t KernelPath::slots_bytes() const { return static_cast<size_t>(size_) * nslots_ * slot_bytes_; }
-// ready | freed | slots | LL slots (two bytes of lines per byte of data)
-size_t KernelPath::region_bytes() const {
+// ready | freed | slots | LL slots (two bytes of lines per byte of data) | descriptor ring
+size_t KernelPath::descs_offset() const {
   return 2 * flag_bytes() + slots_bytes() + static_cast<size_t>(size_) * nslots_ * 2 * ll_bytes_;
 }
-size_t KernelPath::views_offset() const { return round_up(2 * size_ * 8, kLine) + kLine; }
+uint32_t KernelPath::desc_ring_len() const { return nslots_ + 1; }  // why: plan_call_check.cuh
+size_t KernelPath::region_bytes() const {
+  return descs_offset() + static_cast<size_t>(size_) * desc_ring_len() * kexec::kDescWords * 8;
+}
+// sent | received | checked (size words each), then the barrier's line
+size_t KernelPath::barrier_offset() const { return round_up(3 * size_ * 8, kLine); }
+size_t KernelPath::views_offset() const { return barrier_offset() + kLine; }
 
 KernelPath::KernelPath(std::shared_ptr<Device> device, int rank, int size, uint32_t nslots, uint64_t slot_bytes,
                        DevicePath mode)
@@ -73,7 +84,7 @@ KernelPath::KernelPath(std::shared_ptr<Device> device, int rank, int size, uint3
     throw std::invalid_argument("COMMLIB_DEVICE_PATH=kernel: " + device_->name() + " has no kernel path");
   setup_stream_ = device_->create_stream();
   region_ = static_cast<char*>(device_->allocate(region_bytes()));
-  // sent | received (size words each) | barrier (a line) | peer views | LL stages (one per block)
+  // sent | received | checked (size words each) | barrier (a line) | peer views | LL stages (one per block)
   const size_t local_bytes = views_offset() + round_up(size_ * sizeof(PeerView), kLine) + kexec::kMaxBlocks * ll_bytes_;
   local_ = device_->allocate(local_bytes);
   const size_t ll_area = region_bytes() - 2 * flag_bytes() - slots_bytes();
@@ -122,14 +133,15 @@ void KernelPath::connect(const std::vector<std::string>& handles, bool one_host)
   }
   usable_ = one_host && mode_ != DevicePath::Copy && device_->plan_blocks(1) > 0;
   if (!usable_) return;
-  std::vector<PeerView> views(size_, PeerView{nullptr, nullptr, nullptr, nullptr});
+  std::vector<PeerView> views(size_, PeerView{nullptr, nullptr, nullptr, nullptr, nullptr});
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
     const std::string& h = handles[p];
     imported_[p] = static_cast<char*>(device_->import_memory(h.substr(h.find(':') + 1)));
     views[p] = PeerView{imported_[p] + 2 * flag_bytes(), reinterpret_cast<uint64_t*>(imported_[p]),
                         reinterpret_cast<uint64_t*>(imported_[p] + flag_bytes()),
-                        reinterpret_cast<uint64_t*>(imported_[p] + 2 * flag_bytes() + slots_bytes())};
+                        reinterpret_cast<uint64_t*>(imported_[p] + 2 * flag_bytes() + slots_bytes()),
+                        reinterpret_cast<uint64_t*>(imported_[p] + descs_offset())};
   }
   char* views_dev = static_cast<char*>(local_) + views_offset();
   device_->upload_now(views_dev, views.data(), views.size() * sizeof(PeerView));
@@ -181,6 +193,7 @@ const KernelPath::Uploaded& KernelPath::upload(const ScheduleKey& key, const Sch
   std::memcpy(host.data() + items + steps + counts, p.recvs_from.data(), counts);
   u.dev = device_->allocate_ordered(host.size(), stream);  // once per call shape, in the call's order
   stage(host, u.dev, stream);
+  for (int q = 0; q < size_; ++q) u.has_peers |= q != rank_ && (p.sends_to[q] | p.recvs_from[q]) != 0;
   for (const kplan::PlanItem& it : p.items)
     if (it.kind == kplan::kSend || it.kind == kplan::kRecv || it.kind == kplan::kRecvReduce) {
       u.first_peer = it.peer;
@@ -190,8 +203,8 @@ const KernelPath::Uploaded& KernelPath::upload(const ScheduleKey& key, const Sch
   return plans_.emplace(key, std::move(u)).first->second;
 }
 
-KernelPath::Launched KernelPath::enqueue(const ScheduleKey& key, const Schedule& sched, char* const bases[3],
-                                         DType dtype, RedOp op, DeviceStream& stream) {
+KernelPath::Launched KernelPath::enqueue(const ScheduleKey& key, const Schedule& sched, const CallDesc& desc,
+                                         char* const bases[3], DType dtype, RedOp op, DeviceStream& stream) {
   const Uploaded& u = upload(key, sched, stream);
   const DevicePlan& p = u.plan;
   if (p.steps.empty()) return Launched{};
@@ -214,12 +227,17 @@ KernelPath::Launched KernelPath::enqueue(const ScheduleKey& key, const Schedule&
   a.ll_bytes = ll_bytes_;
   a.sent = reinterpret_cast<uint64_t*>(local);
   a.received = a.sent + size_;
-  a.barrier = reinterpret_cast<uint64_t*>(local + round_up(2 * size_ * 8, kLine));
+  a.barrier = reinterpret_cast<uint64_t*>(local + barrier_offset());
   a.barrier_base = barrier_;
   a.abort = host_page_dev_;
   a.progress = host_page_dev_ + kProgressWord;
   a.done = host_page_dev_ + kDoneWord;
   a.chunk_counts = host_page_dev_ + kChunkCountWord;
+  std::memcpy(a.desc, &desc, sizeof desc);
+  a.descs = reinterpret_cast<uint64_t*>(region_ + descs_offset());
+  a.checked = a.sent + 2 * size_;
+  a.mismatch = host_page_dev_ + kMismatchWord;
+  a.desc_ring_len = u.has_peers ? desc_ring_len() : 0;  // a plan without peers checks nothing
   a.launch = launches_ + 1;
   a.slot_bytes = slot_bytes_;
   a.nsteps = static_cast<uint32_t>(p.steps.size());
@@ -227,9 +245,28 @@ KernelPath::Launched KernelPath::enqueue(const ScheduleKey& key, const Schedule&
   a.rank = rank_;
   a.size = size_;
   device_->launch_plan(a, blocks, dtype, op, p.reduces, stream);
-  barrier_ += static_cast<uint64_t>(blocks) * p.steps.size();
+  barrier_ += static_cast<uint64_t>(blocks) * (p.steps.size() + (a.desc_ring_len ? 1 : 0));
   ++launches_;
   return Launched{reinterpret_cast<const uint64_t*>(host_page_) + kDoneWord, launches_, u.first_peer, u.first_is_send};
+}
+
+bool KernelPath::mismatch(std::string* message) const {
+  if (!host_page_) return false;
+  const uint64_t* w = reinterpret_cast<const uint64_t*>(host_page_) + kMismatchWord;
+  const uint64_t peer = load_flag(w);  // acquire: the record's words were written before it
+  if (peer == 0) return false;
+  uint64_t words[6];
+  for (int i = 0; i < 6; ++i) words[i] = load_flag(w + 1 + i);
+  CallDesc mine, theirs;
+  std::memcpy(&mine, words, sizeof mine);
+  std::memcpy(&theirs, words + 3, sizeof theirs);
+  const std::string me = "rank " + std::to_string(rank_), them = "rank " + std::to_string(peer - 1);
+  if (theirs.seq != mine.seq)
+    *message = me + " is at " + describe_call(mine) + " but " + them + " is at its call #" + std::to_string(theirs.seq) +
+               " on device buffers (" + describe_call(theirs) + "; the calls between them differ)";
+  else
+    *message = me + " called " + describe_call(mine) + " but " + them + " called " + describe_call(theirs);
+  return true;
 }
 
 void KernelPath::abort() {

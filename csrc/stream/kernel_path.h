@@ -23,6 +23,7 @@
 #include "kernels/device_plan.h"
 #include "plan/call.h"
 #include "schedule/ir.h"
+#include "transport/transport.h"  // CallDesc
 
 namespace commlib {
 
@@ -68,9 +69,14 @@ class KernelPath {
     bool send = false;
   };
   // Enqueues the call's kernel on `stream`: `sched` is this rank's schedule of the call shape `key`,
-  // `bases` its input, output and scratch.
-  Launched enqueue(const ScheduleKey& key, const Schedule& sched, char* const bases[3], DType dtype, RedOp op,
-               DeviceStream& stream);
+  // `desc` the call's descriptor (checked against the peers' inside the kernel before the first
+  // step: plan_call_check.cuh), `bases` its input, output and scratch.
+  Launched enqueue(const ScheduleKey& key, const Schedule& sched, const CallDesc& desc, char* const bases[3],
+                   DType dtype, RedOp op, DeviceStream& stream);
+  // A launch's check found a peer's descriptor different from its own: the message naming both
+  // ranks and both calls (the watchdog fails the engine with MismatchError; the kernel waits for
+  // the abort word meanwhile, so the call does not complete before it).
+  bool mismatch(std::string* message) const;
 
   // Sets the abort word: every wait loop of a running or later launch returns.
   void abort();
@@ -102,6 +108,7 @@ class KernelPath {
     DevicePlan plan;
     void* dev = nullptr;  // items | steps | sends_to | recvs_from
     int first_peer = -1;  // the plan's first message (the watchdog's view of a launch)
+    bool has_peers = false;  // some message: the launch checks the call's descriptor
     bool first_is_send = false;
   };
   const Uploaded& upload(const ScheduleKey& key, const Schedule& sched, DeviceStream& stream);
@@ -110,7 +117,10 @@ class KernelPath {
   size_t flag_bytes() const;
   size_t slots_bytes() const;
   size_t region_bytes() const;
-  size_t views_offset() const;  // of the peer views in local_ (after sent | received | barrier)
+  size_t descs_offset() const;  // of the descriptor ring in the region
+  uint32_t desc_ring_len() const;
+  size_t barrier_offset() const;  // of the barrier's line in local_ (after sent | received | checked)
+  size_t views_offset() const;  // of the peer views in local_ (after the barrier)
 
   std::shared_ptr<Device> device_;
   const int rank_, size_;

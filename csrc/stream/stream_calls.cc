@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "plan/lowering.h"
+#include "stream/kernel_auto.h"
 #include "stream/stream_engine.h"
 #include "schedule/registry.h"
 
@@ -14,9 +15,19 @@ CallDesc StreamEngine::describe(const CollectiveCall& call, uint8_t algo, uint64
   return call_desc(call, static_cast<uint8_t>(algo | kDeviceCallAlgoBit), seq);
 }
 
+const ResolvedPlan& StreamEngine::plan_of(const CollectiveCall& call) {
+  const ResolvedPlan& policy = plans_.get(call);
+  const std::string source = policy.choice.source;  // before get() again (it may drop the cache)
+  const uint8_t algo = kernel_auto_algorithm(plans_.context(), device_->plan_blocks(1) > 0, call, source);
+  if (!algo) return policy;
+  CollectiveCall c = call;
+  c.algo = algo;
+  return plans_.get(c);
+}
+
 std::string StreamEngine::resolved_algorithm(const CollectiveCall& call) {
   std::lock_guard<std::mutex> guard(enqueue_mu_);
-  return plans_.get(call).name;
+  return plan_of(call).name;
 }
 
 void StreamEngine::throw_if_failed_locked() {
@@ -34,7 +45,7 @@ void StreamEngine::check_first_call(const CollectiveCall& call) {
     std::lock_guard<std::mutex> lk(mu_);
     throw_kind(fail_kind_, "communicator aborted: " + fail_message_);
   }
-  const CallDesc desc = describe(call, plans_.get(call).algo, control_->peek_call_seq());
+  const CallDesc desc = describe(call, plan_of(call).algo, control_->peek_call_seq());
   control_->publish_call(desc);
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
@@ -59,7 +70,17 @@ void StreamEngine::check_first_call(const CollectiveCall& call) {
 
 std::shared_ptr<DeviceEvent> StreamEngine::begin(const CallDesc& desc, DeviceStream& s) {
   ++seq_;
-  auto done = device_->create_event();
+  {
+    // Calls that completed since the watchdog's last tick give their events back now, so a tight
+    // loop of calls reuses a few events (stream/event_pool.h) instead of one per tick's worth.
+    std::lock_guard<std::mutex> lk(mu_);
+    while (!in_flight_.empty() && !failed() && completed_or_failed(in_flight_.front())) {
+      const uint64_t seq = in_flight_.front().seq;
+      in_flight_.pop_front();
+      while (!waits_.empty() && waits_.front().seq <= seq) waits_.pop_front();
+    }
+  }
+  auto done = events_->take();
   {
     std::lock_guard<std::mutex> lk(mu_);
     in_flight_.push_back(InFlight{seq_, desc, done, false});
@@ -108,7 +129,7 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_collective(const CollectiveCal
     NcclLink::check_supported(call.dtype, call.op, call.coll);
     if (!nccl_->ready()) throw CommError("algorithm='nccl': the NCCL communicator was not created");
   }
-  const ResolvedPlan& planned = plans_.get(call);
+  const ResolvedPlan& planned = plan_of(call);
 
   // Nothing above enqueued anything or took a number: a refused argument leaves the numbering
   // and the stream as they were. From here on the call is numbered (with the host calls).
@@ -126,7 +147,13 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_collective(const CollectiveCal
   const std::vector<int> peers = planned.peers;
   std::string enqueue_error;
   try {
-    if (!peers.empty()) enqueue_call_check(desc, peers, s);
+    if (runs_on_kernel(call)) {
+      // Where host calls (and peers whose calls do not join this rank) look; the kernel checks its
+      // peers' descriptors itself, without a host function (kernels/plan_call_check.cuh).
+      if (publish_kernel_calls_) control_->publish_call(desc);
+    } else if (!peers.empty()) {
+      enqueue_call_check(desc, peers, s);
+    }
     std::vector<std::pair<int, CallDesc>> remote_peers;  // on other hosts: descriptors in-band
     for (int p : peers)
       if (remote(p)) remote_peers.emplace_back(p, desc);
@@ -138,6 +165,11 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_collective(const CollectiveCal
     fail(ErrorKind::Comm, enqueue_error);
   }
   return finish(done, enqueue_error, s);
+}
+
+bool StreamEngine::runs_on_kernel(const CollectiveCall& call) const {
+  const uint64_t bytes = static_cast<uint64_t>(call.count) * dtype_size(call.dtype);
+  return kernel_ && call.algo != kNcclAlgorithmCode && !nccl_->carries_any() && kernel_->chooses(bytes);
 }
 
 void StreamEngine::enqueue_call(const CollectiveCall& call, const Schedule& sched, const CallDesc& desc, size_t esize,
@@ -160,13 +192,12 @@ void StreamEngine::enqueue_call(const CollectiveCall& call, const Schedule& sche
     const bool scaled = call.op == RedOp::Avg || call.op == RedOp::PremulSum;
     nccl_->enqueue_collective(call, in, out, scaled ? RedOp::Sum : call.op, s);
   }
-  const uint64_t bytes = static_cast<uint64_t>(call.count) * esize;
   last_path_ = "copy";
-  if (kernel_ && call.algo != kNcclAlgorithmCode && !nccl_->carries_any() && kernel_->chooses(bytes)) {
+  if (runs_on_kernel(call)) {
     last_path_ = "kernel";  // the whole schedule as one launch (stream/kernel_path.h)
     const ScheduleKey key{desc.coll, static_cast<uint8_t>(desc.algo & ~kDeviceCallAlgoBit), desc.root, desc.count,
                           static_cast<uint8_t>(esize)};  // the resolved algorithm
-    const KernelPath::Launched l = kernel_->enqueue(key, sched, bases, call.dtype, call.op, s);
+    const KernelPath::Launched l = kernel_->enqueue(key, sched, desc, bases, call.dtype, call.op, s);
     if (l.done) {  // the watchdog's view of it: the launch's first peer until the launch completes
       std::lock_guard<std::mutex> lk(mu_);
       waits_.push_back(Wait{l.done, l.target, l.peer, l.send, seq_});

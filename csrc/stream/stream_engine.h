@@ -16,10 +16,11 @@
 // before chunk i of every receive, and chunk i before chunk i + 1: a wait on chunk i then only
 // depends on peers' operations of lower index, so no step can deadlock, whatever its shape.
 //
-// Each call starts by publishing its descriptor (a host function that only writes memory), then
+// Each call on the copy path starts by publishing its descriptor (a host function that only writes memory), then
 // the stream waits (wait_value, on the device) until every peer of the schedule signalled its
 // descriptor for the same sequence number, and a second host function compares them: different
-// calls raise MismatchError before any byte moves. Nothing enqueued on a stream waits on the host
+// calls raise MismatchError before any byte moves. (A call on the kernel path checks inside its
+// kernel instead: kernels/plan_call_check.cuh.) Nothing enqueued on a stream waits on the host
 // for another process, and host functions make no device or NCCL call (CUDA's rules: all host
 // functions of a process may run on one thread; they must not call CUDA): they record an error,
 // which the watchdog thread acts on (stream_watchdog.cc). A watchdog thread watches calls in
@@ -50,6 +51,7 @@
 #include "plan/describe.h"
 #include "plan/plan_cache.h"
 #include "stream/device_link.h"
+#include "stream/event_pool.h"
 #include "stream/nccl_link.h"
 #include "stream/kernel_path.h"
 #include "transport/transport.h"
@@ -185,6 +187,11 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   // The kernel path (null with COMMLIB_DEVICE_PATH=copy): its record of the chunks it moved by
   // protocol, and the tests' hook on its chunk numbers (kernel_path.h).
   KernelPath* kernel_path() { return kernel_.get(); }
+  // Completion events the engine created so far (pooled: O(calls in flight), not one per call).
+  uint64_t events_created() const { return events_ ? events_->created() : 0; }
+  // Test hook: kernel-path calls are not published on the control plane, so only the kernel's own
+  // descriptor check can find a mismatch (the watchdog's comparison of published calls cannot).
+  void hide_kernel_calls_from_control_plane() { publish_kernel_calls_ = false; }
 
  private:
   struct Peer {
@@ -243,6 +250,11 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
 
   void enqueue_call(const CollectiveCall& call, const Schedule& sched, const CallDesc& desc, size_t esize,
                     DeviceStream& s);
+  // The plan of `call`: the policy's (plans_), except where the kernel path's auto asks for the
+  // one-shot or two-shot all_reduce (stream/kernel_auto.h).
+  const ResolvedPlan& plan_of(const CollectiveCall& call);
+  // The call runs as one kernel (stream/kernel_path.h), which checks the call's descriptor itself.
+  bool runs_on_kernel(const CollectiveCall& call) const;
   // Local operations and receives on `recv_s`, sends on `send_s` (the same stream, or the
   // engine's two: see enqueue_call).
   void enqueue_step(const Step& step, char* const bases[3], size_t esize, DType dtype, RedOp op,
@@ -328,6 +340,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   std::vector<uint64_t> p2p_sent_, p2p_received_;  // point-to-point messages per peer
   PlanCache plans_;  // resolved as the host communicator resolves (its context)
   std::shared_ptr<DeviceEvent> last_done_;
+  std::unique_ptr<EventPool> events_;  // the calls' completion events (stream/event_pool.h)
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
   void* input_copy_ = nullptr;
@@ -358,6 +371,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   const std::unique_ptr<NcclLink> nccl_;  // never null; carries nothing until set up
   std::unique_ptr<KernelPath> kernel_;    // null with COMMLIB_DEVICE_PATH=copy
   std::string last_path_;
+  bool publish_kernel_calls_ = true;  // enqueue state
   uint64_t wd_kernel_progress_ = 0;
 };
 

@@ -278,6 +278,11 @@ void StreamEngine::inspect_in_flight(bool slow) {
     last_progress = now;
     return;
   }
+  std::string kernel_mismatch;  // a kernel's own descriptor check (kernels/plan_call_check.cuh)
+  if (kernel_ && kernel_->mismatch(&kernel_mismatch)) {
+    lk.unlock();
+    return fail(ErrorKind::Mismatch, kernel_mismatch);
+  }
   // Where the stream is: the first wait not yet satisfied, or (none: every data wait of the
   // calls in flight is satisfied, so it sits in a call's descriptor check) the oldest call.
   const Wait* front = waits_.empty() ? nullptr : &waits_.front();

@@ -35,20 +35,23 @@ def test_auto_is_the_fastest_candidate(no_tuning, topo, hosts, coll, nbytes):
     d = t.engine_dict(P)
     count = nbytes // 4 // (P if coll in ("all_gather", "reduce_scatter") else 1)
     cands = _C.predict_candidates(coll, count, 4, 0, d)
-    names = {(c["algorithm"], c["inter_algorithm"]) for c in cands}
-    assert ("ring", "") in names or ("binomial", "") in names
-    if t.devices_per_host > 1:  # hierarchical with every flat algorithm across hosts
-        flat = {a for a, i in names if a != "hierarchical"}
-        assert {i for a, i in names if a == "hierarchical"} == flat | {""}
+    names = {(c["algorithm"], c["inter_algorithm"], c["intra_algorithm"]) for c in cands}
+    assert ("ring", "", "") in names or ("binomial", "", "") in names
+    if t.devices_per_host > 1:  # hierarchical with every flat algorithm across hosts, and inside them
+        flat = {a for a, i, x in names if a != "hierarchical"}
+        assert {i for a, i, x in names if a == "hierarchical"} == flat | {""}
+        intra = {x for a, i, x in names if a == "hierarchical" and x}
+        assert intra and "direct" not in intra  # the built-in intra phases are direct already
+        assert {(i, x) for a, i, x in names if a == "hierarchical" and x} == {(i, x) for i in flat for x in intra}
     else:
-        assert all(a != "hierarchical" for a, _ in names)
+        assert all(a != "hierarchical" for a, _, _ in names)
     best = min(cands, key=lambda c: c["predicted_s"])
     got = _C.resolve_algorithm(coll, "auto", count, 4, 0, P, d["host_of"], d)
     assert got["source"] == "model"
-    assert (got["algorithm"], got["inter_algorithm"]) == (best["algorithm"], best["inter_algorithm"])
+    assert (got["algorithm"], got["inter_algorithm"], got["intra_algorithm"]) == (best["algorithm"], best["inter_algorithm"], best["intra_algorithm"])
     assert got["predicted_s"] == best["predicted_s"]
     sim = _C.simulate(coll, "auto", count, 4, 0, d)
-    assert (sim["algorithm"], sim["inter_algorithm"]) == (best["algorithm"], best["inter_algorithm"])
+    assert (sim["algorithm"], sim["inter_algorithm"], sim["intra_algorithm"]) == (best["algorithm"], best["inter_algorithm"], best["intra_algorithm"])
     assert sim["time_s"] == pytest.approx(best["predicted_s"], rel=1e-12)
 
 

@@ -1,6 +1,8 @@
 """auto's branch-and-bound search over the cost model's candidates (policy/candidate_search.h): the
 same choice as simulating every candidate to the end, its lower bounds never above a prediction,
 fewer simulations where candidates are far apart, and one search per shape and placement."""
+import os
+
 import pytest
 
 from commlib import _C, tuning
@@ -23,6 +25,9 @@ def placed(topo, hosts_of):
     return d
 
 
+NETNS = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "sim_data", "netns_1gbit.json")
+
+
 # Pairwise over (topology, placement, collective, size): even and uneven hosts, tiny and large sizes.
 CASES = [
     ("dgx-h100", [h for h in range(4) for _ in range(8)], "all_reduce", 1 << 10),
@@ -31,6 +36,9 @@ CASES = [
     ("eth-25g", [0, 0, 1, 2, 2, 2], "reduce_scatter", 1 << 10),
     ("dgx-h100", [0, 0, 0, 1, 2, 2, 3, 3], "all_gather", 1 << 20),
     ("eth-25g", list(range(16)), "all_gather", 4 << 10),
+    # the bound's copies and reductions: memory tiers (netns file) and chunked reductions (dgx)
+    (NETNS, [0, 0, 1, 2, 2, 2], "reduce_scatter", 16 << 20),
+    ("dgx-h100", [h for h in range(4) for _ in range(8)], "reduce_scatter", 256 << 20),
 ]
 
 
@@ -42,16 +50,17 @@ def test_search_finds_the_full_rankings_best_and_bounds_hold(no_tuning, topo, ho
     cands = _C.predict_candidates(coll, count, 4, 0, d)
     best = min(cands, key=lambda c: c["predicted_s"])  # the first of equals, as resolve_algorithm
     got = _C.search_candidates(coll, count, 4, 0, d)
-    assert (got["algorithm"], got["inter_algorithm"]) == (best["algorithm"], best["inter_algorithm"])
+    assert (got["algorithm"], got["inter_algorithm"], got["intra_algorithm"]) == (best["algorithm"], best["inter_algorithm"], best["intra_algorithm"])
     assert got["predicted_s"] == best["predicted_s"]
     assert got["candidates"] == len(cands) and not got["cached"]
     for c in cands:
         seg = c["segment"] if c["algorithm"] == "hierarchical" else 0
-        bound = _C.candidate_lower_bound(coll, c["algorithm"], count, 4, 0, d, c["inter_algorithm"], seg)
+        bound = _C.candidate_lower_bound(coll, c["algorithm"], count, 4, 0, d, c["inter_algorithm"], seg,
+                                         c["intra_algorithm"])
         assert 0 < bound <= c["predicted_s"] * (1 + 1e-12), c
     # A communicator's resolution is the search (no ranked list asked for): the same answer.
     sim = _C.simulate(coll, "auto", count, 4, 0, d)
-    assert (sim["algorithm"], sim["inter_algorithm"]) == (best["algorithm"], best["inter_algorithm"])
+    assert (sim["algorithm"], sim["inter_algorithm"], sim["intra_algorithm"]) == (best["algorithm"], best["inter_algorithm"], best["intra_algorithm"])
 
 
 def test_search_skips_or_cuts_candidates_that_cannot_win(no_tuning):
@@ -97,7 +106,28 @@ def test_extrapolated_search_keeps_the_exhaustive_choice(no_tuning, monkeypatch,
     best = min(cands, key=lambda c: c["predicted_s"])
     got = _C.search_candidates("all_reduce", count, 4, 0, d, extrapolate_ops=1)
     assert got["extrapolated"] > 0
-    assert (got["algorithm"], got["inter_algorithm"]) == (best["algorithm"], best["inter_algorithm"])
+    assert (got["algorithm"], got["inter_algorithm"], got["intra_algorithm"]) == (best["algorithm"], best["inter_algorithm"], best["intra_algorithm"])
     assert got["predicted_s"] == pytest.approx(best["predicted_s"], rel=0.03)
     exact = _C.search_candidates("all_reduce", count, 4, 0, d, extrapolate_ops=0)  # its own cache entry
     assert exact["extrapolated"] == 0 and exact["predicted_s"] == best["predicted_s"]
+
+
+# Cheap candidates simulated before costly ones (kCostlyOps): the order changes only the work. With
+# the threshold low enough that the hierarchical candidates with registered intra-host algorithms
+# are cheap and the flat and built-in-intra ones costly, every collective's choice and prediction
+# are still the exhaustive ranking's (the work saved is bench/sim_auto_speed.py's to show).
+@pytest.mark.parametrize("coll,nbytes", [("reduce_scatter", 16 << 20), ("all_gather", 16 << 20),
+                                         ("all_reduce", 1 << 20), ("broadcast", 4 << 10), ("all_reduce", 1 << 10),
+                                         ("all_gather", 1 << 10)])
+def test_cheap_candidates_first_keeps_the_exhaustive_choice(no_tuning, coll, nbytes):
+    hosts_of = [h for h in range(8) for _ in range(8)]
+    d = placed("dgx-h100", hosts_of)
+    count = nbytes // 4 // (len(hosts_of) if coll in ("all_gather", "reduce_scatter") else 1)
+    best = min(_C.predict_candidates(coll, count, 4, 0, d), key=lambda c: c["predicted_s"])
+    # bound order alone; splits at several sizes (a costly winner behind cheap ones among them);
+    # everything costly (bound order again)
+    for costly_ops in (0, 300, 1000, 2000, 4000, 10000, 1):
+        _C.clear_candidate_cache()
+        got = _C.search_candidates(coll, count, 4, 0, d, extrapolate_ops=0, costly_ops=costly_ops)
+        assert (got["algorithm"], got["inter_algorithm"], got["intra_algorithm"], got["predicted_s"]) == (
+            best["algorithm"], best["inter_algorithm"], best["intra_algorithm"], best["predicted_s"]), costly_ops

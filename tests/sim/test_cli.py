@@ -61,3 +61,19 @@ def test_report_at_scale_section(tmp_path):
     assert "| 8 | recursive_doubling | rabenseifner | rabenseifner |" in md
     assert "1 MiB: recursive_doubling -> rabenseifner" in md
     assert (out / "sim_dgx-h100_all_reduce_winners.png").stat().st_size > 1000
+
+
+def test_sim_names_hierarchical_phases(tmp_path, capsys):
+    """--algorithm hierarchical/<inter>/<intra>: the record carries both phases' algorithms and its
+    prediction is the simulator's for them; a malformed name is refused naming the argument."""
+    out = tmp_path / "sim.json"
+    assert main(["sim", "all_gather", "--algorithm", "hierarchical/bruck,hierarchical/bruck/ring", "--topology",
+                 "dgx-h100", "--nodes", "4", "-b", "1M", "-e", "1M", "--json", str(out)]) == 0
+    recs = {r["algorithm"]: r for r in json.loads(out.read_text())["results"]}
+    assert (recs["hierarchical/bruck"]["inter_algorithm"], recs["hierarchical/bruck"]["intra_algorithm"]) == ("bruck", "")
+    both = recs["hierarchical/bruck/ring"]
+    assert (both["resolved"], both["inter_algorithm"], both["intra_algorithm"]) == ("hierarchical", "bruck", "ring")
+    assert both["time_us"]["median"] != recs["hierarchical/bruck"]["time_us"]["median"]
+    capsys.readouterr()
+    assert main(["sim", "all_gather", "--algorithm", "ring/bruck", "--topology", "dgx-h100", "-e", "8"]) == 2
+    assert "algorithm: 'ring/bruck'" in capsys.readouterr().err

@@ -98,7 +98,7 @@ def test_auto_is_the_engines_choice_for_the_links(monkeypatch):
         t = two_hosts(2, 1)
         spanning = _C.simulate("all_reduce", "auto", 1 << 20, 4, 0, t)
         best = min(_C.predict_candidates("all_reduce", 1 << 20, 4, 0, t), key=lambda c: c["predicted_s"])
-        assert (spanning["algorithm"], spanning["inter_algorithm"]) == (best["algorithm"], best["inter_algorithm"])
+        assert (spanning["algorithm"], spanning["inter_algorithm"], spanning["intra_algorithm"]) == (best["algorithm"], best["inter_algorithm"], best["intra_algorithm"])
         one_host = dict(uniform(4), host_of=[0] * 4, nic_of=[0] * 4)
         assert (_C.simulate("all_reduce", "auto", 1 << 20, 4, 0, one_host)["algorithm"] ==
                 _C.choose_algorithm("all_reduce", "auto", 4 << 20, 4))  # one host: the size policy
@@ -106,3 +106,25 @@ def test_auto_is_the_engines_choice_for_the_links(monkeypatch):
         assert _C.simulate("all_reduce", "auto", 1 << 20, 4, 0, t)["algorithm"] == "ring"
     finally:
         tuning.load_default()
+
+
+def test_token_bucket_overlaps_latency_with_the_refill():
+    """nic_burst_bytes (tc tbf): the bucket starts empty, so one message pays its bytes at the rate
+    as before; in a ring of P steps the bucket refills while each step's latency passes, so the
+    next step's bytes (up to the bucket) leave at once: P-1 steps of latency a and m bytes at rate
+    1/b take (P-1) max(a, m b) + ..., not (P-1)(a + m b). The search's bound stays below it."""
+    from test_closed_forms import ALPHA, BETA
+    P, m = 4, 4096
+    plain = dict(uniform(P), reduce_s_per_byte=0.0)
+    bucket = dict(plain, nic_burst_bytes=float(1 << 20))
+    one = {k: dict(v, host_of=[0, 1], nic_of=[0, 0]) for k, v in (("plain", plain), ("bucket", bucket))}
+    assert (_C.simulate("broadcast", "direct", m, 1, 0, one["bucket"])["time_s"] ==
+            pytest.approx(_C.simulate("broadcast", "direct", m, 1, 0, one["plain"])["time_s"], rel=1e-12))
+    ring_plain = _C.simulate("all_gather", "ring", m, 1, 0, plain)["time_s"]
+    ring_bucket = _C.simulate("all_gather", "ring", m, 1, 0, bucket)["time_s"]
+    assert ring_plain == pytest.approx((P - 1) * (ALPHA + m * BETA), rel=1e-9)
+    assert ring_bucket == pytest.approx(m * BETA + (P - 1) * ALPHA + (P - 2) * max(0.0, m * BETA - ALPHA), rel=1e-9)
+    assert ring_bucket < ring_plain
+    assert _C.candidate_lower_bound("all_gather", "ring", m, 1, 0, bucket) <= ring_bucket
+    with pytest.raises(ValueError, match="nic_burst_bytes"):
+        _C.simulate("all_gather", "ring", m, 1, 0, dict(plain, nic_burst_bytes=-1.0))

@@ -25,6 +25,8 @@ namespace {
 
 class EmulatedEvent final : public DeviceEvent, public std::enable_shared_from_this<EmulatedEvent> {
  public:
+  EmulatedEvent() { emulated_count_event(+1); }
+  ~EmulatedEvent() override { emulated_count_event(-1); }
   std::mutex mu;
   std::condition_variable cv;
   uint64_t recorded = 0;  // records enqueued
@@ -299,6 +301,7 @@ void EmulatedDevice::wait_value(const uint64_t* addr, uint64_t value, DeviceStre
 
 void EmulatedDevice::host_func(std::function<void()> fn, DeviceStream& stream) {
   enter("cudaLaunchHostFunc");
+  emulated_count_host_function();
   // The stream waits while the process's one host-function thread runs fn (emulated_rules.h).
   emu(stream).enqueue([fn = std::move(fn)]() mutable { run_host_function(std::move(fn)); });
 }

@@ -20,6 +20,9 @@ std::atomic<uint64_t> g_stray{0};
 std::atomic<uint64_t> g_violations{0};
 std::atomic<uint64_t> g_busy_frees{0};
 std::atomic<uint64_t> g_mapped_frees{0};
+std::atomic<uint64_t> g_host_functions{0};
+std::atomic<uint64_t> g_events_created{0};
+std::atomic<int64_t> g_events_alive{0};
 std::mutex g_violation_mu;
 std::string g_last_violation;
 
@@ -95,6 +98,9 @@ EmulatedRuleCounts emulated_rule_counts() {
   c.host_function_violations = g_violations.load();
   c.frees_while_busy = g_busy_frees.load();
   c.exports_freed_while_mapped = g_mapped_frees.load();
+  c.host_functions = g_host_functions.load();
+  c.events_created = g_events_created.load();
+  c.events_alive = g_events_alive.load();
   std::lock_guard<std::mutex> g(g_violation_mu);
   c.last_violation = g_last_violation;
   return c;
@@ -110,6 +116,13 @@ void emulated_count_mapped_export_free(const std::string& what) {
   g_mapped_frees.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> g(g_violation_mu);
   g_last_violation = what;
+}
+
+void emulated_count_host_function() { g_host_functions.fetch_add(1, std::memory_order_relaxed); }
+
+void emulated_count_event(int delta) {
+  if (delta > 0) g_events_created.fetch_add(1, std::memory_order_relaxed);
+  g_events_alive.fetch_add(delta, std::memory_order_relaxed);
 }
 
 void run_host_function(std::function<void()> fn) {

@@ -29,12 +29,19 @@ struct EmulatedRuleCounts {
   uint64_t host_function_violations = 0;  // device / NCCL calls from inside host functions
   uint64_t frees_while_busy = 0;          // cudaFree-like frees that had to wait for streams' work
   uint64_t exports_freed_while_mapped = 0;  // exported memory freed while a peer still mapped it
+  // Not rules, what the per-call costs are made of (issue #25): host functions enqueued, events
+  // created (cudaEventCreate) and events alive now, by every engine of the process.
+  uint64_t host_functions = 0;
+  uint64_t events_created = 0;
+  int64_t events_alive = 0;
   std::string last_violation;
 };
 EmulatedRuleCounts emulated_rule_counts();
 // Counts a free that found unfinished stream work / an export still mapped by a peer.
 void emulated_count_busy_free(const std::string& what);
 void emulated_count_mapped_export_free(const std::string& what);
+void emulated_count_host_function();
+void emulated_count_event(int delta);  // +1 created, -1 destroyed
 
 // Runs fn on the process's host-function thread and returns once it ran.
 void run_host_function(std::function<void()> fn);

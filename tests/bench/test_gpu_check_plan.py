@@ -1,0 +1,42 @@
+"""scripts/gpu_check.sh's plan, without a GPU (--dry-run, with stand-ins for nvidia-smi and the MPS
+control on PATH): what the bench steps would run on the lent machine. The H100 run's bench_large
+failed because the bench asked for an NCCL peer with two ranks on one GPU (bench/RESULTS_gpu.md);
+with one GPU the plan must name no NCCL peer, compare both device paths, and under MPS use the
+issue's 4 ranks. A dry run writes nothing (no results file, no log folder)."""
+import os
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "scripts", "gpu_check.sh")
+
+
+def _plan(tmp_path, gpus, mps):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    listing = "".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i})\\n" for i in range(gpus))
+    (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\nprintf '{listing}'\n")
+    if mps:
+        (bin_dir / "nvidia-cuda-mps-control").write_text("#!/bin/sh\nexit 0\n")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", TMPDIR=str(tmp_path))
+    results = os.path.join(ROOT, "bench", "RESULTS_gpu.md")
+    before = os.stat(results).st_mtime_ns if os.path.exists(results) else None
+    out = subprocess.run(["bash", SCRIPT, "--dry-run"], env=env, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert (os.stat(results).st_mtime_ns if os.path.exists(results) else None) == before
+    assert not list(tmp_path.glob("gpu_check.*")), "a dry run made a log folder"
+    return [ln.strip() for ln in out.stdout.splitlines() if "commlib bench" in ln]
+
+
+@pytest.mark.parametrize("gpus,mps", [(1, True), (1, False), (2, False)])
+def test_the_bench_steps_fit_the_machine(tmp_path, gpus, mps):
+    small, large = _plan(tmp_path, gpus, mps)
+    for cmd in (small, large):
+        assert "--device cuda" in cmd and "--paths kernel,copy,auto" in cmd, cmd
+        assert ("--peers none" in cmd) == (gpus == 1), cmd  # NCCL refuses ranks sharing a GPU
+        assert ("--peers nccl" in cmd) == (gpus > 1), cmd
+        assert f"--np {4 if (gpus == 1 and mps) else 2}" in cmd, cmd
+    assert "-b 8 -e 64K" in small and "-b 64M -e 256M" in large

@@ -1,0 +1,125 @@
+"""Rank side of test_kernel_call_check.py (apart from the test module, so that the ranks import
+neither pytest nor the test modules): the kernel path's per-call host work, i.e. the call's
+descriptor check inside the kernel (no host function per call) and the pooled completion events."""
+import gc
+import time
+
+import numpy as np
+
+import commlib
+import commlib.emulated as emu
+from kernel_path_cases import KERNEL_SETTINGS, with_settings
+
+COPY_SETTINGS = dict(KERNEL_SETTINGS, COMMLIB_DEVICE_PATH="copy")
+ALGORITHMS = ("direct", "two_shot", "ring", "recursive_doubling")
+
+
+def _inputs(sub, n):
+    """The inputs of _calls (made first: an emulated array's upload is itself a host function)."""
+    xs = [emu.from_numpy(np.full(5 + i % 7, sub.rank + i, np.int32)) for i in range(n)]
+    xs[-1].numpy()
+    return xs
+
+
+def _calls(sub, xs):
+    """A small all_reduce of each input (algorithms rotating): whether every result was right."""
+    ok, P = True, sub.size
+    for i, x in enumerate(xs):
+        sub.all_reduce(x, algorithm=ALGORITHMS[i % len(ALGORITHMS)])
+        ok &= bool((x.numpy() == P * i + P * (P - 1) // 2).all())
+    return ok
+
+
+def host_functions_per_call(comm, n=12):
+    """(kernel path, copy path): (host functions the process enqueued during n calls, the paths the
+    calls took, all results right)."""
+    out = []
+    for settings in (KERNEL_SETTINGS, COPY_SETTINGS):
+        def run(sub):
+            _calls(sub, _inputs(sub, 1))  # the engine's set-up is not per call
+            xs = _inputs(sub, n)
+            before = emu.rule_counts()["host_functions"]
+            ok = _calls(sub, xs)
+            return emu.rule_counts()["host_functions"] - before, sub._device().last_path(), ok
+        out.append(with_settings(comm, settings, run))
+    return out
+
+
+def events_per_call(comm, n=40):
+    """Per path: (events the engine created for n calls after a warm-up, all right), then the
+    process's live emulated events after both sub-communicators closed, minus before."""
+    gc.collect()
+    alive = emu.rule_counts()["events_alive"]
+    out = []
+    for settings in (KERNEL_SETTINGS, COPY_SETTINGS):
+        def run(sub):
+            _calls(sub, _inputs(sub, 2))
+            engine = sub._device()._last_engine
+            before = engine.events_created()
+            ok = _calls(sub, _inputs(sub, n))
+            return engine.events_created() - before, ok
+        out.append(with_settings(comm, settings, run))
+    gc.collect()
+    return out, emu.rule_counts()["events_alive"] - alive
+
+
+def mismatch_found_by_the_kernel(comm, scenario):
+    """After a matched warm-up, every rank hides its kernel-path calls from the control plane (so
+    the watchdog's comparison of published calls cannot see them) and makes a mismatched call:
+    rank 0 another count (scenario "count") or a broadcast instead of an all_reduce ("collective").
+    Returns (the error's type and message, seconds to it, seconds a later call took to raise)."""
+    def run(sub):
+        x = emu.from_numpy(np.ones(8, np.float32))
+        sub.all_reduce(x, algorithm="direct")
+        x.numpy()
+        sub._device()._last_engine.hide_kernel_calls_from_control_plane()
+        y = emu.from_numpy(np.ones(9 if (scenario == "count" and sub.rank == 0) else 8, np.float32))
+        t = time.monotonic()
+        try:
+            if scenario == "collective" and sub.rank == 0:
+                sub.broadcast(y, root=0, algorithm="direct", async_op=True).synchronize()
+            else:
+                sub.all_reduce(y, algorithm="direct", async_op=True).synchronize()
+            return "no error", time.monotonic() - t, None
+        except commlib.CommError as e:
+            took, error = time.monotonic() - t, f"{type(e).__name__}: {e}"
+        t = time.monotonic()
+        try:
+            sub.all_reduce(x, algorithm="direct")
+            x.numpy()
+            later = None
+        except commlib.CommError:
+            later = time.monotonic() - t
+        return error, took, later
+    return with_settings(comm, KERNEL_SETTINGS, run)
+
+
+AUTO_COUNTS = (2, 16384, 65536, 262145)  # float32: 8 B, 64 KiB, 256 KiB, just over 1 MiB
+
+
+def kernel_auto_choices(comm, settings):
+    """What auto resolves an all_reduce of each of AUTO_COUNTS to under `settings`: on an engine
+    that never connects (what the first call's descriptor is made with during set-up) and on the
+    connected engine the calls run on; then the calls themselves: (before, after, the size
+    policy's own choice on one host, the paths taken, all right)."""
+    from commlib import _C
+
+    def run(sub):
+        lone = _C.StreamEngine(sub._core, emu.device(0), 10.0, "never-connected")
+        try:
+            before = [lone.resolved_algorithm("all_reduce", "auto", n, "float32") for n in AUTO_COUNTS]
+        finally:
+            lone.close()
+            lone.release_memory(True)  # it never exported anything to a peer
+        ok, paths = True, []
+        for n in AUTO_COUNTS:
+            x = emu.from_numpy(np.full(n, sub.rank + 1, np.float32))
+            sub.all_reduce(x)
+            ok &= bool((x.numpy() == sub.size * (sub.size + 1) // 2).all())
+            paths.append(sub._device().last_path())
+        engine = sub._device()._last_engine
+        after = [engine.resolved_algorithm("all_reduce", "auto", n, "float32") for n in AUTO_COUNTS]
+        policy = [_C.resolve_algorithm("all_reduce", "auto", n, 4, 0, sub.size, [], None)["algorithm"]
+                  for n in AUTO_COUNTS]
+        return before, after, policy, paths, ok
+    return with_settings(comm, settings, run)

@@ -1,0 +1,66 @@
+"""The kernel path's per-call host work (issue #25): the call's descriptor check runs inside the
+kernel (csrc/kernels/plan_call_check.cuh) instead of as two host functions per call, and the
+calls' completion events are pooled (csrc/stream/event_pool.h) instead of created per call. On the
+emulated device, in the rank pools of test_device_collectives.py (env DELAY_ENV); the mismatch,
+killed-rank and silent-peer cases of the kernel path are in test_kernel_path.py (their waits are now
+the kernel's own)."""
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kernel_call_check_cases import (events_per_call, host_functions_per_call, kernel_auto_choices,  # noqa: E402
+                                     mismatch_found_by_the_kernel)
+from test_device_collectives import DELAY_ENV  # noqa: E402
+
+
+def test_a_kernel_path_call_enqueues_no_host_function(pool):
+    n = 8
+    for (kernel_fns, kernel_path, kernel_ok), (copy_fns, copy_path, copy_ok) in pool(2, env=DELAY_ENV).run(
+            host_functions_per_call, n, timeout=60):
+        assert kernel_path == "kernel" and copy_path == "copy" and kernel_ok and copy_ok
+        assert kernel_fns == 0, f"{kernel_fns} host functions for {n} kernel-path calls"
+        # The counter counts: the copy path's check is two host functions per call.
+        assert copy_fns >= 2 * n, copy_fns
+
+
+def test_events_are_pooled_and_released_at_close(pool):
+    n = 30
+    for per_path, alive in pool(2, env=DELAY_ENV).run(events_per_call, n, timeout=60):
+        for created, ok in per_path:  # kernel path, then copy path
+            assert ok
+            assert created <= 4, f"{created} events created for {n} calls"
+        assert alive == 0, f"{alive} emulated events still alive after both communicators closed"
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("scenario", ["count", "collective"])
+def test_the_kernel_finds_a_mismatch_the_control_plane_cannot_see(pool, scenario):
+    names = ["all_reduce #", "9 x float32"] if scenario == "count" else ["all_reduce #", "broadcast #"]
+    for rank, (msg, took, later) in enumerate(pool(2, env=DELAY_ENV).run(mismatch_found_by_the_kernel, scenario,
+                                                                            timeout=80)):
+        assert msg.startswith("MismatchError") and all(n in msg for n in names), f"rank {rank}: {msg}"
+        assert "rank 0" in msg and "rank 1" in msg, msg
+        assert took < 15, f"rank {rank} took {took:.1f} s (the communicator's timeout is 60 s)"
+        assert later is not None and later < 1.0, f"rank {rank}: aborted communicator did not fail at once"
+
+
+@pytest.mark.parametrize("path", ["auto", "kernel", "copy", "auto+override"])
+def test_auto_takes_one_shot_or_two_shot_on_the_kernel_path(pool, path):
+    # kernel_auto.h's rule at 3 ranks on one host: direct while (P - 1) x bytes <= 256 KiB,
+    # two_shot up to 1 MiB, the policy's choice above; the same before and after connect (else the
+    # first call's descriptor would differ from the call's), and whatever COMMLIB_DEVICE_PATH says
+    # (ranks differing in it must get the set-up's ValueError naming it). An override
+    # (COMMLIB_ALGO_ALL_REDUCE) keeps its word.
+    settings = {"COMMLIB_DEVICE_PATH": path.split("+")[0]}
+    if path.endswith("override"):
+        settings["COMMLIB_ALGO_ALL_REDUCE"] = "ring"
+    for before, after, policy, paths, ok in pool(3, env=DELAY_ENV).run(kernel_auto_choices, settings, timeout=60):
+        assert ok and before == after, (before, after)
+        if path in ("auto", "kernel", "copy"):
+            assert after == ["direct", "direct", "two_shot", policy[3]], (after, policy)
+            want = {"auto": ["kernel"] * 3 + ["copy"], "kernel": ["kernel"] * 4, "copy": ["copy"] * 4}[path]
+            assert paths == want, paths
+        else:
+            assert after == ["ring"] * 4, after
