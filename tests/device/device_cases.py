@@ -1,6 +1,6 @@
 """Rank-side checks of collectives on emulated device arrays, through the stream engine.
 
-Inputs, references and tolerances are those of tests/engine/collective_cases.py (its docstring
+Inputs, references and tolerances are those of tests/engine/collective_reference.py (its docstring
 states the float bounds); here every buffer is a commlib.emulated array, uploaded on the stream,
 and results are read back with .numpy() (which waits for the stream, as .cpu() does).
 """
@@ -22,42 +22,9 @@ import commlib.emulated as emu  # noqa: E402
 REDUCING = ("all_reduce", "reduce_scatter", "reduce")
 
 
-# bfloat16 as NumPy uint16 bit patterns instead of torch tensors: importing torch costs each
-# rank process seconds of CPU, more than all of its cases together. Installed into
-# collective_cases (references included) by check_cases, in the rank processes only.
-class BF16(np.ndarray):
-    """uint16 bit patterns of bfloat16 values."""
-
-
-def _bf16_bits(values) -> np.ndarray:
-    u = np.asarray(values, np.float32).view(np.uint32).astype(np.uint64)
-    bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)  # round to nearest even
-    return bits.view(BF16)
-
-
-def _make(dtype, values):
-    return _bf16_bits(values) if dtype == "bfloat16" else _host_make(dtype, values)
-
-
-def _empty(dtype, n):
-    return np.full(n, 0x7FC0, np.uint16).view(BF16) if dtype == "bfloat16" else _host_empty(dtype, n)
-
-
-def _as_f64(x):
-    if isinstance(x, BF16):
-        return (x.view(np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-    return _host_as_f64(x)
-
-
-def _raw(x):
-    return np.asarray(x).tobytes()
-
-
-_host_make, _host_empty, _host_as_f64 = cc.make, cc.empty, cc.as_f64
-
-
-def _use_numpy_bfloat16():
-    cc.make, cc.empty, cc.as_f64, cc.raw = _make, _empty, _as_f64, _raw
+# bfloat16 as NumPy uint16 bit patterns (collective_reference.BF16), the representation of the
+# references too: commlib.emulated takes them with dtype="bfloat16".
+BF16 = cc.BF16
 
 
 def to_device(x):
@@ -112,7 +79,7 @@ def run_case(comm, case):
     if got is None:
         return None, None, None
     failures = []
-    cc._report(failures, f"{what} rank={r}", dtype, got, want, mag, P)
+    cc.report(failures, f"{what} rank={r}", dtype, got, want, mag, P)
     if failures:
         return failures[0], None, None
     if coll in ("all_reduce", "all_gather", "broadcast"):
@@ -122,7 +89,6 @@ def run_case(comm, case):
 
 def check_cases(comm, cases):
     """Runs every case; returns (failures, [(case, digest)]) like collective_cases."""
-    _use_numpy_bfloat16()
     failures, digests = [], []
     for case in cases:
         try:

@@ -1,29 +1,23 @@
-"""Rank-side scenarios of the stream engine: stream order, works, bad arguments, mismatched calls,
-dead and silent peers, leaks. Scenarios that abort a communicator run on a fresh
-``comm.split`` so the pool's world communicator stays usable."""
+"""Rank-side scenarios of the stream engine's own semantics: stream order and works. Its bad
+arguments, mismatched calls, dead and silent peers and leaks are the error matrix's, which runs on
+the host route and this one (tests/engine/error_cases.py, the device route's own part in
+tests/engine/error_routes.py)."""
 from __future__ import annotations
 
 import os
-import signal
 import sys
-import threading
-import time
 
 import numpy as np
 
-import commlib
 import commlib.emulated as emu
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "engine"))
-import error_cases as ec  # noqa: E402
+from error_routes import DeviceRoute  # noqa: E402
 
 
 def _warm_up(comm):
-    """The first device call of a communicator sets up its stream engine, a rendezvous of all
-    ranks on the host; the scenarios below need the host free to run host calls in between."""
-    x = emu.from_numpy(np.ones(4, np.float32))
-    comm.all_reduce(x)
-    x.numpy()
+    """The scenarios below need the host free to run host calls in between device calls."""
+    DeviceRoute.warm_up(comm)
 
 
 def _side_channel(comm):
@@ -96,135 +90,3 @@ def many_async_calls(comm):
     for w in works:
         w.synchronize()
     return [k for k, x in enumerate(xs) if not (x.host_view_unsynchronized() == sum(q + k for q in range(P))).all()]
-
-
-def bad_arguments(comm):
-    """Every bad call raises, naming the argument, before anything is enqueued: a follow-up
-    all_reduce on device buffers is correct."""
-    P, r = comm.size, comm.rank
-    seen = []
-    if r == 0:
-        d = emu.empty(8, "float32")
-        cases = [
-            (lambda: comm.all_reduce(d, out=np.zeros(8, np.float32)), ValueError, "out"),
-            (lambda: comm.all_reduce(d, out=emu.empty(9, "float32")), ValueError, "out"),
-            (lambda: comm.all_reduce(d, out=emu.empty(8, "int32")), TypeError, "out"),
-            (lambda: comm.all_reduce(d, op="band"), ValueError, "op"),
-            (lambda: comm.all_reduce(d, algorithm="nope"), ValueError, "algorithm"),
-            (lambda: comm.all_reduce(d, stream="s"), TypeError, "stream"),
-            (lambda: comm.all_reduce(np.zeros(8, np.float32), stream=emu.Stream()), ValueError, "stream"),
-            (lambda: comm.all_gather(emu.empty(8 * P + 1, "float32"), d), ValueError, "output"),
-            (lambda: comm.broadcast(d, root=P), ValueError, "root"),
-            (lambda: comm.send(d, P), ValueError, "peer"),
-            (lambda: comm.send(d, 0), ValueError, "peer"),
-            (lambda: comm.batch_p2p([("send", d, 1), ("recv", np.zeros(8, np.float32), 1)]), ValueError, "tensor"),
-            (lambda: comm.recv(np.zeros(8, np.float32), 1, stream=emu.Stream()), ValueError, "stream"),
-            (lambda: comm.all_to_all(d, d, input_splits=[8] + [0] * (P - 1), output_splits=[8] + [0] * (P - 1)),
-             ValueError, "overlaps"),
-            (lambda: comm.all_to_all(emu.empty(8, "float32"), d, input_splits=[7] + [1] * (P - 1)), ValueError,
-             "input_splits"),
-        ]
-        seen += ec.check_refused(cases)
-    x = emu.from_numpy(np.full(5, r, np.int64))
-    comm.all_reduce(x)
-    if not (x.numpy() == sum(range(P))).all():
-        seen.append(f"follow-up all_reduce wrong: {x.numpy()}")
-    return seen
-
-
-class DeviceCalls:
-    """error_cases' call style for commlib.emulated arrays: calls are enqueued (async) and then
-    synchronised, so a failure shows on the work."""
-
-    @staticmethod
-    def full(n, dtype, value):
-        return emu.from_numpy(np.full(n, value, dtype))
-
-    @staticmethod
-    def call(fn):
-        fn(async_op=True).synchronize()
-
-
-def mismatch(comm, scenario):
-    """error_cases.mismatch on device buffers: every rank's work (or, where the rank's own peers
-    matched, its next call) raises MismatchError naming both calls; the communicator is aborted."""
-    return ec.mismatch(comm, scenario, DeviceCalls)
-
-
-def kill_during_collective(comm, victim):
-    """``victim`` dies (SIGKILL) while its device all_reduce waits for a late rank; the others'
-    works raise PeerError naming it and the call, within the watchdog's checks (not the timeout)."""
-    sub = comm.split(0, timeout=60)
-    late = min(q for q in range(sub.size) if q != victim)
-    x = emu.from_numpy(np.ones(1 << 16, np.float32))
-    sub.all_reduce(x)
-    x.numpy()
-    if sub.rank == victim:
-        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGKILL)).start()
-    elif sub.rank == late:
-        time.sleep(0.8)
-    t = time.monotonic()
-    try:
-        # The late rank may learn of the death when it enqueues (a failed peer fails the call at
-        # once), the others from their works.
-        sub.all_reduce(x, algorithm="ring", async_op=True).synchronize()
-        if sub.rank == victim:
-            time.sleep(5)  # the kill arrives meanwhile
-        return None
-    except commlib.PeerError as e:
-        return str(e), time.monotonic() - t
-    except commlib.CommError as e:
-        return f"wrong type {type(e).__name__}: {e}", time.monotonic() - t
-
-
-def silent_peer(comm):
-    """Rank 1 does not show up for 4 s; rank 0's work raises PeerError after the 1.5 s timeout and
-    its stream is released (a later numpy() returns)."""
-    sub = comm.split(0, timeout=1.5)
-    _warm_up(sub)
-    x = emu.from_numpy(np.ones(16, np.float32))
-    x.numpy()
-    t = time.monotonic()
-    if sub.rank == 1:
-        time.sleep(4)
-        try:
-            sub.all_reduce(x).__class__
-            x.numpy()
-            out = ("no error", 0.0)
-        except commlib.CommError as e:
-            out = (f"{type(e).__name__}: {e}", 0.0)
-    else:
-        w = sub.all_reduce(x, async_op=True)
-        try:
-            w.synchronize()
-            out = ("no error", 0.0)
-        except commlib.PeerError as e:
-            out = (str(e), time.monotonic() - t)
-        x.numpy()
-    sub.close()
-    return out
-
-
-def _threads():
-    return len(os.listdir("/proc/self/task"))
-
-
-def _fds():
-    return len(os.listdir("/proc/self/fd"))
-
-
-def resources(comm):
-    """Sub-communicators that ran device collectives (engines, imports, inboxes) leave no thread,
-    descriptor or device memory behind once closed."""
-    dev = emu.device()
-    x = emu.from_numpy(np.ones(1000, np.float32))
-    x.numpy()
-    before = (_threads(), _fds(), dev.allocated_bytes())
-    for _ in range(3):
-        sub = comm.split(0)
-        works = [sub.all_reduce(x, async_op=True) for _ in range(3)]
-        works[-1].synchronize()
-        sub.close()
-        sub.close()  # idempotent
-    emu.synchronize()
-    return before, (_threads(), _fds(), dev.allocated_bytes())

@@ -13,12 +13,12 @@ import commlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import device_cases  # noqa: E402
-import device_error_cases  # noqa: E402
 import device_mixing_cases  # noqa: E402
 import device_multihost_cases as cases  # noqa: E402
 import device_p2p_cases  # noqa: E402
 import nccl_cases  # noqa: E402
 from device_cases import cc  # noqa: E402
+import error_cases  # noqa: E402  (tests/engine: on sys.path through device_cases)
 
 from commlib.testing.faults import assert_survivors_named_the_dead_rank, run_killing_one_rank  # noqa: E402
 
@@ -80,7 +80,7 @@ def test_point_to_point_across_hosts(pool):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("scenario", ["collective", "count", "root"])
 def test_mismatch_across_hosts_raises_on_every_rank(pool, scenario):
-    res = pool(3, env=THREE_HOSTS).run(device_error_cases.mismatch, scenario, timeout=60)
+    res = pool(3, env=THREE_HOSTS).run(error_cases.mismatch, scenario, "device", timeout=60)
     for rank, (msg, took, later, names) in enumerate(res):
         assert msg is not None and "wrong type" not in msg, (rank, msg)
         assert all(n in msg for n in names), (rank, msg)
@@ -116,7 +116,8 @@ def test_ipc_link_across_hosts_is_refused(pool):
 
 @pytest.mark.timeout(120)
 def test_killed_rank_on_another_host_raises_peer_error():
-    results = run_killing_one_rank(3, 1, device_error_cases.kill_during_collective, env=THREE_HOSTS, timeout=60)
+    results = run_killing_one_rank(3, 1, error_cases.kill_during_collective, env=THREE_HOSTS, timeout=60,
+                                   args=("device",))
     assert_survivors_named_the_dead_rank(results, 1, within_s=20)
 
 

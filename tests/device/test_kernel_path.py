@@ -27,9 +27,9 @@ import commlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import device_cases  # noqa: E402
-import device_error_cases as cases  # noqa: E402
 from kernel_path_cases import KERNEL_SETTINGS, kernel_matrix, mixed_settings, paths_per_setting, with_settings  # noqa: E402
 from device_cases import cc  # noqa: E402
+import error_cases  # noqa: E402  (tests/engine: on sys.path through device_cases)
 from test_device_collectives import COLLECTIVES, DELAY_ENV, ROOTED, _ops, big_cases, dtype_op_sweep  # noqa: E402
 
 from commlib.testing.faults import assert_survivors_named_the_dead_rank, run_killing_one_rank  # noqa: E402
@@ -71,7 +71,8 @@ def test_auto_chooses_by_size_and_the_setting_forces(pool):
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("scenario", ["collective", "count"])
 def test_mismatch_raises_on_every_rank_on_the_kernel_path(pool, scenario):
-    results = pool(3, env=DELAY_ENV).run(with_settings, KERNEL_SETTINGS, cases.mismatch, scenario, timeout=60)
+    results = pool(3, env=DELAY_ENV).run(with_settings, KERNEL_SETTINGS, error_cases.mismatch, scenario, "device",
+                                           timeout=60)
     for rank, (msg, took, later, names) in enumerate(results):
         assert msg is not None, f"rank {rank} got no error"
         assert all(n in msg for n in names), f"rank {rank}: message does not name both calls: {msg}"
@@ -81,13 +82,14 @@ def test_mismatch_raises_on_every_rank_on_the_kernel_path(pool, scenario):
 
 @pytest.mark.timeout(90)
 def test_killed_peer_raises_peer_error_on_the_kernel_path():
-    results = run_killing_one_rank(3, 0, cases.kill_during_collective, env=KERNEL, timeout=60)
+    results = run_killing_one_rank(3, 0, error_cases.kill_during_collective, env=KERNEL, timeout=60,
+                                   args=("device",))
     assert_survivors_named_the_dead_rank(results, 0, within_s=20)
 
 
 @pytest.mark.timeout(60)
 def test_silent_peer_times_out_and_the_abort_word_releases_the_kernel(pool):
-    res = pool(2, env=DELAY_ENV).run(with_settings, KERNEL_SETTINGS, cases.silent_peer, timeout=40)
+    res = pool(2, env=DELAY_ENV).run(with_settings, KERNEL_SETTINGS, error_cases.silent_peer, "device", timeout=40)
     msg, took = res[0]
     assert "rank 1" in msg and "all_reduce" in msg and "COMMLIB_TIMEOUT" in msg, msg
     assert 1.0 < took < 10, took

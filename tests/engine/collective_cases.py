@@ -1,15 +1,11 @@
-"""Rank-side checks of every collective x algorithm x dtype x op x count against NumPy.
+"""Rank-side checks of every collective x algorithm x dtype x op x count against NumPy, on the host
+route (NumPy arrays; bfloat16 as torch views of collective_reference's bit patterns).
 
-Each rank regenerates every rank's input from a deterministic formula, so the reference needs no
-communication. Results come back as failure descriptions plus a digest of every output that must
-be bitwise identical across ranks; the pytest side compares the digests.
-
-Float tolerance (stated): the reference is computed in float64 from the same rounded inputs. A sum
-of P terms in any order, each partial sum rounded to the dtype, is off by at most
-(P-1) * u * sum|x_i| with u the unit roundoff (float32 2^-24, float64 2^-53, and for float16 and
-bfloat16, which accumulate pairwise in float32 but round to 16 bits after every op, 2^-11 and 2^-8).
-We allow 2 * P * u * sum|x_i| plus one rounding of the result; prod uses the same bound relative
-to |prod|. min, max and every integer op are exact.
+Inputs, references and the stated float tolerances are collective_reference.py's. Results come
+back as failure descriptions plus a digest of every output that must be bitwise identical across
+ranks; the pytest side compares the digests. A rank keeps making every call after it found a
+failure (it only stops recording them past MAX_RECORDED): a rank that stopped early would leave its
+peers waiting out the collective's timeout, so a regression would cost minutes before it failed.
 """
 from __future__ import annotations
 
@@ -19,19 +15,33 @@ import hashlib
 import numpy as np
 
 import commlib
+from collective_reference import (BF16, BIG, DTYPES, FLOAT_OPS, INT_OPS, INTS, ITEM_BYTES, PREMUL, big,  # noqa: F401
+                                  counts_for, empty, make, moving_expected, moving_input, ops_for, raw,
+                                  reduce_ref_for, report, rounded, values)
 from matrix_selection import selected
 
-FLOATS = ("float32", "float64", "float16", "bfloat16")
-INTS = ("int8", "uint8", "int32", "int64")
-DTYPES = FLOATS + INTS
-FLOAT_OPS = ("sum", "prod", "min", "max", "avg", "premul_sum")
-INT_OPS = FLOAT_OPS + ("band", "bor", "bxor")
-UNIT_ROUNDOFF = {"float32": 2.0**-24, "float64": 2.0**-53, "float16": 2.0**-11, "bfloat16": 2.0**-8}
-PREMUL = 0.75
-BIG = 1_000_003  # ~1M elements, prime
-# Collectives whose buffers hold P blocks of `count` use ~1M elements in all (a ~1M block per
-# peer would need P^2 million elements per rank for the reference: gigabytes at 8 ranks).
-SPLIT = ("reduce_scatter", "all_to_all", "all_gather", "gather", "scatter")
+MAX_RECORDED = 20
+
+
+class Failures(list):
+    """The failures a rank records: the first MAX_RECORDED, then a count of the rest (the calls go
+    on: see the module docstring)."""
+
+    def __init__(self):
+        super().__init__()
+        self.unrecorded = 0
+
+    def append(self, text):
+        if len(self) < MAX_RECORDED:
+            super().append(text)
+        else:
+            self.unrecorded += 1
+
+    def listed(self) -> list:
+        """A plain list (what the rank sends back), led by how many more were not listed (the
+        test shows the first lines)."""
+        extra = [f"{self.unrecorded} more failure(s) on this rank than listed here"] if self.unrecorded else []
+        return extra + list(self)
 
 
 def _torch():
@@ -39,181 +49,36 @@ def _torch():
     return torch
 
 
-def make(dtype: str, values: np.ndarray):
-    """An array of ``dtype`` holding ``values`` (float64 or int64), rounded/wrapped to the dtype.
-
-    bfloat16 has no NumPy dtype: it is a torch tensor.
-    """
-    if dtype == "bfloat16":
-        torch = _torch()
-        return torch.from_numpy(values.astype(np.float32)).to(torch.bfloat16)
-    if dtype in FLOATS:
-        return values.astype(dtype)
-    return values.astype(np.int64).astype(dtype)  # wraps like C
-
-
-def empty(dtype: str, n: int):
-    if dtype == "bfloat16":
-        torch = _torch()
-        return torch.full((n,), float("nan"), dtype=torch.bfloat16)
-    if dtype in FLOATS:
-        return np.full(n, np.nan, dtype)
-    return np.full(n, 77, dtype)
-
-
-def as_f64(x) -> np.ndarray:
-    if not isinstance(x, np.ndarray):
-        return x.float().numpy().astype(np.float64)
-    return x.astype(np.float64)
-
-
-def raw(x) -> bytes:
-    if not isinstance(x, np.ndarray):
-        return x.view(_torch().int16).numpy().tobytes()
-    return x.tobytes()
-
-
-def values(dtype: str, op: str, rank: int, n: int, salt: int = 0, start: int = 0, stop: int | None = None) -> np.ndarray:
-    """Deterministic rank-dependent input (float64 or int64 values before the dtype cast): the
-    elements [start, stop) of rank ``rank``'s ``n``-element input (all of it by default).
-
-    Element i depends on i alone, so a reference reads just the part it checks. Cached (every
-    algorithm and every op but prod reuse the same inputs); callers must not modify the result.
-    """
-    return _values(dtype, op == "prod", rank, start, n if stop is None else stop, salt)
-
-
-@functools.lru_cache(maxsize=18)  # a reference's P <= 8 inputs, twice, and this rank's own
-def _values(dtype: str, prod: bool, rank: int, start: int, stop: int, salt: int) -> np.ndarray:
-    i = np.arange(start, stop, dtype=np.int64)
-    h = (i * 2654435761 + (rank + 1) * 40503 + salt * 7919) % 1000003
-    if dtype in INTS:
-        if prod:
-            return (h % 5) - 2 if dtype != "uint8" else h % 4  # small factors, wrap-around still happens
-        if dtype == "int8":
-            return h % 256 - 128
-        if dtype == "uint8":
-            return h % 256
-        return h * 1103 - 500000000 if dtype == "int32" else h * 9000000007 - 4500000000000
-    f = h.astype(np.float64) / 1000003.0  # [0, 1)
-    if prod:
-        return 0.5 + 1.5 * f  # products of <= 8 factors stay in range even for float16
-    return np.round((f - 0.5) * 8.0, 3)
-
-
-def rounded(dtype, v):
-    return as_f64(make(dtype, v)) if dtype in FLOATS else make(dtype, v)
-
-
-@functools.lru_cache(maxsize=4)
-def reduce_ref_for(dtype, op, n, P, start=0, stop=None):
-    """Cached reference over elements [start, stop) of the inputs values(dtype, op, q, n) of
-    ranks q < P: only the part of the output a rank checks is computed."""
-    stop = n if stop is None else stop
-    return reduce_ref(dtype, op, (values(dtype, op, q, n, 0, start, stop) for q in range(P)), P)
-
-
-def _accumulate(acc, x, ufunc):
-    if acc is None:
-        return x
-    ufunc(acc, x, out=acc)
-    return acc
-
-
-def reduce_ref(dtype, op, inputs, P):
-    """Reference over the ``P`` rank inputs (an iterable, consumed one at a time and folded in
-    place: no P-fold stack); floats in float64, ints with wrap-around in the dtype."""
-    if dtype in FLOATS:
-        out = mag = None
-        for v in inputs:
-            x = rounded(dtype, v)  # a fresh float64 array: safe to fold into
-            if op == "premul_sum":
-                x = as_f64(make(dtype, x * PREMUL))
-            if op in ("sum", "premul_sum", "avg"):
-                out = _accumulate(out, x, np.add)
-                mag = _accumulate(mag, np.abs(x), np.add)
-            else:
-                out = _accumulate(out, x, {"prod": np.multiply, "min": np.minimum, "max": np.maximum}[op])
-        if op == "avg":
-            out = out / P
-        if op == "prod":
-            mag = np.abs(out)
-        return out, (None if op in ("min", "max") else mag)
-    ufunc = {"sum": np.add, "avg": np.add, "premul_sum": np.add, "prod": np.multiply, "min": np.minimum,
-             "max": np.maximum, "band": np.bitwise_and, "bor": np.bitwise_or, "bxor": np.bitwise_xor}[op]
-    out = None
-    for v in inputs:
-        x = make(dtype, v)  # a fresh array of the dtype: in-place ops wrap like C
-        if op == "premul_sum":
-            x = np.round(x.astype(np.float64) * PREMUL).astype(np.int64).astype(dtype)
-        out = _accumulate(out, x, ufunc)
-    if op == "avg":  # integer avg: the wrapped sum divided, truncating toward zero
-        w = out.astype(np.int64)
-        out = np.where(w < 0, -((-w) // P), w // P).astype(dtype)
-    return out, None
-
-
-def mismatch(dtype, got, want, mag, P):
-    """Index of the first element outside tolerance, or None."""
-    if dtype in FLOATS:
-        g = as_f64(got)
-        if mag is None:
-            bad = ~((g == want) | (np.isnan(g) & np.isnan(want)))
-        else:
-            u = UNIT_ROUNDOFF[dtype]
-            tol = 2 * P * u * mag + 2 * u * np.abs(want) + 1e-300
-            bad = ~(np.abs(g - want) <= tol)
-    else:
-        bad = got != want
-    idx = np.flatnonzero(bad)
-    return None if idx.size == 0 else int(idx[0])
-
-
-def _report(failures, what, dtype, got, want, mag, P):
-    k = mismatch(dtype, got, want, mag, P)
-    if k is not None:
-        failures.append(f"{what}: element {k}: got {as_f64(got)[k] if dtype in FLOATS else got[k]}, "
-                        f"expected {want[k]}")
-        return False
-    return True
-
-
-def big(collective, P):
-    return BIG // P | 1 if collective in SPLIT else BIG
-
-
-def counts_for(P, collective):
-    return sorted({0, 1, max(P - 1, 0), 13, big(collective, P)})
-
-
-def ops_for(dtype, count):
-    ops = INT_OPS if dtype in INTS else FLOAT_OPS
-    if count >= 100_000 and dtype not in ("float32", "int32"):
-        return ("sum",)  # the large count runs every op on float32/int32 and sum on the rest
-    return ops
-
-
 class HostBuffers:
-    """The buffer factory of the host cases: NumPy arrays (torch tensors for bfloat16). The device
+    """The buffer factory of the host cases: NumPy arrays; bfloat16 bit patterns are handed to the
+    communicator as torch bfloat16 views of the same memory (NumPy has no bfloat16). The device
     cases (tests/device/device_cases.py) pass one of commlib.emulated arrays to the same case
-    functions. Looked up at call time: the device cases swap make/empty for bfloat16."""
+    functions."""
+
+    @staticmethod
+    def _host(a):
+        if isinstance(a, BF16):
+            torch = _torch()
+            return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+        return a
 
     @staticmethod
     def make(dtype, v):
-        return make(dtype, v)
+        return HostBuffers._host(make(dtype, v))
 
     @staticmethod
     def empty(dtype, n):
-        return empty(dtype, n)
+        return HostBuffers._host(empty(dtype, n))
 
     @staticmethod
     def to_host(x, dtype):
+        if dtype == "bfloat16":
+            return x.view(_torch().int16).numpy().view(np.uint16).view(BF16)
         return x
 
     @staticmethod
     def assign(dst, src):
         dst[:] = src
-
 
 def run_reducing(comm, buffers, collective, algo, dtype, op, count, root, inplace):
     """One all_reduce / reduce_scatter / reduce on ``buffers``' arrays. Returns (the result on the
@@ -261,7 +126,7 @@ def check_reducing(comm, collective):
     """all_reduce / reduce_scatter / reduce over every algorithm, dtype, op, count, root (the
     dtype x op product thinned to a pairwise covering above 4 ranks: reducing_selection)."""
     P, r = comm.size, comm.rank
-    failures, digests = [], []
+    failures, digests = Failures(), []
     roots = sorted({0, P - 1}) if collective == "reduce" else [0]
     selection = reducing_selection(collective, P)
     # The algorithm varies fastest so the cached inputs and references are reused.
@@ -283,37 +148,9 @@ def check_reducing(comm, collective):
                                 continue
                             if out is None:
                                 continue
-                            if _report(failures, what, dtype, out, want, mag, P) and collective == "all_reduce":
+                            if report(failures, what, dtype, out, want, mag, P) and collective == "all_reduce":
                                 digests.append((what.rsplit(" rank=", 1)[0], hashlib.sha1(raw(out)).hexdigest()))
-                            if len(failures) > 20:
-                                return failures, digests
-    return failures, digests
-
-
-def moving_n(collective, count, P):
-    """Elements of each rank's input."""
-    return count * (P if collective in ("all_to_all", "scatter") else 1)
-
-
-def moving_input(collective, dtype, count, P, q, start=0, stop=None):
-    """Elements [start, stop) of rank q's input (cached by values())."""
-    return values(dtype, "sum", q, moving_n(collective, count, P), 1, start, stop)
-
-
-@functools.lru_cache(maxsize=2)
-def moving_expected(collective, dtype, count, root, r, P):
-    """What rank r must hold, built from just the peers' input elements that land there (None
-    where it gets nothing)."""
-    if collective == "gather" and r != root:
-        return None
-    if collective in ("all_gather", "gather"):
-        return np.concatenate([rounded(dtype, moving_input(collective, dtype, count, P, q)) for q in range(P)])
-    if collective == "all_to_all":
-        return np.concatenate([rounded(dtype, moving_input(collective, dtype, count, P, q, r * count, (r + 1) * count))
-                               for q in range(P)])
-    if collective == "broadcast":
-        return rounded(dtype, moving_input(collective, dtype, count, P, root))
-    return rounded(dtype, moving_input(collective, dtype, count, P, root, r * count, (r + 1) * count))  # scatter
+    return failures.listed(), digests
 
 
 def run_moving(comm, buffers, collective, algo, dtype, count, root, inplace):
@@ -353,10 +190,6 @@ def roots_for(collective, P):
     return sorted({0, P - 1, P // 2}) if collective in ("broadcast", "gather", "scatter") else [0]
 
 
-ITEM_BYTES = {"int8": 1, "uint8": 1, "float16": 2, "bfloat16": 2, "float32": 4, "int32": 4, "float64": 8,
-              "int64": 8}
-
-
 @functools.lru_cache(maxsize=4)
 def moving_selection(collective, P):
     """{(algorithm, count, root, item bytes): dtypes}: every dtype up to 4 ranks, a pairwise
@@ -371,7 +204,7 @@ def check_moving(comm, collective):
     """all_gather / all_to_all / broadcast / gather / scatter: exact for every dtype (the dtypes
     thinned to a pairwise covering above 4 ranks: moving_selection)."""
     P, r = comm.size, comm.rank
-    failures, digests = [], []
+    failures, digests = Failures(), []
     selection = moving_selection(collective, P)
     for dtype in DTYPES:
         for count in counts_for(P, collective):
@@ -392,11 +225,9 @@ def check_moving(comm, collective):
                             continue
                         if out is None:
                             continue
-                        if _report(failures, what, dtype, out, want, None, P) and collective in ("all_gather", "broadcast"):
+                        if report(failures, what, dtype, out, want, None, P) and collective in ("all_gather", "broadcast"):
                             digests.append((what.rsplit(" rank=", 1)[0], hashlib.sha1(raw(out)).hexdigest()))
-                        if len(failures) > 20:
-                            return failures, digests
-    return failures, digests
+    return failures.listed(), digests
 
 
 def check_collective(comm, collective):
@@ -418,11 +249,12 @@ def check_p2p(comm):
         return failures
     for dtype in DTYPES:
         for count in (0, 1, 13, BIG):
-            x = make(dtype, values(dtype, "sum", r, count, 2))
-            out = empty(dtype, count)
+            x = HostBuffers.make(dtype, values(dtype, "sum", r, count, 2))
+            out = HostBuffers.empty(dtype, count)
             comm.sendrecv(x, (r + 1) % P, out, (r - 1) % P)
             want = rounded(dtype, values(dtype, "sum", (r - 1) % P, count, 2))
-            _report(failures, f"sendrecv {dtype} count={count} rank={r}", dtype, out, want, None, P)
+            report(failures, f"sendrecv {dtype} count={count} rank={r}", dtype, HostBuffers.to_host(out, dtype),
+                   want, None, P)
     # Plain send/recv in a chain 0 -> 1 -> ... (blocking, ordered).
     buf = np.zeros(1000, np.int64)
     if r == 0:

@@ -1,14 +1,19 @@
-"""Rank-side error scenarios. Each one that aborts a communicator does it on a fresh
-sub-communicator from ``comm.split`` so the pool's world communicator stays usable."""
+"""Rank-side error scenarios, one matrix for the host route and the device route (the stream
+engine on commlib.emulated arrays): bad arguments, mismatched calls, dead and silent peers, leaks.
+Each scenario takes the route's name (error_routes.py holds what each route has of its own). Each
+one that aborts a communicator does it on a fresh sub-communicator from ``comm.split`` so the
+pool's world communicator stays usable."""
 from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 import numpy as np
 
 import commlib
+from error_routes import fds, route, threads
 
 
 def _raises(fn, exc_type):
@@ -38,30 +43,33 @@ def check_refused(cases):
     return seen
 
 
-def bad_arguments(comm):
-    """Rank 0 makes every bad call; none may send anything, which the final all_reduce proves
-    (a stray message would show up there as a MismatchError)."""
+def bad_arguments(comm, route_name="host"):
+    """Rank 0 makes every bad call (those of both routes, then the route's own); none may send or
+    enqueue anything, which the final all_reduce proves (a stray message would show up there as a
+    MismatchError)."""
+    rt = route(route_name)
     P, r = comm.size, comm.rank
     seen = []
     if r == 0:
-        f32 = np.zeros(8, np.float32)
+        def full(n, dtype="float32"):
+            return rt.full(n, dtype, 0)
+        f32 = full(8)
         cases = [
-            (lambda: comm.all_reduce(f32, out=np.zeros(8, np.float64)), TypeError, "out"),
-            (lambda: comm.all_reduce(f32, out=np.zeros(9, np.float32)), ValueError, "out"),
-            (lambda: comm.all_reduce(np.zeros((4, 4), np.float32).T), ValueError, "tensor"),
-            (lambda: comm.all_reduce(np.zeros(4, np.complex64)), TypeError, "tensor"),
-            (lambda: comm.all_reduce([1.0, 2.0]), TypeError, "tensor"),
+            (lambda: comm.all_reduce(f32, out=full(8, "float64")), TypeError, "out"),
+            (lambda: comm.all_reduce(f32, out=full(8, "int32")), TypeError, "out"),
+            (lambda: comm.all_reduce(f32, out=full(9)), ValueError, "out"),
             (lambda: comm.all_reduce(f32, algorithm="nope"), ValueError, "algorithm"),
             (lambda: comm.all_reduce(f32, op="band"), ValueError, "op"),
             (lambda: comm.all_reduce(f32, op="mean"), ValueError, "op"),
             (lambda: comm.all_reduce(f32, op="premul_sum"), ValueError, "scale"),
             (lambda: comm.all_reduce(f32, scale=2.0), ValueError, "scale"),
-            (lambda: comm.all_gather(np.zeros(8 * P + 1, np.float32), f32), ValueError, "output"),
-            (lambda: comm.all_gather(np.zeros(8 * P, np.int32), f32), TypeError, "output"),
-            (lambda: comm.reduce_scatter(f32, np.zeros(8 * P + 2, np.float32)), ValueError, "input"),
-            (lambda: comm.all_to_all(np.zeros(8, np.float32), np.zeros(7, np.float32)), ValueError, "output"),
-            (lambda: comm.all_to_all(f32, f32.copy(), input_splits=[8] + [0] * (P - 1),
-                                     output_splits=[1] * P), ValueError, "splits"),
+            (lambda: comm.all_gather(full(8 * P + 1), f32), ValueError, "output"),
+            (lambda: comm.all_gather(full(8 * P, "int32"), f32), TypeError, "output"),
+            (lambda: comm.reduce_scatter(f32, full(8 * P + 2)), ValueError, "input"),
+            (lambda: comm.all_to_all(full(8), full(7)), ValueError, "output"),
+            (lambda: comm.all_to_all(f32, full(8), input_splits=[8] + [0] * (P - 1), output_splits=[1] * P),
+             ValueError, "splits"),
+            (lambda: comm.all_to_all(full(8), f32, input_splits=[7] + [1] * (P - 1)), ValueError, "input_splits"),
             (lambda: comm.broadcast(f32, root=P), ValueError, "root"),
             (lambda: comm.broadcast(f32, root=-1), ValueError, "root"),
             (lambda: comm.reduce(f32, root=P + 3), ValueError, "root"),
@@ -73,34 +81,21 @@ def bad_arguments(comm):
             (lambda: comm.batch_p2p([("send", f32, 1 % P), ("send", f32, 1 % P)]), ValueError, "ops"),
             (lambda: comm.batch_p2p([("put", f32, 1 % P)]), ValueError, "ops"),
             (lambda: comm.split(-2), ValueError, "color"),
-        ]
+        ] + rt.own_bad_arguments(comm, f32)
         seen += check_refused(cases)
-    x = np.full(5, r, np.int64)
+    x = rt.full(5, "int64", r)
     comm.all_reduce(x)
-    if not (x == sum(range(P))).all():
-        seen.append(f"follow-up all_reduce wrong: {x}")
+    got = rt.read(x)
+    if not (got == sum(range(P))).all():
+        seen.append(f"follow-up all_reduce wrong: {got}")
     return seen
 
 
-class HostCalls:
-    """How the host cases make buffers and calls: NumPy arrays, blocking calls. The device cases
-    (tests/device/device_error_cases.py) pass one of commlib.emulated arrays whose calls are
-    enqueued and then synchronised, to the same scenario functions."""
-
-    @staticmethod
-    def full(n, dtype, value):
-        return np.full(n, value, dtype)
-
-    @staticmethod
-    def call(fn):
-        """Make the call fn(**kwargs) and wait for it (raising its error)."""
-        fn()
-
-
-def mismatch(comm, scenario, calls=HostCalls):
+def mismatch(comm, scenario, route_name="host"):
     """Ranks call different things on a fresh sub-communicator; every rank must get a
     MismatchError (from the call or, for a rank whose part needed nothing back, the next call)
-    naming both calls, within seconds."""
+    naming both calls, within seconds; the sub-communicator is aborted."""
+    calls = route(route_name)
     sub = comm.split(0, timeout=60)
     r = sub.rank
     x = calls.full(64, "float32", 1)
@@ -146,26 +141,31 @@ def mismatch(comm, scenario, calls=HostCalls):
     return msg, took, later, names
 
 
-def kill_during_collective(comm, victim):
+def kill_during_collective(comm, victim, route_name="host"):
     """``victim`` dies (SIGKILL) inside an all_reduce; the others must raise PeerError naming it,
-    the collective and its sequence number.
+    the collective and its sequence number (on the device route: from their works, through the
+    watchdog's checks, not the timeout).
 
     To be sure the victim is inside the call when it dies, one other rank ("late") joins the call
     only after the kill: the victim is then blocked waiting for that rank's data. The remaining
-    ranks are inside the call when the victim dies; the late one starts after it.
+    ranks are inside the call when the victim dies; the late one starts after it (and may learn
+    of the death when it makes the call: a failed peer fails the call at once).
     """
-    import threading
-    sub = comm.split(0, timeout=30)
+    rt = route(route_name)
+    sub = comm.split(0, timeout=rt.KILL_TIMEOUT)
     late = min(q for q in range(sub.size) if q != victim)
-    x = np.ones(1 << 20, np.float32)
-    sub.all_reduce(np.ones(4, np.float32))
+    x = rt.full(rt.KILL_COUNT, "float32", 1)
+    sub.all_reduce(x)
+    rt.read(x)
     if sub.rank == victim:
         threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGKILL)).start()
     elif sub.rank == late:
         time.sleep(0.8)
     t = time.monotonic()
     try:
-        sub.all_reduce(x, algorithm="ring")
+        rt.call(lambda **kw: sub.all_reduce(x, algorithm="ring", **kw))
+        if sub.rank == victim:
+            time.sleep(5)  # the kill arrives meanwhile
         return None
     except commlib.PeerError as e:
         return str(e), time.monotonic() - t
@@ -173,58 +173,57 @@ def kill_during_collective(comm, victim):
         return f"wrong type {type(e).__name__}: {e}", time.monotonic() - t
 
 
-def silent_peer(comm):
-    """Rank 1 does not show up; the others raise PeerError naming it after the timeout; when rank 1
-    arrives later its call fails at once instead of hanging."""
-    sub = comm.split(0, timeout=2)
+def silent_peer(comm, route_name="host"):
+    """Rank 1 does not show up for 4 s; the others raise PeerError naming it after the route's
+    timeout, and their buffers are usable again (on the device route: the stream is released);
+    when rank 1 arrives later its call fails at once instead of hanging. Returns (message,
+    seconds the failing call took)."""
+    rt = route(route_name)
+    sub = comm.split(0, timeout=rt.SILENT_TIMEOUT)
+    rt.warm_up(sub)
+    x = rt.full(16, "float32", 1)
+    rt.read(x)
     t = time.monotonic()
-    x = np.ones(16, np.float32)
     if sub.rank == 1:
         time.sleep(4)
+        t = time.monotonic()
         try:
-            sub.all_reduce(x)
+            rt.call(lambda **kw: sub.all_reduce(x, **kw))
+            rt.read(x)
             out = ("no error", 0.0)
         except commlib.CommError as e:
-            out = (f"{type(e).__name__}: {e}", time.monotonic() - t - 4)
+            out = (f"{type(e).__name__}: {e}", time.monotonic() - t)
     else:
         try:
-            sub.all_reduce(x)
+            rt.call(lambda **kw: sub.all_reduce(x, **kw))
             out = ("no error", 0.0)
         except commlib.PeerError as e:
             out = (str(e), time.monotonic() - t)
+        rt.read(x)  # returns: the buffer is usable again (the device route: its stream was released)
     sub.close()
     return out
 
 
-def _threads():
-    return len(os.listdir("/proc/self/task"))
-
-
-def _fds():
-    return len(os.listdir("/proc/self/fd"))
-
-
-def _maps():
-    with open("/proc/self/maps") as f:
-        return sum("commlib" in line for line in f)
-
-
-def resources(comm):
-    """Creating, using (async, so the worker thread starts) and closing sub-communicators leaves
-    no thread, descriptor or mapping behind."""
-    before = (_threads(), _fds(), _maps())
+def resources(comm, route_name="host"):
+    """Creating, using (async, so the worker thread and, on the device route, the engine start)
+    and closing sub-communicators leaves no thread, descriptor, mapping or device memory behind."""
+    rt = route(route_name)
+    xs = [rt.full(1000, "float32", 1) for _ in range(5)]
+    y = rt.full(10, "int32", 1)
+    rt.read(y)
+    before = (threads(), fds(), rt.held())
     for _ in range(3):
         sub = comm.split(0)
         half = comm.split(comm.rank % 2)
-        works = [sub.all_reduce(np.ones(1000, np.float32), async_op=True) for _ in range(5)]
-        works.append(half.all_reduce(np.ones(10, np.int32), async_op=True))
+        works = [sub.all_reduce(x, async_op=True) for x in xs]
+        works.append(half.all_reduce(y, async_op=True))
         for w in works:
-            w.wait()
+            rt.wait(w)
         sub.close()
         half.close()
         sub.close()  # idempotent
-    after = (_threads(), _fds(), _maps())
-    return before, after
+    rt.settle()
+    return before, (threads(), fds(), rt.held())
 
 
 def closed_use(comm):

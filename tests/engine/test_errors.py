@@ -1,4 +1,6 @@
-"""Errors: bad arguments refused before sending, mismatched calls, dead and silent peers, leaks."""
+"""Errors, one matrix on the host route and on the device route (the stream engine on emulated
+device arrays): bad arguments refused before sending, mismatched calls, dead and silent peers, leaks
+(rank side: error_cases.py; each route's own part: error_routes.py)."""
 import os
 
 import pytest
@@ -6,17 +8,25 @@ import pytest
 import error_cases as cases
 from commlib.testing.faults import assert_survivors_named_the_dead_rank, run_killing_one_rank
 
+# The pool environment of each route: device calls run with a delay on every data operation, so
+# that a call returns before its data is ready.
+ENV = {"host": {}, "device": {"COMMLIB_EMULATED_DELAY_US": "20"}}
 
-@pytest.mark.parametrize("size", [2, 3])
-def test_bad_arguments_raise_before_sending(pool, size):
-    assert pool(size).run(cases.bad_arguments) == [[]] * size
+
+@pytest.mark.parametrize("route,size", [("host", 2), ("host", 3), ("device", 3)])
+def test_bad_arguments_raise_before_sending(pool, route, size):
+    assert pool(size, env=ENV[route]).run(cases.bad_arguments, route) == [[]] * size
+
+
+MISMATCHES = [(route, size, scenario) for route, size in (("host", 2), ("host", 3), ("device", 3))
+              for scenario in ("collective", "count", "dtype", "algorithm", "root")]
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("scenario", ["collective", "count", "dtype", "algorithm", "root"])
-@pytest.mark.parametrize("size", [2, 3])
-def test_mismatch_raises_on_every_rank(pool, size, scenario):
-    for rank, (msg, took, later, names) in enumerate(pool(size).run(cases.mismatch, scenario, timeout=90)):
+@pytest.mark.parametrize("route,size,scenario", MISMATCHES)
+def test_mismatch_raises_on_every_rank(pool, route, size, scenario):
+    results = pool(size, env=ENV[route]).run(cases.mismatch, scenario, route, timeout=90)
+    for rank, (msg, took, later, names) in enumerate(results):
         assert msg is not None, f"rank {rank} got no error"
         assert "wrong type" not in msg, msg
         assert all(n in msg for n in names), f"rank {rank}: message does not name both calls: {msg}"
@@ -25,29 +35,38 @@ def test_mismatch_raises_on_every_rank(pool, size, scenario):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("size,victim", [(2, 1), (3, 0), (4, 2)])
-def test_killed_peer_raises_peer_error(size, victim):
+@pytest.mark.parametrize("route,size,victim,within_s", [("host", 2, 1, 30), ("host", 3, 0, 30), ("host", 4, 2, 30),
+                                                        ("device", 2, 1, 20), ("device", 3, 0, 20)])
+def test_killed_peer_raises_peer_error(route, size, victim, within_s):
     before = set(os.listdir("/dev/shm"))
-    results = run_killing_one_rank(size, victim, cases.kill_during_collective)
-    assert_survivors_named_the_dead_rank(results, victim, within_s=30)
+    results = run_killing_one_rank(size, victim, cases.kill_during_collective, env=ENV[route], timeout=90,
+                                   args=(route,))
+    assert_survivors_named_the_dead_rank(results, victim, within_s=within_s)
     leaked = [f for f in set(os.listdir("/dev/shm")) - before if "commlib" in f]
     assert not leaked, f"left in /dev/shm: {leaked}"
 
 
 @pytest.mark.timeout(60)
-def test_silent_peer_times_out(pool):
-    res = pool(3).run(cases.silent_peer, timeout=40)
-    for rank in (0, 2):
+@pytest.mark.parametrize("route,size", [("host", 3), ("device", 2)])
+def test_silent_peer_times_out(pool, route, size):
+    """The waiting ranks' calls fail after the timeout, naming rank 1 and the call (the device
+    route's message names the setting too); their buffers are usable again; rank 1's late call
+    fails at once."""
+    res = pool(size, env=ENV[route]).run(cases.silent_peer, route, timeout=40)
+    timeout = cases.route(route).SILENT_TIMEOUT
+    for rank in [q for q in range(size) if q != 1]:
         msg, took = res[rank]
-        assert "rank 1" in msg and "all_reduce" in msg and "did not answer" in msg, msg
-        assert 1.5 < took < 10, took
+        words = ("rank 1", "all_reduce") + cases.route(route).TIMEOUT_WORDS
+        assert all(w in msg for w in words), msg
+        assert timeout - 0.5 < took < 10, took
     msg, took = res[1]
     assert msg.startswith(("PeerError", "CommError")) and took < 1.0, (msg, took)
 
 
-def test_no_thread_fd_or_mapping_leaks(pool):
-    for before, after in pool(3).run(cases.resources):
-        assert after == before, f"(threads, fds, mappings) before {before}, after {after}"
+@pytest.mark.parametrize("route,size", [("host", 3), ("device", 2)])
+def test_no_thread_fd_mapping_or_device_memory_leaks(pool, route, size):
+    for before, after in pool(size, env=ENV[route]).run(cases.resources, route):
+        assert after == before, f"(threads, fds, held) before {before}, after {after}"
 
 
 def test_closed_communicator_refuses_calls(pool):

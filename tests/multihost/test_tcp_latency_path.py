@@ -1,14 +1,15 @@
 """The TCP small-message path (csrc/transport/tcp_spin.cc, lane_read in tcp_recv.cc): a waiting
 caller keeps its sockets between calls and the progress thread takes them back once it stops
 polling; a small frame is one recv; read-ahead bytes survive a full ring and frames cut across
-reads. Emulated hosts, TCP over loopback."""
+reads. Emulated hosts, TCP over loopback. Each case sets up the state it checks (whether the caller
+holds its sockets), so the order of the tests, and of test_tcp_zero_copy.py's sharing the pool,
+does not matter."""
 import pytest
 
 import latency_path_cases as cases
 
 LOOPBACK = {"COMMLIB_SOCKET_IFNAME": "lo"}
-# A spin long enough to cover a round trip on a loaded machine: the caller reads every answer.
-LONG_SPIN = {"COMMLIB_TCP_SPIN_US": "50000"}
+LONG_SPIN = cases.LONG_SPIN
 
 
 def hosts_pool(pool, hosts, **extra):
@@ -34,9 +35,9 @@ def test_progress_thread_reads_for_a_rank_busy_elsewhere(pool):
     ok0, _ = (res := hosts_pool(pool, ("a", "b"), **LONG_SPIN).run(cases.busy_receiver, 0.3, timeout=100))[0]
     ok1, d = res[1]
     assert ok0 and ok1
-    # Rank 1's caller held its sockets after the all_reduce; while it slept the progress thread
-    # took them back and read the message, so the receive found it in the ring.
-    assert d["reclaims"] >= 1, d
+    # Rank 1's caller took its sockets; once it was busy elsewhere the progress thread took them
+    # back and read the message, so the receive found it in the ring.
+    assert d["caller_takes"] >= 1 and d["reclaims"] >= 1, d
     assert d["frames_read_by_caller"] == 0, d
 
 

@@ -46,8 +46,8 @@ def test_landing_stays_inside_the_destination(pool):
 def test_waiting_caller_reads_its_own_socket(pool):
     # A spin long enough to cover a round trip on a loaded machine: while a caller spins, the
     # progress thread leaves its sockets alone, so the caller itself must read the answers.
-    res = hosts_pool(pool, ("a", "b"), COMMLIB_TCP_SPIN_US="50000").run(latency_path_cases.round_trips, 100,
-                                                                         timeout=100)
+    res = hosts_pool(pool, ("a", "b"), **latency_path_cases.LONG_SPIN).run(latency_path_cases.round_trips, 100,
+                                                                            timeout=100)
     assert all(ok for ok, _ in res)
     # not every small message went through the progress thread
     assert sum(d["frames_read_by_caller"] for _, d in res) > 0

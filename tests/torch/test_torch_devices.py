@@ -1,5 +1,6 @@
 """The devices the "commlib" backend registers, and every torch helper that asks a process group
-for its device, against gloo in the same processes (rank side: device_helper_cases.py).
+for its device, against gloo in the same processes (rank side: device_helper_cases.py, and
+checkpoint_cases.py for the distributed checkpoints).
 
 CPU build (CI): "cpu" only is registered; _get_pg_default_device, _get_object_coll_device, the
 backend lookup, ShardedTensor's preferred device, DCP save/load with another sharding on load
@@ -19,8 +20,14 @@ if HERE not in sys.path:
 
 torch = pytest.importorskip("torch")
 
+import checkpoint_cases  # noqa: E402
 import device_helper_cases as cases  # noqa: E402
 from ranks import get_pool  # noqa: E402
+
+
+def _case(name):
+    """The rank-side function ``name``, in whichever cases module holds it."""
+    return getattr(cases, name, None) or getattr(checkpoint_cases, name)
 
 
 def _run(n, case, *args, timeout=120):
@@ -63,7 +70,7 @@ def test_cuda_served_needs_every_condition(monkeypatch):
                                   "case_dcp_sharded_tensor", "case_dcp_dtensor",
                                   "case_device_mesh_submeshes", "case_full_state_dict"])
 def test_helpers_match_gloo(n, case):
-    _run(n, getattr(cases, case))
+    _run(n, _case(case))
 
 
 def test_device_mesh_2x2_submeshes_match_gloo():
@@ -85,7 +92,7 @@ needs_torch_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
 @pytest.mark.parametrize("n", [2, 3])
 @pytest.mark.parametrize("case", ["case_cuda_registration", "case_cuda_dcp"])
 def test_cuda_helpers(n, case):
-    _run(n, getattr(cases, case), timeout=300)
+    _run(n, _case(case), timeout=300)
 
 
 @pytest.mark.gpu
