@@ -18,6 +18,7 @@ import time
 
 import commlib._C as _C
 from commlib.bootstrap.wait import wait_for_key
+from commlib.core.call_spec import COLLECTIVE, DTYPE, OP
 from commlib.device import nccl_comm as device_nccl
 from commlib.device.route_context import RouteContext
 from commlib.core.shrink import gone_peers
@@ -152,9 +153,10 @@ class DeviceRoute:
 
     def _engine(self, buf: DeviceBuffer, first_call=None, first_p2p=None):
         """The engine for ``buf``'s device, set up on first use. ``first_call`` (collective,
-        algorithm, count, dtype, op, root) is published while the ranks meet, so a peer in a host
-        call of the same number raises MismatchError rather than waiting out the timeout;
-        ``first_p2p`` (items, dtype): receives whose message a peer sent from a host buffer do."""
+        algorithm, count, dtype, op, root; collective, dtype and op as the call spec's enums) is
+        published while the ranks meet, so a peer in a host call of the same number raises
+        MismatchError rather than waiting out the timeout; ``first_p2p`` (items, dtype enum):
+        receives whose message a peer sent from a host buffer do."""
         key = (buf.kind, buf.device_index)
         engine = self._engines.get(key)
         if engine is not None:
@@ -178,12 +180,12 @@ class DeviceRoute:
                 poll = engine.raise_if_failed
             poll()  # a host side already aborted raises here, before the rendezvous
             c.store.set(f"{prefix}/{c.rank}", engine.local_handle())
-            what = (first_call[0] if first_call is not None else "point-to-point" if first_p2p is not None
+            what = (first_call[0].name if first_call is not None else "point-to-point" if first_p2p is not None
                     else "set-up")
             handles = [_wait_key(c, prefix, r, poll, what) for r in range(c.size)]
-            host_of = list(c.core.host_of)  # peer memory only within a host; NCCL across
-            engine.connect(handles, [h == host_of[c.rank] for h in host_of])
-            device_nccl.setup_links(c, engine, prefix)  # the link per pair; NCCL if some pair uses it
+            device_nccl.agree_link_setting(c, engine, prefix)  # COMMLIB_DEVICE_LINK, the same everywhere
+            engine.connect(handles, list(c.core.host_of))  # the link per pair (C++); maps this host's peers
+            device_nccl.setup_links(c, engine, prefix)  # NCCL's communicator if some pair uses it
         except Exception as e:
             try:  # the other ranks stop waiting for this one
                 c.store.set(f"{prefix}/error", f"rank {c.rank}: {type(e).__name__}: {e}")
@@ -202,11 +204,13 @@ class DeviceRoute:
         first, stream_of, device_stream = _one_device(bufs, stream)
         if algorithm == "nccl" and coll in ("all_reduce", "reduce_scatter", "reduce") and op in ("band", "bor", "bxor"):
             raise ValueError(f"op: NCCL has no {op} (algorithm='nccl')")
-        engine = self._engine(first, (coll, algorithm, count, dtype, op, root))
+        # The call spec (commlib/core/call_spec.py): the names the checks accepted, as enums, once.
+        spec = (COLLECTIVE[coll], algorithm, count, DTYPE[dtype], OP[op], root)
+        engine = self._engine(first, spec)
         if algorithm == "nccl":  # NCCL's own collective: its communicator is made on first use
             device_nccl.ensure_communicator(self._ctx, engine, self._prefixes[(first.kind, first.device_index)],
                                             f"{coll} (nccl, {count} x {dtype}, {op}, root {root})")
-        work = engine.run(coll, algorithm, in_ptr, out_ptr, count, dtype, op, root, scale, device_stream)
+        work = engine.run(spec[0], algorithm, in_ptr, out_ptr, count, spec[3], spec[4], root, scale, device_stream)
         self._last_engine = engine
         return self._enqueued(work, refs, stream_of, async_op)
 
@@ -234,10 +238,11 @@ class DeviceRoute:
         ``own_block`` (dst, src, bytes): a copy enqueued first on the same stream (all_to_all with
         splits: this rank's block to itself)."""
         first, stream_of, device_stream = _one_device(bufs, stream)
-        engine = self._engine(first, first_p2p=(items, dtype))
+        dt = DTYPE[dtype]
+        engine = self._engine(first, first_p2p=(items, dt))
         if own_block is not None and own_block[2]:
             self._devices[(first.kind, first.device_index)].copy(*own_block, device_stream)
-        work = engine.p2p(items, dtype, device_stream)
+        work = engine.p2p(items, dt, device_stream)
         return self._enqueued(work, refs, stream_of, async_op)
 
     def _enqueued(self, work, refs, stream_of, async_op):

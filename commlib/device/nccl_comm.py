@@ -1,12 +1,15 @@
-"""NCCL for the stream engine's device calls (csrc/stream/nccl_link.h): which peer pairs use the
-``nccl`` link, and the NCCL communicator's lazy creation.
+"""NCCL's bootstrap for the stream engine's device calls (csrc/stream/nccl_link.h): agreeing on the
+link setting, and the NCCL communicator's lazy creation.
 
-Link per pair (``COMMLIB_DEVICE_LINK``, the same on every rank): ``auto`` puts ranks of one host on
-peer memory (ipc) and ranks on different hosts on NCCL; ``ipc`` or ``nccl`` force every pair. The
-NCCL communicator is created on first use: when the engine is created if some pair uses the nccl
-link, else at the first ``algorithm="nccl"`` call. Every rank publishes what it is about to do
-(the link setting, or the first NCCL call) through the store and compares before anything blocks
-in NCCL: ranks that disagree raise ``MismatchError`` naming both. Rank 0's unique id goes through
+The link of every pair is chosen in C++ (csrc/stream/device_link.h, at the engine's connect) from
+``COMMLIB_DEVICE_LINK`` and the host map: ``auto`` puts ranks of one host on peer memory (ipc) and
+ranks on different hosts on NCCL; ``ipc`` or ``nccl`` force every pair. Here, only what needs the
+store: every rank publishes the setting its engine read and compares before the choice
+(``agree_link_setting``), and the NCCL communicator is created on first use: at the engine's
+set-up if the engine says some pair uses the nccl link (``needs_nccl``), else at the first
+``algorithm="nccl"`` call. Every rank publishes what it is about to do (the link setting, or the
+first NCCL call) through the store and compares before anything blocks in NCCL: ranks that
+disagree raise ``MismatchError`` naming both. Rank 0's unique id goes through
 the store and must be exactly 128 bytes. On the emulated device the NCCL is the emulated one
 (device/emulated/nccl_emulated.h, a test double of NCCL's API semantics); on CUDA, libnccl from
 ``commlib.device.nccl.candidates()``.
@@ -15,25 +18,10 @@ from __future__ import annotations
 
 import time
 
-from commlib import settings
 from commlib.bootstrap.wait import wait_for_key
 from commlib.errors import CommError, MismatchError
 
-LINKS = ("auto", "ipc", "nccl")
 ID_BYTES = 128
-
-
-def link_setting() -> str:
-    v = settings.get("COMMLIB_DEVICE_LINK").strip().lower() or "auto"
-    if v not in LINKS:
-        raise ValueError(f"COMMLIB_DEVICE_LINK: expected one of {', '.join(LINKS)}, got {v!r}")
-    return v
-
-
-def nccl_peers(setting: str, host_of, rank: int):
-    """Per rank: True where this rank reaches it over NCCL."""
-    return [r != rank and (setting == "nccl" or (setting == "auto" and host_of[r] != host_of[rank]))
-            for r in range(len(host_of))]
 
 
 def _wait(ctx, key: str, what: str, error_key: str = "") -> bytes:
@@ -104,17 +92,17 @@ def _create(ctx, engine, base: str):
     engine.nccl_init(uid)
 
 
+def agree_link_setting(ctx, engine, prefix: str):
+    """Before the engine's connect chooses the links: every rank's engine read the same
+    ``COMMLIB_DEVICE_LINK`` (MismatchError naming both sides otherwise)."""
+    if ctx.size > 1:
+        _agree(ctx, f"{prefix}/link", f"COMMLIB_DEVICE_LINK={engine.link_setting}", "the device link setting")
+
+
 def setup_links(ctx, engine, prefix: str):
-    """At the engine's creation: choose the link of every pair; create the NCCL communicator if
-    some pair uses the nccl link."""
-    if ctx.size == 1:
-        return
-    setting = link_setting()
-    _agree(ctx, f"{prefix}/link", f"COMMLIB_DEVICE_LINK={setting}", "the device link setting")
-    host_of = list(ctx.core.host_of)
-    peers = nccl_peers(setting, host_of, ctx.rank)
-    engine.nccl_set_peers(peers)
-    if any(nccl_peers(setting, host_of, r)[q] for r in range(ctx.size) for q in range(ctx.size)):
+    """After the engine's connect: create the NCCL communicator if some pair of the communicator
+    uses the nccl link (every rank joins it, whatever its own pairs use)."""
+    if ctx.size > 1 and engine.needs_nccl():
         _create(ctx, engine, f"{prefix}/nccl")
 
 

@@ -36,13 +36,8 @@ void set_python_error(std::exception_ptr p);
 // naming the field.
 sim::Topology topology_from_dict(const pybind11::dict& d);
 
-// The Python API's arguments by name as the engine's types (defined in comm_bindings.cc), for the
-// device bindings, which still take names; ValueError naming the argument for an unknown name.
-// Every other binding takes the call spec's enums (the overload below).
-CollectiveCall collective_call(const std::string& coll, const std::string& algo, uintptr_t in, uintptr_t out,
-                               int64_t count, const std::string& dtype, const std::string& op, int root, double scale);
-// The same from the call spec's enums (_C.Collective, _C.DType, _C.RedOp), converted once at the
-// Python API's edge: nothing is parsed back here but the algorithm's name.
+// A collective call from the call spec's enums (_C.Collective, _C.DType, _C.RedOp), converted once at
+// the Python API's edge (defined in comm_bindings.cc): nothing is parsed back here but the algorithm's name.
 CollectiveCall collective_call(Collective coll, const std::string& algo, uintptr_t in, uintptr_t out, int64_t count,
                                DType dtype, RedOp op, int root, double scale);
 using P2PTuple = std::tuple<bool, uintptr_t, int64_t, int>;  // (send, address, count, peer)

@@ -58,12 +58,6 @@ CollectiveCall collective_call(Collective coll, const std::string& algo, uintptr
   return call;
 }
 
-CollectiveCall collective_call(const std::string& coll, const std::string& algo, uintptr_t in, uintptr_t out,
-                               int64_t count, const std::string& dtype, const std::string& op, int root, double scale) {
-  const Collective c = parse_collective(coll);
-  return collective_call(c, algo, in, out, count, parse_dtype(dtype), parse_op(op), root, scale);
-}
-
 std::vector<P2PItem> p2p_items(const std::vector<P2PTuple>& items) {
   std::vector<P2PItem> v;
   v.reserve(items.size());

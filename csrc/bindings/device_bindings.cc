@@ -23,9 +23,10 @@ namespace commlib {
 namespace {
 
 // collective_call, plus algorithm="nccl" (NCCL's own collective: stream/nccl_link.h), which only
-// device calls have.
-CollectiveCall device_call(const std::string& coll, const std::string& algo, uintptr_t in, uintptr_t out,
-                           int64_t count, const std::string& dtype, const std::string& op, int root, double scale) {
+// device calls have. Collective, dtype and op come as the call spec's enums (commlib/core/call_spec.py):
+// nothing is parsed back here but the algorithm's name.
+CollectiveCall device_call(Collective coll, const std::string& algo, uintptr_t in, uintptr_t out, int64_t count,
+                           DType dtype, RedOp op, int root, double scale) {
   const bool nccl = algo == "nccl";
   CollectiveCall call = collective_call(coll, nccl ? "auto" : algo, in, out, count, dtype, op, root, scale);
   if (nccl) call.algo = kNcclAlgorithmCode;
@@ -113,23 +114,18 @@ void bind_device(py::module_& m) {
              d.host_func([staging] {}, s);
            })
       .def("reduce",
-           [](Device& d, uintptr_t dst, uintptr_t src, size_t n, const std::string& dtype, const std::string& op,
-              DeviceStream& s) {
+           [](Device& d, uintptr_t dst, uintptr_t src, size_t n, DType dtype, RedOp op, DeviceStream& s) {
              DeviceGuard g(d);
-             d.reduce(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n, parse_dtype(dtype),
-                      parse_op(op), s);
+             d.reduce(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n, dtype, op, s);
            })
       .def("scale_copy",
-           [](Device& d, uintptr_t dst, uintptr_t src, size_t n, const std::string& dtype, double scale,
-              DeviceStream& s) {
+           [](Device& d, uintptr_t dst, uintptr_t src, size_t n, DType dtype, double scale, DeviceStream& s) {
              DeviceGuard g(d);
-             d.scale_copy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n, parse_dtype(dtype),
-                          scale, s);
+             d.scale_copy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n, dtype, scale, s);
            })
-      .def("divide", [](Device& d, uintptr_t dst, size_t n, const std::string& dtype, int64_t divisor,
-                        DeviceStream& s) {
+      .def("divide", [](Device& d, uintptr_t dst, size_t n, DType dtype, int64_t divisor, DeviceStream& s) {
         DeviceGuard g(d);
-        d.divide(reinterpret_cast<void*>(dst), n, parse_dtype(dtype), divisor, s);
+        d.divide(reinterpret_cast<void*>(dst), n, dtype, divisor, s);
       });
 
   py::class_<EmulatedDevice, Device, std::shared_ptr<EmulatedDevice>>(m, "EmulatedDevice")
@@ -171,6 +167,20 @@ void bind_device(py::module_& m) {
     d["events_alive"] = c.events_alive;
     return d;
   }, "How often this process broke the CUDA rules the emulated device checks (see commlib.emulated).");
+  m.def(
+      "device_links",
+      [](const std::vector<int>& host_of, int rank, const std::string& setting) {
+        const LinkTopology topo{host_of};
+        std::vector<std::string> names(host_of.size());
+        const auto links = connect_device_links(topo, rank, parse_device_link_setting(setting));
+        for (size_t p = 0; p < links.size(); ++p)
+          if (links[p]) names[p] = links[p]->name();
+        return py::make_tuple(names, some_pair_uses(topo, parse_device_link_setting(setting), "nccl"));
+      },
+      py::arg("host_of"), py::arg("rank"), py::arg("setting"),
+      "The stream engine's choice (stream/device_link.h) for a host map: (rank's link to every rank, 'ipc' or "
+      "'nccl' ('' for itself), whether some pair of the world uses nccl). ValueError naming COMMLIB_DEVICE_LINK "
+      "for a pair no link connects or an unknown setting.");
   m.def("emulated_device", &emulated_device, py::arg("index") = 0,
         "The process's emulated device `index` (COMMLIB_EMULATED_DELAY_US read when first created).");
 
@@ -188,7 +198,15 @@ void bind_device(py::module_& m) {
            }),
            py::arg("comm"), py::arg("device"), py::arg("timeout"), py::arg("label") = "", py::keep_alive<1, 2>())
       .def("local_handle", &StreamEngine::local_handle)
-      .def("connect", &StreamEngine::connect, py::arg("handles"), py::arg("same_host"))
+      .def("connect", &StreamEngine::connect, py::arg("handles"), py::arg("host_of"),
+           "Chooses the link of every pair (COMMLIB_DEVICE_LINK and the host map, stream/device_link.h), then maps "
+           "the control regions and inboxes of the peers on this rank's host.")
+      .def_property_readonly("link_setting", [](StreamEngine& e) { return device_link_setting_name(e.link_setting()); },
+                             "COMMLIB_DEVICE_LINK as this engine read it (auto, ipc or nccl).")
+      .def("links", &StreamEngine::link_names,
+           "This rank's link to every rank: 'ipc' or 'nccl' ('' for itself), as connect() chose them.")
+      .def("needs_nccl", &StreamEngine::needs_nccl,
+           "Whether some pair of the communicator uses the nccl link (then every rank creates NCCL's communicator).")
       .def("last_path", &StreamEngine::last_path,
            "The path the last collective ran on: 'kernel', 'copy' or '' (COMMLIB_DEVICE_PATH).")
       .def(
@@ -220,9 +238,8 @@ void bind_device(py::module_& m) {
            "Peers whose control region this rank mapped (those on its host).")
       .def(
           "run",
-          [](StreamEngine& e, const std::string& coll, const std::string& algo, uintptr_t in, uintptr_t out,
-             int64_t count, const std::string& dtype, const std::string& op, int root, double scale,
-             DeviceStream& stream) {
+          [](StreamEngine& e, Collective coll, const std::string& algo, uintptr_t in, uintptr_t out, int64_t count,
+             DType dtype, RedOp op, int root, double scale, DeviceStream& stream) {
             const CollectiveCall call = device_call(coll, algo, in, out, count, dtype, op, root, scale);
             ReleaseGil nogil;
             return e.collective(call, stream);
@@ -231,24 +248,23 @@ void bind_device(py::module_& m) {
           py::arg("dtype"), py::arg("op"), py::arg("root"), py::arg("scale"), py::arg("stream"))
       .def(
           "resolved_algorithm",
-          [](StreamEngine& e, const std::string& coll, const std::string& algo, int64_t count, const std::string& dtype,
-             int root) { return e.resolved_algorithm(device_call(coll, algo, 0, 0, count, dtype, "sum", root, 1.0)); },
+          [](StreamEngine& e, Collective coll, const std::string& algo, int64_t count, DType dtype, int root) {
+            return e.resolved_algorithm(device_call(coll, algo, 0, 0, count, dtype, RedOp::Sum, root, 1.0));
+          },
           py::arg("collective"), py::arg("algorithm"), py::arg("count"), py::arg("dtype"), py::arg("root") = 0,
           "The algorithm a call of this shape runs on this engine (auto resolved as the host does).")
       .def(
           "p2p",
-          [](StreamEngine& e, const std::vector<P2PTuple>& items, const std::string& dtype, DeviceStream& stream) {
+          [](StreamEngine& e, const std::vector<P2PTuple>& items, DType dtype, DeviceStream& stream) {
             const std::vector<P2PItem> v = p2p_items(items);
-            const DType t = parse_dtype(dtype);
             ReleaseGil nogil;
-            return e.p2p(v, t, stream);
+            return e.p2p(v, dtype, stream);
           },
           py::arg("items"), py::arg("dtype"), py::arg("stream"),
           "Enqueues sends/receives ((send, address, count, peer) each) on `stream`.")
       .def(
           "check_first_call",
-          [](StreamEngine& e, const std::string& coll, const std::string& algo, int64_t count, const std::string& dtype,
-             const std::string& op, int root) {
+          [](StreamEngine& e, Collective coll, const std::string& algo, int64_t count, DType dtype, RedOp op, int root) {
             e.check_first_call(device_call(coll, algo, 0, 0, count, dtype, op, root, 1.0));
           },
           py::arg("collective"), py::arg("algorithm"), py::arg("count"), py::arg("dtype"), py::arg("op"),
@@ -257,8 +273,8 @@ void bind_device(py::module_& m) {
           "that number, or the error of a failed peer.")
       .def(
           "check_first_p2p",
-          [](StreamEngine& e, const std::vector<P2PTuple>& items, const std::string& dtype) {
-            e.check_first_p2p(p2p_items(items), parse_dtype(dtype));
+          [](StreamEngine& e, const std::vector<P2PTuple>& items, DType dtype) {
+            e.check_first_p2p(p2p_items(items), dtype);
           },
           py::arg("items"), py::arg("dtype"),
           "While a first call of sends/receives waits for the peers' engines: raises MismatchError if a peer sent "
@@ -278,7 +294,6 @@ void bind_device(py::module_& m) {
             e.nccl().init(s);
           },
           "ncclCommInitRank with rank 0's unique id (blocks until every rank joined).")
-      .def("nccl_set_peers", [](StreamEngine& e, const std::vector<bool>& p) { e.set_links(p); })
       .def("nccl_carries_any", [](StreamEngine& e) { return e.nccl().carries_any(); })
       .def("nccl_inject_async_error", [](StreamEngine& e, int code) {
              e.nccl().with_comm([code](const NcclApi& api, NcclComm c) { emulated_nccl_inject_async_error(api, c, code); });

@@ -45,7 +45,8 @@ class NcclLink {
   std::string unique_id();              // ncclGetUniqueId: 128 bytes (rank 0)
   void init(const std::string& id);     // ncclCommInitRank: blocks until every rank joined
 
-  // Which peers the link carries (the rest use the engine's peer memory).
+  // Which peers the link carries: those whose device link (stream/device_link.h) is nccl; the rest
+  // use the engine's peer memory.
   void set_peers(const std::vector<bool>& over_nccl);
   bool carries(int peer) const { return peer >= 0 && peer < size_ && peers_[peer]; }
   bool carries_any() const { return any_; }

@@ -1,9 +1,8 @@
 // The stream engine's set-up, its control regions and the enqueueing of schedule steps (see
-// stream_engine.h); calls (planning, numbering, ordering) are in stream_calls.cc, point-to-point in
+// stream_engine.h); connecting to the peers (links, mappings) is in stream_connect.cc, calls (planning, numbering, ordering) are in stream_calls.cc, point-to-point in
 // stream_p2p.cc, the watchdog, the call descriptor check and failure handling in stream_watchdog.cc.
 #include "stream/stream_engine.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,7 +10,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <sstream>
 
 #include "common/params.h"
 #include "policy/auto_policy.h"
@@ -26,19 +24,6 @@ constexpr uint64_t kRing = 64;    // call descriptors kept per rank
 constexpr size_t kRingSlot = 64;  // bytes per descriptor slot: seq (written last), CallDesc
 constexpr size_t kP2PSlot = 64;  // seq (written last), CallDesc
 
-// "<pid>:<fd>:<bytes>" fields, strictly parsed (handles come through the store).
-std::vector<uint64_t> parse_fields(const std::string& s, size_t n, const std::string& what) {
-  std::vector<uint64_t> out;
-  std::stringstream ss(s);
-  std::string f;
-  while (std::getline(ss, f, ':')) {
-    if (f.empty() || f.size() > 19 || f.find_first_not_of("0123456789") != std::string::npos) break;
-    out.push_back(std::stoull(f));
-  }
-  if (out.size() != n) throw std::invalid_argument("stream engine: malformed " + what + " '" + s + "'");
-  return out;
-}
-
 }  // namespace
 
 StreamEngineOptions stream_engine_options_from_env(double timeout_s, const std::string& label) {
@@ -52,6 +37,7 @@ StreamEngineOptions stream_engine_options_from_env(double timeout_s, const std::
   o.nslots = static_cast<uint32_t>(param_int("COMMLIB_DEVICE_SLOTS", 1, 64));
   o.streams = static_cast<int>(param_int("COMMLIB_DEVICE_STREAMS", 1, 2));
   o.path = device_path_from_env();
+  o.link = device_link_setting_from_env();
   return o;
 }
 
@@ -84,6 +70,7 @@ StreamEngine::StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerC
       size_(plan.size),
       opts_(std::move(opts)),
       peers_(size_),
+      links_(size_),
       sent_(size_, 0),
       received_(size_, 0),
       p2p_sent_(size_, 0),
@@ -136,68 +123,6 @@ std::string StreamEngine::local_handle() const {
          ";slots:" + std::to_string(opts_.nslots) + ":" + std::to_string(opts_.slot_bytes) +
          ";inbox:" + device_->export_memory(inbox_) +
          ";kernel:" + (kernel_ ? kernel_->local_handle() : std::string(device_path_name(opts_.path)) + ":");
-}
-
-void StreamEngine::connect(const std::vector<std::string>& handles, const std::vector<bool>& same_host) {
-  if (static_cast<int>(handles.size()) != size_)
-    throw std::invalid_argument("handles: expected " + std::to_string(size_) + ", got " + std::to_string(handles.size()));
-  if (static_cast<int>(same_host.size()) != size_)
-    throw std::invalid_argument("same_host: expected " + std::to_string(size_) + " flags, got " +
-                                std::to_string(same_host.size()));
-  DeviceGuard guard(*device_);
-  // The kernel path's part ("<mode>:<region>") comes last.
-  std::vector<std::string> kernel_handles(size_);
-  for (int p = 0; p < size_; ++p) {
-    const size_t k = handles[p].rfind(";kernel:");
-    if (k == std::string::npos) throw std::invalid_argument("stream engine: malformed handle of rank " + std::to_string(p));
-    kernel_handles[p] = handles[p].substr(k + 8);
-  }
-  check_device_paths(kernel_handles, opts_.path, rank_);
-  // Every check of the peers' settings comes before anything of a peer is opened: every rank sees
-  // the same handles, so all refuse together, before one of them closes what another would open
-  // (a rank that opened first would fail with "cannot open" instead of naming the setting).
-  std::vector<std::string> peer_handles(size_);
-  std::vector<std::vector<uint64_t>> ctls(size_);
-  for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
-    const std::string h = handles[p].substr(0, handles[p].rfind(";kernel:"));
-    const size_t a = h.find(";slots:"), b = h.find(";inbox:");
-    if (h.rfind("ctl:", 0) != 0 || a == std::string::npos || b == std::string::npos || b < a)
-      throw std::invalid_argument("stream engine: malformed handle of rank " + std::to_string(p));
-    ctls[p] = parse_fields(h.substr(4, a - 4), 3, "control handle of rank " + std::to_string(p));
-    auto slots = parse_fields(h.substr(a + 7, b - a - 7), 2, "slot settings of rank " + std::to_string(p));
-    if (slots[0] != opts_.nslots || slots[1] != opts_.slot_bytes)
-      throw std::invalid_argument("COMMLIB_DEVICE_SLOTS/COMMLIB_DEVICE_SLOT_BYTES: rank " + std::to_string(p) + " uses " +
-                                  std::to_string(slots[0]) + " x " + std::to_string(slots[1]) + " bytes, rank " +
-                                  std::to_string(rank_) + " " + std::to_string(opts_.nslots) + " x " +
-                                  std::to_string(opts_.slot_bytes) + "; every rank must use the same");
-    if (ctls[p][2] != ctl_bytes()) throw std::invalid_argument("stream engine: rank " + std::to_string(p) + " has another world size");
-    peer_handles[p] = h.substr(b + 7);
-  }
-  // The kernel path checks COMMLIB_DEVICE_LL_BYTES on every handle before it imports anything.
-  if (kernel_)
-    kernel_->connect(kernel_handles, std::all_of(same_host.begin(), same_host.end(), [](bool b) { return b; }));
-  for (int p = 0; p < size_; ++p) {
-    if (p == rank_ || !same_host[p]) continue;  // another host: reached over NCCL, nothing of it to map here
-    const std::vector<uint64_t>& ctl = ctls[p];
-    const std::string path = "/proc/" + std::to_string(ctl[0]) + "/fd/" + std::to_string(ctl[1]);
-    int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-    if (fd < 0) throw std::runtime_error("stream engine: cannot open rank " + std::to_string(p) + "'s control region " + path);
-    struct stat st {};
-    void* m = MAP_FAILED;
-    if (fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) >= ctl[2])
-      m = mmap(nullptr, ctl_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    ::close(fd);
-    if (m == MAP_FAILED) throw std::runtime_error("stream engine: cannot map rank " + std::to_string(p) + "'s control region");
-    peers_[p].ctl = static_cast<char*>(m);
-    peers_[p].ctl_bytes = ctl_bytes();
-    peers_[p].ctl_dev = device_->map_host(m, ctl_bytes());
-    peers_[p].inbox = static_cast<char*>(device_->import_memory(peer_handles[p]));
-  }
-  open_remote_staging();
-  p2p_probe_ = control_->add_p2p_probe(
-      [this](int peer, const CallDesc& want, CallDesc* sent) { return device_message(peer, want, sent); });
-  connected_ = true;
 }
 
 char* StreamEngine::grow(void*& buf, size_t& have, size_t bytes, DeviceStream& s) {
@@ -275,23 +200,23 @@ void StreamEngine::enqueue_step(const Step& step, char* const bases[3], size_t e
     }
   }
   // Messages to peers over the nccl link: one NCCL group, before the peer-memory chunks.
-  if (nccl_->carries_any()) nccl_->enqueue_step(step, resolve, esize, dtype, op, s);
+  if (nccl_->carries_any()) nccl_->enqueue_step(step, resolve, esize, dtype, op, s);  // its grouped() peers
   const size_t chunk = std::max<size_t>(opts_.slot_bytes / esize * esize, esize);
   auto chunks = [&](size_t bytes) { return bytes ? (bytes + chunk - 1) / chunk : 1; };
   size_t rounds = 0;
   for (const Op& o : step.ops)
-    if ((o.kind == OpKind::Send || o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce) && !nccl_->carries(o.peer))
+    if ((o.kind == OpKind::Send || o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce) && !grouped(o.peer))
       rounds = std::max(rounds, chunks(static_cast<size_t>((o.kind == OpKind::Send ? o.src : o.dst).count) * esize));
   for (size_t i = 0; i < rounds; ++i) {
     for (const Op& o : step.ops) {  // chunk i of every send, then of every receive (see header)
-      if (o.kind != OpKind::Send || nccl_->carries(o.peer)) continue;
+      if (o.kind != OpKind::Send || grouped(o.peer)) continue;
       const size_t bytes = static_cast<size_t>(o.src.count) * esize;
       if (i >= chunks(bytes)) continue;
       const size_t off = i * chunk, n = std::min(chunk, bytes - std::min(bytes, off));
       send_chunk(o.peer, resolve(o.src) + (bytes ? off : 0), n, seq_, send_s);
     }
     for (const Op& o : step.ops) {
-      if ((o.kind != OpKind::Recv && o.kind != OpKind::RecvReduce) || nccl_->carries(o.peer)) continue;
+      if ((o.kind != OpKind::Recv && o.kind != OpKind::RecvReduce) || grouped(o.peer)) continue;
       const size_t bytes = static_cast<size_t>(o.dst.count) * esize;
       if (i >= chunks(bytes)) continue;
       const size_t off = i * chunk, n = std::min(chunk, bytes - std::min(bytes, off));

@@ -50,6 +50,7 @@
 #include "plan/call.h"
 #include "plan/describe.h"
 #include "plan/plan_cache.h"
+#include "stream/device_link.h"
 #include "stream/event_pool.h"
 #include "stream/nccl_link.h"
 #include "stream/kernel_path.h"
@@ -65,6 +66,7 @@ struct StreamEngineOptions {
   uint32_t nslots = 4;              // COMMLIB_DEVICE_SLOTS
   int streams = 2;                  // COMMLIB_DEVICE_STREAMS: 2 = sends and receives on their own streams
   DevicePath path = DevicePath::Auto;  // COMMLIB_DEVICE_PATH (stream/kernel_path.h)
+  DeviceLinkSetting link = DeviceLinkSetting::Auto;  // COMMLIB_DEVICE_LINK (stream/device_link.h)
   std::string label;
 };
 StreamEngineOptions stream_engine_options_from_env(double timeout_s, const std::string& label);
@@ -129,14 +131,20 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   ~StreamEngine();
 
   // What the peers need to reach this rank (its control region and inbox); exchanged through
-  // the store, then every rank calls connect() with all handles in rank order and, per rank,
-  // whether it is on this rank's host: only those peers' control regions and inboxes are mapped
-  // (peer memory needs one machine); peers on other hosts are reached over NCCL, their call
-  // descriptors exchanged in-band (stream/stream_remote.cc).
+  // the store, then every rank calls connect() with all handles in rank order and the host of
+  // every rank (the communicator's host map). connect() chooses the link of every pair
+  // (stream/device_link.h: COMMLIB_DEVICE_LINK and the host map), then maps the control regions
+  // and inboxes of the peers on this rank's host only (peer memory needs one machine); peers on
+  // other hosts are reached over NCCL, their call descriptors exchanged in-band
+  // (stream/stream_remote.cc). NCCL's communicator itself is created afterwards, by every rank
+  // together when needs_nccl() (commlib/device/nccl_comm.py).
   std::string local_handle() const;
-  void connect(const std::vector<std::string>& handles, const std::vector<bool>& same_host);
-  // The link of every pair (true: NCCL); peers on other hosts must be on NCCL.
-  void set_links(const std::vector<bool>& over_nccl);
+  void connect(const std::vector<std::string>& handles, const std::vector<int>& host_of);
+  DeviceLinkSetting link_setting() const { return opts_.link; }
+  // The link of this rank to every rank by name ("ipc", "nccl"; "" for itself, or before connect).
+  std::vector<std::string> link_names() const;
+  // Whether some pair of the world uses the nccl link (after connect).
+  bool needs_nccl() const { return needs_nccl_; }
   // Peers whose control region this rank mapped (those on its host).
   int mapped_peers() const;
 
@@ -263,7 +271,9 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   // Peers on other hosts (no control region mapped): their descriptors go over NCCL, one group
   // of `sends` (this rank's descriptor to each peer) and of the peers' descriptors, which a host
   // function then compares with `expects` (stream/stream_remote.cc).
-  bool remote(int peer) const { return peer != rank_ && !peers_[peer].ctl; }
+  bool remote(int peer) const { return peer != rank_ && links_[peer] && links_[peer]->descriptors_in_band(); }
+  // The peer's messages go in the NCCL group of the step, not chunk by chunk through its inbox.
+  bool grouped(int peer) const { return peer != rank_ && links_[peer] && !links_[peer]->through_peer_memory(); }
   void exchange_remote(const std::vector<std::pair<int, CallDesc>>& sends,
                        const std::vector<std::pair<int, CallDesc>>& expects, DeviceStream& s);
   // Runs on the stream (a host function) for the call of ordinal `seq`.
@@ -303,6 +313,8 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   uint64_t* remote_host_dev_ = nullptr;
   void* remote_dev_ = nullptr;
   std::vector<Peer> peers_;
+  std::vector<std::unique_ptr<DeviceLink>> links_;  // per rank (null for this rank), set by connect()
+  bool needs_nccl_ = false;
   bool connected_ = false, closed_ = false, released_ = false;
   std::shared_ptr<DeviceStream> own_stream_;  // frees at close
   // COMMLIB_DEVICE_STREAMS=2: a call's sends run on send_stream_, its local operations and

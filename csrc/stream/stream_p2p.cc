@@ -149,12 +149,12 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_p2p(const std::vector<P2PItem>
     if (nccl_->carries_any()) nccl_->enqueue_p2p(items, dtype, s);
     size_t rounds = 0;
     for (const P2PItem& it : items)
-      if (!nccl_->carries(it.peer)) rounds = std::max(rounds, chunks(static_cast<size_t>(it.count) * esize));
+      if (!grouped(it.peer)) rounds = std::max(rounds, chunks(static_cast<size_t>(it.count) * esize));
     // Chunk i of every send before chunk i of every receive, as in a schedule step (no deadlock).
     for (size_t i = 0; i < rounds; ++i) {
       for (int pass = 0; pass < 2; ++pass) {
         for (const P2PItem& it : items) {
-          if (it.send != (pass == 0) || nccl_->carries(it.peer)) continue;
+          if (it.send != (pass == 0) || grouped(it.peer)) continue;
           const size_t bytes = static_cast<size_t>(it.count) * esize;
           if (i >= chunks(bytes)) continue;
           const size_t off = i * chunk, n = std::min(chunk, bytes - std::min(bytes, off));

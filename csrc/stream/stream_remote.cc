@@ -60,14 +60,11 @@ int StreamEngine::mapped_peers() const {
   return n;
 }
 
-void StreamEngine::set_links(const std::vector<bool>& over_nccl) {
-  if (static_cast<int>(over_nccl.size()) != size_) throw std::invalid_argument("nccl peers: one flag per rank");
+std::vector<std::string> StreamEngine::link_names() const {
+  std::vector<std::string> names(size_);
   for (int p = 0; p < size_; ++p)
-    if (remote(p) && !over_nccl[p])
-      throw std::invalid_argument("COMMLIB_DEVICE_LINK: rank " + std::to_string(p) + " is on another host than rank " +
-                                  std::to_string(rank_) + ", and peer memory (ipc) reaches only ranks of one host; "
-                                  "use auto or nccl");
-  nccl_->set_peers(over_nccl);
+    if (links_[p]) names[p] = links_[p]->name();
+  return names;
 }
 
 void StreamEngine::exchange_remote(const std::vector<std::pair<int, CallDesc>>& sends,

@@ -7,8 +7,8 @@ import numpy as np
 
 import commlib.emulated as emu
 from commlib import _C, settings, tuning
+from commlib.core.call_spec import COLLECTIVE, DTYPE
 from commlib.sim import topology as sim_topology
-from commlib.core.call_spec import COLLECTIVE
 
 
 def reach(comm):
@@ -58,7 +58,7 @@ def host_and_device_choices(comm):
         for coll in ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all"):
             for count in (1, 1000, 70_001, 1 << 20):
                 host = comm._core.auto_choice(COLLECTIVE[coll], count * 4)
-                device = engine.resolved_algorithm(coll, "auto", count, "float32", 0)
+                device = engine.resolved_algorithm(COLLECTIVE[coll], "auto", count, DTYPE["float32"], 0)
                 one_host = _C.resolve_algorithm(COLLECTIVE[coll], "auto", count, 4, 0, comm.size, [], None)["algorithm"]
                 policy = _C.resolve_algorithm(COLLECTIVE[coll], "auto", count, 4, 0, comm.size, hosts, model)
                 out.append((coll, count, host, device, one_host, (policy["algorithm"], policy["source"])))

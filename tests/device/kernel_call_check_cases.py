@@ -8,6 +8,7 @@ import numpy as np
 
 import commlib
 import commlib.emulated as emu
+from commlib.core.call_spec import COLLECTIVE, DTYPE
 from kernel_path_cases import KERNEL_SETTINGS, with_settings
 
 COPY_SETTINGS = dict(KERNEL_SETTINGS, COMMLIB_DEVICE_PATH="copy")
@@ -107,7 +108,7 @@ def kernel_auto_choices(comm, settings):
     def run(sub):
         lone = _C.StreamEngine(sub._core, emu.device(0), 10.0, "never-connected")
         try:
-            before = [lone.resolved_algorithm("all_reduce", "auto", n, "float32") for n in AUTO_COUNTS]
+            before = [lone.resolved_algorithm(COLLECTIVE["all_reduce"], "auto", n, DTYPE["float32"]) for n in AUTO_COUNTS]
         finally:
             lone.close()
             lone.release_memory(True)  # it never exported anything to a peer
@@ -118,7 +119,7 @@ def kernel_auto_choices(comm, settings):
             ok &= bool((x.numpy() == sub.size * (sub.size + 1) // 2).all())
             paths.append(sub._device().last_path())
         engine = sub._device()._last_engine
-        after = [engine.resolved_algorithm("all_reduce", "auto", n, "float32") for n in AUTO_COUNTS]
+        after = [engine.resolved_algorithm(COLLECTIVE["all_reduce"], "auto", n, DTYPE["float32"]) for n in AUTO_COUNTS]
         policy = [_C.resolve_algorithm(_C.Collective.all_reduce, "auto", n, 4, 0, sub.size, [], None)["algorithm"]
                   for n in AUTO_COUNTS]
         return before, after, policy, paths, ok

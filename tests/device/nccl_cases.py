@@ -23,6 +23,53 @@ def links(comm):
     return engine.nccl_carries_any(), engine.nccl_ready()
 
 
+def link_names(comm):
+    """This rank's device link to every rank as its engine chose it ("ipc", "nccl", "" for
+    itself; csrc/stream/device_link.h), after a device call."""
+    x = emu.from_numpy(np.ones(4, np.float32))
+    comm.all_reduce(x)
+    x.numpy()
+    return next(iter(comm._device()._engines.values())).links()
+
+
+def forced_links(comm, setting):
+    """On a split whose engine is made with COMMLIB_DEVICE_LINK=``setting`` (read when the first
+    device call creates it): (links, peers mapped, NCCL carries some peer, NCCL communicator
+    created, an all_reduce and a ring all_gather on that engine gave the right results)."""
+    os.environ["COMMLIB_DEVICE_LINK"] = setting
+    sub = comm.split(0, timeout=30)
+    try:
+        x = emu.from_numpy(np.full(1000, sub.rank + 1, np.int32))
+        sub.all_reduce(x)
+        del os.environ["COMMLIB_DEVICE_LINK"]
+        g = emu.empty(3 * sub.size, "int32")
+        sub.all_gather(g, emu.from_numpy(np.full(3, sub.rank, np.int32)), algorithm="ring")
+        right = (np.array_equal(x.numpy(), np.full(1000, sub.size * (sub.size + 1) // 2, np.int32))
+                 and np.array_equal(g.numpy(), np.repeat(np.arange(sub.size, dtype=np.int32), 3)))
+        engine = next(iter(sub._device()._engines.values()))
+        return engine.links(), engine.mapped_peers(), engine.nccl_carries_any(), engine.nccl_ready(), right
+    finally:
+        os.environ.pop("COMMLIB_DEVICE_LINK", None)
+        sub.close()
+
+
+def disagreeing_link_settings(comm):
+    """Rank 0's engine reads COMMLIB_DEVICE_LINK=nccl, the others' auto: the first device call
+    raises MismatchError naming the setting on every rank (the store agreement, before any link
+    is chosen). Returns (error type, message)."""
+    if comm.rank == 0:
+        os.environ["COMMLIB_DEVICE_LINK"] = "nccl"
+    sub = comm.split(0, timeout=30)
+    try:
+        sub.all_reduce(emu.from_numpy(np.ones(4, np.float32)))
+        return None
+    except Exception as e:  # noqa: BLE001 - the type is what the test checks
+        return type(e).__name__, str(e)
+    finally:
+        os.environ.pop("COMMLIB_DEVICE_LINK", None)
+        sub.close()
+
+
 def mismatch(comm, scenario):
     """Ranks 0 and 1 make different NCCL calls: each raises MismatchError naming both sides.
     ``first``: the first algorithm="nccl" call differs (caught on the host before NCCL is set

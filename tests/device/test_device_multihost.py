@@ -103,8 +103,15 @@ def test_nccl_against_ring_and_host_against_device_across_hosts(pool):
 
 
 def test_ipc_link_across_hosts_is_refused(pool):
-    for msg in pool(3, env=TWO_HOSTS).run(cases.ipc_across_hosts_refused, timeout=60):
+    p = pool(3, env=TWO_HOSTS)
+    for msg in p.run(cases.ipc_across_hosts_refused, timeout=60):
         assert msg and "COMMLIB_DEVICE_LINK" in msg and "another host" in msg, msg
+    # auto: ipc within host a, nccl across; forced nccl: every pair, the pair on host a still
+    # mapped (its descriptors go through the control regions, its data over NCCL).
+    assert p.run(nccl_cases.link_names) == [["", "ipc", "nccl"], ["ipc", "", "nccl"], ["nccl", "nccl", ""]]
+    assert p.run(nccl_cases.forced_links, "nccl", timeout=60) == [
+        (["", "nccl", "nccl"], 1, True, True, True), (["nccl", "", "nccl"], 1, True, True, True),
+        (["nccl", "nccl", ""], 0, True, True, True)]
 
 
 @pytest.mark.timeout(120)

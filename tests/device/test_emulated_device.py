@@ -8,10 +8,10 @@ import pytest
 
 import commlib.emulated as emu
 import commlib._C as _C
+from commlib.core.call_spec import DTYPE, OP
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernels"))
 from kernel_reference import CASES, STORAGE, assert_bits_equal, random_data, seed  # noqa: E402
-from commlib.core.call_spec import DTYPE, OP
 
 # Lengths x byte offsets: the kernel's three access paths (16-byte vectors, aligned elements,
 # unaligned bytes), their tails, and a grid-stride loop (more packs than 8192 blocks x 256).
@@ -41,18 +41,18 @@ def test_kernels_match_cpu_kernels_bitwise(dtype, op):
             want = a.copy()
             _C.reduce_local(want, b, DTYPE[dtype], OP[op])
             pa, pb = _upload(dev, s, a, offset), _upload(dev, s, b, offset)
-            dev.reduce(pa + offset, pb + offset, n, dtype, op, s)
+            dev.reduce(pa + offset, pb + offset, n, DTYPE[dtype], OP[op], s)
             assert_bits_equal(_download(dev, s, pa + offset, a), want, f"{dtype} {op} n={n} offset={offset}")
             if op == "premul_sum":
                 want = np.empty_like(a)
                 _C.scale_copy(want, b, DTYPE[dtype], 0.75)
-                dev.scale_copy(pa + offset, pb + offset, n, dtype, 0.75, s)
+                dev.scale_copy(pa + offset, pb + offset, n, DTYPE[dtype], 0.75, s)
                 assert_bits_equal(_download(dev, s, pa + offset, a), want, f"scale {dtype} n={n}")
             if op == "avg":
                 want = a.copy()
                 _C.divide_local(want, DTYPE[dtype], 3)
                 dev.upload(pa + offset, a.tobytes(), s)
-                dev.divide(pa + offset, n, dtype, 3, s)
+                dev.divide(pa + offset, n, DTYPE[dtype], 3, s)
                 assert_bits_equal(_download(dev, s, pa + offset, a), want, f"divide {dtype} n={n}")
             dev.free_async(pa, s)
             dev.free_async(pb, s)
@@ -62,7 +62,7 @@ def test_bitwise_op_on_float_is_refused_when_enqueued():
     dev, s = emu.device(), emu.Stream()._stream
     p = dev.allocate(16)
     with pytest.raises(ValueError, match="op"):
-        dev.reduce(p, p, 4, "float32", "band", s)
+        dev.reduce(p, p, 4, DTYPE["float32"], OP["band"], s)
     dev.free_async(p, s)
 
 

@@ -15,6 +15,7 @@ import sys
 import pytest
 
 import commlib
+import commlib._C as _C
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import device_cases  # noqa: E402
@@ -73,6 +74,7 @@ def test_nccl_link_and_algorithm_matrix(pool, size):
     p = pool(size, env=NCCL_LINK)
     if size > 1:  # every pair is on NCCL, and its communicator exists
         assert p.run(nccl_cases.links) == [(True, True)] * size
+        assert p.run(nccl_cases.link_names) == [["nccl" if q != r else "" for q in range(size)] for r in range(size)]
     cases = matrix_cases(size) + (big_cases(size) if size == 3 else [])
     device_cases.check_results(p.run(device_cases.check_cases, cases, timeout=200))
 
@@ -92,6 +94,11 @@ def test_ipc_within_hosts_nccl_across(pool):
     p = pool(4, env=TWO_HOSTS)
     # Ranks 0, 1 on host a and 2, 3 on host b: every engine carries some peers over NCCL.
     assert p.run(nccl_cases.links) == [(True, True)] * 4
+    assert p.run(nccl_cases.link_names) == [["", "ipc", "nccl", "nccl"], ["ipc", "", "nccl", "nccl"],
+                                            ["nccl", "nccl", "", "ipc"], ["nccl", "nccl", "ipc", ""]]
+    # Forced nccl: every pair on NCCL, ranks of one host too (their control regions still mapped).
+    assert p.run(nccl_cases.forced_links, "nccl") == [
+        ([("nccl" if q != r else "") for q in range(4)], 1, True, True, True) for r in range(4)]
     cases = [_case(coll, algo, (13, 97)[i % 2], i, 4)
              for i, (coll, algo) in enumerate((c, a) for c in COLLECTIVES for a in commlib.algorithms(c))]
     device_cases.check_results(p.run(device_cases.check_cases, cases, timeout=200))
@@ -99,7 +106,16 @@ def test_ipc_within_hosts_nccl_across(pool):
 
 def test_ipc_only_by_default_on_one_host(pool):
     # One host, auto: no pair uses NCCL and no NCCL communicator is created.
-    assert pool(2, env=DELAY).run(nccl_cases.links) == [(False, False)] * 2
+    p = pool(2, env=DELAY)
+    assert p.run(nccl_cases.links) == [(False, False)] * 2
+    assert p.run(nccl_cases.link_names) == [["", "ipc"], ["ipc", ""]]
+    # Forced ipc or nccl on one host: that link for the pair; NCCL's communicator only for nccl.
+    assert p.run(nccl_cases.forced_links, "ipc") == [(["", "ipc"], 1, False, False, True),
+                                                     (["ipc", ""], 1, False, False, True)]
+    assert p.run(nccl_cases.forced_links, "nccl") == [(["", "nccl"], 1, True, True, True),
+                                                      (["nccl", ""], 1, True, True, True)]
+    for kind, msg in p.run(nccl_cases.disagreeing_link_settings, timeout=60):
+        assert kind == "MismatchError" and "COMMLIB_DEVICE_LINK=nccl" in msg and "=auto" in msg, msg
 
 
 @pytest.mark.timeout(120)
@@ -136,17 +152,24 @@ def test_nccl_refuses_what_it_lacks(pool):
         assert msg and "band" in msg and "NCCL" in msg, msg
 
 
-def test_device_link_setting_is_checked():
-    from commlib.device import nccl_comm as device_nccl
-    os.environ["COMMLIB_DEVICE_LINK"] = "tcp"
-    try:
-        with pytest.raises(ValueError, match="COMMLIB_DEVICE_LINK"):
-            device_nccl.link_setting()
-    finally:
-        del os.environ["COMMLIB_DEVICE_LINK"]
-    assert device_nccl.nccl_peers("auto", ["a", "a", "b"], 0) == [False, False, True]
-    assert device_nccl.nccl_peers("nccl", ["a", "a", "b"], 1) == [True, False, True]
-    assert device_nccl.nccl_peers("ipc", ["a", "b", "c"], 2) == [False, False, False]
+def test_device_link_choice_per_pair():
+    # The stream engine's choice (csrc/stream/device_link.h), for host maps and settings: auto is
+    # ipc within a host and nccl across, ipc/nccl force every pair, ipc across hosts and unknown
+    # settings are refused naming the variable. (rank's links, some pair of the world uses nccl)
+    links = _C.device_links
+    assert links([0, 0, 1], 0, "auto") == (["", "ipc", "nccl"], True)
+    assert links([0, 0, 1], 2, "auto") == (["nccl", "nccl", ""], True)
+    assert links([0, 0, 1, 1], 3, "") == (["nccl", "nccl", "ipc", ""], True)
+    assert links([0, 0, 0], 1, "auto") == (["ipc", "", "ipc"], False)
+    assert links([0, 0, 1], 1, " NCCL ") == (["nccl", "", "nccl"], True)
+    assert links([0, 0], 0, "ipc") == (["", "ipc"], False)
+    assert links([0, 1, 1], 1, "auto") == (["nccl", "", "ipc"], True)  # rank 1's pairs are not all ipc
+    assert links([0, 0, 1, 1], 0, "auto")[1] and links([7], 0, "nccl") == ([""], False)
+    for host_of, rank, setting in (([0, 1, 2], 2, "ipc"), ([0, 0, 1], 0, "ipc")):
+        with pytest.raises(ValueError, match="COMMLIB_DEVICE_LINK.*another host"):
+            links(host_of, rank, setting)
+    with pytest.raises(ValueError, match="COMMLIB_DEVICE_LINK.*tcp"):
+        links([0, 0], 0, "tcp")
 
 
 class _Store:

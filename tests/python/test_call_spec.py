@@ -15,12 +15,10 @@ BINDINGS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.
                         "bindings")
 _PARSE = re.compile(r"\bparse_(?:dtype|op|collective)\w*\(")
 # Where a binding still reads a name, and why, with the most parses it may hold (a new one fails
-# too); None: not this change's file to pin (csrc/bindings' device route moves on its own).
+# too).
 STILL_PARSING = {
-    "device_bindings.cc": (None, "the device route's bindings (emulated-device kernels, stream engine) take names "
-                              "until they move to the call spec too"),
-    "cuda_module.cc": (None, "commlib._C_cuda's kernels for tests take names, like the device bindings"),
-    "comm_bindings.cc": (3, "collective_call's by-name overload, which device_bindings.cc still calls"),
+    "cuda_module.cc": (4, "commlib._C_cuda's synchronous kernels for GPU tests: a separate module that shares no "
+                          "types with _C, so its callers pass names"),
     "fast_call.cc": (2, "the latency path: the user's op name reaches C++ before any Python runs (interned "
                         "pointers compared first); a name it does not know falls back to the general path"),
 }
@@ -100,3 +98,17 @@ def test_an_enum_passes_through_and_odd_values_are_value_errors():
         call_spec.dtype(["float32"])  # unhashable
     with pytest.raises(ValueError, match="^--collectives: unknown value 'x'"):
         call_spec.collective("x", "--collectives")
+
+@pytest.mark.parametrize("cls, method, enums", [
+    ("StreamEngine", "run", ("Collective", "DType", "RedOp")), ("StreamEngine", "p2p", ("DType",)),
+    ("StreamEngine", "resolved_algorithm", ("Collective", "DType")),
+    ("StreamEngine", "check_first_call", ("Collective", "DType", "RedOp")),
+    ("StreamEngine", "check_first_p2p", ("DType",)), ("Device", "reduce", ("DType", "RedOp")),
+    ("Device", "scale_copy", ("DType",)), ("Device", "divide", ("DType",))])
+def test_device_bindings_take_enums_not_names(cls, method, enums):
+    # The device route passes the same call spec (commlib/core/device_route.py): the stream
+    # engine's and the device's bindings parse no collective, dtype or op name back.
+    sig = getattr(getattr(_C, cls), method).__doc__.splitlines()[0]
+    for enum in enums:
+        assert f"commlib._C.{enum}" in sig, sig
+    assert set(re.findall(r"(\w+): str\b", sig)) <= {"algorithm"}, sig  # the algorithm's name only
