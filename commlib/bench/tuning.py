@@ -7,9 +7,9 @@ model.
 """
 from __future__ import annotations
 
-import math
 import os
 
+from commlib.perf.tuning_path import SWITCH_COST, TOLERANCE, choose_path, rows  # noqa: F401
 from commlib.core.tuning import (SCHEMA, choose, default_path, install, load_default, read,  # noqa: F401
                             rows_for, write)  # (re-exported: the bench and its tests use them here)
 
@@ -17,57 +17,7 @@ from commlib.core.tuning import (SCHEMA, choose, default_path, install, load_def
 # directory, never the package (a run must not silently change the installed tuning file).
 DEFAULT_OUTPUT = "tuning.json"
 
-TOLERANCE = 0.10  # a pick is at most 10% slower than the best measured at its size
-SWITCH_COST = 0.05  # ... and changes algorithm only when that gains more than 5% somewhere
 MODEL_MAX_REL_ERR = 0.25  # only trust the model for unmeasured world sizes when it fits this well
-
-
-# -- building a table ---------------------------------------------------------------------------------
-def _choose_path(times):
-    """times[i]: {algorithm: seconds} at the i-th size. Pick one algorithm per size, each within
-    TOLERANCE of that size's best, minimising (relative excess over the best) + SWITCH_COST per
-    change of algorithm between neighbouring sizes (dynamic programming). Measurements are noisy:
-    among near-equal algorithms this keeps one, instead of following the noise."""
-    algs = sorted({a for t in times for a in t})
-    INF = float("inf")
-
-    def excess(i, a):
-        t = times[i]
-        if a not in t:
-            return INF
-        best = min(t.values())
-        x = t[a] / best - 1.0 if best > 0 else 0.0
-        return x if x <= TOLERANCE else INF
-
-    cost = {a: excess(0, a) for a in algs}
-    back = []
-    for i in range(1, len(times)):
-        new, ptr = {}, {}
-        for a in algs:
-            e = excess(i, a)
-            prev = min(algs, key=lambda b: cost[b] + (SWITCH_COST if b != a else 0.0))
-            new[a] = e + cost[prev] + (SWITCH_COST if prev != a else 0.0)
-            ptr[a] = prev
-        cost = new
-        back.append(ptr)
-    a = min(algs, key=lambda b: cost[b])
-    path = [a]
-    for ptr in reversed(back):
-        a = ptr[a]
-        path.append(a)
-    return path[::-1]
-
-
-def _rows(core_sizes, picks):
-    rows = []
-    for i, alg in enumerate(picks):
-        if i + 1 < len(picks) and picks[i + 1] == alg:
-            continue
-        if i + 1 < len(picks):
-            rows.append([int(math.sqrt(core_sizes[i] * core_sizes[i + 1])), alg])
-        else:
-            rows.append([-1, alg])
-    return rows
 
 
 def measured_picks(records):
@@ -140,7 +90,7 @@ def main(args) -> int:
 
 def from_results(records, fits=None, previous=None, model_span=2, hosts=1, ranks_per_host=None):
     """A tuning table from bench records: measured world sizes from the measurements (within 10%
-    of the best at every size, few switches: _choose_path), and world sizes 2..model_span*max(P) not measured from the fitted model of
+    of the best at every size, few switches: choose_path), and world sizes 2..model_span*max(P) not measured from the fitted model of
     the nearest measured P (when it fits within MODEL_MAX_REL_ERR). Entries of ``previous`` measured
     at other world sizes are kept.
 
@@ -167,10 +117,10 @@ def from_results(records, fits=None, previous=None, model_span=2, hosts=1, ranks
     for (coll, P), series in sorted(picks.items()):
         if not series:
             continue
-        best = _choose_path([t for _, _, t in series])
+        best = choose_path([t for _, _, t in series])
         entry = colls.setdefault(coll, {})[str(P)] = {
             "source": "measured", "dtype": next(r["dtype"] for r in records if r["backend"] == "commlib"),
-            "rows": _rows([cb for _, cb, _ in series], best)}
+            "rows": rows([cb for _, cb, _ in series], best)}
         h, per_host = placed[(coll, P)]
         if h > 1:
             entry["hosts"] = h
@@ -194,6 +144,6 @@ def from_results(records, fits=None, previous=None, model_span=2, hosts=1, ranks
             cbs = [core_bytes(coll, b, dtype, P) for b in sizes]
             best = [model.best_by_model(params, coll, algs, float(b), P) for b in sizes]
             colls.setdefault(coll, {})[str(P)] = {"source": f"model (fit at P={near})",
-                                                 "rows": _rows(cbs, best)}
+                                                 "rows": rows(cbs, best)}
     return {"schema": SCHEMA, "bytes": "per-rank count x element size, as _C.choose_algorithm sees it",
             "collectives": colls}

@@ -1,7 +1,7 @@
 """``commlib tune --sim TOPOLOGY``: auto's tuning file for a cluster that cannot be measured here.
 
 Every registered algorithm of each collective is simulated per (world size, size); the pick per
-size is the fastest prediction, smoothed like measured tuning (bench/tuning.py's path: within 10%
+size is the fastest prediction, smoothed like measured tuning (perf/tuning_path.py: within 10%
 of the best, few switches). The file has the format ``commlib tune`` writes, rows marked
 ``"source": "sim:<topology>"``; load it with ``COMMLIB_TUNING=<file>`` on that cluster.
 """
@@ -29,10 +29,11 @@ def add_arguments(t):
 
 
 def table_for(topology, ranks_list, sizes, collectives=TUNED, dtype="float32") -> dict:
-    """The tuning table (commlib/bench/tuning.py's format) from predictions."""
+    """The tuning table (commlib/core/tuning.py's format) from predictions."""
     import commlib._C as _C
     from commlib.core import call_spec
-    from commlib.bench.tuning import SCHEMA, _choose_path, _rows
+    from commlib.core.tuning import SCHEMA
+    from commlib.perf.tuning_path import choose_path, rows
     from commlib.sim import engine
     from commlib.sim.topology import load
     topo = load(topology)
@@ -49,13 +50,13 @@ def table_for(topology, ranks_list, sizes, collectives=TUNED, dtype="float32") -
                 cores.append(C.core_bytes(coll, size, dtype, P))
             colls.setdefault(coll, {})[str(P)] = {"source": f"sim:{topo.name}", "dtype": dtype,
                                                  "hosts": -(-P // topo.devices_per_host),  # filled host by host
-                                                 "rows": _rows(cores, _choose_path(times))}
+                                                 "rows": rows(cores, choose_path(times))}
     return {"schema": SCHEMA, "bytes": "per-rank count x element size, as _C.choose_algorithm sees it",
             "topology": topo.as_json(), "collectives": colls}
 
 
 def main(args) -> int:
-    from commlib.bench.tuning import write
+    from commlib.core.tuning import write
     from commlib.sim.cli import parse_ranks
     from commlib.sim.topology import TopologyError, load
     if args.files:

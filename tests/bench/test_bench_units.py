@@ -197,10 +197,10 @@ def test_tuning_from_measurements_round_trips(tmp_path):
 def test_tuning_path_ignores_noise_but_follows_real_crossovers():
     sizes = [{"a": 1.00, "b": 1.06}, {"a": 1.03, "b": 1.00}, {"a": 1.00, "b": 1.06},  # noise: keep a
              {"a": 2.0, "b": 1.0}, {"a": 4.0, "b": 1.5}]                             # real: b wins
-    assert tuning._choose_path(sizes) == ["a", "a", "a", "b", "b"]
-    assert tuning._choose_path([{"x": 1.0}]) == ["x"]
+    assert tuning.choose_path(sizes) == ["a", "a", "a", "b", "b"]
+    assert tuning.choose_path([{"x": 1.0}]) == ["x"]
     # a size where the steady choice would be > 10% slow forces a switch
-    assert tuning._choose_path([{"a": 1.0, "b": 1.05}, {"a": 1.2, "b": 1.0}, {"a": 1.0, "b": 1.05}]) \
+    assert tuning.choose_path([{"a": 1.0, "b": 1.05}, {"a": 1.2, "b": 1.0}, {"a": 1.0, "b": 1.05}]) \
         in (["b", "b", "b"], ["a", "b", "a"])
 
 

@@ -134,6 +134,7 @@ def test_commlib_subpackages_have_no_cycle():
 def test_bench_and_sim_share_perf_not_each_other():
     layers = package_graph(import_graph())
     assert "commlib.sim" not in layers["commlib.bench"], "bench imports sim (share it through perf)"
+    assert "commlib.bench" not in layers["commlib.sim"], "sim imports bench (share it through perf)"
     assert "commlib.perf" in layers["commlib.sim"] and "commlib.perf" in layers["commlib.bench"]
 
 
