@@ -16,7 +16,8 @@
 # Steps: env (driver, torch.version.cuda, NCCL version), build (_C and _C_cuda in place with the
 # machine's own python3: no venv, no download, no registry), import (commlib._C_cuda must import
 # where nvidia-smi lists a GPU: the import error otherwise, and the run stops), kernels (the
-# @pytest.mark.gpu kernel tests), gpu (every other @pytest.mark.gpu test, several ranks on the one GPU), ranks (tests/device's CUDA cases again under
+# @pytest.mark.gpu kernel tests), latency (bench/gpu_latency.py: where an all_reduce's time goes,
+# 4 ranks on GPU 0 under MPS where there is one, both paths, against torch's own round trip), gpu (every other @pytest.mark.gpu test, several ranks on the one GPU), ranks (tests/device's CUDA cases again under
 # MPS when nvidia-cuda-mps-control exists; skipped otherwise), bench (small and large all_reduce on
 # both device paths, kernel and copy, against the device copy bandwidth, under MPS where there is one;
 # sizes; against NCCL where there is one GPU per rank, NCCL refusing several ranks on one GPU).
@@ -27,7 +28,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 PY=${PYTHON:-python3}
 BUDGET=${GPU_CHECK_BUDGET_S:-470}
-ALL_STEPS="build,import,kernels,gpu,ranks,bench"
+ALL_STEPS="build,import,kernels,latency,gpu,ranks,bench"
 steps=$ALL_STEPS dry=0 emulated=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -213,6 +214,18 @@ PYTEST=("$PY" -m pytest -q -ra -p no:cacheprovider --timeout 120)
 if wants kernels; then
   run_step kernels 90 "\`pytest -m gpu tests/kernels\`: the CUDA reduction kernels against the CPU's" \
     "${PYTEST[@]}" -m gpu tests/kernels
+fi
+if wants latency; then
+  lat_json=bench/results/gpu_latency.json lat_mps=""
+  [ $dry -eq 0 ] && mkdir -p bench/results
+  if [ "$gpus" -lt 2 ] && start_mps mps_latency; then lat_mps=", under MPS"; fi
+  run_step latency 120 "\`bench/gpu_latency.py --np 4\`: 8 B .. 256 MiB all_reduce, kernel and copy paths, four clocks per call (sync, loop, GPU events, enqueue) against torch's own 8 B add_ and device copy$lat_mps" \
+    "$PY" bench/gpu_latency.py --np 4 --json "$lat_json"
+  [ -n "$lat_mps" ] && stop_mps
+  if [ $dry -eq 0 ] && [ -s "$logs/latency.log" ]; then
+    { echo "### Where the time goes (bench/gpu_latency.py$lat_mps)"; echo; sed -n '/^[0-9]* ranks on/,$p' "$logs/latency.log"; echo; } >> "$logs/bench.md"
+    write_report
+  fi
 fi
 if wants gpu; then
   run_step gpu 200 "\`pytest -m gpu tests/ --ignore=tests/kernels\`: every other @pytest.mark.gpu test (device buffers, the stream engine with 2 and 4 ranks on GPU 0, torch backend, parallel), no MPS" \

@@ -1,0 +1,185 @@
+"""Where an all_reduce's time goes on a GPU: several ranks on one GPU (run it under MPS), both
+device paths, three clocks per call, against torch's own do-nothing round trip in the same run.
+
+    python3 bench/gpu_latency.py --np 4 [--json out.json]
+    python bench/gpu_latency.py --device emulated --np 2 --reps 20 --no-large   # checks the script
+                                                   # here; its numbers say nothing about a GPU
+
+Per (path, algorithm, size), medians over --reps calls, the slowest rank's value:
+- ``sync``: the call plus a stream synchronize, as ``commlib bench --device cuda`` times it (the
+  completion as the host sees it, host wake-up included);
+- ``loop``: --reps calls back to back, one synchronize at the end, divided by --reps (nccl-tests'
+  convention: the host runs ahead, so this is the GPU's time per call when the host keeps up);
+- ``gpu``: CUDA events recorded around one call on its stream (the kernels' or copies' time on the
+  GPU, waiting for the peers included);
+- ``enqueue``: the host time of the call alone (Python, the binding, the launch).
+The floor: ``floor`` rows time an 8-byte ``add_`` the same ways, and at the large sizes a
+device-to-device ``copy_``, whose bandwidth at the large sizes (bytes copied / time), the reference for the
+paths' bus bandwidth. The numbers are read as ratios against those floors, measured in the same job.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+SMALL = (8, 4096, 65536)
+LARGE = (64 << 20, 256 << 20)
+
+
+def _median(xs):
+    return float(statistics.median(xs))
+
+
+def _clocks(call, stream, reps):
+    """{sync, loop, gpu, enqueue} in µs for `call` (medians over `reps`); gpu is None on the
+    emulated device (no timing events)."""
+    for _ in range(3):  # warm-up: plan caches, peer mappings, MPS clients
+        call()
+    stream.synchronize()
+    sync, enq, gpu = [], [], []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        call()
+        t1 = time.perf_counter()
+        stream.synchronize()
+        t2 = time.perf_counter()
+        enq.append(t1 - t0)
+        sync.append(t2 - t0)
+    gpu = None
+    if not hasattr(stream, "__commlib_device__") and hasattr(stream, "cuda_stream"):  # a torch stream
+        import torch
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(reps)]
+        for a, b in events:
+            a.record(stream)
+            call()
+            b.record(stream)
+        stream.synchronize()
+        gpu = _median([a.elapsed_time(b) * 1e-3 for a, b in events]) * 1e6
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        call()
+    stream.synchronize()
+    loop = (time.perf_counter() - t0) / reps
+    return {"sync": _median(sync) * 1e6, "loop": loop * 1e6, "gpu": gpu,
+            "enqueue": _median(enq) * 1e6}
+
+
+def _ones(device, n):
+    import numpy as np
+
+    from commlib.perf.device_buffers import empty, fill
+    buf = empty(device, n, "float32")
+    fill(buf, np.ones(n, np.float32))
+    return buf
+
+
+def rank_main(comm, device, algorithms, reps, large):
+    from commlib.bench import device_paths
+    from commlib.bench.device import synchronizer
+    from commlib.perf.device_buffers import to_host
+    if device == "cuda":
+        import torch
+        torch.cuda.set_device(0)
+        stream = torch.cuda.current_stream()
+    else:
+        from commlib.device import emulated
+        stream = emulated.current_stream()
+    assert synchronizer(device) is not None
+    comms = device_paths.path_communicators(comm, device, ["kernel", "copy"])
+    rows = []
+    x = _ones(device, 2)
+    comm.barrier()
+    rows.append(dict(path="floor", algorithm="add_" if device == "cuda" else "copy_", bytes=8,
+                     **_clocks((lambda: x.add_(1)) if device == "cuda" else (lambda: x.copy_(x)), stream, reps)))
+    for nbytes in SMALL + (LARGE if large else ()):
+        n = max(nbytes // 4, 1)
+        buf = _ones(device, n)
+        r = reps if nbytes < (1 << 20) else max(5, reps // 20)
+        if nbytes >= (1 << 20):
+            src = _ones(device, n)
+            comm.barrier()
+            rows.append(dict(path="floor", algorithm="copy_", bytes=nbytes,
+                             **_clocks(lambda: buf.copy_(src), stream, r)))
+            del src
+        for path, c in comms.items():
+            for algo in algorithms:
+                c.barrier()
+                try:
+                    t = _clocks(lambda: c.all_reduce(buf, algorithm=algo), stream, r)
+                except Exception as e:  # noqa: BLE001 - an algorithm a path refuses is a row saying so
+                    rows.append(dict(path=path, algorithm=algo, bytes=nbytes, error=f"{type(e).__name__}: {e}"))
+                    continue
+                rows.append(dict(path=path, algorithm=algo, bytes=nbytes, ran=c._device_route.last_path(), **t))
+        buf = _ones(device, n)
+        comms["kernel"].all_reduce(buf)
+        if not (to_host(buf) == comm.size).all():
+            rows.append(dict(path="check", algorithm="sum", bytes=nbytes, error="wrong result"))
+        del buf
+    return rows
+
+
+def merge(per_rank):
+    """The slowest rank's value per row and clock."""
+    out = []
+    for rows in zip(*per_rank):
+        row = dict(rows[0])
+        for k in ("sync", "loop", "gpu", "enqueue"):
+            if row.get(k) is not None:
+                row[k] = max(r[k] for r in rows)
+        out.append(row)
+    return out
+
+
+def markdown(rows, np_, mps, device):
+    from commlib.perf.common import fmt_bytes
+    where = "GPU 0" if device == "cuda" else "emulated device 0 (says nothing about a GPU)"
+    lines = [f"{np_} ranks on {where}{' under MPS' if mps else ' (no MPS)'}; µs per call, the slowest rank's "
+             "median; `loop` = calls back to back, one synchronize (nccl-tests' convention); "
+             "`floor` rows: an 8-byte `add_` and a device-to-device `copy_` timed the same way.", "",
+             "| path | algorithm | size | sync µs | loop µs | gpu µs | enqueue µs | GB/s (sync) | ran |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['path']} | {r['algorithm']} | {fmt_bytes(r['bytes'])} | {r['error']} | | | | | |")
+            continue
+        gbs = r["bytes"] / (r["sync"] * 1e-6) / 1e9
+        lines.append(f"| {r['path']} | {r['algorithm']} | {fmt_bytes(r['bytes'])} | {r['sync']:.1f} | "
+                     f"{r['loop']:.1f} | {'' if r['gpu'] is None else format(r['gpu'], '.1f')} | {r['enqueue']:.1f} | {gbs:.3g} | {r.get('ran', '')} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--np", type=int, default=4)
+    ap.add_argument("--device", choices=("cuda", "emulated"), default="cuda")
+    ap.add_argument("--algorithms", default="direct,two_shot,ring")
+    ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--no-large", action="store_true", help="small sizes only")
+    ap.add_argument("--json", default="")
+    ap.add_argument("--timeout", type=float, default=240.0)
+    args = ap.parse_args(argv)
+    import os
+
+    from commlib.testing.ranks import RankPool
+    mps = bool(os.environ.get("CUDA_MPS_PIPE_DIRECTORY"))
+    pool = RankPool(args.np, timeout=args.timeout, env={"COMMLIB_TIMEOUT": "30"})
+    try:
+        per_rank = pool.run(rank_main, args.device, args.algorithms.split(","), args.reps, not args.no_large,
+                            timeout=args.timeout)
+    finally:
+        pool.close()
+    rows = merge(per_rank)
+    text = markdown(rows, args.np, mps, args.device)
+    print(text)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"np": args.np, "device": args.device, "mps": mps, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
