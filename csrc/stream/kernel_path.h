@@ -106,10 +106,11 @@ class KernelPath {
  private:
   struct Uploaded {
     DevicePlan plan;
-    void* dev = nullptr;  // items | steps | sends_to | recvs_from
+    void* dev = nullptr;  // items | steps | sends_to | recvs_from | arrivals (a word per item)
     int first_peer = -1;  // the plan's first message (the watchdog's view of a launch)
     bool has_peers = false;  // some message: the launch checks the call's descriptor
     bool first_is_send = false;
+    bool has_split = false;  // some item of at least split_bytes_: the launch takes every block
   };
   const Uploaded& upload(const ScheduleKey& key, const Schedule& sched, DeviceStream& stream);
   // Copies `bytes` to device memory `dev` in `stream`'s order, out of pinned host memory.
@@ -128,6 +129,9 @@ class KernelPath {
   const uint64_t slot_bytes_;
   const DevicePath mode_;
   const uint32_t ll_bytes_;  // COMMLIB_DEVICE_LL_BYTES, at most a slot
+  // Chunks of at least this many bytes run on every block of the grid (plan_kernel.cuh, split
+  // items): half a slot, at most 64 KiB, always above ll_bytes_.
+  const uint32_t split_bytes_;
   bool usable_ = false;  // connected, every rank on this host, the device has a kernel path
   char* region_ = nullptr;         // exported: ready | freed | slots | LL slots
   void* local_ = nullptr;          // this rank only: sent | received | barrier | peer views | LL stages
