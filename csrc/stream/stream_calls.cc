@@ -58,8 +58,7 @@ void StreamEngine::check_first_call(const CollectiveCall& call) {
       msg = "rank " + std::to_string(rank_) + " cannot start " + describe_call(desc) + ": rank " + std::to_string(p) +
             " failed: " + st.message;
     } else if (control_->peer_call(p, &pc) && pc.seq == desc.seq && pc != desc) {
-      msg = "rank " + std::to_string(rank_) + " called " + describe_call(desc) + " but rank " + std::to_string(p) +
-            " called " + describe_call(pc);
+      msg = mismatch_message(rank_, desc, p, pc);
     }
     if (!msg.empty()) {
       fail(kind, msg);

@@ -191,13 +191,8 @@ void StreamEngine::compare_call_desc(const CallDesc& desc, const std::vector<int
     if (s < desc.seq) return;  // released by a failure: the peer never published this call
     CallDesc pd;
     std::memcpy(&pd, theirs + 8, sizeof pd);
-    if (s > desc.seq)
-      return fail_from_stream(ErrorKind::Mismatch, "rank " + std::to_string(rank_) + " is at " + describe_call(desc) +
-                                                       " but rank " + std::to_string(p) + " is already at its call #" +
-                                                       std::to_string(s) + " on device buffers (the calls between them differ)");
-    if (pd != desc)
-      return fail_from_stream(ErrorKind::Mismatch, "rank " + std::to_string(rank_) + " called " + describe_call(desc) +
-                                                       " but rank " + std::to_string(p) + " called " + describe_call(pd));
+    if (s > desc.seq) pd.seq = s;  // the peer is past this call: the slot holds its later call #s
+    if (pd != desc) return fail_from_stream(ErrorKind::Mismatch, mismatch_message(rank_, desc, p, pd));
   }
 }
 
@@ -337,8 +332,7 @@ void StreamEngine::inspect_in_flight(bool slow) {
     if (p == rank_ || !control_->peer_call(p, &pc)) continue;
     for (const CallDesc& d : calls)
       if (pc.seq == d.seq && pc != d)
-        return fail(ErrorKind::Mismatch, "rank " + me + " called " + describe_call(d) + " but rank " + std::to_string(p) +
-                                             " called " + describe_call(pc));
+        return fail(ErrorKind::Mismatch, mismatch_message(rank_, d, p, pc));
   }
   auto waiting_on = [&](int p) {
     if (in_nccl) return "; rank " + me + " was waiting inside NCCL (" + nccl_where + ")";
