@@ -171,7 +171,7 @@ void StreamEngine::enqueue_call_check(const CallDesc& desc, const std::vector<in
     }
     device_->wait_value(flag(reinterpret_cast<char*>(ctl_dev_), 2, p), desc.seq, s);
   }
-  device_->host_func([this, desc, peers] { compare_call_desc(desc, peers); }, s);
+  device_->host_func([this, desc, peers, call = seq_] { compare_call_desc(desc, peers, call); }, s);
 }
 
 void StreamEngine::publish_call_desc(const CallDesc& desc, const std::vector<int>& peers) {
@@ -183,7 +183,7 @@ void StreamEngine::publish_call_desc(const CallDesc& desc, const std::vector<int
     if (!remote(p)) store_flag(flag(peers_[p].ctl, 2, rank_), desc.seq);
 }
 
-void StreamEngine::compare_call_desc(const CallDesc& desc, const std::vector<int>& peers) {
+void StreamEngine::compare_call_desc(const CallDesc& desc, const std::vector<int>& peers, uint64_t call) {
   for (int p : peers) {
     if (remote(p)) continue;
     char* theirs = ring_slot(peers_[p].ctl, desc.seq);
@@ -192,7 +192,7 @@ void StreamEngine::compare_call_desc(const CallDesc& desc, const std::vector<int
     CallDesc pd;
     std::memcpy(&pd, theirs + 8, sizeof pd);
     if (s > desc.seq) pd.seq = s;  // the peer is past this call: the slot holds its later call #s
-    if (pd != desc) return fail_from_stream(ErrorKind::Mismatch, mismatch_message(rank_, desc, p, pd));
+    if (pd != desc) return fail_from_stream(ErrorKind::Mismatch, mismatch_message(rank_, desc, p, pd), call);
   }
 }
 
