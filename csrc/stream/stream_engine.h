@@ -355,7 +355,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   std::vector<std::pair<int, CallDesc>> p2p_waits_;  // device receives waiting for their descriptor
   std::atomic<bool> failed_{false};
   bool stream_failure_ = false;  // fail_from_stream's error, for the watchdog
-  uint64_t stream_fail_seq_ = 0;  // the call that found it (0: not known)
+  uint64_t stream_fail_seq_ = 0;  // the engine's number of the call that found it
   ErrorKind stream_fail_kind_ = ErrorKind::None;
   std::string stream_fail_message_;
   std::vector<void*> retired_;  // grown-out-of buffers, freed at close (no cudaFree mid-call)
