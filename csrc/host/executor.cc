@@ -262,8 +262,7 @@ void Executor::on_idle(std::vector<ExecOp>& ops, const CallDesc& call, Clock::ti
     CallDesc pc;
     if (call.coll != static_cast<uint8_t>(Collective::Send) && t_.peer_call(p, &pc) && pc.seq == call.seq &&
         pc != call)
-      fail(ErrorKind::Mismatch, "rank " + std::to_string(me) + " called " + describe_call(call) + " but rank " +
-                                    std::to_string(p) + " called " + describe_call(pc));
+      fail(ErrorKind::Mismatch, mismatch_message(me, call, p, pc));
   }
   double idle_s = std::chrono::duration<double>(Clock::now() - last_progress).count();
   if (idle_s > opts_.timeout_s) {

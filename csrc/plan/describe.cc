@@ -45,4 +45,11 @@ std::string describe_call(const CallDesc& d) {
   return s + ")";
 }
 
+std::string mismatch_message(int me, const CallDesc& mine, int peer, const CallDesc& theirs) {
+  const std::string a = "rank " + std::to_string(me), b = "rank " + std::to_string(peer);
+  if (theirs.seq == mine.seq) return a + " called " + describe_call(mine) + " but " + b + " called " + describe_call(theirs);
+  return a + " is at " + describe_call(mine) + " but " + b + " is already at " + describe_call(theirs) +
+         " (the calls between them differ)";
+}
+
 }  // namespace commlib

@@ -14,6 +14,11 @@ namespace commlib {
 
 std::string describe_call(const CallDesc& d);
 
+// The mismatch error every engine raises when rank `me`'s call `mine` meets rank `peer`'s `theirs`:
+// "rank A called X but rank B called Y" for the same call number; when the numbers differ,
+// "rank A is at X but rank B is already at Y (the calls between them differ)".
+std::string mismatch_message(int me, const CallDesc& mine, int peer, const CallDesc& theirs);
+
 // Set in CallDesc::algo for calls on device buffers (the stream engine): host and device calls
 // share one numbering (host/communicator.h) and one published-call slot, and a host call and a device
 // call of the same number then differ, which is a mismatch. Algorithm indexes stay below it.

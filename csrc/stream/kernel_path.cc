@@ -267,12 +267,7 @@ bool KernelPath::mismatch(std::string* message) const {
   CallDesc mine, theirs;
   std::memcpy(&mine, words, sizeof mine);
   std::memcpy(&theirs, words + 3, sizeof theirs);
-  const std::string me = "rank " + std::to_string(rank_), them = "rank " + std::to_string(peer - 1);
-  if (theirs.seq != mine.seq)
-    *message = me + " is at " + describe_call(mine) + " but " + them + " is at its call #" + std::to_string(theirs.seq) +
-               " on device buffers (" + describe_call(theirs) + "; the calls between them differ)";
-  else
-    *message = me + " called " + describe_call(mine) + " but " + them + " called " + describe_call(theirs);
+  *message = mismatch_message(rank_, mine, static_cast<int>(peer - 1), theirs);
   return true;
 }
 

@@ -58,8 +58,7 @@ void StreamEngine::check_first_call(const CollectiveCall& call) {
       msg = "rank " + std::to_string(rank_) + " cannot start " + describe_call(desc) + ": rank " + std::to_string(p) +
             " failed: " + st.message;
     } else if (control_->peer_call(p, &pc) && pc.seq == desc.seq && pc != desc) {
-      msg = "rank " + std::to_string(rank_) + " called " + describe_call(desc) + " but rank " + std::to_string(p) +
-            " called " + describe_call(pc);
+      msg = mismatch_message(rank_, desc, p, pc);
     }
     if (!msg.empty()) {
       fail(kind, msg);
@@ -69,7 +68,6 @@ void StreamEngine::check_first_call(const CollectiveCall& call) {
 }
 
 std::shared_ptr<DeviceEvent> StreamEngine::begin(const CallDesc& desc, DeviceStream& s) {
-  ++seq_;
   {
     // Calls that completed since the watchdog's last tick give their events back now, so a tight
     // loop of calls reuses a few events (stream/event_pool.h) instead of one per tick's worth.
@@ -82,7 +80,11 @@ std::shared_ptr<DeviceEvent> StreamEngine::begin(const CallDesc& desc, DeviceStr
   }
   auto done = events_->take();
   {
+    // The number and the entry together: a failure (fail_as, on the watchdog) between the two saw
+    // the new number with no call of it in flight, failed only the calls after it, and this call,
+    // released and run through, completed without error.
     std::lock_guard<std::mutex> lk(mu_);
+    ++seq_;
     in_flight_.push_back(InFlight{seq_, desc, done, false});
   }
   cv_.notify_all();

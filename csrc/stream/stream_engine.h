@@ -249,7 +249,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   // Message descriptors in the receiver's ring: `k` the pair's device message index (the ring
   // position), desc.seq the message's number shared with host messages.
   void p2p_send_desc(int peer, uint64_t k, const CallDesc& desc);  // run on the stream
-  void p2p_check_desc(int peer, uint64_t k, const CallDesc& desc);  // run on the stream, after its wait_value
+  void p2p_check_desc(int peer, uint64_t k, const CallDesc& desc, uint64_t call);  // run on the stream, after its wait_value
   // Host and device messages of a pair share one numbering: a device message of the number a
   // host receive waits for (the executor's probe), or a host message of the number a device
   // receive waits for (the watchdog, p2p_waits_), is a mismatch.
@@ -276,7 +276,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   // function: reads the peers' ring slots). Neither host function waits.
   void enqueue_call_check(const CallDesc& desc, const std::vector<int>& peers, DeviceStream& s);
   void publish_call_desc(const CallDesc& desc, const std::vector<int>& peers);  // runs on the stream
-  void compare_call_desc(const CallDesc& desc, const std::vector<int>& peers);  // runs on the stream
+  void compare_call_desc(const CallDesc& desc, const std::vector<int>& peers, uint64_t call);  // runs on the stream
   // Peers on other hosts (no control region mapped): their descriptors go over NCCL, one group
   // of `sends` (this rank's descriptor to each peer) and of the peers' descriptors, which a host
   // function then compares with `expects` (stream/stream_remote.cc).
@@ -297,9 +297,10 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   void fail(ErrorKind kind, const std::string& message, bool publish = true);
   // From a host function: only records the error (no device, NCCL or control-plane call there);
   // the watchdog fails the engine with it within a tick.
-  // `seq`: the ordinal of the call whose host function found the error (0: not known), so that call
-  // raises it even when its event completed before the watchdog acted.
-  void fail_from_stream(ErrorKind kind, const std::string& message, uint64_t seq = 0);
+  // `seq`: the engine's number (seq_) of the call whose host function found the error, so that call
+  // raises it even when its event completed before the watchdog acted (no default: a caller that
+  // left it out let a mismatched receive complete without error under load).
+  void fail_from_stream(ErrorKind kind, const std::string& message, uint64_t seq);
   // A device error (a sticky CUDA error, an injected fault): CommError here, PeerError for the
   // peers; never throws.
   void fail_device(const std::string& where, const std::exception& e);
@@ -363,7 +364,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   std::vector<std::pair<int, CallDesc>> p2p_waits_;  // device receives waiting for their descriptor
   std::atomic<bool> failed_{false};
   bool stream_failure_ = false;  // fail_from_stream's error, for the watchdog
-  uint64_t stream_fail_seq_ = 0;  // the call that found it (0: not known)
+  uint64_t stream_fail_seq_ = 0;  // the engine's number of the call that found it
   ErrorKind stream_fail_kind_ = ErrorKind::None;
   std::string stream_fail_message_;
   std::vector<void*> retired_;  // grown-out-of buffers, freed at close (no cudaFree mid-call)

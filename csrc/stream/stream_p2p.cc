@@ -44,9 +44,11 @@ void StreamEngine::note_p2p_waits(const std::vector<std::pair<int, CallDesc>>& w
   }
 }
 
-void StreamEngine::p2p_check_desc(int peer, uint64_t k, const CallDesc& desc) {
+void StreamEngine::p2p_check_desc(int peer, uint64_t k, const CallDesc& desc, uint64_t call) {
   // Runs after the stream's wait_value on the slot's word: the descriptor is there (or the wait
-  // was released by a failure). Only reads and compares: a mismatch is recorded for the watchdog.
+  // was released by a failure). Only reads and compares: a mismatch is recorded for the watchdog,
+  // with the engine's number of the call (`call`): the stream goes on and may complete the call
+  // before the watchdog fails the engine, and the call must raise the error all the same.
   note_p2p_waits({{peer, desc}}, false);
   const char* slot = p2p_slot(ctl_, peer, k);
   const uint64_t s = seq_word(const_cast<char*>(slot)).load(std::memory_order_acquire);
@@ -57,10 +59,12 @@ void StreamEngine::p2p_check_desc(int peer, uint64_t k, const CallDesc& desc) {
   if (s != k)  // cannot happen while both ranks follow the protocol (the ring outruns the slots)
     fail_from_stream(ErrorKind::Mismatch, "rank " + me + " expects device message #" + std::to_string(k) + " from rank " +
                                               them + " but rank " + them + " is already at its device message #" +
-                                              std::to_string(s));
+                                              std::to_string(s),
+                     call);
   else if (sent != desc)
     fail_from_stream(ErrorKind::Mismatch, "rank " + me + " receives " + describe_call(desc) + " from rank " + them +
-                                              " but rank " + them + " sent " + describe_call(sent));
+                                              " but rank " + them + " sent " + describe_call(sent),
+                     call);
 }
 
 std::shared_ptr<DeviceWork> StreamEngine::p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& s) {
@@ -140,7 +144,7 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_p2p(const std::vector<P2PItem>
         waits_.push_back(Wait{word, ring[i], p, false, seq_, WaitFor::MessageDesc});
       }
       device_->wait_value(reinterpret_cast<uint64_t*>(p2p_slot(reinterpret_cast<char*>(ctl_dev_), p, ring[i])), ring[i], s);
-      device_->host_func([this, p, k = ring[i], d = descs[i]] { p2p_check_desc(p, k, d); }, s);
+      device_->host_func([this, p, k = ring[i], d = descs[i], call = seq_] { p2p_check_desc(p, k, d, call); }, s);
     }
     const size_t esize = dtype_size(dtype);
     const size_t chunk = std::max<size_t>(opts_.slot_bytes / esize * esize, esize);

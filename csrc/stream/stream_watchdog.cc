@@ -171,7 +171,7 @@ void StreamEngine::enqueue_call_check(const CallDesc& desc, const std::vector<in
     }
     device_->wait_value(flag(reinterpret_cast<char*>(ctl_dev_), 2, p), desc.seq, s);
   }
-  device_->host_func([this, desc, peers] { compare_call_desc(desc, peers); }, s);
+  device_->host_func([this, desc, peers, call = seq_] { compare_call_desc(desc, peers, call); }, s);
 }
 
 void StreamEngine::publish_call_desc(const CallDesc& desc, const std::vector<int>& peers) {
@@ -183,7 +183,7 @@ void StreamEngine::publish_call_desc(const CallDesc& desc, const std::vector<int
     if (!remote(p)) store_flag(flag(peers_[p].ctl, 2, rank_), desc.seq);
 }
 
-void StreamEngine::compare_call_desc(const CallDesc& desc, const std::vector<int>& peers) {
+void StreamEngine::compare_call_desc(const CallDesc& desc, const std::vector<int>& peers, uint64_t call) {
   for (int p : peers) {
     if (remote(p)) continue;
     char* theirs = ring_slot(peers_[p].ctl, desc.seq);
@@ -191,13 +191,8 @@ void StreamEngine::compare_call_desc(const CallDesc& desc, const std::vector<int
     if (s < desc.seq) return;  // released by a failure: the peer never published this call
     CallDesc pd;
     std::memcpy(&pd, theirs + 8, sizeof pd);
-    if (s > desc.seq)
-      return fail_from_stream(ErrorKind::Mismatch, "rank " + std::to_string(rank_) + " is at " + describe_call(desc) +
-                                                       " but rank " + std::to_string(p) + " is already at its call #" +
-                                                       std::to_string(s) + " on device buffers (the calls between them differ)");
-    if (pd != desc)
-      return fail_from_stream(ErrorKind::Mismatch, "rank " + std::to_string(rank_) + " called " + describe_call(desc) +
-                                                       " but rank " + std::to_string(p) + " called " + describe_call(pd));
+    if (s > desc.seq) pd.seq = s;  // the peer is past this call: the slot holds its later call #s
+    if (pd != desc) return fail_from_stream(ErrorKind::Mismatch, mismatch_message(rank_, desc, p, pd), call);
   }
 }
 
@@ -337,8 +332,7 @@ void StreamEngine::inspect_in_flight(bool slow) {
     if (p == rank_ || !control_->peer_call(p, &pc)) continue;
     for (const CallDesc& d : calls)
       if (pc.seq == d.seq && pc != d)
-        return fail(ErrorKind::Mismatch, "rank " + me + " called " + describe_call(d) + " but rank " + std::to_string(p) +
-                                             " called " + describe_call(pc));
+        return fail(ErrorKind::Mismatch, mismatch_message(rank_, d, p, pc));
   }
   auto waiting_on = [&](int p) {
     if (in_nccl) return "; rank " + me + " was waiting inside NCCL (" + nccl_where + ")";

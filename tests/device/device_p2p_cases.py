@@ -113,6 +113,34 @@ def mismatched_pair(comm):
         sub.close()
 
 
+def mismatched_pair_already_there(comm, rounds):
+    """The mismatched pair of ``mismatched_pair`` with the sent message (descriptor and data)
+    already in rank 1's inbox when its receive starts (a barrier of ``comm`` between the send and
+    the receive): rank 1's stream finds the mismatch and completes the receive at once, before its
+    watchdog fails the engine, and the receive must raise all the same (run with no emulated delay,
+    it returned without error about every second time when the recorded error carried no call
+    number). ``rounds`` times on fresh splits; returns each round's (error type, message) or None."""
+    got = []
+    for _ in range(rounds):
+        sub = comm.split(0, timeout=30)
+        try:
+            sub.all_reduce(emu.from_numpy(np.ones(4, np.float32)))  # the engines' set-up, a rendezvous
+            if sub.rank == 0:
+                sub.send(emu.from_numpy(np.ones(10, np.float32)), 1)
+                emu.synchronize()
+            comm.barrier()
+            if sub.rank == 0:
+                sub.all_reduce(emu.from_numpy(np.ones(4, np.float32)), async_op=True).synchronize()
+            else:
+                sub.recv(emu.empty(11, "float32"), 0, async_op=True).synchronize()
+            got.append(None)
+        except commlib.CommError as e:
+            got.append((type(e).__name__, str(e)))
+        finally:
+            sub.close()
+    return got
+
+
 def host_against_device(comm, receiver_on_device, first_device_call=False):
     """Rank 0 sends 10 float32 to rank 1, one side from or into a host array and the other a device
     buffer (``receiver_on_device``: rank 0 sends a host array, rank 1 receives into a device

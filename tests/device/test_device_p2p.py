@@ -35,6 +35,14 @@ def test_mismatched_pair_raises_on_both(pool):
 
 
 @pytest.mark.timeout(60)
+def test_mismatched_receive_raises_though_it_completes_before_the_watchdog(pool):
+    results = pool(2, env={"COMMLIB_EMULATED_DELAY_US": "0"}).run(cases.mismatched_pair_already_there, 16, timeout=40)
+    for rank, rounds in enumerate(results):
+        for i, res in enumerate(rounds):
+            assert res is not None and res[0] == "MismatchError", (rank, i, res)
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("receiver_on_device,first", [(True, False), (False, False), (True, True)],
                          ids=["host-to-device", "device-to-host", "host-to-device-first-device-call"])
 def test_host_message_against_device_message_is_a_mismatch_on_both(pool, receiver_on_device, first):
