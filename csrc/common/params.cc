@@ -1,5 +1,7 @@
 #include "common/params.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -176,6 +178,28 @@ size_t param_bytes(const std::string& name) {
 int64_t spin_us_param() {
   const int64_t spin = param_int("COMMLIB_SPIN_US");
   return spin >= 0 ? spin : kDefaultSpinUs;
+}
+
+std::string parse_choice(const std::string& name, const std::string& value, const std::vector<std::string>& allowed) {
+  const Param& p = param(name);
+  if (std::string(p.type) != "name") throw std::logic_error(name + " is not a name setting (params.cc)");
+  auto lower = [](std::string s) {
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return s;
+  };
+  const size_t a = value.find_first_not_of(" \t\n\r\f\v");
+  const std::string v = a == std::string::npos ? "" : value.substr(a, value.find_last_not_of(" \t\n\r\f\v") - a + 1);
+  if (v.empty() && !*p.fallback) return "";
+  const std::string want = lower(v.empty() ? std::string(p.fallback) : v);
+  for (const std::string& c : allowed)
+    if (lower(c) == want) return c;
+  std::string choices;
+  for (const std::string& c : allowed) choices += (choices.empty() ? "" : ", ") + c;
+  throw std::invalid_argument(name + ": expected one of " + choices + ", got '" + value + "'");
+}
+
+std::string param_choice(const std::string& name, const std::vector<std::string>& allowed) {
+  return parse_choice(name, param_string(name), allowed);
 }
 
 }  // namespace commlib

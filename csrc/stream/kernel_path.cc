@@ -43,11 +43,8 @@ size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 }  // namespace
 
 DevicePath device_path_from_env() {
-  const std::string v = param_string("COMMLIB_DEVICE_PATH");
-  if (v == "auto") return DevicePath::Auto;
-  if (v == "kernel") return DevicePath::Kernel;
-  if (v == "copy") return DevicePath::Copy;
-  throw std::invalid_argument("COMMLIB_DEVICE_PATH: expected auto, kernel or copy, got '" + v + "'");
+  const std::string v = param_choice("COMMLIB_DEVICE_PATH", {"auto", "kernel", "copy"});
+  return v == "kernel" ? DevicePath::Kernel : v == "copy" ? DevicePath::Copy : DevicePath::Auto;
 }
 
 const char* device_path_name(DevicePath p) {
@@ -150,8 +147,7 @@ void KernelPath::connect(const std::vector<std::string>& handles, bool one_host)
 }
 
 bool KernelPath::chooses(uint64_t bytes) const {
-  if (!usable_) return false;
-  return mode_ == DevicePath::Kernel || bytes <= kKernelPathMaxBytes;
+  return usable_ && kernel_path_takes(mode_, bytes);
 }
 
 void KernelPath::stage(const std::vector<char>& bytes, void* dev, DeviceStream& stream) {

@@ -39,6 +39,12 @@ void check_device_paths(const std::vector<std::string>& kernel_handles, DevicePa
 uint32_t device_ll_bytes_from_env(uint64_t slot_bytes);
 // auto: the kernel path for calls of at most this many bytes (count x element size), else copy.
 constexpr uint64_t kKernelPathMaxBytes = uint64_t{1} << 20;
+// Whether `mode` sends a call of `bytes` to the kernel path where that path is usable (every peer's
+// memory mapped, a device with kernels, no NCCL link): the one size rule of KernelPath::chooses and
+// of the kernel path's auto (stream/kernel_auto.h).
+constexpr bool kernel_path_takes(DevicePath mode, uint64_t bytes) {
+  return mode == DevicePath::Kernel || (mode == DevicePath::Auto && bytes <= kKernelPathMaxBytes);
+}
 
 // The kernel path caches its plans by call shape, the plan cache's ScheduleKey (plan/call.h) with
 // the RESOLVED algorithm in `algo` (never 0 = auto), so a new tuning table that makes auto choose

@@ -18,7 +18,8 @@ CallDesc StreamEngine::describe(const CollectiveCall& call, uint8_t algo, uint64
 const ResolvedPlan& StreamEngine::plan_of(const CollectiveCall& call) {
   const ResolvedPlan& policy = plans_.get(call);
   const std::string source = policy.choice.source;  // before get() again (it may drop the cache)
-  const uint8_t algo = kernel_auto_algorithm(plans_.context(), device_->plan_blocks(1) > 0, call, source);
+  const KernelAutoInputs in{device_->plan_blocks(1) > 0, opts_.path, opts_.link == DeviceLinkSetting::Nccl};
+  const uint8_t algo = kernel_auto_algorithm(plans_.context(), in, call, source);
   if (!algo) return policy;
   CollectiveCall c = call;
   c.algo = algo;
@@ -39,6 +40,20 @@ void StreamEngine::throw_if_failed_locked() {
   }
 }
 
+namespace {
+
+// Two device calls alike but for the algorithm auto resolved them to. Before connect that is what
+// ranks with different COMMLIB_DEVICE_PATH or COMMLIB_DEVICE_LINK see (the kernel path's auto reads
+// them: stream/kernel_auto.h); connect's checks name the setting, so the first call's check leaves
+// it to them. Where the settings agree, the call itself finds the mismatch (its descriptor check).
+bool auto_apart(const CallDesc& mine, const CallDesc& theirs) {
+  CallDesc same = theirs;
+  same.algo = mine.algo;
+  return (theirs.algo & kDeviceCallAlgoBit) && same == mine;
+}
+
+}  // namespace
+
 void StreamEngine::check_first_call(const CollectiveCall& call) {
   std::lock_guard<std::mutex> guard(enqueue_mu_);
   if (failed()) {
@@ -57,7 +72,8 @@ void StreamEngine::check_first_call(const CollectiveCall& call) {
       kind = st.kind == ErrorKind::None ? ErrorKind::Comm : st.kind;
       msg = "rank " + std::to_string(rank_) + " cannot start " + describe_call(desc) + ": rank " + std::to_string(p) +
             " failed: " + st.message;
-    } else if (control_->peer_call(p, &pc) && pc.seq == desc.seq && pc != desc) {
+    } else if (control_->peer_call(p, &pc) && pc.seq == desc.seq && pc != desc &&
+               !(call.algo == 0 && auto_apart(desc, pc))) {
       msg = mismatch_message(rank_, desc, p, pc);
     }
     if (!msg.empty()) {

@@ -62,16 +62,16 @@ def mixed_settings(comm, settings_of_rank1, settings_of_rank0):
     """Rank 1 creates its engine with one setting, rank 0 with another."""
     import numpy as np
 
+    import commlib
     import commlib.emulated as emu
 
     def run(sub):
         try:
             x = emu.from_numpy(np.ones(4, np.float32))
-            sub.all_reduce(x)
-            x.numpy()
+            sub.all_reduce(x, async_op=True).synchronize()  # raises the call's own error too
             return "no error"
-        except ValueError as e:
-            return str(e)
+        except (ValueError, commlib.CommError) as e:
+            return f"{type(e).__name__}: {e}"
     return with_settings(comm, settings_of_rank1 if comm.rank == 1 else settings_of_rank0, run)
 
 
