@@ -10,7 +10,9 @@ Every method turns torch's arguments into one call (or a few) of the communicato
 * tensors are staged as contiguous 1-D buffers of a dtype the core knows (``staging.py``);
 * a blocking call (``opts.asyncOp`` False, e.g. ``dist.all_reduce(t)``) runs on the caller's
   thread and raises commlib's own error (``MismatchError``, ``PeerError``, ...); the commonest
-  one, all_reduce of one contiguous tensor, goes straight to the core (``fast_path.py``);
+  one, all_reduce of one contiguous tensor, goes straight to the core (``fast_path.py``); what
+  that latency path declines is staged and handed to the communicator's general path alone
+  (``_general_<collective>``, ``Call.general``), so no call is offered to ``fast_collective`` twice;
 * an asynchronous call (``async_op=True``, DDP, functional collectives, FSDP2) is queued on the
   communicator's FIFO worker and completed by the group's completion thread (``work.py``);
 * sends and receives are held back and issued as concurrent batches (``p2p.py``); the
@@ -154,8 +156,15 @@ class ProcessGroupCommlib(ShrinkMixin, PointToPointMixin, DataMovementMixin, Dev
                 f"name={self._group_name!r})")
 
     # -- issuing and completing calls ---------------------------------------------------------
-    def _run(self, async_op: bool, result, body, tensors=None):
+    def _tried(self, opts, eligible=True) -> bool:
+        """Whether a method's inline latency path ran on this call (and declined it): its own
+        condition without the call, read before ``_run`` flushes held-back sends."""
+        return (eligible and opts is not None and not opts.asyncOp and not self._p2p
+                and self._core_address is not None)
+
+    def _run(self, async_op: bool, result, body, tensors=None, tried=False):
         """Run ``body(call, async_op)`` (which issues commlib calls) and wrap it in a Work.
+        ``tried``: the latency path declined the call already (``Call.general``).
 
         Blocking calls run on this thread and raise commlib's errors directly. Calls on CUDA
         tensors (``tensors``, default ``result``, decides) are ordered on the current stream
@@ -165,7 +174,7 @@ class ProcessGroupCommlib(ShrinkMixin, PointToPointMixin, DataMovementMixin, Dev
             self._flush_p2p()
         device = cuda_device(result if tensors is None else tensors)
         if device is not None:
-            call = Call(result)
+            call = Call(result, tried)
             body(call, True)  # enqueued on the current stream; the device works poll it
             call.finish()     # copies out of staging buffers: enqueued after it on that stream
             return StreamWork(call.result, device, call.works)
@@ -173,7 +182,7 @@ class ProcessGroupCommlib(ShrinkMixin, PointToPointMixin, DataMovementMixin, Dev
             # Issued from a future's callback running on the completion thread (e.g. PowerSGD's
             # hook waits on an all_reduce inside .then): run it here, or it would wait on itself.
             async_op = False
-        call = Call(result)
+        call = Call(result, tried)
         body(call, async_op)
         if not async_op or not call.works:  # done on this thread
             call.finish()
@@ -196,8 +205,8 @@ class ProcessGroupCommlib(ShrinkMixin, PointToPointMixin, DataMovementMixin, Dev
                 sparse_all_reduce(comm, t, op)
                 continue
             buf, op2, fin = reduction_staging(t, op)
-            w = comm.all_reduce(buf, op=op2, algorithm=algo, async_op=async_op,
-                                scale=scale if op2 == "premul_sum" else None)
+            run = comm._general_all_reduce if call.general(async_op) else comm.all_reduce
+            w = run(buf, op=op2, algorithm=algo, async_op=async_op, scale=scale if op2 == "premul_sum" else None)
             self._issue(call, async_op, w)
             if fin is not None:
                 call.finals.append(fin)
@@ -211,9 +220,10 @@ class ProcessGroupCommlib(ShrinkMixin, PointToPointMixin, DataMovementMixin, Dev
                     OP_BY_HASH.get(hash(opts.reduceOp)), self._algo["all_reduce"], 0, False,
                     None) is None):
             return self._done_works.get(tensors)
+        tried = self._tried(opts, len(tensors) == 1)
         opts = opts if opts is not None else dist.AllreduceOptions()
         return self._run(opts.asyncOp, list(tensors),
-                         lambda c, a: self._allreduce_into(c, a, tensors, opts.reduceOp))
+                         lambda c, a: self._allreduce_into(c, a, tensors, opts.reduceOp), tried=tried)
 
     def allreduce_coalesced(self, tensors, opts=None):
         opts = opts if opts is not None else dist.AllreduceCoalescedOptions()
@@ -248,6 +258,7 @@ class ProcessGroupCommlib(ShrinkMixin, PointToPointMixin, DataMovementMixin, Dev
                     self._core_address, BROADCAST, tensors[0], None, None,
                     self._algo["broadcast"], opts.rootRank, False, None) is None):
             return self._done_works.get(tensors)
+        tried = self._tried(opts, len(tensors) == 1)
         opts = opts if opts is not None else dist.BroadcastOptions()
         tensors = list(tensors)
         root = opts.rootRank
@@ -257,11 +268,12 @@ class ProcessGroupCommlib(ShrinkMixin, PointToPointMixin, DataMovementMixin, Dev
                 st = out_bytes(t)
                 if st.copy and self.rank() == root:
                     st.buf.copy_(as_bytes(t))
-                self._issue(call, async_op, self._comm.broadcast(
+                run = self._comm._general_broadcast if call.general(async_op) else self._comm.broadcast
+                self._issue(call, async_op, run(
                     st.buf, root=root, algorithm=self._algo["broadcast"], async_op=async_op))
                 if st.copy:
                     call.finals.append(st.done)
-        return self._run(opts.asyncOp, tensors, body)
+        return self._run(opts.asyncOp, tensors, body, tried=tried)
 
     # -- reduce -----------------------------------------------------------------------------
     def reduce(self, tensors, opts=None):
@@ -271,6 +283,7 @@ class ProcessGroupCommlib(ShrinkMixin, PointToPointMixin, DataMovementMixin, Dev
                     OP_BY_HASH.get(hash(opts.reduceOp)), self._algo["reduce"], opts.rootRank,
                     False, None) is None):
             return self._done_works.get(tensors)
+        tried = self._tried(opts, len(tensors) == 1)
         opts = opts if opts is not None else dist.ReduceOptions()
         tensors = list(tensors)
         op, scale = op_of(opts.reduceOp)
@@ -279,12 +292,13 @@ class ProcessGroupCommlib(ShrinkMixin, PointToPointMixin, DataMovementMixin, Dev
         def body(call, async_op):
             for t in tensors:
                 buf, op2, fin = reduction_staging(t, op)
-                self._issue(call, async_op, self._comm.reduce(
+                run = self._comm._general_reduce if call.general(async_op) else self._comm.reduce
+                self._issue(call, async_op, run(
                     buf, root=root, op=op2, algorithm=self._algo["reduce"], async_op=async_op,
                     scale=scale if op2 == "premul_sum" else None))
                 if fin is not None and self.rank() == root:
                     call.finals.append(fin)
-        return self._run(opts.asyncOp, tensors, body)
+        return self._run(opts.asyncOp, tensors, body, tried=tried)
 
     # -- barrier ----------------------------------------------------------------------------
     def barrier(self, opts=None):
@@ -292,9 +306,13 @@ class ProcessGroupCommlib(ShrinkMixin, PointToPointMixin, DataMovementMixin, Dev
                 and self._core_address is not None and fast_collective(
                     self._core_address, BARRIER, None, None, None, None, 0, False, None) is None):
             return self._done_works.get([])
+        tried = self._tried(opts)
         opts = opts if opts is not None else dist.BarrierOptions()
-        return self._run(opts.asyncOp, [],
-                         lambda c, a: self._issue(c, a, self._comm.barrier(async_op=a)))
+
+        def body(call, async_op):
+            run = self._comm._general_barrier if call.general(async_op) else self._comm.barrier
+            self._issue(call, async_op, run(async_op=async_op))
+        return self._run(opts.asyncOp, [], body, tried=tried)
 
     # -- lifetime ---------------------------------------------------------------------------
     def _stop(self, abort: bool):

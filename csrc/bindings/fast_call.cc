@@ -118,10 +118,15 @@ PyObject* call0(PyObject* o, PyObject* name) {
 }
 
 
+// Calls of fast_collective in this process, taken or declined: tests check with it that a call is
+// offered to the latency path at most once (the GIL serialises the increment).
+uint64_t g_attempts = 0;
+
 // fast_collective(core_address, collective, a, b, op, algorithm, root, async_op, scale)
 //   a: the input-side array (all_reduce/broadcast/reduce: the tensor), b: the output-side array
 //   or None. Returns None when the collective ran, NotImplemented to ask for the general path.
 PyObject* fast_collective(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  ++g_attempts;
   if (nargs != 9 || g_array_type == nullptr) return fallback();
   PyObject *a = args[2], *b = args[3], *op_obj = args[4], *algo_obj = args[5], *root_obj = args[6];
   if (args[7] != Py_False) return fallback();  // async_op: the general path makes the Work
@@ -312,6 +317,9 @@ void bind_fast_call(py::module_& m) {
   m.def(
       "core_address", [](Communicator& c) { return reinterpret_cast<uintptr_t>(&c); },
       "Address of a Communicator core, for fast_collective (the caller keeps the core alive).");
+  m.def(
+      "fast_path_attempts", [] { return g_attempts; },
+      "How many times fast_collective was called in this process, taken or declined (for tests).");
   PyObject* fn = PyCFunction_NewEx(&g_fast_def, nullptr, m.ptr());
   if (!fn) throw py::error_already_set();
   m.add_object("fast_collective", py::reinterpret_steal<py::object>(fn));
