@@ -25,9 +25,6 @@ from commlib.core.work import Work  # noqa: F401  (re-exported: commlib.core.com
 # The latency path: blocking calls on plain NumPy arrays go straight to C++ (csrc/bindings/
 # fast_call.cc), which answers NotImplemented for anything it does not handle; the code after it in
 # each method is the general path, which validates and explains. Codes are _C.COLLECTIVES positions.
-# A caller that already tried the latency path itself (commlib.torch's backend, on the tensors the
-# user passed) and staged what it declined calls ``_general_<collective>``: the general path alone,
-# so a declined call is not offered to fast_collective twice.
 _fast = _C.fast_collective
 # (input, output, input_at, output_at) elements of one rank's buffers (csrc/common/shapes.h).
 _shapes = _C.buffer_shapes
@@ -141,10 +138,6 @@ class Communicator(GroupMethods):
         """
         if stream is None and _fast(self._addr, _ALL_REDUCE, tensor, out, op, algorithm, 0, async_op, scale) is None:
             return None
-        return self._general_all_reduce(tensor, op, algorithm, out, async_op, scale, stream)
-
-    def _general_all_reduce(self, tensor, op="sum", algorithm="auto", out=None, async_op=False, scale=None,
-                            stream=None):
         ip, n, dt = describe(tensor, "tensor")
         op_ = check_op(op, dt, scale)
         check_algorithm("all_reduce", algorithm)
@@ -160,9 +153,6 @@ class Communicator(GroupMethods):
         if stream is None and (
                 _fast(self._addr, _ALL_GATHER, input, output, "sum", algorithm, 0, async_op, None) is None):
             return None
-        return self._general_all_gather(output, input, algorithm, async_op, stream)
-
-    def _general_all_gather(self, output, input, algorithm="auto", async_op=False, stream=None):
         ip, n, dt = describe(input, "input")
         op_ptr = describe_like(output, "output", dt, "input", _shapes(_C.Collective.all_gather, n, self._size, self._rank, 0)[1],
                                 f"size*input = {self._size}*{n}")
@@ -176,10 +166,6 @@ class Communicator(GroupMethods):
         if stream is None and (
                 _fast(self._addr, _REDUCE_SCATTER, input, output, op, algorithm, 0, async_op, scale) is None):
             return None
-        return self._general_reduce_scatter(output, input, op, algorithm, async_op, scale, stream)
-
-    def _general_reduce_scatter(self, output, input, op="sum", algorithm="auto", async_op=False, scale=None,
-                                stream=None):
         op_ptr, n, dt = describe(output, "output")
         ip = describe_like(input, "input", dt, "output", _shapes(_C.Collective.reduce_scatter, n, self._size, self._rank, 0)[0],
                             f"size*output = {self._size}*{n}")
@@ -199,10 +185,6 @@ class Communicator(GroupMethods):
         if (output_splits is None and input_splits is None and stream is None
                 and _fast(self._addr, _ALL_TO_ALL, input, output, "sum", algorithm, 0, async_op, None) is None):
             return None
-        return self._general_all_to_all(output, input, algorithm, async_op, output_splits, input_splits, stream)
-
-    def _general_all_to_all(self, output, input, algorithm="auto", async_op=False, output_splits=None,
-                            input_splits=None, stream=None):
         ip, n_in, dt = describe(input, "input")
         op_ptr, n_out, dt2 = describe(output, "output")
         if dt2 != dt:
@@ -239,9 +221,6 @@ class Communicator(GroupMethods):
         if stream is None and (
                 _fast(self._addr, _BROADCAST, tensor, None, "sum", algorithm, root, async_op, None) is None):
             return None
-        return self._general_broadcast(tensor, root, algorithm, async_op, stream)
-
-    def _general_broadcast(self, tensor, root=0, algorithm="auto", async_op=False, stream=None):
         ip, n, dt = describe(tensor, "tensor")
         root = self._check_root(root)
         check_algorithm("broadcast", algorithm)
@@ -253,10 +232,6 @@ class Communicator(GroupMethods):
         """Reduce ``tensor`` over all ranks into ``root`` (into ``out`` there if given)."""
         if stream is None and _fast(self._addr, _REDUCE, tensor, out, op, algorithm, root, async_op, scale) is None:
             return None
-        return self._general_reduce(tensor, root, op, algorithm, out, async_op, scale, stream)
-
-    def _general_reduce(self, tensor, root=0, op="sum", algorithm="auto", out=None, async_op=False, scale=None,
-                        stream=None):
         ip, n, dt = describe(tensor, "tensor")
         root = self._check_root(root)
         op_ = check_op(op, dt, scale)
@@ -305,9 +280,6 @@ class Communicator(GroupMethods):
         """Return once every rank has entered the barrier."""
         if _fast(self._addr, _BARRIER, None, None, "sum", "auto", 0, async_op, None) is None:
             return None
-        return self._general_barrier(async_op)
-
-    def _general_barrier(self, async_op=False):
         return self._run("barrier", "auto", 0, 0, 0, "uint8", "sum", 0, 1.0, async_op, ())
 
     # -- point to point -----------------------------------------------------------------------

@@ -10,9 +10,7 @@ Every method turns torch's arguments into one call (or a few) of the communicato
 * tensors are staged as contiguous 1-D buffers of a dtype the core knows (``staging.py``);
 * a blocking call (``opts.asyncOp`` False, e.g. ``dist.all_reduce(t)``) runs on the caller's
   thread and raises commlib's own error (``MismatchError``, ``PeerError``, ...); the commonest
-  one, all_reduce of one contiguous tensor, goes straight to the core (``fast_path.py``); what
-  that latency path declines is staged and handed to the communicator's general path alone
-  (``_general_<collective>``, ``Call.general``), so no call is offered to ``fast_collective`` twice;
+  one, all_reduce of one contiguous tensor, goes straight to the core (``fast_path.py``);
 * an asynchronous call (``async_op=True``, DDP, functional collectives, FSDP2) is queued on the
   communicator's FIFO worker and completed by the group's completion thread (``work.py``);
 * sends and receives are held back and issued as concurrent batches (``p2p.py``); the
@@ -156,15 +154,8 @@ class ProcessGroupCommlib(ShrinkMixin, PointToPointMixin, DataMovementMixin, Dev
                 f"name={self._group_name!r})")
 
     # -- issuing and completing calls ---------------------------------------------------------
-    def _tried(self, opts, eligible=True) -> bool:
-        """Whether a method's inline latency path ran on this call (and declined it): its own
-        condition without the call, read before ``_run`` flushes held-back sends."""
-        return (eligible and opts is not None and not opts.asyncOp and not self._p2p
-                and self._core_address is not None)
-
-    def _run(self, async_op: bool, result, body, tensors=None, tried=False):
+    def _run(self, async_op: bool, result, body, tensors=None):
         """Run ``body(call, async_op)`` (which issues commlib calls) and wrap it in a Work.
-        ``tried``: the latency path declined the call already (``Call.general``).
 
         Blocking calls run on this thread and raise commlib's errors directly. Calls on CUDA
         tensors (``tensors``, default ``result``, decides) are ordered on the current stream
@@ -174,7 +165,7 @@ class ProcessGroupCommlib(ShrinkMixin, PointToPointMixin, DataMovementMixin, Dev
             self._flush_p2p()
         device = cuda_device(result if tensors is None else tensors)
         if device is not None:
-            call = Call(result, tried)
+            call = Call(result)
             body(call, True)  # enqueued on the current stream; the device works poll it
             call.finish()     # copies out of staging buffers: enqueued after it on that stream
             return StreamWork(call.result, device, call.works)
@@ -182,7 +173,7 @@ class ProcessGroupCommlib(ShrinkMixin, PointToPointMixin, DataMovementMixin, Dev
             # Issued from a future's callback running on the completion thread (e.g. PowerSGD's
             # hook waits on an all_reduce inside .then): run it here, or it would wait on itself.
             async_op = False
-        call = Call(result, tried)
+        call = Call(result)
         body(call, async_op)
         if not async_op or not call.works:  # done on this thread
             call.finish()
@@ -205,8 +196,10 @@ class ProcessGroupCommlib(ShrinkMixin, PointToPointMixin, DataMovementMixin, Dev
                 sparse_all_reduce(comm, t, op)
                 continue
             buf, op2, fin = reduction_staging(t, op)
-            run = comm._general_all_reduce if call.general(async_op) else comm.all_reduce
-            w = run(buf, op=op2, algorithm=algo, async_op=async_op, scale=scale if op2 == "premul_sum" else None)
+            # comm.all_reduce, not its general path alone: the staged buffer is a new offer its
+            # latency path takes (tens of us less; docs/torch_backend.md, "Cost of a call")
+            w = comm.all_reduce(buf, op=op2, algorithm=algo, async_op=async_op,
+                                scale=scale if op2 == "premul_sum" else None)
             self._issue(call, async_op, w)
             if fin is not None:
                 call.finals.append(fin)
@@ -220,10 +213,9 @@ class ProcessGroupCommlib(ShrinkMixin, PointToPointMixin, DataMovementMixin, Dev
                     OP_BY_HASH.get(hash(opts.reduceOp)), self._algo["all_reduce"], 0, False,
                     None) is None):
             return self._done_works.get(tensors)
-        tried = self._tried(opts, len(tensors) == 1)
         opts = opts if opts is not None else dist.AllreduceOptions()
         return self._run(opts.asyncOp, list(tensors),
-                         lambda c, a: self._allreduce_into(c, a, tensors, opts.reduceOp), tried=tried)
+                         lambda c, a: self._allreduce_into(c, a, tensors, opts.reduceOp))
 
     def allreduce_coalesced(self, tensors, opts=None):
         opts = opts if opts is not None else dist.AllreduceCoalescedOptions()
@@ -258,7 +250,6 @@ class ProcessGroupCommlib(ShrinkMixin, PointToPointMixin, DataMovementMixin, Dev
                     self._core_address, BROADCAST, tensors[0], None, None,
                     self._algo["broadcast"], opts.rootRank, False, None) is None):
             return self._done_works.get(tensors)
-        tried = self._tried(opts, len(tensors) == 1)
         opts = opts if opts is not None else dist.BroadcastOptions()
         tensors = list(tensors)
         root = opts.rootRank
@@ -268,12 +259,11 @@ class ProcessGroupCommlib(ShrinkMixin, PointToPointMixin, DataMovementMixin, Dev
                 st = out_bytes(t)
                 if st.copy and self.rank() == root:
                     st.buf.copy_(as_bytes(t))
-                run = self._comm._general_broadcast if call.general(async_op) else self._comm.broadcast
-                self._issue(call, async_op, run(
+                self._issue(call, async_op, self._comm.broadcast(
                     st.buf, root=root, algorithm=self._algo["broadcast"], async_op=async_op))
                 if st.copy:
                     call.finals.append(st.done)
-        return self._run(opts.asyncOp, tensors, body, tried=tried)
+        return self._run(opts.asyncOp, tensors, body)
 
     # -- reduce -----------------------------------------------------------------------------
     def reduce(self, tensors, opts=None):
@@ -283,7 +273,6 @@ class ProcessGroupCommlib(ShrinkMixin, PointToPointMixin, DataMovementMixin, Dev
                     OP_BY_HASH.get(hash(opts.reduceOp)), self._algo["reduce"], opts.rootRank,
                     False, None) is None):
             return self._done_works.get(tensors)
-        tried = self._tried(opts, len(tensors) == 1)
         opts = opts if opts is not None else dist.ReduceOptions()
         tensors = list(tensors)
         op, scale = op_of(opts.reduceOp)
@@ -292,13 +281,12 @@ class ProcessGroupCommlib(ShrinkMixin, PointToPointMixin, DataMovementMixin, Dev
         def body(call, async_op):
             for t in tensors:
                 buf, op2, fin = reduction_staging(t, op)
-                run = self._comm._general_reduce if call.general(async_op) else self._comm.reduce
-                self._issue(call, async_op, run(
+                self._issue(call, async_op, self._comm.reduce(
                     buf, root=root, op=op2, algorithm=self._algo["reduce"], async_op=async_op,
                     scale=scale if op2 == "premul_sum" else None))
                 if fin is not None and self.rank() == root:
                     call.finals.append(fin)
-        return self._run(opts.asyncOp, tensors, body, tried=tried)
+        return self._run(opts.asyncOp, tensors, body)
 
     # -- barrier ----------------------------------------------------------------------------
     def barrier(self, opts=None):
@@ -306,13 +294,9 @@ class ProcessGroupCommlib(ShrinkMixin, PointToPointMixin, DataMovementMixin, Dev
                 and self._core_address is not None and fast_collective(
                     self._core_address, BARRIER, None, None, None, None, 0, False, None) is None):
             return self._done_works.get([])
-        tried = self._tried(opts)
         opts = opts if opts is not None else dist.BarrierOptions()
-
-        def body(call, async_op):
-            run = self._comm._general_barrier if call.general(async_op) else self._comm.barrier
-            self._issue(call, async_op, run(async_op=async_op))
-        return self._run(opts.asyncOp, [], body, tried=tried)
+        return self._run(opts.asyncOp, [],
+                         lambda c, a: self._issue(c, a, self._comm.barrier(async_op=a)))
 
     # -- lifetime ---------------------------------------------------------------------------
     def _stop(self, abort: bool):

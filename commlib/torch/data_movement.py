@@ -27,8 +27,8 @@ def _unpack_blocks(flat, outs, starts, counts):
 
 class DataMovementMixin:
     """Collectives of ``ProcessGroupCommlib`` that gather, scatter or exchange blocks (needs
-    ``_comm``, ``_algo``, ``_run``, ``_issue``, ``_p2p`` and the latency path's ``_core_address``,
-    ``_done_works`` and ``_tried``)."""
+    ``_comm``, ``_algo``, ``_run``, ``_issue``, ``_p2p`` and the latency path's ``_core_address``
+    and ``_done_works``)."""
 
     # -- all_gather -------------------------------------------------------------------------
     def _gather_flat(self, call, async_op, outputs, inp):
@@ -98,8 +98,7 @@ class DataMovementMixin:
                              f"world_size*input = {P}*{inp.numel()}")
         st = out_bytes(output)
         src = as_bytes(inp)
-        run = self._comm._general_all_gather if call.general(async_op) else self._comm.all_gather
-        self._issue(call, async_op, run(
+        self._issue(call, async_op, self._comm.all_gather(
             st.buf, src, algorithm=self._algo["all_gather"], async_op=async_op))
         if st.copy:
             call.finals.append(st.done)
@@ -111,10 +110,9 @@ class DataMovementMixin:
                     self._core_address, ALL_GATHER, input_tensor, output_tensor, None,
                     self._algo["all_gather"], 0, False, None) is None):
             return self._done_works.get([output_tensor])
-        tried = self._tried(opts)
         opts = opts if opts is not None else dist.AllgatherOptions()
         return self._run(opts.asyncOp, [output_tensor],
-                         lambda c, a: self._all_gather_single_into(c, a, output_tensor, input_tensor), tried=tried)
+                         lambda c, a: self._all_gather_single_into(c, a, output_tensor, input_tensor))
 
     _allgather_base = all_gather_single
 
@@ -140,8 +138,7 @@ class DataMovementMixin:
                              f"{P}*{output.numel()}")
         obuf, op2, fin = reduction_staging(output, op)
         ibuf, _, _ = reduction_staging(inp, op)  # read only: views are fine
-        run = self._comm._general_reduce_scatter if call.general(async_op) else self._comm.reduce_scatter
-        self._issue(call, async_op, run(
+        self._issue(call, async_op, self._comm.reduce_scatter(
             obuf, ibuf, op=op2, algorithm=self._algo["reduce_scatter"], async_op=async_op,
             scale=scale if op2 == "premul_sum" else None))
         if fin is not None:
@@ -154,10 +151,9 @@ class DataMovementMixin:
                     OP_BY_HASH.get(hash(opts.reduceOp)), self._algo["reduce_scatter"], 0, False,
                     None) is None):
             return self._done_works.get([output_tensor])
-        tried = self._tried(opts)
         opts = opts if opts is not None else dist.ReduceScatterOptions()
         return self._run(opts.asyncOp, [output_tensor], lambda c, a: self._reduce_scatter_single_into(
-            c, a, output_tensor, input_tensor, opts.reduceOp), tried=tried)
+            c, a, output_tensor, input_tensor, opts.reduceOp))
 
     _reduce_scatter_base = reduce_scatter_single
 
@@ -210,13 +206,12 @@ class DataMovementMixin:
     def _alltoallv(self, call, async_op, obuf, ibuf, osplits, isplits):
         equal = (all(s == osplits[0] for s in osplits) and list(osplits) == list(isplits)
                  and obuf.numel() == ibuf.numel())
-        # split sizes: the communicator's general path whatever the call (its latency path
-        # takes equal blocks only)
-        run = self._comm._general_all_to_all if call.general(async_op) or not equal else self._comm.all_to_all
         if equal:
-            w = run(obuf, ibuf, algorithm=self._algo["all_to_all"], async_op=async_op)
+            w = self._comm.all_to_all(obuf, ibuf, algorithm=self._algo["all_to_all"],
+                                      async_op=async_op)
         else:
-            w = run(obuf, ibuf, async_op=async_op, output_splits=list(osplits), input_splits=list(isplits))
+            w = self._comm.all_to_all(obuf, ibuf, async_op=async_op,
+                                      output_splits=list(osplits), input_splits=list(isplits))
         self._issue(call, async_op, w)
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
@@ -225,7 +220,6 @@ class DataMovementMixin:
                 and fast_collective(self._core_address, ALL_TO_ALL, input, output, None,
                                     self._algo["all_to_all"], 0, False, None) is None):
             return self._done_works.get([output])
-        tried = self._tried(opts, not output_split_sizes and not input_split_sizes)
         opts = opts if opts is not None else dist.AllToAllOptions()
         P = self.size()
 
@@ -253,7 +247,7 @@ class DataMovementMixin:
             self._alltoallv(call, async_op, st.buf, ibuf, osp, isp)
             if st.copy:
                 call.finals.append(st.done)
-        return self._run(opts.asyncOp, [output], body, tried=tried)
+        return self._run(opts.asyncOp, [output], body)
 
     alltoall_base = all_to_all_single
 

@@ -26,24 +26,14 @@ def timeout_seconds(timeout) -> Optional[float]:
 
 
 class Call:
-    """The pieces of one torch call: commlib works to wait on, finalizers, the future's value,
-    and whether the method's inline latency path already declined these tensors (``tried``)."""
+    """The pieces of one torch call: commlib works to wait on, finalizers, the future's value."""
 
-    __slots__ = ("works", "finals", "result", "tried")
+    __slots__ = ("works", "finals", "result")
 
-    def __init__(self, result, tried=False):
+    def __init__(self, result):
         self.works = []
         self.finals = []
         self.result = result
-        self.tried = tried
-
-    def general(self, async_op: bool) -> bool:
-        """Whether the staged buffers go to the communicator's general path alone
-        (``_general_<collective>``): when the latency path declined this call already, or the
-        call is asynchronous (which it declines anyway). A synchronous call it was not offered
-        (held-back sends flushed first, several tensors, issued from the completion thread) still
-        gets the communicator's own try, once."""
-        return self.tried or async_op
 
     def finish(self):
         """Run the finalizers (on this thread)."""
