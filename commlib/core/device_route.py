@@ -293,11 +293,10 @@ class DeviceRoute:
         return self._enqueued(work, refs, stream_of, async_op)
 
     def _enqueued(self, work, refs, stream_of, async_op):
-        # Buffers of executed calls are let go in batches: polling the oldest call on every call
-        # was a driver query per call (issue #25); at most _DRAIN_AT executed calls' refs linger.
-        if len(self._pending) >= _DRAIN_AT:
-            while self._pending and self._pending[0][0].is_completed():
-                self._pending.popleft()
+        # Polled on every call (one event query): a work held here also holds its completion
+        # event, which the engine's pool reuses only once nothing else holds it.
+        while self._pending and self._pending[0][0].is_completed():
+            self._pending.popleft()
         self._pending.append((work, refs))
         return DeviceWork(work, refs, stream_of) if async_op else None
 
@@ -344,8 +343,6 @@ def parse_device(device):
     return buf.kind, buf.device_index
 
 
-# Calls whose buffers stay referenced after they executed, at most (DeviceRoute._enqueued).
-_DRAIN_AT = 16
 # Entries of the route's per-call caches (resolved calls, wrapped streams) before they start over.
 _MAX_CACHED = 256
 
