@@ -12,7 +12,6 @@ import os
 from typing import Optional, Sequence
 
 import commlib._C as _C
-from commlib.device.buffers import device_buffer
 from commlib.device.host_buffers import describe
 from commlib.core.call_spec import COLLECTIVE, DTYPE, OP
 from commlib.core.comm_groups import GroupMethods
@@ -140,11 +139,10 @@ class Communicator(GroupMethods):
         if stream is None and _fast(self._addr, _ALL_REDUCE, tensor, out, op, algorithm, 0, async_op, scale) is None:
             return None
         route = self._device_route
-        if (route is not None and route._calls and stream is None and out is None and type(op) is str
-                and type(algorithm) is str and (scale is None or type(scale) in (float, int))):
+        if (route is not None and stream is None and out is None and type(op) is str and type(algorithm) is str
+                and (scale is None or type(scale) in (float, int))):
             # A device call of a shape that ran before (issue #25): its key proves the checks below.
-            buf = device_buffer(tensor, "tensor")
-            hit = None if buf is None else route.cached_all_reduce(buf, op, algorithm, scale, async_op, (tensor, None))
+            hit = route.cached_all_reduce(tensor, op, algorithm, scale, async_op)
             if hit is not None:
                 return hit[0]
         ip, n, dt = describe(tensor, "tensor")

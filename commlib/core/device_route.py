@@ -23,7 +23,7 @@ from commlib.device import nccl_comm as device_nccl
 from commlib.device.route_context import RouteContext
 from commlib.core.shrink import gone_peers
 from commlib.core.work import Work
-from commlib.device.buffers import DeviceBuffer
+from commlib.device.buffers import DeviceBuffer, device_buffer
 
 
 class DeviceWork(Work):
@@ -233,16 +233,20 @@ class DeviceRoute:
             self._calls[(first, op, algorithm, scale if op == "premul_sum" else None)] = (engine, args, stream_of)
         return self._enqueued(work, refs, stream_of, async_op)
 
-    def cached_all_reduce(self, buf, op, algorithm, scale, async_op, refs):
-        """An in-place all_reduce of ``buf`` (its DeviceBuffer) on the current stream, if a call of
-        this exact key ran before (its checks passed then): (its result,); None when not cached."""
-        hit = self._calls.get((buf, op, algorithm, scale))
+    def cached_all_reduce(self, tensor, op, algorithm, scale, async_op):
+        """An in-place all_reduce of ``tensor`` on the current stream, if a call of this exact key
+        (the buffer as read now, op, algorithm, scale) ran before, so its checks passed then:
+        (its result,); None when not cached (the caller takes the general path)."""
+        if not self._calls:
+            return None
+        buf = device_buffer(tensor, "tensor")
+        hit = None if buf is None else self._calls.get((buf, op, algorithm, scale))
         if hit is None:
             return None
         engine, args, stream_of = hit
         work = engine.run(*args, stream_of(None))
         self._last_engine = engine
-        return (self._enqueued(work, refs, stream_of, async_op),)
+        return (self._enqueued(work, (tensor, None), stream_of, async_op),)
 
     def _one_device(self, bufs, stream):
         """The first buffer, the stream resolver for its device and the call's stream; raises if
