@@ -184,6 +184,9 @@ void bind_device(py::module_& m) {
       "The stream engine's choice (stream/device_link.h) for a host map: (rank's link to every rank, 'ipc' or "
       "'nccl' ('' for itself), whether some pair of the world uses nccl). ValueError naming COMMLIB_DEVICE_LINK "
       "for a pair no link connects or an unknown setting.");
+  m.def("device_auto_slot_bytes", &auto_slot_bytes, py::arg("ranks"), py::arg("nslots"),
+        "The stream engine's inbox slot size for COMMLIB_DEVICE_SLOT_BYTES=0 (auto) at this world size and slot "
+        "count (stream/stream_engine.h).");
   m.def("emulated_device", &emulated_device, py::arg("index") = 0,
         "The process's emulated device `index` (COMMLIB_EMULATED_DELAY_US read when first created).");
 

@@ -68,8 +68,10 @@ const std::vector<Param> kParams = {
     {"COMMLIB_EMULATED_DEVICE", "int", "0",
      "the emulated device commlib.emulated uses where none is named (one per rank, as torch.cuda.set_device: "
      "the emulated NCCL, like NCCL, refuses two ranks on one device)", 0, INT64_MAX},
-    {"COMMLIB_DEVICE_SLOT_BYTES", "bytes", "262144",
-     "bytes of one inbox slot of the stream engine (device buffers), a multiple of 64, the same on every rank", 0, INT64_MAX},
+    {"COMMLIB_DEVICE_SLOT_BYTES", "bytes", "0",
+     "bytes of one inbox slot of the stream engine (device buffers: a message moves in chunks of a slot), a multiple "
+     "of 64, the same on every rank; 0 = auto: about 64 MiB of slots per rank, a power of two between 256 KiB and "
+     "4 MiB (4 MiB up to 4 ranks with 4 slots, 2 MiB at 8, 256 KiB from 64)", 0, INT64_MAX},
     {"COMMLIB_DEVICE_SLOTS", "int", "4", "inbox slots per peer of the stream engine (1..64)", 1, 64},
     {"COMMLIB_DEVICE_PATH", "name", "auto",
      "how the stream engine runs a collective on device buffers: kernel = one kernel launch over peer memory, "
