@@ -131,6 +131,9 @@ void bind_device(py::module_& m) {
   py::class_<EmulatedDevice, Device, std::shared_ptr<EmulatedDevice>>(m, "EmulatedDevice")
       .def_property_readonly("delay_us", &EmulatedDevice::delay_us)
       .def("allocated_bytes", &EmulatedDevice::allocated_bytes)
+      .def("driver_calls", &EmulatedDevice::driver_calls,
+           "Driver calls made on this device so far, by the CUDA call each stands for (tests pin a call's "
+           "structure: launches, event records and waits, host functions).")
       .def("inject_fault", &EmulatedDevice::inject_fault, py::arg("kind"))
       .def_property_readonly("fault", &EmulatedDevice::fault)
       // Emulated memory is host memory: read it back directly (after a synchronize).

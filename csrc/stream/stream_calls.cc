@@ -84,6 +84,7 @@ void StreamEngine::check_first_call(const CollectiveCall& call) {
 }
 
 std::shared_ptr<DeviceEvent> StreamEngine::begin(const CallDesc& desc, DeviceStream& s) {
+  bool wake_watchdog;
   {
     // Calls that completed since the watchdog's last tick give their events back now, so a tight
     // loop of calls reuses a few events (stream/event_pool.h) instead of one per tick's worth.
@@ -102,9 +103,11 @@ std::shared_ptr<DeviceEvent> StreamEngine::begin(const CallDesc& desc, DeviceStr
     std::lock_guard<std::mutex> lk(mu_);
     ++seq_;
     in_flight_.push_back(InFlight{seq_, desc, done, false});
+    wake_watchdog = watchdog_parked_;  // else it ticks anyway and finds the call on its next tick
   }
-  cv_.notify_all();
-  if (last_done_) device_->wait_event(s, *last_done_);  // calls execute in call order
+  if (wake_watchdog) cv_.notify_all();
+  // Calls execute in call order: one on another stream than the last waits for it.
+  if (last_done_ && s.native_handle() != last_done_stream_) device_->wait_event(s, *last_done_);
   return done;
 }
 
@@ -117,6 +120,7 @@ std::shared_ptr<DeviceWork> StreamEngine::finish(std::shared_ptr<DeviceEvent> do
       if (it->seq == seq_) it->recorded = true;
   }
   last_done_ = done;
+  last_done_stream_ = s.native_handle();
   if (!enqueue_error.empty()) {
     // The engine's first error: ours, or the one that made the enqueue fail (the watchdog may
     // have failed the engine meanwhile, e.g. a mismatch aborting the NCCL communicator).

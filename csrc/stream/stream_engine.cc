@@ -325,6 +325,7 @@ void StreamEngine::release_memory(bool peers_closed) {
     waits_.clear();
   }
   last_done_.reset();
+  last_done_stream_ = nullptr;
   events_->clear();
   send_stream_.reset();
   recv_stream_.reset();

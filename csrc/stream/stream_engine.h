@@ -350,6 +350,11 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   std::vector<uint64_t> p2p_sent_, p2p_received_;  // point-to-point messages per peer
   PlanCache plans_;  // resolved as the host communicator resolves (its context)
   std::shared_ptr<DeviceEvent> last_done_;
+  // The stream last_done_ was recorded on (its native handle): a call on that same stream is
+  // ordered after it by the stream itself and needs no event wait (one driver call fewer per
+  // call, issue #25). A handle cannot name another stream while work on it is pending: CUDA frees
+  // a destroyed stream's resources only once its work completed.
+  void* last_done_stream_ = nullptr;
   std::unique_ptr<EventPool> events_;  // the calls' completion events (stream/event_pool.h)
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
@@ -373,6 +378,9 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   std::string fail_message_;
   uint64_t failed_from_seq_ = 0;
   bool stop_ = false;
+  // The watchdog sleeps without a tick (until a call or stop_) only after kParkAfter without calls
+  // in flight; begin() wakes it only then, not with a futex wake on every call (issue #25).
+  bool watchdog_parked_ = false;
   std::chrono::steady_clock::time_point wd_last_progress_ = std::chrono::steady_clock::now();
   const void* wd_last_front_ = nullptr;
   uint64_t wd_last_target_ = 0;
