@@ -100,9 +100,10 @@ def test_silent_peer_times_out_and_the_abort_word_releases_the_kernel(pool):
                                               ("COMMLIB_DEVICE_LL_BYTES", "0", "1024")])
 def test_ranks_with_different_settings_are_refused(pool, name, rank1, rank0):
     base = {"COMMLIB_DEVICE_PATH": "kernel"}
-    for msg in pool(2, env=DELAY_ENV).run(mixed_settings, dict(base, **{name: rank1}), dict(base, **{name: rank0}),
-                                          timeout=40):
-        assert name in msg and "every rank must use the same" in msg, msg
+    for late_rank in (None, 0, 1):  # together, then each rank's first call found published by the other
+        for msg in pool(2, env=DELAY_ENV).run(mixed_settings, dict(base, **{name: rank1}), dict(base, **{name: rank0}),
+                                              late_rank, timeout=40):
+            assert name in msg and "every rank must use the same" in msg, (late_rank, msg)
 
 
 # -- on a GPU ------------------------------------------------------------------------------------
