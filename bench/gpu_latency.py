@@ -4,6 +4,9 @@ device paths, three clocks per call, against torch's own do-nothing round trip i
     python3 bench/gpu_latency.py --np 4 [--json out.json]
     python bench/gpu_latency.py --device emulated --np 2 --reps 20 --no-large   # checks the script
                                                    # here; its numbers say nothing about a GPU
+    python3 bench/gpu_latency.py --sizes 64M --algorithms two_shot,ring \
+        --sweep COMMLIB_DEVICE_SLOT_BYTES=256K,1M,4M --sweep COMMLIB_DEVICE_SLOTS=4,8
+                        # one rank pool per combination of the swept settings (a row's `config`)
 
 Per (path, algorithm, size), medians over --reps calls, the slowest rank's value:
 - ``sync``: the call plus a stream synchronize, as ``commlib bench --device cuda`` times it (the
@@ -14,12 +17,12 @@ Per (path, algorithm, size), medians over --reps calls, the slowest rank's value
   GPU, waiting for the peers included);
 - ``enqueue``: the host time of the call alone (Python, the binding, the launch).
 The floor: ``floor`` rows time an 8-byte ``add_`` the same ways, and at the large sizes a
-device-to-device ``copy_``, whose bandwidth at the large sizes (bytes copied / time), the reference for the
-paths' bus bandwidth. The numbers are read as ratios against those floors, measured in the same job.
+device-to-device ``copy_``, whose bandwidth (bytes copied / time) is the reference for the paths'. The numbers are read as ratios against those floors, measured in the same job.
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -77,7 +80,13 @@ def _ones(device, n):
     return buf
 
 
-def rank_main(comm, device, algorithms, reps, large):
+def parse_size(text: str) -> int:
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    t = text.strip().upper()
+    return int(t[:-1]) * mult[t[-1]] if t and t[-1] in mult else int(t)
+
+
+def rank_main(comm, device, algorithms, reps, sizes, paths=("kernel", "copy")):
     from commlib.bench import device_paths
     from commlib.bench.device import synchronizer
     from commlib.perf.device_buffers import to_host
@@ -89,13 +98,13 @@ def rank_main(comm, device, algorithms, reps, large):
         from commlib.device import emulated
         stream = emulated.current_stream()
     assert synchronizer(device) is not None
-    comms = device_paths.path_communicators(comm, device, ["kernel", "copy"])
+    comms = device_paths.path_communicators(comm, device, list(paths))
     rows = []
     x = _ones(device, 2)
     comm.barrier()
     rows.append(dict(path="floor", algorithm="add_" if device == "cuda" else "copy_", bytes=8,
                      **_clocks((lambda: x.add_(1)) if device == "cuda" else (lambda: x.copy_(x)), stream, reps)))
-    for nbytes in SMALL + (LARGE if large else ()):
+    for nbytes in sizes:
         n = max(nbytes // 4, 1)
         buf = _ones(device, n)
         r = reps if nbytes < (1 << 20) else max(5, reps // 20)
@@ -115,7 +124,7 @@ def rank_main(comm, device, algorithms, reps, large):
                     continue
                 rows.append(dict(path=path, algorithm=algo, bytes=nbytes, ran=c._device_route.last_path(), **t))
         buf = _ones(device, n)
-        comms["kernel"].all_reduce(buf)
+        next(iter(comms.values())).all_reduce(buf)
         if not (to_host(buf) == comm.size).all():
             rows.append(dict(path="check", algorithm="sum", bytes=nbytes, error="wrong result"))
         del buf
@@ -134,20 +143,22 @@ def merge(per_rank):
     return out
 
 
-def markdown(rows, np_, mps, device):
+def markdown(rows, np_, mps, device, swept=False):
     from commlib.perf.common import fmt_bytes
     where = "GPU 0" if device == "cuda" else "emulated device 0 (says nothing about a GPU)"
     lines = [f"{np_} ranks on {where}{' under MPS' if mps else ' (no MPS)'}; µs per call, the slowest rank's "
              "median; `loop` = calls back to back, one synchronize (nccl-tests' convention); "
              "`floor` rows: an 8-byte `add_` and a device-to-device `copy_` timed the same way.", "",
-             "| path | algorithm | size | sync µs | loop µs | gpu µs | enqueue µs | GB/s (sync) | ran |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+             ("| config " if swept else "") + "| path | algorithm | size | sync µs | loop µs | gpu µs | enqueue µs | "
+             "GB/s (sync) | ran |",
+             ("| --- " if swept else "") + "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in rows:
+        lead = f"| {r.get('config', '')} " if swept else ""
         if "error" in r:
-            lines.append(f"| {r['path']} | {r['algorithm']} | {fmt_bytes(r['bytes'])} | {r['error']} | | | | | |")
+            lines.append(lead + f"| {r['path']} | {r['algorithm']} | {fmt_bytes(r['bytes'])} | {r['error']} | | | | | |")
             continue
         gbs = r["bytes"] / (r["sync"] * 1e-6) / 1e9
-        lines.append(f"| {r['path']} | {r['algorithm']} | {fmt_bytes(r['bytes'])} | {r['sync']:.1f} | "
+        lines.append(lead + f"| {r['path']} | {r['algorithm']} | {fmt_bytes(r['bytes'])} | {r['sync']:.1f} | "
                      f"{r['loop']:.1f} | {'' if r['gpu'] is None else format(r['gpu'], '.1f')} | {r['enqueue']:.1f} | {gbs:.3g} | {r.get('ran', '')} |")
     return "\n".join(lines) + "\n"
 
@@ -159,6 +170,11 @@ def main(argv=None):
     ap.add_argument("--algorithms", default="direct,two_shot,ring")
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--no-large", action="store_true", help="small sizes only")
+    ap.add_argument("--sizes", default="", help="comma list of sizes in bytes (K, M, G suffixes); "
+                    "default 8,4K,64K,64M,256M (without the last two with --no-large)")
+    ap.add_argument("--paths", default="kernel,copy")
+    ap.add_argument("--sweep", action="append", default=[], metavar="NAME=V1,V2",
+                    help="a setting to sweep (repeatable): one rank pool per combination")
     ap.add_argument("--json", default="")
     ap.add_argument("--timeout", type=float, default=240.0)
     args = ap.parse_args(argv)
@@ -166,14 +182,26 @@ def main(argv=None):
 
     from commlib.testing.ranks import RankPool
     mps = bool(os.environ.get("CUDA_MPS_PIPE_DIRECTORY"))
-    pool = RankPool(args.np, timeout=args.timeout, env={"COMMLIB_TIMEOUT": "30"})
-    try:
-        per_rank = pool.run(rank_main, args.device, args.algorithms.split(","), args.reps, not args.no_large,
-                            timeout=args.timeout)
-    finally:
-        pool.close()
-    rows = merge(per_rank)
-    text = markdown(rows, args.np, mps, args.device)
+    sizes = ([parse_size(x) for x in args.sizes.split(",") if x] if args.sizes
+             else list(SMALL + (() if args.no_large else LARGE)))
+    axes = []
+    for spec in args.sweep:
+        name, _, values = spec.partition("=")
+        if not name.startswith("COMMLIB_") or not values:
+            raise SystemExit(f"gpu_latency: --sweep: expected COMMLIB_NAME=V1,V2, got {spec!r}")
+        axes.append([(name, v) for v in values.split(",")])
+    rows = []
+    for combo in itertools.product(*axes) if axes else [()]:
+        env = {"COMMLIB_TIMEOUT": "30", **dict(combo)}
+        config = " ".join(f"{k.removeprefix('COMMLIB_DEVICE_').lower()}={v}" for k, v in combo)
+        pool = RankPool(args.np, timeout=args.timeout, env=env)
+        try:
+            per_rank = pool.run(rank_main, args.device, args.algorithms.split(","), args.reps, sizes,
+                                args.paths.split(","), timeout=args.timeout)
+        finally:
+            pool.close()
+        rows += [dict(r, config=config) for r in merge(per_rank)]
+    text = markdown(rows, args.np, mps, args.device, swept=bool(axes))
     print(text)
     if args.json:
         with open(args.json, "w") as f:

@@ -24,6 +24,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # this tree's commlib, as bench/sim_validate.py
 from commlib.sim.fit_sched import QUANTUM_FIT_BYTES, SPIN_US  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sim_inputs import require  # noqa: E402
+
 CSV = os.path.join("bench", "results", "summary.csv")
 SUMMARY = "shm_np248.json"   # in bench/sim_data/: the commlib rows of the CSV's np2/np4/np8 runs
 RUNS = ("np2", "np4", "np8")
@@ -35,7 +38,7 @@ def summarize_csv(root, dst):
     """The commlib rows (out of place, not auto) of the CSV's np2/np4/np8 runs, as a bench-style
     summary with each run's machine line; rewrites ``dst``."""
     meta, rows = {}, []
-    with open(os.path.join(root, CSV)) as f:
+    with open(require(os.path.join(root, CSV), "the committed bench CSV (bench/results.py writes it)")) as f:
         lines = f.readlines()
     for line in lines:
         if line.startswith("# run "):
@@ -49,6 +52,10 @@ def summarize_csv(root, dst):
                          "algorithm": r["algorithm"], "world_size": int(r["world_size"]), "dtype": r["dtype"],
                          "bytes": int(r["bytes"]), "root": int(r["root"]),
                          "time_us": {"median": round(float(r["median_us"]), 3)}})
+    absent = [run for run in RUNS if run not in meta]
+    if absent:
+        raise SystemExit(f"{os.path.join(root, CSV)}: no '# run' line for {', '.join(absent)} (runs {', '.join(RUNS)} "
+                         "are what this summary reads)")
     with open(dst, "w") as f:
         json.dump({"source": f"{CSV} (runs {', '.join(RUNS)}, commlib rows, out of place)",
                    "machine": meta["np2"]["machine"], "runs": meta, "results": rows}, f, indent=0)
@@ -66,12 +73,11 @@ def _band(nbytes):
 
 
 def section(lines, data_dir, fmt_bytes):
-    """Appends the section; returns {ranks: (median |error| before, after)} (empty without data)."""
+    """Appends the section; returns {ranks: (median |error| before, after)}. SystemExit naming the
+    summary when it is missing."""
     from commlib import sim
-    path = os.path.join(data_dir, SUMMARY)
-    if not os.path.exists(path):
-        lines += ["### Ranks beyond the cores: no data", "", f"No `bench/sim_data/{SUMMARY}`.", ""]
-        return {}
+    path = require(os.path.join(data_dir, SUMMARY), "run bench/sim_cores.py --summarize (from the committed "
+                   f"{CSV})")
     with open(path) as f:
         data = json.load(f)
     # The library's own fit: rates at 2 ranks, then cores_per_host from the file's machine and

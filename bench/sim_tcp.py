@@ -28,6 +28,9 @@ import statistics
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sim_inputs import require  # noqa: E402
+
 RATE = "1gbit"
 RATE_GBPS = 1.0
 # tbf counts whole frames on the veth (Ethernet header included, no preamble or gap): a full TCP
@@ -113,14 +116,10 @@ BANDS = (("small", "< 32 KiB"), ("mid", "32-256 KiB"), ("big", ">= 512 KiB"))
 
 
 def section(lines, data_dir, shm, note, fmt_bytes):
-    """Appends the multi-host TCP section; returns {run: median |error| with the scheduling terms}
-    (empty without data)."""
-    paths = [os.path.join(data_dir, name) for name, _, _ in RUNS]
-    if not all(os.path.exists(p) for p in paths):
-        lines += ["### Multi-host TCP, rate-limited links: no data", "",
-                  f"No committed summaries ({', '.join(name for name, _, _ in RUNS)}); run the script as root with "
-                  "`--measure` to make them.", ""]
-        return {}
+    """Appends the multi-host TCP section; returns {run: median |error| with the scheduling terms}.
+    SystemExit naming the first missing summary."""
+    paths = [require(os.path.join(data_dir, name), "run bench/sim_validate.py --measure as root (netns benches)")
+             for name, _, _ in RUNS]
     runs = []
     for p in paths:
         with open(p) as f:

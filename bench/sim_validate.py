@@ -37,6 +37,7 @@ import sim_cores  # noqa: E402
 import sim_scale  # noqa: E402
 import sim_small  # noqa: E402
 import sim_tcp  # noqa: E402
+from sim_inputs import require  # noqa: E402
 
 NCCL_H100_BUSBW = 370.0  # GB/s, nccl-tests all_reduce_perf, 8x H100 SXM, large messages (see below)
 
@@ -107,7 +108,8 @@ def _rate(v):
 
 
 def measured_vs_predicted(lines, bench_path, fit_on=FIT_ON):
-    with open(bench_path) as f:
+    with open(require(bench_path, "run bench/sim_validate.py --measure, or pass --bench a 2-rank shared-memory "
+                                  "bench --json file")) as f:
         data = json.load(f)
     one = sim.from_bench(bench_path, collectives=fit_on, tiers=False)
     topo = sim.from_bench(bench_path, collectives=fit_on)

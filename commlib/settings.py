@@ -12,6 +12,11 @@ from typing import Any, Dict, List
 
 import commlib._C as _C
 
+# The choices of the enumerated device settings, as the core parses them (csrc/stream/kernel_path.cc,
+# csrc/stream/device_link.cc), for get_choice.
+DEVICE_PATHS = ("auto", "kernel", "copy")
+DEVICE_LINKS = ("auto", "ipc", "nccl")
+
 
 def table() -> List[Dict[str, Any]]:
     """[{name, type, default, meaning, range}] for every declared variable, in README order;
@@ -27,6 +32,13 @@ def get(name: str) -> str:
 def get_int(name: str) -> int:
     """An int or bytes variable as an integer in its declared range; ValueError naming it otherwise."""
     return _C.setting_int(name)
+
+
+def get_choice(name: str, allowed) -> str:
+    """An enumerated ("name") variable as the one of ``allowed`` it names, blanks and case ignored
+    (its default when unset; "" when it has none); ValueError naming the variable, its value and the
+    choices otherwise: the core's message (param_choice), so Python and C++ refuse alike."""
+    return _C.setting_choice(name, list(allowed))
 
 
 def get_seconds(name: str) -> float:

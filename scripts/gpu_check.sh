@@ -16,8 +16,10 @@
 # Steps: env (driver, torch.version.cuda, NCCL version), build (_C and _C_cuda in place with the
 # machine's own python3: no venv, no download, no registry), import (commlib._C_cuda must import
 # where nvidia-smi lists a GPU: the import error otherwise, and the run stops), kernels (the
-# @pytest.mark.gpu kernel tests), latency (bench/gpu_latency.py: where an all_reduce's time goes,
-# 4 ranks on GPU 0 under MPS where there is one, both paths, against torch's own round trip), gpu (every other @pytest.mark.gpu test, several ranks on the one GPU), ranks (tests/device's CUDA cases again under
+# @pytest.mark.gpu kernel tests), kernels_bw (bench/gpu_kernels.py: the reduction kernels' bandwidth
+# against the device copy and torch's add_), latency (bench/gpu_latency.py: where an all_reduce's
+# time goes, 4 ranks on GPU 0 under MPS where there is one, both paths, against torch's own round
+# trip), sweep (the same at 64 MiB over the inbox's slot size and count), gpu (every other @pytest.mark.gpu test, several ranks on the one GPU), ranks (tests/device's CUDA cases again under
 # MPS when nvidia-cuda-mps-control exists; skipped otherwise), bench (small and large all_reduce on
 # both device paths, kernel and copy, against the device copy bandwidth, under MPS where there is one;
 # sizes; against NCCL where there is one GPU per rank, NCCL refusing several ranks on one GPU).
@@ -28,7 +30,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 PY=${PYTHON:-python3}
 BUDGET=${GPU_CHECK_BUDGET_S:-470}
-ALL_STEPS="build,import,kernels,latency,gpu,ranks,bench"
+ALL_STEPS="build,import,kernels,kernels_bw,latency,sweep,gpu,ranks,bench"
 steps=$ALL_STEPS dry=0 emulated=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -215,17 +217,34 @@ if wants kernels; then
   run_step kernels 90 "\`pytest -m gpu tests/kernels\`: the CUDA reduction kernels against the CPU's" \
     "${PYTEST[@]}" -m gpu tests/kernels
 fi
-if wants latency; then
-  lat_json=bench/results/gpu_latency.json lat_mps=""
-  [ $dry -eq 0 ] && mkdir -p bench/results
-  if [ "$gpus" -lt 2 ] && start_mps mps_latency; then lat_mps=", under MPS"; fi
-  run_step latency 120 "\`bench/gpu_latency.py --np 4\`: 8 B .. 256 MiB all_reduce, kernel and copy paths, four clocks per call (sync, loop, GPU events, enqueue) against torch's own 8 B add_ and device copy$lat_mps" \
-    "$PY" bench/gpu_latency.py --np 4 --json "$lat_json"
-  [ -n "$lat_mps" ] && stop_mps
-  if [ $dry -eq 0 ] && [ -s "$logs/latency.log" ]; then
-    { echo "### Where the time goes (bench/gpu_latency.py$lat_mps)"; echo; sed -n '/^[0-9]* ranks on/,$p' "$logs/latency.log"; echo; } >> "$logs/bench.md"
+if wants kernels_bw; then
+  run_step kernels_bw 60 "\`bench/gpu_kernels.py\`: the reduction kernels' bandwidth at 64 and 256 MiB against the device copy and torch's add_" \
+    "$PY" bench/gpu_kernels.py
+  if [ $dry -eq 0 ] && [ -s "$logs/kernels_bw.log" ]; then
+    { echo "### The reduction kernels against the device copy (bench/gpu_kernels.py)"; echo; grep '^|' "$logs/kernels_bw.log"; echo; } >> "$logs/bench.md"
     write_report
   fi
+fi
+# latency_step NAME BUDGET "what" args...: bench/gpu_latency.py with 4 ranks on GPU 0 (under a private
+# MPS daemon where there is one), its table appended to the report's bench section.
+latency_step() {
+  local name=$1 budget=$2 what=$3 mps_note=""; shift 3
+  [ $dry -eq 0 ] && mkdir -p bench/results
+  if [ "$gpus" -lt 2 ] && start_mps "mps_$name"; then mps_note=", under MPS"; fi
+  run_step "$name" "$budget" "$what$mps_note" "$PY" bench/gpu_latency.py --np 4 --json "bench/results/gpu_$name.json" "$@"
+  [ -n "$mps_note" ] && stop_mps
+  if [ $dry -eq 0 ] && [ -s "$logs/$name.log" ]; then
+    { echo "### $what (bench/gpu_latency.py$mps_note)"; echo; sed -n '/^[0-9]* ranks on/,$p' "$logs/$name.log"; echo; } >> "$logs/bench.md"
+    write_report
+  fi
+}
+if wants latency; then
+  latency_step latency 120 "Where the time goes: 8 B .. 256 MiB all_reduce, kernel and copy paths, four clocks per call (sync, loop, GPU events, enqueue) against torch's own 8 B add_ and device copy"
+fi
+if wants sweep; then
+  latency_step sweep 150 "The inbox's slot size and count at 64 MiB, kernel and copy paths" \
+    --sizes 64M --algorithms two_shot,ring,direct --sweep COMMLIB_DEVICE_SLOT_BYTES=262144,1048576,4194304 \
+    --sweep COMMLIB_DEVICE_SLOTS=4,8
 fi
 if wants gpu; then
   run_step gpu 200 "\`pytest -m gpu tests/ --ignore=tests/kernels\`: every other @pytest.mark.gpu test (device buffers, the stream engine with 2 and 4 ranks on GPU 0, torch backend, parallel), no MPS" \

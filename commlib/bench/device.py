@@ -84,16 +84,17 @@ class DeviceBackend(CommlibBackend):
             from commlib.device import emulated
             emulated.set_device(comm.rank)
         self._sync = synchronizer(device)
+        link = settings.get_choice("COMMLIB_DEVICE_LINK", settings.DEVICE_LINKS)
         if nccl_peer:
             self.name = "nccl-emulated" if device == "emulated" else "nccl"
             self.transport = ("emulated NCCL (test double, not NCCL)" if device == "emulated"
                               else "NCCL")
         else:
-            path = settings.get("COMMLIB_DEVICE_PATH") or "auto"
+            path = settings.get_choice("COMMLIB_DEVICE_PATH", settings.DEVICE_PATHS)
             # Which path runs (docs/gpu.md "The kernel path"): auto decides per size, the same way
             # on every rank, so the size column says which one each row measured.
             shown = "auto (kernel up to 1 MiB per rank, copy above)" if path == "auto" else path
-            self.transport = f"{device} device, link {settings.get('COMMLIB_DEVICE_LINK') or 'auto'}, path {shown}"
+            self.transport = f"{device} device, link {link}, path {shown}"
         # --paths: one sub-communicator per path, algorithms named "<algorithm>@<path>"
         # (commlib/bench/device_paths.py); `_ran`: the path each algorithm's calls last ran on.
         self._path_comms = {}
@@ -101,7 +102,7 @@ class DeviceBackend(CommlibBackend):
         if paths and list(paths) != ["auto"] and not nccl_peer:  # auto alone: the plain names
             from commlib.bench import device_paths
             self._path_comms = device_paths.path_communicators(comm, device, paths)
-            self.transport = (f"{device} device, link {settings.get('COMMLIB_DEVICE_LINK') or 'auto'}, "
+            self.transport = (f"{device} device, link {link}, "
                               f"paths {', '.join(paths)} (auto: kernel up to 1 MiB per rank, copy above)")
 
     def algorithms(self, collective):

@@ -145,5 +145,8 @@ def from_results(records, fits=None, previous=None, model_span=2, hosts=1, ranks
             best = [model.best_by_model(params, coll, algs, float(b), P) for b in sizes]
             colls.setdefault(coll, {})[str(P)] = {"source": f"model (fit at P={near})",
                                                  "rows": rows(cbs, best)}
-    return {"schema": SCHEMA, "bytes": "per-rank count x element size, as _C.choose_algorithm sees it",
-            "collectives": colls}
+    out = {"schema": SCHEMA, "bytes": "per-rank count x element size, as _C.choose_algorithm sees it",
+           "collectives": colls}
+    if previous and previous.get("kernel_path"):  # the device kernel path's rows: not measured here
+        out["kernel_path"] = previous["kernel_path"]
+    return out

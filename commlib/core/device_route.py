@@ -23,7 +23,7 @@ from commlib.device import nccl_comm as device_nccl
 from commlib.device.route_context import RouteContext
 from commlib.core.shrink import gone_peers
 from commlib.core.work import Work
-from commlib.device.buffers import DeviceBuffer
+from commlib.device.buffers import DeviceBuffer, device_buffer
 
 
 class DeviceWork(Work):
@@ -83,6 +83,15 @@ def stream_resolver(buf: DeviceBuffer):
             return stream._stream
         return emulated_stream
     cu = _cuda_module("tensor")
+    wrapped = {}  # cudaStream_t -> the engine's (non-owning) wrapper: made once per stream, not per call
+
+    def wrap(ptr):
+        s = wrapped.get(ptr)
+        if s is None:
+            if len(wrapped) >= _MAX_CACHED:
+                wrapped.clear()
+            s = wrapped[ptr] = _C.stream_from_capsule(cu.stream_capsule(buf.device_index, ptr))
+        return s
 
     def cuda_stream(stream):
         if stream is None and buf.stream is not None:  # __cuda_array_interface__'s stream
@@ -98,7 +107,7 @@ def stream_resolver(buf: DeviceBuffer):
         else:
             raise TypeError(f"stream: expected a torch.cuda.Stream, CuPy stream or cudaStream_t, "
                             f"got {type(stream).__name__}")
-        return _C.stream_from_capsule(cu.stream_capsule(buf.device_index, int(ptr)))
+        return wrap(int(ptr))
     return cuda_stream
 
 
@@ -144,6 +153,11 @@ class DeviceRoute:
         self._prefixes = {}  # store prefix of each engine's set-up
         self._pending = collections.deque()  # (work, refs): buffers stay alive until executed
         self._last_engine = None
+        self._stream_of = {}  # (kind, index) -> stream resolver (stream_resolver), made once
+        # Resolved all_reduce calls (issue #25, host cost): (DeviceBuffer, op, algorithm, scale) ->
+        # (engine, engine.run's arguments but the stream, stream resolver). The key holds what the
+        # checks looked at (pointer, count, dtype, device, op, algorithm, scale), so a hit skips them.
+        self._calls = {}
 
     def setup(self, kind: str, index: int):
         """Set up the engine of device ``kind``:``index`` now (split(device=...)): every rank of
@@ -201,7 +215,7 @@ class DeviceRoute:
             stream, refs):
         """Enqueue one collective whose buffers (``bufs``: (argument name, DeviceBuffer)) are on a
         device; return a DeviceWork when ``async_op``."""
-        first, stream_of, device_stream = _one_device(bufs, stream)
+        first, stream_of, device_stream = self._one_device(bufs, stream)
         if algorithm == "nccl" and coll in ("all_reduce", "reduce_scatter", "reduce") and op in ("band", "bor", "bxor"):
             raise ValueError(f"op: NCCL has no {op} (algorithm='nccl')")
         # The call spec (commlib/core/call_spec.py): the names the checks accepted, as enums, once.
@@ -210,9 +224,46 @@ class DeviceRoute:
         if algorithm == "nccl":  # NCCL's own collective: its communicator is made on first use
             device_nccl.ensure_communicator(self._ctx, engine, self._prefixes[(first.kind, first.device_index)],
                                             f"{coll} (nccl, {count} x {dtype}, {op}, root {root})")
-        work = engine.run(spec[0], algorithm, in_ptr, out_ptr, count, spec[3], spec[4], root, scale, device_stream)
+        args = (spec[0], algorithm, in_ptr, out_ptr, count, spec[3], spec[4], root, scale)
+        work = engine.run(*args, device_stream)
         self._last_engine = engine
+        if coll == "all_reduce" and stream is None and len(bufs) == 1 and algorithm != "nccl":
+            if len(self._calls) >= _MAX_CACHED:
+                self._calls.clear()
+            self._calls[(first, op, algorithm, scale if op == "premul_sum" else None)] = (engine, args, stream_of)
         return self._enqueued(work, refs, stream_of, async_op)
+
+    def cached_all_reduce(self, tensor, op, algorithm, scale, async_op):
+        """An in-place all_reduce of ``tensor`` on the current stream, if a call of this exact key
+        (the buffer as read now, op, algorithm, scale) ran before, so its checks passed then:
+        (its result,); None when not cached (the caller takes the general path)."""
+        if not self._calls:
+            return None
+        buf = device_buffer(tensor, "tensor")
+        hit = None if buf is None else self._calls.get((buf, op, algorithm, scale))
+        if hit is None:
+            return None
+        engine, args, stream_of = hit
+        work = engine.run(*args, stream_of(None))
+        self._last_engine = engine
+        return (self._enqueued(work, (tensor, None), stream_of, async_op),)
+
+    def _one_device(self, bufs, stream):
+        """The first buffer, the stream resolver for its device and the call's stream; raises if
+        ``bufs`` ((argument name, DeviceBuffer)) are on different devices or ``stream`` is wrong
+        (before any engine rendezvous)."""
+        first_name, first = bufs[0]
+        key = (first.kind, first.device_index)
+        for name, b in bufs[1:]:
+            if (b.kind, b.device_index) != key:
+                raise ValueError(f"{name}: is on {b.kind}:{b.device_index} but {first_name} on "
+                                 f"{first.kind}:{first.device_index}")
+        stream_of = self._stream_of.get(key) if first.stream is None else None
+        if stream_of is None:
+            stream_of = stream_resolver(first)
+            if first.stream is None:  # a buffer naming its own stream gets its own resolver
+                self._stream_of[key] = stream_of
+        return first, stream_of, stream_of(stream)
 
     def last_path(self) -> str:
         """The path the last device collective ran on: "kernel" (one kernel launch over peer
@@ -237,7 +288,7 @@ class DeviceRoute:
         """Enqueue sends/receives (``items``: (send, address, count, peer)) on device buffers;
         ``own_block`` (dst, src, bytes): a copy enqueued first on the same stream (all_to_all with
         splits: this rank's block to itself)."""
-        first, stream_of, device_stream = _one_device(bufs, stream)
+        first, stream_of, device_stream = self._one_device(bufs, stream)
         dt = DTYPE[dtype]
         engine = self._engine(first, first_p2p=(items, dt))
         if own_block is not None and own_block[2]:
@@ -246,12 +297,15 @@ class DeviceRoute:
         return self._enqueued(work, refs, stream_of, async_op)
 
     def _enqueued(self, work, refs, stream_of, async_op):
+        # Polled on every call (one event query): a work held here also holds its completion
+        # event, which the engine's pool reuses only once nothing else holds it.
         while self._pending and self._pending[0][0].is_completed():
             self._pending.popleft()
         self._pending.append((work, refs))
         return DeviceWork(work, refs, stream_of) if async_op else None
 
     def abort(self, reason):
+        self._calls.clear()
         for e in self._engines.values():
             e.abort(reason)
 
@@ -267,6 +321,8 @@ class DeviceRoute:
             peers_closed = _closed_barrier(self._ctx, self._prefixes[key], wait=not failed)
             e.release_memory(peers_closed=not failed and peers_closed)
         self._engines.clear()
+        self._calls.clear()
+        self._stream_of.clear()
         self._last_engine = None
         self._devices.clear()
         self._pending.clear()
@@ -290,6 +346,9 @@ def parse_device(device):
         raise TypeError(f"device: expected a device name, torch.device or device buffer, got {type(device).__name__}")
     return buf.kind, buf.device_index
 
+
+# Entries of the route's per-call caches (resolved calls, wrapped streams) before they start over.
+_MAX_CACHED = 256
 
 # How often the closing barrier asks the control plane whether a rank it waits for is dead.
 _PEER_CHECK_S = 0.1
@@ -328,15 +387,3 @@ def _gone_before_closing(ctx, keys) -> bool:
     will say so. Exported memory is then left allocated, as after a timeout."""
     return any(not ctx.store.check([keys[r]]) for r in gone_peers(ctx.core))
 
-
-def _one_device(bufs, stream):
-    """The first buffer, the stream resolver for its device and the call's stream; raises if
-    ``bufs`` ((argument name, DeviceBuffer)) are on different devices or ``stream`` is wrong (before
-    any engine rendezvous)."""
-    first_name, first = bufs[0]
-    for name, b in bufs[1:]:
-        if (b.kind, b.device_index) != (first.kind, first.device_index):
-            raise ValueError(f"{name}: is on {b.kind}:{b.device_index} but {first_name} on "
-                             f"{first.kind}:{first.device_index}")
-    stream_of = stream_resolver(first)
-    return first, stream_of, stream_of(stream)

@@ -10,6 +10,11 @@ a table from measurements is the bench's job (:mod:`commlib.bench.tuning`, ``com
      "collectives": {"all_reduce": {"4": {"source": "measured", "rows": [[4096, "recursive_doubling"],
                                                                         [-1, "ring"]]}}}}
 
+A ``"kernel_path"`` section of the same shape (``{"all_reduce": {"4": {"rows": [...]}}}``) holds
+rows measured on a device's kernel path (one kernel launch per collective, ranks of one host): the
+kernel path's auto takes them over its built-in one-shot/two-shot rule (csrc/stream/kernel_auto.h,
+docs/gpu.md "auto on the device"); host calls and the copy path never read them.
+
 An entry may say ``"hosts": H`` (default 1): the rows were measured on that many hosts. Without a
 cost model every row applies to its world size; with one (COMMLIB_TOPOLOGY, ranks on several
 hosts) only rows of the communicator's host count do, the model deciding elsewhere.
@@ -75,10 +80,11 @@ def write(path, table: dict, machine=None):
     os.replace(tmp, path)
 
 
-def rows_for(table: dict, collective: str):
-    """[(world_size, max_bytes, algorithm)] in the order _C.set_tuning wants."""
+def rows_for(table: dict, collective: str, section: str = "collectives"):
+    """[(world_size, max_bytes, algorithm)] of ``section`` ("collectives", or "kernel_path": the
+    rows measured on a device's kernel path) in the order _C.set_tuning wants."""
     out = []
-    for P, entry in (table.get("collectives", {}).get(collective) or {}).items():
+    for P, entry in (table.get(section, {}).get(collective) or {}).items():
         for max_bytes, alg in entry["rows"]:
             out.append((int(P), int(max_bytes), str(alg)))
     return sorted(out, key=lambda r: (r[0], r[1] < 0, r[1]))
@@ -102,12 +108,15 @@ class _Engine:
 def install(table: dict, core=None):
     """Install every collective's rows with _C.set_tuning; return the collectives installed. Each
     row carries its entry's host count: the cost model (COMMLIB_TOPOLOGY) defers only to rows
-    measured on as many hosts as the communicator spans. ``core``: anything with
+    measured on as many hosts as the communicator spans; a kernel-path row carries True as a fifth
+    field (one host: the kernel path needs every peer's memory). ``core``: anything with
     ``set_tuning(collective name, rows)`` (tests pass a recorder); the engine by default."""
     core = core or _Engine
     done = []
-    for coll in sorted(table.get("collectives", {})):
-        core.set_tuning(coll, [(P, mb, alg, hosts_of(table, coll, P)) for P, mb, alg in rows_for(table, coll)])
+    for coll in sorted(set(table.get("collectives", {})) | set(table.get("kernel_path", {}))):
+        rows = [(P, mb, alg, hosts_of(table, coll, P)) for P, mb, alg in rows_for(table, coll)]
+        rows += [(P, mb, alg, 1, True) for P, mb, alg in rows_for(table, coll, "kernel_path")]
+        core.set_tuning(coll, rows)
         done.append(coll)
     return done
 

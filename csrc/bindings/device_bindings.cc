@@ -131,6 +131,9 @@ void bind_device(py::module_& m) {
   py::class_<EmulatedDevice, Device, std::shared_ptr<EmulatedDevice>>(m, "EmulatedDevice")
       .def_property_readonly("delay_us", &EmulatedDevice::delay_us)
       .def("allocated_bytes", &EmulatedDevice::allocated_bytes)
+      .def("driver_calls", &EmulatedDevice::driver_calls,
+           "Driver calls made on this device so far, by the CUDA call each stands for (tests pin a call's "
+           "structure: launches, event records and waits, host functions).")
       .def("inject_fault", &EmulatedDevice::inject_fault, py::arg("kind"))
       .def_property_readonly("fault", &EmulatedDevice::fault)
       // Emulated memory is host memory: read it back directly (after a synchronize).
@@ -181,6 +184,9 @@ void bind_device(py::module_& m) {
       "The stream engine's choice (stream/device_link.h) for a host map: (rank's link to every rank, 'ipc' or "
       "'nccl' ('' for itself), whether some pair of the world uses nccl). ValueError naming COMMLIB_DEVICE_LINK "
       "for a pair no link connects or an unknown setting.");
+  m.def("device_auto_slot_bytes", &auto_slot_bytes, py::arg("ranks"), py::arg("nslots"),
+        "The stream engine's inbox slot size for COMMLIB_DEVICE_SLOT_BYTES=0 (auto) at this world size and slot "
+        "count (stream/stream_engine.h).");
   m.def("emulated_device", &emulated_device, py::arg("index") = 0,
         "The process's emulated device `index` (COMMLIB_EMULATED_DELAY_US read when first created).");
 

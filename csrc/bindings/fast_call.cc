@@ -12,6 +12,7 @@
 #include <cstring>
 #include <exception>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bindings/bindings.h"
@@ -79,7 +80,15 @@ int parse_algorithm_object(Collective c, PyObject* s) {
 // An exact numpy.ndarray (subclasses and other buffer exporters take the general path).
 bool is_array(PyObject* o) { return o != nullptr && Py_TYPE(o) == reinterpret_cast<PyTypeObject*>(g_array_type); }
 
-PyObject* fallback() { Py_RETURN_NOTIMPLEMENTED; }
+// Calls of fast_collective in this process and how many it declined (for tests: which offers the
+// latency path took; the GIL serialises the increments, one per call on the path it takes).
+uint64_t g_offers = 0;
+uint64_t g_declined = 0;
+
+PyObject* fallback() {
+  ++g_declined;
+  Py_RETURN_NOTIMPLEMENTED;
+}
 
 PyObject* g_tensor_type = nullptr;  // torch.Tensor, registered by commlib.torch
 PyObject* g_strided = nullptr;      // torch.strided
@@ -122,6 +131,7 @@ PyObject* call0(PyObject* o, PyObject* name) {
 //   a: the input-side array (all_reduce/broadcast/reduce: the tensor), b: the output-side array
 //   or None. Returns None when the collective ran, NotImplemented to ask for the general path.
 PyObject* fast_collective(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  ++g_offers;
   if (nargs != 9 || g_array_type == nullptr) return fallback();
   PyObject *a = args[2], *b = args[3], *op_obj = args[4], *algo_obj = args[5], *root_obj = args[6];
   if (args[7] != Py_False) return fallback();  // async_op: the general path makes the Work
@@ -312,6 +322,9 @@ void bind_fast_call(py::module_& m) {
   m.def(
       "core_address", [](Communicator& c) { return reinterpret_cast<uintptr_t>(&c); },
       "Address of a Communicator core, for fast_collective (the caller keeps the core alive).");
+  m.def(
+      "fast_path_counts", [] { return std::make_pair(g_offers, g_declined); },
+      "(calls of fast_collective, how many of them it declined) in this process, for tests.");
   PyObject* fn = PyCFunction_NewEx(&g_fast_def, nullptr, m.ptr());
   if (!fn) throw py::error_already_set();
   m.add_object("fast_collective", py::reinterpret_steal<py::object>(fn));

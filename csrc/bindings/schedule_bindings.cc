@@ -238,17 +238,19 @@ void bind_schedule(py::module_& m) {
         std::vector<TuningRow> v;
         v.reserve(rows.size());
         for (const py::tuple& t : rows) {
-          if (t.size() != 3 && t.size() != 4)
-            throw std::invalid_argument("rows: expected (size, max_bytes, algorithm[, hosts]) tuples");
+          if (t.size() < 3 || t.size() > 5)
+            throw std::invalid_argument("rows: expected (size, max_bytes, algorithm[, hosts[, kernel_path]]) tuples");
           TuningRow r{t[0].cast<int>(), t[1].cast<int64_t>(), t[2].cast<std::string>()};
-          if (t.size() == 4) r.hosts = t[3].cast<int>();
+          if (t.size() >= 4) r.hosts = t[3].cast<int>();
+          if (t.size() == 5) r.kernel_path = t[4].cast<bool>();
           v.push_back(std::move(r));
         }
         set_tuning(collective, std::move(v));
       },
       py::arg("collective"), py::arg("rows"),
-      "Install tuning rows (size, max_bytes, algorithm[, hosts]) for one collective (max_bytes < 0: no limit; "
-      "hosts: how many hosts the row was measured on, default 1).");
+      "Install tuning rows (size, max_bytes, algorithm[, hosts[, kernel_path]]) for one collective (max_bytes < 0: "
+      "no limit; hosts: how many hosts the row was measured on, default 1; kernel_path: measured on the device's "
+      "kernel path, read only by that path's auto, default False).");
 
   m.def("clear_tuning", &clear_tuning);
 

@@ -72,6 +72,11 @@ void bind_types(py::module_& m) {
   m.def("setting_int", [](const std::string& name) { return param_int(name); }, py::arg("name"),
         "An int or bytes COMMLIB_* variable as an integer, checked against its declared range "
         "(ValueError naming it otherwise).");
+  m.def("setting_choice",
+        [](const std::string& name, const std::vector<std::string>& allowed) { return param_choice(name, allowed); },
+        py::arg("name"), py::arg("allowed"),
+        "A name COMMLIB_* variable as the one of `allowed` it names (blanks and case ignored; its default when "
+        "unset); ValueError naming it, its value and the choices otherwise.");
 }
 
 }  // namespace commlib

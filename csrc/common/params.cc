@@ -1,5 +1,7 @@
 #include "common/params.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -68,8 +70,10 @@ const std::vector<Param> kParams = {
     {"COMMLIB_EMULATED_DEVICE", "int", "0",
      "the emulated device commlib.emulated uses where none is named (one per rank, as torch.cuda.set_device: "
      "the emulated NCCL, like NCCL, refuses two ranks on one device)", 0, INT64_MAX},
-    {"COMMLIB_DEVICE_SLOT_BYTES", "bytes", "262144",
-     "bytes of one inbox slot of the stream engine (device buffers), a multiple of 64, the same on every rank", 0, INT64_MAX},
+    {"COMMLIB_DEVICE_SLOT_BYTES", "bytes", "0",
+     "bytes of one inbox slot of the stream engine (device buffers: a message moves in chunks of a slot), a multiple "
+     "of 64, the same on every rank; 0 = auto: about 64 MiB of slots per rank, a power of two between 256 KiB and "
+     "4 MiB (4 MiB up to 4 ranks with 4 slots, 2 MiB at 8, 256 KiB from 64)", 0, INT64_MAX},
     {"COMMLIB_DEVICE_SLOTS", "int", "4", "inbox slots per peer of the stream engine (1..64)", 1, 64},
     {"COMMLIB_DEVICE_PATH", "name", "auto",
      "how the stream engine runs a collective on device buffers: kernel = one kernel launch over peer memory, "
@@ -174,6 +178,28 @@ size_t param_bytes(const std::string& name) {
 int64_t spin_us_param() {
   const int64_t spin = param_int("COMMLIB_SPIN_US");
   return spin >= 0 ? spin : kDefaultSpinUs;
+}
+
+std::string parse_choice(const std::string& name, const std::string& value, const std::vector<std::string>& allowed) {
+  const Param& p = param(name);
+  if (std::string(p.type) != "name") throw std::logic_error(name + " is not a name setting (params.cc)");
+  auto lower = [](std::string s) {
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return s;
+  };
+  const size_t a = value.find_first_not_of(" \t\n\r\f\v");
+  const std::string v = a == std::string::npos ? "" : value.substr(a, value.find_last_not_of(" \t\n\r\f\v") - a + 1);
+  if (v.empty() && !*p.fallback) return "";
+  const std::string want = lower(v.empty() ? std::string(p.fallback) : v);
+  for (const std::string& c : allowed)
+    if (lower(c) == want) return c;
+  std::string choices;
+  for (const std::string& c : allowed) choices += (choices.empty() ? "" : ", ") + c;
+  throw std::invalid_argument(name + ": expected one of " + choices + ", got '" + value + "'");
+}
+
+std::string param_choice(const std::string& name, const std::vector<std::string>& allowed) {
+  return parse_choice(name, param_string(name), allowed);
 }
 
 }  // namespace commlib

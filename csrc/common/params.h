@@ -52,4 +52,13 @@ int64_t spin_us_param();
 // A byte count >= 0 (plain digits) in the declared range; std::logic_error unless of type bytes.
 size_t param_bytes(const std::string& name);
 
+// An enumerated ("name") setting: the one of `allowed` the variable names (surrounding blanks and
+// case ignored), returned as spelled in `allowed`; unset or blank gives the declared default ("" when
+// it has none). Anything else is std::invalid_argument naming the setting, its value and the choices,
+// the same message for every such setting. std::logic_error unless the setting is of type name.
+std::string param_choice(const std::string& name, const std::vector<std::string>& allowed);
+// The same check of a value that did not come from the environment (a binding's argument that
+// stands for the setting).
+std::string parse_choice(const std::string& name, const std::string& value, const std::vector<std::string>& allowed);
+
 }  // namespace commlib

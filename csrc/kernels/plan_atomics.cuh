@@ -3,6 +3,7 @@
 //   - flags: 64-bit words written with release stores and read with acquire loads at system scope
 //     (a peer process on the same GPU, another GPU over NVLink, or the host reads them);
 //   - the grid barrier's counter: an acq_rel fetch-add at device scope;
+//   - a split item's arrivals: an acq_rel fetch-add at system scope (arrive_last);
 //   - block_sync: __syncthreads on the GPU; nothing on the emulated device, which runs one thread
 //     per block (a block's threads there are one host thread, so there is nothing to order);
 //     block_any: __syncthreads_or (a barrier that also tells every thread whether any thread's
@@ -50,6 +51,12 @@ __device__ __forceinline__ void relaxed_store(uint64_t* p, uint64_t v) {
 __device__ __forceinline__ void arrive(uint64_t* p) {
   cuda::atomic_ref<uint64_t, cuda::thread_scope_device>(*p).fetch_add(1, cuda::memory_order_acq_rel);
 }
+// One arrival of `of` at a shared item (plan_kernel.cuh, split items): whether it was the last.
+// acq_rel at system scope: the last arriver then has every other block's writes (ordered before
+// their arrival by the CTA barrier) before its release of the item's flag to a peer.
+__device__ __forceinline__ bool arrive_last(uint64_t* p, uint64_t of) {
+  return cuda::atomic_ref<uint64_t, cuda::thread_scope_system>(*p).fetch_add(1, cuda::memory_order_acq_rel) + 1 == of;
+}
 __device__ __forceinline__ uint64_t acquire_load_device(const uint64_t* p) {
   cuda::atomic_ref<uint64_t, cuda::thread_scope_device> a(*const_cast<uint64_t*>(p));
   return a.load(cuda::memory_order_acquire);
@@ -70,6 +77,7 @@ inline uint64_t relaxed_load(const uint64_t* p) { return __atomic_load_n(p, __AT
 inline void release_store(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 inline void relaxed_store(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
 inline void arrive(uint64_t* p) { __atomic_fetch_add(p, 1, __ATOMIC_ACQ_REL); }
+inline bool arrive_last(uint64_t* p, uint64_t of) { return __atomic_fetch_add(p, 1, __ATOMIC_ACQ_REL) + 1 == of; }
 inline uint64_t acquire_load_device(const uint64_t* p) { return acquire_load(p); }
 inline void block_sync() {}
 inline bool block_any(int pred) { return pred != 0; }

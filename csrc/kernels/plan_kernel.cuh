@@ -22,15 +22,23 @@
 // other direction through freed, keeps a slot from being overwritten while it is still read.
 // Per slot the flags only grow: chunk c + nslots can only be sent once chunk c was consumed.
 //
-// Parallelism and deadlock freedom. Item j of a step runs on block j % gridDim.x; each block runs
-// its items in plan order, then all blocks meet in a grid barrier before the next step (a step
-// reads what the previous one received). Give every item the rank (step, chunk-within-step, send
-// before receive): a send waits only for a receive of a lower rank on its peer (chunk c - nslots)
-// and a receive only for the send of the same chunk, which has a lower rank. The item of lowest
-// rank not done therefore always has what it waits for done or runnable, and blocks run their
-// items in rank order: every item completes, whatever the schedule's shape, as long as all blocks
-// of all ranks run concurrently (the grid is small; on one GPU several ranks need MPS to be
-// co-resident, otherwise they time-slice).
+// Parallelism and deadlock freedom. Item j of a step runs on block j % gridDim.x, except *split*
+// items (at least split_bytes: large chunks), which every block runs a 1/gridDim.x share of; each
+// block runs its items in plan order, then all blocks meet in a grid barrier before the next step
+// (a step reads what the previous one received). Give every item the rank (step,
+// chunk-within-step, send before receive): a send waits only for a receive of a lower rank on its
+// peer (chunk c - nslots) and a receive only for the send of the same chunk, which has a lower
+// rank. The item of lowest rank not done therefore always has what it waits for done or runnable,
+// and every block that owes it work is at it (a block runs its items in rank order, so one that
+// has not reached it is at an item of lower rank, all done): every item completes, whatever the
+// schedule's shape, as long as all blocks of all ranks run concurrently (the grid is small; on one
+// GPU several ranks need MPS to be co-resident, otherwise they time-slice).
+//
+// Split items: one block streams about 20 GB/s on an H100, so a large chunk on one block leaves
+// the others idle (docs/gpu.md). Every block waits for the chunk's flag, moves its share, and
+// arrives at the item's counter (arrive_last); the last to arrive stores the flag for the peer
+// (ready after a send, freed after a receive). The counters live with the plan (one per item) and
+// block 0 zeroes them after the last grid barrier, for the next launch of the plan.
 //
 // Small chunks (at most ll_bytes, COMMLIB_DEVICE_LL_BYTES) take the LL protocol instead
 // (plan_ll.cuh: data and flag in one 64-bit store into the peer's LL slot, no fence, no flag
@@ -103,6 +111,9 @@ struct PlanLaunch {
   uint32_t nsteps;
   uint32_t nslots;
   uint32_t ll_bytes;           // chunks of at most this many bytes take the LL protocol (0: none)
+  uint32_t split_bytes;        // items of at least this many bytes are split over the grid (0: none)
+  uint64_t* arrivals;          // [items] the split items' arrival counters (zero between launches)
+  uint32_t nitems;
   int rank;
   int size;
 };
@@ -117,30 +128,75 @@ struct alignas(16) Vec16 {
   uint64_t lo, hi;
 };
 
+// Loads each thread keeps in flight in the bulk loops below. Why: one block moves a whole chunk,
+// and a loop with one load per iteration waits out the memory latency per 16 bytes (a block then
+// moved about 5 GB/s on an H100, bench/RESULTS_gpu.md); kUnroll independent loads before their
+// stores hide it.
+constexpr unsigned kUnroll = 8;
+
 template <typename T>
 __device__ __forceinline__ void copy_as(char* dst, const char* src, size_t n) {
   T* d = reinterpret_cast<T*>(dst);
   const T* s = reinterpret_cast<const T*>(src);
-  for (size_t i = threadIdx.x; i < n / sizeof(T); i += blockDim.x) d[i] = s[i];
+  const size_t count = n / sizeof(T), stride = blockDim.x;
+  size_t i = threadIdx.x;
+  for (; i + (kUnroll - 1) * stride < count; i += kUnroll * stride) {
+    T v[kUnroll];
+    COMMLIB_UNROLL
+    for (unsigned u = 0; u < kUnroll; ++u) v[u] = s[i + u * stride];
+    COMMLIB_UNROLL
+    for (unsigned u = 0; u < kUnroll; ++u) d[i + u * stride] = v[u];
+  }
+  for (; i < count; i += stride) d[i] = s[i];
+}
+
+#ifndef __CUDACC__
+constexpr unsigned kEmuLanes = 3;  // odd: strides, unrolled bodies and tails all get exercised
+#endif
+
+// Runs `body`, a loop over the block's threads with no barrier inside, as a block's threads would.
+// On the emulated device a block is one host thread (its waits and barriers need that), so the
+// body runs once per virtual thread of a kEmuLanes-wide block, in turn: CI then checks the
+// strided indexing of the bulk loops, not only a one-thread block's.
+template <class Body>
+__device__ __forceinline__ void block_lanes(const Body& body) {
+#ifdef __CUDACC__
+  body();
+#else
+  if (blockDim.x != 1) {
+    body();
+    return;
+  }
+  const unsigned self = threadIdx.x;
+  blockDim.x = kEmuLanes;
+  for (unsigned lane = 0; lane < kEmuLanes; ++lane) {
+    threadIdx.x = lane;
+    body();
+  }
+  threadIdx.x = self;
+  blockDim.x = 1;
+#endif
 }
 
 // The block's threads copy n bytes (the widest access both pointers and n allow).
 __device__ __forceinline__ void block_copy(char* dst, const char* src, size_t n) {
   if (dst == src || n == 0) return;
   const uintptr_t bits = reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | n;
-  if (bits % 16 == 0)
-    copy_as<Vec16>(dst, src, n);
-  else if (bits % 8 == 0)
-    copy_as<uint64_t>(dst, src, n);
-  else if (bits % 4 == 0)
-    copy_as<uint32_t>(dst, src, n);
-  else
-    copy_as<uint8_t>(dst, src, n);
+  block_lanes([&] {
+    if (bits % 16 == 0)
+      copy_as<Vec16>(dst, src, n);
+    else if (bits % 8 == 0)
+      copy_as<uint64_t>(dst, src, n);
+    else if (bits % 4 == 0)
+      copy_as<uint32_t>(dst, src, n);
+    else
+      copy_as<uint8_t>(dst, src, n);
+  });
 }
 
 // The block's threads compute dst[i] = f(a[i], b[i]) for n elements (a may be dst).
 template <class F>
-__device__ __forceinline__ void block_reduce(char* dst, const char* a, const char* b, size_t n, const F& f) {
+__device__ __forceinline__ void block_reduce_lanes(char* dst, const char* a, const char* b, size_t n, const F& f) {
   using S = typename F::S;
   using P = gpu::Pack<S>;
   const uintptr_t bits = reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b);
@@ -149,8 +205,24 @@ __device__ __forceinline__ void block_reduce(char* dst, const char* a, const cha
     P* d = reinterpret_cast<P*>(dst);
     const P* x = reinterpret_cast<const P*>(a);
     const P* y = reinterpret_cast<const P*>(b);
-    const size_t npacks = n / P::kN;
-    for (size_t i = threadIdx.x; i < npacks; i += blockDim.x) {
+    const size_t npacks = n / P::kN, stride = blockDim.x;
+    constexpr unsigned U = kUnroll / 2;  // two loads per pack: as many in flight as a copy's
+    size_t i = threadIdx.x;
+    for (; i + (U - 1) * stride < npacks; i += U * stride) {
+      P u[U], v[U];
+      COMMLIB_UNROLL
+      for (unsigned k = 0; k < U; ++k) {
+        u[k] = x[i + k * stride];
+        v[k] = y[i + k * stride];
+      }
+      COMMLIB_UNROLL
+      for (unsigned k = 0; k < U; ++k) {
+        COMMLIB_UNROLL
+        for (int j = 0; j < P::kN; ++j) u[k].v[j] = f(u[k].v[j], v[k].v[j]);
+        d[i + k * stride] = u[k];
+      }
+    }
+    for (; i < npacks; i += stride) {
       P u = x[i];
       const P v = y[i];
       COMMLIB_UNROLL
@@ -168,6 +240,11 @@ __device__ __forceinline__ void block_reduce(char* dst, const char* a, const cha
     for (size_t i = threadIdx.x; i < n; i += blockDim.x)
       gpu::store_any<S>(dst, i, f(gpu::load_any<S>(a, i), gpu::load_any<S>(b, i)));
   }
+}
+
+template <class F>
+__device__ __forceinline__ void block_reduce(char* dst, const char* a, const char* b, size_t n, const F& f) {
+  block_lanes([&] { block_reduce_lanes(dst, a, b, n, f); });
 }
 
 // Thread 0 waits until *flag >= target or the abort word is set; the whole block learns which.
@@ -253,6 +330,79 @@ __device__ __forceinline__ bool run_item(const PlanLaunch& a, const kplan::PlanI
   }
 }
 
+// Whether every block runs a share of `it` (both sides of a message decide alike: the plan check
+// proves a chunk's bytes equal; split_bytes exceeds ll_bytes, so a split chunk never takes LL).
+__device__ __forceinline__ bool splits(const PlanLaunch& a, const kplan::PlanItem& it) {
+  return a.split_bytes && it.bytes >= a.split_bytes && gridDim.x > 1;
+}
+
+// This block's share [lo, hi) of an item of n bytes: 64-byte aligned parts (whole elements of
+// every dtype, 16-byte accesses where the buffers allow).
+__device__ __forceinline__ void share_of(uint64_t n, uint64_t& lo, uint64_t& hi) {
+  const uint64_t part = (n + gridDim.x - 1) / gridDim.x;
+  const uint64_t aligned = (part + 63) / 64 * 64;
+  lo = aligned * blockIdx.x < n ? aligned * blockIdx.x : n;
+  hi = lo + aligned < n ? lo + aligned : n;
+}
+
+// Item `idx` split over the grid (see "Split items" above). Returns false on abort.
+template <class F>
+__device__ __forceinline__ bool run_split_item(const PlanLaunch& a, uint32_t idx, const F& f, ChunkCounts& n) {
+  const kplan::PlanItem& it = a.items[idx];
+  char* dst = it.dst_buf < 3 ? a.bases[it.dst_buf] + it.dst_off : nullptr;
+  const char* src = it.src_buf < 3 ? a.bases[it.src_buf] + it.src_off : nullptr;
+  const size_t esize = sizeof(typename F::S);
+  uint64_t lo, hi;
+  share_of(it.bytes, lo, hi);
+  switch (it.kind) {
+    case kplan::kCopy:
+      block_copy(dst + lo, src + lo, hi - lo);
+      return true;
+    case kplan::kReduce:
+      block_reduce(dst + lo, dst + lo, src + lo, (hi - lo) / esize, f);
+      return true;
+    case kplan::kSend: {
+      const uint64_t c = a.sent[it.peer] + it.chunk;
+      const uint64_t s = c % a.nslots;
+      if (c >= a.nslots && !block_wait(a.freed + static_cast<size_t>(it.peer) * a.nslots + s, c - a.nslots + 1, a))
+        return false;
+      const PeerView& p = a.peers[it.peer];
+      block_copy(p.slots + (static_cast<size_t>(a.rank) * a.nslots + s) * a.slot_bytes + lo, src + lo, hi - lo);
+      block_sync();  // this block's share is written before its arrival
+      if (threadIdx.x == 0 && arrive_last(a.arrivals + idx, gridDim.x)) {
+        release_store(p.ready + static_cast<size_t>(a.rank) * a.nslots + s, c + 1);
+        ++n.slots;
+      }
+      return true;
+    }
+    default: {  // kRecv, kRecvReduce
+      const uint64_t c = a.received[it.peer] + it.chunk;
+      const uint64_t s = c % a.nslots;
+      const char* slot = a.slots + (static_cast<size_t>(it.peer) * a.nslots + s) * a.slot_bytes;
+      if (!block_wait(a.ready + static_cast<size_t>(it.peer) * a.nslots + s, c + 1, a)) return false;
+      if (it.kind == kplan::kRecv)
+        block_copy(dst + lo, slot + lo, hi - lo);
+      else
+        block_reduce(dst + lo, (src ? src : dst) + lo, slot + lo, (hi - lo) / esize, f);
+      block_sync();  // this block is done reading its share before its arrival
+      int last = 0;
+      if (threadIdx.x == 0) last = arrive_last(a.arrivals + idx, gridDim.x);
+      if (!block_any(last)) return true;  // (a barrier: every thread learns whether this block was last)
+      // The slot's last chunk of an LL epoch (as run_item): no line of an older epoch may alias the
+      // next one's flags; the last arriver scrubs, before the slot is handed back.
+      if (a.ll_bytes && ll_epoch_ends(c, a.nslots)) {
+        ll_scrub(a.ll + (static_cast<size_t>(it.peer) * a.nslots + s) * (a.ll_bytes / 4), a.ll_bytes / 4);
+        block_sync();
+      }
+      if (threadIdx.x == 0) {
+        release_store(a.peers[it.peer].freed + static_cast<size_t>(a.rank) * a.nslots + s, c + 1);
+        ++n.slots;
+      }
+      return true;
+    }
+  }
+}
+
 // Every block of the grid has finished step `k` (its writes visible to all blocks) or the abort
 // word was set.
 __device__ __forceinline__ bool grid_barrier(const PlanLaunch& a, uint32_t k) {
@@ -272,15 +422,25 @@ __device__ __forceinline__ void run_plan(const PlanLaunch& a, const F& f) {
     if (blockIdx.x == 0 && !check_call(a)) return;
     if (!grid_barrier(a, 0)) return;
   }
+  bool any_split = false;
   for (uint32_t k = 0; k < a.nsteps; ++k) {
     const kplan::PlanStep st = a.steps[k];
-    for (uint32_t j = blockIdx.x; j < st.count; j += gridDim.x) {
+    for (uint32_t j = 0; j < st.count; ++j) {
+      const uint32_t idx = st.first + j;
+      const bool split = splits(a, a.items[idx]);
+      if (!split && j % gridDim.x != blockIdx.x) continue;  // another block's item
       emu_perturb();
-      if (!run_item(a, a.items[st.first + j], f, moved)) return;
+      any_split |= split;
+      if (!(split ? run_split_item(a, idx, f, moved) : run_item(a, a.items[idx], f, moved))) return;
       if (threadIdx.x == 0 && blockIdx.x < kMaxBlocks) relaxed_store(a.progress + blockIdx.x, ++done);
     }
     if (!grid_barrier(a, k + first_barrier)) return;
   }
+  // Past the last barrier every block has arrived at every split item: their counters start again
+  // from 0 at the plan's next launch (stream-ordered after this one). Every block saw the same
+  // split items, so block 0's any_split is the grid's.
+  if (blockIdx.x == 0 && any_split)
+    for (uint32_t i = threadIdx.x; i < a.nitems; i += blockDim.x) relaxed_store(a.arrivals + i, 0);
   // Every block is past the last barrier (no one reads the counters any more): the next call's
   // chunks continue from here.
   if (blockIdx.x == 0)

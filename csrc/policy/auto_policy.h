@@ -37,8 +37,9 @@ std::string choose_algorithm(Collective c, const std::string& requested, int64_t
 // callers that read COMMLIB_ALGO_<COLLECTIVE> once (a communicator reads it when created).
 std::string choose_auto(Collective c, const std::string& env_value, int64_t bytes, int size);
 // The tuning table's row for this call, if it has one (true and *out set). `hosts` > 0: only rows
-// measured on that many hosts (TuningRow::hosts); 0: any row of this world size.
-bool tuned_algorithm(Collective c, int64_t bytes, int size, std::string* out, int hosts = 0);
+// measured on that many hosts (TuningRow::hosts); 0: any row of this world size. `kernel_path`:
+// the rows measured on the device's kernel path (TuningRow::kernel_path) instead of the others.
+bool tuned_algorithm(Collective c, int64_t bytes, int size, std::string* out, int hosts = 0, bool kernel_path = false);
 // Current value of COMMLIB_ALGO_<COLLECTIVE> ("" when unset).
 std::string algorithm_override(Collective c);
 
@@ -53,6 +54,9 @@ struct TuningRow {
   int64_t max_bytes = -1;
   std::string algorithm;
   int hosts = 1;
+  // Measured on the device's kernel path (the tuning file's "kernel_path" section): only the kernel
+  // path's auto reads these rows (stream/kernel_auto.h); host and copy-path calls never do.
+  bool kernel_path = false;
 };
 // Replaces the rows of collective c (validates names: std::invalid_argument). Thread-safe.
 void set_tuning(Collective c, std::vector<TuningRow> rows);

@@ -87,11 +87,12 @@ std::string choose_auto(Collective c, const std::string& env_value, int64_t byte
   return heuristic(c, bytes, size);
 }
 
-bool tuned_algorithm(Collective c, int64_t bytes, int size, std::string* out, int hosts) {
+bool tuned_algorithm(Collective c, int64_t bytes, int size, std::string* out, int hosts, bool kernel_path) {
   std::lock_guard<std::mutex> lk(g_tuning_mu);
   if (!g_tuning_any) return false;
   for (const auto& row : g_tuning[static_cast<int>(c)])
-    if (row.size == size && (hosts <= 0 || row.hosts == hosts) && (row.max_bytes < 0 || bytes <= row.max_bytes)) {
+    if (row.kernel_path == kernel_path && row.size == size && (hosts <= 0 || row.hosts == hosts) &&
+        (row.max_bytes < 0 || bytes <= row.max_bytes)) {
       *out = row.algorithm;
       return true;
     }
@@ -112,6 +113,7 @@ void set_tuning(Collective c, std::vector<TuningRow> rows) {
     if (r.hosts < 1 || r.hosts > r.size) throw std::invalid_argument("tuning: hosts must be in 1..size");
   }
   std::stable_sort(rows.begin(), rows.end(), [](const TuningRow& a, const TuningRow& b) {
+    if (a.kernel_path != b.kernel_path) return b.kernel_path;
     if (a.size != b.size) return a.size < b.size;
     // max_bytes < 0 (unbounded) sorts last.
     const bool ua = a.max_bytes < 0, ub = b.max_bytes < 0;

@@ -2,7 +2,6 @@
 #include "stream/device_link.h"
 
 #include <algorithm>
-#include <cctype>
 #include <stdexcept>
 
 #include "common/params.h"
@@ -52,14 +51,8 @@ void check_rank(const LinkTopology& topo, int r) {
 }  // namespace
 
 DeviceLinkSetting parse_device_link_setting(const std::string& value) {
-  std::string v = value;
-  v.erase(v.begin(), std::find_if(v.begin(), v.end(), [](unsigned char c) { return !std::isspace(c); }));
-  v.erase(std::find_if(v.rbegin(), v.rend(), [](unsigned char c) { return !std::isspace(c); }).base(), v.end());
-  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  if (v.empty() || v == "auto") return DeviceLinkSetting::Auto;
-  if (v == "ipc") return DeviceLinkSetting::Ipc;
-  if (v == "nccl") return DeviceLinkSetting::Nccl;
-  throw std::invalid_argument("COMMLIB_DEVICE_LINK: expected one of auto, ipc, nccl, got '" + value + "'");
+  const std::string v = parse_choice("COMMLIB_DEVICE_LINK", value, {"auto", "ipc", "nccl"});
+  return v == "ipc" ? DeviceLinkSetting::Ipc : v == "nccl" ? DeviceLinkSetting::Nccl : DeviceLinkSetting::Auto;
 }
 
 DeviceLinkSetting device_link_setting_from_env() {

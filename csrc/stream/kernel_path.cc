@@ -43,11 +43,8 @@ size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 }  // namespace
 
 DevicePath device_path_from_env() {
-  const std::string v = param_string("COMMLIB_DEVICE_PATH");
-  if (v == "auto") return DevicePath::Auto;
-  if (v == "kernel") return DevicePath::Kernel;
-  if (v == "copy") return DevicePath::Copy;
-  throw std::invalid_argument("COMMLIB_DEVICE_PATH: expected auto, kernel or copy, got '" + v + "'");
+  const std::string v = param_choice("COMMLIB_DEVICE_PATH", {"auto", "kernel", "copy"});
+  return v == "kernel" ? DevicePath::Kernel : v == "copy" ? DevicePath::Copy : DevicePath::Auto;
 }
 
 const char* device_path_name(DevicePath p) {
@@ -79,7 +76,9 @@ size_t KernelPath::views_offset() const { return barrier_offset() + kLine; }
 KernelPath::KernelPath(std::shared_ptr<Device> device, int rank, int size, uint32_t nslots, uint64_t slot_bytes,
                        DevicePath mode)
     : device_(std::move(device)), rank_(rank), size_(size), nslots_(nslots), slot_bytes_(slot_bytes), mode_(mode),
-      ll_bytes_(device_ll_bytes_from_env(slot_bytes)), imported_(size, nullptr) {
+      ll_bytes_(device_ll_bytes_from_env(slot_bytes)),
+      split_bytes_(std::max<uint32_t>(ll_bytes_ + 1, static_cast<uint32_t>(std::min<uint64_t>(64 << 10, slot_bytes / 2)))),
+      imported_(size, nullptr) {
   if (mode_ == DevicePath::Kernel && device_->plan_blocks(1) == 0)
     throw std::invalid_argument("COMMLIB_DEVICE_PATH=kernel: " + device_->name() + " has no kernel path");
   setup_stream_ = device_->create_stream();
@@ -148,8 +147,7 @@ void KernelPath::connect(const std::vector<std::string>& handles, bool one_host)
 }
 
 bool KernelPath::chooses(uint64_t bytes) const {
-  if (!usable_) return false;
-  return mode_ == DevicePath::Kernel || bytes <= kKernelPathMaxBytes;
+  return usable_ && kernel_path_takes(mode_, bytes);
 }
 
 void KernelPath::stage(const std::vector<char>& bytes, void* dev, DeviceStream& stream) {
@@ -186,7 +184,8 @@ const KernelPath::Uploaded& KernelPath::upload(const ScheduleKey& key, const Sch
   const DevicePlan& p = u.plan;
   const size_t items = p.items.size() * sizeof(kplan::PlanItem), steps = p.steps.size() * sizeof(kplan::PlanStep),
                counts = size_ * sizeof(uint32_t);
-  std::vector<char> host(items + steps + 2 * counts + 16);
+  const size_t arrivals = round_up(items + steps + 2 * counts, 8);  // zeros: the split items' counters
+  std::vector<char> host(arrivals + p.items.size() * sizeof(uint64_t) + 16, 0);
   std::memcpy(host.data(), p.items.data(), items);
   std::memcpy(host.data() + items, p.steps.data(), steps);
   std::memcpy(host.data() + items + steps, p.sends_to.data(), counts);
@@ -194,6 +193,7 @@ const KernelPath::Uploaded& KernelPath::upload(const ScheduleKey& key, const Sch
   u.dev = device_->allocate_ordered(host.size(), stream);  // once per call shape, in the call's order
   stage(host, u.dev, stream);
   for (int q = 0; q < size_; ++q) u.has_peers |= q != rank_ && (p.sends_to[q] | p.recvs_from[q]) != 0;
+  for (const kplan::PlanItem& it : p.items) u.has_split |= it.bytes >= split_bytes_;
   for (const kplan::PlanItem& it : p.items)
     if (it.kind == kplan::kSend || it.kind == kplan::kRecv || it.kind == kplan::kRecvReduce) {
       u.first_peer = it.peer;
@@ -208,7 +208,7 @@ KernelPath::Launched KernelPath::enqueue(const ScheduleKey& key, const Schedule&
   const Uploaded& u = upload(key, sched, stream);
   const DevicePlan& p = u.plan;
   if (p.steps.empty()) return Launched{};
-  const unsigned blocks = device_->plan_blocks(std::max(1u, p.widest_step));
+  const unsigned blocks = device_->plan_blocks(u.has_split ? kexec::kMaxBlocks : std::max(1u, p.widest_step));
   char* dev = static_cast<char*>(u.dev);
   const size_t items = p.items.size() * sizeof(kplan::PlanItem), steps = p.steps.size() * sizeof(kplan::PlanStep);
   char* local = static_cast<char*>(local_);
@@ -217,6 +217,9 @@ KernelPath::Launched KernelPath::enqueue(const ScheduleKey& key, const Schedule&
   a.steps = reinterpret_cast<const kplan::PlanStep*>(dev + items);
   a.sends_to = reinterpret_cast<const uint32_t*>(dev + items + steps);
   a.recvs_from = a.sends_to + size_;
+  a.arrivals = reinterpret_cast<uint64_t*>(dev + round_up(items + steps + 2 * size_ * sizeof(uint32_t), 8));
+  a.nitems = static_cast<uint32_t>(p.items.size());
+  a.split_bytes = u.has_split ? split_bytes_ : 0;
   a.peers = reinterpret_cast<const PeerView*>(local + views_offset());
   for (int b = 0; b < 3; ++b) a.bases[b] = bases[b];
   a.ready = reinterpret_cast<uint64_t*>(region_);

@@ -39,6 +39,12 @@ void check_device_paths(const std::vector<std::string>& kernel_handles, DevicePa
 uint32_t device_ll_bytes_from_env(uint64_t slot_bytes);
 // auto: the kernel path for calls of at most this many bytes (count x element size), else copy.
 constexpr uint64_t kKernelPathMaxBytes = uint64_t{1} << 20;
+// Whether `mode` sends a call of `bytes` to the kernel path where that path is usable (every peer's
+// memory mapped, a device with kernels, no NCCL link): the one size rule of KernelPath::chooses and
+// of the kernel path's auto (stream/kernel_auto.h).
+constexpr bool kernel_path_takes(DevicePath mode, uint64_t bytes) {
+  return mode == DevicePath::Kernel || (mode == DevicePath::Auto && bytes <= kKernelPathMaxBytes);
+}
 
 // The kernel path caches its plans by call shape, the plan cache's ScheduleKey (plan/call.h) with
 // the RESOLVED algorithm in `algo` (never 0 = auto), so a new tuning table that makes auto choose
@@ -106,10 +112,11 @@ class KernelPath {
  private:
   struct Uploaded {
     DevicePlan plan;
-    void* dev = nullptr;  // items | steps | sends_to | recvs_from
+    void* dev = nullptr;  // items | steps | sends_to | recvs_from | arrivals (a word per item)
     int first_peer = -1;  // the plan's first message (the watchdog's view of a launch)
     bool has_peers = false;  // some message: the launch checks the call's descriptor
     bool first_is_send = false;
+    bool has_split = false;  // some item of at least split_bytes_: the launch takes every block
   };
   const Uploaded& upload(const ScheduleKey& key, const Schedule& sched, DeviceStream& stream);
   // Copies `bytes` to device memory `dev` in `stream`'s order, out of pinned host memory.
@@ -128,6 +135,9 @@ class KernelPath {
   const uint64_t slot_bytes_;
   const DevicePath mode_;
   const uint32_t ll_bytes_;  // COMMLIB_DEVICE_LL_BYTES, at most a slot
+  // Chunks of at least this many bytes run on every block of the grid (plan_kernel.cuh, split
+  // items): half a slot, at most 64 KiB, always above ll_bytes_.
+  const uint32_t split_bytes_;
   bool usable_ = false;  // connected, every rank on this host, the device has a kernel path
   char* region_ = nullptr;         // exported: ready | freed | slots | LL slots
   void* local_ = nullptr;          // this rank only: sent | received | barrier | peer views | LL stages

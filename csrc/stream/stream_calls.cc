@@ -18,7 +18,8 @@ CallDesc StreamEngine::describe(const CollectiveCall& call, uint8_t algo, uint64
 const ResolvedPlan& StreamEngine::plan_of(const CollectiveCall& call) {
   const ResolvedPlan& policy = plans_.get(call);
   const std::string source = policy.choice.source;  // before get() again (it may drop the cache)
-  const uint8_t algo = kernel_auto_algorithm(plans_.context(), device_->plan_blocks(1) > 0, call, source);
+  const KernelAutoInputs in{device_->plan_blocks(1) > 0, opts_.path, opts_.link == DeviceLinkSetting::Nccl};
+  const uint8_t algo = kernel_auto_algorithm(plans_.context(), in, call, source);
   if (!algo) return policy;
   CollectiveCall c = call;
   c.algo = algo;
@@ -39,6 +40,20 @@ void StreamEngine::throw_if_failed_locked() {
   }
 }
 
+namespace {
+
+// Two device calls alike but for the algorithm auto resolved them to. Before connect that is what
+// ranks with different COMMLIB_DEVICE_PATH or COMMLIB_DEVICE_LINK see (the kernel path's auto reads
+// them: stream/kernel_auto.h); connect's checks name the setting, so the first call's check leaves
+// it to them. Where the settings agree, the call itself finds the mismatch (its descriptor check).
+bool auto_apart(const CallDesc& mine, const CallDesc& theirs) {
+  CallDesc same = theirs;
+  same.algo = mine.algo;
+  return (theirs.algo & kDeviceCallAlgoBit) && same == mine;
+}
+
+}  // namespace
+
 void StreamEngine::check_first_call(const CollectiveCall& call) {
   std::lock_guard<std::mutex> guard(enqueue_mu_);
   if (failed()) {
@@ -57,7 +72,8 @@ void StreamEngine::check_first_call(const CollectiveCall& call) {
       kind = st.kind == ErrorKind::None ? ErrorKind::Comm : st.kind;
       msg = "rank " + std::to_string(rank_) + " cannot start " + describe_call(desc) + ": rank " + std::to_string(p) +
             " failed: " + st.message;
-    } else if (control_->peer_call(p, &pc) && pc.seq == desc.seq && pc != desc) {
+    } else if (control_->peer_call(p, &pc) && pc.seq == desc.seq && pc != desc &&
+               !(call.algo == 0 && auto_apart(desc, pc))) {
       msg = mismatch_message(rank_, desc, p, pc);
     }
     if (!msg.empty()) {
@@ -68,6 +84,7 @@ void StreamEngine::check_first_call(const CollectiveCall& call) {
 }
 
 std::shared_ptr<DeviceEvent> StreamEngine::begin(const CallDesc& desc, DeviceStream& s) {
+  bool wake_watchdog;
   {
     // Calls that completed since the watchdog's last tick give their events back now, so a tight
     // loop of calls reuses a few events (stream/event_pool.h) instead of one per tick's worth.
@@ -86,9 +103,11 @@ std::shared_ptr<DeviceEvent> StreamEngine::begin(const CallDesc& desc, DeviceStr
     std::lock_guard<std::mutex> lk(mu_);
     ++seq_;
     in_flight_.push_back(InFlight{seq_, desc, done, false});
+    wake_watchdog = watchdog_parked_;  // else it ticks anyway and finds the call on its next tick
   }
-  cv_.notify_all();
-  if (last_done_) device_->wait_event(s, *last_done_);  // calls execute in call order
+  if (wake_watchdog) cv_.notify_all();
+  // Calls execute in call order: one on another stream than the last waits for it.
+  if (last_done_ && s.native_handle() != last_done_stream_) device_->wait_event(s, *last_done_);
   return done;
 }
 
@@ -101,6 +120,7 @@ std::shared_ptr<DeviceWork> StreamEngine::finish(std::shared_ptr<DeviceEvent> do
       if (it->seq == seq_) it->recorded = true;
   }
   last_done_ = done;
+  last_done_stream_ = s.native_handle();
   if (!enqueue_error.empty()) {
     // The engine's first error: ours, or the one that made the enqueue fail (the watchdog may
     // have failed the engine meanwhile, e.g. a mismatch aborting the NCCL communicator).

@@ -31,8 +31,8 @@ StreamEngineOptions stream_engine_options_from_env(double timeout_s, const std::
   o.timeout_s = timeout_s;
   o.label = label;
   o.slot_bytes = param_bytes("COMMLIB_DEVICE_SLOT_BYTES");
-  if (o.slot_bytes < 64 || o.slot_bytes > (uint64_t{1} << 30) || o.slot_bytes % 64)
-    throw std::invalid_argument("COMMLIB_DEVICE_SLOT_BYTES: must be a multiple of 64 in [64, 2^30], got " +
+  if (o.slot_bytes != 0 && (o.slot_bytes < 64 || o.slot_bytes > (uint64_t{1} << 30) || o.slot_bytes % 64))
+    throw std::invalid_argument("COMMLIB_DEVICE_SLOT_BYTES: must be 0 (auto) or a multiple of 64 in [64, 2^30], got " +
                                 std::to_string(o.slot_bytes));
   o.nslots = static_cast<uint32_t>(param_int("COMMLIB_DEVICE_SLOTS", 1, 64));
   o.streams = static_cast<int>(param_int("COMMLIB_DEVICE_STREAMS", 1, 2));
@@ -40,6 +40,24 @@ StreamEngineOptions stream_engine_options_from_env(double timeout_s, const std::
   o.link = device_link_setting_from_env();
   return o;
 }
+
+uint64_t auto_slot_bytes(int ranks, uint32_t nslots) {
+  constexpr uint64_t kMin = 256 << 10, kMax = 4 << 20;
+  const uint64_t share = kAutoInboxBytes / (static_cast<uint64_t>(std::max(ranks, 1)) * std::max(nslots, 1u));
+  uint64_t slot = kMax;
+  while (slot > kMin && slot > share) slot /= 2;  // the largest power of two within the share
+  return slot;
+}
+
+namespace {
+
+// The options with slot_bytes 0 resolved (the same on every rank: every rank has the same size).
+StreamEngineOptions resolved(StreamEngineOptions o, int ranks) {
+  if (o.slot_bytes == 0) o.slot_bytes = auto_slot_bytes(ranks, o.nslots);
+  return o;
+}
+
+}  // namespace
 
 // Control region: three counter lines per peer (ready, freed, called), the call-descriptor ring,
 // the point-to-point descriptor rings.
@@ -68,7 +86,7 @@ StreamEngine::StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerC
       control_(std::move(control)),
       rank_(plan.rank),
       size_(plan.size),
-      opts_(std::move(opts)),
+      opts_(resolved(std::move(opts), plan.size)),
       peers_(size_),
       links_(size_),
       sent_(size_, 0),
@@ -307,6 +325,7 @@ void StreamEngine::release_memory(bool peers_closed) {
     waits_.clear();
   }
   last_done_.reset();
+  last_done_stream_ = nullptr;
   events_->clear();
   send_stream_.reset();
   recv_stream_.reset();

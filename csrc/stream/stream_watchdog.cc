@@ -16,6 +16,7 @@ using Clock = std::chrono::steady_clock;
 constexpr uint64_t kReleased = uint64_t{1} << 62;  // above any counter a stream waits for
 constexpr auto kTick = std::chrono::milliseconds(20);
 constexpr auto kSlowCheckEvery = std::chrono::milliseconds(100);
+constexpr auto kParkAfter = std::chrono::milliseconds(200);
 
 std::atomic<uint64_t>& seq_word(char* slot) { return *reinterpret_cast<std::atomic<uint64_t>*>(slot); }
 
@@ -214,6 +215,7 @@ void StreamEngine::watchdog_loop() {
   }
   std::unique_lock<std::mutex> lk(mu_);
   auto last_slow = Clock::now();
+  auto idle_since = Clock::now();  // when calls were last seen in flight
   while (!stop_) {
     if (stream_failure_) {  // a host function's error: acted on here, where device calls are allowed
       const ErrorKind kind = stream_fail_kind_;
@@ -229,9 +231,18 @@ void StreamEngine::watchdog_loop() {
       continue;
     }
     if (in_flight_.empty()) {
+      // Parked only after a while without calls: while calls keep coming, begin() need not wake
+      // it (a futex wake per call was the larger part of a small call's host time).
+      if (Clock::now() - idle_since < kParkAfter) {
+        cv_.wait_for(lk, kTick);
+        continue;
+      }
+      watchdog_parked_ = true;
       cv_.wait(lk, [&] { return stop_ || stream_failure_ || !in_flight_.empty(); });
+      watchdog_parked_ = false;
       continue;
     }
+    idle_since = Clock::now();
     cv_.wait_for(lk, kTick);
     if (stop_) break;
     if (stream_failure_) continue;

@@ -2,8 +2,6 @@
 
 #include <stdexcept>
 
-#include "transport/tcp.h"
-
 namespace commlib {
 
 Fabric::Fabric(FabricInputs in)
@@ -25,6 +23,7 @@ Fabric::Fabric(FabricInputs in)
     domains_.push_back(std::move(d));
   }
   for (Domain& d : domains_) {
+    if (d.tcp) tcp_ = d.tcp;
     if (d.entry->home)
       home_ = d.transport.get();
     else
@@ -44,12 +43,6 @@ Fabric::~Fabric() { close(); }
 
 const char* Fabric::transport_name(int peer) const {
   return peer == rank_ ? "self" : domains_[domain_of_[peer]].entry->name;
-}
-
-TcpTransport* Fabric::tcp() {
-  for (Domain& d : domains_)
-    if (auto* t = dynamic_cast<TcpTransport*>(d.transport.get())) return t;
-  return nullptr;
 }
 
 void Fabric::wait_events(uint32_t seen, int64_t timeout_us) {

@@ -34,7 +34,7 @@ class Fabric {
   LinkKind link_kind(int peer) const { return peer == rank_ ? LinkKind::Self : links_[peer]->kind(); }
   // The table entry that carries each peer ("self" for this rank).
   const char* transport_name(int peer) const;
-  TcpTransport* tcp();  // the tcp domain, null when no peer is on another host
+  TcpTransport* tcp() { return tcp_; }  // the tcp domain, null when no peer is on another host
 
   uint32_t events() { return home_->events(); }
   // Lets every other domain make progress from this thread for its spin time (tcp), so a small
@@ -62,6 +62,7 @@ class Fabric {
   Transport* home_ = nullptr;
   std::vector<Transport*> spinners_;  // the domains other than home, asked to spin before a sleep
   std::vector<std::unique_ptr<Link>> links_;
+  TcpTransport* tcp_ = nullptr;  // the tcp domain's typed handle (Domain::tcp), owned by domains_
   bool closed_ = false;
 };
 

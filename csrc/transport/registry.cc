@@ -39,6 +39,7 @@ Domain tcp_create(FabricInputs& in, const std::vector<int>& members) {
   Domain d;
   d.index.assign(in.reach.topo.host_of.size(), -1);
   for (int r : members) d.index[r] = r;
+  d.tcp = in.net.get();
   d.transport = std::move(in.net);
   return d;
 }

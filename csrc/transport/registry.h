@@ -40,6 +40,9 @@ struct Domain {
   const TransportEntry* entry = nullptr;
   std::unique_ptr<Transport> transport;
   std::vector<int> index;
+  // The same transport, typed, when this is the tcp domain (set by its create()): what the
+  // bindings' connect and tcp_stats reach through Fabric::tcp(); null for every other domain.
+  TcpTransport* tcp = nullptr;
 };
 
 struct TransportEntry {

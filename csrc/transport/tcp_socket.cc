@@ -68,11 +68,9 @@ IfFilter parse_ifname(const std::string& v) {
 }
 
 int family_from_env() {
-  const std::string s = param_string("COMMLIB_SOCKET_FAMILY");
+  const std::string s = param_choice("COMMLIB_SOCKET_FAMILY", {"AF_INET", "AF_INET6", "ipv4", "ipv6", "4", "6"});
   if (s.empty()) return AF_UNSPEC;
-  if (s == "AF_INET" || s == "4" || s == "ipv4") return AF_INET;
-  if (s == "AF_INET6" || s == "6" || s == "ipv6") return AF_INET6;
-  throw std::invalid_argument("COMMLIB_SOCKET_FAMILY: expected AF_INET or AF_INET6, got '" + s + "'");
+  return s == "AF_INET6" || s == "ipv6" || s == "6" ? AF_INET6 : AF_INET;
 }
 
 bool usable(const ifaddrs* ifa, int family) {

@@ -98,12 +98,23 @@ def mismatch_found_by_the_kernel(comm, scenario):
 AUTO_COUNTS = (2, 16384, 65536, 262145)  # float32: 8 B, 64 KiB, 256 KiB, just over 1 MiB
 
 
-def kernel_auto_choices(comm, settings):
-    """What auto resolves an all_reduce of each of AUTO_COUNTS to under `settings`: on an engine
-    that never connects (what the first call's descriptor is made with during set-up) and on the
-    connected engine the calls run on; then the calls themselves: (before, after, the size
-    policy's own choice on one host, the paths taken, all right)."""
+def kernel_auto_choices(comm, settings, table=None):
+    """What auto resolves an all_reduce of each of AUTO_COUNTS to under `settings` (and the tuning
+    `table`, installed for the call and the default one put back after): on an engine that never
+    connects (what the first call's descriptor is made with during set-up) and on the connected
+    engine the calls run on; then the calls themselves: (before, after, the size policy's own
+    choice on one host, the paths taken, all right)."""
     from commlib import _C
+    from commlib.core import tuning
+
+    if table is not None:
+        _C.clear_tuning()
+        tuning.install(table)
+        try:
+            return kernel_auto_choices(comm, settings)
+        finally:
+            _C.clear_tuning()
+            tuning.load_default()
 
     def run(sub):
         lone = _C.StreamEngine(sub._core, emu.device(0), 10.0, "never-connected")

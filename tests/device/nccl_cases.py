@@ -70,6 +70,28 @@ def disagreeing_link_settings(comm):
         sub.close()
 
 
+def _released():
+    """An operation enqueued on the current stream after a failed call completes."""
+    y = emu.from_numpy(np.full(8, 3, np.float32))
+    return y.numpy().tolist() == [3.0] * 8
+
+
+def _expect(expected, run, since, check_release=False):
+    """The tail the failure cases share, in the (message, seconds) shape the tests and
+    commlib.testing.faults read: runs ``run()`` and returns the message of the ``expected`` error
+    it raised (None if it raised nothing; "wrong type <T>: ..." for another CommError, which the
+    tests refuse; "stream not released: ..." when ``check_release`` and an operation enqueued
+    after the failure does not complete) and the seconds since ``since``."""
+    try:
+        run()
+        return None, time.monotonic() - since
+    except expected as e:
+        took = time.monotonic() - since
+        return (str(e) if not check_release or _released() else "stream not released: " + str(e)), took
+    except commlib.CommError as e:
+        return f"wrong type {type(e).__name__}: {e}", time.monotonic() - since
+
+
 def mismatch(comm, scenario):
     """Ranks 0 and 1 make different NCCL calls: each raises MismatchError naming both sides.
     ``first``: the first algorithm="nccl" call differs (caught on the host before NCCL is set
@@ -78,21 +100,16 @@ def mismatch(comm, scenario):
     sub = comm.split(0, timeout=30)
     r = sub.rank
     x = emu.from_numpy(np.ones(64 + (r == 1 and scenario == "first"), np.float32))
-    t = time.monotonic()
-    try:
+
+    def run():
         if scenario == "later":
             sub.all_reduce(x, algorithm="nccl")
             x.numpy()
         sub.all_reduce(x, algorithm="nccl" if (r == 0 or scenario == "first") else "ring", async_op=True).synchronize()
         sub.all_reduce(x, async_op=True).synchronize()
-        msg = None
-    except commlib.MismatchError as e:
-        msg = str(e)
-    except commlib.CommError as e:
-        msg = f"wrong type {type(e).__name__}: {e}"
-    took = time.monotonic() - t
+    out = _expect(commlib.MismatchError, run, time.monotonic())
     sub.close()
-    return msg, took
+    return out
 
 
 def kill_during_nccl(comm, victim, algorithm):
@@ -109,19 +126,13 @@ def kill_during_nccl(comm, victim, algorithm):
     sub.barrier()
     if sub.rank == victim:
         threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGKILL)).start()
-    t = time.monotonic()
-    try:
+
+    def run():
         sub.all_reduce(x, algorithm=algorithm, async_op=True).synchronize()
         if sub.rank == victim:
             time.sleep(5)
-        return None
-    except commlib.PeerError as e:
-        # The stream was released: an operation enqueued after the failed call completes.
-        y = emu.from_numpy(np.full(8, 3, np.float32))
-        released = y.numpy().tolist() == [3.0] * 8
-        return (str(e) if released else "stream not released: " + str(e)), time.monotonic() - t
-    except commlib.CommError as e:
-        return f"wrong type {type(e).__name__}: {e}", time.monotonic() - t
+    msg, took = _expect(commlib.PeerError, run, time.monotonic(), check_release=True)
+    return None if msg is None else (msg, took)
 
 
 def host_buffers_refused(comm):
@@ -168,12 +179,6 @@ def resources(comm):
         sub.close()
     emu.synchronize()
     return before, counts()
-
-
-def _released():
-    """An operation enqueued on the current stream after a failed call completes."""
-    y = emu.from_numpy(np.full(8, 3, np.float32))
-    return y.numpy().tolist() == [3.0] * 8
 
 
 def async_error(comm, injector):

@@ -26,7 +26,9 @@ SIZES = [1, 2, 3, 4, 5, 8]
 COLLECTIVES = ["all_reduce", "reduce_scatter", "reduce", "all_gather", "all_to_all", "broadcast",
                "gather", "scatter"]
 ROOTED = ("reduce", "broadcast", "gather", "scatter")
-DELAY_ENV = {"COMMLIB_EMULATED_DELAY_US": "20"}
+# 256 KiB slots (auto would take 4 MiB up to 4 ranks): the ~1M-element calls then move in many
+# chunks per message, so the matrix keeps checking slot reuse and chunk boundaries.
+DELAY_ENV = {"COMMLIB_EMULATED_DELAY_US": "20", "COMMLIB_DEVICE_SLOT_BYTES": "262144"}
 
 
 def _ops(dtype):

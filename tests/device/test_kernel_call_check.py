@@ -48,19 +48,44 @@ def test_the_kernel_finds_a_mismatch_the_control_plane_cannot_see(pool, scenario
 
 @pytest.mark.parametrize("path", ["auto", "kernel", "copy", "auto+override"])
 def test_auto_takes_one_shot_or_two_shot_on_the_kernel_path(pool, path):
-    # kernel_auto.h's rule at 3 ranks on one host: direct while (P - 1) x bytes <= 256 KiB,
-    # two_shot up to 1 MiB, the policy's choice above; the same before and after connect (else the
-    # first call's descriptor would differ from the call's), and whatever COMMLIB_DEVICE_PATH says
-    # (ranks differing in it must get the set-up's ValueError naming it). An override
+    # kernel_auto.h's rule at 3 ranks on one host, where the kernel path runs the call: direct
+    # while (P - 1) x bytes <= 256 KiB, two_shot up to 1 MiB, the policy's choice above; the same
+    # before and after connect (else the first call's descriptor would differ from the call's). On
+    # the copy path (forced, or auto above 1 MiB) the policy's choice stands. An override
     # (COMMLIB_ALGO_ALL_REDUCE) keeps its word.
     settings = {"COMMLIB_DEVICE_PATH": path.split("+")[0]}
     if path.endswith("override"):
         settings["COMMLIB_ALGO_ALL_REDUCE"] = "ring"
     for before, after, policy, paths, ok in pool(3, env=DELAY_ENV).run(kernel_auto_choices, settings, timeout=60):
         assert ok and before == after, (before, after)
-        if path in ("auto", "kernel", "copy"):
+        if path in ("auto", "kernel"):
             assert after == ["direct", "direct", "two_shot", policy[3]], (after, policy)
-            want = {"auto": ["kernel"] * 3 + ["copy"], "kernel": ["kernel"] * 4, "copy": ["copy"] * 4}[path]
+            want = {"auto": ["kernel"] * 3 + ["copy"], "kernel": ["kernel"] * 4}[path]
             assert paths == want, paths
+        elif path == "copy":
+            # where the rule would have changed every one of them
+            assert all(p != r for p, r in zip(policy, ["direct", "direct", "two_shot"])), policy
+            assert after == policy and paths == ["copy"] * 4, (after, policy, paths)
         else:
             assert after == ["ring"] * 4, after
+
+
+# Rows measured on the kernel path for 3 ranks (and host rows that say otherwise): the kernel
+# path's auto takes its rows over the built-in rule; host calls and the copy path take the host rows.
+KERNEL_ROWS_TABLE = {"schema": "commlib-tuning/1",
+                     "collectives": {"all_reduce": {"3": {"rows": [[-1, "tree"]]}}},
+                     "kernel_path": {"all_reduce": {"3": {"rows": [[100, "ring"], [-1, "recursive_doubling"]]}}}}
+
+
+@pytest.mark.parametrize("path", ["auto", "kernel", "copy"])
+def test_kernel_path_tuning_rows_win_over_the_rule(pool, path):
+    settings = {"COMMLIB_DEVICE_PATH": path}
+    for before, after, policy, paths, ok in pool(3, env=DELAY_ENV).run(kernel_auto_choices, settings,
+                                                                        KERNEL_ROWS_TABLE, timeout=60):
+        assert ok and before == after, (before, after)
+        assert policy == ["tree"] * 4, policy  # the host's resolution never reads kernel-path rows
+        want = {"auto": ["ring", "recursive_doubling", "recursive_doubling", "tree"],
+                "kernel": ["ring", "recursive_doubling", "recursive_doubling", "recursive_doubling"],
+                "copy": ["tree"] * 4}[path]
+        assert after == want, after
+        assert paths == {"auto": ["kernel"] * 3 + ["copy"], "kernel": ["kernel"] * 4, "copy": ["copy"] * 4}[path]

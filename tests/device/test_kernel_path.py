@@ -99,11 +99,28 @@ def test_silent_peer_times_out_and_the_abort_word_releases_the_kernel(pool):
 @pytest.mark.parametrize("name,rank1,rank0", [("COMMLIB_DEVICE_PATH", "copy", "kernel"),
                                               ("COMMLIB_DEVICE_LL_BYTES", "0", "1024")])
 def test_ranks_with_different_settings_are_refused(pool, name, rank1, rank0):
+    # The first call (a small auto all_reduce) resolves to direct on the kernel path and to the
+    # policy's choice on the copy path (kernel_auto.h): the set-up still names the setting.
     base = {"COMMLIB_DEVICE_PATH": "kernel"}
     for late_rank in (None, 0, 1):  # together, then each rank's first call found published by the other
         for msg in pool(2, env=DELAY_ENV).run(mixed_settings, dict(base, **{name: rank1}), dict(base, **{name: rank0}),
                                               late_rank, timeout=40):
-            assert name in msg and "every rank must use the same" in msg, (late_rank, msg)
+            assert msg.startswith("ValueError") and name in msg and "every rank must use the same" in msg, (late_rank, msg)
+
+
+def test_a_bad_device_path_is_refused_naming_the_choices(pool):
+    # The engine's reader (param_choice): the same message as every enumerated setting's.
+    msg, = pool(1).run(mixed_settings, {}, {"COMMLIB_DEVICE_PATH": "bogus"}, timeout=40)
+    assert msg == "ValueError: COMMLIB_DEVICE_PATH: expected one of auto, kernel, copy, got 'bogus'", msg
+
+
+def test_ranks_whose_auto_differs_by_override_get_a_mismatch_from_the_call(pool):
+    # The first call's check lets an algorithm-only difference pass to connect (kernel_auto.h);
+    # where every device setting agrees, the call's own check (in the kernel) names both calls.
+    base = {"COMMLIB_DEVICE_PATH": "kernel"}
+    for msg in pool(2, env=DELAY_ENV).run(mixed_settings, dict(base, COMMLIB_ALGO_ALL_REDUCE="ring"), base,
+                                          timeout=40):
+        assert msg.startswith("MismatchError") and "ring" in msg and "direct" in msg, msg
 
 
 # -- on a GPU ------------------------------------------------------------------------------------

@@ -134,3 +134,34 @@ def test_integer_settings_are_range_checked_where_declared(monkeypatch):
         settings.get_int("COMMLIB_SPIN_US")
     with pytest.raises(RuntimeError, match="COMMLIB_TUNING.*not int or bytes"):
         settings.get_int("COMMLIB_TUNING")
+
+
+SOCKET_FAMILIES = ("AF_INET", "AF_INET6", "ipv4", "ipv6", "4", "6")  # csrc/transport/tcp_socket.cc
+
+
+def test_enumerated_settings_refuse_a_bad_value_alike(monkeypatch):
+    """param_choice (params.cc): every "name" setting read as one of a list refuses another value
+    with one message naming the setting, its value and the choices, in Python as in C++."""
+    import commlib._C as _C
+    cases = [("COMMLIB_DEVICE_PATH", settings.DEVICE_PATHS), ("COMMLIB_DEVICE_LINK", settings.DEVICE_LINKS),
+             ("COMMLIB_SOCKET_FAMILY", SOCKET_FAMILIES)]
+    for name, allowed in cases:
+        monkeypatch.setenv(name, "bogus")
+        with pytest.raises(ValueError) as e:
+            settings.get_choice(name, allowed)
+        assert str(e.value) == f"{name}: expected one of {', '.join(allowed)}, got 'bogus'"
+    # The core's own reader of COMMLIB_DEVICE_LINK (the engine's is the same function).
+    with pytest.raises(ValueError) as e:
+        _C.device_links([0, 0], 0, "bogus")
+    assert str(e.value) == "COMMLIB_DEVICE_LINK: expected one of auto, ipc, nccl, got 'bogus'"
+    # Blanks and case are ignored, the spelling returned is the list's; unset is the default.
+    monkeypatch.setenv("COMMLIB_DEVICE_PATH", " Kernel ")
+    assert settings.get_choice("COMMLIB_DEVICE_PATH", settings.DEVICE_PATHS) == "kernel"
+    monkeypatch.setenv("COMMLIB_SOCKET_FAMILY", "af_inet6")
+    assert settings.get_choice("COMMLIB_SOCKET_FAMILY", SOCKET_FAMILIES) == "AF_INET6"
+    for name, _ in cases:
+        monkeypatch.delenv(name)
+    assert settings.get_choice("COMMLIB_DEVICE_LINK", settings.DEVICE_LINKS) == "auto"
+    assert settings.get_choice("COMMLIB_SOCKET_FAMILY", SOCKET_FAMILIES) == ""  # no default: unset
+    with pytest.raises(RuntimeError, match="COMMLIB_SHM_SLOTS is not a name setting"):
+        settings.get_choice("COMMLIB_SHM_SLOTS", ["4"])

@@ -57,3 +57,27 @@ def test_install_and_choose_agree_with_the_core():
     finally:
         _C.set_tuning(_C.Collective.all_gather, [])
         tuning.load_default()
+
+
+def test_kernel_path_rows_install_beside_the_host_rows_and_never_answer_a_host_call():
+    import commlib._C as _C
+    seen = {}
+
+    class Recorder:
+        @staticmethod
+        def set_tuning(coll, rows):
+            seen[coll] = rows
+    table = {"schema": tuning.SCHEMA, "collectives": {"all_reduce": {"3": {"rows": [[-1, "tree"]]}}},
+             "kernel_path": {"all_reduce": {"3": {"rows": [[100, "ring"], [-1, "direct"]]}},
+                             "all_gather": {"4": {"rows": [[-1, "ring"]]}}}}
+    assert tuning.install(table, Recorder) == ["all_gather", "all_reduce"]
+    assert seen == {"all_reduce": [(3, -1, "tree", 1), (3, 100, "ring", 1, True), (3, -1, "direct", 1, True)],
+                    "all_gather": [(4, -1, "ring", 1, True)]}
+    try:
+        tuning.install(table)
+        for nbytes in (8, 1 << 20):  # the host's resolution reads the host rows only
+            assert _C.choose_algorithm(_C.Collective.all_reduce, "auto", nbytes, 3) == "tree"
+        assert tuning.choose(table, "all_reduce", 8, 3) == "tree"
+    finally:
+        _C.clear_tuning()
+        tuning.load_default()

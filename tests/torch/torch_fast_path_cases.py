@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 import backend_cases as bc
+import commlib._C as _C
 import commlib.torch.backend as backend_mod
 import commlib.torch.data_movement as dm_mod
 
@@ -18,11 +19,15 @@ DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.int32, torch.int64
 
 
 class _Recorder:
-    """Wraps ``fast_collective`` in the backend modules; ``answers`` lists what it returned."""
+    """Wraps ``fast_collective`` in the backend modules; ``answers`` lists what it returned there.
+    ``offers`` and ``taken`` count every call of the C++ entry meanwhile, the communicator's own
+    included, and those it did not decline (``_C.fast_path_counts``)."""
 
     def __init__(self):
         self.answers = []
         self._real = backend_mod.fast_collective
+        self._start = (0, 0)
+        self.offers = self.taken = 0
 
     def __call__(self, *args):
         r = self._real(*args)
@@ -31,9 +36,13 @@ class _Recorder:
 
     def __enter__(self):
         backend_mod.fast_collective = dm_mod.fast_collective = self
+        self._start = _C.fast_path_counts()
         return self
 
     def __exit__(self, *exc):
+        offers, declined = _C.fast_path_counts()
+        self.offers = offers - self._start[0]
+        self.taken = self.offers - (declined - self._start[1])
         backend_mod.fast_collective = dm_mod.fast_collective = self._real
 
 
@@ -120,14 +129,17 @@ def case_fast_matches_general(comm, dtype_names=None, sizes=(1, 5, 1000)):
                 run_fast, outs_fast = make(salt)
                 with _Recorder() as rec:
                     run_fast(False)
-                if rec.answers != ["fast"]:
-                    failures.append(f"{what}: latency path answered {rec.answers}")
+                if rec.answers != ["fast"] or (rec.offers, rec.taken) != (1, 1):
+                    failures.append(f"{what}: latency path answered {rec.answers} "
+                                    f"({rec.offers} offers in all, {rec.taken} taken)")
                 run_gen, outs_gen = make(salt)
                 with _Recorder() as rec:
                     w = run_gen(True)
                     w.wait()
                 if "fast" in rec.answers:
                     failures.append(f"{what}: async call took the latency path")
+                if rec.taken:  # the communicator's offer too must decline async_op=True
+                    failures.append(f"{what}: async call: the communicator's latency path took it")
                 for i, (f, g) in enumerate(zip(outs_fast, outs_gen)):
                     if f.dtype != g.dtype or not torch.equal(f, g):
                         failures.append(f"{what}: output {i} differs between the paths")
@@ -137,17 +149,24 @@ def case_fast_matches_general(comm, dtype_names=None, sizes=(1, 5, 1000)):
 def case_declined_calls_take_the_general_path(comm):
     """What the latency path must decline (the general path handles it), with the right results
     (computed here): non-contiguous tensors, dtypes the core does not move, PREMUL_SUM, split
-    sizes."""
+    sizes; and what the general path hands the core once it staged them: an offer the
+    communicator's latency path takes."""
     bc.setup(comm)
     P, me = comm.size, comm.rank
     ranks_sum = P * (P - 1) // 2
     failures = []
 
-    def check(name, run, got, want):
+    def check(name, run, got, want, answers=("declined",), offers=2, taken=1):
         with _Recorder() as rec:
             run()
-        if "fast" in rec.answers:
-            failures.append(f"{name}: took the latency path")
+        if rec.answers != list(answers):
+            failures.append(f"{name}: the backend's latency path answered {rec.answers}")
+        # The staged buffers (contiguous, a dtype the core moves, the op spelt out) are a new
+        # offer, which the communicator's latency path takes: the general path alone costs
+        # ~30-50 us more per call (docs/torch_backend.md, "Cost of a call").
+        if (rec.offers, rec.taken) != (offers, taken):
+            failures.append(f"{name}: {rec.offers} offers to fast_collective, {rec.taken} taken; "
+                            f"expected {offers}, {taken}")
         if got.dtype != want.dtype or not torch.equal(got, want):
             failures.append(f"{name}: {got.tolist()} != {want.tolist()}")
 
@@ -164,8 +183,23 @@ def case_declined_calls_take_the_general_path(comm):
     x = torch.arange(P * P, dtype=torch.int64) + 100 * me
     out = torch.zeros(P * P, dtype=torch.int64)
     want = torch.cat([torch.arange(me * P, me * P + P, dtype=torch.int64) + 100 * r for r in range(P)])
+    # split sizes: the backend does not offer it; equal blocks, so the communicator's offer takes it
     check("all_to_all_single with split sizes",
-          lambda: dist.all_to_all_single(out, x, [P] * P, [P] * P), out, want)
+          lambda: dist.all_to_all_single(out, x, [P] * P, [P] * P), out, want, answers=(), offers=1)
+    # Two tensors in one blocking call: the backend's latency path is not offered them; the
+    # communicator's takes each.
+    backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+    pair = [torch.arange(4, dtype=torch.int32) + me, torch.arange(3, dtype=torch.float64) * me]
+    opts = dist.AllreduceOptions()
+    opts.asyncOp = False  # torch's default is True
+    with _Recorder() as rec:
+        backend.allreduce(pair, opts).wait()
+    if rec.answers or (rec.offers, rec.taken) != (2, 2):
+        failures.append(f"blocking all_reduce of two tensors: backend answers {rec.answers}, "
+                        f"{rec.offers} offers, {rec.taken} taken, expected none, 2 and 2")
+    if not (torch.equal(pair[0], torch.arange(4, dtype=torch.int32) * P + ranks_sum)
+            and torch.equal(pair[1], torch.arange(3, dtype=torch.float64) * ranks_sum)):
+        failures.append(f"blocking all_reduce of two tensors: {pair}")
     # empty blocks (the finalizers' offsets step by zero)
     outs = [torch.full((0,), -1.0) for _ in range(P)]
     with _Recorder():

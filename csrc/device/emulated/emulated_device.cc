@@ -150,10 +150,21 @@ EmulatedDevice::~EmulatedDevice() {
 
 void EmulatedDevice::enter(const char* what, bool needs_current) {
   emulated_enter(what, index_, needs_current);
+  {
+    std::lock_guard<std::mutex> lk(calls_mu_);
+    ++calls_[what];
+  }
   if (faulted_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lk(mu_);
     throw std::runtime_error(fault_);
   }
+}
+
+std::map<std::string, uint64_t> EmulatedDevice::driver_calls() {
+  std::lock_guard<std::mutex> lk(calls_mu_);
+  std::map<std::string, uint64_t> out;  // by name: one literal may sit at several addresses
+  for (const auto& [what, n] : calls_) out[what] += n;
+  return out;
 }
 
 const NcclApi* EmulatedDevice::nccl_api() const { return &emulated_nccl_api(); }

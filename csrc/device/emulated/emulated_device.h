@@ -26,6 +26,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -136,6 +137,10 @@ class EmulatedDevice final : public Device {
 
   // Bytes currently allocated (tests check that nothing leaks).
   size_t allocated_bytes();
+  // Driver calls made on this device so far, by the CUDA call each stands for ("cudaEventRecord",
+  // "the kernel path's launch", ...): tests pin the structure of a call (one launch, no host
+  // function, no cross-stream wait) without timing anything (issue #25, host cost).
+  std::map<std::string, uint64_t> driver_calls();
 
  private:
   struct Allocation {
@@ -157,6 +162,8 @@ class EmulatedDevice final : public Device {
   std::vector<std::weak_ptr<EmulatedStream>> streams_;
   std::vector<std::shared_ptr<HardwareQueue>> hardware_queues_;  // COMMLIB_EMULATED_CONNECTIONS
   size_t streams_created_ = 0;
+  std::mutex calls_mu_;
+  std::unordered_map<const char*, uint64_t> calls_;  // keyed by enter()'s literal
 };
 
 // The process's emulated device `index` (created on first use; delay from the environment).

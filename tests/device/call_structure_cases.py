@@ -1,0 +1,84 @@
+"""Rank side of test_call_structure.py (apart from the test module, so that the ranks import
+neither pytest nor the test modules): the driver calls one device all_reduce makes, counted by the
+emulated device, and the route's cache of resolved calls (issue #25, the host cost of a call)."""
+import numpy as np
+
+import commlib.emulated as emu
+from kernel_path_cases import KERNEL_SETTINGS, with_settings
+
+COPY_SETTINGS = dict(KERNEL_SETTINGS, COMMLIB_DEVICE_PATH="copy")
+# The driver calls a call's structure is pinned by (device/emulated/emulated_device.cc's names).
+WATCHED = ("the kernel path's launch", "cudaEventRecord", "cudaStreamWaitEvent", "cudaLaunchHostFunc",
+           "cudaMemcpyAsync", "cuStreamWriteValue64", "cuStreamWaitValue64")
+
+
+def _delta(before, after):
+    return {k: after.get(k, 0) - before.get(k, 0) for k in WATCHED if after.get(k, 0) != before.get(k, 0)}
+
+
+def driver_calls_per_call(comm, n=10):
+    """Per path (kernel, copy): (driver calls of n in-place all_reduces of one buffer on the current
+    stream after a warm-up call, the path they took, all results right)."""
+    out = []
+    for settings in (KERNEL_SETTINGS, COPY_SETTINGS):
+        def run(sub):
+            x = emu.from_numpy(np.zeros(5, np.int32))
+            sub.all_reduce(x, op="max", algorithm="ring")  # set-up, plan upload: not per call
+            emu.current_stream().synchronize()
+            dev = emu.device()
+            before = dev.driver_calls()
+            for i in range(n):
+                sub.all_reduce(x, op="max", algorithm="ring")
+            after = dev.driver_calls()
+            ok = bool((x.numpy() == 0).all())
+            y = emu.from_numpy(np.full(5, sub.rank + 1, np.int32))
+            sub.all_reduce(y, op="max", algorithm="ring")
+            ok &= bool((y.numpy() == sub.size).all())
+            return _delta(before, after), sub._device().last_path(), ok
+        out.append(with_settings(comm, settings, run))
+    return out
+
+
+def calls_on_alternating_streams(comm, n=6):
+    """(driver calls of n kernel-path calls alternating between two streams, results right): each
+    call waits for the previous one, which ran on the other stream (call order across streams)."""
+    def run(sub):
+        streams = [emu.Stream(), emu.Stream()]
+        x = emu.from_numpy(np.ones(5, np.int64))
+        sub.all_reduce(x, stream=streams[1])
+        dev = emu.device()
+        before = dev.driver_calls()
+        for i in range(n):
+            sub.all_reduce(x, stream=streams[i % 2])
+        after = dev.driver_calls()
+        streams[(n - 1) % 2].synchronize()
+        return _delta(before, after), bool((x.numpy() == sub.size ** (n + 1)).all())
+    return with_settings(comm, KERNEL_SETTINGS, run)
+
+
+def cached_calls_still_check(comm):
+    """After a call of a shape is cached, the same buffer with bad arguments still raises the
+    general path's errors (the cache key holds what the checks looked at), and a buffer of the same
+    address but another count or dtype is a new call: (errors, results right)."""
+    def run(sub):
+        x = emu.from_numpy(np.full(4, sub.rank, np.float32))
+        for _ in range(3):
+            sub.all_reduce(x, op="max", algorithm="direct")
+        errors = []
+        for kwargs in (dict(op="band"), dict(op="max", scale=2.0), dict(op="max", algorithm="no_such"),
+                       dict(op="premul_sum"), dict(op="max", algorithm=1)):
+            try:
+                sub.all_reduce(x, **kwargs)
+                errors.append(None)
+            except (TypeError, ValueError) as e:
+                errors.append(f"{type(e).__name__}: {e}")
+        ok = bool((x.numpy() == sub.size - 1).all())
+        sub.all_reduce(x, op="premul_sum", scale=0.5, algorithm="direct")
+        sub.all_reduce(x, op="premul_sum", scale=0.5, algorithm="direct")  # cached: its own scale
+        ok &= bool((x.numpy() == (sub.size - 1) * sub.size * sub.size / 4).all())
+        ok &= bool((x.numpy() == (sub.size - 1) * sub.size * sub.size / 4).all())
+        ints = emu.from_numpy(np.full(4, 1, np.int32))
+        sub.all_reduce(ints, algorithm="direct")
+        ok &= bool((ints.numpy() == sub.size).all())
+        return errors, ok
+    return with_settings(comm, KERNEL_SETTINGS, run)
