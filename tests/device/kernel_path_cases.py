@@ -58,8 +58,14 @@ def paths_per_setting(comm, settings):
     return [with_settings(comm, {"COMMLIB_DEVICE_PATH": s}, _paths) for s in settings]
 
 
-def mixed_settings(comm, settings_of_rank1, settings_of_rank0):
-    """Rank 1 creates its engine with one setting, rank 0 with another."""
+def mixed_settings(comm, settings_of_rank1, settings_of_rank0, late_rank=None):
+    """Rank 1 creates its engine with one setting, rank 0 with another; ``late_rank`` (if given)
+    makes its call 0.3 s after the other's, so the early rank's first call is published while the
+    late one checks its own against it during the set-up (the two resolve auto differently by path:
+    a check that saw that as a mismatch raised MismatchError instead of the setting's ValueError
+    whenever it met its peer's published call, the flake of the copy-kernel case)."""
+    import time
+
     import numpy as np
 
     import commlib
@@ -67,6 +73,8 @@ def mixed_settings(comm, settings_of_rank1, settings_of_rank0):
 
     def run(sub):
         try:
+            if sub.rank == late_rank:
+                time.sleep(0.3)
             x = emu.from_numpy(np.ones(4, np.float32))
             sub.all_reduce(x, async_op=True).synchronize()  # raises the call's own error too
             return "no error"

@@ -102,9 +102,10 @@ def test_ranks_with_different_settings_are_refused(pool, name, rank1, rank0):
     # The first call (a small auto all_reduce) resolves to direct on the kernel path and to the
     # policy's choice on the copy path (kernel_auto.h): the set-up still names the setting.
     base = {"COMMLIB_DEVICE_PATH": "kernel"}
-    for msg in pool(2, env=DELAY_ENV).run(mixed_settings, dict(base, **{name: rank1}), dict(base, **{name: rank0}),
-                                          timeout=40):
-        assert msg.startswith("ValueError") and name in msg and "every rank must use the same" in msg, msg
+    for late_rank in (None, 0, 1):  # together, then each rank's first call found published by the other
+        for msg in pool(2, env=DELAY_ENV).run(mixed_settings, dict(base, **{name: rank1}), dict(base, **{name: rank0}),
+                                              late_rank, timeout=40):
+            assert msg.startswith("ValueError") and name in msg and "every rank must use the same" in msg, (late_rank, msg)
 
 
 def test_a_bad_device_path_is_refused_naming_the_choices(pool):
