@@ -26,6 +26,9 @@ from commlib.core.work import Work  # noqa: F401  (re-exported: commlib.core.com
 # fast_call.cc), which answers NotImplemented for anything it does not handle; the code after it in
 # each method is the general path, which validates and explains. Codes are _C.COLLECTIVES positions.
 _fast = _C.fast_collective
+# The device one: a blocking in-place all_reduce that ran before, straight from C++ (csrc/bindings/
+# device_fast_call.cc); NotImplemented sends it down the path below, which checks and fills it.
+_fast_device = _C.fast_device_all_reduce
 # (input, output, input_at, output_at) elements of one rank's buffers (csrc/common/shapes.h).
 _shapes = _C.buffer_shapes
 (_ALL_REDUCE, _ALL_GATHER, _REDUCE_SCATTER, _ALL_TO_ALL, _BROADCAST, _REDUCE, _GATHER, _SCATTER,
@@ -139,6 +142,9 @@ class Communicator(GroupMethods):
         if stream is None and _fast(self._addr, _ALL_REDUCE, tensor, out, op, algorithm, 0, async_op, scale) is None:
             return None
         route = self._device_route
+        if (route is not None and stream is None and out is None
+                and _fast_device(route.fast_calls_address, tensor, op, algorithm, scale, async_op) is None):
+            return None
         if (route is not None and stream is None and out is None and type(op) is str and type(algorithm) is str
                 and (scale is None or type(scale) in (float, int))):
             # A device call of a shape that ran before (issue #25): its key proves the checks below.

@@ -152,12 +152,25 @@ class DeviceRoute:
         self._devices = {}
         self._prefixes = {}  # store prefix of each engine's set-up
         self._pending = collections.deque()  # (work, refs): buffers stay alive until executed
-        self._last_engine = None
         self._stream_of = {}  # (kind, index) -> stream resolver (stream_resolver), made once
         # Resolved all_reduce calls (issue #25, host cost): (DeviceBuffer, op, algorithm, scale) ->
         # (engine, engine.run's arguments but the stream, stream resolver). The key holds what the
         # checks looked at (pointer, count, dtype, device, op, algorithm, scale), so a hit skips them.
+        # Async calls take this one; blocking calls the C++ copy below.
         self._calls = {}
+        # The same calls in C++ (csrc/bindings/device_fast_call.cc): Communicator.all_reduce's first
+        # try, one C++ call that reads the buffer and the current stream itself. It also holds the
+        # buffers of the calls it ran until their stream executed them, and the last engine.
+        self._fast_calls = _C.DeviceCallCache()
+        self.fast_calls_address = self._fast_calls.address()
+
+    @property
+    def _last_engine(self):
+        return self._fast_calls.last_engine
+
+    @_last_engine.setter
+    def _last_engine(self, engine):
+        self._fast_calls.last_engine = engine
 
     def setup(self, kind: str, index: int):
         """Set up the engine of device ``kind``:``index`` now (split(device=...)): every rank of
@@ -230,7 +243,12 @@ class DeviceRoute:
         if coll == "all_reduce" and stream is None and len(bufs) == 1 and algorithm != "nccl":
             if len(self._calls) >= _MAX_CACHED:
                 self._calls.clear()
-            self._calls[(first, op, algorithm, scale if op == "premul_sum" else None)] = (engine, args, stream_of)
+            key_scale = scale if op == "premul_sum" else None
+            self._calls[(first, op, algorithm, key_scale)] = (engine, args, stream_of)
+            if first.stream is None:  # the C++ copy keys on the current stream, which it reads itself
+                if first.kind == "cuda":
+                    _register_torch_reader()
+                self._fast_calls.add(refs[0], op, algorithm, key_scale, engine, *args, device_stream)
         return self._enqueued(work, refs, stream_of, async_op)
 
     def cached_all_reduce(self, tensor, op, algorithm, scale, async_op):
@@ -244,8 +262,11 @@ class DeviceRoute:
         if hit is None:
             return None
         engine, args, stream_of = hit
-        work = engine.run(*args, stream_of(None))
+        device_stream = stream_of(None)
+        work = engine.run(*args, device_stream)
         self._last_engine = engine
+        if not async_op and buf.stream is None:  # a blocking call on a stream the C++ copy has not seen
+            self._fast_calls.add(tensor, op, algorithm, scale, engine, *args, device_stream)
         return (self._enqueued(work, (tensor, None), stream_of, async_op),)
 
     def _one_device(self, bufs, stream):
@@ -306,6 +327,7 @@ class DeviceRoute:
 
     def abort(self, reason):
         self._calls.clear()
+        self._fast_calls.clear()
         for e in self._engines.values():
             e.abort(reason)
 
@@ -322,10 +344,26 @@ class DeviceRoute:
             e.release_memory(peers_closed=not failed and peers_closed)
         self._engines.clear()
         self._calls.clear()
+        self._fast_calls.clear()  # also forgets the last engine
         self._stream_of.clear()
-        self._last_engine = None
         self._devices.clear()
         self._pending.clear()
+
+
+def _register_torch_reader():
+    """Let the C++ cached all_reduce read torch CUDA tensors (once; csrc/bindings/device_view.cc)."""
+    global _torch_reader_registered
+    if _torch_reader_registered or "torch" not in sys.modules:
+        return
+    torch = sys.modules["torch"]
+    from commlib.device import dtypes
+    _C.register_torch_device_tensors(torch.Tensor, torch.strided,
+                                     {t: DTYPE[n] for t, n in dtypes.torch_dtypes(torch).items()},
+                                     torch._C._cuda_getCurrentRawStream)
+    _torch_reader_registered = True
+
+
+_torch_reader_registered = False
 
 
 def parse_device(device):

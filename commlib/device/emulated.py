@@ -157,10 +157,13 @@ def use_stream(stream: Stream):
     if stack is None:
         stack = _state.stack = []
     stack.append(stream)
+    # The C++ side keys cached device calls on this thread's current stream (the stack's top).
+    _C.set_emulated_current_stream(stream._stream)
     try:
         yield stream
     finally:
         stack.pop()
+        _C.set_emulated_current_stream(stack[-1]._stream if stack else None)
 
 
 def synchronize(device_index: Optional[int] = None):
@@ -295,3 +298,7 @@ def from_numpy(a, device_index: Optional[int] = None, stream: Optional[Stream] =
     data = ctypes.string_at(ptr, out.nbytes) if out.nbytes else b""
     device(device_index).upload(out.data_ptr(), data, s._stream)
     return out
+
+
+# The cached device all_reduce (csrc/bindings/device_fast_call.cc) reads Array's slots itself.
+_C.register_emulated_array(Array, {name: getattr(_C.DType, name) for name in dtypes.NAMES})

@@ -1,5 +1,10 @@
 #include "bindings/bindings.h"
 
+namespace commlib {
+void bind_device_view(pybind11::module_& m);       // bindings/device_view.cc: emulated/torch CUDA buffer readers
+void bind_device_fast_call(pybind11::module_& m);  // bindings/device_fast_call.cc: the cached device all_reduce
+}  // namespace commlib
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "commlib core: schedules, verifier, kernels, shared-memory transport and executor";
   commlib::bind_types(m);
@@ -9,6 +14,8 @@ PYBIND11_MODULE(_C, m) {
   commlib::bind_comm(m);
   commlib::bind_fast_call(m);
   commlib::bind_device(m);
+  commlib::bind_device_view(m);
+  commlib::bind_device_fast_call(m);
   commlib::bind_sim(m);
   commlib::bind_device_plan(m);
 }
