@@ -353,13 +353,14 @@ class DeviceRoute:
 def _register_torch_reader():
     """Let the C++ cached all_reduce read torch CUDA tensors (once; csrc/bindings/device_view.cc)."""
     global _torch_reader_registered
-    if _torch_reader_registered or "torch" not in sys.modules:
+    torch = sys.modules.get("torch")
+    raw_stream = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
+    if _torch_reader_registered or raw_stream is None:
         return
-    torch = sys.modules["torch"]
     from commlib.device import dtypes
     _C.register_torch_device_tensors(torch.Tensor, torch.strided,
                                      {t: DTYPE[n] for t, n in dtypes.torch_dtypes(torch).items()},
-                                     torch._C._cuda_getCurrentRawStream)
+                                     raw_stream)
     _torch_reader_registered = True
 
 

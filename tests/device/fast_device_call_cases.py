@@ -88,3 +88,33 @@ def bad_arguments_after_hits(comm):
         sub.close()
         return errors, ok, filled and len(route._fast_calls) == 0
     return with_settings(comm, KERNEL_SETTINGS, run)
+
+
+def cuda_hits(comm, n=4):
+    """hits_and_misses' core on torch CUDA tensors (GPU 0; test_cuda_ranks.py, skipped without a
+    GPU): ((hits of n repeated calls, of the first call on another torch stream, of two more there,
+    of a bad op after them), (the bad op's error), results right)."""
+    import torch
+    torch.cuda.set_device(0)
+    P = comm.size
+    x = torch.full((6,), comm.rank + 1, dtype=torch.int32, device="cuda")
+
+    def repeated():
+        for _ in range(n):
+            comm.all_reduce(x)
+    hits = [_hits_of(repeated)[0]]
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        hits.append(_hits_of(lambda: comm.all_reduce(x))[0])
+        hits.append(_hits_of(lambda: [comm.all_reduce(x) for _ in range(2)])[0])
+    torch.cuda.current_stream().wait_stream(s)
+    error = None
+    before = _hits()
+    try:
+        comm.all_reduce(x, op="band", algorithm="no_such")
+    except ValueError as e:
+        error = str(e)
+    hits.append(_hits() - before)
+    ok = bool((x.cpu() == (P * (P + 1) // 2) * P ** (n + 2)).all())
+    return tuple(hits), error, ok

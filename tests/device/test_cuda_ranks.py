@@ -11,6 +11,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import device_cases  # noqa: E402
 import device_cuda_cases  # noqa: E402
 import device_lanes_cases as lanes  # noqa: E402
+import fast_device_call_cases  # noqa: E402
 from test_device_collectives import covering_cases  # noqa: E402
 
 # Short: a hang must show as an error within the GPU check's step, not eat it.
@@ -32,3 +33,14 @@ def test_covering_collectives_on_cuda(pool, size):
 def test_two_lane_pipeline_on_cuda(pool, size, warm):
     pytest.importorskip("torch")
     assert pool(size, env=ENV).run(lanes.two_lanes, "cuda", warm=warm, timeout=60) == [[]] * size
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(90)
+def test_cached_all_reduce_reads_torch_cuda_tensors(pool):
+    """The C++ cached all_reduce's torch reader (csrc/bindings/device_view.cc): repeated calls hit,
+    another torch stream misses once, a bad argument after hits still raises naming it."""
+    pytest.importorskip("torch")
+    for hits, error, ok in pool(2, env=ENV).run(fast_device_call_cases.cuda_hits, timeout=60):
+        assert ok and hits == (3, 0, 2, 0), hits
+        assert error and error.startswith("algorithm:") and "no_such" in error, error
