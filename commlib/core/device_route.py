@@ -12,7 +12,6 @@ that has never run on a GPU so far). The route sees its communicator only throug
 """
 from __future__ import annotations
 
-import collections
 import sys
 import time
 
@@ -151,7 +150,6 @@ class DeviceRoute:
         self._engines = {}
         self._devices = {}
         self._prefixes = {}  # store prefix of each engine's set-up
-        self._pending = collections.deque()  # (work, refs): buffers stay alive until executed
         self._stream_of = {}  # (kind, index) -> stream resolver (stream_resolver), made once
         # Resolved all_reduce calls (issue #25, host cost): (DeviceBuffer, op, algorithm, scale) ->
         # (engine, engine.run's arguments but the stream, stream resolver). The key holds what the
@@ -160,7 +158,8 @@ class DeviceRoute:
         self._calls = {}
         # The same calls in C++ (csrc/bindings/device_fast_call.cc): Communicator.all_reduce's first
         # try, one C++ call that reads the buffer and the current stream itself. It also holds the
-        # buffers of the calls it ran until their stream executed them, and the last engine.
+        # buffers of every call of the route (either path) until their stream executed them, and
+        # the last engine.
         self._fast_calls = _C.DeviceCallCache()
         self.fast_calls_address = self._fast_calls.address()
 
@@ -318,16 +317,14 @@ class DeviceRoute:
         return self._enqueued(work, refs, stream_of, async_op)
 
     def _enqueued(self, work, refs, stream_of, async_op):
-        # Polled on every call (one event query): a work held here also holds its completion
-        # event, which the engine's pool reuses only once nothing else holds it.
-        while self._pending and self._pending[0][0].is_completed():
-            self._pending.popleft()
-        self._pending.append((work, refs))
+        # Held until executed, polled on every call (one event query): a work held there also holds
+        # its completion event, which the engine's pool reuses only once nothing else holds it.
+        self._fast_calls.hold(work, refs)
         return DeviceWork(work, refs, stream_of) if async_op else None
 
     def abort(self, reason):
         self._calls.clear()
-        self._fast_calls.clear()
+        self._fast_calls.forget()  # the buffers stay held: the streams may still run their calls
         for e in self._engines.values():
             e.abort(reason)
 
@@ -344,10 +341,9 @@ class DeviceRoute:
             e.release_memory(peers_closed=not failed and peers_closed)
         self._engines.clear()
         self._calls.clear()
-        self._fast_calls.clear()  # also forgets the last engine
+        self._fast_calls.clear()  # also forgets the last engine and releases the held buffers
         self._stream_of.clear()
         self._devices.clear()
-        self._pending.clear()
 
 
 def _register_torch_reader():

@@ -117,7 +117,10 @@ class DeviceCallCache {
     return true;
   }
 
-  // Forgets every call and releases the held buffers (the route closed or aborted its engines).
+  // Forgets every call (the route aborted: its buffers stay held, the streams may still run them).
+  void forget() { entries_.clear(); }
+
+  // Forgets every call and the last engine, releases the held buffers (the route closed its engines).
   void clear() {
     entries_.clear();
     while (!pending_.empty()) {
@@ -126,6 +129,15 @@ class DeviceCallCache {
     }
     last_engine = nullptr;
   }
+
+  // Holds `refs` until `work` completed (every device call of the route, either path): one queue,
+  // polled on every call, so buffers are released in call order whichever path ran the call.
+  void hold(std::shared_ptr<DeviceWork> work, py::handle refs) {
+    release_completed();
+    pending_.emplace_back(std::move(work), refs.inc_ref().ptr());
+  }
+
+  size_t held() const { return pending_.size(); }
 
   size_t size() const { return entries_.size(); }
 
@@ -138,11 +150,7 @@ class DeviceCallCache {
     const auto it = entries_.find(k);
     if (it == entries_.end()) Py_RETURN_NOTIMPLEMENTED;
     const Entry hit = it->second;  // a copy: another thread may clear the cache while the GIL is released
-    // Completed calls release their buffers first (one event query, as the Python route's poll).
-    while (!pending_.empty() && pending_.front().first->is_completed()) {
-      Py_XDECREF(pending_.front().second);
-      pending_.pop_front();
-    }
+    release_completed();  // one event query per call
     std::shared_ptr<DeviceWork> work;
     std::exception_ptr error;
     {
@@ -167,6 +175,13 @@ class DeviceCallCache {
   std::shared_ptr<StreamEngine> last_engine;  // of the last call run here
 
  private:
+  void release_completed() {
+    while (!pending_.empty() && pending_.front().first->is_completed()) {
+      Py_XDECREF(pending_.front().second);
+      pending_.pop_front();
+    }
+  }
+
   std::unordered_map<CallKey, Entry, CallKeyHash> entries_;
   std::deque<std::pair<std::shared_ptr<DeviceWork>, PyObject*>> pending_;
 };
@@ -213,7 +228,11 @@ void bind_device_fast_call(py::module_& m) {
           },
           "add(tensor, op, algorithm, scale, engine, *engine.run's arguments): after the call ran, later calls of "
           "its key hit. False when the buffer is not of a kind the cache reads.")
-      .def("clear", &DeviceCallCache::clear, "Forget every call; release the buffers still held.")
+      .def("clear", &DeviceCallCache::clear, "Forget every call and the last engine; release the buffers held.")
+      .def("forget", &DeviceCallCache::forget, "Forget every call (the buffers stay held).")
+      .def("hold", &DeviceCallCache::hold, py::arg("work"), py::arg("refs"),
+           "Hold refs until work completed (polled on every call of either path).")
+      .def("held", &DeviceCallCache::held, "Calls whose buffers are held (not seen completed yet).")
       .def("__len__", &DeviceCallCache::size)
       .def_readwrite("last_engine", &DeviceCallCache::last_engine, "The engine of the last call run (None before).")
       .def("address", [](DeviceCallCache& c) { return reinterpret_cast<uintptr_t>(&c); },

@@ -1,6 +1,9 @@
 """Rank side of test_fast_device_call.py: which calls the C++ cached device all_reduce
 (csrc/bindings/device_fast_call.cc) runs, counted by ``_C.device_fast_path_counts()`` (calls
 offered, calls it ran), and that everything else still goes through the checked Python path."""
+import gc
+import weakref
+
 import numpy as np
 
 import commlib._C as _C
@@ -60,6 +63,23 @@ def hits_and_misses(comm, n=5):
                 w.synchronize()
             return all(w is not None for w in works) and bool((ints.numpy() == P ** 7).all())
         out["async"] = _hits_of(async_calls)
+
+        def buffers_released():
+            # Both paths' calls hold their buffers in one queue until executed, released by the
+            # next call of either path once the stream ran them.
+            w = emu.from_numpy(np.ones(2, np.int32))
+            sub.all_reduce(w)  # the Python path (a miss)
+            sub.all_reduce(w)  # a hit
+            held = sub._device()._fast_calls.held() >= 1
+            ref = weakref.ref(w)
+            del w
+            gc.collect()
+            alive_while_queued = ref() is not None
+            emu.current_stream().synchronize()
+            sub.all_reduce(ints)  # a hit: polls the queue
+            gc.collect()
+            return held and alive_while_queued and ref() is None
+        out["released"] = _hits_of(buffers_released)
         return out
     return with_settings(comm, KERNEL_SETTINGS, run)
 

@@ -19,6 +19,7 @@ def test_repeated_calls_hit_and_changed_keys_miss(pool):
         assert out["pointer"] == (0, True), out
         assert out["stream"] == ((0, 2, 1), True), out
         assert out["async"] == (0, True), out
+        assert out["released"] == (2, True), out
 
 
 def test_bad_arguments_after_hits_still_raise(pool):
