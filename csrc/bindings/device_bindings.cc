@@ -11,6 +11,7 @@
 #include "device/emulated/emulated_device.h"
 #include "device/emulated/emulated_rules.h"
 #include "device/emulated/nccl_emulated.h"
+#include "device/emulated/query_gate.h"
 #include "device/nccl_loader.h"
 #include "host/communicator.h"
 #include "stream/stream_engine.h"
@@ -187,6 +188,9 @@ void bind_device(py::module_& m) {
   m.def("device_auto_slot_bytes", &auto_slot_bytes, py::arg("ranks"), py::arg("nslots"),
         "The stream engine's inbox slot size for COMMLIB_DEVICE_SLOT_BYTES=0 (auto) at this world size and slot "
         "count (stream/stream_engine.h).");
+  m.def("emulated_hold_queries", &hold_other_threads_queries, py::arg("close"),
+        "Test hook: while closed, event queries from other threads than the caller's wait (at most 5 s each).");
+  m.def("emulated_queries_held", &queries_held_at_gate, "Test hook: queries waiting at the gate now.");
   m.def("emulated_device", &emulated_device, py::arg("index") = 0,
         "The process's emulated device `index` (COMMLIB_EMULATED_DELAY_US read when first created).");
 

@@ -88,12 +88,7 @@ std::shared_ptr<DeviceEvent> StreamEngine::begin(const CallDesc& desc, DeviceStr
   {
     // Calls that completed since the watchdog's last tick give their events back now, so a tight
     // loop of calls reuses a few events (stream/event_pool.h) instead of one per tick's worth.
-    std::lock_guard<std::mutex> lk(mu_);
-    while (!in_flight_.empty() && !failed() && completed_or_failed(in_flight_.front())) {
-      const uint64_t seq = in_flight_.front().seq;
-      in_flight_.pop_front();
-      while (!waits_.empty() && waits_.front().seq <= seq) waits_.pop_front();
-    }
+    retire_completed(true);
   }
   auto done = events_->take();
   {

@@ -219,7 +219,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
     WaitFor what = WaitFor::Data;
   };
   struct InFlight {
-    uint64_t seq;    // the engine's ordinal of the call
+    uint64_t seq = 0;  // the engine's ordinal of the call
     CallDesc desc;   // desc.seq: the communicator's call number (collectives; 0 for point to point)
     std::shared_ptr<DeviceEvent> done;
     bool recorded = false;  // `done` is enqueued (an event never recorded queries as complete)
@@ -305,6 +305,11 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   // peers; never throws.
   void fail_device(const std::string& where, const std::exception& e);
   bool completed_or_failed(const InFlight& f);
+  // Completed calls leave in_flight_ (oldest first; none once the engine failed if
+  // `stop_if_failed`). Each event is queried without mu_, on a copy of the front entry, so begin()
+  // never waits behind another thread's query (a cudaEventQuery may wait for the driver's lock
+  // while a large call runs: the first suspect for the kernel path's 200 us enqueue at 64 MiB).
+  void retire_completed(bool stop_if_failed);
   void fail_as(ErrorKind kind, ErrorKind published, const std::string& message, bool publish);  // f.completed(), a device error counting as done
   void release_waits();
 

@@ -98,6 +98,22 @@ bool StreamEngine::completed_or_failed(const InFlight& f) {
   }
 }
 
+void StreamEngine::retire_completed(bool stop_if_failed) {
+  for (;;) {
+    InFlight front;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (in_flight_.empty() || (stop_if_failed && failed())) return;
+      front = in_flight_.front();  // holds the event: the pool cannot hand it out meanwhile
+    }
+    if (!completed_or_failed(front)) return;
+    std::lock_guard<std::mutex> lk(mu_);
+    if (in_flight_.empty() || in_flight_.front().seq != front.seq) continue;  // another thread retired it
+    in_flight_.pop_front();
+    while (!waits_.empty() && waits_.front().seq <= front.seq) waits_.pop_front();
+  }
+}
+
 void StreamEngine::fail(ErrorKind kind, const std::string& message, bool publish) {
   fail_as(kind, kind, message, publish);
 }
@@ -264,12 +280,8 @@ void StreamEngine::inspect_in_flight(bool slow) {
   auto& last_progress = wd_last_progress_;
   auto& last_front = wd_last_front_;
   auto& last_target = wd_last_target_;
+  retire_completed(false);
   std::unique_lock<std::mutex> lk(mu_);
-  while (!in_flight_.empty() && completed_or_failed(in_flight_.front())) {
-    const uint64_t seq = in_flight_.front().seq;
-    in_flight_.pop_front();
-    while (!waits_.empty() && waits_.front().seq <= seq) waits_.pop_front();
-  }
   while (!waits_.empty() && load_flag(waits_.front().flag) >= waits_.front().target) waits_.pop_front();
   const auto now = Clock::now();
   if (failed() && !in_flight_.empty()) {

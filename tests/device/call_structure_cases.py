@@ -82,3 +82,31 @@ def cached_calls_still_check(comm):
         ok &= bool((ints.numpy() == sub.size).all())
         return errors, ok
     return with_settings(comm, KERNEL_SETTINGS, run)
+
+
+def enqueue_beside_a_held_query(comm):
+    """A call enqueued while the watchdog sits in an event query (held by the emulated device's
+    gate, as a cudaEventQuery behind a busy driver lock): (the query still held when the call
+    returned, results right). The enqueue must not wait for the engine's mutex behind the query."""
+    import time
+
+    import commlib._C as _C
+
+    def run(sub):
+        x = emu.from_numpy(np.ones(4, np.int64))
+        sub.all_reduce(x)
+        emu.current_stream().synchronize()
+        _C.emulated_hold_queries(True)  # this thread's queries pass; the watchdog's wait
+        try:
+            sub.all_reduce(x)  # in flight: the watchdog queries its event on its next tick
+            deadline = time.monotonic() + 3
+            while _C.emulated_queries_held() == 0 and time.monotonic() < deadline:
+                time.sleep(0.002)
+            entered = _C.emulated_queries_held() > 0
+            sub.all_reduce(x)  # begin(): the engine's mutex, which the old watchdog held while querying
+            held_during_call = entered and _C.emulated_queries_held() > 0
+        finally:
+            _C.emulated_hold_queries(False)
+        emu.current_stream().synchronize()
+        return held_during_call, bool((x.numpy() == sub.size ** 3).all())
+    return with_settings(comm, KERNEL_SETTINGS, run)

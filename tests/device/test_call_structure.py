@@ -9,7 +9,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from call_structure_cases import (cached_calls_still_check, calls_on_alternating_streams,  # noqa: E402
-                                  driver_calls_per_call)
+                                  driver_calls_per_call, enqueue_beside_a_held_query)
 from test_device_collectives import DELAY_ENV  # noqa: E402
 
 
@@ -39,3 +39,10 @@ def test_cached_calls_still_check_their_arguments(pool):
         assert algorithm and algorithm.startswith("ValueError: algorithm:") and "no_such" in algorithm, algorithm
         assert premul and premul.startswith("ValueError: scale:"), premul
         assert algorithm_type and algorithm_type.startswith("TypeError: algorithm:"), algorithm_type
+
+
+def test_an_enqueue_does_not_wait_behind_the_watchdogs_event_query(pool):
+    # The watchdog queries events without the engine's mutex (StreamEngine::retire_completed): a
+    # query stuck in the driver (a large call running) no longer holds up the next call's begin().
+    for held_during_call, ok in pool(2, env=DELAY_ENV).run(enqueue_beside_a_held_query, timeout=60):
+        assert ok and held_during_call

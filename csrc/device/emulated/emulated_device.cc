@@ -17,6 +17,7 @@
 #include "common/params.h"
 #include "device/emulated/emulated_rules.h"
 #include "device/emulated/nccl_emulated.h"
+#include "device/emulated/query_gate.h"
 #include "device/host_flags.h"
 
 namespace commlib {
@@ -256,6 +257,7 @@ void EmulatedDevice::wait_event(DeviceStream& stream, DeviceEvent& event) {
 
 bool EmulatedDevice::query(DeviceEvent& event) {
   enter("cudaEventQuery");
+  pass_query_gate();
   auto& e = static_cast<EmulatedEvent&>(event);
   std::lock_guard<std::mutex> lk(e.mu);
   return e.reached >= e.recorded;
