@@ -21,6 +21,7 @@ from commlib.core.call_spec import COLLECTIVE, DTYPE, OP
 from commlib.device import nccl_comm as device_nccl
 from commlib.device.route_context import RouteContext
 from commlib.core.shrink import gone_peers
+from commlib.core.device_close import closed_barrier
 from commlib.core.work import Work
 from commlib.device.buffers import DeviceBuffer, device_buffer
 
@@ -337,7 +338,7 @@ class DeviceRoute:
             failed = e.failed()
             # A failed engine frees nothing exported, so it does not wait; it still says it closed
             # its imports, or its healthy peers would wait out the timeout to free theirs.
-            peers_closed = _closed_barrier(self._ctx, self._prefixes[key], wait=not failed)
+            peers_closed = closed_barrier(self._ctx, self._prefixes[key], wait=not failed)
             e.release_memory(peers_closed=not failed and peers_closed)
         self._engines.clear()
         self._calls.clear()
@@ -385,40 +386,5 @@ def parse_device(device):
 # Entries of the route's per-call caches (resolved calls, wrapped streams) before they start over.
 _MAX_CACHED = 256
 
-# How often the closing barrier asks the control plane whether a rank it waits for is dead.
+# How often a set-up wait asks the control plane whether the rank it waits for is gone.
 _PEER_CHECK_S = 0.1
-
-
-def _closed_barrier(ctx, prefix, wait: bool = True) -> bool:
-    """Says this rank closed its imports of ``prefix``'s engines; with ``wait``, whether every rank
-    did (False on timeout, a failed store, or a rank that died or failed before saying so: nobody
-    waits out the timeout for a SIGKILLed peer; without ``wait``, False at once)."""
-    try:
-        ctx.store.set(f"{prefix}/closed/{ctx.rank}", b"1")
-        if not wait:
-            return False
-        keys = [f"{prefix}/closed/{r}" for r in range(ctx.size)]
-        deadline = time.monotonic() + min(ctx.timeout, 30.0)
-        next_peer_check = time.monotonic() + _PEER_CHECK_S
-        pause = 0.0005
-        while not ctx.store.check(keys):
-            now = time.monotonic()
-            if now > deadline:
-                return False
-            if now >= next_peer_check:
-                next_peer_check = now + _PEER_CHECK_S
-                if _gone_before_closing(ctx, keys):
-                    return False
-            time.sleep(pause)
-            pause = min(pause * 2, 0.02)
-        return True
-    except Exception:  # noqa: BLE001 - a store gone: leave the exported memory allocated
-        return False
-
-
-def _gone_before_closing(ctx, keys) -> bool:
-    """Whether some rank that has not said it closed is gone (its process dead, its connection
-    lost, or its communicator closed without close(): commlib.core.shrink.gone_peers); it never
-    will say so. Exported memory is then left allocated, as after a timeout."""
-    return any(not ctx.store.check([keys[r]]) for r in gone_peers(ctx.core))
-

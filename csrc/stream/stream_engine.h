@@ -305,10 +305,8 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   // peers; never throws.
   void fail_device(const std::string& where, const std::exception& e);
   bool completed_or_failed(const InFlight& f);
-  // Completed calls leave in_flight_ (oldest first; none once the engine failed if
-  // `stop_if_failed`). Each event is queried without mu_, on a copy of the front entry, so begin()
-  // never waits behind another thread's query (a cudaEventQuery may wait for the driver's lock
-  // while a large call runs: the first suspect for the kernel path's 200 us enqueue at 64 MiB).
+  // Completed calls leave in_flight_ (oldest first; none once failed if `stop_if_failed`), each
+  // event queried without mu_ so begin() never waits behind another thread's query (docs/gpu.md).
   void retire_completed(bool stop_if_failed);
   void fail_as(ErrorKind kind, ErrorKind published, const std::string& message, bool publish);  // f.completed(), a device error counting as done
   void release_waits();

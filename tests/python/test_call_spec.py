@@ -21,6 +21,8 @@ STILL_PARSING = {
                           "types with _C, so its callers pass names"),
     "fast_call.cc": (2, "the latency path: the user's op name reaches C++ before any Python runs (interned "
                         "pointers compared first); a name it does not know falls back to the general path"),
+    "device_fast_call.cc": (2, "the device latency path (a cached in-place all_reduce): as fast_call.cc, the op "
+                               "name is the cache key's, compared before any Python runs; unknown: the Python path"),
 }
 
 
