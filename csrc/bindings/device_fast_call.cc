@@ -150,7 +150,12 @@ class DeviceCallCache {
     const auto it = entries_.find(k);
     if (it == entries_.end()) Py_RETURN_NOTIMPLEMENTED;
     const Entry hit = it->second;  // a copy: another thread may clear the cache while the GIL is released
-    release_completed();  // one event query per call
+    try {
+      release_completed();  // one event query per call; a device error raises (as the Python poll)
+    } catch (...) {
+      set_python_error(std::current_exception());
+      return nullptr;
+    }
     std::shared_ptr<DeviceWork> work;
     std::exception_ptr error;
     {
