@@ -3,7 +3,8 @@
 The table's format and its run-time half (read, install, load_default) are in :mod:`commlib.core.tuning`,
 which ``import commlib`` uses; this module only builds tables. Rows for the world sizes measured
 come from the measurements; rows for nearby world sizes not measured come from the fitted cost
-model.
+model. A device bench's records (``<algorithm>@<path>``) give the "kernel_path" rows and the
+"device_path" crossovers instead (commlib/bench/device_tuning.py).
 """
 from __future__ import annotations
 
@@ -100,6 +101,9 @@ def from_results(records, fits=None, previous=None, model_span=2, hosts=1, ranks
     rows of the communicator's host count (commlib.core.tuning). Runs of one world size on several
     host counts cannot share an entry: the one with the most hosts is kept."""
     from commlib.perf import model
+    from commlib.bench import device_tuning
+    all_records = records
+    records = device_tuning.split(records)[0]  # device records make the kernel_path / device_path sections
     colls = {}
     if previous:
         for coll, per in previous.get("collectives", {}).items():
@@ -147,6 +151,4 @@ def from_results(records, fits=None, previous=None, model_span=2, hosts=1, ranks
                                                  "rows": rows(cbs, best)}
     out = {"schema": SCHEMA, "bytes": "per-rank count x element size, as _C.choose_algorithm sees it",
            "collectives": colls}
-    if previous and previous.get("kernel_path"):  # the device kernel path's rows: not measured here
-        out["kernel_path"] = previous["kernel_path"]
-    return out
+    return device_tuning.add_device_sections(out, all_records, previous)
