@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 
-from commlib.perf.tuning_path import choose_path, rows
 
 KERNEL_PATH_DEFAULT_MAX_BYTES = 1 << 20  # csrc/stream/kernel_path.h kKernelPathMaxBytes
 
@@ -50,16 +49,9 @@ def split(records):
 
 def kernel_path_section(kernel_records, previous=None):
     """{collective: {P: entry}}: measured entries for the world sizes in ``kernel_records``, the
-    previous table's kernel_path entries for the others."""
-    from commlib.bench.tuning import measured_picks
-    out = {c: dict(per) for c, per in ((previous or {}).get("kernel_path") or {}).items()}
-    for (coll, P), series in sorted(measured_picks(kernel_records).items()):
-        if series:
-            best = choose_path([t for _, _, t in series])
-            out.setdefault(coll, {})[str(P)] = {
-                "source": "measured", "dtype": kernel_records[0]["dtype"],
-                "rows": rows([cb for _, cb, _ in series], best)}
-    return out
+    previous table's kernel_path entries for the others (commlib.bench.tuning.measured_entries)."""
+    from commlib.bench.tuning import measured_entries
+    return measured_entries(kernel_records, (previous or {}).get("kernel_path", {}))
 
 
 def crossover(core_sizes, kernel_best, copy_best, default=KERNEL_PATH_DEFAULT_MAX_BYTES):

@@ -4,6 +4,7 @@ engine's set-up (core/device_route.py) and the NCCL communicator's set-up (devic
 wait through it, each raising its own error type."""
 from __future__ import annotations
 
+import re
 import time
 from typing import Callable, Optional
 
@@ -11,6 +12,29 @@ from typing import Callable, Optional
 def error_text(value) -> str:
     """A reported error as text, cut to 2000 bytes (a peer writes it; keep messages bounded)."""
     return bytes(value)[:2000].decode("utf-8", errors="replace")
+
+
+def report(rank: int, error: BaseException) -> str:
+    """The text a rank publishes under an error key when its set-up fails: ``rank N: Class: message``."""
+    return f"rank {rank}: {type(error).__name__}: {error}"
+
+
+_REPORT = re.compile(r"rank (\d+): (\w+): (.*)", re.S)
+
+
+def reported_failure(why: str, rank: int, otherwise: Callable[[str], Exception]) -> Exception:
+    """The exception rank ``rank`` raises for another rank's published failure ``why`` (see
+    report). A dead peer is a PeerError wherever it was seen first: the rank that saw it reports
+    ``PeerError: <collective>: ... rank R is gone``, and the others raise the same class with the
+    same message (it names the collective and the dead rank), plus who reported it. Whether this
+    rank's own peer check or the report comes first is a race, so both must give the same error.
+    Anything else is ``otherwise(why)``. Only the class is taken from the report, never code, and
+    the text is already bounded (error_text)."""
+    m = _REPORT.fullmatch(why)
+    if m and m.group(2) == "PeerError":
+        from commlib.errors import PeerError
+        return PeerError(f"{m.group(3)} (reported to rank {rank} by rank {m.group(1)})")
+    return otherwise(why)
 
 
 def wait_for_key(store, key: str, deadline: float, *, on_timeout: Callable[[], Exception],

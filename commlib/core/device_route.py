@@ -17,7 +17,7 @@ import sys
 import time
 
 import commlib._C as _C
-from commlib.bootstrap.wait import wait_for_key
+from commlib.bootstrap.wait import report, reported_failure, wait_for_key
 from commlib.core.call_spec import COLLECTIVE, DTYPE, OP
 from commlib.device import nccl_comm as device_nccl
 from commlib.device.route_context import RouteContext
@@ -133,7 +133,7 @@ def _wait_key(ctx, prefix, rank, poll, what: str = "set-up") -> str:
     value = wait_for_key(
         ctx.store, f"{prefix}/{rank}", time.monotonic() + ctx.timeout, poll=poll_and_check_peer,
         error_key=f"{prefix}/error",
-        on_error=lambda why: CommError(f"stream engine set-up failed: {why}"),
+        on_error=lambda why: reported_failure(why, ctx.rank, lambda w: CommError(f"stream engine set-up failed: {w}")),
         on_timeout=lambda: CommError(f"stream engine set-up: rank {ctx.rank} waited {ctx.timeout:g} s "
                                      f"(COMMLIB_TIMEOUT) for rank {rank}, which has not made its first call on "
                                      f"device buffers"))
@@ -202,7 +202,7 @@ class DeviceRoute:
             device_nccl.setup_links(c, engine, prefix)  # NCCL's communicator if some pair uses it
         except Exception as e:
             try:  # the other ranks stop waiting for this one
-                c.store.set(f"{prefix}/error", f"rank {c.rank}: {type(e).__name__}: {e}")
+                c.store.set(f"{prefix}/error", report(c.rank, e))
             except Exception:  # noqa: BLE001 - the original error is what matters
                 pass
             raise

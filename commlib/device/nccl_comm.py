@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 
-from commlib.bootstrap.wait import wait_for_key
+from commlib.bootstrap.wait import report, reported_failure, wait_for_key
 from commlib.errors import CommError, MismatchError
 
 ID_BYTES = 128
@@ -29,7 +29,7 @@ def _wait(ctx, key: str, what: str, error_key: str = "") -> bytes:
     rank published a failure under ``error_key``."""
     return wait_for_key(
         ctx.store, key, time.monotonic() + ctx.timeout, error_key=error_key,
-        on_error=lambda why: CommError(f"NCCL set-up failed on another rank: {why}"),
+        on_error=lambda why: reported_failure(why, ctx.rank, lambda w: CommError(f"NCCL set-up failed on another rank: {w}")),
         on_timeout=lambda: CommError(f"NCCL set-up: rank {ctx.rank} waited {ctx.timeout:g} s (COMMLIB_TIMEOUT) "
                                      f"for {what}"))
 
@@ -82,7 +82,7 @@ def _create(ctx, engine, base: str):
                 raise CommError(f"ncclGetUniqueId returned {len(uid)} bytes, expected {ID_BYTES}")
             ctx.store.set(f"{base}/id", uid)
     except Exception as e:
-        ctx.store.set(f"{base}/error", f"rank {ctx.rank}: {type(e).__name__}: {e}")
+        ctx.store.set(f"{base}/error", report(ctx.rank, e))
         raise
     uid = _wait(ctx, f"{base}/id", "rank 0's NCCL unique id", f"{base}/error")
     if len(uid) != ID_BYTES:  # the store is not trusted: NCCL reads exactly 128 bytes

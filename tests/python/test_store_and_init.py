@@ -120,3 +120,36 @@ def test_bad_executor_settings_name_the_variable(monkeypatch, var):
             commlib.init(rank=0, world_size=1, store=TCPStore("127.0.0.1", s.port), prefix="badenv")
     finally:
         s.close()
+
+
+def test_a_peer_reported_dead_is_a_peer_error_on_every_rank(server):
+    """A set-up wait (stream engine, NCCL) that reads another rank's failure report: a dead peer
+    stays a PeerError naming the collective and the dead rank, whichever rank saw it first (the
+    flake of test_close_does_not_wait_for_a_killed_peer: a rank that read rank 0's report raised
+    CommError instead); any other failure stays a CommError with the report in it."""
+    from commlib.bootstrap.wait import report, reported_failure, wait_for_key
+    store = TCPStore("127.0.0.1", server.port)
+    dead = commlib.PeerError("all_reduce: stream engine set-up: rank 0 waits for rank 1's first call on device "
+                             "buffers, but rank 1 is gone")
+    store.set("seen/error", report(0, dead))
+
+    def other(why):
+        return commlib.CommError(f"set-up failed: {why}")
+
+    def wait(key):
+        return wait_for_key(store, key, time.monotonic() + 5, error_key=f"{key.split('/')[0]}/error",
+                            on_error=lambda why: reported_failure(why, 2, other), on_timeout=lambda: AssertionError("timeout"))
+
+    with pytest.raises(commlib.PeerError) as e:
+        wait("seen/1")
+    assert str(e.value).startswith("all_reduce: stream engine set-up") and "rank 1 is gone" in str(e.value)
+    assert "reported to rank 2 by rank 0" in str(e.value)
+    store.set("bad/error", report(3, ValueError("COMMLIB_DEVICE_PATH: ranks differ")))
+    with pytest.raises(commlib.CommError) as e:
+        wait("bad/1")
+    assert type(e.value) is commlib.CommError and "rank 3: ValueError: COMMLIB_DEVICE_PATH" in str(e.value)
+    # A report that does not follow the format is never taken for a dead peer.
+    store.set("odd/error", "PeerError: rank 1 is gone")
+    with pytest.raises(commlib.CommError) as e:
+        wait("odd/1")
+    assert type(e.value) is commlib.CommError
