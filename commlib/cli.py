@@ -64,7 +64,7 @@ def main(argv=None) -> int:
         from commlib.sim.tune import main as sim_tune_main
         return sim_tune_main(args)
     if args.command == "tune" and args.device:
-        from commlib.bench.device_tuning import run_tune
+        from commlib.bench.tune_device import run_tune
         return run_tune(args)
     if args.command == "tune":
         if not args.files:

@@ -49,8 +49,8 @@ def split(records):
 
 def kernel_path_section(kernel_records, previous=None):
     """{collective: {P: entry}}: measured entries for the world sizes in ``kernel_records``, the
-    previous table's kernel_path entries for the others (commlib.bench.tuning.measured_entries)."""
-    from commlib.bench.tuning import measured_entries
+    previous table's kernel_path entries for the others (tuning_picks.measured_entries)."""
+    from commlib.bench.tuning_picks import measured_entries
     return measured_entries(kernel_records, (previous or {}).get("kernel_path", {}))
 
 
@@ -78,7 +78,7 @@ def device_path_section(device, previous=None):
     """{P: {"kernel_max_bytes": N, "source": "measured"}} for each world size measured on both
     paths (the smallest collective's crossover: the kernel path is taken only where no collective
     measured was slower on it), the previous table's entries for the others."""
-    from commlib.bench.tuning import measured_picks
+    from commlib.bench.tuning_picks import measured_picks
     out = dict((previous or {}).get("device_path") or {})
     kern, copy = measured_picks(device["kernel"]), measured_picks(device["copy"])
     per_size = {}
@@ -106,19 +106,3 @@ def add_device_sections(table, records, previous=None):
         table["device_path"] = dp
     return table
 
-
-def run_tune(args) -> int:
-    """``commlib tune --device D [-o OUT] [-- BENCH ARGUMENTS]``: a device bench of the kernel and
-    copy paths (``commlib bench ... --device D --paths kernel,copy --peers none --tune``) that writes
-    the tuning file's kernel_path rows and device_path crossovers, keeping its host rows."""
-    from commlib.bench.launcher import add_arguments, run
-    import argparse
-    bench = list(args.files or ["all_reduce"])
-    if "--paths" not in bench:
-        bench += ["--paths", "kernel,copy"]
-    if "--peers" not in bench:
-        bench += ["--peers", "none"]
-    bench += ["--device", args.device, "--tune", "--tune-file", args.output or "tuning.json"]
-    p = argparse.ArgumentParser(prog="commlib tune --device")
-    add_arguments(p)
-    return run(p.parse_args(bench))
