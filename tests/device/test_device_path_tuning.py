@@ -58,3 +58,11 @@ def test_a_small_tune_run_writes_rows_that_auto_follows(pool):
                 want = next(a for mb, a in entry["rows"] if mb < 0 or nbytes <= mb)
                 assert alg == want, (nbytes, alg, entry)
         assert "all_reduce" not in table["collectives"]  # device records make no host rows
+
+
+def test_ranks_whose_kernel_path_rows_differ_hear_of_it_from_the_call(pool):
+    # as for host rows (and overrides): the call's descriptor check names both ranks' calls
+    tables = [{"schema": SCHEMA, "kernel_path": {"all_reduce": {"2": {"rows": [[-1, rows]]}}}}
+              for rows in ("ring", "direct")]
+    for msg in pool(2, env=DELAY_ENV).run(with_table_of_rank, tables, {"COMMLIB_DEVICE_PATH": "kernel"}, timeout=40):
+        assert msg.startswith("MismatchError") and "rank 0" in msg and "rank 1" in msg, msg
