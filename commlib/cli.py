@@ -4,6 +4,7 @@
         --peers gloo,mpi --json out.json
     commlib report out.json [more.json ...] -o report/
     commlib tune run1.json run2.json [...]          # auto's tuning file from several runs
+    commlib tune --device emulated -- all_reduce --np 2 -b 4K -e 4M   # + the device's kernel_path rows
     commlib sim all_reduce --topology dgx-h100 --nodes 1,8,64   # predictions (commlib/sim)
     commlib tune --sim dgx-h100 --nodes 1,8,64 -o tuning.json   # auto's tuning file from predictions
 
@@ -28,7 +29,11 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("-o", "--output", default="report", help="output directory (default report/)")
     t = sub.add_parser("tune", help="write auto's tuning file from one or more bench JSON files "
                                     "(an algorithm's time at a size: median over the runs)")
-    t.add_argument("files", nargs="*", metavar="JSON", help="files written by commlib bench --json")
+    t.add_argument("files", nargs="*", metavar="JSON", help="files written by commlib bench --json (with "
+                                                             "--device: commlib bench arguments, after --)")
+    t.add_argument("--device", choices=("emulated", "cuda"),
+                   help="measure the device's kernel and copy paths now (a commlib bench run with --paths "
+                        "kernel,copy) and write the kernel_path rows and device_path crossovers")
     t.add_argument("-o", "--output", help="tuning file to write (default: ./tuning.json; the package's "
                                           "own file, commlib/core/tuning.json, only when named)")
     from commlib.sim.tune import add_arguments as add_sim_tune
@@ -58,6 +63,9 @@ def main(argv=None) -> int:
     if args.command == "tune" and args.sim:
         from commlib.sim.tune import main as sim_tune_main
         return sim_tune_main(args)
+    if args.command == "tune" and args.device:
+        from commlib.bench.tune_device import run_tune
+        return run_tune(args)
     if args.command == "tune":
         if not args.files:
             parser().error("tune: give bench JSON files, or --sim TOPOLOGY")

@@ -3,13 +3,15 @@
 The table's format and its run-time half (read, install, load_default) are in :mod:`commlib.core.tuning`,
 which ``import commlib`` uses; this module only builds tables. Rows for the world sizes measured
 come from the measurements; rows for nearby world sizes not measured come from the fitted cost
-model.
+model. A device bench's records (``<algorithm>@<path>``) give the "kernel_path" rows and the
+"device_path" crossovers instead (commlib/bench/device_tuning.py).
 """
 from __future__ import annotations
 
 import os
 
 from commlib.perf.tuning_path import SWITCH_COST, TOLERANCE, choose_path, rows  # noqa: F401
+from commlib.bench.tuning_picks import measured_entries, measured_picks  # noqa: F401 (used here and by tests)
 from commlib.core.tuning import (SCHEMA, choose, default_path, install, load_default, read,  # noqa: F401
                             rows_for, write)  # (re-exported: the bench and its tests use them here)
 
@@ -18,34 +20,6 @@ from commlib.core.tuning import (SCHEMA, choose, default_path, install, load_def
 DEFAULT_OUTPUT = "tuning.json"
 
 MODEL_MAX_REL_ERR = 0.25  # only trust the model for unmeasured world sizes when it fits this well
-
-
-def measured_picks(records):
-    """{(collective, P): [(bench_bytes, core_bytes, {algorithm: seconds})]} from commlib records.
-
-    An algorithm's time at a size is the median of its medians over the modes and runs measured
-    (records of several runs may be passed together: one noisy run then does not decide).
-    """
-    from commlib.perf.common import core_bytes
-    acc = {}
-    for r in records:
-        if r["backend"] != "commlib" or r["algorithm"] == "auto":
-            continue
-        key = (r["collective"], r["world_size"])
-        per = acc.setdefault(key, {}).setdefault(r["bytes"], {"core": core_bytes(
-            r["collective"], r["bytes"], r["dtype"], r["world_size"]), "t": {}})
-        per["t"].setdefault(r["algorithm"], []).append(r["time_us"]["median"] * 1e-6)
-    out = {}
-    for key, by_size in acc.items():
-        out[key] = [(b, v["core"], {a: _median(ts) for a, ts in v["t"].items()})
-                    for b, v in sorted(by_size.items())]
-    return out
-
-
-def _median(xs):
-    xs = sorted(xs)
-    m = len(xs) // 2
-    return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
 
 
 def from_runs(datas, previous=None):
@@ -102,10 +76,9 @@ def from_results(records, fits=None, previous=None, model_span=2, hosts=1, ranks
     rows of the communicator's host count (commlib.core.tuning). Runs of one world size on several
     host counts cannot share an entry: the one with the most hosts is kept."""
     from commlib.perf import model
-    # A device bench with --paths names its algorithms "<algorithm>@<path>": the kernel path's
-    # records make the "kernel_path" section; the host rows come only from plain names.
-    kernel_records = kernel_path_records(records)
-    records = [r for r in records if "@" not in r["algorithm"]]
+    from commlib.bench import device_tuning
+    all_records = records
+    records = device_tuning.split(records)[0]  # device records make the kernel_path / device_path sections
     colls = {}
     if previous:
         for coll, per in previous.get("collectives", {}).items():
@@ -153,37 +126,4 @@ def from_results(records, fits=None, previous=None, model_span=2, hosts=1, ranks
                                                  "rows": rows(cbs, best)}
     out = {"schema": SCHEMA, "bytes": "per-rank count x element size, as _C.choose_algorithm sees it",
            "collectives": colls}
-    kernel = measured_entries(kernel_records, (previous or {}).get("kernel_path", {}))
-    if kernel:
-        out["kernel_path"] = kernel
-    return out
-
-
-def kernel_path_records(records):
-    """The records of a device bench's kernel path (``commlib bench --device ... --paths kernel``:
-    algorithms named ``<algorithm>@kernel``), renamed to the plain algorithm; auto's records are
-    left out (auto is what the table decides)."""
-    from commlib.bench.device_paths import split_algorithm
-    out = []
-    for r in records:
-        algo, path = split_algorithm(r["algorithm"])
-        if path == "kernel" and algo != "auto":
-            out.append(dict(r, algorithm=algo))
-    return out
-
-
-def measured_entries(records, previous_section):
-    """A section of measured entries ({collective: {P: entry}}) from ``records`` (one algorithm
-    pick per size: choose_path), keeping ``previous_section``'s measured entries of world sizes
-    these records do not measure. The kernel path's section: its rows are read only for device
-    calls that the kernel path runs, on one host (docs/gpu.md "auto on the device")."""
-    section = {coll: {P: e for P, e in per.items() if e.get("source", "measured") == "measured"}
-               for coll, per in (previous_section or {}).items()}
-    for (coll, P), series in sorted(measured_picks(records).items()):
-        if not series:
-            continue
-        best = choose_path([t for _, _, t in series])
-        section.setdefault(coll, {})[str(P)] = {
-            "source": "measured", "dtype": next(r["dtype"] for r in records if r["collective"] == coll),
-            "rows": rows([cb for _, cb, _ in series], best)}
-    return {coll: per for coll, per in section.items() if per}
+    return device_tuning.add_device_sections(out, all_records, previous)

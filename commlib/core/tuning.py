@@ -13,7 +13,10 @@ a table from measurements is the bench's job (:mod:`commlib.bench.tuning`, ``com
 A ``"kernel_path"`` section of the same shape (``{"all_reduce": {"4": {"rows": [...]}}}``) holds
 rows measured on a device's kernel path (one kernel launch per collective, ranks of one host): the
 kernel path's auto takes them over its built-in one-shot/two-shot rule (csrc/stream/kernel_auto.h,
-docs/gpu.md "auto on the device"); host calls and the copy path never read them.
+docs/gpu.md "auto on the device"); host calls and the copy path never read them. A
+``"device_path"`` section (``{"4": {"kernel_max_bytes": 1048576}}``) holds the measured crossover
+per world size: COMMLIB_DEVICE_PATH=auto takes the kernel path up to that many bytes per rank, the
+copy path above (default 1 MiB where it has no entry; csrc/policy/device_path_tuning.h).
 
 An entry may say ``"hosts": H`` (default 1): the rows were measured on that many hosts. Without a
 cost model every row applies to its world size; with one (COMMLIB_TOPOLOGY, ranks on several
@@ -104,6 +107,10 @@ class _Engine:
     def set_tuning(collective: str, rows) -> None:
         _C.set_tuning(call_spec.collective(collective), rows)
 
+    @staticmethod
+    def set_device_path_crossovers(kernel_max_bytes) -> None:
+        _C.set_device_path_crossovers(kernel_max_bytes)
+
 
 def install(table: dict, core=None):
     """Install every collective's rows with _C.set_tuning; return the collectives installed. Each
@@ -118,7 +125,22 @@ def install(table: dict, core=None):
         rows += [(P, mb, alg, 1, True) for P, mb, alg in rows_for(table, coll, "kernel_path")]
         core.set_tuning(coll, rows)
         done.append(coll)
+    if hasattr(core, "set_device_path_crossovers"):  # the engine, or a recorder that wants them
+        core.set_device_path_crossovers(crossovers(table))
     return done
+
+
+def crossovers(table: dict) -> dict:
+    """{world size: bytes} of the table's ``"device_path"`` section: with COMMLIB_DEVICE_PATH=auto a
+    device call takes the kernel path up to that many bytes per rank (engines created afterwards);
+    world sizes without an entry keep the built-in 1 MiB."""
+    out = {}
+    for P, entry in (table.get("device_path") or {}).items():
+        mb = entry.get("kernel_max_bytes") if isinstance(entry, dict) else None
+        if not isinstance(mb, int) or mb < 0:
+            raise ValueError(f"device_path: world size {P}: kernel_max_bytes must be an integer >= 0, got {mb!r}")
+        out[int(P)] = mb
+    return out
 
 
 def load_default() -> bool:

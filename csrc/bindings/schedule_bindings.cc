@@ -1,11 +1,14 @@
 // Python bindings of the schedule layer: algorithms(), schedule(), verify(), choose_algorithm(),
 // set_tuning()/clear_tuning(), _verify_custom() and the VerificationError exception.
 #include <pybind11/stl.h>
+#include <map>
 
 #include "bindings/bindings.h"
 #include "common/shapes.h"
 #include "verify/verifier.h"
 #include "policy/auto_policy.h"
+#include "policy/device_path_tuning.h"
+#include "stream/kernel_path.h"
 #include "schedule/registry.h"
 
 namespace py = pybind11;
@@ -252,7 +255,22 @@ void bind_schedule(py::module_& m) {
       "no limit; hosts: how many hosts the row was measured on, default 1; kernel_path: measured on the device's "
       "kernel path, read only by that path's auto, default False).");
 
-  m.def("clear_tuning", &clear_tuning);
+  m.def(
+      "clear_tuning",
+      [] {
+        clear_tuning();
+        set_device_path_crossovers({});
+      },
+      "Drop every tuning row and the device_path crossovers (auto's built-in rules again).");
+  m.def(
+      "set_device_path_crossovers",
+      [](const std::map<int, int64_t>& kernel_max_bytes) { set_device_path_crossovers(kernel_max_bytes); },
+      py::arg("kernel_max_bytes"),
+      "Install the tuning file's \"device_path\" crossovers {world size: bytes}: COMMLIB_DEVICE_PATH=auto takes "
+      "the kernel path up to that many bytes per rank (engines created afterwards); {} restores the default.");
+  m.def(
+      "device_path_crossover", [](int size) { return device_path_crossover(size, kKernelPathMaxBytes); },
+      py::arg("size"), "auto's kernel/copy crossover in bytes per rank for a new engine of `size` ranks.");
 
   m.def(
       "algorithm_info",

@@ -77,8 +77,8 @@ const std::vector<Param> kParams = {
     {"COMMLIB_DEVICE_SLOTS", "int", "4", "inbox slots per peer of the stream engine (1..64)", 1, 64},
     {"COMMLIB_DEVICE_PATH", "name", "auto",
      "how the stream engine runs a collective on device buffers: kernel = one kernel launch over peer memory, "
-     "copy = copy-engine copies ordered by stream memory operations, auto = kernel up to 1 MiB per rank, copy above "
-     "(the same on every rank)"},
+     "copy = copy-engine copies ordered by stream memory operations, auto = kernel up to the tuning file's "
+     "device_path crossover per rank (default 1 MiB), copy above (the same on every rank)"},
     {"COMMLIB_DEVICE_LL_BYTES", "bytes", "8192",
      "kernel path: chunks of at most this many bytes move with the LL protocol (data and flag in one 8-byte store, "
      "no fence; half the bandwidth), larger ones through a slot and a flag; 0 = never; a multiple of 64 up to 65536, "

@@ -12,6 +12,7 @@
 #include "device/host_flags.h"
 #include "kernels/plan_kernel.cuh"
 #include "plan/describe.h"
+#include "policy/device_path_tuning.h"
 
 namespace commlib {
 
@@ -77,6 +78,7 @@ KernelPath::KernelPath(std::shared_ptr<Device> device, int rank, int size, uint3
                        DevicePath mode)
     : device_(std::move(device)), rank_(rank), size_(size), nslots_(nslots), slot_bytes_(slot_bytes), mode_(mode),
       ll_bytes_(device_ll_bytes_from_env(slot_bytes)),
+      kernel_max_bytes_(device_path_crossover(size, kKernelPathMaxBytes)),
       split_bytes_(std::max<uint32_t>(ll_bytes_ + 1, static_cast<uint32_t>(std::min<uint64_t>(64 << 10, slot_bytes / 2)))),
       imported_(size, nullptr) {
   if (mode_ == DevicePath::Kernel && device_->plan_blocks(1) == 0)
@@ -109,7 +111,8 @@ KernelPath::~KernelPath() {
 }
 
 std::string KernelPath::local_handle() const {
-  return std::string(device_path_name(mode_)) + "," + std::to_string(ll_bytes_) + ":" + device_->export_memory(region_);
+  return std::string(device_path_name(mode_)) + "," + std::to_string(ll_bytes_) + "," +
+         std::to_string(kernel_max_bytes_) + ":" + device_->export_memory(region_);
 }
 
 void check_device_paths(const std::vector<std::string>& kernel_handles, DevicePath mine, int rank) {
@@ -122,13 +125,20 @@ void check_device_paths(const std::vector<std::string>& kernel_handles, DevicePa
 }
 
 void KernelPath::connect(const std::vector<std::string>& handles, bool one_host) {
-  const std::string mine = std::to_string(ll_bytes_);
-  for (size_t p = 0; p < handles.size(); ++p) {  // the regions' layout depends on it
+  const std::string mine = std::to_string(ll_bytes_), my_max = std::to_string(kernel_max_bytes_);
+  for (size_t p = 0; p < handles.size(); ++p) {
     const size_t comma = handles[p].find(','), colon = handles[p].find(':');
-    const std::string theirs = comma < colon ? handles[p].substr(comma + 1, colon - comma - 1) : "";
-    if (theirs != mine)
+    const size_t comma2 = comma < colon ? handles[p].find(',', comma + 1) : std::string::npos;
+    const size_t ll_end = comma2 < colon ? comma2 : colon;
+    const std::string theirs = comma < colon ? handles[p].substr(comma + 1, ll_end - comma - 1) : "";
+    const std::string their_max = comma2 < colon ? handles[p].substr(comma2 + 1, colon - comma2 - 1) : "";
+    if (theirs != mine)  // the regions' layout depends on it
       throw std::invalid_argument("COMMLIB_DEVICE_LL_BYTES: rank " + std::to_string(p) + " uses " + theirs + ", rank " +
                                   std::to_string(rank_) + " " + mine + "; every rank must use the same");
+    if (mode_ == DevicePath::Auto && their_max != my_max)  // else ranks would take different paths for one call
+      throw std::invalid_argument("COMMLIB_TUNING: rank " + std::to_string(p) + " takes the kernel path up to " +
+                                  their_max + " bytes, rank " + std::to_string(rank_) + " up to " + my_max +
+                                  " (the tuning files' \"device_path\" crossovers differ); every rank must load the same");
   }
   usable_ = one_host && mode_ != DevicePath::Copy && device_->plan_blocks(1) > 0;
   if (!usable_) return;
@@ -147,7 +157,7 @@ void KernelPath::connect(const std::vector<std::string>& handles, bool one_host)
 }
 
 bool KernelPath::chooses(uint64_t bytes) const {
-  return usable_ && kernel_path_takes(mode_, bytes);
+  return usable_ && kernel_path_takes(mode_, bytes, kernel_max_bytes_);
 }
 
 void KernelPath::stage(const std::vector<char>& bytes, void* dev, DeviceStream& stream) {

@@ -37,13 +37,16 @@ void check_device_paths(const std::vector<std::string>& kernel_handles, DevicePa
 // COMMLIB_DEVICE_LL_BYTES for slots of `slot_bytes` (at most a slot; std::invalid_argument naming
 // it unless a multiple of 64 up to 65536).
 uint32_t device_ll_bytes_from_env(uint64_t slot_bytes);
-// auto: the kernel path for calls of at most this many bytes (count x element size), else copy.
+// auto: the kernel path for calls of at most this many bytes (count x element size), else copy; the
+// default where the tuning file has no measured crossover for the world size
+// (policy/device_path_tuning.h).
 constexpr uint64_t kKernelPathMaxBytes = uint64_t{1} << 20;
 // Whether `mode` sends a call of `bytes` to the kernel path where that path is usable (every peer's
-// memory mapped, a device with kernels, no NCCL link): the one size rule of KernelPath::chooses and
-// of the kernel path's auto (stream/kernel_auto.h).
-constexpr bool kernel_path_takes(DevicePath mode, uint64_t bytes) {
-  return mode == DevicePath::Kernel || (mode == DevicePath::Auto && bytes <= kKernelPathMaxBytes);
+// memory mapped, a device with kernels, no NCCL link), auto's crossover being `kernel_max_bytes`
+// (KernelPath::kernel_max_bytes): the one size rule of KernelPath::chooses and of the kernel path's
+// auto (stream/kernel_auto.h).
+constexpr bool kernel_path_takes(DevicePath mode, uint64_t bytes, uint64_t kernel_max_bytes) {
+  return mode == DevicePath::Kernel || (mode == DevicePath::Auto && bytes <= kernel_max_bytes);
 }
 
 // The kernel path caches its plans by call shape, the plan cache's ScheduleKey (plan/call.h) with
@@ -56,7 +59,7 @@ class KernelPath {
   KernelPath(std::shared_ptr<Device> device, int rank, int size, uint32_t nslots, uint64_t slot_bytes, DevicePath mode);
   ~KernelPath();
 
-  // "<mode>,<LL bytes>:<region handle>", the part of the engine's handle the peers need.
+  // "<mode>,<LL bytes>,<auto's crossover>:<region handle>", the part of the engine's handle the peers need.
   std::string local_handle() const;
   // Every rank's local_handle(); `one_host`: every rank is on this rank's host (otherwise the
   // kernel path stays off: it needs every peer's memory). std::invalid_argument when a rank uses
@@ -66,6 +69,8 @@ class KernelPath {
   // Whether a call of `bytes` (count x element size) runs as a kernel (the same answer on every
   // rank: every rank has the same mode, the same world and the same call).
   bool chooses(uint64_t bytes) const;
+  // auto's crossover for this engine's world size, read once when it is created (device_path_tuning.h).
+  uint64_t kernel_max_bytes() const { return kernel_max_bytes_; }
   // What the watchdog watches of a launch: `done` (host address) reaches `target` when it
   // completes; its first message is with `peer` (-1: none), a send or a receive.
   struct Launched {
@@ -135,6 +140,7 @@ class KernelPath {
   const uint64_t slot_bytes_;
   const DevicePath mode_;
   const uint32_t ll_bytes_;  // COMMLIB_DEVICE_LL_BYTES, at most a slot
+  const uint64_t kernel_max_bytes_;  // auto's crossover (device_path_tuning.h)
   // Chunks of at least this many bytes run on every block of the grid (plan_kernel.cuh, split
   // items): half a slot, at most 64 KiB, always above ll_bytes_.
   const uint32_t split_bytes_;

@@ -18,7 +18,8 @@ CallDesc StreamEngine::describe(const CollectiveCall& call, uint8_t algo, uint64
 const ResolvedPlan& StreamEngine::plan_of(const CollectiveCall& call) {
   const ResolvedPlan& policy = plans_.get(call);
   const std::string source = policy.choice.source;  // before get() again (it may drop the cache)
-  const KernelAutoInputs in{device_->plan_blocks(1) > 0, opts_.path, opts_.link == DeviceLinkSetting::Nccl};
+  const KernelAutoInputs in{device_->plan_blocks(1) > 0, opts_.path, opts_.link == DeviceLinkSetting::Nccl,
+                            kernel_ ? kernel_->kernel_max_bytes() : kKernelPathMaxBytes};
   const uint8_t algo = kernel_auto_algorithm(plans_.context(), in, call, source);
   if (!algo) return policy;
   CollectiveCall c = call;
