@@ -82,7 +82,9 @@ def main(args) -> int:
     write(path, table, (datas[-1].get("machine") if datas else None))
     sizes = sorted({int(P) for per in table["collectives"].values() for P, e in per.items()
                     if e.get("source") == "measured"})
-    print(f"# tuning written to {path} from {len(datas)} run(s); measured world sizes {sizes}")
+    kernel = sorted({int(P) for per in table.get("kernel_path", {}).values() for P in per})
+    print(f"# tuning written to {path} from {len(datas)} run(s); measured world sizes {sizes}"
+          + (f"; kernel-path rows for world sizes {kernel}" if kernel else ""))
     if os.path.abspath(path) != os.path.abspath(default_path()):
         print(f"# use it with COMMLIB_TUNING={os.path.abspath(path)}, or install it as {default_path()}")
     return 0
@@ -100,6 +102,10 @@ def from_results(records, fits=None, previous=None, model_span=2, hosts=1, ranks
     rows of the communicator's host count (commlib.core.tuning). Runs of one world size on several
     host counts cannot share an entry: the one with the most hosts is kept."""
     from commlib.perf import model
+    # A device bench with --paths names its algorithms "<algorithm>@<path>": the kernel path's
+    # records make the "kernel_path" section; the host rows come only from plain names.
+    kernel_records = kernel_path_records(records)
+    records = [r for r in records if "@" not in r["algorithm"]]
     colls = {}
     if previous:
         for coll, per in previous.get("collectives", {}).items():
@@ -147,6 +153,37 @@ def from_results(records, fits=None, previous=None, model_span=2, hosts=1, ranks
                                                  "rows": rows(cbs, best)}
     out = {"schema": SCHEMA, "bytes": "per-rank count x element size, as _C.choose_algorithm sees it",
            "collectives": colls}
-    if previous and previous.get("kernel_path"):  # the device kernel path's rows: not measured here
-        out["kernel_path"] = previous["kernel_path"]
+    kernel = measured_entries(kernel_records, (previous or {}).get("kernel_path", {}))
+    if kernel:
+        out["kernel_path"] = kernel
     return out
+
+
+def kernel_path_records(records):
+    """The records of a device bench's kernel path (``commlib bench --device ... --paths kernel``:
+    algorithms named ``<algorithm>@kernel``), renamed to the plain algorithm; auto's records are
+    left out (auto is what the table decides)."""
+    from commlib.bench.device_paths import split_algorithm
+    out = []
+    for r in records:
+        algo, path = split_algorithm(r["algorithm"])
+        if path == "kernel" and algo != "auto":
+            out.append(dict(r, algorithm=algo))
+    return out
+
+
+def measured_entries(records, previous_section):
+    """A section of measured entries ({collective: {P: entry}}) from ``records`` (one algorithm
+    pick per size: choose_path), keeping ``previous_section``'s measured entries of world sizes
+    these records do not measure. The kernel path's section: its rows are read only for device
+    calls that the kernel path runs, on one host (docs/gpu.md "auto on the device")."""
+    section = {coll: {P: e for P, e in per.items() if e.get("source", "measured") == "measured"}
+               for coll, per in (previous_section or {}).items()}
+    for (coll, P), series in sorted(measured_picks(records).items()):
+        if not series:
+            continue
+        best = choose_path([t for _, _, t in series])
+        section.setdefault(coll, {})[str(P)] = {
+            "source": "measured", "dtype": next(r["dtype"] for r in records if r["collective"] == coll),
+            "rows": rows([cb for _, cb, _ in series], best)}
+    return {coll: per for coll, per in section.items() if per}

@@ -31,6 +31,13 @@ def test_the_bench_compares_the_paths(pool):
     report = device_paths.markdown({"results": records, "world_size": 2, "backends": {"commlib": info}})
     assert "kernel µs" in report and "copy µs" in report and "auto ran" in report, report
     assert "say nothing about a GPU" in report, report
+    # `commlib tune` on these records: the kernel path's records make the "kernel_path" rows, no
+    # host row comes from a device path's records.
+    from commlib.bench import tuning
+    table = tuning.from_results(records)
+    assert table["kernel_path"] == {"all_reduce": {"2": {"source": "measured", "dtype": "float32",
+                                                         "rows": [[-1, "ring"]]}}}, table
+    assert table["collectives"] == {}, table
 
 
 def test_path_rows_pair_the_paths_of_a_size():
@@ -46,3 +53,23 @@ def test_path_rows_pair_the_paths_of_a_size():
 def test_unknown_paths_are_refused():
     with pytest.raises(SystemExit, match="--paths"):
         device_paths.parse_paths("kernel,fast")
+
+
+def test_tune_writes_the_kernel_paths_rows_from_its_records():
+    """Exact selection: per size the fastest algorithm of the kernel path's records (the host
+    rows' rule, choose_path), copy and auto records ignored, plain names still the host rows, and
+    a previous file's kernel-path entries of other world sizes kept."""
+    from commlib.bench import tuning
+
+    def rec(algo, nbytes, us, P=4):
+        return {"backend": "commlib", "collective": "all_reduce", "bytes": nbytes, "mode": "in", "algorithm": algo,
+                "time_us": {"median": us}, "dtype": "float32", "world_size": P}
+    records = [rec("direct@kernel", 8, 5.0), rec("ring@kernel", 8, 20.0),
+               rec("direct@kernel", 4 << 20, 900.0), rec("ring@kernel", 4 << 20, 300.0),
+               rec("ring@copy", 8, 1.0), rec("direct@auto", 4 << 20, 1.0),  # never rows
+               rec("tree", 8, 3.0), rec("ring", 8, 9.0)]
+    previous = {"kernel_path": {"all_reduce": {"8": {"rows": [[-1, "two_shot"]]}, "4": {"rows": [[-1, "tree"]]}}}}
+    table = tuning.from_results(records, previous=previous)
+    assert table["kernel_path"]["all_reduce"]["4"]["rows"] == [[int((8 * (4 << 20)) ** 0.5), "direct"], [-1, "ring"]]
+    assert table["kernel_path"]["all_reduce"]["8"] == {"rows": [[-1, "two_shot"]]}
+    assert table["collectives"]["all_reduce"]["4"]["rows"] == [[-1, "tree"]]
