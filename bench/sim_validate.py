@@ -210,24 +210,26 @@ def small_messages(lines):
     lines.append("")
 
 
-def committed(lines, name: str, hint: str):
-    """The path of the committed bench/sim_data/<name>; None, with a line saying how to make it
-    (``hint``, the command), when it is not there."""
-    path = os.path.join(DATA, name)
-    if os.path.exists(path):
-        return path
-    lines += [f"No bench/sim_data/{name}: run `{hint}`.", ""]
-    return None
+SCALE_HOW = "bench/sim_scale.py --json bench/sim_data/scale.json"
+AUTO_SPEED_HOW = "bench/sim_auto_speed.py > bench/sim_data/auto_speed.md"
+SCALE_KEYS = ("rows", "t4096", "wall_s", "jobs")
 
 
 def auto_at_scale(lines):
-    lines += ["## (e) auto at scale (bench/sim_scale.py)", ""]
-    path = committed(lines, "scale.json", "bench/sim_scale.py --json bench/sim_data/scale.json")
-    if path is None:
-        return
-    with open(path) as f:
-        data = json.load(f)
-    lines += ["auto (the engine's `resolve_algorithm` with the preset as its cost model) against every candidate "
+    """(e): bench/sim_scale.py's committed sweep. Missing or unreadable is a SystemExit naming the
+    file and the command that remakes it (like every other committed input: a validation that
+    writes a hint and exits 0 would hide the failure)."""
+    path = require(os.path.join(DATA, "scale.json"), f"run `{SCALE_HOW}`")
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        missing = [k for k in SCALE_KEYS if k not in data]
+    except (ValueError, TypeError) as e:  # not JSON, or JSON that is not an object
+        raise SystemExit(f"invalid input {path} ({e}): run `{SCALE_HOW}`") from None
+    if missing:
+        raise SystemExit(f"invalid input {path} (no {', '.join(missing)}): run `{SCALE_HOW}`")
+    lines += ["## (e) auto at scale (bench/sim_scale.py)", "",
+              "auto (the engine's `resolve_algorithm` with the preset as its cost model) against every candidate "
               "it ranks: the flat algorithms, and hierarchical with the built-in exchange and with every flat "
               "algorithm across hosts. Ratios are predicted times (auto / the best candidate); this machine's "
               f"tuning table cleared. Sweep: {data['jobs']} processes on this 2-core VM shared with other "
@@ -237,13 +239,15 @@ def auto_at_scale(lines):
 
 
 def auto_speed(lines):
-    """(f): bench/sim_auto_speed.py's committed output (bench/sim_data/auto_speed.md)."""
-    lines += ["## (f) auto's search at thousands of ranks (bench/sim_auto_speed.py)", ""]
-    path = committed(lines, "auto_speed.md", "bench/sim_auto_speed.py > bench/sim_data/auto_speed.md")
-    if path is None:
-        return
+    """(f): bench/sim_auto_speed.py's committed output (bench/sim_data/auto_speed.md); missing or
+    empty is a SystemExit naming the file and the command that remakes it."""
+    path = require(os.path.join(DATA, "auto_speed.md"), f"run `{AUTO_SPEED_HOW}`")
     with open(path) as f:
-        lines += f.read().rstrip().splitlines() + [""]
+        body = f.read().rstrip()
+    if not body:
+        raise SystemExit(f"invalid input {path} (empty): run `{AUTO_SPEED_HOW}`")
+    lines += ["## (f) auto's search at thousands of ranks (bench/sim_auto_speed.py)", ""]
+    lines += body.splitlines() + [""]
 
 
 def main(argv=None) -> int:

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -14,6 +15,8 @@ namespace {
 // Keep in step with README's "Settings" table (a test compares them). A row:
 //   {name, type, default, meaning}              (names, paths, flags, seconds)
 //   {name, type, default, meaning, lo, hi}      (int, bytes: the accepted range, checked on read)
+// A bytes value is digits with an optional suffix K, M or G (either case), 1024-based: 64K = 65536,
+// 4M = 4194304, 1G = 1073741824 (parse_byte_count; README's Settings table says the same).
 const std::vector<Param> kParams = {
     {"COMMLIB_TIMEOUT", "seconds", "300",
      "how long a call waits on a silent peer before raising PeerError"},
@@ -151,12 +154,44 @@ const Param& integer_param(const std::string& name, const char* accessor) {
 
 }  // namespace
 
+int64_t parse_byte_count(const std::string& name, const std::string& v) {
+  auto refuse = [&] {
+    return std::invalid_argument(name + ": expected a byte count >= 0 (digits, optionally followed by K, M or G: "
+                                 "1024-based), got '" + v + "'");
+  };
+  // Digits first: strtoll alone would also take blanks, a sign or hex.
+  if (v.empty() || !std::isdigit(static_cast<unsigned char>(v[0]))) throw refuse();
+  char* end = nullptr;
+  errno = 0;
+  const long long digits = std::strtoll(v.c_str(), &end, 10);
+  if (errno == ERANGE) throw refuse();
+  int shift = 0;
+  if (*end) {
+    switch (*end) {
+      case 'K': case 'k': shift = 10; break;
+      case 'M': case 'm': shift = 20; break;
+      case 'G': case 'g': shift = 30; break;
+      default: throw refuse();
+    }
+    if (end[1]) throw refuse();  // one suffix letter, nothing after it
+  }
+  if (digits > (INT64_MAX >> shift)) throw refuse();  // would overflow
+  return static_cast<int64_t>(digits) << shift;
+}
+
 int64_t param_int(const std::string& name, int64_t lo, int64_t hi) {
   const Param& p = integer_param(name, "param_int");
   const std::string v = param_string(name);
-  char* end = nullptr;
-  const long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end) throw std::invalid_argument(name + ": expected an integer, got '" + v + "'");
+  int64_t x = 0;
+  if (std::string(p.type) == "bytes") {
+    x = parse_byte_count(name, v);  // a bytes setting read as an integer takes the same suffixes
+  } else {
+    char* end = nullptr;
+    errno = 0;
+    x = std::strtoll(v.c_str(), &end, 10);
+    if (v.empty() || *end || errno == ERANGE)
+      throw std::invalid_argument(name + ": expected an integer, got '" + v + "'");
+  }
   check_range(name, v, x, p.lo, p.hi);
   check_range(name, v, x, lo, hi);
   return x;
@@ -167,10 +202,7 @@ size_t param_bytes(const std::string& name) {
   if (std::string(p.type) != "bytes")
     throw std::logic_error("param_bytes(" + name + "): declared as " + p.type + ", not bytes");
   const std::string v = param_string(name);
-  char* end = nullptr;
-  const long long b = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end || b < 0 || v[0] == '-' || v[0] == '+')
-    throw std::invalid_argument(name + ": expected a byte count >= 0, got '" + v + "'");
+  const int64_t b = parse_byte_count(name, v);
   check_range(name, v, b, p.lo, p.hi);
   return static_cast<size_t>(b);
 }

@@ -49,8 +49,13 @@ int64_t param_int(const std::string& name, int64_t lo = INT64_MIN, int64_t hi = 
 // kDefaultSpinUs when unset or -1 (measured best on 2 cores for 2, 4 and 8 ranks: bench/RESULTS.md).
 constexpr int64_t kDefaultSpinUs = 20;
 int64_t spin_us_param();
-// A byte count >= 0 (plain digits) in the declared range; std::logic_error unless of type bytes.
+// A byte count >= 0 in the declared range: digits, optionally followed by K, M or G (either case,
+// 1024-based: 64K, 4M, 1G). std::logic_error unless of type bytes. param_int reads bytes settings
+// the same way.
 size_t param_bytes(const std::string& name);
+// The parse behind both: `v` as a byte count, std::invalid_argument naming `name` for anything else
+// (a sign, blanks, another suffix, a value past INT64_MAX).
+int64_t parse_byte_count(const std::string& name, const std::string& v);
 
 // An enumerated ("name") setting: the one of `allowed` the variable names (surrounding blanks and
 // case ignored), returned as spelled in `allowed`; unset or blank gives the declared default ("" when

@@ -151,6 +151,48 @@ struct ChunkCounts {
   uint32_t ll = 0, slots = 0;
 };
 
+// Where a send or receive item's chunk goes through (the protocol at the top), for run_item and
+// run_split_item alike: its number across calls, its slot, the slot's memory, and the two flags of
+// the handshake.
+struct ChunkSlot {
+  uint64_t c;             // the chunk's number in its pair (sent[p] or received[q], plus the item's)
+  uint64_t s;             // its slot, c % nslots
+  char* data;             // send: p's slots[me][s]; receive: this rank's slots[q][s]
+  uint64_t* lines;        // the same slot's LL lines (ll_bytes / 4 words)
+  const uint64_t* gate;   // the flag to wait for: this rank's freed[p][s] (send), ready[q][s] (receive)
+  uint64_t gate_target;   // ... until at least this: c - nslots + 1 (0: the slot's first use), c + 1
+  uint64_t* mark;         // the flag to store c + 1 into when done: p's ready[me][s], q's freed[me][s]
+};
+
+__host__ __device__ __forceinline__ ChunkSlot chunk_slot(const PlanLaunch& a, const kplan::PlanItem& it) {
+  const bool send = it.kind == kplan::kSend;
+  ChunkSlot cs;
+  cs.c = (send ? a.sent[it.peer] : a.received[it.peer]) + it.chunk;
+  cs.s = cs.c % a.nslots;
+  const size_t at_peer = static_cast<size_t>(a.rank) * a.nslots + cs.s;  // [me][s] in the peer's region
+  const size_t here = static_cast<size_t>(it.peer) * a.nslots + cs.s;    // [peer][s] in this rank's
+  const PeerView& p = a.peers[it.peer];
+  if (send) {
+    cs.data = p.slots + at_peer * a.slot_bytes;
+    cs.lines = p.ll + at_peer * (a.ll_bytes / 4);
+    cs.gate = a.freed + here;
+    cs.gate_target = cs.c >= a.nslots ? cs.c - a.nslots + 1 : 0;
+    cs.mark = p.ready + at_peer;
+  } else {
+    cs.data = a.slots + here * a.slot_bytes;
+    cs.lines = a.ll + here * (a.ll_bytes / 4);
+    cs.gate = a.ready + here;
+    cs.gate_target = cs.c + 1;
+    cs.mark = p.freed + at_peer;
+  }
+  return cs;
+}
+
+// The block waits until the chunk's slot may be used (sent into, or read); false on abort.
+__device__ __forceinline__ bool slot_wait(const PlanLaunch& a, const ChunkSlot& cs) {
+  return cs.gate_target == 0 || block_wait(cs.gate, cs.gate_target, a);
+}
+
 template <class F>
 __device__ __forceinline__ bool run_item(const PlanLaunch& a, const kplan::PlanItem& it, const F& f, ChunkCounts& n) {
   char* dst = it.dst_buf < 3 ? a.bases[it.dst_buf] + it.dst_off : nullptr;
@@ -164,33 +206,28 @@ __device__ __forceinline__ bool run_item(const PlanLaunch& a, const kplan::PlanI
       block_reduce(dst, dst, src, it.bytes / esize, f);
       return true;
     case kplan::kSend: {
-      const uint64_t c = a.sent[it.peer] + it.chunk;
-      const uint64_t s = c % a.nslots;
-      if (c >= a.nslots && !block_wait(a.freed + static_cast<size_t>(it.peer) * a.nslots + s, c - a.nslots + 1, a))
-        return false;
-      const PeerView& p = a.peers[it.peer];
+      const ChunkSlot cs = chunk_slot(a, it);
+      if (!slot_wait(a, cs)) return false;
       if (uses_ll(a, it.bytes)) {  // LL: no __syncthreads, no fence, no flag store
-        ll_send(p.ll + (static_cast<size_t>(a.rank) * a.nslots + s) * (a.ll_bytes / 4), src, it.bytes, ll_flag(c));
+        ll_send(cs.lines, src, it.bytes, ll_flag(cs.c));
         ++n.ll;
         return true;
       }
       ++n.slots;
-      block_copy(p.slots + (static_cast<size_t>(a.rank) * a.nslots + s) * a.slot_bytes, src, it.bytes);
+      block_copy(cs.data, src, it.bytes);
       block_sync();  // every thread's part of the chunk is written before the flag says so
-      if (threadIdx.x == 0) release_store(p.ready + static_cast<size_t>(a.rank) * a.nslots + s, c + 1);
+      if (threadIdx.x == 0) release_store(cs.mark, cs.c + 1);
       return true;
     }
     default: {  // kRecv, kRecvReduce
-      const uint64_t c = a.received[it.peer] + it.chunk;
-      const uint64_t s = c % a.nslots;
-      const char* slot = a.slots + (static_cast<size_t>(it.peer) * a.nslots + s) * a.slot_bytes;
-      uint64_t* lines = a.ll + (static_cast<size_t>(it.peer) * a.nslots + s) * (a.ll_bytes / 4);
+      const ChunkSlot cs = chunk_slot(a, it);
+      const char* slot = cs.data;
       if (uses_ll(a, it.bytes)) {  // LL: the lines carry their flags; unpacked into the block's stage
         char* stage = a.ll_stage + static_cast<size_t>(blockIdx.x) * a.ll_bytes;
-        if (!ll_recv(lines, stage, it.bytes, ll_flag(c), a.abort)) return false;
+        if (!ll_recv(cs.lines, stage, it.bytes, ll_flag(cs.c), a.abort)) return false;
         slot = stage;
         ++n.ll;
-      } else if (!block_wait(a.ready + static_cast<size_t>(it.peer) * a.nslots + s, c + 1, a)) {
+      } else if (!slot_wait(a, cs)) {
         return false;
       } else {
         ++n.slots;
@@ -201,9 +238,9 @@ __device__ __forceinline__ bool run_item(const PlanLaunch& a, const kplan::PlanI
         block_reduce(dst, src ? src : dst, slot, it.bytes / esize, f);
       // The slot's last chunk of an LL epoch: no line of an older epoch may alias the next one's
       // flags (plan_ll.cuh). The block's reads of the lines ended at ll_recv's barrier.
-      if (a.ll_bytes && ll_epoch_ends(c, a.nslots)) ll_scrub(lines, a.ll_bytes / 4);
+      if (a.ll_bytes && ll_epoch_ends(cs.c, a.nslots)) ll_scrub(cs.lines, a.ll_bytes / 4);
       block_sync();  // every thread is done reading the slot before it is handed back
-      if (threadIdx.x == 0) release_store(a.peers[it.peer].freed + static_cast<size_t>(a.rank) * a.nslots + s, c + 1);
+      if (threadIdx.x == 0) release_store(cs.mark, cs.c + 1);
       return true;
     }
   }
@@ -241,40 +278,35 @@ __device__ __forceinline__ bool run_split_item(const PlanLaunch& a, uint32_t idx
       block_reduce(dst + lo, dst + lo, src + lo, (hi - lo) / esize, f);
       return true;
     case kplan::kSend: {
-      const uint64_t c = a.sent[it.peer] + it.chunk;
-      const uint64_t s = c % a.nslots;
-      if (c >= a.nslots && !block_wait(a.freed + static_cast<size_t>(it.peer) * a.nslots + s, c - a.nslots + 1, a))
-        return false;
-      const PeerView& p = a.peers[it.peer];
-      block_copy(p.slots + (static_cast<size_t>(a.rank) * a.nslots + s) * a.slot_bytes + lo, src + lo, hi - lo);
+      const ChunkSlot cs = chunk_slot(a, it);
+      if (!slot_wait(a, cs)) return false;
+      block_copy(cs.data + lo, src + lo, hi - lo);
       block_sync();  // this block's share is written before its arrival
       if (threadIdx.x == 0 && arrive_last(a.arrivals + idx, gridDim.x)) {
-        release_store(p.ready + static_cast<size_t>(a.rank) * a.nslots + s, c + 1);
+        release_store(cs.mark, cs.c + 1);
         ++n.slots;
       }
       return true;
     }
     default: {  // kRecv, kRecvReduce
-      const uint64_t c = a.received[it.peer] + it.chunk;
-      const uint64_t s = c % a.nslots;
-      const char* slot = a.slots + (static_cast<size_t>(it.peer) * a.nslots + s) * a.slot_bytes;
-      if (!block_wait(a.ready + static_cast<size_t>(it.peer) * a.nslots + s, c + 1, a)) return false;
+      const ChunkSlot cs = chunk_slot(a, it);
+      if (!slot_wait(a, cs)) return false;
       if (it.kind == kplan::kRecv)
-        block_copy(dst + lo, slot + lo, hi - lo);
+        block_copy(dst + lo, cs.data + lo, hi - lo);
       else
-        block_reduce(dst + lo, (src ? src : dst) + lo, slot + lo, (hi - lo) / esize, f);
+        block_reduce(dst + lo, (src ? src : dst) + lo, cs.data + lo, (hi - lo) / esize, f);
       block_sync();  // this block is done reading its share before its arrival
       int last = 0;
       if (threadIdx.x == 0) last = arrive_last(a.arrivals + idx, gridDim.x);
       if (!block_any(last)) return true;  // (a barrier: every thread learns whether this block was last)
       // The slot's last chunk of an LL epoch (as run_item): no line of an older epoch may alias the
       // next one's flags; the last arriver scrubs, before the slot is handed back.
-      if (a.ll_bytes && ll_epoch_ends(c, a.nslots)) {
-        ll_scrub(a.ll + (static_cast<size_t>(it.peer) * a.nslots + s) * (a.ll_bytes / 4), a.ll_bytes / 4);
+      if (a.ll_bytes && ll_epoch_ends(cs.c, a.nslots)) {
+        ll_scrub(cs.lines, a.ll_bytes / 4);
         block_sync();
       }
       if (threadIdx.x == 0) {
-        release_store(a.peers[it.peer].freed + static_cast<size_t>(a.rank) * a.nslots + s, c + 1);
+        release_store(cs.mark, cs.c + 1);
         ++n.slots;
       }
       return true;

@@ -1,33 +1,64 @@
-"""bench/sim_validate.py's committed-data sections: each reads its file from bench/sim_data/ or says,
-in one line, which command makes it (one helper for both, `committed`)."""
+"""bench/sim_validate.py's committed-data sections: each reads its file from bench/sim_data/ or stops
+the script (SystemExit, non-zero) naming the file and the command that makes it."""
 import os
 import sys
+
+import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
 import sim_validate as sv  # noqa: E402
 
 
-def test_committed_gives_the_path_or_the_hint(tmp_path, monkeypatch):
+def test_sections_e_and_f_stop_the_script_when_their_data_is_missing(tmp_path, monkeypatch):
+    """A validation that writes a hint and exits 0 hides the failure: a missing committed input of
+    (e) or (f) is a SystemExit (non-zero) naming the file and the command that remakes it."""
     monkeypatch.setattr(sv, "DATA", str(tmp_path))
-    lines = []
-    assert sv.committed(lines, "x.json", "make x") is None
-    assert lines == ["No bench/sim_data/x.json: run `make x`.", ""]
-    (tmp_path / "x.json").write_text("{}")
-    assert sv.committed(lines, "x.json", "make x") == str(tmp_path / "x.json") and len(lines) == 2
+    for section, name, how in ((sv.auto_at_scale, "scale.json", sv.SCALE_HOW),
+                               (sv.auto_speed, "auto_speed.md", sv.AUTO_SPEED_HOW)):
+        lines = []
+        with pytest.raises(SystemExit) as info:
+            section(lines)
+        msg = str(info.value.code)
+        assert msg == f"missing input {tmp_path / name}: run `{how}`", msg
+        assert lines == []
 
 
-def test_sections_e_and_f_name_the_command_when_their_data_is_missing(tmp_path, monkeypatch):
+def test_sections_e_and_f_stop_the_script_when_their_data_is_invalid(tmp_path, monkeypatch):
     monkeypatch.setattr(sv, "DATA", str(tmp_path))
-    lines = []
-    sv.auto_at_scale(lines)
-    sv.auto_speed(lines)
-    assert lines[2] == "No bench/sim_data/scale.json: run `bench/sim_scale.py --json bench/sim_data/scale.json`."
-    assert lines[6] == ("No bench/sim_data/auto_speed.md: run "
-                        "`bench/sim_auto_speed.py > bench/sim_data/auto_speed.md`.")
+    cases = [(sv.auto_at_scale, "scale.json", "{not json", "invalid input"),
+             (sv.auto_at_scale, "scale.json", "[1, 2]", "invalid input"),
+             (sv.auto_at_scale, "scale.json", '{"rows": [], "jobs": 2}', "(no t4096, wall_s)"),
+             (sv.auto_speed, "auto_speed.md", "\n  \n", "(empty)")]
+    for section, name, text, what in cases:
+        (tmp_path / name).write_text(text)
+        with pytest.raises(SystemExit) as info:
+            section([])
+        msg = str(info.value.code)
+        assert msg.startswith(f"invalid input {tmp_path / name}") and what in msg and "run `" in msg, msg
+
+
+def test_section_f_copies_its_committed_table(tmp_path, monkeypatch):
+    monkeypatch.setattr(sv, "DATA", str(tmp_path))
     (tmp_path / "auto_speed.md").write_text("| a | b |\n")
     lines = []
     sv.auto_speed(lines)
     assert lines[2:] == ["| a | b |", ""]
+
+
+def test_main_stops_before_writing_when_section_e_input_is_missing(tmp_path, monkeypatch):
+    """Through main(): the SystemExit carries a message (Python exits 1 with it on stderr) and no
+    RESULTS file is written. The sections before (e) are stubbed: they are covered above and take
+    seconds."""
+    monkeypatch.setattr(sv, "DATA", str(tmp_path))
+    for name in ("closed_forms", "measured_vs_predicted", "small_messages"):
+        monkeypatch.setattr(sv, name, lambda *a, **k: None)
+    for mod in (sv.sim_tcp, sv.sim_cores):
+        monkeypatch.setattr(mod, "section", lambda *a, **k: None)
+    out = tmp_path / "out.md"
+    with pytest.raises(SystemExit) as info:
+        sv.main(["-o", str(out)])
+    assert isinstance(info.value.code, str) and "scale.json" in info.value.code
+    assert not out.exists()
 
 
 def test_a_missing_summary_stops_the_script_naming_the_file(tmp_path):

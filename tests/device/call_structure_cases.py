@@ -4,39 +4,31 @@ emulated device, and the route's cache of resolved calls (issue #25, the host co
 import numpy as np
 
 import commlib.emulated as emu
-from kernel_path_cases import KERNEL_SETTINGS, with_settings
+from kernel_path_cases import KERNEL_SETTINGS, counted, per_path, with_settings
 
-COPY_SETTINGS = dict(KERNEL_SETTINGS, COMMLIB_DEVICE_PATH="copy")
 # The driver calls a call's structure is pinned by (device/emulated/emulated_device.cc's names).
 WATCHED = ("the kernel path's launch", "cudaEventRecord", "cudaStreamWaitEvent", "cudaLaunchHostFunc",
            "cudaMemcpyAsync", "cuStreamWriteValue64", "cuStreamWaitValue64")
 
 
-def _delta(before, after):
-    return {k: after.get(k, 0) - before.get(k, 0) for k in WATCHED if after.get(k, 0) != before.get(k, 0)}
+def _watched_calls():
+    return {k: v for k, v in emu.device().driver_calls().items() if k in WATCHED}
 
 
 def driver_calls_per_call(comm, n=10):
     """Per path (kernel, copy): (driver calls of n in-place all_reduces of one buffer on the current
     stream after a warm-up call, the path they took, all results right)."""
-    out = []
-    for settings in (KERNEL_SETTINGS, COPY_SETTINGS):
-        def run(sub):
-            x = emu.from_numpy(np.zeros(5, np.int32))
-            sub.all_reduce(x, op="max", algorithm="ring")  # set-up, plan upload: not per call
-            emu.current_stream().synchronize()
-            dev = emu.device()
-            before = dev.driver_calls()
-            for i in range(n):
-                sub.all_reduce(x, op="max", algorithm="ring")
-            after = dev.driver_calls()
-            ok = bool((x.numpy() == 0).all())
-            y = emu.from_numpy(np.full(5, sub.rank + 1, np.int32))
-            sub.all_reduce(y, op="max", algorithm="ring")
-            ok &= bool((y.numpy() == sub.size).all())
-            return _delta(before, after), sub._device().last_path(), ok
-        out.append(with_settings(comm, settings, run))
-    return out
+    def run(sub):
+        x = emu.from_numpy(np.zeros(5, np.int32))
+        sub.all_reduce(x, op="max", algorithm="ring")  # set-up, plan upload: not per call
+        emu.current_stream().synchronize()
+        calls, _ = counted(_watched_calls, lambda: [sub.all_reduce(x, op="max", algorithm="ring") for _ in range(n)])
+        ok = bool((x.numpy() == 0).all())
+        y = emu.from_numpy(np.full(5, sub.rank + 1, np.int32))
+        sub.all_reduce(y, op="max", algorithm="ring")
+        ok &= bool((y.numpy() == sub.size).all())
+        return calls, sub._device().last_path(), ok
+    return per_path(comm, run)
 
 
 def calls_on_alternating_streams(comm, n=6):
@@ -46,13 +38,9 @@ def calls_on_alternating_streams(comm, n=6):
         streams = [emu.Stream(), emu.Stream()]
         x = emu.from_numpy(np.ones(5, np.int64))
         sub.all_reduce(x, stream=streams[1])
-        dev = emu.device()
-        before = dev.driver_calls()
-        for i in range(n):
-            sub.all_reduce(x, stream=streams[i % 2])
-        after = dev.driver_calls()
+        calls, _ = counted(_watched_calls, lambda: [sub.all_reduce(x, stream=streams[i % 2]) for i in range(n)])
         streams[(n - 1) % 2].synchronize()
-        return _delta(before, after), bool((x.numpy() == sub.size ** (n + 1)).all())
+        return calls, bool((x.numpy() == sub.size ** (n + 1)).all())
     return with_settings(comm, KERNEL_SETTINGS, run)
 
 

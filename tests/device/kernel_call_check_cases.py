@@ -9,9 +9,8 @@ import numpy as np
 import commlib
 import commlib.emulated as emu
 from commlib.core.call_spec import COLLECTIVE, DTYPE
-from kernel_path_cases import KERNEL_SETTINGS, with_settings
+from kernel_path_cases import KERNEL_SETTINGS, counted, per_path, with_settings
 
-COPY_SETTINGS = dict(KERNEL_SETTINGS, COMMLIB_DEVICE_PATH="copy")
 ALGORITHMS = ("direct", "two_shot", "ring", "recursive_doubling")
 
 
@@ -31,35 +30,35 @@ def _calls(sub, xs):
     return ok
 
 
+def _host_functions():
+    return emu.rule_counts()["host_functions"]
+
+
 def host_functions_per_call(comm, n=12):
     """(kernel path, copy path): (host functions the process enqueued during n calls, the paths the
     calls took, all results right)."""
-    out = []
-    for settings in (KERNEL_SETTINGS, COPY_SETTINGS):
-        def run(sub):
-            _calls(sub, _inputs(sub, 1))  # the engine's set-up is not per call
-            xs = _inputs(sub, n)
-            before = emu.rule_counts()["host_functions"]
-            ok = _calls(sub, xs)
-            return emu.rule_counts()["host_functions"] - before, sub._device().last_path(), ok
-        out.append(with_settings(comm, settings, run))
-    return out
+    def run(sub):
+        _calls(sub, _inputs(sub, 1))  # the engine's set-up is not per call
+        xs = _inputs(sub, n)
+        fns, ok = counted(_host_functions, lambda: _calls(sub, xs))
+        return fns, sub._device().last_path(), ok
+    return per_path(comm, run)
 
 
 def events_per_call(comm, n=40):
-    """Per path: (events the engine created for n calls after a warm-up, all right), then the
-    process's live emulated events after both sub-communicators closed, minus before."""
+    """Per path: (events the engine created for n calls after a warm-up, all right, the path the
+    calls took), then the process's live emulated events after both sub-communicators closed, minus
+    before."""
     gc.collect()
     alive = emu.rule_counts()["events_alive"]
-    out = []
-    for settings in (KERNEL_SETTINGS, COPY_SETTINGS):
-        def run(sub):
-            _calls(sub, _inputs(sub, 2))
-            engine = sub._device()._last_engine
-            before = engine.events_created()
-            ok = _calls(sub, _inputs(sub, n))
-            return engine.events_created() - before, ok
-        out.append(with_settings(comm, settings, run))
+
+    def run(sub):
+        _calls(sub, _inputs(sub, 2))
+        engine = sub._device()._last_engine
+        xs = _inputs(sub, n)
+        created, ok = counted(engine.events_created, lambda: _calls(sub, xs))
+        return created, sub._device().last_path(), ok
+    out = per_path(comm, run)
     gc.collect()
     return out, emu.rule_counts()["events_alive"] - alive
 

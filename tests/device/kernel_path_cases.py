@@ -9,6 +9,7 @@ from commlib.settings import overridden
 KERNEL_SETTINGS = {"COMMLIB_DEVICE_PATH": "kernel", "COMMLIB_DEVICE_SLOT_BYTES": "4096",
                    "COMMLIB_DEVICE_SLOTS": "2", "COMMLIB_DEVICE_LL_BYTES": "1024"}
 BIG_SETTINGS = dict(KERNEL_SETTINGS, COMMLIB_DEVICE_SLOT_BYTES="32768")
+COPY_SETTINGS = dict(KERNEL_SETTINGS, COMMLIB_DEVICE_PATH="copy")
 
 
 def with_settings(comm, settings, fn, *args):
@@ -20,6 +21,34 @@ def with_settings(comm, settings, fn, *args):
             return fn(sub, *args)
         finally:
             sub.close()
+
+
+def per_path(comm, fn, *args):
+    """fn(sub, *args) on the kernel path, then the same on the copy path (each its own
+    sub-communicator): [kernel's result, copy's]. The counting tests (test_call_structure.py,
+    test_kernel_call_check.py) measure a counter on the kernel path and check on the copy path that
+    it counts."""
+    return [with_settings(comm, settings, fn, *args) for settings in (KERNEL_SETTINGS, COPY_SETTINGS)]
+
+
+def counted(counter, calls):
+    """(counter() after calls() minus before, what calls() returned). A counter gives an int, or a
+    dict of counts (then the difference holds the keys that changed)."""
+    before = counter()
+    result = calls()
+    after = counter()
+    if isinstance(before, dict):
+        return {k: after.get(k, 0) - before.get(k, 0) for k in after if after.get(k, 0) != before.get(k, 0)}, result
+    return after - before, result
+
+
+def check_kernel_and_copy(per_path_results):
+    """The counts of per_path's [(count, path, ok)]: (kernel's, copy's), once each call is known to
+    have taken its path and given the right results."""
+    (kernel, kernel_path, kernel_ok), (copy, copy_path, copy_ok) = per_path_results
+    assert kernel_path == "kernel" and copy_path == "copy", (kernel_path, copy_path)
+    assert kernel_ok and copy_ok, (kernel_ok, copy_ok)
+    return kernel, copy
 
 
 def kernel_matrix(comm, small, big):

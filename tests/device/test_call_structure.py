@@ -10,14 +10,14 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from call_structure_cases import (cached_calls_still_check, calls_on_alternating_streams,  # noqa: E402
                                   driver_calls_per_call, enqueue_beside_a_held_query)
+from kernel_path_cases import check_kernel_and_copy  # noqa: E402
 from test_device_collectives import DELAY_ENV  # noqa: E402
 
 
 def test_a_kernel_path_call_is_one_launch_and_one_record(pool):
     n = 10
-    for (kernel, kernel_path, kernel_ok), (copy, copy_path, copy_ok) in pool(2, env=DELAY_ENV).run(
-            driver_calls_per_call, n, timeout=60):
-        assert kernel_path == "kernel" and copy_path == "copy" and kernel_ok and copy_ok
+    for per_path in pool(2, env=DELAY_ENV).run(driver_calls_per_call, n, timeout=60):
+        kernel, copy = check_kernel_and_copy(per_path)
         assert kernel == {"the kernel path's launch": n, "cudaEventRecord": n}, kernel
         # The counters count: the copy path's ring moves chunks with copies and flag waits.
         assert copy.get("cudaMemcpyAsync", 0) >= n and copy.get("cuStreamWaitValue64", 0) >= n, copy

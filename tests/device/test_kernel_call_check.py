@@ -12,14 +12,14 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from kernel_call_check_cases import (events_per_call, host_functions_per_call, kernel_auto_choices,  # noqa: E402
                                      mismatch_found_by_the_kernel)
+from kernel_path_cases import check_kernel_and_copy  # noqa: E402
 from test_device_collectives import DELAY_ENV  # noqa: E402
 
 
 def test_a_kernel_path_call_enqueues_no_host_function(pool):
     n = 8
-    for (kernel_fns, kernel_path, kernel_ok), (copy_fns, copy_path, copy_ok) in pool(2, env=DELAY_ENV).run(
-            host_functions_per_call, n, timeout=60):
-        assert kernel_path == "kernel" and copy_path == "copy" and kernel_ok and copy_ok
+    for per_path in pool(2, env=DELAY_ENV).run(host_functions_per_call, n, timeout=60):
+        kernel_fns, copy_fns = check_kernel_and_copy(per_path)
         assert kernel_fns == 0, f"{kernel_fns} host functions for {n} kernel-path calls"
         # The counter counts: the copy path's check is two host functions per call.
         assert copy_fns >= 2 * n, copy_fns
@@ -28,8 +28,7 @@ def test_a_kernel_path_call_enqueues_no_host_function(pool):
 def test_events_are_pooled_and_released_at_close(pool):
     n = 30
     for per_path, alive in pool(2, env=DELAY_ENV).run(events_per_call, n, timeout=60):
-        for created, ok in per_path:  # kernel path, then copy path
-            assert ok
+        for created in check_kernel_and_copy(per_path):
             assert created <= 4, f"{created} events created for {n} calls"
         assert alive == 0, f"{alive} emulated events still alive after both communicators closed"
 

@@ -34,6 +34,6 @@ def _slots(comm):
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("env,expected", [({}, (4, 4 * MiB)),
                                           ({"COMMLIB_DEVICE_SLOTS": "8"}, (8, 2 * MiB)),
-                                          ({"COMMLIB_DEVICE_SLOT_BYTES": "4096"}, (4, 4096))])
+                                          ({"COMMLIB_DEVICE_SLOT_BYTES": "4K"}, (4, 4096))])
 def test_engines_take_the_resolved_size(pool, env, expected):
     assert pool(3, env=env).run(_slots, timeout=40) == [expected] * 3

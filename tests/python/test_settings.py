@@ -136,6 +136,36 @@ def test_integer_settings_are_range_checked_where_declared(monkeypatch):
         settings.get_int("COMMLIB_TUNING")
 
 
+def test_byte_settings_take_binary_suffixes(monkeypatch):
+    """A bytes setting is digits with an optional K, M or G (1024-based, either case), read the same
+    by param_int and param_bytes (parse_byte_count); anything else is refused naming the variable."""
+    accepted = {"0": 0, "65536": 65536, "64K": 64 << 10, "64k": 64 << 10, "4M": 4 << 20, "1G": 1 << 30,
+                "8589934591G": 8589934591 << 30}  # the largest count of G that fits in int64
+    for value, expected in accepted.items():
+        monkeypatch.setenv("COMMLIB_STREAM_BYTES", value)
+        assert settings.get_int("COMMLIB_STREAM_BYTES") == expected, value
+    # The suffix applies before the declared range is checked: 4K is in 4096..64 MiB, 65M is not.
+    monkeypatch.setenv("COMMLIB_TCP_CHUNK_BYTES", "4K")
+    assert settings.get_int("COMMLIB_TCP_CHUNK_BYTES") == 4096
+    monkeypatch.setenv("COMMLIB_TCP_CHUNK_BYTES", "65M")
+    with pytest.raises(ValueError, match=r"^COMMLIB_TCP_CHUNK_BYTES: must be in 4096\.\.67108864, got 65M$"):
+        settings.get_int("COMMLIB_TCP_CHUNK_BYTES")
+    refused = ["lots", "-1", "+5", " 5", "5 ", "0x10", "64KB", "64KiB", "4T", "1.5M", "K", "64KK",
+               "8589934592G", "99999999999999999999"]
+    for value in refused:
+        monkeypatch.setenv("COMMLIB_STREAM_BYTES", value)
+        with pytest.raises(ValueError) as e:
+            settings.get_int("COMMLIB_STREAM_BYTES")
+        assert str(e.value) == ("COMMLIB_STREAM_BYTES: expected a byte count >= 0 (digits, optionally followed "
+                                f"by K, M or G: 1024-based), got '{value}'"), value
+
+
+def test_integer_settings_refuse_a_value_past_int64(monkeypatch):
+    monkeypatch.setenv("COMMLIB_SHM_SLOTS", "99999999999999999999")
+    with pytest.raises(ValueError, match="^COMMLIB_SHM_SLOTS: expected an integer"):
+        settings.get_int("COMMLIB_SHM_SLOTS")
+
+
 SOCKET_FAMILIES = ("AF_INET", "AF_INET6", "ipv4", "ipv6", "4", "6")  # csrc/transport/tcp_socket.cc
 
 
