@@ -26,7 +26,14 @@ def check_op(op: str, dtype: str, scale):
     if op == "premul_sum":
         if scale is None:
             raise ValueError("scale: op='premul_sum' needs a scale factor")
-        return float(scale)
+        # A number (or a 0-d array / tensor that converts to one), never text: float("2") would
+        # quietly accept a string.
+        if isinstance(scale, (str, bytes, bytearray)):
+            raise TypeError(f"scale: expected a number, got {type(scale).__name__} {scale!r}")
+        try:
+            return float(scale)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"scale: expected a number, got {type(scale).__name__}") from e
     if scale is not None:
         raise ValueError(f"scale: only op='premul_sum' takes a scale (op is '{op}')")
     return 1.0

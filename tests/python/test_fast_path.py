@@ -66,6 +66,14 @@ def test_general_path_still_explains_errors(comm1):
         comm1.broadcast(x, root=3)
     with pytest.raises(ValueError, match="^output: required on the root rank"):
         comm1.gather(None, x)
+    # A scale given as text is refused, not converted (float("2") would take it).
+    with pytest.raises(TypeError, match="^scale: expected a number, got str '2'"):
+        comm1.all_reduce(x, op="premul_sum", scale="2")
+    with pytest.raises(TypeError, match="^scale: expected a number, got list"):
+        comm1.all_reduce(x, op="premul_sum", scale=[2])
+    assert x.tolist() == [1.0] * 4
+    comm1.all_reduce(x, op="premul_sum", scale=np.float32(2))  # a NumPy scalar is a number
+    assert x.tolist() == [2.0] * 4
 
 
 def test_world_of_one_results(comm1):
