@@ -15,16 +15,27 @@ CallDesc StreamEngine::describe(const CollectiveCall& call, uint8_t algo, uint64
   return call_desc(call, static_cast<uint8_t>(algo | kDeviceCallAlgoBit), seq);
 }
 
-const ResolvedPlan& StreamEngine::plan_of(const CollectiveCall& call) {
+uint8_t StreamEngine::kernel_auto_choice(const CollectiveCall& call) {
+  if (call.algo != 0) return 0;  // an algorithm named (or pinned_call's): kernel_auto_algorithm leaves it
   const ResolvedPlan& policy = plans_.get(call);
-  const std::string source = policy.choice.source;  // before get() again (it may drop the cache)
   const KernelAutoInputs in{device_->plan_blocks(1) > 0, opts_.path, opts_.link == DeviceLinkSetting::Nccl,
                             kernel_ ? kernel_->kernel_max_bytes() : kKernelPathMaxBytes};
-  const uint8_t algo = kernel_auto_algorithm(plans_.context(), in, call, source);
-  if (!algo) return policy;
+  return kernel_auto_algorithm(plans_.context(), in, call, policy.choice.source);
+}
+
+const ResolvedPlan& StreamEngine::plan_of(const CollectiveCall& call) {
+  const uint8_t algo = kernel_auto_choice(call);
+  if (!algo) return plans_.get(call);
   CollectiveCall c = call;
   c.algo = algo;
   return plans_.get(c);
+}
+
+CollectiveCall StreamEngine::pinned_call(const CollectiveCall& call) {
+  std::lock_guard<std::mutex> guard(enqueue_mu_);
+  CollectiveCall c = call;
+  if (const uint8_t algo = kernel_auto_choice(call)) c.algo = algo;
+  return c;
 }
 
 std::string StreamEngine::resolved_algorithm(const CollectiveCall& call) {

@@ -171,6 +171,10 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   void check_first_p2p(const std::vector<P2PItem>& items, DType dtype);
   // The algorithm `call` runs on this engine (plan/plan_cache.h: as the host resolves it).
   std::string resolved_algorithm(const CollectiveCall& call);
+  // `call` with the algorithm the kernel path's auto chooses for it, where it chooses one (the same
+  // plan, without its tuning-table lookup on every call); unchanged otherwise. The bindings' call
+  // cache keeps this (bindings/device_fast_call.cc), valid while tuning_generation() stays.
+  CollectiveCall pinned_call(const CollectiveCall& call);
 
   void abort(const std::string& reason);
   bool failed() const { return failed_.load(std::memory_order_acquire); }
@@ -262,6 +266,8 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   // The plan of `call`: the policy's (plans_), except where the kernel path's auto asks for the
   // one-shot or two-shot all_reduce (stream/kernel_auto.h).
   const ResolvedPlan& plan_of(const CollectiveCall& call);
+  // The algorithm kernel_auto_algorithm picks for an auto call (0: the policy's plan stands).
+  uint8_t kernel_auto_choice(const CollectiveCall& call);
   // The call runs as one kernel (stream/kernel_path.h), which checks the call's descriptor itself.
   bool runs_on_kernel(const CollectiveCall& call) const;
   // Local operations and receives on `recv_s`, sends on `send_s` (the same stream, or the
