@@ -176,12 +176,7 @@ class DeviceCallCache {
     if (refs == nullptr) return nullptr;
     std::shared_ptr<DeviceWork> work;
     std::exception_ptr error;
-    try {
-      release_completed();  // one event query per call; a device error raises (as the Python poll)
-    } catch (...) {
-      error = std::current_exception();
-    }
-    if (!error) {
+    {
       ReleaseGil nogil;
       try {
         work = hit.engine->collective(hit.call, *hit.stream);
@@ -196,6 +191,7 @@ class DeviceCallCache {
     }
     last_engine = hit.engine;
     ++g_hits;
+    release_completed();  // after the enqueue: its begin() retired what completed before it
     pending_.emplace_back(work, refs);  // the queue owns refs' reference
     if (async_op == Py_False) Py_RETURN_NONE;
     try {
@@ -211,8 +207,10 @@ class DeviceCallCache {
  private:
   bool valid() const { return tuning_ == tuning_generation() && registry_ == registry_generation(); }
 
+  // Releases the buffers of the calls their engine retired (seen complete): no device call here,
+  // the engine's own poll (StreamEngine::begin, the watchdog) made it (issue #37).
   void release_completed() {
-    while (!pending_.empty() && pending_.front().first->is_completed()) {
+    while (!pending_.empty() && pending_.front().first->known_complete()) {
       Py_XDECREF(pending_.front().second);
       pending_.pop_front();
     }

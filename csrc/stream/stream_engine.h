@@ -121,6 +121,8 @@ class DeviceWork {
   // Makes `stream` wait for the call (raises at once if it is already known to have failed).
   void wait(DeviceStream& stream);
   bool is_completed();
+  // The engine retired the call (its event was seen complete): no device call (issue #37).
+  bool known_complete() const;
   // Waits on the host; raises the call's CommError if it failed.
   void synchronize();
   uint64_t seq() const { return seq_; }
@@ -178,6 +180,8 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
 
   void abort(const std::string& reason);
   bool failed() const { return failed_.load(std::memory_order_acquire); }
+  // Every call up to this ordinal was seen complete and retired (DeviceWork::known_complete).
+  uint64_t retired_through() const { return retired_through_.load(std::memory_order_acquire); }
   // A device call of the engine's device threw (a sticky error): fails the engine and throws its
   // CommError.
   [[noreturn]] void device_error(const std::string& where, const std::exception& e);
@@ -377,6 +381,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   std::deque<Wait> waits_;
   std::vector<std::pair<int, CallDesc>> p2p_waits_;  // device receives waiting for their descriptor
   std::atomic<bool> failed_{false};
+  std::atomic<uint64_t> retired_through_{0};  // retire_completed's last ordinal (in order)
   bool stream_failure_ = false;  // fail_from_stream's error, for the watchdog
   uint64_t stream_fail_seq_ = 0;  // the engine's number of the call that found it
   ErrorKind stream_fail_kind_ = ErrorKind::None;
