@@ -174,6 +174,7 @@ class DeviceCallCache {
     const Entry hit = it->second;  // a copy: another thread may clear the cache while the GIL is released
     PyObject* refs = b == Py_None ? PyTuple_Pack(1, a) : PyTuple_Pack(2, a, b);
     if (refs == nullptr) return nullptr;
+    release_completed();  // what the previous calls' enqueues retired (no device call)
     std::shared_ptr<DeviceWork> work;
     std::exception_ptr error;
     {

@@ -192,7 +192,7 @@ void EmulatedDevice::make_current() { emulated_set_current_device(index_); }
 int EmulatedDevice::swap_current() {
   const int previous = emulated_current_device();
   count("cudaGetDevice");
-  if (previous != index_) count("cudaSetDevice");
+  if (std::max(previous, 0) != index_) count("cudaSetDevice");  // CUDA reports device 0 on a fresh thread
   emulated_set_current_device(index_);
   return previous;
 }
