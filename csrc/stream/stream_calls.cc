@@ -15,17 +15,14 @@ CallDesc StreamEngine::describe(const CollectiveCall& call, uint8_t algo, uint64
   return call_desc(call, static_cast<uint8_t>(algo | kDeviceCallAlgoBit), seq);
 }
 
-uint8_t StreamEngine::kernel_auto_choice(const CollectiveCall& call) {
-  if (call.algo != 0) return 0;  // an algorithm named (or pinned_call's): kernel_auto_algorithm leaves it
+const ResolvedPlan& StreamEngine::plan_of(const CollectiveCall& call, uint8_t* kernel_auto) {
   const ResolvedPlan& policy = plans_.get(call);
+  if (call.algo != 0) return policy;  // an algorithm named (or pinned_call's): kernel_auto_algorithm leaves it
   const KernelAutoInputs in{device_->plan_blocks(1) > 0, opts_.path, opts_.link == DeviceLinkSetting::Nccl,
                             kernel_ ? kernel_->kernel_max_bytes() : kKernelPathMaxBytes};
-  return kernel_auto_algorithm(plans_.context(), in, call, policy.choice.source);
-}
-
-const ResolvedPlan& StreamEngine::plan_of(const CollectiveCall& call) {
-  const uint8_t algo = kernel_auto_choice(call);
-  if (!algo) return plans_.get(call);
+  const uint8_t algo = kernel_auto_algorithm(plans_.context(), in, call, policy.choice.source);
+  if (kernel_auto) *kernel_auto = algo;
+  if (!algo) return policy;
   CollectiveCall c = call;
   c.algo = algo;
   return plans_.get(c);
@@ -34,7 +31,9 @@ const ResolvedPlan& StreamEngine::plan_of(const CollectiveCall& call) {
 CollectiveCall StreamEngine::pinned_call(const CollectiveCall& call) {
   std::lock_guard<std::mutex> guard(enqueue_mu_);
   CollectiveCall c = call;
-  if (const uint8_t algo = kernel_auto_choice(call)) c.algo = algo;
+  uint8_t algo = 0;
+  plan_of(call, &algo);
+  if (algo) c.algo = algo;
   return c;
 }
 

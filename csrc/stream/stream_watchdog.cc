@@ -38,7 +38,7 @@ void DeviceWork::wait(DeviceStream& stream) {
   }
 }
 
-bool DeviceWork::known_complete() const { return engine_->retired_through() >= seq_; }
+bool DeviceWork::known_complete() const { return engine_->retired_through_.load(std::memory_order_acquire) >= seq_; }
 
 bool DeviceWork::is_completed() {
   try {
