@@ -141,10 +141,7 @@ class DeviceCallCache {
   // Forgets every call and the last engine, releases the held buffers (the route closed its engines).
   void clear() {
     entries_.clear();
-    while (!pending_.empty()) {
-      Py_XDECREF(pending_.front().second);
-      pending_.pop_front();
-    }
+    while (!pending_.empty()) pop_held();
     last_engine = nullptr;
   }
 
@@ -152,7 +149,7 @@ class DeviceCallCache {
   // polled on every call, so buffers are released in call order whichever path ran the call.
   void hold(std::shared_ptr<DeviceWork> work, py::handle refs) {
     release_completed();
-    pending_.emplace_back(std::move(work), refs.inc_ref().ptr());
+    pending_.push_back(Held{std::move(work), refs.inc_ref().ptr(), nullptr});
   }
 
   size_t held() const { return pending_.size(); }
@@ -172,8 +169,6 @@ class DeviceCallCache {
     const auto it = entries_.find(k);
     if (it == entries_.end()) Py_RETURN_NOTIMPLEMENTED;
     const Entry hit = it->second;  // a copy: another thread may clear the cache while the GIL is released
-    PyObject* refs = b == Py_None ? PyTuple_Pack(1, a) : PyTuple_Pack(2, a, b);
-    if (refs == nullptr) return nullptr;
     release_completed();  // what the previous calls' enqueues retired (no device call)
     std::shared_ptr<DeviceWork> work;
     std::exception_ptr error;
@@ -186,17 +181,20 @@ class DeviceCallCache {
       }
     }
     if (error) {
-      Py_DECREF(refs);
       set_python_error(error);
       return nullptr;
     }
     last_engine = hit.engine;
     ++g_hits;
     release_completed();  // after the enqueue: its begin() retired what completed before it
-    pending_.emplace_back(work, refs);  // the queue owns refs' reference
+    Py_INCREF(a);
+    Py_XINCREF(b == Py_None ? nullptr : b);
+    pending_.push_back(Held{work, a, b == Py_None ? nullptr : b});  // the queue owns these references
     if (async_op == Py_False) Py_RETURN_NONE;
     try {
-      return make_work_(py::cast(work), py::reinterpret_borrow<py::object>(refs), hit.stream_of).release().ptr();
+      py::tuple refs = b == Py_None ? py::tuple(py::make_tuple(py::handle(a)))
+                                    : py::tuple(py::make_tuple(py::handle(a), py::handle(b)));
+      return make_work_(py::cast(work), refs, hit.stream_of).release().ptr();
     } catch (py::error_already_set& e) {
       e.restore();
       return nullptr;
@@ -211,17 +209,25 @@ class DeviceCallCache {
   // Releases the buffers of the calls their engine retired (seen complete): no device call here,
   // the engine's own poll (StreamEngine::begin, the watchdog) made it (issue #37).
   void release_completed() {
-    while (!pending_.empty() && pending_.front().first->known_complete()) {
-      Py_XDECREF(pending_.front().second);
-      pending_.pop_front();
-    }
+    while (!pending_.empty() && pending_.front().work->known_complete()) pop_held();
   }
 
   const int size_, rank_;
   py::object make_work_;
   uint64_t tuning_ = 0, registry_ = 0;  // the generations the entries were resolved under
   std::unordered_map<CallKey, Entry, CallKeyHash> entries_;
-  std::deque<std::pair<std::shared_ptr<DeviceWork>, PyObject*>> pending_;
+  // A call's work and the buffers it holds (no tuple made per blocking call).
+  struct Held {
+    std::shared_ptr<DeviceWork> work;
+    PyObject* a;
+    PyObject* b;
+  };
+  void pop_held() {
+    Py_XDECREF(pending_.front().a);
+    Py_XDECREF(pending_.front().b);
+    pending_.pop_front();
+  }
+  std::deque<Held> pending_;
 };
 
 PyObject* run_device_call(DeviceCallCache& cache, Collective coll, PyObject* const* args, const BufferView& va,
