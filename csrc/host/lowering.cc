@@ -53,6 +53,9 @@ void Communicator::run_collective(const CollectiveCall& call, uint64_t seq) {
   const ResolvedPlan& planned = plan(call, bytes);
   const Schedule& sched = planned.sched;
   const std::string& algo = planned.name;
+  if (uses_one_sided(sched))  // Python refuses it first (call_checks.py); alike on every rank
+    throw std::invalid_argument("algorithm: " + algo + " is one-sided (it reads peers' mapped buffers), which the "
+                                "host executor does not run");
 
   const CallDesc desc = call_desc(call, planned.algo, seq);
   publish_call(desc);
