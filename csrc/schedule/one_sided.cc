@@ -4,16 +4,14 @@
 namespace commlib {
 namespace sched {
 
-void append_ordered_get_reduce(Schedule& s, int r, int P, Region acc, const std::function<Region(int)>& region) {
-  for (int j = 0; j < P; ++j) {
+void append_rotated_get_reduce(Schedule& s, int r, int P, Region acc, Region region, int release_tag) {
+  s.steps.push_back(Step{{op_copy(acc, region)}});
+  for (int k = 1; k < P; ++k) {
+    const int j = (r + k) % P;
     Step st;
-    if (j == 0) add_to_peers(st, r, P, op_wait, kTagReady);
-    if (j == r) {
-      st.ops.push_back(j == 0 ? op_copy(acc, region(j)) : op_reduce(acc, region(j)));
-    } else {
-      st.ops.push_back(j == 0 ? op_get(j, acc, region(j)) : op_get_reduce(j, acc, region(j)));
-      st.ops.push_back(op_signal(j, kTagDone));
-    }
+    if (k == 1) add_to_peers(st, r, P, op_wait, kTagReady);
+    st.ops.push_back(op_get_reduce(j, acc, region));
+    if (release_tag >= 0) st.ops.push_back(op_signal(j, release_tag));
     s.steps.push_back(std::move(st));
   }
 }

@@ -1,7 +1,7 @@
 // reduce_scatter over buffers every peer has mapped (one-sided, one_sided.h's protocol), "mapped":
-// rank r reads block r of every peer's input in place and reduces the blocks in rank order. Rank 0
-// accumulates in its output; the others in scratch, copied out last: in place their output is
-// their own input block, which the sum must not overwrite before it was added.
+// rank r reads block r of every peer's input in place, one peer per step (the order r, r+1, ...,
+// so every step's reads go to distinct peers), and reduces it into its output. In place the output
+// is its own input block r, which only it reads.
 #include "schedule/one_sided.h"
 #include "schedule/registry.h"
 
@@ -22,12 +22,9 @@ Schedule reduce_scatter_mapped(const CollArgs& a) {
   Step ready;
   add_to_peers(ready, r, P, op_signal, kTagReady);
   s.steps.push_back(std::move(ready));
-  const Region acc = r == 0 ? out : scratch_region(0, n);
-  if (r != 0) s.scratch_count = n;
-  append_ordered_get_reduce(s, r, P, acc, [&](int) { return in_region(r * n, n); });
+  append_rotated_get_reduce(s, r, P, out, own, kTagDone);
   Step release;
   add_to_peers(release, r, P, op_wait, kTagDone);
-  if (r != 0) release.ops.push_back(op_copy(out, acc));
   s.steps.push_back(std::move(release));
   return s;
 }
@@ -35,7 +32,7 @@ Schedule reduce_scatter_mapped(const CollArgs& a) {
 }  // namespace
 
 COMMLIB_REGISTER_ALGORITHM(ReduceScatter, "mapped", reduce_scatter_mapped, 50, kLargeMessages | kOneSided,
-                           "one-sided: rank r reads block r of every peer's input in place, summed in rank order");
+                           "one-sided: rank r reads block r of every peer's input in place, one peer per step");
 
 }  // namespace sched
 }  // namespace commlib

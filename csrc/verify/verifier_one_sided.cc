@@ -5,6 +5,8 @@
 // consumed and no rank may return while a peer can still touch its buffers.
 #include "verify/verifier_replay.h"
 
+#include <algorithm>
+
 namespace commlib {
 namespace verify {
 
@@ -37,18 +39,25 @@ void Replay::access(int r, size_t st, int oi, int owner, const Region& g, bool w
        access_str(prior) + " (" + kind + " hazard: " + fix + ")");
 }
 
-// Whether every wait of r's current step has a signal to consume.
-bool Replay::step_ready(int r) const {
-  const auto& ops = sch_[r].steps[ranks_[r].step].ops;
-  for (const Op& o : ops) {
-    if (o.kind != OpKind::Wait) continue;
-    const int64_t key = signal_key(o.peer, r, o.tag);
+// Whether every wait of r's current step has a signal to consume (its waits, counted per flag, are
+// kept in Rank::waits for run_one_sided_step).
+bool Replay::step_ready(int r) {
+  Rank& R = ranks_[r];
+  R.waits.clear();
+  for (const Op& o : sch_[r].steps[R.step].ops)
+    if (o.kind == OpKind::Wait) R.waits.emplace_back(signal_key(o.peer, r, o.tag), 1);
+  std::sort(R.waits.begin(), R.waits.end());
+  size_t k = 0;
+  for (size_t i = 0; i < R.waits.size(); ++i) {  // merge equal keys
+    if (k > 0 && R.waits[k - 1].first == R.waits[i].first) ++R.waits[k - 1].second;
+    else R.waits[k++] = R.waits[i];
+  }
+  R.waits.resize(k);
+  for (const auto& [key, need] : R.waits) {
     const auto posted = signals_.find(key);
     const auto used = consumed_.find(key);
     const size_t have = (posted == signals_.end() ? 0 : posted->second.size()) - (used == consumed_.end() ? 0 : used->second);
-    int waits = 0;
-    for (const Op& w : ops) waits += w.kind == OpKind::Wait && w.peer == o.peer && w.tag == o.tag;
-    if (have < static_cast<size_t>(waits)) return false;
+    if (have < need) return false;
   }
   return true;
 }
@@ -58,11 +67,13 @@ void Replay::run_one_sided_step(int r) {
   const size_t st = R.step;
   const auto& ops = sch_[r].steps[st].ops;
   R.clock[r] = static_cast<int64_t>(st) + 1;
-  for (const Op& o : ops) {  // waits first: the clocks their signals carried join this rank's
-    if (o.kind != OpKind::Wait) continue;
-    const int64_t key = signal_key(o.peer, r, o.tag);
-    const std::vector<int64_t>& c = signals_[key][consumed_[key]++];
-    for (int q = 0; q < P_; ++q) R.clock[q] = std::max(R.clock[q], c[q]);
+  for (const auto& [key, need] : R.waits) {  // waits first: the clocks their signals carried join this rank's
+    size_t& used = consumed_[key];
+    const std::vector<uint32_t>& posted = signals_[key];
+    for (uint32_t i = 0; i < need; ++i) {
+      const std::vector<int64_t>& c = clocks_[posted[used++]];
+      for (int q = 0; q < P_; ++q) R.clock[q] = std::max(R.clock[q], c[q]);
+    }
   }
   for (int oi = 0; oi < static_cast<int>(ops.size()); ++oi) {  // then the data ops
     const Op& o = ops[oi];
@@ -99,8 +110,13 @@ void Replay::run_one_sided_step(int r) {
       default: break;
     }
   }
-  for (const Op& o : ops)  // then the signals, carrying everything up to here
-    if (o.kind == OpKind::Signal) signals_[signal_key(r, o.peer, o.tag)].push_back(R.clock);
+  bool signalled = false;
+  for (const Op& o : ops) {  // then the signals, carrying everything up to here
+    if (o.kind != OpKind::Signal) continue;
+    if (!signalled) clocks_.push_back(R.clock);
+    signalled = true;
+    signals_[signal_key(r, o.peer, o.tag)].push_back(static_cast<uint32_t>(clocks_.size() - 1));
+  }
   ++R.step;
 }
 

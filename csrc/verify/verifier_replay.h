@@ -63,6 +63,7 @@ class Replay {
     SetId know = RankSets::kEmpty, know_at_entry = RankSets::kEmpty;
     std::vector<int> recv_from, send_to;  // op index in the current step, -1 if none
     std::vector<int64_t> clock;  // one-sided: vector clock (verifier_hazards.h)
+    std::vector<std::pair<int64_t, uint32_t>> waits;  // one-sided: (signal key, count) of the current step's waits
   };
   friend class sched::SchedulePlayer<Replay>;
 
@@ -117,7 +118,7 @@ class Replay {
   // verifier_one_sided.cc: one-sided schedules, played in an order their signals allow, with the
   // hazards of verifier_hazards.h checked on every access.
   void play_one_sided();
-  bool step_ready(int r) const;
+  bool step_ready(int r);
   void run_one_sided_step(int r);
   void access(int r, size_t st, int oi, int owner, const Region& g, bool write);
   std::string arena_name(int owner, int64_t pos) const;
@@ -161,7 +162,8 @@ class Replay {
   std::vector<Run> pa_, pb_, pc_;
   bool one_sided_ = false;
   Hazards hazards_;
-  std::unordered_map<int64_t, std::vector<std::vector<int64_t>>> signals_;  // posted clocks per (from, to, tag)
+  std::vector<std::vector<int64_t>> clocks_;  // the clocks signals carried (one per signalling step)
+  std::unordered_map<int64_t, std::vector<uint32_t>> signals_;  // per (from, to, tag): index in clocks_ of each
   std::unordered_map<int64_t, size_t> consumed_;
 };
 
