@@ -140,3 +140,12 @@ def test_a_python_builder_cannot_register_one_sided_ops():
             schedules.schedule("broadcast", "one_sided_probe", 0, 2, 4)
     finally:
         schedules.unregister_algorithm("broadcast", "one_sided_probe")
+
+
+def test_a_one_sided_algorithm_cannot_run_a_hierarchical_phase():
+    # Its regions would be rebased into the parent's buffers, which no peer mapped, beside messages.
+    hosts = [0, 0, 1, 1]
+    for inter, intra in (("mapped", ""), ("ring", "mapped")):
+        what = "intra_algorithm" if intra else "inter_algorithm"
+        with pytest.raises(ValueError, match=f"^{what}: all_gather algorithm 'mapped' is one-sided and cannot run a phase"):
+            _C.schedule(COLLECTIVE["all_gather"], "hierarchical", 0, 4, 3, 0, _C.DType.float32, hosts, inter, 0, intra)
