@@ -29,7 +29,8 @@ void Replay::check_region(int r, size_t st, int oi, const Region& g, bool write,
   if (L.size[b] < 0)
     fail(where(r, st, oi) + ": references " + whose + buffer_name(g.buf) + ", which rank " + std::to_string(q) +
          " does not own in " + collective_name(c_));
-  if (write && g.buf == BufferId::Input) fail(where(r, st, oi) + ": writes " + whose + "input buffer");
+  if (write && g.buf == BufferId::Input)
+    fail(where(r, st, oi) + ": writes " + (owner < 0 ? std::string("the ") : whose) + "input buffer");
   if (g.offset < 0 || g.count < 0 || g.offset + g.count > L.size[b])
     fail(where(r, st, oi) + ": region out of bounds (" + whose + buffer_name(g.buf) + " has " +
          std::to_string(L.size[b]) + " elements)");
