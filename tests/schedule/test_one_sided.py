@@ -149,3 +149,14 @@ def test_a_one_sided_algorithm_cannot_run_a_hierarchical_phase():
         what = "intra_algorithm" if intra else "inter_algorithm"
         with pytest.raises(ValueError, match=f"^{what}: all_gather algorithm 'mapped' is one-sided and cannot run a phase"):
             _C.schedule(COLLECTIVE["all_gather"], "hierarchical", 0, 4, 3, 0, _C.DType.float32, hosts, inter, 0, intra)
+
+
+def test_auto_refuses_a_one_sided_override_or_tuning_row(monkeypatch):
+    monkeypatch.setenv("COMMLIB_ALGO_ALL_REDUCE", "mapped_two_shot")
+    with pytest.raises(ValueError, match="^COMMLIB_ALGO_ALL_REDUCE: all_reduce algorithm 'mapped_two_shot' is one-sided"):
+        _C.choose_algorithm(_C.Collective.all_reduce, "auto", 1 << 20, 4)
+    monkeypatch.delenv("COMMLIB_ALGO_ALL_REDUCE")
+    with pytest.raises(ValueError, match="^tuning: all_reduce algorithm 'mapped_one_shot' is one-sided"):
+        _C.set_tuning(_C.Collective.all_reduce, [(4, -1, "mapped_one_shot")])
+    # Named explicitly it still resolves: the verifier and the simulator take it.
+    assert _C.choose_algorithm(_C.Collective.all_reduce, "mapped_two_shot", 8, 4) == "mapped_two_shot"
