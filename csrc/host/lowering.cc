@@ -53,7 +53,9 @@ void Communicator::run_collective(const CollectiveCall& call, uint64_t seq) {
   const ResolvedPlan& planned = plan(call, bytes);
   const Schedule& sched = planned.sched;
   const std::string& algo = planned.name;
-  if (uses_one_sided(sched))  // Python refuses it first (call_checks.py); alike on every rank
+  // Python refuses it first (call_checks.py); the C++ fast path does not: refused alike on every
+  // rank, whatever the world size (one rank's schedule has no one-sided op to notice).
+  if (algorithm_is_one_sided(call.coll, algo))
     throw std::invalid_argument("algorithm: " + algo + " is one-sided (it reads peers' mapped buffers), which the "
                                 "host executor does not run");
 

@@ -160,3 +160,25 @@ def test_auto_refuses_a_one_sided_override_or_tuning_row(monkeypatch):
         _C.set_tuning(_C.Collective.all_reduce, [(4, -1, "mapped_one_shot")])
     # Named explicitly it still resolves: the verifier and the simulator take it.
     assert _C.choose_algorithm(_C.Collective.all_reduce, "mapped_two_shot", 8, 4) == "mapped_two_shot"
+
+
+def test_a_communicator_refuses_one_sided_algorithms_and_stays_usable():
+    # Refused before anything is sent (by the C++ fast path's executor or the Python checks, as the
+    # call goes), alike at any world size (one rank's schedule is a plain copy).
+    import numpy as np
+    from commlib.bootstrap.store import StoreServer, TCPStore
+
+    server = StoreServer("127.0.0.1", 0)
+    comm = commlib.init(rank=0, world_size=1, store=TCPStore("127.0.0.1", server.port), prefix="one_sided")
+    try:
+        x = np.ones(4, np.float32)
+        with pytest.raises(ValueError, match="^algorithm: mapped_two_shot is one-sided"):
+            comm.all_reduce(x, algorithm="mapped_two_shot")
+        out = np.zeros(4, np.float32)
+        with pytest.raises(ValueError, match="^algorithm: (all_gather algorithm 'mapped'|mapped) is one-sided"):
+            comm.all_gather(x, out, algorithm="mapped")
+        comm.all_reduce(x, algorithm="ring")
+        assert (x == 1).all()
+    finally:
+        comm.close()
+        server.close()
