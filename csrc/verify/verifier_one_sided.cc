@@ -43,16 +43,19 @@ void Replay::access(int r, size_t st, int oi, int owner, const Region& g, bool w
 // kept in Rank::waits for run_one_sided_step).
 bool Replay::step_ready(int r) {
   Rank& R = ranks_[r];
-  R.waits.clear();
-  for (const Op& o : sch_[r].steps[R.step].ops)
-    if (o.kind == OpKind::Wait) R.waits.emplace_back(signal_key(o.peer, r, o.tag), 1);
-  std::sort(R.waits.begin(), R.waits.end());
-  size_t k = 0;
-  for (size_t i = 0; i < R.waits.size(); ++i) {  // merge equal keys
-    if (k > 0 && R.waits[k - 1].first == R.waits[i].first) ++R.waits[k - 1].second;
-    else R.waits[k++] = R.waits[i];
+  if (R.waits_of != R.step) {  // a blocked rank is asked again after every round
+    R.waits_of = R.step;
+    R.waits.clear();
+    for (const Op& o : sch_[r].steps[R.step].ops)
+      if (o.kind == OpKind::Wait) R.waits.emplace_back(signal_key(o.peer, r, o.tag), 1);
+    std::sort(R.waits.begin(), R.waits.end());
+    size_t k = 0;
+    for (size_t i = 0; i < R.waits.size(); ++i) {  // merge equal keys
+      if (k > 0 && R.waits[k - 1].first == R.waits[i].first) ++R.waits[k - 1].second;
+      else R.waits[k++] = R.waits[i];
+    }
+    R.waits.resize(k);
   }
-  R.waits.resize(k);
   for (const auto& [key, need] : R.waits) {
     const auto posted = signals_.find(key);
     const auto used = consumed_.find(key);

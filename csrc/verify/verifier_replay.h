@@ -5,6 +5,7 @@
 // contributor sets (verifier_values.h, verifier_sets.h).
 #pragma once
 
+#include <cstdint>
 #include <sstream>
 #include <string>
 #include <unordered_map>
@@ -63,7 +64,8 @@ class Replay {
     SetId know = RankSets::kEmpty, know_at_entry = RankSets::kEmpty;
     std::vector<int> recv_from, send_to;  // op index in the current step, -1 if none
     std::vector<int64_t> clock;  // one-sided: vector clock (verifier_hazards.h)
-    std::vector<std::pair<int64_t, uint32_t>> waits;  // one-sided: (signal key, count) of the current step's waits
+    std::vector<std::pair<int64_t, uint32_t>> waits;  // one-sided: (signal key, count) of step waits_of's waits
+    size_t waits_of = SIZE_MAX;
   };
   friend class sched::SchedulePlayer<Replay>;
 
