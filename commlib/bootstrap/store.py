@@ -20,9 +20,10 @@ import time
 from datetime import timedelta
 
 from commlib.errors import RendezvousError
-from commlib.bootstrap.store_server import (ADD as _ADD, CHECK as _CHECK, GET as _GET, HELLO as _HELLO,
-                                            HELLO_REPLY as _HELLO_REPLY, MAX_FRAME, REFUSED as _REFUSED,
-                                            SET as _SET, Malformed as _Malformed, StoreServer, frames)
+from commlib.bootstrap.store_server import StoreServer
+from commlib.bootstrap.store_wire import (ADD as _ADD, CHECK as _CHECK, GET as _GET, HELLO as _HELLO,
+                                          HELLO_REPLY as _HELLO_REPLY, MAX_FRAME, MAX_GET_WAIT_S, REFUSED as _REFUSED,
+                                          SET as _SET, Malformed as _Malformed, frames)
 
 __all__ = ["StoreServer", "TCPStore", "MAX_FRAME"]
 
@@ -114,10 +115,15 @@ class TCPStore:
         self._refused("set", key, reply)
 
     def get(self, key) -> bytes:
-        with self._lock:
-            # The server answers by self.timeout; allow 2 s more for the round trip.
-            reply = self._exchange("get", key, self.timeout + 2.0, bytes([_GET]), self._b(key),
-                                   struct.pack("!d", self.timeout))
+        deadline = time.monotonic() + self.timeout
+        while True:
+            # The server waits at most MAX_GET_WAIT_S per GET: a longer wait asks again.
+            wait = max(0.0, min(deadline - time.monotonic(), MAX_GET_WAIT_S))
+            with self._lock:
+                # The server answers by then; allow 2 s more for the round trip.
+                reply = self._exchange("get", key, wait + 2.0, bytes([_GET]), self._b(key), struct.pack("!d", wait))
+            if reply != b"\x00" or time.monotonic() >= deadline:
+                break
         if reply[:1] == b"\x00" and len(reply) == 1:
             raise RendezvousError(f"store at {self._where}: key {self._b(key).decode(errors='replace')!r} "
                                   f"not set within {self.timeout:g} s")
