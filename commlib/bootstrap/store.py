@@ -32,12 +32,13 @@ from commlib.bootstrap.store_wire import (ADD as _ADD, CHECK as _CHECK, GET as _
 __all__ = ["StoreServer", "TCPStore", "MAX_FRAME", "external_address", "parse_address"]
 
 # What a rank says when the store that rank 0's process served is gone (see TCPStore.served_by_rank0).
+RANK0_STORE_ADVICE = (
+    "No rank can shrink, split or rendezvous without the store. To survive rank 0, serve the store outside "
+    "the ranks: run `commlib store --host HOST --port PORT` and set COMMLIB_STORE=HOST:PORT on every rank (or "
+    "launch with torchrun, whose agent serves the store); docs/fault_tolerance.md")
 RANK0_STORE_LOST = (
     "the store was served in rank 0's process (commlib.init() without a store or COMMLIB_STORE) and is gone "
-    "with it: rank 0 died, or closed the communicator that served it. No rank can shrink, split or "
-    "rendezvous without the store. To survive rank 0, serve the store outside the ranks: run `commlib store "
-    "--host HOST --port PORT` and set COMMLIB_STORE=HOST:PORT on every rank (or launch with torchrun, whose "
-    "agent serves the store); docs/fault_tolerance.md")
+    "with it: rank 0 died, or closed the communicator that served it. " + RANK0_STORE_ADVICE)
 
 
 def parse_address(text: str, what: str = "COMMLIB_STORE") -> Tuple[str, int]:
@@ -127,9 +128,12 @@ class TCPStore:
         try:
             _send(self._sock, *parts)
             return _recv(self._sock)
-        except socket.timeout:
+        except socket.timeout:  # a host that vanished closes nothing: its silence is all one sees
             raise RendezvousError(f"store at {self._where}: no answer to {what} {key!r} within "
-                                  f"{wait:g} s (COMMLIB_TIMEOUT); expected a commlib store") from None
+                                  f"{wait:g} s (COMMLIB_TIMEOUT); expected a commlib store" +
+                                  ("; it is served in rank 0's process: if rank 0 (or its host) died, the "
+                                   "store died with it. " + RANK0_STORE_ADVICE if self.served_by_rank0 else "")
+                                  ) from None
         except _Malformed as e:
             raise RendezvousError(f"store at {self._where}: answered {what} {key!r} with a malformed "
                                   f"frame ({e}); expected a commlib store") from None

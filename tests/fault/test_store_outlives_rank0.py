@@ -7,8 +7,10 @@ by a ``commlib store`` process (COMMLIB_STORE), the survivors of rank 0 shrink a
 """
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -20,6 +22,7 @@ import commlib  # noqa: E402
 import rank0_store_cases as cases  # noqa: E402
 from commlib.bootstrap.secret import sign_value, store_key  # noqa: E402
 from commlib.bootstrap.store import TCPStore  # noqa: E402
+from commlib.bootstrap.store_wire import HELLO_REPLY, frames  # noqa: E402
 from commlib.testing.faults import run_killing_one_rank  # noqa: E402
 
 SECRET = "rank0-store-test-secret-0123456789"
@@ -101,3 +104,30 @@ def test_commlib_store_setting_is_checked(monkeypatch):
     monkeypatch.setenv("COMMLIB_STORE", "nowhere")
     with pytest.raises(ValueError, match="COMMLIB_STORE: expected host:port"):
         commlib.init(rank=0, world_size=1)
+
+
+def test_silent_rank0_store_says_it_may_have_died_with_rank0():
+    """A host that vanishes closes nothing: a store that rank 0 served and that no longer answers
+    names rank 0 too (after the client's timeout)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        held = []
+
+        def answer_hello_then_go_silent():
+            conn, _ = listener.accept()
+            conn.recv(64)
+            conn.sendall(frames(HELLO_REPLY))
+            held.append(conn)
+        t = threading.Thread(target=answer_hello_then_go_silent)
+        t.start()
+        client = TCPStore("127.0.0.1", listener.getsockname()[1], timeout=0.3, served_by_rank0=True)
+        t.join(10)
+        try:
+            with pytest.raises(commlib.RendezvousError, match=r"no answer to set .*served in rank 0's process: if "
+                                                              r"rank 0 \(or its host\) died.*COMMLIB_STORE"):
+                client.set("k", b"v")
+        finally:
+            client.close()
+            for c in held:
+                c.close()
