@@ -182,3 +182,15 @@ def test_a_communicator_refuses_one_sided_algorithms_and_stays_usable():
     finally:
         comm.close()
         server.close()
+
+
+def test_a_one_shot_summing_in_another_order_on_one_rank_is_rejected():
+    # Every rank of the one-shot sums in rank order 0, 1, 2; rank 1 adding rank 2's input before
+    # its own would end with other bits than rank 0 (float addition is not associative).
+    s = registered("all_reduce", "mapped_one_shot", 3, 4)
+    own = {"op": "reduce", "peer": None, "dst": ("scratch", 0, 4), "src": ("input", 0, 4)}
+    other = {"op": "reduce", "peer": None, "dst": ("scratch", 0, 4), "src": ("scratch", 4, 4)}
+    assert own in s[1]["steps"][2] and s[1]["steps"][3] == [other]
+    s[1]["steps"][2] = [other if o == own else o for o in s[1]["steps"][2]]
+    s[1]["steps"][3] = [own]
+    rejects(r"rank 1 output\[0\] was reduced in a different order than on rank 0", "all_reduce", 3, 4, s)
