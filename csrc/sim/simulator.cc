@@ -140,11 +140,12 @@ class Run {
     RankState& R = ranks_[r];
     const SimOp *b = shapes_.begin(R.shape), *e = shapes_.end(R.shape);
     double at = t;
+    size_t again = 0;  // earlier waits of this step on the same flag (a shape's equal ops are adjacent)
     for (const SimOp* o = b; o != e; ++o) {
       if (o->kind != SimKind::Wait) continue;
+      again = o != b && o[-1].kind == SimKind::Wait && o[-1].peer == o->peer && o[-1].count == o->count ? again + 1 : 0;
       const int64_t key = signal_key(o->peer, r, o->count);
-      const size_t k = consumed_[key] + (o - b) - (std::find_if(b, o + 1, [&](const SimOp& x) {
-                         return x.kind == SimKind::Wait && x.peer == o->peer && x.count == o->count; }) - b);
+      const size_t k = consumed_[key] + again;
       const std::vector<double>& arrived = posted_[key];
       R.blocked = k >= arrived.size();
       if (R.blocked) return;  // the signal's post queues the entry again
