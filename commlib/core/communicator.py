@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import weakref
 from typing import Optional, Sequence
 
 import commlib._C as _C
@@ -62,7 +63,8 @@ class Communicator(GroupMethods):
         self._size = size
         self._timeout = timeout
         self._splits = 0
-        self._owned = (None, None)  # (store, store server) that init() created for this communicator
+        self._lease = None  # init()'s own store, shared with the communicators built over it (hold_store)
+        self._release_store = None
         self._device_route = None  # stream engines for device buffers, created on first use
         self._closed = False
         self._pid = os.getpid()  # a forked child must not close the parent's store server
@@ -327,21 +329,31 @@ class Communicator(GroupMethods):
     def close(self):
         """Finish queued work, then release shared memory and the worker thread. Idempotent.
 
-        In a forked child it only drops the child's references: the store and region are the parent's.
+        The store that commlib.init() opened is closed with the last communicator built over it
+        (commlib/bootstrap/store_lease.py), never under another one still using it. In a forked
+        child it only drops the child's references: the store and region are the parent's.
         """
         self._closed = True
         if self._device_route is not None:  # before the transport its peer watch uses
             self._device_route.close()
         self._core.close()
-        if os.getpid() != self._pid:
-            self._owned = (None, None)
-            return
-        store, server = self._owned
-        self._owned = (None, None)
-        if store is not None and hasattr(store, "close"):
-            store.close()
-        if server is not None:
-            server.close()
+        if self._release_store is not None:
+            self._release_store()  # runs once: here, or when a communicator never closed is collected
+
+    def _hold_store(self, lease):
+        """Share ``lease`` (a commlib.bootstrap.store_lease.StoreLease this communicator now holds a
+        reference of): given back by close(), or when this communicator is garbage collected."""
+        self._lease = lease
+        self._release_store = weakref.finalize(self, lease.release)
+        self._release_store.atexit = False  # at exit the process goes, and its store with it
+
+    @property
+    def _owned(self):
+        """(store client, store server) that init() opened and this communicator still holds a
+        reference of, else (None, None)."""
+        if self._lease is None or not self._release_store.alive:
+            return None, None
+        return self._lease.store, self._lease.server
 
     def abort(self, reason: str = "aborted by the user"):
         """Abort: fail queued and future calls at once, and tell the peers."""
