@@ -315,7 +315,8 @@ def _create_core(rdv: _Rendezvous, rank: int, size: int, timeout: float):
                                   f"{rec['bytes']} bytes (COMMLIB_SHM_SLOTS / COMMLIB_SHM_SLOT_BYTES must be "
                                   "the same on every rank)")
         fd = receive_fd(rec["socket"], rec["pid"], local_rank, max(0.1, rdv.deadline - time.monotonic()),
-                        rank=rank, leader=leader, host=host if len(topo.hosts) > 1 else None)
+                        rank=rank, leader=leader, host=host if len(topo.hosts) > 1 else None,
+                        poll=rdv.raise_reported)
         try:
             core = make_core(fd)
         finally:

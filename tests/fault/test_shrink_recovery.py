@@ -54,10 +54,10 @@ def test_init_store_outlives_any_one_communicator_and_shrink_checks_arguments():
     assert [sizes for _, sizes in results] == [(2, 1, 2), (2, 1, 2), None]
 
 
-# The steps at which a rank dies during a shrink: the agreement's (claim published, final set
-# published) and the new communicator's rendezvous (hosts found, region mapped, built, built and
-# said so: commlib.bootstrap.phases).
-STEPS = ("claimed", "decided", "hosts", "mapped", "built", "committed")
+# The steps at which a rank dies during a shrink (commlib.bootstrap.phases): the agreement's (its
+# claim published, its final set published) and the new communicator's rendezvous (hosts found,
+# region mapped, core made, communicator built, built and said so).
+STEPS = ("claimed", "decided", "hosts", "mapped", "created", "built", "committed")
 
 
 @pytest.mark.timeout(240)
