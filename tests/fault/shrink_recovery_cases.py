@@ -187,3 +187,35 @@ def case_deaths_at_each_step(comm, port, steps):
     params = b"".join(p.detach().numpy().tobytes() for p in dp.parameters())
     dp.comm.close()
     return log, params
+
+
+def case_dropped_device_communicator(comm):
+    """A shrunk communicator that ran a device call, dropped without close() on every rank: its
+    engine's exported memory (two memfds on the emulated device), events and threads are all given
+    back. Returns (descriptors, events alive, threads) gained, after a bounded wait for the
+    closing barrier that the dropped communicator runs on a thread of its own."""
+    import gc
+
+    import commlib.device.emulated as emu
+
+    def counts():
+        return len(os.listdir("/proc/self/fd")), emu.rule_counts()["events_alive"], threading.active_count()
+
+    def device_call(c):
+        y = emu.from_numpy(np.ones(8, np.float32))
+        c.all_reduce(y)
+        return float(y.numpy()[0])
+
+    warm = comm.shrink()  # loads what stays loaded (the device, its threads) and closes properly
+    device_call(warm)
+    warm.close()
+    gc.collect()
+    before = counts()
+    dropped = comm.shrink()
+    total = device_call(dropped)
+    del dropped
+    gc.collect()  # once: the drop itself, not what the wait below sees, is what is tested
+    deadline = time.monotonic() + 20
+    while counts() != before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return total, tuple(a - b for a, b in zip(counts(), before))

@@ -7,7 +7,8 @@ likewise a split child whose parent was closed, DataParallel.shrink at a second 
 whose init() was still running when rank 0 closed. A death late in a shrink gave one survivor
 PeerError and another RendezvousError (or a communicator the others never finished), so retrying
 as documented left survivors apart. shrink(exclude=[np.int64(2)]) and shrink(timeout="5") were
-refused or accepted unlike every other call."""
+refused or accepted unlike every other call. A shrunk communicator that ran a device call and was
+dropped without close() kept its engine's exported memory (two descriptors) for good."""
 import os
 import socket
 import sys
@@ -44,6 +45,8 @@ def test_init_store_outlives_any_one_communicator_and_shrink_checks_arguments():
         # rank 0 closes while rank 1's init() still reads the store; no thread is left after
         assert pool.run(rc.case_rank0_closes_during_peers_init, ports[2]) == [("ok", 0)] * 3
         results = pool.run(rc.case_shrink_arguments)
+        # a shrunk device communicator dropped without close() leaks no descriptor, event or thread
+        assert pool.run(rc.case_dropped_device_communicator) == [(3.0, (0, 0, 0))] * 3
     finally:
         pool.close()
     for refused, _ in results:
