@@ -15,10 +15,15 @@ survivor since each calls shrink once per attempt):
 3. Decision. Each publishes the union it decided on and compares it with every survivor's.
 4. The survivors build the new communicator under the same prefix, so an error reported by any
    rank at any step (``<prefix>/error``) fails every other rank at once.
+5. Commit. Each says it built it (``built/<rank>``) and waits until every survivor did: shrink
+   returns the new communicator on every survivor or on none.
 
 While waiting, each rank watches the survivors through the old communicator's links: one that dies
-during the shrink fails it on every rank with PeerError naming it (call shrink again to exclude
-it too). Nothing here waits longer than the timeout.
+during the shrink, at any step, fails it on every rank with PeerError naming it (call shrink again
+to exclude it too), however each rank learns of it (its own watch, another's report, a socket
+reset or a descriptor that never came while building). One that dies after saying it built the new
+communicator is that communicator's to report, at its next call. Nothing here waits longer than the
+timeout. ``commlib.bootstrap.phases`` names the steps, where tests kill a rank.
 """
 from __future__ import annotations
 
@@ -266,6 +271,7 @@ class _Agreement:
         died after saying it built it does not fail the shrink (the new communicator's next call
         names it); one that died before did."""
         built = lambda r: self.rdv.store.check([f"{self.rdv.prefix}/built/{r}"])  # noqa: E731
+        self.rdv.deadline = time.monotonic() + self.rdv.timeout  # the building had a timeout of its own
         try:
             self.rdv.set(f"built/{self.me}", b"1")
             phases.reached(self.rdv.prefix, "committed")
