@@ -20,7 +20,7 @@ from torch.futures import Future
 import commlib._C as _C
 from commlib.core.call_spec import DTYPE
 from commlib.device import dtypes
-from commlib.torch.work import Work
+from commlib.torch.work import Work, timeout_seconds
 
 # One registry for the C++ entry's host and device readers (csrc/bindings/buffer_view.cc): CPU
 # tensors here, CUDA tensors too where torch has CUDA (their current stream is part of a device call).
@@ -77,6 +77,7 @@ class DoneWork(Work):
         return self._done_fut
 
     def wait(self, timeout=None):
+        timeout_seconds(timeout)  # checked like every timeout, though nothing is left to wait for
         return True
 
     def get_future(self):
