@@ -58,3 +58,24 @@ def test_use_stream_mirrors_the_current_stream_for_cpp():
             pass
         assert _C.emulated_current_stream() == top_a != 0
     assert _C.emulated_current_stream() == 0
+
+
+def test_one_reader_sees_host_and_device_buffers():
+    # csrc/bindings/buffer_view.h: the tagged view the C++ entry reads every buffer into, for host
+    # and device calls alike (kind, address, count, dtype, device, current stream); None where it
+    # cannot read the object (the Python path then takes the call and explains).
+    import numpy as np
+
+    import commlib._C as _C
+    import commlib.emulated as emu
+    a = np.arange(3, dtype=np.float32)
+    assert _C.read_buffer(a) == ("host", a.ctypes.data, 3, _C.DType.float32, -1, 0)
+    x = emu.from_numpy(np.ones(5, np.int64))
+    assert _C.read_buffer(x) == ("emulated", x.data_ptr(), 5, _C.DType.int64, x.device_index, 0)
+    assert _C.read_buffer(x[2:]) == ("emulated", x.data_ptr() + 16, 3, _C.DType.int64, x.device_index, 0)
+    s = emu.Stream()
+    with emu.use_stream(s):
+        assert _C.read_buffer(x)[5] == _C.emulated_current_stream() != 0
+    assert _C.read_buffer(None)[0] == "none"
+    for unreadable in (a[::2], a.astype(np.complex64), [1.0, 2.0], np.ndarray.view(a, type=np.matrix)):
+        assert _C.read_buffer(unreadable) is None, unreadable
