@@ -32,7 +32,17 @@ class EmulatedEvent final : public DeviceEvent, public std::enable_shared_from_t
   std::condition_variable cv;
   uint64_t recorded = 0;  // records enqueued
   uint64_t reached = 0;   // records the stream has passed
+  // Last recorded inside this capture (cudaErrorCapturedEvent for a query), with the capturing
+  // stream's dependencies at the record: a stream waiting on it joins the capture.
+  std::shared_ptr<EmulatedCapture> captured;
+  std::vector<uint32_t> captured_deps;
 };
+
+[[noreturn]] void capture_conflict(const std::shared_ptr<EmulatedCapture>& c, const std::string& error,
+                                   const std::string& what) {
+  if (c) c->invalidate(what);
+  throw std::runtime_error(error + " (emulated): " + what + (c ? "; the capture is invalidated" : ""));
+}
 
 EmulatedStream& emu(DeviceStream& s) { return static_cast<EmulatedStream&>(s); }
 
@@ -48,6 +58,10 @@ EmulatedStream::~EmulatedStream() {
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_ = true;
+    if (capture_) {  // its lane can never join back
+      capture_->forget_lane(this);
+      capture_->invalidate("a stream of the capture was destroyed while capturing");
+    }
   }
   closing_.store(true, std::memory_order_release);
   cv_.notify_all();
@@ -71,11 +85,46 @@ void EmulatedStream::enqueue(std::function<void()> op, bool always) {
   bool wake;
   {
     std::lock_guard<std::mutex> lk(mu_);
+    if (capture_) {  // recorded into the graph, not run
+      const uint32_t node = capture_->add(CapturedOp{std::move(op), always, capture_deps_, capture_lane_});
+      capture_deps_.assign(1, node);
+      return;
+    }
     queue_.push_back(Op{std::move(op), always, hw_->take_ticket()});
     ++enqueued_;
     wake = thread_sleeping_;
   }
   if (wake) cv_.notify_all();
+}
+
+std::shared_ptr<EmulatedCapture> EmulatedStream::capture() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return capture_;
+}
+
+void EmulatedStream::start_capture(std::shared_ptr<EmulatedCapture> c, uint32_t lane, std::vector<uint32_t> deps) {
+  std::lock_guard<std::mutex> lk(mu_);
+  capture_ = std::move(c);
+  capture_lane_ = lane;
+  capture_deps_ = std::move(deps);
+}
+
+std::vector<uint32_t> EmulatedStream::capture_deps() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return capture_deps_;
+}
+
+void EmulatedStream::add_capture_deps(const std::vector<uint32_t>& deps) {
+  std::lock_guard<std::mutex> lk(mu_);
+  for (uint32_t d : deps)
+    if (std::find(capture_deps_.begin(), capture_deps_.end(), d) == capture_deps_.end()) capture_deps_.push_back(d);
+}
+
+std::vector<uint32_t> EmulatedStream::stop_capture(const EmulatedCapture* c) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (capture_.get() != c) return {};
+  capture_.reset();
+  return std::move(capture_deps_);
 }
 
 bool EmulatedStream::busy() {
@@ -103,6 +152,7 @@ void EmulatedStream::delay() const {
 }
 
 void EmulatedStream::run() {
+  emulated_set_running_stream(&closing_, &faulted_);
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
     if (queue_.empty() && !stop_) {
@@ -149,8 +199,9 @@ EmulatedDevice::~EmulatedDevice() {
   for (auto& [ptr, bytes] : imports_) munmap(ptr, bytes);
 }
 
-void EmulatedDevice::enter(const char* what, bool needs_current) {
+void EmulatedDevice::enter(const char* what, bool needs_current, bool unsafe) {
   emulated_enter(what, index_, needs_current);
+  if (unsafe) emulated_check_capture_safe(what);
   {
     std::lock_guard<std::mutex> lk(calls_mu_);
     ++calls_[what];
@@ -224,10 +275,20 @@ std::shared_ptr<DeviceEvent> EmulatedDevice::create_event() {
 void EmulatedDevice::record(DeviceEvent& event, DeviceStream& stream) {
   enter("cudaEventRecord", true);
   auto& e = static_cast<EmulatedEvent&>(event);
+  if (std::shared_ptr<EmulatedCapture> c = emu(stream).capture()) {  // a marker in the graph, no node
+    std::string why;
+    if (c->invalidated(&why)) capture_conflict(nullptr, "cudaErrorStreamCaptureInvalidated", "the capture was invalidated (" + why + ")");
+    std::lock_guard<std::mutex> lk(e.mu);
+    e.captured = std::move(c);
+    e.captured_deps = emu(stream).capture_deps();
+    return;
+  }
   uint64_t target;
   {
     std::lock_guard<std::mutex> lk(e.mu);
     target = ++e.recorded;
+    e.captured.reset();
+    e.captured_deps.clear();
   }
   auto ep = e.shared_from_this();  // the operation keeps the event alive
   emu(stream).enqueue([ep, target] {
@@ -243,11 +304,29 @@ void EmulatedDevice::wait_event(DeviceStream& stream, DeviceEvent& event) {
   enter("cudaStreamWaitEvent");
   auto& e = static_cast<EmulatedEvent&>(event);
   uint64_t target;
+  std::shared_ptr<EmulatedCapture> captured;
+  std::vector<uint32_t> deps;
   {
     std::lock_guard<std::mutex> lk(e.mu);
     target = e.recorded;
+    captured = e.captured;
+    deps = e.captured_deps;
+  }
+  const std::shared_ptr<EmulatedCapture> mine = emu(stream).capture();
+  if (captured) {  // a fork (the stream joins the capture) or a join (it adds the event's dependencies)
+    if (captured->ended())
+      capture_conflict(mine, "cudaErrorCapturedEvent", "cudaStreamWaitEvent on an event last recorded in a capture that ended");
+    if (mine && mine != captured) {
+      captured->invalidate("a stream of another capture waited on its event");
+      capture_conflict(mine, "cudaErrorStreamCaptureIsolation", "cudaStreamWaitEvent merging two captures (the event was recorded in another one)");
+    }
+    if (mine) return emu(stream).add_capture_deps(deps);
+    return emu(stream).start_capture(captured, captured->lane_of(&emu(stream)), std::move(deps));
   }
   if (target == 0) return;
+  if (mine)
+    capture_conflict(mine, "cudaErrorStreamCaptureIsolation",
+                     "a capturing stream waited on an event recorded outside the capture (CUDA needs cudaEventWaitExternal)");
   auto ep = e.shared_from_this();
   emu(stream).enqueue([ep, target] {
     std::unique_lock<std::mutex> lk(ep->mu);
@@ -256,18 +335,22 @@ void EmulatedDevice::wait_event(DeviceStream& stream, DeviceEvent& event) {
 }
 
 bool EmulatedDevice::query(DeviceEvent& event) {
-  enter("cudaEventQuery");
+  enter("cudaEventQuery", false, true);
   pass_query_gate();
   auto& e = static_cast<EmulatedEvent&>(event);
   std::lock_guard<std::mutex> lk(e.mu);
+  if (e.captured)
+    capture_conflict(nullptr, "cudaErrorCapturedEvent", "cudaEventQuery on an event last recorded inside a stream capture");
   return e.reached >= e.recorded;
 }
 
 void EmulatedDevice::synchronize(DeviceEvent& event) {
-  enter("cudaEventSynchronize");
+  enter("cudaEventSynchronize", false, true);
   auto& e = static_cast<EmulatedEvent&>(event);
   {
     std::unique_lock<std::mutex> lk(e.mu);
+    if (e.captured)
+      capture_conflict(nullptr, "cudaErrorCapturedEvent", "cudaEventSynchronize on an event last recorded inside a stream capture");
     const uint64_t target = e.recorded;
     e.cv.wait(lk, [&] { return e.reached >= target; });
   }
@@ -275,7 +358,9 @@ void EmulatedDevice::synchronize(DeviceEvent& event) {
 }
 
 void EmulatedDevice::synchronize(DeviceStream& stream) {
-  enter("cudaStreamSynchronize");
+  enter("cudaStreamSynchronize", false, true);
+  if (std::shared_ptr<EmulatedCapture> c = emu(stream).capture())
+    capture_conflict(c, "cudaErrorStreamCaptureUnsupported", "cudaStreamSynchronize on a capturing stream");
   emu(stream).synchronize();
   enter("cudaStreamSynchronize");
 }
@@ -308,8 +393,8 @@ void EmulatedDevice::write_value(uint64_t* addr, uint64_t value, DeviceStream& s
 
 void EmulatedDevice::wait_value(const uint64_t* addr, uint64_t value, DeviceStream& stream) {
   enter("cuStreamWaitValue64");
-  const std::atomic<bool>* closing = emu(stream).closing();
-  emu(stream).enqueue([addr, value, closing] { wait_flag(addr, value, closing); });
+  // The closing flag of the stream that runs it (a replayed graph's: emulated_capture.h).
+  emu(stream).enqueue([addr, value] { wait_flag(addr, value, emulated_running_abandon()); });
 }
 
 void EmulatedDevice::host_func(std::function<void()> fn, DeviceStream& stream) {
