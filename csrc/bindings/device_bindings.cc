@@ -279,6 +279,9 @@ void bind_device(py::module_& m) {
           },
           "Message chunks (sent and received) the kernel path's launches moved so far, by protocol: "
           "{'ll': .., 'slots': ..}, as the kernel recorded them (read after the calls completed).")
+      .def("kernel_replays_done",
+           [](StreamEngine& e) { return e.kernel_path() ? e.kernel_path()->replays_done() : 0; },
+           "Kernel-path launches run by replays of captured graphs so far, as the kernel counted them.")
       .def(
           "start_kernel_chunk_numbers_at",
           [](StreamEngine& e, uint64_t n) {

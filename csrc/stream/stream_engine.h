@@ -115,7 +115,8 @@ class PeerControl {
 
 class DeviceWork {
  public:
-  // `seq`: the engine's ordinal of the call (its position among the engine's calls).
+  // `seq`: the engine's ordinal of the call (its position among the engine's calls). `event` null:
+  // a call captured in a graph (stream/stream_capture.cc), complete at once, nothing to wait for.
   DeviceWork(std::shared_ptr<StreamEngine> engine, std::shared_ptr<DeviceEvent> event, uint64_t seq)
       : engine_(std::move(engine)), event_(std::move(event)), seq_(seq) {}
   // Makes `stream` wait for the call (raises at once if it is already known to have failed).
@@ -227,6 +228,13 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   };
 
   std::shared_ptr<DeviceWork> enqueue_collective(const CollectiveCall& call, DeviceStream& s);  // collective()'s body
+  // collective() on a capturing stream (stream/stream_capture.cc): the kernel launch recorded in the
+  // graph, or a CommError naming what refuses capture (the copy path, a missing warm-up call).
+  std::shared_ptr<DeviceWork> capture_collective(const CollectiveCall& call, DeviceStream& s, CaptureStatus status);
+  // The watchdog's tick while no eager call is in flight but graphs were captured: a replayed
+  // launch whose peer died, failed or closed, or that makes no progress for the timeout, fails the
+  // engine (PeerError), whose abort word releases the kernel (stream_capture.cc).
+  void watch_replays();
   std::shared_ptr<DeviceWork> enqueue_p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& s);
 
   // Point-to-point message descriptors kept per sender: more than the chunks a sender can have in
@@ -393,6 +401,10 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   std::unique_ptr<KernelPath> kernel_;    // null with COMMLIB_DEVICE_PATH=copy
   std::string last_path_;
   bool publish_kernel_calls_ = true;  // enqueue state
+  bool capturing_ = false;  // enqueue state: the call being enqueued is captured (capture_collective)
+  std::atomic<bool> captured_any_{false};  // some call was captured: the watchdog watches replays
+  std::chrono::steady_clock::time_point wd_replay_progress_, wd_replay_slow_;  // watch_replays' state
+  uint64_t wd_replay_seen_ = 0;
   uint64_t wd_kernel_progress_ = 0;
 };
 

@@ -28,6 +28,7 @@ std::atomic<uint64_t>& seq_word(char* slot) { return *reinterpret_cast<std::atom
 // runtime error escaping to the caller.
 void DeviceWork::wait(DeviceStream& stream) {
   engine_->throw_if_call_failed(seq_);
+  if (!event_) return;  // captured: the graph orders it
   try {
     DeviceGuard guard(engine_->device());
     engine_->device().wait_event(stream, *event_);
@@ -39,8 +40,12 @@ void DeviceWork::wait(DeviceStream& stream) {
 }
 
 bool DeviceWork::is_completed() {
+  if (!event_) return true;
   try {
     DeviceGuard guard(engine_->device());
+    // Relaxed: polling an eager call's event is safe while the caller's thread captures a graph
+    // (a global-mode capture would otherwise be invalidated by the query: docs/gpu.md).
+    CaptureModeScope relaxed(engine_->device(), CaptureMode::Relaxed);
     return engine_->device().query(*event_);
   } catch (const std::exception& e) {
     engine_->device_error("is_completed", e);
@@ -49,6 +54,7 @@ bool DeviceWork::is_completed() {
 }
 
 void DeviceWork::synchronize() {
+  if (!event_) return engine_->throw_if_call_failed(seq_);
   try {
     DeviceGuard guard(engine_->device());
     engine_->device().synchronize(*event_);
@@ -226,6 +232,9 @@ void StreamEngine::watchdog_loop() {
   // rank's watchdog would create a context on device 0).
   try {
     device_->make_current();
+    // The watchdog queries events while the user's threads may capture graphs in global mode: its
+    // queries concern eager calls only and must not invalidate those captures.
+    device_->exchange_capture_mode(CaptureMode::Relaxed);
   } catch (const std::exception& e) {
     fail_device("the watchdog's set-up", e);
   }
@@ -244,6 +253,18 @@ void StreamEngine::watchdog_loop() {
       // (a mismatched receive completed with no error under load).
       stream_failure_ = false;
       cv_.notify_all();
+      continue;
+    }
+    if (in_flight_.empty() && captured_any_.load(std::memory_order_relaxed) && !failed()) {
+      cv_.wait_for(lk, kTick);  // graphs may be replayed at any time: never parked (stream_capture.cc)
+      if (stop_ || stream_failure_ || !in_flight_.empty()) continue;
+      lk.unlock();
+      try {
+        watch_replays();
+      } catch (const std::exception& e) {
+        fail_device("the watchdog", e);
+      }
+      lk.lock();
       continue;
     }
     if (in_flight_.empty()) {
