@@ -302,8 +302,11 @@ def from_numpy(a, device_index: Optional[int] = None, stream: Optional[Stream] =
 
 
 # Stream capture and graphs (emulated_graphs.py), as commlib.emulated.graph and the rest.
+from commlib.device import emulated_graphs as _graphs  # noqa: E402
 from commlib.device.emulated_graphs import (  # noqa: E402,F401
     Graph, capture_mode, capture_status, graph, is_current_stream_capturing)
+
+_graphs.bind(Stream=Stream, current_stream=current_stream, use_stream=use_stream, device=device)
 
 # The cached device all_reduce (csrc/bindings/device_fast_call.cc) reads Array's slots itself.
 _C.register_emulated_array(Array, {name: getattr(_C.DType, name) for name in dtypes.NAMES})

@@ -19,9 +19,22 @@ from typing import Optional
 MODES = ("global", "thread_local", "relaxed")
 
 
+class _Emulated:
+    """What this module uses of commlib.device.emulated (Stream, current_stream, use_stream,
+    device), installed by it with ``bind`` (emulated imports this module, never the reverse)."""
+
+
+_api = _Emulated()
+
+
+def bind(**names) -> None:
+    """Called once by commlib.device.emulated with the names above."""
+    for k, v in names.items():
+        setattr(_api, k, v)
+
+
 def _emu():
-    from commlib.device import emulated
-    return emulated
+    return _api
 
 
 def _check_mode(mode, name="capture_error_mode"):

@@ -229,7 +229,10 @@ KernelPath::Launched KernelPath::enqueue(const ScheduleKey& key, const Schedule&
                                          bool captured) {
   if (captured && !has_plan(key)) throw std::logic_error("kernel path: a captured launch without its plan");
   const Uploaded& u = upload(key, sched, stream);
-  if (captured) device_->retain_in_capture(stream, u.pin);
+  if (captured) {
+    device_->retain_in_capture(stream, u.pin);
+    captured_any_.store(true, std::memory_order_relaxed);
+  }
   const DevicePlan& p = u.plan;
   if (p.steps.empty()) return Launched{};
   const unsigned blocks = device_->plan_blocks(u.has_split ? kexec::kMaxBlocks : std::max(1u, p.widest_step));

@@ -12,6 +12,8 @@
 // the abort word every wait loop of the kernel polls, so no launch spins past the verdict.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -109,6 +111,14 @@ class KernelPath {
 
   DevicePath mode() const { return mode_; }
   uint64_t launches() const { return launches_; }  // eager launches enqueued
+  bool captured_any() const { return captured_any_.load(std::memory_order_relaxed); }  // some launch was captured
+  // The watchdog thread's view of replays (StreamEngine::watch_replays): when one last progressed,
+  // when peers were last checked, the progress words' sum then.
+  struct ReplayWatch {
+    std::chrono::steady_clock::time_point progress, slow;
+    uint64_t seen = 0;
+  };
+  ReplayWatch replay_watch;
   // Launches of captured graphs' kernels run so far (all graphs of this path), as the kernel counts.
   uint64_t replays_done() const;
   // A replayed launch started and has not completed (the watchdog watches it: stream_capture.cc).
@@ -164,6 +174,7 @@ class KernelPath {
   std::vector<char*> imported_;    // peers' regions
   char* host_page_ = nullptr;      // abort word, progress words
   uint64_t* host_page_dev_ = nullptr;
+  std::atomic<bool> captured_any_{false};
   uint64_t launches_ = 0;          // eager launches enqueued (the kernel counts them too: the done word)
   std::unordered_map<ScheduleKey, Uploaded, ScheduleKeyHash> plans_;  // device memory stream-ordered
   // Pinned host memory (map_host) the plans are copied from: a copy out of pageable memory may

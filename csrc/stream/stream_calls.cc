@@ -194,7 +194,7 @@ bool StreamEngine::runs_on_kernel(const CollectiveCall& call) const {
 }
 
 void StreamEngine::enqueue_call(const CollectiveCall& call, const Schedule& sched, const CallDesc& desc, size_t esize,
-                                DeviceStream& s) {
+                                DeviceStream& s, bool captured) {
   char* in = reinterpret_cast<char*>(call.input);
   char* out = reinterpret_cast<char*>(call.output);
   const InputStaging staging = input_staging(call, rank_, size_);
@@ -218,7 +218,7 @@ void StreamEngine::enqueue_call(const CollectiveCall& call, const Schedule& sche
     last_path_ = "kernel";  // the whole schedule as one launch (stream/kernel_path.h)
     const ScheduleKey key{desc.coll, static_cast<uint8_t>(desc.algo & ~kDeviceCallAlgoBit), desc.root, desc.count,
                           static_cast<uint8_t>(esize)};  // the resolved algorithm
-    const KernelPath::Launched l = kernel_->enqueue(key, sched, desc, bases, call.dtype, call.op, s, capturing_);
+    const KernelPath::Launched l = kernel_->enqueue(key, sched, desc, bases, call.dtype, call.op, s, captured);
     if (l.done) {  // the watchdog's view of it: the launch's first peer until the launch completes
       std::lock_guard<std::mutex> lk(mu_);
       waits_.push_back(Wait{l.done, l.target, l.peer, l.send, seq_});

@@ -66,51 +66,59 @@ std::shared_ptr<DeviceWork> StreamEngine::capture_collective(const CollectiveCal
     std::lock_guard<std::mutex> lk(mu_);
     seq = ++seq_;
   }
-  capturing_ = true;
   try {
-    enqueue_call(call, planned.sched, desc, esize, s);
+    enqueue_call(call, planned.sched, desc, esize, s, /*captured=*/true);
   } catch (const std::exception& e) {
     // The capture's error (it was invalidated meanwhile): nothing ran, the engine is unharmed.
-    capturing_ = false;
     refuse(rank_, call, e.what());
   }
-  capturing_ = false;
-  captured_any_.store(true, std::memory_order_relaxed);
+  // A work without an event: complete at once, nothing to wait for (the graph orders the call).
   return std::make_shared<DeviceWork>(shared_from_this(), nullptr, seq);
 }
 
-void StreamEngine::watch_replays() {
-  using Clock = std::chrono::steady_clock;
-  const auto now = Clock::now();
-  if (wd_replay_progress_ == Clock::time_point{}) wd_replay_progress_ = now;
-  if (failed() || !kernel_ || !kernel_->replay_running()) {
-    wd_replay_progress_ = now;
-    return;
-  }
-  if (kernel_->progress() != wd_replay_seen_) {  // the replayed launch moved a chunk
-    wd_replay_seen_ = kernel_->progress();
-    wd_replay_progress_ = now;
-  }
-  std::string mismatch;  // the kernel's own descriptor check (a rank replaying another graph)
-  if (kernel_->mismatch(&mismatch)) return fail(ErrorKind::Mismatch, mismatch);
-  const std::string what = "a replayed graph's kernel-path collective (captured in a CUDA graph)";
-  if (now - wd_replay_slow_ >= std::chrono::milliseconds(100)) {
-    wd_replay_slow_ = now;
-    for (int p = 0; p < size_; ++p) {
-      if (p == rank_) continue;
-      const PeerStatus st = control_->peer_status(p, true);
-      if (st.state == PeerState::Failed)
-        return fail(st.kind == ErrorKind::None ? ErrorKind::Comm : st.kind,
-                    "rank " + std::to_string(rank_) + " in " + what + ": rank " + std::to_string(p) + " failed: " + st.message);
-      if (st.state == PeerState::Dead || st.state == PeerState::Closed)
-        return fail(ErrorKind::Peer, "rank " + std::to_string(p) + " (pid " + std::to_string(control_->peer_pid(p)) + ") " +
-                                         (st.state == PeerState::Dead ? "died" : "closed the communicator") + " during " +
-                                         what + "; rank " + std::to_string(rank_) + " was waiting for its peers");
+void StreamEngine::watch_replays(std::unique_lock<std::mutex>& lk) {
+  const auto check = [this] {
+    using Clock = std::chrono::steady_clock;
+    const auto now = Clock::now();
+    if (!kernel_) return;
+    KernelPath::ReplayWatch& w = kernel_->replay_watch;
+    if (w.progress == Clock::time_point{}) w.progress = now;
+    if (failed() || !kernel_->replay_running()) {
+      w.progress = now;
+      return;
     }
+    if (kernel_->progress() != w.seen) {  // the replayed launch moved a chunk
+      w.seen = kernel_->progress();
+      w.progress = now;
+    }
+    std::string mismatch;  // the kernel's own descriptor check (a rank replaying another graph)
+    if (kernel_->mismatch(&mismatch)) return fail(ErrorKind::Mismatch, mismatch);
+    const std::string what = "a replayed graph's kernel-path collective (captured in a CUDA graph)";
+    if (now - w.slow >= std::chrono::milliseconds(100)) {
+      w.slow = now;
+      for (int p = 0; p < size_; ++p) {
+        if (p == rank_) continue;
+        const PeerStatus st = control_->peer_status(p, true);
+        if (st.state == PeerState::Failed)
+          return fail(st.kind == ErrorKind::None ? ErrorKind::Comm : st.kind,
+                      "rank " + std::to_string(rank_) + " in " + what + ": rank " + std::to_string(p) + " failed: " + st.message);
+        if (st.state == PeerState::Dead || st.state == PeerState::Closed)
+          return fail(ErrorKind::Peer, "rank " + std::to_string(p) + " (pid " + std::to_string(control_->peer_pid(p)) + ") " +
+                                           (st.state == PeerState::Dead ? "died" : "closed the communicator") + " during " +
+                                           what + "; rank " + std::to_string(rank_) + " was waiting for its peers");
+      }
+    }
+    if (std::chrono::duration<double>(now - w.progress).count() > opts_.timeout_s)
+      fail(ErrorKind::Peer, "a peer made no progress for the timeout (COMMLIB_TIMEOUT, " + std::to_string(opts_.timeout_s) +
+                                " s) during " + what + " on rank " + std::to_string(rank_));
+  };
+  lk.unlock();
+  try {
+    check();
+  } catch (const std::exception& e) {  // a sticky device error: CommError, never terminate
+    fail_device("the watchdog", e);
   }
-  if (std::chrono::duration<double>(now - wd_replay_progress_).count() > opts_.timeout_s)
-    fail(ErrorKind::Peer, "a peer made no progress for the timeout (COMMLIB_TIMEOUT, " + std::to_string(opts_.timeout_s) +
-                              " s) during " + what + " on rank " + std::to_string(rank_));
+  lk.lock();
 }
 
 }  // namespace commlib

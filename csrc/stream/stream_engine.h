@@ -115,8 +115,7 @@ class PeerControl {
 
 class DeviceWork {
  public:
-  // `seq`: the engine's ordinal of the call (its position among the engine's calls). `event` null:
-  // a call captured in a graph (stream/stream_capture.cc), complete at once, nothing to wait for.
+  // `seq`: the engine's ordinal of the call (its position among the engine's calls).
   DeviceWork(std::shared_ptr<StreamEngine> engine, std::shared_ptr<DeviceEvent> event, uint64_t seq)
       : engine_(std::move(engine)), event_(std::move(event)), seq_(seq) {}
   // Makes `stream` wait for the call (raises at once if it is already known to have failed).
@@ -175,8 +174,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
 
   void abort(const std::string& reason);
   bool failed() const { return failed_.load(std::memory_order_acquire); }
-  // A device call of the engine's device threw (a sticky error): fails the engine and throws its
-  // CommError.
+  // A device call of the engine's device threw (a sticky error): fails the engine and throws its CommError.
   [[noreturn]] void device_error(const std::string& where, const std::exception& e);
   // Throws the engine's error if the call numbered `seq` was in flight (or later) when it failed.
   void throw_if_call_failed(uint64_t seq);
@@ -228,13 +226,9 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   };
 
   std::shared_ptr<DeviceWork> enqueue_collective(const CollectiveCall& call, DeviceStream& s);  // collective()'s body
-  // collective() on a capturing stream (stream/stream_capture.cc): the kernel launch recorded in the
-  // graph, or a CommError naming what refuses capture (the copy path, a missing warm-up call).
+  // Capture mode (stream/stream_capture.cc): a call on a capturing stream; the watchdog's watch of replays.
   std::shared_ptr<DeviceWork> capture_collective(const CollectiveCall& call, DeviceStream& s, CaptureStatus status);
-  // The watchdog's tick while no eager call is in flight but graphs were captured: a replayed
-  // launch whose peer died, failed or closed, or that makes no progress for the timeout, fails the
-  // engine (PeerError), whose abort word releases the kernel (stream_capture.cc).
-  void watch_replays();
+  void watch_replays(std::unique_lock<std::mutex>& lk);  // the watchdog's tick (mu_ held) while graphs may replay
   std::shared_ptr<DeviceWork> enqueue_p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& s);
 
   // Point-to-point message descriptors kept per sender: more than the chunks a sender can have in
@@ -266,7 +260,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   void note_p2p_waits(const std::vector<std::pair<int, CallDesc>>& waits, bool add);
 
   void enqueue_call(const CollectiveCall& call, const Schedule& sched, const CallDesc& desc, size_t esize,
-                    DeviceStream& s);
+                    DeviceStream& s, bool captured = false);
   // The plan of `call`: the policy's (plans_), except where the kernel path's auto asks for the
   // one-shot or two-shot all_reduce (stream/kernel_auto.h).
   const ResolvedPlan& plan_of(const CollectiveCall& call);
@@ -309,8 +303,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   // raises it even when its event completed before the watchdog acted (no default: a caller that
   // left it out let a mismatched receive complete without error under load).
   void fail_from_stream(ErrorKind kind, const std::string& message, uint64_t seq);
-  // A device error (a sticky CUDA error, an injected fault): CommError here, PeerError for the
-  // peers; never throws.
+  // A device error (a sticky CUDA error, an injected fault): CommError here, PeerError for the peers; never throws.
   void fail_device(const std::string& where, const std::exception& e);
   bool completed_or_failed(const InFlight& f);
   // Completed calls leave in_flight_ (oldest first; none once failed if `stop_if_failed`), each
@@ -401,10 +394,6 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   std::unique_ptr<KernelPath> kernel_;    // null with COMMLIB_DEVICE_PATH=copy
   std::string last_path_;
   bool publish_kernel_calls_ = true;  // enqueue state
-  bool capturing_ = false;  // enqueue state: the call being enqueued is captured (capture_collective)
-  std::atomic<bool> captured_any_{false};  // some call was captured: the watchdog watches replays
-  std::chrono::steady_clock::time_point wd_replay_progress_, wd_replay_slow_;  // watch_replays' state
-  uint64_t wd_replay_seen_ = 0;
   uint64_t wd_kernel_progress_ = 0;
 };
 

@@ -1,5 +1,5 @@
 // The stream engine's failure side (see stream_engine.h): the call-descriptor check each call
-// starts with, the watchdog thread, failing and releasing, and works. The adapter from a host
+// starts with, the watchdog thread, failing and releasing (works: device_work.cc). The adapter from a host
 // communicator to PeerControl is wired where both are known (bindings/peer_control.cc).
 #include <chrono>
 #include <cstdio>
@@ -21,50 +21,6 @@ constexpr auto kParkAfter = std::chrono::milliseconds(200);
 std::atomic<uint64_t>& seq_word(char* slot) { return *reinterpret_cast<std::atomic<uint64_t>*>(slot); }
 
 }  // namespace
-
-// -- works ------------------------------------------------------------------------------------
-
-// A device error in a work's call (a sticky CUDA error) is the engine's CommError, never a
-// runtime error escaping to the caller.
-void DeviceWork::wait(DeviceStream& stream) {
-  engine_->throw_if_call_failed(seq_);
-  if (!event_) return;  // captured: the graph orders it
-  try {
-    DeviceGuard guard(engine_->device());
-    engine_->device().wait_event(stream, *event_);
-  } catch (const CommError&) {
-    throw;
-  } catch (const std::exception& e) {
-    engine_->device_error("wait", e);
-  }
-}
-
-bool DeviceWork::is_completed() {
-  if (!event_) return true;
-  try {
-    DeviceGuard guard(engine_->device());
-    // Relaxed: polling an eager call's event is safe while the caller's thread captures a graph
-    // (a global-mode capture would otherwise be invalidated by the query: docs/gpu.md).
-    CaptureModeScope relaxed(engine_->device(), CaptureMode::Relaxed);
-    return engine_->device().query(*event_);
-  } catch (const std::exception& e) {
-    engine_->device_error("is_completed", e);
-  }
-  return true;
-}
-
-void DeviceWork::synchronize() {
-  if (!event_) return engine_->throw_if_call_failed(seq_);
-  try {
-    DeviceGuard guard(engine_->device());
-    engine_->device().synchronize(*event_);
-  } catch (const CommError&) {
-    throw;
-  } catch (const std::exception& e) {
-    engine_->device_error("synchronize", e);
-  }
-  engine_->throw_if_call_failed(seq_);
-}
 
 // -- failure ----------------------------------------------------------------------------------
 
@@ -255,16 +211,9 @@ void StreamEngine::watchdog_loop() {
       cv_.notify_all();
       continue;
     }
-    if (in_flight_.empty() && captured_any_.load(std::memory_order_relaxed) && !failed()) {
+    if (in_flight_.empty() && kernel_ && kernel_->captured_any() && !failed()) {
       cv_.wait_for(lk, kTick);  // graphs may be replayed at any time: never parked (stream_capture.cc)
-      if (stop_ || stream_failure_ || !in_flight_.empty()) continue;
-      lk.unlock();
-      try {
-        watch_replays();
-      } catch (const std::exception& e) {
-        fail_device("the watchdog", e);
-      }
-      lk.lock();
+      if (!stop_ && !stream_failure_ && in_flight_.empty()) watch_replays(lk);
       continue;
     }
     if (in_flight_.empty()) {

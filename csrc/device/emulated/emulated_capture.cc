@@ -162,6 +162,12 @@ void run_captured_graph(const EmulatedGraphBody& g) {
   for (std::thread& t : others) t.join();
 }
 
+void emulated_capture_conflict(const std::shared_ptr<EmulatedCapture>& c, const std::string& error,
+                               const std::string& what) {
+  if (c) c->invalidate(what);
+  throw std::runtime_error(error + " (emulated): " + what + (c ? "; the capture is invalidated" : ""));
+}
+
 // ---------------------------------------------------------------------------------------------
 // The device's capture calls
 

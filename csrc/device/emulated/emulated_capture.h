@@ -111,6 +111,10 @@ void emulated_unregister_capture(const std::shared_ptr<EmulatedCapture>& c);
 // in progress prohibits the calling thread from the potentially unsafe call `what`.
 void emulated_check_capture_safe(const char* what);
 CaptureMode emulated_exchange_capture_mode(CaptureMode mode);
+// Throws `error` (a CUDA error's name) for a call that conflicts with capture `c` (null: none
+// in progress), invalidating it.
+[[noreturn]] void emulated_capture_conflict(const std::shared_ptr<EmulatedCapture>& c, const std::string& error,
+                                            const std::string& what);
 
 // The stream executing on this thread (set by a stream's thread and by a graph's lane threads):
 // its closing flag (a wait on another process gives up when set) and its fault flag, read when an
