@@ -135,3 +135,58 @@ def kill_during_replay(comm, victim):
         return str(e), time.monotonic() - t
     except commlib.CommError as e:
         return f"wrong type {type(e).__name__}: {e}", time.monotonic() - t
+
+
+def captured_step_cuda(comm, replays=20):
+    """The same on a GPU with torch (``torch.cuda.graph``, global capture mode): (replays whose
+    results differ from the eager step's bit for bit, the error of a capture before the warm-up)."""
+    import torch
+    from commlib.settings import overridden
+    with overridden(KERNEL_SETTINGS):
+        sub = comm.split(0, timeout=60)
+    try:
+        dev = torch.device("cuda", 0)
+        g_cold = torch.cuda.CUDAGraph()
+        cold = torch.ones(8, device=dev)
+        try:
+            with torch.cuda.graph(g_cold):
+                sub.all_reduce(cold)
+            before_warm_up = "no error"
+        except Exception as e:  # noqa: BLE001 - the message is the result
+            before_warm_up = f"{type(e).__name__}: {e}"
+
+        def make():
+            return [torch.empty(n, device=dev) for n in SIZES], torch.empty(GATHER, dtype=torch.int32, device=dev), \
+                torch.empty(GATHER * sub.size, dtype=torch.int32, device=dev)
+
+        def load(bufs, i):
+            values, gathered = _inputs(sub.rank, i)
+            for x, v in zip(bufs[0], values):
+                x.copy_(torch.from_numpy(v))
+            bufs[1].copy_(torch.from_numpy(gathered))
+
+        def step(bufs):
+            for x in bufs[0]:
+                sub.all_reduce(x)
+            sub.all_gather(bufs[2], bufs[1])
+
+        graphed, eager = make(), make()
+        load(graphed, 0)
+        step(graphed)  # the warm-up
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            step(graphed)
+        differ = []
+        for i in range(1, replays + 1):
+            load(graphed, i)
+            load(eager, i)
+            g.replay()
+            step(eager)
+            got = [t.cpu().numpy().tobytes() for t in graphed[0] + [graphed[2]]]
+            want = [t.cpu().numpy().tobytes() for t in eager[0] + [eager[2]]]
+            if got != want:
+                differ.append(i)
+        return differ, before_warm_up
+    finally:
+        sub.close()

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import graph_cases  # noqa: E402
 from graph_cases import REPLAYS, SIZES, capture_refusals, captured_step_matches_eager, kill_during_replay  # noqa: E402
 from kernel_path_cases import KERNEL_SETTINGS  # noqa: E402
 from test_device_collectives import DELAY_ENV  # noqa: E402
@@ -43,3 +44,14 @@ def test_capture_without_warm_up_or_on_the_copy_path_is_refused_by_name(pool):
 def test_a_rank_killed_during_replays_is_a_peer_error_on_the_survivors():
     results = run_killing_one_rank(3, 0, kill_during_replay, env=dict(DELAY_ENV, **KERNEL_SETTINGS), timeout=60)
     assert_survivors_named_the_dead_rank(results, 0, call="replayed graph", within_s=20)
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(150)
+def test_a_torch_captured_step_replays_like_the_eager_one_on_cuda(pool):
+    """NEVER RUN (no GPU lent while it was written): the same with torch.cuda.graph on GPU 0."""
+    pytest.importorskip("torch")
+    for rank, (differ, before_warm_up) in enumerate(pool(2, env={"COMMLIB_TIMEOUT": "20"}).run(
+            graph_cases.captured_step_cuda, timeout=120)):
+        assert differ == [], f"rank {rank}: replays {differ[:10]} differ from the eager step"
+        assert "warm-up" in before_warm_up, (rank, before_warm_up)
