@@ -1,0 +1,75 @@
+"""Growing back (issue #40): survivors of a dead rank shrink, a new process joins with
+commlib.join while they call comm.grow, and training goes on at full size, equal to a one-process
+replay of the same world sizes; and the errors of a grow, raised by every rank that took part."""
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+import grow_cases as gc  # noqa: E402
+import training_replay as tr  # noqa: E402
+from commlib.testing import ExtraRank, RankPool  # noqa: E402
+
+
+@pytest.mark.timeout(120)
+def test_kill_shrink_grow_equals_a_one_process_replay():
+    pool = RankPool(3, timeout=90)
+    joiner = None
+    try:
+        joiner = ExtraRank(pool, gc.joiner_trains)
+        results = pool.run(gc.case_kill_shrink_grow, 2, pool.store.port, allow_death=True)
+        joined = joiner.result(90)
+    finally:
+        if joiner is not None:
+            joiner.kill()
+        pool.kill()
+    sizes = [3] * gc.KILL_AT + [2] * (gc.GROW_AT - gc.KILL_AT) + [3] * (tr.STEPS - gc.GROW_AT)
+    expected = tr.replay([range(s) for s in sizes]).tolist()
+    assert results[2] is None
+    for r in (0, 1):
+        assert results[r] == (expected, sizes), r
+    assert joined == (2, expected, sizes[gc.GROW_AT:])  # the joiner takes the end: rank 2
+
+
+@pytest.mark.timeout(120)
+def test_grow_errors_raise_on_every_rank_and_a_retry_leaks_nothing():
+    pool = RankPool(2, timeout=60)
+    extra = []
+    try:
+        # a join with no grow waiting for it: RendezvousError after its timeout, naming the job
+        alone = ExtraRank(pool, gc.joiner_expecting_error, 1.0)
+        extra.append(alone)
+        lonely = alone.result(30)
+        # a joiner with other settings: refused on every rank, naming the setting
+        other = ExtraRank(pool, gc.joiner_expecting_error, 30, env={"COMMLIB_SHM_SLOTS": "8"})
+        extra.append(other)
+        refused = pool.run(gc.case_grow_expecting_error, 30)
+        refused_joiner = other.result(30)
+        # a joiner that dies building the grown communicator: PeerError on every member
+        doomed = ExtraRank(pool, gc.joiner_expecting_error, 30, "mapped")
+        extra.append(doomed)
+        died = pool.run(gc.case_grow_expecting_error, 30)
+        assert doomed.result(30, allow_death=True) is None
+        # retry with a good joiner, twice: nothing is left behind
+        for _ in range(2):
+            good = ExtraRank(pool, gc.joiner_checks_in)
+            extra.append(good)
+            grown = pool.run(gc.case_grow_and_check_in)
+            assert good.result(30) == 3
+    finally:
+        for e in extra:
+            e.kill()
+        pool.kill()
+    assert lonely.startswith("RendezvousError: join: waited 1 s for a grow of job 'pool'"), lonely
+    for msg, _ in refused:
+        assert msg.startswith("RendezvousError") and "COMMLIB_SHM_SLOTS='8'" in msg, msg
+    assert "COMMLIB_SHM_SLOTS='8'" in refused_joiner and refused_joiner.startswith("RendezvousError"), refused_joiner
+    for msg, _ in died:
+        assert msg.startswith("PeerError") and "joiner #" in msg and "died during the grow" in msg, msg
+    for r in (0, 1):
+        assert grown[r][:2] == (3, 3)
+        assert grown[r][2] == died[r][1], f"rank {r}: fds and threads before the grows, after: {died[r][1]}, {grown[r][2]}"
