@@ -203,8 +203,16 @@ class _Grow:
             self.raise_as_death(exc)
         phases.reached(self.rdv.prefix, "built")
         await_all_built(self, self.me, range(size), new, lambda: gone_ranks(new, ("dead",)),
-                        lambda ranks: self.died(f"rank(s) {sorted(ranks)} of the grown communicator"))
+                        lambda ranks: self.died(self.describe(ranks)))
         return new
+
+    def describe(self, ranks) -> str:
+        """The grown communicator's ``ranks``, joiners named by their ticket and pid."""
+        tickets = sorted(self.joiners)
+        names = [f"rank {r}" if r < self.size else
+                 f"rank {r} (joiner #{tickets[r - self.size]}, pid {self.joiners[tickets[r - self.size]]['pid']})"
+                 for r in sorted(ranks)]
+        return ", ".join(names) + " of the grown communicator"
 
 
 def grow(comm, n: Optional[int], k: int, timeout: float, window: float, rendezvous, create):

@@ -41,15 +41,17 @@ class ExtraRank:
         """What ``fn`` returned; RankFailure with its traceback if it raised, or if it died
         (None instead with ``allow_death``) or did not answer within ``timeout`` (it is killed)."""
         deadline = time.monotonic() + timeout
-        while not self.conn.poll(0.05):
-            if not self.proc.is_alive() and not self.conn.poll(0):
-                if allow_death:
-                    return None
-                raise RankFailure(f"extra rank died (exit code {self.proc.exitcode})")
+        while not self.conn.poll(0.05):  # True on a message, or once the process is gone
             if time.monotonic() > deadline:
                 self.kill()
                 raise RankFailure(f"extra rank did not answer within {timeout:.0f} s (hang?)")
-        status, value = self.conn.recv()
+        try:
+            status, value = self.conn.recv()
+        except EOFError:
+            self.proc.join(10)
+            if allow_death:
+                return None
+            raise RankFailure(f"extra rank died (exit code {self.proc.exitcode})") from None
         self.proc.join(10)
         if status != "ok":
             raise RankFailure(f"extra rank failed:\n{value}")
