@@ -49,11 +49,14 @@ def test_grow_errors_raise_on_every_rank_and_a_retry_leaks_nothing():
         extra.append(other)
         refused = pool.run(gc.case_grow_expecting_error, 30)
         refused_joiner = other.result(30)
-        # a joiner that dies building the grown communicator: PeerError on every member
-        doomed = ExtraRank(pool, gc.joiner_expecting_error, 30, "mapped")
-        extra.append(doomed)
-        died = pool.run(gc.case_grow_expecting_error, 30)
-        assert doomed.result(30, allow_death=True) is None
+        # a joiner that dies building the grown communicator (before and after the members built
+        # it: seen by its pid, then through its links): PeerError on every member, nothing leaks
+        died = []
+        for step in ("hosts", "created"):
+            doomed = ExtraRank(pool, gc.joiner_expecting_error, 30, step)
+            extra.append(doomed)
+            died.append(pool.run(gc.case_grow_expecting_error, 30))
+            assert doomed.result(30, allow_death=True) is None
         # retry with a good joiner, twice: nothing is left behind
         for _ in range(2):
             good = ExtraRank(pool, gc.joiner_checks_in)
@@ -68,8 +71,9 @@ def test_grow_errors_raise_on_every_rank_and_a_retry_leaks_nothing():
     for msg, _ in refused:
         assert msg.startswith("RendezvousError") and "COMMLIB_SHM_SLOTS='8'" in msg, msg
     assert "COMMLIB_SHM_SLOTS='8'" in refused_joiner and refused_joiner.startswith("RendezvousError"), refused_joiner
-    for msg, _ in died:
+    for msg, _ in died[0] + died[1]:
         assert msg.startswith("PeerError") and "joiner #" in msg and "died during the grow" in msg, msg
     for r in (0, 1):
         assert grown[r][:2] == (3, 3)
-        assert grown[r][2] == died[r][1], f"rank {r}: fds and threads before the grows, after: {died[r][1]}, {grown[r][2]}"
+        before = died[0][r][1]
+        assert grown[r][2] == before, f"rank {r}: fds and threads before the grows, after: {before}, {grown[r][2]}"
