@@ -34,6 +34,7 @@ from typing import Optional
 from commlib import settings
 from commlib.bootstrap import phases
 from commlib.bootstrap.hosts import host_id
+from commlib.bootstrap.secret import SignedStore
 from commlib.core.shrink import await_all_built, gone_ranks, process_gone
 from commlib.errors import CommError, PeerError, RendezvousError
 
@@ -44,6 +45,15 @@ SHARED_SETTINGS = ("COMMLIB_SHM_SLOTS", "COMMLIB_SHM_SLOT_BYTES", "COMMLIB_CPU_P
                    "COMMLIB_DEVICE_SLOT_BYTES")
 DIED = "died during the grow"
 _REQUEST_FIELDS = ("pid", "host", "version", "settings")
+
+
+def refuse_signed_store(store, what: str):
+    """Tickets are store counters, which a signed store (COMMLIB_SECRET) cannot hold: refuse at
+    once, on every rank alike (they all have the same store), rather than let one rank fail alone."""
+    if isinstance(store, SignedStore):
+        raise RendezvousError(f"{what}: not available with COMMLIB_SECRET yet: joiners take tickets from a "
+                              "store counter, which a signed store cannot hold (docs/fault_tolerance.md, "
+                              "'Growing back')")
 
 
 def identity() -> dict:
@@ -219,6 +229,7 @@ def grow(comm, n: Optional[int], k: int, timeout: float, window: float, rendezvo
     """Implementation of Communicator.grow (collective over ``comm``): ``n`` joiners (None: those
     that asked within ``window`` seconds, at least one). ``rendezvous`` and ``create`` are
     commlib.init's (passed in, so this module sits below commlib.init)."""
+    refuse_signed_store(comm._store, f"grow #{k} of {comm._prefix!r}")
     g = _Grow(comm, k, timeout, rendezvous)
     if g.me == 0:
         g.admit(n, window)
@@ -285,6 +296,7 @@ class _Joiner:
 def join(store, job: str, timeout: float, rendezvous, create):
     """Implementation of commlib.join: ask to join ``job`` through ``store``; the grown
     communicator once a grow admitted this process and everyone built it."""
+    refuse_signed_store(store, f"join {job!r}")
     return _Joiner(store, job, timeout).build(rendezvous, create)
 
 

@@ -12,7 +12,24 @@ if HERE not in sys.path:
 
 import grow_cases as gc  # noqa: E402
 import training_replay as tr  # noqa: E402
+import commlib  # noqa: E402
+from commlib.bootstrap.store import StoreServer, TCPStore  # noqa: E402
+from commlib.errors import RendezvousError  # noqa: E402
 from commlib.testing import ExtraRank, RankPool  # noqa: E402
+
+
+def test_join_is_refused_at_once_under_commlib_secret(monkeypatch):
+    """Tickets are store counters, which a signed store refuses: join (and grow, by the same
+    check) says so at once instead of failing on one rank while the others wait."""
+    monkeypatch.setenv("COMMLIB_SECRET", "s" * 32)
+    server = StoreServer("127.0.0.1", 0)
+    store = TCPStore("127.0.0.1", server.port)
+    try:
+        with pytest.raises(RendezvousError, match="not available with COMMLIB_SECRET"):
+            commlib.join(store=store, timeout=60)
+    finally:
+        store.close()
+        server.close()
 
 
 @pytest.mark.timeout(120)
