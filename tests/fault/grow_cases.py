@@ -105,6 +105,20 @@ def case_grow_expecting_error(comm, timeout):
     return _error(lambda: comm.grow(1, timeout=timeout)), before
 
 
+def case_grow_arguments(comm):
+    """Bad arguments are refused before anything is sent, naming the argument."""
+    out = {}
+    for name, call in [("n_zero", lambda: comm.grow(0)), ("n_float", lambda: comm.grow(1.5)),
+                       ("timeout_text", lambda: comm.grow(1, timeout="5")),
+                       ("neither", lambda: comm.grow())]:
+        try:
+            call()
+            out[name] = "accepted"
+        except (TypeError, ValueError) as e:
+            out[name] = f"{type(e).__name__}: {e}"
+    return out
+
+
 def case_grow_and_check_in(comm):
     """Every member grows by one, all_reduces its ranks with the joiner, closes the grown
     communicator; returns the sum and its fds and threads after."""

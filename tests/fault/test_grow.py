@@ -57,6 +57,7 @@ def test_grow_errors_raise_on_every_rank_and_a_retry_leaks_nothing():
     pool = RankPool(2, timeout=60)
     extra = []
     try:
+        arguments = pool.run(gc.case_grow_arguments)
         # a join with no grow waiting for it: RendezvousError after its timeout, naming the job
         alone = ExtraRank(pool, gc.joiner_expecting_error, 1.0)
         extra.append(alone)
@@ -84,6 +85,9 @@ def test_grow_errors_raise_on_every_rank_and_a_retry_leaks_nothing():
         for e in extra:
             e.kill()
         pool.kill()
+    assert arguments[0] == arguments[1]
+    assert [m.split(":")[:2] for m in arguments[0].values()] == [
+        ["ValueError", " n"], ["ValueError", " n"], ["TypeError", " timeout"], ["ValueError", " timeout"]], arguments
     assert lonely.startswith("RendezvousError: join: waited 1 s for a grow of job 'pool'"), lonely
     for msg, _ in refused:
         assert msg.startswith("RendezvousError") and "COMMLIB_SHM_SLOTS='8'" in msg, msg
