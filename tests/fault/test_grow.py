@@ -32,12 +32,14 @@ def test_join_is_refused_at_once_under_commlib_secret(monkeypatch):
         server.close()
 
 
+# One host, and two emulated hosts (the victim and the joiner on the second: links across are TCP).
 @pytest.mark.timeout(120)
-def test_kill_shrink_grow_equals_a_one_process_replay():
-    pool = RankPool(3, timeout=90)
+@pytest.mark.parametrize("hosts", [None, ("a", "a", "b")], ids=["one_host", "two_hosts"])
+def test_kill_shrink_grow_equals_a_one_process_replay(hosts):
+    pool = RankPool(3, timeout=90, env={"COMMLIB_HOST_ID": hosts} if hosts else None)
     joiner = None
     try:
-        joiner = ExtraRank(pool, gc.joiner_trains)
+        joiner = ExtraRank(pool, gc.joiner_trains, env={"COMMLIB_HOST_ID": hosts[2]} if hosts else None)
         results = pool.run(gc.case_kill_shrink_grow, 2, pool.store.port, allow_death=True)
         joined = joiner.result(90)
     finally:
