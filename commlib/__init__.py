@@ -17,6 +17,7 @@ from commlib.core.communicator import Communicator, Work
 from commlib.device import emulated, nccl
 from commlib.errors import CommError, MismatchError, PeerError, RendezvousError, StoreLostError
 from commlib.init import init
+from commlib.join import join
 from commlib.core.schedules import (VerificationError, algorithm_info, algorithms, format_schedule,
                                     register_algorithm, schedule, unregister_algorithm, verify)
 
@@ -31,7 +32,7 @@ for _name, _module in PUBLIC_MODULES.items():
 __version__ = "0.1.0"
 
 __all__ = [
-    "init", "Communicator", "Work", "CommError", "MismatchError", "PeerError", "RendezvousError", "StoreLostError",
+    "init", "join", "Communicator", "Work", "CommError", "MismatchError", "PeerError", "RendezvousError", "StoreLostError",
     "schedule", "algorithms", "algorithm_info", "register_algorithm", "unregister_algorithm", "verify", "format_schedule",
     "VerificationError",
     "DTYPES", "OPS", "COLLECTIVES",

@@ -49,14 +49,18 @@ class Communicator(GroupMethods):
     """
 
     def __init__(self, core, store, prefix: str, rank: int, size: int, timeout: float, split=None,
-                 shrink=None):
-        # ``split``/``shrink``: the rendezvous that builds a sub-communicator or the survivors'
-        # communicator (commlib.init passes them), so this module needs no import of the layer
-        # that creates communicators.
+                 shrink=None, grow=None):
+        # ``split``/``shrink``/``grow``: the rendezvous that builds a sub-communicator, the survivors'
+        # or the grown communicator (commlib.init passes them), so this module needs no import of
+        # the layer that creates communicators.
         self._core = core
         self._split = split
         self._shrink = shrink
         self._shrinks = 0
+        self._grow = grow
+        self._grows = 0
+        # The job a replacement joins (commlib.join(prefix=...)): init()'s prefix, kept by shrink and grow.
+        self._job = prefix
         self._addr = _C.core_address(core)  # for _fast; self._core keeps the core alive
         self._store = store
         self._prefix = prefix
