@@ -10,6 +10,7 @@ PYBIND11_MODULE(_C, m) {
   commlib::bind_types(m);
   commlib::bind_schedule(m);
   commlib::bind_kernels(m);
+  commlib::bind_codecs(m);
   commlib::bind_transport(m);
   commlib::bind_comm(m);
   commlib::bind_fast_call(m);
