@@ -11,6 +11,7 @@ collectives take the same objects (or a codec's name) as ``compress=``::
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,7 +30,7 @@ DEFAULT_BLOCK = 32
 class Codec:
     """A codec: ``name`` (one of :data:`NAMES`), ``block_size`` elements per scale (bf16 has no
     scales), ``rounding`` ("nearest", ties to even, or "stochastic", reproducible from ``seed``:
-    element i of an encoded region draws from a counter-based stream of (seed, i))."""
+    element i of an encoded region draws from a counter-based hash of (seed, i, its value))."""
 
     name: str
     block_size: int = DEFAULT_BLOCK
@@ -96,3 +97,47 @@ def _coded_array(x, dtype: str | None):
     if arr.dtype != dtypes.HOST_NUMPY[dtype]:
         raise ValueError(f"x: holds {arr.dtype}, which is not how {dtype} lies in memory")
     return np.ascontiguousarray(arr), dtype
+
+
+def run_compressed(core, size: int, coll: str, algorithm: str, in_ptr: int, out_ptr: int, count: int, dtype: str, op: str,
+                   root: int, scale: float, async_op: bool, compress, on_device: bool):
+    """Runs a host collective whose messages travel encoded with ``compress`` (the Communicator's
+    collectives call it after their own checks); refuses what no codec can code, naming the
+    argument, before anything is sent."""
+    codec = get(compress)
+    if dtype not in CODED_DTYPES:
+        raise ValueError(f"compress: codecs code {', '.join(CODED_DTYPES)} data, not {dtype}")
+    if on_device:
+        raise ValueError("compress: runs on host buffers only (device buffers and stream= are not compressed yet)")
+    algorithm = "ring" if algorithm == "auto" else algorithm
+    reason = _identity_refused(coll, algorithm, size, count)
+    if reason:
+        raise ValueError(f"algorithm: {algorithm} cannot keep every rank's {coll} identical under compress= "
+                         f"on {size} ranks and {count} elements ({reason}); ring can")
+    return _C.run_compressed(core, call_spec.collective(coll), algorithm, in_ptr, out_ptr, count,
+                             call_spec.dtype(dtype), call_spec.op(op), root, scale, async_op, codec.name,
+                             codec.block_size, codec.rounding, codec.seed)
+
+
+@functools.lru_cache(maxsize=512)
+def _identity_refused(coll: str, algorithm: str, size: int, count: int) -> str:
+    """Why the verifier rejects this schedule under a codec ("" if it proves it): every rank
+    reaches the same verdict, so all refuse alike before anything is sent. auto runs ring, which
+    the verifier proves for every size (docs/compression.md)."""
+    try:
+        verify(coll, algorithm, size, count)
+    except _C.VerificationError as e:
+        return str(e).split(": ", 1)[-1]
+    return ""
+
+
+def verify(collective: str, algorithm: str = "auto", size: int = 1, count: int = 0,
+           sender_projects: bool = True) -> str:
+    """Proves ``algorithm``'s schedules for ``collective`` on ``size`` ranks and ``count`` elements
+    as compress= runs them (docs/compression.md): the usual results, and every rank's output
+    identical element by element, with a codec modelled as an idempotent projection Q.
+    ``sender_projects=False`` models a lowering whose senders keep the value they encoded
+    (rejected: ranks would hold v and Q(v)). Returns the algorithm verified; raises
+    ``commlib.VerificationError``."""
+    return _C.verify_compressed(call_spec.collective(collective), algorithm, int(size), int(count),
+                                bool(sender_projects))

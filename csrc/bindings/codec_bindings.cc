@@ -1,11 +1,16 @@
 // The block-wise codecs (kernels/cpu_codecs.h) on NumPy buffers, for commlib.codecs: encode a
-// contiguous float32 / float16 / bfloat16 (as uint16) buffer to bytes, decode bytes back.
+// contiguous float32 / float16 / bfloat16 (as uint16) buffer to bytes, decode bytes back; and a
+// host collective with compress= (run_compressed).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <string>
 
 #include "bindings/bindings.h"
+#include "bindings/gil.h"
+#include "host/communicator.h"
+#include "plan/call.h"
+#include "verify/verifier_codec.h"
 #include "kernels/cpu_codecs.h"
 
 namespace py = pybind11;
@@ -67,6 +72,20 @@ void decode(const std::string& codec, int64_t block, DType dtype, const py::buff
   codec_decode(spec, dtype, static_cast<const uint8_t*>(s.ptr), n, d.ptr);
 }
 
+std::shared_ptr<Work> run_compressed(Communicator& c, Collective coll, const std::string& algo, uintptr_t in,
+                                     uintptr_t out, int64_t count, DType dtype, RedOp op, int root, double scale,
+                                     bool async, const std::string& codec, int64_t block, const std::string& rounding,
+                                     uint64_t seed) {
+  if (coll != Collective::AllReduce && coll != Collective::ReduceScatter && coll != Collective::AllGather)
+    throw std::invalid_argument(std::string("compress: all_reduce, reduce_scatter and all_gather take it, not ") +
+                                collective_name(coll));
+  CollectiveCall call = collective_call(coll, algo, in, out, count, dtype, op, root, scale);
+  call.codec = spec_of(codec, block, rounding, seed);
+  check_codec(call.codec, dtype);
+  ReleaseGil nogil;
+  return c.collective(call, async);
+}
+
 }  // namespace
 
 void bind_codecs(py::module_& m) {
@@ -75,6 +94,17 @@ void bind_codecs(py::module_& m) {
         "Encode a contiguous float buffer with a block-wise codec; returns the bytes (uint8 array).");
   m.def("codec_decode", &decode, py::arg("codec"), py::arg("block"), py::arg("dtype"), py::arg("data"),
         py::arg("out"), "Decode codec bytes into `out` (its size is the element count).");
+  m.def("run_compressed", &run_compressed, py::arg("core"), py::arg("collective"), py::arg("algorithm"),
+        py::arg("input"), py::arg("output"), py::arg("count"), py::arg("dtype"), py::arg("op"), py::arg("root"),
+        py::arg("scale"), py::arg("async_op"), py::arg("codec"), py::arg("block"), py::arg("rounding"),
+        py::arg("seed"), "A host collective whose messages travel encoded (docs/compression.md).");
+  m.def("verify_compressed", [](Collective c, const std::string& algorithm, int size, int64_t count,
+                                bool sender_projects) {
+        py::gil_scoped_release nogil;
+        return verify_compressed(c, algorithm, size, count, sender_projects);
+      }, py::arg("collective"), py::arg("algorithm"), py::arg("size"), py::arg("count"),
+        py::arg("sender_projects") = true,
+        "Verify a schedule as compress= runs it: every rank ends identical (docs/compression.md).");
   m.def("codec_encoded_bytes", [](const std::string& codec, int64_t block, int64_t n) {
         CodecSpec s = spec_of(codec, block, "nearest", 0);
         check_codec(s, DType::Float32);

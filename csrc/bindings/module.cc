@@ -10,9 +10,9 @@ PYBIND11_MODULE(_C, m) {
   commlib::bind_types(m);
   commlib::bind_schedule(m);
   commlib::bind_kernels(m);
-  commlib::bind_codecs(m);
   commlib::bind_transport(m);
   commlib::bind_comm(m);
+  commlib::bind_codecs(m);  // after bind_comm: run_compressed takes a Communicator
   commlib::bind_fast_call(m);
   commlib::bind_device(m);
   commlib::bind_device_view(m);

@@ -14,7 +14,7 @@
 // back unchanged, and ranks that exchange encoded shards cannot drift apart.
 //
 // Rounding: nearest (ties to even) or stochastic, floor(y + u) with u from a counter-based hash
-// of (seed, element index), so every rank can reproduce it. Non-finite input: int8, int4 and
+// of (seed, element index, the element's bits), so every rank can reproduce it. Non-finite input: int8, int4 and
 // e4m3 code NaN and ±Inf as NaN (their grids have no Inf); e5m2 and bf16 keep ±Inf; the block's
 // scale comes from its finite values only. A decoded value never exceeds the storage dtype's
 // largest finite value (a code that would round past it steps one grid point toward zero).
@@ -44,6 +44,12 @@ COMMLIB_HDI double sr_uniform(uint64_t seed, uint64_t counter) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   z ^= z >> 31;
   return static_cast<double>(z >> 40) * (1.0 / 16777216.0);
+}
+
+// Stochastic rounding's draw for element x at `counter`: the value's bits join the stream, so
+// ranks that round one value at one position of a region draw alike wherever the region lies.
+COMMLIB_HDI double sr_draw(uint64_t seed, uint64_t counter, float x) {
+  return sr_uniform(seed + static_cast<uint64_t>(f32_bits(x)) * 0xD1B54A32D192ED03ull, counter);
 }
 
 // Rounds y onto the integer grid: nearest-even (u < 0) or floor(y + u).

@@ -45,8 +45,9 @@ void encode_scaled(const CodecSpec& spec, const void* src, size_t n, uint8_t* ds
     const int e = kern::block_scale_exp<G, D>(amax, !spec.stochastic);
     scales[blk] = static_cast<uint8_t>(static_cast<int8_t>(e));
     for (size_t i = b0; i < b1; ++i) {
-      const double u = spec.stochastic ? kern::sr_uniform(spec.seed, base + i) : -1.0;
-      const uint8_t c = kern::encode_element<G, D>(static_cast<float>(Tr::load(x[i])), e, u);
+      const float xi = static_cast<float>(Tr::load(x[i]));
+      const double u = spec.stochastic ? kern::sr_draw(spec.seed, base + i, xi) : -1.0;
+      const uint8_t c = kern::encode_element<G, D>(xi, e, u);
       if (kNibbles)
         payload[i >> 1] = (i & 1) ? static_cast<uint8_t>(payload[i >> 1] | (c << 4)) : c;
       else
@@ -78,8 +79,9 @@ void encode_bf16(const CodecSpec& spec, const void* src, size_t n, uint8_t* dst,
   using Tr = DTypeTraits<D>;
   const auto* x = static_cast<const typename Tr::storage*>(src);
   for (size_t i = 0; i < n; ++i) {
-    const double u = spec.stochastic ? kern::sr_uniform(spec.seed, base + i) : -1.0;
-    const uint16_t b = kern::bf16_encode<D>(static_cast<float>(Tr::load(x[i])), u);
+    const float xi = static_cast<float>(Tr::load(x[i]));
+    const double u = spec.stochastic ? kern::sr_draw(spec.seed, base + i, xi) : -1.0;
+    const uint16_t b = kern::bf16_encode<D>(xi, u);
     std::memcpy(dst + 2 * i, &b, 2);
   }
 }
