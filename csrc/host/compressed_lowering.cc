@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/errors.h"
 #include "host/communicator.h"
 #include "kernels/cpu_codecs.h"
 #include "kernels/cpu_reduce.h"
@@ -82,6 +83,9 @@ void Communicator::run_compressed_steps(const CollectiveCall& call, const Schedu
     for (size_t i = 0; i < step.ops.size(); ++i) {
       const Op& op = step.ops[i];
       if (op.kind == OpKind::Copy || op.kind == OpKind::Reduce) continue;
+      if (op.kind != OpKind::Send && op.kind != OpKind::Recv && op.kind != OpKind::RecvReduce)
+        throw CommError(std::string("compress: the schedule uses ") + op_kind_name(op.kind) +
+                        ", which compress= does not lower (commlib.codecs.verify refuses such schedules)");
       const Region& r = op.kind == OpKind::Send ? op.src : op.dst;
       std::vector<uint8_t>& msg = codec_msgs_[i];
       msg.resize(coded_bytes(r));
@@ -107,7 +111,7 @@ void Communicator::run_compressed_steps(const CollectiveCall& call, const Schedu
       const Op& op = step.ops[i];
       const size_t n = static_cast<size_t>(op.dst.count);
       switch (op.kind) {
-        case OpKind::Send:
+        default:  // Send (the others were refused above)
           break;
         case OpKind::Copy:
           if (n) std::memmove(at(op.dst), at(op.src), n * esize);

@@ -68,6 +68,13 @@ std::string verify_compressed(Collective c, const std::string& algorithm, int si
     a.rank = r;
     per_rank[r] = build_schedule(a, name);
   }
+  for (int r = 0; r < size; ++r)
+    for (const Step& st : per_rank[r].steps)
+      for (const Op& o : st.ops)
+        if (o.kind != OpKind::Send && o.kind != OpKind::Recv && o.kind != OpKind::RecvReduce &&
+            o.kind != OpKind::Copy && o.kind != OpKind::Reduce)
+          throw VerificationError(name + " on rank " + std::to_string(r) + " uses " + op_kind_name(o.kind) +
+                                  ": compress= lowers sends and receives only");
   for (bool in_place : {false, true}) {
     verify::Replay replay(c, per_rank, size, count, 0, in_place, name + " compressed");
     replay.set_codec(sender_projects ? verify::Replay::kCodecProjecting : verify::Replay::kCodecForgetful);
