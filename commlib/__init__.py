@@ -12,7 +12,7 @@ import sys as _sys
 
 import commlib._C as _C
 from commlib.bootstrap import secret, store
-from commlib.core import communicator, schedules, tuning, work
+from commlib.core import codecs, communicator, schedules, tuning, work
 from commlib.core.communicator import Communicator, Work
 from commlib.device import emulated, nccl
 from commlib.errors import CommError, MismatchError, PeerError, RendezvousError, StoreLostError
@@ -24,7 +24,7 @@ from commlib.core.schedules import (VerificationError, algorithm_info, algorithm
 # The modules documented as commlib.<name> before the package was grouped into layers (bootstrap/,
 # core/, device/) stay importable under those names: `import commlib.store`,
 # `from commlib.emulated import ...` find the moved module (tests/python/test_public_names.py).
-PUBLIC_MODULES = {"store": store, "secret": secret, "communicator": communicator, "schedules": schedules,
+PUBLIC_MODULES = {"codecs": codecs, "store": store, "secret": secret, "communicator": communicator, "schedules": schedules,
                   "tuning": tuning, "work": work, "emulated": emulated, "nccl": nccl}
 for _name, _module in PUBLIC_MODULES.items():
     _sys.modules.setdefault(f"{__name__}.{_name}", _module)
