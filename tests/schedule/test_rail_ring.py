@@ -1,6 +1,6 @@
 """Multi-channel rail-aligned rings (csrc/schedule/rail_ring.cc): every collective proven by the
-symbolic verifier on host maps up to 64 ranks (equal hosts of every size 1..8 ranks on 1..8
-hosts, uneven, interleaved, one rank per host), in place and out of place; and the rail property:
+symbolic verifier on host maps up to 64 ranks (equal hosts of 1, 2, 3, 4, 6 and 8 ranks on 1..4
+hosts, 5 x 2, 7 x 3, 8 x 8, uneven, interleaved, one rank per host), in place and out of place; and the rail property:
 on hosts of equal even size every local rank crosses hosts for exactly one channel, to the same
 local index of the next host (with an even host count, the wrap too)."""
 import random
@@ -21,8 +21,8 @@ def schedules(coll, hosts, count):
 
 def host_maps():
     rng = random.Random(39)
-    equal = [[h for h in range(H) for _ in range(L)] for H in (1, 2, 3, 4, 7) for L in (1, 2, 3, 4, 6, 8)]
-    return equal + [[0, 0, 1, 2, 2, 2], [1, 0, 1, 0, 2], [2, 2, 0, 1, 1, 0, 3], [rng.randrange(9) for _ in range(64)],
+    equal = [[h for h in range(H) for _ in range(L)] for H in (1, 2, 3, 4) for L in (1, 2, 3, 4, 6, 8)]
+    return equal + [[h for h in range(5) for _ in range(2)], [h for h in range(7) for _ in range(3)], [0, 0, 1, 2, 2, 2], [1, 0, 1, 0, 2], [2, 2, 0, 1, 1, 0, 3], [rng.randrange(9) for _ in range(64)],
                     [h for h in range(8) for _ in range(8)]]
 
 
