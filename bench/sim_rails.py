@@ -108,6 +108,11 @@ def markdown(data) -> list[str]:
                 a = rows.get((t, nodes, "auto", s))
                 out.append(f"| {fmt_bytes(s)} | " + " | ".join(cells) + f" | {a['resolved'] if a else '-'} |")
             out.append("")
+    missing = [n for n in NODES if not any(p["nodes"] == n for p in data["points"])]
+    if missing:
+        out.append(f"Not in this sweep (`--quick`): {', '.join(map(str, missing))} nodes; a full run takes well "
+                   "over half an hour on this shared VM (a 128-node rail_ring point about a minute, 1024 nodes "
+                   "64 times that).")
     out.append(f"Sweep: {data['jobs']} processes, {data['wall_s']:.0f} s on this shared 2-core VM.")
     return out
 
