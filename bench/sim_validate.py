@@ -10,6 +10,7 @@
     bench summaries are committed in bench/sim_data/; ``--measure`` reruns the benches (the netns
     runs need root and are skipped, saying so, without it);
 (c) NCCL's published 8x H100 all_reduce bus bandwidth against the dgx-h100 preset and ring;
+(g) NCCL's published multi-node numbers against its multi-channel rail ring (bench/sim_rails.py);
 plus the time the simulator takes for 4096 ranks.
 """
 from __future__ import annotations
@@ -34,6 +35,7 @@ from commlib.perf.common import fmt_bytes  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sim_cores  # noqa: E402
+import sim_rails  # noqa: E402
 import sim_scale  # noqa: E402
 import sim_small  # noqa: E402
 import sim_tcp  # noqa: E402
@@ -250,6 +252,23 @@ def auto_speed(lines):
     lines += body.splitlines() + [""]
 
 
+RAILS_HOW = "bench/sim_rails.py --json bench/sim_data/rails.json"
+
+
+def rails(lines):
+    """(g): bench/sim_rails.py's committed sweep (bench/sim_data/rails.json); missing or unreadable is
+    a SystemExit naming the file and the command that remakes it."""
+    path = require(os.path.join(DATA, "rails.json"), f"run `{RAILS_HOW}`")
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        body = sim_rails.markdown(data)
+    except (ValueError, TypeError, KeyError) as e:
+        raise SystemExit(f"invalid input {path} ({e}): run `{RAILS_HOW}`") from None
+    lines += ["## (g) Rails: NCCL's multi-node ring against its published numbers (bench/sim_rails.py)", ""]
+    lines += body + [""]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--measure", action="store_true",
@@ -278,6 +297,7 @@ def main(argv=None) -> int:
     small_messages(lines)
     auto_at_scale(lines)
     auto_speed(lines)
+    rails(lines)
     scale_timing(lines)
     with open(a.output, "w") as f:
         f.write("\n".join(lines).rstrip() + "\n")

@@ -107,9 +107,23 @@ def run_reducing(comm, buffers, collective, algo, dtype, op, count, root, inplac
     return buffers.to_host(out, dtype), want, mag
 
 
-def algos_for(collective, dtype):
-    """Every algorithm of ``collective``; "auto" on float32 only."""
-    algos = ["auto"] + commlib.algorithms(collective)
+# The multi-channel rings and the double tree (issue 39) run up to 4 ranks only (the full product):
+# the matrix's ranks share one host, where rail_ring is a ring and its reverse side by side at every
+# P >= 3, and the double tree's second tree is mirrored at even P and shifted at odd P, so 3 and 4
+# ranks hold every shape they take here; at 5 and 8 ranks they would add two algorithms to the
+# slowest cells (all_reduce-5 and -8). Their multi-host shapes are proven by the verifier
+# (tests/schedule/test_rail_ring.py, test_verify_all.py).
+SMALL_WORLDS_ONLY = {"rail_ring": 4, "double_tree": 4}
+
+
+def algorithms_at(collective, P):
+    """The registered algorithms of ``collective`` the matrix runs at ``P`` ranks."""
+    return [a for a in commlib.algorithms(collective) if P <= SMALL_WORLDS_ONLY.get(a, P)]
+
+
+def algos_for(collective, dtype, P):
+    """Every algorithm of ``collective`` run at ``P`` ranks; "auto" on float32 only."""
+    algos = ["auto"] + algorithms_at(collective, P)
     return algos if dtype == "float32" else algos[1:]
 
 
@@ -118,7 +132,7 @@ def reducing_selection(collective, P):
     """{(algorithm, count, dtype): ops}: the full product up to 4 ranks, a pairwise covering
     selection of the ops above (matrix_selection.py says which and why)."""
     cells = [(algo, count, dtype) for dtype in DTYPES for count in counts_for(P, collective)
-             for algo in algos_for(collective, dtype)]
+             for algo in algos_for(collective, dtype, P)]
     return selected(P, cells, lambda cell: ops_for(cell[2], cell[1]))
 
 
@@ -134,7 +148,7 @@ def check_reducing(comm, collective):
         for count in counts_for(P, collective):
             for op in ops_for(dtype, count):
                 for root in roots:
-                    for algo in algos_for(collective, dtype):
+                    for algo in algos_for(collective, dtype, P):
                         if op not in selection[(algo, count, dtype)]:
                             continue
                         for inplace in ((False, True) if count < 100_000 else (False,)):
@@ -195,9 +209,9 @@ def moving_selection(collective, P):
     """{(algorithm, count, root, item bytes): dtypes}: every dtype up to 4 ranks, a pairwise
     covering selection of the dtypes of each element size above (matrix_selection.py)."""
     cells = [(algo, count, root, size) for size in (1, 2, 4, 8) for count in counts_for(P, collective)
-             for root in roots_for(collective, P) for algo in ["auto"] + commlib.algorithms(collective)]
+             for root in roots_for(collective, P) for algo in ["auto"] + algorithms_at(collective, P)]
     return selected(P, cells, lambda cell: [d for d in DTYPES if ITEM_BYTES[d] == cell[3]
-                                            and cell[0] in algos_for(collective, d)])
+                                            and cell[0] in algos_for(collective, d, P)])
 
 
 def check_moving(comm, collective):
@@ -209,7 +223,7 @@ def check_moving(comm, collective):
     for dtype in DTYPES:
         for count in counts_for(P, collective):
             for root in roots_for(collective, P):
-                for algo in algos_for(collective, dtype):
+                for algo in algos_for(collective, dtype, P):
                     if dtype not in selection[(algo, count, root, ITEM_BYTES[dtype])]:
                         continue
                     # broadcast has no out-of-place form: one run, not two identical ones

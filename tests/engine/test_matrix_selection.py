@@ -28,7 +28,7 @@ def _full(collective, size):
     if collective in REDUCING:
         return {cell: tuple(cases.ops_for(cell[2], cell[1])) for cell in cases.reducing_selection(collective, size)}
     return {cell: tuple(d for d in cases.DTYPES if cases.ITEM_BYTES[d] == cell[3] and cell[0] in
-                        cases.algos_for(collective, d)) for cell in cases.moving_selection(collective, size)}
+                        cases.algos_for(collective, d, size)) for cell in cases.moving_selection(collective, size)}
 
 
 @pytest.mark.parametrize("collective", REDUCING + MOVING)
@@ -41,7 +41,7 @@ def test_every_pair_of_the_full_product_runs(collective, size):
     assert set(rows) <= set(full_rows)
     missing = _pairs(full_rows) - _pairs(rows)
     assert not missing, f"{len(missing)} pair(s) of the full product never run, e.g. {sorted(missing)[:5]}"
-    assert {cell[0] for cell in selection} == set(["auto"] + cases.commlib.algorithms(collective))
+    assert {cell[0] for cell in selection} == set(["auto"] + cases.algorithms_at(collective, size))
     if collective in REDUCING:
         assert {r[2] for r in rows} == set(cases.DTYPES) and {r[3] for r in rows} == set(cases.INT_OPS)
     else:

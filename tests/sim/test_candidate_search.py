@@ -95,7 +95,9 @@ EXTRAPOLATED = [
     ("eth-25g", [h for h in range(4) for _ in range(8)], 256 << 10),  # a lone one: its estimate
     ("eth-25g", [h for h in range(4) for _ in range(8)], 64 << 10),  # a flat one wins
     ("dgx-h100", [0, 0, 1, 2, 2, 2], 256 << 10),
-    ("eth-25g", [h for h in range(8) for _ in range(2)], 256 << 10),
+    # 3 ranks per host: with 2, the multi-channel rail_ring (flat) wins there and no hierarchical
+    # candidate needs an estimate
+    ("eth-25g", [h for h in range(8) for _ in range(3)], 256 << 10),
 ]
 
 
