@@ -18,7 +18,7 @@ import commlib
 from collective_reference import (BF16, BIG, DTYPES, FLOAT_OPS, INT_OPS, INTS, ITEM_BYTES, PREMUL, big,  # noqa: F401
                                   counts_for, empty, make, moving_expected, moving_input, ops_for, raw,
                                   reduce_ref_for, report, rounded, values)
-from matrix_selection import selected
+from matrix_selection import FULL_LARGE_AT, selected
 
 MAX_RECORDED = 20
 # The large count (~1M elements) and the in-place cut-off: counts_for's values are 0, 1, P - 1, 13, ~1M.
@@ -131,7 +131,7 @@ def reducing_values(collective, cell):
     return [(op, inplace) for op in ops_for(cell[2], cell[1]) for inplace in placements(collective, cell[1])]
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=None)  # a handful of (collective, P) keys per process
 def reducing_selection(collective, P, thinned=False):
     """{(algorithm, count, dtype): (op, in place) values}: the full product at 3 and 4 ranks, a
     pairwise covering selection of the values elsewhere; the large count's full product at 3 ranks,
@@ -142,17 +142,19 @@ def reducing_selection(collective, P, thinned=False):
                     thinned=thinned)
 
 
-def check_reducing(comm, collective, thinned=False):
+def check_reducing(comm, collective, large_only=False):
     """all_reduce / reduce_scatter / reduce over every algorithm, dtype, op, count, root and
     placement (the op x placement values thinned to a pairwise covering away from 3 and 4 ranks:
     reducing_selection)."""
     P, r = comm.size, comm.rank
     failures, digests = Failures(), []
     roots = sorted({0, P - 1}) if collective == "reduce" else [0]
-    selection = reducing_selection(collective, P, thinned)
+    selection = reducing_selection(collective, P, large_only)
     # The algorithm varies fastest so the cached inputs and references are reused.
     for dtype in DTYPES:
         for count in counts_for(P, collective):
+            if large_only and count < LARGE:
+                continue
             for op in ops_for(dtype, count):
                 for root in roots:
                     for algo in algos_for(collective, dtype):
@@ -218,7 +220,7 @@ def moving_values(collective, cell):
             for inplace in placements(collective, cell[1])]
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=None)
 def moving_selection(collective, P, thinned=False):
     """{(algorithm, count, root, item bytes): (dtype, in place) values}: every value at 3 and 4
     ranks, a pairwise covering selection elsewhere; the large count: every value at 3 ranks,
@@ -230,14 +232,16 @@ def moving_selection(collective, P, thinned=False):
                     is_large=lambda cell: cell[1] >= LARGE, joint=(0, 2), thinned=thinned)
 
 
-def check_moving(comm, collective, thinned=False):
+def check_moving(comm, collective, large_only=False):
     """all_gather / all_to_all / broadcast / gather / scatter: exact for every dtype (the dtype x
     placement values thinned to a pairwise covering away from 3 and 4 ranks: moving_selection)."""
     P, r = comm.size, comm.rank
     failures, digests = Failures(), []
-    selection = moving_selection(collective, P, thinned)
+    selection = moving_selection(collective, P, large_only)
     for dtype in DTYPES:
         for count in counts_for(P, collective):
+            if large_only and count < LARGE:
+                continue
             for root in roots_for(collective, P):
                 for algo in algos_for(collective, dtype):
                     for inplace in placements(collective, count):
@@ -257,26 +261,31 @@ def check_moving(comm, collective, thinned=False):
     return failures.listed(), digests
 
 
-def check_collective(comm, collective, thinned=False):
-    """One collective's matrix on this rank (``thinned``: matrix_selection.selected's)."""
+def check_collective(comm, collective, large_only=False):
+    """One collective's matrix on this rank. ``large_only``: just the ~1M-element count, in its
+    each-choice covering at any world size (a rerun under a setting that only changes how large
+    messages move: the small counts would repeat the default run's calls exactly)."""
     if collective in ("all_reduce", "reduce_scatter", "reduce"):
-        return check_reducing(comm, collective, thinned)
+        return check_reducing(comm, collective, large_only)
     if collective == "barrier":
         for algo in commlib.algorithms("barrier"):
             for _ in range(20):
                 comm.barrier()
         return [], []
-    return check_moving(comm, collective, thinned)
+    return check_moving(comm, collective, large_only)
 
 
 def check_p2p(comm):
-    """Ring shifts with sendrecv and batches, every dtype, sizes 0..BIG."""
+    """Ring shifts with sendrecv and batches, every dtype, sizes 0, 1, 13 and BIG (~1M: every
+    dtype at FULL_LARGE_AT ranks, one dtype of each element size elsewhere: bytes move alike
+    whatever the dtype), then a send/recv chain."""
     P, r = comm.size, comm.rank
     failures = []
     if P == 1:
         return failures
+    large_dtypes = DTYPES if P == FULL_LARGE_AT else ("int8", "bfloat16", "float32", "int64")
     for dtype in DTYPES:
-        for count in (0, 1, 13, BIG):
+        for count in (0, 1, 13, BIG) if dtype in large_dtypes else (0, 1, 13):
             x = HostBuffers.make(dtype, values(dtype, "sum", r, count, 2))
             out = HostBuffers.empty(dtype, count)
             comm.sendrecv(x, (r + 1) % P, out, (r - 1) % P)

@@ -64,9 +64,9 @@ def test_eight_ranks_on_two_cores_do_not_collapse(pool):
 @pytest.mark.parametrize("collective", ["all_reduce", "all_to_all", "broadcast"])
 def test_single_copy_rendezvous(pool, collective):
     """COMMLIB_CMA=1: messages larger than a channel go by rendezvous (the receiver reads the
-    sender's buffer with process_vm_readv); the same matrix thinned to its coverings (only the
-    ~1M-element calls outgrow the 4 KiB slots: every algorithm, dtype and op meets them), same exact
-    checks."""
+    sender's buffer with process_vm_readv): the matrix's ~1M-element calls, in their each-choice
+    covering (every algorithm, dtype, op and root meets them; the small counts' messages, 104
+    bytes at most, fit a 4 KiB slot and would repeat the default run), same exact checks."""
     p = pool(3, env={"COMMLIB_CMA": "1", "COMMLIB_SHM_SLOT_BYTES": "4096"})
     assert all(p.run(cases.direct_reads_enabled))
     results = p.run(cases.check_collective, collective, True, timeout=240)
@@ -81,8 +81,9 @@ def test_single_copy_rendezvous(pool, collective):
 def test_streaming_stores(pool, collective):
     """COMMLIB_STREAM_BYTES=1000: calls whose outputs hold 1000 bytes or more (all ranks together)
     write their messages and local copies of 64 KiB or more with non-temporal stores (by default
-    only calls of 32 MiB or more do); the same matrix thinned to its coverings (the ~1M-element
-    calls, which stream, meet every algorithm, dtype and root), same exact checks."""
+    only calls of 32 MiB or more do): the matrix's ~1M-element calls, in their each-choice covering
+    (every algorithm, dtype and root; the small counts' outputs, 312 bytes at most, never stream
+    and would repeat the default run), same exact checks."""
     p = pool(3, env={"COMMLIB_STREAM_BYTES": "1000"})
     results = p.run(cases.check_collective, collective, True, timeout=240)
     failures = [f for fails, _ in results for f in fails]
