@@ -15,16 +15,26 @@ CallDesc StreamEngine::describe(const CollectiveCall& call, uint8_t algo, uint64
   return call_desc(call, static_cast<uint8_t>(algo | kDeviceCallAlgoBit), seq);
 }
 
-const ResolvedPlan& StreamEngine::plan_of(const CollectiveCall& call) {
+const ResolvedPlan& StreamEngine::plan_of(const CollectiveCall& call, uint8_t* kernel_auto) {
   const ResolvedPlan& policy = plans_.get(call);
-  const std::string source = policy.choice.source;  // before get() again (it may drop the cache)
+  if (call.algo != 0) return policy;  // an algorithm named (or pinned_call's): kernel_auto_algorithm leaves it
   const KernelAutoInputs in{device_->plan_blocks(1) > 0, opts_.path, opts_.link == DeviceLinkSetting::Nccl,
                             kernel_ ? kernel_->kernel_max_bytes() : kKernelPathMaxBytes};
-  const uint8_t algo = kernel_auto_algorithm(plans_.context(), in, call, source);
+  const uint8_t algo = kernel_auto_algorithm(plans_.context(), in, call, policy.choice.source);
+  if (kernel_auto) *kernel_auto = algo;
   if (!algo) return policy;
   CollectiveCall c = call;
   c.algo = algo;
   return plans_.get(c);
+}
+
+CollectiveCall StreamEngine::pinned_call(const CollectiveCall& call) {
+  std::lock_guard<std::mutex> guard(enqueue_mu_);
+  CollectiveCall c = call;
+  uint8_t algo = 0;
+  plan_of(call, &algo);
+  if (algo) c.algo = algo;
+  return c;
 }
 
 std::string StreamEngine::resolved_algorithm(const CollectiveCall& call) {
@@ -131,6 +141,9 @@ std::shared_ptr<DeviceWork> StreamEngine::collective(const CollectiveCall& call,
   throw_if_failed_locked();
   try {
     DeviceGuard current(*device_);  // kernels and records on the engine's device, restored after
+    // cudaStreamGetCaptureInfo: a capturing stream records the call into its graph (stream_capture.cc).
+    const CaptureStatus capture = device_->capture_status(s);
+    if (capture != CaptureStatus::None) return capture_collective(call, s, capture);
     return enqueue_collective(call, s);
   } catch (const CommError&) {
     throw;
@@ -191,7 +204,7 @@ bool StreamEngine::runs_on_kernel(const CollectiveCall& call) const {
 }
 
 void StreamEngine::enqueue_call(const CollectiveCall& call, const Schedule& sched, const CallDesc& desc, size_t esize,
-                                DeviceStream& s) {
+                                DeviceStream& s, bool captured) {
   char* in = reinterpret_cast<char*>(call.input);
   char* out = reinterpret_cast<char*>(call.output);
   const InputStaging staging = input_staging(call, rank_, size_);
@@ -215,7 +228,7 @@ void StreamEngine::enqueue_call(const CollectiveCall& call, const Schedule& sche
     last_path_ = "kernel";  // the whole schedule as one launch (stream/kernel_path.h)
     const ScheduleKey key{desc.coll, static_cast<uint8_t>(desc.algo & ~kDeviceCallAlgoBit), desc.root, desc.count,
                           static_cast<uint8_t>(esize)};  // the resolved algorithm
-    const KernelPath::Launched l = kernel_->enqueue(key, sched, desc, bases, call.dtype, call.op, s);
+    const KernelPath::Launched l = kernel_->enqueue(key, sched, desc, bases, call.dtype, call.op, s, captured);
     if (l.done) {  // the watchdog's view of it: the launch's first peer until the launch completes
       std::lock_guard<std::mutex> lk(mu_);
       waits_.push_back(Wait{l.done, l.target, l.peer, l.send, seq_});
