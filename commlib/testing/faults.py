@@ -3,9 +3,12 @@
 The engine, the stream engine and the multi-host links all promise the same thing when a peer
 dies: every other rank raises an error naming the dead rank and the call, within a bound, and
 never a wrong type or a hang. These two helpers state that promise once for all their tests.
+``mark_reached`` / ``wait_until_reached`` let a scenario's silent or late rank wait for the others
+to reach a point (e.g. "gave up on me") instead of sleeping a fixed time.
 """
 from __future__ import annotations
 
+import time
 from typing import Callable, List, Optional
 
 from commlib.testing.ranks import RankPool
@@ -36,3 +39,22 @@ def assert_survivors_named_the_dead_rank(results: List, victim: int, call: str =
         assert "wrong type" not in msg, msg
         assert f"rank {victim}" in msg and call in msg, msg
         assert took < within_s, f"rank {rank} took {took:.1f} s"
+
+
+def mark_reached(comm, tag: str) -> None:
+    """Tell the other ranks of ``comm`` that this rank reached point ``tag`` (a key in the
+    communicator's store, under its own prefix: unique to this communicator, so a pool that runs
+    the scenario again never sees an old mark)."""
+    comm._store.set(f"{comm._prefix}/testing/{tag}/{comm.rank}", b"1")
+
+
+def wait_until_reached(comm, tag: str, ranks, limit_s: float = 60.0) -> None:
+    """Wait until every rank in ``ranks`` called ``mark_reached(comm, tag)``: what a scenario's
+    late rank waits for instead of a fixed sleep (a sleep long enough for a loaded machine is
+    seconds wasted on an idle one, and too short on a busier one). TimeoutError after
+    ``limit_s``."""
+    from commlib.bootstrap.wait import wait_for_key
+    deadline = time.monotonic() + limit_s
+    for rank in ranks:
+        wait_for_key(comm._store, f"{comm._prefix}/testing/{tag}/{rank}", deadline,
+                     on_timeout=lambda: TimeoutError(f"rank {rank} did not reach {tag!r} within {limit_s} s"))

@@ -9,6 +9,7 @@ import numpy as np
 
 import commlib
 import commlib.emulated as emu
+from commlib.testing.faults import mark_reached, wait_until_reached
 
 
 def _outcome(fn):
@@ -42,15 +43,16 @@ def host_versus_device(comm, after_setup):
 
 
 def _failure_then(comm, first, second):
-    """Rank 1 stays silent after a first device call; rank 0's `first` call (on the host
-    communicator's device or host side) fails with PeerError after the timeout (1.5 s), then its
-    `second` call, on the other side, raises that error at once instead of waiting again."""
+    """Rank 1 stays silent after a first device call (until rank 0 is done); rank 0's `first`
+    call (on the host communicator's device or host side) fails with PeerError after the timeout
+    (1.5 s), then its `second` call, on the other side, raises that error at once instead of
+    waiting again."""
     sub = comm.split(0, timeout=1.5)
     x = emu.from_numpy(np.ones(16, np.float32))
     sub.all_reduce(x)  # sets the engine up on both ranks
     x.numpy()
     if sub.rank == 1:
-        time.sleep(3)
+        wait_until_reached(sub, "done", [0])
         sub.close()
         return None
     calls = {"device": lambda: sub.all_reduce(x, async_op=True).synchronize(),
@@ -58,6 +60,7 @@ def _failure_then(comm, first, second):
              "host": lambda: sub.all_reduce(np.ones(4, np.float32))}
     out = (_outcome(calls[first]), _outcome(calls[second]))
     sub.close()
+    mark_reached(sub, "done")
     return out
 
 

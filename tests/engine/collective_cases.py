@@ -18,9 +18,11 @@ import commlib
 from collective_reference import (BF16, BIG, DTYPES, FLOAT_OPS, INT_OPS, INTS, ITEM_BYTES, PREMUL, big,  # noqa: F401
                                   counts_for, empty, make, moving_expected, moving_input, ops_for, raw,
                                   reduce_ref_for, report, rounded, values)
-from matrix_selection import selected
+from matrix_selection import FULL_LARGE_AT, selected
 
 MAX_RECORDED = 20
+# The large count (~1M elements) and the in-place cut-off: counts_for's values are 0, 1, P - 1, 13, ~1M.
+LARGE = 100_000
 
 
 class Failures(list):
@@ -127,31 +129,52 @@ def algos_for(collective, dtype, P):
     return algos if dtype == "float32" else algos[1:]
 
 
-@functools.lru_cache(maxsize=4)
-def reducing_selection(collective, P):
-    """{(algorithm, count, dtype): ops}: the full product up to 4 ranks, a pairwise covering
-    selection of the ops above (matrix_selection.py says which and why)."""
+def placements(collective, count):
+    """In place (True) and out of place (False), where the collective has both at ``count``:
+    broadcast has no out-of-place form; the ~1M-element reductions, all_to_all, scatter and
+    gather run out of place only (their in-place paths are the small counts')."""
+    if collective == "broadcast":
+        return (True,)
+    if count >= LARGE and collective in ("all_reduce", "reduce_scatter", "reduce", "all_to_all", "scatter", "gather"):
+        return (False,)
+    return (False, True)
+
+
+def reducing_values(collective, cell):
+    """The (op, in place) values the full product runs in ``cell`` = (algorithm, count, dtype)."""
+    return [(op, inplace) for op in ops_for(cell[2], cell[1]) for inplace in placements(collective, cell[1])]
+
+
+@functools.lru_cache(maxsize=None)  # a handful of (collective, P) keys per process
+def reducing_selection(collective, P, thinned=False):
+    """{(algorithm, count, dtype): (op, in place) values}: the full product at 3 and 4 ranks, a
+    pairwise covering selection of the values elsewhere; the large count's full product at 3 ranks,
+    an each-choice covering elsewhere (matrix_selection.py says which and why)."""
     cells = [(algo, count, dtype) for dtype in DTYPES for count in counts_for(P, collective)
              for algo in algos_for(collective, dtype, P)]
-    return selected(P, cells, lambda cell: ops_for(cell[2], cell[1]))
+    return selected(P, cells, functools.partial(reducing_values, collective), is_large=lambda cell: cell[1] >= LARGE,
+                    thinned=thinned)
 
 
-def check_reducing(comm, collective):
-    """all_reduce / reduce_scatter / reduce over every algorithm, dtype, op, count, root (the
-    dtype x op product thinned to a pairwise covering above 4 ranks: reducing_selection)."""
+def check_reducing(comm, collective, large_only=False):
+    """all_reduce / reduce_scatter / reduce over every algorithm, dtype, op, count, root and
+    placement (the op x placement values thinned to a pairwise covering away from 3 and 4 ranks:
+    reducing_selection)."""
     P, r = comm.size, comm.rank
     failures, digests = Failures(), []
     roots = sorted({0, P - 1}) if collective == "reduce" else [0]
-    selection = reducing_selection(collective, P)
+    selection = reducing_selection(collective, P, large_only)
     # The algorithm varies fastest so the cached inputs and references are reused.
     for dtype in DTYPES:
         for count in counts_for(P, collective):
+            if large_only and count < LARGE:
+                continue
             for op in ops_for(dtype, count):
                 for root in roots:
                     for algo in algos_for(collective, dtype, P):
-                        if op not in selection[(algo, count, dtype)]:
-                            continue
-                        for inplace in ((False, True) if count < 100_000 else (False,)):
+                        for inplace in placements(collective, count):
+                            if (op, inplace) not in selection[(algo, count, dtype)]:
+                                continue
                             what = (f"{collective} {algo} {dtype} {op} count={count} root={root} "
                                     f"{'in-place' if inplace else 'out-of-place'} P={P} rank={r}")
                             try:
@@ -204,31 +227,39 @@ def roots_for(collective, P):
     return sorted({0, P - 1, P // 2}) if collective in ("broadcast", "gather", "scatter") else [0]
 
 
-@functools.lru_cache(maxsize=4)
-def moving_selection(collective, P):
-    """{(algorithm, count, root, item bytes): dtypes}: every dtype up to 4 ranks, a pairwise
-    covering selection of the dtypes of each element size above (matrix_selection.py)."""
+def moving_values(collective, P, cell):
+    """The (dtype, in place) values the full product runs in ``cell`` = (algorithm, count, root,
+    item bytes)."""
+    return [(d, inplace) for d in DTYPES if ITEM_BYTES[d] == cell[3] and cell[0] in algos_for(collective, d, P)
+            for inplace in placements(collective, cell[1])]
+
+
+@functools.lru_cache(maxsize=None)
+def moving_selection(collective, P, thinned=False):
+    """{(algorithm, count, root, item bytes): (dtype, in place) values}: every value at 3 and 4
+    ranks, a pairwise covering selection elsewhere; the large count: every value at 3 ranks,
+    elsewhere each (algorithm, root) once with every dtype, size and placement met
+    (matrix_selection.py)."""
     cells = [(algo, count, root, size) for size in (1, 2, 4, 8) for count in counts_for(P, collective)
              for root in roots_for(collective, P) for algo in ["auto"] + algorithms_at(collective, P)]
-    return selected(P, cells, lambda cell: [d for d in DTYPES if ITEM_BYTES[d] == cell[3]
-                                            and cell[0] in algos_for(collective, d, P)])
+    return selected(P, cells, functools.partial(moving_values, collective, P),
+                    is_large=lambda cell: cell[1] >= LARGE, joint=(0, 2), thinned=thinned)
 
 
-def check_moving(comm, collective):
-    """all_gather / all_to_all / broadcast / gather / scatter: exact for every dtype (the dtypes
-    thinned to a pairwise covering above 4 ranks: moving_selection)."""
+def check_moving(comm, collective, large_only=False):
+    """all_gather / all_to_all / broadcast / gather / scatter: exact for every dtype (the dtype x
+    placement values thinned to a pairwise covering away from 3 and 4 ranks: moving_selection)."""
     P, r = comm.size, comm.rank
     failures, digests = Failures(), []
-    selection = moving_selection(collective, P)
+    selection = moving_selection(collective, P, large_only)
     for dtype in DTYPES:
         for count in counts_for(P, collective):
+            if large_only and count < LARGE:
+                continue
             for root in roots_for(collective, P):
                 for algo in algos_for(collective, dtype, P):
-                    if dtype not in selection[(algo, count, root, ITEM_BYTES[dtype])]:
-                        continue
-                    # broadcast has no out-of-place form: one run, not two identical ones
-                    for inplace in ((True,) if collective == "broadcast" else (False, True)):
-                        if inplace and collective in ("all_to_all", "scatter", "gather") and count >= 100_000:
+                    for inplace in placements(collective, count):
+                        if (dtype, inplace) not in selection[(algo, count, root, ITEM_BYTES[dtype])]:
                             continue
                         what = (f"{collective} {algo} {dtype} count={count} root={root} "
                                 f"{'in-place' if inplace else 'out-of-place'} P={P} rank={r}")
@@ -244,25 +275,31 @@ def check_moving(comm, collective):
     return failures.listed(), digests
 
 
-def check_collective(comm, collective):
+def check_collective(comm, collective, large_only=False):
+    """One collective's matrix on this rank. ``large_only``: just the ~1M-element count, in its
+    each-choice covering at any world size (a rerun under a setting that only changes how large
+    messages move: the small counts would repeat the default run's calls exactly)."""
     if collective in ("all_reduce", "reduce_scatter", "reduce"):
-        return check_reducing(comm, collective)
+        return check_reducing(comm, collective, large_only)
     if collective == "barrier":
         for algo in commlib.algorithms("barrier"):
             for _ in range(20):
                 comm.barrier()
         return [], []
-    return check_moving(comm, collective)
+    return check_moving(comm, collective, large_only)
 
 
 def check_p2p(comm):
-    """Ring shifts with sendrecv and batches, every dtype, sizes 0..BIG."""
+    """Ring shifts with sendrecv and batches, every dtype, sizes 0, 1, 13 and BIG (~1M: every
+    dtype at FULL_LARGE_AT ranks, one dtype of each element size elsewhere: bytes move alike
+    whatever the dtype), then a send/recv chain."""
     P, r = comm.size, comm.rank
     failures = []
     if P == 1:
         return failures
+    large_dtypes = DTYPES if P == FULL_LARGE_AT else ("int8", "bfloat16", "float32", "int64")
     for dtype in DTYPES:
-        for count in (0, 1, 13, BIG):
+        for count in (0, 1, 13, BIG) if dtype in large_dtypes else (0, 1, 13):
             x = HostBuffers.make(dtype, values(dtype, "sum", r, count, 2))
             out = HostBuffers.empty(dtype, count)
             comm.sendrecv(x, (r + 1) % P, out, (r - 1) % P)

@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 import commlib
+from commlib.testing.faults import mark_reached, wait_until_reached
 from error_routes import fds, route, threads
 
 
@@ -174,10 +175,10 @@ def kill_during_collective(comm, victim, route_name="host"):
 
 
 def silent_peer(comm, route_name="host"):
-    """Rank 1 does not show up for 4 s; the others raise PeerError naming it after the route's
-    timeout, and their buffers are usable again (on the device route: the stream is released);
-    when rank 1 arrives later its call fails at once instead of hanging. Returns (message,
-    seconds the failing call took)."""
+    """Rank 1 does not show up until the others gave up; they raise PeerError naming it after the
+    route's timeout, and their buffers are usable again (on the device route: the stream is
+    released); when rank 1 arrives later (once every other rank closed its communicator) its call
+    fails at once instead of hanging. Returns (message, seconds the failing call took)."""
     rt = route(route_name)
     sub = comm.split(0, timeout=rt.SILENT_TIMEOUT)
     rt.warm_up(sub)
@@ -185,7 +186,7 @@ def silent_peer(comm, route_name="host"):
     rt.read(x)
     t = time.monotonic()
     if sub.rank == 1:
-        time.sleep(4)
+        wait_until_reached(sub, "gave-up", [q for q in range(sub.size) if q != 1])
         t = time.monotonic()
         try:
             rt.call(lambda **kw: sub.all_reduce(x, **kw))
@@ -201,6 +202,8 @@ def silent_peer(comm, route_name="host"):
             out = (str(e), time.monotonic() - t)
         rt.read(x)  # returns: the buffer is usable again (the device route: its stream was released)
     sub.close()
+    if sub.rank != 1:
+        mark_reached(sub, "gave-up")
     return out
 
 

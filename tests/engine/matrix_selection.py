@@ -1,18 +1,31 @@
 """Which cases of the host collective matrix run at each world size.
 
-Up to FULL_PRODUCT_UP_TO ranks every case runs: algorithm x dtype x op x count x root (x in or
-out of place). Above it (5 and 8 ranks in CI: the slow end of the matrix on 2 cores) every
-algorithm x count x root still runs, with a pairwise (strength-2) covering selection of the rest:
+At the world sizes FULL_PRODUCT_AT (3 and 4: one odd, where the algorithms' uneven splits and
+remainder folds run, one power of two, where the doubling algorithms take several steps) every
+small-count case runs: algorithm x dtype x op x count x root x in or out of place. At every other
+world size (1, 2, 5 and 8 in CI: 1 and 2 repeat what 3 and 4 hold; 5 and 8 are the slow end of the
+matrix on 2 cores) every algorithm x count x root still runs, with a pairwise (strength-2)
+covering selection of the rest (the values: (op, placement) or (dtype, placement)):
 
 - reducing collectives: every algorithm x count x dtype cell runs, each with some of its dtype's
-  ops (the ops are the thinned dimension);
+  ops and placements (the thinned dimensions);
 - moving collectives (no op; bytes are moved whatever the dtype): every algorithm x count x root
-  x element size (1, 2, 4, 8 bytes) cell runs, each with some of the dtypes of that size (the
-  dtypes are the thinned dimension).
+  x element size (1, 2, 4, 8 bytes) cell runs, each with some of the dtypes of that size and
+  placements (the thinned dimensions).
 
 In both, every pair (a coordinate of the cell, a thinned value) that the full product holds is in
 at least one case that runs: every dtype and every op appears at every world size, and every op
 (dtype) meets every algorithm, count, dtype (root, element size) it meets in the full product.
+
+The large count (~1M elements, collective_reference.BIG: the cases that take most of the matrix's
+time, ~0.1 s each at 8 ranks on 2 cores) runs its full product at one world size,
+FULL_LARGE_AT (3: not a power of two, so the uneven splits meet the chunking). At every other world
+size it runs an each-choice (strength-1) covering: every algorithm (with every root, for the
+rooted moving collectives), every dtype, every op and every element size meets the large count at
+every world size, in a handful of calls instead of hundreds (``large_covering``). What it leaves
+out there, the (algorithm, dtype) and (dtype, op) pairs at the large count, is a property of the
+reduction kernels and the chunking, not of the world size: the full large product at 3 ranks and
+the small counts' product (or pairwise selection) at every world size hold them.
 
 The selection is greedy and deterministic: it iterates lists only (never a set: string hashing
 differs between processes, and every rank must issue the same sequence of collective calls).
@@ -22,7 +35,8 @@ uncovered pairs is added.
 """
 from __future__ import annotations
 
-FULL_PRODUCT_UP_TO = 4
+FULL_PRODUCT_AT = (3, 4)
+FULL_LARGE_AT = 3
 
 
 def _pairs(cell, value):
@@ -63,9 +77,46 @@ def covering(cells, values_of):
     return {cell: tuple(v for v in values_of(cell) if v in chosen[cell]) for cell in cells}
 
 
-def selected(world_size, cells, values_of):
-    """{cell: values to run} at ``world_size``: all of them up to FULL_PRODUCT_UP_TO ranks, else
-    the pairwise covering selection."""
-    if world_size <= FULL_PRODUCT_UP_TO:
-        return {cell: tuple(values_of(cell)) for cell in cells}
-    return covering(cells, values_of)
+def large_covering(cells, values_of, joint=(0,)):
+    """{cell: values to run}: each-choice (strength-1) covering. Every value of each coordinate of
+    the cells, and every value, is in at least one case that runs; the coordinates at the axes
+    ``joint`` count as one (e.g. algorithm and root: every algorithm meets every root). Greedy like
+    ``covering``: the case covering the most uncovered atoms is added (the first in order on ties)."""
+    def atoms(cell, value):
+        return ((joint, tuple(cell[axis] for axis in joint)),) + tuple(
+            (axis, c) for axis, c in enumerate(cell) if axis not in joint) + (("value", value),)
+
+    uncovered = {atom: True for cell in cells for value in values_of(cell) for atom in atoms(cell, value)}
+    chosen = {cell: [] for cell in cells}
+    while uncovered:
+        best, best_gain = None, 0
+        for cell in cells:
+            for value in values_of(cell):
+                if value not in chosen[cell]:
+                    g = sum(1 for atom in atoms(cell, value) if atom in uncovered)
+                    if g > best_gain:
+                        best, best_gain = (cell, value), g
+        cell, value = best
+        chosen[cell].append(value)
+        for atom in atoms(cell, value):
+            uncovered.pop(atom, None)
+    return {cell: tuple(v for v in values_of(cell) if v in chosen[cell]) for cell in cells}
+
+
+def selected(world_size, cells, values_of, is_large=lambda cell: False, joint=(0,), thinned=False):
+    """{cell: values to run} at ``world_size``: all of them at FULL_PRODUCT_AT ranks, else the
+    pairwise covering selection; the cells where ``is_large`` holds: all of them at
+    FULL_LARGE_AT ranks, else ``large_covering`` (``joint`` passed on). ``thinned``: the
+    coverings at any world size (a matrix rerun under another setting, whose full product the
+    default run already holds)."""
+    small = [cell for cell in cells if not is_large(cell)]
+    large = [cell for cell in cells if is_large(cell)]
+    if world_size in FULL_PRODUCT_AT and not thinned:
+        chosen = {cell: tuple(values_of(cell)) for cell in small}
+    else:
+        chosen = covering(small, values_of)
+    if world_size == FULL_LARGE_AT and not thinned:
+        chosen.update({cell: tuple(values_of(cell)) for cell in large})
+    else:
+        chosen.update(large_covering(large, values_of, joint))
+    return {cell: chosen[cell] for cell in cells}

@@ -1,5 +1,6 @@
 """Real multi-process collectives: every collective x algorithm x dtype x op x count x root, in and
-out of place, world sizes 1, 2, 3, 4, 5, 8, each world size in one pool of rank processes."""
+out of place, world sizes 1, 2, 3, 4, 5, 8, each world size in one pool of rank processes (the full
+product or a covering selection at each world size: matrix_selection.py says which)."""
 import collections
 
 import pytest
@@ -63,10 +64,12 @@ def test_eight_ranks_on_two_cores_do_not_collapse(pool):
 @pytest.mark.parametrize("collective", ["all_reduce", "all_to_all", "broadcast"])
 def test_single_copy_rendezvous(pool, collective):
     """COMMLIB_CMA=1: messages larger than a channel go by rendezvous (the receiver reads the
-    sender's buffer with process_vm_readv); same matrix, same exact checks."""
+    sender's buffer with process_vm_readv): the matrix's ~1M-element calls, in their each-choice
+    covering (every algorithm, dtype, op and root meets them; the small counts' messages, 104
+    bytes at most, fit a 4 KiB slot and would repeat the default run), same exact checks."""
     p = pool(3, env={"COMMLIB_CMA": "1", "COMMLIB_SHM_SLOT_BYTES": "4096"})
     assert all(p.run(cases.direct_reads_enabled))
-    results = p.run(cases.check_collective, collective, timeout=240)
+    results = p.run(cases.check_collective, collective, True, timeout=240)
     failures = [f for fails, _ in results for f in fails]
     assert not failures, f"{len(failures)} wrong result(s):\n" + "\n".join(failures[:20])
     _check_identical([d for _, d in results])
@@ -78,9 +81,11 @@ def test_single_copy_rendezvous(pool, collective):
 def test_streaming_stores(pool, collective):
     """COMMLIB_STREAM_BYTES=1000: calls whose outputs hold 1000 bytes or more (all ranks together)
     write their messages and local copies of 64 KiB or more with non-temporal stores (by default
-    only calls of 32 MiB or more do); same matrix, same exact checks."""
+    only calls of 32 MiB or more do): the matrix's ~1M-element calls, in their each-choice covering
+    (every algorithm, dtype and root; the small counts' outputs, 312 bytes at most, never stream
+    and would repeat the default run), same exact checks."""
     p = pool(3, env={"COMMLIB_STREAM_BYTES": "1000"})
-    results = p.run(cases.check_collective, collective, timeout=240)
+    results = p.run(cases.check_collective, collective, True, timeout=240)
     failures = [f for fails, _ in results for f in fails]
     assert not failures, f"{len(failures)} wrong result(s):\n" + "\n".join(failures[:20])
     _check_identical([d for _, d in results])

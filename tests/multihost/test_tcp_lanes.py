@@ -16,7 +16,7 @@ import pytest
 import multihost_cases as cases
 import stripe_cases
 import commlib._C as _C
-from ranks import RankFailure, RankPool
+from commlib.testing import RankFailure, RankPool
 
 LOOPBACK = {"COMMLIB_SOCKET_IFNAME": "lo"}
 CHUNK = 16 << 10  # small chunks: many per message at small sizes, the rings wrap often

@@ -16,7 +16,7 @@ import multihost_cases as cases
 import commlib._C as _C
 from commlib.bootstrap import hosts as bootstrap
 from commlib.bootstrap import secret
-from ranks import RankFailure, RankPool
+from commlib.testing import RankFailure, RankPool
 
 LOOPBACK = {"COMMLIB_SOCKET_IFNAME": "lo"}
 TWO_HOSTS = ("a", "a", "b")

@@ -1,4 +1,4 @@
-"""Rank-side functions for the data-parallel tests (run by tests/ranks.py pools).
+"""Rank-side functions for the data-parallel tests (run by commlib.testing rank pools).
 
 Import this module as ``parallel.dp_cases`` (tests/ is on the workers' sys.path), so that the
 functions' ``__module__`` resolves in the rank processes.

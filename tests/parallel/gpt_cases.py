@@ -1,5 +1,5 @@
 """Rank-side functions for the tiny GPT trained sharded over (tensor, context) parallel groups
-against one process (run by tests/ranks.py workers, imported as ``parallel.gpt_cases``).
+against one process (run by commlib.testing rank pools, imported as ``parallel.gpt_cases``).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Rank-side functions for the pipeline tests (run by tests/ranks.py workers).
+"""Rank-side functions for the pipeline tests (run by commlib.testing rank pools).
 
 A stack of tanh(Linear) layers in float64, cut into stages unevenly, trained a few SGD steps
 under every schedule; each rank compares its stages' losses, gradients and parameters with

@@ -1,5 +1,5 @@
 """Rank-side functions for the sequence-parallel attention tests (ring, zigzag, Ulysses, hybrid;
-run by tests/ranks.py workers, imported as ``parallel.sp_cases``). The helpers shared with the
+run by commlib.testing rank pools, imported as ``parallel.sp_cases``). The helpers shared with the
 tensor-parallel cases are in tp_cases.py.
 """
 from __future__ import annotations

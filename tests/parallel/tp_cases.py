@@ -1,4 +1,4 @@
-"""Rank-side functions for the tensor-parallel tests (run by tests/ranks.py workers); the
+"""Rank-side functions for the tensor-parallel tests (run by commlib.testing rank pools); the
 sequence-parallel attention cases are in sp_cases.py, the tiny GPT in gpt_cases.py.
 
 Imported as ``parallel.tp_cases`` (tests/ is on the workers' sys.path). Every function takes the

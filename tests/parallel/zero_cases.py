@@ -1,4 +1,4 @@
-"""Rank-side functions for the ZeRO tests beyond training equivalence (run by tests/ranks.py
+"""Rank-side functions for the ZeRO tests beyond training equivalence (run by commlib.testing rank
 pools, imported as ``parallel.zero_cases``): sharded checkpoints, ZeRO-3's state dicts, wrap
 policies, mixed precision and prefetch, ZeRO-1/2's state dicts, overlap and parameter groups. The
 models, the single-process reference and the tolerance (dp_cases.TOL) are in dp_cases.py.

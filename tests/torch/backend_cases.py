@@ -1,4 +1,4 @@
-"""What the torch backend's rank-side cases share (run by tests/ranks.py workers): the process's
+"""What the torch backend's rank-side cases share (run by commlib.testing rank pools): the process's
 torch.distributed set-up, the tolerances, comparisons, data, batches and meshes. The cases are in
 backend_collective_cases.py (dist.* against gloo), backend_training_cases.py (DDP, FSDP2/HSDP,
 DTensor, functional collectives) and backend_error_cases.py (errors, options).

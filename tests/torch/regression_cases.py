@@ -1,4 +1,4 @@
-"""Rank-side cases for the four causes of #12 (run by tests/ranks.py workers; see backend_cases)."""
+"""Rank-side cases for the four causes of #12 (run by commlib.testing rank pools; see backend_cases)."""
 from __future__ import annotations
 
 import datetime

@@ -25,7 +25,7 @@ torch = pytest.importorskip("torch")
 import backend_collective_cases as bcol  # noqa: E402
 import backend_error_cases as berr  # noqa: E402
 import backend_training_cases as btrain  # noqa: E402
-from ranks import get_pool  # noqa: E402
+from commlib.testing import get_pool  # noqa: E402
 from commlib.testing.ranks import process_context  # noqa: E402
 
 

@@ -17,7 +17,7 @@ if HERE not in sys.path:
 
 torch = pytest.importorskip("torch")
 
-from ranks import get_pool  # noqa: E402
+from commlib.testing import get_pool  # noqa: E402
 
 needs_torch_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
                                       reason="this torch build has no CUDA device")

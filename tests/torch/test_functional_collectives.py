@@ -18,7 +18,7 @@ if HERE not in sys.path:
 torch = pytest.importorskip("torch")
 
 import funcol_cases as fcc  # noqa: E402
-from ranks import get_pool  # noqa: E402
+from commlib.testing import get_pool  # noqa: E402
 
 ALL_DTYPES = ["float32", "float64", "int64", "int32", "bfloat16"]
 # every dtype with a ProcessGroup; two dtypes (one float, one integer) for the other group forms

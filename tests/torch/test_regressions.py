@@ -12,7 +12,7 @@ if HERE not in sys.path:
 torch = pytest.importorskip("torch")
 
 import regression_cases as rc  # noqa: E402
-from ranks import get_pool  # noqa: E402
+from commlib.testing import get_pool  # noqa: E402
 
 
 @pytest.mark.parametrize("n", [2, 3])

@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 
 import checkpoint_cases  # noqa: E402
 import device_helper_cases as cases  # noqa: E402
-from ranks import get_pool  # noqa: E402
+from commlib.testing import get_pool  # noqa: E402
 
 
 def _case(name):

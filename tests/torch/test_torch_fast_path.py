@@ -15,7 +15,7 @@ if HERE not in sys.path:
 
 pytest.importorskip("torch")
 
-from ranks import get_pool  # noqa: E402
+from commlib.testing import get_pool  # noqa: E402
 
 
 def _cases():
