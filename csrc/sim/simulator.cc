@@ -81,6 +81,21 @@ class Run {
     oversub_ = oversubscription(t);
   }
 
+  // Record every step and transfer into `trace` (simulator.h) while playing.
+  void trace_into(Trace* trace) {
+    trace_ = trace;
+    if (!trace_) return;
+    trace_->steps.assign(P_, {});
+    const int nics = t_.nics_per_host;
+    auto& names = trace_->link_names;
+    for (int r = 0; r < P_; ++r) names.push_back("rank " + std::to_string(r) + " out");
+    for (int r = 0; r < P_; ++r) names.push_back("rank " + std::to_string(r) + " in");
+    for (int h = 0; h < H_; ++h) names.push_back("host " + std::to_string(h) + " bus");
+    for (const char* dir : {" out", " in"})
+      for (int h = 0; h < H_; ++h)
+        for (int n = 0; n < nics; ++n) names.push_back("host " + std::to_string(h) + " NIC " + std::to_string(n) + dir);
+  }
+
   void play(Result& res, double stop_after_s) {
     for (int r = 0; r < P_; ++r) schedule_entry(r, 0.0);
     while (!heap_.empty()) {
@@ -251,6 +266,9 @@ class Run {
     }
     Q.end = std::max(Q.end, taken + reduce_tail);
     ++transfers_;
+    if (trace_)
+      trace_->transfers.push_back(Trace::Transfer{s, q, S.step, Q.step, bytes, start, wire_done + latency,
+                                                  std::vector<int>(res, res + nres)});
   }
 
   // Seconds a NIC direction with a token bucket (Topology::nic_burst_bytes) takes to pass `bytes`
@@ -286,6 +304,7 @@ class Run {
       if (o->kind == SimKind::Copy) t += bytes * rates_[r].copy_s_per_byte;
       else if (o->kind == SimKind::Reduce) t += bytes * rates_[r].reduce_s_per_byte;
     }
+    if (trace_) trace_->steps[r].emplace_back(R.t, t);
     --R.left;
     ++R.step;
     player_.leave(r);
@@ -306,6 +325,7 @@ class Run {
   std::priority_queue<Event> heap_;
   sched::SchedulePlayer<Run> player_;
   double now_ = 0;  // the entering rank's entry time
+  Trace* trace_ = nullptr;
   int64_t steps_ = 0, transfers_ = 0, bytes_inter_ = 0, bytes_intra_ = 0;
 };
 
@@ -346,6 +366,7 @@ Result simulate(Collective c, const std::string& algorithm, int64_t count, int e
   const double t1 = now_s();
   const std::vector<RankRates> rates = rank_rates(topo, c, count, elem_bytes, root, scratch, res);
   Run run(topo, rates, shapes, progs, elem_bytes);
+  run.trace_into(opts.trace);
   run.play(res, opts.stop_after_s);
   res.build_s = t1 - t0;
   res.run_s = now_s() - t1;

@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/types.h"
 #include "sim/topology.h"
@@ -49,11 +51,26 @@ struct Result {
 // stop_after_s: stop the event run once simulated time passes it (Result::cut; time_s is then the
 // time reached, a lower bound). Events run in time order, so a run stopped there could only have
 // finished later: auto's ranking uses it to drop a candidate as soon as it cannot win.
+// What one run did, for the schedule explorer (commlib explain): every rank's steps as (entered,
+// finished) in seconds, and every transfer with the links it crossed (ids into link_names).
+struct Trace {
+  struct Transfer {
+    int src, dst;
+    int64_t src_step, dst_step;
+    double bytes, start, done;  // done: the last byte in at the receiver (wire + latency)
+    std::vector<int> links;
+  };
+  std::vector<std::vector<std::pair<double, double>>> steps;  // [rank][step]
+  std::vector<Transfer> transfers;
+  std::vector<std::string> link_names;  // "rank 3 out", "host 1 bus", "host 0 NIC 2 in", ...
+};
+
 struct Options {
   std::string inter_algorithm;
   int64_t segment = -1;
   std::string intra_algorithm;
   double stop_after_s = std::numeric_limits<double>::infinity();
+  Trace* trace = nullptr;  // filled when given
 };
 
 // `algorithm` may be "auto": the engine's resolution (policy/auto_policy.h, resolve_algorithm)

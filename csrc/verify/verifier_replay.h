@@ -41,9 +41,13 @@ class Replay {
     ranks_.resize(P_);
     for (int r = 0; r < P_; ++r) setup_rank(r);
     for (int r = 0; r < P_; ++r) validate_rank(r);
+    if (trace_)
+      for (int r = 0; r < P_; ++r) record(r);
     simulate();
     check_results();
   }
+  // Record every rank's holdings after each step into `h` (verifier_trace.cc) during run().
+  void trace_into(Holdings* h) { trace_ = h; }
 
  private:
   struct Rank {
@@ -132,6 +136,8 @@ class Replay {
   std::vector<int> ready_;  // ranks whose step a peer completed, to finish
   std::vector<Iv> writes_, reads_;
   std::vector<Run> pa_, pb_, pc_;
+  Holdings* trace_ = nullptr;
+  void record(int r);  // appends rank r's buffers to trace_
 };
 
 }  // namespace verify
