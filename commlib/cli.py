@@ -7,6 +7,7 @@
     commlib tune --device emulated -- all_reduce --np 2 -b 4K -e 4M   # + the device's kernel_path rows
     commlib sim all_reduce --topology dgx-h100 --nodes 1,8,64   # predictions (commlib/sim)
     commlib tune --sim dgx-h100 --nodes 1,8,64 -o tuning.json   # auto's tuning file from predictions
+    commlib explain all_reduce ring --size 4 --count 8 -o explain/   # the schedule explorer page
 
 ``python -m commlib`` is the same command.
 """
@@ -18,7 +19,7 @@ import sys
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="commlib", description="commlib benchmarks and reports")
-    sub = p.add_subparsers(dest="command", metavar="{bench,bench-torch,report,tune,sim}")
+    sub = p.add_subparsers(dest="command", metavar="{bench,bench-torch,report,tune,sim,explain}")
     sub.required = True
     from commlib.bench.launcher import add_arguments
     b = sub.add_parser("bench", help="run collectives on local ranks (or inside torchrun/srun), "
@@ -42,6 +43,10 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("sim", help="predict collectives on a modelled cluster (presets, topology JSON, "
                                    "or fitted from a bench run): nccl-tests table + JSON")
     add_sim(s)
+    from commlib.explain.cli import add_arguments as add_explain
+    e = sub.add_parser("explain", help="the schedule explorer: one self-contained page showing every step's "
+                                       "messages, what each rank holds (verifier) and step times (simulator)")
+    add_explain(e)
     from commlib.bench.torch_overhead import add_arguments as add_torch_overhead
     bt = sub.add_parser("bench-torch", help="per-call cost of blocking dist.* collectives over commlib vs "
                                             "gloo, torch's do-nothing backends and comm.* (8 B..64 KiB)")
@@ -60,6 +65,12 @@ def main(argv=None) -> int:
     if args.command == "sim":
         from commlib.sim.cli import run as sim_run
         return sim_run(args)
+    if args.command == "explain":
+        from commlib.explain.cli import run as explain_run
+        try:
+            return explain_run(args)
+        except ValueError as e:
+            parser().error(f"explain: {e}")
     if args.command == "tune" and args.sim:
         from commlib.sim.tune import main as sim_tune_main
         return sim_tune_main(args)

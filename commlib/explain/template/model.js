@@ -1,0 +1,121 @@
+// The explorer's reading of its embedded data (commlib/explain/data.py): which messages and local
+// operations a step holds, and what each rank's buffers hold after it. No drawing here.
+"use strict";
+const BUFFERS = ["input", "output", "scratch"];
+
+function regionText(g) {
+  return `${g[0]}[${g[1]}:${g[1] + g[2]}]`;
+}
+
+// Steps of a case: the longest rank's (ranks may have different numbers of steps).
+function stepCount(c) {
+  return Math.max(0, ...c.schedules.map((s) => s.steps.length));
+}
+
+// Every message of the case, sends paired with receives first in, first out per ordered pair of
+// ranks (the verifier's and the executor's matching rule), listed under the sender's step.
+function messages(c) {
+  const sends = new Map(), recvs = new Map();
+  c.schedules.forEach((s, r) => s.steps.forEach((ops, k) => ops.forEach((o) => {
+    if (o.op === "send") push(sends, `${r}>${o.peer}`, { k, o });
+    else if (o.op === "recv" || o.op === "recv_reduce") push(recvs, `${o.peer}>${r}`, { k, o });
+  })));
+  const byStep = [];
+  for (const [pair, list] of sends) {
+    const [src, dst] = pair.split(">").map(Number);
+    const got = recvs.get(pair) || [];
+    list.forEach((snd, i) => {
+      const rcv = got[i];
+      const m = { src, dst, step: snd.k, send: snd.o.src, count: snd.o.src[2],
+                  op: rcv ? rcv.o.op : "unmatched", recv: rcv ? rcv.o.dst : null,
+                  with: rcv && rcv.o.op === "recv_reduce" ? rcv.o.src : null, recvStep: rcv ? rcv.k : -1 };
+      (byStep[snd.k] = byStep[snd.k] || []).push(m);
+    });
+  }
+  byStep.forEach((l) => l.sort((a, b) => a.src - b.src || a.dst - b.dst));
+  return byStep;
+}
+
+function push(map, key, v) {
+  if (!map.has(key)) map.set(key, []);
+  map.get(key).push(v);
+}
+
+// Copies and reductions inside a rank at step k.
+function localOps(c, k) {
+  const out = [];
+  c.schedules.forEach((s, r) => (s.steps[k] || []).forEach((o) => {
+    if (o.op === "copy" || o.op === "reduce") out.push({ rank: r, op: o.op, dst: o.dst, src: o.src });
+  }));
+  return out;
+}
+
+// What rank r holds at position k (0: before its first step; k: after its step k - 1).
+function holdingAt(c, r, k) {
+  const h = c.holdings[r];
+  return h[Math.min(k, h.length - 1)];
+}
+
+// Column boundaries of buffer b: every run boundary of any rank at any position, so one column
+// is one block that moves or combines as a unit.
+function columns(c, b) {
+  const cuts = new Set([0]);
+  let size = -1;
+  c.holdings.forEach((per) => per.forEach((bufs) => {
+    const runs = bufs[b];
+    if (!runs) return;
+    runs.forEach((x) => { cuts.add(x[0]); cuts.add(x[0] + x[1]); size = Math.max(size, x[0] + x[1]); });
+  }));
+  if (size <= 0) return [];
+  return [...cuts].filter((x) => x <= size).sort((a, b) => a - b);
+}
+
+// The cells of one rank's buffer for the given boundaries: {start, len, src, ranks} or null past
+// the buffer's end.
+function cells(runs, bounds) {
+  const out = [];
+  for (let i = 0; i + 1 < bounds.length; i++) {
+    const a = bounds[i], len = bounds[i + 1] - a;
+    const run = runs && runs.find((x) => x[0] <= a && a < x[0] + x[1]);
+    if (!run) { out.push(null); continue; }
+    out.push({ start: a, len, src: run[2] >= 0 ? run[2] + (a - run[0]) : run[2], ranks: run[3] });
+  }
+  return out;
+}
+
+// "x0", "x0+x3", "x0+…+x5+x7": the inputs a value is reduced from (ranks in runs of four or
+// more are shortened).
+function contribLabel(ranks) {
+  const parts = [];
+  for (let i = 0; i < ranks.length;) {
+    let j = i;
+    while (j + 1 < ranks.length && ranks[j + 1] === ranks[j] + 1) j++;
+    if (j - i >= 3) parts.push(`x${ranks[i]}+…+x${ranks[j]}`);
+    else for (let q = i; q <= j; q++) parts.push(`x${ranks[q]}`);
+    i = j + 1;
+  }
+  return parts.join("+");
+}
+
+function cellLabel(cell) {
+  if (!cell) return "";
+  if (cell.src < 0) return "–";
+  const where = cell.src !== cell.start ? `[${cell.src}:${cell.src + cell.len}]` : "";
+  return contribLabel(cell.ranks) + where;
+}
+
+function sameCell(a, b) {
+  return !!a && !!b && a.src === b.src && a.ranks.join() === b.ranks.join();
+}
+
+function fmtTime(s) {
+  if (s >= 1e-3) return `${(s * 1e3).toPrecision(3)} ms`;
+  return `${(s * 1e6).toPrecision(3)} µs`;
+}
+
+function fmtBytes(b) {
+  const units = ["B", "KiB", "MiB", "GiB"];
+  let i = 0;
+  while (b >= 1024 && i < units.length - 1) { b /= 1024; i++; }
+  return `${Number.isInteger(b) ? b : b.toPrecision(3)} ${units[i]}`;
+}
