@@ -64,6 +64,8 @@ const std::vector<Param> kParams = {
      "the job's shared secret (16+ bytes): store values are signed and checked with it"},
     {"COMMLIB_NO_CUDA", "flag", "",
      "build time (setup.py): skip the CUDA module even when nvcc is found"},
+    {"COMMLIB_NO_CHROMIUM", "flag", "",
+     "set-up time (scripts/setup.sh): do not install Debian's chromium for the explorer's browser test"},
     {"COMMLIB_EMULATED_DELAY_US", "int", "0",
      "microseconds every data operation of an emulated device stream waits before it runs (tests: a missing "
      "wait shows up as wrong data)", 0, 10'000'000},

@@ -163,8 +163,10 @@ function drawSim(c, k, data, go) {
   const j = sim.bounding_step;
   const line = k === 0 || k > S ? "" :
     `Step ${k}: ${fmtTime(sim.step_s[k - 1])}, all ranks done at ${fmtTime(sim.step_end_s[k - 1])}. `;
-  box.appendChild(el("p", { class: "simtext" }, line +
-    (j >= 0 ? `★ Step ${j + 1} bounds the time: the longest, ${fmtTime(sim.step_s[j])}.` : "")));
+  const ties = sim.step_s.filter((t) => j >= 0 && t >= sim.step_s[j] * (1 - 1e-3)).length;
+  const bound = j < 0 ? "" : ties > 1 ? `★ ${ties} steps tie for the longest (${fmtTime(sim.step_s[j])}), step ${j + 1} first.`
+                                      : `★ Step ${j + 1} bounds the time: the longest, ${fmtTime(sim.step_s[j])}.`;
+  box.appendChild(el("p", { class: "simtext" }, line + bound));
   const rows = k >= 1 && k <= S ? sim.link_bytes[k - 1] : [];
   const totals = new Map(sim.total_link_bytes);
   const table = el("table", { class: "links" });

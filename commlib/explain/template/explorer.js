@@ -22,8 +22,11 @@ function maxStep() {
 
 function readHash() {
   const h = new URLSearchParams(location.hash.slice(1));
-  if (names.includes(h.get("alg"))) state.algs[0] = h.get("alg");
-  if (names.includes(h.get("vs"))) { state.algs[1] = h.get("vs"); state.compare = true; }
+  if (names.includes(h.get("alg"))) {
+    state.algs[0] = h.get("alg");
+    state.compare = names.includes(h.get("vs"));  // a link names both panels or one
+  }
+  if (names.includes(h.get("vs"))) state.algs[1] = h.get("vs");
   const P = Number(h.get("P")), n = Number(h.get("count")), k = Number(h.get("step"));
   if (DATA.sizes.includes(P)) state.P = P;
   if (DATA.counts.includes(n)) state.count = n;
@@ -143,6 +146,7 @@ function init() {
   $("fwd").addEventListener("click", () => go(state.step + 1));
   $("last").addEventListener("click", () => go(maxStep()));
   $("play").addEventListener("click", play);
+  window.addEventListener("hashchange", () => { readHash(); render(); });  // a link to another step
   document.addEventListener("keydown", (e) => {
     if (e.altKey || e.ctrlKey || e.metaKey) return;
     const t = e.target.tagName;
