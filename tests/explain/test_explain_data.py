@@ -132,3 +132,29 @@ def test_command_writes_the_page(tmp_path, capsys):
     assert "broadcast.html#alg=pipeline" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["explain", "broadcast", "pipeline", "--sizes", "x", "-o", str(tmp_path)])
+
+
+@pytest.mark.parametrize("alg", ["ring", "rabenseifner", "two_shot"])
+def test_simulator_trace_agrees_with_the_schedules_and_the_simulator(alg):
+    P, n, eb = 4, 1 << 12, 4
+    engine = PRESETS["dgx-h100"].engine_dict(P)
+    trace = _C.simulate_trace(COLLECTIVE["all_reduce"], alg, n, eb, 0, engine)
+    assert trace["time_s"] == _C.simulate(COLLECTIVE["all_reduce"], alg, n, eb, 0, engine)["time_s"]
+    scheds = X.schedules("all_reduce", alg, P, n, [0] * P)
+    assert [len(s) for s in trace["steps"]] == [len(s["steps"]) for s in scheds]
+    assert max(spans[-1][1] for spans in trace["steps"]) == trace["time_s"]
+    for spans in trace["steps"]:  # each step enters after the one before finished
+        assert all(a[1] <= b[0] and a[0] <= a[1] for a, b in zip(spans, spans[1:]))
+    sent = sorted((r, o["peer"], k, o["src"][2] * eb) for r, s in enumerate(scheds)
+                  for k, ops in enumerate(s["steps"]) for o in ops if o["op"] == "send")
+    assert sorted((s, d, k, b) for s, d, k, _, b, *_ in trace["transfers"]) == sent
+    names = trace["links"]
+    for s, d, *_, links in trace["transfers"]:  # one host: the sender's port out, the receiver's in
+        assert [names[link] for link in links] == [f"rank {s} out", f"rank {d} in"]
+
+
+def test_traces_refuse_worlds_too_large_to_draw():
+    with pytest.raises(ValueError, match="size"):
+        _C.verify_trace(COLLECTIVE["all_reduce"], "ring", 65, 8)
+    with pytest.raises(ValueError, match="topology"):
+        _C.simulate_trace(COLLECTIVE["all_reduce"], "ring", 8, 4, 0, PRESETS["dgx-h100"].engine_dict(65))
