@@ -8,6 +8,8 @@ import json
 import os
 import re
 
+from commlib.explain.codec import decode_case, encode_case
+
 __all__ = ["render", "write", "embedded_data"]
 
 _TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "template")
@@ -22,7 +24,8 @@ def _read(name: str) -> str:
 
 
 def render(data: dict) -> str:
-    """The page's HTML for ``data`` (explorer_data's dict)."""
+    """The page's HTML for ``data`` (explorer_data's dict; its cases stored in codec.py's form)."""
+    data = dict(data, cases={k: encode_case(c) for k, c in data["cases"].items()})
     # "</" never appears inside the JSON script element, so no string in the data can close it.
     blob = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
     title = html.escape(f"{data['collective']} — commlib schedule explorer")
@@ -43,8 +46,10 @@ def write(data: dict, path: str) -> str:
 
 
 def embedded_data(page: str) -> dict:
-    """The data a page carries (``page``: its HTML text)."""
+    """The data a page carries (``page``: its HTML text), as explorer_data returned it (JSON's lists
+    for tuples)."""
     m = _DATA.search(page)
     if not m:
         raise ValueError("page: no explorer data in it (not a commlib explain page)")
-    return json.loads(m.group(1))  # "<\/" is JSON's own escape of "</"
+    data = json.loads(m.group(1))  # "<\/" is JSON's own escape of "</"
+    return dict(data, cases={k: decode_case(c) for k, c in data["cases"].items()})

@@ -170,7 +170,9 @@ function drawSim(c, k, data, go) {
   const rows = k >= 1 && k <= S ? sim.link_bytes[k - 1] : [];
   const totals = new Map(sim.total_link_bytes);
   const table = el("table", { class: "links" });
-  table.appendChild(el("caption", {}, k >= 1 && k <= S ? `Bytes each link carries in step ${k}` : "Bytes each link carries in all"));
+  const caption = k < 1 || k > S ? "Bytes each link carries in all steps" : rows.length ? `Bytes each link carries in step ${k}`
+    : `No link carries bytes in step ${k} (local work only); in all steps:`;
+  table.appendChild(el("caption", {}, caption));
   table.appendChild(rowOf("th", ["link", "this step", "", "all steps"]));
   const list = (rows.length ? rows : sim.total_link_bytes).slice().sort((a, b) => b[1] - a[1]);
   const most = list.length ? list[0][1] : 0;

@@ -11,8 +11,12 @@ const state = {
 };
 const $ = (id) => document.getElementById(id);
 
+const decoded = new Map();  // cases decoded as they are first shown
+
 function caseOf(alg) {
-  return DATA.cases[`${alg}/${state.P}/${state.count}`];
+  const key = `${alg}/${state.P}/${state.count}`;
+  if (!decoded.has(key)) decoded.set(key, DATA.cases[key] ? decodeCase(DATA.cases[key]) : null);
+  return decoded.get(key);
 }
 
 function maxStep() {

@@ -2,6 +2,34 @@
 // operations a step holds, and what each rank's buffers hold after it. No drawing here.
 "use strict";
 const BUFFERS = ["input", "output", "scratch"];
+const OPS = ["send", "recv", "recv_reduce", "copy", "reduce"];
+
+// A case from the page's compact form (commlib/explain/codec.py, encode_case): ops of 8 integers,
+// runs flat with contributor sets as bit masks, 0 for a buffer unchanged since the step before.
+function decodeCase(c) {
+  const region = (b, off, n) => (b < 0 ? null : [BUFFERS[b], off, n]);
+  const ranks = (mask) => {
+    const out = [];
+    for (let r = 0; mask > 0; r++, mask = Math.floor(mask / 2)) if (mask % 2) out.push(r);
+    return out;
+  };
+  const schedules = c.schedules.map((s) => ({
+    scratch_count: s.scratch_count,
+    steps: s.steps.map((ops) => ops.map((o) => ({ op: OPS[o[0]], peer: o[1] < 0 ? null : o[1],
+                                                  dst: region(o[2], o[3], o[4]), src: region(o[5], o[6], o[7]) }))),
+  }));
+  const holdings = c.holdings.map((per) => {
+    const prev = [null, null, null];
+    return per.map((row) => row.map((flat, b) => {
+      if (flat === null) return (prev[b] = null);
+      if (!Array.isArray(flat)) return prev[b];
+      const runs = [];
+      for (let i = 0; i < flat.length; i += 4) runs.push([flat[i], flat[i + 1], flat[i + 2], ranks(flat[i + 3])]);
+      return (prev[b] = runs);
+    }));
+  });
+  return Object.assign({}, c, { schedules, holdings });
+}
 
 function regionText(g) {
   return `${g[0]}[${g[1]}:${g[1] + g[2]}]`;
@@ -110,7 +138,9 @@ function sameCell(a, b) {
 
 function fmtTime(s) {
   if (s >= 1e-3) return `${(s * 1e3).toPrecision(3)} ms`;
-  return `${(s * 1e6).toPrecision(3)} µs`;
+  if (s >= 1e-6) return `${(s * 1e6).toPrecision(3)} µs`;
+  if (s > 0) return `${(s * 1e9).toPrecision(3)} ns`;
+  return "0 s";
 }
 
 function fmtBytes(b) {
