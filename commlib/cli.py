@@ -54,8 +54,16 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def explorer_pages(compared, outdir):
+    """The report's schedule-explorer pages (commlib/explain/report.py), handed to bench's report
+    here: the explorer reads the simulator, which bench never imports."""
+    from commlib.explain.report import write_pages
+    return write_pages(compared, outdir)
+
+
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    args.explorer = explorer_pages  # the report's "See the algorithms move" (bench and report)
     if args.command == "bench":
         from commlib.bench.launcher import run
         return run(args)

@@ -268,8 +268,7 @@ def test_default_tuning_file_is_valid():
 
 # -- report --------------------------------------------------------------------------------------------
 SECTIONS = ("Summary: commlib vs gloo vs MPI", "Plots", "Fitted cost model", "Crossover sizes",
-            "What auto picks", "commlib vs gloo vs MPI at each size", "Correctness", "See the algorithms move",
-            "Machine and versions")
+            "What auto picks", "commlib vs gloo vs MPI at each size", "Correctness", "Machine and versions")
 
 
 def test_report_from_synthetic_json(tmp_path):

@@ -51,7 +51,7 @@ def test_ring_all_reduce_in_a_real_browser(browser, tmp_path, shots):
     P, n = 4, 8
     path = explain.write_page("all_reduce", "ring", P, n, str(tmp_path / "all_reduce.html"), sizes=[2, 4, 8],
                               counts=[n])
-    browser.set_window_size(1280, 1000)
+    browser.set_window_size(1280, 1020)
     browser.get(f"file://{path}#alg=ring&P={P}&count={n}&step=0")
     errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert not errors, errors
@@ -95,6 +95,7 @@ def test_ring_all_reduce_in_a_real_browser(browser, tmp_path, shots):
     assert (left["alg"], right["alg"]) == ("ring", "rabenseifner")
     check_step(left, ring, ring_hold, 2)
     check_step(right, rab, rab_hold, 2)
+    browser.set_window_size(1280, 1560)  # both panels whole, for docs/img
     browser.save_screenshot(os.path.join(shots, "explorer-compare.png"))
 
     # A phone's width: nothing wider than the screen (tables scroll inside their box).
