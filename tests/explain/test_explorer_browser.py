@@ -47,7 +47,7 @@ def check_step(state, scheds, hold, k):
 def test_ring_all_reduce_in_a_real_browser(browser, tmp_path, shots):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
-    from selenium.webdriver.support.ui import Select
+    from selenium.webdriver.support.ui import Select, WebDriverWait
     P, n = 4, 8
     path = explain.write_page("all_reduce", "ring", P, n, str(tmp_path / "all_reduce.html"), sizes=[2, 4, 8],
                               counts=[n])
@@ -72,6 +72,12 @@ def test_ring_all_reduce_in_a_real_browser(browser, tmp_path, shots):
     assert all(c[6].endswith("✓") for c in state["cells"])  # every block final
     body.send_keys(Keys.HOME)
     assert browser.execute_script(READ_PANEL, "panel-0")["step"] == 0
+    body.send_keys(Keys.SPACE)  # play: a step a second, until Space again
+    WebDriverWait(browser, 10).until(lambda d: d.execute_script(READ_PANEL, "panel-0")["step"] >= 1)
+    browser.find_element(By.TAG_NAME, "body").send_keys(Keys.SPACE)
+    assert browser.find_element(By.ID, "play").text.endswith("Play")  # paused
+    body = browser.find_element(By.TAG_NAME, "body")
+    body.send_keys(Keys.HOME)
     browser.find_element(By.ID, "fwd").click()
     check_step(browser.execute_script(READ_PANEL, "panel-0"), ring, ring_hold, 1)
 

@@ -62,7 +62,7 @@ function drawRanks(c, msgs, locals, k, data) {
     svg.appendChild(path);
     if (labelled) {
       const lx = 0.25 * s[0] + 0.5 * cx + 0.25 * e[0], ly = 0.25 * s[1] + 0.5 * cy + 0.25 * e[1];
-      const lab = `${reduce ? "+= " : ""}${m.recv ? regionText(m.recv) : "?"}`;
+      const lab = `${reduce ? "+= " : ""}${m.recv ? regionText(m.recv) : "?"} · ${fmtBytes(m.count * data.elem_bytes)}`;
       svg.appendChild(el("svg:text", { class: "msg-label", x: lx, y: ly, "text-anchor": "middle" }, lab));
     }
   }

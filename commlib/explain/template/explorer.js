@@ -60,7 +60,11 @@ function renderPanel(i) {
   const lab = el("label", {}, "Algorithm ");
   const sel = el("select", { class: "alg", "aria-label": `Algorithm of panel ${i + 1}` });
   options(sel, names, alg);
-  sel.addEventListener("change", () => { state.algs[i] = sel.value; render(); sel.focus && $(`panel-${i}`).querySelector("select.alg").focus(); });
+  sel.addEventListener("change", () => {
+    state.algs[i] = sel.value;
+    render();
+    $(`panel-${i}`).querySelector("select.alg").focus();  // the panel was redrawn: keep the keyboard's place
+  });
   lab.appendChild(sel);
   head.appendChild(lab);
   panel.appendChild(head);
@@ -82,7 +86,7 @@ function renderPanel(i) {
   const fig = el("figure");
   fig.appendChild(drawRanks(c, msgs, locals, k, { uid: `${DATA.uid}${i}`, elem_bytes: DATA.elem_bytes }));
   fig.appendChild(el("figcaption", {}, "Blue arrows store what they carry; dashed vermillion arrows (+=) add it " +
-                                        "into the receiver's buffer. Labels name the receiving region."));
+                                        "into the receiver's buffer. Labels name the receiving region and the bytes."));
   left.appendChild(fig);
   const list = el("ol", { class: "messages", "aria-label": "This step in words" });
   if (k === 0) list.appendChild(el("li", {}, "Every rank holds its own input; nothing has been sent."));
@@ -159,7 +163,7 @@ function init() {
     else if (e.key === "ArrowLeft") go(state.step - 1);
     else if (e.key === "Home") go(0);
     else if (e.key === "End") go(maxStep());
-    else if (e.key === " " && t !== "BUTTON") play();
+    else if (e.key === " " && t !== "BUTTON" && t !== "INPUT") play();  // Space still presses and ticks
     else if (e.key === "c" || e.key === "C") { state.compare = !state.compare; render(); }
     else return;
     e.preventDefault();
