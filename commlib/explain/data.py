@@ -126,8 +126,10 @@ def explorer_data(collective: str, algorithm: str, P: int, count: int, topology=
     counts = sorted(set(counts if counts is not None else [1, count, min(16 * count, MAX_COUNT)]) | {count})
     known = _check(collective, [algorithm] + list(algorithms or []), sizes, counts, root)
     algorithms = list(dict.fromkeys([algorithm] + list(algorithms if algorithms is not None else known)))
-    if nodes and nodes > 1 and not topo.nic_Gbps > 0:
-        raise ValueError(f"nodes: {topo.name} has no NICs (nic_Gbps 0), so it is one host")
+    many = max(len(set(hosts_for(topo, n, nodes))) for n in sizes)
+    if many > 1 and not topo.nic_Gbps > 0:
+        raise ValueError(f"{'nodes' if nodes else 'size'}: {many} hosts, but {topo.name} has no NICs (nic_Gbps 0) "
+                         f"to join them")
     info = {i["name"]: i["summary"] for i in _C.algorithm_info(call_spec.collective(collective))}
     cases = {}
     for a in algorithms:

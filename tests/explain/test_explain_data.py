@@ -3,6 +3,8 @@ collectives at P = 2..8, read back from the written page, equals the schedules (
 verifier's holdings after every step (_C.verify_trace) and the simulator's timeline
 (_C.simulate_trace); and the holdings are the verifier's real ones (hand-checked ring steps, the
 collective's definition at the end)."""
+import dataclasses
+
 import pytest
 
 import commlib._C as _C
@@ -107,8 +109,11 @@ def test_hosts_follow_nodes_and_reach_the_schedules_and_the_simulator():
     (dict(collective="all_reduce", algorithm="ring", P=4, count=8, nodes=2, topology="dgx-h100", elem_bytes=0),
      "elem_bytes"),
     (dict(collective="broadcast", algorithm="binomial", P=4, count=8, root=4), "root"),
+    (dict(collective="all_reduce", algorithm="ring", P=4, count=8, topology="one-host.json"), "size: 2 hosts"),
 ])
 def test_bad_arguments_are_refused_naming_them(kwargs, arg):
+    if kwargs.get("topology") == "one-host.json":  # a topology without NICs spread over two hosts
+        kwargs["topology"] = dataclasses.replace(PRESETS["dgx-h100"], devices_per_host=2, nic_Gbps=0.0)
     with pytest.raises(ValueError, match=arg):
         explain.explorer_data(**kwargs, sizes=[4], counts=[8])
 
