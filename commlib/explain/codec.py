@@ -19,6 +19,11 @@ def _unregion(b, off, n):
     return None if b < 0 else [BUFFERS[b], off, n]
 
 
+def _op_code(name):
+    """An op's number, or its name where the IR has kinds this table does not list."""
+    return OPS.index(name) if name in OPS else name
+
+
 def _mask(ranks):
     m = 0
     for r in ranks:
@@ -34,8 +39,8 @@ def encode_case(c: dict) -> dict:
     """A case of data.case() in the page's form (ranks must be < 53: JavaScript's exact integers)."""
     if c["P"] > 53:
         raise ValueError(f"size: a page draws at most 53 ranks, got {c['P']}")
-    scheds = [{"steps": [[[OPS.index(o["op"]), -1 if o["peer"] is None else o["peer"], *_region(o["dst"]),
-                           *_region(o["src"])] for o in ops] for ops in s["steps"]],
+    scheds = [{"steps": [[[_op_code(o["op"]), -1 if o["peer"] is None else o["peer"], *_region(o.get("dst")),
+                           *_region(o.get("src"))] for o in ops] for ops in s["steps"]],
                "scratch_count": s["scratch_count"]} for s in c["schedules"]]
     holdings = []
     for per in c["holdings"]:
@@ -53,7 +58,7 @@ def encode_case(c: dict) -> dict:
 
 def decode_case(c: dict) -> dict:
     """encode_case's inverse (runs as lists [start, len, src, [ranks]], regions as lists)."""
-    scheds = [{"steps": [[{"op": OPS[o[0]], "peer": None if o[1] < 0 else o[1], "dst": _unregion(*o[2:5]),
+    scheds = [{"steps": [[{"op": o[0] if isinstance(o[0], str) else OPS[o[0]], "peer": None if o[1] < 0 else o[1], "dst": _unregion(*o[2:5]),
                            "src": _unregion(*o[5:8])} for o in ops] for ops in s["steps"]],
                "scratch_count": s["scratch_count"]} for s in c["schedules"]]
     holdings = []

@@ -73,7 +73,7 @@ function drawRanks(c, msgs, locals, k, data) {
     g.appendChild(el("svg:text", { x, y }, `${r}`));
     const mine = locals.filter((o) => o.rank === r);
     if (mine.length) {
-      const words = mine.map((o) => (o.op === "reduce" ? "+ reduce" : "copy")).join(", ");
+      const words = mine.map((o) => (o.op === "reduce" ? "+ reduce" : o.op)).join(", ");
       const t = el("svg:text", { class: "local", x, y: y + nodeR + 12 }, words);
       t.appendChild(el("svg:title", {}, mine.map((o) => localText(o)).join("; ")));
       g.appendChild(t);
@@ -97,8 +97,11 @@ function messageText(m, elemBytes) {
 }
 
 function localText(o) {
-  return o.op === "reduce" ? `rank ${o.rank} reduces ${regionText(o.src)} into ${regionText(o.dst)}`
-                           : `rank ${o.rank} copies ${regionText(o.src)} to ${regionText(o.dst)}`;
+  if (o.op === "reduce") return `rank ${o.rank} reduces ${regionText(o.src)} into ${regionText(o.dst)}`;
+  if (o.op === "copy") return `rank ${o.rank} copies ${regionText(o.src)} to ${regionText(o.dst)}`;
+  const parts = [o.peer !== null ? `peer ${o.peer}` : "", o.src ? `from ${regionText(o.src)}` : "",
+                 o.dst ? `to ${regionText(o.dst)}` : ""].filter(Boolean);
+  return `rank ${o.rank}: ${o.op} ${parts.join(", ")}`;
 }
 
 // The holdings after position k: one row per rank, one column per block of each buffer shown.

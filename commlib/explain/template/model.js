@@ -15,7 +15,7 @@ function decodeCase(c) {
   };
   const schedules = c.schedules.map((s) => ({
     scratch_count: s.scratch_count,
-    steps: s.steps.map((ops) => ops.map((o) => ({ op: OPS[o[0]], peer: o[1] < 0 ? null : o[1],
+    steps: s.steps.map((ops) => ops.map((o) => ({ op: typeof o[0] === "string" ? o[0] : OPS[o[0]], peer: o[1] < 0 ? null : o[1],
                                                   dst: region(o[2], o[3], o[4]), src: region(o[5], o[6], o[7]) }))),
   }));
   const holdings = c.holdings.map((per) => {
@@ -69,11 +69,12 @@ function push(map, key, v) {
   map.get(key).push(v);
 }
 
-// Copies and reductions inside a rank at step k.
+// Copies and reductions inside a rank at step k, and ops of kinds this page does not draw (listed
+// in words only).
 function localOps(c, k) {
   const out = [];
   c.schedules.forEach((s, r) => (s.steps[k] || []).forEach((o) => {
-    if (o.op === "copy" || o.op === "reduce") out.push({ rank: r, op: o.op, dst: o.dst, src: o.src });
+    if (!["send", "recv", "recv_reduce"].includes(o.op)) out.push({ rank: r, op: o.op, peer: o.peer, dst: o.dst, src: o.src });
   }));
   return out;
 }
