@@ -32,7 +32,7 @@ function drawRanks(c, msgs, locals, k, data) {
   }
   svg.appendChild(defs);
   const hosts = [...new Set(c.hosts)];
-  if (hosts.length > 1) {
+  if (hosts.length > 1 && hosts.length < P) {  // one rank per host: every rank is its host, no band
     for (const h of hosts) {
       const rs = c.hosts.map((x, r) => (x === h ? r : -1)).filter((r) => r >= 0);
       const a0 = (2 * Math.PI * (rs[0] - 0.35)) / P, a1 = (2 * Math.PI * (rs[rs.length - 1] + 0.35)) / P;
@@ -117,7 +117,7 @@ function drawHoldings(c, k) {
     for (let i = 0; i + 1 < bounds.length; i++)
       head.appendChild(el("th", { scope: "col" }, `${BUFFERS[b]}[${bounds[i]}:${bounds[i + 1]}]`));
   table.appendChild(head);
-  const multiHost = new Set(c.hosts).size > 1;
+  const multiHost = new Set(c.hosts).size > 1 && new Set(c.hosts).size < c.P;
   for (let r = 0; r < c.P; r++) {
     const tr = el("tr");
     tr.appendChild(el("th", { scope: "row" }, multiHost ? `${r} (host ${c.hosts[r]})` : `${r}`));
@@ -147,10 +147,11 @@ function drawHoldings(c, k) {
 // The simulator's view: each step's time as a bar (the longest, which bounds the time, starred)
 // and the bytes each link carries in this step.
 function drawSim(c, k, data, go) {
-  const sim = c.sim, box = el("div", { class: "sim" });
+  const sim = c.sim, box = el("div", { class: "sim" }), nHosts = new Set(c.hosts).size;
   const S = sim.step_s.length;
   box.appendChild(el("p", { class: "simtext" },
-    `Simulated on ${data.topology} (${new Set(c.hosts).size} host${new Set(c.hosts).size === 1 ? "" : "s"}, ` +
+    `Simulated on ${data.topology} (${nHosts === c.P && nHosts > 1 ? "one rank per host" :
+                                      `${nHosts} host${nHosts === 1 ? "" : "s"}`}, ` +
     `${data.elem_bytes} B per element): ${fmtTime(sim.time_s)} in all.`));
   const peak = Math.max(...sim.step_s, 1e-30);
   const bars = el("div", { class: "timeline", role: "group", "aria-label": "Time of each step" });
