@@ -46,11 +46,6 @@ struct Result {
   bool cut = false;         // stopped at Options::stop_after_s: time_s is a lower bound (> stop_after_s)
 };
 
-// What a hierarchical schedule is built with (ir.h CollArgs): its inter-host algorithm ("": the
-// built-in exchange), its intra-host algorithm ("": the built-in exchanges) and pipeline segment in elements (-1: COMMLIB_HIER_SEGMENT; 0: none).
-// stop_after_s: stop the event run once simulated time passes it (Result::cut; time_s is then the
-// time reached, a lower bound). Events run in time order, so a run stopped there could only have
-// finished later: auto's ranking uses it to drop a candidate as soon as it cannot win.
 // What one run did, for the schedule explorer (commlib explain): every rank's steps as (entered,
 // finished) in seconds, and every transfer with the links it crossed (ids into link_names).
 struct Trace {
@@ -65,6 +60,11 @@ struct Trace {
   std::vector<std::string> link_names;  // "rank 3 out", "host 1 bus", "host 0 NIC 2 in", ...
 };
 
+// What a hierarchical schedule is built with (ir.h CollArgs): its inter-host algorithm ("": the
+// built-in exchange), its intra-host algorithm ("": the built-in exchanges) and pipeline segment in elements (-1: COMMLIB_HIER_SEGMENT; 0: none).
+// stop_after_s: stop the event run once simulated time passes it (Result::cut; time_s is then the
+// time reached, a lower bound). Events run in time order, so a run stopped there could only have
+// finished later: auto's ranking uses it to drop a candidate as soon as it cannot win.
 struct Options {
   std::string inter_algorithm;
   int64_t segment = -1;
