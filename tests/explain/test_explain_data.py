@@ -135,6 +135,13 @@ def test_command_writes_the_page(tmp_path, capsys):
     assert data["start"] == {"algorithm": "pipeline", "P": 3, "count": 4}
     assert data["topology"] == "eth-25g" and data["cases"]["pipeline/3/4"]["hosts"] == [0, 1, 2]
     assert "broadcast.html#alg=pipeline" in capsys.readouterr().out
+    assert main(["explain", "all_reduce", "hierarchical", "--size", "4", "--count", "8", "--nodes", "2", "--sizes",
+                 "2,4", "--counts", "8", "--algorithms", "hierarchical,ring", "--bytes-per-element", "1024",
+                 "-o", str(tmp_path)]) == 0
+    data = explain.embedded_data((tmp_path / "all_reduce.html").read_text())
+    assert [a["name"] for a in data["algorithms"]] == ["hierarchical", "ring"] and data["elem_bytes"] == 1024
+    assert set(data["cases"]) == {f"{a}/{P}/8" for a in ("hierarchical", "ring") for P in (2, 4)}
+    assert data["cases"]["ring/4/8"]["hosts"] == [0, 0, 1, 1] and data["cases"]["ring/2/8"]["hosts"] == [0, 1]
     with pytest.raises(SystemExit):
         main(["explain", "broadcast", "pipeline", "--sizes", "x", "-o", str(tmp_path)])
 

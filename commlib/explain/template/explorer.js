@@ -77,7 +77,7 @@ function renderPanel(i) {
   const byStep = messages(c);
   const msgs = k >= 1 ? byStep[k - 1] || [] : [];
   const locals = k >= 1 ? localOps(c, k - 1) : [];
-  const h = el("h3", {}, k === 0 ? `Start (${S} steps)` : `Step ${k} of ${S}` +
+  const h = el("h2", { class: "step-title" }, k === 0 ? `Start (${S} steps)` : `Step ${k} of ${S}` +
                          (state.step > S ? " — finished" : ""));
   panel.appendChild(h);
   const body = el("div", { class: "panel-body" }), left = el("div"), right = el("div");
