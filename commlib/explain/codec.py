@@ -1,12 +1,13 @@
 """The page's compact form of a case (a page of P up to 16 stays a few MB and opens in well under a
-second): an op is 8 integers, a buffer's runs one flat list with contributor sets as bit masks, and a
+second): an op is 9 integers (kind, peer, dst, src, tag), a buffer's runs one flat list with contributor sets as bit masks, and a
 buffer unchanged since the rank's previous step is 0. model.js's decodeCase reads it back in the
 browser; :func:`decode_case` here (tests, ``embedded_data``) is its Python twin."""
 from __future__ import annotations
 
 __all__ = ["OPS", "BUFFERS", "encode_case", "decode_case"]
 
-OPS = ("send", "recv", "recv_reduce", "copy", "reduce")
+OPS = ("send", "recv", "recv_reduce", "copy", "reduce", "get", "get_reduce", "put", "signal", "wait")
+SYNC = ("signal", "wait")  # the ops with a tag (ir.h)
 BUFFERS = ("input", "output", "scratch")
 UNCHANGED = 0
 
@@ -22,6 +23,14 @@ def _unregion(b, off, n):
 def _op_code(name):
     """An op's number, or its name where the IR has kinds this table does not list."""
     return OPS.index(name) if name in OPS else name
+
+
+def _decode_op(o):
+    name = o[0] if isinstance(o[0], str) else OPS[o[0]]
+    op = {"op": name, "peer": None if o[1] < 0 else o[1], "dst": _unregion(*o[2:5]), "src": _unregion(*o[5:8])}
+    if name in SYNC:
+        op["tag"] = o[8]
+    return op
 
 
 def _mask(ranks):
@@ -40,7 +49,7 @@ def encode_case(c: dict) -> dict:
     if c["P"] > 53:
         raise ValueError(f"size: a page draws at most 53 ranks, got {c['P']}")
     scheds = [{"steps": [[[_op_code(o["op"]), -1 if o["peer"] is None else o["peer"], *_region(o.get("dst")),
-                           *_region(o.get("src"))] for o in ops] for ops in s["steps"]],
+                           *_region(o.get("src")), o.get("tag", 0)] for o in ops] for ops in s["steps"]],
                "scratch_count": s["scratch_count"]} for s in c["schedules"]]
     holdings = []
     for per in c["holdings"]:
@@ -58,8 +67,7 @@ def encode_case(c: dict) -> dict:
 
 def decode_case(c: dict) -> dict:
     """encode_case's inverse (runs as lists [start, len, src, [ranks]], regions as lists)."""
-    scheds = [{"steps": [[{"op": o[0] if isinstance(o[0], str) else OPS[o[0]], "peer": None if o[1] < 0 else o[1], "dst": _unregion(*o[2:5]),
-                           "src": _unregion(*o[5:8])} for o in ops] for ops in s["steps"]],
+    scheds = [{"steps": [[_decode_op(o) for o in ops] for ops in s["steps"]],
                "scratch_count": s["scratch_count"]} for s in c["schedules"]]
     holdings = []
     for per in c["holdings"]:

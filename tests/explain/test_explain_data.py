@@ -174,7 +174,8 @@ def test_traces_refuse_worlds_too_large_to_draw():
 
 def test_the_compact_form_keeps_op_kinds_it_does_not_list():
     from commlib.explain.codec import decode_case, encode_case
-    c = {"P": 2, "schedules": [{"steps": [[{"op": "put", "peer": 1, "dst": None, "src": ["input", 0, 2]}],
+    c = {"P": 2, "schedules": [{"steps": [[{"op": "fence", "peer": 1, "dst": None, "src": ["input", 0, 2]},
+                                           {"op": "signal", "peer": 1, "dst": None, "src": None, "tag": 3}],
                                           [{"op": "copy", "peer": None, "dst": ["output", 0, 2], "src": ["input", 0, 2]}]],
                                 "scratch_count": 0}],
          "holdings": [[[[[0, 2, 0, [0]]], [[0, 2, -1, []]], None], [[[0, 2, 0, [0]]], [[0, 2, 0, [0, 1]]], None]]]}

@@ -51,7 +51,7 @@ function drawRanks(c, msgs, locals, k, data) {
     const bend = Math.min(60, 0.22 * d);
     const cx = (x0 + x1) / 2 + uy * bend, cy = (y0 + y1) / 2 - ux * bend;
     const s = shorten(x0, y0, cx, cy, nodeR + 2), e = shorten(x1, y1, cx, cy, nodeR + 4);
-    const reduce = m.op === "recv_reduce";
+    const reduce = m.op === "recv_reduce" || m.op === "get_reduce";
     const text = messageText(m, data.elem_bytes);
     const path = el("svg:path", {
       class: `msg${reduce ? " reduce" : ""}`, d: `M${s[0]},${s[1]} Q${cx},${cy} ${e[0]},${e[1]}`,
@@ -73,7 +73,9 @@ function drawRanks(c, msgs, locals, k, data) {
     g.appendChild(el("svg:text", { x, y }, `${r}`));
     const mine = locals.filter((o) => o.rank === r);
     if (mine.length) {
-      const words = mine.map((o) => (o.op === "reduce" ? "+ reduce" : o.op)).join(", ");
+      const counts = new Map();
+      mine.forEach((o) => { const w = o.op === "reduce" ? "+ reduce" : o.op; counts.set(w, (counts.get(w) || 0) + 1); });
+      const words = [...counts].map(([w, n]) => (n > 1 ? `${w} ×${n}` : w)).join(", ");
       const t = el("svg:text", { class: "local", x, y: y + nodeR + 12 }, words);
       t.appendChild(el("svg:title", {}, mine.map((o) => localText(o)).join("; ")));
       g.appendChild(t);
@@ -90,6 +92,10 @@ function shorten(x, y, cx, cy, by) {
 
 function messageText(m, elemBytes) {
   const size = `${m.count} element${m.count === 1 ? "" : "s"}, ${fmtBytes(m.count * elemBytes)}`;
+  if (m.op === "put") return `rank ${m.src} → rank ${m.dst}: rank ${m.src} puts its ${regionText(m.send)} (${size}) into rank ${m.dst}'s ${regionText(m.recv)}`;
+  if (m.op === "get" || m.op === "get_reduce")
+    return `rank ${m.src} → rank ${m.dst}: rank ${m.dst} ${m.op === "get" ? "gets" : "gets and adds"} rank ${m.src}'s ` +
+           `${regionText(m.send)} (${size}) ${m.op === "get" ? "into" : "to"} its ${regionText(m.recv)}`;
   const into = !m.recv ? "no matching receive" :
     m.op === "recv_reduce" ? `rank ${m.dst} adds it to ${regionText(m.with || m.recv)} into ${regionText(m.recv)}`
                            : `rank ${m.dst} stores it in ${regionText(m.recv)}`;
@@ -99,6 +105,8 @@ function messageText(m, elemBytes) {
 function localText(o) {
   if (o.op === "reduce") return `rank ${o.rank} reduces ${regionText(o.src)} into ${regionText(o.dst)}`;
   if (o.op === "copy") return `rank ${o.rank} copies ${regionText(o.src)} to ${regionText(o.dst)}`;
+  if (o.op === "signal") return `rank ${o.rank} signals rank ${o.peer} (flag ${o.tag}) after its data`;
+  if (o.op === "wait") return `rank ${o.rank} waits for rank ${o.peer}'s signal (flag ${o.tag}) before its data`;
   const parts = [o.peer !== null ? `peer ${o.peer}` : "", o.src ? `from ${regionText(o.src)}` : "",
                  o.dst ? `to ${regionText(o.dst)}` : ""].filter(Boolean);
   return `rank ${o.rank}: ${o.op} ${parts.join(", ")}`;

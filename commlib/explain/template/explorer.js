@@ -86,7 +86,8 @@ function renderPanel(i) {
   const fig = el("figure");
   fig.appendChild(drawRanks(c, msgs, locals, k, { uid: `${DATA.uid}${i}`, elem_bytes: DATA.elem_bytes }));
   fig.appendChild(el("figcaption", {}, "Blue arrows store what they carry; dashed vermillion arrows (+=) add it " +
-                                        "into the receiver's buffer. Labels name the receiving region and the bytes."));
+                                        "into the receiver's buffer; a one-sided get or put is drawn the same way, from where the bytes are to where " +
+                                        "they land. Labels name the receiving region and the bytes."));
   left.appendChild(fig);
   const list = el("ol", { class: "messages", "aria-label": "This step in words" });
   if (k === 0) list.appendChild(el("li", {}, "Every rank holds its own input; nothing has been sent."));

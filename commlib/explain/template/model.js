@@ -2,9 +2,10 @@
 // operations a step holds, and what each rank's buffers hold after it. No drawing here.
 "use strict";
 const BUFFERS = ["input", "output", "scratch"];
-const OPS = ["send", "recv", "recv_reduce", "copy", "reduce"];
+const OPS = ["send", "recv", "recv_reduce", "copy", "reduce", "get", "get_reduce", "put", "signal", "wait"];
+const ONE_SIDED = ["get", "get_reduce", "put"];  // drawn as arrows from where the bytes are to where they land
 
-// A case from the page's compact form (commlib/explain/codec.py, encode_case): ops of 8 integers,
+// A case from the page's compact form (commlib/explain/codec.py, encode_case): ops of 9 integers,
 // runs flat with contributor sets as bit masks, 0 for a buffer unchanged since the step before.
 function decodeCase(c) {
   const region = (b, off, n) => (b < 0 ? null : [BUFFERS[b], off, n]);
@@ -15,8 +16,12 @@ function decodeCase(c) {
   };
   const schedules = c.schedules.map((s) => ({
     scratch_count: s.scratch_count,
-    steps: s.steps.map((ops) => ops.map((o) => ({ op: typeof o[0] === "string" ? o[0] : OPS[o[0]], peer: o[1] < 0 ? null : o[1],
-                                                  dst: region(o[2], o[3], o[4]), src: region(o[5], o[6], o[7]) }))),
+    steps: s.steps.map((ops) => ops.map((o) => {
+      const op = { op: typeof o[0] === "string" ? o[0] : OPS[o[0]], peer: o[1] < 0 ? null : o[1],
+                   dst: region(o[2], o[3], o[4]), src: region(o[5], o[6], o[7]) };
+      if (op.op === "signal" || op.op === "wait") op.tag = o[8];
+      return op;
+    })),
   }));
   const holdings = c.holdings.map((per) => {
     const prev = [null, null, null];
@@ -60,6 +65,14 @@ function messages(c) {
       (byStep[snd.k] = byStep[snd.k] || []).push(m);
     });
   }
+  // One-sided ops: a rank reads (get) or writes (put) a peer's buffer by itself, in its own step.
+  c.schedules.forEach((s, r) => s.steps.forEach((ops, k) => ops.forEach((o) => {
+    if (!ONE_SIDED.includes(o.op)) return;
+    const get = o.op !== "put";
+    (byStep[k] = byStep[k] || []).push({ src: get ? o.peer : r, dst: get ? r : o.peer, step: k, send: o.src,
+                                         count: o.src[2], op: o.op, recv: o.dst, with: o.op === "get_reduce" ? o.dst : null,
+                                         by: r, recvStep: k });
+  })));
   byStep.forEach((l) => l.sort((a, b) => a.src - b.src || a.dst - b.dst));
   return byStep;
 }
@@ -74,7 +87,8 @@ function push(map, key, v) {
 function localOps(c, k) {
   const out = [];
   c.schedules.forEach((s, r) => (s.steps[k] || []).forEach((o) => {
-    if (!["send", "recv", "recv_reduce"].includes(o.op)) out.push({ rank: r, op: o.op, peer: o.peer, dst: o.dst, src: o.src });
+    if (!["send", "recv", "recv_reduce", ...ONE_SIDED].includes(o.op))
+      out.push({ rank: r, op: o.op, peer: o.peer, dst: o.dst, src: o.src, tag: o.tag });
   }));
   return out;
 }
