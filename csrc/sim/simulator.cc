@@ -28,9 +28,9 @@ double now_s() {
 class Run {
  public:
   Run(const Topology& t, const std::vector<RankRates>& rates, const ShapeTable& shapes,
-      const std::vector<Program>& progs, int elem_bytes)
+      const std::vector<Program>& progs, int elem_bytes, Trace* trace)
       : t_(t), rates_(rates), shapes_(shapes), progs_(progs), eb_(elem_bytes), P_(t.size()), H_(t.hosts()),
-        player_(*this) {
+        player_(*this), trace_(trace) {
     ranks_.resize(P_);
     player_.reset(P_);
     free_at_.assign(2 * P_ + H_ + 2 * H_ * t.nics_per_host, 0.0);
@@ -39,21 +39,6 @@ class Run {
     send_cpu_.assign(P_, 0.0);
     recv_cpu_.assign(P_, 0.0);
     oversub_ = oversubscription(t);
-  }
-
-  // Record every step and transfer into `trace` (simulator.h) while playing.
-  void trace_into(Trace* trace) {
-    trace_ = trace;
-    if (!trace_) return;
-    trace_->steps.assign(P_, {});
-    const int nics = t_.nics_per_host;
-    auto& names = trace_->link_names;
-    for (int r = 0; r < P_; ++r) names.push_back("rank " + std::to_string(r) + " out");
-    for (int r = 0; r < P_; ++r) names.push_back("rank " + std::to_string(r) + " in");
-    for (int h = 0; h < H_; ++h) names.push_back("host " + std::to_string(h) + " bus");
-    for (const char* dir : {" out", " in"})
-      for (int h = 0; h < H_; ++h)
-        for (int n = 0; n < nics; ++n) names.push_back("host " + std::to_string(h) + " NIC " + std::to_string(n) + dir);
   }
 
   void play(Result& res, double stop_after_s) {
@@ -214,8 +199,7 @@ class Run {
     }
     Q.end = std::max(Q.end, taken + reduce_tail);
     ++transfers_;
-    if (trace_)
-      trace_->transfers.push_back(Trace::Transfer{s, q, S.step, Q.step, bytes, start, wire_done + latency, wire_links_});
+    if (trace_) trace_->transfers.push_back({s, q, S.step, Q.step, bytes, start, wire_done + latency, wire_links_});
   }
 
   // Bytes from rank s's memory to rank q's over the links between them, from `start` (moved past a
@@ -283,8 +267,7 @@ class Run {
       R.end = std::max(R.end, done + latency + tail);
       ++transfers_;
       if (trace_)  // one-sided: the bytes move in r's step, whichever way they go
-        trace_->transfers.push_back(Trace::Transfer{get ? o->peer : r, get ? r : o->peer, R.step, R.step, bytes, start,
-                                                    done + latency, wire_links_});
+        trace_->transfers.push_back({get ? o->peer : r, get ? r : o->peer, R.step, R.step, bytes, start, done + latency, wire_links_});
     }
   }
 
@@ -403,8 +386,8 @@ Result simulate(Collective c, const std::string& algorithm, int64_t count, int e
                                                        res.intra_algorithm);
   const double t1 = now_s();
   const std::vector<RankRates> rates = rank_rates(topo, c, count, elem_bytes, root, scratch, res);
-  Run run(topo, rates, shapes, progs, elem_bytes);
-  run.trace_into(opts.trace);
+  if (opts.trace) start_trace(*opts.trace, topo);
+  Run run(topo, rates, shapes, progs, elem_bytes, opts.trace);
   run.play(res, opts.stop_after_s);
   res.build_s = t1 - t0;
   res.run_s = now_s() - t1;

@@ -60,6 +60,9 @@ struct Trace {
   std::vector<std::string> link_names;  // "rank 3 out", "host 1 bus", "host 0 NIC 2 in", ...
 };
 
+// Empties `trace` for a run on `t`: a step list per rank, and the names of the run's links (trace.cc).
+void start_trace(Trace& trace, const Topology& t);
+
 // What a hierarchical schedule is built with (ir.h CollArgs): its inter-host algorithm ("": the
 // built-in exchange), its intra-host algorithm ("": the built-in exchanges) and pipeline segment in elements (-1: COMMLIB_HIER_SEGMENT; 0: none).
 // stop_after_s: stop the event run once simulated time passes it (Result::cut; time_s is then the
