@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import weakref
 from typing import Optional, Sequence
 
 import commlib._C as _C
@@ -16,6 +17,7 @@ from commlib.device.host_buffers import describe
 from commlib.core.call_spec import COLLECTIVE, DTYPE, OP
 from commlib.core.comm_groups import GroupMethods
 from commlib.core.device_route import DeviceRoute
+from commlib.core.dropped_close import Leftovers
 from commlib.core.call_checks import (as_rank, check_algorithm, check_op, describe_like, device_buffers_of,
                                       named_device_buffers)
 from commlib.core.p2p_plan import plan_all_to_allv, plan_batch
@@ -62,15 +64,20 @@ class Communicator(GroupMethods):
         self._size = size
         self._timeout = timeout
         self._splits = 0
-        self._owned = (None, None)  # (store, store server) that init() created for this communicator
+        self._lease = None  # init()'s own store, shared with the communicators built over it (hold_store)
         self._device_route = None  # stream engines for device buffers, created on first use
         self._closed = False
         self._pid = os.getpid()  # a forked child must not close the parent's store server
+        # Given back at garbage collection if close() never runs (commlib/core/dropped_close.py).
+        self._leftovers = Leftovers()
+        self._dropped = weakref.finalize(self, self._leftovers)
+        self._dropped.atexit = False  # at exit the process goes, and all of it with it
 
     def _device(self):
         if self._device_route is None:  # the route reads the communicator only through its RouteContext
             self._device_route = DeviceRoute(RouteContext(core=self._core, store=self._store, prefix=self._prefix,
                                                           rank=self._rank, size=self._size, timeout=self._timeout))
+            self._leftovers.route = self._device_route
         return self._device_route
 
     # -- identity ---------------------------------------------------------------------------
@@ -327,21 +334,32 @@ class Communicator(GroupMethods):
     def close(self):
         """Finish queued work, then release shared memory and the worker thread. Idempotent.
 
-        In a forked child it only drops the child's references: the store and region are the parent's.
+        The store that commlib.init() opened is closed with the last communicator built over it
+        (commlib/bootstrap/store_lease.py), never under another one still using it. In a forked
+        child it only drops the child's references: the store and region are the parent's.
         """
         self._closed = True
+        self._dropped.detach()  # given back here, not again at garbage collection
+        lease, self._leftovers.lease = self._leftovers.lease, None
+        self._leftovers.route = None
         if self._device_route is not None:  # before the transport its peer watch uses
             self._device_route.close()
         self._core.close()
-        if os.getpid() != self._pid:
-            self._owned = (None, None)
-            return
-        store, server = self._owned
-        self._owned = (None, None)
-        if store is not None and hasattr(store, "close"):
-            store.close()
-        if server is not None:
-            server.close()
+        if lease is not None and os.getpid() == self._pid:
+            lease.release()  # once: the last communicator over init()'s store closes it
+
+    def _hold_store(self, lease):
+        """Share ``lease`` (a commlib.bootstrap.store_lease.StoreLease this communicator now holds a
+        reference of): given back by close(), or when this communicator is garbage collected."""
+        self._lease = self._leftovers.lease = lease
+
+    @property
+    def _owned(self):
+        """(store client, store server) that init() opened and this communicator still holds a
+        reference of, else (None, None)."""
+        if self._leftovers.lease is None:
+            return None, None
+        return self._lease.store, self._lease.server
 
     def abort(self, reason: str = "aborted by the user"):
         """Abort: fail queued and future calls at once, and tell the peers."""

@@ -17,6 +17,7 @@ import time
 
 import commlib._C as _C
 from commlib.bootstrap.wait import report, reported_failure, wait_for_key
+from commlib.core.call_checks import as_seconds
 from commlib.core.call_spec import COLLECTIVE, DTYPE, OP
 from commlib.device import nccl_comm as device_nccl
 from commlib.device.route_context import RouteContext
@@ -41,6 +42,7 @@ class DeviceWork(Work):
         self._stream_of = stream_of  # stream argument (None: current) -> the engine's stream
 
     def wait(self, timeout=None, stream=None) -> bool:
+        as_seconds(timeout, allow_zero=True)  # checked like every timeout; the stream waits, not the host
         self._work.wait(self._stream_of(stream))
         return True
 
