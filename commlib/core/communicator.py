@@ -24,13 +24,13 @@ from commlib.core.p2p_plan import plan_all_to_allv, plan_batch
 from commlib.device.route_context import RouteContext
 from commlib.core.work import Work  # noqa: F401  (re-exported: commlib.core.communicator.Work)
 
-# The latency path: blocking calls on plain NumPy arrays go straight to C++ (csrc/bindings/
-# fast_call.cc), which answers NotImplemented for anything it does not handle; the code after it in
-# each method is the general path, which validates and explains. Codes are _C.COLLECTIVES positions.
+# The one C++ entry (csrc/bindings/fast_call.cc), every collective's first try, one call from
+# Python: it reads the buffers itself, runs blocking calls on host buffers, and runs device calls
+# (blocking or async, current or named stream) that the device route's DeviceCallCache holds,
+# i.e. that passed the checks below before. It answers NotImplemented for anything else; the code
+# after it in each method is the general path, which validates and explains (and, for device
+# buffers, fills the cache). Codes are _C.COLLECTIVES positions.
 _fast = _C.fast_collective
-# The device one: a blocking in-place all_reduce that ran before, straight from C++ (csrc/bindings/
-# device_fast_call.cc); NotImplemented sends it down the path below, which checks and fills it.
-_fast_device = _C.fast_device_all_reduce
 # (input, output, input_at, output_at) elements of one rank's buffers (csrc/common/shapes.h).
 _shapes = _C.buffer_shapes
 (_ALL_REDUCE, _ALL_GATHER, _REDUCE_SCATTER, _ALL_TO_ALL, _BROADCAST, _REDUCE, _GATHER, _SCATTER,
@@ -66,6 +66,7 @@ class Communicator(GroupMethods):
         self._splits = 0
         self._lease = None  # init()'s own store, shared with the communicators built over it (hold_store)
         self._device_route = None  # stream engines for device buffers, created on first use
+        self._device_calls = None  # its DeviceCallCache's address, for _fast
         self._closed = False
         self._pid = os.getpid()  # a forked child must not close the parent's store server
         # Given back at garbage collection if close() never runs (commlib/core/dropped_close.py).
@@ -77,6 +78,7 @@ class Communicator(GroupMethods):
         if self._device_route is None:  # the route reads the communicator only through its RouteContext
             self._device_route = DeviceRoute(RouteContext(core=self._core, store=self._store, prefix=self._prefix,
                                                           rank=self._rank, size=self._size, timeout=self._timeout))
+            self._device_calls = self._device_route.fast_calls_address
             self._leftovers.route = self._device_route
         return self._device_route
 
@@ -146,18 +148,10 @@ class Communicator(GroupMethods):
         In place unless ``out`` (same dtype and size) is given. ``op`` is one of sum, prod, min,
         max, avg, premul_sum (``scale`` times each input, then sum), band, bor, bxor.
         """
-        if stream is None and _fast(self._addr, _ALL_REDUCE, tensor, out, op, algorithm, 0, async_op, scale) is None:
-            return None
-        route = self._device_route
-        if (route is not None and stream is None and out is None
-                and _fast_device(route.fast_calls_address, tensor, op, algorithm, scale, async_op) is None):
-            return None
-        if (route is not None and stream is None and out is None and type(op) is str and type(algorithm) is str
-                and (scale is None or type(scale) in (float, int))):
-            # A device call of a shape that ran before (issue #25): its key proves the checks below.
-            hit = route.cached_all_reduce(tensor, op, algorithm, scale, async_op)
-            if hit is not None:
-                return hit[0]
+        done = _fast(self._addr, _ALL_REDUCE, tensor, out, op, algorithm, 0, async_op, scale, stream,
+                     self._device_calls)
+        if done is not NotImplemented:
+            return done
         ip, n, dt = describe(tensor, "tensor")
         op_ = check_op(op, dt, scale)
         check_algorithm("all_reduce", algorithm)
@@ -170,9 +164,10 @@ class Communicator(GroupMethods):
 
         ``input`` may be the view of ``output`` at this rank's block (in place).
         """
-        if stream is None and (
-                _fast(self._addr, _ALL_GATHER, input, output, "sum", algorithm, 0, async_op, None) is None):
-            return None
+        done = _fast(self._addr, _ALL_GATHER, input, output, "sum", algorithm, 0, async_op, None, stream,
+                     self._device_calls)
+        if done is not NotImplemented:
+            return done
         ip, n, dt = describe(input, "input")
         op_ptr = describe_like(output, "output", dt, "input", _shapes(_C.Collective.all_gather, n, self._size, self._rank, 0)[1],
                                 f"size*input = {self._size}*{n}")
@@ -183,9 +178,10 @@ class Communicator(GroupMethods):
     def reduce_scatter(self, output, input, op: str = "sum", algorithm: str = "auto",
                        async_op: bool = False, scale=None, stream=None):
         """Reduce ``input`` (size * output elements) over ranks; rank r gets block r in ``output``."""
-        if stream is None and (
-                _fast(self._addr, _REDUCE_SCATTER, input, output, op, algorithm, 0, async_op, scale) is None):
-            return None
+        done = _fast(self._addr, _REDUCE_SCATTER, input, output, op, algorithm, 0, async_op, scale, stream,
+                     self._device_calls)
+        if done is not NotImplemented:
+            return done
         op_ptr, n, dt = describe(output, "output")
         ip = describe_like(input, "input", dt, "output", _shapes(_C.Collective.reduce_scatter, n, self._size, self._rank, 0)[0],
                             f"size*output = {self._size}*{n}")
@@ -202,9 +198,11 @@ class Communicator(GroupMethods):
         Equal blocks by default. With ``input_splits``/``output_splits`` (element counts per rank)
         blocks may differ in size (all_to_allv); every rank must agree on what it sends to whom.
         """
-        if (output_splits is None and input_splits is None and stream is None
-                and _fast(self._addr, _ALL_TO_ALL, input, output, "sum", algorithm, 0, async_op, None) is None):
-            return None
+        if output_splits is None and input_splits is None:
+            done = _fast(self._addr, _ALL_TO_ALL, input, output, "sum", algorithm, 0, async_op, None, stream,
+                         self._device_calls)
+            if done is not NotImplemented:
+                return done
         ip, n_in, dt = describe(input, "input")
         op_ptr, n_out, dt2 = describe(output, "output")
         if dt2 != dt:
@@ -238,9 +236,10 @@ class Communicator(GroupMethods):
     def broadcast(self, tensor, root: int = 0, algorithm: str = "auto", async_op: bool = False,
                   stream=None):
         """Copy ``tensor`` from ``root`` to every rank (in place)."""
-        if stream is None and (
-                _fast(self._addr, _BROADCAST, tensor, None, "sum", algorithm, root, async_op, None) is None):
-            return None
+        done = _fast(self._addr, _BROADCAST, tensor, None, "sum", algorithm, root, async_op, None, stream,
+                     self._device_calls)
+        if done is not NotImplemented:
+            return done
         ip, n, dt = describe(tensor, "tensor")
         root = self._check_root(root)
         check_algorithm("broadcast", algorithm)
@@ -250,8 +249,10 @@ class Communicator(GroupMethods):
     def reduce(self, tensor, root: int = 0, op: str = "sum", algorithm: str = "auto", out=None,
                async_op: bool = False, scale=None, stream=None):
         """Reduce ``tensor`` over all ranks into ``root`` (into ``out`` there if given)."""
-        if stream is None and _fast(self._addr, _REDUCE, tensor, out, op, algorithm, root, async_op, scale) is None:
-            return None
+        done = _fast(self._addr, _REDUCE, tensor, out, op, algorithm, root, async_op, scale, stream,
+                     self._device_calls)
+        if done is not NotImplemented:
+            return done
         ip, n, dt = describe(tensor, "tensor")
         root = self._check_root(root)
         op_ = check_op(op, dt, scale)
@@ -263,16 +264,19 @@ class Communicator(GroupMethods):
     def gather(self, output, input, root: int = 0, algorithm: str = "auto", async_op: bool = False,
                stream=None):
         """Concatenate every rank's ``input`` into ``output`` on ``root`` (None elsewhere)."""
-        if stream is None and _fast(self._addr, _GATHER, input, output, "sum", algorithm, root, async_op, None) is None:
-            return None
+        done = _fast(self._addr, _GATHER, input, output, "sum", algorithm, root, async_op, None, stream,
+                     self._device_calls)
+        if done is not NotImplemented:
+            return done
         return self._rooted("gather", output, input, root, algorithm, async_op, stream)
 
     def scatter(self, output, input, root: int = 0, algorithm: str = "auto", async_op: bool = False,
                 stream=None):
         """Send block j of ``input`` (on ``root``; None elsewhere) to rank j's ``output``."""
-        if stream is None and (
-                _fast(self._addr, _SCATTER, input, output, "sum", algorithm, root, async_op, None) is None):
-            return None
+        done = _fast(self._addr, _SCATTER, input, output, "sum", algorithm, root, async_op, None, stream,
+                     self._device_calls)
+        if done is not NotImplemented:
+            return done
         return self._rooted("scatter", output, input, root, algorithm, async_op, stream)
 
     def _rooted(self, coll, output, input, root, algorithm, async_op, stream):

@@ -1,35 +1,31 @@
-// The stream-ordered engine: runs the same schedules as the host executor (schedule/registry.h)
-// on device buffers, through the device interface only (device/device.h). The host enqueues and
-// returns; it never waits inside a collective.
+// The stream-ordered engine: runs the same schedules as the host executor (schedule/registry.h) on device buffers,
+// through the device interface only (device/device.h). The host enqueues and returns; it never waits inside a
+// collective.
 //
-// Links between ranks of one host (the several-ranks-per-GPU path included) are peer memory:
-// every rank owns
+// Links between ranks of one host (the several-ranks-per-GPU path included) are peer memory: every rank owns
 //   - an inbox (device memory, exported to the peers): nslots slots of slot_bytes per peer;
 //   - a control region (host memory in a memfd, opened by the peers, mapped for the device):
 //     ready[q] = chunks rank q has put into this rank's inbox, freed[p] = chunks of this rank's
 //     messages rank p has consumed, one cache line each; and a ring of the last 64 call
 //     descriptors this rank's stream reached.
-// A send of chunk c to p: the stream waits until freed[p] >= c - nslots + 1 (the slot is free),
-// copies the chunk into p's inbox, and writes p's ready[me] = c + 1. A receive of chunk c from q:
-// the stream waits until ready[q] >= c + 1, copies or reduces (the shared functors) out of its
-// inbox slot, and writes q's freed[me] = c + 1. Within a step, chunk i of every send is enqueued
-// before chunk i of every receive, and chunk i before chunk i + 1: a wait on chunk i then only
-// depends on peers' operations of lower index, so no step can deadlock, whatever its shape.
+// A send of chunk c to p: the stream waits until freed[p] >= c - nslots + 1 (the slot is free), copies the chunk
+// into p's inbox, and writes p's ready[me] = c + 1. A receive of chunk c from q: the stream waits until ready[q] >=
+// c + 1, copies or reduces (the shared functors) out of its inbox slot, and writes q's freed[me] = c + 1. Within a
+// step, chunk i of every send is enqueued before chunk i of every receive, and chunk i before chunk i + 1: a wait on
+// chunk i then only depends on peers' operations of lower index, so no step can deadlock, whatever its shape.
 //
-// Each call on the copy path starts by publishing its descriptor (a host function that only writes memory), then
-// the stream waits (wait_value, on the device) until every peer of the schedule signalled its
-// descriptor for the same sequence number, and a second host function compares them: different
-// calls raise MismatchError before any byte moves. (A call on the kernel path checks inside its
-// kernel instead: kernels/plan_call_check.cuh.) Nothing enqueued on a stream waits on the host
-// for another process, and host functions make no device or NCCL call (CUDA's rules: all host
-// functions of a process may run on one thread; they must not call CUDA): they record an error,
-// which the watchdog thread acts on (stream_watchdog.cc). A watchdog thread watches calls in
-// flight: a peer that failed, died or closed, or a wait that makes no progress for the timeout,
-// fails the engine with PeerError naming the rank and the call; it publishes the failure to the
-// peers (control plane) and raises every counter this rank's stream waits on, so no stream stays
-// blocked (again every watchdog tick while calls drain: a peer's stream running through its own
-// failed call may still write a lower value into one of them). Works are events: wait() makes a stream wait for the call, synchronize() waits on the
-// host and raises the call's error.
+// Each call on the copy path starts by publishing its descriptor (a host function that only writes memory), then the
+// stream waits (wait_value, on the device) until every peer of the schedule signalled its descriptor for the same
+// sequence number, and a second host function compares them: different calls raise MismatchError before any byte
+// moves. (A call on the kernel path checks inside its kernel instead: kernels/plan_call_check.cuh.) Nothing enqueued
+// on a stream waits on the host for another process, and host functions make no device or NCCL call (CUDA's rules:
+// all host functions of a process may run on one thread; they must not call CUDA): they record an error, which the
+// watchdog thread acts on (stream_watchdog.cc). A watchdog thread watches calls in flight: a peer that failed, died
+// or closed, or a wait that makes no progress for the timeout, fails the engine with PeerError naming the rank and
+// the call; it publishes the failure to the peers (control plane) and raises every counter this rank's stream waits
+// on, so no stream stays blocked (again every watchdog tick while calls drain: a peer's stream running through its
+// own failed call may still write a lower value into one of them). Works are events: wait() makes a stream wait for
+// the call, synchronize() waits on the host and raises the call's error.
 #pragma once
 
 #include <atomic>
@@ -121,6 +117,7 @@ class DeviceWork {
   // Makes `stream` wait for the call (raises at once if it is already known to have failed).
   void wait(DeviceStream& stream);
   bool is_completed();
+  bool known_complete() const;  // the engine retired the call (seen complete): no device call
   // Waits on the host; raises the call's CommError if it failed.
   void synchronize();
   uint64_t seq() const { return seq_; }
@@ -132,6 +129,7 @@ class DeviceWork {
 };
 
 class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
+  friend class DeviceWork;
  public:
   // `plan`: the host communicator's plan context (rank, size, host map, overrides), so a device
   // call resolves auto exactly as a host call does.
@@ -171,11 +169,13 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   void check_first_p2p(const std::vector<P2PItem>& items, DType dtype);
   // The algorithm `call` runs on this engine (plan/plan_cache.h: as the host resolves it).
   std::string resolved_algorithm(const CollectiveCall& call);
+  // `call` with the algorithm the kernel path's auto picks for it, if any: the same plan without the tuning
+  // lookup per call (the bindings' call cache keeps it while tuning_generation() stays).
+  CollectiveCall pinned_call(const CollectiveCall& call);
 
   void abort(const std::string& reason);
   bool failed() const { return failed_.load(std::memory_order_acquire); }
-  // A device call of the engine's device threw (a sticky error): fails the engine and throws its
-  // CommError.
+  // A device call of the engine's device threw (a sticky error): fails the engine and throws its CommError.
   [[noreturn]] void device_error(const std::string& where, const std::exception& e);
   // Throws the engine's error if the call numbered `seq` was in flight (or later) when it failed.
   void throw_if_call_failed(uint64_t seq);
@@ -196,10 +196,10 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   // The kernel path (null with COMMLIB_DEVICE_PATH=copy): its record of the chunks it moved by
   // protocol, and the tests' hook on its chunk numbers (kernel_path.h).
   KernelPath* kernel_path() { return kernel_.get(); }
-  // Completion events the engine created so far (pooled: O(calls in flight), not one per call).
+  // Completion events created so far (pooled: O(calls in flight), not one per call).
   uint64_t events_created() const { return events_ ? events_->created() : 0; }
-  // Test hook: kernel-path calls are not published on the control plane, so only the kernel's own
-  // descriptor check can find a mismatch (the watchdog's comparison of published calls cannot).
+  // Test hook: kernel-path calls are not published on the control plane, so only the kernel's own descriptor
+  // check can find a mismatch (the watchdog's comparison of published calls cannot).
   void hide_kernel_calls_from_control_plane() { publish_kernel_calls_ = false; }
 
  private:
@@ -260,8 +260,8 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   void enqueue_call(const CollectiveCall& call, const Schedule& sched, const CallDesc& desc, size_t esize,
                     DeviceStream& s);
   // The plan of `call`: the policy's (plans_), except where the kernel path's auto asks for the
-  // one-shot or two-shot all_reduce (stream/kernel_auto.h).
-  const ResolvedPlan& plan_of(const CollectiveCall& call);
+  // one-shot or two-shot all_reduce (stream/kernel_auto.h: its algorithm into `*kernel_auto`).
+  const ResolvedPlan& plan_of(const CollectiveCall& call, uint8_t* kernel_auto = nullptr);
   // The call runs as one kernel (stream/kernel_path.h), which checks the call's descriptor itself.
   bool runs_on_kernel(const CollectiveCall& call) const;
   // Local operations and receives on `recv_s`, sends on `send_s` (the same stream, or the
@@ -301,8 +301,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   // raises it even when its event completed before the watchdog acted (no default: a caller that
   // left it out let a mismatched receive complete without error under load).
   void fail_from_stream(ErrorKind kind, const std::string& message, uint64_t seq);
-  // A device error (a sticky CUDA error, an injected fault): CommError here, PeerError for the
-  // peers; never throws.
+  // A device error (a sticky CUDA error, an injected fault): CommError here, PeerError for the peers; never throws.
   void fail_device(const std::string& where, const std::exception& e);
   bool completed_or_failed(const InFlight& f);
   // Completed calls leave in_flight_ (oldest first; none once failed if `stop_if_failed`), each
@@ -371,6 +370,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   std::deque<Wait> waits_;
   std::vector<std::pair<int, CallDesc>> p2p_waits_;  // device receives waiting for their descriptor
   std::atomic<bool> failed_{false};
+  std::atomic<uint64_t> retired_through_{0};  // every call up to it retired (DeviceWork::known_complete)
   bool stream_failure_ = false;  // fail_from_stream's error, for the watchdog
   uint64_t stream_fail_seq_ = 0;  // the engine's number of the call that found it
   ErrorKind stream_fail_kind_ = ErrorKind::None;
