@@ -141,6 +141,9 @@ std::shared_ptr<DeviceWork> StreamEngine::collective(const CollectiveCall& call,
   throw_if_failed_locked();
   try {
     DeviceGuard current(*device_);  // kernels and records on the engine's device, restored after
+    // cudaStreamGetCaptureInfo: a capturing stream records the call into its graph (stream_capture.cc).
+    const CaptureStatus capture = device_->capture_status(s);
+    if (capture != CaptureStatus::None) return capture_collective(call, s, capture);
     return enqueue_collective(call, s);
   } catch (const CommError&) {
     throw;
@@ -201,7 +204,7 @@ bool StreamEngine::runs_on_kernel(const CollectiveCall& call) const {
 }
 
 void StreamEngine::enqueue_call(const CollectiveCall& call, const Schedule& sched, const CallDesc& desc, size_t esize,
-                                DeviceStream& s) {
+                                DeviceStream& s, bool captured) {
   char* in = reinterpret_cast<char*>(call.input);
   char* out = reinterpret_cast<char*>(call.output);
   const InputStaging staging = input_staging(call, rank_, size_);
@@ -225,7 +228,7 @@ void StreamEngine::enqueue_call(const CollectiveCall& call, const Schedule& sche
     last_path_ = "kernel";  // the whole schedule as one launch (stream/kernel_path.h)
     const ScheduleKey key{desc.coll, static_cast<uint8_t>(desc.algo & ~kDeviceCallAlgoBit), desc.root, desc.count,
                           static_cast<uint8_t>(esize)};  // the resolved algorithm
-    const KernelPath::Launched l = kernel_->enqueue(key, sched, desc, bases, call.dtype, call.op, s);
+    const KernelPath::Launched l = kernel_->enqueue(key, sched, desc, bases, call.dtype, call.op, s, captured);
     if (l.done) {  // the watchdog's view of it: the launch's first peer until the launch completes
       std::lock_guard<std::mutex> lk(mu_);
       waits_.push_back(Wait{l.done, l.target, l.peer, l.send, seq_});

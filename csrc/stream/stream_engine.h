@@ -1,7 +1,6 @@
 // The stream-ordered engine: runs the same schedules as the host executor (schedule/registry.h) on device buffers,
 // through the device interface only (device/device.h). The host enqueues and returns; it never waits inside a
 // collective.
-//
 // Links between ranks of one host (the several-ranks-per-GPU path included) are peer memory: every rank owns
 //   - an inbox (device memory, exported to the peers): nslots slots of slot_bytes per peer;
 //   - a control region (host memory in a memfd, opened by the peers, mapped for the device):
@@ -13,7 +12,6 @@
 // c + 1, copies or reduces (the shared functors) out of its inbox slot, and writes q's freed[me] = c + 1. Within a
 // step, chunk i of every send is enqueued before chunk i of every receive, and chunk i before chunk i + 1: a wait on
 // chunk i then only depends on peers' operations of lower index, so no step can deadlock, whatever its shape.
-//
 // Each call on the copy path starts by publishing its descriptor (a host function that only writes memory), then the
 // stream waits (wait_value, on the device) until every peer of the schedule signalled its descriptor for the same
 // sequence number, and a second host function compares them: different calls raise MismatchError before any byte
@@ -227,6 +225,9 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   };
 
   std::shared_ptr<DeviceWork> enqueue_collective(const CollectiveCall& call, DeviceStream& s);  // collective()'s body
+  // A call on a capturing stream (stream/stream_capture.cc).
+  std::shared_ptr<DeviceWork> capture_collective(const CollectiveCall& call, DeviceStream& s, CaptureStatus st);
+  void watch_replays(std::unique_lock<std::mutex>& lk);  // the watchdog's tick (mu_ held) while graphs may replay
   std::shared_ptr<DeviceWork> enqueue_p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& s);
 
   // Point-to-point message descriptors kept per sender: more than the chunks a sender can have in
@@ -257,8 +258,8 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   void check_host_messages();
   void note_p2p_waits(const std::vector<std::pair<int, CallDesc>>& waits, bool add);
 
-  void enqueue_call(const CollectiveCall& call, const Schedule& sched, const CallDesc& desc, size_t esize,
-                    DeviceStream& s);
+  void enqueue_call(const CollectiveCall& call, const Schedule& sched, const CallDesc& desc, size_t esize, DeviceStream& s,
+                    bool captured = false);
   // The plan of `call`: the policy's (plans_), except where the kernel path's auto asks for the
   // one-shot or two-shot all_reduce (stream/kernel_auto.h: its algorithm into `*kernel_auto`).
   const ResolvedPlan& plan_of(const CollectiveCall& call, uint8_t* kernel_auto = nullptr);

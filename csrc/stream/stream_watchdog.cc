@@ -1,5 +1,5 @@
 // The stream engine's failure side (see stream_engine.h): the call-descriptor check each call
-// starts with, the watchdog thread, failing and releasing, and works. The adapter from a host
+// starts with, the watchdog thread, failing and releasing (works: device_work.cc). The adapter from a host
 // communicator to PeerControl is wired where both are known (bindings/peer_control.cc).
 #include <chrono>
 #include <cstdio>
@@ -21,46 +21,6 @@ constexpr auto kParkAfter = std::chrono::milliseconds(200);
 std::atomic<uint64_t>& seq_word(char* slot) { return *reinterpret_cast<std::atomic<uint64_t>*>(slot); }
 
 }  // namespace
-
-// -- works ------------------------------------------------------------------------------------
-
-// A device error in a work's call (a sticky CUDA error) is the engine's CommError, never a
-// runtime error escaping to the caller.
-void DeviceWork::wait(DeviceStream& stream) {
-  engine_->throw_if_call_failed(seq_);
-  try {
-    DeviceGuard guard(engine_->device());
-    engine_->device().wait_event(stream, *event_);
-  } catch (const CommError&) {
-    throw;
-  } catch (const std::exception& e) {
-    engine_->device_error("wait", e);
-  }
-}
-
-bool DeviceWork::known_complete() const { return engine_->retired_through_.load(std::memory_order_acquire) >= seq_; }
-
-bool DeviceWork::is_completed() {
-  try {
-    DeviceGuard guard(engine_->device());
-    return engine_->device().query(*event_);
-  } catch (const std::exception& e) {
-    engine_->device_error("is_completed", e);
-  }
-  return true;
-}
-
-void DeviceWork::synchronize() {
-  try {
-    DeviceGuard guard(engine_->device());
-    engine_->device().synchronize(*event_);
-  } catch (const CommError&) {
-    throw;
-  } catch (const std::exception& e) {
-    engine_->device_error("synchronize", e);
-  }
-  engine_->throw_if_call_failed(seq_);
-}
 
 // -- failure ----------------------------------------------------------------------------------
 
@@ -229,6 +189,9 @@ void StreamEngine::watchdog_loop() {
   // rank's watchdog would create a context on device 0).
   try {
     device_->make_current();
+    // The watchdog queries events while the user's threads may capture graphs in global mode: its
+    // queries concern eager calls only and must not invalidate those captures.
+    device_->exchange_capture_mode(CaptureMode::Relaxed);
   } catch (const std::exception& e) {
     fail_device("the watchdog's set-up", e);
   }
@@ -247,6 +210,11 @@ void StreamEngine::watchdog_loop() {
       // (a mismatched receive completed with no error under load).
       stream_failure_ = false;
       cv_.notify_all();
+      continue;
+    }
+    if (in_flight_.empty() && kernel_ && kernel_->captured_any() && !failed()) {
+      cv_.wait_for(lk, kTick);  // graphs may be replayed at any time: never parked (stream_capture.cc)
+      if (!stop_ && !stream_failure_ && in_flight_.empty()) watch_replays(lk);
       continue;
     }
     if (in_flight_.empty()) {
