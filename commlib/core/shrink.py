@@ -43,7 +43,7 @@ CONFIRM_GRACE_S = 2.0
 DIED = "died during the shrink"
 
 
-def _process_gone(pid: int) -> bool:
+def process_gone(pid: int) -> bool:
     """True when ``pid`` (a process on this host) no longer runs (absent or a zombie)."""
     if pid <= 0:
         return False
@@ -69,7 +69,7 @@ def gone_peers(core, states=GONE_STATES) -> Set[int]:
     gone = set()
     kinds = core.link_kinds
     for r, (state, pid, _msg) in enumerate(core.peer_states()):
-        if state in states or (kinds[r] == "shm" and _process_gone(pid)):
+        if state in states or (kinds[r] == "shm" and process_gone(pid)):
             gone.add(r)
     return gone
 
@@ -270,28 +270,8 @@ class _Agreement:
         on every survivor: nobody goes on with the new communicator unless all do. A survivor that
         died after saying it built it does not fail the shrink (the new communicator's next call
         names it); one that died before did."""
-        built = lambda r: self.rdv.store.check([f"{self.rdv.prefix}/built/{r}"])  # noqa: E731
-        self.rdv.deadline = time.monotonic() + self.rdv.timeout  # the building had a timeout of its own
-        try:
-            self.rdv.set(f"built/{self.me}", b"1")
-            phases.reached(self.rdv.prefix, "committed")
-            waiting = [r for r in self.survivors if r != self.me]
-            pause = 0.0005
-            while True:
-                waiting = [r for r in waiting if not built(r)]
-                if not waiting:
-                    return
-                self.relay()
-                # read again after seeing the death: its word, if given, came before it
-                dead = [r for r in gone_ranks(self.comm, ("dead",)) if r in waiting and not built(r)]
-                if dead:
-                    self.died_during_shrink(dead)
-                self._waited_too_long(waiting, "build the new communicator")
-                time.sleep(pause)
-                pause = min(pause * 2, 0.01)
-        except BaseException:
-            new.close()
-            raise
+        await_all_built(self, self.me, self.survivors, new,
+                        lambda: gone_ranks(self.comm, ("dead",)), self.died_during_shrink)
 
     def watch(self):
         """PeerError on every rank when a survivor died while the shrink runs. Only deaths count:
@@ -299,6 +279,37 @@ class _Agreement:
         dead = [r for r in gone_ranks(self.comm, ("dead",)) if r in self.survivors]
         if dead:
             self.died_during_shrink(dead)
+
+
+def await_all_built(agreement, me: int, members, new, dead_now, died):
+    """The commit step of a shrink or a grow: say this rank (``me``, its number among ``members``
+    as named in the store) built ``new`` (``built/<me>`` under the agreement's prefix), then wait
+    until every member did. ``dead_now()`` gives the members seen dead, ``died(ranks)`` fails the
+    agreement on every rank for them; ``agreement`` gives ``rdv``, ``relay()`` and
+    ``_waited_too_long(ranks, step)``. On any failure ``new`` is closed before the error rises."""
+    rdv = agreement.rdv
+    built = lambda r: rdv.store.check([f"{rdv.prefix}/built/{r}"])  # noqa: E731
+    rdv.deadline = time.monotonic() + rdv.timeout  # the building had a timeout of its own
+    try:
+        rdv.set(f"built/{me}", b"1")
+        phases.reached(rdv.prefix, "committed")
+        waiting = [r for r in members if r != me]
+        pause = 0.0005
+        while True:
+            waiting = [r for r in waiting if not built(r)]
+            if not waiting:
+                return
+            agreement.relay()
+            # read again after seeing the death: its word, if given, came before it
+            dead = [r for r in dead_now() if r in waiting and not built(r)]
+            if dead:
+                died(dead)
+            agreement._waited_too_long(waiting, "build the new communicator")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
+    except BaseException:
+        new.close()
+        raise
 
 
 def shrink(comm, exclude: Optional[list], n: int, timeout: float, rendezvous, create):
@@ -314,4 +325,4 @@ def shrink(comm, exclude: Optional[list], n: int, timeout: float, rendezvous, cr
     return new
 
 
-__all__ = ["check_exclude", "gone_ranks", "shrink"]
+__all__ = ["await_all_built", "check_exclude", "gone_ranks", "process_gone", "shrink"]
