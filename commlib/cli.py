@@ -1,5 +1,6 @@
-"""The ``commlib`` command: ``commlib bench`` (sweeps, peers, model, tuning), ``commlib report`` and
-``commlib store`` (the rendezvous store as its own process).
+"""The ``commlib`` command: ``commlib bench`` (sweeps, peers, model, tuning), ``commlib report``,
+``commlib store`` (the rendezvous store as its own process) and ``commlib explain`` (the schedule
+explorer).
 
     commlib bench all_reduce --np 4 -b 8 -e 64M -f 4 --algorithms ring,rabenseifner,auto \
         --peers gloo,mpi --json out.json
@@ -9,6 +10,7 @@
     commlib sim all_reduce --topology dgx-h100 --nodes 1,8,64   # predictions (commlib/sim)
     commlib tune --sim dgx-h100 --nodes 1,8,64 -o tuning.json   # auto's tuning file from predictions
     commlib store --host 10.0.0.1 --port 29500      # a store that outlives every rank (COMMLIB_STORE)
+    commlib explain all_reduce ring --size 4 --count 8 -o explain/   # the schedule explorer page
 
 ``python -m commlib`` is the same command.
 """
@@ -19,8 +21,9 @@ import sys
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="commlib", description="commlib benchmarks, reports and the rendezvous store")
-    sub = p.add_subparsers(dest="command", metavar="{bench,bench-torch,report,tune,sim,store}")
+    p = argparse.ArgumentParser(prog="commlib", description="commlib benchmarks, reports, the rendezvous store and "
+                                                            "the schedule explorer")
+    sub = p.add_subparsers(dest="command", metavar="{bench,bench-torch,report,tune,sim,store,explain}")
     sub.required = True
     from commlib.bench.launcher import add_arguments
     b = sub.add_parser("bench", help="run collectives on local ranks (or inside torchrun/srun), "
@@ -44,6 +47,10 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("sim", help="predict collectives on a modelled cluster (presets, topology JSON, "
                                    "or fitted from a bench run): nccl-tests table + JSON")
     add_sim(s)
+    from commlib.explain.cli import add_arguments as add_explain
+    e = sub.add_parser("explain", help="the schedule explorer: one self-contained page showing every step's "
+                                       "messages, what each rank holds (verifier) and step times (simulator)")
+    add_explain(e)
     from commlib.bench.torch_overhead import add_arguments as add_torch_overhead
     bt = sub.add_parser("bench-torch", help="per-call cost of blocking dist.* collectives over commlib vs "
                                             "gloo, torch's do-nothing backends and comm.* (8 B..64 KiB)")
@@ -55,8 +62,16 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def explorer_pages(compared, outdir):
+    """The report's schedule-explorer pages (commlib/explain/report.py), handed to bench's report
+    here: the explorer reads the simulator, which bench never imports."""
+    from commlib.explain.report import write_pages
+    return write_pages(compared, outdir)
+
+
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    args.explorer = explorer_pages  # the report's "See the algorithms move" (bench and report)
     if args.command == "bench":
         from commlib.bench.launcher import run
         return run(args)
@@ -69,6 +84,12 @@ def main(argv=None) -> int:
     if args.command == "sim":
         from commlib.sim.cli import run as sim_run
         return sim_run(args)
+    if args.command == "explain":
+        from commlib.explain.cli import run as explain_run
+        try:
+            return explain_run(args)
+        except ValueError as e:
+            parser().error(f"explain: {e}")
     if args.command == "tune" and args.sim:
         from commlib.sim.tune import main as sim_tune_main
         return sim_tune_main(args)

@@ -32,8 +32,10 @@ from commlib.bench.report_sections import BUSBW_NOTE, build  # noqa: F401
 _us, _f, _x, _ratio, _mpi_lib = fmt_us, fmt_num, fmt_ratio, peer_ratio, mpi_library
 
 
-def generate(datas, outdir) -> str:
-    """Write index.html, report.md and PNGs to ``outdir``; return the index.html path.
+def generate(datas, outdir, explorer=None) -> str:
+    """Write index.html, report.md and PNGs to ``outdir``; return the index.html path. ``explorer``:
+    the schedule explorer's page writer (report_sections.add_explorer; the ``commlib`` command hands
+    it down), None for no "See the algorithms move" section.
 
     Plots an earlier report left there (e.g. of world sizes this run did not measure) are removed
     first, so the directory holds exactly this report."""
@@ -41,7 +43,7 @@ def generate(datas, outdir) -> str:
     for name in os.listdir(outdir):
         if re.fullmatch(r"(busbw|latency|model)_P\d+\.png", name):
             os.remove(os.path.join(outdir, name))
-    doc = build(datas, outdir)
+    doc = build(datas, outdir, explorer)
     with open(os.path.join(outdir, "report.md"), "w") as f:
         f.write(doc.markdown())
     path = os.path.join(outdir, "index.html")
@@ -80,6 +82,6 @@ def print_summary(data, out):
 def main(args) -> int:
     """``commlib report``: write the report of ``args.files`` to ``args.output``."""
     datas = load(args.files)
-    path = generate(datas, args.output)
+    path = generate(datas, args.output, getattr(args, "explorer", None))
     print(f"report: {path} (and {os.path.join(args.output, 'report.md')})")
     return 0

@@ -28,6 +28,10 @@ class Doc:
     def pre(self, text):
         self.items.append(("pre", text))
 
+    def links(self, pairs):
+        """A list of links: [(text, href relative to the report's folder)]."""
+        self.items.append(("links", list(pairs)))
+
     def markdown(self):
         out = []
         for it in self.items:
@@ -44,6 +48,8 @@ class Doc:
                 out.append("\n".join(lines))
             elif it[0] == "img":
                 out.append(f"![{it[2]}]({os.path.basename(it[1])})")
+            elif it[0] == "links":
+                out.append("\n".join(f"- [{text}]({href.replace(' ', '%20')})" for text, href in it[1]))
             out.append("")
         return "\n".join(out)
 
@@ -60,6 +66,9 @@ class Doc:
             elif it[0] == "table":
                 rows = "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in r) + "</tr>" for r in it[2])
                 body.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in it[1]) + "</tr>" + rows + "</table>")
+            elif it[0] == "links":
+                body.append("<ul>" + "".join(f'<li><a href="{e(href)}">{e(text)}</a></li>' for text, href in it[1])
+                            + "</ul>")
             elif it[0] == "img":
                 with open(it[1], "rb") as f:
                     b64 = base64.b64encode(f.read()).decode()

@@ -25,8 +25,29 @@ BUSBW_NOTE = (
     "compare numbers of the same run (shared machines make absolute numbers noisy, ratios less so).")
 
 
-def build(datas, outdir):
-    """The report document (and its PNGs in ``outdir``)."""
+def add_explorer(doc, rows, outdir, explorer):
+    """"See the algorithms move": a link to the schedule explorer for every algorithm compared at each
+    world size. ``explorer(compared, outdir)``, handed down by the ``commlib`` command (bench never
+    imports the explorer, which reads the simulator), writes the pages beside the report and returns
+    {(collective, P, algorithm): link}; ``compared`` is {collective: {P: algorithms}}."""
+    compared = {}
+    for r in rows:
+        compared.setdefault(r["collective"], {}).setdefault(r["world_size"], set()).update(r["times"])
+    links = explorer(compared, outdir)
+    if not links:
+        return
+    doc.h("See the algorithms move")
+    doc.p("Each link opens the schedule explorer (commlib explain: one page, no server) at an algorithm compared "
+          "above: its steps as arrows between the ranks, what every rank holds after each step (the verifier) "
+          "and each step's time on a modelled cluster (the simulator).")
+    doc.links((f"{coll}, {P} ranks: {alg}", href) for (coll, P, alg), href in
+              sorted(links.items(), key=lambda kv: (C.COLLECTIVES.index(kv[0][0]) if kv[0][0] in C.COLLECTIVES
+                                                     else 99, kv[0][1], kv[0][2])))
+
+
+def build(datas, outdir, explorer=None):
+    """The report document (and its PNGs in ``outdir``); ``explorer``: add_explorer's page writer
+    (None: no explorer section)."""
     from commlib.perf import sim_report
     sims = [d for d in datas if sim_report.is_sim(d)]
     datas = [d for d in datas if not sim_report.is_sim(d)]
@@ -171,6 +192,8 @@ def build(datas, outdir):
     doc.table(["backend", "collective", "ranks", "results checked", "wrong values"],
               [[b, c, P, v[0], v[1]] for (b, c, P), v in sorted(corr.items())])
 
+    if explorer:
+        add_explorer(doc, rows, outdir, explorer)
     sim_report.add_at_scale(doc, sims, outdir, measured=records, plt=pyplot())
 
     doc.h("Machine and versions")

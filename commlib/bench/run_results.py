@@ -66,7 +66,7 @@ def finish(a, cfg, command, results, backends, status) -> int:
         C.log(f"# wrote {a.json}")
     if a.report:
         from commlib.bench import report
-        path = report.generate([data], a.report)
+        path = report.generate([data], a.report, getattr(a, "explorer", None))
         C.log(f"# report: {path}")
     wrong = sum(int(r.get("wrong") or 0) for r in results)
     if wrong:

@@ -144,6 +144,38 @@ void bind_sim(py::module_& m) {
       "pipeline segment (-1: COMMLIB_HIER_SEGMENT) and intra-host algorithm (\"\": built-in exchanges).");
 
   m.def(
+      "simulate_trace",
+      [](Collective c, const std::string& algorithm, int64_t count, int elem_bytes, int root,
+         const py::dict& topology, const std::string& inter_algorithm, int64_t segment,
+         const std::string& intra_algorithm) {
+        const sim::Topology t = topology_from_dict(topology);
+        if (t.size() > 64) throw std::invalid_argument("topology: the trace explains up to 64 ranks");
+        sim::Trace trace;
+        sim::Result r;
+        {
+          py::gil_scoped_release nogil;
+          sim::Options o{inter_algorithm, segment, intra_algorithm};
+          o.trace = &trace;
+          r = sim::simulate(c, algorithm, count, elem_bytes, root, t, o);
+        }
+        py::list transfers;
+        for (const auto& x : trace.transfers)
+          transfers.append(py::make_tuple(x.src, x.dst, x.src_step, x.dst_step, x.bytes, x.start, x.done, x.links));
+        py::dict out;
+        out["time_s"] = r.time_s;
+        out["algorithm"] = r.algorithm;
+        out["steps"] = trace.steps;
+        out["transfers"] = std::move(transfers);
+        out["links"] = trace.link_names;
+        return out;
+      },
+      py::arg("collective"), py::arg("algorithm"), py::arg("count"), py::arg("elem_bytes"), py::arg("root"),
+      py::arg("topology"), py::arg("inter_algorithm") = "", py::arg("segment") = -1, py::arg("intra_algorithm") = "",
+      "simulate() on up to 64 ranks, with what happened: {time_s, algorithm, steps: [rank][step] -> (entered_s, "
+      "finished_s), transfers: [(src, dst, src_step, dst_step, bytes, start_s, done_s, [link ids])], links: "
+      "[link names by id]} (the schedule explorer's timeline).");
+
+  m.def(
       "search_candidates",
       [](Collective c, int64_t count, int elem_bytes, int root, const py::dict& topology,
          bool hier_only, int64_t extrapolate_ops, int64_t costly_ops) {

@@ -28,9 +28,9 @@ double now_s() {
 class Run {
  public:
   Run(const Topology& t, const std::vector<RankRates>& rates, const ShapeTable& shapes,
-      const std::vector<Program>& progs, int elem_bytes)
+      const std::vector<Program>& progs, int elem_bytes, Trace* trace)
       : t_(t), rates_(rates), shapes_(shapes), progs_(progs), eb_(elem_bytes), P_(t.size()), H_(t.hosts()),
-        player_(*this) {
+        player_(*this), trace_(trace) {
     ranks_.resize(P_);
     player_.reset(P_);
     free_at_.assign(2 * P_ + H_ + 2 * H_ * t.nics_per_host, 0.0);
@@ -199,6 +199,7 @@ class Run {
     }
     Q.end = std::max(Q.end, taken + reduce_tail);
     ++transfers_;
+    if (trace_) trace_->transfers.push_back({s, q, S.step, Q.step, bytes, start, wire_done + latency, wire_links_});
   }
 
   // Bytes from rank s's memory to rank q's over the links between them, from `start` (moved past a
@@ -239,6 +240,7 @@ class Run {
       free_at_[res[i]] = begin + (bucket ? through_bucket(res[i], begin, bytes) : bytes / bw[i]);
       wire_done = std::max(wire_done, free_at_[res[i]]);
     }
+    if (trace_) wire_links_.assign(res, res + nres);
     return wire_done;
   }
 
@@ -264,6 +266,8 @@ class Run {
       const double tail = o->kind == SimKind::GetReduce ? reduce_tail_s(r, bytes, slowest) : 0.0;
       R.end = std::max(R.end, done + latency + tail);
       ++transfers_;
+      if (trace_)  // one-sided: the bytes move in r's step, whichever way they go
+        trace_->transfers.push_back({get ? o->peer : r, get ? r : o->peer, R.step, R.step, bytes, start, done + latency, wire_links_});
     }
   }
 
@@ -317,6 +321,7 @@ class Run {
       if (o->kind == SimKind::Copy) t += bytes * rates_[r].copy_s_per_byte;
       else if (o->kind == SimKind::Reduce) t += bytes * rates_[r].reduce_s_per_byte;
     }
+    if (trace_) trace_->steps[r].emplace_back(R.t, t);
     post_signals(r, t);
     --R.left;
     ++R.step;
@@ -340,6 +345,8 @@ class Run {
   double now_ = 0;  // the entering rank's entry time
   std::unordered_map<int64_t, std::vector<double>> posted_;  // per (from, to, tag): arrival of each signal
   std::unordered_map<int64_t, size_t> consumed_;             // per (from, to, tag): signals waited for
+  Trace* trace_ = nullptr;
+  std::vector<int> wire_links_;  // the links the last wire() crossed (traced runs only)
   int64_t steps_ = 0, transfers_ = 0, bytes_inter_ = 0, bytes_intra_ = 0;
 };
 
@@ -379,7 +386,8 @@ Result simulate(Collective c, const std::string& algorithm, int64_t count, int e
                                                        res.intra_algorithm);
   const double t1 = now_s();
   const std::vector<RankRates> rates = rank_rates(topo, c, count, elem_bytes, root, scratch, res);
-  Run run(topo, rates, shapes, progs, elem_bytes);
+  if (opts.trace) start_trace(*opts.trace, topo);
+  Run run(topo, rates, shapes, progs, elem_bytes, opts.trace);
   run.play(res, opts.stop_after_s);
   res.build_s = t1 - t0;
   res.run_s = now_s() - t1;

@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/types.h"
 #include "sim/topology.h"
@@ -44,6 +46,23 @@ struct Result {
   bool cut = false;         // stopped at Options::stop_after_s: time_s is a lower bound (> stop_after_s)
 };
 
+// What one run did, for the schedule explorer (commlib explain): every rank's steps as (entered,
+// finished) in seconds, and every transfer with the links it crossed (ids into link_names).
+struct Trace {
+  struct Transfer {
+    int src, dst;
+    int64_t src_step, dst_step;
+    double bytes, start, done;  // done: the last byte in at the receiver (wire + latency)
+    std::vector<int> links;
+  };
+  std::vector<std::vector<std::pair<double, double>>> steps;  // [rank][step]
+  std::vector<Transfer> transfers;
+  std::vector<std::string> link_names;  // "rank 3 out", "host 1 bus", "host 0 NIC 2 in", ...
+};
+
+// Empties `trace` for a run on `t`: a step list per rank, and the names of the run's links (trace.cc).
+void start_trace(Trace& trace, const Topology& t);
+
 // What a hierarchical schedule is built with (ir.h CollArgs): its inter-host algorithm ("": the
 // built-in exchange), its intra-host algorithm ("": the built-in exchanges) and pipeline segment in elements (-1: COMMLIB_HIER_SEGMENT; 0: none).
 // stop_after_s: stop the event run once simulated time passes it (Result::cut; time_s is then the
@@ -54,6 +73,7 @@ struct Options {
   int64_t segment = -1;
   std::string intra_algorithm;
   double stop_after_s = std::numeric_limits<double>::infinity();
+  Trace* trace = nullptr;  // filled when given
 };
 
 // `algorithm` may be "auto": the engine's resolution (policy/auto_policy.h, resolve_algorithm)

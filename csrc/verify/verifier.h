@@ -8,6 +8,7 @@
 // written, at most one send to / receive from each peer, equal counts on matched send/recv.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -38,5 +39,25 @@ std::string verify_algorithm(Collective c, const std::string& algorithm, int siz
 // algorithm in messages.
 void verify_schedules(Collective c, const std::vector<Schedule>& per_rank, int size, int64_t count,
                       int root, bool in_place, const std::string& label);
+
+// What the verifier knows after every step, for the schedule explorer (commlib explain): a run of
+// elements [start, start + len) of a buffer holds source elements src, src + 1, ... reduced from
+// the inputs of `ranks` (src < 0: not a valid value, as verifier_values.h's kUninit and others).
+struct HeldRun {
+  int64_t start, len, src;
+  std::vector<int> ranks;
+};
+struct HeldBuffer {
+  int64_t size = -1;  // elements; -1: the rank does not own this buffer
+  std::vector<HeldRun> runs;
+};
+// holdings[rank][k][buffer id]: the rank's buffers before its first step (k = 0) and after its
+// step k - 1, in the out-of-place layout (verifier_trace.cc).
+using Holdings = std::vector<std::vector<std::array<HeldBuffer, 3>>>;
+
+// Verifies per-rank schedules as verify_schedules does (out-of-place layout) and returns what every
+// rank holds after each of its steps. Meant for small worlds: the result grows as ranks^2 x steps.
+Holdings trace_schedules(Collective c, const std::vector<Schedule>& per_rank, int size, int64_t count, int root,
+                         const std::string& label);
 
 }  // namespace commlib

@@ -121,6 +121,7 @@ void Replay::run_one_sided_step(int r) {
     signals_[signal_key(r, o.peer, o.tag)].push_back(static_cast<uint32_t>(clocks_.size() - 1));
   }
   ++R.step;
+  if (trace_) record(r);  // a put shows in its target's holdings at the target's next recorded step
 }
 
 void Replay::play_one_sided() {

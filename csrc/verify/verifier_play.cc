@@ -76,6 +76,7 @@ void Replay::finish_step(int r) {
     else if (o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce) R.recv_from[o.peer] = -1;
   }
   ++R.step;
+  if (trace_) record(r);
   player_.leave(r);
 }
 

@@ -61,9 +61,13 @@ class Replay {
            " sends or receives messages: a schedule uses one or the other");
     one_sided_ = one_sided >= 0;
     for (int r = 0; r < P_; ++r) validate_rank(r);
+    if (trace_)
+      for (int r = 0; r < P_; ++r) record(r);
     simulate();
     check_results();
   }
+  // Record every rank's holdings after each step into `h` (verifier_trace.cc) during run().
+  void trace_into(Holdings* h) { trace_ = h; }
 
  private:
   struct Rank {
@@ -179,6 +183,8 @@ class Replay {
   std::unordered_map<int64_t, size_t> consumed_;
   int codec_ = 0;
   std::unordered_map<uint64_t, uint64_t> codec_trees_;  // Q's output tree -> its piece's shape
+  Holdings* trace_ = nullptr;
+  void record(int r);  // appends rank r's buffers to trace_
 };
 
 }  // namespace verify

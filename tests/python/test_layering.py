@@ -138,6 +138,13 @@ def test_bench_and_sim_share_perf_not_each_other():
     assert "commlib.perf" in layers["commlib.sim"] and "commlib.perf" in layers["commlib.bench"]
 
 
+def test_the_explorer_sits_above_bench_and_sim():
+    # commlib explain reads the simulator; bench's report gets its page writer from the command.
+    layers = package_graph(import_graph())
+    assert "commlib.sim" in layers["commlib.explain"] and "commlib.bench" not in layers["commlib.explain"]
+    assert "commlib.explain" not in layers["commlib.bench"] and "commlib.explain" not in layers["commlib.sim"]
+
+
 _INCLUDE = re.compile(r'#\s*include\s*"([^"]+)"')
 
 
