@@ -12,18 +12,19 @@ import sys as _sys
 
 import commlib._C as _C
 from commlib.bootstrap import secret, store
-from commlib.core import communicator, schedules, tuning, work
+from commlib.core import codecs, communicator, schedules, tuning, work
 from commlib.core.communicator import Communicator, Work
 from commlib.device import emulated, nccl
 from commlib.errors import CommError, MismatchError, PeerError, RendezvousError, StoreLostError
 from commlib.init import init
+from commlib.join import join
 from commlib.core.schedules import (VerificationError, algorithm_info, algorithms, format_schedule,
                                     register_algorithm, schedule, unregister_algorithm, verify)
 
 # The modules documented as commlib.<name> before the package was grouped into layers (bootstrap/,
 # core/, device/) stay importable under those names: `import commlib.store`,
 # `from commlib.emulated import ...` find the moved module (tests/python/test_public_names.py).
-PUBLIC_MODULES = {"store": store, "secret": secret, "communicator": communicator, "schedules": schedules,
+PUBLIC_MODULES = {"codecs": codecs, "store": store, "secret": secret, "communicator": communicator, "schedules": schedules,
                   "tuning": tuning, "work": work, "emulated": emulated, "nccl": nccl}
 for _name, _module in PUBLIC_MODULES.items():
     _sys.modules.setdefault(f"{__name__}.{_name}", _module)
@@ -31,7 +32,7 @@ for _name, _module in PUBLIC_MODULES.items():
 __version__ = "0.1.0"
 
 __all__ = [
-    "init", "Communicator", "Work", "CommError", "MismatchError", "PeerError", "RendezvousError", "StoreLostError",
+    "init", "join", "Communicator", "Work", "CommError", "MismatchError", "PeerError", "RendezvousError", "StoreLostError",
     "schedule", "algorithms", "algorithm_info", "register_algorithm", "unregister_algorithm", "verify", "format_schedule",
     "VerificationError",
     "DTYPES", "OPS", "COLLECTIVES",

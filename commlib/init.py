@@ -25,7 +25,7 @@ from commlib import settings
 import commlib._C as _C
 from commlib.bootstrap import hosts as bootstrap, phases
 from commlib.core.call_checks import as_int, as_seconds
-from commlib.core import shrink
+from commlib.core import grow, shrink
 from commlib.core.communicator import Communicator
 from commlib.errors import CommError, RendezvousError
 from commlib.bootstrap.fdpass import FdServer, receive_fd
@@ -130,8 +130,7 @@ def _default_store(rank, world_size, master_addr, master_port, timeout):
         return dist.TCPStore(addr, port, world_size, False, timedelta(seconds=timeout)), None
     server = None
     if rank == 0:
-        # Bind the address asked for and nothing else (not 0.0.0.0): the store is reachable from
-        # exactly where the ranks were told to look for it.
+        # Bind only the address asked for (not 0.0.0.0): where the ranks were told to look for it.
         try:
             # With COMMLIB_SECRET the server stores only values signed with the job's key.
             server = StoreServer("127.0.0.1" if addr == "localhost" else addr, port, key=store_key())
@@ -246,7 +245,7 @@ def create(store, prefix: str, rank: int, size: int, timeout: float, watch=(), c
         if note:
             _log(1, f"{prefix}: {note}")
     return Communicator(core, store, prefix, rank, size, timeout, split=split_communicator,
-                        shrink=shrink_communicator)
+                        shrink=shrink_communicator, grow=grow_communicator)
 
 
 def _set_cost_model(core, size: int) -> None:
@@ -386,6 +385,16 @@ def _shares_store(parent: Communicator, child: Communicator) -> Communicator:
     return child
 
 
+def _rebuilt(parent: Communicator, child: Communicator) -> Communicator:
+    child._job = parent._job  # the survivors' or the grown communicator: joiners still name the job
+    return _shares_store(parent, child)
+
+
 def shrink_communicator(comm: Communicator, exclude, n: int, timeout: float):
     """Implementation of Communicator.shrink (commlib/core/shrink.py; collective over the survivors)."""
-    return _shares_store(comm, shrink.shrink(comm, exclude, n, timeout, _Rendezvous, create))
+    return _rebuilt(comm, shrink.shrink(comm, exclude, n, timeout, _Rendezvous, create))
+
+
+def grow_communicator(comm: Communicator, n, k: int, timeout: float):
+    """Implementation of Communicator.grow (commlib/core/grow.py; collective over ``comm``)."""
+    return _rebuilt(comm, grow.grow(comm, n, k, timeout, timeout, _Rendezvous, create))

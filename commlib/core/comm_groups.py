@@ -1,4 +1,5 @@
-"""A communicator's group methods: ``split`` (sub-groups) and ``shrink`` (the survivors).
+"""A communicator's group methods: ``split`` (sub-groups), ``shrink`` (the survivors) and ``grow``
+(replacements join).
 
 A mixin of :class:`commlib.core.communicator.Communicator`, kept apart because both only check
 their arguments and hand over to the rendezvous that ``commlib.init`` gave the communicator
@@ -69,6 +70,26 @@ class GroupMethods:
         timeout = as_seconds(timeout)
         self._shrinks += 1
         return self._shrink(self, exclude, self._shrinks, self._timeout if timeout is None else timeout)
+
+    def grow(self, n: Optional[int] = None, timeout: Optional[float] = None) -> "GroupMethods":
+        """A new communicator of this one's ranks and the processes that joined (commlib.join),
+        docs/fault_tolerance.md "Growing back". Collective over this communicator. ``n``: wait
+        for that many joiners, up to ``timeout`` (default: this communicator's); ``n=None``:
+        admit whoever asked to join within ``timeout`` seconds (at least one). This communicator's
+        ranks keep their numbers; joiners follow, in the order they asked. Every rank (joiners
+        too) raises the same error if one fails: PeerError when a rank or a joiner died during
+        the grow (call grow again), RendezvousError when too few joined in time or a joiner runs
+        another commlib version or settings (naming it). This communicator stays usable."""
+        self._check_can_rebuild("grow", self._grow)
+        if n is not None:
+            n = as_int(n, "n")
+            if n < 1:
+                raise ValueError(f"n: must be a positive number of joiners or None, got {n!r}")
+        timeout = as_seconds(timeout)
+        if n is None and timeout is None:
+            raise ValueError("timeout: grow(n=None) admits whoever asked within timeout: give n or timeout")
+        self._grows += 1
+        return self._grow(self, n, self._grows, self._timeout if timeout is None else timeout)
 
     def _check_can_rebuild(self, what, rendezvous):
         """Refuses ``what`` (split, shrink) without commlib.init's rendezvous, after close() or in a

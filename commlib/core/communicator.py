@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 import commlib._C as _C
 from commlib.device.host_buffers import describe
 from commlib.core.call_spec import COLLECTIVE, DTYPE, OP
+from commlib.core.codecs import run_compressed
 from commlib.core.comm_groups import GroupMethods
 from commlib.core.device_route import DeviceRoute
 from commlib.core.dropped_close import Leftovers
@@ -49,14 +50,18 @@ class Communicator(GroupMethods):
     """
 
     def __init__(self, core, store, prefix: str, rank: int, size: int, timeout: float, split=None,
-                 shrink=None):
-        # ``split``/``shrink``: the rendezvous that builds a sub-communicator or the survivors'
-        # communicator (commlib.init passes them), so this module needs no import of the layer
-        # that creates communicators.
+                 shrink=None, grow=None):
+        # ``split``/``shrink``/``grow``: the rendezvous that builds a sub-communicator, the survivors'
+        # or the grown communicator (commlib.init passes them), so this module needs no import of
+        # the layer that creates communicators.
         self._core = core
         self._split = split
         self._shrink = shrink
         self._shrinks = 0
+        self._grow = grow
+        self._grows = 0
+        # The job a replacement joins (commlib.join(prefix=...)): init()'s prefix, kept by shrink and grow.
+        self._job = prefix
         self._addr = _C.core_address(core)  # for _fast; self._core keeps the core alive
         self._store = store
         self._prefix = prefix
@@ -122,10 +127,14 @@ class Communicator(GroupMethods):
         return peer
 
     def _run(self, coll, algorithm, in_ptr, out_ptr, count, dtype, op, root, scale, async_op, refs,
-             stream=None):
+             stream=None, compress=None):
         # Buffers on a device (commlib.emulated, CUDA) go to the stream engine: the one place
         # where the route forks (commlib/core/device_route.py).
         bufs = device_buffers_of(coll, refs)
+        if compress is not None:
+            work = run_compressed(self._core, self._size, coll, algorithm, in_ptr, out_ptr, count, dtype, op, root, scale,
+                                  async_op, compress, on_device=bool(bufs) or stream is not None)
+            return Work(work, refs) if async_op else None
         if algorithm == "nccl" and not bufs:
             raise ValueError("algorithm: 'nccl' passes the collective to NCCL and needs device buffers "
                              "(commlib.emulated arrays or CUDA memory)")
@@ -142,14 +151,15 @@ class Communicator(GroupMethods):
 
     # -- collectives --------------------------------------------------------------------------
     def all_reduce(self, tensor, op: str = "sum", algorithm: str = "auto", out=None,
-                   async_op: bool = False, scale=None, stream=None):
+                   async_op: bool = False, scale=None, stream=None, compress=None):
         """Reduce ``tensor`` element-wise over all ranks; every rank gets the result.
 
         In place unless ``out`` (same dtype and size) is given. ``op`` is one of sum, prod, min,
         max, avg, premul_sum (``scale`` times each input, then sum), band, bor, bxor.
+        ``compress``: a codec (:mod:`commlib.codecs`) the messages travel in (docs/compression.md).
         """
-        done = _fast(self._addr, _ALL_REDUCE, tensor, out, op, algorithm, 0, async_op, scale, stream,
-                     self._device_calls)
+        done = NotImplemented if compress is not None else _fast(
+            self._addr, _ALL_REDUCE, tensor, out, op, algorithm, 0, async_op, scale, stream, self._device_calls)
         if done is not NotImplemented:
             return done
         ip, n, dt = describe(tensor, "tensor")
@@ -157,15 +167,17 @@ class Communicator(GroupMethods):
         check_algorithm("all_reduce", algorithm)
         op_ptr = ip if out is None else describe_like(out, "out", dt, "tensor", n, f"{n} like tensor")
         return self._run("all_reduce", algorithm, ip, op_ptr, n, dt, op, 0, op_, async_op, (tensor, out),
-                         stream)
+                         stream, compress)
 
-    def all_gather(self, output, input, algorithm: str = "auto", async_op: bool = False, stream=None):
+    def all_gather(self, output, input, algorithm: str = "auto", async_op: bool = False, stream=None,
+                   compress=None):
         """Concatenate every rank's ``input`` into ``output`` (size * input elements), rank order.
 
-        ``input`` may be the view of ``output`` at this rank's block (in place).
+        ``input`` may be the view of ``output`` at this rank's block (in place). ``compress``: as
+        :meth:`all_reduce`'s.
         """
-        done = _fast(self._addr, _ALL_GATHER, input, output, "sum", algorithm, 0, async_op, None, stream,
-                     self._device_calls)
+        done = NotImplemented if compress is not None else _fast(
+            self._addr, _ALL_GATHER, input, output, "sum", algorithm, 0, async_op, None, stream, self._device_calls)
         if done is not NotImplemented:
             return done
         ip, n, dt = describe(input, "input")
@@ -173,13 +185,14 @@ class Communicator(GroupMethods):
                                 f"size*input = {self._size}*{n}")
         check_algorithm("all_gather", algorithm)
         return self._run("all_gather", algorithm, ip, op_ptr, n, dt, "sum", 0, 1.0, async_op, (input, output),
-                         stream)
+                         stream, compress)
 
     def reduce_scatter(self, output, input, op: str = "sum", algorithm: str = "auto",
-                       async_op: bool = False, scale=None, stream=None):
-        """Reduce ``input`` (size * output elements) over ranks; rank r gets block r in ``output``."""
-        done = _fast(self._addr, _REDUCE_SCATTER, input, output, op, algorithm, 0, async_op, scale, stream,
-                     self._device_calls)
+                       async_op: bool = False, scale=None, stream=None, compress=None):
+        """Reduce ``input`` (size * output elements) over ranks; rank r gets block r in ``output``.
+        ``compress``: as :meth:`all_reduce`'s."""
+        done = NotImplemented if compress is not None else _fast(
+            self._addr, _REDUCE_SCATTER, input, output, op, algorithm, 0, async_op, scale, stream, self._device_calls)
         if done is not NotImplemented:
             return done
         op_ptr, n, dt = describe(output, "output")
@@ -188,7 +201,7 @@ class Communicator(GroupMethods):
         op_ = check_op(op, dt, scale)
         check_algorithm("reduce_scatter", algorithm)
         return self._run("reduce_scatter", algorithm, ip, op_ptr, n, dt, op, 0, op_, async_op, (input, output),
-                         stream)
+                         stream, compress)
 
     def all_to_all(self, output, input, algorithm: str = "auto", async_op: bool = False,
                    output_splits: Optional[Sequence[int]] = None,

@@ -47,7 +47,7 @@ DIED = "died during the shrink"
 MAX_PAUSE_S = 0.01
 
 
-def _process_gone(pid: int) -> bool:
+def process_gone(pid: int) -> bool:
     """True when ``pid`` (a process on this host) no longer runs (absent or a zombie)."""
     if pid <= 0:
         return False
@@ -73,7 +73,7 @@ def gone_peers(core, states=GONE_STATES) -> Set[int]:
     gone = set()
     kinds = core.link_kinds
     for r, (state, pid, _msg) in enumerate(core.peer_states()):
-        if state in states or (kinds[r] == "shm" and _process_gone(pid)):
+        if state in states or (kinds[r] == "shm" and process_gone(pid)):
             gone.add(r)
     return gone
 
@@ -148,15 +148,17 @@ class _Agreement:
             self.fail(RendezvousError(f"{self.what}: rank {rank}'s {key} is malformed: {bytes(raw)[:80]!r}"))
         return rec
 
+    def _waited_too_long(self, ranks, step: str):
+        if time.monotonic() > self.rdv.deadline:
+            self.fail(RendezvousError(
+                f"{self.what}: rank {self.me} waited {self.rdv.timeout:g} s for rank(s) {_fmt(ranks)} "
+                f"to {step} (alive but not calling shrink?)"))
+
     def _wait(self, ready, poll, waited_for, step: str):
         """Until ``ready()``, ``poll()`` every round (it raises what failed); past the deadline, fail
         naming the ranks ``waited_for()`` has not seen ``step``."""
-        def waited_too_long():
-            self.fail(RendezvousError(
-                f"{self.what}: rank {self.me} waited {self.rdv.timeout:g} s for rank(s) {_fmt(waited_for())} "
-                f"to {step} (alive but not calling shrink?)"))
-
-        wait_until(ready, self.rdv.deadline, on_timeout=waited_too_long, poll=poll, max_pause=MAX_PAUSE_S)
+        wait_until(ready, self.rdv.deadline, poll=poll, max_pause=MAX_PAUSE_S,
+                   on_timeout=lambda: self._waited_too_long(waited_for(), step))
 
     def died_during_shrink(self, ranks):
         self.fail(PeerError(f"{self.what}: rank(s) {_fmt(ranks)} {DIED} (rank {self.me} "
@@ -282,28 +284,8 @@ class _Agreement:
         on every survivor: nobody goes on with the new communicator unless all do. A survivor that
         died after saying it built it does not fail the shrink (the new communicator's next call
         names it); one that died before did."""
-        built = lambda r: self.rdv.store.check([f"{self.rdv.prefix}/built/{r}"])  # noqa: E731
-        self.rdv.deadline = time.monotonic() + self.rdv.timeout  # the building had a timeout of its own
-        try:
-            self.rdv.set(f"built/{self.me}", b"1")
-            phases.reached(self.rdv.prefix, "committed")
-            waiting = [r for r in self.survivors if r != self.me]
-
-            def all_built() -> bool:
-                waiting[:] = [r for r in waiting if not built(r)]
-                return not waiting
-
-            def watch_waiting():
-                self.relay()
-                # read again after seeing the death: its word, if given, came before it
-                dead = [r for r in gone_ranks(self.comm, ("dead",)) if r in waiting and not built(r)]
-                if dead:
-                    self.died_during_shrink(dead)
-
-            self._wait(all_built, watch_waiting, lambda: waiting, "build the new communicator")
-        except BaseException:
-            new.close()
-            raise
+        await_all_built(self, self.me, self.survivors, new,
+                        lambda: gone_ranks(self.comm, ("dead",)), self.died_during_shrink)
 
     def watch(self):
         """PeerError on every rank when a survivor died while the shrink runs. Only deaths count:
@@ -311,6 +293,38 @@ class _Agreement:
         dead = [r for r in gone_ranks(self.comm, ("dead",)) if r in self.survivors]
         if dead:
             self.died_during_shrink(dead)
+
+
+def await_all_built(agreement, me: int, members, new, dead_now, died):
+    """The commit step of a shrink or a grow: say this rank (``me``, its number among ``members``
+    as named in the store) built ``new`` (``built/<me>`` under the agreement's prefix), then wait
+    until every member did. ``dead_now()`` gives the members seen dead, ``died(ranks)`` fails the
+    agreement on every rank for them; ``agreement`` gives ``rdv``, ``relay()`` and
+    ``_waited_too_long(ranks, step)``. On any failure ``new`` is closed before the error rises."""
+    rdv = agreement.rdv
+    built = lambda r: rdv.store.check([f"{rdv.prefix}/built/{r}"])  # noqa: E731
+    rdv.deadline = time.monotonic() + rdv.timeout  # the building had a timeout of its own
+    try:
+        rdv.set(f"built/{me}", b"1")
+        phases.reached(rdv.prefix, "committed")
+        waiting = [r for r in members if r != me]
+
+        def all_built() -> bool:
+            waiting[:] = [r for r in waiting if not built(r)]
+            return not waiting
+
+        def watch_waiting():
+            agreement.relay()
+            # read again after seeing the death: its word, if given, came before it
+            dead = [r for r in dead_now() if r in waiting and not built(r)]
+            if dead:
+                died(dead)
+
+        wait_until(all_built, rdv.deadline, poll=watch_waiting, max_pause=MAX_PAUSE_S,
+                   on_timeout=lambda: agreement._waited_too_long(waiting, "build the new communicator"))
+    except BaseException:
+        new.close()
+        raise
 
 
 def shrink(comm, exclude: Optional[list], n: int, timeout: float, rendezvous, create):
@@ -326,4 +340,4 @@ def shrink(comm, exclude: Optional[list], n: int, timeout: float, rendezvous, cr
     return new
 
 
-__all__ = ["check_exclude", "gone_ranks", "shrink"]
+__all__ = ["await_all_built", "check_exclude", "gone_ranks", "process_gone", "shrink"]

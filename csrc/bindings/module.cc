@@ -12,6 +12,7 @@ PYBIND11_MODULE(_C, m) {
   commlib::bind_kernels(m);
   commlib::bind_transport(m);
   commlib::bind_comm(m);
+  commlib::bind_codecs(m);  // after bind_comm: run_compressed takes a Communicator
   commlib::bind_fast_call(m);
   commlib::bind_device(m);
   commlib::bind_buffer_view(m);

@@ -144,6 +144,9 @@ class Communicator {
   int wait_for_any_sender(DType dtype, int64_t count);
   // The call's resolved plan (plan/plan_cache.h), auto's choice logged once at debug >= 1.
   const ResolvedPlan& plan(const CollectiveCall& call, int64_t bytes);
+  // compress=: the schedule's steps with every message encoded (host/compressed_lowering.cc).
+  void run_compressed_steps(const CollectiveCall& call, const Schedule& sched, const CallDesc& desc,
+                            char* const* bases);
   char* scratch(size_t bytes);
   // A private copy of the input: premul_sum scales into it; in-place all_to_all reads from it.
   char* input_copy(size_t bytes);
@@ -170,6 +173,8 @@ class Communicator {
   size_t scratch_bytes_ = 0;
   std::unique_ptr<char[], void (*)(void*)> input_copy_{nullptr, std::free};
   size_t input_copy_bytes_ = 0;
+  std::vector<std::vector<uint8_t>> codec_msgs_;  // compress=: a step's encoded messages
+  std::vector<char> codec_decoded_;               // compress=: a received message decoded; a sum's encoding
   std::vector<std::string> logged_auto_;
 
   // Queue.

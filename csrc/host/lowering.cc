@@ -72,7 +72,13 @@ void Communicator::run_collective(const CollectiveCall& call, uint64_t seq) {
 
     char* in = reinterpret_cast<char*>(call.input);
     char* out = reinterpret_cast<char*>(call.output);
-    const InputStaging staging = input_staging(call, rank_, size_);
+    InputStaging staging = input_staging(call, rank_, size_);
+    if (call.codec.active() && staging.kind == InputStaging::None && in != out) {
+      // compress=: a sender keeps what it sent as decoded (compressed_lowering.cc), so it needs
+      // its own copy of an input it may not write.
+      staging.kind = InputStaging::Copy;
+      staging.elements = static_cast<size_t>(buffer_shapes(call.coll, call.count, size_, rank_, call.root).input);
+    }
     if (staging.kind != InputStaging::None) {
       char* buf = input_copy(staging.elements * esize);
       if (staging.kind == InputStaging::Scale)
@@ -84,7 +90,8 @@ void Communicator::run_collective(const CollectiveCall& call, uint64_t seq) {
     char* scr = sched.scratch_count ? scratch(static_cast<size_t>(sched.scratch_count) * esize) : nullptr;
     char* bases[3] = {in, out, scr};
 
-    for (const Step& step : sched.steps) {
+    if (call.codec.active()) run_compressed_steps(call, sched, desc, bases);
+    else for (const Step& step : sched.steps) {
       ops_.clear();
       for (const Op& op : step.ops) {
         ExecOp e;

@@ -9,6 +9,7 @@
 #include <functional>
 
 #include "common/types.h"
+#include "kernels/cpu_codecs.h"
 
 namespace commlib {
 
@@ -21,6 +22,7 @@ struct CollectiveCall {
   RedOp op = RedOp::Sum;
   int root = 0;
   double scale = 1.0;  // premul_sum factor
+  CodecSpec codec;     // compress=: every message encoded (host/compressed_lowering.cc); None: raw
 };
 
 // Keyed by the *requested* algorithm (0 = auto), so a cached entry also remembers what auto chose.

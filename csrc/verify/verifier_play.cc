@@ -39,11 +39,16 @@ void Replay::on_transfer(int s, int si, int q, int qi) {
          where(q, Q.step, qi) + " receives " + std::to_string(ro.dst.count));
   const int64_t n = so.src.count;
   S.mem.read(abs(s, so.src), n, pa_);
+  if (codec_) {
+    project(pa_);
+    if (codec_ == kCodecProjecting) S.mem.write(abs(s, so.src), n, pa_);
+  }
   if (ro.kind == OpKind::Recv) {
     Q.mem.write(abs(q, ro.dst), n, pa_);
   } else {
     Q.mem.read(abs(q, reduces_from_src(ro) ? ro.src : ro.dst), n, pb_);
     verify::combine_pieces(sets_, pb_, pa_, pc_);
+    if (codec_ == kCodecProjecting) project(pc_);
     Q.mem.write(abs(q, ro.dst), n, pc_);
   }
   // Who-heard-from-whom matters only for barriers; tracking it elsewhere would intern ~P^2 sets.
@@ -62,6 +67,7 @@ void Replay::finish_step(int r) {
       R.mem.read(abs(r, o.src), o.src.count, pa_);
       R.mem.read(abs(r, o.dst), o.dst.count, pb_);
       verify::combine_pieces(sets_, pb_, pa_, pc_);
+      if (codec_ == kCodecProjecting) project(pc_);
       R.mem.write(abs(r, o.dst), o.dst.count, pc_);
     }
   }

@@ -37,6 +37,15 @@ class Replay {
     head_ = h.str();
   }
 
+  // compress= (verifier_codec.cc): 0 none; kCodecProjecting: messages pass through a codec Q
+  // and, as host/compressed_lowering.cc does, a sender keeps Q(what it sent) and every sum is
+  // projected where it is made; kCodecForgetful: the receiver decodes Q(v) but the sender keeps v
+  // (the lowering the identity argument rules out). Q is modelled as a tag on a value's reduction
+  // tree that depends on the whole coded piece (its elements' trees, sources and length: a block's
+  // scale depends on its neighbours), idempotent only on the same piece, so ranks holding v and
+  // Q(v), or values projected over different pieces, differ, as their bytes could.
+  static constexpr int kCodecProjecting = 1, kCodecForgetful = 2;
+  void set_codec(int mode) { codec_ = mode; }
   void run() {
     if (static_cast<int>(sch_.size()) != P_)
       fail("expected " + std::to_string(P_) + " schedules, got " + std::to_string(sch_.size()));
@@ -145,6 +154,7 @@ class Replay {
   int64_t step_of(int r) const { return static_cast<int64_t>(ranks_[r].step); }
   // verifier_results.cc: outputs against the collective's definition, one reduction order.
   void check_results();
+  void project(std::vector<Run>& pieces);  // verifier_codec.cc: every valid value v -> Q(v)
   void check_same_order();
   void expected(int r, std::vector<Run>& out);
 
@@ -167,6 +177,8 @@ class Replay {
   std::vector<std::vector<int64_t>> clocks_;  // the clocks signals carried (one per signalling step)
   std::unordered_map<int64_t, std::vector<uint32_t>> signals_;  // per (from, to, tag): index in clocks_ of each
   std::unordered_map<int64_t, size_t> consumed_;
+  int codec_ = 0;
+  std::unordered_map<uint64_t, uint64_t> codec_trees_;  // Q's output tree -> its piece's shape
 };
 
 }  // namespace verify

@@ -15,6 +15,7 @@ MOVED = {
     "commlib.work": "commlib.core.work",
     "commlib.emulated": "commlib.device.emulated",
     "commlib.nccl": "commlib.device.nccl",
+    "commlib.codecs": "commlib.core.codecs",
 }
 
 

@@ -1,0 +1,143 @@
+"""Block-wise quantization codecs (docs/compression.md), public as ``commlib.codecs``.
+
+A :class:`Codec` names a codec of the C++ kernels (csrc/kernels/codecs.h) with its block size and
+rounding. ``encode`` turns a float32, float16 or bfloat16 NumPy array into bytes (one
+power-of-two scale per block, then one code per element), ``decode`` turns them back; the
+collectives take the same objects (or a codec's name) as ``compress=``::
+
+    codec = commlib.codecs.Codec("int8", block_size=64)
+    data = codec.encode(x)                    # uint8 array of codec.encoded_size(x.size) bytes
+    y = codec.decode(data, x.size, "float32") # |y - x| <= max|x in block| / 127, elementwise
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+import commlib._C as _C
+from commlib.core import call_spec
+from commlib.device import dtypes
+
+NAMES = ("bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int4")
+ROUNDINGS = ("nearest", "stochastic")
+CODED_DTYPES = ("float32", "float16", "bfloat16")
+DEFAULT_BLOCK = 32
+
+
+@dataclass(frozen=True)
+class Codec:
+    """A codec: ``name`` (one of :data:`NAMES`), ``block_size`` elements per scale (bf16 has no
+    scales), ``rounding`` ("nearest", ties to even, or "stochastic", reproducible from ``seed``:
+    element i of an encoded region draws from a counter-based hash of (seed, i, its value))."""
+
+    name: str
+    block_size: int = DEFAULT_BLOCK
+    rounding: str = "nearest"
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.name not in NAMES:
+            raise ValueError(f"compress: unknown codec {self.name!r} (one of {', '.join(NAMES)})")
+        if isinstance(self.block_size, bool) or not isinstance(self.block_size, int) or not 1 <= self.block_size <= 1 << 24:
+            raise ValueError(f"block_size: an int in [1, 2**24], got {self.block_size!r}")
+        if self.rounding not in ROUNDINGS:
+            raise ValueError(f"rounding: 'nearest' or 'stochastic', got {self.rounding!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 1 << 64:
+            raise ValueError(f"seed: an int in [0, 2**64), got {self.seed!r}")
+
+    def encoded_size(self, count: int) -> int:
+        """Bytes that ``count`` elements encode to (scales + codes)."""
+        return int(_C.codec_encoded_bytes(self.name, self.block_size, int(count)))
+
+    def encode(self, x, dtype: str | None = None, counter_base: int = 0) -> np.ndarray:
+        """The bytes of ``x`` (a contiguous float32/float16 array, or bfloat16 bit patterns as
+        uint16 with ``dtype="bfloat16"``). ``counter_base`` numbers the first element for
+        stochastic rounding."""
+        arr, name = _coded_array(x, dtype)
+        return _C.codec_encode(self.name, self.block_size, self.rounding, self.seed, call_spec.dtype(name),
+                               arr, int(counter_base))
+
+    def decode(self, data, count: int, dtype: str = "float32") -> np.ndarray:
+        """``count`` elements of ``dtype`` decoded from ``data`` (bfloat16: uint16 bit patterns)."""
+        if dtype not in CODED_DTYPES:
+            raise ValueError(f"dtype: codecs decode to {', '.join(CODED_DTYPES)}, not {dtype!r}")
+        if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
+            raise ValueError(f"count: a non-negative int, got {count!r}")
+        out = np.empty(int(count), dtype=dtypes.HOST_NUMPY[dtype])
+        _C.codec_decode(self.name, self.block_size, call_spec.dtype(dtype),
+                        np.ascontiguousarray(data, dtype=np.uint8), out)
+        return out
+
+    def round_trip(self, x, dtype: str | None = None) -> np.ndarray:
+        """decode(encode(x)), shaped like ``x``: what every rank holds after a compressed send."""
+        arr, name = _coded_array(x, dtype)
+        return self.decode(self.encode(arr, name), arr.size, name).reshape(arr.shape)
+
+
+def get(compress) -> Codec | None:
+    """The :class:`Codec` that ``compress=`` names: None, a codec's name or a Codec."""
+    if compress is None or isinstance(compress, Codec):
+        return compress
+    if isinstance(compress, str):
+        return Codec(compress)
+    raise TypeError(f"compress: a codec name ({', '.join(NAMES)}) or a commlib.codecs.Codec, "
+                    f"not {type(compress).__name__}")
+
+
+def _coded_array(x, dtype: str | None):
+    arr = np.asarray(x)
+    if dtype is None:
+        dtype = dtypes.NUMPY.get(arr.dtype, str(arr.dtype))
+        if str(arr.dtype) == "bfloat16":  # ml_dtypes
+            dtype, arr = "bfloat16", arr.view(np.uint16)
+    if dtype not in CODED_DTYPES:
+        raise ValueError(f"dtype: codecs take {', '.join(CODED_DTYPES)} data, not {dtype}")
+    if arr.dtype != dtypes.HOST_NUMPY[dtype]:
+        raise ValueError(f"x: holds {arr.dtype}, which is not how {dtype} lies in memory")
+    return np.ascontiguousarray(arr), dtype
+
+
+def run_compressed(core, size: int, coll: str, algorithm: str, in_ptr: int, out_ptr: int, count: int, dtype: str, op: str,
+                   root: int, scale: float, async_op: bool, compress, on_device: bool):
+    """Runs a host collective whose messages travel encoded with ``compress`` (the Communicator's
+    collectives call it after their own checks); refuses what no codec can code, naming the
+    argument, before anything is sent."""
+    codec = get(compress)
+    if dtype not in CODED_DTYPES:
+        raise ValueError(f"compress: codecs code {', '.join(CODED_DTYPES)} data, not {dtype}")
+    if on_device:
+        raise ValueError("compress: runs on host buffers only (device buffers and stream= are not compressed yet)")
+    algorithm = "ring" if algorithm == "auto" else algorithm
+    reason = _identity_refused(coll, algorithm, size, count)
+    if reason:
+        raise ValueError(f"algorithm: {algorithm} cannot keep every rank's {coll} identical under compress= "
+                         f"on {size} ranks and {count} elements ({reason}); ring can")
+    return _C.run_compressed(core, call_spec.collective(coll), algorithm, in_ptr, out_ptr, count,
+                             call_spec.dtype(dtype), call_spec.op(op), root, scale, async_op, codec.name,
+                             codec.block_size, codec.rounding, codec.seed)
+
+
+@functools.lru_cache(maxsize=512)
+def _identity_refused(coll: str, algorithm: str, size: int, count: int) -> str:
+    """Why the verifier rejects this schedule under a codec ("" if it proves it): every rank
+    reaches the same verdict, so all refuse alike before anything is sent. auto runs ring, which
+    the verifier proves for every size (docs/compression.md)."""
+    try:
+        verify(coll, algorithm, size, count)
+    except _C.VerificationError as e:
+        return str(e).split(": ", 1)[-1]
+    return ""
+
+
+def verify(collective: str, algorithm: str = "auto", size: int = 1, count: int = 0,
+           sender_projects: bool = True) -> str:
+    """Proves ``algorithm``'s schedules for ``collective`` on ``size`` ranks and ``count`` elements
+    as compress= runs them (docs/compression.md): the usual results, and every rank's output
+    identical element by element, with a codec modelled as an idempotent projection Q.
+    ``sender_projects=False`` models a lowering whose senders keep the value they encoded
+    (rejected: ranks would hold v and Q(v)). Returns the algorithm verified; raises
+    ``commlib.VerificationError``."""
+    return _C.verify_compressed(call_spec.collective(collective), algorithm, int(size), int(count),
+                                bool(sender_projects))

@@ -1,0 +1,116 @@
+// The block-wise codecs (kernels/cpu_codecs.h) on NumPy buffers, for commlib.codecs: encode a
+// contiguous float32 / float16 / bfloat16 (as uint16) buffer to bytes, decode bytes back; and a
+// host collective with compress= (run_compressed).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <string>
+
+#include "bindings/bindings.h"
+#include "bindings/gil.h"
+#include "host/communicator.h"
+#include "plan/call.h"
+#include "verify/verifier_codec.h"
+#include "kernels/cpu_codecs.h"
+
+namespace py = pybind11;
+
+namespace commlib {
+namespace {
+
+CodecSpec spec_of(const std::string& codec, int64_t block, const std::string& rounding, uint64_t seed) {
+  CodecSpec s;
+  s.kind = codec_kind(codec);
+  s.block = block;
+  if (rounding != "nearest" && rounding != "stochastic")
+    throw std::invalid_argument("rounding: 'nearest' or 'stochastic', got '" + rounding + "'");
+  s.stochastic = rounding == "stochastic";
+  s.seed = seed;
+  return s;
+}
+
+py::buffer_info contiguous(const char* name, const py::buffer& b, bool writable, DType dtype) {
+  py::buffer_info info = b.request(writable);
+  if (info.itemsize != static_cast<py::ssize_t>(dtype_size(dtype)))
+    throw std::invalid_argument(std::string(name) + ": item size " + std::to_string(info.itemsize) +
+                                " does not match dtype " + dtype_name(dtype));
+  py::ssize_t expect = info.itemsize;
+  for (py::ssize_t i = info.ndim - 1; i >= 0; --i) {
+    if (info.shape[i] != 1 && info.strides[i] != expect)
+      throw std::invalid_argument(std::string(name) + ": buffer must be contiguous");
+    expect *= info.shape[i];
+  }
+  return info;
+}
+
+py::array_t<uint8_t> encode(const std::string& codec, int64_t block, const std::string& rounding, uint64_t seed,
+                            DType dtype, const py::buffer& src, uint64_t counter_base) {
+  const CodecSpec spec = spec_of(codec, block, rounding, seed);
+  check_codec(spec, dtype);
+  const py::buffer_info s = contiguous("x", src, false, dtype);
+  const size_t n = static_cast<size_t>(s.size);
+  py::array_t<uint8_t> out(static_cast<py::ssize_t>(codec_encoded_bytes(spec, n)));
+  uint8_t* dst = out.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    codec_encode(spec, dtype, s.ptr, n, dst, counter_base);
+  }
+  return out;
+}
+
+void decode(const std::string& codec, int64_t block, DType dtype, const py::buffer& src, const py::buffer& dst) {
+  CodecSpec spec = spec_of(codec, block, "nearest", 0);
+  check_codec(spec, dtype);
+  const py::buffer_info d = contiguous("out", dst, true, dtype);
+  const py::buffer_info s = src.request(false);
+  const size_t n = static_cast<size_t>(d.size);
+  const size_t need = codec_encoded_bytes(spec, n);
+  if (static_cast<size_t>(s.size * s.itemsize) != need)
+    throw std::invalid_argument("data: " + std::to_string(s.size * s.itemsize) + " bytes, but " + std::to_string(n) +
+                                " elements of " + codec + " encode to " + std::to_string(need));
+  py::gil_scoped_release nogil;
+  codec_decode(spec, dtype, static_cast<const uint8_t*>(s.ptr), n, d.ptr);
+}
+
+std::shared_ptr<Work> run_compressed(Communicator& c, Collective coll, const std::string& algo, uintptr_t in,
+                                     uintptr_t out, int64_t count, DType dtype, RedOp op, int root, double scale,
+                                     bool async, const std::string& codec, int64_t block, const std::string& rounding,
+                                     uint64_t seed) {
+  if (coll != Collective::AllReduce && coll != Collective::ReduceScatter && coll != Collective::AllGather)
+    throw std::invalid_argument(std::string("compress: all_reduce, reduce_scatter and all_gather take it, not ") +
+                                collective_name(coll));
+  CollectiveCall call = collective_call(coll, algo, in, out, count, dtype, op, root, scale);
+  call.codec = spec_of(codec, block, rounding, seed);
+  check_codec(call.codec, dtype);
+  ReleaseGil nogil;
+  return c.collective(call, async);
+}
+
+}  // namespace
+
+void bind_codecs(py::module_& m) {
+  m.def("codec_encode", &encode, py::arg("codec"), py::arg("block"), py::arg("rounding"), py::arg("seed"),
+        py::arg("dtype"), py::arg("x"), py::arg("counter_base") = 0,
+        "Encode a contiguous float buffer with a block-wise codec; returns the bytes (uint8 array).");
+  m.def("codec_decode", &decode, py::arg("codec"), py::arg("block"), py::arg("dtype"), py::arg("data"),
+        py::arg("out"), "Decode codec bytes into `out` (its size is the element count).");
+  m.def("run_compressed", &run_compressed, py::arg("core"), py::arg("collective"), py::arg("algorithm"),
+        py::arg("input"), py::arg("output"), py::arg("count"), py::arg("dtype"), py::arg("op"), py::arg("root"),
+        py::arg("scale"), py::arg("async_op"), py::arg("codec"), py::arg("block"), py::arg("rounding"),
+        py::arg("seed"), "A host collective whose messages travel encoded (docs/compression.md).");
+  m.def("verify_compressed", [](Collective c, const std::string& algorithm, int size, int64_t count,
+                                bool sender_projects) {
+        py::gil_scoped_release nogil;
+        return verify_compressed(c, algorithm, size, count, sender_projects);
+      }, py::arg("collective"), py::arg("algorithm"), py::arg("size"), py::arg("count"),
+        py::arg("sender_projects") = true,
+        "Verify a schedule as compress= runs it: every rank ends identical (docs/compression.md).");
+  m.def("codec_encoded_bytes", [](const std::string& codec, int64_t block, int64_t n) {
+        CodecSpec s = spec_of(codec, block, "nearest", 0);
+        check_codec(s, DType::Float32);
+        if (n < 0) throw std::invalid_argument("count: must be >= 0, got " + std::to_string(n));
+        return codec_encoded_bytes(s, static_cast<size_t>(n));
+      }, py::arg("codec"), py::arg("block"), py::arg("count"), "Bytes that `count` elements encode to.");
+}
+
+}  // namespace commlib

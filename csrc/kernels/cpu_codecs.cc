@@ -1,0 +1,192 @@
+// CPU loops of the block-wise codecs: each block's largest finite magnitude (a reduction the
+// compiler vectorises), then the block's elements through the functors of codecs.h. The loops
+// are plain and branch-light so gcc vectorises what it can at -O3; a block is independent of
+// the others, which is also how a GPU launcher would split the work (int4 packs two codes per
+// byte across the whole region, so such a launcher gives each thread whole bytes).
+#include "kernels/cpu_codecs.h"
+
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+namespace commlib {
+namespace {
+
+using kern::CodecKind;
+using kern::DTypeTraits;
+
+size_t blocks_of(const CodecSpec& spec, size_t n) {
+  return spec.kind == CodecKind::BF16 ? 0 : (n + static_cast<size_t>(spec.block) - 1) / static_cast<size_t>(spec.block);
+}
+
+size_t payload_bytes(CodecKind kind, size_t n) {
+  switch (kind) {
+    case CodecKind::BF16: return 2 * n;
+    case CodecKind::Int4: return (n + 1) / 2;
+    default: return n;
+  }
+}
+
+template <class G, DType D>
+void encode_scaled(const CodecSpec& spec, const void* src, size_t n, uint8_t* dst, uint64_t base) {
+  using Tr = DTypeTraits<D>;
+  const auto* x = static_cast<const typename Tr::storage*>(src);
+  const size_t B = static_cast<size_t>(spec.block);
+  uint8_t* scales = dst;
+  uint8_t* payload = dst + blocks_of(spec, n);
+  constexpr bool kNibbles = std::is_same<G, kern::Int4Grid>::value;
+  for (size_t b0 = 0, blk = 0; b0 < n; b0 += B, ++blk) {
+    const size_t b1 = b0 + B < n ? b0 + B : n;
+    float amax = 0.0f;
+    for (size_t i = b0; i < b1; ++i) {
+      const float a = std::fabs(static_cast<float>(Tr::load(x[i])));
+      amax = (a - a == 0.0f && a > amax) ? a : amax;  // finite values only
+    }
+    const int e = kern::block_scale_exp<G, D>(amax, !spec.stochastic);
+    scales[blk] = static_cast<uint8_t>(static_cast<int8_t>(e));
+    for (size_t i = b0; i < b1; ++i) {
+      const float xi = static_cast<float>(Tr::load(x[i]));
+      const double u = spec.stochastic ? kern::sr_draw(spec.seed, base + i, xi) : -1.0;
+      const uint8_t c = kern::encode_element<G, D>(xi, e, u);
+      if (kNibbles)
+        payload[i >> 1] = (i & 1) ? static_cast<uint8_t>(payload[i >> 1] | (c << 4)) : c;
+      else
+        payload[i] = c;
+    }
+  }
+}
+
+template <class G, DType D>
+void decode_scaled(const CodecSpec& spec, const uint8_t* src, size_t n, void* dst) {
+  using Tr = DTypeTraits<D>;
+  auto* y = static_cast<typename Tr::storage*>(dst);
+  const size_t B = static_cast<size_t>(spec.block);
+  const uint8_t* scales = src;
+  const uint8_t* payload = src + blocks_of(spec, n);
+  constexpr bool kNibbles = std::is_same<G, kern::Int4Grid>::value;
+  for (size_t b0 = 0, blk = 0; b0 < n; b0 += B, ++blk) {
+    const size_t b1 = b0 + B < n ? b0 + B : n;
+    const int e = static_cast<int8_t>(scales[blk]);
+    for (size_t i = b0; i < b1; ++i) {
+      const uint8_t c = kNibbles ? static_cast<uint8_t>((payload[i >> 1] >> ((i & 1) * 4)) & 0xf) : payload[i];
+      y[i] = Tr::store(kern::decode_element<G>(c, e));
+    }
+  }
+}
+
+template <DType D>
+void encode_bf16(const CodecSpec& spec, const void* src, size_t n, uint8_t* dst, uint64_t base) {
+  using Tr = DTypeTraits<D>;
+  const auto* x = static_cast<const typename Tr::storage*>(src);
+  for (size_t i = 0; i < n; ++i) {
+    const float xi = static_cast<float>(Tr::load(x[i]));
+    const double u = spec.stochastic ? kern::sr_draw(spec.seed, base + i, xi) : -1.0;
+    const uint16_t b = kern::bf16_encode<D>(xi, u);
+    std::memcpy(dst + 2 * i, &b, 2);
+  }
+}
+
+template <DType D>
+void decode_bf16(const uint8_t* src, size_t n, void* dst) {
+  using Tr = DTypeTraits<D>;
+  auto* y = static_cast<typename Tr::storage*>(dst);
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t b;
+    std::memcpy(&b, src + 2 * i, 2);
+    y[i] = Tr::store(kern::bf16_decode(b));
+  }
+}
+
+// Calls v.template run<Grid-or-void, D>() for the spec's codec and the dtype.
+template <class V>
+void dispatch(const CodecSpec& spec, DType dtype, V&& v) {
+  auto by_dtype = [&](auto grid_tag) {
+    using G = typename decltype(grid_tag)::type;
+    switch (dtype) {
+      case DType::Float32: return v.template run<G, DType::Float32>();
+      case DType::Float16: return v.template run<G, DType::Float16>();
+      case DType::BFloat16: return v.template run<G, DType::BFloat16>();
+      default: throw std::invalid_argument(std::string("dtype: compression codes float32, float16 and bfloat16, not ") + dtype_name(dtype));
+    }
+  };
+  switch (spec.kind) {
+    case CodecKind::BF16: return by_dtype(std::common_type<void>{});
+    case CodecKind::FP8E4M3: return by_dtype(std::common_type<kern::E4M3Grid>{});
+    case CodecKind::FP8E5M2: return by_dtype(std::common_type<kern::E5M2Grid>{});
+    case CodecKind::Int8: return by_dtype(std::common_type<kern::Int8Grid>{});
+    case CodecKind::Int4: return by_dtype(std::common_type<kern::Int4Grid>{});
+    default: throw std::invalid_argument("compress: no codec given");
+  }
+}
+
+struct Encoder {
+  const CodecSpec& spec;
+  const void* src;
+  size_t n;
+  uint8_t* dst;
+  uint64_t base;
+  template <class G, DType D>
+  void run() {
+    if constexpr (std::is_void<G>::value)
+      encode_bf16<D>(spec, src, n, dst, base);
+    else
+      encode_scaled<G, D>(spec, src, n, dst, base);
+  }
+};
+
+struct Decoder {
+  const CodecSpec& spec;
+  const uint8_t* src;
+  size_t n;
+  void* dst;
+  template <class G, DType D>
+  void run() {
+    if constexpr (std::is_void<G>::value)
+      decode_bf16<D>(src, n, dst);
+    else
+      decode_scaled<G, D>(spec, src, n, dst);
+  }
+};
+
+}  // namespace
+
+kern::CodecKind codec_kind(const std::string& name) {
+  for (CodecKind k : {CodecKind::BF16, CodecKind::FP8E4M3, CodecKind::FP8E5M2, CodecKind::Int8, CodecKind::Int4})
+    if (name == codec_name(k)) return k;
+  throw std::invalid_argument("compress: unknown codec '" + name + "' (bf16, fp8_e4m3, fp8_e5m2, int8, int4)");
+}
+
+const char* codec_name(kern::CodecKind kind) {
+  switch (kind) {
+    case CodecKind::BF16: return "bf16";
+    case CodecKind::FP8E4M3: return "fp8_e4m3";
+    case CodecKind::FP8E5M2: return "fp8_e5m2";
+    case CodecKind::Int8: return "int8";
+    case CodecKind::Int4: return "int4";
+    default: return "none";
+  }
+}
+
+void check_codec(const CodecSpec& spec, DType dtype) {
+  if (spec.kind == CodecKind::None || static_cast<uint8_t>(spec.kind) > static_cast<uint8_t>(CodecKind::Int4))
+    throw std::invalid_argument("compress: unknown codec " + std::to_string(static_cast<int>(spec.kind)));
+  if (spec.block < 1 || spec.block > (int64_t{1} << 24))
+    throw std::invalid_argument("block_size: must be in [1, 2^24], got " + std::to_string(spec.block));
+  if (dtype != DType::Float32 && dtype != DType::Float16 && dtype != DType::BFloat16)
+    throw std::invalid_argument(std::string("dtype: compression codes float32, float16 and bfloat16 data, not ") +
+                                dtype_name(dtype));
+}
+
+size_t codec_encoded_bytes(const CodecSpec& spec, size_t n) { return blocks_of(spec, n) + payload_bytes(spec.kind, n); }
+
+void codec_encode(const CodecSpec& spec, DType dtype, const void* src, size_t n, uint8_t* dst, uint64_t counter_base) {
+  check_codec(spec, dtype);
+  dispatch(spec, dtype, Encoder{spec, src, n, dst, counter_base});
+}
+
+void codec_decode(const CodecSpec& spec, DType dtype, const uint8_t* src, size_t n, void* dst) {
+  check_codec(spec, dtype);
+  dispatch(spec, dtype, Decoder{spec, src, n, dst});
+}
+
+}  // namespace commlib

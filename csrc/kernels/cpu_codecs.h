@@ -1,0 +1,42 @@
+// CPU entry points of the block-wise codecs (the functors live in codecs.h, docs/compression.md).
+// Every entry takes a floating storage dtype (float32, float16, bfloat16; others throw
+// std::invalid_argument naming `dtype`). Encoded regions are laid out as codecs.h says.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/types.h"
+#include "kernels/codecs.h"
+
+namespace commlib {
+
+struct CodecSpec {
+  kern::CodecKind kind = kern::CodecKind::None;
+  int64_t block = 32;       // elements per scale (ignored by bf16)
+  bool stochastic = false;  // stochastic rounding (else nearest, ties to even)
+  uint64_t seed = 0;        // stochastic rounding's stream; element i of a region uses counter base+i
+  bool active() const { return kind != kern::CodecKind::None; }
+};
+
+// Name <-> kind ("bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int4"); unknown names throw
+// std::invalid_argument naming `compress`.
+kern::CodecKind codec_kind(const std::string& name);
+const char* codec_name(kern::CodecKind kind);
+
+// Bytes that n elements encode to (scales + payload).
+size_t codec_encoded_bytes(const CodecSpec& spec, size_t n);
+
+// dst[0, codec_encoded_bytes) = encode(src[0, n)); counter_base numbers the elements for
+// stochastic rounding.
+void codec_encode(const CodecSpec& spec, DType dtype, const void* src, size_t n, uint8_t* dst,
+                  uint64_t counter_base = 0);
+
+// dst[0, n) = decode(src): exact in dtype (codecs.h).
+void codec_decode(const CodecSpec& spec, DType dtype, const uint8_t* src, size_t n, void* dst);
+
+// Throws std::invalid_argument naming the argument unless the spec can code dtype.
+void check_codec(const CodecSpec& spec, DType dtype);
+
+}  // namespace commlib

@@ -1,0 +1,19 @@
+// The verifier with compress= modelled (verifier_codec.cc, docs/compression.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "verify/verifier.h"
+
+namespace commlib {
+
+// Verifies `algorithm`'s schedules (both layouts) as the host lowering runs them under a codec:
+// results as verify_algorithm requires, and every rank's all_reduce / all_gather output identical
+// element by element. `sender_projects` false models a lowering whose senders keep the unencoded
+// value (rejected wherever a sent value also stays a result). Returns the name verified; throws
+// VerificationError.
+std::string verify_compressed(Collective c, const std::string& algorithm, int size, int64_t count,
+                              bool sender_projects = true);
+
+}  // namespace commlib

@@ -1,0 +1,102 @@
+"""Growing back (issue #40): survivors of a dead rank shrink, a new process joins with
+commlib.join while they call comm.grow, and training goes on at full size, equal to a one-process
+replay of the same world sizes; and the errors of a grow, raised by every rank that took part."""
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+import grow_cases as gc  # noqa: E402
+import training_replay as tr  # noqa: E402
+import commlib  # noqa: E402
+from commlib.bootstrap.store import StoreServer, TCPStore  # noqa: E402
+from commlib.errors import RendezvousError  # noqa: E402
+from commlib.testing import ExtraRank, RankPool  # noqa: E402
+
+
+def test_join_is_refused_at_once_under_commlib_secret(monkeypatch):
+    """Tickets are store counters, which a signed store refuses: join (and grow, by the same
+    check) says so at once instead of failing on one rank while the others wait."""
+    monkeypatch.setenv("COMMLIB_SECRET", "s" * 32)
+    server = StoreServer("127.0.0.1", 0)
+    store = TCPStore("127.0.0.1", server.port)
+    try:
+        with pytest.raises(RendezvousError, match="not available with COMMLIB_SECRET"):
+            commlib.join(store=store, timeout=60)
+    finally:
+        store.close()
+        server.close()
+
+
+# One host, and two emulated hosts (the victim and the joiner on the second: links across are TCP).
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("hosts", [None, ("a", "a", "b")], ids=["one_host", "two_hosts"])
+def test_kill_shrink_grow_equals_a_one_process_replay(hosts):
+    pool = RankPool(3, timeout=90, env={"COMMLIB_HOST_ID": hosts} if hosts else None)
+    joiner = None
+    try:
+        joiner = ExtraRank(pool, gc.joiner_trains, env={"COMMLIB_HOST_ID": hosts[2]} if hosts else None)
+        results = pool.run(gc.case_kill_shrink_grow, 2, pool.store.port, allow_death=True)
+        joined = joiner.result(90)
+    finally:
+        if joiner is not None:
+            joiner.kill()
+        pool.kill()
+    sizes = [3] * gc.KILL_AT + [2] * (gc.GROW_AT - gc.KILL_AT) + [3] * (tr.STEPS - gc.GROW_AT)
+    expected = tr.replay([range(s) for s in sizes]).tolist()
+    assert results[2] is None
+    for r in (0, 1):
+        assert results[r] == (expected, sizes), r
+    assert joined == (2, expected, sizes[gc.GROW_AT:])  # the joiner takes the end: rank 2
+
+
+@pytest.mark.timeout(120)
+def test_grow_errors_raise_on_every_rank_and_a_retry_leaks_nothing():
+    pool = RankPool(2, timeout=60)
+    extra = []
+    try:
+        arguments = pool.run(gc.case_grow_arguments)
+        # a join with no grow waiting for it: RendezvousError after its timeout, naming the job
+        alone = ExtraRank(pool, gc.joiner_expecting_error, 1.0)
+        extra.append(alone)
+        lonely = alone.result(30)
+        # a joiner with other settings: refused on every rank, naming the setting
+        other = ExtraRank(pool, gc.joiner_expecting_error, 30, env={"COMMLIB_SHM_SLOTS": "8"})
+        extra.append(other)
+        refused = pool.run(gc.case_grow_expecting_error, 30)
+        refused_joiner = other.result(30)
+        # a joiner that dies building the grown communicator (before and after the members built
+        # it: seen by its pid, then through its links): PeerError on every member, nothing leaks
+        died = []
+        for step in ("hosts", "created"):
+            doomed = ExtraRank(pool, gc.joiner_expecting_error, 30, step)
+            extra.append(doomed)
+            died.append(pool.run(gc.case_grow_expecting_error, 30))
+            assert doomed.result(30, allow_death=True) is None
+        # retry with a good joiner, twice: nothing is left behind
+        for _ in range(2):
+            good = ExtraRank(pool, gc.joiner_checks_in)
+            extra.append(good)
+            grown = pool.run(gc.case_grow_and_check_in)
+            assert good.result(30) == 3
+    finally:
+        for e in extra:
+            e.kill()
+        pool.kill()
+    assert arguments[0] == arguments[1]
+    assert [m.split(":")[:2] for m in arguments[0].values()] == [
+        ["ValueError", " n"], ["ValueError", " n"], ["TypeError", " timeout"], ["ValueError", " timeout"]], arguments
+    assert lonely.startswith("RendezvousError: join: waited 1 s for a grow of job 'pool'"), lonely
+    for msg, _ in refused:
+        assert msg.startswith("RendezvousError") and "COMMLIB_SHM_SLOTS='8'" in msg, msg
+    assert "COMMLIB_SHM_SLOTS='8'" in refused_joiner and refused_joiner.startswith("RendezvousError"), refused_joiner
+    for msg, _ in died[0] + died[1]:
+        assert msg.startswith("PeerError") and "joiner #" in msg and "died during the grow" in msg, msg
+    for r in (0, 1):
+        assert grown[r][:2] == (3, 3)
+        before = died[0][r][1]
+        assert grown[r][2] == before, f"rank {r}: fds and threads before the grows, after: {before}, {grown[r][2]}"
