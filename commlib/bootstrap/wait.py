@@ -1,12 +1,41 @@
-"""The one rendezvous wait loop: a store key awaited with a deadline, a backing-off pause, and an
-error key any rank may set to fail the others at once. ``commlib.init``'s rendezvous, the stream
-engine's set-up (core/device_route.py) and the NCCL communicator's set-up (device/nccl_comm.py)
-wait through it, each raising its own error type."""
+"""The one store wait loop (``wait_until``): a condition polled with a deadline and a backing-off
+pause. ``wait_for_key`` is it for one key, with an error key any rank may set to fail the others at
+once: ``commlib.init``'s rendezvous, the stream engine's set-up (core/device_route.py) and the NCCL
+communicator's set-up (device/nccl_comm.py) wait through it, each raising its own error type. The
+device route's closing barrier (core/device_close.py) and shrink's agreement (core/shrink.py) call
+``wait_until`` with their own conditions."""
 from __future__ import annotations
 
 import re
 import time
-from typing import Callable, Optional
+from typing import Callable, Optional, TypeVar
+
+T = TypeVar("T")
+
+# The first pause between two rounds of a wait, doubled every round up to the cap: a fast peer is
+# seen at once, a slow one costs the store little.
+FIRST_PAUSE_S = 0.0005
+MAX_PAUSE_S = 0.02
+
+
+def wait_until(ready: Callable[[], T], deadline: Optional[float], *,
+               on_timeout: Callable[[], BaseException],
+               poll: Optional[Callable[[], None]] = None, max_pause: float = MAX_PAUSE_S) -> T:
+    """The first true value ``ready()`` returns. Every round until then: ``poll()`` (it may raise,
+    to end the wait with an error), then, once ``time.monotonic()`` passes ``deadline`` (None:
+    never), the exception ``on_timeout()`` returns is raised (it may also raise its own); then a
+    pause that grows from FIRST_PAUSE_S to ``max_pause``."""
+    pause = FIRST_PAUSE_S
+    while True:
+        value = ready()
+        if value:
+            return value
+        if poll is not None:
+            poll()
+        if deadline is not None and time.monotonic() > deadline:
+            raise on_timeout()
+        time.sleep(pause)
+        pause = min(pause * 2, max_pause)
 
 
 def error_text(value) -> str:
@@ -40,18 +69,14 @@ def reported_failure(why: str, rank: int, otherwise: Callable[[str], Exception])
 def wait_for_key(store, key: str, deadline: float, *, on_timeout: Callable[[], Exception],
                  error_key: str = "", on_error: Optional[Callable[[str], Exception]] = None,
                  poll: Optional[Callable[[], None]] = None) -> bytes:
-    """The value of ``key`` once some rank set it. Until then, every round: ``poll()`` (it may
-    raise), then the exception ``on_error(text)`` if ``error_key`` is set, then ``on_timeout()``
-    once ``time.monotonic()`` passes ``deadline``; the pause between rounds grows from 0.5 ms to
-    20 ms (a fast peer is seen at once, a slow one costs the store little)."""
-    pause = 0.0005
-    while not store.check([key]):
+    """The value of ``key`` once some rank set it (``wait_until``). Until then, every round:
+    ``poll()`` (it may raise), then the exception ``on_error(text)`` if ``error_key`` is set, then
+    ``on_timeout()`` once ``time.monotonic()`` passes ``deadline``."""
+    def poll_and_check_error():
         if poll is not None:
             poll()
         if error_key and store.check([error_key]):
             raise on_error(error_text(store.get(error_key)))
-        if time.monotonic() > deadline:
-            raise on_timeout()
-        time.sleep(pause)
-        pause = min(pause * 2, 0.02)
+
+    wait_until(lambda: store.check([key]), deadline, on_timeout=on_timeout, poll=poll_and_check_error)
     return bytes(store.get(key))

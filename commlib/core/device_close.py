@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import time
 
+from commlib.bootstrap.wait import wait_until
 from commlib.core.shrink import gone_peers
 
 # How often the barrier asks the control plane whether a rank it waits for is dead.
 _PEER_CHECK_S = 0.1
+
+
+class _NotAllClosed(Exception):
+    """Ends the barrier's wait: the timeout passed, or a rank is gone before saying it closed."""
 
 
 def closed_barrier(ctx, prefix, wait: bool = True) -> bool:
@@ -19,21 +24,20 @@ def closed_barrier(ctx, prefix, wait: bool = True) -> bool:
         if not wait:
             return False
         keys = [f"{prefix}/closed/{r}" for r in range(ctx.size)]
-        deadline = time.monotonic() + min(ctx.timeout, 30.0)
         next_peer_check = time.monotonic() + _PEER_CHECK_S
-        pause = 0.0005
-        while not ctx.store.check(keys):
+
+        def check_peers():
+            nonlocal next_peer_check
             now = time.monotonic()
-            if now > deadline:
-                return False
             if now >= next_peer_check:
                 next_peer_check = now + _PEER_CHECK_S
                 if _gone_before_closing(ctx, keys):
-                    return False
-            time.sleep(pause)
-            pause = min(pause * 2, 0.02)
+                    raise _NotAllClosed()
+
+        wait_until(lambda: ctx.store.check(keys), time.monotonic() + min(ctx.timeout, 30.0),
+                   on_timeout=_NotAllClosed, poll=check_peers)
         return True
-    except Exception:  # noqa: BLE001 - a store gone: leave the exported memory allocated
+    except Exception:  # noqa: BLE001 - _NotAllClosed, or a store gone: leave the exported memory allocated
         return False
 
 

@@ -32,6 +32,7 @@ import time
 from typing import Iterable, Optional, Set
 
 from commlib.bootstrap import phases
+from commlib.bootstrap.wait import wait_until
 from commlib.core.call_checks import as_ranks
 from commlib.errors import CommError, PeerError, RendezvousError
 
@@ -41,6 +42,9 @@ GONE_STATES = ("dead", "closed")
 # How long a rank waits for its own links to confirm a death that another rank claims.
 CONFIRM_GRACE_S = 2.0
 DIED = "died during the shrink"
+# The longest pause between two rounds of a wait of the agreement: each round also watches the
+# survivors, so a death is seen within it.
+MAX_PAUSE_S = 0.01
 
 
 def process_gone(pid: int) -> bool:
@@ -150,6 +154,12 @@ class _Agreement:
                 f"{self.what}: rank {self.me} waited {self.rdv.timeout:g} s for rank(s) {_fmt(ranks)} "
                 f"to {step} (alive but not calling shrink?)"))
 
+    def _wait(self, ready, poll, waited_for, step: str):
+        """Until ``ready()``, ``poll()`` every round (it raises what failed); past the deadline, fail
+        naming the ranks ``waited_for()`` has not seen ``step``."""
+        wait_until(ready, self.rdv.deadline, poll=poll, max_pause=MAX_PAUSE_S,
+                   on_timeout=lambda: self._waited_too_long(waited_for(), step))
+
     def died_during_shrink(self, ranks):
         self.fail(PeerError(f"{self.what}: rank(s) {_fmt(ranks)} {DIED} (rank {self.me} "
                             f"saw it); call shrink again to exclude them too"))
@@ -162,8 +172,10 @@ class _Agreement:
         self.rdv.set(f"claim/{self.me}", json.dumps({"exclude": sorted(self.claim), "explicit": self.explicit}))
         phases.reached(self.rdv.prefix, "claimed")
         claims = {self.me: (self.claim, self.explicit)}
-        pause = 0.0005
-        while True:
+        pending, gone = [], set()
+
+        def all_claimed() -> bool:
+            nonlocal pending
             for s in range(self.size):
                 if s not in claims:
                     rec = self._read("claim", s)
@@ -171,15 +183,17 @@ class _Agreement:
                         claims[s] = (set(rec["exclude"]), rec["explicit"])
             claimed = set().union(*(c for c, _ in claims.values()))
             pending = [s for s in range(self.size) if s not in claims and s not in claimed]
-            if not pending:
-                return claims
+            return not pending
+
+        def watch_pending():
+            nonlocal gone
             self.relay()
             gone = gone_ranks(self.comm)
             if all(s in gone for s in pending):  # every live rank claimed, and nobody claims these
                 self.died_during_shrink(pending)
-            self._waited_too_long([s for s in pending if s not in gone], "call shrink")
-            time.sleep(pause)
-            pause = min(pause * 2, 0.01)
+
+        self._wait(all_claimed, watch_pending, lambda: [s for s in pending if s not in gone], "call shrink")
+        return claims
 
     # -- 2. checks ---------------------------------------------------------------------------------
     def check_claims(self, claims: dict) -> Set[int]:
@@ -222,8 +236,8 @@ class _Agreement:
         phases.reached(self.rdv.prefix, "decided")
         self.survivors = [r for r in range(self.size) if r not in excluded]
         waiting = [r for r in self.survivors if r != self.me]
-        pause = 0.0005
-        while waiting:
+
+        def all_decided() -> bool:
             for s in list(waiting):
                 rec = self._read("final", s)
                 if rec is None:
@@ -233,13 +247,13 @@ class _Agreement:
                     self.fail(RendezvousError(
                         f"{self.what}: survivors disagree on the excluded ranks: rank {self.me} decided "
                         f"{_fmt(excluded)}, rank {s} decided {_fmt(rec['exclude'])}"))
-            if not waiting:
-                break
+            return not waiting
+
+        def relay_and_watch():
             self.relay()
             self.watch()
-            self._waited_too_long(waiting, "decide")
-            time.sleep(pause)
-            pause = min(pause * 2, 0.01)
+
+        self._wait(all_decided, relay_and_watch, lambda: waiting, "decide")
 
     def seen_dead(self, ranks) -> list:
         """Those of ``ranks`` this rank sees dead. A rank across hosts is known dead by its lost
@@ -294,19 +308,20 @@ def await_all_built(agreement, me: int, members, new, dead_now, died):
         rdv.set(f"built/{me}", b"1")
         phases.reached(rdv.prefix, "committed")
         waiting = [r for r in members if r != me]
-        pause = 0.0005
-        while True:
-            waiting = [r for r in waiting if not built(r)]
-            if not waiting:
-                return
+
+        def all_built() -> bool:
+            waiting[:] = [r for r in waiting if not built(r)]
+            return not waiting
+
+        def watch_waiting():
             agreement.relay()
             # read again after seeing the death: its word, if given, came before it
             dead = [r for r in dead_now() if r in waiting and not built(r)]
             if dead:
                 died(dead)
-            agreement._waited_too_long(waiting, "build the new communicator")
-            time.sleep(pause)
-            pause = min(pause * 2, 0.01)
+
+        wait_until(all_built, rdv.deadline, poll=watch_waiting, max_pause=MAX_PAUSE_S,
+                   on_timeout=lambda: agreement._waited_too_long(waiting, "build the new communicator"))
     except BaseException:
         new.close()
         raise

@@ -1,4 +1,6 @@
-"""Private helpers shared by the data-parallel wrappers (DataParallel, ZeRO, ParameterServer).
+"""Private helpers shared by the data-parallel wrappers (DataParallel, ZeRO, ParameterServer,
+FullyShardedModule): argument checks, the replicate-and-agree prologue, flat layouts, and the
+ordered bucket launcher.
 
 Nothing here holds global state: every function takes the communicator it works on.
 """
@@ -6,7 +8,8 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Iterable, List, Sequence, Tuple
+import time
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -134,6 +137,26 @@ def broadcast_tensors(comm, tensors: Sequence[torch.Tensor], src: int = 0, algor
                     off += t.numel()
 
 
+def replicate_module(comm, module: torch.nn.Module, src: int = 0,
+                     check_params: Optional[Callable[[list], None]] = None):
+    """The prologue of every wrapper that replicates ``module`` over ``comm``: its parameters
+    (shared ones once) and buffers on one device, ``check_params(named)`` (a wrapper's own
+    conditions on the named parameters, before anything is sent), the same names, shapes and
+    dtypes on every rank (check_same_structure), then ``src``'s values broadcast to all. Returns
+    (named parameters, named buffers, their device)."""
+    named = unique_named_parameters(module)
+    buffers = list(module.named_buffers())
+    device = check_one_device(named, "parameter")
+    check_one_device(buffers, "buffer", device)
+    if check_params is not None:
+        check_params(named)
+    specs = [(n, tuple(p.shape), str(p.dtype)) for n, p in named]
+    specs += [("buffer:" + n, tuple(b.shape), str(b.dtype)) for n, b in buffers]
+    check_same_structure(comm, specs, "parameter")
+    broadcast_tensors(comm, [p.data for _, p in named] + [b for _, b in buffers], src=src)
+    return named, buffers, device
+
+
 # -- memory accounting ----------------------------------------------------------------------------
 def storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
     """Bytes of the distinct storages behind ``tensors`` (views of one buffer count once)."""
@@ -217,6 +240,66 @@ def bucket_partition(sizes_bytes: Sequence[int], cap_bytes: int, first_cap_bytes
     if cur:
         buckets.append(cur)
     return buckets
+
+
+def dtype_buckets(params: Sequence[torch.Tensor], cap_bytes: int, first_cap_bytes: int):
+    """``params`` (in the order their gradients are expected) cut into buckets of one dtype each
+    (bucket_partition per dtype): a list of (dtype, params), dtypes in order of first appearance."""
+    by_dtype = {}
+    for p in params:
+        by_dtype.setdefault(p.dtype, []).append(p)
+    out = []
+    for dtype, ps in by_dtype.items():
+        sizes = [p.numel() * p.element_size() for p in ps]
+        out += [(dtype, [ps[i] for i in idx]) for idx in bucket_partition(sizes, cap_bytes, first_cap_bytes)]
+    return out
+
+
+def param_slots(buckets) -> dict:
+    """Where each parameter of ``buckets`` (each with ``params``) is: id(p) -> (bucket, index)."""
+    return {id(p): (b, i) for b in buckets for i, p in enumerate(b.params)}
+
+
+class OrderedLauncher:
+    """Launches a wrapper's gradient buckets during backward, always in the same order: a bucket
+    goes once all its gradients are ready and every bucket before it went. Ranks whose hooks fire
+    in different orders still launch the same collectives in the same order (a collective's calls
+    must match across ranks). Each bucket has ``params`` and a ``ready`` count of its gradients;
+    ``launch(bucket)`` starts its collective."""
+
+    def __init__(self, buckets: Sequence, launch: Callable):
+        self.buckets = buckets
+        self._launch = launch
+        self.next = 0               # the first bucket not launched yet
+        self.launched_early = 0     # launched from gradient hooks during this backward
+        self.launch_times: List[float] = []
+
+    def begin(self):
+        """A backward starts: forget the previous one's counts."""
+        self.launched_early = 0
+        self.launch_times = []
+
+    def gradient_ready(self, bucket):
+        """One more gradient of ``bucket`` is ready: launch the leading buckets that are complete."""
+        bucket.ready += 1
+        if bucket.ready == len(bucket.params):
+            while self.next < len(self.buckets) and \
+                    self.buckets[self.next].ready == len(self.buckets[self.next].params):
+                self._launch_next()
+                self.launched_early += 1
+
+    def launch_rest(self):
+        """Backward is over: launch every bucket not launched yet, in order."""
+        while self.next < len(self.buckets):
+            self._launch_next()
+
+    def reset(self):
+        self.next = 0
+
+    def _launch_next(self):
+        self._launch(self.buckets[self.next])
+        self.launch_times.append(time.perf_counter())
+        self.next += 1
 
 
 def queue_backward_callback(fn):

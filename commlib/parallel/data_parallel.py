@@ -16,9 +16,9 @@ from typing import List, Optional
 
 import torch
 
-from ._buckets import (MB, FlatLayout, broadcast_tensors, bucket_partition, check_algorithm, check_comm,
-                       check_one_device, check_positive, check_same_structure,
-                       queue_backward_callback, storage_bytes, unique_named_parameters)
+from ._buckets import (MB, FlatLayout, OrderedLauncher, broadcast_tensors, check_algorithm, check_comm,
+                       check_positive, dtype_buckets, param_slots, queue_backward_callback,
+                       replicate_module, storage_bytes)
 
 
 class _Bucket:
@@ -80,14 +80,7 @@ class DataParallel(torch.nn.Module):
         self.find_unused_parameters = bool(find_unused_parameters)
         self.gradient_as_bucket_view = bool(gradient_as_bucket_view)
 
-        named = unique_named_parameters(module)
-        buffers = list(module.named_buffers())
-        device = check_one_device(named, "parameter")
-        check_one_device(buffers, "buffer", device)
-        specs = [(n, tuple(p.shape), str(p.dtype)) for n, p in named]
-        specs += [("buffer:" + n, tuple(b.shape), str(b.dtype)) for n, b in buffers]
-        check_same_structure(comm, specs, "parameter")
-        broadcast_tensors(comm, [p.data for _, p in named] + [b for _, b in buffers])
+        named, _, _ = replicate_module(comm, module)
 
         # Buckets: reverse registration order (approximately the order backward produces
         # gradients), one running bucket per dtype.
@@ -95,29 +88,18 @@ class DataParallel(torch.nn.Module):
         self._names = {id(p): n for n, p in trainable}
         rev = list(reversed(trainable))
         pos = {id(p): k for k, (_, p) in enumerate(rev)}
-        by_dtype = {}
-        for n, p in rev:
-            by_dtype.setdefault(p.dtype, []).append(p)
-        groups = []
-        for dtype, ps in by_dtype.items():
-            sizes = [p.numel() * p.element_size() for p in ps]
-            for idx in bucket_partition(sizes, int(cap * MB), int(first * MB)):
-                groups.append((min(pos[id(ps[i])] for i in idx), dtype, [ps[i] for i in idx]))
+        groups = [(min(pos[id(p)] for p in ps), dtype, ps)
+                  for dtype, ps in dtype_buckets([p for _, p in rev], int(cap * MB), int(first * MB))]
         groups.sort(key=lambda g: g[0])  # bucket order follows reverse parameter order
         self._buckets: List[_Bucket] = [_Bucket(i, ps, dt) for i, (_, dt, ps) in enumerate(groups)]
-        self._where = {}
-        for b in self._buckets:
-            for i, p in enumerate(b.params):
-                self._where[id(p)] = (b, i)
+        self._where = param_slots(self._buckets)
         self._params = [p for _, p in trainable]
         self._marked = set()
         self._sync = True
         self._in_backward = False
-        self._next = 0
+        self._launcher = OrderedLauncher(self._buckets, self._launch)
         self._hooks = [p.register_post_accumulate_grad_hook(self._grad_ready) for p in self._params]
         self.last_backward_stats: dict = {}
-        self._t_launch: List[float] = []
-        self._launched_in_hook = 0
         self._t_last_grad = 0.0
 
     # -- user API -------------------------------------------------------------------------------
@@ -189,8 +171,7 @@ class DataParallel(torch.nn.Module):
             return
         if not self._in_backward:
             self._in_backward = True
-            self._launched_in_hook = 0
-            self._t_launch = []
+            self._launcher.begin()
             queue_backward_callback(self._finish_backward)
         b, i = self._where[id(p)]
         if id(p) in self._marked:  # the same parameter twice in one backward (reentrant use)
@@ -200,25 +181,12 @@ class DataParallel(torch.nn.Module):
         g = p.grad
         if g.data_ptr() != view.data_ptr():
             view.copy_(g)
-        b.ready += 1
         self._t_last_grad = time.perf_counter()
-        if b.ready == len(b.params):
-            n = self._launch_ready()
-            self._launched_in_hook += n
+        self._launcher.gradient_ready(b)
 
     def _launch(self, b: _Bucket):
         b.work = self.comm.all_reduce(b.buffer, op="avg", algorithm=self.algorithm, async_op=True)
         b.launched = True
-        self._t_launch.append(time.perf_counter())
-
-    def _launch_ready(self) -> int:
-        n = 0
-        while self._next < len(self._buckets) and \
-                self._buckets[self._next].ready == len(self._buckets[self._next].params):
-            self._launch(self._buckets[self._next])
-            self._next += 1
-            n += 1
-        return n
 
     def _finish_backward(self):
         t_end = time.perf_counter()
@@ -236,9 +204,7 @@ class DataParallel(torch.nn.Module):
                     elif p.grad.data_ptr() != b.view(i).data_ptr():
                         b.view(i).copy_(p.grad)
                     b.ready += 1
-            while self._next < len(self._buckets):
-                self._launch(self._buckets[self._next])
-                self._next += 1
+            self._launcher.launch_rest()
             used_any = None
             if self.find_unused_parameters:
                 used_any = torch.tensor(used_local, dtype=torch.uint8)
@@ -258,8 +224,8 @@ class DataParallel(torch.nn.Module):
                     p.grad.copy_(view)
             self.last_backward_stats = {
                 "buckets": len(self._buckets),
-                "launched_during_backward": self._launched_in_hook,
-                "launch_times": list(self._t_launch),
+                "launched_during_backward": self._launcher.launched_early,
+                "launch_times": list(self._launcher.launch_times),
                 "last_grad_time": self._t_last_grad,
                 "backward_end_time": t_end,
             }
@@ -269,5 +235,5 @@ class DataParallel(torch.nn.Module):
                 b.work = None
                 b.launched = False
             self._marked.clear()
-            self._next = 0
+            self._launcher.reset()
             self._in_backward = False

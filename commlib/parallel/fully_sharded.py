@@ -7,9 +7,8 @@ from typing import Dict, List
 
 import torch
 
-from ._buckets import (broadcast_tensors, check_algorithm, check_comm, check_one_device,
-                       check_same_structure, optimizer_state_tensors, queue_backward_callback,
-                       storage_bytes, unique_named_parameters)
+from ._buckets import (check_algorithm, check_comm, optimizer_state_tensors, queue_backward_callback,
+                       replicate_module, storage_bytes)
 from .fsdp_unit import FREE, FsdpUnit, GatherParams
 from .zero_checkpoint import _load_sharded, _save_sharded
 
@@ -68,17 +67,7 @@ class FullyShardedModule(torch.nn.Module):
         self.prefetch = bool(prefetch)
         self.module = module
 
-        named = unique_named_parameters(module)
-        buffers = list(module.named_buffers())
-        device = check_one_device(named, "parameter")
-        check_one_device(buffers, "buffer", device)
-        for n, p in named:
-            if not p.dtype.is_floating_point:
-                raise ValueError(f"parameter '{n}': dtype {p.dtype} cannot be sharded (floats only)")
-        specs = [(n, tuple(p.shape), str(p.dtype)) for n, p in named]
-        specs += [("buffer:" + n, tuple(b.shape), str(b.dtype)) for n, b in buffers]
-        check_same_structure(comm, specs, "parameter")
-        broadcast_tensors(comm, [p.data for _, p in named] + [b for _, b in buffers])
+        named, buffers, _ = replicate_module(comm, module, check_params=_check_floats)
         self._sd_keys = list(module.state_dict().keys())
         self._buffer_names = [n for n, _ in buffers]
 
@@ -336,6 +325,13 @@ class FullyShardedModule(torch.nn.Module):
     @property
     def unit_names(self) -> List[str]:
         return [u.name for u in self._units]
+
+
+def _check_floats(named):
+    """FSDP shards floating-point parameters only (their gradients are averaged)."""
+    for n, p in named:
+        if not p.dtype.is_floating_point:
+            raise ValueError(f"parameter '{n}': dtype {p.dtype} cannot be sharded (floats only)")
 
 
 def _flatten(x):

@@ -26,9 +26,8 @@ import torch
 
 from commlib.core.call_checks import as_rank
 
-from ._buckets import (FlatLayout, broadcast_tensors, check_algorithm, check_comm,
-                       check_one_device, check_same_structure, optimizer_state_tensors,
-                       storage_bytes, unique_named_parameters)
+from ._buckets import (FlatLayout, check_algorithm, check_comm, optimizer_state_tensors,
+                       replicate_module, storage_bytes)
 
 
 class ParameterServer:
@@ -78,14 +77,7 @@ class ParameterServer:
         self.server_rank = server_rank
         self.server_computes = bool(server_computes)
         self.is_server = comm.rank == server_rank
-        named = unique_named_parameters(module)
-        buffers = list(module.named_buffers())
-        device = check_one_device(named, "parameter")
-        check_one_device(buffers, "buffer", device)
-        specs = [(n, tuple(p.shape), str(p.dtype)) for n, p in named]
-        specs += [("buffer:" + n, tuple(b.shape), str(b.dtype)) for n, b in buffers]
-        check_same_structure(comm, specs, "parameter")
-        broadcast_tensors(comm, [p.data for _, p in named] + [b for _, b in buffers], src=server_rank)
+        named, _, device = replicate_module(comm, module, src=server_rank)
         trainable = [p for _, p in named if p.requires_grad]
         self._groups = []       # (params, layout, flat params, flat grads) per dtype
         by_dtype = {}

@@ -17,14 +17,13 @@ FullyShardedModule    16Ψ/P (+ one gathered unit) params, grads and state shard
 """
 from __future__ import annotations
 
-import time
 from typing import Callable, List, Optional
 
 import torch
 
-from ._buckets import (MB, FlatLayout, bucket_partition, broadcast_tensors, check_algorithm,
-                       check_comm, check_one_device, check_positive, check_same_structure,
-                       optimizer_state_tensors, queue_backward_callback, storage_bytes)
+from ._buckets import (MB, FlatLayout, OrderedLauncher, broadcast_tensors, check_algorithm, check_comm,
+                       check_one_device, check_positive, check_same_structure, dtype_buckets,
+                       optimizer_state_tensors, param_slots, queue_backward_callback, storage_bytes)
 from .zero_checkpoint import FORMAT, _load_sharded, _save_sharded, _Unit, read_checkpoint_meta  # noqa: F401
 
 __all__ = ["ZeroOptimizer", "FullyShardedModule", "read_checkpoint_meta"]
@@ -108,18 +107,12 @@ class ZeroOptimizer:
             all_params += ps
             ps = [p for p in ps if p.requires_grad]
             opts = {k: v for k, v in g.items() if k != "params"}
-            rev = list(reversed(ps))
-            by_dtype = {}
-            for p in rev:
-                by_dtype.setdefault(p.dtype, []).append(p)
-            shards = []
-            for dtype, dps in by_dtype.items():
-                sizes = [p.numel() * p.element_size() for p in dps]
-                for bi, idx in enumerate(bucket_partition(sizes, int(cap * MB), int(cap * MB))):
-                    u = _ZeroUnit(f"g{gi}.{str(dtype).replace('torch.', '')}.b{bi}",
-                                  [dps[i] for i in idx], comm.rank, comm.size, dtype)
-                    self._units.append(u)
-                    shards.append(u.shard)
+            shards, per_dtype = [], {}
+            for dtype, bps in dtype_buckets(list(reversed(ps)), int(cap * MB), int(cap * MB)):
+                bi = per_dtype[dtype] = per_dtype.get(dtype, -1) + 1  # bucket number within its dtype
+                u = _ZeroUnit(f"g{gi}.{str(dtype).replace('torch.', '')}.b{bi}", bps, comm.rank, comm.size, dtype)
+                self._units.append(u)
+                shards.append(u.shard)
             inner_groups.append({"params": shards, **opts})
         if not self._units:
             raise ValueError("params: no parameter requires grad")
@@ -128,13 +121,10 @@ class ZeroOptimizer:
         broadcast_tensors(comm, [u.flat for u in self._units] +
                           [p.data for p in all_params if not p.requires_grad])
         self.optimizer = optimizer_class(inner_groups, **optimizer_kwargs)
-        self._where = {}
-        for u in self._units:
-            for i, p in enumerate(u.params):
-                self._where[id(p)] = (u, i)
+        self._where = param_slots(self._units)
         self._hooks = []
         self._in_backward = False
-        self._next = 0
+        self._launcher = OrderedLauncher(self._units, self._launch)
         self._marked = set()
         if stage == 1:
             for u in self._units:
@@ -245,8 +235,7 @@ class ZeroOptimizer:
     def _grad_ready(self, p):
         if not self._in_backward:
             self._in_backward = True
-            self._t_launch = []
-            self._launched_in_hook = 0
+            self._launcher.begin()
             queue_backward_callback(self._finish_backward)
         if id(p) in self._marked:
             return
@@ -257,24 +246,12 @@ class ZeroOptimizer:
         o, n = u.layout.offsets[i], u.layout.numels[i]
         u.tmp_grad[o:o + n].copy_(p.grad.reshape(-1))
         p.grad = None                                     # free the unsharded gradient
-        u.ready += 1
-        if u.ready == len(u.params):
-            self._launched_in_hook += self._launch_ready()
+        self._launcher.gradient_ready(u)
 
     def _launch(self, u):
         u.out = torch.empty(u.layout.piece, dtype=u.flat.dtype, device=u.flat.device)
         u.work = self.comm.reduce_scatter(u.out, u.tmp_grad, op="avg", algorithm=self.algorithm,
                                           async_op=True)
-        self._t_launch.append(time.perf_counter())
-
-    def _launch_ready(self) -> int:
-        n = 0
-        while self._next < len(self._units) and \
-                self._units[self._next].ready == len(self._units[self._next].params):
-            self._launch(self._units[self._next])
-            self._next += 1
-            n += 1
-        return n
 
     def _finish_backward(self):
         try:
@@ -288,9 +265,7 @@ class ZeroOptimizer:
                             u.tmp_grad[o:o + n].copy_(p.grad.reshape(-1))
                             p.grad = None
                     u.ready = len(u.params)
-            while self._next < len(self._units):
-                self._launch(self._units[self._next])
-                self._next += 1
+            self._launcher.launch_rest()
             for u in self._units:
                 u.work.wait()
                 if u.shard.grad is None:
@@ -298,13 +273,13 @@ class ZeroOptimizer:
                 else:
                     u.shard.grad.add_(u.out)
             self.last_backward_stats = {"buckets": len(self._units),
-                                        "launched_during_backward": self._launched_in_hook}
+                                        "launched_during_backward": self._launcher.launched_early}
         finally:
             for u in self._units:
                 u.tmp_grad = u.work = u.out = None
                 u.ready = 0
             self._marked.clear()
-            self._next = 0
+            self._launcher.reset()
             self._in_backward = False
 
 

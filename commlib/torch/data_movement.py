@@ -277,51 +277,41 @@ class DataMovementMixin:
     # -- gather / scatter -------------------------------------------------------------------
     def gather(self, output_tensors, input_tensors, opts=None):
         opts = opts if opts is not None else dist.GatherOptions()
-        root = opts.rootRank
-        P = self.size()
-        inp = input_tensors[0]
-
-        def body(call, async_op):
-            src = as_bytes(inp)
-            flat = None
-            outs = list(output_tensors[0]) if self.rank() == root else []
-            if self.rank() == root:
-                if len(outs) != P:
-                    raise ValueError(f"gather_list: has {len(outs)} tensors, expected {P}")
-                for r, o in enumerate(outs):
-                    if o.numel() != inp.numel() or o.dtype != inp.dtype:
-                        raise ValueError(f"gather_list[{r}]: size/dtype differs from the input's")
-                flat = torch.empty(src.numel() * P, dtype=src.dtype, device=src.device)
-            self._issue(call, async_op, self._comm.gather(
-                flat, src, root=root, algorithm=self._algo["gather"], async_op=async_op))
-            if self.rank() == root:
-                n = src.numel()
-                starts = [r * n for r in range(P)]
-                call.finals.append(lambda: _unpack_blocks(flat, outs, starts, [n] * P))
         result = [list(o) for o in output_tensors] if output_tensors else []
-        return self._run(opts.asyncOp, result, body, tensors=[inp])
+        return self._rooted("gather", opts, input_tensors[0], lambda: output_tensors[0], result)
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         opts = opts if opts is not None else dist.ScatterOptions()
-        root = opts.rootRank
-        P = self.size()
-        out = output_tensors[0]
+        return self._rooted("scatter", opts, output_tensors[0], lambda: input_tensors[0], list(output_tensors))
+
+    def _rooted(self, kind, opts, mine, root_list, result):
+        """gather and scatter, one body. Every rank has one tensor ``mine`` (gather's input,
+        scatter's output); the root also has ``root_list()``, one tensor per rank (gather_list,
+        scatter_list), each checked to have ``mine``'s size and dtype. The root's side moves
+        through one flat buffer on ``mine``'s device: the path is ``mine``'s, and a scatter_list
+        elsewhere is copied there first."""
+        root, P, gather = opts.rootRank, self.size(), kind == "gather"
+        name, role = f"{kind}_list", "input" if gather else "output"
 
         def body(call, async_op):
-            st = out_bytes(out)
-            flat = None
+            staged = None if gather else out_bytes(mine)
+            local = as_bytes(mine) if gather else staged.buf
+            listed, flat = [], None
             if self.rank() == root:
-                ins = list(input_tensors[0])
-                if len(ins) != P:
-                    raise ValueError(f"scatter_list: has {len(ins)} tensors, expected {P}")
-                for r, x in enumerate(ins):
-                    if x.numel() != out.numel() or x.dtype != out.dtype:
-                        raise ValueError(f"scatter_list[{r}]: size/dtype differs from the output's")
-                # staged on the output's device (as gather stages on its input's): the path
-                # is the output's, and a scatter_list elsewhere is copied there first
-                flat = torch.cat([as_bytes(x).to(st.buf.device) for x in ins])
-            self._issue(call, async_op, self._comm.scatter(
-                st.buf, flat, root=root, algorithm=self._algo["scatter"], async_op=async_op))
-            if st.copy:
-                call.finals.append(st.done)
-        return self._run(opts.asyncOp, list(output_tensors), body)
+                listed = list(root_list())
+                if len(listed) != P:
+                    raise ValueError(f"{name}: has {len(listed)} tensors, expected {P}")
+                for r, t in enumerate(listed):
+                    if t.numel() != mine.numel() or t.dtype != mine.dtype:
+                        raise ValueError(f"{name}[{r}]: size/dtype differs from the {role}'s")
+                flat = (torch.empty(local.numel() * P, dtype=local.dtype, device=local.device) if gather
+                        else torch.cat([as_bytes(x).to(local.device) for x in listed]))
+            out, inp = (flat, local) if gather else (local, flat)
+            self._issue(call, async_op, getattr(self._comm, kind)(
+                out, inp, root=root, algorithm=self._algo[kind], async_op=async_op))
+            if gather and self.rank() == root:
+                n = local.numel()
+                call.finals.append(lambda: _unpack_blocks(flat, listed, [r * n for r in range(P)], [n] * P))
+            elif staged is not None and staged.copy:
+                call.finals.append(staged.done)
+        return self._run(opts.asyncOp, result, body, tensors=[mine])

@@ -23,6 +23,8 @@ PyObject* g_mismatch_error = nullptr;
 PyObject* g_peer_error = nullptr;
 }  // namespace
 
+// The one mapping of C++ errors to Python exceptions: bound calls use it through the translator
+// registered in bind_comm, the fast call paths (fast_call.cc, device_fast_call.cc) directly.
 void set_python_error(std::exception_ptr p) {
   try {
     std::rethrow_exception(p);
@@ -75,17 +77,14 @@ void bind_comm(py::module_& m) {
   g_comm_error = comm_error.ptr();
   g_mismatch_error = mismatch_error.ptr();
   g_peer_error = peer_error.ptr();
-  // Most specific first: pybind tries translators in reverse registration order.
+  // Every bound call's commlib errors go through set_python_error, the one mapping; anything else
+  // is left to pybind's own translators (py::error_already_set, py::value_error, ...).
   py::register_exception_translator([](std::exception_ptr p) {
     if (!p) return;
     try {
       std::rethrow_exception(p);
-    } catch (const MismatchError& e) {
-      PyErr_SetString(mismatch_error.ptr(), e.what());
-    } catch (const PeerError& e) {
-      PyErr_SetString(peer_error.ptr(), e.what());
-    } catch (const CommError& e) {
-      PyErr_SetString(comm_error.ptr(), e.what());
+    } catch (const CommError&) {
+      set_python_error(p);
     }
   });
 
