@@ -21,6 +21,7 @@ from commlib.core.call_checks import (as_rank, check_algorithm, check_op, descri
 from commlib.core.p2p_plan import plan_all_to_allv, plan_batch
 from commlib.device.route_context import RouteContext
 from commlib.core.work import Work  # noqa: F401  (re-exported: commlib.core.communicator.Work)
+from commlib.errors import CommError
 
 # The latency path: blocking calls on plain NumPy arrays go straight to C++ (csrc/bindings/
 # fast_call.cc), which answers NotImplemented for anything it does not handle; the code after it in
@@ -327,21 +328,30 @@ class Communicator(GroupMethods):
     def close(self):
         """Finish queued work, then release shared memory and the worker thread. Idempotent.
 
-        In a forked child it only drops the child's references: the store and region are the parent's.
+        Raises, once everything is released, the error of a device call that failed without any
+        call, ``wait()`` or ``synchronize()`` raising it (a blocking call on device buffers that
+        failed last, e.g. a mismatched one: docs/gpu.md). In a forked child it only drops the
+        child's references: the store and region are the parent's.
         """
         self._closed = True
+        unreported = None
         if self._device_route is not None:  # before the transport its peer watch uses
-            self._device_route.close()
+            try:
+                self._device_route.close()
+            except CommError as e:  # a device call's error no caller was told: raised once all is closed
+                unreported = e
         self._core.close()
         if os.getpid() != self._pid:
             self._owned = (None, None)
-            return
-        store, server = self._owned
-        self._owned = (None, None)
-        if store is not None and hasattr(store, "close"):
-            store.close()
-        if server is not None:
-            server.close()
+        else:
+            store, server = self._owned
+            self._owned = (None, None)
+            if store is not None and hasattr(store, "close"):
+                store.close()
+            if server is not None:
+                server.close()
+        if unreported is not None:
+            raise unreported
 
     def abort(self, reason: str = "aborted by the user"):
         """Abort: fail queued and future calls at once, and tell the peers."""

@@ -37,7 +37,7 @@ void StreamEngine::throw_if_failed_locked() {
   if (!connected_) throw CommError("stream engine: not connected");
   if (failed()) {
     std::lock_guard<std::mutex> lk(mu_);
-    throw_kind(fail_kind_, "communicator aborted: " + fail_message_);
+    raise_to_caller(fail_kind_, "communicator aborted: " + fail_message_);
   }
 }
 
@@ -59,7 +59,7 @@ void StreamEngine::check_first_call(const CollectiveCall& call) {
   std::lock_guard<std::mutex> guard(enqueue_mu_);
   if (failed()) {
     std::lock_guard<std::mutex> lk(mu_);
-    throw_kind(fail_kind_, "communicator aborted: " + fail_message_);
+    raise_to_caller(fail_kind_, "communicator aborted: " + fail_message_);
   }
   const CallDesc desc = describe(call, plan_of(call).algo, control_->peek_call_seq());
   control_->publish_call(desc);
@@ -79,7 +79,7 @@ void StreamEngine::check_first_call(const CollectiveCall& call) {
     }
     if (!msg.empty()) {
       fail(kind, msg);
-      throw_kind(kind, msg);
+      raise_to_caller(kind, msg);
     }
   }
 }
@@ -121,7 +121,7 @@ std::shared_ptr<DeviceWork> StreamEngine::finish(std::shared_ptr<DeviceEvent> do
     // The engine's first error: ours, or the one that made the enqueue fail (the watchdog may
     // have failed the engine meanwhile, e.g. a mismatch aborting the NCCL communicator).
     std::lock_guard<std::mutex> lk(mu_);
-    throw_kind(fail_kind_, fail_message_);
+    raise_to_caller(fail_kind_, fail_message_);
   }
   return std::make_shared<DeviceWork>(shared_from_this(), done, seq_);
 }
@@ -158,7 +158,7 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_collective(const CollectiveCal
   std::string msg;
   if (failed_peer_error(desc, rank_, size_, [this](int p) { return control_->peer_status(p, false); }, &kind, &msg)) {
     fail(kind, msg);
-    throw_kind(kind, msg);
+    raise_to_caller(kind, msg);
   }
 
   auto done = begin(desc, s);
@@ -169,8 +169,11 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_collective(const CollectiveCal
       // Where host calls (and peers whose calls do not join this rank) look; the kernel checks its
       // peers' descriptors itself, without a host function (kernels/plan_call_check.cuh).
       if (publish_kernel_calls_) control_->publish_call(desc);
-    } else if (!peers.empty()) {
-      enqueue_call_check(desc, peers, s);
+    } else if (size_ > 1) {
+      // Against every rank, not only the schedule's peers: then every rank of a mismatched call
+      // finds it and skips its data steps (a rank whose peers all agree with it would otherwise
+      // take what a rank that stopped never sent: stale bytes of an earlier call).
+      enqueue_call_check(desc, all_peers_, s);
     }
     std::vector<std::pair<int, CallDesc>> remote_peers;  // on other hosts: descriptors in-band
     for (int p : peers)
@@ -247,7 +250,7 @@ void StreamEngine::enqueue_call(const CollectiveCall& call, const Schedule& sche
     device_->wait_event(s, *received_step_);
   }
   if (avg_divides(call, rank_) && call.count)
-    device_->divide(out, static_cast<size_t>(call.count), call.dtype, size_, s);
+    device_->divide_unless(stop_dev(), out, static_cast<size_t>(call.count), call.dtype, size_, s);
 }
 
 }  // namespace commlib

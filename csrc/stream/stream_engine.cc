@@ -60,12 +60,15 @@ StreamEngineOptions resolved(StreamEngineOptions o, int ranks) {
 }  // namespace
 
 // Control region: three counter lines per peer (ready, freed, called), the call-descriptor ring,
-// the point-to-point descriptor rings.
+// the point-to-point descriptor rings, the stop word's line.
 constexpr int kFlagKinds = 3;
 
 size_t StreamEngine::ctl_bytes() const {
-  return kFlagKinds * static_cast<size_t>(size_) * kLine + kRing * kRingSlot + static_cast<size_t>(size_) * kP2PRing * kP2PSlot;
+  return kFlagKinds * static_cast<size_t>(size_) * kLine + kRing * kRingSlot +
+         static_cast<size_t>(size_) * kP2PRing * kP2PSlot + kLine;
 }
+
+uint64_t* StreamEngine::stop_word(char* ctl) const { return reinterpret_cast<uint64_t*>(ctl + ctl_bytes() - kLine); }
 
 char* StreamEngine::p2p_slot(char* ctl, int peer, uint64_t k) const {
   return ctl + kFlagKinds * static_cast<size_t>(size_) * kLine + kRing * kRingSlot +
@@ -95,6 +98,8 @@ StreamEngine::StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerC
       p2p_received_(size_, 0),
       plans_(std::move(plan)),
       nccl_(std::make_unique<NcclLink>(device_, rank_, size_, opts_.timeout_s)) {
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_) all_peers_.push_back(p);
   ctl_fd_ = memfd_create("commlib-device-ctl", MFD_CLOEXEC);
   if (ctl_fd_ < 0 || ftruncate(ctl_fd_, static_cast<off_t>(ctl_bytes())) != 0)
     throw std::runtime_error(std::string("stream engine: control region: ") + std::strerror(errno));
@@ -116,8 +121,12 @@ StreamEngine::StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerC
   if (opts_.path != DevicePath::Copy)
     kernel_ = std::make_unique<KernelPath>(device_, rank_, size_, opts_.nslots, opts_.slot_bytes, opts_.path);
   watchdog_ = std::thread([this] { watchdog_loop(); });
-  // The host side's abort fails this engine too (its peers were told by the host side).
-  host_listener_ = control_->on_host_abort([this](ErrorKind kind, const std::string& msg) { fail(kind, msg, false); });
+  // The host side's abort fails this engine too (its peers were told by the host side, and its
+  // caller by the host call that failed or the user's abort: reported).
+  host_listener_ = control_->on_host_abort([this](ErrorKind kind, const std::string& msg) {
+    if (!failed()) reported_.store(true, std::memory_order_release);
+    fail(kind, msg, false);
+  });
   // The engine may outlive its communicator (a work handle holds it): it closes with it, while
   // the communicator's transport, which the watchdog and the host functions read, is still up.
   close_listener_ = control_->on_host_close([this] {
@@ -184,12 +193,12 @@ void StreamEngine::recv_chunk(int q, char* dst, const char* src, size_t bytes, b
   device_->wait_value(flag(reinterpret_cast<char*>(ctl_dev_), 0, q), c + 1, s);
   const char* slot = static_cast<char*>(inbox_) +
                      (static_cast<size_t>(q) * opts_.nslots + c % opts_.nslots) * opts_.slot_bytes;
-  if (bytes) {
+  if (bytes) {  // skipped once the call's check failed or the engine failed (the stop word)
     if (!reduce) {
-      device_->copy(dst, slot, bytes, s);
+      device_->copy_unless(stop_dev(), dst, slot, bytes, s);
     } else {
-      if (src && src != dst) device_->copy(dst, src, bytes, s);
-      device_->reduce(dst, slot, bytes / dtype_size(dtype), dtype, op, s);
+      if (src && src != dst) device_->copy_unless(stop_dev(), dst, src, bytes, s);
+      device_->reduce_unless(stop_dev(), dst, slot, bytes / dtype_size(dtype), dtype, op, s);
     }
   }
   device_->write_value(flag(reinterpret_cast<char*>(peers_[q].ctl_dev), 1, rank_), c + 1, s);
@@ -212,9 +221,9 @@ void StreamEngine::enqueue_step(const Step& step, char* const bases[3], size_t e
     if (o.kind == OpKind::Copy && bytes) {
       char* d = resolve(o.dst);
       const char* src = resolve(o.src);
-      if (d != src) device_->copy(d, src, bytes, s);
+      if (d != src) device_->copy_unless(stop_dev(), d, src, bytes, s);
     } else if (o.kind == OpKind::Reduce && bytes) {
-      device_->reduce(resolve(o.dst), resolve(o.src), bytes / esize, dtype, op, s);
+      device_->reduce_unless(stop_dev(), resolve(o.dst), resolve(o.src), bytes / esize, dtype, op, s);
     }
   }
   // Messages to peers over the nccl link: one NCCL group, before the peer-memory chunks.
@@ -277,6 +286,19 @@ void StreamEngine::close() {
   }
   cv_.notify_all();
   if (watchdog_.joinable()) watchdog_.join();
+  // A host function's error the watchdog had no tick left to act on (the call's last one found a
+  // mismatch just before close): the engine fails with it now, so close reports it.
+  ErrorKind pending_kind = ErrorKind::None;
+  std::string pending;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stream_failure_ && !failed()) {
+      pending_kind = stream_fail_kind_;
+      pending = stream_fail_message_;
+    }
+    stream_failure_ = false;
+  }
+  if (!pending.empty()) fail(pending_kind, pending);
   // Imports first (issue #23, item 7): the peers' memory is theirs to free once every rank has
   // closed its imports (release_memory, after the Python side's barrier).
   for (Peer& p : peers_) {

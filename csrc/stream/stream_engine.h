@@ -179,6 +179,11 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   [[noreturn]] void device_error(const std::string& where, const std::exception& e);
   // Throws the engine's error if the call numbered `seq` was in flight (or later) when it failed.
   void throw_if_call_failed(uint64_t seq);
+  // The engine's error if it failed a call (failed_from_seq_ <= the last call) and no caller was
+  // told: no call, wait, synchronize or later call raised it, and neither the host side nor the
+  // user aborted. Once: a second call returns false. The route's close() raises it (docs/gpu.md,
+  // "A mismatched call writes nothing"), so a blocking call that failed last is never lost.
+  bool take_unreported_error(ErrorKind* kind, std::string* message);
   // Waits for every call (the watchdog still runs), stops the watchdog and closes the imports of
   // the peers' memory. Idempotent (a second caller returns once the first one finished); never
   // throws (a device error fails the engine instead). The host communicator's close runs it too.
@@ -236,6 +241,13 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   // Control-region layout.
   uint64_t* flag(char* ctl, int which, int peer) const;  // which: 0 ready, 1 freed
   char* ring_slot(char* ctl, uint64_t seq) const;
+  // The stop word (its own line of the control region): set by a failed descriptor check (on the
+  // stream, before the call's data steps) and by any failure of the engine (before its waits are
+  // released); every data operation that writes an output or the scratch is gated on it
+  // (Device::copy_unless and the rest), so a mismatched or failed call never writes peers' bytes.
+  uint64_t* stop_word(char* ctl) const;
+  const uint64_t* stop_dev() const { return stop_word(reinterpret_cast<char*>(ctl_dev_)); }
+  void stop_data();  // sets it (host memory: allowed in a host function)
   // The descriptor of point-to-point message k from `peer`, in the receiver's control region.
   char* p2p_slot(char* ctl, int peer, uint64_t k) const;
   size_t ctl_bytes() const;
@@ -295,6 +307,8 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   void inspect_in_flight(bool slow);
   std::string describe_seq(uint64_t seq);
   void fail(ErrorKind kind, const std::string& message, bool publish = true);
+  // Every throw of the engine's error to a caller: notes that a caller was told (reported_).
+  [[noreturn]] void raise_to_caller(ErrorKind kind, const std::string& message);
   // From a host function: only records the error (no device, NCCL or control-plane call there);
   // the watchdog fails the engine with it within a tick.
   // `seq`: the engine's number (seq_) of the call whose host function found the error, so that call
@@ -326,6 +340,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   uint64_t* remote_host_dev_ = nullptr;
   void* remote_dev_ = nullptr;
   std::vector<Peer> peers_;
+  std::vector<int> all_peers_;  // every rank but this one: whom a collective's check waits for
   std::vector<std::unique_ptr<DeviceLink>> links_;  // per rank (null for this rank), set by connect()
   bool needs_nccl_ = false;
   bool connected_ = false, closed_ = false, released_ = false;
@@ -371,6 +386,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   std::deque<Wait> waits_;
   std::vector<std::pair<int, CallDesc>> p2p_waits_;  // device receives waiting for their descriptor
   std::atomic<bool> failed_{false};
+  std::atomic<bool> reported_{false};  // the engine's error reached a caller (take_unreported_error)
   bool stream_failure_ = false;  // fail_from_stream's error, for the watchdog
   uint64_t stream_fail_seq_ = 0;  // the engine's number of the call that found it
   ErrorKind stream_fail_kind_ = ErrorKind::None;

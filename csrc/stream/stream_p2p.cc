@@ -56,6 +56,7 @@ void StreamEngine::p2p_check_desc(int peer, uint64_t k, const CallDesc& desc, ui
   CallDesc sent;
   std::memcpy(&sent, slot + 8, sizeof sent);
   const std::string me = std::to_string(rank_), them = std::to_string(peer);
+  if (s != k || sent != desc) stop_data();  // the receive's chunks skip: nothing lands in its buffer
   if (s != k)  // cannot happen while both ranks follow the protocol (the ring outruns the slots)
     fail_from_stream(ErrorKind::Mismatch, "rank " + me + " expects device message #" + std::to_string(k) + " from rank " +
                                               them + " but rank " + them + " is already at its device message #" +
@@ -107,7 +108,7 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_p2p(const std::vector<P2PItem>
                               " rank " + std::to_string(it.peer) + ", which failed earlier: " + st.message;
       const ErrorKind kind = st.kind == ErrorKind::None ? ErrorKind::Comm : st.kind;
       fail(kind, msg);
-      throw_kind(kind, msg);
+      raise_to_caller(kind, msg);
     }
   }
 
@@ -226,7 +227,7 @@ void StreamEngine::check_first_p2p(const std::vector<P2PItem>& items, DType dtyp
     const std::string msg = "rank " + std::to_string(rank_) + " receives " + describe_call(want) + " from rank " + them +
                             " but rank " + them + " sent " + describe_call(host) + " from a host buffer";
     fail(ErrorKind::Mismatch, msg);
-    throw_kind(ErrorKind::Mismatch, msg);
+    raise_to_caller(ErrorKind::Mismatch, msg);
   }
 }
 

@@ -71,16 +71,35 @@ void StreamEngine::throw_if_call_failed(uint64_t seq) {
   while (stream_failure_ && !stop_ && std::chrono::steady_clock::now() < until)
     cv_.wait_for(lk, std::chrono::milliseconds(1));
   if (!failed()) return;
-  if (seq >= failed_from_seq_) throw_kind(fail_kind_, fail_message_);
+  if (seq >= failed_from_seq_) raise_to_caller(fail_kind_, fail_message_);
 }
 
 void StreamEngine::abort(const std::string& reason) {
   fail(ErrorKind::Comm, "rank " + std::to_string(rank_) + " aborted: " + reason);
+  reported_.store(true, std::memory_order_release);  // the user's own abort: nothing to tell
+}
+
+void StreamEngine::raise_to_caller(ErrorKind kind, const std::string& message) {
+  reported_.store(true, std::memory_order_release);
+  throw_kind(kind, message);
+}
+
+bool StreamEngine::take_unreported_error(ErrorKind* kind, std::string* message) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!failed() || failed_from_seq_ > seq_ || reported_.exchange(true)) return false;
+  *kind = fail_kind_;
+  *message = fail_message_;
+  return true;
+}
+
+void StreamEngine::stop_data() {
+  if (ctl_) store_flag(stop_word(ctl_), 1);
 }
 
 void StreamEngine::release_waits() {
   if (kernel_) kernel_->abort();  // every wait loop of a kernel polls it
   if (!ctl_) return;
+  stop_data();  // before any wait passes: what runs on after a release writes nothing
   for (int p = 0; p < size_; ++p)
     for (int which = 0; which < 3; ++which) store_flag(flag(ctl_, which, p), kReleased);
   // Message-descriptor waits are on the ring slots of this rank's region.
@@ -171,7 +190,7 @@ void StreamEngine::fail_device(const std::string& where, const std::exception& e
 void StreamEngine::device_error(const std::string& where, const std::exception& e) {
   fail_device(where, e);
   std::lock_guard<std::mutex> lk(mu_);
-  throw_kind(fail_kind_, fail_message_);
+  raise_to_caller(fail_kind_, fail_message_);
 }
 
 // -- call descriptors -------------------------------------------------------------------------
@@ -209,7 +228,10 @@ void StreamEngine::compare_call_desc(const CallDesc& desc, const std::vector<int
     CallDesc pd;
     std::memcpy(&pd, theirs + 8, sizeof pd);
     if (s > desc.seq) pd.seq = s;  // the peer is past this call: the slot holds its later call #s
-    if (pd != desc) return fail_from_stream(ErrorKind::Mismatch, mismatch_message(rank_, desc, p, pd), call);
+    if (pd != desc) {
+      stop_data();  // the data steps after this host function skip (the stream goes on at once)
+      return fail_from_stream(ErrorKind::Mismatch, mismatch_message(rank_, desc, p, pd), call);
+    }
   }
 }
 
