@@ -12,7 +12,6 @@
 #include "device/host_flags.h"
 #include "kernels/plan_kernel.cuh"
 #include "plan/describe.h"
-#include "policy/device_path_tuning.h"
 
 namespace commlib {
 
@@ -78,7 +77,7 @@ KernelPath::KernelPath(std::shared_ptr<Device> device, int rank, int size, uint3
                        DevicePath mode)
     : device_(std::move(device)), rank_(rank), size_(size), nslots_(nslots), slot_bytes_(slot_bytes), mode_(mode),
       ll_bytes_(device_ll_bytes_from_env(slot_bytes)),
-      kernel_max_bytes_(device_path_crossover(size, kKernelPathMaxBytes)),
+      kernel_max_bytes_(kernel_path_crossover(size)),
       split_bytes_(std::max<uint32_t>(ll_bytes_ + 1, static_cast<uint32_t>(std::min<uint64_t>(64 << 10, slot_bytes / 2)))),
       imported_(size, nullptr) {
   if (mode_ == DevicePath::Kernel && device_->plan_blocks(1) == 0)
@@ -154,10 +153,6 @@ void KernelPath::connect(const std::vector<std::string>& handles, bool one_host)
   }
   char* views_dev = static_cast<char*>(local_) + views_offset();
   device_->upload_now(views_dev, views.data(), views.size() * sizeof(PeerView));
-}
-
-bool KernelPath::chooses(uint64_t bytes) const {
-  return usable_ && kernel_path_takes(mode_, bytes, kernel_max_bytes_);
 }
 
 void KernelPath::stage(const std::vector<char>& bytes, void* dev, DeviceStream& stream) {

@@ -22,13 +22,13 @@
 #include "device/device.h"
 #include "kernels/device_plan.h"
 #include "plan/call.h"
+#include "policy/device_auto.h"
 #include "schedule/ir.h"
 #include "transport/transport.h"  // CallDesc
 
 namespace commlib {
 
-enum class DevicePath : uint8_t { Auto, Kernel, Copy };
-// COMMLIB_DEVICE_PATH (std::invalid_argument naming it for another value).
+// DevicePath, the crossover and the size rule are device auto's, decided in policy/device_auto.h.
 DevicePath device_path_from_env();
 const char* device_path_name(DevicePath p);
 // Every rank's kernel handle ("<mode>:..."): std::invalid_argument naming COMMLIB_DEVICE_PATH when
@@ -37,17 +37,6 @@ void check_device_paths(const std::vector<std::string>& kernel_handles, DevicePa
 // COMMLIB_DEVICE_LL_BYTES for slots of `slot_bytes` (at most a slot; std::invalid_argument naming
 // it unless a multiple of 64 up to 65536).
 uint32_t device_ll_bytes_from_env(uint64_t slot_bytes);
-// auto: the kernel path for calls of at most this many bytes (count x element size), else copy; the
-// default where the tuning file has no measured crossover for the world size
-// (policy/device_path_tuning.h).
-constexpr uint64_t kKernelPathMaxBytes = uint64_t{1} << 20;
-// Whether `mode` sends a call of `bytes` to the kernel path where that path is usable (every peer's
-// memory mapped, a device with kernels, no NCCL link), auto's crossover being `kernel_max_bytes`
-// (KernelPath::kernel_max_bytes): the one size rule of KernelPath::chooses and of the kernel path's
-// auto (stream/kernel_auto.h).
-constexpr bool kernel_path_takes(DevicePath mode, uint64_t bytes, uint64_t kernel_max_bytes) {
-  return mode == DevicePath::Kernel || (mode == DevicePath::Auto && bytes <= kernel_max_bytes);
-}
 
 // The kernel path caches its plans by call shape, the plan cache's ScheduleKey (plan/call.h) with
 // the RESOLVED algorithm in `algo` (never 0 = auto), so a new tuning table that makes auto choose
@@ -66,10 +55,10 @@ class KernelPath {
   // another COMMLIB_DEVICE_PATH or COMMLIB_DEVICE_LL_BYTES.
   void connect(const std::vector<std::string>& handles, bool one_host);
 
-  // Whether a call of `bytes` (count x element size) runs as a kernel (the same answer on every
-  // rank: every rank has the same mode, the same world and the same call).
-  bool chooses(uint64_t bytes) const;
-  // auto's crossover for this engine's world size, read once when it is created (device_path_tuning.h).
+  // Connected, every rank on this host, the device has kernels: whether device auto
+  // (policy/device_auto.h) may send a call here at all (the same answer on every rank).
+  bool usable() const { return usable_; }
+  // auto's crossover for this engine's world size, read once when it is created (device_auto.h).
   uint64_t kernel_max_bytes() const { return kernel_max_bytes_; }
   // What the watchdog watches of a launch: `done` (host address) reaches `target` when it
   // completes; its first message is with `peer` (-1: none), a send or a receive.

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "plan/lowering.h"
-#include "stream/kernel_auto.h"
+#include "policy/device_auto.h"
 #include "stream/stream_engine.h"
 #include "schedule/registry.h"
 
@@ -20,7 +20,9 @@ const ResolvedPlan& StreamEngine::plan_of(const CollectiveCall& call) {
   const std::string source = policy.choice.source;  // before get() again (it may drop the cache)
   const KernelAutoInputs in{device_->plan_blocks(1) > 0, opts_.path, opts_.link == DeviceLinkSetting::Nccl,
                             kernel_ ? kernel_->kernel_max_bytes() : kKernelPathMaxBytes};
-  const uint8_t algo = kernel_auto_algorithm(plans_.context(), in, call, source);
+  const uint64_t bytes = static_cast<uint64_t>(call.count) * dtype_size(call.dtype);
+  const uint8_t algo =
+      kernel_auto_algorithm(size_, plans_.context().topology, in, call.coll, call.algo, bytes, source);
   if (!algo) return policy;
   CollectiveCall c = call;
   c.algo = algo;
@@ -45,7 +47,7 @@ namespace {
 
 // Two device calls alike but for the algorithm auto resolved them to. Before connect that is what
 // ranks with different COMMLIB_DEVICE_PATH or COMMLIB_DEVICE_LINK see (the kernel path's auto reads
-// them: stream/kernel_auto.h); connect's checks name the setting, so the first call's check leaves
+// them: policy/device_auto.h); connect's checks name the setting, so the first call's check leaves
 // it to them. Where the settings agree, the call itself finds the mismatch (its descriptor check).
 bool auto_apart(const CallDesc& mine, const CallDesc& theirs) {
   CallDesc same = theirs;
@@ -190,7 +192,8 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_collective(const CollectiveCal
 
 bool StreamEngine::runs_on_kernel(const CollectiveCall& call) const {
   const uint64_t bytes = static_cast<uint64_t>(call.count) * dtype_size(call.dtype);
-  return kernel_ && call.algo != kNcclAlgorithmCode && !nccl_->carries_any() && kernel_->chooses(bytes);
+  return kernel_ && device_path_of(call.algo == kNcclAlgorithmCode, bytes, opts_.path, kernel_->kernel_max_bytes(),
+                                   kernel_->usable(), nccl_->carries_any()) == DeviceCallPath::Kernel;
 }
 
 void StreamEngine::enqueue_call(const CollectiveCall& call, const Schedule& sched, const CallDesc& desc, size_t esize,

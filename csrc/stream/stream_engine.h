@@ -51,6 +51,7 @@
 #include "plan/describe.h"
 #include "plan/plan_cache.h"
 #include "stream/device_link.h"
+#include "stream/device_work.h"
 #include "stream/event_pool.h"
 #include "stream/nccl_link.h"
 #include "stream/kernel_path.h"
@@ -111,24 +112,6 @@ class PeerControl {
   virtual bool peek_host_message(int peer, CallDesc* desc) = 0;
   virtual int add_p2p_probe(std::function<bool(int, const CallDesc&, CallDesc*)> fn) = 0;
   virtual void remove_p2p_probe(int id) = 0;
-};
-
-class DeviceWork {
- public:
-  // `seq`: the engine's ordinal of the call (its position among the engine's calls).
-  DeviceWork(std::shared_ptr<StreamEngine> engine, std::shared_ptr<DeviceEvent> event, uint64_t seq)
-      : engine_(std::move(engine)), event_(std::move(event)), seq_(seq) {}
-  // Makes `stream` wait for the call (raises at once if it is already known to have failed).
-  void wait(DeviceStream& stream);
-  bool is_completed();
-  // Waits on the host; raises the call's CommError if it failed.
-  void synchronize();
-  uint64_t seq() const { return seq_; }
-
- private:
-  std::shared_ptr<StreamEngine> engine_;
-  std::shared_ptr<DeviceEvent> event_;
-  uint64_t seq_;
 };
 
 class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
@@ -272,7 +255,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   void enqueue_call(const CollectiveCall& call, const Schedule& sched, const CallDesc& desc, size_t esize,
                     DeviceStream& s);
   // The plan of `call`: the policy's (plans_), except where the kernel path's auto asks for the
-  // one-shot or two-shot all_reduce (stream/kernel_auto.h).
+  // one-shot or two-shot all_reduce (policy/device_auto.h).
   const ResolvedPlan& plan_of(const CollectiveCall& call);
   // The call runs as one kernel (stream/kernel_path.h), which checks the call's descriptor itself.
   bool runs_on_kernel(const CollectiveCall& call) const;

@@ -22,44 +22,6 @@ std::atomic<uint64_t>& seq_word(char* slot) { return *reinterpret_cast<std::atom
 
 }  // namespace
 
-// -- works ------------------------------------------------------------------------------------
-
-// A device error in a work's call (a sticky CUDA error) is the engine's CommError, never a
-// runtime error escaping to the caller.
-void DeviceWork::wait(DeviceStream& stream) {
-  engine_->throw_if_call_failed(seq_);
-  try {
-    DeviceGuard guard(engine_->device());
-    engine_->device().wait_event(stream, *event_);
-  } catch (const CommError&) {
-    throw;
-  } catch (const std::exception& e) {
-    engine_->device_error("wait", e);
-  }
-}
-
-bool DeviceWork::is_completed() {
-  try {
-    DeviceGuard guard(engine_->device());
-    return engine_->device().query(*event_);
-  } catch (const std::exception& e) {
-    engine_->device_error("is_completed", e);
-  }
-  return true;
-}
-
-void DeviceWork::synchronize() {
-  try {
-    DeviceGuard guard(engine_->device());
-    engine_->device().synchronize(*event_);
-  } catch (const CommError&) {
-    throw;
-  } catch (const std::exception& e) {
-    engine_->device_error("synchronize", e);
-  }
-  engine_->throw_if_call_failed(seq_);
-}
-
 // -- failure ----------------------------------------------------------------------------------
 
 void StreamEngine::throw_if_call_failed(uint64_t seq) {
@@ -77,19 +39,6 @@ void StreamEngine::throw_if_call_failed(uint64_t seq) {
 void StreamEngine::abort(const std::string& reason) {
   fail(ErrorKind::Comm, "rank " + std::to_string(rank_) + " aborted: " + reason);
   reported_.store(true, std::memory_order_release);  // the user's own abort: nothing to tell
-}
-
-void StreamEngine::raise_to_caller(ErrorKind kind, const std::string& message) {
-  reported_.store(true, std::memory_order_release);
-  throw_kind(kind, message);
-}
-
-bool StreamEngine::take_unreported_error(ErrorKind* kind, std::string* message) {
-  std::lock_guard<std::mutex> lk(mu_);
-  if (!failed() || failed_from_seq_ > seq_ || reported_.exchange(true)) return false;
-  *kind = fail_kind_;
-  *message = fail_message_;
-  return true;
 }
 
 void StreamEngine::stop_data() {

@@ -74,8 +74,8 @@ def _error(fn):
 def mismatched_calls(comm, path, cases, changed=0):
     """Each case (collective, "dtype" or "count", "blocking" or "async") on its own
     sub-communicator with ``path``'s settings, after a matched warm-up call: rank ``changed`` calls
-    with another dtype or count. Per case: (the outputs unchanged, the error at wait() (async) or
-    None, the error at close())."""
+    with another dtype or count. Per case: (the outputs unchanged, the error of the call itself or
+    of its wait() (async), the error at close())."""
     out = []
     for coll, kind, mode in cases:
         with overridden(PATHS[path]):  # the engine is made at the first device call
@@ -86,14 +86,13 @@ def mismatched_calls(comm, path, cases, changed=0):
             assert sub._device_route.last_path() == path, sub._device_route.last_path()
         call, bufs = _scenario(sub, coll, kind, changed)
         before = [b.numpy().copy() for b in bufs]
-        at_wait = None
-        if mode == "async":
-            work = call(True)
-            after = [b.numpy() for b in bufs]  # synchronizes the buffers' stream
-            at_wait = _error(work.wait)
-        else:
-            call(False)
-            after = [b.numpy() for b in bufs]
+        # A rank may learn of the mismatch before its own call is enqueued (a peer's watchdog failed
+        # first and published it): the call itself raises, which is as good as wait() raising.
+        works = []
+        at_wait = _error(lambda: works.append(call(mode == "async")))
+        after = [b.numpy() for b in bufs]  # synchronizes the buffers' stream
+        if works and works[0] is not None:
+            at_wait = _error(works[0].wait)
         unchanged = all(np.array_equal(a, b) for a, b in zip(before, after))
         out.append((unchanged, at_wait, _error(sub.close)))
     return out

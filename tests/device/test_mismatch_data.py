@@ -26,11 +26,11 @@ def _check(results, cases, receivers_only=("p2p",)):
                 wrong.append(f"{case}: an output changed")
             if coll in receivers_only and rank != 0:
                 continue  # the sender of a message checks nothing (the receiver does)
+            if at_wait is not None and at_close is not None:
+                wrong.append(f"{case}: close() raised {at_close} after the call or wait() had raised")
             if mode == "async" and not (at_wait or "").startswith("MismatchError"):
                 wrong.append(f"{case}: wait() raised {at_wait}")
-            if mode == "async" and at_close is not None:
-                wrong.append(f"{case}: close() raised {at_close} after wait() had raised")
-            if mode == "blocking" and not (at_close or "").startswith("MismatchError"):
+            if mode == "blocking" and not (at_wait or at_close or "").startswith("MismatchError"):
                 wrong.append(f"{case}: close() raised {at_close}")
     assert not wrong, "\n".join(wrong)
 
