@@ -208,8 +208,15 @@ const KernelPath::Uploaded& KernelPath::upload(const ScheduleKey& key, const Sch
   return plans_.emplace(key, std::move(u)).first->second;
 }
 
-KernelPath::Launched KernelPath::enqueue(const ScheduleKey& key, const Schedule& sched, const CallDesc& desc,
-                                         char* const bases[3], DType dtype, RedOp op, DeviceStream& stream) {
+Launched KernelPath::enqueue(const PathCall& pc, DeviceStream& stream) {
+  const CallDesc& d = pc.desc;
+  const ScheduleKey key{d.coll, static_cast<uint8_t>(d.algo & ~kDeviceCallAlgoBit), d.root, d.count,
+                        static_cast<uint8_t>(dtype_size(pc.call.dtype))};  // the resolved algorithm
+  return launch(key, pc.plan.sched, d, pc.bases, pc.call.dtype, pc.call.op, stream);
+}
+
+Launched KernelPath::launch(const ScheduleKey& key, const Schedule& sched, const CallDesc& desc, char* const bases[3],
+                            DType dtype, RedOp op, DeviceStream& stream) {
   const Uploaded& u = upload(key, sched, stream);
   const DevicePlan& p = u.plan;
   if (p.steps.empty()) return Launched{};

@@ -24,6 +24,7 @@
 #include "plan/call.h"
 #include "policy/device_auto.h"
 #include "schedule/ir.h"
+#include "stream/device_path.h"
 #include "transport/transport.h"  // CallDesc
 
 namespace commlib {
@@ -42,11 +43,11 @@ uint32_t device_ll_bytes_from_env(uint64_t slot_bytes);
 // the RESOLVED algorithm in `algo` (never 0 = auto), so a new tuning table that makes auto choose
 // differently never finds a stale plan.
 
-class KernelPath {
+class KernelPath final : public DevicePathRunner {
  public:
   // Allocates this rank's kernel region (flags zeroed) and its host page (abort word, progress).
   KernelPath(std::shared_ptr<Device> device, int rank, int size, uint32_t nslots, uint64_t slot_bytes, DevicePath mode);
-  ~KernelPath();
+  ~KernelPath() override;
 
   // "<mode>,<LL bytes>,<auto's crossover>:<region handle>", the part of the engine's handle the peers need.
   std::string local_handle() const;
@@ -60,19 +61,14 @@ class KernelPath {
   bool usable() const { return usable_; }
   // auto's crossover for this engine's world size, read once when it is created (device_auto.h).
   uint64_t kernel_max_bytes() const { return kernel_max_bytes_; }
-  // What the watchdog watches of a launch: `done` (host address) reaches `target` when it
-  // completes; its first message is with `peer` (-1: none), a send or a receive.
-  struct Launched {
-    const uint64_t* done = nullptr;
-    uint64_t target = 0;
-    int peer = -1;
-    bool send = false;
-  };
-  // Enqueues the call's kernel on `stream`: `sched` is this rank's schedule of the call shape `key`,
-  // `desc` the call's descriptor (checked against the peers' inside the kernel before the first
-  // step: plan_call_check.cuh), `bases` its input, output and scratch.
-  Launched enqueue(const ScheduleKey& key, const Schedule& sched, const CallDesc& desc, char* const bases[3],
-                   DType dtype, RedOp op, DeviceStream& stream);
+  // Enqueues the call's kernel on `stream` (DevicePathRunner): the plan's schedule lowered once per
+  // call shape, the descriptor checked against the peers' inside the kernel before the first step
+  // (plan_call_check.cuh). What the watchdog watches of a launch: Launched::done (host address)
+  // reaches its target when the launch completes.
+  Launched enqueue(const PathCall& call, DeviceStream& stream) override;
+  // The same with the call's shape `key` (plan/call.h, the RESOLVED algorithm) and its parts.
+  Launched launch(const ScheduleKey& key, const Schedule& sched, const CallDesc& desc, char* const bases[3],
+                  DType dtype, RedOp op, DeviceStream& stream);
   // A launch's check found a peer's descriptor different from its own: the message naming both
   // ranks and both calls (the watchdog fails the engine with MismatchError; the kernel waits for
   // the abort word meanwhile, so the call does not complete before it).
