@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <sstream>
 #include <stdexcept>
 
@@ -111,12 +112,9 @@ CopyPath::CopyPath(std::shared_ptr<Device> device, CopyPathHost& host, NcclLink&
 
 CopyPath::~CopyPath() {
   try {
+    DeviceGuard guard(*device_);  // the last reference may go on any thread (issue #23: no stray context)
     close_imports();
-    if (ctl_) {
-      device_->unmap_host(ctl_);
-      munmap(ctl_, ctl_bytes());
-    }
-    if (ctl_fd_ >= 0) ::close(ctl_fd_);
+    release();
   } catch (...) {
   }
 }
@@ -338,15 +336,28 @@ void CopyPath::release_waits() {
     for (int which = 0; which < kFlagKinds; ++which) store_flag(flag(ctl_, which, p), kReleased);
 }
 
+// Every step is tried (a device error in one leaves nothing mapped here); the first error is thrown
+// after (the engine fails with it).
+template <class Fn>
+static void try_step(std::exception_ptr* first, Fn&& fn) {
+  try {
+    fn();
+  } catch (...) {
+    if (!*first) *first = std::current_exception();
+  }
+}
+
 void CopyPath::close_imports() {
+  std::exception_ptr first;
   for (Peer& p : peers_) {
-    if (p.inbox) device_->close_import(p.inbox);
+    if (p.inbox) try_step(&first, [&] { device_->close_import(p.inbox); });
     if (p.ctl) {
-      device_->unmap_host(p.ctl);
+      try_step(&first, [&] { device_->unmap_host(p.ctl); });
       munmap(p.ctl, ctl_bytes());
     }
     p = Peer{};
   }
+  if (first) std::rethrow_exception(first);
 }
 
 void CopyPath::free_inbox(DeviceStream& stream) {
@@ -358,13 +369,15 @@ void CopyPath::release() {
   inbox_ = nullptr;  // freed by free_inbox, or left allocated (a peer may still map it)
   send_stream_.reset();
   recv_stream_.reset();
+  std::exception_ptr first;
   if (ctl_) {
-    device_->unmap_host(ctl_);
+    try_step(&first, [&] { device_->unmap_host(ctl_); });
     munmap(ctl_, ctl_bytes());
     ctl_ = nullptr;
   }
   if (ctl_fd_ >= 0) ::close(ctl_fd_);
   ctl_fd_ = -1;
+  if (first) std::rethrow_exception(first);
 }
 
 }  // namespace commlib
