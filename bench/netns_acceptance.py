@@ -203,9 +203,10 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     os.environ["PYTHONPATH"] = os.pathsep.join([here, ROOT, os.environ.get("PYTHONPATH", "")])
     sys.path.insert(0, here)
+    import commlib
     from commlib import _C
     from commlib.sim import topology as sim_topology
-    algorithms = a.algorithms.split(",") if a.algorithms else list(_C.algorithms(_C.Collective.all_reduce))
+    algorithms = a.algorithms.split(",") if a.algorithms else commlib.algorithms("all_reduce")
     sizes = [parse_size(s) for s in a.sizes.split(",")]
     start = datetime.datetime.now(datetime.timezone.utc)
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()

@@ -15,7 +15,7 @@ from commlib.bootstrap import secret, store
 from commlib.core import communicator, schedules, tuning, work
 from commlib.core.communicator import Communicator, Work
 from commlib.device import emulated, nccl
-from commlib.errors import CommError, MismatchError, PeerError, RendezvousError
+from commlib.errors import CommError, MismatchError, PeerError, RendezvousError, StoreLostError
 from commlib.init import init
 from commlib.core.schedules import (VerificationError, algorithm_info, algorithms, format_schedule,
                                     register_algorithm, schedule, unregister_algorithm, verify)
@@ -31,7 +31,7 @@ for _name, _module in PUBLIC_MODULES.items():
 __version__ = "0.1.0"
 
 __all__ = [
-    "init", "Communicator", "Work", "CommError", "MismatchError", "PeerError", "RendezvousError",
+    "init", "Communicator", "Work", "CommError", "MismatchError", "PeerError", "RendezvousError", "StoreLostError",
     "schedule", "algorithms", "algorithm_info", "register_algorithm", "unregister_algorithm", "verify", "format_schedule",
     "VerificationError",
     "DTYPES", "OPS", "COLLECTIVES",

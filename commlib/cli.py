@@ -1,4 +1,5 @@
-"""The ``commlib`` command: ``commlib bench`` (sweeps, peers, model, tuning) and ``commlib report``.
+"""The ``commlib`` command: ``commlib bench`` (sweeps, peers, model, tuning), ``commlib report`` and
+``commlib store`` (the rendezvous store as its own process).
 
     commlib bench all_reduce --np 4 -b 8 -e 64M -f 4 --algorithms ring,rabenseifner,auto \
         --peers gloo,mpi --json out.json
@@ -7,6 +8,7 @@
     commlib tune --device emulated -- all_reduce --np 2 -b 4K -e 4M   # + the device's kernel_path rows
     commlib sim all_reduce --topology dgx-h100 --nodes 1,8,64   # predictions (commlib/sim)
     commlib tune --sim dgx-h100 --nodes 1,8,64 -o tuning.json   # auto's tuning file from predictions
+    commlib store --host 10.0.0.1 --port 29500      # a store that outlives every rank (COMMLIB_STORE)
 
 ``python -m commlib`` is the same command.
 """
@@ -17,8 +19,8 @@ import sys
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="commlib", description="commlib benchmarks and reports")
-    sub = p.add_subparsers(dest="command", metavar="{bench,bench-torch,report,tune,sim}")
+    p = argparse.ArgumentParser(prog="commlib", description="commlib benchmarks, reports and the rendezvous store")
+    sub = p.add_subparsers(dest="command", metavar="{bench,bench-torch,report,tune,sim,store}")
     sub.required = True
     from commlib.bench.launcher import add_arguments
     b = sub.add_parser("bench", help="run collectives on local ranks (or inside torchrun/srun), "
@@ -46,6 +48,10 @@ def parser() -> argparse.ArgumentParser:
     bt = sub.add_parser("bench-torch", help="per-call cost of blocking dist.* collectives over commlib vs "
                                             "gloo, torch's do-nothing backends and comm.* (8 B..64 KiB)")
     add_torch_overhead(bt)
+    from commlib.bootstrap.store_command import add_arguments as add_store
+    st = sub.add_parser("store", help="serve the rendezvous store as its own process, so that it outlives every "
+                                      "rank (the ranks set COMMLIB_STORE=host:port); stops on SIGTERM/SIGINT")
+    add_store(st)
     return p
 
 
@@ -57,6 +63,9 @@ def main(argv=None) -> int:
     if args.command == "bench-torch":
         from commlib.bench.torch_overhead import run as torch_overhead_run
         return torch_overhead_run(args)
+    if args.command == "store":
+        from commlib.bootstrap.store_command import run as store_run
+        return store_run(args)
     if args.command == "sim":
         from commlib.sim.cli import run as sim_run
         return sim_run(args)

@@ -30,7 +30,7 @@ from commlib.core.communicator import Communicator
 from commlib.errors import CommError, RendezvousError
 from commlib.bootstrap.fdpass import FdServer, receive_fd
 from commlib.bootstrap.secret import secured, store_key
-from commlib.bootstrap.store import StoreServer, TCPStore
+from commlib.bootstrap.store import StoreServer, TCPStore, external_address
 from commlib.bootstrap.wait import error_text, wait_for_key
 
 _DEBUG_LEVELS = {"": 0, "0": 0, "OFF": 0, "WARN": 0, "INFO": 1, "TRACE": 2}
@@ -73,8 +73,10 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, store=Non
     Rank and size come from the arguments, else from the launcher's environment: RANK/WORLD_SIZE
     (torchrun), OMPI_COMM_WORLD_RANK/SIZE (mpirun), PMI_RANK/SIZE, SLURM_PROCID/NTASKS (srun).
     Rendezvous uses ``store`` (any torch.distributed Store, or commlib.bootstrap.store.TCPStore) or, if none,
-    a store at MASTER_ADDR:MASTER_PORT (default 127.0.0.1:29500): torchrun's agent store when
-    running under torchrun, else one that rank 0 serves. ``timeout`` (seconds, default
+    the store at ``master_addr``/``master_port`` when given, else the one ``COMMLIB_STORE=host:port``
+    names (served outside the ranks by ``commlib store``, so it outlives any rank), else a store at
+    MASTER_ADDR:MASTER_PORT (default 127.0.0.1:29500): torchrun's agent store when running under
+    torchrun, else one that rank 0 serves (which dies with rank 0). ``timeout`` (seconds, default
     COMMLIB_TIMEOUT or 300) bounds every wait on a peer. ``prefix`` namespaces the store keys so
     several communicators can share one store.
     """
@@ -113,6 +115,9 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, store=Non
 
 
 def _default_store(rank, world_size, master_addr, master_port, timeout):
+    external = external_address() if master_addr is None and master_port is None else None
+    if external is not None:  # `commlib store` serves it: every rank is a client, none serves
+        return TCPStore(*external, timeout=timeout, connect_timeout=timeout), None
     addr = master_addr or os.environ.get("MASTER_ADDR", "127.0.0.1")
     port = master_port if master_port is not None else _env_int("MASTER_PORT")
     port = 29500 if port is None else port
@@ -134,7 +139,8 @@ def _default_store(rank, world_size, master_addr, master_port, timeout):
                                   f"({e.strerror}); pick a free MASTER_PORT") from None
     # Port 0 lets rank 0 pick a free port (useful for a world of one).
     try:
-        return TCPStore(addr, server.port if server else port, timeout=timeout, connect_timeout=timeout), server
+        return TCPStore(addr, server.port if server else port, timeout=timeout, connect_timeout=timeout,
+                        served_by_rank0=True), server
     except BaseException:
         if server is not None:
             server.close()

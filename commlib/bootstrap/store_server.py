@@ -1,26 +1,23 @@
 """The rendezvous store's server: one thread, one event loop (selectors) over every connection.
 
 Why an event loop: an outsider who can reach the port must not be able to make the server hold
-memory or threads in proportion to what it announces (docs/security.md, "The store"). So
+memory or threads in proportion to what it announces or sends (docs/security.md, "The store"). So
 
 - bytes are accounted as they arrive, never as announced: a frame's length prefix is checked
   against ``MAX_FRAME`` as soon as it is seen, and a request's bytes are received a step at a time;
-- a connection holds at most one request in flight (``MAX_REQUEST`` bytes), and all connections
-  together at most ``MAX_IN_FLIGHT_BYTES``: to take more, the server closes the connection whose
-  partial request has waited longest for its next byte (a stalled one; a working client sends its
-  request at once);
+- a connection holds at most one request (``max_request()`` bytes), and all together at most
+  ``MAX_IN_FLIGHT_BYTES`` of requests and waiting GETs' keys: to take more, the server closes the
+  connection holding the most (a working client's request is a few hundred bytes);
+- a blocking GET waits at most ``MAX_GET_WAIT_S`` (the client asks again), and meanwhile its
+  connection reads nothing: any input, or its hang-up, closes it at once;
+- a dropped connection releases everything at once: buffers, deadline, waiters' entry (``held()``);
 - at ``MAX_CONNECTIONS`` a new connection replaces the oldest that has not completed a request
   (with a key, also one that never made a signed write), else it is closed;
-- a reply is queued by reference (a stored value is not copied per reader), and a connection's next
-  request is not read until its reply is sent;
-- with the job's store key (``COMMLIB_SECRET``), a write whose value is not signed for its key name
-  is refused before it is stored (``add``, which cannot be signed, too): an outsider cannot fill the
-  store or plant values.
+- a reply is queued by reference, and a connection's next request is read once its reply is sent;
+- with the job's store key (``COMMLIB_SECRET``), a write not signed for its key name is refused
+  (``add``, which cannot be signed, too): an outsider cannot fill the store or plant values.
 
-Wire format (shared with commlib.store.TCPStore): frames of ``u32_be length || bytes``. A request is
-a one-byte command frame followed by its fields: SET key value, GET key timeout(f64), ADD key
-delta(i64), CHECK key, HELLO. Replies are one frame: SET b"" (or b"refused: why"), GET b"\\x01" +
-value or b"\\x00", ADD i64 (or b"refused: why"), CHECK b"\\x01"/b"\\x00", HELLO ``HELLO_REPLY``.
+The wire format is in store_wire.py (shared with the client, commlib.store.TCPStore).
 """
 from __future__ import annotations
 
@@ -34,54 +31,9 @@ import time
 from typing import Optional
 
 from commlib.bootstrap.secret import signature_ok
-
-SET, GET, ADD, CHECK, HELLO = 1, 2, 3, 4, 5
-HELLO_REPLY = b"commlib-store/1"
-REFUSED = b"refused: "
-MAX_FRAME = 4 << 20            # a key or value; rendezvous values are a few hundred bytes
-MAX_CONNECTIONS = 512
-MAX_DATA_BYTES = 256 << 20     # keys plus values held by the server
-MAX_IN_FLIGHT_BYTES = 32 << 20  # partial requests held, all connections together
-RECV_STEP = 256 << 10          # bytes taken from one connection at a time
-_FIELDS = {SET: (MAX_FRAME, MAX_FRAME), GET: (MAX_FRAME, 8), ADD: (MAX_FRAME, 8), CHECK: (MAX_FRAME,), HELLO: ()}
-
-
-def max_request() -> int:
-    """The largest request a client may send: a SET of a full key and value, with its prefixes."""
-    return 4 + 1 + 2 * (4 + MAX_FRAME)
-
-
-class Malformed(Exception):
-    """A frame that breaks the protocol: the connection is closed."""
-
-
-def frames(*parts: bytes) -> bytes:
-    return b"".join(struct.pack("!I", len(p)) + p for p in parts)
-
-
-def parse_request(buf) -> Optional[tuple]:
-    """(command, fields, bytes used) for the whole request at the start of ``buf``, or None while
-    more bytes are needed. Raises Malformed as soon as a length prefix or command is impossible."""
-    pos, out = 0, []
-    limits = (1,)
-    while len(out) < len(limits):
-        if len(buf) < pos + 4:
-            return None
-        (n,) = struct.unpack_from("!I", buf, pos)
-        if n > limits[len(out)]:  # refused from the prefix: a frame may announce gigabytes
-            raise Malformed(f"frame of {n} bytes exceeds the {limits[len(out)]}-byte limit")
-        if len(buf) < pos + 4 + n:
-            return None
-        with memoryview(buf) as view:  # one copy of the field (a slice of a bytearray is another)
-            out.append(bytes(view[pos + 4:pos + 4 + n]))
-        pos += 4 + n
-        if len(out) == 1:
-            if len(out[0]) != 1:
-                raise Malformed("empty command")
-            if out[0][0] not in _FIELDS:
-                raise Malformed(f"unknown command {out[0][0]}")
-            limits = (1,) + _FIELDS[out[0][0]]
-    return out[0][0], out[1:], pos
+from commlib.bootstrap.store_wire import (ADD, CHECK, GET, HELLO, HELLO_REPLY, MAX_CONNECTIONS, MAX_DATA_BYTES,
+                                         MAX_FRAME, MAX_GET_WAIT_S, MAX_IN_FLIGHT_BYTES, RECV_STEP, REFUSED,
+                                         SET, Malformed, frames, max_request, parse_request)  # noqa: F401 - re-exported
 
 
 class _Conn:
@@ -92,8 +44,13 @@ class _Conn:
         self.since = self.last_byte = now
         self.last_done = 0.0
         self.level = 0        # 0: no request completed yet, 1: some, 2: a signed write (with a key)
-        self.waiting = None   # (key, deadline) of a blocking GET
+        self.waiting = None   # a blocking GET's entry in the deadline heap: [deadline, n, key, self]
         self.events = 0
+
+    def held(self) -> int:
+        """Bytes this connection makes the server hold for it: its partial request and the key of
+        its waiting GET (queued replies are references to stored values, counted as data)."""
+        return len(self.inbuf) + (len(self.waiting[2]) if self.waiting else 0)
 
 
 class StoreServer:
@@ -122,9 +79,10 @@ class StoreServer:
         self._sel.register(self._listener, selectors.EVENT_READ, "accept")
         self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
         self._conns = {}             # socket -> _Conn
-        self._waiters = {}           # key -> set of _Conn in a blocking GET
-        self._deadlines = []         # heap of (deadline, n, _Conn)
+        self._waiters = {}           # key -> set of _Conn in a blocking GET (no empty sets)
+        self._deadlines = []         # heap of the waiting GETs' entries (see _Conn.waiting)
         self._order = itertools.count()
+        self._calls = []             # (function, threading.Event, result list) run by the loop
         self.data, self.data_bytes, self.in_flight = {}, 0, 0
         self.peak_in_flight = 0
         self._closing = False
@@ -134,6 +92,38 @@ class StoreServer:
     @property
     def connections(self) -> int:
         return len(self._conns)
+
+    def held(self) -> dict:
+        """What the server still references, counted in its own thread: ``connections`` open,
+        ``waiting`` (connections in a blocking GET), ``waiter_keys`` (keys in the waiters' map),
+        ``deadlines`` (entries in the deadline heap), ``accounted_bytes`` (the in-flight budget's
+        count) and ``buffered_bytes`` (partial requests, waiting keys and queued replies of every
+        connection any of these reach, plus the waiters' map's keys). A closed connection is in
+        none of them."""
+        return self._in_loop(self._count_held)
+
+    def _count_held(self) -> dict:
+        reached = set(self._conns.values()).union(*self._waiters.values(), (e[3] for e in self._deadlines))
+        buffered = sum(len(c.inbuf) + sum(len(p) for p in c.out) for c in reached)
+        keys = {id(k): k for k in itertools.chain((e[2] for e in self._deadlines), self._waiters)}
+        buffered += sum(len(k) for k in keys.values())
+        return {"connections": len(self._conns), "waiting": sum(len(w) for w in self._waiters.values()),
+                "waiter_keys": len(self._waiters), "deadlines": len(self._deadlines),
+                "accounted_bytes": self.in_flight, "buffered_bytes": buffered}
+
+    def _in_loop(self, fn):
+        """``fn()`` run by the loop thread (which alone touches the connections), or here once stopped."""
+        if self._closing or not self._thread.is_alive():
+            self._thread.join(10.0)
+            return fn()
+        done, box = threading.Event(), []
+        self._calls.append((fn, done, box))
+        self._wake_w.send(b"c")
+        if not done.wait(10.0):
+            raise TimeoutError("the store's event loop did not answer within 10 s")
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        return box[0]
 
     def close(self):
         """Stop serving (idempotent): pending blocking GETs are answered "not set", every
@@ -160,6 +150,7 @@ class StoreServer:
                         self._accept()
                     elif key.data == "wake":
                         self._wake_r.recv(64)
+                        self._run_calls()
                     elif key.fileobj in self._conns:
                         self._ready(key.data, mask)
                 self._expire()
@@ -174,6 +165,16 @@ class StoreServer:
             self._sel.close()
             for s in (self._listener, self._wake_r, self._wake_w):
                 s.close()
+            self._run_calls()
+
+    def _run_calls(self):
+        while self._calls:
+            fn, done, box = self._calls.pop(0)
+            try:
+                box.append(fn())
+            except Exception as e:  # noqa: BLE001 - handed to the caller
+                box.append(e)
+            done.set()
 
     def _ready(self, c: _Conn, mask: int):
         try:
@@ -217,8 +218,8 @@ class StoreServer:
         return False
 
     def _watch(self, c: _Conn):
-        # Always readable (a client that closes while its GET waits frees its slot at once);
-        # writable while a reply is queued.
+        # Always readable: a waiting connection reads nothing, but its hang-up (or input it must
+        # not send) must end it at once; writable while a reply is queued.
         want = selectors.EVENT_READ | (selectors.EVENT_WRITE if c.out else 0)
         if want == c.events:
             return
@@ -229,16 +230,38 @@ class StoreServer:
         c.events = want
 
     def _drop(self, c: _Conn):
+        """Close ``c`` and release everything it held, now: buffers, deadline, waiters' entry."""
         if self._conns.pop(c.sock, None) is None:
             return
-        self.in_flight -= len(c.inbuf)
         if c.waiting:
-            self._waiters.get(c.waiting[0], set()).discard(c)
+            self._end_wait(c)
+        self.in_flight -= len(c.inbuf)
+        c.inbuf = bytearray()
+        c.out.clear()
         if c.events:
             self._sel.unregister(c.sock)
+            c.events = 0
         c.sock.close()
 
+    def _end_wait(self, c: _Conn):
+        """``c``'s blocking GET is over (answered, expired or dropped): forget its deadline, its
+        waiters' entry and its accounted key."""
+        entry, c.waiting = c.waiting, None
+        key = entry[2]
+        waiters = self._waiters.get(key)
+        if waiters is not None:
+            waiters.discard(c)
+            if not waiters:
+                del self._waiters[key]
+        self._deadlines.remove(entry)  # equal only to itself: its sequence number is unique
+        heapq.heapify(self._deadlines)
+        self.in_flight -= len(key)
+
     def _read(self, c: _Conn):
+        if c.waiting is not None:
+            # A client sends nothing while its GET waits: this is its hang-up, or input that
+            # breaks the protocol. Either way nothing more is read, and the connection ends.
+            raise ConnectionError("input or hang-up while a GET waits")
         room = min(RECV_STEP, max_request() - len(c.inbuf))
         if room <= 0:
             raise Malformed("request larger than any valid one")
@@ -255,12 +278,13 @@ class StoreServer:
         c.last_byte = time.monotonic()
 
     def _make_room(self, c: _Conn, n: int):
-        """Close the most stalled partial requests until ``n`` more bytes fit the in-flight budget."""
+        """Close the connections holding the most (the most stalled among equals) until ``n`` more
+        bytes fit the in-flight budget. A working client holds a few hundred bytes at most."""
         while self.in_flight + n > MAX_IN_FLIGHT_BYTES:
-            others = [o for o in self._conns.values() if o is not c and o.inbuf]
+            others = [o for o in self._conns.values() if o is not c and o.held()]
             if not others:
                 return
-            self._drop(min(others, key=lambda o: o.last_byte))
+            self._drop(max(others, key=lambda o: (o.held(), -o.last_byte)))
 
     def _flush(self, c: _Conn):
         while c.out:
@@ -294,14 +318,27 @@ class StoreServer:
         c.out.extend(p for p in parts if p)
 
     def _answer_waiters(self, key: bytes):
-        for w in self._waiters.pop(key, ()):
-            w.waiting = None
-            self._reply(w, b"\x01", self.data[key])
-            try:
-                self._flush(w)
-                self._serve(w)
-            except Exception:  # noqa: BLE001 - as in _ready: that connection only
-                self._drop(w)
+        for w in list(self._waiters.get(key, ())):
+            self._answer_wait(w, b"\x01", self.data[key])
+
+    def _answer_wait(self, c: _Conn, *parts: bytes):
+        """End ``c``'s blocking GET with this reply, then serve what follows."""
+        self._end_wait(c)
+        self._reply(c, *parts)
+        try:
+            self._flush(c)
+            self._serve(c)
+        except Exception:  # noqa: BLE001 - as in _ready: that connection only
+            self._drop(c)
+
+    def _wait(self, c: _Conn, key: bytes, timeout: float):
+        """Park ``c``'s GET of ``key`` until it is set or ``timeout`` (capped) passes."""
+        if c.inbuf:  # a client sends nothing behind a blocking GET
+            raise Malformed("bytes sent behind a blocking GET")
+        c.waiting = [time.monotonic() + min(timeout, MAX_GET_WAIT_S), next(self._order), key, c]
+        self._waiters.setdefault(key, set()).add(c)
+        heapq.heappush(self._deadlines, c.waiting)
+        self.in_flight += len(key)  # the key stays held while it waits: unproven bytes like any
 
     def _handle(self, c: _Conn, cmd: int, fields):
         if cmd == HELLO:
@@ -329,9 +366,7 @@ class StoreServer:
                 value = self.data.get(key)
                 self._reply(c, *((b"\x01", value) if value is not None else (b"\x00",)))
             else:
-                c.waiting = (key, time.monotonic() + timeout)
-                self._waiters.setdefault(key, set()).add(c)
-                heapq.heappush(self._deadlines, (c.waiting[1], next(self._order), c))
+                self._wait(c, key, timeout)
         elif cmd == ADD:
             if self._key is not None:
                 return self._reply(c, REFUSED + b"counters cannot be signed; COMMLIB_SECRET is set on this store")
@@ -362,14 +397,4 @@ class StoreServer:
     def _expire(self):
         now = time.monotonic()
         while self._deadlines and self._deadlines[0][0] <= now:
-            deadline, _, c = heapq.heappop(self._deadlines)
-            if c.waiting is None or c.waiting[1] != deadline or c.sock not in self._conns:
-                continue  # answered, or gone
-            self._waiters.get(c.waiting[0], set()).discard(c)
-            c.waiting = None
-            self._reply(c, b"\x00")
-            try:
-                self._flush(c)
-                self._serve(c)
-            except Exception:  # noqa: BLE001 - as in _ready: that connection only
-                self._drop(c)
+            self._answer_wait(self._deadlines[0][3], b"\x00")

@@ -16,6 +16,9 @@ _BITWISE_OPS = frozenset(("band", "bor", "bxor"))
 _OPS = frozenset(_C.OPS)
 # Registered names, refreshed on a miss: commlib.register_algorithm may add some at run time.
 _ALGORITHMS = {c: frozenset(_C.algorithms(COLLECTIVE[c])) for c in _C.COLLECTIVES if c not in ("send", "recv")}
+# One-sided built-ins (schedules over peers' mapped buffers): listed and verified, not run by any engine.
+_ONE_SIDED = {c: frozenset(a["name"] for a in _C.algorithm_info(COLLECTIVE[c]) if "one_sided" in a["traits"])
+              for c in _ALGORITHMS}
 
 
 def check_op(op: str, dtype: str, scale):
@@ -59,6 +62,10 @@ def check_algorithm(collective: str, algorithm: str):
     if algorithm != "auto" and algorithm not in _ALGORITHMS[collective]:
         raise ValueError(f"algorithm: unknown {collective} algorithm '{algorithm}' "
                          f"(expected one of: auto, {', '.join(_C.algorithms(COLLECTIVE[collective]))})")
+    if algorithm in _ONE_SIDED[collective]:
+        raise ValueError(f"algorithm: {collective} algorithm '{algorithm}' is one-sided (it reads and writes "
+                         "peers' mapped buffers), which no engine runs yet; commlib.verify proves it and the "
+                         "simulator costs it")
 
 
 # The argument names of each collective's buffers, in the order of _run's ``refs``.

@@ -8,6 +8,16 @@ of operations that run concurrently::
 ``recv_reduce`` combines the incoming data with ``dst`` (or, given ``src``, with ``src``, writing
 ``dst``: a ring all_reduce reduces straight from its input into its output).
 
+One-sided schedules (trait ``one_sided``: over buffers every peer has mapped) use instead::
+
+    get(peer, dst, src)   get_reduce(peer, dst, src)   put(peer, dst, src)   signal(peer, tag)   wait(peer, tag)
+
+where a get's ``src`` and a put's ``dst`` are regions of the peer's buffers. A step runs its waits,
+then its data ops, then its signals; a wait consumes one signal from ``peer`` with ``tag``. The
+verifier proves the results and that every access of a peer's buffer is ordered by signals (see
+docs/DESIGN.md, "The schedule IR"). No engine runs them yet: :func:`algorithms` lists them only with
+``one_sided=True``.
+
 A region is ``(buffer, offset, count)`` with buffer ``"input"``, ``"output"`` or ``"scratch"`` and
 offsets/counts in elements. Buffer sizes per collective (``P`` ranks, ``count`` elements)::
 
@@ -51,9 +61,15 @@ __all__ = ["schedule", "algorithms", "algorithm_info", "register_algorithm", "ve
 VerificationError = _C.VerificationError
 
 
-def algorithms(collective: str) -> List[str]:
-    """Registered algorithm names of ``collective`` (``"auto"`` is accepted too but not listed)."""
-    return list(_C.algorithms(call_spec.collective(collective)))
+def algorithms(collective: str, one_sided: bool = False) -> List[str]:
+    """Registered algorithm names of ``collective`` that communicators run (``"auto"`` is accepted
+    too but not listed); ``one_sided=True`` lists the one-sided ones as well, which :func:`verify`
+    proves and the simulator costs but no engine runs yet."""
+    names = _C.algorithms(call_spec.collective(collective))
+    if one_sided:
+        return list(names)
+    skip = {a["name"] for a in _C.algorithm_info(call_spec.collective(collective)) if "one_sided" in a["traits"]}
+    return [n for n in names if n not in skip]
 
 
 def schedule(collective: str, algorithm: str = "auto", rank: int = 0, size: int = 1, count: int = 0,
@@ -61,8 +77,9 @@ def schedule(collective: str, algorithm: str = "auto", rank: int = 0, size: int 
     """One rank's schedule as plain data.
 
     Returns ``{"steps": [[op, ...], ...], "scratch_count": int, "algorithm": str}`` where each op
-    is ``{"op": "send"|"recv"|"recv_reduce"|"copy"|"reduce", "peer": int|None,
-    "dst": (buffer, offset, count)|None, "src": (buffer, offset, count)|None}`` and
+    is ``{"op": "send"|"recv"|"recv_reduce"|"copy"|"reduce"|"get"|"get_reduce"|"put"|"signal"|"wait",
+    "peer": int|None, "dst": (buffer, offset, count)|None, "src": (buffer, offset, count)|None}``
+    (signal and wait add ``"tag": int``) and
     ``algorithm`` is the resolved name (``"auto"`` resolves from ``count * dtype size``).
     Bad arguments raise ``ValueError`` naming the argument.
     """
@@ -84,7 +101,8 @@ def algorithm_info(collective: str) -> List[Dict[str, Any]]:
     """The registered algorithms of ``collective`` with what their builders declare:
     ``[{"name", "traits": [...], "summary"}]`` in index order. Traits: ``small_messages``
     (latency-bound design), ``large_messages`` (bandwidth-optimal), ``power_of_two`` (fully
-    efficient only at power-of-two world sizes), ``user_defined`` (registered from Python)."""
+    efficient only at power-of-two world sizes), ``user_defined`` (registered from Python),
+    ``one_sided`` (reads and writes peers' mapped buffers; no engine runs it yet)."""
     return list(_C.algorithm_info(call_spec.collective(collective)))
 
 
@@ -128,6 +146,12 @@ def _op(o: Dict[str, Any]) -> str:
     k = o["op"]
     if k == "send":
         return f"send(to {o['peer']}, {_region(o['src'])})"
+    if k in ("get", "get_reduce"):
+        return f"{k}(from {o['peer']}, {_region(o['dst'])} <- {_region(o['src'])})"
+    if k == "put":
+        return f"put(to {o['peer']}, {_region(o['dst'])} <- {_region(o['src'])})"
+    if k in ("signal", "wait"):
+        return f"{k}({o['peer']}, tag {o['tag']})"
     if k in ("recv", "recv_reduce"):
         src = f" <- {_region(o['src'])}" if o.get("src") else ""
         return f"{k}(from {o['peer']}, {_region(o['dst'])}{src})"

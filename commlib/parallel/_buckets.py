@@ -26,9 +26,8 @@ def check_algorithm(collective: str, algorithm) -> str:
     if not isinstance(algorithm, str):
         raise TypeError(f"algorithm: expected a string, got {type(algorithm).__name__}")
     try:
-        import commlib._C as _C  # the core's registry, when it is built
-        from commlib.core.call_spec import COLLECTIVE
-        names = list(_C.algorithms(COLLECTIVE[collective]))
+        from commlib.core.schedules import algorithms  # the core's registry, when it is built
+        names = algorithms(collective)  # what communicators run (no one-sided schedules)
     except Exception:
         return algorithm
     if algorithm != "auto" and algorithm not in names:

@@ -12,7 +12,7 @@ world_size, dtype, bytes, count, time_us, algbw_GBps, busbw_GBps, ...) with ``ba
 from __future__ import annotations
 
 import commlib._C as _C
-from commlib.core import call_spec
+from commlib.core import schedules
 from commlib.core.call_spec import COLLECTIVE
 from commlib.perf import common as C
 from commlib.sim.topology import Topology, load
@@ -23,12 +23,13 @@ SCHEMA = "commlib-sim/1"
 
 
 def algorithms_for(collective: str, requested) -> list:
-    """The algorithm list of a ``--algorithm`` value: 'all' -> every registered one (+ auto)."""
+    """The algorithm list of a ``--algorithm`` value: 'all' -> every registered one a communicator
+    runs (one-sided schedules, O(P^2) signals each, are costed when named)."""
     if isinstance(requested, str):
         requested = [a.strip() for a in requested.split(",") if a.strip()]
     out = []
     for a in requested:
-        out.extend(list(_C.algorithms(call_spec.collective(collective))) if a == "all" else [a])
+        out.extend(schedules.algorithms(collective) if a == "all" else [a])
     return list(dict.fromkeys(out))
 
 

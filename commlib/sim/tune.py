@@ -30,8 +30,7 @@ def add_arguments(t):
 
 def table_for(topology, ranks_list, sizes, collectives=TUNED, dtype="float32") -> dict:
     """The tuning table (commlib/core/tuning.py's format) from predictions."""
-    import commlib._C as _C
-    from commlib.core import call_spec
+    from commlib.core import schedules
     from commlib.core.tuning import SCHEMA
     from commlib.perf.tuning_path import choose_path, rows
     from commlib.sim import engine
@@ -39,7 +38,8 @@ def table_for(topology, ranks_list, sizes, collectives=TUNED, dtype="float32") -
     topo = load(topology)
     colls = {}
     for coll in collectives:
-        algs = list(_C.algorithms(call_spec.collective(coll)))
+        # What communicators run: a one-sided schedule must never become auto's choice on the host.
+        algs = schedules.algorithms(coll)
         for P in ranks_list:
             if P < 2:
                 continue

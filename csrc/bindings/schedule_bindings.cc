@@ -26,13 +26,11 @@ py::dict schedule_to_py(const Schedule& s, const std::string& algorithm) {
     for (const Op& o : st.ops) {
       py::dict d;
       d["op"] = op_kind_name(o.kind);
-      const bool comm = o.kind == OpKind::Send || o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce;
+      const bool comm = is_message(o.kind) || is_one_sided(o.kind);
       d["peer"] = comm ? py::object(py::int_(o.peer)) : py::object(py::none());
-      d["dst"] = o.kind != OpKind::Send ? region_to_py(o.dst) : py::object(py::none());
-      d["src"] = (o.kind == OpKind::Send || o.kind == OpKind::Copy || o.kind == OpKind::Reduce ||
-                  reduces_from_src(o))
-                     ? region_to_py(o.src)
-                     : py::object(py::none());
+      d["dst"] = op_has_dst(o) ? region_to_py(o.dst) : py::object(py::none());
+      d["src"] = op_has_src(o) ? region_to_py(o.src) : py::object(py::none());
+      if (is_sync(o.kind)) d["tag"] = o.tag;
       ops.append(std::move(d));
     }
     steps.append(std::move(ops));
@@ -52,10 +50,11 @@ BufferId parse_buffer(const std::string& b) {
 }
 
 OpKind parse_kind(const std::string& k) {
-  for (OpKind v : {OpKind::Send, OpKind::Recv, OpKind::RecvReduce, OpKind::Copy, OpKind::Reduce})
+  for (OpKind v : {OpKind::Send, OpKind::Recv, OpKind::RecvReduce, OpKind::Copy, OpKind::Reduce, OpKind::Get,
+                   OpKind::GetReduce, OpKind::Put, OpKind::Signal, OpKind::Wait})
     if (k == op_kind_name(v)) return v;
   throw std::invalid_argument("schedules: unknown op '" + k +
-                              "' (expected send, recv, recv_reduce, copy or reduce)");
+                              "' (expected send, recv, recv_reduce, copy, reduce, get, get_reduce, put, signal or wait)");
 }
 
 Region region_from_py(py::handle h) {
@@ -87,9 +86,12 @@ Schedule schedule_from_py(py::handle obj) {
       if (d.contains("peer") && !d["peer"].is_none()) o.peer = d["peer"].cast<int>();
       if (d.contains("dst") && !d["dst"].is_none()) o.dst = region_from_py(d["dst"]);
       if (d.contains("src") && !d["src"].is_none()) o.src = region_from_py(d["src"]);
+      if (d.contains("tag") && !d["tag"].is_none()) o.tag = d["tag"].cast<int>();
       if (infer_scratch) {
-        for (const Region* g : {&o.dst, &o.src})
-          if (g->buf == BufferId::Scratch) s.scratch_count = std::max(s.scratch_count, g->offset + g->count);
+        // (A get's source and a put's destination are the peer's.)
+        const bool own_dst = o.kind != OpKind::Put, own_src = o.kind != OpKind::Get && o.kind != OpKind::GetReduce;
+        for (const Region* g : {own_dst ? &o.dst : nullptr, own_src ? &o.src : nullptr})
+          if (g && g->buf == BufferId::Scratch) s.scratch_count = std::max(s.scratch_count, g->offset + g->count);
       }
       step.ops.push_back(o);
     }
@@ -110,6 +112,10 @@ void check_user_schedule(const Schedule& s, const CollArgs& a, const std::string
   if (s.scratch_count < 0) throw std::invalid_argument(name + ": scratch_count is negative");
   for (size_t k = 0; k < s.steps.size(); ++k) {
     for (const Op& o : s.steps[k].ops) {
+      if (is_one_sided(o.kind))
+        throw std::invalid_argument(where(k) + op_kind_name(o.kind) + " is one-sided: an algorithm registered at "
+                                    "run time runs on the host executor, which has no mapped buffers (prove "
+                                    "one-sided schedules with _verify_custom)");
       const bool comm = o.kind == OpKind::Send || o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce;
       if (comm && (o.peer < 0 || o.peer >= a.size || o.peer == a.rank))
         throw std::invalid_argument(where(k) + "peer " + std::to_string(o.peer) + " is not another rank");
@@ -156,6 +162,7 @@ py::list trait_names(uint32_t t) {
   if (t & kLargeMessages) out.append("large_messages");
   if (t & kPowerOfTwo) out.append("power_of_two");
   if (t & kUserDefined) out.append("user_defined");
+  if (t & kOneSided) out.append("one_sided");
   return out;
 }
 

@@ -62,6 +62,9 @@ const std::vector<Param> kParams = {
      "TCP connections per pair of ranks on different hosts, 1..16; chunks are striped over them (the same on every rank)", 1, 16},
     {"COMMLIB_SECRET", "secret", "",
      "the job's shared secret (16+ bytes): store values are signed and checked with it"},
+    {"COMMLIB_STORE", "address", "",
+     "host:port of a store served outside the ranks (`commlib store`): init() and every rank use it, so it "
+     "outlives any rank (unset: MASTER_ADDR:MASTER_PORT, served by rank 0 unless torchrun serves it)"},
     {"COMMLIB_NO_CUDA", "flag", "",
      "build time (setup.py): skip the CUDA module even when nvcc is found"},
     {"COMMLIB_EMULATED_DELAY_US", "int", "0",

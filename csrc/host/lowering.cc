@@ -53,6 +53,11 @@ void Communicator::run_collective(const CollectiveCall& call, uint64_t seq) {
   const ResolvedPlan& planned = plan(call, bytes);
   const Schedule& sched = planned.sched;
   const std::string& algo = planned.name;
+  // Python refuses it first (call_checks.py); the C++ fast path does not: refused alike on every
+  // rank, whatever the world size (one rank's schedule has no one-sided op to notice).
+  if (algorithm_is_one_sided(call.coll, algo))
+    throw std::invalid_argument("algorithm: " + algo + " is one-sided (it reads peers' mapped buffers), which the "
+                                "host executor does not run");
 
   const CallDesc desc = call_desc(call, planned.algo, seq);
   publish_call(desc);

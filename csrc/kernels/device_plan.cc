@@ -16,7 +16,6 @@ using namespace kplan;
 
 namespace {
 
-bool is_message(OpKind k) { return k == OpKind::Send || k == OpKind::Recv || k == OpKind::RecvReduce; }
 bool is_message_item(uint8_t k) { return k == kSend || k == kRecv || k == kRecvReduce; }
 
 uint8_t item_kind(OpKind k) {
@@ -26,6 +25,7 @@ uint8_t item_kind(OpKind k) {
     case OpKind::RecvReduce: return kRecvReduce;
     case OpKind::Copy: return kCopy;
     case OpKind::Reduce: return kReduce;
+    default: break;  // one-sided: refused before lowering (kOneSidedRefusal)
   }
   return kCopy;
 }
@@ -38,8 +38,14 @@ bool has_dst(const Op& o) { return o.kind != OpKind::Send; }
 
 }  // namespace
 
+const char* const kOneSidedRefusal =
+    "one-sided operations (get, get_reduce, put, signal, wait: ir.h) have no device plan yet: the plan kernel "
+    "moves data only through per-pair inboxes, not by reading or writing peers' mapped buffers (docs/gpu.md, "
+    "\"Not built yet\")";
+
 DevicePlan lower_schedule(const Schedule& sched, int rank, int size, size_t esize, uint64_t chunk_bytes) {
   if (esize == 0) throw std::invalid_argument("esize: must be > 0");
+  if (uses_one_sided(sched)) throw std::invalid_argument(std::string("schedule: ") + kOneSidedRefusal);
   DevicePlan plan;
   plan.esize = esize;
   plan.chunk_bytes = std::max<uint64_t>(chunk_bytes / esize * esize, esize);
@@ -157,6 +163,7 @@ std::string op_error(size_t k, const Op& op, const std::string& what) {
 }  // namespace
 
 std::string check_device_plan(const DevicePlan& plan, const Schedule& sched, int rank, int size, size_t esize) {
+  if (uses_one_sided(sched)) return kOneSidedRefusal;
   if (plan.steps.size() != sched.steps.size())
     return "plan has " + std::to_string(plan.steps.size()) + " steps, schedule " + std::to_string(sched.steps.size());
   if (plan.esize != esize) return "plan lowered for another element size";

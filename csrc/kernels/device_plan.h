@@ -27,7 +27,8 @@ struct DevicePlan {
 };
 
 // `chunk_bytes`: the most bytes one item moves (the inbox slot), rounded down to whole elements.
-// Throws std::invalid_argument for a malformed schedule (a peer out of range, a negative region).
+// Throws std::invalid_argument for a malformed schedule (a peer out of range, a negative region),
+// and for a one-sided schedule (ir.h), which no plan carries yet: the message says why.
 DevicePlan lower_schedule(const Schedule& sched, int rank, int size, size_t esize, uint64_t chunk_bytes);
 
 // "" when `plan` is exactly `sched` lowered for this rank (same steps; per step the same local

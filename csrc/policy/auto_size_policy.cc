@@ -23,6 +23,14 @@ constexpr int kNumColl = static_cast<int>(Collective::kCount);
                               "' (expected one of: " + expected_algorithms(c) + ")");
 }
 
+// What auto resolves to runs on the host executor or the plan kernel, neither of which runs a
+// one-sided schedule (registry.h kOneSided): an override or tuning row naming one is refused.
+void check_runnable(const std::string& what, Collective c, const std::string& name) {
+  if (algorithm_is_one_sided(c, name))
+    throw std::invalid_argument(what + ": " + collective_name(c) + " algorithm '" + name +
+                                "' is one-sided (it reads peers' mapped buffers), which no engine runs yet");
+}
+
 std::string env_name(Collective c) {
   std::string v = "COMMLIB_ALGO_";
   for (const char* p = collective_name(c); *p; ++p)
@@ -80,6 +88,7 @@ std::string choose_auto(Collective c, const std::string& env_value, int64_t byte
   check_has_schedules(c);
   if (!env_value.empty() && env_value != "auto") {
     if (!algorithm_registered(c, env_value)) unknown(env_name(c), c, env_value);
+    check_runnable(env_name(c), c, env_value);
     return env_value;
   }
   std::string tuned;
@@ -109,6 +118,7 @@ void set_tuning(Collective c, std::vector<TuningRow> rows) {
   check_has_schedules(c);
   for (const auto& r : rows) {
     if (!algorithm_registered(c, r.algorithm)) unknown("tuning", c, r.algorithm);
+    check_runnable("tuning", c, r.algorithm);
     if (r.size < 1) throw std::invalid_argument("tuning: size must be >= 1");
     if (r.hosts < 1 || r.hosts > r.size) throw std::invalid_argument("tuning: hosts must be in 1..size");
   }

@@ -17,7 +17,8 @@ namespace commlib {
 
 namespace {
 
-bool is_builtin(const AlgorithmSpec& s) { return !(s.traits & kUserDefined); }
+// Built-ins a host engine runs: not registered from Python, not one-sided (registry.h kOneSided).
+bool is_host_builtin(const AlgorithmSpec& s) { return !(s.traits & (kUserDefined | kOneSided)); }
 
 struct Tally {
   int64_t messages = 0;
@@ -63,7 +64,7 @@ std::vector<std::string> intra_candidates(Collective c) {
   auto builtin_flat = [](Collective k) {
     std::vector<std::string> names;
     for (const AlgorithmSpec& s : algorithm_specs(k))
-      if (is_builtin(s) && s.name != "hierarchical" && s.name != "direct") names.push_back(s.name);
+      if (is_host_builtin(s) && s.name != "hierarchical" && s.name != "direct") names.push_back(s.name);
     return names;
   };
   switch (c) {
@@ -91,7 +92,7 @@ std::vector<Candidate> candidate_list(Collective c, const std::vector<int>& host
   std::vector<std::string> flat;
   bool has_hier = false;
   for (const AlgorithmSpec& s : algorithm_specs(c)) {
-    if (!is_builtin(s)) continue;
+    if (!is_host_builtin(s)) continue;
     if (s.name == "hierarchical") has_hier = true;
     else flat.push_back(s.name);
   }

@@ -32,6 +32,20 @@
 //   * reductions happen in the same order on every rank that ends with a given element, so all ranks
 //     end bitwise identical (IEEE add/mul are commutative, not associative);
 //   * zero-count regions are allowed; a zero-count send still carries a header (it synchronises).
+//
+// One-sided operations (schedules over buffers every peer has mapped, trait kOneSided in
+// registry.h): get/get_reduce read a region of a peer's buffer (the region is in the peer's
+// layout), put writes one; signal/wait order ranks. A step runs its waits first, then its data ops
+// (get, get_reduce, put, copy, reduce, all concurrent), then its signals, so a signal releases what
+// the step wrote or read. Flags model: every rank holds a counter per (signalling peer, tag); a
+// signal adds one to the peer's counter, a wait consumes one (it waits until its counter passed the
+// signals this rank consumed so far in the call), so a kernel runs them as release/acquire atomics
+// on flags in mapped memory, and counters only grow across calls. The verifier proves, besides the
+// results: no rank touches a peer's region unless the owner's signal ordered it after the owner's
+// (and everyone's) earlier accesses, nobody overwrites a region a peer may still read, no peer
+// touches a rank's buffers once that rank returned (its last waits order every peer's access
+// first), every signal is waited for, and no wait is left hanging. A schedule uses one-sided ops or
+// messages, never both.
 #pragma once
 
 #include <cstdint>
@@ -56,13 +70,22 @@ enum class OpKind : uint8_t {
   RecvReduce,  // recv_reduce(peer, dst[, src]): dst = src (op) incoming; no src (count 0): src = dst
   Copy,        // copy(dst, src)
   Reduce,      // reduce(dst, src): dst = dst (op) src
+  Get,         // get(peer, dst, src): dst = the peer's src
+  GetReduce,   // get_reduce(peer, dst, src): dst = dst (op) the peer's src
+  Put,         // put(peer, dst, src): the peer's dst = src
+  Signal,      // signal(peer, tag): after the step's data ops, one more on the peer's flag (this rank, tag)
+  Wait,        // wait(peer, tag): before the step's data ops, consume one signal (peer, tag)
 };
+
+// Tags a signal or wait may carry (a kernel keeps size * kSignalTags flags per rank).
+constexpr int kSignalTags = 8;
 
 struct Op {
   OpKind kind = OpKind::Copy;
-  int peer = -1;  // Send/Recv/RecvReduce only
-  Region dst;     // Recv/RecvReduce/Copy/Reduce
-  Region src;     // Send/Copy/Reduce; RecvReduce optionally (then src.count == dst.count)
+  int peer = -1;  // Send/Recv/RecvReduce and the one-sided ops
+  Region dst;     // Recv/RecvReduce/Copy/Reduce/Get/GetReduce; Put: the peer's region
+  Region src;     // Send/Copy/Reduce/Put; Get/GetReduce: the peer's region; RecvReduce optionally
+  int tag = 0;    // Signal/Wait: which of the pair's kSignalTags flags
 };
 
 struct Step {
@@ -108,6 +131,22 @@ inline Op op_recv_reduce(int peer, Region dst) { return Op{OpKind::RecvReduce, p
 // input->output copy out of place). In place src and dst are the same memory: plain recv_reduce.
 inline Op op_recv_reduce_from(int peer, Region dst, Region src) { return Op{OpKind::RecvReduce, peer, dst, src}; }
 inline bool reduces_from_src(const Op& o) { return o.kind == OpKind::RecvReduce && o.src.count > 0; }
+inline Op op_get(int peer, Region dst, Region peer_src) { return Op{OpKind::Get, peer, dst, peer_src}; }
+inline Op op_get_reduce(int peer, Region dst, Region peer_src) { return Op{OpKind::GetReduce, peer, dst, peer_src}; }
+inline Op op_put(int peer, Region peer_dst, Region src) { return Op{OpKind::Put, peer, peer_dst, src}; }
+inline Op op_signal(int peer, int tag) { return Op{OpKind::Signal, peer, Region{}, Region{}, tag}; }
+inline Op op_wait(int peer, int tag) { return Op{OpKind::Wait, peer, Region{}, Region{}, tag}; }
+inline bool is_message(OpKind k) { return k == OpKind::Send || k == OpKind::Recv || k == OpKind::RecvReduce; }
+inline bool is_one_sided(OpKind k) { return k >= OpKind::Get; }
+inline bool is_sync(OpKind k) { return k == OpKind::Signal || k == OpKind::Wait; }
+// Which regions an op names (the region a Get/GetReduce reads and a Put writes is the peer's).
+inline bool op_has_dst(const Op& o) { return o.kind != OpKind::Send && !is_sync(o.kind); }
+inline bool op_has_src(const Op& o) {
+  return o.kind == OpKind::Send || o.kind == OpKind::Copy || o.kind == OpKind::Reduce || o.kind == OpKind::Get ||
+         o.kind == OpKind::GetReduce || o.kind == OpKind::Put || reduces_from_src(o);
+}
+// Whether any rank's step uses a one-sided op.
+bool uses_one_sided(const Schedule& s);
 inline Op op_copy(Region dst, Region src) { return Op{OpKind::Copy, -1, dst, src}; }
 inline Op op_reduce(Region dst, Region src) { return Op{OpKind::Reduce, -1, dst, src}; }
 inline Region in_region(int64_t off, int64_t n) { return Region{BufferId::Input, off, n}; }

@@ -115,6 +115,11 @@ bool algorithm_registered(Collective c, const std::string& name) {
   return has_schedules(c) && lookup(c, name, nullptr, nullptr);
 }
 
+bool algorithm_is_one_sided(Collective c, const std::string& name) {
+  AlgorithmSpec spec;
+  return has_schedules(c) && lookup(c, name, &spec, nullptr) && (spec.traits & kOneSided);
+}
+
 uint64_t registry_generation() { return registry().generation.load(std::memory_order_acquire); }
 
 std::string algorithm_name(Collective c, int index) {

@@ -26,7 +26,14 @@ enum AlgorithmTraits : uint32_t {
   kLargeMessages = 1u << 1,  // bandwidth-optimal: each rank moves about (P-1)/P of the data
   kPowerOfTwo = 1u << 2,     // fully efficient only at power-of-two world sizes (others fold)
   kUserDefined = 1u << 3,    // registered at run time (from Python)
+  // One-sided (ir.h): reads and writes peers' mapped buffers. Only an engine with mapped buffers
+  // can run it (none yet: the host executor, the plan kernel and auto refuse or skip it); the
+  // verifier proves it and the simulator costs it like any other.
+  kOneSided = 1u << 4,
 };
+
+// Whether the registered `name` of `c` is one-sided (false for unknown names).
+bool algorithm_is_one_sided(Collective c, const std::string& name);
 
 struct AlgorithmSpec {
   Collective coll = Collective::AllReduce;

@@ -34,6 +34,11 @@ Schedule on_subgroup(Collective coll, const std::string& algorithm, int rank, in
   if (!algorithm_registered(coll, algorithm))
     throw std::invalid_argument(std::string(what) + ": unknown " + std::string(collective_name(coll)) + " algorithm '" +
                                 algorithm + "' (expected one of: " + expected_algorithms(coll) + ")");
+  // Its regions are rebased into the parent's buffers, which the peers have not mapped (and the
+  // phases around it send messages: a schedule uses one-sided ops or messages, not both).
+  if (algorithm_is_one_sided(coll, algorithm))
+    throw std::invalid_argument(std::string(what) + ": " + collective_name(coll) + " algorithm '" + algorithm +
+                                "' is one-sided and cannot run a phase of a hierarchical schedule");
   Schedule s = build_schedule(sub, algorithm);
   for (Step& st : s.steps) {
     for (Op& o : st.ops) {

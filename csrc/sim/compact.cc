@@ -68,6 +68,11 @@ std::vector<Program> build_programs(Collective c, const std::string& algorithm, 
             if (o.src.buf != o.dst.buf || o.src.offset != o.dst.offset) ops.push_back({-1, SimKind::Copy, o.dst.count});
             break;
           case OpKind::Reduce: ops.push_back({-1, SimKind::Reduce, o.dst.count}); break;
+          case OpKind::Get: ops.push_back({o.peer, SimKind::Get, o.dst.count}); break;
+          case OpKind::GetReduce: ops.push_back({o.peer, SimKind::GetReduce, o.dst.count}); break;
+          case OpKind::Put: ops.push_back({o.peer, SimKind::Put, o.src.count}); break;
+          case OpKind::Signal: ops.push_back({o.peer, SimKind::Signal, o.tag}); break;
+          case OpKind::Wait: ops.push_back({o.peer, SimKind::Wait, o.tag}); break;
         }
       }
       const uint32_t id = shapes.intern(ops);

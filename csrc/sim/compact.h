@@ -15,7 +15,9 @@
 namespace commlib {
 namespace sim {
 
-enum class SimKind : uint8_t { Send, Recv, RecvReduce, Copy, Reduce };
+// One-sided ops (ir.h) too: Get/GetReduce/Put carry the peer and count; Signal/Wait carry the
+// peer and, in `count`, the tag.
+enum class SimKind : uint8_t { Send, Recv, RecvReduce, Copy, Reduce, Get, GetReduce, Put, Signal, Wait };
 
 struct SimOp {
   int32_t peer;   // -1 for local ops

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <queue>
 #include <stdexcept>
+#include <unordered_map>
 #include <vector>
 
 #include "common/shapes.h"
@@ -13,6 +14,7 @@
 #include "schedule/player.h"
 #include "schedule/registry.h"
 #include "sim/compact.h"
+#include "sim/rates.h"
 
 namespace commlib {
 namespace sim {
@@ -21,48 +23,6 @@ namespace {
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// One rank's memory-bound rates: the in-cache ones, or those of the last memory tier whose
-// above_bytes the rank's working set (input + output + scratch buffer) exceeds (topology.h).
-struct RankRates {
-  double port_Bps = 0;
-  double reduce_s_per_byte = 0;
-  double copy_s_per_byte = 0;
-};
-
-// Per host: ranks per core where the ranks outnumber the cores (topology.h), else 1.
-std::vector<double> oversubscription(const Topology& t) {
-  std::vector<int> per_host(t.hosts(), 0);
-  for (int h : t.host_of) ++per_host[h];
-  std::vector<double> f(per_host.size(), 1.0);
-  if (t.cores_per_host > 0)
-    for (size_t h = 0; h < f.size(); ++h) f[h] = std::max(1.0, static_cast<double>(per_host[h]) / t.cores_per_host);
-  return f;
-}
-
-std::vector<RankRates> rank_rates(const Topology& t, Collective c, int64_t count, int elem_bytes, int root,
-                                  const std::vector<int64_t>& scratch, Result& res) {
-  const std::vector<double> oversub = oversubscription(t);
-  const int P = t.size();
-  std::vector<RankRates> rates(P, RankRates{t.intra_port_Bps, t.reduce_s_per_byte, t.copy_s_per_byte});
-  for (int r = 0; r < P; ++r) {
-    const BufferShapes b = buffer_shapes(c, count, P, r, root);
-    const int64_t working_set =
-        (std::max<int64_t>(b.input, 0) + std::max<int64_t>(b.output, 0) + scratch[r]) * elem_bytes;
-    res.max_working_set_bytes = std::max(res.max_working_set_bytes, working_set);
-    const Topology::MemoryTier* tier = nullptr;
-    for (const Topology::MemoryTier& m : t.memory_tiers)
-      if (working_set > m.above_bytes) tier = &m;
-    if (tier) {
-      rates[r] = RankRates{tier->port_Bps, tier->reduce_s_per_byte, tier->copy_s_per_byte};
-      ++res.ranks_beyond_cache;
-    }
-    // Ranks sharing a core move, copy and reduce their bytes with a share of its time.
-    const double f = oversub[t.host_of[r]];
-    rates[r] = RankRates{rates[r].port_Bps / f, rates[r].reduce_s_per_byte * f, rates[r].copy_s_per_byte * f};
-  }
-  return rates;
 }
 
 class Run {
@@ -92,8 +52,12 @@ class Run {
         return;
       }
       heap_.pop();
-      enter(e.rank, e.time);
+      if (e.gen == ranks_[e.rank].gen) enter(e.rank, e.time);  // else superseded by a later entry
     }
+    for (int r = 0; r < P_; ++r)
+      if (ranks_[r].blocked)
+        throw std::runtime_error("simulate: deadlock: rank " + std::to_string(r) + " stuck in step " +
+                                 std::to_string(ranks_[r].step) + " waiting for a signal never sent (verify the schedule)");
     const std::string stuck = player_.deadlock();
     if (!stuck.empty()) throw std::runtime_error("simulate: " + stuck + " (verify the schedule)");
     for (int r = 0; r < P_; ++r) res.time_s = std::max(res.time_s, ranks_[r].t);
@@ -111,11 +75,14 @@ class Run {
     double t = 0;        // entry time of the current step, or finish time when done
     double end = 0;      // latest end of the current step's communication
     uint32_t shape = 0;
+    uint64_t gen = 0;    // entry events of an earlier generation are stale
+    bool blocked = false;  // its step waits for a signal not sent yet
   };
   friend class sched::SchedulePlayer<Run>;
   struct Event {
     double time;
     int rank;
+    uint64_t gen;
     bool operator<(const Event& o) const { return time > o.time || (time == o.time && rank > o.rank); }
   };
 
@@ -134,7 +101,7 @@ class Run {
       R.left = p[R.run].second;
     }
     R.shape = p[R.run].first;
-    heap_.push(Event{t + (R.step > 0 ? t_.step_overhead_s * oversub_[t_.host_of[r]] : 0.0), r});
+    heap_.push(Event{t + (R.step > 0 ? t_.step_overhead_s * oversub_[t_.host_of[r]] : 0.0), r, ++R.gen});
   }
 
   // The schedule player's game (schedule/player.h): the ops of a rank's current step shape.
@@ -167,11 +134,30 @@ class Run {
     return -1;
   }
 
-  // Rank r enters its step at `t`: the player matches its messages (on_transfer times each).
+  // Rank r enters its step at `t`, once the signals its waits consume have arrived (a later entry
+  // is queued for when they arrive); the player matches its messages (on_transfer times each).
   void enter(int r, double t) {
+    RankState& R = ranks_[r];
+    const SimOp *b = shapes_.begin(R.shape), *e = shapes_.end(R.shape);
+    double at = t;
+    size_t again = 0;  // earlier waits of this step on the same flag (a shape's equal ops are adjacent)
+    for (const SimOp* o = b; o != e; ++o) {
+      if (o->kind != SimKind::Wait) continue;
+      again = o != b && o[-1].kind == SimKind::Wait && o[-1].peer == o->peer && o[-1].count == o->count ? again + 1 : 0;
+      const int64_t key = signal_key(o->peer, r, o->count);
+      const size_t k = consumed_[key] + again;
+      const std::vector<double>& arrived = posted_[key];
+      R.blocked = k >= arrived.size();
+      if (R.blocked) return;  // the signal's post queues the entry again
+      at = std::max(at, arrived[k]);
+    }
+    if (at > t) return heap_.push(Event{at, r, R.gen});
+    for (const SimOp* o = b; o != e; ++o)
+      if (o->kind == SimKind::Wait) ++consumed_[signal_key(o->peer, r, o->count)];
     now_ = t;
     if (player_.enter(r)) finish_step(r);
   }
+  int64_t signal_key(int from, int to, int64_t tag) const { return (static_cast<int64_t>(from) * P_ + to) * kSignalTags + tag; }
   void on_enter(int r) {
     RankState& R = ranks_[r];
     R.t = now_;
@@ -199,11 +185,30 @@ class Run {
       send_cpu_[s] = std::max(send_cpu_[s], t) + t_.send_overhead_s * fs;
       start = std::max(start, send_cpu_[s]);
     }
+    double slowest, latency;
+    const double wire_done = wire(s, q, bytes, start, slowest, latency);
+    // A reducing receive adds the reduction its chunk pipeline cannot hide behind the transfer.
+    const double reduce_tail = ro.kind == SimKind::RecvReduce ? reduce_tail_s(q, bytes, slowest) : 0.0;
+    S.end = std::max(S.end, wire_done + latency);
+    // A receiver asleep when the bytes are in reduces them once it is running again; its CPU takes
+    // the messages in one after another (LogGP's o, receive side).
+    double taken = std::max(wire_done + latency, receiver_running(s, q, start + latency));
+    if (t_.recv_overhead_s > 0) {
+      recv_cpu_[q] = std::max(recv_cpu_[q], taken) + t_.recv_overhead_s * fq;
+      taken = recv_cpu_[q];
+    }
+    Q.end = std::max(Q.end, taken + reduce_tail);
+    ++transfers_;
+  }
+
+  // Bytes from rank s's memory to rank q's over the links between them, from `start` (moved past a
+  // NIC's gap): when the last byte passed the most loaded link; the path's slowest bandwidth and
+  // latency.
+  double wire(int s, int q, double bytes, double& start, double& slowest, double& latency) {
     // Links on the path and their bandwidths.
     int res[3];
     double bw[3];
     int nres = 0;
-    double latency;
     const int hs = t_.host_of[s], hq = t_.host_of[q];
     if (hs == hq) {
       latency = t_.intra_latency_s;
@@ -225,7 +230,8 @@ class Run {
     }
     // Each link is a first-come-first-served server: the transfer's bytes pass every link on the
     // path (cut-through), so it is done when its most loaded link has served it.
-    double slowest = bw[0], wire_done = start;
+    slowest = bw[0];
+    double wire_done = start;
     for (int i = 0; i < nres; ++i) {
       slowest = std::min(slowest, bw[i]);
       const double begin = std::max(start, free_at_[res[i]]);
@@ -233,24 +239,48 @@ class Run {
       free_at_[res[i]] = begin + (bucket ? through_bucket(res[i], begin, bytes) : bytes / bw[i]);
       wire_done = std::max(wire_done, free_at_[res[i]]);
     }
-    // A reducing receive adds the reduction its chunk pipeline cannot hide behind the transfer:
-    // k chunks of c bytes take c(beta + gamma) + (k-1) c max(beta, gamma) instead of k c beta.
-    double reduce_tail = 0;
-    if (ro.kind == SimKind::RecvReduce && bytes > 0) {
-      const double k = t_.chunk_bytes > 0 ? std::ceil(bytes / static_cast<double>(t_.chunk_bytes)) : 1.0;
-      const double c = bytes / k, beta = 1.0 / slowest, gamma = rates_[q].reduce_s_per_byte;
-      reduce_tail = c * gamma + (k - 1) * c * (std::max(beta, gamma) - beta);
+    return wire_done;
+  }
+
+  // Reducing `bytes` as they arrive, in chunks: k chunks of c bytes take c(beta + gamma) +
+  // (k-1) c max(beta, gamma) instead of k c beta; this is what the transfer cannot hide.
+  double reduce_tail_s(int q, double bytes, double slowest) const {
+    if (bytes <= 0) return 0.0;
+    const double k = t_.chunk_bytes > 0 ? std::ceil(bytes / static_cast<double>(t_.chunk_bytes)) : 1.0;
+    const double c = bytes / k, beta = 1.0 / slowest, gamma = rates_[q].reduce_s_per_byte;
+    return c * gamma + (k - 1) * c * (std::max(beta, gamma) - beta);
+  }
+
+  // One-sided ops of r's step (ir.h): a get streams the peer's bytes over the link from it (and a
+  // get_reduce reduces them as they come), a put over the link to it, all from the step's entry.
+  void one_sided_ops(int r) {
+    RankState& R = ranks_[r];
+    for (const SimOp* o = shapes_.begin(R.shape); o != shapes_.end(R.shape); ++o) {
+      if (o->kind != SimKind::Get && o->kind != SimKind::GetReduce && o->kind != SimKind::Put) continue;
+      const bool get = o->kind != SimKind::Put;
+      const double bytes = static_cast<double>(o->count) * eb_;
+      double start = R.t + t_.op_overhead_s * oversub_[t_.host_of[r]], slowest, latency;
+      const double done = get ? wire(o->peer, r, bytes, start, slowest, latency) : wire(r, o->peer, bytes, start, slowest, latency);
+      const double tail = o->kind == SimKind::GetReduce ? reduce_tail_s(r, bytes, slowest) : 0.0;
+      R.end = std::max(R.end, done + latency + tail);
+      ++transfers_;
     }
-    S.end = std::max(S.end, wire_done + latency);
-    // A receiver asleep when the bytes are in reduces them once it is running again; its CPU takes
-    // the messages in one after another (LogGP's o, receive side).
-    double taken = std::max(wire_done + latency, receiver_running(s, q, start + latency));
-    if (t_.recv_overhead_s > 0) {
-      recv_cpu_[q] = std::max(recv_cpu_[q], taken) + t_.recv_overhead_s * fq;
-      taken = recv_cpu_[q];
+  }
+
+  // r's signals, raised at `t` (its step's data done): each arrives one latency later, and a peer
+  // waiting for it tries to enter again then.
+  void post_signals(int r, double t) {
+    for (const SimOp* o = shapes_.begin(ranks_[r].shape); o != shapes_.end(ranks_[r].shape); ++o) {
+      if (o->kind != SimKind::Signal) continue;
+      const int q = o->peer;
+      const double latency = t_.host_of[r] == t_.host_of[q] ? t_.intra_latency_s : t_.inter_latency_s;
+      const double at = t + t_.op_overhead_s * oversub_[t_.host_of[r]] + latency;
+      posted_[signal_key(r, q, o->count)].push_back(at);
+      if (ranks_[q].blocked) {
+        ranks_[q].blocked = false;
+        heap_.push(Event{at, q, ranks_[q].gen});
+      }
     }
-    Q.end = std::max(Q.end, taken + reduce_tail);
-    ++transfers_;
   }
 
   // Seconds a NIC direction with a token bucket (Topology::nic_burst_bytes) takes to pass `bytes`
@@ -280,12 +310,14 @@ class Run {
 
   void finish_step(int r) {
     RankState& R = ranks_[r];
+    one_sided_ops(r);
     double t = R.end;
     for (const SimOp* o = shapes_.begin(R.shape); o != shapes_.end(R.shape); ++o) {
       const double bytes = static_cast<double>(o->count) * eb_;
       if (o->kind == SimKind::Copy) t += bytes * rates_[r].copy_s_per_byte;
       else if (o->kind == SimKind::Reduce) t += bytes * rates_[r].reduce_s_per_byte;
     }
+    post_signals(r, t);
     --R.left;
     ++R.step;
     player_.leave(r);
@@ -306,6 +338,8 @@ class Run {
   std::priority_queue<Event> heap_;
   sched::SchedulePlayer<Run> player_;
   double now_ = 0;  // the entering rank's entry time
+  std::unordered_map<int64_t, std::vector<double>> posted_;  // per (from, to, tag): arrival of each signal
+  std::unordered_map<int64_t, size_t> consumed_;             // per (from, to, tag): signals waited for
   int64_t steps_ = 0, transfers_ = 0, bytes_inter_ = 0, bytes_intra_ = 0;
 };
 

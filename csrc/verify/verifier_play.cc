@@ -82,6 +82,7 @@ void Replay::simulate() {
         if ((o.kind == OpKind::Copy || o.kind == OpKind::Reduce) && o.src.count != o.dst.count)
           fail(where(r, st, oi) + ": source and destination counts differ");
       }
+  if (one_sided_) return play_one_sided();
   player_.reset(P_);
   for (int r = 0; r < P_; ++r) enter_step(r);
   while (!ready_.empty()) {

@@ -5,12 +5,15 @@
 // contributor sets (verifier_values.h, verifier_sets.h).
 #pragma once
 
+#include <cstdint>
 #include <sstream>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "schedule/player.h"
 #include "verify/verifier.h"
+#include "verify/verifier_hazards.h"
 #include "verify/verifier_layout.h"
 #include "verify/verifier_values.h"
 
@@ -40,6 +43,14 @@ class Replay {
     all_ = sets_.all();
     ranks_.resize(P_);
     for (int r = 0; r < P_; ++r) setup_rank(r);
+    int one_sided = -1, messages = -1;
+    for (int r = 0; r < P_; ++r)
+      for (const Step& st : sch_[r].steps)
+        for (const Op& o : st.ops) (is_one_sided(o.kind) ? one_sided : is_message(o.kind) ? messages : r) = r;
+    if (one_sided >= 0 && messages >= 0)
+      fail("rank " + std::to_string(one_sided) + " uses one-sided ops and rank " + std::to_string(messages) +
+           " sends or receives messages: a schedule uses one or the other");
+    one_sided_ = one_sided >= 0;
     for (int r = 0; r < P_; ++r) validate_rank(r);
     simulate();
     check_results();
@@ -52,6 +63,9 @@ class Replay {
     size_t step = 0;
     SetId know = RankSets::kEmpty, know_at_entry = RankSets::kEmpty;
     std::vector<int> recv_from, send_to;  // op index in the current step, -1 if none
+    std::vector<int64_t> clock;  // one-sided: vector clock (verifier_hazards.h)
+    std::vector<std::pair<int64_t, uint32_t>> waits;  // one-sided: (signal key, count) of step waits_of's waits
+    size_t waits_of = SIZE_MAX;
   };
   friend class sched::SchedulePlayer<Replay>;
 
@@ -65,6 +79,12 @@ class Replay {
     std::string s = op_kind_name(o.kind);
     switch (o.kind) {
       case OpKind::Send: return s + "(to " + std::to_string(o.peer) + ", " + reg(o.src) + ")";
+      case OpKind::Get:
+      case OpKind::GetReduce:
+        return s + "(from " + std::to_string(o.peer) + ", " + reg(o.dst) + " <- " + reg(o.src) + ")";
+      case OpKind::Put: return s + "(to " + std::to_string(o.peer) + ", " + reg(o.dst) + " <- " + reg(o.src) + ")";
+      case OpKind::Signal:
+      case OpKind::Wait: return s + "(" + std::to_string(o.peer) + ", tag " + std::to_string(o.tag) + ")";
       case OpKind::Recv:
       case OpKind::RecvReduce:
         return s + "(from " + std::to_string(o.peer) + ", " + reg(o.dst) +
@@ -87,7 +107,8 @@ class Replay {
 
   // verifier_validate.cc: every op in bounds, peers valid, ops of a step independent.
   void setup_rank(int r);
-  void check_region(int r, size_t st, int oi, const Region& g, bool write);
+  // The region of rank `owner`'s buffers (-1: r's own) op oi of r's step st names.
+  void check_region(int r, size_t st, int oi, const Region& g, bool write, int owner = -1);
   void validate_rank(int r);
   void conflict(int r, size_t st, int a, int b, const char* kind);
   void check_independent(int r, size_t st);
@@ -96,6 +117,15 @@ class Replay {
   void enter_step(int r);
   void finish_step(int r);
   void simulate();
+  // verifier_one_sided.cc: one-sided schedules, played in an order their signals allow, with the
+  // hazards of verifier_hazards.h checked on every access.
+  void play_one_sided();
+  bool step_ready(int r);
+  void run_one_sided_step(int r);
+  void access(int r, size_t st, int oi, int owner, const Region& g, bool write);
+  std::string arena_name(int owner, int64_t pos) const;
+  std::string access_str(const Access& a) const;
+  int64_t signal_key(int from, int to, int tag) const { return (static_cast<int64_t>(from) * P_ + to) * kSignalTags + tag; }
   const Op& op(int r, int i) const { return sch_[r].steps[ranks_[r].step].ops[i]; }
   int op_count(int r) const { return static_cast<int>(sch_[r].steps[ranks_[r].step].ops.size()); }
   sched::PlayKind op_kind(int r, int i) const {
@@ -132,6 +162,11 @@ class Replay {
   std::vector<int> ready_;  // ranks whose step a peer completed, to finish
   std::vector<Iv> writes_, reads_;
   std::vector<Run> pa_, pb_, pc_;
+  bool one_sided_ = false;
+  Hazards hazards_;
+  std::vector<std::vector<int64_t>> clocks_;  // the clocks signals carried (one per signalling step)
+  std::unordered_map<int64_t, std::vector<uint32_t>> signals_;  // per (from, to, tag): index in clocks_ of each
+  std::unordered_map<int64_t, size_t> consumed_;
 };
 
 }  // namespace verify

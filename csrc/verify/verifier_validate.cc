@@ -20,21 +20,25 @@ void Replay::setup_rank(int r) {
   R.send_to.assign(P_, -1);
 }
 
-void Replay::check_region(int r, size_t st, int oi, const Region& g, bool write) {
-  const Layout& L = ranks_[r].L;
+void Replay::check_region(int r, size_t st, int oi, const Region& g, bool write, int owner) {
+  const int q = owner < 0 ? r : owner;
+  const std::string whose = owner < 0 ? "" : "rank " + std::to_string(q) + "'s ";
+  const Layout& L = ranks_[q].L;
   const int b = static_cast<int>(g.buf);
   if (b < 0 || b > 2) fail(where(r, st, oi) + ": bad buffer id");
   if (L.size[b] < 0)
-    fail(where(r, st, oi) + ": references " + buffer_name(g.buf) + ", which rank " + std::to_string(r) +
+    fail(where(r, st, oi) + ": references " + whose + buffer_name(g.buf) + ", which rank " + std::to_string(q) +
          " does not own in " + collective_name(c_));
-  if (write && g.buf == BufferId::Input) fail(where(r, st, oi) + ": writes the input buffer");
+  if (write && g.buf == BufferId::Input)
+    fail(where(r, st, oi) + ": writes " + (owner < 0 ? std::string("the ") : whose) + "input buffer");
   if (g.offset < 0 || g.count < 0 || g.offset + g.count > L.size[b])
-    fail(where(r, st, oi) + ": region out of bounds (" + buffer_name(g.buf) + " has " +
+    fail(where(r, st, oi) + ": region out of bounds (" + whose + buffer_name(g.buf) + " has " +
          std::to_string(L.size[b]) + " elements)");
 }
 
 void Replay::validate_rank(int r) {
   const auto& steps = sch_[r].steps;
+
   std::vector<int> seen_send(P_, -1), seen_recv(P_, -1);
   for (size_t st = 0; st < steps.size(); ++st) {
     const auto& ops = steps[st].ops;
@@ -42,19 +46,28 @@ void Replay::validate_rank(int r) {
     reads_.clear();
     for (int oi = 0; oi < static_cast<int>(ops.size()); ++oi) {
       const Op& o = ops[oi];
-      const bool comm = o.kind == OpKind::Send || o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce;
-      if (comm) {
+      const bool comm = is_message(o.kind);
+      if (comm || is_one_sided(o.kind))
         if (o.peer < 0 || o.peer >= P_ || o.peer == r)
           fail(where(r, st, oi) + ": bad peer " + std::to_string(o.peer));
+      if (is_sync(o.kind) && (o.tag < 0 || o.tag >= kSignalTags))
+        fail(where(r, st, oi) + ": tag " + std::to_string(o.tag) + " out of range [0, " +
+             std::to_string(kSignalTags) + ")");
+      // The peer's side of a get (its source) or a put (its destination).
+      const bool remote_src = o.kind == OpKind::Get || o.kind == OpKind::GetReduce, remote_dst = o.kind == OpKind::Put;
+      if (remote_src || remote_dst) {
+        check_region(r, st, oi, remote_src ? o.src : o.dst, remote_dst, o.peer);
+        if (o.src.count != o.dst.count)
+          fail(where(r, st, oi) + ": source and destination counts differ");
+      }
+      if (comm) {
         auto& seen = o.kind == OpKind::Send ? seen_send : seen_recv;
         if (seen[o.peer] == static_cast<int>(st))
           fail(where(r, st, oi) + ": a second " + (o.kind == OpKind::Send ? "send to" : "receive from") +
                " rank " + std::to_string(o.peer) + " in one step");
         seen[o.peer] = static_cast<int>(st);
       }
-      const bool has_dst = o.kind != OpKind::Send,
-                 has_src = o.kind == OpKind::Send || o.kind == OpKind::Copy || o.kind == OpKind::Reduce ||
-                           reduces_from_src(o);
+      const bool has_dst = op_has_dst(o) && !remote_dst, has_src = op_has_src(o) && !remote_src;
       if (has_dst) check_region(r, st, oi, o.dst, true);
       if (has_src) check_region(r, st, oi, o.src, false);
       if (reduces_from_src(o) && o.src.count != o.dst.count)

@@ -1,6 +1,9 @@
 """An independent cross-check of the symbolic verifier: a tiny NumPy interpreter runs every rank's
-schedule on real float64 data (rendezvous matching, as in the verifier) and compares against
-NumPy references; for all_reduce the ranks must also agree bitwise (same reduction order)."""
+schedule on real float64 data (rendezvous matching, as in the verifier; one-sided ops read and write
+the peers' arrays, a step starting once its waits have signals) and compares against NumPy
+references; for all_reduce the ranks must also agree bitwise (same reduction order)."""
+from collections import Counter
+
 import numpy as np
 import pytest
 
@@ -66,12 +69,17 @@ def run(coll, algo, P, n, root, in_place, inputs):
 
     step = [0] * P
     done = [set() for _ in range(P)]  # matched op indices of the current step
+    signals = Counter()  # (from, to, tag): signals posted minus consumed
     progress = True
     while progress:
         progress = False
         for r in range(P):
             while step[r] < len(sch[r]["steps"]):
                 ops = sch[r]["steps"][step[r]]
+                waits = Counter((o["peer"], r, o["tag"]) for o in ops if o["op"] == "wait")
+                if any(signals[k] < need for k, need in waits.items()):
+                    break
+                signals.subtract(waits)
                 for i, o in enumerate(ops):
                     if o["op"] != "send" or i in done[r]:
                         continue
@@ -100,6 +108,13 @@ def run(coll, algo, P, n, root, in_place, inputs):
                         reg(r, o["dst"])[:] = reg(r, o["src"]).copy()
                     elif o["op"] == "reduce":
                         reg(r, o["dst"])[:] += reg(r, o["src"])
+                    elif o["op"] == "get":
+                        reg(r, o["dst"])[:] = reg(o["peer"], o["src"]).copy()
+                    elif o["op"] == "get_reduce":
+                        reg(r, o["dst"])[:] += reg(o["peer"], o["src"])
+                    elif o["op"] == "put":
+                        reg(o["peer"], o["dst"])[:] = reg(r, o["src"]).copy()
+                signals.update((r, o["peer"], o["tag"]) for o in ops if o["op"] == "signal")
                 step[r] += 1
                 done[r] = set()
                 progress = True

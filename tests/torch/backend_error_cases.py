@@ -103,4 +103,10 @@ def case_options(comm):
         assert "nope" in str(exc) and "ring" in str(exc)
     else:
         raise AssertionError("unknown algorithm accepted")
+    try:
+        _check_algorithms(ct.Options(algorithms={"all_reduce": "mapped_two_shot"}))
+    except ValueError as exc:
+        assert "one-sided" in str(exc), exc
+    else:
+        raise AssertionError("a one-sided algorithm accepted")
     return results

@@ -1,0 +1,20 @@
+// The shared one-sided reduction (one_sided.h).
+#include "schedule/one_sided.h"
+
+namespace commlib {
+namespace sched {
+
+void append_rotated_get_reduce(Schedule& s, int r, int P, Region acc, Region region, int release_tag) {
+  s.steps.push_back(Step{{op_copy(acc, region)}});
+  for (int k = 1; k < P; ++k) {
+    const int j = (r + k) % P;
+    Step st;
+    if (k == 1) add_to_peers(st, r, P, op_wait, kTagReady);
+    st.ops.push_back(op_get_reduce(j, acc, region));
+    if (release_tag >= 0) st.ops.push_back(op_signal(j, release_tag));
+    s.steps.push_back(std::move(st));
+  }
+}
+
+}  // namespace sched
+}  // namespace commlib
