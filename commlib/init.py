@@ -23,14 +23,15 @@ from typing import Optional
 
 from commlib import settings
 import commlib._C as _C
-from commlib.bootstrap import hosts as bootstrap
-from commlib.core.call_checks import as_int
+from commlib.bootstrap import hosts as bootstrap, phases
+from commlib.core.call_checks import as_int, as_seconds
 from commlib.core import shrink
 from commlib.core.communicator import Communicator
 from commlib.errors import CommError, RendezvousError
 from commlib.bootstrap.fdpass import FdServer, receive_fd
 from commlib.bootstrap.secret import secured, store_key
 from commlib.bootstrap.store import StoreServer, TCPStore, external_address
+from commlib.bootstrap.store_lease import StoreLease
 from commlib.bootstrap.wait import error_text, wait_for_key
 
 _DEBUG_LEVELS = {"": 0, "0": 0, "OFF": 0, "WARN": 0, "INFO": 1, "TRACE": 2}
@@ -93,9 +94,9 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, store=Non
     rank = as_int(rank, "rank")
     if not 0 <= rank < world_size:
         raise ValueError(f"rank: {rank!r} is out of range for world_size {world_size}")
-    timeout = default_timeout() if timeout is None else float(timeout)
-    if timeout <= 0:
-        raise ValueError("timeout: must be positive")
+    timeout = as_seconds(timeout)
+    if timeout is None:
+        timeout = default_timeout()
     debug_level()  # a bad COMMLIB_DEBUG is refused before any store is served or reached
     owned = store is None
     server = None
@@ -109,8 +110,8 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, store=Non
             if server is not None:
                 server.close()
         raise
-    if owned:  # close() releases what init() opened: the store connection and rank 0's server
-        comm._owned = (store, server)
+    if owned:  # shared with every communicator built over it; the last one closed closes it
+        comm._hold_store(StoreLease(store, server, timeout))
     return comm
 
 
@@ -268,6 +269,7 @@ def core_topology(core) -> "bootstrap.Topology":
 
 def _create_core(rdv: _Rendezvous, rank: int, size: int, timeout: float):
     topo = bootstrap.discover_hosts(rdv, rank, size)
+    phases.reached(rdv.prefix, "hosts")
     hidx = topo.host_of[rank]
     local = topo.ranks_on(hidx)
     local_size, leader, local_rank = len(local), local[0], local.index(rank)
@@ -319,7 +321,8 @@ def _create_core(rdv: _Rendezvous, rank: int, size: int, timeout: float):
                                   f"{rec['bytes']} bytes (COMMLIB_SHM_SLOTS / COMMLIB_SHM_SLOT_BYTES must be "
                                   "the same on every rank)")
         fd = receive_fd(rec["socket"], rec["pid"], local_rank, max(0.1, rdv.deadline - time.monotonic()),
-                        rank=rank, leader=leader, host=host if len(topo.hosts) > 1 else None)
+                        rank=rank, leader=leader, host=host if len(topo.hosts) > 1 else None,
+                        poll=rdv.raise_reported)
         try:
             core = make_core(fd)
         finally:
@@ -327,6 +330,7 @@ def _create_core(rdv: _Rendezvous, rank: int, size: int, timeout: float):
     try:
         # Every rank of the host mapped the region and published its pid once the leader says ready.
         rdv.set(f"mapped/{rank}", b"1")
+        phases.reached(rdv.prefix, "mapped")
         if rank == leader:
             for r in local[1:]:
                 _expect_flag(rdv, f"mapped/{r}", f"rank {r} to map the region")
@@ -338,6 +342,7 @@ def _create_core(rdv: _Rendezvous, rank: int, size: int, timeout: float):
     except BaseException:
         core.close()  # now, not at garbage collection: peers that got further see this rank close
         raise
+    phases.reached(rdv.prefix, "created")
     # Probe single-copy reads (peers keep sending through the channels until they see our answer).
     return core, core.enable_direct_reads()
 
@@ -369,9 +374,18 @@ def split_communicator(comm: Communicator, color, key: int, n: int, timeout: flo
         return None
     members = sorted((k, r) for c, k, r in entries if c == color)
     new_rank = [r for _, r in members].index(comm.rank)
-    return create(comm._store, f"{prefix}/c{color}", new_rank, len(members), timeout, watch=(prefix,))
+    return _shares_store(comm, create(comm._store, f"{prefix}/c{color}", new_rank, len(members), timeout,
+                                      watch=(prefix,)))
+
+
+def _shares_store(parent: Communicator, child: Communicator) -> Communicator:
+    """``child`` (built over ``parent``'s store) holds init()'s store too, if ``parent`` does: closing
+    either one first leaves the store to the other (commlib/bootstrap/store_lease.py)."""
+    if parent._lease is not None:
+        child._hold_store(parent._lease.acquire())
+    return child
 
 
 def shrink_communicator(comm: Communicator, exclude, n: int, timeout: float):
     """Implementation of Communicator.shrink (commlib/core/shrink.py; collective over the survivors)."""
-    return shrink.shrink(comm, exclude, n, timeout, _Rendezvous, create)
+    return _shares_store(comm, shrink.shrink(comm, exclude, n, timeout, _Rendezvous, create))

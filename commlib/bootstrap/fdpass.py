@@ -20,6 +20,7 @@ from commlib.errors import RendezvousError
 
 _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 _RANK = struct.Struct("!I")
+_POLL_S = 0.1  # the longest a wait for the leader goes without calling poll()
 
 
 def peer_credentials(sock) -> tuple:
@@ -72,12 +73,14 @@ class FdServer:
 
 
 def receive_fd(name: str, pid: int, local_rank: int, timeout: float, *, rank: int | None = None,
-               leader: int = 0, host: str | None = None) -> int:
+               leader: int = 0, host: str | None = None, poll=None) -> int:
     """The end of local rank ``local_rank`` (> 0) of a host: connect to the host leader's socket
     ``name``, check it is process ``pid`` of this user, and return the descriptor it sends.
 
     Errors name the global ``rank`` and ``leader`` and the ``host`` (on a multi-host job the local
     rank alone does not say which process failed); they default to the local numbering.
+    ``poll()`` runs while waiting (every 0.1 s at most) and may raise: the rendezvous' check for
+    an error another rank reported, so a leader that gave up is not waited for until the timeout.
     """
     me = f"rank {local_rank if rank is None else rank}" + (f" on host {host}" if host else "")
     them = f"rank {leader}" + (" (the host's leader)" if host else "")
@@ -92,6 +95,8 @@ def receive_fd(name: str, pid: int, local_rank: int, timeout: float, *, rank: in
             except (ConnectionRefusedError, FileNotFoundError) as e:
                 if time.monotonic() > deadline:
                     raise RendezvousError(f"{me}: cannot reach the descriptor socket of {them} ({e})") from None
+                if poll is not None:
+                    poll()
                 time.sleep(0.01)
         peer_pid, uid, _ = peer_credentials(sock)
         if uid != os.getuid() or peer_pid != pid:
@@ -99,11 +104,17 @@ def receive_fd(name: str, pid: int, local_rank: int, timeout: float, *, rank: in
                                   f"{peer_pid} of uid {uid}, not to {them} (pid {pid}, uid {os.getuid()}); "
                                   "refusing it")
         sock.sendall(_RANK.pack(local_rank))
-        try:
-            msg, fds, _, _ = socket.recv_fds(sock, 1, 4)
-        except socket.timeout:
-            raise RendezvousError(f"{me}: {them} did not send the region descriptor within "
-                                  f"{timeout:g} s") from None
+        while True:
+            sock.settimeout(max(0.001, min(_POLL_S, deadline - time.monotonic())))
+            try:
+                msg, fds, _, _ = socket.recv_fds(sock, 1, 4)
+                break
+            except socket.timeout:
+                if time.monotonic() > deadline:
+                    raise RendezvousError(f"{me}: {them} did not send the region descriptor within "
+                                          f"{timeout:g} s") from None
+                if poll is not None:
+                    poll()
         for extra in fds[1:]:
             os.close(extra)
         if msg != b"F" or not fds:

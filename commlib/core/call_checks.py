@@ -2,7 +2,11 @@
 before anything is sent (commlib/core/communicator.py calls them; commlib/core/p2p_plan.py too)."""
 from __future__ import annotations
 
+import datetime
+import math
+import numbers
 import operator
+from typing import Optional
 
 import numpy as np
 
@@ -119,6 +123,44 @@ def as_rank(x, name: str, size: int) -> int:
     if not 0 <= r < size:
         raise ValueError(f"{name}: {r} is out of range for a communicator of size {size}")
     return r
+
+
+def as_ranks(xs, name: str, size: int) -> list:
+    """``xs`` (any iterable) as a list of distinct ranks of a communicator of ``size`` (each as
+    ``as_rank``: ``np.int64(2)`` passes); TypeError naming ``name`` if it is not iterable."""
+    if isinstance(xs, (str, bytes)) or not hasattr(xs, "__iter__"):
+        raise TypeError(f"{name}: expected a list of ranks, got {type(xs).__name__}")
+    ranks = [as_rank(x, name, size) for x in xs]
+    if len(set(ranks)) != len(ranks):
+        raise ValueError(f"{name}: a rank appears twice in {ranks}")
+    return ranks
+
+
+def seconds_value(x, name: str = "timeout") -> float:
+    """``x`` (seconds: an int, a float, a NumPy or torch scalar, or a ``datetime.timedelta``) as a
+    float, unchecked for range; text, bools and other types are refused (TypeError naming
+    ``name``), never converted (``float("5")`` would be)."""
+    if isinstance(x, datetime.timedelta):
+        return x.total_seconds()
+    if isinstance(x, (bool, np.bool_)) or not (isinstance(x, numbers.Real) or hasattr(x, "__float__")):
+        raise TypeError(f"{name}: expected seconds (a number or a timedelta), got {type(x).__name__} {x!r}")
+    try:
+        return float(x)
+    except (TypeError, ValueError) as e:  # a tensor of several elements, say
+        raise TypeError(f"{name}: expected seconds (a number or a timedelta), got {type(x).__name__}") from e
+
+
+def as_seconds(x, name: str = "timeout", allow_zero: bool = False) -> Optional[float]:
+    """``x`` as seconds (``seconds_value``); None stays None. Negative, NaN and infinite values
+    and, unless ``allow_zero``, zero are refused (ValueError naming ``name``). Every call taking a
+    timeout checks it here."""
+    if x is None:
+        return None
+    value = seconds_value(x, name)
+    if not (math.isfinite(value) and (value >= 0 if allow_zero else value > 0)):
+        raise ValueError(f"{name}: must be a {'non-negative' if allow_zero else 'positive'}, finite number "
+                         f"of seconds, got {x!r}")
+    return value
 
 
 def split_sizes(splits, total, P, name):

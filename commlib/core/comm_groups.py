@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Optional, Sequence
 
-from commlib.core.call_checks import as_int
+from commlib.core.call_checks import as_int, as_seconds
 from commlib.core.device_route import parse_device
 from commlib.core.shrink import check_exclude
 from commlib.errors import CommError
@@ -41,10 +41,10 @@ class GroupMethods:
                 raise ValueError(f"color: must be a non-negative int or None, got {color!r}")
         if key is not None:
             key = as_int(key, "key")
-        _check_timeout(timeout)
+        timeout = as_seconds(timeout)
         self._splits += 1
         child = self._split(self, color, self._rank if key is None else key, self._splits,
-                            self._timeout if timeout is None else float(timeout))
+                            self._timeout if timeout is None else timeout)
         if child is not None and device_key is not None:
             try:
                 child._device().setup(*device_key)
@@ -65,10 +65,10 @@ class GroupMethods:
         communicator stays usable for nothing but ``close()`` after a failure: close it.
         """
         self._check_can_rebuild("shrink", self._shrink)
-        exclude = check_exclude(exclude, self._size, self._rank)
-        _check_timeout(timeout)
+        exclude = check_exclude(exclude, self._size)
+        timeout = as_seconds(timeout)
         self._shrinks += 1
-        return self._shrink(self, exclude, self._shrinks, self._timeout if timeout is None else float(timeout))
+        return self._shrink(self, exclude, self._shrinks, self._timeout if timeout is None else timeout)
 
     def _check_can_rebuild(self, what, rendezvous):
         """Refuses ``what`` (split, shrink) without commlib.init's rendezvous, after close() or in a
@@ -81,7 +81,3 @@ class GroupMethods:
             raise CommError(f"{what}: communicator (rank {self._rank}) was created in pid {self._pid} and "
                             f"is used in a forked child (pid {os.getpid()})")
 
-
-def _check_timeout(timeout):
-    if timeout is not None and not timeout > 0:
-        raise ValueError(f"timeout: must be positive, got {timeout!r}")

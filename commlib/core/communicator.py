@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import weakref
 from typing import Optional, Sequence
 
 import commlib._C as _C
@@ -16,6 +17,7 @@ from commlib.device.host_buffers import describe
 from commlib.core.call_spec import COLLECTIVE, DTYPE, OP
 from commlib.core.comm_groups import GroupMethods
 from commlib.core.device_route import DeviceRoute
+from commlib.core.dropped_close import Leftovers
 from commlib.core.call_checks import (as_rank, check_algorithm, check_op, describe_like, device_buffers_of,
                                       named_device_buffers)
 from commlib.core.p2p_plan import plan_all_to_allv, plan_batch
@@ -23,13 +25,13 @@ from commlib.device.route_context import RouteContext
 from commlib.core.work import Work  # noqa: F401  (re-exported: commlib.core.communicator.Work)
 from commlib.errors import CommError
 
-# The latency path: blocking calls on plain NumPy arrays go straight to C++ (csrc/bindings/
-# fast_call.cc), which answers NotImplemented for anything it does not handle; the code after it in
-# each method is the general path, which validates and explains. Codes are _C.COLLECTIVES positions.
+# The one C++ entry (csrc/bindings/fast_call.cc), every collective's first try, one call from
+# Python: it reads the buffers itself, runs blocking calls on host buffers, and runs device calls
+# (blocking or async, current or named stream) that the device route's DeviceCallCache holds,
+# i.e. that passed the checks below before. It answers NotImplemented for anything else; the code
+# after it in each method is the general path, which validates and explains (and, for device
+# buffers, fills the cache). Codes are _C.COLLECTIVES positions.
 _fast = _C.fast_collective
-# The device one: a blocking in-place all_reduce that ran before, straight from C++ (csrc/bindings/
-# device_fast_call.cc); NotImplemented sends it down the path below, which checks and fills it.
-_fast_device = _C.fast_device_all_reduce
 # (input, output, input_at, output_at) elements of one rank's buffers (csrc/common/shapes.h).
 _shapes = _C.buffer_shapes
 (_ALL_REDUCE, _ALL_GATHER, _REDUCE_SCATTER, _ALL_TO_ALL, _BROADCAST, _REDUCE, _GATHER, _SCATTER,
@@ -63,15 +65,22 @@ class Communicator(GroupMethods):
         self._size = size
         self._timeout = timeout
         self._splits = 0
-        self._owned = (None, None)  # (store, store server) that init() created for this communicator
+        self._lease = None  # init()'s own store, shared with the communicators built over it (hold_store)
         self._device_route = None  # stream engines for device buffers, created on first use
+        self._device_calls = None  # its DeviceCallCache's address, for _fast
         self._closed = False
         self._pid = os.getpid()  # a forked child must not close the parent's store server
+        # Given back at garbage collection if close() never runs (commlib/core/dropped_close.py).
+        self._leftovers = Leftovers()
+        self._dropped = weakref.finalize(self, self._leftovers)
+        self._dropped.atexit = False  # at exit the process goes, and all of it with it
 
     def _device(self):
         if self._device_route is None:  # the route reads the communicator only through its RouteContext
             self._device_route = DeviceRoute(RouteContext(core=self._core, store=self._store, prefix=self._prefix,
                                                           rank=self._rank, size=self._size, timeout=self._timeout))
+            self._device_calls = self._device_route.fast_calls_address
+            self._leftovers.route = self._device_route
         return self._device_route
 
     # -- identity ---------------------------------------------------------------------------
@@ -140,18 +149,10 @@ class Communicator(GroupMethods):
         In place unless ``out`` (same dtype and size) is given. ``op`` is one of sum, prod, min,
         max, avg, premul_sum (``scale`` times each input, then sum), band, bor, bxor.
         """
-        if stream is None and _fast(self._addr, _ALL_REDUCE, tensor, out, op, algorithm, 0, async_op, scale) is None:
-            return None
-        route = self._device_route
-        if (route is not None and stream is None and out is None
-                and _fast_device(route.fast_calls_address, tensor, op, algorithm, scale, async_op) is None):
-            return None
-        if (route is not None and stream is None and out is None and type(op) is str and type(algorithm) is str
-                and (scale is None or type(scale) in (float, int))):
-            # A device call of a shape that ran before (issue #25): its key proves the checks below.
-            hit = route.cached_all_reduce(tensor, op, algorithm, scale, async_op)
-            if hit is not None:
-                return hit[0]
+        done = _fast(self._addr, _ALL_REDUCE, tensor, out, op, algorithm, 0, async_op, scale, stream,
+                     self._device_calls)
+        if done is not NotImplemented:
+            return done
         ip, n, dt = describe(tensor, "tensor")
         op_ = check_op(op, dt, scale)
         check_algorithm("all_reduce", algorithm)
@@ -164,9 +165,10 @@ class Communicator(GroupMethods):
 
         ``input`` may be the view of ``output`` at this rank's block (in place).
         """
-        if stream is None and (
-                _fast(self._addr, _ALL_GATHER, input, output, "sum", algorithm, 0, async_op, None) is None):
-            return None
+        done = _fast(self._addr, _ALL_GATHER, input, output, "sum", algorithm, 0, async_op, None, stream,
+                     self._device_calls)
+        if done is not NotImplemented:
+            return done
         ip, n, dt = describe(input, "input")
         op_ptr = describe_like(output, "output", dt, "input", _shapes(_C.Collective.all_gather, n, self._size, self._rank, 0)[1],
                                 f"size*input = {self._size}*{n}")
@@ -177,9 +179,10 @@ class Communicator(GroupMethods):
     def reduce_scatter(self, output, input, op: str = "sum", algorithm: str = "auto",
                        async_op: bool = False, scale=None, stream=None):
         """Reduce ``input`` (size * output elements) over ranks; rank r gets block r in ``output``."""
-        if stream is None and (
-                _fast(self._addr, _REDUCE_SCATTER, input, output, op, algorithm, 0, async_op, scale) is None):
-            return None
+        done = _fast(self._addr, _REDUCE_SCATTER, input, output, op, algorithm, 0, async_op, scale, stream,
+                     self._device_calls)
+        if done is not NotImplemented:
+            return done
         op_ptr, n, dt = describe(output, "output")
         ip = describe_like(input, "input", dt, "output", _shapes(_C.Collective.reduce_scatter, n, self._size, self._rank, 0)[0],
                             f"size*output = {self._size}*{n}")
@@ -196,9 +199,11 @@ class Communicator(GroupMethods):
         Equal blocks by default. With ``input_splits``/``output_splits`` (element counts per rank)
         blocks may differ in size (all_to_allv); every rank must agree on what it sends to whom.
         """
-        if (output_splits is None and input_splits is None and stream is None
-                and _fast(self._addr, _ALL_TO_ALL, input, output, "sum", algorithm, 0, async_op, None) is None):
-            return None
+        if output_splits is None and input_splits is None:
+            done = _fast(self._addr, _ALL_TO_ALL, input, output, "sum", algorithm, 0, async_op, None, stream,
+                         self._device_calls)
+            if done is not NotImplemented:
+                return done
         ip, n_in, dt = describe(input, "input")
         op_ptr, n_out, dt2 = describe(output, "output")
         if dt2 != dt:
@@ -232,9 +237,10 @@ class Communicator(GroupMethods):
     def broadcast(self, tensor, root: int = 0, algorithm: str = "auto", async_op: bool = False,
                   stream=None):
         """Copy ``tensor`` from ``root`` to every rank (in place)."""
-        if stream is None and (
-                _fast(self._addr, _BROADCAST, tensor, None, "sum", algorithm, root, async_op, None) is None):
-            return None
+        done = _fast(self._addr, _BROADCAST, tensor, None, "sum", algorithm, root, async_op, None, stream,
+                     self._device_calls)
+        if done is not NotImplemented:
+            return done
         ip, n, dt = describe(tensor, "tensor")
         root = self._check_root(root)
         check_algorithm("broadcast", algorithm)
@@ -244,8 +250,10 @@ class Communicator(GroupMethods):
     def reduce(self, tensor, root: int = 0, op: str = "sum", algorithm: str = "auto", out=None,
                async_op: bool = False, scale=None, stream=None):
         """Reduce ``tensor`` over all ranks into ``root`` (into ``out`` there if given)."""
-        if stream is None and _fast(self._addr, _REDUCE, tensor, out, op, algorithm, root, async_op, scale) is None:
-            return None
+        done = _fast(self._addr, _REDUCE, tensor, out, op, algorithm, root, async_op, scale, stream,
+                     self._device_calls)
+        if done is not NotImplemented:
+            return done
         ip, n, dt = describe(tensor, "tensor")
         root = self._check_root(root)
         op_ = check_op(op, dt, scale)
@@ -257,16 +265,19 @@ class Communicator(GroupMethods):
     def gather(self, output, input, root: int = 0, algorithm: str = "auto", async_op: bool = False,
                stream=None):
         """Concatenate every rank's ``input`` into ``output`` on ``root`` (None elsewhere)."""
-        if stream is None and _fast(self._addr, _GATHER, input, output, "sum", algorithm, root, async_op, None) is None:
-            return None
+        done = _fast(self._addr, _GATHER, input, output, "sum", algorithm, root, async_op, None, stream,
+                     self._device_calls)
+        if done is not NotImplemented:
+            return done
         return self._rooted("gather", output, input, root, algorithm, async_op, stream)
 
     def scatter(self, output, input, root: int = 0, algorithm: str = "auto", async_op: bool = False,
                 stream=None):
         """Send block j of ``input`` (on ``root``; None elsewhere) to rank j's ``output``."""
-        if stream is None and (
-                _fast(self._addr, _SCATTER, input, output, "sum", algorithm, root, async_op, None) is None):
-            return None
+        done = _fast(self._addr, _SCATTER, input, output, "sum", algorithm, root, async_op, None, stream,
+                     self._device_calls)
+        if done is not NotImplemented:
+            return done
         return self._rooted("scatter", output, input, root, algorithm, async_op, stream)
 
     def _rooted(self, coll, output, input, root, algorithm, async_op, stream):
@@ -330,28 +341,39 @@ class Communicator(GroupMethods):
 
         Raises, once everything is released, the error of a device call that failed without any
         call, ``wait()`` or ``synchronize()`` raising it (a blocking call on device buffers that
-        failed last, e.g. a mismatched one: docs/gpu.md). In a forked child it only drops the
-        child's references: the store and region are the parent's.
+        failed last, e.g. a mismatched one: docs/gpu.md). The store that commlib.init() opened is
+        closed with the last communicator built over it (commlib/bootstrap/store_lease.py), never
+        under another one still using it. In a forked child it only drops the child's references:
+        the store and region are the parent's.
         """
         self._closed = True
         unreported = None
+        self._dropped.detach()  # given back here, not again at garbage collection
+        lease, self._leftovers.lease = self._leftovers.lease, None
+        self._leftovers.route = None
         if self._device_route is not None:  # before the transport its peer watch uses
             try:
                 self._device_route.close()
             except CommError as e:  # a device call's error no caller was told: raised once all is closed
                 unreported = e
         self._core.close()
-        if os.getpid() != self._pid:
-            self._owned = (None, None)
-        else:
-            store, server = self._owned
-            self._owned = (None, None)
-            if store is not None and hasattr(store, "close"):
-                store.close()
-            if server is not None:
-                server.close()
+        if lease is not None and os.getpid() == self._pid:
+            lease.release()  # once: the last communicator over init()'s store closes it
         if unreported is not None:
             raise unreported
+
+    def _hold_store(self, lease):
+        """Share ``lease`` (a commlib.bootstrap.store_lease.StoreLease this communicator now holds a
+        reference of): given back by close(), or when this communicator is garbage collected."""
+        self._lease = self._leftovers.lease = lease
+
+    @property
+    def _owned(self):
+        """(store client, store server) that init() opened and this communicator still holds a
+        reference of, else (None, None)."""
+        if self._leftovers.lease is None:
+            return None, None
+        return self._lease.store, self._lease.server
 
     def abort(self, reason: str = "aborted by the user"):
         """Abort: fail queued and future calls at once, and tell the peers."""

@@ -17,13 +17,14 @@ import time
 
 import commlib._C as _C
 from commlib.bootstrap.wait import report, reported_failure, wait_for_key
+from commlib.core.call_checks import as_seconds
 from commlib.core.call_spec import COLLECTIVE, DTYPE, OP
 from commlib.device import nccl_comm as device_nccl
 from commlib.device.route_context import RouteContext
 from commlib.core.shrink import gone_peers
 from commlib.core.device_close import closed_barrier
 from commlib.core.work import Work
-from commlib.device.buffers import DeviceBuffer, device_buffer
+from commlib.device.buffers import DeviceBuffer
 
 
 class DeviceWork(Work):
@@ -41,6 +42,7 @@ class DeviceWork(Work):
         self._stream_of = stream_of  # stream argument (None: current) -> the engine's stream
 
     def wait(self, timeout=None, stream=None) -> bool:
+        as_seconds(timeout, allow_zero=True)  # checked like every timeout; the stream waits, not the host
         self._work.wait(self._stream_of(stream))
         return True
 
@@ -152,16 +154,12 @@ class DeviceRoute:
         self._devices = {}
         self._prefixes = {}  # store prefix of each engine's set-up
         self._stream_of = {}  # (kind, index) -> stream resolver (stream_resolver), made once
-        # Resolved all_reduce calls (issue #25, host cost): (DeviceBuffer, op, algorithm, scale) ->
-        # (engine, engine.run's arguments but the stream, stream resolver). The key holds what the
-        # checks looked at (pointer, count, dtype, device, op, algorithm, scale), so a hit skips them.
-        # Async calls take this one; blocking calls the C++ copy below.
-        self._calls = {}
-        # The same calls in C++ (csrc/bindings/device_fast_call.cc): Communicator.all_reduce's first
-        # try, one C++ call that reads the buffer and the current stream itself. It also holds the
-        # buffers of every call of the route (either path) until their stream executed them, and
-        # the last engine.
-        self._fast_calls = _C.DeviceCallCache()
+        # The resolved calls in C++ (csrc/bindings/device_fast_call.cc): the communicator's C++
+        # entry (_C.fast_collective) looks a call up there and enqueues it, blocking or async, on
+        # the current stream or the one named, with no Python in between. It also holds the buffers
+        # of every call of the route (either path) until their stream executed them, and the last
+        # engine.
+        self._fast_calls = _C.DeviceCallCache(ctx.size, ctx.rank, DeviceWork)
         self.fast_calls_address = self._fast_calls.address()
 
     @property
@@ -240,34 +238,14 @@ class DeviceRoute:
         args = (spec[0], algorithm, in_ptr, out_ptr, count, spec[3], spec[4], root, scale)
         work = engine.run(*args, device_stream)
         self._last_engine = engine
-        if coll == "all_reduce" and stream is None and len(bufs) == 1 and algorithm != "nccl":
-            if len(self._calls) >= _MAX_CACHED:
-                self._calls.clear()
-            key_scale = scale if op == "premul_sum" else None
-            self._calls[(first, op, algorithm, key_scale)] = (engine, args, stream_of)
-            if first.stream is None:  # the C++ copy keys on the current stream, which it reads itself
-                if first.kind == "cuda":
-                    _register_torch_reader()
-                self._fast_calls.add(refs[0], op, algorithm, key_scale, engine, *args, device_stream)
+        if first.stream is None and first.kind == "cuda":
+            _register_torch_reader()
+        # Every argument passed the checks: the C++ entry runs calls of these arguments from now on
+        # (a buffer it cannot read, e.g. CuPy's, is simply not added).
+        b = refs[1] if len(refs) > 1 else None
+        self._fast_calls.add(refs[0], b, op, algorithm, root, scale if op == "premul_sum" else None, stream,
+                             engine, *args, device_stream, stream_of)
         return self._enqueued(work, refs, stream_of, async_op)
-
-    def cached_all_reduce(self, tensor, op, algorithm, scale, async_op):
-        """An in-place all_reduce of ``tensor`` on the current stream, if a call of this exact key
-        (the buffer as read now, op, algorithm, scale) ran before, so its checks passed then:
-        (its result,); None when not cached (the caller takes the general path)."""
-        if not self._calls:
-            return None
-        buf = device_buffer(tensor, "tensor")
-        hit = None if buf is None else self._calls.get((buf, op, algorithm, scale))
-        if hit is None:
-            return None
-        engine, args, stream_of = hit
-        device_stream = stream_of(None)
-        work = engine.run(*args, device_stream)
-        self._last_engine = engine
-        if not async_op and buf.stream is None:  # a blocking call on a stream the C++ copy has not seen
-            self._fast_calls.add(tensor, op, algorithm, scale, engine, *args, device_stream)
-        return (self._enqueued(work, (tensor, None), stream_of, async_op),)
 
     def _one_device(self, bufs, stream):
         """The first buffer, the stream resolver for its device and the call's stream; raises if
@@ -324,7 +302,6 @@ class DeviceRoute:
         return DeviceWork(work, refs, stream_of) if async_op else None
 
     def abort(self, reason):
-        self._calls.clear()
         self._fast_calls.forget()  # the buffers stay held: the streams may still run their calls
         for e in self._engines.values():
             e.abort(reason)
@@ -344,7 +321,6 @@ class DeviceRoute:
             peers_closed = closed_barrier(self._ctx, self._prefixes[key], wait=not failed)
             e.release_memory(peers_closed=not failed and peers_closed)
         self._engines.clear()
-        self._calls.clear()
         self._fast_calls.clear()  # also forgets the last engine and releases the held buffers
         self._stream_of.clear()
         self._devices.clear()
@@ -353,20 +329,15 @@ class DeviceRoute:
 
 
 def _register_torch_reader():
-    """Let the C++ cached all_reduce read torch CUDA tensors (once; csrc/bindings/device_view.cc)."""
-    global _torch_reader_registered
+    """Let the C++ entry read torch CUDA tensors (once; csrc/bindings/buffer_view.cc): the same
+    registry commlib.torch fills at import, with torch's current-stream reader."""
     torch = sys.modules.get("torch")
     raw_stream = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
-    if _torch_reader_registered or raw_stream is None:
+    if raw_stream is None or _C.torch_cuda_readable():
         return
     from commlib.device import dtypes
-    _C.register_torch_device_tensors(torch.Tensor, torch.strided,
-                                     {t: DTYPE[n] for t, n in dtypes.torch_dtypes(torch).items()},
-                                     raw_stream)
-    _torch_reader_registered = True
-
-
-_torch_reader_registered = False
+    _C.register_torch_types(torch.Tensor, torch.strided, {t: DTYPE[n] for t, n in dtypes.torch_dtypes(torch).items()},
+                            raw_stream)
 
 
 def parse_device(device):

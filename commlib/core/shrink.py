@@ -15,10 +15,15 @@ survivor since each calls shrink once per attempt):
 3. Decision. Each publishes the union it decided on and compares it with every survivor's.
 4. The survivors build the new communicator under the same prefix, so an error reported by any
    rank at any step (``<prefix>/error``) fails every other rank at once.
+5. Commit. Each says it built it (``built/<rank>``) and waits until every survivor did: shrink
+   returns the new communicator on every survivor or on none.
 
 While waiting, each rank watches the survivors through the old communicator's links: one that dies
-during the shrink fails it on every rank with PeerError naming it (call shrink again to exclude
-it too). Nothing here waits longer than the timeout.
+during the shrink, at any step, fails it on every rank with PeerError naming it (call shrink again
+to exclude it too), however each rank learns of it (its own watch, another's report, a socket
+reset or a descriptor that never came while building). One that dies after saying it built the new
+communicator is that communicator's to report, at its next call. Nothing here waits longer than the
+timeout. ``commlib.bootstrap.phases`` names the steps, where tests kill a rank.
 """
 from __future__ import annotations
 
@@ -26,6 +31,8 @@ import json
 import time
 from typing import Iterable, Optional, Set
 
+from commlib.bootstrap import phases
+from commlib.core.call_checks import as_ranks
 from commlib.errors import CommError, PeerError, RendezvousError
 
 # A peer in one of these states takes no further part: its process or connection is gone, or it
@@ -67,21 +74,15 @@ def gone_peers(core, states=GONE_STATES) -> Set[int]:
     return gone
 
 
-def check_exclude(exclude, size: int, rank: int) -> Optional[list]:
-    """``exclude`` as a sorted list of ranks (None stays None); ValueError naming the argument."""
+def check_exclude(exclude, size: int, name: str = "exclude") -> Optional[list]:
+    """``exclude`` as a sorted list of ranks (None stays None): each one a rank as every call
+    takes it (anything with ``__index__``, commlib.core.call_checks.as_rank); errors name the
+    argument."""
     if exclude is None:
         return None
-    try:
-        ranks = list(exclude)
-    except TypeError:
-        raise TypeError(f"exclude: expected a list of ranks or None, got {type(exclude).__name__}") from None
-    for r in ranks:
-        if not isinstance(r, int) or isinstance(r, bool) or not 0 <= r < size:
-            raise ValueError(f"exclude: {r!r} is not a rank of a communicator of size {size}")
-    if len(set(ranks)) != len(ranks):
-        raise ValueError(f"exclude: a rank appears twice in {ranks}")
+    ranks = as_ranks(exclude, name, size)
     if len(ranks) >= size:
-        raise ValueError(f"exclude: {ranks} leaves no rank of {size}")
+        raise ValueError(f"{name}: {sorted(ranks)} leaves no rank of {size}")
     return sorted(ranks)
 
 
@@ -111,9 +112,21 @@ class _Agreement:
         try:
             self.rdv.raise_reported()
         except RendezvousError as exc:
-            if DIED in str(exc):
-                raise PeerError(str(exc)) from None
-            raise
+            self.raise_as_death(exc)
+
+    def raise_as_death(self, exc: CommError):
+        """Raise ``exc``, or the death it comes from: a survivor seen dead (once the survivors are
+        decided), or another rank's report of one, is a PeerError on every survivor alike, whatever
+        step noticed it and however (this rank's watch, a relayed report, a reset socket)."""
+        if isinstance(exc, PeerError) and DIED in str(exc):
+            raise exc
+        if self.survivors is not None:
+            dead = self.seen_dead([r for r in self.survivors if r != self.me])
+            if dead:
+                self.died_during_shrink(dead)
+        if DIED in str(exc):  # another survivor's report of a death this rank has not seen
+            raise PeerError(str(exc)) from None
+        raise exc
 
     def _read(self, key: str, rank: int) -> Optional[dict]:
         full = f"{self.rdv.prefix}/{key}/{rank}"
@@ -147,6 +160,7 @@ class _Agreement:
             self.fail(RendezvousError(f"{self.what}: rank {self.me} called shrink but excludes itself "
                                       f"(exclude={_fmt(self.claim)}): an excluded rank must not call shrink"))
         self.rdv.set(f"claim/{self.me}", json.dumps({"exclude": sorted(self.claim), "explicit": self.explicit}))
+        phases.reached(self.rdv.prefix, "claimed")
         claims = {self.me: (self.claim, self.explicit)}
         pause = 0.0005
         while True:
@@ -173,6 +187,11 @@ class _Agreement:
         by = {x: sorted(s for s, (c, _) in claims.items() if x in c) for x in union}
         called = sorted(x for x in union if x in claims)
         if called:
+            # A rank that published its claim and then died is claimed by the survivors that saw
+            # it gone: a death during the shrink, as everywhere else, not a live rank excluded.
+            dead = self.seen_dead(called)
+            if dead:
+                self.died_during_shrink(dead)
             x = called[0]
             self.fail(RendezvousError(
                 f"{self.what}: rank(s) {_fmt(by[x])} exclude rank {x}, which is alive: it called shrink "
@@ -200,6 +219,7 @@ class _Agreement:
     # -- 3. decision -------------------------------------------------------------------------------
     def agree(self, excluded: Set[int]):
         self.rdv.set(f"final/{self.me}", json.dumps({"exclude": sorted(excluded), "explicit": self.explicit}))
+        phases.reached(self.rdv.prefix, "decided")
         self.survivors = [r for r in range(self.size) if r not in excluded]
         waiting = [r for r in self.survivors if r != self.me]
         pause = 0.0005
@@ -221,6 +241,58 @@ class _Agreement:
             time.sleep(pause)
             pause = min(pause * 2, 0.01)
 
+    def seen_dead(self, ranks) -> list:
+        """Those of ``ranks`` this rank sees dead. A rank across hosts is known dead by its lost
+        connection, which may come a moment after a peer's word: those are given the grace."""
+        kinds = self.comm._core.link_kinds
+        until = time.monotonic() + min(CONFIRM_GRACE_S, self.rdv.timeout)
+        while True:
+            dead = sorted(set(ranks) & gone_ranks(self.comm, ("dead",)))
+            if dead or time.monotonic() >= until or not any(kinds[r] == "tcp" for r in ranks):
+                return dead
+            time.sleep(0.01)
+
+    # -- 4. the new communicator, and every survivor's word that it has it -------------------------
+    def build(self, create):
+        """The survivors' communicator. Whatever ends its rendezvous (this rank's own watch, a
+        relayed report, a reset socket, a fd that never came) while a survivor is dead is that
+        death: PeerError naming it, on every survivor alike."""
+        try:
+            new = create(self.comm._store, self.rdv.prefix, self.survivors.index(self.me), len(self.survivors),
+                         self.rdv.timeout, check=self.watch)
+        except CommError as exc:
+            self.raise_as_death(exc)
+        phases.reached(self.rdv.prefix, "built")
+        return new
+
+    def commit(self, new):
+        """Return once every survivor built ``new``; else close it and raise what failed, the same
+        on every survivor: nobody goes on with the new communicator unless all do. A survivor that
+        died after saying it built it does not fail the shrink (the new communicator's next call
+        names it); one that died before did."""
+        built = lambda r: self.rdv.store.check([f"{self.rdv.prefix}/built/{r}"])  # noqa: E731
+        self.rdv.deadline = time.monotonic() + self.rdv.timeout  # the building had a timeout of its own
+        try:
+            self.rdv.set(f"built/{self.me}", b"1")
+            phases.reached(self.rdv.prefix, "committed")
+            waiting = [r for r in self.survivors if r != self.me]
+            pause = 0.0005
+            while True:
+                waiting = [r for r in waiting if not built(r)]
+                if not waiting:
+                    return
+                self.relay()
+                # read again after seeing the death: its word, if given, came before it
+                dead = [r for r in gone_ranks(self.comm, ("dead",)) if r in waiting and not built(r)]
+                if dead:
+                    self.died_during_shrink(dead)
+                self._waited_too_long(waiting, "build the new communicator")
+                time.sleep(pause)
+                pause = min(pause * 2, 0.01)
+        except BaseException:
+            new.close()
+            raise
+
     def watch(self):
         """PeerError on every rank when a survivor died while the shrink runs. Only deaths count:
         a survivor done with the shrink may close the old communicator already."""
@@ -237,9 +309,9 @@ def shrink(comm, exclude: Optional[list], n: int, timeout: float, rendezvous, cr
     agreement = _Agreement(comm, exclude, n, timeout, rendezvous)
     excluded = agreement.check_claims(agreement.collect_claims())
     agreement.agree(excluded)
-    survivors = agreement.survivors
-    return create(comm._store, agreement.rdv.prefix, survivors.index(comm.rank), len(survivors), timeout,
-                  check=agreement.watch)
+    new = agreement.build(create)
+    agreement.commit(new)
+    return new
 
 
 __all__ = ["check_exclude", "gone_ranks", "shrink"]

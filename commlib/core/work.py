@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+from commlib.core.call_checks import as_seconds
+
 
 class Work:
     """Handle of an asynchronous call. Calls on one communicator complete in call order.
@@ -23,7 +25,8 @@ class Work:
 
         With ``timeout`` (seconds), return False if it has not completed by then.
         """
-        if not self._work.wait(-1.0 if timeout is None else float(timeout)):
+        timeout = as_seconds(timeout, allow_zero=True)
+        if not self._work.wait(-1.0 if timeout is None else timeout):
             return False
         self._refs = None
         return True

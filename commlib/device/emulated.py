@@ -300,5 +300,5 @@ def from_numpy(a, device_index: Optional[int] = None, stream: Optional[Stream] =
     return out
 
 
-# The cached device all_reduce (csrc/bindings/device_fast_call.cc) reads Array's slots itself.
+# The C++ entry's buffer reader (csrc/bindings/buffer_view.cc) reads Array's slots itself.
 _C.register_emulated_array(Array, {name: getattr(_C.DType, name) for name in dtypes.NAMES})

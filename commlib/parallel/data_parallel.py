@@ -135,7 +135,12 @@ class DataParallel(torch.nn.Module):
         old communicator closed (unless ``close_old`` is False), then the new group's rank 0's
         parameters and buffers broadcast, since the failed step may have completed on some
         survivors and not on others. Gradients of the failed backward are dropped: zero them and
-        redo the step. Returns the new communicator (docs/fault_tolerance.md)."""
+        redo the step. Returns the new communicator (docs/fault_tolerance.md).
+
+        A PeerError from here means one more rank died meanwhile: every survivor gets it and
+        calls ``shrink`` again (of the old communicator, or of the new one if it was built). The
+        store that commlib.init() opened stays open for the new communicator when the old one is
+        closed, at this death and every later one."""
         old = self.comm
         new = old.shrink(exclude)
         if close_old:

@@ -24,6 +24,8 @@ from typing import Callable, Optional
 
 import torch
 
+from commlib.core.call_checks import as_rank
+
 from ._buckets import (FlatLayout, broadcast_tensors, check_algorithm, check_comm,
                        check_one_device, check_same_structure, optimizer_state_tensors,
                        storage_bytes, unique_named_parameters)
@@ -64,10 +66,7 @@ class ParameterServer:
         if not (isinstance(optimizer_class, type) and issubclass(optimizer_class, torch.optim.Optimizer)):
             raise TypeError(f"optimizer_class: expected a torch.optim.Optimizer subclass, got "
                             f"{optimizer_class!r}")
-        if isinstance(server_rank, bool) or not isinstance(server_rank, int) or \
-                not 0 <= server_rank < comm.size:
-            raise ValueError(f"server_rank: {server_rank!r} is out of range for a communicator of "
-                             f"size {comm.size}")
+        server_rank = as_rank(server_rank, "server_rank", comm.size)  # np.int64 passes, True does not
         if not server_computes and comm.size < 2:
             raise ValueError("server_computes: False needs at least one worker (size >= 2)")
         if pull not in ("p2p", "broadcast"):

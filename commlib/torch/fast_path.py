@@ -20,9 +20,12 @@ from torch.futures import Future
 import commlib._C as _C
 from commlib.core.call_spec import DTYPE
 from commlib.device import dtypes
-from commlib.torch.work import Work
+from commlib.torch.work import Work, timeout_seconds
 
-_C.register_torch_types(torch.Tensor, torch.strided, {t: DTYPE[n] for t, n in dtypes.torch_dtypes(torch).items()})
+# One registry for the C++ entry's host and device readers (csrc/bindings/buffer_view.cc): CPU
+# tensors here, CUDA tensors too where torch has CUDA (their current stream is part of a device call).
+_C.register_torch_types(torch.Tensor, torch.strided, {t: DTYPE[n] for t, n in dtypes.torch_dtypes(torch).items()},
+                        getattr(torch._C, "_cuda_getCurrentRawStream", None))
 
 fast_collective = _C.fast_collective
 ALL_REDUCE = _C.COLLECTIVES.index("all_reduce")
@@ -74,6 +77,7 @@ class DoneWork(Work):
         return self._done_fut
 
     def wait(self, timeout=None):
+        timeout_seconds(timeout)  # checked like every timeout, though nothing is left to wait for
         return True
 
     def get_future(self):

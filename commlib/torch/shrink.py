@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import torch.distributed.distributed_c10d as c10d
 
+from commlib.core.shrink import check_exclude
+
 SHRINK_ABORT = getattr(c10d, "SHRINK_ABORT", 1)
 
 
@@ -40,11 +42,15 @@ class ShrinkMixin:
         """
         if opts is not None and not isinstance(opts, type(self._options)):
             raise TypeError(f"opts: expected commlib.torch.Options, got {type(opts).__name__}")
+        if ranks_to_exclude is None:
+            raise TypeError("ranks_to_exclude: expected a list of ranks (commlib.torch.dead_ranks(group)), got None")
+        # Checked as every call checks ranks (np.int64 and 0-d tensors pass), before the abort.
+        exclude = check_exclude(ranks_to_exclude, self._comm.size, "ranks_to_exclude")
         if shrink_flags & SHRINK_ABORT:
             # Fail queued and running calls now; the communicator's links stay open for the
             # agreement (peer liveness), and torch destroys this group after the shrink.
             self._comm.abort("aborted by shrink_group(SHRINK_ABORT)")
-        comm = self._comm.shrink(exclude=list(ranks_to_exclude))
+        comm = self._comm.shrink(exclude=exclude)
         return type(self)(comm, comm.rank, comm.size, opts or self._options, self._timeout)
 
 

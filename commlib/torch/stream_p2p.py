@@ -20,7 +20,7 @@ import torch
 from torch.futures import Future
 
 from commlib.torch.staging import as_flat, out_bytes
-from commlib.torch.work import Work
+from commlib.torch.work import Work, timeout_seconds
 
 
 class CudaSide:
@@ -203,6 +203,7 @@ class DeviceP2PWork(Work):
         return self._result.work
 
     def wait(self, timeout=None):
+        timeout_seconds(timeout)  # checked like every timeout; the stream waits, not the host
         w = self._issued_work()
         if w is not None:
             e = w.exception()  # None unless it completed with an error

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch.futures import Future
 
-from commlib.torch.work import Work
+from commlib.torch.work import Work, timeout_seconds
 
 
 def cuda_device(tensors):
@@ -52,6 +52,7 @@ class StreamWork(Work):
                 raise e
 
     def wait(self, timeout=None):
+        timeout_seconds(timeout)  # checked like every timeout; the stream waits, not the host
         self._raise_failed()
         self._fut.wait()  # the current stream waits for the event: no host synchronisation
         return True

@@ -16,12 +16,14 @@ import torch
 import torch.distributed as dist
 from torch.futures import Future
 
+from commlib.core.call_checks import seconds_value
+
 
 def timeout_seconds(timeout) -> Optional[float]:
     """Seconds from a timedelta or a number; None for no timeout (None, zero or negative)."""
     if timeout is None:
         return None
-    s = timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout)
+    s = seconds_value(timeout)  # a timedelta or a number; text is refused, not converted
     return s if s > 0 else None
 
 

@@ -190,6 +190,9 @@ void bind_device(py::module_& m) {
         "count (stream/stream_engine.h).");
   m.def("emulated_hold_queries", &hold_other_threads_queries, py::arg("close"),
         "Test hook: while closed, event queries from other threads than the caller's wait (at most 5 s each).");
+  m.def("emulated_thread_driver_calls", &emulated_thread_driver_calls,
+        "This thread's driver calls on every emulated device so far, by name, with the device guards' "
+        "cudaGetDevice/cudaSetDevice (the caller's side of a call, without the watchdog's).");
   m.def("emulated_queries_held", &queries_held_at_gate, "Test hook: queries waiting at the gate now.");
   m.def("emulated_device", &emulated_device, py::arg("index") = 0,
         "The process's emulated device `index` (COMMLIB_EMULATED_DELAY_US read when first created).");

@@ -1,29 +1,35 @@
-// The latency path of a device all_reduce (issue #25, host cost): `_C.fast_device_all_reduce`,
-// one METH_FASTCALL function that Communicator.all_reduce calls first for a blocking in-place call
-// on the current stream. It reads the buffer itself (bindings/device_view.h), looks the call up
-// in the route's DeviceCallCache and, on a hit, enqueues it on the engine: no Python in between.
+// The device half of the C++ entry (bindings/fast_call.cc): `DeviceCallCache`, the resolved device
+// collectives of one communicator's device route, which the entry looks up and enqueues with no
+// Python in between: every collective the route runs (all_reduce, all_gather, reduce_scatter,
+// broadcast, reduce, all_to_all, gather, scatter), blocking or async_op=True (the entry returns
+// the route's work handle), on the current stream or an explicit one.
 //
 // Why a cache and not checks in C++: the Python path (commlib/core/device_route.py) owns every
-// check and error message. It adds a call here only after that call passed every check and ran;
-// the key holds everything the checks looked at (kind, pointer, count, dtype, device, current
-// stream, op, algorithm, premul_sum's scale), so a hit is a call the checks already accepted. A
-// miss, an async call or any unusual argument answers NotImplemented: the Python path takes it
-// and raises naming the argument. The route clears the cache wherever it drops its engines.
+// check and error message. It adds a call here only after that call passed every check and was
+// enqueued; the key holds everything the checks looked at (the call as fast_call.cc's call_of
+// reads it from the arguments: collective, requested algorithm, addresses, count, dtype, op,
+// root, premul_sum's scale; the buffers' kinds and devices; the current stream, or the stream
+// object named), so a hit is a call the checks already accepted. A miss, or any unusual argument,
+// answers NotImplemented: the Python path takes it and raises naming the argument.
+//
+// The entry keeps what the call resolved (issue #37): the engine, its stream and the algorithm
+// the kernel path's auto picks (StreamEngine::pinned_call: no tuning lookup per call). A new
+// tuning table or algorithm registry drops every entry (one atomic load each per call).
 #include <Python.h>
 
-#include <cstring>
 #include <deque>
 #include <exception>
 #include <functional>
 #include <memory>
-#include <string>
 #include <unordered_map>
 #include <utility>
 
 #include "bindings/bindings.h"
-#include "bindings/device_view.h"
+#include "bindings/fast_call.h"
 #include "bindings/gil.h"
 #include "host/communicator.h"
+#include "policy/auto_policy.h"
+#include "schedule/registry.h"
 #include "stream/stream_engine.h"
 
 namespace py = pybind11;
@@ -33,87 +39,99 @@ namespace commlib {
 namespace {
 
 struct CallKey {
-  DeviceView buffer;
-  RedOp op = RedOp::Sum;
-  std::string algorithm;
-  double scale = 0;  // premul_sum's; 0 for every other op
+  CollectiveCall call;  // as call_of reads it (the requested algorithm)
+  BufferKind kind_a = BufferKind::None, kind_b = BufferKind::None;
+  int device_a = -1, device_b = -1;
+  uintptr_t current_stream = 0;  // the current stream's identity (no stream named)
+  PyObject* stream = nullptr;    // the stream object named (the entry holds a reference)
 
   bool operator==(const CallKey& o) const {
-    const DeviceView &a = buffer, &b = o.buffer;
-    return a.cuda == b.cuda && a.ptr == b.ptr && a.count == b.count && a.dtype == b.dtype && a.device == b.device &&
-           a.stream == b.stream && op == o.op && algorithm == o.algorithm && scale == o.scale;
+    const CollectiveCall &x = call, &y = o.call;
+    return x.coll == y.coll && x.algo == y.algo && x.input == y.input && x.output == y.output && x.count == y.count &&
+           x.dtype == y.dtype && x.op == y.op && x.root == y.root && x.scale == y.scale && kind_a == o.kind_a &&
+           kind_b == o.kind_b && device_a == o.device_a && device_b == o.device_b &&
+           current_stream == o.current_stream && stream == o.stream;
   }
 };
 
 struct CallKeyHash {
   size_t operator()(const CallKey& k) const {
-    size_t h = std::hash<uintptr_t>()(k.buffer.ptr);
+    size_t h = std::hash<uintptr_t>()(k.call.input);
     auto mix = [&h](size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
-    mix(std::hash<int64_t>()(k.buffer.count));
-    mix(std::hash<uintptr_t>()(k.buffer.stream));
-    mix(static_cast<size_t>(k.buffer.dtype) * 31 + static_cast<size_t>(k.op) * 7 + k.buffer.device * 2 +
-        k.buffer.cuda);
-    mix(std::hash<std::string>()(k.algorithm));
+    mix(std::hash<uintptr_t>()(k.call.output));
+    mix(std::hash<int64_t>()(k.call.count));
+    mix(std::hash<uintptr_t>()(k.current_stream ^ reinterpret_cast<uintptr_t>(k.stream)));
+    mix(static_cast<size_t>(k.call.coll) * 131 + static_cast<size_t>(k.call.dtype) * 31 +
+        static_cast<size_t>(k.call.op) * 7 + k.call.algo * 1009 + static_cast<size_t>(k.call.root) * 17 +
+        static_cast<size_t>(k.device_a + 1) * 3);
     return h;
   }
 };
 
-// Entries before the cache starts over (as the Python route's other per-call caches).
+// Entries before the cache starts over.
 constexpr size_t kMaxCached = 256;
 
-PyObject* g_op_names[static_cast<int>(RedOp::kCount)] = {};
 uint64_t g_offers = 0, g_hits = 0;  // under the GIL
 
-bool parse_op(PyObject* s, RedOp* op) {
-  for (int i = 0; i < static_cast<int>(RedOp::kCount); ++i)
-    if (s == g_op_names[i] || PyUnicode_Compare(s, g_op_names[i]) == 0) return *op = static_cast<RedOp>(i), true;
-  PyErr_Clear();
-  return false;
-}
-
-// The key of a call's Python arguments; false (no error set) when they are not of the kind the
-// cache holds (the Python path decides what they are).
-bool key_of(PyObject* tensor, PyObject* op, PyObject* algorithm, PyObject* scale, CallKey* k) {
-  if (!PyUnicode_CheckExact(op) || !PyUnicode_CheckExact(algorithm) || !parse_op(op, &k->op)) return false;
-  if (k->op == RedOp::PremulSum) {
-    if (!PyFloat_CheckExact(scale) && !PyLong_CheckExact(scale)) return false;
-    k->scale = PyFloat_AsDouble(scale);
-    if (PyErr_Occurred()) return PyErr_Clear(), false;
-  } else if (scale != Py_None) {
-    return false;
-  }
-  Py_ssize_t n = 0;
-  const char* name = PyUnicode_AsUTF8AndSize(algorithm, &n);
-  if (name == nullptr) return PyErr_Clear(), false;
-  k->algorithm.assign(name, static_cast<size_t>(n));
-  return device_view(tensor, &k->buffer);
+// The key of one call through the entry; false when its arguments are not a plain call.
+bool key_of(int P, int me, Collective coll, PyObject* op, PyObject* algorithm, PyObject* root, PyObject* scale,
+            PyObject* stream, const BufferView& va, const BufferView& vb, CallKey* k) {
+  if (!call_of(coll, P, me, op, algorithm, root, scale, va, vb, &k->call)) return false;
+  // Both buffers on devices of one kind (the Python path explains mixtures).
+  if (!on_device(va.kind) && va.kind != BufferKind::None) return false;
+  if (!on_device(vb.kind) && vb.kind != BufferKind::None) return false;
+  k->kind_a = va.kind;
+  k->kind_b = vb.kind;
+  k->device_a = va.device;
+  k->device_b = vb.device;
+  k->stream = stream == Py_None ? nullptr : stream;
+  k->current_stream = stream == Py_None ? (va.kind != BufferKind::None ? va.stream : vb.stream) : 0;
+  return true;
 }
 
 }  // namespace
 
-// Resolved in-place all_reduce calls of one device route, and the buffers of the calls it
-// enqueued, held until their stream executed them (as the route's _pending).
 class DeviceCallCache {
  public:
   struct Entry {
     std::shared_ptr<StreamEngine> engine;
-    CollectiveCall call;
+    CollectiveCall call;  // pinned (StreamEngine::pinned_call)
     std::shared_ptr<DeviceStream> stream;
+    py::object stream_of;    // the route's stream resolver, for the work handle
+    py::object named_stream;  // keeps the key's stream object alive (its identity is the key)
   };
 
+  // `size`, `rank`: the communicator's; `make_work(work, refs, stream_of)`: the route's work handle
+  // class (commlib.core.device_route.DeviceWork).
+  DeviceCallCache(int size, int rank, py::object make_work) : size_(size), rank_(rank), make_work_(std::move(make_work)) {}
   ~DeviceCallCache() { clear(); }
 
-  // After `tensor`'s call (every argument checked, enqueued on `stream` of `engine`): later calls
-  // of the same key hit. False when the buffer is of no kind the cache reads or does not match.
-  bool add(py::handle tensor, py::handle op, py::handle algorithm, py::handle scale,
-           std::shared_ptr<StreamEngine> engine, const CollectiveCall& call, std::shared_ptr<DeviceStream> stream) {
+  // After a call (every argument checked, enqueued on `stream` of `engine` as `call`): later calls
+  // of the same arguments hit. False when they are not of a kind the entry reads, or describe
+  // another call than `call` (then nothing is added).
+  bool add(py::handle a, py::handle b, py::handle op, py::handle algorithm, py::handle root, py::handle scale,
+           py::handle stream, std::shared_ptr<StreamEngine> engine, const CollectiveCall& call,
+           std::shared_ptr<DeviceStream> device_stream, py::object stream_of) {
+    BufferView va, vb;
+    PyBufferHold ha, hb;
+    const bool current = stream.is_none();
     CallKey k;
-    if (!key_of(tensor.ptr(), op.ptr(), algorithm.ptr(), scale.ptr(), &k)) return false;
-    if (k.buffer.ptr != call.input || call.output != call.input || k.buffer.count != call.count ||
-        k.buffer.dtype != call.dtype || k.op != call.op)
+    if (!read_buffer(a.ptr(), &va, &ha, current) || !read_buffer(b.ptr(), &vb, &hb, current) ||
+        !key_of(size_, rank_, call.coll, op.ptr(), algorithm.ptr(), root.ptr(), scale.ptr(), stream.ptr(), va, vb, &k))
       return false;
+    const CollectiveCall& c = k.call;
+    if (c.coll != call.coll || c.algo != call.algo || c.input != call.input || c.output != call.output ||
+        c.count != call.count || c.dtype != call.dtype ||
+        (collective_reduces(c.coll) && (c.op != call.op || (c.op == RedOp::PremulSum && c.scale != call.scale))) ||
+        (collective_has_root(c.coll) && c.root != call.root))
+      return false;
+    if (!valid()) entries_.clear();
     if (entries_.size() >= kMaxCached) entries_.clear();
-    entries_[std::move(k)] = Entry{std::move(engine), call, std::move(stream)};
+    tuning_ = tuning_generation();
+    registry_ = registry_generation();
+    const CollectiveCall pinned = engine->pinned_call(call);
+    entries_[k] = Entry{std::move(engine), pinned, std::move(device_stream), std::move(stream_of),
+                        py::reinterpret_borrow<py::object>(stream)};
     return true;
   }
 
@@ -123,10 +141,7 @@ class DeviceCallCache {
   // Forgets every call and the last engine, releases the held buffers (the route closed its engines).
   void clear() {
     entries_.clear();
-    while (!pending_.empty()) {
-      Py_XDECREF(pending_.front().second);
-      pending_.pop_front();
-    }
+    while (!pending_.empty()) pop_held();
     last_engine = nullptr;
   }
 
@@ -134,28 +149,27 @@ class DeviceCallCache {
   // polled on every call, so buffers are released in call order whichever path ran the call.
   void hold(std::shared_ptr<DeviceWork> work, py::handle refs) {
     release_completed();
-    pending_.emplace_back(std::move(work), refs.inc_ref().ptr());
+    pending_.push_back(Held{std::move(work), refs.inc_ref().ptr(), nullptr});
   }
 
   size_t held() const { return pending_.size(); }
-
   size_t size() const { return entries_.size(); }
 
-  // The fast call: None when enqueued, NotImplemented for the Python path, nullptr (error set)
-  // when the engine raised.
-  PyObject* run(PyObject* tensor, PyObject* op, PyObject* algorithm, PyObject* scale) {
-    if (entries_.empty()) Py_RETURN_NOTIMPLEMENTED;
+  PyObject* run(Collective coll, PyObject* const* args, const BufferView& va, const BufferView& vb) {
+    ++g_offers;
+    PyObject *a = args[2], *b = args[3], *async_op = args[7], *stream = args[9];
+    if (entries_.empty() || (async_op != Py_True && async_op != Py_False)) Py_RETURN_NOTIMPLEMENTED;
+    if (!valid()) {  // a new tuning table or algorithm: what the entries resolved may have changed
+      entries_.clear();
+      Py_RETURN_NOTIMPLEMENTED;
+    }
     CallKey k;
-    if (!key_of(tensor, op, algorithm, scale, &k)) Py_RETURN_NOTIMPLEMENTED;
+    if (!key_of(size_, rank_, coll, args[4], args[5], args[6], args[8], stream, va, vb, &k))
+      Py_RETURN_NOTIMPLEMENTED;
     const auto it = entries_.find(k);
     if (it == entries_.end()) Py_RETURN_NOTIMPLEMENTED;
     const Entry hit = it->second;  // a copy: another thread may clear the cache while the GIL is released
-    try {
-      release_completed();  // one event query per call; a device error raises (as the Python poll)
-    } catch (...) {
-      set_python_error(std::current_exception());
-      return nullptr;
-    }
+    release_completed();  // what the previous calls' enqueues retired (no device call)
     std::shared_ptr<DeviceWork> work;
     std::exception_ptr error;
     {
@@ -170,69 +184,74 @@ class DeviceCallCache {
       set_python_error(error);
       return nullptr;
     }
-    Py_INCREF(tensor);
-    pending_.emplace_back(std::move(work), tensor);
     last_engine = hit.engine;
     ++g_hits;
-    Py_RETURN_NONE;
+    release_completed();  // after the enqueue: its begin() retired what completed before it
+    Py_INCREF(a);
+    Py_XINCREF(b == Py_None ? nullptr : b);
+    pending_.push_back(Held{work, a, b == Py_None ? nullptr : b});  // the queue owns these references
+    if (async_op == Py_False) Py_RETURN_NONE;
+    try {
+      py::tuple refs = b == Py_None ? py::tuple(py::make_tuple(py::handle(a)))
+                                    : py::tuple(py::make_tuple(py::handle(a), py::handle(b)));
+      return make_work_(py::cast(work), refs, hit.stream_of).release().ptr();
+    } catch (py::error_already_set& e) {
+      e.restore();
+      return nullptr;
+    }
   }
 
   std::shared_ptr<StreamEngine> last_engine;  // of the last call run here
 
  private:
+  bool valid() const { return tuning_ == tuning_generation() && registry_ == registry_generation(); }
+
+  // Releases the buffers of the calls their engine retired (seen complete): no device call here,
+  // the engine's own poll (StreamEngine::begin, the watchdog) made it (issue #37).
   void release_completed() {
-    while (!pending_.empty() && pending_.front().first->is_completed()) {
-      Py_XDECREF(pending_.front().second);
-      pending_.pop_front();
-    }
+    while (!pending_.empty() && pending_.front().work->known_complete()) pop_held();
   }
 
+  const int size_, rank_;
+  py::object make_work_;
+  uint64_t tuning_ = 0, registry_ = 0;  // the generations the entries were resolved under
   std::unordered_map<CallKey, Entry, CallKeyHash> entries_;
-  std::deque<std::pair<std::shared_ptr<DeviceWork>, PyObject*>> pending_;
+  // A call's work and the buffers it holds (no tuple made per blocking call).
+  struct Held {
+    std::shared_ptr<DeviceWork> work;
+    PyObject* a;
+    PyObject* b;
+  };
+  void pop_held() {
+    Py_XDECREF(pending_.front().a);
+    Py_XDECREF(pending_.front().b);
+    pending_.pop_front();
+  }
+  std::deque<Held> pending_;
 };
 
-namespace {
-
-// fast_device_all_reduce(cache_address, tensor, op, algorithm, scale, async_op)
-PyObject* fast_device_all_reduce(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  ++g_offers;
-  if (nargs != 6 || args[5] != Py_False) Py_RETURN_NOTIMPLEMENTED;  // async: the route makes the work
-  auto* cache = static_cast<DeviceCallCache*>(PyLong_AsVoidPtr(args[0]));
-  if (cache == nullptr) {
-    PyErr_Clear();
-    Py_RETURN_NOTIMPLEMENTED;
-  }
-  return cache->run(args[1], args[2], args[3], args[4]);
+PyObject* run_device_call(DeviceCallCache& cache, Collective coll, PyObject* const* args, const BufferView& va,
+                          const BufferView& vb) {
+  return cache.run(coll, args, va, vb);
 }
 
-PyMethodDef g_def = {
-    "fast_device_all_reduce", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(fast_device_all_reduce)),
-    METH_FASTCALL,
-    "fast_device_all_reduce(cache_address, tensor, op, algorithm, scale, async_op)\n"
-    "A blocking in-place device all_reduce on the current stream, if its DeviceCallCache holds the call: None "
-    "when enqueued, NotImplemented to ask for the Python path."};
-
-}  // namespace
-
 void bind_device_fast_call(py::module_& m) {
-  for (int i = 0; i < static_cast<int>(RedOp::kCount); ++i)
-    g_op_names[i] = PyUnicode_InternFromString(op_name(static_cast<RedOp>(i)));
   py::class_<DeviceCallCache, std::unique_ptr<DeviceCallCache>>(
-      m, "DeviceCallCache", "Resolved in-place device all_reduce calls of one route (bindings/device_fast_call.cc).")
-      .def(py::init<>())
+      m, "DeviceCallCache", "Resolved device collectives of one route, for the C++ entry (bindings/device_fast_call.cc).")
+      .def(py::init<int, int, py::object>(), py::arg("size"), py::arg("rank"), py::arg("make_work"))
       .def(
           "add",
-          [](DeviceCallCache& c, py::handle tensor, py::handle op, py::handle algorithm, py::handle scale,
-             std::shared_ptr<StreamEngine> engine, Collective coll, const std::string& algo, uintptr_t in,
-             uintptr_t out, int64_t count, DType dtype, RedOp red, int root, double scale_value,
-             std::shared_ptr<DeviceStream> stream) {
-            if (coll != Collective::AllReduce || root != 0) return false;
-            return c.add(tensor, op, algorithm, scale,
-                         std::move(engine), collective_call(coll, algo, in, out, count, dtype, red, root, scale_value),
-                         std::move(stream));
+          [](DeviceCallCache& c, py::handle a, py::handle b, py::handle op, py::handle algorithm, py::handle root,
+             py::handle scale, py::handle stream, std::shared_ptr<StreamEngine> engine, Collective coll,
+             const std::string& algo, uintptr_t in, uintptr_t out, int64_t count, DType dtype, RedOp red, int root_value,
+             double scale_value, std::shared_ptr<DeviceStream> device_stream, py::object stream_of) {
+            if (algo == "nccl") return false;  // NCCL's own collective: the route makes its communicator first
+            return c.add(a, b, op, algorithm, root, scale, stream, std::move(engine),
+                         collective_call(coll, algo, in, out, count, dtype, red, root_value, scale_value),
+                         std::move(device_stream), std::move(stream_of));
           },
-          "add(tensor, op, algorithm, scale, engine, *engine.run's arguments): after the call ran, later calls of "
-          "its key hit. False when the buffer is not of a kind the cache reads.")
+          "add(a, b, op, algorithm, root, scale, stream, engine, *engine.run's arguments, stream_of): after the call "
+          "ran, later calls of the same arguments (as the entry reads them) hit. False when not cacheable.")
       .def("clear", &DeviceCallCache::clear, "Forget every call and the last engine; release the buffers held.")
       .def("forget", &DeviceCallCache::forget, "Forget every call (the buffers stay held).")
       .def("hold", &DeviceCallCache::hold, py::arg("work"), py::arg("refs"),
@@ -241,13 +260,10 @@ void bind_device_fast_call(py::module_& m) {
       .def("__len__", &DeviceCallCache::size)
       .def_readwrite("last_engine", &DeviceCallCache::last_engine, "The engine of the last call run (None before).")
       .def("address", [](DeviceCallCache& c) { return reinterpret_cast<uintptr_t>(&c); },
-           "For fast_device_all_reduce (the caller keeps the cache alive).");
+           "For fast_collective (the caller keeps the cache alive).");
   m.def(
       "device_fast_path_counts", [] { return std::make_pair(g_offers, g_hits); },
-      "(calls of fast_device_all_reduce, how many of them it ran) in this process, for tests.");
-  PyObject* fn = PyCFunction_NewEx(&g_def, nullptr, m.ptr());
-  if (!fn) throw py::error_already_set();
-  m.add_object("fast_device_all_reduce", py::reinterpret_steal<py::object>(fn));
+      "(device calls offered to the C++ entry's cache, how many of them it ran) in this process, for tests.");
 }
 
 }  // namespace commlib

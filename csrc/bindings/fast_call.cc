@@ -1,27 +1,26 @@
-// The latency path from Python: one METH_FASTCALL function, `_C.fast_collective`, that takes the
-// user's NumPy arrays and argument objects as they are and runs a blocking collective.
-//
-// Why: a small collective's own work is about a microsecond, and the general path (Python argument
-// checks, pybind11's dispatcher, string parsing) cost as much again. This function accepts only the
-// unremarkable case (exact numpy.ndarray buffers, writable, C-contiguous, matching sizes and dtypes,
-// known op and algorithm, blocking) and answers NotImplemented for anything else, so the Python
-// method falls back to the general path, which owns every error message. It never raises for bad
-// arguments; it raises only what the collective itself raises (CommError and subclasses).
-#include <Python.h>
+// The one C++ entry from Python: `_C.fast_collective`, a METH_FASTCALL function every collective
+// method of Communicator (and the torch backend's latency path) calls first, with the user's
+// objects as they are. It reads the buffers once (bindings/buffer_view.h: NumPy arrays, torch
+// tensors, emulated arrays) and then
+//   - host buffers: runs a blocking collective on the caller's thread (GIL released);
+//   - device buffers: looks the call up in the communicator's DeviceCallCache
+//     (bindings/device_fast_call.cc) and enqueues it on its stream engine, blocking or async,
+//     on the current stream or the one named.
+// Why: a small collective's own work is about a microsecond on the host and a kernel launch on a
+// device; Python argument checks, pybind11's dispatch and string parsing cost as much again. The
+// entry accepts only the unremarkable case and answers NotImplemented for anything else, so the
+// Python method falls back to the general path, which owns every error message. It never raises
+// for bad arguments; it raises only what the collective itself raises (CommError and subclasses).
+#include "bindings/fast_call.h"
 
-#include <cstring>
 #include <exception>
-#include <string>
 #include <utility>
-#include <vector>
 
 #include "bindings/bindings.h"
-#include "bindings/buffer_view.h"
+#include "bindings/call_names.h"
 #include "bindings/gil.h"
-#include "bindings/tensor_view.h"
 #include "common/shapes.h"
 #include "host/communicator.h"
-#include "schedule/registry.h"
 
 namespace py = pybind11;
 
@@ -29,56 +28,7 @@ namespace commlib {
 
 namespace {
 
-PyObject* g_array_type = nullptr;  // numpy.ndarray, registered by commlib.buffers at import
-PyObject* g_auto = nullptr;        // interned "auto"
-PyObject* g_op_names[static_cast<int>(RedOp::kCount)] = {};
-std::vector<std::vector<PyObject*>> g_algo_names;  // interned, per collective, registry order
-uint64_t g_algo_generation = ~uint64_t{0};         // registry_generation() g_algo_names is from
-
 constexpr int kColls = static_cast<int>(Collective::kCount);
-
-// Interned-pointer comparison first (string literals in user code are interned), then by value.
-bool same_name(PyObject* s, PyObject* interned) {
-  return s == interned || (PyUnicode_Check(s) && PyUnicode_Compare(s, interned) == 0);
-}
-
-bool parse_op_object(PyObject* s, RedOp* op) {
-  for (int i = 0; i < static_cast<int>(RedOp::kCount); ++i)
-    if (s == g_op_names[i]) return *op = static_cast<RedOp>(i), true;
-  if (!PyUnicode_Check(s)) return false;
-  for (int i = 0; i < static_cast<int>(RedOp::kCount); ++i)
-    if (PyUnicode_Compare(s, g_op_names[i]) == 0) return *op = static_cast<RedOp>(i), true;
-  PyErr_Clear();
-  return false;
-}
-
-// The interned names of every collective's algorithms, re-read when the registry changed
-// (commlib.register_algorithm / unregister_algorithm at run time): one atomic load per call.
-void refresh_algorithm_names() {
-  const uint64_t gen = registry_generation();
-  if (gen == g_algo_generation) return;
-  for (auto& names : g_algo_names)
-    for (PyObject* n : names) Py_DECREF(n);
-  g_algo_names.assign(kColls, {});
-  for (int c = 0; c < kColls; ++c)
-    for (const auto& name : algorithms(static_cast<Collective>(c)))
-      g_algo_names[c].push_back(PyUnicode_InternFromString(name.c_str()));
-  g_algo_generation = gen;
-}
-
-// 0 for auto, else 1-based registry index; -1 when unknown (the general path explains).
-int parse_algorithm_object(Collective c, PyObject* s) {
-  if (same_name(s, g_auto)) return 0;
-  refresh_algorithm_names();
-  const auto& names = g_algo_names[static_cast<int>(c)];
-  for (size_t i = 0; i < names.size(); ++i)
-    if (same_name(s, names[i])) return static_cast<int>(i) + 1;
-  PyErr_Clear();
-  return -1;
-}
-
-// An exact numpy.ndarray (subclasses and other buffer exporters take the general path).
-bool is_array(PyObject* o) { return o != nullptr && Py_TYPE(o) == reinterpret_cast<PyTypeObject*>(g_array_type); }
 
 // Calls of fast_collective in this process and how many it declined (for tests: which offers the
 // latency path took; the GIL serialises the increments, one per call on the path it takes).
@@ -90,51 +40,103 @@ PyObject* fallback() {
   Py_RETURN_NOTIMPLEMENTED;
 }
 
-PyObject* g_tensor_type = nullptr;  // torch.Tensor, registered by commlib.torch
-PyObject* g_strided = nullptr;      // torch.strided
-PyObject* g_is_cpu = nullptr;       // interned attribute and method names
-PyObject* g_layout = nullptr;
-PyObject* g_dtype = nullptr;
-PyObject* g_is_contiguous = nullptr;
-PyObject* g_data_ptr = nullptr;
-PyObject* g_numel = nullptr;
-std::vector<std::pair<PyObject*, DType>> g_torch_dtypes;
+bool has(const BufferView& v) { return v.kind != BufferKind::None; }
 
-// A NumPy array or a torch tensor, as the core sees it.
-struct Span {
-  BufferView buffer;  // holds the NumPy buffer while the call runs
-  uintptr_t addr = 0;
-  int64_t count = 0;
-  DType dtype = DType::UInt8;
-};
+}  // namespace
 
-bool span_of(PyObject* o, Span* s) {
-  if (is_array(o)) {
-    if (!s->buffer.acquire(o)) return false;
-    s->addr = s->buffer.address();
-    s->count = s->buffer.count;
-    s->dtype = s->buffer.dtype;
-    return true;
+bool call_of(Collective coll, int P, int me, PyObject* op_obj, PyObject* algo_obj, PyObject* root_obj,
+             PyObject* scale_obj, const BufferView& va, const BufferView& vb, CollectiveCall* out) {
+  CollectiveCall call;
+  call.coll = coll;
+  if (collective_has_root(coll)) {
+    int overflow = 0;
+    const long root = PyLong_Check(root_obj) && !PyBool_Check(root_obj) ? PyLong_AsLongAndOverflow(root_obj, &overflow)
+                                                                        : -1;
+    if (overflow || root < 0 || root >= P) return PyErr_Clear(), false;
+    call.root = static_cast<int>(root);
   }
-  return tensor_view(o, &s->addr, &s->count, &s->dtype);
+  if (coll != Collective::Barrier) {
+    const int algo = parse_algorithm_name(coll, algo_obj);
+    if (algo < 0) return false;
+    call.algo = static_cast<uint8_t>(algo);
+  }
+  if (collective_reduces(coll)) {
+    if (!parse_op_name(op_obj, &call.op)) return false;
+    if (call.op == RedOp::PremulSum) {
+      if (!PyFloat_CheckExact(scale_obj) && !PyLong_CheckExact(scale_obj)) return false;
+      call.scale = PyFloat_AsDouble(scale_obj);
+      if (PyErr_Occurred()) return PyErr_Clear(), false;
+    } else if (scale_obj != Py_None) {
+      return false;
+    }
+  }
+  // Which buffers must be there depends on the collective (and, for gather/scatter, on whether
+  // this rank is the root: common/shapes.h).
+  switch (coll) {
+    case Collective::AllReduce:
+    case Collective::Reduce:  // (tensor, out=None)
+    case Collective::Broadcast:  // (tensor)
+      if (!has(va) || (coll == Collective::Broadcast && has(vb))) return false;
+      call.dtype = va.dtype;
+      call.count = va.count;
+      call.input = call.output = va.address;
+      if (has(vb)) {
+        if (vb.dtype != va.dtype || vb.count != va.count) return false;
+        call.output = vb.address;
+      }
+      break;
+    case Collective::AllGather:
+    case Collective::Gather: {  // a = input (the count), b = output (gather: root only)
+      if (!has(va)) return false;
+      call.dtype = va.dtype;
+      call.count = va.count;
+      call.input = va.address;
+      const int64_t out_elems = buffer_shapes(coll, call.count, P, me, call.root).output;
+      if (out_elems >= 0) {
+        if (!has(vb) || vb.dtype != va.dtype || vb.count != out_elems) return false;
+        call.output = vb.address;
+      }
+      break;
+    }
+    case Collective::ReduceScatter:
+    case Collective::Scatter: {  // b = output (the count), a = input (scatter: root only)
+      if (!has(vb)) return false;
+      call.dtype = vb.dtype;
+      call.count = vb.count;
+      call.output = vb.address;
+      const int64_t in_elems = buffer_shapes(coll, call.count, P, me, call.root).input;
+      if (in_elems >= 0) {
+        if (!has(va) || va.dtype != vb.dtype || va.count != in_elems) return false;
+        call.input = va.address;
+      }
+      break;
+    }
+    case Collective::AllToAll:  // equal blocks; in place (same buffer) is fine
+      if (!has(va) || !has(vb) || va.dtype != vb.dtype || va.count != vb.count || va.count % P) return false;
+      call.dtype = va.dtype;
+      call.count = va.count / P;
+      call.input = va.address;
+      call.output = vb.address;
+      break;
+    case Collective::Barrier:
+      if (has(va) || has(vb)) return false;
+      call.dtype = DType::UInt8;
+      break;
+    default:
+      return false;
+  }
+  if (op_is_bitwise(call.op) && collective_reduces(coll) && !dtype_is_integer(call.dtype)) return false;
+  *out = call;
+  return true;
 }
 
-// New reference to o.name() or o.name; nullptr (error cleared) on failure.
-PyObject* call0(PyObject* o, PyObject* name) {
-  PyObject* r = PyObject_CallMethodObjArgs(o, name, nullptr);
-  if (!r) PyErr_Clear();
-  return r;
-}
+namespace {
 
-
-// fast_collective(core_address, collective, a, b, op, algorithm, root, async_op, scale)
-//   a: the input-side array (all_reduce/broadcast/reduce: the tensor), b: the output-side array
-//   or None. Returns None when the collective ran, NotImplemented to ask for the general path.
+// fast_collective(core_address, collective, a, b, op, algorithm, root, async_op, scale
+//                 [, stream, device_calls_address])
 PyObject* fast_collective(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   ++g_offers;
-  if (nargs != 9 || g_array_type == nullptr) return fallback();
-  PyObject *a = args[2], *b = args[3], *op_obj = args[4], *algo_obj = args[5], *root_obj = args[6];
-  if (args[7] != Py_False) return fallback();  // async_op: the general path makes the Work
+  if (nargs != 9 && nargs != 11) return fallback();
   auto* comm = static_cast<Communicator*>(PyLong_AsVoidPtr(args[0]));
   const long coll_code = PyLong_AsLong(args[1]);
   if (!comm || coll_code < 0 || coll_code >= kColls || PyErr_Occurred()) {
@@ -142,98 +144,24 @@ PyObject* fast_collective(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     return fallback();
   }
   const Collective coll = static_cast<Collective>(coll_code);
-  const int P = comm->size(), me = comm->rank();
-
+  PyObject* stream = nargs == 11 ? args[9] : Py_None;
+  // A device call's current stream is part of its key; without a device call cache (the torch
+  // backend's host-only entry) there is nothing to key.
+  const bool current_stream = nargs == 11 && stream == Py_None;
+  BufferView va, vb;
+  PyBufferHold hold_a, hold_b;  // NumPy buffers, held while the call runs
+  if (!read_buffer(args[2], &va, &hold_a, current_stream) || !read_buffer(args[3], &vb, &hold_b, current_stream))
+    return fallback();
+  if (on_device(va.kind) || on_device(vb.kind)) {
+    void* cache = nargs == 11 && args[10] != Py_None ? PyLong_AsVoidPtr(args[10]) : nullptr;
+    if (cache == nullptr) return PyErr_Clear(), fallback();
+    PyObject* r = run_device_call(*static_cast<DeviceCallCache*>(cache), coll, args, va, vb);
+    if (r == Py_NotImplemented) ++g_declined;
+    return r;
+  }
+  if (args[7] != Py_False || stream != Py_None) return fallback();  // async, streams: the general path
   CollectiveCall call;
-  call.coll = coll;
-  if (collective_has_root(coll)) {
-    int overflow = 0;
-    long root = PyLong_Check(root_obj) ? PyLong_AsLongAndOverflow(root_obj, &overflow) : -1;
-    if (overflow || root < 0 || root >= P || PyBool_Check(root_obj)) return fallback();
-    call.root = static_cast<int>(root);
-  }
-  if (coll != Collective::Barrier) {
-    int algo = parse_algorithm_object(coll, algo_obj);
-    if (algo < 0) return fallback();
-    call.algo = static_cast<uint8_t>(algo);
-  }
-  if (collective_reduces(coll)) {
-    if (!parse_op_object(op_obj, &call.op)) return fallback();
-    if (call.op == RedOp::PremulSum) {
-      if (!PyFloat_CheckExact(args[8]) && !PyLong_CheckExact(args[8])) return fallback();
-      call.scale = PyFloat_AsDouble(args[8]);
-      if (PyErr_Occurred()) return PyErr_Clear(), fallback();
-    } else if (args[8] != Py_None) {
-      return fallback();
-    }
-  }
-
-  // Buffers: which objects must be arrays depends on the collective (and, for gather/scatter, on
-  // whether this rank is the root).
-  Span va, vb;
-  auto view = [](PyObject* o, Span* v) { return o != nullptr && o != Py_None && span_of(o, v); };
-  switch (coll) {
-    case Collective::AllReduce:
-    case Collective::Reduce: {  // (tensor, out=None)
-      if (!view(a, &va)) return fallback();
-      call.dtype = va.dtype;
-      call.count = va.count;
-      call.input = call.output = va.addr;
-      if (b != Py_None) {
-        if (!view(b, &vb) || vb.dtype != va.dtype || vb.count != va.count) return fallback();
-        call.output = vb.addr;
-      }
-      break;
-    }
-    case Collective::Broadcast:
-      if (!view(a, &va)) return fallback();
-      call.dtype = va.dtype;
-      call.count = va.count;
-      call.input = call.output = va.addr;
-      break;
-    case Collective::AllGather:
-    case Collective::Gather: {  // a = input (the count), b = output (shapes.h; gather: root only)
-      if (!view(a, &va)) return fallback();
-      call.dtype = va.dtype;
-      call.count = va.count;
-      call.input = va.addr;
-      const int64_t out_elems = buffer_shapes(coll, call.count, P, me, call.root).output;
-      if (out_elems >= 0) {
-        if (!view(b, &vb) || vb.dtype != va.dtype || vb.count != out_elems) return fallback();
-        call.output = vb.addr;
-      }
-      break;
-    }
-    case Collective::ReduceScatter:
-    case Collective::Scatter: {  // b = output (the count), a = input (shapes.h; scatter: root only)
-      if (!view(b, &vb)) return fallback();
-      call.dtype = vb.dtype;
-      call.count = vb.count;
-      call.output = vb.addr;
-      const int64_t in_elems = buffer_shapes(coll, call.count, P, me, call.root).input;
-      if (in_elems >= 0) {
-        if (!view(a, &va) || va.dtype != vb.dtype || va.count != in_elems) return fallback();
-        call.input = va.addr;
-      }
-      break;
-    }
-    case Collective::AllToAll: {  // equal blocks; in place (same buffer) is fine
-      if (!view(a, &va) || !view(b, &vb) || va.dtype != vb.dtype || va.count != vb.count || va.count % P)
-        return fallback();
-      call.dtype = va.dtype;
-      call.count = va.count / P;
-      call.input = va.addr;
-      call.output = vb.addr;
-      break;
-    }
-    case Collective::Barrier:
-      call.dtype = DType::UInt8;
-      break;
-    default:
-      return fallback();
-  }
-  if (op_is_bitwise(call.op) && collective_reduces(coll) && !dtype_is_integer(call.dtype)) return fallback();
-
+  if (!call_of(coll, comm->size(), comm->rank(), args[4], args[5], args[6], args[8], va, vb, &call)) return fallback();
   std::exception_ptr error;
   {
     ReleaseGil nogil;
@@ -250,75 +178,17 @@ PyObject* fast_collective(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_NONE;
 }
 
-PyMethodDef g_fast_def = {"fast_collective", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(fast_collective)),
-                          METH_FASTCALL,
-                          "fast_collective(core_address, collective, a, b, op, algorithm, root, async_op, scale)\n"
-                          "Blocking collective on plain NumPy arrays; NotImplemented asks for the general path."};
+PyMethodDef g_fast_def = {
+    "fast_collective", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(fast_collective)), METH_FASTCALL,
+    "fast_collective(core_address, collective, a, b, op, algorithm, root, async_op, scale[, stream, device_calls])\n"
+    "The C++ entry: a blocking collective on host buffers, or a device call its DeviceCallCache (device_calls: "
+    "its address) holds. None (or the work of an async device call) when it ran; NotImplemented asks for the "
+    "general path."};
 
 }  // namespace
 
-bool tensor_view(PyObject* o, uintptr_t* address, int64_t* count, DType* dtype) {
-  if (g_tensor_type == nullptr || Py_TYPE(o) != reinterpret_cast<PyTypeObject*>(g_tensor_type)) return false;
-  bool ok = false;
-  PyObject *cpu = nullptr, *layout = nullptr, *dt = nullptr, *contig = nullptr, *ptr = nullptr, *n = nullptr;
-  do {
-    if (!(cpu = PyObject_GetAttr(o, g_is_cpu)) || cpu != Py_True) break;
-    if (!(layout = PyObject_GetAttr(o, g_layout)) || layout != g_strided) break;
-    if (!(dt = PyObject_GetAttr(o, g_dtype))) break;
-    bool known = false;
-    for (const auto& [obj, code] : g_torch_dtypes)
-      if (obj == dt) known = true, *dtype = code;
-    if (!known) break;
-    if (!(contig = call0(o, g_is_contiguous)) || contig != Py_True) break;
-    if (!(ptr = call0(o, g_data_ptr)) || !(n = call0(o, g_numel))) break;
-    *address = reinterpret_cast<uintptr_t>(PyLong_AsVoidPtr(ptr));
-    *count = PyLong_AsLongLong(n);
-    ok = !PyErr_Occurred();
-  } while (false);
-  PyErr_Clear();
-  Py_XDECREF(cpu);
-  Py_XDECREF(layout);
-  Py_XDECREF(dt);
-  Py_XDECREF(contig);
-  Py_XDECREF(ptr);
-  Py_XDECREF(n);
-  return ok;
-}
-
 void bind_fast_call(py::module_& m) {
-  g_auto = PyUnicode_InternFromString("auto");
-  for (int i = 0; i < static_cast<int>(RedOp::kCount); ++i)
-    g_op_names[i] = PyUnicode_InternFromString(op_name(static_cast<RedOp>(i)));
-  g_algo_names.assign(kColls, {});
-  refresh_algorithm_names();
-
-  m.def(
-      "register_array_type",
-      [](py::handle type) {
-        if (!PyType_Check(type.ptr())) throw py::type_error("register_array_type: expected a type");
-        Py_XDECREF(g_array_type);
-        g_array_type = type.inc_ref().ptr();
-      },
-      "Tell the fast path which type is numpy.ndarray (commlib.buffers does, at import).");
-  m.def(
-      "register_torch_types",
-      [](py::handle tensor_type, py::handle strided, py::dict dtypes) {
-        if (!PyType_Check(tensor_type.ptr())) throw py::type_error("register_torch_types: expected torch.Tensor");
-        g_torch_dtypes.clear();
-        for (auto item : dtypes) {
-          g_torch_dtypes.emplace_back(item.first.inc_ref().ptr(), py::cast<DType>(item.second));
-        }
-        g_strided = strided.inc_ref().ptr();
-        g_is_cpu = PyUnicode_InternFromString("is_cpu");
-        g_layout = PyUnicode_InternFromString("layout");
-        g_dtype = PyUnicode_InternFromString("dtype");
-        g_is_contiguous = PyUnicode_InternFromString("is_contiguous");
-        g_data_ptr = PyUnicode_InternFromString("data_ptr");
-        g_numel = PyUnicode_InternFromString("numel");
-        g_tensor_type = tensor_type.inc_ref().ptr();
-      },
-      "Let the fast path take torch CPU tensors (commlib.torch does, at import): torch.Tensor, "
-      "torch.strided and {torch dtype: _C.DType}.");
+  init_call_names();
   m.def(
       "core_address", [](Communicator& c) { return reinterpret_cast<uintptr_t>(&c); },
       "Address of a Communicator core, for fast_collective (the caller keeps the core alive).");

@@ -1,8 +1,8 @@
 #include "bindings/bindings.h"
 
 namespace commlib {
-void bind_device_view(pybind11::module_& m);       // bindings/device_view.cc: emulated/torch CUDA buffer readers
-void bind_device_fast_call(pybind11::module_& m);  // bindings/device_fast_call.cc: the cached device all_reduce
+void bind_buffer_view(pybind11::module_& m);       // bindings/buffer_view.cc: the one buffer reader's registrations
+void bind_device_fast_call(pybind11::module_& m);  // bindings/device_fast_call.cc: the device call cache
 }  // namespace commlib
 
 PYBIND11_MODULE(_C, m) {
@@ -14,7 +14,7 @@ PYBIND11_MODULE(_C, m) {
   commlib::bind_comm(m);
   commlib::bind_fast_call(m);
   commlib::bind_device(m);
-  commlib::bind_device_view(m);
+  commlib::bind_buffer_view(m);
   commlib::bind_device_fast_call(m);
   commlib::bind_sim(m);
   commlib::bind_device_plan(m);

@@ -137,17 +137,31 @@ class Device {
 
 // This device current on the calling thread for a scope, the previous one restored after: every
 // method of the engine that enqueues or queries takes one (kernels launched on another device's
-// stream fail; a thread that never set a device creates a context on device 0).
+// stream fail; a thread that never set a device creates a context on device 0). A guard nested in
+// a guard of the same device on the same thread does nothing: that device is current already, so
+// one call pays for one guard (a cudaGetDevice), not one per method it goes through (issue #37).
 class DeviceGuard {
  public:
-  explicit DeviceGuard(Device& d) : d_(d), previous_(d.swap_current()) {}
-  ~DeviceGuard() { d_.restore_current(previous_); }
+  explicit DeviceGuard(Device& d) : d_(d), outer_(innermost_) {
+    if (outer_ == &d) return;
+    previous_ = d.swap_current();
+    innermost_ = &d;
+    active_ = true;
+  }
+  ~DeviceGuard() {
+    if (!active_) return;
+    innermost_ = outer_;
+    d_.restore_current(previous_);
+  }
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;
 
  private:
+  static inline thread_local Device* innermost_ = nullptr;  // the device of this thread's innermost guard
   Device& d_;
-  int previous_;
+  Device* const outer_;
+  int previous_ = -1;
+  bool active_ = false;
 };
 
 }  // namespace commlib

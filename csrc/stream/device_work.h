@@ -20,6 +20,7 @@ class DeviceWork {
   // Makes `stream` wait for the call (raises at once if it is already known to have failed).
   void wait(DeviceStream& stream);
   bool is_completed();
+  bool known_complete() const;  // the engine retired the call (seen complete): no device call
   // Waits on the host; raises the call's CommError if it failed.
   void synchronize();
   uint64_t seq() const { return seq_; }

@@ -1,7 +1,8 @@
 // The stream engine's completion events, pooled (issue #25): a call used to create one event
 // (cudaEventCreate, a few us of driver work) and drop it when its last holder went. The pool hands
 // out an event that nobody but the pool holds any more (no call in flight, no work handle, not the
-// engine's "previous call" event) and whose last record completed, and creates one only when none
+// engine's "previous call" event: so its last record completed, as a call's in-flight entry holds
+// its event until seen complete), without querying it, and creates one only when none
 // is free, so N calls create O(calls in flight) events, not N. Re-recording a free event is safe:
 // nobody can wait on or query its previous record any more.
 #pragma once

@@ -15,18 +15,28 @@ CallDesc StreamEngine::describe(const CollectiveCall& call, uint8_t algo, uint64
   return call_desc(call, static_cast<uint8_t>(algo | kDeviceCallAlgoBit), seq);
 }
 
-const ResolvedPlan& StreamEngine::plan_of(const CollectiveCall& call) {
+const ResolvedPlan& StreamEngine::plan_of(const CollectiveCall& call, uint8_t* kernel_auto) {
   const ResolvedPlan& policy = plans_.get(call);
-  const std::string source = policy.choice.source;  // before get() again (it may drop the cache)
+  if (call.algo != 0) return policy;  // an algorithm named (or pinned_call's): kernel_auto_algorithm leaves it
   const KernelAutoInputs in{device_->plan_blocks(1) > 0, opts_.path, opts_.link == DeviceLinkSetting::Nccl,
                             kernel_ ? kernel_->kernel_max_bytes() : kKernelPathMaxBytes};
   const uint64_t bytes = static_cast<uint64_t>(call.count) * dtype_size(call.dtype);
-  const uint8_t algo =
-      kernel_auto_algorithm(size_, plans_.context().topology, in, call.coll, call.algo, bytes, source);
+  const uint8_t algo = kernel_auto_algorithm(size_, plans_.context().topology, in, call.coll, call.algo, bytes,
+                                             policy.choice.source);
+  if (kernel_auto) *kernel_auto = algo;
   if (!algo) return policy;
   CollectiveCall c = call;
   c.algo = algo;
   return plans_.get(c);
+}
+
+CollectiveCall StreamEngine::pinned_call(const CollectiveCall& call) {
+  std::lock_guard<std::mutex> guard(enqueue_mu_);
+  CollectiveCall c = call;
+  uint8_t algo = 0;
+  plan_of(call, &algo);
+  if (algo) c.algo = algo;
+  return c;
 }
 
 std::string StreamEngine::resolved_algorithm(const CollectiveCall& call) {

@@ -106,6 +106,7 @@ class PeerControl {
 };
 
 class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private CopyPathHost {
+  friend class DeviceWork;
  public:
   // `plan`: the host communicator's plan context (rank, size, host map, overrides), so a device
   // call resolves auto exactly as a host call does.
@@ -145,6 +146,9 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   void check_first_p2p(const std::vector<P2PItem>& items, DType dtype);
   // The algorithm `call` runs on this engine (plan/plan_cache.h: as the host resolves it).
   std::string resolved_algorithm(const CollectiveCall& call);
+  // `call` with the algorithm the kernel path's auto picks for it, if any: the same plan without the tuning
+  // lookup per call (the bindings' call cache keeps it while tuning_generation() stays).
+  CollectiveCall pinned_call(const CollectiveCall& call);
 
   void abort(const std::string& reason);
   bool failed() const { return failed_.load(std::memory_order_acquire); }
@@ -214,8 +218,8 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   void enqueue_call(const CollectiveCall& call, const ResolvedPlan& plan, const CallDesc& desc, size_t esize,
                     DeviceStream& s);
   // The plan of `call`: the policy's (plans_), except where the kernel path's auto asks for the
-  // one-shot or two-shot all_reduce (policy/device_auto.h).
-  const ResolvedPlan& plan_of(const CollectiveCall& call);
+  // one-shot or two-shot all_reduce (policy/device_auto.h: its algorithm into `*kernel_auto`).
+  const ResolvedPlan& plan_of(const CollectiveCall& call, uint8_t* kernel_auto = nullptr);
   // The path `call` runs on (policy/device_auto.h: device auto decides, the engine asks).
   DeviceCallPath path_of(const CollectiveCall& call) const;
   // CopyPathHost: what the copy path needs of the engine.
@@ -308,6 +312,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   std::vector<std::pair<int, CallDesc>> p2p_waits_;  // device receives waiting for their descriptor
   std::atomic<bool> failed_{false};
   std::atomic<bool> reported_{false};  // the engine's error reached a caller (take_unreported_error)
+  std::atomic<uint64_t> retired_through_{0};  // every call up to it retired (DeviceWork::known_complete)
   bool stream_failure_ = false;  // fail_from_stream's error, for the watchdog
   uint64_t stream_fail_seq_ = 0;  // the engine's number of the call that found it
   ErrorKind stream_fail_kind_ = ErrorKind::None;

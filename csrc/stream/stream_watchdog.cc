@@ -74,6 +74,7 @@ void StreamEngine::retire_completed(bool stop_if_failed) {
     std::lock_guard<std::mutex> lk(mu_);
     if (in_flight_.empty() || in_flight_.front().seq != front.seq) continue;  // another thread retired it
     in_flight_.pop_front();
+    retired_through_.store(front.seq, std::memory_order_release);
     while (!waits_.empty() && waits_.front().seq <= front.seq) waits_.pop_front();
   }
 }

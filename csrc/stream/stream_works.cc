@@ -31,6 +31,8 @@ bool DeviceWork::is_completed() {
   return true;
 }
 
+bool DeviceWork::known_complete() const { return engine_->retired_through_.load(std::memory_order_acquire) >= seq_; }
+
 void DeviceWork::synchronize() {
   try {
     DeviceGuard guard(engine_->device());

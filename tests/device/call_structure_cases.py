@@ -44,34 +44,6 @@ def calls_on_alternating_streams(comm, n=6):
     return with_settings(comm, KERNEL_SETTINGS, run)
 
 
-def cached_calls_still_check(comm):
-    """After a call of a shape is cached, the same buffer with bad arguments still raises the
-    general path's errors (the cache key holds what the checks looked at), and a buffer of the same
-    address but another count or dtype is a new call: (errors, results right)."""
-    def run(sub):
-        x = emu.from_numpy(np.full(4, sub.rank, np.float32))
-        for _ in range(3):
-            sub.all_reduce(x, op="max", algorithm="direct")
-        errors = []
-        for kwargs in (dict(op="band"), dict(op="max", scale=2.0), dict(op="max", algorithm="no_such"),
-                       dict(op="premul_sum"), dict(op="max", algorithm=1)):
-            try:
-                sub.all_reduce(x, **kwargs)
-                errors.append(None)
-            except (TypeError, ValueError) as e:
-                errors.append(f"{type(e).__name__}: {e}")
-        ok = bool((x.numpy() == sub.size - 1).all())
-        sub.all_reduce(x, op="premul_sum", scale=0.5, algorithm="direct")
-        sub.all_reduce(x, op="premul_sum", scale=0.5, algorithm="direct")  # cached: its own scale
-        ok &= bool((x.numpy() == (sub.size - 1) * sub.size * sub.size / 4).all())
-        ok &= bool((x.numpy() == (sub.size - 1) * sub.size * sub.size / 4).all())
-        ints = emu.from_numpy(np.full(4, 1, np.int32))
-        sub.all_reduce(ints, algorithm="direct")
-        ok &= bool((ints.numpy() == sub.size).all())
-        return errors, ok
-    return with_settings(comm, KERNEL_SETTINGS, run)
-
-
 def enqueue_beside_a_held_query(comm):
     """A call enqueued while the watchdog sits in an event query (held by the emulated device's
     gate, as a cudaEventQuery behind a busy driver lock): (the query still held when the call

@@ -1,6 +1,7 @@
-"""Rank side of test_fast_device_call.py: which calls the C++ cached device all_reduce
-(csrc/bindings/device_fast_call.cc) runs, counted by ``_C.device_fast_path_counts()`` (calls
-offered, calls it ran), and that everything else still goes through the checked Python path."""
+"""Rank side of test_fast_device_call.py: which device calls the C++ entry runs from the
+communicator's DeviceCallCache (csrc/bindings/device_fast_call.cc), counted by
+``_C.device_fast_path_counts()`` (calls offered, calls it ran), and that everything else still goes
+through the checked Python path."""
 import gc
 import weakref
 
@@ -23,9 +24,10 @@ def _hits_of(fn):
 
 
 def hits_and_misses(comm, n=5):
-    """{case: (C++ hits, results right)} for: n repeated calls (the first fills the cache), a view of
-    the same memory as another dtype, a slice (another pointer and count), another stream (a miss,
-    then hits there) and the default stream again, async calls (the Python path: they return a work)."""
+    """all_reduce: {case: (C++ hits, results right)} for n repeated calls (the first fills the
+    cache), a view of the same memory as another dtype, a slice (another pointer and count), another
+    current stream (a miss, then hits there) and the default stream again, async calls (hits that
+    return works), and the buffers held until executed whichever path ran the call."""
     def run(sub):
         out = {}
         P = sub.size
@@ -61,12 +63,12 @@ def hits_and_misses(comm, n=5):
             works = [sub.all_reduce(ints, async_op=True) for _ in range(2)]
             for w in works:
                 w.synchronize()
-            return all(w is not None for w in works) and bool((ints.numpy() == P ** 7).all())
+            return all(type(w).__name__ == "DeviceWork" for w in works) and bool((ints.numpy() == P ** 7).all())
         out["async"] = _hits_of(async_calls)
 
         def buffers_released():
             # Both paths' calls hold their buffers in one queue until executed, released by the
-            # next call of either path once the stream ran them.
+            # next call of either path once its engine saw them complete.
             w = emu.from_numpy(np.ones(2, np.int32))
             sub.all_reduce(w)  # the Python path (a miss)
             sub.all_reduce(w)  # a hit
@@ -76,7 +78,7 @@ def hits_and_misses(comm, n=5):
             gc.collect()
             alive_while_queued = ref() is not None
             emu.current_stream().synchronize()
-            sub.all_reduce(ints)  # a hit: polls the queue
+            sub.all_reduce(ints)  # a hit: retires the completed calls, releases their buffers
             gc.collect()
             return held and alive_while_queued and ref() is None
         out["released"] = _hits_of(buffers_released)
@@ -84,25 +86,122 @@ def hits_and_misses(comm, n=5):
     return with_settings(comm, KERNEL_SETTINGS, run)
 
 
-def bad_arguments_after_hits(comm):
-    """After hits, bad arguments on the same buffer raise naming the argument and never run in C++:
-    ([(C++ hits, error)] per bad call, results right, whether the cache is empty after close)."""
+def collective_calls(sub, n=4):
+    """{collective: (call(async_op, stream), check())} on emulated arrays of this rank: calls whose
+    results do not change when repeated, and the check of every rank's result."""
+    P, r = sub.size, sub.rank
+    base = np.arange(n, dtype=np.float32)
+    mine = base + 10 * r
+    blocks = np.concatenate([mine + 100 * j for j in range(P)])  # block j: this rank's to rank j
+    arr = emu.from_numpy
+    t = {k: arr(v) for k, v in (("ar", mine), ("ag", mine), ("rs", blocks), ("a2a", blocks), ("bc", mine),
+                                 ("rd", mine), ("ga", mine))}
+    t["ar_out"], t["ag_out"], t["rs_out"], t["a2a_out"] = (emu.empty(n), emu.empty(P * n), emu.empty(n),
+                                                           emu.empty(P * n))
+    t["ga_out"] = emu.empty(P * n) if r == 0 else None
+    t["sc_in"] = arr(np.concatenate([base + 100 * j for j in range(P)])) if r == 0 else None
+    t["sc_out"] = emu.empty(n)
+    top = base + 10 * (P - 1)
+    everyone = np.concatenate([base + 10 * q for q in range(P)])
+    return {
+        "all_reduce": (lambda a, s: sub.all_reduce(t["ar"], out=t["ar_out"], async_op=a, stream=s),
+                       lambda: np.array_equal(t["ar_out"].numpy(), P * base + 10 * P * (P - 1) / 2)),
+        "all_gather": (lambda a, s: sub.all_gather(t["ag_out"], t["ag"], async_op=a, stream=s),
+                       lambda: np.array_equal(t["ag_out"].numpy(), everyone)),
+        "reduce_scatter": (lambda a, s: sub.reduce_scatter(t["rs_out"], t["rs"], op="max", async_op=a, stream=s),
+                           lambda: np.array_equal(t["rs_out"].numpy(), top + 100 * r)),
+        "all_to_all": (lambda a, s: sub.all_to_all(t["a2a_out"], t["a2a"], async_op=a, stream=s),
+                       lambda: np.array_equal(t["a2a_out"].numpy(),
+                                              np.concatenate([base + 10 * i + 100 * r for i in range(P)]))),
+        "broadcast": (lambda a, s: sub.broadcast(t["bc"], root=P - 1, async_op=a, stream=s),
+                      lambda: np.array_equal(t["bc"].numpy(), top)),
+        "reduce": (lambda a, s: sub.reduce(t["rd"], root=0, op="max", async_op=a, stream=s),
+                   lambda: r != 0 or np.array_equal(t["rd"].numpy(), top)),
+        "gather": (lambda a, s: sub.gather(t["ga_out"], t["ga"], root=0, async_op=a, stream=s),
+                   lambda: r != 0 or np.array_equal(t["ga_out"].numpy(), everyone)),
+        "scatter": (lambda a, s: sub.scatter(t["sc_out"], t["sc_in"], root=0, async_op=a, stream=s),
+                    lambda: np.array_equal(t["sc_out"].numpy(), base + 100 * r)),
+    }
+
+
+def every_collective_hits(comm, k=3):
+    """Per collective: (hits of [a first call (a miss), k blocking calls, k async calls, a first
+    call on a named stream (a miss), k more there], the async calls returned works, results right)."""
     def run(sub):
+        out = {}
+        s = emu.Stream()
+        for name, (call, check) in collective_calls(sub).items():
+            def calls():
+                call(False, None)
+                for _ in range(k):
+                    call(False, None)
+                works = [call(True, None) for _ in range(k)]
+                call(False, s)
+                for _ in range(k):
+                    call(False, s)
+                s.synchronize()
+                for w in works:
+                    w.synchronize()
+                return all(type(w).__name__ == "DeviceWork" for w in works)
+            hits, works_ok = _hits_of(calls)
+            out[name] = (hits, works_ok, bool(check()))
+        return out
+    return with_settings(comm, KERNEL_SETTINGS, run)
+
+
+# Bad arguments after hits of the same buffers, otherwise the arguments of the cached calls (so that
+# only the bad one tells them apart): (label, call, the error's start).
+def _bad_calls(sub, x, g_out, g_in):
+    P = sub.size
+    return [
+        ("op", lambda: sub.all_reduce(x, op="band", algorithm="direct"), "ValueError: op:"),
+        ("scale without premul_sum", lambda: sub.all_reduce(x, op="max", scale=2.0, algorithm="direct"), "ValueError: scale:"),
+        ("unknown algorithm", lambda: sub.all_reduce(x, op="max", algorithm="no_such"), "ValueError: algorithm:"),
+        ("premul_sum without scale", lambda: sub.all_reduce(x, op="premul_sum", algorithm="direct"), "ValueError: scale:"),
+        ("algorithm not a str", lambda: sub.all_reduce(x, op="max", algorithm=1), "TypeError: algorithm:"),
+        ("op not a str", lambda: sub.all_reduce(x, op=b"max", algorithm="direct"), "ValueError: op:"),
+        ("unknown algorithm, async", lambda: sub.all_reduce(x, op="max", algorithm="no_such", async_op=True),
+         "ValueError: algorithm:"),
+        ("stream of another kind", lambda: sub.all_reduce(x, op="max", algorithm="direct", stream="s"), "TypeError: stream:"),
+        ("all_gather output size", lambda: sub.all_gather(g_out[: P * g_in.count - 1], g_in), "ValueError: output:"),
+        ("broadcast root", lambda: sub.broadcast(x, root=P), "ValueError: root:"),
+        ("reduce_scatter bitwise op on floats", lambda: sub.reduce_scatter(g_in, g_out, op="bxor"), "ValueError: op:"),
+    ]
+
+
+def bad_arguments_after_hits(comm):
+    """After hits, bad arguments on the same buffers raise naming the argument and never run in C++:
+    ([(label, C++ hits, error, expected start)] per bad call, results right, the cache filled and
+    then empty after close)."""
+    def run(sub):
+        P = sub.size
         x = emu.from_numpy(np.full(4, sub.rank, np.float32))
+        g_in = emu.from_numpy(np.full(2, sub.rank, np.float32))
+        g_out = emu.empty(2 * P)
         for _ in range(3):
             sub.all_reduce(x, op="max", algorithm="direct")
+            sub.all_gather(g_out, g_in)
+            sub.broadcast(x, root=0)
+            sub.reduce_scatter(g_in, g_out, op="max")
         errors = []
-        for kwargs in (dict(op="band"), dict(op="max", scale=2.0), dict(op="max", algorithm="no_such"),
-                       dict(op="premul_sum"), dict(op="max", algorithm=1), dict(op=b"max"),
-                       dict(op="max", algorithm="no_such", async_op=True)):
-            def bad():
+        for label, bad, start in _bad_calls(sub, x, g_out, g_in):
+            def caught():
                 try:
-                    sub.all_reduce(x, **kwargs)
+                    bad()
                     return None
                 except (TypeError, ValueError) as e:
                     return f"{type(e).__name__}: {e}"
-            errors.append(_hits_of(bad))
-        ok = bool((x.numpy() == sub.size - 1).all())
+            hits, error = _hits_of(caught)
+            errors.append((label, hits, error, start))
+        ok = bool((x.numpy() == P - 1).all())
+        # premul_sum is cached with its own scale; a buffer of the same address but another dtype is a new call.
+        sub.all_reduce(x, op="premul_sum", scale=0.5, algorithm="direct")
+        sub.all_reduce(x, op="premul_sum", scale=0.5, algorithm="direct")
+        ok &= bool((x.numpy() == (P - 1) * P * P / 4).all())
+        ints = emu.Array(x._alloc, x.device_index, x.offset, x.count, "int32")
+        ints.copy_(emu.from_numpy(np.ones(4, np.int32)))
+        sub.all_reduce(ints, algorithm="direct")
+        ok &= bool((ints.numpy() == P).all())
         route = sub._device()
         filled = len(route._fast_calls) > 0
         sub.close()

@@ -2,14 +2,14 @@
 on a GPU): the driver calls it makes, counted by the emulated device, never its time. A kernel-path
 call on the stream of the previous call is one launch and one completion-event record: no host
 function, no second stream, no event wait, no copies or flag writes. Calls on another stream than
-the previous call still wait for it. The route's cache of resolved calls skips checks only where its
-key proves them. On the emulated device, in the rank pools of test_device_collectives.py."""
+the previous call still wait for it (bad arguments after cached calls: test_fast_device_call.py).
+On the emulated device, in the rank pools of test_device_collectives.py."""
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from call_structure_cases import (cached_calls_still_check, calls_on_alternating_streams,  # noqa: E402
-                                  driver_calls_per_call, enqueue_beside_a_held_query)
+from call_structure_cases import (calls_on_alternating_streams, driver_calls_per_call,  # noqa: E402
+                                  enqueue_beside_a_held_query)
 from kernel_path_cases import check_kernel_and_copy  # noqa: E402
 from test_device_collectives import DELAY_ENV  # noqa: E402
 
@@ -28,17 +28,6 @@ def test_a_call_on_another_stream_waits_for_the_previous_call(pool):
     for calls, ok in pool(2, env=DELAY_ENV).run(calls_on_alternating_streams, n, timeout=60):
         assert ok
         assert calls == {"the kernel path's launch": n, "cudaEventRecord": n, "cudaStreamWaitEvent": n}, calls
-
-
-def test_cached_calls_still_check_their_arguments(pool):
-    for errors, ok in pool(2, env=DELAY_ENV).run(cached_calls_still_check, timeout=60):
-        assert ok
-        op, scale, algorithm, premul, algorithm_type = errors
-        assert op and op.startswith("ValueError: op:") and "band" in op, op
-        assert scale and scale.startswith("ValueError: scale:"), scale
-        assert algorithm and algorithm.startswith("ValueError: algorithm:") and "no_such" in algorithm, algorithm
-        assert premul and premul.startswith("ValueError: scale:"), premul
-        assert algorithm_type and algorithm_type.startswith("TypeError: algorithm:"), algorithm_type
 
 
 def test_an_enqueue_does_not_wait_behind_the_watchdogs_event_query(pool):

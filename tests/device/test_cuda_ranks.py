@@ -38,7 +38,7 @@ def test_two_lane_pipeline_on_cuda(pool, size, warm):
 @pytest.mark.gpu
 @pytest.mark.timeout(90)
 def test_cached_all_reduce_reads_torch_cuda_tensors(pool):
-    """The C++ cached all_reduce's torch reader (csrc/bindings/device_view.cc): repeated calls hit,
+    """The C++ entry's torch CUDA reader (csrc/bindings/buffer_view.cc): repeated calls hit,
     another torch stream misses once, a bad argument after hits still raises naming it."""
     pytest.importorskip("torch")
     for hits, error, ok in pool(2, env=ENV).run(fast_device_call_cases.cuda_hits, timeout=60):

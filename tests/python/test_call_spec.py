@@ -19,10 +19,11 @@ _PARSE = re.compile(r"\bparse_(?:dtype|op|collective)\w*\(")
 STILL_PARSING = {
     "cuda_module.cc": (4, "commlib._C_cuda's synchronous kernels for GPU tests: a separate module that shares no "
                           "types with _C, so its callers pass names"),
-    "fast_call.cc": (2, "the latency path: the user's op name reaches C++ before any Python runs (interned "
-                        "pointers compared first); a name it does not know falls back to the general path"),
-    "device_fast_call.cc": (2, "the device latency path (a cached in-place all_reduce): as fast_call.cc, the op "
-                               "name is the cache key's, compared before any Python runs; unknown: the Python path"),
+    "call_names.h": (1, "the one table of op and algorithm names of the C++ entry from Python (fast_call.cc): "
+                        "the user's op name reaches C++ before any Python runs (interned pointers compared first)"),
+    "call_names.cc": (1, "its definition"),
+    "fast_call.cc": (1, "the C++ entry (host calls and the device call cache): a name it does not know falls back "
+                        "to the general path"),
 }
 
 

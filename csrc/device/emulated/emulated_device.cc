@@ -149,8 +149,24 @@ EmulatedDevice::~EmulatedDevice() {
   for (auto& [ptr, bytes] : imports_) munmap(ptr, bytes);
 }
 
+namespace {
+// The calling thread's driver calls, every emulated device together (emulated_thread_driver_calls).
+thread_local std::unordered_map<const char*, uint64_t> t_calls;
+
+void count(const char* what) {
+  ++t_calls[what];
+}
+}  // namespace
+
+std::map<std::string, uint64_t> emulated_thread_driver_calls() {
+  std::map<std::string, uint64_t> out;
+  for (const auto& [what, n] : t_calls) out[what] += n;
+  return out;
+}
+
 void EmulatedDevice::enter(const char* what, bool needs_current) {
   emulated_enter(what, index_, needs_current);
+  count(what);
   {
     std::lock_guard<std::mutex> lk(calls_mu_);
     ++calls_[what];
@@ -172,13 +188,19 @@ const NcclApi* EmulatedDevice::nccl_api() const { return &emulated_nccl_api(); }
 
 void EmulatedDevice::make_current() { emulated_set_current_device(index_); }
 
+// Counted as CudaDevice makes them (cuda_device.cc): a get, and a set only where the device changes.
 int EmulatedDevice::swap_current() {
   const int previous = emulated_current_device();
+  count("cudaGetDevice");
+  if (std::max(previous, 0) != index_) count("cudaSetDevice");  // CUDA reports device 0 on a fresh thread
   emulated_set_current_device(index_);
   return previous;
 }
 
-void EmulatedDevice::restore_current(int previous) { emulated_set_current_device(previous); }
+void EmulatedDevice::restore_current(int previous) {
+  if (previous >= 0 && previous != index_) count("cudaSetDevice");
+  emulated_set_current_device(previous);
+}
 
 void EmulatedDevice::inject_fault(const std::string& kind) {
   if (kind != "illegal_address")

@@ -180,4 +180,9 @@ std::function<void()> emulated_reduce_kernel(void* dst, const void* src, size_t 
 std::function<void()> emulated_scale_kernel(void* dst, const void* src, size_t n, DType dtype, double scale);
 std::function<void()> emulated_divide_kernel(void* dst, size_t n, DType dtype, int64_t divisor);
 
+// The calling thread's driver calls on every emulated device so far, by name, with the current
+// device's gets and sets (a device guard: cudaGetDevice, cudaSetDevice where it changes): what one
+// call costs on the caller's thread, without the watchdog's queries (tests of issue #37).
+std::map<std::string, uint64_t> emulated_thread_driver_calls();
+
 }  // namespace commlib

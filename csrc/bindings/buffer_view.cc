@@ -1,0 +1,243 @@
+// The one buffer reader (buffer_view.h) and the registrations it reads by: numpy.ndarray
+// (commlib/device/host_buffers.py), commlib.emulated.Array (emulated.py) and torch's types
+// (commlib.torch at import, or the device route on its first CUDA call).
+#include "bindings/buffer_view.h"
+
+#include <pybind11/pybind11.h>
+
+#include <utility>
+#include <vector>
+
+#include "bindings/bindings.h"
+#include "device/device.h"
+
+namespace py = pybind11;
+
+namespace commlib {
+
+namespace {
+
+PyObject* intern(const char* s) { return PyUnicode_InternFromString(s); }
+
+PyObject* g_array_type = nullptr;  // numpy.ndarray
+
+// commlib.emulated.Array and its slots.
+PyObject* g_emulated_array = nullptr;
+PyObject* g_emulated_dtypes = nullptr;  // {dtype name: DType code}
+PyObject *g_alloc = nullptr, *g_ptr = nullptr, *g_offset = nullptr, *g_count = nullptr, *g_dtype_name = nullptr,
+         *g_device_index = nullptr;
+
+// torch: one registry for host (CPU) and device (CUDA) tensors.
+PyObject* g_torch_tensor = nullptr;
+PyObject* g_torch_strided = nullptr;
+PyObject* g_raw_stream = nullptr;  // torch._C._cuda_getCurrentRawStream(device) -> cudaStream_t; null: no CUDA
+std::vector<std::pair<PyObject*, DType>> g_torch_dtypes;
+PyObject *g_is_cpu = nullptr, *g_is_cuda = nullptr, *g_layout = nullptr, *g_dtype = nullptr,
+         *g_is_contiguous = nullptr, *g_data_ptr = nullptr, *g_numel = nullptr, *g_get_device = nullptr;
+
+thread_local uintptr_t t_emulated_stream = 0;
+
+// The integer value of o.name (attribute) or o.name() (method): false (error cleared) otherwise.
+bool long_of(PyObject* o, PyObject* name, bool call, long long* out) {
+  PyObject* r = call ? PyObject_CallMethodObjArgs(o, name, nullptr) : PyObject_GetAttr(o, name);
+  bool ok = r != nullptr && PyLong_CheckExact(r);
+  if (ok) *out = PyLong_AsLongLong(r);
+  Py_XDECREF(r);
+  ok = ok && !PyErr_Occurred();
+  PyErr_Clear();
+  return ok;
+}
+
+// struct-module format characters NumPy uses for the dtypes we move (native byte order only).
+bool format_dtype(const char* f, Py_ssize_t itemsize, DType* out) {
+  if (!f) f = "B";
+  if (*f == '<' || *f == '=' || *f == '@') ++f;  // native byte order on x86-64 and aarch64
+  if (!f[0] || f[1]) return false;
+  switch (f[0]) {
+    case 'f': *out = DType::Float32; return itemsize == 4;
+    case 'd': *out = DType::Float64; return itemsize == 8;
+    case 'e': *out = DType::Float16; return itemsize == 2;
+    case 'b': *out = DType::Int8; return itemsize == 1;
+    case 'B': *out = DType::UInt8; return itemsize == 1;
+    case 'i': *out = DType::Int32; return itemsize == 4;
+    case 'l': case 'q': *out = DType::Int64; return itemsize == 8;
+    default: return false;
+  }
+}
+
+}  // namespace
+
+bool read_python_buffer(PyObject* o, BufferView* v, PyBufferHold* hold) {
+  const Py_buffer* b = hold->acquire(o);
+  if (b == nullptr) return false;
+  if (!format_dtype(b->format, b->itemsize, &v->dtype)) return false;
+  v->kind = BufferKind::Host;
+  v->address = reinterpret_cast<uintptr_t>(b->buf);
+  v->count = b->len / b->itemsize;
+  return true;
+}
+
+namespace {
+
+bool emulated_view(PyObject* o, BufferView* v, bool current_stream) {
+  long long base = 0, offset = 0, count = 0, index = 0, code = 0;
+  PyObject* alloc = PyObject_GetAttr(o, g_alloc);
+  const bool ok_base = alloc != nullptr && long_of(alloc, g_ptr, false, &base);
+  Py_XDECREF(alloc);
+  if (!ok_base || !long_of(o, g_offset, false, &offset) || !long_of(o, g_count, false, &count) ||
+      !long_of(o, g_device_index, false, &index))
+    return PyErr_Clear(), false;
+  PyObject* name = PyObject_GetAttr(o, g_dtype_name);
+  PyObject* dt = name != nullptr && PyUnicode_CheckExact(name) ? PyDict_GetItemWithError(g_emulated_dtypes, name)
+                                                               : nullptr;  // borrowed
+  const bool known = dt != nullptr && PyLong_CheckExact(dt);
+  if (known) code = PyLong_AsLongLong(dt);
+  Py_XDECREF(name);
+  if (!known || PyErr_Occurred()) return PyErr_Clear(), false;
+  v->kind = BufferKind::Emulated;
+  v->address = static_cast<uintptr_t>(base + offset);
+  v->count = count;
+  v->dtype = static_cast<DType>(code);
+  v->device = static_cast<int>(index);
+  v->stream = current_stream ? t_emulated_stream : 0;
+  return true;
+}
+
+// torch CPU and CUDA tensors: the checks of commlib/device/buffers.py's torch branch and of
+// host_buffers.py (a tensor failing them takes the Python path, which raises naming the argument).
+bool torch_view(PyObject* o, BufferView* v, bool current_stream) {
+  bool ok = false;
+  PyObject *cpu = nullptr, *cuda = nullptr, *layout = nullptr, *dt = nullptr, *contig = nullptr, *stream = nullptr;
+  do {
+    if (!(cpu = PyObject_GetAttr(o, g_is_cpu))) break;
+    if (cpu != Py_True) {  // a CUDA tensor, once the device route registered torch's stream reader
+      if (g_raw_stream == nullptr || !(cuda = PyObject_GetAttr(o, g_is_cuda)) || cuda != Py_True) break;
+    }
+    if (!(layout = PyObject_GetAttr(o, g_layout)) || layout != g_torch_strided) break;
+    if (!(dt = PyObject_GetAttr(o, g_dtype))) break;
+    bool known = false;
+    for (const auto& [obj, code] : g_torch_dtypes)
+      if (obj == dt) known = true, v->dtype = code;
+    if (!known) break;
+    if (!(contig = PyObject_CallMethodObjArgs(o, g_is_contiguous, nullptr)) || contig != Py_True) break;
+    long long ptr = 0, n = 0, index = -1;
+    if (!long_of(o, g_data_ptr, true, &ptr) || !long_of(o, g_numel, true, &n)) break;
+    if (cuda != nullptr) {
+      if (!long_of(o, g_get_device, true, &index)) break;
+      if (current_stream) {
+        PyObject* idx = PyLong_FromLongLong(index);
+        stream = idx ? PyObject_CallOneArg(g_raw_stream, idx) : nullptr;
+        Py_XDECREF(idx);
+        if (!stream || !PyLong_Check(stream)) break;
+        v->stream = reinterpret_cast<uintptr_t>(PyLong_AsVoidPtr(stream));
+      }
+    }
+    v->kind = cuda != nullptr ? BufferKind::Cuda : BufferKind::Host;
+    v->address = static_cast<uintptr_t>(ptr);
+    v->count = n;
+    v->device = static_cast<int>(index);
+    ok = !PyErr_Occurred();
+  } while (false);
+  PyErr_Clear();
+  Py_XDECREF(cpu);
+  Py_XDECREF(cuda);
+  Py_XDECREF(layout);
+  Py_XDECREF(dt);
+  Py_XDECREF(contig);
+  Py_XDECREF(stream);
+  return ok;
+}
+
+}  // namespace
+
+bool read_buffer(PyObject* o, BufferView* v, PyBufferHold* hold, bool current_stream) {
+  *v = BufferView{};
+  if (o == nullptr || o == Py_None) return true;
+  PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(o));
+  if (type == g_array_type) return read_python_buffer(o, v, hold);
+  if (type == g_torch_tensor) return torch_view(o, v, current_stream);
+  if (type == g_emulated_array) return emulated_view(o, v, current_stream);
+  return false;
+}
+
+void bind_buffer_view(py::module_& m) {
+  m.def(
+      "register_array_type",
+      [](py::handle type) {
+        if (!PyType_Check(type.ptr())) throw py::type_error("register_array_type: expected a type");
+        Py_XDECREF(g_array_type);
+        g_array_type = type.inc_ref().ptr();
+      },
+      "Tell the C++ entry which type is numpy.ndarray (commlib/device/host_buffers.py does, at import).");
+  m.def(
+      "register_emulated_array",
+      [](py::handle array_type, py::dict dtypes) {
+        if (!PyType_Check(array_type.ptr())) throw py::type_error("register_emulated_array: expected a type");
+        py::dict codes;
+        for (auto item : dtypes) codes[item.first] = static_cast<int>(py::cast<DType>(item.second));
+        g_alloc = intern("_alloc");
+        g_ptr = intern("ptr");
+        g_offset = intern("offset");
+        g_count = intern("count");
+        g_dtype_name = intern("dtype");
+        g_device_index = intern("device_index");
+        Py_XDECREF(g_emulated_dtypes);
+        g_emulated_dtypes = codes.release().ptr();
+        Py_XDECREF(g_emulated_array);
+        g_emulated_array = array_type.inc_ref().ptr();
+      },
+      "Let the C++ entry read commlib.emulated.Array (emulated.py does, at import): the type and {dtype name: "
+      "_C.DType}.");
+  m.def(
+      "register_torch_types",
+      [](py::handle tensor_type, py::handle strided, py::dict dtypes, py::object raw_stream) {
+        if (!PyType_Check(tensor_type.ptr())) throw py::type_error("register_torch_types: expected torch.Tensor");
+        if (!raw_stream.is_none() && !PyCallable_Check(raw_stream.ptr()))
+          throw py::type_error("register_torch_types: raw_stream must be callable or None");
+        for (auto& [obj, code] : g_torch_dtypes) Py_DECREF(obj);
+        g_torch_dtypes.clear();
+        for (auto item : dtypes) g_torch_dtypes.emplace_back(item.first.inc_ref().ptr(), py::cast<DType>(item.second));
+        g_is_cpu = intern("is_cpu");
+        g_is_cuda = intern("is_cuda");
+        g_layout = intern("layout");
+        g_dtype = intern("dtype");
+        g_is_contiguous = intern("is_contiguous");
+        g_data_ptr = intern("data_ptr");
+        g_numel = intern("numel");
+        g_get_device = intern("get_device");
+        Py_XDECREF(g_torch_strided);
+        g_torch_strided = strided.inc_ref().ptr();
+        Py_XDECREF(g_raw_stream);
+        g_raw_stream = raw_stream.is_none() ? nullptr : raw_stream.inc_ref().ptr();
+        Py_XDECREF(g_torch_tensor);
+        g_torch_tensor = tensor_type.inc_ref().ptr();
+      },
+      py::arg("tensor_type"), py::arg("strided"), py::arg("dtypes"), py::arg("raw_stream") = py::none(),
+      "Let the C++ entry read torch tensors: torch.Tensor, torch.strided, {torch dtype: _C.DType} and "
+      "torch._C._cuda_getCurrentRawStream (None: CPU tensors only). One registry for host and device "
+      "tensors (commlib.torch registers at import, the device route on its first CUDA call).");
+  m.def("torch_cuda_readable", [] { return g_raw_stream != nullptr; },
+        "Whether register_torch_types was given torch's stream reader (CUDA tensors are read in C++).");
+  m.def(
+      "read_buffer",
+      [](py::handle o) -> py::object {
+        BufferView v;
+        PyBufferHold hold;
+        if (!read_buffer(o.ptr(), &v, &hold, true)) return py::none();
+        static const char* kinds[] = {"none", "host", "emulated", "cuda"};
+        return py::make_tuple(kinds[static_cast<int>(v.kind)], v.address, v.count, v.dtype, v.device, v.stream);
+      },
+      "For tests: the C++ entry's view of o, (kind, address, count, dtype, device, stream), or None when it "
+      "cannot read it (the Python path then takes the call).");
+  m.def(
+      "set_emulated_current_stream",
+      [](py::object stream) {
+        t_emulated_stream = stream.is_none() ? 0 : reinterpret_cast<uintptr_t>(py::cast<DeviceStream*>(stream));
+      },
+      "This thread's current emulated stream (a DeviceStream, None: the default), as emulated.use_stream "
+      "sets it: the C++ entry keys device calls on it.");
+  m.def("emulated_current_stream", [] { return t_emulated_stream; },
+        "This thread's current emulated stream as set_emulated_current_stream set it (an identity; 0: default).");
+}
+
+}  // namespace commlib

@@ -1,0 +1,28 @@
+// The one C++ entry from Python (bindings/fast_call.cc) and the device call cache behind it
+// (bindings/device_fast_call.cc): what they share.
+#pragma once
+
+#include <Python.h>
+
+#include "bindings/buffer_view.h"
+#include "plan/call.h"
+
+namespace commlib {
+
+// The collective call the arguments of one method call describe (`a`: the input-side buffer,
+// all_reduce/broadcast/reduce's tensor; `b`: the output side or None; as Communicator's methods
+// pass them), exactly as the host path would run it: false, no Python error set, for anything
+// that is not a plain, consistent call (the Python path then decides and explains). `P`, `me`:
+// the communicator's size and this rank. The op and scale of non-reducing collectives are ignored.
+bool call_of(Collective coll, int P, int me, PyObject* op, PyObject* algorithm, PyObject* root, PyObject* scale,
+             const BufferView& va, const BufferView& vb, CollectiveCall* call);
+
+class DeviceCallCache;
+
+// A device call through the entry: None (blocking) or the work handle (async_op=True) when the
+// cache held it and it was enqueued, NotImplemented for the Python path, nullptr (error set) when
+// the engine raised.
+PyObject* run_device_call(DeviceCallCache& cache, Collective coll, PyObject* const* args, const BufferView& va,
+                          const BufferView& vb);
+
+}  // namespace commlib
