@@ -16,6 +16,7 @@ import sys
 import time
 
 import commlib._C as _C
+from commlib.errors import CommError
 from commlib.bootstrap.wait import report, reported_failure, wait_for_key
 from commlib.core.call_checks import as_seconds
 from commlib.core.call_spec import COLLECTIVE, DTYPE, OP
@@ -176,7 +177,7 @@ class DeviceRoute:
         first device call."""
         self._engine(DeviceBuffer(kind, 0, 0, "float32", index))
 
-    def _engine(self, buf: DeviceBuffer, first_call=None, first_p2p=None):
+    def _engine(self, buf: DeviceBuffer, first_call=None, first_p2p=None, capture_stream=None):
         """The engine for ``buf``'s device, set up on first use. ``first_call`` (collective,
         algorithm, count, dtype, op, root; collective, dtype and op as the call spec's enums) is
         published while the ranks meet, so a peer in a host call of the same number raises
@@ -191,6 +192,11 @@ class DeviceRoute:
             device = emulated.device(buf.device_index)
         else:  # CUDA: the thin layer of commlib._C_cuda (never run so far: docs/gpu.md)
             device = _C.device_from_capsule(_cuda_module("tensor").device_capsule(buf.device_index))
+        if capture_stream is not None and device.capture_status(capture_stream)[0] != "none":
+            raise CommError(f"rank {self._ctx.rank} cannot set up its device engine on {buf.kind}:{buf.device_index} "
+                            "inside a CUDA graph capture (set-up allocates and meets the peers, which a capture "
+                            "forbids): run the collectives once outside the capture first (the warm-up), then "
+                            "capture them")
         c = self._ctx
         prefix = f"{c.prefix}/device{len(self._engines) + 1}"
         try:
@@ -231,7 +237,7 @@ class DeviceRoute:
             raise ValueError(f"op: NCCL has no {op} (algorithm='nccl')")
         # The call spec (commlib/core/call_spec.py): the names the checks accepted, as enums, once.
         spec = (COLLECTIVE[coll], algorithm, count, DTYPE[dtype], OP[op], root)
-        engine = self._engine(first, spec)
+        engine = self._engine(first, spec, capture_stream=device_stream)
         if algorithm == "nccl":  # NCCL's own collective: its communicator is made on first use
             device_nccl.ensure_communicator(self._ctx, engine, self._prefixes[(first.kind, first.device_index)],
                                             f"{coll} (nccl, {count} x {dtype}, {op}, root {root})")

@@ -18,7 +18,8 @@ case). The emulated NCCL, like NCCL, refuses two ranks on one device: give each 
 The device follows CUDA's documented rules where code could otherwise pass here and hang or fail
 on a GPU (docs/gpu.md lists them): one host-function thread per process, no device call inside a
 host function, a current device per thread (``rule_counts()``), IPC refusing one's own export,
-and ``inject_fault`` for a sticky device error.
+``inject_fault`` for a sticky device error, and stream capture (``graph``, ``Graph``: CUDA's
+capture rules, commlib/device/emulated_graphs.py).
 ``COMMLIB_EMULATED_DELAY_US`` delays every stream operation, so that missing synchronisation shows
 up as wrong data in tests.
 """
@@ -299,6 +300,13 @@ def from_numpy(a, device_index: Optional[int] = None, stream: Optional[Stream] =
     device(device_index).upload(out.data_ptr(), data, s._stream)
     return out
 
+
+# Stream capture and graphs (emulated_graphs.py), as commlib.emulated.graph and the rest.
+from commlib.device import emulated_graphs as _graphs  # noqa: E402
+from commlib.device.emulated_graphs import (  # noqa: E402,F401
+    Graph, capture_mode, capture_status, graph, is_current_stream_capturing)
+
+_graphs.bind(Stream=Stream, current_stream=current_stream, use_stream=use_stream, device=device)
 
 # The C++ entry's buffer reader (csrc/bindings/buffer_view.cc) reads Array's slots itself.
 _C.register_emulated_array(Array, {name: getattr(_C.DType, name) for name in dtypes.NAMES})

@@ -34,16 +34,65 @@ CollectiveCall device_call(Collective coll, const std::string& algo, uintptr_t i
   return call;
 }
 
+CaptureMode capture_mode(const std::string& mode) {
+  for (CaptureMode m : {CaptureMode::Global, CaptureMode::ThreadLocal, CaptureMode::Relaxed})
+    if (mode == capture_mode_name(m)) return m;
+  throw std::invalid_argument("mode: expected 'global', 'thread_local' or 'relaxed', got '" + mode + "'");
+}
+
+const char* capture_status_name(CaptureStatus s) {
+  return s == CaptureStatus::Active ? "active" : s == CaptureStatus::Invalidated ? "invalidated" : "none";
+}
+
+// Stream capture and graphs (device/device.h), for commlib.emulated's graph() and the tests.
+void bind_capture(py::class_<Device, std::shared_ptr<Device>>& d) {
+  d.def("begin_capture",
+        [](Device& d, DeviceStream& s, const std::string& mode) {
+          const CaptureMode m = capture_mode(mode);
+          DeviceGuard g(d);
+          d.begin_capture(s, m);
+        },
+        py::arg("stream"), py::arg("mode") = "global")
+      .def("end_capture",
+           [](Device& d, DeviceStream& s) {
+             DeviceGuard g(d);
+             return d.end_capture(s);
+           })
+      .def("capture_status",
+           [](Device& d, DeviceStream& s) {
+             DeviceGuard g(d);
+             uint64_t id = 0;
+             const CaptureStatus st = d.capture_status(s, &id);
+             return py::make_tuple(capture_status_name(st), id);
+           },
+           "cudaStreamGetCaptureInfo: ('none' | 'active' | 'invalidated', the capture's id or 0).")
+      .def("exchange_capture_mode",
+           [](Device& d, const std::string& mode) { return capture_mode_name(d.exchange_capture_mode(capture_mode(mode))); },
+           py::arg("mode"), "cudaThreadExchangeStreamCaptureMode: sets this thread's mode, returns the previous one.")
+      .def("instantiate",
+           [](Device& d, DeviceGraph& graph) {
+             DeviceGuard g(d);
+             return d.instantiate(graph);
+           })
+      .def("launch_graph", [](Device& d, DeviceGraphExec& exec, DeviceStream& s) {
+        DeviceGuard g(d);
+        d.launch_graph(exec, s);
+      });
+}
+
 }  // namespace
 
 void bind_device(py::module_& m) {
   py::class_<DeviceStream, std::shared_ptr<DeviceStream>>(m, "DeviceStream");
   py::class_<DeviceEvent, std::shared_ptr<DeviceEvent>>(m, "DeviceEvent");
+  py::class_<DeviceGraph, std::shared_ptr<DeviceGraph>>(m, "DeviceGraph");
+  py::class_<DeviceGraphExec, std::shared_ptr<DeviceGraphExec>>(m, "DeviceGraphExec");
 
   // Every call from Python runs with its device current and restores the thread's previous one,
   // as torch's device guards do (the emulated device enforces CUDA's per-thread current device).
-  py::class_<Device, std::shared_ptr<Device>>(m, "Device")
-      .def_property_readonly("name", &Device::name)
+  py::class_<Device, std::shared_ptr<Device>> device_class(m, "Device");
+  bind_capture(device_class);
+  device_class.def_property_readonly("name", &Device::name)
       .def("allocate",
            [](Device& d, size_t bytes) {
              DeviceGuard g(d);
@@ -233,6 +282,9 @@ void bind_device(py::module_& m) {
           },
           "Message chunks (sent and received) the kernel path's launches moved so far, by protocol: "
           "{'ll': .., 'slots': ..}, as the kernel recorded them (read after the calls completed).")
+      .def("kernel_replays_done",
+           [](StreamEngine& e) { return e.kernel_path() ? e.kernel_path()->replays_done() : 0; },
+           "Kernel-path launches run by replays of captured graphs so far, as the kernel counted them.")
       .def(
           "start_kernel_chunk_numbers_at",
           [](StreamEngine& e, uint64_t n) {

@@ -56,6 +56,35 @@ class CudaEvent final : public DeviceEvent {
 };
 
 cudaStream_t cu(DeviceStream& s) { return static_cast<CudaStream&>(s).stream; }
+
+class CudaGraph final : public DeviceGraph {
+ public:
+  explicit CudaGraph(cudaGraph_t g) : graph(g) {}
+  ~CudaGraph() override { cudaGraphDestroy(graph); }
+  cudaGraph_t graph;
+};
+
+class CudaGraphExec final : public DeviceGraphExec {
+ public:
+  explicit CudaGraphExec(cudaGraphExec_t e) : exec(e) {}
+  ~CudaGraphExec() override { cudaGraphExecDestroy(exec); }  // CUDA defers it past running launches
+  cudaGraphExec_t exec;
+};
+
+cudaStreamCaptureMode cuda_mode(CaptureMode m) {
+  return m == CaptureMode::Global ? cudaStreamCaptureModeGlobal
+         : m == CaptureMode::ThreadLocal ? cudaStreamCaptureModeThreadLocal
+                                         : cudaStreamCaptureModeRelaxed;
+}
+
+CaptureMode our_mode(cudaStreamCaptureMode m) {
+  return m == cudaStreamCaptureModeGlobal ? CaptureMode::Global
+         : m == cudaStreamCaptureModeThreadLocal ? CaptureMode::ThreadLocal
+                                                 : CaptureMode::Relaxed;
+}
+
+// A CUDA user object's destructor: drops the graph's reference to what retain_in_capture kept.
+void release_kept(void* p) { delete static_cast<std::shared_ptr<void>*>(p); }
 CudaEvent& cu(DeviceEvent& e) { return static_cast<CudaEvent&>(e); }
 
 using WriteValue64 = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
@@ -230,6 +259,61 @@ void CudaDevice::synchronize(DeviceStream& stream) { check(cudaStreamSynchronize
 void CudaDevice::copy(void* dst, const void* src, size_t bytes, DeviceStream& stream) {
   Current current(index_);
   if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cu(stream)), "cudaMemcpyAsync");
+}
+
+void CudaDevice::begin_capture(DeviceStream& stream, CaptureMode mode) {
+  Current current(index_);
+  check(cudaStreamBeginCapture(cu(stream), cuda_mode(mode)), "cudaStreamBeginCapture");
+}
+
+std::shared_ptr<DeviceGraph> CudaDevice::end_capture(DeviceStream& stream) {
+  Current current(index_);
+  cudaGraph_t g = nullptr;
+  check(cudaStreamEndCapture(cu(stream), &g), "cudaStreamEndCapture");
+  return std::make_shared<CudaGraph>(g);
+}
+
+CaptureStatus CudaDevice::capture_status(DeviceStream& stream, uint64_t* id) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long capture_id = 0;
+  check(cudaStreamGetCaptureInfo(cu(stream), &status, &capture_id), "cudaStreamGetCaptureInfo");
+  if (id) *id = status == cudaStreamCaptureStatusNone ? 0 : capture_id;
+  return status == cudaStreamCaptureStatusActive        ? CaptureStatus::Active
+         : status == cudaStreamCaptureStatusInvalidated ? CaptureStatus::Invalidated
+                                                        : CaptureStatus::None;
+}
+
+CaptureMode CudaDevice::exchange_capture_mode(CaptureMode mode) {
+  cudaStreamCaptureMode m = cuda_mode(mode);
+  check(cudaThreadExchangeStreamCaptureMode(&m), "cudaThreadExchangeStreamCaptureMode");
+  return our_mode(m);
+}
+
+void CudaDevice::retain_in_capture(DeviceStream& stream, std::shared_ptr<void> keep) {
+  Current current(index_);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaGraph_t g = nullptr;
+  check(cudaStreamGetCaptureInfo(cu(stream), &status, nullptr, &g), "cudaStreamGetCaptureInfo");
+  if (status != cudaStreamCaptureStatusActive || !g)
+    throw std::invalid_argument("retain_in_capture: the stream is not capturing");
+  auto* heap = new std::shared_ptr<void>(std::move(keep));
+  cudaUserObject_t obj;
+  const cudaError_t err = cudaUserObjectCreate(&obj, heap, release_kept, 1, cudaUserObjectNoDestructorSync);
+  if (err != cudaSuccess) delete heap;
+  check(err, "cudaUserObjectCreate");
+  check(cudaGraphRetainUserObject(g, obj, 1, cudaGraphUserObjectMove), "cudaGraphRetainUserObject");
+}
+
+std::shared_ptr<DeviceGraphExec> CudaDevice::instantiate(DeviceGraph& graph) {
+  Current current(index_);
+  cudaGraphExec_t exec = nullptr;
+  check(cudaGraphInstantiate(&exec, static_cast<CudaGraph&>(graph).graph, 0), "cudaGraphInstantiate");
+  return std::make_shared<CudaGraphExec>(exec);
+}
+
+void CudaDevice::launch_graph(DeviceGraphExec& exec, DeviceStream& stream) {
+  Current current(index_);
+  check(cudaGraphLaunch(static_cast<CudaGraphExec&>(exec).exec, cu(stream)), "cudaGraphLaunch");
 }
 
 unsigned CudaDevice::plan_blocks(unsigned wanted) const { return cuda_plan_blocks(wanted); }

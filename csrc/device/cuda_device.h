@@ -51,6 +51,16 @@ class CudaDevice final : public Device {
   void write_value(uint64_t* addr, uint64_t value, DeviceStream& stream) override;
   void wait_value(const uint64_t* addr, uint64_t value, DeviceStream& stream) override;
   void host_func(std::function<void()> fn, DeviceStream& stream) override;
+  // Stream capture and graphs: cudaStreamBeginCapture / EndCapture / GetCaptureInfo,
+  // cudaThreadExchangeStreamCaptureMode, cudaUserObjectCreate + cudaGraphRetainUserObject,
+  // cudaGraphInstantiate, cudaGraphLaunch.
+  void begin_capture(DeviceStream& stream, CaptureMode mode) override;
+  std::shared_ptr<DeviceGraph> end_capture(DeviceStream& stream) override;
+  CaptureStatus capture_status(DeviceStream& stream, uint64_t* id = nullptr) override;
+  CaptureMode exchange_capture_mode(CaptureMode mode) override;
+  void retain_in_capture(DeviceStream& stream, std::shared_ptr<void> keep) override;
+  std::shared_ptr<DeviceGraphExec> instantiate(DeviceGraph& graph) override;
+  void launch_graph(DeviceGraphExec& exec, DeviceStream& stream) override;
   unsigned plan_blocks(unsigned wanted) const override;  // kernels/cuda_plan_kernel.cu
   void launch_plan(const kexec::PlanLaunch& launch, unsigned blocks, DType dtype, RedOp op, bool reduces,
                    DeviceStream& stream) override;

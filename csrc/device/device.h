@@ -40,6 +40,27 @@ class DeviceEvent {
   virtual ~DeviceEvent() = default;
 };
 
+// -- stream capture and graphs (CUDA's cudaStreamBeginCapture .. cudaGraphLaunch) ----------------
+// How a capture interacts with "potentially unsafe" calls (cudaStreamCaptureMode; the rules are
+// cudaThreadExchangeStreamCaptureMode's, docs/gpu.md "Stream capture"): a thread whose own mode is
+// Global may make no unsafe call (synchronize, event query, cudaMalloc, synchronous copies ...)
+// while it has a non-Relaxed capture of its own or any thread has a Global one; ThreadLocal looks
+// at its own captures only; Relaxed never prohibits. An unsafe call that is prohibited fails with
+// cudaErrorStreamCaptureUnsupported and invalidates the capture(s) that prohibited it.
+enum class CaptureMode : uint8_t { Global = 0, ThreadLocal = 1, Relaxed = 2 };
+enum class CaptureStatus : uint8_t { None = 0, Active = 1, Invalidated = 2 };
+// A captured graph (cudaGraph_t): what end_capture returns; destroyed with the last reference.
+class DeviceGraph {
+ public:
+  virtual ~DeviceGraph() = default;
+};
+// An instantiated graph (cudaGraphExec_t), launchable any number of times; it keeps what its graph
+// retained (retain_in_capture) alive for its own life, as CUDA user objects do.
+class DeviceGraphExec {
+ public:
+  virtual ~DeviceGraphExec() = default;
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -116,6 +137,49 @@ class Device {
   // fn must not call into the device.
   virtual void host_func(std::function<void()> fn, DeviceStream& stream) = 0;
 
+  // -- stream capture and graphs (see CaptureMode above) ---------------------------------------
+  // cudaStreamBeginCapture: work enqueued on `stream` from now on (and on streams that join the
+  // capture by waiting on an event recorded in it) is recorded into a graph, not run.
+  virtual void begin_capture(DeviceStream& stream, CaptureMode mode) {
+    (void)stream, (void)mode;
+    throw std::runtime_error(name() + ": no stream capture on this device");
+  }
+  // cudaStreamEndCapture on the stream that began it (the same thread unless Relaxed): the graph,
+  // or a std::runtime_error naming cudaErrorStreamCaptureInvalidated (the capture was invalidated)
+  // or cudaErrorStreamCaptureUnjoined (a forked stream was not joined back); the capture ends
+  // either way.
+  virtual std::shared_ptr<DeviceGraph> end_capture(DeviceStream& stream) {
+    (void)stream;
+    throw std::runtime_error(name() + ": no stream capture on this device");
+  }
+  // cudaStreamGetCaptureInfo: the stream's capture status and, when capturing, the capture's id
+  // (unique in the process).
+  virtual CaptureStatus capture_status(DeviceStream& stream, uint64_t* id = nullptr) {
+    (void)stream;
+    if (id) *id = 0;
+    return CaptureStatus::None;
+  }
+  // cudaThreadExchangeStreamCaptureMode: sets the calling thread's mode, returns the previous one.
+  virtual CaptureMode exchange_capture_mode(CaptureMode mode) { return mode; }
+  // Keeps `keep` alive as long as the graph being captured on `stream` and every instantiation of
+  // it (cudaUserObjectCreate + cudaGraphRetainUserObject): what a captured launch reads must not
+  // be freed from under a replay.
+  virtual void retain_in_capture(DeviceStream& stream, std::shared_ptr<void> keep) {
+    (void)stream, (void)keep;
+    throw std::runtime_error(name() + ": no stream capture on this device");
+  }
+  // cudaGraphInstantiate; the executable graph is destroyed (cudaGraphExecDestroy) with its last
+  // reference, which may go while a launch of it still runs (CUDA defers the destruction).
+  virtual std::shared_ptr<DeviceGraphExec> instantiate(DeviceGraph& graph) {
+    (void)graph;
+    throw std::runtime_error(name() + ": no graphs on this device");
+  }
+  // cudaGraphLaunch: enqueues one run of the whole graph on `stream`, with the values captured.
+  virtual void launch_graph(DeviceGraphExec& exec, DeviceStream& stream) {
+    (void)exec, (void)stream;
+    throw std::runtime_error(name() + ": no graphs on this device");
+  }
+
   // -- the kernel path (stream/kernel_path.h) ----------------------------------------------------
   // Set-up copies from host memory that the host waits for (zeroed flags, plans, peer tables):
   // not a data operation of any call, so the emulated device copies at once (no
@@ -133,6 +197,24 @@ class Device {
   virtual void launch_plan(const kexec::PlanLaunch&, unsigned, DType, RedOp, bool, DeviceStream&) {
     throw std::runtime_error(name() + ": no kernel path on this device");
   }
+};
+
+inline const char* capture_mode_name(CaptureMode m) {
+  return m == CaptureMode::Global ? "global" : m == CaptureMode::ThreadLocal ? "thread_local" : "relaxed";
+}
+
+// The calling thread's capture mode for a scope (cudaThreadExchangeStreamCaptureMode, push/pop):
+// the engine's own threads (the watchdog) query events while a user may capture in Global mode.
+class CaptureModeScope {
+ public:
+  CaptureModeScope(Device& d, CaptureMode m) : d_(d), previous_(d.exchange_capture_mode(m)) {}
+  ~CaptureModeScope() { d_.exchange_capture_mode(previous_); }
+  CaptureModeScope(const CaptureModeScope&) = delete;
+  CaptureModeScope& operator=(const CaptureModeScope&) = delete;
+
+ private:
+  Device& d_;
+  CaptureMode previous_;
 };
 
 // This device current on the calling thread for a scope, the previous one restored after: every

@@ -69,6 +69,9 @@ namespace kexec {
 constexpr unsigned kMaxBlocks = 16;  // progress words the host page holds
 constexpr unsigned kCudaThreads = 512;
 constexpr uint32_t kAbortPollEvery = 16;  // spins between reads of the (host-memory) abort word
+// The per-call counters' words (PlanLaunch::barrier).
+constexpr unsigned kCounterArrivals = 0, kCounterGeneration = 1, kCounterLaunches = 2, kCounterEager = 3,
+                   kCounterReplays = 4;
 
 // What this rank reaches of peer p (addresses valid in this process; its own entry unused).
 struct PeerView {
@@ -94,11 +97,17 @@ struct PlanLaunch {
   char* ll_stage;              // this rank only: [gridDim.x][ll_bytes], one stage per block
   uint64_t* sent;              // [size] chunks sent to each peer before this call (device)
   uint64_t* received;          // [size]
-  uint64_t* barrier;           // grid barrier counter (device, this rank only)
-  uint64_t barrier_base;       // its value when the launch starts
+  // This rank's per-call counters, on the device and advanced by the kernel alone, so that a launch
+  // captured in a CUDA graph replays right any number of times between eager launches: [0] the
+  // grid barrier's arrivals, [1] their count when the next launch starts (the barrier's
+  // generation), [2] launches run (eager and replayed), [3] eager launches run, [4] replayed
+  // (captured) launches run (kCounter*).
+  uint64_t* barrier;
   const uint64_t* abort;       // host memory mapped for the device: nonzero = stop
   uint64_t* progress;          // host memory mapped: [kMaxBlocks] items done per block
-  uint64_t* done;              // host memory mapped: set to `launch` when the launch completes
+  uint64_t* done;              // host memory mapped: an eager launch stores its number (counter [3]) at its end
+  uint64_t* replays_done;      // host memory mapped: a captured launch stores its number (counter [4]) at its end
+  uint64_t* replays_started;   // host memory mapped: ... and at its start (the watchdog sees a replay running)
   uint64_t* chunk_counts;      // host memory mapped: [kMaxBlocks][2] message chunks (sent and received)
                                // each block moved by LL and through slots, all launches together
   // The call's descriptor check (plan_call_check.cuh); desc_ring_len 0: none (no peer in the plan).
@@ -107,7 +116,7 @@ struct PlanLaunch {
   uint64_t* checked;           // [size] checks made with each peer before this launch (device)
   uint64_t* mismatch;          // host memory mapped: the mismatch record (kMismatchWords)
   uint32_t desc_ring_len;
-  uint64_t launch;             // this launch's number (from 1)
+  uint32_t captured;           // launched inside a stream capture (its replays leave `done` alone)
   uint64_t slot_bytes;
   uint32_t nsteps;
   uint32_t nslots;
@@ -316,22 +325,29 @@ __device__ __forceinline__ bool run_split_item(const PlanLaunch& a, uint32_t idx
 
 // Every block of the grid has finished step `k` (its writes visible to all blocks) or the abort
 // word was set.
-__device__ __forceinline__ bool grid_barrier(const PlanLaunch& a, uint32_t k) {
+// `base`: the arrivals counter's value when the launch started (its generation, read by every block
+// before its first arrival, so no block's arrival can have moved it yet).
+__device__ __forceinline__ bool grid_barrier(const PlanLaunch& a, uint64_t base, uint32_t k) {
   block_sync();
-  if (threadIdx.x == 0) arrive(a.barrier);
-  return block_wait(a.barrier, a.barrier_base + static_cast<uint64_t>(gridDim.x) * (k + 1), a, true);
+  if (threadIdx.x == 0) arrive(a.barrier + kCounterArrivals);
+  return block_wait(a.barrier + kCounterArrivals, base + static_cast<uint64_t>(gridDim.x) * (k + 1), a, true);
 }
 
 template <class F>
 __device__ __forceinline__ void run_plan(const PlanLaunch& a, const F& f) {
   uint64_t done = 0;
   ChunkCounts moved;
+  // The barrier's generation: written by block 0 of the previous launch after its last barrier,
+  // visible here by stream order (kernel boundary); every block reads it before arriving anywhere.
+  const uint64_t base = relaxed_load(a.barrier + kCounterGeneration);
+  if (a.captured && blockIdx.x == 0 && threadIdx.x == 0)  // only block 0 advances the counter, at the end
+    release_store(a.replays_started, relaxed_load(a.barrier + kCounterReplays) + 1);
   // The call's descriptor check before the first step: block 0 checks, every block waits for it
   // in a grid barrier (counted as barrier 0; the steps' barriers follow).
   const uint32_t first_barrier = a.desc_ring_len ? 1 : 0;
   if (first_barrier) {
     if (blockIdx.x == 0 && !check_call(a)) return;
-    if (!grid_barrier(a, 0)) return;
+    if (!grid_barrier(a, base, 0)) return;
   }
   bool any_split = false;
   for (uint32_t k = 0; k < a.nsteps; ++k) {
@@ -345,7 +361,7 @@ __device__ __forceinline__ void run_plan(const PlanLaunch& a, const F& f) {
       if (!(split ? run_split_item(a, idx, f, moved) : run_item(a, a.items[idx], f, moved))) return;
       if (threadIdx.x == 0 && blockIdx.x < kMaxBlocks) relaxed_store(a.progress + blockIdx.x, ++done);
     }
-    if (!grid_barrier(a, k + first_barrier)) return;
+    if (!grid_barrier(a, base, k + first_barrier)) return;
   }
   // Past the last barrier every block has arrived at every split item: their counters start again
   // from 0 at the plan's next launch (stream-ordered after this one). Every block saw the same
@@ -364,7 +380,18 @@ __device__ __forceinline__ void run_plan(const PlanLaunch& a, const F& f) {
     relaxed_store(mine, relaxed_load(mine) + moved.ll);
     relaxed_store(mine + 1, relaxed_load(mine + 1) + moved.slots);
   }
-  if (blockIdx.x == 0 && threadIdx.x == 0) release_store(a.done, a.launch);
+  // Every block has read the generation (it arrived at the last barrier): the next launch's starts
+  // where this one's arrivals end. Then the launch numbers, and the host's completion words.
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    uint64_t* c = a.barrier;
+    relaxed_store(c + kCounterGeneration, base + static_cast<uint64_t>(gridDim.x) * (a.nsteps + first_barrier));
+    const uint64_t launches = relaxed_load(c + kCounterLaunches) + 1;
+    relaxed_store(c + kCounterLaunches, launches);
+    const unsigned mine = a.captured ? kCounterReplays : kCounterEager;  // a replay leaves `done` alone
+    const uint64_t n = relaxed_load(c + mine) + 1;
+    relaxed_store(c + mine, n);
+    release_store(a.captured ? a.replays_done : a.done, n);
+  }
 }
 
 }  // namespace kexec

@@ -19,13 +19,16 @@ namespace commlib {
 
 // One call as a path enqueues it: the plan (its schedule and resolved algorithm), the call, its
 // descriptor, its buffers as addresses (input (or its private copy), output, scratch: the schedule's
-// regions resolve against them) and the engine's ordinal of the call.
+// regions resolve against them) and the engine's ordinal of the call. `captured`: the stream is
+// capturing a CUDA graph (stream/stream_capture.cc): only the kernel path is asked, and records the
+// call as a launch every replay runs (nothing to watch: it returns Launched{}).
 struct PathCall {
   const ResolvedPlan& plan;
   const CollectiveCall& call;
   const CallDesc& desc;
   char* const* bases;  // [3]
   uint64_t seq;
+  bool captured = false;
 };
 
 // What the watchdog watches of a call a path enqueued: `done` (host address) reaches `target` when

@@ -22,10 +22,13 @@ namespace {
 
 constexpr size_t kLine = 64;
 constexpr size_t kPageBytes = 4096;
-// Host page: word 0 the abort word, word 1 the number of the last launch completed, words 8.. the
+// Host page: word 0 the abort word, word 1 the number of the last eager launch completed, word 2
+// of the last replayed (captured) launch completed, word 3 of the last one started, words 8.. the
 // blocks' progress words, words 32.. the blocks' chunk counts (LL, slots), words 64.. the call
 // check's mismatch record (plan_call_check.cuh).
 constexpr size_t kDoneWord = 1;
+constexpr size_t kReplaysDoneWord = 2;
+constexpr size_t kReplaysStartedWord = 3;
 constexpr size_t kProgressWord = 8;
 constexpr size_t kChunkCountWord = 32;
 constexpr size_t kMismatchWord = 64;
@@ -69,7 +72,8 @@ uint32_t KernelPath::desc_ring_len() const { return nslots_ + 1; }  // why: plan
 size_t KernelPath::region_bytes() const {
   return descs_offset() + static_cast<size_t>(size_) * desc_ring_len() * kexec::kDescWords * 8;
 }
-// sent | received | checked (size words each), then the barrier's line
+// sent | received | checked (size words each), then the line of the per-call counters (the grid
+// barrier's arrivals and generation, the launch numbers: kexec::kCounter*)
 size_t KernelPath::barrier_offset() const { return round_up(3 * size_ * 8, kLine); }
 size_t KernelPath::views_offset() const { return barrier_offset() + kLine; }
 
@@ -180,9 +184,16 @@ const KernelPath::Uploaded& KernelPath::upload(const ScheduleKey& key, const Sch
   if (plans_.size() >= kMaxPlans) {
     // Stream-ordered frees: after the launches that use them (earlier calls, which this call's
     // stream already waits for), without waiting for the device here (a cudaFree would, and a
-    // stream may be parked in a wait for a peer that waits for this host).
-    for (auto& [k, u] : plans_) device_->free_ordered(u.dev, stream);
-    plans_.clear();
+    // stream may be parked in a wait for a peer that waits for this host). A plan a graph holds
+    // stays (its replays read it).
+    for (auto it = plans_.begin(); it != plans_.end();) {
+      if (it->second.pin.use_count() > 1) {
+        ++it;
+        continue;
+      }
+      device_->free_ordered(it->second.dev, stream);
+      it = plans_.erase(it);
+    }
   }
   Uploaded u;
   u.plan = lower_schedule(sched, rank_, size_, key.elem_bytes, slot_bytes_);
@@ -212,12 +223,17 @@ Launched KernelPath::enqueue(const PathCall& pc, DeviceStream& stream) {
   const CallDesc& d = pc.desc;
   const ScheduleKey key{d.coll, static_cast<uint8_t>(d.algo & ~kDeviceCallAlgoBit), d.root, d.count,
                         static_cast<uint8_t>(dtype_size(pc.call.dtype))};  // the resolved algorithm
-  return launch(key, pc.plan.sched, d, pc.bases, pc.call.dtype, pc.call.op, stream);
+  return launch(key, pc.plan.sched, d, pc.bases, pc.call.dtype, pc.call.op, stream, pc.captured);
 }
 
 Launched KernelPath::launch(const ScheduleKey& key, const Schedule& sched, const CallDesc& desc, char* const bases[3],
-                            DType dtype, RedOp op, DeviceStream& stream) {
+                            DType dtype, RedOp op, DeviceStream& stream, bool captured) {
+  if (captured && !has_plan(key)) throw std::logic_error("kernel path: a captured launch without its plan");
   const Uploaded& u = upload(key, sched, stream);
+  if (captured) {
+    device_->retain_in_capture(stream, u.pin);
+    captured_any_.store(true, std::memory_order_relaxed);
+  }
   const DevicePlan& p = u.plan;
   if (p.steps.empty()) return Launched{};
   const unsigned blocks = device_->plan_blocks(u.has_split ? kexec::kMaxBlocks : std::max(1u, p.widest_step));
@@ -243,24 +259,25 @@ Launched KernelPath::launch(const ScheduleKey& key, const Schedule& sched, const
   a.sent = reinterpret_cast<uint64_t*>(local);
   a.received = a.sent + size_;
   a.barrier = reinterpret_cast<uint64_t*>(local + barrier_offset());
-  a.barrier_base = barrier_;
   a.abort = host_page_dev_;
   a.progress = host_page_dev_ + kProgressWord;
   a.done = host_page_dev_ + kDoneWord;
+  a.replays_done = host_page_dev_ + kReplaysDoneWord;
+  a.replays_started = host_page_dev_ + kReplaysStartedWord;
   a.chunk_counts = host_page_dev_ + kChunkCountWord;
   std::memcpy(a.desc, &desc, sizeof desc);
   a.descs = reinterpret_cast<uint64_t*>(region_ + descs_offset());
   a.checked = a.sent + 2 * size_;
   a.mismatch = host_page_dev_ + kMismatchWord;
   a.desc_ring_len = u.has_peers ? desc_ring_len() : 0;  // a plan without peers checks nothing
-  a.launch = launches_ + 1;
+  a.captured = captured ? 1 : 0;
   a.slot_bytes = slot_bytes_;
   a.nsteps = static_cast<uint32_t>(p.steps.size());
   a.nslots = nslots_;
   a.rank = rank_;
   a.size = size_;
   device_->launch_plan(a, blocks, dtype, op, p.reduces, stream);
-  barrier_ += static_cast<uint64_t>(blocks) * (p.steps.size() + (a.desc_ring_len ? 1 : 0));
+  if (captured) return Launched{};  // the graph's replays: the engine does not watch them
   ++launches_;
   return Launched{reinterpret_cast<const uint64_t*>(host_page_) + kDoneWord, launches_, u.first_peer, u.first_is_send};
 }
@@ -281,6 +298,22 @@ bool KernelPath::mismatch(std::string* message) const {
 
 void KernelPath::abort() {
   if (host_page_) store_flag(reinterpret_cast<uint64_t*>(host_page_), 1);
+}
+
+uint64_t KernelPath::replays_done() const {
+  return host_page_ ? load_flag(reinterpret_cast<const uint64_t*>(host_page_) + kReplaysDoneWord) : 0;
+}
+
+bool KernelPath::replay_running() const {
+  if (!host_page_) return false;
+  const uint64_t* w = reinterpret_cast<const uint64_t*>(host_page_);
+  return load_flag(w + kReplaysStartedWord) > load_flag(w + kReplaysDoneWord);
+}
+
+size_t KernelPath::pinned_plans() const {
+  size_t n = 0;
+  for (const auto& [k, u] : plans_) n += u.pin.use_count() > 1;
+  return n;
 }
 
 uint64_t KernelPath::progress() const {

@@ -12,6 +12,8 @@
 // the abort word every wait loop of the kernel polls, so no launch spins past the verdict.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -67,8 +69,15 @@ class KernelPath final : public DevicePathRunner {
   // reaches its target when the launch completes.
   Launched enqueue(const PathCall& call, DeviceStream& stream) override;
   // The same with the call's shape `key` (plan/call.h, the RESOLVED algorithm) and its parts.
+  // `captured`: `stream` is capturing (the engine's capture mode): the plan must exist already
+  // (has_plan), is pinned for the life of the graph (Device::retain_in_capture: never evicted
+  // while a graph holds it), and the launch is left to the graph's replays (no watchdog wait).
   Launched launch(const ScheduleKey& key, const Schedule& sched, const CallDesc& desc, char* const bases[3],
-                  DType dtype, RedOp op, DeviceStream& stream);
+                  DType dtype, RedOp op, DeviceStream& stream, bool captured = false);
+  // Whether the plan of call shape `key` is on the device (an eager call of that shape ran).
+  bool has_plan(const ScheduleKey& key) const { return plans_.count(key) != 0; }
+  // Plans held by a captured graph (kept however many plans there are).
+  size_t pinned_plans() const;
   // A launch's check found a peer's descriptor different from its own: the message naming both
   // ranks and both calls (the watchdog fails the engine with MismatchError; the kernel waits for
   // the abort word meanwhile, so the call does not complete before it).
@@ -86,7 +95,19 @@ class KernelPath final : public DevicePathRunner {
   void release(DeviceStream& stream, bool free_region);
 
   DevicePath mode() const { return mode_; }
-  uint64_t launches() const { return launches_; }
+  uint64_t launches() const { return launches_; }  // eager launches enqueued
+  bool captured_any() const { return captured_any_.load(std::memory_order_relaxed); }  // some launch was captured
+  // The watchdog thread's view of replays (StreamEngine::watch_replays): when one last progressed,
+  // when peers were last checked, the progress words' sum then.
+  struct ReplayWatch {
+    std::chrono::steady_clock::time_point progress, slow;
+    uint64_t seen = 0;
+  };
+  ReplayWatch replay_watch;
+  // Launches of captured graphs' kernels run so far (all graphs of this path), as the kernel counts.
+  uint64_t replays_done() const;
+  // A replayed launch started and has not completed (the watchdog watches it: stream_capture.cc).
+  bool replay_running() const;
   // Message chunks (sent and received) the launches so far moved by the LL protocol and through
   // slots (the kernel's own record, read once its launches completed: what tests check the
   // protocol choice with).
@@ -107,6 +128,9 @@ class KernelPath final : public DevicePathRunner {
     bool has_peers = false;  // some message: the launch checks the call's descriptor
     bool first_is_send = false;
     bool has_split = false;  // some item of at least split_bytes_: the launch takes every block
+    // Held by every graph that captured a launch of the plan (a CUDA user object): the plan is
+    // not evicted while a copy is alive.
+    std::shared_ptr<char> pin = std::make_shared<char>(0);
   };
   const Uploaded& upload(const ScheduleKey& key, const Schedule& sched, DeviceStream& stream);
   // Copies `bytes` to device memory `dev` in `stream`'s order, out of pinned host memory.
@@ -135,8 +159,8 @@ class KernelPath final : public DevicePathRunner {
   std::vector<char*> imported_;    // peers' regions
   char* host_page_ = nullptr;      // abort word, progress words
   uint64_t* host_page_dev_ = nullptr;
-  uint64_t barrier_ = 0;           // the device's barrier counter after the launches enqueued so far
-  uint64_t launches_ = 0;
+  std::atomic<bool> captured_any_{false};
+  uint64_t launches_ = 0;          // eager launches enqueued (the kernel counts them too: the done word)
   std::unordered_map<ScheduleKey, Uploaded, ScheduleKeyHash> plans_;  // device memory stream-ordered
   // Pinned host memory (map_host) the plans are copied from: a copy out of pageable memory may
   // wait for the stream, which may be parked in a wait for a peer. [0, staged_) may still be

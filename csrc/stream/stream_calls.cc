@@ -143,6 +143,9 @@ std::shared_ptr<DeviceWork> StreamEngine::collective(const CollectiveCall& call,
   throw_if_failed_locked();
   try {
     DeviceGuard current(*device_);  // kernels and records on the engine's device, restored after
+    // cudaStreamGetCaptureInfo: a capturing stream records the call into its graph (stream_capture.cc).
+    const CaptureStatus capture = device_->capture_status(s);
+    if (capture != CaptureStatus::None) return capture_collective(call, s, capture);
     return enqueue_collective(call, s);
   } catch (const CommError&) {
     throw;
@@ -204,7 +207,7 @@ DeviceCallPath StreamEngine::path_of(const CollectiveCall& call) const {
 }
 
 void StreamEngine::enqueue_call(const CollectiveCall& call, const ResolvedPlan& plan, const CallDesc& desc,
-                                size_t esize, DeviceStream& s) {
+                                size_t esize, DeviceStream& s, bool captured) {
   char* in = reinterpret_cast<char*>(call.input);
   char* out = reinterpret_cast<char*>(call.output);
   const InputStaging staging = input_staging(call, rank_, size_);
@@ -226,7 +229,7 @@ void StreamEngine::enqueue_call(const CollectiveCall& call, const ResolvedPlan& 
                              : path == DeviceCallPath::Nccl ? static_cast<DevicePathRunner&>(*nccl_)
                                                             : static_cast<DevicePathRunner&>(*copy_);
   last_path_ = path == DeviceCallPath::Kernel ? "kernel" : "copy";  // NCCL's own collective shows as copy
-  const Launched l = runner.enqueue(PathCall{plan, call, desc, bases, seq_}, s);
+  const Launched l = runner.enqueue(PathCall{plan, call, desc, bases, seq_, captured}, s);
   if (l.done) note_wait(StreamWait{l.done, l.target, l.peer, l.send, seq_});  // the launch's first peer until it completes
   if (avg_divides(call, rank_) && call.count)
     device_->divide_unless(copy_->stop_dev(), out, static_cast<size_t>(call.count), call.dtype, size_, s);

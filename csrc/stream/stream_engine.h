@@ -195,6 +195,9 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   };
 
   std::shared_ptr<DeviceWork> enqueue_collective(const CollectiveCall& call, DeviceStream& s);  // collective()'s body
+  // A call on a capturing stream (stream/stream_capture.cc).
+  std::shared_ptr<DeviceWork> capture_collective(const CollectiveCall& call, DeviceStream& s, CaptureStatus st);
+  void watch_replays(std::unique_lock<std::mutex>& lk);  // the watchdog's tick (mu_ held) while graphs may replay
   std::shared_ptr<DeviceWork> enqueue_p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& s);
 
   CallDesc describe(const CollectiveCall& call, uint8_t algo, uint64_t seq) const;
@@ -216,7 +219,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   void note_p2p_waits(const std::vector<std::pair<int, CallDesc>>& waits, bool add);
 
   void enqueue_call(const CollectiveCall& call, const ResolvedPlan& plan, const CallDesc& desc, size_t esize,
-                    DeviceStream& s);
+                    DeviceStream& s, bool captured = false);
   // The plan of `call`: the policy's (plans_), except where the kernel path's auto asks for the
   // one-shot or two-shot all_reduce (policy/device_auto.h: its algorithm into `*kernel_auto`).
   const ResolvedPlan& plan_of(const CollectiveCall& call, uint8_t* kernel_auto = nullptr);

@@ -73,6 +73,9 @@ std::shared_ptr<DeviceWork> StreamEngine::p2p(const std::vector<P2PItem>& items,
   throw_if_failed_locked();
   try {
     DeviceGuard current(*device_);
+    if (device_->capture_status(s) != CaptureStatus::None)  // stream/stream_capture.cc
+      throw CommError("rank " + std::to_string(rank_) + " cannot capture point-to-point messages in a CUDA graph: they "
+                      "run on the copy path, which refuses capture");
     return enqueue_p2p(items, dtype, s);
   } catch (const CommError&) {
     throw;

@@ -1,5 +1,5 @@
 // The stream engine's failure side (see stream_engine.h): the watchdog thread, failing and
-// releasing (works are in stream_works.cc, the copy path's descriptor check in copy_path.cc). The adapter from a host
+// releasing (works: device_work.cc and stream_works.cc; the copy path's descriptor check in copy_path.cc). The adapter from a host
 // communicator to PeerControl is wired where both are known (bindings/peer_control.cc).
 #include <chrono>
 #include <cstdio>
@@ -152,6 +152,9 @@ void StreamEngine::watchdog_loop() {
   // rank's watchdog would create a context on device 0).
   try {
     device_->make_current();
+    // The watchdog queries events while the user's threads may capture graphs in global mode: its
+    // queries concern eager calls only and must not invalidate those captures.
+    device_->exchange_capture_mode(CaptureMode::Relaxed);
   } catch (const std::exception& e) {
     fail_device("the watchdog's set-up", e);
   }
@@ -170,6 +173,11 @@ void StreamEngine::watchdog_loop() {
       // (a mismatched receive completed with no error under load).
       stream_failure_ = false;
       cv_.notify_all();
+      continue;
+    }
+    if (in_flight_.empty() && kernel_ && kernel_->captured_any() && !failed()) {
+      cv_.wait_for(lk, kTick);  // graphs may be replayed at any time: never parked (stream_capture.cc)
+      if (!stop_ && !stream_failure_ && in_flight_.empty()) watch_replays(lk);
       continue;
     }
     if (in_flight_.empty()) {

@@ -3,7 +3,9 @@ side; docs/gpu.md, "The host side of one call"): through the C++ entry, every co
 and async, on the kernel path, makes exactly one kernel launch, one completion-event record (the
 stream side's done word would remove it: docs/gpu.md), at most one event query (the
 previous call's completion), one device guard
-(one cudaGetDevice, no set), and no allocation, event creation, copy, host function or stream wait.
+(one cudaGetDevice, no set), one capture-status query (whether the call is being captured into a
+graph: docs/gpu.md "Collectives in CUDA graphs"; NCCL asks the same per call), and no allocation,
+event creation, copy, host function or stream wait.
 On the emulated device, counted on the caller's thread, in the rank pools of
 test_device_collectives.py."""
 import os
@@ -14,7 +16,8 @@ from call_count_cases import steady_call_counts  # noqa: E402
 from test_device_collectives import DELAY_ENV  # noqa: E402
 
 # Per call, exactly (anything else counted, an allocation, copy or host function, fails).
-PER_CALL = {"the kernel path's launch": 1, "cudaEventRecord": 1, "cudaGetDevice": 1}
+PER_CALL = {"the kernel path's launch": 1, "cudaEventRecord": 1, "cudaGetDevice": 1,
+            "cudaStreamGetCaptureInfo": 1}
 
 
 def test_a_steady_call_is_one_launch_one_record_at_most_one_query(pool):

@@ -17,22 +17,11 @@
 #include "common/params.h"
 #include "device/emulated/emulated_rules.h"
 #include "device/emulated/nccl_emulated.h"
-#include "device/emulated/query_gate.h"
 #include "device/host_flags.h"
 
 namespace commlib {
 
 namespace {
-
-class EmulatedEvent final : public DeviceEvent, public std::enable_shared_from_this<EmulatedEvent> {
- public:
-  EmulatedEvent() { emulated_count_event(+1); }
-  ~EmulatedEvent() override { emulated_count_event(-1); }
-  std::mutex mu;
-  std::condition_variable cv;
-  uint64_t recorded = 0;  // records enqueued
-  uint64_t reached = 0;   // records the stream has passed
-};
 
 EmulatedStream& emu(DeviceStream& s) { return static_cast<EmulatedStream&>(s); }
 
@@ -48,6 +37,10 @@ EmulatedStream::~EmulatedStream() {
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_ = true;
+    if (capture_) {  // its lane can never join back
+      capture_->forget_lane(this);
+      capture_->invalidate("a stream of the capture was destroyed while capturing");
+    }
   }
   closing_.store(true, std::memory_order_release);
   cv_.notify_all();
@@ -71,11 +64,46 @@ void EmulatedStream::enqueue(std::function<void()> op, bool always) {
   bool wake;
   {
     std::lock_guard<std::mutex> lk(mu_);
+    if (capture_) {  // recorded into the graph, not run
+      const uint32_t node = capture_->add(CapturedOp{std::move(op), always, capture_deps_, capture_lane_});
+      capture_deps_.assign(1, node);
+      return;
+    }
     queue_.push_back(Op{std::move(op), always, hw_->take_ticket()});
     ++enqueued_;
     wake = thread_sleeping_;
   }
   if (wake) cv_.notify_all();
+}
+
+std::shared_ptr<EmulatedCapture> EmulatedStream::capture() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return capture_;
+}
+
+void EmulatedStream::start_capture(std::shared_ptr<EmulatedCapture> c, uint32_t lane, std::vector<uint32_t> deps) {
+  std::lock_guard<std::mutex> lk(mu_);
+  capture_ = std::move(c);
+  capture_lane_ = lane;
+  capture_deps_ = std::move(deps);
+}
+
+std::vector<uint32_t> EmulatedStream::capture_deps() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return capture_deps_;
+}
+
+void EmulatedStream::add_capture_deps(const std::vector<uint32_t>& deps) {
+  std::lock_guard<std::mutex> lk(mu_);
+  for (uint32_t d : deps)
+    if (std::find(capture_deps_.begin(), capture_deps_.end(), d) == capture_deps_.end()) capture_deps_.push_back(d);
+}
+
+std::vector<uint32_t> EmulatedStream::stop_capture(const EmulatedCapture* c) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (capture_.get() != c) return {};
+  capture_.reset();
+  return std::move(capture_deps_);
 }
 
 bool EmulatedStream::busy() {
@@ -103,6 +131,7 @@ void EmulatedStream::delay() const {
 }
 
 void EmulatedStream::run() {
+  emulated_set_running_stream(&closing_, &faulted_);
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
     if (queue_.empty() && !stop_) {
@@ -164,8 +193,9 @@ std::map<std::string, uint64_t> emulated_thread_driver_calls() {
   return out;
 }
 
-void EmulatedDevice::enter(const char* what, bool needs_current) {
+void EmulatedDevice::enter(const char* what, bool needs_current, bool unsafe) {
   emulated_enter(what, index_, needs_current);
+  if (unsafe) emulated_check_capture_safe(what);
   count(what);
   {
     std::lock_guard<std::mutex> lk(calls_mu_);
@@ -238,66 +268,10 @@ std::shared_ptr<DeviceStream> EmulatedDevice::create_stream() {
   return s;
 }
 
-std::shared_ptr<DeviceEvent> EmulatedDevice::create_event() {
-  enter("cudaEventCreate");
-  return std::make_shared<EmulatedEvent>();
-}
-
-void EmulatedDevice::record(DeviceEvent& event, DeviceStream& stream) {
-  enter("cudaEventRecord", true);
-  auto& e = static_cast<EmulatedEvent&>(event);
-  uint64_t target;
-  {
-    std::lock_guard<std::mutex> lk(e.mu);
-    target = ++e.recorded;
-  }
-  auto ep = e.shared_from_this();  // the operation keeps the event alive
-  emu(stream).enqueue([ep, target] {
-    {
-      std::lock_guard<std::mutex> lk(ep->mu);
-      if (ep->reached < target) ep->reached = target;
-    }
-    ep->cv.notify_all();
-  }, /*always=*/true);
-}
-
-void EmulatedDevice::wait_event(DeviceStream& stream, DeviceEvent& event) {
-  enter("cudaStreamWaitEvent");
-  auto& e = static_cast<EmulatedEvent&>(event);
-  uint64_t target;
-  {
-    std::lock_guard<std::mutex> lk(e.mu);
-    target = e.recorded;
-  }
-  if (target == 0) return;
-  auto ep = e.shared_from_this();
-  emu(stream).enqueue([ep, target] {
-    std::unique_lock<std::mutex> lk(ep->mu);
-    ep->cv.wait(lk, [&] { return ep->reached >= target; });
-  });
-}
-
-bool EmulatedDevice::query(DeviceEvent& event) {
-  enter("cudaEventQuery");
-  pass_query_gate();
-  auto& e = static_cast<EmulatedEvent&>(event);
-  std::lock_guard<std::mutex> lk(e.mu);
-  return e.reached >= e.recorded;
-}
-
-void EmulatedDevice::synchronize(DeviceEvent& event) {
-  enter("cudaEventSynchronize");
-  auto& e = static_cast<EmulatedEvent&>(event);
-  {
-    std::unique_lock<std::mutex> lk(e.mu);
-    const uint64_t target = e.recorded;
-    e.cv.wait(lk, [&] { return e.reached >= target; });
-  }
-  enter("cudaEventSynchronize");  // a fault meanwhile is this call's error, as CUDA reports it
-}
-
 void EmulatedDevice::synchronize(DeviceStream& stream) {
-  enter("cudaStreamSynchronize");
+  enter("cudaStreamSynchronize", false, true);
+  if (std::shared_ptr<EmulatedCapture> c = emu(stream).capture())
+    emulated_capture_conflict(c, "cudaErrorStreamCaptureUnsupported", "cudaStreamSynchronize on a capturing stream");
   emu(stream).synchronize();
   enter("cudaStreamSynchronize");
 }
@@ -355,8 +329,8 @@ void EmulatedDevice::write_value(uint64_t* addr, uint64_t value, DeviceStream& s
 
 void EmulatedDevice::wait_value(const uint64_t* addr, uint64_t value, DeviceStream& stream) {
   enter("cuStreamWaitValue64");
-  const std::atomic<bool>* closing = emu(stream).closing();
-  emu(stream).enqueue([addr, value, closing] { wait_flag(addr, value, closing); });
+  // The closing flag of the stream that runs it (a replayed graph's: emulated_capture.h).
+  emu(stream).enqueue([addr, value] { wait_flag(addr, value, emulated_running_abandon()); });
 }
 
 void EmulatedDevice::host_func(std::function<void()> fn, DeviceStream& stream) {

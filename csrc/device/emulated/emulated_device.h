@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "device/device.h"
+#include "device/emulated/emulated_capture.h"
 #include "device/emulated/emulated_rules.h"
 
 namespace commlib {
@@ -56,6 +57,16 @@ class EmulatedStream final : public DeviceStream {
   // The device faulted: later operations are skipped, waits on other processes stop.
   void fault();
 
+  // Stream capture (emulated_capture.h): while recording, enqueue adds a node to the capture
+  // (depending on the stream's current dependencies) instead of queueing the operation.
+  std::shared_ptr<EmulatedCapture> capture();  // null when not capturing
+  // Records into `c` from now on, as its lane `lane`, the next node depending on `deps`.
+  void start_capture(std::shared_ptr<EmulatedCapture> c, uint32_t lane, std::vector<uint32_t> deps);
+  std::vector<uint32_t> capture_deps();                    // what the next node would depend on
+  void add_capture_deps(const std::vector<uint32_t>& deps);  // a join (an event wait in the capture)
+  // Stops recording into `c` (if it does); returns its last dependencies.
+  std::vector<uint32_t> stop_capture(const EmulatedCapture* c);
+
  private:
   void run();
   void delay() const;
@@ -75,6 +86,9 @@ class EmulatedStream final : public DeviceStream {
   // Wake-ups only where someone sleeps: a futex wake per operation shows at small messages.
   bool thread_sleeping_ = false;
   int sync_waiters_ = 0;
+  std::shared_ptr<EmulatedCapture> capture_;  // the capture recording this stream's work
+  std::vector<uint32_t> capture_deps_;
+  uint32_t capture_lane_ = 0;
   std::atomic<bool> closing_{false};
   bool stop_ = false;
   std::thread thread_;
@@ -97,7 +111,9 @@ class EmulatedDevice final : public Device {
   // cudaFree: synchronises every stream of the device first (counted when one had work left:
   // emulated_rules.h), then frees at once.
   void free_async(void* ptr, DeviceStream& stream) override;
-  void* allocate_ordered(size_t bytes, DeviceStream&) override { return allocate(bytes); }
+  // Stream-ordered: no device-wide wait, allowed during another stream's capture; on a capturing
+  // stream refused (graph memory nodes are not modelled).
+  void* allocate_ordered(size_t bytes, DeviceStream& stream) override;
   void free_ordered(void* ptr, DeviceStream& stream) override;  // in stream order, no wait
   uint64_t* map_host(void* host, size_t) override { return static_cast<uint64_t*>(host); }
   void unmap_host(void*) override {}
@@ -126,6 +142,16 @@ class EmulatedDevice final : public Device {
   void write_value(uint64_t* addr, uint64_t value, DeviceStream& stream) override;
   void wait_value(const uint64_t* addr, uint64_t value, DeviceStream& stream) override;
   void host_func(std::function<void()> fn, DeviceStream& stream) override;
+
+  // Stream capture and graphs with CUDA's rules (device/emulated/emulated_capture.h).
+  void begin_capture(DeviceStream& stream, CaptureMode mode) override;
+  std::shared_ptr<DeviceGraph> end_capture(DeviceStream& stream) override;
+  CaptureStatus capture_status(DeviceStream& stream, uint64_t* id = nullptr) override;
+  CaptureMode exchange_capture_mode(CaptureMode mode) override;
+  void retain_in_capture(DeviceStream& stream, std::shared_ptr<void> keep) override;
+  std::shared_ptr<DeviceGraphExec> instantiate(DeviceGraph& graph) override;
+  void launch_graph(DeviceGraphExec& exec, DeviceStream& stream) override;
+
   void upload_now(void* dst, const void* src, size_t bytes) override;  // a memcpy: host memory
   // The kernel executor on one host thread per block (device/emulated/emulated_plan_kernel.cc).
   unsigned plan_blocks(unsigned wanted) const override;
@@ -154,8 +180,10 @@ class EmulatedDevice final : public Device {
                    // count of importers mapping it (the IPC rule: no free under a peer's mapping)
   };
   void release(void* ptr);
-  // The rules' checks (emulated_rules.h) and the sticky fault, at the top of every call.
-  void enter(const char* what, bool needs_current = false);
+  void* allocate_memory(size_t bytes);  // allocate()'s body, for allocate_ordered too
+  // The rules' checks (emulated_rules.h) and the sticky fault, at the top of every call; `unsafe`:
+  // a call a stream capture may prohibit (emulated_capture.h).
+  void enter(const char* what, bool needs_current = false, bool unsafe = false);
 
   const int index_;
   const int64_t delay_us_;

@@ -41,7 +41,19 @@ uint64_t parse_field(const std::string& s, const std::string& handle) {
 }  // namespace
 
 void* EmulatedDevice::allocate(size_t bytes) {
-  enter("cudaMalloc");
+  enter("cudaMalloc", false, true);  // not stream-ordered: a capture may prohibit it
+  return allocate_memory(bytes);
+}
+
+void* EmulatedDevice::allocate_ordered(size_t bytes, DeviceStream& stream) {
+  enter("cudaMallocAsync");
+  if (emu(stream).capture())
+    throw std::runtime_error("emulated device: cudaMallocAsync on a capturing stream (a graph memory node) is not "
+                             "modelled; allocate before the capture");
+  return allocate_memory(bytes);
+}
+
+void* EmulatedDevice::allocate_memory(size_t bytes) {
   const size_t size = ((bytes ? bytes : 1) + kPage - 1) / kPage * kPage + kPage;  // + the count page
   int fd = memfd_create("commlib-emulated", MFD_CLOEXEC);
   if (fd < 0) throw std::runtime_error(std::string("emulated device: memfd_create: ") + std::strerror(errno));
@@ -82,7 +94,7 @@ void EmulatedDevice::release(void* ptr) {
 
 void EmulatedDevice::free_async(void* ptr, DeviceStream& stream) {
   if (!ptr) return;
-  enter("cudaFree");
+  enter("cudaFree", false, true);
   // cudaFree synchronises the device: the host waits for every stream of it, a stream parked in
   // a wait for a peer included (inside an enqueue that is a stall, or a deadlock when that peer
   // waits for this host). Counted when some stream still had work, then done as CUDA does.
@@ -104,6 +116,9 @@ void EmulatedDevice::free_async(void* ptr, DeviceStream& stream) {
 void EmulatedDevice::free_ordered(void* ptr, DeviceStream& stream) {
   if (!ptr) return;
   enter("cudaFreeAsync");
+  if (emu(stream).capture())
+    throw std::runtime_error("emulated device: cudaFreeAsync on a capturing stream (a graph memory node) is not "
+                             "modelled; free after the capture");
   emu(stream).enqueue([this, ptr] { release(ptr); });
 }
 
@@ -130,7 +145,7 @@ void* EmulatedDevice::import_memory(const std::string& handle) {
   size_t a = rest.find(':'), b = a == std::string::npos ? a : rest.find(':', a + 1);
   if (b == std::string::npos) throw std::invalid_argument("emulated device: malformed memory handle '" + handle + "'");
   const uint64_t pid = parse_field(rest.substr(0, a), handle);
-  enter("cudaIpcOpenMemHandle");
+  enter("cudaIpcOpenMemHandle", false, true);
   if (pid == static_cast<uint64_t>(getpid()))  // CUDA IPC refuses a handle of one's own process
     throw std::invalid_argument("emulated device: cannot import memory exported by this process (" + handle +
                                 "): CUDA IPC refuses it; use the pointer itself");
@@ -159,7 +174,7 @@ void* EmulatedDevice::import_memory(const std::string& handle) {
 }
 
 void EmulatedDevice::close_import(void* ptr) {
-  enter("cudaIpcCloseMemHandle");
+  enter("cudaIpcCloseMemHandle", false, true);
   size_t bytes = 0;
   {
     std::lock_guard<std::mutex> lk(mu_);

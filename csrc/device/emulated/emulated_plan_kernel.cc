@@ -47,7 +47,7 @@ std::atomic<uint64_t> launches{0};
 }  // namespace
 
 void EmulatedDevice::upload_now(void* dst, const void* src, size_t bytes) {
-  enter("cudaMemcpy");
+  enter("cudaMemcpy", false, true);  // synchronous: a capture may prohibit it
   if (bytes) std::memcpy(dst, src, bytes);
 }
 

@@ -1,0 +1,192 @@
+"""Rank side of test_graph_capture.py (apart from the test module, so that the ranks import neither
+pytest nor the test modules): kernel-path collectives captured in a graph on the emulated device
+(commlib.emulated.graph), replayed between eager calls (issue #37, item 3)."""
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+
+import commlib
+
+import commlib.emulated as emu
+from kernel_path_cases import COPY_SETTINGS, KERNEL_SETTINGS, with_settings
+
+SIZES = (3, 37, 1000)  # three all_reduces (LL chunks, then several slot chunks through 2 slots)
+GATHER = 5             # one all_gather of this many int32 per rank
+REPLAYS = 100
+
+
+def _inputs(rank, i):
+    rng = np.random.default_rng(7919 * i + rank)
+    return [rng.standard_normal(n).astype(np.float32) for n in SIZES], rng.integers(-1000, 1000, GATHER, np.int32)
+
+
+class _Step:
+    """The step's buffers (static, as a graph needs) and the step itself."""
+
+    def __init__(self, size):
+        self.xs = [emu.empty(n, "float32") for n in SIZES]
+        self.g_in = emu.empty(GATHER, "int32")
+        self.g_out = emu.empty(GATHER * size, "int32")
+
+    def load(self, rank, i):
+        values, gathered = _inputs(rank, i)
+        for x, v in zip(self.xs, values):
+            x.copy_(emu.from_numpy(v))
+        self.g_in.copy_(emu.from_numpy(gathered))
+
+    def run(self, comm):
+        for x in self.xs:
+            comm.all_reduce(x)
+        comm.all_gather(self.g_out, self.g_in)
+
+    def results(self):
+        return [x.numpy() for x in self.xs] + [self.g_out.numpy()]
+
+
+def captured_step_matches_eager(comm):
+    """The step captured once (after an eager warm-up), replayed REPLAYS times with new inputs each
+    time, each replay between eager runs of the same step on other buffers with the same inputs and
+    an eager all_reduce of another size: (replays whose results differ from the eager ones bit for
+    bit, wrong eager results of the other size, launches replayed as the kernel counted them)."""
+    def run(sub):
+        graphed, eager = _Step(sub.size), _Step(sub.size)
+        other = emu.from_numpy(np.zeros(11, np.float64))
+        graphed.load(sub.rank, 0)
+        graphed.run(sub)  # the warm-up: plans, scratch, the engine itself
+        g = emu.Graph()
+        with emu.graph(g):
+            graphed.run(sub)
+        replays_before = sub._device_route._last_engine.kernel_replays_done()
+        differ, wrong_other = [], 0
+        for i in range(1, REPLAYS + 1):
+            graphed.load(sub.rank, i)
+            eager.load(sub.rank, i)
+            g.replay()
+            other.copy_(emu.from_numpy(np.full(11, sub.rank + i, np.float64)))
+            sub.all_reduce(other)                      # eager, between the replay and the eager step
+            eager.run(sub)
+            got, want = graphed.results(), eager.results()
+            if any(a.tobytes() != b.tobytes() for a, b in zip(got, want)):
+                differ.append(i)
+            wrong_other += int(not (other.numpy() == sum(r + i for r in range(sub.size))).all())
+        return differ, wrong_other, sub._device_route._last_engine.kernel_replays_done() - replays_before
+    return with_settings(comm, KERNEL_SETTINGS, run)
+
+
+def capture_refusals(comm):
+    """What capturing raises: before any device call (no engine), before the call shape's warm-up,
+    and on the copy path; then whether the communicator still works: (messages..., result ok)."""
+    def capture_error(fn):
+        try:
+            with emu.graph(emu.Graph()):
+                fn()
+        except Exception as e:  # noqa: BLE001 - the message is the result
+            return f"{type(e).__name__}: {e}"
+        return "no error"
+
+    def kernel(sub):
+        x = emu.from_numpy(np.ones(8, np.float32))
+        before_engine = capture_error(lambda: sub.all_reduce(x))
+        sub.all_reduce(x)  # warms up this shape only
+        other_shape = capture_error(lambda: sub.all_reduce(x[:5]))
+        y = emu.from_numpy(np.ones(4, np.float32))
+        sub.all_reduce(y)
+        return before_engine, other_shape, bool((y.numpy() == sub.size).all())
+
+    def copy(sub):
+        x = emu.from_numpy(np.ones(8, np.float32))
+        sub.all_reduce(x)
+        refused = capture_error(lambda: sub.all_reduce(x))
+        sub.all_reduce(x)
+        return refused, bool((x.numpy() == sub.size ** 2).all())
+    return with_settings(comm, KERNEL_SETTINGS, kernel), with_settings(comm, COPY_SETTINGS, copy)
+
+
+def kill_during_replay(comm, victim):
+    """``victim`` dies (SIGKILL) while every rank replays a captured all_reduce (one rank, "late",
+    starts its replay only after the kill, so the others are inside it): the survivors' next call
+    raises PeerError naming the dead rank, found by the watchdog's watch of replays (the abort
+    word releases the replayed kernel). Returns (message, seconds) on survivors."""
+    sub = comm.split(0, timeout=30)
+    late = min(q for q in range(sub.size) if q != victim)
+    x = emu.from_numpy(np.ones(1000, np.float32))
+    sub.all_reduce(x)
+    g = emu.Graph()
+    with emu.graph(g):
+        sub.all_reduce(x)
+    g.replay()
+    x.numpy()
+    if sub.rank == victim:
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGKILL)).start()
+        time.sleep(5)  # the kill arrives meanwhile
+        return None
+    if sub.rank == late:
+        time.sleep(0.8)
+    t = time.monotonic()
+    try:
+        g.replay()
+        x.numpy()  # returns once the engine failed and its abort word released the kernel
+        sub.all_reduce(x)
+        return None
+    except commlib.PeerError as e:
+        return str(e), time.monotonic() - t
+    except commlib.CommError as e:
+        return f"wrong type {type(e).__name__}: {e}", time.monotonic() - t
+
+
+def captured_step_cuda(comm, replays=20):
+    """The same on a GPU with torch (``torch.cuda.graph``, global capture mode): (replays whose
+    results differ from the eager step's bit for bit, the error of a capture before the warm-up)."""
+    import torch
+    from commlib.settings import overridden
+    with overridden(KERNEL_SETTINGS):
+        sub = comm.split(0, timeout=60)
+    try:
+        dev = torch.device("cuda", 0)
+        g_cold = torch.cuda.CUDAGraph()
+        cold = torch.ones(8, device=dev)
+        try:
+            with torch.cuda.graph(g_cold):
+                sub.all_reduce(cold)
+            before_warm_up = "no error"
+        except Exception as e:  # noqa: BLE001 - the message is the result
+            before_warm_up = f"{type(e).__name__}: {e}"
+
+        def make():
+            return [torch.empty(n, device=dev) for n in SIZES], torch.empty(GATHER, dtype=torch.int32, device=dev), \
+                torch.empty(GATHER * sub.size, dtype=torch.int32, device=dev)
+
+        def load(bufs, i):
+            values, gathered = _inputs(sub.rank, i)
+            for x, v in zip(bufs[0], values):
+                x.copy_(torch.from_numpy(v))
+            bufs[1].copy_(torch.from_numpy(gathered))
+
+        def step(bufs):
+            for x in bufs[0]:
+                sub.all_reduce(x)
+            sub.all_gather(bufs[2], bufs[1])
+
+        graphed, eager = make(), make()
+        load(graphed, 0)
+        step(graphed)  # the warm-up
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            step(graphed)
+        differ = []
+        for i in range(1, replays + 1):
+            load(graphed, i)
+            load(eager, i)
+            g.replay()
+            step(eager)
+            got = [t.cpu().numpy().tobytes() for t in graphed[0] + [graphed[2]]]
+            want = [t.cpu().numpy().tobytes() for t in eager[0] + [eager[2]]]
+            if got != want:
+                differ.append(i)
+        return differ, before_warm_up
+    finally:
+        sub.close()
