@@ -192,9 +192,12 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_collective(const CollectiveCal
     exchange_remote(remote_peers, remote_peers, s);
     enqueue_call(call, planned, desc, esize, s);
   } catch (const std::exception& e) {
-    // Partly enqueued: the ranks' counters no longer agree, so the engine cannot go on.
+    // Partly enqueued: the ranks' counters no longer agree, so the engine cannot go on. This
+    // rank's failure (often its device's sticky error, first seen here): CommError here, and the
+    // peers hear of a failed peer (PeerError), as from fail_device; publishing Comm made a healthy
+    // peer's next call raise CommError ("cannot start ...: rank r failed earlier").
     enqueue_error = "rank " + std::to_string(rank_) + " could not enqueue " + describe_call(desc) + ": " + e.what();
-    fail(ErrorKind::Comm, enqueue_error);
+    fail_as(ErrorKind::Comm, ErrorKind::Peer, enqueue_error, true);
   }
   return finish(done, enqueue_error, s);
 }

@@ -174,7 +174,7 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_p2p(const std::vector<P2PItem>
   } catch (const std::exception& e) {
     enqueue_error = "rank " + std::to_string(rank_) + " could not enqueue a batch of " + std::to_string(items.size()) +
                     " sends/receives: " + e.what();
-    fail(ErrorKind::Comm, enqueue_error);
+    fail_as(ErrorKind::Comm, ErrorKind::Peer, enqueue_error, true);  // PeerError at the peers (stream_calls.cc)
   }
   return finish(done, enqueue_error, s);
 }
