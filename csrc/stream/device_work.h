@@ -1,6 +1,6 @@
 // A device call's work (stream/stream_engine.h): an event of the call and the engine's number of it.
 // What it raises is the engine's error for that call; every raise marks the error told to a caller
-// (StreamEngine::take_unreported_error). Its methods are in stream_works.cc.
+// (StreamEngine::take_unreported_error). Its methods are in device_work.cc.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,8 @@
 // The stream engine's set-up, close and release (see stream_engine.h); connecting to the peers
 // (links, mappings) is in stream_connect.cc, calls (planning, numbering, ordering) in
 // stream_calls.cc, point-to-point in stream_p2p.cc, the watchdog and failure handling in
-// stream_watchdog.cc, works in stream_works.cc; the copy path is its own class (copy_path.h).
+// stream_watchdog.cc, works in device_work.cc, the error no caller was told in stream_works.cc,
+// capture mode in stream_capture.cc; the copy path is its own class (copy_path.h).
 #include "stream/stream_engine.h"
 
 #include <sys/mman.h>
