@@ -24,6 +24,7 @@ from commlib.core.call_checks import (as_rank, check_algorithm, check_op, descri
 from commlib.core.p2p_plan import plan_all_to_allv, plan_batch
 from commlib.device.route_context import RouteContext
 from commlib.core.work import Work  # noqa: F401  (re-exported: commlib.core.communicator.Work)
+from commlib.errors import CommError
 
 # The one C++ entry (csrc/bindings/fast_call.cc), every collective's first try, one call from
 # Python: it reads the buffers itself, runs blocking calls on host buffers, and runs device calls
@@ -351,19 +352,28 @@ class Communicator(GroupMethods):
     def close(self):
         """Finish queued work, then release shared memory and the worker thread. Idempotent.
 
-        The store that commlib.init() opened is closed with the last communicator built over it
-        (commlib/bootstrap/store_lease.py), never under another one still using it. In a forked
-        child it only drops the child's references: the store and region are the parent's.
+        Raises, once everything is released, the error of a device call that failed without any
+        call, ``wait()`` or ``synchronize()`` raising it (a blocking call on device buffers that
+        failed last, e.g. a mismatched one: docs/gpu.md). The store that commlib.init() opened is
+        closed with the last communicator built over it (commlib/bootstrap/store_lease.py), never
+        under another one still using it. In a forked child it only drops the child's references:
+        the store and region are the parent's.
         """
         self._closed = True
+        unreported = None
         self._dropped.detach()  # given back here, not again at garbage collection
         lease, self._leftovers.lease = self._leftovers.lease, None
         self._leftovers.route = None
         if self._device_route is not None:  # before the transport its peer watch uses
-            self._device_route.close()
+            try:
+                self._device_route.close()
+            except CommError as e:  # a device call's error no caller was told: raised once all is closed
+                unreported = e
         self._core.close()
         if lease is not None and os.getpid() == self._pid:
             lease.release()  # once: the last communicator over init()'s store closes it
+        if unreported is not None:
+            raise unreported
 
     def _hold_store(self, lease):
         """Share ``lease`` (a commlib.bootstrap.store_lease.StoreLease this communicator now holds a

@@ -315,7 +315,10 @@ class DeviceRoute:
     def close(self):
         """Close every engine (never raises for a device error: the engine fails instead), then
         free its memory: the exported inbox only after every rank closed its imports of it (a
-        store barrier, bounded by the timeout) and nothing failed (issue #23, item 7)."""
+        store barrier, bounded by the timeout) and nothing failed (issue #23, item 7). Then raises
+        the error of a call that failed without any caller being told (a blocking call that failed
+        last: docs/gpu.md, "A mismatched call writes nothing"), once everything is released."""
+        engines = list(self._engines.values())
         for key, e in self._engines.items():
             e.close()  # closes its imports of the peers' memory, failed or not
             failed = e.failed()
@@ -327,6 +330,8 @@ class DeviceRoute:
         self._fast_calls.clear()  # also forgets the last engine and releases the held buffers
         self._stream_of.clear()
         self._devices.clear()
+        for e in engines:
+            e.raise_unreported_error()
 
 
 def _register_torch_reader():

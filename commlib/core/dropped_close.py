@@ -11,8 +11,11 @@ reference goes last (the barrier uses the store).
 """
 from __future__ import annotations
 
+import logging
 import os
 import threading
+
+from commlib.errors import CommError
 
 
 class Leftovers:
@@ -39,6 +42,9 @@ class Leftovers:
         try:
             if route is not None:
                 route.close()
+        except CommError as e:  # a device call's error no caller was told (route.close raises it)
+            logging.getLogger("commlib").error("a communicator dropped without close(): %s: %s",
+                                               type(e).__name__, e)
         finally:
             if lease is not None:
                 lease.release()

@@ -20,7 +20,9 @@ so it runs before torch's own exit handlers and after those the user registers l
 from __future__ import annotations
 
 import atexit
+import logging
 import os
+import sys
 import threading
 import time
 import weakref
@@ -73,13 +75,30 @@ def wait_for_quiet_threads(limit_s: Optional[float] = None) -> bool:
     return False
 
 
+_unreported = []  # errors report_unreported logged: the exit status says so
+
+
+def report_unreported(rank, error) -> None:
+    """Logs a device call's error that no call, ``wait()`` or ``synchronize()`` raised (found when
+    its group shut down), as torch's NCCL watchdog logs a failed collective; a process that exits
+    with one logged exits with status 1 (torch's watchdog tears the process down instead)."""
+    _unreported.append(error)
+    logging.getLogger("commlib.torch").error(
+        "rank %s: a collective on device tensors failed and no call reported it: %s: %s",
+        rank, type(error).__name__, error)
+
+
 def _at_exit():
     for group in list(_groups):
         try:
             group._stop_at_exit()
-        except Exception:  # noqa: BLE001 - exit must go on
+        except Exception:  # noqa: BLE001 - exit must go on (an unreported error was logged)
             pass
     wait_for_quiet_threads()
+    if _unreported:  # the job must not exit 0 after a collective silently failed
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
 
 
 atexit.register(_at_exit)

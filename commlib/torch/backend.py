@@ -314,11 +314,17 @@ class ProcessGroupCommlib(ShrinkMixin, PointToPointMixin, DataMovementMixin, Dev
             except Exception:  # noqa: BLE001 - aborting is best effort
                 pass
         self._completer.stop(None if not abort else 5)
+        unreported = None
         try:
             self._comm.close()
+        except _C.CommError as e:  # a device call failed and no call, wait() or synchronize() said so
+            unreported = None if abort else e
         except Exception:  # noqa: BLE001 - closing after a failure
             pass
         self._p2p_streams.close()
+        if unreported is not None:
+            at_exit.report_unreported(self.rank(), unreported)
+            raise unreported
 
     def _stop_at_exit(self):
         """At interpreter exit: close if nothing is in flight, else abort (peers get an error

@@ -339,6 +339,23 @@ void CudaDevice::divide(void* dst, size_t n, DType dtype, int64_t divisor, Devic
   cuda_divide_inplace(dst, n, dtype, divisor, cu(stream));
 }
 
+void CudaDevice::copy_unless(const uint64_t* stop, void* dst, const void* src, size_t bytes, DeviceStream& stream) {
+  Current current(index_);
+  cuda_copy_unless(stop, dst, src, bytes, cu(stream));
+}
+
+void CudaDevice::reduce_unless(const uint64_t* stop, void* dst, const void* src, size_t n, DType dtype, RedOp op,
+                               DeviceStream& stream) {
+  Current current(index_);
+  cuda_reduce_inplace(dst, src, n, dtype, op, cu(stream), stop);
+}
+
+void CudaDevice::divide_unless(const uint64_t* stop, void* dst, size_t n, DType dtype, int64_t divisor,
+                               DeviceStream& stream) {
+  Current current(index_);
+  cuda_divide_inplace(dst, n, dtype, divisor, cu(stream), stop);
+}
+
 void CudaDevice::write_value(uint64_t* addr, uint64_t value, DeviceStream& stream) {
   const CUresult r = reinterpret_cast<WriteValue64>(write_value64_)(
       reinterpret_cast<CUstream>(cu(stream)), reinterpret_cast<CUdeviceptr>(addr), value, CU_STREAM_WRITE_VALUE_DEFAULT);

@@ -43,6 +43,11 @@ class CudaDevice final : public Device {
   void reduce(void* dst, const void* src, size_t n, DType dtype, RedOp op, DeviceStream& stream) override;
   void scale_copy(void* dst, const void* src, size_t n, DType dtype, double scale, DeviceStream& stream) override;
   void divide(void* dst, size_t n, DType dtype, int64_t divisor, DeviceStream& stream) override;
+  void copy_unless(const uint64_t* stop, void* dst, const void* src, size_t bytes, DeviceStream& stream) override;
+  void reduce_unless(const uint64_t* stop, void* dst, const void* src, size_t n, DType dtype, RedOp op,
+                     DeviceStream& stream) override;
+  void divide_unless(const uint64_t* stop, void* dst, size_t n, DType dtype, int64_t divisor,
+                     DeviceStream& stream) override;
   void write_value(uint64_t* addr, uint64_t value, DeviceStream& stream) override;
   void wait_value(const uint64_t* addr, uint64_t value, DeviceStream& stream) override;
   void host_func(std::function<void()> fn, DeviceStream& stream) override;

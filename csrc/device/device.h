@@ -120,6 +120,16 @@ class Device {
   virtual void reduce(void* dst, const void* src, size_t n, DType dtype, RedOp op, DeviceStream& stream) = 0;
   virtual void scale_copy(void* dst, const void* src, size_t n, DType dtype, double scale, DeviceStream& stream) = 0;
   virtual void divide(void* dst, size_t n, DType dtype, int64_t divisor, DeviceStream& stream) = 0;
+  // The copy path's data operations (stream/copy_path.h): copy, reduce and divide as above, except
+  // that the stream skips one (writes nothing) when the word `stop` (from map_host) is nonzero as it
+  // reaches it. A call whose descriptor check failed, or an engine that failed, sets it, so what
+  // the peers sent never lands in an output (stream memory operations cannot be skipped: these
+  // are kernels on CUDA).
+  virtual void copy_unless(const uint64_t* stop, void* dst, const void* src, size_t bytes, DeviceStream& stream) = 0;
+  virtual void reduce_unless(const uint64_t* stop, void* dst, const void* src, size_t n, DType dtype, RedOp op,
+                             DeviceStream& stream) = 0;
+  virtual void divide_unless(const uint64_t* stop, void* dst, size_t n, DType dtype, int64_t divisor,
+                             DeviceStream& stream) = 0;
   // *addr = value; and: block the stream until *addr >= value. addr comes from map_host.
   virtual void write_value(uint64_t* addr, uint64_t value, DeviceStream& stream) = 0;
   virtual void wait_value(const uint64_t* addr, uint64_t value, DeviceStream& stream) = 0;

@@ -54,6 +54,14 @@ struct DivideElem {
   __device__ __forceinline__ S operator()(S a, S) const { return Tr::store(op(Tr::load(a))); }
 };
 
+// A byte copy as an elementwise body: the copy path's gated copies (cuda_reduce.cu), which must be
+// kernels to read their stop word.
+struct CopyElem {
+  using S = unsigned char;
+  static constexpr bool kReadsDst = false;
+  __device__ __forceinline__ S operator()(S, S b) const { return b; }
+};
+
 template <typename S>
 __device__ __forceinline__ S load_any(const void* p, size_t i) {
   S x;

@@ -55,7 +55,7 @@ struct TuningRow {
   std::string algorithm;
   int hosts = 1;
   // Measured on the device's kernel path (the tuning file's "kernel_path" section): only the kernel
-  // path's auto reads these rows (stream/kernel_auto.h); host and copy-path calls never do.
+  // path's auto reads these rows (policy/device_auto.h); host and copy-path calls never do.
   bool kernel_path = false;
 };
 // Replaces the rows of collective c (validates names: std::invalid_argument). Thread-safe.

@@ -12,7 +12,6 @@
 #include "device/host_flags.h"
 #include "kernels/plan_kernel.cuh"
 #include "plan/describe.h"
-#include "policy/device_path_tuning.h"
 
 namespace commlib {
 
@@ -82,7 +81,7 @@ KernelPath::KernelPath(std::shared_ptr<Device> device, int rank, int size, uint3
                        DevicePath mode)
     : device_(std::move(device)), rank_(rank), size_(size), nslots_(nslots), slot_bytes_(slot_bytes), mode_(mode),
       ll_bytes_(device_ll_bytes_from_env(slot_bytes)),
-      kernel_max_bytes_(device_path_crossover(size, kKernelPathMaxBytes)),
+      kernel_max_bytes_(kernel_path_crossover(size)),
       split_bytes_(std::max<uint32_t>(ll_bytes_ + 1, static_cast<uint32_t>(std::min<uint64_t>(64 << 10, slot_bytes / 2)))),
       imported_(size, nullptr) {
   if (mode_ == DevicePath::Kernel && device_->plan_blocks(1) == 0)
@@ -160,10 +159,6 @@ void KernelPath::connect(const std::vector<std::string>& handles, bool one_host)
   device_->upload_now(views_dev, views.data(), views.size() * sizeof(PeerView));
 }
 
-bool KernelPath::chooses(uint64_t bytes) const {
-  return usable_ && kernel_path_takes(mode_, bytes, kernel_max_bytes_);
-}
-
 void KernelPath::stage(const std::vector<char>& bytes, void* dev, DeviceStream& stream) {
   const size_t need = round_up(bytes.size(), kLine);
   if (staged_ && device_->query(*staged_copied_)) staged_ = 0;  // every copy out of the arena ran
@@ -224,9 +219,15 @@ const KernelPath::Uploaded& KernelPath::upload(const ScheduleKey& key, const Sch
   return plans_.emplace(key, std::move(u)).first->second;
 }
 
-KernelPath::Launched KernelPath::enqueue(const ScheduleKey& key, const Schedule& sched, const CallDesc& desc,
-                                         char* const bases[3], DType dtype, RedOp op, DeviceStream& stream,
-                                         bool captured) {
+Launched KernelPath::enqueue(const PathCall& pc, DeviceStream& stream) {
+  const CallDesc& d = pc.desc;
+  const ScheduleKey key{d.coll, static_cast<uint8_t>(d.algo & ~kDeviceCallAlgoBit), d.root, d.count,
+                        static_cast<uint8_t>(dtype_size(pc.call.dtype))};  // the resolved algorithm
+  return launch(key, pc.plan.sched, d, pc.bases, pc.call.dtype, pc.call.op, stream, pc.captured);
+}
+
+Launched KernelPath::launch(const ScheduleKey& key, const Schedule& sched, const CallDesc& desc, char* const bases[3],
+                            DType dtype, RedOp op, DeviceStream& stream, bool captured) {
   if (captured && !has_plan(key)) throw std::logic_error("kernel path: a captured launch without its plan");
   const Uploaded& u = upload(key, sched, stream);
   if (captured) {

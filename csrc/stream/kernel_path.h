@@ -24,13 +24,14 @@
 #include "device/device.h"
 #include "kernels/device_plan.h"
 #include "plan/call.h"
+#include "policy/device_auto.h"
 #include "schedule/ir.h"
+#include "stream/device_path.h"
 #include "transport/transport.h"  // CallDesc
 
 namespace commlib {
 
-enum class DevicePath : uint8_t { Auto, Kernel, Copy };
-// COMMLIB_DEVICE_PATH (std::invalid_argument naming it for another value).
+// DevicePath, the crossover and the size rule are device auto's, decided in policy/device_auto.h.
 DevicePath device_path_from_env();
 const char* device_path_name(DevicePath p);
 // Every rank's kernel handle ("<mode>:..."): std::invalid_argument naming COMMLIB_DEVICE_PATH when
@@ -39,27 +40,16 @@ void check_device_paths(const std::vector<std::string>& kernel_handles, DevicePa
 // COMMLIB_DEVICE_LL_BYTES for slots of `slot_bytes` (at most a slot; std::invalid_argument naming
 // it unless a multiple of 64 up to 65536).
 uint32_t device_ll_bytes_from_env(uint64_t slot_bytes);
-// auto: the kernel path for calls of at most this many bytes (count x element size), else copy; the
-// default where the tuning file has no measured crossover for the world size
-// (policy/device_path_tuning.h).
-constexpr uint64_t kKernelPathMaxBytes = uint64_t{1} << 20;
-// Whether `mode` sends a call of `bytes` to the kernel path where that path is usable (every peer's
-// memory mapped, a device with kernels, no NCCL link), auto's crossover being `kernel_max_bytes`
-// (KernelPath::kernel_max_bytes): the one size rule of KernelPath::chooses and of the kernel path's
-// auto (stream/kernel_auto.h).
-constexpr bool kernel_path_takes(DevicePath mode, uint64_t bytes, uint64_t kernel_max_bytes) {
-  return mode == DevicePath::Kernel || (mode == DevicePath::Auto && bytes <= kernel_max_bytes);
-}
 
 // The kernel path caches its plans by call shape, the plan cache's ScheduleKey (plan/call.h) with
 // the RESOLVED algorithm in `algo` (never 0 = auto), so a new tuning table that makes auto choose
 // differently never finds a stale plan.
 
-class KernelPath {
+class KernelPath final : public DevicePathRunner {
  public:
   // Allocates this rank's kernel region (flags zeroed) and its host page (abort word, progress).
   KernelPath(std::shared_ptr<Device> device, int rank, int size, uint32_t nslots, uint64_t slot_bytes, DevicePath mode);
-  ~KernelPath();
+  ~KernelPath() override;
 
   // "<mode>,<LL bytes>,<auto's crossover>:<region handle>", the part of the engine's handle the peers need.
   std::string local_handle() const;
@@ -68,27 +58,22 @@ class KernelPath {
   // another COMMLIB_DEVICE_PATH or COMMLIB_DEVICE_LL_BYTES.
   void connect(const std::vector<std::string>& handles, bool one_host);
 
-  // Whether a call of `bytes` (count x element size) runs as a kernel (the same answer on every
-  // rank: every rank has the same mode, the same world and the same call).
-  bool chooses(uint64_t bytes) const;
-  // auto's crossover for this engine's world size, read once when it is created (device_path_tuning.h).
+  // Connected, every rank on this host, the device has kernels: whether device auto
+  // (policy/device_auto.h) may send a call here at all (the same answer on every rank).
+  bool usable() const { return usable_; }
+  // auto's crossover for this engine's world size, read once when it is created (device_auto.h).
   uint64_t kernel_max_bytes() const { return kernel_max_bytes_; }
-  // What the watchdog watches of a launch: `done` (host address) reaches `target` when it
-  // completes; its first message is with `peer` (-1: none), a send or a receive.
-  struct Launched {
-    const uint64_t* done = nullptr;
-    uint64_t target = 0;
-    int peer = -1;
-    bool send = false;
-  };
-  // Enqueues the call's kernel on `stream`: `sched` is this rank's schedule of the call shape `key`,
-  // `desc` the call's descriptor (checked against the peers' inside the kernel before the first
-  // step: plan_call_check.cuh), `bases` its input, output and scratch.
+  // Enqueues the call's kernel on `stream` (DevicePathRunner): the plan's schedule lowered once per
+  // call shape, the descriptor checked against the peers' inside the kernel before the first step
+  // (plan_call_check.cuh). What the watchdog watches of a launch: Launched::done (host address)
+  // reaches its target when the launch completes.
+  Launched enqueue(const PathCall& call, DeviceStream& stream) override;
+  // The same with the call's shape `key` (plan/call.h, the RESOLVED algorithm) and its parts.
   // `captured`: `stream` is capturing (the engine's capture mode): the plan must exist already
   // (has_plan), is pinned for the life of the graph (Device::retain_in_capture: never evicted
   // while a graph holds it), and the launch is left to the graph's replays (no watchdog wait).
-  Launched enqueue(const ScheduleKey& key, const Schedule& sched, const CallDesc& desc, char* const bases[3],
-                   DType dtype, RedOp op, DeviceStream& stream, bool captured = false);
+  Launched launch(const ScheduleKey& key, const Schedule& sched, const CallDesc& desc, char* const bases[3],
+                  DType dtype, RedOp op, DeviceStream& stream, bool captured = false);
   // Whether the plan of call shape `key` is on the device (an eager call of that shape ran).
   bool has_plan(const ScheduleKey& key) const { return plans_.count(key) != 0; }
   // Plans held by a captured graph (kept however many plans there are).

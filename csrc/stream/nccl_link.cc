@@ -363,4 +363,10 @@ void NcclLink::close() {
   scratch_bytes_ = 0;
 }
 
+Launched NcclLink::enqueue(const PathCall& pc, DeviceStream& s) {
+  const bool scaled = pc.call.op == RedOp::Avg || pc.call.op == RedOp::PremulSum;
+  enqueue_collective(pc.call, pc.bases[0], pc.bases[1], scaled ? RedOp::Sum : pc.call.op, s);
+  return Launched{};
+}
+
 }  // namespace commlib

@@ -29,13 +29,14 @@
 #include "plan/call.h"
 #include "plan/describe.h"
 #include "schedule/ir.h"
+#include "stream/device_path.h"
 
 namespace commlib {
 
-class NcclLink {
+class NcclLink final : public DevicePathRunner {
  public:
   NcclLink(std::shared_ptr<Device> device, int rank, int size, double timeout_s);
-  ~NcclLink();
+  ~NcclLink() override;
 
   // Chooses the NCCL: the device's own (Device::nccl_api()), else the first of `candidates` that
   // loads (device/nccl_loader.h). Returns the library's description.
@@ -64,6 +65,9 @@ class NcclLink {
   // algorithm="nccl". `op` is what NCCL reduces with (Sum for avg / premul_sum: the engine
   // scales and divides around it). Throws std::invalid_argument for what NCCL lacks.
   void enqueue_collective(const CollectiveCall& call, const char* in, char* out, RedOp op, DeviceStream& s);
+  // algorithm="nccl" as a device path (DevicePathRunner): the call's input (or its private copy)
+  // and output to enqueue_collective, NCCL summing what avg and premul_sum scale around it.
+  Launched enqueue(const PathCall& call, DeviceStream& s) override;
   static void check_supported(DType dtype, RedOp op, Collective coll);
 
   void abort();  // any thread

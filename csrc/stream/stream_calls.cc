@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "plan/lowering.h"
-#include "stream/kernel_auto.h"
+#include "policy/device_auto.h"
 #include "stream/stream_engine.h"
 #include "schedule/registry.h"
 
@@ -20,7 +20,9 @@ const ResolvedPlan& StreamEngine::plan_of(const CollectiveCall& call, uint8_t* k
   if (call.algo != 0) return policy;  // an algorithm named (or pinned_call's): kernel_auto_algorithm leaves it
   const KernelAutoInputs in{device_->plan_blocks(1) > 0, opts_.path, opts_.link == DeviceLinkSetting::Nccl,
                             kernel_ ? kernel_->kernel_max_bytes() : kKernelPathMaxBytes};
-  const uint8_t algo = kernel_auto_algorithm(plans_.context(), in, call, policy.choice.source);
+  const uint64_t bytes = static_cast<uint64_t>(call.count) * dtype_size(call.dtype);
+  const uint8_t algo = kernel_auto_algorithm(size_, plans_.context().topology, in, call.coll, call.algo, bytes,
+                                             policy.choice.source);
   if (kernel_auto) *kernel_auto = algo;
   if (!algo) return policy;
   CollectiveCall c = call;
@@ -47,7 +49,7 @@ void StreamEngine::throw_if_failed_locked() {
   if (!connected_) throw CommError("stream engine: not connected");
   if (failed()) {
     std::lock_guard<std::mutex> lk(mu_);
-    throw_kind(fail_kind_, "communicator aborted: " + fail_message_);
+    raise_to_caller(fail_kind_, "communicator aborted: " + fail_message_);
   }
 }
 
@@ -55,7 +57,7 @@ namespace {
 
 // Two device calls alike but for the algorithm auto resolved them to. Before connect that is what
 // ranks with different COMMLIB_DEVICE_PATH or COMMLIB_DEVICE_LINK see (the kernel path's auto reads
-// them: stream/kernel_auto.h); connect's checks name the setting, so the first call's check leaves
+// them: policy/device_auto.h); connect's checks name the setting, so the first call's check leaves
 // it to them. Where the settings agree, the call itself finds the mismatch (its descriptor check).
 bool auto_apart(const CallDesc& mine, const CallDesc& theirs) {
   CallDesc same = theirs;
@@ -69,7 +71,7 @@ void StreamEngine::check_first_call(const CollectiveCall& call) {
   std::lock_guard<std::mutex> guard(enqueue_mu_);
   if (failed()) {
     std::lock_guard<std::mutex> lk(mu_);
-    throw_kind(fail_kind_, "communicator aborted: " + fail_message_);
+    raise_to_caller(fail_kind_, "communicator aborted: " + fail_message_);
   }
   const CallDesc desc = describe(call, plan_of(call).algo, control_->peek_call_seq());
   control_->publish_call(desc);
@@ -89,7 +91,7 @@ void StreamEngine::check_first_call(const CollectiveCall& call) {
     }
     if (!msg.empty()) {
       fail(kind, msg);
-      throw_kind(kind, msg);
+      raise_to_caller(kind, msg);
     }
   }
 }
@@ -131,7 +133,7 @@ std::shared_ptr<DeviceWork> StreamEngine::finish(std::shared_ptr<DeviceEvent> do
     // The engine's first error: ours, or the one that made the enqueue fail (the watchdog may
     // have failed the engine meanwhile, e.g. a mismatch aborting the NCCL communicator).
     std::lock_guard<std::mutex> lk(mu_);
-    throw_kind(fail_kind_, fail_message_);
+    raise_to_caller(fail_kind_, fail_message_);
   }
   return std::make_shared<DeviceWork>(shared_from_this(), done, seq_);
 }
@@ -171,40 +173,44 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_collective(const CollectiveCal
   std::string msg;
   if (failed_peer_error(desc, rank_, size_, [this](int p) { return control_->peer_status(p, false); }, &kind, &msg)) {
     fail(kind, msg);
-    throw_kind(kind, msg);
+    raise_to_caller(kind, msg);
   }
 
   auto done = begin(desc, s);
-  const std::vector<int> peers = planned.peers;
   std::string enqueue_error;
   try {
-    if (runs_on_kernel(call)) {
+    if (path_of(call) == DeviceCallPath::Kernel) {
       // Where host calls (and peers whose calls do not join this rank) look; the kernel checks its
       // peers' descriptors itself, without a host function (kernels/plan_call_check.cuh).
       if (publish_kernel_calls_) control_->publish_call(desc);
-    } else if (!peers.empty()) {
-      enqueue_call_check(desc, peers, s);
+    } else if (size_ > 1) {
+      copy_->enqueue_call_check(desc, seq_, s);  // against every rank (copy_path.h)
     }
     std::vector<std::pair<int, CallDesc>> remote_peers;  // on other hosts: descriptors in-band
-    for (int p : peers)
+    for (int p : planned.peers)
       if (remote(p)) remote_peers.emplace_back(p, desc);
     exchange_remote(remote_peers, remote_peers, s);
-    enqueue_call(call, planned.sched, desc, esize, s);
+    enqueue_call(call, planned, desc, esize, s);
   } catch (const std::exception& e) {
-    // Partly enqueued: the ranks' counters no longer agree, so the engine cannot go on.
+    // Partly enqueued: the ranks' counters no longer agree, so the engine cannot go on. This
+    // rank's failure (often its device's sticky error, first seen here): CommError here, and the
+    // peers hear of a failed peer (PeerError), as from fail_device; publishing Comm made a healthy
+    // peer's next call raise CommError ("cannot start ...: rank r failed earlier").
     enqueue_error = "rank " + std::to_string(rank_) + " could not enqueue " + describe_call(desc) + ": " + e.what();
-    fail(ErrorKind::Comm, enqueue_error);
+    fail_as(ErrorKind::Comm, ErrorKind::Peer, enqueue_error, true);
   }
   return finish(done, enqueue_error, s);
 }
 
-bool StreamEngine::runs_on_kernel(const CollectiveCall& call) const {
+DeviceCallPath StreamEngine::path_of(const CollectiveCall& call) const {
   const uint64_t bytes = static_cast<uint64_t>(call.count) * dtype_size(call.dtype);
-  return kernel_ && call.algo != kNcclAlgorithmCode && !nccl_->carries_any() && kernel_->chooses(bytes);
+  return device_path_of(call.algo == kNcclAlgorithmCode, bytes, opts_.path,
+                        kernel_ ? kernel_->kernel_max_bytes() : kKernelPathMaxBytes, kernel_ && kernel_->usable(),
+                        nccl_->carries_any());
 }
 
-void StreamEngine::enqueue_call(const CollectiveCall& call, const Schedule& sched, const CallDesc& desc, size_t esize,
-                                DeviceStream& s, bool captured) {
+void StreamEngine::enqueue_call(const CollectiveCall& call, const ResolvedPlan& plan, const CallDesc& desc,
+                                size_t esize, DeviceStream& s, bool captured) {
   char* in = reinterpret_cast<char*>(call.input);
   char* out = reinterpret_cast<char*>(call.output);
   const InputStaging staging = input_staging(call, rank_, size_);
@@ -216,51 +222,20 @@ void StreamEngine::enqueue_call(const CollectiveCall& call, const Schedule& sche
       device_->copy(buf, in, staging.elements * esize, s);
     in = buf;
   }
+  const Schedule& sched = plan.sched;
   char* scr = sched.scratch_count ? grow(scratch_, scratch_bytes_, static_cast<size_t>(sched.scratch_count) * esize, s)
                                   : nullptr;
   char* const bases[3] = {in, out, scr};
-  if (call.algo == kNcclAlgorithmCode) {  // NCCL sums what avg and premul_sum scale around it
-    const bool scaled = call.op == RedOp::Avg || call.op == RedOp::PremulSum;
-    nccl_->enqueue_collective(call, in, out, scaled ? RedOp::Sum : call.op, s);
-  }
-  last_path_ = "copy";
-  if (runs_on_kernel(call)) {
-    last_path_ = "kernel";  // the whole schedule as one launch (stream/kernel_path.h)
-    const ScheduleKey key{desc.coll, static_cast<uint8_t>(desc.algo & ~kDeviceCallAlgoBit), desc.root, desc.count,
-                          static_cast<uint8_t>(esize)};  // the resolved algorithm
-    const KernelPath::Launched l = kernel_->enqueue(key, sched, desc, bases, call.dtype, call.op, s, captured);
-    if (l.done) {  // the watchdog's view of it: the launch's first peer until the launch completes
-      std::lock_guard<std::mutex> lk(mu_);
-      waits_.push_back(Wait{l.done, l.target, l.peer, l.send, seq_});
-    }
-  } else if (opts_.streams == 1 || sched.steps.empty()) {
-    for (const Step& st : sched.steps) enqueue_step(st, bases, esize, call.dtype, call.op, desc, s, s);
-  } else {
-    // Sends on one stream, local operations and receives on another, so a step's copies into
-    // peers overlap its copies and reductions out of the inbox. Within a step they are
-    // independent (a send waits only on its receiver's receives and the other way round, so no
-    // deadlock); across steps each stream waits for the other's previous step (a step sends what
-    // the previous one received, and receives into what it sent). wait_event takes the event's
-    // latest record as of the call, so two events serve every step.
-    DeviceStream& S = *send_stream_;
-    DeviceStream& R = *recv_stream_;
-    device_->record(*fork_, s);
-    device_->wait_event(S, *fork_);
-    device_->wait_event(R, *fork_);
-    for (size_t k = 0; k < sched.steps.size(); ++k) {
-      if (k) {
-        device_->wait_event(S, *received_step_);
-        device_->wait_event(R, *sent_step_);
-      }
-      enqueue_step(sched.steps[k], bases, esize, call.dtype, call.op, desc, S, R);
-      device_->record(*sent_step_, S);
-      device_->record(*received_step_, R);
-    }
-    device_->wait_event(s, *sent_step_);
-    device_->wait_event(s, *received_step_);
-  }
+  // The path device auto chose (policy/device_auto.h), all three behind one interface.
+  const DeviceCallPath path = path_of(call);
+  DevicePathRunner& runner = path == DeviceCallPath::Kernel ? static_cast<DevicePathRunner&>(*kernel_)
+                             : path == DeviceCallPath::Nccl ? static_cast<DevicePathRunner&>(*nccl_)
+                                                            : static_cast<DevicePathRunner&>(*copy_);
+  last_path_ = path == DeviceCallPath::Kernel ? "kernel" : "copy";  // NCCL's own collective shows as copy
+  const Launched l = runner.enqueue(PathCall{plan, call, desc, bases, seq_, captured}, s);
+  if (l.done) note_wait(StreamWait{l.done, l.target, l.peer, l.send, seq_});  // the launch's first peer until it completes
   if (avg_divides(call, rank_) && call.count)
-    device_->divide(out, static_cast<size_t>(call.count), call.dtype, size_, s);
+    device_->divide_unless(copy_->stop_dev(), out, static_cast<size_t>(call.count), call.dtype, size_, s);
 }
 
 }  // namespace commlib

@@ -39,7 +39,7 @@ std::shared_ptr<DeviceWork> StreamEngine::capture_collective(const CollectiveCal
   if (status == CaptureStatus::Invalidated)
     refuse(rank_, call, "the stream's capture was invalidated by an earlier error (end it and capture again)");
   if (call.algo == kNcclAlgorithmCode) refuse(rank_, call, "algorithm='nccl' does not capture here");
-  if (!runs_on_kernel(call))
+  if (path_of(call) != DeviceCallPath::Kernel)  // device auto's choice (policy/device_auto.h)
     refuse(rank_, call,
            std::string("it runs on the copy path, which refuses capture (") +
                (kernel_ ? "COMMLIB_DEVICE_PATH=auto sends calls above the kernel path's crossover there, or the peers "
@@ -67,7 +67,7 @@ std::shared_ptr<DeviceWork> StreamEngine::capture_collective(const CollectiveCal
     seq = ++seq_;
   }
   try {
-    enqueue_call(call, planned.sched, desc, esize, s, /*captured=*/true);
+    enqueue_call(call, planned, desc, esize, s, /*captured=*/true);
   } catch (const std::exception& e) {
     // The capture's error (it was invalidated meanwhile): nothing ran, the engine is unharmed.
     refuse(rank_, call, e.what());

@@ -1,6 +1,8 @@
-// The stream engine's set-up, its control regions and the enqueueing of schedule steps (see
-// stream_engine.h); connecting to the peers (links, mappings) is in stream_connect.cc, calls (planning, numbering, ordering) are in stream_calls.cc, point-to-point in
-// stream_p2p.cc, the watchdog, the call descriptor check and failure handling in stream_watchdog.cc.
+// The stream engine's set-up, close and release (see stream_engine.h); connecting to the peers
+// (links, mappings) is in stream_connect.cc, calls (planning, numbering, ordering) in
+// stream_calls.cc, point-to-point in stream_p2p.cc, the watchdog and failure handling in
+// stream_watchdog.cc, works in device_work.cc, the error no caller was told in stream_works.cc,
+// capture mode in stream_capture.cc; the copy path is its own class (copy_path.h).
 #include "stream/stream_engine.h"
 
 #include <sys/mman.h>
@@ -16,15 +18,6 @@
 #include "schedule/registry.h"
 
 namespace commlib {
-
-namespace {
-
-constexpr size_t kLine = 64;      // one counter per cache line: ranks write them concurrently
-constexpr uint64_t kRing = 64;    // call descriptors kept per rank
-constexpr size_t kRingSlot = 64;  // bytes per descriptor slot: seq (written last), CallDesc
-constexpr size_t kP2PSlot = 64;  // seq (written last), CallDesc
-
-}  // namespace
 
 StreamEngineOptions stream_engine_options_from_env(double timeout_s, const std::string& label) {
   StreamEngineOptions o;
@@ -59,27 +52,6 @@ StreamEngineOptions resolved(StreamEngineOptions o, int ranks) {
 
 }  // namespace
 
-// Control region: three counter lines per peer (ready, freed, called), the call-descriptor ring,
-// the point-to-point descriptor rings.
-constexpr int kFlagKinds = 3;
-
-size_t StreamEngine::ctl_bytes() const {
-  return kFlagKinds * static_cast<size_t>(size_) * kLine + kRing * kRingSlot + static_cast<size_t>(size_) * kP2PRing * kP2PSlot;
-}
-
-char* StreamEngine::p2p_slot(char* ctl, int peer, uint64_t k) const {
-  return ctl + kFlagKinds * static_cast<size_t>(size_) * kLine + kRing * kRingSlot +
-         (static_cast<size_t>(peer) * kP2PRing + k % kP2PRing) * kP2PSlot;
-}
-
-uint64_t* StreamEngine::flag(char* ctl, int which, int peer) const {
-  return reinterpret_cast<uint64_t*>(ctl + (static_cast<size_t>(which) * size_ + peer) * kLine);
-}
-
-char* StreamEngine::ring_slot(char* ctl, uint64_t seq) const {
-  return ctl + kFlagKinds * static_cast<size_t>(size_) * kLine + (seq % kRing) * kRingSlot;
-}
-
 StreamEngine::StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerControl> control, PlanContext plan,
                            StreamEngineOptions opts)
     : device_(std::move(device)),
@@ -87,37 +59,25 @@ StreamEngine::StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerC
       rank_(plan.rank),
       size_(plan.size),
       opts_(resolved(std::move(opts), plan.size)),
-      peers_(size_),
       links_(size_),
-      sent_(size_, 0),
-      received_(size_, 0),
       p2p_sent_(size_, 0),
       p2p_received_(size_, 0),
       plans_(std::move(plan)),
       nccl_(std::make_unique<NcclLink>(device_, rank_, size_, opts_.timeout_s)) {
-  ctl_fd_ = memfd_create("commlib-device-ctl", MFD_CLOEXEC);
-  if (ctl_fd_ < 0 || ftruncate(ctl_fd_, static_cast<off_t>(ctl_bytes())) != 0)
-    throw std::runtime_error(std::string("stream engine: control region: ") + std::strerror(errno));
-  void* p = mmap(nullptr, ctl_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, ctl_fd_, 0);
-  if (p == MAP_FAILED) throw std::runtime_error(std::string("stream engine: mmap: ") + std::strerror(errno));
-  ctl_ = static_cast<char*>(p);
   DeviceGuard guard(*device_);
-  ctl_dev_ = device_->map_host(ctl_, ctl_bytes());
-  inbox_ = device_->allocate(static_cast<size_t>(size_) * opts_.nslots * opts_.slot_bytes);
+  copy_ = std::make_unique<CopyPath>(device_, static_cast<CopyPathHost&>(*this), *nccl_, rank_, size_, opts_.nslots,
+                                     opts_.slot_bytes, opts_.streams);
   own_stream_ = device_->create_stream();
   events_ = std::make_unique<EventPool>(*device_);
-  if (opts_.streams == 2) {
-    send_stream_ = device_->create_stream();
-    recv_stream_ = device_->create_stream();
-    fork_ = device_->create_event();
-    sent_step_ = device_->create_event();
-    received_step_ = device_->create_event();
-  }
   if (opts_.path != DevicePath::Copy)
     kernel_ = std::make_unique<KernelPath>(device_, rank_, size_, opts_.nslots, opts_.slot_bytes, opts_.path);
   watchdog_ = std::thread([this] { watchdog_loop(); });
-  // The host side's abort fails this engine too (its peers were told by the host side).
-  host_listener_ = control_->on_host_abort([this](ErrorKind kind, const std::string& msg) { fail(kind, msg, false); });
+  // The host side's abort fails this engine too (its peers were told by the host side, and its
+  // caller by the host call that failed or the user's abort: reported).
+  host_listener_ = control_->on_host_abort([this](ErrorKind kind, const std::string& msg) {
+    if (!failed()) reported_.store(true, std::memory_order_release);
+    fail(kind, msg, false);
+  });
   // The engine may outlive its communicator (a work handle holds it): it closes with it, while
   // the communicator's transport, which the watchdog and the host functions read, is still up.
   close_listener_ = control_->on_host_close([this] {
@@ -136,10 +96,8 @@ StreamEngine::~StreamEngine() {
 
 std::string StreamEngine::local_handle() const {
   DeviceGuard guard(*device_);
-  // ctl:<pid>:<fd>:<bytes>;slots:<nslots>:<slot_bytes>;inbox:<device handle>
-  return "ctl:" + std::to_string(getpid()) + ":" + std::to_string(ctl_fd_) + ":" + std::to_string(ctl_bytes()) +
-         ";slots:" + std::to_string(opts_.nslots) + ":" + std::to_string(opts_.slot_bytes) +
-         ";inbox:" + device_->export_memory(inbox_) +
+  // <the copy path's handle>;kernel:<the kernel path's, or "<mode>:" without one>
+  return copy_->local_handle() +
          ";kernel:" + (kernel_ ? kernel_->local_handle() : std::string(device_path_name(opts_.path)) + ":");
 }
 
@@ -157,93 +115,6 @@ char* StreamEngine::grow(void*& buf, size_t& have, size_t bytes, DeviceStream& s
     have = want;
   }
   return static_cast<char*>(buf);
-}
-
-void StreamEngine::send_chunk(int p, const char* src, size_t bytes, uint64_t seq, DeviceStream& s) {
-  const uint64_t c = sent_[p]++;
-  if (c >= opts_.nslots) {
-    const uint64_t target = c - opts_.nslots + 1;
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      waits_.push_back(Wait{flag(ctl_, 1, p), target, p, true, seq});
-    }
-    device_->wait_value(flag(reinterpret_cast<char*>(ctl_dev_), 1, p), target, s);
-  }
-  char* slot = peers_[p].inbox + (static_cast<size_t>(rank_) * opts_.nslots + c % opts_.nslots) * opts_.slot_bytes;
-  if (bytes) device_->copy(slot, src, bytes, s);
-  device_->write_value(flag(reinterpret_cast<char*>(peers_[p].ctl_dev), 0, rank_), c + 1, s);
-}
-
-void StreamEngine::recv_chunk(int q, char* dst, const char* src, size_t bytes, bool reduce, DType dtype, RedOp op,
-                              uint64_t seq, DeviceStream& s) {
-  const uint64_t c = received_[q]++;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    waits_.push_back(Wait{flag(ctl_, 0, q), c + 1, q, false, seq});
-  }
-  device_->wait_value(flag(reinterpret_cast<char*>(ctl_dev_), 0, q), c + 1, s);
-  const char* slot = static_cast<char*>(inbox_) +
-                     (static_cast<size_t>(q) * opts_.nslots + c % opts_.nslots) * opts_.slot_bytes;
-  if (bytes) {
-    if (!reduce) {
-      device_->copy(dst, slot, bytes, s);
-    } else {
-      if (src && src != dst) device_->copy(dst, src, bytes, s);
-      device_->reduce(dst, slot, bytes / dtype_size(dtype), dtype, op, s);
-    }
-  }
-  device_->write_value(flag(reinterpret_cast<char*>(peers_[q].ctl_dev), 1, rank_), c + 1, s);
-}
-
-void StreamEngine::enqueue_step(const Step& step, char* const bases[3], size_t esize, DType dtype, RedOp op,
-                                const CallDesc& desc, DeviceStream& send_s, DeviceStream& s) {
-  auto resolve = [&](const Region& r) -> char* {
-    char* base = bases[static_cast<int>(r.buf)];
-    if (!base) {
-      if (r.count == 0) return nullptr;
-      throw CommError(std::string("internal error: schedule of ") + describe_call(desc) + " on rank " +
-                      std::to_string(rank_) + " uses the " + buffer_name(r.buf) + " buffer, which this rank does not have");
-    }
-    return base + static_cast<size_t>(r.offset) * esize;
-  };
-  // Local operations first: the schedule guarantees they touch nothing the messages touch.
-  for (const Op& o : step.ops) {
-    const size_t bytes = static_cast<size_t>((o.kind == OpKind::Send ? o.src : o.dst).count) * esize;
-    if (o.kind == OpKind::Copy && bytes) {
-      char* d = resolve(o.dst);
-      const char* src = resolve(o.src);
-      if (d != src) device_->copy(d, src, bytes, s);
-    } else if (o.kind == OpKind::Reduce && bytes) {
-      device_->reduce(resolve(o.dst), resolve(o.src), bytes / esize, dtype, op, s);
-    }
-  }
-  // Messages to peers over the nccl link: one NCCL group, before the peer-memory chunks.
-  if (nccl_->carries_any()) nccl_->enqueue_step(step, resolve, esize, dtype, op, s);  // its grouped() peers
-  const size_t chunk = std::max<size_t>(opts_.slot_bytes / esize * esize, esize);
-  auto chunks = [&](size_t bytes) { return bytes ? (bytes + chunk - 1) / chunk : 1; };
-  size_t rounds = 0;
-  for (const Op& o : step.ops)
-    if ((o.kind == OpKind::Send || o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce) && !grouped(o.peer))
-      rounds = std::max(rounds, chunks(static_cast<size_t>((o.kind == OpKind::Send ? o.src : o.dst).count) * esize));
-  for (size_t i = 0; i < rounds; ++i) {
-    for (const Op& o : step.ops) {  // chunk i of every send, then of every receive (see header)
-      if (o.kind != OpKind::Send || grouped(o.peer)) continue;
-      const size_t bytes = static_cast<size_t>(o.src.count) * esize;
-      if (i >= chunks(bytes)) continue;
-      const size_t off = i * chunk, n = std::min(chunk, bytes - std::min(bytes, off));
-      send_chunk(o.peer, resolve(o.src) + (bytes ? off : 0), n, seq_, send_s);
-    }
-    for (const Op& o : step.ops) {
-      if ((o.kind != OpKind::Recv && o.kind != OpKind::RecvReduce) || grouped(o.peer)) continue;
-      const size_t bytes = static_cast<size_t>(o.dst.count) * esize;
-      if (i >= chunks(bytes)) continue;
-      const size_t off = i * chunk, n = std::min(chunk, bytes - std::min(bytes, off));
-      char* d = resolve(o.dst);
-      const char* src = reduces_from_src(o) ? resolve(o.src) : nullptr;
-      recv_chunk(o.peer, d ? d + off : nullptr, src ? src + off : nullptr, n, o.kind == OpKind::RecvReduce, dtype, op,
-                 seq_, s);
-    }
-  }
 }
 
 void StreamEngine::close() {
@@ -277,16 +148,22 @@ void StreamEngine::close() {
   }
   cv_.notify_all();
   if (watchdog_.joinable()) watchdog_.join();
+  // A host function's error the watchdog had no tick left to act on (the call's last one found a
+  // mismatch just before close): the engine fails with it now, so close reports it.
+  ErrorKind pending_kind = ErrorKind::None;
+  std::string pending;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stream_failure_ && !failed()) {
+      pending_kind = stream_fail_kind_;
+      pending = stream_fail_message_;
+    }
+    stream_failure_ = false;
+  }
+  if (!pending.empty()) fail(pending_kind, pending);
   // Imports first (issue #23, item 7): the peers' memory is theirs to free once every rank has
   // closed its imports (release_memory, after the Python side's barrier).
-  for (Peer& p : peers_) {
-    if (p.inbox) attempt("close import", [&] { device_->close_import(p.inbox); });
-    if (p.ctl) {
-      attempt("unmap", [&] { device_->unmap_host(p.ctl); });
-      munmap(p.ctl, p.ctl_bytes);
-    }
-    p = Peer{};
-  }
+  attempt("close imports", [&] { copy_->close_imports(); });
   if (kernel_) attempt("kernel path imports", [&] { kernel_->close_imports(); });
   attempt("remote staging", [&] { close_remote_staging(); });
 }
@@ -308,7 +185,7 @@ void StreamEngine::release_memory(bool peers_closed) {
   attempt("current device", [&] { guard = std::make_unique<DeviceGuard>(*device_); });
   // The inbox is exported: freed only when every peer closed its import of it and nothing
   // failed (a peer that failed may still map it: leaked rather than freed under it).
-  if (peers_closed && !failed()) attempt("free inbox", [&] { device_->free_async(inbox_, *own_stream_); });
+  if (peers_closed && !failed()) attempt("free inbox", [&] { copy_->free_inbox(*own_stream_); });
   attempt("free scratch", [&] {
     device_->free_async(scratch_, *own_stream_);
     device_->free_async(input_copy_, *own_stream_);
@@ -327,16 +204,8 @@ void StreamEngine::release_memory(bool peers_closed) {
   last_done_.reset();
   last_done_stream_ = nullptr;
   events_->clear();
-  send_stream_.reset();
-  recv_stream_.reset();
-  inbox_ = scratch_ = input_copy_ = nullptr;
-  if (ctl_) {
-    attempt("unmap", [&] { device_->unmap_host(ctl_); });
-    munmap(ctl_, ctl_bytes());
-    ctl_ = nullptr;
-  }
-  if (ctl_fd_ >= 0) ::close(ctl_fd_);
-  ctl_fd_ = -1;
+  scratch_ = input_copy_ = nullptr;
+  attempt("control region", [&] { copy_->release(); });
 }
 
 }  // namespace commlib

@@ -1,29 +1,25 @@
-// The stream-ordered engine: runs the same schedules as the host executor (schedule/registry.h) on device buffers,
-// through the device interface only (device/device.h). The host enqueues and returns; it never waits inside a
-// collective.
-// Links between ranks of one host (the several-ranks-per-GPU path included) are peer memory: every rank owns
-//   - an inbox (device memory, exported to the peers): nslots slots of slot_bytes per peer;
-//   - a control region (host memory in a memfd, opened by the peers, mapped for the device):
-//     ready[q] = chunks rank q has put into this rank's inbox, freed[p] = chunks of this rank's
-//     messages rank p has consumed, one cache line each; and a ring of the last 64 call
-//     descriptors this rank's stream reached.
-// A send of chunk c to p: the stream waits until freed[p] >= c - nslots + 1 (the slot is free), copies the chunk
-// into p's inbox, and writes p's ready[me] = c + 1. A receive of chunk c from q: the stream waits until ready[q] >=
-// c + 1, copies or reduces (the shared functors) out of its inbox slot, and writes q's freed[me] = c + 1. Within a
-// step, chunk i of every send is enqueued before chunk i of every receive, and chunk i before chunk i + 1: a wait on
-// chunk i then only depends on peers' operations of lower index, so no step can deadlock, whatever its shape.
-// Each call on the copy path starts by publishing its descriptor (a host function that only writes memory), then the
-// stream waits (wait_value, on the device) until every peer of the schedule signalled its descriptor for the same
-// sequence number, and a second host function compares them: different calls raise MismatchError before any byte
-// moves. (A call on the kernel path checks inside its kernel instead: kernels/plan_call_check.cuh.) Nothing enqueued
-// on a stream waits on the host for another process, and host functions make no device or NCCL call (CUDA's rules:
-// all host functions of a process may run on one thread; they must not call CUDA): they record an error, which the
-// watchdog thread acts on (stream_watchdog.cc). A watchdog thread watches calls in flight: a peer that failed, died
-// or closed, or a wait that makes no progress for the timeout, fails the engine with PeerError naming the rank and
-// the call; it publishes the failure to the peers (control plane) and raises every counter this rank's stream waits
-// on, so no stream stays blocked (again every watchdog tick while calls drain: a peer's stream running through its
-// own failed call may still write a lower value into one of them). Works are events: wait() makes a stream wait for
-// the call, synchronize() waits on the host and raises the call's error.
+// The stream-ordered engine: runs the same schedules as the host executor (schedule/registry.h)
+// on device buffers, through the device interface only (device/device.h). The host enqueues and
+// returns; it never waits inside a collective.
+//
+// A call runs on one of three device paths behind one interface (stream/device_path.h): the copy
+// path (stream/copy_path.h: chunks through peers' inboxes, counters in control regions), the
+// kernel path (stream/kernel_path.h) or NCCL's own collective (stream/nccl_link.h); device auto
+// (policy/device_auto.h) says which. The engine numbers calls (with the host calls), orders them,
+// tracks them in flight, runs the watchdog and closes; point-to-point messages (stream_p2p.cc) move
+// through the copy path's chunks.
+//
+// A call on the copy path starts with its descriptor check (copy_path.h); a call on the kernel
+// path checks inside its kernel (kernels/plan_call_check.cuh). Nothing enqueued on a stream waits on the host
+// for another process, and host functions make no device or NCCL call (CUDA's rules: all host
+// functions of a process may run on one thread; they must not call CUDA): they record an error,
+// which the watchdog thread acts on (stream_watchdog.cc). A watchdog thread watches calls in
+// flight: a peer that failed, died or closed, or a wait that makes no progress for the timeout,
+// fails the engine with PeerError naming the rank and the call; it publishes the failure to the
+// peers (control plane) and raises every counter this rank's stream waits on, so no stream stays
+// blocked (again every watchdog tick while calls drain: a peer's stream running through its own
+// failed call may still write a lower value into one of them). Works are events: wait() makes a stream wait for the call, synchronize() waits on the
+// host and raises the call's error.
 #pragma once
 
 #include <atomic>
@@ -44,7 +40,9 @@
 #include "plan/call.h"
 #include "plan/describe.h"
 #include "plan/plan_cache.h"
+#include "stream/copy_path.h"
 #include "stream/device_link.h"
+#include "stream/device_work.h"
 #include "stream/event_pool.h"
 #include "stream/nccl_link.h"
 #include "stream/kernel_path.h"
@@ -107,26 +105,7 @@ class PeerControl {
   virtual void remove_p2p_probe(int id) = 0;
 };
 
-class DeviceWork {
- public:
-  // `seq`: the engine's ordinal of the call (its position among the engine's calls).
-  DeviceWork(std::shared_ptr<StreamEngine> engine, std::shared_ptr<DeviceEvent> event, uint64_t seq)
-      : engine_(std::move(engine)), event_(std::move(event)), seq_(seq) {}
-  // Makes `stream` wait for the call (raises at once if it is already known to have failed).
-  void wait(DeviceStream& stream);
-  bool is_completed();
-  bool known_complete() const;  // the engine retired the call (seen complete): no device call
-  // Waits on the host; raises the call's CommError if it failed.
-  void synchronize();
-  uint64_t seq() const { return seq_; }
-
- private:
-  std::shared_ptr<StreamEngine> engine_;
-  std::shared_ptr<DeviceEvent> event_;
-  uint64_t seq_;
-};
-
-class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
+class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private CopyPathHost {
   friend class DeviceWork;
  public:
   // `plan`: the host communicator's plan context (rank, size, host map, overrides), so a device
@@ -173,10 +152,16 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
 
   void abort(const std::string& reason);
   bool failed() const { return failed_.load(std::memory_order_acquire); }
-  // A device call of the engine's device threw (a sticky error): fails the engine and throws its CommError.
+  // A device call of the engine's device threw (a sticky error): fails the engine and throws its
+  // CommError.
   [[noreturn]] void device_error(const std::string& where, const std::exception& e);
   // Throws the engine's error if the call numbered `seq` was in flight (or later) when it failed.
   void throw_if_call_failed(uint64_t seq);
+  // The engine's error if it failed a call (failed_from_seq_ <= the last call) and no caller was
+  // told: no call, wait, synchronize or later call raised it, and neither the host side nor the
+  // user aborted. Once: a second call returns false. The route's close() raises it (docs/gpu.md,
+  // "A mismatched call writes nothing"), so a blocking call that failed last is never lost.
+  bool take_unreported_error(ErrorKind* kind, std::string* message);
   // Waits for every call (the watchdog still runs), stops the watchdog and closes the imports of
   // the peers' memory. Idempotent (a second caller returns once the first one finished); never
   // throws (a device error fails the engine instead). The host communicator's close runs it too.
@@ -194,28 +179,13 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   // The kernel path (null with COMMLIB_DEVICE_PATH=copy): its record of the chunks it moved by
   // protocol, and the tests' hook on its chunk numbers (kernel_path.h).
   KernelPath* kernel_path() { return kernel_.get(); }
-  // Completion events created so far (pooled: O(calls in flight), not one per call).
+  // Completion events the engine created so far (pooled: O(calls in flight), not one per call).
   uint64_t events_created() const { return events_ ? events_->created() : 0; }
-  // Test hook: kernel-path calls are not published on the control plane, so only the kernel's own descriptor
-  // check can find a mismatch (the watchdog's comparison of published calls cannot).
+  // Test hook: kernel-path calls are not published on the control plane, so only the kernel's own
+  // descriptor check can find a mismatch (the watchdog's comparison of published calls cannot).
   void hide_kernel_calls_from_control_plane() { publish_kernel_calls_ = false; }
 
  private:
-  struct Peer {
-    char* ctl = nullptr;       // host address of the peer's control region (imported)
-    uint64_t* ctl_dev = nullptr;
-    char* inbox = nullptr;     // imported inbox
-    size_t ctl_bytes = 0;
-  };
-  enum class WaitFor : uint8_t { Slot, Data, CallDesc, MessageDesc };
-  struct Wait {  // one wait_value the stream will execute, for the watchdog
-    const uint64_t* flag;      // host address
-    uint64_t target;
-    int peer;
-    bool send;                 // waiting for a free slot (send) or for data (receive)
-    uint64_t seq;
-    WaitFor what = WaitFor::Data;
-  };
   struct InFlight {
     uint64_t seq = 0;  // the engine's ordinal of the call
     CallDesc desc;   // desc.seq: the communicator's call number (collectives; 0 for point to point)
@@ -230,16 +200,6 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   void watch_replays(std::unique_lock<std::mutex>& lk);  // the watchdog's tick (mu_ held) while graphs may replay
   std::shared_ptr<DeviceWork> enqueue_p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& s);
 
-  // Point-to-point message descriptors kept per sender: more than the chunks a sender can have in
-  // flight (COMMLIB_DEVICE_SLOTS <= 64), and every message moves at least one chunk, so a sender
-  // never overwrites a descriptor its receiver has not checked yet.
-  static constexpr uint64_t kP2PRing = 128;
-  // Control-region layout.
-  uint64_t* flag(char* ctl, int which, int peer) const;  // which: 0 ready, 1 freed
-  char* ring_slot(char* ctl, uint64_t seq) const;
-  // The descriptor of point-to-point message k from `peer`, in the receiver's control region.
-  char* p2p_slot(char* ctl, int peer, uint64_t k) const;
-  size_t ctl_bytes() const;
   CallDesc describe(const CollectiveCall& call, uint8_t algo, uint64_t seq) const;
   // Numbers a call, orders it after the previous one and starts its in-flight entry; finish()
   // records its completion event and returns its work.
@@ -258,32 +218,22 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   void check_host_messages();
   void note_p2p_waits(const std::vector<std::pair<int, CallDesc>>& waits, bool add);
 
-  void enqueue_call(const CollectiveCall& call, const Schedule& sched, const CallDesc& desc, size_t esize, DeviceStream& s,
-                    bool captured = false);
+  void enqueue_call(const CollectiveCall& call, const ResolvedPlan& plan, const CallDesc& desc, size_t esize,
+                    DeviceStream& s, bool captured = false);
   // The plan of `call`: the policy's (plans_), except where the kernel path's auto asks for the
-  // one-shot or two-shot all_reduce (stream/kernel_auto.h: its algorithm into `*kernel_auto`).
+  // one-shot or two-shot all_reduce (policy/device_auto.h: its algorithm into `*kernel_auto`).
   const ResolvedPlan& plan_of(const CollectiveCall& call, uint8_t* kernel_auto = nullptr);
-  // The call runs as one kernel (stream/kernel_path.h), which checks the call's descriptor itself.
-  bool runs_on_kernel(const CollectiveCall& call) const;
-  // Local operations and receives on `recv_s`, sends on `send_s` (the same stream, or the
-  // engine's two: see enqueue_call).
-  void enqueue_step(const Step& step, char* const bases[3], size_t esize, DType dtype, RedOp op,
-                    const CallDesc& desc, DeviceStream& send_s, DeviceStream& recv_s);
-  void send_chunk(int peer, const char* src, size_t bytes, uint64_t seq, DeviceStream& s);
-  void recv_chunk(int peer, char* dst, const char* src, size_t bytes, bool reduce, DType dtype, RedOp op,
-                  uint64_t seq, DeviceStream& s);
-  // The call-descriptor check (stream_watchdog.cc): publish (host function: writes this rank's
-  // ring slot and signals each peer's `called` word), a device-side wait per peer, compare (host
-  // function: reads the peers' ring slots). Neither host function waits.
-  void enqueue_call_check(const CallDesc& desc, const std::vector<int>& peers, DeviceStream& s);
-  void publish_call_desc(const CallDesc& desc, const std::vector<int>& peers);  // runs on the stream
-  void compare_call_desc(const CallDesc& desc, const std::vector<int>& peers, uint64_t call);  // runs on the stream
+  // The path `call` runs on (policy/device_auto.h: device auto decides, the engine asks).
+  DeviceCallPath path_of(const CollectiveCall& call) const;
+  // CopyPathHost: what the copy path needs of the engine.
+  void note_wait(const StreamWait& w) override;
+  void publish_call(const CallDesc& desc) override { control_->publish_call(desc); }
   // Peers on other hosts (no control region mapped): their descriptors go over NCCL, one group
   // of `sends` (this rank's descriptor to each peer) and of the peers' descriptors, which a host
   // function then compares with `expects` (stream/stream_remote.cc).
-  bool remote(int peer) const { return peer != rank_ && links_[peer] && links_[peer]->descriptors_in_band(); }
+  bool remote(int peer) const { return copy_->remote(peer); }
   // The peer's messages go in the NCCL group of the step, not chunk by chunk through its inbox.
-  bool grouped(int peer) const { return peer != rank_ && links_[peer] && !links_[peer]->through_peer_memory(); }
+  bool grouped(int peer) const { return copy_->grouped(peer); }
   void exchange_remote(const std::vector<std::pair<int, CallDesc>>& sends,
                        const std::vector<std::pair<int, CallDesc>>& expects, DeviceStream& s);
   // Runs on the stream (a host function) for the call of ordinal `seq`.
@@ -296,13 +246,16 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   void inspect_in_flight(bool slow);
   std::string describe_seq(uint64_t seq);
   void fail(ErrorKind kind, const std::string& message, bool publish = true);
+  // Every throw of the engine's error to a caller: notes that a caller was told (reported_).
+  [[noreturn]] void raise_to_caller(ErrorKind kind, const std::string& message);
   // From a host function: only records the error (no device, NCCL or control-plane call there);
   // the watchdog fails the engine with it within a tick.
   // `seq`: the engine's number (seq_) of the call whose host function found the error, so that call
   // raises it even when its event completed before the watchdog acted (no default: a caller that
   // left it out let a mismatched receive complete without error under load).
-  void fail_from_stream(ErrorKind kind, const std::string& message, uint64_t seq);
-  // A device error (a sticky CUDA error, an injected fault): CommError here, PeerError for the peers; never throws.
+  void fail_from_stream(ErrorKind kind, const std::string& message, uint64_t seq) override;
+  // A device error (a sticky CUDA error, an injected fault): CommError here, PeerError for the
+  // peers; never throws.
   void fail_device(const std::string& where, const std::exception& e);
   bool completed_or_failed(const InFlight& f);
   // Completed calls leave in_flight_ (oldest first; none once failed if `stop_if_failed`), each
@@ -316,24 +269,15 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   const int rank_, size_;
   const StreamEngineOptions opts_;
 
-  int ctl_fd_ = -1;
-  char* ctl_ = nullptr;        // this rank's control region (host)
-  uint64_t* ctl_dev_ = nullptr;
-  void* inbox_ = nullptr;
   // Staging for descriptors exchanged with peers on other hosts: host memory (mapped for the
   // device) and device memory, each a 64-byte send slot then a receive slot per peer.
   char* remote_host_ = nullptr;
   uint64_t* remote_host_dev_ = nullptr;
   void* remote_dev_ = nullptr;
-  std::vector<Peer> peers_;
   std::vector<std::unique_ptr<DeviceLink>> links_;  // per rank (null for this rank), set by connect()
   bool needs_nccl_ = false;
   bool connected_ = false, closed_ = false, released_ = false;
   std::shared_ptr<DeviceStream> own_stream_;  // frees at close
-  // COMMLIB_DEVICE_STREAMS=2: a call's sends run on send_stream_, its local operations and
-  // receives on recv_stream_, forked from and joined into the caller's stream by these events.
-  std::shared_ptr<DeviceStream> send_stream_, recv_stream_;
-  std::shared_ptr<DeviceEvent> fork_, sent_step_, received_step_;
 
   int host_listener_ = 0;
   // Taken (exchanged for 0) by the first close(), outside close_mu_: the communicator holds its
@@ -349,7 +293,6 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   // Enqueue state (the caller's thread; one call at a time).
   std::mutex enqueue_mu_;
   uint64_t seq_ = 0;  // ordinal of the last call
-  std::vector<uint64_t> sent_, received_;
   std::vector<uint64_t> p2p_sent_, p2p_received_;  // point-to-point messages per peer
   PlanCache plans_;  // resolved as the host communicator resolves (its context)
   std::shared_ptr<DeviceEvent> last_done_;
@@ -368,9 +311,10 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<InFlight> in_flight_;
-  std::deque<Wait> waits_;
+  std::deque<StreamWait> waits_;
   std::vector<std::pair<int, CallDesc>> p2p_waits_;  // device receives waiting for their descriptor
   std::atomic<bool> failed_{false};
+  std::atomic<bool> reported_{false};  // the engine's error reached a caller (take_unreported_error)
   std::atomic<uint64_t> retired_through_{0};  // every call up to it retired (DeviceWork::known_complete)
   bool stream_failure_ = false;  // fail_from_stream's error, for the watchdog
   uint64_t stream_fail_seq_ = 0;  // the engine's number of the call that found it
@@ -392,6 +336,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine> {
   std::thread watchdog_;
   const std::unique_ptr<NcclLink> nccl_;  // never null; carries nothing until set up
   std::unique_ptr<KernelPath> kernel_;    // null with COMMLIB_DEVICE_PATH=copy
+  std::unique_ptr<CopyPath> copy_;        // never null (point-to-point runs on its chunks)
   std::string last_path_;
   bool publish_kernel_calls_ = true;  // enqueue state
   uint64_t wd_kernel_progress_ = 0;

@@ -23,7 +23,7 @@ std::atomic<uint64_t>& seq_word(char* slot) { return *reinterpret_cast<std::atom
 }  // namespace
 
 void StreamEngine::p2p_send_desc(int peer, uint64_t k, const CallDesc& desc) {
-  char* slot = p2p_slot(peers_[peer].ctl, rank_, k);
+  char* slot = copy_->peer_p2p_slot(peer, k);
   std::memcpy(slot + 8, &desc, sizeof desc);
   store_flag(reinterpret_cast<uint64_t*>(slot), k);
 }
@@ -50,12 +50,13 @@ void StreamEngine::p2p_check_desc(int peer, uint64_t k, const CallDesc& desc, ui
   // with the engine's number of the call (`call`): the stream goes on and may complete the call
   // before the watchdog fails the engine, and the call must raise the error all the same.
   note_p2p_waits({{peer, desc}}, false);
-  const char* slot = p2p_slot(ctl_, peer, k);
+  const char* slot = copy_->p2p_slot(peer, k);
   const uint64_t s = seq_word(const_cast<char*>(slot)).load(std::memory_order_acquire);
   if (failed() || s < k) return;
   CallDesc sent;
   std::memcpy(&sent, slot + 8, sizeof sent);
   const std::string me = std::to_string(rank_), them = std::to_string(peer);
+  if (s != k || sent != desc) copy_->stop_data();  // the receive's chunks skip: nothing lands in its buffer
   if (s != k)  // cannot happen while both ranks follow the protocol (the ring outruns the slots)
     fail_from_stream(ErrorKind::Mismatch, "rank " + me + " expects device message #" + std::to_string(k) + " from rank " +
                                               them + " but rank " + them + " is already at its device message #" +
@@ -110,7 +111,7 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_p2p(const std::vector<P2PItem>
                               " rank " + std::to_string(it.peer) + ", which failed earlier: " + st.message;
       const ErrorKind kind = st.kind == ErrorKind::None ? ErrorKind::Comm : st.kind;
       fail(kind, msg);
-      throw_kind(kind, msg);
+      raise_to_caller(kind, msg);
     }
   }
 
@@ -140,17 +141,14 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_p2p(const std::vector<P2PItem>
       // The descriptor's arrival is a wait on the device (never a host function that waits);
       // the watchdog meanwhile looks for a host message of this number (p2p_waits_).
       const int p = items[i].peer;
-      uint64_t* word = reinterpret_cast<uint64_t*>(p2p_slot(ctl_, p, ring[i]));
+      uint64_t* word = reinterpret_cast<uint64_t*>(copy_->p2p_slot(p, ring[i]));
       note_p2p_waits({{p, descs[i]}}, true);
-      {
-        std::lock_guard<std::mutex> lk(mu_);
-        waits_.push_back(Wait{word, ring[i], p, false, seq_, WaitFor::MessageDesc});
-      }
-      device_->wait_value(reinterpret_cast<uint64_t*>(p2p_slot(reinterpret_cast<char*>(ctl_dev_), p, ring[i])), ring[i], s);
+      note_wait(StreamWait{word, ring[i], p, false, seq_, WaitFor::MessageDesc});
+      device_->wait_value(reinterpret_cast<uint64_t*>(copy_->p2p_slot(p, ring[i], true)), ring[i], s);
       device_->host_func([this, p, k = ring[i], d = descs[i], call = seq_] { p2p_check_desc(p, k, d, call); }, s);
     }
     const size_t esize = dtype_size(dtype);
-    const size_t chunk = std::max<size_t>(opts_.slot_bytes / esize * esize, esize);
+    const size_t chunk = std::max<size_t>(opts_.slot_bytes / esize * esize, esize);  // the copy path's chunks
     auto chunks = [&](size_t bytes) { return bytes ? (bytes + chunk - 1) / chunk : 1; };
     // Messages to peers over the nccl link: one NCCL group, before the peer-memory chunks.
     if (nccl_->carries_any()) nccl_->enqueue_p2p(items, dtype, s);
@@ -167,16 +165,16 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_p2p(const std::vector<P2PItem>
           const size_t off = i * chunk, n = std::min(chunk, bytes - std::min(bytes, off));
           char* p = reinterpret_cast<char*>(it.ptr) + (bytes ? off : 0);
           if (it.send)
-            send_chunk(it.peer, p, n, seq_, s);
+            copy_->send_chunk(it.peer, p, n, seq_, s);
           else
-            recv_chunk(it.peer, p, nullptr, n, false, dtype, RedOp::Sum, seq_, s);
+            copy_->recv_chunk(it.peer, p, nullptr, n, false, dtype, RedOp::Sum, seq_, s);
         }
       }
     }
   } catch (const std::exception& e) {
     enqueue_error = "rank " + std::to_string(rank_) + " could not enqueue a batch of " + std::to_string(items.size()) +
                     " sends/receives: " + e.what();
-    fail(ErrorKind::Comm, enqueue_error);
+    fail_as(ErrorKind::Comm, ErrorKind::Peer, enqueue_error, true);  // PeerError at the peers (stream_calls.cc)
   }
   return finish(done, enqueue_error, s);
 }
@@ -185,9 +183,9 @@ bool StreamEngine::device_message(int peer, const CallDesc& want, CallDesc* sent
   // Called by the host executor while a receive of message `want.seq` from `peer` waits: the
   // peer's descriptors in this rank's ring (any slot: numbers are never reused) name the messages
   // it sent on device buffers. Peers on other hosts send theirs over NCCL, unseen here.
-  if (!ctl_ || peer < 0 || peer >= size_ || peer == rank_ || remote(peer)) return false;
-  for (uint64_t k = 0; k < kP2PRing; ++k) {
-    const char* slot = p2p_slot(ctl_, peer, k);
+  if (!copy_->has_region() || peer < 0 || peer >= size_ || peer == rank_ || remote(peer)) return false;
+  for (uint64_t k = 0; k < CopyPath::kP2PRing; ++k) {
+    const char* slot = copy_->p2p_slot(peer, k);
     if (!seq_word(const_cast<char*>(slot)).load(std::memory_order_acquire)) continue;
     CallDesc d;
     std::memcpy(&d, slot + 8, sizeof d);
@@ -229,7 +227,7 @@ void StreamEngine::check_first_p2p(const std::vector<P2PItem>& items, DType dtyp
     const std::string msg = "rank " + std::to_string(rank_) + " receives " + describe_call(want) + " from rank " + them +
                             " but rank " + them + " sent " + describe_call(host) + " from a host buffer";
     fail(ErrorKind::Mismatch, msg);
-    throw_kind(ErrorKind::Mismatch, msg);
+    raise_to_caller(ErrorKind::Mismatch, msg);
   }
 }
 

@@ -54,11 +54,7 @@ void StreamEngine::close_remote_staging() {
   remote_dev_ = nullptr;
 }
 
-int StreamEngine::mapped_peers() const {
-  int n = 0;
-  for (const Peer& p : peers_) n += p.ctl != nullptr;
-  return n;
-}
+int StreamEngine::mapped_peers() const { return copy_->mapped_peers(); }
 
 std::vector<std::string> StreamEngine::link_names() const {
   std::vector<std::string> names(size_);
@@ -110,6 +106,7 @@ void StreamEngine::compare_remote(const std::vector<std::pair<int, CallDesc>>& e
     std::memcpy(&got, remote_host_ + recv_at + static_cast<size_t>(peer) * kSlot, sizeof got);
     if (got == want) continue;
     const std::string them = std::to_string(peer);
+    copy_->stop_data();  // this rank's own data steps skip (NCCL's group itself is released by the abort)
     const bool p2p = want.coll == static_cast<uint8_t>(Collective::Send);
     if (p2p)
       fail_from_stream(ErrorKind::Mismatch, "rank " + me + " receives " + describe_call(want) + " from rank " + them +

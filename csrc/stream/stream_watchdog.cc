@@ -1,5 +1,5 @@
-// The stream engine's failure side (see stream_engine.h): the call-descriptor check each call
-// starts with, the watchdog thread, failing and releasing (works: device_work.cc). The adapter from a host
+// The stream engine's failure side (see stream_engine.h): the watchdog thread, failing and
+// releasing (works: device_work.cc and stream_works.cc; the copy path's descriptor check in copy_path.cc). The adapter from a host
 // communicator to PeerControl is wired where both are known (bindings/peer_control.cc).
 #include <chrono>
 #include <cstdio>
@@ -18,8 +18,6 @@ constexpr auto kTick = std::chrono::milliseconds(20);
 constexpr auto kSlowCheckEvery = std::chrono::milliseconds(100);
 constexpr auto kParkAfter = std::chrono::milliseconds(200);
 
-std::atomic<uint64_t>& seq_word(char* slot) { return *reinterpret_cast<std::atomic<uint64_t>*>(slot); }
-
 }  // namespace
 
 // -- failure ----------------------------------------------------------------------------------
@@ -33,21 +31,25 @@ void StreamEngine::throw_if_call_failed(uint64_t seq) {
   while (stream_failure_ && !stop_ && std::chrono::steady_clock::now() < until)
     cv_.wait_for(lk, std::chrono::milliseconds(1));
   if (!failed()) return;
-  if (seq >= failed_from_seq_) throw_kind(fail_kind_, fail_message_);
+  if (seq >= failed_from_seq_) raise_to_caller(fail_kind_, fail_message_);
 }
 
 void StreamEngine::abort(const std::string& reason) {
   fail(ErrorKind::Comm, "rank " + std::to_string(rank_) + " aborted: " + reason);
+  reported_.store(true, std::memory_order_release);  // the user's own abort: nothing to tell
+}
+
+void StreamEngine::note_wait(const StreamWait& w) {
+  std::lock_guard<std::mutex> lk(mu_);
+  waits_.push_back(w);
 }
 
 void StreamEngine::release_waits() {
   if (kernel_) kernel_->abort();  // every wait loop of a kernel polls it
-  if (!ctl_) return;
-  for (int p = 0; p < size_; ++p)
-    for (int which = 0; which < 3; ++which) store_flag(flag(ctl_, which, p), kReleased);
+  copy_->release_waits();  // the stop word first, then the counters
   // Message-descriptor waits are on the ring slots of this rank's region.
   std::lock_guard<std::mutex> lk(mu_);
-  for (const Wait& w : waits_)
+  for (const StreamWait& w : waits_)
     if (w.what == WaitFor::MessageDesc) store_flag(const_cast<uint64_t*>(w.flag), kReleased);
 }
 
@@ -134,46 +136,7 @@ void StreamEngine::fail_device(const std::string& where, const std::exception& e
 void StreamEngine::device_error(const std::string& where, const std::exception& e) {
   fail_device(where, e);
   std::lock_guard<std::mutex> lk(mu_);
-  throw_kind(fail_kind_, fail_message_);
-}
-
-// -- call descriptors -------------------------------------------------------------------------
-
-void StreamEngine::enqueue_call_check(const CallDesc& desc, const std::vector<int>& peers, DeviceStream& s) {
-  device_->host_func([this, desc, peers] { publish_call_desc(desc, peers); }, s);
-  // Peers that never arrive (dead, failed, silent) are the watchdog's to judge: failing raises
-  // this rank's `called` words and the wait passes.
-  for (int p : peers) {
-    if (remote(p)) continue;  // its descriptor comes over NCCL (stream_remote.cc)
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      waits_.push_back(Wait{flag(ctl_, 2, p), desc.seq, p, false, seq_, WaitFor::CallDesc});
-    }
-    device_->wait_value(flag(reinterpret_cast<char*>(ctl_dev_), 2, p), desc.seq, s);
-  }
-  device_->host_func([this, desc, peers, call = seq_] { compare_call_desc(desc, peers, call); }, s);
-}
-
-void StreamEngine::publish_call_desc(const CallDesc& desc, const std::vector<int>& peers) {
-  control_->publish_call(desc);  // where host calls look (a host call of this number is a mismatch)
-  char* mine = ring_slot(ctl_, desc.seq);
-  std::memcpy(mine + 8, &desc, sizeof desc);
-  store_flag(reinterpret_cast<uint64_t*>(mine), desc.seq);
-  for (int p : peers)  // after the slot: a peer whose `called` word passed reads a written slot
-    if (!remote(p)) store_flag(flag(peers_[p].ctl, 2, rank_), desc.seq);
-}
-
-void StreamEngine::compare_call_desc(const CallDesc& desc, const std::vector<int>& peers, uint64_t call) {
-  for (int p : peers) {
-    if (remote(p)) continue;
-    char* theirs = ring_slot(peers_[p].ctl, desc.seq);
-    const uint64_t s = seq_word(theirs).load(std::memory_order_acquire);
-    if (s < desc.seq) return;  // released by a failure: the peer never published this call
-    CallDesc pd;
-    std::memcpy(&pd, theirs + 8, sizeof pd);
-    if (s > desc.seq) pd.seq = s;  // the peer is past this call: the slot holds its later call #s
-    if (pd != desc) return fail_from_stream(ErrorKind::Mismatch, mismatch_message(rank_, desc, p, pd), call);
-  }
+  raise_to_caller(fail_kind_, fail_message_);
 }
 
 // -- watchdog ---------------------------------------------------------------------------------
@@ -274,7 +237,7 @@ void StreamEngine::inspect_in_flight(bool slow) {
   }
   // Where the stream is: the first wait not yet satisfied, or (none: every data wait of the
   // calls in flight is satisfied, so it sits in a call's descriptor check) the oldest call.
-  const Wait* front = waits_.empty() ? nullptr : &waits_.front();
+  const StreamWait* front = waits_.empty() ? nullptr : &waits_.front();
   const uint64_t seq = front ? front->seq : in_flight_.front().seq;
   const void* where = front ? static_cast<const void*>(front->flag) : static_cast<const void*>(&in_flight_.front());
   const uint64_t target = front ? front->target : seq;

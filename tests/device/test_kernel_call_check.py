@@ -47,7 +47,7 @@ def test_the_kernel_finds_a_mismatch_the_control_plane_cannot_see(pool, scenario
 
 @pytest.mark.parametrize("path", ["auto", "kernel", "copy", "auto+override"])
 def test_auto_takes_one_shot_or_two_shot_on_the_kernel_path(pool, path):
-    # kernel_auto.h's rule at 3 ranks on one host, where the kernel path runs the call: direct
+    # device_auto.h's rule at 3 ranks on one host, where the kernel path runs the call: direct
     # while (P - 1) x bytes <= 256 KiB, two_shot up to 1 MiB, the policy's choice above; the same
     # before and after connect (else the first call's descriptor would differ from the call's). On
     # the copy path (forced, or auto above 1 MiB) the policy's choice stands. An override

@@ -100,7 +100,7 @@ def test_silent_peer_times_out_and_the_abort_word_releases_the_kernel(pool):
                                               ("COMMLIB_DEVICE_LL_BYTES", "0", "1024")])
 def test_ranks_with_different_settings_are_refused(pool, name, rank1, rank0):
     # The first call (a small auto all_reduce) resolves to direct on the kernel path and to the
-    # policy's choice on the copy path (kernel_auto.h): the set-up still names the setting.
+    # policy's choice on the copy path (policy/device_auto.h): the set-up still names the setting.
     base = {"COMMLIB_DEVICE_PATH": "kernel"}
     for late_rank in (None, 0, 1):  # together, then each rank's first call found published by the other
         for msg in pool(2, env=DELAY_ENV).run(mixed_settings, dict(base, **{name: rank1}), dict(base, **{name: rank0}),
@@ -115,7 +115,7 @@ def test_a_bad_device_path_is_refused_naming_the_choices(pool):
 
 
 def test_ranks_whose_auto_differs_by_override_get_a_mismatch_from_the_call(pool):
-    # The first call's check lets an algorithm-only difference pass to connect (kernel_auto.h);
+    # The first call's check lets an algorithm-only difference pass to connect (policy/device_auto.h);
     # where every device setting agrees, the call's own check (in the kernel) names both calls.
     base = {"COMMLIB_DEVICE_PATH": "kernel"}
     for msg in pool(2, env=DELAY_ENV).run(mixed_settings, dict(base, COMMLIB_ALGO_ALL_REDUCE="ring"), base,

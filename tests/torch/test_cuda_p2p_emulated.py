@@ -42,3 +42,14 @@ def test_mismatched_sizes_raise_on_both(pool):
     (k0, m0), (k1, m1) = pool(2, env=ENV).run(cases.mismatched_sizes, timeout=40)
     assert k1 == "MismatchError" and "40 x uint8" in m1 and "44 x uint8" in m1, (k1, m1)
     assert k0 == "MismatchError", (k0, m0)
+
+
+@pytest.mark.timeout(60)
+def test_an_unreported_mismatch_is_raised_and_logged_at_shutdown(pool):
+    # Nobody waits for the mismatched receive: shutdown() raises its MismatchError and logs it (and
+    # a process exiting with such an error logged exits with status 1: commlib/torch/at_exit.py).
+    (_, e0, _), (unchanged, e1, logged) = pool(2, env=ENV).run(cases.unreported_at_shutdown, timeout=40)
+    assert unchanged, "the mismatched receive wrote into its buffer"
+    assert e1 == "MismatchError", e1
+    assert any("no call reported it" in line and "MismatchError" in line for line in logged), logged
+    assert e0 in (None, "MismatchError", "PeerError"), e0  # the sender checks nothing itself

@@ -175,3 +175,38 @@ def mismatched_sizes(comm):
         out = (type(e).__name__, str(e))
     pg.abort()
     return out
+
+
+def unreported_at_shutdown(comm):
+    """Rank 1 receives 11 float32 where rank 0 sends 10, and nobody waits for either work: the
+    receive writes nothing into its buffer, and rank 1's shutdown() raises the MismatchError and
+    logs it (torch's watchdog style: commlib/torch/at_exit.py). Returns per rank (the buffer
+    unchanged, the error shutdown() raised, the lines logged)."""
+    import logging
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())
+    logger = logging.getLogger("commlib.torch")
+    logger.addHandler(handler)
+    pg = _group(comm)
+    try:
+        if comm.rank == 0:
+            x = emu.from_numpy(np.ones(10, np.float32))
+            pg.send([x], 1)
+            pg._flush_p2p()
+        else:
+            x = emu.from_numpy(np.full(11, 7, np.float32))
+            pg.recv([x], 0)
+            pg._flush_p2p()
+        unchanged = comm.rank == 0 or bool((x.numpy() == 7).all())
+        try:
+            pg.shutdown()
+            error = None
+        except Exception as e:  # noqa: BLE001 - reported to the test
+            error = type(e).__name__
+    finally:
+        logger.removeHandler(handler)
+        from commlib.torch import at_exit
+        at_exit._unreported.clear()  # the pool's rank process goes on: not a failed exit
+    return unchanged, error, records

@@ -297,6 +297,31 @@ void EmulatedDevice::divide(void* dst, size_t n, DType dtype, int64_t divisor, D
   emu(stream).enqueue_data(emulated_divide_kernel(dst, n, dtype, divisor));
 }
 
+// The gated operations: the stop word is read when the stream reaches the operation, as the CUDA
+// kernels read it when they start (kernels/cuda_reduce.cu).
+void EmulatedDevice::copy_unless(const uint64_t* stop, void* dst, const void* src, size_t bytes, DeviceStream& stream) {
+  enter("a gated copy kernel launch", true);
+  emu(stream).enqueue_data([stop, dst, src, bytes] {
+    if (bytes && !load_flag(stop)) std::memmove(dst, src, bytes);
+  });
+}
+
+void EmulatedDevice::reduce_unless(const uint64_t* stop, void* dst, const void* src, size_t n, DType dtype, RedOp op,
+                                   DeviceStream& stream) {
+  enter("a gated reduction kernel launch", true);
+  emu(stream).enqueue_data([stop, kernel = emulated_reduce_kernel(dst, src, n, dtype, op)] {
+    if (!load_flag(stop)) kernel();
+  });
+}
+
+void EmulatedDevice::divide_unless(const uint64_t* stop, void* dst, size_t n, DType dtype, int64_t divisor,
+                                   DeviceStream& stream) {
+  enter("a gated divide kernel launch", true);
+  emu(stream).enqueue_data([stop, kernel = emulated_divide_kernel(dst, n, dtype, divisor)] {
+    if (!load_flag(stop)) kernel();
+  });
+}
+
 void EmulatedDevice::write_value(uint64_t* addr, uint64_t value, DeviceStream& stream) {
   enter("cuStreamWriteValue64");
   emu(stream).enqueue([addr, value] { store_flag(addr, value); });

@@ -1,4 +1,15 @@
-// What `auto` runs for an all_reduce on the kernel path (issue #25): the one rule, here.
+// Device auto, decided here and nowhere else (issue #36, step 1): for a call on device buffers, the
+// path it takes (NCCL's own collective, the kernel path or the copy path: device_path_of) and, for
+// an all_reduce the kernel path runs, the algorithm auto asks for instead of the host policy's
+// choice (kernel_auto_algorithm). The stream engine asks these two and decides nothing itself; the
+// host policy's own choice (resolve_algorithm, through the plan cache) is the input.
+//
+// Which path: algorithm="nccl" is NCCL's; else the kernel path where it is usable (connected, every
+// rank on this host, a device with kernels, no pair on the nccl link) and COMMLIB_DEVICE_PATH lets it
+// take the size (kernel_path_takes: kernel always, auto up to the crossover: the tuning file's
+// "device_path" for the world size, policy/device_path_tuning.h, else kKernelPathMaxBytes); else copy.
+//
+// What `auto` runs for an all_reduce on the kernel path (issue #25):
 //
 // The policy's size rule picks recursive doubling for small all_reduce on one host: log2 P steps,
 // each a grid barrier and a flag round trip between ranks inside the kernel. One launch of the
@@ -39,10 +50,34 @@
 #include <cstdint>
 #include <string>
 
-#include "plan/plan_cache.h"
-#include "stream/kernel_path.h"
+#include "common/topology.h"
+#include "common/types.h"
 
 namespace commlib {
+
+// COMMLIB_DEVICE_PATH (parsed by stream/kernel_path.h's device_path_from_env).
+enum class DevicePath : uint8_t { Auto, Kernel, Copy };
+// auto: the kernel path for calls of at most this many bytes (count x element size), else copy;
+// the default where the tuning file has no measured crossover for the world size.
+constexpr uint64_t kKernelPathMaxBytes = uint64_t{1} << 20;
+// Whether `mode` sends a call of `bytes` to the kernel path where that path is usable, auto's
+// crossover being `kernel_max_bytes`: the one size rule of device_path_of and kernel_auto_algorithm.
+constexpr bool kernel_path_takes(DevicePath mode, uint64_t bytes, uint64_t kernel_max_bytes) {
+  return mode == DevicePath::Kernel || (mode == DevicePath::Auto && bytes <= kernel_max_bytes);
+}
+// auto's crossover for a communicator of `size` ranks: the tuning file's, else kKernelPathMaxBytes
+// (an engine reads it once, when created).
+uint64_t kernel_path_crossover(int size);
+
+// The path a call on device buffers runs on.
+enum class DeviceCallPath : uint8_t { Nccl, Kernel, Copy };
+// `kernel_usable`: the engine's kernel path exists and is connected to every rank on this host;
+// `nccl_carries_any`: some pair of this rank is on the nccl link (then no kernel: it needs every
+// peer's memory).
+// `nccl_requested`: algorithm="nccl"; `bytes`: count x element size. (Plain arguments: the plan
+// layer's CollectiveCall is above the policy.)
+DeviceCallPath device_path_of(bool nccl_requested, uint64_t bytes, DevicePath mode, uint64_t kernel_max_bytes,
+                              bool kernel_usable, bool nccl_carries_any);
 
 constexpr uint64_t kOneShotBytes = uint64_t{256} << 10;
 
@@ -51,12 +86,13 @@ struct KernelAutoInputs {
   bool device_has_kernel_path = false;  // Device::plan_blocks(1) > 0
   DevicePath path = DevicePath::Auto;   // COMMLIB_DEVICE_PATH
   bool nccl_links = false;              // COMMLIB_DEVICE_LINK=nccl
-  uint64_t kernel_max_bytes = kKernelPathMaxBytes;  // auto's crossover (KernelPath::kernel_max_bytes)
+  uint64_t kernel_max_bytes = kKernelPathMaxBytes;  // auto's crossover (kernel_path_crossover)
 };
 
 // The algorithm index (registry.h) the kernel path's auto asks for instead of the policy's choice
-// (`policy_source`: AlgorithmChoice::source), or 0 to keep the policy's.
-uint8_t kernel_auto_algorithm(const PlanContext& ctx, const KernelAutoInputs& in, const CollectiveCall& call,
-                              const std::string& policy_source);
+// (`policy_source`: AlgorithmChoice::source), or 0 to keep the policy's, for a call of `coll` with
+// `requested` (0: auto) and `bytes` per rank on a communicator of `size` ranks over `topology`.
+uint8_t kernel_auto_algorithm(int size, const Topology& topology, const KernelAutoInputs& in, Collective coll,
+                              uint8_t requested, uint64_t bytes, const std::string& policy_source);
 
 }  // namespace commlib

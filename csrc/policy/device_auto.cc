@@ -1,0 +1,38 @@
+// See device_auto.h.
+#include "policy/device_auto.h"
+
+#include <algorithm>
+
+#include "policy/auto_policy.h"
+#include "policy/device_path_tuning.h"
+#include "schedule/registry.h"
+
+namespace commlib {
+
+uint64_t kernel_path_crossover(int size) { return device_path_crossover(size, kKernelPathMaxBytes); }
+
+DeviceCallPath device_path_of(bool nccl_requested, uint64_t bytes, DevicePath mode, uint64_t kernel_max_bytes,
+                              bool kernel_usable, bool nccl_carries_any) {
+  if (nccl_requested) return DeviceCallPath::Nccl;
+  if (kernel_usable && !nccl_carries_any && kernel_path_takes(mode, bytes, kernel_max_bytes))
+    return DeviceCallPath::Kernel;
+  return DeviceCallPath::Copy;
+}
+
+uint8_t kernel_auto_algorithm(int size, const Topology& topology, const KernelAutoInputs& in, Collective coll,
+                              uint8_t requested, uint64_t bytes, const std::string& policy_source) {
+  if (requested != 0 || coll != Collective::AllReduce || size < 2) return 0;
+  if (!in.device_has_kernel_path || in.nccl_links || !kernel_path_takes(in.path, bytes, in.kernel_max_bytes)) return 0;
+  const std::vector<int>& host_of = topology.host_of;
+  if (!host_of.empty() && !std::all_of(host_of.begin(), host_of.end(), [&](int h) { return h == host_of[0]; }))
+    return 0;
+  if (policy_source != "size" && policy_source != "links" && policy_source != "tuning") return 0;
+  std::string tuned;
+  if (tuned_algorithm(Collective::AllReduce, static_cast<int64_t>(bytes), size, &tuned, 1, true))
+    return static_cast<uint8_t>(algorithm_index(Collective::AllReduce, tuned));
+  if (bytes > in.kernel_max_bytes) return 0;
+  const bool one_shot = bytes * static_cast<uint64_t>(size - 1) <= kOneShotBytes;
+  return static_cast<uint8_t>(algorithm_index(Collective::AllReduce, one_shot ? "direct" : "two_shot"));
+}
+
+}  // namespace commlib
