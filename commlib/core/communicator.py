@@ -26,12 +26,10 @@ from commlib.device.route_context import RouteContext
 from commlib.core.work import Work  # noqa: F401  (re-exported: commlib.core.communicator.Work)
 from commlib.errors import CommError
 
-# The one C++ entry (csrc/bindings/fast_call.cc), every collective's first try, one call from
-# Python: it reads the buffers itself, runs blocking calls on host buffers, and runs device calls
-# (blocking or async, current or named stream) that the device route's DeviceCallCache holds,
-# i.e. that passed the checks below before. It answers NotImplemented for anything else; the code
-# after it in each method is the general path, which validates and explains (and, for device
-# buffers, fills the cache). Codes are _C.COLLECTIVES positions.
+# The one C++ entry (csrc/bindings/fast_call.cc), every collective's first try: it reads the buffers,
+# runs blocking host calls and the device calls the route's DeviceCallCache holds (checked before),
+# and answers NotImplemented otherwise; the general path after it validates and explains (and fills
+# the cache for device buffers). Codes are _C.COLLECTIVES positions.
 _fast = _C.fast_collective
 # (input, output, input_at, output_at) elements of one rank's buffers (csrc/common/shapes.h).
 _shapes = _C.buffer_shapes
@@ -350,15 +348,10 @@ class Communicator(GroupMethods):
         return Work(work, refs) if async_op else None
 
     def close(self):
-        """Finish queued work, then release shared memory and the worker thread. Idempotent.
-
-        Raises, once everything is released, the error of a device call that failed without any
-        call, ``wait()`` or ``synchronize()`` raising it (a blocking call on device buffers that
-        failed last, e.g. a mismatched one: docs/gpu.md). The store that commlib.init() opened is
-        closed with the last communicator built over it (commlib/bootstrap/store_lease.py), never
-        under another one still using it. In a forked child it only drops the child's references:
-        the store and region are the parent's.
-        """
+        """Finish queued work, then release shared memory and the worker thread. Idempotent. Then
+        raises the error of a device call no call, ``wait()`` or ``synchronize()`` raised (e.g. a
+        mismatched last call: docs/gpu.md). init()'s store closes with the last communicator over
+        it (commlib/bootstrap/store_lease.py); a forked child only drops its references."""
         self._closed = True
         unreported = None
         self._dropped.detach()  # given back here, not again at garbage collection
