@@ -62,6 +62,7 @@ const ResolvedPlan& PlanCache::get(const CollectiveCall& call) {
     args.segment = p.choice.segment;
     p.sched = build_schedule(args, p.name);
     p.algo = static_cast<uint8_t>(algorithm_index(call.coll, p.name));
+    p.one_sided = uses_one_sided(p.sched);
     for (const Step& st : p.sched.steps)
       for (const Op& o : st.ops)
         if (o.peer >= 0 && std::find(p.peers.begin(), p.peers.end(), o.peer) == p.peers.end()) p.peers.push_back(o.peer);

@@ -27,6 +27,7 @@
 #include "policy/device_auto.h"
 #include "schedule/ir.h"
 #include "stream/device_path.h"
+#include "stream/peer_buffers.h"
 #include "transport/transport.h"  // CallDesc
 
 namespace commlib {
@@ -128,6 +129,15 @@ class KernelPath final : public DevicePathRunner {
     bool has_peers = false;  // some message: the launch checks the call's descriptor
     bool first_is_send = false;
     bool has_split = false;  // some item of at least split_bytes_: the launch takes every block
+    // One-sided plans (kernel_path_one_sided.cc): the buffers some rank's plan addresses at a
+    // peer (any rank's: BufferId bits), staged through the slots area (in place for an all_reduce
+    // whose input and output both are), the staged bytes, the grid, and the peers' table
+    // ([size][3] addresses, in `dev` at `table_at`).
+    uint8_t peer_bufs = 0;
+    bool stage_in_place = false;
+    uint64_t stage_bytes[2] = {0, 0};
+    unsigned os_grid = 1;
+    size_t table_at = 0;
     // Held by every graph that captured a launch of the plan (a CUDA user object): the plan is
     // not evicted while a copy is alive.
     std::shared_ptr<char> pin = std::make_shared<char>(0);
@@ -142,6 +152,15 @@ class KernelPath final : public DevicePathRunner {
   uint32_t desc_ring_len() const;
   size_t barrier_offset() const;  // of the barrier's line in local_ (after sent | received | checked)
   size_t views_offset() const;  // of the peer views in local_ (after the barrier)
+  // One-sided plans (kernel_path_one_sided.cc).
+  size_t os_flags_offset() const;  // of the one-sided flags in the region (after the descriptor ring)
+  size_t os_flag_words() const;    // per rank: [size][kSignalTags + 1][kMaxBlocks]
+  size_t os_local_offset() const;  // of the signalled | consumed counts in local_ (after the LL stages)
+  size_t local_bytes() const;
+  // The one-sided parts of an upload (peer_bufs over every rank's schedule, staging, grid, table),
+  // appended to `host` (the plan's upload image); std::invalid_argument when the call cannot run.
+  void plan_one_sided(const ScheduleKey& key, Uploaded& u, std::vector<char>& host) const;
+  void fill_one_sided(kexec::PlanLaunch& a, const Uploaded& u, char* const bases[3]) const;
 
   std::shared_ptr<Device> device_;
   const int rank_, size_;
@@ -153,6 +172,9 @@ class KernelPath final : public DevicePathRunner {
   // Chunks of at least this many bytes run on every block of the grid (plan_kernel.cuh, split
   // items): half a slot, at most 64 KiB, always above ll_bytes_.
   const uint32_t split_bytes_;
+  // One-sided plans: at least this many bytes per block per handshake (COMMLIB_DEVICE_BLOCK_BYTES).
+  const uint64_t block_bytes_;
+  std::unique_ptr<StagedPeerBuffers> staged_peers_;  // the slots areas, once connected
   bool usable_ = false;  // connected, every rank on this host, the device has a kernel path
   char* region_ = nullptr;         // exported: ready | freed | slots | LL slots
   void* local_ = nullptr;          // this rank only: sent | received | barrier | peer views | LL stages

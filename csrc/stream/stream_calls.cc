@@ -211,6 +211,14 @@ DeviceCallPath StreamEngine::path_of(const CollectiveCall& call) const {
 
 void StreamEngine::enqueue_call(const CollectiveCall& call, const ResolvedPlan& plan, const CallDesc& desc,
                                 size_t esize, DeviceStream& s, bool captured) {
+  DeviceCallPath path = path_of(call);
+  if (plan.one_sided) {  // peers' memory, read in place: the kernel path or nothing (the same on every rank)
+    if (!kernel_ || !kernel_->usable() || nccl_->carries_any())
+      throw std::invalid_argument("algorithm: " + plan.name + " is one-sided (it reads and writes peers' mapped "
+                                  "buffers): it runs on the device kernel path only, which this communicator lacks "
+                                  "(COMMLIB_DEVICE_PATH=copy, a peer on another host or over the nccl link)");
+    path = DeviceCallPath::Kernel;
+  }
   char* in = reinterpret_cast<char*>(call.input);
   char* out = reinterpret_cast<char*>(call.output);
   const InputStaging staging = input_staging(call, rank_, size_);
@@ -227,7 +235,6 @@ void StreamEngine::enqueue_call(const CollectiveCall& call, const ResolvedPlan& 
                                   : nullptr;
   char* const bases[3] = {in, out, scr};
   // The path device auto chose (policy/device_auto.h), all three behind one interface.
-  const DeviceCallPath path = path_of(call);
   DevicePathRunner& runner = path == DeviceCallPath::Kernel ? static_cast<DevicePathRunner&>(*kernel_)
                              : path == DeviceCallPath::Nccl ? static_cast<DevicePathRunner&>(*nccl_)
                                                             : static_cast<DevicePathRunner&>(*copy_);
