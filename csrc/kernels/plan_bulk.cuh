@@ -36,7 +36,7 @@ __device__ __forceinline__ void copy_as(char* dst, const char* src, size_t n) {
   }
   // The tail (under kUnroll strides): the same loads in flight, predicated, not one at a time.
   if (i < count) {
-    T v[kUnroll];
+    T v[kUnroll] = {};
     COMMLIB_UNROLL
     for (unsigned u = 0; u < kUnroll; ++u)
       if (i + u * stride < count) v[u] = s[i + u * stride];
@@ -119,7 +119,7 @@ __device__ __forceinline__ void block_reduce_lanes(char* dst, const char* a, con
       }
     }
     if (i < npacks) {  // the tail (under U strides): its loads in flight together, predicated
-      P u[U], v[U];
+      P u[U] = {}, v[U] = {};
       COMMLIB_UNROLL
       for (unsigned k = 0; k < U; ++k)
         if (i + k * stride < npacks) {

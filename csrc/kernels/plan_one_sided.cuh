@@ -87,6 +87,7 @@ __device__ __forceinline__ bool os_wait(const PlanLaunch& a, const kplan::PlanIt
       acquire_fence_system();
       *consumed = target;
       emu_count(kEmuHandshakes, 1);
+      emu_count(kEmuSysFences, 1);
     }
   }
   return !block_any(stop);

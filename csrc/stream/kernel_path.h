@@ -75,6 +75,9 @@ class KernelPath final : public DevicePathRunner {
   // while a graph holds it), and the launch is left to the graph's replays (no watchdog wait).
   Launched launch(const ScheduleKey& key, const Schedule& sched, const CallDesc& desc, char* const bases[3],
                   DType dtype, RedOp op, DeviceStream& stream, bool captured = false);
+  // A call of one-sided shape `key` can run (its staged buffers fit the slots area: std::invalid_argument
+  // naming the settings otherwise), before anything is enqueued or numbered.
+  void check_one_sided(const ScheduleKey& key) const;
   // Whether the plan of call shape `key` is on the device (an eager call of that shape ran).
   bool has_plan(const ScheduleKey& key) const { return plans_.count(key) != 0; }
   // Plans held by a captured graph (kept however many plans there are).
@@ -160,6 +163,8 @@ class KernelPath final : public DevicePathRunner {
   // The one-sided parts of an upload (peer_bufs over every rank's schedule, staging, grid, table),
   // appended to `host` (the plan's upload image); std::invalid_argument when the call cannot run.
   void plan_one_sided(const ScheduleKey& key, Uploaded& u, std::vector<char>& host) const;
+  // The staging of a one-sided call shape (Uploaded's peer_bufs, stage_in_place, stage_bytes).
+  void stage_layout(const ScheduleKey& key, Uploaded& u) const;
   void fill_one_sided(kexec::PlanLaunch& a, const Uploaded& u, char* const bases[3]) const;
 
   std::shared_ptr<Device> device_;

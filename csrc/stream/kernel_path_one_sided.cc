@@ -59,8 +59,13 @@ size_t KernelPath::os_local_offset() const {
 }
 size_t KernelPath::local_bytes() const { return os_local_offset() + 2 * os_flag_words() * 8; }
 
-void KernelPath::plan_one_sided(const ScheduleKey& key, Uploaded& u, std::vector<char>& host) const {
-  const DevicePlan& p = u.plan;
+void KernelPath::check_one_sided(const ScheduleKey& key) const {
+  if (has_plan(key)) return;
+  Uploaded u;
+  stage_layout(key, u);
+}
+
+void KernelPath::stage_layout(const ScheduleKey& key, Uploaded& u) const {
   const Collective coll = static_cast<Collective>(key.coll);
   const std::string name = algorithm_name(coll, key.algo);
   u.peer_bufs = size_ > 1 ? peer_visible_buffers(key, size_) : 0;
@@ -74,13 +79,20 @@ void KernelPath::plan_one_sided(const ScheduleKey& key, Uploaded& u, std::vector
   u.stage_in_place = coll == Collective::AllReduce && (u.peer_bufs & in_bit) && (u.peer_bufs & out_bit);
   u.stage_bytes[0] = (u.peer_bufs & in_bit) ? in_bytes : 0;
   u.stage_bytes[1] = (u.peer_bufs & out_bit) ? out_bytes : 0;
-  const uint64_t need = u.stage_in_place ? in_bytes
-                                         : round_up(u.stage_bytes[0], kStageAlign) + u.stage_bytes[1];
+  const uint64_t need = u.stage_in_place ? in_bytes : round_up(u.stage_bytes[0], kStageAlign) + u.stage_bytes[1];
   if (need > slots_bytes())
     throw std::invalid_argument("algorithm: " + name + " reads peers' buffers in place; unregistered buffers are "
                                 "staged through the kernel path's slots (" + std::to_string(slots_bytes()) +
                                 " bytes: COMMLIB_DEVICE_SLOTS x COMMLIB_DEVICE_SLOT_BYTES per peer), and this call "
                                 "needs " + std::to_string(need));
+}
+
+void KernelPath::plan_one_sided(const ScheduleKey& key, Uploaded& u, std::vector<char>& host) const {
+  const DevicePlan& p = u.plan;
+  const Collective coll = static_cast<Collective>(key.coll);
+  const uint64_t e = key.elem_bytes;
+  stage_layout(key, u);
+  const uint8_t in_bit = 1u << static_cast<int>(BufferId::Input), out_bit = 1u << static_cast<int>(BufferId::Output);
   // The grid: at least block_bytes_ per block per handshake, as many blocks as the device lends
   // (the same on every rank: the flags are per block). An all_reduce moves a 1/size block per
   // handshake (two-shot), the others a `count` block.

@@ -163,6 +163,14 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_collective(const CollectiveCal
     if (!nccl_->ready()) throw CommError("algorithm='nccl': the NCCL communicator was not created");
   }
   const ResolvedPlan& planned = plan_of(call);
+  if (planned.one_sided) {  // peers' memory, read in place: the kernel path or nothing (alike on every rank)
+    if (!kernel_ || !kernel_->usable() || nccl_->carries_any())
+      throw std::invalid_argument("algorithm: " + planned.name + " is one-sided (it reads and writes peers' mapped "
+                                  "buffers): it runs on the device kernel path only, which this communicator lacks "
+                                  "(COMMLIB_DEVICE_PATH=copy, a peer on another host or over the nccl link)");
+    kernel_->check_one_sided(ScheduleKey{static_cast<uint8_t>(call.coll), planned.algo, call.root, call.count,
+                                         static_cast<uint8_t>(esize)});
+  }
 
   // Nothing above enqueued anything or took a number: a refused argument leaves the numbering
   // and the stream as they were. From here on the call is numbered (with the host calls).
@@ -179,7 +187,7 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_collective(const CollectiveCal
   auto done = begin(desc, s);
   std::string enqueue_error;
   try {
-    if (path_of(call) == DeviceCallPath::Kernel) {
+    if (planned.one_sided || path_of(call) == DeviceCallPath::Kernel) {
       // Where host calls (and peers whose calls do not join this rank) look; the kernel checks its
       // peers' descriptors itself, without a host function (kernels/plan_call_check.cuh).
       if (publish_kernel_calls_) control_->publish_call(desc);
@@ -211,14 +219,8 @@ DeviceCallPath StreamEngine::path_of(const CollectiveCall& call) const {
 
 void StreamEngine::enqueue_call(const CollectiveCall& call, const ResolvedPlan& plan, const CallDesc& desc,
                                 size_t esize, DeviceStream& s, bool captured) {
-  DeviceCallPath path = path_of(call);
-  if (plan.one_sided) {  // peers' memory, read in place: the kernel path or nothing (the same on every rank)
-    if (!kernel_ || !kernel_->usable() || nccl_->carries_any())
-      throw std::invalid_argument("algorithm: " + plan.name + " is one-sided (it reads and writes peers' mapped "
-                                  "buffers): it runs on the device kernel path only, which this communicator lacks "
-                                  "(COMMLIB_DEVICE_PATH=copy, a peer on another host or over the nccl link)");
-    path = DeviceCallPath::Kernel;
-  }
+  // A one-sided plan runs on the kernel path whatever the size (enqueue_collective checked it can).
+  const DeviceCallPath path = plan.one_sided ? DeviceCallPath::Kernel : path_of(call);
   char* in = reinterpret_cast<char*>(call.input);
   char* out = reinterpret_cast<char*>(call.output);
   const InputStaging staging = input_staging(call, rank_, size_);

@@ -24,6 +24,7 @@ def one_sided_matrix(comm, cases):
             fails += f
             digests += d
             paths.add(sub._device_route.last_path())
+        emu.synchronize()
         return fails, digests, sorted(paths), emu.kernel_counters()
     return with_settings(comm, SETTINGS, run)
 
@@ -43,15 +44,39 @@ def counted_call(comm, coll, algo, count, settings):
         y = emu.from_numpy(np.zeros(n_out, np.float32))
         call = getattr(sub, coll)
         for i in range(2):
-            if i == 1:
+            if i == 1:  # the warm-up's launch done (calls are stream-ordered, not host-synchronous)
+                emu.synchronize()
                 emu.kernel_counters(reset=True)
             if coll == "all_reduce":
                 call(x, out=y, algorithm=algo)
             else:
                 call(y, x, algorithm=algo)  # (output, input)
+        emu.synchronize()
         counters = emu.kernel_counters()
         got = y.numpy()
         want = {"all_reduce": P * (P + 1) / 2, "reduce_scatter": P * (P + 1) / 2}.get(coll)
         ok = bool(np.all(got == want)) if want is not None else got[0] == 1 and got[-1] == P
         return counters, ok
     return with_settings(comm, dict(KERNEL_SETTINGS, **settings), run)
+
+
+def refusals(comm):
+    """The messages of a one-sided call refused: on the copy path, and too big for the staging slots
+    (then a fitting call on the same communicator still runs)."""
+    import numpy as np
+
+    import commlib.emulated as emu
+    from kernel_path_cases import COPY_SETTINGS
+
+    def attempt(sub, n):
+        x = emu.from_numpy(np.ones(n, np.float32))
+        try:
+            sub.all_reduce(x, algorithm="mapped_two_shot")
+            emu.synchronize()
+        except ValueError as e:
+            return str(e)
+        return float(x.numpy()[0])
+    on_copy = with_settings(comm, COPY_SETTINGS, attempt, 16)
+    small = dict(SETTINGS, COMMLIB_DEVICE_SLOT_BYTES="4096")
+    too_big, then = with_settings(comm, small, lambda sub: (attempt(sub, 8192), attempt(sub, 64)))
+    return on_copy, too_big, then

@@ -21,7 +21,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import device_cases  # noqa: E402
 from device_cases import cc  # noqa: E402
-from one_sided_cases import ONE_SIDED, counted_call, one_sided_matrix  # noqa: E402
+from one_sided_cases import ONE_SIDED, counted_call, one_sided_matrix, refusals  # noqa: E402
 from test_device_collectives import DELAY_ENV, _ops  # noqa: E402
 
 
@@ -48,46 +48,46 @@ def test_one_sided_matrix_on_the_kernel_path(pool, size):
             assert counters["handshakes"] > 0 and counters["bytes_written"] > 0 and counters["staged_bytes"] > 0
 
 
-N = 4 << 20  # bytes per rank of the counted calls (the ratios are exact at any multiple of P x 64 x blocks)
-
-
-def per_n(c, key):
-    return c[key] / N
-
-
-# (collective, algorithm, count) -> what one call at P=4 costs per rank, per N bytes: data read,
-# data written, the staged copies (loaded + stored), grid barriers per block.
+N = 4 << 20  # input bytes per rank of the counted calls (the ratios below are exact at any multiple of P x 64 x blocks)
 P = 4
+# Per algorithm at P = 4, per rank, N = the call's input bytes: (data read / N, data written / N,
+# staged copies / N, grid barriers per block, handshakes per block). A reduction loads both operands.
 EXPECTED = {
-    # two-shot: copy own block, P-1 get_reduce (both operands loaded), P-1 gets of the others'
-    # blocks; staged in place (input in, output out: 4 N)
-    ("all_reduce", "mapped_two_shot"): ((3 * P - 2) / P, (2 * P - 1) / P, 4.0, 2),
-    # one-shot: P-1 gets into scratch, then the rank-order sum: P-1 reductions over N
-    ("all_reduce", "mapped_one_shot"): ((P - 1) + 2 * (P - 1), (P - 1) + 1 + (P - 2) + 0.0, 2.0, 1),
-    ("all_gather", "mapped"): (P, P, 2.0, 1),
-    ("reduce_scatter", "mapped"): (1 + 2 * (P - 1), P, 2.0 * P, 1),
-    ("all_to_all", "mapped"): (P, P, 2.0 * P, 1),
+    # copy own block, P-1 get_reduce, P-1 gets of the other blocks; staged in place: input in, output out
+    ("all_reduce", "mapped_two_shot"): ((3 * P - 2) / P, (2 * P - 1) / P, 4, 2, 4 * (P - 1)),
+    # P-1 whole gets into scratch, then the rank-order sum (a copy, P-1 reductions); input staged
+    ("all_reduce", "mapped_one_shot"): (3 * P - 2, 2 * P - 1, 2, 1, 3 * (P - 1)),
+    ("all_gather", "mapped"): (P, P, 2, 1, 3 * (P - 1)),
+    ("reduce_scatter", "mapped"): ((2 * P - 1) / P, 1, 2, 1, 3 * (P - 1)),
+    ("all_to_all", "mapped"): (1, 1, 2, 1, 3 * (P - 1)),
 }
 
 
 @pytest.mark.timeout(240)
 def test_counters_per_algorithm(pool):
-    calls = [(coll, algo, (N // 4) if coll in ("all_reduce",) else N // 4 // (P if coll == "reduce_scatter" else 1))
-             for coll, algo in ONE_SIDED]
-    got = {}
-    for coll, algo, count in calls:
+    """The two-shot misses the issue's 2.25 N (docs/gpu.md says what it needs); what is pinned is
+    what runs: nothing touches host memory while data moves, two system-scope fences per block per
+    handshake (a release store to signal, an acquire fence to wait), the grid barriers, and the
+    traffic, so a change that adds any shows here."""
+    for coll, algo in ONE_SIDED:
+        count = N // 4 // (P if coll in ("reduce_scatter", "all_to_all") else 1)
         res = pool(P, env=DELAY_ENV).run(counted_call, coll, algo, count, {"COMMLIB_DEVICE_SLOT_BYTES": str(8 << 20)},
                                          timeout=200)
-        got[(coll, algo)] = res
-    for (coll, algo), res in got.items():
+        read, written, staged, barriers, handshakes = EXPECTED[(coll, algo)]
         for c, ok in res:
             assert ok, (coll, algo)
-            runs = c["block_runs"]
-            assert c["host_data_accesses"] == 0, (coll, algo, c)  # nothing on the data path touches host memory
-            # <= 2 system-scope fences per block per handshake: a release store to signal, an acquire fence to wait
-            assert c["system_fences"] + c["handshakes"] <= 2 * c["handshakes"] + 0, (coll, algo, c)
-            read, written, staged, barriers = EXPECTED[(coll, algo)]
-            assert c["grid_barriers"] == barriers * runs, (coll, algo, c)
-            if (coll, algo) == ("all_reduce", "mapped_two_shot"):
-                assert per_n(c, "bytes_read") == read and per_n(c, "bytes_written") == written, c
-                assert per_n(c, "staged_bytes") == staged, c
+            blocks = c["block_runs"]
+            assert blocks == 4, (coll, algo, c)  # the emulated device's grid: N / P >= 4 x 256 KiB
+            assert c["host_data_accesses"] == 0, (coll, algo, c)
+            assert c["handshakes"] == handshakes * blocks, (coll, algo, c)
+            assert c["system_fences"] == 2 * c["handshakes"], (coll, algo, c)
+            assert c["grid_barriers"] == barriers * blocks, (coll, algo, c)
+            assert (c["bytes_read"] / N, c["bytes_written"] / N, c["staged_bytes"] / N) == (read, written, staged), \
+                (coll, algo, c)
+
+
+def test_one_sided_calls_the_kernel_path_cannot_run_are_refused(pool):
+    for on_copy, too_big, then in pool(2, env=DELAY_ENV).run(refusals, timeout=60):
+        assert "mapped_two_shot is one-sided" in on_copy and "COMMLIB_DEVICE_PATH=copy" in on_copy, on_copy
+        assert "COMMLIB_DEVICE_SLOTS x COMMLIB_DEVICE_SLOT_BYTES" in too_big and "needs 32768" in too_big, too_big
+        assert then == 2.0, then
