@@ -39,28 +39,10 @@ static_assert(kProgressWord + kexec::kMaxBlocks <= kChunkCountWord &&
 static_assert(sizeof(CallDesc) == 3 * sizeof(uint64_t), "the kernel compares a CallDesc as three words");
 constexpr size_t kMaxPlans = 256;
 constexpr size_t kMinStaging = 64 * 1024;
-constexpr uint64_t kMaxLLBytes = 65536;
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 }  // namespace
-
-DevicePath device_path_from_env() {
-  const std::string v = param_choice("COMMLIB_DEVICE_PATH", {"auto", "kernel", "copy"});
-  return v == "kernel" ? DevicePath::Kernel : v == "copy" ? DevicePath::Copy : DevicePath::Auto;
-}
-
-const char* device_path_name(DevicePath p) {
-  return p == DevicePath::Auto ? "auto" : p == DevicePath::Kernel ? "kernel" : "copy";
-}
-
-uint32_t device_ll_bytes_from_env(uint64_t slot_bytes) {
-  const uint64_t v = param_bytes("COMMLIB_DEVICE_LL_BYTES");
-  if (v % 64 || v > kMaxLLBytes)
-    throw std::invalid_argument("COMMLIB_DEVICE_LL_BYTES: expected a multiple of 64 up to 65536, got " +
-                                std::to_string(v));
-  return static_cast<uint32_t>(std::min(v, slot_bytes));
-}
 
 size_t KernelPath::flag_bytes() const { return round_up(static_cast<size_t>(size_) * nslots_ * 8, kLine); }
 size_t KernelPath::slots_bytes() const { return static_cast<size_t>(size_) * nslots_ * slot_bytes_; }
@@ -114,15 +96,6 @@ KernelPath::~KernelPath() {
 std::string KernelPath::local_handle() const {
   return std::string(device_path_name(mode_)) + "," + std::to_string(ll_bytes_) + "," +
          std::to_string(kernel_max_bytes_) + "," + std::to_string(block_bytes_) + ":" + device_->export_memory(region_);
-}
-
-void check_device_paths(const std::vector<std::string>& kernel_handles, DevicePath mine, int rank) {
-  for (size_t p = 0; p < kernel_handles.size(); ++p) {
-    const std::string theirs = kernel_handles[p].substr(0, kernel_handles[p].find_first_of(",:"));
-    if (theirs != device_path_name(mine))
-      throw std::invalid_argument("COMMLIB_DEVICE_PATH: rank " + std::to_string(p) + " uses " + theirs + ", rank " +
-                                  std::to_string(rank) + " " + device_path_name(mine) + "; every rank must use the same");
-  }
 }
 
 void KernelPath::connect(const std::vector<std::string>& handles, bool one_host) {
