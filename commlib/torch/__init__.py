@@ -32,8 +32,9 @@ _register()
 _shrink.install()  # dist.shrink_group on commlib groups (commlib/torch/shrink.py)
 
 
-def get_communicator(group=None):
-    """The commlib communicator behind ``group`` (default: the default group)."""
+def python_group(group=None) -> ProcessGroupCommlib:
+    """The Python backend of ``group`` (default: the default group): its communicator
+    (``.comm``), its ``Options`` (``.options``), and the calls the C++ backend hands it."""
     from torch.distributed.distributed_c10d import _get_default_group
     pg = group if group is not None else _get_default_group()
     if not isinstance(pg, ProcessGroupCommlib):
@@ -43,7 +44,12 @@ def get_communicator(group=None):
             pass
     if not isinstance(pg, ProcessGroupCommlib):
         raise TypeError(f"group: not a commlib process group ({type(pg).__name__})")
-    return pg.comm
+    return pg
+
+
+def get_communicator(group=None):
+    """The commlib communicator behind ``group`` (default: the default group)."""
+    return python_group(group).comm
 
 
 def dead_ranks(group=None):
@@ -54,4 +60,4 @@ def dead_ranks(group=None):
 
 
 __all__ = ["BACKEND_NAME", "COLLECTIVES", "Options", "ProcessGroupCommlib", "dead_ranks",
-           "get_communicator"]
+           "get_communicator", "python_group"]

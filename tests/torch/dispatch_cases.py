@@ -51,11 +51,16 @@ def _eager_calls(group):
 def case_dispatch_counts(comm):
     """(CommDebugMode's counts, c10d ops counted) over gloo and over commlib: equal, and
     results equal too."""
+    import commlib._C as _C
     st = setup(comm)
     seen = {}
     for name in ("gloo", "world"):
+        offers = _C.fast_path_counts()[0]
         with CommDebugMode() as debug, C10dOps() as ops:
             results = _eager_calls(st[name])
+        # The Python backend offers every collective to _C.fast_collective first: none did, so
+        # the C++ backend ran them on the core itself.
+        assert _C.fast_path_counts()[0] == offers, f"{name}: a call went through the Python backend"
         seen[name] = ({str(k): v for k, v in debug.get_comm_counts().items()}, dict(ops.counts), results)
     for a, b in zip(seen["gloo"][2], seen["world"][2]):
         assert torch.equal(a, b), f"commlib {b.tolist()} != gloo {a.tolist()}"
