@@ -43,6 +43,8 @@ from commlib.torch.work import Call, Completer, Work, completed_work, timeout_se
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
                "gather", "scatter")
+# (in the core's Collective order: the C++ backend takes the algorithms as a list in this order)
+assert list(COLLECTIVES) == list(_C.Collective.__members__)[:len(COLLECTIVES)]
 
 
 @dataclasses.dataclass

@@ -58,8 +58,8 @@ def wrap(group):
     core = getattr(group, "_core_address", None)
     if module is None or core is None:
         return group
-    from commlib.torch.backend import COLLECTIVES
-    algorithms = [group._algo[c] for c in COLLECTIVES]  # in the core's Collective order
+    # group._algo is keyed in backend.COLLECTIVES's order, which is the core's Collective order
+    algorithms = list(group._algo.values())
     return module.CommlibBackend(group, core, group.rank(), group.size(), algorithms, wrap)
 
 

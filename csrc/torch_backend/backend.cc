@@ -127,6 +127,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::run(const CollectiveCall& call, b
                                                    const char* name, std::vector<at::Tensor> outputs,
                                                    std::function<void()> finish) {
   if (p2p_handed_over_) flush_held_p2p();
+  seq_.fetch_add(1);
   // A future's callback running on the completion thread that issues a call (PowerSGD's hook
   // waits on an all_reduce inside .then) runs it here, or it would wait on its own thread.
   if (async && completer_.on_thread()) async = false;

@@ -15,6 +15,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <array>
+#include <atomic>
 #include <string>
 
 #include "bindings/core_api.h"
@@ -77,6 +78,11 @@ class CommlibBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& t, int src, int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& t, int tag) override;
 
+  // torch's sequence numbers (its debug wrapper, TORCH_DISTRIBUTED_DEBUG=DETAIL, and the flight
+  // recorder read them): one per call issued through this backend, ours or handed over.
+  void setSequenceNumberForGroup() override { seq_.store(0); }
+  uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
+
   bool supportsShrinking() const override { return true; }
   c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranks_to_exclude, int shrink_flags,
                                            const c10::intrusive_ptr<Options>& opts_override) override;
@@ -104,12 +110,14 @@ class CommlibBackend : public c10d::Backend {
   std::array<uint8_t, kCollectives> algos_;
   bool p2p_handed_over_ = false;  // a send or receive went to the Python side (may be held there)
   bool stopped_ = false;
+  std::atomic<uint64_t> seq_{0};
   Completer completer_;
 };
 
 // (defined here: both backend.cc and data_movement.cc hand calls over)
 template <typename... Args>
 c10::intrusive_ptr<c10d::Work> CommlibBackend::delegate(const char* method, Args&&... args) {
+  seq_.fetch_add(1);
   pybind11::gil_scoped_acquire gil;
   pybind11::object work = group_.attr(method)(std::forward<Args>(args)...);
   return c10::make_intrusive<PythonWork>(std::move(work));
