@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <set>
+#include <utility>
 
 #include "bindings/bindings.h"
 #include "policy/auto_policy.h"
@@ -103,6 +104,17 @@ py::dict choice_to_py(const AlgorithmChoice& c) {
   return d;
 }
 
+// What the simulator's callers do: "auto" resolved by the policy (resolve_on_model, the cost model
+// being a leaf under it), then the concrete composition played, without the GIL.
+std::pair<Composition, sim::Result> play(Collective c, const Composition& requested, int64_t count, int elem_bytes,
+                                         int root, const sim::Topology& t, sim::Trace* trace) {
+  py::gil_scoped_release nogil;
+  const Composition how = resolve_on_model(c, requested, count, elem_bytes, root, t);
+  sim::Options o;
+  o.trace = trace;
+  return {how, sim::simulate(c, how, count, elem_bytes, root, t, o)};
+}
+
 }  // namespace
 
 void bind_sim(py::module_& m) {
@@ -111,16 +123,8 @@ void bind_sim(py::module_& m) {
       [](Collective c, const std::string& algorithm, int64_t count, int elem_bytes, int root,
          const py::dict& topology, const std::string& inter_algorithm, int64_t segment,
          const std::string& intra_algorithm) {
-        const sim::Topology t = topology_from_dict(topology);
-        sim::Result r;
-        Composition how;
-        {
-          py::gil_scoped_release nogil;
-          how = resolve_on_model(c, Composition{algorithm, inter_algorithm, intra_algorithm, segment}, count,
-                                 elem_bytes, root, t);
-          r = sim::simulate(c, how, count, elem_bytes, root, t);
-        }
-
+        const auto [how, r] = play(c, Composition{algorithm, inter_algorithm, intra_algorithm, segment}, count,
+                                   elem_bytes, root, topology_from_dict(topology), nullptr);
         py::dict out;
         out["time_s"] = r.time_s;
         out["build_s"] = r.build_s;
@@ -151,16 +155,8 @@ void bind_sim(py::module_& m) {
         const sim::Topology t = topology_from_dict(topology);
         if (t.size() > 64) throw std::invalid_argument("topology: the trace explains up to 64 ranks");
         sim::Trace trace;
-        sim::Result r;
-        Composition how;
-        {
-          py::gil_scoped_release nogil;
-          how = resolve_on_model(c, Composition{algorithm, inter_algorithm, intra_algorithm, segment}, count,
-                                 elem_bytes, root, t);
-          sim::Options o;
-          o.trace = &trace;
-          r = sim::simulate(c, how, count, elem_bytes, root, t, o);
-        }
+        const auto [how, r] = play(c, Composition{algorithm, inter_algorithm, intra_algorithm, segment}, count,
+                                   elem_bytes, root, t, &trace);
         py::list transfers;
         for (const auto& x : trace.transfers)
           transfers.append(py::make_tuple(x.src, x.dst, x.src_step, x.dst_step, x.bytes, x.start, x.done, x.links));

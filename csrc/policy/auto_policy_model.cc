@@ -78,8 +78,7 @@ AlgorithmChoice resolve_algorithm(const CallShape& call, const std::string& requ
     choice.source = "requested";
     if (choice.algorithm == "hierarchical" && model_applies && p.shares) {
       const AlgorithmChoice best = search_best_candidate(call, host_of, *model, true);
-      choice.inter = best.inter;
-      choice.intra = best.intra;
+      if (!best.algorithm.empty()) static_cast<Composition&>(choice) = best;  // hierarchical, its phases
       choice.predicted_s = best.predicted_s;
     }
     return choice;
