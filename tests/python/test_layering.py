@@ -10,6 +10,7 @@ functions: a lazy import hides a cycle from Python but not from a reader. Relati
 resolved against the importing module's package.
 """
 import ast
+import functools
 import os
 import re
 
@@ -33,9 +34,10 @@ def _modules(pkg=PKG):
     return out
 
 
+@functools.lru_cache(maxsize=None)  # every test reads the same tree: parse it once
 def import_edges(pkg=PKG):
-    """[(module, commlib module it imports, file:line)]. `from a import b` counts a.b when that is
-    a module, else a (b is a name defined in a)."""
+    """((module, commlib module it imports, file:line), ...). `from a import b` counts a.b when
+    that is a module, else a (b is a name defined in a)."""
     mods = _modules(pkg)
     edges = []
     for name, path in mods.items():
@@ -59,7 +61,7 @@ def import_edges(pkg=PKG):
                     t = t.rpartition(".")[0]
                 if t and t != name:
                     edges.append((name, t, f"{os.path.relpath(path, ROOT)}:{node.lineno}"))
-    return edges
+    return tuple(edges)
 
 
 def import_graph():
