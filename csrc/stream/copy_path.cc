@@ -283,7 +283,7 @@ void CopyPath::enqueue_call_check(const CallDesc& desc, uint64_t seq, DeviceStre
   // rank that stopped never sent: stale bytes of an earlier call). Peers that never arrive (dead,
   // failed, silent) are the watchdog's to judge: failing raises this rank's `called` words.
   for (int p : others_) {
-    if (remote(p)) continue;  // its descriptor comes over NCCL (stream_remote.cc)
+    if (remote(p)) continue;  // its descriptor comes over NCCL (remote_descriptors.*)
     host_.note_wait(StreamWait{flag(ctl_, 2, p), desc.seq, p, false, seq, WaitFor::CallDesc});
     device_->wait_value(flag(dev_ctl(), 2, p), desc.seq, s);
   }

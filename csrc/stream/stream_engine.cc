@@ -67,6 +67,8 @@ StreamEngine::StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerC
   DeviceGuard guard(*device_);
   copy_ = std::make_unique<CopyPath>(device_, static_cast<CopyPathHost&>(*this), *nccl_, rank_, size_, opts_.nslots,
                                      opts_.slot_bytes, opts_.streams);
+  remote_descs_ = std::make_unique<RemoteDescriptors>(*device_, *nccl_, *copy_, static_cast<RemoteDescriptorsHost&>(*this),
+                                                      failed_, rank_, size_);
   own_stream_ = device_->create_stream();
   events_ = std::make_unique<EventPool>(*device_);
   if (opts_.path != DevicePath::Copy)
@@ -165,7 +167,7 @@ void StreamEngine::close() {
   // closed its imports (release_memory, after the Python side's barrier).
   attempt("close imports", [&] { copy_->close_imports(); });
   if (kernel_) attempt("kernel path imports", [&] { kernel_->close_imports(); });
-  attempt("remote staging", [&] { close_remote_staging(); });
+  attempt("remote staging", [&] { remote_descs_->close(*own_stream_); });
 }
 
 void StreamEngine::release_memory(bool peers_closed) {

@@ -124,7 +124,7 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_p2p(const std::vector<P2PItem>
     ring[i] = items[i].send ? ++p2p_sent_[items[i].peer] : ++p2p_received_[items[i].peer];
   }
   // Every send's descriptor before any receive's check: a check waits only on peers' sends.
-  // Peers on other hosts get theirs over NCCL, in one group (stream_remote.cc).
+  // Peers on other hosts get theirs over NCCL, in one group (remote_descriptors.h).
   std::vector<std::pair<int, CallDesc>> remote_sends, remote_expects;
   for (size_t i = 0; i < items.size(); ++i) {
     const int p = items[i].peer;
@@ -135,7 +135,7 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_p2p(const std::vector<P2PItem>
   }
   std::string enqueue_error;
   try {
-    exchange_remote(remote_sends, remote_expects, s);
+    remote_descs_->exchange(remote_sends, remote_expects, seq_, s);
     for (size_t i = 0; i < items.size(); ++i) {
       if (items[i].send || remote(items[i].peer)) continue;
       // The descriptor's arrival is a wait on the device (never a host function that waits);
