@@ -47,7 +47,7 @@ void StreamEngine::connect(const std::vector<std::string>& handles, const std::v
   needs_nccl_ = some_pair_uses(topo, opts_.link, "nccl");
   remote_descs_->open();
   p2p_probe_ = control_->add_p2p_probe(
-      [this](int peer, const CallDesc& want, CallDesc* sent) { return device_message(peer, want, sent); });
+      [this](int peer, const CallDesc& want, CallDesc* sent) { return p2p_descs_->device_message(peer, want, sent); });
   connected_ = true;
 }
 

@@ -60,8 +60,6 @@ StreamEngine::StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerC
       size_(plan.size),
       opts_(resolved(std::move(opts), plan.size)),
       links_(size_),
-      p2p_sent_(size_, 0),
-      p2p_received_(size_, 0),
       plans_(std::move(plan)),
       nccl_(std::make_unique<NcclLink>(device_, rank_, size_, opts_.timeout_s)) {
   DeviceGuard guard(*device_);
@@ -69,6 +67,7 @@ StreamEngine::StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerC
                                      opts_.slot_bytes, opts_.streams);
   remote_descs_ = std::make_unique<RemoteDescriptors>(*device_, *nccl_, *copy_, static_cast<RemoteDescriptorsHost&>(*this),
                                                       failed_, rank_, size_);
+  p2p_descs_ = std::make_unique<P2PDescriptors>(*copy_, *control_, static_cast<CopyPathHost&>(*this), failed_, rank_, size_);
   own_stream_ = device_->create_stream();
   events_ = std::make_unique<EventPool>(*device_);
   if (opts_.path != DevicePath::Copy)

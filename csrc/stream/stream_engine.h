@@ -46,6 +46,7 @@
 #include "stream/event_pool.h"
 #include "stream/nccl_link.h"
 #include "stream/kernel_path.h"
+#include "stream/p2p_descriptors.h"
 #include "stream/remote_descriptors.h"
 #include "transport/transport.h"
 
@@ -209,14 +210,8 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   std::shared_ptr<DeviceWork> finish(std::shared_ptr<DeviceEvent> done, const std::string& enqueue_error,
                                      DeviceStream& s);
   void throw_if_failed_locked();
-  // Message descriptors in the receiver's ring: `k` the pair's device message index (the ring
-  // position), desc.seq the message's number shared with host messages.
-  void p2p_send_desc(int peer, uint64_t k, const CallDesc& desc);  // run on the stream
-  void p2p_check_desc(int peer, uint64_t k, const CallDesc& desc, uint64_t call);  // run on the stream, after its wait_value
-  // Host and device messages of a pair share one numbering: a device message of the number a
-  // host receive waits for (the executor's probe), or a host message of the number a device
-  // receive waits for (the watchdog, p2p_waits_), is a mismatch.
-  bool device_message(int peer, const CallDesc& want, CallDesc* sent);
+  // Message descriptors (p2p_descs_, stream/p2p_descriptors.h): the watchdog's look for a device
+  // receive whose message the peer sent from a host buffer, and the waits it looks at.
   void check_host_messages();
   void note_p2p_waits(const std::vector<std::pair<int, CallDesc>>& waits, bool add) override;
 
@@ -283,7 +278,6 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   // Enqueue state (the caller's thread; one call at a time).
   std::mutex enqueue_mu_;
   uint64_t seq_ = 0;  // ordinal of the last call
-  std::vector<uint64_t> p2p_sent_, p2p_received_;  // point-to-point messages per peer
   PlanCache plans_;  // resolved as the host communicator resolves (its context)
   std::shared_ptr<DeviceEvent> last_done_;
   // The stream last_done_ was recorded on (its native handle): a call on that same stream is
@@ -302,7 +296,6 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   std::condition_variable cv_;
   std::deque<InFlight> in_flight_;
   std::deque<StreamWait> waits_;
-  std::vector<std::pair<int, CallDesc>> p2p_waits_;  // device receives waiting for their descriptor
   std::atomic<bool> failed_{false};
   std::atomic<bool> reported_{false};  // the engine's error reached a caller (take_unreported_error)
   std::atomic<uint64_t> retired_through_{0};  // every call up to it retired (DeviceWork::known_complete)
@@ -328,6 +321,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   std::unique_ptr<KernelPath> kernel_;    // null with COMMLIB_DEVICE_PATH=copy
   std::unique_ptr<CopyPath> copy_;        // never null (point-to-point runs on its chunks)
   std::unique_ptr<RemoteDescriptors> remote_descs_;  // never null; staging only with peers on other hosts
+  std::unique_ptr<P2PDescriptors> p2p_descs_;        // never null (point-to-point message descriptors)
   std::string last_path_;
   bool publish_kernel_calls_ = true;  // enqueue state
   uint64_t wd_kernel_progress_ = 0;
