@@ -63,10 +63,15 @@ def test_init_store_outlives_any_one_communicator_and_shrink_checks_arguments():
 STEPS = ("claimed", "decided", "hosts", "mapped", "created", "built", "committed")
 
 
+# Two emulated hosts (TCP between them): the survivors, ranks 0 and 1, are on different hosts, and
+# the victims alternate, so each death is seen by one survivor on its host (its process) and by the
+# other only across hosts.
 @pytest.mark.timeout(240)
-def test_every_survivor_recovers_together_from_a_death_at_each_step_of_a_shrink():
+@pytest.mark.parametrize("hosts", [None, ("a", "b") * len(STEPS)], ids=["shm", "two-hosts"])
+def test_every_survivor_recovers_together_from_a_death_at_each_step_of_a_shrink(hosts):
     size = len(STEPS) + 2
-    pool = RankPool(size, timeout=180)
+    env = {"COMMLIB_HOST_ID": hosts[:size]} if hosts else None
+    pool = RankPool(size, timeout=180, env=env)
     try:
         results = pool.run(rc.case_deaths_at_each_step, _free_ports(1)[0], STEPS, allow_death=True)
     finally:
