@@ -337,9 +337,7 @@ def _create_core(rdv: _Rendezvous, rank: int, size: int, timeout: float):
         else:
             _expect_flag(rdv, ready_key, f"rank {leader} to see every rank of host {host} mapped")
         if endpoint is not None:
-            # polls the error key (and a shrink's check): a peer that died before connecting
-            # fails every rank at once, not at the timeout
-            core.connect(bootstrap.addresses(rdv, rank, topo), poll=rdv.raise_reported)
+            core.connect(bootstrap.addresses(rdv, rank, topo), poll=rdv.raise_reported)  # a dead peer fails it
     except BaseException:
         core.close()  # now, not at garbage collection: peers that got further see this rank close
         raise

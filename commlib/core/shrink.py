@@ -38,6 +38,7 @@ from typing import Iterable, Optional, Set
 from commlib.bootstrap import phases
 from commlib.bootstrap.wait import wait_until
 from commlib.core.call_checks import as_ranks
+from commlib.core.rebuild import MAX_PAUSE_S, RebuildAgreement, await_all_built
 from commlib.errors import CommError, PeerError, RendezvousError
 
 # A peer in one of these states takes no further part: its process or connection is gone, or it
@@ -51,9 +52,6 @@ CONFIRM_GRACE_S = 2.0
 # connection, which takes a moment.
 SETTLE_S = 10.0
 DIED = "died during the shrink"
-# The longest pause between two rounds of a wait of the agreement: each round also watches the
-# survivors, so a death is seen within it.
-MAX_PAUSE_S = 0.01
 
 
 def process_gone(pid: int) -> bool:
@@ -103,27 +101,18 @@ def _fmt(ranks: Iterable[int]) -> str:
     return "[" + ", ".join(str(r) for r in sorted(ranks)) + "]"
 
 
-class _Agreement:
-    """One rank's side of shrink #n over ``comm`` (see the module docstring)."""
+class _Agreement(RebuildAgreement):
+    """One rank's side of shrink #n over ``comm`` (see the module docstring). ``fail`` reports and
+    raises, ``relay`` raises another's report: ``settle`` then decides the class every survivor
+    raises."""
+
+    waiting_hint = " (alive but not calling shrink?)"
 
     def __init__(self, comm, exclude: Optional[list], n: int, timeout: float, rendezvous):
-        self.comm = comm
-        self.me, self.size = comm.rank, comm.size
-        self.what = f"shrink #{n} of {comm._prefix!r}"
-        self.rdv = rendezvous(comm._store, f"{comm._prefix}/shrink{n}", self.me, timeout)
+        super().__init__(comm, "shrink", n, timeout, rendezvous)
         self.explicit = exclude is not None
         self.claim = set(exclude) if self.explicit else gone_ranks(comm)
         self.survivors = None  # old ranks of the new communicator, once decided
-
-    def fail(self, exc: CommError):
-        """Report ``exc`` to every rank of the shrink, then raise it here (``settle`` then decides
-        the class every survivor raises)."""
-        self.rdv.report(str(exc))
-        raise exc
-
-    def relay(self):
-        """Raise what another rank reported (as RendezvousError: ``settle`` decides the class)."""
-        self.rdv.raise_reported()
 
     def _read(self, key: str, rank: int) -> Optional[dict]:
         full = f"{self.rdv.prefix}/{key}/{rank}"
@@ -140,12 +129,6 @@ class _Agreement:
         if not good:
             self.fail(RendezvousError(f"{self.what}: rank {rank}'s {key} is malformed: {bytes(raw)[:80]!r}"))
         return rec
-
-    def _waited_too_long(self, ranks, step: str):
-        if time.monotonic() > self.rdv.deadline:
-            self.fail(RendezvousError(
-                f"{self.what}: rank {self.me} waited {self.rdv.timeout:g} s for rank(s) {_fmt(ranks)} "
-                f"to {step} (alive but not calling shrink?)"))
 
     def _wait(self, ready, poll, waited_for, step: str):
         """Until ``ready()``, ``poll()`` every round (it raises what failed); past the deadline, fail
@@ -350,38 +333,6 @@ class _Agreement:
             return set()
 
 
-def await_all_built(agreement, me: int, members, new, dead_now, died):
-    """The commit step of a shrink or a grow: say this rank (``me``, its number among ``members``
-    as named in the store) built ``new`` (``built/<me>`` under the agreement's prefix), then wait
-    until every member did. ``dead_now()`` gives the members seen dead, ``died(ranks)`` fails the
-    agreement on every rank for them; ``agreement`` gives ``rdv``, ``relay()`` and
-    ``_waited_too_long(ranks, step)``. On any failure ``new`` is closed before the error rises."""
-    rdv = agreement.rdv
-    built = lambda r: rdv.store.check([f"{rdv.prefix}/built/{r}"])  # noqa: E731
-    rdv.deadline = time.monotonic() + rdv.timeout  # the building had a timeout of its own
-    try:
-        rdv.set(f"built/{me}", b"1")
-        phases.reached(rdv.prefix, "committed")
-        waiting = [r for r in members if r != me]
-
-        def all_built() -> bool:
-            waiting[:] = [r for r in waiting if not built(r)]
-            return not waiting
-
-        def watch_waiting():
-            agreement.relay()
-            # read again after seeing the death: its word, if given, came before it
-            dead = [r for r in dead_now() if r in waiting and not built(r)]
-            if dead:
-                died(dead)
-
-        wait_until(all_built, rdv.deadline, poll=watch_waiting, max_pause=MAX_PAUSE_S,
-                   on_timeout=lambda: agreement._waited_too_long(waiting, "build the new communicator"))
-    except BaseException:
-        new.close()
-        raise
-
-
 def shrink(comm, exclude: Optional[list], n: int, timeout: float, rendezvous, create):
     """Implementation of Communicator.shrink (collective over the survivors of ``comm``).
 
@@ -398,4 +349,4 @@ def shrink(comm, exclude: Optional[list], n: int, timeout: float, rendezvous, cr
     return new
 
 
-__all__ = ["await_all_built", "check_exclude", "gone_ranks", "process_gone", "shrink"]
+__all__ = ["check_exclude", "gone_ranks", "process_gone", "shrink"]
