@@ -69,18 +69,19 @@ STEPS = ("claimed", "decided", "hosts", "mapped", "created", "built", "committed
 # the victim's connections outlive it by seconds, as when a host is lost: the survivor across hosts
 # still sees it alive long after its host mate knew it dead, and must still raise the same error
 # and take the same survivors on its retry. The communicators'
-# timeout (60 s) is longer than the call's (45 s): a death that made any survivor wait for the
-# timeout (a peer that never connects) fails the test instead of passing slowly.
+# timeout (120 s) is longer than the call's (90 s, ample for 9 ranks importing torch on a loaded
+# machine): a death that made any survivor wait for the timeout (a peer that never connects) fails
+# the test instead of passing slowly.
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("hosts,held", [(None, ()), (("a", "b") * len(STEPS), ("hosts",))],
                          ids=["shm", "two-hosts"])
 def test_every_survivor_recovers_together_from_a_death_at_each_step_of_a_shrink(hosts, held):
     size = len(STEPS) + 2
     env = {"COMMLIB_HOST_ID": hosts[:size]} if hosts else None
-    pool = RankPool(size, timeout=60, env=env)
+    pool = RankPool(size, timeout=90, env=env)
     try:
-        results = pool.run(rc.case_deaths_at_each_step, _free_ports(1)[0], STEPS, held, 60, allow_death=True,
-                           timeout=45)
+        results = pool.run(rc.case_deaths_at_each_step, _free_ports(1)[0], STEPS, held, 120, allow_death=True,
+                           timeout=90)
     finally:
         pool.kill()
     survivors = [0, 1]
