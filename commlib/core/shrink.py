@@ -149,6 +149,7 @@ class _Agreement(RebuildAgreement):
         self.rdv.set(f"claim/{self.me}", json.dumps({"exclude": sorted(self.claim), "explicit": self.explicit,
                                                      "gone": sorted(seen)}))
         phases.reached(self.rdv.prefix, "claimed")
+        self.relay()  # what another rank reported while this one gathered its evidence comes first
         claims = {self.me: (self.claim, self.explicit)}
         self.seen_gone = {self.me: seen}  # every claimer's evidence: the ranks it saw gone
         pending, gone = [], set()
