@@ -72,6 +72,7 @@ class Communicator {
 
   // Called once every rank has joined: turns on single-copy transfers where the OS allows them.
   bool enable_direct_reads() { return transport_->enable_direct_reads(); }
+  std::string direct_reads_reason() const { return transport_->direct_reads_reason(); }
   const Topology& topology() const { return topology_; }
   // The kind of link to each rank ("self", "shm", "tcp"), by rank.
   std::vector<std::string> link_kinds() const;

@@ -68,7 +68,8 @@ void Communicator::run_collective(const CollectiveCall& call, uint64_t seq) {
     const size_t copy_chunk = (!collective_reduces(call.coll) && size_ >= 4) ? exec_.options().copy_chunk_bytes : 0;
     // The root's output (the largest) stands for every rank's: all ranks must decide alike.
     const int64_t root_output = buffer_shapes(call.coll, call.count, size_, call.root, call.root).output;
-    exec_.begin_call(static_cast<size_t>(root_output) * esize * size_, copy_chunk);
+    exec_.begin_call(static_cast<size_t>(root_output) * esize * size_, copy_chunk,
+                     single_copy_min_message(exec_.options().single_copy, call.coll, bytes, size_));
 
     char* in = reinterpret_cast<char*>(call.input);
     char* out = reinterpret_cast<char*>(call.output);
@@ -160,7 +161,9 @@ void Communicator::run_p2p(const std::vector<P2PItem>& items, DType dtype, const
     exec_.check_peers_failed(any);
     size_t largest = 0;
     for (const ExecOp& e : ops_) largest = std::max(largest, e.bytes);
-    exec_.begin_call(largest);
+    exec_.begin_call(largest, 0,
+                     single_copy_min_message(exec_.options().single_copy, Collective::Send,
+                                             static_cast<int64_t>(largest), size_));
     exec_.run_step(ops_, dtype, RedOp::Sum, any);
   } catch (const CommError& e) {
     fail_communicator(e);

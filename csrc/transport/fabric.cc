@@ -89,6 +89,15 @@ bool Fabric::enable_direct_reads() {
   return any;
 }
 
+std::string Fabric::direct_reads_reason() const {
+  std::string out;
+  for (const Domain& d : domains_) {
+    const std::string r = d.transport->direct_reads_reason();
+    if (!r.empty()) out += (out.empty() ? "" : "; ") + r;
+  }
+  return out;
+}
+
 void Fabric::close() {
   if (closed_) return;
   closed_ = true;

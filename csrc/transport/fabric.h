@@ -50,6 +50,8 @@ class Fabric {
   void publish_call(const CallDesc& d);
   // Single-copy reads where a domain allows them; the links' capabilities are queried again.
   bool enable_direct_reads();
+  // The domains' reasons for having direct reads off, joined ("" when every domain reads directly).
+  std::string direct_reads_reason() const;
   void close();
 
  private:

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "transport/link.h"
 #include "transport/transport.h"
@@ -52,6 +53,7 @@ class ShmTransport final : public Transport {
   // (single copy). Call once every rank has mapped the region.
   bool enable_direct_reads() override;
   bool direct_reads() const { return direct_reads_; }  // this rank's own answer (kept privately)
+  std::string direct_reads_reason() const override { return direct_reads_reason_; }
 
   uint32_t events() override;
   void wait_events(uint32_t seen, int64_t timeout_us) override;
@@ -84,6 +86,7 @@ class ShmTransport final : public Transport {
   size_t ctl_offset_ = 0, chan_offset_ = 0;
   bool closed_ = false;
   bool direct_reads_ = false;  // this rank turned single-copy reads on (enable_direct_reads)
+  std::string direct_reads_reason_;  // why not, when not
 };
 
 // One peer's pair of rings in the region (this rank -> peer, peer -> this rank), located once:

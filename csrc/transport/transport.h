@@ -65,6 +65,9 @@ class Transport {
   virtual std::unique_ptr<Link> make_link(int peer) = 0;
   // Probe direct reads from every peer and, if they work, announce it (after all ranks mapped).
   virtual bool enable_direct_reads() { return false; }
+  // Why direct reads are off after enable_direct_reads ("" when on, or when the domain has no
+  // ranks to read), for the INFO log and comm.single_copy.
+  virtual std::string direct_reads_reason() const { return ""; }
 
   // Waiting: read events() before checking for progress; wait_events() returns once it moved
   // (or after timeout_us), spinning briefly before it blocks.
