@@ -60,6 +60,9 @@ def main(args) -> int:
     kernel = sorted({int(P) for per in table.get("kernel_path", {}).values() for P in per})
     print(f"# tuning written to {path} from {len(datas)} run(s); measured world sizes {sizes}"
           + (f"; kernel-path rows for world sizes {kernel}" if kernel else ""))
+    for coll, per in sorted((table.get("single_copy") or {}).items()):
+        print(f"# single-copy reads for {coll} from: " + ", ".join(
+            f"P={P} {'never' if e['min_bytes'] < 0 else str(e['min_bytes']) + ' B'}" for P, e in sorted(per.items())))
     if os.path.abspath(path) != os.path.abspath(default_path()):
         print(f"# use it with COMMLIB_TUNING={os.path.abspath(path)}, or install it as {default_path()}")
     return 0

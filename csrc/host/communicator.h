@@ -149,6 +149,8 @@ class Communicator {
   void run_compressed_steps(const CollectiveCall& call, const Schedule& sched, const CallDesc& desc,
                             char* const* bases);
   char* scratch(size_t bytes);
+  // auto's small broadcast or barrier through the shared-memory flags; false: run the schedule.
+  bool run_flag_call(const CollectiveCall& call, const ResolvedPlan& planned, const CallDesc& desc, size_t bytes);
   // A private copy of the input: premul_sum scales into it; in-place all_to_all reads from it.
   char* input_copy(size_t bytes);
   void record_failure(const CommError& e, ErrorKind kind);

@@ -84,6 +84,13 @@ class Executor {
   // `single_copy_min` (policy/single_copy.h): messages of at least this many bytes go single-copy
   // to peers that read this rank's memory directly; -1: none of this call's. Only the sender
   // decides (the receiver takes either form), so ranks need not agree on it.
+  // Flag calls (flag_calls.cc): whether a broadcast of `bytes` fits the shared-memory flags (every
+  // rank on this host), and the broadcast and barrier through them. Every rank must take the same
+  // decision for a call (it depends only on the call and the communicator).
+  bool flags_fit(size_t bytes);
+  void flag_broadcast(const char* src, char* dst, size_t bytes, int root, const CallDesc& call);
+  void flag_barrier(const CallDesc& call);
+
   void begin_call(size_t footprint_bytes, size_t chunk_cap = 0, int64_t single_copy_min = -1) {
     stream_call_ = opts_.stream_bytes && footprint_bytes >= opts_.stream_bytes;
     chunk_cap_ = chunk_cap;
@@ -106,6 +113,8 @@ class Executor {
                std::chrono::steady_clock::time_point last_progress, bool slow_checks);
   [[noreturn]] void fail(ErrorKind kind, const std::string& message);
   void check_device_messages(const std::vector<ExecOp>& ops);  // fails if a probe says so
+  template <typename Ready>
+  void wait_flags(Ready ready, OpKind kind, int only_peer, size_t bytes, const CallDesc& call);
 
   Fabric& t_;
   size_t chunk_cap_ = 0;
@@ -115,6 +124,9 @@ class Executor {
   std::vector<uint64_t> rendezvous_sent_;  // per peer
   std::vector<char> bounce_;               // cache-sized staging for reductions of direct reads
   ListenerList<P2PProbe> probes_;
+  uint64_t flag_calls_ = 0;       // flag calls made (numbered alike on every rank)
+  uint64_t last_flag_write_ = 0;  // the last flag call this rank wrote its slot for
+  std::vector<ExecOp> ops_watched_;
 };
 
 }  // namespace commlib

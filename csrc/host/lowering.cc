@@ -36,6 +36,25 @@ char* Communicator::scratch(size_t bytes) {
   return scratch_.get();
 }
 
+// auto's small broadcasts and barriers, when every rank is on this host: through the shared-memory
+// flags (host/flag_calls.cc), one write read by every rank, instead of the schedule. Only when auto
+// itself chose (an algorithm the caller or COMMLIB_ALGO_<COLLECTIVE> named runs as named), so
+// every rank decides alike from the call.
+bool Communicator::run_flag_call(const CollectiveCall& call, const ResolvedPlan& planned, const CallDesc& desc,
+                                 size_t bytes) {
+  if (call.algo != 0 || call.codec.active() || planned.choice.source == "override") return false;
+  if (call.coll == Collective::Barrier) {
+    if (!exec_.flags_fit(0)) return false;
+    exec_.flag_barrier(desc);
+    return true;
+  }
+  if (call.coll != Collective::Broadcast || !exec_.flags_fit(bytes)) return false;
+  const char* in = reinterpret_cast<const char*>(call.input);
+  char* out = reinterpret_cast<char*>(call.output);
+  exec_.flag_broadcast(in ? in : out, out ? out : const_cast<char*>(in), bytes, call.root, desc);
+  return true;
+}
+
 char* Communicator::input_copy(size_t bytes) {
   if (bytes > input_copy_bytes_) {
     input_copy_.reset(aligned_alloc_bytes(bytes));
@@ -65,6 +84,7 @@ void Communicator::run_collective(const CollectiveCall& call, uint64_t seq) {
   const auto t0 = opts_.debug >= 2 ? Clock::now() : Clock::time_point{};
   try {
     exec_.check_peers_failed(desc);
+    if (run_flag_call(call, planned, desc, static_cast<size_t>(bytes))) return;
     const size_t copy_chunk = (!collective_reduces(call.coll) && size_ >= 4) ? exec_.options().copy_chunk_bytes : 0;
     // The root's output (the largest) stands for every rank's: all ranks must decide alike.
     const int64_t root_output = buffer_shapes(call.coll, call.count, size_, call.root, call.root).output;

@@ -135,6 +135,7 @@ ShmTransport::ShmTransport(int rank, int size, int fd, const ShmConfig& cfg) : r
   // Spin about as long as a peer's reply takes to arrive (a futex round trip costs more), then
   // sleep. Oversubscribed ranks spin by yielding only, so the peer they wait for gets the core.
   oversubscribed_ = size > ncores;
+  flags_ = make_shm_flags(*this);
   spin_us_ = cfg.spin_us >= 0 ? cfg.spin_us : kDefaultSpinUs;
 }
 
