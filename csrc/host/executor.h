@@ -125,7 +125,8 @@ class Executor {
   std::vector<char> bounce_;               // cache-sized staging for reductions of direct reads
   ListenerList<P2PProbe> probes_;
   uint64_t flag_calls_ = 0;       // flag calls made (numbered alike on every rank)
-  uint64_t last_flag_write_ = 0;  // the last flag call this rank wrote its slot for
+  uint64_t flag_writes_ = 0;      // broadcasts this rank wrote as root (its next slot: this mod slots)
+  std::vector<uint64_t> flag_slot_call_;  // the flag call each of this rank's slots last held
   std::vector<ExecOp> ops_watched_;
 };
 

@@ -54,8 +54,11 @@ void Executor::flag_broadcast(const char* src, char* dst, size_t bytes, int root
   const uint64_t n = ++flag_calls_;
   const int me = t_.rank();
   if (me == root) {
-    // The slot may be written again once every reader has copied what it held.
-    const uint64_t prev = last_flag_write_;
+    // A slot may be written again once every reader has copied what it held (the write `slots`
+    // writes back), so a root runs at most that many broadcasts ahead of its slowest reader.
+    if (flag_slot_call_.size() < static_cast<size_t>(f.slots())) flag_slot_call_.resize(f.slots(), 0);
+    const int index = static_cast<int>(flag_writes_ % f.slots());
+    const uint64_t prev = flag_slot_call_[index];
     wait_flags(
         [&] {
           for (int p = 0; p < t_.size(); ++p)
@@ -63,18 +66,20 @@ void Executor::flag_broadcast(const char* src, char* dst, size_t bytes, int root
           return true;
         },
         OpKind::Send, -1, bytes, call);
-    f.write(n, call, src, bytes);
-    last_flag_write_ = n;
+    f.write(index, n, call, src, bytes);
+    flag_slot_call_[index] = n;
+    ++flag_writes_;
     if (dst && dst != src && bytes) std::memcpy(dst, src, bytes);
     return;
   }
-  // The root writes call n only after this rank completed its previous write, so the slot holds
-  // n from the moment it is seen until this rank completes it.
-  wait_flags([&] { return f.written(root) >= n; }, OpKind::Recv, root, bytes, call);
+  // The root rewrites a slot only after this rank completed the call it held, so the slot holds n
+  // from the moment it is seen until this rank completes it.
+  int index = -1;
+  wait_flags([&] { return (index = f.find(root, n)) >= 0; }, OpKind::Recv, root, bytes, call);
   CallDesc got;
   size_t got_bytes = 0;
-  const char* data = f.slot(root, &got, &got_bytes);
-  if (f.written(root) != n || got != call || got_bytes != bytes)
+  const char* data = f.slot(root, index, &got, &got_bytes);
+  if (got != call || got_bytes != bytes)
     fail(ErrorKind::Mismatch, "rank " + std::to_string(me) + " in " + describe_call(call) + " found rank " +
                                   std::to_string(root) + "'s broadcast slot holding " + describe_call(got) + " (" +
                                   std::to_string(got_bytes) + " bytes); expected " + std::to_string(bytes) + " bytes");

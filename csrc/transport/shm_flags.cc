@@ -13,6 +13,7 @@ class ShmFlags final : public SharedFlags {
   explicit ShmFlags(ShmTransport& t) : t_(t) {}
 
   size_t max_bytes() const override { return kFlagSlotBytes; }
+  int slots() const override { return kFlagSlots; }
 
   uint64_t completed(int rank) const override {
     return t_.ctl(rank).flags_completed.load(std::memory_order_acquire);
@@ -28,22 +29,27 @@ class ShmFlags final : public SharedFlags {
       if (r != t_.rank_) t_.ring(r);
   }
 
-  void write(uint64_t n, const CallDesc& desc, const void* src, size_t bytes) override {
-    ShmTransport::RankCtl& me = t_.ctl(t_.rank_);
-    if (bytes) std::memcpy(me.flag_data, src, bytes);
-    me.flag_bytes = bytes;
-    me.flag_desc = desc;
-    me.flag_written.store(n, std::memory_order_release);  // the data and its description first
+  void write(int index, uint64_t n, const CallDesc& desc, const void* src, size_t bytes) override {
+    auto& s = t_.ctl(t_.rank_).flag_slots[index];
+    if (bytes) std::memcpy(s.data, src, bytes);
+    s.bytes = bytes;
+    s.desc = desc;
+    s.written.store(n, std::memory_order_release);  // the data and its description first
     complete(n, -1);
   }
 
-  uint64_t written(int root) const override { return t_.ctl(root).flag_written.load(std::memory_order_acquire); }
+  int find(int root, uint64_t n) const override {
+    const auto& slots = t_.ctl(root).flag_slots;
+    for (int i = 0; i < kFlagSlots; ++i)
+      if (slots[i].written.load(std::memory_order_acquire) == n) return i;
+    return -1;
+  }
 
-  const char* slot(int root, CallDesc* desc, size_t* bytes) const override {
-    const ShmTransport::RankCtl& c = t_.ctl(root);
-    *desc = c.flag_desc;
-    *bytes = c.flag_bytes;
-    return c.flag_data;
+  const char* slot(int root, int index, CallDesc* desc, size_t* bytes) const override {
+    const auto& s = t_.ctl(root).flag_slots[index];
+    *desc = s.desc;
+    *bytes = s.bytes;
+    return s.data;
   }
 
  private:

@@ -12,8 +12,11 @@
 namespace commlib {
 namespace shm_layout {
 
-// Bytes of one rank's flag slot (SharedFlags): broadcasts up to this size go through it.
+// Bytes of one flag slot (SharedFlags): broadcasts up to this size go through them; and the slots
+// per rank, so a root can write its next broadcasts before its readers copied the last one (with
+// one slot every broadcast waited a round trip for its readers: 13 us instead of 1.1 us on 4 ranks).
 constexpr size_t kFlagSlotBytes = 4096;
+constexpr int kFlagSlots = 4;
 inline constexpr uint64_t kMagic = 0x636f6d6d6c696230ULL;  // "commlib0"
 constexpr size_t kLine = 64;
 constexpr size_t kMaxMessage = 1024;
@@ -30,6 +33,7 @@ inline size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 }  // namespace shm_layout
 
 using shm_layout::kFlagSlotBytes;
+using shm_layout::kFlagSlots;
 using shm_layout::kLine;
 using shm_layout::kMagic;
 using shm_layout::kMaxMessage;
@@ -47,12 +51,14 @@ struct ShmTransport::RankCtl {
   std::atomic<uint32_t> reads_directly;  // 1: this rank reads peers' memory (rendezvous welcome)
   CallDesc call;
   char error_message[kMaxMessage];
-  // SharedFlags (shm_flags.cc): the flag calls this rank completed, and its slot.
+  // SharedFlags (shm_flags.cc): the flag calls this rank completed, and its slots.
   alignas(kLine) std::atomic<uint64_t> flags_completed;
-  alignas(kLine) std::atomic<uint64_t> flag_written;  // the flag call the slot holds
-  uint64_t flag_bytes;
-  CallDesc flag_desc;
-  alignas(kLine) char flag_data[kFlagSlotBytes];
+  struct FlagSlot {
+    alignas(kLine) std::atomic<uint64_t> written;  // the flag call the slot holds
+    uint64_t bytes;
+    CallDesc desc;
+    alignas(kLine) char data[kFlagSlotBytes];
+  } flag_slots[kFlagSlots];
 };
 
 struct ShmTransport::ChannelCtl {

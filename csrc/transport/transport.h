@@ -64,15 +64,18 @@ class SharedFlags {
  public:
   virtual ~SharedFlags() = default;
   virtual size_t max_bytes() const = 0;
+  virtual int slots() const = 0;  // per rank: writes a root may have ahead of its slowest reader
   // The last flag call `rank` completed (its counter).
   virtual uint64_t completed(int rank) const = 0;
   // This rank completed flag call n; rings `wake` (-1: every peer).
   virtual void complete(uint64_t n, int wake) = 0;
-  // Publishes this rank's slot as flag call n (bytes <= max_bytes) and rings every peer.
-  virtual void write(uint64_t n, const CallDesc& desc, const void* src, size_t bytes) = 0;
-  // The call number `root`'s slot holds; and its contents (valid while that number stands).
-  virtual uint64_t written(int root) const = 0;
-  virtual const char* slot(int root, CallDesc* desc, size_t* bytes) const = 0;
+  // Publishes this rank's slot `index` (0..slots()-1) as flag call n (bytes <= max_bytes) and rings
+  // every peer.
+  virtual void write(int index, uint64_t n, const CallDesc& desc, const void* src, size_t bytes) = 0;
+  // The slot of `root` that holds flag call n (-1: none yet); and its contents (valid until this
+  // rank completes n: the root writes the slot again only after that).
+  virtual int find(int root, uint64_t n) const = 0;
+  virtual const char* slot(int root, int index, CallDesc* desc, size_t* bytes) const = 0;
 };
 
 class Transport {
