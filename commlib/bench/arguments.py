@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from commlib.perf import common as C
+from commlib import settings
 
 
 def add_arguments(p: argparse.ArgumentParser):
@@ -100,6 +101,9 @@ def config_from_args(a) -> dict:
         "algorithms": [x for x in a.algorithms.split(",") if x], "peers": peers, "device": device,
         "paths": _paths(a, device),
         "imports": list(getattr(a, "imports", []) or []),
+        # COMMLIB_CMA as run: `commlib tune` compares runs with single-copy reads on (1) and off
+        # (anything else) to find each collective's crossover (commlib/bench/single_copy_tuning.py).
+        "single_copy": settings.get("COMMLIB_CMA"),
     }
 
 

@@ -259,6 +259,9 @@ void bind_comm(py::module_& m) {
           "(state, pid, message) of every rank as this rank sees it now: self, unknown, alive, "
           "closed, failed (published an error) or dead (process gone or connection lost).")
       .def("enable_direct_reads", &Communicator::enable_direct_reads)
+      .def("direct_reads_reason", &Communicator::direct_reads_reason,
+           "Why single-copy reads are off on this rank ('' when on): COMMLIB_CMA=0, or the probe's failure "
+           "(process_vm_readv refused: ptrace scope, another user, a seccomp filter).")
       .def("close",
            [](Communicator& c) {
              ReleaseGil nogil;

@@ -38,9 +38,10 @@ const std::vector<Param> kParams = {
     {"COMMLIB_SPIN_US", "int", "-1",
      "microseconds a wait on ranks of this host spins before sleeping (-1: 20; with ranks on other hosts see "
      "COMMLIB_TCP_SPIN_US)", -1, INT64_MAX},
-    {"COMMLIB_CMA", "flag", "0",
-     "1: messages larger than a channel go single-copy (process_vm_readv); off because it measured "
-     "slower on 2-core VMs"},
+    {"COMMLIB_CMA", "name", "auto",
+     "single-copy reads of a peer's buffer on one host (process_vm_readv): auto = from the call size the tuning "
+     "file's single_copy section measured faster (none: never); 0 = never; 1 = messages of 64 KiB or more; "
+     "N bytes = messages of N or more"},
     {"COMMLIB_CPU_PATH", "name", "",
      "force a lower vector path of the reduction kernels (avx512, avx2, baseline); an unknown name is ignored"},
     {"COMMLIB_HOST_ID", "name", "",
