@@ -6,6 +6,7 @@
 #include "bindings/gil.h"
 #include "device/emulated/emulated_device.h"
 #include "device/peer_buffers.h"
+#include "stream/kernel_occupancy.h"
 #include "stream/stream_engine.h"
 
 namespace py = pybind11;
@@ -66,7 +67,7 @@ void bind_peer_buffers(py::module_& m) {
       "plan_residency",
       [](Device& d) {
         DeviceGuard g(d);
-        const Device::Residency r = d.plan_residency();
+        const Device::Residency r = residency_of(d);
         return py::make_tuple(r.device_blocks, r.client_blocks, r.why);
       },
       "(blocks of the kernel executor resident at once on the device, for this process, what they were made "

@@ -121,6 +121,12 @@ const char* raw(const std::string& name) {
 
 const std::vector<Param>& params() { return kParams; }
 
+std::string foreign_env(const std::string& name) {
+  if (name.rfind("COMMLIB_", 0) == 0) throw std::logic_error(name + ": a commlib setting, read through the table");
+  const char* v = std::getenv(name.c_str());
+  return v ? v : "";
+}
+
 const Param& param(const std::string& name) {
   // Plain names index once; family members (COMMLIB_ALGO_<COLLECTIVE>) match by prefix.
   static const std::unordered_map<std::string, const Param*> by_name = [] {

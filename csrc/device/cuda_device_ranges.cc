@@ -3,7 +3,6 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -63,15 +62,7 @@ Device::Residency CudaDevice::plan_residency() const {
   r.device_blocks = r.client_blocks = static_cast<unsigned>(per_sm * sms);
   r.why = std::to_string(per_sm) + " block(s) per SM (cudaOccupancyMaxActiveBlocksPerMultiprocessor) x " +
           std::to_string(sms) + " SMs";
-  // MPS: a client may use this percentage of the SMs' threads (its own setting, or the daemon's
-  // default, which the launcher exports to the clients).
-  if (const char* mps = std::getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")) {
-    const double pct = std::atof(mps);
-    if (pct > 0 && pct < 100) {
-      r.client_blocks = static_cast<unsigned>(r.device_blocks * pct / 100.0);
-      r.why += ", " + std::string(mps) + "% of them for this process (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE)";
-    }
-  }
+  r.mps_client = true;  // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE applies (stream/kernel_occupancy.cc reads it)
   return r;
 }
 

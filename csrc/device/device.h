@@ -210,13 +210,14 @@ class Device {
   virtual unsigned plan_blocks(unsigned wanted) const { return 0 * wanted; }
   // How many blocks of the kernel executor can be resident at once (issue #38, item 4): on the
   // whole device (`device_blocks`: cudaOccupancyMaxActiveBlocksPerMultiprocessor x the SM count)
-  // and for this process (`client_blocks`: scaled by MPS's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
-  // where set, else device_blocks); `why` says what they were made of. Blocks beyond them wait
-  // for resident ones to finish, so a grid whose blocks wait for each other (and for the other
-  // ranks' on the same device) must fit: stream/kernel_occupancy.h. 0: unknown (no limit known).
+  // and for this process (`client_blocks`); `mps_client`: MPS's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
+  // scales client_blocks where set (stream/kernel_occupancy.cc applies it); `why` says what they
+  // were made of. Blocks beyond them wait for resident ones to finish, so a grid whose blocks wait
+  // for each other (and for the other ranks' on the same device) must fit. 0: unknown (no limit).
   struct Residency {
     unsigned device_blocks = 0, client_blocks = 0;
     std::string why;
+    bool mps_client = false;
   };
   virtual Residency plan_residency() const { return Residency{0, 0, "unknown"}; }
   // An identity of the physical device shared by every process using it (the PCI bus id on CUDA,

@@ -1,7 +1,10 @@
 // The kernel path's grid beside the other ranks' (see kernel_occupancy.h).
 #include "stream/kernel_occupancy.h"
 
+#include "common/params.h"
+
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <stdexcept>
 
@@ -42,8 +45,22 @@ Parsed parse(const std::string& f, size_t rank) {
 
 }  // namespace
 
+Device::Residency residency_of(const Device& d) {
+  Device::Residency r = d.plan_residency();
+  if (!r.mps_client) return r;
+  // MPS: a client may use this percentage of the SMs' threads (its own setting, or the daemon's
+  // default, which the launcher exports to the clients).
+  const std::string mps = foreign_env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+  const double pct = mps.empty() ? 0 : std::atof(mps.c_str());
+  if (pct > 0 && pct < 100) {
+    r.client_blocks = static_cast<unsigned>(r.device_blocks * pct / 100.0);
+    r.why += ", " + mps + "% of them for this process (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE)";
+  }
+  return r;
+}
+
 std::string residency_field(const Device& d) {
-  const Device::Residency r = d.plan_residency();
+  const Device::Residency r = residency_of(d);
   return std::to_string(r.device_blocks) + "." + std::to_string(r.client_blocks) + "." + hex(d.physical_id());
 }
 

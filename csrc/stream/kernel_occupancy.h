@@ -27,6 +27,8 @@
 
 namespace commlib {
 
+// The device's residency with MPS's share applied where it is an MPS client.
+Device::Residency residency_of(const Device& d);
 // "<device blocks>.<client blocks>.<physical id, hex>" (no ',' or ':': a field of the kernel handle).
 std::string residency_field(const Device& d);
 

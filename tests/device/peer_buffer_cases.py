@@ -147,3 +147,50 @@ def closed_with_the_communicator(comm):
     dev.free_ordered(with_settings_result["ptr"], s._stream)
     s.synchronize()
     return tuple(before), tuple(after)
+
+
+def symmetric_pool(comm):
+    """commlib.device.empty from the communicator's symmetric pool: blocks at the same offset on
+    every rank, usable by collectives, mapped by the registry through ONE registration (the
+    arena); a block released on one rank only is not reused anywhere; released everywhere, it is.
+    Returns the checks' outcomes in order."""
+    import gc
+
+    import commlib.device as cdev
+    from commlib.device.symmetric import pool_of
+
+    def run(sub):
+        engine, dev = _engine(sub), emu.device()
+        pool = pool_of(sub)
+        a = cdev.empty(1000, "float32", comm=sub)
+        b = cdev.empty((4, 8), "int32", comm=sub)
+        checks = []
+        offsets = [pool.offset_of(a), pool.offset_of(b)]
+        checks.append(_tags(sub, offsets[0]) == [offsets[0]] * sub.size)
+        a.copy_(emu.from_numpy(np.full(1000, sub.rank + 1, np.float32)))
+        sub.all_reduce(a)
+        checks.append(bool((a.numpy() == 3).all()))
+        view = engine.peer_buffer_lookup(30, 0, a.data_ptr(), a.nbytes)
+        peer = 1 - sub.rank
+        got = np.frombuffer(dev.read(view["peers"][peer], a.nbytes), np.float32)
+        checks.append(bool((got == 3).all()))
+        engine.peer_buffer_lookup(31, 1, b.data_ptr(), b.nbytes)
+        checks.append(engine.peer_buffer_stats()["registered"] == 1)  # one arena, one registration
+        sub.barrier()
+        # (x passes through no collective: the device call cache keeps a call's buffers alive)
+        x = cdev.empty(1000, "float32", comm=sub)
+        x_at = pool.offset_of(x)
+        if sub.rank == 0:
+            del x
+            gc.collect()
+        c = cdev.empty(1000, "float32", comm=sub)
+        c_at = pool.offset_of(c)
+        checks.append(_tags(sub, c_at) == [c_at] * sub.size and c_at != x_at)
+        if sub.rank == 1:
+            del x
+            gc.collect()
+        d = cdev.empty(1000, "float32", comm=sub)
+        checks.append(pool.offset_of(d) == x_at)
+        sub.barrier()
+        return checks
+    return with_settings(comm, KERNEL_SETTINGS, run)

@@ -52,3 +52,8 @@ def test_a_stale_prediction_is_flagged_and_then_corrected(pool):
 def test_the_communicators_close_drops_registrations_and_mappings(pool):
     results = pool(2, env=DELAY_ENV).run(cases.closed_with_the_communicator, timeout=40)
     assert results == [((1, 1), (0, 0))] * 2, results
+
+
+@pytest.mark.timeout(60)
+def test_the_symmetric_pool_hands_out_the_same_offsets_on_every_rank(pool):
+    assert pool(2, env=DELAY_ENV).run(cases.symmetric_pool, timeout=40) == [[True] * 6] * 2
