@@ -186,7 +186,8 @@ void PeerBuffers::write_ring(uint64_t call, unsigned which, const PeerBufferTag&
 // call kRing later: the peer ran that far ahead).
 int PeerBuffers::read_ring(int p, uint64_t call, unsigned which, RingTag* out) const {
   const Shared::Entry& e = peers_[p]->ring[(call % kRing) * kBuffersPerCall + which];
-  for (;;) {
+  for (unsigned tries = 0;; ++tries) {
+    if (tries == 1u << 20) return 0;  // a writer that died mid-write: the caller's timeout decides
     uint64_t c = 0, id = 0, offset = 0, slot = 0;
     if (!seq_read(e.seq, [&] {
           c = e.call_plus_one;
