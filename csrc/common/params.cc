@@ -79,6 +79,10 @@ const std::vector<Param> kParams = {
     {"COMMLIB_EMULATED_CONNECTIONS", "int", "8",
      "hardware queues an emulated device's streams share, as CUDA_DEVICE_MAX_CONNECTIONS (1..32): "
      "operations of streams on one queue run in enqueue order, so a blocked wait holds up the others", 1, 32},
+    {"COMMLIB_EMULATED_RESIDENT_BLOCKS", "int", "0",
+     "blocks of the kernel executor an emulated device holds resident at once (0: no limit), as a GPU's "
+     "occupancy: blocks beyond it wait until resident ones finish; the kernel path sizes its grid to fit it "
+     "beside the other ranks on the device, or refuses", 0, 4096},
     {"COMMLIB_EMULATED_DEVICE", "int", "0",
      "the emulated device commlib.emulated uses where none is named (one per rank, as torch.cuda.set_device: "
      "the emulated NCCL, like NCCL, refuses two ranks on one device)", 0, INT64_MAX},
@@ -120,6 +124,12 @@ const char* raw(const std::string& name) {
 }  // namespace
 
 const std::vector<Param>& params() { return kParams; }
+
+std::string foreign_env(const std::string& name) {
+  if (name.rfind("COMMLIB_", 0) == 0) throw std::logic_error(name + ": a commlib setting, read through the table");
+  const char* v = std::getenv(name.c_str());
+  return v ? v : "";
+}
 
 const Param& param(const std::string& name) {
   // Plain names index once; family members (COMMLIB_ALGO_<COLLECTIVE>) match by prefix.

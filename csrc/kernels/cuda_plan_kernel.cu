@@ -43,6 +43,33 @@ struct CudaPlanLaunch {
 
 unsigned cuda_plan_blocks(unsigned wanted) { return std::max(1u, std::min(wanted, kMaxBlocks)); }
 
+namespace {
+// The fewest blocks per SM over the executor's variants (each functor is its own kernel).
+struct OccupancyProbe {
+  int fewest = 1 << 30;
+  template <class F>
+  void launch(F) {
+    int n = 0;
+    const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, plan_kernel<F>, kCudaThreads, 0);
+    if (err != cudaSuccess)
+      throw std::runtime_error(std::string("cudaOccupancyMaxActiveBlocksPerMultiprocessor: ") + cudaGetErrorName(err));
+    fewest = std::min(fewest, n);
+  }
+  template <DType D, class Op>
+  void reduce() {
+    launch(gpu::ReduceElem<D, Op>{});
+  }
+};
+}  // namespace
+
+int cuda_plan_blocks_per_sm() {
+  OccupancyProbe probe;
+  probe.launch(NoReduce{});
+  for (DType d : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int64})
+    kern::dispatch_reduce(d, RedOp::Sum, probe);
+  return probe.fewest;
+}
+
 void cuda_launch_plan(const PlanLaunch& a, unsigned blocks, DType dtype, RedOp op, bool reduces, cudaStream_t stream) {
   CudaPlanLaunch l{a, blocks, stream};
   if (reduces)

@@ -71,7 +71,8 @@ StreamEngine::StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerC
   own_stream_ = device_->create_stream();
   events_ = std::make_unique<EventPool>(*device_);
   if (opts_.path != DevicePath::Copy)
-    kernel_ = std::make_unique<KernelPath>(device_, rank_, size_, opts_.nslots, opts_.slot_bytes, opts_.path);
+    kernel_ = std::make_unique<KernelPath>(device_, rank_, size_, opts_.nslots, opts_.slot_bytes, opts_.path,
+                                           opts_.timeout_s);
   watchdog_ = std::thread([this] { watchdog_loop(); });
   // The host side's abort fails this engine too (its peers were told by the host side, and its
   // caller by the host call that failed or the user's abort: reported).
