@@ -71,7 +71,7 @@ constexpr unsigned kCudaThreads = 512;
 constexpr uint32_t kAbortPollEvery = 16;  // spins between reads of the (host-memory) abort word
 // The per-call counters' words (PlanLaunch::barrier).
 constexpr unsigned kCounterArrivals = 0, kCounterGeneration = 1, kCounterLaunches = 2, kCounterEager = 3,
-                   kCounterReplays = 4;
+                   kCounterReplays = 4, kCounterExits = 5;
 
 // What this rank reaches of peer p (addresses valid in this process; its own entry unused).
 struct PeerView {
@@ -101,11 +101,11 @@ struct PlanLaunch {
   // captured in a CUDA graph replays right any number of times between eager launches: [0] the
   // grid barrier's arrivals, [1] their count when the next launch starts (the barrier's
   // generation), [2] launches run (eager and replayed), [3] eager launches run, [4] replayed
-  // (captured) launches run (kCounter*).
+  // (captured) launches run, [5] blocks of the running launch that exited (end_launch; kCounter*).
   uint64_t* barrier;
   const uint64_t* abort;       // host memory mapped for the device: nonzero = stop
   uint64_t* progress;          // host memory mapped: [kMaxBlocks] items done per block
-  uint64_t* done;              // host memory mapped: an eager launch stores its number (counter [3]) at its end
+  uint64_t* done;              // host memory mapped: an eager launch's last block to exit stores its number (counter [3])
   uint64_t* replays_done;      // host memory mapped: a captured launch stores its number (counter [4]) at its end
   uint64_t* replays_started;   // host memory mapped: ... and at its start (the watchdog sees a replay running)
   uint64_t* chunk_counts;      // host memory mapped: [kMaxBlocks][2] message chunks (sent and received)
@@ -333,21 +333,53 @@ __device__ __forceinline__ bool grid_barrier(const PlanLaunch& a, uint64_t base,
   return block_wait(a.barrier + kCounterArrivals, base + static_cast<uint64_t>(gridDim.x) * (k + 1), a, true);
 }
 
+// The launch's end, run by every block whatever way it left run_steps (completed, or released by the
+// abort word): the LAST block to exit, not block 0, advances the per-call counters and stores the
+// launch's number into the host's completion word (`done`, or `replays_done` for a captured
+// launch), so that word means what a completion event means: every block of the launch has exited
+// and every write it made is visible (docs/gpu.md "The done word").
+//
+// Why that ordering holds. Each block's threads finish their writes (outputs, the slots' flags,
+// block 0's chunk numbers, the chunk counts), then block_sync (a CTA-scope barrier), then its
+// thread 0 makes one acq_rel fetch-add at SYSTEM scope on the exit counter (arrive_last). The RMWs
+// on one word form a release sequence, so the thread whose add returns gridDim.x - 1 has acquired
+// every earlier block's release, and with it (causality is transitive through the CTA barriers and
+// the morally strong system-scope RMWs) every write those blocks made. Its release store of the
+// number at system scope is cumulative: a host thread that acquire-loads the number, or a stream
+// memory operation that waits for it (cuStreamWaitValue64, which reads the word after the GPU's
+// store becomes visible at system scope), sees all of them. Block 0 storing the number after the
+// last grid barrier (as before) would only know that every block had ARRIVED at that barrier:
+// writes after it (the chunk counts, the split counters' reset) and the blocks themselves could
+// still be running, which an event never allows. An aborted launch exits the same way, so a host
+// or stream waiting for the word is released by the watchdog's abort exactly as by an event; the
+// counters it advances then are meaningless, but the engine has failed and launches nothing more.
+// The exit counter goes back to 0 (relaxed) in the last block: the next launch of this rank is
+// stream-ordered after this one's end (kernel boundary), eager or replayed alike.
+__device__ __forceinline__ void end_launch(const PlanLaunch& a, uint64_t base, uint32_t first_barrier) {
+  block_sync();  // every thread of the block is done writing
+  if (threadIdx.x != 0 || !arrive_last(a.barrier + kCounterExits, gridDim.x)) return;
+  uint64_t* c = a.barrier;
+  relaxed_store(c + kCounterExits, 0);
+  // Every block has read the generation (it arrived at the last barrier): the next launch's starts
+  // where this one's arrivals end. Then the launch numbers, and the host's completion word.
+  relaxed_store(c + kCounterGeneration, base + static_cast<uint64_t>(gridDim.x) * (a.nsteps + first_barrier));
+  relaxed_store(c + kCounterLaunches, relaxed_load(c + kCounterLaunches) + 1);
+  const unsigned mine = a.captured ? kCounterReplays : kCounterEager;  // a replay leaves `done` alone
+  const uint64_t n = relaxed_load(c + mine) + 1;
+  relaxed_store(c + mine, n);
+  release_store(a.captured ? a.replays_done : a.done, n);
+}
+
+// The launch's steps; false when the abort word released it.
 template <class F>
-__device__ __forceinline__ void run_plan(const PlanLaunch& a, const F& f) {
+__device__ __forceinline__ bool run_steps(const PlanLaunch& a, const F& f, uint64_t base, uint32_t first_barrier) {
   uint64_t done = 0;
   ChunkCounts moved;
-  // The barrier's generation: written by block 0 of the previous launch after its last barrier,
-  // visible here by stream order (kernel boundary); every block reads it before arriving anywhere.
-  const uint64_t base = relaxed_load(a.barrier + kCounterGeneration);
-  if (a.captured && blockIdx.x == 0 && threadIdx.x == 0)  // only block 0 advances the counter, at the end
-    release_store(a.replays_started, relaxed_load(a.barrier + kCounterReplays) + 1);
   // The call's descriptor check before the first step: block 0 checks, every block waits for it
   // in a grid barrier (counted as barrier 0; the steps' barriers follow).
-  const uint32_t first_barrier = a.desc_ring_len ? 1 : 0;
   if (first_barrier) {
-    if (blockIdx.x == 0 && !check_call(a)) return;
-    if (!grid_barrier(a, base, 0)) return;
+    if (blockIdx.x == 0 && !check_call(a)) return false;
+    if (!grid_barrier(a, base, 0)) return false;
   }
   bool any_split = false;
   for (uint32_t k = 0; k < a.nsteps; ++k) {
@@ -358,10 +390,10 @@ __device__ __forceinline__ void run_plan(const PlanLaunch& a, const F& f) {
       if (!split && j % gridDim.x != blockIdx.x) continue;  // another block's item
       emu_perturb();
       any_split |= split;
-      if (!(split ? run_split_item(a, idx, f, moved) : run_item(a, a.items[idx], f, moved))) return;
+      if (!(split ? run_split_item(a, idx, f, moved) : run_item(a, a.items[idx], f, moved))) return false;
       if (threadIdx.x == 0 && blockIdx.x < kMaxBlocks) relaxed_store(a.progress + blockIdx.x, ++done);
     }
-    if (!grid_barrier(a, base, k + first_barrier)) return;
+    if (!grid_barrier(a, base, k + first_barrier)) return false;
   }
   // Past the last barrier every block has arrived at every split item: their counters start again
   // from 0 at the plan's next launch (stream-ordered after this one). Every block saw the same
@@ -380,18 +412,19 @@ __device__ __forceinline__ void run_plan(const PlanLaunch& a, const F& f) {
     relaxed_store(mine, relaxed_load(mine) + moved.ll);
     relaxed_store(mine + 1, relaxed_load(mine + 1) + moved.slots);
   }
-  // Every block has read the generation (it arrived at the last barrier): the next launch's starts
-  // where this one's arrivals end. Then the launch numbers, and the host's completion words.
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
-    uint64_t* c = a.barrier;
-    relaxed_store(c + kCounterGeneration, base + static_cast<uint64_t>(gridDim.x) * (a.nsteps + first_barrier));
-    const uint64_t launches = relaxed_load(c + kCounterLaunches) + 1;
-    relaxed_store(c + kCounterLaunches, launches);
-    const unsigned mine = a.captured ? kCounterReplays : kCounterEager;  // a replay leaves `done` alone
-    const uint64_t n = relaxed_load(c + mine) + 1;
-    relaxed_store(c + mine, n);
-    release_store(a.captured ? a.replays_done : a.done, n);
-  }
+  return true;
+}
+
+template <class F>
+__device__ __forceinline__ void run_plan(const PlanLaunch& a, const F& f) {
+  // The barrier's generation: written by the last block of the previous launch (end_launch), visible
+  // here by stream order (kernel boundary); every block reads it before arriving anywhere.
+  const uint64_t base = relaxed_load(a.barrier + kCounterGeneration);
+  if (a.captured && blockIdx.x == 0 && threadIdx.x == 0)  // only end_launch advances the counter
+    release_store(a.replays_started, relaxed_load(a.barrier + kCounterReplays) + 1);
+  const uint32_t first_barrier = a.desc_ring_len ? 1 : 0;
+  run_steps(a, f, base, first_barrier);
+  end_launch(a, base, first_barrier);
 }
 
 }  // namespace kexec

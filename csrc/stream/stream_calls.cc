@@ -96,36 +96,48 @@ void StreamEngine::check_first_call(const CollectiveCall& call) {
   }
 }
 
-std::shared_ptr<DeviceEvent> StreamEngine::begin(const CallDesc& desc, DeviceStream& s) {
+void StreamEngine::begin(const CallDesc& desc, DeviceStream& s) {
   bool wake_watchdog;
   {
-    // Calls that completed since the watchdog's last tick give their events back now, so a tight
-    // loop of calls reuses a few events (stream/event_pool.h) instead of one per tick's worth.
+    // Calls that completed since the watchdog's last tick leave now (their done words read, their
+    // events back to the pool), so a tight loop of calls keeps the in-flight queue short.
     retire_completed(true);
   }
-  auto done = events_->take();
   {
     // The number and the entry together: a failure (fail_as, on the watchdog) between the two saw
     // the new number with no call of it in flight, failed only the calls after it, and this call,
     // released and run through, completed without error.
     std::lock_guard<std::mutex> lk(mu_);
     ++seq_;
-    in_flight_.push_back(InFlight{seq_, desc, done, false});
+    in_flight_.push_back(InFlight{seq_, desc, Completion{}, false});
     wake_watchdog = watchdog_parked_;  // else it ticks anyway and finds the call on its next tick
   }
   if (wake_watchdog) cv_.notify_all();
-  // Calls execute in call order: one on another stream than the last waits for it.
-  if (last_done_ && s.native_handle() != last_done_stream_) device_->wait_event(s, *last_done_);
-  return done;
+  // Calls execute in call order: one on another stream than the last waits for it (its done word
+  // or its event; the same stream orders them itself).
+  if (s.native_handle() != last_done_stream_ && !last_done_.captured()) order_after(last_done_, s);
 }
 
-std::shared_ptr<DeviceWork> StreamEngine::finish(std::shared_ptr<DeviceEvent> done, const std::string& enqueue_error,
+std::shared_ptr<DeviceWork> StreamEngine::finish(const Launched& launched, const std::string& enqueue_error,
                                                  DeviceStream& s) {
-  device_->record(*done, s);
+  Completion done;
+  if (launched.done_dev && enqueue_error.empty()) {
+    // The launch is the call's last operation: its done word is the call's completion (no event).
+    done.word = launched.done;
+    done.word_dev = launched.done_dev;
+    done.target = launched.target;
+  } else {
+    done.event = events_->take();
+    device_->record(*done.event, s);
+  }
   {
     std::lock_guard<std::mutex> lk(mu_);
     for (auto it = in_flight_.rbegin(); it != in_flight_.rend(); ++it)
-      if (it->seq == seq_) it->recorded = true;
+      if (it->seq == seq_) {
+        it->done = done;
+        it->recorded = true;
+        break;
+      }
   }
   last_done_ = done;
   last_done_stream_ = s.native_handle();
@@ -135,7 +147,7 @@ std::shared_ptr<DeviceWork> StreamEngine::finish(std::shared_ptr<DeviceEvent> do
     std::lock_guard<std::mutex> lk(mu_);
     raise_to_caller(fail_kind_, fail_message_);
   }
-  return std::make_shared<DeviceWork>(shared_from_this(), done, seq_);
+  return std::make_shared<DeviceWork>(shared_from_this(), std::move(done), seq_);
 }
 
 std::shared_ptr<DeviceWork> StreamEngine::collective(const CollectiveCall& call, DeviceStream& s) {
@@ -176,8 +188,9 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_collective(const CollectiveCal
     raise_to_caller(kind, msg);
   }
 
-  auto done = begin(desc, s);
+  begin(desc, s);
   std::string enqueue_error;
+  Launched launched;
   try {
     if (path_of(call) == DeviceCallPath::Kernel) {
       // Where host calls (and peers whose calls do not join this rank) look; the kernel checks its
@@ -190,7 +203,7 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_collective(const CollectiveCal
     for (int p : planned.peers)
       if (remote(p)) remote_peers.emplace_back(p, desc);
     exchange_remote(remote_peers, remote_peers, s);
-    enqueue_call(call, planned, desc, esize, s);
+    launched = enqueue_call(call, planned, desc, esize, s);
   } catch (const std::exception& e) {
     // Partly enqueued: the ranks' counters no longer agree, so the engine cannot go on. This
     // rank's failure (often its device's sticky error, first seen here): CommError here, and the
@@ -199,7 +212,7 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_collective(const CollectiveCal
     enqueue_error = "rank " + std::to_string(rank_) + " could not enqueue " + describe_call(desc) + ": " + e.what();
     fail_as(ErrorKind::Comm, ErrorKind::Peer, enqueue_error, true);
   }
-  return finish(done, enqueue_error, s);
+  return finish(launched, enqueue_error, s);
 }
 
 DeviceCallPath StreamEngine::path_of(const CollectiveCall& call) const {
@@ -209,8 +222,8 @@ DeviceCallPath StreamEngine::path_of(const CollectiveCall& call) const {
                         nccl_->carries_any());
 }
 
-void StreamEngine::enqueue_call(const CollectiveCall& call, const ResolvedPlan& plan, const CallDesc& desc,
-                                size_t esize, DeviceStream& s, bool captured) {
+Launched StreamEngine::enqueue_call(const CollectiveCall& call, const ResolvedPlan& plan, const CallDesc& desc,
+                                    size_t esize, DeviceStream& s, bool captured) {
   char* in = reinterpret_cast<char*>(call.input);
   char* out = reinterpret_cast<char*>(call.output);
   const InputStaging staging = input_staging(call, rank_, size_);
@@ -232,10 +245,13 @@ void StreamEngine::enqueue_call(const CollectiveCall& call, const ResolvedPlan& 
                              : path == DeviceCallPath::Nccl ? static_cast<DevicePathRunner&>(*nccl_)
                                                             : static_cast<DevicePathRunner&>(*copy_);
   last_path_ = path == DeviceCallPath::Kernel ? "kernel" : "copy";  // NCCL's own collective shows as copy
-  const Launched l = runner.enqueue(PathCall{plan, call, desc, bases, seq_, captured}, s);
+  Launched l = runner.enqueue(PathCall{plan, call, desc, bases, seq_, captured}, s);
   if (l.done) note_wait(StreamWait{l.done, l.target, l.peer, l.send, seq_});  // the launch's first peer until it completes
-  if (avg_divides(call, rank_) && call.count)
+  if (avg_divides(call, rank_) && call.count) {
     device_->divide_unless(copy_->stop_dev(), out, static_cast<size_t>(call.count), call.dtype, size_, s);
+    l.done_dev = nullptr;  // the divide ends the call, after the launch: its completion is an event
+  }
+  return l;
 }
 
 }  // namespace commlib

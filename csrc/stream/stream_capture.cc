@@ -73,7 +73,7 @@ std::shared_ptr<DeviceWork> StreamEngine::capture_collective(const CollectiveCal
     refuse(rank_, call, e.what());
   }
   // A work without an event: complete at once, nothing to wait for (the graph orders the call).
-  return std::make_shared<DeviceWork>(shared_from_this(), nullptr, seq);
+  return std::make_shared<DeviceWork>(shared_from_this(), Completion{}, seq);
 }
 
 void StreamEngine::watch_replays(std::unique_lock<std::mutex>& lk) {

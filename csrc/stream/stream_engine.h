@@ -18,8 +18,10 @@
 // fails the engine with PeerError naming the rank and the call; it publishes the failure to the
 // peers (control plane) and raises every counter this rank's stream waits on, so no stream stays
 // blocked (again every watchdog tick while calls drain: a peer's stream running through its own
-// failed call may still write a lower value into one of them). Works are events: wait() makes a stream wait for the call, synchronize() waits on the
-// host and raises the call's error.
+// failed call may still write a lower value into one of them). A call's completion is its done
+// word (a kernel-path call: the word its kernel's last block stores, read by one host load, waited
+// on by a stream with wait_value) or its event (every other call): stream/device_work.h. wait()
+// makes a stream wait for the call, synchronize() waits on the host and raises the call's error.
 #pragma once
 
 #include <atomic>
@@ -189,9 +191,10 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   struct InFlight {
     uint64_t seq = 0;  // the engine's ordinal of the call
     CallDesc desc;   // desc.seq: the communicator's call number (collectives; 0 for point to point)
-    std::shared_ptr<DeviceEvent> done;
-    bool recorded = false;  // `done` is enqueued (an event never recorded queries as complete)
-    bool completed(Device& d) const { return recorded && d.query(*done); }
+    Completion done;
+    bool recorded = false;  // `done` is set and enqueued (an event never recorded queries as complete)
+    // The done word needs no device call (and no device guard); an event is queried.
+    bool completed(Device& d) const;
   };
 
   std::shared_ptr<DeviceWork> enqueue_collective(const CollectiveCall& call, DeviceStream& s);  // collective()'s body
@@ -202,10 +205,19 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
 
   CallDesc describe(const CollectiveCall& call, uint8_t algo, uint64_t seq) const;
   // Numbers a call, orders it after the previous one and starts its in-flight entry; finish()
-  // records its completion event and returns its work.
-  std::shared_ptr<DeviceEvent> begin(const CallDesc& desc, DeviceStream& s);
-  std::shared_ptr<DeviceWork> finish(std::shared_ptr<DeviceEvent> done, const std::string& enqueue_error,
-                                     DeviceStream& s);
+  // sets its completion (the done word the launch returned when its launch is the call's last
+  // operation, else an event recorded now: stream/device_work.h) and returns its work.
+  void begin(const CallDesc& desc, DeviceStream& s);
+  std::shared_ptr<DeviceWork> finish(const Launched& launched, const std::string& enqueue_error, DeviceStream& s);
+  // Makes `s` wait for a call's completion: a stream wait on its done word, or on its event.
+  void order_after(const Completion& c, DeviceStream& s);
+  // The host waits for a call's completion (its word or its event). A done word that the engine's
+  // failure left behind (the watchdog's abort releases a launch, which then exits and stores it;
+  // only a launch that never ran does not) is waited for a bounded grace after the failure.
+  void wait_done(const Completion& c);
+  // An event that completes with `c`'s call: recorded on the engine's own stream after it waits
+  // for the word (DeviceWork::completion_event: only when a caller asks).
+  std::shared_ptr<DeviceEvent> event_after(const Completion& c);
   void throw_if_failed_locked();
   // Message descriptors in the receiver's ring: `k` the pair's device message index (the ring
   // position), desc.seq the message's number shared with host messages.
@@ -218,8 +230,10 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   void check_host_messages();
   void note_p2p_waits(const std::vector<std::pair<int, CallDesc>>& waits, bool add);
 
-  void enqueue_call(const CollectiveCall& call, const ResolvedPlan& plan, const CallDesc& desc, size_t esize,
-                    DeviceStream& s, bool captured = false);
+  // The launch's completion word (done_dev null where something follows the launch, e.g. avg's
+  // divide, or the path has no word).
+  Launched enqueue_call(const CollectiveCall& call, const ResolvedPlan& plan, const CallDesc& desc, size_t esize,
+                        DeviceStream& s, bool captured = false);
   // The plan of `call`: the policy's (plans_), except where the kernel path's auto asks for the
   // one-shot or two-shot all_reduce (policy/device_auto.h: its algorithm into `*kernel_auto`).
   const ResolvedPlan& plan_of(const CollectiveCall& call, uint8_t* kernel_auto = nullptr);
@@ -295,13 +309,14 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   uint64_t seq_ = 0;  // ordinal of the last call
   std::vector<uint64_t> p2p_sent_, p2p_received_;  // point-to-point messages per peer
   PlanCache plans_;  // resolved as the host communicator resolves (its context)
-  std::shared_ptr<DeviceEvent> last_done_;
-  // The stream last_done_ was recorded on (its native handle): a call on that same stream is
-  // ordered after it by the stream itself and needs no event wait (one driver call fewer per
-  // call, issue #25). A handle cannot name another stream while work on it is pending: CUDA frees
-  // a destroyed stream's resources only once its work completed.
+  Completion last_done_;  // the previous call's completion (its word or its event)
+  // The stream the previous call was enqueued on (its native handle): a call on that same stream
+  // is ordered after it by the stream itself and needs no wait (one driver call fewer per call,
+  // issue #25); a call on another stream waits for last_done_ (its word or event). A handle cannot
+  // name another stream while work on it is pending: CUDA frees a destroyed stream's resources
+  // only once its work completed.
   void* last_done_stream_ = nullptr;
-  std::unique_ptr<EventPool> events_;  // the calls' completion events (stream/event_pool.h)
+  std::unique_ptr<EventPool> events_;  // the completion events of calls without a done word (event_pool.h)
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
   void* input_copy_ = nullptr;

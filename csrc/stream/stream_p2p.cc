@@ -115,7 +115,7 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_p2p(const std::vector<P2PItem>
     }
   }
 
-  auto done = begin(call, s);
+  begin(call, s);
   std::vector<CallDesc> descs(items.size(), call);
   std::vector<uint64_t> ring(items.size());  // the pair's device message index
   for (size_t i = 0; i < items.size(); ++i) {
@@ -176,7 +176,7 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_p2p(const std::vector<P2PItem>
                     " sends/receives: " + e.what();
     fail_as(ErrorKind::Comm, ErrorKind::Peer, enqueue_error, true);  // PeerError at the peers (stream_calls.cc)
   }
-  return finish(done, enqueue_error, s);
+  return finish(Launched{}, enqueue_error, s);  // the copy path's chunks: an event
 }
 
 bool StreamEngine::device_message(int peer, const CallDesc& want, CallDesc* sent) {
