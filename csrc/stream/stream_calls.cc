@@ -118,8 +118,8 @@ void StreamEngine::begin(const CallDesc& desc, DeviceStream& s) {
   if (s.native_handle() != last_done_stream_ && !last_done_.captured()) order_after(last_done_, s);
 }
 
-std::shared_ptr<DeviceWork> StreamEngine::finish(const Launched& launched, const std::string& enqueue_error,
-                                                 DeviceStream& s) {
+uint64_t StreamEngine::finish(const Launched& launched, const std::string& enqueue_error, DeviceStream& s,
+                              std::shared_ptr<DeviceWork>* work) {
   Completion done;
   if (launched.done_dev && enqueue_error.empty()) {
     // The launch is the call's last operation: its done word is the call's completion (no event).
@@ -132,10 +132,10 @@ std::shared_ptr<DeviceWork> StreamEngine::finish(const Launched& launched, const
   }
   {
     std::lock_guard<std::mutex> lk(mu_);
-    for (auto it = in_flight_.rbegin(); it != in_flight_.rend(); ++it)
-      if (it->seq == seq_) {
-        it->done = done;
-        it->recorded = true;
+    for (size_t i = in_flight_.size(); i-- > 0;)  // the newest entry (retire stops at an unrecorded one)
+      if (in_flight_[i].seq == seq_) {
+        in_flight_[i].done = done;
+        in_flight_[i].recorded = true;
         break;
       }
   }
@@ -147,18 +147,29 @@ std::shared_ptr<DeviceWork> StreamEngine::finish(const Launched& launched, const
     std::lock_guard<std::mutex> lk(mu_);
     raise_to_caller(fail_kind_, fail_message_);
   }
-  return std::make_shared<DeviceWork>(shared_from_this(), std::move(done), seq_);
+  if (work) *work = std::make_shared<DeviceWork>(shared_from_this(), std::move(done), seq_);
+  return seq_;
 }
 
 std::shared_ptr<DeviceWork> StreamEngine::collective(const CollectiveCall& call, DeviceStream& s) {
+  std::shared_ptr<DeviceWork> work;
+  run_collective(call, s, &work);
+  return work;
+}
+
+uint64_t StreamEngine::collective_unhandled(const CollectiveCall& call, DeviceStream& s) {
+  return run_collective(call, s, nullptr);
+}
+
+uint64_t StreamEngine::run_collective(const CollectiveCall& call, DeviceStream& s, std::shared_ptr<DeviceWork>* work) {
   std::lock_guard<std::mutex> guard(enqueue_mu_);
   throw_if_failed_locked();
   try {
     DeviceGuard current(*device_);  // kernels and records on the engine's device, restored after
     // cudaStreamGetCaptureInfo: a capturing stream records the call into its graph (stream_capture.cc).
     const CaptureStatus capture = device_->capture_status(s);
-    if (capture != CaptureStatus::None) return capture_collective(call, s, capture);
-    return enqueue_collective(call, s);
+    if (capture != CaptureStatus::None) return capture_collective(call, s, capture, work);
+    return enqueue_collective(call, s, work);
   } catch (const CommError&) {
     throw;
   } catch (const std::invalid_argument&) {
@@ -168,7 +179,7 @@ std::shared_ptr<DeviceWork> StreamEngine::collective(const CollectiveCall& call,
   }
 }
 
-std::shared_ptr<DeviceWork> StreamEngine::enqueue_collective(const CollectiveCall& call, DeviceStream& s) {
+uint64_t StreamEngine::enqueue_collective(const CollectiveCall& call, DeviceStream& s, std::shared_ptr<DeviceWork>* work) {
   const size_t esize = dtype_size(call.dtype);
   if (call.algo == kNcclAlgorithmCode) {  // algorithm="nccl": NCCL's own collective, no schedule
     NcclLink::check_supported(call.dtype, call.op, call.coll);
@@ -212,7 +223,7 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_collective(const CollectiveCal
     enqueue_error = "rank " + std::to_string(rank_) + " could not enqueue " + describe_call(desc) + ": " + e.what();
     fail_as(ErrorKind::Comm, ErrorKind::Peer, enqueue_error, true);
   }
-  return finish(launched, enqueue_error, s);
+  return finish(launched, enqueue_error, s, work);
 }
 
 DeviceCallPath StreamEngine::path_of(const CollectiveCall& call) const {

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "common/ring_queue.h"
 #include "device/device.h"
 #include "plan/call.h"
 #include "plan/describe.h"
@@ -136,6 +137,12 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
 
   // Enqueues the call on `stream`; calls on one engine execute in call order even across streams.
   std::shared_ptr<DeviceWork> collective(const CollectiveCall& call, DeviceStream& stream);
+  // The same without a work handle (a blocking call through the bindings' cache: no allocation per
+  // call, issue #37 item 2): the call's ordinal, complete once retired(ordinal); 0 for a call
+  // captured in a graph (complete at once).
+  uint64_t collective_unhandled(const CollectiveCall& call, DeviceStream& stream);
+  // The engine retired every call up to ordinal `seq` (seen complete): one atomic load.
+  bool retired(uint64_t seq) const { return retired_through_.load(std::memory_order_acquire) >= seq; }
   // Point-to-point messages (stream/stream_p2p.cc): the sends and receives of one batch run
   // concurrently; messages of a pair match in call order, checked (count, dtype) before a byte moves.
   std::shared_ptr<DeviceWork> p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& stream);
@@ -197,9 +204,12 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
     bool completed(Device& d) const;
   };
 
-  std::shared_ptr<DeviceWork> enqueue_collective(const CollectiveCall& call, DeviceStream& s);  // collective()'s body
-  // A call on a capturing stream (stream/stream_capture.cc).
-  std::shared_ptr<DeviceWork> capture_collective(const CollectiveCall& call, DeviceStream& s, CaptureStatus st);
+  // collective()'s body: the call's ordinal, and its work into `*work` when asked (not null).
+  uint64_t run_collective(const CollectiveCall& call, DeviceStream& s, std::shared_ptr<DeviceWork>* work);
+  uint64_t enqueue_collective(const CollectiveCall& call, DeviceStream& s, std::shared_ptr<DeviceWork>* work);
+  // A call on a capturing stream (stream/stream_capture.cc): returns 0 (complete at once).
+  uint64_t capture_collective(const CollectiveCall& call, DeviceStream& s, CaptureStatus st,
+                              std::shared_ptr<DeviceWork>* work);
   void watch_replays(std::unique_lock<std::mutex>& lk);  // the watchdog's tick (mu_ held) while graphs may replay
   std::shared_ptr<DeviceWork> enqueue_p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& s);
 
@@ -208,7 +218,9 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   // sets its completion (the done word the launch returned when its launch is the call's last
   // operation, else an event recorded now: stream/device_work.h) and returns its work.
   void begin(const CallDesc& desc, DeviceStream& s);
-  std::shared_ptr<DeviceWork> finish(const Launched& launched, const std::string& enqueue_error, DeviceStream& s);
+  // The work only into `*work` when asked (not null); returns the call's ordinal.
+  uint64_t finish(const Launched& launched, const std::string& enqueue_error, DeviceStream& s,
+                  std::shared_ptr<DeviceWork>* work);
   // Makes `s` wait for a call's completion: a stream wait on its done word, or on its event.
   void order_after(const Completion& c, DeviceStream& s);
   // The host waits for a call's completion (its word or its event). A done word that the engine's
@@ -325,8 +337,8 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   // Shared with the watchdog and the stream's host functions.
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<InFlight> in_flight_;
-  std::deque<StreamWait> waits_;
+  RingQueue<InFlight> in_flight_;  // (ring queues: no allocation per call in a steady state)
+  RingQueue<StreamWait> waits_;
   std::vector<std::pair<int, CallDesc>> p2p_waits_;  // device receives waiting for their descriptor
   std::atomic<bool> failed_{false};
   std::atomic<bool> reported_{false};  // the engine's error reached a caller (take_unreported_error)

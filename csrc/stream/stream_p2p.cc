@@ -176,7 +176,9 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_p2p(const std::vector<P2PItem>
                     " sends/receives: " + e.what();
     fail_as(ErrorKind::Comm, ErrorKind::Peer, enqueue_error, true);  // PeerError at the peers (stream_calls.cc)
   }
-  return finish(Launched{}, enqueue_error, s);  // the copy path's chunks: an event
+  std::shared_ptr<DeviceWork> work;
+  finish(Launched{}, enqueue_error, s, &work);  // the copy path's chunks: an event
+  return work;
 }
 
 bool StreamEngine::device_message(int peer, const CallDesc& want, CallDesc* sent) {

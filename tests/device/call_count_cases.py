@@ -17,12 +17,15 @@ def _diff(before, after):
 
 
 def _counted(fn):
-    """(driver calls fn() made on this thread, C++ entry hits, fn's result)."""
+    """(driver calls fn() made on this thread, C++ entry hits, fn's result, heap allocations of
+    commlib's C++ code on this thread: _C.thread_allocations, csrc/common/alloc_count.h)."""
     hits = _C.device_fast_path_counts()[1]
-    before = _C.emulated_thread_driver_calls()
+    before = _C.emulated_thread_driver_calls()  # (its map is an allocation: outside the count)
+    allocs = _C.thread_allocations()
     result = fn()
+    allocs = _C.thread_allocations() - allocs
     after = _C.emulated_thread_driver_calls()
-    return _diff(before, after), _C.device_fast_path_counts()[1] - hits, result
+    return _diff(before, after), _C.device_fast_path_counts()[1] - hits, result, allocs
 
 
 def _drain(works=()):
@@ -34,8 +37,8 @@ def _drain(works=()):
 
 def steady_call_counts(comm, n=1000):
     """{(collective, "blocking"|"async"): (driver calls of n steady calls, hits, results right,
-    path)} on the kernel path, after three drained warm-up calls (the first fills the cache and sets
-    the engine up)."""
+    path, C++ heap allocations)} on the kernel path, after three drained warm-up calls (the first
+    fills the cache and sets the engine up)."""
     def run(sub):
         out = {}
         for name, (call, check) in collective_calls(sub).items():
@@ -43,9 +46,9 @@ def steady_call_counts(comm, n=1000):
                 a = mode == "async"
                 for _ in range(3):
                     _drain([call(a, None)])
-                calls, hits, _ = _counted(lambda: [call(a, None) for _ in range(n)])
+                calls, hits, _, allocs = _counted(lambda: [call(a, None) for _ in range(n)])
                 _drain()
-                out[(name, mode)] = (calls, hits, bool(check()), sub._device().last_path())
+                out[(name, mode)] = (calls, hits, bool(check()), sub._device().last_path(), allocs)
         return out
     return with_settings(comm, KERNEL_SETTINGS, run)
 
