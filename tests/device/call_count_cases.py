@@ -88,3 +88,41 @@ def asked_call_counts(comm, n=20):
         out["right"] = bool(np.isfinite(v).all() and (v == v[0]).all() and v[0] == float(P) ** (6 + 3 * n))
         return out
     return with_settings(comm, KERNEL_SETTINGS, run)
+
+
+def steady_calls_cuda(comm, n=1000):
+    """On GPU 0 with torch (the done word on a real device): n steady blocking and n async 8-float
+    all_reduces through the C++ entry, then a work waited on by another stream: (hits, commlib's
+    heap allocations in the n blocking calls, results right, the other stream saw the result)."""
+    import torch
+    from commlib.settings import overridden
+    with overridden(KERNEL_SETTINGS):
+        sub = comm.split(0, timeout=60)
+    try:
+        dev = torch.device("cuda", 0)
+        x = torch.ones(8, device=dev)
+        for _ in range(3):
+            sub.all_reduce(x)
+        torch.cuda.synchronize()
+        x.fill_(1.0)
+        hits = _C.device_fast_path_counts()[1]
+        allocs = _C.thread_allocations()
+        for _ in range(n):
+            sub.all_reduce(x, op="max")
+        allocs = _C.thread_allocations() - allocs
+        works = [sub.all_reduce(x, op="max", async_op=True) for _ in range(n)]
+        hits = _C.device_fast_path_counts()[1] - hits
+        works[-1].synchronize()
+        right = bool((x == 1.0).all().item()) and all(w.is_completed() for w in works)
+        works = None
+        y = torch.full((8,), float(sub.rank + 1), device=dev)
+        w = sub.all_reduce(y, async_op=True)
+        other = torch.cuda.Stream(dev)
+        with torch.cuda.stream(other):
+            w.wait()  # the other stream waits on the done word (cuStreamWaitValue64)
+            seen = y.clone()
+        other.synchronize()
+        expect = sum(range(1, sub.size + 1))
+        return hits, allocs, right, bool((seen == expect).all().item())
+    finally:
+        sub.close()

@@ -14,8 +14,10 @@ test_device_collectives.py."""
 import os
 import sys
 
+import pytest
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from call_count_cases import asked_call_counts, steady_call_counts  # noqa: E402
+from call_count_cases import asked_call_counts, steady_call_counts, steady_calls_cuda  # noqa: E402
 from test_device_collectives import DELAY_ENV  # noqa: E402
 
 # Per call, exactly (anything else counted, an event record or query, an allocation, copy, host
@@ -59,3 +61,15 @@ def test_waits_on_another_stream_are_one_stream_wait_on_the_done_word(pool):
         assert hits == n and calls.pop("cudaEventQuery", 0) <= n and calls.pop("cudaEventCreate", 0) <= n, calls
         assert calls == {**{k: v * n for k, v in PER_CALL.items()}, "cudaEventRecord": n,
                          "a gated divide kernel launch": n}, calls
+
+
+@pytest.mark.gpu
+def test_steady_calls_on_cuda_complete_by_the_done_word(pool):
+    """NEVER RUN (no GPU lent while it was written): on GPU 0, 1000 steady blocking and 1000 async
+    calls through the entry, no allocation per blocking call, every work complete by its done word,
+    and a wait() on another stream ordered by the word."""
+    pytest.importorskip("torch")
+    for rank, (hits, allocs, right, seen) in enumerate(pool(2, env={"COMMLIB_TIMEOUT": "20"}).run(
+            steady_calls_cuda, STEADY, timeout=240)):
+        assert hits == 2 * STEADY and 0 <= allocs <= QUEUE_GROWTHS, (rank, hits, allocs)
+        assert right and seen, (rank, right, seen)
