@@ -13,7 +13,7 @@
 // answers NotImplemented: the Python path takes it and raises naming the argument.
 //
 // The entry keeps what the call resolved (issue #37): the engine, its stream and the algorithm
-// the kernel path's auto picks (StreamEngine::pinned_call: no tuning lookup per call). A new
+// the kernel path's auto picks, its plan and its path (StreamEngine::prepare: no lookup per call). A new
 // tuning table or algorithm registry drops every entry (one atomic load each per call).
 #include <Python.h>
 
@@ -95,7 +95,7 @@ class DeviceCallCache {
  public:
   struct Entry {
     std::shared_ptr<StreamEngine> engine;
-    CollectiveCall call;  // pinned (StreamEngine::pinned_call)
+    PreparedCall call;  // resolved once: algorithm, plan, path (StreamEngine::prepare)
     std::shared_ptr<DeviceStream> stream;
     py::object stream_of;    // the route's stream resolver, for the work handle
     py::object named_stream;  // keeps the key's stream object alive (its identity is the key)
@@ -129,8 +129,8 @@ class DeviceCallCache {
     if (entries_.size() >= kMaxCached) entries_.clear();
     tuning_ = tuning_generation();
     registry_ = registry_generation();
-    const CollectiveCall pinned = engine->pinned_call(call);
-    entries_[k] = Entry{std::move(engine), pinned, std::move(device_stream), std::move(stream_of),
+    PreparedCall prepared = engine->prepare(call);
+    entries_[k] = Entry{std::move(engine), std::move(prepared), std::move(device_stream), std::move(stream_of),
                         py::reinterpret_borrow<py::object>(stream)};
     return true;
   }

@@ -17,7 +17,7 @@ CallDesc StreamEngine::describe(const CollectiveCall& call, uint8_t algo, uint64
 
 const ResolvedPlan& StreamEngine::plan_of(const CollectiveCall& call, uint8_t* kernel_auto) {
   const ResolvedPlan& policy = plans_.get(call);
-  if (call.algo != 0) return policy;  // an algorithm named (or pinned_call's): kernel_auto_algorithm leaves it
+  if (call.algo != 0) return policy;  // an algorithm named (or prepare()'s): kernel_auto_algorithm leaves it
   const KernelAutoInputs in{device_->plan_blocks(1) > 0, opts_.path, opts_.link == DeviceLinkSetting::Nccl,
                             kernel_ ? kernel_->kernel_max_bytes() : kKernelPathMaxBytes};
   const uint64_t bytes = static_cast<uint64_t>(call.count) * dtype_size(call.dtype);
@@ -30,13 +30,14 @@ const ResolvedPlan& StreamEngine::plan_of(const CollectiveCall& call, uint8_t* k
   return plans_.get(c);
 }
 
-CollectiveCall StreamEngine::pinned_call(const CollectiveCall& call) {
+PreparedCall StreamEngine::prepare(const CollectiveCall& call) {
   std::lock_guard<std::mutex> guard(enqueue_mu_);
-  CollectiveCall c = call;
+  PreparedCall p{call, nullptr, path_of(call)};
   uint8_t algo = 0;
   plan_of(call, &algo);
-  if (algo) c.algo = algo;
-  return c;
+  if (algo) p.call.algo = algo;
+  if (p.call.algo != kNcclAlgorithmCode) p.plan = plans_.get_shared(p.call);  // (plan_of's, held)
+  return p;
 }
 
 std::string StreamEngine::resolved_algorithm(const CollectiveCall& call) {
@@ -153,15 +154,26 @@ uint64_t StreamEngine::finish(const Launched& launched, const std::string& enque
 
 std::shared_ptr<DeviceWork> StreamEngine::collective(const CollectiveCall& call, DeviceStream& s) {
   std::shared_ptr<DeviceWork> work;
-  run_collective(call, s, &work);
+  run_collective(call, nullptr, s, &work);
   return work;
 }
 
 uint64_t StreamEngine::collective_unhandled(const CollectiveCall& call, DeviceStream& s) {
-  return run_collective(call, s, nullptr);
+  return run_collective(call, nullptr, s, nullptr);
 }
 
-uint64_t StreamEngine::run_collective(const CollectiveCall& call, DeviceStream& s, std::shared_ptr<DeviceWork>* work) {
+std::shared_ptr<DeviceWork> StreamEngine::collective(const PreparedCall& call, DeviceStream& s) {
+  std::shared_ptr<DeviceWork> work;
+  run_collective(call.call, call.plan ? &call : nullptr, s, &work);
+  return work;
+}
+
+uint64_t StreamEngine::collective_unhandled(const PreparedCall& call, DeviceStream& s) {
+  return run_collective(call.call, call.plan ? &call : nullptr, s, nullptr);
+}
+
+uint64_t StreamEngine::run_collective(const CollectiveCall& call, const PreparedCall* prepared, DeviceStream& s,
+                                      std::shared_ptr<DeviceWork>* work) {
   std::lock_guard<std::mutex> guard(enqueue_mu_);
   throw_if_failed_locked();
   try {
@@ -169,7 +181,7 @@ uint64_t StreamEngine::run_collective(const CollectiveCall& call, DeviceStream& 
     // cudaStreamGetCaptureInfo: a capturing stream records the call into its graph (stream_capture.cc).
     const CaptureStatus capture = device_->capture_status(s);
     if (capture != CaptureStatus::None) return capture_collective(call, s, capture, work);
-    return enqueue_collective(call, s, work);
+    return enqueue_collective(call, prepared, s, work);
   } catch (const CommError&) {
     throw;
   } catch (const std::invalid_argument&) {
@@ -179,13 +191,15 @@ uint64_t StreamEngine::run_collective(const CollectiveCall& call, DeviceStream& 
   }
 }
 
-uint64_t StreamEngine::enqueue_collective(const CollectiveCall& call, DeviceStream& s, std::shared_ptr<DeviceWork>* work) {
+uint64_t StreamEngine::enqueue_collective(const CollectiveCall& call, const PreparedCall* prepared, DeviceStream& s,
+                                          std::shared_ptr<DeviceWork>* work) {
   const size_t esize = dtype_size(call.dtype);
   if (call.algo == kNcclAlgorithmCode) {  // algorithm="nccl": NCCL's own collective, no schedule
     NcclLink::check_supported(call.dtype, call.op, call.coll);
     if (!nccl_->ready()) throw CommError("algorithm='nccl': the NCCL communicator was not created");
   }
-  const ResolvedPlan& planned = plan_of(call);
+  const ResolvedPlan& planned = prepared ? *prepared->plan : plan_of(call);
+  const DeviceCallPath path = prepared ? prepared->path : path_of(call);
 
   // Nothing above enqueued anything or took a number: a refused argument leaves the numbering
   // and the stream as they were. From here on the call is numbered (with the host calls).
@@ -203,7 +217,7 @@ uint64_t StreamEngine::enqueue_collective(const CollectiveCall& call, DeviceStre
   std::string enqueue_error;
   Launched launched;
   try {
-    if (path_of(call) == DeviceCallPath::Kernel) {
+    if (path == DeviceCallPath::Kernel) {
       // Where host calls (and peers whose calls do not join this rank) look; the kernel checks its
       // peers' descriptors itself, without a host function (kernels/plan_call_check.cuh).
       if (publish_kernel_calls_) control_->publish_call(desc);
@@ -214,7 +228,7 @@ uint64_t StreamEngine::enqueue_collective(const CollectiveCall& call, DeviceStre
     for (int p : planned.peers)
       if (remote(p)) remote_peers.emplace_back(p, desc);
     exchange_remote(remote_peers, remote_peers, s);
-    launched = enqueue_call(call, planned, desc, esize, s);
+    launched = enqueue_call(call, planned, path, desc, esize, s);
   } catch (const std::exception& e) {
     // Partly enqueued: the ranks' counters no longer agree, so the engine cannot go on. This
     // rank's failure (often its device's sticky error, first seen here): CommError here, and the
@@ -233,8 +247,8 @@ DeviceCallPath StreamEngine::path_of(const CollectiveCall& call) const {
                         nccl_->carries_any());
 }
 
-Launched StreamEngine::enqueue_call(const CollectiveCall& call, const ResolvedPlan& plan, const CallDesc& desc,
-                                    size_t esize, DeviceStream& s, bool captured) {
+Launched StreamEngine::enqueue_call(const CollectiveCall& call, const ResolvedPlan& plan, DeviceCallPath path,
+                                    const CallDesc& desc, size_t esize, DeviceStream& s, bool captured) {
   char* in = reinterpret_cast<char*>(call.input);
   char* out = reinterpret_cast<char*>(call.output);
   const InputStaging staging = input_staging(call, rank_, size_);
@@ -251,7 +265,6 @@ Launched StreamEngine::enqueue_call(const CollectiveCall& call, const ResolvedPl
                                   : nullptr;
   char* const bases[3] = {in, out, scr};
   // The path device auto chose (policy/device_auto.h), all three behind one interface.
-  const DeviceCallPath path = path_of(call);
   DevicePathRunner& runner = path == DeviceCallPath::Kernel ? static_cast<DevicePathRunner&>(*kernel_)
                              : path == DeviceCallPath::Nccl ? static_cast<DevicePathRunner&>(*nccl_)
                                                             : static_cast<DevicePathRunner&>(*copy_);

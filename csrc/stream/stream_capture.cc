@@ -67,7 +67,7 @@ uint64_t StreamEngine::capture_collective(const CollectiveCall& call, DeviceStre
     seq = ++seq_;
   }
   try {
-    enqueue_call(call, planned, desc, esize, s, /*captured=*/true);
+    enqueue_call(call, planned, DeviceCallPath::Kernel, desc, esize, s, /*captured=*/true);
   } catch (const std::exception& e) {
     // The capture's error (it was invalidated meanwhile): nothing ran, the engine is unharmed.
     refuse(rank_, call, e.what());

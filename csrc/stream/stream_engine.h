@@ -108,6 +108,16 @@ class PeerControl {
   virtual void remove_p2p_probe(int id) = 0;
 };
 
+// A call resolved once (issue #37, item 2; the bindings' call cache keeps it): the call with the
+// algorithm the kernel path's auto picks pinned, its plan (held: the plan cache may drop it, this
+// keeps it) and its path, so a steady call looks nothing up. Valid while the tuning table and the
+// algorithm registry it was made under stay (the cache checks their generations).
+struct PreparedCall {
+  CollectiveCall call;
+  std::shared_ptr<const ResolvedPlan> plan;
+  DeviceCallPath path = DeviceCallPath::Copy;
+};
+
 class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private CopyPathHost {
   friend class DeviceWork;
  public:
@@ -141,6 +151,9 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   // call, issue #37 item 2): the call's ordinal, complete once retired(ordinal); 0 for a call
   // captured in a graph (complete at once).
   uint64_t collective_unhandled(const CollectiveCall& call, DeviceStream& stream);
+  // The same for a prepared call (prepare()): no plan lookup, no path decision per call.
+  std::shared_ptr<DeviceWork> collective(const PreparedCall& call, DeviceStream& stream);
+  uint64_t collective_unhandled(const PreparedCall& call, DeviceStream& stream);
   // The engine retired every call up to ordinal `seq` (seen complete): one atomic load.
   bool retired(uint64_t seq) const { return retired_through_.load(std::memory_order_acquire) >= seq; }
   // Point-to-point messages (stream/stream_p2p.cc): the sends and receives of one batch run
@@ -155,9 +168,9 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   void check_first_p2p(const std::vector<P2PItem>& items, DType dtype);
   // The algorithm `call` runs on this engine (plan/plan_cache.h: as the host resolves it).
   std::string resolved_algorithm(const CollectiveCall& call);
-  // `call` with the algorithm the kernel path's auto picks for it, if any: the same plan without the tuning
-  // lookup per call (the bindings' call cache keeps it while tuning_generation() stays).
-  CollectiveCall pinned_call(const CollectiveCall& call);
+  // `call` resolved (PreparedCall): the algorithm the kernel path's auto picks for it, if any, its
+  // plan and its path (the bindings' call cache keeps it while tuning_generation() stays).
+  PreparedCall prepare(const CollectiveCall& call);
 
   void abort(const std::string& reason);
   bool failed() const { return failed_.load(std::memory_order_acquire); }
@@ -205,8 +218,11 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   };
 
   // collective()'s body: the call's ordinal, and its work into `*work` when asked (not null).
-  uint64_t run_collective(const CollectiveCall& call, DeviceStream& s, std::shared_ptr<DeviceWork>* work);
-  uint64_t enqueue_collective(const CollectiveCall& call, DeviceStream& s, std::shared_ptr<DeviceWork>* work);
+  // `prepared`: the call resolved already (null: resolve it now).
+  uint64_t run_collective(const CollectiveCall& call, const PreparedCall* prepared, DeviceStream& s,
+                          std::shared_ptr<DeviceWork>* work);
+  uint64_t enqueue_collective(const CollectiveCall& call, const PreparedCall* prepared, DeviceStream& s,
+                              std::shared_ptr<DeviceWork>* work);
   // A call on a capturing stream (stream/stream_capture.cc): returns 0 (complete at once).
   uint64_t capture_collective(const CollectiveCall& call, DeviceStream& s, CaptureStatus st,
                               std::shared_ptr<DeviceWork>* work);
@@ -244,8 +260,8 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
 
   // The launch's completion word (done_dev null where something follows the launch, e.g. avg's
   // divide, or the path has no word).
-  Launched enqueue_call(const CollectiveCall& call, const ResolvedPlan& plan, const CallDesc& desc, size_t esize,
-                        DeviceStream& s, bool captured = false);
+  Launched enqueue_call(const CollectiveCall& call, const ResolvedPlan& plan, DeviceCallPath path, const CallDesc& desc,
+                        size_t esize, DeviceStream& s, bool captured = false);
   // The plan of `call`: the policy's (plans_), except where the kernel path's auto asks for the
   // one-shot or two-shot all_reduce (policy/device_auto.h: its algorithm into `*kernel_auto`).
   const ResolvedPlan& plan_of(const CollectiveCall& call, uint8_t* kernel_auto = nullptr);
