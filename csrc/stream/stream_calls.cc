@@ -227,7 +227,7 @@ uint64_t StreamEngine::enqueue_collective(const CollectiveCall& call, const Prep
     std::vector<std::pair<int, CallDesc>> remote_peers;  // on other hosts: descriptors in-band
     for (int p : planned.peers)
       if (remote(p)) remote_peers.emplace_back(p, desc);
-    exchange_remote(remote_peers, remote_peers, s);
+    remote_descs_->exchange(remote_peers, remote_peers, seq_, s);
     launched = enqueue_call(call, planned, path, desc, esize, s);
   } catch (const std::exception& e) {
     // Partly enqueued: the ranks' counters no longer agree, so the engine cannot go on. This
