@@ -61,6 +61,7 @@
 #include "kernels/plan_atomics.cuh"
 #include "kernels/plan_bulk.cuh"
 #include "kernels/plan_call_check.cuh"
+#include "kernels/plan_done.cuh"
 #include "kernels/plan_ll.cuh"
 
 namespace commlib {
@@ -69,9 +70,7 @@ namespace kexec {
 constexpr unsigned kMaxBlocks = 16;  // progress words the host page holds
 constexpr unsigned kCudaThreads = 512;
 constexpr uint32_t kAbortPollEvery = 16;  // spins between reads of the (host-memory) abort word
-// The per-call counters' words (PlanLaunch::barrier).
-constexpr unsigned kCounterArrivals = 0, kCounterGeneration = 1, kCounterLaunches = 2, kCounterEager = 3,
-                   kCounterReplays = 4;
+// The per-call counters' words (PlanLaunch::barrier, kCounter*) and the launch's end: plan_done.cuh.
 
 // What this rank reaches of peer p (addresses valid in this process; its own entry unused).
 struct PeerView {
@@ -101,11 +100,11 @@ struct PlanLaunch {
   // captured in a CUDA graph replays right any number of times between eager launches: [0] the
   // grid barrier's arrivals, [1] their count when the next launch starts (the barrier's
   // generation), [2] launches run (eager and replayed), [3] eager launches run, [4] replayed
-  // (captured) launches run (kCounter*).
+  // (captured) launches run, [5] blocks of the running launch that exited (end_launch; kCounter*).
   uint64_t* barrier;
   const uint64_t* abort;       // host memory mapped for the device: nonzero = stop
   uint64_t* progress;          // host memory mapped: [kMaxBlocks] items done per block
-  uint64_t* done;              // host memory mapped: an eager launch stores its number (counter [3]) at its end
+  uint64_t* done;              // host memory mapped: an eager launch's last block to exit stores its number (counter [3])
   uint64_t* replays_done;      // host memory mapped: a captured launch stores its number (counter [4]) at its end
   uint64_t* replays_started;   // host memory mapped: ... and at its start (the watchdog sees a replay running)
   uint64_t* chunk_counts;      // host memory mapped: [kMaxBlocks][2] message chunks (sent and received)
@@ -333,21 +332,16 @@ __device__ __forceinline__ bool grid_barrier(const PlanLaunch& a, uint64_t base,
   return block_wait(a.barrier + kCounterArrivals, base + static_cast<uint64_t>(gridDim.x) * (k + 1), a, true);
 }
 
+// The launch's steps; false when the abort word released it.
 template <class F>
-__device__ __forceinline__ void run_plan(const PlanLaunch& a, const F& f) {
+__device__ __forceinline__ bool run_steps(const PlanLaunch& a, const F& f, uint64_t base, uint32_t first_barrier) {
   uint64_t done = 0;
   ChunkCounts moved;
-  // The barrier's generation: written by block 0 of the previous launch after its last barrier,
-  // visible here by stream order (kernel boundary); every block reads it before arriving anywhere.
-  const uint64_t base = relaxed_load(a.barrier + kCounterGeneration);
-  if (a.captured && blockIdx.x == 0 && threadIdx.x == 0)  // only block 0 advances the counter, at the end
-    release_store(a.replays_started, relaxed_load(a.barrier + kCounterReplays) + 1);
   // The call's descriptor check before the first step: block 0 checks, every block waits for it
   // in a grid barrier (counted as barrier 0; the steps' barriers follow).
-  const uint32_t first_barrier = a.desc_ring_len ? 1 : 0;
   if (first_barrier) {
-    if (blockIdx.x == 0 && !check_call(a)) return;
-    if (!grid_barrier(a, base, 0)) return;
+    if (blockIdx.x == 0 && !check_call(a)) return false;
+    if (!grid_barrier(a, base, 0)) return false;
   }
   bool any_split = false;
   for (uint32_t k = 0; k < a.nsteps; ++k) {
@@ -358,10 +352,10 @@ __device__ __forceinline__ void run_plan(const PlanLaunch& a, const F& f) {
       if (!split && j % gridDim.x != blockIdx.x) continue;  // another block's item
       emu_perturb();
       any_split |= split;
-      if (!(split ? run_split_item(a, idx, f, moved) : run_item(a, a.items[idx], f, moved))) return;
+      if (!(split ? run_split_item(a, idx, f, moved) : run_item(a, a.items[idx], f, moved))) return false;
       if (threadIdx.x == 0 && blockIdx.x < kMaxBlocks) relaxed_store(a.progress + blockIdx.x, ++done);
     }
-    if (!grid_barrier(a, base, k + first_barrier)) return;
+    if (!grid_barrier(a, base, k + first_barrier)) return false;
   }
   // Past the last barrier every block has arrived at every split item: their counters start again
   // from 0 at the plan's next launch (stream-ordered after this one). Every block saw the same
@@ -380,18 +374,19 @@ __device__ __forceinline__ void run_plan(const PlanLaunch& a, const F& f) {
     relaxed_store(mine, relaxed_load(mine) + moved.ll);
     relaxed_store(mine + 1, relaxed_load(mine + 1) + moved.slots);
   }
-  // Every block has read the generation (it arrived at the last barrier): the next launch's starts
-  // where this one's arrivals end. Then the launch numbers, and the host's completion words.
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
-    uint64_t* c = a.barrier;
-    relaxed_store(c + kCounterGeneration, base + static_cast<uint64_t>(gridDim.x) * (a.nsteps + first_barrier));
-    const uint64_t launches = relaxed_load(c + kCounterLaunches) + 1;
-    relaxed_store(c + kCounterLaunches, launches);
-    const unsigned mine = a.captured ? kCounterReplays : kCounterEager;  // a replay leaves `done` alone
-    const uint64_t n = relaxed_load(c + mine) + 1;
-    relaxed_store(c + mine, n);
-    release_store(a.captured ? a.replays_done : a.done, n);
-  }
+  return true;
+}
+
+template <class F>
+__device__ __forceinline__ void run_plan(const PlanLaunch& a, const F& f) {
+  // The barrier's generation: written by the last block of the previous launch (end_launch), visible
+  // here by stream order (kernel boundary); every block reads it before arriving anywhere.
+  const uint64_t base = relaxed_load(a.barrier + kCounterGeneration);
+  if (a.captured && blockIdx.x == 0 && threadIdx.x == 0)  // only end_launch advances the counter
+    release_store(a.replays_started, relaxed_load(a.barrier + kCounterReplays) + 1);
+  const uint32_t first_barrier = a.desc_ring_len ? 1 : 0;
+  run_steps(a, f, base, first_barrier);
+  end_launch(a, base, first_barrier);
 }
 
 }  // namespace kexec

@@ -288,7 +288,10 @@ Launched KernelPath::launch(const ScheduleKey& key, const Schedule& sched, const
   launch_in_chain(a, blocks, dtype, op, p.reduces, stream, captured);
   if (captured) return Launched{};  // the graph's replays: the engine does not watch them
   ++launches_;
-  return Launched{reinterpret_cast<const uint64_t*>(host_page_) + kDoneWord, launches_, u.first_peer, u.first_is_send};
+  // The done word (plan_kernel.cuh, end_launch): the launch's last block to exit stores its number,
+  // so reaching `launches_` is this call's completion, as an event's would be (the engine's works).
+  return Launched{reinterpret_cast<const uint64_t*>(host_page_) + kDoneWord, launches_, u.first_peer, u.first_is_send,
+                  host_page_dev_ + kDoneWord};
 }
 
 bool KernelPath::mismatch(std::string* message) const {

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/alloc_count.h"
 #include "device/emulated/emulated_device.h"
 #include "kernels/plan_kernel.cuh"
 
@@ -84,6 +85,7 @@ void EmulatedDevice::leave_resident() {
 void EmulatedDevice::launch_plan(const PlanLaunch& launch, unsigned blocks, DType dtype, RedOp op, bool reduces,
                                  DeviceStream& stream) {
   enter("the kernel path's launch", true);
+  UncountedAllocations device_own;  // the closure and its block threads: the driver's work, not the caller's
   BodyOf pick;
   if (reduces)
     kern::dispatch_reduce(dtype, op, pick);  // throws for a bitwise op on floats, before enqueueing
