@@ -113,12 +113,22 @@ void bind_sim(py::module_& m) {
       "simulate",
       [](Collective c, const std::string& algorithm, int64_t count, int elem_bytes, int root,
          const py::dict& topology, const std::string& inter_algorithm, int64_t segment,
-         const std::string& intra_algorithm) {
+         const std::string& intra_algorithm, const std::string& codec, int64_t block, bool inter_only,
+         double encode_ns, double decode_ns) {
         const sim::Topology t = topology_from_dict(topology);
+        sim::Options o{inter_algorithm, segment, intra_algorithm};
+        if (!codec.empty()) {
+          CodecSpec spec;
+          spec.kind = codec_kind(codec);
+          spec.block = block;
+          spec.inter_only = inter_only;
+          check_codec(spec, DType::Float32);
+          o.codec = sim::codec_cost(spec, encode_ns, decode_ns);
+        }
         sim::Result r;
         {
           py::gil_scoped_release nogil;
-          r = sim::simulate(c, algorithm, count, elem_bytes, root, t, sim::Options{inter_algorithm, segment, intra_algorithm});
+          r = sim::simulate(c, algorithm, count, elem_bytes, root, t, o);
         }
 
         py::dict out;
@@ -139,7 +149,10 @@ void bind_sim(py::module_& m) {
       },
       py::arg("collective"), py::arg("algorithm"), py::arg("count"), py::arg("elem_bytes"), py::arg("root"),
       py::arg("topology"), py::arg("inter_algorithm") = "", py::arg("segment") = -1, py::arg("intra_algorithm") = "",
+      py::arg("codec") = "", py::arg("block") = 32, py::arg("inter_only") = false, py::arg("encode_ns") = -1.0,
+      py::arg("decode_ns") = -1.0,
       "Predicted time of one collective: plays every rank's schedule on the topology (sim/simulator.h). "
+      "codec/block/inter_only: compress= (sim/codec_cost.h; encode_ns/decode_ns per element, -1: the default). "
       "inter_algorithm/segment/intra_algorithm: hierarchical's inter-host algorithm (\"\": built-in exchange), "
       "pipeline segment (-1: COMMLIB_HIER_SEGMENT) and intra-host algorithm (\"\": built-in exchanges).");
 
