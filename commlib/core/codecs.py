@@ -24,6 +24,13 @@ NAMES = ("bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int4")
 ROUNDINGS = ("nearest", "stochastic")
 CODED_DTYPES = ("float32", "float16", "bfloat16")
 DEFAULT_BLOCK = 32
+# One nearest-rounded encoding's error relative to its block's largest finite magnitude
+# (docs/compression.md's table; stochastic rounding: twice these). A compressed all_reduce over P
+# ranks stays within (P + 1) x (this + the dtype's rounding) x the largest sum of magnitudes.
+ERROR_BOUND = {"bf16": 2 ** -8, "fp8_e4m3": 2 ** -4 + 2 ** -9, "fp8_e5m2": 2 ** -3 + 2 ** -16, "int8": 1 / 127,
+               "int4": 1 / 7}
+DTYPE_EPS = {"float32": 2 ** -23, "float16": 2 ** -10, "bfloat16": 2 ** -7}  # one addition's rounding
+COMPRESSIBLE = ("all_reduce", "reduce_scatter", "all_gather")
 
 
 @dataclass(frozen=True)
