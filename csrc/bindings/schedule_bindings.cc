@@ -206,9 +206,6 @@ void bind_schedule(py::module_& m) {
          const std::string& intra) {
         CollArgs a;
         a.host_of = std::move(hosts);
-        a.inter_algorithm = inter;
-        a.intra_algorithm = intra;
-        a.segment = segment < 0 ? hier_segment_setting() : segment;
         a.coll = collective;
         a.rank = rank;
         a.size = size;
@@ -218,7 +215,7 @@ void bind_schedule(py::module_& m) {
         if (size < 1) throw std::invalid_argument("size: must be >= 1, got " + std::to_string(size));
         if (count < 0) throw std::invalid_argument("count: must be >= 0, got " + std::to_string(count));
         const std::string name = choose_algorithm(a.coll, algorithm, bytes, size);
-        return schedule_to_py(build_schedule(a, name), name);
+        return schedule_to_py(build_schedule(a, Composition{name, inter, intra, segment < 0 ? hier_segment_setting() : segment}), name);
       },
       py::arg("collective"), py::arg("algorithm"), py::arg("rank"), py::arg("size"), py::arg("count"),
       py::arg("root") = 0, py::arg("dtype") = DType::Float32, py::arg("hosts") = std::vector<int>{},
@@ -253,9 +250,7 @@ void bind_schedule(py::module_& m) {
         a.count = count;
         a.root = collective_has_root(collective) ? root : 0;
         a.host_of = std::move(hosts);
-        a.inter_algorithm = inter;
-        a.intra_algorithm = intra;
-        a.segment = segment < 0 ? hier_segment_setting() : segment;
+        a.compose(Composition{name, inter, intra, segment < 0 ? hier_segment_setting() : segment});
         Holdings h;
         {
           py::gil_scoped_release nogil;  // a Python-registered builder takes it back while it runs

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <set>
+#include <utility>
 
 #include "bindings/bindings.h"
 #include "policy/auto_policy.h"
@@ -14,49 +15,38 @@ namespace py = pybind11;
 
 namespace commlib {
 
+namespace {
+
+enum DictField { Need, Opt };
+
+// d[k] into `field` (std::invalid_argument naming topology.<at><k> when missing or of the wrong type;
+// an Opt field absent keeps its default).
+template <typename T>
+void read_field(const py::dict& d, const std::string& at, const char* k, DictField need, T& field) {
+  if (!d.contains(k)) {
+    if (need == Opt) return;
+    throw std::invalid_argument("topology." + at + k + ": missing");
+  }
+  try {
+    field = d[k].cast<T>();
+  } catch (const py::cast_error&) {
+    throw std::invalid_argument("topology." + at + k + ": wrong type");
+  }
+}
+
+}  // namespace
+
 sim::Topology topology_from_dict(const py::dict& d) {
-  static const std::set<std::string> known = {
-      "host_of", "nic_of", "nics_per_host", "intra_latency_s", "intra_port_Bps", "intra_bus_Bps",
-      "inter_latency_s", "nic_Bps", "reduce_s_per_byte", "copy_s_per_byte", "op_overhead_s",
-      "step_overhead_s", "chunk_bytes", "memory_tiers", "cores_per_host", "sched_quantum_s", "spin_s", "wake_s", "inter_spin_s",
-      "send_overhead_s", "recv_overhead_s", "nic_gap_s", "nic_burst_bytes"};
+#define COMMLIB_SIM_FIELD_NAME(type, name, init, dict, check) #name,
+  static const std::set<std::string> known = {COMMLIB_SIM_TOPOLOGY_FIELDS(COMMLIB_SIM_FIELD_NAME) "memory_tiers"};
   for (auto item : d) {
     const std::string k = py::str(item.first);
     if (!known.count(k)) throw std::invalid_argument("topology." + k + ": unknown field");
   }
   sim::Topology t;
-  auto get = [&](const char* k, auto& field) {
-    if (!d.contains(k)) throw std::invalid_argument(std::string("topology.") + k + ": missing");
-    try {
-      field = d[k].cast<std::decay_t<decltype(field)>>();
-    } catch (const py::cast_error&) {
-      throw std::invalid_argument(std::string("topology.") + k + ": wrong type");
-    }
-  };
-  get("host_of", t.host_of);
-  get("nic_of", t.nic_of);
-  get("nics_per_host", t.nics_per_host);
-  get("intra_latency_s", t.intra_latency_s);
-  get("intra_port_Bps", t.intra_port_Bps);
-  get("intra_bus_Bps", t.intra_bus_Bps);
-  get("inter_latency_s", t.inter_latency_s);
-  get("nic_Bps", t.nic_Bps);
-  get("reduce_s_per_byte", t.reduce_s_per_byte);
-  get("copy_s_per_byte", t.copy_s_per_byte);
-  get("op_overhead_s", t.op_overhead_s);
-  get("step_overhead_s", t.step_overhead_s);
-  get("chunk_bytes", t.chunk_bytes);
-  // CPU scheduling is optional: without it every rank has a core and never sleeps.
-  if (d.contains("cores_per_host")) get("cores_per_host", t.cores_per_host);
-  if (d.contains("sched_quantum_s")) get("sched_quantum_s", t.sched_quantum_s);
-  if (d.contains("spin_s")) get("spin_s", t.spin_s);
-  if (d.contains("wake_s")) get("wake_s", t.wake_s);
-  if (d.contains("inter_spin_s")) get("inter_spin_s", t.inter_spin_s);
-  // Per-message costs are optional (LogGP's o and g; 0: none).
-  if (d.contains("send_overhead_s")) get("send_overhead_s", t.send_overhead_s);
-  if (d.contains("recv_overhead_s")) get("recv_overhead_s", t.recv_overhead_s);
-  if (d.contains("nic_gap_s")) get("nic_gap_s", t.nic_gap_s);
-  if (d.contains("nic_burst_bytes")) get("nic_burst_bytes", t.nic_burst_bytes);
+#define COMMLIB_SIM_READ_FIELD(type, name, init, dict, check) read_field(d, "", #name, dict, t.name);
+  COMMLIB_SIM_TOPOLOGY_FIELDS(COMMLIB_SIM_READ_FIELD)
+#undef COMMLIB_SIM_READ_FIELD
   // Memory tiers are optional: without them one tier (the rates above) serves every size.
   if (d.contains("memory_tiers")) {
     py::list tiers;
@@ -66,31 +56,39 @@ sim::Topology topology_from_dict(const py::dict& d) {
       throw std::invalid_argument("topology.memory_tiers: wrong type (a list of dicts)");
     }
     for (size_t i = 0; i < tiers.size(); ++i) {
-      const std::string at = "topology.memory_tiers[" + std::to_string(i) + "].";
+      const std::string at = "memory_tiers[" + std::to_string(i) + "].";
       py::dict m;
       try {
         m = tiers[i].cast<py::dict>();
       } catch (const py::cast_error&) {
-        throw std::invalid_argument(at.substr(0, at.size() - 1) + ": wrong type (a dict)");
+        throw std::invalid_argument("topology." + at.substr(0, at.size() - 1) + ": wrong type (a dict)");
       }
       sim::Topology::MemoryTier tier;
-      auto field = [&](const char* k, auto& v) {
-        if (!m.contains(k)) throw std::invalid_argument(at + k + ": missing");
-        try {
-          v = m[k].cast<std::decay_t<decltype(v)>>();
-        } catch (const py::cast_error&) {
-          throw std::invalid_argument(at + k + ": wrong type");
-        }
-      };
-      field("above_bytes", tier.above_bytes);
-      field("port_Bps", tier.port_Bps);
-      field("reduce_s_per_byte", tier.reduce_s_per_byte);
-      field("copy_s_per_byte", tier.copy_s_per_byte);
-      if (m.size() != 4) throw std::invalid_argument(at.substr(0, at.size() - 1) + ": unknown field");
+#define COMMLIB_SIM_READ_TIER(type, name, init, dict, check) read_field(m, at, #name, dict, tier.name);
+      COMMLIB_SIM_MEMORY_TIER_FIELDS(COMMLIB_SIM_READ_TIER)
+#undef COMMLIB_SIM_READ_TIER
+      static const size_t tier_fields = std::set<std::string>{COMMLIB_SIM_MEMORY_TIER_FIELDS(COMMLIB_SIM_FIELD_NAME)}.size();
+      if (m.size() != tier_fields) throw std::invalid_argument("topology." + at.substr(0, at.size() - 1) + ": unknown field");
       t.memory_tiers.push_back(tier);
     }
   }
   return t;
+}
+
+py::list topology_fields() {
+  py::list out;
+#define COMMLIB_SIM_FIELD_ROW(type, name, init, dict, check) out.append(py::make_tuple(#name, dict == Need));
+  COMMLIB_SIM_TOPOLOGY_FIELDS(COMMLIB_SIM_FIELD_ROW)
+  out.append(py::make_tuple("memory_tiers", false));
+  return out;
+}
+
+py::list memory_tier_fields() {
+  py::list out;
+  COMMLIB_SIM_MEMORY_TIER_FIELDS(COMMLIB_SIM_FIELD_ROW)
+  return out;
+#undef COMMLIB_SIM_FIELD_ROW
+#undef COMMLIB_SIM_FIELD_NAME
 }
 
 namespace {
@@ -98,12 +96,25 @@ namespace {
 py::dict choice_to_py(const AlgorithmChoice& c) {
   py::dict d;
   d["algorithm"] = c.algorithm;
-  d["inter_algorithm"] = c.inter_algorithm;
-  d["intra_algorithm"] = c.intra_algorithm;
+  d["inter_algorithm"] = c.inter;
+  d["intra_algorithm"] = c.intra;
   d["segment"] = c.segment;
   d["predicted_s"] = c.predicted_s;
   d["source"] = c.source;
   return d;
+}
+
+// What the simulator's callers do: "auto" resolved by the policy (resolve_on_model, the cost model
+// being a leaf under it), then the concrete composition played, without the GIL.
+std::pair<Composition, sim::Result> play(Collective c, const Composition& requested, int64_t count, int elem_bytes,
+                                         int root, const sim::Topology& t, sim::Trace* trace,
+                                         const sim::CodecCost& codec = {}) {
+  py::gil_scoped_release nogil;
+  const Composition how = resolve_on_model(c, requested, count, elem_bytes, root, t);
+  sim::Options o;
+  o.trace = trace;
+  o.codec = codec;
+  return {how, sim::simulate(c, how, count, elem_bytes, root, t, o)};
 }
 
 }  // namespace
@@ -115,22 +126,17 @@ void bind_sim(py::module_& m) {
          const py::dict& topology, const std::string& inter_algorithm, int64_t segment,
          const std::string& intra_algorithm, const std::string& codec, int64_t block, bool inter_only,
          double encode_ns, double decode_ns) {
-        const sim::Topology t = topology_from_dict(topology);
-        sim::Options o{inter_algorithm, segment, intra_algorithm};
+        sim::CodecCost cost;
         if (!codec.empty()) {
           CodecSpec spec;
           spec.kind = codec_kind(codec);
           spec.block = block;
           spec.inter_only = inter_only;
           check_codec(spec, DType::Float32);
-          o.codec = sim::codec_cost(spec, encode_ns, decode_ns);
+          cost = sim::codec_cost(spec, encode_ns, decode_ns);
         }
-        sim::Result r;
-        {
-          py::gil_scoped_release nogil;
-          r = sim::simulate(c, algorithm, count, elem_bytes, root, t, o);
-        }
-
+        const auto [how, r] = play(c, Composition{algorithm, inter_algorithm, intra_algorithm, segment}, count,
+                                   elem_bytes, root, topology_from_dict(topology), nullptr, cost);
         py::dict out;
         out["time_s"] = r.time_s;
         out["build_s"] = r.build_s;
@@ -142,9 +148,9 @@ void bind_sim(py::module_& m) {
         out["shapes"] = r.shapes;
         out["ranks_beyond_cache"] = r.ranks_beyond_cache;
         out["max_working_set_bytes"] = r.max_working_set_bytes;
-        out["algorithm"] = r.algorithm;
-        out["inter_algorithm"] = r.inter_algorithm;
-        out["intra_algorithm"] = r.intra_algorithm;
+        out["algorithm"] = how.algorithm;
+        out["inter_algorithm"] = how.inter;
+        out["intra_algorithm"] = how.intra;
         return out;
       },
       py::arg("collective"), py::arg("algorithm"), py::arg("count"), py::arg("elem_bytes"), py::arg("root"),
@@ -164,19 +170,14 @@ void bind_sim(py::module_& m) {
         const sim::Topology t = topology_from_dict(topology);
         if (t.size() > 64) throw std::invalid_argument("topology: the trace explains up to 64 ranks");
         sim::Trace trace;
-        sim::Result r;
-        {
-          py::gil_scoped_release nogil;
-          sim::Options o{inter_algorithm, segment, intra_algorithm};
-          o.trace = &trace;
-          r = sim::simulate(c, algorithm, count, elem_bytes, root, t, o);
-        }
+        const auto [how, r] = play(c, Composition{algorithm, inter_algorithm, intra_algorithm, segment}, count,
+                                   elem_bytes, root, t, &trace);
         py::list transfers;
         for (const auto& x : trace.transfers)
           transfers.append(py::make_tuple(x.src, x.dst, x.src_step, x.dst_step, x.bytes, x.start, x.done, x.links));
         py::dict out;
         out["time_s"] = r.time_s;
-        out["algorithm"] = r.algorithm;
+        out["algorithm"] = how.algorithm;
         out["steps"] = trace.steps;
         out["transfers"] = std::move(transfers);
         out["links"] = trace.link_names;
@@ -218,6 +219,11 @@ void bind_sim(py::module_& m) {
       "which pipelined candidates are estimated first (-1: the library's; 0: never, the exact search). "
       "costly_ops: the size from which candidates are simulated after the cheaper ones (-1: the library's; "
       "0: bound order alone).");
+  m.def("sim_topology_fields", &topology_fields,
+        "The simulator topology's fields as [(name, required)] (sim/topology.h's one list; commlib/sim's "
+        "makers write these names).");
+  m.def("sim_memory_tier_fields", &memory_tier_fields,
+        "A memory tier's fields as [(name, required)] (sim/topology.h).");
   m.def("clear_candidate_cache", &clear_candidate_cache, "Drops auto's cache of cost-model choices (tests).");
   m.def(
       "candidate_lower_bound",
@@ -225,9 +231,9 @@ void bind_sim(py::module_& m) {
          const py::dict& topology, const std::string& inter_algorithm, int64_t segment,
          const std::string& intra_algorithm) {
         const sim::Topology t = topology_from_dict(topology);
-        return candidate_lower_bound(CallShape{collective, count, elem_bytes, root},
-                                     Candidate{algorithm, inter_algorithm, intra_algorithm},
-                                     segment < 0 ? hier_segment_setting() : segment, t);
+        return candidate_lower_bound(
+            CallShape{collective, count, elem_bytes, root},
+            Composition{algorithm, inter_algorithm, intra_algorithm, segment < 0 ? hier_segment_setting() : segment}, t);
       },
       py::arg("collective"), py::arg("algorithm"), py::arg("count"), py::arg("elem_bytes"), py::arg("root"),
       py::arg("topology"), py::arg("inter_algorithm") = "", py::arg("segment") = -1, py::arg("intra_algorithm") = "",

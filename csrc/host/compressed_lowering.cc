@@ -18,6 +18,7 @@
 #include "host/communicator.h"
 #include "kernels/cpu_codecs.h"
 #include "kernels/cpu_reduce.h"
+#include "plan/lowering.h"
 
 namespace commlib {
 
@@ -47,7 +48,7 @@ void Communicator::run_compressed_steps(const CollectiveCall& call, const Schedu
   const size_t esize = dtype_size(call.dtype);
   CodecSpec spec = call.codec;
   spec.seed += desc.seq * 0x9E3779B97F4A7C15ull;  // a fresh, reproducible stream per call
-  auto at = [&](const Region& r) { return bases[static_cast<int>(r.buf)] + static_cast<size_t>(r.offset) * esize; };
+  auto at = [&](const Region& r) { return region_address(bases, r, esize, desc, rank_); };
   // Stochastic rounding numbers an element by its place in its piece (and hashes its value,
   // codecs.h sr_draw), not by buffer, offset or step: ranks that project one sum in differently
   // placed regions (direct all_reduce: output on one rank, scratch on another) draw alike.

@@ -100,16 +100,7 @@ void Communicator::run_collective(const CollectiveCall& call, uint64_t seq) {
         e.desc = desc;
         const Region& r = (op.kind == OpKind::Send) ? op.src : op.dst;
         e.bytes = static_cast<size_t>(r.count) * esize;
-        auto resolve = [&](const Region& reg) -> char* {
-          char* base = bases[static_cast<int>(reg.buf)];
-          if (!base) {
-            if (reg.count == 0) return nullptr;
-            throw CommError(std::string("internal error: ") + algo + " schedule of " + describe_call(desc) + " on rank " +
-                            std::to_string(rank_) + " uses the " + buffer_name(reg.buf) +
-                            " buffer, which this rank does not have");
-          }
-          return base + static_cast<size_t>(reg.offset) * esize;
-        };
+        auto resolve = [&](const Region& reg) { return region_address(bases, reg, esize, desc, rank_, algo); };
         if (op.kind == OpKind::Send) {
           e.src = resolve(op.src);
         } else {

@@ -21,7 +21,7 @@ const ResolvedPlan& Communicator::plan(const CollectiveCall& call, int64_t bytes
   const ResolvedPlan& p = plans_.get(call);
   if (opts_.debug >= 1 && call.algo == 0) {
     const int root = collective_has_root(call.coll) ? call.root : 0;
-    std::string tag = std::string(collective_name(call.coll)) + ":" + p.name + ":" + p.choice.inter_algorithm + "/" + p.choice.intra_algorithm + ":" +
+    std::string tag = std::string(collective_name(call.coll)) + ":" + p.name + ":" + p.choice.inter + "/" + p.choice.intra + ":" +
                       (p.choice.source == "model" ? std::to_string(bytes) : "");
     bool seen = false;
     for (const auto& s : logged_auto_) seen |= s == tag;

@@ -1,6 +1,7 @@
 #include "plan/lowering.h"
 
 #include "common/shapes.h"
+#include "common/errors.h"
 #include "plan/describe.h"
 
 namespace commlib {
@@ -48,6 +49,17 @@ bool failed_peer_error(const CallDesc& desc, int rank, int size, const std::func
     return true;
   }
   return false;
+}
+
+char* region_address(char* const* bases, const Region& r, size_t esize, const CallDesc& desc, int rank,
+                     const std::string& algo) {
+  if (!bases[static_cast<int>(r.buf)]) {
+    if (r.count == 0) return nullptr;
+    throw CommError("internal error: " + (algo.empty() ? "" : algo + " ") + "schedule of " + describe_call(desc) +
+                    " on rank " + std::to_string(rank) + " uses the " + buffer_name(r.buf) +
+                    " buffer, which this rank does not have");
+  }
+  return region_start(bases, r, static_cast<int64_t>(esize));
 }
 
 }  // namespace commlib

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "plan/call.h"
+#include "schedule/ir.h"
 #include "transport/transport.h"
 
 namespace commlib {
@@ -24,6 +25,13 @@ struct InputStaging {
   size_t elements = 0;
 };
 InputStaging input_staging(const CollectiveCall& call, int rank, int size);
+
+// The address of `r` in a call's buffers (bases: input, output, scratch; schedule/ir.h
+// region_start), for every engine: a region of a buffer this rank does not have is nullptr when
+// empty, else a CommError naming the call, the rank and the buffer (an internal error: the
+// schedule `algo`, "" unnamed, is wrong).
+char* region_address(char* const* bases, const Region& r, size_t esize, const CallDesc& desc, int rank,
+                     const std::string& algo = "");
 
 // Whether this rank divides its output by the world size after the schedule (op avg).
 bool avg_divides(const CollectiveCall& call, int rank);

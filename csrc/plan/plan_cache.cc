@@ -56,11 +56,8 @@ const ResolvedPlan& PlanCache::get(const CollectiveCall& call) {
     p.choice = resolve_call(ctx_, CallShape{call.coll, call.count, static_cast<int>(dtype_size(call.dtype)), root},
                             call.algo);
     p.name = p.choice.algorithm;
-    CollArgs args{call.coll, ctx_.rank, ctx_.size, call.count, call.root, ctx_.topology.host_of};
-    args.inter_algorithm = p.choice.inter_algorithm;
-    args.intra_algorithm = p.choice.intra_algorithm;
-    args.segment = p.choice.segment;
-    p.sched = build_schedule(args, p.name);
+    p.sched = build_schedule(CollArgs{call.coll, ctx_.rank, ctx_.size, call.count, call.root, ctx_.topology.host_of},
+                             p.choice);
     p.algo = static_cast<uint8_t>(algorithm_index(call.coll, p.name));
     for (const Step& st : p.sched.steps)
       for (const Op& o : st.ops)

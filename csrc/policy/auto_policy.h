@@ -20,6 +20,7 @@
 
 #include "common/types.h"
 #include "common/topology.h"
+#include "schedule/ir.h"
 
 namespace commlib {
 
@@ -102,11 +103,9 @@ struct CallShape {
   int root = 0;
 };
 
-struct AlgorithmChoice {
-  std::string algorithm;        // a registered name
-  std::string inter_algorithm;  // hierarchical: the inter-host phase's algorithm ("" built-in exchange)
-  std::string intra_algorithm;  // hierarchical: the intra-host phases' algorithm ("" built-in exchanges)
-  int64_t segment = 0;          // hierarchical all_reduce: pipeline segment in elements
+// What auto chose (a registered algorithm; hierarchical: its inter- and intra-host algorithms, ""
+// the built-in exchanges, and all_reduce's pipeline segment in elements) and how it chose it.
+struct AlgorithmChoice : Composition {
   double predicted_s = -1;      // the cost model's prediction when the model decided, else -1
   std::string source;           // "requested", "override", "tuning", "model", "links", "size"
 };
@@ -121,6 +120,15 @@ AlgorithmChoice resolve_algorithm(const CallShape& call, const std::string& requ
 // hierarchical ones after the flat ones.
 std::vector<AlgorithmChoice> predict_candidates(const CallShape& call, const std::vector<int>& host_of,
                                                 const sim::Topology& model);
+
+// What the simulator plays for a call requested as `requested` on `model` (its callers resolve
+// through this, so the cost model stays a leaf under the policy): "auto" resolved by
+// resolve_algorithm with the model's placement and the model itself (COMMLIB_ALGO_<COLLECTIVE>
+// read now), whose choice replaces requested's phases and segment; any other name as requested,
+// a segment < 0 being COMMLIB_HIER_SEGMENT. Checks the call as sim::simulate does first
+// (std::invalid_argument naming the argument).
+Composition resolve_on_model(Collective c, const Composition& requested, int64_t count, int elem_bytes, int root,
+                             const sim::Topology& model);
 
 // A shared copy of a cost model, for an engine to keep (engines hold the model without including the
 // simulator: only the policy depends on it).

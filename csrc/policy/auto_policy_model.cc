@@ -44,18 +44,11 @@ std::vector<AlgorithmChoice> predict_candidates(const CallShape& call, const std
   const sim::Topology topo = placed_model(model, host_of);
   const int64_t segment = hier_segment_setting();
   std::vector<AlgorithmChoice> out;
-  for (const Candidate& k : candidate_list(call.coll, host_of)) {
+  for (const Composition& k : candidate_list(call.coll, host_of, segment)) {
     AlgorithmChoice c;
-    c.algorithm = k.algorithm;
-    c.inter_algorithm = k.inter;
-    c.intra_algorithm = k.intra;
-    c.segment = k.algorithm == "hierarchical" ? segment : 0;
+    static_cast<Composition&>(c) = k;
     c.source = "model";
-    sim::Options o;
-    o.inter_algorithm = k.inter;
-    o.intra_algorithm = k.intra;
-    o.segment = c.segment;
-    c.predicted_s = sim::simulate(call.coll, k.algorithm, call.count, call.elem_bytes, call.root, topo, o).time_s;
+    c.predicted_s = sim::simulate(call.coll, k, call.count, call.elem_bytes, call.root, topo).time_s;
     out.push_back(c);
   }
   return out;
@@ -85,8 +78,7 @@ AlgorithmChoice resolve_algorithm(const CallShape& call, const std::string& requ
     choice.source = "requested";
     if (choice.algorithm == "hierarchical" && model_applies && p.shares) {
       const AlgorithmChoice best = search_best_candidate(call, host_of, *model, true);
-      choice.inter_algorithm = best.inter_algorithm;
-      choice.intra_algorithm = best.intra_algorithm;
+      if (!best.algorithm.empty()) static_cast<Composition&>(choice) = best;  // hierarchical, its phases
       choice.predicted_s = best.predicted_s;
     }
     return choice;
@@ -107,7 +99,7 @@ AlgorithmChoice resolve_algorithm(const CallShape& call, const std::string& requ
     // simulator puts the crossover between 16 and 256 KiB on every preset, hence the bound.
     if (!overridden && choice.algorithm == "hierarchical" && c == Collective::AllReduce && p.hosts >= 3 &&
         bytes >= kTwoShotInterBytes)
-      choice.inter_algorithm = "two_shot";
+      choice.inter = "two_shot";
     return choice;
   }
   if (!env_value.empty() && env_value != "auto") {
@@ -130,8 +122,8 @@ AlgorithmChoice resolve_algorithm(const CallShape& call, const std::string& requ
 std::string describe_choice(const CallShape& call, int size, const AlgorithmChoice& choice) {
   char buf[256];
   std::string algo = choice.algorithm;
-  if (!choice.inter_algorithm.empty())
-    algo += "(inter " + choice.inter_algorithm + (choice.intra_algorithm.empty() ? "" : ", intra " + choice.intra_algorithm) + ")";
+  if (!choice.inter.empty())
+    algo += "(inter " + choice.inter + (choice.intra.empty() ? "" : ", intra " + choice.intra) + ")";
   if (choice.predicted_s >= 0)
     std::snprintf(buf, sizeof buf, "auto picked %s for %s of %lld bytes on %d ranks (%s: %.3g us predicted)",
                   algo.c_str(), collective_name(call.coll), static_cast<long long>(call.count * call.elem_bytes), size,
@@ -141,6 +133,18 @@ std::string describe_choice(const CallShape& call, int size, const AlgorithmChoi
                   collective_name(call.coll), static_cast<long long>(call.count * call.elem_bytes), size,
                   choice.source.c_str());
   return buf;
+}
+
+Composition resolve_on_model(Collective c, const Composition& requested, int64_t count, int elem_bytes, int root,
+                             const sim::Topology& model) {
+  sim::check_call(c, count, elem_bytes, root, model);  // the simulator's own errors, before auto reads anything
+  if (requested.algorithm != "auto") {
+    Composition k = requested;
+    if (k.segment < 0) k.segment = hier_segment_setting();
+    return k;
+  }
+  const CallShape call{c, count, elem_bytes, collective_has_root(c) ? root : 0};
+  return resolve_algorithm(call, "auto", algorithm_override(c), model.size(), model.host_of, &model);
 }
 
 std::shared_ptr<const sim::Topology> share_cost_model(const sim::Topology& model) {

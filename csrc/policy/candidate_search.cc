@@ -25,33 +25,39 @@ struct Tally {
   double bytes = 0;
 };
 
-// Every field of the placed model that a prediction depends on, exactly (hex floats), with the
-// call's shape and segment: the cache key.
-std::string cache_key(const CallShape& call, int64_t segment, bool hier_only, int64_t extrapolate_ops,
-                      const sim::Topology& t) {
+// Every field of the placed model (sim/topology.h's one list: a prediction may depend on any of
+// them), exactly (hex floats), with the call's shape and segment: the cache key.
+struct KeyWriter {
   std::string k;
-  char buf[64];
-  auto num = [&](double v) {
+  void add(double v) {
+    char buf[40];
     std::snprintf(buf, sizeof buf, "%a,", v);
     k += buf;
-  };
-  auto integer = [&](int64_t v) {
-    std::snprintf(buf, sizeof buf, "%lld,", static_cast<long long>(v));
-    k += buf;
-  };
-  integer(static_cast<int>(call.coll)), integer(call.count), integer(call.elem_bytes), integer(call.root);
-  integer(segment), integer(hier_only), integer(extrapolate_ops), integer(t.nics_per_host), integer(t.cores_per_host), integer(t.chunk_bytes);
-  for (double v : {t.intra_latency_s, t.intra_port_Bps, t.intra_bus_Bps, t.inter_latency_s, t.nic_Bps,
-                   t.reduce_s_per_byte, t.copy_s_per_byte, t.op_overhead_s, t.step_overhead_s, t.send_overhead_s,
-                   t.recv_overhead_s, t.nic_gap_s, t.sched_quantum_s, t.spin_s, t.wake_s, t.inter_spin_s,
-                   t.nic_burst_bytes})
-    num(v);
-  for (const auto& m : t.memory_tiers) integer(m.above_bytes), num(m.port_Bps), num(m.reduce_s_per_byte), num(m.copy_s_per_byte);
-  k += '|';
-  for (int h : t.host_of) integer(h);
-  k += '|';
-  for (int n : t.nic_of) integer(n);
-  return k;
+  }
+  void add(int64_t v) { k += std::to_string(v) + ","; }
+  void add(int v) { add(static_cast<int64_t>(v)); }
+  void add(const std::vector<int>& v) {
+    k += '|';
+    for (int x : v) add(x);
+    k += '|';
+  }
+};
+
+std::string cache_key(const CallShape& call, int64_t segment, bool hier_only, int64_t extrapolate_ops,
+                      const sim::Topology& t) {
+  KeyWriter w;
+  for (int64_t v : {static_cast<int64_t>(call.coll), call.count, static_cast<int64_t>(call.elem_bytes),
+                    static_cast<int64_t>(call.root), segment, static_cast<int64_t>(hier_only), extrapolate_ops})
+    w.add(v);
+#define COMMLIB_KEY_FIELD(type, name, init, dict, check) w.add(t.name);
+  COMMLIB_SIM_TOPOLOGY_FIELDS(COMMLIB_KEY_FIELD)
+  for (const auto& m : t.memory_tiers) {
+#define COMMLIB_KEY_TIER(type, name, init, dict, check) w.add(m.name);
+    COMMLIB_SIM_MEMORY_TIER_FIELDS(COMMLIB_KEY_TIER)
+#undef COMMLIB_KEY_TIER
+  }
+#undef COMMLIB_KEY_FIELD
+  return w.k;
 }
 
 std::mutex g_cache_mu;
@@ -84,11 +90,11 @@ std::vector<std::string> intra_candidates(Collective c) {
   }
 }
 
-std::vector<Candidate> candidate_list(Collective c, const std::vector<int>& host_of) {
+std::vector<Composition> candidate_list(Collective c, const std::vector<int>& host_of, int64_t segment) {
   std::set<int> ids;
   bool shares = false;
   for (int h : host_of) shares |= !ids.insert(h).second;
-  std::vector<Candidate> out;
+  std::vector<Composition> out;
   std::vector<std::string> flat;
   bool has_hier = false;
   for (const AlgorithmSpec& s : algorithm_specs(c)) {
@@ -96,12 +102,12 @@ std::vector<Candidate> candidate_list(Collective c, const std::vector<int>& host
     if (s.name == "hierarchical") has_hier = true;
     else flat.push_back(s.name);
   }
-  for (const std::string& f : flat) out.push_back(Candidate{f, "", ""});
+  for (const std::string& f : flat) out.push_back(Composition{f, "", "", 0});
   if (has_hier && ids.size() > 1 && shares) {
-    out.push_back(Candidate{"hierarchical", "", ""});
-    for (const std::string& f : flat) out.push_back(Candidate{"hierarchical", f, ""});
+    out.push_back(Composition{"hierarchical", "", "", segment});
+    for (const std::string& f : flat) out.push_back(Composition{"hierarchical", f, "", segment});
     for (const std::string& x : intra_candidates(c))
-      for (const std::string& f : flat) out.push_back(Candidate{"hierarchical", f, x});
+      for (const std::string& f : flat) out.push_back(Composition{"hierarchical", f, x, segment});
   }
   return out;
 }
@@ -124,7 +130,7 @@ sim::Topology placed_model(const sim::Topology& model, const std::vector<int>& h
   return t;
 }
 
-double candidate_lower_bound(const CallShape& call, const Candidate& cand, int64_t segment, const sim::Topology& t,
+double candidate_lower_bound(const CallShape& call, const Composition& cand, const sim::Topology& t,
                              int64_t* ops_per_rank) {
   if (ops_per_rank) *ops_per_rank = 0;
   const int P = t.size();
@@ -147,13 +153,10 @@ double candidate_lower_bound(const CallShape& call, const Candidate& cand, int64
   a.count = call.count;
   a.root = collective_has_root(call.coll) ? call.root : 0;
   a.host_of = t.host_of;
-  a.inter_algorithm = cand.inter;
-  a.intra_algorithm = cand.intra;
-  a.segment = segment;
   double bound = 0;
   for (int r : {0, a.root, P / 2, P - 1}) {
     a.rank = r;
-    const Schedule s = build_schedule(a, cand.algorithm);
+    const Schedule s = build_schedule(a, cand);
     double rank_time = 0, inter_out = 0, inter_in = 0;
     int64_t ops = 0;
     for (size_t k = 0; k < s.steps.size(); ++k) {
@@ -218,16 +221,12 @@ int64_t hier_segments(const CallShape& call, int64_t segment, const sim::Topolog
 
 // The steady-state estimate of a K-segment candidate (candidate_search.h): its first 2 and 3
 // segments simulated at the full run's segment length.
-double extrapolated_time(const CallShape& call, const Candidate& cand, int64_t segments, const sim::Topology& t) {
+double extrapolated_time(const CallShape& call, const Composition& cand, int64_t segments, const sim::Topology& t) {
   const int64_t len = call.count / segments;
+  Composition first = cand;
+  first.segment = len;
   double at[2];
-  for (int m : {2, 3}) {
-    sim::Options o;
-    o.inter_algorithm = cand.inter;
-    o.intra_algorithm = cand.intra;
-    o.segment = len;
-    at[m - 2] = sim::simulate(call.coll, cand.algorithm, m * len, call.elem_bytes, call.root, t, o).time_s;
-  }
+  for (int m : {2, 3}) at[m - 2] = sim::simulate(call.coll, first, m * len, call.elem_bytes, call.root, t).time_s;
   return at[1] + static_cast<double>(segments - 3) * (at[1] - at[0]);
 }
 
@@ -250,8 +249,8 @@ AlgorithmChoice search_best_candidate(const CallShape& call, const std::vector<i
       return it->second;
     }
   }
-  std::vector<Candidate> cands;
-  for (const auto& c : candidate_list(call.coll, host_of))
+  std::vector<Composition> cands;
+  for (const auto& c : candidate_list(call.coll, host_of, segment))
     if (!hier_only || c.algorithm == "hierarchical") cands.push_back(c);
   st.candidates = static_cast<int>(cands.size());
   std::vector<double> bound(cands.size());
@@ -259,7 +258,7 @@ AlgorithmChoice search_best_candidate(const CallShape& call, const std::vector<i
   for (size_t i = 0; i < cands.size(); ++i) {
     const bool hier = cands[i].algorithm == "hierarchical";
     int64_t ops = 0;
-    bound[i] = candidate_lower_bound(call, cands[i], hier ? segment : 0, topo, &ops);
+    bound[i] = candidate_lower_bound(call, cands[i], topo, &ops);
     costly[i] = costly_ops > 0 && ops * topo.size() >= costly_ops;
     big[i] = hier && extrapolate_ops > 0 && ops * topo.size() >= extrapolate_ops &&
              hier_segments(call, segment, topo) >= 5;
@@ -279,21 +278,15 @@ AlgorithmChoice search_best_candidate(const CallShape& call, const std::vector<i
   auto take = [&](size_t i, double time_s) {
     if (time_s < best_t || (time_s == best_t && i < best_index)) {
       best_t = time_s, best_index = i;
-      best.algorithm = cands[i].algorithm;
-      best.inter_algorithm = cands[i].inter;
-      best.intra_algorithm = cands[i].intra;
-      best.segment = cands[i].algorithm == "hierarchical" ? segment : 0;
+      static_cast<Composition&>(best) = cands[i];
       best.predicted_s = time_s;
       best.source = "model";
     }
   };
   auto simulate_whole = [&](size_t i) {
     sim::Options o;
-    o.inter_algorithm = cands[i].inter;
-    o.intra_algorithm = cands[i].intra;
-    o.segment = cands[i].algorithm == "hierarchical" ? segment : 0;
     o.stop_after_s = best_t;  // a run past the best so far cannot win (equal times still finish)
-    const sim::Result r = sim::simulate(call.coll, cands[i].algorithm, call.count, call.elem_bytes, call.root, topo, o);
+    const sim::Result r = sim::simulate(call.coll, cands[i], call.count, call.elem_bytes, call.root, topo, o);
     ++st.simulated;
     if (r.cut) ++st.cut;
     else take(i, r.time_s);

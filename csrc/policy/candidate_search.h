@@ -35,17 +35,13 @@ namespace sim {
 struct Topology;
 }
 
-// One candidate: an algorithm and, for hierarchical, its inter- and intra-host algorithms.
-struct Candidate {
-  std::string algorithm, inter, intra;
-};
-
-// Every candidate of step 3, in registry order, where some host holds several ranks and ranks span
+// Every candidate of step 3 (a Composition, schedule/ir.h; the hierarchical ones with `segment`,
+// the others with none), in registry order, where some host holds several ranks and ranks span
 // hosts: the flat ones; hierarchical built-in; hierarchical with each flat algorithm across hosts;
 // then each of those with each intra-host algorithm (intra_candidates) inside the hosts. So at most
 // F + 1 + F (1 + I) candidates: all_reduce 7 + 1 + 7 x 2 = 22, all_gather 21, reduce_scatter 13,
 // broadcast 21 with the built-in registry.
-std::vector<Candidate> candidate_list(Collective c, const std::vector<int>& host_of);
+std::vector<Composition> candidate_list(Collective c, const std::vector<int>& host_of, int64_t segment);
 
 // The intra-host algorithms auto tries for c's hierarchical schedule (CollArgs::intra_algorithm):
 // the built-ins registered for the intra phases' collective (all_reduce: for both reduce_scatter and
@@ -57,8 +53,8 @@ sim::Topology placed_model(const sim::Topology& model, const std::vector<int>& h
 
 // The lower bound above, in seconds, for one candidate on a placed model.
 // ops_per_rank (if not null): the most communication ops of the ranks it built.
-double candidate_lower_bound(const CallShape& call, const Candidate& cand, int64_t segment,
-                             const sim::Topology& placed, int64_t* ops_per_rank = nullptr);
+double candidate_lower_bound(const CallShape& call, const Composition& cand, const sim::Topology& placed,
+                             int64_t* ops_per_rank = nullptr);
 
 // A candidate is extrapolated (above) when it has this many communication ops in all (ranks x
 // the most of one rank) or more, and 5 pipeline segments or more. 0: never.

@@ -92,9 +92,28 @@ struct Step {
   std::vector<Op> ops;
 };
 
+// Where region `r` starts among one rank's buffers, `bases` indexed by BufferId (input, output,
+// scratch): addresses with `unit` the element size in bytes (the engines: plan/lowering.h,
+// region_address), or element positions with unit 1 (the verifier's layout).
+template <typename Base>
+Base region_start(const Base* bases, const Region& r, int64_t unit = 1) {
+  return bases[static_cast<int>(r.buf)] + r.offset * unit;
+}
+
 struct Schedule {
   std::vector<Step> steps;
   int64_t scratch_count = 0;  // elements of scratch the executor must provide
+};
+
+// How a call's schedule is composed: the registered algorithm and, for hierarchical, what runs in
+// its phases (CollArgs below). The one value auto's policy chooses (AlgorithmChoice), its search
+// ranks (candidate_search.h), the simulator plays and the plan cache builds
+// (registry.h: build_schedule(args, composition)); nobody copies the fields one by one.
+struct Composition {
+  std::string algorithm;  // a registered name ("auto" only where a caller still has to resolve it)
+  std::string inter;      // CollArgs::inter_algorithm
+  std::string intra;      // CollArgs::intra_algorithm
+  int64_t segment = 0;    // CollArgs::segment (elements; 0: not pipelined)
 };
 
 // Everything a builder may depend on. Nothing about bytes, dtypes or transports (only which
@@ -121,6 +140,13 @@ struct CollArgs {
   std::string inter_algorithm;
   std::string intra_algorithm;
   int64_t segment = 0;
+
+  // Takes `how`'s hierarchical phases and segment (its algorithm is build_schedule's argument).
+  void compose(const Composition& how) {
+    inter_algorithm = how.inter;
+    intra_algorithm = how.intra;
+    segment = how.segment;
+  }
 };
 
 // Helpers for builders.

@@ -178,4 +178,9 @@ Schedule build_schedule(const CollArgs& args, const std::string& algorithm) {
   return spec.build(a);
 }
 
+Schedule build_schedule(CollArgs args, const Composition& how) {
+  args.compose(how);
+  return build_schedule(args, how.algorithm);
+}
+
 }  // namespace commlib

@@ -79,6 +79,8 @@ uint64_t registry_generation();
 // `algorithm` when it is unknown or "auto", and naming `rank`/`size`/`count`/`root` when out of
 // range.
 Schedule build_schedule(const CollArgs& args, const std::string& algorithm);
+// The same with `how`'s algorithm, its hierarchical phases and segment replacing args' (ir.h).
+Schedule build_schedule(CollArgs args, const Composition& how);
 
 // 0 for "auto", else 1 + the name's position in algorithms(c); unknown names throw
 // std::invalid_argument naming `algorithm`.

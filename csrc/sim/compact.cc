@@ -36,10 +36,9 @@ uint32_t ShapeTable::intern(std::vector<SimOp>& ops) {
   return id;
 }
 
-std::vector<Program> build_programs(Collective c, const std::string& algorithm, int size, int64_t count,
-                                    int root, const std::vector<int>& host_of, const std::string& inter_algorithm,
-                                    int64_t segment, ShapeTable& shapes,
-                                    std::vector<int64_t>* scratch, const std::string& intra_algorithm) {
+std::vector<Program> build_programs(Collective c, const Composition& how, int size, int64_t count, int root,
+                                    const std::vector<int>& host_of, ShapeTable& shapes,
+                                    std::vector<int64_t>* scratch) {
   std::vector<Program> programs(size);
   if (scratch) scratch->assign(size, 0);
   CollArgs a;
@@ -48,13 +47,11 @@ std::vector<Program> build_programs(Collective c, const std::string& algorithm, 
   a.count = count;
   a.root = root;
   a.host_of = host_of;
-  a.inter_algorithm = inter_algorithm;
-  a.intra_algorithm = intra_algorithm;
-  a.segment = segment;
+  a.compose(how);
   std::vector<SimOp> ops;
   for (int r = 0; r < size; ++r) {
     a.rank = r;
-    const Schedule s = build_schedule(a, algorithm);
+    const Schedule s = build_schedule(a, how.algorithm);
     if (scratch) (*scratch)[r] = s.scratch_count;
     Program& prog = programs[r];
     for (const Step& st : s.steps) {

@@ -42,14 +42,13 @@ class ShapeTable {
 // (shape id, number of consecutive steps with that shape)
 using Program = std::vector<std::pair<uint32_t, uint32_t>>;
 
-// Builds every rank's schedule with the registry's builder and compacts it. `host_of` is the
-// topology's placement, handed to topology-aware (hierarchical) builders through CollArgs with
-// their inter-host and intra-host algorithms and pipeline segment (ir.h).
+// Builds every rank's schedule of `how` (ir.h: the algorithm, hierarchical's phases and segment)
+// with the registry's builder and compacts it. `host_of` is the topology's placement, handed to
+// topology-aware (hierarchical) builders through CollArgs.
 // `scratch` (if not null) receives each rank's scratch elements (Schedule::scratch_count).
-std::vector<Program> build_programs(Collective c, const std::string& algorithm, int size, int64_t count,
-                                    int root, const std::vector<int>& host_of, const std::string& inter_algorithm,
-                                    int64_t segment, ShapeTable& shapes,
-                                    std::vector<int64_t>* scratch = nullptr, const std::string& intra_algorithm = "");
+std::vector<Program> build_programs(Collective c, const Composition& how, int size, int64_t count, int root,
+                                    const std::vector<int>& host_of, ShapeTable& shapes,
+                                    std::vector<int64_t>* scratch = nullptr);
 
 }  // namespace sim
 }  // namespace commlib

@@ -2,24 +2,11 @@
 #include "sim/rates.h"
 
 #include <algorithm>
-#include <stdexcept>
-#include <string>
 
 #include "common/shapes.h"
 
 namespace commlib {
 namespace sim {
-
-void check_call(Collective c, int64_t count, int elem_bytes, int root, const Topology& t) {
-  t.validate();
-  const int P = t.size();
-  if (count < 0) throw std::invalid_argument("count: must be >= 0, got " + std::to_string(count));
-  if (elem_bytes < 1) throw std::invalid_argument("elem_bytes: must be >= 1");
-  if (c == Collective::Send || c == Collective::Recv || c == Collective::kCount)
-    throw std::invalid_argument(std::string("collective: ") + collective_name(c) + " has no schedules");
-  if (collective_has_root(c) && (root < 0 || root >= P))
-    throw std::invalid_argument("root: " + std::to_string(root) + " out of range [0, " + std::to_string(P) + ")");
-}
 
 std::vector<double> oversubscription(const Topology& t) {
   std::vector<int> per_host(t.hosts(), 0);

@@ -23,10 +23,6 @@ struct RankRates {
 // Per host: ranks per core where the ranks outnumber the cores (topology.h), else 1.
 std::vector<double> oversubscription(const Topology& t);
 
-// The call's arguments on this topology (validated too), checked before anything is built:
-// std::invalid_argument naming the argument.
-void check_call(Collective c, int64_t count, int elem_bytes, int root, const Topology& t);
-
 // Every rank's rates for this call (res: the working-set statistics).
 std::vector<RankRates> rank_rates(const Topology& t, Collective c, int64_t count, int elem_bytes, int root,
                                   const std::vector<int64_t>& scratch, Result& res);

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "common/shapes.h"
-#include "policy/auto_policy.h"
 #include "schedule/player.h"
 #include "schedule/registry.h"
 #include "sim/compact.h"
@@ -356,32 +355,28 @@ class Run {
 
 }  // namespace
 
-Result simulate(Collective c, const std::string& algorithm, int64_t count, int elem_bytes, int root,
+void check_call(Collective c, int64_t count, int elem_bytes, int root, const Topology& topo) {
+  topo.validate();
+  const int P = topo.size();
+  if (count < 0) throw std::invalid_argument("count: must be >= 0, got " + std::to_string(count));
+  if (elem_bytes < 1) throw std::invalid_argument("elem_bytes: must be >= 1");
+  if (c == Collective::Send || c == Collective::Recv || c == Collective::kCount)
+    throw std::invalid_argument(std::string("collective: ") + collective_name(c) + " has no schedules");
+  if (collective_has_root(c) && (root < 0 || root >= P))
+    throw std::invalid_argument("root: " + std::to_string(root) + " out of range [0, " + std::to_string(P) + ")");
+}
+
+Result simulate(Collective c, const Composition& how, int64_t count, int elem_bytes, int root,
                 const Topology& topo, const Options& opts) {
   check_call(c, count, elem_bytes, root, topo);
+  if (how.segment < 0) throw std::invalid_argument("segment: must be >= 0, got " + std::to_string(how.segment));
   const int P = topo.size();
   if (!collective_has_root(c)) root = 0;
   Result res;
-  res.algorithm = algorithm;
-  res.inter_algorithm = opts.inter_algorithm;
-  res.intra_algorithm = opts.intra_algorithm;
-  int64_t segment = opts.segment;
-  if (algorithm == "auto") {
-    // The engine's own resolution, this topology being the cost model (policy/auto_policy.h).
-    const AlgorithmChoice choice = resolve_algorithm(CallShape{c, count, elem_bytes, root}, "auto",
-                                                     algorithm_override(c), P, topo.host_of, &topo);
-    res.algorithm = choice.algorithm;
-    res.inter_algorithm = choice.inter_algorithm;
-    res.intra_algorithm = choice.intra_algorithm;
-    segment = choice.segment;
-  }
-  if (segment < 0) segment = hier_segment_setting();
   const double t0 = now_s();
   ShapeTable shapes;
   std::vector<int64_t> scratch;
-  const std::vector<Program> progs = build_programs(c, res.algorithm, P, count, root, topo.host_of,
-                                                       res.inter_algorithm, segment, shapes, &scratch,
-                                                       res.intra_algorithm);
+  const std::vector<Program> progs = build_programs(c, how, P, count, root, topo.host_of, shapes, &scratch);
   const double t1 = now_s();
   const std::vector<RankRates> rates = rank_rates(topo, c, count, elem_bytes, root, scratch, res);
   if (opts.trace) start_trace(*opts.trace, topo);

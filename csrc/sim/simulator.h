@@ -27,6 +27,7 @@
 
 #include "common/types.h"
 #include "sim/codec_cost.h"
+#include "schedule/ir.h"
 #include "sim/topology.h"
 
 namespace commlib {
@@ -43,9 +44,6 @@ struct Result {
   int64_t shapes = 0;       // distinct step shapes (compaction)
   int64_t max_working_set_bytes = 0;  // largest input + output + scratch bytes of any rank
   int64_t ranks_beyond_cache = 0;     // ranks whose working set put them in a memory tier
-  std::string algorithm;    // the algorithm played (auto resolved)
-  std::string inter_algorithm;  // hierarchical: its inter-host algorithm ("" the built-in exchange)
-  std::string intra_algorithm;  // hierarchical: its intra-host algorithm ("" the built-in exchanges)
   bool cut = false;         // stopped at Options::stop_after_s: time_s is a lower bound (> stop_after_s)
 };
 
@@ -66,25 +64,26 @@ struct Trace {
 // Empties `trace` for a run on `t`: a step list per rank, and the names of the run's links (trace.cc).
 void start_trace(Trace& trace, const Topology& t);
 
-// What a hierarchical schedule is built with (ir.h CollArgs): its inter-host algorithm ("": the
-// built-in exchange), its intra-host algorithm ("": the built-in exchanges) and pipeline segment in elements (-1: COMMLIB_HIER_SEGMENT; 0: none).
 // stop_after_s: stop the event run once simulated time passes it (Result::cut; time_s is then the
 // time reached, a lower bound). Events run in time order, so a run stopped there could only have
 // finished later: auto's ranking uses it to drop a candidate as soon as it cannot win.
 struct Options {
-  std::string inter_algorithm;
-  int64_t segment = -1;
-  std::string intra_algorithm;
   double stop_after_s = std::numeric_limits<double>::infinity();
   Trace* trace = nullptr;  // filled when given
   CodecCost codec;         // compress=: messages encoded (codec_cost.h); none by default
 };
 
-// `algorithm` may be "auto": the engine's resolution (policy/auto_policy.h, resolve_algorithm)
-// with this topology as its cost model, so the fastest candidate the model predicts; the inter
-// and intra algorithms it picks replace opts'.
-Result simulate(Collective c, const std::string& algorithm, int64_t count, int elem_bytes, int root,
+// Plays `how` (schedule/ir.h: a registered algorithm, hierarchical's phases and segment, >= 0) on
+// `topo`. The simulator decides nothing: "auto" is the policy's, resolved before it plays
+// (policy/auto_policy.h, resolve_on_model: what the simulator's callers use), so the cost model
+// stays a leaf under the policy that ranks candidates with it. Checks the call first (check_call).
+Result simulate(Collective c, const Composition& how, int64_t count, int elem_bytes, int root,
                 const Topology& topo, const Options& opts = Options{});
+
+// What simulate checks of a call before playing it: the topology (Topology::validate), the count,
+// the element size, a collective with schedules and its root in range (std::invalid_argument
+// naming the argument).
+void check_call(Collective c, int64_t count, int elem_bytes, int root, const Topology& topo);
 
 }  // namespace sim
 }  // namespace commlib

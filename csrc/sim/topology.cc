@@ -15,14 +15,37 @@ int Topology::hosts() const {
 }
 
 namespace {
-void check_nonneg(const char* name, double v) {
-  if (!(v >= 0) || !std::isfinite(v))
-    throw std::invalid_argument(std::string("topology.") + name + ": must be a finite number >= 0");
+
+// validate()'s rules, by the check column of topology.h's field lists.
+enum Check { Placement, AtLeast1, Natural, NonNeg, Pos, PosAcross, Free, Ascending };
+
+void check_field(const std::string& name, double v, Check check, bool spans_hosts) {
+  auto fail = [&](const char* rule) { throw std::invalid_argument("topology." + name + ": " + rule); };
+  switch (check) {
+    case AtLeast1:
+      if (v < 1) fail("must be >= 1");
+      break;
+    case Natural:
+      if (v < 0) fail("must be >= 0");
+      break;
+    case NonNeg:
+      if (!(v >= 0) || !std::isfinite(v)) fail("must be a finite number >= 0");
+      break;
+    case PosAcross:
+      if (!spans_hosts) break;
+      [[fallthrough]];
+    case Pos:
+      if (!(v > 0) || !std::isfinite(v)) fail("must be a finite number > 0");
+      break;
+    case Placement:  // checked together in validate()
+    case Ascending:  // a tier's above_bytes: against the tier before
+    case Free:
+      break;
+  }
 }
-void check_pos(const char* name, double v) {
-  if (!(v > 0) || !std::isfinite(v))
-    throw std::invalid_argument(std::string("topology.") + name + ": must be a finite number > 0");
-}
+
+void check_field(const std::string&, const std::vector<int>&, Check, bool) {}
+
 }  // namespace
 
 void Topology::validate() const {
@@ -36,33 +59,20 @@ void Topology::validate() const {
       throw std::invalid_argument("topology.nic_of: rank " + std::to_string(r) + " uses NIC " +
                                   std::to_string(nic_of[r]) + " of " + std::to_string(nics_per_host));
   }
-  check_nonneg("intra_latency_s", intra_latency_s);
-  check_pos("intra_port_Bps", intra_port_Bps);
-  check_nonneg("intra_bus_Bps", intra_bus_Bps);
-  check_nonneg("inter_latency_s", inter_latency_s);
-  if (hosts() > 1) check_pos("nic_Bps", nic_Bps);
-  check_nonneg("reduce_s_per_byte", reduce_s_per_byte);
-  check_nonneg("copy_s_per_byte", copy_s_per_byte);
-  check_nonneg("op_overhead_s", op_overhead_s);
-  check_nonneg("step_overhead_s", step_overhead_s);
-  check_nonneg("send_overhead_s", send_overhead_s);
-  check_nonneg("recv_overhead_s", recv_overhead_s);
-  check_nonneg("nic_gap_s", nic_gap_s);
-  check_nonneg("nic_burst_bytes", nic_burst_bytes);
-  if (cores_per_host < 0) throw std::invalid_argument("topology.cores_per_host: must be >= 0 (0: a core per rank)");
-  check_nonneg("sched_quantum_s", sched_quantum_s);
-  check_nonneg("spin_s", spin_s);
-  check_nonneg("wake_s", wake_s);
-  if (chunk_bytes < 0) throw std::invalid_argument("topology.chunk_bytes: must be >= 0");
+  const bool spans_hosts = hosts() > 1;
+#define COMMLIB_SIM_CHECK_FIELD(type, name, init, dict, check) check_field(#name, name, check, spans_hosts);
+  COMMLIB_SIM_TOPOLOGY_FIELDS(COMMLIB_SIM_CHECK_FIELD)
   for (size_t i = 0; i < memory_tiers.size(); ++i) {
     const MemoryTier& m = memory_tiers[i];
     const std::string at = "memory_tiers[" + std::to_string(i) + "].";
     if (m.above_bytes <= 0 || (i > 0 && m.above_bytes <= memory_tiers[i - 1].above_bytes))
       throw std::invalid_argument("topology." + at + "above_bytes: must be > 0 and above the previous tier's");
-    check_pos((at + "port_Bps").c_str(), m.port_Bps);
-    check_nonneg((at + "reduce_s_per_byte").c_str(), m.reduce_s_per_byte);
-    check_nonneg((at + "copy_s_per_byte").c_str(), m.copy_s_per_byte);
+    const MemoryTier& tier = m;
+#define COMMLIB_SIM_CHECK_TIER(type, name, init, dict, check) check_field(at + #name, tier.name, check, spans_hosts);
+    COMMLIB_SIM_MEMORY_TIER_FIELDS(COMMLIB_SIM_CHECK_TIER)
+#undef COMMLIB_SIM_CHECK_TIER
   }
+#undef COMMLIB_SIM_CHECK_FIELD
 }
 
 }  // namespace sim

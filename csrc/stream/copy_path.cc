@@ -233,15 +233,7 @@ Launched CopyPath::enqueue(const PathCall& pc, DeviceStream& s) {
 
 void CopyPath::enqueue_step(const Step& step, char* const bases[3], size_t esize, DType dtype, RedOp op,
                             const CallDesc& desc, uint64_t seq, DeviceStream& send_s, DeviceStream& s) {
-  auto resolve = [&](const Region& r) -> char* {
-    char* base = bases[static_cast<int>(r.buf)];
-    if (!base) {
-      if (r.count == 0) return nullptr;
-      throw CommError(std::string("internal error: schedule of ") + describe_call(desc) + " on rank " +
-                      std::to_string(rank_) + " uses the " + buffer_name(r.buf) + " buffer, which this rank does not have");
-    }
-    return base + static_cast<size_t>(r.offset) * esize;
-  };
+  auto resolve = [&](const Region& r) { return region_address(bases, r, esize, desc, rank_); };
   // Local operations first: the schedule guarantees they touch nothing the messages touch.
   for (const Op& o : step.ops) {
     const size_t bytes = static_cast<size_t>((o.kind == OpKind::Send ? o.src : o.dst).count) * esize;
@@ -291,7 +283,7 @@ void CopyPath::enqueue_call_check(const CallDesc& desc, uint64_t seq, DeviceStre
   // rank that stopped never sent: stale bytes of an earlier call). Peers that never arrive (dead,
   // failed, silent) are the watchdog's to judge: failing raises this rank's `called` words.
   for (int p : others_) {
-    if (remote(p)) continue;  // its descriptor comes over NCCL (stream_remote.cc)
+    if (remote(p)) continue;  // its descriptor comes over NCCL (remote_descriptors.*)
     host_.note_wait(StreamWait{flag(ctl_, 2, p), desc.seq, p, false, seq, WaitFor::CallDesc});
     device_->wait_value(flag(dev_ctl(), 2, p), desc.seq, s);
   }

@@ -85,7 +85,7 @@ class CopyPath final : public DevicePathRunner {
 
   // The schedule of `call` on `stream`: its steps on one stream, or forked onto the path's two.
   Launched enqueue(const PathCall& call, DeviceStream& stream) override;
-  // The call's descriptor check against every other rank (not remote ones: stream_remote.cc).
+  // The call's descriptor check against every other rank (not remote ones: remote_descriptors.*).
   void enqueue_call_check(const CallDesc& desc, uint64_t seq, DeviceStream& s);
 
   // Chunks (point-to-point uses them too): `seq` the engine's ordinal of the call.

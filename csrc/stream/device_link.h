@@ -8,7 +8,7 @@
 //   nccl  NCCL (stream/nccl_link.h): a step's messages to every peer on this link go as one
 //         ncclGroupStart .. ncclSend/ncclRecv .. ncclGroupEnd. A peer on another host has no
 //         control region mapped here, so its call descriptors go in band over NCCL as well
-//         (stream_remote.cc); a peer on this host still uses its control region for them.
+//         (remote_descriptors.*); a peer on this host still uses its control region for them.
 //
 // COMMLIB_DEVICE_LINK (the same on every rank: commlib/device/nccl_comm.py agrees on it through
 // the store before the choice) restricts the table: auto lets both kinds in (ipc within a host,
@@ -46,7 +46,7 @@ class DeviceLink {
   // Messages move chunk by chunk through the peer's inbox (the engine's send_chunk/recv_chunk);
   // false: whole messages in the link's group per step (NcclLink::enqueue_step / enqueue_p2p).
   virtual bool through_peer_memory() const = 0;
-  // The call and message descriptors go in band, over this link (stream_remote.cc), because the
+  // The call and message descriptors go in band, over this link (remote_descriptors.*), because the
   // peer's control region is not mapped here (another host).
   virtual bool descriptors_in_band() const = 0;
 };

@@ -59,7 +59,7 @@ class NcclLink final : public DevicePathRunner {
   // one group on `s`; zero-count ones are skipped on both sides.
   void enqueue_p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& s);
   // One group of `bytes`-byte messages: to each (peer, device address) of `sends`, from each of
-  // `recvs`. The engine's call descriptors for peers on other hosts (stream/stream_remote.cc).
+  // `recvs`. The engine's call descriptors for peers on other hosts (stream/remote_descriptors.*).
   void enqueue_exchange(const std::vector<std::pair<int, const void*>>& sends,
                         const std::vector<std::pair<int, void*>>& recvs, size_t bytes, DeviceStream& s);
   // algorithm="nccl". `op` is what NCCL reduces with (Sum for avg / premul_sum: the engine

@@ -189,7 +189,7 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_collective(const CollectiveCal
     std::vector<std::pair<int, CallDesc>> remote_peers;  // on other hosts: descriptors in-band
     for (int p : planned.peers)
       if (remote(p)) remote_peers.emplace_back(p, desc);
-    exchange_remote(remote_peers, remote_peers, s);
+    remote_descs_->exchange(remote_peers, remote_peers, seq_, s);
     enqueue_call(call, planned, desc, esize, s);
   } catch (const std::exception& e) {
     // Partly enqueued: the ranks' counters no longer agree, so the engine cannot go on. This

@@ -40,15 +40,24 @@ void StreamEngine::connect(const std::vector<std::string>& handles, const std::v
   std::vector<bool> over_nccl(size_);  // the peers NcclLink carries: those not through peer memory
   for (int p = 0; p < size_; ++p) over_nccl[p] = links[p] && !links[p]->through_peer_memory();
   nccl_->set_peers(over_nccl);
-  std::vector<bool> in_band(size_);  // peers whose call descriptors go over NCCL (stream_remote.cc)
+  std::vector<bool> in_band(size_);  // peers whose call descriptors go over NCCL (remote_descriptors.h)
   for (int p = 0; p < size_; ++p) in_band[p] = links[p] && links[p]->descriptors_in_band();
   copy_->set_links(over_nccl, in_band);
   links_ = std::move(links);
   needs_nccl_ = some_pair_uses(topo, opts_.link, "nccl");
-  open_remote_staging();
+  remote_descs_->open();
   p2p_probe_ = control_->add_p2p_probe(
-      [this](int peer, const CallDesc& want, CallDesc* sent) { return device_message(peer, want, sent); });
+      [this](int peer, const CallDesc& want, CallDesc* sent) { return p2p_descs_->device_message(peer, want, sent); });
   connected_ = true;
+}
+
+int StreamEngine::mapped_peers() const { return copy_->mapped_peers(); }
+
+std::vector<std::string> StreamEngine::link_names() const {
+  std::vector<std::string> names(size_);
+  for (int p = 0; p < size_; ++p)
+    if (links_[p]) names[p] = links_[p]->name();
+  return names;
 }
 
 }  // namespace commlib

@@ -60,13 +60,14 @@ StreamEngine::StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerC
       size_(plan.size),
       opts_(resolved(std::move(opts), plan.size)),
       links_(size_),
-      p2p_sent_(size_, 0),
-      p2p_received_(size_, 0),
       plans_(std::move(plan)),
       nccl_(std::make_unique<NcclLink>(device_, rank_, size_, opts_.timeout_s)) {
   DeviceGuard guard(*device_);
   copy_ = std::make_unique<CopyPath>(device_, static_cast<CopyPathHost&>(*this), *nccl_, rank_, size_, opts_.nslots,
                                      opts_.slot_bytes, opts_.streams);
+  remote_descs_ = std::make_unique<RemoteDescriptors>(*device_, *nccl_, *copy_, static_cast<RemoteDescriptorsHost&>(*this),
+                                                      failed_, rank_, size_);
+  p2p_descs_ = std::make_unique<P2PDescriptors>(*copy_, *control_, static_cast<CopyPathHost&>(*this), failed_, rank_, size_);
   own_stream_ = device_->create_stream();
   events_ = std::make_unique<EventPool>(*device_);
   if (opts_.path != DevicePath::Copy)
@@ -165,7 +166,7 @@ void StreamEngine::close() {
   // closed its imports (release_memory, after the Python side's barrier).
   attempt("close imports", [&] { copy_->close_imports(); });
   if (kernel_) attempt("kernel path imports", [&] { kernel_->close_imports(); });
-  attempt("remote staging", [&] { close_remote_staging(); });
+  attempt("remote staging", [&] { remote_descs_->close(*own_stream_); });
 }
 
 void StreamEngine::release_memory(bool peers_closed) {

@@ -46,6 +46,8 @@
 #include "stream/event_pool.h"
 #include "stream/nccl_link.h"
 #include "stream/kernel_path.h"
+#include "stream/p2p_descriptors.h"
+#include "stream/remote_descriptors.h"
 #include "transport/transport.h"
 
 namespace commlib {
@@ -105,7 +107,8 @@ class PeerControl {
   virtual void remove_p2p_probe(int id) = 0;
 };
 
-class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private CopyPathHost {
+class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private CopyPathHost,
+                     private RemoteDescriptorsHost {
   friend class DeviceWork;
  public:
   // `plan`: the host communicator's plan context (rank, size, host map, overrides), so a device
@@ -120,7 +123,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   // (stream/device_link.h: COMMLIB_DEVICE_LINK and the host map), then maps the control regions
   // and inboxes of the peers on this rank's host only (peer memory needs one machine); peers on
   // other hosts are reached over NCCL, their call descriptors exchanged in-band
-  // (stream/stream_remote.cc). NCCL's communicator itself is created afterwards, by every rank
+  // (stream/remote_descriptors.h). NCCL's communicator itself is created afterwards, by every rank
   // together when needs_nccl() (commlib/device/nccl_comm.py).
   std::string local_handle() const;
   void connect(const std::vector<std::string>& handles, const std::vector<int>& host_of);
@@ -207,16 +210,10 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   std::shared_ptr<DeviceWork> finish(std::shared_ptr<DeviceEvent> done, const std::string& enqueue_error,
                                      DeviceStream& s);
   void throw_if_failed_locked();
-  // Message descriptors in the receiver's ring: `k` the pair's device message index (the ring
-  // position), desc.seq the message's number shared with host messages.
-  void p2p_send_desc(int peer, uint64_t k, const CallDesc& desc);  // run on the stream
-  void p2p_check_desc(int peer, uint64_t k, const CallDesc& desc, uint64_t call);  // run on the stream, after its wait_value
-  // Host and device messages of a pair share one numbering: a device message of the number a
-  // host receive waits for (the executor's probe), or a host message of the number a device
-  // receive waits for (the watchdog, p2p_waits_), is a mismatch.
-  bool device_message(int peer, const CallDesc& want, CallDesc* sent);
+  // Message descriptors (p2p_descs_, stream/p2p_descriptors.h): the watchdog's look for a device
+  // receive whose message the peer sent from a host buffer, and the waits it looks at.
   void check_host_messages();
-  void note_p2p_waits(const std::vector<std::pair<int, CallDesc>>& waits, bool add);
+  void note_p2p_waits(const std::vector<std::pair<int, CallDesc>>& waits, bool add) override;
 
   void enqueue_call(const CollectiveCall& call, const ResolvedPlan& plan, const CallDesc& desc, size_t esize,
                     DeviceStream& s, bool captured = false);
@@ -228,18 +225,11 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   // CopyPathHost: what the copy path needs of the engine.
   void note_wait(const StreamWait& w) override;
   void publish_call(const CallDesc& desc) override { control_->publish_call(desc); }
-  // Peers on other hosts (no control region mapped): their descriptors go over NCCL, one group
-  // of `sends` (this rank's descriptor to each peer) and of the peers' descriptors, which a host
-  // function then compares with `expects` (stream/stream_remote.cc).
+  // Peers on other hosts (no control region mapped): their descriptors go over NCCL
+  // (remote_descs_, stream/remote_descriptors.h).
   bool remote(int peer) const { return copy_->remote(peer); }
   // The peer's messages go in the NCCL group of the step, not chunk by chunk through its inbox.
   bool grouped(int peer) const { return copy_->grouped(peer); }
-  void exchange_remote(const std::vector<std::pair<int, CallDesc>>& sends,
-                       const std::vector<std::pair<int, CallDesc>>& expects, DeviceStream& s);
-  // Runs on the stream (a host function) for the call of ordinal `seq`.
-  void compare_remote(const std::vector<std::pair<int, CallDesc>>& expects, uint64_t seq);
-  void open_remote_staging();   // at connect, when some peer is on another host
-  void close_remote_staging();  // at close, after the streams drained
   char* grow(void*& buf, size_t& have, size_t bytes, DeviceStream& s);
 
   void watchdog_loop();
@@ -269,11 +259,6 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   const int rank_, size_;
   const StreamEngineOptions opts_;
 
-  // Staging for descriptors exchanged with peers on other hosts: host memory (mapped for the
-  // device) and device memory, each a 64-byte send slot then a receive slot per peer.
-  char* remote_host_ = nullptr;
-  uint64_t* remote_host_dev_ = nullptr;
-  void* remote_dev_ = nullptr;
   std::vector<std::unique_ptr<DeviceLink>> links_;  // per rank (null for this rank), set by connect()
   bool needs_nccl_ = false;
   bool connected_ = false, closed_ = false, released_ = false;
@@ -293,7 +278,6 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   // Enqueue state (the caller's thread; one call at a time).
   std::mutex enqueue_mu_;
   uint64_t seq_ = 0;  // ordinal of the last call
-  std::vector<uint64_t> p2p_sent_, p2p_received_;  // point-to-point messages per peer
   PlanCache plans_;  // resolved as the host communicator resolves (its context)
   std::shared_ptr<DeviceEvent> last_done_;
   // The stream last_done_ was recorded on (its native handle): a call on that same stream is
@@ -312,7 +296,6 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   std::condition_variable cv_;
   std::deque<InFlight> in_flight_;
   std::deque<StreamWait> waits_;
-  std::vector<std::pair<int, CallDesc>> p2p_waits_;  // device receives waiting for their descriptor
   std::atomic<bool> failed_{false};
   std::atomic<bool> reported_{false};  // the engine's error reached a caller (take_unreported_error)
   std::atomic<uint64_t> retired_through_{0};  // every call up to it retired (DeviceWork::known_complete)
@@ -337,6 +320,8 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   const std::unique_ptr<NcclLink> nccl_;  // never null; carries nothing until set up
   std::unique_ptr<KernelPath> kernel_;    // null with COMMLIB_DEVICE_PATH=copy
   std::unique_ptr<CopyPath> copy_;        // never null (point-to-point runs on its chunks)
+  std::unique_ptr<RemoteDescriptors> remote_descs_;  // never null; staging only with peers on other hosts
+  std::unique_ptr<P2PDescriptors> p2p_descs_;        // never null (point-to-point message descriptors)
   std::string last_path_;
   bool publish_kernel_calls_ = true;  // enqueue state
   uint64_t wd_kernel_progress_ = 0;

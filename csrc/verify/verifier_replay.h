@@ -115,7 +115,7 @@ class Replay {
   }
 
   int64_t abs(int r, const Region& g) const {
-    return ranks_[r].L.base[static_cast<int>(g.buf)] + g.offset;
+    return region_start(ranks_[r].L.base, g);
   }
   bool noop_copy(int r, const Op& o) const {
     return o.kind == OpKind::Copy && o.dst.count == o.src.count && abs(r, o.dst) == abs(r, o.src);

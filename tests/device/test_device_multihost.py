@@ -1,7 +1,7 @@
 """Device calls across hosts, on emulated hosts (COMMLIB_HOST_ID per rank: host peers talk TCP,
 device peers on other hosts take the nccl link, the emulated NCCL). An engine maps the control
 region and inbox of the peers on its host only; a peer on another host gets the call descriptors
-over NCCL (csrc/stream/stream_remote.cc), and its liveness and host calls over the TCP control
+over NCCL (csrc/stream/remote_descriptors.*), and its liveness and host calls over the TCP control
 plane. Every collective x a covering set of algorithms (algorithm="nccl" too) at 2 and 3 hosts,
 mismatches and a killed rank on another host (rank-side code: device_multihost_cases.py)."""
 import os

@@ -1,12 +1,16 @@
-"""Dependencies point down: no import cycle inside commlib/, between its subpackages either; in
-csrc/, no engine folder includes another engine's, the transports include no engine, and the
-verifier and the simulator include no transport header.
+"""Dependencies point down: one ranked table of floors for csrc/'s folders (FLOORS) and one for
+commlib/'s packages (PY_FLOORS), and every include or import must reach a strictly lower floor: an
+arrow up, or sideways between two folders of one floor, fails, naming the file and line. A folder
+or package missing from its table fails too (place it before it gets arrows). A few pairs stay
+apart although their floors would allow the arrow (APART: the engines don't include each other,
+the verifier and the simulator no transport). Inside commlib/ no module import cycle either.
 
 The import graph is built from the source (ast), counting every import, including those inside
-functions: a lazy import hides a cycle from Python but not from a reader. Relative imports do not
-are resolved against the importing module's package.
+functions: a lazy import hides a cycle from Python but not from a reader. Relative imports are
+resolved against the importing module's package.
 """
 import ast
+import functools
 import os
 import re
 
@@ -17,36 +21,36 @@ CSRC = os.path.join(ROOT, "csrc")
 EXTENSIONS = ("commlib._C", "commlib._C_cuda")
 
 
-def _modules():
+def _modules(pkg=PKG):
     """{dotted module name: path} of every .py file under commlib/."""
     out = {}
-    for d, _, files in os.walk(PKG):
+    for d, _, files in os.walk(pkg):
         for f in files:
             if f.endswith(".py"):
-                rel = os.path.relpath(os.path.join(d, f), ROOT)[:-3].split(os.sep)
+                rel = os.path.relpath(os.path.join(d, f), os.path.dirname(pkg))[:-3].split(os.sep)
                 if rel[-1] == "__init__":
                     rel = rel[:-1]
                 out[".".join(rel)] = os.path.join(d, f)
     return out
 
 
-def import_graph():
-    """{module: set of commlib modules it imports}. `from a import b` counts a.b when that is a
-    module, else a (b is a name defined in a)."""
-    mods = _modules()
-    graph = {}
+@functools.lru_cache(maxsize=None)  # every test reads the same tree: parse it once
+def import_edges(pkg=PKG):
+    """((module, commlib module it imports, file:line), ...). `from a import b` counts a.b when
+    that is a module, else a (b is a name defined in a)."""
+    mods = _modules(pkg)
+    edges = []
     for name, path in mods.items():
-        deps = set()
         for node in ast.walk(ast.parse(open(path).read(), path)):
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:  # from .x import y: relative to this module's package
-                    pkg = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+                    pkg_name = name if path.endswith("__init__.py") else name.rpartition(".")[0]
                     for _ in range(node.level - 1):
-                        pkg = pkg.rpartition(".")[0]
-                    base = f"{pkg}.{base}" if base else pkg
+                        pkg_name = pkg_name.rpartition(".")[0]
+                    base = f"{pkg_name}.{base}" if base else pkg_name
                 targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
             else:
                 continue
@@ -56,8 +60,15 @@ def import_graph():
                 while t and t not in mods:  # a.b.c where a.b is the module
                     t = t.rpartition(".")[0]
                 if t and t != name:
-                    deps.add(t)
-        graph[name] = deps
+                    edges.append((name, t, f"{os.path.relpath(path, ROOT)}:{node.lineno}"))
+    return tuple(edges)
+
+
+def import_graph():
+    """{module: set of commlib modules it imports}."""
+    graph = {m: set() for m in _modules()}
+    for m, d, _ in import_edges():
+        graph[m].add(d)
     return graph
 
 
@@ -111,41 +122,133 @@ def layer_of(module):
     return ".".join(module.split(".")[:2])
 
 
-def package_graph(graph):
-    """{layer: layers it imports}. The root package (commlib/__init__.py) re-exports every layer
-    and nothing imports it back for a name it defines, so it is left out."""
-    out = {}
-    for m, deps in graph.items():
-        if m == "commlib":
-            continue
-        node = out.setdefault(layer_of(m), set())
-        node.update(layer_of(d) for d in deps if d != "commlib" and layer_of(d) != layer_of(m))
+_INCLUDE = re.compile(r'#\s*include\s*"([^"]+)"')
+
+
+# -- the floors (docs/DESIGN.md "Layers"): lowest first; a node may use only nodes of lower floors --
+
+FLOORS = (
+    ("common",),
+    ("transport", "schedule"),
+    ("kernels", "sim"),              # the device plan lowers schedules; the cost model plays them
+    ("device", "policy"),            # the policy ranks auto's candidates with the cost model
+    ("plan", "verify"),              # plan: every engine's call -> resolved plan
+    ("host", "stream", "device/emulated"),  # the engines; the emulated device only the bindings see
+    ("bindings",),
+)
+PY_FLOORS = (
+    ("commlib.errors", "commlib.settings"),
+    ("commlib.bootstrap",),
+    ("commlib.device", "commlib.testing"),
+    ("commlib.core",),
+    ("commlib.perf", "commlib.torch", "commlib.parallel"),
+    ("commlib.sim", "commlib.bench", "commlib.models"),  # bench and sim share perf, not each other
+    ("commlib.init", "commlib.explain"),                 # init reads sim's topology files when asked
+    ("commlib.join", "commlib.cli"),
+    ("commlib.__main__",),
+)
+# Lower than their user, and still not to be used by it: the engines run schedules each their own
+# way and share only what lies below them; the verifier and the simulator (and what they use) play
+# schedules without moving a byte.
+APART = {
+    "host": ("verify", "sim"),
+    "stream": ("verify", "sim"),
+    "verify": ("sim", "transport"),
+    "policy": ("transport",),
+    "sim": ("transport",),
+}
+
+
+def floor_of(node, floors):
+    for i, names in enumerate(floors):
+        if node in names:
+            return i
+    raise KeyError(node)
+
+
+def arrows_up(edges, floors, apart=None):
+    """The edges [(from, to, where)] that do not reach a strictly lower floor, or reach a node kept
+    apart from theirs, as messages."""
+    bad = []
+    for a, b, where in edges:
+        fa, fb = floor_of(a, floors), floor_of(b, floors)
+        if fb >= fa:
+            bad.append(f"{where}: {a} (floor {fa}) uses {b} (floor {fb})")
+        elif b in (apart or {}).get(a, ()):
+            bad.append(f"{where}: {a} uses {b}, which it is kept apart from")
+    return bad
+
+
+def node_of(path, floors):
+    """The table's node holding csrc-relative `path`: its longest folder in the table."""
+    names = sorted((n for f in floors for n in f), key=len, reverse=True)
+    return next((n for n in names if path.startswith(n + "/")), None)
+
+
+def include_edges(csrc=CSRC, floors=FLOORS):
+    """[(node, node it includes, file:line)] for every quoted include between two of csrc's folders.
+    A folder not in the table fails (place it first)."""
+    edges = []
+    for d, _, files in os.walk(csrc):
+        for f in sorted(files):
+            rel = os.path.relpath(os.path.join(d, f), csrc)
+            if os.sep not in rel:
+                continue
+            src = node_of(rel, floors)
+            assert src, f"csrc/{rel}: its folder is not in FLOORS (tests/python/test_layering.py)"
+            for i, line in enumerate(open(os.path.join(d, f)), 1):
+                m = _INCLUDE.match(line.strip())
+                if not m or "/" not in m.group(1):
+                    continue  # a file of the same folder, or a library's
+                dst = node_of(m.group(1), floors)
+                if dst is None:
+                    assert not os.path.isdir(os.path.join(csrc, m.group(1).split("/")[0])), \
+                        f"{rel}:{i}: {m.group(1)}'s folder is not in FLOORS"
+                    continue
+                if dst != src:
+                    edges.append((src, dst, f"csrc/{rel}:{i}"))
+    return edges
+
+
+def package_edges(edges=None):
+    """import_edges between commlib's packages (commlib.core.x -> commlib.core; the root package,
+    which re-exports every layer and which nothing imports back for a name, left out)."""
+    out = []
+    for a, b, where in import_edges() if edges is None else edges:
+        la, lb = layer_of(a), layer_of(b)
+        if "commlib" not in (a, b) and la != lb:
+            out.append((la, lb, where))
     return out
 
 
-def test_commlib_subpackages_have_no_cycle():
-    layers = package_graph(import_graph())
-    assert {"commlib.core", "commlib.device", "commlib.bootstrap", "commlib.perf", "commlib.bench",
-            "commlib.sim"} <= set(layers)
-    cycle = find_cycle(layers)
-    assert cycle is None, "import cycle between subpackages: " + " -> ".join(cycle)
+def test_every_folder_and_package_has_a_floor():
+    folders = {n for f in FLOORS for n in f}
+    on_disk = {d for d in os.listdir(CSRC) if os.path.isdir(os.path.join(CSRC, d))} | {"device/emulated"}
+    assert on_disk == folders, f"csrc folders vs FLOORS: missing {on_disk - folders}, gone {folders - on_disk}"
+    layers = {layer_of(m) for m in _modules()} - {"commlib"}
+    placed = {n for f in PY_FLOORS for n in f}
+    assert layers == placed, f"commlib packages vs PY_FLOORS: missing {layers - placed}, gone {placed - layers}"
 
 
-def test_bench_and_sim_share_perf_not_each_other():
-    layers = package_graph(import_graph())
-    assert "commlib.sim" not in layers["commlib.bench"], "bench imports sim (share it through perf)"
-    assert "commlib.bench" not in layers["commlib.sim"], "sim imports bench (share it through perf)"
-    assert "commlib.perf" in layers["commlib.sim"] and "commlib.perf" in layers["commlib.bench"]
+def test_csrc_includes_point_down():
+    edges = include_edges()
+    assert ("sim", "schedule") in {(a, b) for a, b, _ in edges}  # the reader sees real includes
+    bad = arrows_up(edges, FLOORS, APART)
+    assert not bad, "an include runs up or sideways (docs/DESIGN.md, Layers):\n" + "\n".join(bad)
+
+
+def test_commlib_imports_point_down():
+    edges = package_edges()
+    assert ("commlib.core", "commlib.bootstrap") in {(a, b) for a, b, _ in edges}
+    bad = arrows_up(edges, PY_FLOORS)
+    assert not bad, "an import runs up or sideways (docs/DESIGN.md, Layers):\n" + "\n".join(bad)
 
 
 def test_the_explorer_sits_above_bench_and_sim():
     # commlib explain reads the simulator; bench's report gets its page writer from the command.
-    layers = package_graph(import_graph())
-    assert "commlib.sim" in layers["commlib.explain"] and "commlib.bench" not in layers["commlib.explain"]
-    assert "commlib.explain" not in layers["commlib.bench"] and "commlib.explain" not in layers["commlib.sim"]
-
-
-_INCLUDE = re.compile(r'#\s*include\s*"([^"]+)"')
+    used = {(a, b) for a, b, _ in package_edges()}
+    assert ("commlib.explain", "commlib.sim") in used and ("commlib.explain", "commlib.bench") not in used
+    assert ("commlib.sim", "commlib.perf") in used and ("commlib.bench", "commlib.perf") in used
 
 
 def includes(folder, csrc=CSRC):
@@ -163,37 +266,7 @@ def includes(folder, csrc=CSRC):
     return out
 
 
-# One folder per engine: each runs schedules its own way and shares only what lies below them
-# (common, kernels, transport, device, schedule, policy, plan). The bindings wire them together.
 ENGINES = ("host", "stream", "verify", "sim")
-TRANSPORT = ("transport/",)
-
-
-def test_no_engine_includes_another_engine():
-    bad = [f"{where}: {inc}" for e in ENGINES for where, inc in includes(e)
-           if inc.split("/")[0] in ENGINES and inc.split("/")[0] != e]
-    assert not bad, "an engine includes another engine's folder:\n" + "\n".join(bad)
-
-
-def test_verifier_and_simulator_include_no_transport():
-    bad = [f"{where}: {inc}" for folder in ("verify", "sim", "policy", "schedule")
-           for where, inc in includes(folder) if inc.startswith(TRANSPORT)]
-    assert not bad, "the verifier, the simulator or what they use includes a transport:\n" + "\n".join(bad)
-
-
-def test_transports_do_not_include_the_engine():
-    higher = tuple(f"{d}/" for d in ENGINES + ("plan", "policy", "bindings"))
-    bad = [f"{where}: {inc}" for where, inc in includes("transport") if inc.startswith(higher)]
-    assert not bad, "transport includes a higher layer:\n" + "\n".join(bad)
-
-
-def test_engines_do_not_include_the_emulated_device():
-    # A device provides its own NCCL (Device::nccl_api()): the engines pick nothing by the
-    # device's name, and the emulated device and NCCL (test doubles) reach them only through the
-    # device interface. The bindings create the emulated device and hold the tests' hooks.
-    bad = [f"{where}: {inc}" for e in ENGINES + ("plan", "policy") for where, inc in includes(e)
-           if inc.startswith("device/emulated/")]
-    assert not bad, "an engine includes the emulated device or NCCL:\n" + "\n".join(bad)
 
 
 # The engines see transports as Links, the Fabric and the Transport interface: which transport
@@ -212,9 +285,19 @@ def test_engines_reach_transports_only_through_the_fabric():
         "the Fabric builds its domains through the transport table"
 
 
-def test_the_include_checks_see_a_violation(tmp_path):
-    # The checks above read real files; the reader must also see a planted include.
-    (tmp_path / "stream").mkdir()
-    (tmp_path / "stream" / "x.cc").write_text('#include "host/communicator.h"\n')
-    [(where, inc)] = includes("stream", csrc=str(tmp_path))
-    assert where.endswith("stream/x.cc:1") and inc == "host/communicator.h"
+def test_the_floor_checks_see_an_arrow_up(tmp_path):
+    # The checks above read real files; they must also catch a planted arrow: the simulator
+    # including the policy (what resolving "auto" inside sim::simulate once did), an engine
+    # including the emulated device, an import of the entry from the core.
+    for folder in ("sim", "policy", "stream", "device/emulated"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "sim" / "x.cc").write_text('#include "policy/auto_policy.h"\n#include "sim/x.h"\n')
+    (tmp_path / "policy" / "y.cc").write_text('#include "sim/simulator.h"\n')
+    (tmp_path / "stream" / "z.cc").write_text('#include "device/emulated/emulated_device.h"\n')
+    bad = arrows_up(include_edges(str(tmp_path), FLOORS), FLOORS, APART)
+    assert len(bad) == 2 and "csrc/sim/x.cc:1: sim (floor 2) uses policy (floor 3)" in bad[0] \
+        and "stream (floor 5) uses device/emulated (floor 5)" in bad[1], bad
+    planted = [("commlib.core.x", "commlib.init", "commlib/core/x.py:3")]
+    assert arrows_up(package_edges(planted), PY_FLOORS) == \
+        ["commlib/core/x.py:3: commlib.core (floor 3) uses commlib.init (floor 6)"]
+    assert arrows_up([("host", "verify", "h.cc:1")], FLOORS, APART) == ["h.cc:1: host uses verify, which it is kept apart from"]
