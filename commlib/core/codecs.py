@@ -164,3 +164,17 @@ def verify(collective: str, algorithm: str = "auto", size: int = 1, count: int =
     Returns the algorithm verified; raises ``commlib.VerificationError``."""
     return _C.verify_compressed(call_spec.collective(collective), algorithm, int(size), int(count),
                                 bool(sender_projects), list(host_of or []), bool(inter_only))
+
+
+def error_feedback_round(codec: Codec, grad, residual=None):
+    """One error-feedback step (EF-SGD: Seide et al.'s 1-bit SGD, Karimireddy et al. 2019) on a
+    flat CPU float32 torch tensor, in place: ``grad += residual`` (if any), then ``grad =
+    Q(grad)`` (``codec``'s projection); returns the new residual (what Q dropped). Used by
+    DataParallel(compress=, error_feedback=True) and commlib.torch.hooks; docs/compression.md says
+    which combinations converge."""
+    if residual is not None:
+        grad.add_(residual)
+    q = grad.new_tensor(codec.round_trip(grad.detach().numpy()))
+    new_residual = grad - q
+    grad.copy_(q)
+    return new_residual

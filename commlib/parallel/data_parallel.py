@@ -16,7 +16,7 @@ from typing import List, Optional
 
 import torch
 
-from .error_feedback import error_feedback_round
+from commlib.core.codecs import error_feedback_round
 from ._buckets import (MB, FlatLayout, OrderedLauncher, broadcast_tensors, check_algorithm, check_comm,
                        check_positive, dtype_buckets, param_slots, queue_backward_callback,
                        replicate_module, storage_bytes)
@@ -61,7 +61,7 @@ class DataParallel(torch.nn.Module):
         compress: a codec (name or ``commlib.codecs.Codec``) the buckets' all_reduce travels in
             (host buffers; docs/compression.md); None: uncompressed.
         error_feedback: with ``compress``, add to each bucket the residual its last encoding lost
-            and encode the sum on this rank before sending (EF-SGD, parallel/error_feedback.py);
+            and encode the sum on this rank before sending (EF-SGD, commlib.core.codecs.error_feedback_round);
             float32 buckets only. docs/compression.md says which combinations converge.
 
     At construction the parameter and buffer shapes are checked to agree on every rank (a clear

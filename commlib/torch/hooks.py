@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from commlib.core import codecs
-from commlib.parallel.error_feedback import error_feedback_round
+from commlib.core.codecs import error_feedback_round
 
 __all__ = ["ErrorFeedbackState", "compressed_allreduce_hook"]
 

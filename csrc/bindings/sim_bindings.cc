@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "bindings/bindings.h"
+#include "kernels/cpu_codecs.h"
 #include "policy/auto_policy.h"
 #include "policy/candidate_search.h"
 #include "sim/simulator.h"
@@ -131,9 +132,12 @@ void bind_sim(py::module_& m) {
           CodecSpec spec;
           spec.kind = codec_kind(codec);
           spec.block = block;
-          spec.inter_only = inter_only;
           check_codec(spec, DType::Float32);
-          cost = sim::codec_cost(spec, encode_ns, decode_ns);
+          // The codec's layout, as kernels/cpu_codecs.cc lays it out (tests/sim checks the bytes
+          // against Codec.encoded_size): a scale byte per block but bf16's; 16, 4 or 8 bits a code.
+          const bool bf16 = spec.kind == kern::CodecKind::BF16;
+          cost = sim::codec_cost(block, bf16 ? 0 : 1, bf16 ? 16 : spec.kind == kern::CodecKind::Int4 ? 4 : 8,
+                                 inter_only, encode_ns, decode_ns);
         }
         const auto [how, r] = play(c, Composition{algorithm, inter_algorithm, intra_algorithm, segment}, count,
                                    elem_bytes, root, topology_from_dict(topology), nullptr, cost);

@@ -34,7 +34,7 @@ def test_error_feedback_loses_nothing_for_good():
     import torch
 
     from commlib.codecs import Codec
-    from commlib.parallel.error_feedback import error_feedback_round
+    from commlib.core.codecs import error_feedback_round
     codec = Codec("int4", block_size=16)
     rng = np.random.default_rng(3)
     # a slowly varying gradient with one large coordinate per block: the small ones round to 0
