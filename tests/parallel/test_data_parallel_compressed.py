@@ -1,6 +1,6 @@
 """DataParallel(compress=, error_feedback=) trains TinyGPT to within the stated loss of the
 uncompressed run (docs/compression.md): the mean loss of the last 4 of 24 steps within 2% (int8
-and int4 with error feedback). Losses are checked, never times."""
+and int4 with error feedback, 4 ranks). Losses are checked, never times."""
 import pytest
 
 from parallel import ef_cases as C
@@ -11,7 +11,7 @@ def _tail(losses):
 
 
 @pytest.mark.timeout(200)
-@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("world", [4])  # DDP with the hook: 2 ranks (tests/torch)
 def test_error_feedback_trains_like_uncompressed(pool, world):
     p = pool(world)
     plain = p.run(C.train_tinygpt, timeout=150)[0][0]

@@ -24,7 +24,7 @@ def _tail(losses):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("n", [2])  # DataParallel with error feedback: 4 ranks (tests/parallel)
 def test_compressed_hooks_train_like_the_default_hook(n):
     pool = get_pool(n)
     plain, _, plain_params = pool.run(cases.case_tinygpt_ddp, "plain", timeout=150)[0]
