@@ -45,11 +45,14 @@ class ErrorFeedbackState:
         self.residuals: Dict[int, torch.Tensor] = {}
 
     def _group(self):
-        from commlib.torch.backend import ProcessGroupCommlib
-        pg = self.process_group if self.process_group is not None else dist.distributed_c10d._get_default_group()
-        if not isinstance(pg, ProcessGroupCommlib):
-            raise TypeError(f"process_group: the hook runs on commlib groups, not {type(pg).__name__}")
-        return pg
+        # The Python backend of the group (commlib.torch.python_group: also behind the C++ one),
+        # whose completion thread finishes the hook's Work.
+        from commlib.torch import python_group
+        try:
+            return python_group(self.process_group)
+        except TypeError:
+            raise TypeError(f"process_group: the hook runs on commlib groups, not "
+                            f"{type(self.process_group).__name__}") from None
 
 
 def compressed_allreduce_hook(state: ErrorFeedbackState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
