@@ -214,7 +214,7 @@ bool Executor::progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
           std::string got = describe_call(h->desc);
           std::string msg = "rank " + std::to_string(t_.rank()) + " in " + describe_call(call) + " received from rank " +
                             std::to_string(o.peer) + " a message of " + got + "; expected " +
-                            describe_call(o.desc);
+                            describe_call(o.desc) + codec_mismatch_hint(o.desc, h->desc);
           if (h->desc == o.desc)
             msg += " (chunk at byte " + std::to_string(h->offset) + " of " + std::to_string(h->bytes) +
                    " bytes, expected byte " + std::to_string(o.done) + " of " + std::to_string(expect) + ")";
