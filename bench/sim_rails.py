@@ -11,7 +11,10 @@ prediction for NCCL. Published points (nccl-tests all_reduce_perf, large message
 The dgx-a100 preset has eight HDR NICs (one per GPU); the published A100 point ran with four, so it
 is checked on the preset with `nics` = 4 (GPU i uses NIC i % 4).
 
-    python bench/sim_rails.py [--jobs N] [--json bench/sim_data/rails.json] [--quick]
+    python bench/sim_rails.py [--jobs N] [--json bench/sim_data/rails.json] [--quick | --nodes 128,1024]
+
+`--nodes` simulates those node counts only and merges the points into the JSON file's (a point
+simulated again replaces its old value), so a long sweep can be run one node count at a time.
 """
 from __future__ import annotations
 
@@ -68,10 +71,10 @@ def sizes_for(nodes, alg):
     return (1 << 26, BIG) if alg == "auto" else ()
 
 
-def jobs(quick=False):
-    pts = [(t, n, nodes, "rail_ring", BIG) for _, t, n, ns, _, _ in PUBLISHED for nodes in ns]
+def jobs(quick=False, nodes_only=None):
+    pts = [] if nodes_only else [(t, n, nodes, "rail_ring", BIG) for _, t, n, ns, _, _ in PUBLISHED for nodes in ns]
     for t in ("dgx-h100", "dgx-a100"):
-        for nodes in NODES[:2] if quick else NODES:
+        for nodes in nodes_only or (NODES[:2] if quick else NODES):
             for alg in ALGORITHMS:
                 pts += [(t, None, nodes, alg, s) for s in sizes_for(nodes, alg)]
     # the slow points first, so the pool's processes finish together
@@ -122,11 +125,22 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="2 and 16 nodes only")
     ap.add_argument("--json", default=os.path.join(ROOT, "bench", "sim_data", "rails.json"))
+    ap.add_argument("--nodes", default="", help="comma list of node counts to simulate, merged into --json")
     a = ap.parse_args(argv)
+    nodes_only = tuple(int(n) for n in a.nodes.split(",")) if a.nodes else None
+    if nodes_only and not set(nodes_only) <= set(NODES):
+        ap.error(f"--nodes: expected some of {NODES}, got {a.nodes!r}")
     t0 = time.perf_counter()
     with ProcessPoolExecutor(a.jobs) as ex:
-        points = list(ex.map(_point, jobs(a.quick)))
+        points = list(ex.map(_point, jobs(a.quick, nodes_only)))
     data = {"points": points, "jobs": a.jobs, "wall_s": time.perf_counter() - t0}
+    if nodes_only and os.path.exists(a.json):
+        with open(a.json) as f:
+            old = json.load(f)
+        key = lambda p: (p["topology"], p["nodes"], p["algorithm"], p["bytes"])  # noqa: E731
+        new = {key(p) for p in points}
+        data["points"] = [p for p in old["points"] if key(p) not in new] + points
+        data["wall_s"] += old.get("wall_s", 0.0)
     with open(a.json, "w") as f:
         json.dump(data, f, indent=0)
         f.write("\n")
