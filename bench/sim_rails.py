@@ -61,8 +61,8 @@ def _point(args):
 
 def sizes_for(nodes, alg):
     """The sizes simulated: every size at 2 and 16 nodes. At 128 nodes (1024 ranks) a rail ring plays
-    2 x 1023 steps of 8 channels on every rank, about a minute per point here, so the flat rings
-    there take 1 GiB only; at 1024 nodes (8192 ranks, 8x the ranks and the steps) only auto, at
+    2 x 1023 steps of 8 channels on every rank (16.7 M steps: 21 s per point here at load 22, 4 GB of
+    pages touched), so the flat rings there take 1 GiB only; at 1024 nodes (8192 ranks, 8x the ranks and the steps) only auto, at
     64 MiB and 1 GiB (auto's search cuts a candidate once it cannot win)."""
     if nodes <= 16:
         return SIZES
@@ -113,9 +113,12 @@ def markdown(data) -> list[str]:
             out.append("")
     missing = [n for n in NODES if not any(p["nodes"] == n for p in data["points"])]
     if missing:
-        out.append(f"Not in this sweep (`--quick`): {', '.join(map(str, missing))} nodes; a full run takes well "
-                   "over half an hour on this shared VM (a 128-node rail_ring point about a minute, 1024 nodes "
-                   "64 times that).")
+        out.append(f"Not in this sweep: {', '.join(map(str, missing))} nodes ({data.get('missing_why', '`--quick`')}).")
+    slow = max(data["points"], key=lambda p: p["wall_s"])
+    out.append(f"Slowest point: {slow['topology']} {slow['nodes']} nodes {slow['algorithm']} {fmt_bytes(slow['bytes'])}, "
+               f"{slow['wall_s']:.0f} s. Flat rings at 128 nodes and more are simulated at 1 GiB only and at 1024 "
+               "nodes not at all (`sizes_for`): a flat ring's steps grow with the square of the ranks (a rail ring at "
+               "8192 ranks plays 8 x 2 x 8191 steps on each of 8192 ranks, 1.07 G steps, 64x the 128-node point).")
     out.append(f"Sweep: {data['jobs']} processes, {data['wall_s']:.0f} s on this shared 2-core VM.")
     return out
 
