@@ -4,6 +4,7 @@ Objects are cached under build/obj and recompiled only when their source or a he
 changed (the compiler writes each object's dependency list beside it, -MMD), and compiled in
 parallel: a one-line change rebuilds in seconds instead of minutes.
 """
+import functools
 import os
 import shutil
 import subprocess
@@ -35,8 +36,39 @@ def _rel(paths):
     return sorted(str(p.relative_to(ROOT)) for p in paths)
 
 
+TORCH_BACKEND = CSRC / "torch_backend"  # the c10d::Backend: built against torch, into commlib._C_torch
+
+
 def core_sources():
-    return _rel(p for p in CSRC.rglob("*.cc") if "cuda" not in p.name)
+    return _rel(p for p in CSRC.rglob("*.cc") if "cuda" not in p.name and TORCH_BACKEND not in p.parents)
+
+
+def torch_backend_sources():
+    return _rel(TORCH_BACKEND.glob("*.cc"))
+
+
+@functools.lru_cache(maxsize=None)
+def torch_build():
+    """(version, compile flags, link flags) of the installed torch for commlib._C_torch, or None
+    when torch is not importable (COMMLIB_NO_TORCH_BACKEND=1 skips it too). The flags are torch's
+    own extension tooling's (torch.utils.cpp_extension): its headers (with its pybind11, so the
+    module shares torch's pybind11 types), its C++ standard and ABI, its libraries (rpath'd)."""
+    if os.environ.get("COMMLIB_NO_TORCH_BACKEND"):
+        return None
+    try:
+        import torch
+        from torch.utils import cpp_extension
+    except ImportError:
+        return None
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    cflags = ["-std=c++20", "-O2", "-fPIC", "-fvisibility=hidden", "-pthread", "-Wall", "-Wno-unused-function",
+              "-Wno-unused-parameter", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-DTORCH_EXTENSION_NAME=_C_torch",
+              "-DTORCH_API_INCLUDE_EXTENSION_H", f'-DCOMMLIB_TORCH_VERSION="{torch.__version__}"']
+    cflags += [f"-isystem{p}" for p in cpp_extension.include_paths()]
+    cflags += [f"-I{CSRC}", f"-isystem{sysconfig.get_paths()['include']}"]
+    lib = cpp_extension.library_paths()[0]
+    lflags = [f"-L{lib}", f"-Wl,-rpath,{lib}", "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"]
+    return torch.__version__, cflags, lflags
 
 
 def cuda_sources():
@@ -70,7 +102,10 @@ class CachedBuildExt(build_ext):
         def compile_one(src):
             src = str(ROOT / src)
             rel = Path(src).resolve().relative_to(ROOT)
-            obj = OBJ_DIR / (str(rel).replace("/", "_") + (".cuda" if ext.name.endswith("_cuda") else "") + ".o")
+            # (objects built against torch carry its version: its headers are not in the -MMD lists)
+            tag = ".cuda" if ext.name.endswith("_cuda") else f".torch{torch_build()[0]}" if ext.name.endswith(
+                "_C_torch") else ""
+            obj = OBJ_DIR / (str(rel).replace("/", "_") + tag + ".o")
             dep = obj.with_suffix(".d")
             if object_is_current(obj, Path(src), dep, headers):
                 return str(obj)
@@ -89,6 +124,8 @@ class CachedBuildExt(build_ext):
                 # (2m46 instead of about 5 min on 2 cores).
                 cmd += ["--threads", "0"]
                 cmd += [f"-I{i}" for i in INCLUDES]
+            elif ext.name.endswith("_C_torch"):
+                cmd = ["g++", "-c", src, "-o", str(obj), "-MMD", "-MF", str(dep)] + torch_build()[1]
             else:
                 cmd = ["g++", "-c", src, "-o", str(obj), "-MMD", "-MF", str(dep)] + CXXFLAGS + [
                     f"-I{i}" for i in INCLUDES]
@@ -111,6 +148,8 @@ class CachedBuildExt(build_ext):
             # Static cudart: importing works on machines without a CUDA install and reports
             # "no CUDA device" instead of failing to find libcudart.
             link += [f"-L{cuda_lib(nvcc)}", "-lcudart_static", "-ldl", "-lrt"]
+        if ext.name.endswith("_C_torch"):
+            link += torch_build()[2]
         print(" ".join(link), flush=True)
         subprocess.run(link, check=True)
         os.replace(tmp_out, out)
@@ -120,6 +159,12 @@ class CachedBuildExt(build_ext):
             tmp_in = inplace.with_name(inplace.name + f".tmp{os.getpid()}")
             shutil.copy2(out, tmp_in)
             os.replace(tmp_in, inplace)
+        if ext.name.endswith("_C_torch"):
+            # The torch version it was built against, readable without loading the module (a module
+            # built against another torch may not even load): commlib/torch/native.py checks it.
+            (out.parent / "_C_torch.torch_version").write_text(torch_build()[0] + "\n")
+            if inplace.resolve() != out.resolve():
+                (inplace.parent / "_C_torch.torch_version").write_text(torch_build()[0] + "\n")
 
 
 def cuda_home(nvcc):
@@ -148,5 +193,8 @@ def cuda_lib(nvcc):
 extensions = [Extension("commlib._C", sources=core_sources())]
 if find_nvcc() and cuda_sources():
     extensions.append(Extension("commlib._C_cuda", sources=cuda_sources()))
+
+if torch_build() is not None and torch_backend_sources():
+    extensions.append(Extension("commlib._C_torch", sources=torch_backend_sources()))
 
 setup(ext_modules=extensions, cmdclass={"build_ext": CachedBuildExt})

@@ -28,7 +28,7 @@ from torch.futures import Future
 
 import commlib._C as _C
 
-from commlib.torch import at_exit
+from commlib.torch import at_exit, native
 from commlib.torch.fast_path import (ALL_REDUCE, BARRIER, BROADCAST, OP_BY_HASH, REDUCE, DoneWorks,
                                      fast_collective)
 from commlib.torch.data_movement import DataMovementMixin
@@ -43,6 +43,8 @@ from commlib.torch.work import Call, Completer, Work, completed_work, timeout_se
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
                "gather", "scatter")
+# (in the core's Collective order: the C++ backend takes the algorithms as a list in this order)
+assert list(COLLECTIVES) == list(_C.Collective.__members__)[:len(COLLECTIVES)]
 
 
 @dataclasses.dataclass
@@ -84,7 +86,10 @@ def _create(dist_opts, pg_options):
     timeout = timeout_seconds(dist_opts.timeout)
     prefix = f"commlib/{dist_opts.group_id}"
     comm = _init_comm(dist_opts.store, rank, size, timeout, prefix)
-    return ProcessGroupCommlib(comm, rank, size, options, dist_opts.timeout)
+    group = ProcessGroupCommlib(comm, rank, size, options, dist_opts.timeout)
+    # The C++ c10d::Backend over this group (native.py), which torch registers per device and
+    # calls through its dispatcher; the Python group alone where that module was not built.
+    return native.wrap(group)
 
 
 def _check_algorithms(options: Options):

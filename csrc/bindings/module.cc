@@ -3,6 +3,7 @@
 namespace commlib {
 void bind_buffer_view(pybind11::module_& m);       // bindings/buffer_view.cc: the one buffer reader's registrations
 void bind_device_fast_call(pybind11::module_& m);  // bindings/device_fast_call.cc: the device call cache
+void bind_core_api(pybind11::module_& m);          // bindings/core_api.cc: the table other modules call
 }  // namespace commlib
 
 PYBIND11_MODULE(_C, m) {
@@ -19,4 +20,5 @@ PYBIND11_MODULE(_C, m) {
   commlib::bind_device_fast_call(m);
   commlib::bind_sim(m);
   commlib::bind_device_plan(m);
+  commlib::bind_core_api(m);
 }

@@ -67,6 +67,9 @@ const std::vector<Param> kParams = {
      "outlives any rank (unset: MASTER_ADDR:MASTER_PORT, served by rank 0 unless torchrun serves it)"},
     {"COMMLIB_NO_CUDA", "flag", "",
      "build time (setup.py): skip the CUDA module even when nvcc is found"},
+    {"COMMLIB_NO_TORCH_BACKEND", "flag", "",
+     "build time (setup.py): skip the torch backend's C++ module (commlib._C_torch); groups are then the Python "
+     "backend alone"},
     {"COMMLIB_NO_CHROMIUM", "flag", "",
      "set-up time (scripts/setup.sh): do not install Debian's chromium for the explorer's browser test"},
     {"COMMLIB_EMULATED_DELAY_US", "int", "0",

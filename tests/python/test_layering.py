@@ -18,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PKG = os.path.join(ROOT, "commlib")
 CSRC = os.path.join(ROOT, "csrc")
 # The compiled extensions: leaves, not the package's face (commlib/__init__.py).
-EXTENSIONS = ("commlib._C", "commlib._C_cuda")
+EXTENSIONS = ("commlib._C", "commlib._C_cuda", "commlib._C_torch")
 
 
 def _modules(pkg=PKG):
@@ -135,6 +135,7 @@ FLOORS = (
     ("plan", "verify"),              # plan: every engine's call -> resolved plan
     ("host", "stream", "device/emulated"),  # the engines; the emulated device only the bindings see
     ("bindings",),
+    ("torch_backend",),              # commlib._C_torch: the c10d::Backend, over bindings/core_api.h
 )
 PY_FLOORS = (
     ("commlib.errors", "commlib.settings"),
@@ -301,3 +302,12 @@ def test_the_floor_checks_see_an_arrow_up(tmp_path):
     assert arrows_up(package_edges(planted), PY_FLOORS) == \
         ["commlib/core/x.py:3: commlib.core (floor 3) uses commlib.init (floor 6)"]
     assert arrows_up([("host", "verify", "h.cc:1")], FLOORS, APART) == ["h.cc:1: host uses verify, which it is kept apart from"]
+
+
+def test_the_torch_backend_reaches_the_core_only_through_its_table():
+    # csrc/torch_backend (commlib._C_torch, built against torch) calls the core through the table
+    # _C hands out (bindings/core_api.h): a second copy of an engine there would have its own
+    # registry and settings. It may name the call types below the engines, nothing else of ours.
+    allowed = ("common/", "plan/", "torch_backend/", "bindings/core_api.h")
+    bad = [f"{where}: {inc}" for where, inc in includes("torch_backend") if not inc.startswith(allowed)]
+    assert not bad, "the torch backend includes a layer it must reach through bindings/core_api.h:\n" + "\n".join(bad)

@@ -4,8 +4,15 @@ Every blocking collective that has a latency path is run twice on the same data:
 must take the latency path: the backend's ``fast_collective`` is wrapped to record what it answered)
 and with ``async_op=True`` + ``wait()`` (the general path: staging, the worker, the completion
 thread). Both run the same algorithm, so results must be bitwise equal, for every dtype.
+
+The C++ backend (commlib/torch/native.py) serves the default group's CPU calls itself, so these
+cases run on a group of the Python backend alone, made the default group while they run
+(``python_world``): the Python backend still serves what the C++ one hands it, and every group
+where commlib._C_torch is not built.
 """
 from __future__ import annotations
+
+import contextlib
 
 import torch
 import torch.distributed as dist
@@ -14,6 +21,27 @@ import backend_cases as bc
 import commlib._C as _C
 import commlib.torch.backend as backend_mod
 import commlib.torch.data_movement as dm_mod
+from commlib.torch import native
+
+
+@contextlib.contextmanager
+def python_world(comm):
+    """The default group replaced by a Python-backend group over the same ranks meanwhile."""
+    st = bc.setup(comm)
+    if "python_world" not in st:
+        wrap = native.wrap
+        native.wrap = lambda group: group  # this one group: the Python backend as it is
+        try:
+            st["python_world"] = dist.new_group(backend="commlib")
+        finally:
+            native.wrap = wrap
+    c10d = dist.distributed_c10d
+    world = c10d._world.default_pg
+    c10d._world.default_pg = st["python_world"]
+    try:
+        yield
+    finally:
+        c10d._world.default_pg = world
 
 DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.int32, torch.int64, torch.uint8)
 
@@ -118,7 +146,11 @@ def _calls(P, me, n, dtype):
 def case_fast_matches_general(comm, dtype_names=None, sizes=(1, 5, 1000)):
     """Every latency-path call: taken when blocking, declined never; bitwise equal to the general
     path (async + wait) on the same inputs. Returns a list of failures (empty: all good)."""
-    bc.setup(comm)
+    with python_world(comm):
+        return _fast_matches_general(comm, dtype_names, sizes)
+
+
+def _fast_matches_general(comm, dtype_names, sizes):
     P, me = comm.size, comm.rank
     failures = []
     dtypes = DTYPES if dtype_names is None else [getattr(torch, d) for d in dtype_names]
@@ -151,7 +183,11 @@ def case_declined_calls_take_the_general_path(comm):
     (computed here): non-contiguous tensors, dtypes the core does not move, PREMUL_SUM, split
     sizes; and what the general path hands the core once it staged them: an offer the
     communicator's latency path takes."""
-    bc.setup(comm)
+    with python_world(comm):
+        return _declined_calls(comm)
+
+
+def _declined_calls(comm):
     P, me = comm.size, comm.rank
     ranks_sum = P * (P - 1) // 2
     failures = []

@@ -1,0 +1,100 @@
+// `_C.core_api()`: the table of bindings/core_api.h over the host communicator.
+#include "bindings/core_api.h"
+
+#include <exception>
+#include <stdexcept>
+
+#include "bindings/bindings.h"
+#include "host/communicator.h"
+#include "schedule/registry.h"
+
+namespace py = pybind11;
+
+namespace commlib {
+namespace {
+
+void record(CoreError* err) {
+  try {
+    throw;
+  } catch (const MismatchError& e) {
+    *err = {static_cast<uint32_t>(ErrorKind::Mismatch), e.what()};
+  } catch (const PeerError& e) {
+    *err = {static_cast<uint32_t>(ErrorKind::Peer), e.what()};
+  } catch (const CommError& e) {
+    *err = {static_cast<uint32_t>(ErrorKind::Comm), e.what()};
+  } catch (const std::invalid_argument& e) {
+    *err = {kCoreInvalidArgument, e.what()};
+  } catch (const std::exception& e) {
+    *err = {kCoreOtherError, e.what()};
+  } catch (...) {
+    *err = {kCoreOtherError, "commlib: unknown C++ exception"};
+  }
+}
+
+Communicator& comm_at(void* c) { return *static_cast<Communicator*>(c); }
+
+bool api_collective(void* c, const CollectiveCall& call, bool async, std::shared_ptr<Work>* work, CoreError* err) {
+  try {
+    auto w = comm_at(c).collective(call, async);
+    if (work) *work = std::move(w);
+    return true;
+  } catch (...) {
+    record(err);
+    return false;
+  }
+}
+
+bool api_p2p(void* c, const P2PItem* items, size_t n, DType dtype, bool async, std::shared_ptr<Work>* work,
+             CoreError* err) {
+  try {
+    auto w = comm_at(c).p2p(std::vector<P2PItem>(items, items + n), dtype, async);
+    if (work) *work = std::move(w);
+    return true;
+  } catch (...) {
+    record(err);
+    return false;
+  }
+}
+
+bool api_wait(const std::shared_ptr<Work>& work, double timeout_s, bool* done, CoreError* err) {
+  try {
+    *done = work ? work->wait(timeout_s) : true;
+    return true;
+  } catch (...) {
+    *done = true;
+    record(err);
+    return false;
+  }
+}
+
+bool api_is_completed(const std::shared_ptr<Work>& work) { return !work || work->is_completed(); }
+
+int api_algorithm_index(Collective c, const char* name) {
+  try {
+    return algorithm_index(c, name);
+  } catch (...) {
+    return -1;
+  }
+}
+
+int api_rank(void* c) { return comm_at(c).rank(); }
+int api_size(void* c) { return comm_at(c).size(); }
+void api_abort(void* c, const char* reason) {
+  try {
+    comm_at(c).abort(reason);
+  } catch (...) {  // aborting is best effort
+  }
+}
+
+const CoreApi g_api = {kCoreApiVersion, api_collective, api_p2p, api_wait, api_is_completed,
+                       api_algorithm_index, api_rank, api_size, api_abort};
+
+}  // namespace
+
+void bind_core_api(py::module_& m) {
+  m.def(
+      "core_api", [] { return py::capsule(static_cast<const void*>(&g_api), kCoreApiCapsule); },
+      "The core's C++ entry for other extension modules (a PyCapsule of bindings/core_api.h's table).");
+}
+
+}  // namespace commlib

@@ -1,0 +1,57 @@
+// The core's C++ entry for other extension modules of this process (today commlib._C_torch, the
+// torch c10d::Backend in csrc/torch_backend): a table of plain function pointers, handed out by
+// `_C.core_api()` as a PyCapsule. Why a table and not linking the core twice: the core keeps
+// process-wide state (the algorithm registry with the names Python registered, the settings, the
+// fork guards), so a second copy in another module would disagree with the first; and the core is
+// built with hidden visibility, so no symbol of it is reachable from outside _C. Everything here is
+// called without the GIL and never throws: errors come back as an ErrorKind and a message.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/errors.h"
+#include "common/types.h"
+#include "plan/call.h"
+
+namespace commlib {
+
+class Work;  // host/communicator.h: a queued call (opaque here)
+
+// Bumped whenever the table's layout or meaning changes; a module built against another layout
+// refuses to load (the capsule's name carries it too).
+constexpr uint32_t kCoreApiVersion = 1;
+constexpr const char* kCoreApiCapsule = "commlib._C.core_api.v1";
+
+// Error kinds beyond the core's (common/errors.h ErrorKind): bad arguments and anything else.
+constexpr uint32_t kCoreInvalidArgument = 100;
+constexpr uint32_t kCoreOtherError = 101;
+
+struct CoreError {
+  uint32_t kind = 0;  // ErrorKind (None/Comm/Mismatch/Peer) or kCoreInvalidArgument/kCoreOtherError
+  std::string message;
+};
+
+struct CoreApi {
+  uint32_t version;
+  // A collective on the communicator at `comm` (the address _C.core_address gives): blocking
+  // (async false: *work stays null) or queued (*work: the call's work). False on error.
+  bool (*collective)(void* comm, const CollectiveCall& call, bool async, std::shared_ptr<Work>* work,
+                     CoreError* err);
+  // Concurrent sends and receives (one batch: at most one send to and one receive from each peer).
+  bool (*p2p)(void* comm, const P2PItem* items, size_t n, DType dtype, bool async, std::shared_ptr<Work>* work,
+              CoreError* err);
+  // Waits up to timeout_s (negative: forever); *done false on timeout. False when the call failed.
+  bool (*wait)(const std::shared_ptr<Work>& work, double timeout_s, bool* done, CoreError* err);
+  bool (*is_completed)(const std::shared_ptr<Work>& work);
+  // 0 for "auto", else the registry's index (CollectiveCall::algo); -1 when unknown.
+  int (*algorithm_index)(Collective c, const char* name);
+  int (*rank)(void* comm);
+  int (*size)(void* comm);
+  // Fails queued and later calls at once (peers are told), as Communicator::abort.
+  void (*abort)(void* comm, const char* reason);
+};
+
+}  // namespace commlib

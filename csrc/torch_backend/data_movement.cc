@@ -1,0 +1,246 @@
+// CommlibBackend's data-movement calls (broadcast, gathers, scatters, all-to-all, barrier), the
+// calls always handed to the Python backend, and the group's life cycle.
+#include <utility>
+
+#include "torch_backend/backend.h"
+#include "torch_backend/python_work.h"
+
+namespace py = pybind11;
+
+namespace commlib {
+namespace torch_backend {
+namespace {
+
+// A tensor moved as it is: on the CPU, dense and contiguous. Calls that only move data take any
+// dtype: one the core knows as itself, any other as its bytes.
+bool movable(const at::Tensor& t, DType* dt, int64_t* count) {
+  if (!t.defined() || !t.device().is_cpu() || t.layout() != at::kStrided || !t.is_contiguous() || t.is_conj() ||
+      t.is_neg())
+    return false;
+  switch (t.scalar_type()) {
+    case at::kFloat: *dt = DType::Float32; break;
+    case at::kDouble: *dt = DType::Float64; break;
+    case at::kHalf: *dt = DType::Float16; break;
+    case at::kBFloat16: *dt = DType::BFloat16; break;
+    case at::kChar: *dt = DType::Int8; break;
+    case at::kByte: *dt = DType::UInt8; break;
+    case at::kInt: *dt = DType::Int32; break;
+    case at::kLong: *dt = DType::Int64; break;
+    default:
+      *dt = DType::UInt8;
+      *count = static_cast<int64_t>(t.nbytes());
+      return true;
+  }
+  *count = t.numel();
+  return true;
+}
+
+// Every tensor of `ts` movable, of `like`'s dtype and size.
+bool all_like(const std::vector<at::Tensor>& ts, const at::Tensor& like) {
+  DType dt;
+  int64_t n;
+  for (const auto& t : ts)
+    if (!movable(t, &dt, &n) || t.scalar_type() != like.scalar_type() || t.numel() != like.numel()) return false;
+  return true;
+}
+
+uintptr_t address(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()); }
+
+CollectiveCall data_call(Collective c, uint8_t algo, DType dt, int64_t count, uintptr_t in, uintptr_t out, int root) {
+  CollectiveCall call;
+  call.coll = c;
+  call.algo = algo;
+  call.dtype = dt;
+  call.count = count;
+  call.input = in;
+  call.output = out;
+  call.root = root;
+  return call;
+}
+
+// Copies the blocks of `flat` into `outs` (the list forms of the gathers).
+void unpack(const at::Tensor& flat, std::vector<at::Tensor>& outs) {
+  int64_t off = 0;
+  for (auto& t : outs) {
+    const int64_t n = t.numel();
+    t.copy_(flat.narrow(0, off, n).view(t.sizes()));
+    off += n;
+  }
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::broadcast(std::vector<at::Tensor>& t, const c10d::BroadcastOptions& o) {
+  DType dt;
+  int64_t n;
+  if (t.size() == 1 && movable(t[0], &dt, &n)) {
+    auto call = data_call(Collective::Broadcast, algo(Collective::Broadcast), dt, n, address(t[0]), address(t[0]),
+                          static_cast<int>(o.rootRank));
+    return run(call, o.asyncOp, c10d::OpType::BROADCAST, "broadcast", t);
+  }
+  return delegate("broadcast", t, o);
+}
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::_allgather_base(at::Tensor& out, at::Tensor& in,
+                                                               const c10d::AllgatherOptions& o) {
+  DType dt, dt_out;
+  int64_t n, n_out;
+  if (movable(in, &dt, &n) && movable(out, &dt_out, &n_out) && in.scalar_type() == out.scalar_type() &&
+      n_out == n * getSize()) {
+    auto call = data_call(Collective::AllGather, algo(Collective::AllGather), dt, n, address(in), address(out), 0);
+    return run(call, o.asyncOp, c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {out});
+  }
+  return delegate("_allgather_base", out, in, o);
+}
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::allgather(std::vector<std::vector<at::Tensor>>& out,
+                                                         std::vector<at::Tensor>& in, const c10d::AllgatherOptions& o) {
+  DType dt;
+  int64_t n;
+  if (in.size() == 1 && out.size() == 1 && movable(in[0], &dt, &n) &&
+      out[0].size() == static_cast<size_t>(getSize()) && all_like(out[0], in[0])) {
+    at::Tensor flat = at::empty({in[0].numel() * getSize()}, in[0].options());
+    auto call = data_call(Collective::AllGather, algo(Collective::AllGather), dt, n, address(in[0]), address(flat), 0);
+    std::vector<at::Tensor> outs = out[0];
+    return run(call, o.asyncOp, c10d::OpType::ALLGATHER, "all_gather", outs,
+               [flat, outs]() mutable { unpack(flat, outs); });
+  }
+  return delegate("allgather", out, in, o);
+}
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::gather(std::vector<std::vector<at::Tensor>>& out,
+                                                      std::vector<at::Tensor>& in, const c10d::GatherOptions& o) {
+  DType dt;
+  int64_t n;
+  const bool root = o.rootRank == getRank();
+  if (in.size() == 1 && movable(in[0], &dt, &n) && o.rootRank >= 0 && o.rootRank < getSize() &&
+      (root ? out.size() == 1 && out[0].size() == static_cast<size_t>(getSize()) && all_like(out[0], in[0])
+            : out.empty())) {
+    at::Tensor flat = root ? at::empty({in[0].numel() * getSize()}, in[0].options()) : at::Tensor();
+    auto call = data_call(Collective::Gather, algo(Collective::Gather), dt, n, address(in[0]),
+                          root ? address(flat) : 0, static_cast<int>(o.rootRank));
+    std::vector<at::Tensor> outs = root ? out[0] : std::vector<at::Tensor>();
+    std::function<void()> finish;
+    if (root) finish = [flat, outs]() mutable { unpack(flat, outs); };
+    return run(call, o.asyncOp, c10d::OpType::GATHER, "gather", outs, std::move(finish));
+  }
+  return delegate("gather", out, in, o);
+}
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::scatter(std::vector<at::Tensor>& out,
+                                                       std::vector<std::vector<at::Tensor>>& in,
+                                                       const c10d::ScatterOptions& o) {
+  DType dt;
+  int64_t n;
+  const bool root = o.rootRank == getRank();
+  if (out.size() == 1 && movable(out[0], &dt, &n) && o.rootRank >= 0 && o.rootRank < getSize() &&
+      (root ? in.size() == 1 && in[0].size() == static_cast<size_t>(getSize()) && all_like(in[0], out[0])
+            : in.empty())) {
+    at::Tensor flat;
+    if (root) {
+      std::vector<at::Tensor> blocks;
+      for (const auto& t : in[0]) blocks.push_back(t.reshape({-1}));
+      flat = at::cat(blocks);
+    }
+    auto call = data_call(Collective::Scatter, algo(Collective::Scatter), dt, n, root ? address(flat) : 0,
+                          address(out[0]), static_cast<int>(o.rootRank));
+    return run(call, o.asyncOp, c10d::OpType::SCATTER, "scatter", out, [flat] {});
+  }
+  return delegate("scatter", out, in, o);
+}
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::alltoall_base(at::Tensor& out, at::Tensor& in,
+                                                             std::vector<int64_t>& out_splits,
+                                                             std::vector<int64_t>& in_splits,
+                                                             const c10d::AllToAllOptions& o) {
+  DType dt, dt_out;
+  int64_t n, n_out;
+  if (out_splits.empty() && in_splits.empty() && movable(in, &dt, &n) && movable(out, &dt_out, &n_out) &&
+      in.scalar_type() == out.scalar_type() && n == n_out && n % getSize() == 0) {
+    auto call = data_call(Collective::AllToAll, algo(Collective::AllToAll), dt, n / getSize(), address(in),
+                          address(out), 0);
+    return run(call, o.asyncOp, c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {out});
+  }
+  return delegate("alltoall_base", out, in, out_splits, in_splits, o);
+}
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::barrier(const c10d::BarrierOptions& o) {
+  auto call = data_call(Collective::Barrier, 0, DType::UInt8, 0, 0, 0, 0);
+  return run(call, o.asyncOp, c10d::OpType::BARRIER, "barrier", {});
+}
+
+// -- handed to the Python backend --------------------------------------------------------------
+c10::intrusive_ptr<c10d::Work> CommlibBackend::allreduce_sparse(std::vector<at::Tensor>& t,
+                                                                const c10d::AllreduceOptions& o) {
+  return delegate("allreduce", t, o);
+}
+c10::intrusive_ptr<c10d::Work> CommlibBackend::allreduce_coalesced(std::vector<at::Tensor>& t,
+                                                                   const c10d::AllreduceCoalescedOptions& o) {
+  return delegate("allreduce_coalesced", t, o);
+}
+c10::intrusive_ptr<c10d::Work> CommlibBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& out,
+                                                                   std::vector<at::Tensor>& in,
+                                                                   const c10d::AllgatherOptions& o) {
+  return delegate("allgather_coalesced", out, in, o);
+}
+c10::intrusive_ptr<c10d::Work> CommlibBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& out,
+                                                                               std::vector<at::Tensor>& in,
+                                                                               const c10d::AllgatherOptions& o) {
+  return delegate("allgather_into_tensor_coalesced", out, in, o);
+}
+c10::intrusive_ptr<c10d::Work> CommlibBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& out,
+                                                                               std::vector<at::Tensor>& in,
+                                                                               const c10d::ReduceScatterOptions& o) {
+  return delegate("reduce_scatter_tensor_coalesced", out, in, o);
+}
+c10::intrusive_ptr<c10d::Work> CommlibBackend::alltoall(std::vector<at::Tensor>& out, std::vector<at::Tensor>& in,
+                                                        const c10d::AllToAllOptions& o) {
+  return delegate("alltoall", out, in, o);
+}
+c10::intrusive_ptr<c10d::Work> CommlibBackend::send(std::vector<at::Tensor>& t, int dst, int tag) {
+  p2p_handed_over_ = true;
+  return delegate("send", t, dst, tag);
+}
+c10::intrusive_ptr<c10d::Work> CommlibBackend::recv(std::vector<at::Tensor>& t, int src, int tag) {
+  p2p_handed_over_ = true;
+  return delegate("recv", t, src, tag);
+}
+c10::intrusive_ptr<c10d::Work> CommlibBackend::recvAnysource(std::vector<at::Tensor>& t, int tag) {
+  p2p_handed_over_ = true;
+  return delegate("recv_anysource", t, tag);
+}
+
+// -- life cycle ----------------------------------------------------------------------------------
+c10::intrusive_ptr<c10d::Backend> CommlibBackend::shrink(const std::vector<int64_t>& ranks_to_exclude,
+                                                         int shrink_flags, const c10::intrusive_ptr<Options>&) {
+  // (SHRINK_ABORT: the Python side aborts the communicator, which fails our queued works too.)
+  py::gil_scoped_acquire gil;
+  py::object shrunk = group_.attr("shrink")(ranks_to_exclude, shrink_flags);
+  return factory_(shrunk).cast<c10::intrusive_ptr<c10d::Backend>>();
+}
+
+void CommlibBackend::setGroupUid(const std::string& pg_uid) {
+  c10d::Backend::setGroupUid(pg_uid);
+  py::gil_scoped_acquire gil;
+  group_.attr("setGroupName")(pg_uid);
+}
+
+void CommlibBackend::shutdown() {
+  if (stopped_) return;
+  stopped_ = true;
+  stop_completer();  // drains: every queued call completes first
+  py::gil_scoped_acquire gil;
+  group_.attr("shutdown")();
+}
+
+void CommlibBackend::abort() {
+  if (stopped_) return;
+  stopped_ = true;
+  api_->abort(core_, "process group aborted");
+  stop_completer();
+  py::gil_scoped_acquire gil;
+  group_.attr("abort")();
+}
+
+}  // namespace torch_backend
+}  // namespace commlib

@@ -1,0 +1,172 @@
+// CommlibWork and Completer (torch_backend/work.h), and commlib's errors as torch callers see them.
+#include "torch_backend/work.h"
+
+#include <torch/csrc/distributed/c10d/exception.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <utility>
+
+namespace py = pybind11;
+
+namespace commlib {
+namespace torch_backend {
+namespace {
+
+// commlib._C's error classes (borrowed for the process's life: the module is never unloaded).
+PyObject* g_comm_error = nullptr;
+PyObject* g_mismatch_error = nullptr;
+PyObject* g_peer_error = nullptr;
+
+std::string describe(const CoreError& err, const char* collective, int rank) {
+  // The core's messages name the rank and the call already when they come from a call; say which
+  // torch collective it was in any case (a message from an aborted communicator names neither).
+  return "commlib " + std::string(collective) + " on rank " + std::to_string(rank) + ": " + err.message;
+}
+
+}  // namespace
+
+void init_error_classes() {
+  py::module_ core = py::module_::import("commlib._C");
+  g_comm_error = py::object(core.attr("CommError")).release().ptr();
+  g_mismatch_error = py::object(core.attr("MismatchError")).release().ptr();
+  g_peer_error = py::object(core.attr("PeerError")).release().ptr();
+}
+
+void raise_core_error(const CoreError& err, const char* collective, int rank) {
+  py::gil_scoped_acquire gil;
+  PyObject* cls = PyExc_RuntimeError;
+  switch (err.kind) {
+    case static_cast<uint32_t>(ErrorKind::Mismatch): cls = g_mismatch_error; break;
+    case static_cast<uint32_t>(ErrorKind::Peer): cls = g_peer_error; break;
+    case static_cast<uint32_t>(ErrorKind::Comm): cls = g_comm_error; break;
+    case kCoreInvalidArgument: cls = PyExc_ValueError; break;
+    default: break;
+  }
+  PyErr_SetString(cls, describe(err, collective, rank).c_str());
+  throw py::error_already_set();
+}
+
+std::exception_ptr dist_error(const std::string& message) {
+  try {
+    C10_THROW_ERROR(DistBackendError, message);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+std::exception_ptr future_error(const CoreError& err, const char* collective, int rank) {
+  return dist_error(describe(err, collective, rank));
+}
+
+CommlibWork::CommlibWork(const CoreApi* api, c10d::OpType type, const char* collective, int rank,
+                         std::vector<at::Tensor> outputs, std::shared_ptr<commlib::Work> core, std::function<void()> finish)
+    : c10d::Work(rank, type),
+      api_(api),
+      collective_(collective),
+      rank_(rank),
+      outputs_(std::move(outputs)),
+      core_(std::move(core)),
+      finish_(std::move(finish)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
+  if (!core_) complete();  // ran already: complete now (no thread involved)
+}
+
+void CommlibWork::complete() {
+  CoreError err;
+  bool done = false;
+  bool ok = api_->wait(core_, -1.0, &done, &err);
+  if (ok && finish_) {
+    try {
+      finish_();
+    } catch (const std::exception& e) {
+      ok = false;
+      err = {kCoreOtherError, e.what()};
+    }
+  }
+  finish_ = nullptr;
+  core_.reset();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    failed_ = !ok;
+    error_ = err;
+    done_ = true;
+  }
+  done_cv_.notify_all();
+  // Callbacks chained on the future run here (on the completion thread for queued calls).
+  if (ok)
+    future_->markCompleted(c10::IValue(outputs_));
+  else
+    future_->setError(future_error(err, collective_, rank_));
+}
+
+bool CommlibWork::isCompleted() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return done_;
+}
+
+bool CommlibWork::isSuccess() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return done_ && !failed_;
+}
+
+std::exception_ptr CommlibWork::exception() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return failed_ ? future_error(error_, collective_, rank_) : nullptr;
+}
+
+std::vector<at::Tensor> CommlibWork::result() { return outputs_; }
+
+bool CommlibWork::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lk(mu_);
+  auto ready = [&] { return done_; };
+  if (timeout == kNoTimeout || timeout.count() <= 0) {
+    done_cv_.wait(lk, ready);
+  } else if (!done_cv_.wait_for(lk, timeout, ready)) {
+    C10_THROW_ERROR(DistBackendError, "commlib " + std::string(collective_) + " on rank " +
+                                          std::to_string(rank_) + ": work.wait timed out after " +
+                                          std::to_string(timeout.count()) + " ms");
+  }
+  if (failed_) {
+    CoreError err = error_;
+    lk.unlock();
+    raise_core_error(err, collective_, rank_);
+  }
+  return true;
+}
+
+void Completer::put(c10::intrusive_ptr<CommlibWork> work) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!thread_.joinable()) {
+    thread_ = std::thread([this] { loop(); });
+    thread_id_ = thread_.get_id();
+  }
+  queue_.push_back(std::move(work));
+  cv_.notify_one();
+}
+
+void Completer::loop() {
+  for (;;) {
+    c10::intrusive_ptr<CommlibWork> work;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and every work completed
+      work = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    work->complete();
+  }
+}
+
+void Completer::stop() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable() && !on_thread()) thread_.join();
+  if (thread_.joinable()) thread_.detach();
+}
+
+}  // namespace torch_backend
+}  // namespace commlib

@@ -1,0 +1,47 @@
+"""The C++ c10d::Backend of "commlib" (commlib._C_torch, csrc/torch_backend/): torch's dispatcher
+sees its eager collectives as it sees gloo's, and a module built against another torch is refused.
+The behaviour of every call is tested by the rest of tests/torch, which runs on this backend."""
+import os
+import re
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+torch = pytest.importorskip("torch")
+
+import dispatch_cases  # noqa: E402
+from commlib.testing import get_pool  # noqa: E402
+from commlib.torch import native  # noqa: E402
+
+COUNTED = ("all_reduce", "broadcast", "scatter", "all_gather_into_tensor", "reduce_scatter_tensor",
+           "all_to_all_single")
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_dispatch_modes_count_commlib_as_gloo(n):
+    for rank, (gloo, ours) in enumerate(get_pool(n).run(dispatch_cases.case_dispatch_counts)):
+        assert ours == gloo, f"rank {rank}: commlib {ours} != gloo {gloo}"
+        debug, ops = gloo
+        assert sum(debug.values()) == len(COUNTED), debug  # one of each, as counted for gloo
+        assert ops.get("send") == (1 if rank == 0 else None) and ops.get("recv_") == (1 if rank == 1 else None), ops
+
+
+def test_the_backend_is_the_cpp_one():
+    module = native.load()
+    assert module is not None, "commlib._C_torch was not built (scripts/setup.sh builds it)"
+    assert module.built_torch_version == torch.__version__ == native.recorded_torch_version()
+
+
+def test_a_module_built_for_another_torch_is_refused(monkeypatch, tmp_path):
+    fake = tmp_path / "_C_torch.torch_version"
+    fake.write_text("2.12.0+cpu\n")
+    monkeypatch.setattr(native, "VERSION_FILE", fake)
+    monkeypatch.setattr(native, "_module", None)
+    want = (r"commlib\._C_torch was built against torch 2\.12\.0\+cpu, but torch "
+            + re.escape(torch.__version__) + " is installed")
+    with pytest.raises(ImportError, match=want):
+        native.load()
