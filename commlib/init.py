@@ -337,7 +337,7 @@ def _create_core(rdv: _Rendezvous, rank: int, size: int, timeout: float):
         else:
             _expect_flag(rdv, ready_key, f"rank {leader} to see every rank of host {host} mapped")
         if endpoint is not None:
-            core.connect(bootstrap.addresses(rdv, rank, topo))
+            core.connect(bootstrap.addresses(rdv, rank, topo), poll=rdv.raise_reported)  # a dead peer fails it
     except BaseException:
         core.close()  # now, not at garbage collection: peers that got further see this rank close
         raise
