@@ -2,6 +2,7 @@
 
     python bench/netns_acceptance.py [--layouts 2+2,2+1+3] [--sizes 64K,1M,16M] [--passes 5]
                                      [--reps 5] [--rate 1gbit] [--topology FILE] [--append RESULTS.md]
+                                     [--rails R]
 
 Root only. For each layout ("2+1+3": three hosts holding 2, 1 and 3 consecutive ranks) it makes
 one network namespace per host (commlib.testing.netns: veth links to one bridge, ``tc tbf`` at
@@ -15,6 +16,12 @@ not between variants. A call's time is the slowest rank's; a pass's value is the
 calls; the table shows the median over passes (and the spread). The namespaces, veths and qdiscs
 are removed on the way out, also on failure, and the script checks that none is left.
 
+``--rails 2`` gives every host two links (scripts/netns.sh --rails, local rank i on rail i % 2) and
+checks issue 39's acceptance at 16 MiB: rail_ring >= 1.8x the single-rail ring and >= 0.85x its
+wire floor (2(P-1)/P x the bytes, split over the rails, at the rate x 1448/1514), e.g.
+``--rails 2 --layouts 2+2,2+2+2 --sizes 16M --algorithms ring,rail_ring,hierarchical
+--topology bench/sim_data/netns_1gbit_2rails.json``.
+
 Acceptance (issue 24): on 2+2 at 1 Gbit/s, auto's hierarchical >= 1.4x flat ring at 16 MiB; on
 uneven hosts, auto within 10% of the best measured algorithm at every size.
 """
@@ -23,6 +30,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -116,11 +124,11 @@ def pass_medians(per_rank_calls):
             for p in range(passes)]
 
 
-def measure_layout(layout, rate, sizes, passes, reps, model, algorithms, timeout):
+def measure_layout(layout, rate, sizes, passes, reps, model, algorithms, timeout, rails=1):
     from commlib.testing.netns import Namespaces, NetnsRankPool
     import netns_acceptance as me  # the ranks import this file by module name, not as __main__
     hosts = host_map(layout)
-    with Namespaces(max(hosts) + 1, rate=rate) as net:
+    with Namespaces(max(hosts) + 1, rate=rate, rails=rails) as net:
         pool = NetnsRankPool(net, hosts, timeout=60)
         try:
             results = pool.run(me.rank_measure, algorithms, sizes, passes, reps, model, timeout=timeout)
@@ -142,10 +150,36 @@ def leftovers(prefix):
     ns = [n.split()[0] for n in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.splitlines()
           if n.startswith(prefix + "-")]
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
-    veths = [line.split(":")[1].strip() for line in links.splitlines() if "veth0" in line or " br0" in line]
+    names = [line.split(":")[1].strip().split("@")[0] for line in links.splitlines()]
+    veths = [n for n in names if re.fullmatch(r"veth\d+|br\d+", n)]
     qd = [q for q in subprocess.run(["tc", "qdisc", "show"], capture_output=True, text=True).stdout.splitlines()
           if " tbf " in q]
     return ns + veths + qd
+
+
+def rail_floor(layout, nbytes, rate, rails):
+    """Seconds a flat ring's bytes take through one host boundary split over ``rails`` links."""
+    P = len(host_map(layout))
+    units = {"gbit": 1e9, "mbit": 1e6, "kbit": 1e3}  # tc's rates are decimal
+    unit = next((u for u in units if rate.endswith(u)), "")
+    payload_bps = float(rate[:len(rate) - len(unit)] if unit else rate.rstrip("bit")) * units.get(unit, 1) * 1448 / 1514
+    return 2 * (P - 1) / P * nbytes * 8 / rails / payload_bps
+
+
+def rail_verdicts(layout, table, rate, rails):
+    """Issue 39's acceptance lines: rail_ring against the single-rail ring and its wire floor."""
+    out = []
+    for nbytes, rows in table.items():
+        if "rail_ring" not in rows or "ring" not in rows:
+            continue
+        med = {k: statistics.median(v) for k, v in rows.items()}
+        floor = rail_floor(layout, nbytes, rate, rails)
+        r = med["ring"] / med["rail_ring"]
+        f = floor / med["rail_ring"]
+        out.append(f"{layout}, {size_name(nbytes)}, {rails} rails: ring / rail_ring = {r:.2f}x "
+                   f"({'>= 1.8x: met' if r >= 1.8 else 'MISSED (< 1.8x)'}); rail_ring at {f:.2f}x its wire floor "
+                   f"{floor * 1e3:.1f} ms ({'>= 0.85x: met' if f >= 0.85 else 'MISSED (< 0.85x)'})")
+    return out
 
 
 def verdicts(layout, table, choices):
@@ -197,6 +231,7 @@ def main():
     ap.add_argument("--topology", default=DEFAULT_TOPOLOGY, help="COMMLIB_TOPOLOGY for the cost-model auto")
     ap.add_argument("--algorithms", default="", help="comma list (default: every registered all_reduce)")
     ap.add_argument("--append", default="", help="append the section to this markdown file")
+    ap.add_argument("--rails", type=int, default=1, help="links per host (local rank i on rail i %% R)")
     a = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("netns_acceptance: needs root (network namespaces)")
@@ -216,9 +251,9 @@ def main():
         P = len(host_map(layout))
         model = sim_topology.load(a.topology).engine_dict(P)
         budget = 120 + 10 * a.passes * a.reps * len(sizes) * (len(algorithms) + 2)
-        table, choices = measure_layout(layout, a.rate, sizes, a.passes, a.reps, model, algorithms, budget)
+        table, choices = measure_layout(layout, a.rate, sizes, a.passes, a.reps, model, algorithms, budget, a.rails)
         section += markdown(layout, table, choices, a.passes) + [""]
-        lines += verdicts(layout, table, choices)
+        lines += verdicts(layout, table, choices) + (rail_verdicts(layout, table, a.rate, a.rails) if a.rails > 1 else [])
         for nbytes in sizes:
             pred = choices[nbytes]["predicted"]
             top = sorted(pred, key=pred.get)[:4]
@@ -228,7 +263,8 @@ def main():
     end = datetime.datetime.now(datetime.timezone.utc)
     head = [f"Measured {start:%Y-%m-%d %H:%M}-{end:%H:%M} UTC at {commit}, shared 2-core VM, **load average "
             f"{load0:.1f} -> {os.getloadavg()[0]:.1f}** ({busy_note(load0)}variants take turns so ratios are fairer). `python bench/netns_acceptance.py --layouts {a.layouts} "
-            f"--sizes {a.sizes} --passes {a.passes} --reps {a.reps} --rate {a.rate}`. float32 sum, out of place; ms, "
+            f"--sizes {a.sizes} --passes {a.passes} --reps {a.reps} --rate {a.rate}"
+            f"{f' --rails {a.rails} --algorithms {a.algorithms}' if a.rails > 1 else ''}`. float32 sum, out of place; ms, "
             f"median over {a.passes} passes of each pass's median slowest-rank time ({a.reps} calls), range of the pass "
             f"medians in brackets; bold = the best registered algorithm. `auto` = as shipped (no COMMLIB_TOPOLOGY), "
             f"`auto (cost model)` = COMMLIB_TOPOLOGY={os.path.relpath(a.topology, ROOT)}.", ""]

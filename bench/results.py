@@ -39,12 +39,12 @@ import targets  # noqa: E402
 NOTES = "## What falls short, and why"
 
 
-def run_bench(P, out_dir, tune, extra, name=None):
+def run_bench(P, out_dir, tune, extra, name=None, env=None):
     path = os.path.join(out_dir, f"{name or f'np{P}'}.json")
     cmd = [sys.executable, "-m", "commlib", "bench", "--np", str(P), "--json", path] + (["--tune"] if tune else []) + extra
     print("$ " + " ".join(cmd[1:]), flush=True)
     t0 = time.monotonic()
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, **(env or {}), PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     rc = subprocess.call(cmd, env=env)
     print(f"# np {P}: exit {rc} in {time.monotonic() - t0:.0f} s", flush=True)
     return path, rc, time.monotonic() - t0
@@ -145,17 +145,21 @@ def main(argv=None):
             runs = []
             for k in range(a.tune_runs):
                 for P in a.np:
-                    path, rc, _ = run_bench(P, tune_dir, False, extra + ["--peers", "none", "--passes", "1"],
-                                            name=f"np{P}_{k}")
-                    if rc == 0 and os.path.exists(path):
-                        runs.append(path)
+                    # Single-copy reads off and forced on: tune takes each collective's crossover
+                    # from the pair (the tuning file's single_copy section, docs/transports.md).
+                    for cma in ("0", "1"):
+                        path, rc, _ = run_bench(P, tune_dir, False, extra + ["--peers", "none", "--passes", "1"],
+                                                name=f"np{P}_{k}_cma{cma}", env={"COMMLIB_CMA": cma})
+                        if rc == 0 and os.path.exists(path):
+                            runs.append(path)
             # This script regenerates the shipped tuning file, so it names it (commlib tune's
             # default output is ./tuning.json).
-            cmd = [sys.executable, "-m", "commlib", "tune", *runs, "-o", os.path.join(ROOT, "commlib", "tuning.json")]
+            cmd = [sys.executable, "-m", "commlib", "tune", *runs, "-o",
+                   os.path.join(ROOT, "commlib", "core", "tuning.json")]
             print("$ " + " ".join(cmd[1:]), flush=True)
             subprocess.check_call(cmd, env=dict(os.environ, PYTHONPATH=ROOT))
             commands.append(f"commlib tune <{len(runs)} runs: commlib bench --np P --peers none, "
-                            f"{a.tune_runs} per P in {a.np}>")
+                            f"{a.tune_runs} per P in {a.np} with COMMLIB_CMA=0 and 1>")
         for P in a.np:
             path, rc, secs = run_bench(P, a.out_dir, False, extra)
             if os.path.exists(path):

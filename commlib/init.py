@@ -239,8 +239,8 @@ def create(store, prefix: str, rank: int, size: int, timeout: float, watch=(), c
     if rank == 0:
         topo = core_topology(core)
         links = "shm" if len(topo.hosts) == 1 else "shm within hosts, tcp across"
-        _log(1, f"{prefix}: {size} ranks on {topo}, transport {links}, single-copy reads "
-                f"{'on' if direct else 'off'}, timeout {timeout:g} s")
+        single = "on" if direct else f"off ({core.direct_reads_reason() or 'no peer on this host'})"
+        _log(1, f"{prefix}: {size} ranks on {topo}, transport {links}, single-copy reads {single}, timeout {timeout:g} s")
         note = bootstrap.unauthenticated_note(topo)
         if note:
             _log(1, f"{prefix}: {note}")
@@ -337,7 +337,7 @@ def _create_core(rdv: _Rendezvous, rank: int, size: int, timeout: float):
         else:
             _expect_flag(rdv, ready_key, f"rank {leader} to see every rank of host {host} mapped")
         if endpoint is not None:
-            core.connect(bootstrap.addresses(rdv, rank, topo))
+            core.connect(bootstrap.addresses(rdv, rank, topo), poll=rdv.raise_reported)  # a dead peer fails it
     except BaseException:
         core.close()  # now, not at garbage collection: peers that got further see this rank close
         raise

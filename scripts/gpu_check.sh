@@ -19,7 +19,9 @@
 # @pytest.mark.gpu kernel tests), kernels_bw (bench/gpu_kernels.py: the reduction kernels' bandwidth
 # against the device copy and torch's add_), latency (bench/gpu_latency.py: where an all_reduce's
 # time goes, 4 ranks on GPU 0 under MPS where there is one, both paths, against torch's own round
-# trip), sweep (the same at 64 MiB over the inbox's slot size and count), gpu (every other @pytest.mark.gpu test, several ranks on the one GPU), ranks (tests/device's CUDA cases again under
+# trip), launch (bench/gpu_launch.py: issue #37's targets, the 8 B all_reduce's enqueue,
+# back-to-back, synchronous and replayed-graph (100 calls) times against torch's add_ and an empty
+# kernel launch, 4 ranks under MPS), sweep (the same at 64 MiB over the inbox's slot size and count), gpu (every other @pytest.mark.gpu test, several ranks on the one GPU), ranks (tests/device's CUDA cases again under
 # MPS when nvidia-cuda-mps-control exists; skipped otherwise), bench (small and large all_reduce on
 # both device paths, kernel and copy, against the device copy bandwidth, under MPS where there is one;
 # sizes; against NCCL where there is one GPU per rank, NCCL refusing several ranks on one GPU).
@@ -30,7 +32,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 PY=${PYTHON:-python3}
 BUDGET=${GPU_CHECK_BUDGET_S:-470}
-ALL_STEPS="build,import,kernels,kernels_bw,latency,sweep,gpu,ranks,bench"
+ALL_STEPS="build,import,kernels,kernels_bw,latency,launch,sweep,gpu,ranks,bench"
 steps=$ALL_STEPS dry=0 emulated=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -240,6 +242,19 @@ latency_step() {
 }
 if wants latency; then
   latency_step latency 120 "Where the time goes: 8 B .. 256 MiB all_reduce, kernel and copy paths, four clocks per call (sync, loop, GPU events, enqueue) against torch's own 8 B add_ and device copy"
+fi
+if wants launch; then
+  # Issue #37's launch targets (bench/gpu_launch.py): its own table, as latency_step's.
+  [ $dry -eq 0 ] && mkdir -p bench/results
+  mps_note=""
+  if [ "$gpus" -lt 2 ] && start_mps mps_launch; then mps_note=", under MPS"; fi
+  run_step launch 120 "Issue #37's launch targets: 8 B all_reduce enqueue, back-to-back, synchronous and a replayed graph of 100 calls against torch's add_ and an empty kernel$mps_note" \
+    "$PY" bench/gpu_launch.py --np 4 --json bench/results/gpu_launch.json
+  [ -n "$mps_note" ] && stop_mps
+  if [ $dry -eq 0 ] && [ -s "$logs/launch.log" ]; then
+    { echo "### Launch targets (bench/gpu_launch.py$mps_note)"; echo; sed -n '/^[0-9]* ranks on/,$p' "$logs/launch.log"; echo; } >> "$logs/bench.md"
+    write_report
+  fi
 fi
 if wants sweep; then
   latency_step sweep 150 "The inbox's slot size and count at 64 MiB, kernel and copy paths" \

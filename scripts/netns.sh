@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Emulated hosts on one machine, with real network links between them.
 #
-#   scripts/netns.sh up N [--rate 1gbit] [--prefix P]   make N "hosts", print them as JSON
+#   scripts/netns.sh up N [--rate 1gbit] [--rails R] [--prefix P]   make N "hosts", print them as JSON
 #   scripts/netns.sh down P                             remove everything prefix P made
 #   NETNS_PREFIX=P scripts/netns.sh rsh ADDR CMD...     run CMD on the host with address ADDR
 #
@@ -9,7 +9,10 @@
 # has its loopback up and one veth interface, veth0, addressed 10.77.0.(i+1)/24; the other end,
 # h<i>, sits in P-hub on the bridge br0. With --rate every veth end (both directions) gets a tc
 # token-bucket filter (tbf; netem is not available everywhere) at that rate, so inter-host links
-# are far slower than shared memory, as between real machines. Nothing is created in the calling
+# are far slower than shared memory, as between real machines. With --rails R (default 1) every
+# host has R such links, veth0 .. veth(R-1), rail r on its own bridge br<r> in P-hub and its own
+# subnet 10.77.r.0/24 (host i is 10.77.r.(i+1)), each rate-limited on its own: R NICs per host on
+# a rail-optimised fabric. A connection leaves through the rail of the address it goes to. Nothing is created in the calling
 # namespace: addresses cannot clash with the machine's own, and parallel runs with different
 # prefixes (the default is cl<pid>) do not collide. Run a process on host i with
 #   ip netns exec P-h<i> CMD
@@ -25,11 +28,10 @@
 # the reason, after removing whatever was made.
 set -euo pipefail
 
-SUBNET=10.77.0
-IFNAME=veth0
+SUBNET=10.77.0   # rail 0; rail r is 10.77.r
 
 usage() {
-  echo "usage: $0 up N [--rate RATE] [--prefix P]  |  $0 down P  |  NETNS_PREFIX=P $0 rsh ADDR CMD..." >&2
+  echo "usage: $0 up N [--rate RATE] [--rails R] [--prefix P]  |  $0 down P  |  NETNS_PREFIX=P $0 rsh ADDR CMD..." >&2
   echo "  RATE: <int>bit|kbit|mbit|gbit (e.g. 1gbit); P: [A-Za-z0-9_]{1,16}" >&2
   exit 2
 }
@@ -76,16 +78,18 @@ limit() {  # limit NS DEV RATE BURST
 
 up() {
   local n=$1; shift
-  local rate="" prefix="cl$$"
+  local rate="" prefix="cl$$" rails=1
   [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 250 ] || die "N: expected 1..250 hosts, got '$n'"
   while [ $# -gt 0 ]; do
     case $1 in
       --rate) [ $# -ge 2 ] || usage; rate=$2; shift 2 ;;
+      --rails) [ $# -ge 2 ] || usage; rails=$2; shift 2 ;;
       --prefix) [ $# -ge 2 ] || usage; prefix=$2; shift 2 ;;
       *) usage ;;
     esac
   done
   check_prefix "$prefix"
+  [[ "$rails" =~ ^[0-9]+$ ]] && [ "$rails" -ge 1 ] && [ "$rails" -le 8 ] || die "--rails: expected 1..8, got '$rails'"
   local burst=""
   if [ -n "$rate" ]; then
     # The bucket must hold a few GSO super-packets (64 KiB each) and ~4 ms at the rate, or tbf
@@ -100,30 +104,39 @@ up() {
   # Whatever stops us half-way (a failed command, die, a signal) removes what was made.
   trap 'down "$prefix" >/dev/null 2>&1 || true' EXIT
   trap 'exit 130' INT TERM
-  local hub="$prefix-hub" i ns
+  local hub="$prefix-hub" i r ns port dev
   ip netns add "$hub" || die "cannot create network namespaces here (ip netns add failed)"
   ip -n "$hub" link set lo up
-  ip -n "$hub" link add br0 type bridge
-  ip -n "$hub" link set br0 up
+  for ((r = 0; r < rails; r++)); do
+    ip -n "$hub" link add "br$r" type bridge
+    ip -n "$hub" link set "br$r" up
+  done
   local json="" sep=""
   for ((i = 0; i < n; i++)); do
     ns="$prefix-h$i"
     ip netns add "$ns"
     ip -n "$ns" link set lo up
-    ip -n "$hub" link add "h$i" type veth peer name "$IFNAME" netns "$ns"
-    ip -n "$hub" link set "h$i" master br0 up
-    ip -n "$ns" addr add "$SUBNET.$((i + 1))/24" dev "$IFNAME"
-    ip -n "$ns" link set "$IFNAME" up
-    if [ -n "$rate" ]; then
-      limit "$ns" "$IFNAME" "$rate" "$burst"   # what host i sends
-      limit "$hub" "h$i" "$rate" "$burst"      # what host i receives
-    fi
-    json+="$sep{\"index\": $i, \"netns\": \"$ns\", \"ifname\": \"$IFNAME\", \"addr\": \"$SUBNET.$((i + 1))\", \"hub_port\": \"h$i\"}"
+    local ifnames="" addrs="" rsep=""
+    for ((r = 0; r < rails; r++)); do
+      port="h$i"; [ "$r" = 0 ] || port="h${i}r$r"  # rail 0 keeps the single-rail names
+      dev="veth$r"
+      ip -n "$hub" link add "$port" type veth peer name "$dev" netns "$ns"
+      ip -n "$hub" link set "$port" master "br$r" up
+      ip -n "$ns" addr add "10.77.$r.$((i + 1))/24" dev "$dev"
+      ip -n "$ns" link set "$dev" up
+      if [ -n "$rate" ]; then
+        limit "$ns" "$dev" "$rate" "$burst"     # what host i sends on rail r
+        limit "$hub" "$port" "$rate" "$burst"   # what host i receives on rail r
+      fi
+      ifnames+="$rsep\"$dev\""; addrs+="$rsep\"10.77.$r.$((i + 1))\""; rsep=", "
+    done
+    json+="$sep{\"index\": $i, \"netns\": \"$ns\", \"ifname\": \"veth0\", \"addr\": \"$SUBNET.$((i + 1))\", \"hub_port\": \"h$i\","
+    json+=" \"ifnames\": [$ifnames], \"addrs\": [$addrs]}"
     sep=", "
   done
   trap - EXIT INT TERM
   echo "{\"prefix\": \"$prefix\", \"hub\": \"$hub\", \"bridge\": \"br0\", \"subnet\": \"$SUBNET.0/24\"," \
-       "\"rate\": \"${rate:-none}\", \"hosts\": [$json]}"
+       "\"rate\": \"${rate:-none}\", \"rails\": $rails, \"hosts\": [$json]}"
 }
 
 rsh() {

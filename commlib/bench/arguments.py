@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from commlib.perf import common as C
+from commlib import settings
 
 
 def add_arguments(p: argparse.ArgumentParser):
@@ -40,6 +41,10 @@ def add_arguments(p: argparse.ArgumentParser):
     p.add_argument("--paths", default=None,
                    help="with --device: comma list of the stream engine's paths to compare, each on its own "
                         "sub-communicator: auto, kernel, copy (default auto,kernel,copy; commlib/bench/device_paths.py)")
+    p.add_argument("--compress", default="", metavar="CODECS",
+                   help="also time all_reduce, reduce_scatter and all_gather with compress= for each codec of "
+                        "this comma list (bf16, fp8_e4m3, fp8_e5m2, int8, int4; NAME:inter for inter_only), "
+                        "beside the uncompressed calls (docs/compression.md)")
     p.add_argument("-d", "--datatype", default="float32", choices=C.DTYPES, help="element type (default float32)")
     p.add_argument("-o", "--op", default="sum", choices=C.OPS, help="reduction (default sum)")
     p.add_argument("-r", "--root", type=int, default=0, help="root of rooted collectives (default 0)")
@@ -100,7 +105,26 @@ def config_from_args(a) -> dict:
         "algorithms": [x for x in a.algorithms.split(",") if x], "peers": peers, "device": device,
         "paths": _paths(a, device),
         "imports": list(getattr(a, "imports", []) or []),
+        # COMMLIB_CMA as run: `commlib tune` compares runs with single-copy reads on (1) and off
+        # (anything else) to find each collective's crossover (commlib/bench/single_copy_tuning.py).
+        "single_copy": settings.get("COMMLIB_CMA"),
+        "compress": _compress(a, device, peers),
     }
+
+
+def _compress(a, device, peers):
+    """--compress: the codec list (each a name, or NAME:inter for inter_only)."""
+    from commlib.core import codecs
+    names = [x.strip() for x in (getattr(a, "compress", "") or "").split(",") if x.strip()]
+    for n in names:
+        base, _, flag = n.partition(":")
+        if base not in codecs.NAMES or flag not in ("", "inter"):
+            raise SystemExit(f"commlib bench: --compress: unknown codec {n!r} ({', '.join(codecs.NAMES)}, "
+                             "optionally NAME:inter)")
+    if names and (device != "host" or a.datatype not in codecs.CODED_DTYPES):
+        raise SystemExit("commlib bench: --compress needs host buffers (--device host) and a float32, float16 or "
+                         "bfloat16 -d")
+    return names
 
 
 def _paths(a, device):

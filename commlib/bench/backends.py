@@ -28,6 +28,10 @@ class Backend:
     def supports(self, collective, mode, op, dtype):
         return True
 
+    def compressible(self, collective, algorithm, codec) -> bool:
+        """Whether ``algorithm`` of ``collective`` runs with compress=``codec`` (--compress)."""
+        return False
+
     def make(self, collective, algorithm, mode, bufs, op, root):
         """Zero-argument callable running one collective on ``bufs`` (see make_buffers)."""
         raise NotImplementedError
@@ -62,7 +66,23 @@ class CommlibBackend(Backend):
     def supports(self, collective, mode, op, dtype):
         return not (collective == "broadcast" and mode == "out")
 
+    def compressible(self, collective, algorithm, codec):
+        from commlib.core import codecs
+        if collective not in codecs.COMPRESSIBLE:
+            return False
+        if algorithm == "auto":
+            return True
+        try:  # what the verifier proves on this host map (the calls refuse the rest)
+            codecs.verify(collective, algorithm, self.size, 97, host_of=list(self.comm.topology.host_of),
+                          inter_only=codec.endswith(":inter"))
+            return True
+        except (self._commlib.VerificationError, ValueError):
+            return False
+
     def make(self, collective, algorithm, mode, bufs, op, root):
+        algorithm, _, codec = algorithm.partition("+")
+        if codec:
+            return self._make_compressed(collective, algorithm, mode, bufs, op, codec)
         c, s, r = self.comm, bufs["send"], bufs["recv"]
         scale = C.PREMUL_SCALE if op == "premul_sum" else None
         if collective == "all_reduce":
@@ -85,6 +105,17 @@ class CommlibBackend(Backend):
             return functools.partial(c.scatter, r, s, root, algorithm)
         raise ValueError(collective)
 
+    def _make_compressed(self, collective, algorithm, mode, bufs, op, codec):
+        from commlib.core.codecs import Codec
+        name, _, flag = codec.partition(":")
+        kw = {"algorithm": algorithm, "compress": Codec(name, inter_only=flag == "inter")}
+        c, s, r = self.comm, bufs["send"], bufs["recv"]
+        if collective == "all_reduce":
+            return functools.partial(c.all_reduce, s, op, out=None if mode == "in" else r, **kw)
+        if collective == "all_gather":
+            return functools.partial(c.all_gather, r, s, **kw)
+        return functools.partial(c.reduce_scatter, r, s, op, **kw)
+
     def barrier(self):
         self.comm.barrier()
 
@@ -95,6 +126,11 @@ class CommlibBackend(Backend):
         return out.reshape(self.size, vec.size)
 
     def resolve(self, collective, algorithm, size, dtype):
+        if "+" in algorithm:  # compress=: auto runs ring, or hierarchical for inter_only across hosts
+            algorithm, _, codec = algorithm.partition("+")
+            hosts = len(set(self.comm.topology.host_of))
+            return algorithm if algorithm != "auto" else (
+                "hierarchical" if codec.endswith(":inter") and 1 < hosts < self.size else "ring")
         if algorithm != "auto":
             return algorithm
         from commlib.core.call_spec import COLLECTIVE

@@ -7,8 +7,9 @@ from commlib.perf import common as C
 
 
 def compare_records(records):
-    """Records in each collective's comparison mode (see common.COMPARE_MODE)."""
-    return [r for r in records if r["mode"] == C.COMPARE_MODE[r["collective"]]]
+    """Records in each collective's comparison mode (see common.COMPARE_MODE); compressed calls
+    (--compress) are compared apart, against the uncompressed ones (report_compression.py)."""
+    return [r for r in records if r["mode"] == C.COMPARE_MODE[r["collective"]] and not r.get("compress")]
 
 
 def index_by_series(records):

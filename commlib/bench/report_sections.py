@@ -1,5 +1,5 @@
 """The report's sections, in order: summary, plots, fitted model, crossovers, auto's picks (and the
-tuning table), commlib vs peers at each size, correctness, "At scale" (simulator files), machine.
+tuning table), commlib vs peers at each size, correctness, compressed collectives, "At scale" (simulator files), machine.
 Every comparison is in one mode per collective and between numbers of the same run."""
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from commlib.perf import model as M
 from commlib.bench.bench_files import merged_records
 from commlib.bench.comparison import comparison, measured_crossovers, peer_ratio
 from commlib.bench.memcpy import largest as memcpy_largest
+from commlib.bench.report_compression import add_compression
 from commlib.bench.report_doc import Doc
 from commlib.bench.report_format import (availability, commlib_transport, fmt_num, fmt_ratio, fmt_us,
                                          memcpy_at, mpi_library)
@@ -192,6 +193,7 @@ def build(datas, outdir, explorer=None):
     doc.table(["backend", "collective", "ranks", "results checked", "wrong values"],
               [[b, c, P, v[0], v[1]] for (b, c, P), v in sorted(corr.items())])
 
+    add_compression(doc, records, outdir, plt=pyplot())
     if explorer:
         add_explorer(doc, rows, outdir, explorer)
     sim_report.add_at_scale(doc, sims, outdir, measured=records, plt=pyplot())

@@ -100,10 +100,14 @@ class Reference:
             return
         C.fill(send, self.input)
 
-    def wrong(self, bufs) -> int:
+    def wrong(self, bufs, codec: str = "") -> int:
         if self.expected is None:
             return 0
         out = bufs["recv"]
+        if codec:  # compress=: within the codec's bound (every |value| <= 4, so sums of |values| <= 4P)
+            from commlib.core.codecs import DTYPE_EPS, ERROR_BOUND
+            tol = (self.P + 1) * (ERROR_BOUND[codec.partition(":")[0]] + DTYPE_EPS[self.dtype]) * 4 * self.P
+            return int(np.count_nonzero(~(np.abs(C.as_numpy_f64(out) - self.expected) <= tol)))
         return C.count_wrong(out, self.expected, self.dtype, self.op)
 
 
@@ -156,10 +160,12 @@ class Sweep:
         if self.b.name != "commlib":
             return [self.b.name]
         known = self.b.algorithms(collective)
-        if "all" in req:
-            return known
-        # "<algorithm>@<path>" (the device bench's paths) is selected by its algorithm
-        return [a for a in known if a in req or a.partition("@")[0] in req]
+        if "all" not in req:
+            # "<algorithm>@<path>" (the device bench's paths) is selected by its algorithm
+            known = [a for a in known if a in req or a.partition("@")[0] in req]
+        # --compress: "<algorithm>+<codec>" beside each algorithm compress= can run here
+        return known + [f"{a}+{c}" for c in self.cfg.get("compress") or [] for a in known
+                        if self.b.compressible(collective, a, c)]
 
     def _plan(self):
         cfg, b = self.cfg, self.b
@@ -260,7 +266,7 @@ class Sweep:
                 ref.prepare(bufs[key[1]])
                 b.barrier()
                 fns[key]()
-                wrong[key] = ref.wrong(bufs[key[1]])
+                wrong[key] = ref.wrong(bufs[key[1]], key[0].partition("+")[2])
         vec = []
         for key in keys:
             vec += times[key] + [loops[key], wrong[key]]
@@ -289,6 +295,8 @@ class Sweep:
             }
             if hasattr(b, "ran_path"):  # the device bench: the path the calls ran on
                 rec["path"] = b.ran_path(algo)
+            if "+" in algo:  # --compress: the record's series is "<algorithm>+<codec>"
+                rec["compress"] = algo.split("+", 1)[1]
             out[algo][mode] = rec
             if b.rank == 0:
                 self.records.append(rec)

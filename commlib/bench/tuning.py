@@ -29,7 +29,8 @@ def from_runs(datas, previous=None):
     records, fits = [], {}
     for d in datas:
         hosts, per_host = placement_of(d.get("config") or {}, d.get("world_size"))
-        records += [dict(r, hosts=hosts, ranks_per_host=per_host) for r in d.get("results", [])]
+        single = (d.get("config") or {}).get("single_copy", "")
+        records += [dict(r, hosts=hosts, ranks_per_host=per_host, single_copy=single) for r in d.get("results", [])]
         fits.update(d.get("model") or {})
     return from_results(records, fits, previous=previous)
 
@@ -59,6 +60,9 @@ def main(args) -> int:
     kernel = sorted({int(P) for per in table.get("kernel_path", {}).values() for P in per})
     print(f"# tuning written to {path} from {len(datas)} run(s); measured world sizes {sizes}"
           + (f"; kernel-path rows for world sizes {kernel}" if kernel else ""))
+    for coll, per in sorted((table.get("single_copy") or {}).items()):
+        print(f"# single-copy reads for {coll} from: " + ", ".join(
+            f"P={P} {'never' if e['min_bytes'] < 0 else str(e['min_bytes']) + ' B'}" for P, e in sorted(per.items())))
     if os.path.abspath(path) != os.path.abspath(default_path()):
         print(f"# use it with COMMLIB_TUNING={os.path.abspath(path)}, or install it as {default_path()}")
     return 0
@@ -76,9 +80,10 @@ def from_results(records, fits=None, previous=None, model_span=2, hosts=1, ranks
     rows of the communicator's host count (commlib.core.tuning). Runs of one world size on several
     host counts cannot share an entry: the one with the most hosts is kept."""
     from commlib.perf import model
-    from commlib.bench import device_tuning
+    from commlib.bench import device_tuning, single_copy_tuning
     all_records = records
     records = device_tuning.split(records)[0]  # device records make the kernel_path / device_path sections
+    records, single_copy = single_copy_tuning.choose(records, previous)
     colls = {}
     if previous:
         for coll, per in previous.get("collectives", {}).items():
@@ -126,4 +131,6 @@ def from_results(records, fits=None, previous=None, model_span=2, hosts=1, ranks
                                                  "rows": rows(cbs, best)}
     out = {"schema": SCHEMA, "bytes": "per-rank count x element size, as _C.choose_algorithm sees it",
            "collectives": colls}
+    if single_copy:
+        out["single_copy"] = single_copy
     return device_tuning.add_device_sections(out, all_records, previous)

@@ -24,18 +24,28 @@ NAMES = ("bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int4")
 ROUNDINGS = ("nearest", "stochastic")
 CODED_DTYPES = ("float32", "float16", "bfloat16")
 DEFAULT_BLOCK = 32
+# One nearest-rounded encoding's error relative to its block's largest finite magnitude
+# (docs/compression.md's table; stochastic rounding: twice these). A compressed all_reduce over P
+# ranks stays within (P + 1) x (this + the dtype's rounding) x the largest sum of magnitudes.
+ERROR_BOUND = {"bf16": 2 ** -8, "fp8_e4m3": 2 ** -4 + 2 ** -9, "fp8_e5m2": 2 ** -3 + 2 ** -16, "int8": 1 / 127,
+               "int4": 1 / 7}
+DTYPE_EPS = {"float32": 2 ** -23, "float16": 2 ** -10, "bfloat16": 2 ** -7}  # one addition's rounding
+COMPRESSIBLE = ("all_reduce", "reduce_scatter", "all_gather")
 
 
 @dataclass(frozen=True)
 class Codec:
     """A codec: ``name`` (one of :data:`NAMES`), ``block_size`` elements per scale (bf16 has no
     scales), ``rounding`` ("nearest", ties to even, or "stochastic", reproducible from ``seed``:
-    element i of an encoded region draws from a counter-based hash of (seed, i, its value))."""
+    element i of an encoded region draws from a counter-based hash of (seed, i, its value)).
+    ``inter_only`` (compress_inter_only): only messages between hosts are encoded; those between
+    ranks of one host travel raw (hierarchical schedules' intra-host phases stay exact)."""
 
     name: str
     block_size: int = DEFAULT_BLOCK
     rounding: str = "nearest"
     seed: int = 0
+    inter_only: bool = False
 
     def __post_init__(self):
         if self.name not in NAMES:
@@ -46,6 +56,8 @@ class Codec:
             raise ValueError(f"rounding: 'nearest' or 'stochastic', got {self.rounding!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 1 << 64:
             raise ValueError(f"seed: an int in [0, 2**64), got {self.seed!r}")
+        if not isinstance(self.inter_only, bool):
+            raise TypeError(f"inter_only: a bool, got {type(self.inter_only).__name__}")
 
     def encoded_size(self, count: int) -> int:
         """Bytes that ``count`` elements encode to (scales + codes)."""
@@ -109,35 +121,60 @@ def run_compressed(core, size: int, coll: str, algorithm: str, in_ptr: int, out_
         raise ValueError(f"compress: codecs code {', '.join(CODED_DTYPES)} data, not {dtype}")
     if on_device:
         raise ValueError("compress: runs on host buffers only (device buffers and stream= are not compressed yet)")
-    algorithm = "ring" if algorithm == "auto" else algorithm
-    reason = _identity_refused(coll, algorithm, size, count)
+    host_of = tuple(core.host_of)
+    if algorithm == "auto":
+        # ring: proved for every size; inter_only across hosts: hierarchical (whose intra-host
+        # phases are what it keeps exact), else ring, whichever the verifier proves first.
+        hosts = len(set(host_of))
+        tried = ("hierarchical", "ring") if codec.inter_only and 1 < hosts < size else ("ring",)
+        refused = [(a, _identity_refused(coll, a, size, count, host_of, codec.inter_only)) for a in tried]
+        algorithm, reason = next(((a, r) for a, r in refused if not r), refused[-1])
+    else:
+        reason = _identity_refused(coll, algorithm, size, count, host_of, codec.inter_only)
     if reason:
-        raise ValueError(f"algorithm: {algorithm} cannot keep every rank's {coll} identical under compress= "
-                         f"on {size} ranks and {count} elements ({reason}); ring can")
+        what = "compress_inter_only (Codec(inter_only=True)) on this host map" if codec.inter_only else "compress="
+        raise ValueError(f"algorithm: {algorithm} cannot keep every rank's {coll} identical under {what} "
+                         f"on {size} ranks and {count} elements ({reason}); "
+                         f"{'try another algorithm or compress everything' if codec.inter_only else 'ring can'}")
     return _C.run_compressed(core, call_spec.collective(coll), algorithm, in_ptr, out_ptr, count,
                              call_spec.dtype(dtype), call_spec.op(op), root, scale, async_op, codec.name,
-                             codec.block_size, codec.rounding, codec.seed)
+                             codec.block_size, codec.rounding, codec.seed, codec.inter_only)
 
 
 @functools.lru_cache(maxsize=512)
-def _identity_refused(coll: str, algorithm: str, size: int, count: int) -> str:
+def _identity_refused(coll: str, algorithm: str, size: int, count: int, host_of: tuple, inter_only: bool) -> str:
     """Why the verifier rejects this schedule under a codec ("" if it proves it): every rank
     reaches the same verdict, so all refuse alike before anything is sent. auto runs ring, which
     the verifier proves for every size (docs/compression.md)."""
     try:
-        verify(coll, algorithm, size, count)
+        verify(coll, algorithm, size, count, host_of=list(host_of), inter_only=inter_only)
     except _C.VerificationError as e:
         return str(e).split(": ", 1)[-1]
     return ""
 
 
 def verify(collective: str, algorithm: str = "auto", size: int = 1, count: int = 0,
-           sender_projects: bool = True) -> str:
+           sender_projects: bool = True, host_of=None, inter_only: bool = False) -> str:
     """Proves ``algorithm``'s schedules for ``collective`` on ``size`` ranks and ``count`` elements
     as compress= runs them (docs/compression.md): the usual results, and every rank's output
     identical element by element, with a codec modelled as an idempotent projection Q.
     ``sender_projects=False`` models a lowering whose senders keep the value they encoded
-    (rejected: ranks would hold v and Q(v)). Returns the algorithm verified; raises
-    ``commlib.VerificationError``."""
+    (rejected: ranks would hold v and Q(v)). ``host_of``: each rank's host (default: one host), for
+    the hierarchical schedules; ``inter_only``: as :class:`Codec`'s (messages within a host raw).
+    Returns the algorithm verified; raises ``commlib.VerificationError``."""
     return _C.verify_compressed(call_spec.collective(collective), algorithm, int(size), int(count),
-                                bool(sender_projects))
+                                bool(sender_projects), list(host_of or []), bool(inter_only))
+
+
+def error_feedback_round(codec: Codec, grad, residual=None):
+    """One error-feedback step (EF-SGD: Seide et al.'s 1-bit SGD, Karimireddy et al. 2019) on a
+    flat CPU float32 torch tensor, in place: ``grad += residual`` (if any), then ``grad =
+    Q(grad)`` (``codec``'s projection); returns the new residual (what Q dropped). Used by
+    DataParallel(compress=, error_feedback=True) and commlib.torch.hooks; docs/compression.md says
+    which combinations converge."""
+    if residual is not None:
+        grad.add_(residual)
+    q = grad.new_tensor(codec.round_trip(grad.detach().numpy()))
+    new_residual = grad - q
+    grad.copy_(q)
+    return new_residual

@@ -35,7 +35,8 @@ from commlib import settings
 from commlib.bootstrap import phases
 from commlib.bootstrap.hosts import host_id
 from commlib.bootstrap.secret import SignedStore
-from commlib.core.shrink import await_all_built, gone_ranks, process_gone
+from commlib.core.rebuild import RebuildAgreement, await_all_built
+from commlib.core.shrink import gone_ranks, process_gone
 from commlib.errors import CommError, PeerError, RendezvousError
 
 # Settings that change what every rank computes or lays out: a joiner must have the job's values.
@@ -89,21 +90,14 @@ def _parse_request(raw: bytes) -> Optional[dict]:
     return rec
 
 
-class _Grow:
+class _Grow(RebuildAgreement):
     """One member's side of grow #n over ``comm`` (see the module docstring)."""
 
     def __init__(self, comm, n: int, timeout: float, rendezvous):
-        self.comm = comm
-        self.me, self.size = comm.rank, comm.size
+        super().__init__(comm, "grow", n, timeout, rendezvous)
         self.job = comm._job
-        self.what = f"grow #{n} of {comm._prefix!r}"
-        self.rdv = rendezvous(comm._store, f"{comm._prefix}/grow{n}", self.me, timeout)
         self.joiners = {}  # ticket -> request, once admitted (the leader's, then everyone's)
         self.here = host_id()
-
-    def fail(self, exc: CommError):
-        self.rdv.report(str(exc))
-        raise exc
 
     def relay(self):
         try:
@@ -120,11 +114,6 @@ class _Grow:
         if DIED in str(exc):
             raise PeerError(str(exc)) from None
         raise exc
-
-    def _waited_too_long(self, ranks, step: str):
-        if time.monotonic() > self.rdv.deadline:
-            self.fail(RendezvousError(f"{self.what}: rank {self.me} waited {self.rdv.timeout:g} s for "
-                                      f"rank(s) {sorted(ranks)} to {step}"))
 
     def died(self, who: str):
         self.fail(PeerError(f"{self.what}: {who} {DIED} (rank {self.me} saw it); call grow again"))

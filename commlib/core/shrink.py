@@ -4,26 +4,30 @@ communicator of themselves (ranks renumbered in order) through the same store.
 Agreement, under ``<prefix>/shrink<n>`` (n counts this communicator's shrinks, the same on every
 survivor since each calls shrink once per attempt):
 
-1. Claims. Each caller publishes the ranks it excludes: the ones given, or (``exclude=None``) the
-   ones this rank sees gone now (process dead on this host, connection lost across hosts, or
-   closed). It then waits until every rank that nobody claims has published its claim.
-2. Checks, on every caller, each naming the ranks at fault: nobody excludes a rank that called
-   shrink (it is alive, and an excluded rank must not call shrink); an explicit ``exclude`` equals
-   the union of all claims; every excluded rank is gone as this rank sees it (after a short grace
-   for a link to notice), so a rank that saw no failure yet confirms the others' claims instead of
-   ending up elsewhere.
+1. Claims. Each caller publishes the ranks it excludes (the ones given, or with ``exclude=None``
+   the ones it sees gone now: process dead on this host, connection lost across hosts, or closed)
+   and, as evidence, those of them it sees gone. It then waits until every rank that nobody claims
+   has published its claim.
+2. Checks, on every caller, from the published claims alone (so all decide alike), each naming the
+   ranks at fault: nobody excludes a rank that called shrink (unless a claimer saw it gone since:
+   it died during the shrink); an explicit ``exclude`` equals the union of all claims; every
+   excluded rank was seen gone by some claimer, so a rank whose links saw no failure yet takes the
+   others' word instead of ending up elsewhere.
 3. Decision. Each publishes the union it decided on and compares it with every survivor's.
 4. The survivors build the new communicator under the same prefix, so an error reported by any
    rank at any step (``<prefix>/error``) fails every other rank at once.
 5. Commit. Each says it built it (``built/<rank>``) and waits until every survivor did: shrink
    returns the new communicator on every survivor or on none.
 
-While waiting, each rank watches the survivors through the old communicator's links: one that dies
-during the shrink, at any step, fails it on every rank with PeerError naming it (call shrink again
-to exclude it too), however each rank learns of it (its own watch, another's report, a socket
-reset or a descriptor that never came while building). One that dies after saying it built the new
-communicator is that communicator's to report, at its next call. Nothing here waits longer than the
-timeout. ``commlib.bootstrap.phases`` names the steps, where tests kill a rank.
+While waiting, each rank watches the survivors through the old communicator's links, and the
+error key. A failure at any step, however a rank learns of it (its own watch, another's report, a
+socket reset, a descriptor that never came), is settled alike on every rank (``settle``): each
+says it failed and waits for every rank of the attempt to say so too or to be seen gone; one gone
+without saying so died during the shrink, and every survivor raises PeerError naming the same
+ranks (call shrink again: they are excluded too); else every survivor raises RendezvousError. One
+that dies after saying it built the new communicator is that communicator's to report, at its next
+call. Nothing here waits much longer than the timeout. ``commlib.bootstrap.phases`` names the
+steps, where tests kill a rank.
 """
 from __future__ import annotations
 
@@ -34,17 +38,20 @@ from typing import Iterable, Optional, Set
 from commlib.bootstrap import phases
 from commlib.bootstrap.wait import wait_until
 from commlib.core.call_checks import as_ranks
+from commlib.core.rebuild import MAX_PAUSE_S, RebuildAgreement, await_all_built
 from commlib.errors import CommError, PeerError, RendezvousError
 
 # A peer in one of these states takes no further part: its process or connection is gone, or it
 # closed the communicator.
 GONE_STATES = ("dead", "closed")
-# How long a rank waits for its own links to confirm a death that another rank claims.
+# How long a caller of shrink(exclude=[...]) waits for its own links to see a named rank gone
+# before it publishes what it saw (a rank that no claimer sees gone is not excluded).
 CONFIRM_GRACE_S = 2.0
+# The least time a failed rank waits for the others of the attempt to say they failed too (or to
+# be seen gone), even when the attempt's deadline is near: a death across hosts is seen by a lost
+# connection, which takes a moment.
+SETTLE_S = 10.0
 DIED = "died during the shrink"
-# The longest pause between two rounds of a wait of the agreement: each round also watches the
-# survivors, so a death is seen within it.
-MAX_PAUSE_S = 0.01
 
 
 def process_gone(pid: int) -> bool:
@@ -94,43 +101,18 @@ def _fmt(ranks: Iterable[int]) -> str:
     return "[" + ", ".join(str(r) for r in sorted(ranks)) + "]"
 
 
-class _Agreement:
-    """One rank's side of shrink #n over ``comm`` (see the module docstring)."""
+class _Agreement(RebuildAgreement):
+    """One rank's side of shrink #n over ``comm`` (see the module docstring). ``fail`` reports and
+    raises, ``relay`` raises another's report: ``settle`` then decides the class every survivor
+    raises."""
+
+    waiting_hint = " (alive but not calling shrink?)"
 
     def __init__(self, comm, exclude: Optional[list], n: int, timeout: float, rendezvous):
-        self.comm = comm
-        self.me, self.size = comm.rank, comm.size
-        self.what = f"shrink #{n} of {comm._prefix!r}"
-        self.rdv = rendezvous(comm._store, f"{comm._prefix}/shrink{n}", self.me, timeout)
+        super().__init__(comm, "shrink", n, timeout, rendezvous)
         self.explicit = exclude is not None
         self.claim = set(exclude) if self.explicit else gone_ranks(comm)
         self.survivors = None  # old ranks of the new communicator, once decided
-
-    def fail(self, exc: CommError):
-        """Report ``exc`` to every rank of the shrink, then raise it here."""
-        self.rdv.report(str(exc))
-        raise exc
-
-    def relay(self):
-        """Raise what another rank reported: a death during the shrink stays a PeerError."""
-        try:
-            self.rdv.raise_reported()
-        except RendezvousError as exc:
-            self.raise_as_death(exc)
-
-    def raise_as_death(self, exc: CommError):
-        """Raise ``exc``, or the death it comes from: a survivor seen dead (once the survivors are
-        decided), or another rank's report of one, is a PeerError on every survivor alike, whatever
-        step noticed it and however (this rank's watch, a relayed report, a reset socket)."""
-        if isinstance(exc, PeerError) and DIED in str(exc):
-            raise exc
-        if self.survivors is not None:
-            dead = self.seen_dead([r for r in self.survivors if r != self.me])
-            if dead:
-                self.died_during_shrink(dead)
-        if DIED in str(exc):  # another survivor's report of a death this rank has not seen
-            raise PeerError(str(exc)) from None
-        raise exc
 
     def _read(self, key: str, rank: int) -> Optional[dict]:
         full = f"{self.rdv.prefix}/{key}/{rank}"
@@ -139,20 +121,14 @@ class _Agreement:
         raw = self.rdv.store.get(full)
         try:
             rec = json.loads(bytes(raw).decode())
-            ranks, explicit = rec["exclude"], rec["explicit"]
-            good = isinstance(ranks, list) and isinstance(explicit, bool) and all(
-                isinstance(r, int) and not isinstance(r, bool) and 0 <= r < self.size for r in ranks)
+            ranks, explicit, gone = rec["exclude"], rec["explicit"], rec["gone"]
+            good = isinstance(explicit, bool) and all(isinstance(x, list) and all(
+                isinstance(r, int) and not isinstance(r, bool) and 0 <= r < self.size for r in x) for x in (ranks, gone))
         except (ValueError, TypeError, KeyError):  # not JSON, not an object, a field missing
             good = False
         if not good:
             self.fail(RendezvousError(f"{self.what}: rank {rank}'s {key} is malformed: {bytes(raw)[:80]!r}"))
         return rec
-
-    def _waited_too_long(self, ranks, step: str):
-        if time.monotonic() > self.rdv.deadline:
-            self.fail(RendezvousError(
-                f"{self.what}: rank {self.me} waited {self.rdv.timeout:g} s for rank(s) {_fmt(ranks)} "
-                f"to {step} (alive but not calling shrink?)"))
 
     def _wait(self, ready, poll, waited_for, step: str):
         """Until ``ready()``, ``poll()`` every round (it raises what failed); past the deadline, fail
@@ -169,9 +145,13 @@ class _Agreement:
         if self.me in self.claim:
             self.fail(RendezvousError(f"{self.what}: rank {self.me} called shrink but excludes itself "
                                       f"(exclude={_fmt(self.claim)}): an excluded rank must not call shrink"))
-        self.rdv.set(f"claim/{self.me}", json.dumps({"exclude": sorted(self.claim), "explicit": self.explicit}))
+        seen = self.evidence()
+        self.rdv.set(f"claim/{self.me}", json.dumps({"exclude": sorted(self.claim), "explicit": self.explicit,
+                                                     "gone": sorted(seen)}))
         phases.reached(self.rdv.prefix, "claimed")
+        self.relay()  # what another rank reported while this one gathered its evidence comes first
         claims = {self.me: (self.claim, self.explicit)}
+        self.seen_gone = {self.me: seen}  # every claimer's evidence: the ranks it saw gone
         pending, gone = [], set()
 
         def all_claimed() -> bool:
@@ -181,6 +161,7 @@ class _Agreement:
                     rec = self._read("claim", s)
                     if rec is not None:
                         claims[s] = (set(rec["exclude"]), rec["explicit"])
+                        self.seen_gone[s] = set(rec["gone"])
             claimed = set().union(*(c for c, _ in claims.values()))
             pending = [s for s in range(self.size) if s not in claims and s not in claimed]
             return not pending
@@ -200,10 +181,11 @@ class _Agreement:
         union = set().union(*(c for c, _ in claims.values()))
         by = {x: sorted(s for s, (c, _) in claims.items() if x in c) for x in union}
         called = sorted(x for x in union if x in claims)
+        seen = set().union(*self.seen_gone.values())  # gone as some claimer saw it
         if called:
-            # A rank that published its claim and then died is claimed by the survivors that saw
-            # it gone: a death during the shrink, as everywhere else, not a live rank excluded.
-            dead = self.seen_dead(called)
+            # A rank that published its claim and that a claimer then saw gone died during the
+            # shrink (settle confirms it: it never says it saw the failure), not a live rank excluded.
+            dead = [x for x in called if x in seen]
             if dead:
                 self.died_during_shrink(dead)
             x = called[0]
@@ -216,23 +198,34 @@ class _Agreement:
                 self.fail(RendezvousError(
                     f"{self.what}: survivors disagree on the excluded ranks: rank {s} excludes {_fmt(c)}, "
                     f"rank {other} excludes {_fmt(claims[other][0])}"))
-        unconfirmed = union - gone_ranks(self.comm)
-        until = time.monotonic() + min(CONFIRM_GRACE_S, self.rdv.timeout)
-        while unconfirmed and time.monotonic() < until:
-            self.relay()
-            time.sleep(0.01)
-            unconfirmed -= gone_ranks(self.comm)
+        # Decided from the published evidence alone, so every survivor decides alike: a rank is
+        # gone when any claimer saw it gone (its own links, when it published its claim).
+        unconfirmed = union - seen
         if unconfirmed:
             x = min(unconfirmed)
             state, pid, _ = self.comm._core.peer_states()[x]
             self.fail(RendezvousError(
-                f"{self.what}: rank(s) {_fmt(by[x])} exclude rank {x}, but rank {self.me} sees it alive "
-                f"(pid {pid}, link {state}): shrink excludes only ranks that died; survivors disagree"))
+                f"{self.what}: rank(s) {_fmt(by[x])} exclude rank {x}, but no survivor sees it gone (rank "
+                f"{self.me} sees it alive: pid {pid}, link {state}): shrink excludes only ranks that died"))
         return union
+
+    def evidence(self) -> Set[int]:
+        """The ranks of this rank's claim it sees gone, published with the claim. A claim of its own
+        (``exclude=None``) is only what it sees. Named ranks it does not see gone yet are given a
+        grace (a lost connection across hosts may come a moment after the caller's word): a rank
+        that no claimer sees gone is not excluded (check_claims). Nothing is raised here: every
+        live rank publishes its claim before it may fail (``settle`` counts on it)."""
+        seen = self.claim & gone_ranks(self.comm)
+        until = time.monotonic() + min(CONFIRM_GRACE_S, self.rdv.timeout)
+        while seen != self.claim and time.monotonic() < until:
+            time.sleep(0.01)
+            seen = self.claim & gone_ranks(self.comm)
+        return seen
 
     # -- 3. decision -------------------------------------------------------------------------------
     def agree(self, excluded: Set[int]):
-        self.rdv.set(f"final/{self.me}", json.dumps({"exclude": sorted(excluded), "explicit": self.explicit}))
+        self.rdv.set(f"final/{self.me}", json.dumps({"exclude": sorted(excluded), "explicit": self.explicit,
+                                                     "gone": []}))
         phases.reached(self.rdv.prefix, "decided")
         self.survivors = [r for r in range(self.size) if r not in excluded]
         waiting = [r for r in self.survivors if r != self.me]
@@ -255,27 +248,12 @@ class _Agreement:
 
         self._wait(all_decided, relay_and_watch, lambda: waiting, "decide")
 
-    def seen_dead(self, ranks) -> list:
-        """Those of ``ranks`` this rank sees dead. A rank across hosts is known dead by its lost
-        connection, which may come a moment after a peer's word: those are given the grace."""
-        kinds = self.comm._core.link_kinds
-        until = time.monotonic() + min(CONFIRM_GRACE_S, self.rdv.timeout)
-        while True:
-            dead = sorted(set(ranks) & gone_ranks(self.comm, ("dead",)))
-            if dead or time.monotonic() >= until or not any(kinds[r] == "tcp" for r in ranks):
-                return dead
-            time.sleep(0.01)
-
     # -- 4. the new communicator, and every survivor's word that it has it -------------------------
     def build(self, create):
         """The survivors' communicator. Whatever ends its rendezvous (this rank's own watch, a
-        relayed report, a reset socket, a fd that never came) while a survivor is dead is that
-        death: PeerError naming it, on every survivor alike."""
-        try:
-            new = create(self.comm._store, self.rdv.prefix, self.survivors.index(self.me), len(self.survivors),
-                         self.rdv.timeout, check=self.watch)
-        except CommError as exc:
-            self.raise_as_death(exc)
+        relayed report, a reset socket, a fd that never came) is settled as every failure is."""
+        new = create(self.comm._store, self.rdv.prefix, self.survivors.index(self.me), len(self.survivors),
+                     self.rdv.timeout, check=self.watch)
         phases.reached(self.rdv.prefix, "built")
         return new
 
@@ -295,36 +273,65 @@ class _Agreement:
             self.died_during_shrink(dead)
 
 
-def await_all_built(agreement, me: int, members, new, dead_now, died):
-    """The commit step of a shrink or a grow: say this rank (``me``, its number among ``members``
-    as named in the store) built ``new`` (``built/<me>`` under the agreement's prefix), then wait
-    until every member did. ``dead_now()`` gives the members seen dead, ``died(ranks)`` fails the
-    agreement on every rank for them; ``agreement`` gives ``rdv``, ``relay()`` and
-    ``_waited_too_long(ranks, step)``. On any failure ``new`` is closed before the error rises."""
-    rdv = agreement.rdv
-    built = lambda r: rdv.store.check([f"{rdv.prefix}/built/{r}"])  # noqa: E731
-    rdv.deadline = time.monotonic() + rdv.timeout  # the building had a timeout of its own
-    try:
-        rdv.set(f"built/{me}", b"1")
-        phases.reached(rdv.prefix, "committed")
-        waiting = [r for r in members if r != me]
+    # -- a failure, settled alike on every survivor ------------------------------------------------
+    def settle(self, exc: Exception):
+        """Raise the error every survivor raises for ``exc``, this rank's failure of the attempt
+        (its own, or another rank's report). The class is decided from evidence every survivor
+        reads alike, never from how soon this rank's links noticed something: each failing rank
+        reports its error, then says it failed (``failed/<rank>``), then waits until every rank of
+        the attempt said so too or is gone as it sees it (dead or closed). The ranks of the attempt:
+        those that published a claim, and those no published claim excludes (every live one of
+        them publishes its claim before it fails). Those gone without having said so died during
+        the shrink: PeerError naming them, the same ranks on every survivor (a rank that said so
+        and then died said it first: its word is read again once it is seen gone). Else nobody
+        died: RendezvousError. Bounded: past the deadline (at least SETTLE_S from now) a rank that
+        neither said so nor is gone is taken as alive (it hangs, or never called shrink)."""
+        store, prefix = self.rdv.store, self.rdv.prefix
+        try:
+            if not store.check([f"{prefix}/error"]):
+                self.rdv.report(str(exc))
+            self.rdv.set(f"failed/{self.me}", b"1")
+        except (CommError, OSError):  # the store is lost (StoreLostError on every rank alike)
+            raise exc from None
+        if not isinstance(exc, CommError):  # e.g. a ValueError naming a bad setting, raised as it is
+            raise exc
+        said = lambda r: store.check([f"{prefix}/failed/{r}"])  # noqa: E731
+        deadline = max(self.rdv.deadline, time.monotonic() + min(self.rdv.timeout, SETTLE_S))
+        claims, settled, left = {}, {self.me}, set()
+        pause = 0.001
+        while True:
+            for r in range(self.size):
+                if r not in claims and store.check([f"{prefix}/claim/{r}"]):
+                    claims[r] = self._excluded_by(r)
+            excluded = set().union(*claims.values())
+            members = {r for r in range(self.size) if r in claims or r not in excluded}
+            gone = gone_ranks(self.comm)
+            for r in sorted(members - settled):
+                if said(r):
+                    settled.add(r)
+                elif r in gone:
+                    if not said(r):  # read again after seeing it gone: its word, if given, came before
+                        left.add(r)
+                    settled.add(r)
+            if members <= settled or time.monotonic() > deadline:
+                break
+            time.sleep(pause)
+            pause = min(pause * 2, MAX_PAUSE_S)
+        left &= members
+        if left:
+            raise PeerError(f"{self.what}: rank(s) {_fmt(left)} {DIED} (rank {self.me} saw it); call shrink "
+                            f"again to exclude them too") from None
+        if isinstance(exc, RendezvousError):
+            raise exc
+        raise RendezvousError(str(exc)) from exc
 
-        def all_built() -> bool:
-            waiting[:] = [r for r in waiting if not built(r)]
-            return not waiting
-
-        def watch_waiting():
-            agreement.relay()
-            # read again after seeing the death: its word, if given, came before it
-            dead = [r for r in dead_now() if r in waiting and not built(r)]
-            if dead:
-                died(dead)
-
-        wait_until(all_built, rdv.deadline, poll=watch_waiting, max_pause=MAX_PAUSE_S,
-                   on_timeout=lambda: agreement._waited_too_long(waiting, "build the new communicator"))
-    except BaseException:
-        new.close()
-        raise
+    def _excluded_by(self, rank: int) -> Set[int]:
+        """The ranks ``rank``'s published claim excludes (none if it is malformed: checked elsewhere)."""
+        try:
+            ranks = json.loads(bytes(self.rdv.store.get(f"{self.rdv.prefix}/claim/{rank}")).decode())["exclude"]
+            return {r for r in ranks if isinstance(r, int)}
+        except (ValueError, TypeError, KeyError):
+            return set()
 
 
 def shrink(comm, exclude: Optional[list], n: int, timeout: float, rendezvous, create):
@@ -333,11 +340,14 @@ def shrink(comm, exclude: Optional[list], n: int, timeout: float, rendezvous, cr
     ``rendezvous`` and ``create`` are commlib.init's rendezvous class and communicator builder
     (passed in, so this module sits below commlib.init)."""
     agreement = _Agreement(comm, exclude, n, timeout, rendezvous)
-    excluded = agreement.check_claims(agreement.collect_claims())
-    agreement.agree(excluded)
-    new = agreement.build(create)
-    agreement.commit(new)
+    try:
+        excluded = agreement.check_claims(agreement.collect_claims())
+        agreement.agree(excluded)
+        new = agreement.build(create)
+        agreement.commit(new)
+    except Exception as exc:  # noqa: BLE001 - settled, then raised (or the class all survivors raise)
+        agreement.settle(exc)
     return new
 
 
-__all__ = ["await_all_built", "check_exclude", "gone_ranks", "process_gone", "shrink"]
+__all__ = ["check_exclude", "gone_ranks", "process_gone", "shrink"]

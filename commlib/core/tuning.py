@@ -18,6 +18,12 @@ docs/gpu.md "auto on the device"); host calls and the copy path never read them.
 per world size: COMMLIB_DEVICE_PATH=auto takes the kernel path up to that many bytes per rank, the
 copy path above (default 1 MiB where it has no entry; csrc/policy/device_path_tuning.h).
 
+A ``"single_copy"`` section (``{"all_to_all": {"4": {"min_bytes": 4194304}}}``) holds, per collective
+and world size, the call size (auto's bytes) from which single-copy reads of a peer's buffer
+(process_vm_readv) measured faster than the channels' two copies, -1 for never: with COMMLIB_CMA=auto
+(the default) such calls send their messages of 64 KiB or more single-copy; calls without an entry
+use the channels (csrc/policy/single_copy.h).
+
 An entry may say ``"hosts": H`` (default 1): the rows were measured on that many hosts. Without a
 cost model every row applies to its world size; with one (COMMLIB_TOPOLOGY, ranks on several
 hosts) only rows of the communicator's host count do, the model deciding elsewhere.
@@ -111,6 +117,10 @@ class _Engine:
     def set_device_path_crossovers(kernel_max_bytes) -> None:
         _C.set_device_path_crossovers(kernel_max_bytes)
 
+    @staticmethod
+    def set_single_copy_crossovers(collective: str, min_bytes) -> None:
+        _C.set_single_copy_crossovers(call_spec.collective(collective), min_bytes)
+
 
 def install(table: dict, core=None):
     """Install every collective's rows with _C.set_tuning; return the collectives installed. Each
@@ -127,7 +137,23 @@ def install(table: dict, core=None):
         done.append(coll)
     if hasattr(core, "set_device_path_crossovers"):  # the engine, or a recorder that wants them
         core.set_device_path_crossovers(crossovers(table))
+    if hasattr(core, "set_single_copy_crossovers"):
+        for coll, per in single_copy_crossovers(table).items():
+            core.set_single_copy_crossovers(coll, per)
     return done
+
+
+def single_copy_crossovers(table: dict) -> dict:
+    """{collective: {world size: min call bytes (-1 never)}} of the table's ``"single_copy"`` section."""
+    out = {}
+    for coll, per in (table.get("single_copy") or {}).items():
+        call_spec.collective(coll)  # an unknown name raises, naming it
+        for P, entry in per.items():
+            mb = entry.get("min_bytes") if isinstance(entry, dict) else None
+            if not isinstance(mb, int) or mb < -1:
+                raise ValueError(f"single_copy: {coll} world size {P}: min_bytes must be an integer >= -1, got {mb!r}")
+            out.setdefault(coll, {})[int(P)] = mb
+    return out
 
 
 def crossovers(table: dict) -> dict:

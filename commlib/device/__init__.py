@@ -2,3 +2,10 @@
 or a device buffer), device buffers (buffers), the emulated device that runs the GPU
 engine without a GPU (emulated, public as ``commlib.emulated``), libnccl's discovery (nccl, public
 as ``commlib.nccl``) and the NCCL communicator of the stream engine (nccl_comm)."""
+
+
+def empty(shape, dtype: str = "float32", comm=None, device_index=None):
+    """An array from ``comm``'s symmetric pool (commlib/device/symmetric.py): at the same offset on
+    every rank, mapped on every peer by the kernel path's registry. Collective."""
+    from commlib.device.symmetric import empty as _empty
+    return _empty(shape, dtype, comm=comm, device_index=device_index)

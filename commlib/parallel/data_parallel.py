@@ -16,6 +16,7 @@ from typing import List, Optional
 
 import torch
 
+from commlib.core.codecs import error_feedback_round
 from ._buckets import (MB, FlatLayout, OrderedLauncher, broadcast_tensors, check_algorithm, check_comm,
                        check_positive, dtype_buckets, param_slots, queue_backward_callback,
                        replicate_module, storage_bytes)
@@ -57,6 +58,11 @@ class DataParallel(torch.nn.Module):
             contributes zeros for a parameter it did not use.
         gradient_as_bucket_view: make ``param.grad`` a view into its bucket after the first
             synchronisation (saves one gradient copy of memory and a copy per step).
+        compress: a codec (name or ``commlib.codecs.Codec``) the buckets' all_reduce travels in
+            (host buffers; docs/compression.md); None: uncompressed.
+        error_feedback: with ``compress``, add to each bucket the residual its last encoding lost
+            and encode the sum on this rank before sending (EF-SGD, commlib.core.codecs.error_feedback_round);
+            float32 buckets only. docs/compression.md says which combinations converge.
 
     At construction the parameter and buffer shapes are checked to agree on every rank (a clear
     error names the first mismatching one) and rank 0's values are broadcast to all.
@@ -65,7 +71,7 @@ class DataParallel(torch.nn.Module):
     def __init__(self, module: torch.nn.Module, comm, bucket_cap_mb: float = 25.0,
                  first_bucket_cap_mb: Optional[float] = None, algorithm: str = "auto",
                  broadcast_buffers: bool = True, find_unused_parameters: bool = False,
-                 gradient_as_bucket_view: bool = False):
+                 gradient_as_bucket_view: bool = False, compress=None, error_feedback: bool = False):
         super().__init__()
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"module: expected a torch.nn.Module, got {type(module).__name__}")
@@ -79,6 +85,14 @@ class DataParallel(torch.nn.Module):
         self.broadcast_buffers = bool(broadcast_buffers)
         self.find_unused_parameters = bool(find_unused_parameters)
         self.gradient_as_bucket_view = bool(gradient_as_bucket_view)
+        from commlib.core import codecs
+        self.codec = codecs.get(compress)
+        if not isinstance(error_feedback, bool):
+            raise TypeError(f"error_feedback: a bool, got {type(error_feedback).__name__}")
+        if error_feedback and self.codec is None:
+            raise ValueError("error_feedback: needs compress= (an uncompressed all_reduce loses nothing)")
+        self.error_feedback = error_feedback
+        self._residuals = {}  # bucket index -> what its last encoding lost (error_feedback)
 
         named, _, _ = replicate_module(comm, module)
 
@@ -93,6 +107,9 @@ class DataParallel(torch.nn.Module):
         groups.sort(key=lambda g: g[0])  # bucket order follows reverse parameter order
         self._buckets: List[_Bucket] = [_Bucket(i, ps, dt) for i, (_, dt, ps) in enumerate(groups)]
         self._where = param_slots(self._buckets)
+        if self.codec is not None and any(b.buffer.device.type != "cpu" or (error_feedback and b.buffer.dtype !=
+                                          torch.float32) for b in self._buckets):
+            raise ValueError("compress: runs on CPU parameters (error_feedback: float32 ones)")
         self._params = [p for _, p in trainable]
         self._marked = set()
         self._sync = True
@@ -185,7 +202,13 @@ class DataParallel(torch.nn.Module):
         self._launcher.gradient_ready(b)
 
     def _launch(self, b: _Bucket):
-        b.work = self.comm.all_reduce(b.buffer, op="avg", algorithm=self.algorithm, async_op=True)
+        if self.codec is None:
+            b.work = self.comm.all_reduce(b.buffer, op="avg", algorithm=self.algorithm, async_op=True)
+        else:
+            if self.error_feedback:
+                self._residuals[b.index] = error_feedback_round(self.codec, b.buffer, self._residuals.get(b.index))
+            b.work = self.comm.all_reduce(b.buffer, op="avg", algorithm=self.algorithm, async_op=True,
+                                          compress=self.codec)
         b.launched = True
 
     def _finish_backward(self):

@@ -12,7 +12,7 @@ world_size, dtype, bytes, count, time_us, algbw_GBps, busbw_GBps, ...) with ``ba
 from __future__ import annotations
 
 import commlib._C as _C
-from commlib.core import schedules
+from commlib.core import codecs, schedules
 from commlib.core.call_spec import COLLECTIVE
 from commlib.perf import common as C
 from commlib.sim.topology import Topology, load
@@ -51,10 +51,13 @@ def phases_label(algorithm: str, inter: str, intra: str) -> str:
 
 
 def predict(collective: str, algorithm: str, size: int, ranks: int, topology, dtype: str = "float32",
-            root: int = 0) -> dict:
+            root: int = 0, compress=None, codec_ns=(-1.0, -1.0)) -> dict:
     """Predicted record of one collective of ``size`` bench bytes (nccl-tests sizes: the
     all_reduce buffer, the all_gather output, ...) on ``ranks`` ranks of ``topology``.
-    ``algorithm`` may name hierarchical's phases: ``hierarchical/<inter>[/<intra>]`` (split_phases)."""
+    ``algorithm`` may name hierarchical's phases: ``hierarchical/<inter>[/<intra>]`` (split_phases).
+    ``compress``: a codec (name or ``commlib.codecs.Codec``) the messages travel in, costed as the
+    host lowering runs it (encoded bytes, the codec's compute at ``codec_ns`` = (encode, decode)
+    ns per element, negative: the default; docs/compression.md)."""
     topo: Topology = load(topology)
     if collective not in C.COLLECTIVES and collective != "barrier":
         raise ValueError(f"collective: unknown {collective!r} (expected one of {', '.join(C.COLLECTIVES)})")
@@ -67,8 +70,14 @@ def predict(collective: str, algorithm: str, size: int, ranks: int, topology, dt
                          f"host of {topo.devices_per_host} ranks without NICs (nic_Gbps 0)")
     _, block, real = C.geometry(collective, size, dtype, ranks)
     name, inter, intra = split_phases(algorithm)
+    codec = codecs.get(compress)
+    if codec is not None and collective not in ("all_reduce", "reduce_scatter", "all_gather"):
+        raise ValueError(f"compress: all_reduce, reduce_scatter and all_gather take it, not {collective}")
+    if codec is not None and dtype not in codecs.CODED_DTYPES:
+        raise ValueError(f"compress: codecs code {', '.join(codecs.CODED_DTYPES)} data, not {dtype}")
     out = _C.simulate(COLLECTIVE[collective], name, block, C.elem_size(dtype), root, topo.engine_dict(ranks), inter,
-                      -1, intra)
+                      -1, intra, codec.name if codec else "", codec.block_size if codec else 32,
+                      bool(codec and codec.inter_only), float(codec_ns[0]), float(codec_ns[1]))
     seconds = out["time_s"] + topo.call_overhead_us * 1e-6
     algbw, busbw = C.bandwidths(collective, real, ranks, seconds)
     return {
@@ -78,6 +87,7 @@ def predict(collective: str, algorithm: str, size: int, ranks: int, topology, dt
         "root": root if collective in C.ROOTED else -1, "bytes": real, "count": block * (
             ranks if collective in C.BLOCKED else 1),
         "time_us": {"median": seconds * 1e6}, "algbw_GBps": algbw, "busbw_GBps": busbw, "wrong": None,
+        "compress": codec.name if codec else None,
         "sim": {k: out[k] for k in ("build_s", "run_s", "steps", "transfers", "bytes_inter", "bytes_intra",
                                     "shapes")},
     }

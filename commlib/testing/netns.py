@@ -3,6 +3,9 @@
 ``Namespaces(n, rate="1gbit")`` is a context manager around ``scripts/netns.sh``: it brings up
 ``n`` namespaces ("hosts", each with an interface ``veth0`` on one bridge, tbf-limited to
 ``rate``) and always removes them on the way out, also after a failure or KeyboardInterrupt.
+``rails=R`` gives every host R such links (``veth0`` .. ``veth<R-1>``, each on its own bridge and
+subnet, each limited to ``rate`` on its own: R NICs per host), and a rank uses the rail of its
+local rank (local rank i listens on ``veth<i % R>``, as GPU i uses NIC i on a DGX).
 Inside it, ``NetnsRankPool(net, hosts=[0, 0, 1])`` is a :class:`~commlib.testing.RankPool` whose
 rank ``r`` runs in namespace ``hosts[r]`` (started with ``ip netns exec``), rendezvous like a real
 multi-host job through a store that rank 0 serves on its namespace's address, and talks over TCP
@@ -41,11 +44,14 @@ class Namespaces:
     ``prefix`` the names' common prefix and ``hub`` the namespace of the bridge.
     """
 
-    def __init__(self, n: int, rate: Optional[str] = None, prefix: Optional[str] = None):
+    def __init__(self, n: int, rate: Optional[str] = None, prefix: Optional[str] = None, rails: int = 1):
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"n: expected a positive number of namespaces, got {n!r}")
+        if not isinstance(rails, int) or not 1 <= rails <= 8:
+            raise ValueError(f"rails: expected 1..8 links per host, got {rails!r}")
         self.n = n
         self.rate = rate
+        self.rails = rails
         # Unique per process and per instance, so parallel test runs and nested uses never collide.
         Namespaces._count = getattr(Namespaces, "_count", 0) + 1
         self.prefix = prefix or f"cl{os.getpid()}n{Namespaces._count}"
@@ -59,7 +65,8 @@ class Namespaces:
             raise NetnsUnavailable("iproute2 (ip" + (", tc" if self.rate else "") + ") is not installed")
         if not os.path.exists(SCRIPT):
             raise NetnsUnavailable(f"{SCRIPT} is missing (commlib.testing.netns runs from a checkout)")
-        argv = [SCRIPT, "up", str(self.n), "--prefix", self.prefix] + (["--rate", self.rate] if self.rate else [])
+        argv = [SCRIPT, "up", str(self.n), "--prefix", self.prefix, "--rails", str(self.rails)]
+        argv += ["--rate", self.rate] if self.rate else []
         try:
             out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
         except BaseException:
@@ -88,10 +95,11 @@ class Namespaces:
         """The command line that runs ``argv`` on host ``host``."""
         return ["ip", "netns", "exec", self.hosts[host]["netns"], *argv]
 
-    def rank_env(self, host: int) -> Dict[str, str]:
+    def rank_env(self, host: int, local_rank: int = 0) -> Dict[str, str]:
         """What a rank on ``host`` needs: its host's identity (namespaces share the hostname) and
-        the interface that leads to the other hosts."""
-        return {"COMMLIB_HOST_ID": self.hosts[host]["netns"], "COMMLIB_SOCKET_IFNAME": self.hosts[host]["ifname"]}
+        the interface that leads to the other hosts (its rail: ``local_rank % rails``)."""
+        ifname = self.hosts[host]["ifnames"][local_rank % self.rails]
+        return {"COMMLIB_HOST_ID": self.hosts[host]["netns"], "COMMLIB_SOCKET_IFNAME": ifname}
 
     def ip(self, host: int, *args: str) -> None:
         """Runs ``ip ARGS`` inside host ``host`` (e.g. ``net.ip(1, "link", "set", "veth0", "down")``)."""
@@ -164,7 +172,7 @@ class NetnsRankPool(RankPool):
             master = self.net.hosts[self.hosts[0]]["addr"]
             for r, h in enumerate(self.hosts):
                 env = dict(os.environ)
-                env.update(self.net.rank_env(h))  # the pool's env may override these
+                env.update(self.net.rank_env(h, self.hosts[:r].count(h)))  # the pool's env may override these
                 env.update({k: str(v[r] if isinstance(v, tuple) else v) for k, v in self.env.items()})
                 env.update({"RANK": str(r), "WORLD_SIZE": str(self.size), "MASTER_ADDR": master,
                             "MASTER_PORT": str(STORE_PORT)})

@@ -3,6 +3,7 @@
 // host collective with compress= (run_compressed).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <string>
 
@@ -75,12 +76,13 @@ void decode(const std::string& codec, int64_t block, DType dtype, const py::buff
 std::shared_ptr<Work> run_compressed(Communicator& c, Collective coll, const std::string& algo, uintptr_t in,
                                      uintptr_t out, int64_t count, DType dtype, RedOp op, int root, double scale,
                                      bool async, const std::string& codec, int64_t block, const std::string& rounding,
-                                     uint64_t seed) {
+                                     uint64_t seed, bool inter_only) {
   if (coll != Collective::AllReduce && coll != Collective::ReduceScatter && coll != Collective::AllGather)
     throw std::invalid_argument(std::string("compress: all_reduce, reduce_scatter and all_gather take it, not ") +
                                 collective_name(coll));
   CollectiveCall call = collective_call(coll, algo, in, out, count, dtype, op, root, scale);
   call.codec = spec_of(codec, block, rounding, seed);
+  call.codec.inter_only = inter_only;
   check_codec(call.codec, dtype);
   ReleaseGil nogil;
   return c.collective(call, async);
@@ -97,13 +99,14 @@ void bind_codecs(py::module_& m) {
   m.def("run_compressed", &run_compressed, py::arg("core"), py::arg("collective"), py::arg("algorithm"),
         py::arg("input"), py::arg("output"), py::arg("count"), py::arg("dtype"), py::arg("op"), py::arg("root"),
         py::arg("scale"), py::arg("async_op"), py::arg("codec"), py::arg("block"), py::arg("rounding"),
-        py::arg("seed"), "A host collective whose messages travel encoded (docs/compression.md).");
+        py::arg("seed"), py::arg("inter_only") = false,
+        "A host collective whose messages travel encoded (docs/compression.md).");
   m.def("verify_compressed", [](Collective c, const std::string& algorithm, int size, int64_t count,
-                                bool sender_projects) {
+                                bool sender_projects, const std::vector<int>& host_of, bool inter_only) {
         py::gil_scoped_release nogil;
-        return verify_compressed(c, algorithm, size, count, sender_projects);
+        return verify_compressed(c, algorithm, size, count, sender_projects, host_of, inter_only);
       }, py::arg("collective"), py::arg("algorithm"), py::arg("size"), py::arg("count"),
-        py::arg("sender_projects") = true,
+        py::arg("sender_projects") = true, py::arg("host_of") = std::vector<int>{}, py::arg("inter_only") = false,
         "Verify a schedule as compress= runs it: every rank ends identical (docs/compression.md).");
   m.def("codec_encoded_bytes", [](const std::string& codec, int64_t block, int64_t n) {
         CodecSpec s = spec_of(codec, block, "nearest", 0);

@@ -2,6 +2,9 @@
 #include <pybind11/stl.h>
 #include <unistd.h>
 
+#include <functional>
+#include <memory>
+
 #include "bindings/bindings.h"
 #include "sim/topology.h"
 #include "bindings/buffer_view.h"
@@ -155,12 +158,34 @@ void bind_comm(py::module_& m) {
       .def_property_readonly("has_cost_model", &Communicator::has_cost_model)
       .def(
           "connect",
-          [](Communicator& c, const std::vector<std::string>& addresses) {
+          [](Communicator& c, const std::vector<std::string>& addresses, const py::object& poll) {
             if (!c.tcp()) throw std::invalid_argument("connect: this communicator has no TCP links");
-            py::gil_scoped_release release;  // waits for the peers
-            c.tcp()->connect(addresses);
+            // What poll raised, kept (with its traceback) until the GIL is held again to re-raise it.
+            std::unique_ptr<py::error_already_set> raised;
+            struct PollRaised {};
+            std::function<void()> fn;
+            if (!poll.is_none())
+              fn = [&] {
+                py::gil_scoped_acquire acquire;
+                try {
+                  poll();
+                } catch (py::error_already_set& e) {
+                  raised = std::make_unique<py::error_already_set>(std::move(e));
+                  throw PollRaised{};
+                }
+              };
+            {
+              py::gil_scoped_release release;  // waits for the peers
+              try {
+                c.tcp()->connect(addresses, fn);
+              } catch (const PollRaised&) {
+              }
+            }
+            if (raised) throw std::move(*raised);
           },
-          "Connects the TCP links (every rank's listening address by rank) once every rank listens.")
+          py::arg("addresses"), py::arg("poll") = py::none(),
+          "Connects the TCP links (every rank's listening address by rank) once every rank listens; "
+          "poll() (if given) runs every few tens of milliseconds meanwhile, and what it raises ends the wait.")
       .def("tcp_rejected", [](Communicator& c) { return c.tcp() ? c.tcp()->rejected() : 0; },
            "Connections the TCP listener refused so far (bad handshakes, garbage).")
       .def("tcp_address", [](Communicator& c) { return c.tcp() ? c.tcp()->address() : std::string(); })
@@ -234,6 +259,9 @@ void bind_comm(py::module_& m) {
           "(state, pid, message) of every rank as this rank sees it now: self, unknown, alive, "
           "closed, failed (published an error) or dead (process gone or connection lost).")
       .def("enable_direct_reads", &Communicator::enable_direct_reads)
+      .def("direct_reads_reason", &Communicator::direct_reads_reason,
+           "Why single-copy reads are off on this rank ('' when on): COMMLIB_CMA=0, or the probe's failure "
+           "(process_vm_readv refused: ptrace scope, another user, a seccomp filter).")
       .def("close",
            [](Communicator& c) {
              ReleaseGil nogil;

@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "common/alloc_count.h"
 #include "bindings/bindings.h"
 #include "bindings/gil.h"
 #include "bindings/peer_control.h"
@@ -257,6 +258,9 @@ void bind_device(py::module_& m) {
   m.def("emulated_thread_driver_calls", &emulated_thread_driver_calls,
         "This thread's driver calls on every emulated device so far, by name, with the device guards' "
         "cudaGetDevice/cudaSetDevice (the caller's side of a call, without the watchdog's).");
+  m.def("thread_allocations", &thread_allocations,
+        "Heap allocations commlib's C++ code made on this thread so far (common/alloc_count.h: operator new "
+        "and new[], without the emulated device's own).");
   m.def("emulated_queries_held", &queries_held_at_gate, "Test hook: queries waiting at the gate now.");
   m.def("emulated_device", &emulated_device, py::arg("index") = 0,
         "The process's emulated device `index` (COMMLIB_EMULATED_DELAY_US read when first created).");

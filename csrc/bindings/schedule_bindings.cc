@@ -8,6 +8,7 @@
 #include "verify/verifier.h"
 #include "policy/auto_policy.h"
 #include "policy/device_path_tuning.h"
+#include "policy/single_copy.h"
 #include "stream/kernel_path.h"
 #include "schedule/registry.h"
 
@@ -332,8 +333,20 @@ void bind_schedule(py::module_& m) {
       [] {
         clear_tuning();
         set_device_path_crossovers({});
+        clear_single_copy_crossovers();
       },
-      "Drop every tuning row and the device_path crossovers (auto's built-in rules again).");
+      "Drop every tuning row, the device_path and the single_copy crossovers (auto's built-in rules again).");
+  m.def(
+      "set_single_copy_crossovers",
+      [](Collective c, const std::map<int, int64_t>& min_bytes) { set_single_copy_crossovers(c, min_bytes); },
+      py::arg("collective"), py::arg("min_bytes"),
+      "Install one collective's \"single_copy\" crossovers {world size: call bytes, -1 never} (COMMLIB_CMA=auto).");
+  m.def(
+      "single_copy_min_message",
+      [](Collective c, int64_t call_bytes, int size) {
+        return single_copy_min_message(single_copy_setting(), c, call_bytes, size);
+      },
+      py::arg("collective"), py::arg("call_bytes"), py::arg("size"), "Smallest message sent single-copy (-1: none).");
   m.def(
       "set_device_path_crossovers",
       [](const std::map<int, int64_t>& kernel_max_bytes) { set_device_path_crossovers(kernel_max_bytes); },

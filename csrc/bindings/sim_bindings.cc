@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "bindings/bindings.h"
+#include "kernels/cpu_codecs.h"
 #include "policy/auto_policy.h"
 #include "policy/candidate_search.h"
 #include "sim/simulator.h"
@@ -107,11 +108,13 @@ py::dict choice_to_py(const AlgorithmChoice& c) {
 // What the simulator's callers do: "auto" resolved by the policy (resolve_on_model, the cost model
 // being a leaf under it), then the concrete composition played, without the GIL.
 std::pair<Composition, sim::Result> play(Collective c, const Composition& requested, int64_t count, int elem_bytes,
-                                         int root, const sim::Topology& t, sim::Trace* trace) {
+                                         int root, const sim::Topology& t, sim::Trace* trace,
+                                         const sim::CodecCost& codec = {}) {
   py::gil_scoped_release nogil;
   const Composition how = resolve_on_model(c, requested, count, elem_bytes, root, t);
   sim::Options o;
   o.trace = trace;
+  o.codec = codec;
   return {how, sim::simulate(c, how, count, elem_bytes, root, t, o)};
 }
 
@@ -122,9 +125,22 @@ void bind_sim(py::module_& m) {
       "simulate",
       [](Collective c, const std::string& algorithm, int64_t count, int elem_bytes, int root,
          const py::dict& topology, const std::string& inter_algorithm, int64_t segment,
-         const std::string& intra_algorithm) {
+         const std::string& intra_algorithm, const std::string& codec, int64_t block, bool inter_only,
+         double encode_ns, double decode_ns) {
+        sim::CodecCost cost;
+        if (!codec.empty()) {
+          CodecSpec spec;
+          spec.kind = codec_kind(codec);
+          spec.block = block;
+          check_codec(spec, DType::Float32);
+          // The codec's layout, as kernels/cpu_codecs.cc lays it out (tests/sim checks the bytes
+          // against Codec.encoded_size): a scale byte per block but bf16's; 16, 4 or 8 bits a code.
+          const bool bf16 = spec.kind == kern::CodecKind::BF16;
+          cost = sim::codec_cost(block, bf16 ? 0 : 1, bf16 ? 16 : spec.kind == kern::CodecKind::Int4 ? 4 : 8,
+                                 inter_only, encode_ns, decode_ns);
+        }
         const auto [how, r] = play(c, Composition{algorithm, inter_algorithm, intra_algorithm, segment}, count,
-                                   elem_bytes, root, topology_from_dict(topology), nullptr);
+                                   elem_bytes, root, topology_from_dict(topology), nullptr, cost);
         py::dict out;
         out["time_s"] = r.time_s;
         out["build_s"] = r.build_s;
@@ -143,7 +159,10 @@ void bind_sim(py::module_& m) {
       },
       py::arg("collective"), py::arg("algorithm"), py::arg("count"), py::arg("elem_bytes"), py::arg("root"),
       py::arg("topology"), py::arg("inter_algorithm") = "", py::arg("segment") = -1, py::arg("intra_algorithm") = "",
+      py::arg("codec") = "", py::arg("block") = 32, py::arg("inter_only") = false, py::arg("encode_ns") = -1.0,
+      py::arg("decode_ns") = -1.0,
       "Predicted time of one collective: plays every rank's schedule on the topology (sim/simulator.h). "
+      "codec/block/inter_only: compress= (sim/codec_cost.h; encode_ns/decode_ns per element, -1: the default). "
       "inter_algorithm/segment/intra_algorithm: hierarchical's inter-host algorithm (\"\": built-in exchange), "
       "pipeline segment (-1: COMMLIB_HIER_SEGMENT) and intra-host algorithm (\"\": built-in exchanges).");
 

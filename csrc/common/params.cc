@@ -38,9 +38,10 @@ const std::vector<Param> kParams = {
     {"COMMLIB_SPIN_US", "int", "-1",
      "microseconds a wait on ranks of this host spins before sleeping (-1: 20; with ranks on other hosts see "
      "COMMLIB_TCP_SPIN_US)", -1, INT64_MAX},
-    {"COMMLIB_CMA", "flag", "0",
-     "1: messages larger than a channel go single-copy (process_vm_readv); off because it measured "
-     "slower on 2-core VMs"},
+    {"COMMLIB_CMA", "name", "auto",
+     "single-copy reads of a peer's buffer on one host (process_vm_readv): auto = from the call size the tuning "
+     "file's single_copy section measured faster (none: never); 0 = never; 1 = messages of 64 KiB or more; "
+     "N bytes = messages of N or more"},
     {"COMMLIB_CPU_PATH", "name", "",
      "force a lower vector path of the reduction kernels (avx512, avx2, baseline); an unknown name is ignored"},
     {"COMMLIB_HOST_ID", "name", "",
@@ -78,6 +79,10 @@ const std::vector<Param> kParams = {
     {"COMMLIB_EMULATED_CONNECTIONS", "int", "8",
      "hardware queues an emulated device's streams share, as CUDA_DEVICE_MAX_CONNECTIONS (1..32): "
      "operations of streams on one queue run in enqueue order, so a blocked wait holds up the others", 1, 32},
+    {"COMMLIB_EMULATED_RESIDENT_BLOCKS", "int", "0",
+     "blocks of the kernel executor an emulated device holds resident at once (0: no limit), as a GPU's "
+     "occupancy: blocks beyond it wait until resident ones finish; the kernel path sizes its grid to fit it "
+     "beside the other ranks on the device, or refuses", 0, 4096},
     {"COMMLIB_EMULATED_DEVICE", "int", "0",
      "the emulated device commlib.emulated uses where none is named (one per rank, as torch.cuda.set_device: "
      "the emulated NCCL, like NCCL, refuses two ranks on one device)", 0, INT64_MAX},
@@ -122,6 +127,12 @@ const char* raw(const std::string& name) {
 }  // namespace
 
 const std::vector<Param>& params() { return kParams; }
+
+std::string foreign_env(const std::string& name) {
+  if (name.rfind("COMMLIB_", 0) == 0) throw std::logic_error(name + ": a commlib setting, read through the table");
+  const char* v = std::getenv(name.c_str());
+  return v ? v : "";
+}
 
 const Param& param(const std::string& name) {
   // Plain names index once; family members (COMMLIB_ALGO_<COLLECTIVE>) match by prefix.

@@ -39,6 +39,9 @@ const Param& param(const std::string& name);
 
 // The variable's value if set and non-empty, else its default.
 std::string param_string(const std::string& name);
+// A variable another component owns and documents (CUDA's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), read
+// as it does; "" when unset. std::logic_error for a COMMLIB_ name: those go through the table.
+std::string foreign_env(const std::string& name);
 // True when the environment sets `name` to a non-empty value.
 bool param_set(const std::string& name);
 // An integer in the declared range (and in [lo, hi], for a reader that needs less); anything else is

@@ -25,6 +25,7 @@ class CudaDevice final : public Device {
   uint64_t* map_host(void* host, size_t bytes) override;
   void unmap_host(void* host) override;
 
+  MemoryRange memory_range(const void* ptr) override;  // cuPointerGetAttributes (cuda_device_ranges.cc)
   std::string export_memory(void* ptr) override;
   void* import_memory(const std::string& handle) override;
   void close_import(void* ptr) override;
@@ -62,6 +63,8 @@ class CudaDevice final : public Device {
   std::shared_ptr<DeviceGraphExec> instantiate(DeviceGraph& graph) override;
   void launch_graph(DeviceGraphExec& exec, DeviceStream& stream) override;
   unsigned plan_blocks(unsigned wanted) const override;  // kernels/cuda_plan_kernel.cu
+  Residency plan_residency() const override;  // cuda_device_ranges.cc
+  std::string physical_id() const override;                          // the PCI bus id
   void launch_plan(const kexec::PlanLaunch& launch, unsigned blocks, DType dtype, RedOp op, bool reduces,
                    DeviceStream& stream) override;
 

@@ -97,6 +97,22 @@ class Device {
   virtual uint64_t* map_host(void* host, size_t bytes) = 0;
   virtual void unmap_host(void* host) = 0;
 
+  // The allocation `ptr` lies in (cuPointerGetAttributes: RANGE_START_ADDR, RANGE_SIZE, BUFFER_ID,
+  // IS_LEGACY_CUDA_IPC_CAPABLE). `buffer_id` is unique per allocation for the life of the process,
+  // so memory freed and allocated again at the same address has another id (and another handle);
+  // `shareable`: export_memory(base) works (cudaMalloc'd; not VMM memory without a shareable
+  // handle, not a cudaMallocAsync pool's). bytes == 0: not memory of this device.
+  struct MemoryRange {
+    char* base = nullptr;
+    size_t bytes = 0;
+    uint64_t buffer_id = 0;
+    bool shareable = false;
+  };
+  virtual MemoryRange memory_range(const void* ptr) {
+    (void)ptr;
+    return MemoryRange{};
+  }
+
   // -- memory of peer processes (IPC) ----------------------------------------------------------
   // An opaque handle to the allocation starting at `ptr`, valid while it is allocated.
   virtual std::string export_memory(void* ptr) = 0;
@@ -192,6 +208,21 @@ class Device {
   // How many blocks a launch of the kernel executor may use when `wanted` items can run in
   // parallel (0: this device has no kernel path).
   virtual unsigned plan_blocks(unsigned wanted) const { return 0 * wanted; }
+  // How many blocks of the kernel executor can be resident at once (issue #38, item 4): on the
+  // whole device (`device_blocks`: cudaOccupancyMaxActiveBlocksPerMultiprocessor x the SM count)
+  // and for this process (`client_blocks`); `mps_client`: MPS's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
+  // scales client_blocks where set (stream/kernel_occupancy.cc applies it); `why` says what they
+  // were made of. Blocks beyond them wait for resident ones to finish, so a grid whose blocks wait
+  // for each other (and for the other ranks' on the same device) must fit. 0: unknown (no limit).
+  struct Residency {
+    unsigned device_blocks = 0, client_blocks = 0;
+    std::string why;
+    bool mps_client = false;
+  };
+  virtual Residency plan_residency() const { return Residency{0, 0, "unknown"}; }
+  // An identity of the physical device shared by every process using it (the PCI bus id on CUDA,
+  // "emulated:N" here): ranks with the same one share its resident blocks.
+  virtual std::string physical_id() const { return name(); }
   // Enqueues the kernel executor (kernels/plan_kernel.cuh) over `blocks` blocks, with the element
   // functor of (dtype, op) when the plan reduces.
   virtual void launch_plan(const kexec::PlanLaunch&, unsigned, DType, RedOp, bool, DeviceStream&) {

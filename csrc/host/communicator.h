@@ -72,6 +72,7 @@ class Communicator {
 
   // Called once every rank has joined: turns on single-copy transfers where the OS allows them.
   bool enable_direct_reads() { return transport_->enable_direct_reads(); }
+  std::string direct_reads_reason() const { return transport_->direct_reads_reason(); }
   const Topology& topology() const { return topology_; }
   // The kind of link to each rank ("self", "shm", "tcp"), by rank.
   std::vector<std::string> link_kinds() const;
@@ -148,6 +149,8 @@ class Communicator {
   void run_compressed_steps(const CollectiveCall& call, const Schedule& sched, const CallDesc& desc,
                             char* const* bases);
   char* scratch(size_t bytes);
+  // auto's small broadcast or barrier through the shared-memory flags; false: run the schedule.
+  bool run_flag_call(const CollectiveCall& call, const ResolvedPlan& planned, const CallDesc& desc, size_t bytes);
   // A private copy of the input: premul_sum scales into it; in-place all_to_all reads from it.
   char* input_copy(size_t bytes);
   void record_failure(const CommError& e, ErrorKind kind);

@@ -78,6 +78,20 @@ void Communicator::run_compressed_steps(const CollectiveCall& call, const Schedu
     encode(at(r), r, tmp);
     decode(tmp, r, at(r));
   };
+  // compress_inter_only: a message between ranks of one host travels raw (the sender keeps its
+  // value, the receiver gets it exactly, no codec work on either end), and a sum made from a raw
+  // message is not projected, so intra-host phases stay exact (on one host the call is exact). A
+  // value crosses hosts only encoded, and both ends hold it projected from then on. all_gather's
+  // blocks are sent raw to some peers and encoded to others, so across hosts each rank projects
+  // its own block before anything travels. The verifier proves this per schedule and host map
+  // (verifier_codec.cc); what it does not prove is refused (commlib/core/codecs.py).
+  const std::vector<int>& host_of = topology_.host_of;
+  auto coded = [&](int peer) {
+    return !spec.inter_only || host_of.empty() || host_of[static_cast<size_t>(peer)] != host_of[static_cast<size_t>(rank_)];
+  };
+  const bool hosts = !host_of.empty() && std::any_of(host_of.begin(), host_of.end(), [&](int h) { return h != host_of[0]; });
+  if (spec.inter_only && hosts && call.coll == Collective::AllGather && call.count)
+    project(Region{BufferId::Input, 0, call.count});
   for (const Step& step : sched.steps) {
     ops_.clear();
     if (codec_msgs_.size() < step.ops.size()) codec_msgs_.resize(step.ops.size());
@@ -88,12 +102,26 @@ void Communicator::run_compressed_steps(const CollectiveCall& call, const Schedu
         throw CommError(std::string("compress: the schedule uses ") + op_kind_name(op.kind) +
                         ", which compress= does not lower (commlib.codecs.verify refuses such schedules)");
       const Region& r = op.kind == OpKind::Send ? op.src : op.dst;
+      const bool code = coded(op.peer);
       std::vector<uint8_t>& msg = codec_msgs_[i];
-      msg.resize(coded_bytes(r));
       ExecOp e;
       e.kind = op.kind == OpKind::Send ? OpKind::Send : OpKind::Recv;
       e.peer = op.peer;
       e.desc = desc;
+      if (!code) {  // raw: the region's bytes as they are
+        e.bytes = static_cast<size_t>(r.count) * esize;
+        if (op.kind == OpKind::Send) {
+          e.src = at(op.src);
+        } else if (op.kind == OpKind::Recv) {
+          e.dst = at(op.dst);
+        } else {
+          msg.resize(e.bytes);
+          e.dst = reinterpret_cast<char*>(msg.data());
+        }
+        ops_.push_back(e);
+        continue;
+      }
+      msg.resize(coded_bytes(r));
       e.bytes = msg.size();
       if (op.kind == OpKind::Send) {
         char* src = at(op.src);
@@ -120,19 +148,24 @@ void Communicator::run_compressed_steps(const CollectiveCall& call, const Schedu
         case OpKind::Reduce:
           if (!n) break;
           reduce_inplace(at(op.dst), at(op.src), n, call.dtype, call.op);
-          project(op.dst);
+          if (!spec.inter_only) project(op.dst);  // inter_only: its operands are as they came
           break;
         case OpKind::Recv:
-          if (n) decode(codec_msgs_[i].data(), op.dst, at(op.dst));
+          if (n && coded(op.peer)) decode(codec_msgs_[i].data(), op.dst, at(op.dst));
           break;
         case OpKind::RecvReduce: {
           if (!n) break;
-          if (codec_decoded_.size() < n * esize) codec_decoded_.resize(n * esize);
-          decode(codec_msgs_[i].data(), op.dst, codec_decoded_.data());
+          const bool code = coded(op.peer);
+          const char* incoming = reinterpret_cast<const char*>(codec_msgs_[i].data());
+          if (code) {
+            if (codec_decoded_.size() < n * esize) codec_decoded_.resize(n * esize);
+            decode(codec_msgs_[i].data(), op.dst, codec_decoded_.data());
+            incoming = codec_decoded_.data();
+          }
           char* dst = at(op.dst);
           if (reduces_from_src(op) && at(op.src) != dst) std::memcpy(dst, at(op.src), n * esize);
-          reduce_inplace(dst, codec_decoded_.data(), n, call.dtype, call.op);  // dst = src (op) incoming
-          project(op.dst);
+          reduce_inplace(dst, incoming, n, call.dtype, call.op);  // dst = src (op) incoming
+          if (code) project(op.dst);
           break;
         }
       }

@@ -50,7 +50,7 @@ bool Executor::progress_send(ExecOp& o, size_t esize) {
   Link& l = t_.link(o.peer);
   const size_t cap = chunk_for(l, esize);
   if (o.mode < 0)  // decided once per message: the receiver takes either form
-    o.mode = (o.bytes > l.caps().channel_bytes && l.peer_reads_directly()) ? 1
+    o.mode = (o.bytes >= single_copy_min_ && l.peer_reads_directly()) ? 1
              : (o.bytes >= kInPlaceBytes && l.caps().sends_in_place) ? 2
                                                                 : 0;
   if (o.mode == 2) return progress_send_in_place(o, l, cap);
@@ -150,10 +150,22 @@ void Executor::release_buffers(std::vector<ExecOp>& ops) {
   }
 }
 
-void Executor::receive_rendezvous(ExecOp& o, const char* payload, DType dtype, RedOp op) {
+void Executor::receive_rendezvous(ExecOp& o, const char* payload, DType dtype, RedOp op, const CallDesc& call) {
   uint64_t address;
   std::memcpy(&address, payload, sizeof(address));
   Link& l = t_.link(o.peer);
+  // The sender waits for our acknowledgement and does not touch its buffer meanwhile, so a failed
+  // read means it died (or its memory went away): a PeerError naming it and the call, published
+  // so every rank stops, never a crash of this reader.
+  try {
+    read_from_peer(o, l, address, dtype, op);
+  } catch (const PeerError& e) {
+    fail(ErrorKind::Peer, t_.describe_peer(o.peer) + " could not be read during " + describe_call(call) + " (rank " +
+                              std::to_string(t_.rank()) + "): " + e.what());
+  }
+}
+
+void Executor::read_from_peer(ExecOp& o, Link& l, uint64_t address, DType dtype, RedOp op) {
   if (o.kind == OpKind::Recv) {
     l.read_peer(o.dst, address, o.bytes);  // the one copy: sender's buffer -> ours
   } else {
@@ -202,7 +214,7 @@ bool Executor::progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
           std::string got = describe_call(h->desc);
           std::string msg = "rank " + std::to_string(t_.rank()) + " in " + describe_call(call) + " received from rank " +
                             std::to_string(o.peer) + " a message of " + got + "; expected " +
-                            describe_call(o.desc);
+                            describe_call(o.desc) + codec_mismatch_hint(o.desc, h->desc);
           if (h->desc == o.desc)
             msg += " (chunk at byte " + std::to_string(h->offset) + " of " + std::to_string(h->bytes) +
                    " bytes, expected byte " + std::to_string(o.done) + " of " + std::to_string(expect) + ")";
@@ -210,7 +222,7 @@ bool Executor::progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
           fail(ErrorKind::Mismatch, msg);
         }
         if (rendezvous) {
-          receive_rendezvous(o, payload, dtype, op);
+          receive_rendezvous(o, payload, dtype, op, call);
         } else if (expect && !landed) {
           if (o.kind == OpKind::Recv) {
             copy_bytes(o.dst + o.done, payload, expect, streams(o.bytes));

@@ -5,6 +5,7 @@
 // peers inside a different collective.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "common/listener_list.h"
+#include "policy/single_copy.h"
 #include "common/types.h"
 #include "schedule/ir.h"
 #include "transport/fabric.h"
@@ -51,6 +53,8 @@ struct ExecOptions {
   // cache), while all_reduce got 5-15% slower, and 2 ranks preferred 256 KiB for everything.
   // COMMLIB_COPY_CHUNK_BYTES overrides.
   size_t copy_chunk_bytes = size_t{64} << 10;
+  // COMMLIB_CMA: when messages go single-copy (policy/single_copy.h decides per call from it).
+  SingleCopySetting single_copy;
 };
 
 class Executor {
@@ -77,9 +81,20 @@ class Executor {
   int add_p2p_probe(P2PProbe fn) { return probes_.add(std::move(fn)); }
   void remove_p2p_probe(int id) { probes_.remove(id); }
 
-  void begin_call(size_t footprint_bytes, size_t chunk_cap = 0) {
+  // `single_copy_min` (policy/single_copy.h): messages of at least this many bytes go single-copy
+  // to peers that read this rank's memory directly; -1: none of this call's. Only the sender
+  // decides (the receiver takes either form), so ranks need not agree on it.
+  // Flag calls (flag_calls.cc): whether a broadcast of `bytes` fits the shared-memory flags (every
+  // rank on this host), and the broadcast and barrier through them. Every rank must take the same
+  // decision for a call (it depends only on the call and the communicator).
+  bool flags_fit(size_t bytes);
+  void flag_broadcast(const char* src, char* dst, size_t bytes, int root, const CallDesc& call);
+  void flag_barrier(const CallDesc& call);
+
+  void begin_call(size_t footprint_bytes, size_t chunk_cap = 0, int64_t single_copy_min = -1) {
     stream_call_ = opts_.stream_bytes && footprint_bytes >= opts_.stream_bytes;
     chunk_cap_ = chunk_cap;
+    single_copy_min_ = single_copy_min < 0 ? SIZE_MAX : std::max<size_t>(1, static_cast<size_t>(single_copy_min));
   }
 
  private:
@@ -92,19 +107,27 @@ class Executor {
   // Leaves no link holding a pointer into the step's buffers (run_step's exit, also by exception).
   void release_buffers(std::vector<ExecOp>& ops);
   size_t chunk_for(const Link& l, size_t esize) const;
-  void receive_rendezvous(ExecOp& o, const char* payload, DType dtype, RedOp op);
+  void receive_rendezvous(ExecOp& o, const char* payload, DType dtype, RedOp op, const CallDesc& call);
+  void read_from_peer(ExecOp& o, Link& l, uint64_t address, DType dtype, RedOp op);
   void on_idle(std::vector<ExecOp>& ops, const CallDesc& call,
                std::chrono::steady_clock::time_point last_progress, bool slow_checks);
   [[noreturn]] void fail(ErrorKind kind, const std::string& message);
   void check_device_messages(const std::vector<ExecOp>& ops);  // fails if a probe says so
+  template <typename Ready>
+  void wait_flags(Ready ready, OpKind kind, int only_peer, size_t bytes, const CallDesc& call);
 
   Fabric& t_;
   size_t chunk_cap_ = 0;
+  size_t single_copy_min_ = SIZE_MAX;  // begin_call's single_copy_min (SIZE_MAX: never)
   bool stream_call_ = false;
   ExecOptions opts_;
   std::vector<uint64_t> rendezvous_sent_;  // per peer
   std::vector<char> bounce_;               // cache-sized staging for reductions of direct reads
   ListenerList<P2PProbe> probes_;
+  uint64_t flag_calls_ = 0;       // flag calls made (numbered alike on every rank)
+  uint64_t flag_writes_ = 0;      // broadcasts this rank wrote as root (its next slot: this mod slots)
+  std::vector<uint64_t> flag_slot_call_;  // the flag call each of this rank's slots last held
+  std::vector<ExecOp> ops_watched_;
 };
 
 }  // namespace commlib

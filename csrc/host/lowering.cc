@@ -36,6 +36,25 @@ char* Communicator::scratch(size_t bytes) {
   return scratch_.get();
 }
 
+// auto's small broadcasts and barriers, when every rank is on this host: through the shared-memory
+// flags (host/flag_calls.cc), one write read by every rank, instead of the schedule. Only when auto
+// itself chose (an algorithm the caller or COMMLIB_ALGO_<COLLECTIVE> named runs as named), so
+// every rank decides alike from the call.
+bool Communicator::run_flag_call(const CollectiveCall& call, const ResolvedPlan& planned, const CallDesc& desc,
+                                 size_t bytes) {
+  if (call.algo != 0 || call.codec.active() || planned.choice.source == "override") return false;
+  if (call.coll == Collective::Barrier) {
+    if (!exec_.flags_fit(0)) return false;
+    exec_.flag_barrier(desc);
+    return true;
+  }
+  if (call.coll != Collective::Broadcast || !exec_.flags_fit(bytes)) return false;
+  const char* in = reinterpret_cast<const char*>(call.input);
+  char* out = reinterpret_cast<char*>(call.output);
+  exec_.flag_broadcast(in ? in : out, out ? out : const_cast<char*>(in), bytes, call.root, desc);
+  return true;
+}
+
 char* Communicator::input_copy(size_t bytes) {
   if (bytes > input_copy_bytes_) {
     input_copy_.reset(aligned_alloc_bytes(bytes));
@@ -65,10 +84,12 @@ void Communicator::run_collective(const CollectiveCall& call, uint64_t seq) {
   const auto t0 = opts_.debug >= 2 ? Clock::now() : Clock::time_point{};
   try {
     exec_.check_peers_failed(desc);
+    if (run_flag_call(call, planned, desc, static_cast<size_t>(bytes))) return;
     const size_t copy_chunk = (!collective_reduces(call.coll) && size_ >= 4) ? exec_.options().copy_chunk_bytes : 0;
     // The root's output (the largest) stands for every rank's: all ranks must decide alike.
     const int64_t root_output = buffer_shapes(call.coll, call.count, size_, call.root, call.root).output;
-    exec_.begin_call(static_cast<size_t>(root_output) * esize * size_, copy_chunk);
+    exec_.begin_call(static_cast<size_t>(root_output) * esize * size_, copy_chunk,
+                     single_copy_min_message(exec_.options().single_copy, call.coll, bytes, size_));
 
     char* in = reinterpret_cast<char*>(call.input);
     char* out = reinterpret_cast<char*>(call.output);
@@ -151,7 +172,9 @@ void Communicator::run_p2p(const std::vector<P2PItem>& items, DType dtype, const
     exec_.check_peers_failed(any);
     size_t largest = 0;
     for (const ExecOp& e : ops_) largest = std::max(largest, e.bytes);
-    exec_.begin_call(largest);
+    exec_.begin_call(largest, 0,
+                     single_copy_min_message(exec_.options().single_copy, Collective::Send,
+                                             static_cast<int64_t>(largest), size_));
     exec_.run_step(ops_, dtype, RedOp::Sum, any);
   } catch (const CommError& e) {
     fail_communicator(e);

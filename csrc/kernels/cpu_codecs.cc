@@ -6,6 +6,7 @@
 #include "kernels/cpu_codecs.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 
@@ -165,6 +166,29 @@ const char* codec_name(kern::CodecKind kind) {
     case CodecKind::Int4: return "int4";
     default: return "none";
   }
+}
+
+int32_t codec_desc_tag(const CodecSpec& spec) {
+  if (!spec.active()) return 0;
+  uint64_t z = static_cast<uint64_t>(spec.block) * 0x9E3779B97F4A7C15ull + (spec.stochastic ? spec.seed : 0);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;  // splitmix64's finaliser
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  const uint32_t tag = static_cast<uint32_t>(spec.kind) | (spec.stochastic ? 8u : 0u) | (spec.inter_only ? 16u : 0u) |
+                       (static_cast<uint32_t>(z & 0x3FFFFFF) << 5);
+  return static_cast<int32_t>(tag);
+}
+
+std::string codec_tag_text(int32_t tag) {
+  if (tag == 0) return "";
+  const uint32_t t = static_cast<uint32_t>(tag);
+  const unsigned kind = t & 7;
+  char hash[16];
+  std::snprintf(hash, sizeof hash, "%07x", t >> 5);
+  return std::string(kind <= static_cast<unsigned>(CodecKind::Int4) ? codec_name(static_cast<CodecKind>(kind))
+                                                                    : "codec code " + std::to_string(kind)) +
+         " (" + ((t & 8) ? "stochastic" : "nearest") + ((t & 16) ? ", inter-host only" : "") +
+         ", block/seed #" + hash + ")";
 }
 
 void check_codec(const CodecSpec& spec, DType dtype) {

@@ -17,8 +17,17 @@ struct CodecSpec {
   int64_t block = 32;       // elements per scale (ignored by bf16)
   bool stochastic = false;  // stochastic rounding (else nearest, ties to even)
   uint64_t seed = 0;        // stochastic rounding's stream; element i of a region uses counter base+i
+  bool inter_only = false;  // compress_inter_only: messages between ranks of one host travel raw
   bool active() const { return kind != kern::CodecKind::None; }
 };
+
+// The codec as the call descriptor carries it (CallDesc::root of the rootless collectives that
+// take compress=, plan/lowering.cc), so ranks that pass different codecs get a MismatchError:
+// bits 0-2 the kind, bit 3 stochastic, bit 4 inter_only, bits 5-30 a hash of the block size and
+// (stochastic only: nearest rounding ignores it) the seed; bit 31 clear. 0 for no codec.
+int32_t codec_desc_tag(const CodecSpec& spec);
+// "int8 (block/seed #1a2b3c, nearest)" for a tag; "" for 0 (describe_call).
+std::string codec_tag_text(int32_t tag);
 
 // Name <-> kind ("bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int4"); unknown names throw
 // std::invalid_argument naming `compress`.

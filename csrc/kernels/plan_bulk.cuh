@@ -34,16 +34,7 @@ __device__ __forceinline__ void copy_as(char* dst, const char* src, size_t n) {
     COMMLIB_UNROLL
     for (unsigned u = 0; u < kUnroll; ++u) d[i + u * stride] = v[u];
   }
-  // The tail (under kUnroll strides): the same loads in flight, predicated, not one at a time.
-  if (i < count) {
-    T v[kUnroll] = {};
-    COMMLIB_UNROLL
-    for (unsigned u = 0; u < kUnroll; ++u)
-      if (i + u * stride < count) v[u] = s[i + u * stride];
-    COMMLIB_UNROLL
-    for (unsigned u = 0; u < kUnroll; ++u)
-      if (i + u * stride < count) d[i + u * stride] = v[u];
-  }
+  for (; i < count; i += stride) d[i] = s[i];
 }
 
 #ifndef __CUDACC__
@@ -118,21 +109,12 @@ __device__ __forceinline__ void block_reduce_lanes(char* dst, const char* a, con
         d[i + k * stride] = u[k];
       }
     }
-    if (i < npacks) {  // the tail (under U strides): its loads in flight together, predicated
-      P u[U] = {}, v[U] = {};
+    for (; i < npacks; i += stride) {
+      P u = x[i];
+      const P v = y[i];
       COMMLIB_UNROLL
-      for (unsigned k = 0; k < U; ++k)
-        if (i + k * stride < npacks) {
-          u[k] = x[i + k * stride];
-          v[k] = y[i + k * stride];
-        }
-      COMMLIB_UNROLL
-      for (unsigned k = 0; k < U; ++k)
-        if (i + k * stride < npacks) {
-          COMMLIB_UNROLL
-          for (int j = 0; j < P::kN; ++j) u[k].v[j] = f(u[k].v[j], v[k].v[j]);
-          d[i + k * stride] = u[k];
-        }
+      for (int j = 0; j < P::kN; ++j) u.v[j] = f(u.v[j], v.v[j]);
+      d[i] = u;
     }
     done = npacks * P::kN;
   }

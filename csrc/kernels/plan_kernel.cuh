@@ -61,6 +61,7 @@
 #include "kernels/plan_atomics.cuh"
 #include "kernels/plan_bulk.cuh"
 #include "kernels/plan_call_check.cuh"
+#include "kernels/plan_done.cuh"
 #include "kernels/plan_launch.cuh"
 #include "kernels/plan_ll.cuh"
 #include "kernels/plan_one_sided.cuh"
@@ -230,25 +231,16 @@ __device__ __forceinline__ bool run_split_item(const PlanLaunch& a, uint32_t idx
   }
 }
 
+// The launch's steps; false when the abort word released it.
 template <class F>
-__device__ __forceinline__ void run_plan(const PlanLaunch& a, const F& f) {
-  if (a.one_sided) {
-    run_one_sided(a, f);
-    return;
-  }
+__device__ __forceinline__ bool run_steps(const PlanLaunch& a, const F& f, uint64_t base, uint32_t first_barrier) {
   uint64_t done = 0;
   ChunkCounts moved;
-  // The barrier's generation: written by block 0 of the previous launch after its last barrier,
-  // visible here by stream order (kernel boundary); every block reads it before arriving anywhere.
-  const uint64_t base = relaxed_load(a.barrier + kCounterGeneration);
-  if (a.captured && blockIdx.x == 0 && threadIdx.x == 0)  // only block 0 advances the counter, at the end
-    release_store(a.replays_started, relaxed_load(a.barrier + kCounterReplays) + 1);
   // The call's descriptor check before the first step: block 0 checks, every block waits for it
   // in a grid barrier (counted as barrier 0; the steps' barriers follow).
-  const uint32_t first_barrier = a.desc_ring_len ? 1 : 0;
   if (first_barrier) {
-    if (blockIdx.x == 0 && !check_call(a)) return;
-    if (!grid_barrier(a, base, 0)) return;
+    if (blockIdx.x == 0 && !check_call(a)) return false;
+    if (!grid_barrier(a, base, 0)) return false;
   }
   bool any_split = false;
   for (uint32_t k = 0; k < a.nsteps; ++k) {
@@ -259,10 +251,10 @@ __device__ __forceinline__ void run_plan(const PlanLaunch& a, const F& f) {
       if (!split && j % gridDim.x != blockIdx.x) continue;  // another block's item
       emu_perturb();
       any_split |= split;
-      if (!(split ? run_split_item(a, idx, f, moved) : run_item(a, a.items[idx], f, moved))) return;
+      if (!(split ? run_split_item(a, idx, f, moved) : run_item(a, a.items[idx], f, moved))) return false;
       if (threadIdx.x == 0 && blockIdx.x < kMaxBlocks) relaxed_store(a.progress + blockIdx.x, ++done);
     }
-    if (!grid_barrier(a, base, k + first_barrier)) return;
+    if (!grid_barrier(a, base, k + first_barrier)) return false;
   }
   // Past the last barrier every block has arrived at every split item: their counters start again
   // from 0 at the plan's next launch (stream-ordered after this one). Every block saw the same
@@ -281,18 +273,30 @@ __device__ __forceinline__ void run_plan(const PlanLaunch& a, const F& f) {
     relaxed_store(mine, relaxed_load(mine) + moved.ll);
     relaxed_store(mine + 1, relaxed_load(mine + 1) + moved.slots);
   }
-  // Every block has read the generation (it arrived at the last barrier): the next launch's starts
-  // where this one's arrivals end. Then the launch numbers, and the host's completion words.
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
-    uint64_t* c = a.barrier;
-    relaxed_store(c + kCounterGeneration, base + static_cast<uint64_t>(gridDim.x) * (a.nsteps + first_barrier));
-    const uint64_t launches = relaxed_load(c + kCounterLaunches) + 1;
-    relaxed_store(c + kCounterLaunches, launches);
-    const unsigned mine = a.captured ? kCounterReplays : kCounterEager;  // a replay leaves `done` alone
-    const uint64_t n = relaxed_load(c + mine) + 1;
-    relaxed_store(c + mine, n);
-    release_store(a.captured ? a.replays_done : a.done, n);
-  }
+  return true;
+}
+
+// A message plan's launch (a one-sided plan's: run_one_sided, plan_one_sided.cuh).
+template <class F>
+__device__ __forceinline__ void run_message_plan(const PlanLaunch& a, const F& f) {
+  // The barrier's generation: written by the last block of the previous launch (end_launch), visible
+  // here by stream order (kernel boundary); every block reads it before arriving anywhere.
+  const uint64_t base = relaxed_load(a.barrier + kCounterGeneration);
+  if (a.captured && blockIdx.x == 0 && threadIdx.x == 0)  // only end_launch advances the counter
+    release_store(a.replays_started, relaxed_load(a.barrier + kCounterReplays) + 1);
+  const uint32_t first_barrier = a.desc_ring_len ? 1 : 0;
+  run_steps(a, f, base, first_barrier);
+  end_launch(a, base, a.nsteps + first_barrier);
+}
+
+// Either executor, by the plan's kind. The CUDA launcher launches the two as separate kernels
+// instead (cuda_plan_kernel.cu), so that neither's registers are sized for the other's body.
+template <class F>
+__device__ __forceinline__ void run_plan(const PlanLaunch& a, const F& f) {
+  if (a.one_sided)
+    run_one_sided(a, f);
+  else
+    run_message_plan(a, f);
 }
 
 }  // namespace kexec

@@ -1,6 +1,6 @@
 // The kernel executor's launch parameters and the pieces both executors (message plans:
 // plan_kernel.cuh; one-sided plans: plan_one_sided.cuh) share: the block-wide wait, a block's share
-// of an item, the grid barrier and the end of a launch.
+// of an item, and the grid barrier (the end of a launch: plan_done.cuh).
 #pragma once
 
 #include <cstddef>
@@ -8,6 +8,7 @@
 
 #include "kernels/device_plan_types.h"
 #include "kernels/plan_atomics.cuh"
+#include "kernels/plan_done.cuh"
 
 namespace commlib {
 namespace kexec {
@@ -15,9 +16,7 @@ namespace kexec {
 constexpr unsigned kMaxBlocks = 16;  // progress words the host page holds
 constexpr unsigned kCudaThreads = 512;
 constexpr uint32_t kAbortPollEvery = 16;  // spins between reads of the (host-memory) abort word
-// The per-call counters' words (PlanLaunch::barrier).
-constexpr unsigned kCounterArrivals = 0, kCounterGeneration = 1, kCounterLaunches = 2, kCounterEager = 3,
-                   kCounterReplays = 4;
+// The per-call counters' words (PlanLaunch::barrier, kCounter*) and the launch's end: plan_done.cuh.
 
 // What this rank reaches of peer p (addresses valid in this process; its own entry unused).
 struct PeerView {
@@ -48,11 +47,11 @@ struct PlanLaunch {
   // captured in a CUDA graph replays right any number of times between eager launches: [0] the
   // grid barrier's arrivals, [1] their count when the next launch starts (the barrier's
   // generation), [2] launches run (eager and replayed), [3] eager launches run, [4] replayed
-  // (captured) launches run (kCounter*).
+  // (captured) launches run, [5] blocks of the running launch that exited (end_launch; kCounter*).
   uint64_t* barrier;
   const uint64_t* abort;       // host memory mapped for the device: nonzero = stop
   uint64_t* progress;          // host memory mapped: [kMaxBlocks] items done per block
-  uint64_t* done;              // host memory mapped: an eager launch stores its number (counter [3]) at its end
+  uint64_t* done;              // host memory mapped: an eager launch's last block to exit stores its number (counter [3])
   uint64_t* replays_done;      // host memory mapped: a captured launch stores its number (counter [4]) at its end
   uint64_t* replays_started;   // host memory mapped: ... and at its start (the watchdog sees a replay running)
   uint64_t* chunk_counts;      // host memory mapped: [kMaxBlocks][2] message chunks (sent and received)
@@ -130,23 +129,6 @@ __device__ __forceinline__ bool grid_barrier(const PlanLaunch& a, uint64_t base,
   return block_wait(a.barrier + kCounterArrivals, base + static_cast<uint64_t>(gridDim.x) * (k + 1), a, true);
 }
 
-// The end of a launch that ran `barriers` grid barriers, without another: every block arrives once
-// more (device scope, acq_rel, never waiting); the last to arrive has every block's work ordered
-// before it (a release sequence of read-modify-writes), and advances the per-call counters (the
-// next launch's barrier generation, the launch numbers) and stores the host's completion word.
-__device__ __forceinline__ void finish_launch(const PlanLaunch& a, uint64_t base, uint32_t barriers) {
-  block_sync();
-  if (threadIdx.x != 0) return;
-  const uint64_t end = base + static_cast<uint64_t>(gridDim.x) * (barriers + 1);
-  if (arrive_fetch(a.barrier + kCounterArrivals) + 1 != end) return;
-  uint64_t* c = a.barrier;
-  relaxed_store(c + kCounterGeneration, end);
-  relaxed_store(c + kCounterLaunches, relaxed_load(c + kCounterLaunches) + 1);
-  const unsigned mine = a.captured ? kCounterReplays : kCounterEager;  // a replay leaves `done` alone
-  const uint64_t n = relaxed_load(c + mine) + 1;
-  relaxed_store(c + mine, n);
-  release_store(a.captured ? a.replays_done : a.done, n);
-}
 
 }  // namespace kexec
 }  // namespace commlib

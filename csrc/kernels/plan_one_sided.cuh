@@ -135,19 +135,16 @@ __device__ __forceinline__ void os_stage(char* dst, const char* src, uint64_t by
   emu_count(kEmuStagedBytes, 2 * (hi > lo ? hi - lo : 0));
 }
 
+// A one-sided plan's steps; false when the abort word released it. `barriers` counts the grid
+// barriers run (every block runs the same ones).
 template <class F>
-__device__ __forceinline__ void run_one_sided(const PlanLaunch& a, const F& f) {
-  const uint64_t base = relaxed_load(a.barrier + kCounterGeneration);
-  if (a.captured && blockIdx.x == 0 && threadIdx.x == 0)
-    release_store(a.replays_started, relaxed_load(a.barrier + kCounterReplays) + 1);
-  emu_count(kEmuBlockRuns, 1);
-  uint32_t barriers = 0;
+__device__ __forceinline__ bool os_steps(const PlanLaunch& a, const F& f, uint64_t base, uint32_t& barriers) {
   if (a.stage_user[0]) os_stage(a.bases[0], a.stage_user[0], a.stage_bytes[0]);
   // One grid barrier: the descriptor check (block 0) and the staged copy-in (every block) are done
   // before any block signals a peer.
   if (a.desc_ring_len || a.stage_user[0]) {
-    if (a.desc_ring_len && blockIdx.x == 0 && !check_call(a)) return;
-    if (!grid_barrier(a, base, barriers++)) return;
+    if (a.desc_ring_len && blockIdx.x == 0 && !check_call(a)) return false;
+    if (!grid_barrier(a, base, barriers++)) return false;
   }
   uint64_t done = 0;
   for (uint32_t k = 0; k < a.nsteps; ++k) {
@@ -156,7 +153,7 @@ __device__ __forceinline__ void run_one_sided(const PlanLaunch& a, const F& f) {
     for (uint32_t idx = st.first; idx < st.first + st.count; ++idx) {
       const kplan::PlanItem& it = a.items[idx];
       if (it.kind == kplan::kWait) {
-        if (!os_wait(a, it)) return;
+        if (!os_wait(a, it)) return false;
       } else if (it.kind == kplan::kSignal) {
         if (!synced) block_sync();  // every thread's data of the step is done before the first signal
         synced = true;
@@ -172,7 +169,7 @@ __device__ __forceinline__ void run_one_sided(const PlanLaunch& a, const F& f) {
     if (threadIdx.x == 0 && blockIdx.x < kMaxBlocks) host_write(a.progress + blockIdx.x, ++done);
   }
   if (a.stage_user[1]) {  // every block's final waits passed: the whole staged output is final
-    if (!grid_barrier(a, base, barriers++)) return;
+    if (!grid_barrier(a, base, barriers++)) return false;
     os_stage(a.stage_user[1], a.bases[1], a.stage_bytes[1]);
   }
   if (a.staged_release) {  // tag kSignalTags: the kernel's own (kernel_path_one_sided.cc says why)
@@ -187,10 +184,25 @@ __device__ __forceinline__ void run_one_sided(const PlanLaunch& a, const F& f) {
     for (int p = 0; p < a.size; ++p)
       if (p != a.rank) {
         it.peer = p;
-        if (!os_wait(a, it)) return;
+        if (!os_wait(a, it)) return false;
       }
   }
-  finish_launch(a, base, barriers);
+  return true;
+}
+
+// A one-sided plan's launch: its steps, then the launch's end (plan_done.cuh), however the steps
+// ended, so the host's completion word means what it means for a message plan.
+template <class F>
+__device__ __forceinline__ void run_one_sided(const PlanLaunch& a, const F& f) {
+  const uint64_t base = relaxed_load(a.barrier + kCounterGeneration);
+  if (a.captured && blockIdx.x == 0 && threadIdx.x == 0)
+    release_store(a.replays_started, relaxed_load(a.barrier + kCounterReplays) + 1);
+  emu_count(kEmuBlockRuns, 1);
+  uint32_t barriers = 0;
+  // Released by the abort word (false), blocks may have run different numbers of barriers: the
+  // engine has failed and launches nothing more, so the counters end_launch advances are not read.
+  os_steps(a, f, base, barriers);
+  end_launch(a, base, barriers);
 }
 
 }  // namespace kexec

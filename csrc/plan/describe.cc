@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "common/types.h"
+#include "kernels/cpu_codecs.h"
 #include "schedule/registry.h"
 
 namespace commlib {
@@ -41,13 +42,25 @@ std::string describe_call(const CallDesc& d) {
        (d.dtype < kDTypes ? std::string(dtype_name(static_cast<DType>(d.dtype))) : code("dtype", d.dtype));
   if (collective_reduces(c)) s += ", " + (d.op < kOps ? std::string(op_name(static_cast<RedOp>(d.op))) : code("op", d.op));
   if (collective_has_root(c)) s += ", root " + std::to_string(d.root);
+  else if (d.root) s += ", compress=" + codec_tag_text(d.root);
   if (d.algo & kDeviceCallAlgoBit) s += ", on device buffers";
   return s + ")";
 }
 
+std::string codec_mismatch_hint(const CallDesc& mine, const CallDesc& theirs) {
+  // A rootless collective's root word is its codec (plan/lowering.cc call_desc).
+  const bool codec = mine.seq == theirs.seq && mine.coll == theirs.coll &&
+                     mine.coll < static_cast<uint8_t>(Collective::kCount) &&
+                     !collective_has_root(static_cast<Collective>(mine.coll)) && mine.root != theirs.root;
+  return codec ? " (the ranks passed different compress=)" : "";
+}
+
 std::string mismatch_message(int me, const CallDesc& mine, int peer, const CallDesc& theirs) {
   const std::string a = "rank " + std::to_string(me), b = "rank " + std::to_string(peer);
-  if (theirs.seq == mine.seq) return a + " called " + describe_call(mine) + " but " + b + " called " + describe_call(theirs);
+  if (theirs.seq == mine.seq) {
+    return a + " called " + describe_call(mine) + " but " + b + " called " + describe_call(theirs) +
+           codec_mismatch_hint(mine, theirs);
+  }
   return a + " is at " + describe_call(mine) + " but " + b + " is already at " + describe_call(theirs) +
          " (the calls between them differ)";
 }

@@ -19,6 +19,9 @@ std::string describe_call(const CallDesc& d);
 // "rank A is at X but rank B is already at Y (the calls between them differ)".
 std::string mismatch_message(int me, const CallDesc& mine, int peer, const CallDesc& theirs);
 
+// " (the ranks passed different compress=)" when the same call differs in its codec, else "".
+std::string codec_mismatch_hint(const CallDesc& mine, const CallDesc& theirs);
+
 // Set in CallDesc::algo for calls on device buffers (the stream engine): host and device calls
 // share one numbering (host/communicator.h) and one published-call slot, and a host call and a device
 // call of the same number then differ, which is a mismatch. Algorithm indexes stay below it.

@@ -12,7 +12,9 @@ CallDesc call_desc(const CollectiveCall& call, uint8_t algo, uint64_t seq) {
   desc.dtype = static_cast<uint8_t>(call.dtype);
   desc.op = collective_reduces(call.coll) ? static_cast<uint8_t>(call.op) : 0;
   desc.algo = algo;
-  desc.root = collective_has_root(call.coll) ? call.root : 0;
+  // compress= applies to rootless collectives only: their root word carries the codec, so ranks
+  // that pass different codecs meet in a mismatch (describe.cc names compress=).
+  desc.root = collective_has_root(call.coll) ? call.root : codec_desc_tag(call.codec);
   desc.count = call.count;
   desc.seq = seq;
   return desc;

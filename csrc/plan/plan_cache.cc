@@ -34,7 +34,7 @@ void PlanCache::set_cost_model(std::shared_ptr<const sim::Topology> model) {
 
 PlanCache::PlanCache(PlanContext ctx) : ctx_(std::move(ctx)), tuning_generation_(tuning_generation()) {}
 
-const ResolvedPlan& PlanCache::get(const CollectiveCall& call) {
+std::shared_ptr<const ResolvedPlan> PlanCache::get_shared(const CollectiveCall& call) {
   const uint64_t gen = tuning_generation();
   if (gen != tuning_generation_) {  // a new tuning table: auto may choose differently now
     plans_.clear();
@@ -65,7 +65,7 @@ const ResolvedPlan& PlanCache::get(const CollectiveCall& call) {
         if (o.peer >= 0 && std::find(p.peers.begin(), p.peers.end(), o.peer) == p.peers.end()) p.peers.push_back(o.peer);
   }
   if (plans_.size() >= 512) plans_.clear();
-  return plans_.emplace(key, std::move(p)).first->second;
+  return plans_.emplace(key, std::make_shared<const ResolvedPlan>(std::move(p))).first->second;
 }
 
 }  // namespace commlib

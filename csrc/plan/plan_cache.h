@@ -52,11 +52,14 @@ class PlanCache {
   // Rank auto's candidates with this cost model from now on (drops the cached plans).
   void set_cost_model(std::shared_ptr<const sim::Topology> model);
   // The plan of `call`, built on first use (std::invalid_argument for an unknown algorithm index).
-  const ResolvedPlan& get(const CollectiveCall& call);
+  const ResolvedPlan& get(const CollectiveCall& call) { return *get_shared(call); }
+  // The same, held: valid after the cache drops it (a new tuning table, the cache's bound), for a
+  // caller that keeps a resolved call (the stream engine's PreparedCall).
+  std::shared_ptr<const ResolvedPlan> get_shared(const CollectiveCall& call);
 
  private:
   PlanContext ctx_;
-  std::unordered_map<ScheduleKey, ResolvedPlan, ScheduleKeyHash> plans_;
+  std::unordered_map<ScheduleKey, std::shared_ptr<const ResolvedPlan>, ScheduleKeyHash> plans_;
   uint64_t tuning_generation_ = 0;  // of the tuning table the cached auto choices came from
 };
 

@@ -27,9 +27,9 @@ double now_s() {
 class Run {
  public:
   Run(const Topology& t, const std::vector<RankRates>& rates, const ShapeTable& shapes,
-      const std::vector<Program>& progs, int elem_bytes, Trace* trace)
+      const std::vector<Program>& progs, int elem_bytes, Trace* trace, const CodecCost& codec)
       : t_(t), rates_(rates), shapes_(shapes), progs_(progs), eb_(elem_bytes), P_(t.size()), H_(t.hosts()),
-        player_(*this), trace_(trace) {
+        player_(*this), trace_(trace), codec_(codec) {
     ranks_.resize(P_);
     player_.reset(P_);
     free_at_.assign(2 * P_ + H_ + 2 * H_ * t.nics_per_host, 0.0);
@@ -175,19 +175,22 @@ class Run {
     if (so.count != ro.count)
       throw std::runtime_error("simulate: rank " + std::to_string(s) + " sends " + std::to_string(so.count) +
                                " elements but rank " + std::to_string(q) + " receives " + std::to_string(ro.count));
-    const double bytes = static_cast<double>(so.count) * eb_;
+    const bool coded = codec_.coded(t_.host_of[s], t_.host_of[q]);
+    const double bytes = codec_.bytes(so.count, eb_, coded);
     // Both ranks post their op; on an oversubscribed host that CPU work waits its share of a core.
-    // The sender's CPU posts its sends one after another (LogGP's o, send side).
+    // The sender's CPU posts its sends one after another (LogGP's o, send side), encoding first.
     const double fs = oversub_[t_.host_of[s]], fq = oversub_[t_.host_of[q]];
     double start = t + t_.op_overhead_s * std::max(fs, fq);
-    if (t_.send_overhead_s > 0) {
-      send_cpu_[s] = std::max(send_cpu_[s], t) + t_.send_overhead_s * fs;
+    if (t_.send_overhead_s > 0 || coded) {
+      send_cpu_[s] = std::max(send_cpu_[s], t) + (t_.send_overhead_s + (coded ? codec_.sender_s(so.count) : 0)) * fs;
       start = std::max(start, send_cpu_[s]);
     }
     double slowest, latency;
     const double wire_done = wire(s, q, bytes, start, slowest, latency);
     // A reducing receive adds the reduction its chunk pipeline cannot hide behind the transfer.
-    const double reduce_tail = ro.kind == SimKind::RecvReduce ? reduce_tail_s(q, bytes, slowest) : 0.0;
+    const bool reduces = ro.kind == SimKind::RecvReduce;
+    const double reduce_tail = coded ? codec_.receiver_s(ro.count, reduces, rates_[q].reduce_s_per_byte, eb_) * fq
+                               : reduces ? reduce_tail_s(q, bytes, slowest) : 0.0;
     S.end = std::max(S.end, wire_done + latency);
     // A receiver asleep when the bytes are in reduces them once it is running again; its CPU takes
     // the messages in one after another (LogGP's o, receive side).
@@ -345,6 +348,7 @@ class Run {
   std::unordered_map<int64_t, std::vector<double>> posted_;  // per (from, to, tag): arrival of each signal
   std::unordered_map<int64_t, size_t> consumed_;             // per (from, to, tag): signals waited for
   Trace* trace_ = nullptr;
+  const CodecCost codec_;
   std::vector<int> wire_links_;  // the links the last wire() crossed (traced runs only)
   int64_t steps_ = 0, transfers_ = 0, bytes_inter_ = 0, bytes_intra_ = 0;
 };
@@ -376,7 +380,7 @@ Result simulate(Collective c, const Composition& how, int64_t count, int elem_by
   const double t1 = now_s();
   const std::vector<RankRates> rates = rank_rates(topo, c, count, elem_bytes, root, scratch, res);
   if (opts.trace) start_trace(*opts.trace, topo);
-  Run run(topo, rates, shapes, progs, elem_bytes, opts.trace);
+  Run run(topo, rates, shapes, progs, elem_bytes, opts.trace, opts.codec);
   run.play(res, opts.stop_after_s);
   res.build_s = t1 - t0;
   res.run_s = now_s() - t1;

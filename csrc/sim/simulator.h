@@ -12,6 +12,8 @@
 //     reduction of chunk k with the transfer of chunk k+1 (chunk_bytes), as the executor does;
 //   * once every communication op of a step finished, its local copies and reductions run;
 //   * a rank whose buffers exceed a memory tier's above_bytes moves and reduces at that tier's rates;
+//   * under compress= (Options::codec, codec_cost.h) a message carries its encoded bytes, after the
+//     sender's encoding, and its receiver decodes (and reduces) after the last byte;
 //   * ranks beyond their host's cores share them (costs and byte rates scale, receives wait for a
 //     core), and a receiver whose message comes after its spin window pays a wake-up (topology.h).
 // Events are processed in non-decreasing time, so first come, first served is well defined.
@@ -24,6 +26,7 @@
 #include <vector>
 
 #include "common/types.h"
+#include "sim/codec_cost.h"
 #include "schedule/ir.h"
 #include "sim/topology.h"
 
@@ -67,6 +70,7 @@ void start_trace(Trace& trace, const Topology& t);
 struct Options {
   double stop_after_s = std::numeric_limits<double>::infinity();
   Trace* trace = nullptr;  // filled when given
+  CodecCost codec;         // compress=: messages encoded (codec_cost.h); none by default
 };
 
 // Plays `how` (schedule/ir.h: a registered algorithm, hierarchical's phases and segment, >= 0) on

@@ -39,6 +39,10 @@ struct Launched {
   uint64_t target = 0;
   int peer = -1;
   bool send = false;
+  // The same word's device address (map_host), for a stream that waits for the call
+  // (Device::wait_value), when `done` is the call's completion word (the kernel path's done word:
+  // every block of the launch exited), not only a progress mark; null otherwise.
+  const uint64_t* done_dev = nullptr;
 };
 
 class DevicePathRunner {

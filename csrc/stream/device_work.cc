@@ -1,6 +1,7 @@
-// Works of the stream engine (see stream_engine.h): a call's completion event, waited on by a
-// stream or the host. A work without an event is a call captured in a graph
-// (stream/stream_capture.cc): complete at once, nothing to wait for.
+// Works of the stream engine (see stream_engine.h and device_work.h): a call's done word or its
+// completion event, waited on by a stream or the host. A work with neither is a call captured in a
+// graph (stream/stream_capture.cc): complete at once, nothing to wait for.
+#include "device/host_flags.h"
 #include "stream/stream_engine.h"
 
 namespace commlib {
@@ -11,10 +12,10 @@ namespace commlib {
 // runtime error escaping to the caller.
 void DeviceWork::wait(DeviceStream& stream) {
   engine_->throw_if_call_failed(seq_);
-  if (!event_) return;  // captured: the graph orders it
+  if (done_.captured()) return;  // the graph orders it
   try {
     DeviceGuard guard(engine_->device());
-    engine_->device().wait_event(stream, *event_);
+    engine_->order_after(done_, stream);
   } catch (const CommError&) {
     throw;
   } catch (const std::exception& e) {
@@ -22,19 +23,20 @@ void DeviceWork::wait(DeviceStream& stream) {
   }
 }
 
-// Captured calls (no event) are complete at once; others once the engine retired them.
+// Captured calls are complete at once; others once the engine retired them.
 bool DeviceWork::known_complete() const {
-  return !event_ || engine_->retired_through_.load(std::memory_order_acquire) >= seq_;
+  return done_.captured() || engine_->retired_through_.load(std::memory_order_acquire) >= seq_;
 }
 
 bool DeviceWork::is_completed() {
-  if (!event_) return true;
+  if (done_.captured()) return true;
+  if (done_.word) return load_flag(done_.word) >= done_.target;  // no device call, capture-safe
   try {
     DeviceGuard guard(engine_->device());
     // Relaxed: polling an eager call's event is safe while the caller's thread captures a graph
     // (a global-mode capture would otherwise be invalidated by the query: docs/gpu.md).
     CaptureModeScope relaxed(engine_->device(), CaptureMode::Relaxed);
-    return engine_->device().query(*event_);
+    return engine_->device().query(*done_.event);
   } catch (const std::exception& e) {
     engine_->device_error("is_completed", e);
   }
@@ -42,16 +44,26 @@ bool DeviceWork::is_completed() {
 }
 
 void DeviceWork::synchronize() {
-  if (!event_) return engine_->throw_if_call_failed(seq_);
+  if (done_.captured()) return engine_->throw_if_call_failed(seq_);
   try {
-    DeviceGuard guard(engine_->device());
-    engine_->device().synchronize(*event_);
+    engine_->wait_done(done_);
   } catch (const CommError&) {
     throw;
   } catch (const std::exception& e) {
     engine_->device_error("synchronize", e);
   }
   engine_->throw_if_call_failed(seq_);
+}
+
+std::shared_ptr<DeviceEvent> DeviceWork::completion_event() {
+  if (done_.event || done_.captured()) return done_.event;
+  try {
+    return engine_->event_after(done_);
+  } catch (const CommError&) {
+    throw;
+  } catch (const std::exception& e) {
+    engine_->device_error("completion_event", e);
+  }
 }
 
 }  // namespace commlib

@@ -1,6 +1,6 @@
-// A device call's work (stream/stream_engine.h): an event of the call and the engine's number of it.
-// What it raises is the engine's error for that call; every raise marks the error told to a caller
-// (StreamEngine::take_unreported_error). Its methods are in device_work.cc.
+// A device call's work (stream/stream_engine.h): how the call's completion is learnt, and the
+// engine's number of it. What it raises is the engine's error for that call; every raise marks the
+// error told to a caller (StreamEngine::take_unreported_error). Its methods are in device_work.cc.
 #pragma once
 
 #include <cstdint>
@@ -12,22 +12,44 @@ namespace commlib {
 
 class StreamEngine;
 
+// How the host and other streams learn that a call completed (docs/gpu.md "The done word"):
+// - `word` (host address; `word_dev` the device's) reaching `target`: a kernel-path call whose
+//   launch is its last operation. The kernel's last block to exit stores the launch's number
+//   there (kernels/plan_kernel.cuh, end_launch), so the host reads it with one load and a stream
+//   waits for it with Device::wait_value: no event recorded or queried;
+// - `event`: every other call (the copy path, NCCL, point-to-point, a call with work after its
+//   launch such as avg's divide, a call whose enqueue failed half-way), recorded at its end;
+// - neither: a call captured in a graph (stream/stream_capture.cc): complete at once.
+struct Completion {
+  std::shared_ptr<DeviceEvent> event;
+  const uint64_t* word = nullptr;
+  const uint64_t* word_dev = nullptr;
+  uint64_t target = 0;
+  bool captured() const { return !event && !word; }
+};
+
 class DeviceWork {
  public:
   // `seq`: the engine's ordinal of the call (its position among the engine's calls).
-  DeviceWork(std::shared_ptr<StreamEngine> engine, std::shared_ptr<DeviceEvent> event, uint64_t seq)
-      : engine_(std::move(engine)), event_(std::move(event)), seq_(seq) {}
-  // Makes `stream` wait for the call (raises at once if it is already known to have failed).
+  DeviceWork(std::shared_ptr<StreamEngine> engine, Completion done, uint64_t seq)
+      : engine_(std::move(engine)), done_(std::move(done)), seq_(seq) {}
+  // Makes `stream` wait for the call (raises at once if it is already known to have failed): a
+  // stream wait on the done word, or on the call's event.
   void wait(DeviceStream& stream);
+  // The done word read once (no device call), or the event queried.
   bool is_completed();
   bool known_complete() const;  // the engine retired the call (seen complete): no device call
   // Waits on the host; raises the call's CommError if it failed.
   void synchronize();
+  // An event that completes with the call, for a caller that needs one (a torch Work's CUDA
+  // event): the call's own, or, for a done-word call, one recorded now on the engine's own stream
+  // after it waits for the word (the only event such a call ever costs). Null for a captured call.
+  std::shared_ptr<DeviceEvent> completion_event();
   uint64_t seq() const { return seq_; }
 
  private:
   std::shared_ptr<StreamEngine> engine_;
-  std::shared_ptr<DeviceEvent> event_;
+  Completion done_;
   uint64_t seq_;
 };
 

@@ -58,8 +58,10 @@ size_t KernelPath::barrier_offset() const { return round_up(3 * size_ * 8, kLine
 size_t KernelPath::views_offset() const { return barrier_offset() + kLine; }
 
 KernelPath::KernelPath(std::shared_ptr<Device> device, int rank, int size, uint32_t nslots, uint64_t slot_bytes,
-                       DevicePath mode)
-    : device_(std::move(device)), rank_(rank), size_(size), nslots_(nslots), slot_bytes_(slot_bytes), mode_(mode),
+                       DevicePath mode, double timeout_s)
+    : device_(std::move(device)), rank_(rank), size_(size),
+      peer_buffers_(std::make_shared<PeerBuffers>(device_, rank, size, timeout_s)), nslots_(nslots),
+      slot_bytes_(slot_bytes), mode_(mode),
       ll_bytes_(device_ll_bytes_from_env(slot_bytes)),
       kernel_max_bytes_(kernel_path_crossover(size)),
       split_bytes_(std::max<uint32_t>(ll_bytes_ + 1, static_cast<uint32_t>(std::min<uint64_t>(64 << 10, slot_bytes / 2)))),
@@ -82,6 +84,9 @@ KernelPath::KernelPath(std::shared_ptr<Device> device, int rank, int size, uint3
   host_page_ = static_cast<char*>(page);
   host_page_dev_ = device_->map_host(host_page_, kPageBytes);
   staged_copied_ = device_->create_event();
+  chain_event_ = device_->create_event();
+  chain_ = LaunchChain::of(*device_);
+  chain_->join();
 }
 
 KernelPath::~KernelPath() {
@@ -95,19 +100,20 @@ KernelPath::~KernelPath() {
 
 std::string KernelPath::local_handle() const {
   return std::string(device_path_name(mode_)) + "," + std::to_string(ll_bytes_) + "," +
-         std::to_string(kernel_max_bytes_) + "," + std::to_string(block_bytes_) + ":" + device_->export_memory(region_);
+         std::to_string(kernel_max_bytes_) + "," + std::to_string(block_bytes_) + setup_fields() + ":" + device_->export_memory(region_);
 }
 
 void KernelPath::connect(const std::vector<std::string>& handles, bool one_host) {
   const std::string mine = std::to_string(ll_bytes_), my_max = std::to_string(kernel_max_bytes_);
+  std::vector<std::string> tables(size_), residencies(size_);
   for (size_t p = 0; p < handles.size(); ++p) {
-    const size_t comma = handles[p].find(','), colon = handles[p].find(':');
-    const size_t comma2 = comma < colon ? handles[p].find(',', comma + 1) : std::string::npos;
-    const size_t comma3 = comma2 < colon ? handles[p].find(',', comma2 + 1) : std::string::npos;
-    const size_t ll_end = comma2 < colon ? comma2 : colon, max_end = comma3 < colon ? comma3 : colon;
-    const std::string theirs = comma < colon ? handles[p].substr(comma + 1, ll_end - comma - 1) : "";
-    const std::string their_max = comma2 < colon ? handles[p].substr(comma2 + 1, max_end - comma2 - 1) : "";
-    const std::string their_block = comma3 < colon ? handles[p].substr(comma3 + 1, colon - comma3 - 1) : "";
+    std::vector<std::string> f;  // mode, LL bytes, crossover, block bytes, peer buffers' table, residency
+    const std::string head = handles[p].substr(0, handles[p].find(':'));
+    for (size_t at = 0, c = 0; c != std::string::npos; at = c + 1) f.push_back(head.substr(at, (c = head.find(',', at)) - at));
+    if (f.size() != 6) throw std::invalid_argument("kernel path: malformed handle of rank " + std::to_string(p));
+    const std::string &theirs = f[1], &their_max = f[2], &their_block = f[3];
+    tables[p] = f[4];
+    residencies[p] = f[5];
     if (their_block != std::to_string(block_bytes_))  // one-sided plans: the grid, hence the flags' meaning
       throw std::invalid_argument("COMMLIB_DEVICE_BLOCK_BYTES: rank " + std::to_string(p) + " uses " + their_block +
                                   ", rank " + std::to_string(rank_) + " " + std::to_string(block_bytes_) +
@@ -121,6 +127,7 @@ void KernelPath::connect(const std::vector<std::string>& handles, bool one_host)
                                   " (the tuning files' \"device_path\" crossovers differ); every rank must load the same");
   }
   usable_ = one_host && mode_ != DevicePath::Copy && device_->plan_blocks(1) > 0;
+  connect_setup(tables, residencies, one_host);  // may refuse (usable_ false, or a throw naming why)
   if (!usable_) return;
   std::vector<PeerView> views(size_, PeerView{nullptr, nullptr, nullptr, nullptr, nullptr, nullptr});
   std::vector<char*> staging(size_, region_ + 2 * flag_bytes());
@@ -232,7 +239,7 @@ Launched KernelPath::launch(const ScheduleKey& key, const Schedule& sched, const
   const DevicePlan& p = u.plan;
   if (p.steps.empty()) return Launched{};
   const unsigned blocks =
-      p.one_sided ? u.os_grid : device_->plan_blocks(u.has_split ? kexec::kMaxBlocks : std::max(1u, p.widest_step));
+      launch_blocks(p.one_sided ? u.os_grid : (u.has_split ? kexec::kMaxBlocks : std::max(1u, p.widest_step)));
   char* dev = static_cast<char*>(u.dev);
   const size_t items = p.items.size() * sizeof(kplan::PlanItem), steps = p.steps.size() * sizeof(kplan::PlanStep);
   char* local = static_cast<char*>(local_);
@@ -273,10 +280,13 @@ Launched KernelPath::launch(const ScheduleKey& key, const Schedule& sched, const
   a.rank = rank_;
   a.size = size_;
   if (p.one_sided) fill_one_sided(a, u, bases);
-  device_->launch_plan(a, blocks, dtype, op, p.reduces, stream);
+  launch_in_chain(a, blocks, dtype, op, p.reduces, stream, captured);
   if (captured) return Launched{};  // the graph's replays: the engine does not watch them
   ++launches_;
-  return Launched{reinterpret_cast<const uint64_t*>(host_page_) + kDoneWord, launches_, u.first_peer, u.first_is_send};
+  // The done word (plan_kernel.cuh, end_launch): the launch's last block to exit stores its number,
+  // so reaching `launches_` is this call's completion, as an event's would be (the engine's works).
+  return Launched{reinterpret_cast<const uint64_t*>(host_page_) + kDoneWord, launches_, u.first_peer, u.first_is_send,
+                  host_page_dev_ + kDoneWord};
 }
 
 bool KernelPath::mismatch(std::string* message) const {
@@ -348,6 +358,7 @@ void KernelPath::start_chunk_numbers_at(uint64_t n) {
 }
 
 void KernelPath::close_imports() {
+  peer_buffers_->close();
   for (int p = 0; p < size_; ++p)
     if (imported_[p]) device_->close_import(imported_[p]);
   imported_.assign(size_, nullptr);
@@ -379,6 +390,8 @@ void KernelPath::release(DeviceStream& stream, bool free_region) {
   host_page_ = nullptr;
   host_page_dev_ = nullptr;
   setup_stream_.reset();
+  if (chain_) chain_->leave(this);
+  chain_.reset();
 }
 
 }  // namespace commlib

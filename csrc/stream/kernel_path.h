@@ -22,12 +22,14 @@
 
 #include "common/types.h"
 #include "device/device.h"
+#include "device/peer_buffers.h"
 #include "kernels/device_plan.h"
 #include "plan/call.h"
 #include "policy/device_auto.h"
 #include "schedule/ir.h"
 #include "stream/device_path.h"
-#include "stream/peer_buffers.h"
+#include "stream/kernel_occupancy.h"
+#include "stream/staged_peers.h"
 #include "transport/transport.h"  // CallDesc
 
 namespace commlib {
@@ -49,10 +51,13 @@ uint32_t device_ll_bytes_from_env(uint64_t slot_bytes);
 class KernelPath final : public DevicePathRunner {
  public:
   // Allocates this rank's kernel region (flags zeroed) and its host page (abort word, progress).
-  KernelPath(std::shared_ptr<Device> device, int rank, int size, uint32_t nslots, uint64_t slot_bytes, DevicePath mode);
+  // `timeout_s`: how long a peer-buffer registration waits for a peer (device/peer_buffers.h).
+  KernelPath(std::shared_ptr<Device> device, int rank, int size, uint32_t nslots, uint64_t slot_bytes, DevicePath mode,
+             double timeout_s = 300.0);
   ~KernelPath() override;
 
-  // "<mode>,<LL bytes>,<auto's crossover>:<region handle>", the part of the engine's handle the peers need.
+  // "<mode>,<LL bytes>,<auto's crossover>,<peer buffers' table>,<residency>:<region handle>", the part
+  // of the engine's handle the peers need (the last two: kernel_path_setup.cc).
   std::string local_handle() const;
   // Every rank's local_handle(); `one_host`: every rank is on this rank's host (otherwise the
   // kernel path stays off: it needs every peer's memory). std::invalid_argument when a rank uses
@@ -97,6 +102,13 @@ class KernelPath final : public DevicePathRunner {
   // exported region only when `free_region` (every peer closed its import and nothing failed:
   // otherwise it is leaked rather than freed under a peer, like the inbox). Idempotent.
   void release(DeviceStream& stream, bool free_region);
+
+  // Peers' buffers, registered lazily (device/peer_buffers.h): what a one-sided plan reads and
+  // writes in place; connected with the kernel path (every rank on this host), closed with it.
+  PeerBuffers& peer_buffers() { return *peer_buffers_; }
+  // The most blocks a launch of this rank uses (kernel_occupancy.h: its share of the device's
+  // resident blocks); 0: no limit known.
+  unsigned grid_budget() const { return grid_budget_; }
 
   DevicePath mode() const { return mode_; }
   uint64_t launches() const { return launches_; }  // eager launches enqueued
@@ -167,8 +179,22 @@ class KernelPath final : public DevicePathRunner {
   void stage_layout(const ScheduleKey& key, Uploaded& u) const;
   void fill_one_sided(kexec::PlanLaunch& a, const Uploaded& u, char* const bases[3]) const;
 
+  // kernel_path_setup.cc: the handle's fields of the peer buffers and the residency, their
+  // connection (the grid's budget, std::invalid_argument when COMMLIB_DEVICE_PATH=kernel cannot
+  // fit), the blocks of a launch and the launch itself (through the device's LaunchChain).
+  std::string setup_fields() const;
+  void connect_setup(const std::vector<std::string>& peer_tables, const std::vector<std::string>& residencies,
+                     bool one_host);
+  unsigned launch_blocks(unsigned wanted) const;
+  void launch_in_chain(const kexec::PlanLaunch& a, unsigned blocks, DType dtype, RedOp op, bool reduces,
+                       DeviceStream& stream, bool captured);
+
   std::shared_ptr<Device> device_;
   const int rank_, size_;
+  std::shared_ptr<PeerBuffers> peer_buffers_;
+  unsigned grid_budget_ = 0;
+  std::shared_ptr<LaunchChain> chain_;  // joined while set
+  std::shared_ptr<DeviceEvent> chain_event_;
   const uint32_t nslots_;
   const uint64_t slot_bytes_;
   const DevicePath mode_;

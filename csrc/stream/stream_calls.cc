@@ -17,7 +17,7 @@ CallDesc StreamEngine::describe(const CollectiveCall& call, uint8_t algo, uint64
 
 const ResolvedPlan& StreamEngine::plan_of(const CollectiveCall& call, uint8_t* kernel_auto) {
   const ResolvedPlan& policy = plans_.get(call);
-  if (call.algo != 0) return policy;  // an algorithm named (or pinned_call's): kernel_auto_algorithm leaves it
+  if (call.algo != 0) return policy;  // an algorithm named (or prepare()'s): kernel_auto_algorithm leaves it
   const KernelAutoInputs in{device_->plan_blocks(1) > 0, opts_.path, opts_.link == DeviceLinkSetting::Nccl,
                             kernel_ ? kernel_->kernel_max_bytes() : kKernelPathMaxBytes};
   const uint64_t bytes = static_cast<uint64_t>(call.count) * dtype_size(call.dtype);
@@ -30,13 +30,14 @@ const ResolvedPlan& StreamEngine::plan_of(const CollectiveCall& call, uint8_t* k
   return plans_.get(c);
 }
 
-CollectiveCall StreamEngine::pinned_call(const CollectiveCall& call) {
+PreparedCall StreamEngine::prepare(const CollectiveCall& call) {
   std::lock_guard<std::mutex> guard(enqueue_mu_);
-  CollectiveCall c = call;
+  PreparedCall p{call, nullptr, path_of(call)};
   uint8_t algo = 0;
   plan_of(call, &algo);
-  if (algo) c.algo = algo;
-  return c;
+  if (algo) p.call.algo = algo;
+  if (p.call.algo != kNcclAlgorithmCode) p.plan = plans_.get_shared(p.call);  // (plan_of's, held)
+  return p;
 }
 
 std::string StreamEngine::resolved_algorithm(const CollectiveCall& call) {
@@ -96,36 +97,48 @@ void StreamEngine::check_first_call(const CollectiveCall& call) {
   }
 }
 
-std::shared_ptr<DeviceEvent> StreamEngine::begin(const CallDesc& desc, DeviceStream& s) {
+void StreamEngine::begin(const CallDesc& desc, DeviceStream& s) {
   bool wake_watchdog;
   {
-    // Calls that completed since the watchdog's last tick give their events back now, so a tight
-    // loop of calls reuses a few events (stream/event_pool.h) instead of one per tick's worth.
+    // Calls that completed since the watchdog's last tick leave now (their done words read, their
+    // events back to the pool), so a tight loop of calls keeps the in-flight queue short.
     retire_completed(true);
   }
-  auto done = events_->take();
   {
     // The number and the entry together: a failure (fail_as, on the watchdog) between the two saw
     // the new number with no call of it in flight, failed only the calls after it, and this call,
     // released and run through, completed without error.
     std::lock_guard<std::mutex> lk(mu_);
     ++seq_;
-    in_flight_.push_back(InFlight{seq_, desc, done, false});
+    in_flight_.push_back(InFlight{seq_, desc, Completion{}, false});
     wake_watchdog = watchdog_parked_;  // else it ticks anyway and finds the call on its next tick
   }
   if (wake_watchdog) cv_.notify_all();
-  // Calls execute in call order: one on another stream than the last waits for it.
-  if (last_done_ && s.native_handle() != last_done_stream_) device_->wait_event(s, *last_done_);
-  return done;
+  // Calls execute in call order: one on another stream than the last waits for it (its done word
+  // or its event; the same stream orders them itself).
+  if (s.native_handle() != last_done_stream_ && !last_done_.captured()) order_after(last_done_, s);
 }
 
-std::shared_ptr<DeviceWork> StreamEngine::finish(std::shared_ptr<DeviceEvent> done, const std::string& enqueue_error,
-                                                 DeviceStream& s) {
-  device_->record(*done, s);
+uint64_t StreamEngine::finish(const Launched& launched, const std::string& enqueue_error, DeviceStream& s,
+                              std::shared_ptr<DeviceWork>* work) {
+  Completion done;
+  if (launched.done_dev && enqueue_error.empty()) {
+    // The launch is the call's last operation: its done word is the call's completion (no event).
+    done.word = launched.done;
+    done.word_dev = launched.done_dev;
+    done.target = launched.target;
+  } else {
+    done.event = events_->take();
+    device_->record(*done.event, s);
+  }
   {
     std::lock_guard<std::mutex> lk(mu_);
-    for (auto it = in_flight_.rbegin(); it != in_flight_.rend(); ++it)
-      if (it->seq == seq_) it->recorded = true;
+    for (size_t i = in_flight_.size(); i-- > 0;)  // the newest entry (retire stops at an unrecorded one)
+      if (in_flight_[i].seq == seq_) {
+        in_flight_[i].done = done;
+        in_flight_[i].recorded = true;
+        break;
+      }
   }
   last_done_ = done;
   last_done_stream_ = s.native_handle();
@@ -135,18 +148,40 @@ std::shared_ptr<DeviceWork> StreamEngine::finish(std::shared_ptr<DeviceEvent> do
     std::lock_guard<std::mutex> lk(mu_);
     raise_to_caller(fail_kind_, fail_message_);
   }
-  return std::make_shared<DeviceWork>(shared_from_this(), done, seq_);
+  if (work) *work = std::make_shared<DeviceWork>(shared_from_this(), std::move(done), seq_);
+  return seq_;
 }
 
 std::shared_ptr<DeviceWork> StreamEngine::collective(const CollectiveCall& call, DeviceStream& s) {
+  std::shared_ptr<DeviceWork> work;
+  run_collective(call, nullptr, s, &work);
+  return work;
+}
+
+uint64_t StreamEngine::collective_unhandled(const CollectiveCall& call, DeviceStream& s) {
+  return run_collective(call, nullptr, s, nullptr);
+}
+
+std::shared_ptr<DeviceWork> StreamEngine::collective(const PreparedCall& call, DeviceStream& s) {
+  std::shared_ptr<DeviceWork> work;
+  run_collective(call.call, call.plan ? &call : nullptr, s, &work);
+  return work;
+}
+
+uint64_t StreamEngine::collective_unhandled(const PreparedCall& call, DeviceStream& s) {
+  return run_collective(call.call, call.plan ? &call : nullptr, s, nullptr);
+}
+
+uint64_t StreamEngine::run_collective(const CollectiveCall& call, const PreparedCall* prepared, DeviceStream& s,
+                                      std::shared_ptr<DeviceWork>* work) {
   std::lock_guard<std::mutex> guard(enqueue_mu_);
   throw_if_failed_locked();
   try {
     DeviceGuard current(*device_);  // kernels and records on the engine's device, restored after
     // cudaStreamGetCaptureInfo: a capturing stream records the call into its graph (stream_capture.cc).
     const CaptureStatus capture = device_->capture_status(s);
-    if (capture != CaptureStatus::None) return capture_collective(call, s, capture);
-    return enqueue_collective(call, s);
+    if (capture != CaptureStatus::None) return capture_collective(call, s, capture, work);
+    return enqueue_collective(call, prepared, s, work);
   } catch (const CommError&) {
     throw;
   } catch (const std::invalid_argument&) {
@@ -156,14 +191,17 @@ std::shared_ptr<DeviceWork> StreamEngine::collective(const CollectiveCall& call,
   }
 }
 
-std::shared_ptr<DeviceWork> StreamEngine::enqueue_collective(const CollectiveCall& call, DeviceStream& s) {
+uint64_t StreamEngine::enqueue_collective(const CollectiveCall& call, const PreparedCall* prepared, DeviceStream& s,
+                                          std::shared_ptr<DeviceWork>* work) {
   const size_t esize = dtype_size(call.dtype);
   if (call.algo == kNcclAlgorithmCode) {  // algorithm="nccl": NCCL's own collective, no schedule
     NcclLink::check_supported(call.dtype, call.op, call.coll);
     if (!nccl_->ready()) throw CommError("algorithm='nccl': the NCCL communicator was not created");
   }
-  const ResolvedPlan& planned = plan_of(call);
-  if (planned.one_sided) {  // peers' memory, read in place: the kernel path or nothing (alike on every rank)
+  const ResolvedPlan& planned = prepared ? *prepared->plan : plan_of(call);
+  // Peers' memory, read in place: the kernel path or nothing (alike on every rank); a prepared call
+  // passed this check when it was first made.
+  if (planned.one_sided && !prepared) {
     if (!kernel_ || !kernel_->usable() || nccl_->carries_any())
       throw std::invalid_argument("algorithm: " + planned.name + " is one-sided (it reads and writes peers' mapped "
                                   "buffers): it runs on the device kernel path only, which this communicator lacks "
@@ -171,6 +209,8 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_collective(const CollectiveCal
     kernel_->check_one_sided(ScheduleKey{static_cast<uint8_t>(call.coll), planned.algo, call.root, call.count,
                                          static_cast<uint8_t>(esize)});
   }
+  // A one-sided plan runs on the kernel path whatever the size (checked above that it can).
+  const DeviceCallPath path = planned.one_sided ? DeviceCallPath::Kernel : prepared ? prepared->path : path_of(call);
 
   // Nothing above enqueued anything or took a number: a refused argument leaves the numbering
   // and the stream as they were. From here on the call is numbered (with the host calls).
@@ -184,10 +224,11 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_collective(const CollectiveCal
     raise_to_caller(kind, msg);
   }
 
-  auto done = begin(desc, s);
+  begin(desc, s);
   std::string enqueue_error;
+  Launched launched;
   try {
-    if (planned.one_sided || path_of(call) == DeviceCallPath::Kernel) {
+    if (path == DeviceCallPath::Kernel) {
       // Where host calls (and peers whose calls do not join this rank) look; the kernel checks its
       // peers' descriptors itself, without a host function (kernels/plan_call_check.cuh).
       if (publish_kernel_calls_) control_->publish_call(desc);
@@ -198,7 +239,7 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_collective(const CollectiveCal
     for (int p : planned.peers)
       if (remote(p)) remote_peers.emplace_back(p, desc);
     remote_descs_->exchange(remote_peers, remote_peers, seq_, s);
-    enqueue_call(call, planned, desc, esize, s);
+    launched = enqueue_call(call, planned, path, desc, esize, s);
   } catch (const std::exception& e) {
     // Partly enqueued: the ranks' counters no longer agree, so the engine cannot go on. This
     // rank's failure (often its device's sticky error, first seen here): CommError here, and the
@@ -207,7 +248,7 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_collective(const CollectiveCal
     enqueue_error = "rank " + std::to_string(rank_) + " could not enqueue " + describe_call(desc) + ": " + e.what();
     fail_as(ErrorKind::Comm, ErrorKind::Peer, enqueue_error, true);
   }
-  return finish(done, enqueue_error, s);
+  return finish(launched, enqueue_error, s, work);
 }
 
 DeviceCallPath StreamEngine::path_of(const CollectiveCall& call) const {
@@ -217,10 +258,8 @@ DeviceCallPath StreamEngine::path_of(const CollectiveCall& call) const {
                         nccl_->carries_any());
 }
 
-void StreamEngine::enqueue_call(const CollectiveCall& call, const ResolvedPlan& plan, const CallDesc& desc,
-                                size_t esize, DeviceStream& s, bool captured) {
-  // A one-sided plan runs on the kernel path whatever the size (enqueue_collective checked it can).
-  const DeviceCallPath path = plan.one_sided ? DeviceCallPath::Kernel : path_of(call);
+Launched StreamEngine::enqueue_call(const CollectiveCall& call, const ResolvedPlan& plan, DeviceCallPath path,
+                                    const CallDesc& desc, size_t esize, DeviceStream& s, bool captured) {
   char* in = reinterpret_cast<char*>(call.input);
   char* out = reinterpret_cast<char*>(call.output);
   const InputStaging staging = input_staging(call, rank_, size_);
@@ -241,10 +280,13 @@ void StreamEngine::enqueue_call(const CollectiveCall& call, const ResolvedPlan& 
                              : path == DeviceCallPath::Nccl ? static_cast<DevicePathRunner&>(*nccl_)
                                                             : static_cast<DevicePathRunner&>(*copy_);
   last_path_ = path == DeviceCallPath::Kernel ? "kernel" : "copy";  // NCCL's own collective shows as copy
-  const Launched l = runner.enqueue(PathCall{plan, call, desc, bases, seq_, captured}, s);
+  Launched l = runner.enqueue(PathCall{plan, call, desc, bases, seq_, captured}, s);
   if (l.done) note_wait(StreamWait{l.done, l.target, l.peer, l.send, seq_});  // the launch's first peer until it completes
-  if (avg_divides(call, rank_) && call.count)
+  if (avg_divides(call, rank_) && call.count) {
     device_->divide_unless(copy_->stop_dev(), out, static_cast<size_t>(call.count), call.dtype, size_, s);
+    l.done_dev = nullptr;  // the divide ends the call, after the launch: its completion is an event
+  }
+  return l;
 }
 
 }  // namespace commlib

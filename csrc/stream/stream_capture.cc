@@ -34,8 +34,8 @@ namespace {
 
 }  // namespace
 
-std::shared_ptr<DeviceWork> StreamEngine::capture_collective(const CollectiveCall& call, DeviceStream& s,
-                                                             CaptureStatus status) {
+uint64_t StreamEngine::capture_collective(const CollectiveCall& call, DeviceStream& s, CaptureStatus status,
+                                          std::shared_ptr<DeviceWork>* work) {
   if (status == CaptureStatus::Invalidated)
     refuse(rank_, call, "the stream's capture was invalidated by an earlier error (end it and capture again)");
   if (call.algo == kNcclAlgorithmCode) refuse(rank_, call, "algorithm='nccl' does not capture here");
@@ -67,13 +67,14 @@ std::shared_ptr<DeviceWork> StreamEngine::capture_collective(const CollectiveCal
     seq = ++seq_;
   }
   try {
-    enqueue_call(call, planned, desc, esize, s, /*captured=*/true);
+    enqueue_call(call, planned, DeviceCallPath::Kernel, desc, esize, s, /*captured=*/true);
   } catch (const std::exception& e) {
     // The capture's error (it was invalidated meanwhile): nothing ran, the engine is unharmed.
     refuse(rank_, call, e.what());
   }
   // A work without an event: complete at once, nothing to wait for (the graph orders the call).
-  return std::make_shared<DeviceWork>(shared_from_this(), nullptr, seq);
+  if (work) *work = std::make_shared<DeviceWork>(shared_from_this(), Completion{}, seq);
+  return 0;
 }
 
 void StreamEngine::watch_replays(std::unique_lock<std::mutex>& lk) {

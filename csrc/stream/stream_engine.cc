@@ -71,7 +71,8 @@ StreamEngine::StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerC
   own_stream_ = device_->create_stream();
   events_ = std::make_unique<EventPool>(*device_);
   if (opts_.path != DevicePath::Copy)
-    kernel_ = std::make_unique<KernelPath>(device_, rank_, size_, opts_.nslots, opts_.slot_bytes, opts_.path);
+    kernel_ = std::make_unique<KernelPath>(device_, rank_, size_, opts_.nslots, opts_.slot_bytes, opts_.path,
+                                           opts_.timeout_s);
   watchdog_ = std::thread([this] { watchdog_loop(); });
   // The host side's abort fails this engine too (its peers were told by the host side, and its
   // caller by the host call that failed or the user's abort: reported).
@@ -137,7 +138,8 @@ void StreamEngine::close() {
   };
   std::unique_ptr<DeviceGuard> guard;
   attempt("current device", [&] { guard = std::make_unique<DeviceGuard>(*device_); });
-  if (last_done_) attempt("synchronize", [&] { device_->synchronize(*last_done_); });  // the watchdog releases a stuck stream
+  // The last call's completion (its done word or event): the watchdog releases a stuck stream.
+  if (!last_done_.captured()) attempt("synchronize", [&] { wait_done(last_done_); });
   attempt("nccl", [&] { nccl_->close(); });
   if (host_listener_) control_->remove_host_listener(host_listener_);
   host_listener_ = 0;
@@ -202,7 +204,7 @@ void StreamEngine::release_memory(bool peers_closed) {
     in_flight_.clear();
     waits_.clear();
   }
-  last_done_.reset();
+  last_done_ = Completion{};
   last_done_stream_ = nullptr;
   events_->clear();
   scratch_ = input_copy_ = nullptr;

@@ -18,8 +18,10 @@
 // fails the engine with PeerError naming the rank and the call; it publishes the failure to the
 // peers (control plane) and raises every counter this rank's stream waits on, so no stream stays
 // blocked (again every watchdog tick while calls drain: a peer's stream running through its own
-// failed call may still write a lower value into one of them). Works are events: wait() makes a stream wait for the call, synchronize() waits on the
-// host and raises the call's error.
+// failed call may still write a lower value into one of them). A call's completion is its done
+// word (a kernel-path call: the word its kernel's last block stores, read by one host load, waited
+// on by a stream with wait_value) or its event (every other call): stream/device_work.h. wait()
+// makes a stream wait for the call, synchronize() waits on the host and raises the call's error.
 #pragma once
 
 #include <atomic>
@@ -36,6 +38,7 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "common/ring_queue.h"
 #include "device/device.h"
 #include "plan/call.h"
 #include "plan/describe.h"
@@ -107,6 +110,16 @@ class PeerControl {
   virtual void remove_p2p_probe(int id) = 0;
 };
 
+// A call resolved once (issue #37, item 2; the bindings' call cache keeps it): the call with the
+// algorithm the kernel path's auto picks pinned, its plan (held: the plan cache may drop it, this
+// keeps it) and its path, so a steady call looks nothing up. Valid while the tuning table and the
+// algorithm registry it was made under stay (the cache checks their generations).
+struct PreparedCall {
+  CollectiveCall call;
+  std::shared_ptr<const ResolvedPlan> plan;
+  DeviceCallPath path = DeviceCallPath::Copy;
+};
+
 class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private CopyPathHost,
                      private RemoteDescriptorsHost {
   friend class DeviceWork;
@@ -137,6 +150,15 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
 
   // Enqueues the call on `stream`; calls on one engine execute in call order even across streams.
   std::shared_ptr<DeviceWork> collective(const CollectiveCall& call, DeviceStream& stream);
+  // The same without a work handle (a blocking call through the bindings' cache: no allocation per
+  // call, issue #37 item 2): the call's ordinal, complete once retired(ordinal); 0 for a call
+  // captured in a graph (complete at once).
+  uint64_t collective_unhandled(const CollectiveCall& call, DeviceStream& stream);
+  // The same for a prepared call (prepare()): no plan lookup, no path decision per call.
+  std::shared_ptr<DeviceWork> collective(const PreparedCall& call, DeviceStream& stream);
+  uint64_t collective_unhandled(const PreparedCall& call, DeviceStream& stream);
+  // The engine retired every call up to ordinal `seq` (seen complete): one atomic load.
+  bool retired(uint64_t seq) const { return retired_through_.load(std::memory_order_acquire) >= seq; }
   // Point-to-point messages (stream/stream_p2p.cc): the sends and receives of one batch run
   // concurrently; messages of a pair match in call order, checked (count, dtype) before a byte moves.
   std::shared_ptr<DeviceWork> p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& stream);
@@ -149,9 +171,9 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   void check_first_p2p(const std::vector<P2PItem>& items, DType dtype);
   // The algorithm `call` runs on this engine (plan/plan_cache.h: as the host resolves it).
   std::string resolved_algorithm(const CollectiveCall& call);
-  // `call` with the algorithm the kernel path's auto picks for it, if any: the same plan without the tuning
-  // lookup per call (the bindings' call cache keeps it while tuning_generation() stays).
-  CollectiveCall pinned_call(const CollectiveCall& call);
+  // `call` resolved (PreparedCall): the algorithm the kernel path's auto picks for it, if any, its
+  // plan and its path (the bindings' call cache keeps it while tuning_generation() stays).
+  PreparedCall prepare(const CollectiveCall& call);
 
   void abort(const std::string& reason);
   bool failed() const { return failed_.load(std::memory_order_acquire); }
@@ -192,31 +214,51 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   struct InFlight {
     uint64_t seq = 0;  // the engine's ordinal of the call
     CallDesc desc;   // desc.seq: the communicator's call number (collectives; 0 for point to point)
-    std::shared_ptr<DeviceEvent> done;
-    bool recorded = false;  // `done` is enqueued (an event never recorded queries as complete)
-    bool completed(Device& d) const { return recorded && d.query(*done); }
+    Completion done;
+    bool recorded = false;  // `done` is set and enqueued (an event never recorded queries as complete)
+    // The done word needs no device call (and no device guard); an event is queried.
+    bool completed(Device& d) const;
   };
 
-  std::shared_ptr<DeviceWork> enqueue_collective(const CollectiveCall& call, DeviceStream& s);  // collective()'s body
-  // A call on a capturing stream (stream/stream_capture.cc).
-  std::shared_ptr<DeviceWork> capture_collective(const CollectiveCall& call, DeviceStream& s, CaptureStatus st);
+  // collective()'s body: the call's ordinal, and its work into `*work` when asked (not null).
+  // `prepared`: the call resolved already (null: resolve it now).
+  uint64_t run_collective(const CollectiveCall& call, const PreparedCall* prepared, DeviceStream& s,
+                          std::shared_ptr<DeviceWork>* work);
+  uint64_t enqueue_collective(const CollectiveCall& call, const PreparedCall* prepared, DeviceStream& s,
+                              std::shared_ptr<DeviceWork>* work);
+  // A call on a capturing stream (stream/stream_capture.cc): returns 0 (complete at once).
+  uint64_t capture_collective(const CollectiveCall& call, DeviceStream& s, CaptureStatus st,
+                              std::shared_ptr<DeviceWork>* work);
   void watch_replays(std::unique_lock<std::mutex>& lk);  // the watchdog's tick (mu_ held) while graphs may replay
   std::shared_ptr<DeviceWork> enqueue_p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& s);
 
   CallDesc describe(const CollectiveCall& call, uint8_t algo, uint64_t seq) const;
   // Numbers a call, orders it after the previous one and starts its in-flight entry; finish()
-  // records its completion event and returns its work.
-  std::shared_ptr<DeviceEvent> begin(const CallDesc& desc, DeviceStream& s);
-  std::shared_ptr<DeviceWork> finish(std::shared_ptr<DeviceEvent> done, const std::string& enqueue_error,
-                                     DeviceStream& s);
+  // sets its completion (the done word the launch returned when its launch is the call's last
+  // operation, else an event recorded now: stream/device_work.h) and returns its work.
+  void begin(const CallDesc& desc, DeviceStream& s);
+  // The work only into `*work` when asked (not null); returns the call's ordinal.
+  uint64_t finish(const Launched& launched, const std::string& enqueue_error, DeviceStream& s,
+                  std::shared_ptr<DeviceWork>* work);
+  // Makes `s` wait for a call's completion: a stream wait on its done word, or on its event.
+  void order_after(const Completion& c, DeviceStream& s);
+  // The host waits for a call's completion (its word or its event). A done word that the engine's
+  // failure left behind (the watchdog's abort releases a launch, which then exits and stores it;
+  // only a launch that never ran does not) is waited for a bounded grace after the failure.
+  void wait_done(const Completion& c);
+  // An event that completes with `c`'s call: recorded on the engine's own stream after it waits
+  // for the word (DeviceWork::completion_event: only when a caller asks).
+  std::shared_ptr<DeviceEvent> event_after(const Completion& c);
   void throw_if_failed_locked();
   // Message descriptors (p2p_descs_, stream/p2p_descriptors.h): the watchdog's look for a device
   // receive whose message the peer sent from a host buffer, and the waits it looks at.
   void check_host_messages();
   void note_p2p_waits(const std::vector<std::pair<int, CallDesc>>& waits, bool add) override;
 
-  void enqueue_call(const CollectiveCall& call, const ResolvedPlan& plan, const CallDesc& desc, size_t esize,
-                    DeviceStream& s, bool captured = false);
+  // The launch's completion word (done_dev null where something follows the launch, e.g. avg's
+  // divide, or the path has no word).
+  Launched enqueue_call(const CollectiveCall& call, const ResolvedPlan& plan, DeviceCallPath path, const CallDesc& desc,
+                        size_t esize, DeviceStream& s, bool captured = false);
   // The plan of `call`: the policy's (plans_), except where the kernel path's auto asks for the
   // one-shot or two-shot all_reduce (policy/device_auto.h: its algorithm into `*kernel_auto`).
   const ResolvedPlan& plan_of(const CollectiveCall& call, uint8_t* kernel_auto = nullptr);
@@ -279,13 +321,14 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   std::mutex enqueue_mu_;
   uint64_t seq_ = 0;  // ordinal of the last call
   PlanCache plans_;  // resolved as the host communicator resolves (its context)
-  std::shared_ptr<DeviceEvent> last_done_;
-  // The stream last_done_ was recorded on (its native handle): a call on that same stream is
-  // ordered after it by the stream itself and needs no event wait (one driver call fewer per
-  // call, issue #25). A handle cannot name another stream while work on it is pending: CUDA frees
-  // a destroyed stream's resources only once its work completed.
+  Completion last_done_;  // the previous call's completion (its word or its event)
+  // The stream the previous call was enqueued on (its native handle): a call on that same stream
+  // is ordered after it by the stream itself and needs no wait (one driver call fewer per call,
+  // issue #25); a call on another stream waits for last_done_ (its word or event). A handle cannot
+  // name another stream while work on it is pending: CUDA frees a destroyed stream's resources
+  // only once its work completed.
   void* last_done_stream_ = nullptr;
-  std::unique_ptr<EventPool> events_;  // the calls' completion events (stream/event_pool.h)
+  std::unique_ptr<EventPool> events_;  // the completion events of calls without a done word (event_pool.h)
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
   void* input_copy_ = nullptr;
@@ -294,8 +337,8 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   // Shared with the watchdog and the stream's host functions.
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<InFlight> in_flight_;
-  std::deque<StreamWait> waits_;
+  RingQueue<InFlight> in_flight_;  // (ring queues: no allocation per call in a steady state)
+  RingQueue<StreamWait> waits_;
   std::atomic<bool> failed_{false};
   std::atomic<bool> reported_{false};  // the engine's error reached a caller (take_unreported_error)
   std::atomic<uint64_t> retired_through_{0};  // every call up to it retired (DeviceWork::known_complete)

@@ -59,7 +59,7 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_p2p(const std::vector<P2PItem>
     }
   }
 
-  auto done = begin(call, s);
+  begin(call, s);
   std::vector<CallDesc> descs(items.size(), call);
   std::vector<uint64_t> ring(items.size());  // the pair's device message index
   for (size_t i = 0; i < items.size(); ++i) {
@@ -120,7 +120,9 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_p2p(const std::vector<P2PItem>
                     " sends/receives: " + e.what();
     fail_as(ErrorKind::Comm, ErrorKind::Peer, enqueue_error, true);  // PeerError at the peers (stream_calls.cc)
   }
-  return finish(done, enqueue_error, s);
+  std::shared_ptr<DeviceWork> work;
+  finish(Launched{}, enqueue_error, s, &work);  // the copy path's chunks: an event
+  return work;
 }
 
 void StreamEngine::note_p2p_waits(const std::vector<std::pair<int, CallDesc>>& waits, bool add) {

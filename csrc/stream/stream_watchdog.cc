@@ -54,6 +54,7 @@ void StreamEngine::release_waits() {
 }
 
 bool StreamEngine::completed_or_failed(const InFlight& f) {
+  if (f.done.word) return f.completed(*device_);  // one load: no device call, no guard
   try {
     DeviceGuard guard(*device_);
     return f.completed(*device_);
@@ -68,7 +69,7 @@ void StreamEngine::retire_completed(bool stop_if_failed) {
     {
       std::lock_guard<std::mutex> lk(mu_);
       if (in_flight_.empty() || (stop_if_failed && failed())) return;
-      front = in_flight_.front();  // holds the event: the pool cannot hand it out meanwhile
+      front = in_flight_.front();  // holds its event (if any): the pool cannot hand it out meanwhile
     }
     if (!completed_or_failed(front)) return;
     std::lock_guard<std::mutex> lk(mu_);

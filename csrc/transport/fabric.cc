@@ -31,6 +31,11 @@ Fabric::Fabric(FabricInputs in)
   }
   if (!home_) throw std::logic_error("transport table: no home domain");
   for (Transport* t : spinners_) t->set_waker(home_);
+  // Flag calls need every rank in the home domain, at the communicator's own rank numbers.
+  bool all_home = spinners_.empty() && home_->rank() == rank_ && home_->size() == size_;
+  for (int p = 0; p < size_ && all_home; ++p)
+    all_home = p == rank_ || (domain_of(p).transport.get() == home_ && domain_of(p).index[p] == p);
+  if (all_home && size_ > 1) flags_ = home_->shared_flags();
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
     Domain& d = domain_of(p);
@@ -87,6 +92,15 @@ bool Fabric::enable_direct_reads() {
   for (auto& l : links_)
     if (l) l->refresh_caps();
   return any;
+}
+
+std::string Fabric::direct_reads_reason() const {
+  std::string out;
+  for (const Domain& d : domains_) {
+    const std::string r = d.transport->direct_reads_reason();
+    if (!r.empty()) out += (out.empty() ? "" : "; ") + r;
+  }
+  return out;
 }
 
 void Fabric::close() {

@@ -50,6 +50,11 @@ class Fabric {
   void publish_call(const CallDesc& d);
   // Single-copy reads where a domain allows them; the links' capabilities are queried again.
   bool enable_direct_reads();
+  // The domains' reasons for having direct reads off, joined ("" when every domain reads directly).
+  std::string direct_reads_reason() const;
+  // The home domain's shared-memory flag calls when it holds every rank of the communicator,
+  // numbered as the communicator numbers them (null otherwise: ranks on other hosts).
+  SharedFlags* shared_flags() { return flags_; }
   void close();
 
  private:
@@ -63,6 +68,7 @@ class Fabric {
   std::vector<Transport*> spinners_;  // the domains other than home, asked to spin before a sleep
   std::vector<std::unique_ptr<Link>> links_;
   TcpTransport* tcp_ = nullptr;  // the tcp domain's typed handle (Domain::tcp), owned by domains_
+  SharedFlags* flags_ = nullptr;  // shared_flags()
   bool closed_ = false;
 };
 

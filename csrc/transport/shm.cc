@@ -1,6 +1,7 @@
 #include "transport/shm.h"
 
 #include "common/params.h"
+#include "transport/shm_layout.h"
 #include "transport/shm_region.h"
 
 #include <linux/futex.h>
@@ -33,19 +34,6 @@ namespace commlib {
 
 namespace {
 
-constexpr uint64_t kMagic = 0x636f6d6d6c696230ULL;  // "commlib0"
-constexpr size_t kLine = 64;
-constexpr size_t kMaxMessage = 1024;
-
-size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
-
-struct RegionHeader {
-  std::atomic<uint64_t> magic;
-  uint32_t size;
-  uint32_t nslots;
-  uint64_t slot_bytes;
-};
-
 int futex_wait(std::atomic<uint32_t>* addr, uint32_t expected, int64_t timeout_us) {
   struct timespec ts;
   ts.tv_sec = timeout_us / 1000000;
@@ -60,26 +48,6 @@ void futex_wake(std::atomic<uint32_t>* addr) {
 }
 
 }  // namespace
-
-// Each field a peer polls sits on its own cache line so that polling one does not bounce another.
-struct ShmTransport::RankCtl {
-  alignas(kLine) std::atomic<uint32_t> doorbell;
-  alignas(kLine) std::atomic<uint32_t> sleeping;
-  alignas(kLine) std::atomic<int32_t> pid;
-  std::atomic<uint32_t> state;       // PeerState
-  std::atomic<uint32_t> error_kind;  // ErrorKind, valid once state == Failed
-  std::atomic<uint64_t> call_version;  // seqlock around `call`: odd while being written
-  std::atomic<uint64_t> region_address;  // where this rank mapped the region (direct-read probe)
-  std::atomic<uint32_t> reads_directly;  // 1: this rank reads peers' memory (rendezvous welcome)
-  CallDesc call;
-  char error_message[kMaxMessage];
-};
-
-struct ShmTransport::ChannelCtl {
-  alignas(kLine) std::atomic<uint64_t> tail;  // chunks published (written by the sender)
-  alignas(kLine) std::atomic<uint64_t> head;  // chunks consumed (written by the receiver)
-  alignas(kLine) std::atomic<uint64_t> acked;  // rendezvous messages read (written by the receiver)
-};
 
 uint64_t shm_default_slot_bytes(int size) {
   // Up to 256 KiB chunks (large enough to amortise the hand-off, small enough to stay in cache
@@ -167,6 +135,7 @@ ShmTransport::ShmTransport(int rank, int size, int fd, const ShmConfig& cfg) : r
   // Spin about as long as a peer's reply takes to arrive (a futex round trip costs more), then
   // sleep. Oversubscribed ranks spin by yielding only, so the peer they wait for gets the core.
   oversubscribed_ = size > ncores;
+  flags_ = make_shm_flags(*this);
   spin_us_ = cfg.spin_us >= 0 ? cfg.spin_us : kDefaultSpinUs;
 }
 
@@ -244,53 +213,6 @@ void ShmLink::release_recv() {
   in_.head.store(in_.head.load(std::memory_order_relaxed) + 1, std::memory_order_release);
   t_.ring(peer_);
 }
-
-bool ShmTransport::enable_direct_reads() {
-  // Opt-in (COMMLIB_CMA=1): on the 2-core VMs this project measures on, process_vm_readv was
-  // slower than the pipelined copy through cache-resident chunks (2 ranks, 16 MiB: all_reduce
-  // 2.1-2.3 ms against 1.2-1.3 ms, all_gather 0.7-0.76 ms against 0.54-0.6 ms), because pinning
-  // the sender's pages costs more than the second copy saves there.
-  if (param_string("COMMLIB_CMA") != "1") return false;
-  for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
-    uint64_t magic = 0;
-    struct iovec local = {&magic, sizeof(magic)};
-    struct iovec remote = {reinterpret_cast<void*>(ctl(p).region_address.load(std::memory_order_relaxed)),
-                           sizeof(magic)};
-    if (process_vm_readv(ctl(p).pid.load(std::memory_order_relaxed), &local, 1, &remote, 1, 0) !=
-            static_cast<ssize_t>(sizeof(magic)) ||
-        magic != kMagic)
-      return false;  // e.g. ptrace restrictions or a seccomp filter: keep the copying path
-  }
-  direct_reads_ = true;
-  ctl(rank_).reads_directly.store(1, std::memory_order_release);
-  return true;
-}
-
-void ShmLink::read_peer(void* dst, uint64_t remote, size_t bytes) {
-  const pid_t pid = peer_ctl_.pid.load(std::memory_order_relaxed);
-  char* out = static_cast<char*>(dst);
-  while (bytes) {
-    struct iovec local = {out, bytes};
-    struct iovec rem = {reinterpret_cast<void*>(remote), bytes};
-    ssize_t n = process_vm_readv(pid, &local, 1, &rem, 1, 0);
-    if (n <= 0) {
-      if (n < 0 && errno == EINTR) continue;
-      throw PeerError("rank " + std::to_string(t_.rank_) + " could not read rank " + std::to_string(peer_) +
-                      "'s buffer (process_vm_readv: " + std::strerror(n < 0 ? errno : EIO) + ")");
-    }
-    out += n;
-    remote += static_cast<uint64_t>(n);
-    bytes -= static_cast<size_t>(n);
-  }
-}
-
-void ShmLink::ack() {
-  in_.acked.store(in_.acked.load(std::memory_order_relaxed) + 1, std::memory_order_release);
-  t_.ring(peer_);
-}
-
-uint64_t ShmLink::acked() { return out_.acked.load(std::memory_order_acquire); }
 
 uint32_t ShmTransport::events() { return ctl(rank_).doorbell.load(std::memory_order_acquire); }
 

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "transport/link.h"
 #include "transport/transport.h"
@@ -35,6 +36,9 @@ uint64_t shm_default_slot_bytes(int size);
 uint64_t shm_region_bytes(int size, const ShmConfig& cfg);
 ShmConfig shm_config_from_env(int size);
 
+class ShmTransport;
+std::unique_ptr<SharedFlags> make_shm_flags(ShmTransport& t);  // shm_flags.cc
+
 class ShmTransport final : public Transport {
  public:
   // Maps the region behind `fd` (rank 0 initialises the layout in place: it must be zero-filled).
@@ -47,11 +51,13 @@ class ShmTransport final : public Transport {
   size_t channel_bytes() const { return nslots_ * slot_bytes_; }
 
   std::unique_ptr<Link> make_link(int peer) override;
+  SharedFlags* shared_flags() override { return flags_.get(); }
   // With COMMLIB_CMA=1: checks that this process can read every peer's memory (process_vm_readv)
   // and, if so, tells the peers they may send it messages larger than a channel by rendezvous
   // (single copy). Call once every rank has mapped the region.
   bool enable_direct_reads() override;
   bool direct_reads() const { return direct_reads_; }  // this rank's own answer (kept privately)
+  std::string direct_reads_reason() const override { return direct_reads_reason_; }
 
   uint32_t events() override;
   void wait_events(uint32_t seen, int64_t timeout_us) override;
@@ -69,6 +75,7 @@ class ShmTransport final : public Transport {
 
  private:
   friend class ShmLink;
+  friend class ShmFlags;
   RankCtl& ctl(int r) const;
   ChannelCtl& channel(int src, int dst) const;
   char* slot(int src, int dst, uint64_t index) const;
@@ -83,7 +90,9 @@ class ShmTransport final : public Transport {
   size_t bytes_ = 0;
   size_t ctl_offset_ = 0, chan_offset_ = 0;
   bool closed_ = false;
+  std::unique_ptr<SharedFlags> flags_;  // shm_flags.cc, over the control blocks
   bool direct_reads_ = false;  // this rank turned single-copy reads on (enable_direct_reads)
+  std::string direct_reads_reason_;  // why not, when not
 };
 
 // One peer's pair of rings in the region (this rank -> peer, peer -> this rank), located once:

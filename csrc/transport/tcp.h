@@ -27,6 +27,7 @@
 #include <memory>
 #include <mutex>
 #include <condition_variable>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -57,7 +58,10 @@ class TcpTransport final : public Transport {
   std::string address() const { return listen_addr_.str(); }
   // Connects to every remote rank below this one and waits for every remote rank above it to
   // connect here, all within the timeout. `addresses[r]` is rank r's address ("" if not remote).
-  void connect(const std::vector<std::string>& addresses);
+  // `poll` (if set) runs every few tens of milliseconds while it waits, on the calling thread with
+  // no lock held; whatever it throws ends the connect (a rendezvous's error key, a shrink's check
+  // that no survivor died): a peer that died before connecting stops nobody until the timeout.
+  void connect(const std::vector<std::string>& addresses, const std::function<void()>& poll = {});
   bool authenticated() const { return !key_.empty(); }
   bool reaches(int r) const { return r >= 0 && r < size_ && remote_[r]; }  // `remote` at creation
   // Connections refused so far (failed handshakes, garbage, unknown ranks): tests read it.
@@ -133,7 +137,7 @@ class TcpTransport final : public Transport {
   void request_write();
   void mark_down(Conn& c, PeerState st, const std::string& why);
   void attach(Conn& c, uint32_t lane, int fd);
-  int connect_lane(int q, const SockAddr& a, uint32_t lane, double deadline);
+  int connect_lane(int q, const SockAddr& a, uint32_t lane, double deadline, const std::function<void()>& poll);
   void accept_new();
   void advance_pending(Pending& p);
   void drop_pending(Pending& p, const std::string& why, bool counted = false);

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "transport/tcp_conn.h"
@@ -39,7 +40,7 @@ bool io_exact(int fd, char* p, size_t n, bool sending, double deadline) {
 // A connected socket to `a`, retrying refused connections until `deadline` (the peer listens
 // before it publishes its address, but its host may be slow).
 int open_connection(const SockAddr& a, double deadline, const std::string& me, const std::string& who,
-                    double timeout_s) {
+                    double timeout_s, const std::function<void()>& poll) {
   for (;;) {
     int fd = socket(a.ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) throw CommError("tcp: socket: " + std::string(std::strerror(errno)));
@@ -61,6 +62,7 @@ int open_connection(const SockAddr& a, double deadline, const std::string& me, c
     if (monotonic_s() > deadline)
       throw PeerError(me + " could not connect to " + who + " within " + std::to_string(int(timeout_s)) +
                       " s (COMMLIB_TIMEOUT): " + std::strerror(err));
+    if (poll) poll();
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
@@ -76,7 +78,8 @@ std::string refusal_text(const Challenge& ch) {
 }  // namespace
 
 // Opens lane `lane` to rank q (lower than this rank) and proves both ends; returns the socket.
-int TcpTransport::connect_lane(int q, const SockAddr& a, uint32_t lane, double deadline) {
+int TcpTransport::connect_lane(int q, const SockAddr& a, uint32_t lane, double deadline,
+                               const std::function<void()>& poll) {
   const std::string me = "rank " + std::to_string(rank_);
   const std::string who = "rank " + std::to_string(q) + " at " + a.str();
   Hello h{};
@@ -94,7 +97,7 @@ int TcpTransport::connect_lane(int q, const SockAddr& a, uint32_t lane, double d
   int unanswered = 0;
   double pause = 0.02;
   for (;;) {
-    const int fd = open_connection(a, deadline, me, who, cfg_.timeout_s);
+    const int fd = open_connection(a, deadline, me, who, cfg_.timeout_s, poll);
     random_bytes(h.nonce, sizeof(h.nonce));  // a fresh nonce per try: nothing is replayed
     const double hs_deadline = std::min(deadline, monotonic_s() + kHandshakeSeconds);
     Challenge ch{};
@@ -144,19 +147,21 @@ int TcpTransport::connect_lane(int q, const SockAddr& a, uint32_t lane, double d
                       " connection(s) were closed or went unanswered mid-handshake. Its pending handshakes may be "
                       "taken by other connections (an outsider at its port: its log names the dropped "
                       "connections), or it is stuck");
+    if (poll) poll();
     std::this_thread::sleep_for(std::chrono::duration<double>(std::min(pause, left)));
     pause = std::min(pause * 2, 0.5);
   }
 }
 
-void TcpTransport::connect(const std::vector<std::string>& addresses) {
+void TcpTransport::connect(const std::vector<std::string>& addresses, const std::function<void()>& poll) {
   if (static_cast<int>(addresses.size()) != size_) throw std::invalid_argument("addresses: one per rank expected");
   const double deadline = monotonic_s() + cfg_.timeout_s;
   const std::string me = "rank " + std::to_string(rank_);
   for (int q = 0; q < rank_; ++q) {
     if (!conns_[q]) continue;
     SockAddr a = parse_address(addresses[q]);
-    for (uint32_t lane = 0; lane < cfg_.nconns; ++lane) attach(*conns_[q], lane, connect_lane(q, a, lane, deadline));
+    for (uint32_t lane = 0; lane < cfg_.nconns; ++lane)
+      attach(*conns_[q], lane, connect_lane(q, a, lane, deadline, poll));
   }
   // Ranks above this one connect here; the progress thread accepts them.
   std::unique_lock<std::mutex> lk(connect_mu_);
@@ -165,10 +170,18 @@ void TcpTransport::connect(const std::vector<std::string>& addresses) {
       if (conns_[q] && conns_[q]->state.load() == static_cast<uint32_t>(PeerState::Unknown)) return false;
     return true;
   };
-  const auto until = std::chrono::steady_clock::now() +
-                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                         std::chrono::duration<double>(std::max(0.0, deadline - monotonic_s())));
-  if (!connect_cv_.wait_until(lk, until, all_in)) {
+  // In slices, `poll` between them (unlocked: the progress thread takes connect_mu_ to say who came).
+  bool all = all_in();
+  while (!all && monotonic_s() < deadline) {
+    const double slice = std::min(poll ? 0.02 : deadline - monotonic_s(), std::max(0.0, deadline - monotonic_s()));
+    all = connect_cv_.wait_for(lk, std::chrono::duration<double>(slice), all_in);
+    if (!all && poll) {
+      lk.unlock();
+      poll();
+      lk.lock();
+    }
+  }
+  if (!all && !all_in()) {
     std::string missing;
     for (int q = rank_ + 1; q < size_; ++q)
       if (conns_[q] && conns_[q]->state.load() == static_cast<uint32_t>(PeerState::Unknown))

@@ -54,6 +54,30 @@ struct PeerStatus {
 
 class Link;
 
+// Small broadcasts and barriers through shared memory (shm_flags.cc): each rank owns one slot that
+// every other rank of the domain reads, and one counter of the flag calls it completed. A broadcast
+// is one write of the root's slot (data, then its call number) and one counter store per reader; a
+// barrier is one counter store per rank. Calls are numbered alike on every rank (1, 2, ...), so a
+// number says which call a slot or counter is at. Waking: every store rings the ranks that may wait
+// for it (their doorbell), so the ordinary wait (spin, then futex) covers these too.
+class SharedFlags {
+ public:
+  virtual ~SharedFlags() = default;
+  virtual size_t max_bytes() const = 0;
+  virtual int slots() const = 0;  // per rank: writes a root may have ahead of its slowest reader
+  // The last flag call `rank` completed (its counter).
+  virtual uint64_t completed(int rank) const = 0;
+  // This rank completed flag call n; rings `wake` (-1: every peer).
+  virtual void complete(uint64_t n, int wake) = 0;
+  // Publishes this rank's slot `index` (0..slots()-1) as flag call n (bytes <= max_bytes) and rings
+  // every peer.
+  virtual void write(int index, uint64_t n, const CallDesc& desc, const void* src, size_t bytes) = 0;
+  // The slot of `root` that holds flag call n (-1: none yet); and its contents (valid until this
+  // rank completes n: the root writes the slot again only after that).
+  virtual int find(int root, uint64_t n) const = 0;
+  virtual const char* slot(int root, int index, CallDesc* desc, size_t* bytes) const = 0;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -65,6 +89,11 @@ class Transport {
   virtual std::unique_ptr<Link> make_link(int peer) = 0;
   // Probe direct reads from every peer and, if they work, announce it (after all ranks mapped).
   virtual bool enable_direct_reads() { return false; }
+  // Shared-memory flag calls between every rank of the domain (null: the transport has none).
+  virtual SharedFlags* shared_flags() { return nullptr; }
+  // Why direct reads are off after enable_direct_reads ("" when on, or when the domain has no
+  // ranks to read), for the INFO log and comm.single_copy.
+  virtual std::string direct_reads_reason() const { return ""; }
 
   // Waiting: read events() before checking for progress; wait_events() returns once it moved
   // (or after timeout_us), spinning briefly before it blocks.

@@ -47,22 +47,35 @@ void Replay::project(std::vector<Run>& pieces) {
   }
 }
 
+void Replay::project_inputs() {
+  for (int r = 0; r < P_; ++r) {
+    const Region in{BufferId::Input, 0, n_};
+    ranks_[r].mem.read(abs(r, in), n_, pa_);
+    project(pa_);
+    ranks_[r].mem.write(abs(r, in), n_, pa_);
+  }
+}
+
 }  // namespace verify
 
 std::string verify_compressed(Collective c, const std::string& algorithm, int size, int64_t count,
-                              bool sender_projects) {
+                              bool sender_projects, const std::vector<int>& host_of, bool inter_only) {
   if (c != Collective::AllReduce && c != Collective::ReduceScatter && c != Collective::AllGather)
     throw std::invalid_argument(std::string("collective: compress= applies to all_reduce, reduce_scatter and "
                                             "all_gather, not ") + collective_name(c));
   if (size < 1 || size > kMaxVerifiedRanks)
     throw std::invalid_argument("size: 1.." + std::to_string(kMaxVerifiedRanks) + ", got " + std::to_string(size));
   if (count < 0) throw std::invalid_argument("count: must be >= 0, got " + std::to_string(count));
+  if (!host_of.empty() && static_cast<int>(host_of.size()) != size)
+    throw std::invalid_argument("host_of: one host per rank (" + std::to_string(size) + "), got " +
+                                std::to_string(host_of.size()));
   CollArgs a;
+  a.host_of = host_of;
   a.coll = c;
   a.size = size;
   a.count = count;
-  const std::string name = resolve_algorithm(CallShape{c, count, 4, 0}, algorithm, algorithm_override(c), size, {},
-                                             nullptr).algorithm;
+  const std::string name = resolve_algorithm(CallShape{c, count, 4, 0}, algorithm, algorithm_override(c), size,
+                                             host_of, nullptr).algorithm;
   std::vector<Schedule> per_rank(size);
   for (int r = 0; r < size; ++r) {
     a.rank = r;
@@ -78,6 +91,7 @@ std::string verify_compressed(Collective c, const std::string& algorithm, int si
   for (bool in_place : {false, true}) {
     verify::Replay replay(c, per_rank, size, count, 0, in_place, name + " compressed");
     replay.set_codec(sender_projects ? verify::Replay::kCodecProjecting : verify::Replay::kCodecForgetful);
+    if (inter_only) replay.set_codec_inter_only(host_of.empty() ? std::vector<int>(size, 0) : host_of);
     replay.run();
   }
   return name;

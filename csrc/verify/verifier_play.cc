@@ -3,6 +3,8 @@
 // never finish its step is a deadlock.
 #include "verify/verifier_replay.h"
 
+#include <algorithm>
+
 namespace commlib {
 namespace verify {
 
@@ -39,7 +41,8 @@ void Replay::on_transfer(int s, int si, int q, int qi) {
          where(q, Q.step, qi) + " receives " + std::to_string(ro.dst.count));
   const int64_t n = so.src.count;
   S.mem.read(abs(s, so.src), n, pa_);
-  if (codec_) {
+  const bool code = coded(s, q);
+  if (code) {
     project(pa_);
     if (codec_ == kCodecProjecting) S.mem.write(abs(s, so.src), n, pa_);
   }
@@ -48,7 +51,7 @@ void Replay::on_transfer(int s, int si, int q, int qi) {
   } else {
     Q.mem.read(abs(q, reduces_from_src(ro) ? ro.src : ro.dst), n, pb_);
     verify::combine_pieces(sets_, pb_, pa_, pc_);
-    if (codec_ == kCodecProjecting) project(pc_);
+    if (code && codec_ == kCodecProjecting) project(pc_);
     Q.mem.write(abs(q, ro.dst), n, pc_);
   }
   // Who-heard-from-whom matters only for barriers; tracking it elsewhere would intern ~P^2 sets.
@@ -67,7 +70,7 @@ void Replay::finish_step(int r) {
       R.mem.read(abs(r, o.src), o.src.count, pa_);
       R.mem.read(abs(r, o.dst), o.dst.count, pb_);
       verify::combine_pieces(sets_, pb_, pa_, pc_);
-      if (codec_ == kCodecProjecting) project(pc_);
+      if (codec_ == kCodecProjecting && codec_hosts_.empty()) project(pc_);
       R.mem.write(abs(r, o.dst), o.dst.count, pc_);
     }
   }
@@ -90,6 +93,9 @@ void Replay::simulate() {
           fail(where(r, st, oi) + ": source and destination counts differ");
       }
   if (one_sided_) return play_one_sided();
+  if (codec_ && c_ == Collective::AllGather && !codec_hosts_.empty() &&
+      std::any_of(codec_hosts_.begin(), codec_hosts_.end(), [&](int h) { return h != codec_hosts_[0]; }))
+    project_inputs();
   player_.reset(P_);
   for (int r = 0; r < P_; ++r) enter_step(r);
   while (!ready_.empty()) {

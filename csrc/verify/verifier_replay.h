@@ -46,6 +46,10 @@ class Replay {
   // Q(v), or values projected over different pieces, differ, as their bytes could.
   static constexpr int kCodecProjecting = 1, kCodecForgetful = 2;
   void set_codec(int mode) { codec_ = mode; }
+  // compress_inter_only: messages between ranks of one host (equal host_of) travel raw (neither
+  // end projects them, nor a sum made from one), and across two hosts or more all_gather's ranks
+  // project their own block before anything travels (host/compressed_lowering.cc).
+  void set_codec_inter_only(const std::vector<int>& host_of) { codec_hosts_ = host_of; }
   void run() {
     if (static_cast<int>(sch_.size()) != P_)
       fail("expected " + std::to_string(P_) + " schedules, got " + std::to_string(sch_.size()));
@@ -159,6 +163,7 @@ class Replay {
   // verifier_results.cc: outputs against the collective's definition, one reduction order.
   void check_results();
   void project(std::vector<Run>& pieces);  // verifier_codec.cc: every valid value v -> Q(v)
+  void project_inputs();                   // verifier_codec.cc: each rank's input block -> Q(block)
   void check_same_order();
   void expected(int r, std::vector<Run>& out);
 
@@ -183,6 +188,10 @@ class Replay {
   std::unordered_map<int64_t, size_t> consumed_;
   int codec_ = 0;
   std::unordered_map<uint64_t, uint64_t> codec_trees_;  // Q's output tree -> its piece's shape
+  std::vector<int> codec_hosts_;  // compress_inter_only's host map; empty: every message coded
+  bool coded(int s, int q) const {
+    return codec_ && (codec_hosts_.empty() || codec_hosts_[static_cast<size_t>(s)] != codec_hosts_[static_cast<size_t>(q)]);
+  }
   Holdings* trace_ = nullptr;
   void record(int r);  // appends rank r's buffers to trace_
 };

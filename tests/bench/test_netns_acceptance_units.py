@@ -29,3 +29,14 @@ def test_verdicts_compare_auto_with_the_best_registered_algorithm_and_ring():
     assert any("auto (hierarchical)" in s and "within 10%" in s for s in lines)
     assert any("auto (cost model) (ring)" in s and "MISSED" in s for s in lines)
     assert any(s.startswith("2+2, 16 MiB: ring / auto =") and "met" in s for s in lines)
+
+
+def test_rail_verdicts_compare_rail_ring_with_ring_and_its_wire_floor():
+    # 2+2 at 1 Gbit/s, 2 rails: 2 x 3/4 x 16 MiB / 2 rails at 1e9 x 1448/1514 bit/s = 105.3 ms
+    assert na.rail_floor("2+2", 16 << 20, "1gbit", 2) == pytest.approx(0.10525, rel=1e-3)
+    assert na.rail_floor("2+2+2", 16 << 20, "100mbit", 1) == pytest.approx(2.3389, rel=1e-3)
+    table = {16 << 20: {"ring": [0.21, 0.22], "rail_ring": [0.11, 0.12]}}
+    met = na.rail_verdicts("2+2", table, "1gbit", 2)
+    assert len(met) == 1 and "1.87x (>= 1.8x: met)" in met[0] and "0.92x its wire floor" in met[0]
+    table[16 << 20]["rail_ring"] = [0.15, 0.15]
+    assert "MISSED (< 1.8x)" in na.rail_verdicts("2+2", table, "1gbit", 2)[0]

@@ -1,8 +1,11 @@
-"""Rank side of test_call_counts.py: the driver calls one steady device collective makes on the
-caller's thread (issue #37, item 1's host side), counted by the emulated device
+"""Rank side of test_call_counts.py: the driver calls steady device collectives make on the
+caller's thread (issue #37, items 1 and 5), counted by the emulated device
 (``_C.emulated_thread_driver_calls``: this thread's calls, with its device guards' gets and sets;
-the watchdog's queries are its own thread's). Each call is counted alone and drained afterwards,
-outside the count, so every call starts from the same state."""
+the watchdog's are its own thread's). After a few drained warm-up calls, N calls run back to back
+inside one count (the steady state: the next call retires the previous ones by their done words),
+then drain outside it."""
+import numpy as np
+
 import commlib._C as _C
 import commlib.emulated as emu
 from fast_device_call_cases import collective_calls
@@ -13,39 +16,113 @@ def _diff(before, after):
     return {k: after.get(k, 0) - before.get(k, 0) for k in after if after.get(k, 0) != before.get(k, 0)}
 
 
-def _counted_calls(call, n, async_op):
-    """The driver calls of n calls (each counted alone, then drained), summed, and how many of
-    them the C++ entry ran."""
-    total = {}
-    hits_before = _C.device_fast_path_counts()[1]
-    for _ in range(n):
-        before = _C.emulated_thread_driver_calls()
-        work = call(async_op, None)
-        after = _C.emulated_thread_driver_calls()
-        for k, v in _diff(before, after).items():
-            total[k] = total.get(k, 0) + v
-        if work is not None:
-            work.synchronize()
-        work = None
-        emu.current_stream().synchronize()
-    return total, _C.device_fast_path_counts()[1] - hits_before
+def _counted(fn):
+    """(driver calls fn() made on this thread, C++ entry hits, fn's result, heap allocations of
+    commlib's C++ code on this thread: _C.thread_allocations, csrc/common/alloc_count.h)."""
+    hits = _C.device_fast_path_counts()[1]
+    before = _C.emulated_thread_driver_calls()  # (its map is an allocation: outside the count)
+    allocs = _C.thread_allocations()
+    result = fn()
+    allocs = _C.thread_allocations() - allocs
+    after = _C.emulated_thread_driver_calls()
+    return _diff(before, after), _C.device_fast_path_counts()[1] - hits, result, allocs
 
 
-def steady_call_counts(comm, n=8):
+def _drain(works=()):
+    for w in works:
+        if w is not None:
+            w.synchronize()
+    emu.current_stream().synchronize()
+
+
+def steady_call_counts(comm, n=1000):
     """{(collective, "blocking"|"async"): (driver calls of n steady calls, hits, results right,
-    path)} on the kernel path, after three warm-up calls (the first fills the cache and sets the
-    engine up, the second grows the event pool to the two events a drained loop uses)."""
+    path, C++ heap allocations)} on the kernel path, after three drained warm-up calls (the first
+    fills the cache and sets the engine up)."""
     def run(sub):
         out = {}
         for name, (call, check) in collective_calls(sub).items():
             for mode in ("blocking", "async"):
+                a = mode == "async"
                 for _ in range(3):
-                    w = call(mode == "async", None)
-                    if w is not None:
-                        w.synchronize()
-                    w = None  # a work kept alive keeps its event out of the pool
-                    emu.current_stream().synchronize()
-                calls, hits = _counted_calls(call, n, mode == "async")
-                out[(name, mode)] = (calls, hits, bool(check()), sub._device().last_path())
+                    _drain([call(a, None)])
+                calls, hits, _, allocs = _counted(lambda: [call(a, None) for _ in range(n)])
+                _drain()
+                out[(name, mode)] = (calls, hits, bool(check()), sub._device().last_path(), allocs)
         return out
     return with_settings(comm, KERNEL_SETTINGS, run)
+
+
+def asked_call_counts(comm, n=20):
+    """all_reduce on the kernel path: the driver calls of what asks more than a steady call: n
+    works' wait() on another stream, n calls alternating between two streams, n works'
+    synchronize() and is_completed(), and n avg calls (a divide after the launch); with whether
+    the results were right."""
+    def run(sub):
+        P = sub.size
+        x = emu.from_numpy(np.ones(4, np.float32))
+        other = emu.Stream()
+        out = {}
+        for _ in range(3):
+            _drain([sub.all_reduce(x, async_op=True)])
+            _drain([sub.all_reduce(x, async_op=True, stream=other)])
+            other.synchronize()
+            _drain([sub.all_reduce(x, op="avg")])
+        works = [sub.all_reduce(x, async_op=True) for _ in range(n)]
+        out["wait"] = _counted(lambda: [w.wait(stream=other) for w in works])[:2]
+        _drain(works)
+        other.synchronize()
+
+        def alternate():
+            for i in range(n):
+                sub.all_reduce(x, stream=other if i % 2 else None)
+        out["alternate"] = _counted(alternate)[:2]
+        other.synchronize()
+        _drain()
+        works = [sub.all_reduce(x, async_op=True) for _ in range(n)]
+        out["synchronize"] = _counted(lambda: [w.synchronize() for w in works])[:2]
+        out["is_completed"] = _counted(lambda: [w.is_completed() for w in works])[:2]
+        out["avg"] = _counted(lambda: [sub.all_reduce(x, op="avg") for _ in range(n)])[:2]
+        _drain()
+        v = x.numpy()
+        out["right"] = bool(np.isfinite(v).all() and (v == v[0]).all() and v[0] == float(P) ** (6 + 3 * n))
+        return out
+    return with_settings(comm, KERNEL_SETTINGS, run)
+
+
+def steady_calls_cuda(comm, n=1000):
+    """On GPU 0 with torch (the done word on a real device): n steady blocking and n async 8-float
+    all_reduces through the C++ entry, then a work waited on by another stream: (hits, commlib's
+    heap allocations in the n blocking calls, results right, the other stream saw the result)."""
+    import torch
+    from commlib.settings import overridden
+    with overridden(KERNEL_SETTINGS):
+        sub = comm.split(0, timeout=60)
+    try:
+        dev = torch.device("cuda", 0)
+        x = torch.ones(8, device=dev)
+        for _ in range(3):
+            sub.all_reduce(x)
+        torch.cuda.synchronize()
+        x.fill_(1.0)
+        hits = _C.device_fast_path_counts()[1]
+        allocs = _C.thread_allocations()
+        for _ in range(n):
+            sub.all_reduce(x, op="max")
+        allocs = _C.thread_allocations() - allocs
+        works = [sub.all_reduce(x, op="max", async_op=True) for _ in range(n)]
+        hits = _C.device_fast_path_counts()[1] - hits
+        works[-1].synchronize()
+        right = bool((x == 1.0).all().item()) and all(w.is_completed() for w in works)
+        works = None
+        y = torch.full((8,), float(sub.rank + 1), device=dev)
+        w = sub.all_reduce(y, async_op=True)
+        other = torch.cuda.Stream(dev)
+        with torch.cuda.stream(other):
+            w.wait()  # the other stream waits on the done word (cuStreamWaitValue64)
+            seen = y.clone()
+        other.synchronize()
+        expect = sum(range(1, sub.size + 1))
+        return hits, allocs, right, bool((seen == expect).all().item())
+    finally:
+        sub.close()

@@ -156,7 +156,7 @@ def reducing_selection(collective, P, thinned=False):
                     thinned=thinned)
 
 
-def check_reducing(comm, collective, large_only=False):
+def check_reducing(comm, collective, large_only=False, small_only=False):
     """all_reduce / reduce_scatter / reduce over every algorithm, dtype, op, count, root and
     placement (the op x placement values thinned to a pairwise covering away from 3 and 4 ranks:
     reducing_selection)."""
@@ -167,7 +167,7 @@ def check_reducing(comm, collective, large_only=False):
     # The algorithm varies fastest so the cached inputs and references are reused.
     for dtype in DTYPES:
         for count in counts_for(P, collective):
-            if large_only and count < LARGE:
+            if (large_only and count < LARGE) or (small_only and count >= LARGE):
                 continue
             for op in ops_for(dtype, count):
                 for root in roots:
@@ -246,7 +246,7 @@ def moving_selection(collective, P, thinned=False):
                     is_large=lambda cell: cell[1] >= LARGE, joint=(0, 2), thinned=thinned)
 
 
-def check_moving(comm, collective, large_only=False):
+def check_moving(comm, collective, large_only=False, small_only=False):
     """all_gather / all_to_all / broadcast / gather / scatter: exact for every dtype (the dtype x
     placement values thinned to a pairwise covering away from 3 and 4 ranks: moving_selection)."""
     P, r = comm.size, comm.rank
@@ -254,7 +254,7 @@ def check_moving(comm, collective, large_only=False):
     selection = moving_selection(collective, P, large_only)
     for dtype in DTYPES:
         for count in counts_for(P, collective):
-            if large_only and count < LARGE:
+            if (large_only and count < LARGE) or (small_only and count >= LARGE):
                 continue
             for root in roots_for(collective, P):
                 for algo in algos_for(collective, dtype, P):
@@ -275,18 +275,19 @@ def check_moving(comm, collective, large_only=False):
     return failures.listed(), digests
 
 
-def check_collective(comm, collective, large_only=False):
+def check_collective(comm, collective, large_only=False, small_only=False):
     """One collective's matrix on this rank. ``large_only``: just the ~1M-element count, in its
     each-choice covering at any world size (a rerun under a setting that only changes how large
-    messages move: the small counts would repeat the default run's calls exactly)."""
+    messages move: the small counts would repeat the default run's calls exactly). ``small_only``:
+    every count but that one (a rerun under a setting that changes how small messages move)."""
     if collective in ("all_reduce", "reduce_scatter", "reduce"):
-        return check_reducing(comm, collective, large_only)
+        return check_reducing(comm, collective, large_only, small_only)
     if collective == "barrier":
         for algo in commlib.algorithms("barrier"):
             for _ in range(20):
                 comm.barrier()
         return [], []
-    return check_moving(comm, collective, large_only)
+    return check_moving(comm, collective, large_only, small_only)
 
 
 def check_p2p(comm):

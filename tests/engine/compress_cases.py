@@ -136,10 +136,14 @@ def refusals(comm):
     x = np.ones(4, dtype=np.float32)
     out = []
     for what, call, exc, match in [
-            ("integer data", lambda: comm.all_reduce(np.ones(4, dtype=np.int32), compress="int8"), ValueError, "compress"),
-            ("float64 data", lambda: comm.all_reduce(np.ones(4), compress="int8"), ValueError, "compress"),
-            ("unknown codec", lambda: comm.all_reduce(x, compress="int3"), ValueError, "compress"),
-            ("codec type", lambda: comm.all_reduce(x, compress=8), TypeError, "compress"),
+            ("integer data", lambda: comm.all_reduce(np.ones(4, dtype=np.int32), compress="int8"), ValueError,
+             "^compress: codecs code"),
+            ("float64 data", lambda: comm.reduce_scatter(np.ones(4 // comm.size or 1), np.ones(4), compress="int8"),
+             ValueError, "^compress: codecs code"),
+            ("unknown codec", lambda: comm.all_reduce(x, compress="int3"), ValueError, "^compress: unknown"),
+            ("codec type", lambda: comm.all_reduce(x, compress=8), TypeError, "^compress: a codec name"),
+            ("stream", lambda: comm.all_gather(np.ones(4 * comm.size, np.float32), x, compress="int8", stream=1),
+             ValueError, "^compress: runs on host buffers"),
             ("broadcast", lambda: comm.broadcast(x, compress="int8"), TypeError, "compress"),
             ("all_to_all", lambda: comm.all_to_all(np.ones(4 * comm.size, np.float32),
                                                    np.ones(4 * comm.size, np.float32), compress="int8"),

@@ -115,6 +115,10 @@ def mismatch(comm, scenario, route_name="host"):
     elif scenario == "algorithm":
         call = lambda **kw: sub.all_reduce(x, algorithm="ring" if r else "recursive_doubling", **kw)  # noqa: E731
         names = ("ring", "recursive_doubling")
+    elif scenario in ("codec", "codec_vs_none"):  # compress= is part of the call descriptor
+        other = "int4" if scenario == "codec" else None
+        call = lambda **kw: sub.all_reduce(x, algorithm="ring", compress="int8" if r == 0 else other, **kw)  # noqa: E731
+        names = ("compress=int8", "different compress=") + (("compress=int4",) if other else ())
     elif scenario == "root":
         call = lambda **kw: sub.reduce(x, root=0 if r == 0 else 1, **kw)  # noqa: E731
         names = ("root 0", "root 1")

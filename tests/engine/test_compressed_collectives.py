@@ -29,4 +29,4 @@ def test_compressed_matrix(pool, size):
 
 def test_refused_arguments_are_named(pool):
     results = pool(2).run(cases.refusals, timeout=60)
-    assert all(len(named) == 6 and total == 2.0 for named, total in results), results
+    assert all(len(named) == 7 and total == 2.0 for named, total in results), results

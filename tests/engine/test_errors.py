@@ -19,7 +19,8 @@ def test_bad_arguments_raise_before_sending(pool, route, size):
 
 
 MISMATCHES = [(route, size, scenario) for route, size in (("host", 2), ("host", 3), ("device", 3))
-              for scenario in ("collective", "count", "dtype", "algorithm", "root")]
+              for scenario in ("collective", "count", "dtype", "algorithm", "root")] + [
+    ("host", size, scenario) for size in (2, 3) for scenario in ("codec", "codec_vs_none")]
 
 
 @pytest.mark.timeout(120)

@@ -19,9 +19,9 @@ from commlib.bootstrap import phases
 from commlib.errors import CommError, PeerError
 
 
-def _init(comm, port, prefix):
+def _init(comm, port, prefix, timeout=30):
     return commlib.init(rank=comm.rank, world_size=comm.size, master_addr="127.0.0.1", master_port=port,
-                        prefix=prefix, timeout=30)
+                        prefix=prefix, timeout=timeout)
 
 
 def _sum_of_ranks(c, me) -> int:
@@ -127,9 +127,20 @@ def case_shrink_arguments(comm):
 
 # -- survivors of a death during a shrink ------------------------------------------------------
 
-def _die_at(step):
+# How long a held victim's connections outlive it: longer than a survivor across hosts once waited
+# for its own links to confirm a death (2 s when its step failed, 2 s more to confirm the others'
+# claims on its retry), so that it still saw the victim alive where its host mate did not.
+HOLD_S = 6.0
+
+def _die_at(step, hold=0.0):
+    """Die at ``step`` of a shrink. With ``hold``, as a lost host does: the process is gone at once
+    (its host mates see it), but its connections stay open ``hold`` seconds more (a child holds
+    them), so ranks across hosts see the loss only then, long after any grace."""
     def hook(prefix, reached):
         if reached == step and "/shrink" in prefix:
+            if hold and os.fork() == 0:
+                time.sleep(hold)
+                os._exit(0)
             os.kill(os.getpid(), signal.SIGKILL)
     return hook
 
@@ -159,23 +170,24 @@ def _settle(dp, me):
     return outcomes, None
 
 
-def case_deaths_at_each_step(comm, port, steps):
-    """DataParallel over init()'s own store (rank 0 serves it). For each step of ``steps`` the
-    highest rank left dies at that step of a shrink; every survivor retries on PeerError as the
-    docs say and trains a step on the result. Returns, per step, what each try gave and who is
-    left, then the parameters."""
+def case_deaths_at_each_step(comm, port, steps, held=(), timeout=30):
+    """DataParallel over init()'s own store (rank 0 serves it; ``timeout`` is the communicators').
+    For each step of ``steps`` the highest rank left dies at that step of a shrink (at the steps
+    in ``held``, with its connections held open a while: _die_at); every survivor retries on
+    PeerError as the docs say and trains a step on the result. Returns, per step, what each try
+    gave and who is left, then the parameters."""
     import torch
     from commlib.parallel.data_parallel import DataParallel
 
     torch.manual_seed(0)
     me = comm.rank
-    world = _init(comm, port, "deaths")
+    world = _init(comm, port, "deaths", timeout)
     dp = DataParallel(torch.nn.Linear(4, 2, dtype=torch.float64), world)
     opt = torch.optim.SGD(dp.parameters(), lr=0.125)
     log = []
     for k, step in enumerate(steps):
         if me == comm.size - 1 - k:
-            phases.hook = _die_at(step)
+            phases.hook = _die_at(step, HOLD_S if step in held else 0.0)
         outcomes, members = _settle(dp, me)
         log.append((step, outcomes, members))
         if members is None:

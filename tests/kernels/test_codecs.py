@@ -60,8 +60,16 @@ def test_stochastic_rounding_is_seeded_and_unbiased(codec):
 def test_nan_and_inf(codec, dtype):
     xf = np.array([1.5, np.nan, -2.0, np.inf, 0.25, -np.inf, 3.0, -0.5], dtype=np.float32)
     x = as_dtype(xf, dtype)
-    y = to_float(Codec(codec, 4).round_trip(x, dtype))
+    raw = Codec(codec, 4).round_trip(x, dtype)
+    y = to_float(raw)
     nonfinite = ~np.isfinite(xf)
+    # every NaN decodes canonical (quiet, no payload, positive), as the reduction kernels' are
+    canonical = {"float32": 0x7FC00000, "float16": 0x7E00, "bfloat16": 0x7FC0}[dtype]
+    bits = raw.view({"float32": np.uint32, "float16": np.uint16, "bfloat16": np.uint16}[dtype])
+    assert all(int(b) == canonical for b in bits[np.isnan(y)]), [hex(int(b)) for b in bits[np.isnan(y)]]
+    # zeros decode as +0 (a -0 input included), but bf16 keeps the sign as a bfloat16 cast does
+    z = to_float(Codec(codec, 4).round_trip(as_dtype(np.array([-0.0, 0.0, 1.0, -1.0], np.float32), dtype), dtype))
+    assert list(np.signbit(z[:2])) == [codec == "bf16", False]
     keeps_inf = codec in ("bf16", "fp8_e5m2")
     assert np.isnan(y[1])
     if keeps_inf:
@@ -105,6 +113,14 @@ def test_bad_arguments_are_named():
         Codec("int8").encode(np.zeros(4, dtype=np.float64))
     with pytest.raises(ValueError, match="data"):
         Codec("int8").decode(np.zeros(3, dtype=np.uint8), 4)
+    with pytest.raises(ValueError, match="seed"):
+        Codec("int8", 32, "stochastic", seed=-1)
+    with pytest.raises(ValueError, match="block_size"):
+        Codec("int8", True)
+    with pytest.raises(TypeError, match="inter_only"):
+        Codec("int8", inter_only=1)
+    with pytest.raises(ValueError, match="count"):
+        Codec("int8").decode(np.zeros(0, dtype=np.uint8), -1)
     with pytest.raises(TypeError, match="compress"):
         commlib.codecs.get(3)
     assert commlib.codecs.get("int4") == Codec("int4")

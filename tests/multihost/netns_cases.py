@@ -24,3 +24,10 @@ def sum_of_ranks(comm):
     x = np.full(200_000, comm.rank + 1, np.int64)
     comm.all_reduce(x, algorithm="ring")
     return bool((x == comm.size * (comm.size + 1) // 2).all())
+
+
+def rail_ring_sum(comm, count: int = 1 << 18):
+    """One rail_ring all_reduce of ``count`` int64; returns (exact, this rank's listening address)."""
+    x = np.full(count, comm.rank + 1, np.int64)
+    comm.all_reduce(x, algorithm="rail_ring")
+    return bool((x == comm.size * (comm.size + 1) // 2).all()), comm._core.tcp_address()

@@ -2,6 +2,7 @@
 talking over veth links through a bridge, rendezvous through a store that rank 0 serves on its
 namespace's address, exactly as on separate machines. Root only; skipped where namespaces
 cannot be made. Results are small integers, checked for exact equality (multihost_cases)."""
+import json
 import os
 import shutil
 import subprocess
@@ -150,3 +151,27 @@ def test_script_refuses_non_root_and_bad_arguments():
     for args, word in ((["up", "0"], "N:"), (["up", "1", "--rate", "1gb"], "--rate"), (["down", "a-b"], "prefix")):
         out = subprocess.run([SCRIPT, *args], capture_output=True, text=True)
         assert out.returncode != 0 and word in out.stderr, (args, out.stderr)
+
+
+def _tx_bytes(net, host, dev):
+    out = subprocess.run(["ip", "-n", net.hosts[host]["netns"], "-s", "-j", "link", "show", dev],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)[0]["stats64"]["tx"]["bytes"]
+
+
+@pytest.mark.timeout(60)
+def test_two_rails_carry_their_local_ranks_traffic():
+    """scripts/netns.sh --rails 2: local rank i listens on veth<i>, and a rail-aligned rail_ring
+    sends across hosts on both rails (each carries about half of what crosses), exact result."""
+    net = _namespaces(2, rails=2)
+    try:
+        before = [_tx_bytes(net, 0, f"veth{r}") for r in range(2)]
+        results = run_pool(net, [0, 0, 1, 1], netns_cases.rail_ring_sum, timeout=40)
+        sent = [_tx_bytes(net, 0, f"veth{r}") - before[r] for r in range(2)]
+    finally:
+        net.__exit__(None, None, None)
+    assert net.remaining() == []
+    assert [ok for ok, _ in results] == [True] * 4
+    assert [a.rsplit(":", 1)[0] for _, a in results] == ["10.77.0.1", "10.77.1.1", "10.77.0.2", "10.77.1.2"]
+    # 2 MiB int64 over 4 ranks: each channel's crossing rank sends 2 x 3/4 x 1 MiB across
+    assert min(sent) > (1 << 20), f"bytes sent by host 0 per rail: {sent}"

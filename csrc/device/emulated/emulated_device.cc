@@ -160,7 +160,8 @@ void EmulatedStream::run() {
 // ---------------------------------------------------------------------------------------------
 // Device
 
-EmulatedDevice::EmulatedDevice(int index, int64_t delay_us, int connections) : index_(index), delay_us_(delay_us) {
+EmulatedDevice::EmulatedDevice(int index, int64_t delay_us, int connections, unsigned resident_blocks)
+    : index_(index), delay_us_(delay_us), resident_limit_(resident_blocks) {
   for (int i = 0; i < connections; ++i) hardware_queues_.push_back(std::make_shared<HardwareQueue>());
   // Every allocation keeps a memfd open (so peers can import it): raise the soft fd limit.
   rlimit rl{};
@@ -352,7 +353,8 @@ std::shared_ptr<EmulatedDevice> emulated_device(int index) {
   if (it != devices->end()) return it->second;
   const int64_t delay = param_int("COMMLIB_EMULATED_DELAY_US", 0, 10'000'000);
   const int connections = static_cast<int>(param_int("COMMLIB_EMULATED_CONNECTIONS", 1, 32));
-  auto d = std::make_shared<EmulatedDevice>(index, delay, connections);
+  const auto resident = static_cast<unsigned>(param_int("COMMLIB_EMULATED_RESIDENT_BLOCKS", 0, 4096));
+  auto d = std::make_shared<EmulatedDevice>(index, delay, connections, resident);
   (*devices)[index] = d;
   return d;
 }

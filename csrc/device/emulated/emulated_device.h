@@ -96,7 +96,7 @@ class EmulatedStream final : public DeviceStream {
 
 class EmulatedDevice final : public Device {
  public:
-  EmulatedDevice(int index, int64_t delay_us, int connections = 8);
+  EmulatedDevice(int index, int64_t delay_us, int connections = 8, unsigned resident_blocks = 0);
   ~EmulatedDevice() override;
 
   std::string name() const override { return "emulated:" + std::to_string(index_); }
@@ -108,6 +108,13 @@ class EmulatedDevice final : public Device {
   int index() const { return index_; }
 
   void* allocate(size_t bytes) override;
+  // Test hooks on allocation: memory placed at `at` (the address a freed allocation had, as a
+  // caching allocator or cudaMalloc may hand it out again; std::runtime_error when it is taken),
+  // and memory without a shareable handle (`shareable` false: a VMM allocation without one, a
+  // CuPy-style pool's), which memory_range reports and export_memory refuses, as CUDA does.
+  void* allocate_with(size_t bytes, void* at, bool shareable);
+  // The allocation ptr lies in, its process-unique buffer id and shareability (device.h).
+  MemoryRange memory_range(const void* ptr) override;
   // cudaFree: synchronises every stream of the device first (counted when one had work left:
   // emulated_rules.h), then frees at once.
   void free_async(void* ptr, DeviceStream& stream) override;
@@ -155,6 +162,12 @@ class EmulatedDevice final : public Device {
   void upload_now(void* dst, const void* src, size_t bytes) override;  // a memcpy: host memory
   // The kernel executor on one host thread per block (device/emulated/emulated_plan_kernel.cc).
   unsigned plan_blocks(unsigned wanted) const override;
+  // COMMLIB_EMULATED_RESIDENT_BLOCKS, for the device and for this process alike (0: no limit).
+  Residency plan_residency() const override;
+  // A block of the kernel executor becomes resident (waits while the device holds the limit) and
+  // leaves; blocks are admitted in the order they ask, whichever launch they belong to.
+  void enter_resident();
+  void leave_resident();
   void launch_plan(const kexec::PlanLaunch& launch, unsigned blocks, DType dtype, RedOp op, bool reduces,
                    DeviceStream& stream) override;
   // Host code standing for a kernel (the emulated NCCL's): runs on the stream's own thread, not
@@ -178,17 +191,26 @@ class EmulatedDevice final : public Device {
     int fd;
     size_t bytes;  // what the caller asked for (rounded up to a page), then one page more: the
                    // count of importers mapping it (the IPC rule: no free under a peer's mapping)
+    uint64_t buffer_id;  // CU_POINTER_ATTRIBUTE_BUFFER_ID: never reused in this process
+    bool shareable;      // CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE
   };
   void release(void* ptr);
-  void* allocate_memory(size_t bytes);  // allocate()'s body, for allocate_ordered too
+  // allocate()'s body, for allocate_ordered (not shareable: a cudaMallocAsync pool's) and the hooks.
+  void* allocate_memory(size_t bytes, bool shareable = true, void* at = nullptr);
   // The rules' checks (emulated_rules.h) and the sticky fault, at the top of every call; `unsafe`:
   // a call a stream capture may prohibit (emulated_capture.h).
   void enter(const char* what, bool needs_current = false, bool unsafe = false);
 
   const int index_;
   const int64_t delay_us_;
+  const unsigned resident_limit_;
+  std::mutex resident_mu_;
+  std::condition_variable resident_cv_;
+  unsigned resident_ = 0;
+  uint64_t resident_next_ = 0, resident_admitted_ = 0;  // tickets: admitted in the order asked
   std::mutex mu_;
-  std::unordered_map<void*, Allocation> allocations_;
+  std::map<void*, Allocation> allocations_;  // ordered: memory_range finds the one below an address
+  uint64_t next_buffer_id_ = 1;
   std::unordered_map<void*, size_t> imports_;  // mapping -> mapped bytes (the count page included)
   std::atomic<bool> faulted_{false};
   std::string fault_;

@@ -50,10 +50,27 @@ void* EmulatedDevice::allocate_ordered(size_t bytes, DeviceStream& stream) {
   if (emu(stream).capture())
     throw std::runtime_error("emulated device: cudaMallocAsync on a capturing stream (a graph memory node) is not "
                              "modelled; allocate before the capture");
-  return allocate_memory(bytes);
+  return allocate_memory(bytes, false);
 }
 
-void* EmulatedDevice::allocate_memory(size_t bytes) {
+void* EmulatedDevice::allocate_with(size_t bytes, void* at, bool shareable) {
+  enter("cudaMalloc", false, true);
+  return allocate_memory(bytes, shareable, at);
+}
+
+Device::MemoryRange EmulatedDevice::memory_range(const void* ptr) {
+  enter("cuPointerGetAttributes");
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = allocations_.upper_bound(const_cast<void*>(ptr));
+  if (it == allocations_.begin()) return MemoryRange{};
+  --it;
+  char* base = static_cast<char*>(it->first);
+  const size_t usable = it->second.bytes - kPage;  // the count page is the emulation's own
+  if (static_cast<const char*>(ptr) >= base + usable) return MemoryRange{};
+  return MemoryRange{base, usable, it->second.buffer_id, it->second.shareable};
+}
+
+void* EmulatedDevice::allocate_memory(size_t bytes, bool shareable, void* at) {
   const size_t size = ((bytes ? bytes : 1) + kPage - 1) / kPage * kPage + kPage;  // + the count page
   int fd = memfd_create("commlib-emulated", MFD_CLOEXEC);
   if (fd < 0) throw std::runtime_error(std::string("emulated device: memfd_create: ") + std::strerror(errno));
@@ -63,14 +80,16 @@ void* EmulatedDevice::allocate_memory(size_t bytes) {
     throw std::runtime_error(std::string("emulated device: cannot allocate ") + std::to_string(bytes) +
                              " bytes: " + std::strerror(err));
   }
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) {
+  void* p = mmap(at, size, PROT_READ | PROT_WRITE, MAP_SHARED | (at ? MAP_FIXED_NOREPLACE : 0), fd, 0);
+  if (p == MAP_FAILED || (at && p != at)) {
     const int err = errno;
+    if (p != MAP_FAILED) munmap(p, size);  // a kernel without MAP_FIXED_NOREPLACE took it as a hint
     close(fd);
-    throw std::runtime_error(std::string("emulated device: mmap: ") + std::strerror(err));
+    throw std::runtime_error(std::string("emulated device: mmap") + (at ? " at the address asked for" : "") + ": " +
+                             std::strerror(err));
   }
   std::lock_guard<std::mutex> lk(mu_);
-  allocations_[p] = Allocation{fd, size};
+  allocations_[p] = Allocation{fd, size, next_buffer_id_++, shareable};
   return p;
 }
 
@@ -134,6 +153,9 @@ std::string EmulatedDevice::export_memory(void* ptr) {
   std::lock_guard<std::mutex> lk(mu_);
   auto it = allocations_.find(ptr);
   if (it == allocations_.end()) throw std::invalid_argument("export_memory: not the start of an emulated allocation");
+  if (!it->second.shareable)  // cudaIpcGetMemHandle on VMM or pool memory: cudaErrorInvalidValue
+    throw std::invalid_argument("export_memory: cudaErrorInvalidValue (emulated): this allocation has no shareable "
+                                "handle (not cudaMalloc'd memory)");
   return "emu:" + std::to_string(getpid()) + ":" + std::to_string(it->second.fd) + ":" +
          std::to_string(it->second.bytes);
 }

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/alloc_count.h"
 #include "device/emulated/emulated_device.h"
 #include "device/emulated/emulated_kernel_counters.h"
 #include "kernels/plan_kernel.cuh"
@@ -74,9 +75,36 @@ unsigned EmulatedDevice::plan_blocks(unsigned wanted) const {
   return std::max(1u, std::min(wanted, kEmulatedMaxBlocks));
 }
 
+Device::Residency EmulatedDevice::plan_residency() const {
+  if (!resident_limit_) return Residency{0, 0, "no limit (COMMLIB_EMULATED_RESIDENT_BLOCKS=0)"};
+  const std::string why = "COMMLIB_EMULATED_RESIDENT_BLOCKS=" + std::to_string(resident_limit_) + " on " + name();
+  return Residency{resident_limit_, resident_limit_, why};
+}
+
+// As a GPU's block scheduler: a block waits for a free place and keeps it until it returns. A
+// block waiting here is what a grid larger than the device, or two grids sharing it, leave
+// behind: its siblings spin until the watchdog's abort word releases them.
+void EmulatedDevice::enter_resident() {
+  if (!resident_limit_) return;
+  std::unique_lock<std::mutex> lk(resident_mu_);
+  const uint64_t ticket = resident_next_++;
+  resident_cv_.wait(lk, [&] { return resident_admitted_ == ticket && resident_ < resident_limit_; });
+  ++resident_;
+  ++resident_admitted_;
+  resident_cv_.notify_all();
+}
+
+void EmulatedDevice::leave_resident() {
+  if (!resident_limit_) return;
+  std::lock_guard<std::mutex> lk(resident_mu_);
+  --resident_;
+  resident_cv_.notify_all();
+}
+
 void EmulatedDevice::launch_plan(const PlanLaunch& launch, unsigned blocks, DType dtype, RedOp op, bool reduces,
                                  DeviceStream& stream) {
   enter("the kernel path's launch", true);
+  UncountedAllocations device_own;  // the closure and its block threads: the driver's work, not the caller's
   BodyOf pick;
   if (reduces)
     kern::dispatch_reduce(dtype, op, pick);  // throws for a bitwise op on floats, before enqueueing
@@ -85,8 +113,9 @@ void EmulatedDevice::launch_plan(const PlanLaunch& launch, unsigned blocks, DTyp
   const Body run = pick.out;
   const int64_t delay = delay_us_;
   const uint64_t seed = (static_cast<uint64_t>(getpid()) << 32) ^ launches.fetch_add(1);
-  static_cast<EmulatedStream&>(stream).enqueue_data([launch, blocks, run, delay, seed] {
+  static_cast<EmulatedStream&>(stream).enqueue_data([this, launch, blocks, run, delay, seed] {
     auto block = [&](unsigned b) {
+      enter_resident();
       gridDim = EmuDim3{blocks, 1, 1};
       blockDim = EmuDim3{1, 1, 1};
       blockIdx = EmuDim3{b, 0, 0};
@@ -94,6 +123,7 @@ void EmulatedDevice::launch_plan(const PlanLaunch& launch, unsigned blocks, DTyp
       emu_delay_us = delay;
       emu_rng = seed * 0x9e3779b97f4a7c15ull + b;
       run(launch);
+      leave_resident();
     };
     std::vector<std::thread> others;
     for (unsigned b = 1; b < blocks; ++b) others.emplace_back(block, b);

@@ -1,0 +1,163 @@
+// Peers' buffers (device/peer_buffers.h), the allocation view the registry is built on
+// (Device::memory_range) and the emulated device's allocation hooks, for commlib.device and tests.
+#include <pybind11/stl.h>
+
+#include "bindings/bindings.h"
+#include "bindings/gil.h"
+#include "device/emulated/emulated_device.h"
+#include "device/peer_buffers.h"
+#include "stream/kernel_occupancy.h"
+#include "stream/stream_engine.h"
+
+namespace py = pybind11;
+
+namespace commlib {
+
+namespace {
+
+py::tuple tag(const PeerBufferTag& t) { return py::make_tuple(t.id, t.offset); }
+
+py::dict stats_dict(const PeerBuffers::Stats& s) {
+  py::dict d;
+  d["registered"] = s.registered;
+  d["retired"] = s.retired;
+  d["imported"] = s.imported;
+  d["closed"] = s.closed;
+  d["hits"] = s.hits;
+  d["misses"] = s.misses;
+  d["waits"] = s.waits;
+  d["mispredicted"] = s.mispredicted;
+  d["unshareable"] = s.unshareable;
+  return d;
+}
+
+KernelPath& kernel_of(StreamEngine& e) {
+  if (!e.kernel_path()) throw std::invalid_argument("engine: no kernel path (COMMLIB_DEVICE_PATH=copy)");
+  return *e.kernel_path();
+}
+
+py::dict view_dict(const PeerBufferView& v) {
+  py::list peers, expect;
+  for (size_t p = 0; p < v.peer.size(); ++p) {
+    peers.append(reinterpret_cast<uintptr_t>(v.peer[p]));
+    expect.append(tag(v.expect[p]));
+  }
+  py::dict d;
+  d["own"] = tag(v.own);
+  d["peers"] = peers;    // 0: not mapped (staged)
+  d["expect"] = expect;  // the peer's (buffer id, offset) each address assumes
+  return d;
+}
+
+}  // namespace
+
+void bind_peer_buffers(py::module_& m) {
+  auto device = py::reinterpret_borrow<py::class_<Device, std::shared_ptr<Device>>>(m.attr("Device"));
+  device.def(
+      "memory_range",
+      [](Device& d, uintptr_t ptr) {
+        DeviceGuard g(d);
+        const Device::MemoryRange r = d.memory_range(reinterpret_cast<const void*>(ptr));
+        return py::make_tuple(reinterpret_cast<uintptr_t>(r.base), r.bytes, r.buffer_id, r.shareable);
+      },
+      py::arg("ptr"),
+      "(base, bytes, buffer id, shareable) of the allocation ptr lies in (cuPointerGetAttributes); "
+      "bytes 0: not memory of this device.");
+  device.def(
+      "plan_residency",
+      [](Device& d) {
+        DeviceGuard g(d);
+        const Device::Residency r = residency_of(d);
+        return py::make_tuple(r.device_blocks, r.client_blocks, r.why);
+      },
+      "(blocks of the kernel executor resident at once on the device, for this process, what they were made "
+      "of); 0: unknown.");
+  // Test hooks: CUDA's stream memory operations on a host word (the emulated device maps any host
+  // address as itself): a test holds a stream at a gate it opens later.
+  device.def(
+      "wait_value",
+      [](Device& d, uintptr_t addr, uint64_t value, DeviceStream& s) {
+        DeviceGuard g(d);
+        d.wait_value(reinterpret_cast<const uint64_t*>(addr), value, s);
+      },
+      py::arg("addr"), py::arg("value"), py::arg("stream"));
+  device.def(
+      "write_value",
+      [](Device& d, uintptr_t addr, uint64_t value, DeviceStream& s) {
+        DeviceGuard g(d);
+        d.write_value(reinterpret_cast<uint64_t*>(addr), value, s);
+      },
+      py::arg("addr"), py::arg("value"), py::arg("stream"));
+  auto emulated = py::reinterpret_borrow<py::class_<EmulatedDevice, Device, std::shared_ptr<EmulatedDevice>>>(
+      m.attr("EmulatedDevice"));
+  emulated.def(
+      "allocate_with",
+      [](EmulatedDevice& d, size_t bytes, uintptr_t at, bool shareable) {
+        DeviceGuard g(d);
+        return reinterpret_cast<uintptr_t>(d.allocate_with(bytes, reinterpret_cast<void*>(at), shareable));
+      },
+      py::arg("bytes"), py::arg("at") = 0, py::arg("shareable") = true,
+      "Test hook: memory at address `at` (0: anywhere) and/or without a shareable handle (a VMM or pool "
+      "allocation, which export refuses).");
+
+  py::class_<PeerBuffers, std::shared_ptr<PeerBuffers>>(m, "PeerBuffers",
+                                                        "Peers' buffers, registered lazily (device/peer_buffers.h).")
+      .def(py::init([](std::shared_ptr<Device> d, int rank, int size, double timeout_s) {
+             if (size < 1 || rank < 0 || rank >= size) throw std::invalid_argument("rank: out of range for size");
+             return std::make_shared<PeerBuffers>(std::move(d), rank, size, timeout_s);
+           }),
+           py::arg("device"), py::arg("rank"), py::arg("size"), py::arg("timeout_s"))
+      .def("local_handle", &PeerBuffers::local_handle)
+      .def("connect", &PeerBuffers::connect, py::arg("handles"), py::arg("same_host"))
+      .def(
+          "lookup",
+          [](PeerBuffers& r, std::shared_ptr<Device> d, uint64_t call, unsigned which, uintptr_t ptr, size_t bytes) {
+            PeerBufferView v;
+            {
+              py::gil_scoped_release nogil;  // a miss waits for the peers
+              DeviceGuard g(*d);
+              v = r.lookup(call, which, reinterpret_cast<const void*>(ptr), bytes);
+            }
+            return view_dict(v);
+          },
+          py::arg("device"), py::arg("call"), py::arg("which"), py::arg("ptr"), py::arg("bytes"))
+      .def("close",
+           [](PeerBuffers& r, std::shared_ptr<Device> d) {
+             DeviceGuard g(*d);
+             r.close();
+           })
+      .def("registrations", &PeerBuffers::registrations)
+      .def("imports", &PeerBuffers::imports)
+      .def("stats", [](PeerBuffers& r) { return stats_dict(r.stats()); });
+
+  // The engine's own registry (its kernel path's) and grid budget: what the kernel path's calls
+  // use, reached from Python for tests and diagnostics.
+  auto engine = py::reinterpret_borrow<py::class_<StreamEngine, std::shared_ptr<StreamEngine>>>(m.attr("StreamEngine"));
+  engine
+      .def(
+          "peer_buffer_lookup",
+          [](StreamEngine& e, uint64_t call, unsigned which, uintptr_t ptr, size_t bytes) {
+            PeerBufferView v;
+            {
+              py::gil_scoped_release nogil;  // a miss waits for the peers
+              DeviceGuard g(e.device());
+              v = kernel_of(e).peer_buffers().lookup(call, which, reinterpret_cast<const void*>(ptr), bytes, false,
+                                                     [&e] { return e.failed(); });
+            }
+            return view_dict(v);
+          },
+          py::arg("call"), py::arg("which"), py::arg("ptr"), py::arg("bytes"),
+          "The kernel path's peer buffers (device/peer_buffers.h): every peer's mapped address of the same "
+          "call's buffer, or 0 (staged). Collective: every rank looks up its buffer of call `call`.")
+      .def("peer_buffer_stats", [](StreamEngine& e) { return stats_dict(kernel_of(e).peer_buffers().stats()); })
+      .def("peer_buffer_counts",
+           [](StreamEngine& e) {
+             PeerBuffers& r = kernel_of(e).peer_buffers();
+             return py::make_tuple(r.registrations(), r.imports());
+           })
+      .def("kernel_grid_budget", [](StreamEngine& e) { return kernel_of(e).grid_budget(); },
+           "The most blocks a kernel-path launch of this rank uses (0: no limit known).")
+      .def("kernel_usable", [](StreamEngine& e) { return kernel_of(e).usable(); });
+}
+
+}  // namespace commlib

@@ -1,0 +1,75 @@
+// The CUDA device's view of allocations and of the resident blocks its kernel executor may use
+// (device/device.h: memory_range, resident_plan_blocks, physical_id); split from cuda_device.cc.
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "device/cuda_device.h"
+#include "kernels/cuda_plan_kernel.h"
+
+namespace commlib {
+
+namespace {
+
+void check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
+  }
+}
+
+using GetAttributes = CUresult (*)(unsigned, CUpointer_attribute*, void**, CUdeviceptr);
+
+GetAttributes get_attributes() {
+  static GetAttributes fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    check(cudaGetDriverEntryPointByVersion("cuPointerGetAttributes", &f, 12000, cudaEnableDefault, &status),
+          "cuPointerGetAttributes");
+    if (!f || status != cudaDriverEntryPointSuccess) throw std::runtime_error("CUDA driver has no cuPointerGetAttributes");
+    return reinterpret_cast<GetAttributes>(f);
+  }();
+  return fn;
+}
+
+}  // namespace
+
+// One driver call. cuPointerGetAttributes, unlike cuPointerGetAttribute, does not fail on a
+// pointer CUDA does not know: it leaves the attributes at their defaults (memory type 0).
+Device::MemoryRange CudaDevice::memory_range(const void* ptr) {
+  CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,     CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                 CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                                 CU_POINTER_ATTRIBUTE_BUFFER_ID,        CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE};
+  unsigned memory_type = 0;
+  int ordinal = -1;
+  CUdeviceptr start = 0;
+  size_t size = 0;
+  unsigned long long buffer_id = 0;
+  int ipc_capable = 0;  // a bool on the driver's side: the int is zeroed first
+  void* data[] = {&memory_type, &ordinal, &start, &size, &buffer_id, &ipc_capable};
+  const CUresult r = get_attributes()(6, attrs, data, reinterpret_cast<CUdeviceptr>(ptr));
+  if (r != CUDA_SUCCESS || memory_type != CU_MEMORYTYPE_DEVICE || ordinal != index_ || !start) return MemoryRange{};
+  return MemoryRange{reinterpret_cast<char*>(start), size, buffer_id, (ipc_capable & 0xff) != 0};
+}
+
+Device::Residency CudaDevice::plan_residency() const {
+  int sms = 0;
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, index_), "cudaDeviceGetAttribute");
+  const int per_sm = cuda_plan_blocks_per_sm();
+  Residency r;
+  r.device_blocks = r.client_blocks = static_cast<unsigned>(per_sm * sms);
+  r.why = std::to_string(per_sm) + " block(s) per SM (cudaOccupancyMaxActiveBlocksPerMultiprocessor) x " +
+          std::to_string(sms) + " SMs";
+  r.mps_client = true;  // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE applies (stream/kernel_occupancy.cc reads it)
+  return r;
+}
+
+std::string CudaDevice::physical_id() const {
+  char bus[32] = {0};
+  check(cudaDeviceGetPCIBusId(bus, sizeof bus, index_), "cudaDeviceGetPCIBusId");
+  return std::string("cuda-pci:") + bus;
+}
+
+}  // namespace commlib

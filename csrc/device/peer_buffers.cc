@@ -1,0 +1,377 @@
+// Peers' buffers, mapped (see peer_buffers.h): the segment table and call ring in host memory the
+// peers on this host map (a memfd they open through /proc, as the copy path's control region),
+// written under seqlocks by their one writer (this process) and read by the peers.
+#include "device/peer_buffers.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+namespace commlib {
+
+namespace {
+constexpr size_t kHandleBytes = 168;  // a CUDA handle in hex is 128 characters
+}
+
+struct PeerBuffers::Shared {
+  std::atomic<uint64_t> retired;  // retirements so far: a peer that sees it move closes stale imports
+  char pad[56];
+  struct Segment {  // 192 bytes
+    std::atomic<uint64_t> seq;  // odd while written
+    uint64_t id;                // buffer id; 0: free slot
+    uint64_t bytes;
+    char handle[kHandleBytes];
+  } segments[kSegments];
+  struct Entry {  // a line
+    std::atomic<uint64_t> seq;
+    uint64_t call_plus_one;  // 0: never written
+    uint64_t id, offset, slot;
+    uint64_t pad[3];
+  } ring[kRing * kBuffersPerCall];
+};
+
+namespace {
+
+template <class Fill>
+void seq_write(std::atomic<uint64_t>& seq, Fill fill) {
+  const uint64_t s = seq.load(std::memory_order_relaxed);
+  seq.store(s + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  fill();
+  seq.store(s + 2, std::memory_order_release);
+}
+
+// Copies what `read` reads under the seqlock; false when a write overlapped it (read again).
+template <class Read>
+bool seq_read(const std::atomic<uint64_t>& seq, Read read) {
+  const uint64_t s = seq.load(std::memory_order_acquire);
+  if (s & 1) return false;
+  read();
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return seq.load(std::memory_order_relaxed) == s;
+}
+
+std::string key_of(const PeerBufferTag& t, size_t bytes, unsigned which) {
+  return std::to_string(t.id) + ":" + std::to_string(t.offset) + ":" + std::to_string(bytes) + ":" +
+         std::to_string(which);
+}
+
+}  // namespace
+
+bool PeerBufferView::all_mapped() const {
+  size_t n = 0;
+  for (char* p : peer) n += p != nullptr;
+  return !peer.empty() && n + 1 == peer.size();
+}
+
+PeerBuffers::PeerBuffers(std::shared_ptr<Device> device, int rank, int size, double timeout_s)
+    : device_(std::move(device)), rank_(rank), size_(size), timeout_s_(timeout_s), peers_(size, nullptr),
+      retired_seen_(size, 0), imports_(size, std::vector<Import>(kSegments)) {
+  fd_ = memfd_create("commlib-peer-buffers", MFD_CLOEXEC);
+  if (fd_ < 0 || ftruncate(fd_, sizeof(Shared)) != 0)
+    throw std::runtime_error(std::string("peer buffers: table: ") + std::strerror(errno));
+  void* m = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+  if (m == MAP_FAILED) throw std::runtime_error(std::string("peer buffers: mmap: ") + std::strerror(errno));
+  mine_ = static_cast<Shared*>(m);  // zeroed by ftruncate
+  for (uint32_t s = kSegments; s-- > 0;) free_slots_.push_back(s);
+}
+
+PeerBuffers::~PeerBuffers() {
+  try {
+    close();
+  } catch (...) {
+  }
+  if (mine_) munmap(mine_, sizeof(Shared));
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::string PeerBuffers::local_handle() const { return std::to_string(getpid()) + "." + std::to_string(fd_); }
+
+void PeerBuffers::connect(const std::vector<std::string>& handles, const std::vector<bool>& same_host) {
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_ || !same_host[p]) continue;
+    const std::string& h = handles[p];
+    const size_t dot = h.find('.');
+    if (dot == std::string::npos || h.find_first_not_of("0123456789.") != std::string::npos)
+      throw std::invalid_argument("peer buffers: malformed handle of rank " + std::to_string(p) + ": '" + h + "'");
+    const std::string path = "/proc/" + h.substr(0, dot) + "/fd/" + h.substr(dot + 1);
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw std::runtime_error("peer buffers: cannot open rank " + std::to_string(p) + "'s table " + path);
+    struct stat st {};
+    void* m = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) >= sizeof(Shared))
+      m = mmap(nullptr, sizeof(Shared), PROT_READ, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (m == MAP_FAILED) throw std::runtime_error("peer buffers: cannot map rank " + std::to_string(p) + "'s table");
+    peers_[p] = static_cast<Shared*>(m);
+  }
+}
+
+void PeerBuffers::retire(char* base) {
+  auto it = own_.find(base);
+  if (it == own_.end()) return;
+  Shared::Segment& seg = mine_->segments[it->second.slot];
+  seq_write(seg.seq, [&] { seg.id = 0; });
+  mine_->retired.fetch_add(1, std::memory_order_release);
+  free_slots_.push_back(it->second.slot);
+  own_.erase(it);
+  ++stats_.retired;
+}
+
+PeerBufferTag PeerBuffers::register_own(const void* ptr, size_t bytes, bool captured, uint32_t* slot) {
+  const Device::MemoryRange r = device_->memory_range(ptr);
+  const char* p = static_cast<const char*>(ptr);
+  if (!r.bytes || p + bytes > r.base + r.bytes) return PeerBufferTag{};  // not (all) memory of this device
+  auto it = own_.find(r.base);
+  if (it != own_.end() && it->second.id == r.buffer_id) {
+    *slot = it->second.slot;
+    return PeerBufferTag{r.buffer_id, static_cast<uint64_t>(p - r.base)};
+  }
+  if (captured) return PeerBufferTag{};
+  // A new allocation: every registration whose allocation is gone (freed, maybe reused at the same
+  // address or inside this one's range) is retired first, so no peer keeps reading through it.
+  std::vector<char*> stale;
+  for (const auto& [base, own] : own_) {
+    const Device::MemoryRange now = device_->memory_range(base);
+    if (now.base != base || now.buffer_id != own.id) stale.push_back(base);
+  }
+  for (char* base : stale) retire(base);
+  if (!r.shareable) {
+    ++stats_.unshareable;
+    return PeerBufferTag{};
+  }
+  if (free_slots_.empty()) return PeerBufferTag{};
+  std::string handle;
+  try {
+    handle = device_->export_memory(r.base);
+  } catch (const std::invalid_argument&) {
+    ++stats_.unshareable;
+    return PeerBufferTag{};
+  }
+  if (handle.size() >= kHandleBytes) throw std::logic_error("peer buffers: a memory handle longer than the table's");
+  const uint32_t s = free_slots_.back();
+  free_slots_.pop_back();
+  Shared::Segment& seg = mine_->segments[s];
+  seq_write(seg.seq, [&] {
+    seg.id = r.buffer_id;
+    seg.bytes = r.bytes;
+    std::memset(seg.handle, 0, kHandleBytes);
+    std::memcpy(seg.handle, handle.data(), handle.size());
+  });
+  own_[r.base] = Own{s, r.buffer_id, r.bytes};
+  ++stats_.registered;
+  *slot = s;
+  return PeerBufferTag{r.buffer_id, static_cast<uint64_t>(p - r.base)};
+}
+
+void PeerBuffers::write_ring(uint64_t call, unsigned which, const PeerBufferTag& tag, uint32_t slot) {
+  Shared::Entry& e = mine_->ring[(call % kRing) * kBuffersPerCall + which];
+  seq_write(e.seq, [&] {
+    e.call_plus_one = call + 1;
+    e.id = tag.id;
+    e.offset = tag.offset;
+    e.slot = slot;
+  });
+}
+
+// 1: found; 0: the peer has not reached the call yet; -1: its entry is gone (overwritten by a
+// call kRing later: the peer ran that far ahead).
+int PeerBuffers::read_ring(int p, uint64_t call, unsigned which, RingTag* out) const {
+  const Shared::Entry& e = peers_[p]->ring[(call % kRing) * kBuffersPerCall + which];
+  for (unsigned tries = 0;; ++tries) {
+    if (tries == 1u << 20) return 0;  // a writer that died mid-write: the caller's timeout decides
+    uint64_t c = 0, id = 0, offset = 0, slot = 0;
+    if (!seq_read(e.seq, [&] {
+          c = e.call_plus_one;
+          id = e.id;
+          offset = e.offset;
+          slot = e.slot;
+        }))
+      continue;
+    if (c != call + 1) return c > call + 1 ? -1 : 0;
+    *out = RingTag{PeerBufferTag{id, offset}, static_cast<uint32_t>(slot), call + 1};
+    return 1;
+  }
+}
+
+char* PeerBuffers::mapped(int p, const RingTag& t, bool captured) {
+  if (t.slot >= kSegments) return nullptr;
+  Import& imp = imports_[p][t.slot];
+  if (imp.base && imp.id == t.tag.id) return imp.base;
+  if (captured) return nullptr;  // no IPC call while a capture runs
+  if (imp.base) {
+    device_->close_import(imp.base);
+    imp = Import{};
+    ++stats_.closed;
+  }
+  const Shared::Segment& seg = peers_[p]->segments[t.slot];
+  uint64_t id = 0, seq = 0;
+  std::string handle;
+  while (!seq_read(seg.seq, [&] {
+    seq = seg.seq.load(std::memory_order_relaxed);
+    id = seg.id;
+    handle.assign(seg.handle, strnlen(seg.handle, kHandleBytes));
+  })) {
+  }
+  if (id != t.tag.id) return nullptr;  // retired (freed) since: never map another allocation for it
+  char* base = nullptr;
+  try {
+    base = static_cast<char*>(device_->import_memory(handle));
+  } catch (const std::exception&) {
+    return nullptr;  // freed under the handle (CUDA refuses a stale handle): staged
+  }
+  if (seg.seq.load(std::memory_order_acquire) != seq) {  // retired while we opened it
+    device_->close_import(base);
+    return nullptr;
+  }
+  imp = Import{t.tag.id, base};
+  ++stats_.imported;
+  return base;
+}
+
+void PeerBuffers::close_retired(int p) {
+  const uint64_t now = peers_[p]->retired.load(std::memory_order_acquire);
+  if (now == retired_seen_[p]) return;
+  retired_seen_[p] = now;
+  for (uint32_t s = 0; s < kSegments; ++s) {
+    Import& imp = imports_[p][s];
+    if (!imp.base) continue;
+    const Shared::Segment& seg = peers_[p]->segments[s];
+    uint64_t id = 0;
+    while (!seq_read(seg.seq, [&] { id = seg.id; })) {
+    }
+    if (id == imp.id) continue;
+    device_->close_import(imp.base);
+    imp = Import{};
+    ++stats_.closed;
+  }
+}
+
+void PeerBuffers::learn(const std::string& key, int p, const RingTag& t) {
+  std::vector<RingTag>& v = predicted_[key];
+  v.resize(size_);
+  if (v[p].call && !(v[p].tag == t.tag && v[p].slot == t.slot)) ++stats_.mispredicted;
+  v[p] = t;
+}
+
+void PeerBuffers::check_predictions() {
+  std::vector<Pending> keep;
+  for (Pending& pd : pending_) {
+    bool open = false;
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_ || !peers_[p] || !(pd.unresolved & (uint64_t{1} << (p % 64)))) continue;
+      RingTag t;
+      const int got = read_ring(p, pd.call, pd.which, &t);
+      if (got == 0) {
+        open = true;
+        continue;
+      }
+      pd.unresolved &= ~(uint64_t{1} << (p % 64));
+      if (got == 1) learn(pd.key, p, t);
+    }
+    if (open) keep.push_back(std::move(pd));
+  }
+  pending_ = std::move(keep);
+}
+
+PeerBufferView PeerBuffers::lookup(uint64_t call, unsigned which, const void* ptr, size_t bytes, bool captured,
+                                   const std::function<bool()>& stop) {
+  if (which >= kBuffersPerCall)
+    throw std::invalid_argument("which: a call has at most " + std::to_string(kBuffersPerCall) + " buffers");
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!mine_) throw std::logic_error("peer buffers: closed");
+  if (!captured)
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_ && peers_[p]) close_retired(p);
+  check_predictions();
+  PeerBufferView v;
+  v.peer.assign(size_, nullptr);
+  v.expect.assign(size_, PeerBufferTag{});
+  uint32_t slot = 0;
+  v.own = register_own(ptr, bytes, captured, &slot);
+  write_ring(call, which, v.own, slot);  // the peers learn this rank's buffer of the call from it
+  if (!v.own.id) return v;  // not registrable here: the call is staged for this rank
+  const std::string key = key_of(v.own, bytes, which);
+  auto known = predicted_.find(key);
+  const bool hit = known != predicted_.end();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
+  Pending pending{call, which, key, 0};
+  bool waited = false;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_ || !peers_[p]) continue;
+    RingTag t;
+    int got = read_ring(p, call, which, &t);
+    if (got == 0 && hit && known->second[p].call) {
+      t = known->second[p];  // predicted; checked against the ring later, and by the kernel always
+      pending.unresolved |= uint64_t{1} << (p % 64);
+    } else if (got == 0 && !captured) {  // a miss: p's buffer of this call, from p's ring
+      waited = true;
+      for (unsigned spin = 0; (got = read_ring(p, call, which, &t)) == 0; ++spin) {
+        if (stop && stop()) throw std::runtime_error("peer buffers: stopped while waiting for rank " + std::to_string(p));
+        if (std::chrono::steady_clock::now() > deadline)
+          throw std::runtime_error("peer buffers: rank " + std::to_string(p) + " did not reach call " +
+                                   std::to_string(call) + " within the timeout (" + std::to_string(timeout_s_) +
+                                   " s) while rank " + std::to_string(rank_) + " registered a new buffer");
+        if (spin > 64) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    }
+    if (got == 1) learn(key, p, t);
+    if (got != 1 && !(pending.unresolved & (uint64_t{1} << (p % 64)))) continue;  // lost or captured: staged
+    if (!t.tag.id) continue;  // p's buffer is not registered: staged
+    if (char* base = mapped(p, t, captured)) {
+      v.peer[p] = base + t.tag.offset;
+      v.expect[p] = t.tag;
+    }
+  }
+  if (pending.unresolved) pending_.push_back(std::move(pending));
+  ++(hit ? stats_.hits : stats_.misses);  // a miss: this rank's first call with the buffer
+  if (waited) ++stats_.waits;
+  return v;
+}
+
+void PeerBuffers::close() {
+  std::lock_guard<std::mutex> lk(mu_);
+  for (int p = 0; p < size_; ++p) {
+    for (Import& imp : imports_[p])
+      if (imp.base) {
+        device_->close_import(imp.base);
+        imp = Import{};
+        ++stats_.closed;
+      }
+    if (peers_[p]) munmap(peers_[p], sizeof(Shared));
+    peers_[p] = nullptr;
+  }
+  std::vector<char*> bases;
+  for (const auto& [base, own] : own_) bases.push_back(base);
+  for (char* base : bases) retire(base);
+  predicted_.clear();
+  pending_.clear();
+}
+
+PeerBuffers::Stats PeerBuffers::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return stats_;
+}
+
+size_t PeerBuffers::registrations() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return own_.size();
+}
+
+size_t PeerBuffers::imports() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  size_t n = 0;
+  for (const auto& row : imports_)
+    for (const Import& imp : row) n += imp.base != nullptr;
+  return n;
+}
+
+}  // namespace commlib

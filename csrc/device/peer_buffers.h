@@ -1,0 +1,144 @@
+// Peers' buffers, mapped (issue #38, item 1): users' device buffers registered lazily, as vLLM's
+// custom all-reduce and torch's symmetric memory do, so a one-sided kernel reads and writes the
+// peers' buffers of a call in place. Device-interface only (device/device.h); one per engine.
+//
+// What a rank does for a buffer of a call (lookup):
+//  1. Its own side: the allocation the pointer lies in (Device::memory_range: base, size, CUDA's
+//     buffer id, shareable), registered once per allocation: its IPC handle (of the base) written
+//     into a slot of this rank's *segment table*, host memory the peers on this host map. The
+//     registration is keyed by the buffer id, never by the address: memory freed and allocated
+//     again at the same address has another id, so the old slot is retired (the peers close their
+//     mapping of it) and the new allocation registered afresh.
+//  2. Every rank writes (buffer id, slot, offset, bytes) of the call's buffer into its *call ring*
+//     (host memory the peers map, one entry per (call number, buffer of the call)), a store into
+//     memory: no round trip.
+//  3. The peers' side: peer p's (buffer id, slot, offset) for this call is read from p's ring when
+//     p has reached the call; otherwise it is *predicted*: the one p used the last time this rank
+//     called with the same (buffer id, offset, bytes), learnt from p's ring. Only a rank with no
+//     prediction (its first call with this buffer) waits, on the host, for p's ring entry (a miss:
+//     bounded by the timeout; deadlock-free when every rank makes its calls in the same order,
+//     since p's host reaches the call without waiting for this rank's later calls). A hit waits
+//     for nobody. p's slot is imported once (Device::import_memory) and kept while p's table
+//     still holds that buffer id in the slot.
+//  4. A prediction can be wrong (p changed its buffer while this rank kept its own): so the answer
+//     carries, for every peer, the (buffer id, offset) its address assumes, and the kernel uses a
+//     peer's address only where that peer's call descriptor carries the same (its own `id` and
+//     `offset`): elsewhere it takes the staged path for the pair. A wrong prediction is corrected
+//     from the ring by the next lookup of the same buffer.
+//  Not mapped (null): memory without a shareable handle (VMM without one, a cudaMallocAsync or
+//  CuPy-style pool), memory of another device, a full segment table, a peer not on this host, a
+//  lookup while the stream captures (no IPC call is allowed then) that would need an import.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "device/device.h"
+
+namespace commlib {
+
+// A buffer of a call as one rank registered it: id 0 = not registered (that rank's buffer is
+// staged, and nobody maps it).
+struct PeerBufferTag {
+  uint64_t id = 0;      // the allocation's buffer id (process-unique; compared per peer)
+  uint64_t offset = 0;  // of the call's pointer in the allocation
+  bool operator==(const PeerBufferTag& o) const { return id == o.id && offset == o.offset; }
+};
+
+// The answer for one buffer of one call.
+struct PeerBufferView {
+  PeerBufferTag own;             // what this rank's call descriptor carries for the buffer
+  std::vector<char*> peer;       // peer[p]: p's buffer mapped here (its pointer), null: not mapped
+  std::vector<PeerBufferTag> expect;  // the tag peer[p] assumes: use peer[p] only if p's own == it
+  bool all_mapped() const;       // every peer's address known (this rank's own entry excluded)
+};
+
+class PeerBuffers {
+ public:
+  static constexpr uint32_t kSegments = 1024;  // registered allocations per rank at once
+  static constexpr uint32_t kRing = 256;       // calls kept in a rank's call ring
+  static constexpr uint32_t kBuffersPerCall = 4;
+
+  PeerBuffers(std::shared_ptr<Device> device, int rank, int size, double timeout_s);
+  ~PeerBuffers();
+
+  // "<pid>.<fd>" of this rank's table (segments + call ring), for the peers on this host.
+  std::string local_handle() const;
+  // Maps every peer's table; `same_host[p]` false: p's buffers are never mapped here.
+  void connect(const std::vector<std::string>& handles, const std::vector<bool>& same_host);
+
+  // Buffer `which` (< kBuffersPerCall) of call number `call` (the communicator's, the same on
+  // every rank; calls in increasing order) at `ptr`, `bytes` long. `captured`: the stream
+  // captures (no export, import or wait: what would need one is not mapped). `stop`: polled while
+  // a miss waits (the engine failed); a peer not reaching the call within the timeout throws
+  // std::runtime_error naming it.
+  PeerBufferView lookup(uint64_t call, unsigned which, const void* ptr, size_t bytes, bool captured = false,
+                        const std::function<bool()>& stop = nullptr);
+
+  // Closes every import and forgets every registration (the communicator closes). Idempotent.
+  void close();
+
+  struct Stats {
+    uint64_t registered = 0, retired = 0, imported = 0, closed = 0, hits = 0, misses = 0, waits = 0,
+             mispredicted = 0, unshareable = 0;
+  };
+  Stats stats() const;
+  // This rank's live registrations and the peers' slots it maps now.
+  size_t registrations() const;
+  size_t imports() const;
+
+ private:
+  struct Shared;  // the table's layout (peer_buffers.cc)
+  struct Own {
+    uint32_t slot;
+    uint64_t id;
+    size_t bytes;
+  };
+  struct Import {
+    uint64_t id = 0;
+    char* base = nullptr;
+  };
+  struct RingTag {
+    PeerBufferTag tag;
+    uint32_t slot = 0;
+    uint64_t call = 0;
+  };
+  struct Pending {  // a prediction, to be checked against the peers' rings
+    uint64_t call;
+    unsigned which;
+    std::string key;
+    uint64_t unresolved;  // peers (bit p % 64) whose ring entry for the call is not read yet
+  };
+  PeerBufferTag register_own(const void* ptr, size_t bytes, bool captured, uint32_t* slot);
+  void retire(char* base);
+  void write_ring(uint64_t call, unsigned which, const PeerBufferTag& tag, uint32_t slot);
+  int read_ring(int p, uint64_t call, unsigned which, RingTag* out) const;
+  char* mapped(int p, const RingTag& t, bool captured);
+  void close_retired(int p);
+  void learn(const std::string& key, int p, const RingTag& t);
+  void check_predictions();
+
+  std::shared_ptr<Device> device_;
+  const int rank_, size_;
+  const double timeout_s_;
+  int fd_ = -1;
+  Shared* mine_ = nullptr;
+  std::vector<Shared*> peers_;
+  std::vector<uint64_t> retired_seen_;
+  mutable std::mutex mu_;
+  std::unordered_map<char*, Own> own_;  // by allocation base
+  std::vector<uint32_t> free_slots_;
+  std::vector<std::vector<Import>> imports_;  // [peer][slot]
+  // What each peer used the last time this rank used (id, offset, bytes, which): [key][peer].
+  std::unordered_map<std::string, std::vector<RingTag>> predicted_;
+  std::vector<Pending> pending_;
+  Stats stats_;
+};
+
+}  // namespace commlib

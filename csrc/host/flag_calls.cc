@@ -1,0 +1,103 @@
+// Small broadcasts and barriers of a communicator whose ranks share one host, through the
+// shared-memory flags (transport.h SharedFlags) instead of the channels: a broadcast is one write of
+// the root's slot and one counter store per reader, a barrier one counter store per rank (Open MPI's
+// shape for them; the channels cost a chunk, a header check and a release per peer and message).
+// Waits are the executor's: spin, then sleep on the doorbell, with the same checks for failed,
+// dead, closed, silent or mismatched peers (on_idle).
+#include <cstring>
+
+#include "host/executor.h"
+#include "plan/describe.h"
+
+namespace commlib {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+constexpr int64_t kSleepSliceUs = 50 * 1000;
+constexpr auto kSlowCheckEvery = std::chrono::milliseconds(100);
+}  // namespace
+
+bool Executor::flags_fit(size_t bytes) {
+  SharedFlags* f = t_.shared_flags();
+  return f && bytes <= f->max_bytes();
+}
+
+template <typename Ready>
+void Executor::wait_flags(Ready ready, OpKind kind, int only_peer, size_t bytes, const CallDesc& call) {
+  if (ready()) return;
+  // What on_idle watches: the peers this rank waits for, as the operations it waits on.
+  ops_watched_.clear();
+  for (int p = 0; p < t_.size(); ++p) {
+    if (p == t_.rank() || (only_peer >= 0 && p != only_peer)) continue;
+    ExecOp o;
+    o.kind = kind;
+    o.peer = p;
+    o.bytes = bytes;
+    o.desc = call;
+    ops_watched_.push_back(o);
+  }
+  const auto start = Clock::now();
+  auto last_slow = start;
+  for (;;) {
+    const uint32_t seen = t_.events();
+    if (ready()) return;
+    const auto now = Clock::now();
+    const bool slow = now - last_slow >= kSlowCheckEvery;
+    if (slow) last_slow = now;
+    on_idle(ops_watched_, call, start, slow);
+    t_.wait_events(seen, kSleepSliceUs);
+  }
+}
+
+void Executor::flag_broadcast(const char* src, char* dst, size_t bytes, int root, const CallDesc& call) {
+  SharedFlags& f = *t_.shared_flags();
+  const uint64_t n = ++flag_calls_;
+  const int me = t_.rank();
+  if (me == root) {
+    // A slot may be written again once every reader has copied what it held (the write `slots`
+    // writes back), so a root runs at most that many broadcasts ahead of its slowest reader.
+    if (flag_slot_call_.size() < static_cast<size_t>(f.slots())) flag_slot_call_.resize(f.slots(), 0);
+    const int index = static_cast<int>(flag_writes_ % f.slots());
+    const uint64_t prev = flag_slot_call_[index];
+    wait_flags(
+        [&] {
+          for (int p = 0; p < t_.size(); ++p)
+            if (p != me && f.completed(p) < prev) return false;
+          return true;
+        },
+        OpKind::Send, -1, bytes, call);
+    f.write(index, n, call, src, bytes);
+    flag_slot_call_[index] = n;
+    ++flag_writes_;
+    if (dst && dst != src && bytes) std::memcpy(dst, src, bytes);
+    return;
+  }
+  // The root rewrites a slot only after this rank completed the call it held, so the slot holds n
+  // from the moment it is seen until this rank completes it.
+  int index = -1;
+  wait_flags([&] { return (index = f.find(root, n)) >= 0; }, OpKind::Recv, root, bytes, call);
+  CallDesc got;
+  size_t got_bytes = 0;
+  const char* data = f.slot(root, index, &got, &got_bytes);
+  if (got != call || got_bytes != bytes)
+    fail(ErrorKind::Mismatch, "rank " + std::to_string(me) + " in " + describe_call(call) + " found rank " +
+                                  std::to_string(root) + "'s broadcast slot holding " + describe_call(got) + " (" +
+                                  std::to_string(got_bytes) + " bytes); expected " + std::to_string(bytes) + " bytes");
+  if (bytes) std::memcpy(dst, data, bytes);
+  f.complete(n, root);
+}
+
+void Executor::flag_barrier(const CallDesc& call) {
+  SharedFlags& f = *t_.shared_flags();
+  const uint64_t n = ++flag_calls_;
+  f.complete(n, -1);
+  wait_flags(
+      [&] {
+        for (int p = 0; p < t_.size(); ++p)
+          if (p != t_.rank() && f.completed(p) < n) return false;
+        return true;
+      },
+      OpKind::Recv, -1, 0, call);
+}
+
+}  // namespace commlib

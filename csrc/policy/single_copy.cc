@@ -1,0 +1,78 @@
+// See single_copy.h.
+#include "policy/single_copy.h"
+
+#include <algorithm>
+#include <mutex>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "common/params.h"
+
+namespace commlib {
+
+namespace {
+std::mutex g_mu;
+std::unordered_map<int, std::map<int, int64_t>> g_crossovers;  // by Collective
+}  // namespace
+
+SingleCopySetting parse_single_copy(const std::string& value) {
+  SingleCopySetting s;
+  if (value.empty() || value == "auto") return s;
+  if (value == "0") {
+    s.mode = SingleCopySetting::Off;
+    return s;
+  }
+  if (value == "1") {
+    s.mode = SingleCopySetting::On;
+    return s;
+  }
+  int64_t n = -1;
+  try {
+    n = parse_byte_count("COMMLIB_CMA", value);
+  } catch (const std::exception&) {
+  }
+  if (n < 2)
+    throw std::invalid_argument("COMMLIB_CMA: expected auto, 0, 1 or a message size in bytes (2 or more, e.g. 256K), got '" +
+                                value + "'");
+  s.mode = SingleCopySetting::Bytes;
+  s.min_message = n;
+  return s;
+}
+
+SingleCopySetting single_copy_setting() { return parse_single_copy(param_string("COMMLIB_CMA")); }
+
+void set_single_copy_crossovers(Collective c, std::map<int, int64_t> min_call_bytes) {
+  for (const auto& [size, bytes] : min_call_bytes) {
+    if (size < 1) throw std::invalid_argument("single_copy: world size must be >= 1, got " + std::to_string(size));
+    if (bytes < -1)
+      throw std::invalid_argument("single_copy: min_bytes must be -1 (never) or >= 0, got " + std::to_string(bytes));
+  }
+  std::lock_guard<std::mutex> lk(g_mu);
+  g_crossovers[static_cast<int>(c)] = std::move(min_call_bytes);
+}
+
+void clear_single_copy_crossovers() {
+  std::lock_guard<std::mutex> lk(g_mu);
+  g_crossovers.clear();
+}
+
+int64_t single_copy_crossover(Collective c, int size) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  const auto per = g_crossovers.find(static_cast<int>(c));
+  if (per == g_crossovers.end()) return kSingleCopyNever;
+  const auto it = per->second.find(size);
+  return it == per->second.end() ? kSingleCopyNever : it->second;
+}
+
+int64_t single_copy_min_message(const SingleCopySetting& s, Collective c, int64_t call_bytes, int size) {
+  switch (s.mode) {
+    case SingleCopySetting::Off: return kSingleCopyNever;
+    case SingleCopySetting::On:
+    case SingleCopySetting::Bytes: return s.min_message;
+    case SingleCopySetting::Auto: break;
+  }
+  const int64_t from = single_copy_crossover(c, size);
+  return (from >= 0 && call_bytes >= from) ? kSingleCopyMinMessage : kSingleCopyNever;
+}
+
+}  // namespace commlib

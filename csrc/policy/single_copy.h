@@ -1,0 +1,46 @@
+// When a message between ranks of one host goes single-copy (the receiver reads the sender's buffer
+// with process_vm_readv, csrc/transport/shm.cc) instead of through the channel's chunks (two
+// copies, the chunks staying in cache between them). Which is faster depends on the machine, the
+// collective, the world size and the call's size, so it is measured, not fixed: `commlib tune`
+// compares runs of the bench with COMMLIB_CMA=0 and COMMLIB_CMA=1 and writes, per collective and
+// world size, the call size from which single-copy reads won (the tuning file's "single_copy"
+// section, commlib/core/tuning.py). Without an entry a call stays on the channels.
+//
+// COMMLIB_CMA (read once per communicator): auto (default) = the tuning file's crossover; 0 = never
+// (no probe either); 1 = every message of kSingleCopyMinMessage bytes or more; N (bytes, 2 or more,
+// K/M/G suffixes) = every message of N bytes or more (tests force tiny messages through it).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "common/types.h"
+
+namespace commlib {
+
+// Below this a message's rendezvous round trip (publish the address, wait for the peer's read and
+// its acknowledgement) costs more than the second copy it saves.
+constexpr int64_t kSingleCopyMinMessage = int64_t{64} << 10;
+constexpr int64_t kSingleCopyNever = -1;
+
+struct SingleCopySetting {
+  enum Mode : uint8_t { Auto, Off, On, Bytes } mode = Auto;
+  int64_t min_message = kSingleCopyMinMessage;  // On / Bytes: the smallest message sent single-copy
+};
+
+// Parses COMMLIB_CMA; std::invalid_argument naming it when malformed.
+SingleCopySetting single_copy_setting();
+SingleCopySetting parse_single_copy(const std::string& value);
+
+// The tuning file's crossovers of collective c: {world size: smallest call bytes (auto's meaning:
+// per-rank count x element size) from which single-copy reads won; -1: never}. Thread-safe.
+void set_single_copy_crossovers(Collective c, std::map<int, int64_t> min_call_bytes);
+void clear_single_copy_crossovers();
+// The crossover of (c, size), or kSingleCopyNever without one.
+int64_t single_copy_crossover(Collective c, int size);
+
+// For one call: the smallest message of the call to send single-copy, or kSingleCopyNever.
+int64_t single_copy_min_message(const SingleCopySetting& s, Collective c, int64_t call_bytes, int size);
+
+}  // namespace commlib

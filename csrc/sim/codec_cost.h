@@ -1,0 +1,44 @@
+// compress= in the simulator (docs/compression.md, docs/simulator.md): what a message costs when it
+// travels encoded, as host/compressed_lowering.cc runs it. The sender encodes the whole message and
+// projects its own copy (encode + decode) before the step's transfers start; the wire carries the
+// encoded bytes; the receiver decodes after the transfer (no chunk pipeline: a coded message does
+// not stream), and a reducing receive then reduces the decoded values and projects the sum.
+// inter_only: messages within a host are raw and cost what they always do. The codec's layout
+// (scale bytes per block, bits per code) comes from the caller (the bindings read it off the
+// codecs of kernels/, which the simulator does not include: they share a floor).
+#pragma once
+
+#include <cstdint>
+
+namespace commlib {
+namespace sim {
+
+struct CodecCost {
+  bool active = false;       // no codec: every message raw
+  bool inter_only = false;   // compress_inter_only
+  int64_t block = 32;        // elements per scale
+  int scale_bytes = 1;       // per block (0: no scales, bf16)
+  int code_bits = 8;         // per element
+  double encode_s = 0;       // per element (CPU, one core)
+  double decode_s = 0;       // per element
+  bool coded(int host_s, int host_q) const { return active && (!inter_only || host_s != host_q); }
+  double bytes(int64_t count, int elem_bytes, bool coded) const {
+    if (!coded) return static_cast<double>(count) * elem_bytes;
+    return static_cast<double>((count + block - 1) / block * scale_bytes + (count * code_bits + 7) / 8);
+  }
+  double sender_s(int64_t count) const { return static_cast<double>(count) * (encode_s + decode_s); }
+  // After the last byte is in: decode; a reducing receive also reduces and projects.
+  double receiver_s(int64_t count, bool reduces, double reduce_s_per_byte, int elem_bytes) const {
+    const double n = static_cast<double>(count);
+    return n * decode_s + (reduces ? n * elem_bytes * reduce_s_per_byte + n * (encode_s + decode_s) : 0.0);
+  }
+};
+
+// A codec's cost: its layout (scale_bytes per block of `block` elements, code_bits per element),
+// and per-element times in nanoseconds, a negative one taking the default (codec_cost.cc: the CPU
+// loops' rates on one core of a quiet machine). Throws std::invalid_argument naming the argument.
+CodecCost codec_cost(int64_t block, int scale_bytes, int code_bits, bool inter_only, double encode_ns = -1,
+                     double decode_ns = -1);
+
+}  // namespace sim
+}  // namespace commlib

@@ -1,0 +1,48 @@
+// The kernel path's set-up beyond its region (see kernel_path.h): the peer buffers' tables
+// (device/peer_buffers.h) and the grid's budget (stream/kernel_occupancy.h) travel in its handle;
+// launches are sized to the budget and go through the device's LaunchChain.
+#include <algorithm>
+#include <climits>
+#include <stdexcept>
+
+#include "kernels/plan_kernel.cuh"
+#include "stream/kernel_path.h"
+
+namespace commlib {
+
+std::string KernelPath::setup_fields() const {
+  return "," + peer_buffers_->local_handle() + "," + residency_field(*device_);
+}
+
+void KernelPath::connect_setup(const std::vector<std::string>& peer_tables, const std::vector<std::string>& residencies,
+                               bool one_host) {
+  const std::vector<bool> here(size_, one_host);
+  if (usable_) {
+    const GridBudget b = commlib::grid_budget(residencies, here, rank_);  // the same verdict on every rank
+    if (!b.fits) {
+      if (mode_ == DevicePath::Kernel)
+        throw std::invalid_argument("COMMLIB_DEVICE_PATH=kernel: " + b.why +
+                                    "; give the ranks devices of their own, raise the limit, or use "
+                                    "COMMLIB_DEVICE_PATH=auto (the copy path)");
+      usable_ = false;  // auto: every call takes the copy path
+    }
+    grid_budget_ = b.blocks;
+  }
+  peer_buffers_->connect(peer_tables, std::vector<bool>(size_, usable_));
+}
+
+unsigned KernelPath::launch_blocks(unsigned wanted) const {
+  const unsigned blocks = device_->plan_blocks(wanted);
+  return grid_budget_ ? std::max(1u, std::min(blocks, grid_budget_)) : blocks;
+}
+
+void KernelPath::launch_in_chain(const kexec::PlanLaunch& a, unsigned blocks, DType dtype, RedOp op, bool reduces,
+                                 DeviceStream& stream, bool captured) {
+  auto launch = [&] { device_->launch_plan(a, blocks, dtype, op, reduces, stream); };
+  // A capture may not wait on an event recorded outside it (cudaErrorStreamCaptureIsolation): a
+  // captured launch is ordered by the caller's streams, as replays are (docs/gpu.md).
+  if (captured || !chain_) return launch();
+  chain_->run(*device_, stream, this, chain_event_, launch);
+}
+
+}  // namespace commlib

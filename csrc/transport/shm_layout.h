@@ -1,0 +1,70 @@
+// The shared-memory region's layout, private to the shm transport's files (shm.cc: channels,
+// waiting and the control plane; shm_direct.cc: single-copy reads). Every field a peer polls sits
+// on its own cache line, so that polling one does not bounce another.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "transport/shm.h"
+
+namespace commlib {
+namespace shm_layout {
+
+// Bytes of one flag slot (SharedFlags): broadcasts up to this size go through them; and the slots
+// per rank, so a root can write its next broadcasts before its readers copied the last one (with
+// one slot every broadcast waited a round trip for its readers: 13 us instead of 1.1 us on 4 ranks).
+constexpr size_t kFlagSlotBytes = 4096;
+constexpr int kFlagSlots = 4;
+inline constexpr uint64_t kMagic = 0x636f6d6d6c696230ULL;  // "commlib0"
+constexpr size_t kLine = 64;
+constexpr size_t kMaxMessage = 1024;
+
+struct RegionHeader {
+  std::atomic<uint64_t> magic;
+  uint32_t size;
+  uint32_t nslots;
+  uint64_t slot_bytes;
+};
+
+inline size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+}  // namespace shm_layout
+
+using shm_layout::kFlagSlotBytes;
+using shm_layout::kFlagSlots;
+using shm_layout::kLine;
+using shm_layout::kMagic;
+using shm_layout::kMaxMessage;
+using shm_layout::RegionHeader;
+using shm_layout::round_up;
+
+struct ShmTransport::RankCtl {
+  alignas(kLine) std::atomic<uint32_t> doorbell;
+  alignas(kLine) std::atomic<uint32_t> sleeping;
+  alignas(kLine) std::atomic<int32_t> pid;
+  std::atomic<uint32_t> state;       // PeerState
+  std::atomic<uint32_t> error_kind;  // ErrorKind, valid once state == Failed
+  std::atomic<uint64_t> call_version;  // seqlock around `call`: odd while being written
+  std::atomic<uint64_t> region_address;  // where this rank mapped the region (direct-read probe)
+  std::atomic<uint32_t> reads_directly;  // 1: this rank reads peers' memory (rendezvous welcome)
+  CallDesc call;
+  char error_message[kMaxMessage];
+  // SharedFlags (shm_flags.cc): the flag calls this rank completed, and its slots.
+  alignas(kLine) std::atomic<uint64_t> flags_completed;
+  struct FlagSlot {
+    alignas(kLine) std::atomic<uint64_t> written;  // the flag call the slot holds
+    uint64_t bytes;
+    CallDesc desc;
+    alignas(kLine) char data[kFlagSlotBytes];
+  } flag_slots[kFlagSlots];
+};
+
+struct ShmTransport::ChannelCtl {
+  alignas(kLine) std::atomic<uint64_t> tail;  // chunks published (written by the sender)
+  alignas(kLine) std::atomic<uint64_t> head;  // chunks consumed (written by the receiver)
+  alignas(kLine) std::atomic<uint64_t> acked;  // rendezvous messages read (written by the receiver)
+};
+
+}  // namespace commlib

@@ -1,0 +1,82 @@
+"""`commlib tune` from runs with single-copy reads on (COMMLIB_CMA=1) and off: the tuning file's
+"single_copy" crossover per collective and world size, the algorithm rows taken from the side each
+size will run on, and the crossover installed into the core (csrc/policy/single_copy.h)."""
+import copy
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import synth  # noqa: E402
+import commlib._C as _C  # noqa: E402
+from commlib.bench import tuning  # noqa: E402
+from commlib.core.call_spec import COLLECTIVE  # noqa: E402
+from commlib.perf import common as C  # noqa: E402
+
+SIZES = (8, 4096, 1 << 20, 16 << 20)
+
+
+def _runs():
+    """An off run, and an on run where single-copy is 2x slower below 1 MiB (bruck 100x) and, from
+    1 MiB, makes bruck all_to_all 3x faster than the off run's best: the rows must follow the off
+    run below the crossover and the on run above it."""
+    off = synth.data(P=4, sizes=SIZES, collectives=("all_to_all",))
+    on = copy.deepcopy(off)
+    best_off = {}
+    for r in off["results"]:
+        if r["backend"] == "commlib" and r["algorithm"] != "auto":
+            best_off[r["bytes"]] = min(best_off.get(r["bytes"], 1e9), r["time_us"]["median"])
+    for r in on["results"]:
+        if r["backend"] != "commlib":
+            continue
+        if r["bytes"] < (1 << 20):  # slower, bruck (the off run's pick at 8 B) far slower
+            r["time_us"]["median"] *= 100 if r["algorithm"] == "bruck" else 2
+        elif r["algorithm"] == "bruck":
+            r["time_us"]["median"] = best_off[r["bytes"]] / 3
+    off["config"]["single_copy"], on["config"]["single_copy"] = "0", "1"
+    return off, on
+
+
+def test_tune_writes_the_measured_crossover_and_takes_rows_from_its_side(tmp_path):
+    from commlib import cli
+    paths = []
+    for i, d in enumerate(_runs()):
+        paths.append(str(tmp_path / f"run{i}.json"))
+        with open(paths[-1], "w") as f:
+            json.dump(d, f)
+    out = str(tmp_path / "tuning.json")
+    assert cli.main(["tune", *paths, "-o", out]) == 0
+    table = tuning.read(out)
+    one_mib = C.core_bytes("all_to_all", C.geometry("all_to_all", 1 << 20, "float32", 4)[2], "float32", 4)
+    assert table["single_copy"] == {"all_to_all": {"4": {"min_bytes": one_mib}}}
+    big = C.core_bytes("all_to_all", C.geometry("all_to_all", 16 << 20, "float32", 4)[2], "float32", 4)
+    assert tuning.choose(table, "all_to_all", big, 4) == "bruck"
+    off_only = tuning.from_results(_runs()[0]["results"])
+    assert tuning.choose(off_only, "all_to_all", 8, 4) == "bruck"
+    assert tuning.choose(table, "all_to_all", 8, 4) == "bruck"
+
+
+def test_single_copy_never_wins_gives_never():
+    off, on = _runs()
+    for r in on["results"]:
+        r["time_us"]["median"] = 10 * max(r["time_us"]["median"], 1.0)
+    records = [dict(r, single_copy=d["config"]["single_copy"]) for d in (off, on) for r in d["results"]]
+    assert tuning.from_results(records)["single_copy"] == {"all_to_all": {"4": {"min_bytes": -1}}}
+
+
+def test_crossover_installs_into_the_core(monkeypatch):
+    monkeypatch.setenv("COMMLIB_CMA", "auto")
+    coll = COLLECTIVE["all_to_all"]
+    try:
+        tuning.install({"single_copy": {"all_to_all": {"4": {"min_bytes": 1 << 20}}}})
+        assert _C.single_copy_min_message(coll, 1 << 20, 4) == 64 << 10
+        assert _C.single_copy_min_message(coll, (1 << 20) - 1, 4) == -1
+        assert _C.single_copy_min_message(coll, 1 << 30, 3) == -1  # no entry for 3 ranks
+        monkeypatch.setenv("COMMLIB_CMA", "0")
+        assert _C.single_copy_min_message(coll, 1 << 30, 4) == -1
+        monkeypatch.setenv("COMMLIB_CMA", "1M")
+        assert _C.single_copy_min_message(coll, 8, 4) == 1 << 20
+    finally:
+        _C.clear_tuning()
+        tuning.load_default()

@@ -1,0 +1,196 @@
+"""Rank side of test_peer_buffers.py (apart from the test module so that the ranks import neither
+pytest nor the test modules): the kernel path's registry of peers' buffers (device/peer_buffers.h)
+looked up through the engine, each rank's buffer read back through the peers' mappings."""
+
+import numpy as np
+
+import commlib.emulated as emu
+from kernel_path_cases import KERNEL_SETTINGS, with_settings
+
+NBYTES = 3 * 4096 + 100  # a few pages: offsets inside the allocation
+OFFSET = 4096 + 64
+
+
+def _engine(sub):
+    x = emu.from_numpy(np.ones(4, np.float32))
+    sub.all_reduce(x)  # sets the engine up (the handles, the peers' tables)
+    x.numpy()
+    return next(iter(sub._device()._engines.values()))
+
+
+def _fill(dev, ptr, value, nbytes=NBYTES):
+    s = emu.current_stream()
+    dev.upload(ptr, bytes([value % 256]) * nbytes, s._stream)
+    s.synchronize()
+
+
+def _tags(sub, own):
+    """Every rank's own (buffer id, offset), gathered over the host."""
+    mine = np.array(own, np.int64)
+    out = np.zeros(2 * sub.size, np.int64)
+    sub.all_gather(out, mine)
+    return [tuple(int(v) for v in out[2 * r:2 * r + 2]) for r in range(sub.size)]
+
+
+def _seen(dev, view, sub, nbytes):
+    """What this rank reads at every peer's mapped address: one byte value per peer (None: not
+    mapped; -1: not one value)."""
+    out = []
+    for p, addr in enumerate(view["peers"]):
+        if p == sub.rank or not addr:
+            out.append(None)
+            continue
+        data = set(dev.read(addr, nbytes))
+        out.append(data.pop() if len(data) == 1 else -1)
+    return out
+
+
+def mapped_and_freed(comm):
+    """A buffer looked up twice (a miss, then a hit), then freed and allocated again at the same
+    address with other bytes (a new buffer id): what each rank reads through its peers' mappings
+    each time, and the registry's counts."""
+    def run(sub):
+        engine, dev = _engine(sub), emu.device()
+        base = dev.allocate_with(NBYTES + OFFSET, 0, True)
+        _fill(dev, base + OFFSET, 10 + sub.rank)
+        want = [None if p == sub.rank else 10 + p for p in range(sub.size)]
+        first = engine.peer_buffer_lookup(1, 0, base + OFFSET, NBYTES)
+        seen = [_seen(dev, first, sub, NBYTES) == want]
+        again = engine.peer_buffer_lookup(2, 0, base + OFFSET, NBYTES)
+        seen.append(_seen(dev, again, sub, NBYTES) == want and again["own"] == first["own"])
+        stats = engine.peer_buffer_stats()
+        hits = (stats["misses"], stats["hits"], stats["registered"])
+        sub.barrier()  # every rank read the old bytes before any frees them
+        s = emu.current_stream()
+        dev.free_ordered(base, s._stream)
+        s.synchronize()
+        again_base = dev.allocate_with(NBYTES + OFFSET, base, True)  # the same address, a new buffer
+        _fill(dev, again_base + OFFSET, 50 + sub.rank)
+        fresh = engine.peer_buffer_lookup(3, 0, again_base + OFFSET, NBYTES)
+        seen.append(_seen(dev, fresh, sub, NBYTES) == [None if p == sub.rank else 50 + p for p in range(sub.size)])
+        seen.append(fresh["own"] != first["own"] and fresh["own"][1] == OFFSET)
+        stats = engine.peer_buffer_stats()
+        sub.barrier()
+        counts = engine.peer_buffer_counts()
+        sub.barrier()
+        dev.free_ordered(again_base, s._stream)
+        return seen, hits, (stats["retired"], stats["registered"]), counts
+    return with_settings(comm, KERNEL_SETTINGS, run)
+
+
+def unshareable_is_staged(comm):
+    """Rank 1's buffer has no shareable handle (a VMM or pool allocation): (own tag registered?,
+    peers mapped) per rank: nobody maps rank 1's, rank 1 maps nobody."""
+    def run(sub):
+        engine, dev = _engine(sub), emu.device()
+        ptr = dev.allocate_with(4096, 0, sub.rank != 1)
+        view = engine.peer_buffer_lookup(7, 1, ptr, 4096)
+        stats = engine.peer_buffer_stats()
+        sub.barrier()
+        s = emu.current_stream()
+        dev.free_ordered(ptr, s._stream)
+        s.synchronize()
+        return view["own"][0] != 0, [bool(a) for a in view["peers"]], stats["unshareable"]
+    return with_settings(comm, KERNEL_SETTINGS, run)
+
+
+def mispredicted_is_flagged(comm):
+    """Rank 0 keeps its buffer while rank 1 moves to another: rank 0 looks up before rank 1 reached
+    the call (a host barrier after), so it predicts rank 1's old buffer. The answer must say which
+    buffer its address assumes (`expect`), and that must differ from rank 1's own tag, so a kernel
+    never uses it; the next such lookup has learnt rank 1's new buffer. Returns per step whether
+    rank 0's expectation of rank 1 matched rank 1's own tag, and what rank 0 read there."""
+    def run(sub):
+        engine, dev = _engine(sub), emu.device()
+        a = dev.allocate_with(4096, 0, True)
+        _fill(dev, a, 20 + sub.rank, 4096)
+        engine.peer_buffer_lookup(10, 0, a, 4096)  # both learn each other's buffer
+        b = dev.allocate_with(4096, 0, True) if sub.rank == 1 else a
+        _fill(dev, b, 30 + sub.rank, 4096)
+        out = []
+        for call in (11, 12):
+            if sub.rank == 0:
+                view = engine.peer_buffer_lookup(call, 0, b, 4096)
+                sub.barrier()
+            else:
+                sub.barrier()
+                view = engine.peer_buffer_lookup(call, 0, b, 4096)
+            tags = _tags(sub, view["own"])
+            if sub.rank == 0:
+                match = tuple(view["expect"][1]) == tags[1]
+                out.append((match, _seen(dev, view, sub, 4096)[1] if match else None))
+        sub.barrier()
+        s = emu.current_stream()
+        for p in {a, b}:
+            dev.free_ordered(p, s._stream)
+        s.synchronize()
+        return out, engine.peer_buffer_stats()["mispredicted"]
+    return with_settings(comm, KERNEL_SETTINGS, run)
+
+
+def closed_with_the_communicator(comm):
+    """Registrations and imports after the communicator closed: (before, after)."""
+    dev = emu.device()
+    with_settings_result = {}
+
+    def run(sub):
+        engine = _engine(sub)
+        ptr = dev.allocate_with(4096, 0, True)
+        engine.peer_buffer_lookup(20, 0, ptr, 4096)
+        sub.barrier()  # the peer mapped this rank's buffer before it is freed
+        with_settings_result["engine"] = engine
+        with_settings_result["ptr"] = ptr
+        return engine.peer_buffer_counts()
+    before = with_settings(comm, KERNEL_SETTINGS, run)
+    after = with_settings_result["engine"].peer_buffer_counts()
+    s = emu.current_stream()
+    dev.free_ordered(with_settings_result["ptr"], s._stream)
+    s.synchronize()
+    return tuple(before), tuple(after)
+
+
+def symmetric_pool(comm):
+    """commlib.device.empty from the communicator's symmetric pool: blocks at the same offset on
+    every rank, usable by collectives, mapped by the registry through ONE registration (the
+    arena); a block released on one rank only is not reused anywhere; released everywhere, it is.
+    Returns the checks' outcomes in order."""
+    import gc
+
+    import commlib.device as cdev
+    from commlib.device.symmetric import pool_of
+
+    def run(sub):
+        engine, dev = _engine(sub), emu.device()
+        pool = pool_of(sub)
+        a = cdev.empty(1000, "float32", comm=sub)
+        b = cdev.empty((4, 8), "int32", comm=sub)
+        checks = []
+        offsets = [pool.offset_of(a), pool.offset_of(b)]
+        checks.append(_tags(sub, offsets[0]) == [offsets[0]] * sub.size)
+        a.copy_(emu.from_numpy(np.full(1000, sub.rank + 1, np.float32)))
+        sub.all_reduce(a)
+        checks.append(bool((a.numpy() == 3).all()))
+        view = engine.peer_buffer_lookup(30, 0, a.data_ptr(), a.nbytes)
+        peer = 1 - sub.rank
+        got = np.frombuffer(dev.read(view["peers"][peer], a.nbytes), np.float32)
+        checks.append(bool((got == 3).all()))
+        engine.peer_buffer_lookup(31, 1, b.data_ptr(), b.nbytes)
+        checks.append(engine.peer_buffer_stats()["registered"] == 1)  # one arena, one registration
+        sub.barrier()
+        # (x passes through no collective: the device call cache keeps a call's buffers alive)
+        x = cdev.empty(1000, "float32", comm=sub)
+        x_at = pool.offset_of(x)
+        if sub.rank == 0:
+            del x
+            gc.collect()
+        c = cdev.empty(1000, "float32", comm=sub)
+        c_at = pool.offset_of(c)
+        checks.append(_tags(sub, c_at) == [c_at] * sub.size and c_at != x_at)
+        if sub.rank == 1:
+            del x
+            gc.collect()
+        d = cdev.empty(1000, "float32", comm=sub)
+        checks.append(pool.offset_of(d) == x_at)
+        sub.barrier()
+        return checks
+    return with_settings(comm, KERNEL_SETTINGS, run)

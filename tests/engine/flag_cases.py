@@ -1,0 +1,60 @@
+"""Rank-side cases of the shared-memory flag calls (auto's small broadcast and barrier on one
+host, csrc/host/flag_calls.cc): barrier ordering, a broadcast whose ranks disagree on the count,
+and a root that dies before it writes."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+
+import commlib
+
+
+def barrier_orders(comm, path, rounds=200):
+    """Every rank stores round i in its cell of a shared file, then barriers: after the barrier no
+    cell may still hold an earlier round (a barrier that let a rank through early would show it)."""
+    P, r = comm.size, comm.rank
+    cells = np.memmap(path, dtype=np.int64, mode="r+", shape=(P,))
+    late = []
+    for i in range(1, rounds + 1):
+        cells[r] = i
+        comm.barrier()
+        if int(cells.min()) < i:
+            late.append(f"round {i}: rank {r} saw {cells.tolist()}")
+        comm.barrier()  # nobody starts round i + 1 before everyone checked round i
+    return late[:3]
+
+
+def broadcast_count_mismatch(comm):
+    """Rank 1 broadcasts 3 elements, the others 2 (root 0): rank 1 raises MismatchError; the root
+    does not wait for its readers, so it and the other reader may return and raise at their next
+    call (a barrier), as with the channels. Nobody hangs."""
+    x = np.zeros(3 if comm.rank == 1 else 2, np.float32)
+    try:
+        comm.broadcast(x, root=0)
+        comm.barrier()
+        return None
+    except commlib.CommError as e:
+        return type(e).__name__ + (": " + str(e) if comm.rank == 1 else "")
+
+
+def root_dies_before_writing(comm, victim):
+    """``victim`` (the root) is SIGKILLed before its broadcast; the others wait on its slot and must
+    raise PeerError naming it and the call."""
+    sub = comm.split(0, timeout=20)
+    x = np.ones(4, np.float32)
+    sub.broadcast(x, root=victim)
+    if sub.rank == victim:
+        os.kill(os.getpid(), signal.SIGKILL)
+    t = time.monotonic()
+    threading.Event().wait(0.2)
+    try:
+        sub.broadcast(x, root=victim)
+        return None
+    except commlib.PeerError as e:
+        return str(e), time.monotonic() - t
+    except Exception as e:  # noqa: BLE001 (any other outcome is reported, not raised)
+        return f"wrong type {type(e).__name__}: {e}", time.monotonic() - t

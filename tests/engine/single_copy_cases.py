@@ -1,0 +1,79 @@
+"""Rank-side cases of single-copy reads (process_vm_readv; COMMLIB_CMA, csrc/policy/single_copy.h):
+whether this rank reads directly and why not, buffers that change and move between calls, and a
+sender that dies with its buffer's address already published."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+
+import commlib
+import commlib._C as _C
+
+# 70,000 float32 = 273 KiB per block: every message of the calls below is past the 64 KiB that
+# COMMLIB_CMA=1 sends single-copy, and not a multiple of a chunk.
+BLOCK = 70_001
+
+
+def direct_reads(comm):
+    """(reads directly, the reason when not, the smallest single-copy message of a 16 MiB all_to_all)."""
+    sc = _C.single_copy_min_message(_C.Collective.all_to_all, 16 << 20, comm.size)
+    return comm._core.enable_direct_reads(), comm._core.direct_reads_reason(), sc
+
+
+def changing_buffers(comm, rounds=6):
+    """all_to_all, all_gather and broadcast on buffers that change after every call and alternate
+    between two allocations (so the address a sender publishes moves too): every result must hold
+    this round's values, never the previous round's or the other buffer's."""
+    P, r = comm.size, comm.rank
+    failures = []
+    ins = [np.empty(P * BLOCK, np.float32) for _ in range(2)]
+    outs = [np.empty(P * BLOCK, np.float32) for _ in range(2)]
+    ramp = np.arange(BLOCK, dtype=np.float32)
+    for i in range(rounds):
+        x, y = ins[i % 2], outs[i % 2]
+        for q in range(P):  # block q goes to rank q: value = 1000*round + 10*sender + q, plus the ramp
+            x[q * BLOCK:(q + 1) * BLOCK] = ramp + (1000 * i + 10 * r + q)
+        comm.all_to_all(y, x)
+        want = np.concatenate([ramp + (1000 * i + 10 * q + r) for q in range(P)])
+        if not np.array_equal(y, want):
+            failures.append(f"all_to_all round {i} rank {r}: wrong at {int(np.argmax(y != want))}")
+        comm.all_gather(y, x[:BLOCK])
+        want = np.concatenate([ramp + (1000 * i + 10 * q) for q in range(P)])
+        if not np.array_equal(y, want):
+            failures.append(f"all_gather round {i} rank {r}: wrong at {int(np.argmax(y != want))}")
+        root = i % P
+        b = x[:BLOCK] if r == root else y[:BLOCK]
+        if r != root:
+            b[:] = -1
+        comm.broadcast(b, root=root)
+        if not np.array_equal(b, ramp + (1000 * i + 10 * root)):
+            failures.append(f"broadcast round {i} root {root} rank {r}: wrong")
+        x[:] = np.nan  # the caller reuses its input at once: peers must have finished reading it
+    return failures
+
+
+def sender_dies_after_publishing(comm, victim):
+    """``victim`` broadcasts a large buffer (its address goes to every peer in a rendezvous chunk)
+    and is SIGKILLed while it waits for their reads; the peers join the call only once it is dead,
+    so their read of its memory fails: each must raise PeerError naming it and the call."""
+    sub = comm.split(0, timeout=20)
+    x = np.full(4 * BLOCK, 7.0, np.float32)
+    sub.broadcast(x, root=victim)  # a first call, so the second's failure is the one under test
+    if sub.rank == victim:
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGKILL)).start()
+        sub.broadcast(x, root=victim)
+        time.sleep(10)  # the kill arrives meanwhile
+        return None
+    time.sleep(1.5)
+    t = time.monotonic()
+    try:
+        sub.broadcast(x, root=victim)
+        return None
+    except commlib.PeerError as e:
+        return str(e), time.monotonic() - t
+    except Exception as e:  # noqa: BLE001 (any other outcome is reported, not raised)
+        return f"wrong type {type(e).__name__}: {e}", time.monotonic() - t

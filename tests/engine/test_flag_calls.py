@@ -1,0 +1,33 @@
+"""auto's small broadcast and barrier on one host go through the shared-memory flags (one write
+read by every rank; csrc/host/flag_calls.cc, docs/transports.md "Flag calls"). Their results are
+checked by the collective matrix (test_collectives.py: broadcast's small counts and barrier run
+with auto); here: barrier ordering on 5 ranks (oversubscribed), a count mismatch, a dead root."""
+import numpy as np
+import pytest
+
+import flag_cases as cases
+from commlib.testing.faults import assert_survivors_named_the_dead_rank, run_killing_one_rank
+
+
+def test_barrier_lets_nobody_through_early(pool, tmp_path):
+    path = str(tmp_path / "cells")
+    np.zeros(5, np.int64).tofile(path)
+    assert pool(5).run(cases.barrier_orders, path, timeout=120) == [[]] * 5
+
+
+@pytest.mark.timeout(120)
+def test_broadcast_count_mismatch_raises_everywhere():
+    from commlib.testing import RankPool
+    pool = RankPool(3, timeout=60)
+    try:
+        results = pool.run(cases.broadcast_count_mismatch, timeout=60)
+        assert all(results), results
+        assert results[1].startswith("MismatchError") and "broadcast" in results[1], results
+    finally:
+        pool.kill()
+
+
+@pytest.mark.timeout(120)
+def test_root_dying_before_its_write_raises_peer_error():
+    results = run_killing_one_rank(3, 2, cases.root_dies_before_writing, timeout=60)
+    assert_survivors_named_the_dead_rank(results, 2, call="broadcast #", within_s=20)

@@ -1,0 +1,44 @@
+"""Single-copy reads between ranks of one host (COMMLIB_CMA; docs/transports.md "Single-copy
+reads"): the collective matrix's small and awkward counts with them forced on for every message of
+8 bytes or more, on 5 ranks (2 cores: oversubscribed; the ~1M-element counts run single-copy in
+test_collectives.py's test_single_copy_rendezvous, and with the tuning file's crossovers in the
+default matrix), forced off, buffers that change between calls, and a sender that dies after
+publishing its buffer's address."""
+import pytest
+
+import collective_cases as cases
+import single_copy_cases as sc
+from commlib.testing.faults import assert_survivors_named_the_dead_rank, run_killing_one_rank
+from test_collectives import _check_identical
+
+FORCED = {"COMMLIB_CMA": "8"}  # every message of 8 bytes or more goes single-copy
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("collective", ["all_to_all", "all_gather", "broadcast", "all_reduce"])
+def test_matrix_with_single_copy_forced(pool, collective):
+    p = pool(5, env=FORCED)
+    read, reason, smallest = zip(*p.run(sc.direct_reads))
+    assert all(read), f"single-copy reads refused here: {reason}"
+    assert set(smallest) == {8}
+    results = p.run(cases.check_collective, collective, False, True, timeout=240)
+    failures = [f for fails, _ in results for f in fails]
+    assert not failures, f"{len(failures)} wrong result(s):\n" + "\n".join(failures[:20])
+    _check_identical([d for _, d in results])
+
+
+@pytest.mark.parametrize("size,env", [(5, FORCED), (3, {"COMMLIB_CMA": "1"}), (3, {"COMMLIB_CMA": "0"})])
+def test_buffers_that_change_between_calls(pool, size, env):
+    assert pool(size, env=env).run(sc.changing_buffers, timeout=120) == [[]] * size
+
+
+def test_forced_off_says_why(pool):
+    read, reason, smallest = zip(*pool(3, env={"COMMLIB_CMA": "0"}).run(sc.direct_reads))
+    assert read == (False,) * 3 and reason == ("COMMLIB_CMA=0",) * 3 and smallest == (-1,) * 3
+
+
+@pytest.mark.timeout(120)
+def test_sender_dying_after_publishing_its_buffer_raises_peer_error():
+    results = run_killing_one_rank(3, 1, sc.sender_dies_after_publishing, env=FORCED, timeout=60)
+    assert_survivors_named_the_dead_rank(results, 1, call="broadcast #", within_s=20)
+    assert all("could not be read" in res[0] for q, res in enumerate(results) if q != 1), results

@@ -1,0 +1,59 @@
+"""The simulator's costing of compress= (csrc/sim/codec_cost.h, docs/compression.md): a message
+carries its encoded bytes (inter_only: only between hosts), and the codec's compute is on the
+critical path (the sender encodes before the transfer, the receiver decodes after it)."""
+import dataclasses
+
+import pytest
+
+from commlib import sim
+from commlib.codecs import Codec
+from commlib.sim.topology import PRESETS
+
+# 2 ranks per host on a 1 Gbit/s link (the netns benchmark's shape)
+ETH_1G = dataclasses.replace(PRESETS["eth-25g"], name="eth-1g", nic_Gbps=1.0, devices_per_host=2)
+P, COUNT = 4, 4096  # ring all_reduce: 2 (P - 1) messages of COUNT / P elements per rank
+
+
+def _run(codec, algorithm="ring", codec_ns=(-1.0, -1.0)):
+    return sim.predict("all_reduce", algorithm, COUNT * 4, P, ETH_1G, compress=codec, codec_ns=codec_ns)
+
+
+@pytest.mark.parametrize("name", ["bf16", "fp8_e4m3", "int8", "int4"])
+def test_messages_carry_encoded_bytes(name):
+    plain, coded = _run(None)["sim"], _run(name)["sim"]
+    messages = P * 2 * (P - 1)
+    assert plain["bytes_inter"] + plain["bytes_intra"] == messages * (COUNT // P) * 4
+    assert coded["bytes_inter"] + coded["bytes_intra"] == messages * Codec(name).encoded_size(COUNT // P)
+
+
+def test_inter_only_encodes_only_across_hosts():
+    plain, inter = _run(None, "hierarchical")["sim"], _run(Codec("int8", inter_only=True), "hierarchical")["sim"]
+    full = _run("int8", "hierarchical")["sim"]
+    assert inter["bytes_intra"] == plain["bytes_intra"] > full["bytes_intra"]
+    assert inter["bytes_inter"] == full["bytes_inter"] < plain["bytes_inter"]
+
+
+def test_codec_compute_is_on_the_critical_path():
+    """Ring's steps each encode, send and decode one chunk in turn, so an extra ns per element
+    adds, per chunk element: in each of the P - 1 reduce-scatter steps the sender's encoding and
+    projection (encode + decode), the receiver's decoding and its sum's projection (decode +
+    encode + decode); in each of the P - 1 all_gather steps the sender's encode + decode and the
+    receiver's decode. Encoding: 3 (P - 1) in all; decoding: 5 (P - 1)."""
+    base = _run("int8", codec_ns=(0.0, 0.0))["time_us"]["median"]
+    slow_enc = _run("int8", codec_ns=(1000.0, 0.0))["time_us"]["median"]
+    slow_dec = _run("int8", codec_ns=(0.0, 1000.0))["time_us"]["median"]
+    per_step_us = (COUNT // P) * 1000 * 1e-3
+    assert slow_enc - base == pytest.approx(3 * (P - 1) * per_step_us)
+    assert slow_dec - base == pytest.approx(5 * (P - 1) * per_step_us)
+    # a 1 Gbit/s link pays for a default-rate codec: int4 beats raw float32
+    assert sim.predict("all_reduce", "ring", 64 << 20, P, ETH_1G, compress="int4")["time_us"]["median"] < \
+        sim.predict("all_reduce", "ring", 64 << 20, P, ETH_1G)["time_us"]["median"] / 3
+
+
+def test_refused_arguments_are_named():
+    with pytest.raises(ValueError, match="compress"):
+        sim.predict("broadcast", "ring", 4096, P, ETH_1G, compress="int8")
+    with pytest.raises(ValueError, match="compress"):
+        sim.predict("all_reduce", "ring", 4096, P, ETH_1G, dtype="float64", compress="int8")
+    with pytest.raises(ValueError, match="compress"):
+        sim.predict("all_reduce", "ring", 4096, P, ETH_1G, compress="int3")

@@ -1,0 +1,65 @@
+"""Rank-side cases of the compression hooks (commlib.torch.hooks, docs/compression.md): TinyGPT
+under DDP on a "commlib" group with the compressed all_reduce hook (with and without error
+feedback) and with torch's own PowerSGD hook, against DDP's default hook."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from backend_cases import setup
+from commlib.models import gpt
+
+STEPS, ROWS_PER_RANK, SEQ, LR = 24, 2, 16, 0.5
+
+
+def case_tinygpt_ddp(comm, variant):
+    """Returns (global losses per step, residual norms or None, this rank's parameters' bytes)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import commlib.torch.hooks as hooks
+    setup(comm)
+    torch.set_num_threads(1)
+    cfg = gpt.GPTConfig()
+    # several buckets (their residuals apart), except for PowerSGD: its callbacks issue further
+    # all_reduces from the completion thread in completion order, which with several buckets can
+    # differ between ranks (a MismatchError, docs/compression.md); one bucket keeps them in step
+    ddp = DDP(gpt.TinyGPT(cfg), bucket_cap_mb=25 if variant == "powersgd" else 0.05)
+    state = None
+    if variant.startswith("ef_") or variant.startswith("noef_"):
+        state = hooks.ErrorFeedbackState(compress=variant.split("_")[1], error_feedback=variant.startswith("ef_"))
+        ddp.register_comm_hook(state, hooks.compressed_allreduce_hook)
+    elif variant == "powersgd":  # torch's hook, unchanged, on the commlib group
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+        ddp.register_comm_hook(psgd.PowerSGDState(process_group=None, matrix_approximation_rank=4,
+                                                  start_powerSGD_iter=2, use_error_feedback=True),
+                               psgd.powerSGD_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=LR)
+    P, r = comm.size, comm.rank
+    losses = []
+    for tokens, targets in gpt.batches(cfg, STEPS, ROWS_PER_RANK * P, SEQ):
+        rows = slice(r * ROWS_PER_RANK, (r + 1) * ROWS_PER_RANK)
+        opt.zero_grad(set_to_none=True)
+        loss = ddp(tokens[rows], targets[rows])
+        loss.backward()
+        opt.step()
+        mean = np.array([loss.item()], np.float64)
+        comm.all_reduce(mean, op="avg")
+        losses.append(float(mean[0]))
+    residuals = [float(e.norm()) for e in state.residuals.values()] if state is not None else None
+    params = torch.cat([p.detach().reshape(-1) for p in ddp.parameters()]).numpy().tobytes()
+    return losses, residuals, params
+
+
+def refusals(comm):
+    """The hook's arguments refused, naming them."""
+    import pytest
+
+    import commlib.torch.hooks as hooks
+    setup(comm)
+    with pytest.raises(ValueError, match="compress"):
+        hooks.ErrorFeedbackState(compress=None)
+    with pytest.raises(TypeError, match="error_feedback"):
+        hooks.ErrorFeedbackState(error_feedback="yes")
+    with pytest.raises(TypeError, match="process_group"):
+        hooks.ErrorFeedbackState(process_group=object())._group()
+    return True
