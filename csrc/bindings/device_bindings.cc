@@ -22,7 +22,6 @@
 namespace py = pybind11;
 
 namespace commlib {
-
 namespace {
 
 // collective_call, plus algorithm="nccl" (NCCL's own collective: stream/nccl_link.h), which only
