@@ -123,15 +123,6 @@ std::string KernelPath::local_handle() const {
          std::to_string(kernel_max_bytes_) + setup_fields() + ":" + device_->export_memory(region_);
 }
 
-void check_device_paths(const std::vector<std::string>& kernel_handles, DevicePath mine, int rank) {
-  for (size_t p = 0; p < kernel_handles.size(); ++p) {
-    const std::string theirs = kernel_handles[p].substr(0, kernel_handles[p].find_first_of(",:"));
-    if (theirs != device_path_name(mine))
-      throw std::invalid_argument("COMMLIB_DEVICE_PATH: rank " + std::to_string(p) + " uses " + theirs + ", rank " +
-                                  std::to_string(rank) + " " + device_path_name(mine) + "; every rank must use the same");
-  }
-}
-
 void KernelPath::connect(const std::vector<std::string>& handles, bool one_host) {
   const std::string mine = std::to_string(ll_bytes_), my_max = std::to_string(kernel_max_bytes_);
   std::vector<std::string> tables(size_), residencies(size_);

@@ -3,6 +3,7 @@
 // launches are sized to the budget and go through the device's LaunchChain.
 #include <algorithm>
 #include <climits>
+#include <functional>
 #include <stdexcept>
 
 #include "kernels/plan_kernel.cuh"
@@ -42,7 +43,18 @@ void KernelPath::launch_in_chain(const kexec::PlanLaunch& a, unsigned blocks, DT
   // A capture may not wait on an event recorded outside it (cudaErrorStreamCaptureIsolation): a
   // captured launch is ordered by the caller's streams, as replays are (docs/gpu.md).
   if (captured || !chain_) return launch();
-  chain_->run(*device_, stream, this, chain_event_, launch);
+  // By reference: the lambda's captures would not fit std::function's inline buffer, and a hit
+  // allocates nothing (tests/device/test_call_counts.py).
+  chain_->run(*device_, stream, this, chain_event_, std::function<void()>(std::ref(launch)));
+}
+
+void check_device_paths(const std::vector<std::string>& kernel_handles, DevicePath mine, int rank) {
+  for (size_t p = 0; p < kernel_handles.size(); ++p) {
+    const std::string theirs = kernel_handles[p].substr(0, kernel_handles[p].find_first_of(",:"));
+    if (theirs != device_path_name(mine))
+      throw std::invalid_argument("COMMLIB_DEVICE_PATH: rank " + std::to_string(p) + " uses " + theirs + ", rank " +
+                                  std::to_string(rank) + " " + device_path_name(mine) + "; every rank must use the same");
+  }
 }
 
 }  // namespace commlib
