@@ -53,16 +53,20 @@ _REPORT = re.compile(r"rank (\d+): (\w+): (.*)", re.S)
 
 def reported_failure(why: str, rank: int, otherwise: Callable[[str], Exception]) -> Exception:
     """The exception rank ``rank`` raises for another rank's published failure ``why`` (see
-    report). A dead peer is a PeerError wherever it was seen first: the rank that saw it reports
+    report). A dead peer is a PeerError wherever it was seen first (a mismatch a MismatchError,
+    alike): the rank that saw it reports
     ``PeerError: <collective>: ... rank R is gone``, and the others raise the same class with the
     same message (it names the collective and the dead rank), plus who reported it. Whether this
     rank's own peer check or the report comes first is a race, so both must give the same error.
     Anything else is ``otherwise(why)``. Only the class is taken from the report, never code, and
     the text is already bounded (error_text)."""
     m = _REPORT.fullmatch(why)
-    if m and m.group(2) == "PeerError":
-        from commlib.errors import PeerError
-        return PeerError(f"{m.group(3)} (reported to rank {rank} by rank {m.group(1)})")
+    if m and m.group(2) in ("PeerError", "MismatchError"):
+        # A mismatch is one event too: the rank that checked the descriptors first reports it, and
+        # every rank raises the same class whichever saw it first (a race).
+        from commlib.errors import MismatchError, PeerError
+        cls = PeerError if m.group(2) == "PeerError" else MismatchError
+        return cls(f"{m.group(3)} (reported to rank {rank} by rank {m.group(1)})")
     return otherwise(why)
 
 

@@ -77,8 +77,11 @@ bool core_op(const c10d::ReduceOp& op, DType dt, RedOp* out, double* scale) {
   }
 }
 
+
+}  // namespace
+
 CollectiveCall make_call(Collective c, uint8_t algo, DType dt, int64_t count, uintptr_t in, uintptr_t out,
-                         int root = 0) {
+                         int root) {
   CollectiveCall call;
   call.coll = c;
   call.algo = algo;
@@ -89,8 +92,6 @@ CollectiveCall make_call(Collective c, uint8_t algo, DType dt, int64_t count, ui
   call.root = root;
   return call;
 }
-
-}  // namespace
 
 CommlibBackend::CommlibBackend(const CoreApi* api, py::object group, uintptr_t core, int rank, int size,
                                std::array<uint8_t, kCollectives> algos, py::object factory)

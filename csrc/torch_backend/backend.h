@@ -25,6 +25,10 @@
 namespace commlib {
 namespace torch_backend {
 
+// A call of the core's (plan/call.h) from what every collective of the backend names.
+CollectiveCall make_call(Collective c, uint8_t algo, DType dt, int64_t count, uintptr_t in, uintptr_t out,
+                         int root = 0);
+
 constexpr int kCollectives = static_cast<int>(Collective::kCount);
 
 class CommlibBackend : public c10d::Backend {

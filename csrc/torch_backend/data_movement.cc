@@ -46,18 +46,6 @@ bool all_like(const std::vector<at::Tensor>& ts, const at::Tensor& like) {
 
 uintptr_t address(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()); }
 
-CollectiveCall data_call(Collective c, uint8_t algo, DType dt, int64_t count, uintptr_t in, uintptr_t out, int root) {
-  CollectiveCall call;
-  call.coll = c;
-  call.algo = algo;
-  call.dtype = dt;
-  call.count = count;
-  call.input = in;
-  call.output = out;
-  call.root = root;
-  return call;
-}
-
 // Copies the blocks of `flat` into `outs` (the list forms of the gathers).
 void unpack(const at::Tensor& flat, std::vector<at::Tensor>& outs) {
   int64_t off = 0;
@@ -74,7 +62,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::broadcast(std::vector<at::Tensor>
   DType dt;
   int64_t n;
   if (t.size() == 1 && movable(t[0], &dt, &n)) {
-    auto call = data_call(Collective::Broadcast, algo(Collective::Broadcast), dt, n, address(t[0]), address(t[0]),
+    auto call = make_call(Collective::Broadcast, algo(Collective::Broadcast), dt, n, address(t[0]), address(t[0]),
                           static_cast<int>(o.rootRank));
     return run(call, o.asyncOp, c10d::OpType::BROADCAST, "broadcast", t);
   }
@@ -87,7 +75,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::_allgather_base(at::Tensor& out, 
   int64_t n, n_out;
   if (movable(in, &dt, &n) && movable(out, &dt_out, &n_out) && in.scalar_type() == out.scalar_type() &&
       n_out == n * getSize()) {
-    auto call = data_call(Collective::AllGather, algo(Collective::AllGather), dt, n, address(in), address(out), 0);
+    auto call = make_call(Collective::AllGather, algo(Collective::AllGather), dt, n, address(in), address(out), 0);
     return run(call, o.asyncOp, c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {out});
   }
   return delegate("_allgather_base", out, in, o);
@@ -100,7 +88,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::allgather(std::vector<std::vector
   if (in.size() == 1 && out.size() == 1 && movable(in[0], &dt, &n) &&
       out[0].size() == static_cast<size_t>(getSize()) && all_like(out[0], in[0])) {
     at::Tensor flat = at::empty({in[0].numel() * getSize()}, in[0].options());
-    auto call = data_call(Collective::AllGather, algo(Collective::AllGather), dt, n, address(in[0]), address(flat), 0);
+    auto call = make_call(Collective::AllGather, algo(Collective::AllGather), dt, n, address(in[0]), address(flat), 0);
     std::vector<at::Tensor> outs = out[0];
     return run(call, o.asyncOp, c10d::OpType::ALLGATHER, "all_gather", outs,
                [flat, outs]() mutable { unpack(flat, outs); });
@@ -117,7 +105,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::gather(std::vector<std::vector<at
       (root ? out.size() == 1 && out[0].size() == static_cast<size_t>(getSize()) && all_like(out[0], in[0])
             : out.empty())) {
     at::Tensor flat = root ? at::empty({in[0].numel() * getSize()}, in[0].options()) : at::Tensor();
-    auto call = data_call(Collective::Gather, algo(Collective::Gather), dt, n, address(in[0]),
+    auto call = make_call(Collective::Gather, algo(Collective::Gather), dt, n, address(in[0]),
                           root ? address(flat) : 0, static_cast<int>(o.rootRank));
     std::vector<at::Tensor> outs = root ? out[0] : std::vector<at::Tensor>();
     std::function<void()> finish;
@@ -142,7 +130,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::scatter(std::vector<at::Tensor>& 
       for (const auto& t : in[0]) blocks.push_back(t.reshape({-1}));
       flat = at::cat(blocks);
     }
-    auto call = data_call(Collective::Scatter, algo(Collective::Scatter), dt, n, root ? address(flat) : 0,
+    auto call = make_call(Collective::Scatter, algo(Collective::Scatter), dt, n, root ? address(flat) : 0,
                           address(out[0]), static_cast<int>(o.rootRank));
     return run(call, o.asyncOp, c10d::OpType::SCATTER, "scatter", out, [flat] {});
   }
@@ -157,7 +145,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::alltoall_base(at::Tensor& out, at
   int64_t n, n_out;
   if (out_splits.empty() && in_splits.empty() && movable(in, &dt, &n) && movable(out, &dt_out, &n_out) &&
       in.scalar_type() == out.scalar_type() && n == n_out && n % getSize() == 0) {
-    auto call = data_call(Collective::AllToAll, algo(Collective::AllToAll), dt, n / getSize(), address(in),
+    auto call = make_call(Collective::AllToAll, algo(Collective::AllToAll), dt, n / getSize(), address(in),
                           address(out), 0);
     return run(call, o.asyncOp, c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {out});
   }
@@ -165,7 +153,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::alltoall_base(at::Tensor& out, at
 }
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::barrier(const c10d::BarrierOptions& o) {
-  auto call = data_call(Collective::Barrier, 0, DType::UInt8, 0, 0, 0, 0);
+  auto call = make_call(Collective::Barrier, 0, DType::UInt8, 0, 0, 0, 0);
   return run(call, o.asyncOp, c10d::OpType::BARRIER, "barrier", {});
 }
 

@@ -4,7 +4,7 @@ emulated device, and the route's cache of resolved calls (issue #25, the host co
 import numpy as np
 
 import commlib.emulated as emu
-from kernel_path_cases import KERNEL_SETTINGS, counted, per_path, with_settings
+from kernel_path_cases import COPY_SETTINGS, KERNEL_SETTINGS, counted, per_path, with_settings
 
 # The driver calls a call's structure is pinned by (device/emulated/emulated_device.cc's names).
 WATCHED = ("the kernel path's launch", "cudaEventRecord", "cudaStreamWaitEvent", "cudaLaunchHostFunc",
@@ -69,4 +69,4 @@ def enqueue_beside_a_held_query(comm):
             _C.emulated_hold_queries(False)
         emu.current_stream().synchronize()
         return held_during_call, bool((x.numpy() == sub.size ** 3).all())
-    return with_settings(comm, KERNEL_SETTINGS, run)
+    return with_settings(comm, COPY_SETTINGS, run)
