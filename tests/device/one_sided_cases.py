@@ -29,9 +29,10 @@ def one_sided_matrix(comm, cases):
     return with_settings(comm, SETTINGS, run)
 
 
-def counted_call(comm, coll, algo, count, settings):
+def counted_call(comm, coll, algo, count, settings, shareable=True):
     """One warm-up and one counted call of `algo` with `count` float32 elements per rank block:
-    (the counters of the second call, whether the result was right)."""
+    (the counters of the second call, whether the result was right). `shareable` False: the
+    buffers have no shareable handle (the staged path)."""
     import numpy as np
 
     import commlib.emulated as emu
@@ -40,8 +41,8 @@ def counted_call(comm, coll, algo, count, settings):
         P, r = sub.size, sub.rank
         n_in = count * (P if coll in ("reduce_scatter", "all_to_all") else 1)
         n_out = count * (P if coll in ("all_gather", "all_to_all") else 1)
-        x = emu.from_numpy(np.full(n_in, r + 1, np.float32))
-        y = emu.from_numpy(np.zeros(n_out, np.float32))
+        x = emu.from_numpy(np.full(n_in, r + 1, np.float32), shareable=shareable)
+        y = emu.from_numpy(np.zeros(n_out, np.float32), shareable=shareable)
         call = getattr(sub, coll)
         for i in range(2):
             if i == 1:  # the warm-up's launch done (calls are stream-ordered, not host-synchronous)

@@ -40,6 +40,22 @@ def test_the_bench_compares_the_paths(pool):
     assert table["collectives"] == {}, table
 
 
+@pytest.mark.timeout(120)
+def test_the_bench_runs_the_one_sided_algorithms_on_the_kernel_path(pool):
+    """`--algorithms mapped_two_shot,two_shot --paths kernel,copy`: the one-sided algorithm only as
+    `@kernel` (the copy path refuses it), checked, and left out, saying why, of a size whose staged
+    buffers do not fit the slots (4 x 64 KiB per peer, 2 ranks: 512 KiB) instead of ending the sweep."""
+    cfg = dict(CFG, sizes=[4096, 1 << 20], algorithms=["mapped_two_shot", "two_shot"], paths=["kernel", "copy"])
+    slots = {"COMMLIB_DEVICE_SLOT_BYTES": "65536", "COMMLIB_DEVICE_SLOTS": "4"}
+    records, _, _, wrong, text = pool(2, env=DELAY_ENV).run(sweep_paths, cfg, slots, True, timeout=100)[0]
+    ran = {(r["algorithm"], r["bytes"]): r["path"] for r in records}
+    assert ran == {("mapped_two_shot@kernel", 4096): "kernel", ("two_shot@kernel", 4096): "kernel",
+                   ("two_shot@copy", 4096): "copy", ("two_shot@kernel", 1 << 20): "kernel",
+                   ("two_shot@copy", 1 << 20): "copy"}, ran
+    assert wrong == 0 and all(r["wrong"] == 0 for r in records)
+    assert "mapped_two_shot@kernel (in) at 1048576 B refused" in text and "needs 1048576" in text, text
+
+
 def test_path_rows_pair_the_paths_of_a_size():
     def rec(algo, path, us):
         return {"backend": "commlib", "collective": "all_reduce", "bytes": 8, "mode": "in", "algorithm": algo,

@@ -64,16 +64,20 @@ EXPECTED = {
 
 
 @pytest.mark.timeout(240)
-def test_counters_per_algorithm(pool):
+@pytest.mark.parametrize("route", ["mapped", "staged"])
+def test_counters_per_algorithm(pool, route):
     """The two-shot misses the issue's 2.25 N (docs/gpu.md says what it needs); what is pinned is
     what runs: nothing touches host memory while data moves, two system-scope fences per block per
     handshake (a release store to signal, an acquire fence to wait), the grid barriers, and the
-    traffic, so a change that adds any shows here."""
+    traffic, so a change that adds any shows here. Mapped (every rank's buffers shareable): nothing
+    staged, and no grid barrier before the copy-out; staged (no shareable handle): the copies."""
     for coll, algo in ONE_SIDED:
         count = N // 4 // (P if coll in ("reduce_scatter", "all_to_all") else 1)
         res = pool(P, env=DELAY_ENV).run(counted_call, coll, algo, count, {"COMMLIB_DEVICE_SLOT_BYTES": str(8 << 20)},
-                                         timeout=200)
+                                         route == "mapped", timeout=200)
         read, written, staged, barriers, handshakes = EXPECTED[(coll, algo)]
+        if route == "mapped":
+            staged, barriers = 0, 1
         for c, ok in res:
             assert ok, (coll, algo)
             blocks = c["block_runs"]
