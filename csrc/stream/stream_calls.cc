@@ -288,6 +288,7 @@ Launched StreamEngine::enqueue_call(const CollectiveCall& call, const ResolvedPl
                              : path == DeviceCallPath::Nccl ? static_cast<DevicePathRunner&>(*nccl_)
                                                             : static_cast<DevicePathRunner&>(*copy_);
   last_path_ = path == DeviceCallPath::Kernel ? "kernel" : "copy";  // NCCL's own collective shows as copy
+  last_algorithm_ = plan.name;
   Launched l = runner.enqueue(PathCall{plan, call, desc, bases, seq_, captured, mapped}, s);
   if (l.done) note_wait(StreamWait{l.done, l.target, l.peer, l.send, seq_});  // the launch's first peer until it completes
   if (avg_divides(call, rank_) && call.count) {

@@ -201,6 +201,9 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   // The path the last collective ran on: "kernel" (one launch, stream/kernel_path.h), "copy"
   // (copy-engine copies ordered by stream memory operations) or "" before the first.
   std::string last_path() const { return last_path_; }
+  // The algorithm the last collective ran (auto resolved per call: a one-sided route may change
+  // it, stream_one_sided.cc), "" before the first.
+  std::string last_algorithm() const { return last_algorithm_; }
   // The kernel path (null with COMMLIB_DEVICE_PATH=copy): its record of the chunks it moved by
   // protocol, and the tests' hook on its chunk numbers (kernel_path.h).
   KernelPath* kernel_path() { return kernel_.get(); }
@@ -373,6 +376,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   std::unique_ptr<RemoteDescriptors> remote_descs_;  // never null; staging only with peers on other hosts
   std::unique_ptr<P2PDescriptors> p2p_descs_;        // never null (point-to-point message descriptors)
   std::string last_path_;
+  std::string last_algorithm_;
   bool publish_kernel_calls_ = true;  // enqueue state
   uint64_t wd_kernel_progress_ = 0;
 };

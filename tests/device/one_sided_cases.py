@@ -63,14 +63,16 @@ def counted_call(comm, coll, algo, count, settings, shareable=True):
 
 def refusals(comm):
     """The messages of a one-sided call refused: on the copy path, and too big for the staging slots
-    (then a fitting call on the same communicator still runs)."""
+    (buffers without a shareable handle: staged), then a fitting call on the same communicator
+    still runs, and the same too-big call on buffers every rank can map runs (nothing staged):
+    (on_copy, too_big, then, mapped)."""
     import numpy as np
 
     import commlib.emulated as emu
     from kernel_path_cases import COPY_SETTINGS
 
-    def attempt(sub, n):
-        x = emu.from_numpy(np.ones(n, np.float32))
+    def attempt(sub, n, shareable=False):
+        x = emu.from_numpy(np.ones(n, np.float32), shareable=shareable)
         try:
             sub.all_reduce(x, algorithm="mapped_two_shot")
             emu.synchronize()
@@ -79,5 +81,6 @@ def refusals(comm):
         return float(x.numpy()[0])
     on_copy = with_settings(comm, COPY_SETTINGS, attempt, 16)
     small = dict(SETTINGS, COMMLIB_DEVICE_SLOT_BYTES="4096")
-    too_big, then = with_settings(comm, small, lambda sub: (attempt(sub, 8192), attempt(sub, 64)))
-    return on_copy, too_big, then
+    too_big, then, mapped = with_settings(comm, small, lambda sub: (attempt(sub, 8192), attempt(sub, 64),
+                                                                    attempt(sub, 8192, True)))
+    return on_copy, too_big, then, mapped

@@ -91,7 +91,7 @@ def test_counters_per_algorithm(pool, route):
 
 
 def test_one_sided_calls_the_kernel_path_cannot_run_are_refused(pool):
-    for on_copy, too_big, then in pool(2, env=DELAY_ENV).run(refusals, timeout=60):
+    for on_copy, too_big, then, mapped in pool(2, env=DELAY_ENV).run(refusals, timeout=60):
         assert "mapped_two_shot is one-sided" in on_copy and "COMMLIB_DEVICE_PATH=copy" in on_copy, on_copy
         assert "COMMLIB_DEVICE_SLOTS x COMMLIB_DEVICE_SLOT_BYTES" in too_big and "needs 32768" in too_big, too_big
-        assert then == 2.0, then
+        assert then == 2.0 and mapped == 2.0, (then, mapped)
