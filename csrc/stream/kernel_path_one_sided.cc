@@ -144,12 +144,10 @@ void KernelPath::fill_one_sided(kexec::PlanLaunch& a, const Uploaded& u, char* c
   a.stage_bytes[0] = a.stage_bytes[1] = 0;
   a.staged_release = 0;
   if (!u.peer_bufs) return;
-  // The closing handshake with every peer (tag kSignalTags) ends staged and mapped launches alike:
-  // staged, no rank's next launch writes a peer's slots before every staged launch is over;
-  // mapped, no rank's caller touches its buffers again (its next kernel may overwrite them)
-  // before every peer's last read of them.
-  a.staged_release = 1;
-  if (mapped && mapped->mapped) {  // every rank's buffers in place: the call's table, no staging
+  // Every rank's buffers in place: the call's table, no staging, and no closing handshake: the
+  // verifier proves that when a schedule returns every peer is done with this rank's buffers (its
+  // last wait), and a mapped launch touches no slots (every rank takes the same route).
+  if (mapped && mapped->mapped) {
     const uint8_t in_bit = 1u << static_cast<int>(BufferId::Input), out_bit = 1u << static_cast<int>(BufferId::Output);
     std::vector<uint64_t> words(static_cast<size_t>(size_) * 3, 0);
     for (int q = 0; q < size_; ++q) {
@@ -160,6 +158,7 @@ void KernelPath::fill_one_sided(kexec::PlanLaunch& a, const Uploaded& u, char* c
     return;
   }
   if (!u.stage_fits) throw std::logic_error("kernel path: a staged one-sided call that does not fit (unchecked)");
+  a.staged_release = 1;  // the closing handshake (the file's comment says why)
   char* const mine = region_ + 2 * flag_bytes();
   const uint64_t out_at = u.stage_in_place ? 0 : round_up(u.stage_bytes[0], kStageAlign);
   if (u.stage_bytes[0] || u.stage_in_place) {

@@ -84,3 +84,51 @@ def refusals(comm):
     too_big, then, mapped = with_settings(comm, small, lambda sub: (attempt(sub, 8192), attempt(sub, 64),
                                                                     attempt(sub, 8192, True)))
     return on_copy, too_big, then, mapped
+
+
+class _Raw:
+    """Device memory an emulated Array views without owning it (the test frees it itself)."""
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+
+def freed_and_reallocated(comm):
+    """mapped_two_shot on every rank's registered buffer, then rank 1's buffer freed and another
+    allocated at the same address with other contents, then the call again, several times: the
+    results of every call, and how many calls staged (kernel counters). A peer reading rank 1's
+    old allocation through a stale mapping would sum its old bytes."""
+    import numpy as np
+
+    import commlib.emulated as emu
+
+    def run(sub):
+        dev, s = emu.device(), emu.current_stream()
+        n = 1024
+
+        def array(value, at=0):
+            ptr = dev.allocate_with(n * 4, at, True)
+            dev.upload(ptr, np.full(n, value, np.float32).tobytes(), s._stream)
+            return ptr, emu.Array(_Raw(ptr), emu.current_device(), 0, n, "float32")
+
+        ptr, x = array(sub.rank + 1)
+        results = []
+        emu.kernel_counters(reset=True)
+        for i in range(3):
+            sub.all_reduce(x, algorithm="mapped_two_shot")
+            results.append(float(x.numpy()[0]))
+            sub.barrier()  # every rank's call done before rank 1 frees the buffer its peers mapped
+            if sub.rank == 1:
+                dev.free_ordered(ptr, s._stream)
+                s.synchronize()
+                ptr, x = array(10 * (i + 1), at=ptr)  # the same address, a new allocation
+                assert x.data_ptr() == ptr
+            else:
+                dev.upload(ptr, np.full(n, sub.rank + 1, np.float32).tobytes(), s._stream)
+        s.synchronize()
+        staged = emu.kernel_counters()["staged_bytes"]
+        sub.barrier()
+        dev.free_ordered(ptr, s._stream)
+        s.synchronize()
+        return results, staged
+    return with_settings(comm, SETTINGS, run)
