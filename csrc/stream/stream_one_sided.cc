@@ -44,13 +44,27 @@ MappedPeers StreamEngine::agree_route(const CollectiveCall& call) {
                out_bytes = static_cast<size_t>(std::max<int64_t>(shapes.output, 0)) * esize;
   const uint64_t number = ++one_sided_calls_;
   PeerBuffers& registry = kernel_->peer_buffers();
-  const auto stop = [this] { return failed(); };
+  // A peer that failed (its failure on the control plane) never reaches the call: stop waiting,
+  // and fail the call as any call after a peer's failure (PeerError naming it), not by the timeout.
+  const auto status = [this](int p) { return control_->peer_status(p, false); };
+  const auto stop = [this, &status] {
+    if (failed()) return true;
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_ && status(p).state == PeerState::Failed) return true;
+    return false;
+  };
   PeerBufferView in, out;
   MappedPeers route;
   try {
     route.mapped = registry.agree(number, 0, reinterpret_cast<const void*>(call.input), in_bytes, false, stop, &in) &&
                    registry.agree(number, 1, reinterpret_cast<const void*>(call.output), out_bytes, false, stop, &out);
   } catch (const std::runtime_error& e) {
+    ErrorKind kind;
+    std::string msg;
+    if (failed_peer_error(describe(call, call.algo, control_->peek_call_seq()), rank_, size_, status, &kind, &msg)) {
+      fail(kind, msg);
+      raise_to_caller(kind, msg);
+    }
     throw std::runtime_error(std::string(collective_name(call.coll)) + " on rank " + std::to_string(rank_) +
                              ", agreeing on the peers' buffers: " + e.what());
   }
