@@ -98,6 +98,9 @@ const std::vector<Param> kParams = {
      "how the stream engine runs a collective on device buffers: kernel = one kernel launch over peer memory, "
      "copy = copy-engine copies ordered by stream memory operations, auto = kernel up to the tuning file's "
      "device_path crossover per rank (default 1 MiB), copy above (the same on every rank)"},
+    {"COMMLIB_DEVICE_BLOCK_BYTES", "bytes", "262144",
+     "kernel path, one-sided algorithms (mapped_*): at least this many bytes per block per handshake (fewer "
+     "blocks for smaller calls, at most the device's grid), the same on every rank", 1, INT64_MAX},
     {"COMMLIB_DEVICE_LL_BYTES", "bytes", "8192",
      "kernel path: chunks of at most this many bytes move with the LL protocol (data and flag in one 8-byte store, "
      "no fence; half the bandwidth), larger ones through a slot and a flag; 0 = never; a multiple of 64 up to 65536, "
