@@ -68,6 +68,9 @@ const std::vector<Param> kParams = {
      "outlives any rank (unset: MASTER_ADDR:MASTER_PORT, served by rank 0 unless torchrun serves it)"},
     {"COMMLIB_NO_CUDA", "flag", "",
      "build time (setup.py): skip the CUDA module even when nvcc is found"},
+    {"COMMLIB_CUDA_ARCHS", "list", "80,90",
+     "build time (setup.py): the GPU architectures the CUDA module is compiled for (PTX of the last too); "
+     "scripts/gpu_check.sh builds for the lent GPU's alone, which halves the build"},
     {"COMMLIB_NO_TORCH_BACKEND", "flag", "",
      "build time (setup.py): skip the torch backend's C++ module (commlib._C_torch); groups are then the Python "
      "backend alone"},

@@ -132,3 +132,22 @@ def freed_and_reallocated(comm):
         s.synchronize()
         return results, staged
     return with_settings(comm, SETTINGS, run)
+
+
+def one_sided_matrix_cuda(comm, cases):
+    """(failures, digests, paths) for `cases` with torch CUDA tensors on a kernel-path
+    sub-communicator (test_one_sided_cuda.py, on a GPU): the same settings as the emulated matrix."""
+    import torch
+
+    import device_cuda_cases
+
+    def run(sub):
+        fails, digests, paths = [], [], set()
+        for c in cases:
+            f, d = device_cuda_cases.check_cases(sub, [c])
+            fails += f
+            digests += d
+            paths.add(sub._device_route.last_path())
+        torch.cuda.synchronize()
+        return fails, digests, sorted(paths)
+    return with_settings(comm, SETTINGS, run)
