@@ -45,8 +45,9 @@ bool tuned_row(int size, const KernelAutoInputs& in, uint64_t bytes, std::string
 bool kernel_auto_may_map(int size, const Topology& topology, const KernelAutoInputs& in, Collective coll,
                          uint8_t requested, uint64_t bytes, const std::string& policy_source) {
   std::string tuned;
-  return in.path != DevicePath::Copy && kernel_auto_applies(size, topology, in, coll, requested, policy_source) &&
-         !one_shot_size(size, bytes) && !tuned_row(size, in, bytes, &tuned);
+  return kernel_path_takes(in.path, bytes, in.kernel_max_bytes) &&
+         kernel_auto_applies(size, topology, in, coll, requested, policy_source) && !one_shot_size(size, bytes) &&
+         !tuned_row(size, in, bytes, &tuned);
 }
 
 uint8_t kernel_auto_algorithm(int size, const Topology& topology, const KernelAutoInputs& in, Collective coll,

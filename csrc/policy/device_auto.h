@@ -34,11 +34,13 @@
 //   1. a tuning row measured on the kernel path (the tuning file's "kernel_path" section, TuningRow::
 //      kernel_path) for this world size and size wins: a measurement beats the rule of thumb;
 //   2. where every rank's input and output are mapped (`peers_mapped`, agreed per call) and each
-//      rank receives more than kOneShotBytes: `mapped_two_shot`, at any size (a one-sided plan
-//      runs on the kernel path above auto's crossover too). The cost model is the memory traffic
-//      per rank pinned on the emulated device: (5P - 3) / P x N read and written, nothing staged,
-//      against about 8.5 N for the two-shot through the slots (every byte into a peer's slot, into
-//      scratch, then reduced) and the copy path's staging above the crossover (issue #38);
+//      rank receives more than kOneShotBytes: `mapped_two_shot` (up to the crossover, or at any
+//      size with COMMLIB_DEVICE_PATH=kernel: where the kernel path takes the call; above it the
+//      copy path stays, as the crossover measured it, until `commlib tune --device`, which now
+//      measures the mapped algorithms on the kernel path, moves it). The cost model is the memory
+//      traffic per rank pinned on the emulated device: (5P - 3) / P x N read and written, nothing
+//      staged, against about 8.5 N for the two-shot through the slots (every byte into a peer's
+//      slot, into scratch, then reduced: issue #38);
 //   3. up to the crossover: `direct` while each rank receives at most kOneShotBytes ((P - 1) x
 //      the message), else `two_shot`. Larger calls (COMMLIB_DEVICE_PATH=kernel) keep the policy's
 //      bandwidth-minded choice. The thresholds are from the shape of the traffic, not measured on a GPU.

@@ -71,15 +71,13 @@ def kernel_matrix(comm, small, big):
 
 
 def _paths(comm):
-    """The path auto takes for a small and a large all_reduce (buffers without a shareable handle:
-    on mapped ones auto takes the mapped two-shot on the kernel path at any size,
-    test_kernel_call_check.py's test_auto_maps_where_every_rank_can)."""
+    """The path auto takes for a small and a large all_reduce."""
     import numpy as np
 
     import commlib.emulated as emu
     out = []
     for n in (1000, (1 << 20) // 4 + 1):  # 4 000 bytes; one element over 1 MiB
-        x = emu.from_numpy(np.ones(n, np.float32), shareable=False)
+        x = emu.from_numpy(np.ones(n, np.float32))
         comm.all_reduce(x)
         out.append((comm._device_route.last_path(), bool((x.numpy() == comm.size).all())))
     return out

@@ -70,19 +70,22 @@ def test_auto_takes_one_shot_or_two_shot_on_the_kernel_path(pool, path):
             assert after == ["ring"] * 4, after
 
 
-@pytest.mark.parametrize("shareable", [(0, 1, 2), (0, 2)])
-def test_auto_maps_where_every_rank_can(pool, shareable):
-    """COMMLIB_DEVICE_PATH=auto, 3 ranks, 8 B / 64 KiB / 256 KiB / just over 1 MiB: where every
-    rank's buffers can be mapped, auto's all_reduce takes the mapped two-shot on the kernel path
-    wherever the two-shot would run, above auto's crossover too (policy/device_auto.h); where one
-    rank's buffer has no shareable handle (rank 1), every rank keeps the rule's choice (the ranks
-    agree per call: a rank deciding alone would read a peer's buffer that peer staged)."""
+@pytest.mark.parametrize("path,shareable", [("auto", (0, 1, 2)), ("auto", (0, 2)), ("kernel", (0, 1, 2))])
+def test_auto_maps_where_every_rank_can(pool, path, shareable):
+    """3 ranks, 8 B / 64 KiB / 256 KiB / just over 1 MiB: where every rank's buffers can be mapped,
+    auto's all_reduce takes the mapped two-shot wherever the kernel path takes the call and the
+    two-shot would run (policy/device_auto.h; above auto's crossover the copy path stays); where
+    one rank's buffer has no shareable handle (rank 1), every rank keeps the rule's choice (the
+    ranks agree per call: a rank deciding alone would read a peer's buffer that peer staged)."""
     for before, after, policy, paths, ok, ran in pool(3, env=DELAY_ENV).run(
-            kernel_auto_choices, {"COMMLIB_DEVICE_PATH": "auto"}, None, shareable, timeout=60):
+            kernel_auto_choices, {"COMMLIB_DEVICE_PATH": path}, None, shareable, timeout=60):
         assert ok and before == after == ["direct", "direct", "two_shot", policy[3]], (before, after, policy)
-        if len(shareable) == 3:
+        if path == "kernel":
             assert ran == ["direct", "direct", "mapped_two_shot", "mapped_two_shot"], ran
             assert paths == ["kernel"] * 4, paths
+        elif len(shareable) == 3:
+            assert ran == ["direct", "direct", "mapped_two_shot", policy[3]], ran
+            assert paths == ["kernel"] * 3 + ["copy"], paths
         else:
             assert ran == after and paths == ["kernel"] * 3 + ["copy"], (ran, paths)
 
