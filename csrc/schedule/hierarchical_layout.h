@@ -178,18 +178,22 @@ struct IntraPhases {
 
 
 // (2) of segment t, composed: every block this rank owns all-reduced in place by
-// CollArgs::inter_algorithm on the sub-group of its owners (subgroup.h), one block after another,
-// with scratch from x_base; raises scratch_end to cover it.
-inline std::vector<Step> inter_phase(const CollArgs& a, const Layout& y, int t, int64_t x_base, int64_t& scratch_end) {
+// CollArgs::inter_algorithm on the sub-group of its owners (subgroup.h), one block after another
+// (each in `pieces` pieces one after another: the overlapped pipeline), with scratch from x_base;
+// raises scratch_end to cover it.
+inline std::vector<Step> inter_phase(const CollArgs& a, const Layout& y, int t, int64_t x_base, int64_t& scratch_end,
+                                     int pieces = 1) {
   Schedule tmp;
   if (y.H < 2) return tmp.steps;
   for (int b = y.first(y.h, y.i); b < y.first(y.h, y.i + 1); ++b) {
     Subgroup g;
     for (int x = 0; x < y.H; ++x) g.members.push_back(y.owner(x, b));
     const Region blk = y.span(BufferId::Output, t, b, b + 1);
-    g.input = g.output = Rebase{BufferId::Output, blk.offset};
-    g.scratch = Rebase{BufferId::Scratch, x_base};
-    append_schedule(tmp, on_subgroup(Collective::AllReduce, a.inter_algorithm, y.r, blk.count, 0, g));
+    for (int q = 0; q < pieces; ++q) {
+      g.input = g.output = Rebase{BufferId::Output, blk.offset + blk_off(blk.count, pieces, q)};
+      g.scratch = Rebase{BufferId::Scratch, x_base};
+      append_schedule(tmp, on_subgroup(Collective::AllReduce, a.inter_algorithm, y.r, blk_len(blk.count, pieces, q), 0, g));
+    }
   }
   scratch_end = std::max(scratch_end, tmp.scratch_count);
   return tmp.steps;

@@ -127,6 +127,16 @@ std::vector<Step> merge_by_progress(const std::vector<Step>& intra, const std::v
   return out;
 }
 
+// Talking steps of segment t's inter lane of this rank's group as its member on host 0 has them.
+int64_t group_steps_on_host0(const CollArgs& a, const Layout& y, int t, int64_t x_base) {
+  CollArgs a0 = a;
+  a0.rank = y.m.hosts[0][y.i];
+  const Layout y0(a0, y.m, y.K);
+  int64_t ignored = 0;
+  const std::vector<Step> lane = inter_phase(a0, y0, t, x_base, ignored);
+  return std::count_if(lane.begin(), lane.end(), step_talks);
+}
+
 }  // namespace
 
 Schedule all_reduce_overlapped(const CollArgs& a, const Layout& y) {
@@ -135,24 +145,33 @@ Schedule all_reduce_overlapped(const CollArgs& a, const Layout& y) {
   // Scratch: [built-in reduce-scatter slots][the inter lane's][the registered intra phases'].
   const int64_t x_base = a.intra_algorithm.empty() ? y.rs_scratch() : 0;
   int64_t x_end = x_base;
-  std::vector<std::vector<Step>> inter(y.K);
-  for (int t = 0; t < y.K; ++t) inter[t] = inter_phase(a, y, t, x_base, x_end);
+  for (int t = 0; t < y.K; ++t) inter_phase(a, y, t, x_base, x_end);
   s.scratch_count = x_end;
-  // One round beside one inter step: an inter lane of more steps than the tick's talking intra
-  // rounds runs the intra phases in up to that many times more pieces (kMaxChunks at most), none
-  // of a block smaller than an eighth of a block of the shortest segment CollArgs::segment allows
+  // A tick's talking steps pair one intra round with one inter step, so the lane with fewer runs
+  // its segment in pieces (kMaxChunks at most), up to as many talking steps as the other; none of
+  // a block smaller than an eighth of a block of the shortest segment CollArgs::segment allows
   // (a piece's messages must stay large enough that their per-message costs do not dominate).
   const int64_t block = y.span(BufferId::Input, 0, 0, 1).count;
   const int64_t least = std::max<int64_t>(1, a.segment / (y.B * kMaxChunks));
-  const int64_t most_chunks = std::clamp<int64_t>(block / least, 1, kMaxChunks);
+  const int64_t most = std::clamp<int64_t>(block / least, 1, kMaxChunks);
+  auto pieces = [&](int64_t mine, int64_t other) { return mine == 0 ? 1 : std::min<int64_t>(most, (other + mine - 1) / mine); };
   for (int t = -1; t <= y.K; ++t) {
-    const std::vector<Step> none, &lane = t >= 0 && t < y.K ? inter[t] : none;
+    int64_t ignored = 0;  // within x_end (smaller pieces need no more scratch than the whole block)
+    const bool x_now = t >= 0 && t < y.K;
+    std::vector<Step> lane = x_now ? inter_phase(a, y, t, x_base, ignored) : std::vector<Step>{};
     std::vector<bool> talks;
     std::vector<Step> mine = aligned_intra(a, y, t, 1, x_end, s.scratch_count, talks);
     const int64_t rounds = std::count(talks.begin(), talks.end(), true);
+    // Every member of an inter group must cut alike, but their lanes may differ (a folded rank
+    // talks less), so the group's cut follows its host-0 member's lane; the host's intra cut
+    // follows this rank's (its local peers are the same member of their groups).
     const int64_t steps = std::count_if(lane.begin(), lane.end(), step_talks);
-    const int64_t chunks = rounds == 0 ? 1 : std::min<int64_t>(most_chunks, (steps + rounds - 1) / rounds);
-    if (chunks > 1) mine = aligned_intra(a, y, t, static_cast<int>(chunks), x_end, s.scratch_count, talks);
+    const int64_t steps0 = !x_now || y.h == 0 ? steps : group_steps_on_host0(a, y, t, x_base);
+    if (rounds > steps0 && steps0 > 0) {
+      lane = inter_phase(a, y, t, x_base, ignored, static_cast<int>(pieces(steps0, rounds)));
+    } else if (steps > rounds && rounds > 0) {
+      mine = aligned_intra(a, y, t, static_cast<int>(pieces(rounds, steps)), x_end, s.scratch_count, talks);
+    }
     append_steps(s, merge_by_progress(mine, talks, lane));
   }
   return s;
