@@ -89,11 +89,11 @@ bool step_talks(const Step& st) {
 // One tick's steps: the intra lane's rounds (intra_talks[k]: some local rank sends or receives in
 // round k) and the inter lane's steps merged by progress through the tick, so that the talking
 // inter steps spread over the talking rounds (a step runs as long as the slower of the two), and a
-// step of copies and reductions only goes alone: the c-th of C talking rounds starts at c/C, the
-// e-th of E talking inter steps at e/E; two talking steps that start together share a step, else
-// the earlier goes first. Every local rank has the same rounds and talks, and the same inter
-// steps (one group's schedule on equal hosts), so the local ranks' merged ticks line up round for
-// round.
+// step of copies and reductions only goes alone: the c-th of C talking rounds spans [c/C,
+// (c+1)/C) of the tick, the e-th of E talking inter steps [e/E, (e+1)/E); the next two share a
+// step when their spans overlap, else the one that ends first goes alone. Every local rank has the
+// same rounds and talks, and the same inter steps (one group's schedule on equal hosts), so the
+// local ranks' merged ticks line up round for round.
 std::vector<Step> merge_by_progress(const std::vector<Step>& intra, const std::vector<bool>& intra_talks,
                                     const std::vector<Step>& inter) {
   const int64_t C = std::max<int64_t>(1, std::count(intra_talks.begin(), intra_talks.end(), true));
@@ -105,17 +105,14 @@ std::vector<Step> merge_by_progress(const std::vector<Step>& intra, const std::v
     if (!st.ops.empty()) out.push_back(st);
   };
   while (k < intra.size() || e < inter.size()) {
-    // Progress compared as c_done/C against e_done/E, exactly; a finished lane is at the end.
-    const int64_t at_intra = k < intra.size() ? c_done * E : INT64_MAX;
-    const int64_t at_inter = e < inter.size() ? e_done * C : INT64_MAX;
-    const bool intra_local = k < intra.size() && !intra_talks[k], inter_local = e < inter.size() && !step_talks(inter[e]);
-    if (intra_local && at_intra <= at_inter) {
+    const bool intra_left = k < intra.size(), inter_left = e < inter.size();
+    if (intra_left && !intra_talks[k]) {
       push(intra[k++]);
-    } else if (inter_local && at_inter <= at_intra) {
+    } else if (inter_left && !step_talks(inter[e])) {
       push(inter[e++]);
-    } else if (at_intra < at_inter) {
+    } else if (!inter_left || (intra_left && (c_done + 1) * E <= e_done * C)) {  // round ends before the step starts
       push(intra[k++]), ++c_done;
-    } else if (at_inter < at_intra) {
+    } else if (!intra_left || (e_done + 1) * C <= c_done * E) {  // the step ends before the round starts
       push(inter[e++]), ++e_done;
     } else {
       Step both = intra[k++];
