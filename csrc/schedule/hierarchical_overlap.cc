@@ -23,8 +23,9 @@ namespace sched {
 
 namespace {
 
-// Pieces the intra phases of a tick may take at most.
+// Pieces a lane's segment may be cut into at most, and the fewest elements of a block's piece.
 constexpr int64_t kMaxChunks = 8;
+constexpr int64_t kMinPiece = 4096;
 
 bool equal_hosts(const HostMap& m) {
   for (int g = 1; g < m.H(); ++g)
@@ -146,11 +147,11 @@ Schedule all_reduce_overlapped(const CollArgs& a, const Layout& y) {
   s.scratch_count = x_end;
   // A tick's talking steps pair one intra round with one inter step, so the lane with fewer runs
   // its segment in pieces (kMaxChunks at most), up to as many talking steps as the other; none of
-  // a block smaller than an eighth of a block of the shortest segment CollArgs::segment allows
-  // (a piece's messages must stay large enough that their per-message costs do not dominate).
+  // a block smaller than kMinPiece (a piece's messages must stay large enough that their
+  // per-message costs do not dominate). A function of the segment's length alone, so the
+  // candidate search's estimate from the first segments (candidate_search.h) cuts alike.
   const int64_t block = y.span(BufferId::Input, 0, 0, 1).count;
-  const int64_t least = std::max<int64_t>(1, a.segment / (y.B * kMaxChunks));
-  const int64_t most = std::clamp<int64_t>(block / least, 1, kMaxChunks);
+  const int64_t most = std::clamp<int64_t>(block / kMinPiece, 1, kMaxChunks);
   auto pieces = [&](int64_t mine, int64_t other) { return mine == 0 ? 1 : std::min<int64_t>(most, (other + mine - 1) / mine); };
   for (int t = -1; t <= y.K; ++t) {
     int64_t ignored = 0;  // within x_end (smaller pieces need no more scratch than the whole block)

@@ -17,6 +17,7 @@ def flat(coll):
 
 
 INTER = flat("all_reduce")
+PIECE = 4096  # hierarchical_overlap.cc, kMinPiece
 INTRA = [""] + [a for a in flat("reduce_scatter") if a in flat("all_gather")]
 # Equal hosts: 2x2, 3x3 (odd), 2x5, 5x1 hosts of 3 interleaved, 3x1 (one rank per host), 4x16 (64).
 EQUAL_MAPS = [[0, 0, 1, 1], [h for h in range(3) for _ in range(3)], [h for h in range(2) for _ in range(5)],
@@ -42,10 +43,12 @@ def test_every_pair_verified_on_equal_hosts(inter):
         P = len(hosts)
         if P == 64 and intra and (k + INTER.index(inter)) % 3:  # 64 ranks: a third of the intra algorithms
             continue
-        # 2 segments; 16 of 5-6 elements (blocks of 0-1 at 64 ranks: once per inter algorithm); 16
-        # longer ones on the small maps.
+        # 2 segments; 16 of 5-6 elements (blocks of 0-1 at 64 ranks: once per inter algorithm); on
+        # the small maps 3 segments whose blocks hold 8 pieces' worth (PIECE elements each), so
+        # the lane with fewer talking steps is cut in pieces.
         cases = ((15, 7), (97, 5)) if P < 64 else ((15, 7),) if intra else ((97, 5),)
-        for count, segment in cases + (((16 * 7 * P + 5, 7 * P),) if P < 64 else ()):
+        B = max(hosts.count(h) for h in hosts)
+        for count, segment in cases + (((3 * B * 8 * PIECE + 5, B * 8 * PIECE),) if P < 64 else ()):
             _C._verify_custom(_C.Collective.all_reduce, P, count, schedules(hosts, count, inter, intra, segment), 0)
 
 
