@@ -10,8 +10,10 @@
 // owners' sub-group when CollArgs::inter_algorithm is set (composed). Both are pipelined when there
 // are two hosts or more and the message spans two segments or more (CollArgs::segment elements; at
 // most kMaxSegments), on equal and uneven hosts alike. Phases (1) and (3) and the segment layout
-// are one `Layout` shared by the three schedules; the two pipelines order a tick differently (see
-// each), because a composed inter phase may take many steps.
+// are one `Layout` (hierarchical_layout.h) shared by the schedules; the pipelines order a tick
+// differently (see each), because a composed inter phase may take many steps. On hosts of equal
+// size a composed pipeline is the overlapped one (hierarchical_overlap.cc): every rank's intra
+// phases of t-1 and t+1 in the same steps as its inter phase of t.
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -118,7 +120,7 @@ Schedule all_reduce_pipelined(const Layout& y) {
 
 // Composed: (2) every owned block of a segment all-reduced in place by CollArgs::inter_algorithm
 // on the sub-group of its owners (subgroup.h), whose scratch follows the reduce-scatter slots.
-// Tick t: the all-gather of t-1 alone, then the inter phase of t beside the reduce-scatter of t+1.
+// Pipelined on equal hosts: the overlapped pipeline. Otherwise (unequal hosts, or one segment), tick t: the all-gather of t-1 alone, then the inter phase of t beside the reduce-scatter of t+1.
 // Intra-host messages only in a tick's first two steps, which a rank's local peers reach as soon
 // as they finished the tick before: so no rank waits on a local peer that waits on an inter-host
 // group (an all-gather beside the inter steps can: a rank of a smaller host serves several groups
