@@ -9,8 +9,10 @@ with a near-free network, `inter` with near-free NVLink. The overlapped pipeline
 max(intra, inter); the plain schedule runs them one after another (about their sum).
 
     python bench/sim_overlap.py [--jobs N] [--json bench/sim_data/overlap.json] [--nodes 2,16]
+        [--sizes 64,1024] [--compositions two_shot/-]
 
-`--nodes` simulates those node counts only and merges the points into the JSON file's.
+`--nodes`, `--sizes` and `--compositions` simulate those points only and merge them into the JSON
+file's (a point simulated again replaces its old value).
 """
 from __future__ import annotations
 
@@ -63,9 +65,9 @@ def _point(args):
     return out
 
 
-def points(nodes):
+def points(nodes, sizes=SIZES, compositions=COMPOSITIONS):
     # The built-in exchange sends each block to every other host: hopeless from 16 nodes, skipped there.
-    return [(p, n, s, x, i) for p in PRESETS for n in nodes for s in SIZES for x, i in COMPOSITIONS
+    return [(p, n, s, x, i) for p in PRESETS for n in nodes for s in sizes for x, i in compositions
             if not (x == "" and n > 2)]
 
 
@@ -95,21 +97,27 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--json", default=os.path.join(ROOT, "bench", "sim_data", "overlap.json"))
     ap.add_argument("--nodes", default=",".join(map(str, NODES)))
+    ap.add_argument("--sizes", default="", help="comma list of sizes in MiB (default: 64,256,1024)")
+    ap.add_argument("--compositions", default="", help="comma list of inter/intra (- for built-in), e.g. two_shot/-")
     a = ap.parse_args(argv)
     nodes = tuple(int(n) for n in a.nodes.split(","))
+    sizes = tuple(int(m) << 20 for m in a.sizes.split(",")) if a.sizes else SIZES
+    comps = tuple(tuple("" if p == "-" else p for p in c.split("/")) for c in a.compositions.split(",")) \
+        if a.compositions else COMPOSITIONS
     old = {"points": [], "notes": []}
     if os.path.exists(a.json):
         with open(a.json) as f:
             old = json.load(f)
     t0 = time.perf_counter()
     with ProcessPoolExecutor(a.jobs) as ex:
-        new = list(ex.map(_point, points(nodes)))
+        new = list(ex.map(_point, points(nodes, sizes, comps)))
     slowest = max(new, key=lambda r: r["wall_s"])
     note = (f"Sweep of {','.join(map(str, nodes))} nodes: {time.perf_counter() - t0:.0f} s on {a.jobs} processes "
             f"(a shared 2-core VM); slowest point {slowest['topology']} {slowest['nodes']} nodes "
             f"{slowest['inter'] or '-'}/{slowest['intra'] or '-'} {fmt_bytes(slowest['bytes'])}, {slowest['wall_s']:.0f} s "
             "for its four runs.")
-    data = {"points": [r for r in old["points"] if r["nodes"] not in nodes] + new,
+    fresh = {(r["topology"], r["nodes"], r["bytes"], r["inter"], r["intra"]) for r in new}
+    data = {"points": [r for r in old["points"] if (r["topology"], r["nodes"], r["bytes"], r["inter"], r["intra"]) not in fresh] + new,
             "notes": [n for n in old.get("notes", []) if not n.startswith(f"Sweep of {','.join(map(str, nodes))} ")] + [note]}
     with open(a.json, "w") as f:
         json.dump(data, f, indent=1)
