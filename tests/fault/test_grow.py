@@ -18,20 +18,6 @@ from commlib.errors import RendezvousError  # noqa: E402
 from commlib.testing import ExtraRank, RankPool  # noqa: E402
 
 
-def test_join_is_refused_at_once_under_commlib_secret(monkeypatch):
-    """Tickets are store counters, which a signed store refuses: join (and grow, by the same
-    check) says so at once instead of failing on one rank while the others wait."""
-    monkeypatch.setenv("COMMLIB_SECRET", "s" * 32)
-    server = StoreServer("127.0.0.1", 0)
-    store = TCPStore("127.0.0.1", server.port)
-    try:
-        with pytest.raises(RendezvousError, match="not available with COMMLIB_SECRET"):
-            commlib.join(store=store, timeout=60)
-    finally:
-        store.close()
-        server.close()
-
-
 # One host, and two emulated hosts (the victim and the joiner on the second: links across are TCP).
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("hosts", [None, ("a", "a", "b")], ids=["one_host", "two_hosts"])
