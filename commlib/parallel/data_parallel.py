@@ -17,6 +17,7 @@ from typing import List, Optional
 import torch
 
 from commlib.core.codecs import error_feedback_round
+from ._state_transfer import _check_optimizer, broadcast_optimizer_state
 from ._buckets import (MB, FlatLayout, OrderedLauncher, broadcast_tensors, check_algorithm, check_comm,
                        check_positive, dtype_buckets, param_slots, queue_backward_callback,
                        replicate_module, storage_bytes)
@@ -148,6 +149,44 @@ class DataParallel(torch.nn.Module):
         with torch.no_grad():
             broadcast_tensors(new, [p.data for p in self.module.parameters()] + list(self.module.buffers()))
         return new
+
+    def grow(self, n: Optional[int] = None, timeout: Optional[float] = None, optimizer=None,
+             close_old: bool = True):
+        """Take replacement processes in (docs/fault_tolerance.md, "Growing back"):
+        ``self.comm.grow(n, timeout)`` (every member calls this; see Communicator.grow), the old
+        communicator closed (unless ``close_old`` is False), then rank 0's parameters, buffers and,
+        with ``optimizer``, its optimizer state sent to every rank: each joiner calls
+        ``DataParallel.joined(module, comm, optimizer=...)`` with the communicator commlib.join
+        gave it, which receives them. Call it between steps (no backward in flight). Returns the
+        new communicator. Error feedback's residuals (``compress``) stay per rank: a joiner starts
+        with none. A PeerError or RendezvousError from the grow leaves ``self.comm`` as it was."""
+        _check_optimizer(optimizer)
+        if self._in_backward:
+            raise RuntimeError("grow: a backward is in flight; call it between steps")
+        old = self.comm
+        new = old.grow(n, timeout)
+        if close_old:
+            old.close()
+        self.comm = new
+        self._bring_newcomers(optimizer)
+        return new
+
+    @classmethod
+    def joined(cls, module: torch.nn.Module, comm, optimizer=None, **kwargs) -> "DataParallel":
+        """A joiner's side of ``grow``: wrap ``module`` (the same architecture as the members')
+        over ``comm``, the communicator ``commlib.join()`` returned, receiving rank 0's
+        parameters, buffers and, with ``optimizer`` (built over ``module``'s parameters as the
+        members' was), its state. ``kwargs``: DataParallel's own (bucket_cap_mb, algorithm,
+        ...), as the members gave them. Collective with the members' ``grow``."""
+        _check_optimizer(optimizer)
+        dp = cls(module, comm, **kwargs)  # its replicate_module meets the members' in _bring_newcomers
+        broadcast_optimizer_state(comm, optimizer)
+        return dp
+
+    def _bring_newcomers(self, optimizer):
+        """The members' half of ``joined``: the same collectives in the same order."""
+        replicate_module(self.comm, self.module)
+        broadcast_optimizer_state(self.comm, optimizer)
 
     @contextlib.contextmanager
     def no_sync(self):

@@ -1,0 +1,51 @@
+"""Growing back under torch (issue #40, item 4): DataParallel.grow brings a joiner the
+parameters, buffers and optimizer state of a survivor, and training equals a one-process replay
+of the same world sizes exactly (float64, integer data, a power-of-two learning rate and momentum;
+averages over 1 and 2 ranks are exact)."""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+pytest.importorskip("torch")
+
+import grow_torch_cases as gtc  # noqa: E402
+import training_replay as tr  # noqa: E402
+from commlib.testing import ExtraRank, RankPool  # noqa: E402
+
+
+@pytest.mark.timeout(120)
+def test_data_parallel_kill_shrink_grow_equals_a_one_process_replay():
+    pool = RankPool(2, timeout=90)
+    joiner = None
+    try:
+        joiner = ExtraRank(pool, gtc.joiner_dp)
+        results = pool.run(gtc.case_dp_kill_shrink_grow, pool.store.port, allow_death=True)
+        joined = joiner.result(90)
+    finally:
+        if joiner is not None:
+            joiner.kill()
+        pool.kill()
+    sizes = [2] * gtc.KILL_AT + [1] * (gtc.GROW_AT - gtc.KILL_AT) + [2] * (tr.STEPS - gtc.GROW_AT)
+    assert results[1] is None
+    weights, momentum, calls, got_sizes, rank, (want_w, want_m) = results[0]
+    assert (got_sizes, rank) == (sizes, 0)
+    assert weights == want_w, (np.frombuffer(weights), np.frombuffer(want_w))
+    assert momentum == want_m, (np.frombuffer(momentum), np.frombuffer(want_m))
+    assert calls == tr.STEPS + 1  # one forward per step, and the one whose backward failed
+    # the joiner: rank 1, the same parameters, momentum and buffer as rank 0
+    assert joined == (weights, momentum, calls, sizes[gtc.GROW_AT:], 1)
+
+
+def test_grow_and_joined_refuse_a_bad_optimizer_before_anything_is_sent():
+    from commlib.parallel import DataParallel
+    import torch
+    with pytest.raises(TypeError, match="optimizer: expected a torch.optim.Optimizer"):
+        DataParallel.joined(torch.nn.Linear(1, 1), None, optimizer=3)  # no communicator is touched
+    with pytest.raises(TypeError, match="optimizer"):
+        DataParallel.grow(object.__new__(DataParallel), 1, optimizer="sgd")
