@@ -14,6 +14,7 @@ if HERE not in sys.path:
 
 pytest.importorskip("torch")
 
+import fault_torch_cases as ftc  # noqa: E402
 import grow_torch_cases as gtc  # noqa: E402
 import training_replay as tr  # noqa: E402
 from commlib.testing import ExtraRank, RankPool  # noqa: E402
@@ -42,6 +43,23 @@ def test_data_parallel_kill_shrink_grow_equals_a_one_process_replay():
     assert joined == (weights, momentum, calls, sizes[gtc.GROW_AT:], 1)
 
 
+@pytest.mark.timeout(120)
+def test_grow_group_without_a_shrink_and_a_group_made_after_it():
+    """A scale-up from 2 to 3 ranks: the members' torch group counter is 1 (init made group "0"),
+    a joiner's 0; new_group after the grow must name the group alike on all of them."""
+    pool = RankPool(2, timeout=90)
+    joiner = None
+    try:
+        joiner = ExtraRank(pool, gtc.joiner_scale_up)
+        results = pool.run(gtc.case_grow_group_without_a_shrink, pool.store.port)
+        joined = joiner.result(90)
+    finally:
+        if joiner is not None:
+            joiner.kill()
+        pool.kill()
+    assert results == [(3, 3), (3, 3)] and joined == (3, 3), (results, joined)
+
+
 def test_grow_and_joined_refuse_a_bad_optimizer_before_anything_is_sent():
     from commlib.parallel import DataParallel
     import torch
@@ -49,3 +67,28 @@ def test_grow_and_joined_refuse_a_bad_optimizer_before_anything_is_sent():
         DataParallel.joined(torch.nn.Linear(1, 1), None, optimizer=3)  # no communicator is touched
     with pytest.raises(TypeError, match="optimizer"):
         DataParallel.grow(object.__new__(DataParallel), 1, optimizer="sgd")
+
+
+@pytest.mark.timeout(150)
+def test_ddp_kill_shrink_group_grow_group_equals_a_one_process_replay():
+    """torch DDP over commlib: rank 1 is SIGKILLed, rank 0 shrinks the default group
+    (dist.shrink_group) and trains alone, a replacement joins (commlib.torch.join_group) while
+    rank 0 calls commlib.torch.grow_group, and DDP, built again on the grown default group, trains
+    both to the end: bit for bit a one-process replay of the world sizes 2, 1, 2 (plain SGD)."""
+    pool = RankPool(2, timeout=120)
+    joiner = None
+    try:
+        joiner = ExtraRank(pool, gtc.joiner_ddp)
+        results = pool.run(gtc.case_ddp_kill_shrink_grow, pool.store.port, allow_death=True)
+        joined = joiner.result(120)
+    finally:
+        if joiner is not None:
+            joiner.kill()
+        pool.kill()
+    sizes = [2] * gtc.KILL_AT + [1] * (gtc.GROW_AT - gtc.KILL_AT) + [2] * (tr.STEPS - gtc.GROW_AT)
+    assert results[1] is None
+    weights, got_sizes, rank, desc, pair_sum = results[0]
+    assert (got_sizes, rank, desc, pair_sum) == (sizes, 0, "default:grown", 1)
+    want = ftc.torch_replay([list(range(s)) for s in sizes], sizes)
+    assert weights == want, (np.frombuffer(weights), np.frombuffer(want))
+    assert joined == (weights, sizes[gtc.GROW_AT:], 1, "default:grown", 1)
