@@ -238,7 +238,14 @@ class DataParallel(torch.nn.Module):
         if g.data_ptr() != view.data_ptr():
             view.copy_(g)
         self._t_last_grad = time.perf_counter()
-        self._launcher.gradient_ready(b)
+        try:
+            self._launcher.gradient_ready(b)
+        except BaseException:
+            # A launch that raised (a peer already seen dead) ends this backward: autograd then
+            # skips _finish_backward, so undo here what it would have, or the next backward (the
+            # step redone after shrink) would find one "in flight" and never synchronise.
+            self._reset_backward()
+            raise
 
     def _launch(self, b: _Bucket):
         if self.codec is None:
@@ -292,10 +299,14 @@ class DataParallel(torch.nn.Module):
                 "backward_end_time": t_end,
             }
         finally:
-            for b in self._buckets:
-                b.ready = 0
-                b.work = None
-                b.launched = False
-            self._marked.clear()
-            self._launcher.reset()
-            self._in_backward = False
+            self._reset_backward()
+
+    def _reset_backward(self):
+        """No backward in flight: buckets, marks and the launcher as before the first gradient."""
+        for b in self._buckets:
+            b.ready = 0
+            b.work = None
+            b.launched = False
+        self._marked.clear()
+        self._launcher.reset()
+        self._in_backward = False

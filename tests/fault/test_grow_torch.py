@@ -92,3 +92,32 @@ def test_ddp_kill_shrink_group_grow_group_equals_a_one_process_replay():
     want = ftc.torch_replay([list(range(s)) for s in sizes], sizes)
     assert weights == want, (np.frombuffer(weights), np.frombuffer(want))
     assert joined == (weights, sizes[gtc.GROW_AT:], 1, "default:grown", 1)
+
+
+def test_a_backward_whose_launch_raised_leaves_no_backward_in_flight():
+    """A bucket's all_reduce that raises at launch (a peer already seen dead) ends the backward
+    before DataParallel's end-of-backward callback: the step redone next (after a shrink) must
+    synchronise again, and grow must not find a backward in flight. (Seen in
+    bench/grow_recovery.py: the redone step skipped its all_reduce, then grow refused.)"""
+    import torch
+
+    import commlib
+    from commlib.errors import PeerError
+    from commlib.parallel import DataParallel
+    comm = commlib.init(rank=0, world_size=1, master_addr="127.0.0.1", master_port=0, prefix="launch_raised")
+    try:
+        dp = DataParallel(torch.nn.Linear(4, 1, bias=False).double(), comm)
+
+        def dead_peer(*args, **kwargs):
+            raise PeerError("rank 1 died (planted)")
+        comm.all_reduce = dead_peer  # the instance's, for one backward
+        x = torch.ones(2, 4, dtype=torch.float64)
+        with pytest.raises(PeerError, match="planted"):
+            dp(x).sum().backward()
+        del comm.all_reduce
+        dp.module.weight.grad = None
+        dp(x).sum().backward()
+        assert dp.last_backward_stats["buckets"] == 1 and not dp._in_backward
+        assert dp.module.weight.grad.tolist() == [[2.0] * 4]
+    finally:
+        comm.close()
