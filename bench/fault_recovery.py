@@ -119,11 +119,14 @@ def grow_table(args):
     for size in [int(s) for s in args.sizes.split(",")]:
         with tempfile.TemporaryDirectory() as tmp:
             runs = [grow_recovery.one_run(size, tmp) for _ in range(args.runs)]
-        med = [statistics.median(r[i] for r in runs) for i in range(3)]
-        rows.append(f"| {size} | {med[0] * 1e3:.0f} | {med[1]:.2f} | {med[2]:.2f} | {med[1] / med[2]:.2f} |")
+        med = [statistics.median(r[i] for r in runs) for i in range(5)]
+        rows.append(f"| {size} | {med[0] * 1e3:.0f} | {med[1]:.2f} | {med[2] * 1e3:.0f} | {med[3]:.2f} | "
+                    f"{med[4] * 1e3:.0f} | {med[1] / med[3]:.2f} | {med[2] / med[4]:.2f} |")
         print(rows[-1], flush=True)
     header = ("| ranks | kill → first step shrunk (ms) | replacement: start → first step at full size (s) | "
-              "restart of one process: start → first step (s) | grow / restart |\n|---|---|---|---|---|")
+              "of which join + state + step (ms) | restart of one process: start → first step (s) | "
+              "of which checkpoint load + rendezvous + step (ms) | grow / restart | "
+              "join part / restart part |\n|---|---|---|---|---|---|---|---|")
     table = header + "\n" + "\n".join(rows)
     if args.out:
         with open(args.out, "a") as f:

@@ -53,7 +53,9 @@ def _spawn(role, *args):
 def rank_main(comm, victim, port, ckpt):
     """One run on one rank of the pool (module-level: the pool imports it by name). Returns
     rank 0's times in seconds: (kill → first step on the shrunk group, the replacement's start →
-    its first step at full size, the restart's start → its first step), else None."""
+    its first step at full size, of which from its model built on (join, state, step), the
+    restart's start → its first step, of which from its model built on (checkpoint load,
+    rendezvous, step)), else None."""
     import torch
 
     import commlib
@@ -86,12 +88,12 @@ def rank_main(comm, victim, port, ckpt):
     _step(dp, opt)
     out = None
     if dp.comm.rank == 0:
-        t_joined = float(joiner.communicate(timeout=300)[0].split()[-1])
+        j_built, j_first = map(float, joiner.communicate(timeout=300)[0].split()[-2:])
         restart = _spawn("restart", ckpt)
         t_restart_spawn = time.time()
-        t_restarted = float(restart.communicate(timeout=300)[0].split()[-1])
+        r_built, r_first = map(float, restart.communicate(timeout=300)[0].split()[-2:])
         t_kill = float(bytes(store.get("bench_grow/kill")))
-        out = (t_shrunk - t_kill, t_joined - t_spawn, t_restarted - t_restart_spawn)
+        out = (t_shrunk - t_kill, j_first - t_spawn, j_first - j_built, r_first - t_restart_spawn, r_first - r_built)
     dp.comm.close()
     store.close()
     return out
@@ -102,10 +104,11 @@ def joiner_main(port):
     from commlib.parallel import DataParallel
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     model, opt = _model()
+    t_built = time.time()
     comm = commlib.join(prefix="bench_grow", timeout=300)
     dp = DataParallel.joined(model, comm, optimizer=opt)
     _step(dp, opt)
-    print(time.time(), flush=True)
+    print(t_built, time.time(), flush=True)
     comm.close()
 
 
@@ -114,13 +117,14 @@ def restart_main(ckpt):
 
     import commlib
     model, opt = _model()
+    t_built = time.time()
     state = torch.load(ckpt, weights_only=True)
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["optimizer"])
     comm = commlib.init(rank=0, world_size=1, prefix="bench_restart")
     from commlib.parallel import DataParallel
     _step(DataParallel(model, comm), opt)
-    print(time.time(), flush=True)
+    print(t_built, time.time(), flush=True)
     comm.close()
 
 
