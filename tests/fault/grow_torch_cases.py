@@ -122,7 +122,7 @@ def _ddp_train(model, step, sizes, victim=None):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     import commlib.torch as ct
-    from fault_torch_cases import Sgd
+    from fault_torch_cases import Sgd, _fsdp_steps
     ddp, opt = DDP(model), Sgd(model, tr.LR)
     while step < tr.STEPS:
         if step == GROW_AT and dist.get_world_size() < 2:
@@ -150,8 +150,10 @@ def _ddp_train(model, step, sizes, victim=None):
     pair = dist.new_group([0, 1])
     ranks = torch.tensor([dist.get_rank()], dtype=torch.int64)
     dist.all_reduce(ranks, group=pair)
+    # FSDP2 on the grown default group: a fresh model, two steps on ranks 0 and 1's batches
+    fsdp = _fsdp_steps(list(range(dist.get_world_size())), 2)
     out = (model.lin.weight.detach().reshape(-1).numpy().tobytes(), sizes, dist.get_rank(),
-           dist.distributed_c10d._get_default_group().group_desc, int(ranks.item()))
+           dist.distributed_c10d._get_default_group().group_desc, int(ranks.item()), fsdp)
     dist.destroy_process_group()
     return out
 

@@ -20,12 +20,14 @@ import training_replay as tr  # noqa: E402
 from commlib.testing import ExtraRank, RankPool  # noqa: E402
 
 
+# One host, and two emulated hosts (rank 1 and the joiner on the second: links across are TCP).
 @pytest.mark.timeout(120)
-def test_data_parallel_kill_shrink_grow_equals_a_one_process_replay():
-    pool = RankPool(2, timeout=90)
+@pytest.mark.parametrize("hosts", [None, ("a", "b")], ids=["one_host", "two_hosts"])
+def test_data_parallel_kill_shrink_grow_equals_a_one_process_replay(hosts):
+    pool = RankPool(2, timeout=90, env={"COMMLIB_HOST_ID": hosts} if hosts else None)
     joiner = None
     try:
-        joiner = ExtraRank(pool, gtc.joiner_dp)
+        joiner = ExtraRank(pool, gtc.joiner_dp, env={"COMMLIB_HOST_ID": "b"} if hosts else None)
         results = pool.run(gtc.case_dp_kill_shrink_grow, pool.store.port, allow_death=True)
         joined = joiner.result(90)
     finally:
@@ -74,7 +76,8 @@ def test_ddp_kill_shrink_group_grow_group_equals_a_one_process_replay():
     """torch DDP over commlib: rank 1 is SIGKILLed, rank 0 shrinks the default group
     (dist.shrink_group) and trains alone, a replacement joins (commlib.torch.join_group) while
     rank 0 calls commlib.torch.grow_group, and DDP, built again on the grown default group, trains
-    both to the end: bit for bit a one-process replay of the world sizes 2, 1, 2 (plain SGD)."""
+    both to the end: bit for bit a one-process replay of the world sizes 2, 1, 2 (plain SGD).
+    Then a new_group and FSDP2 on the grown group."""
     pool = RankPool(2, timeout=120)
     joiner = None
     try:
@@ -87,11 +90,13 @@ def test_ddp_kill_shrink_group_grow_group_equals_a_one_process_replay():
         pool.kill()
     sizes = [2] * gtc.KILL_AT + [1] * (gtc.GROW_AT - gtc.KILL_AT) + [2] * (tr.STEPS - gtc.GROW_AT)
     assert results[1] is None
-    weights, got_sizes, rank, desc, pair_sum = results[0]
+    weights, got_sizes, rank, desc, pair_sum, fsdp = results[0]
     assert (got_sizes, rank, desc, pair_sum) == (sizes, 0, "default:grown", 1)
     want = ftc.torch_replay([list(range(s)) for s in sizes], sizes)
     assert weights == want, (np.frombuffer(weights), np.frombuffer(want))
-    assert joined == (weights, sizes[gtc.GROW_AT:], 1, "default:grown", 1)
+    assert joined == (weights, sizes[gtc.GROW_AT:], 1, "default:grown", 1, fsdp)
+    # FSDP2 averages over the 2 ranks of the grown group (as test_shrink_torch.py compares it)
+    np.testing.assert_allclose(np.frombuffer(fsdp), np.tile(tr.replay([[0, 1]] * 2, [2] * 2), 2), rtol=1e-12, atol=0)
 
 
 def test_a_backward_whose_launch_raised_leaves_no_backward_in_flight():
