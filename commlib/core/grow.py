@@ -197,10 +197,10 @@ class _Grow(RebuildAgreement):
         return new
 
     def describe(self, ranks) -> str:
-        """The grown communicator's ``ranks``, joiners named by their ticket and pid."""
-        tickets = sorted(self.joiners)
+        """The grown communicator's ``ranks``, joiners named by their slot and pid."""
+        slots = sorted(self.joiners)
         names = [f"rank {r}" if r < self.size else
-                 f"rank {r} (joiner #{tickets[r - self.size]}, pid {self.joiners[tickets[r - self.size]]['pid']})"
+                 f"rank {r} (joiner #{slots[r - self.size]}, pid {self.joiners[slots[r - self.size]]['pid']})"
                  for r in sorted(ranks)]
         return ", ".join(names) + " of the grown communicator"
 
