@@ -35,13 +35,16 @@ def _drain(works=()):
     emu.current_stream().synchronize()
 
 
-def steady_call_counts(comm, n=1000):
+def steady_call_counts(comm, n=1000, wrap=None, names=None):
     """{(collective, "blocking"|"async"): (driver calls of n steady calls, hits, results right,
     path, C++ heap allocations)} on the kernel path, after three drained warm-up calls (the first
-    fills the cache and sets the engine up)."""
+    fills the cache and sets the engine up); ``wrap``: as collective_calls' (another library's view
+    of each array), ``names``: the collectives to count (default: all)."""
     def run(sub):
         out = {}
-        for name, (call, check) in collective_calls(sub).items():
+        for name, (call, check) in collective_calls(sub, wrap=wrap).items():
+            if names is not None and name not in names:
+                continue
             for mode in ("blocking", "async"):
                 a = mode == "async"
                 for _ in range(3):

@@ -18,6 +18,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from call_count_cases import asked_call_counts, steady_call_counts, steady_calls_cuda  # noqa: E402
+from foreign_array_cases import foreign_steady_call_counts  # noqa: E402
 from test_device_collectives import DELAY_ENV  # noqa: E402
 
 # Per call, exactly (anything else counted, an event record or query, an allocation, copy, host
@@ -39,6 +40,22 @@ def test_a_steady_call_is_one_launch_and_no_event(pool):
             # cache's held buffers: common/ring_queue.h) allocate only when they double past their
             # largest size, from 16 slots: at most QUEUE_GROWTHS times however the calls overlap.
             assert 0 <= allocs - (2 * STEADY if mode == "async" else 0) <= QUEUE_GROWTHS, (name, mode, allocs)
+
+
+@pytest.mark.parametrize("kind", ["cai", "dlpack"])
+def test_foreign_arrays_cost_what_commlibs_own_do(pool, kind):
+    """Other libraries' arrays (csrc/bindings/foreign_arrays.cc; foreign_arrays.py's views of emulated
+    memory) through the entry: the same launch, guard and capture query, no allocation per blocking
+    call; a __cuda_array_interface__ names no device, so each of its buffers costs one pointer query
+    (cudaPointerGetAttributes on CUDA), DLPack's none (it names its device)."""
+    queries = {"cai": {"cuPointerGetAttributes": 2}, "dlpack": {}}[kind]  # two buffers a call
+    n = STEADY // 2
+    for out in pool(2, env=DELAY_ENV).run(foreign_steady_call_counts, kind, n, timeout=300):
+        assert len(out) == 4, sorted(out)
+        for (name, mode), (calls, hits, ok, path, allocs) in out.items():
+            assert ok and path == "kernel" and hits == n, (kind, name, mode, ok, path, hits)
+            assert calls == {k: v * n for k, v in {**PER_CALL, **queries}.items()}, (kind, name, mode, calls)
+            assert 0 <= allocs - (2 * n if mode == "async" else 0) <= QUEUE_GROWTHS, (kind, name, mode, allocs)
 
 
 def test_waits_on_another_stream_are_one_stream_wait_on_the_done_word(pool):

@@ -341,14 +341,36 @@ void EmulatedDevice::host_func(std::function<void()> fn, DeviceStream& stream) {
   emu(stream).enqueue([fn = std::move(fn)]() mutable { run_host_function(std::move(fn)); });
 }
 
+namespace {
+
+// Devices live as long as the process, like a GPU: operations still queued on a stream may refer
+// to the device (stream-ordered frees), and streams may outlive every other reference. Never
+// destroyed, so no exit-time destructor races a stream thread.
+struct Devices {
+  std::mutex mu;
+  std::map<int, std::shared_ptr<EmulatedDevice>> by_index;
+};
+Devices& devices_of_process() {
+  static auto* d = new Devices();
+  return *d;
+}
+
+}  // namespace
+
+int emulated_device_of(const void* ptr, bool counted) {
+  if (counted) count("cuPointerGetAttributes");
+  Devices& all = devices_of_process();
+  std::lock_guard<std::mutex> lk(all.mu);
+  for (const auto& [index, d] : all.by_index)
+    if (d->range_of(ptr).bytes) return index;
+  return -1;
+}
+
 std::shared_ptr<EmulatedDevice> emulated_device(int index) {
-  // Devices live as long as the process, like a GPU: operations still queued on a stream may
-  // refer to the device (stream-ordered frees), and streams may outlive every other reference.
-  // Never destroyed, so no exit-time destructor races a stream thread.
-  static std::mutex mu;
-  static auto* devices = new std::map<int, std::shared_ptr<EmulatedDevice>>();
+  Devices& all = devices_of_process();
+  auto* devices = &all.by_index;
   if (index < 0) throw std::invalid_argument("device: emulated device index must be >= 0, got " + std::to_string(index));
-  std::lock_guard<std::mutex> lk(mu);
+  std::lock_guard<std::mutex> lk(all.mu);
   auto it = devices->find(index);
   if (it != devices->end()) return it->second;
   const int64_t delay = param_int("COMMLIB_EMULATED_DELAY_US", 0, 10'000'000);
