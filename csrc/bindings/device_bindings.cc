@@ -286,6 +286,10 @@ void bind_device(py::module_& m) {
           },
           "Message chunks (sent and received) the kernel path's launches moved so far, by protocol: "
           "{'ll': .., 'slots': ..}, as the kernel recorded them (read after the calls completed).")
+      .def("kernel_plan_lookups",
+           [](StreamEngine& e) { return e.kernel_path() ? e.kernel_path()->plan_lookups() : 0; },
+           "Device-plan lookups by call shape the kernel path made so far (a cached call's repeated launches "
+           "make none: the plan is kept in its prepared call).")
       .def("kernel_replays_done",
            [](StreamEngine& e) { return e.kernel_path() ? e.kernel_path()->replays_done() : 0; },
            "Kernel-path launches run by replays of captured graphs so far, as the kernel counted them.")

@@ -179,6 +179,7 @@ void KernelPath::stage(const std::vector<char>& bytes, void* dev, DeviceStream& 
 }
 
 const KernelPath::Uploaded& KernelPath::upload(const ScheduleKey& key, const Schedule& sched, DeviceStream& stream) {
+  ++plan_lookups_;
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
   if (plans_.size() >= kMaxPlans) {
@@ -193,6 +194,7 @@ const KernelPath::Uploaded& KernelPath::upload(const ScheduleKey& key, const Sch
       }
       device_->free_ordered(it->second.dev, stream);
       it = plans_.erase(it);
+      ++plans_generation_;
     }
   }
   Uploaded u;
@@ -223,13 +225,16 @@ Launched KernelPath::enqueue(const PathCall& pc, DeviceStream& stream) {
   const CallDesc& d = pc.desc;
   const ScheduleKey key{d.coll, static_cast<uint8_t>(d.algo & ~kDeviceCallAlgoBit), d.root, d.count,
                         static_cast<uint8_t>(dtype_size(pc.call.dtype))};  // the resolved algorithm
-  return launch(key, pc.plan.sched, d, pc.bases, pc.call.dtype, pc.call.op, stream, pc.captured);
+  return launch(key, pc.plan.sched, d, pc.bases, pc.call.dtype, pc.call.op, stream, pc.captured, pc.plan_slot);
 }
 
 Launched KernelPath::launch(const ScheduleKey& key, const Schedule& sched, const CallDesc& desc, char* const bases[3],
-                            DType dtype, RedOp op, DeviceStream& stream, bool captured) {
+                            DType dtype, RedOp op, DeviceStream& stream, bool captured, KernelPlanSlot* slot) {
   if (captured && !has_plan(key)) throw std::logic_error("kernel path: a captured launch without its plan");
-  const Uploaded& u = upload(key, sched, stream);
+  // A prepared call's plan as its first launch found it, while no plan left the cache since.
+  const bool kept = slot && slot->path == this && slot->generation == plans_generation_;
+  const Uploaded& u = kept ? *static_cast<const Uploaded*>(slot->plan) : upload(key, sched, stream);
+  if (slot && !kept) *slot = KernelPlanSlot{this, &u, plans_generation_};
   if (captured) {
     device_->retain_in_capture(stream, u.pin);
     captured_any_.store(true, std::memory_order_relaxed);
@@ -365,6 +370,7 @@ void KernelPath::release(DeviceStream& stream, bool free_region) {
   close_imports();
   for (auto& [k, u] : plans_) device_->free_ordered(u.dev, stream);
   plans_.clear();
+  ++plans_generation_;
   if (region_ && free_region) device_->free_async(region_, stream);
   if (local_) device_->free_async(local_, stream);
   region_ = nullptr;

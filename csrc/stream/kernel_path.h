@@ -77,8 +77,9 @@ class KernelPath final : public DevicePathRunner {
   // `captured`: `stream` is capturing (the engine's capture mode): the plan must exist already
   // (has_plan), is pinned for the life of the graph (Device::retain_in_capture: never evicted
   // while a graph holds it), and the launch is left to the graph's replays (no watchdog wait).
+  // `slot`: a prepared call's (device_path.h): its plan is taken from there once found, not looked up.
   Launched launch(const ScheduleKey& key, const Schedule& sched, const CallDesc& desc, char* const bases[3],
-                  DType dtype, RedOp op, DeviceStream& stream, bool captured = false);
+                  DType dtype, RedOp op, DeviceStream& stream, bool captured = false, KernelPlanSlot* slot = nullptr);
   // Whether the plan of call shape `key` is on the device (an eager call of that shape ran).
   bool has_plan(const ScheduleKey& key) const { return plans_.count(key) != 0; }
   // Plans held by a captured graph (kept however many plans there are).
@@ -108,6 +109,9 @@ class KernelPath final : public DevicePathRunner {
 
   DevicePath mode() const { return mode_; }
   uint64_t launches() const { return launches_; }  // eager launches enqueued
+  // Lookups of a device plan by call shape so far (a prepared call's repeated launches make none:
+  // tests pin that, issue #37).
+  uint64_t plan_lookups() const { return plan_lookups_; }
   bool captured_any() const { return captured_any_.load(std::memory_order_relaxed); }  // some launch was captured
   // The watchdog thread's view of replays (StreamEngine::watch_replays): when one last progressed,
   // when peers were last checked, the progress words' sum then.
@@ -188,6 +192,10 @@ class KernelPath final : public DevicePathRunner {
   std::atomic<bool> captured_any_{false};
   uint64_t launches_ = 0;          // eager launches enqueued (the kernel counts them too: the done word)
   std::unordered_map<ScheduleKey, Uploaded, ScheduleKeyHash> plans_;  // device memory stream-ordered
+  // Advanced whenever a plan leaves plans_: a KernelPlanSlot of an older generation is stale (an
+  // entry's address is stable otherwise: unordered_map keeps its nodes across rehashes).
+  uint64_t plans_generation_ = 1;
+  uint64_t plan_lookups_ = 0;
   // Pinned host memory (map_host) the plans are copied from: a copy out of pageable memory may
   // wait for the stream, which may be parked in a wait for a peer. [0, staged_) may still be
   // copied from until `staged_copied_` (recorded after the latest copy) completes; an arena grown

@@ -129,3 +129,28 @@ def steady_calls_cuda(comm, n=1000):
         return hits, allocs, right, bool((seen == expect).all().item())
     finally:
         sub.close()
+
+
+def plan_lookups(comm, n=20):
+    """{(collective, "blocking"|"async"): (the kernel path's device-plan lookups in n steady calls,
+    C++ entry hits)} after three drained warm-up calls, and {"new shape": lookups of one call of a
+    shape not run before} (the counter counts)."""
+    def run(sub):
+        out = {}
+        engine = None
+        for name, (call, _) in collective_calls(sub).items():
+            for mode in ("blocking", "async"):
+                a = mode == "async"
+                for _ in range(3):
+                    _drain([call(a, None)])
+                engine = sub._device()._last_engine
+                before, hits = engine.kernel_plan_lookups(), _C.device_fast_path_counts()[1]
+                works = [call(a, None) for _ in range(n)]
+                out[(name, mode)] = (engine.kernel_plan_lookups() - before, _C.device_fast_path_counts()[1] - hits)
+                _drain(works)
+        before = engine.kernel_plan_lookups()
+        sub.all_reduce(emu.from_numpy(np.ones(5, np.float32)))
+        _drain()
+        out["new shape"] = engine.kernel_plan_lookups() - before
+        return out
+    return with_settings(comm, KERNEL_SETTINGS, run)

@@ -17,7 +17,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from call_count_cases import asked_call_counts, steady_call_counts, steady_calls_cuda  # noqa: E402
+from call_count_cases import asked_call_counts, plan_lookups, steady_call_counts, steady_calls_cuda  # noqa: E402
 from foreign_array_cases import foreign_steady_call_counts  # noqa: E402
 from test_device_collectives import DELAY_ENV  # noqa: E402
 
@@ -40,6 +40,15 @@ def test_a_steady_call_is_one_launch_and_no_event(pool):
             # cache's held buffers: common/ring_queue.h) allocate only when they double past their
             # largest size, from 16 slots: at most QUEUE_GROWTHS times however the calls overlap.
             assert 0 <= allocs - (2 * STEADY if mode == "async" else 0) <= QUEUE_GROWTHS, (name, mode, allocs)
+
+
+def test_a_steady_call_looks_no_device_plan_up(pool):
+    """The kernel path's device plan is kept in the prepared call (csrc/stream/device_path.h,
+    KernelPlanSlot): a cached call's launches make no lookup by call shape; a new shape makes one."""
+    n = 20
+    for out in pool(2, env=DELAY_ENV).run(plan_lookups, n, timeout=120):
+        assert out.pop("new shape") >= 1, out
+        assert len(out) == 16 and all(v == (0, n) for v in out.values()), out
 
 
 @pytest.mark.parametrize("kind", ["cai", "dlpack"])
