@@ -26,6 +26,7 @@ from commlib.core.shrink import gone_peers
 from commlib.core.device_close import closed_barrier
 from commlib.core.work import Work
 from commlib.device.buffers import DeviceBuffer
+from commlib.device.completion import CompletionEvent
 
 
 class DeviceWork(Work):
@@ -33,7 +34,8 @@ class DeviceWork(Work):
 
     ``wait()`` makes the current stream (or ``stream``) wait for the call and returns at once;
     ``synchronize()`` blocks the host until the call has executed and raises its CommError;
-    ``is_completed()`` polls; ``exception()`` as for host works.
+    ``is_completed()`` polls; ``completion_event()`` gives a CUDA event that completes with it;
+    ``exception()`` as for host works.
     """
 
     __slots__ = ("_stream_of",)
@@ -50,6 +52,15 @@ class DeviceWork(Work):
     def synchronize(self):
         self._work.synchronize()
         self._refs = None
+
+    def completion_event(self):
+        """A :class:`commlib.device.completion.CompletionEvent` that completes with the call, for
+        code that takes a CUDA event (``.handle``) or to order any stream after it
+        (``.wait(stream)``) without a host synchronize; None for a call captured in a graph. Each
+        ask records one event (the call itself completes by its done word); ``wait(stream=...)``
+        orders a stream without one."""
+        event = self._work.completion_event()
+        return None if event is None else CompletionEvent(self._work.device, event, self._stream_of)
 
     def _raise_error(self):
         self._work.synchronize()

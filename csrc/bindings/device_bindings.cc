@@ -85,7 +85,10 @@ void bind_capture(py::class_<Device, std::shared_ptr<Device>>& d) {
 
 void bind_device(py::module_& m) {
   py::class_<DeviceStream, std::shared_ptr<DeviceStream>>(m, "DeviceStream");
-  py::class_<DeviceEvent, std::shared_ptr<DeviceEvent>>(m, "DeviceEvent");
+  py::class_<DeviceEvent, std::shared_ptr<DeviceEvent>>(m, "DeviceEvent")
+      .def_property_readonly(
+          "handle", [](DeviceEvent& e) { return reinterpret_cast<uintptr_t>(e.native_handle()); },
+          "The cudaEvent_t on CUDA (an identity on the emulated device).");
   py::class_<DeviceGraph, std::shared_ptr<DeviceGraph>>(m, "DeviceGraph");
   py::class_<DeviceGraphExec, std::shared_ptr<DeviceGraphExec>>(m, "DeviceGraphExec");
 
@@ -254,7 +257,11 @@ void bind_device(py::module_& m) {
       .def("wait", &DeviceWork::wait)
       .def("is_completed", &DeviceWork::is_completed)
       .def("synchronize", &DeviceWork::synchronize, py::call_guard<ReleaseGil>())
-      .def_property_readonly("seq", &DeviceWork::seq);
+      .def_property_readonly("seq", &DeviceWork::seq)
+      .def_property_readonly("device", &DeviceWork::device, "The engine's device.")
+      .def("completion_event", &DeviceWork::completion_event, py::call_guard<ReleaseGil>(),
+           "An event that completes with the call (the call's own, or one the engine's own stream records "
+           "after waiting for the done word: one event per ask); None for a call captured in a graph.");
 
   py::class_<StreamEngine, std::shared_ptr<StreamEngine>>(m, "StreamEngine")
       .def(py::init([](Communicator& comm, std::shared_ptr<Device> device, double timeout, const std::string& label) {

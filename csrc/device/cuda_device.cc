@@ -51,6 +51,7 @@ class CudaEvent final : public DeviceEvent {
  public:
   CudaEvent() { check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate"); }
   ~CudaEvent() override { cudaEventDestroy(event); }
+  void* native_handle() override { return event; }
   cudaEvent_t event;
   bool recorded = false;
 };

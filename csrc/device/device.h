@@ -38,6 +38,9 @@ class DeviceStream {
 class DeviceEvent {
  public:
   virtual ~DeviceEvent() = default;
+  // The event as other libraries take it: the cudaEvent_t on CUDA; on the emulated device the
+  // event object itself (an identity).
+  virtual void* native_handle() { return this; }
 };
 
 // -- stream capture and graphs (CUDA's cudaStreamBeginCapture .. cudaGraphLaunch) ----------------

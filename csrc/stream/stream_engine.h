@@ -198,6 +198,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   // peer closed its import: the Python side's barrier) and nothing failed. Idempotent.
   void release_memory(bool peers_closed);
   Device& device() { return *device_; }
+  std::shared_ptr<Device> shared_device() const { return device_; }
   // NCCL: the `nccl` link's peers and algorithm="nccl" (stream/nccl_link.h); its communicator
   // is created by commlib/device/nccl_comm.py on first use.
   NcclLink& nccl() { return *nccl_; }

@@ -154,3 +154,36 @@ def plan_lookups(comm, n=20):
         out["new shape"] = engine.kernel_plan_lookups() - before
         return out
     return with_settings(comm, KERNEL_SETTINGS, run)
+
+
+def completion_events(comm, n=10):
+    """all_reduce on the kernel path: (the driver calls of n works' completion_event(), whether a
+    stream made to wait on the event, by emulated.Stream.wait_event and by the event's wait(), saw
+    the call's result (a copy enqueued there right after, the emulated delay on), whether the events
+    then said complete)."""
+    def run(sub):
+        P = sub.size
+        x = emu.from_numpy(np.ones(4, np.float32))
+        for _ in range(3):
+            _drain([sub.all_reduce(x, async_op=True)])
+        works = [sub.all_reduce(x, async_op=True) for _ in range(n)]
+        calls = _counted(lambda: [w.completion_event() for w in works])[0]
+        _drain(works)
+        other, seen, done = emu.Stream(), [], []
+        for way in ("stream.wait_event", "event.wait"):
+            y = emu.from_numpy(np.full(1024, sub.rank + 1.0, np.float32))
+            w = sub.all_reduce(y, async_op=True)
+            ev = w.completion_event()
+            if way == "event.wait":
+                ev.wait(other)
+            else:
+                other.wait_event(ev)
+            out = emu.empty(1024, stream=other)
+            out.copy_(y, stream=other)
+            other.synchronize()
+            seen.append(bool((out.host_view_unsynchronized() == P * (P + 1) / 2).all()))
+            ev.synchronize()
+            done.append(ev.query() and ev.handle != 0)
+            w.synchronize()
+        return calls, seen, done
+    return with_settings(comm, KERNEL_SETTINGS, run)

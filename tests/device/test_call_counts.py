@@ -17,7 +17,8 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from call_count_cases import asked_call_counts, plan_lookups, steady_call_counts, steady_calls_cuda  # noqa: E402
+from call_count_cases import (asked_call_counts, completion_events, plan_lookups, steady_call_counts,  # noqa: E402
+                              steady_calls_cuda)
 from foreign_array_cases import foreign_steady_call_counts  # noqa: E402
 from test_device_collectives import DELAY_ENV  # noqa: E402
 
@@ -87,6 +88,17 @@ def test_waits_on_another_stream_are_one_stream_wait_on_the_done_word(pool):
         assert hits == n and calls.pop("cudaEventQuery", 0) <= n and calls.pop("cudaEventCreate", 0) <= n, calls
         assert calls == {**{k: v * n for k, v in PER_CALL.items()}, "cudaEventRecord": n,
                          "a gated divide kernel launch": n}, calls
+
+
+def test_a_completion_event_orders_another_stream_and_costs_one_record(pool):
+    """DeviceWork.completion_event() (commlib/device/completion.py): a stream made to wait on it
+    sees the call's result; asking costs one stream wait on the done word, one event created and
+    recorded, on the engine's own stream, and nothing when not asked (the steady test above)."""
+    n = 10
+    for calls, seen, done in pool(2, env=DELAY_ENV).run(completion_events, n, timeout=120):
+        assert seen == [True, True] and done == [True, True], (seen, done)
+        assert calls == {"cuStreamWaitValue64": n, "cudaEventCreate": n, "cudaEventRecord": n,
+                         "cudaGetDevice": n}, calls
 
 
 @pytest.mark.gpu
