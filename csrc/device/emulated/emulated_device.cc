@@ -217,20 +217,36 @@ std::map<std::string, uint64_t> EmulatedDevice::driver_calls() {
 
 const NcclApi* EmulatedDevice::nccl_api() const { return &emulated_nccl_api(); }
 
-void EmulatedDevice::make_current() { emulated_set_current_device(index_); }
+namespace {
+// The device this thread's innermost guard made current (-1: no guard): as t_guarded in
+// cuda_device.cc, so the emulated device's guards make (and count) what CUDA's make.
+thread_local int t_guarded = -1;
+}  // namespace
 
-// Counted as CudaDevice makes them (cuda_device.cc): a get, and a set only where the device changes.
-int EmulatedDevice::swap_current() {
-  const int previous = emulated_current_device();
-  count("cudaGetDevice");
-  if (std::max(previous, 0) != index_) count("cudaSetDevice");  // CUDA reports device 0 on a fresh thread
+void EmulatedDevice::make_current() {
   emulated_set_current_device(index_);
-  return previous;
+  if (t_guarded >= 0) t_guarded = index_;  // inside a guard: its end sets the previous device back
 }
 
-void EmulatedDevice::restore_current(int previous) {
-  if (previous >= 0 && previous != index_) count("cudaSetDevice");
-  emulated_set_current_device(previous);
+// Counted as CudaDevice makes them (cuda_device.cc): a get, and a set only where the device
+// changes; nothing in a guard of this device.
+Device::CurrentToken EmulatedDevice::swap_current() {
+  CurrentToken token{index_, t_guarded};
+  if (t_guarded == index_) return token;
+  token.previous = emulated_current_device();
+  count("cudaGetDevice");
+  if (std::max(token.previous, 0) != index_) count("cudaSetDevice");  // CUDA reports device 0 on a fresh thread
+  emulated_set_current_device(index_);
+  t_guarded = index_;
+  return token;
+}
+
+void EmulatedDevice::restore_current(CurrentToken token) {
+  if (token.previous != index_ || t_guarded != index_) {
+    if (token.previous >= 0) count("cudaSetDevice");
+    emulated_set_current_device(token.previous);  // (-1: the thread had none, as before the guard)
+  }
+  t_guarded = token.enclosing;
 }
 
 void EmulatedDevice::inject_fault(const std::string& kind) {

@@ -102,8 +102,8 @@ class EmulatedDevice final : public Device {
   std::string name() const override { return "emulated:" + std::to_string(index_); }
   const NcclApi* nccl_api() const override;  // the emulated NCCL (nccl_emulated.h)
   void make_current() override;
-  int swap_current() override;
-  void restore_current(int previous) override;
+  CurrentToken swap_current() override;  // as CudaDevice's (cuda_device.cc), counted
+  void restore_current(CurrentToken token) override;
   int64_t delay_us() const { return delay_us_; }
   int index() const { return index_; }
 
