@@ -261,7 +261,7 @@ void bind_buffer_view(py::module_& m) {
       "current_cuda_stream",
       [](int index) {
         uintptr_t s = 0;
-        if (!current_cuda_stream(index, &s)) throw py::value_error("current_cuda_stream: the registered reader failed");
+        if (!current_cuda_stream(index, &s)) throw std::runtime_error("current_cuda_stream: the registered stream reader raised");
         return s;
       },
       py::arg("index"),

@@ -112,12 +112,10 @@ void run_host_function(void* data) {
 
 const char kHex[] = "0123456789abcdef";
 
-// The device this thread's innermost guard made current (-1: no guard): a DeviceGuard's (through
-// swap_current, from commlib._C) or a method's own Current. Inside a guard of device d, d is the
-// thread's current device, as long as nothing but make_current changes it there (which updates
-// this); outside every guard it is not known (torch or CuPy may have set another), so the first
-// guard asks. This is how the device methods below, which guard themselves, cost no driver call
-// inside the engine's guard: commlib._C's DeviceGuard has its own thread-locals, not these.
+// The device this thread's innermost guard (a DeviceGuard's swap_current, or a method's own Current)
+// made current, -1 outside every guard (then torch or CuPy may have set any: the first guard asks).
+// So the methods below cost no driver call inside the engine's guard (commlib._C's thread-locals are
+// not these); make_current inside a guard updates it.
 thread_local int t_guarded = -1;
 
 Device::CurrentToken enter_device(int index) {
@@ -129,8 +127,7 @@ Device::CurrentToken enter_device(int index) {
   return token;
 }
 
-// Sets the previous device back where it differs from this one, or where a make_current inside
-// the guard made another device current.
+// Sets the previous device back where it differs, or where a make_current inside made another current.
 void leave_device(int index, Device::CurrentToken token) {
   if (token.previous >= 0 && (token.previous != index || t_guarded != index)) cudaSetDevice(token.previous);
   t_guarded = token.enclosing;
@@ -142,8 +139,6 @@ class Current {
  public:
   explicit Current(int index) : index_(index), token_(enter_device(index)) {}
   ~Current() { leave_device(index_, token_); }
-  Current(const Current&) = delete;
-  Current& operator=(const Current&) = delete;
 
  private:
   const int index_;
