@@ -267,16 +267,6 @@ void bind_device(py::module_& m) {
   m.def("emulated_device", &emulated_device, py::arg("index") = 0,
         "The process's emulated device `index` (COMMLIB_EMULATED_DELAY_US read when first created).");
 
-  py::class_<DeviceWork, std::shared_ptr<DeviceWork>>(m, "DeviceWork")
-      .def("wait", &DeviceWork::wait)
-      .def("is_completed", &DeviceWork::is_completed)
-      .def("synchronize", &DeviceWork::synchronize, py::call_guard<ReleaseGil>())
-      .def_property_readonly("seq", &DeviceWork::seq)
-      .def_property_readonly("device", &DeviceWork::device, "The engine's device.")
-      .def("completion_event", &DeviceWork::completion_event, py::call_guard<ReleaseGil>(),
-           "An event that completes with the call (the call's own, or one the engine's own stream records "
-           "after waiting for the done word: one event per ask); None for a call captured in a graph.");
-
   py::class_<StreamEngine, std::shared_ptr<StreamEngine>>(m, "StreamEngine")
       .def(py::init([](Communicator& comm, std::shared_ptr<Device> device, double timeout, const std::string& label) {
              return std::make_shared<StreamEngine>(std::move(device), communicator_peer_control(comm),
@@ -309,8 +299,7 @@ void bind_device(py::module_& m) {
           "{'ll': .., 'slots': ..}, as the kernel recorded them (read after the calls completed).")
       .def("kernel_plan_lookups",
            [](StreamEngine& e) { return e.kernel_path() ? e.kernel_path()->plan_lookups() : 0; },
-           "Device-plan lookups by call shape the kernel path made so far (a cached call's repeated launches "
-           "make none: the plan is kept in its prepared call).")
+           "Device-plan lookups by call shape the kernel path made (none for a cached call's launches).")
       .def("kernel_replays_done",
            [](StreamEngine& e) { return e.kernel_path() ? e.kernel_path()->replays_done() : 0; },
            "Kernel-path launches run by replays of captured graphs so far, as the kernel counted them.")
