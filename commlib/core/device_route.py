@@ -26,6 +26,7 @@ from commlib.core.shrink import gone_peers
 from commlib.core.device_close import closed_barrier
 from commlib.core.work import Work
 from commlib.device.buffers import DeviceBuffer
+from commlib.device.completion import CompletionEvent
 
 
 class DeviceWork(Work):
@@ -33,7 +34,8 @@ class DeviceWork(Work):
 
     ``wait()`` makes the current stream (or ``stream``) wait for the call and returns at once;
     ``synchronize()`` blocks the host until the call has executed and raises its CommError;
-    ``is_completed()`` polls; ``exception()`` as for host works.
+    ``is_completed()`` polls; ``completion_event()`` gives a CUDA event that completes with it;
+    ``exception()`` as for host works.
     """
 
     __slots__ = ("_stream_of",)
@@ -51,6 +53,15 @@ class DeviceWork(Work):
         self._work.synchronize()
         self._refs = None
 
+    def completion_event(self):
+        """A :class:`commlib.device.completion.CompletionEvent` that completes with the call, for
+        code that takes a CUDA event (``.handle``) or to order any stream after it
+        (``.wait(stream)``) without a host synchronize; None for a call captured in a graph. Each
+        ask records one event (the call itself completes by its done word); ``wait(stream=...)``
+        orders a stream without one."""
+        event = self._work.completion_event()
+        return None if event is None else CompletionEvent(self._work.device, event, self._stream_of)
+
     def _raise_error(self):
         self._work.synchronize()
 
@@ -64,12 +75,10 @@ def _cuda_module(name):
 
 
 def _current_cuda_stream(index) -> int:
-    """The caller's current CUDA stream: torch's, else CuPy's, else the legacy default stream."""
-    if "torch" in sys.modules:
-        return sys.modules["torch"].cuda.current_stream(index).cuda_stream
-    if "cupy" in sys.modules:
-        return sys.modules["cupy"].cuda.get_current_stream().ptr
-    return 0
+    """The caller's current CUDA stream: torch's, else CuPy's, else the legacy default stream, as
+    the C++ entry reads it (one reader: the stream a cached call is keyed on is the one it runs on)."""
+    _register_stream_readers()
+    return _C.current_cuda_stream(index)
 
 
 def stream_resolver(buf: DeviceBuffer):
@@ -245,7 +254,7 @@ class DeviceRoute:
         work = engine.run(*args, device_stream)
         self._last_engine = engine
         if first.stream is None and first.kind == "cuda":
-            _register_torch_reader()
+            _register_stream_readers()
         # Every argument passed the checks: the C++ entry runs calls of these arguments from now on
         # (a buffer it cannot read, e.g. CuPy's, is simply not added).
         b = refs[1] if len(refs) > 1 else None
@@ -334,16 +343,20 @@ class DeviceRoute:
             e.raise_unreported_error()
 
 
-def _register_torch_reader():
-    """Let the C++ entry read torch CUDA tensors (once; csrc/bindings/buffer_view.cc): the same
-    registry commlib.torch fills at import, with torch's current-stream reader."""
+def _register_stream_readers():
+    """Let the C++ entry read torch CUDA tensors and the current CUDA stream (csrc/bindings/buffer_view.cc):
+    torch's types (the same registry commlib.torch fills at import) with its current-stream reader
+    once torch is imported, else CuPy's current stream (cupy.cuda.get_current_stream(i).ptr)."""
+    if _C.torch_cuda_readable():
+        return
     torch = sys.modules.get("torch")
     raw_stream = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
-    if raw_stream is None or _C.torch_cuda_readable():
-        return
-    from commlib.device import dtypes
-    _C.register_torch_types(torch.Tensor, torch.strided, {t: DTYPE[n] for t, n in dtypes.torch_dtypes(torch).items()},
-                            raw_stream)
+    if raw_stream is not None:
+        from commlib.device import dtypes
+        _C.register_torch_types(torch.Tensor, torch.strided,
+                                {t: DTYPE[n] for t, n in dtypes.torch_dtypes(torch).items()}, raw_stream)
+    elif "cupy" in sys.modules and _C.cuda_stream_reader() == "":
+        _C.register_cuda_stream_reader(sys.modules["cupy"].cuda.get_current_stream, "ptr")
 
 
 def parse_device(device):

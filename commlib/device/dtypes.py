@@ -30,3 +30,8 @@ DLPACK = {**{({"i": 0, "u": 1, "f": 2}[d.kind], d.itemsize * 8): n for d, n in N
 def torch_dtypes(torch) -> dict:
     """{torch.dtype: name} for the torch module given (imported by the caller that has it)."""
     return {getattr(torch, n): n for n in NAMES}
+
+
+# The C++ reader of other libraries' device arrays (csrc/bindings/foreign_arrays.cc) reads these.
+_C.register_foreign_dtypes({t: getattr(_C.DType, n) for t, n in TYPESTR.items()},
+                           {k: getattr(_C.DType, n) for k, n in DLPACK.items()})

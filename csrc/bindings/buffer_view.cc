@@ -37,6 +37,11 @@ PyObject *g_is_cpu = nullptr, *g_is_cuda = nullptr, *g_layout = nullptr, *g_dtyp
 
 thread_local uintptr_t t_emulated_stream = 0;
 
+// Another library's current-stream reader (register_cuda_stream_reader: CuPy's
+// cupy.cuda.get_current_stream and the attribute "ptr"), used where torch's is not registered.
+PyObject* g_stream_reader = nullptr;
+PyObject* g_stream_reader_attr = nullptr;  // null: the reader returns the cudaStream_t itself
+
 // The integer value of o.name (attribute) or o.name() (method): false (error cleared) otherwise.
 bool long_of(PyObject* o, PyObject* name, bool call, long long* out) {
   PyObject* r = call ? PyObject_CallMethodObjArgs(o, name, nullptr) : PyObject_GetAttr(o, name);
@@ -150,6 +155,26 @@ bool torch_view(PyObject* o, BufferView* v, bool current_stream) {
 
 }  // namespace
 
+bool current_cuda_stream(int index, uintptr_t* stream) {
+  PyObject* reader = g_raw_stream != nullptr ? g_raw_stream : g_stream_reader;
+  if (reader == nullptr) return *stream = 0, true;
+  PyObject* idx = PyLong_FromLong(index);
+  PyObject* s = idx ? PyObject_CallOneArg(reader, idx) : nullptr;
+  Py_XDECREF(idx);
+  if (s != nullptr && reader == g_stream_reader && g_stream_reader_attr != nullptr) {
+    PyObject* ptr = PyObject_GetAttr(s, g_stream_reader_attr);
+    Py_DECREF(s);
+    s = ptr;
+  }
+  const bool ok = s != nullptr && PyLong_Check(s);
+  if (ok) *stream = reinterpret_cast<uintptr_t>(PyLong_AsVoidPtr(s));
+  Py_XDECREF(s);
+  if (PyErr_Occurred()) return PyErr_Clear(), false;
+  return ok;
+}
+
+uintptr_t current_emulated_stream() { return t_emulated_stream; }
+
 bool read_buffer(PyObject* o, BufferView* v, PyBufferHold* hold, bool current_stream) {
   *v = BufferView{};
   if (o == nullptr || o == Py_None) return true;
@@ -157,7 +182,8 @@ bool read_buffer(PyObject* o, BufferView* v, PyBufferHold* hold, bool current_st
   if (type == g_array_type) return read_python_buffer(o, v, hold);
   if (type == g_torch_tensor) return torch_view(o, v, current_stream);
   if (type == g_emulated_array) return emulated_view(o, v, current_stream);
-  return false;
+  BufferProblem unused;  // the Python path reads it again and raises naming the argument
+  return read_foreign_array(o, v, current_stream, &unused) == ForeignRead::Ok;
 }
 
 void bind_buffer_view(py::module_& m) {
@@ -216,6 +242,34 @@ void bind_buffer_view(py::module_& m) {
       "Let the C++ entry read torch tensors: torch.Tensor, torch.strided, {torch dtype: _C.DType} and "
       "torch._C._cuda_getCurrentRawStream (None: CPU tensors only). One registry for host and device "
       "tensors (commlib.torch registers at import, the device route on its first CUDA call).");
+  m.def(
+      "register_cuda_stream_reader",
+      [](py::object reader, py::object attr) {
+        if (!PyCallable_Check(reader.ptr())) throw py::type_error("register_cuda_stream_reader: reader must be callable");
+        if (!attr.is_none() && !PyUnicode_Check(attr.ptr()))
+          throw py::type_error("register_cuda_stream_reader: attr must be a str or None");
+        Py_XDECREF(g_stream_reader);
+        Py_XDECREF(g_stream_reader_attr);
+        g_stream_reader = reader.inc_ref().ptr();
+        g_stream_reader_attr = attr.is_none() ? nullptr : PyUnicode_InternFromString(py::cast<std::string>(attr).c_str());
+      },
+      py::arg("reader"), py::arg("attr") = py::none(),
+      "The current CUDA stream where torch's reader is not registered: reader(device index), and the "
+      "attribute of its result that is the cudaStream_t (CuPy: cupy.cuda.get_current_stream, 'ptr'). "
+      "commlib/core/device_route.py registers it on the first CUDA call with CuPy imported.");
+  m.def(
+      "current_cuda_stream",
+      [](int index) {
+        uintptr_t s = 0;
+        if (!current_cuda_stream(index, &s)) throw std::runtime_error("current_cuda_stream: the registered stream reader raised");
+        return s;
+      },
+      py::arg("index"),
+      "The current stream on CUDA device `index` as the C++ entry reads it (torch's reader, else the one "
+      "register_cuda_stream_reader named, else 0: the legacy default stream). The Python path asks here, "
+      "so both agree on the stream a call runs on.");
+  m.def("cuda_stream_reader", [] { return g_raw_stream != nullptr ? "torch" : g_stream_reader != nullptr ? "other" : ""; },
+        "Which current-stream reader is registered: 'torch', 'other' (register_cuda_stream_reader) or ''.");
   m.def("torch_cuda_readable", [] { return g_raw_stream != nullptr; },
         "Whether register_torch_types was given torch's stream reader (CUDA tensors are read in C++).");
   m.def(

@@ -3,13 +3,15 @@
 // importing anything. Host kinds: an exact numpy.ndarray (its buffer protocol: writable,
 // C-contiguous) and an exact torch.Tensor on the CPU; device kinds: commlib.emulated.Array and an
 // exact torch.Tensor on a CUDA device. One registry of torch's types serves both (register_torch_types).
-// Anything else (subclasses, other exporters, CuPy and __cuda_array_interface__/DLPack objects for
-// now: docs/gpu.md) is "not readable" and the Python path takes it, which checks and explains.
+// Other libraries' device arrays (__cuda_array_interface__, DLPack) are read by
+// read_foreign_array below. Anything else (subclasses, other exporters) is "not readable" and the
+// Python path takes it, which checks and explains.
 #pragma once
 
 #include <Python.h>
 
 #include <cstdint>
+#include <string>
 
 #include "common/types.h"
 
@@ -63,6 +65,28 @@ class PyBufferHold {
 // or not usable as one (not contiguous, an unknown dtype, read-only, ...). `current_stream`: read
 // the caller's current stream of a device buffer (not needed when the call names its stream).
 bool read_buffer(PyObject* o, BufferView* v, PyBufferHold* hold, bool current_stream);
+
+// Why an array that is not commlib's own cannot be used (bindings/foreign_arrays.cc): the Python
+// exception type and the message after "<argument name>: ".
+struct BufferProblem {
+  PyObject* type = nullptr;  // PyExc_TypeError, PyExc_ValueError or PyExc_RuntimeError
+  std::string message;
+};
+enum class ForeignRead : uint8_t { NotForeign, Ok, Bad };
+// Device memory of another library, read on every call (bindings/foreign_arrays.cc): an object
+// with __cuda_array_interface__ (CuPy, Numba, ...), or a DLPack exporter (__dlpack__,
+// __dlpack_device__) on a CUDA device; memory the emulated device holds is of kind Emulated.
+// NotForeign: neither (or DLPack host memory: a host buffer); Bad: `why` says what is wrong
+// (no Python error set either way). `current_stream`: as for read_buffer.
+ForeignRead read_foreign_array(PyObject* o, BufferView* v, bool current_stream, BufferProblem* why);
+
+// The caller's current stream on CUDA device `index` as the registered reader gives it (torch's
+// current raw stream when torch's types are registered with it, else the one
+// register_cuda_stream_reader named, e.g. CuPy's; 0, the legacy default stream, without either),
+// or on the emulated device (the innermost emulated.use_stream's). False (no Python error set)
+// when the reader raised.
+bool current_cuda_stream(int index, uintptr_t* stream);
+uintptr_t current_emulated_stream();
 
 // Any exporter of the buffer protocol (not only numpy.ndarray) as a host view: false, no Python
 // error set, unless writable, C-contiguous and of a dtype the core moves (_C.describe_buffer).

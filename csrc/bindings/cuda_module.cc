@@ -62,18 +62,23 @@ PYBIND11_MODULE(_C_cuda, m) {
 
   m.doc() = "commlib CUDA reduction kernels on device pointers (synchronous; for tests and tools)";
 
+
+  // The same query for the C++ entry's reader of __cuda_array_interface__ arrays in commlib._C
+  // (bindings/foreign_arrays.cc), called there per call without Python in between.
+  static int (*const pointer_device_fn)(uintptr_t) = [](uintptr_t ptr) {
+    cudaPointerAttributes attr{};
+    const cudaError_t err = cudaPointerGetAttributes(&attr, reinterpret_cast<const void*>(ptr));
+    if (err != cudaSuccess || (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)) {
+      cudaGetLastError();
+      return -1;
+    }
+    return attr.device;
+  };
+  m.attr("pointer_device_fn") =
+      py::capsule(reinterpret_cast<void*>(pointer_device_fn), "commlib.pointer_device");
   m.def(
-      "pointer_device",
-      [](uintptr_t ptr) {
-        cudaPointerAttributes attr{};
-        const cudaError_t err = cudaPointerGetAttributes(&attr, reinterpret_cast<const void*>(ptr));
-        if (err != cudaSuccess || (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)) {
-          cudaGetLastError();
-          return -1;
-        }
-        return attr.device;
-      },
-      py::arg("ptr"), "The CUDA device of a device pointer (-1: not device memory).");
+      "pointer_device", [](uintptr_t ptr) { return pointer_device_fn(ptr); }, py::arg("ptr"),
+      "The CUDA device of a device pointer (-1: not device memory).");
 
   m.def("device_count", []() {
     int count = 0;

@@ -85,7 +85,10 @@ void bind_capture(py::class_<Device, std::shared_ptr<Device>>& d) {
 
 void bind_device(py::module_& m) {
   py::class_<DeviceStream, std::shared_ptr<DeviceStream>>(m, "DeviceStream");
-  py::class_<DeviceEvent, std::shared_ptr<DeviceEvent>>(m, "DeviceEvent");
+  py::class_<DeviceEvent, std::shared_ptr<DeviceEvent>>(m, "DeviceEvent")
+      .def_property_readonly(
+          "handle", [](DeviceEvent& e) { return reinterpret_cast<uintptr_t>(e.native_handle()); },
+          "The cudaEvent_t on CUDA (an identity on the emulated device).");
   py::class_<DeviceGraph, std::shared_ptr<DeviceGraph>>(m, "DeviceGraph");
   py::class_<DeviceGraphExec, std::shared_ptr<DeviceGraphExec>>(m, "DeviceGraphExec");
 
@@ -264,12 +267,6 @@ void bind_device(py::module_& m) {
   m.def("emulated_device", &emulated_device, py::arg("index") = 0,
         "The process's emulated device `index` (COMMLIB_EMULATED_DELAY_US read when first created).");
 
-  py::class_<DeviceWork, std::shared_ptr<DeviceWork>>(m, "DeviceWork")
-      .def("wait", &DeviceWork::wait)
-      .def("is_completed", &DeviceWork::is_completed)
-      .def("synchronize", &DeviceWork::synchronize, py::call_guard<ReleaseGil>())
-      .def_property_readonly("seq", &DeviceWork::seq);
-
   py::class_<StreamEngine, std::shared_ptr<StreamEngine>>(m, "StreamEngine")
       .def(py::init([](Communicator& comm, std::shared_ptr<Device> device, double timeout, const std::string& label) {
              return std::make_shared<StreamEngine>(std::move(device), communicator_peer_control(comm),
@@ -300,6 +297,9 @@ void bind_device(py::module_& m) {
           },
           "Message chunks (sent and received) the kernel path's launches moved so far, by protocol: "
           "{'ll': .., 'slots': ..}, as the kernel recorded them (read after the calls completed).")
+      .def("kernel_plan_lookups",
+           [](StreamEngine& e) { return e.kernel_path() ? e.kernel_path()->plan_lookups() : 0; },
+           "Device-plan lookups by call shape the kernel path made (none for a cached call's launches).")
       .def("kernel_replays_done",
            [](StreamEngine& e) { return e.kernel_path() ? e.kernel_path()->replays_done() : 0; },
            "Kernel-path launches run by replays of captured graphs so far, as the kernel counted them.")

@@ -51,6 +51,7 @@ class CudaEvent final : public DeviceEvent {
  public:
   CudaEvent() { check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate"); }
   ~CudaEvent() override { cudaEventDestroy(event); }
+  void* native_handle() override { return event; }
   cudaEvent_t event;
   bool recorded = false;
 };
@@ -111,21 +112,37 @@ void run_host_function(void* data) {
 
 const char kHex[] = "0123456789abcdef";
 
+// The device this thread's innermost guard (a DeviceGuard's swap_current, or a method's own Current)
+// made current, -1 outside every guard (then torch or CuPy may have set any: the first guard asks).
+// So the methods below cost no driver call inside the engine's guard (commlib._C's thread-locals are
+// not these); make_current inside a guard updates it.
+thread_local int t_guarded = -1;
+
+Device::CurrentToken enter_device(int index) {
+  Device::CurrentToken token{index, t_guarded};
+  if (t_guarded == index) return token;  // nested in a guard of this device: current already
+  check(cudaGetDevice(&token.previous), "cudaGetDevice");
+  if (token.previous != index) check(cudaSetDevice(index), "cudaSetDevice");
+  t_guarded = index;
+  return token;
+}
+
+// Sets the previous device back where it differs, or where a make_current inside made another current.
+void leave_device(int index, Device::CurrentToken token) {
+  if (token.previous >= 0 && (token.previous != index || t_guarded != index)) cudaSetDevice(token.previous);
+  t_guarded = token.enclosing;
+}
+
 // The device current for a scope, the caller's restored after (CUDA's current device is per
 // thread; a library must not leave it changed: torch and CuPy keep their own notion of it).
 class Current {
  public:
-  explicit Current(int index) : index_(index) {
-    check(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (previous_ != index_) check(cudaSetDevice(index_), "cudaSetDevice");
-  }
-  ~Current() {
-    if (previous_ != index_) cudaSetDevice(previous_);
-  }
+  explicit Current(int index) : index_(index), token_(enter_device(index)) {}
+  ~Current() { leave_device(index_, token_); }
 
  private:
-  int index_;
-  int previous_ = 0;
+  const int index_;
+  const Device::CurrentToken token_;
 };
 
 }  // namespace
@@ -137,18 +154,14 @@ CudaDevice::CudaDevice(int index) : index_(index) {
   cuda_preload_kernels();  // no lazy module load (a context-wide synchronisation) inside a call
 }
 
-void CudaDevice::make_current() { check(cudaSetDevice(index_), "cudaSetDevice"); }
-
-int CudaDevice::swap_current() {
-  int previous = -1;
-  check(cudaGetDevice(&previous), "cudaGetDevice");
-  if (previous != index_) check(cudaSetDevice(index_), "cudaSetDevice");
-  return previous;
+void CudaDevice::make_current() {
+  check(cudaSetDevice(index_), "cudaSetDevice");
+  if (t_guarded >= 0) t_guarded = index_;  // inside a guard: its end sets the previous device back
 }
 
-void CudaDevice::restore_current(int previous) {
-  if (previous >= 0 && previous != index_) cudaSetDevice(previous);
-}
+Device::CurrentToken CudaDevice::swap_current() { return enter_device(index_); }
+
+void CudaDevice::restore_current(CurrentToken token) { leave_device(index_, token); }
 
 void* CudaDevice::allocate(size_t bytes) {
   Current current(index_);

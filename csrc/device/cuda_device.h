@@ -15,8 +15,8 @@ class CudaDevice final : public Device {
 
   std::string name() const override { return "cuda:" + std::to_string(index_); }
   void make_current() override;
-  int swap_current() override;
-  void restore_current(int previous) override;
+  CurrentToken swap_current() override;
+  void restore_current(CurrentToken token) override;
 
   void* allocate(size_t bytes) override;
   void free_async(void* ptr, DeviceStream& stream) override;

@@ -38,6 +38,9 @@ class DeviceStream {
 class DeviceEvent {
  public:
   virtual ~DeviceEvent() = default;
+  // The event as other libraries take it: the cudaEvent_t on CUDA; on the emulated device the
+  // event object itself (an identity).
+  virtual void* native_handle() { return this; }
 };
 
 // -- stream capture and graphs (CUDA's cudaStreamBeginCapture .. cudaGraphLaunch) ----------------
@@ -72,13 +75,21 @@ class Device {
   // Makes this device the calling thread's current one (cudaSetDevice), as libraries that bind
   // to the current device need (ncclCommInitRank).
   virtual void make_current() {}
-  // make_current() returning the calling thread's previous current device (-1: none), and its
-  // undoing: CUDA's current device is per thread, and a library must leave it as it found it.
-  virtual int swap_current() {
+  // make_current() for a scope (DeviceGuard), returning what restore_current needs to undo it:
+  // the thread's previous current device (-1: none) and the device the enclosing guard made
+  // current (-1: none). CUDA's current device is per thread, and a library must leave it as it
+  // found it. A guard nested in a guard of the same device makes no driver call (the device is
+  // current already, unless a make_current of another device inside the outer guard changed it:
+  // then the nested guard sets it again and the outer one's end sets the previous device back).
+  struct CurrentToken {
+    int previous = -1;
+    int enclosing = -1;
+  };
+  virtual CurrentToken swap_current() {
     make_current();
-    return -1;
+    return CurrentToken{};
   }
-  virtual void restore_current(int previous) { (void)previous; }
+  virtual void restore_current(CurrentToken token) { (void)token; }
 
   // -- memory ------------------------------------------------------------------------------
   virtual void* allocate(size_t bytes) = 0;
@@ -251,30 +262,20 @@ class CaptureModeScope {
 // This device current on the calling thread for a scope, the previous one restored after: every
 // method of the engine that enqueues or queries takes one (kernels launched on another device's
 // stream fail; a thread that never set a device creates a context on device 0). A guard nested in
-// a guard of the same device on the same thread does nothing: that device is current already, so
-// one call pays for one guard (a cudaGetDevice), not one per method it goes through (issue #37).
+// a guard of the same device on the same thread makes no driver call (Device::swap_current): that
+// device is current already, so one call pays for one guard (a cudaGetDevice), not one per method
+// it goes through (issue #37). The device, not this class, knows its guards: the CUDA device's
+// own methods guard themselves inside commlib._C_cuda, which shares no thread-local with commlib._C.
 class DeviceGuard {
  public:
-  explicit DeviceGuard(Device& d) : d_(d), outer_(innermost_) {
-    if (outer_ == &d) return;
-    previous_ = d.swap_current();
-    innermost_ = &d;
-    active_ = true;
-  }
-  ~DeviceGuard() {
-    if (!active_) return;
-    innermost_ = outer_;
-    d_.restore_current(previous_);
-  }
+  explicit DeviceGuard(Device& d) : d_(d), token_(d.swap_current()) {}
+  ~DeviceGuard() { d_.restore_current(token_); }
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;
 
  private:
-  static inline thread_local Device* innermost_ = nullptr;  // the device of this thread's innermost guard
   Device& d_;
-  Device* const outer_;
-  int previous_ = -1;
-  bool active_ = false;
+  const Device::CurrentToken token_;
 };
 
 }  // namespace commlib

@@ -23,6 +23,15 @@ namespace commlib {
 // regions resolve against them) and the engine's ordinal of the call. `captured`: the stream is
 // capturing a CUDA graph (stream/stream_capture.cc): only the kernel path is asked, and records the
 // call as a launch every replay runs (nothing to watch: it returns Launched{}).
+// Where a resolved call (the stream engine's PreparedCall) keeps the kernel path's device plan once
+// found, so its later launches look nothing up (issue #37): the path that filled it, the plan
+// (the path's own entry) and the path's plan generation then (any eviction makes it stale).
+struct KernelPlanSlot {
+  const void* path = nullptr;
+  const void* plan = nullptr;
+  uint64_t generation = 0;
+};
+
 struct PathCall {
   const ResolvedPlan& plan;
   const CollectiveCall& call;
@@ -31,6 +40,7 @@ struct PathCall {
   uint64_t seq;
   bool captured = false;
   const struct MappedPeers* mapped = nullptr;  // a one-sided call's route (null: staged)
+  KernelPlanSlot* plan_slot = nullptr;  // the prepared call's (null: look the plan up)
 };
 
 // A one-sided call's route, the same on every rank (StreamEngine::agree_route, stream_one_sided.cc):

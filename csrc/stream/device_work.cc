@@ -55,6 +55,8 @@ void DeviceWork::synchronize() {
   engine_->throw_if_call_failed(seq_);
 }
 
+std::shared_ptr<Device> DeviceWork::device() const { return engine_->shared_device(); }
+
 std::shared_ptr<DeviceEvent> DeviceWork::completion_event() {
   if (done_.event || done_.captured()) return done_.event;
   try {

@@ -46,6 +46,7 @@ class DeviceWork {
   // after it waits for the word (the only event such a call ever costs). Null for a captured call.
   std::shared_ptr<DeviceEvent> completion_event();
   uint64_t seq() const { return seq_; }
+  std::shared_ptr<Device> device() const;  // the engine's
 
  private:
   std::shared_ptr<StreamEngine> engine_;

@@ -167,6 +167,7 @@ void KernelPath::stage(const std::vector<char>& bytes, void* dev, DeviceStream& 
 }
 
 const KernelPath::Uploaded& KernelPath::upload(const ScheduleKey& key, const Schedule& sched, DeviceStream& stream) {
+  ++plan_lookups_;
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
   if (plans_.size() >= kMaxPlans) {
@@ -181,6 +182,7 @@ const KernelPath::Uploaded& KernelPath::upload(const ScheduleKey& key, const Sch
       }
       device_->free_ordered(it->second.dev, stream);
       it = plans_.erase(it);
+      ++plans_generation_;
     }
   }
   Uploaded u;
@@ -225,13 +227,18 @@ Launched KernelPath::enqueue(const PathCall& pc, DeviceStream& stream) {
   const CallDesc& d = pc.desc;
   const ScheduleKey key{d.coll, static_cast<uint8_t>(d.algo & ~kDeviceCallAlgoBit), d.root, d.count,
                         static_cast<uint8_t>(dtype_size(pc.call.dtype))};  // the resolved algorithm
-  return launch(key, pc.plan.sched, d, pc.bases, pc.call.dtype, pc.call.op, stream, pc.captured, pc.mapped);
+  return launch(key, pc.plan.sched, d, pc.bases, pc.call.dtype, pc.call.op, stream, pc.captured, pc.mapped,
+                pc.plan_slot);
 }
 
 Launched KernelPath::launch(const ScheduleKey& key, const Schedule& sched, const CallDesc& desc, char* const bases[3],
-                            DType dtype, RedOp op, DeviceStream& stream, bool captured, const MappedPeers* mapped) {
+                            DType dtype, RedOp op, DeviceStream& stream, bool captured, const MappedPeers* mapped,
+                            KernelPlanSlot* slot) {
   if (captured && !has_plan(key)) throw std::logic_error("kernel path: a captured launch without its plan");
-  const Uploaded& u = upload(key, sched, stream);
+  // A prepared call's plan as its first launch found it, while no plan left the cache since.
+  const bool kept = slot && slot->path == this && slot->generation == plans_generation_;
+  const Uploaded& u = kept ? *static_cast<const Uploaded*>(slot->plan) : upload(key, sched, stream);
+  if (slot && !kept) *slot = KernelPlanSlot{this, &u, plans_generation_};
   if (captured) {
     device_->retain_in_capture(stream, u.pin);
     captured_any_.store(true, std::memory_order_relaxed);
@@ -317,12 +324,6 @@ bool KernelPath::replay_running() const {
   return load_flag(w + kReplaysStartedWord) > load_flag(w + kReplaysDoneWord);
 }
 
-size_t KernelPath::pinned_plans() const {
-  size_t n = 0;
-  for (const auto& [k, u] : plans_) n += u.pin.use_count() > 1;
-  return n;
-}
-
 uint64_t KernelPath::progress() const {
   if (!host_page_) return 0;
   uint64_t sum = 0;
@@ -369,6 +370,7 @@ void KernelPath::release(DeviceStream& stream, bool free_region) {
   close_imports();
   for (auto& [k, u] : plans_) device_->free_ordered(u.dev, stream);
   plans_.clear();
+  ++plans_generation_;
   release_mapped_tables(stream);
   if (region_ && free_region) device_->free_async(region_, stream);
   if (local_) device_->free_async(local_, stream);

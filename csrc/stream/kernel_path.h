@@ -79,10 +79,11 @@ class KernelPath final : public DevicePathRunner {
   // `captured`: `stream` is capturing (the engine's capture mode): the plan must exist already
   // (has_plan), is pinned for the life of the graph (Device::retain_in_capture: never evicted
   // while a graph holds it), and the launch is left to the graph's replays (no watchdog wait).
-  // `mapped`: a one-sided call's agreed route (device_path.h; null or not mapped: staged).
+  // `mapped`: a one-sided call's agreed route (device_path.h; null or not mapped: staged). `slot`: a
+  // prepared call's (device_path.h): its plan is taken from there once found, not looked up.
   Launched launch(const ScheduleKey& key, const Schedule& sched, const CallDesc& desc, char* const bases[3],
                   DType dtype, RedOp op, DeviceStream& stream, bool captured = false,
-                  const MappedPeers* mapped = nullptr);
+                  const MappedPeers* mapped = nullptr, KernelPlanSlot* slot = nullptr);
   // A call of one-sided shape `key` can run staged (its staged buffers fit the slots area:
   // std::invalid_argument naming the settings otherwise), before anything is enqueued or numbered.
   // A mapped call (every rank's buffers in place) needs no slots and is not asked.
@@ -90,7 +91,11 @@ class KernelPath final : public DevicePathRunner {
   // Whether the plan of call shape `key` is on the device (an eager call of that shape ran).
   bool has_plan(const ScheduleKey& key) const { return plans_.count(key) != 0; }
   // Plans held by a captured graph (kept however many plans there are).
-  size_t pinned_plans() const;
+  size_t pinned_plans() const {
+    size_t n = 0;
+    for (const auto& entry : plans_) n += entry.second.pin.use_count() > 1;
+    return n;
+  }
   // A launch's check found a peer's descriptor different from its own: the message naming both
   // ranks and both calls (the watchdog fails the engine with MismatchError; the kernel waits for
   // the abort word meanwhile, so the call does not complete before it).
@@ -116,6 +121,9 @@ class KernelPath final : public DevicePathRunner {
 
   DevicePath mode() const { return mode_; }
   uint64_t launches() const { return launches_; }  // eager launches enqueued
+  // Lookups of a device plan by call shape so far (a prepared call's repeated launches make none:
+  // tests pin that, issue #37).
+  uint64_t plan_lookups() const { return plan_lookups_; }
   bool captured_any() const { return captured_any_.load(std::memory_order_relaxed); }  // some launch was captured
   // The watchdog thread's view of replays (StreamEngine::watch_replays): when one last progressed,
   // when peers were last checked, the progress words' sum then.
@@ -233,6 +241,10 @@ class KernelPath final : public DevicePathRunner {
   std::atomic<bool> captured_any_{false};
   uint64_t launches_ = 0;          // eager launches enqueued (the kernel counts them too: the done word)
   std::unordered_map<ScheduleKey, Uploaded, ScheduleKeyHash> plans_;  // device memory stream-ordered
+  // Advanced whenever a plan leaves plans_: a KernelPlanSlot of an older generation is stale (an
+  // entry's address is stable otherwise: unordered_map keeps its nodes across rehashes).
+  uint64_t plans_generation_ = 1;
+  uint64_t plan_lookups_ = 0;
   // Pinned host memory (map_host) the plans are copied from: a copy out of pageable memory may
   // wait for the stream, which may be parked in a wait for a peer. [0, staged_) may still be
   // copied from until `staged_copied_` (recorded after the latest copy) completes; an arena grown

@@ -246,7 +246,8 @@ uint64_t StreamEngine::enqueue_collective(const CollectiveCall& call, const Prep
     for (int p : planned.peers)
       if (remote(p)) remote_peers.emplace_back(p, desc);
     remote_descs_->exchange(remote_peers, remote_peers, seq_, s);
-    launched = enqueue_call(call, planned, path, desc, esize, s, false, route.mapped ? &route : nullptr);
+    launched = enqueue_call(call, planned, path, desc, esize, s, false, route.mapped ? &route : nullptr,
+                            prepared ? prepared->kernel_plan.get() : nullptr);
   } catch (const std::exception& e) {
     // Partly enqueued: the ranks' counters no longer agree, so the engine cannot go on. This
     // rank's failure (often its device's sticky error, first seen here): CommError here, and the
@@ -267,7 +268,7 @@ DeviceCallPath StreamEngine::path_of(const CollectiveCall& call) const {
 
 Launched StreamEngine::enqueue_call(const CollectiveCall& call, const ResolvedPlan& plan, DeviceCallPath path,
                                     const CallDesc& desc, size_t esize, DeviceStream& s, bool captured,
-                                    const MappedPeers* mapped) {
+                                    const MappedPeers* mapped, KernelPlanSlot* plan_slot) {
   char* in = reinterpret_cast<char*>(call.input);
   char* out = reinterpret_cast<char*>(call.output);
   const InputStaging staging = input_staging(call, rank_, size_);
@@ -289,7 +290,7 @@ Launched StreamEngine::enqueue_call(const CollectiveCall& call, const ResolvedPl
                                                             : static_cast<DevicePathRunner&>(*copy_);
   last_path_ = path == DeviceCallPath::Kernel ? "kernel" : "copy";  // NCCL's own collective shows as copy
   last_algorithm_ = plan.name;
-  Launched l = runner.enqueue(PathCall{plan, call, desc, bases, seq_, captured, mapped}, s);
+  Launched l = runner.enqueue(PathCall{plan, call, desc, bases, seq_, captured, mapped, plan_slot}, s);
   if (l.done) note_wait(StreamWait{l.done, l.target, l.peer, l.send, seq_});  // the launch's first peer until it completes
   if (avg_divides(call, rank_) && call.count) {
     device_->divide_unless(copy_->stop_dev(), out, static_cast<size_t>(call.count), call.dtype, size_, s);

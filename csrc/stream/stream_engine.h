@@ -118,6 +118,9 @@ struct PreparedCall {
   CollectiveCall call;
   std::shared_ptr<const ResolvedPlan> plan;
   DeviceCallPath path = DeviceCallPath::Copy;
+  // The kernel path's device plan, found on the first launch (shared by the copies the bindings'
+  // cache makes per call; written under the engine's enqueue lock).
+  std::shared_ptr<KernelPlanSlot> kernel_plan = std::make_shared<KernelPlanSlot>();
 };
 
 class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private CopyPathHost,
@@ -195,6 +198,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   // peer closed its import: the Python side's barrier) and nothing failed. Idempotent.
   void release_memory(bool peers_closed);
   Device& device() { return *device_; }
+  std::shared_ptr<Device> shared_device() const { return device_; }
   // NCCL: the `nccl` link's peers and algorithm="nccl" (stream/nccl_link.h); its communicator
   // is created by commlib/device/nccl_comm.py on first use.
   NcclLink& nccl() { return *nccl_; }
@@ -259,9 +263,10 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   void note_p2p_waits(const std::vector<std::pair<int, CallDesc>>& waits, bool add) override;
 
   // The launch's completion word (done_dev null where something follows the launch, e.g. avg's
-  // divide, or the path has no word).
+  // divide, or the path has no word). `plan_slot`: a prepared call's (the kernel path's plan kept there).
   Launched enqueue_call(const CollectiveCall& call, const ResolvedPlan& plan, DeviceCallPath path, const CallDesc& desc,
-                        size_t esize, DeviceStream& s, bool captured = false, const MappedPeers* mapped = nullptr);
+                        size_t esize, DeviceStream& s, bool captured = false, const MappedPeers* mapped = nullptr,
+                        KernelPlanSlot* plan_slot = nullptr);
   // The plan of `call`: the policy's (plans_), except where the kernel path's auto asks for the
   // one-shot, two-shot or (`peers_mapped`) mapped two-shot all_reduce (policy/device_auto.h: its
   // algorithm into `*kernel_auto`).

@@ -35,13 +35,16 @@ def _drain(works=()):
     emu.current_stream().synchronize()
 
 
-def steady_call_counts(comm, n=1000):
+def steady_call_counts(comm, n=1000, wrap=None, names=None):
     """{(collective, "blocking"|"async"): (driver calls of n steady calls, hits, results right,
     path, C++ heap allocations)} on the kernel path, after three drained warm-up calls (the first
-    fills the cache and sets the engine up)."""
+    fills the cache and sets the engine up); ``wrap``: as collective_calls' (another library's view
+    of each array), ``names``: the collectives to count (default: all)."""
     def run(sub):
         out = {}
-        for name, (call, check) in collective_calls(sub).items():
+        for name, (call, check) in collective_calls(sub, wrap=wrap).items():
+            if names is not None and name not in names:
+                continue
             for mode in ("blocking", "async"):
                 a = mode == "async"
                 for _ in range(3):
@@ -125,3 +128,61 @@ def steady_calls_cuda(comm, n=1000):
         return hits, allocs, right, bool((seen == expect).all().item())
     finally:
         sub.close()
+
+
+def plan_lookups(comm, n=20):
+    """{(collective, "blocking"|"async"): (the kernel path's device-plan lookups in n steady calls,
+    C++ entry hits)} after three drained warm-up calls, and {"new shape": lookups of one call of a
+    shape not run before} (the counter counts)."""
+    def run(sub):
+        out = {}
+        engine = None
+        for name, (call, _) in collective_calls(sub).items():
+            for mode in ("blocking", "async"):
+                a = mode == "async"
+                for _ in range(3):
+                    _drain([call(a, None)])
+                engine = sub._device()._last_engine
+                before, hits = engine.kernel_plan_lookups(), _C.device_fast_path_counts()[1]
+                works = [call(a, None) for _ in range(n)]
+                out[(name, mode)] = (engine.kernel_plan_lookups() - before, _C.device_fast_path_counts()[1] - hits)
+                _drain(works)
+        before = engine.kernel_plan_lookups()
+        sub.all_reduce(emu.from_numpy(np.ones(5, np.float32)))
+        _drain()
+        out["new shape"] = engine.kernel_plan_lookups() - before
+        return out
+    return with_settings(comm, KERNEL_SETTINGS, run)
+
+
+def completion_events(comm, n=10):
+    """all_reduce on the kernel path: (the driver calls of n works' completion_event(), whether a
+    stream made to wait on the event, by emulated.Stream.wait_event and by the event's wait(), saw
+    the call's result (a copy enqueued there right after, the emulated delay on), whether the events
+    then said complete)."""
+    def run(sub):
+        P = sub.size
+        x = emu.from_numpy(np.ones(4, np.float32))
+        for _ in range(3):
+            _drain([sub.all_reduce(x, async_op=True)])
+        works = [sub.all_reduce(x, async_op=True) for _ in range(n)]
+        calls = _counted(lambda: [w.completion_event() for w in works])[0]
+        _drain(works)
+        other, seen, done = emu.Stream(), [], []
+        for way in ("stream.wait_event", "event.wait"):
+            y = emu.from_numpy(np.full(1024, sub.rank + 1.0, np.float32))
+            w = sub.all_reduce(y, async_op=True)
+            ev = w.completion_event()
+            if way == "event.wait":
+                ev.wait(other)
+            else:
+                other.wait_event(ev)
+            out = emu.empty(1024, stream=other)
+            out.copy_(y, stream=other)
+            other.synchronize()
+            seen.append(bool((out.host_view_unsynchronized() == P * (P + 1) / 2).all()))
+            ev.synchronize()
+            done.append(ev.query() and ev.handle != 0)
+            w.synchronize()
+        return calls, seen, done
+    return with_settings(comm, KERNEL_SETTINGS, run)

@@ -86,10 +86,13 @@ def hits_and_misses(comm, n=5):
     return with_settings(comm, KERNEL_SETTINGS, run)
 
 
-def collective_calls(sub, n=4):
+def collective_calls(sub, n=4, wrap=None):
     """{collective: (call(async_op, stream), check())} on emulated arrays of this rank: calls whose
-    results do not change when repeated, and the check of every rank's result."""
+    results do not change when repeated, and the check of every rank's result. ``wrap(array)``: what
+    the calls pass instead of each array (another library's view of it: foreign_arrays.py), made
+    anew for every call, as a caller making a new view of its memory each time does."""
     P, r = sub.size, sub.rank
+    w = (lambda a: a) if wrap is None else (lambda a: None if a is None else wrap(a))
     base = np.arange(n, dtype=np.float32)
     mine = base + 10 * r
     blocks = np.concatenate([mine + 100 * j for j in range(P)])  # block j: this rank's to rank j
@@ -104,33 +107,34 @@ def collective_calls(sub, n=4):
     top = base + 10 * (P - 1)
     everyone = np.concatenate([base + 10 * q for q in range(P)])
     return {
-        "all_reduce": (lambda a, s: sub.all_reduce(t["ar"], out=t["ar_out"], async_op=a, stream=s),
+        "all_reduce": (lambda a, s: sub.all_reduce(w(t["ar"]), out=w(t["ar_out"]), async_op=a, stream=s),
                        lambda: np.array_equal(t["ar_out"].numpy(), P * base + 10 * P * (P - 1) / 2)),
-        "all_gather": (lambda a, s: sub.all_gather(t["ag_out"], t["ag"], async_op=a, stream=s),
+        "all_gather": (lambda a, s: sub.all_gather(w(t["ag_out"]), w(t["ag"]), async_op=a, stream=s),
                        lambda: np.array_equal(t["ag_out"].numpy(), everyone)),
-        "reduce_scatter": (lambda a, s: sub.reduce_scatter(t["rs_out"], t["rs"], op="max", async_op=a, stream=s),
+        "reduce_scatter": (lambda a, s: sub.reduce_scatter(w(t["rs_out"]), w(t["rs"]), op="max", async_op=a, stream=s),
                            lambda: np.array_equal(t["rs_out"].numpy(), top + 100 * r)),
-        "all_to_all": (lambda a, s: sub.all_to_all(t["a2a_out"], t["a2a"], async_op=a, stream=s),
+        "all_to_all": (lambda a, s: sub.all_to_all(w(t["a2a_out"]), w(t["a2a"]), async_op=a, stream=s),
                        lambda: np.array_equal(t["a2a_out"].numpy(),
                                               np.concatenate([base + 10 * i + 100 * r for i in range(P)]))),
-        "broadcast": (lambda a, s: sub.broadcast(t["bc"], root=P - 1, async_op=a, stream=s),
+        "broadcast": (lambda a, s: sub.broadcast(w(t["bc"]), root=P - 1, async_op=a, stream=s),
                       lambda: np.array_equal(t["bc"].numpy(), top)),
-        "reduce": (lambda a, s: sub.reduce(t["rd"], root=0, op="max", async_op=a, stream=s),
+        "reduce": (lambda a, s: sub.reduce(w(t["rd"]), root=0, op="max", async_op=a, stream=s),
                    lambda: r != 0 or np.array_equal(t["rd"].numpy(), top)),
-        "gather": (lambda a, s: sub.gather(t["ga_out"], t["ga"], root=0, async_op=a, stream=s),
+        "gather": (lambda a, s: sub.gather(w(t["ga_out"]), w(t["ga"]), root=0, async_op=a, stream=s),
                    lambda: r != 0 or np.array_equal(t["ga_out"].numpy(), everyone)),
-        "scatter": (lambda a, s: sub.scatter(t["sc_out"], t["sc_in"], root=0, async_op=a, stream=s),
+        "scatter": (lambda a, s: sub.scatter(w(t["sc_out"]), w(t["sc_in"]), root=0, async_op=a, stream=s),
                     lambda: np.array_equal(t["sc_out"].numpy(), base + 100 * r)),
     }
 
 
-def every_collective_hits(comm, k=3):
+def every_collective_hits(comm, k=3, wrap=None):
     """Per collective: (hits of [a first call (a miss), k blocking calls, k async calls, a first
-    call on a named stream (a miss), k more there], the async calls returned works, results right)."""
+    call on a named stream (a miss), k more there], the async calls returned works, results right);
+    ``wrap``: as collective_calls'."""
     def run(sub):
         out = {}
         s = emu.Stream()
-        for name, (call, check) in collective_calls(sub).items():
+        for name, (call, check) in collective_calls(sub, wrap=wrap).items():
             def calls():
                 call(False, None)
                 for _ in range(k):

@@ -17,7 +17,9 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from call_count_cases import asked_call_counts, steady_call_counts, steady_calls_cuda  # noqa: E402
+from call_count_cases import (asked_call_counts, completion_events, plan_lookups, steady_call_counts,  # noqa: E402
+                              steady_calls_cuda)
+from foreign_array_cases import foreign_steady_call_counts  # noqa: E402
 from test_device_collectives import DELAY_ENV  # noqa: E402
 
 # Per call, exactly (anything else counted, an event record or query, an allocation, copy, host
@@ -41,6 +43,31 @@ def test_a_steady_call_is_one_launch_and_no_event(pool):
             assert 0 <= allocs - (2 * STEADY if mode == "async" else 0) <= QUEUE_GROWTHS, (name, mode, allocs)
 
 
+def test_a_steady_call_looks_no_device_plan_up(pool):
+    """The kernel path's device plan is kept in the prepared call (csrc/stream/device_path.h,
+    KernelPlanSlot): a cached call's launches make no lookup by call shape; a new shape makes one."""
+    n = 20
+    for out in pool(2, env=DELAY_ENV).run(plan_lookups, n, timeout=120):
+        assert out.pop("new shape") >= 1, out
+        assert len(out) == 16 and all(v == (0, n) for v in out.values()), out
+
+
+@pytest.mark.parametrize("kind", ["cai", "dlpack"])
+def test_foreign_arrays_cost_what_commlibs_own_do(pool, kind):
+    """Other libraries' arrays (csrc/bindings/foreign_arrays.cc; foreign_arrays.py's views of emulated
+    memory) through the entry: the same launch, guard and capture query, no allocation per blocking
+    call; a __cuda_array_interface__ names no device, so each of its buffers costs one pointer query
+    (cudaPointerGetAttributes on CUDA), DLPack's none (it names its device)."""
+    queries = {"cai": {"cuPointerGetAttributes": 2}, "dlpack": {}}[kind]  # two buffers a call
+    n = STEADY // 2
+    for out in pool(2, env=DELAY_ENV).run(foreign_steady_call_counts, kind, n, timeout=300):
+        assert len(out) == 4, sorted(out)
+        for (name, mode), (calls, hits, ok, path, allocs) in out.items():
+            assert ok and path == "kernel" and hits == n, (kind, name, mode, ok, path, hits)
+            assert calls == {k: v * n for k, v in {**PER_CALL, **queries}.items()}, (kind, name, mode, calls)
+            assert 0 <= allocs - (2 * n if mode == "async" else 0) <= QUEUE_GROWTHS, (kind, name, mode, allocs)
+
+
 def test_waits_on_another_stream_are_one_stream_wait_on_the_done_word(pool):
     n = 20
     for out in pool(2, env=DELAY_ENV).run(asked_call_counts, n, timeout=120):
@@ -61,6 +88,17 @@ def test_waits_on_another_stream_are_one_stream_wait_on_the_done_word(pool):
         assert hits == n and calls.pop("cudaEventQuery", 0) <= n and calls.pop("cudaEventCreate", 0) <= n, calls
         assert calls == {**{k: v * n for k, v in PER_CALL.items()}, "cudaEventRecord": n,
                          "a gated divide kernel launch": n}, calls
+
+
+def test_a_completion_event_orders_another_stream_and_costs_one_record(pool):
+    """DeviceWork.completion_event() (commlib/device/completion.py): a stream made to wait on it
+    sees the call's result; asking costs one stream wait on the done word, one event created and
+    recorded, on the engine's own stream, and nothing when not asked (the steady test above)."""
+    n = 10
+    for calls, seen, done in pool(2, env=DELAY_ENV).run(completion_events, n, timeout=120):
+        assert seen == [True, True] and done == [True, True], (seen, done)
+        assert calls == {"cuStreamWaitValue64": n, "cudaEventCreate": n, "cudaEventRecord": n,
+                         "cudaGetDevice": n}, calls
 
 
 @pytest.mark.gpu

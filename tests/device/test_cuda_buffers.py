@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import commlib
-from commlib.device.buffers import _from_dlpack, device_buffer
+from commlib.device.buffers import device_buffer
 
 
 class FakeCudaArray:
@@ -28,18 +28,16 @@ def test_cuda_array_interface_is_recognised_and_checked():
     assert device_buffer(np.zeros(3)) is None and device_buffer(None) is None
 
 
-def test_cuda_array_interface_takes_the_pointers_device_and_stream(monkeypatch):
-    """Issue #23 item 5: the device comes from the pointer's attributes (not always 0), and the
-    interface's stream is the call's stream, never torch's current one (a CPU-only torch raises
-    there)."""
+def test_cuda_array_interface_takes_the_interfaces_stream(monkeypatch):
+    """Issue #23 item 5: the interface's stream is the call's stream, never torch's current one (a
+    CPU-only torch raises there). (The device comes from the pointer: test_foreign_arrays.py, on
+    emulated memory of device 1.)"""
     import sys
     import types
 
-    import commlib.device.buffers as dbuf
     import commlib.core.device_route as de
-    monkeypatch.setattr(dbuf, "_pointer_device", lambda ptr: 3 if ptr == 0x7F0000001000 else 0)
     b = device_buffer(FakeCudaArray((4,), stream=0x5150))
-    assert (b.device_index, b.stream) == (3, 0x5150)
+    assert (b.device_index, b.stream) == (0, 0x5150)  # no usable commlib._C_cuda here: device 0
     assert device_buffer(FakeCudaArray((4,))).stream == 0  # no stream key: the legacy default stream
 
     def no_torch_stream(index):
@@ -49,16 +47,30 @@ def test_cuda_array_interface_takes_the_pointers_device_and_stream(monkeypatch):
     fake_cuda = types.SimpleNamespace(stream_capsule=lambda index, ptr: ("capsule", index, ptr))
     monkeypatch.setattr(de, "_cuda_module", lambda name: fake_cuda)
     monkeypatch.setattr(de._C, "stream_from_capsule", lambda capsule: capsule)
-    assert de.stream_resolver(b)(None) == ("capsule", 3, 0x5150)
+    assert de.stream_resolver(b)(None) == ("capsule", 0, 0x5150)
+
+
+class _OnCuda:
+    """A DLPack exporter claiming CUDA device 0 for a CPU torch tensor's memory (its capsule)."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def __dlpack__(self, stream=None, **kw):
+        return self.t.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return (2, 0)
 
 
 def test_dlpack_tensors_are_parsed():
     torch = pytest.importorskip("torch")
     t = torch.arange(12, dtype=torch.bfloat16).reshape(3, 4)
-    b = _from_dlpack(t, "t")
-    assert (b.ptr, b.count, b.dtype) == (t.data_ptr(), 12, "bfloat16")
-    with pytest.raises(ValueError, match="t: CUDA array must be contiguous"):
-        _from_dlpack(t.t(), "t")
+    b = device_buffer(_OnCuda(t), "t")
+    assert (b.kind, b.ptr, b.count, b.dtype, b.device_index) == ("cuda", t.data_ptr(), 12, "bfloat16", 0)
+    with pytest.raises(ValueError, match="t: DLPack array must be C-contiguous"):
+        device_buffer(_OnCuda(t.t()), "t")
+    assert device_buffer(torch.zeros(2).numpy()) is None  # DLPack on the CPU: a host buffer
 
 
 def test_cuda_buffers_without_a_usable_cuda_module_are_refused_clearly(pool):
@@ -108,3 +120,63 @@ def test_cupy_all_gather(pool):
     pytest.importorskip("cupy")
     assert pool(2).run(_cupy_all_gather) == [True, True]
 
+
+
+def _foreign_cuda_hits(comm):
+    """Views of a torch CUDA tensor as another library's array (__cuda_array_interface__, DLPack)
+    through the C++ entry: (hits of 4 calls each, commlib's heap allocations in them, results right)."""
+    import torch
+
+    import commlib._C as _C
+    torch.cuda.set_device(0)
+    x = torch.ones(1024, device="cuda")
+
+    class Interface:
+        @property
+        def __cuda_array_interface__(self):
+            return x.__cuda_array_interface__
+
+    class DLPack:
+        def __dlpack__(self, **kw):
+            return x.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return x.__dlpack_device__()
+    out = []
+    for view in (Interface(), DLPack()):
+        for _ in range(2):
+            comm.all_reduce(view, op="max")
+        hits, allocs = _C.device_fast_path_counts()[1], _C.thread_allocations()
+        for _ in range(4):
+            comm.all_reduce(view, op="max")
+        out.append((_C.device_fast_path_counts()[1] - hits, _C.thread_allocations() - allocs))
+    torch.cuda.synchronize()
+    return out, bool((x == 1).all().item())
+
+
+@pytest.mark.gpu
+def test_foreign_cuda_arrays_hit_the_cpp_entry(pool):
+    """NEVER RUN (no GPU lent while it was written): __cuda_array_interface__ and DLPack views of
+    CUDA memory are read in C++ and hit the entry, with no allocation per blocking call."""
+    pytest.importorskip("torch")
+    for out, right in pool(2).run(_foreign_cuda_hits, timeout=120):
+        assert right and out == [(4, 0), (4, 0)], out
+
+
+def _cupy_hits(comm):
+    import cupy
+
+    import commlib._C as _C
+    y = cupy.full(1000, comm.rank, cupy.float32)
+    comm.all_reduce(y, op="max")
+    hits = _C.device_fast_path_counts()[1]
+    for _ in range(3):
+        comm.all_reduce(y, op="max")
+    return _C.device_fast_path_counts()[1] - hits, bool((y.get() == comm.size - 1).all())
+
+
+@pytest.mark.gpu
+def test_cupy_arrays_hit_the_cpp_entry(pool):
+    """NEVER RUN: CuPy arrays (on CuPy's current stream) through the C++ entry."""
+    pytest.importorskip("cupy")
+    assert pool(2).run(_cupy_hits, timeout=120) == [(3, True), (3, True)]

@@ -217,20 +217,36 @@ std::map<std::string, uint64_t> EmulatedDevice::driver_calls() {
 
 const NcclApi* EmulatedDevice::nccl_api() const { return &emulated_nccl_api(); }
 
-void EmulatedDevice::make_current() { emulated_set_current_device(index_); }
+namespace {
+// The device this thread's innermost guard made current (-1: no guard): as t_guarded in
+// cuda_device.cc, so the emulated device's guards make (and count) what CUDA's make.
+thread_local int t_guarded = -1;
+}  // namespace
 
-// Counted as CudaDevice makes them (cuda_device.cc): a get, and a set only where the device changes.
-int EmulatedDevice::swap_current() {
-  const int previous = emulated_current_device();
-  count("cudaGetDevice");
-  if (std::max(previous, 0) != index_) count("cudaSetDevice");  // CUDA reports device 0 on a fresh thread
+void EmulatedDevice::make_current() {
   emulated_set_current_device(index_);
-  return previous;
+  if (t_guarded >= 0) t_guarded = index_;  // inside a guard: its end sets the previous device back
 }
 
-void EmulatedDevice::restore_current(int previous) {
-  if (previous >= 0 && previous != index_) count("cudaSetDevice");
-  emulated_set_current_device(previous);
+// Counted as CudaDevice makes them (cuda_device.cc): a get, and a set only where the device
+// changes; nothing in a guard of this device.
+Device::CurrentToken EmulatedDevice::swap_current() {
+  CurrentToken token{index_, t_guarded};
+  if (t_guarded == index_) return token;
+  token.previous = emulated_current_device();
+  count("cudaGetDevice");
+  if (std::max(token.previous, 0) != index_) count("cudaSetDevice");  // CUDA reports device 0 on a fresh thread
+  emulated_set_current_device(index_);
+  t_guarded = index_;
+  return token;
+}
+
+void EmulatedDevice::restore_current(CurrentToken token) {
+  if (token.previous != index_ || t_guarded != index_) {
+    if (token.previous >= 0) count("cudaSetDevice");
+    emulated_set_current_device(token.previous);  // (-1: the thread had none, as before the guard)
+  }
+  t_guarded = token.enclosing;
 }
 
 void EmulatedDevice::inject_fault(const std::string& kind) {
@@ -341,14 +357,36 @@ void EmulatedDevice::host_func(std::function<void()> fn, DeviceStream& stream) {
   emu(stream).enqueue([fn = std::move(fn)]() mutable { run_host_function(std::move(fn)); });
 }
 
+namespace {
+
+// Devices live as long as the process, like a GPU: operations still queued on a stream may refer
+// to the device (stream-ordered frees), and streams may outlive every other reference. Never
+// destroyed, so no exit-time destructor races a stream thread.
+struct Devices {
+  std::mutex mu;
+  std::map<int, std::shared_ptr<EmulatedDevice>> by_index;
+};
+Devices& devices_of_process() {
+  static auto* d = new Devices();
+  return *d;
+}
+
+}  // namespace
+
+int emulated_device_of(const void* ptr, bool counted) {
+  if (counted) count("cuPointerGetAttributes");
+  Devices& all = devices_of_process();
+  std::lock_guard<std::mutex> lk(all.mu);
+  for (const auto& [index, d] : all.by_index)
+    if (d->range_of(ptr).bytes) return index;
+  return -1;
+}
+
 std::shared_ptr<EmulatedDevice> emulated_device(int index) {
-  // Devices live as long as the process, like a GPU: operations still queued on a stream may
-  // refer to the device (stream-ordered frees), and streams may outlive every other reference.
-  // Never destroyed, so no exit-time destructor races a stream thread.
-  static std::mutex mu;
-  static auto* devices = new std::map<int, std::shared_ptr<EmulatedDevice>>();
+  Devices& all = devices_of_process();
+  auto* devices = &all.by_index;
   if (index < 0) throw std::invalid_argument("device: emulated device index must be >= 0, got " + std::to_string(index));
-  std::lock_guard<std::mutex> lk(mu);
+  std::lock_guard<std::mutex> lk(all.mu);
   auto it = devices->find(index);
   if (it != devices->end()) return it->second;
   const int64_t delay = param_int("COMMLIB_EMULATED_DELAY_US", 0, 10'000'000);

@@ -102,8 +102,8 @@ class EmulatedDevice final : public Device {
   std::string name() const override { return "emulated:" + std::to_string(index_); }
   const NcclApi* nccl_api() const override;  // the emulated NCCL (nccl_emulated.h)
   void make_current() override;
-  int swap_current() override;
-  void restore_current(int previous) override;
+  CurrentToken swap_current() override;  // as CudaDevice's (cuda_device.cc), counted
+  void restore_current(CurrentToken token) override;
   int64_t delay_us() const { return delay_us_; }
   int index() const { return index_; }
 
@@ -115,6 +115,8 @@ class EmulatedDevice final : public Device {
   void* allocate_with(size_t bytes, void* at, bool shareable);
   // The allocation ptr lies in, its process-unique buffer id and shareability (device.h).
   MemoryRange memory_range(const void* ptr) override;
+  // The same without a driver call's checks or count (the emulation's own bookkeeping).
+  MemoryRange range_of(const void* ptr);
   // cudaFree: synchronises every stream of the device first (counted when one had work left:
   // emulated_rules.h), then frees at once.
   void free_async(void* ptr, DeviceStream& stream) override;
@@ -223,6 +225,11 @@ class EmulatedDevice final : public Device {
 
 // The process's emulated device `index` (created on first use; delay from the environment).
 std::shared_ptr<EmulatedDevice> emulated_device(int index);
+// The index of the emulated device whose own memory (allocate()d, not imported) holds `ptr`, -1
+// for none: where a buffer that names no device lives (__cuda_array_interface__,
+// bindings/foreign_arrays.cc). `counted`: counted on this thread as the cuPointerGetAttributes a
+// CUDA device needs for it (a DLPack buffer names its device: not counted).
+int emulated_device_of(const void* ptr, bool counted);
 
 // Kernel launches on the host (device/emulated/emulated_kernels.cc); throw std::invalid_argument for a
 // bitwise op on a floating dtype, like the CUDA entry points. Return the launch to enqueue.

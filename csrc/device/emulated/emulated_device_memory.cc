@@ -60,6 +60,10 @@ void* EmulatedDevice::allocate_with(size_t bytes, void* at, bool shareable) {
 
 Device::MemoryRange EmulatedDevice::memory_range(const void* ptr) {
   enter("cuPointerGetAttributes");
+  return range_of(ptr);
+}
+
+Device::MemoryRange EmulatedDevice::range_of(const void* ptr) {
   std::lock_guard<std::mutex> lk(mu_);
   auto it = allocations_.upper_bound(const_cast<void*>(ptr));
   if (it == allocations_.begin()) return MemoryRange{};
