@@ -68,17 +68,8 @@ void P2PHold::flush_locked() {
 
 namespace {
 
-// A tensor sent or received as it is: a dense CPU tensor. Like gloo's send/recv, a non-contiguous
-// one is refused (gloo: "input tensor has to be contiguous"), naming the argument.
-void check_p2p_tensor(const at::Tensor& t, const char* kind) {
-  if (!t.is_contiguous() || t.is_conj() || t.is_neg())
-    throw py::value_error(std::string("tensor: a ") + kind +
-                          " of the commlib backend takes a contiguous tensor, as gloo's does (call .contiguous())");
-}
-
-bool host_tensor(const std::vector<at::Tensor>& t) {
-  return t.size() == 1 && t[0].defined() && t[0].device().is_cpu() && t[0].layout() == at::kStrided;
-}
+// One CPU tensor, as the core can move it once contiguous (host_layout); others are handed over.
+bool host_tensor(const std::vector<at::Tensor>& t) { return t.size() == 1 && host_layout(t[0]); }
 
 }  // namespace
 
@@ -91,18 +82,25 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::p2p(bool send, std::vector<at::Te
   if (peer < 0 || peer >= getSize() || peer == getRank())
     throw py::value_error(std::string(send ? "dst" : "src") + ": invalid peer " + std::to_string(peer) +
                           " for rank " + std::to_string(getRank()) + " of a group of " + std::to_string(getSize()));
-  check_p2p_tensor(t[0], kind);
   // Python's held operations (another device's, or handed over) were issued first: they go first.
   if (p2p_handed_over_) flush_held_p2p();
   seq_.fetch_add(1);
   const c10d::OpType type = send ? c10d::OpType::SEND : c10d::OpType::RECV;
   if (t[0].nbytes() == 0)  // nothing to move (nor does the peer): complete at once
     return track(c10::make_intrusive<CommlibWork>(api_, type, kind, getRank(), t, nullptr, nullptr));
+  // A non-contiguous tensor moves through a contiguous copy: a send's is taken now (what was in
+  // the tensor when send was called goes out), a receive's is copied back once it arrived. (gloo
+  // refuses them; the Python backend took them before #44, and so does this one.)
+  at::Tensor c = dense(t[0]);
+  std::function<void()> finish;  // (keeps the copy alive until the message moved)
+  if (!c.is_same(t[0])) finish = [user = t[0], c, send]() mutable {
+    if (!send) user.copy_(c);
+  };
   std::weak_ptr<P2PHold> weak = hold_;
-  auto work = c10::make_intrusive<CommlibWork>(api_, type, kind, getRank(), t, nullptr, nullptr, [weak] {
+  auto work = c10::make_intrusive<CommlibWork>(api_, type, kind, getRank(), t, nullptr, std::move(finish), [weak] {
     if (auto hold = weak.lock()) hold->flush();
   });
-  hold_->hold(send, t[0], peer, work);
+  hold_->hold(send, c, peer, work);
   return track(work);
 }
 
@@ -119,7 +117,6 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::recvAnysource(std::vector<at::Ten
     p2p_handed_over_ = true;
     return delegate("recv_anysource", t, tag);
   }
-  check_p2p_tensor(t[0], "recv");
   if (getSize() < 2) throw py::value_error("src: receiving from any source needs another rank in the group");
   if (p2p_handed_over_) flush_held_p2p();
   hold_->flush();  // after every message held before it
@@ -127,11 +124,15 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::recvAnysource(std::vector<at::Ten
   auto source = std::make_shared<int32_t>(-1);
   std::shared_ptr<commlib::Work> core_work;
   CoreError err;
-  if (!api_->recv_any(core_, reinterpret_cast<uintptr_t>(t[0].data_ptr()), static_cast<int64_t>(t[0].nbytes()),
+  at::Tensor c = dense(t[0]);
+  std::function<void()> finish = [user = t[0], c]() mutable {
+    if (!c.is_same(user)) user.copy_(c);
+  };
+  if (!api_->recv_any(core_, reinterpret_cast<uintptr_t>(c.data_ptr()), static_cast<int64_t>(c.nbytes()),
                       DType::UInt8, source.get(), true, 0.0, &core_work, &err))
     raise_core_error(err, "recv", getRank());
   auto work = c10::make_intrusive<CommlibWork>(api_, c10d::OpType::RECVANYSOURCE, "recv", getRank(), t,
-                                               std::move(core_work), nullptr);
+                                               std::move(core_work), std::move(finish));
   work->set_source(std::move(source));
   completer_.put(work);
   return track(work);
