@@ -19,7 +19,7 @@
 # @pytest.mark.gpu kernel tests), kernels_bw (bench/gpu_kernels.py: the reduction kernels' bandwidth
 # against the device copy and torch's add_), latency (bench/gpu_latency.py: where an all_reduce's
 # time goes, 4 ranks on GPU 0 under MPS where there is one, both paths, against torch's own round
-# trip), launch (bench/gpu_launch.py: issue #37's targets, the 8 B all_reduce's enqueue,
+# trip), launch (bench/gpu_launch.py, at GPU_CHECK_LAUNCH_NP ranks, default 4: issue #37's targets, the 8 B all_reduce's enqueue,
 # back-to-back, synchronous and replayed-graph (100 calls) times against torch's add_ and an empty
 # kernel launch, 4 ranks under MPS), sweep (the same at 64 MiB over the inbox's slot size and count), gpu (every other @pytest.mark.gpu test, several ranks on the one GPU), ranks (tests/device's CUDA cases again under
 # MPS when nvidia-cuda-mps-control exists; skipped otherwise), bench (small and large all_reduce on
@@ -260,13 +260,18 @@ if wants launch; then
   [ $dry -eq 0 ] && mkdir -p bench/results
   mps_note=""
   if [ "$gpus" -lt 2 ] && start_mps mps_launch; then mps_note=", under MPS"; fi
-  run_step launch 120 "Issue #37's launch targets: 8 B all_reduce enqueue, back-to-back, synchronous and a replayed graph of 100 calls against torch's add_ and an empty kernel$mps_note" \
-    "$PY" bench/gpu_launch.py --np 4 --json bench/results/gpu_launch.json
+  # GPU_CHECK_LAUNCH_NP: the rank counts timed ("1 2 4" separates the kernel's cross-rank waits
+  # from its fixed cost); 4 is the issue's target's shape.
+  for np_ in ${GPU_CHECK_LAUNCH_NP:-4}; do
+    name=launch; [ "$np_" != 4 ] && name=launch_np$np_
+    run_step $name 120 "Issue #37's launch targets: 8 B all_reduce enqueue, back-to-back, synchronous and a replayed graph of 100 calls against torch's add_ and an empty kernel, $np_ rank(s)$mps_note" \
+      "$PY" bench/gpu_launch.py --np "$np_" --json "bench/results/gpu_$name.json"
+    if [ $dry -eq 0 ] && [ -s "$logs/$name.log" ]; then
+      { echo "### Launch targets, $np_ rank(s) (bench/gpu_launch.py$mps_note)"; echo; sed -n '/^[0-9]* ranks\{0,1\} on/,$p' "$logs/$name.log"; echo; } >> "$logs/bench.md"
+      write_report
+    fi
+  done
   [ -n "$mps_note" ] && stop_mps
-  if [ $dry -eq 0 ] && [ -s "$logs/launch.log" ]; then
-    { echo "### Launch targets (bench/gpu_launch.py$mps_note)"; echo; sed -n '/^[0-9]* ranks on/,$p' "$logs/launch.log"; echo; } >> "$logs/bench.md"
-    write_report
-  fi
 fi
 if wants sweep; then
   latency_step sweep 150 "The inbox's slot size and count at 64 MiB, kernel and copy paths" \

@@ -206,9 +206,9 @@ uint64_t StreamEngine::enqueue_collective(const CollectiveCall& call, const Prep
   MappedPeers route;
   if (one_sided_candidate(call, prepared ? prepared->plan.get() : nullptr)) route = agree_route(call);
   const ResolvedPlan& planned = prepared ? *prepared->plan : plan_of(call, nullptr, route.mapped);
-  // Peers' memory, read in place: the kernel path or nothing (alike on every rank); a prepared call
-  // passed this check when it was first made.
-  if (planned.one_sided && !prepared && !route.mapped) {
+  // Peers' memory, read in place: the kernel path or nothing (alike on every rank); staged, its
+  // buffers must fit the slots (prepared calls too: their route is agreed per call).
+  if (planned.one_sided && !route.mapped) {
     if (!kernel_ || !kernel_->usable() || nccl_->carries_any())
       throw std::invalid_argument("algorithm: " + planned.name + " is one-sided (it reads and writes peers' mapped "
                                   "buffers): it runs on the device kernel path only, which this communicator lacks "
