@@ -33,9 +33,10 @@ void record(CoreError* err) {
 
 Communicator& comm_at(void* c) { return *static_cast<Communicator*>(c); }
 
-bool api_collective(void* c, const CollectiveCall& call, bool async, std::shared_ptr<Work>* work, CoreError* err) {
+bool api_collective(void* c, const CollectiveCall& call, bool async, double timeout_s, std::shared_ptr<Work>* work,
+                    CoreError* err) {
   try {
-    auto w = comm_at(c).collective(call, async);
+    auto w = comm_at(c).collective(call, async, timeout_s);
     if (work) *work = std::move(w);
     return true;
   } catch (...) {
@@ -44,10 +45,22 @@ bool api_collective(void* c, const CollectiveCall& call, bool async, std::shared
   }
 }
 
-bool api_p2p(void* c, const P2PItem* items, size_t n, DType dtype, bool async, std::shared_ptr<Work>* work,
-             CoreError* err) {
+bool api_p2p(void* c, const P2PItem* items, size_t n, DType dtype, bool async, double timeout_s,
+             std::shared_ptr<Work>* work, CoreError* err) {
   try {
-    auto w = comm_at(c).p2p(std::vector<P2PItem>(items, items + n), dtype, async);
+    auto w = comm_at(c).p2p(std::vector<P2PItem>(items, items + n), dtype, async, timeout_s);
+    if (work) *work = std::move(w);
+    return true;
+  } catch (...) {
+    record(err);
+    return false;
+  }
+}
+
+bool api_recv_any(void* c, uintptr_t ptr, int64_t count, DType dtype, int32_t* source, bool async, double timeout_s,
+                  std::shared_ptr<Work>* work, CoreError* err) {
+  try {
+    auto w = comm_at(c).recv_any(ptr, count, dtype, source, async, timeout_s);
     if (work) *work = std::move(w);
     return true;
   } catch (...) {
@@ -86,7 +99,7 @@ void api_abort(void* c, const char* reason) {
   }
 }
 
-const CoreApi g_api = {kCoreApiVersion, api_collective, api_p2p, api_wait, api_is_completed,
+const CoreApi g_api = {kCoreApiVersion, api_collective, api_p2p, api_recv_any, api_wait, api_is_completed,
                        api_algorithm_index, api_rank, api_size, api_abort};
 
 }  // namespace

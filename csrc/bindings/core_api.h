@@ -22,8 +22,9 @@ class Work;  // host/communicator.h: a queued call (opaque here)
 
 // Bumped whenever the table's layout or meaning changes; a module built against another layout
 // refuses to load (the capsule's name carries it too).
-constexpr uint32_t kCoreApiVersion = 1;
-constexpr const char* kCoreApiCapsule = "commlib._C.core_api.v1";
+// v2: receive from any source; a per-call timeout on every call.
+constexpr uint32_t kCoreApiVersion = 2;
+constexpr const char* kCoreApiCapsule = "commlib._C.core_api.v2";
 
 // Error kinds beyond the core's (common/errors.h ErrorKind): bad arguments and anything else.
 constexpr uint32_t kCoreInvalidArgument = 100;
@@ -38,11 +39,16 @@ struct CoreApi {
   uint32_t version;
   // A collective on the communicator at `comm` (the address _C.core_address gives): blocking
   // (async false: *work stays null) or queued (*work: the call's work). False on error.
-  bool (*collective)(void* comm, const CollectiveCall& call, bool async, std::shared_ptr<Work>* work,
-                     CoreError* err);
+  // `timeout_s` > 0: the call's own timeout in place of the communicator's (a silent peer is a
+  // PeerError naming it and the call after that long); 0: the communicator's.
+  bool (*collective)(void* comm, const CollectiveCall& call, bool async, double timeout_s,
+                     std::shared_ptr<Work>* work, CoreError* err);
   // Concurrent sends and receives (one batch: at most one send to and one receive from each peer).
-  bool (*p2p)(void* comm, const P2PItem* items, size_t n, DType dtype, bool async, std::shared_ptr<Work>* work,
-              CoreError* err);
+  bool (*p2p)(void* comm, const P2PItem* items, size_t n, DType dtype, bool async, double timeout_s,
+              std::shared_ptr<Work>* work, CoreError* err);
+  // Receives `count` elements from whichever peer sends first, writing its rank to *source.
+  bool (*recv_any)(void* comm, uintptr_t ptr, int64_t count, DType dtype, int32_t* source, bool async,
+                   double timeout_s, std::shared_ptr<Work>* work, CoreError* err);
   // Waits up to timeout_s (negative: forever); *done false on timeout. False when the call failed.
   bool (*wait)(const std::shared_ptr<Work>& work, double timeout_s, bool* done, CoreError* err);
   bool (*is_completed)(const std::shared_ptr<Work>& work);

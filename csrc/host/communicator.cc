@@ -234,16 +234,23 @@ void Communicator::close() {
   transport_.reset();
 }
 
-std::shared_ptr<Work> Communicator::collective(const CollectiveCall& call, bool async) {
+std::shared_ptr<Work> Communicator::collective(const CollectiveCall& call, bool async, double timeout_s) {
   const std::string overlap = overlap_problem(call, rank_, size_);
   if (!overlap.empty()) throw std::invalid_argument(overlap);
   // Numbered when submitted, not when run: a device call made in between takes the next number
   // on every rank alike.
   const uint64_t seq = next_call_seq();
+  if (timeout_s > 0)
+    return submit(
+        [this, call, seq, timeout_s] {
+          CallTimeout call_timeout(exec_, timeout_s);
+          run_collective(call, seq);
+        },
+        async);
   return submit([this, call, seq] { run_collective(call, seq); }, async);
 }
 
-std::shared_ptr<Work> Communicator::p2p(std::vector<P2PItem> items, DType dtype, bool async) {
+std::shared_ptr<Work> Communicator::p2p(std::vector<P2PItem> items, DType dtype, bool async, double timeout_s) {
   for (const P2PItem& it : items) {
     if (it.peer < 0 || it.peer >= size_ || it.peer == rank_)
       throw std::invalid_argument("peer: " + std::to_string(it.peer) + " is not another rank of this communicator (size " +
@@ -258,7 +265,12 @@ std::shared_ptr<Work> Communicator::p2p(std::vector<P2PItem> items, DType dtype,
     if (!queued_any_)
       for (const P2PItem& it : items) seqs.push_back(it.send ? ++send_seq_[it.peer] : ++recv_seq_[it.peer]);
   }
-  return submit([this, items = std::move(items), dtype, seqs] { run_p2p(items, dtype, seqs); }, async);
+  return submit(
+      [this, items = std::move(items), dtype, seqs, timeout_s] {
+        CallTimeout call_timeout(exec_, timeout_s);
+        run_p2p(items, dtype, seqs);
+      },
+      async);
 }
 
 uint64_t Communicator::next_p2p_seq(int peer, bool send) {

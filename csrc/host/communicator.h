@@ -63,12 +63,14 @@ class Communicator {
   int rank() const { return rank_; }
   int size() const { return size_; }
 
-  // Returns a Work for async calls; nullptr once a blocking call completed.
-  std::shared_ptr<Work> collective(const CollectiveCall& call, bool async);
-  std::shared_ptr<Work> p2p(std::vector<P2PItem> items, DType dtype, bool async);
+  // Returns a Work for async calls; nullptr once a blocking call completed. `timeout_s` > 0: this
+  // call's own timeout in place of the communicator's (torch's per-call opts.timeout).
+  std::shared_ptr<Work> collective(const CollectiveCall& call, bool async, double timeout_s = 0);
+  std::shared_ptr<Work> p2p(std::vector<P2PItem> items, DType dtype, bool async, double timeout_s = 0);
   // Receives `count` elements from whichever peer sends first (in FIFO order with other calls) and
   // writes that peer's rank to *source (host/recv_any.cc).
-  std::shared_ptr<Work> recv_any(uintptr_t ptr, int64_t count, DType dtype, int32_t* source, bool async);
+  std::shared_ptr<Work> recv_any(uintptr_t ptr, int64_t count, DType dtype, int32_t* source, bool async,
+                                 double timeout_s = 0);
 
   // Called once every rank has joined: turns on single-copy transfers where the OS allows them.
   bool enable_direct_reads() { return transport_->enable_direct_reads(); }

@@ -277,15 +277,15 @@ void Executor::on_idle(std::vector<ExecOp>& ops, const CallDesc& call, Clock::ti
       fail(ErrorKind::Mismatch, mismatch_message(me, call, p, pc));
   }
   double idle_s = std::chrono::duration<double>(Clock::now() - last_progress).count();
-  if (idle_s > opts_.timeout_s) {
+  if (idle_s > timeout_s()) {
     for (const ExecOp& o : ops) {
       if (!is_comm(o.kind) || o.finished) continue;
       const char* doing = o.kind == OpKind::Send ? "send to" : "receive from";
       // " timeout " and no variable name: the timeout comes from init(timeout=), a torch group's
       // timeout= or COMMLIB_TIMEOUT, and torch users' code matches torch's wording.
       char secs[32];
-      std::snprintf(secs, sizeof secs, "%g", opts_.timeout_s);
-      fail(ErrorKind::Peer, "rank " + std::to_string(o.peer) + " did not answer within the communicator's timeout (" +
+      std::snprintf(secs, sizeof secs, "%g", timeout_s());
+      fail(ErrorKind::Peer, "rank " + std::to_string(o.peer) + " did not answer within " + timeout_owner() + " (" +
                                 secs + " s) during " + what() + "; rank " + std::to_string(me) + " was waiting to " + doing + " it (" +
                                 std::to_string(o.bytes - o.done) + " bytes left)");
     }

@@ -74,6 +74,13 @@ class Executor {
   // `chunk_cap` (0: the transport's chunk) caps the chunk size; both ends of a message must use
   // the same cap, so it may depend only on what every rank of the call agrees on.
   const ExecOptions& options() const { return opts_; }
+  // A call's own timeout (torch's per-call `opts.timeout`), in force while that call runs in
+  // place of the communicator's; 0: the communicator's. Calls run one at a time (the FIFO), so
+  // the communicator sets it around each job (CallTimeout).
+  void set_call_timeout(double seconds) { call_timeout_s_ = seconds; }
+  double timeout_s() const { return call_timeout_s_ > 0 ? call_timeout_s_ : opts_.timeout_s; }
+  // Names whose timeout a message means: the call's own or the communicator's.
+  const char* timeout_owner() const { return call_timeout_s_ > 0 ? "the call's timeout" : "the communicator's timeout"; }
 
   // Probes asked, while a point-to-point receive waits, whether the peer sent that message on a
   // device buffer instead (the stream engine's, Communicator::add_p2p_probe): a mismatch.
@@ -121,6 +128,7 @@ class Executor {
   size_t single_copy_min_ = SIZE_MAX;  // begin_call's single_copy_min (SIZE_MAX: never)
   bool stream_call_ = false;
   ExecOptions opts_;
+  double call_timeout_s_ = 0;  // set_call_timeout
   std::vector<uint64_t> rendezvous_sent_;  // per peer
   std::vector<char> bounce_;               // cache-sized staging for reductions of direct reads
   ListenerList<P2PProbe> probes_;
@@ -128,6 +136,15 @@ class Executor {
   uint64_t flag_writes_ = 0;      // broadcasts this rank wrote as root (its next slot: this mod slots)
   std::vector<uint64_t> flag_slot_call_;  // the flag call each of this rank's slots last held
   std::vector<ExecOp> ops_watched_;
+};
+
+// Sets a call's own timeout on the executor for the life of the scope (0: none).
+struct CallTimeout {
+  CallTimeout(Executor& e, double seconds) : exec(e) { exec.set_call_timeout(seconds); }
+  ~CallTimeout() { exec.set_call_timeout(0); }
+  CallTimeout(const CallTimeout&) = delete;
+  CallTimeout& operator=(const CallTimeout&) = delete;
+  Executor& exec;
 };
 
 }  // namespace commlib

@@ -59,15 +59,16 @@ int Communicator::wait_for_any_sender(DType dtype, int64_t count) {
       throw PeerError("every other rank closed the communicator while rank " + std::to_string(rank_) +
                       " was waiting to receive from any source");
     const double waited = std::chrono::duration<double>(now - start).count();
-    if (waited > opts_.timeout_s)
-      throw PeerError("no rank sent to rank " + std::to_string(rank_) + " within the communicator's timeout (" +
-                      std::to_string(opts_.timeout_s) + " s) during recv from any source (" +
+    if (waited > exec_.timeout_s())
+      throw PeerError("no rank sent to rank " + std::to_string(rank_) + " within " + exec_.timeout_owner() + " (" +
+                      std::to_string(exec_.timeout_s()) + " s) during recv from any source (" +
                       std::to_string(count) + " x " + dtype_name(dtype) + ")");
     transport_->wait_events(seen, 10000);
   }
 }
 
-std::shared_ptr<Work> Communicator::recv_any(uintptr_t ptr, int64_t count, DType dtype, int32_t* source, bool async) {
+std::shared_ptr<Work> Communicator::recv_any(uintptr_t ptr, int64_t count, DType dtype, int32_t* source, bool async,
+                                             double timeout_s) {
   if (count < 0) throw std::invalid_argument("count: negative");
   if (size_ < 2) throw std::invalid_argument("recv from any source: the communicator has no other rank");
   if (source == nullptr) throw std::invalid_argument("source: null");
@@ -76,7 +77,8 @@ std::shared_ptr<Work> Communicator::recv_any(uintptr_t ptr, int64_t count, DType
     ++queued_any_;  // receives submitted behind it number when they run (Communicator::p2p)
   }
   return submit_function(
-      [this, ptr, count, dtype, source] {
+      [this, ptr, count, dtype, source, timeout_s] {
+        CallTimeout call_timeout(exec_, timeout_s);
         auto ran = [this] {
           std::lock_guard<std::mutex> lk(p2p_mu_);
           --queued_any_;

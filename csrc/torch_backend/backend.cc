@@ -4,6 +4,8 @@
 
 #include <utility>
 
+#include <ATen/MemoryOverlap.h>
+
 #include "common/shapes.h"
 #include "torch_backend/python_work.h"
 
@@ -29,11 +31,8 @@ bool core_dtype(at::ScalarType s, DType* out) {
   }
 }
 
-// A tensor the core can take as it is: on the CPU, dense, contiguous, of a dtype it knows.
-bool plain(const at::Tensor& t, DType* dt) {
-  return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && t.is_contiguous() && !t.is_conj() &&
-         !t.is_neg() && core_dtype(t.scalar_type(), dt);
-}
+// A tensor the core can take (once contiguous): a CPU tensor of a dtype it reduces.
+bool plain(const at::Tensor& t, DType* dt) { return host_layout(t) && core_dtype(t.scalar_type(), dt); }
 
 bool plain(const at::Tensor& t) {
   DType dt;
@@ -80,6 +79,17 @@ bool core_op(const c10d::ReduceOp& op, DType dt, RedOp* out, double* scale) {
 
 }  // namespace
 
+bool host_layout(const at::Tensor& t) {
+  // (has_internal_overlap: No for permuted dense tensors, TooHard for sliced ones, Yes for
+  // expanded ones, whose copy back would write one element several times)
+  return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && !t.is_conj() && !t.is_neg() &&
+         (t.is_contiguous() || at::has_internal_overlap(t) != at::MemOverlap::Yes);
+}
+
+bool reduction_dtype(const at::Tensor& t, DType* dt) { return core_dtype(t.scalar_type(), dt); }
+
+bool reduction_op(const c10d::ReduceOp& op, DType dt, RedOp* out, double* scale) { return core_op(op, dt, out, scale); }
+
 CollectiveCall make_call(Collective c, uint8_t algo, DType dt, int64_t count, uintptr_t in, uintptr_t out,
                          int root) {
   CollectiveCall call;
@@ -100,7 +110,8 @@ CommlibBackend::CommlibBackend(const CoreApi* api, py::object group, uintptr_t c
       group_(std::move(group)),
       factory_(std::move(factory)),
       core_(reinterpret_cast<void*>(core)),
-      algos_(algos) {}
+      algos_(algos),
+      hold_(std::make_shared<P2PHold>(api, core_, &completer_)) {}
 
 void CommlibBackend::stop_completer() {
   // Without the GIL: a future's callback on the completion thread may need it.
@@ -113,6 +124,7 @@ void CommlibBackend::stop_completer() {
 }
 
 CommlibBackend::~CommlibBackend() {
+  hold_->close();  // messages still held go out, and the completion thread drains them
   stop_completer();
   if (Py_IsInitialized()) {
     py::gil_scoped_acquire gil;
@@ -126,23 +138,25 @@ CommlibBackend::~CommlibBackend() {
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::run(const CollectiveCall& call, bool async, c10d::OpType type,
                                                    const char* name, std::vector<at::Tensor> outputs,
-                                                   std::function<void()> finish) {
-  if (p2p_handed_over_) flush_held_p2p();
-  seq_.fetch_add(1);
-  // A future's callback running on the completion thread that issues a call (PowerSGD's hook
-  // waits on an all_reduce inside .then) runs it here, or it would wait on its own thread.
-  if (async && completer_.on_thread()) async = false;
-  std::shared_ptr<commlib::Work> core_work;
-  CoreError err;
-  bool ok;
-  // torch's bindings released the GIL before the dispatcher called us: none is held here.
-  ok = api_->collective(core_, call, async, async ? &core_work : nullptr, &err);
-  if (!ok) raise_core_error(err, name, getRank());
-  if (!async && finish) finish();
-  auto work = c10::make_intrusive<CommlibWork>(api_, type, name, getRank(), std::move(outputs), core_work,
-                                              async ? std::move(finish) : nullptr);
-  if (async) completer_.put(work);
-  return work;
+                                                   std::function<void()> finish, std::chrono::milliseconds timeout) {
+  const double secs = timeout_seconds(timeout);
+  return submit(
+      [&](bool a, std::shared_ptr<commlib::Work>* w, CoreError* err) {
+        return api_->collective(core_, call, a, secs, a ? w : nullptr, err);
+      },
+      async, type, name, std::move(outputs), std::move(finish));
+}
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::run_p2p(const std::vector<P2PItem>& items, bool async,
+                                                       c10d::OpType type, const char* name,
+                                                       std::vector<at::Tensor> outputs, std::function<void()> finish,
+                                                       std::chrono::milliseconds timeout) {
+  const double secs = timeout_seconds(timeout);
+  return submit(
+      [&](bool a, std::shared_ptr<commlib::Work>* w, CoreError* err) {
+        return api_->p2p(core_, items.data(), items.size(), DType::UInt8, a, secs, a ? w : nullptr, err);
+      },
+      async, type, name, std::move(outputs), std::move(finish));
 }
 
 void CommlibBackend::flush_held_p2p() {
@@ -154,15 +168,17 @@ void CommlibBackend::flush_held_p2p() {
 // -- reductions ------------------------------------------------------------------------------
 c10::intrusive_ptr<c10d::Work> CommlibBackend::allreduce(std::vector<at::Tensor>& t, const c10d::AllreduceOptions& o) {
   DType dt;
-  CollectiveCall call;
-  if (t.size() == 1 && plain(t[0], &dt) && core_op(o.reduceOp, dt, &call.op, &call.scale)) {
-    const RedOp op = call.op;
-    const double scale = call.scale;
-    call = make_call(Collective::AllReduce, algo(Collective::AllReduce), dt, t[0].numel(), address(t[0]),
-                     address(t[0]));
+  RedOp op;
+  double scale = 1.0;
+  if (t.size() == 1 && plain(t[0], &dt) && core_op(o.reduceOp, dt, &op, &scale)) {
+    at::Tensor c = dense(t[0]);
+    CopyBack back;
+    back.add(t[0], c);
+    auto call = make_call(Collective::AllReduce, algo(Collective::AllReduce), dt, c.numel(), address(c), address(c));
     call.op = op;
     call.scale = scale;
-    return run(call, o.asyncOp, c10d::OpType::ALLREDUCE, "all_reduce", t);
+    return run(call, o.asyncOp, c10d::OpType::ALLREDUCE, "all_reduce", t, back.empty() ? nullptr : std::function<void()>(back),
+               o.timeout);
   }
   return delegate("allreduce", t, o);
 }
@@ -172,11 +188,15 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::reduce(std::vector<at::Tensor>& t
   RedOp op;
   double scale = 1.0;
   if (t.size() == 1 && plain(t[0], &dt) && core_op(o.reduceOp, dt, &op, &scale)) {
-    auto call = make_call(Collective::Reduce, algo(Collective::Reduce), dt, t[0].numel(), address(t[0]),
-                          address(t[0]), static_cast<int>(o.rootRank));
+    at::Tensor c = dense(t[0]);
+    CopyBack back;
+    back.add(t[0], c);
+    auto call = make_call(Collective::Reduce, algo(Collective::Reduce), dt, c.numel(), address(c), address(c),
+                          static_cast<int>(o.rootRank));
     call.op = op;
     call.scale = scale;
-    return run(call, o.asyncOp, c10d::OpType::REDUCE, "reduce", t);
+    return run(call, o.asyncOp, c10d::OpType::REDUCE, "reduce", t, back.empty() ? nullptr : std::function<void()>(back),
+               o.timeout);
   }
   return delegate("reduce", t, o);
 }
@@ -188,11 +208,15 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::_reduce_scatter_base(at::Tensor& 
   double scale = 1.0;
   if (plain(out, &dt) && plain(in, &dt_in) && dt == dt_in && in.numel() == out.numel() * getSize() &&
       core_op(o.reduceOp, dt, &op, &scale)) {
-    auto call = make_call(Collective::ReduceScatter, algo(Collective::ReduceScatter), dt, out.numel(), address(in),
-                          address(out));
+    at::Tensor ci = dense(in), co = dense(out);
+    CopyBack back;
+    back.add(out, co);
+    auto call = make_call(Collective::ReduceScatter, algo(Collective::ReduceScatter), dt, co.numel(), address(ci),
+                          address(co));
     call.op = op;
     call.scale = scale;
-    return run(call, o.asyncOp, c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {out});
+    return run(call, o.asyncOp, c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {out},
+               [ci, back]() mutable { back(); }, o.timeout);
   }
   return delegate("_reduce_scatter_base", out, in, o);
 }
@@ -205,12 +229,18 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::reduce_scatter(std::vector<at::Te
   double scale = 1.0;
   if (out.size() == 1 && in.size() == 1 && plain(out[0], &dt) && in[0].size() == static_cast<size_t>(getSize()) &&
       all_plain_like(in[0], out[0]) && core_op(o.reduceOp, dt, &op, &scale)) {
-    at::Tensor flat = at::cat(in[0]);  // the blocks side by side, as the core reads them
-    auto call = make_call(Collective::ReduceScatter, algo(Collective::ReduceScatter), dt, out[0].numel(),
-                          address(flat), address(out[0]));
+    std::vector<at::Tensor> blocks;
+    for (const auto& t : in[0]) blocks.push_back(t.reshape({-1}));
+    at::Tensor flat = at::cat(blocks);  // the blocks side by side, as the core reads them
+    at::Tensor co = dense(out[0]);
+    CopyBack back;
+    back.add(out[0], co);
+    auto call = make_call(Collective::ReduceScatter, algo(Collective::ReduceScatter), dt, co.numel(),
+                          address(flat), address(co));
     call.op = op;
     call.scale = scale;
-    return run(call, o.asyncOp, c10d::OpType::REDUCE_SCATTER, "reduce_scatter", out, [flat] {});
+    return run(call, o.asyncOp, c10d::OpType::REDUCE_SCATTER, "reduce_scatter", out,
+               [flat, back]() mutable { back(); }, o.timeout);
   }
   return delegate("reduce_scatter", out, in, o);
 }

@@ -2,13 +2,14 @@
 // through its dispatcher ops (c10d::allreduce_, broadcast_, ...), for every group created with
 // init_process_group("commlib") / new_group / DeviceMesh.
 //
-// Calls on plain CPU tensors (contiguous, strided, one dtype the core moves) run on the core
-// directly, through the table _C hands out (bindings/core_api.h): no Python on their path.
-// Everything else is handed to the Python backend of the same group (commlib/torch/backend.py,
+// Calls on CPU tensors run on the core directly, through the table _C hands out
+// (bindings/core_api.h): no Python on their path. That is every collective, the coalesced ones,
+// uneven all-to-all, sends and receives (held back and batched here, p2p.h). A non-contiguous
+// tensor is copied to a contiguous one and, when it is an output, copied back (as gloo does).
+// What remains is handed to the Python backend of the same group (commlib/torch/backend.py,
 // ProcessGroupCommlib over the same communicator), which stages, checks and explains: CUDA
-// tensors, other dtypes, non-contiguous or unequal tensors, sparse tensors, uneven all_to_all,
-// the coalesced calls, sends and receives (held back and batched there), shrink. Both sides issue
-// their calls on one communicator, whose FIFO keeps them in call order.
+// tensors, dtypes the core does not reduce, unequal list sizes, sparse tensors, shrink. Both sides
+// issue their calls on one communicator, whose FIFO keeps them in call order.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -19,6 +20,7 @@
 #include <string>
 
 #include "bindings/core_api.h"
+#include "torch_backend/p2p.h"
 #include "torch_backend/python_work.h"
 #include "torch_backend/work.h"
 
@@ -30,6 +32,32 @@ CollectiveCall make_call(Collective c, uint8_t algo, DType dt, int64_t count, ui
                          int root = 0);
 
 constexpr int kCollectives = static_cast<int>(Collective::kCount);
+
+// torch's per-call timeout (opts.timeout; kUnsetTimeout when not given) as the core takes it:
+// seconds, 0 for the communicator's own.
+inline double timeout_seconds(std::chrono::milliseconds t) { return t.count() > 0 ? t.count() / 1000.0 : 0.0; }
+
+// A CPU tensor the core can read once it is contiguous: dense, strided, neither conjugate nor
+// negative view, and (an output) no element stored twice.
+bool host_layout(const at::Tensor& t);
+// The core's dtype for a reduction of `t` (false: one the core does not reduce) and torch's op as
+// the core's (false where the Python side must decide: it explains), as every reduction here reads them.
+bool reduction_dtype(const at::Tensor& t, DType* dt);
+bool reduction_op(const c10d::ReduceOp& op, DType dt, RedOp* out, double* scale);
+// `t` itself when contiguous, else a contiguous copy (which a call's finish copies back into `t`
+// when `t` is an output: CopyBack).
+inline at::Tensor dense(const at::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
+// Copies the staged outputs back into the caller's tensors (pairs: caller's, staged).
+struct CopyBack {
+  std::vector<std::pair<at::Tensor, at::Tensor>> pairs;
+  void add(const at::Tensor& user, const at::Tensor& staged) {
+    if (!staged.is_same(user)) pairs.emplace_back(user, staged);
+  }
+  bool empty() const { return pairs.empty(); }
+  void operator()() {
+    for (auto& p : pairs) p.first.copy_(p.second);
+  }
+};
 
 class CommlibBackend : public c10d::Backend {
  public:
@@ -88,6 +116,10 @@ class CommlibBackend : public c10d::Backend {
   uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
 
   bool supportsShrinking() const override { return true; }
+  // batch_isend_irecv and _coalescing_manager(group, device): one work for the block (p2p.cc).
+  bool supportsCoalescing() const override { return true; }
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
   c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranks_to_exclude, int shrink_flags,
                                            const c10::intrusive_ptr<Options>& opts_override) override;
   void setGroupUid(const std::string& pg_uid) override;
@@ -98,7 +130,30 @@ class CommlibBackend : public c10d::Backend {
   // A call on the core: blocking (raises commlib's error here) or queued and completed by the
   // completion thread. `finish` runs after the call (copies out of staging tensors).
   c10::intrusive_ptr<c10d::Work> run(const CollectiveCall& call, bool async, c10d::OpType type, const char* name,
-                                     std::vector<at::Tensor> outputs, std::function<void()> finish = nullptr);
+                                     std::vector<at::Tensor> outputs, std::function<void()> finish = nullptr,
+                                     std::chrono::milliseconds timeout = c10d::kUnsetTimeout);
+  // A batch of sends and receives on the core as one call (uneven all-to-all, exchange.cc), as run().
+  c10::intrusive_ptr<c10d::Work> run_p2p(const std::vector<P2PItem>& items, bool async, c10d::OpType type,
+                                         const char* name, std::vector<at::Tensor> outputs,
+                                         std::function<void()> finish, std::chrono::milliseconds timeout);
+  // What run() and run_p2p() share: `issue(async, &work, &err)` puts the call on the core.
+  template <typename Issue>
+  c10::intrusive_ptr<c10d::Work> submit(Issue&& issue, bool async, c10d::OpType type, const char* name,
+                                        std::vector<at::Tensor> outputs, std::function<void()> finish);
+  // An uneven all-to-all of byte buffers: block j of `in` (in_bytes[j] bytes) goes to rank j,
+  // block i of `out` comes from rank i; `finish` runs after (and copies this rank's own block).
+  c10::intrusive_ptr<c10d::Work> exchange(const at::Tensor& in, const at::Tensor& out,
+                                          const std::vector<int64_t>& in_bytes, const std::vector<int64_t>& out_bytes,
+                                          bool async, c10d::OpType type, const char* name,
+                                          std::vector<at::Tensor> outputs, std::function<void()> finish,
+                                          std::chrono::milliseconds timeout);
+  // send() and recv() (p2p.cc).
+  c10::intrusive_ptr<c10d::Work> p2p(bool send, std::vector<at::Tensor>& t, int peer);
+  // Every work returned inside a coalescing block is part of the block's work.
+  c10::intrusive_ptr<c10d::Work> track(c10::intrusive_ptr<c10d::Work> work) {
+    if (coalescing_) coalesced_.push_back(work);
+    return work;
+  }
   // The Python backend's method `method` with torch's arguments; its Work wrapped for C++.
   template <typename... Args>
   c10::intrusive_ptr<c10d::Work> delegate(const char* method, Args&&... args);
@@ -113,18 +168,42 @@ class CommlibBackend : public c10d::Backend {
   void* core_;
   std::array<uint8_t, kCollectives> algos_;
   bool p2p_handed_over_ = false;  // a send or receive went to the Python side (may be held there)
+  bool coalescing_ = false;       // between startCoalescing and endCoalescing
+  std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_;
   bool stopped_ = false;
   std::atomic<uint64_t> seq_{0};
   Completer completer_;
+  std::shared_ptr<P2PHold> hold_;  // shared with its works (which flush it), after completer_
 };
 
 // (defined here: both backend.cc and data_movement.cc hand calls over)
 template <typename... Args>
 c10::intrusive_ptr<c10d::Work> CommlibBackend::delegate(const char* method, Args&&... args) {
+  hold_->flush();  // our held messages were issued first
   seq_.fetch_add(1);
   pybind11::gil_scoped_acquire gil;
   pybind11::object work = group_.attr(method)(std::forward<Args>(args)...);
-  return c10::make_intrusive<PythonWork>(std::move(work));
+  return track(c10::make_intrusive<PythonWork>(std::move(work)));
+}
+
+template <typename Issue>
+c10::intrusive_ptr<c10d::Work> CommlibBackend::submit(Issue&& issue, bool async, c10d::OpType type, const char* name,
+                                                      std::vector<at::Tensor> outputs, std::function<void()> finish) {
+  hold_->flush();
+  if (p2p_handed_over_) flush_held_p2p();
+  seq_.fetch_add(1);
+  // A future's callback running on the completion thread that issues a call (PowerSGD's hook
+  // waits on an all_reduce inside .then) runs it here, or it would wait on its own thread.
+  if (async && completer_.on_thread()) async = false;
+  std::shared_ptr<commlib::Work> core_work;
+  CoreError err;
+  // torch's bindings released the GIL before the dispatcher called us: none is held here.
+  if (!issue(async, &core_work, &err)) raise_core_error(err, name, getRank());
+  if (!async && finish) finish();
+  auto work = c10::make_intrusive<CommlibWork>(api_, type, name, getRank(), std::move(outputs), core_work,
+                                               async ? std::move(finish) : nullptr);
+  if (async) completer_.put(work);
+  return track(work);
 }
 
 }  // namespace torch_backend

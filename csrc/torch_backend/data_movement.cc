@@ -1,5 +1,6 @@
-// CommlibBackend's data-movement calls (broadcast, gathers, scatters, all-to-all, barrier), the
-// calls always handed to the Python backend, and the group's life cycle.
+// CommlibBackend's data-movement calls (broadcast, gathers, scatters, barrier), the calls always
+// handed to the Python backend, and the group's life cycle. Inputs that are not contiguous are
+// read through a contiguous copy; outputs are written through one and copied back (CopyBack).
 #include <utility>
 
 #include "torch_backend/backend.h"
@@ -11,12 +12,10 @@ namespace commlib {
 namespace torch_backend {
 namespace {
 
-// A tensor moved as it is: on the CPU, dense and contiguous. Calls that only move data take any
-// dtype: one the core knows as itself, any other as its bytes.
+// A tensor moved as it is (once contiguous): a CPU tensor (host_layout). Calls that only move
+// data take any dtype: one the core knows as itself, any other as its bytes.
 bool movable(const at::Tensor& t, DType* dt, int64_t* count) {
-  if (!t.defined() || !t.device().is_cpu() || t.layout() != at::kStrided || !t.is_contiguous() || t.is_conj() ||
-      t.is_neg())
-    return false;
+  if (!host_layout(t)) return false;
   switch (t.scalar_type()) {
     case at::kFloat: *dt = DType::Float32; break;
     case at::kDouble: *dt = DType::Float64; break;
@@ -62,9 +61,13 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::broadcast(std::vector<at::Tensor>
   DType dt;
   int64_t n;
   if (t.size() == 1 && movable(t[0], &dt, &n)) {
-    auto call = make_call(Collective::Broadcast, algo(Collective::Broadcast), dt, n, address(t[0]), address(t[0]),
+    at::Tensor c = dense(t[0]);
+    CopyBack back;
+    back.add(t[0], c);
+    auto call = make_call(Collective::Broadcast, algo(Collective::Broadcast), dt, n, address(c), address(c),
                           static_cast<int>(o.rootRank));
-    return run(call, o.asyncOp, c10d::OpType::BROADCAST, "broadcast", t);
+    return run(call, o.asyncOp, c10d::OpType::BROADCAST, "broadcast", t,
+               back.empty() ? nullptr : std::function<void()>(back), o.timeout);
   }
   return delegate("broadcast", t, o);
 }
@@ -75,8 +78,12 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::_allgather_base(at::Tensor& out, 
   int64_t n, n_out;
   if (movable(in, &dt, &n) && movable(out, &dt_out, &n_out) && in.scalar_type() == out.scalar_type() &&
       n_out == n * getSize()) {
-    auto call = make_call(Collective::AllGather, algo(Collective::AllGather), dt, n, address(in), address(out), 0);
-    return run(call, o.asyncOp, c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {out});
+    at::Tensor ci = dense(in), co = dense(out);
+    CopyBack back;
+    back.add(out, co);
+    auto call = make_call(Collective::AllGather, algo(Collective::AllGather), dt, n, address(ci), address(co), 0);
+    return run(call, o.asyncOp, c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {out},
+               [ci, back]() mutable { back(); }, o.timeout);
   }
   return delegate("_allgather_base", out, in, o);
 }
@@ -87,11 +94,12 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::allgather(std::vector<std::vector
   int64_t n;
   if (in.size() == 1 && out.size() == 1 && movable(in[0], &dt, &n) &&
       out[0].size() == static_cast<size_t>(getSize()) && all_like(out[0], in[0])) {
+    at::Tensor ci = dense(in[0]);
     at::Tensor flat = at::empty({in[0].numel() * getSize()}, in[0].options());
-    auto call = make_call(Collective::AllGather, algo(Collective::AllGather), dt, n, address(in[0]), address(flat), 0);
+    auto call = make_call(Collective::AllGather, algo(Collective::AllGather), dt, n, address(ci), address(flat), 0);
     std::vector<at::Tensor> outs = out[0];
     return run(call, o.asyncOp, c10d::OpType::ALLGATHER, "all_gather", outs,
-               [flat, outs]() mutable { unpack(flat, outs); });
+               [ci, flat, outs]() mutable { unpack(flat, outs); }, o.timeout);
   }
   return delegate("allgather", out, in, o);
 }
@@ -104,13 +112,14 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::gather(std::vector<std::vector<at
   if (in.size() == 1 && movable(in[0], &dt, &n) && o.rootRank >= 0 && o.rootRank < getSize() &&
       (root ? out.size() == 1 && out[0].size() == static_cast<size_t>(getSize()) && all_like(out[0], in[0])
             : out.empty())) {
+    at::Tensor ci = dense(in[0]);
     at::Tensor flat = root ? at::empty({in[0].numel() * getSize()}, in[0].options()) : at::Tensor();
-    auto call = make_call(Collective::Gather, algo(Collective::Gather), dt, n, address(in[0]),
+    auto call = make_call(Collective::Gather, algo(Collective::Gather), dt, n, address(ci),
                           root ? address(flat) : 0, static_cast<int>(o.rootRank));
     std::vector<at::Tensor> outs = root ? out[0] : std::vector<at::Tensor>();
-    std::function<void()> finish;
-    if (root) finish = [flat, outs]() mutable { unpack(flat, outs); };
-    return run(call, o.asyncOp, c10d::OpType::GATHER, "gather", outs, std::move(finish));
+    std::function<void()> finish = [ci] {};
+    if (root) finish = [ci, flat, outs]() mutable { unpack(flat, outs); };
+    return run(call, o.asyncOp, c10d::OpType::GATHER, "gather", outs, std::move(finish), o.timeout);
   }
   return delegate("gather", out, in, o);
 }
@@ -130,31 +139,20 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::scatter(std::vector<at::Tensor>& 
       for (const auto& t : in[0]) blocks.push_back(t.reshape({-1}));
       flat = at::cat(blocks);
     }
+    at::Tensor co = dense(out[0]);
+    CopyBack back;
+    back.add(out[0], co);
     auto call = make_call(Collective::Scatter, algo(Collective::Scatter), dt, n, root ? address(flat) : 0,
-                          address(out[0]), static_cast<int>(o.rootRank));
-    return run(call, o.asyncOp, c10d::OpType::SCATTER, "scatter", out, [flat] {});
+                          address(co), static_cast<int>(o.rootRank));
+    return run(call, o.asyncOp, c10d::OpType::SCATTER, "scatter", out, [flat, back]() mutable { back(); },
+               o.timeout);
   }
   return delegate("scatter", out, in, o);
 }
 
-c10::intrusive_ptr<c10d::Work> CommlibBackend::alltoall_base(at::Tensor& out, at::Tensor& in,
-                                                             std::vector<int64_t>& out_splits,
-                                                             std::vector<int64_t>& in_splits,
-                                                             const c10d::AllToAllOptions& o) {
-  DType dt, dt_out;
-  int64_t n, n_out;
-  if (out_splits.empty() && in_splits.empty() && movable(in, &dt, &n) && movable(out, &dt_out, &n_out) &&
-      in.scalar_type() == out.scalar_type() && n == n_out && n % getSize() == 0) {
-    auto call = make_call(Collective::AllToAll, algo(Collective::AllToAll), dt, n / getSize(), address(in),
-                          address(out), 0);
-    return run(call, o.asyncOp, c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {out});
-  }
-  return delegate("alltoall_base", out, in, out_splits, in_splits, o);
-}
-
 c10::intrusive_ptr<c10d::Work> CommlibBackend::barrier(const c10d::BarrierOptions& o) {
   auto call = make_call(Collective::Barrier, 0, DType::UInt8, 0, 0, 0, 0);
-  return run(call, o.asyncOp, c10d::OpType::BARRIER, "barrier", {});
+  return run(call, o.asyncOp, c10d::OpType::BARRIER, "barrier", {}, nullptr, o.timeout);
 }
 
 // -- handed to the Python backend --------------------------------------------------------------
@@ -162,40 +160,10 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::allreduce_sparse(std::vector<at::
                                                                 const c10d::AllreduceOptions& o) {
   return delegate("allreduce", t, o);
 }
-c10::intrusive_ptr<c10d::Work> CommlibBackend::allreduce_coalesced(std::vector<at::Tensor>& t,
-                                                                   const c10d::AllreduceCoalescedOptions& o) {
-  return delegate("allreduce_coalesced", t, o);
-}
 c10::intrusive_ptr<c10d::Work> CommlibBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& out,
                                                                    std::vector<at::Tensor>& in,
                                                                    const c10d::AllgatherOptions& o) {
   return delegate("allgather_coalesced", out, in, o);
-}
-c10::intrusive_ptr<c10d::Work> CommlibBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& out,
-                                                                               std::vector<at::Tensor>& in,
-                                                                               const c10d::AllgatherOptions& o) {
-  return delegate("allgather_into_tensor_coalesced", out, in, o);
-}
-c10::intrusive_ptr<c10d::Work> CommlibBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& out,
-                                                                               std::vector<at::Tensor>& in,
-                                                                               const c10d::ReduceScatterOptions& o) {
-  return delegate("reduce_scatter_tensor_coalesced", out, in, o);
-}
-c10::intrusive_ptr<c10d::Work> CommlibBackend::alltoall(std::vector<at::Tensor>& out, std::vector<at::Tensor>& in,
-                                                        const c10d::AllToAllOptions& o) {
-  return delegate("alltoall", out, in, o);
-}
-c10::intrusive_ptr<c10d::Work> CommlibBackend::send(std::vector<at::Tensor>& t, int dst, int tag) {
-  p2p_handed_over_ = true;
-  return delegate("send", t, dst, tag);
-}
-c10::intrusive_ptr<c10d::Work> CommlibBackend::recv(std::vector<at::Tensor>& t, int src, int tag) {
-  p2p_handed_over_ = true;
-  return delegate("recv", t, src, tag);
-}
-c10::intrusive_ptr<c10d::Work> CommlibBackend::recvAnysource(std::vector<at::Tensor>& t, int tag) {
-  p2p_handed_over_ = true;
-  return delegate("recv_anysource", t, tag);
 }
 
 // -- life cycle ----------------------------------------------------------------------------------
@@ -216,6 +184,7 @@ void CommlibBackend::setGroupUid(const std::string& pg_uid) {
 void CommlibBackend::shutdown() {
   if (stopped_) return;
   stopped_ = true;
+  hold_->close();
   stop_completer();  // drains: every queued call completes first
   py::gil_scoped_acquire gil;
   group_.attr("shutdown")();
@@ -225,6 +194,7 @@ void CommlibBackend::abort() {
   if (stopped_) return;
   stopped_ = true;
   api_->abort(core_, "process group aborted");
+  hold_->close();  // (what was held fails at once on the aborted communicator)
   stop_completer();
   py::gil_scoped_acquire gil;
   group_.attr("abort")();

@@ -59,7 +59,8 @@ std::exception_ptr future_error(const CoreError& err, const char* collective, in
 }
 
 CommlibWork::CommlibWork(const CoreApi* api, c10d::OpType type, const char* collective, int rank,
-                         std::vector<at::Tensor> outputs, std::shared_ptr<commlib::Work> core, std::function<void()> finish)
+                         std::vector<at::Tensor> outputs, std::shared_ptr<commlib::Work> core, std::function<void()> finish,
+                         std::function<void()> flush)
     : c10d::Work(rank, type),
       api_(api),
       collective_(collective),
@@ -67,8 +68,31 @@ CommlibWork::CommlibWork(const CoreApi* api, c10d::OpType type, const char* coll
       outputs_(std::move(outputs)),
       core_(std::move(core)),
       finish_(std::move(finish)),
+      flush_(std::move(flush)),
       future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
-  if (!core_) complete();  // ran already: complete now (no thread involved)
+  if (!core_ && !flush_) complete();  // ran already: complete now (no thread involved)
+}
+
+void CommlibWork::issue(std::shared_ptr<commlib::Work> core) {
+  std::lock_guard<std::mutex> lk(mu_);
+  core_ = std::move(core);
+}
+
+void CommlibWork::fail(const CoreError& err) {
+  finish_ = nullptr;
+  settle(false, err);
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> CommlibWork::getFuture() {
+  if (flush_) flush_();  // a held-back message: its future completes only once it is issued
+  return future_;
+}
+
+int CommlibWork::sourceRank() const {
+  if (!source_) return c10d::Work::sourceRank();  // torch's own error for other calls
+  std::unique_lock<std::mutex> lk(mu_);
+  done_cv_.wait(lk, [&] { return done_; });
+  return *source_;
 }
 
 void CommlibWork::complete() {
@@ -84,9 +108,13 @@ void CommlibWork::complete() {
     }
   }
   finish_ = nullptr;
-  core_.reset();
+  settle(ok, err);
+}
+
+void CommlibWork::settle(bool ok, const CoreError& err) {
   {
     std::lock_guard<std::mutex> lk(mu_);
+    core_.reset();
     failed_ = !ok;
     error_ = err;
     done_ = true;
@@ -100,6 +128,7 @@ void CommlibWork::complete() {
 }
 
 bool CommlibWork::isCompleted() {
+  if (flush_) flush_();
   std::lock_guard<std::mutex> lk(mu_);
   return done_;
 }
@@ -117,6 +146,7 @@ std::exception_ptr CommlibWork::exception() const {
 std::vector<at::Tensor> CommlibWork::result() { return outputs_; }
 
 bool CommlibWork::wait(std::chrono::milliseconds timeout) {
+  if (flush_) flush_();
   std::unique_lock<std::mutex> lk(mu_);
   auto ready = [&] { return done_; };
   if (timeout == kNoTimeout || timeout.count() <= 0) {
@@ -131,6 +161,80 @@ bool CommlibWork::wait(std::chrono::milliseconds timeout) {
     lk.unlock();
     raise_core_error(err, collective_, rank_);
   }
+  return true;
+}
+
+CoalescedWork::CoalescedWork(int rank, std::vector<c10::intrusive_ptr<c10d::Work>> works)
+    : c10d::Work(rank, c10d::OpType::COALESCED),
+      works_(std::move(works)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
+  // The block's future completes on the thread that completes its last call.
+  struct State {
+    std::mutex mu;
+    size_t left;
+    std::exception_ptr error;
+    std::vector<c10::intrusive_ptr<c10::ivalue::Future>> futures;
+  };
+  auto state = std::make_shared<State>();
+  state->left = works_.size();
+  for (auto& w : works_) state->futures.push_back(w->getFuture());
+  if (works_.empty()) {
+    future_->markCompleted(c10::IValue(std::vector<at::Tensor>()));
+    return;
+  }
+  auto fut = future_;
+  for (auto& f : state->futures) {
+    f->addCallback([state, fut](c10::ivalue::Future& done) {
+      bool last;
+      {
+        std::lock_guard<std::mutex> lk(state->mu);
+        if (done.hasError() && !state->error) state->error = done.exception_ptr();
+        last = --state->left == 0;
+      }
+      if (!last) return;
+      if (state->error) return fut->setError(state->error);
+      std::vector<at::Tensor> outputs;
+      for (auto& g : state->futures) {  // (a handed-over call's value may be a Python object: skipped)
+        const c10::IValue& v = g->value();
+        if (v.isTensorList())
+          for (const auto& t : v.toTensorVector()) outputs.push_back(t);
+        else if (v.isList())
+          for (const auto& e : v.toListRef())
+            if (e.isTensor()) outputs.push_back(e.toTensor());
+      }
+      fut->markCompleted(c10::IValue(outputs));
+    });
+  }
+}
+
+bool CoalescedWork::isCompleted() {
+  for (auto& w : works_)
+    if (!w->isCompleted()) return false;
+  return true;
+}
+
+bool CoalescedWork::isSuccess() const {
+  for (auto& w : works_)
+    if (!w->isSuccess()) return false;
+  return true;
+}
+
+std::exception_ptr CoalescedWork::exception() const {
+  for (auto& w : works_)
+    if (auto e = w->exception()) return e;
+  return nullptr;
+}
+
+std::vector<at::Tensor> CoalescedWork::result() {
+  std::vector<at::Tensor> outputs;
+  for (auto& w : works_)
+    for (auto& t : w->result()) outputs.push_back(t);
+  return outputs;
+}
+
+bool CoalescedWork::wait(std::chrono::milliseconds timeout) {
+  // Every call in block order: each raises its own error, the first one first.
+  for (auto& w : works_) w->wait(timeout);
   return true;
 }
 

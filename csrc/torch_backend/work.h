@@ -35,9 +35,12 @@ void init_error_classes();
 class CommlibWork : public c10d::Work {
  public:
   // `finish` runs once the core's call is done, before the future completes (copies back out of
-  // staging buffers); `core` null: the call already ran (a completed work).
+  // staging buffers); `core` null: the call already ran (a completed work). `flush` given: a
+  // held-back send or receive (p2p.h), which completes once issue() or fail() is called; waiting
+  // on it, polling it or asking for its future calls `flush` first, which issues it.
   CommlibWork(const CoreApi* api, c10d::OpType type, const char* collective, int rank,
-              std::vector<at::Tensor> outputs, std::shared_ptr<commlib::Work> core, std::function<void()> finish);
+              std::vector<at::Tensor> outputs, std::shared_ptr<commlib::Work> core, std::function<void()> finish,
+              std::function<void()> flush = nullptr);
 
   bool isCompleted() override;
   bool isSuccess() const override;
@@ -47,10 +50,17 @@ class CommlibWork : public c10d::Work {
   // commlib's Python error; a timeout raises c10::DistBackendError naming the collective.
   bool wait(std::chrono::milliseconds timeout) override;
   void synchronize() override {}
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  // A receive from any source: the sender's rank, once the call is done (waits for it).
+  int sourceRank() const override;
 
   // The completion thread's half: waits for the core's call and completes the future.
   void complete();
+  // A held-back work's call, issued (then handed to the completion thread), or its failure to be.
+  void issue(std::shared_ptr<commlib::Work> core);
+  void fail(const CoreError& err);
+  // recvAnysource: where the core writes the sender's rank.
+  void set_source(std::shared_ptr<int32_t> source) { source_ = std::move(source); }
 
  private:
   const CoreApi* api_;
@@ -59,12 +69,34 @@ class CommlibWork : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   std::shared_ptr<commlib::Work> core_;  // (plain `Work` here names c10d::Work, the base)
   std::function<void()> finish_;
+  std::function<void()> flush_;
+  std::shared_ptr<int32_t> source_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   mutable std::mutex mu_;
   bool failed_ = false;
   CoreError error_;
-  std::condition_variable done_cv_;
+  mutable std::condition_variable done_cv_;
   bool done_ = false;
+  void settle(bool ok, const CoreError& err);  // records the outcome and completes the future
+};
+
+// The one Work torch's coalescing manager gets from endCoalescing (batch_isend_irecv, collectives
+// issued between _start_coalescing and _end_coalescing): done when every call of the block is;
+// its future's value is their outputs, in call order, or the first error.
+class CoalescedWork : public c10d::Work {
+ public:
+  CoalescedWork(int rank, std::vector<c10::intrusive_ptr<c10d::Work>> works);
+  bool isCompleted() override;
+  bool isSuccess() const override;
+  std::exception_ptr exception() const override;
+  std::vector<at::Tensor> result() override;
+  bool wait(std::chrono::milliseconds timeout) override;
+  void synchronize() override {}
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  std::vector<c10::intrusive_ptr<c10d::Work>> works_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
 // One thread per backend, started at the first asynchronous call: completes works in call order.

@@ -1,0 +1,129 @@
+// CommlibBackend's coalesced collectives: the calls torch's _coalescing_manager makes for a block
+// of all_reduce, all_gather_into_tensor or reduce_scatter_tensor calls (and functional
+// collectives' *_coalesced), each run as one core call over one flat buffer: the tensors packed
+// side by side, the result unpacked into each. Mixed dtypes: all-gathers move bytes and take any;
+// reductions need one dtype the core reduces (else the Python side groups them by dtype).
+#include <utility>
+
+#include "torch_backend/backend.h"
+
+namespace commlib {
+namespace torch_backend {
+namespace {
+
+uintptr_t address(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()); }
+
+// `t`'s elements as bytes, viewed (P, n / P): one row per rank's block.
+at::Tensor rank_rows(const at::Tensor& t, int64_t P) {
+  at::Tensor c = dense(t);
+  return at::from_blob(c.data_ptr(), {P, static_cast<int64_t>(c.nbytes()) / P},
+                       [c](void*) {}, at::TensorOptions().dtype(at::kByte));
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::allreduce_coalesced(std::vector<at::Tensor>& t,
+                                                                   const c10d::AllreduceCoalescedOptions& o) {
+  DType dt;
+  RedOp op;
+  double scale = 1.0;
+  bool ours = !t.empty() && host_layout(t[0]) && reduction_dtype(t[0], &dt) && reduction_op(o.reduceOp, dt, &op, &scale);
+  int64_t total = 0;
+  for (size_t i = 0; ours && i < t.size(); ++i) {
+    ours = host_layout(t[i]) && t[i].scalar_type() == t[0].scalar_type();
+    total += t[i].numel();
+  }
+  if (!ours) return delegate("allreduce_coalesced", t, o);
+  std::vector<at::Tensor> flat_parts;
+  for (const auto& x : t) flat_parts.push_back(x.reshape({-1}));
+  at::Tensor flat = at::cat(flat_parts);
+  auto call = make_call(Collective::AllReduce, algo(Collective::AllReduce), dt, total, address(flat), address(flat));
+  call.op = op;
+  call.scale = scale;
+  std::vector<at::Tensor> outs = t;
+  return run(call, o.asyncOp, c10d::OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced", t,
+             [flat, outs]() mutable {
+               int64_t off = 0;
+               for (auto& x : outs) {
+                 x.copy_(flat.narrow(0, off, x.numel()).view(x.sizes()));
+                 off += x.numel();
+               }
+             },
+             o.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& out,
+                                                                               std::vector<at::Tensor>& in,
+                                                                               const c10d::AllgatherOptions& o) {
+  const int64_t P = getSize();
+  bool ours = !in.empty() && in.size() == out.size();
+  for (size_t i = 0; ours && i < in.size(); ++i)
+    ours = host_layout(in[i]) && host_layout(out[i]) && in[i].scalar_type() == out[i].scalar_type() &&
+           out[i].numel() == in[i].numel() * P;
+  if (!ours) return delegate("allgather_into_tensor_coalesced", out, in, o);
+  // Input i's bytes at [off_i, off_i + b_i) of every rank's block of S bytes.
+  std::vector<at::Tensor> parts;
+  std::vector<int64_t> offs, sizes;
+  int64_t S = 0;
+  for (const auto& x : in) {
+    parts.push_back(rank_rows(x, 1).reshape({-1}));
+    offs.push_back(S);
+    sizes.push_back(static_cast<int64_t>(x.nbytes()));
+    S += sizes.back();
+  }
+  at::Tensor flat_in = at::cat(parts);
+  at::Tensor flat_out = at::empty({P * S}, at::TensorOptions().dtype(at::kByte));
+  auto call = make_call(Collective::AllGather, algo(Collective::AllGather), DType::UInt8, S, address(flat_in),
+                        address(flat_out), 0);
+  std::vector<at::Tensor> outs = out;
+  return run(call, o.asyncOp, c10d::OpType::COALESCED, "all_gather_into_tensor_coalesced", out,
+             [flat_in, flat_out, outs, offs, sizes, P, S]() mutable {
+               at::Tensor rows = flat_out.view({P, S});
+               for (size_t i = 0; i < outs.size(); ++i) {
+                 at::Tensor staged = dense(outs[i]);
+                 rank_rows(staged, P).copy_(rows.narrow(1, offs[i], sizes[i]));
+                 if (!staged.is_same(outs[i])) outs[i].copy_(staged);
+               }
+             },
+             o.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& out,
+                                                                               std::vector<at::Tensor>& in,
+                                                                               const c10d::ReduceScatterOptions& o) {
+  const int64_t P = getSize();
+  DType dt;
+  RedOp op;
+  double scale = 1.0;
+  bool ours = !in.empty() && in.size() == out.size() && host_layout(in[0]) && reduction_dtype(in[0], &dt) &&
+              reduction_op(o.reduceOp, dt, &op, &scale);
+  for (size_t i = 0; ours && i < in.size(); ++i)
+    ours = host_layout(in[i]) && host_layout(out[i]) && in[i].scalar_type() == in[0].scalar_type() &&
+           out[i].scalar_type() == in[0].scalar_type() && in[i].numel() == out[i].numel() * P;
+  if (!ours) return delegate("reduce_scatter_tensor_coalesced", out, in, o);
+  // Rank r's block of the packed input: block r of every input side by side (S elements).
+  std::vector<int64_t> offs, counts;
+  int64_t S = 0;
+  for (const auto& x : out) {
+    offs.push_back(S);
+    counts.push_back(x.numel());
+    S += x.numel();
+  }
+  at::Tensor flat_in = at::empty({P, S}, in[0].options());
+  for (size_t i = 0; i < in.size(); ++i) flat_in.narrow(1, offs[i], counts[i]).copy_(in[i].reshape({P, counts[i]}));
+  at::Tensor flat_out = at::empty({S}, in[0].options());
+  auto call = make_call(Collective::ReduceScatter, algo(Collective::ReduceScatter), dt, S, address(flat_in),
+                        address(flat_out));
+  call.op = op;
+  call.scale = scale;
+  std::vector<at::Tensor> outs = out;
+  return run(call, o.asyncOp, c10d::OpType::COALESCED, "reduce_scatter_tensor_coalesced", out,
+             [flat_in, flat_out, outs, offs, counts]() mutable {
+               for (size_t i = 0; i < outs.size(); ++i)
+                 outs[i].copy_(flat_out.narrow(0, offs[i], counts[i]).view(outs[i].sizes()));
+             },
+             o.timeout);
+}
+
+}  // namespace torch_backend
+}  // namespace commlib

@@ -1,0 +1,158 @@
+// P2PHold (torch_backend/p2p.h) and CommlibBackend's send, recv, recvAnysource and coalescing
+// blocks (startCoalescing/endCoalescing: batch_isend_irecv's one work).
+#include "torch_backend/p2p.h"
+
+#include <map>
+#include <string>
+#include <utility>
+
+#include "torch_backend/backend.h"
+
+namespace py = pybind11;
+
+namespace commlib {
+namespace torch_backend {
+
+void P2PHold::hold(bool send, at::Tensor t, int peer, c10::intrusive_ptr<CommlibWork> work) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (closed_) return work->fail({kCoreOtherError, "the process group was shut down"});
+  held_.push_back({send, std::move(t), peer, std::move(work)});
+  pending_.store(true, std::memory_order_release);
+}
+
+void P2PHold::flush() {
+  if (!pending()) return;
+  std::lock_guard<std::mutex> lk(mu_);
+  flush_locked();
+}
+
+void P2PHold::close() {
+  std::lock_guard<std::mutex> lk(mu_);
+  flush_locked();
+  closed_ = true;
+}
+
+void P2PHold::flush_locked() {
+  std::vector<Held> held;
+  held.swap(held_);
+  pending_.store(false, std::memory_order_release);
+  if (held.empty()) return;
+  std::vector<std::vector<Held*>> rounds;
+  std::map<std::pair<bool, int>, size_t> seen;
+  for (Held& h : held) {
+    const size_t k = seen[{h.send, h.peer}]++;
+    if (k == rounds.size()) rounds.emplace_back();
+    rounds[k].push_back(&h);
+  }
+  bool failed = false;
+  CoreError err;
+  for (auto& round : rounds) {
+    if (!failed) {
+      std::vector<P2PItem> items;
+      for (Held* h : round)
+        items.push_back(P2PItem{h->send, reinterpret_cast<uintptr_t>(h->tensor.data_ptr()),
+                                static_cast<int64_t>(h->tensor.nbytes()), h->peer});
+      std::shared_ptr<commlib::Work> work;
+      failed = !api_->p2p(core_, items.data(), items.size(), DType::UInt8, true, 0.0, &work, &err);
+      if (!failed) {
+        for (Held* h : round) {
+          h->work->issue(work);
+          completer_->put(h->work);
+        }
+        continue;
+      }
+    }
+    for (Held* h : round) h->work->fail(err);  // this batch and every later one
+  }
+}
+
+namespace {
+
+// One CPU tensor, as the core can move it once contiguous (host_layout); others are handed over.
+bool host_tensor(const std::vector<at::Tensor>& t) { return t.size() == 1 && host_layout(t[0]); }
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::p2p(bool send, std::vector<at::Tensor>& t, int peer) {
+  if (!host_tensor(t)) {  // CUDA tensors (the stream engine's), sparse ones, several tensors
+    p2p_handed_over_ = true;
+    return send ? delegate("send", t, peer, 0) : delegate("recv", t, peer, 0);
+  }
+  const char* kind = send ? "send" : "recv";
+  if (peer < 0 || peer >= getSize() || peer == getRank())
+    throw py::value_error(std::string(send ? "dst" : "src") + ": invalid peer " + std::to_string(peer) +
+                          " for rank " + std::to_string(getRank()) + " of a group of " + std::to_string(getSize()));
+  // Python's held operations (another device's, or handed over) were issued first: they go first.
+  if (p2p_handed_over_) flush_held_p2p();
+  seq_.fetch_add(1);
+  const c10d::OpType type = send ? c10d::OpType::SEND : c10d::OpType::RECV;
+  if (t[0].nbytes() == 0)  // nothing to move (nor does the peer): complete at once
+    return track(c10::make_intrusive<CommlibWork>(api_, type, kind, getRank(), t, nullptr, nullptr));
+  // A non-contiguous tensor moves through a contiguous copy: a send's is taken now (what was in
+  // the tensor when send was called goes out), a receive's is copied back once it arrived. (gloo
+  // refuses them; the Python backend took them before #44, and so does this one.)
+  at::Tensor c = dense(t[0]);
+  std::function<void()> finish;  // (keeps the copy alive until the message moved)
+  if (!c.is_same(t[0])) finish = [user = t[0], c, send]() mutable {
+    if (!send) user.copy_(c);
+  };
+  std::weak_ptr<P2PHold> weak = hold_;
+  auto work = c10::make_intrusive<CommlibWork>(api_, type, kind, getRank(), t, nullptr, std::move(finish), [weak] {
+    if (auto hold = weak.lock()) hold->flush();
+  });
+  hold_->hold(send, c, peer, work);
+  return track(work);
+}
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::send(std::vector<at::Tensor>& t, int dst, int) {
+  return p2p(true, t, dst);
+}
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::recv(std::vector<at::Tensor>& t, int src, int) {
+  return p2p(false, t, src);
+}
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::recvAnysource(std::vector<at::Tensor>& t, int tag) {
+  if (!host_tensor(t)) {  // (the Python side refuses device tensors, naming src)
+    p2p_handed_over_ = true;
+    return delegate("recv_anysource", t, tag);
+  }
+  if (getSize() < 2) throw py::value_error("src: receiving from any source needs another rank in the group");
+  if (p2p_handed_over_) flush_held_p2p();
+  hold_->flush();  // after every message held before it
+  seq_.fetch_add(1);
+  auto source = std::make_shared<int32_t>(-1);
+  std::shared_ptr<commlib::Work> core_work;
+  CoreError err;
+  at::Tensor c = dense(t[0]);
+  std::function<void()> finish = [user = t[0], c]() mutable {
+    if (!c.is_same(user)) user.copy_(c);
+  };
+  if (!api_->recv_any(core_, reinterpret_cast<uintptr_t>(c.data_ptr()), static_cast<int64_t>(c.nbytes()),
+                      DType::UInt8, source.get(), true, 0.0, &core_work, &err))
+    raise_core_error(err, "recv", getRank());
+  auto work = c10::make_intrusive<CommlibWork>(api_, c10d::OpType::RECVANYSOURCE, "recv", getRank(), t,
+                                               std::move(core_work), std::move(finish));
+  work->set_source(std::move(source));
+  completer_.put(work);
+  return track(work);
+}
+
+void CommlibBackend::startCoalescing() {
+  if (coalescing_) throw py::value_error("startCoalescing: a coalescing block is already open on this group");
+  coalescing_ = true;
+  coalesced_.clear();
+}
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::endCoalescing() {
+  if (!coalescing_) throw py::value_error("endCoalescing: no coalescing block is open on this group");
+  coalescing_ = false;
+  hold_->flush();  // the block's sends and receives, as one set of batches
+  if (p2p_handed_over_) flush_held_p2p();
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  works.swap(coalesced_);
+  return c10::make_intrusive<CoalescedWork>(getRank(), std::move(works));
+}
+
+}  // namespace torch_backend
+}  // namespace commlib

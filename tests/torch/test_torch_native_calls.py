@@ -1,0 +1,32 @@
+"""The calls the C++ c10d::Backend (commlib._C_torch, csrc/torch_backend/) runs on the core itself
+rather than handing them to the Python backend: sends and receives, batch_isend_irecv, the
+coalesced collectives, uneven all-to-all, non-contiguous tensors and per-call timeouts, each
+against gloo (rank side: native_call_cases.py)."""
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+torch = pytest.importorskip("torch")
+
+import native_call_cases as cases  # noqa: E402
+from commlib.testing import get_pool  # noqa: E402
+from commlib.torch import native  # noqa: E402
+
+pytestmark = pytest.mark.skipif(native.load() is None, reason="commlib._C_torch was not built")
+
+
+@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("case", [cases.case_p2p, cases.case_coalesced, cases.case_uneven_all_to_all,
+                                  cases.case_non_contiguous], ids=lambda c: c.__name__[5:])
+def test_runs_in_cpp_as_on_gloo(case, n):
+    assert get_pool(n).run(case, timeout=120) == [True] * n
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_silent_peer_raises_within_the_calls_timeout(n):
+    get_pool(n).run(cases.case_call_timeout, timeout=60)
