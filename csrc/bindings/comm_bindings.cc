@@ -14,7 +14,8 @@
 #include "common/errors.h"
 #include "schedule/registry.h"
 #include "bindings/transport_handles.h"
-#include "transport/shm.h"
+#include "transport/shm/shm.h"
+#include "transport/tcp/tcp_entry.h"
 
 namespace py = pybind11;
 
@@ -24,6 +25,10 @@ namespace {
 PyObject* g_comm_error = nullptr;
 PyObject* g_mismatch_error = nullptr;
 PyObject* g_peer_error = nullptr;
+// The communicator's tcp domain (null when no peer is on another host, or once it is closed).
+TcpTransport* tcp_of(Communicator& c) {
+  return c.has_transport() ? dynamic_cast<TcpTransport*>(c.transport().domain(kTcpKind)) : nullptr;
+}
 }  // namespace
 
 // The one mapping of C++ errors to Python exceptions: bound calls use it through the translator
@@ -159,7 +164,7 @@ void bind_comm(py::module_& m) {
       .def(
           "connect",
           [](Communicator& c, const std::vector<std::string>& addresses, const py::object& poll) {
-            if (!c.tcp()) throw std::invalid_argument("connect: this communicator has no TCP links");
+            if (!tcp_of(c)) throw std::invalid_argument("connect: this communicator has no TCP links");
             // What poll raised, kept (with its traceback) until the GIL is held again to re-raise it.
             std::unique_ptr<py::error_already_set> raised;
             struct PollRaised {};
@@ -177,7 +182,7 @@ void bind_comm(py::module_& m) {
             {
               py::gil_scoped_release release;  // waits for the peers
               try {
-                c.tcp()->connect(addresses, fn);
+                tcp_of(c)->connect(addresses, fn);
               } catch (const PollRaised&) {
               }
             }
@@ -186,14 +191,14 @@ void bind_comm(py::module_& m) {
           py::arg("addresses"), py::arg("poll") = py::none(),
           "Connects the TCP links (every rank's listening address by rank) once every rank listens; "
           "poll() (if given) runs every few tens of milliseconds meanwhile, and what it raises ends the wait.")
-      .def("tcp_rejected", [](Communicator& c) { return c.tcp() ? c.tcp()->rejected() : 0; },
+      .def("tcp_rejected", [](Communicator& c) { return tcp_of(c) ? tcp_of(c)->rejected() : 0; },
            "Connections the TCP listener refused so far (bad handshakes, garbage).")
-      .def("tcp_address", [](Communicator& c) { return c.tcp() ? c.tcp()->address() : std::string(); })
+      .def("tcp_address", [](Communicator& c) { return tcp_of(c) ? tcp_of(c)->address() : std::string(); })
       .def(
           "tcp_stats",
           [](Communicator& c) {
             py::dict d;
-            TcpTransport::Stats s = c.tcp() ? c.tcp()->stats() : TcpTransport::Stats{};
+            TcpTransport::Stats s = tcp_of(c) ? tcp_of(c)->stats() : TcpTransport::Stats{};
             d["sent_in_place"] = s.sent_in_place;
             d["landed"] = s.landed;
             d["frames_read_by_caller"] = s.frames_read_by_caller;

@@ -5,25 +5,24 @@
 namespace commlib {
 
 Fabric::Fabric(FabricInputs in)
-    : rank_(in.reach.rank),
-      size_(static_cast<int>(in.reach.topo.host_of.size())),
-      topo_(in.reach.topo),
+    : rank_(in.rank),
+      size_(static_cast<int>(in.topo.host_of.size())),
+      topo_(in.topo),
       domain_of_(size_, -1),
       links_(size_) {
-  const std::vector<const TransportEntry*> chosen = choose_transports(in.reach);
-  for (const TransportEntry& e : transport_table()) {
+  const std::vector<const TransportEntry*> chosen = choose_transports(in);
+  for (const TransportEntry* e : transport_table()) {
     std::vector<int> members;
     for (int p = 0; p < size_; ++p)
-      if (chosen[p] == &e || p == rank_) members.push_back(p);
-    if (members.size() == 1 && !e.home) continue;  // carries no peer of this rank
-    Domain d = e.create(in, members);
-    d.entry = &e;
+      if (chosen[p] == e || p == rank_) members.push_back(p);
+    if (members.size() == 1 && !e->home) continue;  // carries no peer of this rank
+    Domain d = e->create(in, members);
+    d.entry = e;
     for (int p : members)
       if (p != rank_) domain_of_[p] = static_cast<int>(domains_.size());
     domains_.push_back(std::move(d));
   }
   for (Domain& d : domains_) {
-    if (d.tcp) tcp_ = d.tcp;
     if (d.entry->home)
       home_ = d.transport.get();
     else
@@ -47,7 +46,13 @@ Fabric::Fabric(FabricInputs in)
 Fabric::~Fabric() { close(); }
 
 const char* Fabric::transport_name(int peer) const {
-  return peer == rank_ ? "self" : domains_[domain_of_[peer]].entry->name;
+  return peer == rank_ ? "self" : domains_[domain_of_[peer]].entry->name.c_str();
+}
+
+Transport* Fabric::domain(const std::string& kind) {
+  for (Domain& d : domains_)
+    if (d.entry->name == kind) return d.transport.get();
+  return nullptr;
 }
 
 void Fabric::wait_events(uint32_t seen, int64_t timeout_us) {
