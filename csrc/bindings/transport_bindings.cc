@@ -8,6 +8,7 @@
 #include "transport/registry.h"
 #include "transport/shm/shm_entry.h"
 #include "transport/tcp/tcp_entry.h"
+#include "transport/toy/toy.h"
 
 namespace py = pybind11;
 
@@ -64,6 +65,10 @@ void bind_transport(py::module_& m) {
     for (const TransportEntry* e : transport_table()) names.push_back(e->name);
     return names;
   }, "The transport table's entries, in order of preference.");
+
+  m.def("toy_transport", &toy::set_registered, py::arg("on"),
+        "Registers the toy kind of transport ahead of shm, or withdraws it (tests: transport/toy/toy.h).");
+  m.def("toy_transport_chunks", &toy::chunks_published, "Chunks this process's toy links published (tests).");
 
   m.def(
       "hmac_sha256",

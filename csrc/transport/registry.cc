@@ -28,15 +28,23 @@ void register_transport(const TransportEntry& entry) {
     throw std::invalid_argument("transport: an entry needs a name other than \"self\", can_connect and create");
   Table& t = table();
   std::lock_guard<std::mutex> lock(t.mu);
-  for (const TransportEntry* e : t.ordered) {
+  for (const TransportEntry* e : t.ordered)
     if (e->name == entry.name) throw std::invalid_argument("transport: " + entry.name + " is registered already");
-    if (e->home && entry.home)
-      throw std::invalid_argument("transport: " + entry.name + " and " + e->name + " both claim to be home");
-  }
   t.entries.push_back(entry);
   t.ordered.push_back(&t.entries.back());
   std::stable_sort(t.ordered.begin(), t.ordered.end(),
                    [](const TransportEntry* a, const TransportEntry* b) { return a->preference < b->preference; });
+}
+
+void unregister_transport(const std::string& name) {
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  for (auto it = t.ordered.begin(); it != t.ordered.end(); ++it)
+    if ((*it)->name == name) {
+      t.ordered.erase(it);
+      return;
+    }
+  throw std::invalid_argument("transport: " + name + " is not registered");
 }
 
 std::vector<const TransportEntry*> transport_table() {

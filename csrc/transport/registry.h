@@ -55,8 +55,9 @@ struct Domain {
 struct TransportEntry {
   std::string name;  // the kind, as the communicator reports its links ("shm", "tcp")
   int preference;    // the table's order: lower is asked first
-  // The domain this rank sleeps on (one entry has it): built even when it wins no peer (then a
-  // one-rank domain), and every other domain rings its event counter on delivery.
+  // Whether its domain can be the one this rank sleeps on (every other domain rings that one's
+  // event counter on delivery): the Fabric makes the first such entry that carries a peer of this
+  // rank home, or, when none does, the first such entry over this rank alone (a one-rank domain).
   bool home;
   // Whether this kind connects (in.rank, peer); when not, *why says why in a few words (the
   // error names every kind's reason when no kind connects a pair).
@@ -66,10 +67,12 @@ struct TransportEntry {
   Domain (*create)(FabricInputs& in, const std::vector<int>& members);
 };
 
-// Adds a kind to the table (std::invalid_argument on a name already there, or a second home).
-// A kind's folder registers itself at load through a TransportRegistration; a test may register
-// one at run time, before its communicators are made.
+// Adds a kind to the table (std::invalid_argument on a name already there). A kind's folder
+// registers itself at load through a TransportRegistration; a test may register one at run time,
+// and withdraw it, before and after the communicators that use it (a withdrawn entry stays in
+// memory: domains built from it keep pointing at it).
 void register_transport(const TransportEntry& entry);
+void unregister_transport(const std::string& name);
 struct TransportRegistration {
   explicit TransportRegistration(const TransportEntry& entry) { register_transport(entry); }
 };
