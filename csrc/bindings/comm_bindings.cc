@@ -8,6 +8,7 @@
 #include "bindings/bindings.h"
 #include "sim/topology.h"
 #include "bindings/buffer_view.h"
+#include "bindings/error_kinds.h"
 #include "bindings/gil.h"
 #include "host/comm_factory.h"
 #include "host/communicator.h"
@@ -22,36 +23,11 @@ namespace py = pybind11;
 namespace commlib {
 
 namespace {
-PyObject* g_comm_error = nullptr;
-PyObject* g_mismatch_error = nullptr;
-PyObject* g_peer_error = nullptr;
 // The communicator's tcp domain (null when no peer is on another host, or once it is closed).
 TcpTransport* tcp_of(Communicator& c) {
   return c.has_transport() ? dynamic_cast<TcpTransport*>(c.transport().domain(kTcpKind)) : nullptr;
 }
 }  // namespace
-
-// The one mapping of C++ errors to Python exceptions: bound calls use it through the translator
-// registered in bind_comm, the fast call paths (fast_call.cc, device_fast_call.cc) directly.
-void set_python_error(std::exception_ptr p) {
-  try {
-    std::rethrow_exception(p);
-  } catch (const MismatchError& e) {
-    PyErr_SetString(g_mismatch_error, e.what());
-  } catch (const PeerError& e) {
-    PyErr_SetString(g_peer_error, e.what());
-  } catch (const CommError& e) {
-    PyErr_SetString(g_comm_error, e.what());
-  } catch (const std::invalid_argument& e) {
-    PyErr_SetString(PyExc_ValueError, e.what());
-  } catch (const std::bad_alloc&) {
-    PyErr_NoMemory();
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-  } catch (...) {
-    PyErr_SetString(PyExc_RuntimeError, "commlib: unknown C++ exception");
-  }
-}
 
 CollectiveCall collective_call(Collective coll, const std::string& algo, uintptr_t in, uintptr_t out, int64_t count,
                                DType dtype, RedOp op, int root, double scale) {
@@ -76,25 +52,7 @@ std::vector<P2PItem> p2p_items(const std::vector<P2PTuple>& items) {
 }
 
 void bind_comm(py::module_& m) {
-  static py::exception<CommError> comm_error(m, "CommError", PyExc_RuntimeError);
-  static py::exception<MismatchError> mismatch_error(m, "MismatchError", comm_error.ptr());
-  static py::exception<PeerError> peer_error(m, "PeerError", comm_error.ptr());
-  comm_error.doc() = "Base of every commlib communication failure.";
-  mismatch_error.doc() = "Ranks called different collectives, or one with different arguments.";
-  peer_error.doc() = "A peer died, closed its communicator, aborted or did not answer within the timeout.";
-  g_comm_error = comm_error.ptr();
-  g_mismatch_error = mismatch_error.ptr();
-  g_peer_error = peer_error.ptr();
-  // Every bound call's commlib errors go through set_python_error, the one mapping; anything else
-  // is left to pybind's own translators (py::error_already_set, py::value_error, ...).
-  py::register_exception_translator([](std::exception_ptr p) {
-    if (!p) return;
-    try {
-      std::rethrow_exception(p);
-    } catch (const CommError&) {
-      set_python_error(p);
-    }
-  });
+  bind_error_classes(m);  // the error table (bindings/error_kinds.cc)
 
   // numpy's .ctypes.data costs ~1 us a call, most of a small collective's Python overhead; the
   // buffer protocol gives the same address in ~0.1 us.

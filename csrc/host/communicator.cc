@@ -110,9 +110,7 @@ void Communicator::publish_call(const CallDesc& desc) {
 void Communicator::fail_communicator(const CommError& e) {
   // The executor already told the peers about mismatches and peer failures it detected; other
   // errors (e.g. a schedule referencing a missing buffer) are published here.
-  ErrorKind kind = dynamic_cast<const MismatchError*>(&e) ? ErrorKind::Mismatch
-                   : dynamic_cast<const PeerError*>(&e)   ? ErrorKind::Peer
-                                                          : ErrorKind::Comm;
+  const ErrorKind kind = kind_of(e);
   if (kind == ErrorKind::Comm) transport_->publish_failure(kind, e.what());
   record_failure(e, kind);
 }

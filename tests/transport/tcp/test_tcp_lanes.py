@@ -8,14 +8,17 @@ import hmac
 import os
 import socket
 import struct
+import sys
 import threading
 import time
 
 import pytest
 
-import multihost_cases as cases
-import stripe_cases
-import commlib._C as _C
+# The emulated-hosts cases shared with tests/multihost (a whole matrix, the listener probes).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "multihost"))
+import multihost_cases as cases  # noqa: E402
+import stripe_cases  # noqa: E402
+import commlib._C as _C  # noqa: E402
 from commlib.testing import RankFailure, RankPool
 
 LOOPBACK = {"COMMLIB_SOCKET_IFNAME": "lo"}
