@@ -53,6 +53,9 @@ std::vector<P2PItem> p2p_items(const std::vector<P2PTuple>& items) {
 
 void bind_comm(py::module_& m) {
   bind_error_classes(m);  // the error table (bindings/error_kinds.cc)
+  m.def("error_class", [](uint32_t kind) { return py::reinterpret_borrow<py::object>(python_error_class(kind)); },
+        py::arg("kind"),
+        "The Python class an error kind of the core is raised as (tests: the table core_api hands out).");
 
   // numpy's .ctypes.data costs ~1 us a call, most of a small collective's Python overhead; the
   // buffer protocol gives the same address in ~0.1 us.

@@ -24,8 +24,8 @@ class Work;  // host/communicator.h: a queued call (opaque here)
 
 // Bumped whenever the table's layout or meaning changes; a module built against another layout
 // refuses to load (the capsule's name carries it too).
-constexpr uint32_t kCoreApiVersion = 2;
-constexpr const char* kCoreApiCapsule = "commlib._C.core_api.v2";
+constexpr uint32_t kCoreApiVersion = 1;
+constexpr const char* kCoreApiCapsule = "commlib._C.core_api.v1";
 
 // Error kinds beyond the core's (common/errors.h ErrorKind): bad arguments, memory, anything else.
 constexpr uint32_t kCoreInvalidArgument = 100;
@@ -57,7 +57,8 @@ struct CoreApi {
   void (*abort)(void* comm, const char* reason);
   // The Python class an error's kind is raised as (borrowed; commlib._C's classes, ValueError,
   // MemoryError, RuntimeError): the bindings' one table (bindings/error_kinds.h), so a module
-  // raising the core's errors needs no mapping of its own.
+  // raising the core's errors needs no mapping of its own. Last, so a module that does not read
+  // it yet sees the same layout.
   PyObject* (*error_class)(uint32_t kind);
 };
 
