@@ -28,7 +28,10 @@ OBJ_DIR = ROOT / "build" / "obj"
 CXXFLAGS = ["-std=c++17", "-O3", "-fPIC", "-fvisibility=hidden", "-pthread", "-Wall",
             "-Wno-unused-function", "-g1"]
 INCLUDES = [str(CSRC), pybind11.get_include(), sysconfig.get_paths()["include"]]
-CUDA_ARCHS = ["80", "90"]
+# COMMLIB_CUDA_ARCHS (params.cc): the architectures built; scripts/gpu_check.sh names the lent GPU's.
+CUDA_ARCHS = [a.strip() for a in os.environ.get("COMMLIB_CUDA_ARCHS", "80,90").split(",") if a.strip()]
+# An object built for other architectures is not current: the tag names them unless they are the default.
+CUDA_TAG = ".cuda" if CUDA_ARCHS == ["80", "90"] else ".cuda_sm" + "_".join(CUDA_ARCHS)
 
 
 def _rel(paths):
@@ -103,7 +106,7 @@ class CachedBuildExt(build_ext):
             src = str(ROOT / src)
             rel = Path(src).resolve().relative_to(ROOT)
             # (objects built against torch carry its version: its headers are not in the -MMD lists)
-            tag = ".cuda" if ext.name.endswith("_cuda") else f".torch{torch_build()[0]}" if ext.name.endswith(
+            tag = CUDA_TAG if ext.name.endswith("_cuda") else f".torch{torch_build()[0]}" if ext.name.endswith(
                 "_C_torch") else ""
             obj = OBJ_DIR / (str(rel).replace("/", "_") + tag + ".o")
             dep = obj.with_suffix(".d")

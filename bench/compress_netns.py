@@ -30,7 +30,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
 
@@ -64,27 +63,17 @@ def train_rank(comm, data: bytes, codec, steps: int, seed: int = 7):
     dp = DataParallel(gpt.TinyGPT(cfg), comm, compress=codec, error_feedback=codec is not None)
     opt = torch.optim.SGD(dp.parameters(), lr=LR, momentum=0.9)
     g = torch.Generator().manual_seed(seed)
-    P, r = comm.size, comm.rank
+    P = comm.size
 
     def batch(src, rows):
         starts = torch.randint(0, len(src) - SEQ - 1, (rows,), generator=g)
         x = torch.stack([src[s:s + SEQ + 1] for s in starts])
         return x[:, :-1], x[:, 1:]
 
-    losses, times = [], []
     comm.barrier()
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        tokens, targets = batch(train, ROWS_PER_RANK * P)  # the same draw on every rank
-        mine = slice(r * ROWS_PER_RANK, (r + 1) * ROWS_PER_RANK)
-        opt.zero_grad(set_to_none=True)
-        loss = dp(tokens[mine], targets[mine])
-        loss.backward()
-        opt.step()
-        mean = np.array([loss.item()], np.float64)
-        comm.all_reduce(mean, op="avg")
-        losses.append(float(mean[0]))
-        times.append(time.perf_counter() - t0)
+    # the same draw on every rank: one generator, seeded alike
+    losses, times = gpt.train_data_parallel(dp, opt, comm, (batch(train, ROWS_PER_RANK * P) for _ in range(steps)),
+                                            ROWS_PER_RANK)
     with torch.no_grad():
         tokens, targets = batch(held, 64)
         held_loss = float(dp.module(tokens, targets))

@@ -66,10 +66,15 @@ def check_algorithm(collective: str, algorithm: str):
     if algorithm != "auto" and algorithm not in _ALGORITHMS[collective]:
         raise ValueError(f"algorithm: unknown {collective} algorithm '{algorithm}' "
                          f"(expected one of: auto, {', '.join(_C.algorithms(COLLECTIVE[collective]))})")
-    if algorithm in _ONE_SIDED[collective]:
+
+
+def check_one_sided_on_host(collective: str, algorithm: str, compress=None):
+    """One-sided algorithms read and write peers' buffers in place: only the device kernel path runs
+    them (docs/gpu.md, "One-sided plans"), not the host executor nor compressed calls."""
+    if algorithm in _ONE_SIDED.get(collective, ()):
+        where = "with compress=" if compress is not None else "on host buffers"
         raise ValueError(f"algorithm: {collective} algorithm '{algorithm}' is one-sided (it reads and writes "
-                         "peers' mapped buffers), which no engine runs yet; commlib.verify proves it and the "
-                         "simulator costs it")
+                         f"peers' mapped buffers): it runs on device buffers on the kernel path only, not {where}")
 
 
 # The argument names of each collective's buffers, in the order of _run's ``refs``.

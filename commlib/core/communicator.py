@@ -20,7 +20,7 @@ from commlib.core.comm_groups import GroupMethods
 from commlib.core.device_route import DeviceRoute
 from commlib.core.dropped_close import Leftovers
 from commlib.core.call_checks import (as_rank, check_algorithm, check_op, describe_like, device_buffers_of,
-                                      named_device_buffers)
+                                      named_device_buffers, check_one_sided_on_host)
 from commlib.core.p2p_plan import plan_all_to_allv, plan_batch
 from commlib.device.route_context import RouteContext
 from commlib.core.work import Work  # noqa: F401  (re-exported: commlib.core.communicator.Work)
@@ -130,6 +130,8 @@ class Communicator(GroupMethods):
         # Buffers on a device (commlib.emulated, CUDA) go to the stream engine: the one place
         # where the route forks (commlib/core/device_route.py).
         bufs = device_buffers_of(coll, refs)
+        if compress is not None or not bufs:
+            check_one_sided_on_host(coll, algorithm, compress)
         if compress is not None:
             work = run_compressed(self._core, self._size, coll, algorithm, in_ptr, out_ptr, count, dtype, op, root, scale,
                                   async_op, compress, on_device=bool(bufs) or stream is not None)

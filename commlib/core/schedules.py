@@ -64,7 +64,7 @@ VerificationError = _C.VerificationError
 def algorithms(collective: str, one_sided: bool = False) -> List[str]:
     """Registered algorithm names of ``collective`` that communicators run (``"auto"`` is accepted
     too but not listed); ``one_sided=True`` lists the one-sided ones as well, which :func:`verify`
-    proves and the simulator costs but no engine runs yet."""
+    proves, the simulator costs and the device kernel path runs (on device buffers only, when named)."""
     names = _C.algorithms(call_spec.collective(collective))
     if one_sided:
         return list(names)
@@ -102,7 +102,7 @@ def algorithm_info(collective: str) -> List[Dict[str, Any]]:
     ``[{"name", "traits": [...], "summary"}]`` in index order. Traits: ``small_messages``
     (latency-bound design), ``large_messages`` (bandwidth-optimal), ``power_of_two`` (fully
     efficient only at power-of-two world sizes), ``user_defined`` (registered from Python),
-    ``one_sided`` (reads and writes peers' mapped buffers; no engine runs it yet)."""
+    ``one_sided`` (reads and writes peers' mapped buffers; the device kernel path runs it, docs/gpu.md)."""
     return list(_C.algorithm_info(call_spec.collective(collective)))
 
 

@@ -310,3 +310,15 @@ _graphs.bind(Stream=Stream, current_stream=current_stream, use_stream=use_stream
 
 # The C++ entry's buffer reader (csrc/bindings/buffer_view.cc) reads Array's slots itself.
 _C.register_emulated_array(Array, {name: getattr(_C.DType, name) for name in dtypes.NAMES})
+
+
+def kernel_counters(reset: bool = False) -> dict:
+    """What the emulated device counted of the kernel path's one-sided launches in this process
+    (csrc/kernels/plan_atomics.cuh, EmuCounter): data bytes loaded and stored (``bytes_read``,
+    ``bytes_written``; a reduction loads both operands), the staged path's copies in and out
+    (``staged_bytes``, loaded + stored), system-scope fences of signals and waits
+    (``system_fences``), waits completed (``handshakes``), grid barriers per block
+    (``grid_barriers``), blocks run (``block_runs``), host-memory words read and written
+    (``host_reads``: abort polls; ``host_writes``: progress and completion words) and those touched
+    while a data item ran (``host_data_accesses``). ``reset``: zero them after reading."""
+    return _C.emulated_kernel_counters(reset)

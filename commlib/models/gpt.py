@@ -213,6 +213,29 @@ def train(model: TinyGPT, steps: int = 10, batch: int = 2, seq: int = 16, lr: fl
     return losses
 
 
+def train_data_parallel(module, opt, comm, batches, rows_per_rank: int) -> tuple:
+    """Data-parallel steps: every rank draws the same global batches and trains on its
+    ``rows_per_rank`` rows of each (rank r: rows r*rows_per_rank ..), ``module`` averaging the
+    gradients (DataParallel, torch DDP, with or without compression). Returns (the global loss per
+    step, averaged over ``comm``; the seconds from the start to the end of each step)."""
+    import time
+
+    import numpy as np
+    mine = slice(comm.rank * rows_per_rank, (comm.rank + 1) * rows_per_rank)
+    losses, times = [], []
+    t0 = time.perf_counter()
+    for tokens, targets in batches:
+        opt.zero_grad(set_to_none=True)
+        loss = module(tokens[mine], targets[mine])
+        loss.backward()
+        opt.step()
+        mean = np.array([loss.item()], np.float64)
+        comm.all_reduce(mean, op="avg")
+        losses.append(float(mean[0]))
+        times.append(time.perf_counter() - t0)
+    return losses, times
+
+
 def split_layers(n_layers: int, n_stages: int, sizes: Optional[list] = None) -> list:
     """The blocks of each pipeline stage, as ranges: ``sizes`` (blocks per stage) if given, else as
     even as possible with the earlier stages taking the remainder (they also hold the embedding,

@@ -100,7 +100,7 @@ def _check_algorithms(options: Options):
         known = commlib.algorithms(coll)
         if algo in commlib.algorithms(coll, one_sided=True) and algo not in known:
             raise ValueError(f"pg_options.algorithms[{coll!r}]: {algo!r} is a one-sided schedule (it reads "
-                             "peers' mapped buffers), which no engine runs yet")
+                             "peers' mapped buffers), which the torch backend does not run yet")
         if algo not in known:
             raise ValueError(f"pg_options.algorithms[{coll!r}]: unknown algorithm {algo!r} "
                              f"(expected one of: auto, {', '.join(known)})")

@@ -34,6 +34,10 @@ void bind_device_plan(pybind11::module_& m);  // bindings/device_plan_bindings.c
 // and bind_comm() to have run.
 void set_python_error(std::exception_ptr p);
 
+// One rank's schedule in schedule()'s dict (or plain list of steps) format (schedule_bindings.cc).
+struct Schedule;
+Schedule schedule_from_py(pybind11::handle obj);
+
 // A simulator topology from the dict commlib/sim builds (bindings/sim_bindings.cc); ValueError
 // naming the field.
 sim::Topology topology_from_dict(const pybind11::dict& d);

@@ -10,6 +10,7 @@
 #include "bindings/gil.h"
 #include "bindings/peer_control.h"
 #include "device/emulated/emulated_device.h"
+#include "device/emulated/emulated_kernel_counters.h"
 #include "device/emulated/emulated_rules.h"
 #include "device/emulated/nccl_emulated.h"
 #include "device/emulated/query_gate.h"
@@ -21,7 +22,6 @@
 namespace py = pybind11;
 
 namespace commlib {
-
 namespace {
 
 // collective_call, plus algorithm="nccl" (NCCL's own collective: stream/nccl_link.h), which only
@@ -221,6 +221,20 @@ void bind_device(py::module_& m) {
     d["events_alive"] = c.events_alive;
     return d;
   }, "How often this process broke the CUDA rules the emulated device checks (see commlib.emulated).");
+  m.def(
+      "emulated_kernel_counters",
+      [](bool reset) {
+        static const char* const names[] = {"bytes_read", "bytes_written", "staged_bytes", "system_fences",
+                                            "handshakes", "grid_barriers", "block_runs", "host_reads",
+                                            "host_writes", "host_data_accesses"};
+        static_assert(sizeof(names) / sizeof(names[0]) == kexec::kEmuCounters, "a name per counter");
+        const auto c = emulated_kernel_counters();
+        if (reset) reset_emulated_kernel_counters();
+        py::dict d;
+        for (unsigned i = 0; i < kexec::kEmuCounters; ++i) d[names[i]] = c[i];
+        return d;
+      },
+      py::arg("reset") = false, "The emulated device's counts of one-sided kernel launches (commlib.emulated).");
   m.def(
       "device_links",
       [](const std::vector<int>& host_of, int rank, const std::string& setting) {

@@ -6,6 +6,7 @@
 #include "bindings/bindings.h"
 #include "common/types.h"
 #include "kernels/device_plan.h"
+#include "kernels/one_sided_plan.h"
 #include "schedule/registry.h"
 
 namespace py = pybind11;
@@ -13,7 +14,8 @@ namespace py = pybind11;
 namespace commlib {
 namespace {
 
-const char* const kKinds[] = {"send", "recv", "recv_reduce", "copy", "reduce"};
+const char* const kKinds[] = {"send", "recv", "recv_reduce", "copy", "reduce", "get", "get_reduce", "put", "signal", "wait"};
+static_assert(sizeof(kKinds) / sizeof(kKinds[0]) == kplan::kItemKinds, "every item kind has a name");
 
 py::dict plan_to_py(const DevicePlan& p) {
   py::list steps, items;
@@ -39,6 +41,8 @@ py::dict plan_to_py(const DevicePlan& p) {
   out["esize"] = p.esize;
   out["widest_step"] = p.widest_step;
   out["reduces"] = p.reduces;
+  out["one_sided"] = p.one_sided;
+  out["peer_bufs"] = p.peer_bufs;
   return out;
 }
 
@@ -53,7 +57,7 @@ DevicePlan plan_from_py(const py::dict& d) {
     kplan::PlanItem it;
     const std::string kind = i["kind"].cast<std::string>();
     it.kind = 0xff;
-    for (uint8_t k = 0; k < 5; ++k)
+    for (uint8_t k = 0; k < kplan::kItemKinds; ++k)
       if (kind == kKinds[k]) it.kind = k;
     it.peer = i["peer"].cast<int32_t>();
     it.chunk = i["chunk"].cast<uint32_t>();
@@ -70,6 +74,8 @@ DevicePlan plan_from_py(const py::dict& d) {
   p.esize = d["esize"].cast<size_t>();
   p.widest_step = d["widest_step"].cast<uint32_t>();
   p.reduces = d["reduces"].cast<bool>();
+  p.one_sided = d.contains("one_sided") && d["one_sided"].cast<bool>();
+  p.peer_bufs = d.contains("peer_bufs") ? d["peer_bufs"].cast<uint8_t>() : 0;
   return p;
 }
 
@@ -109,6 +115,23 @@ void bind_device_plan(py::module_& m) {
       py::arg("esize") = 4, py::arg("chunk_bytes") = 262144,
       "Lower every rank's schedule, check each plan against its schedule and the pairs across ranks; "
       "RuntimeError naming the rank and the difference.");
+  m.def(
+      "check_one_sided_plans",
+      [](Collective coll, py::sequence schedules, int64_t count, size_t esize) {
+        std::vector<DevicePlan> plans;
+        const int size = static_cast<int>(schedules.size());
+        for (int r = 0; r < size; ++r) {
+          const Schedule s = schedule_from_py(schedules[r]);
+          plans.push_back(lower_schedule(s, r, size, esize, 0));
+          const std::string why = check_device_plan(plans.back(), s, r, size, esize);
+          if (!why.empty()) throw std::runtime_error("rank " + std::to_string(r) + ": " + why);
+        }
+        const std::string why = check_one_sided_pairs(plans, coll, count, esize);
+        if (!why.empty()) throw std::runtime_error(why);
+      },
+      py::arg("collective"), py::arg("schedules"), py::arg("count"), py::arg("esize") = 4,
+      "Lower user-given one-sided schedules (schedule()'s format, rank r's at index r) and run the "
+      "plan checks, across ranks too; RuntimeError naming what fails.");
 }
 
 }  // namespace commlib

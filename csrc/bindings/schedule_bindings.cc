@@ -64,6 +64,9 @@ Region region_from_py(py::handle h) {
   return Region{parse_buffer(t[0].cast<std::string>()), t[1].cast<int64_t>(), t[2].cast<int64_t>()};
 }
 
+}  // namespace
+
+// Declared in bindings.h (device_plan_bindings.cc lowers user-given schedules too).
 Schedule schedule_from_py(py::handle obj) {
   Schedule s;
   py::object steps;
@@ -100,6 +103,8 @@ Schedule schedule_from_py(py::handle obj) {
   }
   return s;
 }
+
+namespace {
 
 // Bounds of a schedule from outside the library (the built-ins are proven by the verifier; the
 // executor trusts regions, so a user schedule is checked before anything runs it).

@@ -68,6 +68,9 @@ const std::vector<Param> kParams = {
      "outlives any rank (unset: MASTER_ADDR:MASTER_PORT, served by rank 0 unless torchrun serves it)"},
     {"COMMLIB_NO_CUDA", "flag", "",
      "build time (setup.py): skip the CUDA module even when nvcc is found"},
+    {"COMMLIB_CUDA_ARCHS", "list", "80,90",
+     "build time (setup.py): the GPU architectures the CUDA module is compiled for (PTX of the last too); "
+     "scripts/gpu_check.sh builds for the lent GPU's alone, which halves the build"},
     {"COMMLIB_NO_TORCH_BACKEND", "flag", "",
      "build time (setup.py): skip the torch backend's C++ module (commlib._C_torch); groups are then the Python "
      "backend alone"},
@@ -95,6 +98,9 @@ const std::vector<Param> kParams = {
      "how the stream engine runs a collective on device buffers: kernel = one kernel launch over peer memory, "
      "copy = copy-engine copies ordered by stream memory operations, auto = kernel up to the tuning file's "
      "device_path crossover per rank (default 1 MiB), copy above (the same on every rank)"},
+    {"COMMLIB_DEVICE_BLOCK_BYTES", "bytes", "262144",
+     "kernel path, one-sided algorithms (mapped_*): at least this many bytes per block per handshake (fewer "
+     "blocks for smaller calls, at most the device's grid), the same on every rank", 1, INT64_MAX},
     {"COMMLIB_DEVICE_LL_BYTES", "bytes", "8192",
      "kernel path: chunks of at most this many bytes move with the LL protocol (data and flag in one 8-byte store, "
      "no fence; half the bandwidth), larger ones through a slot and a flag; 0 = never; a multiple of 64 up to 65536, "

@@ -1,4 +1,5 @@
-// The CUDA launcher of the kernel executor (plan_kernel.cuh): one kernel per element functor,
+// The CUDA launcher of the kernel executor (plan_kernel.cuh): one kernel per element functor and
+// plan kind (message or one-sided),
 // kCudaThreads threads per block, a grid of at most kMaxBlocks blocks (all co-resident: the wait
 // loops need every block of every rank running).
 #include "kernels/cuda_plan_kernel.h"
@@ -18,7 +19,13 @@ using namespace kexec;
 
 template <class F>
 __global__ void __launch_bounds__(kCudaThreads, 1) plan_kernel(PlanLaunch a, F f) {
-  run_plan(a, f);
+  run_message_plan(a, f);
+}
+
+// One-sided plans as a kernel of their own: one body with both executors spills registers.
+template <class F>
+__global__ void __launch_bounds__(kCudaThreads, 1) one_sided_kernel(PlanLaunch a, F f) {
+  run_one_sided(a, f);
 }
 
 struct CudaPlanLaunch {
@@ -27,7 +34,10 @@ struct CudaPlanLaunch {
   cudaStream_t stream;
   template <class F>
   void launch(F f) {
-    plan_kernel<F><<<blocks, kCudaThreads, 0, stream>>>(a, f);
+    if (a.one_sided)
+      one_sided_kernel<F><<<blocks, kCudaThreads, 0, stream>>>(a, f);
+    else
+      plan_kernel<F><<<blocks, kCudaThreads, 0, stream>>>(a, f);
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess)
       throw std::runtime_error(std::string("kernel path: launch failed: ") + cudaGetErrorName(err) + ": " +
@@ -49,11 +59,13 @@ struct OccupancyProbe {
   int fewest = 1 << 30;
   template <class F>
   void launch(F) {
-    int n = 0;
-    const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, plan_kernel<F>, kCudaThreads, 0);
-    if (err != cudaSuccess)
-      throw std::runtime_error(std::string("cudaOccupancyMaxActiveBlocksPerMultiprocessor: ") + cudaGetErrorName(err));
-    fewest = std::min(fewest, n);
+    for (const void* kernel : {reinterpret_cast<const void*>(plan_kernel<F>), reinterpret_cast<const void*>(one_sided_kernel<F>)}) {
+      int n = 0;
+      const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kCudaThreads, 0);
+      if (err != cudaSuccess)
+        throw std::runtime_error(std::string("cudaOccupancyMaxActiveBlocksPerMultiprocessor: ") + cudaGetErrorName(err));
+      fewest = std::min(fewest, n);
+    }
   }
   template <DType D, class Op>
   void reduce() {

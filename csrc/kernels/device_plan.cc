@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "kernels/one_sided_plan.h"
 #include "schedule/registry.h"
 
 namespace commlib {
@@ -25,7 +26,7 @@ uint8_t item_kind(OpKind k) {
     case OpKind::RecvReduce: return kRecvReduce;
     case OpKind::Copy: return kCopy;
     case OpKind::Reduce: return kReduce;
-    default: break;  // one-sided: refused before lowering (kOneSidedRefusal)
+    default: break;  // one-sided: lowered by lower_one_sided
   }
   return kCopy;
 }
@@ -38,14 +39,9 @@ bool has_dst(const Op& o) { return o.kind != OpKind::Send; }
 
 }  // namespace
 
-const char* const kOneSidedRefusal =
-    "one-sided operations (get, get_reduce, put, signal, wait: ir.h) have no device plan yet: the plan kernel "
-    "moves data only through per-pair inboxes, not by reading or writing peers' mapped buffers (docs/gpu.md, "
-    "\"Not built yet\")";
-
 DevicePlan lower_schedule(const Schedule& sched, int rank, int size, size_t esize, uint64_t chunk_bytes) {
   if (esize == 0) throw std::invalid_argument("esize: must be > 0");
-  if (uses_one_sided(sched)) throw std::invalid_argument(std::string("schedule: ") + kOneSidedRefusal);
+  if (uses_one_sided(sched)) return lower_one_sided(sched, rank, size, esize);
   DevicePlan plan;
   plan.esize = esize;
   plan.chunk_bytes = std::max<uint64_t>(chunk_bytes / esize * esize, esize);
@@ -163,7 +159,8 @@ std::string op_error(size_t k, const Op& op, const std::string& what) {
 }  // namespace
 
 std::string check_device_plan(const DevicePlan& plan, const Schedule& sched, int rank, int size, size_t esize) {
-  if (uses_one_sided(sched)) return kOneSidedRefusal;
+  if (uses_one_sided(sched)) return check_one_sided_plan(plan, sched, rank, size, esize);
+  if (plan.one_sided) return "a one-sided plan for a message schedule";
   if (plan.steps.size() != sched.steps.size())
     return "plan has " + std::to_string(plan.steps.size()) + " steps, schedule " + std::to_string(sched.steps.size());
   if (plan.esize != esize) return "plan lowered for another element size";
@@ -309,6 +306,13 @@ void check_device_plans(Collective coll, const std::string& algorithm, int size,
     if (!why.empty())
       throw std::runtime_error("device plan of " + algorithm + " on rank " + std::to_string(r) + " of " +
                                std::to_string(size) + " (count " + std::to_string(count) + "): " + why);
+  }
+  if (plans[0].one_sided) {
+    const std::string why = check_one_sided_pairs(plans, coll, count, esize);
+    if (!why.empty())
+      throw std::runtime_error("device plans of " + algorithm + " on " + std::to_string(size) + " ranks (count " +
+                               std::to_string(count) + "): " + why);
+    return;
   }
   // Pairs: every chunk rank a sends b is a chunk b receives from a, of the same size. Each plan's
   // check proved its chunk indices per pair run 0..total-1, so a flat array per ordered pair,

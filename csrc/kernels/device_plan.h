@@ -18,17 +18,22 @@ namespace commlib {
 struct DevicePlan {
   std::vector<kplan::PlanStep> steps;
   std::vector<kplan::PlanItem> items;
-  std::vector<uint32_t> sends_to;     // per peer: chunks this rank sends it in the call
-  std::vector<uint32_t> recvs_from;   // per peer: chunks this rank receives from it
+  std::vector<uint32_t> sends_to;     // per peer: chunks this rank sends it in the call (one-sided: signals)
+  std::vector<uint32_t> recvs_from;   // per peer: chunks this rank receives from it (one-sided: waits)
   uint64_t chunk_bytes = 0;
   size_t esize = 0;
   uint32_t widest_step = 0;  // most items in one step (the kernel's useful parallelism)
   bool reduces = false;      // some item reduces (the kernel needs the op's functor)
+  // A one-sided schedule's plan (one_sided_plan.h): items get/get_reduce/put/signal/wait and local
+  // copies and reductions, no message; `peer_bufs` has bit b set when an item addresses buffer b
+  // (BufferId) of a peer.
+  bool one_sided = false;
+  uint8_t peer_bufs = 0;
 };
 
 // `chunk_bytes`: the most bytes one item moves (the inbox slot), rounded down to whole elements.
-// Throws std::invalid_argument for a malformed schedule (a peer out of range, a negative region),
-// and for a one-sided schedule (ir.h), which no plan carries yet: the message says why.
+// Throws std::invalid_argument for a malformed schedule (a peer out of range, a negative region).
+// A one-sided schedule (ir.h) is lowered by lower_one_sided (one_sided_plan.h), chunk_bytes unused.
 DevicePlan lower_schedule(const Schedule& sched, int rank, int size, size_t esize, uint64_t chunk_bytes);
 
 // "" when `plan` is exactly `sched` lowered for this rank (same steps; per step the same local

@@ -32,6 +32,21 @@
 namespace commlib {
 namespace kexec {
 
+// What the emulated device counts of a launch (emu_count; nothing on the GPU): issue #38 item 5.
+enum EmuCounter : unsigned {
+  kEmuBytesRead,         // data items' bytes loaded (a reduction loads both operands)
+  kEmuBytesWritten,      // data items' bytes stored
+  kEmuStagedBytes,       // the staged path's copies in and out (loaded + stored)
+  kEmuSysFences,         // system-scope release stores and acquire fences of one-sided signals and waits
+  kEmuHandshakes,        // one-sided waits completed (each pairs with a peer's signal)
+  kEmuGridBarriers,      // grid barriers, per block
+  kEmuBlockRuns,         // blocks run by one-sided launches
+  kEmuHostReads,         // host-memory (mapped) words read by one-sided launches
+  kEmuHostWrites,        // ... and written
+  kEmuHostDataAccesses,  // host-memory words read or written while a data item runs
+  kEmuCounters
+};
+
 #ifdef __CUDACC__
 
 __device__ __forceinline__ uint64_t acquire_load(const uint64_t* p) {
@@ -69,6 +84,19 @@ __device__ __forceinline__ void pause(uint32_t& spins) {
   if (++spins > 64) __nanosleep(spins > 4096 ? 1000 : 100);
 }
 __device__ __forceinline__ void emu_perturb() {}
+__device__ __forceinline__ void emu_count(EmuCounter, uint64_t) {}
+__device__ __forceinline__ void emu_data_path(bool) {}
+// The acquire half of a one-sided wait (plan_one_sided.cuh): after a relaxed load saw the flag.
+__device__ __forceinline__ void acquire_fence_system() {
+  cuda::atomic_thread_fence(cuda::memory_order_acquire, cuda::thread_scope_system);
+}
+// One arrival at the end of a launch: the counter's value before it.
+__device__ __forceinline__ uint64_t arrive_fetch(uint64_t* p) {
+  return cuda::atomic_ref<uint64_t, cuda::thread_scope_device>(*p).fetch_add(1, cuda::memory_order_acq_rel);
+}
+// Words of the host page (mapped host memory): the abort word, progress.
+__device__ __forceinline__ uint64_t host_read(const uint64_t* p) { return relaxed_load(p); }
+__device__ __forceinline__ void host_write(uint64_t* p, uint64_t v) { relaxed_store(p, v); }
 
 #else
 
@@ -93,6 +121,22 @@ inline void pause(uint32_t& spins) {
 // Set by the emulated launch for the block it runs (device/emulated/emulated_plan_kernel.cc).
 extern thread_local int64_t emu_delay_us;
 extern thread_local uint64_t emu_rng;
+// Counts of the running launch (emulated_plan_kernel.cc), and whether this block is in a data item.
+void emu_count(EmuCounter c, uint64_t n);
+extern thread_local bool emu_in_data;
+inline void emu_data_path(bool in) { emu_in_data = in; }
+inline void acquire_fence_system() { __atomic_thread_fence(__ATOMIC_ACQUIRE); }
+inline uint64_t arrive_fetch(uint64_t* p) { return __atomic_fetch_add(p, 1, __ATOMIC_ACQ_REL); }
+inline uint64_t host_read(const uint64_t* p) {
+  emu_count(kEmuHostReads, 1);
+  if (emu_in_data) emu_count(kEmuHostDataAccesses, 1);
+  return relaxed_load(p);
+}
+inline void host_write(uint64_t* p, uint64_t v) {
+  emu_count(kEmuHostWrites, 1);
+  if (emu_in_data) emu_count(kEmuHostDataAccesses, 1);
+  relaxed_store(p, v);
+}
 inline void emu_perturb() {
   if (emu_delay_us <= 0) return;
   emu_rng = emu_rng * 6364136223846793005ull + 1442695040888963407ull;

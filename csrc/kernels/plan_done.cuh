@@ -14,7 +14,7 @@ namespace kexec {
 constexpr unsigned kCounterArrivals = 0, kCounterGeneration = 1, kCounterLaunches = 2, kCounterEager = 3,
                    kCounterReplays = 4, kCounterExits = 5;
 
-// The launch's end, run by every block whatever way it left run_steps (completed, or released by the
+// The launch's end, run by every block whatever way it left its steps (run_steps, or a one-sided plan's os_steps) (completed, or released by the
 // abort word): the LAST block to exit, not block 0, advances the per-call counters and stores the
 // launch's number into the host's completion word (`done`, or `replays_done` for a captured
 // launch), so that word means what a completion event means: every block of the launch has exited
@@ -36,15 +36,17 @@ constexpr unsigned kCounterArrivals = 0, kCounterGeneration = 1, kCounterLaunche
 // counters it advances then are meaningless, but the engine has failed and launches nothing more.
 // The exit counter goes back to 0 (relaxed) in the last block: the next launch of this rank is
 // stream-ordered after this one's end (kernel boundary), eager or replayed alike.
+// `barriers`: the grid barriers this launch runs when it completes (every block arrives at each), so
+// that the next launch's generation is where this one's arrivals end.
 template <class L>
-__device__ __forceinline__ void end_launch(const L& a, uint64_t base, uint32_t first_barrier) {
+__device__ __forceinline__ void end_launch(const L& a, uint64_t base, uint32_t barriers) {
   block_sync();  // every thread of the block is done writing
   if (threadIdx.x != 0 || !arrive_last(a.barrier + kCounterExits, gridDim.x)) return;
   uint64_t* c = a.barrier;
   relaxed_store(c + kCounterExits, 0);
   // Every block has read the generation (it arrived at the last barrier): the next launch's starts
   // where this one's arrivals end. Then the launch numbers, and the host's completion word.
-  relaxed_store(c + kCounterGeneration, base + static_cast<uint64_t>(gridDim.x) * (a.nsteps + first_barrier));
+  relaxed_store(c + kCounterGeneration, base + static_cast<uint64_t>(gridDim.x) * barriers);
   relaxed_store(c + kCounterLaunches, relaxed_load(c + kCounterLaunches) + 1);
   const unsigned mine = a.captured ? kCounterReplays : kCounterEager;  // a replay leaves `done` alone
   const uint64_t n = relaxed_load(c + mine) + 1;

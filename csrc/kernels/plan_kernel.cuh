@@ -62,94 +62,12 @@
 #include "kernels/plan_bulk.cuh"
 #include "kernels/plan_call_check.cuh"
 #include "kernels/plan_done.cuh"
+#include "kernels/plan_launch.cuh"
 #include "kernels/plan_ll.cuh"
+#include "kernels/plan_one_sided.cuh"
 
 namespace commlib {
 namespace kexec {
-
-constexpr unsigned kMaxBlocks = 16;  // progress words the host page holds
-constexpr unsigned kCudaThreads = 512;
-constexpr uint32_t kAbortPollEvery = 16;  // spins between reads of the (host-memory) abort word
-// The per-call counters' words (PlanLaunch::barrier, kCounter*) and the launch's end: plan_done.cuh.
-
-// What this rank reaches of peer p (addresses valid in this process; its own entry unused).
-struct PeerView {
-  char* slots;      // p's slots[.][.]
-  uint64_t* ready;  // p's ready[.][.]
-  uint64_t* freed;  // p's freed[.][.]
-  uint64_t* ll;     // p's LL slots: ll[q][s], ll_lines words each
-  uint64_t* descs;  // p's call-descriptor ring (plan_call_check.cuh)
-};
-
-// The kernel's parameters (passed by value).
-struct PlanLaunch {
-  const kplan::PlanItem* items;
-  const kplan::PlanStep* steps;
-  const uint32_t* sends_to;    // the plan's chunks per peer
-  const uint32_t* recvs_from;
-  const PeerView* peers;       // [size]
-  char* bases[3];              // input, output, scratch of the call
-  char* slots;                 // this rank's kernel region
-  uint64_t* ready;
-  uint64_t* freed;
-  uint64_t* ll;                // this rank's LL slots
-  char* ll_stage;              // this rank only: [gridDim.x][ll_bytes], one stage per block
-  uint64_t* sent;              // [size] chunks sent to each peer before this call (device)
-  uint64_t* received;          // [size]
-  // This rank's per-call counters, on the device and advanced by the kernel alone, so that a launch
-  // captured in a CUDA graph replays right any number of times between eager launches: [0] the
-  // grid barrier's arrivals, [1] their count when the next launch starts (the barrier's
-  // generation), [2] launches run (eager and replayed), [3] eager launches run, [4] replayed
-  // (captured) launches run, [5] blocks of the running launch that exited (end_launch; kCounter*).
-  uint64_t* barrier;
-  const uint64_t* abort;       // host memory mapped for the device: nonzero = stop
-  uint64_t* progress;          // host memory mapped: [kMaxBlocks] items done per block
-  uint64_t* done;              // host memory mapped: an eager launch's last block to exit stores its number (counter [3])
-  uint64_t* replays_done;      // host memory mapped: a captured launch stores its number (counter [4]) at its end
-  uint64_t* replays_started;   // host memory mapped: ... and at its start (the watchdog sees a replay running)
-  uint64_t* chunk_counts;      // host memory mapped: [kMaxBlocks][2] message chunks (sent and received)
-                               // each block moved by LL and through slots, all launches together
-  // The call's descriptor check (plan_call_check.cuh); desc_ring_len 0: none (no peer in the plan).
-  uint64_t desc[3];            // this call's CallDesc, as words
-  uint64_t* descs;             // this rank's descriptor ring (region): [size][desc_ring_len][kDescWords]
-  uint64_t* checked;           // [size] checks made with each peer before this launch (device)
-  uint64_t* mismatch;          // host memory mapped: the mismatch record (kMismatchWords)
-  uint32_t desc_ring_len;
-  uint32_t captured;           // launched inside a stream capture (its replays leave `done` alone)
-  uint64_t slot_bytes;
-  uint32_t nsteps;
-  uint32_t nslots;
-  uint32_t ll_bytes;           // chunks of at most this many bytes take the LL protocol (0: none)
-  uint32_t split_bytes;        // items of at least this many bytes are split over the grid (0: none)
-  uint64_t* arrivals;          // [items] the split items' arrival counters (zero between launches)
-  uint32_t nitems;
-  int rank;
-  int size;
-};
-
-// The element functor of collectives that never reduce (their plans have no reduce items).
-struct NoReduce {
-  using S = uint8_t;
-  __device__ __forceinline__ S operator()(S a, S) const { return a; }
-};
-
-
-// Thread 0 waits until *flag >= target or the abort word is set; the whole block learns which.
-__device__ __forceinline__ bool block_wait(const uint64_t* flag, uint64_t target, const PlanLaunch& a,
-                                                    bool device_scope = false) {
-  int stop = 0;
-  if (threadIdx.x == 0) {
-    uint32_t spins = 0;
-    while ((device_scope ? acquire_load_device(flag) : acquire_load(flag)) < target) {
-      if (spins % kAbortPollEvery == 0 && relaxed_load(a.abort)) {
-        stop = 1;
-        break;
-      }
-      pause(spins);
-    }
-  }
-  return !block_any(stop);
-}
 
 // Whether a chunk of `bytes` takes the LL protocol (both sides of a message decide alike).
 __device__ __forceinline__ bool uses_ll(const PlanLaunch& a, uint32_t bytes) { return a.ll_bytes && bytes <= a.ll_bytes; }
@@ -260,15 +178,6 @@ __device__ __forceinline__ bool splits(const PlanLaunch& a, const kplan::PlanIte
   return a.split_bytes && it.bytes >= a.split_bytes && gridDim.x > 1;
 }
 
-// This block's share [lo, hi) of an item of n bytes: 64-byte aligned parts (whole elements of
-// every dtype, 16-byte accesses where the buffers allow).
-__device__ __forceinline__ void share_of(uint64_t n, uint64_t& lo, uint64_t& hi) {
-  const uint64_t part = (n + gridDim.x - 1) / gridDim.x;
-  const uint64_t aligned = (part + 63) / 64 * 64;
-  lo = aligned * blockIdx.x < n ? aligned * blockIdx.x : n;
-  hi = lo + aligned < n ? lo + aligned : n;
-}
-
 // Item `idx` split over the grid (see "Split items" above). Returns false on abort.
 template <class F>
 __device__ __forceinline__ bool run_split_item(const PlanLaunch& a, uint32_t idx, const F& f, ChunkCounts& n) {
@@ -322,16 +231,6 @@ __device__ __forceinline__ bool run_split_item(const PlanLaunch& a, uint32_t idx
   }
 }
 
-// Every block of the grid has finished step `k` (its writes visible to all blocks) or the abort
-// word was set.
-// `base`: the arrivals counter's value when the launch started (its generation, read by every block
-// before its first arrival, so no block's arrival can have moved it yet).
-__device__ __forceinline__ bool grid_barrier(const PlanLaunch& a, uint64_t base, uint32_t k) {
-  block_sync();
-  if (threadIdx.x == 0) arrive(a.barrier + kCounterArrivals);
-  return block_wait(a.barrier + kCounterArrivals, base + static_cast<uint64_t>(gridDim.x) * (k + 1), a, true);
-}
-
 // The launch's steps; false when the abort word released it.
 template <class F>
 __device__ __forceinline__ bool run_steps(const PlanLaunch& a, const F& f, uint64_t base, uint32_t first_barrier) {
@@ -377,8 +276,9 @@ __device__ __forceinline__ bool run_steps(const PlanLaunch& a, const F& f, uint6
   return true;
 }
 
+// A message plan's launch (a one-sided plan's: run_one_sided, plan_one_sided.cuh).
 template <class F>
-__device__ __forceinline__ void run_plan(const PlanLaunch& a, const F& f) {
+__device__ __forceinline__ void run_message_plan(const PlanLaunch& a, const F& f) {
   // The barrier's generation: written by the last block of the previous launch (end_launch), visible
   // here by stream order (kernel boundary); every block reads it before arriving anywhere.
   const uint64_t base = relaxed_load(a.barrier + kCounterGeneration);
@@ -386,7 +286,17 @@ __device__ __forceinline__ void run_plan(const PlanLaunch& a, const F& f) {
     release_store(a.replays_started, relaxed_load(a.barrier + kCounterReplays) + 1);
   const uint32_t first_barrier = a.desc_ring_len ? 1 : 0;
   run_steps(a, f, base, first_barrier);
-  end_launch(a, base, first_barrier);
+  end_launch(a, base, a.nsteps + first_barrier);
+}
+
+// Either executor, by the plan's kind. The CUDA launcher launches the two as separate kernels
+// instead (cuda_plan_kernel.cu), so that neither's registers are sized for the other's body.
+template <class F>
+__device__ __forceinline__ void run_plan(const PlanLaunch& a, const F& f) {
+  if (a.one_sided)
+    run_one_sided(a, f);
+  else
+    run_message_plan(a, f);
 }
 
 }  // namespace kexec

@@ -59,6 +59,7 @@ std::shared_ptr<const ResolvedPlan> PlanCache::get_shared(const CollectiveCall& 
     p.sched = build_schedule(CollArgs{call.coll, ctx_.rank, ctx_.size, call.count, call.root, ctx_.topology.host_of},
                              p.choice);
     p.algo = static_cast<uint8_t>(algorithm_index(call.coll, p.name));
+    p.one_sided = uses_one_sided(p.sched);
     for (const Step& st : p.sched.steps)
       for (const Op& o : st.ops)
         if (o.peer >= 0 && std::find(p.peers.begin(), p.peers.end(), o.peer) == p.peers.end()) p.peers.push_back(o.peer);

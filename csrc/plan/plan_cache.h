@@ -42,6 +42,7 @@ struct ResolvedPlan {
   std::string name;        // of the algorithm, for messages
   AlgorithmChoice choice;  // how it was chosen (hierarchical: the inter-host algorithm, the segment)
   std::vector<int> peers;  // the ranks this rank's schedule talks to, in first-use order
+  bool one_sided = false;  // the schedule uses one-sided operations (ir.h): the kernel path only
 };
 
 class PlanCache {

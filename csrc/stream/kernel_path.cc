@@ -39,28 +39,10 @@ static_assert(kProgressWord + kexec::kMaxBlocks <= kChunkCountWord &&
 static_assert(sizeof(CallDesc) == 3 * sizeof(uint64_t), "the kernel compares a CallDesc as three words");
 constexpr size_t kMaxPlans = 256;
 constexpr size_t kMinStaging = 64 * 1024;
-constexpr uint64_t kMaxLLBytes = 65536;
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 }  // namespace
-
-DevicePath device_path_from_env() {
-  const std::string v = param_choice("COMMLIB_DEVICE_PATH", {"auto", "kernel", "copy"});
-  return v == "kernel" ? DevicePath::Kernel : v == "copy" ? DevicePath::Copy : DevicePath::Auto;
-}
-
-const char* device_path_name(DevicePath p) {
-  return p == DevicePath::Auto ? "auto" : p == DevicePath::Kernel ? "kernel" : "copy";
-}
-
-uint32_t device_ll_bytes_from_env(uint64_t slot_bytes) {
-  const uint64_t v = param_bytes("COMMLIB_DEVICE_LL_BYTES");
-  if (v % 64 || v > kMaxLLBytes)
-    throw std::invalid_argument("COMMLIB_DEVICE_LL_BYTES: expected a multiple of 64 up to 65536, got " +
-                                std::to_string(v));
-  return static_cast<uint32_t>(std::min(v, slot_bytes));
-}
 
 size_t KernelPath::flag_bytes() const { return round_up(static_cast<size_t>(size_) * nslots_ * 8, kLine); }
 size_t KernelPath::slots_bytes() const { return static_cast<size_t>(size_) * nslots_ * slot_bytes_; }
@@ -69,9 +51,7 @@ size_t KernelPath::descs_offset() const {
   return 2 * flag_bytes() + slots_bytes() + static_cast<size_t>(size_) * nslots_ * 2 * ll_bytes_;
 }
 uint32_t KernelPath::desc_ring_len() const { return nslots_ + 1; }  // why: plan_call_check.cuh
-size_t KernelPath::region_bytes() const {
-  return descs_offset() + static_cast<size_t>(size_) * desc_ring_len() * kexec::kDescWords * 8;
-}
+size_t KernelPath::region_bytes() const { return os_flags_offset() + os_flag_words() * 8; }
 // sent | received | checked (size words each), then the line of the per-call counters (the grid
 // barrier's arrivals and generation, the launch numbers: kexec::kCounter*)
 size_t KernelPath::barrier_offset() const { return round_up(3 * size_ * 8, kLine); }
@@ -85,13 +65,13 @@ KernelPath::KernelPath(std::shared_ptr<Device> device, int rank, int size, uint3
       ll_bytes_(device_ll_bytes_from_env(slot_bytes)),
       kernel_max_bytes_(kernel_path_crossover(size)),
       split_bytes_(std::max<uint32_t>(ll_bytes_ + 1, static_cast<uint32_t>(std::min<uint64_t>(64 << 10, slot_bytes / 2)))),
+      block_bytes_(param_bytes("COMMLIB_DEVICE_BLOCK_BYTES")),
       imported_(size, nullptr) {
   if (mode_ == DevicePath::Kernel && device_->plan_blocks(1) == 0)
     throw std::invalid_argument("COMMLIB_DEVICE_PATH=kernel: " + device_->name() + " has no kernel path");
   setup_stream_ = device_->create_stream();
   region_ = static_cast<char*>(device_->allocate(region_bytes()));
-  // sent | received | checked (size words each) | barrier (a line) | peer views | LL stages (one per block)
-  const size_t local_bytes = views_offset() + round_up(size_ * sizeof(PeerView), kLine) + kexec::kMaxBlocks * ll_bytes_;
+  const size_t local_bytes = this->local_bytes();
   local_ = device_->allocate(local_bytes);
   const size_t ll_area = region_bytes() - 2 * flag_bytes() - slots_bytes();
   std::vector<char> zeros(std::max({2 * flag_bytes(), local_bytes, ll_area}), 0);
@@ -120,20 +100,24 @@ KernelPath::~KernelPath() {
 
 std::string KernelPath::local_handle() const {
   return std::string(device_path_name(mode_)) + "," + std::to_string(ll_bytes_) + "," +
-         std::to_string(kernel_max_bytes_) + setup_fields() + ":" + device_->export_memory(region_);
+         std::to_string(kernel_max_bytes_) + "," + std::to_string(block_bytes_) + setup_fields() + ":" + device_->export_memory(region_);
 }
 
 void KernelPath::connect(const std::vector<std::string>& handles, bool one_host) {
   const std::string mine = std::to_string(ll_bytes_), my_max = std::to_string(kernel_max_bytes_);
   std::vector<std::string> tables(size_), residencies(size_);
   for (size_t p = 0; p < handles.size(); ++p) {
-    std::vector<std::string> f;  // mode, LL bytes, crossover, peer buffers' table, residency
+    std::vector<std::string> f;  // mode, LL bytes, crossover, block bytes, peer buffers' table, residency
     const std::string head = handles[p].substr(0, handles[p].find(':'));
     for (size_t at = 0, c = 0; c != std::string::npos; at = c + 1) f.push_back(head.substr(at, (c = head.find(',', at)) - at));
-    if (f.size() != 5) throw std::invalid_argument("kernel path: malformed handle of rank " + std::to_string(p));
-    const std::string &theirs = f[1], &their_max = f[2];
-    tables[p] = f[3];
-    residencies[p] = f[4];
+    if (f.size() != 6) throw std::invalid_argument("kernel path: malformed handle of rank " + std::to_string(p));
+    const std::string &theirs = f[1], &their_max = f[2], &their_block = f[3];
+    tables[p] = f[4];
+    residencies[p] = f[5];
+    if (their_block != std::to_string(block_bytes_))  // one-sided plans: the grid, hence the flags' meaning
+      throw std::invalid_argument("COMMLIB_DEVICE_BLOCK_BYTES: rank " + std::to_string(p) + " uses " + their_block +
+                                  ", rank " + std::to_string(rank_) + " " + std::to_string(block_bytes_) +
+                                  "; every rank must use the same");
     if (theirs != mine)  // the regions' layout depends on it
       throw std::invalid_argument("COMMLIB_DEVICE_LL_BYTES: rank " + std::to_string(p) + " uses " + theirs + ", rank " +
                                   std::to_string(rank_) + " " + mine + "; every rank must use the same");
@@ -145,7 +129,8 @@ void KernelPath::connect(const std::vector<std::string>& handles, bool one_host)
   usable_ = one_host && mode_ != DevicePath::Copy && device_->plan_blocks(1) > 0;
   connect_setup(tables, residencies, one_host);  // may refuse (usable_ false, or a throw naming why)
   if (!usable_) return;
-  std::vector<PeerView> views(size_, PeerView{nullptr, nullptr, nullptr, nullptr, nullptr});
+  std::vector<PeerView> views(size_, PeerView{nullptr, nullptr, nullptr, nullptr, nullptr, nullptr});
+  std::vector<char*> staging(size_, region_ + 2 * flag_bytes());
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
     const std::string& h = handles[p];
@@ -153,8 +138,11 @@ void KernelPath::connect(const std::vector<std::string>& handles, bool one_host)
     views[p] = PeerView{imported_[p] + 2 * flag_bytes(), reinterpret_cast<uint64_t*>(imported_[p]),
                         reinterpret_cast<uint64_t*>(imported_[p] + flag_bytes()),
                         reinterpret_cast<uint64_t*>(imported_[p] + 2 * flag_bytes() + slots_bytes()),
-                        reinterpret_cast<uint64_t*>(imported_[p] + descs_offset())};
+                        reinterpret_cast<uint64_t*>(imported_[p] + descs_offset()),
+                        reinterpret_cast<uint64_t*>(imported_[p] + os_flags_offset())};
+    staging[p] = imported_[p] + 2 * flag_bytes();
   }
+  staged_peers_ = std::make_unique<StagedPeerBuffers>(std::move(staging), rank_, slots_bytes());
   char* views_dev = static_cast<char*>(local_) + views_offset();
   device_->upload_now(views_dev, views.data(), views.size() * sizeof(PeerView));
 }
@@ -198,6 +186,20 @@ const KernelPath::Uploaded& KernelPath::upload(const ScheduleKey& key, const Sch
   Uploaded u;
   u.plan = lower_schedule(sched, rank_, size_, key.elem_bytes, slot_bytes_);
   const DevicePlan& p = u.plan;
+  if (p.one_sided) {  // the arrivals' words are none of its business; it runs every item on every block
+    std::vector<char> host;
+    host.reserve(p.items.size() * sizeof(kplan::PlanItem) + 4096);
+    plan_one_sided(key, u, host);
+    u.dev = device_->allocate_ordered(host.size(), stream);
+    stage(host, u.dev, stream);
+    for (int q = 0; q < size_; ++q) u.has_peers |= q != rank_ && (p.sends_to[q] | p.recvs_from[q]) != 0;
+    for (const kplan::PlanItem& it : p.items)
+      if (it.kind == kplan::kWait) {  // the watchdog's view: the launch first waits for this peer
+        u.first_peer = it.peer;
+        break;
+      }
+    return plans_.emplace(key, std::move(u)).first->second;
+  }
   const size_t items = p.items.size() * sizeof(kplan::PlanItem), steps = p.steps.size() * sizeof(kplan::PlanStep),
                counts = size_ * sizeof(uint32_t);
   const size_t arrivals = round_up(items + steps + 2 * counts, 8);  // zeros: the split items' counters
@@ -236,7 +238,8 @@ Launched KernelPath::launch(const ScheduleKey& key, const Schedule& sched, const
   }
   const DevicePlan& p = u.plan;
   if (p.steps.empty()) return Launched{};
-  const unsigned blocks = launch_blocks(u.has_split ? kexec::kMaxBlocks : std::max(1u, p.widest_step));
+  const unsigned blocks =
+      launch_blocks(p.one_sided ? u.os_grid : (u.has_split ? kexec::kMaxBlocks : std::max(1u, p.widest_step)));
   char* dev = static_cast<char*>(u.dev);
   const size_t items = p.items.size() * sizeof(kplan::PlanItem), steps = p.steps.size() * sizeof(kplan::PlanStep);
   char* local = static_cast<char*>(local_);
@@ -276,6 +279,7 @@ Launched KernelPath::launch(const ScheduleKey& key, const Schedule& sched, const
   a.nslots = nslots_;
   a.rank = rank_;
   a.size = size_;
+  if (p.one_sided) fill_one_sided(a, u, bases);
   launch_in_chain(a, blocks, dtype, op, p.reduces, stream, captured);
   if (captured) return Launched{};  // the graph's replays: the engine does not watch them
   ++launches_;

@@ -29,6 +29,7 @@
 #include "schedule/ir.h"
 #include "stream/device_path.h"
 #include "stream/kernel_occupancy.h"
+#include "stream/staged_peers.h"
 #include "transport/transport.h"  // CallDesc
 
 namespace commlib {
@@ -79,6 +80,9 @@ class KernelPath final : public DevicePathRunner {
   // while a graph holds it), and the launch is left to the graph's replays (no watchdog wait).
   Launched launch(const ScheduleKey& key, const Schedule& sched, const CallDesc& desc, char* const bases[3],
                   DType dtype, RedOp op, DeviceStream& stream, bool captured = false);
+  // A call of one-sided shape `key` can run (its staged buffers fit the slots area: std::invalid_argument
+  // naming the settings otherwise), before anything is enqueued or numbered.
+  void check_one_sided(const ScheduleKey& key) const;
   // Whether the plan of call shape `key` is on the device (an eager call of that shape ran).
   bool has_plan(const ScheduleKey& key) const { return plans_.count(key) != 0; }
   // Plans held by a captured graph (kept however many plans there are).
@@ -140,6 +144,15 @@ class KernelPath final : public DevicePathRunner {
     bool has_peers = false;  // some message: the launch checks the call's descriptor
     bool first_is_send = false;
     bool has_split = false;  // some item of at least split_bytes_: the launch takes every block
+    // One-sided plans (kernel_path_one_sided.cc): the buffers some rank's plan addresses at a
+    // peer (any rank's: BufferId bits), staged through the slots area (in place for an all_reduce
+    // whose input and output both are), the staged bytes, the grid, and the peers' table
+    // ([size][3] addresses, in `dev` at `table_at`).
+    uint8_t peer_bufs = 0;
+    bool stage_in_place = false;
+    uint64_t stage_bytes[2] = {0, 0};
+    unsigned os_grid = 1;
+    size_t table_at = 0;
     // Held by every graph that captured a launch of the plan (a CUDA user object): the plan is
     // not evicted while a copy is alive.
     std::shared_ptr<char> pin = std::make_shared<char>(0);
@@ -154,6 +167,17 @@ class KernelPath final : public DevicePathRunner {
   uint32_t desc_ring_len() const;
   size_t barrier_offset() const;  // of the barrier's line in local_ (after sent | received | checked)
   size_t views_offset() const;  // of the peer views in local_ (after the barrier)
+  // One-sided plans (kernel_path_one_sided.cc).
+  size_t os_flags_offset() const;  // of the one-sided flags in the region (after the descriptor ring)
+  size_t os_flag_words() const;    // per rank: [size][kSignalTags + 1][kMaxBlocks]
+  size_t os_local_offset() const;  // of the signalled | consumed counts in local_ (after the LL stages)
+  size_t local_bytes() const;
+  // The one-sided parts of an upload (peer_bufs over every rank's schedule, staging, grid, table),
+  // appended to `host` (the plan's upload image); std::invalid_argument when the call cannot run.
+  void plan_one_sided(const ScheduleKey& key, Uploaded& u, std::vector<char>& host) const;
+  // The staging of a one-sided call shape (Uploaded's peer_bufs, stage_in_place, stage_bytes).
+  void stage_layout(const ScheduleKey& key, Uploaded& u) const;
+  void fill_one_sided(kexec::PlanLaunch& a, const Uploaded& u, char* const bases[3]) const;
 
   // kernel_path_setup.cc: the handle's fields of the peer buffers and the residency, their
   // connection (the grid's budget, std::invalid_argument when COMMLIB_DEVICE_PATH=kernel cannot
@@ -179,6 +203,9 @@ class KernelPath final : public DevicePathRunner {
   // Chunks of at least this many bytes run on every block of the grid (plan_kernel.cuh, split
   // items): half a slot, at most 64 KiB, always above ll_bytes_.
   const uint32_t split_bytes_;
+  // One-sided plans: at least this many bytes per block per handshake (COMMLIB_DEVICE_BLOCK_BYTES).
+  const uint64_t block_bytes_;
+  std::unique_ptr<StagedPeerBuffers> staged_peers_;  // the slots areas, once connected
   bool usable_ = false;  // connected, every rank on this host, the device has a kernel path
   char* region_ = nullptr;         // exported: ready | freed | slots | LL slots
   void* local_ = nullptr;          // this rank only: sent | received | barrier | peer views | LL stages

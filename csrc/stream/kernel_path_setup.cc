@@ -48,13 +48,4 @@ void KernelPath::launch_in_chain(const kexec::PlanLaunch& a, unsigned blocks, DT
   chain_->run(*device_, stream, this, chain_event_, std::function<void()>(std::ref(launch)));
 }
 
-void check_device_paths(const std::vector<std::string>& kernel_handles, DevicePath mine, int rank) {
-  for (size_t p = 0; p < kernel_handles.size(); ++p) {
-    const std::string theirs = kernel_handles[p].substr(0, kernel_handles[p].find_first_of(",:"));
-    if (theirs != device_path_name(mine))
-      throw std::invalid_argument("COMMLIB_DEVICE_PATH: rank " + std::to_string(p) + " uses " + theirs + ", rank " +
-                                  std::to_string(rank) + " " + device_path_name(mine) + "; every rank must use the same");
-  }
-}
-
 }  // namespace commlib

@@ -199,7 +199,18 @@ uint64_t StreamEngine::enqueue_collective(const CollectiveCall& call, const Prep
     if (!nccl_->ready()) throw CommError("algorithm='nccl': the NCCL communicator was not created");
   }
   const ResolvedPlan& planned = prepared ? *prepared->plan : plan_of(call);
-  const DeviceCallPath path = prepared ? prepared->path : path_of(call);
+  // Peers' memory, read in place: the kernel path or nothing (alike on every rank); a prepared call
+  // passed this check when it was first made.
+  if (planned.one_sided && !prepared) {
+    if (!kernel_ || !kernel_->usable() || nccl_->carries_any())
+      throw std::invalid_argument("algorithm: " + planned.name + " is one-sided (it reads and writes peers' mapped "
+                                  "buffers): it runs on the device kernel path only, which this communicator lacks "
+                                  "(COMMLIB_DEVICE_PATH=copy, a peer on another host or over the nccl link)");
+    kernel_->check_one_sided(ScheduleKey{static_cast<uint8_t>(call.coll), planned.algo, call.root, call.count,
+                                         static_cast<uint8_t>(esize)});
+  }
+  // A one-sided plan runs on the kernel path whatever the size (checked above that it can).
+  const DeviceCallPath path = planned.one_sided ? DeviceCallPath::Kernel : prepared ? prepared->path : path_of(call);
 
   // Nothing above enqueued anything or took a number: a refused argument leaves the numbering
   // and the stream as they were. From here on the call is numbered (with the host calls).

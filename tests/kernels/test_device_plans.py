@@ -6,8 +6,9 @@ in the kernel's order, and what every rank sends each peer (chunk by chunk) is w
 receives. Small chunks (64 bytes up to 12 ranks, 1 KiB beyond) make large messages several chunks;
 256 KiB (the default slot) keeps them whole. The whole sweep takes about 4 s of CPU (the check
 allocates nothing per step and pairs the ranks' chunks through flat arrays). The checker is shown to catch
-altered plans. One-sided schedules (get/put/signal/wait over mapped buffers) have no plan yet: the
-lowering and the check refuse them, saying why (docs/gpu.md, "Not built yet")."""
+altered plans. One-sided schedules (get/put/signal/wait over mapped buffers) lower to one-sided
+plans (csrc/kernels/one_sided_plan.h), checked the same way plus signals against waits per tag and
+block locality across the ranks."""
 import copy
 
 import pytest
@@ -42,18 +43,86 @@ def test_plans_equal_their_schedules(collective, algorithm):
                     _C.check_device_plans(COLLECTIVE[collective], algorithm, P, n, root, esize=8, chunk_bytes=262144)
 
 
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("collective,algorithm", ONE_SIDED, ids=[f"{c}-{a}" for c, a in ONE_SIDED])
-def test_one_sided_schedules_are_refused_with_the_reason(collective, algorithm):
+def test_one_sided_plans_equal_their_schedules(collective, algorithm):
+    """Every rank's plan of a one-sided schedule is its schedule (waits, data items tiling each
+    operation's regions, signals, in the kernel's order); across the ranks every wait has its
+    signal per (peer, tag), and block locality holds out of place and in place (one_sided_plan.h)."""
     assert len(ONE_SIDED) >= 5
-    reason = r"one-sided operations \(get, get_reduce, put, signal, wait: ir\.h\) have no device plan yet"
-    for P in (2, 3, 8, 64):
-        for n in (0, 1, 13):
-            with pytest.raises(ValueError, match=reason):
-                _C.check_device_plans(COLLECTIVE[collective], algorithm, P, n, 0, esize=4, chunk_bytes=1024)
-    with pytest.raises(ValueError, match=reason):
-        _plan(collective=collective, algorithm=algorithm, size=4, count=8)
-    # One rank needs no peer: the schedule is a local copy, which a plan carries.
-    _C.check_device_plans(COLLECTIVE[collective], algorithm, 1, 13, 0, esize=4, chunk_bytes=1024)
+    for P in SIZES:
+        for n in counts(P):
+            _C.check_device_plans(COLLECTIVE[collective], algorithm, P, n, 0, esize=2, chunk_bytes=64)
+    plan, _ = _plan(collective=collective, algorithm=algorithm, size=4, count=8)
+    assert plan["one_sided"] and plan["peer_bufs"] & 1  # every one reads peers' inputs
+    kinds = {it["kind"] for it in plan["items"]}
+    assert {"signal", "wait"} <= kinds and kinds & {"get", "get_reduce", "put"}
+
+
+def _one_sided(**kw):
+    return _plan(**dict(dict(algorithm="mapped_two_shot", count=10, size=3), **kw))
+
+
+@pytest.mark.parametrize("change", ["drop_signal", "drop_wait", "tag", "peer", "offset", "order", "bytes", "kind"])
+def test_the_checker_catches_an_altered_one_sided_plan(change):
+    plan, args = _one_sided()
+    assert _check(plan, args) == ""
+    bad = copy.deepcopy(plan)
+    items, steps = bad["items"], bad["steps"]
+    at = {k: next(i for i, it in enumerate(items) if it["kind"] == k) for k in ("signal", "wait", "get_reduce")}
+
+    def drop(i):
+        del items[i]
+        bad["steps"] = [(f - (f > i), c - (f <= i < f + c)) for f, c in steps]
+    if change == "drop_signal":  # a plan with a missing signal is not its schedule
+        drop(at["signal"])
+    elif change == "drop_wait":
+        drop(at["wait"])
+    elif change == "tag":
+        items[at["signal"]]["chunk"] = 3
+    elif change == "peer":
+        items[at["get_reduce"]]["peer"] = 1 - items[at["get_reduce"]]["peer"] + 1
+    elif change == "offset":
+        items[at["get_reduce"]]["src_off"] += 4
+    elif change == "order":  # a signal before the step's data
+        g = at["get_reduce"]
+        items[g], items[g + 2] = items[g + 2], items[g]
+    elif change == "bytes":
+        items[at["get_reduce"]]["bytes"] -= 4
+    elif change == "kind":
+        items[at["get_reduce"]]["kind"] = "get"
+    assert _check(bad, args) != "", change
+
+
+def _scheds(collective, algorithm, size, count):
+    return [schedules.schedule(collective, algorithm, r, size, count) for r in range(size)]
+
+
+def test_a_missing_signal_is_rejected_across_ranks_and_by_the_verifier():
+    """Rank 1 never tells rank 0 its buffers are in the call: the verifier rejects the schedule
+    (tests/schedule/test_one_sided.py), and its plans fail the pair check, since rank 0 waits for a
+    signal nobody sends (each rank's plan alone is still its schedule)."""
+    s = _scheds("all_gather", "mapped", 3, 4)
+    _C.check_one_sided_plans(COLLECTIVE["all_gather"], s, 4, esize=4)
+    s[1]["steps"][0] = [o for o in s[1]["steps"][0] if not (o["op"] == "signal" and o["peer"] == 0)]
+    with pytest.raises(commlib.VerificationError):
+        _C._verify_custom(COLLECTIVE["all_gather"], 3, 4, s, 0, None)
+    with pytest.raises(RuntimeError, match=r"rank 1 signals rank 0 \(tag 0\) fewer times than that rank waits"):
+        _C.check_one_sided_plans(COLLECTIVE["all_gather"], s, 4, esize=4)
+
+
+def test_block_locality_is_checked():
+    """Per-block flags are sound only when items touching the same bytes address the same range:
+    a rank that copies its input in two halves while peers read it whole is refused."""
+    s = _scheds("all_gather", "mapped", 2, 8)
+    step = s[0]["steps"][0]
+    copy_op = next(o for o in step if o["op"] == "copy")
+    step.remove(copy_op)
+    step += [{"op": "copy", "dst": ("output", 0, 4), "src": ("input", 0, 4)},
+             {"op": "copy", "dst": ("output", 4, 4), "src": ("input", 4, 4)}]
+    _C._verify_custom(COLLECTIVE["all_gather"], 2, 8, s, 0, None)  # a correct schedule ...
+    with pytest.raises(RuntimeError, match="block locality: rank 0's input bytes"):  # ... no per-block plan
+        _C.check_one_sided_plans(COLLECTIVE["all_gather"], s, 8, esize=4)
 
 
 def _plan(**kw):

@@ -3,7 +3,6 @@ without error feedback, against the uncompressed run (docs/compression.md, "Whic
 converge"). Imported as ``parallel.ef_cases``."""
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from commlib.models import gpt
@@ -20,17 +19,8 @@ def train_tinygpt(comm, compress=None, error_feedback=False):
     model = gpt.TinyGPT(cfg)
     dp = DataParallel(model, comm, bucket_cap_mb=0.05, compress=compress, error_feedback=error_feedback)
     opt = torch.optim.SGD(dp.parameters(), lr=LR)
-    P, r = comm.size, comm.rank
-    losses = []
-    for tokens, targets in gpt.batches(cfg, STEPS, ROWS_PER_RANK * P, SEQ):
-        rows = slice(r * ROWS_PER_RANK, (r + 1) * ROWS_PER_RANK)
-        opt.zero_grad(set_to_none=True)
-        loss = dp(tokens[rows], targets[rows])
-        loss.backward()
-        opt.step()
-        mean = np.array([loss.item()], np.float64)
-        comm.all_reduce(mean, op="avg")
-        losses.append(float(mean[0]))
+    losses, _ = gpt.train_data_parallel(dp, opt, comm, gpt.batches(cfg, STEPS, ROWS_PER_RANK * comm.size, SEQ),
+                                        ROWS_PER_RANK)
     residuals = [float(e.norm()) for e in dp._residuals.values()] if error_feedback else None
     return losses, residuals
 

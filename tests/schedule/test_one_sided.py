@@ -42,9 +42,12 @@ def test_mapped_algorithms_are_registered_one_sided_and_not_listed_for_communica
     assert found == MAPPED
     for c, a in MAPPED:
         assert a not in schedules.algorithms(c) and a in schedules.algorithms(c, one_sided=True)
-        with pytest.raises(ValueError, match=f"^algorithm: {c} algorithm '{a}' is one-sided"):
-            call_checks.check_algorithm(c, a)
-    call_checks.check_algorithm("all_reduce", "ring")
+        call_checks.check_algorithm(c, a)  # a known name; the device kernel path runs it
+        with pytest.raises(ValueError, match=f"^algorithm: {c} algorithm '{a}' is one-sided .* not on host buffers"):
+            call_checks.check_one_sided_on_host(c, a)
+        with pytest.raises(ValueError, match=f"^algorithm: {c} algorithm '{a}' is one-sided .* not with compress="):
+            call_checks.check_one_sided_on_host(c, a, compress="bf16")
+    call_checks.check_one_sided_on_host("all_reduce", "ring")
 
 
 def test_a_one_sided_schedule_reads_in_place_and_prints():

@@ -3,7 +3,6 @@ under DDP on a "commlib" group with the compressed all_reduce hook (with and wit
 feedback) and with torch's own PowerSGD hook, against DDP's default hook."""
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from backend_cases import setup
@@ -34,17 +33,8 @@ def case_tinygpt_ddp(comm, variant):
                                                   start_powerSGD_iter=2, use_error_feedback=True),
                                psgd.powerSGD_hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=LR)
-    P, r = comm.size, comm.rank
-    losses = []
-    for tokens, targets in gpt.batches(cfg, STEPS, ROWS_PER_RANK * P, SEQ):
-        rows = slice(r * ROWS_PER_RANK, (r + 1) * ROWS_PER_RANK)
-        opt.zero_grad(set_to_none=True)
-        loss = ddp(tokens[rows], targets[rows])
-        loss.backward()
-        opt.step()
-        mean = np.array([loss.item()], np.float64)
-        comm.all_reduce(mean, op="avg")
-        losses.append(float(mean[0]))
+    losses, _ = gpt.train_data_parallel(ddp, opt, comm, gpt.batches(cfg, STEPS, ROWS_PER_RANK * comm.size, SEQ),
+                                        ROWS_PER_RANK)
     residuals = [float(e.norm()) for e in state.residuals.values()] if state is not None else None
     params = torch.cat([p.detach().reshape(-1) for p in ddp.parameters()]).numpy().tobytes()
     return losses, residuals, params

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <thread>
@@ -13,6 +14,7 @@
 
 #include "common/alloc_count.h"
 #include "device/emulated/emulated_device.h"
+#include "device/emulated/emulated_kernel_counters.h"
 #include "kernels/plan_kernel.cuh"
 
 namespace commlib {
@@ -20,7 +22,24 @@ namespace commlib {
 namespace kexec {
 thread_local int64_t emu_delay_us = 0;
 thread_local uint64_t emu_rng = 0;
+thread_local bool emu_in_data = false;
+
+namespace {
+std::array<std::atomic<uint64_t>, kEmuCounters> counters{};
+}  // namespace
+
+void emu_count(EmuCounter c, uint64_t n) { counters[c].fetch_add(n, std::memory_order_relaxed); }
 }  // namespace kexec
+
+std::array<uint64_t, kexec::kEmuCounters> emulated_kernel_counters() {
+  std::array<uint64_t, kexec::kEmuCounters> out{};
+  for (unsigned c = 0; c < kexec::kEmuCounters; ++c) out[c] = kexec::counters[c].load(std::memory_order_relaxed);
+  return out;
+}
+
+void reset_emulated_kernel_counters() {
+  for (auto& c : kexec::counters) c.store(0, std::memory_order_relaxed);
+}
 
 namespace {
 

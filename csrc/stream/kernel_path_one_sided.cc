@@ -1,0 +1,153 @@
+// The kernel path's one-sided plans (kernels/one_sided_plan.h, run by kernels/plan_one_sided.cuh):
+// their flags and counts in the kernel region, the staged path through the slots area, the grid.
+//
+// The staged path. A buffer some rank's plan reads or writes at a peer must be mapped on every
+// rank. Until users' buffers are registered (PeerBuffers, peer_buffers.h), such buffers are staged
+// through this rank's slots area (the inbox of the message plans: exported to every peer when the
+// engines connect, COMMLIB_DEVICE_SLOTS x COMMLIB_DEVICE_SLOT_BYTES per peer): the kernel copies
+// the caller's input in before its first signal and the staged output out after its last wait.
+// An all_reduce whose input and output are both read in place (mapped_two_shot) is staged in
+// place (one area, the schedule's in-place form, which the verifier proves as well), so the call
+// needs N bytes of slots, not 2N. The slots area is also where peers' message plans send chunks:
+// a staged launch therefore ends with one more handshake per block with every peer (tag
+// kSignalTags, the kernel's own), so no rank starts its next launch, and sends into a peer's
+// slots, before every rank's staged launch is over. Message plans leave every chunk consumed at
+// their end, so a staged launch never overwrites a chunk in flight.
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "common/shapes.h"
+#include "kernels/plan_kernel.cuh"
+#include "schedule/registry.h"
+#include "stream/kernel_path.h"
+
+namespace commlib {
+
+namespace {
+
+constexpr size_t kLine = 64;
+constexpr size_t kStageAlign = 256;
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// The buffers (BufferId bits) any rank's schedule of this call addresses at a peer.
+uint8_t peer_visible_buffers(const ScheduleKey& key, int size) {
+  const Collective coll = static_cast<Collective>(key.coll);
+  const std::string name = algorithm_name(coll, key.algo);
+  uint8_t bits = 0;
+  for (int r = 0; r < size; ++r) {
+    const Schedule s = build_schedule(CollArgs{coll, r, size, key.count, key.root}, name);
+    for (const Step& st : s.steps)
+      for (const Op& o : st.ops) {
+        if (o.kind == OpKind::Get || o.kind == OpKind::GetReduce) bits |= static_cast<uint8_t>(1u << static_cast<int>(o.src.buf));
+        if (o.kind == OpKind::Put) bits |= static_cast<uint8_t>(1u << static_cast<int>(o.dst.buf));
+      }
+  }
+  return bits;
+}
+
+}  // namespace
+
+size_t KernelPath::os_flags_offset() const {
+  return round_up(descs_offset() + static_cast<size_t>(size_) * desc_ring_len() * kexec::kDescWords * 8, kLine);
+}
+size_t KernelPath::os_flag_words() const { return static_cast<size_t>(size_) * (kplan::kSignalTags + 1) * kexec::kMaxBlocks; }
+// sent | received | checked (size words each) | barrier (a line) | peer views | LL stages (one per
+// block) | one-sided signalled | consumed
+size_t KernelPath::os_local_offset() const {
+  return views_offset() + round_up(size_ * sizeof(kexec::PeerView), kLine) + round_up(kexec::kMaxBlocks * ll_bytes_, kLine);
+}
+size_t KernelPath::local_bytes() const { return os_local_offset() + 2 * os_flag_words() * 8; }
+
+void KernelPath::check_one_sided(const ScheduleKey& key) const {
+  if (has_plan(key)) return;
+  Uploaded u;
+  stage_layout(key, u);
+}
+
+void KernelPath::stage_layout(const ScheduleKey& key, Uploaded& u) const {
+  const Collective coll = static_cast<Collective>(key.coll);
+  const std::string name = algorithm_name(coll, key.algo);
+  u.peer_bufs = size_ > 1 ? peer_visible_buffers(key, size_) : 0;
+  const uint8_t in_bit = 1u << static_cast<int>(BufferId::Input), out_bit = 1u << static_cast<int>(BufferId::Output);
+  if (u.peer_bufs & ~(in_bit | out_bit))
+    throw std::invalid_argument("algorithm: " + name + " reads peers' scratch, which no rank maps");
+  const BufferShapes shapes = buffer_shapes(coll, key.count, size_, rank_, key.root);
+  const uint64_t e = key.elem_bytes;
+  const uint64_t in_bytes = static_cast<uint64_t>(std::max<int64_t>(shapes.input, 0)) * e,
+                 out_bytes = static_cast<uint64_t>(std::max<int64_t>(shapes.output, 0)) * e;
+  u.stage_in_place = coll == Collective::AllReduce && (u.peer_bufs & in_bit) && (u.peer_bufs & out_bit);
+  u.stage_bytes[0] = (u.peer_bufs & in_bit) ? in_bytes : 0;
+  u.stage_bytes[1] = (u.peer_bufs & out_bit) ? out_bytes : 0;
+  const uint64_t need = u.stage_in_place ? in_bytes : round_up(u.stage_bytes[0], kStageAlign) + u.stage_bytes[1];
+  if (need > slots_bytes())
+    throw std::invalid_argument("algorithm: " + name + " reads peers' buffers in place; unregistered buffers are "
+                                "staged through the kernel path's slots (" + std::to_string(slots_bytes()) +
+                                " bytes: COMMLIB_DEVICE_SLOTS x COMMLIB_DEVICE_SLOT_BYTES per peer), and this call "
+                                "needs " + std::to_string(need));
+}
+
+void KernelPath::plan_one_sided(const ScheduleKey& key, Uploaded& u, std::vector<char>& host) const {
+  const DevicePlan& p = u.plan;
+  const Collective coll = static_cast<Collective>(key.coll);
+  const uint64_t e = key.elem_bytes;
+  stage_layout(key, u);
+  const uint8_t in_bit = 1u << static_cast<int>(BufferId::Input), out_bit = 1u << static_cast<int>(BufferId::Output);
+  // The grid: at least block_bytes_ per block per handshake, as many blocks as the device lends
+  // (the same on every rank: the flags are per block). An all_reduce moves a 1/size block per
+  // handshake (two-shot), the others a `count` block.
+  const uint64_t per_handshake = coll == Collective::AllReduce ? key.count * e / size_ : key.count * e;
+  const uint64_t want = std::max<uint64_t>(1, per_handshake / std::max<uint64_t>(block_bytes_, 1));
+  u.os_grid = device_->plan_blocks(static_cast<unsigned>(std::min<uint64_t>(want, kexec::kMaxBlocks)));
+  // Upload image: items | steps | sends_to | recvs_from (as a message plan's: the descriptor check
+  // reads the counts) | the peers' table [size][3].
+  const size_t items = p.items.size() * sizeof(kplan::PlanItem), steps = p.steps.size() * sizeof(kplan::PlanStep),
+               counts = size_ * sizeof(uint32_t);
+  u.table_at = round_up(items + steps + 2 * counts, 8);
+  host.assign(u.table_at + static_cast<size_t>(size_) * 3 * 8, 0);
+  std::memcpy(host.data(), p.items.data(), items);
+  std::memcpy(host.data() + items, p.steps.data(), steps);
+  std::memcpy(host.data() + items + steps, p.sends_to.data(), counts);
+  std::memcpy(host.data() + items + steps + counts, p.recvs_from.data(), counts);
+  if (!u.peer_bufs) return;
+  if (!staged_peers_) throw std::logic_error("kernel path: a one-sided plan before connect");
+  const uint64_t out_at = u.stage_in_place ? 0 : round_up(u.stage_bytes[0], kStageAlign);
+  std::vector<char*> at_in, at_out;
+  char* const mine = region_ + 2 * flag_bytes();
+  if (!staged_peers_->peer_addresses(mine, std::max<uint64_t>(u.stage_bytes[0], 1), at_in) ||
+      !staged_peers_->peer_addresses(mine + out_at, std::max<uint64_t>(u.stage_bytes[1], 1), at_out))
+    throw std::logic_error("kernel path: a peer's slots area is not mapped");
+  uint64_t* table = reinterpret_cast<uint64_t*>(host.data() + u.table_at);
+  for (int q = 0; q < size_; ++q) {
+    table[q * 3 + 0] = (u.peer_bufs & in_bit) ? reinterpret_cast<uint64_t>(at_in[q]) : 0;
+    table[q * 3 + 1] = (u.peer_bufs & out_bit) ? reinterpret_cast<uint64_t>(at_out[q]) : 0;
+  }
+}
+
+void KernelPath::fill_one_sided(kexec::PlanLaunch& a, const Uploaded& u, char* const bases[3]) const {
+  a.one_sided = 1;
+  a.os_blocks = kexec::kMaxBlocks;
+  a.peer_bases = reinterpret_cast<const uint64_t*>(static_cast<char*>(u.dev) + u.table_at);
+  a.os_flags = reinterpret_cast<uint64_t*>(region_ + os_flags_offset());
+  a.os_signalled = reinterpret_cast<uint64_t*>(static_cast<char*>(local_) + os_local_offset());
+  a.os_consumed = a.os_signalled + os_flag_words();
+  a.stage_user[0] = a.stage_user[1] = nullptr;
+  a.stage_bytes[0] = a.stage_bytes[1] = 0;
+  a.staged_release = 0;
+  if (!u.peer_bufs) return;
+  char* const mine = region_ + 2 * flag_bytes();
+  const uint64_t out_at = u.stage_in_place ? 0 : round_up(u.stage_bytes[0], kStageAlign);
+  a.staged_release = 1;
+  if (u.stage_bytes[0] || u.stage_in_place) {
+    a.stage_user[0] = bases[0];
+    a.stage_bytes[0] = u.stage_in_place ? u.stage_bytes[0] : u.stage_bytes[0];
+    a.bases[0] = mine;
+  }
+  if (u.stage_bytes[1] || u.stage_in_place) {
+    a.stage_user[1] = bases[1];
+    a.stage_bytes[1] = u.stage_bytes[1];
+    a.bases[1] = mine + out_at;
+  }
+}
+
+}  // namespace commlib

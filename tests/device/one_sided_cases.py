@@ -1,0 +1,101 @@
+"""What the one-sided kernel-path tests (test_one_sided_kernel.py) run in the rank processes: the
+mapped algorithms over the staged path, with settings that make several blocks (per-block flags)
+and small slots (the staging area) matter. Apart from the test module so that ranks do not import
+pytest."""
+import device_cases
+from kernel_path_cases import KERNEL_SETTINGS, with_settings
+
+ONE_SIDED = [("all_reduce", "mapped_one_shot"), ("all_reduce", "mapped_two_shot"), ("all_gather", "mapped"),
+             ("reduce_scatter", "mapped"), ("all_to_all", "mapped")]
+# 64 bytes per block per handshake: the emulated device's 4 blocks from a few hundred bytes on, so
+# the shares, the per-block flags and the awkward tails all run; 8 KiB slots x 2 per peer stage.
+SETTINGS = dict(KERNEL_SETTINGS, COMMLIB_DEVICE_BLOCK_BYTES="64", COMMLIB_DEVICE_SLOT_BYTES="8192")
+
+
+def one_sided_matrix(comm, cases):
+    """(failures, digests, paths, counters of the calls) for `cases` on a kernel-path sub-communicator."""
+    import commlib.emulated as emu
+
+    def run(sub):
+        emu.kernel_counters(reset=True)
+        fails, digests, paths = [], [], set()
+        for c in cases:
+            f, d = device_cases.check_cases(sub, [c])
+            fails += f
+            digests += d
+            paths.add(sub._device_route.last_path())
+        emu.synchronize()
+        return fails, digests, sorted(paths), emu.kernel_counters()
+    return with_settings(comm, SETTINGS, run)
+
+
+def counted_call(comm, coll, algo, count, settings):
+    """One warm-up and one counted call of `algo` with `count` float32 elements per rank block:
+    (the counters of the second call, whether the result was right)."""
+    import numpy as np
+
+    import commlib.emulated as emu
+
+    def run(sub):
+        P, r = sub.size, sub.rank
+        n_in = count * (P if coll in ("reduce_scatter", "all_to_all") else 1)
+        n_out = count * (P if coll in ("all_gather", "all_to_all") else 1)
+        x = emu.from_numpy(np.full(n_in, r + 1, np.float32))
+        y = emu.from_numpy(np.zeros(n_out, np.float32))
+        call = getattr(sub, coll)
+        for i in range(2):
+            if i == 1:  # the warm-up's launch done (calls are stream-ordered, not host-synchronous)
+                emu.synchronize()
+                emu.kernel_counters(reset=True)
+            if coll == "all_reduce":
+                call(x, out=y, algorithm=algo)
+            else:
+                call(y, x, algorithm=algo)  # (output, input)
+        emu.synchronize()
+        counters = emu.kernel_counters()
+        got = y.numpy()
+        want = {"all_reduce": P * (P + 1) / 2, "reduce_scatter": P * (P + 1) / 2}.get(coll)
+        ok = bool(np.all(got == want)) if want is not None else got[0] == 1 and got[-1] == P
+        return counters, ok
+    return with_settings(comm, dict(KERNEL_SETTINGS, **settings), run)
+
+
+def refusals(comm):
+    """The messages of a one-sided call refused: on the copy path, and too big for the staging slots
+    (then a fitting call on the same communicator still runs)."""
+    import numpy as np
+
+    import commlib.emulated as emu
+    from kernel_path_cases import COPY_SETTINGS
+
+    def attempt(sub, n):
+        x = emu.from_numpy(np.ones(n, np.float32))
+        try:
+            sub.all_reduce(x, algorithm="mapped_two_shot")
+            emu.synchronize()
+        except ValueError as e:
+            return str(e)
+        return float(x.numpy()[0])
+    on_copy = with_settings(comm, COPY_SETTINGS, attempt, 16)
+    small = dict(SETTINGS, COMMLIB_DEVICE_SLOT_BYTES="4096")
+    too_big, then = with_settings(comm, small, lambda sub: (attempt(sub, 8192), attempt(sub, 64)))
+    return on_copy, too_big, then
+
+
+def one_sided_matrix_cuda(comm, cases):
+    """(failures, digests, paths) for `cases` with torch CUDA tensors on a kernel-path
+    sub-communicator (test_one_sided_cuda.py, on a GPU): the same settings as the emulated matrix."""
+    import torch
+
+    import device_cuda_cases
+
+    def run(sub):
+        fails, digests, paths = [], [], set()
+        for c in cases:
+            f, d = device_cuda_cases.check_cases(sub, [c])
+            fails += f
+            digests += d
+            paths.add(sub._device_route.last_path())
+        torch.cuda.synchronize()
+        return fails, digests, sorted(paths)
+    return with_settings(comm, SETTINGS, run)

@@ -1,0 +1,93 @@
+"""One-sided plans on the kernel path (issue #38: csrc/kernels/plan_one_sided.cuh, the staged path
+of csrc/stream/kernel_path_one_sided.cc) on the emulated device, whose blocks are host threads, with
+the stream delay on (it perturbs every data item of every block) and every rank of a pool on
+emulated device 0 (several ranks per device).
+
+The matrix: the five mapped algorithms at world sizes 1-5 and 8, counts 0, 1, P-1, 13, 97 and
+1500 (so several blocks, each with its own flags, and tails of every length), dtypes, ops and
+placement (in place / out of place) rotating; results checked against the reference and bitwise
+equal across ranks. Users' buffers are not registered yet, so every call takes the staged path
+(the input copied into the rank's slots area, peers read it there). The pools are the copy path's
+(test_device_collectives.py), the settings applied per sub-communicator.
+
+The counters (item 5) pin, per algorithm at 4 ranks and 4 MiB, what a call costs: data bytes
+read and written per rank / N, the staged copies apart, system-scope fences per block per
+handshake, grid barriers, host-memory accesses while data moves."""
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import device_cases  # noqa: E402
+from device_cases import cc  # noqa: E402
+from one_sided_cases import ONE_SIDED, counted_call, one_sided_matrix, refusals  # noqa: E402
+from test_device_collectives import DELAY_ENV, _ops  # noqa: E402
+
+
+def one_sided_cases(P):
+    out, k = [], P
+    for coll, algo in ONE_SIDED:
+        for count in (0, 1, max(P - 1, 0), 13, 97, 1500):
+            dtype = cc.DTYPES[k % len(cc.DTYPES)]
+            op = _ops(dtype)[k % len(_ops(dtype))] if coll in device_cases.REDUCING else "sum"
+            out.append((coll, algo, dtype, op, count, 0, coll != "all_to_all" and k % 2 == 1))
+            k += 1
+    return out
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 5, 8])
+def test_one_sided_matrix_on_the_kernel_path(pool, size):
+    cases = one_sided_cases(size)
+    results = pool(size, env=DELAY_ENV).run(one_sided_matrix, cases, timeout=240)
+    device_cases.check_results([(f, d) for f, d, _, _ in results])
+    for _, _, paths, counters in results:
+        assert paths == ["kernel"], paths
+        if size > 1:  # every call with peers ran one-sided launches, and their blocks moved the data
+            assert counters["handshakes"] > 0 and counters["bytes_written"] > 0 and counters["staged_bytes"] > 0
+
+
+N = 4 << 20  # input bytes per rank of the counted calls (the ratios below are exact at any multiple of P x 64 x blocks)
+P = 4
+# Per algorithm at P = 4, per rank, N = the call's input bytes: (data read / N, data written / N,
+# staged copies / N, grid barriers per block, handshakes per block). A reduction loads both operands.
+EXPECTED = {
+    # copy own block, P-1 get_reduce, P-1 gets of the other blocks; staged in place: input in, output out
+    ("all_reduce", "mapped_two_shot"): ((3 * P - 2) / P, (2 * P - 1) / P, 4, 2, 4 * (P - 1)),
+    # P-1 whole gets into scratch, then the rank-order sum (a copy, P-1 reductions); input staged
+    ("all_reduce", "mapped_one_shot"): (3 * P - 2, 2 * P - 1, 2, 1, 3 * (P - 1)),
+    ("all_gather", "mapped"): (P, P, 2, 1, 3 * (P - 1)),
+    ("reduce_scatter", "mapped"): ((2 * P - 1) / P, 1, 2, 1, 3 * (P - 1)),
+    ("all_to_all", "mapped"): (1, 1, 2, 1, 3 * (P - 1)),
+}
+
+
+@pytest.mark.timeout(240)
+def test_counters_per_algorithm(pool):
+    """The two-shot misses the issue's 2.25 N (docs/gpu.md says what it needs); what is pinned is
+    what runs: nothing touches host memory while data moves, two system-scope fences per block per
+    handshake (a release store to signal, an acquire fence to wait), the grid barriers, and the
+    traffic, so a change that adds any shows here."""
+    for coll, algo in ONE_SIDED:
+        count = N // 4 // (P if coll in ("reduce_scatter", "all_to_all") else 1)
+        res = pool(P, env=DELAY_ENV).run(counted_call, coll, algo, count, {"COMMLIB_DEVICE_SLOT_BYTES": str(8 << 20)},
+                                         timeout=200)
+        read, written, staged, barriers, handshakes = EXPECTED[(coll, algo)]
+        for c, ok in res:
+            assert ok, (coll, algo)
+            blocks = c["block_runs"]
+            assert blocks == 4, (coll, algo, c)  # the emulated device's grid: N / P >= 4 x 256 KiB
+            assert c["host_data_accesses"] == 0, (coll, algo, c)
+            assert c["handshakes"] == handshakes * blocks, (coll, algo, c)
+            assert c["system_fences"] == 2 * c["handshakes"], (coll, algo, c)
+            assert c["grid_barriers"] == barriers * blocks, (coll, algo, c)
+            assert (c["bytes_read"] / N, c["bytes_written"] / N, c["staged_bytes"] / N) == (read, written, staged), \
+                (coll, algo, c)
+
+
+def test_one_sided_calls_the_kernel_path_cannot_run_are_refused(pool):
+    for on_copy, too_big, then in pool(2, env=DELAY_ENV).run(refusals, timeout=60):
+        assert "mapped_two_shot is one-sided" in on_copy and "COMMLIB_DEVICE_PATH=copy" in on_copy, on_copy
+        assert "COMMLIB_DEVICE_SLOTS x COMMLIB_DEVICE_SLOT_BYTES" in too_big and "needs 32768" in too_big, too_big
+        assert then == 2.0, then
