@@ -13,6 +13,12 @@ would need at least, without restarting processes or re-importing anything).
 
 Layouts: every rank on one host (shared memory) and two emulated hosts (COMMLIB_HOST_ID, ranks
 split in halves: TCP over loopback between the halves, shared memory within).
+
+``--grow`` measures growing back instead (bench/grow_recovery.py): a torch model under
+DataParallel, the kill, the shrink, a replacement process started then, which joins
+(``commlib.join`` + ``DataParallel.joined``) and takes its first step at full size; against a
+full restart of one process measured in the same run (process start, torch import, model build,
+checkpoint load, rendezvous, first step). One host.
 """
 from __future__ import annotations
 
@@ -80,7 +86,10 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--sizes", default="4,8")
     ap.add_argument("--out", default=None, help="write the markdown table here (else print it)")
+    ap.add_argument("--grow", action="store_true", help="time growing back against a restart (see above)")
     args = ap.parse_args()
+    if args.grow:
+        return grow_table(args)
     rows = []
     for size in [int(s) for s in args.sizes.split(",")]:
         for hosts in (1, 2):
@@ -94,6 +103,30 @@ def main():
     header = ("| ranks | layout | detect (ms) | shrink done (ms) | first step done (ms) | "
               "shrink + step, from detect (ms) | peer: fresh rendezvous + step (ms) | shrink+step / fresh |\n"
               "|---|---|---|---|---|---|---|---|")
+    table = header + "\n" + "\n".join(rows)
+    if args.out:
+        with open(args.out, "a") as f:
+            f.write(table + "\n")
+    else:
+        print(table)
+
+
+def grow_table(args):
+    import tempfile
+
+    import grow_recovery
+    rows = []
+    for size in [int(s) for s in args.sizes.split(",")]:
+        with tempfile.TemporaryDirectory() as tmp:
+            runs = [grow_recovery.one_run(size, tmp) for _ in range(args.runs)]
+        med = [statistics.median(r[i] for r in runs) for i in range(5)]
+        rows.append(f"| {size} | {med[0] * 1e3:.0f} | {med[1]:.2f} | {med[2] * 1e3:.0f} | {med[3]:.2f} | "
+                    f"{med[4] * 1e3:.0f} | {med[1] / med[3]:.2f} | {med[2] / med[4]:.2f} |")
+        print(rows[-1], flush=True)
+    header = ("| ranks | kill → first step shrunk (ms) | replacement: start → first step at full size (s) | "
+              "of which join + state + step (ms) | restart of one process: start → first step (s) | "
+              "of which checkpoint load + rendezvous + step (ms) | grow / restart | "
+              "join part / restart part |\n|---|---|---|---|---|---|---|---|")
     table = header + "\n" + "\n".join(rows)
     if args.out:
         with open(args.out, "a") as f:

@@ -11,6 +11,7 @@
     runs need root and are skipped, saying so, without it);
 (c) NCCL's published 8x H100 all_reduce bus bandwidth against the dgx-h100 preset and ring;
 (g) NCCL's published multi-node numbers against its multi-channel rail ring (bench/sim_rails.py);
+(h) the overlapped hierarchical all_reduce against its phases alone (bench/sim_overlap.py);
 plus the time the simulator takes for 4096 ranks.
 """
 from __future__ import annotations
@@ -35,6 +36,7 @@ from commlib.perf.common import fmt_bytes  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sim_cores  # noqa: E402
+import sim_overlap  # noqa: E402
 import sim_rails  # noqa: E402
 import sim_scale  # noqa: E402
 import sim_small  # noqa: E402
@@ -269,6 +271,21 @@ def rails(lines):
     lines += body + [""]
 
 
+OVERLAP_HOW = "bench/sim_overlap.py --json bench/sim_data/overlap.json"
+
+
+def overlap(lines):
+    """(h): bench/sim_overlap.py's committed sweep (bench/sim_data/overlap.json)."""
+    path = require(os.path.join(DATA, "overlap.json"), f"run `{OVERLAP_HOW}`")
+    try:
+        with open(path) as f:
+            body = sim_overlap.markdown(json.load(f))
+    except (ValueError, TypeError, KeyError) as e:
+        raise SystemExit(f"invalid input {path} ({e}): run `{OVERLAP_HOW}`") from None
+    lines += ["## (h) Pipelined hierarchical: intra- and inter-host phases overlapped (bench/sim_overlap.py)", ""]
+    lines += body + [""]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--measure", action="store_true",
@@ -298,6 +315,7 @@ def main(argv=None) -> int:
     auto_at_scale(lines)
     auto_speed(lines)
     rails(lines)
+    overlap(lines)
     scale_timing(lines)
     with open(a.output, "w") as f:
         f.write("\n".join(lines).rstrip() + "\n")

@@ -19,7 +19,7 @@
 # @pytest.mark.gpu kernel tests), kernels_bw (bench/gpu_kernels.py: the reduction kernels' bandwidth
 # against the device copy and torch's add_), latency (bench/gpu_latency.py: where an all_reduce's
 # time goes, 4 ranks on GPU 0 under MPS where there is one, both paths, against torch's own round
-# trip), launch (bench/gpu_launch.py: issue #37's targets, the 8 B all_reduce's enqueue,
+# trip), launch (bench/gpu_launch.py, at GPU_CHECK_LAUNCH_NP ranks, default 4: issue #37's targets, the 8 B all_reduce's enqueue,
 # back-to-back, synchronous and replayed-graph (100 calls) times against torch's add_ and an empty
 # kernel launch, 4 ranks under MPS), sweep (the same at 64 MiB over the inbox's slot size and count), gpu (every other @pytest.mark.gpu test, several ranks on the one GPU), ranks (tests/device's CUDA cases again under
 # MPS when nvidia-cuda-mps-control exists; skipped otherwise), bench (small and large all_reduce on
@@ -250,20 +250,28 @@ latency_step() {
   fi
 }
 if wants latency; then
-  latency_step latency 120 "Where the time goes: 8 B .. 256 MiB all_reduce, kernel and copy paths, four clocks per call (sync, loop, GPU events, enqueue) against torch's own 8 B add_ and device copy"
+  # The one-sided (mapped) all_reduces run on the kernel path only (the copy path's rows say it
+  # refused them, as does 256 MiB, whose staged buffers exceed the slots): docs/gpu.md "One-sided plans".
+  latency_step latency 120 "Where the time goes: 8 B .. 256 MiB all_reduce, kernel and copy paths, four clocks per call (sync, loop, GPU events, enqueue) against torch's own 8 B add_ and device copy" \
+    --algorithms direct,two_shot,ring,mapped_one_shot,mapped_two_shot
 fi
 if wants launch; then
   # Issue #37's launch targets (bench/gpu_launch.py): its own table, as latency_step's.
   [ $dry -eq 0 ] && mkdir -p bench/results
   mps_note=""
   if [ "$gpus" -lt 2 ] && start_mps mps_launch; then mps_note=", under MPS"; fi
-  run_step launch 120 "Issue #37's launch targets: 8 B all_reduce enqueue, back-to-back, synchronous and a replayed graph of 100 calls against torch's add_ and an empty kernel$mps_note" \
-    "$PY" bench/gpu_launch.py --np 4 --json bench/results/gpu_launch.json
+  # GPU_CHECK_LAUNCH_NP: the rank counts timed ("1 2 4" separates the kernel's cross-rank waits
+  # from its fixed cost); 4 is the issue's target's shape.
+  for np_ in ${GPU_CHECK_LAUNCH_NP:-4}; do
+    name=launch; [ "$np_" != 4 ] && name=launch_np$np_
+    run_step $name 120 "Issue #37's launch targets: 8 B all_reduce enqueue, back-to-back, synchronous and a replayed graph of 100 calls against torch's add_ and an empty kernel, $np_ rank(s)$mps_note" \
+      "$PY" bench/gpu_launch.py --np "$np_" --json "bench/results/gpu_$name.json"
+    if [ $dry -eq 0 ] && [ -s "$logs/$name.log" ]; then
+      { echo "### Launch targets, $np_ rank(s) (bench/gpu_launch.py$mps_note)"; echo; sed -n '/^[0-9]* ranks\{0,1\} on/,$p' "$logs/$name.log"; echo; } >> "$logs/bench.md"
+      write_report
+    fi
+  done
   [ -n "$mps_note" ] && stop_mps
-  if [ $dry -eq 0 ] && [ -s "$logs/launch.log" ]; then
-    { echo "### Launch targets (bench/gpu_launch.py$mps_note)"; echo; sed -n '/^[0-9]* ranks on/,$p' "$logs/launch.log"; echo; } >> "$logs/bench.md"
-    write_report
-  fi
 fi
 if wants sweep; then
   latency_step sweep 150 "The inbox's slot size and count at 64 MiB, kernel and copy paths" \
@@ -300,11 +308,12 @@ if wants bench; then
   [ "$np" -gt 8 ] && np=8
   # Both paths of the stream engine side by side (--paths: kernel, copy, and which one auto ran),
   # against the device-to-device copy bandwidth measured in the same job (docs/gpu.md, "Paths in
-  # the bench"). Few algorithms so that both sizes fit the budget. Several ranks on one GPU time-slice
+  # the bench"). Few algorithms so that both sizes fit the budget; the one-sided ones run as
+  # `@kernel` only, and a size whose staged buffers exceed the slots leaves them out, saying so. Several ranks on one GPU time-slice
   # without MPS (every kernel-path wait lasts a slice), so the bench runs under a private MPS daemon
   # where there is one, and says so.
   common=(all_reduce --device "$device" --np "$np" --mode in -n 10 -w 3 --passes 1 --timeout 60
-          --algorithms ring,direct,two_shot,auto --paths kernel,copy,auto "${peers[@]}")
+          --algorithms ring,direct,two_shot,mapped_one_shot,mapped_two_shot,auto --paths kernel,copy,auto "${peers[@]}")
   large=(-b 64M -e 256M -f 4) large_what="64 MiB .. 256 MiB" tag=gpu_bench
   if [ $emulated -eq 1 ]; then  # host threads copying host memory on a busy CPU: smaller
     large=(-b 1M -e 4M -f 4) large_what="1 MiB .. 4 MiB (emulated: smaller)" tag=gpu_check_emulated

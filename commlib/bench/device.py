@@ -75,6 +75,7 @@ class DeviceBackend(CommlibBackend):
         from commlib import settings
         self.device = device
         self.nccl_peer = nccl_peer
+        self._path = None  # COMMLIB_DEVICE_PATH of the communicator's engine (None: the NCCL peer)
         if device == "cuda":  # one GPU per local rank where there are several
             import os
 
@@ -91,6 +92,7 @@ class DeviceBackend(CommlibBackend):
                               else "NCCL")
         else:
             path = settings.get_choice("COMMLIB_DEVICE_PATH", settings.DEVICE_PATHS)
+            self._path = path
             # Which path runs (docs/gpu.md "The kernel path"): auto decides per size, the same way
             # on every rank, so the size column says which one each row measured.
             shown = "auto (kernel up to 1 MiB per rank, copy above)" if path == "auto" else path
@@ -106,10 +108,27 @@ class DeviceBackend(CommlibBackend):
                               f"paths {', '.join(paths)} (auto: kernel up to 1 MiB per rank, copy above)")
 
     def algorithms(self, collective):
+        """The host's algorithms and auto on every path, and the one-sided ones (docs/gpu.md
+        "One-sided plans on the kernel path") where the kernel path runs them: ``<name>@kernel``
+        with --paths, the plain name when the communicator's COMMLIB_DEVICE_PATH is ``kernel``
+        (the copy path, and auto above its crossover, refuse them)."""
         if self.nccl_peer:
             return ["nccl"]
         base = super().algorithms(collective)
-        return [f"{a}@{p}" for p in self._path_comms for a in base] if self._path_comms else base
+        one_sided = [a for a in self._commlib.algorithms(collective, one_sided=True) if a not in base]
+        if self._path_comms:
+            return ([f"{a}@{p}" for p in self._path_comms for a in base] +
+                    [f"{a}@kernel" for a in one_sided if "kernel" in self._path_comms])
+        return base + (one_sided if self._path == "kernel" else [])
+
+    def refusable(self, collective, algorithm):
+        """Whether a call of ``algorithm`` may be refused at some sizes (sweep.py leaves it out of
+        them): a one-sided algorithm whose unregistered buffers do not fit the kernel path's
+        staging area (a ValueError before anything is sent, alike on every rank)."""
+        from commlib.bench.device_paths import split_algorithm
+        name = split_algorithm(algorithm)[0]
+        return name not in self._commlib.algorithms(collective) and \
+            name in self._commlib.algorithms(collective, one_sided=True)
 
     def supports(self, collective, mode, op, dtype):
         if self.nccl_peer and op in ("band", "bor", "bxor"):

@@ -228,17 +228,30 @@ class Sweep:
         pc = time.perf_counter
         # Warm up every call shape, timing the warm-up calls: they set how many calls each shape
         # gets (see iteration_counts). First calls of the job pay for connections and page faults.
-        est = []
+        # A call the backend may refuse at this size (`refusable`: refused with a ValueError before
+        # anything is sent, alike on every rank) is left out of this size, saying why.
+        est, refused = [], {}
         for key in keys:
             fn = fns[key]
             warm = max(w, 1) + (0 if self._warm else 20)
-            self._warm = True
             wt = [0.0] * warm
-            for j in range(warm):
-                t0 = pc()
-                fn()
-                wt[j] = pc() - t0
+            try:
+                for j in range(warm):
+                    t0 = pc()
+                    fn()
+                    wt[j] = pc() - t0
+            except ValueError as e:
+                if not getattr(b, "refusable", lambda _c, _a: False)(coll, key[0]):
+                    raise
+                refused[key] = str(e)
+                if b.rank == 0:
+                    print(f"# {coll} {key[0]} ({key[1]}) at {size} B refused: {e}", file=self.out, flush=True)
+                continue
+            self._warm = True
             est.append(float(np.median(wt[len(wt) // 2:])))  # the later, warmer half
+        keys = [k for k in keys if k not in refused]
+        if not keys:
+            return {a: {m: None for m in ms} for a in algos}
         iters = iteration_counts(b.gather_stats(np.array(est, np.float64)).max(axis=0), cfg)
         iters = dict(zip(keys, iters))
         times = {k: [] for k in keys}
@@ -271,7 +284,7 @@ class Sweep:
         for key in keys:
             vec += times[key] + [loops[key], wrong[key]]
         stats = b.gather_stats(np.array(vec, np.float64))
-        out = {a: {} for a in algos}
+        out = {a: {m: None for m in ms if (a, m) in refused} for a in algos}
         start = 0
         for algo, mode in keys:
             n = iters[(algo, mode)]

@@ -4,24 +4,24 @@ Keys, under the job's prefix ``<job>`` (the prefix ``commlib.init`` was given; a
 keeps its communicator's job) and the grow's own ``<g> = <prefix>/grow<n>`` (n counts this
 communicator's grows, the same on every member since each calls grow once per attempt):
 
-1. Request. A joiner takes a ticket ``t`` (``<job>/join/tickets``, an atomic add), publishes who
-   it is under ``<job>/join/req/<t>`` (pid, host, commlib version, the settings every rank must
-   share) and waits for ``<job>/join/ans/<t>``.
-2. Admission. The grow's leader (its rank 0) claims tickets in order, ``<job>/join/claim/<t>``
-   (an atomic add: the first adder owns the ticket, so two grows never admit one joiner and a
-   joiner that gave up is never admitted), answers each claimed joiner with ``<g>`` (from then on
-   it watches ``<g>/error``, so any rank's error fails it too), and checks its request: another
-   version or setting fails the grow on every rank, naming the setting. A joiner whose timeout
-   passes claims its own ticket first and raises RendezvousError naming the grow it waited for.
-3. Decision. The leader publishes ``<g>/decision``: the admitted tickets, in ticket order. The
-   new ranks: the members keep their order (0..size-1), joiners follow in ticket order.
-4. Build and commit, as shrink's (commlib.core.shrink.await_all_built): the new communicator
+1. Request and admission (commlib/core/admission.py): a joiner writes its request into a slot
+   under ``<job>/join``; the grow's leader (its rank 0) reads the slots in order and offers each
+   readable request ``<g>`` with a fresh nonce; the joiner accepts by writing the nonce back
+   (signed, with COMMLIB_SECRET: its proof of the secret). Only accepted slots are admitted: a
+   joiner that gave up, one that took another grow's offer, and an outsider's forged or replayed
+   request are passed over and stop nothing. The leader then checks the request: another
+   version or setting fails the grow on every rank (the joiner watches ``<g>/error`` from its
+   accept on), naming the setting.
+2. Decision. The leader publishes ``<g>/decision``: the admitted slots, their nonces and
+   requests, in slot order. The new ranks: the members keep their order (0..size-1), joiners
+   follow in slot order. A joiner the decision does not list (its accept came too late) asks again.
+3. Build and commit, as shrink's (commlib.core.rebuild.await_all_built): the new communicator
    under ``<g>``, then ``built/<rank>``; grow and join return on every rank or on none.
 
-While waiting, members watch each other through the old communicator's links and the joiners on
-their host by pid: a death fails the grow on every rank at once with PeerError naming it (call
-grow again: the joiners that were admitted to a failed grow are refused, they join again).
-``commlib.bootstrap.phases`` names the steps: ``admitted`` (a joiner got its answer) and the
+While waiting, members watch each other through the old communicator's links and the admitted
+joiners on their host by pid: a death fails the grow on every rank at once with PeerError naming
+it (call grow again: the joiners that were admitted to a failed grow are refused, they join again).
+``commlib.bootstrap.phases`` names the steps: ``admitted`` (a joiner accepted an offer) and the
 build's own.
 """
 from __future__ import annotations
@@ -34,8 +34,10 @@ from typing import Optional
 from commlib import settings
 from commlib.bootstrap import phases
 from commlib.bootstrap.hosts import host_id
-from commlib.bootstrap.secret import SignedStore
-from commlib.core.rebuild import RebuildAgreement, await_all_built
+from commlib.bootstrap.secret import secured
+from commlib.bootstrap.wait import wait_until
+from commlib.core.admission import ACCEPT_WAIT_S, Asking, Offers, parse_request
+from commlib.core.rebuild import MAX_PAUSE_S, RebuildAgreement, await_all_built
 from commlib.core.shrink import gone_ranks, process_gone
 from commlib.errors import CommError, PeerError, RendezvousError
 
@@ -45,16 +47,6 @@ SHARED_SETTINGS = ("COMMLIB_SHM_SLOTS", "COMMLIB_SHM_SLOT_BYTES", "COMMLIB_CPU_P
                    "COMMLIB_TCP_CHUNK_BYTES", "COMMLIB_TCP_NCONNS", "COMMLIB_DEVICE_SLOTS",
                    "COMMLIB_DEVICE_SLOT_BYTES")
 DIED = "died during the grow"
-_REQUEST_FIELDS = ("pid", "host", "version", "settings")
-
-
-def refuse_signed_store(store, what: str):
-    """Tickets are store counters, which a signed store (COMMLIB_SECRET) cannot hold: refuse at
-    once, on every rank alike (they all have the same store), rather than let one rank fail alone."""
-    if isinstance(store, SignedStore):
-        raise RendezvousError(f"{what}: not available with COMMLIB_SECRET yet: joiners take tickets from a "
-                              "store counter, which a signed store cannot hold (docs/fault_tolerance.md, "
-                              "'Growing back')")
 
 
 def identity() -> dict:
@@ -77,17 +69,19 @@ def mismatch(job: dict, joiner: dict) -> Optional[str]:
     return None
 
 
-def _parse_request(raw: bytes) -> Optional[dict]:
+def _parse_decision(raw: bytes) -> Optional[tuple]:
+    """The decision: (the members' number, the admitted joiners [(slot, nonce, request)]), or
+    None when malformed."""
     try:
         rec = json.loads(bytes(raw).decode())
-    except (ValueError, UnicodeDecodeError):
+        out = [(j["slot"], j["nonce"], parse_request(j["request"])) for j in rec["joiners"]]
+        size = rec["size"]
+    except (ValueError, UnicodeDecodeError, TypeError, KeyError):
         return None
-    if not isinstance(rec, dict) or set(rec) != set(_REQUEST_FIELDS):
+    if not isinstance(size, int) or any(not isinstance(t, int) or not isinstance(nonce, str) or req is None
+                                        for t, nonce, req in out):
         return None
-    if not (isinstance(rec["pid"], int) and isinstance(rec["host"], str) and isinstance(rec["version"], str)
-            and isinstance(rec["settings"], dict) and all(isinstance(v, str) for v in rec["settings"].values())):
-        return None
-    return rec
+    return size, out
 
 
 class _Grow(RebuildAgreement):
@@ -96,7 +90,7 @@ class _Grow(RebuildAgreement):
     def __init__(self, comm, n: int, timeout: float, rendezvous):
         super().__init__(comm, "grow", n, timeout, rendezvous)
         self.job = comm._job
-        self.joiners = {}  # ticket -> request, once admitted (the leader's, then everyone's)
+        self.joiners = {}  # slot -> request, once admitted (the leader's, then everyone's)
         self.here = host_id()
 
     def relay(self):
@@ -127,70 +121,67 @@ class _Grow(RebuildAgreement):
             if req["host"] == self.here and process_gone(req["pid"]):
                 self.died(f"joiner #{t} (pid {req['pid']})")
 
-    def key(self, name: str) -> str:
-        return f"{self.job}/join/{name}"
-
-    # -- 2. admission (the leader) ------------------------------------------------------------
+    # -- 1. admission (the leader) ------------------------------------------------------------
     def admit(self, n: Optional[int], window: float):
-        store, mine = self.rdv.store, identity()
-        cursor_key = self.key("cursor")
-        t = int(bytes(store.get(cursor_key)).decode()) if store.check([cursor_key]) else 1
+        offers = Offers(self.rdv.store, self.job, self.rdv.prefix)
+        nonces = {}
         until = time.monotonic() + window
-        pause = 0.001
-        while n is None or len(self.joiners) < n:
-            count = store.add(self.key("tickets"), 0)
-            while t <= count and (n is None or len(self.joiners) < n):
-                if store.add(self.key(f"claim/{t}"), 1) == 1:  # ours; a joiner that gave up took it first
-                    store.set(self.key(f"ans/{t}"), self.rdv.prefix)
-                    self.joiners[t] = self._request(t)
-                t += 1
-            store.set(cursor_key, str(t))
+
+        def poll():
             self.relay()
             self.watch()
-            if time.monotonic() > until:
-                if n is None and self.joiners:
-                    break
-                asked = f"{len(self.joiners)} asked" if n is not None else "none asked"
-                self.fail(RendezvousError(
-                    f"{self.what}: waited {window:g} s for {n if n is not None else 'any'} process(es) to "
-                    f"join job {self.job!r} (commlib.join), {asked}"))
-            time.sleep(pause)
-            pause = min(pause * 2, 0.02)
-        self.rdv.set("decision", json.dumps({"joiners": sorted(self.joiners), "size": self.size}))
 
-    def _request(self, t: int) -> dict:
-        """Joiner #t's request (published right after its ticket), checked against this job."""
-        full = self.key(f"req/{t}")
-        while not self.rdv.store.check([full]):
-            self.relay()
-            self._waited_too_long([], f"see joiner #{t}'s request")
-            time.sleep(0.002)
-        raw = self.rdv.store.get(full)
-        req = _parse_request(raw)
-        if req is None:
-            self.fail(RendezvousError(f"{self.what}: joiner #{t}'s request is malformed: {bytes(raw)[:80]!r}"))
+        def gone(req) -> bool:  # a joiner on this host that died before it accepted: passed over
+            return req["host"] == self.here and process_gone(req["pid"])
+
+        def enough() -> bool:
+            return n is not None and len(self.joiners) >= n
+
+        def taken() -> bool:
+            while not enough():
+                got = offers.take(poll, gone)
+                if got is None:
+                    return n is None and time.monotonic() > until and bool(self.joiners)
+                t, nonce, req = got
+                if nonce:
+                    offers.admitted(t)
+                    self.joiners[t], nonces[t] = req, nonce
+                    self._check(t, req)
+            return True
+
+        def too_few():
+            asked = f"{len(self.joiners)} asked" if n is not None else "none asked"
+            return self.fail(RendezvousError(
+                f"{self.what}: waited {window:g} s for {n if n is not None else 'any'} process(es) to "
+                f"join job {self.job!r} (commlib.join), {asked}"))
+
+        wait_until(taken, until, poll=poll, max_pause=MAX_PAUSE_S, on_timeout=too_few)
+        self.rdv.set("decision", json.dumps({"size": self.size, "joiners": [
+            {"slot": t, "nonce": nonces[t], "request": self.joiners[t]} for t in sorted(self.joiners)]}))
+
+    def _check(self, t: int, req: dict):
+        """Joiner #t (admitted) against this job: another version or setting fails the grow."""
         wrong = mismatch(identity(), req)
         if wrong:
             self.fail(RendezvousError(f"{self.what}: refused joiner #{t} (pid {req['pid']} on {req['host']}): "
                                       f"it has {wrong}"))
-        return req
 
-    # -- 3. decision (everyone else) ----------------------------------------------------------------
+    # -- 2. decision (everyone else) ----------------------------------------------------------------
     def await_decision(self, window: float):
-        self.rdv.deadline = time.monotonic() + window + self.rdv.timeout  # the leader's window, then ours
-        pause = 0.001
-        while not self.rdv.store.check([f"{self.rdv.prefix}/decision"]):
-            self.relay()
-            self.watch()
-            self._waited_too_long([0], "decide who joins")
-            time.sleep(pause)
-            pause = min(pause * 2, 0.02)
-        rec = json.loads(bytes(self.rdv.store.get(f"{self.rdv.prefix}/decision")).decode())
-        for t in rec["joiners"]:
-            req = _parse_request(self.rdv.store.get(self.key(f"req/{t}")))
-            if req is None:
-                self.fail(RendezvousError(f"{self.what}: joiner #{t}'s request is malformed"))
-            self.joiners[t] = req
+        # the leader's window, its last accept wait, then ours
+        self.rdv.deadline = time.monotonic() + window + ACCEPT_WAIT_S + self.rdv.timeout
+        key = f"{self.rdv.prefix}/decision"
+        wait_until(lambda: self.rdv.store.check([key]), None, on_timeout=RendezvousError,
+                   poll=self._watch_decision, max_pause=MAX_PAUSE_S)
+        decision = _parse_decision(self.rdv.store.get(key))
+        if decision is None:
+            self.fail(RendezvousError(f"{self.what}: the decision in the store is malformed"))
+        self.joiners = {t: req for t, _, req in decision[1]}
+
+    def _watch_decision(self):
+        self.relay()
+        self.watch()
+        self._waited_too_long([0], "decide who joins")
 
     # -- 4. build and commit ----------------------------------------------------------------------
     def build(self, create):
@@ -206,10 +197,10 @@ class _Grow(RebuildAgreement):
         return new
 
     def describe(self, ranks) -> str:
-        """The grown communicator's ``ranks``, joiners named by their ticket and pid."""
-        tickets = sorted(self.joiners)
+        """The grown communicator's ``ranks``, joiners named by their slot and pid."""
+        slots = sorted(self.joiners)
         names = [f"rank {r}" if r < self.size else
-                 f"rank {r} (joiner #{tickets[r - self.size]}, pid {self.joiners[tickets[r - self.size]]['pid']})"
+                 f"rank {r} (joiner #{slots[r - self.size]}, pid {self.joiners[slots[r - self.size]]['pid']})"
                  for r in sorted(ranks)]
         return ", ".join(names) + " of the grown communicator"
 
@@ -218,7 +209,6 @@ def grow(comm, n: Optional[int], k: int, timeout: float, window: float, rendezvo
     """Implementation of Communicator.grow (collective over ``comm``): ``n`` joiners (None: those
     that asked within ``window`` seconds, at least one). ``rendezvous`` and ``create`` are
     commlib.init's (passed in, so this module sits below commlib.init)."""
-    refuse_signed_store(comm._store, f"grow #{k} of {comm._prefix!r}")
     g = _Grow(comm, k, timeout, rendezvous)
     if g.me == 0:
         g.admit(n, window)
@@ -228,7 +218,7 @@ def grow(comm, n: Optional[int], k: int, timeout: float, window: float, rendezvo
 
 
 class _Joiner:
-    """A joiner's side: its ticket, then the grow that admitted it (``rdv`` once answered)."""
+    """A joiner's side: its request, then the grow whose offer it accepted (``rdv`` from then)."""
 
     def __init__(self, store, job: str, timeout: float):
         self.store, self.job, self.timeout = store, job, timeout
@@ -248,35 +238,39 @@ class _Joiner:
     def died(self, ranks):
         raise PeerError(f"join {self.rdv.prefix!r}: rank(s) {sorted(ranks)} {DIED}")
 
-    def request(self):
-        """Ask to join; return (ticket, the admitting grow's prefix), or raise once the timeout passed."""
-        t = self.store.add(f"{self.job}/join/tickets", 1)
-        self.store.set(f"{self.job}/join/req/{t}", json.dumps(identity()))
-        ans = f"{self.job}/join/ans/{t}"
+    def _no_grow(self):
+        return RendezvousError(
+            f"join: waited {self.timeout:g} s for a grow of job {self.job!r} to admit this process "
+            f"(no member called comm.grow(); keys under {self.job + '/join'!r})")
+
+    def admitted(self, rendezvous):
+        """(rank, size) in the grown communicator once a grow listed this joiner's accept in its
+        decision; a joiner accepted too late asks again, until its timeout."""
         deadline = time.monotonic() + self.timeout
-        pause = 0.001
-        while not self.store.check([ans]):
-            if time.monotonic() > deadline and self.store.add(f"{self.job}/join/claim/{t}", 1) == 1:
-                raise RendezvousError(
-                    f"join: waited {self.timeout:g} s for a grow of job {self.job!r} to admit request #{t} "
-                    f"(no member called comm.grow(); keys under {self.job + '/join'!r})")
-            time.sleep(pause)  # past the deadline only when a grow claimed it: its answer comes next
-            pause = min(pause * 2, 0.02)
-        return t, bytes(self.store.get(ans)).decode()
+        asking = Asking(self.store, self.job, identity())
+        while True:
+            slot, offer = asking.offer(deadline, self._no_grow)
+            self.rdv = rendezvous(self.store, offer["grow"], -1, self.timeout)
+            phases.reached(self.rdv.prefix, "admitted")
+            decision = _parse_decision(self.rdv.wait("decision", "the grow's leader to decide who joins"))
+            if decision is None:
+                raise RendezvousError(f"join {self.rdv.prefix!r}: the decision in the store is malformed")
+            size_before, admitted = decision
+            mine = [k for k, (t, nonce, _) in enumerate(admitted) if t == slot and nonce == offer["nonce"]]
+            if mine:
+                return size_before + mine[0], size_before + len(admitted)
+            if time.monotonic() > deadline:
+                raise self._no_grow()
 
     def build(self, rendezvous, create):
-        ticket, prefix = self.request()
-        self.rdv = rendezvous(self.store, prefix, -1, self.timeout)
-        phases.reached(prefix, "admitted")
         try:
-            rec = json.loads(bytes(self.rdv.wait("decision", "the grow's leader to decide who joins")).decode())
-            tickets, size_before = rec["joiners"], rec["size"]
-            rank = size_before + tickets.index(ticket)
+            rank, size = self.admitted(rendezvous)
             self.rdv.rank = rank
             self.rdv.deadline = time.monotonic() + self.timeout
-            new = create(self.store, prefix, rank, size_before + len(tickets), self.timeout)
+            new = create(self.store, self.rdv.prefix, rank, size, self.timeout)
         except CommError as exc:
-            self.relay()
+            if self.rdv is not None:
+                self.relay()
             raise (PeerError(str(exc)) if DIED in str(exc) else exc) from None
         await_all_built(self, rank, range(new.size), new, lambda: gone_ranks(new, ("dead",)), self.died)
         return new
@@ -285,8 +279,7 @@ class _Joiner:
 def join(store, job: str, timeout: float, rendezvous, create):
     """Implementation of commlib.join: ask to join ``job`` through ``store``; the grown
     communicator once a grow admitted this process and everyone built it."""
-    refuse_signed_store(store, f"join {job!r}")
-    return _Joiner(store, job, timeout).build(rendezvous, create)
+    return _Joiner(secured(store), job, timeout).build(rendezvous, create)
 
 
 __all__ = ["SHARED_SETTINGS", "grow", "identity", "join", "mismatch"]

@@ -180,9 +180,9 @@ class _Allocation:
 
     __slots__ = ("device", "ptr", "stream", "__weakref__")
 
-    def __init__(self, dev, nbytes, stream):
+    def __init__(self, dev, nbytes, stream, shareable=True):
         self.device = dev
-        self.ptr = dev.allocate(nbytes)
+        self.ptr = dev.allocate(nbytes) if shareable else dev.allocate_with(nbytes, 0, False)
         self.stream = stream
 
     def __del__(self):
@@ -267,24 +267,27 @@ class Array:
 
 
 def empty(count: int, dtype: str = "float32", device_index: Optional[int] = None,
-          stream: Optional[Stream] = None) -> Array:
+          stream: Optional[Stream] = None, shareable: bool = True) -> Array:
     """An uninitialised array of ``count`` elements of ``dtype`` (one of commlib.DTYPES), on
-    ``device_index`` (default: ``stream``'s device, else ``current_device()``)."""
+    ``device_index`` (default: ``stream``'s device, else ``current_device()``). ``shareable=False``:
+    memory without a shareable handle, as a VMM allocation without one or a cudaMallocAsync / CuPy
+    pool's (peers cannot map it: one-sided calls stage it, docs/gpu.md "One-sided plans")."""
     device_index = _index(device_index, stream)
     if not isinstance(count, (int, np.integer)) or count < 0:
         raise ValueError(f"count: must be a non-negative integer, got {count!r}")
     if dtype not in dtypes.SIZE:
         raise TypeError(f"dtype: unsupported {dtype!r} (supported: {', '.join(dtypes.NAMES)})")
     s = stream or current_stream(device_index)
-    alloc = _Allocation(device(device_index), int(count) * dtypes.SIZE[dtype], s)
+    alloc = _Allocation(device(device_index), int(count) * dtypes.SIZE[dtype], s, shareable)
     return Array(alloc, device_index, 0, int(count), dtype)
 
 
 def from_numpy(a, device_index: Optional[int] = None, stream: Optional[Stream] = None,
-               dtype: Optional[str] = None) -> Array:
+               dtype: Optional[str] = None, shareable: bool = True) -> Array:
     """A device copy of a host array (NumPy, or a torch CPU tensor, bfloat16 included), uploaded
     asynchronously on ``stream`` (default: the current stream). ``dtype="bfloat16"`` takes a
-    NumPy uint16 array of bfloat16 bit patterns (NumPy has no bfloat16)."""
+    NumPy uint16 array of bfloat16 bit patterns (NumPy has no bfloat16). ``shareable``: as
+    :func:`empty`'s."""
     from commlib.device.host_buffers import describe
     if dtype == "bfloat16" and isinstance(a, np.ndarray) and a.dtype == np.uint16:
         a = np.ascontiguousarray(a)
@@ -295,7 +298,7 @@ def from_numpy(a, device_index: Optional[int] = None, stream: Optional[Stream] =
         ptr, n, dt = describe(a, "a")
     device_index = _index(device_index, stream)
     s = stream or current_stream(device_index)
-    out = empty(n, dt, device_index, s)
+    out = empty(n, dt, device_index, s, shareable)
     data = ctypes.string_at(ptr, out.nbytes) if out.nbytes else b""
     device(device_index).upload(out.data_ptr(), data, s._stream)
     return out

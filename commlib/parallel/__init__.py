@@ -10,6 +10,7 @@ _EXPORTS = {
     "ZeroOptimizer": "zero",
     "FullyShardedModule": "fully_sharded",
     "ParameterServer": "parameter_server",
+    "broadcast_optimizer_state": "_state_transfer",  # what DataParallel.grow sends a joiner
     # tensor parallelism (tensor.py)
     "ColumnParallelLinear": "tensor",
     "RowParallelLinear": "tensor",

@@ -17,6 +17,7 @@ from typing import List, Optional
 import torch
 
 from commlib.core.codecs import error_feedback_round
+from ._state_transfer import _check_optimizer, broadcast_optimizer_state
 from ._buckets import (MB, FlatLayout, OrderedLauncher, broadcast_tensors, check_algorithm, check_comm,
                        check_positive, dtype_buckets, param_slots, queue_backward_callback,
                        replicate_module, storage_bytes)
@@ -149,6 +150,44 @@ class DataParallel(torch.nn.Module):
             broadcast_tensors(new, [p.data for p in self.module.parameters()] + list(self.module.buffers()))
         return new
 
+    def grow(self, n: Optional[int] = None, timeout: Optional[float] = None, optimizer=None,
+             close_old: bool = True):
+        """Take replacement processes in (docs/fault_tolerance.md, "Growing back"):
+        ``self.comm.grow(n, timeout)`` (every member calls this; see Communicator.grow), the old
+        communicator closed (unless ``close_old`` is False), then rank 0's parameters, buffers and,
+        with ``optimizer``, its optimizer state sent to every rank: each joiner calls
+        ``DataParallel.joined(module, comm, optimizer=...)`` with the communicator commlib.join
+        gave it, which receives them. Call it between steps (no backward in flight). Returns the
+        new communicator. Error feedback's residuals (``compress``) stay per rank: a joiner starts
+        with none. A PeerError or RendezvousError from the grow leaves ``self.comm`` as it was."""
+        _check_optimizer(optimizer)
+        if self._in_backward:
+            raise RuntimeError("grow: a backward is in flight; call it between steps")
+        old = self.comm
+        new = old.grow(n, timeout)
+        if close_old:
+            old.close()
+        self.comm = new
+        self._bring_newcomers(optimizer)
+        return new
+
+    @classmethod
+    def joined(cls, module: torch.nn.Module, comm, optimizer=None, **kwargs) -> "DataParallel":
+        """A joiner's side of ``grow``: wrap ``module`` (the same architecture as the members')
+        over ``comm``, the communicator ``commlib.join()`` returned, receiving rank 0's
+        parameters, buffers and, with ``optimizer`` (built over ``module``'s parameters as the
+        members' was), its state. ``kwargs``: DataParallel's own (bucket_cap_mb, algorithm,
+        ...), as the members gave them. Collective with the members' ``grow``."""
+        _check_optimizer(optimizer)
+        dp = cls(module, comm, **kwargs)  # its replicate_module meets the members' in _bring_newcomers
+        broadcast_optimizer_state(comm, optimizer)
+        return dp
+
+    def _bring_newcomers(self, optimizer):
+        """The members' half of ``joined``: the same collectives in the same order."""
+        replicate_module(self.comm, self.module)
+        broadcast_optimizer_state(self.comm, optimizer)
+
     @contextlib.contextmanager
     def no_sync(self):
         """Accumulate gradients locally (no communication) inside this context; the first
@@ -199,7 +238,14 @@ class DataParallel(torch.nn.Module):
         if g.data_ptr() != view.data_ptr():
             view.copy_(g)
         self._t_last_grad = time.perf_counter()
-        self._launcher.gradient_ready(b)
+        try:
+            self._launcher.gradient_ready(b)
+        except BaseException:
+            # A launch that raised (a peer already seen dead) ends this backward: autograd then
+            # skips _finish_backward, so undo here what it would have, or the next backward (the
+            # step redone after shrink) would find one "in flight" and never synchronise.
+            self._reset_backward()
+            raise
 
     def _launch(self, b: _Bucket):
         if self.codec is None:
@@ -253,10 +299,14 @@ class DataParallel(torch.nn.Module):
                 "backward_end_time": t_end,
             }
         finally:
-            for b in self._buckets:
-                b.ready = 0
-                b.work = None
-                b.launched = False
-            self._marked.clear()
-            self._launcher.reset()
-            self._in_backward = False
+            self._reset_backward()
+
+    def _reset_backward(self):
+        """No backward in flight: buckets, marks and the launcher as before the first gradient."""
+        for b in self._buckets:
+            b.ready = 0
+            b.work = None
+            b.launched = False
+        self._marked.clear()
+        self._launcher.reset()
+        self._in_backward = False

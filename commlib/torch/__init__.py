@@ -16,6 +16,7 @@ from commlib.torch import native as _native
 from commlib.torch import shrink as _shrink
 from commlib.torch.backend import COLLECTIVES, Options, ProcessGroupCommlib, _create
 from commlib.torch.devices import served_devices
+from commlib.torch.grow import grow_group, join_arguments, join_group
 
 BACKEND_NAME = "commlib"
 
@@ -60,4 +61,4 @@ def dead_ranks(group=None):
 
 
 __all__ = ["BACKEND_NAME", "COLLECTIVES", "Options", "ProcessGroupCommlib", "dead_ranks",
-           "get_communicator", "python_group"]
+           "get_communicator", "grow_group", "join_arguments", "join_group", "python_group"]

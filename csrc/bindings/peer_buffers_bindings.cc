@@ -157,7 +157,9 @@ void bind_peer_buffers(py::module_& m) {
            })
       .def("kernel_grid_budget", [](StreamEngine& e) { return kernel_of(e).grid_budget(); },
            "The most blocks a kernel-path launch of this rank uses (0: no limit known).")
-      .def("kernel_usable", [](StreamEngine& e) { return kernel_of(e).usable(); });
+      .def("kernel_usable", [](StreamEngine& e) { return kernel_of(e).usable(); })
+      .def("last_algorithm", &StreamEngine::last_algorithm,
+           "The algorithm the engine's last collective ran (auto resolved per call), '' before the first.");
 }
 
 }  // namespace commlib

@@ -86,6 +86,10 @@ PeerBuffers::PeerBuffers(std::shared_ptr<Device> device, int rank, int size, dou
 
 PeerBuffers::~PeerBuffers() {
   try {
+    // The last reference may go on any thread: the device current for the imports' closes (no
+    // stray context); a device that cannot be made current (a sticky error) keeps them, as the
+    // kernel path keeps its regions then.
+    DeviceGuard guard(*device_);
     close();
   } catch (...) {
   }

@@ -81,6 +81,17 @@ class PeerBuffers {
   PeerBufferView lookup(uint64_t call, unsigned which, const void* ptr, size_t bytes, bool captured = false,
                         const std::function<bool()>& stop = nullptr);
 
+  // The exact, agreed form of lookup (peer_buffers_agree.cc), for a call whose route every rank
+  // must choose alike (the kernel path's one-sided calls): this rank's tag goes into its ring as
+  // lookup's does (an empty tag when `captured`: no export then, so every rank stages), then it
+  // waits for every peer's ring entry of the call (no prediction; bounded by the timeout, `stop`
+  // polled). True when every rank registered its buffer: every rank then reads the same ring
+  // entries and answers true, and view->peer holds every peer's buffer mapped here (a peer's
+  // segment that cannot be mapped although registered throws std::runtime_error naming the rank:
+  // this rank alone would stage). False: view->peer all null, on every rank.
+  bool agree(uint64_t call, unsigned which, const void* ptr, size_t bytes, bool captured,
+             const std::function<bool()>& stop, PeerBufferView* view);
+
   // Closes every import and forgets every registration (the communicator closes). Idempotent.
   void close();
 

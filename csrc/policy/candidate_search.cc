@@ -219,15 +219,16 @@ int64_t hier_segments(const CallShape& call, int64_t segment, const sim::Topolog
   return std::clamp<int64_t>(call.count / segment, 1, 16);
 }
 
-// The steady-state estimate of a K-segment candidate (candidate_search.h): its first 2 and 3
-// segments simulated at the full run's segment length.
+// The steady-state estimate of a K-segment candidate (candidate_search.h): its first 3 and 4
+// segments simulated at the full run's segment length (the overlapped pipeline has its first tick
+// with all three phases at K = 3, so T(3) - T(2) still holds fill: 20 % over the steady tick).
 double extrapolated_time(const CallShape& call, const Composition& cand, int64_t segments, const sim::Topology& t) {
   const int64_t len = call.count / segments;
   Composition first = cand;
   first.segment = len;
   double at[2];
-  for (int m : {2, 3}) at[m - 2] = sim::simulate(call.coll, first, m * len, call.elem_bytes, call.root, t).time_s;
-  return at[1] + static_cast<double>(segments - 3) * (at[1] - at[0]);
+  for (int m : {3, 4}) at[m - 3] = sim::simulate(call.coll, first, m * len, call.elem_bytes, call.root, t).time_s;
+  return at[1] + static_cast<double>(segments - 4) * (at[1] - at[0]);
 }
 
 }  // namespace

@@ -13,9 +13,10 @@
 //     (sim::Options::stop_after_s);
 //   * a pipelined hierarchical all_reduce with many segments and many messages in all (at 4096
 //     ranks, 1 GiB, two_shot between 512 owners: 68 M transfers, a minute to build and run) is
-//     not simulated whole at first: its first 2 and 3 segments are (same segment length), and its
-//     time extrapolated from the steady state, T(3) + (K - 3)(T(3) - T(2)) (within 1 % of the
-//     full run on dgx-h100 up to 1024 ranks; bench/RESULTS_sim.md (f)). Only such candidates
+//     not simulated whole at first: its first 3 and 4 segments are (same segment length), and its
+//     time extrapolated from the steady state, T(4) + (K - 4)(T(4) - T(3)) (within 1 % of the
+//     full run on dgx-h100 up to 1024 ranks for the built-in pipeline, bench/RESULTS_sim.md (f);
+//     2-3 segments are not enough for the overlapped one, docs/simulator.md). Only such candidates
 //     whose estimate comes within kExtrapolationMargin of the best are then simulated whole; a
 //     lone one is taken at its estimate. Candidates whose predictions differ by less than the
 //     margin are thus still told apart exactly, the others by an estimate far off from them;

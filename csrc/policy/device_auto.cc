@@ -19,20 +19,47 @@ DeviceCallPath device_path_of(bool nccl_requested, uint64_t bytes, DevicePath mo
   return DeviceCallPath::Copy;
 }
 
-uint8_t kernel_auto_algorithm(int size, const Topology& topology, const KernelAutoInputs& in, Collective coll,
-                              uint8_t requested, uint64_t bytes, const std::string& policy_source) {
-  if (requested != 0 || coll != Collective::AllReduce || size < 2) return 0;
-  if (!in.device_has_kernel_path || in.nccl_links || !kernel_path_takes(in.path, bytes, in.kernel_max_bytes)) return 0;
+namespace {
+
+// The rule's conditions on the call and the engine, apart from the size (device_auto.h).
+bool kernel_auto_applies(int size, const Topology& topology, const KernelAutoInputs& in, Collective coll,
+                         uint8_t requested, const std::string& policy_source) {
+  if (requested != 0 || coll != Collective::AllReduce || size < 2) return false;
+  if (!in.device_has_kernel_path || in.nccl_links) return false;
   const std::vector<int>& host_of = topology.host_of;
   if (!host_of.empty() && !std::all_of(host_of.begin(), host_of.end(), [&](int h) { return h == host_of[0]; }))
-    return 0;
-  if (policy_source != "size" && policy_source != "links" && policy_source != "tuning") return 0;
+    return false;
+  return policy_source == "size" || policy_source == "links" || policy_source == "tuning";
+}
+
+bool one_shot_size(int size, uint64_t bytes) { return bytes * static_cast<uint64_t>(size - 1) <= kOneShotBytes; }
+
+// A tuning row measured on the kernel path for this size, where that path takes the call.
+bool tuned_row(int size, const KernelAutoInputs& in, uint64_t bytes, std::string* tuned) {
+  return kernel_path_takes(in.path, bytes, in.kernel_max_bytes) &&
+         tuned_algorithm(Collective::AllReduce, static_cast<int64_t>(bytes), size, tuned, 1, true);
+}
+
+}  // namespace
+
+bool kernel_auto_may_map(int size, const Topology& topology, const KernelAutoInputs& in, Collective coll,
+                         uint8_t requested, uint64_t bytes, const std::string& policy_source) {
   std::string tuned;
-  if (tuned_algorithm(Collective::AllReduce, static_cast<int64_t>(bytes), size, &tuned, 1, true))
-    return static_cast<uint8_t>(algorithm_index(Collective::AllReduce, tuned));
+  return kernel_path_takes(in.path, bytes, in.kernel_max_bytes) &&
+         kernel_auto_applies(size, topology, in, coll, requested, policy_source) && !one_shot_size(size, bytes) &&
+         !tuned_row(size, in, bytes, &tuned);
+}
+
+uint8_t kernel_auto_algorithm(int size, const Topology& topology, const KernelAutoInputs& in, Collective coll,
+                              uint8_t requested, uint64_t bytes, const std::string& policy_source) {
+  if (in.peers_mapped && kernel_auto_may_map(size, topology, in, coll, requested, bytes, policy_source))
+    return static_cast<uint8_t>(algorithm_index(Collective::AllReduce, "mapped_two_shot"));
+  if (!kernel_auto_applies(size, topology, in, coll, requested, policy_source)) return 0;
+  if (!kernel_path_takes(in.path, bytes, in.kernel_max_bytes)) return 0;
+  std::string tuned;
+  if (tuned_row(size, in, bytes, &tuned)) return static_cast<uint8_t>(algorithm_index(Collective::AllReduce, tuned));
   if (bytes > in.kernel_max_bytes) return 0;
-  const bool one_shot = bytes * static_cast<uint64_t>(size - 1) <= kOneShotBytes;
-  return static_cast<uint8_t>(algorithm_index(Collective::AllReduce, one_shot ? "direct" : "two_shot"));
+  return static_cast<uint8_t>(algorithm_index(Collective::AllReduce, one_shot_size(size, bytes) ? "direct" : "two_shot"));
 }
 
 }  // namespace commlib

@@ -33,13 +33,22 @@
 // Then, in order:
 //   1. a tuning row measured on the kernel path (the tuning file's "kernel_path" section, TuningRow::
 //      kernel_path) for this world size and size wins: a measurement beats the rule of thumb;
-//   2. up to the crossover: `direct` while each rank receives at most kOneShotBytes ((P - 1) x
+//   2. where every rank's input and output are mapped (`peers_mapped`, agreed per call) and each
+//      rank receives more than kOneShotBytes: `mapped_two_shot` (up to the crossover, or at any
+//      size with COMMLIB_DEVICE_PATH=kernel: where the kernel path takes the call; above it the
+//      copy path stays, as the crossover measured it, until `commlib tune --device`, which now
+//      measures the mapped algorithms on the kernel path, moves it). The cost model is the memory
+//      traffic per rank pinned on the emulated device: (5P - 3) / P x N read and written, nothing
+//      staged, against about 8.5 N for the two-shot through the slots (every byte into a peer's
+//      slot, into scratch, then reduced: issue #38);
+//   3. up to the crossover: `direct` while each rank receives at most kOneShotBytes ((P - 1) x
 //      the message), else `two_shot`. Larger calls (COMMLIB_DEVICE_PATH=kernel) keep the policy's
 //      bandwidth-minded choice. The thresholds are from the shape of the traffic, not measured on a GPU.
 //
 // Every rank must get the same algorithm, and the same before the engines connect as after (the
 // first call is described during set-up, before connect, and compared with the peers'
-// descriptors). So the rule reads only what a rank knows when its engine is created: its settings
+// descriptors). So the rule reads only what a rank knows when its engine is created (and
+// `peers_mapped`, which every rank reads from the same registrations of the call): its settings
 // (COMMLIB_DEVICE_PATH and COMMLIB_DEVICE_LINK, which connect then checks are the same everywhere),
 // the tuning table, the crossover its kernel path read when created (connect checks it too), the device, the host map, the world size and the call; never whether the peers'
 // memory got mapped. Ranks that differ in one of those settings resolve auto differently before
@@ -87,7 +96,16 @@ struct KernelAutoInputs {
   DevicePath path = DevicePath::Auto;   // COMMLIB_DEVICE_PATH
   bool nccl_links = false;              // COMMLIB_DEVICE_LINK=nccl
   uint64_t kernel_max_bytes = kKernelPathMaxBytes;  // auto's crossover (kernel_path_crossover)
+  // Every rank's input and output of this call are mapped in every peer (agreed per call by the
+  // ranks' registrations: StreamEngine::agree_route). The one input not known when the engine is
+  // created, and the same on every rank by construction; false before connect.
+  bool peers_mapped = false;
 };
+
+// Whether an all_reduce of `bytes` per rank, auto, on the kernel path, would run the mapped
+// two-shot if every rank's buffers were mapped: the calls whose route the ranks agree on first.
+bool kernel_auto_may_map(int size, const Topology& topology, const KernelAutoInputs& in, Collective coll,
+                         uint8_t requested, uint64_t bytes, const std::string& policy_source);
 
 // The algorithm index (registry.h) the kernel path's auto asks for instead of the policy's choice
 // (`policy_source`: AlgorithmChoice::source), or 0 to keep the policy's, for a call of `coll` with

@@ -2,7 +2,9 @@
 #include "schedule/subgroup.h"
 
 #include <algorithm>
+#include <map>
 #include <stdexcept>
+#include <utility>
 
 #include "schedule/registry.h"
 
@@ -74,6 +76,71 @@ std::vector<Step> zip_steps(const std::vector<std::vector<Step>>& lists) {
       if (k < l.size()) st.ops.insert(st.ops.end(), l[k].ops.begin(), l[k].ops.end());
     if (!st.ops.empty()) out.push_back(std::move(st));
   }
+  return out;
+}
+
+std::vector<std::vector<Step>> align_rounds(const std::vector<int>& members, const std::vector<std::vector<Step>>& lanes) {
+  const int n = static_cast<int>(members.size());
+  std::vector<int> first(n + 1, 0);  // node id of (member j, step s): first[j] + s
+  for (int j = 0; j < n; ++j) first[j + 1] = first[j] + static_cast<int>(lanes[j].size());
+  std::vector<int> root(first[n]);
+  for (int v = 0; v < first[n]; ++v) root[v] = v;
+  auto find = [&](int v) {
+    while (root[v] != v) v = root[v] = root[root[v]];
+    return v;
+  };
+  auto member = [&](int rank) {
+    const auto at = std::find(members.begin(), members.end(), rank);
+    if (at == members.end()) throw std::logic_error("align_rounds: peer " + std::to_string(rank) + " is not a member");
+    return static_cast<int>(at - members.begin());
+  };
+  // Each message joins the steps holding its two ends: sends and receives of an ordered pair meet in order.
+  std::map<std::pair<int, int>, std::vector<int>> sends, recvs;  // (from, to) member -> node ids
+  for (int j = 0; j < n; ++j)
+    for (int st = 0; st < static_cast<int>(lanes[j].size()); ++st)
+      for (const Op& o : lanes[j][st].ops) {
+        if (o.kind == OpKind::Send) sends[{j, member(o.peer)}].push_back(first[j] + st);
+        else if (o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce) recvs[{member(o.peer), j}].push_back(first[j] + st);
+      }
+  if (sends.size() != recvs.size()) throw std::logic_error("align_rounds: a message without its other end");
+  for (const auto& [pair, ids] : sends) {
+    const auto at = recvs.find(pair);
+    if (at == recvs.end() || at->second.size() != ids.size())
+      throw std::logic_error("align_rounds: a message without its other end");
+    for (size_t k = 0; k < ids.size(); ++k) root[find(ids[k])] = find(at->second[k]);
+  }
+  // Longest path over the joined steps, each lane's steps in order (Kahn's order).
+  std::vector<std::vector<int>> next(first[n]);
+  std::vector<int> indegree(first[n], 0), at_round(first[n], 0);
+  for (int j = 0; j < n; ++j)
+    for (int v = first[j] + 1; v < first[j + 1]; ++v) {
+      const int u = find(v - 1), w = find(v);
+      if (u == w) throw std::logic_error("align_rounds: the lanes deadlock");
+      next[u].push_back(w);
+      ++indegree[w];
+    }
+  std::vector<int> ready;
+  int groups = 0, placed = 0;
+  for (int v = 0; v < first[n]; ++v)
+    if (find(v) == v) {
+      ++groups;
+      if (indegree[v] == 0) ready.push_back(v);
+    }
+  int rounds = 0;
+  while (!ready.empty()) {
+    const int u = ready.back();
+    ready.pop_back();
+    ++placed;
+    rounds = std::max(rounds, at_round[u] + 1);
+    for (int w : next[u]) {
+      at_round[w] = std::max(at_round[w], at_round[u] + 1);
+      if (--indegree[w] == 0) ready.push_back(w);
+    }
+  }
+  if (placed != groups) throw std::logic_error("align_rounds: the lanes deadlock");
+  std::vector<std::vector<Step>> out(n, std::vector<Step>(rounds));
+  for (int j = 0; j < n; ++j)
+    for (int st = 0; st < static_cast<int>(lanes[j].size()); ++st) out[j][at_round[find(first[j] + st)]] = lanes[j][st];
   return out;
 }
 

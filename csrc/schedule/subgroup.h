@@ -40,5 +40,16 @@ void append_schedule(Schedule& s, const Schedule& more);
 // holds step k of each list; empty steps are dropped. Each list keeps its own order.
 std::vector<Step> zip_steps(const std::vector<std::vector<Step>>& lists);
 
+// Lanes of a group's members (lanes[j]: member j's steps, every message's peer a member) placed in
+// rounds: the result's lane j has member j's steps in order, with empty steps between, so that a
+// message's send and its receive (the k-th send from one member to another meets the k-th receive
+// there) sit at the same index, and every lane has the same length. A step goes one round after
+// its rank's step before and after the other end of each of its messages (the longest path), so
+// the rounds add no wait the lanes did not have. Zipping such lanes of disjoint groups (zip_steps)
+// then keeps every message's two ends in one step: no rank of one group can wait on a rank that
+// waits on it through another group. std::logic_error when the lanes cannot meet (a send without
+// its receive, or a cycle: lanes that would deadlock).
+std::vector<std::vector<Step>> align_rounds(const std::vector<int>& members, const std::vector<std::vector<Step>>& lanes);
+
 }  // namespace sched
 }  // namespace commlib

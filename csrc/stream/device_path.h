@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "common/types.h"
 #include "device/device.h"
@@ -29,6 +30,15 @@ struct PathCall {
   char* const* bases;  // [3]
   uint64_t seq;
   bool captured = false;
+  const struct MappedPeers* mapped = nullptr;  // a one-sided call's route (null: staged)
+};
+
+// A one-sided call's route, the same on every rank (StreamEngine::agree_route, stream_one_sided.cc):
+// `mapped`: every rank's input and output are registered (device/peer_buffers.h) and in[q] / out[q]
+// are rank q's as this process maps them (this rank's own at its own index); else the staged path.
+struct MappedPeers {
+  bool mapped = false;
+  std::vector<char*> in, out;
 };
 
 // What the watchdog watches of a call a path enqueued: `done` (host address) reaches `target` when

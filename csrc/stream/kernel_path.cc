@@ -225,11 +225,11 @@ Launched KernelPath::enqueue(const PathCall& pc, DeviceStream& stream) {
   const CallDesc& d = pc.desc;
   const ScheduleKey key{d.coll, static_cast<uint8_t>(d.algo & ~kDeviceCallAlgoBit), d.root, d.count,
                         static_cast<uint8_t>(dtype_size(pc.call.dtype))};  // the resolved algorithm
-  return launch(key, pc.plan.sched, d, pc.bases, pc.call.dtype, pc.call.op, stream, pc.captured);
+  return launch(key, pc.plan.sched, d, pc.bases, pc.call.dtype, pc.call.op, stream, pc.captured, pc.mapped);
 }
 
 Launched KernelPath::launch(const ScheduleKey& key, const Schedule& sched, const CallDesc& desc, char* const bases[3],
-                            DType dtype, RedOp op, DeviceStream& stream, bool captured) {
+                            DType dtype, RedOp op, DeviceStream& stream, bool captured, const MappedPeers* mapped) {
   if (captured && !has_plan(key)) throw std::logic_error("kernel path: a captured launch without its plan");
   const Uploaded& u = upload(key, sched, stream);
   if (captured) {
@@ -279,7 +279,7 @@ Launched KernelPath::launch(const ScheduleKey& key, const Schedule& sched, const
   a.nslots = nslots_;
   a.rank = rank_;
   a.size = size_;
-  if (p.one_sided) fill_one_sided(a, u, bases);
+  if (p.one_sided) fill_one_sided(a, u, bases, captured ? nullptr : mapped, stream);
   launch_in_chain(a, blocks, dtype, op, p.reduces, stream, captured);
   if (captured) return Launched{};  // the graph's replays: the engine does not watch them
   ++launches_;
@@ -369,6 +369,7 @@ void KernelPath::release(DeviceStream& stream, bool free_region) {
   close_imports();
   for (auto& [k, u] : plans_) device_->free_ordered(u.dev, stream);
   plans_.clear();
+  release_mapped_tables(stream);
   if (region_ && free_region) device_->free_async(region_, stream);
   if (local_) device_->free_async(local_, stream);
   region_ = nullptr;

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -78,10 +79,13 @@ class KernelPath final : public DevicePathRunner {
   // `captured`: `stream` is capturing (the engine's capture mode): the plan must exist already
   // (has_plan), is pinned for the life of the graph (Device::retain_in_capture: never evicted
   // while a graph holds it), and the launch is left to the graph's replays (no watchdog wait).
+  // `mapped`: a one-sided call's agreed route (device_path.h; null or not mapped: staged).
   Launched launch(const ScheduleKey& key, const Schedule& sched, const CallDesc& desc, char* const bases[3],
-                  DType dtype, RedOp op, DeviceStream& stream, bool captured = false);
-  // A call of one-sided shape `key` can run (its staged buffers fit the slots area: std::invalid_argument
-  // naming the settings otherwise), before anything is enqueued or numbered.
+                  DType dtype, RedOp op, DeviceStream& stream, bool captured = false,
+                  const MappedPeers* mapped = nullptr);
+  // A call of one-sided shape `key` can run staged (its staged buffers fit the slots area:
+  // std::invalid_argument naming the settings otherwise), before anything is enqueued or numbered.
+  // A mapped call (every rank's buffers in place) needs no slots and is not asked.
   void check_one_sided(const ScheduleKey& key) const;
   // Whether the plan of call shape `key` is on the device (an eager call of that shape ran).
   bool has_plan(const ScheduleKey& key) const { return plans_.count(key) != 0; }
@@ -151,6 +155,8 @@ class KernelPath final : public DevicePathRunner {
     uint8_t peer_bufs = 0;
     bool stage_in_place = false;
     uint64_t stage_bytes[2] = {0, 0};
+    uint64_t stage_need = 0;  // bytes of slots the staged path needs; fits: within slots_bytes()
+    bool stage_fits = true;
     unsigned os_grid = 1;
     size_t table_at = 0;
     // Held by every graph that captured a launch of the plan (a CUDA user object): the plan is
@@ -177,7 +183,15 @@ class KernelPath final : public DevicePathRunner {
   void plan_one_sided(const ScheduleKey& key, Uploaded& u, std::vector<char>& host) const;
   // The staging of a one-sided call shape (Uploaded's peer_bufs, stage_in_place, stage_bytes).
   void stage_layout(const ScheduleKey& key, Uploaded& u) const;
-  void fill_one_sided(kexec::PlanLaunch& a, const Uploaded& u, char* const bases[3]) const;
+  void fill_one_sided(kexec::PlanLaunch& a, const Uploaded& u, char* const bases[3], const MappedPeers* mapped,
+                      DeviceStream& stream);
+  // The peers' table [size][3] of a mapped call on the device: uploaded once per set of addresses
+  // (a loop over the same buffers uploads nothing), freed stream-ordered at release or when more
+  // than kMappedTables sets were seen (every launch using one is ordered before the free).
+  const uint64_t* mapped_table(const std::vector<uint64_t>& words, DeviceStream& stream);
+  void release_mapped_tables(DeviceStream& stream);
+  static constexpr size_t kMappedTables = 256;
+  std::map<std::vector<uint64_t>, void*> mapped_tables_;
 
   // kernel_path_setup.cc: the handle's fields of the peer buffers and the residency, their
   // connection (the grid's budget, std::invalid_argument when COMMLIB_DEVICE_PATH=kernel cannot

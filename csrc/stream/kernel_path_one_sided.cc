@@ -1,8 +1,12 @@
 // The kernel path's one-sided plans (kernels/one_sided_plan.h, run by kernels/plan_one_sided.cuh):
 // their flags and counts in the kernel region, the staged path through the slots area, the grid.
 //
-// The staged path. A buffer some rank's plan reads or writes at a peer must be mapped on every
-// rank. Until users' buffers are registered (PeerBuffers, peer_buffers.h), such buffers are staged
+// The mapped path. A buffer some rank's plan reads or writes at a peer must be mapped on every
+// rank. Where every rank registered its input and output of the call (PeerBuffers::agree, the
+// same answer on every rank: StreamEngine::agree_route), the launch takes the call's table of the
+// peers' buffers (mapped_table) and reads and writes them in place. Otherwise the staged path.
+//
+// The staged path. Such buffers are staged
 // through this rank's slots area (the inbox of the message plans: exported to every peer when the
 // engines connect, COMMLIB_DEVICE_SLOTS x COMMLIB_DEVICE_SLOT_BYTES per peer): the kernel copies
 // the caller's input in before its first signal and the staged output out after its last wait.
@@ -60,9 +64,17 @@ size_t KernelPath::os_local_offset() const {
 size_t KernelPath::local_bytes() const { return os_local_offset() + 2 * os_flag_words() * 8; }
 
 void KernelPath::check_one_sided(const ScheduleKey& key) const {
-  if (has_plan(key)) return;
-  Uploaded u;
-  stage_layout(key, u);
+  auto it = plans_.find(key);
+  Uploaded mine;
+  const Uploaded* u = it != plans_.end() ? &it->second : &mine;
+  if (u == &mine) stage_layout(key, mine);
+  if (!u->stage_fits) {
+    const std::string name = algorithm_name(static_cast<Collective>(key.coll), key.algo);
+    throw std::invalid_argument("algorithm: " + name + " reads peers' buffers in place; buffers not registered on every "
+                                "rank are staged through the kernel path's slots (" + std::to_string(slots_bytes()) +
+                                " bytes: COMMLIB_DEVICE_SLOTS x COMMLIB_DEVICE_SLOT_BYTES per peer), and this call "
+                                "needs " + std::to_string(u->stage_need));
+  }
 }
 
 void KernelPath::stage_layout(const ScheduleKey& key, Uploaded& u) const {
@@ -79,12 +91,8 @@ void KernelPath::stage_layout(const ScheduleKey& key, Uploaded& u) const {
   u.stage_in_place = coll == Collective::AllReduce && (u.peer_bufs & in_bit) && (u.peer_bufs & out_bit);
   u.stage_bytes[0] = (u.peer_bufs & in_bit) ? in_bytes : 0;
   u.stage_bytes[1] = (u.peer_bufs & out_bit) ? out_bytes : 0;
-  const uint64_t need = u.stage_in_place ? in_bytes : round_up(u.stage_bytes[0], kStageAlign) + u.stage_bytes[1];
-  if (need > slots_bytes())
-    throw std::invalid_argument("algorithm: " + name + " reads peers' buffers in place; unregistered buffers are "
-                                "staged through the kernel path's slots (" + std::to_string(slots_bytes()) +
-                                " bytes: COMMLIB_DEVICE_SLOTS x COMMLIB_DEVICE_SLOT_BYTES per peer), and this call "
-                                "needs " + std::to_string(need));
+  u.stage_need = u.stage_in_place ? in_bytes : round_up(u.stage_bytes[0], kStageAlign) + u.stage_bytes[1];
+  u.stage_fits = u.stage_need <= slots_bytes();  // else only the mapped path runs it (check_one_sided)
 }
 
 void KernelPath::plan_one_sided(const ScheduleKey& key, Uploaded& u, std::vector<char>& host) const {
@@ -109,7 +117,7 @@ void KernelPath::plan_one_sided(const ScheduleKey& key, Uploaded& u, std::vector
   std::memcpy(host.data() + items, p.steps.data(), steps);
   std::memcpy(host.data() + items + steps, p.sends_to.data(), counts);
   std::memcpy(host.data() + items + steps + counts, p.recvs_from.data(), counts);
-  if (!u.peer_bufs) return;
+  if (!u.peer_bufs || !u.stage_fits) return;  // (no staged table: only mapped calls of this shape run)
   if (!staged_peers_) throw std::logic_error("kernel path: a one-sided plan before connect");
   const uint64_t out_at = u.stage_in_place ? 0 : round_up(u.stage_bytes[0], kStageAlign);
   std::vector<char*> at_in, at_out;
@@ -124,7 +132,8 @@ void KernelPath::plan_one_sided(const ScheduleKey& key, Uploaded& u, std::vector
   }
 }
 
-void KernelPath::fill_one_sided(kexec::PlanLaunch& a, const Uploaded& u, char* const bases[3]) const {
+void KernelPath::fill_one_sided(kexec::PlanLaunch& a, const Uploaded& u, char* const bases[3],
+                                const MappedPeers* mapped, DeviceStream& stream) {
   a.one_sided = 1;
   a.os_blocks = kexec::kMaxBlocks;
   a.peer_bases = reinterpret_cast<const uint64_t*>(static_cast<char*>(u.dev) + u.table_at);
@@ -135,9 +144,23 @@ void KernelPath::fill_one_sided(kexec::PlanLaunch& a, const Uploaded& u, char* c
   a.stage_bytes[0] = a.stage_bytes[1] = 0;
   a.staged_release = 0;
   if (!u.peer_bufs) return;
+  // Every rank's buffers in place: the call's table, no staging, and no closing handshake: the
+  // verifier proves that when a schedule returns every peer is done with this rank's buffers (its
+  // last wait), and a mapped launch touches no slots (every rank takes the same route).
+  if (mapped && mapped->mapped) {
+    const uint8_t in_bit = 1u << static_cast<int>(BufferId::Input), out_bit = 1u << static_cast<int>(BufferId::Output);
+    std::vector<uint64_t> words(static_cast<size_t>(size_) * 3, 0);
+    for (int q = 0; q < size_; ++q) {
+      words[q * 3 + 0] = (u.peer_bufs & in_bit) ? reinterpret_cast<uint64_t>(mapped->in[q]) : 0;
+      words[q * 3 + 1] = (u.peer_bufs & out_bit) ? reinterpret_cast<uint64_t>(mapped->out[q]) : 0;
+    }
+    a.peer_bases = mapped_table(words, stream);
+    return;
+  }
+  if (!u.stage_fits) throw std::logic_error("kernel path: a staged one-sided call that does not fit (unchecked)");
+  a.staged_release = 1;  // the closing handshake (the file's comment says why)
   char* const mine = region_ + 2 * flag_bytes();
   const uint64_t out_at = u.stage_in_place ? 0 : round_up(u.stage_bytes[0], kStageAlign);
-  a.staged_release = 1;
   if (u.stage_bytes[0] || u.stage_in_place) {
     a.stage_user[0] = bases[0];
     a.stage_bytes[0] = u.stage_in_place ? u.stage_bytes[0] : u.stage_bytes[0];
@@ -148,6 +171,24 @@ void KernelPath::fill_one_sided(kexec::PlanLaunch& a, const Uploaded& u, char* c
     a.stage_bytes[1] = u.stage_bytes[1];
     a.bases[1] = mine + out_at;
   }
+}
+
+const uint64_t* KernelPath::mapped_table(const std::vector<uint64_t>& words, DeviceStream& stream) {
+  auto it = mapped_tables_.find(words);
+  if (it != mapped_tables_.end()) return static_cast<const uint64_t*>(it->second);
+  if (mapped_tables_.size() >= kMappedTables) release_mapped_tables(stream);
+  const size_t bytes = words.size() * sizeof(uint64_t);
+  void* dev = device_->allocate_ordered(bytes, stream);
+  std::vector<char> host(bytes);
+  std::memcpy(host.data(), words.data(), bytes);
+  stage(host, dev, stream);
+  mapped_tables_.emplace(words, dev);
+  return static_cast<const uint64_t*>(dev);
+}
+
+void KernelPath::release_mapped_tables(DeviceStream& stream) {
+  for (auto& [words, dev] : mapped_tables_) device_->free_ordered(dev, stream);
+  mapped_tables_.clear();
 }
 
 }  // namespace commlib

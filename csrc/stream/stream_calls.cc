@@ -15,11 +15,11 @@ CallDesc StreamEngine::describe(const CollectiveCall& call, uint8_t algo, uint64
   return call_desc(call, static_cast<uint8_t>(algo | kDeviceCallAlgoBit), seq);
 }
 
-const ResolvedPlan& StreamEngine::plan_of(const CollectiveCall& call, uint8_t* kernel_auto) {
+const ResolvedPlan& StreamEngine::plan_of(const CollectiveCall& call, uint8_t* kernel_auto, bool peers_mapped) {
   const ResolvedPlan& policy = plans_.get(call);
   if (call.algo != 0) return policy;  // an algorithm named (or prepare()'s): kernel_auto_algorithm leaves it
   const KernelAutoInputs in{device_->plan_blocks(1) > 0, opts_.path, opts_.link == DeviceLinkSetting::Nccl,
-                            kernel_ ? kernel_->kernel_max_bytes() : kKernelPathMaxBytes};
+                            kernel_ ? kernel_->kernel_max_bytes() : kKernelPathMaxBytes, peers_mapped};
   const uint64_t bytes = static_cast<uint64_t>(call.count) * dtype_size(call.dtype);
   const uint8_t algo = kernel_auto_algorithm(size_, plans_.context().topology, in, call.coll, call.algo, bytes,
                                              policy.choice.source);
@@ -33,6 +33,9 @@ const ResolvedPlan& StreamEngine::plan_of(const CollectiveCall& call, uint8_t* k
 PreparedCall StreamEngine::prepare(const CollectiveCall& call) {
   std::lock_guard<std::mutex> guard(enqueue_mu_);
   PreparedCall p{call, nullptr, path_of(call)};
+  // A call whose route the ranks agree on per call (the mapped two-shot for auto) is planned per
+  // call: a rank whose call is prepared and one whose is not must agree alike.
+  if (call.algo == 0 && one_sided_candidate(call, nullptr)) return p;
   uint8_t algo = 0;
   plan_of(call, &algo);
   if (algo) p.call.algo = algo;
@@ -198,10 +201,14 @@ uint64_t StreamEngine::enqueue_collective(const CollectiveCall& call, const Prep
     NcclLink::check_supported(call.dtype, call.op, call.coll);
     if (!nccl_->ready()) throw CommError("algorithm='nccl': the NCCL communicator was not created");
   }
-  const ResolvedPlan& planned = prepared ? *prepared->plan : plan_of(call);
-  // Peers' memory, read in place: the kernel path or nothing (alike on every rank); a prepared call
-  // passed this check when it was first made.
-  if (planned.one_sided && !prepared) {
+  // A one-sided route (every rank's buffers mapped, or staged) is agreed with every rank first:
+  // auto's choice reads it (policy/device_auto.h), the launch takes it (stream_one_sided.cc).
+  MappedPeers route;
+  if (one_sided_candidate(call, prepared ? prepared->plan.get() : nullptr)) route = agree_route(call);
+  const ResolvedPlan& planned = prepared ? *prepared->plan : plan_of(call, nullptr, route.mapped);
+  // Peers' memory, read in place: the kernel path or nothing (alike on every rank); staged, its
+  // buffers must fit the slots (prepared calls too: their route is agreed per call).
+  if (planned.one_sided && !route.mapped) {
     if (!kernel_ || !kernel_->usable() || nccl_->carries_any())
       throw std::invalid_argument("algorithm: " + planned.name + " is one-sided (it reads and writes peers' mapped "
                                   "buffers): it runs on the device kernel path only, which this communicator lacks "
@@ -239,7 +246,7 @@ uint64_t StreamEngine::enqueue_collective(const CollectiveCall& call, const Prep
     for (int p : planned.peers)
       if (remote(p)) remote_peers.emplace_back(p, desc);
     remote_descs_->exchange(remote_peers, remote_peers, seq_, s);
-    launched = enqueue_call(call, planned, path, desc, esize, s);
+    launched = enqueue_call(call, planned, path, desc, esize, s, false, route.mapped ? &route : nullptr);
   } catch (const std::exception& e) {
     // Partly enqueued: the ranks' counters no longer agree, so the engine cannot go on. This
     // rank's failure (often its device's sticky error, first seen here): CommError here, and the
@@ -259,7 +266,8 @@ DeviceCallPath StreamEngine::path_of(const CollectiveCall& call) const {
 }
 
 Launched StreamEngine::enqueue_call(const CollectiveCall& call, const ResolvedPlan& plan, DeviceCallPath path,
-                                    const CallDesc& desc, size_t esize, DeviceStream& s, bool captured) {
+                                    const CallDesc& desc, size_t esize, DeviceStream& s, bool captured,
+                                    const MappedPeers* mapped) {
   char* in = reinterpret_cast<char*>(call.input);
   char* out = reinterpret_cast<char*>(call.output);
   const InputStaging staging = input_staging(call, rank_, size_);
@@ -280,7 +288,8 @@ Launched StreamEngine::enqueue_call(const CollectiveCall& call, const ResolvedPl
                              : path == DeviceCallPath::Nccl ? static_cast<DevicePathRunner&>(*nccl_)
                                                             : static_cast<DevicePathRunner&>(*copy_);
   last_path_ = path == DeviceCallPath::Kernel ? "kernel" : "copy";  // NCCL's own collective shows as copy
-  Launched l = runner.enqueue(PathCall{plan, call, desc, bases, seq_, captured}, s);
+  last_algorithm_ = plan.name;
+  Launched l = runner.enqueue(PathCall{plan, call, desc, bases, seq_, captured, mapped}, s);
   if (l.done) note_wait(StreamWait{l.done, l.target, l.peer, l.send, seq_});  // the launch's first peer until it completes
   if (avg_divides(call, rank_) && call.count) {
     device_->divide_unless(copy_->stop_dev(), out, static_cast<size_t>(call.count), call.dtype, size_, s);

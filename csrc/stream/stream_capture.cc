@@ -46,11 +46,24 @@ uint64_t StreamEngine::capture_collective(const CollectiveCall& call, DeviceStre
                           "are not all on this host"
                         : "COMMLIB_DEVICE_PATH=copy") +
                "); use COMMLIB_DEVICE_PATH=kernel with every rank on one host");
-  const ResolvedPlan& planned = plan_of(call);
   const size_t esize = dtype_size(call.dtype);
-  const CallDesc shape = describe(call, planned.algo, 0);  // enqueue_call's key, without a number
-  const ScheduleKey key{shape.coll, static_cast<uint8_t>(shape.algo & ~kDeviceCallAlgoBit), shape.root, shape.count,
-                        static_cast<uint8_t>(esize)};
+  auto key_of = [&](const ResolvedPlan& p) {
+    const CallDesc shape = describe(call, p.algo, 0);  // enqueue_call's key, without a number
+    return ScheduleKey{shape.coll, static_cast<uint8_t>(shape.algo & ~kDeviceCallAlgoBit), shape.root, shape.count,
+                       static_cast<uint8_t>(esize)};
+  };
+  const ResolvedPlan* chosen = &plan_of(call);
+  // A captured call never agrees on a one-sided route (stream_one_sided.cc): an auto all_reduce
+  // whose eager warm-up ran as the mapped two-shot (every rank's buffers mapped) has that plan,
+  // not the two-shot's, and takes it on the staged path (refused by name where that does not fit
+  // the slots). Every rank's warm-up agreed alike, so every rank holds the same plans.
+  if (call.algo == 0 && !kernel_->has_plan(key_of(*chosen)) && one_sided_candidate(call, nullptr)) {
+    const ResolvedPlan& mapped = plan_of(call, nullptr, true);
+    if (mapped.one_sided && kernel_->has_plan(key_of(mapped))) chosen = &mapped;
+  }
+  const ResolvedPlan& planned = *chosen;
+  const ScheduleKey key = key_of(planned);
+  if (planned.one_sided && kernel_->has_plan(key)) kernel_->check_one_sided(key);  // staged: it must fit
   const char* warm_up = "; run the same call once outside the capture first (the warm-up), then capture it";
   if (!kernel_->has_plan(key)) refuse(rank_, call, std::string("its device plan was never set up (no warm-up call)") + warm_up);
   const InputStaging staging = input_staging(call, rank_, size_);

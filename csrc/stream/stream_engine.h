@@ -201,6 +201,9 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   // The path the last collective ran on: "kernel" (one launch, stream/kernel_path.h), "copy"
   // (copy-engine copies ordered by stream memory operations) or "" before the first.
   std::string last_path() const { return last_path_; }
+  // The algorithm the last collective ran (auto resolved per call: a one-sided route may change
+  // it, stream_one_sided.cc), "" before the first.
+  std::string last_algorithm() const { return last_algorithm_; }
   // The kernel path (null with COMMLIB_DEVICE_PATH=copy): its record of the chunks it moved by
   // protocol, and the tests' hook on its chunk numbers (kernel_path.h).
   KernelPath* kernel_path() { return kernel_.get(); }
@@ -258,10 +261,17 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   // The launch's completion word (done_dev null where something follows the launch, e.g. avg's
   // divide, or the path has no word).
   Launched enqueue_call(const CollectiveCall& call, const ResolvedPlan& plan, DeviceCallPath path, const CallDesc& desc,
-                        size_t esize, DeviceStream& s, bool captured = false);
+                        size_t esize, DeviceStream& s, bool captured = false, const MappedPeers* mapped = nullptr);
   // The plan of `call`: the policy's (plans_), except where the kernel path's auto asks for the
-  // one-shot or two-shot all_reduce (policy/device_auto.h: its algorithm into `*kernel_auto`).
-  const ResolvedPlan& plan_of(const CollectiveCall& call, uint8_t* kernel_auto = nullptr);
+  // one-shot, two-shot or (`peers_mapped`) mapped two-shot all_reduce (policy/device_auto.h: its
+  // algorithm into `*kernel_auto`).
+  const ResolvedPlan& plan_of(const CollectiveCall& call, uint8_t* kernel_auto = nullptr, bool peers_mapped = false);
+  // stream_one_sided.cc: whether the ranks agree on `call`'s route before planning it (a one-sided
+  // algorithm named, here or in `prepared`, or auto that would take the mapped two-shot where
+  // every rank's buffers are mapped; decided from what every rank knows alike), and the agreement.
+  bool one_sided_candidate(const CollectiveCall& call, const ResolvedPlan* prepared);
+  MappedPeers agree_route(const CollectiveCall& call);
+  uint64_t one_sided_calls_ = 0;  // agree_route's call numbers (the same on every rank)
   // The path `call` runs on (policy/device_auto.h: device auto decides, the engine asks).
   DeviceCallPath path_of(const CollectiveCall& call) const;
   // CopyPathHost: what the copy path needs of the engine.
@@ -366,6 +376,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   std::unique_ptr<RemoteDescriptors> remote_descs_;  // never null; staging only with peers on other hosts
   std::unique_ptr<P2PDescriptors> p2p_descs_;        // never null (point-to-point message descriptors)
   std::string last_path_;
+  std::string last_algorithm_;
   bool publish_kernel_calls_ = true;  // enqueue state
   uint64_t wd_kernel_progress_ = 0;
 };

@@ -97,12 +97,14 @@ def mismatch_found_by_the_kernel(comm, scenario):
 AUTO_COUNTS = (2, 16384, 65536, 262145)  # float32: 8 B, 64 KiB, 256 KiB, just over 1 MiB
 
 
-def kernel_auto_choices(comm, settings, table=None):
+def kernel_auto_choices(comm, settings, table=None, shareable=()):
     """What auto resolves an all_reduce of each of AUTO_COUNTS to under `settings` (and the tuning
     `table`, installed for the call and the default one put back after): on an engine that never
     connects (what the first call's descriptor is made with during set-up) and on the connected
     engine the calls run on; then the calls themselves: (before, after, the size policy's own
-    choice on one host, the paths taken, all right)."""
+    choice on one host, the paths taken, all right, the algorithms the calls ran). The ranks in
+    `shareable` call with buffers their peers can map (the others' have no shareable handle): the
+    mapped two-shot is auto's only where every rank's are (policy/device_auto.h)."""
     from commlib import _C
     from commlib.core import tuning
 
@@ -110,7 +112,7 @@ def kernel_auto_choices(comm, settings, table=None):
         _C.clear_tuning()
         tuning.install(table)
         try:
-            return kernel_auto_choices(comm, settings)
+            return kernel_auto_choices(comm, settings, None, shareable)
         finally:
             _C.clear_tuning()
             tuning.load_default()
@@ -122,15 +124,16 @@ def kernel_auto_choices(comm, settings, table=None):
         finally:
             lone.close()
             lone.release_memory(True)  # it never exported anything to a peer
-        ok, paths = True, []
+        ok, paths, ran = True, [], []
         for n in AUTO_COUNTS:
-            x = emu.from_numpy(np.full(n, sub.rank + 1, np.float32))
+            x = emu.from_numpy(np.full(n, sub.rank + 1, np.float32), shareable=sub.rank in shareable)
             sub.all_reduce(x)
             ok &= bool((x.numpy() == sub.size * (sub.size + 1) // 2).all())
             paths.append(sub._device().last_path())
+            ran.append(sub._device()._last_engine.last_algorithm())
         engine = sub._device()._last_engine
         after = [engine.resolved_algorithm(COLLECTIVE["all_reduce"], "auto", n, DTYPE["float32"]) for n in AUTO_COUNTS]
         policy = [_C.resolve_algorithm(_C.Collective.all_reduce, "auto", n, 4, 0, sub.size, [], None)["algorithm"]
                   for n in AUTO_COUNTS]
-        return before, after, policy, paths, ok
+        return before, after, policy, paths, ok, ran
     return with_settings(comm, settings, run)

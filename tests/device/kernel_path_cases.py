@@ -112,18 +112,23 @@ def mixed_settings(comm, settings_of_rank1, settings_of_rank0, late_rank=None):
     return with_settings(comm, settings_of_rank1 if comm.rank == 1 else settings_of_rank0, run)
 
 
-def sweep_paths(comm, cfg):
+def sweep_paths(comm, cfg, settings=None, with_text=False):
     """The device bench's sweep in a pool rank (as `commlib bench --device emulated --paths ...`
-    runs it, without starting processes): the records, the backend's info, the transport."""
+    runs it, without starting processes): the records, the backend's info, the transport (and
+    with_text: what the sweep printed). `settings`: in the environment while the paths' engines
+    are created."""
     from commlib.bench.device import DeviceBackend
     from commlib.bench.sweep import Sweep
     from commlib.perf import common as C
     C.use_device("emulated")
-    backend = DeviceBackend(comm, "emulated", paths=cfg["paths"])
+    with overridden(settings or {}):
+        backend = DeviceBackend(comm, "emulated", paths=cfg["paths"])
     try:
-        sw = Sweep(backend, cfg, out=io.StringIO())
+        out = io.StringIO()
+        sw = Sweep(backend, cfg, out=out)
         records = sw.run()
-        return records, backend.extra_info(cfg), backend.transport, sw.wrong_total
+        res = records, backend.extra_info(cfg), backend.transport, sw.wrong_total
+        return res + (out.getvalue(),) if with_text else res
     finally:
         backend.close()  # its sub-communicators; the pool's own stays open
         C.use_device("host")

@@ -29,9 +29,10 @@ def one_sided_matrix(comm, cases):
     return with_settings(comm, SETTINGS, run)
 
 
-def counted_call(comm, coll, algo, count, settings):
+def counted_call(comm, coll, algo, count, settings, shareable=True):
     """One warm-up and one counted call of `algo` with `count` float32 elements per rank block:
-    (the counters of the second call, whether the result was right)."""
+    (the counters of the second call, whether the result was right). `shareable` False: the
+    buffers have no shareable handle (the staged path)."""
     import numpy as np
 
     import commlib.emulated as emu
@@ -40,8 +41,8 @@ def counted_call(comm, coll, algo, count, settings):
         P, r = sub.size, sub.rank
         n_in = count * (P if coll in ("reduce_scatter", "all_to_all") else 1)
         n_out = count * (P if coll in ("all_gather", "all_to_all") else 1)
-        x = emu.from_numpy(np.full(n_in, r + 1, np.float32))
-        y = emu.from_numpy(np.zeros(n_out, np.float32))
+        x = emu.from_numpy(np.full(n_in, r + 1, np.float32), shareable=shareable)
+        y = emu.from_numpy(np.zeros(n_out, np.float32), shareable=shareable)
         call = getattr(sub, coll)
         for i in range(2):
             if i == 1:  # the warm-up's launch done (calls are stream-ordered, not host-synchronous)
@@ -62,14 +63,16 @@ def counted_call(comm, coll, algo, count, settings):
 
 def refusals(comm):
     """The messages of a one-sided call refused: on the copy path, and too big for the staging slots
-    (then a fitting call on the same communicator still runs)."""
+    (buffers without a shareable handle: staged), then a fitting call on the same communicator
+    still runs, and the same too-big call on buffers every rank can map runs (nothing staged):
+    (on_copy, too_big, then, mapped)."""
     import numpy as np
 
     import commlib.emulated as emu
     from kernel_path_cases import COPY_SETTINGS
 
-    def attempt(sub, n):
-        x = emu.from_numpy(np.ones(n, np.float32))
+    def attempt(sub, n, shareable=False):
+        x = emu.from_numpy(np.ones(n, np.float32), shareable=shareable)
         try:
             sub.all_reduce(x, algorithm="mapped_two_shot")
             emu.synchronize()
@@ -78,8 +81,57 @@ def refusals(comm):
         return float(x.numpy()[0])
     on_copy = with_settings(comm, COPY_SETTINGS, attempt, 16)
     small = dict(SETTINGS, COMMLIB_DEVICE_SLOT_BYTES="4096")
-    too_big, then = with_settings(comm, small, lambda sub: (attempt(sub, 8192), attempt(sub, 64)))
-    return on_copy, too_big, then
+    too_big, then, mapped = with_settings(comm, small, lambda sub: (attempt(sub, 8192), attempt(sub, 64),
+                                                                    attempt(sub, 8192, True)))
+    return on_copy, too_big, then, mapped
+
+
+class _Raw:
+    """Device memory an emulated Array views without owning it (the test frees it itself)."""
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+
+def freed_and_reallocated(comm):
+    """mapped_two_shot on every rank's registered buffer, then rank 1's buffer freed and another
+    allocated at the same address with other contents, then the call again, several times: the
+    results of every call, and how many calls staged (kernel counters). A peer reading rank 1's
+    old allocation through a stale mapping would sum its old bytes."""
+    import numpy as np
+
+    import commlib.emulated as emu
+
+    def run(sub):
+        dev, s = emu.device(), emu.current_stream()
+        n = 1024
+
+        def array(value, at=0):
+            ptr = dev.allocate_with(n * 4, at, True)
+            dev.upload(ptr, np.full(n, value, np.float32).tobytes(), s._stream)
+            return ptr, emu.Array(_Raw(ptr), emu.current_device(), 0, n, "float32")
+
+        ptr, x = array(sub.rank + 1)
+        results = []
+        emu.kernel_counters(reset=True)
+        for i in range(3):
+            sub.all_reduce(x, algorithm="mapped_two_shot")
+            results.append(float(x.numpy()[0]))
+            sub.barrier()  # every rank's call done before rank 1 frees the buffer its peers mapped
+            if sub.rank == 1:
+                dev.free_ordered(ptr, s._stream)
+                s.synchronize()
+                ptr, x = array(10 * (i + 1), at=ptr)  # the same address, a new allocation
+                assert x.data_ptr() == ptr
+            else:
+                dev.upload(ptr, np.full(n, sub.rank + 1, np.float32).tobytes(), s._stream)
+        s.synchronize()
+        staged = emu.kernel_counters()["staged_bytes"]
+        sub.barrier()
+        dev.free_ordered(ptr, s._stream)
+        s.synchronize()
+        return results, staged
+    return with_settings(comm, SETTINGS, run)
 
 
 def one_sided_matrix_cuda(comm, cases):

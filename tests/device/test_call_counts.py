@@ -65,9 +65,10 @@ def test_waits_on_another_stream_are_one_stream_wait_on_the_done_word(pool):
 
 @pytest.mark.gpu
 def test_steady_calls_on_cuda_complete_by_the_done_word(pool):
-    """NEVER RUN (no GPU lent while it was written): on GPU 0, 1000 steady blocking and 1000 async
-    calls through the entry, no allocation per blocking call, every work complete by its done word,
-    and a wait() on another stream ordered by the word."""
+    """On GPU 0, 1000 steady blocking and 1000 async calls through the entry, no allocation per
+    blocking call, every work complete by its done word, and a wait() on another stream ordered by
+    the word. First run on an H200 (session 14): 1999 hits of 2000, as the warm-up used another op
+    than the measured calls (a cache miss of the test's own making); every work completed."""
     pytest.importorskip("torch")
     for rank, (hits, allocs, right, seen) in enumerate(pool(2, env={"COMMLIB_TIMEOUT": "20"}).run(
             steady_calls_cuda, STEADY, timeout=240)):

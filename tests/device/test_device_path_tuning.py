@@ -17,7 +17,8 @@ SCHEMA = "commlib-tuning/1"
 KERNEL_ROWS = {"all_reduce": {"3": {"rows": [[-1, "ring"]]}}}
 
 
-# kernel_auto_choices: all_reduce of 8 B, 64 KiB, 256 KiB and just over 1 MiB on 3 ranks, auto.
+# kernel_auto_choices: all_reduce of 8 B, 64 KiB, 256 KiB and just over 1 MiB on 3 ranks, auto (buffers
+# no peer can map, so the mapped two-shot is not auto's).
 @pytest.mark.parametrize("crossover, paths", [
     ({"3": {"kernel_max_bytes": 65536}}, ["kernel", "kernel", "copy", "copy"]),  # below the default
     ({"3": {"kernel_max_bytes": 4 << 20}}, ["kernel"] * 4),                      # above it
@@ -25,7 +26,7 @@ KERNEL_ROWS = {"all_reduce": {"3": {"rows": [[-1, "ring"]]}}}
 ])
 def test_auto_follows_the_tuning_files_crossover(pool, crossover, paths):
     table = {"schema": SCHEMA, "kernel_path": KERNEL_ROWS, "device_path": crossover}
-    for before, after, policy, ran, ok in pool(3, env=DELAY_ENV).run(
+    for before, after, policy, ran, ok, _ in pool(3, env=DELAY_ENV).run(
             kernel_auto_choices, {"COMMLIB_DEVICE_PATH": "auto"}, table, timeout=60):
         assert ok and before == after, (before, after)
         assert ran == paths, ran

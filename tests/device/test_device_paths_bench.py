@@ -40,6 +40,71 @@ def test_the_bench_compares_the_paths(pool):
     assert table["collectives"] == {}, table
 
 
+@pytest.mark.timeout(120)
+def test_the_bench_runs_the_one_sided_algorithms_on_the_kernel_path(pool):
+    """`--algorithms mapped_two_shot,two_shot --paths kernel,copy`: the one-sided algorithm only as
+    `@kernel` (the copy path refuses it), checked; the bench's buffers are mapped, so a size whose
+    staged buffers would not fit the slots (4 x 64 KiB per peer, 2 ranks: 512 KiB) runs too."""
+    cfg = dict(CFG, sizes=[4096, 1 << 20], algorithms=["mapped_two_shot", "two_shot"], paths=["kernel", "copy"])
+    slots = {"COMMLIB_DEVICE_SLOT_BYTES": "65536", "COMMLIB_DEVICE_SLOTS": "4"}
+    records, _, _, wrong, text = pool(2, env=DELAY_ENV).run(sweep_paths, cfg, slots, True, timeout=100)[0]
+    ran = {(r["algorithm"], r["bytes"]): r["path"] for r in records}
+    assert ran == {("mapped_two_shot@kernel", 4096): "kernel", ("two_shot@kernel", 4096): "kernel",
+                   ("two_shot@copy", 4096): "copy", ("two_shot@kernel", 1 << 20): "kernel",
+                   ("two_shot@copy", 1 << 20): "copy", ("mapped_two_shot@kernel", 1 << 20): "kernel"}, ran
+    assert wrong == 0 and all(r["wrong"] == 0 for r in records)
+    assert "refused" not in text, text
+
+
+class _RefusingBackend:
+    """One rank; algorithm "b" is refused with a ValueError at sizes above 64 bytes, as the kernel
+    path refuses a staged one-sided call whose buffers do not fit its slots."""
+    name, transport, rank, size = "commlib", "stub", 0, 1
+
+    def algorithms(self, collective):
+        return ["a", "b"]
+
+    def supports(self, collective, mode, op, dtype):
+        return True
+
+    def refusable(self, collective, algorithm):
+        return algorithm == "b"
+
+    def make(self, collective, algorithm, mode, bufs, op, root):
+        n = bufs["send"].nbytes
+
+        def call():
+            if algorithm == "b" and n > 64:
+                raise ValueError(f"algorithm: b needs {n}")
+        return call
+
+    def barrier(self):
+        pass
+
+    def gather_stats(self, vec):
+        return vec[None, :]
+
+    def resolve(self, collective, algorithm, size, dtype):
+        return algorithm
+
+
+def test_the_sweep_leaves_out_a_call_refused_at_a_size():
+    """A refusable algorithm refused at one size: that size's row for it is empty and the sweep
+    says why, the other algorithm and the other size are measured; a refusal of an algorithm the
+    backend does not call refusable still ends the sweep."""
+    import io
+    from commlib.bench.sweep import Sweep
+    cfg = dict(CFG, sizes=[64, 4096], algorithms=["all"], check=False, device="host", paths=None)
+    out = io.StringIO()
+    records = Sweep(_RefusingBackend(), cfg, out=out).run()
+    assert {(r["algorithm"], r["bytes"]) for r in records} == {("a", 64), ("a", 4096), ("b", 64)}
+    assert "all_reduce b (in) at 4096 B refused: algorithm: b needs 4096" in out.getvalue(), out.getvalue()
+    backend = _RefusingBackend()
+    backend.refusable = lambda collective, algorithm: False
+    with pytest.raises(ValueError, match="b needs 4096"):
+        Sweep(backend, cfg, out=io.StringIO()).run()
+
+
 def test_path_rows_pair_the_paths_of_a_size():
     def rec(algo, path, us):
         return {"backend": "commlib", "collective": "all_reduce", "bytes": 8, "mode": "in", "algorithm": algo,

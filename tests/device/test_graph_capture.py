@@ -10,7 +10,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import graph_cases  # noqa: E402
-from graph_cases import REPLAYS, SIZES, capture_refusals, captured_step_matches_eager, kill_during_replay  # noqa: E402
+from graph_cases import (REPLAYS, SIZES, capture_refusals, captured_mapped_auto, captured_step_matches_eager,  # noqa: E402
+                         kill_during_replay)
 from kernel_path_cases import KERNEL_SETTINGS  # noqa: E402
 from test_device_collectives import DELAY_ENV  # noqa: E402
 
@@ -26,6 +27,15 @@ def test_a_captured_step_replayed_between_eager_calls_equals_the_eager_results(p
         assert differ == [], f"rank {rank}: replays {differ[:10]} differ from the eager step"
         assert wrong_other == 0, f"rank {rank}: {wrong_other} eager calls between replays were wrong"
         assert replayed == REPLAYS * (len(SIZES) + 1), (rank, replayed)  # the kernel counted every replayed launch
+
+
+@pytest.mark.timeout(120)
+def test_an_auto_all_reduce_warmed_up_mapped_captures_and_replays(pool):
+    """Captured calls never agree on a one-sided route: an auto all_reduce whose warm-up ran as the
+    mapped two-shot is captured with that plan (staged), not refused for want of the two-shot's."""
+    for rank, (algorithm, differ) in enumerate(pool(SIZE, env=DELAY_ENV).run(captured_mapped_auto, timeout=90)):
+        assert algorithm == "mapped_two_shot", (rank, algorithm)
+        assert differ == [], (rank, differ)
 
 
 @pytest.mark.timeout(120)

@@ -55,8 +55,9 @@ def test_auto_takes_one_shot_or_two_shot_on_the_kernel_path(pool, path):
     settings = {"COMMLIB_DEVICE_PATH": path.split("+")[0]}
     if path.endswith("override"):
         settings["COMMLIB_ALGO_ALL_REDUCE"] = "ring"
-    for before, after, policy, paths, ok in pool(3, env=DELAY_ENV).run(kernel_auto_choices, settings, timeout=60):
-        assert ok and before == after, (before, after)
+    # (Buffers without a shareable handle: the mapped two-shot is not auto's; test_auto_maps_where_every_rank_can.)
+    for before, after, policy, paths, ok, ran in pool(3, env=DELAY_ENV).run(kernel_auto_choices, settings, timeout=60):
+        assert ok and before == after and ran == after, (before, after, ran)
         if path in ("auto", "kernel"):
             assert after == ["direct", "direct", "two_shot", policy[3]], (after, policy)
             want = {"auto": ["kernel"] * 3 + ["copy"], "kernel": ["kernel"] * 4}[path]
@@ -69,6 +70,26 @@ def test_auto_takes_one_shot_or_two_shot_on_the_kernel_path(pool, path):
             assert after == ["ring"] * 4, after
 
 
+@pytest.mark.parametrize("path,shareable", [("auto", (0, 1, 2)), ("auto", (0, 2)), ("kernel", (0, 1, 2))])
+def test_auto_maps_where_every_rank_can(pool, path, shareable):
+    """3 ranks, 8 B / 64 KiB / 256 KiB / just over 1 MiB: where every rank's buffers can be mapped,
+    auto's all_reduce takes the mapped two-shot wherever the kernel path takes the call and the
+    two-shot would run (policy/device_auto.h; above auto's crossover the copy path stays); where
+    one rank's buffer has no shareable handle (rank 1), every rank keeps the rule's choice (the
+    ranks agree per call: a rank deciding alone would read a peer's buffer that peer staged)."""
+    for before, after, policy, paths, ok, ran in pool(3, env=DELAY_ENV).run(
+            kernel_auto_choices, {"COMMLIB_DEVICE_PATH": path}, None, shareable, timeout=60):
+        assert ok and before == after == ["direct", "direct", "two_shot", policy[3]], (before, after, policy)
+        if path == "kernel":
+            assert ran == ["direct", "direct", "mapped_two_shot", "mapped_two_shot"], ran
+            assert paths == ["kernel"] * 4, paths
+        elif len(shareable) == 3:
+            assert ran == ["direct", "direct", "mapped_two_shot", policy[3]], ran
+            assert paths == ["kernel"] * 3 + ["copy"], paths
+        else:
+            assert ran == after and paths == ["kernel"] * 3 + ["copy"], (ran, paths)
+
+
 # Rows measured on the kernel path for 3 ranks (and host rows that say otherwise): the kernel
 # path's auto takes its rows over the built-in rule; host calls and the copy path take the host rows.
 KERNEL_ROWS_TABLE = {"schema": "commlib-tuning/1",
@@ -79,9 +100,9 @@ KERNEL_ROWS_TABLE = {"schema": "commlib-tuning/1",
 @pytest.mark.parametrize("path", ["auto", "kernel", "copy"])
 def test_kernel_path_tuning_rows_win_over_the_rule(pool, path):
     settings = {"COMMLIB_DEVICE_PATH": path}
-    for before, after, policy, paths, ok in pool(3, env=DELAY_ENV).run(kernel_auto_choices, settings,
-                                                                        KERNEL_ROWS_TABLE, timeout=60):
-        assert ok and before == after, (before, after)
+    for before, after, policy, paths, ok, ran in pool(3, env=DELAY_ENV).run(kernel_auto_choices, settings,
+                                                                             KERNEL_ROWS_TABLE, timeout=60):
+        assert ok and before == after and ran == after, (before, after, ran)
         assert policy == ["tree"] * 4, policy  # the host's resolution never reads kernel-path rows
         want = {"auto": ["ring", "recursive_doubling", "recursive_doubling", "tree"],
                 "kernel": ["ring", "recursive_doubling", "recursive_doubling", "recursive_doubling"],

@@ -21,7 +21,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import device_cases  # noqa: E402
 from device_cases import cc  # noqa: E402
-from one_sided_cases import ONE_SIDED, counted_call, one_sided_matrix, refusals  # noqa: E402
+from one_sided_cases import ONE_SIDED, counted_call, freed_and_reallocated, one_sided_matrix, refusals  # noqa: E402
 from test_device_collectives import DELAY_ENV, _ops  # noqa: E402
 
 
@@ -64,16 +64,21 @@ EXPECTED = {
 
 
 @pytest.mark.timeout(240)
-def test_counters_per_algorithm(pool):
+@pytest.mark.parametrize("route", ["mapped", "staged"])
+def test_counters_per_algorithm(pool, route):
     """The two-shot misses the issue's 2.25 N (docs/gpu.md says what it needs); what is pinned is
     what runs: nothing touches host memory while data moves, two system-scope fences per block per
     handshake (a release store to signal, an acquire fence to wait), the grid barriers, and the
-    traffic, so a change that adds any shows here."""
+    traffic, so a change that adds any shows here. Mapped (every rank's buffers shareable): nothing
+    staged, no grid barrier before the copy-out, no closing handshake; staged (no shareable
+    handle): the copies and the closing handshake."""
     for coll, algo in ONE_SIDED:
         count = N // 4 // (P if coll in ("reduce_scatter", "all_to_all") else 1)
         res = pool(P, env=DELAY_ENV).run(counted_call, coll, algo, count, {"COMMLIB_DEVICE_SLOT_BYTES": str(8 << 20)},
-                                         timeout=200)
+                                         route == "mapped", timeout=200)
         read, written, staged, barriers, handshakes = EXPECTED[(coll, algo)]
+        if route == "mapped":  # no staging copies, no barrier before the copy-out, no closing handshake
+            staged, barriers, handshakes = 0, 1, handshakes - (P - 1)
         for c, ok in res:
             assert ok, (coll, algo)
             blocks = c["block_runs"]
@@ -86,8 +91,17 @@ def test_counters_per_algorithm(pool):
                 (coll, algo, c)
 
 
+def test_a_buffer_freed_and_reallocated_at_its_address_is_mapped_afresh(pool):
+    """3 ranks, mapped_two_shot in place: rank 1 frees its buffer between calls and allocates
+    another at the same address holding 10, 20: every rank's sum is that of the buffers of the call
+    (rank 1's new one), never rank 1's old bytes, and every call ran mapped (nothing staged)."""
+    for results, staged in pool(3, env=DELAY_ENV).run(freed_and_reallocated, timeout=60):
+        assert results == [1 + 2 + 3, 1 + 10 + 3, 1 + 20 + 3], results
+        assert staged == 0, staged
+
+
 def test_one_sided_calls_the_kernel_path_cannot_run_are_refused(pool):
-    for on_copy, too_big, then in pool(2, env=DELAY_ENV).run(refusals, timeout=60):
+    for on_copy, too_big, then, mapped in pool(2, env=DELAY_ENV).run(refusals, timeout=60):
         assert "mapped_two_shot is one-sided" in on_copy and "COMMLIB_DEVICE_PATH=copy" in on_copy, on_copy
         assert "COMMLIB_DEVICE_SLOTS x COMMLIB_DEVICE_SLOT_BYTES" in too_big and "needs 32768" in too_big, too_big
-        assert then == 2.0, then
+        assert then == 2.0 and mapped == 2.0, (then, mapped)

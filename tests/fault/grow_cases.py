@@ -86,9 +86,9 @@ def joiner_expecting_error(timeout, die_at=None):
     return _error(lambda: commlib.join(prefix="pool", timeout=timeout))
 
 
-def joiner_checks_in():
-    """A good joiner: joins, takes part in one all_reduce of ranks, closes."""
-    c = commlib.join(prefix="pool", timeout=60)
+def joiner_checks_in(prefix="pool"):
+    """A good joiner of job ``prefix``: joins, takes part in one all_reduce of ranks, closes."""
+    c = commlib.join(prefix=prefix, timeout=60)
     x = np.array([c.rank], np.int64)
     c.all_reduce(x)
     c.close()
@@ -128,3 +128,25 @@ def case_grow_and_check_in(comm):
     size = grown.size
     grown.close()
     return int(x[0]), size, _resources()
+
+
+def case_split_children_grow_at_once(comm):
+    """The pool's ranks split into {0, 2} and {1}; both children grow by one at the same time
+    (each child is a job of its own prefix). Returns the child's prefix, the grown size and the
+    grown communicator's sum of ranks."""
+    child = comm.split(1 if comm.rank == 1 else 0)
+    grown = child.grow(1, timeout=60)
+    x = np.array([grown.rank], np.int64)
+    grown.all_reduce(x)
+    out = (child._prefix, grown.size, int(x[0]))
+    grown.close()
+    child.close()
+    return out
+
+
+def case_grow_while_a_member_dies(comm, victim, step):
+    """Every member grows by one; ``victim`` dies at ``step`` of building the grown communicator
+    (commlib.bootstrap.phases). Returns the error each survivor raised."""
+    if comm.rank == victim:
+        phases.hook = lambda prefix, s: os._exit(3) if s == step and "/grow" in prefix else None
+    return _error(lambda: comm.grow(1, timeout=60))

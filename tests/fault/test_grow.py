@@ -18,20 +18,6 @@ from commlib.errors import RendezvousError  # noqa: E402
 from commlib.testing import ExtraRank, RankPool  # noqa: E402
 
 
-def test_join_is_refused_at_once_under_commlib_secret(monkeypatch):
-    """Tickets are store counters, which a signed store refuses: join (and grow, by the same
-    check) says so at once instead of failing on one rank while the others wait."""
-    monkeypatch.setenv("COMMLIB_SECRET", "s" * 32)
-    server = StoreServer("127.0.0.1", 0)
-    store = TCPStore("127.0.0.1", server.port)
-    try:
-        with pytest.raises(RendezvousError, match="not available with COMMLIB_SECRET"):
-            commlib.join(store=store, timeout=60)
-    finally:
-        store.close()
-        server.close()
-
-
 # One host, and two emulated hosts (the victim and the joiner on the second: links across are TCP).
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("hosts", [None, ("a", "a", "b")], ids=["one_host", "two_hosts"])
@@ -100,3 +86,31 @@ def test_grow_errors_raise_on_every_rank_and_a_retry_leaks_nothing():
         assert grown[r][:2] == (3, 3)
         before = died[0][r][1]
         assert grown[r][2] == before, f"rank {r}: fds and threads before the grows, after: {before}, {grown[r][2]}"
+
+
+@pytest.mark.timeout(120)
+def test_split_children_grow_at_once_then_a_member_dies_during_a_grow():
+    """Two grows at once (the children of a split, each a job of its own) admit each its own
+    joiner; then a member dies while the grown communicator is built: PeerError on every rank
+    that took part, survivors and joiner, before the grow's 60 s timeout (the pool's 30 s
+    limit on the call would fail the test first)."""
+    pool = RankPool(3, timeout=30)
+    extra = []
+    try:
+        for prefix in ("pool/split1/c0", "pool/split1/c1"):
+            extra.append(ExtraRank(pool, gc.joiner_checks_in, prefix))
+        children = pool.run(gc.case_split_children_grow_at_once)
+        joined = [e.result(30) for e in extra]
+        doomed = ExtraRank(pool, gc.joiner_expecting_error, 60)
+        extra.append(doomed)
+        died = pool.run(gc.case_grow_while_a_member_dies, 2, "hosts", allow_death=True)
+        joiner_saw = doomed.result(30)
+    finally:
+        for e in extra:
+            e.kill()
+        pool.kill()
+    assert children == [("pool/split1/c0", 3, 3), ("pool/split1/c1", 2, 1), ("pool/split1/c0", 3, 3)]
+    assert joined == [3, 1]
+    assert died[2] is None
+    for msg in (died[0], died[1], joiner_saw):
+        assert msg.startswith("PeerError") and "rank(s) [2]" in msg and "died during the grow" in msg, msg

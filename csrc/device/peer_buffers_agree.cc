@@ -1,0 +1,67 @@
+// PeerBuffers::agree (peer_buffers.h): the exact lookup the kernel path's one-sided calls take,
+// so that every rank chooses the same route (peers' buffers in place, or the staged path).
+//
+// Why every rank answers alike: each rank writes its own tag of the call into its ring before it
+// reads any peer's, and waits until it has read every peer's entry of the call; the answer is
+// "every rank's tag is registered", a function of the same entries on every rank. lookup's
+// prediction is not used here: a prediction is one rank's guess, which another rank cannot know.
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "device/peer_buffers.h"
+
+namespace commlib {
+
+bool PeerBuffers::agree(uint64_t call, unsigned which, const void* ptr, size_t bytes, bool captured,
+                        const std::function<bool()>& stop, PeerBufferView* view) {
+  if (which >= kBuffersPerCall)
+    throw std::invalid_argument("which: a call has at most " + std::to_string(kBuffersPerCall) + " buffers");
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!mine_) throw std::logic_error("peer buffers: closed");
+  if (!captured)
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_ && peers_[p]) close_retired(p);
+  PeerBufferView& v = *view;
+  v.peer.assign(size_, nullptr);
+  v.expect.assign(size_, PeerBufferTag{});
+  uint32_t slot = 0;
+  // Captured: an empty tag (no export or import may run), so every rank stages this call.
+  v.own = captured ? PeerBufferTag{} : register_own(ptr, bytes, false, &slot);
+  write_ring(call, which, v.own, slot);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
+  std::vector<RingTag> tags(size_);
+  bool every = v.own.id != 0;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    if (!peers_[p]) throw std::logic_error("peer buffers: agree() with a peer not mapped");
+    int got;
+    for (unsigned spin = 0; (got = read_ring(p, call, which, &tags[p])) == 0; ++spin) {
+      if (stop && stop()) throw std::runtime_error("peer buffers: stopped while waiting for rank " + std::to_string(p));
+      if (std::chrono::steady_clock::now() > deadline)
+        throw std::runtime_error("rank " + std::to_string(p) + " did not reach call " + std::to_string(call) +
+                                 " of the one-sided calls within the timeout (" + std::to_string(timeout_s_) +
+                                 " s): rank " + std::to_string(rank_) + " waited for its buffer's registration");
+      if (spin > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    if (got < 0)  // every rank agrees on every such call, so no peer runs kRing of them ahead
+      throw std::logic_error("peer buffers: rank " + std::to_string(p) + "'s entry of call " + std::to_string(call) +
+                             " was overwritten");
+    every = every && tags[p].tag.id != 0;
+  }
+  ++stats_.waits;
+  if (!every) return false;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    char* base = mapped(p, tags[p], false);
+    if (!base)
+      throw std::runtime_error("rank " + std::to_string(rank_) + " cannot map rank " + std::to_string(p) +
+                               "'s registered buffer of a one-sided call (freed while the call was enqueued?)");
+    v.peer[p] = base + tags[p].tag.offset;
+    v.expect[p] = tags[p].tag;
+  }
+  return true;
+}
+
+}  // namespace commlib

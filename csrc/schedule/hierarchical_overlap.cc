@@ -1,0 +1,179 @@
+// The overlapped pipeline of hierarchical all_reduce (docs/DESIGN.md "The schedule IR"): on hosts of
+// equal size, with an inter-host algorithm (and any intra-host one, built-in or registered), tick t
+// runs the inter-host phase of segment t in the same steps as the intra-host all-gather of segment
+// t-1 and then the reduce-scatter of segment t+1, so a tick takes about the slower of the two and
+// the call about K ticks of it plus one fill and one drain, not the sum of the phases.
+//
+// Two lanes per rank and tick: the inter lane (its block's owners, one per host: peers on other
+// hosts) and the intra lane (its host's ranks). Their peers are disjoint, so zipping them breaks no
+// rule of a step, and the regions are disjoint: segments t, t-1 and t+1, and separate scratch (the
+// intra lane's past the inter lane's). A rank of an intra lane that waited on a local peer stuck
+// behind that peer's inter group could deadlock; so the intra lanes of a host are aligned in rounds
+// (align_rounds: each message's two ends at one index of every local rank's lane), which leaves a
+// local peer's intra step only ever waiting on steps its own rank reaches first. On equal hosts
+// every rank owns one block of each segment, so its inter lane is one group's schedule, like every
+// local peer's; on unequal hosts a rank serves several groups one after another and the composed
+// schedule keeps its sequential tick (hierarchical_all_reduce.cc).
+#include "schedule/hierarchical_layout.h"
+
+#include <cstdint>
+
+namespace commlib {
+namespace sched {
+
+namespace {
+
+// Pieces a lane's segment may be cut into at most, and the fewest elements of a block's piece.
+constexpr int64_t kMaxChunks = 8;
+constexpr int64_t kMinPiece = 4096;
+
+bool equal_hosts(const HostMap& m) {
+  for (int g = 1; g < m.H(); ++g)
+    if (m.L(g) != m.L(0)) return false;
+  return true;
+}
+
+// Local rank j's intra lane of tick t: the all-gather of segment t-1, then the reduce-scatter of
+// segment t+1 (built-in when CollArgs::intra_algorithm is empty), each in `chunks` pieces one after
+// another. Raises scratch_end to its scratch.
+std::vector<Step> intra_lane(const CollArgs& a, const Layout& y, int j, int t, int chunks, int64_t base,
+                             int64_t& scratch_end) {
+  CollArgs aj = a;
+  aj.rank = y.m.hosts[y.h][j];
+  Layout yj(aj, y.m, y.K);
+  yj.chunks = chunks;
+  std::vector<Step> lane;
+  auto add = [&](std::vector<Step> steps) {
+    for (Step& st : steps) lane.push_back(std::move(st));
+  };
+  for (int phase = 0; phase < 2; ++phase) {
+    const int seg = phase == 0 ? t - 1 : t + 1;
+    if (seg < 0 || seg >= y.K) continue;
+    for (yj.chunk = 0; yj.chunk < chunks; ++yj.chunk) {
+      if (!a.intra_algorithm.empty()) {
+        IntraPhases phases(yj, a.intra_algorithm, base);
+        add(phase == 0 ? phases.ag(seg) : phases.rs(seg));
+        scratch_end = std::max(scratch_end, phases.scratch_end());
+      } else if (phase == 0) {
+        Step x;
+        yj.ag_comm(seg, x);
+        if (!x.ops.empty()) lane.push_back(std::move(x));
+      } else {
+        add(yj.rs(seg));
+      }
+    }
+  }
+  return lane;
+}
+
+// Every local rank's intra lane of tick t, aligned in rounds (align_rounds); `talks`: the rounds in
+// which some local rank sends or receives. `scratch_end` covers this rank's lane.
+std::vector<Step> aligned_intra(const CollArgs& a, const Layout& y, int t, int chunks, int64_t base,
+                                int64_t& scratch_end, std::vector<bool>& talks) {
+  std::vector<std::vector<Step>> lanes(y.L);
+  for (int j = 0; j < y.L; ++j) {
+    int64_t ignored = 0;
+    lanes[j] = intra_lane(a, y, j, t, chunks, base, j == y.i ? scratch_end : ignored);
+  }
+  std::vector<std::vector<Step>> aligned = align_rounds(y.m.hosts[y.h], lanes);
+  talks.assign(aligned.empty() ? 0 : aligned[0].size(), false);
+  for (const auto& lane : aligned)
+    for (size_t k = 0; k < lane.size(); ++k)
+      for (const Op& o : lane[k].ops) talks[k] = talks[k] || is_message(o.kind);
+  return std::move(aligned[y.i]);
+}
+
+bool step_talks(const Step& st) {
+  return std::any_of(st.ops.begin(), st.ops.end(), [](const Op& o) { return is_message(o.kind); });
+}
+
+// One tick's steps: the intra lane's rounds (intra_talks[k]: some local rank sends or receives in
+// round k) and the inter lane's steps merged by progress through the tick, so that the talking
+// inter steps spread over the talking rounds (a step runs as long as the slower of the two), and a
+// step of copies and reductions only goes alone: the c-th of C talking rounds spans [c/C,
+// (c+1)/C) of the tick, the e-th of E talking inter steps [e/E, (e+1)/E); the next two share a
+// step when their spans overlap, else the one that ends first goes alone. Every local rank has the
+// same rounds and talks, and the same inter steps (one group's schedule on equal hosts), so the
+// local ranks' merged ticks line up round for round.
+std::vector<Step> merge_by_progress(const std::vector<Step>& intra, const std::vector<bool>& intra_talks,
+                                    const std::vector<Step>& inter) {
+  const int64_t C = std::max<int64_t>(1, std::count(intra_talks.begin(), intra_talks.end(), true));
+  const int64_t E = std::max<int64_t>(1, std::count_if(inter.begin(), inter.end(), step_talks));
+  std::vector<Step> out;
+  size_t k = 0, e = 0;
+  int64_t c_done = 0, e_done = 0;  // talking steps already placed, per lane
+  auto push = [&](const Step& st) {
+    if (!st.ops.empty()) out.push_back(st);
+  };
+  while (k < intra.size() || e < inter.size()) {
+    const bool intra_left = k < intra.size(), inter_left = e < inter.size();
+    if (intra_left && !intra_talks[k]) {
+      push(intra[k++]);
+    } else if (inter_left && !step_talks(inter[e])) {
+      push(inter[e++]);
+    } else if (!inter_left || (intra_left && (c_done + 1) * E <= e_done * C)) {  // round ends before the step starts
+      push(intra[k++]), ++c_done;
+    } else if (!intra_left || (e_done + 1) * C <= c_done * E) {  // the step ends before the round starts
+      push(inter[e++]), ++e_done;
+    } else {
+      Step both = intra[k++];
+      both.ops.insert(both.ops.end(), inter[e].ops.begin(), inter[e].ops.end());
+      push(both);
+      ++e, ++c_done, ++e_done;
+    }
+  }
+  return out;
+}
+
+// Talking steps of segment t's inter lane of this rank's group as its member on host 0 has them.
+int64_t group_steps_on_host0(const CollArgs& a, const Layout& y, int t, int64_t x_base) {
+  CollArgs a0 = a;
+  a0.rank = y.m.hosts[0][y.i];
+  const Layout y0(a0, y.m, y.K);
+  int64_t ignored = 0;
+  const std::vector<Step> lane = inter_phase(a0, y0, t, x_base, ignored);
+  return std::count_if(lane.begin(), lane.end(), step_talks);
+}
+
+}  // namespace
+
+Schedule all_reduce_overlapped(const CollArgs& a, const Layout& y) {
+  Schedule s;
+  if (y.H < 2 || y.K < 2 || a.inter_algorithm.empty() || !equal_hosts(y.m)) return s;
+  // Scratch: [built-in reduce-scatter slots][the inter lane's][the registered intra phases'].
+  const int64_t x_base = a.intra_algorithm.empty() ? y.rs_scratch() : 0;
+  int64_t x_end = x_base;
+  for (int t = 0; t < y.K; ++t) inter_phase(a, y, t, x_base, x_end);
+  s.scratch_count = x_end;
+  // A tick's talking steps pair one intra round with one inter step, so the lane with fewer runs
+  // its segment in pieces (kMaxChunks at most), up to as many talking steps as the other; none of
+  // a block smaller than kMinPiece (a piece's messages must stay large enough that their
+  // per-message costs do not dominate). A function of the segment's length alone, so the
+  // candidate search's estimate from the first segments (candidate_search.h) cuts alike.
+  const int64_t block = y.span(BufferId::Input, 0, 0, 1).count;
+  const int64_t most = std::clamp<int64_t>(block / kMinPiece, 1, kMaxChunks);
+  auto pieces = [&](int64_t mine, int64_t other) { return mine == 0 ? 1 : std::min<int64_t>(most, (other + mine - 1) / mine); };
+  for (int t = -1; t <= y.K; ++t) {
+    int64_t ignored = 0;  // within x_end (smaller pieces need no more scratch than the whole block)
+    const bool x_now = t >= 0 && t < y.K;
+    std::vector<Step> lane = x_now ? inter_phase(a, y, t, x_base, ignored) : std::vector<Step>{};
+    std::vector<bool> talks;
+    std::vector<Step> mine = aligned_intra(a, y, t, 1, x_end, s.scratch_count, talks);
+    const int64_t rounds = std::count(talks.begin(), talks.end(), true);
+    // Every member of an inter group must cut alike, but their lanes may differ (a folded rank
+    // talks less), so the group's cut follows its host-0 member's lane; the host's intra cut
+    // follows this rank's (its local peers are the same member of their groups).
+    const int64_t steps = std::count_if(lane.begin(), lane.end(), step_talks);
+    const int64_t steps0 = !x_now || y.h == 0 ? steps : group_steps_on_host0(a, y, t, x_base);
+    if (rounds > steps0 && steps0 > 0) {
+      lane = inter_phase(a, y, t, x_base, ignored, static_cast<int>(pieces(steps0, rounds)));
+    } else if (steps > rounds && rounds > 0) {
+      mine = aligned_intra(a, y, t, static_cast<int>(pieces(rounds, steps)), x_end, s.scratch_count, talks);
+    }
+    append_steps(s, merge_by_progress(mine, talks, lane));
+  }
+  return s;
+}
+
+}  // namespace sched
+}  // namespace commlib

@@ -1,0 +1,79 @@
+// The stream engine's one-sided calls: the route every rank takes for a call whose plan reads and
+// writes peers' buffers in place (docs/gpu.md "One-sided plans on the kernel path").
+//
+// Every rank must take the same route: a rank reading a peer's input in place while that peer
+// staged it (or the other way round) reads the wrong bytes. So the route is not one rank's view of
+// the registry (device/peer_buffers.h, lookup: a prediction) but PeerBuffers::agree: each rank
+// writes its registration of the call's input and output into its ring and reads every peer's,
+// and every rank answers from the same entries. That is a host wait for every peer to reach the
+// call, taken only by the calls that may use the answer, chosen from what every rank knows alike
+// (one_sided_candidate): a one-sided algorithm named, or auto where the mapped two-shot would run
+// if the buffers were mapped (policy/device_auto.h, kernel_auto_may_map). A prepared call of such
+// a shape is planned per call (StreamEngine::prepare), so ranks that prepare and ranks that do not
+// agree alike. Calls on a capturing stream (stream_capture.cc) never agree: a graph's replays
+// stage (every rank captures the same calls, as any captured collective needs).
+#include <algorithm>
+#include <stdexcept>
+
+#include "common/shapes.h"
+#include "plan/lowering.h"
+#include "policy/device_auto.h"
+#include "stream/stream_engine.h"
+
+namespace commlib {
+
+bool StreamEngine::one_sided_candidate(const CollectiveCall& call, const ResolvedPlan* prepared) {
+  if (size_ < 2 || !kernel_ || !kernel_->usable() || nccl_->carries_any() || call.algo == kNcclAlgorithmCode)
+    return false;
+  // A private copy of the input (premul_sum's scaled input, an in-place all_to_all's) is the
+  // engine's own memory, never registered: such calls stage, with no agreement needed.
+  if (input_staging(call, rank_, size_).kind != InputStaging::None) return false;
+  if (prepared) return prepared->one_sided;
+  const ResolvedPlan& policy = plans_.get(call);
+  if (call.algo != 0) return policy.one_sided;
+  const KernelAutoInputs in{device_->plan_blocks(1) > 0, opts_.path, opts_.link == DeviceLinkSetting::Nccl,
+                            kernel_->kernel_max_bytes(), true};
+  const uint64_t bytes = static_cast<uint64_t>(call.count) * dtype_size(call.dtype);
+  return kernel_auto_may_map(size_, plans_.context().topology, in, call.coll, 0, bytes, policy.choice.source);
+}
+
+MappedPeers StreamEngine::agree_route(const CollectiveCall& call) {
+  const size_t esize = dtype_size(call.dtype);
+  const BufferShapes shapes = buffer_shapes(call.coll, call.count, size_, rank_, call.root);
+  const size_t in_bytes = static_cast<size_t>(std::max<int64_t>(shapes.input, 0)) * esize,
+               out_bytes = static_cast<size_t>(std::max<int64_t>(shapes.output, 0)) * esize;
+  const uint64_t number = ++one_sided_calls_;
+  PeerBuffers& registry = kernel_->peer_buffers();
+  // A peer that failed (its failure on the control plane) never reaches the call: stop waiting,
+  // and fail the call as any call after a peer's failure (PeerError naming it), not by the timeout.
+  const auto status = [this](int p) { return control_->peer_status(p, false); };
+  const auto stop = [this, &status] {
+    if (failed()) return true;
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_ && status(p).state == PeerState::Failed) return true;
+    return false;
+  };
+  PeerBufferView in, out;
+  MappedPeers route;
+  try {
+    route.mapped = registry.agree(number, 0, reinterpret_cast<const void*>(call.input), in_bytes, false, stop, &in) &&
+                   registry.agree(number, 1, reinterpret_cast<const void*>(call.output), out_bytes, false, stop, &out);
+  } catch (const std::runtime_error& e) {
+    ErrorKind kind;
+    std::string msg;
+    if (failed_peer_error(describe(call, call.algo, control_->peek_call_seq()), rank_, size_, status, &kind, &msg)) {
+      fail(kind, msg);
+      raise_to_caller(kind, msg);
+    }
+    throw std::runtime_error(std::string(collective_name(call.coll)) + " on rank " + std::to_string(rank_) +
+                             ", agreeing on the peers' buffers: " + e.what());
+  }
+  if (!route.mapped) return route;
+  route.in = std::move(in.peer);
+  route.out = std::move(out.peer);
+  route.in[rank_] = reinterpret_cast<char*>(call.input);
+  route.out[rank_] = reinterpret_cast<char*>(call.output);
+  return route;
+}
+
+}  // namespace commlib

@@ -1,0 +1,24 @@
+"""The overlapped hierarchical all_reduce on the host executor (shared memory inside an emulated
+host, TCP between hosts, COMMLIB_HOST_ID per rank): built-in and registered intra-host phases
+beside several inter-host algorithms, 2 hosts of 2 and 3 hosts of 3 (an odd world), counts of 3
+to 16 uneven segments; exact integer results in place and out of place, and every rank's schedule
+really mixes inter- and intra-host messages in its steps."""
+import pytest
+
+import overlap_cases as cases
+
+LOOPBACK = {"COMMLIB_SOCKET_IFNAME": "lo"}
+PAIRS = [("ring", ""), ("two_shot", "direct"), ("rabenseifner", "ring"), ("recursive_doubling", "rail_ring")]
+COUNTS = [64 * 3 + 5, 64 * 16 + 1, 5003]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("hosts", [("a", "a", "b", "b"), ("a", "b", "c", "a", "b", "c", "a", "b", "c")],
+                         ids=["2x2", "3x3-interleaved"])
+def test_overlapped_compositions_run_exactly(pool, hosts):
+    got = pool(len(hosts), env={**LOOPBACK, "COMMLIB_HOST_ID": hosts}).run(cases.run, PAIRS, COUNTS, timeout=280)
+    for rank, results in enumerate(got):
+        for (inter, intra), per_pair in zip(PAIRS, [results[i:i + len(COUNTS)] for i in range(0, len(results), len(COUNTS))]):
+            for count, (exact_in, exact_out, mixed) in zip(COUNTS, per_pair):
+                assert exact_in and exact_out, (rank, inter, intra, count)
+                assert mixed >= 2, (rank, inter, intra, count, mixed)
