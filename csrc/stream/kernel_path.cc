@@ -142,7 +142,7 @@ void KernelPath::connect(const std::vector<std::string>& handles, bool one_host)
                         reinterpret_cast<uint64_t*>(imported_[p] + os_flags_offset())};
     staging[p] = imported_[p] + 2 * flag_bytes();
   }
-  staged_peers_ = std::make_unique<StagedPeerBuffers>(std::move(staging), rank_, slots_bytes());
+  staged_peers_ = std::make_unique<StagedPeerBuffers>(std::move(staging), rank_, staging_capacity());
   char* views_dev = static_cast<char*>(local_) + views_offset();
   device_->upload_now(views_dev, views.data(), views.size() * sizeof(PeerView));
 }

@@ -155,7 +155,8 @@ class KernelPath final : public DevicePathRunner {
     uint8_t peer_bufs = 0;
     bool stage_in_place = false;
     uint64_t stage_bytes[2] = {0, 0};
-    uint64_t stage_need = 0;  // bytes of slots the staged path needs; fits: within slots_bytes()
+    uint64_t stage_out_at = 0;  // the staged output's offset in the slots area (0 in place)
+    uint64_t stage_need = 0;  // bytes of slots the staged path needs; fits: within staging_capacity()
     bool stage_fits = true;
     unsigned os_grid = 1;
     size_t table_at = 0;
@@ -168,6 +169,9 @@ class KernelPath final : public DevicePathRunner {
   void stage(const std::vector<char>& bytes, void* dev, DeviceStream& stream);
   size_t flag_bytes() const;
   size_t slots_bytes() const;
+  // The bytes a staged one-sided call may use (the slots area): the one bound of both the fit
+  // (stage_layout) and the peers' mapped staging (StagedPeerBuffers, connect).
+  size_t staging_capacity() const;
   size_t region_bytes() const;
   size_t descs_offset() const;  // of the descriptor ring in the region
   uint32_t desc_ring_len() const;

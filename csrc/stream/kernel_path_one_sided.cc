@@ -63,17 +63,23 @@ size_t KernelPath::os_local_offset() const {
 }
 size_t KernelPath::local_bytes() const { return os_local_offset() + 2 * os_flag_words() * 8; }
 
+// The staged path's capacity: the slots area, as StagedPeerBuffers maps it (connect) and as
+// stage_layout's fit is judged, so that every staged call judged to fit has its peers' addresses.
+size_t KernelPath::staging_capacity() const { return slots_bytes(); }
+
 void KernelPath::check_one_sided(const ScheduleKey& key) const {
   auto it = plans_.find(key);
   Uploaded mine;
   const Uploaded* u = it != plans_.end() ? &it->second : &mine;
   if (u == &mine) stage_layout(key, mine);
-  if (!u->stage_fits) {
+  if (!u->stage_fits) {  // the same on every rank: the one-sided algorithms' shapes are symmetric
     const std::string name = algorithm_name(static_cast<Collective>(key.coll), key.algo);
-    throw std::invalid_argument("algorithm: " + name + " reads peers' buffers in place; buffers not registered on every "
-                                "rank are staged through the kernel path's slots (" + std::to_string(slots_bytes()) +
-                                " bytes: COMMLIB_DEVICE_SLOTS x COMMLIB_DEVICE_SLOT_BYTES per peer), and this call "
-                                "needs " + std::to_string(u->stage_need));
+    throw std::invalid_argument(
+        "count: " + std::to_string(key.count) + " elements of " + std::to_string(key.elem_bytes) + " bytes with algorithm " +
+        name + " needs " + std::to_string(u->stage_need) + " bytes of staging, the slots area holds " +
+        std::to_string(staging_capacity()) + " (COMMLIB_DEVICE_SLOTS x COMMLIB_DEVICE_SLOT_BYTES per peer): " + name +
+        " reads peers' buffers in place, and buffers not registered on every rank are staged there; use buffers "
+        "every rank can map (commlib.device.empty, cudaMalloc'd tensors) or a larger COMMLIB_DEVICE_SLOT_BYTES");
   }
 }
 
@@ -91,8 +97,11 @@ void KernelPath::stage_layout(const ScheduleKey& key, Uploaded& u) const {
   u.stage_in_place = coll == Collective::AllReduce && (u.peer_bufs & in_bit) && (u.peer_bufs & out_bit);
   u.stage_bytes[0] = (u.peer_bufs & in_bit) ? in_bytes : 0;
   u.stage_bytes[1] = (u.peer_bufs & out_bit) ? out_bytes : 0;
-  u.stage_need = u.stage_in_place ? in_bytes : round_up(u.stage_bytes[0], kStageAlign) + u.stage_bytes[1];
-  u.stage_fits = u.stage_need <= slots_bytes();  // else only the mapped path runs it (check_one_sided)
+  // The staged buffers' offsets in the slots area: input at 0, output after it (or at 0 in place).
+  u.stage_out_at = u.stage_in_place ? 0 : round_up(u.stage_bytes[0], kStageAlign);
+  // (An output never read at a peer is not staged: the need ends with the input, unaligned.)
+  u.stage_need = u.stage_in_place ? in_bytes : u.stage_bytes[1] ? u.stage_out_at + u.stage_bytes[1] : u.stage_bytes[0];
+  u.stage_fits = u.stage_need <= staging_capacity();  // else only the mapped path runs it (check_one_sided)
 }
 
 void KernelPath::plan_one_sided(const ScheduleKey& key, Uploaded& u, std::vector<char>& host) const {
@@ -119,12 +128,14 @@ void KernelPath::plan_one_sided(const ScheduleKey& key, Uploaded& u, std::vector
   std::memcpy(host.data() + items + steps + counts, p.recvs_from.data(), counts);
   if (!u.peer_bufs || !u.stage_fits) return;  // (no staged table: only mapped calls of this shape run)
   if (!staged_peers_) throw std::logic_error("kernel path: a one-sided plan before connect");
-  const uint64_t out_at = u.stage_in_place ? 0 : round_up(u.stage_bytes[0], kStageAlign);
-  std::vector<char*> at_in, at_out;
+  // Only the staged ranges (stage_layout's, within staging_capacity()) are looked up: an empty
+  // one (the output of mapped_one_shot, never read at a peer) has no address, whatever its offset.
+  std::vector<char*> at_in(size_, nullptr), at_out(size_, nullptr);
   char* const mine = region_ + 2 * flag_bytes();
-  if (!staged_peers_->peer_addresses(mine, std::max<uint64_t>(u.stage_bytes[0], 1), at_in) ||
-      !staged_peers_->peer_addresses(mine + out_at, std::max<uint64_t>(u.stage_bytes[1], 1), at_out))
-    throw std::logic_error("kernel path: a peer's slots area is not mapped");
+  if ((u.stage_bytes[0] && !staged_peers_->peer_addresses(mine, u.stage_bytes[0], at_in)) ||
+      (u.stage_bytes[1] && !staged_peers_->peer_addresses(mine + u.stage_out_at, u.stage_bytes[1], at_out)))
+    throw std::logic_error("kernel path: a peer's slots area is not mapped (" + std::to_string(u.stage_need) +
+                           " staged bytes judged to fit " + std::to_string(staging_capacity()) + ")");
   uint64_t* table = reinterpret_cast<uint64_t*>(host.data() + u.table_at);
   for (int q = 0; q < size_; ++q) {
     table[q * 3 + 0] = (u.peer_bufs & in_bit) ? reinterpret_cast<uint64_t>(at_in[q]) : 0;
@@ -160,10 +171,10 @@ void KernelPath::fill_one_sided(kexec::PlanLaunch& a, const Uploaded& u, char* c
   if (!u.stage_fits) throw std::logic_error("kernel path: a staged one-sided call that does not fit (unchecked)");
   a.staged_release = 1;  // the closing handshake (the file's comment says why)
   char* const mine = region_ + 2 * flag_bytes();
-  const uint64_t out_at = u.stage_in_place ? 0 : round_up(u.stage_bytes[0], kStageAlign);
+  const uint64_t out_at = u.stage_out_at;
   if (u.stage_bytes[0] || u.stage_in_place) {
     a.stage_user[0] = bases[0];
-    a.stage_bytes[0] = u.stage_in_place ? u.stage_bytes[0] : u.stage_bytes[0];
+    a.stage_bytes[0] = u.stage_bytes[0];
     a.bases[0] = mine;
   }
   if (u.stage_bytes[1] || u.stage_in_place) {

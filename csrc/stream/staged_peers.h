@@ -1,8 +1,9 @@
 // The kernel path's staging area as a one-sided plan (kernels/one_sided_plan.h) addresses it:
 // for a buffer [ptr, ptr + bytes) of this rank staged there, every rank's corresponding staging
 // bytes as THIS process maps them. Symmetric: every rank's area at the same offset of its kernel
-// region, mapped once when the engines connect. Users' buffers mapped in place are the registry's
-// (device/peer_buffers.h, not wired to one-sided plans yet: docs/gpu.md, "One-sided plans").
+// region, mapped once when the engines connect; `bytes` is KernelPath::staging_capacity(), the
+// same bound a staged call's fit is judged by. Users' buffers mapped in place are the registry's
+// (device/peer_buffers.h, agreed per call: stream_one_sided.cc).
 #pragma once
 
 #include <cstddef>

@@ -86,6 +86,33 @@ def refusals(comm):
     return on_copy, too_big, then, mapped
 
 
+def at_the_slots_limit(comm):
+    """mapped_one_shot (only its input is read at peers: the output is never staged) with a staged
+    need at the slots area's bytes (2 ranks x 2 slots x 4 KiB = 16 KiB): exactly, just under (its
+    output's offset rounds up to the end), just over; each on buffers no rank can map (staged) and
+    on buffers every rank maps (the plan's staged table is built at its upload on either route).
+    Per call: the result, or the refusal ("ValueError: ..."; any other error as its type and
+    message), then whether a small call still runs on the same communicator."""
+    import numpy as np
+
+    import commlib.emulated as emu
+
+    def attempt(sub, n, shareable):
+        x = emu.from_numpy(np.ones(n, np.float32), shareable=shareable)
+        try:
+            sub.all_reduce(x, algorithm="mapped_one_shot")
+            emu.synchronize()
+        except Exception as e:  # noqa: BLE001 - the test names what was raised
+            return f"{type(e).__name__}: {e}"
+        return float(x.numpy()[0])
+
+    small = dict(SETTINGS, COMMLIB_DEVICE_SLOT_BYTES="4096")
+    limit = 2 * 2 * 4096 // 4  # float32 elements filling the slots area
+    return with_settings(comm, small, lambda sub: [
+        (n, shareable, attempt(sub, n, shareable), attempt(sub, 16, False))
+        for shareable in (False, True) for n in (limit, limit - 1, limit + 1)])
+
+
 class _Raw:
     """Device memory an emulated Array views without owning it (the test frees it itself)."""
 

@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import device_cases  # noqa: E402
 from device_cases import cc  # noqa: E402
 from one_sided_cases import ONE_SIDED, counted_call, freed_and_reallocated, one_sided_matrix, refusals  # noqa: E402
+from one_sided_cases import at_the_slots_limit  # noqa: E402
 from test_device_collectives import DELAY_ENV, _ops  # noqa: E402
 
 
@@ -103,5 +104,22 @@ def test_a_buffer_freed_and_reallocated_at_its_address_is_mapped_afresh(pool):
 def test_one_sided_calls_the_kernel_path_cannot_run_are_refused(pool):
     for on_copy, too_big, then, mapped in pool(2, env=DELAY_ENV).run(refusals, timeout=60):
         assert "mapped_two_shot is one-sided" in on_copy and "COMMLIB_DEVICE_PATH=copy" in on_copy, on_copy
-        assert "COMMLIB_DEVICE_SLOTS x COMMLIB_DEVICE_SLOT_BYTES" in too_big and "needs 32768" in too_big, too_big
+        assert too_big.startswith("count: 8192 elements") and "needs 32768 bytes of staging" in too_big, too_big
+        assert "slots area holds 16384 (COMMLIB_DEVICE_SLOTS x COMMLIB_DEVICE_SLOT_BYTES" in too_big, too_big
         assert then == 2.0 and mapped == 2.0, (then, mapped)
+
+
+def test_a_staged_call_at_the_slots_limit_runs_and_one_over_it_is_refused(pool):
+    """The fit (stage_layout) and the peers' staging addresses (StagedPeerBuffers) share one bound:
+    a need of exactly the slots area, or just under it, runs on either route (it used to fail its
+    plan's upload with a logic_error that aborted the communicator); one element over is refused
+    with a ValueError naming count and both sizes on every rank when staged, runs mapped, and the
+    communicator runs the next call either way."""
+    for results in pool(2, env=DELAY_ENV).run(at_the_slots_limit, timeout=60):
+        for n, shareable, got, then in results:
+            assert then == 2.0, (n, shareable, then)
+            if n > 4096 and not shareable:
+                assert got.startswith("ValueError: count: 4097 elements") and "needs 16388 bytes" in got and \
+                    "holds 16384" in got and "commlib.device.empty" in got, got
+            else:
+                assert got == 2.0, (n, shareable, got)
