@@ -12,7 +12,7 @@ The topology of these runs is built, not fitted, except for one number:
   ``cores_per_host`` = cores / hosts (2 / 2 = 1: the 2 x 2 run has 2 ranks per core); receivers
   on shared memory spin ``spin_us`` = 20 us (COMMLIB_SPIN_US's default) before sleeping, receivers of
   another host's message poll their sockets ``inter_spin_us`` = 1000 us (COMMLIB_TCP_SPIN_US's
-  default), offering the core between polls (csrc/transport/tcp_spin.cc), so within it they pay no
+  default), offering the core between polls (csrc/transport/tcp/tcp_spin.cc), so within it they pay no
   wake-up even with two ranks per core;
   ``sched_quantum_us``, the wait of a woken rank for a core, is fitted on the 2 x 2 ring rows up to
   LATENCY_FIT_BYTES (commlib.sim.fit_sched), the hierarchical rows being out of sample. The
@@ -75,7 +75,7 @@ def topology(shm, devices_per_host, inter_latency_us=0.0, cores_per_host=0, sche
                      cores_per_host="this machine's cores / emulated hosts (the hosts share them)",
                      spin_us="COMMLIB_SPIN_US's default: a shared-memory wait's spin before sleeping",
                      inter_spin_us="COMMLIB_TCP_SPIN_US's default: a TCP wait polls the sockets this long, "
-                                   "sched_yield between polls (csrc/transport/tcp_spin.cc)",
+                                   "sched_yield between polls (csrc/transport/tcp/tcp_spin.cc)",
                      sched_quantum_us=f"fitted: ring rows up to {LATENCY_FIT_BYTES} B of the 2 x 2 run; includes "
                                       "the wake-up (wake_us 0: not separable at one oversubscription ratio)"))
 

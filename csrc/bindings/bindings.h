@@ -29,8 +29,9 @@ void bind_sim(pybind11::module_& m);       // bindings/sim_bindings.cc: simulate
 void bind_codecs(pybind11::module_& m);   // bindings/codec_bindings.cc: codec_encode() etc.
 void bind_device_plan(pybind11::module_& m);  // bindings/device_plan_bindings.cc: device plans, their check
 
-// Sets the Python error for a C++ exception (CommError family -> commlib's classes,
-// std::invalid_argument -> ValueError). Needs the GIL and bind_comm() to have run.
+// Sets the Python error for a C++ exception through the one error table (bindings/error_kinds.h:
+// CommError family -> commlib's classes, std::invalid_argument -> ValueError, ...). Needs the GIL
+// and bind_comm() to have run.
 void set_python_error(std::exception_ptr p);
 
 // One rank's schedule in schedule()'s dict (or plain list of steps) format (schedule_bindings.cc).

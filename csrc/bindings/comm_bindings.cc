@@ -8,45 +8,26 @@
 #include "bindings/bindings.h"
 #include "sim/topology.h"
 #include "bindings/buffer_view.h"
+#include "bindings/error_kinds.h"
 #include "bindings/gil.h"
 #include "host/comm_factory.h"
 #include "host/communicator.h"
 #include "common/errors.h"
 #include "schedule/registry.h"
 #include "bindings/transport_handles.h"
-#include "transport/shm.h"
+#include "transport/shm/shm.h"
+#include "transport/tcp/tcp_entry.h"
 
 namespace py = pybind11;
 
 namespace commlib {
 
 namespace {
-PyObject* g_comm_error = nullptr;
-PyObject* g_mismatch_error = nullptr;
-PyObject* g_peer_error = nullptr;
-}  // namespace
-
-// The one mapping of C++ errors to Python exceptions: bound calls use it through the translator
-// registered in bind_comm, the fast call paths (fast_call.cc, device_fast_call.cc) directly.
-void set_python_error(std::exception_ptr p) {
-  try {
-    std::rethrow_exception(p);
-  } catch (const MismatchError& e) {
-    PyErr_SetString(g_mismatch_error, e.what());
-  } catch (const PeerError& e) {
-    PyErr_SetString(g_peer_error, e.what());
-  } catch (const CommError& e) {
-    PyErr_SetString(g_comm_error, e.what());
-  } catch (const std::invalid_argument& e) {
-    PyErr_SetString(PyExc_ValueError, e.what());
-  } catch (const std::bad_alloc&) {
-    PyErr_NoMemory();
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-  } catch (...) {
-    PyErr_SetString(PyExc_RuntimeError, "commlib: unknown C++ exception");
-  }
+// The communicator's tcp domain (null when no peer is on another host, or once it is closed).
+TcpTransport* tcp_of(Communicator& c) {
+  return c.has_transport() ? dynamic_cast<TcpTransport*>(c.transport().domain(kTcpKind)) : nullptr;
 }
+}  // namespace
 
 CollectiveCall collective_call(Collective coll, const std::string& algo, uintptr_t in, uintptr_t out, int64_t count,
                                DType dtype, RedOp op, int root, double scale) {
@@ -71,25 +52,10 @@ std::vector<P2PItem> p2p_items(const std::vector<P2PTuple>& items) {
 }
 
 void bind_comm(py::module_& m) {
-  static py::exception<CommError> comm_error(m, "CommError", PyExc_RuntimeError);
-  static py::exception<MismatchError> mismatch_error(m, "MismatchError", comm_error.ptr());
-  static py::exception<PeerError> peer_error(m, "PeerError", comm_error.ptr());
-  comm_error.doc() = "Base of every commlib communication failure.";
-  mismatch_error.doc() = "Ranks called different collectives, or one with different arguments.";
-  peer_error.doc() = "A peer died, closed its communicator, aborted or did not answer within the timeout.";
-  g_comm_error = comm_error.ptr();
-  g_mismatch_error = mismatch_error.ptr();
-  g_peer_error = peer_error.ptr();
-  // Every bound call's commlib errors go through set_python_error, the one mapping; anything else
-  // is left to pybind's own translators (py::error_already_set, py::value_error, ...).
-  py::register_exception_translator([](std::exception_ptr p) {
-    if (!p) return;
-    try {
-      std::rethrow_exception(p);
-    } catch (const CommError&) {
-      set_python_error(p);
-    }
-  });
+  bind_error_classes(m);  // the error table (bindings/error_kinds.cc)
+  m.def("error_class", [](uint32_t kind) { return py::reinterpret_borrow<py::object>(python_error_class(kind)); },
+        py::arg("kind"),
+        "The Python class an error kind of the core is raised as (tests: the table core_api hands out).");
 
   // numpy's .ctypes.data costs ~1 us a call, most of a small collective's Python overhead; the
   // buffer protocol gives the same address in ~0.1 us.
@@ -159,7 +125,7 @@ void bind_comm(py::module_& m) {
       .def(
           "connect",
           [](Communicator& c, const std::vector<std::string>& addresses, const py::object& poll) {
-            if (!c.tcp()) throw std::invalid_argument("connect: this communicator has no TCP links");
+            if (!tcp_of(c)) throw std::invalid_argument("connect: this communicator has no TCP links");
             // What poll raised, kept (with its traceback) until the GIL is held again to re-raise it.
             std::unique_ptr<py::error_already_set> raised;
             struct PollRaised {};
@@ -177,7 +143,7 @@ void bind_comm(py::module_& m) {
             {
               py::gil_scoped_release release;  // waits for the peers
               try {
-                c.tcp()->connect(addresses, fn);
+                tcp_of(c)->connect(addresses, fn);
               } catch (const PollRaised&) {
               }
             }
@@ -186,14 +152,14 @@ void bind_comm(py::module_& m) {
           py::arg("addresses"), py::arg("poll") = py::none(),
           "Connects the TCP links (every rank's listening address by rank) once every rank listens; "
           "poll() (if given) runs every few tens of milliseconds meanwhile, and what it raises ends the wait.")
-      .def("tcp_rejected", [](Communicator& c) { return c.tcp() ? c.tcp()->rejected() : 0; },
+      .def("tcp_rejected", [](Communicator& c) { return tcp_of(c) ? tcp_of(c)->rejected() : 0; },
            "Connections the TCP listener refused so far (bad handshakes, garbage).")
-      .def("tcp_address", [](Communicator& c) { return c.tcp() ? c.tcp()->address() : std::string(); })
+      .def("tcp_address", [](Communicator& c) { return tcp_of(c) ? tcp_of(c)->address() : std::string(); })
       .def(
           "tcp_stats",
           [](Communicator& c) {
             py::dict d;
-            TcpTransport::Stats s = c.tcp() ? c.tcp()->stats() : TcpTransport::Stats{};
+            TcpTransport::Stats s = tcp_of(c) ? tcp_of(c)->stats() : TcpTransport::Stats{};
             d["sent_in_place"] = s.sent_in_place;
             d["landed"] = s.landed;
             d["frames_read_by_caller"] = s.frames_read_by_caller;

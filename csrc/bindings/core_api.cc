@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "bindings/bindings.h"
+#include "bindings/error_kinds.h"
 #include "host/communicator.h"
 #include "schedule/registry.h"
 
@@ -13,23 +14,7 @@ namespace py = pybind11;
 namespace commlib {
 namespace {
 
-void record(CoreError* err) {
-  try {
-    throw;
-  } catch (const MismatchError& e) {
-    *err = {static_cast<uint32_t>(ErrorKind::Mismatch), e.what()};
-  } catch (const PeerError& e) {
-    *err = {static_cast<uint32_t>(ErrorKind::Peer), e.what()};
-  } catch (const CommError& e) {
-    *err = {static_cast<uint32_t>(ErrorKind::Comm), e.what()};
-  } catch (const std::invalid_argument& e) {
-    *err = {kCoreInvalidArgument, e.what()};
-  } catch (const std::exception& e) {
-    *err = {kCoreOtherError, e.what()};
-  } catch (...) {
-    *err = {kCoreOtherError, "commlib: unknown C++ exception"};
-  }
-}
+void record(CoreError* err) { *err = classify_error(std::current_exception()); }
 
 Communicator& comm_at(void* c) { return *static_cast<Communicator*>(c); }
 
@@ -100,7 +85,7 @@ void api_abort(void* c, const char* reason) {
 }
 
 const CoreApi g_api = {kCoreApiVersion, api_collective, api_p2p, api_recv_any, api_wait, api_is_completed,
-                       api_algorithm_index, api_rank, api_size, api_abort};
+                       api_algorithm_index, api_rank, api_size, api_abort, python_error_class};
 
 }  // namespace
 

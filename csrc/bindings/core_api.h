@@ -16,6 +16,8 @@
 #include "common/types.h"
 #include "plan/call.h"
 
+typedef struct _object PyObject;  // Python.h's own declaration: this header needs no Python
+
 namespace commlib {
 
 class Work;  // host/communicator.h: a queued call (opaque here)
@@ -26,12 +28,13 @@ class Work;  // host/communicator.h: a queued call (opaque here)
 constexpr uint32_t kCoreApiVersion = 2;
 constexpr const char* kCoreApiCapsule = "commlib._C.core_api.v2";
 
-// Error kinds beyond the core's (common/errors.h ErrorKind): bad arguments and anything else.
+// Error kinds beyond the core's (common/errors.h ErrorKind): bad arguments, memory, anything else.
 constexpr uint32_t kCoreInvalidArgument = 100;
 constexpr uint32_t kCoreOtherError = 101;
+constexpr uint32_t kCoreNoMemory = 102;
 
 struct CoreError {
-  uint32_t kind = 0;  // ErrorKind (None/Comm/Mismatch/Peer) or kCoreInvalidArgument/kCoreOtherError
+  uint32_t kind = 0;  // ErrorKind (None/Comm/Mismatch/Peer) or kCoreInvalidArgument/...
   std::string message;
 };
 
@@ -58,6 +61,11 @@ struct CoreApi {
   int (*size)(void* comm);
   // Fails queued and later calls at once (peers are told), as Communicator::abort.
   void (*abort)(void* comm, const char* reason);
+  // The Python class an error's kind is raised as (borrowed; commlib._C's classes, ValueError,
+  // MemoryError, RuntimeError): the bindings' one table (bindings/error_kinds.h), so a module
+  // raising the core's errors needs no mapping of its own. Last, so a module that does not read
+  // it yet sees the same layout.
+  PyObject* (*error_class)(uint32_t kind);
 };
 
 }  // namespace commlib

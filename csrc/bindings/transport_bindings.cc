@@ -4,8 +4,11 @@
 
 #include "bindings/bindings.h"
 #include "bindings/transport_handles.h"
-#include "transport/hmac_sha256.h"
+#include "transport/tcp/hmac_sha256.h"
 #include "transport/registry.h"
+#include "transport/shm/shm_entry.h"
+#include "transport/tcp/tcp_entry.h"
+#include "transport/toy/toy.h"
 
 namespace py = pybind11;
 
@@ -42,22 +45,30 @@ void bind_transport(py::module_& m) {
   m.def(
       "transport_choice",
       [](int rank, std::vector<int> host_of, bool host_region, std::vector<bool> net) {
-        Reach r;
-        r.rank = rank;
-        r.topo.host_of = std::move(host_of);
-        r.net = std::move(net);
-        r.host_region = host_region;
+        FabricInputs in;
+        in.rank = rank;
+        in.topo.host_of = std::move(host_of);
+        if (host_region) in.material[kShmKind] = std::make_unique<ShmRegion>(-1);
+        if (!net.empty()) {
+          auto m = std::make_unique<TcpEndpointMaterial>(nullptr);
+          m->reaches = std::move(net);
+          in.material[kTcpKind] = std::move(m);
+        }
         std::vector<std::string> names;
-        for (const TransportEntry* e : choose_transports(r)) names.push_back(e ? e->name : "self");
+        for (const TransportEntry* e : choose_transports(in)) names.push_back(e ? e->name : "self");
         return names;
       },
       py::arg("rank"), py::arg("host_of"), py::arg("host_region"), py::arg("net"),
       "The transport table's choice per peer (tests): `net[r]` says whether a TCP endpoint reaches rank r.");
   m.def("transport_table", [] {
     std::vector<std::string> names;
-    for (const TransportEntry& e : transport_table()) names.push_back(e.name);
+    for (const TransportEntry* e : transport_table()) names.push_back(e->name);
     return names;
   }, "The transport table's entries, in order of preference.");
+
+  m.def("toy_transport", &toy::set_registered, py::arg("on"),
+        "Registers the toy kind of transport ahead of shm, or withdraws it (tests: transport/toy/toy.h).");
+  m.def("toy_transport_chunks", &toy::chunks_published, "Chunks this process's toy links published (tests).");
 
   m.def(
       "hmac_sha256",

@@ -3,7 +3,7 @@
 
 #include <memory>
 
-#include "transport/tcp.h"
+#include "transport/tcp/tcp.h"
 
 namespace commlib {
 

@@ -25,6 +25,13 @@ struct PeerError : CommError {
 // Kinds recorded in shared memory so peers can re-raise the same type.
 enum class ErrorKind : uint32_t { None = 0, Comm = 1, Mismatch = 2, Peer = 3 };
 
+// The kind of a CommError (its class); throw_kind is the way back.
+inline ErrorKind kind_of(const CommError& e) {
+  return dynamic_cast<const MismatchError*>(&e) ? ErrorKind::Mismatch
+         : dynamic_cast<const PeerError*>(&e)   ? ErrorKind::Peer
+                                                : ErrorKind::Comm;
+}
+
 [[noreturn]] inline void throw_kind(ErrorKind k, const std::string& msg) {
   switch (k) {
     case ErrorKind::Mismatch: throw MismatchError(msg);

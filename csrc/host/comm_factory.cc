@@ -6,7 +6,8 @@
 
 #include "common/topology.h"
 #include "transport/fabric.h"
-#include "transport/tcp.h"
+#include "transport/shm/shm_entry.h"
+#include "transport/tcp/tcp_entry.h"
 
 namespace commlib {
 
@@ -28,15 +29,13 @@ std::unique_ptr<Communicator> make_communicator(CommSpec spec, std::unique_ptr<T
   for (int h : topo.host_of)
     if (h < 0 || h >= topo.hosts()) throw std::invalid_argument("host_of: host index out of range");
   FabricInputs in;
-  in.host_region_fd = spec.fd;
+  in.material[kShmKind] = std::make_unique<ShmRegion>(spec.fd);
   if (topo.hosts() > 1) {  // else the endpoint stays with the caller, unused
     if (!net) throw std::invalid_argument("tcp: ranks on other hosts need a TcpEndpoint");
-    in.net = std::move(net);
-    for (int r = 0; r < spec.size; ++r) in.reach.net.push_back(in.net->reaches(r));
+    in.material[kTcpKind] = std::make_unique<TcpEndpointMaterial>(std::move(net));
   }
-  in.reach.rank = spec.rank;
-  in.reach.topo = std::move(topo);
-  in.reach.host_region = true;
+  in.rank = spec.rank;
+  in.topo = std::move(topo);
   auto fabric = std::make_unique<Fabric>(std::move(in));
   return std::make_unique<Communicator>(std::move(fabric), CommOptions{spec.timeout, spec.debug, spec.label});
 }
@@ -48,10 +47,9 @@ std::unique_ptr<Communicator> make_local_communicator(int rank, int size, int fd
   topo.host_of.assign(size, 0);
   topo.host_names = {"localhost"};
   FabricInputs in;
-  in.reach.rank = rank;
-  in.reach.topo = std::move(topo);
-  in.reach.host_region = true;
-  in.host_region_fd = fd;
+  in.rank = rank;
+  in.topo = std::move(topo);
+  in.material[kShmKind] = std::make_unique<ShmRegion>(fd);
   auto fabric = std::make_unique<Fabric>(std::move(in));
   return std::make_unique<Communicator>(std::move(fabric), CommOptions{timeout, debug, label});
 }

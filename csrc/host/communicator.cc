@@ -47,13 +47,7 @@ Communicator::Communicator(std::unique_ptr<Fabric> transport, CommOptions opts)
       recv_seq_(size_, 0),
       plans_(make_plan_context(rank_, size_, topology_)),
       fork_generation_(fork_generation()) {
-  for (int p = 0; p < size_; ++p) link_kinds_.push_back(transport_->link_kind(p));
-}
-
-std::vector<std::string> Communicator::link_kinds() const {
-  std::vector<std::string> out;
-  for (LinkKind k : link_kinds_) out.push_back(link_kind_name(k));
-  return out;
+  for (int p = 0; p < size_; ++p) link_kinds_.push_back(transport_->transport_name(p));
 }
 
 Communicator::~Communicator() {
@@ -116,9 +110,7 @@ void Communicator::publish_call(const CallDesc& desc) {
 void Communicator::fail_communicator(const CommError& e) {
   // The executor already told the peers about mismatches and peer failures it detected; other
   // errors (e.g. a schedule referencing a missing buffer) are published here.
-  ErrorKind kind = dynamic_cast<const MismatchError*>(&e) ? ErrorKind::Mismatch
-                   : dynamic_cast<const PeerError*>(&e)   ? ErrorKind::Peer
-                                                          : ErrorKind::Comm;
+  const ErrorKind kind = kind_of(e);
   if (kind == ErrorKind::Comm) transport_->publish_failure(kind, e.what());
   record_failure(e, kind);
 }

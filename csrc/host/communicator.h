@@ -76,9 +76,8 @@ class Communicator {
   bool enable_direct_reads() { return transport_->enable_direct_reads(); }
   std::string direct_reads_reason() const { return transport_->direct_reads_reason(); }
   const Topology& topology() const { return topology_; }
-  // The kind of link to each rank ("self", "shm", "tcp"), by rank.
-  std::vector<std::string> link_kinds() const;
-  TcpTransport* tcp() { return transport_ ? transport_->tcp() : nullptr; }
+  // The kind of transport that carries each rank ("self", "shm", "tcp"), by rank; kept after close().
+  const std::vector<std::string>& link_kinds() const { return link_kinds_; }
   // What auto picks for `coll` of `bytes` on this communicator's links (policy/auto_policy.h).
   std::string auto_choice(Collective coll, int64_t bytes) const;
   // What an engine on this communicator resolves calls with (the stream engine takes a copy).
@@ -161,7 +160,7 @@ class Communicator {
 
   std::unique_ptr<Fabric> transport_;
   Topology topology_;  // kept after close() for comm.topology
-  std::vector<LinkKind> link_kinds_;
+  std::vector<std::string> link_kinds_;
   Executor exec_;
   CommOptions opts_;
   int rank_, size_;

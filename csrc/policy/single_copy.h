@@ -1,6 +1,6 @@
 // When a message between ranks of one host goes single-copy (the receiver reads the sender's buffer
-// with process_vm_readv, csrc/transport/shm.cc) instead of through the channel's chunks (two
-// copies, the chunks staying in cache between them). Which is faster depends on the machine, the
+// with process_vm_readv, csrc/transport/shm/shm_direct.cc) instead of through the channel's chunks
+// (two copies, the chunks staying in cache between them). Which is faster depends on the machine, the
 // collective, the world size and the call's size, so it is measured, not fixed: `commlib tune`
 // compares runs of the bench with COMMLIB_CMA=0 and COMMLIB_CMA=1 and writes, per collective and
 // world size, the call size from which single-copy reads won (the tuning file's "single_copy"

@@ -1,35 +1,45 @@
 #include "transport/fabric.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace commlib {
 
 Fabric::Fabric(FabricInputs in)
-    : rank_(in.reach.rank),
-      size_(static_cast<int>(in.reach.topo.host_of.size())),
-      topo_(in.reach.topo),
+    : rank_(in.rank),
+      size_(static_cast<int>(in.topo.host_of.size())),
+      topo_(in.topo),
       domain_of_(size_, -1),
       links_(size_) {
-  const std::vector<const TransportEntry*> chosen = choose_transports(in.reach);
-  for (const TransportEntry& e : transport_table()) {
+  const std::vector<const TransportEntry*> chosen = choose_transports(in);
+  const std::vector<const TransportEntry*> table = transport_table();
+  // Home: the first home-capable entry that carries a peer, else the first home-capable one.
+  const TransportEntry* home = nullptr;
+  for (const TransportEntry* e : table)
+    if (e->home && std::find(chosen.begin(), chosen.end(), e) != chosen.end()) {
+      home = e;
+      break;
+    }
+  for (const TransportEntry* e : table)
+    if (!home && e->home) home = e;
+  if (!home) throw std::logic_error("transport table: no entry can be home");
+  for (const TransportEntry* e : table) {
     std::vector<int> members;
     for (int p = 0; p < size_; ++p)
-      if (chosen[p] == &e || p == rank_) members.push_back(p);
-    if (members.size() == 1 && !e.home) continue;  // carries no peer of this rank
-    Domain d = e.create(in, members);
-    d.entry = &e;
+      if (chosen[p] == e || p == rank_) members.push_back(p);
+    if (members.size() == 1 && e != home) continue;  // carries no peer of this rank
+    Domain d = e->create(in, members);
+    d.entry = e;
     for (int p : members)
       if (p != rank_) domain_of_[p] = static_cast<int>(domains_.size());
-    domains_.push_back(std::move(d));
-  }
-  for (Domain& d : domains_) {
-    if (d.tcp) tcp_ = d.tcp;
-    if (d.entry->home)
+    if (e == home)
       home_ = d.transport.get();
+    else if (e->home)  // it would wait on its own counter, which nothing rings for the home
+      throw std::logic_error("transport table: " + e->name + " and " + home->name + " both carry peers as home");
     else
       spinners_.push_back(d.transport.get());
+    domains_.push_back(std::move(d));
   }
-  if (!home_) throw std::logic_error("transport table: no home domain");
   for (Transport* t : spinners_) t->set_waker(home_);
   // Flag calls need every rank in the home domain, at the communicator's own rank numbers.
   bool all_home = spinners_.empty() && home_->rank() == rank_ && home_->size() == size_;
@@ -47,7 +57,13 @@ Fabric::Fabric(FabricInputs in)
 Fabric::~Fabric() { close(); }
 
 const char* Fabric::transport_name(int peer) const {
-  return peer == rank_ ? "self" : domains_[domain_of_[peer]].entry->name;
+  return peer == rank_ ? "self" : domains_[domain_of_[peer]].entry->name.c_str();
+}
+
+Transport* Fabric::domain(const std::string& kind) {
+  for (Domain& d : domains_)
+    if (d.entry->name == kind) return d.transport.get();
+  return nullptr;
 }
 
 void Fabric::wait_events(uint32_t seen, int64_t timeout_us) {

@@ -1,12 +1,13 @@
 // What the executor talks to: one Link per peer, and a control plane that routes each question
 // about a peer to the domain that reaches it, while publishing this rank's own state (call,
 // failure, close) to every domain. Which domain reaches which peer is the transport table's choice
-// (registry.h: the first entry that can connect the pair; shm on the same host, tcp otherwise).
+// (registry.h: the first entry that can connect the pair; shm on the same host, tcp otherwise);
+// the Fabric names no kind of transport.
 //
-// A rank always sleeps on the home domain's event counter (shm; a host with one rank has a
-// one-rank shm domain): the other domains ring it too (tcp's progress thread), so one wait covers
-// every link; before it sleeps, the other domains may make progress from the waiting thread (tcp
-// polls its sockets for the spin time).
+// A rank always sleeps on the home domain's event counter (the table's home entry, shm; a host
+// with one rank has a one-rank shm domain): the other domains ring it too (tcp's progress thread),
+// so one wait covers every link; before it sleeps, the other domains may make progress from the
+// waiting thread (tcp polls its sockets for the spin time).
 #pragma once
 
 #include <memory>
@@ -19,8 +20,6 @@
 
 namespace commlib {
 
-class TcpTransport;
-
 class Fabric {
  public:
   // Builds the domains the table chooses for this rank's peers from what the bootstrap gathered.
@@ -31,10 +30,11 @@ class Fabric {
   int size() const { return size_; }
   const Topology& topology() const { return topo_; }
   Link& link(int peer) { return *links_[peer]; }
-  LinkKind link_kind(int peer) const { return peer == rank_ ? LinkKind::Self : links_[peer]->kind(); }
-  // The table entry that carries each peer ("self" for this rank).
+  // The kind of transport that carries each peer ("shm", "tcp"; "self" for this rank).
   const char* transport_name(int peer) const;
-  TcpTransport* tcp() { return tcp_; }  // the tcp domain, null when no peer is on another host
+  // The domain of one kind (null when that kind carries no peer of this rank): what a layer that
+  // knows the kind (the bindings' tcp connect and stats) casts to the kind's own class.
+  Transport* domain(const std::string& kind);
 
   uint32_t events() { return home_->events(); }
   // Lets every other domain make progress from this thread for its spin time (tcp), so a small
@@ -67,7 +67,6 @@ class Fabric {
   Transport* home_ = nullptr;
   std::vector<Transport*> spinners_;  // the domains other than home, asked to spin before a sleep
   std::vector<std::unique_ptr<Link>> links_;
-  TcpTransport* tcp_ = nullptr;  // the tcp domain's typed handle (Domain::tcp), owned by domains_
   SharedFlags* flags_ = nullptr;  // shared_flags()
   bool closed_ = false;
 };

@@ -1,9 +1,9 @@
 // The data plane between two ranks: a bounded channel of chunks in each direction. A Link is what
 // NCCL calls a connector, and the one per-peer seam of the data plane: each transport provides
-// its own link class (ShmLink, TcpLink) that moves chunks itself, with direct access to its
-// channel; the executor fills send chunks in place and reads received chunks in place, never
-// knowing which mechanism moves them. The domain-level duties (events, waiting, the control
-// plane) stay with the Transport that made the link (transport.h).
+// its own link class (ShmLink, TcpLink, in transport/<kind>/) that moves chunks itself, with
+// direct access to its channel; the executor fills send chunks in place and reads received chunks
+// in place, never knowing which mechanism moves them. The domain-level duties (events, waiting,
+// the control plane) stay with the Transport that made the link (transport.h).
 //
 // What a link can do is queried once, into LinkCaps, when the Fabric makes it (and again when
 // this rank turns single-copy reads on), so the executor reads plain fields, not virtual calls,
@@ -19,18 +19,7 @@
 
 namespace commlib {
 
-enum class LinkKind : uint8_t { Self = 0, Shm = 1, Tcp = 2 };
-
-inline const char* link_kind_name(LinkKind k) {
-  switch (k) {
-    case LinkKind::Shm: return "shm";
-    case LinkKind::Tcp: return "tcp";
-    default: return "self";
-  }
-}
-
 struct LinkCaps {
-  LinkKind kind = LinkKind::Self;
   size_t chunk_bytes = 0;    // payload capacity of one chunk (same at both ends)
   size_t channel_bytes = 0;  // bytes the channel buffers
   // Zero-copy sends: the link writes a chunk's payload from the caller's buffer (see Link).
@@ -51,7 +40,6 @@ class Link {
   virtual ~Link() = default;
 
   const LinkCaps& caps() const { return caps_; }
-  LinkKind kind() const { return caps_.kind; }
   // Single-copy transfers: the peer can read this process's memory, so a message larger than the
   // channel may go as a rendezvous chunk (the receiver reads it, then acknowledges with ack()).
   bool peer_reads_directly() const {
@@ -97,7 +85,7 @@ class Link {
 
 // Only links with a peer_reads_flag receive rendezvous chunks (the executor refuses them otherwise).
 inline void Link::read_peer(void*, uint64_t, size_t) {
-  throw CommError("link: a " + std::string(link_kind_name(kind())) + " link cannot read its peer's memory");
+  throw CommError("link: this link cannot read its peer's memory (its transport has no single-copy reads)");
 }
 
 }  // namespace commlib

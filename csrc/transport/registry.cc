@@ -1,75 +1,83 @@
-// The transport table (transport/registry.h): shm within a host, tcp across hosts.
+// The transport table (transport/registry.h): its entries come from the kinds' folders.
 #include "transport/registry.h"
 
+#include <algorithm>
+#include <deque>
+#include <mutex>
 #include <stdexcept>
-#include <string>
-
-#include "transport/shm.h"
 
 namespace commlib {
 
 namespace {
 
-bool same_host(const Reach& r, int peer) { return r.topo.host_of[peer] == r.topo.host_of[r.rank]; }
+struct Table {
+  std::mutex mu;
+  std::deque<TransportEntry> entries;  // a deque: entries never move (Domain and the choice point at them)
+  std::vector<const TransportEntry*> ordered;
+};
 
-bool shm_connects(const Reach& r, int peer) { return r.host_region && same_host(r, peer); }
-
-// The domain is the host's ranks in rank order, this rank's index its place among them: the
-// region was sized and laid out for exactly them (commlib/init.py), on every rank of the host.
-Domain shm_create(FabricInputs& in, const std::vector<int>& members) {
-  if (members != in.reach.topo.ranks_on(in.reach.topo.host_of[in.reach.rank]))
-    throw std::invalid_argument("shm: the host's domain does not match the topology");
-  Domain d;
-  d.index.assign(in.reach.topo.host_of.size(), -1);
-  int local_rank = 0;
-  for (size_t i = 0; i < members.size(); ++i) {
-    d.index[members[i]] = static_cast<int>(i);
-    if (members[i] == in.reach.rank) local_rank = static_cast<int>(i);
-  }
-  const int local_size = static_cast<int>(members.size());
-  d.transport = std::make_unique<ShmTransport>(local_rank, local_size, in.host_region_fd, shm_config_from_env(local_size));
-  return d;
-}
-
-bool tcp_connects(const Reach& r, int peer) { return peer < static_cast<int>(r.net.size()) && r.net[peer]; }
-
-// The endpoint already listens (the bootstrap published its address); its indices are global ranks.
-Domain tcp_create(FabricInputs& in, const std::vector<int>& members) {
-  if (!in.net) throw std::invalid_argument("tcp: ranks on other hosts need a TcpEndpoint");
-  Domain d;
-  d.index.assign(in.reach.topo.host_of.size(), -1);
-  for (int r : members) d.index[r] = r;
-  d.tcp = in.net.get();
-  d.transport = std::move(in.net);
-  return d;
+Table& table() {
+  static Table* t = new Table;  // never destroyed: registrations may run from any object's static init
+  return *t;
 }
 
 }  // namespace
 
-const std::vector<TransportEntry>& transport_table() {
-  static const std::vector<TransportEntry> table = {
-      {"shm", LinkKind::Shm, true, shm_connects, shm_create},
-      {"tcp", LinkKind::Tcp, false, tcp_connects, tcp_create},
-  };
-  return table;
+void register_transport(const TransportEntry& entry) {
+  if (entry.name.empty() || entry.name == "self" || !entry.can_connect || !entry.create)
+    throw std::invalid_argument("transport: an entry needs a name other than \"self\", can_connect and create");
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  for (const TransportEntry* e : t.ordered)
+    if (e->name == entry.name) throw std::invalid_argument("transport: " + entry.name + " is registered already");
+  t.entries.push_back(entry);
+  t.ordered.push_back(&t.entries.back());
+  std::stable_sort(t.ordered.begin(), t.ordered.end(),
+                   [](const TransportEntry* a, const TransportEntry* b) { return a->preference < b->preference; });
 }
 
-std::vector<const TransportEntry*> choose_transports(const Reach& r) {
-  const int size = static_cast<int>(r.topo.host_of.size());
-  if (r.rank < 0 || r.rank >= size) throw std::invalid_argument("rank: out of range for the host map");
+void unregister_transport(const std::string& name) {
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  for (auto it = t.ordered.begin(); it != t.ordered.end(); ++it)
+    if ((*it)->name == name) {
+      t.ordered.erase(it);
+      return;
+    }
+  throw std::invalid_argument("transport: " + name + " is not registered");
+}
+
+std::vector<const TransportEntry*> transport_table() {
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  return t.ordered;
+}
+
+const TransportEntry* find_transport(const std::string& name) {
+  for (const TransportEntry* e : transport_table())
+    if (e->name == name) return e;
+  return nullptr;
+}
+
+std::vector<const TransportEntry*> choose_transports(const FabricInputs& in) {
+  const int size = static_cast<int>(in.topo.host_of.size());
+  if (in.rank < 0 || in.rank >= size) throw std::invalid_argument("rank: out of range for the host map");
+  const std::vector<const TransportEntry*> entries = transport_table();
   std::vector<const TransportEntry*> out(size, nullptr);
   for (int p = 0; p < size; ++p) {
-    if (p == r.rank) continue;
-    for (const TransportEntry& e : transport_table())
-      if (e.can_connect(r, p)) {
-        out[p] = &e;
+    if (p == in.rank) continue;
+    std::string reasons;
+    for (const TransportEntry* e : entries) {
+      std::string why;
+      if (e->can_connect(in, p, &why)) {
+        out[p] = e;
         break;
       }
+      reasons += (reasons.empty() ? "" : "; ") + e->name + ": " + (why.empty() ? "cannot" : why);
+    }
     if (!out[p])
-      throw std::invalid_argument("transport: no transport connects rank " + std::to_string(r.rank) + " to rank " +
-                                  std::to_string(p) +
-                                  (same_host(r, p) ? " (same host, no shared-memory region)"
-                                                   : " (another host: ranks on other hosts need a TcpEndpoint)"));
+      throw std::invalid_argument("transport: no transport connects rank " + std::to_string(in.rank) + " to rank " +
+                                  std::to_string(p) + " (" + reasons + ")");
   }
   return out;
 }

@@ -1,36 +1,46 @@
-// The transport table: NCCL's shape for choosing how two ranks talk. An ordered list of
-// transports, each saying whether it can connect this rank to a peer and building its domain (the
-// ranks it reaches, one Transport); for every peer the first entry that can connect the pair
+// The transport table: NCCL's shape for choosing how two ranks talk. Each kind of transport lives
+// in its own folder (transport/shm/, transport/tcp/) and adds one entry to this table, saying
+// whether it can connect this rank to a peer and building its domain (the ranks it reaches, one
+// Transport); for every peer the first entry, in order of preference, that can connect the pair
 // carries it: shm for a rank on the same host, tcp for the others. The Fabric (fabric.h) asks the
-// table per peer and keeps, per peer, the domain and link that won.
+// table per peer and keeps, per peer, the domain and link that won. Nothing at this level names a
+// concrete transport: a new kind is a folder with one TransportRegistration in it, and neither the
+// table, the Fabric nor the executor changes (tests/transport/test_toy_transport.py shows it).
 //
 // The bootstrap stays apart from the data plane: it only hands over what it gathered (this host's
-// shared-memory region, a listening TCP endpoint, the host map); nothing here talks to the store.
+// shared-memory region, a listening TCP endpoint), each under its kind's name; nothing here talks
+// to the store.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/topology.h"
 #include "transport/link.h"
-#include "transport/tcp.h"
 
 namespace commlib {
 
-// What a rank knows when its transports are chosen: where every rank is, and what the bootstrap
-// gave it to build domains from.
-struct Reach {
-  int rank = 0;
-  Topology topo;
-  bool host_region = false;  // it holds its host's shared-memory region
-  std::vector<bool> net;     // by rank: its listening TCP endpoint reaches that rank (empty: none)
+// What the bootstrap gathered for one kind (shm: this host's region; tcp: a listening endpoint).
+// The table never looks inside: only the kind's own can_connect and create read it.
+struct TransportMaterial {
+  virtual ~TransportMaterial() = default;
 };
 
-// The material itself, consumed by the entries' create().
+// What a rank knows when its transports are chosen: where every rank is, and by kind name what
+// the bootstrap gave it to build domains from (a kind without material connects no pair).
 struct FabricInputs {
-  Reach reach;
-  int host_region_fd = -1;             // this host's region (a memfd; the shm domain maps it)
-  std::unique_ptr<TcpTransport> net;   // the listening endpoint (the tcp domain takes it)
+  int rank = 0;
+  Topology topo;
+  std::map<std::string, std::unique_ptr<TransportMaterial>> material;
+
+  // The material handed over for `kind`, as that kind's own type (null when none was).
+  template <class T>
+  T* find(const std::string& kind) const {
+    auto it = material.find(kind);
+    return it == material.end() ? nullptr : dynamic_cast<T*>(it->second.get());
+  }
 };
 
 struct TransportEntry;
@@ -40,26 +50,39 @@ struct Domain {
   const TransportEntry* entry = nullptr;
   std::unique_ptr<Transport> transport;
   std::vector<int> index;
-  // The same transport, typed, when this is the tcp domain (set by its create()): what the
-  // bindings' connect and tcp_stats reach through Fabric::tcp(); null for every other domain.
-  TcpTransport* tcp = nullptr;
 };
 
 struct TransportEntry {
-  const char* name;
-  LinkKind kind;
-  // The domain this rank sleeps on (one entry has it): built even when it wins no peer (then a
-  // one-rank domain), and every other domain rings its event counter on delivery.
+  std::string name;  // the kind, as the communicator reports its links ("shm", "tcp")
+  int preference;    // the table's order: lower is asked first
+  // Whether its domain can be the one this rank sleeps on (every other domain rings that one's
+  // event counter on delivery): the Fabric makes the first such entry that carries a peer of this
+  // rank home, or, when none does, the first such entry over this rank alone (a one-rank domain).
   bool home;
-  bool (*can_connect)(const Reach& r, int peer);
-  // Builds the domain over `members` (global ranks, ascending, this rank among them).
+  // Whether this kind connects (in.rank, peer); when not, *why says why in a few words (the
+  // error names every kind's reason when no kind connects a pair).
+  bool (*can_connect)(const FabricInputs& in, int peer, std::string* why);
+  // Builds the domain over `members` (global ranks, ascending, this rank among them); it may take
+  // its kind's material out of `in`.
   Domain (*create)(FabricInputs& in, const std::vector<int>& members);
 };
 
-// The table, in order of preference.
-const std::vector<TransportEntry>& transport_table();
-// By rank: the entry that carries the pair (this rank, peer), nullptr for this rank itself.
-// std::invalid_argument naming the pair when no entry can connect it.
-std::vector<const TransportEntry*> choose_transports(const Reach& r);
+// Adds a kind to the table (std::invalid_argument on a name already there). A kind's folder
+// registers itself at load through a TransportRegistration; a test may register one at run time,
+// and withdraw it, before and after the communicators that use it (a withdrawn entry stays in
+// memory: domains built from it keep pointing at it).
+void register_transport(const TransportEntry& entry);
+void unregister_transport(const std::string& name);
+struct TransportRegistration {
+  explicit TransportRegistration(const TransportEntry& entry) { register_transport(entry); }
+};
+
+// The table, in order of preference (entries live as long as the process).
+std::vector<const TransportEntry*> transport_table();
+// The entry named `name`, or nullptr.
+const TransportEntry* find_transport(const std::string& name);
+// By rank: the entry that carries the pair (in.rank, peer), nullptr for this rank itself.
+// std::invalid_argument naming the pair and every kind's reason when no entry can connect it.
+std::vector<const TransportEntry*> choose_transports(const FabricInputs& in);
 
 }  // namespace commlib

@@ -1,6 +1,6 @@
 """Rank-side checks of collectives on emulated device arrays, through the stream engine.
 
-Inputs, references and tolerances are those of tests/engine/collective_reference.py (its docstring
+Inputs, references and tolerances are those of tests/host/collective_reference.py (its docstring
 states the float bounds); here every buffer is a commlib.emulated array, uploaded on the stream,
 and results are read back with .numpy() (which waits for the stream, as .cpu() does).
 """
@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "engine"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "host"))
 
 import collective_cases as cc  # noqa: E402
 

@@ -1,7 +1,7 @@
 """Rank-side scenarios of the stream engine's own semantics: stream order and works. Its bad
 arguments, mismatched calls, dead and silent peers and leaks are the error matrix's, which runs on
-the host route and this one (tests/engine/error_cases.py, the device route's own part in
-tests/engine/error_routes.py)."""
+the host route and this one (tests/host/error_cases.py, the device route's own part in
+tests/host/error_routes.py)."""
 from __future__ import annotations
 
 import os
@@ -11,7 +11,7 @@ import numpy as np
 
 import commlib.emulated as emu
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "engine"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "host"))
 from error_routes import DeviceRoute  # noqa: E402
 
 

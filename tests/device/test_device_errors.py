@@ -1,6 +1,6 @@
 """The stream engine's own semantics across ranks: stream order and works (rank-side code in
 device_error_cases.py). Its bad arguments, mismatches, dead and silent peers and leaks are checked
-by the error matrix of both routes, tests/engine/test_errors.py."""
+by the error matrix of both routes, tests/host/test_errors.py."""
 import os
 import sys
 

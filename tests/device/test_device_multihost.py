@@ -18,7 +18,7 @@ import device_multihost_cases as cases  # noqa: E402
 import device_p2p_cases  # noqa: E402
 import nccl_cases  # noqa: E402
 from device_cases import cc  # noqa: E402
-import error_cases  # noqa: E402  (tests/engine: on sys.path through device_cases)
+import error_cases  # noqa: E402  (tests/host: on sys.path through device_cases)
 
 from commlib.testing.faults import assert_survivors_named_the_dead_rank, run_killing_one_rank  # noqa: E402
 

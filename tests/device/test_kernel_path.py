@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import device_cases  # noqa: E402
 from kernel_path_cases import KERNEL_SETTINGS, kernel_matrix, mixed_settings, paths_per_setting, with_settings  # noqa: E402
 from device_cases import cc  # noqa: E402
-import error_cases  # noqa: E402  (tests/engine: on sys.path through device_cases)
+import error_cases  # noqa: E402  (tests/host: on sys.path through device_cases)
 from test_device_collectives import COLLECTIVES, DELAY_ENV, ROOTED, _ops, big_cases, dtype_op_sweep  # noqa: E402
 
 from commlib.testing.faults import assert_survivors_named_the_dead_rank, run_killing_one_rank  # noqa: E402

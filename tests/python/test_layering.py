@@ -127,10 +127,14 @@ _INCLUDE = re.compile(r'#\s*include\s*"([^"]+)"')
 
 # -- the floors (docs/DESIGN.md "Layers"): lowest first; a node may use only nodes of lower floors --
 
+# One node for every folder under csrc/transport/: a new kind of transport needs no row here.
+KINDS = "transport/*"
 FLOORS = (
     ("common",),
     ("transport", "schedule"),
-    ("kernels", "sim"),              # the device plan lowers schedules; the cost model plays them
+    # the device plan lowers schedules; the cost model plays them; every kind of transport
+    # (transport/<kind>/: shm, tcp, ...) implements transport/'s interface and adds a table row
+    ("kernels", "sim", KINDS),
     ("device", "policy"),            # the policy ranks auto's candidates with the cost model
     ("plan", "verify"),              # plan: every engine's call -> resolved plan
     ("host", "stream", "device/emulated"),  # the engines; the emulated device only the bindings see
@@ -154,8 +158,8 @@ PY_FLOORS = (
 APART = {
     "host": ("verify", "sim"),
     "stream": ("verify", "sim"),
-    "verify": ("sim", "transport"),
-    "policy": ("transport",),
+    "verify": ("sim", "transport", KINDS),
+    "policy": ("transport", KINDS),
     "sim": ("transport",),
 }
 
@@ -181,7 +185,10 @@ def arrows_up(edges, floors, apart=None):
 
 
 def node_of(path, floors):
-    """The table's node holding csrc-relative `path`: its longest folder in the table."""
+    """The table's node holding csrc-relative `path`: its longest folder in the table (KINDS for
+    any folder under transport/)."""
+    if path.startswith("transport/") and path.count("/") >= 2 and any(KINDS in f for f in floors):
+        return KINDS
     names = sorted((n for f in floors for n in f), key=len, reverse=True)
     return next((n for n in names if path.startswith(n + "/")), None)
 
@@ -224,7 +231,7 @@ def package_edges(edges=None):
 
 def test_every_folder_and_package_has_a_floor():
     folders = {n for f in FLOORS for n in f}
-    on_disk = {d for d in os.listdir(CSRC) if os.path.isdir(os.path.join(CSRC, d))} | {"device/emulated"}
+    on_disk = {d for d in os.listdir(CSRC) if os.path.isdir(os.path.join(CSRC, d))} | {"device/emulated", KINDS}
     assert on_disk == folders, f"csrc folders vs FLOORS: missing {on_disk - folders}, gone {folders - on_disk}"
     layers = {layer_of(m) for m in _modules()} - {"commlib"}
     placed = {n for f in PY_FLOORS for n in f}
@@ -272,32 +279,50 @@ ENGINES = ("host", "stream", "verify", "sim")
 
 # The engines see transports as Links, the Fabric and the Transport interface: which transport
 # reaches a peer is the transport table's choice (transport/registry.h). Only the host factory
-# names tcp (it hands the bootstrap's listening endpoint to the table).
-CONCRETE_TRANSPORTS = ("transport/shm.h", "transport/tcp.h", "transport/tcp_conn.h", "transport/tcp_socket.h")
+# names kinds (it hands the bootstrap's material, the region and the endpoint, to the table).
+def kind_of(include):
+    """"shm" for "transport/shm/shm.h"; None for an include that is no kind's."""
+    parts = include.split("/")
+    return parts[1] if len(parts) >= 3 and parts[0] == "transport" else None
 
 
 def test_engines_reach_transports_only_through_the_fabric():
     allowed = {os.path.join("csrc", "host", "comm_factory.cc")}
     bad = [f"{where}: {inc}" for e in ENGINES + ("plan", "policy") for where, inc in includes(e)
-           if inc in CONCRETE_TRANSPORTS and where.rsplit(":", 1)[0] not in allowed]
+           if kind_of(inc) and where.rsplit(":", 1)[0] not in allowed]
     assert not bad, "an engine names a concrete transport (use the Fabric and the table):\n" + "\n".join(bad)
-    fabric = [inc for where, inc in includes("transport") if os.path.basename(where).startswith("fabric.")]
-    assert "transport/registry.h" in fabric and "transport/shm.h" not in fabric, \
-        "the Fabric builds its domains through the transport table"
+
+
+def test_the_table_and_the_kinds_name_no_other_kind():
+    # transport/'s own files (the interface, the table, the Fabric) name no kind: a new kind is a
+    # folder and a row. A kind includes no other kind's folder (they meet only through the table).
+    kinds = [d for d in os.listdir(os.path.join(CSRC, "transport")) if os.path.isdir(os.path.join(CSRC, "transport", d))]
+    assert {"shm", "tcp"} <= set(kinds), kinds
+    bad = []
+    for where, inc in includes("transport"):
+        path = where.split(":")[0].split(os.sep)  # csrc/transport/[kind/]file
+        mine = path[2] if len(path) == 4 else None
+        if kind_of(inc) and kind_of(inc) != mine:
+            bad.append(f"{where}: {inc}")
+    assert not bad, "a transport file names another kind (go through transport/registry.h):\n" + "\n".join(bad)
 
 
 def test_the_floor_checks_see_an_arrow_up(tmp_path):
     # The checks above read real files; they must also catch a planted arrow: the simulator
     # including the policy (what resolving "auto" inside sim::simulate once did), an engine
     # including the emulated device, an import of the entry from the core.
-    for folder in ("sim", "policy", "stream", "device/emulated"):
+    # And the transport table naming a kind (registry.cc including shm, as it once did).
+    for folder in ("sim", "policy", "stream", "device/emulated", "transport/shm"):
         (tmp_path / folder).mkdir(parents=True)
     (tmp_path / "sim" / "x.cc").write_text('#include "policy/auto_policy.h"\n#include "sim/x.h"\n')
     (tmp_path / "policy" / "y.cc").write_text('#include "sim/simulator.h"\n')
     (tmp_path / "stream" / "z.cc").write_text('#include "device/emulated/emulated_device.h"\n')
-    bad = arrows_up(include_edges(str(tmp_path), FLOORS), FLOORS, APART)
-    assert len(bad) == 2 and "csrc/sim/x.cc:1: sim (floor 2) uses policy (floor 3)" in bad[0] \
-        and "stream (floor 5) uses device/emulated (floor 5)" in bad[1], bad
+    (tmp_path / "transport" / "registry.cc").write_text('#include "transport/shm/shm.h"\n')
+    (tmp_path / "transport" / "shm" / "shm.cc").write_text('#include "transport/link.h"\n')
+    bad = sorted(arrows_up(include_edges(str(tmp_path), FLOORS), FLOORS, APART))
+    assert len(bad) == 3 and "csrc/sim/x.cc:1: sim (floor 2) uses policy (floor 3)" in bad[0] \
+        and "stream (floor 5) uses device/emulated (floor 5)" in bad[1] \
+        and "csrc/transport/registry.cc:1: transport (floor 1) uses transport/* (floor 2)" in bad[2], bad
     planted = [("commlib.core.x", "commlib.init", "commlib/core/x.py:3")]
     assert arrows_up(package_edges(planted), PY_FLOORS) == \
         ["commlib/core/x.py:3: commlib.core (floor 3) uses commlib.init (floor 6)"]

@@ -166,7 +166,7 @@ def test_integer_settings_refuse_a_value_past_int64(monkeypatch):
         settings.get_int("COMMLIB_SHM_SLOTS")
 
 
-SOCKET_FAMILIES = ("AF_INET", "AF_INET6", "ipv4", "ipv6", "4", "6")  # csrc/transport/tcp_socket.cc
+SOCKET_FAMILIES = ("AF_INET", "AF_INET6", "ipv4", "ipv6", "4", "6")  # csrc/transport/tcp/tcp_socket.cc
 
 
 def test_enumerated_settings_refuse_a_bad_value_alike(monkeypatch):

@@ -1,4 +1,4 @@
-#include "transport/tcp.h"
+#include "transport/tcp/tcp.h"
 
 #include <linux/futex.h>
 #include <sys/epoll.h>
@@ -18,7 +18,7 @@
 
 #include "common/params.h"
 #include "common/types.h"
-#include "transport/tcp_conn.h"
+#include "transport/tcp/tcp_conn.h"
 
 namespace commlib {
 

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "common/params.h"
-#include "transport/shm.h"
-#include "transport/shm_layout.h"
+#include "transport/shm/shm.h"
+#include "transport/shm/shm_layout.h"
 
 namespace commlib {
 

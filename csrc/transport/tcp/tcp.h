@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "transport/link.h"
-#include "transport/tcp_socket.h"
+#include "transport/tcp/tcp_socket.h"
 #include "transport/transport.h"
 
 namespace commlib {

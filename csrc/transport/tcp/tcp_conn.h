@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "transport/tcp.h"
+#include "transport/tcp/tcp.h"
 
 namespace commlib {
 

@@ -12,7 +12,7 @@
 #include <cstring>
 
 #include "common/types.h"
-#include "transport/tcp_conn.h"
+#include "transport/tcp/tcp_conn.h"
 
 namespace commlib {
 

@@ -1,4 +1,4 @@
-#include "transport/shm_region.h"
+#include "transport/shm/shm_region.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

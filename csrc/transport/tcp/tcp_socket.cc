@@ -1,4 +1,4 @@
-#include "transport/tcp_socket.h"
+#include "transport/tcp/tcp_socket.h"
 
 #include "common/params.h"
 

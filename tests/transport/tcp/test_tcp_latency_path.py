@@ -1,4 +1,4 @@
-"""The TCP small-message path (csrc/transport/tcp_spin.cc, lane_read in tcp_recv.cc): a waiting
+"""The TCP small-message path (csrc/transport/tcp/tcp_spin.cc, lane_read in tcp_recv.cc): a waiting
 caller keeps its sockets between calls and the progress thread takes them back once it stops
 polling; a small frame is one recv; read-ahead bytes survive a full ring and frames cut across
 reads. Emulated hosts, TCP over loopback. Each case sets up the state it checks (whether the caller

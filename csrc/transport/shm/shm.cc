@@ -1,8 +1,8 @@
-#include "transport/shm.h"
+#include "transport/shm/shm.h"
 
 #include "common/params.h"
-#include "transport/shm_layout.h"
-#include "transport/shm_region.h"
+#include "transport/shm/shm_layout.h"
+#include "transport/shm/shm_region.h"
 
 #include <linux/futex.h>
 #include <sched.h>
@@ -179,7 +179,6 @@ std::unique_ptr<Link> ShmTransport::make_link(int peer) {
 
 LinkCaps ShmLink::query_caps() const {
   LinkCaps c;
-  c.kind = LinkKind::Shm;
   c.chunk_bytes = t_.chunk_bytes();
   c.channel_bytes = t_.channel_bytes();
   c.accepts_rendezvous = t_.direct_reads();

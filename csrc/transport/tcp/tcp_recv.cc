@@ -12,7 +12,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "transport/tcp_conn.h"
+#include "transport/tcp/tcp_conn.h"
 
 namespace commlib {
 

@@ -3,8 +3,8 @@
 // polling one rank's slot do not bounce the lines its doorbell and counter sit on.
 #include <cstring>
 
-#include "transport/shm.h"
-#include "transport/shm_layout.h"
+#include "transport/shm/shm.h"
+#include "transport/shm/shm_layout.h"
 
 namespace commlib {
 

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "transport/hmac_sha256.h"
+#include "transport/tcp/hmac_sha256.h"
 
 namespace commlib {
 

@@ -14,7 +14,7 @@
 
 #include <chrono>
 
-#include "transport/tcp_conn.h"
+#include "transport/tcp/tcp_conn.h"
 
 namespace commlib {
 

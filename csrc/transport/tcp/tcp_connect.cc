@@ -15,7 +15,7 @@
 #include <functional>
 #include <thread>
 
-#include "transport/tcp_conn.h"
+#include "transport/tcp/tcp_conn.h"
 
 namespace commlib {
 

@@ -14,7 +14,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "transport/tcp_conn.h"
+#include "transport/tcp/tcp_conn.h"
 
 namespace commlib {
 
@@ -22,7 +22,6 @@ std::unique_ptr<Link> TcpTransport::make_link(int peer) { return std::make_uniqu
 
 LinkCaps TcpLink::query_caps() const {
   LinkCaps caps;
-  caps.kind = LinkKind::Tcp;
   caps.chunk_bytes = t_.chunk_bytes();
   caps.channel_bytes = t_.channel_bytes();
   caps.sends_in_place = true;

@@ -1,4 +1,4 @@
-#include "transport/hmac_sha256.h"
+#include "transport/tcp/hmac_sha256.h"
 
 #include "common/params.h"
 

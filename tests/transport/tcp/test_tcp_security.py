@@ -7,12 +7,15 @@ import os
 import random
 import socket
 import struct
+import sys
 import threading
 import time
 
 import pytest
 
-import multihost_cases as cases
+# The emulated-hosts cases shared with tests/multihost (a whole matrix, the listener probes).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "multihost"))
+import multihost_cases as cases  # noqa: E402
 import commlib._C as _C
 from commlib.bootstrap import hosts as bootstrap
 from commlib.bootstrap import secret

@@ -27,6 +27,10 @@ out there, the (algorithm, dtype) and (dtype, op) pairs at the large count, is a
 reduction kernels and the chunking, not of the world size: the full large product at 3 ranks and
 the small counts' product (or pairwise selection) at every world size hold them.
 
+At one rank (NO_LARGE_AT) the large count does not run at all: a one-rank call sends no message,
+so there is no chunking, pipelining or split to meet it, and the local copy and reduction of ~1M
+elements it would run are those the large count runs at every other world size.
+
 The selection is greedy and deterministic: it iterates lists only (never a set: string hashing
 differs between processes, and every rank must issue the same sequence of collective calls).
 First each cell, in order, takes the value that covers the most pairs not covered yet (the first
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 FULL_PRODUCT_AT = (3, 4)
 FULL_LARGE_AT = 3
+NO_LARGE_AT = 1
 
 
 def _pairs(cell, value):
@@ -106,7 +111,7 @@ def large_covering(cells, values_of, joint=(0,)):
 def selected(world_size, cells, values_of, is_large=lambda cell: False, joint=(0,), thinned=False):
     """{cell: values to run} at ``world_size``: all of them at FULL_PRODUCT_AT ranks, else the
     pairwise covering selection; the cells where ``is_large`` holds: all of them at
-    FULL_LARGE_AT ranks, else ``large_covering`` (``joint`` passed on). ``thinned``: the
+    FULL_LARGE_AT ranks, none at NO_LARGE_AT, else ``large_covering`` (``joint`` passed on). ``thinned``: the
     coverings at any world size (a matrix rerun under another setting, whose full product the
     default run already holds)."""
     small = [cell for cell in cells if not is_large(cell)]
@@ -117,6 +122,8 @@ def selected(world_size, cells, values_of, is_large=lambda cell: False, joint=(0
         chosen = covering(small, values_of)
     if world_size == FULL_LARGE_AT and not thinned:
         chosen.update({cell: tuple(values_of(cell)) for cell in large})
+    elif world_size == NO_LARGE_AT:
+        chosen.update({cell: () for cell in large})
     else:
         chosen.update(large_covering(large, values_of, joint))
     return {cell: chosen[cell] for cell in cells}

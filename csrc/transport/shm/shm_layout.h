@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "transport/shm.h"
+#include "transport/shm/shm.h"
 
 namespace commlib {
 namespace shm_layout {
