@@ -35,8 +35,8 @@ const commlib::CoreApi* core_api() {
 PYBIND11_MODULE(_C_torch, m) {
   m.doc() = "commlib's torch backend as a C++ c10d::Backend (docs/torch_backend.md)";
   py::module_::import("torch.distributed");  // torch's Backend and Work types, registered first
-  commlib::torch_backend::init_error_classes();
   static const commlib::CoreApi* api = core_api();
+  commlib::torch_backend::init_error_classes(api);
   m.attr("built_torch_version") = COMMLIB_TORCH_VERSION;
 
   py::class_<CommlibBackend, c10d::Backend, c10::intrusive_ptr<CommlibBackend>>(m, "CommlibBackend")

@@ -12,10 +12,9 @@ namespace commlib {
 namespace torch_backend {
 namespace {
 
-// commlib._C's error classes (borrowed for the process's life: the module is never unloaded).
-PyObject* g_comm_error = nullptr;
-PyObject* g_mismatch_error = nullptr;
-PyObject* g_peer_error = nullptr;
+// The core's table, whose error_class maps an error's kind to its Python class (the bindings' one
+// table, bindings/error_kinds.h): no mapping of the backend's own.
+const CoreApi* g_api = nullptr;
 
 std::string describe(const CoreError& err, const char* collective, int rank) {
   // The core's messages name the rank and the call already when they come from a call; say which
@@ -25,23 +24,11 @@ std::string describe(const CoreError& err, const char* collective, int rank) {
 
 }  // namespace
 
-void init_error_classes() {
-  py::module_ core = py::module_::import("commlib._C");
-  g_comm_error = py::object(core.attr("CommError")).release().ptr();
-  g_mismatch_error = py::object(core.attr("MismatchError")).release().ptr();
-  g_peer_error = py::object(core.attr("PeerError")).release().ptr();
-}
+void init_error_classes(const CoreApi* api) { g_api = api; }
 
 void raise_core_error(const CoreError& err, const char* collective, int rank) {
   py::gil_scoped_acquire gil;
-  PyObject* cls = PyExc_RuntimeError;
-  switch (err.kind) {
-    case static_cast<uint32_t>(ErrorKind::Mismatch): cls = g_mismatch_error; break;
-    case static_cast<uint32_t>(ErrorKind::Peer): cls = g_peer_error; break;
-    case static_cast<uint32_t>(ErrorKind::Comm): cls = g_comm_error; break;
-    case kCoreInvalidArgument: cls = PyExc_ValueError; break;
-    default: break;
-  }
+  PyObject* cls = g_api ? g_api->error_class(err.kind) : PyExc_RuntimeError;
   PyErr_SetString(cls, describe(err, collective, rank).c_str());
   throw py::error_already_set();
 }

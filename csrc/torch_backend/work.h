@@ -29,8 +29,8 @@ namespace torch_backend {
 std::exception_ptr future_error(const CoreError& err, const char* collective, int rank);
 // `message` as a c10::DistBackendError (what torch's own backends fail futures with).
 std::exception_ptr dist_error(const std::string& message);
-// Looks up commlib's Python error classes (needs the GIL; once, when the module loads).
-void init_error_classes();
+// Keeps the core's table, whose error_class raise_core_error uses (once, when the module loads).
+void init_error_classes(const CoreApi* api);
 
 class CommlibWork : public c10d::Work {
  public:
