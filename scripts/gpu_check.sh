@@ -17,7 +17,9 @@
 # machine's own python3: no venv, no download, no registry), import (commlib._C_cuda must import
 # where nvidia-smi lists a GPU: the import error otherwise, and the run stops), kernels (the
 # @pytest.mark.gpu kernel tests), kernels_bw (bench/gpu_kernels.py: the reduction kernels' bandwidth
-# against the device copy and torch's add_), latency (bench/gpu_latency.py: where an all_reduce's
+# against the device copy and torch's add_), copy
+# (the copy path alone at 4 and 64 MiB in fresh processes, 1 and 2 streams: the H200's large-message
+# regression, docs/gpu.md), latency (bench/gpu_latency.py: where an all_reduce's
 # time goes, 4 ranks on GPU 0 under MPS where there is one, both paths, against torch's own round
 # trip), launch (bench/gpu_launch.py, at GPU_CHECK_LAUNCH_NP ranks, default 4: issue #37's targets, the 8 B all_reduce's enqueue,
 # back-to-back, synchronous and replayed-graph (100 calls) times against torch's add_ and an empty
@@ -32,7 +34,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 PY=${PYTHON:-python3}
 BUDGET=${GPU_CHECK_BUDGET_S:-470}
-ALL_STEPS="build,import,kernels,kernels_bw,latency,launch,sweep,gpu,ranks,bench"
+ALL_STEPS="build,import,kernels,kernels_bw,copy,latency,launch,sweep,gpu,ranks,bench"
 steps=$ALL_STEPS dry=0 emulated=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -249,6 +251,14 @@ latency_step() {
     write_report
   fi
 }
+if wants copy; then
+  # The copy path alone, in processes that never ran the kernel path (--paths copy): on the H200
+  # (session 14) a 64 MiB ring took 92 ms there, 1.4 ms on the H100 two days before (docs/gpu.md,
+  # "Measured on an H200"). One and two streams per rank, 4 MiB and 64 MiB: whether the copy path
+  # is slow by itself, and whether the two-stream fork matters.
+  latency_step copy 100 "The copy path alone (fresh processes, no kernel path): ring and direct at 4 and 64 MiB, 1 and 2 streams" \
+    --paths copy --sizes 4M,64M --algorithms ring,direct --reps 20 --sweep COMMLIB_DEVICE_STREAMS=1,2
+fi
 if wants latency; then
   # The one-sided (mapped) all_reduces run on the kernel path only (the copy path's rows say it
   # refused them, as does 256 MiB, whose staged buffers exceed the slots): docs/gpu.md "One-sided plans".
