@@ -40,16 +40,7 @@ PLAIN = 1 << 40  # a segment longer than any message: one segment, no pipeline
 
 
 def _time(preset, nodes, size, inter, intra, segment=-1, fast=None):
-    t = sim.load(preset)
-    d = t.engine_dict(nodes * t.devices_per_host)
-    if fast == "nic":
-        d["nic_Bps"] *= 1000
-        d["inter_latency_s"] = 0.0
-    elif fast == "intra":
-        d["intra_port_Bps"] *= 1000
-        d["intra_latency_s"] = 0.0
-        d["reduce_s_per_byte"] = 0.0
-    return _C.simulate(_C.Collective.all_reduce, "hierarchical", size // 4, 4, 0, d, inter, segment, intra)["time_s"]
+    return sim.engine.hierarchical_time(preset, nodes, size, inter, intra, segment, fast or "")
 
 
 def _point(args):

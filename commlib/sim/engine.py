@@ -105,3 +105,24 @@ def sweep(collective: str, algorithms, topology, ranks_list, sizes, dtype="float
                 if on_row:
                     on_row(rec)
     return recs
+
+
+def hierarchical_time(preset: str, nodes: int, size: int, inter: str, intra: str = "", segment: int = -1,
+                      fast: str = "") -> float:
+    """Seconds of a float32 sum all_reduce of `size` bytes by the hierarchical composition
+    (`inter` between hosts, `intra` inside them) on `nodes` hosts of `preset`. `fast` "nic" or
+    "intra" makes that kind of link 1000x faster and free of latency (and, for "intra", the
+    reductions free): the time of the other phase alone, the bound an overlapped pipeline
+    approaches (bench/sim_overlap.py, tests/sim/test_overlap_bound.py)."""
+    t = load(preset)
+    d = t.engine_dict(nodes * t.devices_per_host)
+    if fast == "nic":
+        d["nic_Bps"] *= 1000
+        d["inter_latency_s"] = 0.0
+    elif fast == "intra":
+        d["intra_port_Bps"] *= 1000
+        d["intra_latency_s"] = 0.0
+        d["reduce_s_per_byte"] = 0.0
+    elif fast:
+        raise ValueError(f"fast: 'nic', 'intra' or empty, got {fast!r}")
+    return _C.simulate(_C.Collective.all_reduce, "hierarchical", size // 4, 4, 0, d, inter, segment, intra)["time_s"]

@@ -5,24 +5,14 @@ kind of link made 1000x faster (and its latency and reductions free); the plain 
 segment (no pipeline)."""
 import pytest
 
-from commlib import _C
-from commlib.sim.topology import load
+from commlib.sim.engine import hierarchical_time
 
 SIZE = 256 << 20  # bytes of float32
 COMPOSITIONS = [("direct", ""), ("ring", "ring"), ("two_shot", "direct"), ("recursive_doubling", "rail_ring")]
 
 
 def predict(preset, nodes, inter, intra, segment=-1, fast=None):
-    t = load(preset)
-    d = t.engine_dict(nodes * t.devices_per_host)
-    if fast == "nic":
-        d["nic_Bps"] *= 1000
-        d["inter_latency_s"] = 0.0
-    elif fast == "intra":
-        d["intra_port_Bps"] *= 1000
-        d["intra_latency_s"] = 0.0
-        d["reduce_s_per_byte"] = 0.0
-    return _C.simulate(_C.Collective.all_reduce, "hierarchical", SIZE // 4, 4, 0, d, inter, segment, intra)["time_s"]
+    return hierarchical_time(preset, nodes, SIZE, inter, intra, segment, fast or "")
 
 
 @pytest.mark.parametrize("preset", ["dgx-h100", "dgx-a100"])
