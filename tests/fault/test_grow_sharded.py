@@ -19,7 +19,7 @@ if HERE not in sys.path:
 pytest.importorskip("torch")
 
 import grow_sharded_cases as gsc  # noqa: E402
-from commlib.testing import ExtraRank, RankPool  # noqa: E402
+from commlib.testing import JoinablePool  # noqa: E402
 
 
 def _check_grown(results, joined, members, size):
@@ -40,19 +40,13 @@ def _check_grown(results, joined, members, size):
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("members,joiners", [(2, 1), (3, 2)], ids=["2to3", "3to5_then_shrink"])
 def test_sharded_state_moves_to_the_grown_layout_exactly(members, joiners, tmp_path):
-    pool = RankPool(members, timeout=90)
-    extra = []
-    try:
-        extra = [ExtraRank(pool, gsc.joiner_grows, str(tmp_path), members) for _ in range(joiners)]
+    with JoinablePool(members, timeout=90) as pool:
+        extra = [pool.joiner(gsc.joiner_grows, str(tmp_path), members) for _ in range(joiners)]
         results = pool.run(gsc.case_grow, pool.store.port, joiners, str(tmp_path))
         joined = [e.result(90) for e in extra]
         shrunk = None
         if members == 3:
             shrunk = pool.run(gsc.case_kill_shrink, pool.store.port, 2, str(tmp_path), allow_death=True)
-    finally:
-        for e in extra:
-            e.kill()
-        pool.kill()
     _check_grown(results, joined, members, members + joiners)
     if shrunk is None:
         return

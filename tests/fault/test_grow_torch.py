@@ -17,23 +17,17 @@ pytest.importorskip("torch")
 import fault_torch_cases as ftc  # noqa: E402
 import grow_torch_cases as gtc  # noqa: E402
 import training_replay as tr  # noqa: E402
-from commlib.testing import ExtraRank, RankPool  # noqa: E402
+from commlib.testing import JoinablePool  # noqa: E402
 
 
 # One host, and two emulated hosts (rank 1 and the joiner on the second: links across are TCP).
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("hosts", [None, ("a", "b")], ids=["one_host", "two_hosts"])
 def test_data_parallel_kill_shrink_grow_equals_a_one_process_replay(hosts):
-    pool = RankPool(2, timeout=90, env={"COMMLIB_HOST_ID": hosts} if hosts else None)
-    joiner = None
-    try:
-        joiner = ExtraRank(pool, gtc.joiner_dp, env={"COMMLIB_HOST_ID": "b"} if hosts else None)
+    with JoinablePool(2, timeout=90, env={"COMMLIB_HOST_ID": hosts} if hosts else None) as pool:
+        joiner = pool.joiner(gtc.joiner_dp, env={"COMMLIB_HOST_ID": "b"} if hosts else None)
         results = pool.run(gtc.case_dp_kill_shrink_grow, pool.store.port, allow_death=True)
         joined = joiner.result(90)
-    finally:
-        if joiner is not None:
-            joiner.kill()
-        pool.kill()
     sizes = [2] * gtc.KILL_AT + [1] * (gtc.GROW_AT - gtc.KILL_AT) + [2] * (tr.STEPS - gtc.GROW_AT)
     assert results[1] is None
     weights, momentum, calls, got_sizes, rank, (want_w, want_m) = results[0]
@@ -49,16 +43,10 @@ def test_data_parallel_kill_shrink_grow_equals_a_one_process_replay(hosts):
 def test_grow_group_without_a_shrink_and_a_group_made_after_it():
     """A scale-up from 2 to 3 ranks: the members' torch group counter is 1 (init made group "0"),
     a joiner's 0; new_group after the grow must name the group alike on all of them."""
-    pool = RankPool(2, timeout=90)
-    joiner = None
-    try:
-        joiner = ExtraRank(pool, gtc.joiner_scale_up)
+    with JoinablePool(2, timeout=90) as pool:
+        joiner = pool.joiner(gtc.joiner_scale_up)
         results = pool.run(gtc.case_grow_group_without_a_shrink, pool.store.port)
         joined = joiner.result(90)
-    finally:
-        if joiner is not None:
-            joiner.kill()
-        pool.kill()
     assert results == [(3, 3), (3, 3)] and joined == (3, 3), (results, joined)
 
 
@@ -78,16 +66,10 @@ def test_ddp_kill_shrink_group_grow_group_equals_a_one_process_replay():
     rank 0 calls commlib.torch.grow_group, and DDP, built again on the grown default group, trains
     both to the end: bit for bit a one-process replay of the world sizes 2, 1, 2 (plain SGD).
     Then a new_group and FSDP2 on the grown group."""
-    pool = RankPool(2, timeout=120)
-    joiner = None
-    try:
-        joiner = ExtraRank(pool, gtc.joiner_ddp)
+    with JoinablePool(2, timeout=120) as pool:
+        joiner = pool.joiner(gtc.joiner_ddp)
         results = pool.run(gtc.case_ddp_kill_shrink_grow, pool.store.port, allow_death=True)
         joined = joiner.result(120)
-    finally:
-        if joiner is not None:
-            joiner.kill()
-        pool.kill()
     sizes = [2] * gtc.KILL_AT + [1] * (gtc.GROW_AT - gtc.KILL_AT) + [2] * (tr.STEPS - gtc.GROW_AT)
     assert results[1] is None
     weights, got_sizes, rank, desc, pair_sum, fsdp = results[0]
