@@ -173,8 +173,9 @@ def _init_torch(comm, port):
         TCPStore("127.0.0.1", port).set("torch_store_port", str(store.port))
 
 
-def _join_torch():
-    """A replacement's default group: torch's store (rank 0's), commlib.join through it."""
+def _join_torch(group_name="0"):
+    """A replacement's default group: torch's store (rank 0's), commlib.join through it, for the
+    group torch named ``group_name`` on the members (the default group's is "0")."""
     import torch.distributed as dist
 
     import commlib.torch as ct
@@ -183,7 +184,7 @@ def _join_torch():
     torch_port = int(bytes(pool_store.get("torch_store_port")).decode())
     pool_store.close()
     store = dist.TCPStore("127.0.0.1", torch_port, is_master=False)
-    comm = commlib.join(**ct.join_arguments(store), timeout=60)
+    comm = commlib.join(**ct.join_arguments(store, group_name=group_name), timeout=60)
     ct.join_group(comm, store)
 
 
@@ -199,24 +200,89 @@ def joiner_ddp():
 
 
 def _all_ranks_group_sum():
-    """A group made after the grow (named by torch's counter) over every rank: the sum of ranks."""
+    """A group made after the grow (named by torch's counter) over every rank: the sum of ranks,
+    and how this rank reaches each of the grown world (self, shm on its host, tcp across)."""
     import torch.distributed as dist
+
+    import commlib.torch as ct
     group = dist.new_group(list(range(dist.get_world_size())))
     x = torch.tensor([dist.get_rank()], dtype=torch.int64)
     dist.all_reduce(x, group=group)
-    out = (dist.get_world_size(), int(x.item()))
+    out = (dist.get_world_size(), int(x.item()), ct.get_communicator().topology.links)
     dist.destroy_process_group()
     return out
 
 
 def case_grow_group_without_a_shrink(comm, port):
-    """A scale-up: the members grow from 2 to 3 straight after init (their group counter is 1)."""
+    """A scale-up: the members grow from 2 to 3 straight after init (their group counter is 1).
+    A group made before the grow is destroyed with the old default group: using it raises."""
+    import torch.distributed as dist
+
     import commlib.torch as ct
     _init_torch(comm, port)
+    before = dist.new_group([0, 1])
     ct.grow_group(1, timeout=60)
-    return _all_ranks_group_sum()
+    try:
+        dist.all_reduce(torch.zeros(1), group=before)
+        stale = None
+    except (RuntimeError, ValueError) as exc:
+        stale = f"{type(exc).__name__}: {exc}"
+    return _all_ranks_group_sum() + (stale,)
 
 
 def joiner_scale_up():
     _join_torch()
-    return _all_ranks_group_sum()
+    return _all_ranks_group_sum() + (None,)
+
+
+# -- a group from new_group grows; the default group and the others stay -----------------------------
+def case_grow_subgroup(comm, port):
+    """3 ranks; ranks 0 and 2 form a new_group and grow it by a joiner (rank 1 takes no part);
+    then the grown group, the untouched default group and another group made before the grow work.
+    Returns (the grown group's size and sum of group ranks, the joiner's global rank as torch maps
+    it, the default group's sum, the other group's sum, what the old group says)."""
+    import torch.distributed as dist
+
+    import commlib.torch as ct
+    _init_torch(comm, port)
+    sub = dist.new_group([0, 2])
+    other = dist.new_group([1, 2])
+    if comm.rank == 0:
+        TCPStore("127.0.0.1", port).set("subgroup_name", dist.distributed_c10d._get_process_group_name(sub))
+    grown = None
+    if comm.rank in (0, 2):
+        grown = ct.grow_group(1, group=sub, timeout=60)
+    out = [None, None]
+    if grown is not None:
+        x = torch.tensor([dist.get_rank(grown)], dtype=torch.int64)
+        dist.all_reduce(x, group=grown)
+        out = [(dist.get_world_size(grown), int(x.item()), grown.group_desc),
+               [dist.get_global_rank(grown, r) for r in (0, 1)]]
+    world = torch.tensor([comm.rank], dtype=torch.int64)
+    dist.all_reduce(world)
+    pair = torch.tensor([comm.rank], dtype=torch.int64)
+    if comm.rank in (1, 2):
+        dist.all_reduce(pair, group=other)
+    stale = None
+    if grown is not None:
+        try:
+            dist.all_reduce(torch.zeros(1), group=sub)
+        except (RuntimeError, ValueError) as exc:
+            stale = type(exc).__name__
+    dist.barrier()
+    dist.destroy_process_group()
+    return tuple(out) + (int(world.item()), int(pair.item()), stale)
+
+
+def joiner_subgroup():
+    """Joins the members' new_group (its name from rank 0): that grown group is its world."""
+    import torch.distributed as dist
+    pool_store = TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]))
+    name = bytes(pool_store.get("subgroup_name")).decode()
+    pool_store.close()
+    _join_torch(group_name=name)
+    x = torch.tensor([dist.get_rank()], dtype=torch.int64)
+    dist.all_reduce(x)
+    out = (dist.get_world_size(), int(x.item()), dist.get_rank())
+    dist.destroy_process_group()
+    return out

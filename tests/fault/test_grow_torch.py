@@ -39,15 +39,40 @@ def test_data_parallel_kill_shrink_grow_equals_a_one_process_replay(hosts):
     assert joined == (weights, momentum, calls, sizes[gtc.GROW_AT:], 1)
 
 
+# One host, and two emulated hosts: member 1 and the joiner on the second, so the grown world's
+# links are chosen per pair (tcp across the hosts, shm between member 1 and the joiner).
 @pytest.mark.timeout(120)
-def test_grow_group_without_a_shrink_and_a_group_made_after_it():
+@pytest.mark.parametrize("hosts", [None, ("a", "b")], ids=["one_host", "two_hosts"])
+def test_grow_group_without_a_shrink_and_the_groups_before_and_after_it(hosts):
     """A scale-up from 2 to 3 ranks: the members' torch group counter is 1 (init made group "0"),
-    a joiner's 0; new_group after the grow must name the group alike on all of them."""
-    with JoinablePool(2, timeout=90) as pool:
-        joiner = pool.joiner(gtc.joiner_scale_up)
+    a joiner's 0; new_group after the grow must name the group alike on all of them. A group made
+    before the grow went with the old default group (as dist.shrink_group does): using it raises."""
+    with JoinablePool(2, timeout=90, env={"COMMLIB_HOST_ID": hosts} if hosts else None) as pool:
+        joiner = pool.joiner(gtc.joiner_scale_up, env={"COMMLIB_HOST_ID": "b"} if hosts else None)
         results = pool.run(gtc.case_grow_group_without_a_shrink, pool.store.port)
         joined = joiner.result(90)
-    assert results == [(3, 3), (3, 3)] and joined == (3, 3), (results, joined)
+    links = ([["self", "shm", "shm"], ["shm", "self", "shm"], ["shm", "shm", "self"]] if hosts is None else
+             [["self", "tcp", "tcp"], ["tcp", "self", "shm"], ["tcp", "shm", "self"]])
+    for rank, got in enumerate(results + [joined]):
+        assert got[:3] == (3, 3, links[rank]), (rank, got)
+    for rank in (0, 1):
+        assert (results[rank][3] or "").startswith("ValueError") and "not initialized" in results[rank][3], results[rank][3]
+
+
+@pytest.mark.timeout(120)
+def test_grow_group_of_a_new_group_leaves_the_default_and_other_groups():
+    """Ranks 0 and 2 of 3 grow their new_group by a joiner: the grown group works for all three
+    (on the joiner it is its world), maps the members' global ranks, replaces the old group (which
+    raises), and the default group and another group go on as they were."""
+    with JoinablePool(3, timeout=90) as pool:
+        joiner = pool.joiner(gtc.joiner_subgroup)
+        results = pool.run(gtc.case_grow_subgroup, pool.store.port)
+        joined = joiner.result(90)
+    grown = (3, 3, f"{results[0][0][2].split(':')[0]}:grown")
+    assert results[0][:2] == (grown, [0, 2]) and results[2][:2] == (grown, [0, 2]), results
+    assert results[1][:2] == (None, None), results[1]
+    assert [r[2:] for r in results] == [(3, 0, "ValueError"), (3, 3, None), (3, 3, "ValueError")], results
+    assert joined == (3, 3, 2), joined
 
 
 def test_grow_and_joined_refuse_a_bad_optimizer_before_anything_is_sent():
@@ -60,14 +85,16 @@ def test_grow_and_joined_refuse_a_bad_optimizer_before_anything_is_sent():
 
 
 @pytest.mark.timeout(150)
-def test_ddp_kill_shrink_group_grow_group_equals_a_one_process_replay():
+@pytest.mark.parametrize("hosts", [None, ("a", "b")], ids=["one_host", "two_hosts"])
+def test_ddp_kill_shrink_group_grow_group_equals_a_one_process_replay(hosts):
     """torch DDP over commlib: rank 1 is SIGKILLed, rank 0 shrinks the default group
     (dist.shrink_group) and trains alone, a replacement joins (commlib.torch.join_group) while
     rank 0 calls commlib.torch.grow_group, and DDP, built again on the grown default group, trains
     both to the end: bit for bit a one-process replay of the world sizes 2, 1, 2 (plain SGD).
-    Then a new_group and FSDP2 on the grown group."""
-    with JoinablePool(2, timeout=120) as pool:
-        joiner = pool.joiner(gtc.joiner_ddp)
+    Then a new_group and FSDP2 on the grown group. On two emulated hosts the victim and the joiner
+    are on the second (rank 0 reaches the joiner over tcp)."""
+    with JoinablePool(2, timeout=120, env={"COMMLIB_HOST_ID": hosts} if hosts else None) as pool:
+        joiner = pool.joiner(gtc.joiner_ddp, env={"COMMLIB_HOST_ID": "b"} if hosts else None)
         results = pool.run(gtc.case_ddp_kill_shrink_grow, pool.store.port, allow_death=True)
         joined = joiner.result(120)
     sizes = [2] * gtc.KILL_AT + [1] * (gtc.GROW_AT - gtc.KILL_AT) + [2] * (tr.STEPS - gtc.GROW_AT)
