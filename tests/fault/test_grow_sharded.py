@@ -36,12 +36,15 @@ def _check_grown(results, joined, members, size):
             assert got_after == want_after, f"{where}: training went on differently"
 
 
-# 2 -> 3 (one joiner), and 3 -> 5 (two joiners, then a member dies and the survivors shrink)
+# 2 -> 3 on two emulated hosts (member 1 and the joiner on the second: the pieces travel over tcp
+# and shm), and 3 -> 5 on one host (two joiners, then a member dies and the survivors shrink)
 @pytest.mark.timeout(150)
-@pytest.mark.parametrize("members,joiners", [(2, 1), (3, 2)], ids=["2to3", "3to5_then_shrink"])
-def test_sharded_state_moves_to_the_grown_layout_exactly(members, joiners, tmp_path):
-    with JoinablePool(members, timeout=90) as pool:
-        extra = [pool.joiner(gsc.joiner_grows, str(tmp_path), members) for _ in range(joiners)]
+@pytest.mark.parametrize("members,joiners,hosts", [(2, 1, ("a", "b")), (3, 2, None)],
+                         ids=["2to3_two_hosts", "3to5_then_shrink"])
+def test_sharded_state_moves_to_the_grown_layout_exactly(members, joiners, hosts, tmp_path):
+    with JoinablePool(members, timeout=90, env={"COMMLIB_HOST_ID": hosts} if hosts else None) as pool:
+        extra = [pool.joiner(gsc.joiner_grows, str(tmp_path), members, env={"COMMLIB_HOST_ID": hosts[-1]}
+                             if hosts else None) for _ in range(joiners)]
         results = pool.run(gsc.case_grow, pool.store.port, joiners, str(tmp_path))
         joined = [e.result(90) for e in extra]
         shrunk = None
