@@ -1,11 +1,13 @@
-"""Growing the default process group back: ``grow_group`` (the members, in the style of
-``dist.shrink_group``) and ``join_group`` (each replacement process), docs/fault_tolerance.md.
+"""Growing a process group back, the default one or one from ``new_group``: ``grow_group`` (the
+members, in the style of ``dist.shrink_group``) and ``join_group`` (each replacement process),
+docs/fault_tolerance.md "torch".
 
 torch has no ``grow_group``, so this module does what torch 2.13's ``shrink_group`` does after its
 backend call, with the same private helpers of ``torch.distributed.distributed_c10d``, which a
 torch release that renames them needs this file updated for:
 
 - ``_get_default_group``, ``_world.pg_map`` (the group's backend string and store),
+  ``_get_process_group_name``, ``get_process_group_ranks``, ``_world.pg_backend_config``,
   ``_destroy_all_other_groups`` (shrinking or growing the default group
   renumbers the world, so other groups are gone: build them again),
   ``_cleanup_original_group`` (destroy the old default group and forget it),
@@ -16,8 +18,9 @@ torch release that renames them needs this file updated for:
   ``"0"`` (the first group: ``_world.group_count`` was 0) and registered (``_world.pg_map``, the
   store ``new_group`` builds on) with ``"0/"`` added, and each device's backend gets
   ``"<device>/"`` on top; commlib's ``_create`` names the job ``"commlib/<group name>"``.
-  ``join_arguments`` and ``join_group`` rebuild that chain for a joiner (which has no default
-  group), so that ``commlib.join`` meets the members' grow and later groups meet theirs.
+  A ``new_group`` group's backend store is ``"<name>/"`` on the registered store, ``"<device>/"``
+  on top. ``join_arguments`` and ``join_group`` rebuild that chain for a joiner (which has no
+  default group), so that ``commlib.join`` meets the members' grow and later groups meet theirs.
 
 The grown group's name is made from the grow's communicator prefix (the same on every rank),
 not torch's hash of the ranks and the number of groups this process has seen (which a joiner has

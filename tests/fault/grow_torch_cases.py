@@ -213,26 +213,80 @@ def _all_ranks_group_sum():
     return out
 
 
-def case_grow_group_without_a_shrink(comm, port):
+def _fsdp2_model(seed):
+    """Two linear layers, each fully_shard'ed (FSDP2) over the default group, with AdamW."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    import torch.distributed as dist
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Linear(7, 3))
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    for layer in model:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+
+def _full_state(model, opt, **options):
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+    return get_state_dict(model, opt, options=StateDictOptions(full_state_dict=True, **options))
+
+
+def _fsdp2_state_bytes(model, opt):
+    """The whole model and optimizer state (every rank gets it), as bytes by name."""
+    msd, osd = _full_state(model, opt)
+    out = {k: v.numpy().tobytes() for k, v in msd.items()}
+    for k, st in osd["state"].items():
+        out.update({f"{k}.{n}": v.numpy().tobytes() for n, v in st.items()})
+    return out
+
+
+def _fsdp2_after_grow(state):
+    """FSDP2 on the grown default group, loaded with the members' full state (rank 0's, broadcast)."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
+                                                         set_optimizer_state_dict)
+    model, opt = _fsdp2_model(seed=9)
+    msd, osd = state
+    # the model and the optimizer apart: set_state_dict takes an empty model state dict (every
+    # rank but 0's) for "optimizer only" and the ranks would part ways
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    set_model_state_dict(model, msd, options=options)
+    set_optimizer_state_dict(model, opt, osd, options=options)
+    return _fsdp2_state_bytes(model, opt)
+
+
+def case_grow_group_without_a_shrink(comm, port, with_fsdp2):
     """A scale-up: the members grow from 2 to 3 straight after init (their group counter is 1).
-    A group made before the grow is destroyed with the old default group: using it raises."""
+    A group made before the grow is destroyed with the old default group: using it raises. With
+    ``with_fsdp2``, FSDP2 state trained on 2 ranks reaches the 3 through torch's full state dict."""
     import torch.distributed as dist
 
     import commlib.torch as ct
     _init_torch(comm, port)
     before = dist.new_group([0, 1])
+    trained = state = None
+    if with_fsdp2:
+        model, opt = _fsdp2_model(seed=0)
+        x = torch.randn(4, 5, generator=torch.Generator().manual_seed(comm.rank))
+        model(x).square().sum().backward()
+        opt.step()
+        trained = _fsdp2_state_bytes(model, opt)
+        state = _full_state(model, opt, cpu_offload=True)  # rank 0's, on the CPU (empty elsewhere)
+        del model, opt
     ct.grow_group(1, timeout=60)
     try:
         dist.all_reduce(torch.zeros(1), group=before)
         stale = None
     except (RuntimeError, ValueError) as exc:
         stale = f"{type(exc).__name__}: {exc}"
-    return _all_ranks_group_sum() + (stale,)
+    carried = _fsdp2_after_grow(state) if with_fsdp2 else None
+    return _all_ranks_group_sum() + (stale, trained, carried)
 
 
-def joiner_scale_up():
+def joiner_scale_up(with_fsdp2):
     _join_torch()
-    return _all_ranks_group_sum() + (None,)
+    carried = _fsdp2_after_grow(({}, {})) if with_fsdp2 else None
+    return _all_ranks_group_sum() + (None, None, carried)
 
 
 # -- a group from new_group grows; the default group and the others stay -----------------------------

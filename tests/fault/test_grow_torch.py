@@ -46,10 +46,12 @@ def test_data_parallel_kill_shrink_grow_equals_a_one_process_replay(hosts):
 def test_grow_group_without_a_shrink_and_the_groups_before_and_after_it(hosts):
     """A scale-up from 2 to 3 ranks: the members' torch group counter is 1 (init made group "0"),
     a joiner's 0; new_group after the grow must name the group alike on all of them. A group made
-    before the grow went with the old default group (as dist.shrink_group does): using it raises."""
+    before the grow went with the old default group (as dist.shrink_group does): using it raises.
+    On two hosts, FSDP2's state (DTensor shards over the 2) reaches the 3 through torch's full
+    state dict."""
     with JoinablePool(2, timeout=90, env={"COMMLIB_HOST_ID": hosts} if hosts else None) as pool:
-        joiner = pool.joiner(gtc.joiner_scale_up, env={"COMMLIB_HOST_ID": "b"} if hosts else None)
-        results = pool.run(gtc.case_grow_group_without_a_shrink, pool.store.port)
+        joiner = pool.joiner(gtc.joiner_scale_up, bool(hosts), env={"COMMLIB_HOST_ID": "b"} if hosts else None)
+        results = pool.run(gtc.case_grow_group_without_a_shrink, pool.store.port, bool(hosts))
         joined = joiner.result(90)
     links = ([["self", "shm", "shm"], ["shm", "self", "shm"], ["shm", "shm", "self"]] if hosts is None else
              [["self", "tcp", "tcp"], ["tcp", "self", "shm"], ["tcp", "shm", "self"]])
@@ -57,6 +59,14 @@ def test_grow_group_without_a_shrink_and_the_groups_before_and_after_it(hosts):
         assert got[:3] == (3, 3, links[rank]), (rank, got)
     for rank in (0, 1):
         assert (results[rank][3] or "").startswith("ValueError") and "not initialized" in results[rank][3], results[rank][3]
+    if hosts is None:
+        return
+    # FSDP2's whole state (4 parameters, AdamW's 2 moments and step of each) trained on 2 ranks, on
+    # all 3 after the grow: the same bytes
+    trained = results[0][4]
+    assert len(trained) == 16 and results[1][4] == trained
+    for rank, got in enumerate(results + [joined]):
+        assert got[5] == trained, f"rank {rank}: FSDP2's state after the grow differs from before"
 
 
 @pytest.mark.timeout(120)
