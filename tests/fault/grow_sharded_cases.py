@@ -189,3 +189,34 @@ def case_kill_shrink(comm, port, victim, root):
         results[kind] = (raised, refused, c.rank, c.size, got, want, _mine(wrapper, opt), _mine(ref, ref_opt))
         c.close()
     return results
+
+
+def case_joiner_dies_during_the_move(comm, port, root):
+    """FullyShardedModule grows by a joiner that dies once admitted, before its shards arrive:
+    every member raises, and ``shrink(checkpoint=)`` takes them back to their own size from the
+    checkpoint written before the grow. Returns (the error's class and the size the wrapper was on
+    then, size after the shrink, mine, the reference's)."""
+    torch.set_num_threads(1)
+    c = commlib.init(rank=comm.rank, world_size=comm.size, store=TCPStore("127.0.0.1", port), prefix="doomed-fsdp")
+    model, wrapper, opt = _build("fsdp", c, seed=comm.rank)
+    _step(model, wrapper, opt, 0, c)
+    path = os.path.join(root, "doomed-fsdp")
+    wrapper.save_sharded_checkpoint(path, opt)
+    try:
+        wrapper.grow(1, 60, opt)
+        raised = None
+    except Exception as exc:  # noqa: BLE001 (the class is what the test checks)
+        raised = (type(exc).__name__, wrapper.comm.size)  # 4: the grow was done, the move failed
+    wrapper.shrink(checkpoint=path, optimizer=opt)
+    c = wrapper.comm
+    ref_model, ref, ref_opt = _build("fsdp", c, seed=7)
+    ref.load_sharded_checkpoint(path, ref_opt)
+    out = (raised, c.size, _mine(wrapper, opt), _mine(ref, ref_opt))
+    c.close()
+    return out
+
+
+def joiner_dies():
+    """Admitted to the grow, then SIGKILLed before the members' state reaches it."""
+    commlib.join(prefix="doomed-fsdp", timeout=60)
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -37,7 +37,8 @@ def _check_grown(results, joined, members, size):
 
 
 # 2 -> 3 on two emulated hosts (member 1 and the joiner on the second: the pieces travel over tcp
-# and shm), and 3 -> 5 on one host (two joiners, then a member dies and the survivors shrink)
+# and shm), and 3 -> 5 on one host (two joiners; then a joiner that dies during the move, and a
+# member that dies: the survivors shrink from the checkpoint)
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("members,joiners,hosts", [(2, 1, ("a", "b")), (3, 2, None)],
                          ids=["2to3_two_hosts", "3to5_then_shrink"])
@@ -47,12 +48,18 @@ def test_sharded_state_moves_to_the_grown_layout_exactly(members, joiners, hosts
                              if hosts else None) for _ in range(joiners)]
         results = pool.run(gsc.case_grow, pool.store.port, joiners, str(tmp_path))
         joined = [e.result(90) for e in extra]
-        shrunk = None
+        shrunk = doomed = None
         if members == 3:
+            doomed = pool.joiner(gsc.joiner_dies)
+            recovered = pool.run(gsc.case_joiner_dies_during_the_move, pool.store.port, str(tmp_path))
+            assert doomed.result(60, allow_death=True) is None
             shrunk = pool.run(gsc.case_kill_shrink, pool.store.port, 2, str(tmp_path), allow_death=True)
     _check_grown(results, joined, members, members + joiners)
     if shrunk is None:
         return
+    # a joiner died during the move: every member raised, and shrink(checkpoint=) recovered
+    for rank, (raised, size, got, want) in enumerate(recovered):
+        assert (raised, size) == (("PeerError", 4), 3) and got == want, (rank, raised, size)
     assert shrunk[2] is None
     for rank in (0, 1):
         for kind, (raised, refused, new_rank, size, got, want, got_after, want_after) in shrunk[rank].items():
