@@ -54,7 +54,7 @@ def joined(wrapper, optimizer, move_params: bool, move_grads: bool):
 
 
 def _move(comm, wrapper, olds, optimizer, old_world, move_params, move_grads):
-    description = send_description(comm, old_world, olds, optimizer, move_grads)
+    description = send_description(comm, old_world, olds, optimizer, move_grads, wrapper._units)
     problem = move_units(comm, wrapper._units, olds, description, optimizer, move_params)
     if problem is not None:  # raised once every rank is through the collectives
         raise ValueError(problem)

@@ -77,11 +77,16 @@ class OldShard:
         self.state = dict(optimizer.state.get(shard, {})) if optimizer is not None else {}
 
 
-def describe(old_world: int, olds: Sequence[OldShard], optimizer, move_grads: bool) -> dict:
+def layout_of(units) -> list:
+    """What every rank's units must agree on before anything moves: their names and sizes."""
+    return [(u.name, u.layout.numel) for u in units]
+
+
+def describe(old_world: int, olds: Sequence[OldShard], optimizer, move_grads: bool, layout: list) -> dict:
     """Rank 0's description of its sharded state before the grow (sent to every rank first): the
-    old world size, per unit whether it has a gradient and each optimizer-state entry, elementwise
-    (the shard's shape: moved piece by piece) or a value (sent as is), and the param groups'
-    hyperparameters."""
+    old world size, its units (``layout_of``), per unit whether it has a gradient and each
+    optimizer-state entry, elementwise (the shard's shape: moved piece by piece) or a value (sent
+    as is), and the param groups' hyperparameters."""
     units = []
     for o in olds:
         state = {}
@@ -95,14 +100,26 @@ def describe(old_world: int, olds: Sequence[OldShard], optimizer, move_grads: bo
         units.append({"grad": bool(move_grads and o.grad is not None), "state": state})
     groups = None if optimizer is None else [{k: v for k, v in g.items() if k != "params"}
                                              for g in optimizer.param_groups]
-    return {"old_world": old_world, "units": units, "groups": groups}
+    return {"old_world": old_world, "layout": layout, "units": units, "groups": groups}
 
 
 def send_description(comm, old_world: int, olds: Optional[Sequence[OldShard]], optimizer,
-                     move_grads: bool) -> dict:
-    """``describe`` on rank 0 (a member), received by every rank (members and joiners alike)."""
-    return broadcast_object(comm, describe(old_world, olds, optimizer, move_grads) if comm.rank == 0
-                            else None)
+                     move_grads: bool, units) -> dict:
+    """``describe`` on rank 0 (a member), received by every rank (members and joiners alike),
+    which then agree that their units are rank 0's: a joiner built with other arguments (another
+    ``bucket_cap_mb`` or ``wrap``) has other units, and every rank raises ValueError before any
+    piece moves rather than exchanging pieces that do not fit."""
+    description = broadcast_object(comm, describe(old_world, olds, optimizer, move_grads, layout_of(units))
+                                   if comm.rank == 0 else None)
+    mine = layout_of(units)
+    same = torch.tensor([int([tuple(x) for x in description["layout"]] == mine)], dtype=torch.int32)
+    comm.all_reduce(same, op="min")
+    if not int(same.item()):
+        raise ValueError("the ranks' sharded units differ (rank 0's: " +
+                         ", ".join(f"{n} of {k}" for n, k in description["layout"]) + "; this rank's: " +
+                         ", ".join(f"{n} of {k}" for n, k in mine) + "): build the joiners' wrapper with the "
+                         "members' arguments (bucket_cap_mb, wrap, ...)")
+    return description
 
 
 def move_units(comm, units, olds: Optional[List[OldShard]], description: dict, optimizer,

@@ -141,7 +141,10 @@ class ZeroOptimizer:
             inner_groups.append({"params": shards, **opts})
         if not self._units:
             raise ValueError("params: no parameter requires grad")
-        self._specs = specs
+        # the buckets too: ranks (a grow's joiner) built with another bucket_cap_mb would exchange
+        # pieces that do not fit; check_same_structure names the first bucket that differs
+        self._specs = specs + [(f"bucket {u.name} (from bucket_cap_mb)", (u.layout.numel,), str(u.flat.dtype))
+                               for u in self._units]
         self._frozen = [p for p in all_params if not p.requires_grad]
         self._agree(comm)
         self.optimizer = optimizer_class(inner_groups, **optimizer_kwargs)

@@ -220,3 +220,43 @@ def joiner_dies():
     """Admitted to the grow, then SIGKILLed before the members' state reaches it."""
     commlib.join(prefix="doomed-fsdp", timeout=60)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _grow_error(fn):
+    try:
+        fn()
+        return None
+    except ValueError as exc:
+        return str(exc)
+
+
+def case_joiners_with_other_units(comm, port):
+    """Each wrapper grows by a joiner built with other arguments (FullyShardedModule: another
+    ``wrap``; ZeroOptimizer: another ``bucket_cap_mb``), so its units differ: ValueError on every
+    rank before any piece moves. Returns the messages."""
+    from commlib.parallel import FullyShardedModule
+    torch.set_num_threads(1)
+    messages = []
+    for kind in ("fsdp", "zero2"):
+        c = commlib.init(rank=comm.rank, world_size=comm.size, store=TCPStore("127.0.0.1", port),
+                         prefix=f"units-{kind}")
+        if kind == "fsdp":
+            wrapper = FullyShardedModule(_model(comm.rank), c)
+            messages.append(_grow_error(lambda: wrapper.grow(1, 60)))
+        else:
+            _, wrapper, _ = _build(kind, c, seed=comm.rank)
+            messages.append(_grow_error(lambda: wrapper.grow(1, 60)))
+        wrapper.comm.close()
+    return messages
+
+
+def joiner_with_other_units(kind):
+    from commlib.parallel import FullyShardedModule, ZeroOptimizer
+    c = commlib.join(prefix=f"units-{kind}", timeout=60)
+    if kind == "fsdp":  # units "0" and the root's instead of "0" and "2"
+        message = _grow_error(lambda: FullyShardedModule.joined(_model(0), c, wrap=["0"]))
+    else:               # the default bucket cap: one unit instead of two
+        message = _grow_error(lambda: ZeroOptimizer.joined(torch.optim.AdamW, _model(0).parameters(), c,
+                                                           stage=2, lr=LR))
+    c.close()
+    return message

@@ -49,6 +49,10 @@ def test_sharded_state_moves_to_the_grown_layout_exactly(members, joiners, hosts
         results = pool.run(gsc.case_grow, pool.store.port, joiners, str(tmp_path))
         joined = [e.result(90) for e in extra]
         shrunk = doomed = None
+        if members == 2:  # a joiner built with other arguments: refused everywhere, nothing moved
+            others = [pool.joiner(gsc.joiner_with_other_units, kind, env={"COMMLIB_HOST_ID": hosts[-1]})
+                      for kind in ("fsdp", "zero2")]
+            refused = pool.run(gsc.case_joiners_with_other_units, pool.store.port) + [[o.result(60) for o in others]]
         if members == 3:
             doomed = pool.joiner(gsc.joiner_dies)
             recovered = pool.run(gsc.case_joiner_dies_during_the_move, pool.store.port, str(tmp_path))
@@ -56,6 +60,9 @@ def test_sharded_state_moves_to_the_grown_layout_exactly(members, joiners, hosts
             shrunk = pool.run(gsc.case_kill_shrink, pool.store.port, 2, str(tmp_path), allow_death=True)
     _check_grown(results, joined, members, members + joiners)
     if shrunk is None:
+        for fsdp, zero in refused:  # members', then the joiners'
+            assert (fsdp or "").startswith("the ranks' sharded units differ (rank 0's: 0 of 42, 2 of 24; "), fsdp
+            assert "'bucket g0.float32.b0 (from bucket_cap_mb)': shape (31,) on rank 0 but (66,) on rank 2" in (zero or ""), zero
         return
     # a joiner died during the move: every member raised, and shrink(checkpoint=) recovered
     for rank, (raised, size, got, want) in enumerate(recovered):
