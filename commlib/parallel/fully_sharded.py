@@ -41,7 +41,9 @@ class FullyShardedModule(torch.nn.Module):
     it, all-gathered again before its backward (hooks on its outputs) and freed after it; its
     gradient is reduce-scattered (averaged) asynchronously and accumulated into the shard's
     ``.grad`` at the end of backward. A parameter shared by two units (tied embeddings) is
-    sharded in the root unit instead (listed in ``tied_to_root``).
+    sharded in the root unit instead (listed in ``tied_to_root``). Replacements join with
+    :meth:`grow`/:meth:`joined` (the shards move to the grown layout); after a death,
+    :meth:`shrink` reloads a sharded checkpoint (docs/fault_tolerance.md).
     """
 
     def __init__(self, module: torch.nn.Module, comm, wrap=None, mixed_precision=None,

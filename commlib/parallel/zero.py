@@ -95,7 +95,9 @@ class ZeroOptimizer:
     Parameters with ``requires_grad=False`` are left alone. Note: a parameter that gets no
     gradient in a step is treated as having a zero gradient (its piece of the bucket is zero).
     The inner torch optimizer is ``.optimizer`` (attach learning-rate schedulers to it);
-    ``algorithm`` is used for both the reduce_scatter and the all_gather calls.
+    ``algorithm`` is used for both the reduce_scatter and the all_gather calls. Replacements join
+    with :meth:`grow`/:meth:`joined` (the state moves to the grown layout); after a death,
+    :meth:`shrink` reloads a sharded checkpoint (docs/fault_tolerance.md).
     """
 
     def __init__(self, optimizer_class, params, comm, stage: int = 1, bucket_cap_mb: float = 25.0,
