@@ -85,6 +85,24 @@ def test_grow_group_of_a_new_group_leaves_the_default_and_other_groups():
     assert joined == (3, 3, 2), joined
 
 
+@pytest.mark.timeout(30)
+def test_join_arguments_name_the_grown_groups_store_and_refuse_a_bad_name():
+    """The joiner's store chain and job for a new_group's grow (its backend's, "<name>/" on the
+    default group's registered "0/" store; torch's PrefixStore adds its own "/") and for the
+    default group's; a bad name is refused."""
+    import torch.distributed as dist
+
+    import commlib.torch as ct
+    store = dist.HashStore()
+    sub = ct.join_arguments(store, device="cpu", from_init_method=False, group_name="3")
+    sub["store"].set("k", "v")
+    assert sub["prefix"] == "commlib/3" and store.check(["0//3//cpu//k"])
+    default = ct.join_arguments(store, device="cpu", from_init_method=False)
+    assert default["prefix"] == "commlib/0"
+    with pytest.raises(TypeError, match="group_name"):
+        ct.join_arguments(store, group_name=3)
+
+
 def test_grow_and_joined_refuse_a_bad_optimizer_before_anything_is_sent():
     from commlib.parallel import DataParallel
     import torch
