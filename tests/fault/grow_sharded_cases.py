@@ -16,6 +16,11 @@ KINDS = ("zero1", "zero2", "fsdp")
 LR, SCHEDULED_LR = 1e-2, 5e-3  # the constructor's, and what the members set before the grow
 
 
+def _job(comm, port, prefix):
+    """The pool's ranks as a job of their own (``prefix``) over the pool's store at ``port``."""
+    return commlib.init(rank=comm.rank, world_size=comm.size, store=TCPStore("127.0.0.1", port), prefix=prefix)
+
+
 def _model(seed):
     torch.manual_seed(seed)  # a joiner's and a reference's start differ from the members'
     return torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 3))
@@ -120,8 +125,7 @@ def case_grow(comm, port, joiners, root):
     torch.set_num_threads(1)
     results = []
     for kind in KINDS:
-        c = commlib.init(rank=comm.rank, world_size=comm.size, store=TCPStore("127.0.0.1", port),
-                         prefix=f"sharded-{kind}")
+        c = _job(comm, port, f"sharded-{kind}")
         model, wrapper, opt = _build(kind, c, seed=comm.rank)
         for step in (0, 1):
             _step(model, wrapper, opt, step, c)
@@ -157,8 +161,7 @@ def case_kill_shrink(comm, port, victim, root):
     torch.set_num_threads(1)
     jobs = {}
     for kind in KINDS:
-        c = commlib.init(rank=comm.rank, world_size=comm.size, store=TCPStore("127.0.0.1", port),
-                         prefix=f"shrink-{kind}")
+        c = _job(comm, port, f"shrink-{kind}")
         model, wrapper, opt = _build(kind, c, seed=comm.rank)
         for step in (0, 1):
             _step(model, wrapper, opt, step, c)
@@ -197,7 +200,7 @@ def case_joiner_dies_during_the_move(comm, port, root):
     checkpoint written before the grow. Returns (the error's class and the size the wrapper was on
     then, size after the shrink, mine, the reference's)."""
     torch.set_num_threads(1)
-    c = commlib.init(rank=comm.rank, world_size=comm.size, store=TCPStore("127.0.0.1", port), prefix="doomed-fsdp")
+    c = _job(comm, port, "doomed-fsdp")
     model, wrapper, opt = _build("fsdp", c, seed=comm.rank)
     _step(model, wrapper, opt, 0, c)
     path = os.path.join(root, "doomed-fsdp")
@@ -234,19 +237,12 @@ def case_joiners_with_other_units(comm, port):
     """Each wrapper grows by a joiner built with other arguments (FullyShardedModule: another
     ``wrap``; ZeroOptimizer: another ``bucket_cap_mb``), so its units differ: ValueError on every
     rank before any piece moves. Returns the messages."""
-    from commlib.parallel import FullyShardedModule
     torch.set_num_threads(1)
     messages = []
     for kind in ("fsdp", "zero2"):
-        c = commlib.init(rank=comm.rank, world_size=comm.size, store=TCPStore("127.0.0.1", port),
-                         prefix=f"units-{kind}")
-        if kind == "fsdp":
-            wrapper = FullyShardedModule(_model(comm.rank), c)
-            messages.append(_grow_error(lambda: wrapper.grow(1, 60)))
-        else:
-            _, wrapper, _ = _build(kind, c, seed=comm.rank)
-            messages.append(_grow_error(lambda: wrapper.grow(1, 60)))
-        wrapper.comm.close()
+        _, wrapper, _ = _build(kind, _job(comm, port, f"units-{kind}"), seed=comm.rank)
+        messages.append(_grow_error(lambda: wrapper.grow(1, 60)))
+        wrapper.comm.close()  # the grown communicator: the grow was done, the move refused
     return messages
 
 
