@@ -48,7 +48,7 @@ def test_sharded_state_moves_to_the_grown_layout_exactly(members, joiners, hosts
                              if hosts else None) for _ in range(joiners)]
         results = pool.run(gsc.case_grow, pool.store.port, joiners, str(tmp_path))
         joined = [e.result(90) for e in extra]
-        shrunk = doomed = None
+        shrunk = None
         if members == 2:  # a joiner built with other arguments: refused everywhere, nothing moved
             others = [pool.joiner(gsc.joiner_with_other_units, kind, env={"COMMLIB_HOST_ID": hosts[-1]})
                       for kind in ("fsdp", "zero2")]
