@@ -1,4 +1,4 @@
-"""The selections of cases away from 3 and 4 ranks and of the large count away from 3 ranks
+"""The selections of cases away from 3 ranks (the small counts and the large one)
 (matrix_selection.py) cover what they claim, and every rank process builds the same ones."""
 import itertools
 import json
