@@ -22,17 +22,21 @@ at least one case that runs: every dtype and every op appears at every world siz
 
 The large count (~1M elements, collective_reference.BIG: the cases that take most of the matrix's
 time, ~0.1 s each at 8 ranks on 2 cores) runs its full product at one world size,
-FULL_LARGE_AT (3: not a power of two, so the uneven splits meet the chunking). At every other world
-size it runs an each-choice (strength-1) covering: every algorithm (with every root, for the
-rooted moving collectives), every dtype, every op and every element size meets the large count at
-every world size, in a handful of calls instead of hundreds (``large_covering``). What it leaves
+FULL_LARGE_AT (3: not a power of two, so the uneven splits meet the chunking). At 2, 4 and 5 ranks
+it runs an each-choice (strength-1) covering: every algorithm (with every root, for the rooted
+moving collectives), every dtype, every op and every element size meets the large count at each of
+them, in a handful of calls instead of hundreds (``large_covering``). What it leaves
 out there, the (algorithm, dtype) and (dtype, op) pairs at the large count, is a property of the
 reduction kernels and the chunking, not of the world size: the full large product at 3 ranks and
 the small counts' product (or pairwise selection) at every world size hold them.
 
-At one rank (NO_LARGE_AT) the large count does not run at all: a one-rank call sends no message,
-so there is no chunking, pipelining or split to meet it, and the local copy and reduction of ~1M
-elements it would run are those the large count runs at every other world size.
+At the world sizes NO_LARGE_AT the large count does not run at all. At one rank a call sends no
+message, so there is no chunking, pipelining or split to meet it, and the local copy and reduction
+of ~1M elements it would run are those the large count runs at every other world size. At 8 ranks
+(issue #36: the slowest cells of the matrix, ~2 s per large call on 2 loaded cores) it would meet
+the power-of-two splits and several-round doubling that 4 ranks' large calls meet, on blocks of a
+prime count split unevenly as at 3, 4 and 5: the largest count at every world size was repeated
+coverage; the small counts still run every algorithm x count x root at 8.
 
 The selection is greedy and deterministic: it iterates lists only (never a set: string hashing
 differs between processes, and every rank must issue the same sequence of collective calls).
@@ -44,7 +48,7 @@ from __future__ import annotations
 
 FULL_PRODUCT_AT = (3,)
 FULL_LARGE_AT = 3
-NO_LARGE_AT = 1
+NO_LARGE_AT = (1, 8)
 
 
 def _pairs(cell, value):
@@ -114,7 +118,7 @@ def large_covering(cells, values_of, joint=(0,)):
 def selected(world_size, cells, values_of, is_large=lambda cell: False, joint=(0,), thinned=False):
     """{cell: values to run} at ``world_size``: all of them at FULL_PRODUCT_AT ranks, else the
     pairwise covering selection; the cells where ``is_large`` holds: all of them at
-    FULL_LARGE_AT ranks, none at NO_LARGE_AT, else ``large_covering`` (``joint`` passed on). ``thinned``: the
+    FULL_LARGE_AT ranks, none at NO_LARGE_AT ranks, else ``large_covering`` (``joint`` passed on). ``thinned``: the
     coverings at any world size (a matrix rerun under another setting, whose full product the
     default run already holds)."""
     small = [cell for cell in cells if not is_large(cell)]
@@ -125,7 +129,7 @@ def selected(world_size, cells, values_of, is_large=lambda cell: False, joint=(0
         chosen = covering(small, values_of)
     if world_size == FULL_LARGE_AT and not thinned:
         chosen.update({cell: tuple(values_of(cell)) for cell in large})
-    elif world_size == NO_LARGE_AT:
+    elif world_size in NO_LARGE_AT:
         chosen.update({cell: () for cell in large})
     else:
         chosen.update(large_covering(large, values_of, joint))

@@ -76,7 +76,7 @@ def test_every_pair_of_the_full_product_runs(collective, size, thinned):
     if size == FULL_LARGE_AT and not thinned:
         assert large_rows == full_large_rows
         return
-    if size == NO_LARGE_AT:  # one rank sends nothing: the large count meets no chunking there
+    if size in NO_LARGE_AT:  # one rank sends nothing; 8 ranks repeat 4's splits (matrix_selection.py)
         assert not large_rows and full_large_rows
         return
     assert len(large_rows) <= len(full_large_rows) / 2
