@@ -58,11 +58,11 @@ def test_a_small_call_is_one_block_and_one_round_trip(pool, P):
     direct all_reduce (every chunk LL) runs on ONE block: no grid barrier, and its descriptor check
     folded into the data handshakes (plan_call_check.cuh): no exchange before the first step, each
     peer's descriptor compared at its chunk; what it waits on a peer for: P - 1 descriptors, P - 1
-    LL chunks, P - 1 slots handed back (a send's gate). A 64 KiB direct all_reduce (slot protocol)
+    LL chunks, P - 1 slots handed back (a send's gate). A 32 KiB direct all_reduce (slot protocol)
     keeps the grid (its chunks split over every block: 4 on the emulated device), the
     exchange and a grid barrier before each of its 1 + 2 + (P - 1) steps; a small ring at 4 ranks
     (its plan does not join every rank) is one block with the exchange."""
-    small, large, ring = ("direct", 2), ("direct", 16384), ("ring", 2 * P)
+    small, large, ring = ("direct", 2), ("direct", 8192), ("ring", 2 * P)
     cases = [small, large] + ([ring] if P == 4 else [])
     for out in pool(P, env=DELAY_ENV).run(launch_counts, cases, timeout=120):
         assert all(right for _, right in out.values()), out
@@ -81,7 +81,7 @@ def test_a_steady_auto_call_that_may_map_looks_no_plan_up(pool):
     """An auto all_reduce that is a mapped candidate (csrc/stream/stream_one_sided.cc) agrees on its
     route per call, but keeps the plans of both routes in the prepared call (PreparedCall::mapped_plan):
     no device-plan and no plan-cache lookup per steady call, mapped or staged."""
-    n = 10
+    n = 5
     for out in pool(2, env=DELAY_ENV).run(mapped_candidate_lookups, n, timeout=120):
         assert out["mapped"] == (0, 0, n, "mapped_two_shot", True), out
         assert out["staged"] == (0, 0, n, "two_shot", True), out
