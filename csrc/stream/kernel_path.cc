@@ -85,12 +85,8 @@ KernelPath::~KernelPath() {
     DeviceGuard guard(*device_);  // the last reference may go on any thread (issue #23: no stray context)
     close_imports();
     if (setup_stream_) release(*setup_stream_, false);
-    // The host page last (release leaves it): a work holds the engine, hence this path, and may
-    // still read the page's done word after the communicator closed the engine.
-    if (host_page_) {
-      device_->unmap_host(host_page_);
-      munmap(host_page_, kPageBytes);
-    }
+    if (host_page_) device_->unmap_host(host_page_);  // kept until now: see release()
+    if (host_page_) munmap(host_page_, kPageBytes);
   } catch (...) {
   }
 }
@@ -337,8 +333,7 @@ void KernelPath::release(DeviceStream& stream, bool free_region) {
   retired_staging_.clear();
   staging_ = Staging{};
   staged_ = 0;
-  // The host page stays mapped until the destructor: a work's done word is in it (the watchdog's
-  // words and the abort word read as before, no launch follows).
+  // The host page (done word) stays until the path goes: a work kept after close reads it (final).
   setup_stream_.reset();
   if (chain_) chain_->leave(this);
   chain_.reset();
