@@ -3,6 +3,7 @@ entry, 4 ranks on one GPU (run it under MPS), against torch's own 8-byte ``add_`
 kernel launch measured in the same job (scripts/gpu_check.sh, step ``launch``).
 
     python3 bench/gpu_launch.py --np 4 [--json out.json]
+    python3 bench/gpu_launch.py --np 2 --per-gpu    # one rank per GPU (rank r on GPU r)
     python bench/gpu_launch.py --device emulated --np 2 --reps 50   # checks the script here; its
                                                                    # numbers say nothing about a GPU
 
@@ -64,15 +65,17 @@ def _clocks(call, sync, reps, graph=None):
     return out
 
 
-def rank_main(comm, device, reps):
-    """{"all_reduce": clocks, "add_": clocks, "empty": clocks or None} on this rank."""
+def rank_main(comm, device, reps, per_gpu=False):
+    """{"all_reduce": clocks, "add_": clocks, "empty": clocks or None} on this rank; on GPU 0, or
+    (``per_gpu``) on GPU ``rank``."""
     from commlib.settings import overridden
     with overridden({"COMMLIB_DEVICE_PATH": "kernel"}):
         sub = comm.split(0, timeout=60)
     try:
         if device == "cuda":
             import torch
-            dev = torch.device("cuda", 0)
+            dev = torch.device("cuda", comm.rank if per_gpu else 0)
+            torch.cuda.set_device(dev)
             x, y = torch.ones(2, device=dev), torch.ones(2, device=dev)
             stream = torch.cuda.current_stream(dev)
             sub.all_reduce(x, op="max")  # the warm-up a capture needs
@@ -103,10 +106,11 @@ def rank_main(comm, device, reps):
         sub.close()
 
 
-def markdown(rows, np_, device):
+def markdown(rows, np_, device, per_gpu=False):
     """The report's table: µs per call per clock, and all_reduce's ratios to the floors."""
     clocks = list(TARGETS)
-    lines = [f"{np_} ranks on {device} device 0 (slowest rank's medians, µs per call); 8 B all_reduce on the "
+    where = f"{device} devices 0..{np_ - 1}, one rank each" if per_gpu else f"{device} device 0"
+    lines = [f"{np_} ranks on {where} (slowest rank's medians, µs per call); 8 B all_reduce on the "
              f"kernel path through the C++ entry; graph: {GRAPH_CALLS} calls captured in one graph, replayed.", "",
              "| what | " + " | ".join(clocks) + " |", "| --- |" + " ---: |" * len(clocks)]
     for name in ("all_reduce", "add_", "empty"):
@@ -127,22 +131,25 @@ def main(argv=None):
     ap.add_argument("--device", choices=("cuda", "emulated"), default="cuda")
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--json", default="")
+    ap.add_argument("--per-gpu", action="store_true", help="rank r on GPU r (needs --np GPUs), not all on GPU 0")
     ap.add_argument("--timeout", type=float, default=240.0)
     args = ap.parse_args(argv)
     from commlib.testing.ranks import RankPool
     pool = RankPool(args.np, timeout=args.timeout, env={"COMMLIB_TIMEOUT": "30"})
     try:
-        per_rank = pool.run(rank_main, args.device, args.reps, timeout=args.timeout)
+        per_rank = pool.run(rank_main, args.device, args.reps, args.per_gpu and args.device == "cuda",
+                            timeout=args.timeout)
     finally:
         pool.close()
     rows = {}
     for name in ("all_reduce", "add_", "empty"):
         got = [r[name] for r in per_rank if r[name]]
         rows[name] = {c: max(g[c] for g in got) for c in got[0]} if got else None
-    print(markdown(rows, args.np, args.device))
+    per_gpu = args.per_gpu and args.device == "cuda"
+    print(markdown(rows, args.np, args.device, per_gpu))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"np": args.np, "device": args.device, "rows": rows}, f, indent=1)
+            json.dump({"np": args.np, "device": args.device, "per_gpu": per_gpu, "rows": rows}, f, indent=1)
     return 0
 
 

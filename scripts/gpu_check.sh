@@ -23,7 +23,8 @@
 # time goes, 4 ranks on GPU 0 under MPS where there is one, both paths, against torch's own round
 # trip), launch (bench/gpu_launch.py, at GPU_CHECK_LAUNCH_NP ranks, default 4: issue #37's targets, the 8 B all_reduce's enqueue,
 # back-to-back, synchronous and replayed-graph (100 calls) times against torch's add_ and an empty
-# kernel launch, 4 ranks under MPS), sweep (the same at 64 MiB over the inbox's slot size and count), gpu (every other @pytest.mark.gpu test, several ranks on the one GPU), ranks (tests/stream's and tests/device's CUDA cases again under
+# kernel launch, the ranks on GPU 0 under MPS; and where there are several GPUs, 2 and 4 ranks one
+# per GPU), sweep (the same at 64 MiB over the inbox's slot size and count), gpu (every other @pytest.mark.gpu test, several ranks on the one GPU), ranks (tests/stream's and tests/device's CUDA cases again under
 # MPS when nvidia-cuda-mps-control exists; skipped otherwise), bench (small and large all_reduce on
 # both device paths, kernel and copy, against the device copy bandwidth, under MPS where there is one;
 # sizes; against NCCL where there is one GPU per rank, NCCL refusing several ranks on one GPU).
@@ -268,20 +269,32 @@ fi
 if wants launch; then
   # Issue #37's launch targets (bench/gpu_launch.py): its own table, as latency_step's.
   [ $dry -eq 0 ] && mkdir -p bench/results
-  mps_note=""
-  if [ "$gpus" -lt 2 ] && start_mps mps_launch; then mps_note=", under MPS"; fi
-  # GPU_CHECK_LAUNCH_NP: the rank counts timed ("1 2 4" separates the kernel's cross-rank waits
-  # from its fixed cost); 4 is the issue's target's shape.
-  for np_ in ${GPU_CHECK_LAUNCH_NP:-4}; do
-    name=launch; [ "$np_" != 4 ] && name=launch_np$np_
-    run_step $name 120 "Issue #37's launch targets: 8 B all_reduce enqueue, back-to-back, synchronous and a replayed graph of 100 calls against torch's add_ and an empty kernel, $np_ rank(s)$mps_note" \
-      "$PY" bench/gpu_launch.py --np "$np_" --json "bench/results/gpu_$name.json"
+  launch_run() {  # name, ranks, what, extra arguments of bench/gpu_launch.py
+    local name=$1 np_=$2 what=$3
+    shift 3
+    run_step "$name" 120 "Issue #37's launch targets: 8 B all_reduce enqueue, back-to-back, synchronous and a replayed graph of 100 calls against torch's add_ and an empty kernel, $what" \
+      "$PY" bench/gpu_launch.py --np "$np_" --json "bench/results/gpu_$name.json" "$@"
     if [ $dry -eq 0 ] && [ -s "$logs/$name.log" ]; then
-      { echo "### Launch targets, $np_ rank(s) (bench/gpu_launch.py$mps_note)"; echo; sed -n '/^[0-9]* ranks\{0,1\} on/,$p' "$logs/$name.log"; echo; } >> "$logs/bench.md"
+      { echo "### Launch targets, $what (bench/gpu_launch.py)"; echo; sed -n '/^[0-9]* ranks\{0,1\} on/,$p' "$logs/$name.log"; echo; } >> "$logs/bench.md"
       write_report
     fi
+  }
+  # Several ranks on GPU 0, under MPS where there is one (without it their kernels time-slice).
+  # GPU_CHECK_LAUNCH_NP: the rank counts timed ("1 2 4" separates the kernel's cross-rank waits
+  # from its fixed cost: docs/gpu.md "The GPU time of one call"); 4 is the issue's target's shape.
+  mps_note=""
+  if start_mps mps_launch; then mps_note=", under MPS"; fi
+  for np_ in ${GPU_CHECK_LAUNCH_NP:-4}; do
+    name=launch; [ "$np_" != 4 ] && name=launch_np$np_
+    launch_run $name "$np_" "$np_ rank(s) on GPU 0$mps_note"
   done
   [ -n "$mps_note" ] && stop_mps
+  # One rank per GPU where there are several (2, and 4 where there are 4): the same call without
+  # MPS between the ranks' kernels, each block on a GPU of its own (peers' memory over NVLink).
+  for np_ in 2 4; do
+    [ "$gpus" -ge "$np_" ] || continue
+    launch_run launch_per_gpu_np$np_ "$np_" "$np_ ranks, one per GPU" --per-gpu
+  done
 fi
 if wants sweep; then
   latency_step sweep 150 "The inbox's slot size and count at 64 MiB, kernel and copy paths" \

@@ -316,12 +316,17 @@ _C.register_emulated_array(Array, {name: getattr(_C.DType, name) for name in dty
 
 
 def kernel_counters(reset: bool = False) -> dict:
-    """What the emulated device counted of the kernel path's one-sided launches in this process
-    (csrc/kernels/plan_atomics.cuh, EmuCounter): data bytes loaded and stored (``bytes_read``,
+    """What the emulated device counted of the kernel path's launches in this process
+    (csrc/kernels/plan_atomics.cuh, EmuCounter). Of one-sided launches: data bytes loaded and stored (``bytes_read``,
     ``bytes_written``; a reduction loads both operands), the staged path's copies in and out
     (``staged_bytes``, loaded + stored), system-scope fences of signals and waits
     (``system_fences``), waits completed (``handshakes``), grid barriers per block
     (``grid_barriers``), blocks run (``block_runs``), host-memory words read and written
     (``host_reads``: abort polls; ``host_writes``: progress and completion words) and those touched
-    while a data item ran (``host_data_accesses``). ``reset``: zero them after reading."""
+    while a data item ran (``host_data_accesses``). Of message plans' launches (issue #37):
+    launches and their blocks (``message_launches``, ``message_blocks``), waits on a word a peer
+    writes (``peer_waits``: a chunk's gate or LL lines, a peer's call descriptor), descriptor checks
+    run as an exchange before the first step (``check_exchanges``) and peers' descriptors compared
+    inside the data handshakes instead (``folded_checks``); grid barriers of both kinds.
+    ``reset``: zero them after reading."""
     return _C.emulated_kernel_counters(reset)

@@ -229,7 +229,8 @@ void bind_device(py::module_& m) {
       [](bool reset) {
         static const char* const names[] = {"bytes_read", "bytes_written", "staged_bytes", "system_fences",
                                             "handshakes", "grid_barriers", "block_runs", "host_reads",
-                                            "host_writes", "host_data_accesses"};
+                                            "host_writes", "host_data_accesses", "message_launches",
+                                            "message_blocks", "peer_waits", "check_exchanges", "folded_checks"};
         static_assert(sizeof(names) / sizeof(names[0]) == kexec::kEmuCounters, "a name per counter");
         const auto c = emulated_kernel_counters();
         if (reset) reset_emulated_kernel_counters();
@@ -237,7 +238,7 @@ void bind_device(py::module_& m) {
         for (unsigned i = 0; i < kexec::kEmuCounters; ++i) d[names[i]] = c[i];
         return d;
       },
-      py::arg("reset") = false, "The emulated device's counts of one-sided kernel launches (commlib.emulated).");
+      py::arg("reset") = false, "The emulated device's counts of kernel launches (commlib.emulated).");
   m.def(
       "device_links",
       [](const std::vector<int>& host_of, int rank, const std::string& setting) {
@@ -290,16 +291,14 @@ void bind_device(py::module_& m) {
           "kernel_chunks",
           [](StreamEngine& e) {
             const KernelPath::ChunksMoved m = e.kernel_path() ? e.kernel_path()->chunks_moved() : KernelPath::ChunksMoved{};
-            py::dict d;
-            d["ll"] = m.ll;
-            d["slots"] = m.slots;
-            return d;
+            return py::dict(py::arg("ll") = m.ll, py::arg("slots") = m.slots);
           },
           "Message chunks (sent and received) the kernel path's launches moved so far, by protocol: "
           "{'ll': .., 'slots': ..}, as the kernel recorded them (read after the calls completed).")
       .def("kernel_plan_lookups",
            [](StreamEngine& e) { return e.kernel_path() ? e.kernel_path()->plan_lookups() : 0; },
            "Device-plan lookups by call shape the kernel path made (none for a cached call's launches).")
+      .def("plan_cache_lookups", &StreamEngine::plan_cache_lookups, "Lookups in the engine's plan cache so far.")
       .def("kernel_replays_done",
            [](StreamEngine& e) { return e.kernel_path() ? e.kernel_path()->replays_done() : 0; },
            "Kernel-path launches run by replays of captured graphs so far, as the kernel counted them.")

@@ -44,6 +44,12 @@ enum EmuCounter : unsigned {
   kEmuHostReads,         // host-memory (mapped) words read by one-sided launches
   kEmuHostWrites,        // ... and written
   kEmuHostDataAccesses,  // host-memory words read or written while a data item runs
+  // Message plans (plan_kernel.cuh; issue #37: what a small call's launch costs):
+  kEmuMessageLaunches,   // launches of message plans (block 0 counts)
+  kEmuMessageBlocks,     // their blocks (each block counts itself): the grid, per launch
+  kEmuPeerWaits,         // waits on a word a peer writes: a chunk's gate or LL lines, a peer's descriptor
+  kEmuCheckExchanges,    // descriptor checks run as an exchange before the first step (plan_call_check.cuh)
+  kEmuFoldedChecks,      // peers' descriptors compared inside the data handshakes instead
   kEmuCounters
 };
 

@@ -14,6 +14,12 @@ namespace kexec {
 constexpr unsigned kCounterArrivals = 0, kCounterGeneration = 1, kCounterLaunches = 2, kCounterEager = 3,
                    kCounterReplays = 4, kCounterExits = 5;
 
+// The arrivals `barriers` grid barriers add to the arrivals counter: none in a grid of one block,
+// whose barriers are its own __syncthreads (grid_barrier, plan_launch.cuh).
+__device__ __forceinline__ uint64_t barrier_arrivals(uint32_t barriers) {
+  return gridDim.x > 1 ? static_cast<uint64_t>(gridDim.x) * barriers : 0;
+}
+
 // The launch's end, run by every block whatever way it left its steps (run_steps, or a one-sided plan's os_steps) (completed, or released by the
 // abort word): the LAST block to exit, not block 0, advances the per-call counters and stores the
 // launch's number into the host's completion word (`done`, or `replays_done` for a captured
@@ -46,7 +52,7 @@ __device__ __forceinline__ void end_launch(const L& a, uint64_t base, uint32_t b
   relaxed_store(c + kCounterExits, 0);
   // Every block has read the generation (it arrived at the last barrier): the next launch's starts
   // where this one's arrivals end. Then the launch numbers, and the host's completion word.
-  relaxed_store(c + kCounterGeneration, base + static_cast<uint64_t>(gridDim.x) * barriers);
+  relaxed_store(c + kCounterGeneration, base + barrier_arrivals(barriers));
   relaxed_store(c + kCounterLaunches, relaxed_load(c + kCounterLaunches) + 1);
   const unsigned mine = a.captured ? kCounterReplays : kCounterEager;  // a replay leaves `done` alone
   const uint64_t n = relaxed_load(c + mine) + 1;

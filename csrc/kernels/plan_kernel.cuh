@@ -46,7 +46,12 @@
 //
 // The call's descriptor check (plan_call_check.cuh) runs first: block 0 exchanges and compares the
 // call's descriptor with every peer of the plan, the other blocks wait in a grid barrier (barrier
-// 0 of the launch when the plan has peers).
+// 0 of the launch when the plan has peers). A small call (one block, every rank a plan peer) folds
+// it into its data handshakes instead: one cross-rank latency per call, not two.
+//
+// A small call's launch is one block (KernelPath::launch: every item at most ll_bytes): its grid
+// barriers are the block's own __syncthreads (grid_barrier), and the deadlock argument below holds
+// for any grid, one block included.
 //
 // Errors. Every wait loop polls the abort word (host memory the watchdog sets when the engine
 // fails: a dead or mismatched peer, a timeout) and the kernel returns: no launch outlives the
@@ -116,7 +121,9 @@ __host__ __device__ __forceinline__ ChunkSlot chunk_slot(const PlanLaunch& a, co
 
 // The block waits until the chunk's slot may be used (sent into, or read); false on abort.
 __device__ __forceinline__ bool slot_wait(const PlanLaunch& a, const ChunkSlot& cs) {
-  return cs.gate_target == 0 || block_wait(cs.gate, cs.gate_target, a);
+  if (cs.gate_target == 0) return true;
+  emu_count(kEmuPeerWaits, 1);
+  return block_wait(cs.gate, cs.gate_target, a);
 }
 
 template <class F>
@@ -150,6 +157,7 @@ __device__ __forceinline__ bool run_item(const PlanLaunch& a, const kplan::PlanI
       const char* slot = cs.data;
       if (uses_ll(a, it.bytes)) {  // LL: the lines carry their flags; unpacked into the block's stage
         char* stage = a.ll_stage + static_cast<size_t>(blockIdx.x) * a.ll_bytes;
+        emu_count(kEmuPeerWaits, 1);
         if (!ll_recv(cs.lines, stage, it.bytes, ll_flag(cs.c), a.abort)) return false;
         slot = stage;
         ++n.ll;
@@ -231,42 +239,89 @@ __device__ __forceinline__ bool run_split_item(const PlanLaunch& a, uint32_t idx
   }
 }
 
+// The peers whose descriptors a launch with the check folded into its data handshakes compared so
+// far (plan_call_check.cuh): bit p for peer p (the host folds only where size <= 64).
+struct FoldedCheck {
+  uint64_t seen = 0;
+  bool all = false;
+};
+
+// Peer p's descriptor compared (once per launch); false on abort. The launch's one block.
+__device__ __forceinline__ bool fold_check_peer(const PlanLaunch& a, FoldedCheck& fc, int p) {
+  if ((fc.seen >> p) & 1) return true;
+  int stop = 0;
+  if (threadIdx.x == 0) stop = check_peer_thread0(a, p) ? 0 : 1;
+  if (block_any(stop)) return false;
+  fc.seen |= 1ull << p;
+  emu_count(kEmuFoldedChecks, 1);
+  return true;
+}
+
+// Every plan peer's descriptor compared: before the first write to a caller's buffer, and at the end.
+__device__ __forceinline__ bool fold_check_all(const PlanLaunch& a, FoldedCheck& fc) {
+  for (int p = 0; !fc.all && p < a.size; ++p)
+    if (plan_peer(a, p) && !fold_check_peer(a, fc, p)) return false;
+  fc.all = true;
+  return true;
+}
+
+__device__ __forceinline__ bool is_message(const kplan::PlanItem& it) {
+  return it.kind == kplan::kSend || it.kind == kplan::kRecv || it.kind == kplan::kRecvReduce;
+}
+
 // The launch's steps; false when the abort word released it.
 template <class F>
 __device__ __forceinline__ bool run_steps(const PlanLaunch& a, const F& f, uint64_t base, uint32_t first_barrier) {
   uint64_t done = 0;
   ChunkCounts moved;
-  // The call's descriptor check before the first step: block 0 checks, every block waits for it
-  // in a grid barrier (counted as barrier 0; the steps' barriers follow).
+  FoldedCheck fc;
+  // The call's descriptor (plan_call_check.cuh) into the peers' rings, then, unless the check is
+  // folded into the data handshakes, the exchange before the first step: block 0 checks, every
+  // block waits for it in a grid barrier (counted as barrier 0; the steps' barriers follow).
+  if (a.desc_ring_len && a.fold_check && threadIdx.x == 0) publish_call(a);  // (one block)
   if (first_barrier) {
     if (blockIdx.x == 0 && !check_call(a)) return false;
     if (!grid_barrier(a, base, 0)) return false;
   }
+  // Folded: a step's messages before its local items (a step's operations are independent), so
+  // that a local write to a caller's buffer, which waits for every peer's descriptor, never holds
+  // this rank's sends back.
+  const uint32_t passes = a.fold_check ? 2 : 1;
   bool any_split = false;
   for (uint32_t k = 0; k < a.nsteps; ++k) {
     const kplan::PlanStep st = a.steps[k];
-    for (uint32_t j = 0; j < st.count; ++j) {
-      const uint32_t idx = st.first + j;
-      const bool split = splits(a, a.items[idx]);
-      if (!split && j % gridDim.x != blockIdx.x) continue;  // another block's item
-      emu_perturb();
-      any_split |= split;
-      if (!(split ? run_split_item(a, idx, f, moved) : run_item(a, a.items[idx], f, moved))) return false;
-      if (threadIdx.x == 0 && blockIdx.x < kMaxBlocks) relaxed_store(a.progress + blockIdx.x, ++done);
-    }
+    for (uint32_t pass = 0; pass < passes; ++pass)
+      for (uint32_t j = 0; j < st.count; ++j) {
+        const uint32_t idx = st.first + j;
+        const kplan::PlanItem& it = a.items[idx];
+        if (a.fold_check && is_message(it) == (pass == 1)) continue;  // the other pass's
+        const bool split = splits(a, it);
+        if (!split && j % gridDim.x != blockIdx.x) continue;  // another block's item
+        if (a.fold_check) {  // a peer's descriptor before its chunk; every peer's before a caller's buffer
+          if (it.kind != kplan::kSend && is_message(it) && !fold_check_peer(a, fc, it.peer)) return false;
+          if (it.dst_buf < 2 && !fold_check_all(a, fc)) return false;
+        }
+        emu_perturb();
+        any_split |= split;
+        if (!(split ? run_split_item(a, idx, f, moved) : run_item(a, it, f, moved))) return false;
+        if (threadIdx.x == 0 && blockIdx.x < kMaxBlocks) relaxed_store(a.progress + blockIdx.x, ++done);
+      }
     if (!grid_barrier(a, base, k + first_barrier)) return false;
   }
+  // Folded: the peers this rank only sent to (their descriptors came with no chunk).
+  if (a.fold_check && !fold_check_all(a, fc)) return false;
   // Past the last barrier every block has arrived at every split item: their counters start again
   // from 0 at the plan's next launch (stream-ordered after this one). Every block saw the same
   // split items, so block 0's any_split is the grid's.
   if (blockIdx.x == 0 && any_split)
     for (uint32_t i = threadIdx.x; i < a.nitems; i += blockDim.x) relaxed_store(a.arrivals + i, 0);
   // Every block is past the last barrier (no one reads the counters any more): the next call's
-  // chunks continue from here.
+  // chunks and (folded) descriptor checks continue from here.
   if (blockIdx.x == 0)
     for (int p = threadIdx.x; p < a.size; p += blockDim.x) {
       a.sent[p] += a.sends_to[p];
       a.received[p] += a.recvs_from[p];
+      if (a.fold_check && plan_peer(a, p)) a.checked[p] += 1;
     }
   if (threadIdx.x == 0 && blockIdx.x < kMaxBlocks) {  // only this block writes its words; launches run in order
     uint64_t* mine = a.chunk_counts + 2 * blockIdx.x;
@@ -284,7 +339,9 @@ __device__ __forceinline__ void run_message_plan(const PlanLaunch& a, const F& f
   const uint64_t base = relaxed_load(a.barrier + kCounterGeneration);
   if (a.captured && blockIdx.x == 0 && threadIdx.x == 0)  // only end_launch advances the counter
     release_store(a.replays_started, relaxed_load(a.barrier + kCounterReplays) + 1);
-  const uint32_t first_barrier = a.desc_ring_len ? 1 : 0;
+  emu_count(kEmuMessageBlocks, 1);
+  if (blockIdx.x == 0 && threadIdx.x == 0) emu_count(kEmuMessageLaunches, 1);
+  const uint32_t first_barrier = a.desc_ring_len && !a.fold_check ? 1 : 0;
   run_steps(a, f, base, first_barrier);
   end_launch(a, base, a.nsteps + first_barrier);
 }

@@ -62,6 +62,7 @@ struct PlanLaunch {
   uint64_t* checked;           // [size] checks made with each peer before this launch (device)
   uint64_t* mismatch;          // host memory mapped: the mismatch record (kMismatchWords)
   uint32_t desc_ring_len;
+  uint32_t fold_check;         // the check folded into the data handshakes (one block, every rank a plan peer)
   uint32_t captured;           // launched inside a stream capture (its replays leave `done` alone)
   uint64_t slot_bytes;
   uint32_t nsteps;
@@ -121,9 +122,12 @@ __device__ __forceinline__ void share_of(uint64_t n, uint64_t& lo, uint64_t& hi)
 // Every block of the grid has finished step `k` (its writes visible to all blocks) or the abort
 // word was set.
 // `base`: the arrivals counter's value when the launch started (its generation, read by every block
-// before its first arrival, so no block's arrival can have moved it yet).
+// before its first arrival, so no block's arrival can have moved it yet). A grid of one block (a
+// small call: KernelPath::launch) has no other block to meet: the CTA barrier is the whole of it,
+// no arrival, no wait (end_launch's barrier_arrivals counts none).
 __device__ __forceinline__ bool grid_barrier(const PlanLaunch& a, uint64_t base, uint32_t k) {
   block_sync();
+  if (gridDim.x == 1) return true;
   if (threadIdx.x == 0) arrive(a.barrier + kCounterArrivals);
   emu_count(kEmuGridBarriers, 1);
   return block_wait(a.barrier + kCounterArrivals, base + static_cast<uint64_t>(gridDim.x) * (k + 1), a, true);

@@ -35,6 +35,7 @@ void PlanCache::set_cost_model(std::shared_ptr<const sim::Topology> model) {
 PlanCache::PlanCache(PlanContext ctx) : ctx_(std::move(ctx)), tuning_generation_(tuning_generation()) {}
 
 std::shared_ptr<const ResolvedPlan> PlanCache::get_shared(const CollectiveCall& call) {
+  ++lookups_;
   const uint64_t gen = tuning_generation();
   if (gen != tuning_generation_) {  // a new tuning table: auto may choose differently now
     plans_.clear();

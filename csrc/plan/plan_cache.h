@@ -56,11 +56,14 @@ class PlanCache {
   // The same, held: valid after the cache drops it (a new tuning table, the cache's bound), for a
   // caller that keeps a resolved call (the stream engine's PreparedCall).
   std::shared_ptr<const ResolvedPlan> get_shared(const CollectiveCall& call);
+  // Calls of get/get_shared so far (tests pin that a prepared call makes none: issue #37).
+  uint64_t lookups() const { return lookups_; }
 
  private:
   PlanContext ctx_;
   std::unordered_map<ScheduleKey, std::shared_ptr<const ResolvedPlan>, ScheduleKeyHash> plans_;
   uint64_t tuning_generation_ = 0;  // of the tuning table the cached auto choices came from
+  uint64_t lookups_ = 0;
 };
 
 }  // namespace commlib

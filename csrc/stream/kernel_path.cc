@@ -22,16 +22,7 @@ namespace {
 
 constexpr size_t kLine = 64;
 constexpr size_t kPageBytes = 4096;
-// Host page: word 0 the abort word, word 1 the number of the last eager launch completed, word 2
-// of the last replayed (captured) launch completed, word 3 of the last one started, words 8.. the
-// blocks' progress words, words 32.. the blocks' chunk counts (LL, slots), words 64.. the call
-// check's mismatch record (plan_call_check.cuh).
-constexpr size_t kDoneWord = 1;
-constexpr size_t kReplaysDoneWord = 2;
-constexpr size_t kReplaysStartedWord = 3;
-constexpr size_t kProgressWord = 8;
-constexpr size_t kChunkCountWord = 32;
-constexpr size_t kMismatchWord = 64;
+using namespace kernel_page;  // the host page's words (kernel_path.h)
 static_assert(kProgressWord + kexec::kMaxBlocks <= kChunkCountWord &&
                   kChunkCountWord + 2 * kexec::kMaxBlocks <= kMismatchWord &&
                   (kMismatchWord + kexec::kMismatchWords) * 8 <= kPageBytes,
@@ -50,7 +41,7 @@ size_t KernelPath::slots_bytes() const { return static_cast<size_t>(size_) * nsl
 size_t KernelPath::descs_offset() const {
   return 2 * flag_bytes() + slots_bytes() + static_cast<size_t>(size_) * nslots_ * 2 * ll_bytes_;
 }
-uint32_t KernelPath::desc_ring_len() const { return nslots_ + 1; }  // why: plan_call_check.cuh
+uint32_t KernelPath::desc_ring_len() const { return nslots_ + 2; }  // why: plan_call_check.cuh
 size_t KernelPath::region_bytes() const { return os_flags_offset() + os_flag_words() * 8; }
 // sent | received | checked (size words each), then the line of the per-call counters (the grid
 // barrier's arrivals and generation, the launch numbers: kexec::kCounter*)
@@ -214,8 +205,17 @@ const KernelPath::Uploaded& KernelPath::upload(const ScheduleKey& key, const Sch
   std::memcpy(host.data() + items + steps + counts, p.recvs_from.data(), counts);
   u.dev = device_->allocate_ordered(host.size(), stream);  // once per call shape, in the call's order
   stage(host, u.dev, stream);
-  for (int q = 0; q < size_; ++q) u.has_peers |= q != rank_ && (p.sends_to[q] | p.recvs_from[q]) != 0;
-  for (const kplan::PlanItem& it : p.items) u.has_split |= it.bytes >= split_bytes_;
+  u.every_peer = true;
+  for (int q = 0; q < size_; ++q) {
+    const bool peer = q != rank_ && (p.sends_to[q] | p.recvs_from[q]) != 0;
+    u.has_peers |= peer;
+    u.every_peer &= q == rank_ || peer;
+  }
+  u.small = ll_bytes_ != 0;
+  for (const kplan::PlanItem& it : p.items) {
+    u.has_split |= it.bytes >= split_bytes_;
+    u.small &= it.bytes <= ll_bytes_;
+  }
   for (const kplan::PlanItem& it : p.items)
     if (it.kind == kplan::kSend || it.kind == kplan::kRecv || it.kind == kplan::kRecvReduce) {
       u.first_peer = it.peer;
@@ -247,8 +247,12 @@ Launched KernelPath::launch(const ScheduleKey& key, const Schedule& sched, const
   }
   const DevicePlan& p = u.plan;
   if (p.steps.empty()) return Launched{};
-  const unsigned blocks =
-      launch_blocks(p.one_sided ? u.os_grid : (u.has_split ? kexec::kMaxBlocks : std::max(1u, p.widest_step)));
+  // A small call (every item takes LL, or is as small) runs on one block: its items are a few
+  // lines each, so more blocks would only add grid barriers (plan_kernel.cuh).
+  const unsigned blocks = launch_blocks(p.one_sided ? u.os_grid
+                                        : u.small   ? 1u
+                                        : u.has_split ? kexec::kMaxBlocks
+                                                      : std::max(1u, p.widest_step));
   char* dev = static_cast<char*>(u.dev);
   const size_t items = p.items.size() * sizeof(kplan::PlanItem), steps = p.steps.size() * sizeof(kplan::PlanStep);
   char* local = static_cast<char*>(local_);
@@ -282,6 +286,9 @@ Launched KernelPath::launch(const ScheduleKey& key, const Schedule& sched, const
   a.checked = a.sent + 2 * size_;
   a.mismatch = host_page_dev_ + kMismatchWord;
   a.desc_ring_len = u.has_peers ? desc_ring_len() : 0;  // a plan without peers checks nothing
+  // One block whose plan joins every other rank: the check rides on the data handshakes
+  // (plan_call_check.cuh says why a mismatched call still writes nothing then).
+  a.fold_check = !p.one_sided && u.has_peers && u.every_peer && blocks == 1 && size_ <= 64 ? 1 : 0;
   a.captured = captured ? 1 : 0;
   a.slot_bytes = slot_bytes_;
   a.nsteps = static_cast<uint32_t>(p.steps.size());
@@ -296,68 +303,6 @@ Launched KernelPath::launch(const ScheduleKey& key, const Schedule& sched, const
   // so reaching `launches_` is this call's completion, as an event's would be (the engine's works).
   return Launched{reinterpret_cast<const uint64_t*>(host_page_) + kDoneWord, launches_, u.first_peer, u.first_is_send,
                   host_page_dev_ + kDoneWord};
-}
-
-bool KernelPath::mismatch(std::string* message) const {
-  if (!host_page_) return false;
-  const uint64_t* w = reinterpret_cast<const uint64_t*>(host_page_) + kMismatchWord;
-  const uint64_t peer = load_flag(w);  // acquire: the record's words were written before it
-  if (peer == 0) return false;
-  uint64_t words[6];
-  for (int i = 0; i < 6; ++i) words[i] = load_flag(w + 1 + i);
-  CallDesc mine, theirs;
-  std::memcpy(&mine, words, sizeof mine);
-  std::memcpy(&theirs, words + 3, sizeof theirs);
-  *message = mismatch_message(rank_, mine, static_cast<int>(peer - 1), theirs);
-  return true;
-}
-
-void KernelPath::abort() {
-  if (host_page_) store_flag(reinterpret_cast<uint64_t*>(host_page_), 1);
-}
-
-uint64_t KernelPath::replays_done() const {
-  return host_page_ ? load_flag(reinterpret_cast<const uint64_t*>(host_page_) + kReplaysDoneWord) : 0;
-}
-
-bool KernelPath::replay_running() const {
-  if (!host_page_) return false;
-  const uint64_t* w = reinterpret_cast<const uint64_t*>(host_page_);
-  return load_flag(w + kReplaysStartedWord) > load_flag(w + kReplaysDoneWord);
-}
-
-uint64_t KernelPath::progress() const {
-  if (!host_page_) return 0;
-  uint64_t sum = 0;
-  const uint64_t* w = reinterpret_cast<const uint64_t*>(host_page_) + kProgressWord;
-  for (unsigned b = 0; b < kexec::kMaxBlocks; ++b) sum += load_flag(w + b);
-  return sum;
-}
-
-KernelPath::ChunksMoved KernelPath::chunks_moved() const {
-  ChunksMoved out;
-  if (!host_page_) return out;
-  const uint64_t* w = reinterpret_cast<const uint64_t*>(host_page_) + kChunkCountWord;
-  for (unsigned b = 0; b < kexec::kMaxBlocks; ++b) {
-    out.ll += load_flag(w + 2 * b);
-    out.slots += load_flag(w + 2 * b + 1);
-  }
-  return out;
-}
-
-void KernelPath::start_chunk_numbers_at(uint64_t n) {
-  if (!local_) throw std::logic_error("kernel path: released");
-  const std::vector<uint64_t> numbers(2 * static_cast<size_t>(size_), n);  // sent | received
-  device_->upload_now(local_, numbers.data(), numbers.size() * sizeof(uint64_t));
-  // The flags as if chunks up to n - 1 had gone through the slot protocol: ready[q][s] and
-  // freed[p][s] hold the number + 1 of the last chunk before n through slot s (0: none). The LL
-  // lines stay as they are, as the slot protocol leaves them.
-  std::vector<uint64_t> flags(static_cast<size_t>(size_) * nslots_, 0);
-  for (int p = 0; p < size_; ++p)
-    for (uint32_t s = 0; s < nslots_; ++s)
-      if (n > s) flags[static_cast<size_t>(p) * nslots_ + s] = n - (n - 1 - s) % nslots_;
-  device_->upload_now(region_, flags.data(), flags.size() * sizeof(uint64_t));                  // ready
-  device_->upload_now(region_ + flag_bytes(), flags.data(), flags.size() * sizeof(uint64_t));   // freed
 }
 
 void KernelPath::close_imports() {

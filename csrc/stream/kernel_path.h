@@ -49,6 +49,19 @@ uint32_t device_ll_bytes_from_env(uint64_t slot_bytes);
 // the RESOLVED algorithm in `algo` (never 0 = auto), so a new tuning table that makes auto choose
 // differently never finds a stale plan.
 
+// The host page's words (host memory mapped for the device): word 0 the abort word, word 1 the
+// number of the last eager launch completed, word 2 of the last replayed (captured) launch
+// completed, word 3 of the last one started, words 8.. the blocks' progress words, words 32.. the
+// blocks' chunk counts (LL, slots), words 64.. the call check's mismatch record (plan_call_check.cuh).
+namespace kernel_page {
+constexpr size_t kDoneWord = 1;
+constexpr size_t kReplaysDoneWord = 2;
+constexpr size_t kReplaysStartedWord = 3;
+constexpr size_t kProgressWord = 8;
+constexpr size_t kChunkCountWord = 32;
+constexpr size_t kMismatchWord = 64;
+}  // namespace kernel_page
+
 class KernelPath final : public DevicePathRunner {
  public:
   // Allocates this rank's kernel region (flags zeroed) and its host page (abort word, progress).
@@ -156,6 +169,8 @@ class KernelPath final : public DevicePathRunner {
     bool has_peers = false;  // some message: the launch checks the call's descriptor
     bool first_is_send = false;
     bool has_split = false;  // some item of at least split_bytes_: the launch takes every block
+    bool small = false;  // every item at most ll_bytes_: the launch takes one block
+    bool every_peer = false;  // every other rank has a message in the plan (a small call may fold its check)
     // One-sided plans (kernel_path_one_sided.cc): the buffers some rank's plan addresses at a
     // peer (any rank's: BufferId bits), staged through the slots area (in place for an all_reduce
     // whose input and output both are), the staged bytes, the grid, and the peers' table

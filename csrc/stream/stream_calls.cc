@@ -33,9 +33,20 @@ const ResolvedPlan& StreamEngine::plan_of(const CollectiveCall& call, uint8_t* k
 PreparedCall StreamEngine::prepare(const CollectiveCall& call) {
   std::lock_guard<std::mutex> guard(enqueue_mu_);
   PreparedCall p{call, nullptr, path_of(call)};
-  // A call whose route the ranks agree on per call (the mapped two-shot for auto) is planned per
-  // call: a rank whose call is prepared and one whose is not must agree alike.
-  if (call.algo == 0 && one_sided_candidate(call, nullptr)) return p;
+  // A call whose route the ranks agree on per call (the mapped two-shot for auto) still agrees per
+  // call (a rank whose call is prepared and one whose is not must agree alike), but the plans of
+  // both routes are resolved here, once: no lookup per call (issue #37).
+  if (call.algo == 0 && one_sided_candidate(call, nullptr)) {
+    p.agrees_route = true;
+    for (const bool mapped : {false, true}) {
+      uint8_t algo = 0;
+      plan_of(call, &algo, mapped);
+      CollectiveCall c = call;
+      if (algo) c.algo = algo;
+      (mapped ? p.mapped_plan : p.plan) = plans_.get_shared(c);  // (plan_of's, held)
+    }
+    return p;
+  }
   uint8_t algo = 0;
   plan_of(call, &algo);
   if (algo) p.call.algo = algo;
@@ -204,8 +215,11 @@ uint64_t StreamEngine::enqueue_collective(const CollectiveCall& call, const Prep
   // A one-sided route (every rank's buffers mapped, or staged) is agreed with every rank first:
   // auto's choice reads it (policy/device_auto.h), the launch takes it (stream_one_sided.cc).
   MappedPeers route;
-  if (one_sided_candidate(call, prepared ? prepared->plan.get() : nullptr)) route = agree_route(call);
-  const ResolvedPlan& planned = prepared ? *prepared->plan : plan_of(call, nullptr, route.mapped);
+  if (one_sided_candidate(call, prepared)) route = agree_route(call);
+  const bool mapped_plan = prepared && route.mapped && prepared->mapped_plan;  // a prepared auto's, mapped
+  const ResolvedPlan& planned = !prepared    ? plan_of(call, nullptr, route.mapped)
+                                : mapped_plan ? *prepared->mapped_plan
+                                              : *prepared->plan;
   // Peers' memory, read in place: the kernel path or nothing (alike on every rank); staged, its
   // buffers must fit the slots (prepared calls too: their route is agreed per call).
   if (planned.one_sided && !route.mapped) {
@@ -247,7 +261,9 @@ uint64_t StreamEngine::enqueue_collective(const CollectiveCall& call, const Prep
       if (remote(p)) remote_peers.emplace_back(p, desc);
     remote_descs_->exchange(remote_peers, remote_peers, seq_, s);
     launched = enqueue_call(call, planned, path, desc, esize, s, false, route.mapped ? &route : nullptr,
-                            prepared ? prepared->kernel_plan.get() : nullptr);
+                            !prepared     ? nullptr
+                            : mapped_plan ? prepared->mapped_kernel_plan.get()
+                                          : prepared->kernel_plan.get());
   } catch (const std::exception& e) {
     // Partly enqueued: the ranks' counters no longer agree, so the engine cannot go on. This
     // rank's failure (often its device's sticky error, first seen here): CommError here, and the

@@ -90,6 +90,13 @@ struct PreparedCall {
   // The kernel path's device plan, found on the first launch (shared by the copies the bindings'
   // cache makes per call; written under the engine's enqueue lock).
   std::shared_ptr<KernelPlanSlot> kernel_plan = std::make_shared<KernelPlanSlot>();
+  // An auto call whose route the ranks agree on per call (one_sided_candidate: the mapped two-shot
+  // where every rank's buffers are mapped): `call` keeps algo 0 (a capture resolves it as an
+  // unprepared rank does), `plan` is the route's plan when not mapped and `mapped_plan` when
+  // mapped, each with its device plan's slot: the agreement stays per call, no lookup does.
+  bool agrees_route = false;
+  std::shared_ptr<const ResolvedPlan> mapped_plan;
+  std::shared_ptr<KernelPlanSlot> mapped_kernel_plan = std::make_shared<KernelPlanSlot>();
 };
 
 class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private CopyPathHost,
@@ -180,6 +187,8 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   // The kernel path (null with COMMLIB_DEVICE_PATH=copy): its record of the chunks it moved by
   // protocol, and the tests' hook on its chunk numbers (kernel_path.h).
   KernelPath* kernel_path() { return kernel_.get(); }
+  // Lookups in the engine's plan cache so far (a prepared call's launches make none: issue #37).
+  uint64_t plan_cache_lookups() const { return plans_.lookups(); }
   // Completion events the engine created so far (pooled: O(calls in flight), not one per call).
   uint64_t events_created() const { return events_ ? events_->created() : 0; }
   // Test hook: kernel-path calls are not published on the control plane, so only the kernel's own
@@ -243,7 +252,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   // stream_one_sided.cc: whether the ranks agree on `call`'s route before planning it (a one-sided
   // algorithm named, here or in `prepared`, or auto that would take the mapped two-shot where
   // every rank's buffers are mapped; decided from what every rank knows alike), and the agreement.
-  bool one_sided_candidate(const CollectiveCall& call, const ResolvedPlan* prepared);
+  bool one_sided_candidate(const CollectiveCall& call, const PreparedCall* prepared);
   MappedPeers agree_route(const CollectiveCall& call);
   uint64_t one_sided_calls_ = 0;  // agree_route's call numbers (the same on every rank)
   // The path `call` runs on (policy/device_auto.h: device auto decides, the engine asks).

@@ -9,8 +9,8 @@
 // call, taken only by the calls that may use the answer, chosen from what every rank knows alike
 // (one_sided_candidate): a one-sided algorithm named, or auto where the mapped two-shot would run
 // if the buffers were mapped (policy/device_auto.h, kernel_auto_may_map). A prepared call of such
-// a shape is planned per call (StreamEngine::prepare), so ranks that prepare and ranks that do not
-// agree alike. Calls on a capturing stream (stream_capture.cc) never agree: a graph's replays
+// a shape agrees per call as well (so ranks that prepare and ranks that do not agree alike), with
+// the plans of both routes resolved once (StreamEngine::prepare, PreparedCall::mapped_plan). Calls on a capturing stream (stream_capture.cc) never agree: a graph's replays
 // stage (every rank captures the same calls, as any captured collective needs).
 #include <algorithm>
 #include <stdexcept>
@@ -22,13 +22,13 @@
 
 namespace commlib {
 
-bool StreamEngine::one_sided_candidate(const CollectiveCall& call, const ResolvedPlan* prepared) {
+bool StreamEngine::one_sided_candidate(const CollectiveCall& call, const PreparedCall* prepared) {
   if (size_ < 2 || !kernel_ || !kernel_->usable() || nccl_->carries_any() || call.algo == kNcclAlgorithmCode)
     return false;
   // A private copy of the input (premul_sum's scaled input, an in-place all_to_all's) is the
   // engine's own memory, never registered: such calls stage, with no agreement needed.
   if (input_staging(call, rank_, size_).kind != InputStaging::None) return false;
-  if (prepared) return prepared->one_sided;
+  if (prepared) return prepared->agrees_route || prepared->plan->one_sided;
   const ResolvedPlan& policy = plans_.get(call);
   if (call.algo != 0) return policy.one_sided;
   const KernelAutoInputs in{device_->plan_blocks(1) > 0, opts_.path, opts_.link == DeviceLinkSetting::Nccl,

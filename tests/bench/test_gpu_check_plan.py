@@ -12,7 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCRIPT = os.path.join(ROOT, "scripts", "gpu_check.sh")
 
 
-def _plan(tmp_path, gpus, mps):
+def _plan(tmp_path, gpus, mps, what="commlib bench"):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     listing = "".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i})\\n" for i in range(gpus))
@@ -28,7 +28,7 @@ def _plan(tmp_path, gpus, mps):
     assert out.returncode == 0, out.stderr
     assert (os.stat(results).st_mtime_ns if os.path.exists(results) else None) == before
     assert not list(tmp_path.glob("gpu_check.*")), "a dry run made a log folder"
-    return [ln.strip() for ln in out.stdout.splitlines() if "commlib bench" in ln]
+    return [ln.strip() for ln in out.stdout.splitlines() if what in ln]
 
 
 @pytest.mark.parametrize("gpus,mps", [(1, True), (1, False), (2, False)])
@@ -41,3 +41,14 @@ def test_the_bench_steps_fit_the_machine(tmp_path, gpus, mps):
         assert f"--np {4 if (gpus == 1 and mps) else 2}" in cmd, cmd
         assert "mapped_one_shot,mapped_two_shot" in cmd, cmd  # the one-sided kernels measured (@kernel)
     assert "-b 8 -e 64K" in small and "-b 64M -e 256M" in large
+
+
+@pytest.mark.parametrize("gpus", [1, 2, 4])
+def test_the_launch_step_times_one_rank_per_gpu_where_there_are_several(tmp_path, gpus):
+    """bench/gpu_launch.py: the ranks on GPU 0 (under MPS) on any machine, and where there are
+    several GPUs also 2 (and 4) ranks one per GPU (docs/gpu.md "The GPU time of one call")."""
+    runs = _plan(tmp_path, gpus, True, "bench/gpu_launch.py")
+    assert [r.split(" ", 1)[1] for r in runs if "--per-gpu" not in r] == [
+        "bench/gpu_launch.py --np 4 --json bench/results/gpu_launch.json"], runs  # (after the interpreter)
+    per_gpu = [r.split("--np ")[1].split()[0] for r in runs if "--per-gpu" in r]
+    assert per_gpu == {1: [], 2: ["2"], 4: ["2", "4"]}[gpus], runs

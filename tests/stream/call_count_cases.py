@@ -186,3 +186,58 @@ def completion_events(comm, n=10):
             w.synchronize()
         return calls, seen, done
     return with_settings(comm, KERNEL_SETTINGS, run)
+
+
+MAPPED_CANDIDATE = 65600  # float32 elements: just over 256 KiB, where auto maps at 2 ranks (device_auto.h)
+
+
+def mapped_candidate_lookups(comm, n=5):
+    """An auto all_reduce that may take the mapped two-shot (its route agreed per call), through
+    the C++ entry: {route: (the kernel path's device-plan lookups and the engine's plan-cache
+    lookups in n steady calls, C++ entry hits, the algorithm run, results right)}, where every
+    rank's buffer can be mapped ("mapped") and where rank 1's cannot ("staged")."""
+    def run(sub):
+        out = {}
+        for route in ("mapped", "staged"):
+            x = emu.from_numpy(np.ones(MAPPED_CANDIDATE, np.float32), shareable=route == "mapped" or sub.rank != 1)
+            for _ in range(2):
+                sub.all_reduce(x)
+                _drain()
+            engine = sub._device()._last_engine
+            before = engine.kernel_plan_lookups(), engine.plan_cache_lookups(), _C.device_fast_path_counts()[1]
+            for _ in range(n):
+                sub.all_reduce(x)
+            _drain()
+            after = engine.kernel_plan_lookups(), engine.plan_cache_lookups(), _C.device_fast_path_counts()[1]
+            right = bool((x.numpy() == float(sub.size) ** (2 + n)).all())
+            out[route] = (after[0] - before[0], after[1] - before[1], after[2] - before[2], engine.last_algorithm(),
+                          right)
+        return out
+    # Slots of 64 KiB: the staged two-shot's 128 KiB per peer in 2 chunks, not 32 (test time).
+    return with_settings(comm, dict(KERNEL_SETTINGS, COMMLIB_DEVICE_SLOT_BYTES="65536"), run)
+
+
+LAUNCH_COUNTERS = ("message_blocks", "grid_barriers", "check_exchanges", "folded_checks", "peer_waits")
+
+
+def launch_counts(comm, cases, n=5):
+    """Per case (algorithm, float32 count) of all_reduce on the kernel path: what the emulated device
+    counted of one launch (kernel counters over n steady calls, after warm-up calls, divided by the
+    launches: {counter: per launch} for LAUNCH_COUNTERS), and whether the results were right."""
+    def run(sub):
+        out = {}
+        for algo, count in cases:
+            x = emu.from_numpy(np.ones(count, np.float32))
+            for _ in range(3):
+                sub.all_reduce(x, algorithm=algo)
+            _drain()
+            emu.kernel_counters(reset=True)
+            for _ in range(n):
+                sub.all_reduce(x, algorithm=algo)
+            _drain()
+            c = emu.kernel_counters(reset=True)
+            right = bool((x.numpy() == float(sub.size) ** (3 + n)).all())
+            launches = c["message_launches"]
+            out[(algo, count)] = ({k: c[k] / launches for k in LAUNCH_COUNTERS} if launches == n else launches, right)
+        return out
+    return with_settings(comm, KERNEL_SETTINGS, run)

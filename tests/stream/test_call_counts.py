@@ -17,8 +17,8 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from call_count_cases import (asked_call_counts, completion_events, plan_lookups, steady_call_counts,  # noqa: E402
-                              steady_calls_cuda)
+from call_count_cases import (asked_call_counts, completion_events, launch_counts,  # noqa: E402
+                              mapped_candidate_lookups, plan_lookups, steady_call_counts, steady_calls_cuda)
 from foreign_array_cases import foreign_steady_call_counts  # noqa: E402
 from test_device_collectives import DELAY_ENV  # noqa: E402
 
@@ -50,6 +50,41 @@ def test_a_steady_call_looks_no_device_plan_up(pool):
     for out in pool(2, env=DELAY_ENV).run(plan_lookups, n, timeout=120):
         assert out.pop("new shape") >= 1, out
         assert len(out) == 16 and all(v == (0, n) for v in out.values()), out
+
+
+@pytest.mark.parametrize("P", [2, 4])
+def test_a_small_call_is_one_block_and_one_round_trip(pool, P):
+    """The kernel's side of a call (docs/gpu.md "The GPU time of one call"), per launch. An 8 B
+    direct all_reduce (every chunk LL) runs on ONE block: no grid barrier, and its descriptor check
+    folded into the data handshakes (plan_call_check.cuh): no exchange before the first step, each
+    peer's descriptor compared at its chunk; what it waits on a peer for: P - 1 descriptors, P - 1
+    LL chunks, P - 1 slots handed back (a send's gate). A 32 KiB direct all_reduce (slot protocol)
+    keeps the grid (its chunks split over every block: 4 on the emulated device), the
+    exchange and a grid barrier before each of its 1 + 2 + (P - 1) steps; a small ring at 4 ranks
+    (its plan does not join every rank) is one block with the exchange."""
+    small, large, ring = ("direct", 2), ("direct", 8192), ("ring", 2 * P)
+    cases = [small, large] + ([ring] if P == 4 else [])
+    for out in pool(P, env=DELAY_ENV).run(launch_counts, cases, timeout=120):
+        assert all(right for _, right in out.values()), out
+        per = {case: counts for case, (counts, _) in out.items()}
+        assert per[small] == {"message_blocks": 1, "grid_barriers": 0, "check_exchanges": 0,
+                              "folded_checks": P - 1, "peer_waits": 3 * (P - 1)}, per[small]
+        grid = 4
+        assert per[large]["message_blocks"] == grid and per[large]["check_exchanges"] == 1, per[large]
+        assert per[large]["grid_barriers"] == grid * (1 + 2 + (P - 1)) and per[large]["folded_checks"] == 0, per[large]
+        if P == 4:
+            assert per[ring] == {"message_blocks": 1, "grid_barriers": 0, "check_exchanges": 1, "folded_checks": 0,
+                                 "peer_waits": per[ring]["peer_waits"]}, per[ring]
+
+
+def test_a_steady_auto_call_that_may_map_looks_no_plan_up(pool):
+    """An auto all_reduce that is a mapped candidate (csrc/stream/stream_one_sided.cc) agrees on its
+    route per call, but keeps the plans of both routes in the prepared call (PreparedCall::mapped_plan):
+    no device-plan and no plan-cache lookup per steady call, mapped or staged."""
+    n = 5
+    for out in pool(2, env=DELAY_ENV).run(mapped_candidate_lookups, n, timeout=120):
+        assert out["mapped"] == (0, 0, n, "mapped_two_shot", True), out
+        assert out["staged"] == (0, 0, n, "two_shot", True), out
 
 
 @pytest.mark.parametrize("kind", ["cai", "dlpack"])

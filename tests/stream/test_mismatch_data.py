@@ -46,6 +46,9 @@ def test_a_mismatched_call_writes_nothing_and_raises(pool, path):
 def test_a_rank_apart_from_the_mismatched_one_writes_nothing(pool, path):
     # A ring of 4 where rank 2 differs: rank 0's neighbours (1 and 3) call as it does, so only a
     # check against every rank (copy path) or the neighbours' own stop (kernel path) keeps rank 2's
-    # bytes, or stale ones, out of rank 0's output.
-    cases = [("all_reduce", "dtype", "blocking")]
+    # bytes, or stale ones, out of rank 0's output. And a small direct all_gather (1 KiB blocks: one
+    # block, its check folded into its data handshakes on the kernel path): rank 0 receives rank 1's
+    # block before rank 2's, so only comparing every rank's descriptor before the first write to its
+    # output keeps rank 1's bytes out of it (csrc/kernels/plan_call_check.cuh).
+    cases = [("all_reduce", "dtype", "blocking"), ("all_gather", "dtype", "blocking")]
     _check(pool(4, env=DELAY_ENV).run(mismatched_calls, path, cases, 2, timeout=100), cases)
