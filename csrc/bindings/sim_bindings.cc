@@ -196,6 +196,21 @@ void bind_sim(py::module_& m) {
       "estimate_s} (segment 0: not pipelined).");
 
   m.def(
+      "pipeline_estimate",
+      [](Collective c, const std::string& algorithm, int64_t count, int elem_bytes, const py::dict& topology,
+         const std::string& inter_algorithm, int64_t segment, const std::string& intra_algorithm, int pieces) {
+        const sim::Topology t = topology_from_dict(topology);
+        sim::check_call(c, count, elem_bytes, 0, t);
+        if (segment < 0 || pieces < 0) throw std::invalid_argument("segment, pieces: must be >= 0");
+        py::gil_scoped_release nogil;
+        return pipeline_estimate(CallShape{c, count, elem_bytes, 0},
+                                 Composition{algorithm, inter_algorithm, intra_algorithm, segment, pieces}, t);
+      },
+      py::arg("collective"), py::arg("algorithm"), py::arg("count"), py::arg("elem_bytes"), py::arg("topology"),
+      py::arg("inter_algorithm") = "", py::arg("segment") = 0, py::arg("intra_algorithm") = "", py::arg("pieces") = 0,
+      "The analytic estimate (seconds) pipeline_shape chooses by (policy/pipeline_shape.h), of any composition.");
+
+  m.def(
       "simulate_trace",
       [](Collective c, const std::string& algorithm, int64_t count, int elem_bytes, int root,
          const py::dict& topology, const std::string& inter_algorithm, int64_t segment,

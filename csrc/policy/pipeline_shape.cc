@@ -8,6 +8,7 @@
 #include <set>
 #include <vector>
 
+#include "common/params.h"
 #include "common/shapes.h"
 #include "schedule/registry.h"
 #include "sim/rates.h"
@@ -51,11 +52,11 @@ double rank_estimate(const Schedule& s, int r, const sim::Topology& t, const sim
       free_at[link] = std::max(start, free_at[link]) + bytes / bw[link];
       return free_at[link];
     };
-    for (int pass = 0; pass < 2; ++pass) {  // the sends first: a receive's far end is a peer's send
+    for (int pass = 0; pass < 3; ++pass) {  // sends, then receives from other hosts, then local ones
       for (const Op& o : s.steps[k].ops) {
         const bool send = o.kind == OpKind::Send;
-        if (!is_message(o.kind) || send != (pass == 0)) continue;
-        const bool inter = t.host_of[o.peer] != h;
+        const bool inter = is_message(o.kind) && t.host_of[o.peer] != h;
+        if (!is_message(o.kind) || send != (pass == 0) || (!send && inter != (pass == 1))) continue;
         const double bytes = static_cast<double>(send ? o.src.count : o.dst.count) * elem_bytes;
         const double latency = inter ? t.inter_latency_s : t.intra_latency_s;
         double start = entry + t.op_overhead_s * f;
@@ -123,6 +124,7 @@ Composition choose_pipeline_shape(const CallShape& call, const Composition& cand
                                   double* estimate_s) {
   if (estimate_s) *estimate_s = -1;
   if (call.coll != Collective::AllReduce || cand.algorithm != "hierarchical" || !spans_hosts(t)) return cand;
+  if (param_set("COMMLIB_HIER_SEGMENT")) return cand;  // the user's segment, as the setting says
   Composition best = cand;
   double best_s = std::numeric_limits<double>::infinity();
   auto consider = [&](int64_t segment, int pieces) {

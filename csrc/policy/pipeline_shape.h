@@ -33,8 +33,9 @@ double pipeline_estimate(const CallShape& call, const Composition& cand, const s
 // `cand` with its segment and pieces chosen: for a hierarchical all_reduce across two hosts or more,
 // the (K, pieces) of the smallest estimate among K in {1, 2, 4, 8, 16} (K = 1: not pipelined, so the
 // choice is never estimated slower than the plain schedule) and pieces in {1, 2, 4, 8}; ties go to
-// fewer segments, then fewer pieces. Anything else is returned as it is. `estimate_s` (if not null):
-// the chosen shape's estimate.
+// fewer segments, then fewer pieces. Anything else is returned as it is, and so is every candidate
+// when COMMLIB_HIER_SEGMENT is set (the user's segment overrides the model's, as COMMLIB_ALGO_*
+// overrides its algorithm). `estimate_s` (if not null): the chosen shape's estimate, else -1.
 Composition choose_pipeline_shape(const CallShape& call, const Composition& cand, const sim::Topology& placed,
                                   double* estimate_s = nullptr);
 
