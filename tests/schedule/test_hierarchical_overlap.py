@@ -61,7 +61,14 @@ def test_builtin_exchange_verified_on_equal_hosts():
         for count, segment in ((15, 7), (97, 5), (3 * B * 8 * PIECE + 5, B * 8 * PIECE)):
             _C._verify_custom(_C.Collective.all_reduce, len(hosts), count, schedules(hosts, count, "", "", segment), 0)
     hosts = [h for h in range(3) for _ in range(4)]
-    assert mixed_steps(hosts, schedules(hosts, 8 * 1000, "", "", 1000)[0]) >= 7
+    s = schedules(hosts, 8 * 1000, "", "", 1000)[0]
+    assert mixed_steps(hosts, s) >= 7
+    # The all-gather of t-1 beside the exchange of t (the older pipeline paired only the
+    # reduce-scatter with it).
+    def gathers_beside_exchange(step):
+        local = {o["src"][0] for o in step if o["op"] == "send" and hosts[o["peer"]] == hosts[0]}
+        return "output" in local and any(o["peer"] is not None and hosts[o["peer"]] != hosts[0] for o in step)
+    assert sum(map(gathers_beside_exchange, s["steps"])) >= 7
 
 
 @pytest.mark.parametrize("inter,intra", [("", ""), ("ring", ""), ("two_shot", "ring")])
