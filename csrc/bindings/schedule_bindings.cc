@@ -201,8 +201,7 @@ py::list trait_names(uint32_t t) {
 void bind_schedule(py::module_& m) {
   py::register_exception<VerificationError>(m, "VerificationError", PyExc_AssertionError);
 
-  m.def("algorithms", [](Collective collective) { return algorithms(collective); },
-        py::arg("collective"),
+  m.def("algorithms", [](Collective collective) { return algorithms(collective); }, py::arg("collective"),
         "Registered algorithm names of a collective (\"auto\" not included).");
 
   m.def(
