@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "common/params.h"
@@ -125,20 +127,29 @@ Composition choose_pipeline_shape(const CallShape& call, const Composition& cand
   if (estimate_s) *estimate_s = -1;
   if (call.coll != Collective::AllReduce || cand.algorithm != "hierarchical" || !spans_hosts(t)) return cand;
   if (param_set("COMMLIB_HIER_SEGMENT")) return cand;  // the user's segment, as the setting says
+  // The shapes to try: the builder's segments are count / segment, at most 16
+  // (hierarchical_layout.h, pipeline_segments); pieces only cut the overlapped pipeline, which runs
+  // on hosts of equal size (elsewhere every cap builds the same schedule: only 1 is tried).
+  std::map<int, int> ranks_per_host;
+  for (int h : t.host_of) ++ranks_per_host[h];
+  const bool equal = std::all_of(ranks_per_host.begin(), ranks_per_host.end(),
+                                 [&](const auto& hn) { return hn.second == ranks_per_host.begin()->second; });
+  std::vector<std::pair<int64_t, int>> shapes = {{0, 0}};  // not pipelined
+  for (int K : {2, 4, 8, 16}) {
+    const int64_t segment = call.count / K;
+    if (segment < 1 || std::min<int64_t>(call.count / segment, 16) != K) continue;
+    for (int pieces : {1, 2, 4, 8})
+      if (pieces == 1 || equal) shapes.emplace_back(segment, pieces);
+  }
   Composition best = cand;
+  best.segment = 0, best.pieces = 0;
+  if (shapes.size() == 1 && !estimate_s) return best;
   double best_s = std::numeric_limits<double>::infinity();
-  auto consider = [&](int64_t segment, int pieces) {
+  for (const auto& [segment, pieces] : shapes) {
     Composition k = cand;
     k.segment = segment, k.pieces = pieces;
     const double e = pipeline_estimate(call, k, t);
     if (e < best_s) best_s = e, best = k;
-  };
-  consider(0, 0);  // not pipelined
-  for (int K : {2, 4, 8, 16}) {
-    const int64_t segment = call.count / K;
-    // The builder's segments (hierarchical_layout.h, pipeline_segments): count / segment, at most 16.
-    if (segment < 1 || std::min<int64_t>(call.count / segment, 16) != K) continue;
-    for (int pieces : {1, 2, 4, 8}) consider(segment, pieces);
   }
   if (estimate_s) *estimate_s = best_s;
   return best;
