@@ -3,9 +3,9 @@
 never from the full simulator. Over a grid of (preset, nodes, size, composition): the shape it
 chooses is never slower in the simulator than the plain (one-segment) schedule; where the fixed
 rule's shape (COMMLIB_HIER_SEGMENT, the builder's own piece cap) lost to plain, it wins; its
-estimate is within 15 % of
-the simulated time (within 1-2 % from 16 MiB; the largest miss, 12 %, at 4 MiB on 16 nodes, where
-ranks drift out of the lock step it assumes); and auto's candidates carry the chosen shape."""
+estimate is within 15 % of the simulated time (within 1-2 % from 16 MiB; the largest miss, 12 %, at
+4 MiB on 16 nodes, where ranks drift out of the lock step it assumes); and auto's candidates carry
+the chosen shape."""
 import pytest
 
 from commlib import _C
