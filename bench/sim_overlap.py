@@ -1,6 +1,6 @@
 """The overlapped hierarchical all_reduce in the model (issue #39, item 2): on equal DGX hosts each
-composition's time against the slower of its two phases and against the plain (one-segment)
-schedule. Written to bench/sim_data/overlap.json and, through bench/sim_validate.py, to
+composition's time, at the segments and pieces the cost model chooses, against the slower of its
+two phases, the plain (one-segment) schedule and the fixed rule's shape. Written to bench/sim_data/overlap.json and, through bench/sim_validate.py, to
 bench/RESULTS_sim.md section (h).
 
 A phase alone is the same schedule on the same preset with the other kind of link made 1000x faster
@@ -39,19 +39,25 @@ COMPOSITIONS = (("", ""), ("two_shot", ""), ("rabenseifner", ""), ("two_shot", "
 PLAIN = 1 << 40  # a segment longer than any message: one segment, no pipeline
 
 
-def _time(preset, nodes, size, inter, intra, segment=-1, fast=None):
-    return sim.engine.hierarchical_time(preset, nodes, size, inter, intra, segment, fast or "")
+def _time(preset, nodes, size, inter, intra, segment=-1, fast=None, pieces=0):
+    return sim.engine.hierarchical_time(preset, nodes, size, inter, intra, segment, fast or "", pieces)
 
 
 def _point(args):
     preset, nodes, size, inter, intra = args
     _C.clear_tuning()
     t0 = time.perf_counter()
+    # The shape the cost model's policy chooses (policy/pipeline_shape.h), as auto's candidate runs it;
+    # the phases alone at that shape; the fixed rule's shape (COMMLIB_HIER_SEGMENT, 8 pieces) beside.
+    segment, pieces = sim.engine.pipeline_shape(preset, nodes, size, inter, intra)
+    shaped = {"segment": segment, "pieces": pieces}
     out = {"topology": preset, "nodes": nodes, "bytes": size, "inter": inter, "intra": intra,
-           "overlapped_s": _time(preset, nodes, size, inter, intra),
+           "segments": size // 4 // segment if segment else 1, "pieces": pieces,
+           "overlapped_s": _time(preset, nodes, size, inter, intra, **shaped),
+           "rule_s": _time(preset, nodes, size, inter, intra),
            "plain_s": _time(preset, nodes, size, inter, intra, PLAIN),
-           "intra_s": _time(preset, nodes, size, inter, intra, fast="nic"),
-           "inter_s": _time(preset, nodes, size, inter, intra, fast="intra")}
+           "intra_s": _time(preset, nodes, size, inter, intra, fast="nic", **shaped),
+           "inter_s": _time(preset, nodes, size, inter, intra, fast="intra", **shaped)}
     out["wall_s"] = time.perf_counter() - t0
     return out
 
@@ -64,21 +70,26 @@ def points(nodes, sizes=SIZES, compositions=COMPOSITIONS):
 
 def markdown(data) -> list:
     lines = ["All_reduce, hierarchical with each composition (`inter/intra`, `-` the built-in phase), on "
-             "equal hosts: the overlapped pipeline (16 segments: `COMMLIB_HIER_SEGMENT` 256 Ki elements, "
-             "at most 16) against the plain one-segment schedule and against each phase alone (the other "
-             "kind of link 1000x faster). `vs slower` is overlapped / max(intra, inter): 1.00 is the bound "
+             "equal hosts: the overlapped pipeline at the shape the cost model chooses (`K/p`: segments and "
+             "the most pieces per lane segment, policy/pipeline_shape.h; K 1 is the plain schedule) against "
+             "the plain one-segment schedule, the fixed rule's shape (`COMMLIB_HIER_SEGMENT` 256 Ki elements, "
+             "at most 16 segments, 8 pieces) and each phase alone at the chosen shape (the other kind of link "
+             "1000x faster). `vs slower` is overlapped / max(intra, inter): 1.00 is the bound "
              "(docs/simulator.md, \"Pipelined hierarchical all_reduce\").", "",
              "| preset | nodes | size | composition | intra alone (ms) | inter alone (ms) | plain (ms) | "
-             "overlapped (ms) | vs slower | busbw plain -> overlapped (GB/s) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "rule's shape (ms) | K/p | overlapped (ms) | vs slower | busbw plain -> overlapped (GB/s) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(data["points"], key=lambda r: (r["topology"], r["nodes"], r["bytes"], r["inter"], r["intra"])):
         ranks = r["nodes"] * 8  # both presets: 8 GPUs a node
         factor = 2 * (ranks - 1) / ranks * r["bytes"] / 1e9
         name = f"{r['inter'] or '-'}/{r['intra'] or '-'}"
         slower = max(r["intra_s"], r["inter_s"])
+        shape = f"{r['segments']}/{r['pieces']}" if "segments" in r else "16/8"
+        rule = f"{r['rule_s'] * 1e3:.2f}" if "rule_s" in r else "-"
         lines.append(f"| {r['topology']} | {r['nodes']} | {fmt_bytes(r['bytes'])} | {name} | {r['intra_s'] * 1e3:.2f} | "
-                     f"{r['inter_s'] * 1e3:.2f} | {r['plain_s'] * 1e3:.2f} | {r['overlapped_s'] * 1e3:.2f} | "
-                     f"{r['overlapped_s'] / slower:.2f} | {factor / r['plain_s']:.0f} -> {factor / r['overlapped_s']:.0f} |")
+                     f"{r['inter_s'] * 1e3:.2f} | {r['plain_s'] * 1e3:.2f} | {rule} | {shape} | "
+                     f"{r['overlapped_s'] * 1e3:.2f} | {r['overlapped_s'] / slower:.2f} | "
+                     f"{factor / r['plain_s']:.0f} -> {factor / r['overlapped_s']:.0f} |")
     lines += [""] + data.get("notes", [])
     return lines
 

@@ -11,11 +11,13 @@ prediction for NCCL. Published points (nccl-tests all_reduce_perf, large message
 The dgx-a100 preset has eight HDR NICs (one per GPU); the published A100 point ran with four, so it
 is checked on the preset with `nics` = 4 (GPU i uses NIC i % 4).
 
-    python bench/sim_rails.py [--jobs N] [--json bench/sim_data/rails.json] [--quick | --nodes 128,1024]
+    python bench/sim_rails.py [--jobs N] [--json bench/sim_data/rails.json] [--quick | --nodes 128,1024
+        [--algorithms auto] [--missing]]
 
 `--nodes` simulates those node counts only and merges the points into the JSON file's (a point
-simulated again replaces its old value), so a long sweep can be run one node count at a time;
-`--missing` skips the points the JSON file already holds.
+simulated again replaces its old value), so a long sweep can be run one node count at a time, and
+`--algorithms` only some of ring, rail_ring and auto (each such rerun is listed with its date and the
+machine's load); `--missing` skips the points the JSON file already holds.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ import json
 import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -70,14 +72,15 @@ def sizes_for(nodes, alg):
     return (1 << 26, BIG) if alg == "auto" else ()
 
 
-def jobs(quick=False, nodes_only=None):
+def jobs(quick=False, nodes_only=None, algorithms=ALGORITHMS):
     pts = [] if nodes_only else [(t, n, nodes, "rail_ring", BIG) for _, t, n, ns, _, _ in PUBLISHED for nodes in ns]
     for t in ("dgx-h100", "dgx-a100"):
         for nodes in nodes_only or (NODES[:2] if quick else NODES):
-            for alg in ALGORITHMS:
+            for alg in algorithms:
                 pts += [(t, None, nodes, alg, s) for s in sizes_for(nodes, alg)]
-    # the slow points first, so the pool's processes finish together
-    return sorted(pts, key=lambda p: -p[2])
+    # the slow points first, so the pool's processes finish together; within a node count dgx-h100's
+    # (the issue's target) and the largest sizes first, so a sweep cut short has the rows that matter
+    return sorted(pts, key=lambda p: (-p[2], p[0] != "dgx-h100", -p[4]))
 
 
 def target_lines(rows) -> list[str]:
@@ -139,6 +142,11 @@ def markdown(data) -> list[str]:
                f"{slow['wall_s']:.0f} s. Flat rings at 1024 nodes are not simulated (`sizes_for`): a flat ring's steps grow with the square of the ranks (a rail ring at "
                "8192 ranks plays 8 x 2 x 8191 steps on each of 8192 ranks, 1.07 G steps, 64x the 128-node point).")
     out.append(f"Sweep: {data['jobs']} processes, {data['wall_s']:.0f} s on this shared 2-core VM (the runs' wall times added up).")
+    for run in data.get("runs", []):
+        out.append(f"Rerun {run['date']}: {run['nodes']} nodes, {run['algorithms']} ({run['points']} points), "
+                   f"{run['wall_s']:.0f} s on {run['jobs']} processes (nice {run['nice']}), load average "
+                   f"{run['load_start']:.1f} at the start and {run['load_end']:.1f} at the end (other sessions' work "
+                   "on the same 2 cores).")
     return out
 
 
@@ -149,29 +157,50 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=os.path.join(ROOT, "bench", "sim_data", "rails.json"))
     ap.add_argument("--nodes", default="", help="comma list of node counts to simulate, merged into --json")
     ap.add_argument("--missing", action="store_true", help="with --nodes: only the points --json does not hold")
+    ap.add_argument("--algorithms", default=",".join(ALGORITHMS),
+                    help="with --nodes: comma list of the algorithms to simulate (e.g. auto), merged into --json")
     a = ap.parse_args(argv)
     nodes_only = tuple(int(n) for n in a.nodes.split(",")) if a.nodes else None
     if nodes_only and not set(nodes_only) <= set(NODES):
         ap.error(f"--nodes: expected some of {NODES}, got {a.nodes!r}")
-    todo = jobs(a.quick, nodes_only)
+    algorithms = tuple(a.algorithms.split(","))
+    if not set(algorithms) <= set(ALGORITHMS) or (algorithms != ALGORITHMS and not nodes_only):
+        ap.error(f"--algorithms: some of {ALGORITHMS}, with --nodes; got {a.algorithms!r}")
+    todo = jobs(a.quick, nodes_only, algorithms)
+    load_start = os.getloadavg()[0]
     if a.missing and nodes_only and os.path.exists(a.json):
         with open(a.json) as f:
             held = {(p["topology"], p["nodes"], p["algorithm"], p["bytes"]) for p in json.load(f)["points"]}
         todo = [j for j in todo if (_topology(j[0], j[1]).name, j[2], j[3], j[4]) not in held]
     t0 = time.perf_counter()
-    with ProcessPoolExecutor(a.jobs) as ex:
-        points = list(ex.map(_point, todo))
-    data = {"points": points, "jobs": a.jobs, "wall_s": time.perf_counter() - t0}
+    old = None
     if nodes_only and os.path.exists(a.json):
         with open(a.json) as f:
             old = json.load(f)
-        key = lambda p: (p["topology"], p["nodes"], p["algorithm"], p["bytes"])  # noqa: E731
-        new = {key(p) for p in points}
-        data["points"] = [p for p in old["points"] if key(p) not in new] + points
-        data["wall_s"] += old.get("wall_s", 0.0)
-    with open(a.json, "w") as f:
-        json.dump(data, f, indent=0)
-        f.write("\n")
+    points = []
+
+    def save():  # after every point (--nodes merges), so a sweep cut short keeps what it finished
+        data = {"points": points, "jobs": a.jobs, "wall_s": time.perf_counter() - t0}
+        if old is not None:
+            key = lambda p: (p["topology"], p["nodes"], p["algorithm"], p["bytes"])  # noqa: E731
+            new = {key(p) for p in points}
+            data["points"] = [p for p in old["points"] if key(p) not in new] + points
+            data["wall_s"] += old.get("wall_s", 0.0)
+            data["runs"] = old.get("runs", []) + [{
+                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "nodes": a.nodes,
+                "algorithms": a.algorithms, "points": f"{len(points)} of {len(todo)}", "jobs": a.jobs,
+                "nice": os.nice(0), "wall_s": time.perf_counter() - t0, "load_start": load_start,
+                "load_end": os.getloadavg()[0]}]
+        with open(a.json, "w") as f:
+            json.dump(data, f, indent=0)
+            f.write("\n")
+        return data
+
+    data = save() if not todo else None
+    with ProcessPoolExecutor(a.jobs) as ex:
+        for done in as_completed([ex.submit(_point, j) for j in todo]):
+            points.append(done.result())
+            data = save()
     print("\n".join(markdown(data)))
     return 0
 

@@ -107,13 +107,24 @@ def sweep(collective: str, algorithms, topology, ranks_list, sizes, dtype="float
     return recs
 
 
+def pipeline_shape(preset: str, nodes: int, size: int, inter: str, intra: str = "") -> tuple:
+    """(segment, pieces) the cost model's policy gives the hierarchical composition for a float32
+    all_reduce of `size` bytes on `nodes` hosts of `preset` (policy/pipeline_shape.h; segment 0:
+    not pipelined): what auto's candidate of that composition runs."""
+    t = load(preset)
+    shape = _C.pipeline_shape(_C.Collective.all_reduce, size // 4, 4, t.engine_dict(nodes * t.devices_per_host),
+                              inter, intra)
+    return shape["segment"], shape["pieces"]
+
+
 def hierarchical_time(preset: str, nodes: int, size: int, inter: str, intra: str = "", segment: int = -1,
-                      fast: str = "") -> float:
+                      fast: str = "", pieces: int = 0) -> float:
     """Seconds of a float32 sum all_reduce of `size` bytes by the hierarchical composition
-    (`inter` between hosts, `intra` inside them) on `nodes` hosts of `preset`. `fast` "nic" or
-    "intra" makes that kind of link 1000x faster and free of latency (and, for "intra", the
-    reductions free): the time of the other phase alone, the bound an overlapped pipeline
-    approaches (bench/sim_overlap.py, tests/sim/test_overlap_bound.py)."""
+    (`inter` between hosts, `intra` inside them) on `nodes` hosts of `preset`, with `segment` and
+    `pieces` (-1 and 0: COMMLIB_HIER_SEGMENT and the builder's cap; pipeline_shape gives the
+    model's). `fast` "nic" or "intra" makes that kind of link 1000x faster and free of latency
+    (and, for "intra", the reductions free): the time of the other phase alone, the bound an
+    overlapped pipeline approaches (bench/sim_overlap.py, tests/sim/test_overlap_bound.py)."""
     t = load(preset)
     d = t.engine_dict(nodes * t.devices_per_host)
     if fast == "nic":
@@ -125,4 +136,5 @@ def hierarchical_time(preset: str, nodes: int, size: int, inter: str, intra: str
         d["reduce_s_per_byte"] = 0.0
     elif fast:
         raise ValueError(f"fast: 'nic', 'intra' or empty, got {fast!r}")
-    return _C.simulate(_C.Collective.all_reduce, "hierarchical", size // 4, 4, 0, d, inter, segment, intra)["time_s"]
+    return _C.simulate(_C.Collective.all_reduce, "hierarchical", size // 4, 4, 0, d, inter, segment, intra,
+                       pieces=pieces)["time_s"]

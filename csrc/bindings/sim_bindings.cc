@@ -10,6 +10,7 @@
 #include "kernels/cpu_codecs.h"
 #include "policy/auto_policy.h"
 #include "policy/candidate_search.h"
+#include "policy/pipeline_shape.h"
 #include "sim/simulator.h"
 
 namespace py = pybind11;
@@ -100,6 +101,7 @@ py::dict choice_to_py(const AlgorithmChoice& c) {
   d["inter_algorithm"] = c.inter;
   d["intra_algorithm"] = c.intra;
   d["segment"] = c.segment;
+  d["pieces"] = c.pieces;
   d["predicted_s"] = c.predicted_s;
   d["source"] = c.source;
   return d;
@@ -126,7 +128,8 @@ void bind_sim(py::module_& m) {
       [](Collective c, const std::string& algorithm, int64_t count, int elem_bytes, int root,
          const py::dict& topology, const std::string& inter_algorithm, int64_t segment,
          const std::string& intra_algorithm, const std::string& codec, int64_t block, bool inter_only,
-         double encode_ns, double decode_ns) {
+         double encode_ns, double decode_ns, int pieces) {
+        if (pieces < 0) throw std::invalid_argument("pieces: must be >= 0, got " + std::to_string(pieces));
         sim::CodecCost cost;
         if (!codec.empty()) {
           CodecSpec spec;
@@ -139,7 +142,7 @@ void bind_sim(py::module_& m) {
           cost = sim::codec_cost(block, bf16 ? 0 : 1, bf16 ? 16 : spec.kind == kern::CodecKind::Int4 ? 4 : 8,
                                  inter_only, encode_ns, decode_ns);
         }
-        const auto [how, r] = play(c, Composition{algorithm, inter_algorithm, intra_algorithm, segment}, count,
+        const auto [how, r] = play(c, Composition{algorithm, inter_algorithm, intra_algorithm, segment, pieces}, count,
                                    elem_bytes, root, topology_from_dict(topology), nullptr, cost);
         py::dict out;
         out["time_s"] = r.time_s;
@@ -160,11 +163,52 @@ void bind_sim(py::module_& m) {
       py::arg("collective"), py::arg("algorithm"), py::arg("count"), py::arg("elem_bytes"), py::arg("root"),
       py::arg("topology"), py::arg("inter_algorithm") = "", py::arg("segment") = -1, py::arg("intra_algorithm") = "",
       py::arg("codec") = "", py::arg("block") = 32, py::arg("inter_only") = false, py::arg("encode_ns") = -1.0,
-      py::arg("decode_ns") = -1.0,
+      py::arg("decode_ns") = -1.0, py::arg("pieces") = 0,
       "Predicted time of one collective: plays every rank's schedule on the topology (sim/simulator.h). "
       "codec/block/inter_only: compress= (sim/codec_cost.h; encode_ns/decode_ns per element, -1: the default). "
       "inter_algorithm/segment/intra_algorithm: hierarchical's inter-host algorithm (\"\": built-in exchange), "
-      "pipeline segment (-1: COMMLIB_HIER_SEGMENT) and intra-host algorithm (\"\": built-in exchanges).");
+      "pipeline segment (-1: COMMLIB_HIER_SEGMENT) and intra-host algorithm (\"\": built-in exchanges); "
+      "pieces: the overlapped pipeline's most pieces per lane segment (0: the builder's cap).");
+
+  m.def(
+      "pipeline_shape",
+      [](Collective c, int64_t count, int elem_bytes, const py::dict& topology, const std::string& inter_algorithm,
+         const std::string& intra_algorithm) {
+        const sim::Topology t = topology_from_dict(topology);
+        sim::check_call(c, count, elem_bytes, 0, t);
+        double estimate = -1;
+        Composition k;
+        {
+          py::gil_scoped_release nogil;
+          k = choose_pipeline_shape(CallShape{c, count, elem_bytes, 0},
+                                    Composition{"hierarchical", inter_algorithm, intra_algorithm, 0}, t, &estimate);
+        }
+        py::dict out;
+        out["segment"] = k.segment;
+        out["pieces"] = k.pieces;
+        out["estimate_s"] = estimate;
+        return out;
+      },
+      py::arg("collective"), py::arg("count"), py::arg("elem_bytes"), py::arg("topology"),
+      py::arg("inter_algorithm") = "", py::arg("intra_algorithm") = "",
+      "The segment and pieces the cost model's policy gives hierarchical with these phases on this placed "
+      "topology (policy/pipeline_shape.h), with the analytic estimate it chose by: {segment, pieces, "
+      "estimate_s} (segment 0: not pipelined).");
+
+  m.def(
+      "pipeline_estimate",
+      [](Collective c, const std::string& algorithm, int64_t count, int elem_bytes, const py::dict& topology,
+         const std::string& inter_algorithm, int64_t segment, const std::string& intra_algorithm, int pieces) {
+        const sim::Topology t = topology_from_dict(topology);
+        sim::check_call(c, count, elem_bytes, 0, t);
+        if (segment < 0 || pieces < 0) throw std::invalid_argument("segment, pieces: must be >= 0");
+        py::gil_scoped_release nogil;
+        return pipeline_estimate(CallShape{c, count, elem_bytes, 0},
+                                 Composition{algorithm, inter_algorithm, intra_algorithm, segment, pieces}, t);
+      },
+      py::arg("collective"), py::arg("algorithm"), py::arg("count"), py::arg("elem_bytes"), py::arg("topology"),
+      py::arg("inter_algorithm") = "", py::arg("segment") = 0, py::arg("intra_algorithm") = "", py::arg("pieces") = 0,
+      "The analytic estimate (seconds) pipeline_shape chooses by (policy/pipeline_shape.h), of any composition.");
 
   m.def(
       "simulate_trace",

@@ -51,7 +51,8 @@ const std::vector<Param> kParams = {
     {"COMMLIB_SOCKET_FAMILY", "name", "",
      "AF_INET or AF_INET6: the address family TCP links listen on (default: IPv4 first)"},
     {"COMMLIB_HIER_SEGMENT", "int", "262144",
-     "elements per pipeline segment of hierarchical all_reduce (2+ hosts; at most 16 segments; same on all ranks)", 1, INT64_MAX},
+     "elements per pipeline segment of hierarchical all_reduce (2+ hosts; at most 16 segments; same on all ranks; "
+     "unset under a cost model: the model chooses the segments)", 1, INT64_MAX},
     {"COMMLIB_TOPOLOGY", "name", "",
      "auto's cost model: a simulator preset (dgx-h100, eth-25g, ...), a topology JSON file or fitted:<bench.json>; auto then picks the candidate the simulator predicts fastest on the communicator's host map (unset: the link-kind rule)"},
     {"COMMLIB_TCP_CHUNK_BYTES", "bytes", "524288",

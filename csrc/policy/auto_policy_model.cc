@@ -8,6 +8,7 @@
 #include "common/params.h"
 #include "policy/auto_policy.h"
 #include "policy/candidate_search.h"
+#include "policy/pipeline_shape.h"
 #include "schedule/registry.h"
 #include "sim/simulator.h"
 
@@ -46,9 +47,9 @@ std::vector<AlgorithmChoice> predict_candidates(const CallShape& call, const std
   std::vector<AlgorithmChoice> out;
   for (const Composition& k : candidate_list(call.coll, host_of, segment)) {
     AlgorithmChoice c;
-    static_cast<Composition&>(c) = k;
+    static_cast<Composition&>(c) = choose_pipeline_shape(call, k, topo);
     c.source = "model";
-    c.predicted_s = sim::simulate(call.coll, k, call.count, call.elem_bytes, call.root, topo).time_s;
+    c.predicted_s = sim::simulate(call.coll, c, call.count, call.elem_bytes, call.root, topo).time_s;
     out.push_back(c);
   }
   return out;

@@ -10,6 +10,7 @@
 #include <numeric>
 #include <set>
 
+#include "policy/pipeline_shape.h"
 #include "schedule/registry.h"
 #include "sim/simulator.h"
 
@@ -252,7 +253,7 @@ AlgorithmChoice search_best_candidate(const CallShape& call, const std::vector<i
   }
   std::vector<Composition> cands;
   for (const auto& c : candidate_list(call.coll, host_of, segment))
-    if (!hier_only || c.algorithm == "hierarchical") cands.push_back(c);
+    if (!hier_only || c.algorithm == "hierarchical") cands.push_back(choose_pipeline_shape(call, c, topo));
   st.candidates = static_cast<int>(cands.size());
   std::vector<double> bound(cands.size());
   std::vector<bool> big(cands.size(), false), costly(cands.size(), false);
@@ -262,7 +263,7 @@ AlgorithmChoice search_best_candidate(const CallShape& call, const std::vector<i
     bound[i] = candidate_lower_bound(call, cands[i], topo, &ops);
     costly[i] = costly_ops > 0 && ops * topo.size() >= costly_ops;
     big[i] = hier && extrapolate_ops > 0 && ops * topo.size() >= extrapolate_ops &&
-             hier_segments(call, segment, topo) >= 5;
+             hier_segments(call, cands[i].segment, topo) >= 5;
   }
   std::vector<size_t> order(cands.size());
   std::iota(order.begin(), order.end(), size_t{0});
@@ -301,7 +302,7 @@ AlgorithmChoice search_best_candidate(const CallShape& call, const std::vector<i
       simulate_whole(i);
       continue;
     }
-    const double e = extrapolated_time(call, cands[i], hier_segments(call, segment, topo), topo);
+    const double e = extrapolated_time(call, cands[i], hier_segments(call, cands[i].segment, topo), topo);
     ++st.extrapolated;
     estimated.emplace_back(e, i);
     best_estimate = std::min(best_estimate, e);

@@ -12,8 +12,8 @@
 // most kMaxSegments), on equal and uneven hosts alike. Phases (1) and (3) and the segment layout
 // are one `Layout` (hierarchical_layout.h) shared by the schedules; the pipelines order a tick
 // differently (see each), because a composed inter phase may take many steps. On hosts of equal
-// size a composed pipeline is the overlapped one (hierarchical_overlap.cc): every rank's intra
-// phases of t-1 and t+1 in the same steps as its inter phase of t.
+// size every pipeline, built-in or composed, is the overlapped one (hierarchical_overlap.cc): every
+// rank's intra phases of t-1 and t+1 in the same steps as its inter phase of t.
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -58,8 +58,9 @@ Schedule all_reduce_plain(const Layout& y) {
   return s;
 }
 
-// Built-in, K segments, run as a pipeline so the shared-memory phases hide behind the inter-host
-// link. Tick t:
+// Built-in, K segments on hosts of unequal size (equal hosts run the overlapped pipeline, whose
+// built-in inter lane is the same exchange), run as a pipeline so the shared-memory phases hide
+// behind the inter-host link. Tick t:
 //   step A   inter-host exchange of segment t  ||  intra-host reduce-scatter sends of segment t+1
 //   steps B  the ordered reductions of both (disjoint regions); the first B step also carries
 //            the intra-host all-gather of segment t-1.
@@ -181,7 +182,9 @@ Schedule all_reduce_hierarchical(const CollArgs& a) {
   if (!a.intra_algorithm.empty() && a.inter_algorithm.empty())
     throw std::invalid_argument("intra_algorithm: '" + a.intra_algorithm + "' needs an inter_algorithm too");
   if (!a.inter_algorithm.empty()) return all_reduce_composed(a, y);
-  return y.K > 1 ? all_reduce_pipelined(y) : all_reduce_plain(y);
+  if (y.K == 1) return all_reduce_plain(y);
+  if (Schedule overlapped = all_reduce_overlapped(a, y); !overlapped.steps.empty()) return overlapped;
+  return all_reduce_pipelined(y);
 }
 
 COMMLIB_REGISTER_ALGORITHM(AllReduce, "hierarchical", all_reduce_hierarchical, 8, kLargeMessages,

@@ -5,7 +5,8 @@
 // the call about K ticks of it plus one fill and one drain, not the sum of the phases.
 //
 // Two lanes per rank and tick: the inter lane (its block's owners, one per host: peers on other
-// hosts) and the intra lane (its host's ranks). Their peers are disjoint, so zipping them breaks no
+// hosts; a registered algorithm on their sub-group, or the built-in exchange, exchange_lane) and
+// the intra lane (its host's ranks). Their peers are disjoint, so zipping them breaks no
 // rule of a step, and the regions are disjoint: segments t, t-1 and t+1, and separate scratch (the
 // intra lane's past the inter lane's). A rank of an intra lane that waited on a local peer stuck
 // behind that peer's inter group could deadlock; so the intra lanes of a host are aligned in rounds
@@ -23,7 +24,8 @@ namespace sched {
 
 namespace {
 
-// Pieces a lane's segment may be cut into at most, and the fewest elements of a block's piece.
+// Pieces a lane's segment may be cut into at most unless CollArgs::pieces says (the cost model's
+// policy chooses it, policy/pipeline_shape.h), and the fewest elements of a block's piece.
 constexpr int64_t kMaxChunks = 8;
 constexpr int64_t kMinPiece = 4096;
 
@@ -125,13 +127,50 @@ std::vector<Step> merge_by_progress(const std::vector<Step>& intra, const std::v
   return out;
 }
 
+// The built-in inter-host exchange of segment t as a lane: on equal hosts local rank i owns block
+// i, which it swaps with that block's owners on the other hosts, in `pieces` pieces one after
+// another, each reduced in host order (every owner alike, as the plain schedule does). Scratch from
+// x_base: H - 1 slots of a piece; raises scratch_end to cover it.
+std::vector<Step> exchange_lane(const Layout& y, int t, int64_t x_base, int64_t& scratch_end, int pieces) {
+  Schedule tmp;
+  const int b = y.first(y.h, y.i);
+  const Region blk = y.span(BufferId::Output, t, b, b + 1);
+  const int64_t stride = blk_len(blk.count, pieces, 0);  // the first piece is the longest
+  for (int q = 0; q < pieces; ++q) {
+    const Region part{BufferId::Output, blk.offset + blk_off(blk.count, pieces, q), blk_len(blk.count, pieces, q)};
+    Step x;
+    std::vector<Region> srcs(y.H);
+    for (int g = 0, slot = 0; g < y.H; ++g) {
+      if (g == y.h) {
+        srcs[g] = part;
+        continue;
+      }
+      srcs[g] = scratch_region(x_base + slot++ * stride, part.count);
+      x.ops.push_back(op_send(y.owner(g, b), part));
+      x.ops.push_back(op_recv(y.owner(g, b), srcs[g]));
+    }
+    tmp.steps.push_back(std::move(x));
+    append_ordered_reduce(tmp, part, srcs, y.h);
+  }
+  scratch_end = std::max(scratch_end, x_base + (y.H - 1) * stride);
+  return tmp.steps;
+}
+
+// Segment t's inter lane: CollArgs::inter_algorithm on the owners' sub-group, or the built-in
+// exchange when it is empty.
+std::vector<Step> inter_lane(const CollArgs& a, const Layout& y, int t, int64_t x_base, int64_t& scratch_end,
+                             int pieces = 1) {
+  if (a.inter_algorithm.empty()) return exchange_lane(y, t, x_base, scratch_end, pieces);
+  return inter_phase(a, y, t, x_base, scratch_end, pieces);
+}
+
 // Talking steps of segment t's inter lane of this rank's group as its member on host 0 has them.
 int64_t group_steps_on_host0(const CollArgs& a, const Layout& y, int t, int64_t x_base) {
   CollArgs a0 = a;
   a0.rank = y.m.hosts[0][y.i];
   const Layout y0(a0, y.m, y.K);
   int64_t ignored = 0;
-  const std::vector<Step> lane = inter_phase(a0, y0, t, x_base, ignored);
+  const std::vector<Step> lane = inter_lane(a0, y0, t, x_base, ignored);
   return std::count_if(lane.begin(), lane.end(), step_talks);
 }
 
@@ -139,24 +178,25 @@ int64_t group_steps_on_host0(const CollArgs& a, const Layout& y, int t, int64_t 
 
 Schedule all_reduce_overlapped(const CollArgs& a, const Layout& y) {
   Schedule s;
-  if (y.H < 2 || y.K < 2 || a.inter_algorithm.empty() || !equal_hosts(y.m)) return s;
+  if (y.H < 2 || y.K < 2 || !equal_hosts(y.m)) return s;
   // Scratch: [built-in reduce-scatter slots][the inter lane's][the registered intra phases'].
   const int64_t x_base = a.intra_algorithm.empty() ? y.rs_scratch() : 0;
   int64_t x_end = x_base;
-  for (int t = 0; t < y.K; ++t) inter_phase(a, y, t, x_base, x_end);
+  for (int t = 0; t < y.K; ++t) inter_lane(a, y, t, x_base, x_end);
   s.scratch_count = x_end;
   // A tick's talking steps pair one intra round with one inter step, so the lane with fewer runs
-  // its segment in pieces (kMaxChunks at most), up to as many talking steps as the other; none of
-  // a block smaller than kMinPiece (a piece's messages must stay large enough that their
-  // per-message costs do not dominate). A function of the segment's length alone, so the
-  // candidate search's estimate from the first segments (candidate_search.h) cuts alike.
+  // its segment in pieces (CollArgs::pieces at most, else kMaxChunks), up to as many talking steps
+  // as the other; none of a block smaller than kMinPiece (a piece's messages must stay large
+  // enough that their per-message costs do not dominate). A function of the segment's length and
+  // the cap alone, so the candidate search's estimate from the first segments (candidate_search.h)
+  // cuts alike.
   const int64_t block = y.span(BufferId::Input, 0, 0, 1).count;
-  const int64_t most = std::clamp<int64_t>(block / kMinPiece, 1, kMaxChunks);
+  const int64_t most = std::clamp<int64_t>(block / kMinPiece, 1, a.pieces > 0 ? a.pieces : kMaxChunks);
   auto pieces = [&](int64_t mine, int64_t other) { return mine == 0 ? 1 : std::min<int64_t>(most, (other + mine - 1) / mine); };
   for (int t = -1; t <= y.K; ++t) {
     int64_t ignored = 0;  // within x_end (smaller pieces need no more scratch than the whole block)
     const bool x_now = t >= 0 && t < y.K;
-    std::vector<Step> lane = x_now ? inter_phase(a, y, t, x_base, ignored) : std::vector<Step>{};
+    std::vector<Step> lane = x_now ? inter_lane(a, y, t, x_base, ignored) : std::vector<Step>{};
     std::vector<bool> talks;
     std::vector<Step> mine = aligned_intra(a, y, t, 1, x_end, s.scratch_count, talks);
     const int64_t rounds = std::count(talks.begin(), talks.end(), true);
@@ -166,7 +206,7 @@ Schedule all_reduce_overlapped(const CollArgs& a, const Layout& y) {
     const int64_t steps = std::count_if(lane.begin(), lane.end(), step_talks);
     const int64_t steps0 = !x_now || y.h == 0 ? steps : group_steps_on_host0(a, y, t, x_base);
     if (rounds > steps0 && steps0 > 0) {
-      lane = inter_phase(a, y, t, x_base, ignored, static_cast<int>(pieces(steps0, rounds)));
+      lane = inter_lane(a, y, t, x_base, ignored, static_cast<int>(pieces(steps0, rounds)));
     } else if (steps > rounds && rounds > 0) {
       mine = aligned_intra(a, y, t, static_cast<int>(pieces(rounds, steps)), x_end, s.scratch_count, talks);
     }

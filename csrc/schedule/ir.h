@@ -114,6 +114,7 @@ struct Composition {
   std::string inter;      // CollArgs::inter_algorithm
   std::string intra;      // CollArgs::intra_algorithm
   int64_t segment = 0;    // CollArgs::segment (elements; 0: not pipelined)
+  int pieces = 0;         // CollArgs::pieces (0: the builder's own cap)
 };
 
 // Everything a builder may depend on. Nothing about bytes, dtypes or transports (only which
@@ -137,15 +138,20 @@ struct CollArgs {
   //     built-in direct exchanges.
   //   segment: elements per pipeline segment of all_reduce across two hosts or more (at most 16
   //     segments); 0: not pipelined.
+  //   pieces: all_reduce's overlapped pipeline cuts the lane with fewer talking steps into at most
+  //     this many pieces per segment (hierarchical_overlap.cc); 0: the builder's own cap. The cost
+  //     model's policy chooses it with the segment (policy/pipeline_shape.h).
   std::string inter_algorithm;
   std::string intra_algorithm;
   int64_t segment = 0;
+  int pieces = 0;
 
   // Takes `how`'s hierarchical phases and segment (its algorithm is build_schedule's argument).
   void compose(const Composition& how) {
     inter_algorithm = how.inter;
     intra_algorithm = how.intra;
     segment = how.segment;
+    pieces = how.pieces;
   }
 };
 

@@ -130,19 +130,13 @@ Schedule reduce_scatter_rail_ring(const CollArgs& a) {
     const Region out = out_region(off, len);
     const Region buf[2] = {scratch_region(2 * off, len), scratch_region(2 * off + len, len)};
     std::vector<Step>& st = lists[c];
-    if (P == 2) st.push_back(Step{{op_copy(out, in(i))}});
-    // Each ring step is a message step then a local step (the reduction), as in reduce_scatter.cc;
-    // every channel has the same step structure, so zipping keeps messages and reductions apart.
+    // Each ring step is one message step whose partial is reduced with the rank's own block as it
+    // arrives (recv_reduce from the input), as in reduce_scatter.cc; every channel has the same
+    // step structure, so zipping keeps the channels' steps in line.
     for (int k = 0; k < P - 1; ++k) {
       const Region src = k == 0 ? in(i - 1) : buf[(k - 1) % 2];
-      if (k == P - 2) {
-        st.push_back(Step{{op_send(next, src), op_recv_reduce(prev, out)}});
-      } else {
-        st.push_back(Step{{op_send(next, src), op_recv(prev, buf[k % 2])}});
-        Step local{{op_reduce(buf[k % 2], in(i - k - 2))}};
-        if (k == 0) local.ops.push_back(op_copy(out, in(i)));
-        st.push_back(std::move(local));
-      }
+      const Region dst = k == P - 2 ? out : buf[k % 2];
+      st.push_back(Step{{op_send(next, src), op_recv_reduce_from(prev, dst, in(i - k - 2))}});
     }
   }
   s.steps = zip_steps(lists);

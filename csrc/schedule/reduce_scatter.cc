@@ -1,8 +1,8 @@
 // reduce_scatter (input: P blocks of count; rank r ends with block r reduced over all ranks):
 //   ring              P-1 steps: in step k rank r passes its partial of block r-k-1 to r+1 and
-//                     receives the partial of block r-k-2 from r-1 (into alternating scratch
-//                     buffers, then reduced with its own input block); the last step reduces
-//                     straight into the output.
+//                     receives the partial of block r-k-2 from r-1, reduced with its own input
+//                     block as it arrives (recv_reduce from the input) into alternating scratch
+//                     buffers; the last step reduces straight into the output.
 //   recursive_halving halve the block range with partner nr^mask (mask = p2/2 .. 1), reducing the
 //                     kept half into a P*count scratch accumulator. Non-power-of-two P: fold
 //                     (builders.h): even r < 2*rem sends its whole input to r+1, which reduces it
@@ -27,17 +27,11 @@ Schedule reduce_scatter_ring(const CollArgs& a) {
   }
   const int next = (r + 1) % P, prev = (r + P - 1) % P;
   const Region buf[2] = {scratch_region(0, n), scratch_region(n, n)};
-  if (P == 2) s.steps.push_back(Step{{op_copy(out, in(r))}});
   for (int k = 0; k < P - 1; ++k) {
     const Region src = k == 0 ? in(r - 1) : buf[(k - 1) % 2];
-    if (k == P - 2) {
-      s.steps.push_back(Step{{op_send(next, src), op_recv_reduce(prev, out)}});
-    } else {
-      s.steps.push_back(Step{{op_send(next, src), op_recv(prev, buf[k % 2])}});
-      Step local{{op_reduce(buf[k % 2], in(r - k - 2))}};
-      if (k == 0) local.ops.push_back(op_copy(out, in(r)));
-      s.steps.push_back(std::move(local));
-    }
+    // Each partial is reduced with the rank's own block as it arrives (recv_reduce from the input),
+    // so the reduction overlaps the transfer instead of following it.
+    s.steps.push_back(Step{{op_send(next, src), op_recv_reduce_from(prev, k == P - 2 ? out : buf[k % 2], in(r - k - 2))}});
   }
   if (P > 2) s.scratch_count = 2 * n;
   return s;

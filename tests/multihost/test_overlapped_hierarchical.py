@@ -1,14 +1,15 @@
 """The overlapped hierarchical all_reduce on the host executor (shared memory inside an emulated
 host, TCP between hosts, COMMLIB_HOST_ID per rank): built-in and registered intra-host phases
-beside several inter-host algorithms, 2 hosts of 2 and 3 hosts of 3 (an odd world), counts of 3
-to 16 uneven segments; exact integer results in place and out of place, and every rank's schedule
-really mixes inter- and intra-host messages in its steps."""
+beside the built-in exchange and several inter-host algorithms, 2 hosts of 2 and 3 hosts of 3 (an
+odd world), counts of 3 to 16 uneven segments; exact integer results in place and out of place,
+and every rank's schedule really mixes inter- and intra-host messages in its steps."""
 import pytest
 
 import overlap_cases as cases
 
 LOOPBACK = {"COMMLIB_SOCKET_IFNAME": "lo"}
-PAIRS = [("ring", ""), ("two_shot", "direct"), ("rabenseifner", "ring"), ("recursive_doubling", "rail_ring")]
+# ("", ""): the built-in exchange between hosts, on the overlapped lanes too.
+PAIRS = [("", ""), ("ring", ""), ("two_shot", "direct"), ("rabenseifner", "ring"), ("recursive_doubling", "rail_ring")]
 COUNTS = [64 * 3 + 5, 64 * 16 + 1, 5003]
 
 

@@ -1,9 +1,10 @@
 """The overlapped hierarchical all_reduce pipeline (schedule/hierarchical_overlap.cc): on hosts of
-equal size, with an inter-host algorithm and any intra-host one (built-in or registered), the inter
-phase of segment t shares steps with the intra phases of segments t-1 and t+1. Every (inter, intra)
-pair proven by the symbolic verifier on equal host maps up to 64 ranks (odd and even, one rank per
-host, interleaved host ids) with awkward counts and 2 to 16 segments, in place and out of place;
-the steps really overlap; unequal hosts keep the sequential tick."""
+equal size, with any inter-host algorithm (the built-in exchange too) and any intra-host one
+(built-in or registered), the inter phase of segment t shares steps with the intra phases of
+segments t-1 and t+1. Every (inter, intra) pair proven by the symbolic verifier on equal host maps
+up to 64 ranks (odd and even, one rank per host, interleaved host ids) with awkward counts and 2 to
+16 segments, in place and out of place, and with the lane pieces capped (CollArgs::pieces); the
+steps really overlap; unequal hosts keep the sequential tick."""
 import itertools
 
 import pytest
@@ -24,10 +25,10 @@ EQUAL_MAPS = [[0, 0, 1, 1], [h for h in range(3) for _ in range(3)], [h for h in
               [r % 5 for r in range(15)], [0, 1, 2], [h for h in range(4) for _ in range(16)]]
 
 
-def schedules(hosts, count, inter, intra, segment):
+def schedules(hosts, count, inter, intra, segment, pieces=0):
     P = len(hosts)
     return [_C.schedule(_C.Collective.all_reduce, "hierarchical", r, P, count, 0, _C.DType.float32, hosts, inter,
-                        segment, intra) for r in range(P)]
+                        segment, intra, pieces) for r in range(P)]
 
 
 def mixed_steps(hosts, sched):
@@ -50,6 +51,43 @@ def test_every_pair_verified_on_equal_hosts(inter):
         B = max(hosts.count(h) for h in hosts)
         for count, segment in cases + (((3 * B * 8 * PIECE + 5, B * 8 * PIECE),) if P < 64 else ()):
             _C._verify_custom(_C.Collective.all_reduce, P, count, schedules(hosts, count, inter, intra, segment), 0)
+
+
+def test_builtin_exchange_verified_on_equal_hosts():
+    """The built-in inter-host exchange (inter "") runs on the overlapped lanes too (exchange_lane):
+    proven on every equal map with the counts above, and it mixes inter- and intra-host messages."""
+    for hosts in EQUAL_MAPS:
+        B = max(hosts.count(h) for h in hosts)
+        for count, segment in ((15, 7), (97, 5), (3 * B * 8 * PIECE + 5, B * 8 * PIECE)):
+            _C._verify_custom(_C.Collective.all_reduce, len(hosts), count, schedules(hosts, count, "", "", segment), 0)
+    hosts = [h for h in range(3) for _ in range(4)]
+    s = schedules(hosts, 8 * 1000, "", "", 1000)[0]
+    assert mixed_steps(hosts, s) >= 7
+    # The all-gather of t-1 beside the exchange of t (the older pipeline paired only the
+    # reduce-scatter with it).
+    def gathers_beside_exchange(step):
+        local = {o["src"][0] for o in step if o["op"] == "send" and hosts[o["peer"]] == hosts[0]}
+        return "output" in local and any(o["peer"] is not None and hosts[o["peer"]] != hosts[0] for o in step)
+    assert sum(map(gathers_beside_exchange, s["steps"])) >= 7
+
+
+@pytest.mark.parametrize("inter,intra", [("", ""), ("ring", ""), ("two_shot", "ring")])
+def test_pieces_cap_cuts_the_lanes(inter, intra):
+    """CollArgs::pieces (what the cost model's policy chooses, policy/pipeline_shape.h): a cap of 1
+    runs each lane's segment whole, a larger one cuts the lane with fewer talking steps into more
+    pieces (more steps, up to as many as the other lane has); each proven."""
+    hosts = [h for h in range(3) for _ in range(4)]
+    count, segment = 3 * 4 * 8 * PIECE + 5, 4 * 8 * PIECE
+    steps = {}
+    for pieces in (1, 2, 8):
+        s = schedules(hosts, count, inter, intra, segment, pieces)
+        _C._verify_custom(_C.Collective.all_reduce, len(hosts), count, s, 0)
+        steps[pieces] = len(s[0]["steps"])
+    assert steps[1] < steps[2] <= steps[8], steps
+    if inter:  # the built-in exchange has one talking step to the intra lane's two: 2 pieces at most
+        assert steps[2] < steps[8], steps
+    with pytest.raises(ValueError, match="pieces"):
+        _C.schedule(_C.Collective.all_reduce, "hierarchical", 0, 4, 100, 0, _C.DType.float32, [0, 0, 1, 1], "", 10, "", -1)
 
 
 @pytest.mark.parametrize("intra", INTRA)

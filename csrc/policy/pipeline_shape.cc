@@ -1,0 +1,158 @@
+// The cost model's choice of a pipelined hierarchical all_reduce's segments and pieces
+// (pipeline_shape.h).
+#include "policy/pipeline_shape.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "common/params.h"
+#include "common/shapes.h"
+#include "schedule/registry.h"
+#include "sim/rates.h"
+#include "sim/topology.h"
+
+namespace commlib {
+
+namespace {
+
+// A rank's links, each direction: its port inside the host, its NIC across.
+enum Link { kPortOut, kPortIn, kNicOut, kNicIn, kLinks };
+
+// The estimate of one rank's schedule (pipeline_shape.h): its steps one after another, each from
+// the end of the last; peers in lock step, so a peer's side of a message (its CPU posting it, its
+// link serving it) is where the rank's own would be.
+double rank_estimate(const Schedule& s, int r, const sim::Topology& t, const sim::RankRates& rates, double f,
+                     int elem_bytes) {
+  const int h = t.host_of[r];
+  // Ranks of this host that share r's NIC (nic_of, by local index), every one as busy as r.
+  int same_nic = 0, on_host = 0;
+  for (int q = 0; q < t.size(); ++q)
+    if (t.host_of[q] == h) ++on_host, same_nic += t.nic_of[q] == t.nic_of[r];
+  double bw[kLinks] = {rates.port_Bps, rates.port_Bps, t.nic_Bps / std::max(1, same_nic), t.nic_Bps / std::max(1, same_nic)};
+  if (t.intra_bus_Bps > 0)  // the host's bus carries every local rank's bytes
+    bw[kPortOut] = bw[kPortIn] = std::min(rates.port_Bps, t.intra_bus_Bps / std::max(1, on_host));
+  double free_at[kLinks] = {0, 0, 0, 0}, nic_next[2] = {0, 0};
+  double send_cpu = 0, recv_cpu = 0, clock = 0;
+  std::vector<double> sent[2];  // this step's sends' wire ends, per link kind (intra, inter)
+  for (size_t k = 0; k < s.steps.size(); ++k) {
+    const double entry = clock + (k > 0 ? t.step_overhead_s * f : 0.0);
+    double end = entry, local = 0;
+    sent[0].clear(), sent[1].clear();
+    size_t received[2] = {0, 0};
+    auto wire = [&](bool inter, bool out, double start, double bytes) {
+      if (inter && t.nic_gap_s > 0) {
+        double& next = nic_next[out ? 0 : 1];
+        start = std::max(start, next);
+        next = start + t.nic_gap_s;
+      }
+      const int link = inter ? (out ? kNicOut : kNicIn) : (out ? kPortOut : kPortIn);
+      free_at[link] = std::max(start, free_at[link]) + bytes / bw[link];
+      return free_at[link];
+    };
+    for (int pass = 0; pass < 3; ++pass) {  // sends, then receives from other hosts, then local ones
+      for (const Op& o : s.steps[k].ops) {
+        const bool send = o.kind == OpKind::Send;
+        const bool inter = is_message(o.kind) && t.host_of[o.peer] != h;
+        if (!is_message(o.kind) || send != (pass == 0) || (!send && inter != (pass == 1))) continue;
+        const double bytes = static_cast<double>(send ? o.src.count : o.dst.count) * elem_bytes;
+        const double latency = inter ? t.inter_latency_s : t.intra_latency_s;
+        double start = entry + t.op_overhead_s * f;
+        if (send) {
+          send_cpu = std::max(send_cpu, entry) + t.send_overhead_s * f;
+          const double done = wire(inter, true, std::max(start, send_cpu), bytes);
+          sent[inter].push_back(done);
+          end = std::max(end, done + latency);
+          continue;
+        }
+        const size_t i = received[inter]++;  // the peer posted it as the rank posts its i-th send
+        start = std::max(start, entry + static_cast<double>(i + 1) * t.send_overhead_s * f);
+        double done = wire(inter, false, start, bytes);
+        if (i < sent[inter].size()) done = std::max(done, sent[inter][i]);
+        double taken = done + latency;
+        if (t.recv_overhead_s > 0) taken = recv_cpu = std::max(recv_cpu, taken) + t.recv_overhead_s * f;
+        if (o.kind == OpKind::RecvReduce && bytes > 0) {  // as sim::reduce_tail_s
+          const double chunks = t.chunk_bytes > 0 ? std::ceil(bytes / static_cast<double>(t.chunk_bytes)) : 1.0;
+          const double c = bytes / chunks, beta = 1.0 / bw[inter ? kNicIn : kPortIn], gamma = rates.reduce_s_per_byte;
+          taken += c * gamma + (chunks - 1) * c * (std::max(beta, gamma) - beta);
+        }
+        end = std::max(end, taken);
+      }
+    }
+    for (const Op& o : s.steps[k].ops) {
+      const double bytes = static_cast<double>(o.dst.count) * elem_bytes;
+      if (o.kind == OpKind::Copy && (o.src.buf != o.dst.buf || o.src.offset != o.dst.offset))
+        local += bytes * rates.copy_s_per_byte;  // a copy onto itself is skipped (sim/compact.cc)
+      if (o.kind == OpKind::Reduce) local += bytes * rates.reduce_s_per_byte;
+    }
+    clock = end + local;
+  }
+  return clock;
+}
+
+bool spans_hosts(const sim::Topology& t) {
+  return std::set<int>(t.host_of.begin(), t.host_of.end()).size() > 1;
+}
+
+}  // namespace
+
+double pipeline_estimate(const CallShape& call, const Composition& cand, const sim::Topology& t) {
+  const int P = t.size();
+  CollArgs a;
+  a.coll = call.coll;
+  a.size = P;
+  a.count = call.count;
+  a.root = collective_has_root(call.coll) ? call.root : 0;
+  a.host_of = t.host_of;
+  const std::vector<double> oversub = sim::oversubscription(t);
+  double worst = 0;
+  for (int r : std::set<int>{0, P - 1}) {
+    a.rank = r;
+    const Schedule s = build_schedule(a, cand);
+    std::vector<int64_t> scratch(P, 0);
+    scratch[r] = s.scratch_count;
+    sim::Result ignored;
+    const std::vector<sim::RankRates> rates = sim::rank_rates(t, call.coll, call.count, call.elem_bytes, a.root, scratch, ignored);
+    worst = std::max(worst, rank_estimate(s, r, t, rates[r], oversub[t.host_of[r]], call.elem_bytes));
+  }
+  return worst;
+}
+
+Composition choose_pipeline_shape(const CallShape& call, const Composition& cand, const sim::Topology& t,
+                                  double* estimate_s) {
+  if (estimate_s) *estimate_s = -1;
+  if (call.coll != Collective::AllReduce || cand.algorithm != "hierarchical" || !spans_hosts(t)) return cand;
+  if (param_set("COMMLIB_HIER_SEGMENT")) return cand;  // the user's segment, as the setting says
+  // The shapes to try: the builder's segments are count / segment, at most 16
+  // (hierarchical_layout.h, pipeline_segments); pieces only cut the overlapped pipeline, which runs
+  // on hosts of equal size (elsewhere every cap builds the same schedule: only 1 is tried).
+  std::map<int, int> ranks_per_host;
+  for (int h : t.host_of) ++ranks_per_host[h];
+  const bool equal = std::all_of(ranks_per_host.begin(), ranks_per_host.end(),
+                                 [&](const auto& hn) { return hn.second == ranks_per_host.begin()->second; });
+  std::vector<std::pair<int64_t, int>> shapes = {{0, 0}};  // not pipelined
+  for (int K : {2, 4, 8, 16}) {
+    const int64_t segment = call.count / K;
+    if (segment < 1 || std::min<int64_t>(call.count / segment, 16) != K) continue;
+    for (int pieces : {1, 2, 4, 8})
+      if (pieces == 1 || equal) shapes.emplace_back(segment, pieces);
+  }
+  Composition best = cand;
+  best.segment = 0, best.pieces = 0;
+  if (shapes.size() == 1 && !estimate_s) return best;
+  double best_s = std::numeric_limits<double>::infinity();
+  for (const auto& [segment, pieces] : shapes) {
+    Composition k = cand;
+    k.segment = segment, k.pieces = pieces;
+    const double e = pipeline_estimate(call, k, t);
+    if (e < best_s) best_s = e, best = k;
+  }
+  if (estimate_s) *estimate_s = best_s;
+  return best;
+}
+
+}  // namespace commlib
