@@ -2,6 +2,7 @@
 namespaces (docs/compression.md; results in bench/RESULTS_compression.md).
 
     python bench/compress_netns.py [--rate 1gbit] [--sizes 16M,64M,256M] [--codecs int8,int4,int8:inter]
+                                   [--algorithms hierarchical,ring,auto]
                                    [--steps 60] [--out bench/results/compression] [--skip-allreduce]
                                    [--skip-training]
 
@@ -131,7 +132,7 @@ def plot_training(info, path):
 def run_allreduce(args, out):
     argv = [sys.executable, "-m", "commlib", "bench", "all_reduce", "--np", "4", "--hosts", "2", "--netns",
             "--rate", args.rate, "-b", args.sizes[0], "-e", args.sizes[-1], "-f", "4",
-            "--algorithms", "hierarchical,ring,auto", "--compress", ",".join(args.codecs), "--peers", "none",
+            "--algorithms", args.algorithms, "--compress", ",".join(args.codecs), "--peers", "none",
             "--passes", "1", "--mode", "out", "-n", "3", "-w", "1", "--min-time", "0",
             "--json", os.path.join(out, "allreduce.json"), "--report", os.path.join(out, "report")]
     print("# " + " ".join(argv[1:]), flush=True)
@@ -143,6 +144,8 @@ def main(argv=None) -> int:
     p.add_argument("--rate", default="1gbit")
     p.add_argument("--sizes", default="16M,64M,256M")
     p.add_argument("--codecs", default="int8,int4,int8:inter,int4:inter")
+    p.add_argument("--algorithms", default="hierarchical,ring,auto",
+                   help="all_reduce algorithms timed raw and with each codec (a loaded machine: fewer)")
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "compression"))
     p.add_argument("--skip-allreduce", action="store_true")

@@ -28,6 +28,8 @@ struct CodecCost {
   double decode_s = 0;       // per element
   int64_t piece = 0;         // elements per streamed piece (0: whole messages)
   bool coded(int host_s, int host_q) const { return active && (!inter_only || host_s != host_q); }
+  // The piece a coded message of `count` elements streams in; 0: coded whole.
+  int64_t streamed_piece(bool is_coded, int64_t count) const { return is_coded && piece > 0 && count > piece ? piece : 0; }
   double bytes(int64_t count, int elem_bytes, bool coded) const {
     if (!coded) return static_cast<double>(count) * elem_bytes;
     return static_cast<double>((count + block - 1) / block * scale_bytes + (count * code_bits + 7) / 8);

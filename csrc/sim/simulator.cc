@@ -181,13 +181,10 @@ class Run {
     // The sender's CPU posts its sends one after another (LogGP's o, send side), encoding first.
     const double fs = oversub_[t_.host_of[s]], fq = oversub_[t_.host_of[q]];
     double start = t + t_.op_overhead_s * std::max(fs, fq);
-    // Streaming (codec_.piece): the wire starts once the first piece is encoded, and the last
-    // piece leaves once the sender's CPU has encoded everything.
-    const int64_t piece = coded && codec_.piece > 0 && so.count > codec_.piece ? codec_.piece : 0;
+    const int64_t piece = codec_.streamed_piece(coded, so.count);  // codec_cost.h: the overlap
     if (t_.send_overhead_s > 0 || coded) {
       const double cpu0 = std::max(send_cpu_[s], t);
-      const double encode_all = coded ? codec_.sender_s(so.count) : 0;
-      send_cpu_[s] = cpu0 + (t_.send_overhead_s + encode_all) * fs;
+      send_cpu_[s] = cpu0 + (t_.send_overhead_s + (coded ? codec_.sender_s(so.count) : 0)) * fs;
       start = std::max(start, piece ? cpu0 + (t_.send_overhead_s + codec_.sender_s(piece)) * fs : send_cpu_[s]);
     }
     double slowest, latency;
@@ -206,10 +203,7 @@ class Run {
       taken = recv_cpu_[q];
     }
     Q.end = std::max(Q.end, taken + reduce_tail);
-    if (piece) {
-      // Streaming: the receiver decodes (and reduces) piece by piece from the first piece's
-      // arrival, on the CPU that also encodes its own sends, so it is done no earlier than all
-      // of that work allows; only the last piece's share follows the last byte (above).
+    if (piece) {  // all the receiver's work, from the first piece's arrival and after its own encoding
       const double work = codec_.receiver_s(ro.count, reduces, rates_[q].reduce_s_per_byte, eb_) * fq;
       const double first_in = start + latency + codec_.bytes(piece, eb_, true) / slowest;
       Q.end = std::max({Q.end, first_in + work, send_cpu_[q] + work});
