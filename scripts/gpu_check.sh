@@ -23,7 +23,7 @@
 # time goes, 4 ranks on GPU 0 under MPS where there is one, both paths, against torch's own round
 # trip), launch (bench/gpu_launch.py, at GPU_CHECK_LAUNCH_NP ranks, default 4: issue #37's targets, the 8 B all_reduce's enqueue,
 # back-to-back, synchronous and replayed-graph (100 calls) times against torch's add_ and an empty
-# kernel launch, 4 ranks under MPS), sweep (the same at 64 MiB over the inbox's slot size and count), gpu (every other @pytest.mark.gpu test, several ranks on the one GPU), ranks (tests/device's CUDA cases again under
+# kernel launch, 4 ranks under MPS), sweep (the same at 64 MiB over the inbox's slot size and count), gpu (every other @pytest.mark.gpu test, several ranks on the one GPU), ranks (tests/stream's and tests/device's CUDA cases again under
 # MPS when nvidia-cuda-mps-control exists; skipped otherwise), bench (small and large all_reduce on
 # both device paths, kernel and copy, against the device copy bandwidth, under MPS where there is one;
 # sizes; against NCCL where there is one GPU per rank, NCCL refusing several ranks on one GPU).
@@ -296,8 +296,8 @@ fi
 if wants ranks; then
   if command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
     if start_mps mps; then
-      run_step ranks 120 "\`pytest -m gpu tests/device\` again under MPS (several ranks on the one GPU)" \
-        "${PYTEST[@]}" -m gpu tests/device
+      run_step ranks 120 "\`pytest -m gpu tests/stream tests/device\` again under MPS (several ranks on the one GPU)" \
+        "${PYTEST[@]}" -m gpu tests/stream tests/device
       stop_mps
     else
       rows+=("| ranks | MPS | not run: nvidia-cuda-mps-control -d failed: $(tail -1 "$logs/mps_start.log") | 0 |")

@@ -1,5 +1,5 @@
 // Heap allocations made by commlib's own C++ code on the calling thread, for the tests that pin
-// the device hot path at none (issue #37, item 2; tests/device/test_call_counts.py). The module is
+// the device hot path at none (issue #37, item 2; tests/stream/test_call_counts.py). The module is
 // linked with --wrap for operator new and new[] (setup.py), so every new-expression compiled into
 // commlib, the standard containers' and make_shared's included, goes through a counting wrapper
 // (common/alloc_count.cc); nothing else in the process is affected (Python's allocator, other

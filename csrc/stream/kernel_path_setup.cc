@@ -44,7 +44,7 @@ void KernelPath::launch_in_chain(const kexec::PlanLaunch& a, unsigned blocks, DT
   // captured launch is ordered by the caller's streams, as replays are (docs/gpu.md).
   if (captured || !chain_) return launch();
   // By reference: the lambda's captures would not fit std::function's inline buffer, and a hit
-  // allocates nothing (tests/device/test_call_counts.py).
+  // allocates nothing (tests/stream/test_call_counts.py).
   chain_->run(*device_, stream, this, chain_event_, std::function<void()>(std::ref(launch)));
 }
 

@@ -2,7 +2,7 @@
 "kernel_path" rows selected like the host rows (exact argmins of synthetic times, medians over
 runs), "device_path" crossovers from kernel vs copy, device records never in the host rows, and
 previous sections carried over where nothing was measured. The end-to-end run on the emulated
-device is tests/device/test_device_path_tuning.py."""
+device is tests/stream/test_device_path_tuning.py."""
 import argparse
 import math
 

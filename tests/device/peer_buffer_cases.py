@@ -1,11 +1,16 @@
 """Rank side of test_peer_buffers.py (apart from the test module so that the ranks import neither
 pytest nor the test modules): the kernel path's registry of peers' buffers (device/peer_buffers.h)
-looked up through the engine, each rank's buffer read back through the peers' mappings."""
+looked up through the engine, each rank's buffer read back through the peers' mappings. The
+engine's settings helpers are the kernel path's tests' (tests/stream/kernel_path_cases.py)."""
+import os
+import sys
 
 import numpy as np
 
 import commlib.emulated as emu
-from kernel_path_cases import KERNEL_SETTINGS, with_settings
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "stream"))
+from kernel_path_cases import KERNEL_SETTINGS, with_settings  # noqa: E402
 
 NBYTES = 3 * 4096 + 100  # a few pages: offsets inside the allocation
 OFFSET = 4096 + 64

@@ -19,8 +19,8 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import peer_buffer_cases as cases  # noqa: E402
-from test_device_collectives import DELAY_ENV  # noqa: E402
+import peer_buffer_cases as cases  # noqa: E402  (it puts tests/stream on sys.path)
+from test_device_collectives import DELAY_ENV  # noqa: E402  (tests/stream: the device matrix's pool)
 
 
 @pytest.mark.timeout(90)

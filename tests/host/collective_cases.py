@@ -54,7 +54,7 @@ def _torch():
 class HostBuffers:
     """The buffer factory of the host cases: NumPy arrays; bfloat16 bit patterns are handed to the
     communicator as torch bfloat16 views of the same memory (NumPy has no bfloat16). The device
-    cases (tests/device/device_cases.py) pass one of commlib.emulated arrays to the same case
+    cases (tests/stream/device_cases.py) pass one of commlib.emulated arrays to the same case
     functions."""
 
     @staticmethod

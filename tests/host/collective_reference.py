@@ -1,5 +1,5 @@
 """Inputs, references and tolerances of the collective matrices (host: collective_cases.py,
-device: tests/device/device_cases.py): pure NumPy, no communicator, no torch.
+device: tests/stream/device_cases.py): pure NumPy, no communicator, no torch.
 
 Each rank regenerates every rank's input from a deterministic formula, so the reference needs no
 communication.

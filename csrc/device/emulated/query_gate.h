@@ -1,6 +1,6 @@
 // A test hook of the emulated device: hold event queries made by other threads than the one that
 // closed the gate (the watchdog's, while the caller's thread enqueues), to prove structurally that
-// a call's enqueue never waits behind another thread's query (tests/device/test_call_structure.py).
+// a call's enqueue never waits behind another thread's query (tests/stream/test_call_structure.py).
 #pragma once
 
 namespace commlib {

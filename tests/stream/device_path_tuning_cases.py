@@ -1,4 +1,4 @@
-"""What the ranks of tests/device/test_device_path_tuning.py run (importable by the pool's ranks)."""
+"""What the ranks of tests/stream/test_device_path_tuning.py run (importable by the pool's ranks)."""
 from kernel_path_cases import mixed_settings
 
 
