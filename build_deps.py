@@ -34,3 +34,15 @@ def object_is_current(obj, src, dep, all_headers_mtime):
         return all(Path(f).stat().st_mtime <= built for f in inputs + [str(src)])
     except OSError:  # a listed header was removed or renamed
         return False
+
+
+def object_name(source, tag, python_abi):
+    """The cached object's file name for `source` (relative to the tree): the path flattened, then
+    `python_abi` (the interpreter's SOABI, e.g. cpython-311-x86_64-linux-gnu), then `tag` (the
+    module's: CUDA architectures, torch version). Every source compiled with Python's headers on the
+    include path carries the ABI: two Pythons building in one tree would otherwise reuse each other's
+    objects, since each object's dependency list names its own Python's headers, which the other
+    build never touches. CUDA kernel files (.cu) include no Python header: `python_abi` None."""
+    name = str(source).replace("/", "_")
+    return name + (f".{python_abi}" if python_abi else "") + tag + ".o"
+

@@ -19,10 +19,12 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
-from build_deps import object_is_current  # noqa: E402  (beside this file)
+from build_deps import object_is_current, object_name  # noqa: E402  (beside this file)
 
 CSRC = ROOT / "csrc"
 OBJ_DIR = ROOT / "build" / "obj"
+# The interpreter's ABI, in the name of every object built with its headers (build_deps.object_name).
+PYTHON_ABI = sysconfig.get_config_var("SOABI") or sys.implementation.cache_tag
 
 # No -march=native: the build must run on any x86-64. Wider paths use target attributes.
 CXXFLAGS = ["-std=c++17", "-O3", "-fPIC", "-fvisibility=hidden", "-pthread", "-Wall",
@@ -108,7 +110,7 @@ class CachedBuildExt(build_ext):
             # (objects built against torch carry its version: its headers are not in the -MMD lists)
             tag = CUDA_TAG if ext.name.endswith("_cuda") else f".torch{torch_build()[0]}" if ext.name.endswith(
                 "_C_torch") else ""
-            obj = OBJ_DIR / (str(rel).replace("/", "_") + tag + ".o")
+            obj = OBJ_DIR / object_name(rel, tag, None if src.endswith(".cu") else PYTHON_ABI)
             dep = obj.with_suffix(".d")
             if object_is_current(obj, Path(src), dep, headers):
                 return str(obj)

@@ -137,23 +137,29 @@ def broadcast_tensors(comm, tensors: Sequence[torch.Tensor], src: int = 0, algor
                     off += t.numel()
 
 
+def module_specs(named, buffers) -> List[Tuple[str, tuple, str]]:
+    """The (name, shape, dtype) list ``check_same_structure`` compares: parameters, then buffers."""
+    specs = [(n, tuple(p.shape), str(p.dtype)) for n, p in named]
+    return specs + [("buffer:" + n, tuple(b.shape), str(b.dtype)) for n, b in buffers]
+
+
 def replicate_module(comm, module: torch.nn.Module, src: int = 0,
-                     check_params: Optional[Callable[[list], None]] = None):
+                     check_params: Optional[Callable[[list], None]] = None, broadcast_params: bool = True):
     """The prologue of every wrapper that replicates ``module`` over ``comm``: its parameters
     (shared ones once) and buffers on one device, ``check_params(named)`` (a wrapper's own
     conditions on the named parameters, before anything is sent), the same names, shapes and
-    dtypes on every rank (check_same_structure), then ``src``'s values broadcast to all. Returns
-    (named parameters, named buffers, their device)."""
+    dtypes on every rank (check_same_structure), then ``src``'s values broadcast to all (the
+    buffers only with ``broadcast_params=False``: a joiner of FullyShardedModule's grow, whose
+    parameters arrive as shards). Returns (named parameters, named buffers, their device)."""
     named = unique_named_parameters(module)
     buffers = list(module.named_buffers())
     device = check_one_device(named, "parameter")
     check_one_device(buffers, "buffer", device)
     if check_params is not None:
         check_params(named)
-    specs = [(n, tuple(p.shape), str(p.dtype)) for n, p in named]
-    specs += [("buffer:" + n, tuple(b.shape), str(b.dtype)) for n, b in buffers]
-    check_same_structure(comm, specs, "parameter")
-    broadcast_tensors(comm, [p.data for _, p in named] + [b for _, b in buffers], src=src)
+    check_same_structure(comm, module_specs(named, buffers), "parameter")
+    broadcast_tensors(comm, ([p.data for _, p in named] if broadcast_params else []) + [b for _, b in buffers],
+                      src=src)
     return named, buffers, device
 
 

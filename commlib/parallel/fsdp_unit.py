@@ -3,6 +3,8 @@ the gathered flat parameters and their life cycle (free -> gathering -> gathered
 autograd function that hands the unit's flat gradient back to its owner's reduce-scatter."""
 from __future__ import annotations
 
+from typing import List
+
 import torch
 
 from ._buckets import FlatLayout
@@ -37,6 +39,19 @@ class FsdpUnit(_Unit):
         self.locations = []          # per parameter: [(submodule, attribute), ...]
         self.bw_hooked = False
 
+    def relayout(self, comm):
+        """Lay the unit out for ``comm``'s size and rank (a grow or a shrink): the shard (the same
+        Parameter, so the optimizer's references hold) becomes a zero piece of the new size, which
+        the grow's move or the checkpoint's load fills; the gathered buffer gets the new padded size."""
+        assert self.state == FREE, "relayout of a gathered unit"  # the callers free or discard first
+        layout = FlatLayout(self.layout.names, self.layout.shapes, comm.size)
+        with torch.no_grad():
+            self.shard.data = torch.zeros(layout.piece, dtype=self.shard.dtype, device=self.shard.device)
+        self.full = torch.empty(layout.padded, dtype=self.full.dtype, device=self.full.device)
+        self._nbytes = self.full.untyped_storage().nbytes()
+        self.full.untyped_storage().resize_(0)
+        self.set_layout(layout, comm.rank)
+
     def gather_async(self):
         assert self.state == FREE
         self.full.untyped_storage().resize_(self._nbytes)
@@ -54,6 +69,13 @@ class FsdpUnit(_Unit):
             self.work.wait()
             self.work = None
             self.state = GATHERED
+
+    def discard(self):
+        """Forget the gathered buffer and an all_gather in flight without waiting for it: after a
+        peer died its communicator is aborted, and waiting would raise that error again."""
+        self.work = None
+        self.full.untyped_storage().resize_(0)
+        self.state = FREE
 
     def free(self):
         if self.state == GATHERING:
@@ -80,3 +102,26 @@ class GatherParams(torch.autograd.Function):
         unit = ctx.unit
         unit.owner._post_backward(unit, grad_full)
         return None, None
+
+
+def default_policy(root: torch.nn.Module) -> List[str]:
+    """FullyShardedModule's default units: every direct child that has parameters."""
+    return [n for n, m in root.named_children() if any(True for _ in m.parameters())]
+
+
+def check_floats(named):
+    """FSDP shards floating-point parameters only (their gradients are averaged)."""
+    for n, p in named:
+        if not p.dtype.is_floating_point:
+            raise ValueError(f"parameter '{n}': dtype {p.dtype} cannot be sharded (floats only)")
+
+
+def flatten(x):
+    if isinstance(x, torch.Tensor):
+        yield x
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            yield from flatten(v)
+    elif isinstance(x, dict):
+        for v in x.values():
+            yield from flatten(v)

@@ -3,20 +3,17 @@ communicator (flat units as in ``zero_checkpoint.py``; memory formulas in ``zero
 from __future__ import annotations
 
 import os
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import torch
 
-from ._buckets import (check_algorithm, check_comm, optimizer_state_tensors, queue_backward_callback,
-                       replicate_module, storage_bytes)
-from .fsdp_unit import FREE, FsdpUnit, GatherParams
+from . import _elastic
+from ._buckets import (broadcast_tensors, check_algorithm, check_comm, check_same_structure, module_specs,
+                       optimizer_state_tensors, queue_backward_callback, replicate_module, storage_bytes)
+from .fsdp_unit import FREE, FsdpUnit, GatherParams, check_floats, default_policy, flatten
 from .zero_checkpoint import _load_sharded, _save_sharded
 
 __all__ = ["FullyShardedModule"]
-
-
-def _default_policy(root: torch.nn.Module) -> List[str]:
-    return [n for n, m in root.named_children() if any(True for _ in m.parameters())]
 
 
 class FullyShardedModule(torch.nn.Module):
@@ -44,11 +41,13 @@ class FullyShardedModule(torch.nn.Module):
     it, all-gathered again before its backward (hooks on its outputs) and freed after it; its
     gradient is reduce-scattered (averaged) asynchronously and accumulated into the shard's
     ``.grad`` at the end of backward. A parameter shared by two units (tied embeddings) is
-    sharded in the root unit instead (listed in ``tied_to_root``).
+    sharded in the root unit instead (listed in ``tied_to_root``). Replacements join with
+    :meth:`grow`/:meth:`joined` (the shards move to the grown layout); after a death,
+    :meth:`shrink` reloads a sharded checkpoint (docs/fault_tolerance.md).
     """
 
     def __init__(self, module: torch.nn.Module, comm, wrap=None, mixed_precision=None,
-                 prefetch: bool = True, algorithm: str = "auto"):
+                 prefetch: bool = True, algorithm: str = "auto", _joining: bool = False):
         super().__init__()
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"module: expected a torch.nn.Module, got {type(module).__name__}")
@@ -67,14 +66,16 @@ class FullyShardedModule(torch.nn.Module):
         self.prefetch = bool(prefetch)
         self.module = module
 
-        named, buffers, _ = replicate_module(comm, module, check_params=_check_floats)
+        # A joiner of a grow (``joined``) receives the parameters as shards, not whole.
+        named, buffers, _ = replicate_module(comm, module, check_params=check_floats, broadcast_params=not _joining)
+        self._specs = module_specs(named, buffers)
         self._sd_keys = list(module.state_dict().keys())
         self._buffer_names = [n for n, _ in buffers]
 
         # -- choose units ---------------------------------------------------------------------
         mods = dict(module.named_modules())
         if wrap is None:
-            unit_names = _default_policy(module)
+            unit_names = default_policy(module)
         elif callable(wrap):
             unit_names = []
             for n, m in module.named_modules():
@@ -192,7 +193,7 @@ class FullyShardedModule(torch.nn.Module):
             for locs in unit.locations:      # no dangling views of the freed buffer
                 for m, pname in locs:
                     m.__dict__[pname] = None
-            tensors = [t for t in _flatten(output) if isinstance(t, torch.Tensor) and t.requires_grad]
+            tensors = [t for t in flatten(output) if isinstance(t, torch.Tensor) and t.requires_grad]
             if tensors:
                 fired = [False]
 
@@ -314,6 +315,62 @@ class FullyShardedModule(torch.nn.Module):
                     if n in saved:
                         b.copy_(saved[n])
 
+    # -- growing and shrinking (docs/fault_tolerance.md, "commlib.parallel") -----------------------
+    def grow(self, n: Optional[int] = None, timeout: Optional[float] = None, optimizer=None,
+             close_old: bool = True):
+        """Take replacement processes in: ``self.comm.grow(n, timeout)`` (every member calls this,
+        between steps), then every unit laid out for the grown size (as a FullyShardedModule built
+        at that size) and each piece of its parameters, gradient and (with ``optimizer``, built over
+        ``self.parameters()``) optimizer state moved from its old owner to its new one, exactly: no
+        rank holds a whole unit, and the result equals a load of a sharded checkpoint at the grown
+        size bit for bit. Buffers are rank 0's. Each joiner calls :meth:`joined`. Closes the old
+        communicator unless ``close_old`` is False; returns the grown one."""
+        return _elastic.grow(self, n, timeout, optimizer, close_old, move_params=True, move_grads=True)
+
+    @classmethod
+    def joined(cls, module: torch.nn.Module, comm, optimizer=None, **kwargs):
+        """A joiner's side of :meth:`grow`: wrap ``module`` (its own copy of the members' model)
+        over ``comm``, the communicator ``commlib.join()`` returned, with the members'
+        constructor ``kwargs`` (wrap, mixed_precision, ...), receiving its shards. ``optimizer``:
+        a function of the parameters that builds the optimizer as the members built theirs (e.g.
+        ``lambda ps: torch.optim.AdamW(ps, lr=1e-3)``), which then receives its piece of their
+        state and rank 0's param-group hyperparameters. Returns ``(module, optimizer or None)``.
+        Collective with the members' grow."""
+        if optimizer is not None and not callable(optimizer):
+            raise TypeError(f"optimizer: a function of the parameters that builds the optimizer, got "
+                            f"{type(optimizer).__name__}")
+        fsdp = cls(module, comm, _joining=True, **kwargs)
+        opt = optimizer(fsdp.parameters()) if optimizer is not None else None
+        _elastic.joined(fsdp, opt, move_params=True, move_grads=True)
+        return fsdp, opt
+
+    def shrink(self, exclude=None, checkpoint: Optional[str] = None, optimizer=None, close_old: bool = True):
+        """Go on with the survivors after a rank died: its shards of the parameters and of the
+        optimizer state had no replica, so ``checkpoint`` (a :meth:`save_sharded_checkpoint`
+        directory) is required (ValueError before anything is sent without it).
+        ``self.comm.shrink(exclude)``, every unit laid out for the smaller size, the checkpoint
+        loaded (re-sharded, with ``optimizer``'s state). Returns the new communicator."""
+        return _elastic.shrink(self, exclude, checkpoint, close_old,
+                               lambda path: self.load_sharded_checkpoint(path, optimizer))
+
+    def _relayout(self, comm):
+        for unit in self._units:
+            unit.relayout(comm)
+        self.comm = comm
+
+    def _drop_failed_step(self):
+        """Before a shrink: forget what the step that raised left (gathered units, pending
+        reduce-scatters of the aborted communicator)."""
+        for unit in self._units:
+            unit.discard()
+        self._pending = []
+        self._in_backward = False
+
+    def _agree(self, comm):
+        """A joiner's constructor's collectives (structure check, rank 0's buffers), on the members."""
+        check_same_structure(comm, self._specs, "parameter")
+        broadcast_tensors(comm, list(self.module.buffers()))
+
     def memory_breakdown(self, optimizer=None) -> dict:
         """Bytes this rank holds (shards, gathered units currently alive, gradient shards,
         optimizer state), counted from the tensors actually allocated."""
@@ -326,20 +383,3 @@ class FullyShardedModule(torch.nn.Module):
     def unit_names(self) -> List[str]:
         return [u.name for u in self._units]
 
-
-def _check_floats(named):
-    """FSDP shards floating-point parameters only (their gradients are averaged)."""
-    for n, p in named:
-        if not p.dtype.is_floating_point:
-            raise ValueError(f"parameter '{n}': dtype {p.dtype} cannot be sharded (floats only)")
-
-
-def _flatten(x):
-    if isinstance(x, torch.Tensor):
-        yield x
-    elif isinstance(x, (list, tuple)):
-        for v in x:
-            yield from _flatten(v)
-    elif isinstance(x, dict):
-        for v in x.values():
-            yield from _flatten(v)

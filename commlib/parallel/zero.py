@@ -24,6 +24,7 @@ import torch
 from ._buckets import (MB, FlatLayout, OrderedLauncher, broadcast_tensors, check_algorithm, check_comm,
                        check_one_device, check_positive, check_same_structure, dtype_buckets,
                        optimizer_state_tensors, param_slots, queue_backward_callback, storage_bytes)
+from . import _elastic
 from .zero_checkpoint import FORMAT, _load_sharded, _save_sharded, _Unit, read_checkpoint_meta  # noqa: F401
 
 __all__ = ["ZeroOptimizer", "FullyShardedModule", "read_checkpoint_meta"]
@@ -46,6 +47,30 @@ class _ZeroUnit(_Unit):
         self.ready = 0
         self.work = None
         self.out = None
+
+    def relayout(self, world: int, rank: int):
+        """Lay the unit out for ``world`` ranks (a grow or a shrink): a new flat buffer of the new
+        padded size holding the same parameter values (this rank's: ZeRO-1/2 keep the whole
+        parameters on every rank), the parameters and the shard (the same objects, so the
+        optimizer's references hold) pointed into it, and stage 1's flat gradient with this
+        rank's local gradients."""
+        layout = FlatLayout(self.layout.names, self.layout.shapes, world)
+        n = layout.numel
+
+        def moved(old):
+            new = torch.zeros(layout.padded, dtype=old.dtype, device=old.device)
+            new[:n].copy_(old[:n])
+            return new
+        with torch.no_grad():
+            self.flat = moved(self.flat)
+            for p, v in zip(self.params, layout.views(self.flat)):
+                p.data = v
+            self.shard.data = self.flat[layout.piece * rank:layout.piece * (rank + 1)]
+            if self.flat_grad is not None:
+                self.flat_grad = moved(self.flat_grad)
+                for p, v in zip(self.params, layout.views(self.flat_grad)):
+                    p.grad = v
+        self.set_layout(layout, rank)
 
 
 class ZeroOptimizer:
@@ -70,7 +95,9 @@ class ZeroOptimizer:
     Parameters with ``requires_grad=False`` are left alone. Note: a parameter that gets no
     gradient in a step is treated as having a zero gradient (its piece of the bucket is zero).
     The inner torch optimizer is ``.optimizer`` (attach learning-rate schedulers to it);
-    ``algorithm`` is used for both the reduce_scatter and the all_gather calls.
+    ``algorithm`` is used for both the reduce_scatter and the all_gather calls. Replacements join
+    with :meth:`grow`/:meth:`joined` (the state moves to the grown layout); after a death,
+    :meth:`shrink` reloads a sharded checkpoint (docs/fault_tolerance.md).
     """
 
     def __init__(self, optimizer_class, params, comm, stage: int = 1, bucket_cap_mb: float = 25.0,
@@ -116,10 +143,12 @@ class ZeroOptimizer:
             inner_groups.append({"params": shards, **opts})
         if not self._units:
             raise ValueError("params: no parameter requires grad")
-        check_same_structure(comm, specs, "parameter")
-        # Agree on the initial values: rank 0's (the flat buffers hold the parameters now).
-        broadcast_tensors(comm, [u.flat for u in self._units] +
-                          [p.data for p in all_params if not p.requires_grad])
+        # the buckets too: ranks (a grow's joiner) built with another bucket_cap_mb would exchange
+        # pieces that do not fit; check_same_structure names the first bucket that differs
+        self._specs = specs + [(f"bucket {u.name} (from bucket_cap_mb)", (u.layout.numel,), str(u.flat.dtype))
+                               for u in self._units]
+        self._frozen = [p for p in all_params if not p.requires_grad]
+        self._agree(comm)
         self.optimizer = optimizer_class(inner_groups, **optimizer_kwargs)
         self._where = param_slots(self._units)
         self._hooks = []
@@ -136,6 +165,12 @@ class ZeroOptimizer:
                 for p in u.params:
                     self._hooks.append(p.register_post_accumulate_grad_hook(self._grad_ready))
         self.last_backward_stats: dict = {}
+
+    def _agree(self, comm):
+        """Every rank has the same parameters (names, shapes, dtypes), then rank 0's values (the
+        flat buffers hold the parameters now): the constructor's, and a grow's on the members."""
+        check_same_structure(comm, self._specs, "parameter")
+        broadcast_tensors(comm, [u.flat for u in self._units] + [p.data for p in self._frozen])
 
     # -- optimizer-like API ---------------------------------------------------------------------
     @property
@@ -221,6 +256,53 @@ class ZeroOptimizer:
         works = [self.comm.all_gather(u.flat, u.shard.detach(), async_op=True) for u in self._units]
         for w in works:
             w.wait()
+
+    # -- growing and shrinking (docs/fault_tolerance.md, "commlib.parallel") -----------------------
+    def grow(self, n: Optional[int] = None, timeout: Optional[float] = None, close_old: bool = True):
+        """Take replacement processes in: ``self.comm.grow(n, timeout)`` (every member calls this,
+        between steps), then every bucket laid out for the grown size (piece ``ceil(numel/P')``,
+        as a ZeroOptimizer built at that size), the parameters broadcast from rank 0 and each
+        piece of the optimizer state (and, stage 2, of the gradient) moved from its old owner to
+        its new one, exactly: the state equals a load of a sharded checkpoint at the grown size
+        bit for bit. Each joiner calls :meth:`joined`. Closes the old communicator unless
+        ``close_old`` is False; returns the grown one."""
+        return _elastic.grow(self, n, timeout, self.optimizer, close_old, move_params=False,
+                             move_grads=self.stage == 2)
+
+    @classmethod
+    def joined(cls, optimizer_class, params, comm, stage: int = 1, bucket_cap_mb: float = 25.0,
+               algorithm: str = "auto", **optimizer_kwargs) -> "ZeroOptimizer":
+        """A joiner's side of :meth:`grow`: the constructor's arguments as the members gave them
+        (``params`` of its own copy of the model), ``comm`` the communicator ``commlib.join()``
+        returned. Receives the parameters, its pieces of the optimizer state and gradients, and
+        rank 0's param-group hyperparameters (a scheduled ``lr``). Collective with the members' grow."""
+        z = cls(optimizer_class, params, comm, stage=stage, bucket_cap_mb=bucket_cap_mb, algorithm=algorithm,
+                **optimizer_kwargs)
+        _elastic.joined(z, z.optimizer, move_params=False, move_grads=stage == 2)
+        return z
+
+    def shrink(self, exclude=None, checkpoint: Optional[str] = None, close_old: bool = True):
+        """Go on with the survivors after a rank died: the dead rank's optimizer-state shard had
+        no replica, so ``checkpoint`` (a :meth:`save_sharded_checkpoint` directory) is required
+        (ValueError before anything is sent without it). ``self.comm.shrink(exclude)``, every
+        bucket laid out for the smaller size, the checkpoint loaded (re-sharded). Returns the new
+        communicator; the steps since the checkpoint are lost."""
+        return _elastic.shrink(self, exclude, checkpoint, close_old, self.load_sharded_checkpoint)
+
+    def _relayout(self, comm):
+        for u in self._units:
+            u.relayout(comm.size, comm.rank)
+        self.comm = comm
+
+    def _drop_failed_step(self):
+        """Before a shrink: forget what the step that raised left (stage 2's buckets in flight
+        on the aborted communicator, a backward its launch ended early)."""
+        for u in self._units:
+            u.tmp_grad = u.work = u.out = None
+            u.ready = 0
+        self._marked.clear()
+        self._launcher.reset()
+        self._in_backward = False
 
     def memory_breakdown(self) -> dict:
         """Bytes this rank holds for parameters, gradients and optimizer state (from tensors)."""

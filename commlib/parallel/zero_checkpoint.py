@@ -35,6 +35,11 @@ class _Unit:
 
     def __init__(self, name: str, layout: FlatLayout, rank: int):
         self.name = name
+        self.set_layout(layout, rank)
+
+    def set_layout(self, layout: FlatLayout, rank: int):
+        """Lay the unit out as ``layout`` (its world size) with this rank's piece (a grow or a
+        shrink lays every unit out again for the new size)."""
         self.layout = layout
         self.lo = rank * layout.piece          # this rank's piece in flat coordinates
         self.hi = min(layout.numel, self.lo + layout.piece)

@@ -6,7 +6,7 @@ per world size and environment for a whole test session or benchmark script, ``c
 shuts them down. The test suite (tests/conftest.py) and the bench scripts (bench/*.py) both start
 their ranks here. See :mod:`commlib.testing.ranks`.
 """
-from commlib.testing.extra_rank import ExtraRank
+from commlib.testing.extra_rank import ExtraRank, JoinablePool
 from commlib.testing.ranks import RankFailure, RankPool, close_pools, get_pool
 
-__all__ = ["ExtraRank", "RankFailure", "RankPool", "close_pools", "get_pool"]
+__all__ = ["ExtraRank", "JoinablePool", "RankFailure", "RankPool", "close_pools", "get_pool"]

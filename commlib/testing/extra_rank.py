@@ -1,7 +1,8 @@
 """One more rank process beside a ``RankPool``: a replacement that joins the pool's job
 (``commlib.join``, docs/fault_tolerance.md "Growing back"). It starts as the pool's ranks do (the
 preloaded forkserver, the pool's environment) with MASTER_ADDR/MASTER_PORT naming the pool's store,
-runs one module-level function ``fn(*args)`` and sends back its result or traceback."""
+runs one module-level function ``fn(*args)`` and sends back its result or traceback.
+``JoinablePool`` is a pool that starts them and ends them with its ranks (the grow tests' one way)."""
 from __future__ import annotations
 
 import importlib
@@ -10,7 +11,7 @@ import sys
 import time
 import traceback
 
-from commlib.testing.ranks import RankFailure, _prepare_rank_process, _start_context
+from commlib.testing.ranks import RankFailure, RankPool, _prepare_rank_process, _start_context
 
 
 def _run(module, path, name, args, conn, env, parent_env):
@@ -61,3 +62,36 @@ class ExtraRank:
         if self.proc.is_alive():
             self.proc.kill()
         self.proc.join(5)
+
+
+class JoinablePool(RankPool):
+    """A ``RankPool`` that also starts the replacement processes of its grow tests:
+    ``pool.joiner(fn, *args, env=None)`` starts an ``ExtraRank`` beside it, and ``kill()`` (a hang
+    detected by the pool, the end of a ``with`` block, a test's cleanup) ends the joiners with the
+    ranks, so that no test has to track them::
+
+        with JoinablePool(2, timeout=90) as pool:
+            joiner = pool.joiner(cases.joiner_trains)
+            results = pool.run(cases.members_grow, pool.store.port)
+            joined = joiner.result(90)
+    """
+
+    def __init__(self, size: int, timeout: float = 120.0, env: dict | None = None):
+        self.joiners = []
+        super().__init__(size, timeout=timeout, env=env)
+
+    def joiner(self, fn, *args, env: dict | None = None) -> ExtraRank:
+        extra = ExtraRank(self, fn, *args, env=env)
+        self.joiners.append(extra)
+        return extra
+
+    def kill(self):
+        for extra in self.joiners:
+            extra.kill()
+        super().kill()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.kill()

@@ -9,8 +9,9 @@ to reach a point (e.g. "gave up on me") instead of sleeping a fixed time.
 from __future__ import annotations
 
 import time
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
+from commlib.errors import PeerError
 from commlib.testing.ranks import RankPool
 
 
@@ -24,6 +25,21 @@ def run_killing_one_rank(size: int, victim: int, fn: Callable, env: Optional[dic
         return pool.run(fn, victim, *args, allow_death=True, timeout=timeout)
     finally:
         pool.kill()
+
+
+def survivor_outcome(call: Callable[[], object]) -> Optional[Tuple[str, float]]:
+    """A survivor's side of a death, in the shape ``assert_survivors_named_the_dead_rank`` reads:
+    ``None`` when ``call()`` returned, else ``(message, seconds the call took)``: the PeerError's
+    message, or ``"wrong type <T>: ..."`` for any other exception (reported, not raised, so the
+    assertion names the rank that got it)."""
+    t = time.monotonic()
+    try:
+        call()
+        return None
+    except PeerError as e:
+        return str(e), time.monotonic() - t
+    except Exception as e:  # noqa: BLE001
+        return f"wrong type {type(e).__name__}: {e}", time.monotonic() - t
 
 
 def assert_survivors_named_the_dead_rank(results: List, victim: int, call: str = "all_reduce #",

@@ -1,11 +1,11 @@
-// The stream engine's control plane (stream/stream_engine.h PeerControl) over a host communicator:
+// The stream engine's control plane (stream/peer_control.h) over a host communicator:
 // wiring between two engines, so it lives in the bindings, which see both.
 #pragma once
 
 #include <memory>
 
 #include "host/communicator.h"
-#include "stream/stream_engine.h"
+#include "stream/peer_control.h"
 
 namespace commlib {
 

@@ -10,6 +10,7 @@
 //    cuStreamWaitValue64 (GEQ), reached through cudaGetDriverEntryPointByVersion, so no libcuda
 //    is needed at build time;
 //  - kernels: the launchers of kernels/cuda_reduce.h (the bodies the emulated device runs too).
+#include "device/cuda_check.h"
 #include "device/cuda_device.h"
 
 #include <cuda.h>
@@ -27,13 +28,6 @@ namespace commlib {
 
 namespace {
 
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
-  }
-}
-
 class CudaStream final : public DeviceStream {
  public:
   CudaStream(cudaStream_t s, bool owned) : stream(s), owned_(owned) {}
@@ -49,7 +43,7 @@ class CudaStream final : public DeviceStream {
 
 class CudaEvent final : public DeviceEvent {
  public:
-  CudaEvent() { check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate"); }
+  CudaEvent() { cuda_check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate"); }
   ~CudaEvent() override { cudaEventDestroy(event); }
   void* native_handle() override { return event; }
   cudaEvent_t event;
@@ -94,7 +88,7 @@ using WaitValue64 = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int
 void* driver_entry(const char* name) {
   void* fn = nullptr;
   cudaDriverEntryPointQueryResult status{};
-  check(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &status), name);
+  cuda_check(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &status), name);
   if (!fn || status != cudaDriverEntryPointSuccess)
     throw std::runtime_error(std::string("CUDA driver has no ") + name + " (stream memory operations)");
   return fn;
@@ -112,50 +106,40 @@ void run_host_function(void* data) {
 
 const char kHex[] = "0123456789abcdef";
 
-// The device this thread's innermost guard (a DeviceGuard's swap_current, or a method's own Current)
-// made current, -1 outside every guard (then torch or CuPy may have set any: the first guard asks).
-// So the methods below cost no driver call inside the engine's guard (commlib._C's thread-locals are
-// not these); make_current inside a guard updates it.
+// The device this thread's innermost guard (a DeviceGuard: the engine's, or a method's own below,
+// which nests in it) made current, -1 outside every guard (then torch or CuPy may have set any: the
+// first guard asks). So the methods below cost no driver call inside the engine's guard
+// (commlib._C's thread-locals are not these); make_current inside a guard updates it.
 thread_local int t_guarded = -1;
 
 Device::CurrentToken enter_device(int index) {
   Device::CurrentToken token{index, t_guarded};
   if (t_guarded == index) return token;  // nested in a guard of this device: current already
-  check(cudaGetDevice(&token.previous), "cudaGetDevice");
-  if (token.previous != index) check(cudaSetDevice(index), "cudaSetDevice");
+  cuda_check(cudaGetDevice(&token.previous), "cudaGetDevice");
+  if (token.previous != index) cuda_check(cudaSetDevice(index), "cudaSetDevice");
   t_guarded = index;
   return token;
 }
 
 // Sets the previous device back where it differs, or where a make_current inside made another current.
+// (CUDA's current device is per thread; a library must not leave it changed: torch and CuPy keep
+// their own notion of it.)
 void leave_device(int index, Device::CurrentToken token) {
   if (token.previous >= 0 && (token.previous != index || t_guarded != index)) cudaSetDevice(token.previous);
   t_guarded = token.enclosing;
 }
 
-// The device current for a scope, the caller's restored after (CUDA's current device is per
-// thread; a library must not leave it changed: torch and CuPy keep their own notion of it).
-class Current {
- public:
-  explicit Current(int index) : index_(index), token_(enter_device(index)) {}
-  ~Current() { leave_device(index_, token_); }
-
- private:
-  const int index_;
-  const Device::CurrentToken token_;
-};
-
 }  // namespace
 
 CudaDevice::CudaDevice(int index) : index_(index) {
-  Current current(index_);
+  DeviceGuard current(*this);
   write_value64_ = driver_entry("cuStreamWriteValue64");
   wait_value64_ = driver_entry("cuStreamWaitValue64");
   cuda_preload_kernels();  // no lazy module load (a context-wide synchronisation) inside a call
 }
 
 void CudaDevice::make_current() {
-  check(cudaSetDevice(index_), "cudaSetDevice");
+  cuda_check(cudaSetDevice(index_), "cudaSetDevice");
   if (t_guarded >= 0) t_guarded = index_;  // inside a guard: its end sets the previous device back
 }
 
@@ -164,46 +148,46 @@ Device::CurrentToken CudaDevice::swap_current() { return enter_device(index_); }
 void CudaDevice::restore_current(CurrentToken token) { leave_device(index_, token); }
 
 void* CudaDevice::allocate(size_t bytes) {
-  Current current(index_);
+  DeviceGuard current(*this);
   void* p = nullptr;
-  check(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc");
+  cuda_check(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc");
   return p;
 }
 
 void CudaDevice::free_async(void* ptr, DeviceStream& stream) {
   if (!ptr) return;
-  Current current(index_);
-  check(cudaStreamSynchronize(cu(stream)), "cudaStreamSynchronize");
-  check(cudaFree(ptr), "cudaFree");
+  DeviceGuard current(*this);
+  cuda_check(cudaStreamSynchronize(cu(stream)), "cudaStreamSynchronize");
+  cuda_check(cudaFree(ptr), "cudaFree");
 }
 
 void* CudaDevice::allocate_ordered(size_t bytes, DeviceStream& stream) {
-  Current current(index_);
+  DeviceGuard current(*this);
   void* p = nullptr;
-  check(cudaMallocAsync(&p, bytes ? bytes : 1, cu(stream)), "cudaMallocAsync");
+  cuda_check(cudaMallocAsync(&p, bytes ? bytes : 1, cu(stream)), "cudaMallocAsync");
   return p;
 }
 
 void CudaDevice::free_ordered(void* ptr, DeviceStream& stream) {
   if (!ptr) return;
-  Current current(index_);
-  check(cudaFreeAsync(ptr, cu(stream)), "cudaFreeAsync");
+  DeviceGuard current(*this);
+  cuda_check(cudaFreeAsync(ptr, cu(stream)), "cudaFreeAsync");
 }
 
 uint64_t* CudaDevice::map_host(void* host, size_t bytes) {
-  Current current(index_);
-  check(cudaHostRegister(host, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable), "cudaHostRegister");
+  DeviceGuard current(*this);
+  cuda_check(cudaHostRegister(host, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable), "cudaHostRegister");
   void* dev = nullptr;
-  check(cudaHostGetDevicePointer(&dev, host, 0), "cudaHostGetDevicePointer");
+  cuda_check(cudaHostGetDevicePointer(&dev, host, 0), "cudaHostGetDevicePointer");
   return static_cast<uint64_t*>(dev);
 }
 
 void CudaDevice::unmap_host(void* host) { cudaHostUnregister(host); }
 
 std::string CudaDevice::export_memory(void* ptr) {
-  Current current(index_);
+  DeviceGuard current(*this);
   cudaIpcMemHandle_t h;
-  check(cudaIpcGetMemHandle(&h, ptr), "cudaIpcGetMemHandle");
+  cuda_check(cudaIpcGetMemHandle(&h, ptr), "cudaIpcGetMemHandle");
   std::string out = "cuda:";
   const auto* b = reinterpret_cast<const unsigned char*>(&h);
   for (size_t i = 0; i < sizeof h; ++i) {
@@ -224,18 +208,18 @@ void* CudaDevice::import_memory(const std::string& handle) {
   };
   auto* b = reinterpret_cast<unsigned char*>(&h);
   for (size_t i = 0; i < sizeof h; ++i) b[i] = static_cast<unsigned char>(nibble(handle[5 + 2 * i]) << 4 | nibble(handle[6 + 2 * i]));
-  Current current(index_);
+  DeviceGuard current(*this);
   void* p = nullptr;
-  check(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
+  cuda_check(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
   return p;
 }
 
 void CudaDevice::close_import(void* ptr) { cudaIpcCloseMemHandle(ptr); }
 
 std::shared_ptr<DeviceStream> CudaDevice::create_stream() {
-  Current current(index_);
+  DeviceGuard current(*this);
   cudaStream_t s;
-  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
   return std::make_shared<CudaStream>(s, true);
 }
 
@@ -244,52 +228,52 @@ std::shared_ptr<DeviceStream> CudaDevice::wrap_stream(uintptr_t stream) {
 }
 
 std::shared_ptr<DeviceEvent> CudaDevice::create_event() {
-  Current current(index_);
+  DeviceGuard current(*this);
   return std::make_shared<CudaEvent>();
 }
 
 void CudaDevice::record(DeviceEvent& event, DeviceStream& stream) {
-  Current current(index_);
-  check(cudaEventRecord(cu(event).event, cu(stream)), "cudaEventRecord");
+  DeviceGuard current(*this);
+  cuda_check(cudaEventRecord(cu(event).event, cu(stream)), "cudaEventRecord");
   cu(event).recorded = true;
 }
 
 void CudaDevice::wait_event(DeviceStream& stream, DeviceEvent& event) {
-  if (cu(event).recorded) check(cudaStreamWaitEvent(cu(stream), cu(event).event, 0), "cudaStreamWaitEvent");
+  if (cu(event).recorded) cuda_check(cudaStreamWaitEvent(cu(stream), cu(event).event, 0), "cudaStreamWaitEvent");
 }
 
 bool CudaDevice::query(DeviceEvent& event) {
   const cudaError_t err = cudaEventQuery(cu(event).event);
   if (err == cudaErrorNotReady) return false;
-  check(err, "cudaEventQuery");
+  cuda_check(err, "cudaEventQuery");
   return true;
 }
 
-void CudaDevice::synchronize(DeviceEvent& event) { check(cudaEventSynchronize(cu(event).event), "cudaEventSynchronize"); }
+void CudaDevice::synchronize(DeviceEvent& event) { cuda_check(cudaEventSynchronize(cu(event).event), "cudaEventSynchronize"); }
 
-void CudaDevice::synchronize(DeviceStream& stream) { check(cudaStreamSynchronize(cu(stream)), "cudaStreamSynchronize"); }
+void CudaDevice::synchronize(DeviceStream& stream) { cuda_check(cudaStreamSynchronize(cu(stream)), "cudaStreamSynchronize"); }
 
 void CudaDevice::copy(void* dst, const void* src, size_t bytes, DeviceStream& stream) {
-  Current current(index_);
-  if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cu(stream)), "cudaMemcpyAsync");
+  DeviceGuard current(*this);
+  if (bytes) cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cu(stream)), "cudaMemcpyAsync");
 }
 
 void CudaDevice::begin_capture(DeviceStream& stream, CaptureMode mode) {
-  Current current(index_);
-  check(cudaStreamBeginCapture(cu(stream), cuda_mode(mode)), "cudaStreamBeginCapture");
+  DeviceGuard current(*this);
+  cuda_check(cudaStreamBeginCapture(cu(stream), cuda_mode(mode)), "cudaStreamBeginCapture");
 }
 
 std::shared_ptr<DeviceGraph> CudaDevice::end_capture(DeviceStream& stream) {
-  Current current(index_);
+  DeviceGuard current(*this);
   cudaGraph_t g = nullptr;
-  check(cudaStreamEndCapture(cu(stream), &g), "cudaStreamEndCapture");
+  cuda_check(cudaStreamEndCapture(cu(stream), &g), "cudaStreamEndCapture");
   return std::make_shared<CudaGraph>(g);
 }
 
 CaptureStatus CudaDevice::capture_status(DeviceStream& stream, uint64_t* id) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   unsigned long long capture_id = 0;
-  check(cudaStreamGetCaptureInfo(cu(stream), &status, &capture_id), "cudaStreamGetCaptureInfo");
+  cuda_check(cudaStreamGetCaptureInfo(cu(stream), &status, &capture_id), "cudaStreamGetCaptureInfo");
   if (id) *id = status == cudaStreamCaptureStatusNone ? 0 : capture_id;
   return status == cudaStreamCaptureStatusActive        ? CaptureStatus::Active
          : status == cudaStreamCaptureStatusInvalidated ? CaptureStatus::Invalidated
@@ -298,74 +282,74 @@ CaptureStatus CudaDevice::capture_status(DeviceStream& stream, uint64_t* id) {
 
 CaptureMode CudaDevice::exchange_capture_mode(CaptureMode mode) {
   cudaStreamCaptureMode m = cuda_mode(mode);
-  check(cudaThreadExchangeStreamCaptureMode(&m), "cudaThreadExchangeStreamCaptureMode");
+  cuda_check(cudaThreadExchangeStreamCaptureMode(&m), "cudaThreadExchangeStreamCaptureMode");
   return our_mode(m);
 }
 
 void CudaDevice::retain_in_capture(DeviceStream& stream, std::shared_ptr<void> keep) {
-  Current current(index_);
+  DeviceGuard current(*this);
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   cudaGraph_t g = nullptr;
-  check(cudaStreamGetCaptureInfo(cu(stream), &status, nullptr, &g), "cudaStreamGetCaptureInfo");
+  cuda_check(cudaStreamGetCaptureInfo(cu(stream), &status, nullptr, &g), "cudaStreamGetCaptureInfo");
   if (status != cudaStreamCaptureStatusActive || !g)
     throw std::invalid_argument("retain_in_capture: the stream is not capturing");
   auto* heap = new std::shared_ptr<void>(std::move(keep));
   cudaUserObject_t obj;
   const cudaError_t err = cudaUserObjectCreate(&obj, heap, release_kept, 1, cudaUserObjectNoDestructorSync);
   if (err != cudaSuccess) delete heap;
-  check(err, "cudaUserObjectCreate");
-  check(cudaGraphRetainUserObject(g, obj, 1, cudaGraphUserObjectMove), "cudaGraphRetainUserObject");
+  cuda_check(err, "cudaUserObjectCreate");
+  cuda_check(cudaGraphRetainUserObject(g, obj, 1, cudaGraphUserObjectMove), "cudaGraphRetainUserObject");
 }
 
 std::shared_ptr<DeviceGraphExec> CudaDevice::instantiate(DeviceGraph& graph) {
-  Current current(index_);
+  DeviceGuard current(*this);
   cudaGraphExec_t exec = nullptr;
-  check(cudaGraphInstantiate(&exec, static_cast<CudaGraph&>(graph).graph, 0), "cudaGraphInstantiate");
+  cuda_check(cudaGraphInstantiate(&exec, static_cast<CudaGraph&>(graph).graph, 0), "cudaGraphInstantiate");
   return std::make_shared<CudaGraphExec>(exec);
 }
 
 void CudaDevice::launch_graph(DeviceGraphExec& exec, DeviceStream& stream) {
-  Current current(index_);
-  check(cudaGraphLaunch(static_cast<CudaGraphExec&>(exec).exec, cu(stream)), "cudaGraphLaunch");
+  DeviceGuard current(*this);
+  cuda_check(cudaGraphLaunch(static_cast<CudaGraphExec&>(exec).exec, cu(stream)), "cudaGraphLaunch");
 }
 
 unsigned CudaDevice::plan_blocks(unsigned wanted) const { return cuda_plan_blocks(wanted); }
 
 void CudaDevice::launch_plan(const kexec::PlanLaunch& launch, unsigned blocks, DType dtype, RedOp op, bool reduces,
                              DeviceStream& stream) {
-  Current current(index_);
+  DeviceGuard current(*this);
   cuda_launch_plan(launch, blocks, dtype, op, reduces, cu(stream));
 }
 
 void CudaDevice::reduce(void* dst, const void* src, size_t n, DType dtype, RedOp op, DeviceStream& stream) {
-  Current current(index_);
+  DeviceGuard current(*this);
   cuda_reduce_inplace(dst, src, n, dtype, op, cu(stream));
 }
 
 void CudaDevice::scale_copy(void* dst, const void* src, size_t n, DType dtype, double scale, DeviceStream& stream) {
-  Current current(index_);
+  DeviceGuard current(*this);
   cuda_scale_copy(dst, src, n, dtype, scale, cu(stream));
 }
 
 void CudaDevice::divide(void* dst, size_t n, DType dtype, int64_t divisor, DeviceStream& stream) {
-  Current current(index_);
+  DeviceGuard current(*this);
   cuda_divide_inplace(dst, n, dtype, divisor, cu(stream));
 }
 
 void CudaDevice::copy_unless(const uint64_t* stop, void* dst, const void* src, size_t bytes, DeviceStream& stream) {
-  Current current(index_);
+  DeviceGuard current(*this);
   cuda_copy_unless(stop, dst, src, bytes, cu(stream));
 }
 
 void CudaDevice::reduce_unless(const uint64_t* stop, void* dst, const void* src, size_t n, DType dtype, RedOp op,
                                DeviceStream& stream) {
-  Current current(index_);
+  DeviceGuard current(*this);
   cuda_reduce_inplace(dst, src, n, dtype, op, cu(stream), stop);
 }
 
 void CudaDevice::divide_unless(const uint64_t* stop, void* dst, size_t n, DType dtype, int64_t divisor,
                                DeviceStream& stream) {
-  Current current(index_);
+  DeviceGuard current(*this);
   cuda_divide_inplace(dst, n, dtype, divisor, cu(stream), stop);
 }
 
@@ -385,7 +369,7 @@ void CudaDevice::host_func(std::function<void()> fn, DeviceStream& stream) {
   auto* heap = new std::function<void()>(std::move(fn));
   const cudaError_t err = cudaLaunchHostFunc(cu(stream), run_host_function, heap);
   if (err != cudaSuccess) delete heap;
-  check(err, "cudaLaunchHostFunc");
+  cuda_check(err, "cudaLaunchHostFunc");
 }
 
 std::shared_ptr<CudaDevice> cuda_device(int index) {

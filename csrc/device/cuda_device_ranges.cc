@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "device/cuda_check.h"
 #include "device/cuda_device.h"
 #include "kernels/cuda_plan_kernel.h"
 
@@ -13,21 +14,14 @@ namespace commlib {
 
 namespace {
 
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
-  }
-}
-
 using GetAttributes = CUresult (*)(unsigned, CUpointer_attribute*, void**, CUdeviceptr);
 
 GetAttributes get_attributes() {
   static GetAttributes fn = [] {
     void* f = nullptr;
     cudaDriverEntryPointQueryResult status{};
-    check(cudaGetDriverEntryPointByVersion("cuPointerGetAttributes", &f, 12000, cudaEnableDefault, &status),
-          "cuPointerGetAttributes");
+    cuda_check(cudaGetDriverEntryPointByVersion("cuPointerGetAttributes", &f, 12000, cudaEnableDefault, &status),
+               "cuPointerGetAttributes");
     if (!f || status != cudaDriverEntryPointSuccess) throw std::runtime_error("CUDA driver has no cuPointerGetAttributes");
     return reinterpret_cast<GetAttributes>(f);
   }();
@@ -56,7 +50,7 @@ Device::MemoryRange CudaDevice::memory_range(const void* ptr) {
 
 Device::Residency CudaDevice::plan_residency() const {
   int sms = 0;
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, index_), "cudaDeviceGetAttribute");
+  cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, index_), "cudaDeviceGetAttribute");
   const int per_sm = cuda_plan_blocks_per_sm();
   Residency r;
   r.device_blocks = r.client_blocks = static_cast<unsigned>(per_sm * sms);
@@ -68,7 +62,7 @@ Device::Residency CudaDevice::plan_residency() const {
 
 std::string CudaDevice::physical_id() const {
   char bus[32] = {0};
-  check(cudaDeviceGetPCIBusId(bus, sizeof bus, index_), "cudaDeviceGetPCIBusId");
+  cuda_check(cudaDeviceGetPCIBusId(bus, sizeof bus, index_), "cudaDeviceGetPCIBusId");
   return std::string("cuda-pci:") + bus;
 }
 

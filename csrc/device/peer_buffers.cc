@@ -286,19 +286,23 @@ void PeerBuffers::check_predictions() {
   pending_ = std::move(keep);
 }
 
-PeerBufferView PeerBuffers::lookup(uint64_t call, unsigned which, const void* ptr, size_t bytes, bool captured,
-                                   const std::function<bool()>& stop) {
+void PeerBuffers::open_call(unsigned which, bool captured, PeerBufferView& v) {
   if (which >= kBuffersPerCall)
     throw std::invalid_argument("which: a call has at most " + std::to_string(kBuffersPerCall) + " buffers");
-  std::lock_guard<std::mutex> lk(mu_);
   if (!mine_) throw std::logic_error("peer buffers: closed");
   if (!captured)
     for (int p = 0; p < size_; ++p)
       if (p != rank_ && peers_[p]) close_retired(p);
-  check_predictions();
-  PeerBufferView v;
   v.peer.assign(size_, nullptr);
   v.expect.assign(size_, PeerBufferTag{});
+}
+
+PeerBufferView PeerBuffers::lookup(uint64_t call, unsigned which, const void* ptr, size_t bytes, bool captured,
+                                   const std::function<bool()>& stop) {
+  std::lock_guard<std::mutex> lk(mu_);
+  PeerBufferView v;
+  open_call(which, captured, v);
+  check_predictions();
   uint32_t slot = 0;
   v.own = register_own(ptr, bytes, captured, &slot);
   write_ring(call, which, v.own, slot);  // the peers learn this rank's buffer of the call from it

@@ -126,6 +126,9 @@ class PeerBuffers {
     std::string key;
     uint64_t unresolved;  // peers (bit p % 64) whose ring entry for the call is not read yet
   };
+  // How lookup and agree open a call (mu_ held): `which` checked, the closed check, the peers'
+  // retired imports closed (not while capturing: no driver call may run then), `v` sized for every rank.
+  void open_call(unsigned which, bool captured, PeerBufferView& v);
   PeerBufferTag register_own(const void* ptr, size_t bytes, bool captured, uint32_t* slot);
   void retire(char* base);
   void write_ring(uint64_t call, unsigned which, const PeerBufferTag& tag, uint32_t slot);

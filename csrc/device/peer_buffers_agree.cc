@@ -16,16 +16,9 @@ namespace commlib {
 
 bool PeerBuffers::agree(uint64_t call, unsigned which, const void* ptr, size_t bytes, bool captured,
                         const std::function<bool()>& stop, PeerBufferView* view) {
-  if (which >= kBuffersPerCall)
-    throw std::invalid_argument("which: a call has at most " + std::to_string(kBuffersPerCall) + " buffers");
   std::lock_guard<std::mutex> lk(mu_);
-  if (!mine_) throw std::logic_error("peer buffers: closed");
-  if (!captured)
-    for (int p = 0; p < size_; ++p)
-      if (p != rank_ && peers_[p]) close_retired(p);
   PeerBufferView& v = *view;
-  v.peer.assign(size_, nullptr);
-  v.expect.assign(size_, PeerBufferTag{});
+  open_call(which, captured, v);
   uint32_t slot = 0;
   // Captured: an empty tag (no export or import may run), so every rank stages this call.
   v.own = captured ? PeerBufferTag{} : register_own(ptr, bytes, false, &slot);

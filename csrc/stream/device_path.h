@@ -1,8 +1,10 @@
-// The one interface of the stream engine's three device paths (issue #36, step 1): the copy path
+// The one interface of the stream engine's device paths (issue #36, step 1): the copy path
 // (stream/copy_path.h: copy-engine copies through peers' inboxes, ordered by stream memory
-// operations), the kernel path (stream/kernel_path.h: one launch interpreting the device plan) and
-// NCCL's own collective (stream/nccl_link.h, algorithm="nccl"). Which one a call takes is device
-// auto's (policy/device_auto.h); the engine numbers the call, checks its peers' state, orders it
+// operations), the kernel path (stream/kernel_path.h: one launch interpreting the device plan),
+// NCCL's own collective (stream/nccl_link.h, algorithm="nccl") and, for batches of point-to-point
+// messages, the point-to-point path (stream/p2p_path.h: the copy path's chunks and the NCCL link's
+// group, each message described first). Which one a collective takes is device auto's
+// (policy/device_auto.h); the engine numbers the call, checks its peers' state, orders it
 // after the previous one, resolves its buffers and hands it to the path, then tracks it in flight
 // with what the path returned.
 #pragma once
@@ -32,6 +34,21 @@ struct KernelPlanSlot {
   uint64_t generation = 0;
 };
 
+// A batch of point-to-point messages as the point-to-point path takes it (stream/p2p_path.h): the
+// engine checked and numbered it (stream_p2p.cc): each message's descriptor (its count, and the
+// pair's message number shared with host messages in `seq`) and its index in the pair's ring of
+// device message descriptors (stream/p2p_descriptors.h).
+struct P2PBatch {
+  const std::vector<P2PItem>& items;
+  DType dtype;
+  const std::vector<CallDesc>& descs;
+  const std::vector<uint64_t>& ring;
+};
+
+// A collective: `plan`, `call`, `bases` as above. A batch of point-to-point messages (`batch` set,
+// only the point-to-point path takes it): `call` sums the batch up (coll Send, its dtype, its
+// messages' total count), `plan` is empty (P2PPath::no_plan(): the messages are the batch's items)
+// and `bases` null.
 struct PathCall {
   const ResolvedPlan& plan;
   const CollectiveCall& call;
@@ -41,6 +58,7 @@ struct PathCall {
   bool captured = false;
   const struct MappedPeers* mapped = nullptr;  // a one-sided call's route (null: staged)
   KernelPlanSlot* plan_slot = nullptr;  // the prepared call's (null: look the plan up)
+  const P2PBatch* batch = nullptr;
 };
 
 // A one-sided call's route, the same on every rank (StreamEngine::agree_route, stream_one_sided.cc):

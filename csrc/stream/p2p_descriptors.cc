@@ -5,7 +5,7 @@
 
 #include "device/host_flags.h"
 #include "plan/describe.h"
-#include "stream/stream_engine.h"  // PeerControl
+#include "stream/peer_control.h"
 
 namespace commlib {
 

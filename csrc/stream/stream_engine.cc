@@ -68,6 +68,8 @@ StreamEngine::StreamEngine(std::shared_ptr<Device> device, std::unique_ptr<PeerC
   remote_descs_ = std::make_unique<RemoteDescriptors>(*device_, *nccl_, *copy_, static_cast<RemoteDescriptorsHost&>(*this),
                                                       failed_, rank_, size_);
   p2p_descs_ = std::make_unique<P2PDescriptors>(*copy_, *control_, static_cast<CopyPathHost&>(*this), failed_, rank_, size_);
+  p2p_path_ = std::make_unique<P2PPath>(*device_, *copy_, *nccl_, *p2p_descs_, *remote_descs_,
+                                        static_cast<CopyPathHost&>(*this), opts_.slot_bytes);
   own_stream_ = device_->create_stream();
   events_ = std::make_unique<EventPool>(*device_);
   if (opts_.path != DevicePath::Copy)

@@ -6,8 +6,8 @@
 // path (stream/copy_path.h: chunks through peers' inboxes, counters in control regions), the
 // kernel path (stream/kernel_path.h) or NCCL's own collective (stream/nccl_link.h); device auto
 // (policy/device_auto.h) says which. The engine numbers calls (with the host calls), orders them,
-// tracks them in flight, runs the watchdog and closes; point-to-point messages (stream_p2p.cc) move
-// through the copy path's chunks.
+// tracks them in flight, runs the watchdog and closes; point-to-point batches (stream_p2p.cc) take
+// the point-to-point path (stream/p2p_path.h, behind the same interface: the copy path's chunks).
 //
 // A call on the copy path starts with its descriptor check (copy_path.h); a call on the kernel
 // path checks inside its kernel (kernels/plan_call_check.cuh). Nothing enqueued on a stream waits on the host
@@ -50,6 +50,8 @@
 #include "stream/nccl_link.h"
 #include "stream/kernel_path.h"
 #include "stream/p2p_descriptors.h"
+#include "stream/p2p_path.h"
+#include "stream/peer_control.h"
 #include "stream/remote_descriptors.h"
 #include "transport/transport.h"
 
@@ -76,39 +78,6 @@ StreamEngineOptions stream_engine_options_from_env(double timeout_s, const std::
 // bench/gpu_data), while the inbox grows with the ranks: the budget bounds it.
 constexpr uint64_t kAutoInboxBytes = uint64_t{64} << 20;
 uint64_t auto_slot_bytes(int ranks, uint32_t nslots);
-
-// What the engine uses of its communicator: peer liveness and failure propagation (the
-// transport's control plane), the call numbering shared with host calls and the published call
-// (so a host call and a device call of the same number are a mismatch), and the host side's
-// abort in both directions. Kept to this one adapter so the control plane can change under it.
-class PeerControl {
- public:
-  virtual ~PeerControl() = default;
-  virtual PeerStatus peer_status(int peer, bool check_process) = 0;
-  virtual int peer_pid(int peer) = 0;
-  virtual void publish_failure(ErrorKind kind, const std::string& message) = 0;
-  virtual uint64_t next_call_seq() = 0;
-  virtual uint64_t peek_call_seq() = 0;
-  virtual void publish_call(const CallDesc& desc) = 0;
-  virtual bool peer_call(int peer, CallDesc* desc) = 0;
-  // Aborts the host side with the engine's error (the peers were told already).
-  virtual void fail_host(ErrorKind kind, const std::string& message) = 0;
-  // fn hears of the host side's abort; returns an id for remove_host_listener.
-  virtual int on_host_abort(std::function<void(ErrorKind, const std::string&)> fn) = 0;
-  virtual void remove_host_listener(int id) = 0;
-  // fn runs when the host side closes, before its transport goes (the engine closes there: its
-  // works may keep it alive after the communicator); returns an id for remove_close_listener.
-  virtual int on_host_close(std::function<void()> fn) = 0;
-  virtual void remove_close_listener(int id) = 0;
-  // Point-to-point: one numbering per pair with the host messages, the host link's next message
-  // from `peer` (false while a host call runs), and the probe the host executor asks whether a
-  // receive's message came on a device buffer (Communicator::next_p2p_seq and the rest).
-  virtual uint64_t next_p2p_seq(int peer, bool send) = 0;
-  virtual uint64_t peek_p2p_seq(int peer, bool send) = 0;
-  virtual bool peek_host_message(int peer, CallDesc* desc) = 0;
-  virtual int add_p2p_probe(std::function<bool(int, const CallDesc&, CallDesc*)> fn) = 0;
-  virtual void remove_p2p_probe(int id) = 0;
-};
 
 // A call resolved once (issue #37, item 2; the bindings' call cache keeps it): the call with the
 // algorithm the kernel path's auto picks pinned, its plan (held: the plan cache may drop it, this
@@ -380,6 +349,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   std::unique_ptr<CopyPath> copy_;        // never null (point-to-point runs on its chunks)
   std::unique_ptr<RemoteDescriptors> remote_descs_;  // never null; staging only with peers on other hosts
   std::unique_ptr<P2PDescriptors> p2p_descs_;        // never null (point-to-point message descriptors)
+  std::unique_ptr<P2PPath> p2p_path_;                // never null (point-to-point batches: its chunks are copy_'s)
   std::string last_path_;
   std::string last_algorithm_;
   bool publish_kernel_calls_ = true;  // enqueue state

@@ -1,13 +1,8 @@
 // Point-to-point messages on the stream engine (see stream_engine.h): send / recv / batches of
-// them, and all_to_all with splits (a batch), on device buffers.
-//
-// A message moves like a schedule's message (chunks through the receiver's inbox, counters in the
-// control regions), so point-to-point and collective messages of a pair share one chunk order.
-// Messages carry no header, so each is described before it moves (stream/p2p_descriptors.h: the
-// ring of descriptors in the receiver's control region, checked before a chunk is taken).
-// Messages to peers on the nccl link go through NCCL instead of the inbox (descriptors as above).
-#include <algorithm>
-
+// them, and all_to_all with splits (a batch), on device buffers. The engine checks the batch,
+// numbers it and its messages (one numbering per pair with the host messages) and tracks it in
+// flight; the messages move on the point-to-point path (stream/p2p_path.h), behind the device
+// paths' interface (stream/device_path.h).
 #include "stream/stream_engine.h"
 
 namespace commlib {
@@ -67,61 +62,23 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_p2p(const std::vector<P2PItem>
     descs[i].seq = control_->next_p2p_seq(items[i].peer, items[i].send);
     ring[i] = p2p_descs_->next_index(items[i].peer, items[i].send);
   }
-  // Every send's descriptor before any receive's check: a check waits only on peers' sends.
-  // Peers on other hosts get theirs over NCCL, in one group (remote_descriptors.h).
-  std::vector<std::pair<int, CallDesc>> remote_sends, remote_expects;
-  for (size_t i = 0; i < items.size(); ++i) {
-    const int p = items[i].peer;
-    if (remote(p))
-      (items[i].send ? remote_sends : remote_expects).emplace_back(p, descs[i]);
-    else if (items[i].send)
-      device_->host_func([this, p, k = ring[i], d = descs[i]] { p2p_descs_->send(p, k, d); }, s);
-  }
+  // The messages move on the point-to-point path (stream/p2p_path.h), behind the paths' interface.
+  CollectiveCall summary;
+  summary.coll = Collective::Send;
+  summary.dtype = dtype;
+  summary.count = call.count;
+  const P2PBatch batch{items, dtype, descs, ring};
+  Launched launched;
   std::string enqueue_error;
   try {
-    remote_descs_->exchange(remote_sends, remote_expects, seq_, s);
-    for (size_t i = 0; i < items.size(); ++i) {
-      if (items[i].send || remote(items[i].peer)) continue;
-      // The descriptor's arrival is a wait on the device (never a host function that waits);
-      // the watchdog meanwhile looks for a host message of this number (P2PDescriptors::note_waits).
-      const int p = items[i].peer;
-      uint64_t* word = reinterpret_cast<uint64_t*>(copy_->p2p_slot(p, ring[i]));
-      p2p_descs_->note_waits({{p, descs[i]}}, true);
-      note_wait(StreamWait{word, ring[i], p, false, seq_, WaitFor::MessageDesc});
-      device_->wait_value(reinterpret_cast<uint64_t*>(copy_->p2p_slot(p, ring[i], true)), ring[i], s);
-      device_->host_func([this, p, k = ring[i], d = descs[i], call = seq_] { p2p_descs_->check(p, k, d, call); }, s);
-    }
-    const size_t esize = dtype_size(dtype);
-    const size_t chunk = std::max<size_t>(opts_.slot_bytes / esize * esize, esize);  // the copy path's chunks
-    auto chunks = [&](size_t bytes) { return bytes ? (bytes + chunk - 1) / chunk : 1; };
-    // Messages to peers over the nccl link: one NCCL group, before the peer-memory chunks.
-    if (nccl_->carries_any()) nccl_->enqueue_p2p(items, dtype, s);
-    size_t rounds = 0;
-    for (const P2PItem& it : items)
-      if (!grouped(it.peer)) rounds = std::max(rounds, chunks(static_cast<size_t>(it.count) * esize));
-    // Chunk i of every send before chunk i of every receive, as in a schedule step (no deadlock).
-    for (size_t i = 0; i < rounds; ++i) {
-      for (int pass = 0; pass < 2; ++pass) {
-        for (const P2PItem& it : items) {
-          if (it.send != (pass == 0) || grouped(it.peer)) continue;
-          const size_t bytes = static_cast<size_t>(it.count) * esize;
-          if (i >= chunks(bytes)) continue;
-          const size_t off = i * chunk, n = std::min(chunk, bytes - std::min(bytes, off));
-          char* p = reinterpret_cast<char*>(it.ptr) + (bytes ? off : 0);
-          if (it.send)
-            copy_->send_chunk(it.peer, p, n, seq_, s);
-          else
-            copy_->recv_chunk(it.peer, p, nullptr, n, false, dtype, RedOp::Sum, seq_, s);
-        }
-      }
-    }
+    launched = p2p_path_->enqueue(PathCall{P2PPath::no_plan(), summary, call, nullptr, seq_, false, nullptr, nullptr, &batch}, s);
   } catch (const std::exception& e) {
     enqueue_error = "rank " + std::to_string(rank_) + " could not enqueue a batch of " + std::to_string(items.size()) +
                     " sends/receives: " + e.what();
     fail_as(ErrorKind::Comm, ErrorKind::Peer, enqueue_error, true);  // PeerError at the peers (stream_calls.cc)
   }
   std::shared_ptr<DeviceWork> work;
-  finish(Launched{}, enqueue_error, s, &work);  // the copy path's chunks: an event
+  finish(launched, enqueue_error, s, &work);  // the copy path's chunks: an event
   return work;
 }
 

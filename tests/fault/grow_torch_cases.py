@@ -173,8 +173,9 @@ def _init_torch(comm, port):
         TCPStore("127.0.0.1", port).set("torch_store_port", str(store.port))
 
 
-def _join_torch():
-    """A replacement's default group: torch's store (rank 0's), commlib.join through it."""
+def _join_torch(group_name="0"):
+    """A replacement's default group: torch's store (rank 0's), commlib.join through it, for the
+    group torch named ``group_name`` on the members (the default group's is "0")."""
     import torch.distributed as dist
 
     import commlib.torch as ct
@@ -183,7 +184,7 @@ def _join_torch():
     torch_port = int(bytes(pool_store.get("torch_store_port")).decode())
     pool_store.close()
     store = dist.TCPStore("127.0.0.1", torch_port, is_master=False)
-    comm = commlib.join(**ct.join_arguments(store), timeout=60)
+    comm = commlib.join(**ct.join_arguments(store, group_name=group_name), timeout=60)
     ct.join_group(comm, store)
 
 
@@ -199,24 +200,143 @@ def joiner_ddp():
 
 
 def _all_ranks_group_sum():
-    """A group made after the grow (named by torch's counter) over every rank: the sum of ranks."""
+    """A group made after the grow (named by torch's counter) over every rank: the sum of ranks,
+    and how this rank reaches each of the grown world (self, shm on its host, tcp across)."""
     import torch.distributed as dist
+
+    import commlib.torch as ct
     group = dist.new_group(list(range(dist.get_world_size())))
     x = torch.tensor([dist.get_rank()], dtype=torch.int64)
     dist.all_reduce(x, group=group)
-    out = (dist.get_world_size(), int(x.item()))
+    out = (dist.get_world_size(), int(x.item()), ct.get_communicator().topology.links)
     dist.destroy_process_group()
     return out
 
 
-def case_grow_group_without_a_shrink(comm, port):
-    """A scale-up: the members grow from 2 to 3 straight after init (their group counter is 1)."""
+def _fsdp2_model(seed):
+    """Two linear layers, each fully_shard'ed (FSDP2) over the default group, with AdamW."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    import torch.distributed as dist
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Linear(7, 3))
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    for layer in model:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+
+def _full_state(model, opt, **options):
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+    return get_state_dict(model, opt, options=StateDictOptions(full_state_dict=True, **options))
+
+
+def _fsdp2_state_bytes(model, opt):
+    """The whole model and optimizer state (every rank gets it), as bytes by name."""
+    msd, osd = _full_state(model, opt)
+    out = {k: v.numpy().tobytes() for k, v in msd.items()}
+    for k, st in osd["state"].items():
+        out.update({f"{k}.{n}": v.numpy().tobytes() for n, v in st.items()})
+    return out
+
+
+def _fsdp2_after_grow(state):
+    """FSDP2 on the grown default group, loaded with the members' full state (rank 0's, broadcast)."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
+                                                         set_optimizer_state_dict)
+    model, opt = _fsdp2_model(seed=9)
+    msd, osd = state
+    # the model and the optimizer apart: set_state_dict takes an empty model state dict (every
+    # rank but 0's) for "optimizer only" and the ranks would part ways
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    set_model_state_dict(model, msd, options=options)
+    set_optimizer_state_dict(model, opt, osd, options=options)
+    return _fsdp2_state_bytes(model, opt)
+
+
+def case_grow_group_without_a_shrink(comm, port, with_fsdp2):
+    """A scale-up: the members grow from 2 to 3 straight after init (their group counter is 1).
+    A group made before the grow is destroyed with the old default group: using it raises. With
+    ``with_fsdp2``, FSDP2 state trained on 2 ranks reaches the 3 through torch's full state dict."""
+    import torch.distributed as dist
+
     import commlib.torch as ct
     _init_torch(comm, port)
+    before = dist.new_group([0, 1])
+    trained = state = None
+    if with_fsdp2:
+        model, opt = _fsdp2_model(seed=0)
+        x = torch.randn(4, 5, generator=torch.Generator().manual_seed(comm.rank))
+        model(x).square().sum().backward()
+        opt.step()
+        trained = _fsdp2_state_bytes(model, opt)
+        state = _full_state(model, opt, cpu_offload=True)  # rank 0's, on the CPU (empty elsewhere)
+        del model, opt
     ct.grow_group(1, timeout=60)
-    return _all_ranks_group_sum()
+    try:
+        dist.all_reduce(torch.zeros(1), group=before)
+        stale = None
+    except (RuntimeError, ValueError) as exc:
+        stale = f"{type(exc).__name__}: {exc}"
+    carried = _fsdp2_after_grow(state) if with_fsdp2 else None
+    return _all_ranks_group_sum() + (stale, trained, carried)
 
 
-def joiner_scale_up():
+def joiner_scale_up(with_fsdp2):
     _join_torch()
-    return _all_ranks_group_sum()
+    carried = _fsdp2_after_grow(({}, {})) if with_fsdp2 else None
+    return _all_ranks_group_sum() + (None, None, carried)
+
+
+# -- a group from new_group grows; the default group and the others stay -----------------------------
+def case_grow_subgroup(comm, port):
+    """3 ranks; ranks 0 and 2 form a new_group and grow it by a joiner (rank 1 takes no part);
+    then the grown group, the untouched default group and another group made before the grow work.
+    Returns (the grown group's size and sum of group ranks, the joiner's global rank as torch maps
+    it, the default group's sum, the other group's sum, what the old group says)."""
+    import torch.distributed as dist
+
+    import commlib.torch as ct
+    _init_torch(comm, port)
+    sub = dist.new_group([0, 2])
+    other = dist.new_group([1, 2])
+    if comm.rank == 0:
+        TCPStore("127.0.0.1", port).set("subgroup_name", dist.distributed_c10d._get_process_group_name(sub))
+    grown = None
+    if comm.rank in (0, 2):
+        grown = ct.grow_group(1, group=sub, timeout=60)
+    out = [None, None]
+    if grown is not None:
+        x = torch.tensor([dist.get_rank(grown)], dtype=torch.int64)
+        dist.all_reduce(x, group=grown)
+        out = [(dist.get_world_size(grown), int(x.item()), grown.group_desc),
+               [dist.get_global_rank(grown, r) for r in (0, 1)]]
+    world = torch.tensor([comm.rank], dtype=torch.int64)
+    dist.all_reduce(world)
+    pair = torch.tensor([comm.rank], dtype=torch.int64)
+    if comm.rank in (1, 2):
+        dist.all_reduce(pair, group=other)
+    stale = None
+    if grown is not None:
+        try:
+            dist.all_reduce(torch.zeros(1), group=sub)
+        except (RuntimeError, ValueError) as exc:
+            stale = type(exc).__name__
+    dist.barrier()
+    dist.destroy_process_group()
+    return tuple(out) + (int(world.item()), int(pair.item()), stale)
+
+
+def joiner_subgroup():
+    """Joins the members' new_group (its name from rank 0): that grown group is its world."""
+    import torch.distributed as dist
+    pool_store = TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]))
+    name = bytes(pool_store.get("subgroup_name")).decode()
+    pool_store.close()
+    _join_torch(group_name=name)
+    x = torch.tensor([dist.get_rank()], dtype=torch.int64)
+    dist.all_reduce(x)
+    out = (dist.get_world_size(), int(x.item()), dist.get_rank())
+    dist.destroy_process_group()
+    return out

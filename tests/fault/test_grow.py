@@ -12,26 +12,17 @@ if HERE not in sys.path:
 
 import grow_cases as gc  # noqa: E402
 import training_replay as tr  # noqa: E402
-import commlib  # noqa: E402
-from commlib.bootstrap.store import StoreServer, TCPStore  # noqa: E402
-from commlib.errors import RendezvousError  # noqa: E402
-from commlib.testing import ExtraRank, RankPool  # noqa: E402
+from commlib.testing import JoinablePool  # noqa: E402
 
 
 # One host, and two emulated hosts (the victim and the joiner on the second: links across are TCP).
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("hosts", [None, ("a", "a", "b")], ids=["one_host", "two_hosts"])
 def test_kill_shrink_grow_equals_a_one_process_replay(hosts):
-    pool = RankPool(3, timeout=90, env={"COMMLIB_HOST_ID": hosts} if hosts else None)
-    joiner = None
-    try:
-        joiner = ExtraRank(pool, gc.joiner_trains, env={"COMMLIB_HOST_ID": hosts[2]} if hosts else None)
+    with JoinablePool(3, timeout=90, env={"COMMLIB_HOST_ID": hosts} if hosts else None) as pool:
+        joiner = pool.joiner(gc.joiner_trains, env={"COMMLIB_HOST_ID": hosts[2]} if hosts else None)
         results = pool.run(gc.case_kill_shrink_grow, 2, pool.store.port, allow_death=True)
         joined = joiner.result(90)
-    finally:
-        if joiner is not None:
-            joiner.kill()
-        pool.kill()
     sizes = [3] * gc.KILL_AT + [2] * (gc.GROW_AT - gc.KILL_AT) + [3] * (tr.STEPS - gc.GROW_AT)
     expected = tr.replay([range(s) for s in sizes]).tolist()
     assert results[2] is None
@@ -42,37 +33,26 @@ def test_kill_shrink_grow_equals_a_one_process_replay(hosts):
 
 @pytest.mark.timeout(120)
 def test_grow_errors_raise_on_every_rank_and_a_retry_leaks_nothing():
-    pool = RankPool(2, timeout=60)
-    extra = []
-    try:
+    with JoinablePool(2, timeout=60) as pool:
         arguments = pool.run(gc.case_grow_arguments)
         # a join with no grow waiting for it: RendezvousError after its timeout, naming the job
-        alone = ExtraRank(pool, gc.joiner_expecting_error, 1.0)
-        extra.append(alone)
-        lonely = alone.result(30)
+        lonely = pool.joiner(gc.joiner_expecting_error, 1.0).result(30)
         # a joiner with other settings: refused on every rank, naming the setting
-        other = ExtraRank(pool, gc.joiner_expecting_error, 30, env={"COMMLIB_SHM_SLOTS": "8"})
-        extra.append(other)
+        other = pool.joiner(gc.joiner_expecting_error, 30, env={"COMMLIB_SHM_SLOTS": "8"})
         refused = pool.run(gc.case_grow_expecting_error, 30)
         refused_joiner = other.result(30)
         # a joiner that dies building the grown communicator (before and after the members built
         # it: seen by its pid, then through its links): PeerError on every member, nothing leaks
         died = []
         for step in ("hosts", "created"):
-            doomed = ExtraRank(pool, gc.joiner_expecting_error, 30, step)
-            extra.append(doomed)
+            doomed = pool.joiner(gc.joiner_expecting_error, 30, step)
             died.append(pool.run(gc.case_grow_expecting_error, 30))
             assert doomed.result(30, allow_death=True) is None
         # retry with a good joiner, twice: nothing is left behind
         for _ in range(2):
-            good = ExtraRank(pool, gc.joiner_checks_in)
-            extra.append(good)
+            good = pool.joiner(gc.joiner_checks_in)
             grown = pool.run(gc.case_grow_and_check_in)
             assert good.result(30) == 3
-    finally:
-        for e in extra:
-            e.kill()
-        pool.kill()
     assert arguments[0] == arguments[1]
     assert [m.split(":")[:2] for m in arguments[0].values()] == [
         ["ValueError", " n"], ["ValueError", " n"], ["TypeError", " timeout"], ["ValueError", " timeout"]], arguments
@@ -94,21 +74,13 @@ def test_split_children_grow_at_once_then_a_member_dies_during_a_grow():
     joiner; then a member dies while the grown communicator is built: PeerError on every rank
     that took part, survivors and joiner, before the grow's 60 s timeout (the pool's 30 s
     limit on the call would fail the test first)."""
-    pool = RankPool(3, timeout=30)
-    extra = []
-    try:
-        for prefix in ("pool/split1/c0", "pool/split1/c1"):
-            extra.append(ExtraRank(pool, gc.joiner_checks_in, prefix))
+    with JoinablePool(3, timeout=30) as pool:
+        extra = [pool.joiner(gc.joiner_checks_in, prefix) for prefix in ("pool/split1/c0", "pool/split1/c1")]
         children = pool.run(gc.case_split_children_grow_at_once)
         joined = [e.result(30) for e in extra]
-        doomed = ExtraRank(pool, gc.joiner_expecting_error, 60)
-        extra.append(doomed)
+        doomed = pool.joiner(gc.joiner_expecting_error, 60)
         died = pool.run(gc.case_grow_while_a_member_dies, 2, "hosts", allow_death=True)
         joiner_saw = doomed.result(30)
-    finally:
-        for e in extra:
-            e.kill()
-        pool.kill()
     assert children == [("pool/split1/c0", 3, 3), ("pool/split1/c1", 2, 1), ("pool/split1/c0", 3, 3)]
     assert joined == [3, 1]
     assert died[2] is None

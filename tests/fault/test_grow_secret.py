@@ -18,7 +18,7 @@ if HERE not in sys.path:
 import grow_cases as gc  # noqa: E402
 from commlib.bootstrap.secret import derive_key, sign_value, verify_value  # noqa: E402
 from commlib.bootstrap.store import TCPStore  # noqa: E402
-from commlib.testing import ExtraRank, RankPool  # noqa: E402
+from commlib.testing import JoinablePool  # noqa: E402
 
 SECRET = "grow-secret-" + "s" * 20
 KEY = derive_key(SECRET.encode(), "store")
@@ -37,13 +37,12 @@ def _read(outsider: TCPStore, key: str) -> dict:
 @pytest.mark.timeout(120)
 def test_forged_and_replayed_join_requests_are_passed_over_under_commlib_secret():
     secret = {"COMMLIB_SECRET": SECRET}
-    pool = RankPool(2, timeout=60, env=secret)
+    pool = JoinablePool(2, timeout=60, env=secret)
     outsider = TCPStore("127.0.0.1", pool.store.port)  # no secret: it writes raw values
-    extra, grown = [], []
+    grown = []
 
     def grow_with_a_joiner():
-        joiner = ExtraRank(pool, gc.joiner_checks_in, env=secret)
-        extra.append(joiner)
+        joiner = pool.joiner(gc.joiner_checks_in, env=secret)
         grown.append(pool.run(gc.case_grow_and_check_in))
         assert joiner.result(30) == 3
 
@@ -65,8 +64,6 @@ def test_forged_and_replayed_join_requests_are_passed_over_under_commlib_secret(
         cursor = _read(outsider, "pool/join/cursor")
     finally:
         outsider.close()
-        for e in extra:
-            e.kill()
         pool.kill()
     for answer in skipped:  # no offer, so nothing to accept
         assert set(answer) == {"skip"}, answer

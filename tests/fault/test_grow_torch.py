@@ -17,23 +17,17 @@ pytest.importorskip("torch")
 import fault_torch_cases as ftc  # noqa: E402
 import grow_torch_cases as gtc  # noqa: E402
 import training_replay as tr  # noqa: E402
-from commlib.testing import ExtraRank, RankPool  # noqa: E402
+from commlib.testing import JoinablePool  # noqa: E402
 
 
 # One host, and two emulated hosts (rank 1 and the joiner on the second: links across are TCP).
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("hosts", [None, ("a", "b")], ids=["one_host", "two_hosts"])
 def test_data_parallel_kill_shrink_grow_equals_a_one_process_replay(hosts):
-    pool = RankPool(2, timeout=90, env={"COMMLIB_HOST_ID": hosts} if hosts else None)
-    joiner = None
-    try:
-        joiner = ExtraRank(pool, gtc.joiner_dp, env={"COMMLIB_HOST_ID": "b"} if hosts else None)
+    with JoinablePool(2, timeout=90, env={"COMMLIB_HOST_ID": hosts} if hosts else None) as pool:
+        joiner = pool.joiner(gtc.joiner_dp, env={"COMMLIB_HOST_ID": "b"} if hosts else None)
         results = pool.run(gtc.case_dp_kill_shrink_grow, pool.store.port, allow_death=True)
         joined = joiner.result(90)
-    finally:
-        if joiner is not None:
-            joiner.kill()
-        pool.kill()
     sizes = [2] * gtc.KILL_AT + [1] * (gtc.GROW_AT - gtc.KILL_AT) + [2] * (tr.STEPS - gtc.GROW_AT)
     assert results[1] is None
     weights, momentum, calls, got_sizes, rank, (want_w, want_m) = results[0]
@@ -45,21 +39,68 @@ def test_data_parallel_kill_shrink_grow_equals_a_one_process_replay(hosts):
     assert joined == (weights, momentum, calls, sizes[gtc.GROW_AT:], 1)
 
 
+# One host, and two emulated hosts: member 1 and the joiner on the second, so the grown world's
+# links are chosen per pair (tcp across the hosts, shm between member 1 and the joiner).
 @pytest.mark.timeout(120)
-def test_grow_group_without_a_shrink_and_a_group_made_after_it():
+@pytest.mark.parametrize("hosts", [None, ("a", "b")], ids=["one_host", "two_hosts"])
+def test_grow_group_without_a_shrink_and_the_groups_before_and_after_it(hosts):
     """A scale-up from 2 to 3 ranks: the members' torch group counter is 1 (init made group "0"),
-    a joiner's 0; new_group after the grow must name the group alike on all of them."""
-    pool = RankPool(2, timeout=90)
-    joiner = None
-    try:
-        joiner = ExtraRank(pool, gtc.joiner_scale_up)
-        results = pool.run(gtc.case_grow_group_without_a_shrink, pool.store.port)
+    a joiner's 0; new_group after the grow must name the group alike on all of them. A group made
+    before the grow went with the old default group (as dist.shrink_group does): using it raises.
+    On two hosts, FSDP2's state (DTensor shards over the 2) reaches the 3 through torch's full
+    state dict."""
+    with JoinablePool(2, timeout=90, env={"COMMLIB_HOST_ID": hosts} if hosts else None) as pool:
+        joiner = pool.joiner(gtc.joiner_scale_up, bool(hosts), env={"COMMLIB_HOST_ID": "b"} if hosts else None)
+        results = pool.run(gtc.case_grow_group_without_a_shrink, pool.store.port, bool(hosts))
         joined = joiner.result(90)
-    finally:
-        if joiner is not None:
-            joiner.kill()
-        pool.kill()
-    assert results == [(3, 3), (3, 3)] and joined == (3, 3), (results, joined)
+    links = ([["self", "shm", "shm"], ["shm", "self", "shm"], ["shm", "shm", "self"]] if hosts is None else
+             [["self", "tcp", "tcp"], ["tcp", "self", "shm"], ["tcp", "shm", "self"]])
+    for rank, got in enumerate(results + [joined]):
+        assert got[:3] == (3, 3, links[rank]), (rank, got)
+    for rank in (0, 1):
+        assert (results[rank][3] or "").startswith("ValueError") and "not initialized" in results[rank][3], results[rank][3]
+    if hosts is None:
+        return
+    # FSDP2's whole state (4 parameters, AdamW's 2 moments and step of each) trained on 2 ranks, on
+    # all 3 after the grow: the same bytes
+    trained = results[0][4]
+    assert len(trained) == 16 and results[1][4] == trained
+    for rank, got in enumerate(results + [joined]):
+        assert got[5] == trained, f"rank {rank}: FSDP2's state after the grow differs from before"
+
+
+@pytest.mark.timeout(120)
+def test_grow_group_of_a_new_group_leaves_the_default_and_other_groups():
+    """Ranks 0 and 2 of 3 grow their new_group by a joiner: the grown group works for all three
+    (on the joiner it is its world), maps the members' global ranks, replaces the old group (which
+    raises), and the default group and another group go on as they were."""
+    with JoinablePool(3, timeout=90) as pool:
+        joiner = pool.joiner(gtc.joiner_subgroup)
+        results = pool.run(gtc.case_grow_subgroup, pool.store.port)
+        joined = joiner.result(90)
+    grown = (3, 3, f"{results[0][0][2].split(':')[0]}:grown")
+    assert results[0][:2] == (grown, [0, 2]) and results[2][:2] == (grown, [0, 2]), results
+    assert results[1][:2] == (None, None), results[1]
+    assert [r[2:] for r in results] == [(3, 0, "ValueError"), (3, 3, None), (3, 3, "ValueError")], results
+    assert joined == (3, 3, 2), joined
+
+
+@pytest.mark.timeout(30)
+def test_join_arguments_name_the_grown_groups_store_and_refuse_a_bad_name():
+    """The joiner's store chain and job for a new_group's grow (its backend's, "<name>/" on the
+    default group's registered "0/" store; torch's PrefixStore adds its own "/") and for the
+    default group's; a bad name is refused."""
+    import torch.distributed as dist
+
+    import commlib.torch as ct
+    store = dist.HashStore()
+    sub = ct.join_arguments(store, device="cpu", from_init_method=False, group_name="3")
+    sub["store"].set("k", "v")
+    assert sub["prefix"] == "commlib/3" and store.check(["0//3//cpu//k"])
+    default = ct.join_arguments(store, device="cpu", from_init_method=False)
+    assert default["prefix"] == "commlib/0"
+    with pytest.raises(TypeError, match="group_name"):
+        ct.join_arguments(store, group_name=3)
 
 
 def test_grow_and_joined_refuse_a_bad_optimizer_before_anything_is_sent():
@@ -72,22 +113,18 @@ def test_grow_and_joined_refuse_a_bad_optimizer_before_anything_is_sent():
 
 
 @pytest.mark.timeout(150)
-def test_ddp_kill_shrink_group_grow_group_equals_a_one_process_replay():
+@pytest.mark.parametrize("hosts", [None, ("a", "b")], ids=["one_host", "two_hosts"])
+def test_ddp_kill_shrink_group_grow_group_equals_a_one_process_replay(hosts):
     """torch DDP over commlib: rank 1 is SIGKILLed, rank 0 shrinks the default group
     (dist.shrink_group) and trains alone, a replacement joins (commlib.torch.join_group) while
     rank 0 calls commlib.torch.grow_group, and DDP, built again on the grown default group, trains
     both to the end: bit for bit a one-process replay of the world sizes 2, 1, 2 (plain SGD).
-    Then a new_group and FSDP2 on the grown group."""
-    pool = RankPool(2, timeout=120)
-    joiner = None
-    try:
-        joiner = ExtraRank(pool, gtc.joiner_ddp)
+    Then a new_group and FSDP2 on the grown group. On two emulated hosts the victim and the joiner
+    are on the second (rank 0 reaches the joiner over tcp)."""
+    with JoinablePool(2, timeout=120, env={"COMMLIB_HOST_ID": hosts} if hosts else None) as pool:
+        joiner = pool.joiner(gtc.joiner_ddp, env={"COMMLIB_HOST_ID": "b"} if hosts else None)
         results = pool.run(gtc.case_ddp_kill_shrink_grow, pool.store.port, allow_death=True)
         joined = joiner.result(120)
-    finally:
-        if joiner is not None:
-            joiner.kill()
-        pool.kill()
     sizes = [2] * gtc.KILL_AT + [1] * (gtc.GROW_AT - gtc.KILL_AT) + [2] * (tr.STEPS - gtc.GROW_AT)
     assert results[1] is None
     weights, got_sizes, rank, desc, pair_sum, fsdp = results[0]

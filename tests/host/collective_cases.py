@@ -109,7 +109,7 @@ def run_reducing(comm, buffers, collective, algo, dtype, op, count, root, inplac
     return buffers.to_host(out, dtype), want, mag
 
 
-# The multi-channel rings and the double tree (issue 39) run up to 4 ranks only (the full product):
+# The multi-channel rings and the double tree (issue 39) run up to 4 ranks only (the full product at 3):
 # the matrix's ranks share one host, where rail_ring is a ring and its reverse side by side at every
 # P >= 3, and the double tree's second tree is mirrored at even P and shifted at odd P, so 3 and 4
 # ranks hold every shape they take here; at 5 and 8 ranks they would add two algorithms to the
@@ -147,7 +147,7 @@ def reducing_values(collective, cell):
 
 @functools.lru_cache(maxsize=None)  # a handful of (collective, P) keys per process
 def reducing_selection(collective, P, thinned=False):
-    """{(algorithm, count, dtype): (op, in place) values}: the full product at 3 and 4 ranks, a
+    """{(algorithm, count, dtype): (op, in place) values}: the full product at 3 ranks, a
     pairwise covering selection of the values elsewhere; the large count's full product at 3 ranks,
     an each-choice covering elsewhere (matrix_selection.py says which and why)."""
     cells = [(algo, count, dtype) for dtype in DTYPES for count in counts_for(P, collective)
@@ -158,7 +158,7 @@ def reducing_selection(collective, P, thinned=False):
 
 def check_reducing(comm, collective, large_only=False, small_only=False):
     """all_reduce / reduce_scatter / reduce over every algorithm, dtype, op, count, root and
-    placement (the op x placement values thinned to a pairwise covering away from 3 and 4 ranks:
+    placement (the op x placement values thinned to a pairwise covering away from 3 ranks:
     reducing_selection)."""
     P, r = comm.size, comm.rank
     failures, digests = Failures(), []
@@ -236,7 +236,7 @@ def moving_values(collective, P, cell):
 
 @functools.lru_cache(maxsize=None)
 def moving_selection(collective, P, thinned=False):
-    """{(algorithm, count, root, item bytes): (dtype, in place) values}: every value at 3 and 4
+    """{(algorithm, count, root, item bytes): (dtype, in place) values}: every value at 3
     ranks, a pairwise covering selection elsewhere; the large count: every value at 3 ranks,
     elsewhere each (algorithm, root) once with every dtype, size and placement met
     (matrix_selection.py)."""
@@ -248,7 +248,7 @@ def moving_selection(collective, P, thinned=False):
 
 def check_moving(comm, collective, large_only=False, small_only=False):
     """all_gather / all_to_all / broadcast / gather / scatter: exact for every dtype (the dtype x
-    placement values thinned to a pairwise covering away from 3 and 4 ranks: moving_selection)."""
+    placement values thinned to a pairwise covering away from 3 ranks: moving_selection)."""
     P, r = comm.size, comm.rank
     failures, digests = Failures(), []
     selection = moving_selection(collective, P, large_only)
@@ -352,11 +352,24 @@ def torch_tensors(comm):
     return bool(ok)
 
 
-def many_small(comm, n):
-    x = np.ones(1, np.float32)
-    for _ in range(n):
-        comm.all_reduce(x, op="max")
-    return float(x[0])
+def many_small_on_two_cores(comm, n):
+    """``n`` small all_reduces (max of rank + call index) with this rank pinned to the first two
+    CPUs it may use, so every rank of the pool shares two cores whatever the machine; the affinity
+    is restored after. Returns the calls whose result was wrong (the first three)."""
+    import os
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, sorted(allowed)[:2])
+    wrong = []
+    try:
+        x = np.empty(1, np.float32)
+        for i in range(n):
+            x[0] = comm.rank + i
+            comm.all_reduce(x, op="max")
+            if x[0] != comm.size - 1 + i:
+                wrong.append(f"call {i}: {x[0]} on rank {comm.rank}")
+    finally:
+        os.sched_setaffinity(0, allowed)
+    return wrong[:3]
 
 
 def direct_reads_enabled(comm):

@@ -1,11 +1,14 @@
 """Which cases of the host collective matrix run at each world size.
 
-At the world sizes FULL_PRODUCT_AT (3 and 4: one odd, where the algorithms' uneven splits and
-remainder folds run, one power of two, where the doubling algorithms take several steps) every
-small-count case runs: algorithm x dtype x op x count x root x in or out of place. At every other
-world size (1, 2, 5 and 8 in CI: 1 and 2 repeat what 3 and 4 hold; 5 and 8 are the slow end of the
-matrix on 2 cores) every algorithm x count x root still runs, with a pairwise (strength-2)
-covering selection of the rest (the values: (op, placement) or (dtype, placement)):
+At the world size FULL_PRODUCT_AT (3: odd, where the algorithms' uneven splits and remainder folds
+run) every small-count case runs: algorithm x dtype x op x count x root x in or out of place. At
+every other world size (1, 2, 4, 5 and 8 in CI) every algorithm x count x root still runs, with a
+pairwise (strength-2) covering selection of the rest (the values: (op, placement) or (dtype,
+placement)). A second full product at 4 ranks (it ran there too until issue #36) swept the matrix
+twice: what it added over 4's pairwise selection is every (algorithm, dtype, op) triple again, a
+property of the reduction kernels and the executor's steps, not of the world size, which the full
+product at 3 holds; the power-of-two shapes (the doubling algorithms' several steps, the double
+tree's mirrored second tree) run in every algorithm x count x dtype cell at 2, 4 and 8 ranks:
 
 - reducing collectives: every algorithm x count x dtype cell runs, each with some of its dtype's
   ops and placements (the thinned dimensions);
@@ -19,17 +22,21 @@ at least one case that runs: every dtype and every op appears at every world siz
 
 The large count (~1M elements, collective_reference.BIG: the cases that take most of the matrix's
 time, ~0.1 s each at 8 ranks on 2 cores) runs its full product at one world size,
-FULL_LARGE_AT (3: not a power of two, so the uneven splits meet the chunking). At every other world
-size it runs an each-choice (strength-1) covering: every algorithm (with every root, for the
-rooted moving collectives), every dtype, every op and every element size meets the large count at
-every world size, in a handful of calls instead of hundreds (``large_covering``). What it leaves
+FULL_LARGE_AT (3: not a power of two, so the uneven splits meet the chunking). At 2, 4 and 5 ranks
+it runs an each-choice (strength-1) covering: every algorithm (with every root, for the rooted
+moving collectives), every dtype, every op and every element size meets the large count at each of
+them, in a handful of calls instead of hundreds (``large_covering``). What it leaves
 out there, the (algorithm, dtype) and (dtype, op) pairs at the large count, is a property of the
 reduction kernels and the chunking, not of the world size: the full large product at 3 ranks and
 the small counts' product (or pairwise selection) at every world size hold them.
 
-At one rank (NO_LARGE_AT) the large count does not run at all: a one-rank call sends no message,
-so there is no chunking, pipelining or split to meet it, and the local copy and reduction of ~1M
-elements it would run are those the large count runs at every other world size.
+At the world sizes NO_LARGE_AT the large count does not run at all. At one rank a call sends no
+message, so there is no chunking, pipelining or split to meet it, and the local copy and reduction
+of ~1M elements it would run are those the large count runs at every other world size. At 8 ranks
+(issue #36: the slowest cells of the matrix, ~2 s per large call on 2 loaded cores) it would meet
+the power-of-two splits and several-round doubling that 4 ranks' large calls meet, on blocks of a
+prime count split unevenly as at 3, 4 and 5: the largest count at every world size was repeated
+coverage; the small counts still run every algorithm x count x root at 8.
 
 The selection is greedy and deterministic: it iterates lists only (never a set: string hashing
 differs between processes, and every rank must issue the same sequence of collective calls).
@@ -39,9 +46,9 @@ uncovered pairs is added.
 """
 from __future__ import annotations
 
-FULL_PRODUCT_AT = (3, 4)
+FULL_PRODUCT_AT = (3,)
 FULL_LARGE_AT = 3
-NO_LARGE_AT = 1
+NO_LARGE_AT = (1, 8)
 
 
 def _pairs(cell, value):
@@ -111,7 +118,7 @@ def large_covering(cells, values_of, joint=(0,)):
 def selected(world_size, cells, values_of, is_large=lambda cell: False, joint=(0,), thinned=False):
     """{cell: values to run} at ``world_size``: all of them at FULL_PRODUCT_AT ranks, else the
     pairwise covering selection; the cells where ``is_large`` holds: all of them at
-    FULL_LARGE_AT ranks, none at NO_LARGE_AT, else ``large_covering`` (``joint`` passed on). ``thinned``: the
+    FULL_LARGE_AT ranks, none at NO_LARGE_AT ranks, else ``large_covering`` (``joint`` passed on). ``thinned``: the
     coverings at any world size (a matrix rerun under another setting, whose full product the
     default run already holds)."""
     small = [cell for cell in cells if not is_large(cell)]
@@ -122,7 +129,7 @@ def selected(world_size, cells, values_of, is_large=lambda cell: False, joint=(0
         chosen = covering(small, values_of)
     if world_size == FULL_LARGE_AT and not thinned:
         chosen.update({cell: tuple(values_of(cell)) for cell in large})
-    elif world_size == NO_LARGE_AT:
+    elif world_size in NO_LARGE_AT:
         chosen.update({cell: () for cell in large})
     else:
         chosen.update(large_covering(large, values_of, joint))

@@ -51,13 +51,11 @@ def test_torch_tensors(pool, size):
 
 @pytest.mark.timeout(120)
 def test_eight_ranks_on_two_cores_do_not_collapse(pool):
-    """1000 small all_reduces on 8 ranks finish in seconds (a busy-waiting executor takes minutes
-    on 2 cores). The bound is generous on purpose; the speed itself is measured by `commlib bench`."""
-    import time
-    p = pool(8)
-    t = time.monotonic()
-    assert p.run(cases.many_small, 1000, timeout=100) == [1.0] * 8
-    assert time.monotonic() - t < 60
+    """1000 small all_reduces on 8 ranks pinned to two cores: every rank gets every call's result
+    right, and the run makes progress (a busy-waiting executor, holding the cores the awaited rank
+    needs, takes minutes and meets the call's timeout: a hang guard, not a measured time; the speed
+    itself is measured by `commlib bench`)."""
+    assert pool(8).run(cases.many_small_on_two_cores, 1000, timeout=100) == [[]] * 8
 
 
 @pytest.mark.timeout(300)

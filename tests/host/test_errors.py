@@ -6,11 +6,12 @@ import os
 import pytest
 
 import error_cases as cases
+from emulated_pools import DELAY_ENV  # tests/: the device matrix's pools
 from commlib.testing.faults import assert_survivors_named_the_dead_rank, run_killing_one_rank
 
 # The pool environment of each route: device calls run with a delay on every data operation, so
 # that a call returns before its data is ready.
-ENV = {"host": {}, "device": {"COMMLIB_EMULATED_DELAY_US": "20"}}
+ENV = {"host": {}, "device": DELAY_ENV}
 
 
 @pytest.mark.parametrize("route,size", [("host", 2), ("host", 3), ("device", 3)])

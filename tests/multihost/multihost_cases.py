@@ -17,6 +17,7 @@ from commlib.core.call_spec import COLLECTIVE
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "reduce", "all_gather", "all_to_all", "broadcast",
                "gather", "scatter", "barrier")
+ROOTED = ("reduce", "broadcast", "gather", "scatter")
 BIG = 70_001  # > one 512 KiB TCP chunk of float32 and several shm chunks; odd, so blocks are uneven
 
 
@@ -75,7 +76,8 @@ def _one(comm, coll, algo, count, dtype, root):
 
 def matrix(comm, full: bool):
     """Every collective x algorithm. ``full``: every count in (0, 1, P+1, BIG) x float32/int64 x
-    two roots; otherwise a covering selection that still gives every algorithm a small and a
+    two roots (the rooted collectives; the others take no root, so a second root ran the same calls
+    again); otherwise a covering selection that still gives every algorithm a small and a
     large message, rotating dtype and root across algorithms."""
     P = comm.size
     failures = []
@@ -83,8 +85,8 @@ def matrix(comm, full: bool):
         algos = commlib.algorithms(coll) + ["auto"]
         for i, algo in enumerate(algos):
             if full:
-                combos = [(c, d, root) for c in (0, 1, P + 1, BIG) for d in (np.float32, np.int64)
-                          for root in sorted({0, P - 1})]
+                roots = sorted({0, P - 1}) if coll in ROOTED else [0]
+                combos = [(c, d, root) for c in (0, 1, P + 1, BIG) for d in (np.float32, np.int64) for root in roots]
             else:
                 d = (np.float32, np.int64, np.int32)[i % 3]
                 combos = [(3, d, i % P), (BIG, d, (i + 1) % P)]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from build_deps import depfile_inputs, object_is_current  # noqa: E402
+from build_deps import depfile_inputs, object_is_current, object_name  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -81,3 +81,20 @@ def test_no_depfile_falls_back_to_every_header(built):
     built_at = obj.stat().st_mtime
     assert object_is_current(obj, src, dep, built_at - 1)
     assert not object_is_current(obj, src, dep, built_at + 1)
+
+
+def test_objects_of_two_pythons_have_two_names():
+    # Built against 3.11's headers, an object must not be taken for 3.12's build of the same source
+    # (its dependency list names 3.11's headers, which the 3.12 build never touches).
+    a = object_name("csrc/host/communicator.cc", "", "cpython-311-x86_64-linux-gnu")
+    b = object_name("csrc/host/communicator.cc", "", "cpython-312-x86_64-linux-gnu")
+    assert a != b and a.startswith("csrc_host_communicator.cc.") and a.endswith(".o")
+    assert object_name("csrc/kernels/k.cu", ".cuda", None) == "csrc_kernels_k.cu.cuda.o"  # no Python header
+
+
+def test_setup_names_objects_with_the_python_abi():
+    # setup.py cannot be imported (it builds): its object names are read from its text.
+    text = (Path(__file__).resolve().parents[2] / "setup.py").read_text()
+    assert 'PYTHON_ABI = sysconfig.get_config_var("SOABI")' in text
+    assert 'object_name(rel, tag, None if src.endswith(".cu") else PYTHON_ABI)' in text
+

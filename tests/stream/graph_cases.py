@@ -15,7 +15,12 @@ from kernel_path_cases import COPY_SETTINGS, KERNEL_SETTINGS, with_settings
 
 SIZES = (3, 37, 1000)  # three all_reduces (LL chunks, then several slot chunks through 2 slots)
 GATHER = 5             # one all_gather of this many int32 per rank
-REPLAYS = 100
+# Replays of the captured step. A counter the replay does not advance (or advances on the host at
+# capture) is wrong from the second replay on; with 2 slots, every slot and LL-line parity meets the
+# replays within a few (each replay and its eager neighbours are 9 calls). The LL flags' epoch
+# (2^32 - 1 chunks) is crossed by test_kernel_protocols.py, not by counting replays. (100 until
+# issue #36: 5x the time, nothing more met.)
+REPLAYS = 20
 
 
 def _inputs(rank, i):

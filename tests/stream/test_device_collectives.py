@@ -21,14 +21,12 @@ import commlib
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import device_cases  # noqa: E402
 from device_cases import cc  # noqa: E402
+from emulated_pools import DELAY_ENV  # noqa: E402,F401  (tests/: the shared pools; other modules import it from here)
 
 SIZES = [1, 2, 3, 4, 5, 8]
 COLLECTIVES = ["all_reduce", "reduce_scatter", "reduce", "all_gather", "all_to_all", "broadcast",
                "gather", "scatter"]
 ROOTED = ("reduce", "broadcast", "gather", "scatter")
-# 256 KiB slots (auto would take 4 MiB up to 4 ranks): the ~1M-element calls then move in many
-# chunks per message, so the matrix keeps checking slot reuse and chunk boundaries.
-DELAY_ENV = {"COMMLIB_EMULATED_DELAY_US": "20", "COMMLIB_DEVICE_SLOT_BYTES": "262144"}
 
 
 def _ops(dtype):

@@ -9,7 +9,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import device_error_cases as cases  # noqa: E402
 
-ENV = {"COMMLIB_EMULATED_DELAY_US": "20"}
+from emulated_pools import DELAY_ENV as ENV  # noqa: E402  (the device matrix's pools)
 
 
 def test_call_returns_before_data_is_ready_and_stream_order_holds(pool):

@@ -9,7 +9,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import device_mixing_cases as cases  # noqa: E402
 
-ENV = {"COMMLIB_EMULATED_DELAY_US": "20"}
+from emulated_pools import DELAY_ENV as ENV  # noqa: E402  (the device matrix's pools)
 
 
 @pytest.mark.timeout(90)

@@ -13,7 +13,7 @@ from commlib.bench import device_paths
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from kernel_path_cases import sweep_paths  # noqa: E402
 
-DELAY_ENV = {"COMMLIB_EMULATED_DELAY_US": "20"}  # the device matrix's pools (test_device_collectives.py)
+from emulated_pools import DELAY_ENV  # noqa: E402  (the device matrix's pools)
 CFG = {"collectives": ["all_reduce"], "sizes": [64, 2 << 20], "dtype": "float32", "op": "sum", "root": 0,
        "iters": 2, "min_time": 0, "max_iters": 2, "warmup": 1, "check": True, "rounds": 1, "modes": ["in"],
        "algorithms": ["ring"], "peers": [], "device": "emulated", "paths": ["kernel", "copy", "auto"]}

@@ -16,7 +16,7 @@ pytest.importorskip("torch")
 
 import torch_p2p_cases as cases  # noqa: E402
 
-ENV = {"COMMLIB_EMULATED_DELAY_US": "20"}
+from emulated_pools import DELAY_ENV as ENV  # noqa: E402  (the device matrix's pools)
 
 
 @pytest.mark.parametrize("size", [2, 3])
