@@ -44,7 +44,7 @@ from commlib.errors import CommError, PeerError, RendezvousError
 # Settings that change what every rank computes or lays out: a joiner must have the job's values.
 SHARED_SETTINGS = ("COMMLIB_SHM_SLOTS", "COMMLIB_SHM_SLOT_BYTES", "COMMLIB_CPU_PATH", "COMMLIB_HIER_SEGMENT",
                    "COMMLIB_TOPOLOGY", "COMMLIB_TUNING", "COMMLIB_STREAM_BYTES", "COMMLIB_COPY_CHUNK_BYTES",
-                   "COMMLIB_TCP_CHUNK_BYTES", "COMMLIB_TCP_NCONNS", "COMMLIB_DEVICE_SLOTS",
+                   "COMMLIB_TCP_CHUNK_BYTES", "COMMLIB_TCP_NCONNS", "COMMLIB_DEVICE_SLOTS", "COMMLIB_COMPRESS_PIECE_BYTES",
                    "COMMLIB_DEVICE_SLOT_BYTES")
 DIED = "died during the grow"
 

@@ -83,6 +83,7 @@ std::shared_ptr<Work> run_compressed(Communicator& c, Collective coll, const std
   CollectiveCall call = collective_call(coll, algo, in, out, count, dtype, op, root, scale);
   call.codec = spec_of(codec, block, rounding, seed);
   call.codec.inter_only = inter_only;
+  call.codec.piece_bytes = c.codec_piece_bytes();
   check_codec(call.codec, dtype);
   ReleaseGil nogil;
   return c.collective(call, async);

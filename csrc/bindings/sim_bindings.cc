@@ -2,11 +2,13 @@
 // root, topology) with the topology as a dict of sim::Topology's fields (commlib/sim builds it).
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <memory>
 #include <set>
 #include <utility>
 
 #include "bindings/bindings.h"
+#include "common/params.h"
 #include "kernels/cpu_codecs.h"
 #include "policy/auto_policy.h"
 #include "policy/candidate_search.h"
@@ -128,7 +130,7 @@ void bind_sim(py::module_& m) {
       [](Collective c, const std::string& algorithm, int64_t count, int elem_bytes, int root,
          const py::dict& topology, const std::string& inter_algorithm, int64_t segment,
          const std::string& intra_algorithm, const std::string& codec, int64_t block, bool inter_only,
-         double encode_ns, double decode_ns, int pieces) {
+         double encode_ns, double decode_ns, int64_t piece_bytes, int pieces) {
         if (pieces < 0) throw std::invalid_argument("pieces: must be >= 0, got " + std::to_string(pieces));
         sim::CodecCost cost;
         if (!codec.empty()) {
@@ -139,8 +141,18 @@ void bind_sim(py::module_& m) {
           // The codec's layout, as kernels/cpu_codecs.cc lays it out (tests/sim checks the bytes
           // against Codec.encoded_size): a scale byte per block but bf16's; 16, 4 or 8 bits a code.
           const bool bf16 = spec.kind == kern::CodecKind::BF16;
+          // Pieces as host/compressed_lowering.cc cuts them: whole blocks of the input's bytes.
+          if (piece_bytes < 0) piece_bytes = static_cast<int64_t>(param_bytes("COMMLIB_COMPRESS_PIECE_BYTES"));
+          const int64_t unit = bf16 ? 1 : block;
+          const int64_t piece = piece_bytes > 0 ? std::max<int64_t>(1, piece_bytes / elem_bytes / unit) * unit : 0;
+          // Default rates: CPU ns per float32 element of kernels/cpu_codecs.cc (process time, so
+          // one core's worth even on a loaded machine; docs/compression.md "Cost"): the integer
+          // grids' vectorised loops, bf16's, and fp8's scalar ones.
+          const bool fp8 = spec.kind == kern::CodecKind::FP8E4M3 || spec.kind == kern::CodecKind::FP8E5M2;
+          if (encode_ns < 0) encode_ns = bf16 ? 2.1 : fp8 ? 10.0 : 1.2;
+          if (decode_ns < 0) decode_ns = bf16 ? 0.2 : fp8 ? 4.3 : 0.3;
           cost = sim::codec_cost(block, bf16 ? 0 : 1, bf16 ? 16 : spec.kind == kern::CodecKind::Int4 ? 4 : 8,
-                                 inter_only, encode_ns, decode_ns);
+                                 inter_only, encode_ns, decode_ns, piece);
         }
         const auto [how, r] = play(c, Composition{algorithm, inter_algorithm, intra_algorithm, segment, pieces}, count,
                                    elem_bytes, root, topology_from_dict(topology), nullptr, cost);
@@ -163,9 +175,10 @@ void bind_sim(py::module_& m) {
       py::arg("collective"), py::arg("algorithm"), py::arg("count"), py::arg("elem_bytes"), py::arg("root"),
       py::arg("topology"), py::arg("inter_algorithm") = "", py::arg("segment") = -1, py::arg("intra_algorithm") = "",
       py::arg("codec") = "", py::arg("block") = 32, py::arg("inter_only") = false, py::arg("encode_ns") = -1.0,
-      py::arg("decode_ns") = -1.0, py::arg("pieces") = 0,
+      py::arg("decode_ns") = -1.0, py::arg("piece_bytes") = -1, py::arg("pieces") = 0,
       "Predicted time of one collective: plays every rank's schedule on the topology (sim/simulator.h). "
-      "codec/block/inter_only: compress= (sim/codec_cost.h; encode_ns/decode_ns per element, -1: the default). "
+      "codec/block/inter_only: compress= (sim/codec_cost.h; encode_ns/decode_ns per element, -1: the default; "
+      "piece_bytes: streamed pieces of input, -1: COMMLIB_COMPRESS_PIECE_BYTES, 0: whole messages). "
       "inter_algorithm/segment/intra_algorithm: hierarchical's inter-host algorithm (\"\": built-in exchange), "
       "pipeline segment (-1: COMMLIB_HIER_SEGMENT) and intra-host algorithm (\"\": built-in exchanges); "
       "pieces: the overlapped pipeline's most pieces per lane segment (0: the builder's cap).");

@@ -62,6 +62,8 @@ class Communicator {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // compress=: input bytes per streamed piece (COMMLIB_COMPRESS_PIECE_BYTES, read at creation).
+  int64_t codec_piece_bytes() const { return static_cast<int64_t>(exec_.options().codec_piece_bytes); }
 
   // Returns a Work for async calls; nullptr once a blocking call completed. `timeout_s` > 0: this
   // call's own timeout in place of the communicator's (torch's per-call opts.timeout).
@@ -149,6 +151,7 @@ class Communicator {
   // compress=: the schedule's steps with every message encoded (host/compressed_lowering.cc).
   void run_compressed_steps(const CollectiveCall& call, const Schedule& sched, const CallDesc& desc,
                             char* const* bases);
+  class CodecStep;  // compressed_lowering.cc: the codec's work inside a step
   char* scratch(size_t bytes);
   // auto's small broadcast or barrier through the shared-memory flags; false: run the schedule.
   bool run_flag_call(const CollectiveCall& call, const ResolvedPlan& planned, const CallDesc& desc, size_t bytes);
@@ -178,7 +181,8 @@ class Communicator {
   std::unique_ptr<char[], void (*)(void*)> input_copy_{nullptr, std::free};
   size_t input_copy_bytes_ = 0;
   std::vector<std::vector<uint8_t>> codec_msgs_;  // compress=: a step's encoded messages
-  std::vector<char> codec_decoded_;               // compress=: a received message decoded; a sum's encoding
+  std::vector<char> codec_decoded_;               // compress=: a piece's encoding while it is projected
+  std::vector<char> codec_incoming_;              // compress=: a received piece decoded, before the reduction
   std::vector<std::string> logged_auto_;
 
   // Queue.

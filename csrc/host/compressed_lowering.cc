@@ -3,14 +3,20 @@
 // travels, replaces the sender's own copy with decode(encode(region)), so the sender goes on with
 // exactly what its peers receive; a recv decodes into its region; a recv_reduce decodes, reduces
 // (in float32 for float16/bfloat16, as every reduction) and projects the result, as a local
-// reduce does. Hence the owner of a finished
-// shard holds the same bits as every rank that receives it, and a forwarder's re-encoding of
-// decoded values reproduces them (the codecs are idempotent): every rank ends bitwise identical.
-// The verifier proves this per schedule with a symbolic codec pass (verify/verifier_codec.cc).
+// reduce does. Hence the owner of a finished shard holds the same bits as every rank that
+// receives it, and a forwarder's re-encoding of decoded values reproduces them (the codecs are
+// idempotent): every rank ends bitwise identical. The verifier proves this per schedule with a
+// symbolic codec pass (verify/verifier_codec.cc).
 //
-// Messages are encoded whole before the step's transfers start, so a message no longer streams
-// while the peer reduces (the uncompressed path's overlap): a later increment may encode chunk by
-// chunk.
+// Streaming: a message is coded in pieces (CodecSpec::piece_bytes of input, whole blocks), and
+// the executor sends each piece's chunk as soon as it is encoded while the next is encoded, and
+// hands a received piece to the decoder (and the reduction) while later pieces arrive
+// (StepWork). A piece starts on a block edge of its coded segment and numbers its elements for
+// stochastic rounding from its offset in the segment, so it codes exactly the values the whole
+// segment would: streaming changes no bit of any result (tests/host/test_compressed_streaming.py),
+// and the verifier's per-value model covers it unchanged. The pieces lay the message out (their
+// encodings one after another), so every rank must use the same piece size: it is part of the
+// codec's word in the call descriptor.
 #include <algorithm>
 #include <cstring>
 
@@ -24,60 +30,158 @@ namespace commlib {
 
 namespace {
 
-// A message's coded pieces: all_gather's split where the ranks' blocks meet (multiples of count
+// One coded piece of a message: `n` elements at `elem` of the op's region, numbered from `counter`
+// for stochastic rounding, encoded at `byte` of the message.
+struct Piece {
+  int64_t elem, n;
+  uint64_t counter;
+  size_t byte, bytes;
+};
+
+// A message's coded segments: all_gather's split where the ranks' blocks meet (multiples of count
 // in every buffer), so a block is always coded on its own, alike wherever it travels; the
-// others' whole. f(offset in the region, elements).
-template <class F>
-void for_each_piece(const CollectiveCall& call, const Region& r, F&& f) {
-  if (call.coll != Collective::AllGather || call.count == 0) {
-    f(int64_t{0}, r.count);
-    return;
-  }
+// others' whole. Each segment is cut into pieces of `piece` elements (0: whole).
+void pieces_of(const CollectiveCall& call, const CodecSpec& spec, const Region& r, int64_t piece,
+               std::vector<Piece>& out) {
+  out.clear();
+  size_t byte = 0;
+  auto segment = [&](int64_t pos, int64_t n) {
+    for (int64_t k = 0; k < n || (n == 0 && k == 0); k += piece ? piece : std::max<int64_t>(n, 1)) {
+      const int64_t m = piece ? std::min(piece, n - k) : n;
+      const size_t bytes = codec_encoded_bytes(spec, static_cast<size_t>(m));
+      out.push_back(Piece{pos + k, m, static_cast<uint64_t>(k), byte, bytes});
+      byte += bytes;
+      if (n == 0) break;
+    }
+  };
+  if (call.coll != Collective::AllGather || call.count == 0 || r.count == 0) return segment(0, r.count);
   for (int64_t pos = 0; pos < r.count;) {
     const int64_t block_end = ((r.offset + pos) / call.count + 1) * call.count;
     const int64_t n = std::min(r.count - pos, block_end - (r.offset + pos));
-    f(pos, n);
+    segment(pos, n);
     pos += n;
   }
 }
 
+size_t bytes_of(const std::vector<Piece>& ps) { return ps.empty() ? 0 : ps.back().byte + ps.back().bytes; }
+
 }  // namespace
+
+// The codec's side of one step: encodes sends piece by piece, decodes (and reduces) receives
+// piece by piece, between the executor's progress passes.
+class Communicator::CodecStep final : public StepWork {
+ public:
+  struct Msg {
+    const Op* op = nullptr;
+    ExecOp* exec = nullptr;
+    bool coded = false;
+    std::vector<Piece> pieces;
+    size_t next = 0;  // send: pieces encoded; receive: pieces consumed
+  };
+
+  CodecStep(Communicator& c, const CollectiveCall& call, const CodecSpec& spec, char* const* bases,
+            const CallDesc& desc)
+      : c_(c), call_(call), spec_(spec), bases_(bases), desc_(desc), esize_(dtype_size(call.dtype)) {}
+
+  char* at(const Region& r) const { return region_address(bases_, r, esize_, desc_, c_.rank_); }
+
+  void encode(const char* src, const Piece& p, uint8_t* out) const {
+    codec_encode(spec_, call_.dtype, src + static_cast<size_t>(p.elem) * esize_, static_cast<size_t>(p.n), out, p.counter);
+  }
+  void decode(const uint8_t* in, const Piece& p, char* dst) const {
+    codec_decode(spec_, call_.dtype, in, static_cast<size_t>(p.n), dst + static_cast<size_t>(p.elem) * esize_);
+  }
+  // dst[p] = decode(encode(dst[p])): a sum is projected where it is made (recv_reduce, reduce), so
+  // ranks that compute one sum alike (recursive doubling's exchange) then hold it alike whichever
+  // of them sends it on later.
+  void project(char* base, const Piece& p) {
+    if (c_.codec_decoded_.size() < p.bytes) c_.codec_decoded_.resize(p.bytes);
+    auto* tmp = reinterpret_cast<uint8_t*>(c_.codec_decoded_.data());
+    encode(base, p, tmp);
+    decode(tmp, p, base);
+  }
+  void project(const Region& r, int64_t piece) {
+    pieces_of(call_, spec_, r, piece, scratch_pieces_);
+    for (const Piece& p : scratch_pieces_) project(at(r), p);
+  }
+
+  std::vector<Msg>& msgs() { return msgs_; }
+
+  bool run() override {
+    // The wire first: a send with less than a piece ready beyond what went gets its next piece.
+    for (Msg& m : msgs_)
+      if (m.op->kind == OpKind::Send && m.next < m.pieces.size() && m.exec->ready - m.exec->done < m.pieces[m.next].bytes)
+        return encode_next(m);
+    for (Msg& m : msgs_)
+      if (m.op->kind != OpKind::Send && m.next < m.pieces.size() && m.exec->done >= m.pieces[m.next].byte + m.pieces[m.next].bytes)
+        return consume_next(m);
+    for (Msg& m : msgs_)
+      if (m.op->kind == OpKind::Send && m.next < m.pieces.size()) return encode_next(m);
+    return false;
+  }
+
+ private:
+  bool encode_next(Msg& m) {
+    const Piece& p = m.pieces[m.next++];
+    char* src = at(m.op->src);
+    uint8_t* out = c_.codec_msgs_[static_cast<size_t>(m.op - first_op_)].data() + p.byte;
+    encode(src, p, out);
+    decode(out, p, src);  // the sender's projection
+    m.exec->ready = m.next == m.pieces.size() ? m.exec->bytes : p.byte + p.bytes;
+    return true;
+  }
+
+  bool consume_next(Msg& m) {
+    const Piece& p = m.pieces[m.next++];
+    const Op& op = *m.op;
+    const uint8_t* in = c_.codec_msgs_[static_cast<size_t>(m.op - first_op_)].data() + p.byte;
+    char* dst = at(op.dst);
+    if (op.kind == OpKind::Recv) {
+      decode(in, p, dst);
+      return true;
+    }
+    const size_t n = static_cast<size_t>(p.n), off = static_cast<size_t>(p.elem) * esize_;
+    const char* incoming = reinterpret_cast<const char*>(in);
+    if (m.coded) {
+      if (c_.codec_incoming_.size() < n * esize_) c_.codec_incoming_.resize(n * esize_);
+      codec_decode(spec_, call_.dtype, in, n, c_.codec_incoming_.data());
+      incoming = c_.codec_incoming_.data();
+    }
+    if (reduces_from_src(op) && at(op.src) != dst) std::memcpy(dst + off, at(op.src) + off, n * esize_);
+    reduce_inplace(dst + off, incoming, n, call_.dtype, call_.op);  // dst = src (op) incoming
+    if (m.coded) project(dst, p);
+    return true;
+  }
+
+ public:
+  const Op* first_op_ = nullptr;
+
+ private:
+  Communicator& c_;
+  const CollectiveCall& call_;
+  const CodecSpec& spec_;
+  char* const* bases_;
+  const CallDesc& desc_;
+  const size_t esize_;
+  std::vector<Msg> msgs_;
+  std::vector<Piece> scratch_pieces_;
+};
 
 void Communicator::run_compressed_steps(const CollectiveCall& call, const Schedule& sched, const CallDesc& desc,
                                         char* const* bases) {
   const size_t esize = dtype_size(call.dtype);
   CodecSpec spec = call.codec;
   spec.seed += desc.seq * 0x9E3779B97F4A7C15ull;  // a fresh, reproducible stream per call
-  auto at = [&](const Region& r) { return region_address(bases, r, esize, desc, rank_); };
-  // Stochastic rounding numbers an element by its place in its piece (and hashes its value,
+  // Stochastic rounding numbers an element by its place in its segment (and hashes its value,
   // codecs.h sr_draw), not by buffer, offset or step: ranks that project one sum in differently
   // placed regions (direct all_reduce: output on one rank, scratch on another) draw alike.
-  auto coded_bytes = [&](const Region& r) {
-    size_t bytes = 0;
-    for_each_piece(call, r, [&](int64_t, int64_t n) { bytes += codec_encoded_bytes(spec, static_cast<size_t>(n)); });
-    return bytes;
-  };
-  auto encode = [&](const char* src, const Region& r, uint8_t* out) {
-    for_each_piece(call, r, [&](int64_t pos, int64_t n) {
-      codec_encode(spec, call.dtype, src + static_cast<size_t>(pos) * esize, static_cast<size_t>(n), out, 0);
-      out += codec_encoded_bytes(spec, static_cast<size_t>(n));
-    });
-  };
-  auto decode = [&](const uint8_t* in, const Region& r, char* dst) {
-    for_each_piece(call, r, [&](int64_t pos, int64_t n) {
-      codec_decode(spec, call.dtype, in, static_cast<size_t>(n), dst + static_cast<size_t>(pos) * esize);
-      in += codec_encoded_bytes(spec, static_cast<size_t>(n));
-    });
-  };
-  // A sum is projected where it is made (recv_reduce, reduce): ranks that compute one sum alike
-  // (recursive doubling's exchange) then hold it alike whichever of them sends it on later.
-  auto project = [&](const Region& r) {
-    const size_t bytes = coded_bytes(r);
-    if (codec_decoded_.size() < bytes) codec_decoded_.resize(bytes);
-    uint8_t* tmp = reinterpret_cast<uint8_t*>(codec_decoded_.data());
-    encode(at(r), r, tmp);
-    decode(tmp, r, at(r));
-  };
+  const int64_t block = spec.kind == kern::CodecKind::BF16 ? 1 : spec.block;
+  const int64_t piece =
+      spec.piece_bytes > 0 ? std::max<int64_t>(1, spec.piece_bytes / static_cast<int64_t>(esize) / block) * block : 0;
+  // A chunk carries at most one piece's encoding, so the wire gets each piece as it is encoded
+  // (every rank computes the same cap: the piece size is in the descriptor).
+  if (piece) exec_.set_chunk_cap(std::max<size_t>(64, codec_encoded_bytes(spec, static_cast<size_t>(piece))));
+  CodecStep cs(*this, call, spec, bases, desc);
   // compress_inter_only: a message between ranks of one host travels raw (the sender keeps its
   // value, the receiver gets it exactly, no codec work on either end), and a sum made from a raw
   // message is not projected, so intra-host phases stay exact (on one host the call is exact). A
@@ -91,10 +195,14 @@ void Communicator::run_compressed_steps(const CollectiveCall& call, const Schedu
   };
   const bool hosts = !host_of.empty() && std::any_of(host_of.begin(), host_of.end(), [&](int h) { return h != host_of[0]; });
   if (spec.inter_only && hosts && call.coll == Collective::AllGather && call.count)
-    project(Region{BufferId::Input, 0, call.count});
+    cs.project(Region{BufferId::Input, 0, call.count}, piece);
   for (const Step& step : sched.steps) {
     ops_.clear();
+    std::vector<CodecStep::Msg>& msgs = cs.msgs();
+    msgs.clear();
+    cs.first_op_ = step.ops.data();
     if (codec_msgs_.size() < step.ops.size()) codec_msgs_.resize(step.ops.size());
+    ops_.reserve(step.ops.size());  // msgs point into ops_: no reallocation below
     for (size_t i = 0; i < step.ops.size(); ++i) {
       const Op& op = step.ops[i];
       if (op.kind == OpKind::Copy || op.kind == OpKind::Reduce) continue;
@@ -103,71 +211,57 @@ void Communicator::run_compressed_steps(const CollectiveCall& call, const Schedu
                         ", which compress= does not lower (commlib.codecs.verify refuses such schedules)");
       const Region& r = op.kind == OpKind::Send ? op.src : op.dst;
       const bool code = coded(op.peer);
-      std::vector<uint8_t>& msg = codec_msgs_[i];
+      std::vector<uint8_t>& buf = codec_msgs_[i];
       ExecOp e;
       e.kind = op.kind == OpKind::Send ? OpKind::Send : OpKind::Recv;
       e.peer = op.peer;
       e.desc = desc;
+      CodecStep::Msg m;
+      m.op = &op;
+      m.coded = code;
       if (!code) {  // raw: the region's bytes as they are
         e.bytes = static_cast<size_t>(r.count) * esize;
         if (op.kind == OpKind::Send) {
-          e.src = at(op.src);
+          e.src = cs.at(r);
         } else if (op.kind == OpKind::Recv) {
-          e.dst = at(op.dst);
-        } else {
-          msg.resize(e.bytes);
-          e.dst = reinterpret_cast<char*>(msg.data());
+          e.dst = cs.at(r);
+        } else {  // reduced piece by piece as it arrives (raw pieces: whole elements)
+          buf.resize(e.bytes);
+          e.dst = reinterpret_cast<char*>(buf.data());
+          const int64_t step_n = piece ? piece : std::max<int64_t>(r.count, 1);
+          for (int64_t k = 0; k < r.count; k += step_n) {
+            const int64_t n = std::min(step_n, r.count - k);
+            m.pieces.push_back(Piece{k, n, 0, static_cast<size_t>(k) * esize, static_cast<size_t>(n) * esize});
+          }
         }
-        ops_.push_back(e);
-        continue;
-      }
-      msg.resize(coded_bytes(r));
-      e.bytes = msg.size();
-      if (op.kind == OpKind::Send) {
-        char* src = at(op.src);
-        encode(src, r, msg.data());
-        decode(msg.data(), r, src);  // the sender's projection
-        e.src = reinterpret_cast<const char*>(msg.data());
       } else {
-        e.dst = reinterpret_cast<char*>(msg.data());
+        pieces_of(call, spec, r, piece, m.pieces);
+        buf.resize(bytes_of(m.pieces));
+        e.bytes = buf.size();
+        if (op.kind == OpKind::Send) {
+          e.src = reinterpret_cast<const char*>(buf.data());
+          e.ready = 0;  // CodecStep encodes it piece by piece
+        } else {
+          e.dst = reinterpret_cast<char*>(buf.data());
+        }
       }
       ops_.push_back(e);
+      if (!m.pieces.empty() && (code || op.kind == OpKind::RecvReduce)) {
+        m.exec = &ops_.back();
+        msgs.push_back(std::move(m));
+      }
     }
-    exec_.run_step(ops_, DType::UInt8, RedOp::Sum, desc);
-    // The step's ops are independent (the verifier's rule), so the local ones and the decoding
-    // may follow the transfers in any order.
-    for (size_t i = 0; i < step.ops.size(); ++i) {
-      const Op& op = step.ops[i];
+    exec_.run_step(ops_, DType::UInt8, RedOp::Sum, desc, &cs);
+    // The step's ops are independent (the verifier's rule), so the local ones may follow the
+    // transfers in any order.
+    for (const Op& op : step.ops) {
       const size_t n = static_cast<size_t>(op.dst.count);
-      switch (op.kind) {
-        default:  // Send (the others were refused above)
-          break;
-        case OpKind::Copy:
-          if (n) std::memmove(at(op.dst), at(op.src), n * esize);
-          break;
-        case OpKind::Reduce:
-          if (!n) break;
-          reduce_inplace(at(op.dst), at(op.src), n, call.dtype, call.op);
-          if (!spec.inter_only) project(op.dst);  // inter_only: its operands are as they came
-          break;
-        case OpKind::Recv:
-          if (n && coded(op.peer)) decode(codec_msgs_[i].data(), op.dst, at(op.dst));
-          break;
-        case OpKind::RecvReduce: {
-          if (!n) break;
-          const bool code = coded(op.peer);
-          const char* incoming = reinterpret_cast<const char*>(codec_msgs_[i].data());
-          if (code) {
-            if (codec_decoded_.size() < n * esize) codec_decoded_.resize(n * esize);
-            decode(codec_msgs_[i].data(), op.dst, codec_decoded_.data());
-            incoming = codec_decoded_.data();
-          }
-          char* dst = at(op.dst);
-          if (reduces_from_src(op) && at(op.src) != dst) std::memcpy(dst, at(op.src), n * esize);
-          reduce_inplace(dst, incoming, n, call.dtype, call.op);  // dst = src (op) incoming
-          if (code) project(op.dst);
-          break;
-        }
+      if (!n) continue;
+      if (op.kind == OpKind::Copy) {
+        std::memmove(cs.at(op.dst), cs.at(op.src), n * esize);
+      } else if (op.kind == OpKind::Reduce) {
+        reduce_inplace(cs.at(op.dst), cs.at(op.src), n, call.dtype, call.op);
+        if (!spec.inter_only) cs.project(op.dst, piece);  // inter_only: its operands are as they came
       }
     }
   }

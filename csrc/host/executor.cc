@@ -50,7 +50,7 @@ bool Executor::progress_send(ExecOp& o, size_t esize) {
   Link& l = t_.link(o.peer);
   const size_t cap = chunk_for(l, esize);
   if (o.mode < 0)  // decided once per message: the receiver takes either form
-    o.mode = (o.bytes >= single_copy_min_ && l.peer_reads_directly()) ? 1
+    o.mode = (o.bytes >= single_copy_min_ && o.ready >= o.bytes && l.peer_reads_directly()) ? 1
              : (o.bytes >= kInPlaceBytes && l.caps().sends_in_place) ? 2
                                                                 : 0;
   if (o.mode == 2) return progress_send_in_place(o, l, cap);
@@ -79,10 +79,11 @@ bool Executor::progress_send(ExecOp& o, size_t esize) {
     return moved;
   }
   while (!o.finished) {
+    size_t n = std::min(cap, o.bytes - o.done);
+    if (o.ready < o.done + n) break;  // the rest of this chunk is not written yet
     char* payload;
     ChunkHeader* h = l.acquire_send(&payload);
     if (!h) break;
-    size_t n = std::min(cap, o.bytes - o.done);
     h->desc = o.desc;
     h->offset = o.done;
     h->bytes = n;
@@ -101,10 +102,11 @@ bool Executor::progress_send(ExecOp& o, size_t esize) {
 bool Executor::progress_send_in_place(ExecOp& o, Link& l, size_t cap) {
   bool moved = false;
   while (!o.rendezvous) {
+    const size_t n = std::min(cap, o.bytes - o.done);
+    if (o.ready < o.done + n) break;  // the rest of this chunk is not written yet
     char* payload;
     ChunkHeader* h = l.acquire_send(&payload);
     if (!h) break;
-    const size_t n = std::min(cap, o.bytes - o.done);
     h->desc = o.desc;
     h->offset = o.done;
     h->bytes = n;
@@ -292,7 +294,7 @@ void Executor::on_idle(std::vector<ExecOp>& ops, const CallDesc& call, Clock::ti
   }
 }
 
-void Executor::run_step(std::vector<ExecOp>& ops, DType dtype, RedOp op, const CallDesc& call) {
+void Executor::run_step(std::vector<ExecOp>& ops, DType dtype, RedOp op, const CallDesc& call, StepWork* work) {
   const size_t esize = dtype_size(dtype);
   bool any_comm = false;
   for (ExecOp& o : ops) {
@@ -326,8 +328,9 @@ void Executor::run_step(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
   for (;;) {
     uint32_t seen = t_.events();
     bool moved = progress(ops, dtype, op, call, &pending);
-    if (pending == 0) break;
-    if (moved) {
+    const bool worked = work && work->run();
+    if (pending == 0 && !worked) break;
+    if (moved || worked) {
       fresh = true;
       continue;
     }

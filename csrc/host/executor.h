@@ -34,6 +34,20 @@ struct ExecOp {
                               // Recv: 3 posted (the link may land chunks straight in dst)
   uint64_t rendezvous = 0;    // Send by rendezvous: the peer's ack count that completes it; in
                               // place: the link's ticket of the last chunk (0: not all published)
+  size_t ready = SIZE_MAX;    // Send: bytes of src written so far (StepWork produces the rest while
+                              // the step runs; whole chunks go as they are ready, never single-copy)
+};
+
+// Work the caller interleaves with a step's transfers (the compressed lowering's codec: encoding
+// the next piece of a send while earlier ones travel, decoding a received piece while later ones
+// arrive). run() does one bounded piece of work and says whether it did any; the step ends once
+// every transfer finished and run() has nothing left.
+class StepWork {
+ public:
+  virtual bool run() = 0;
+
+ protected:
+  ~StepWork() = default;
 };
 
 struct ExecOptions {
@@ -53,6 +67,9 @@ struct ExecOptions {
   // cache), while all_reduce got 5-15% slower, and 2 ranks preferred 256 KiB for everything.
   // COMMLIB_COPY_CHUNK_BYTES overrides.
   size_t copy_chunk_bytes = size_t{64} << 10;
+  // compress=: input bytes per coded piece (host/compressed_lowering.cc streams them); 0: whole
+  // messages. COMMLIB_COMPRESS_PIECE_BYTES overrides.
+  size_t codec_piece_bytes = size_t{256} << 10;
   // COMMLIB_CMA: when messages go single-copy (policy/single_copy.h decides per call from it).
   SingleCopySetting single_copy;
 };
@@ -64,7 +81,7 @@ class Executor {
   // Runs `ops` to completion. `call` names the call in error messages (described only on failure:
   // building strings per call would show on the latency path).
   // Throws MismatchError / PeerError (after publishing the failure to the peers).
-  void run_step(std::vector<ExecOp>& ops, DType dtype, RedOp op, const CallDesc& call);
+  void run_step(std::vector<ExecOp>& ops, DType dtype, RedOp op, const CallDesc& call, StepWork* work = nullptr);
 
   // Raises at once if a peer has already failed (used at the start of every call).
   void check_peers_failed(const CallDesc& call);
@@ -103,6 +120,8 @@ class Executor {
     chunk_cap_ = chunk_cap;
     single_copy_min_ = single_copy_min < 0 ? SIZE_MAX : std::max<size_t>(1, static_cast<size_t>(single_copy_min));
   }
+  // Replaces begin_call's chunk cap for the rest of the call (the same rule: every rank alike).
+  void set_chunk_cap(size_t chunk_cap) { chunk_cap_ = chunk_cap; }
 
  private:
   // Messages under 64 KiB never stream: the fence would cost more than the cache lines it saves.

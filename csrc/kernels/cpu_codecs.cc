@@ -5,6 +5,7 @@
 // byte across the whole region, so such a launcher gives each thread whole bytes).
 #include "kernels/cpu_codecs.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -28,6 +29,145 @@ size_t payload_bytes(CodecKind kind, size_t n) {
   }
 }
 
+
+// The integer grids under nearest rounding, the common case, in loops gcc vectorises with the
+// baseline's SSE2 (no intrinsics): per block, the finite amax over 8 lanes, then y = x * 2^-e in
+// float and rint(y) by the 1.5 * 2^23 trick. Bit for bit what the functors compute: x * 2^-e is
+// exact in float wherever |y| >= 2^-126 (a power of two's product), and below that both round to
+// a zero code; the trick rounds to nearest-even for |y| < 2^22 (here |y| <= top + 1/2). A block
+// holding a non-finite value, or whose top code at its scale would pass the dtype's largest value
+// (codecs.h's step toward zero), goes through the functors instead.
+constexpr size_t kLanes = 8;
+constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23
+
+template <DType D>
+float block_amax(const typename DTypeTraits<D>::storage* x, size_t n, bool* finite) {
+  using Tr = DTypeTraits<D>;
+  float m[kLanes] = {}, bad[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (size_t j = 0; j < kLanes; ++j) {
+      const float a = std::fabs(static_cast<float>(Tr::load(x[i + j])));
+      const bool ok = a <= 3.4028234663852886e38f;  // false for NaN and Inf
+      m[j] = (ok && a > m[j]) ? a : m[j];
+      bad[j] = ok ? bad[j] : 1.0f;
+    }
+  float amax = 0, any_bad = 0;
+  for (size_t j = 0; j < kLanes; ++j) {
+    amax = m[j] > amax ? m[j] : amax;
+    any_bad += bad[j];
+  }
+  for (; i < n; ++i) {
+    const float a = std::fabs(static_cast<float>(Tr::load(x[i])));
+    const bool ok = a <= 3.4028234663852886e38f;
+    amax = (ok && a > amax) ? a : amax;
+    any_bad += ok ? 0.0f : 1.0f;
+  }
+  *finite = any_bad == 0;
+  return amax;
+}
+
+// Codes of one finite block at scale 2^e: one signed integer per byte.
+template <DType D>
+void int_codes(const typename DTypeTraits<D>::storage* x, size_t n, int e, int8_t* codes) {
+  using Tr = DTypeTraits<D>;
+  const float inv = static_cast<float>(kern::pow2(-e));
+  for (size_t i = 0; i < n; ++i) {
+    const float y = static_cast<float>(Tr::load(x[i])) * inv;
+    codes[i] = static_cast<int8_t>(static_cast<int>((y + kRoundMagic) - kRoundMagic));
+  }
+}
+
+template <class G, DType D>
+bool encode_int_nearest(const CodecSpec& spec, const void* src, size_t n, uint8_t* dst) {
+  using Tr = DTypeTraits<D>;
+  const auto* x = static_cast<const typename Tr::storage*>(src);
+  const size_t B = static_cast<size_t>(spec.block);
+  constexpr bool kNibbles = std::is_same<G, kern::Int4Grid>::value;
+  uint8_t* scales = dst;
+  uint8_t* payload = dst + blocks_of(spec, n);
+  // int4: codes of a stretch of whole blocks (an even number of elements) one per byte, then packed.
+  int8_t stretch[4096];
+  const size_t per = kNibbles ? std::max<size_t>(2 * B, sizeof(stretch) / (2 * B) * (2 * B)) : n;
+  if (kNibbles && per > sizeof(stretch)) return false;  // huge blocks: the functors' loop
+  for (size_t s0 = 0, blk = 0; s0 < n; s0 += per) {
+    const size_t s1 = std::min(n, s0 + per);
+    int8_t* codes = kNibbles ? stretch : reinterpret_cast<int8_t*>(payload) + s0;
+    for (size_t b0 = s0; b0 < s1; b0 += B, ++blk) {
+      const size_t b1 = std::min(b0 + B, n);
+      bool finite;
+      const float amax = block_amax<D>(x + b0, b1 - b0, &finite);
+      const int e = kern::block_scale_exp<G, D>(amax, true);
+      scales[blk] = static_cast<uint8_t>(static_cast<int8_t>(e));
+      int8_t* c = codes + (b0 - s0);
+      if (finite && G::top * kern::pow2(e) <= kern::StorageLimits<D>::max) {
+        int_codes<D>(x + b0, b1 - b0, e, c);
+      } else {
+        for (size_t i = b0; i < b1; ++i) {
+          const uint8_t code = kern::encode_element<G, D>(static_cast<float>(Tr::load(x[i])), e, -1.0);
+          c[i - b0] = static_cast<int8_t>(kNibbles && (code & 8) ? code | 0xf0 : code);
+        }
+      }
+    }
+    if (kNibbles) {
+      const size_t m = s1 - s0;
+      uint8_t* out = payload + s0 / 2;
+      for (size_t j = 0; j < m / 2; ++j)
+        out[j] = static_cast<uint8_t>((stretch[2 * j] & 0xf) | ((stretch[2 * j + 1] & 0xf) << 4));
+      if (m & 1) out[m / 2] = static_cast<uint8_t>(stretch[m - 1] & 0xf);
+    }
+  }
+  return true;
+}
+
+// Decoding the integer grids: code * 2^e in float (exact: at most 7 significant bits, and 2^e is
+// a float, subnormal at worst), NaN's code to the canonical NaN.
+template <class G, DType D>
+void decode_int(const CodecSpec& spec, const uint8_t* src, size_t n, void* dst) {
+  using Tr = DTypeTraits<D>;
+  auto* y = static_cast<typename Tr::storage*>(dst);
+  const size_t B = static_cast<size_t>(spec.block);
+  constexpr bool kNibbles = std::is_same<G, kern::Int4Grid>::value;
+  const uint8_t* scales = src;
+  const uint8_t* payload = src + blocks_of(spec, n);
+  const float nan = kern::f32_from_bits(kern::kF32CanonicalNaN);
+  int8_t stretch[4096];
+  const size_t per = kNibbles ? sizeof(stretch) : n;
+  for (size_t s0 = 0; s0 < n; s0 += per) {  // per is even: a stretch starts on a byte
+    const size_t s1 = std::min(n, s0 + per);
+    const int8_t* codes = reinterpret_cast<const int8_t*>(payload) + s0;
+    if (kNibbles) {
+      const uint8_t* in = payload + s0 / 2;
+      for (size_t j = 0; j < (s1 - s0) / 2; ++j) {
+        stretch[2 * j] = static_cast<int8_t>(static_cast<int8_t>(in[j] << 4) >> 4);
+        stretch[2 * j + 1] = static_cast<int8_t>(static_cast<int8_t>(in[j]) >> 4);
+      }
+      if ((s1 - s0) & 1) stretch[s1 - s0 - 1] = static_cast<int8_t>(static_cast<int8_t>(in[(s1 - s0) / 2] << 4) >> 4);
+      codes = stretch;
+    }
+    for (size_t b0 = s0 - s0 % B, blk = s0 / B; b0 < s1; b0 += B, ++blk) {
+      const size_t lo = std::max(b0, s0), hi = std::min(b0 + B, s1);
+      const float scale = static_cast<float>(kern::pow2(static_cast<int8_t>(scales[blk])));
+      const int8_t nan_code = static_cast<int8_t>(kNibbles ? -8 : -128);
+      if constexpr (D == DType::Float32) {  // a select on the bits: no branch, so gcc vectorises it
+        const uint32_t nan_bits = kern::kF32CanonicalNaN;
+        for (size_t i = lo; i < hi; ++i) {
+          const int8_t c = codes[i - s0];
+          const uint32_t is_nan = 0u - static_cast<uint32_t>(c == nan_code);
+          const uint32_t bits = kern::f32_bits(static_cast<float>(c) * scale);
+          y[i] = kern::f32_from_bits((bits & ~is_nan) | (nan_bits & is_nan));
+        }
+      } else {
+        for (size_t i = lo; i < hi; ++i) {
+          const int8_t c = codes[i - s0];
+          const float v = static_cast<float>(c) * scale;
+          y[i] = Tr::store(c == nan_code ? nan : v);
+        }
+      }
+    }
+  }
+}
+
 template <class G, DType D>
 void encode_scaled(const CodecSpec& spec, const void* src, size_t n, uint8_t* dst, uint64_t base) {
   using Tr = DTypeTraits<D>;
@@ -36,6 +176,9 @@ void encode_scaled(const CodecSpec& spec, const void* src, size_t n, uint8_t* ds
   uint8_t* scales = dst;
   uint8_t* payload = dst + blocks_of(spec, n);
   constexpr bool kNibbles = std::is_same<G, kern::Int4Grid>::value;
+  constexpr bool kInt = kNibbles || std::is_same<G, kern::Int8Grid>::value;
+  if constexpr (kInt)
+    if (!spec.stochastic && encode_int_nearest<G, D>(spec, src, n, dst)) return;
   for (size_t b0 = 0, blk = 0; b0 < n; b0 += B, ++blk) {
     const size_t b1 = b0 + B < n ? b0 + B : n;
     float amax = 0.0f;
@@ -65,6 +208,7 @@ void decode_scaled(const CodecSpec& spec, const uint8_t* src, size_t n, void* ds
   const uint8_t* scales = src;
   const uint8_t* payload = src + blocks_of(spec, n);
   constexpr bool kNibbles = std::is_same<G, kern::Int4Grid>::value;
+  if constexpr (kNibbles || std::is_same<G, kern::Int8Grid>::value) return decode_int<G, D>(spec, src, n, dst);
   for (size_t b0 = 0, blk = 0; b0 < n; b0 += B, ++blk) {
     const size_t b1 = b0 + B < n ? b0 + B : n;
     const int e = static_cast<int8_t>(scales[blk]);
@@ -170,7 +314,8 @@ const char* codec_name(kern::CodecKind kind) {
 
 int32_t codec_desc_tag(const CodecSpec& spec) {
   if (!spec.active()) return 0;
-  uint64_t z = static_cast<uint64_t>(spec.block) * 0x9E3779B97F4A7C15ull + (spec.stochastic ? spec.seed : 0);
+  uint64_t z = static_cast<uint64_t>(spec.block) * 0x9E3779B97F4A7C15ull + (spec.stochastic ? spec.seed : 0) +
+               static_cast<uint64_t>(spec.piece_bytes) * 0xD1B54A32D192ED03ull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;  // splitmix64's finaliser
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   z ^= z >> 31;
@@ -188,7 +333,7 @@ std::string codec_tag_text(int32_t tag) {
   return std::string(kind <= static_cast<unsigned>(CodecKind::Int4) ? codec_name(static_cast<CodecKind>(kind))
                                                                     : "codec code " + std::to_string(kind)) +
          " (" + ((t & 8) ? "stochastic" : "nearest") + ((t & 16) ? ", inter-host only" : "") +
-         ", block/seed #" + hash + ")";
+         ", block/piece/seed #" + hash + ")";
 }
 
 void check_codec(const CodecSpec& spec, DType dtype) {

@@ -18,15 +18,20 @@ struct CodecSpec {
   bool stochastic = false;  // stochastic rounding (else nearest, ties to even)
   uint64_t seed = 0;        // stochastic rounding's stream; element i of a region uses counter base+i
   bool inter_only = false;  // compress_inter_only: messages between ranks of one host travel raw
+  // Streaming (host/compressed_lowering.cc): a message is coded in pieces of this many bytes of
+  // input, rounded down to whole blocks (0: whole), so the codec overlaps the wire. The pieces lay
+  // the message out, so the ranks must agree: it joins the descriptor's hash.
+  int64_t piece_bytes = 0;
   bool active() const { return kind != kern::CodecKind::None; }
 };
 
 // The codec as the call descriptor carries it (CallDesc::root of the rootless collectives that
 // take compress=, plan/lowering.cc), so ranks that pass different codecs get a MismatchError:
-// bits 0-2 the kind, bit 3 stochastic, bit 4 inter_only, bits 5-30 a hash of the block size and
-// (stochastic only: nearest rounding ignores it) the seed; bit 31 clear. 0 for no codec.
+// bits 0-2 the kind, bit 3 stochastic, bit 4 inter_only, bits 5-30 a hash of the block size, the
+// piece size and (stochastic only: nearest rounding ignores it) the seed; bit 31 clear. 0 for no
+// codec.
 int32_t codec_desc_tag(const CodecSpec& spec);
-// "int8 (block/seed #1a2b3c, nearest)" for a tag; "" for 0 (describe_call).
+// "int8 (nearest, block/piece/seed #1a2b3c)" for a tag; "" for 0 (describe_call).
 std::string codec_tag_text(int32_t tag);
 
 // Name <-> kind ("bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int4"); unknown names throw

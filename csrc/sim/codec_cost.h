@@ -1,8 +1,13 @@
 // compress= in the simulator (docs/compression.md, docs/simulator.md): what a message costs when it
 // travels encoded, as host/compressed_lowering.cc runs it. The sender encodes the whole message and
-// projects its own copy (encode + decode) before the step's transfers start; the wire carries the
-// encoded bytes; the receiver decodes after the transfer (no chunk pipeline: a coded message does
-// not stream), and a reducing receive then reduces the decoded values and projects the sum.
+// projects its own copy (encode + decode); the wire carries the encoded bytes; the receiver
+// decodes, and a reducing receive reduces the decoded values and projects the sum. With `piece`
+// (streaming, COMMLIB_COMPRESS_PIECE_BYTES) that work overlaps the wire: the transfer starts once
+// the first piece is encoded and ends no earlier than the sender's whole encoding plus one piece
+// on the wire; the receiver's work ends no earlier than the last piece's share after the last
+// byte, nor than all of it from the first piece's arrival or after its own encoding (one CPU). A
+// message of at most one piece (or piece 0) is coded whole: encoded before the transfer starts,
+// decoded after the last byte.
 // inter_only: messages within a host are raw and cost what they always do. The codec's layout
 // (scale bytes per block, bits per code) comes from the caller (the bindings read it off the
 // codecs of kernels/, which the simulator does not include: they share a floor).
@@ -21,7 +26,10 @@ struct CodecCost {
   int code_bits = 8;         // per element
   double encode_s = 0;       // per element (CPU, one core)
   double decode_s = 0;       // per element
+  int64_t piece = 0;         // elements per streamed piece (0: whole messages)
   bool coded(int host_s, int host_q) const { return active && (!inter_only || host_s != host_q); }
+  // The piece a coded message of `count` elements streams in; 0: coded whole.
+  int64_t streamed_piece(bool is_coded, int64_t count) const { return is_coded && piece > 0 && count > piece ? piece : 0; }
   double bytes(int64_t count, int elem_bytes, bool coded) const {
     if (!coded) return static_cast<double>(count) * elem_bytes;
     return static_cast<double>((count + block - 1) / block * scale_bytes + (count * code_bits + 7) / 8);
@@ -38,7 +46,7 @@ struct CodecCost {
 // and per-element times in nanoseconds, a negative one taking the default (codec_cost.cc: the CPU
 // loops' rates on one core of a quiet machine). Throws std::invalid_argument naming the argument.
 CodecCost codec_cost(int64_t block, int scale_bytes, int code_bits, bool inter_only, double encode_ns = -1,
-                     double decode_ns = -1);
+                     double decode_ns = -1, int64_t piece = 0);
 
 }  // namespace sim
 }  // namespace commlib

@@ -181,15 +181,18 @@ class Run {
     // The sender's CPU posts its sends one after another (LogGP's o, send side), encoding first.
     const double fs = oversub_[t_.host_of[s]], fq = oversub_[t_.host_of[q]];
     double start = t + t_.op_overhead_s * std::max(fs, fq);
+    const int64_t piece = codec_.streamed_piece(coded, so.count);  // codec_cost.h: the overlap
     if (t_.send_overhead_s > 0 || coded) {
-      send_cpu_[s] = std::max(send_cpu_[s], t) + (t_.send_overhead_s + (coded ? codec_.sender_s(so.count) : 0)) * fs;
-      start = std::max(start, send_cpu_[s]);
+      const double cpu0 = std::max(send_cpu_[s], t);
+      send_cpu_[s] = cpu0 + (t_.send_overhead_s + (coded ? codec_.sender_s(so.count) : 0)) * fs;
+      start = std::max(start, piece ? cpu0 + (t_.send_overhead_s + codec_.sender_s(piece)) * fs : send_cpu_[s]);
     }
     double slowest, latency;
-    const double wire_done = wire(s, q, bytes, start, slowest, latency);
+    double wire_done = wire(s, q, bytes, start, slowest, latency);
+    if (piece) wire_done = std::max(wire_done, send_cpu_[s] + codec_.bytes(piece, eb_, true) / slowest);
     // A reducing receive adds the reduction its chunk pipeline cannot hide behind the transfer.
     const bool reduces = ro.kind == SimKind::RecvReduce;
-    const double reduce_tail = coded ? codec_.receiver_s(ro.count, reduces, rates_[q].reduce_s_per_byte, eb_) * fq
+    const double reduce_tail = coded ? codec_.receiver_s(piece ? piece : ro.count, reduces, rates_[q].reduce_s_per_byte, eb_) * fq
                                : reduces ? reduce_tail_s(q, bytes, slowest) : 0.0;
     S.end = std::max(S.end, wire_done + latency);
     // A receiver asleep when the bytes are in reduces them once it is running again; its CPU takes
@@ -200,6 +203,11 @@ class Run {
       taken = recv_cpu_[q];
     }
     Q.end = std::max(Q.end, taken + reduce_tail);
+    if (piece) {  // all the receiver's work, from the first piece's arrival and after its own encoding
+      const double work = codec_.receiver_s(ro.count, reduces, rates_[q].reduce_s_per_byte, eb_) * fq;
+      const double first_in = start + latency + codec_.bytes(piece, eb_, true) / slowest;
+      Q.end = std::max({Q.end, first_in + work, send_cpu_[q] + work});
+    }
     ++transfers_;
     if (trace_) trace_->transfers.push_back({s, q, S.step, Q.step, bytes, start, wire_done + latency, wire_links_});
   }

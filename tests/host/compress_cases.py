@@ -86,7 +86,18 @@ def _refused(comm, collective, algo, n, failures, case) -> bool:
 
 
 def check_compressed(comm, collective: str):
-    """Runs one collective's matrix on this rank; returns (failures, [(case, digest)])."""
+    """Runs one collective's matrix on this rank, streamed in one-block pieces (float32; float16:
+    two blocks) so every message of more than a block is coded, sent and decoded piece by piece;
+    returns (failures, [(case, digest)])."""
+    from streaming_cases import streamed
+    sub = streamed(comm, str(4 * BLOCK))
+    try:
+        return _check_compressed(sub, collective)
+    finally:
+        sub.close()
+
+
+def _check_compressed(comm, collective: str):
     p, r = comm.size, comm.rank
     failures, digests = [], []
     runnable = {(a, n): not _refused(comm, collective, a, n, failures, f"{collective} {a} n={n}")

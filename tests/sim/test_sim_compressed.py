@@ -57,3 +57,22 @@ def test_refused_arguments_are_named():
         sim.predict("all_reduce", "ring", 4096, P, ETH_1G, dtype="float64", compress="int8")
     with pytest.raises(ValueError, match="compress"):
         sim.predict("all_reduce", "ring", 4096, P, ETH_1G, compress="int3")
+
+
+def test_streaming_hides_the_codec_behind_the_wire():
+    """Coded whole, each of ring's steps pays encode, wire and decode in turn; streamed in pieces
+    (COMMLIB_COMPRESS_PIECE_BYTES) the codec runs while earlier pieces travel, so at a codec faster
+    than the wire the call costs what the wire does plus one piece's fill; at a codec slower than
+    the wire, what the CPU does."""
+    def t(codec_ns, piece):
+        return sim.predict("all_reduce", "ring", 64 << 20, P, ETH_1G, compress="int8", codec_ns=codec_ns,
+                           piece_bytes=piece)["time_us"]["median"]
+    fast, slow = (1.2, 0.3), (30.0, 10.0)
+    wire_only = t((0.0, 0.0), 256 << 10)  # (the reductions stream too: below t((0, 0), 0))
+    assert wire_only <= t((0.0, 0.0), 0)
+    assert wire_only < t(fast, 256 << 10) < 1.03 * wire_only < t(fast, 0)
+    # CPU-bound: per rank, 2 (P - 1) steps of 16 Mi / P elements, each encoding and projecting its
+    # send and decoding its receive (plus the sum's projection in the reduce-scatter half)
+    chunk = (64 << 20) // 4 // P
+    cpu_us = chunk * 1e-3 * ((P - 1) * (30 + 10 + 10 + 40) + (P - 1) * (30 + 10 + 10))
+    assert cpu_us < t(slow, 256 << 10) < t(slow, 0)
