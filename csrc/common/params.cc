@@ -97,7 +97,7 @@ const std::vector<Param> kParams = {
     {"COMMLIB_DEVICE_PATH", "name", "auto",
      "how the stream engine runs a collective on device buffers: kernel = one kernel launch over peer memory, "
      "copy = copy-engine copies ordered by stream memory operations, auto = kernel up to the tuning file's "
-     "device_path crossover per rank (default 1 MiB), copy above (the same on every rank)"},
+     "device_path crossover per rank (default: no crossover, kernel at every size), copy above (the same on every rank)"},
     {"COMMLIB_DEVICE_BLOCK_BYTES", "bytes", "262144",
      "kernel path, one-sided algorithms (mapped_*): at least this many bytes per block per handshake (fewer "
      "blocks for smaller calls, at most the device's grid), the same on every rank", 1, INT64_MAX},

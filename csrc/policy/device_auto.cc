@@ -58,7 +58,6 @@ uint8_t kernel_auto_algorithm(int size, const Topology& topology, const KernelAu
   if (!kernel_path_takes(in.path, bytes, in.kernel_max_bytes)) return 0;
   std::string tuned;
   if (tuned_row(size, in, bytes, &tuned)) return static_cast<uint8_t>(algorithm_index(Collective::AllReduce, tuned));
-  if (bytes > in.kernel_max_bytes) return 0;
   return static_cast<uint8_t>(algorithm_index(Collective::AllReduce, one_shot_size(size, bytes) ? "direct" : "two_shot"));
 }
 
