@@ -105,6 +105,12 @@ const std::vector<Param> kParams = {
      "kernel path: chunks of at most this many bytes move with the LL protocol (data and flag in one 8-byte store, "
      "no fence; half the bandwidth), larger ones through a slot and a flag; 0 = never; a multiple of 64 up to 65536, "
      "at most COMMLIB_DEVICE_SLOT_BYTES, the same on every rank", 0, INT64_MAX},
+    {"COMMLIB_DEVICE_COPY_RECV", "name", "gated",
+     "copy path, a diagnostic for timing (docs/gpu.md \"The copy path's large-message regression\"): how a step's "
+     "copies and reductions out of the inbox and between its buffers run: gated = kernels that read the stop word "
+     "(host memory) when they start, so a mismatched call writes nothing; ungated = the same kernels without that "
+     "read; driver = plain copies by cudaMemcpyAsync (copy engines), reductions ungated. ungated and driver let a "
+     "mismatched call write its output"},
     {"COMMLIB_DEVICE_STREAMS", "int", "2",
      "streams a call of the stream engine runs its steps on: 2 = sends on one, receives and reductions on another, "
      "joined by events per step; 1 = the caller's stream only", 1, 2},

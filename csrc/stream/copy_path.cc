@@ -13,6 +13,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "common/params.h"
 #include "device/host_flags.h"
 #include "plan/describe.h"
 #include "plan/lowering.h"
@@ -76,6 +77,15 @@ char* CopyPath::peer_p2p_slot(int peer, uint64_t k) const {
 uint64_t* CopyPath::stop_word(char* ctl) const { return reinterpret_cast<uint64_t*>(ctl + ctl_bytes() - kLine); }
 const uint64_t* CopyPath::stop_dev() const { return stop_word(dev_ctl()); }
 
+namespace {
+
+CopyPath::DataOps data_ops_from_env() {
+  const std::string v = param_choice("COMMLIB_DEVICE_COPY_RECV", {"gated", "ungated", "driver"});
+  return v == "driver" ? CopyPath::DataOps::Driver : v == "ungated" ? CopyPath::DataOps::Ungated : CopyPath::DataOps::Gated;
+}
+
+}  // namespace
+
 CopyPath::CopyPath(std::shared_ptr<Device> device, CopyPathHost& host, NcclLink& nccl, int rank, int size,
                    uint32_t nslots, uint64_t slot_bytes, int streams)
     : device_(std::move(device)),
@@ -86,6 +96,7 @@ CopyPath::CopyPath(std::shared_ptr<Device> device, CopyPathHost& host, NcclLink&
       nslots_(nslots),
       slot_bytes_(slot_bytes),
       streams_(streams),
+      data_ops_(data_ops_from_env()),
       peers_(size),
       grouped_(size, false),
       remote_(size, false),
@@ -189,13 +200,22 @@ void CopyPath::recv_chunk(int q, char* dst, const char* src, size_t bytes, bool 
   const char* slot = static_cast<char*>(inbox_) + (static_cast<size_t>(q) * nslots_ + c % nslots_) * slot_bytes_;
   if (bytes) {  // skipped once the call's check failed or the engine failed (the stop word)
     if (!reduce) {
-      device_->copy_unless(stop_dev(), dst, slot, bytes, s);
+      data_copy(dst, slot, bytes, s);
     } else {
-      if (src && src != dst) device_->copy_unless(stop_dev(), dst, src, bytes, s);
-      device_->reduce_unless(stop_dev(), dst, slot, bytes / dtype_size(dtype), dtype, op, s);
+      if (src && src != dst) data_copy(dst, src, bytes, s);
+      data_reduce(dst, slot, bytes / dtype_size(dtype), dtype, op, s);
     }
   }
   device_->write_value(flag(reinterpret_cast<char*>(peers_[q].ctl_dev), 1, rank_), c + 1, s);
+}
+
+void CopyPath::data_copy(char* dst, const char* src, size_t bytes, DeviceStream& s) {
+  if (data_ops_ == DataOps::Driver) device_->copy(dst, src, bytes, s);
+  else device_->copy_unless(data_ops_ == DataOps::Gated ? stop_dev() : nullptr, dst, src, bytes, s);
+}
+
+void CopyPath::data_reduce(char* dst, const char* src, size_t n, DType dtype, RedOp op, DeviceStream& s) {
+  device_->reduce_unless(data_ops_ == DataOps::Gated ? stop_dev() : nullptr, dst, src, n, dtype, op, s);
 }
 
 Launched CopyPath::enqueue(const PathCall& pc, DeviceStream& s) {
@@ -240,9 +260,9 @@ void CopyPath::enqueue_step(const Step& step, char* const bases[3], size_t esize
     if (o.kind == OpKind::Copy && bytes) {
       char* d = resolve(o.dst);
       const char* src = resolve(o.src);
-      if (d != src) device_->copy_unless(stop_dev(), d, src, bytes, s);
+      if (d != src) data_copy(d, src, bytes, s);
     } else if (o.kind == OpKind::Reduce && bytes) {
-      device_->reduce_unless(stop_dev(), resolve(o.dst), resolve(o.src), bytes / esize, dtype, op, s);
+      data_reduce(resolve(o.dst), resolve(o.src), bytes / esize, dtype, op, s);
     }
   }
   // Messages to peers over the nccl link: one NCCL group, before the peer-memory chunks.

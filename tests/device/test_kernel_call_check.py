@@ -69,7 +69,7 @@ def test_auto_takes_one_shot_or_two_shot_on_the_kernel_path(pool, path):
             assert after == ["ring"] * 4, after
 
 
-MAPPED_AUTO = "mapped_two_shot"  # auto's one-sided all_reduce on mapped buffers
+MAPPED_AUTO = "mapped_fused_two_shot"  # auto's one-sided all_reduce on mapped buffers
 
 
 @pytest.mark.parametrize("path,shareable", [("auto", (0, 1, 2)), ("auto", (0, 2)), ("kernel", (0, 1, 2))])
