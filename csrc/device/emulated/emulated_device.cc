@@ -315,8 +315,7 @@ void EmulatedDevice::divide(void* dst, size_t n, DType dtype, int64_t divisor, D
 }
 
 // The gated operations: the stop word is read when the stream reaches the operation, as the CUDA
-// kernels read it when they start (kernels/cuda_reduce.cu); a null stop word: not gated (the same
-// kernel, counted apart).
+// kernels read it when they start (kernels/cuda_reduce.cu); null: not gated (counted apart).
 void EmulatedDevice::copy_unless(const uint64_t* stop, void* dst, const void* src, size_t bytes, DeviceStream& stream) {
   enter(stop ? "a gated copy kernel launch" : "a copy kernel launch", true);
   emu(stream).enqueue_data([stop, dst, src, bytes] {
