@@ -94,6 +94,8 @@ KernelPath::~KernelPath() {
     DeviceGuard guard(*device_);  // the last reference may go on any thread (issue #23: no stray context)
     close_imports();
     if (setup_stream_) release(*setup_stream_, false);
+    if (host_page_) device_->unmap_host(host_page_);  // kept until now: see release()
+    if (host_page_) munmap(host_page_, kPageBytes);
   } catch (...) {
   }
 }
@@ -386,12 +388,7 @@ void KernelPath::release(DeviceStream& stream, bool free_region) {
   retired_staging_.clear();
   staging_ = Staging{};
   staged_ = 0;
-  if (host_page_) {
-    device_->unmap_host(host_page_);
-    munmap(host_page_, kPageBytes);
-  }
-  host_page_ = nullptr;
-  host_page_dev_ = nullptr;
+  // The host page (done word) stays until the path goes: a work kept after close reads it (final).
   setup_stream_.reset();
   if (chain_) chain_->leave(this);
   chain_.reset();

@@ -199,7 +199,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::submit(Issue&& issue, bool async,
   CoreError err;
   // torch's bindings released the GIL before the dispatcher called us: none is held here.
   if (!issue(async, &core_work, &err)) raise_core_error(err, name, getRank());
-  if (!async && finish) finish();
+  if (!async && finish) run_finish(finish);
   auto work = c10::make_intrusive<CommlibWork>(api_, type, name, getRank(), std::move(outputs), core_work,
                                                async ? std::move(finish) : nullptr);
   if (async) completer_.put(work);

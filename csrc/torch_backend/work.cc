@@ -1,6 +1,7 @@
 // CommlibWork and Completer (torch_backend/work.h), and commlib's errors as torch callers see them.
 #include "torch_backend/work.h"
 
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <torch/csrc/distributed/c10d/exception.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -25,6 +26,15 @@ std::string describe(const CoreError& err, const char* collective, int rank) {
 }  // namespace
 
 void init_error_classes(const CoreApi* api) { g_api = api; }
+
+void run_finish(const std::function<void()>& finish) {
+  // Below autograd, as the backend's own methods run (torch's fallback for c10d ops redispatches
+  // under this guard): on the completion thread grad mode is on, and a copy into an output that
+  // autograd has since wrapped (a functional collective's result) would be recorded as an
+  // in-place op, replacing the output's history by one whose gradient is zero.
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  finish();
+}
 
 void raise_core_error(const CoreError& err, const char* collective, int rank) {
   py::gil_scoped_acquire gil;
@@ -88,7 +98,7 @@ void CommlibWork::complete() {
   bool ok = api_->wait(core_, -1.0, &done, &err);
   if (ok && finish_) {
     try {
-      finish_();
+      run_finish(finish_);
     } catch (const std::exception& e) {
       ok = false;
       err = {kCoreOtherError, e.what()};

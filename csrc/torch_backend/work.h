@@ -29,6 +29,9 @@ namespace torch_backend {
 std::exception_ptr future_error(const CoreError& err, const char* collective, int rank);
 // `message` as a c10::DistBackendError (what torch's own backends fail futures with).
 std::exception_ptr dist_error(const std::string& message);
+// Runs a call's `finish` (copies into the caller's outputs) below autograd, on whichever thread
+// completes the call, as the backend's methods themselves run.
+void run_finish(const std::function<void()>& finish);
 // Keeps the core's table, whose error_class raise_core_error uses (once, when the module loads).
 void init_error_classes(const CoreApi* api);
 

@@ -19,6 +19,7 @@ CALLS = 8
 
 
 def main(rank: int, port: int) -> None:
+    faulthandler.enable()  # a crash shows where, on stderr (all threads)
     faulthandler.dump_traceback_later(40)  # a hang shows where, on stderr, before the test gives up
     world = commlib.init(rank=rank, world_size=2, store=TCPStore("127.0.0.1", port), timeout=60)
     sub = world.split(0)

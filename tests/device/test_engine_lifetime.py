@@ -32,6 +32,8 @@ def test_communicator_dropped_with_queued_work_exits_cleanly():
             if p.poll() is None:
                 p.kill()
         server.close()
-    for rank, (p, (out, err)) in enumerate(zip(procs, outs)):
-        assert p.returncode == 0, f"rank {rank} exited with {p.returncode} (negative: that signal)\n{err[-3000:]}"
+    # Every rank's status first: a rank that crashed makes its peer fail too, naming it as gone.
+    codes = {rank: p.returncode for rank, p in enumerate(procs)}
+    for rank, (p, (out, err)) in sorted(enumerate(zip(procs, outs)), key=lambda e: e[1][0].returncode >= 0):
+        assert p.returncode == 0, f"rank {rank} exited with {p.returncode} (negative: that signal; all: {codes})\n{err[-6000:]}"
         assert out.split()[:1] == ["ok"], f"rank {rank}: {out}\n{err[-3000:]}"

@@ -210,6 +210,26 @@ def _autograd_grads(comm, group, n):
     return grads
 
 
+def case_backward_of_an_async_call_many_times(comm, iters=200):
+    """reduce_scatter's backward (an all_gather of the upstream gradient) `iters` times, exact.
+
+    The forward's output is written by the backend's completion thread, possibly after autograd
+    wrapped it; that copy must not be recorded by autograd (it used to be, in about one call in
+    ten: the output's history was replaced and a rank sent a zero gradient)."""
+    st = bc.setup(comm)
+    n, r = comm.size, comm.rank
+    want = torch.cat([torch.full((2, 3), float(j + 1), dtype=torch.float64) for j in range(n)])
+    wrong = []
+    for it in range(iters):
+        x = torch.randn(n * 2, 3, dtype=torch.float64).requires_grad_(True)
+        y = fc.wait_tensor(fc.reduce_scatter_tensor_autograd(x, "sum", 0, st["world"]))
+        (y * float(r + 1)).sum().backward()
+        if not torch.equal(x.grad, want):
+            wrong.append((it, x.grad[:, 0].tolist()))
+    assert not wrong, f"{len(wrong)} of {iters} gradients wrong, first {wrong[:3]}"
+    return iters
+
+
 def case_autograd(comm):
     """Backward of the autograd-enabled collectives, commlib against gloo (float64)."""
     st = bc.setup(comm)

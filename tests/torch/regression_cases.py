@@ -81,16 +81,20 @@ def case_recv_any_source(comm):
             src = dist.recv(t)
             assert torch.equal(t, torch.full((6,), float(src))), (src, t)
             senders.append(src)
+        assert sorted(senders) == list(range(1, P)), senders
+    else:
+        dist.send(torch.full((6,), float(r)), 0)
+    # Rank P - 1's second message only after every first one was received: sends are buffered,
+    # so without this it could overtake rank 1's first and be received by the loop above.
+    dist.barrier()
+    if r == 0:
         t = torch.empty(6)
         w = dist.irecv(t)
         w.wait()
-        assert torch.equal(t, torch.full((6,), float(P - 1)))
+        assert torch.equal(t, torch.full((6,), float(P - 1))), t
         senders.append(w._source_rank())
-        assert sorted(senders[:-1]) == list(range(1, P)), senders
-    else:
+    elif r == P - 1:
         dist.send(torch.full((6,), float(r)), 0)
-        if r == P - 1:
-            dist.send(torch.full((6,), float(r)), 0)
     dist.barrier()
     return senders
 
