@@ -18,8 +18,8 @@
 # where nvidia-smi lists a GPU: the import error otherwise, and the run stops), kernels (the
 # @pytest.mark.gpu kernel tests), kernels_bw (bench/gpu_kernels.py: the reduction kernels' bandwidth
 # against the device copy and torch's add_), copy
-# (the copy path alone at 4 and 64 MiB in fresh processes, its data operations gated / ungated /
-# driver, 1 and 2 streams, then 1 and 32 hardware queues: the H200's large-message regression,
+# (the copy path alone at 4 and 64 MiB in fresh processes, its data operations gated / mirror /
+# ungated / driver, 1 and 2 streams, then 1 and 32 hardware queues: the H200's large-message regression,
 # docs/gpu.md), latency (bench/gpu_latency.py: where an all_reduce's
 # time goes, 4 ranks on GPU 0 under MPS where there is one, both paths, against torch's own round
 # trip), launch (bench/gpu_launch.py, at GPU_CHECK_LAUNCH_NP ranks, default 4: issue #37's targets, the 8 B all_reduce's enqueue,
@@ -255,12 +255,12 @@ latency_step() {
 if wants copy; then
   # The copy path alone, in processes that never ran the kernel path (--paths copy): on the H200
   # (session 14) a 64 MiB ring took 92 ms there, 1.4 ms on the H100 two days before (docs/gpu.md,
-  # "The copy path's large-message regression"). Its data operations three ways
-  # (COMMLIB_DEVICE_COPY_RECV: gated kernels that read the host stop word per block, the same kernels
-  # without that read, plain copies by cudaMemcpyAsync), one and two streams, 4 and 64 MiB: which
-  # of the suspects the time follows.
-  latency_step copy 150 "The copy path alone (fresh processes, no kernel path): ring and direct at 4 and 64 MiB, data operations gated / ungated / driver, 1 and 2 streams" \
-    --paths copy --sizes 4M,64M --algorithms ring,direct --reps 10 --sweep COMMLIB_DEVICE_COPY_RECV=gated,ungated,driver \
+  # "The copy path's large-message regression"). Its data operations four ways
+  # (COMMLIB_DEVICE_COPY_RECV: gated kernels that read the host stop word per block; the same
+  # kernels gated on a device mirror of it, the prepared fix; ungated; plain copies by
+  # cudaMemcpyAsync), one and two streams, 4 and 64 MiB: which of the suspects the time follows.
+  latency_step copy 180 "The copy path alone (fresh processes, no kernel path): ring and direct at 4 and 64 MiB, data operations gated / mirror / ungated / driver, 1 and 2 streams" \
+    --paths copy --sizes 4M,64M --algorithms ring,direct --reps 10 --sweep COMMLIB_DEVICE_COPY_RECV=gated,mirror,ungated,driver \
     --sweep COMMLIB_DEVICE_STREAMS=1,2
   # The hardware queues a process's streams share (CUDA_DEVICE_MAX_CONNECTIONS, 8 by default): a
   # stream blocked in cuStreamWaitValue64 can hold back kernels of another stream on its queue.

@@ -108,9 +108,10 @@ const std::vector<Param> kParams = {
     {"COMMLIB_DEVICE_COPY_RECV", "name", "gated",
      "copy path, a diagnostic for timing (docs/gpu.md \"The copy path's large-message regression\"): how a step's "
      "copies and reductions out of the inbox and between its buffers run: gated = kernels that read the stop word "
-     "(host memory) when they start, so a mismatched call writes nothing; ungated = the same kernels without that "
-     "read; driver = plain copies by cudaMemcpyAsync (copy engines), reductions ungated. ungated and driver let a "
-     "mismatched call write its output"},
+     "(host memory) when they start, so a mismatched call writes nothing; mirror = the same kernels gated on a "
+     "device word the stream copies the stop word into just before each (one host read per operation, not per "
+     "block; the same guarantee); ungated = the same kernels without a gate; driver = plain copies by "
+     "cudaMemcpyAsync (copy engines), reductions ungated. ungated and driver let a mismatched call write its output"},
     {"COMMLIB_DEVICE_STREAMS", "int", "2",
      "streams a call of the stream engine runs its steps on: 2 = sends on one, receives and reductions on another, "
      "joined by events per step; 1 = the caller's stream only", 1, 2},

@@ -13,7 +13,6 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "common/params.h"
 #include "device/host_flags.h"
 #include "plan/describe.h"
 #include "plan/lowering.h"
@@ -77,15 +76,6 @@ char* CopyPath::peer_p2p_slot(int peer, uint64_t k) const {
 uint64_t* CopyPath::stop_word(char* ctl) const { return reinterpret_cast<uint64_t*>(ctl + ctl_bytes() - kLine); }
 const uint64_t* CopyPath::stop_dev() const { return stop_word(dev_ctl()); }
 
-namespace {
-
-CopyPath::DataOps data_ops_from_env() {
-  const std::string v = param_choice("COMMLIB_DEVICE_COPY_RECV", {"gated", "ungated", "driver"});
-  return v == "driver" ? CopyPath::DataOps::Driver : v == "ungated" ? CopyPath::DataOps::Ungated : CopyPath::DataOps::Gated;
-}
-
-}  // namespace
-
 CopyPath::CopyPath(std::shared_ptr<Device> device, CopyPathHost& host, NcclLink& nccl, int rank, int size,
                    uint32_t nslots, uint64_t slot_bytes, int streams)
     : device_(std::move(device)),
@@ -111,7 +101,9 @@ CopyPath::CopyPath(std::shared_ptr<Device> device, CopyPathHost& host, NcclLink&
   if (p == MAP_FAILED) throw std::runtime_error(std::string("stream engine: mmap: ") + std::strerror(errno));
   ctl_ = static_cast<char*>(p);
   ctl_dev_ = device_->map_host(ctl_, ctl_bytes());
-  inbox_ = device_->allocate(static_cast<size_t>(size_) * nslots_ * slot_bytes_);
+  const size_t inbox_bytes = static_cast<size_t>(size_) * nslots_ * slot_bytes_;
+  inbox_ = device_->allocate(inbox_bytes + (data_ops_ == DataOps::Mirror ? kMirrors * sizeof(uint64_t) : 0));
+  if (data_ops_ == DataOps::Mirror) mirrors_ = reinterpret_cast<uint64_t*>(static_cast<char*>(inbox_) + inbox_bytes);
   if (streams_ == 2) {
     send_stream_ = device_->create_stream();
     recv_stream_ = device_->create_stream();
@@ -207,15 +199,6 @@ void CopyPath::recv_chunk(int q, char* dst, const char* src, size_t bytes, bool 
     }
   }
   device_->write_value(flag(reinterpret_cast<char*>(peers_[q].ctl_dev), 1, rank_), c + 1, s);
-}
-
-void CopyPath::data_copy(char* dst, const char* src, size_t bytes, DeviceStream& s) {
-  if (data_ops_ == DataOps::Driver) device_->copy(dst, src, bytes, s);
-  else device_->copy_unless(data_ops_ == DataOps::Gated ? stop_dev() : nullptr, dst, src, bytes, s);
-}
-
-void CopyPath::data_reduce(char* dst, const char* src, size_t n, DType dtype, RedOp op, DeviceStream& s) {
-  device_->reduce_unless(data_ops_ == DataOps::Gated ? stop_dev() : nullptr, dst, src, n, dtype, op, s);
 }
 
 Launched CopyPath::enqueue(const PathCall& pc, DeviceStream& s) {
