@@ -9,7 +9,8 @@
 // them into its W accumulators, then the next rank's; the stores follow the last rank's fold. The
 // accumulators live across the ranks' loop, unpacked into one register per element, so W is what
 // the 128 registers of a 512-thread block allow without spilling (a spill fails the build): 4 for
-// 4- and 8-byte elements, 2 for 2-byte, 1 for 1-byte (kUnroll = 8 for all spilled at sm_80/90). A thread stores an
+// 4- and 8-byte elements, 1 for 1- and 2-byte (kUnroll = 8 spilled for every type at sm_80/90, 2
+// for float16's sum and product). A thread stores an
 // element only after it loaded that element from every rank, so in place (the destination is the
 // source) nothing is overwritten before it was read, and no other thread or block touches it.
 #pragma once
@@ -72,7 +73,7 @@ __device__ __forceinline__ void reduce_to_all_lanes(const PlanLaunch& a, const k
   for (int q = 0; q < a.size; ++q)
     bits |= reinterpret_cast<uintptr_t>(rank_buffer(a, q, it.src_buf) + it.src_off + lo) |
             reinterpret_cast<uintptr_t>(rank_buffer(a, q, it.dst_buf) + it.dst_off + lo);
-  constexpr unsigned W = sizeof(S) >= 4 ? kUnroll / 2 : sizeof(S) == 2 ? kUnroll / 4 : kUnroll / 8;
+  constexpr unsigned W = sizeof(S) >= 4 ? kUnroll / 2 : 1;
   const size_t elems = n / sizeof(S), stride = blockDim.x;
   size_t done = 0;
   if (bits % 16 == 0) {
