@@ -30,6 +30,9 @@ import time
 
 SMALL = (8, 4096, 65536)
 LARGE = (64 << 20, 256 << 20)
+# CUDA settings --sweep also takes (each value a fresh rank pool; a CUDA_ variable makes the pool
+# spawn its ranks: it is read when CUDA starts): the hardware queues a process's streams share.
+CUDA_SWEEPABLE = ("CUDA_DEVICE_MAX_CONNECTIONS",)
 
 
 def _median(xs):
@@ -205,13 +208,15 @@ def main(argv=None):
     axes = []
     for spec in args.sweep:
         name, _, values = spec.partition("=")
-        if not name.startswith("COMMLIB_") or not values:
-            raise SystemExit(f"gpu_latency: --sweep: expected COMMLIB_NAME=V1,V2, got {spec!r}")
+        if not (name.startswith("COMMLIB_") or name in CUDA_SWEEPABLE) or not values:
+            raise SystemExit(f"gpu_latency: --sweep: expected COMMLIB_NAME=V1,V2 (or one of "
+                             f"{', '.join(CUDA_SWEEPABLE)}), got {spec!r}")
         axes.append([(name, v) for v in values.split(",")])
     rows = []
     for combo in itertools.product(*axes) if axes else [()]:
         env = {"COMMLIB_TIMEOUT": "30", **dict(combo)}
-        config = " ".join(f"{k.removeprefix('COMMLIB_DEVICE_').lower()}={v}" for k, v in combo)
+        config = " ".join(f"{k.removeprefix('COMMLIB_DEVICE_').removeprefix('CUDA_DEVICE_').lower()}={v}"
+                          for k, v in combo)
         pool = RankPool(args.np, timeout=args.timeout, env=env)
         try:
             per_rank = pool.run(rank_main, args.device, args.algorithms.split(","), args.reps, sizes,

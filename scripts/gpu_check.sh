@@ -18,8 +18,9 @@
 # where nvidia-smi lists a GPU: the import error otherwise, and the run stops), kernels (the
 # @pytest.mark.gpu kernel tests), kernels_bw (bench/gpu_kernels.py: the reduction kernels' bandwidth
 # against the device copy and torch's add_), copy
-# (the copy path alone at 4 and 64 MiB in fresh processes, 1 and 2 streams: the H200's large-message
-# regression, docs/gpu.md), latency (bench/gpu_latency.py: where an all_reduce's
+# (the copy path alone at 4 and 64 MiB in fresh processes, its data operations gated / mirror /
+# ungated / driver, 1 and 2 streams, then 1 and 32 hardware queues: the H200's large-message regression,
+# docs/gpu.md), latency (bench/gpu_latency.py: where an all_reduce's
 # time goes, 4 ranks on GPU 0 under MPS where there is one, both paths, against torch's own round
 # trip), launch (bench/gpu_launch.py, at GPU_CHECK_LAUNCH_NP ranks, default 4: issue #37's targets, the 8 B all_reduce's enqueue,
 # back-to-back, synchronous and replayed-graph (100 calls) times against torch's add_ and an empty
@@ -255,16 +256,23 @@ latency_step() {
 if wants copy; then
   # The copy path alone, in processes that never ran the kernel path (--paths copy): on the H200
   # (session 14) a 64 MiB ring took 92 ms there, 1.4 ms on the H100 two days before (docs/gpu.md,
-  # "Measured on an H200"). One and two streams per rank, 4 MiB and 64 MiB: whether the copy path
-  # is slow by itself, and whether the two-stream fork matters.
-  latency_step copy 100 "The copy path alone (fresh processes, no kernel path): ring and direct at 4 and 64 MiB, 1 and 2 streams" \
-    --paths copy --sizes 4M,64M --algorithms ring,direct --reps 20 --sweep COMMLIB_DEVICE_STREAMS=1,2
+  # "The copy path's large-message regression"). Its data operations four ways
+  # (COMMLIB_DEVICE_COPY_RECV: gated kernels that read the host stop word per block; the same
+  # kernels gated on a device mirror of it, the prepared fix; ungated; plain copies by
+  # cudaMemcpyAsync), one and two streams, 4 and 64 MiB: which of the suspects the time follows.
+  latency_step copy 180 "The copy path alone (fresh processes, no kernel path): ring and direct at 4 and 64 MiB, data operations gated / mirror / ungated / driver, 1 and 2 streams" \
+    --paths copy --sizes 4M,64M --algorithms ring,direct --reps 10 --sweep COMMLIB_DEVICE_COPY_RECV=gated,mirror,ungated,driver \
+    --sweep COMMLIB_DEVICE_STREAMS=1,2
+  # The hardware queues a process's streams share (CUDA_DEVICE_MAX_CONNECTIONS, 8 by default): a
+  # stream blocked in cuStreamWaitValue64 can hold back kernels of another stream on its queue.
+  latency_step copy_queues 60 "The copy path's 64 MiB ring with 1 and 32 hardware queues per process (CUDA_DEVICE_MAX_CONNECTIONS)" \
+    --paths copy --sizes 64M --algorithms ring --reps 10 --sweep CUDA_DEVICE_MAX_CONNECTIONS=1,32
 fi
 if wants latency; then
   # The one-sided (mapped) all_reduces run on the kernel path only (the copy path's rows say it
   # refused them, as does 256 MiB, whose staged buffers exceed the slots): docs/gpu.md "One-sided plans".
   latency_step latency 120 "Where the time goes: 8 B .. 256 MiB all_reduce, kernel and copy paths, four clocks per call (sync, loop, GPU events, enqueue) against torch's own 8 B add_ and device copy" \
-    --algorithms direct,two_shot,ring,mapped_one_shot,mapped_two_shot
+    --algorithms direct,two_shot,ring,mapped_one_shot,mapped_two_shot,mapped_fused_two_shot
 fi
 if wants launch; then
   # Issue #37's launch targets (bench/gpu_launch.py): its own table, as latency_step's.
@@ -336,7 +344,7 @@ if wants bench; then
   # without MPS (every kernel-path wait lasts a slice), so the bench runs under a private MPS daemon
   # where there is one, and says so.
   common=(all_reduce --device "$device" --np "$np" --mode in -n 10 -w 3 --passes 1 --timeout 60
-          --algorithms ring,direct,two_shot,mapped_one_shot,mapped_two_shot,auto --paths kernel,copy,auto "${peers[@]}")
+          --algorithms ring,direct,two_shot,mapped_one_shot,mapped_two_shot,mapped_fused_two_shot,auto --paths kernel,copy,auto "${peers[@]}")
   large=(-b 64M -e 256M -f 4) large_what="64 MiB .. 256 MiB" tag=gpu_bench
   if [ $emulated -eq 1 ]; then  # host threads copying host memory on a busy CPU: smaller
     large=(-b 1M -e 4M -f 4) large_what="1 MiB .. 4 MiB (emulated: smaller)" tag=gpu_check_emulated

@@ -95,7 +95,7 @@ class DeviceBackend(CommlibBackend):
             self._path = path
             # Which path runs (docs/gpu.md "The kernel path"): auto decides per size, the same way
             # on every rank, so the size column says which one each row measured.
-            shown = "auto (kernel up to 1 MiB per rank, copy above)" if path == "auto" else path
+            shown = "auto (kernel at every size unless the tuning file's crossover says copy)" if path == "auto" else path
             self.transport = f"{device} device, link {link}, path {shown}"
         # --paths: one sub-communicator per path, algorithms named "<algorithm>@<path>"
         # (commlib/bench/device_paths.py); `_ran`: the path each algorithm's calls last ran on.
@@ -105,7 +105,7 @@ class DeviceBackend(CommlibBackend):
             from commlib.bench import device_paths
             self._path_comms = device_paths.path_communicators(comm, device, paths)
             self.transport = (f"{device} device, link {link}, "
-                              f"paths {', '.join(paths)} (auto: kernel up to 1 MiB per rank, copy above)")
+                              f"paths {', '.join(paths)} (auto: kernel unless the tuning file's crossover says copy)")
 
     def algorithms(self, collective):
         """The host's algorithms and auto on every path, and the one-sided ones (docs/gpu.md

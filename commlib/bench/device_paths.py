@@ -2,7 +2,7 @@
 
 The stream engine runs a collective on device buffers either as one kernel launch (the kernel path)
 or as copy-engine copies ordered by stream memory operations (the copy path); ``auto`` takes the
-kernel up to 1 MiB per rank (docs/gpu.md "The kernel path"). The path is chosen when an engine is
+kernel at every size, or up to the tuning file's crossover (docs/gpu.md "The kernel path"). The path is chosen when an engine is
 created (COMMLIB_DEVICE_PATH), so the bench gives each path its own sub-communicator, set up with
 the setting in the environment, and names its algorithms ``<algorithm>@<path>``. Every record says
 which path its calls ran on (``auto`` decides per size), and the report puts the paths side by side

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 
-KERNEL_PATH_DEFAULT_MAX_BYTES = 1 << 20  # csrc/stream/kernel_path.h kKernelPathMaxBytes
+KERNEL_PATH_DEFAULT_MAX_BYTES = (1 << 63) - 1  # csrc/policy/device_auto.h kKernelPathMaxBytes: no crossover
 
 
 def device_path_of(record):

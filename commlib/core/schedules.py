@@ -11,8 +11,11 @@ of operations that run concurrently::
 One-sided schedules (trait ``one_sided``: over buffers every peer has mapped) use instead::
 
     get(peer, dst, src)   get_reduce(peer, dst, src)   put(peer, dst, src)   signal(peer, tag)   wait(peer, tag)
+    reduce_to_all(dst, src)
 
-where a get's ``src`` and a put's ``dst`` are regions of the peer's buffers. A step runs its waits,
+where a get's ``src`` and a put's ``dst`` are regions of the peer's buffers, and ``reduce_to_all``
+stores into ``dst`` of every rank the reduction of ``src`` of every rank in rank order (the fused
+two-shot's block: read once, stored everywhere). A step runs its waits,
 then its data ops, then its signals; a wait consumes one signal from ``peer`` with ``tag``. The
 verifier proves the results and that every access of a peer's buffer is ordered by signals (see
 docs/DESIGN.md, "The schedule IR"). No engine runs them yet: :func:`algorithms` lists them only with
@@ -77,7 +80,8 @@ def schedule(collective: str, algorithm: str = "auto", rank: int = 0, size: int 
     """One rank's schedule as plain data.
 
     Returns ``{"steps": [[op, ...], ...], "scratch_count": int, "algorithm": str}`` where each op
-    is ``{"op": "send"|"recv"|"recv_reduce"|"copy"|"reduce"|"get"|"get_reduce"|"put"|"signal"|"wait",
+    is ``{"op": "send"|"recv"|"recv_reduce"|"copy"|"reduce"|"get"|"get_reduce"|"put"|"signal"|"wait"|
+    "reduce_to_all",
     "peer": int|None, "dst": (buffer, offset, count)|None, "src": (buffer, offset, count)|None}``
     (signal and wait add ``"tag": int``) and
     ``algorithm`` is the resolved name (``"auto"`` resolves from ``count * dtype size``).
@@ -152,6 +156,8 @@ def _op(o: Dict[str, Any]) -> str:
         return f"put(to {o['peer']}, {_region(o['dst'])} <- {_region(o['src'])})"
     if k in ("signal", "wait"):
         return f"{k}({o['peer']}, tag {o['tag']})"
+    if k == "reduce_to_all":
+        return f"reduce_to_all(every rank's {_region(o['dst'])} <- every rank's {_region(o['src'])})"
     if k in ("recv", "recv_reduce"):
         src = f" <- {_region(o['src'])}" if o.get("src") else ""
         return f"{k}(from {o['peer']}, {_region(o['dst'])}{src})"

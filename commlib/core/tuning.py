@@ -16,7 +16,7 @@ kernel path's auto takes them over its built-in one-shot/two-shot rule (csrc/str
 docs/gpu.md "auto on the device"); host calls and the copy path never read them. A
 ``"device_path"`` section (``{"4": {"kernel_max_bytes": 1048576}}``) holds the measured crossover
 per world size: COMMLIB_DEVICE_PATH=auto takes the kernel path up to that many bytes per rank, the
-copy path above (default 1 MiB where it has no entry; csrc/policy/device_path_tuning.h).
+copy path above (no entry: the kernel path at every size; csrc/policy/device_path_tuning.h).
 
 A ``"single_copy"`` section (``{"all_to_all": {"4": {"min_bytes": 4194304}}}``) holds, per collective
 and world size, the call size (auto's bytes) from which single-copy reads of a peer's buffer
@@ -159,7 +159,7 @@ def single_copy_crossovers(table: dict) -> dict:
 def crossovers(table: dict) -> dict:
     """{world size: bytes} of the table's ``"device_path"`` section: with COMMLIB_DEVICE_PATH=auto a
     device call takes the kernel path up to that many bytes per rank (engines created afterwards);
-    world sizes without an entry keep the built-in 1 MiB."""
+    world sizes without an entry take the kernel path at every size (the built-in default)."""
     out = {}
     for P, entry in (table.get("device_path") or {}).items():
         mb = entry.get("kernel_max_bytes") if isinstance(entry, dict) else None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 __all__ = ["OPS", "BUFFERS", "encode_case", "decode_case"]
 
-OPS = ("send", "recv", "recv_reduce", "copy", "reduce", "get", "get_reduce", "put", "signal", "wait")
+OPS = ("send", "recv", "recv_reduce", "copy", "reduce", "get", "get_reduce", "put", "signal", "wait", "reduce_to_all")
 SYNC = ("signal", "wait")  # the ops with a tag (ir.h)
 BUFFERS = ("input", "output", "scratch")
 UNCHANGED = 0

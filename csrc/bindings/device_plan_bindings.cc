@@ -14,7 +14,8 @@ namespace py = pybind11;
 namespace commlib {
 namespace {
 
-const char* const kKinds[] = {"send", "recv", "recv_reduce", "copy", "reduce", "get", "get_reduce", "put", "signal", "wait"};
+const char* const kKinds[] = {"send",       "recv", "recv_reduce", "copy", "reduce",          "get",
+                              "get_reduce", "put",  "signal",      "wait", "reduce_to_all"};
 static_assert(sizeof(kKinds) / sizeof(kKinds[0]) == kplan::kItemKinds, "every item kind has a name");
 
 py::dict plan_to_py(const DevicePlan& p) {

@@ -27,7 +27,7 @@ py::dict schedule_to_py(const Schedule& s, const std::string& algorithm) {
     for (const Op& o : st.ops) {
       py::dict d;
       d["op"] = op_kind_name(o.kind);
-      const bool comm = is_message(o.kind) || is_one_sided(o.kind);
+      const bool comm = names_peer(o.kind);
       d["peer"] = comm ? py::object(py::int_(o.peer)) : py::object(py::none());
       d["dst"] = op_has_dst(o) ? region_to_py(o.dst) : py::object(py::none());
       d["src"] = op_has_src(o) ? region_to_py(o.src) : py::object(py::none());
@@ -52,10 +52,11 @@ BufferId parse_buffer(const std::string& b) {
 
 OpKind parse_kind(const std::string& k) {
   for (OpKind v : {OpKind::Send, OpKind::Recv, OpKind::RecvReduce, OpKind::Copy, OpKind::Reduce, OpKind::Get,
-                   OpKind::GetReduce, OpKind::Put, OpKind::Signal, OpKind::Wait})
+                   OpKind::GetReduce, OpKind::Put, OpKind::Signal, OpKind::Wait, OpKind::ReduceToAll})
     if (k == op_kind_name(v)) return v;
   throw std::invalid_argument("schedules: unknown op '" + k +
-                              "' (expected send, recv, recv_reduce, copy, reduce, get, get_reduce, put, signal or wait)");
+                              "' (expected send, recv, recv_reduce, copy, reduce, get, get_reduce, put, signal, wait "
+                              "or reduce_to_all)");
 }
 
 Region region_from_py(py::handle h) {
@@ -92,7 +93,7 @@ Schedule schedule_from_py(py::handle obj) {
       if (d.contains("src") && !d["src"].is_none()) o.src = region_from_py(d["src"]);
       if (d.contains("tag") && !d["tag"].is_none()) o.tag = d["tag"].cast<int>();
       if (infer_scratch) {
-        // (A get's source and a put's destination are the peer's.)
+        // (A get's source and a put's destination are the peer's; reduce_to_all's are everyone's.)
         const bool own_dst = o.kind != OpKind::Put, own_src = o.kind != OpKind::Get && o.kind != OpKind::GetReduce;
         for (const Region* g : {own_dst ? &o.dst : nullptr, own_src ? &o.src : nullptr})
           if (g && g->buf == BufferId::Scratch) s.scratch_count = std::max(s.scratch_count, g->offset + g->count);

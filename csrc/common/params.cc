@@ -101,7 +101,7 @@ const std::vector<Param> kParams = {
     {"COMMLIB_DEVICE_PATH", "name", "auto",
      "how the stream engine runs a collective on device buffers: kernel = one kernel launch over peer memory, "
      "copy = copy-engine copies ordered by stream memory operations, auto = kernel up to the tuning file's "
-     "device_path crossover per rank (default 1 MiB), copy above (the same on every rank)"},
+     "device_path crossover per rank (default: no crossover, kernel at every size), copy above (the same on every rank)"},
     {"COMMLIB_DEVICE_BLOCK_BYTES", "bytes", "262144",
      "kernel path, one-sided algorithms (mapped_*): at least this many bytes per block per handshake (fewer "
      "blocks for smaller calls, at most the device's grid), the same on every rank", 1, INT64_MAX},
@@ -109,6 +109,13 @@ const std::vector<Param> kParams = {
      "kernel path: chunks of at most this many bytes move with the LL protocol (data and flag in one 8-byte store, "
      "no fence; half the bandwidth), larger ones through a slot and a flag; 0 = never; a multiple of 64 up to 65536, "
      "at most COMMLIB_DEVICE_SLOT_BYTES, the same on every rank", 0, INT64_MAX},
+    {"COMMLIB_DEVICE_COPY_RECV", "name", "gated",
+     "copy path, a diagnostic for timing (docs/gpu.md \"The copy path's large-message regression\"): how a step's "
+     "copies and reductions out of the inbox and between its buffers run: gated = kernels that read the stop word "
+     "(host memory) when they start, so a mismatched call writes nothing; mirror = the same kernels gated on a "
+     "device word the stream copies the stop word into just before each (one host read per operation, not per "
+     "block; the same guarantee); ungated = the same kernels without a gate; driver = plain copies by "
+     "cudaMemcpyAsync (copy engines), reductions ungated. ungated and driver let a mismatched call write its output"},
     {"COMMLIB_DEVICE_STREAMS", "int", "2",
      "streams a call of the stream engine runs its steps on: 2 = sends on one, receives and reductions on another, "
      "joined by events per step; 1 = the caller's stream only", 1, 2},

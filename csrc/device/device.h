@@ -151,7 +151,7 @@ class Device {
   // that the stream skips one (writes nothing) when the word `stop` (from map_host) is nonzero as it
   // reaches it. A call whose descriptor check failed, or an engine that failed, sets it, so what
   // the peers sent never lands in an output (stream memory operations cannot be skipped: these
-  // are kernels on CUDA).
+  // are kernels on CUDA). A null `stop`: the same kernel, not gated (COMMLIB_DEVICE_COPY_RECV=ungated).
   virtual void copy_unless(const uint64_t* stop, void* dst, const void* src, size_t bytes, DeviceStream& stream) = 0;
   virtual void reduce_unless(const uint64_t* stop, void* dst, const void* src, size_t n, DType dtype, RedOp op,
                              DeviceStream& stream) = 0;

@@ -25,6 +25,7 @@ uint8_t one_sided_kind(OpKind k) {
     case OpKind::Put: return kPut;
     case OpKind::Signal: return kSignal;
     case OpKind::Wait: return kWait;
+    case OpKind::ReduceToAll: return kReduceToAll;
     default: return 0xff;  // a message: a schedule mixes them with one-sided ops
   }
 }
@@ -32,7 +33,10 @@ uint8_t one_sided_kind(OpKind k) {
 // The kernel's order within a step: waits, data, signals.
 int phase(uint8_t kind) { return kind == kWait ? 0 : kind == kSignal ? 2 : 1; }
 bool is_data(uint8_t kind) { return phase(kind) == 1; }
-bool reads_peer(uint8_t kind) { return kind == kGet || kind == kGetReduce; }
+bool reads_peer(uint8_t kind) { return kind == kGet || kind == kGetReduce || kind == kReduceToAll; }
+bool writes_peer(uint8_t kind) { return kind == kPut || kind == kReduceToAll; }
+bool item_reduces(uint8_t kind) { return kind == kReduce || kind == kGetReduce || kind == kReduceToAll; }
+bool is_local(uint8_t kind) { return kind == kCopy || kind == kReduce || kind == kReduceToAll; }  // names no peer
 
 }  // namespace
 
@@ -55,13 +59,13 @@ DevicePlan lower_one_sided(const Schedule& sched, int rank, int size, size_t esi
           throw std::invalid_argument(std::string("schedule: a ") + op_kind_name(o.kind) +
                                       " in a one-sided schedule (a schedule uses messages or one-sided operations, never both)");
         if (phase(kind) != pass) continue;
-        if (kind != kCopy && kind != kReduce && (o.peer < 0 || o.peer >= size || o.peer == rank))
+        if (!is_local(kind) && (o.peer < 0 || o.peer >= size || o.peer == rank))
           throw std::invalid_argument("schedule: a " + std::string(op_kind_name(o.kind)) + " with peer " +
                                       std::to_string(o.peer) + " of rank " + std::to_string(rank) + " in a world of " +
                                       std::to_string(size));
         PlanItem it;
         it.kind = kind;
-        it.peer = (kind == kCopy || kind == kReduce) ? -1 : o.peer;
+        it.peer = is_local(kind) ? -1 : o.peer;
         if (!is_data(kind)) {
           if (o.tag < 0 || o.tag >= commlib::kSignalTags) throw std::invalid_argument("schedule: a signal tag out of range");
           it.chunk = static_cast<uint32_t>(o.tag);
@@ -75,9 +79,9 @@ DevicePlan lower_one_sided(const Schedule& sched, int rank, int size, size_t esi
         it.dst_buf = static_cast<uint8_t>(o.dst.buf);
         it.src_buf = static_cast<uint8_t>(o.src.buf);
         if (bytes == 0) continue;  // an empty region: no item (what the check expects)
-        if (kind == kPut) plan.peer_bufs |= static_cast<uint8_t>(1u << it.dst_buf);
+        if (writes_peer(kind)) plan.peer_bufs |= static_cast<uint8_t>(1u << it.dst_buf);
         if (reads_peer(kind)) plan.peer_bufs |= static_cast<uint8_t>(1u << it.src_buf);
-        if (kind == kReduce || kind == kGetReduce) plan.reduces = true;
+        if (item_reduces(kind)) plan.reduces = true;
         for (uint64_t off = 0; off < bytes; off += kOneSidedItemBytes) {
           it.bytes = static_cast<uint32_t>(std::min(kOneSidedItemBytes, bytes - off));
           it.dst_off = o.dst.offset * e + static_cast<int64_t>(off);
@@ -148,8 +152,8 @@ std::string check_one_sided_plan(const DevicePlan& plan, const Schedule& sched, 
         (it.kind == kSignal ? signals : waits)[it.peer] += 1;
         continue;
       }
-      if (it.kind == kReduce || it.kind == kGetReduce) reduces = true;
-      if (it.kind == kPut) peer_bufs |= static_cast<uint8_t>(1u << (it.dst_buf & 7));
+      if (item_reduces(it.kind)) reduces = true;
+      if (writes_peer(it.kind)) peer_bufs |= static_cast<uint8_t>(1u << (it.dst_buf & 7));
       if (reads_peer(it.kind)) peer_bufs |= static_cast<uint8_t>(1u << (it.src_buf & 7));
       size_t o = 0;
       while (o < st.ops.size() && !inside(it, st.ops[o], e)) ++o;
@@ -227,8 +231,15 @@ std::string check_one_sided_pairs(const std::vector<DevicePlan>& plans, Collecti
     for (int r = 0; r < P; ++r)
       for (const PlanItem& it : plans[r].items) {
         if (!is_data(it.kind) || it.bytes == 0) continue;
-        const int dst_owner = it.kind == kPut ? it.peer : r, src_owner = reads_peer(it.kind) ? it.peer : r;
         const Span d{it.dst_buf, it.dst_off, it.dst_off + it.bytes}, s{it.src_buf, it.src_off, it.src_off + it.bytes};
+        if (it.kind == kReduceToAll) {  // the same ranges of every rank's buffers
+          for (int q = 0; q < P; ++q) {
+            touched[q].push_back(aliased(d, coll, q, count, e, mode == 1));
+            touched[q].push_back(aliased(s, coll, q, count, e, mode == 1));
+          }
+          continue;
+        }
+        const int dst_owner = it.kind == kPut ? it.peer : r, src_owner = reads_peer(it.kind) ? it.peer : r;
         touched[dst_owner].push_back(aliased(d, coll, dst_owner, count, e, mode == 1));
         touched[src_owner].push_back(aliased(s, coll, src_owner, count, e, mode == 1));
       }

@@ -5,7 +5,7 @@
 // What it reads and writes. Every item addresses a buffer of this rank (a.bases: input, output,
 // scratch) or, for get / get_reduce (source) and put (destination), the same buffer of its peer
 // q, at a.peer_bases[q][buf]: the address in this process of q's buffer, mapped (IPC) before the
-// call. On the *staged path* (docs/gpu.md) those are q's staging areas in q's kernel region: the
+// call; reduce_to_all (the fused two-shot) reads and writes the same range of every rank's. On the *staged path* (docs/gpu.md) those are q's staging areas in q's kernel region: the
 // kernel first copies the caller's input into this rank's staging area and, at the end, the staged
 // output back (a.stage_user, a.stage_bytes).
 //
@@ -54,6 +54,7 @@
 #include "kernels/plan_bulk.cuh"
 #include "kernels/plan_call_check.cuh"
 #include "kernels/plan_launch.cuh"
+#include "kernels/plan_reduce_to_all.cuh"
 
 namespace commlib {
 namespace kexec {
@@ -113,6 +114,10 @@ __device__ __forceinline__ void os_data(const PlanLaunch& a, const kplan::PlanIt
   uint64_t lo, hi;
   share_of(it.bytes, lo, hi);
   if (hi <= lo) return;
+  if (it.kind == kplan::kReduceToAll) {  // every rank's share of the same range (plan_reduce_to_all.cuh)
+    block_reduce_to_all(a, it, lo, hi - lo, f);
+    return;
+  }
   const bool remote_src = it.kind == kplan::kGet || it.kind == kplan::kGetReduce;
   char* dst = (it.kind == kplan::kPut ? peer_base(a, it.peer, it.dst_buf) : a.bases[it.dst_buf]) + it.dst_off + lo;
   const char* src = (remote_src ? peer_base(a, it.peer, it.src_buf) : a.bases[it.src_buf]) + it.src_off + lo;

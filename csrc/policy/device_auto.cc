@@ -53,12 +53,11 @@ bool kernel_auto_may_map(int size, const Topology& topology, const KernelAutoInp
 uint8_t kernel_auto_algorithm(int size, const Topology& topology, const KernelAutoInputs& in, Collective coll,
                               uint8_t requested, uint64_t bytes, const std::string& policy_source) {
   if (in.peers_mapped && kernel_auto_may_map(size, topology, in, coll, requested, bytes, policy_source))
-    return static_cast<uint8_t>(algorithm_index(Collective::AllReduce, "mapped_two_shot"));
+    return static_cast<uint8_t>(algorithm_index(Collective::AllReduce, "mapped_fused_two_shot"));
   if (!kernel_auto_applies(size, topology, in, coll, requested, policy_source)) return 0;
   if (!kernel_path_takes(in.path, bytes, in.kernel_max_bytes)) return 0;
   std::string tuned;
   if (tuned_row(size, in, bytes, &tuned)) return static_cast<uint8_t>(algorithm_index(Collective::AllReduce, tuned));
-  if (bytes > in.kernel_max_bytes) return 0;
   return static_cast<uint8_t>(algorithm_index(Collective::AllReduce, one_shot_size(size, bytes) ? "direct" : "two_shot"));
 }
 

@@ -34,16 +34,17 @@
 //   1. a tuning row measured on the kernel path (the tuning file's "kernel_path" section, TuningRow::
 //      kernel_path) for this world size and size wins: a measurement beats the rule of thumb;
 //   2. where every rank's input and output are mapped (`peers_mapped`, agreed per call) and each
-//      rank receives more than kOneShotBytes: `mapped_two_shot` (up to the crossover, or at any
-//      size with COMMLIB_DEVICE_PATH=kernel: where the kernel path takes the call; above it the
-//      copy path stays, as the crossover measured it, until `commlib tune --device`, which now
-//      measures the mapped algorithms on the kernel path, moves it). The cost model is the memory
-//      traffic per rank pinned on the emulated device: (5P - 3) / P x N read and written, nothing
-//      staged, against about 8.5 N for the two-shot through the slots (every byte into a peer's
-//      slot, into scratch, then reduced: issue #38);
-//   3. up to the crossover: `direct` while each rank receives at most kOneShotBytes ((P - 1) x
-//      the message), else `two_shot`. Larger calls (COMMLIB_DEVICE_PATH=kernel) keep the policy's
-//      bandwidth-minded choice. The thresholds are from the shape of the traffic, not measured on a GPU.
+//      rank receives more than kOneShotBytes: the one-sided two-shot, where the kernel path takes
+//      the call (at every size by default: kKernelPathMaxBytes). The cost model is the memory
+//      traffic per rank pinned on the emulated device: `mapped_fused_two_shot` reads and writes 2 N
+//      (every input block read once, the sum stored into every rank's output: no accumulator round
+//      trips, no gather step), `mapped_two_shot` (5P - 3) / P x N, the two-shot through the slots
+//      about 8.5 N (every byte into a peer's slot, into scratch, then reduced: issue #38); so the
+//      fused one, which needs the same mapped buffers and nothing else;
+//   3. where the kernel path takes the call: `direct` while each rank receives at most
+//      kOneShotBytes ((P - 1) x the message), else `two_shot` (staged through the slots; measured
+//      on the H200 at 64 MiB: 1.44 ms against the kernel path's ring 2.67 ms and direct 3.36 ms).
+//      The thresholds are from the shape of the traffic and that one measurement.
 //
 // Every rank must get the same algorithm, and the same before the engines connect as after (the
 // first call is described during set-up, before connect, and compared with the peers'
@@ -67,8 +68,14 @@ namespace commlib {
 // COMMLIB_DEVICE_PATH (parsed by stream/kernel_path.h's device_path_from_env).
 enum class DevicePath : uint8_t { Auto, Kernel, Copy };
 // auto: the kernel path for calls of at most this many bytes (count x element size), else copy;
-// the default where the tuning file has no measured crossover for the world size.
-constexpr uint64_t kKernelPathMaxBytes = uint64_t{1} << 20;
+// the default where the tuning file has no measured crossover for the world size: no crossover,
+// the kernel path at every size. Measured on the H200 (session 14, 4 ranks on one GPU under MPS,
+// all_reduce 64 MiB, docs/gpu.md "Measured on an H200"): the kernel path's mapped two-shot 369 us,
+// its staged two_shot 1.44 ms, the copy path's ring 92 ms (1.4 ms on an H100 two days earlier,
+// itself no faster than the kernel path there). The copy path stays reachable: COMMLIB_DEVICE_PATH=
+// copy, or a tuning file's measured crossover ("device_path"). INT64_MAX: it fits the tuning file's
+// signed kernel_max_bytes.
+constexpr uint64_t kKernelPathMaxBytes = uint64_t{0x7fffffffffffffff};
 // Whether `mode` sends a call of `bytes` to the kernel path where that path is usable, auto's
 // crossover being `kernel_max_bytes`: the one size rule of device_path_of and kernel_auto_algorithm.
 constexpr bool kernel_path_takes(DevicePath mode, uint64_t bytes, uint64_t kernel_max_bytes) {

@@ -14,6 +14,7 @@ const char* op_kind_name(OpKind k) {
     case OpKind::Put: return "put";
     case OpKind::Signal: return "signal";
     case OpKind::Wait: return "wait";
+    case OpKind::ReduceToAll: return "reduce_to_all";
   }
   return "?";
 }

@@ -5,7 +5,14 @@
 //   mapped_two_shot  rank r reduces block r of everyone's input in place, reading one peer per
 //                    step (block b summed in the order b, b+1, ...), into its output block, then
 //                    reads every other block from its owner's output: 2(P-1)/P*count read per rank,
-//                    no scratch, and every block's bits come from one rank.
+//                    no scratch, and every block's bits come from one rank;
+//   mapped_fused_two_shot  rank r owns block r: once every peer is in the call it reads block r of
+//                    every rank's input once, sums it in rank order 0..P-1 (in registers on the
+//                    kernel path) and stores the sum into block r of every rank's output
+//                    (reduce_to_all): N read and N written per rank, against (5P-3)/P x N for
+//                    mapped_two_shot (its accumulator's round trips through memory and its gather
+//                    step). Its kTagResult says "I am done with your buffers" (read your input
+//                    block r, wrote your output block r); a rank returns once every peer's came.
 #include "schedule/one_sided.h"
 #include "schedule/registry.h"
 
@@ -78,12 +85,40 @@ Schedule all_reduce_mapped_two_shot(const CollArgs& a) {
   return s;
 }
 
+Schedule all_reduce_mapped_fused_two_shot(const CollArgs& a) {
+  const int P = a.size, r = a.rank;
+  const int64_t n = a.count;
+  Schedule s;
+  if (P == 1) {
+    s.steps.push_back(Step{{op_copy(out_region(0, n), in_region(0, n))}});
+    return s;
+  }
+  Step ready;
+  add_to_peers(ready, r, P, op_signal, kTagReady);
+  s.steps.push_back(std::move(ready));
+  // In place output block r is input block r of every rank, which only this rank touches: it
+  // reads an element of every rank before it stores that element anywhere.
+  Step fused;
+  add_to_peers(fused, r, P, op_wait, kTagReady);
+  fused.ops.push_back(op_reduce_to_all(out_region(blk_off(n, P, r), blk_len(n, P, r)),
+                                       in_region(blk_off(n, P, r), blk_len(n, P, r))));
+  add_to_peers(fused, r, P, op_signal, kTagResult);
+  s.steps.push_back(std::move(fused));
+  Step release;  // every peer is done with my buffers (its reads of my input, its stores into my output)
+  add_to_peers(release, r, P, op_wait, kTagResult);
+  s.steps.push_back(std::move(release));
+  return s;
+}
+
 }  // namespace
 
 COMMLIB_REGISTER_ALGORITHM(AllReduce, "mapped_one_shot", all_reduce_mapped_one_shot, 50, kSmallMessages | kOneSided,
                            "one-sided: every rank reads all peers' inputs at once and sums them in rank order");
 COMMLIB_REGISTER_ALGORITHM(AllReduce, "mapped_two_shot", all_reduce_mapped_two_shot, 51, kLargeMessages | kOneSided,
                            "one-sided: rank r sums block r of all inputs in place, then all read every block");
+COMMLIB_REGISTER_ALGORITHM(AllReduce, "mapped_fused_two_shot", all_reduce_mapped_fused_two_shot, 52,
+                           kLargeMessages | kOneSided,
+                           "one-sided: rank r reads block r of all inputs once and stores their sum into every output");
 
 }  // namespace sched
 }  // namespace commlib

@@ -86,6 +86,7 @@ CopyPath::CopyPath(std::shared_ptr<Device> device, CopyPathHost& host, NcclLink&
       nslots_(nslots),
       slot_bytes_(slot_bytes),
       streams_(streams),
+      data_ops_(data_ops_from_env()),
       peers_(size),
       grouped_(size, false),
       remote_(size, false),
@@ -100,7 +101,9 @@ CopyPath::CopyPath(std::shared_ptr<Device> device, CopyPathHost& host, NcclLink&
   if (p == MAP_FAILED) throw std::runtime_error(std::string("stream engine: mmap: ") + std::strerror(errno));
   ctl_ = static_cast<char*>(p);
   ctl_dev_ = device_->map_host(ctl_, ctl_bytes());
-  inbox_ = device_->allocate(static_cast<size_t>(size_) * nslots_ * slot_bytes_);
+  const size_t inbox_bytes = static_cast<size_t>(size_) * nslots_ * slot_bytes_;
+  inbox_ = device_->allocate(inbox_bytes + (data_ops_ == DataOps::Mirror ? kMirrors * sizeof(uint64_t) : 0));
+  if (data_ops_ == DataOps::Mirror) mirrors_ = reinterpret_cast<uint64_t*>(static_cast<char*>(inbox_) + inbox_bytes);
   if (streams_ == 2) {
     send_stream_ = device_->create_stream();
     recv_stream_ = device_->create_stream();
@@ -189,10 +192,10 @@ void CopyPath::recv_chunk(int q, char* dst, const char* src, size_t bytes, bool 
   const char* slot = static_cast<char*>(inbox_) + (static_cast<size_t>(q) * nslots_ + c % nslots_) * slot_bytes_;
   if (bytes) {  // skipped once the call's check failed or the engine failed (the stop word)
     if (!reduce) {
-      device_->copy_unless(stop_dev(), dst, slot, bytes, s);
+      data_copy(dst, slot, bytes, s);
     } else {
-      if (src && src != dst) device_->copy_unless(stop_dev(), dst, src, bytes, s);
-      device_->reduce_unless(stop_dev(), dst, slot, bytes / dtype_size(dtype), dtype, op, s);
+      if (src && src != dst) data_copy(dst, src, bytes, s);
+      data_reduce(dst, slot, bytes / dtype_size(dtype), dtype, op, s);
     }
   }
   device_->write_value(flag(reinterpret_cast<char*>(peers_[q].ctl_dev), 1, rank_), c + 1, s);
@@ -240,9 +243,9 @@ void CopyPath::enqueue_step(const Step& step, char* const bases[3], size_t esize
     if (o.kind == OpKind::Copy && bytes) {
       char* d = resolve(o.dst);
       const char* src = resolve(o.src);
-      if (d != src) device_->copy_unless(stop_dev(), d, src, bytes, s);
+      if (d != src) data_copy(d, src, bytes, s);
     } else if (o.kind == OpKind::Reduce && bytes) {
-      device_->reduce_unless(stop_dev(), resolve(o.dst), resolve(o.src), bytes / esize, dtype, op, s);
+      data_reduce(resolve(o.dst), resolve(o.src), bytes / esize, dtype, op, s);
     }
   }
   // Messages to peers over the nccl link: one NCCL group, before the peer-memory chunks.

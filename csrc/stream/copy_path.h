@@ -64,6 +64,16 @@ class CopyPath final : public DevicePathRunner {
   // flight (COMMLIB_DEVICE_SLOTS <= 64), and every message moves at least one chunk, so a sender
   // never overwrites a descriptor its receiver has not checked yet.
   static constexpr uint64_t kP2PRing = 128;
+  // COMMLIB_DEVICE_COPY_RECV (a diagnostic of the H200's large-message regression, docs/gpu.md
+  // "The copy path's large-message regression"): gated (the stop word read by every block of every
+  // copy and reduction kernel), mirror (each such kernel gated on a device word the stream filled
+  // from the stop word just before it: one read of host memory per operation, not per block),
+  // ungated (those kernels without a gate), driver (plain copies by the driver's copy engines,
+  // reductions ungated). ungated and driver let a mismatched call write.
+  enum class DataOps : uint8_t { Gated, Mirror, Ungated, Driver };
+  // mirror: device words at the inbox's end, one per data operation in turn (a stream's refresh and
+  // its kernel's read are stream-ordered; another stream's operation takes another word).
+  static constexpr uint64_t kMirrors = 1 << 16;
 
   // Creates the control region, the inbox and (`streams` 2) the send and receive streams.
   CopyPath(std::shared_ptr<Device> device, CopyPathHost& host, NcclLink& nccl, int rank, int size, uint32_t nslots,
@@ -125,6 +135,12 @@ class CopyPath final : public DevicePathRunner {
   char* dev_ctl() const { return reinterpret_cast<char*>(ctl_dev_); }
   void enqueue_step(const Step& step, char* const bases[3], size_t esize, DType dtype, RedOp op, const CallDesc& desc,
                     uint64_t seq, DeviceStream& send_s, DeviceStream& recv_s);
+  // A step's copy or reduction out of the inbox or between its own buffers, as COMMLIB_DEVICE_COPY_RECV
+  // says: gated kernels (the default), the same kernels not gated, or plain copies by the driver.
+  void data_copy(char* dst, const char* src, size_t bytes, DeviceStream& s);
+  void data_reduce(char* dst, const char* src, size_t n, DType dtype, RedOp op, DeviceStream& s);
+  const uint64_t* gate(DeviceStream& s);  // the word a data operation is gated on (null: none)
+  static DataOps data_ops_from_env();
   void publish_call_desc(const CallDesc& desc);  // run on the stream
   void compare_call_desc(const CallDesc& desc, uint64_t seq);  // run on the stream, after the waits
 
@@ -135,6 +151,9 @@ class CopyPath final : public DevicePathRunner {
   const uint32_t nslots_;
   const uint64_t slot_bytes_;
   const int streams_;
+  const DataOps data_ops_;
+  uint64_t* mirrors_ = nullptr;  // mirror: kMirrors device words
+  uint64_t next_mirror_ = 0;
   int ctl_fd_ = -1;
   char* ctl_ = nullptr;  // this rank's control region (host)
   uint64_t* ctl_dev_ = nullptr;

@@ -10,8 +10,8 @@
 // through this rank's slots area (the inbox of the message plans: exported to every peer when the
 // engines connect, COMMLIB_DEVICE_SLOTS x COMMLIB_DEVICE_SLOT_BYTES per peer): the kernel copies
 // the caller's input in before its first signal and the staged output out after its last wait.
-// An all_reduce whose input and output are both read in place (mapped_two_shot) is staged in
-// place (one area, the schedule's in-place form, which the verifier proves as well), so the call
+// An all_reduce whose input and output are both addressed at peers (mapped_two_shot,
+// mapped_fused_two_shot) is staged in place (one area, the schedule's in-place form, which the verifier proves as well), so the call
 // needs N bytes of slots, not 2N. The slots area is also where peers' message plans send chunks:
 // a staged launch therefore ends with one more handshake per block with every peer (tag
 // kSignalTags, the kernel's own), so no rank starts its next launch, and sends into a peer's
@@ -43,8 +43,10 @@ uint8_t peer_visible_buffers(const ScheduleKey& key, int size) {
     const Schedule s = build_schedule(CollArgs{coll, r, size, key.count, key.root}, name);
     for (const Step& st : s.steps)
       for (const Op& o : st.ops) {
-        if (o.kind == OpKind::Get || o.kind == OpKind::GetReduce) bits |= static_cast<uint8_t>(1u << static_cast<int>(o.src.buf));
-        if (o.kind == OpKind::Put) bits |= static_cast<uint8_t>(1u << static_cast<int>(o.dst.buf));
+        const bool all = o.kind == OpKind::ReduceToAll;  // every rank's src and dst
+        if (o.kind == OpKind::Get || o.kind == OpKind::GetReduce || all)
+          bits |= static_cast<uint8_t>(1u << static_cast<int>(o.src.buf));
+        if (o.kind == OpKind::Put || all) bits |= static_cast<uint8_t>(1u << static_cast<int>(o.dst.buf));
       }
   }
   return bits;

@@ -100,6 +100,7 @@ class Replay {
       case OpKind::GetReduce:
         return s + "(from " + std::to_string(o.peer) + ", " + reg(o.dst) + " <- " + reg(o.src) + ")";
       case OpKind::Put: return s + "(to " + std::to_string(o.peer) + ", " + reg(o.dst) + " <- " + reg(o.src) + ")";
+      case OpKind::ReduceToAll: return s + "(every rank's " + reg(o.dst) + " <- every rank's " + reg(o.src) + ")";
       case OpKind::Signal:
       case OpKind::Wait: return s + "(" + std::to_string(o.peer) + ", tag " + std::to_string(o.tag) + ")";
       case OpKind::Recv:
@@ -139,6 +140,7 @@ class Replay {
   void play_one_sided();
   bool step_ready(int r);
   void run_one_sided_step(int r);
+  void reduce_to_all(int r, size_t st, int oi, const Op& o);  // one op of r's step st (verifier_one_sided.cc)
   void access(int r, size_t st, int oi, int owner, const Region& g, bool write);
   std::string arena_name(int owner, int64_t pos) const;
   std::string access_str(const Access& a) const;

@@ -47,7 +47,7 @@ void Replay::validate_rank(int r) {
     for (int oi = 0; oi < static_cast<int>(ops.size()); ++oi) {
       const Op& o = ops[oi];
       const bool comm = is_message(o.kind);
-      if (comm || is_one_sided(o.kind))
+      if (names_peer(o.kind))
         if (o.peer < 0 || o.peer >= P_ || o.peer == r)
           fail(where(r, st, oi) + ": bad peer " + std::to_string(o.peer));
       if (is_sync(o.kind) && (o.tag < 0 || o.tag >= kSignalTags))
@@ -67,6 +67,14 @@ void Replay::validate_rank(int r) {
                " rank " + std::to_string(o.peer) + " in one step");
         seen[o.peer] = static_cast<int>(st);
       }
+      if (o.kind == OpKind::ReduceToAll) {  // every peer's src and dst too, in the peer's layout
+        if (o.src.count != o.dst.count) fail(where(r, st, oi) + ": source and destination counts differ");
+        for (int q = 0; q < P_; ++q)
+          if (q != r) {
+            check_region(r, st, oi, o.src, false, q);
+            check_region(r, st, oi, o.dst, true, q);
+          }
+      }
       const bool has_dst = op_has_dst(o) && !remote_dst, has_src = op_has_src(o) && !remote_src;
       if (has_dst) check_region(r, st, oi, o.dst, true);
       if (has_src) check_region(r, st, oi, o.src, false);
@@ -74,7 +82,8 @@ void Replay::validate_rank(int r) {
         fail(where(r, st, oi) + ": reduces " + std::to_string(o.src.count) + " source elements into " +
              std::to_string(o.dst.count));
       if (noop_copy(r, o)) continue;
-      if (reduces_from_src(o) && abs(r, o.src) == abs(r, o.dst)) {  // in place: a plain recv_reduce
+      if ((reduces_from_src(o) || o.kind == OpKind::ReduceToAll) && abs(r, o.src) == abs(r, o.dst)) {
+        // in place: a plain recv_reduce; a reduce_to_all reading and writing the same elements
         if (o.dst.count > 0) writes_.push_back(Iv{abs(r, o.dst), abs(r, o.dst) + o.dst.count, oi});
         continue;
       }

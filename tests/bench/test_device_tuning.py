@@ -60,10 +60,10 @@ def test_several_runs_merge_by_median():
 
 
 @pytest.mark.parametrize("kernel, copy, want", [
-    ((1, 1, 1), (2, 2, 2), max(M, 1 << 20)),            # the kernel never loses: up to the largest size, at least 1 MiB
+    ((1, 1, 1), (2, 2, 2), (1 << 63) - 1),              # the kernel never loses: no crossover (the default)
     ((2, 2, 2), (1, 1, 1), K - 1),                      # the copy path always wins: below the smallest size
     ((1, 1, 3), (2, 2, 1), int(math.sqrt(64 * K * M))),  # between the last kernel win and the first copy win
-    ((1, 1.04, 1), (2, 1, 2), M),                        # one noisy size does not move it (least summed excess)
+    ((1, 1.04, 1), (2, 1, 2), (1 << 63) - 1),            # one noisy size does not make one (least summed excess)
 ])
 def test_crossover(kernel, copy, want):
     assert device_tuning.crossover(list(SIZES), list(kernel), list(copy)) == want

@@ -39,7 +39,7 @@ def test_the_bench_steps_fit_the_machine(tmp_path, gpus, mps):
         assert ("--peers none" in cmd) == (gpus == 1), cmd  # NCCL refuses ranks sharing a GPU
         assert ("--peers nccl" in cmd) == (gpus > 1), cmd
         assert f"--np {4 if (gpus == 1 and mps) else 2}" in cmd, cmd
-        assert "mapped_one_shot,mapped_two_shot" in cmd, cmd  # the one-sided kernels measured (@kernel)
+        assert "mapped_one_shot,mapped_two_shot,mapped_fused_two_shot" in cmd, cmd  # the one-sided kernels (@kernel)
     assert "-b 8 -e 64K" in small and "-b 64M -e 256M" in large
 
 

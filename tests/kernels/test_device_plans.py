@@ -56,7 +56,7 @@ def test_one_sided_plans_equal_their_schedules(collective, algorithm):
     plan, _ = _plan(collective=collective, algorithm=algorithm, size=4, count=8)
     assert plan["one_sided"] and plan["peer_bufs"] & 1  # every one reads peers' inputs
     kinds = {it["kind"] for it in plan["items"]}
-    assert {"signal", "wait"} <= kinds and kinds & {"get", "get_reduce", "put"}
+    assert {"signal", "wait"} <= kinds and kinds & {"get", "get_reduce", "put", "reduce_to_all"}
 
 
 def _one_sided(**kw):
@@ -92,6 +92,37 @@ def test_the_checker_catches_an_altered_one_sided_plan(change):
     elif change == "kind":
         items[at["get_reduce"]]["kind"] = "get"
     assert _check(bad, args) != "", change
+
+
+@pytest.mark.parametrize("change", ["offset", "bytes", "kind", "peer", "drop"])
+def test_the_checker_catches_an_altered_fused_plan(change):
+    plan, args = _one_sided(algorithm="mapped_fused_two_shot")
+    assert _check(plan, args) == ""
+    bad = copy.deepcopy(plan)
+    items = bad["items"]
+    i = next(k for k, it in enumerate(items) if it["kind"] == "reduce_to_all")
+    if change == "offset":
+        items[i]["dst_off"] += 4
+    elif change == "bytes":
+        items[i]["bytes"] -= 4
+    elif change == "kind":  # the fused item is not a get_reduce of one peer
+        items[i]["kind"], items[i]["peer"] = "get_reduce", 0
+    elif change == "peer":
+        items[i]["peer"] = 0
+    elif change == "drop":
+        del items[i]
+        bad["steps"] = [(f - (f > i), c - (f <= i < f + c)) for f, c in bad["steps"]]
+    assert _check(bad, args) != "", change
+
+
+def test_block_locality_counts_the_fused_item_on_every_rank():
+    """A reduce_to_all touches its range of every rank's buffers: a peer's get of rank 0's whole
+    output, which the fused items write in blocks, is not block-local (nor race-free)."""
+    s = _scheds("all_reduce", "mapped_fused_two_shot", 2, 8)
+    _C.check_one_sided_plans(COLLECTIVE["all_reduce"], s, 8, esize=4)
+    s[1]["steps"][-1].append({"op": "get", "peer": 0, "dst": ("output", 0, 8), "src": ("output", 0, 8)})
+    with pytest.raises(RuntimeError, match="block locality: rank 0's output bytes"):
+        _C.check_one_sided_plans(COLLECTIVE["all_reduce"], s, 8, esize=4)
 
 
 def _scheds(collective, algorithm, size, count):

@@ -12,7 +12,8 @@ from commlib.core import call_checks, schedules
 from commlib.core.call_spec import COLLECTIVE
 from commlib.core.schedules import VerificationError
 
-MAPPED = {("all_reduce", "mapped_one_shot"), ("all_reduce", "mapped_two_shot"), ("all_gather", "mapped"),
+MAPPED = {("all_reduce", "mapped_one_shot"), ("all_reduce", "mapped_two_shot"),
+          ("all_reduce", "mapped_fused_two_shot"), ("all_gather", "mapped"),
           ("reduce_scatter", "mapped"), ("all_to_all", "mapped")}
 
 
@@ -108,6 +109,49 @@ def test_two_shot_gather_before_the_owners_result_is_rejected():
         for st in x["steps"]:  # and the result signals go too, so the flags still balance
             st[:] = [o for o in st if not (o["op"] == "signal" and o["tag"] == 1)]
     rejects(r"hazard", "all_reduce", 4, 9, s)
+
+
+def test_the_fused_two_shot_reads_and_writes_every_rank_once_per_element():
+    # rank r: ready to every peer; once every peer's ready came, one reduce_to_all of block r (every
+    # rank's input read, the sum stored into every rank's output), then result to every peer; and
+    # it returns once every peer's result came. The gather step and the get_reduce chain are gone.
+    s = schedules.schedule("all_reduce", "mapped_fused_two_shot", rank=1, size=4, count=10)
+    ops = [[o["op"] for o in st] for st in s["steps"]]
+    assert ops == [["signal"] * 3, ["wait"] * 3 + ["reduce_to_all"] + ["signal"] * 3, ["wait"] * 3], ops
+    fused = s["steps"][1][3]
+    assert fused["peer"] is None and fused["dst"] == ("output", 3, 3) and fused["src"] == ("input", 3, 3), fused
+    text = schedules.format_schedule(s)
+    assert "reduce_to_all(every rank's output[3:6] <- every rank's input[3:6])" in text, text
+    verify("all_reduce", 4, 10, registered("all_reduce", "mapped_fused_two_shot", 4, 10))
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_the_fused_two_shot_without_its_result_wait_is_rejected(in_place):
+    # Rank 0 returns without waiting for rank 2's result: rank 2 may still read rank 0's input
+    # block 2 or store into its output block 2 (the counts still balance: rank 2 stops signalling).
+    s = registered("all_reduce", "mapped_fused_two_shot", 4, 9)
+    drop(s[2], 1, "signal", 0, tag=1)
+    drop(s[0], 2, "wait", 2, tag=1)
+    rejects(r"rank 0 returns \(its caller may reuse rank 0's (input|output)\[[5-6]\]\) unordered with rank 2's "
+            r"(read|write) in its step 1", "all_reduce", 4, 9, s, in_place=in_place)
+
+
+def test_the_fused_two_shot_without_a_ready_signal_is_rejected():
+    # Rank 3 never says its buffers are in the call: rank 1 reads its input block 1 (and stores into
+    # its output block 1) unordered with rank 3's use of them before the call.
+    s = registered("all_reduce", "mapped_fused_two_shot", 4, 9)
+    drop(s[3], 0, "signal", 1)
+    drop(s[1], 1, "wait", 3)
+    rejects(r"rank 1 step 1 op \d+ reduce_to_all\(every rank's output\[3:5\] <- every rank's input\[3:5\]\) "
+            r"(reads|writes) rank 3's (input|output)\[3\] unordered with rank 3's use of its buffers before the call",
+            "all_reduce", 4, 9, s, in_place=False)
+
+
+def test_a_reduce_to_all_over_its_own_source_in_part_is_rejected():
+    s = registered("all_reduce", "mapped_fused_two_shot", 2, 4)
+    fused = next(o for o in s[0]["steps"][1] if o["op"] == "reduce_to_all")
+    fused["dst"] = ("output", 1, 2)
+    rejects(r"reduce_to_all.*its source and destination overlap", "all_reduce", 2, 4, s, in_place=True)
 
 
 def test_unbalanced_flags_and_hanging_waits_are_rejected():

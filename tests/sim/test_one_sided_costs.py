@@ -37,6 +37,22 @@ def test_mapped_two_shot_reads_one_peer_per_step(P):
 
 
 @pytest.mark.parametrize("P", [2, 4, 8])
+def test_the_fused_two_shot_is_a_get_reduce_and_a_put_with_every_peer_in_one_step(P):
+    # ready (alpha); one step in which every rank reads its block m = n / P from every peer
+    # (get_reduce) and stores the sum into every peer (put): each NIC direction carries 2 (P-1) m,
+    # all from the step's entry; result (alpha). So 3 alpha + 2 f n beta and the reduction's tail,
+    # where the two-shot of get_reduce steps pays a latency per step: (P + 3) alpha.
+    n = 4 * 1024 * P
+    f, m = (P - 1) / P, n // P
+    out = simulated("all_reduce", "mapped_fused_two_shot", n // 4, P)
+    assert out["transfers"] == 2 * P * (P - 1) and out["bytes_inter"] == 2 * P * (P - 1) * m
+    lower = 3 * ALPHA + 2 * f * n * BETA
+    assert lower <= out["time_s"] <= lower + m * GAMMA * (1 + 1e-12), (out["time_s"], lower)
+    two_shot = simulated("all_reduce", "mapped_two_shot", n // 4, P)["time_s"]
+    assert out["time_s"] < two_shot
+
+
+@pytest.mark.parametrize("P", [2, 4, 8])
 def test_mapped_one_shot_reads_everything_then_sums(P):
     # ready (alpha), P-1 whole-buffer gets into this rank's NIC (alpha + (P-1) n beta), done (alpha),
     # then P-1 local reductions of n bytes.
@@ -61,7 +77,7 @@ def test_reads_of_one_peer_share_its_port():
 def test_every_one_sided_algorithm_is_costed_and_auto_never_picks_one():
     one_sided = [(c, a["name"]) for c in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
                  for a in _C.algorithm_info(COLLECTIVE[c]) if "one_sided" in a["traits"]]
-    assert len(one_sided) == 5
+    assert len(one_sided) == 6
     for c, a in one_sided:
         for P in (1, 3, 6):
             assert simulated(c, a, 97, P)["time_s"] >= 0

@@ -241,3 +241,19 @@ def launch_counts(comm, cases, n=5):
             out[(algo, count)] = ({k: c[k] / launches for k in LAUNCH_COUNTERS} if launches == n else launches, right)
         return out
     return with_settings(comm, KERNEL_SETTINGS, run)
+
+
+def copy_recv_counts(comm, setting):
+    """COMMLIB_DEVICE_COPY_RECV=`setting` on the copy path (docs/gpu.md "The copy path's large-message
+    regression"): the driver calls one ring all_reduce and one ring all_gather (4 floats per rank)
+    make on this thread, and whether both results are right; then the same under the default
+    (gated), the baseline."""
+    from kernel_path_cases import COPY_SETTINGS
+
+    def run(sub):
+        calls = collective_calls(sub)
+        counts, _, _, _ = _counted(lambda: [calls[name][0](False, None) for name in ("all_reduce", "all_gather")])
+        _drain()
+        return counts, all(calls[name][1]() for name in ("all_reduce", "all_gather"))
+    return [with_settings(comm, dict(COPY_SETTINGS, COMMLIB_DEVICE_COPY_RECV=s, COMMLIB_ALGO_ALL_REDUCE="ring",
+                                     COMMLIB_ALGO_ALL_GATHER="ring"), run) for s in (setting, "gated")]

@@ -5,7 +5,8 @@ pytest."""
 import device_cases
 from kernel_path_cases import KERNEL_SETTINGS, with_settings
 
-ONE_SIDED = [("all_reduce", "mapped_one_shot"), ("all_reduce", "mapped_two_shot"), ("all_gather", "mapped"),
+ONE_SIDED = [("all_reduce", "mapped_one_shot"), ("all_reduce", "mapped_two_shot"),
+             ("all_reduce", "mapped_fused_two_shot"), ("all_gather", "mapped"),
              ("reduce_scatter", "mapped"), ("all_to_all", "mapped")]
 # 64 bytes per block per handshake: the emulated device's 4 blocks from a few hundred bytes on, so
 # the shares, the per-block flags and the awkward tails all run; 8 KiB slots x 2 per peer stage.

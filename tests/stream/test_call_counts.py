@@ -17,7 +17,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from call_count_cases import (asked_call_counts, completion_events, launch_counts,  # noqa: E402
+from call_count_cases import (asked_call_counts, completion_events, copy_recv_counts, launch_counts,  # noqa: E402
                               mapped_candidate_lookups, plan_lookups, steady_call_counts, steady_calls_cuda)
 from foreign_array_cases import foreign_steady_call_counts  # noqa: E402
 from test_device_collectives import DELAY_ENV  # noqa: E402
@@ -147,3 +147,26 @@ def test_steady_calls_on_cuda_complete_by_the_done_word(pool):
             steady_calls_cuda, STEADY, timeout=240)):
         assert hits == 2 * STEADY and 0 <= allocs <= QUEUE_GROWTHS, (rank, hits, allocs)
         assert right and seen, (rank, right, seen)
+
+
+@pytest.mark.parametrize("setting", ["gated", "mirror", "ungated", "driver"])
+def test_the_copy_paths_data_operations_follow_the_setting(pool, setting):
+    """COMMLIB_DEVICE_COPY_RECV (a diagnostic for the H200's copy-path regression: docs/gpu.md "The
+    copy path's large-message regression"): gated, every copy and reduction of a step is a kernel that
+    reads the stop word; mirror, the same gated kernels, each after a copy of the stop word into
+    the device word it reads; ungated, the same kernels without a gate; driver, the plain copies
+    are the driver's (cudaMemcpyAsync) and the reductions ungated kernels. The results are right in
+    all four (test_mismatch_data.py: mirror keeps a mismatched call from writing)."""
+    for (counts, ok), (baseline, _) in pool(2, env=DELAY_ENV).run(copy_recv_counts, setting, timeout=60):
+        assert ok, counts
+        gated = counts.get("a gated copy kernel launch", 0) + counts.get("a gated reduction kernel launch", 0)
+        kernels = counts.get("a copy kernel launch", 0) + counts.get("a reduction kernel launch", 0)
+        assert counts.get("a gated reduction kernel launch", 0) + counts.get("a reduction kernel launch", 0) > 0, counts
+        if setting in ("gated", "mirror"):
+            assert gated > 0 and kernels == 0 and counts.get("a gated copy kernel launch", 0) > 0, counts
+            mirrored = counts.get("cudaMemcpyAsync", 0) - baseline.get("cudaMemcpyAsync", 0)
+            assert mirrored == (gated if setting == "mirror" else 0), counts
+        else:
+            assert gated == 0 and kernels > 0, counts
+            copies = counts.get("a copy kernel launch", 0)
+            assert (copies == 0) == (setting == "driver"), counts

@@ -1,5 +1,5 @@
 """The tuning file's device half obeyed on the emulated device (issue #25): the "device_path"
-crossover moves auto's kernel/copy split per world size (both ways from the built-in 1 MiB), the
+crossover moves auto's kernel/copy split per world size (the built-in default: no crossover), the
 "kernel_path" rows pick the kernel path's algorithm, ranks whose crossovers differ are refused at
 set-up naming COMMLIB_TUNING, and a small tune run (2 ranks, 2 sizes, 2 algorithms) writes rows
 that auto then follows. The selection itself is tests/bench/test_device_tuning.py."""
@@ -20,9 +20,9 @@ KERNEL_ROWS = {"all_reduce": {"3": {"rows": [[-1, "ring"]]}}}
 # kernel_auto_choices: all_reduce of 8 B, 64 KiB, 256 KiB and just over 1 MiB on 3 ranks, auto (buffers
 # no peer can map, so the mapped two-shot is not auto's).
 @pytest.mark.parametrize("crossover, paths", [
-    ({"3": {"kernel_max_bytes": 65536}}, ["kernel", "kernel", "copy", "copy"]),  # below the default
-    ({"3": {"kernel_max_bytes": 4 << 20}}, ["kernel"] * 4),                      # above it
-    ({"4": {"kernel_max_bytes": 0}}, ["kernel"] * 3 + ["copy"]),                 # another world size: 1 MiB
+    ({"3": {"kernel_max_bytes": 65536}}, ["kernel", "kernel", "copy", "copy"]),
+    ({"3": {"kernel_max_bytes": 1 << 20}}, ["kernel"] * 3 + ["copy"]),           # 1 MiB, the default until session 15
+    ({"4": {"kernel_max_bytes": 0}}, ["kernel"] * 4),                            # another world size: no crossover
 ])
 def test_auto_follows_the_tuning_files_crossover(pool, crossover, paths):
     table = {"schema": SCHEMA, "kernel_path": KERNEL_ROWS, "device_path": crossover}

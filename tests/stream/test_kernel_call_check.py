@@ -47,10 +47,10 @@ def test_the_kernel_finds_a_mismatch_the_control_plane_cannot_see(pool, scenario
 
 @pytest.mark.parametrize("path", ["auto", "kernel", "copy", "auto+override"])
 def test_auto_takes_one_shot_or_two_shot_on_the_kernel_path(pool, path):
-    # device_auto.h's rule at 3 ranks on one host, where the kernel path runs the call: direct
-    # while (P - 1) x bytes <= 256 KiB, two_shot up to 1 MiB, the policy's choice above; the same
-    # before and after connect (else the first call's descriptor would differ from the call's). On
-    # the copy path (forced, or auto above 1 MiB) the policy's choice stands. An override
+    # device_auto.h's rule at 3 ranks on one host, where the kernel path runs the call (auto: at
+    # every size, no crossover by default): direct while (P - 1) x bytes <= 256 KiB, two_shot above;
+    # the same before and after connect (else the first call's descriptor would differ from the
+    # call's). On the copy path (forced) the policy's choice stands. An override
     # (COMMLIB_ALGO_ALL_REDUCE) keeps its word.
     settings = {"COMMLIB_DEVICE_PATH": path.split("+")[0]}
     if path.endswith("override"):
@@ -59,9 +59,8 @@ def test_auto_takes_one_shot_or_two_shot_on_the_kernel_path(pool, path):
     for before, after, policy, paths, ok, ran in pool(3, env=DELAY_ENV).run(kernel_auto_choices, settings, timeout=60):
         assert ok and before == after and ran == after, (before, after, ran)
         if path in ("auto", "kernel"):
-            assert after == ["direct", "direct", "two_shot", policy[3]], (after, policy)
-            want = {"auto": ["kernel"] * 3 + ["copy"], "kernel": ["kernel"] * 4}[path]
-            assert paths == want, paths
+            assert after == ["direct", "direct", "two_shot", "two_shot"], (after, policy)
+            assert paths == ["kernel"] * 4, paths
         elif path == "copy":
             # where the rule would have changed every one of them
             assert all(p != r for p, r in zip(policy, ["direct", "direct", "two_shot"])), policy
@@ -70,24 +69,24 @@ def test_auto_takes_one_shot_or_two_shot_on_the_kernel_path(pool, path):
             assert after == ["ring"] * 4, after
 
 
+MAPPED_AUTO = "mapped_fused_two_shot"  # auto's one-sided all_reduce on mapped buffers
+
+
 @pytest.mark.parametrize("path,shareable", [("auto", (0, 1, 2)), ("auto", (0, 2)), ("kernel", (0, 1, 2))])
 def test_auto_maps_where_every_rank_can(pool, path, shareable):
     """3 ranks, 8 B / 64 KiB / 256 KiB / just over 1 MiB: where every rank's buffers can be mapped,
-    auto's all_reduce takes the mapped two-shot wherever the kernel path takes the call and the
-    two-shot would run (policy/device_auto.h; above auto's crossover the copy path stays); where
+    auto's all_reduce takes the one-sided two-shot wherever the kernel path takes the call (auto:
+    every size, no crossover by default) and the two-shot would run (policy/device_auto.h); where
     one rank's buffer has no shareable handle (rank 1), every rank keeps the rule's choice (the
     ranks agree per call: a rank deciding alone would read a peer's buffer that peer staged)."""
     for before, after, policy, paths, ok, ran in pool(3, env=DELAY_ENV).run(
             kernel_auto_choices, {"COMMLIB_DEVICE_PATH": path}, None, shareable, timeout=60):
-        assert ok and before == after == ["direct", "direct", "two_shot", policy[3]], (before, after, policy)
-        if path == "kernel":
-            assert ran == ["direct", "direct", "mapped_two_shot", "mapped_two_shot"], ran
-            assert paths == ["kernel"] * 4, paths
-        elif len(shareable) == 3:
-            assert ran == ["direct", "direct", "mapped_two_shot", policy[3]], ran
-            assert paths == ["kernel"] * 3 + ["copy"], paths
+        assert ok and before == after == ["direct", "direct", "two_shot", "two_shot"], (before, after, policy)
+        assert paths == ["kernel"] * 4, paths
+        if len(shareable) == 3:
+            assert ran == ["direct", "direct", MAPPED_AUTO, MAPPED_AUTO], ran
         else:
-            assert ran == after and paths == ["kernel"] * 3 + ["copy"], (ran, paths)
+            assert ran == after, (ran, after)
 
 
 # Rows measured on the kernel path for 3 ranks (and host rows that say otherwise): the kernel
@@ -104,8 +103,7 @@ def test_kernel_path_tuning_rows_win_over_the_rule(pool, path):
                                                                              KERNEL_ROWS_TABLE, timeout=60):
         assert ok and before == after and ran == after, (before, after, ran)
         assert policy == ["tree"] * 4, policy  # the host's resolution never reads kernel-path rows
-        want = {"auto": ["ring", "recursive_doubling", "recursive_doubling", "tree"],
-                "kernel": ["ring", "recursive_doubling", "recursive_doubling", "recursive_doubling"],
-                "copy": ["tree"] * 4}[path]
+        kernel_rows = ["ring", "recursive_doubling", "recursive_doubling", "recursive_doubling"]
+        want = {"auto": kernel_rows, "kernel": kernel_rows, "copy": ["tree"] * 4}[path]
         assert after == want, after
-        assert paths == {"auto": ["kernel"] * 3 + ["copy"], "kernel": ["kernel"] * 4, "copy": ["copy"] * 4}[path]
+        assert paths == {"auto": ["kernel"] * 4, "kernel": ["kernel"] * 4, "copy": ["copy"] * 4}[path]

@@ -2,7 +2,7 @@
 // operations a step holds, and what each rank's buffers hold after it. No drawing here.
 "use strict";
 const BUFFERS = ["input", "output", "scratch"];
-const OPS = ["send", "recv", "recv_reduce", "copy", "reduce", "get", "get_reduce", "put", "signal", "wait"];
+const OPS = ["send", "recv", "recv_reduce", "copy", "reduce", "get", "get_reduce", "put", "signal", "wait", "reduce_to_all"];
 const ONE_SIDED = ["get", "get_reduce", "put"];  // drawn as arrows from where the bytes are to where they land
 
 // A case from the page's compact form (commlib/explain/codec.py, encode_case): ops of 9 integers,

@@ -315,19 +315,19 @@ void EmulatedDevice::divide(void* dst, size_t n, DType dtype, int64_t divisor, D
 }
 
 // The gated operations: the stop word is read when the stream reaches the operation, as the CUDA
-// kernels read it when they start (kernels/cuda_reduce.cu).
+// kernels read it when they start (kernels/cuda_reduce.cu); null: not gated (counted apart).
 void EmulatedDevice::copy_unless(const uint64_t* stop, void* dst, const void* src, size_t bytes, DeviceStream& stream) {
-  enter("a gated copy kernel launch", true);
+  enter(stop ? "a gated copy kernel launch" : "a copy kernel launch", true);
   emu(stream).enqueue_data([stop, dst, src, bytes] {
-    if (bytes && !load_flag(stop)) std::memmove(dst, src, bytes);
+    if (bytes && !(stop && load_flag(stop))) std::memmove(dst, src, bytes);
   });
 }
 
 void EmulatedDevice::reduce_unless(const uint64_t* stop, void* dst, const void* src, size_t n, DType dtype, RedOp op,
                                    DeviceStream& stream) {
-  enter("a gated reduction kernel launch", true);
+  enter(stop ? "a gated reduction kernel launch" : "a reduction kernel launch", true);
   emu(stream).enqueue_data([stop, kernel = emulated_reduce_kernel(dst, src, n, dtype, op)] {
-    if (!load_flag(stop)) kernel();
+    if (!(stop && load_flag(stop))) kernel();
   });
 }
 

@@ -1,0 +1,103 @@
+// The fused two-shot's data item (kplan::kReduceToAll, schedule/ir.h reduce_to_all): a block's share
+// of the same byte range of every rank's source, read once, reduced in rank order 0..P-1 in
+// registers, and the result stored into the same range of every rank's destination. Per rank and
+// call that is N bytes read and N written for an all_reduce of N bytes (the issue's 2 N), where the
+// two-shot of get_reduce steps round-trips an accumulator through memory P - 1 times and gathers
+// the other blocks afterwards (4.25 N at P = 4).
+//
+// Loads in flight: each thread loads W 16-byte packs of one rank (the tail too, predicated), folds
+// them into its W accumulators, then the next rank's; the stores follow the last rank's fold. The
+// accumulators live across the ranks' loop, unpacked into one register per element, so W is what
+// the 128 registers of a 512-thread block allow without spilling (a spill fails the build): 4 for
+// 4- and 8-byte elements, 1 for 1- and 2-byte (kUnroll = 8 spilled for every type at sm_80/90, 2
+// for float16's sum and product). A thread stores an
+// element only after it loaded that element from every rank, so in place (the destination is the
+// source) nothing is overwritten before it was read, and no other thread or block touches it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/plan_bulk.cuh"
+#include "kernels/plan_launch.cuh"
+
+namespace commlib {
+namespace kexec {
+
+// Rank q's buffer `buf` as this launch addresses it: this rank's own (a.bases: the staging area on
+// the staged path) or the peer's (a.peer_bases: mapped, or the peer's staging area).
+__device__ __forceinline__ char* rank_buffer(const PlanLaunch& a, int q, uint8_t buf) {
+  return q == a.rank ? a.bases[buf] : reinterpret_cast<char*>(a.peer_bases[static_cast<size_t>(q) * 3 + buf]);
+}
+
+// Packs i, i + stride, ..., i + (W - 1) strides of every rank, folded in rank order, stored into
+// every rank; with kTail, only those below npacks (predicated: the tail keeps its loads in flight too).
+template <unsigned W, bool kTail, class F, class Pk>
+__device__ __forceinline__ void fold_packs(const PlanLaunch& a, const kplan::PlanItem& it, uint64_t lo, size_t i,
+                                           size_t stride, size_t npacks, const F& f) {
+  Pk acc[W];
+  {
+    const Pk* s = reinterpret_cast<const Pk*>(rank_buffer(a, 0, it.src_buf) + it.src_off + lo);
+    COMMLIB_UNROLL
+    for (unsigned u = 0; u < W; ++u)
+      if (!kTail || i + u * stride < npacks) acc[u] = s[i + u * stride];
+  }
+  for (int q = 1; q < a.size; ++q) {
+    const Pk* s = reinterpret_cast<const Pk*>(rank_buffer(a, q, it.src_buf) + it.src_off + lo);
+    Pk v[W];
+    COMMLIB_UNROLL
+    for (unsigned u = 0; u < W; ++u)
+      if (!kTail || i + u * stride < npacks) v[u] = s[i + u * stride];
+    COMMLIB_UNROLL
+    for (unsigned u = 0; u < W; ++u)
+      if (!kTail || i + u * stride < npacks) {
+        COMMLIB_UNROLL
+        for (int j = 0; j < Pk::kN; ++j) acc[u].v[j] = f(acc[u].v[j], v[u].v[j]);
+      }
+  }
+  for (int q = 0; q < a.size; ++q) {
+    Pk* d = reinterpret_cast<Pk*>(rank_buffer(a, q, it.dst_buf) + it.dst_off + lo);
+    COMMLIB_UNROLL
+    for (unsigned u = 0; u < W; ++u)
+      if (!kTail || i + u * stride < npacks) d[i + u * stride] = acc[u];
+  }
+}
+
+// One thread's part of the block's share [lo, lo + n) of item `it` (blockDim.x threads).
+template <class F>
+__device__ __forceinline__ void reduce_to_all_lanes(const PlanLaunch& a, const kplan::PlanItem& it, uint64_t lo,
+                                                    size_t n, const F& f) {
+  using S = typename F::S;
+  using Pk = gpu::Pack<S>;
+  uintptr_t bits = n;
+  for (int q = 0; q < a.size; ++q)
+    bits |= reinterpret_cast<uintptr_t>(rank_buffer(a, q, it.src_buf) + it.src_off + lo) |
+            reinterpret_cast<uintptr_t>(rank_buffer(a, q, it.dst_buf) + it.dst_off + lo);
+  constexpr unsigned W = sizeof(S) >= 4 ? kUnroll / 2 : 1;
+  const size_t elems = n / sizeof(S), stride = blockDim.x;
+  size_t done = 0;
+  if (bits % 16 == 0) {
+    const size_t npacks = elems / Pk::kN;
+    size_t i = threadIdx.x;
+    for (; i + (W - 1) * stride < npacks; i += W * stride) fold_packs<W, false, F, Pk>(a, it, lo, i, stride, npacks, f);
+    if (i < npacks) fold_packs<W, true, F, Pk>(a, it, lo, i, stride, npacks, f);  // the tail, predicated
+    done = npacks * Pk::kN;
+  }
+  for (size_t i = done + threadIdx.x; i < elems; i += stride) {  // unaligned: element by element
+    S acc = gpu::load_any<S>(rank_buffer(a, 0, it.src_buf) + it.src_off + lo, i);
+    for (int q = 1; q < a.size; ++q) acc = f(acc, gpu::load_any<S>(rank_buffer(a, q, it.src_buf) + it.src_off + lo, i));
+    for (int q = 0; q < a.size; ++q) gpu::store_any<S>(rank_buffer(a, q, it.dst_buf) + it.dst_off + lo, i, acc);
+  }
+}
+
+// The block's share [lo, lo + n) of a reduce_to_all item.
+template <class F>
+__device__ __forceinline__ void block_reduce_to_all(const PlanLaunch& a, const kplan::PlanItem& it, uint64_t lo,
+                                                    uint64_t n, const F& f) {
+  block_lanes([&] { reduce_to_all_lanes(a, it, lo, n, f); });
+  emu_count(kEmuBytesRead, static_cast<uint64_t>(a.size) * n);
+  emu_count(kEmuBytesWritten, static_cast<uint64_t>(a.size) * n);
+}
+
+}  // namespace kexec
+}  // namespace commlib
