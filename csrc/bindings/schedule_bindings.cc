@@ -15,7 +15,6 @@
 namespace py = pybind11;
 
 namespace commlib {
-
 namespace {
 
 py::object region_to_py(const Region& g) { return py::make_tuple(buffer_name(g.buf), g.offset, g.count); }
