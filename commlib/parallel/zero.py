@@ -295,8 +295,9 @@ class ZeroOptimizer:
         self.comm = comm
 
     def _drop_failed_step(self):
-        """Before a shrink: forget what the step that raised left (stage 2's buckets in flight
-        on the aborted communicator, a backward its launch ended early)."""
+        """Forget what the last step left: after every step, and before a shrink after one that
+        raised (stage 2's buckets in flight on the aborted communicator, a backward its launch
+        ended early)."""
         for u in self._units:
             u.tmp_grad = u.work = u.out = None
             u.ready = 0
@@ -357,12 +358,7 @@ class ZeroOptimizer:
             self.last_backward_stats = {"buckets": len(self._units),
                                         "launched_during_backward": self._launcher.launched_early}
         finally:
-            for u in self._units:
-                u.tmp_grad = u.work = u.out = None
-                u.ready = 0
-            self._marked.clear()
-            self._launcher.reset()
-            self._in_backward = False
+            self._drop_failed_step()  # the step's state goes whether it finished or raised
 
 
 def __getattr__(name):

@@ -114,6 +114,12 @@ def run(coll, algo, P, n, root, in_place, inputs):
                         reg(r, o["dst"])[:] += reg(o["peer"], o["src"])
                     elif o["op"] == "put":
                         reg(o["peer"], o["dst"])[:] = reg(r, o["src"]).copy()
+                    elif o["op"] == "reduce_to_all":  # every rank's src summed in rank order, into every rank's dst
+                        total = reg(0, o["src"]).copy()
+                        for q in range(1, P):
+                            total += reg(q, o["src"])
+                        for q in range(P):
+                            reg(q, o["dst"])[:] = total
                 signals.update((r, o["peer"], o["tag"]) for o in ops if o["op"] == "signal")
                 step[r] += 1
                 done[r] = set()

@@ -83,7 +83,7 @@ def test_a_steady_auto_call_that_may_map_looks_no_plan_up(pool):
     no device-plan and no plan-cache lookup per steady call, mapped or staged."""
     n = 5
     for out in pool(2, env=DELAY_ENV).run(mapped_candidate_lookups, n, timeout=120):
-        assert out["mapped"] == (0, 0, n, "mapped_two_shot", True), out
+        assert out["mapped"] == (0, 0, n, "mapped_fused_two_shot", True), out
         assert out["staged"] == (0, 0, n, "two_shot", True), out
 
 

@@ -32,9 +32,9 @@ def test_a_captured_step_replayed_between_eager_calls_equals_the_eager_results(p
 @pytest.mark.timeout(120)
 def test_an_auto_all_reduce_warmed_up_mapped_captures_and_replays(pool):
     """Captured calls never agree on a one-sided route: an auto all_reduce whose warm-up ran as the
-    mapped two-shot is captured with that plan (staged), not refused for want of the two-shot's."""
+    mapped (fused) two-shot is captured with that plan (staged), not refused for want of the two-shot's."""
     for rank, (algorithm, differ) in enumerate(pool(SIZE, env=DELAY_ENV).run(captured_mapped_auto, timeout=90)):
-        assert algorithm == "mapped_two_shot", (rank, algorithm)
+        assert algorithm == "mapped_fused_two_shot", (rank, algorithm)
         assert differ == [], (rank, differ)
 
 

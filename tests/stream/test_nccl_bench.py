@@ -39,7 +39,7 @@ def test_device_bench_on_emulated_with_the_nccl_peer(tmp_path):
             assert ("commlib", coll, "ring", mode, b) in by
     assert "ours/NCCL busbw" in p.stdout and "the peer is the emulated NCCL" in p.stdout, p.stdout[-2000:]
     assert "emulated device, link auto" in p.stdout
-    assert "path auto (kernel up to 1 MiB per rank, copy above)" in p.stdout  # which path each size ran
+    assert "path auto (kernel at every size unless the tuning file's crossover says copy)" in p.stdout  # which path each size ran
 
 
 def test_device_bench_refuses_host_peers_on_a_device():
