@@ -101,6 +101,16 @@ struct CallShape {
   int64_t count = 0;  // elements, ir.h's meaning
   int elem_bytes = 1;
   int root = 0;
+  // The builders' arguments for this call on ranks placed by `host_of` (rank fields left 0).
+  CollArgs args_on(const std::vector<int>& host_of) const {
+    CollArgs a;
+    a.coll = coll;
+    a.size = static_cast<int>(host_of.size());
+    a.count = count;
+    a.root = collective_has_root(coll) ? root : 0;
+    a.host_of = host_of;
+    return a;
+  }
 };
 
 // What auto chose (a registered algorithm; hierarchical: its inter- and intra-host algorithms, ""

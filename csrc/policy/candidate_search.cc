@@ -148,12 +148,7 @@ double candidate_lower_bound(const CallShape& call, const Composition& cand, con
     reduce_spb = std::min(reduce_spb, m.reduce_s_per_byte);
   }
   const double nic_step_Bps = t.nic_burst_bytes > 0 ? std::numeric_limits<double>::infinity() : t.nic_Bps;
-  CollArgs a;
-  a.coll = call.coll;
-  a.size = P;
-  a.count = call.count;
-  a.root = collective_has_root(call.coll) ? call.root : 0;
-  a.host_of = t.host_of;
+  CollArgs a = call.args_on(t.host_of);
   double bound = 0;
   for (int r : {0, a.root, P / 2, P - 1}) {
     a.rank = r;

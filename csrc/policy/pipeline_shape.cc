@@ -102,12 +102,7 @@ bool spans_hosts(const sim::Topology& t) {
 
 double pipeline_estimate(const CallShape& call, const Composition& cand, const sim::Topology& t) {
   const int P = t.size();
-  CollArgs a;
-  a.coll = call.coll;
-  a.size = P;
-  a.count = call.count;
-  a.root = collective_has_root(call.coll) ? call.root : 0;
-  a.host_of = t.host_of;
+  CollArgs a = call.args_on(t.host_of);
   const std::vector<double> oversub = sim::oversubscription(t);
   double worst = 0;
   for (int r : std::set<int>{0, P - 1}) {
