@@ -2,7 +2,7 @@
 shape, and the verifier's hazard proofs. Each hazard case breaks a correct one-sided schedule by
 hand (a missing "ready" signal, a missing release, an overwrite while peers still read, a racing
 put, an unbalanced flag) and sees VerificationError name the rank, the region and the hazard. The
-sweep over world sizes to 64 and awkward counts is tests/schedule/test_verify_all.py's (with the NumPy
+sweep over P = 1..64 and awkward counts is tests/schedule/test_verify_all.py's (with the NumPy
 cross-check in test_numeric_exec.py)."""
 import pytest
 
