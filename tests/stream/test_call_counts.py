@@ -2,7 +2,7 @@
 docs/gpu.md, "The per-call cost budget"): through the C++ entry, every collective, blocking and
 async, on the kernel path, makes exactly one kernel launch, one device guard (one cudaGetDevice,
 no set) and one capture-status query (whether the call is being captured into a graph: docs/gpu.md
-"Collectives in CUDA graphs"; NCCL asks the same per call), over STEADY calls back to back: no event
+"Collectives in CUDA graphs"; NCCL asks the same per call), over 1000 calls back to back: no event
 record or query (the call's completion is the done word its kernel's last block stores), and no
 event creation, copy, host function or stream wait; and no heap allocation by commlib's C++ code
 (counted by a wrapper of operator new: csrc/common/alloc_count.h) but an async call's work handle. What asks for more pays only
@@ -25,9 +25,7 @@ from test_device_collectives import DELAY_ENV  # noqa: E402
 # Per call, exactly (anything else counted, an event record or query, an allocation, copy, host
 # function or stream wait, fails).
 PER_CALL = {"the kernel path's launch": 1, "cudaGetDevice": 1, "cudaStreamGetCaptureInfo": 1}
-# 256 calls a collective and mode (1000 until issue #36, a third of the file's time): a cost per call
-# shows as 256 of it, far above the allocation bound QUEUE_GROWTHS (15), and every count is exact.
-STEADY = 256
+STEADY = 1000
 QUEUE_GROWTHS = 3 * (STEADY // 16).bit_length()  # three queues, each doubling from 16 to hold STEADY
 
 
@@ -140,7 +138,7 @@ def test_a_completion_event_orders_another_stream_and_costs_one_record(pool):
 
 @pytest.mark.gpu
 def test_steady_calls_on_cuda_complete_by_the_done_word(pool):
-    """On GPU 0, STEADY steady blocking and STEADY async calls through the entry, no allocation per
+    """On GPU 0, 1000 steady blocking and 1000 async calls through the entry, no allocation per
     blocking call, every work complete by its done word, and a wait() on another stream ordered by
     the word. First run on an H200 (session 14): 1999 hits of 2000, as the warm-up used another op
     than the measured calls (a cache miss of the test's own making); every work completed."""
