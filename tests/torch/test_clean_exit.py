@@ -22,8 +22,9 @@ torch = pytest.importorskip("torch")
 @pytest.mark.timeout(600)
 def test_every_exit_scenario_exits_zero():
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    # every scenario once, all from one import of torch (jobs run one after another: started at
-    # once, their spinners starve them, no faster). The reproduction of #17 ran twice until issue
+    # every scenario once, all from one import of torch, two jobs at once where two CPUs are free
+    # (each job's ranks and spinner on a CPU of its own: as contended as one job alone; more jobs
+    # on one CPU starve each other, no faster). The reproduction of #17 ran twice until issue
     # #36 (5 s a run): its race, a gloo worker releasing a call's tensors while the main thread
     # finalizes, is in three other jobs too (nothing_destroyed and exit_from_signal_handler end
     # with a gloo call, comm_closed makes one just before its last); more rounds:
