@@ -26,15 +26,11 @@ from test_device_collectives import DELAY_ENV  # noqa: E402
 # function or stream wait, fails).
 PER_CALL = {"the kernel path's launch": 1, "cudaGetDevice": 1, "cudaStreamGetCaptureInfo": 1}
 STEADY = 1000
-# The steady calls count, they do not race: they run without the emulated stream delay (3x faster:
-# 20 us on every emulated operation, 32,000 calls), in the 2-rank pool test_device_p2p.py already
-# starts with this environment; every other test here keeps the delay's perturbation.
-NO_DELAY = {"COMMLIB_EMULATED_DELAY_US": "0"}
 QUEUE_GROWTHS = 3 * (STEADY // 16).bit_length()  # three queues, each doubling from 16 to hold STEADY
 
 
 def test_a_steady_call_is_one_launch_and_no_event(pool):
-    for out in pool(2, env=NO_DELAY).run(steady_call_counts, STEADY, timeout=300):
+    for out in pool(2, env=DELAY_ENV).run(steady_call_counts, STEADY, timeout=300):
         assert len(out) == 16, sorted(out)
         for (name, mode), (calls, hits, ok, path, allocs) in out.items():
             assert ok and path == "kernel" and hits == STEADY, (name, mode, ok, path, hits)
@@ -99,7 +95,7 @@ def test_foreign_arrays_cost_what_commlibs_own_do(pool, kind):
     (cudaPointerGetAttributes on CUDA), DLPack's none (it names its device)."""
     queries = {"cai": {"cuPointerGetAttributes": 2}, "dlpack": {}}[kind]  # two buffers a call
     n = STEADY // 2
-    for out in pool(2, env=NO_DELAY).run(foreign_steady_call_counts, kind, n, timeout=300):
+    for out in pool(2, env=DELAY_ENV).run(foreign_steady_call_counts, kind, n, timeout=300):
         assert len(out) == 4, sorted(out)
         for (name, mode), (calls, hits, ok, path, allocs) in out.items():
             assert ok and path == "kernel" and hits == n, (kind, name, mode, ok, path, hits)
