@@ -3,13 +3,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <numeric>
 #include <set>
 
+#include "policy/model_key.h"
 #include "policy/pipeline_shape.h"
 #include "schedule/registry.h"
 #include "sim/simulator.h"
@@ -26,38 +26,14 @@ struct Tally {
   double bytes = 0;
 };
 
-// Every field of the placed model (sim/topology.h's one list: a prediction may depend on any of
-// them), exactly (hex floats), with the call's shape and segment: the cache key.
-struct KeyWriter {
-  std::string k;
-  void add(double v) {
-    char buf[40];
-    std::snprintf(buf, sizeof buf, "%a,", v);
-    k += buf;
-  }
-  void add(int64_t v) { k += std::to_string(v) + ","; }
-  void add(int v) { add(static_cast<int64_t>(v)); }
-  void add(const std::vector<int>& v) {
-    k += '|';
-    for (int x : v) add(x);
-    k += '|';
-  }
-};
-
+// The search's cache key: the call's shape, its segment and search settings, and every field of the
+// placed model (model_key.h).
 std::string cache_key(const CallShape& call, int64_t segment, bool hier_only, int64_t extrapolate_ops,
                       const sim::Topology& t) {
   KeyWriter w;
-  for (int64_t v : {static_cast<int64_t>(call.coll), call.count, static_cast<int64_t>(call.elem_bytes),
-                    static_cast<int64_t>(call.root), segment, static_cast<int64_t>(hier_only), extrapolate_ops})
-    w.add(v);
-#define COMMLIB_KEY_FIELD(type, name, init, dict, check) w.add(t.name);
-  COMMLIB_SIM_TOPOLOGY_FIELDS(COMMLIB_KEY_FIELD)
-  for (const auto& m : t.memory_tiers) {
-#define COMMLIB_KEY_TIER(type, name, init, dict, check) w.add(m.name);
-    COMMLIB_SIM_MEMORY_TIER_FIELDS(COMMLIB_KEY_TIER)
-#undef COMMLIB_KEY_TIER
-  }
-#undef COMMLIB_KEY_FIELD
+  w.add_call(call);
+  for (int64_t v : {segment, static_cast<int64_t>(hier_only), extrapolate_ops}) w.add(v);
+  w.add_model(t);
   return w.k;
 }
 
@@ -324,8 +300,11 @@ AlgorithmChoice search_best_candidate(const CallShape& call, const std::vector<i
 }
 
 void clear_candidate_cache() {
-  std::lock_guard<std::mutex> lk(g_cache_mu);
-  g_cache.clear();
+  {
+    std::lock_guard<std::mutex> lk(g_cache_mu);
+    g_cache.clear();
+  }
+  clear_pipeline_shapes();
 }
 
 }  // namespace commlib

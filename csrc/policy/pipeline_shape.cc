@@ -6,12 +6,15 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <mutex>
+#include <string>
 #include <set>
 #include <utility>
 #include <vector>
 
 #include "common/params.h"
 #include "common/shapes.h"
+#include "policy/model_key.h"
 #include "schedule/registry.h"
 #include "sim/rates.h"
 #include "sim/topology.h"
@@ -94,6 +97,17 @@ double rank_estimate(const Schedule& s, int r, const sim::Topology& t, const sim
   return clock;
 }
 
+// The chosen shapes, per (call, candidate, placed model): one choice builds up to 34 schedules of
+// every local rank's lanes (seconds at 32 ranks), and the candidate search, the ranking and the
+// bounds ask for the same one in turn. The key holds everything the choice depends on.
+struct ShapeMemo {
+  Composition shape;
+  double estimate_s;
+};
+std::mutex g_memo_mu;
+std::map<std::string, ShapeMemo> g_memo;
+constexpr size_t kMemoEntries = 4096;
+
 bool spans_hosts(const sim::Topology& t) {
   return std::set<int>(t.host_of.begin(), t.host_of.end()).size() > 1;
 }
@@ -139,6 +153,18 @@ Composition choose_pipeline_shape(const CallShape& call, const Composition& cand
   Composition best = cand;
   best.segment = 0, best.pieces = 0;
   if (shapes.size() == 1 && !estimate_s) return best;
+  KeyWriter key;
+  key.add_call(call);
+  for (const std::string& v : {cand.algorithm, cand.inter, cand.intra}) key.add(v);
+  key.add_model(t);
+  {
+    std::lock_guard<std::mutex> lk(g_memo_mu);
+    const auto it = g_memo.find(key.k);
+    if (it != g_memo.end()) {
+      if (estimate_s) *estimate_s = it->second.estimate_s;
+      return it->second.shape;
+    }
+  }
   double best_s = std::numeric_limits<double>::infinity();
   for (const auto& [segment, pieces] : shapes) {
     Composition k = cand;
@@ -147,7 +173,15 @@ Composition choose_pipeline_shape(const CallShape& call, const Composition& cand
     if (e < best_s) best_s = e, best = k;
   }
   if (estimate_s) *estimate_s = best_s;
+  std::lock_guard<std::mutex> lk(g_memo_mu);
+  if (g_memo.size() >= kMemoEntries) g_memo.clear();
+  g_memo.emplace(key.k, ShapeMemo{best, best_s});
   return best;
+}
+
+void clear_pipeline_shapes() {
+  std::lock_guard<std::mutex> lk(g_memo_mu);
+  g_memo.clear();
 }
 
 }  // namespace commlib

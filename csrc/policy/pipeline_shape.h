@@ -39,4 +39,8 @@ double pipeline_estimate(const CallShape& call, const Composition& cand, const s
 Composition choose_pipeline_shape(const CallShape& call, const Composition& cand, const sim::Topology& placed,
                                   double* estimate_s = nullptr);
 
+// choose_pipeline_shape keeps its choices per (call, candidate, placed model); this drops them
+// (clear_candidate_cache calls it).
+void clear_pipeline_shapes();
+
 }  // namespace commlib

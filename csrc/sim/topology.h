@@ -12,7 +12,7 @@ namespace sim {
 
 // Topology's fields, written once (an X-macro): the struct below declares them, validate() checks
 // them, the binding reads them from a dict (bindings/sim_bindings.cc, _C.sim_topology_fields) and
-// auto's cache keys on them (policy/candidate_search.cc); tests/sim/test_topology_fields.py checks
+// the policy's caches key on them (policy/model_key.cc); tests/sim/test_topology_fields.py checks
 // that commlib/sim's and commlib/perf's makers write these names. Adding a field is one row here
 // (and one in each Python maker). X(type, name, default, dict, check):
 //   dict: Need (the binding's dict must have it) or Opt (absent: the default);

@@ -68,3 +68,21 @@ def test_auto_candidates_carry_the_chosen_shape():
 def test_flat_and_one_host_calls_are_left_alone():
     d = placed("dgx-h100", 1)
     assert _C.pipeline_shape(AR, 1 << 20, 4, d, "two_shot", "")["estimate_s"] == -1
+
+
+def test_a_kept_shape_is_the_one_its_model_and_call_would_choose_afresh():
+    """choose_pipeline_shape keeps its choices (one costs up to 34 schedule builds): every input
+    must be in the key. The same call on two models that differ in one field (the NIC's rate), and
+    two counts on one model, each get what a cleared cache computes for them."""
+    d = placed("dgx-h100", 2)
+    slow = dict(d, nic_Bps=d["nic_Bps"] / 64)
+    asked = [(d, 64 * MiB // 4), (slow, 64 * MiB // 4), (d, 4 * MiB // 4), (slow, 4 * MiB // 4)]
+    fresh = []
+    for model, count in asked:
+        _C.clear_candidate_cache()
+        fresh.append(_C.pipeline_shape(AR, count, 4, model, "two_shot", "ring"))
+    assert len({(f["segment"], f["pieces"], f["estimate_s"]) for f in fresh}) == 4, fresh
+    _C.clear_candidate_cache()
+    for _ in range(2):  # the first round fills the cache, the second reads it
+        for (model, count), want in zip(asked, fresh):
+            assert _C.pipeline_shape(AR, count, 4, model, "two_shot", "ring") == want, (count, model["nic_Bps"])
