@@ -79,3 +79,37 @@ def cached_calls_run_from_cpp(comm):
             bad.append(f"broadcast: {y.numpy()} expected {50 + P - 1}")
     pg.shutdown()
     return bad
+
+
+FAULT_DEVICE = 6  # a device of its own: the fault is sticky for the rest of the pool process's life
+
+
+def device_fault_raises_through_cpp(comm, victim=1):
+    """A device fault on one rank (emulated.inject_fault) after a call is cached: the next call
+    offered through the C++ entry raises commlib's CommError there (from the offer or from its
+    work's synchronize()), never a crash; every rank's group shuts down. Returns (kind, message) of
+    the error this rank saw (None on the others)."""
+    P, r = comm.size, comm.rank
+    pg = ProcessGroupCommlib(comm.split(0), r, P)
+    backend = native.wrap(pg)
+    x = emu.from_numpy(np.ones(64, np.float32), device_index=FAULT_DEVICE)
+    pg._comm.all_reduce(x)
+    w = _seam(backend, "all_reduce", 64, x)
+    w.synchronize()
+    comm.barrier()
+    seen = None
+    if r == victim:
+        emu.inject_fault(FAULT_DEVICE, "illegal_address")
+        try:
+            w = _seam(backend, "all_reduce", 64, x)
+            if w is not None:
+                w.synchronize()
+            seen = ("no error", "")
+        except Exception as e:  # noqa: BLE001 - the kind is what the test checks
+            seen = (type(e).__name__, str(e))
+    comm.barrier()
+    try:
+        pg.shutdown()
+    except Exception:  # noqa: BLE001 - the victim's shutdown may report the failed engine again
+        pass
+    return seen

@@ -64,3 +64,14 @@ def test_the_cpp_backend_runs_cached_device_calls_itself(pool):
     if native.load() is None:
         pytest.skip("commlib._C_torch was not built")
     assert pool(2, env=ENV).run(native_device_cases.cached_calls_run_from_cpp) == [[]] * 2
+
+
+@pytest.mark.timeout(90)
+def test_a_device_fault_raises_through_the_cpp_entry(pool):
+    from commlib.torch import native
+    if native.load() is None:
+        pytest.skip("commlib._C_torch was not built")
+    seen = pool(2, env=ENV).run(native_device_cases.device_fault_raises_through_cpp, timeout=60)
+    assert seen[0] is None
+    kind, message = seen[1]
+    assert kind == "CommError" and "rank 1" in message, seen[1]
