@@ -22,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 
@@ -176,19 +177,20 @@ class DeviceCallCache {
   // Python's is touched here). False when the cache holds no such call (nothing ran).
   bool run_native(const CallKey& k, std::shared_ptr<DeviceWork>* work) {
     g_native_offers.fetch_add(1, std::memory_order_relaxed);
-    std::shared_ptr<StreamEngine> engine;
-    std::shared_ptr<DeviceStream> stream;
-    PreparedCall call;
+    struct Hit {  // copies of what the call needs, never of the entry's Python objects
+      std::shared_ptr<StreamEngine> engine;
+      PreparedCall call;
+      std::shared_ptr<DeviceStream> stream;
+    };
+    std::optional<Hit> hit;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (entries_.empty() || !valid()) return false;  // (the Python path drops stale entries)
       const auto it = entries_.find(k);
       if (it == entries_.end()) return false;
-      engine = it->second.engine;  // copies of what the call needs, never of the Python objects
-      stream = it->second.stream;
-      call = it->second.call;
+      hit.emplace(Hit{it->second.engine, it->second.call, it->second.stream});
     }
-    *work = engine->collective(call, *stream);
+    *work = hit->engine->collective(hit->call, *hit->stream);
     g_native_hits.fetch_add(1, std::memory_order_relaxed);
     return true;
   }

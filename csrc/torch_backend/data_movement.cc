@@ -190,6 +190,7 @@ void CommlibBackend::shutdown() {
   stop_completer();  // drains: every queued call completes first
   py::gil_scoped_acquire gil;
   group_.attr("shutdown")();
+  devices_.clear();  // the engines are closed: the device calls' tensors may go (after abort() they stay)
 }
 
 void CommlibBackend::abort() {
