@@ -171,6 +171,7 @@ class CommlibBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> cuda_broadcast(std::vector<at::Tensor>& t, int root);
   c10::intrusive_ptr<c10d::Work> cuda_allgather_base(at::Tensor& out, at::Tensor& in);
   c10::intrusive_ptr<c10d::Work> cuda_reduce_scatter_base(at::Tensor& out, at::Tensor& in, const c10d::ReduceOp& op);
+  c10::intrusive_ptr<c10d::Work> cuda_alltoall_base(at::Tensor& out, at::Tensor& in);  // equal blocks
   // send() and recv() (p2p.cc).
   c10::intrusive_ptr<c10d::Work> p2p(bool send, std::vector<at::Tensor>& t, int peer);
   // Every work returned inside a coalescing block is part of the block's work.

@@ -228,5 +228,19 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::cuda_reduce_scatter_base(at::Tens
   return cuda_call(call, true, in, c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {out}, {in});
 }
 
+c10::intrusive_ptr<c10d::Work> CommlibBackend::cuda_alltoall_base(at::Tensor& out, at::Tensor& in) {
+  // (the Python path runs equal blocks as the core's all_to_all over the tensors' flat views, or
+  // their bytes; an input that is the output it copies first, so that case is never cached)
+  if (!device_layout(in) || !device_layout(out) || in.device() != out.device() ||
+      in.scalar_type() != out.scalar_type() || in.numel() != out.numel() || in.data_ptr() == out.data_ptr())
+    return nullptr;
+  DType dt;
+  int64_t n;
+  moved_as(in, &dt, &n);
+  if (n % getSize() != 0) return nullptr;
+  auto call = make_call(Collective::AllToAll, algo(Collective::AllToAll), dt, n / getSize(), address(in), address(out));
+  return cuda_call(call, true, in, c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {out}, {in});
+}
+
 }  // namespace torch_backend
 }  // namespace commlib

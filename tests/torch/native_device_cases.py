@@ -25,7 +25,7 @@ def _seam(backend, coll, count, a, b=None, root=0):
 def cached_calls_run_from_cpp(comm):
     """A call the Python path has not run yet is declined (nothing runs, the caller hands it over);
     once the Python path ran it (and so checked it), the same call runs from C++: all_reduce three
-    times, an all_gather (two buffers) and a broadcast from the last rank; another count, buffer or
+    times, an all_gather (two buffers), an all_to_all and a broadcast from the last rank; another count, buffer or
     root is declined again. Returns the failures (empty: all good)."""
     P, r = comm.size, comm.rank
     pg = ProcessGroupCommlib(comm.split(0), r, P)
@@ -65,6 +65,18 @@ def cached_calls_run_from_cpp(comm):
         want = np.concatenate([np.arange(7, dtype=np.float32) + 100 * q for q in range(P)])
         if not (out.numpy() == want).all():
             bad.append(f"all_gather: {out.numpy()} expected {want}")
+    src = emu.from_numpy(np.arange(3 * P, dtype=np.float32) + 10 * r)
+    dst = emu.empty(3 * P, "float32")
+    c.all_to_all(dst, src)  # equal blocks: what all_to_all_single without split sizes runs
+    src.copy_(emu.from_numpy(np.arange(3 * P, dtype=np.float32) + 100 * r))
+    w = _seam(backend, "all_to_all", 3, src, dst)  # (the count: one block)
+    if w is None:
+        bad.append("all_to_all: declined although the Python path ran that call")
+    else:
+        w.synchronize()
+        want = np.concatenate([np.arange(3 * r, 3 * r + 3, dtype=np.float32) + 100 * q for q in range(P)])
+        if not (dst.numpy() == want).all():
+            bad.append(f"all_to_all: {dst.numpy()} expected {want}")
     y = emu.from_numpy(np.full(5, r, dtype=np.float32))
     c.broadcast(y, root=P - 1)
     if _seam(backend, "broadcast", 5, y, root=0) is not None:

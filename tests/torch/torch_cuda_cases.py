@@ -123,8 +123,9 @@ def case_cuda_cpp_steady(comm, rounds=4):
     y = torch.zeros(1000, dtype=torch.int64, device="cuda")
     gathered = torch.zeros(1000 * P, dtype=torch.int64, device="cuda")
     scattered = torch.zeros(1000, dtype=torch.int64, device="cuda")
+    a2a = torch.zeros(1000 * P, dtype=torch.int64, device="cuda")
     side = torch.cuda.Stream()
-    per_round = 7
+    per_round = 8
     before = _cpp_device_calls()
     for k in range(rounds):
         def check(what, got, want):
@@ -151,6 +152,10 @@ def case_cuda_cpp_steady(comm, rounds=4):
         gathered.copy_(torch.arange(P, device="cuda").repeat_interleave(1000) + me)
         dist.reduce_scatter_tensor(scattered, gathered)
         check("reduce_scatter_tensor", scattered, torch.full((1000,), me * P + S - P))
+        gathered.copy_(torch.arange(1000 * P, device="cuda") + 10_000 * me)
+        dist.all_to_all_single(a2a, gathered)
+        check("all_to_all_single", a2a, torch.cat([torch.arange(1000 * me, 1000 * me + 1000) + 10_000 * q
+                                                   for q in range(P)]))
         x.fill_(me + 7)
         dist.broadcast(x, src=P - 1)
         check("broadcast", x, torch.full((1000,), P - 1 + 7))
