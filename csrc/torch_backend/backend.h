@@ -172,6 +172,14 @@ class CommlibBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> cuda_allgather_base(at::Tensor& out, at::Tensor& in);
   c10::intrusive_ptr<c10d::Work> cuda_reduce_scatter_base(at::Tensor& out, at::Tensor& in, const c10d::ReduceOp& op);
   c10::intrusive_ptr<c10d::Work> cuda_alltoall_base(at::Tensor& out, at::Tensor& in);  // equal blocks
+  // The coalesced calls: one call per tensor (pair), each from here or handed over, one block work.
+  c10::intrusive_ptr<c10d::Work> cuda_allreduce_coalesced(std::vector<at::Tensor>& t,
+                                                          const c10d::AllreduceCoalescedOptions& o);
+  c10::intrusive_ptr<c10d::Work> cuda_allgather_coalesced(std::vector<at::Tensor>& out, std::vector<at::Tensor>& in,
+                                                          const c10d::AllgatherOptions& o);
+  c10::intrusive_ptr<c10d::Work> cuda_reduce_scatter_coalesced(std::vector<at::Tensor>& out,
+                                                               std::vector<at::Tensor>& in,
+                                                               const c10d::ReduceScatterOptions& o);
   // send() and recv() (p2p.cc).
   c10::intrusive_ptr<c10d::Work> p2p(bool send, std::vector<at::Tensor>& t, int peer);
   // Every work returned inside a coalescing block is part of the block's work.

@@ -228,6 +228,62 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::cuda_reduce_scatter_base(at::Tens
   return cuda_call(call, true, in, c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {out}, {in});
 }
 
+// -- coalesced calls on CUDA tensors: each tensor (pair) as its own call, from C++ where the cache
+// holds it, else handed to the Python backend's single-tensor method (which runs it as its coalesced
+// method would: one call per tensor or pair), in order; one CoalescedWork over them. Only when every
+// tensor is on the first one's CUDA device (the Python side explains mixtures).
+namespace {
+
+bool on_one_cuda_device(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  if (a.empty() || !a[0].defined() || !a[0].is_cuda()) return false;
+  for (const auto* ts : {&a, &b})
+    for (const auto& t : *ts)
+      if (!t.defined() || t.device() != a[0].device()) return false;
+  return true;
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::cuda_allreduce_coalesced(std::vector<at::Tensor>& t,
+                                                                        const c10d::AllreduceCoalescedOptions& o) {
+  if (!on_one_cuda_device(t, t)) return nullptr;
+  c10d::AllreduceOptions single;
+  single.reduceOp = o.reduceOp;
+  single.timeout = o.timeout;
+  single.asyncOp = o.asyncOp;
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  for (auto& x : t) {
+    std::vector<at::Tensor> one{x};
+    auto w = cuda_reduction(Collective::AllReduce, one, o.reduceOp, 0, c10d::OpType::ALLREDUCE, "all_reduce");
+    works.push_back(w ? w : delegate("allreduce", one, single));
+  }
+  return c10::make_intrusive<CoalescedWork>(getRank(), std::move(works));
+}
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::cuda_allgather_coalesced(std::vector<at::Tensor>& out,
+                                                                        std::vector<at::Tensor>& in,
+                                                                        const c10d::AllgatherOptions& o) {
+  if (in.size() != out.size() || !on_one_cuda_device(in, out)) return nullptr;
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  for (size_t i = 0; i < in.size(); ++i) {
+    auto w = cuda_allgather_base(out[i], in[i]);
+    works.push_back(w ? w : delegate("_allgather_base", out[i], in[i], o));
+  }
+  return c10::make_intrusive<CoalescedWork>(getRank(), std::move(works));
+}
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::cuda_reduce_scatter_coalesced(std::vector<at::Tensor>& out,
+                                                                             std::vector<at::Tensor>& in,
+                                                                             const c10d::ReduceScatterOptions& o) {
+  if (in.size() != out.size() || !on_one_cuda_device(in, out)) return nullptr;
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  for (size_t i = 0; i < in.size(); ++i) {
+    auto w = cuda_reduce_scatter_base(out[i], in[i], o.reduceOp);
+    works.push_back(w ? w : delegate("_reduce_scatter_base", out[i], in[i], o));
+  }
+  return c10::make_intrusive<CoalescedWork>(getRank(), std::move(works));
+}
+
 c10::intrusive_ptr<c10d::Work> CommlibBackend::cuda_alltoall_base(at::Tensor& out, at::Tensor& in) {
   // (the Python path runs equal blocks as the core's all_to_all over the tensors' flat views, or
   // their bytes; an input that is the output it copies first, so that case is never cached)

@@ -115,7 +115,9 @@ def case_cuda_cpp_steady(comm, rounds=4):
     """Calls repeated on the same CUDA tensors (as DDP's buckets and FSDP2's buffers are): the first
     of each shape (tensors, op, root, stream) runs on the Python path, which checks it and fills the
     device call cache; every later one runs from the C++ backend (counted). Blocking, async with
-    wait() from another stream than the issuing one, and through get_future(); integers, exact."""
+    wait() from another stream than the issuing one, through get_future(), and a coalesced block of
+    two all_gathers (one call per pair); integers, exact."""
+    from torch.distributed.distributed_c10d import _coalescing_manager
     _cuda_setup(comm)
     P, me, S = comm.size, comm.rank, comm.size * (comm.size + 1) // 2
     failures = []
@@ -124,8 +126,9 @@ def case_cuda_cpp_steady(comm, rounds=4):
     gathered = torch.zeros(1000 * P, dtype=torch.int64, device="cuda")
     scattered = torch.zeros(1000, dtype=torch.int64, device="cuda")
     a2a = torch.zeros(1000 * P, dtype=torch.int64, device="cuda")
+    x2, gathered2 = torch.zeros_like(x), torch.zeros_like(gathered)
     side = torch.cuda.Stream()
-    per_round = 8
+    per_round = 10
     before = _cpp_device_calls()
     for k in range(rounds):
         def check(what, got, want):
@@ -149,6 +152,13 @@ def case_cuda_cpp_steady(comm, rounds=4):
         x.fill_(me)
         dist.all_gather_into_tensor(gathered, x)
         check("all_gather_into_tensor", gathered, torch.arange(P).repeat_interleave(1000))
+        x2.fill_(me + 100)
+        with _coalescing_manager(device=x.device, async_ops=True) as cm:  # allgather_into_tensor_coalesced
+            dist.all_gather_into_tensor(gathered, x)
+            dist.all_gather_into_tensor(gathered2, x2)
+        cm.wait()
+        check("coalesced all_gather", gathered, torch.arange(P).repeat_interleave(1000))
+        check("coalesced all_gather (2)", gathered2, torch.arange(P).repeat_interleave(1000) + 100)
         gathered.copy_(torch.arange(P, device="cuda").repeat_interleave(1000) + me)
         dist.reduce_scatter_tensor(scattered, gathered)
         check("reduce_scatter_tensor", scattered, torch.full((1000,), me * P + S - P))
