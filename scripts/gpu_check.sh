@@ -15,7 +15,9 @@
 #
 # Steps: env (driver, torch.version.cuda, NCCL version), build (_C and _C_cuda in place with the
 # machine's own python3: no venv, no download, no registry), import (commlib._C_cuda must import
-# where nvidia-smi lists a GPU: the import error otherwise, and the run stops), kernels (the
+# where nvidia-smi lists a GPU: the import error otherwise, and the run stops), torch (commlib._C_torch
+# built against this machine's torch imports, and tests/torch/test_cuda_backend.py's GPU cases: CUDA
+# tensors through the C++ c10d::Backend, issue #44), kernels (the
 # @pytest.mark.gpu kernel tests), kernels_bw (bench/gpu_kernels.py: the reduction kernels' bandwidth
 # against the device copy and torch's add_), copy
 # (the copy path alone at 4 and 64 MiB in fresh processes, its data operations gated / mirror /
@@ -36,7 +38,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 PY=${PYTHON:-python3}
 BUDGET=${GPU_CHECK_BUDGET_S:-470}
-ALL_STEPS="build,import,kernels,kernels_bw,copy,latency,launch,sweep,gpu,ranks,bench"
+ALL_STEPS="build,import,torch,kernels,kernels_bw,copy,latency,launch,sweep,gpu,ranks,bench"
 steps=$ALL_STEPS dry=0 emulated=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -228,6 +230,14 @@ fi
 # A hang must show as one failing test, not eat the step: peers' timeouts of 30 s, 120 s per test.
 export COMMLIB_TIMEOUT=${COMMLIB_TIMEOUT:-30}
 PYTEST=("$PY" -m pytest -q -ra -p no:cacheprovider --timeout 120)
+if wants torch; then
+  # Early: the C++ backend's CUDA path has never run on a GPU (docs/torch_backend.md). The module
+  # must load with this machine's torch (built by the build step against it), "cuda" must be
+  # registered, then the GPU cases (C++ path counted by commlib._C.device_native_counts).
+  run_step torch 200 "\`import commlib._C_torch\` against this torch, \"cuda\" registered, and \`pytest -m gpu tests/torch/test_cuda_backend.py\` (CUDA tensors through the C++ backend)" \
+    bash -c '"$0" -c "import torch, torch.distributed as dist, commlib.torch, commlib.torch.native as n; m = n.load(); print(\"_C_torch:\", m, \"built for torch\", m and m.built_torch_version, \"running\", torch.__version__); print(\"registered:\", dist.Backend.backend_capability[\"commlib\"]); assert m is not None and \"cuda\" in dist.Backend.backend_capability[\"commlib\"]" && "$@"' \
+    "$PY" "${PYTEST[@]}" -m gpu tests/torch/test_cuda_backend.py
+fi
 if wants kernels; then
   run_step kernels 90 "\`pytest -m gpu tests/kernels\`: the CUDA reduction kernels against the CPU's" \
     "${PYTEST[@]}" -m gpu tests/kernels

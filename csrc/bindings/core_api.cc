@@ -6,7 +6,9 @@
 
 #include "bindings/bindings.h"
 #include "bindings/error_kinds.h"
+#include "bindings/fast_call.h"
 #include "host/communicator.h"
+#include "stream/device_work.h"
 #include "schedule/registry.h"
 
 namespace py = pybind11;
@@ -84,8 +86,48 @@ void api_abort(void* c, const char* reason) {
   }
 }
 
-const CoreApi g_api = {kCoreApiVersion, api_collective, api_p2p, api_recv_any, api_wait, api_is_completed,
-                       api_algorithm_index, api_rank, api_size, api_abort, python_error_class};
+int api_device_collective(void* cache, const CollectiveCall& call, uint8_t kind_in, uint8_t kind_out, int device,
+                          uintptr_t stream, std::shared_ptr<DeviceWork>* work, CoreError* err) {
+  try {
+    return run_device_call_native(*static_cast<DeviceCallCache*>(cache), call, static_cast<BufferKind>(kind_in),
+                                  static_cast<BufferKind>(kind_out), device, stream, work)
+               ? 1
+               : 0;
+  } catch (...) {
+    record(err);
+    return -1;
+  }
+}
+
+bool api_device_known_complete(const std::shared_ptr<DeviceWork>& work) { return !work || work->known_complete(); }
+
+bool api_device_is_completed(const std::shared_ptr<DeviceWork>& work, bool* done, CoreError* err) {
+  try {
+    *done = !work || work->is_completed();
+    if (*done && work) work->synchronize();  // done: returns at once, raising the call's error if it failed
+    return true;
+  } catch (...) {
+    *done = true;
+    record(err);
+    return false;
+  }
+}
+
+bool api_device_synchronize(const std::shared_ptr<DeviceWork>& work, CoreError* err) {
+  try {
+    if (work) work->synchronize();
+    return true;
+  } catch (...) {
+    record(err);
+    return false;
+  }
+}
+
+const CoreApi g_api = {kCoreApiVersion,      api_collective,           api_p2p,
+                       api_recv_any,         api_wait,                 api_is_completed,
+                       api_algorithm_index,  api_rank,                 api_size,
+                       api_abort,            python_error_class,       api_device_collective,
+                       api_device_known_complete, api_device_is_completed, api_device_synchronize};
 
 }  // namespace
 

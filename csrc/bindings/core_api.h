@@ -20,7 +20,8 @@ typedef struct _object PyObject;  // Python.h's own declaration: this header nee
 
 namespace commlib {
 
-class Work;  // host/communicator.h: a queued call (opaque here)
+class Work;        // host/communicator.h: a queued call (opaque here)
+class DeviceWork;  // stream/device_work.h: a call enqueued on a device stream (opaque here)
 
 // Bumped whenever the table's layout or meaning changes; a module built against another layout
 // refuses to load (the capsule's name carries it too).
@@ -66,6 +67,25 @@ struct CoreApi {
   // raising the core's errors needs no mapping of its own. Last, so a module that does not read
   // it yet sees the same layout.
   PyObject* (*error_class)(uint32_t kind);
+
+  // -- device calls (issue #44: the torch backend's CUDA tensors), appended: the layout above is
+  // unchanged. `cache`: a communicator's device call cache (DeviceRoute.fast_calls_address,
+  // bindings/device_fast_call.cc), filled by the Python path after a call passed its checks.
+  // A collective on device buffers: `call` as the Python path's arguments describe it (addresses,
+  // count, dtype, op, root, the requested algorithm), `kind_in`/`kind_out` the buffers' kinds
+  // (bindings/buffer_view.h BufferKind: 2 emulated, 3 CUDA; 0 for an output the method does not
+  // take), `device` their device index, `stream` the current stream (the cudaStream_t; the
+  // emulated stream's identity). 1: enqueued on that stream, *work its handle; 0: the cache holds
+  // no such call (nothing ran: the caller hands the call to the Python path, which checks it and
+  // adds it); -1: error (err).
+  int (*device_collective)(void* cache, const CollectiveCall& call, uint8_t kind_in, uint8_t kind_out, int device,
+                           uintptr_t stream, std::shared_ptr<DeviceWork>* work, CoreError* err);
+  // The engine retired the call (seen complete; an atomic load, no device call): its buffers may go.
+  bool (*device_known_complete)(const std::shared_ptr<DeviceWork>& work);
+  // Polls the device (the done word or the event). False with err when the call failed.
+  bool (*device_is_completed)(const std::shared_ptr<DeviceWork>& work, bool* done, CoreError* err);
+  // Blocks the host until the call ran; false with err when it failed.
+  bool (*device_synchronize)(const std::shared_ptr<DeviceWork>& work, CoreError* err);
 };
 
 }  // namespace commlib

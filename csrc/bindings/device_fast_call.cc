@@ -17,9 +17,12 @@
 // tuning table or algorithm registry drops every entry (one atomic load each per call).
 #include <Python.h>
 
+#include <atomic>
 #include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 
@@ -72,6 +75,9 @@ struct CallKeyHash {
 constexpr size_t kMaxCached = 256;
 
 uint64_t g_offers = 0, g_hits = 0;  // under the GIL
+// Calls offered by C++ callers without the GIL (run_device_call_native: the torch backend's CUDA
+// tensors, through core_api.h) and how many of them ran.
+std::atomic<uint64_t> g_native_offers{0}, g_native_hits{0};
 
 // The key of one call through the entry; false when its arguments are not a plain call.
 bool key_of(int P, int me, Collective coll, PyObject* op, PyObject* algorithm, PyObject* root, PyObject* scale,
@@ -125,22 +131,29 @@ class DeviceCallCache {
         (collective_reduces(c.coll) && (c.op != call.op || (c.op == RedOp::PremulSum && c.scale != call.scale))) ||
         (collective_has_root(c.coll) && c.root != call.root))
       return false;
+    PreparedCall prepared = engine->prepare(call);
+    std::lock_guard<std::mutex> lock(mu_);
     if (!valid()) entries_.clear();
     if (entries_.size() >= kMaxCached) entries_.clear();
     tuning_ = tuning_generation();
     registry_ = registry_generation();
-    PreparedCall prepared = engine->prepare(call);
     entries_[k] = Entry{std::move(engine), std::move(prepared), std::move(device_stream), std::move(stream_of),
                         py::reinterpret_borrow<py::object>(stream)};
     return true;
   }
 
   // Forgets every call (the route aborted: its buffers stay held, the streams may still run them).
-  void forget() { entries_.clear(); }
+  void forget() {
+    std::lock_guard<std::mutex> lock(mu_);
+    entries_.clear();
+  }
 
   // Forgets every call and the last engine, releases the held buffers (the route closed its engines).
   void clear() {
-    entries_.clear();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      entries_.clear();
+    }
     while (!pending_.empty()) pop_held();
     last_engine = nullptr;
   }
@@ -153,19 +166,48 @@ class DeviceCallCache {
   }
 
   size_t held() const { return pending_.size(); }
-  size_t size() const { return entries_.size(); }
+  size_t size() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return entries_.size();
+  }
+
+  // The same lookup for a caller without the GIL (the torch backend's C++ path, core_api.h's
+  // device_collective): `k` built from its tensors as key_of would read them. Always enqueues with
+  // a work handle (the caller holds its tensors until the work is known complete: nothing of
+  // Python's is touched here). False when the cache holds no such call (nothing ran).
+  bool run_native(const CallKey& k, std::shared_ptr<DeviceWork>* work) {
+    g_native_offers.fetch_add(1, std::memory_order_relaxed);
+    struct Hit {  // copies of what the call needs, never of the entry's Python objects
+      std::shared_ptr<StreamEngine> engine;
+      PreparedCall call;
+      std::shared_ptr<DeviceStream> stream;
+    };
+    std::optional<Hit> hit;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (entries_.empty() || !valid()) return false;  // (the Python path drops stale entries)
+      const auto it = entries_.find(k);
+      if (it == entries_.end()) return false;
+      hit.emplace(Hit{it->second.engine, it->second.call, it->second.stream});
+    }
+    *work = hit->engine->collective(hit->call, *hit->stream);
+    g_native_hits.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
 
   PyObject* run(Collective coll, PyObject* const* args, const BufferView& va, const BufferView& vb) {
     ++g_offers;
     PyObject *a = args[2], *b = args[3], *async_op = args[7], *stream = args[9];
     if (entries_.empty() || (async_op != Py_True && async_op != Py_False)) Py_RETURN_NOTIMPLEMENTED;
     if (!valid()) {  // a new tuning table or algorithm: what the entries resolved may have changed
+      std::lock_guard<std::mutex> lock(mu_);
       entries_.clear();
       Py_RETURN_NOTIMPLEMENTED;
     }
     CallKey k;
     if (!key_of(size_, rank_, coll, args[4], args[5], args[6], args[8], stream, va, vb, &k))
       Py_RETURN_NOTIMPLEMENTED;
+    // (no lock: every writer of entries_ holds the GIL, as this reader does)
     const auto it = entries_.find(k);
     if (it == entries_.end()) Py_RETURN_NOTIMPLEMENTED;
     const Entry hit = it->second;  // a copy: another thread may clear the cache while the GIL is released
@@ -222,6 +264,9 @@ class DeviceCallCache {
 
   const int size_, rank_;
   py::object make_work_;
+  // Held by every writer of entries_ (all of them under the GIL too) and by run_native, which
+  // reads without the GIL (the torch backend's threads). Never held while taking the GIL.
+  mutable std::mutex mu_;
   uint64_t tuning_ = 0, registry_ = 0;  // the generations the entries were resolved under
   std::unordered_map<CallKey, Entry, CallKeyHash> entries_;
   // A call's work (async calls and the Python path's) or its engine and ordinal (blocking calls
@@ -247,6 +292,18 @@ class DeviceCallCache {
 PyObject* run_device_call(DeviceCallCache& cache, Collective coll, PyObject* const* args, const BufferView& va,
                           const BufferView& vb) {
   return cache.run(coll, args, va, vb);
+}
+
+bool run_device_call_native(DeviceCallCache& cache, const CollectiveCall& call, BufferKind kind_in,
+                            BufferKind kind_out, int device, uintptr_t stream, std::shared_ptr<DeviceWork>* work) {
+  CallKey k;
+  k.call = call;
+  k.kind_a = kind_in;
+  k.kind_b = kind_out;
+  k.device_a = kind_in == BufferKind::None ? -1 : device;
+  k.device_b = kind_out == BufferKind::None ? -1 : device;
+  k.current_stream = stream;
+  return cache.run_native(k, work);
 }
 
 // A named function the bench calls between its phases (bench/launch_cost.py): callgrind's
@@ -284,6 +341,10 @@ void bind_device_fast_call(py::module_& m) {
   m.def(
       "device_fast_path_counts", [] { return std::make_pair(g_offers, g_hits); },
       "(device calls offered to the C++ entry's cache, how many of them it ran) in this process, for tests.");
+  m.def(
+      "device_native_counts", [] { return std::make_pair(g_native_offers.load(), g_native_hits.load()); },
+      "(device calls C++ callers offered the caches without Python: the torch backend's CUDA tensors; how many "
+      "of them ran) in this process, for tests.");
 }
 
 }  // namespace commlib

@@ -4,6 +4,8 @@
 
 #include <Python.h>
 
+#include <memory>
+
 #include "bindings/buffer_view.h"
 #include "plan/call.h"
 
@@ -24,5 +26,14 @@ class DeviceCallCache;
 // the engine raised.
 PyObject* run_device_call(DeviceCallCache& cache, Collective coll, PyObject* const* args, const BufferView& va,
                           const BufferView& vb);
+
+class DeviceWork;
+// The same entry for a C++ caller without the GIL (core_api.h's device_collective: the torch
+// backend's CUDA tensors): `call` as call_of would read it from the buffers, their kinds (kind_out
+// None where the method took one buffer), device and the current stream's identity. Enqueues it
+// with a work handle when the cache holds it (true); false: not cached, nothing ran. Throws what
+// the engine throws.
+bool run_device_call_native(DeviceCallCache& cache, const CollectiveCall& call, BufferKind kind_in,
+                            BufferKind kind_out, int device, uintptr_t stream, std::shared_ptr<DeviceWork>* work);
 
 }  // namespace commlib

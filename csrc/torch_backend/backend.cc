@@ -159,6 +159,7 @@ void CommlibBackend::flush_held_p2p() {
 
 // -- reductions ------------------------------------------------------------------------------
 c10::intrusive_ptr<c10d::Work> CommlibBackend::allreduce(std::vector<at::Tensor>& t, const c10d::AllreduceOptions& o) {
+  if (auto w = cuda_reduction(Collective::AllReduce, t, o.reduceOp, 0, c10d::OpType::ALLREDUCE, "all_reduce")) return w;
   DType dt;
   RedOp op;
   double scale = 1.0;
@@ -176,6 +177,9 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::allreduce(std::vector<at::Tensor>
 }
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::reduce(std::vector<at::Tensor>& t, const c10d::ReduceOptions& o) {
+  if (auto w = cuda_reduction(Collective::Reduce, t, o.reduceOp, static_cast<int>(o.rootRank), c10d::OpType::REDUCE,
+                              "reduce"))
+    return w;
   DType dt;
   RedOp op;
   double scale = 1.0;
@@ -195,6 +199,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::reduce(std::vector<at::Tensor>& t
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::_reduce_scatter_base(at::Tensor& out, at::Tensor& in,
                                                                     const c10d::ReduceScatterOptions& o) {
+  if (auto w = cuda_reduce_scatter_base(out, in, o.reduceOp)) return w;
   DType dt, dt_in;
   RedOp op;
   double scale = 1.0;

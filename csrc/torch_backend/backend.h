@@ -7,9 +7,10 @@
 // uneven all-to-all, sends and receives (held back and batched here, p2p.h). A non-contiguous
 // tensor is copied to a contiguous one and, when it is an output, copied back (as gloo does).
 // What remains is handed to the Python backend of the same group (commlib/torch/backend.py,
-// ProcessGroupCommlib over the same communicator), which stages, checks and explains: CUDA
-// tensors, dtypes the core does not reduce, unequal list sizes, sparse tensors, shrink. Both sides
-// issue their calls on one communicator, whose FIFO keeps them in call order.
+// ProcessGroupCommlib over the same communicator), which stages, checks and explains: dtypes the
+// core does not reduce, unequal list sizes, sparse tensors, shrink, and CUDA tensors in calls the
+// device call cache does not hold yet (device_calls.h). Both sides issue their calls on one
+// communicator, whose FIFO keeps them in call order.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -20,6 +21,7 @@
 #include <string>
 
 #include "bindings/core_api.h"
+#include "torch_backend/device_calls.h"
 #include "torch_backend/p2p.h"
 #include "torch_backend/python_work.h"
 #include "torch_backend/work.h"
@@ -126,6 +128,17 @@ class CommlibBackend : public c10d::Backend {
   void abort() override;
   void shutdown() override;
 
+  // A device call offered to the communicator's device call cache as the CUDA path offers it
+  // (device_calls.cc): its work, or null when the cache does not hold it. `kind`: the buffers' kind
+  // (device_calls.h) on device index `device`, `stream_id` the stream as the cache keys it, `issued` as c10 names it. Public
+  // for the module's test seam, which drives it with emulated-device memory.
+  c10::intrusive_ptr<c10d::Work> device_run(const CollectiveCall& call, uint8_t kind, bool two_buffers,
+                                            int device, uintptr_t stream_id, c10::Stream issued,
+                                            c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
+                                            std::vector<at::Tensor> inputs);
+  // Device calls whose tensors are still held (not seen retired), for tests.
+  size_t device_calls_held() { return devices_.held(); }
+
  private:
   // A call on the core: blocking (raises commlib's error here) or queued and completed by the
   // completion thread. `finish` runs after the call (copies out of staging tensors).
@@ -147,6 +160,26 @@ class CommlibBackend : public c10d::Backend {
                                           bool async, c10d::OpType type, const char* name,
                                           std::vector<at::Tensor> outputs, std::function<void()> finish,
                                           std::chrono::milliseconds timeout);
+  // Calls on CUDA tensors (device_calls.cc): run on the current stream from here when the device
+  // call cache holds them; null otherwise (a CPU tensor, a layout or op the Python path stages, a
+  // call not cached yet), and the caller hands the call over.
+  c10::intrusive_ptr<c10d::Work> cuda_call(const CollectiveCall& call, bool two_buffers, const at::Tensor& first,
+                                           c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
+                                           std::vector<at::Tensor> inputs);
+  c10::intrusive_ptr<c10d::Work> cuda_reduction(Collective c, std::vector<at::Tensor>& t, const c10d::ReduceOp& op,
+                                                int root, c10d::OpType type, const char* name);
+  c10::intrusive_ptr<c10d::Work> cuda_broadcast(std::vector<at::Tensor>& t, int root);
+  c10::intrusive_ptr<c10d::Work> cuda_allgather_base(at::Tensor& out, at::Tensor& in);
+  c10::intrusive_ptr<c10d::Work> cuda_reduce_scatter_base(at::Tensor& out, at::Tensor& in, const c10d::ReduceOp& op);
+  c10::intrusive_ptr<c10d::Work> cuda_alltoall_base(at::Tensor& out, at::Tensor& in);  // equal blocks
+  // The coalesced calls: one call per tensor (pair), each from here or handed over, one block work.
+  c10::intrusive_ptr<c10d::Work> cuda_allreduce_coalesced(std::vector<at::Tensor>& t,
+                                                          const c10d::AllreduceCoalescedOptions& o);
+  c10::intrusive_ptr<c10d::Work> cuda_allgather_coalesced(std::vector<at::Tensor>& out, std::vector<at::Tensor>& in,
+                                                          const c10d::AllgatherOptions& o);
+  c10::intrusive_ptr<c10d::Work> cuda_reduce_scatter_coalesced(std::vector<at::Tensor>& out,
+                                                               std::vector<at::Tensor>& in,
+                                                               const c10d::ReduceScatterOptions& o);
   // send() and recv() (p2p.cc).
   c10::intrusive_ptr<c10d::Work> p2p(bool send, std::vector<at::Tensor>& t, int peer);
   // Every work returned inside a coalescing block is part of the block's work.
@@ -173,6 +206,7 @@ class CommlibBackend : public c10d::Backend {
   bool stopped_ = false;
   std::atomic<uint64_t> seq_{0};
   Completer completer_;
+  DeviceCalls devices_{api_};
   std::shared_ptr<P2PHold> hold_;  // shared with its works (which flush it), after completer_
 };
 

@@ -2,7 +2,8 @@
 // of all_reduce, all_gather_into_tensor or reduce_scatter_tensor calls (and functional
 // collectives' *_coalesced), each run as one core call over one flat buffer: the tensors packed
 // side by side, the result unpacked into each. Mixed dtypes: all-gathers move bytes and take any;
-// reductions need one dtype the core reduces (else the Python side groups them by dtype).
+// reductions need one dtype the core reduces (else the Python side groups them by dtype). CUDA
+// tensors: one call per tensor (pair), device_calls.cc.
 #include <utility>
 
 #include "torch_backend/backend.h"
@@ -24,6 +25,7 @@ at::Tensor rank_rows(const at::Tensor& t, int64_t P) {
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::allreduce_coalesced(std::vector<at::Tensor>& t,
                                                                    const c10d::AllreduceCoalescedOptions& o) {
+  if (auto w = cuda_allreduce_coalesced(t, o)) return w;
   DType dt;
   RedOp op;
   double scale = 1.0;
@@ -55,6 +57,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::allreduce_coalesced(std::vector<a
 c10::intrusive_ptr<c10d::Work> CommlibBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& out,
                                                                                std::vector<at::Tensor>& in,
                                                                                const c10d::AllgatherOptions& o) {
+  if (auto w = cuda_allgather_coalesced(out, in, o)) return w;
   const int64_t P = getSize();
   bool ours = !in.empty() && in.size() == out.size();
   for (size_t i = 0; ours && i < in.size(); ++i)
@@ -91,6 +94,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::allgather_into_tensor_coalesced(s
 c10::intrusive_ptr<c10d::Work> CommlibBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& out,
                                                                                std::vector<at::Tensor>& in,
                                                                                const c10d::ReduceScatterOptions& o) {
+  if (auto w = cuda_reduce_scatter_coalesced(out, in, o)) return w;
   const int64_t P = getSize();
   DType dt;
   RedOp op;

@@ -58,6 +58,7 @@ void unpack(const at::Tensor& flat, std::vector<at::Tensor>& outs) {
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::broadcast(std::vector<at::Tensor>& t, const c10d::BroadcastOptions& o) {
+  if (auto w = cuda_broadcast(t, static_cast<int>(o.rootRank))) return w;
   DType dt;
   int64_t n;
   if (t.size() == 1 && movable(t[0], &dt, &n)) {
@@ -74,6 +75,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::broadcast(std::vector<at::Tensor>
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::_allgather_base(at::Tensor& out, at::Tensor& in,
                                                                const c10d::AllgatherOptions& o) {
+  if (auto w = cuda_allgather_base(out, in)) return w;
   DType dt, dt_out;
   int64_t n, n_out;
   if (movable(in, &dt, &n) && movable(out, &dt_out, &n_out) && in.scalar_type() == out.scalar_type() &&
@@ -188,6 +190,7 @@ void CommlibBackend::shutdown() {
   stop_completer();  // drains: every queued call completes first
   py::gil_scoped_acquire gil;
   group_.attr("shutdown")();
+  devices_.clear();  // the engines are closed: the device calls' tensors may go (after abort() they stay)
 }
 
 void CommlibBackend::abort() {

@@ -57,5 +57,32 @@ PYBIND11_MODULE(_C_torch, m) {
            "The backend of one group over the Python backend `group` (commlib.torch.backend.ProcessGroupCommlib) "
            "and its communicator's core (_C.core_address).")
       .def_property_readonly("python_group", &CommlibBackend::python_group,
-                             "The Python backend of this group (calls this backend hands over, the communicator).");
+                             "The Python backend of this group (calls this backend hands over, the communicator).")
+      .def(
+          "_device_collective",
+          [](CommlibBackend& b, int coll, int dtype, int64_t count, uintptr_t in, uintptr_t out, int op, int root,
+             double scale, bool two_buffers, int device, uintptr_t stream) {
+            // The CUDA path's own entry (device_run: the cache lookup through the core's table, the
+            // held tensors, CudaWork) on emulated-device memory, which torch's CPU build can stand
+            // in for CUDA tensors with: the call as the CUDA path builds it (algorithm auto).
+            auto call = commlib::torch_backend::make_call(static_cast<commlib::Collective>(coll), 0,
+                                                          static_cast<commlib::DType>(dtype), count, in, out, root);
+            call.op = static_cast<commlib::RedOp>(op);
+            call.scale = scale;
+            const c10::Stream host(c10::Stream::DEFAULT, c10::Device(c10::kCPU));  // (no c10 stream to wait on)
+            c10::intrusive_ptr<c10d::Work> work;
+            {
+              py::gil_scoped_release nogil;  // as torch's dispatcher calls the backend
+              work = b.device_run(call, commlib::torch_backend::kEmulatedBuffer, two_buffers, device, stream, host,
+                                  c10d::OpType::UNKNOWN, "device call", {}, {});
+            }
+            return work ? py::cast(work) : py::none();
+          },
+          py::arg("collective"), py::arg("dtype"), py::arg("count"), py::arg("input"), py::arg("output"),
+          py::arg("op"), py::arg("root"), py::arg("scale"), py::arg("two_buffers"), py::arg("device"),
+          py::arg("stream"),
+          "Test seam: a call on emulated-device memory through the CUDA path's entry; its Work (torch's), or None "
+          "when the device call cache does not hold it (the CUDA path then hands the call to the Python backend).")
+      .def("_device_calls_held", &CommlibBackend::device_calls_held,
+           "Device calls whose tensors the backend still holds (not seen retired), for tests.");
 }

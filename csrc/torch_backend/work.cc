@@ -5,6 +5,7 @@
 #include <torch/csrc/distributed/c10d/exception.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
 #include <utility>
 
 namespace py = pybind11;
@@ -161,10 +162,23 @@ bool CommlibWork::wait(std::chrono::milliseconds timeout) {
   return true;
 }
 
+namespace {
+
+// The block's future: CUDA-aware over the devices of its calls' futures (CUDA works'), so that
+// waiting on it orders the waiter's stream after the block, as each call's own future does.
+c10::intrusive_ptr<c10::ivalue::Future> block_future(
+    const std::vector<c10::intrusive_ptr<c10::ivalue::Future>>& futures) {
+  std::vector<c10::Device> devices;
+  for (const auto& f : futures)
+    for (const auto& d : f->devices())
+      if (std::find(devices.begin(), devices.end(), d) == devices.end()) devices.push_back(d);
+  return c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()), devices);
+}
+
+}  // namespace
+
 CoalescedWork::CoalescedWork(int rank, std::vector<c10::intrusive_ptr<c10d::Work>> works)
-    : c10d::Work(rank, c10d::OpType::COALESCED),
-      works_(std::move(works)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
+    : c10d::Work(rank, c10d::OpType::COALESCED), works_(std::move(works)) {
   // The block's future completes on the thread that completes its last call.
   struct State {
     std::mutex mu;
@@ -175,6 +189,7 @@ CoalescedWork::CoalescedWork(int rank, std::vector<c10::intrusive_ptr<c10d::Work
   auto state = std::make_shared<State>();
   state->left = works_.size();
   for (auto& w : works_) state->futures.push_back(w->getFuture());
+  future_ = block_future(state->futures);
   if (works_.empty()) {
     future_->markCompleted(c10::IValue(std::vector<at::Tensor>()));
     return;

@@ -61,6 +61,8 @@ def test_parallel_takes_one_device_and_names_the_odd_tensor():
 CUDA_CASES = [
     ("case_cuda_collectives", 2),      # every collective against gloo on CPU copies
     ("case_cuda_collectives", 3),
+    ("case_cuda_cpp_steady", 2),       # repeated calls run from the C++ backend (device call cache)
+    ("case_cuda_cpp_steady", 3),
     ("case_cuda_point_to_point", 2),   # send/recv/isend/irecv/batch_isend_irecv
     ("case_cuda_point_to_point", 3),
     ("case_cuda_ddp", 2),              # DDP on CUDA against gloo on CPU

@@ -2,7 +2,8 @@
 emulated device with its delay on, several ranks sharing it: receive-first rings at every count,
 an array produced on a side stream, several messages per pair mixed with host tensors, a batch
 issued by a later collective, refusals, and a mismatched pair. The same code path takes CUDA
-tensors; tests/torch/test_cuda_backend.py has the GPU tests (skipped without a GPU)."""
+tensors; tests/torch/test_cuda_backend.py has the GPU tests (skipped without a GPU). Also the C++
+backend's CUDA entry (native_device_cases.py), driven with emulated memory through its test seam."""
 import os
 import sys
 
@@ -14,6 +15,7 @@ if HERE not in sys.path:
 
 pytest.importorskip("torch")
 
+import native_device_cases  # noqa: E402
 import torch_p2p_cases as cases  # noqa: E402
 
 from emulated_pools import DELAY_ENV as ENV  # noqa: E402  (the device matrix's pools)
@@ -53,3 +55,23 @@ def test_an_unreported_mismatch_is_raised_and_logged_at_shutdown(pool):
     assert e1 == "MismatchError", e1
     assert any("no call reported it" in line and "MismatchError" in line for line in logged), logged
     assert e0 in (None, "MismatchError", "PeerError"), e0  # the sender checks nothing itself
+
+
+def test_the_cpp_backend_runs_cached_device_calls_itself(pool):
+    # The C++ backend's CUDA path: declined until the Python path ran (and checked) a call, then
+    # run from C++ through the core's table and the communicator's device call cache.
+    from commlib.torch import native
+    if native.load() is None:
+        pytest.skip("commlib._C_torch was not built")
+    assert pool(2, env=ENV).run(native_device_cases.cached_calls_run_from_cpp) == [[]] * 2
+
+
+@pytest.mark.timeout(90)
+def test_a_device_fault_raises_through_the_cpp_entry(pool):
+    from commlib.torch import native
+    if native.load() is None:
+        pytest.skip("commlib._C_torch was not built")
+    seen = pool(2, env=ENV).run(native_device_cases.device_fault_raises_through_cpp, timeout=60)
+    assert seen[0] is None
+    kind, message = seen[1]
+    assert kind == "CommError" and "rank 1" in message, seen[1]

@@ -104,12 +104,87 @@ def _train(model, opt, device, rank, steps, per_rank):
     return torch.tensor(losses)
 
 
+def _cpp_device_calls():
+    """Device calls the C++ backend ran itself so far in this process (commlib._C's counter of the
+    device call cache's C++ entry, csrc/torch_backend/device_calls.cc)."""
+    from commlib import _C
+    return _C.device_native_counts()[1]
+
+
+def case_cuda_cpp_steady(comm, rounds=4):
+    """Calls repeated on the same CUDA tensors (as DDP's buckets and FSDP2's buffers are): the first
+    of each shape (tensors, op, root, stream) runs on the Python path, which checks it and fills the
+    device call cache; every later one runs from the C++ backend (counted). Blocking, async with
+    wait() from another stream than the issuing one, through get_future(), and a coalesced block of
+    two all_gathers (one call per pair); integers, exact."""
+    from torch.distributed.distributed_c10d import _coalescing_manager
+    _cuda_setup(comm)
+    P, me, S = comm.size, comm.rank, comm.size * (comm.size + 1) // 2
+    failures = []
+    x = torch.zeros(1000, dtype=torch.int64, device="cuda")
+    y = torch.zeros(1000, dtype=torch.int64, device="cuda")
+    gathered = torch.zeros(1000 * P, dtype=torch.int64, device="cuda")
+    scattered = torch.zeros(1000, dtype=torch.int64, device="cuda")
+    a2a = torch.zeros(1000 * P, dtype=torch.int64, device="cuda")
+    x2, gathered2 = torch.zeros_like(x), torch.zeros_like(gathered)
+    side = torch.cuda.Stream()
+    per_round = 10
+    before = _cpp_device_calls()
+    for k in range(rounds):
+        def check(what, got, want):
+            if not torch.equal(got.cpu(), want):
+                failures.append(f"round {k} {what}: {got.cpu()[:4].tolist()} expected {want[:4].tolist()}")
+        x.fill_(me + 1)
+        dist.all_reduce(x)  # blocking
+        check("all_reduce", x, torch.full((1000,), S))
+        x.fill_(me + 1)
+        dist.all_reduce(x, async_op=True).wait()
+        check("async all_reduce", x, torch.full((1000,), S))
+        x.fill_(me + 1)
+        value = dist.all_reduce(x, async_op=True).get_future().wait()[0]
+        check("get_future's value", value * 1, torch.full((1000,), S))  # a kernel on the current stream
+        y.fill_(me + 2)
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            w = dist.all_reduce(y, async_op=True)
+        w.wait()  # the current stream waits for the side stream's call
+        check("all_reduce on a side stream", y * 1, torch.full((1000,), S + P))
+        x.fill_(me)
+        dist.all_gather_into_tensor(gathered, x)
+        check("all_gather_into_tensor", gathered, torch.arange(P).repeat_interleave(1000))
+        x2.fill_(me + 100)
+        with _coalescing_manager(device=x.device, async_ops=True) as cm:  # allgather_into_tensor_coalesced
+            dist.all_gather_into_tensor(gathered, x)
+            dist.all_gather_into_tensor(gathered2, x2)
+        cm.wait()
+        check("coalesced all_gather", gathered, torch.arange(P).repeat_interleave(1000))
+        check("coalesced all_gather (2)", gathered2, torch.arange(P).repeat_interleave(1000) + 100)
+        gathered.copy_(torch.arange(P, device="cuda").repeat_interleave(1000) + me)
+        dist.reduce_scatter_tensor(scattered, gathered)
+        check("reduce_scatter_tensor", scattered, torch.full((1000,), me * P + S - P))
+        gathered.copy_(torch.arange(1000 * P, device="cuda") + 10_000 * me)
+        dist.all_to_all_single(a2a, gathered)
+        check("all_to_all_single", a2a, torch.cat([torch.arange(1000 * me, 1000 * me + 1000) + 10_000 * q
+                                                   for q in range(P)]))
+        x.fill_(me + 7)
+        dist.broadcast(x, src=P - 1)
+        check("broadcast", x, torch.full((1000,), P - 1 + 7))
+    torch.cuda.synchronize()
+    ran = _cpp_device_calls() - before
+    if ran < (rounds - 1) * per_round:
+        failures.append(f"the C++ backend ran {ran} of {rounds * per_round} calls itself; expected every call "
+                        f"after the first round ({(rounds - 1) * per_round})")
+    return failures
+
+
 def case_cuda_ddp(comm, steps=8, per_rank=4):
     """DDP over commlib on a CUDA model vs DDP over gloo on the same model on the CPU: losses and
-    final parameters within the training tolerance."""
+    final parameters within the training tolerance; some of DDP's bucket all_reduces (those after
+    its buckets settled) run from the C++ backend itself."""
     from torch.nn.parallel import DistributedDataParallel as DDP
     st = _cuda_setup(comm)
     runs = {}
+    before = _cpp_device_calls()
     for kind, device, group in (("commlib", "cuda", None), ("gloo", "cpu", st["gloo"])):
         model = _mlp(0).to(device)
         ddp = DDP(model, device_ids=[0] if device == "cuda" else None, process_group=group)
@@ -118,6 +193,8 @@ def case_cuda_ddp(comm, steps=8, per_rank=4):
         runs[kind] = (losses, [p.detach().cpu() for p in model.parameters()])
     (l1, p1), (l2, p2) = runs["commlib"], runs["gloo"]
     failures = []
+    if _cpp_device_calls() == before:
+        failures.append("DDP: no bucket all_reduce ran from the C++ backend (all handed to the Python backend)")
     if not torch.allclose(l1, l2, rtol=TRAIN_RTOL, atol=TRAIN_ATOL):
         failures.append(f"DDP losses: commlib/cuda {l1.tolist()} vs gloo/cpu {l2.tolist()}")
     for a, b in zip(p1, p2):

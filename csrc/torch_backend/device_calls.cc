@@ -1,0 +1,302 @@
+// CUDA tensors on the C++ backend (torch_backend/device_calls.h): CudaWork, DeviceCalls and the
+// backend's calls that offer CUDA tensors to the device call cache.
+#include "torch_backend/device_calls.h"
+
+#include <ATen/core/ivalue.h>
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
+#include "torch_backend/backend.h"
+
+namespace py = pybind11;
+
+namespace commlib {
+namespace torch_backend {
+
+bool device_layout(const at::Tensor& t) {
+  return t.defined() && t.is_cuda() && t.layout() == at::kStrided && t.is_contiguous() && !t.is_conj() &&
+         !t.is_neg();
+}
+
+c10::Stream current_stream(c10::Device device) {
+  // The device-generic guard: CUDA's implementation is registered by torch's CUDA library, so no
+  // CUDA header or libc10_cuda is needed here (a CPU build of torch never reaches this).
+  return c10::impl::VirtualGuardImpl(device.type()).getStream(device);
+}
+
+// -- CudaWork ------------------------------------------------------------------------------------
+CudaWork::CudaWork(const CoreApi* api, c10d::OpType type, const char* collective, int rank,
+                   std::vector<at::Tensor> outputs, std::shared_ptr<DeviceWork> work, c10::Stream issued)
+    : c10d::Work(rank, type),
+      api_(api),
+      collective_(collective),
+      rank_(rank),
+      outputs_(std::move(outputs)),
+      work_(std::move(work)),
+      issued_(issued) {}
+
+void CudaWork::raise(const CoreError& err) const { raise_core_error(err, collective_, rank_); }
+
+bool CudaWork::isCompleted() {
+  bool done = false;
+  CoreError err;
+  api_->device_is_completed(work_, &done, &err);  // a failed call is complete (wait() raises it)
+  return done;
+}
+
+bool CudaWork::isSuccess() const {
+  bool done = false;
+  CoreError err;
+  return api_->device_is_completed(work_, &done, &err) && done;
+}
+
+bool CudaWork::wait(std::chrono::milliseconds /*timeout: the stream waits, not the host*/) {
+  bool done = false;
+  CoreError err;
+  if (!api_->device_is_completed(work_, &done, &err)) raise(err);  // failed already: raise now
+  if (done) return true;
+  const c10::Stream now = current_stream(issued_.device());
+  if (now != issued_) {  // another stream: it waits for an event recorded after the call
+    c10::Event event(issued_.device_type());
+    event.record(issued_);
+    event.block(now);
+  }
+  return true;
+}
+
+void CudaWork::synchronize() {
+  CoreError err;
+  if (!api_->device_synchronize(work_, &err)) raise(err);
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> CudaWork::getFuture() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!future_) {
+    future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+                                                       std::vector<c10::Device>{issued_.device()});
+    // Completed at once, on the issuing stream: the future records its events there (after the
+    // call), and a waiter's stream waits for them, as ProcessGroupNCCL's future does.
+    c10::StreamGuard on_issuing(issued_);
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+  return future_;
+}
+
+// -- DeviceCalls -----------------------------------------------------------------------------------
+void* DeviceCalls::cache(const py::object& group) {
+  void* c = cache_.load(std::memory_order_acquire);
+  if (c != nullptr) return c;
+  // Published by the communicator once its device route exists (the first device call, which the
+  // Python backend runs); the route lives as long as the communicator, which the group holds.
+  py::gil_scoped_acquire gil;
+  py::object address = group.attr("_comm").attr("_device_calls");
+  if (address.is_none()) return nullptr;
+  c = reinterpret_cast<void*>(address.cast<uintptr_t>());
+  cache_.store(c, std::memory_order_release);
+  return c;
+}
+
+int DeviceCalls::offer(const py::object& group, const CollectiveCall& call, uint8_t kind, uint8_t kind_out, int device,
+                       uintptr_t stream, std::shared_ptr<DeviceWork>* work, CoreError* err) {
+  void* c = cache(group);
+  if (c == nullptr) return 0;
+  return api_->device_collective(c, call, kind, kind_out, device, stream, work, err);
+}
+
+DeviceCalls::Held DeviceCalls::take_retired() {
+  Held retired;
+  while (!held_.empty() && api_->device_known_complete(held_.front().first)) {
+    retired.push_back(std::move(held_.front()));
+    held_.pop_front();
+  }
+  return retired;
+}
+
+void DeviceCalls::hold(std::shared_ptr<DeviceWork> work, std::vector<at::Tensor> tensors) {
+  Held retired;  // released after the lock: a tensor with a Python object takes the GIL to go
+  std::lock_guard<std::mutex> lock(mu_);
+  retired = take_retired();
+  held_.emplace_back(std::move(work), std::move(tensors));
+}
+
+size_t DeviceCalls::held() {
+  Held retired;
+  std::lock_guard<std::mutex> lock(mu_);
+  retired = take_retired();
+  return held_.size();
+}
+
+void DeviceCalls::clear() {
+  Held all;
+  std::lock_guard<std::mutex> lock(mu_);
+  all.swap(held_);
+}
+
+// -- the backend's calls on CUDA tensors ---------------------------------------------------------
+namespace {
+
+uintptr_t address(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()); }
+
+// What the Python path moves for a data-movement call (staging.py's as_bytes): the dtype the core
+// knows as itself, any other as its bytes.
+void moved_as(const at::Tensor& t, DType* dt, int64_t* count) {
+  if (reduction_dtype(t, dt)) {
+    *count = t.numel();
+  } else {
+    *dt = DType::UInt8;
+    *count = static_cast<int64_t>(t.nbytes());
+  }
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::device_run(const CollectiveCall& call, uint8_t kind, bool two_buffers,
+                                                          int device, uintptr_t stream_id, c10::Stream issued,
+                                                          c10d::OpType type, const char* name,
+                                                          std::vector<at::Tensor> outputs,
+                                                          std::vector<at::Tensor> inputs) {
+  hold_->flush();  // held host messages first, then those held on the Python side (p2p.py)
+  if (p2p_handed_over_) flush_held_p2p();
+  std::shared_ptr<DeviceWork> work;
+  CoreError err;
+  const int ran = devices_.offer(group_, call, kind, two_buffers ? kind : kNoBuffer, device, stream_id, &work, &err);
+  if (ran < 0) raise_core_error(err, name, getRank());
+  if (ran == 0) return nullptr;
+  seq_.fetch_add(1);
+  inputs.insert(inputs.end(), outputs.begin(), outputs.end());
+  devices_.hold(work, std::move(inputs));
+  return track(c10::make_intrusive<CudaWork>(api_, type, name, getRank(), std::move(outputs), std::move(work), issued));
+}
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::cuda_call(const CollectiveCall& call, bool two_buffers,
+                                                         const at::Tensor& first, c10d::OpType type, const char* name,
+                                                         std::vector<at::Tensor> outputs,
+                                                         std::vector<at::Tensor> inputs) {
+  const c10::Stream stream = current_stream(first.device());
+  return device_run(call, kCudaBuffer, two_buffers, first.device().index(), reinterpret_cast<uintptr_t>(stream.native_handle()),
+                    stream, type, name, std::move(outputs), std::move(inputs));
+}
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::cuda_reduction(Collective c, std::vector<at::Tensor>& t,
+                                                              const c10d::ReduceOp& reduce_op, int root,
+                                                              c10d::OpType type, const char* name) {
+  DType dt;
+  RedOp op;
+  double scale = 1.0;
+  if (t.size() != 1 || !device_layout(t[0]) || !reduction_dtype(t[0], &dt) || !reduction_op(reduce_op, dt, &op, &scale))
+    return nullptr;
+  auto call = make_call(c, algo(c), dt, t[0].numel(), address(t[0]), address(t[0]), c == Collective::Reduce ? root : 0);
+  call.op = op;
+  if (op == RedOp::PremulSum) call.scale = scale;
+  return cuda_call(call, false, t[0], type, name, t, {});
+}
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::cuda_broadcast(std::vector<at::Tensor>& t, int root) {
+  if (t.size() != 1 || !device_layout(t[0])) return nullptr;
+  DType dt;
+  int64_t n;
+  moved_as(t[0], &dt, &n);
+  auto call = make_call(Collective::Broadcast, algo(Collective::Broadcast), dt, n, address(t[0]), address(t[0]), root);
+  return cuda_call(call, false, t[0], c10d::OpType::BROADCAST, "broadcast", t, {});
+}
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::cuda_allgather_base(at::Tensor& out, at::Tensor& in) {
+  if (!device_layout(in) || !device_layout(out) || in.device() != out.device() ||
+      in.scalar_type() != out.scalar_type() || out.numel() != in.numel() * getSize())
+    return nullptr;
+  DType dt;
+  int64_t n;
+  moved_as(in, &dt, &n);
+  auto call = make_call(Collective::AllGather, algo(Collective::AllGather), dt, n, address(in), address(out));
+  return cuda_call(call, true, in, c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {out}, {in});
+}
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::cuda_reduce_scatter_base(at::Tensor& out, at::Tensor& in,
+                                                                        const c10d::ReduceOp& reduce_op) {
+  DType dt;
+  RedOp op;
+  double scale = 1.0;
+  if (!device_layout(in) || !device_layout(out) || in.device() != out.device() ||
+      in.scalar_type() != out.scalar_type() || in.numel() != out.numel() * getSize() || !reduction_dtype(out, &dt) ||
+      !reduction_op(reduce_op, dt, &op, &scale))
+    return nullptr;
+  auto call =
+      make_call(Collective::ReduceScatter, algo(Collective::ReduceScatter), dt, out.numel(), address(in), address(out));
+  call.op = op;
+  if (op == RedOp::PremulSum) call.scale = scale;
+  return cuda_call(call, true, in, c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {out}, {in});
+}
+
+// -- coalesced calls on CUDA tensors: each tensor (pair) as its own call, from C++ where the cache
+// holds it, else handed to the Python backend's single-tensor method (which runs it as its coalesced
+// method would: one call per tensor or pair), in order; one CoalescedWork over them. Only when every
+// tensor is on the first one's CUDA device (the Python side explains mixtures).
+namespace {
+
+bool on_one_cuda_device(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  if (a.empty() || !a[0].defined() || !a[0].is_cuda()) return false;
+  for (const auto* ts : {&a, &b})
+    for (const auto& t : *ts)
+      if (!t.defined() || t.device() != a[0].device()) return false;
+  return true;
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::cuda_allreduce_coalesced(std::vector<at::Tensor>& t,
+                                                                        const c10d::AllreduceCoalescedOptions& o) {
+  if (!on_one_cuda_device(t, t)) return nullptr;
+  c10d::AllreduceOptions single;
+  single.reduceOp = o.reduceOp;
+  single.timeout = o.timeout;
+  single.asyncOp = o.asyncOp;
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  for (auto& x : t) {
+    std::vector<at::Tensor> one{x};
+    auto w = cuda_reduction(Collective::AllReduce, one, o.reduceOp, 0, c10d::OpType::ALLREDUCE, "all_reduce");
+    works.push_back(w ? w : delegate("allreduce", one, single));
+  }
+  return c10::make_intrusive<CoalescedWork>(getRank(), std::move(works));
+}
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::cuda_allgather_coalesced(std::vector<at::Tensor>& out,
+                                                                        std::vector<at::Tensor>& in,
+                                                                        const c10d::AllgatherOptions& o) {
+  if (in.size() != out.size() || !on_one_cuda_device(in, out)) return nullptr;
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  for (size_t i = 0; i < in.size(); ++i) {
+    auto w = cuda_allgather_base(out[i], in[i]);
+    works.push_back(w ? w : delegate("_allgather_base", out[i], in[i], o));
+  }
+  return c10::make_intrusive<CoalescedWork>(getRank(), std::move(works));
+}
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::cuda_reduce_scatter_coalesced(std::vector<at::Tensor>& out,
+                                                                             std::vector<at::Tensor>& in,
+                                                                             const c10d::ReduceScatterOptions& o) {
+  if (in.size() != out.size() || !on_one_cuda_device(in, out)) return nullptr;
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  for (size_t i = 0; i < in.size(); ++i) {
+    auto w = cuda_reduce_scatter_base(out[i], in[i], o.reduceOp);
+    works.push_back(w ? w : delegate("_reduce_scatter_base", out[i], in[i], o));
+  }
+  return c10::make_intrusive<CoalescedWork>(getRank(), std::move(works));
+}
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::cuda_alltoall_base(at::Tensor& out, at::Tensor& in) {
+  // (the Python path runs equal blocks as the core's all_to_all over the tensors' flat views, or
+  // their bytes; an input that is the output it copies first, so that case is never cached)
+  if (!device_layout(in) || !device_layout(out) || in.device() != out.device() ||
+      in.scalar_type() != out.scalar_type() || in.numel() != out.numel() || in.data_ptr() == out.data_ptr())
+    return nullptr;
+  DType dt;
+  int64_t n;
+  moved_as(in, &dt, &n);
+  if (n % getSize() != 0) return nullptr;
+  auto call = make_call(Collective::AllToAll, algo(Collective::AllToAll), dt, n / getSize(), address(in), address(out));
+  return cuda_call(call, true, in, c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {out}, {in});
+}
+
+}  // namespace torch_backend
+}  // namespace commlib

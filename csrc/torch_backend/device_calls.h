@@ -1,0 +1,98 @@
+// CUDA tensors on the C++ backend (issue #44): a collective on CUDA tensors is enqueued on the
+// caller's current stream by the stream engine, as torch's NCCL backend orders its calls, with no
+// Python on a steady call's path: the backend builds the call as the Python path would describe
+// it and offers it to the communicator's device call cache (bindings/device_fast_call.cc) through
+// the core's table (core_api.h device_collective). The cache holds only calls the Python path has
+// checked and run once (its checks own every error message), so the first call of each shape
+// (buffers, count, dtype, op, root, stream) is handed to the Python backend, which runs it and
+// fills the cache; later calls of that shape run from here.
+//
+// Built without CUDA headers or libc10_cuda (one _C_torch for torch's CPU and CUDA builds): the
+// current stream, events and the future's device handling go through c10's device-generic
+// interfaces (c10::impl::VirtualGuardImpl, c10::Stream::native_handle, c10::Event), which a CUDA
+// build of torch backs with its CUDA implementation.
+#pragma once
+
+#include <c10/core/Device.h>
+#include <c10/core/Stream.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/csrc/utils/pybind.h>
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bindings/core_api.h"
+
+namespace commlib {
+namespace torch_backend {
+
+// The buffer kinds of core_api.h's device_collective (bindings/buffer_view.h BufferKind).
+constexpr uint8_t kNoBuffer = 0, kEmulatedBuffer = 2, kCudaBuffer = 3;
+
+// A CUDA tensor the cache can have seen as it is: dense, contiguous, neither conjugate nor a
+// negative view (the Python path stages anything else, so its buffers differ every call).
+bool device_layout(const at::Tensor& t);
+// The current stream of `device` as c10 knows it (torch's current CUDA stream on a CUDA build).
+c10::Stream current_stream(c10::Device device);
+
+// The work of a call enqueued on a CUDA stream (what ProcessGroupNCCL's work does): `wait()` makes
+// the waiting thread's current stream wait for the call (nothing when it is the issuing stream;
+// otherwise one event recorded on the issuing stream and waited on, recorded only when asked) and
+// raises the call's error if it already failed; `synchronize()` blocks the host until it ran;
+// `isCompleted()` polls the device; `getFuture()` a CUDA-aware c10::ivalue::Future (devices: the
+// call's) completed with the outputs, whose waiters' streams wait for the issuing stream.
+class CudaWork : public c10d::Work {
+ public:
+  CudaWork(const CoreApi* api, c10d::OpType type, const char* collective, int rank, std::vector<at::Tensor> outputs,
+           std::shared_ptr<DeviceWork> work, c10::Stream issued);
+  bool isCompleted() override;
+  bool isSuccess() const override;
+  std::vector<at::Tensor> result() override { return outputs_; }
+  bool wait(std::chrono::milliseconds timeout) override;
+  void synchronize() override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+
+ private:
+  [[noreturn]] void raise(const CoreError& err) const;
+  const CoreApi* api_;
+  const char* collective_;
+  int rank_;
+  std::vector<at::Tensor> outputs_;
+  std::shared_ptr<DeviceWork> work_;
+  c10::Stream issued_;
+  std::mutex mu_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;  // made when first asked
+};
+
+// One backend's way to the communicator's device call cache, and the tensors of its calls, held
+// until the engine retired each call (as the Python path holds its buffers).
+class DeviceCalls {
+ public:
+  explicit DeviceCalls(const CoreApi* api) : api_(api) {}
+  // Offers `call` (its buffers of `kind`, `kind_out` kNoBuffer where the method takes one buffer)
+  // on `device` and `stream`: 1 enqueued (*work), 0 not cached, -1 error (*err). `group`: the Python
+  // backend, whose communicator publishes the cache's address once it made its device route.
+  int offer(const pybind11::object& group, const CollectiveCall& call, uint8_t kind, uint8_t kind_out, int device,
+            uintptr_t stream, std::shared_ptr<DeviceWork>* work, CoreError* err);
+  // Holds `tensors` until `work` is retired (released on later calls, or at clear()).
+  void hold(std::shared_ptr<DeviceWork> work, std::vector<at::Tensor> tensors);
+  void clear();
+  size_t held();
+
+ private:
+  using Held = std::deque<std::pair<std::shared_ptr<DeviceWork>, std::vector<at::Tensor>>>;
+  void* cache(const pybind11::object& group);
+  Held take_retired();  // (under mu_; the caller releases them after it)
+  const CoreApi* api_;
+  std::atomic<void*> cache_{nullptr};  // DeviceCallCache*, kept alive by the group's communicator
+  std::mutex mu_;  // never held while taking the GIL
+  Held held_;
+};
+
+}  // namespace torch_backend
+}  // namespace commlib

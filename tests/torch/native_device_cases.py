@@ -1,0 +1,127 @@
+"""Rank side of test_cuda_p2p_emulated.py's C++-backend cases: the C++ backend's CUDA path
+(csrc/torch_backend/device_calls.cc: ``device_run``, the core table's ``device_collective``, the
+communicator's device call cache) driven with ``commlib.emulated`` memory through the backend's test
+seam ``CommlibBackend._device_collective``, since torch's CPU build has no CUDA tensor. The seam
+builds the call as the CUDA path does and runs the same entry; values are checked exactly.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import commlib.emulated as emu
+from commlib import _C
+from commlib.core.call_spec import COLLECTIVE, DTYPE, OP
+from commlib.torch import native
+from commlib.torch.backend import ProcessGroupCommlib
+
+
+def _seam(backend, coll, count, a, b=None, root=0):
+    """The CUDA path's entry for ``coll`` on float32 emulated arrays (b: the output side)."""
+    return backend._device_collective(int(COLLECTIVE[coll]), int(DTYPE["float32"]), count, a.data_ptr(),
+                                      (b if b is not None else a).data_ptr(), int(OP["sum"]), root, 1.0,
+                                      b is not None, a.device_index, 0)
+
+
+def cached_calls_run_from_cpp(comm):
+    """A call the Python path has not run yet is declined (nothing runs, the caller hands it over);
+    once the Python path ran it (and so checked it), the same call runs from C++: all_reduce three
+    times, an all_gather (two buffers), an all_to_all and a broadcast from the last rank; another count, buffer or
+    root is declined again. Returns the failures (empty: all good)."""
+    P, r = comm.size, comm.rank
+    pg = ProcessGroupCommlib(comm.split(0), r, P)
+    backend = native.wrap(pg)
+    c, bad, n = pg._comm, [], 1000
+    x = emu.from_numpy(np.full(n, r + 1, dtype=np.float32))
+    if _seam(backend, "all_reduce", n, x) is not None:
+        bad.append("an all_reduce ran from C++ before the Python path checked it")
+    c.all_reduce(x)  # the Python path: checks, enqueues, and adds the call to the cache
+    _, hits0 = _C.device_native_counts()
+    for k in range(3):
+        w = _seam(backend, "all_reduce", n, x)
+        if w is None:
+            bad.append(f"all_reduce {k}: declined although the Python path ran that call")
+            break
+        w.wait()
+        w.synchronize()
+        if not w.is_completed():
+            bad.append(f"all_reduce {k}: not completed after synchronize()")
+    total = P * (P + 1) // 2 * P ** 3
+    if not (x.numpy() == total).all():
+        bad.append(f"all_reduce: {x.numpy()[:3]} expected {total}")
+    if _C.device_native_counts()[1] - hits0 != 3:
+        bad.append(f"C++ entry ran {_C.device_native_counts()[1] - hits0} calls, expected 3")
+    if _seam(backend, "all_reduce", n - 1, x[0:n - 1]) is not None:
+        bad.append("an all_reduce of another count ran from C++")
+    inp = emu.from_numpy(np.arange(7, dtype=np.float32) + 10 * r)
+    out = emu.empty(7 * P, "float32")
+    c.all_gather(out, inp)
+    emu.current_stream().synchronize()
+    inp.copy_(emu.from_numpy(np.arange(7, dtype=np.float32) + 100 * r))
+    w = _seam(backend, "all_gather", 7, inp, out)
+    if w is None:
+        bad.append("all_gather: declined although the Python path ran that call")
+    else:
+        w.synchronize()
+        want = np.concatenate([np.arange(7, dtype=np.float32) + 100 * q for q in range(P)])
+        if not (out.numpy() == want).all():
+            bad.append(f"all_gather: {out.numpy()} expected {want}")
+    src = emu.from_numpy(np.arange(3 * P, dtype=np.float32) + 10 * r)
+    dst = emu.empty(3 * P, "float32")
+    c.all_to_all(dst, src)  # equal blocks: what all_to_all_single without split sizes runs
+    src.copy_(emu.from_numpy(np.arange(3 * P, dtype=np.float32) + 100 * r))
+    w = _seam(backend, "all_to_all", 3, src, dst)  # (the count: one block)
+    if w is None:
+        bad.append("all_to_all: declined although the Python path ran that call")
+    else:
+        w.synchronize()
+        want = np.concatenate([np.arange(3 * r, 3 * r + 3, dtype=np.float32) + 100 * q for q in range(P)])
+        if not (dst.numpy() == want).all():
+            bad.append(f"all_to_all: {dst.numpy()} expected {want}")
+    y = emu.from_numpy(np.full(5, r, dtype=np.float32))
+    c.broadcast(y, root=P - 1)
+    if _seam(backend, "broadcast", 5, y, root=0) is not None:
+        bad.append("a broadcast from another root ran from C++")
+    y.copy_(emu.from_numpy(np.full(5, 50 + r, dtype=np.float32)))
+    w = _seam(backend, "broadcast", 5, y, root=P - 1)
+    if w is None:
+        bad.append("broadcast: declined although the Python path ran that call")
+    else:
+        w.synchronize()
+        if not (y.numpy() == 50 + P - 1).all():
+            bad.append(f"broadcast: {y.numpy()} expected {50 + P - 1}")
+    pg.shutdown()
+    return bad
+
+
+FAULT_DEVICE = 6  # a device of its own: the fault is sticky for the rest of the pool process's life
+
+
+def device_fault_raises_through_cpp(comm, victim=1):
+    """A device fault on one rank (emulated.inject_fault) after a call is cached: the next call
+    offered through the C++ entry raises commlib's CommError there (from the offer or from its
+    work's synchronize()), never a crash; every rank's group shuts down. Returns (kind, message) of
+    the error this rank saw (None on the others)."""
+    P, r = comm.size, comm.rank
+    pg = ProcessGroupCommlib(comm.split(0), r, P)
+    backend = native.wrap(pg)
+    x = emu.from_numpy(np.ones(64, np.float32), device_index=FAULT_DEVICE)
+    pg._comm.all_reduce(x)
+    w = _seam(backend, "all_reduce", 64, x)
+    w.synchronize()
+    comm.barrier()
+    seen = None
+    if r == victim:
+        emu.inject_fault(FAULT_DEVICE, "illegal_address")
+        try:
+            w = _seam(backend, "all_reduce", 64, x)
+            if w is not None:
+                w.synchronize()
+            seen = ("no error", "")
+        except Exception as e:  # noqa: BLE001 - the kind is what the test checks
+            seen = (type(e).__name__, str(e))
+    comm.barrier()
+    try:
+        pg.shutdown()
+    except Exception:  # noqa: BLE001 - the victim's shutdown may report the failed engine again
+        pass
+    return seen
