@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import graph_cases  # noqa: E402
-from graph_cases import (REPLAYS, SIZES, capture_refusals, captured_mapped_auto, captured_step_matches_eager,  # noqa: E402
+from graph_cases import (EAGER_EVERY, REPLAYS, SIZES, capture_refusals, captured_mapped_auto, captured_step_matches_eager,  # noqa: E402
                          kill_during_replay)
 from kernel_path_cases import KERNEL_SETTINGS  # noqa: E402
 from test_device_collectives import DELAY_ENV  # noqa: E402
@@ -23,9 +23,10 @@ SIZE = 3
 @pytest.mark.timeout(300)
 def test_a_captured_step_replayed_between_eager_calls_equals_the_eager_results(pool):
     results = pool(SIZE, env=DELAY_ENV).run(captured_step_matches_eager, timeout=240)
-    for rank, (differ, wrong_other, replayed) in enumerate(results):
+    for rank, (differ, wrong_other, compared, replayed) in enumerate(results):
         assert differ == [], f"rank {rank}: replays {differ[:10]} differ from the eager step"
         assert wrong_other == 0, f"rank {rank}: {wrong_other} eager calls between replays were wrong"
+        assert compared == REPLAYS // EAGER_EVERY, (rank, compared)
         assert replayed == REPLAYS * (len(SIZES) + 1), (rank, replayed)  # the kernel counted every replayed launch
 
 
