@@ -75,6 +75,11 @@ fi
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONDONTWRITEBYTECODE=1
 logs=/nonexistent  # a dry run writes nothing
 [ $dry -eq 0 ] && logs=$(mktemp -d /tmp/gpu_check.XXXXXX)
+# What the results file holds that no step writes (bench/launch_cost.py's "## Host cost per call"
+# section, measured without a GPU) is kept: copied out once, appended to every rewrite.
+if [ $dry -eq 0 ] && [ -f "$out" ]; then
+  awk '/^## Host cost per call/{keep=1} keep && /^## / && !/^## Host cost per call/{keep=0} keep' "$out" > "$logs/kept.md"
+fi
 started=$SECONDS
 rows=()     # one table row per step that ran
 tails=()    # the tail of each failing step's log
@@ -132,6 +137,10 @@ write_report() {
       echo "## Bench"
       echo
       cat "$logs/bench.md"
+    fi
+    if [ -s "$logs/kept.md" ]; then
+      echo
+      cat "$logs/kept.md"
     fi
   } > "$out"
 }
