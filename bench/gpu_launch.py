@@ -13,9 +13,9 @@ Per clock, the median over --reps, the slowest rank's, in µs per call:
 - ``sync``: the call plus a stream synchronize;
 - ``graph``: 100 calls captured in one graph (``torch.cuda.graph``; ``commlib.emulated.graph`` on
   the emulated device), replayed --reps // 10 times, per call.
-Floors, timed the same ways: ``add_`` (an 8-byte ``add_``; on the emulated device an 8-byte
-``Array.copy_``) and ``empty`` (``torch.cuda._sleep(0)``: a kernel that returns at once; none on
-the emulated device). The targets (issue #37; stated, not claimed): enqueue <= 7, back-to-back
+Floors, timed the same ways, ``graph`` included (100 of them captured in one graph): ``add_`` (an
+8-byte ``add_``; on the emulated device an 8-byte ``Array.copy_``) and ``empty``
+(``torch.cuda._sleep(0)``: a kernel that returns at once; none on the emulated device). The targets (issue #37; stated, not claimed): enqueue <= 7, back-to-back
 <= 10, sync <= 20, graph <= 5 µs per call.
 """
 from __future__ import annotations
@@ -65,6 +65,20 @@ def _clocks(call, sync, reps, graph=None):
     return out
 
 
+def _graph_of(begin, call):
+    """A graph of GRAPH_CALLS calls of `call`, captured in `begin()` (a capture context): its
+    replay, or None where the capture failed (a floor without its graph clock)."""
+    try:
+        g, ctx = begin()
+        with ctx:
+            for _ in range(GRAPH_CALLS):
+                call()
+        return g.replay
+    except Exception as e:  # noqa: BLE001 - a floor's graph is optional; said in the output
+        print(f"# a graph of {call} could not be captured: {type(e).__name__}: {e}", file=sys.stderr)
+        return None
+
+
 def rank_main(comm, device, reps, per_gpu=False):
     """{"all_reduce": clocks, "add_": clocks, "empty": clocks or None} on this rank; on GPU 0, or
     (``per_gpu``) on GPU ``rank``."""
@@ -84,8 +98,14 @@ def rank_main(comm, device, reps, per_gpu=False):
             with torch.cuda.graph(g):
                 for _ in range(GRAPH_CALLS):
                     sub.all_reduce(x, op="max")
-            floor = lambda: x.add_(y)  # noqa: E731
-            empty = _clocks(lambda: torch.cuda._sleep(0), stream.synchronize, reps)
+            z = torch.ones(2, device=dev)  # the floors' own buffer
+            floor = lambda: z.add_(y)  # noqa: E731
+
+            def begin():
+                g_ = torch.cuda.CUDAGraph()
+                return g_, torch.cuda.graph(g_)
+            sleep0 = lambda: torch.cuda._sleep(0)  # noqa: E731
+            empty = _clocks(sleep0, stream.synchronize, reps, _graph_of(begin, sleep0))
         else:
             import numpy as np
 
@@ -99,9 +119,14 @@ def rank_main(comm, device, reps, per_gpu=False):
                 for _ in range(GRAPH_CALLS):
                     sub.all_reduce(x, op="max")
             floor = lambda: y.copy_(x)  # noqa: E731
+
+            def begin():
+                g_ = emu.Graph()
+                return g_, emu.graph(g_)
             empty = None
         coll = _clocks(lambda: sub.all_reduce(x, op="max"), stream.synchronize, reps, g.replay)
-        return {"all_reduce": coll, "add_": _clocks(floor, stream.synchronize, reps), "empty": empty}
+        return {"all_reduce": coll, "add_": _clocks(floor, stream.synchronize, reps, _graph_of(begin, floor)),
+                "empty": empty}
     finally:
         sub.close()
 
@@ -144,7 +169,7 @@ def main(argv=None):
     rows = {}
     for name in ("all_reduce", "add_", "empty"):
         got = [r[name] for r in per_rank if r[name]]
-        rows[name] = {c: max(g[c] for g in got) for c in got[0]} if got else None
+        rows[name] = {c: max(g[c] for g in got) for c in got[0] if all(c in g for g in got)} if got else None
     per_gpu = args.per_gpu and args.device == "cuda"
     print(markdown(rows, args.np, args.device, per_gpu))
     if args.json:

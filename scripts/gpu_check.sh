@@ -24,7 +24,7 @@
 # ungated / driver, 1 and 2 streams, then 1 and 32 hardware queues: the H200's large-message regression,
 # docs/gpu.md), latency (bench/gpu_latency.py: where an all_reduce's
 # time goes, 4 ranks on GPU 0 under MPS where there is one, both paths, against torch's own round
-# trip), launch (bench/gpu_launch.py, at GPU_CHECK_LAUNCH_NP ranks, default 4: issue #37's targets, the 8 B all_reduce's enqueue,
+# trip), launch (bench/gpu_launch.py, at GPU_CHECK_LAUNCH_NP ranks, default "4 2 1": issue #37's targets at 4, the 8 B all_reduce's enqueue,
 # back-to-back, synchronous and replayed-graph (100 calls) times against torch's add_ and an empty
 # kernel launch, the ranks on GPU 0 under MPS; and where there are several GPUs, 2 and 4 ranks one
 # per GPU), sweep (the same at 64 MiB over the inbox's slot size and count), gpu (every other @pytest.mark.gpu test, several ranks on the one GPU), ranks (tests/stream's and tests/device's CUDA cases again under
@@ -77,6 +77,11 @@ fi
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONDONTWRITEBYTECODE=1
 logs=/nonexistent  # a dry run writes nothing
 [ $dry -eq 0 ] && logs=$(mktemp -d /tmp/gpu_check.XXXXXX)
+# What the results file holds that no step writes (bench/launch_cost.py's "## Host cost per call"
+# section, measured without a GPU) is kept: copied out once, appended to every rewrite.
+if [ $dry -eq 0 ] && [ -f "$out" ]; then
+  awk '/^## Host cost per call/{keep=1} keep && /^## / && !/^## Host cost per call/{keep=0} keep' "$out" > "$logs/kept.md"
+fi
 started=$SECONDS
 rows=()     # one table row per step that ran
 tails=()    # the tail of each failing step's log
@@ -134,6 +139,10 @@ write_report() {
       echo "## Bench"
       echo
       cat "$logs/bench.md"
+    fi
+    if [ -s "$logs/kept.md" ]; then
+      echo
+      cat "$logs/kept.md"
     fi
   } > "$out"
 }
@@ -302,7 +311,7 @@ if wants launch; then
   # from its fixed cost: docs/gpu.md "The GPU time of one call"); 4 is the issue's target's shape.
   mps_note=""
   if start_mps mps_launch; then mps_note=", under MPS"; fi
-  for np_ in ${GPU_CHECK_LAUNCH_NP:-4}; do
+  for np_ in ${GPU_CHECK_LAUNCH_NP:-4 2 1}; do
     name=launch; [ "$np_" != 4 ] && name=launch_np$np_
     launch_run $name "$np_" "$np_ rank(s) on GPU 0$mps_note"
   done

@@ -17,23 +17,17 @@ namespace commlib {
 
 namespace {
 
-PyObject* intern(const char* s) { return PyUnicode_InternFromString(s); }
-
 PyObject* g_array_type = nullptr;  // numpy.ndarray
 
-// commlib.emulated.Array and its slots.
+// commlib.emulated.Array: the type and {dtype name: DType code}.
 PyObject* g_emulated_array = nullptr;
-PyObject* g_emulated_dtypes = nullptr;  // {dtype name: DType code}
-PyObject *g_alloc = nullptr, *g_ptr = nullptr, *g_offset = nullptr, *g_count = nullptr, *g_dtype_name = nullptr,
-         *g_device_index = nullptr;
+PyObject* g_emulated_dtypes = nullptr;
 
 // torch: one registry for host (CPU) and device (CUDA) tensors.
 PyObject* g_torch_tensor = nullptr;
 PyObject* g_torch_strided = nullptr;
 PyObject* g_raw_stream = nullptr;  // torch._C._cuda_getCurrentRawStream(device) -> cudaStream_t; null: no CUDA
 std::vector<std::pair<PyObject*, DType>> g_torch_dtypes;
-PyObject *g_is_cpu = nullptr, *g_is_cuda = nullptr, *g_layout = nullptr, *g_dtype = nullptr,
-         *g_is_contiguous = nullptr, *g_data_ptr = nullptr, *g_numel = nullptr, *g_get_device = nullptr;
 
 thread_local uintptr_t t_emulated_stream = 0;
 
@@ -72,6 +66,20 @@ bool format_dtype(const char* f, Py_ssize_t itemsize, DType* out) {
 
 }  // namespace
 
+PyObject* reader_name(ReaderName n) {
+  static PyObject* const* const names = [] {
+    static const char* const text[kReaderNames] = {
+        "_alloc", "ptr", "offset", "count", "dtype", "device_index",
+        "is_cpu", "is_cuda", "layout", "is_contiguous", "data_ptr", "numel", "get_device",
+        "__cuda_array_interface__", "__dlpack__", "__dlpack_device__", "data", "shape", "typestr", "strides",
+        "stream", "mask"};
+    static PyObject* interned[kReaderNames];
+    for (unsigned i = 0; i < kReaderNames; ++i) interned[i] = PyUnicode_InternFromString(text[i]);
+    return interned;
+  }();
+  return names[n];
+}
+
 bool read_python_buffer(PyObject* o, BufferView* v, PyBufferHold* hold) {
   const Py_buffer* b = hold->acquire(o);
   if (b == nullptr) return false;
@@ -86,13 +94,13 @@ namespace {
 
 bool emulated_view(PyObject* o, BufferView* v, bool current_stream) {
   long long base = 0, offset = 0, count = 0, index = 0, code = 0;
-  PyObject* alloc = PyObject_GetAttr(o, g_alloc);
-  const bool ok_base = alloc != nullptr && long_of(alloc, g_ptr, false, &base);
+  PyObject* alloc = PyObject_GetAttr(o, reader_name(kNameAlloc));
+  const bool ok_base = alloc != nullptr && long_of(alloc, reader_name(kNamePtr), false, &base);
   Py_XDECREF(alloc);
-  if (!ok_base || !long_of(o, g_offset, false, &offset) || !long_of(o, g_count, false, &count) ||
-      !long_of(o, g_device_index, false, &index))
+  if (!ok_base || !long_of(o, reader_name(kNameOffset), false, &offset) ||
+      !long_of(o, reader_name(kNameCount), false, &count) || !long_of(o, reader_name(kNameDeviceIndex), false, &index))
     return PyErr_Clear(), false;
-  PyObject* name = PyObject_GetAttr(o, g_dtype_name);
+  PyObject* name = PyObject_GetAttr(o, reader_name(kNameDtype));
   PyObject* dt = name != nullptr && PyUnicode_CheckExact(name) ? PyDict_GetItemWithError(g_emulated_dtypes, name)
                                                                : nullptr;  // borrowed
   const bool known = dt != nullptr && PyLong_CheckExact(dt);
@@ -114,21 +122,21 @@ bool torch_view(PyObject* o, BufferView* v, bool current_stream) {
   bool ok = false;
   PyObject *cpu = nullptr, *cuda = nullptr, *layout = nullptr, *dt = nullptr, *contig = nullptr, *stream = nullptr;
   do {
-    if (!(cpu = PyObject_GetAttr(o, g_is_cpu))) break;
+    if (!(cpu = PyObject_GetAttr(o, reader_name(kNameIsCpu)))) break;
     if (cpu != Py_True) {  // a CUDA tensor, once the device route registered torch's stream reader
-      if (g_raw_stream == nullptr || !(cuda = PyObject_GetAttr(o, g_is_cuda)) || cuda != Py_True) break;
+      if (g_raw_stream == nullptr || !(cuda = PyObject_GetAttr(o, reader_name(kNameIsCuda))) || cuda != Py_True) break;
     }
-    if (!(layout = PyObject_GetAttr(o, g_layout)) || layout != g_torch_strided) break;
-    if (!(dt = PyObject_GetAttr(o, g_dtype))) break;
+    if (!(layout = PyObject_GetAttr(o, reader_name(kNameLayout))) || layout != g_torch_strided) break;
+    if (!(dt = PyObject_GetAttr(o, reader_name(kNameDtype)))) break;
     bool known = false;
     for (const auto& [obj, code] : g_torch_dtypes)
       if (obj == dt) known = true, v->dtype = code;
     if (!known) break;
-    if (!(contig = PyObject_CallMethodObjArgs(o, g_is_contiguous, nullptr)) || contig != Py_True) break;
+    if (!(contig = PyObject_CallMethodObjArgs(o, reader_name(kNameIsContiguous), nullptr)) || contig != Py_True) break;
     long long ptr = 0, n = 0, index = -1;
-    if (!long_of(o, g_data_ptr, true, &ptr) || !long_of(o, g_numel, true, &n)) break;
+    if (!long_of(o, reader_name(kNameDataPtr), true, &ptr) || !long_of(o, reader_name(kNameNumel), true, &n)) break;
     if (cuda != nullptr) {
-      if (!long_of(o, g_get_device, true, &index)) break;
+      if (!long_of(o, reader_name(kNameGetDevice), true, &index)) break;
       if (current_stream) {
         PyObject* idx = PyLong_FromLongLong(index);
         stream = idx ? PyObject_CallOneArg(g_raw_stream, idx) : nullptr;
@@ -191,8 +199,7 @@ void bind_buffer_view(py::module_& m) {
       "register_array_type",
       [](py::handle type) {
         if (!PyType_Check(type.ptr())) throw py::type_error("register_array_type: expected a type");
-        Py_XDECREF(g_array_type);
-        g_array_type = type.inc_ref().ptr();
+        hold_ref(g_array_type, type.ptr());
       },
       "Tell the C++ entry which type is numpy.ndarray (commlib/device/host_buffers.py does, at import).");
   m.def(
@@ -201,16 +208,8 @@ void bind_buffer_view(py::module_& m) {
         if (!PyType_Check(array_type.ptr())) throw py::type_error("register_emulated_array: expected a type");
         py::dict codes;
         for (auto item : dtypes) codes[item.first] = static_cast<int>(py::cast<DType>(item.second));
-        g_alloc = intern("_alloc");
-        g_ptr = intern("ptr");
-        g_offset = intern("offset");
-        g_count = intern("count");
-        g_dtype_name = intern("dtype");
-        g_device_index = intern("device_index");
-        Py_XDECREF(g_emulated_dtypes);
-        g_emulated_dtypes = codes.release().ptr();
-        Py_XDECREF(g_emulated_array);
-        g_emulated_array = array_type.inc_ref().ptr();
+        hold_ref(g_emulated_dtypes, codes.ptr());
+        hold_ref(g_emulated_array, array_type.ptr());
       },
       "Let the C++ entry read commlib.emulated.Array (emulated.py does, at import): the type and {dtype name: "
       "_C.DType}.");
@@ -223,20 +222,9 @@ void bind_buffer_view(py::module_& m) {
         for (auto& [obj, code] : g_torch_dtypes) Py_DECREF(obj);
         g_torch_dtypes.clear();
         for (auto item : dtypes) g_torch_dtypes.emplace_back(item.first.inc_ref().ptr(), py::cast<DType>(item.second));
-        g_is_cpu = intern("is_cpu");
-        g_is_cuda = intern("is_cuda");
-        g_layout = intern("layout");
-        g_dtype = intern("dtype");
-        g_is_contiguous = intern("is_contiguous");
-        g_data_ptr = intern("data_ptr");
-        g_numel = intern("numel");
-        g_get_device = intern("get_device");
-        Py_XDECREF(g_torch_strided);
-        g_torch_strided = strided.inc_ref().ptr();
-        Py_XDECREF(g_raw_stream);
-        g_raw_stream = raw_stream.is_none() ? nullptr : raw_stream.inc_ref().ptr();
-        Py_XDECREF(g_torch_tensor);
-        g_torch_tensor = tensor_type.inc_ref().ptr();
+        hold_ref(g_torch_strided, strided.ptr());
+        hold_ref(g_raw_stream, raw_stream.is_none() ? nullptr : raw_stream.ptr());
+        hold_ref(g_torch_tensor, tensor_type.ptr());
       },
       py::arg("tensor_type"), py::arg("strided"), py::arg("dtypes"), py::arg("raw_stream") = py::none(),
       "Let the C++ entry read torch tensors: torch.Tensor, torch.strided, {torch dtype: _C.DType} and "
@@ -248,10 +236,10 @@ void bind_buffer_view(py::module_& m) {
         if (!PyCallable_Check(reader.ptr())) throw py::type_error("register_cuda_stream_reader: reader must be callable");
         if (!attr.is_none() && !PyUnicode_Check(attr.ptr()))
           throw py::type_error("register_cuda_stream_reader: attr must be a str or None");
-        Py_XDECREF(g_stream_reader);
-        Py_XDECREF(g_stream_reader_attr);
-        g_stream_reader = reader.inc_ref().ptr();
-        g_stream_reader_attr = attr.is_none() ? nullptr : PyUnicode_InternFromString(py::cast<std::string>(attr).c_str());
+        hold_ref(g_stream_reader, reader.ptr());
+        PyObject* name = attr.is_none() ? nullptr : PyUnicode_InternFromString(py::cast<std::string>(attr).c_str());
+        hold_ref(g_stream_reader_attr, name);
+        Py_XDECREF(name);
       },
       py::arg("reader"), py::arg("attr") = py::none(),
       "The current CUDA stream where torch's reader is not registered: reader(device index), and the "

@@ -88,6 +88,27 @@ ForeignRead read_foreign_array(PyObject* o, BufferView* v, bool current_stream, 
 bool current_cuda_stream(int index, uintptr_t* stream);
 uintptr_t current_emulated_stream();
 
+// The attribute and method names the reader asks of each kind, interned once (under the GIL) in
+// one table, so that every reader of the one view uses the same objects.
+enum ReaderName : unsigned {
+  // commlib.emulated.Array (and its allocation's "ptr")
+  kNameAlloc, kNamePtr, kNameOffset, kNameCount, kNameDtype, kNameDeviceIndex,
+  // torch.Tensor
+  kNameIsCpu, kNameIsCuda, kNameLayout, kNameIsContiguous, kNameDataPtr, kNameNumel, kNameGetDevice,
+  // __cuda_array_interface__ (its dict's keys) and DLPack
+  kNameCudaArrayInterface, kNameDlpack, kNameDlpackDevice, kNameData, kNameShape, kNameTypestr, kNameStrides,
+  kNameStream, kNameMask,
+  kReaderNames
+};
+PyObject* reader_name(ReaderName n);  // borrowed: interned for the process's life
+
+// A registration's held reference: `slot` lets go of what it held and holds `o` (null: nothing).
+inline void hold_ref(PyObject*& slot, PyObject* o) {
+  Py_XINCREF(o);
+  Py_XDECREF(slot);
+  slot = o;
+}
+
 // Any exporter of the buffer protocol (not only numpy.ndarray) as a host view: false, no Python
 // error set, unless writable, C-contiguous and of a dtype the core moves (_C.describe_buffer).
 bool read_python_buffer(PyObject* o, BufferView* v, PyBufferHold* hold);

@@ -86,28 +86,20 @@ bool call_of(Collective coll, int P, int me, PyObject* op_obj, PyObject* algo_ob
       }
       break;
     case Collective::AllGather:
-    case Collective::Gather: {  // a = input (the count), b = output (gather: root only)
-      if (!has(va)) return false;
-      call.dtype = va.dtype;
-      call.count = va.count;
-      call.input = va.address;
-      const int64_t out_elems = buffer_shapes(coll, call.count, P, me, call.root).output;
-      if (out_elems >= 0) {
-        if (!has(vb) || vb.dtype != va.dtype || vb.count != out_elems) return false;
-        call.output = vb.address;
-      }
-      break;
-    }
+    case Collective::Gather:  // a = input (the count), b = output (gather: root only)
     case Collective::ReduceScatter:
     case Collective::Scatter: {  // b = output (the count), a = input (scatter: root only)
-      if (!has(vb)) return false;
-      call.dtype = vb.dtype;
-      call.count = vb.count;
-      call.output = vb.address;
-      const int64_t in_elems = buffer_shapes(coll, call.count, P, me, call.root).input;
-      if (in_elems >= 0) {
-        if (!has(va) || va.dtype != vb.dtype || va.count != in_elems) return false;
-        call.input = va.address;
+      const bool by_input = coll == Collective::AllGather || coll == Collective::Gather;
+      const BufferView &counted = by_input ? va : vb, &other = by_input ? vb : va;
+      if (!has(counted)) return false;
+      call.dtype = counted.dtype;
+      call.count = counted.count;
+      (by_input ? call.input : call.output) = counted.address;
+      const auto shapes = buffer_shapes(coll, call.count, P, me, call.root);
+      const int64_t other_elems = by_input ? shapes.output : shapes.input;  // < 0: not this rank's
+      if (other_elems >= 0) {
+        if (!has(other) || other.dtype != counted.dtype || other.count != other_elems) return false;
+        (by_input ? call.output : call.input) = other.address;
       }
       break;
     }

@@ -61,9 +61,7 @@ struct DLManagedTensorVersioned {
 constexpr uint64_t kDLFlagReadOnly = 1, kDLFlagIsCopied = 2;
 constexpr int kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3, kDLCUDAManaged = 13;
 
-PyObject *g_cai = nullptr, *g_dlpack = nullptr, *g_dlpack_device = nullptr;
-PyObject *g_data = nullptr, *g_shape = nullptr, *g_typestr = nullptr, *g_strides = nullptr, *g_stream = nullptr,
-         *g_mask = nullptr;
+bool g_registered = false;  // register_foreign_dtypes ran (dtypes.py, at import)
 PyObject* g_kwnames_full = nullptr;    // ("stream", "max_version")
 PyObject* g_kwnames_stream = nullptr;  // ("stream",)
 PyObject* g_max_version = nullptr;     // (1, 0)
@@ -162,8 +160,9 @@ PyObject* item(PyObject* dict, PyObject* key) {
 
 ForeignRead read_cai(PyObject* cai, BufferView* v, bool current_stream, BufferProblem* why) {
   if (!PyDict_Check(cai)) return problem(why, PyExc_TypeError, "__cuda_array_interface__ is not a dict"), ForeignRead::Bad;
-  PyObject *data = item(cai, g_data), *shape = item(cai, g_shape), *typestr = item(cai, g_typestr),
-           *strides = item(cai, g_strides), *stream = item(cai, g_stream), *mask = item(cai, g_mask);
+  PyObject *data = item(cai, reader_name(kNameData)), *shape = item(cai, reader_name(kNameShape)),
+           *typestr = item(cai, reader_name(kNameTypestr)), *strides = item(cai, reader_name(kNameStrides)),
+           *stream = item(cai, reader_name(kNameStream)), *mask = item(cai, reader_name(kNameMask));
   if (PyErr_Occurred()) return PyErr_Clear(), problem(why, PyExc_TypeError, "unreadable __cuda_array_interface__"), ForeignRead::Bad;
   if (!data || !PyTuple_Check(data) || PyTuple_GET_SIZE(data) != 2 || !shape || !PyTuple_Check(shape) || !typestr ||
       !PyUnicode_Check(typestr) || (strides && !PyTuple_Check(strides)))
@@ -222,7 +221,7 @@ PyObject* export_dlpack(PyObject* o, PyObject* stream) {
     if (t == type) known = k;
   for (int k = known < 0 ? 2 : known; k >= 0; --k) {
     PyObject* args[] = {o, stream, g_max_version};
-    PyObject* r = PyObject_VectorcallMethod(g_dlpack, args, 1,
+    PyObject* r = PyObject_VectorcallMethod(reader_name(kNameDlpack), args, 1,
                                             k == 2 ? g_kwnames_full : k == 1 ? g_kwnames_stream : nullptr);
     if (r != nullptr) {
       if (known < 0) g_dlpack_kwargs.emplace_back(Py_NewRef(type), k);
@@ -314,14 +313,14 @@ PyObject* lookup(PyObject* o, PyObject* name) {
 }  // namespace
 
 ForeignRead read_foreign_array(PyObject* o, BufferView* v, bool current_stream, BufferProblem* why) {
-  if (g_cai == nullptr) return ForeignRead::NotForeign;  // dtypes.py registers the tables at import
+  if (!g_registered) return ForeignRead::NotForeign;  // dtypes.py registers the tables at import
   *v = BufferView{};
-  if (PyObject* cai = lookup(o, g_cai)) {
+  if (PyObject* cai = lookup(o, reader_name(kNameCudaArrayInterface))) {
     const ForeignRead r = read_cai(cai, v, current_stream, why);
     Py_DECREF(cai);
     return r;
   }
-  PyObject* device_of = lookup(o, g_dlpack_device);
+  PyObject* device_of = lookup(o, reader_name(kNameDlpackDevice));
   if (device_of == nullptr) return ForeignRead::NotForeign;
   PyObject* dl_device = PyObject_CallNoArgs(device_of);
   Py_DECREF(device_of);
@@ -336,24 +335,15 @@ void bind_foreign_arrays(py::module_& m) {
   m.def(
       "register_foreign_dtypes",
       [](py::dict typestrs, py::dict dlpack) {
-        auto intern = [](const char* s) { return PyUnicode_InternFromString(s); };
         g_typestrs.clear();
         for (auto kv : typestrs) g_typestrs[py::cast<std::string>(kv.first)] = py::cast<DType>(kv.second);
         g_dlpack_dtypes.clear();
         for (auto kv : dlpack) g_dlpack_dtypes[py::cast<std::pair<int, int>>(kv.first)] = py::cast<DType>(kv.second);
-        if (g_cai != nullptr) return;
-        g_dlpack = intern("__dlpack__");
-        g_dlpack_device = intern("__dlpack_device__");
-        g_data = intern("data");
-        g_shape = intern("shape");
-        g_typestr = intern("typestr");
-        g_strides = intern("strides");
-        g_stream = intern("stream");
-        g_mask = intern("mask");
+        if (g_registered) return;
         g_kwnames_full = py::make_tuple("stream", "max_version").release().ptr();
         g_kwnames_stream = py::make_tuple("stream").release().ptr();
         g_max_version = py::make_tuple(1, 0).release().ptr();
-        g_cai = intern("__cuda_array_interface__");
+        g_registered = true;
       },
       py::arg("typestrs"), py::arg("dlpack"),
       "The dtypes other libraries' device arrays may have: {__cuda_array_interface__ typestr: DType} and "
@@ -370,7 +360,7 @@ void bind_foreign_arrays(py::module_& m) {
           throw py::error_already_set();
         }
         // The interface's stream (0: none named, the legacy default); DLPack's: the current one.
-        PyObject* cai = v.kind == BufferKind::Cuda ? lookup(o.ptr(), g_cai) : nullptr;
+        PyObject* cai = v.kind == BufferKind::Cuda ? lookup(o.ptr(), reader_name(kNameCudaArrayInterface)) : nullptr;
         const bool cuda_stream_named = cai != nullptr;
         Py_XDECREF(cai);
         return py::make_tuple(v.kind == BufferKind::Emulated ? "emulated" : "cuda", v.address, v.count, v.dtype, v.device,

@@ -216,6 +216,9 @@ class Device {
     copy(dst, src, bytes, *s);
     synchronize(*s);
   }
+  // The other way (device memory into host memory the host then reads), for diagnostics read once
+  // the work that writes `src` completed; a copy either way (cudaMemcpyDefault) on CUDA.
+  virtual void download_now(void* dst, const void* src, size_t bytes) { upload_now(dst, src, bytes); }
   // How many blocks a launch of the kernel executor may use when `wanted` items can run in
   // parallel (0: this device has no kernel path).
   virtual unsigned plan_blocks(unsigned wanted) const { return 0 * wanted; }

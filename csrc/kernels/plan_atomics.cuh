@@ -100,9 +100,10 @@ __device__ __forceinline__ void acquire_fence_system() {
 __device__ __forceinline__ uint64_t arrive_fetch(uint64_t* p) {
   return cuda::atomic_ref<uint64_t, cuda::thread_scope_device>(*p).fetch_add(1, cuda::memory_order_acq_rel);
 }
-// Words of the host page (mapped host memory): the abort word, progress.
+// Words of the host page (mapped host memory): the abort word, progress, the completion words.
 __device__ __forceinline__ uint64_t host_read(const uint64_t* p) { return relaxed_load(p); }
 __device__ __forceinline__ void host_write(uint64_t* p, uint64_t v) { relaxed_store(p, v); }
+__device__ __forceinline__ void host_release_store(uint64_t* p, uint64_t v) { release_store(p, v); }
 
 #else
 
@@ -142,6 +143,11 @@ inline void host_write(uint64_t* p, uint64_t v) {
   emu_count(kEmuHostWrites, 1);
   if (emu_in_data) emu_count(kEmuHostDataAccesses, 1);
   relaxed_store(p, v);
+}
+// A completion word of the host page (the done words, a replay's start): a release store, counted as a write.
+inline void host_release_store(uint64_t* p, uint64_t v) {
+  emu_count(kEmuHostWrites, 1);
+  release_store(p, v);
 }
 inline void emu_perturb() {
   if (emu_delay_us <= 0) return;

@@ -57,7 +57,7 @@ __device__ __forceinline__ void end_launch(const L& a, uint64_t base, uint32_t b
   const unsigned mine = a.captured ? kCounterReplays : kCounterEager;  // a replay leaves `done` alone
   const uint64_t n = relaxed_load(c + mine) + 1;
   relaxed_store(c + mine, n);
-  release_store(a.captured ? a.replays_done : a.done, n);
+  host_release_store(a.captured ? a.replays_done : a.done, n);
 }
 
 }  // namespace kexec

@@ -304,7 +304,7 @@ __device__ __forceinline__ bool run_steps(const PlanLaunch& a, const F& f, uint6
         emu_perturb();
         any_split |= split;
         if (!(split ? run_split_item(a, idx, f, moved) : run_item(a, it, f, moved))) return false;
-        if (threadIdx.x == 0 && blockIdx.x < kMaxBlocks) relaxed_store(a.progress + blockIdx.x, ++done);
+        if (threadIdx.x == 0 && blockIdx.x < kMaxBlocks) host_write(a.progress + blockIdx.x, ++done);
       }
     if (!grid_barrier(a, base, k + first_barrier)) return false;
   }
@@ -323,10 +323,13 @@ __device__ __forceinline__ bool run_steps(const PlanLaunch& a, const F& f, uint6
       a.received[p] += a.recvs_from[p];
       if (a.fold_check && plan_peer(a, p)) a.checked[p] += 1;
     }
-  if (threadIdx.x == 0 && blockIdx.x < kMaxBlocks) {  // only this block writes its words; launches run in order
+  // Device memory, plain accesses: only this block writes its words, launches run in order, and the
+  // host reads them once the launches completed (a read of host memory here would cost a round trip
+  // over PCIe at the end of every launch: docs/gpu.md "The GPU time of one call").
+  if (threadIdx.x == 0 && blockIdx.x < kMaxBlocks) {
     uint64_t* mine = a.chunk_counts + 2 * blockIdx.x;
-    relaxed_store(mine, relaxed_load(mine) + moved.ll);
-    relaxed_store(mine + 1, relaxed_load(mine + 1) + moved.slots);
+    mine[0] += moved.ll;
+    mine[1] += moved.slots;
   }
   return true;
 }
@@ -338,7 +341,7 @@ __device__ __forceinline__ void run_message_plan(const PlanLaunch& a, const F& f
   // here by stream order (kernel boundary); every block reads it before arriving anywhere.
   const uint64_t base = relaxed_load(a.barrier + kCounterGeneration);
   if (a.captured && blockIdx.x == 0 && threadIdx.x == 0)  // only end_launch advances the counter
-    release_store(a.replays_started, relaxed_load(a.barrier + kCounterReplays) + 1);
+    host_release_store(a.replays_started, relaxed_load(a.barrier + kCounterReplays) + 1);
   emu_count(kEmuMessageBlocks, 1);
   if (blockIdx.x == 0 && threadIdx.x == 0) emu_count(kEmuMessageLaunches, 1);
   const uint32_t first_barrier = a.desc_ring_len && !a.fold_check ? 1 : 0;

@@ -54,8 +54,9 @@ struct PlanLaunch {
   uint64_t* done;              // host memory mapped: an eager launch's last block to exit stores its number (counter [3])
   uint64_t* replays_done;      // host memory mapped: a captured launch stores its number (counter [4]) at its end
   uint64_t* replays_started;   // host memory mapped: ... and at its start (the watchdog sees a replay running)
-  uint64_t* chunk_counts;      // host memory mapped: [kMaxBlocks][2] message chunks (sent and received)
-                               // each block moved by LL and through slots, all launches together
+  uint64_t* chunk_counts;      // device: [kMaxBlocks][2] message chunks (sent and received) each block
+                               // moved by LL and through slots, all launches together (read by the host
+                               // after they completed: KernelPath::chunks_moved)
   // The call's descriptor check (plan_call_check.cuh); desc_ring_len 0: none (no peer in the plan).
   uint64_t desc[3];            // this call's CallDesc, as words
   uint64_t* descs;             // this rank's descriptor ring (region): [size][desc_ring_len][kDescWords]

@@ -23,8 +23,7 @@ namespace {
 constexpr size_t kLine = 64;
 constexpr size_t kPageBytes = 4096;
 using namespace kernel_page;  // the host page's words (kernel_path.h)
-static_assert(kProgressWord + kexec::kMaxBlocks <= kChunkCountWord &&
-                  kChunkCountWord + 2 * kexec::kMaxBlocks <= kMismatchWord &&
+static_assert(kProgressWord + kexec::kMaxBlocks <= kMismatchWord &&
                   (kMismatchWord + kexec::kMismatchWords) * 8 <= kPageBytes,
               "the host page's words");
 static_assert(sizeof(CallDesc) == 3 * sizeof(uint64_t), "the kernel compares a CallDesc as three words");
@@ -44,9 +43,11 @@ size_t KernelPath::descs_offset() const {
 uint32_t KernelPath::desc_ring_len() const { return nslots_ + 2; }  // why: plan_call_check.cuh
 size_t KernelPath::region_bytes() const { return os_flags_offset() + os_flag_words() * 8; }
 // sent | received | checked (size words each), then the line of the per-call counters (the grid
-// barrier's arrivals and generation, the launch numbers: kexec::kCounter*)
+// barrier's arrivals and generation, the launch numbers: kexec::kCounter*), then the blocks' chunk
+// counts ([kMaxBlocks][2]: device memory, so that a launch's end reads nothing from the host)
 size_t KernelPath::barrier_offset() const { return round_up(3 * size_ * 8, kLine); }
-size_t KernelPath::views_offset() const { return barrier_offset() + kLine; }
+size_t KernelPath::chunk_counts_offset() const { return barrier_offset() + kLine; }
+size_t KernelPath::views_offset() const { return chunk_counts_offset() + round_up(2 * kexec::kMaxBlocks * 8, kLine); }
 
 KernelPath::KernelPath(std::shared_ptr<Device> device, int rank, int size, uint32_t nslots, uint64_t slot_bytes,
                        DevicePath mode, double timeout_s)
@@ -280,7 +281,7 @@ Launched KernelPath::launch(const ScheduleKey& key, const Schedule& sched, const
   a.done = host_page_dev_ + kDoneWord;
   a.replays_done = host_page_dev_ + kReplaysDoneWord;
   a.replays_started = host_page_dev_ + kReplaysStartedWord;
-  a.chunk_counts = host_page_dev_ + kChunkCountWord;
+  a.chunk_counts = reinterpret_cast<uint64_t*>(local + chunk_counts_offset());
   std::memcpy(a.desc, &desc, sizeof desc);
   a.descs = reinterpret_cast<uint64_t*>(region_ + descs_offset());
   a.checked = a.sent + 2 * size_;

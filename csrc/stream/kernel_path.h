@@ -51,14 +51,14 @@ uint32_t device_ll_bytes_from_env(uint64_t slot_bytes);
 
 // The host page's words (host memory mapped for the device): word 0 the abort word, word 1 the
 // number of the last eager launch completed, word 2 of the last replayed (captured) launch
-// completed, word 3 of the last one started, words 8.. the blocks' progress words, words 32.. the
-// blocks' chunk counts (LL, slots), words 64.. the call check's mismatch record (plan_call_check.cuh).
+// completed, word 3 of the last one started, words 8.. the blocks' progress words, words 64.. the
+// call check's mismatch record (plan_call_check.cuh). The kernel only writes the page (and polls
+// the abort word while it waits): what it reads back, the blocks' chunk counts, is device memory.
 namespace kernel_page {
 constexpr size_t kDoneWord = 1;
 constexpr size_t kReplaysDoneWord = 2;
 constexpr size_t kReplaysStartedWord = 3;
 constexpr size_t kProgressWord = 8;
-constexpr size_t kChunkCountWord = 32;
 constexpr size_t kMismatchWord = 64;
 }  // namespace kernel_page
 
@@ -199,7 +199,8 @@ class KernelPath final : public DevicePathRunner {
   size_t descs_offset() const;  // of the descriptor ring in the region
   uint32_t desc_ring_len() const;
   size_t barrier_offset() const;  // of the barrier's line in local_ (after sent | received | checked)
-  size_t views_offset() const;  // of the peer views in local_ (after the barrier)
+  size_t chunk_counts_offset() const;  // of the blocks' chunk counts in local_ (after the barrier)
+  size_t views_offset() const;  // of the peer views in local_ (after the chunk counts)
   // One-sided plans (kernel_path_one_sided.cc).
   size_t os_flags_offset() const;  // of the one-sided flags in the region (after the descriptor ring)
   size_t os_flag_words() const;    // per rank: [size][kSignalTags + 1][kMaxBlocks]

@@ -1,6 +1,6 @@
 // The kernel path's words the host reads and sets (see kernel_path.h): the host page (abort word,
-// completion words, progress, chunk counts, the call check's mismatch record) and the test hook
-// that moves the pairs' chunk numbers.
+// completion words, progress, the call check's mismatch record), the blocks' chunk counts (device
+// memory) and the test hook that moves the pairs' chunk numbers.
 #include <cstring>
 #include <stdexcept>
 
@@ -51,11 +51,13 @@ uint64_t KernelPath::progress() const {
 
 KernelPath::ChunksMoved KernelPath::chunks_moved() const {
   ChunksMoved out;
-  if (!host_page_) return out;
-  const uint64_t* w = reinterpret_cast<const uint64_t*>(host_page_) + kChunkCountWord;
+  if (!local_) return out;
+  // Device memory (the launches' ends only write the host page): copied out, once the launches completed.
+  uint64_t w[2 * kexec::kMaxBlocks];
+  device_->download_now(w, static_cast<const char*>(local_) + chunk_counts_offset(), sizeof w);
   for (unsigned b = 0; b < kexec::kMaxBlocks; ++b) {
-    out.ll += load_flag(w + 2 * b);
-    out.slots += load_flag(w + 2 * b + 1);
+    out.ll += w[2 * b];
+    out.slots += w[2 * b + 1];
   }
   return out;
 }

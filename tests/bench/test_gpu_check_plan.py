@@ -45,10 +45,13 @@ def test_the_bench_steps_fit_the_machine(tmp_path, gpus, mps):
 
 @pytest.mark.parametrize("gpus", [1, 2, 4])
 def test_the_launch_step_times_one_rank_per_gpu_where_there_are_several(tmp_path, gpus):
-    """bench/gpu_launch.py: the ranks on GPU 0 (under MPS) on any machine, and where there are
-    several GPUs also 2 (and 4) ranks one per GPU (docs/gpu.md "The GPU time of one call")."""
+    """bench/gpu_launch.py: 4, 2 and 1 ranks on GPU 0 (under MPS) on any machine (4: the issue's
+    targets; 1: the launch's fixed cost F, 2: the cross-rank latency), and where there are several
+    GPUs also 2 (and 4) ranks one per GPU (docs/gpu.md "The GPU time of one call")."""
     runs = _plan(tmp_path, gpus, True, "bench/gpu_launch.py")
-    assert [r.split(" ", 1)[1] for r in runs if "--per-gpu" not in r] == [
-        "bench/gpu_launch.py --np 4 --json bench/results/gpu_launch.json"], runs  # (after the interpreter)
+    assert [r.split(" ", 1)[1] for r in runs if "--per-gpu" not in r] == [  # (after the interpreter)
+        "bench/gpu_launch.py --np 4 --json bench/results/gpu_launch.json",
+        "bench/gpu_launch.py --np 2 --json bench/results/gpu_launch_np2.json",
+        "bench/gpu_launch.py --np 1 --json bench/results/gpu_launch_np1.json"], runs
     per_gpu = [r.split("--np ")[1].split()[0] for r in runs if "--per-gpu" in r]
     assert per_gpu == {1: [], 2: ["2"], 4: ["2", "4"]}[gpus], runs

@@ -217,7 +217,8 @@ def mapped_candidate_lookups(comm, n=5):
     return with_settings(comm, dict(KERNEL_SETTINGS, COMMLIB_DEVICE_SLOT_BYTES="65536"), run)
 
 
-LAUNCH_COUNTERS = ("message_blocks", "grid_barriers", "check_exchanges", "folded_checks", "peer_waits")
+LAUNCH_COUNTERS = ("message_blocks", "grid_barriers", "check_exchanges", "folded_checks", "peer_waits", "host_reads",
+                   "host_writes")
 
 
 def launch_counts(comm, cases, n=5):

@@ -15,17 +15,30 @@ from kernel_path_cases import COPY_SETTINGS, KERNEL_SETTINGS, with_settings
 
 SIZES = (3, 37, 1000)  # three all_reduces (LL chunks, then several slot chunks through 2 slots)
 GATHER = 5             # one all_gather of this many int32 per rank
-# Replays of the captured step. A counter the replay does not advance (or advances on the host at
-# capture) is wrong from the second replay on; with 2 slots, every slot and LL-line parity meets the
-# replays within a few (each replay and its eager neighbours are 9 calls). The LL flags' epoch
-# (2^32 - 1 chunks) is crossed by test_kernel_protocols.py, not by counting replays. (100 until
-# issue #36: 5x the time, nothing more met.)
-REPLAYS = 20
+OTHER = 11             # the eager all_reduce between replays: this many float64
+# Replays of the captured step (issue #37's acceptance: 100). A counter the replay does not advance
+# (or advances on the host at capture) is wrong from the second replay on; 100 replays with their
+# eager neighbours run every slot and LL-line parity many times over. A replay is made cheap, not
+# rare: every input is uploaded once before the first, and each replay's loads, its eager
+# neighbour and the copies of both results out are stream-ordered, with one host synchronize at
+# the end. The LL flags' epoch (2^32 - 1 chunks) is crossed by test_kernel_protocols.py.
+REPLAYS = 100
+EAGER_EVERY = 10       # the eager step on the same inputs, compared bit for bit, every this many replays
 
 
 def _inputs(rank, i):
+    """Rank `rank`'s inputs of replay `i`: integer-valued floats, so that every sum is exact in any
+    order and each rank knows every replay's results (the eager step's, bit for bit)."""
     rng = np.random.default_rng(7919 * i + rank)
-    return [rng.standard_normal(n).astype(np.float32) for n in SIZES], rng.integers(-1000, 1000, GATHER, np.int32)
+    return ([rng.integers(-1000, 1000, n).astype(np.float32) for n in SIZES],
+            rng.integers(-1000, 1000, GATHER).astype(np.int32))
+
+
+def _expected(size, i):
+    """Replay i's results on every rank: the all_reduces' sums, then the all_gather."""
+    ins = [_inputs(q, i) for q in range(size)]
+    sums = [sum(v[k] for v, _ in ins) for k in range(len(SIZES))]
+    return np.concatenate(sums), np.concatenate([g for _, g in ins])
 
 
 class _Step:
@@ -36,48 +49,78 @@ class _Step:
         self.g_in = emu.empty(GATHER, "int32")
         self.g_out = emu.empty(GATHER * size, "int32")
 
-    def load(self, rank, i):
-        values, gathered = _inputs(rank, i)
-        for x, v in zip(self.xs, values):
-            x.copy_(emu.from_numpy(v))
-        self.g_in.copy_(emu.from_numpy(gathered))
+    def load(self, floats, ints, i):
+        """Replay i's inputs, from `floats` / `ints` (every replay's, uploaded once): stream-ordered."""
+        at = i * sum(SIZES)
+        for x in self.xs:
+            x.copy_(floats[at:at + x.count])
+            at += x.count
+        self.g_in.copy_(ints[i * GATHER:(i + 1) * GATHER])
 
     def run(self, comm):
         for x in self.xs:
             comm.all_reduce(x)
         comm.all_gather(self.g_out, self.g_in)
 
-    def results(self):
-        return [x.numpy() for x in self.xs] + [self.g_out.numpy()]
+    def save(self, floats, ints, k):
+        """The results into slot k of `floats` / `ints`: stream-ordered."""
+        at = k * sum(SIZES)
+        for x in self.xs:
+            floats[at:at + x.count].copy_(x)
+            at += x.count
+        ints[k * self.g_out.count:(k + 1) * self.g_out.count].copy_(self.g_out)
 
 
 def captured_step_matches_eager(comm):
     """The step captured once (after an eager warm-up), replayed REPLAYS times with new inputs each
-    time, each replay between eager runs of the same step on other buffers with the same inputs and
-    an eager all_reduce of another size: (replays whose results differ from the eager ones bit for
-    bit, wrong eager results of the other size, launches replayed as the kernel counted them)."""
+    time, each replay followed by an eager all_reduce of another size and, every EAGER_EVERY
+    replays, by the eager step on other buffers with the same inputs: (replays whose results differ
+    from the eager step's or from the exact results, wrong eager results of the other size, eager
+    steps compared, launches replayed as the kernel counted them)."""
     def run(sub):
-        graphed, eager = _Step(sub.size), _Step(sub.size)
-        other = emu.from_numpy(np.zeros(11, np.float64))
-        graphed.load(sub.rank, 0)
+        size, n = sub.size, sum(SIZES)
+        ins = [_inputs(sub.rank, i) for i in range(REPLAYS + 1)]
+        floats = emu.from_numpy(np.concatenate([np.concatenate(v) for v, _ in ins]))
+        ints = emu.from_numpy(np.concatenate([g for _, g in ins]))
+        others = emu.from_numpy(np.concatenate([np.full(OTHER, sub.rank + i, np.float64) for i in range(REPLAYS + 1)]))
+        sampled = list(range(1, REPLAYS + 1, EAGER_EVERY))
+        got_f, got_i = emu.empty(REPLAYS * n, "float32"), emu.empty(REPLAYS * GATHER * size, "int32")
+        eager_f, eager_i = emu.empty(len(sampled) * n, "float32"), emu.empty(len(sampled) * GATHER * size, "int32")
+        got_other = emu.empty(REPLAYS * OTHER, "float64")
+        graphed, eager = _Step(size), _Step(size)
+        other = emu.empty(OTHER, "float64")
+        graphed.load(floats, ints, 0)
         graphed.run(sub)  # the warm-up: plans, scratch, the engine itself
         g = emu.Graph()
         with emu.graph(g):
             graphed.run(sub)
         replays_before = sub._device_route._last_engine.kernel_replays_done()
-        differ, wrong_other = [], 0
         for i in range(1, REPLAYS + 1):
-            graphed.load(sub.rank, i)
-            eager.load(sub.rank, i)
+            graphed.load(floats, ints, i)
             g.replay()
-            other.copy_(emu.from_numpy(np.full(11, sub.rank + i, np.float64)))
-            sub.all_reduce(other)                      # eager, between the replay and the eager step
-            eager.run(sub)
-            got, want = graphed.results(), eager.results()
-            if any(a.tobytes() != b.tobytes() for a, b in zip(got, want)):
+            graphed.save(got_f, got_i, i - 1)
+            other.copy_(others[i * OTHER:(i + 1) * OTHER])
+            sub.all_reduce(other)                      # eager, between the replays
+            got_other[(i - 1) * OTHER:i * OTHER].copy_(other)
+            if i in sampled:
+                eager.load(floats, ints, i)
+                eager.run(sub)
+                eager.save(eager_f, eager_i, sampled.index(i))
+        got_f, got_i, got_other = got_f.numpy(), got_i.numpy(), got_other.numpy()  # (one synchronize)
+        eager_f, eager_i = eager_f.numpy(), eager_i.numpy()
+        replayed = sub._device_route._last_engine.kernel_replays_done() - replays_before
+        differ, wrong_other, m = [], 0, GATHER * size
+        for i in range(1, REPLAYS + 1):
+            f, ints_i = got_f[(i - 1) * n:i * n], got_i[(i - 1) * m:i * m]
+            want_f, want_i = _expected(size, i)
+            if f.tobytes() != want_f.tobytes() or ints_i.tobytes() != want_i.tobytes():
                 differ.append(i)
-            wrong_other += int(not (other.numpy() == sum(r + i for r in range(sub.size))).all())
-        return differ, wrong_other, sub._device_route._last_engine.kernel_replays_done() - replays_before
+            elif i in sampled:
+                k = sampled.index(i)
+                if f.tobytes() != eager_f[k * n:(k + 1) * n].tobytes() or ints_i.tobytes() != eager_i[k * m:(k + 1) * m].tobytes():
+                    differ.append(i)
+            wrong_other += int(not (got_other[(i - 1) * OTHER:i * OTHER] == sum(r + i for r in range(size))).all())
+        return differ, wrong_other, len(sampled), replayed
     return with_settings(comm, KERNEL_SETTINGS, run)
 
 

@@ -74,13 +74,19 @@ def cross_the_ll_epoch(comm, cycles=4):
 def evict_plans_while_a_receive_waits(comm, shapes=257):
     """Rank 0 parks a receive on one lane until rank 1 sends (after its collectives), while the
     kernel lane runs `shapes` all_reduces of distinct counts: the 257th call shape evicts the
-    cached plans inside its enqueue. Returns (frees that waited for busy streams meanwhile, all
-    results right)."""
+    cached plans inside its enqueue, but not the plan of a graph captured before (the graph pins it
+    for its life: issue #37, item 3), which then replays right. Returns (frees that waited for busy
+    streams meanwhile, all results right, the replay after the eviction right)."""
     lane_p = comm.split(0, device="emulated:0")
     with overridden(KERNEL_SETTINGS):
         lane_k = comm.split(0, device="emulated:0")
     s_p, s_k = emu.Stream(0), emu.Stream(0)
     got = emu.empty(64, "int64", 0, stream=s_p)
+    graphed = emu.from_numpy(np.full(shapes + 1, comm.rank + 1, np.int32), 0, stream=s_k)  # a shape of its own
+    lane_k.all_reduce(graphed, stream=s_k, algorithm="direct")  # the warm-up
+    g = emu.Graph()
+    with emu.graph(g, stream=s_k):
+        lane_k.all_reduce(graphed, stream=s_k, algorithm="direct")
     before = emu.rule_counts()["frees_while_busy"]
     if comm.rank == 0:
         lane_p.recv(got, 1, stream=s_p)  # parked until rank 1's send below
@@ -92,12 +98,15 @@ def evict_plans_while_a_receive_waits(comm, shapes=257):
     during = emu.rule_counts()["frees_while_busy"] - before
     if comm.rank == 1:
         lane_p.send(emu.from_numpy(np.arange(64, dtype=np.int64), 0, stream=s_p), 0, stream=s_p)
+    graphed.copy_(emu.from_numpy(np.full(shapes + 1, comm.rank + 1, np.int32), 0, stream=s_k), stream=s_k)
+    g.replay(s_k)  # its plan outlived the eviction
     s_k.synchronize()
     want = comm.size * (comm.size + 1) // 2
+    replayed = bool((graphed.numpy() == want).all())
     ok = all((x.numpy() == want).all() for x in xs) and lane_k._device_route.last_path() == "kernel"
     if comm.rank == 0:
         s_p.synchronize()
         ok = ok and np.array_equal(got.host_view_unsynchronized(), np.arange(64))
     lane_p.close()
     lane_k.close()
-    return during, ok
+    return during, ok, replayed

@@ -58,7 +58,12 @@ def test_a_small_call_is_one_block_and_one_round_trip(pool, P):
     direct all_reduce (every chunk LL) runs on ONE block: no grid barrier, and its descriptor check
     folded into the data handshakes (plan_call_check.cuh): no exchange before the first step, each
     peer's descriptor compared at its chunk; what it waits on a peer for: P - 1 descriptors, P - 1
-    LL chunks, P - 1 slots handed back (a send's gate). A 32 KiB direct all_reduce (slot protocol)
+    LL chunks, P - 1 slots handed back (a send's gate). What it accesses of host memory: nothing
+    read (the abort word's polls inside waits aside, not counted), and one write per item done (the
+    block's progress word, for the watchdog) and one for the done word: its 3P - 2 items (P - 1 sends
+    and receives, a copy, P - 1 reductions) + 1. The blocks' chunk counts are device memory (their
+    read-back from host memory was a PCIe round trip at the end of every launch: docs/gpu.md "The GPU
+    time of one call"); no launch reads host memory. A 32 KiB direct all_reduce (slot protocol)
     keeps the grid (its chunks split over every block: 4 on the emulated device), the
     exchange and a grid barrier before each of its 1 + 2 + (P - 1) steps; a small ring at 4 ranks
     (its plan does not join every rank) is one block with the exchange."""
@@ -68,13 +73,16 @@ def test_a_small_call_is_one_block_and_one_round_trip(pool, P):
         assert all(right for _, right in out.values()), out
         per = {case: counts for case, (counts, _) in out.items()}
         assert per[small] == {"message_blocks": 1, "grid_barriers": 0, "check_exchanges": 0,
-                              "folded_checks": P - 1, "peer_waits": 3 * (P - 1)}, per[small]
+                              "folded_checks": P - 1, "peer_waits": 3 * (P - 1), "host_reads": 0,
+                              "host_writes": 3 * P - 1}, per[small]
+        assert per[large]["host_reads"] == 0, per[large]
         grid = 4
         assert per[large]["message_blocks"] == grid and per[large]["check_exchanges"] == 1, per[large]
         assert per[large]["grid_barriers"] == grid * (1 + 2 + (P - 1)) and per[large]["folded_checks"] == 0, per[large]
         if P == 4:
             assert per[ring] == {"message_blocks": 1, "grid_barriers": 0, "check_exchanges": 1, "folded_checks": 0,
-                                 "peer_waits": per[ring]["peer_waits"]}, per[ring]
+                                 "peer_waits": per[ring]["peer_waits"], "host_reads": 0,
+                                 "host_writes": per[ring]["host_writes"]}, per[ring]
 
 
 def test_a_steady_auto_call_that_may_map_looks_no_plan_up(pool):

@@ -10,8 +10,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import graph_cases  # noqa: E402
-from graph_cases import (REPLAYS, SIZES, capture_refusals, captured_mapped_auto, captured_step_matches_eager,  # noqa: E402
-                         kill_during_replay)
+from graph_cases import (EAGER_EVERY, REPLAYS, SIZES, capture_refusals, captured_mapped_auto,  # noqa: E402
+                         captured_step_matches_eager, kill_during_replay)
 from kernel_path_cases import KERNEL_SETTINGS  # noqa: E402
 from test_device_collectives import DELAY_ENV  # noqa: E402
 
@@ -23,9 +23,10 @@ SIZE = 3
 @pytest.mark.timeout(300)
 def test_a_captured_step_replayed_between_eager_calls_equals_the_eager_results(pool):
     results = pool(SIZE, env=DELAY_ENV).run(captured_step_matches_eager, timeout=240)
-    for rank, (differ, wrong_other, replayed) in enumerate(results):
+    for rank, (differ, wrong_other, compared, replayed) in enumerate(results):
         assert differ == [], f"rank {rank}: replays {differ[:10]} differ from the eager step"
         assert wrong_other == 0, f"rank {rank}: {wrong_other} eager calls between replays were wrong"
+        assert compared == REPLAYS // EAGER_EVERY, (rank, compared)
         assert replayed == REPLAYS * (len(SIZES) + 1), (rank, replayed)  # the kernel counted every replayed launch
 
 
@@ -59,7 +60,8 @@ def test_a_rank_killed_during_replays_is_a_peer_error_on_the_survivors():
 @pytest.mark.gpu
 @pytest.mark.timeout(150)
 def test_a_torch_captured_step_replays_like_the_eager_one_on_cuda(pool):
-    """NEVER RUN (no GPU lent while it was written): the same with torch.cuda.graph on GPU 0."""
+    """The same with torch.cuda.graph on GPU 0 (20 replays: a GPU's replay is cheap, its check is
+    not). Passed on an H200 in session 14, before the one-block small call (docs/gpu.md)."""
     pytest.importorskip("torch")
     for rank, (differ, before_warm_up) in enumerate(pool(2, env={"COMMLIB_TIMEOUT": "20"}).run(
             graph_cases.captured_step_cuda, timeout=120)):

@@ -39,4 +39,4 @@ def test_crossing_the_ll_flag_epoch_moves_the_right_data(pool):
 @pytest.mark.timeout(90)
 def test_plan_eviction_frees_in_stream_order(pool):
     results = pool(2, env=DELAY_ENV).run(cases.evict_plans_while_a_receive_waits, timeout=60)
-    assert results == [(0, True), (0, True)], results
+    assert results == [(0, True, True), (0, True, True)], results
