@@ -65,7 +65,7 @@ void fp8_codes(const typename DTypeTraits<D>::storage* x, size_t n, int e, uint8
   for (size_t i = 0; i < n; ++i) {
     const uint32_t yb = f32_bits(static_cast<float>(Tr::load(x[i])) * inv);
     const uint32_t ab = yb & 0x7fffffffu;
-    const uint32_t r = ab + ((1u << (kShift - 1)) - 1u) + 1u;  // MUTATION
+    const uint32_t r = ab + ((1u << (kShift - 1)) - 1u) + ((ab >> kShift) & 1u);
     const uint32_t normal = (r >> kShift) - (static_cast<uint32_t>(127 - BIAS) << M);
     const uint32_t sub = f32_bits(f32_from_bits(ab) * sub_scale + kRoundMagic) - magic_bits;
     const uint32_t mag = select32(ab < emin_bits, sub, normal);  // non-negative floats order like their bits
