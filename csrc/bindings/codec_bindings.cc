@@ -13,6 +13,7 @@
 #include "plan/call.h"
 #include "verify/verifier_codec.h"
 #include "kernels/cpu_codecs.h"
+#include "kernels/cpu_codecs_reference.h"
 
 namespace py = pybind11;
 

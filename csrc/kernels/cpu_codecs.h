@@ -50,12 +50,6 @@ void codec_encode(const CodecSpec& spec, DType dtype, const void* src, size_t n,
 // dst[0, n) = decode(src): exact in dtype (codecs.h).
 void codec_decode(const CodecSpec& spec, DType dtype, const uint8_t* src, size_t n, void* dst);
 
-// The same through the functors one element at a time (cpu_codecs_reference.cc): the scalar
-// reference the fast loops are tested against (same bytes, same values).
-void codec_encode_reference(const CodecSpec& spec, DType dtype, const void* src, size_t n, uint8_t* dst,
-                            uint64_t counter_base = 0);
-void codec_decode_reference(const CodecSpec& spec, DType dtype, const uint8_t* src, size_t n, void* dst);
-
 // Throws std::invalid_argument naming the argument unless the spec can code dtype.
 void check_codec(const CodecSpec& spec, DType dtype);
 

@@ -1,5 +1,5 @@
-// The codecs' scalar reference: every element through the __host__ __device__ functors of
-// codecs.h, one at a time, as a GPU launcher runs them. cpu_codecs.cc's fast loops must produce
+// The codecs' scalar reference (cpu_codecs_reference.h): every element through the
+// __host__ __device__ functors of codecs.h, one at a time, as a GPU launcher runs them. cpu_codecs.cc's fast loops must produce
 // the same bytes and values (tests/kernels/test_codec_loops.py compares them), so the CPU tests
 // keep covering the arithmetic the device runs.
 #include <cstring>
@@ -7,7 +7,7 @@
 #include <string>
 #include <type_traits>
 
-#include "kernels/cpu_codecs.h"
+#include "kernels/cpu_codecs_reference.h"
 
 namespace commlib {
 namespace {
