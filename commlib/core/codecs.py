@@ -63,23 +63,25 @@ class Codec:
         """Bytes that ``count`` elements encode to (scales + codes)."""
         return int(_C.codec_encoded_bytes(self.name, self.block_size, int(count)))
 
-    def encode(self, x, dtype: str | None = None, counter_base: int = 0) -> np.ndarray:
+    def encode(self, x, dtype: str | None = None, counter_base: int = 0, reference: bool = False) -> np.ndarray:
         """The bytes of ``x`` (a contiguous float32/float16 array, or bfloat16 bit patterns as
         uint16 with ``dtype="bfloat16"``). ``counter_base`` numbers the first element for
-        stochastic rounding."""
+        stochastic rounding. ``reference``: through the scalar functors (codecs.h) one element at
+        a time instead of the vectorised loops (the same bytes; tests compare them)."""
         arr, name = _coded_array(x, dtype)
         return _C.codec_encode(self.name, self.block_size, self.rounding, self.seed, call_spec.dtype(name),
-                               arr, int(counter_base))
+                               arr, int(counter_base), bool(reference))
 
-    def decode(self, data, count: int, dtype: str = "float32") -> np.ndarray:
-        """``count`` elements of ``dtype`` decoded from ``data`` (bfloat16: uint16 bit patterns)."""
+    def decode(self, data, count: int, dtype: str = "float32", reference: bool = False) -> np.ndarray:
+        """``count`` elements of ``dtype`` decoded from ``data`` (bfloat16: uint16 bit patterns);
+        ``reference`` as :meth:`encode`'s."""
         if dtype not in CODED_DTYPES:
             raise ValueError(f"dtype: codecs decode to {', '.join(CODED_DTYPES)}, not {dtype!r}")
         if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
             raise ValueError(f"count: a non-negative int, got {count!r}")
         out = np.empty(int(count), dtype=dtypes.HOST_NUMPY[dtype])
         _C.codec_decode(self.name, self.block_size, call_spec.dtype(dtype),
-                        np.ascontiguousarray(data, dtype=np.uint8), out)
+                        np.ascontiguousarray(data, dtype=np.uint8), out, bool(reference))
         return out
 
     def round_trip(self, x, dtype: str | None = None) -> np.ndarray:

@@ -13,6 +13,7 @@
 #include "plan/call.h"
 #include "verify/verifier_codec.h"
 #include "kernels/cpu_codecs.h"
+#include "kernels/cpu_codecs_reference.h"
 
 namespace py = pybind11;
 
@@ -45,7 +46,7 @@ py::buffer_info contiguous(const char* name, const py::buffer& b, bool writable,
 }
 
 py::array_t<uint8_t> encode(const std::string& codec, int64_t block, const std::string& rounding, uint64_t seed,
-                            DType dtype, const py::buffer& src, uint64_t counter_base) {
+                            DType dtype, const py::buffer& src, uint64_t counter_base, bool reference) {
   const CodecSpec spec = spec_of(codec, block, rounding, seed);
   check_codec(spec, dtype);
   const py::buffer_info s = contiguous("x", src, false, dtype);
@@ -54,12 +55,13 @@ py::array_t<uint8_t> encode(const std::string& codec, int64_t block, const std::
   uint8_t* dst = out.mutable_data();
   {
     py::gil_scoped_release nogil;
-    codec_encode(spec, dtype, s.ptr, n, dst, counter_base);
+    (reference ? codec_encode_reference : codec_encode)(spec, dtype, s.ptr, n, dst, counter_base);
   }
   return out;
 }
 
-void decode(const std::string& codec, int64_t block, DType dtype, const py::buffer& src, const py::buffer& dst) {
+void decode(const std::string& codec, int64_t block, DType dtype, const py::buffer& src, const py::buffer& dst,
+            bool reference) {
   CodecSpec spec = spec_of(codec, block, "nearest", 0);
   check_codec(spec, dtype);
   const py::buffer_info d = contiguous("out", dst, true, dtype);
@@ -70,7 +72,7 @@ void decode(const std::string& codec, int64_t block, DType dtype, const py::buff
     throw std::invalid_argument("data: " + std::to_string(s.size * s.itemsize) + " bytes, but " + std::to_string(n) +
                                 " elements of " + codec + " encode to " + std::to_string(need));
   py::gil_scoped_release nogil;
-  codec_decode(spec, dtype, static_cast<const uint8_t*>(s.ptr), n, d.ptr);
+  (reference ? codec_decode_reference : codec_decode)(spec, dtype, static_cast<const uint8_t*>(s.ptr), n, d.ptr);
 }
 
 std::shared_ptr<Work> run_compressed(Communicator& c, Collective coll, const std::string& algo, uintptr_t in,
@@ -93,10 +95,12 @@ std::shared_ptr<Work> run_compressed(Communicator& c, Collective coll, const std
 
 void bind_codecs(py::module_& m) {
   m.def("codec_encode", &encode, py::arg("codec"), py::arg("block"), py::arg("rounding"), py::arg("seed"),
-        py::arg("dtype"), py::arg("x"), py::arg("counter_base") = 0,
-        "Encode a contiguous float buffer with a block-wise codec; returns the bytes (uint8 array).");
+        py::arg("dtype"), py::arg("x"), py::arg("counter_base") = 0, py::arg("reference") = false,
+        "Encode a contiguous float buffer with a block-wise codec; returns the bytes (uint8 array). "
+        "reference: through the functors one element at a time (the scalar reference; tests).");
   m.def("codec_decode", &decode, py::arg("codec"), py::arg("block"), py::arg("dtype"), py::arg("data"),
-        py::arg("out"), "Decode codec bytes into `out` (its size is the element count).");
+        py::arg("out"), py::arg("reference") = false,
+        "Decode codec bytes into `out` (its size is the element count); reference: the scalar functors.");
   m.def("run_compressed", &run_compressed, py::arg("core"), py::arg("collective"), py::arg("algorithm"),
         py::arg("input"), py::arg("output"), py::arg("count"), py::arg("dtype"), py::arg("op"), py::arg("root"),
         py::arg("scale"), py::arg("async_op"), py::arg("codec"), py::arg("block"), py::arg("rounding"),

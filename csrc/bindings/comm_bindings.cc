@@ -145,6 +145,9 @@ void bind_comm(py::module_& m) {
           "poll() (if given) runs every few tens of milliseconds meanwhile, and what it raises ends the wait.")
       .def("tcp_rejected", [](Communicator& c) { return tcp_of(c) ? tcp_of(c)->rejected() : 0; },
            "Connections the TCP listener refused so far (bad handshakes, garbage).")
+      .def("bytes_sent", &Communicator::bytes_sent,
+           "Payload bytes this rank has sent to peers in host-executor messages (every transport; "
+           "compress=: the encoded bytes), counted as each message completes.")
       .def("tcp_address", [](Communicator& c) { return tcp_of(c) ? tcp_of(c)->address() : std::string(); })
       .def(
           "tcp_stats",

@@ -146,11 +146,11 @@ void bind_sim(py::module_& m) {
           const int64_t unit = bf16 ? 1 : block;
           const int64_t piece = piece_bytes > 0 ? std::max<int64_t>(1, piece_bytes / elem_bytes / unit) * unit : 0;
           // Default rates: CPU ns per float32 element of kernels/cpu_codecs.cc (process time, so
-          // one core's worth even on a loaded machine; docs/compression.md "Cost"): the integer
-          // grids' vectorised loops, bf16's, and fp8's scalar ones.
+          // one core's worth even on a loaded machine; docs/compression.md "Cost"): the vectorised
+          // loops under nearest rounding (bench/codec_rates.py).
           const bool fp8 = spec.kind == kern::CodecKind::FP8E4M3 || spec.kind == kern::CodecKind::FP8E5M2;
-          if (encode_ns < 0) encode_ns = bf16 ? 2.1 : fp8 ? 10.0 : 1.2;
-          if (decode_ns < 0) decode_ns = bf16 ? 0.2 : fp8 ? 4.3 : 0.3;
+          if (encode_ns < 0) encode_ns = bf16 ? 1.5 : fp8 ? 2.0 : 1.2;
+          if (decode_ns < 0) decode_ns = bf16 ? 0.2 : fp8 ? 0.65 : 0.3;
           cost = sim::codec_cost(block, bf16 ? 0 : 1, bf16 ? 16 : spec.kind == kern::CodecKind::Int4 ? 4 : 8,
                                  inter_only, encode_ns, decode_ns, piece);
         }

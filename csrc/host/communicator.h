@@ -64,6 +64,8 @@ class Communicator {
   int size() const { return size_; }
   // compress=: input bytes per streamed piece (COMMLIB_COMPRESS_PIECE_BYTES, read at creation).
   int64_t codec_piece_bytes() const { return static_cast<int64_t>(exec_.options().codec_piece_bytes); }
+  // Payload bytes this rank's host executor has sent to peers (Executor::bytes_sent).
+  uint64_t bytes_sent() const { return exec_.bytes_sent(); }
 
   // Returns a Work for async calls; nullptr once a blocking call completed. `timeout_s` > 0: this
   // call's own timeout in place of the communicator's (torch's per-call opts.timeout).

@@ -192,7 +192,10 @@ bool Executor::progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
     if (o.kind == OpKind::Send) {
       if (o.finished) continue;  // (a finished send that reported progress again would spin forever)
       moved |= progress_send(o, esize);
-      if (!o.finished) ++left;
+      if (o.finished)
+        bytes_sent_.fetch_add(o.bytes, std::memory_order_relaxed);
+      else
+        ++left;
     } else if (o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce) {
       Link& l = t_.link(o.peer);
       const size_t cap = chunk_for(l, esize);

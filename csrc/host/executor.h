@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -122,6 +123,9 @@ class Executor {
   }
   // Replaces begin_call's chunk cap for the rest of the call (the same rule: every rank alike).
   void set_chunk_cap(size_t chunk_cap) { chunk_cap_ = chunk_cap; }
+  // Payload bytes of the messages this rank has sent to its peers (steps' sends, every link and
+  // call, counted as each completes; compress=: the encoded bytes). Read from any thread.
+  uint64_t bytes_sent() const { return bytes_sent_.load(std::memory_order_relaxed); }
 
  private:
   // Messages under 64 KiB never stream: the fence would cost more than the cache lines it saves.
@@ -155,6 +159,7 @@ class Executor {
   uint64_t flag_writes_ = 0;      // broadcasts this rank wrote as root (its next slot: this mod slots)
   std::vector<uint64_t> flag_slot_call_;  // the flag call each of this rank's slots last held
   std::vector<ExecOp> ops_watched_;
+  std::atomic<uint64_t> bytes_sent_{0};
 };
 
 // Sets a call's own timeout on the executor for the life of the scope (0: none).

@@ -5,6 +5,8 @@
 // byte across the whole region, so such a launcher gives each thread whole bytes).
 #include "kernels/cpu_codecs.h"
 
+#include "kernels/cpu_codec_loops.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -30,7 +32,7 @@ size_t payload_bytes(CodecKind kind, size_t n) {
 }
 
 
-// The integer grids under nearest rounding, the common case, in loops gcc vectorises with the
+// The integer grids (nearest; stochastic: cpu_codec_loops.h's draw), in loops gcc vectorises with the
 // baseline's SSE2 (no intrinsics): per block, the finite amax over 8 lanes, then y = x * 2^-e in
 // float and rint(y) by the 1.5 * 2^23 trick. Bit for bit what the functors compute: x * 2^-e is
 // exact in float wherever |y| >= 2^-126 (a power of two's product), and below that both round to
@@ -79,7 +81,7 @@ void int_codes(const typename DTypeTraits<D>::storage* x, size_t n, int e, int8_
 }
 
 template <class G, DType D>
-bool encode_int_nearest(const CodecSpec& spec, const void* src, size_t n, uint8_t* dst) {
+bool encode_int(const CodecSpec& spec, const void* src, size_t n, uint8_t* dst, uint64_t base) {
   using Tr = DTypeTraits<D>;
   const auto* x = static_cast<const typename Tr::storage*>(src);
   const size_t B = static_cast<size_t>(spec.block);
@@ -97,14 +99,19 @@ bool encode_int_nearest(const CodecSpec& spec, const void* src, size_t n, uint8_
       const size_t b1 = std::min(b0 + B, n);
       bool finite;
       const float amax = block_amax<D>(x + b0, b1 - b0, &finite);
-      const int e = kern::block_scale_exp<G, D>(amax, true);
+      const int e = kern::block_scale_exp<G, D>(amax, !spec.stochastic);
       scales[blk] = static_cast<uint8_t>(static_cast<int8_t>(e));
       int8_t* c = codes + (b0 - s0);
       if (finite && G::top * kern::pow2(e) <= kern::StorageLimits<D>::max) {
-        int_codes<D>(x + b0, b1 - b0, e, c);
+        if (spec.stochastic)
+          loops::int_codes_stochastic<G, D>(x + b0, b1 - b0, e, spec.seed, base + b0, c);
+        else
+          int_codes<D>(x + b0, b1 - b0, e, c);
       } else {
         for (size_t i = b0; i < b1; ++i) {
-          const uint8_t code = kern::encode_element<G, D>(static_cast<float>(Tr::load(x[i])), e, -1.0);
+          const float xi = static_cast<float>(Tr::load(x[i]));
+          const double u = spec.stochastic ? kern::sr_draw(spec.seed, base + i, xi) : -1.0;
+          const uint8_t code = kern::encode_element<G, D>(xi, e, u);
           c[i - b0] = static_cast<int8_t>(kNibbles && (code & 8) ? code | 0xf0 : code);
         }
       }
@@ -177,8 +184,24 @@ void encode_scaled(const CodecSpec& spec, const void* src, size_t n, uint8_t* ds
   uint8_t* payload = dst + blocks_of(spec, n);
   constexpr bool kNibbles = std::is_same<G, kern::Int4Grid>::value;
   constexpr bool kInt = kNibbles || std::is_same<G, kern::Int8Grid>::value;
-  if constexpr (kInt)
-    if (!spec.stochastic && encode_int_nearest<G, D>(spec, src, n, dst)) return;
+  if constexpr (kInt) {
+    if (encode_int<G, D>(spec, src, n, dst, base)) return;
+  } else if (!spec.stochastic) {  // fp8, nearest: the branch-free loop per finite block
+    (void)kNibbles;
+    for (size_t b0 = 0, blk = 0; b0 < n; b0 += B, ++blk) {
+      const size_t b1 = std::min(b0 + B, n);
+      bool finite;
+      const float amax = block_amax<D>(x + b0, b1 - b0, &finite);
+      const int e = kern::block_scale_exp<G, D>(amax, true);
+      scales[blk] = static_cast<uint8_t>(static_cast<int8_t>(e));
+      if (finite && G::top * kern::pow2(e) <= kern::StorageLimits<D>::max) {
+        loops::fp8_codes<G, D>(x + b0, b1 - b0, e, payload + b0);
+      } else {
+        for (size_t i = b0; i < b1; ++i) payload[i] = kern::encode_element<G, D>(static_cast<float>(Tr::load(x[i])), e, -1.0);
+      }
+    }
+    return;
+  }
   for (size_t b0 = 0, blk = 0; b0 < n; b0 += B, ++blk) {
     const size_t b1 = b0 + B < n ? b0 + B : n;
     float amax = 0.0f;
@@ -208,37 +231,34 @@ void decode_scaled(const CodecSpec& spec, const uint8_t* src, size_t n, void* ds
   const uint8_t* scales = src;
   const uint8_t* payload = src + blocks_of(spec, n);
   constexpr bool kNibbles = std::is_same<G, kern::Int4Grid>::value;
-  if constexpr (kNibbles || std::is_same<G, kern::Int8Grid>::value) return decode_int<G, D>(spec, src, n, dst);
-  for (size_t b0 = 0, blk = 0; b0 < n; b0 += B, ++blk) {
-    const size_t b1 = b0 + B < n ? b0 + B : n;
-    const int e = static_cast<int8_t>(scales[blk]);
-    for (size_t i = b0; i < b1; ++i) {
-      const uint8_t c = kNibbles ? static_cast<uint8_t>((payload[i >> 1] >> ((i & 1) * 4)) & 0xf) : payload[i];
-      y[i] = Tr::store(kern::decode_element<G>(c, e));
-    }
+  if constexpr (kNibbles || std::is_same<G, kern::Int8Grid>::value) {
+    decode_int<G, D>(spec, src, n, dst);
+  } else {
+    for (size_t b0 = 0, blk = 0; b0 < n; b0 += B, ++blk)  // fp8
+      loops::fp8_decode_block<G, D>(payload + b0, std::min(b0 + B, n) - b0, static_cast<int8_t>(scales[blk]), y + b0);
   }
 }
 
+// bf16 through a stack buffer of whole uint16_t (the payload may be unaligned).
 template <DType D>
 void encode_bf16(const CodecSpec& spec, const void* src, size_t n, uint8_t* dst, uint64_t base) {
-  using Tr = DTypeTraits<D>;
-  const auto* x = static_cast<const typename Tr::storage*>(src);
-  for (size_t i = 0; i < n; ++i) {
-    const float xi = static_cast<float>(Tr::load(x[i]));
-    const double u = spec.stochastic ? kern::sr_draw(spec.seed, base + i, xi) : -1.0;
-    const uint16_t b = kern::bf16_encode<D>(xi, u);
-    std::memcpy(dst + 2 * i, &b, 2);
+  const auto* x = static_cast<const typename DTypeTraits<D>::storage*>(src);
+  uint16_t buf[2048];
+  for (size_t i = 0; i < n; i += 2048) {
+    const size_t m = std::min<size_t>(2048, n - i);
+    loops::bf16_encode_loop<D>(x + i, m, spec.stochastic, spec.seed, base + i, buf);
+    std::memcpy(dst + 2 * i, buf, 2 * m);
   }
 }
 
 template <DType D>
 void decode_bf16(const uint8_t* src, size_t n, void* dst) {
-  using Tr = DTypeTraits<D>;
-  auto* y = static_cast<typename Tr::storage*>(dst);
-  for (size_t i = 0; i < n; ++i) {
-    uint16_t b;
-    std::memcpy(&b, src + 2 * i, 2);
-    y[i] = Tr::store(kern::bf16_decode(b));
+  auto* y = static_cast<typename DTypeTraits<D>::storage*>(dst);
+  uint16_t buf[2048];
+  for (size_t i = 0; i < n; i += 2048) {
+    const size_t m = std::min<size_t>(2048, n - i);
+    std::memcpy(buf, src + 2 * i, 2 * m);
+    loops::bf16_decode_loop<D>(buf, m, y + i);
   }
 }
 

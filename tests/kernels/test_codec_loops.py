@@ -1,0 +1,50 @@
+"""The codecs' vectorised CPU loops (csrc/kernels/cpu_codecs.cc, cpu_codec_loops.h) against their
+scalar reference, the functors of codecs.h one element at a time (``reference=True``, what a GPU
+launcher runs): the same bytes from encode and the same bits from decode, for every codec x dtype
+x block size x rounding, on awkward counts and on data that reaches every branch (ties, the fp8
+grids' subnormals, values near the dtype's largest, NaN/Inf blocks, zeros of both signs)."""
+import numpy as np
+import pytest
+
+from codec_reference import DTYPES, as_dtype, sample
+from commlib.codecs import NAMES, Codec
+
+COUNTS = (0, 1, 5, 97, 1000, 4099)  # empty, one, under a block, primes, many blocks
+BLOCKS = (1, 7, 32, 256)
+
+
+def awkward(count: int, seed: int) -> np.ndarray:
+    """sample()'s spread of magnitudes, then stretches of special values: exact ties of the
+    integer grids (k + 1/2 times a block's power of two), tiny values (fp8 and dtype subnormals),
+    values near float16's and float32's largest, NaN, +-Inf and +-0."""
+    x = sample(count, seed)
+    rng = np.random.default_rng(seed + 1)
+    specials = np.concatenate([
+        (np.arange(-8, 9) + 0.5).astype(np.float32) * 2.0 ** rng.integers(-20, 20),
+        np.float32(2.0 ** -140) * np.arange(1, 9, dtype=np.float32),
+        np.array([6e-8, -6e-8, 1e-39, -1e-45, 65504, -65504, 65519, 3.3e38, -3.4e38], np.float32),
+        np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0], np.float32),
+    ])
+    for k in range(0, count, 211):  # a few stretches, leaving most blocks plain
+        m = min(specials.size, count - k)
+        x[k:k + m] = rng.permutation(specials)[:m]
+    return x
+
+
+@pytest.mark.parametrize("codec", NAMES)
+def test_vectorised_loops_match_the_scalar_functors(codec):
+    for dtype in DTYPES:
+        with np.errstate(over="ignore", invalid="ignore"):
+            for block in BLOCKS if codec != "bf16" else (32,):
+                for rounding in ("nearest", "stochastic"):
+                    c = Codec(codec, block, rounding, seed=11)
+                    for count in COUNTS:
+                        x = as_dtype(awkward(count, count + block), dtype)
+                        what = f"{codec} {dtype} block {block} {rounding} n={count}"
+                        fast, ref = c.encode(x, dtype, counter_base=5), c.encode(x, dtype, 5, reference=True)
+                        assert np.array_equal(fast, ref), f"{what}: encode differs at bytes {np.nonzero(fast != ref)[0][:5]}"
+                        # decode: the encoder's bytes and arbitrary ones (every code, odd scales)
+                        junk = np.random.default_rng(count).integers(0, 256, fast.size, dtype=np.uint8)
+                        for data in (fast, junk):
+                            a, b = c.decode(data, count, dtype), c.decode(data, count, dtype, reference=True)
+                            assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), f"{what}: decode differs"
