@@ -52,3 +52,12 @@ def test_the_launch_step_times_one_rank_per_gpu_where_there_are_several(tmp_path
         "bench/gpu_launch.py --np 4 --json bench/results/gpu_launch.json"], runs  # (after the interpreter)
     per_gpu = [r.split("--np ")[1].split()[0] for r in runs if "--per-gpu" in r]
     assert per_gpu == {1: [], 2: ["2"], 4: ["2", "4"]}[gpus], runs
+
+
+def test_the_trace_step_traces_one_64_MiB_mapped_all_reduce_into_out(tmp_path, monkeypatch):
+    """Issue #38 item 6: bench/gpu_trace.py, 4 ranks on GPU 0, its trace under $OUT (what the run
+    tool brings back) when that is set."""
+    monkeypatch.setenv("OUT", str(tmp_path / "out"))
+    runs = _plan(tmp_path, 1, True, "bench/gpu_trace.py")
+    assert [r.split(" ", 1)[1] for r in runs] == [
+        f"bench/gpu_trace.py --np 4 --size 64M --out {tmp_path / 'out'}/gpu_trace"], runs
