@@ -115,7 +115,7 @@ __device__ __forceinline__ void os_data(const PlanLaunch& a, const kplan::PlanIt
   uint64_t lo, hi;
   share_of(it.bytes, lo, hi);
   if (hi <= lo) return;
-  if (it.kind == kplan::kReduceToAll) {  // every rank's share of the same range (plan_reduce_to_all.cuh)
+  if (it.kind == kplan::kReduceToAll || it.kind == kplan::kReduceFromAll) {  // every rank's share (plan_reduce_to_all.cuh)
     block_reduce_to_all(a, it, lo, hi - lo, f);
     return;
   }
