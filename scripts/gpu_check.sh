@@ -31,7 +31,7 @@
 # the report), sweep (the same at 64 MiB over the inbox's slot size and count), gpu (every other @pytest.mark.gpu test, several ranks on the one GPU), ranks (tests/stream's and tests/device's CUDA cases again under
 # MPS when nvidia-cuda-mps-control exists; skipped otherwise), bench (small and large all_reduce on
 # both device paths, kernel and copy, against the device copy bandwidth, under MPS where there is one;
-# sizes; against NCCL where there is one GPU per rank, NCCL refusing several ranks on one GPU).
+# then reduce_scatter and all_gather 64-256 MiB on the kernel path, mapped and fused among them; against NCCL where there is one GPU per rank, NCCL refusing several ranks on one GPU).
 # bench/RESULTS_gpu.md is rewritten after every step, so a run cut short still reports.
 # Without a GPU it says so and stops (exit 0) without touching bench/RESULTS_gpu.md.
 set -uo pipefail
@@ -378,9 +378,17 @@ if wants bench; then
     "$PY" -m commlib bench "${common[@]}" -b 8 -e 64K -f 8 --json "bench/results/${tag}_small.json"
   run_step bench_large 120 "all_reduce $large_what, $np ranks ($note$mps), kernel and copy paths" \
     "$PY" -m commlib bench "${common[@]}" "${large[@]}" --json "bench/results/${tag}_large.json"
+  # Issue #38's other targets: reduce_scatter and all_gather on mapped buffers >= 0.8x a copy at
+  # 256 MiB (docs/gpu.md "Prediction for the fused reduce_scatter and the all_gather"), kernel path.
+  for coll in reduce_scatter all_gather; do
+    algos=ring,mapped,auto; [ $coll = reduce_scatter ] && algos=ring,mapped,mapped_fused,auto
+    run_step "bench_$coll" 60 "$coll $large_what, $np ranks ($note$mps), kernel path" \
+      "$PY" -m commlib bench $coll "${common[@]:1:14}" --algorithms $algos --paths kernel "${peers[@]}" "${large[@]}" \
+      --json "bench/results/${tag}_$coll.json"
+  done
   [ -n "$mps" ] && stop_mps
   [ $dry -eq 1 ] && exit 0
-  for f in small large; do
+  for f in small large reduce_scatter all_gather; do
     j=bench/results/${tag}_$f.json
     if [ -s "$j" ]; then
       { echo "### $f sizes$mps"; echo; timeout 60 "$PY" -m commlib.bench.device "$j" 2>&1; echo; } >> "$logs/bench.md"
