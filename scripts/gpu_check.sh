@@ -25,10 +25,8 @@
 # trip), launch (bench/gpu_launch.py, at GPU_CHECK_LAUNCH_NP ranks, default 4: issue #37's targets, the 8 B all_reduce's enqueue,
 # back-to-back, synchronous and replayed-graph (100 calls) times against torch's add_ and an empty
 # kernel launch, the ranks on GPU 0 under MPS; and where there are several GPUs, 2 and 4 ranks one
-# per GPU), trace (bench/gpu_trace.py: one 64 MiB mapped all_reduce with COMMLIB_DEVICE_TRACE=1, 4 ranks
-# on GPU 0 under MPS where there is one, its per-block, per-step timeline written as a Chrome trace
-# to $OUT/trace when the run tool sets $OUT, else bench/results/gpu_trace, and its step table into
-# the report), sweep (the same at 64 MiB over the inbox's slot size and count), gpu (every other @pytest.mark.gpu test, several ranks on the one GPU), ranks (tests/stream's and tests/device's CUDA cases again under
+# per GPU), trace (bench/gpu_trace.py: one traced 64 MiB mapped all_reduce, 4 ranks on GPU 0, its
+# timeline a Chrome trace in $OUT/gpu_trace, else bench/results/gpu_trace, its step table in the report), sweep (the same at 64 MiB over the inbox's slot size and count), gpu (every other @pytest.mark.gpu test, several ranks on the one GPU), ranks (tests/stream's and tests/device's CUDA cases again under
 # MPS when nvidia-cuda-mps-control exists; skipped otherwise), bench (small and large all_reduce on
 # both device paths, kernel and copy, against the device copy bandwidth, under MPS where there is one;
 # then reduce_scatter and all_gather 64-256 MiB on the kernel path, mapped and fused among them; against NCCL where there is one GPU per rank, NCCL refusing several ranks on one GPU).
@@ -307,19 +305,14 @@ if wants launch; then
     launch_run launch_per_gpu_np$np_ "$np_" "$np_ ranks, one per GPU" --per-gpu
   done
 fi
-if wants trace; then
-  # Issue #38 item 6: where a 64 MiB mapped all_reduce's time goes, per rank, block and step
-  # (docs/gpu.md "The trace" has the per-block model's prediction this checks).
-  trace_dir=${OUT:-$ROOT/bench/results}/gpu_trace
-  mps_note=""
+if wants trace; then  # issue #38 item 6; docs/gpu.md "The trace" has the per-block model's prediction it checks
+  trace_dir=${OUT:-$ROOT/bench/results}/gpu_trace mps_note=""
   if [ "$gpus" -lt 2 ] && start_mps mps_trace; then mps_note=", under MPS"; fi
   run_step trace 120 "One 64 MiB mapped_fused_two_shot all_reduce traced (COMMLIB_DEVICE_TRACE=1), 4 ranks on GPU 0$mps_note: the timeline in $trace_dir/trace.json" \
     "$PY" bench/gpu_trace.py --np 4 --size 64M --out "$trace_dir"
   [ -n "$mps_note" ] && stop_mps
-  if [ $dry -eq 0 ] && [ -s "$logs/trace.log" ]; then
-    { echo "### The trace of one 64 MiB mapped all_reduce (bench/gpu_trace.py$mps_note)"; echo; sed -n '/^[0-9]* ranks on/,$p' "$logs/trace.log"; echo; } >> "$logs/bench.md"
-    write_report
-  fi
+  [ $dry -eq 0 ] && [ -s "$logs/trace.log" ] && { echo "### The trace of one 64 MiB mapped all_reduce (bench/gpu_trace.py$mps_note)"; echo
+    sed -n '/^[0-9]* ranks on/,$p' "$logs/trace.log"; echo; } >> "$logs/bench.md" && write_report
 fi
 if wants sweep; then
   latency_step sweep 150 "The inbox's slot size and count at 64 MiB, kernel and copy paths" \
