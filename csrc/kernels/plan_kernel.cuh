@@ -70,7 +70,6 @@
 #include "kernels/plan_launch.cuh"
 #include "kernels/plan_ll.cuh"
 #include "kernels/plan_one_sided.cuh"
-#include "kernels/plan_trace.cuh"
 
 namespace commlib {
 namespace kexec {
@@ -308,7 +307,6 @@ __device__ __forceinline__ bool run_steps(const PlanLaunch& a, const F& f, uint6
         if (threadIdx.x == 0 && blockIdx.x < kMaxBlocks) relaxed_store(a.progress + blockIdx.x, ++done);
       }
     if (!grid_barrier(a, base, k + first_barrier)) return false;
-    trace_step(a, k);
   }
   // Folded: the peers this rank only sent to (their descriptors came with no chunk).
   if (a.fold_check && !fold_check_all(a, fc)) return false;
@@ -344,8 +342,9 @@ __device__ __forceinline__ void run_message_plan(const PlanLaunch& a, const F& f
   emu_count(kEmuMessageBlocks, 1);
   if (blockIdx.x == 0 && threadIdx.x == 0) emu_count(kEmuMessageLaunches, 1);
   const uint32_t first_barrier = a.desc_ring_len && !a.fold_check ? 1 : 0;
-  trace_begin(a);
-  if (run_steps(a, f, base, first_barrier)) trace_end(a);
+  // Not traced (COMMLIB_DEVICE_TRACE: one-sided plans only): the stamps' registers spill the
+  // float16 message kernel at sm_90.
+  run_steps(a, f, base, first_barrier);
   end_launch(a, base, a.nsteps + first_barrier);
 }
 

@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/plan_bulk.cuh"
 #include "kernels/plan_launch.cuh"
@@ -34,9 +35,17 @@ __device__ __forceinline__ char* rank_buffer(const PlanLaunch& a, int q, uint8_t
   return q == a.rank ? a.bases[buf] : reinterpret_cast<char*>(a.peer_bases[static_cast<size_t>(q) * 3 + buf]);
 }
 
+// float16's reductions: its conversions need the registers packed accumulators would free, so it
+// keeps one unpacked pack in flight (W = 4 packed spilled at sm_80 and sm_90; bfloat16's and the
+// 1-byte types' do not).
+template <class F>
+struct IsFloat16 : std::false_type {};
+template <class Op>
+struct IsFloat16<gpu::ReduceElem<DType::Float16, Op>> : std::true_type {};
+
 // How a thread holds and folds a 16-byte pack of F's elements: as they are (4- and 8-byte
-// elements), or as four 32-bit words of packed 1- or 2-byte elements (gpu::WordFold).
-template <class F, bool kPacked = (sizeof(typename F::S) < 4)>
+// elements, float16), or as four 32-bit words of packed 1- or 2-byte elements (gpu::WordFold).
+template <class F, bool kPacked = (sizeof(typename F::S) < 4 && !IsFloat16<F>::value)>
 struct PackFold {
   using Pk = gpu::Pack<typename F::S>;
   __device__ __forceinline__ static void fold(Pk& acc, const Pk& v, const F& f) {
@@ -99,7 +108,7 @@ __device__ __forceinline__ void reduce_to_all_lanes(const PlanLaunch& a, const k
     bits |= reinterpret_cast<uintptr_t>(rank_buffer(a, q, it.src_buf) + it.src_off + lo);
     if (everywhere || q == a.rank) bits |= reinterpret_cast<uintptr_t>(rank_buffer(a, q, it.dst_buf) + it.dst_off + lo);
   }
-  constexpr unsigned W = kUnroll / 2;
+  constexpr unsigned W = IsFloat16<F>::value ? 1 : kUnroll / 2;
   const size_t elems = n / sizeof(S), stride = blockDim.x;
   size_t done = 0;
   if (bits % 16 == 0) {

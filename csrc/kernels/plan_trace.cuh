@@ -1,4 +1,5 @@
-// COMMLIB_DEVICE_TRACE (issue #38, item 6): per-block, per-step timestamps of a kernel-path launch,
+// COMMLIB_DEVICE_TRACE (issue #38, item 6): per-block, per-step timestamps of a one-sided launch
+// (message plans are not traced: the stamps' registers spill the float16 message kernel at sm_90),
 // written by the kernel into a device buffer the host reads after the call (KernelPath::trace,
 // stream/kernel_path_trace.cc). Off (PlanLaunch::trace null) nothing is stored: the one test per
 // stamp is a compare of a launch parameter, and the emulated device counts every store
@@ -13,8 +14,7 @@
 //
 // What a step's interval covers: from the end of the previous step (the launch's start for step 0,
 // so the descriptor check and a staged copy-in count in step 0) to the block's end of the step,
-// its waits included: on a message plan after the step's grid barrier (every block's step ends
-// together), on a one-sided plan after the block's own last item of the step.
+// its waits included: after the block's own last item of the step.
 #pragma once
 
 #include <cstdint>
