@@ -27,10 +27,11 @@
 # trip), launch (bench/gpu_launch.py, at GPU_CHECK_LAUNCH_NP ranks, default "4 2 1": issue #37's targets at 4, the 8 B all_reduce's enqueue,
 # back-to-back, synchronous and replayed-graph (100 calls) times against torch's add_ and an empty
 # kernel launch, the ranks on GPU 0 under MPS; and where there are several GPUs, 2 and 4 ranks one
-# per GPU), sweep (the same at 64 MiB over the inbox's slot size and count), gpu (every other @pytest.mark.gpu test, several ranks on the one GPU), ranks (tests/stream's and tests/device's CUDA cases again under
+# per GPU), trace (bench/gpu_trace.py: one traced 64 MiB mapped all_reduce, 4 ranks on GPU 0, its
+# timeline a Chrome trace in $OUT/gpu_trace, else bench/results/gpu_trace, its step table in the report), sweep (the same at 64 MiB over the inbox's slot size and count), gpu (every other @pytest.mark.gpu test, several ranks on the one GPU), ranks (tests/stream's and tests/device's CUDA cases again under
 # MPS when nvidia-cuda-mps-control exists; skipped otherwise), bench (small and large all_reduce on
 # both device paths, kernel and copy, against the device copy bandwidth, under MPS where there is one;
-# sizes; against NCCL where there is one GPU per rank, NCCL refusing several ranks on one GPU).
+# then reduce_scatter and all_gather 64-256 MiB on the kernel path, mapped and fused among them; against NCCL where there is one GPU per rank, NCCL refusing several ranks on one GPU).
 # bench/RESULTS_gpu.md is rewritten after every step, so a run cut short still reports.
 # Without a GPU it says so and stops (exit 0) without touching bench/RESULTS_gpu.md.
 set -uo pipefail
@@ -38,7 +39,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 PY=${PYTHON:-python3}
 BUDGET=${GPU_CHECK_BUDGET_S:-470}
-ALL_STEPS="build,import,torch,kernels,kernels_bw,copy,latency,launch,sweep,gpu,ranks,bench"
+ALL_STEPS="build,import,torch,kernels,kernels_bw,copy,latency,launch,trace,sweep,gpu,ranks,bench"
 steps=$ALL_STEPS dry=0 emulated=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -323,6 +324,15 @@ if wants launch; then
     launch_run launch_per_gpu_np$np_ "$np_" "$np_ ranks, one per GPU" --per-gpu
   done
 fi
+if wants trace; then  # issue #38 item 6; docs/gpu.md "The trace" has the per-block model's prediction it checks
+  trace_dir=${OUT:-$ROOT/bench/results}/gpu_trace mps_note=""
+  if [ "$gpus" -lt 2 ] && start_mps mps_trace; then mps_note=", under MPS"; fi
+  run_step trace 120 "One 64 MiB mapped_fused_two_shot all_reduce traced (COMMLIB_DEVICE_TRACE=1), 4 ranks on GPU 0$mps_note: the timeline in $trace_dir/trace.json" \
+    "$PY" bench/gpu_trace.py --np 4 --size 64M --out "$trace_dir"
+  [ -n "$mps_note" ] && stop_mps
+  [ $dry -eq 0 ] && [ -s "$logs/trace.log" ] && { echo "### The trace of one 64 MiB mapped all_reduce (bench/gpu_trace.py$mps_note)"; echo
+    sed -n '/^[0-9]* ranks on/,$p' "$logs/trace.log"; echo; } >> "$logs/bench.md" && write_report
+fi
 if wants sweep; then
   latency_step sweep 150 "The inbox's slot size and count at 64 MiB, kernel and copy paths" \
     --sizes 64M --algorithms two_shot,ring,direct --sweep COMMLIB_DEVICE_SLOT_BYTES=262144,1048576,4194304 \
@@ -380,9 +390,17 @@ if wants bench; then
     "$PY" -m commlib bench "${common[@]}" -b 8 -e 64K -f 8 --json "bench/results/${tag}_small.json"
   run_step bench_large 120 "all_reduce $large_what, $np ranks ($note$mps), kernel and copy paths" \
     "$PY" -m commlib bench "${common[@]}" "${large[@]}" --json "bench/results/${tag}_large.json"
+  # Issue #38's other targets: reduce_scatter and all_gather on mapped buffers >= 0.8x a copy at
+  # 256 MiB (docs/gpu.md "Prediction for the fused reduce_scatter and the all_gather"), kernel path.
+  for coll in reduce_scatter all_gather; do
+    algos=ring,mapped,auto; [ $coll = reduce_scatter ] && algos=ring,mapped,mapped_fused,auto
+    run_step "bench_$coll" 60 "$coll $large_what, $np ranks ($note$mps), kernel path" \
+      "$PY" -m commlib bench $coll "${common[@]:1:14}" --algorithms $algos --paths kernel "${peers[@]}" "${large[@]}" \
+      --json "bench/results/${tag}_$coll.json"
+  done
   [ -n "$mps" ] && stop_mps
   [ $dry -eq 1 ] && exit 0
-  for f in small large; do
+  for f in small large reduce_scatter all_gather; do
     j=bench/results/${tag}_$f.json
     if [ -s "$j" ]; then
       { echo "### $f sizes$mps"; echo; timeout 60 "$PY" -m commlib.bench.device "$j" 2>&1; echo; } >> "$logs/bench.md"

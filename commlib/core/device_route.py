@@ -290,6 +290,12 @@ class DeviceRoute:
         (read after the calls completed; zeros before the first)."""
         return self._last_engine.kernel_chunks() if self._last_engine is not None else {"ll": 0, "slots": 0}
 
+    def kernel_trace(self) -> list:
+        """COMMLIB_DEVICE_TRACE=1: the last device collective's kernel launch, one ``(block, step,
+        start_ns, end_ns)`` per block and step, on the device's clock; ``[]`` when off or before
+        the first call. Read it after the call completed (commlib.bench.device_trace)."""
+        return self._last_engine.kernel_trace() if self._last_engine is not None else []
+
     def _start_kernel_chunk_numbers_at(self, n: int) -> None:
         """Test hook: every engine's kernel-path chunk numbers continue from ``n`` (every rank
         the same, between drained calls), to cross the LL flags' epoch (2^32 - 1 chunks)."""

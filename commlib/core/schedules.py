@@ -11,11 +11,12 @@ of operations that run concurrently::
 One-sided schedules (trait ``one_sided``: over buffers every peer has mapped) use instead::
 
     get(peer, dst, src)   get_reduce(peer, dst, src)   put(peer, dst, src)   signal(peer, tag)   wait(peer, tag)
-    reduce_to_all(dst, src)
+    reduce_to_all(dst, src)   reduce_from_all(dst, src)
 
-where a get's ``src`` and a put's ``dst`` are regions of the peer's buffers, and ``reduce_to_all``
+where a get's ``src`` and a put's ``dst`` are regions of the peer's buffers, ``reduce_to_all``
 stores into ``dst`` of every rank the reduction of ``src`` of every rank in rank order (the fused
-two-shot's block: read once, stored everywhere). A step runs its waits,
+two-shot's block: read once, stored everywhere) and ``reduce_from_all`` the same into this rank's
+``dst`` only (the fused reduce_scatter's block). A step runs its waits,
 then its data ops, then its signals; a wait consumes one signal from ``peer`` with ``tag``. The
 verifier proves the results and that every access of a peer's buffer is ordered by signals (see
 docs/DESIGN.md, "The schedule IR"). No engine runs them yet: :func:`algorithms` lists them only with
@@ -81,7 +82,7 @@ def schedule(collective: str, algorithm: str = "auto", rank: int = 0, size: int 
 
     Returns ``{"steps": [[op, ...], ...], "scratch_count": int, "algorithm": str}`` where each op
     is ``{"op": "send"|"recv"|"recv_reduce"|"copy"|"reduce"|"get"|"get_reduce"|"put"|"signal"|"wait"|
-    "reduce_to_all",
+    "reduce_to_all"|"reduce_from_all",
     "peer": int|None, "dst": (buffer, offset, count)|None, "src": (buffer, offset, count)|None}``
     (signal and wait add ``"tag": int``) and
     ``algorithm`` is the resolved name (``"auto"`` resolves from ``count * dtype size``).
@@ -158,6 +159,8 @@ def _op(o: Dict[str, Any]) -> str:
         return f"{k}({o['peer']}, tag {o['tag']})"
     if k == "reduce_to_all":
         return f"reduce_to_all(every rank's {_region(o['dst'])} <- every rank's {_region(o['src'])})"
+    if k == "reduce_from_all":
+        return f"reduce_from_all({_region(o['dst'])} <- every rank's {_region(o['src'])})"
     if k in ("recv", "recv_reduce"):
         src = f" <- {_region(o['src'])}" if o.get("src") else ""
         return f"{k}(from {o['peer']}, {_region(o['dst'])}{src})"

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 __all__ = ["OPS", "BUFFERS", "encode_case", "decode_case"]
 
-OPS = ("send", "recv", "recv_reduce", "copy", "reduce", "get", "get_reduce", "put", "signal", "wait", "reduce_to_all")
+OPS = ("send", "recv", "recv_reduce", "copy", "reduce", "get", "get_reduce", "put", "signal", "wait", "reduce_to_all",
+       "reduce_from_all")
 SYNC = ("signal", "wait")  # the ops with a tag (ir.h)
 BUFFERS = ("input", "output", "scratch")
 UNCHANGED = 0

@@ -15,7 +15,8 @@ namespace commlib {
 namespace {
 
 const char* const kKinds[] = {"send",       "recv", "recv_reduce", "copy", "reduce",          "get",
-                              "get_reduce", "put",  "signal",      "wait", "reduce_to_all"};
+                              "get_reduce", "put",  "signal",      "wait", "reduce_to_all",
+                              "reduce_from_all"};
 static_assert(sizeof(kKinds) / sizeof(kKinds[0]) == kplan::kItemKinds, "every item kind has a name");
 
 py::dict plan_to_py(const DevicePlan& p) {

@@ -8,6 +8,7 @@ void bind_device_guards(pybind11::module_& m);     // bindings/device_guard_bind
 void bind_device_work(pybind11::module_& m);       // bindings/device_work_bindings.cc: DeviceWork (after bind_device)
 void bind_peer_buffers(pybind11::module_& m);      // bindings/peer_buffers_bindings.cc (after bind_device)
 void bind_core_api(pybind11::module_& m);          // bindings/core_api.cc: the table other modules call
+void bind_kernel_trace(pybind11::module_& m);      // bindings/kernel_trace_bindings.cc (after bind_device)
 }  // namespace commlib
 
 PYBIND11_MODULE(_C, m) {
@@ -26,6 +27,7 @@ PYBIND11_MODULE(_C, m) {
   commlib::bind_device_fast_call(m);
   commlib::bind_device_guards(m);
   commlib::bind_peer_buffers(m);
+  commlib::bind_kernel_trace(m);
   commlib::bind_sim(m);
   commlib::bind_device_plan(m);
   commlib::bind_core_api(m);

@@ -50,12 +50,11 @@ BufferId parse_buffer(const std::string& b) {
 }
 
 OpKind parse_kind(const std::string& k) {
-  for (OpKind v : {OpKind::Send, OpKind::Recv, OpKind::RecvReduce, OpKind::Copy, OpKind::Reduce, OpKind::Get,
-                   OpKind::GetReduce, OpKind::Put, OpKind::Signal, OpKind::Wait, OpKind::ReduceToAll})
-    if (k == op_kind_name(v)) return v;
+  for (int v = 0; v <= static_cast<int>(OpKind::ReduceFromAll); ++v)  // every kind (the last one's)
+    if (k == op_kind_name(static_cast<OpKind>(v))) return static_cast<OpKind>(v);
   throw std::invalid_argument("schedules: unknown op '" + k +
-                              "' (expected send, recv, recv_reduce, copy, reduce, get, get_reduce, put, signal, wait "
-                              "or reduce_to_all)");
+                              "' (expected send, recv, recv_reduce, copy, reduce, get, get_reduce, put, signal, wait, "
+                              "reduce_to_all or reduce_from_all)");
 }
 
 Region region_from_py(py::handle h) {

@@ -29,8 +29,9 @@ enum ItemKind : uint8_t {
   kWait = 9,        // consume one signal (peer, tag = `chunk`), per block
   kReduceToAll = 10,  // every rank's dst <- src of ranks 0, 1, ..., P-1 reduced in that order (peer -1;
                       // the peers' buffers at the same offsets, read and written in place)
+  kReduceFromAll = 11,  // the same into this rank's dst only (the peers' srcs read in place)
 };
-constexpr uint8_t kItemKinds = 11;
+constexpr uint8_t kItemKinds = 12;
 // Signal tags per pair (schedule/ir.h kSignalTags; one_sided_plan.cc checks they agree).
 constexpr uint32_t kSignalTags = 8;
 // The most bytes one one-sided item moves (a larger operation is several items, cut at the same

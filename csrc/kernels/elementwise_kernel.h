@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cuda_shim.h"
 #include "kernels/reduce_ops.h"
@@ -60,6 +61,36 @@ struct CopyElem {
   using S = unsigned char;
   static constexpr bool kReadsDst = false;
   __device__ __forceinline__ S operator()(S, S b) const { return b; }
+};
+
+// f over the elements packed in 32-bit words (elements of 1 or 2 bytes: 4 / sizeof(S) per word,
+// element k at bits 8 sizeof(S) k, as little-endian memory lays them out): each element is
+// unpacked only while f runs on it, so the same results as f element by element, bit for bit, with
+// a 16-byte pack held in 4 registers rather than one per element (the fused kernels' accumulators,
+// plan_reduce_to_all.cuh). Like ReduceElem, plain C++ off the GPU: the emulated device runs it.
+template <class F>
+struct WordFold {
+  using S = typename F::S;
+  static_assert(sizeof(S) == 1 || sizeof(S) == 2, "packed words hold 1- or 2-byte elements");
+  using U = std::conditional_t<sizeof(S) == 1, uint8_t, uint16_t>;
+  static constexpr int kPerWord = 4 / sizeof(S);
+  F f;
+  __device__ __forceinline__ uint32_t operator()(uint32_t a, uint32_t b) const {
+    uint32_t out = 0;
+    COMMLIB_UNROLL
+    for (int k = 0; k < kPerWord; ++k) {
+      const unsigned shift = 8 * sizeof(S) * k;
+      S x, y;
+      const U ux = static_cast<U>(a >> shift), uy = static_cast<U>(b >> shift);
+      memcpy(&x, &ux, sizeof(S));
+      memcpy(&y, &uy, sizeof(S));
+      const S r = f(x, y);
+      U ur;
+      memcpy(&ur, &r, sizeof(S));
+      out |= static_cast<uint32_t>(ur) << shift;
+    }
+    return out;
+  }
 };
 
 template <typename S>

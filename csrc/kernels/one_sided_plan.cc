@@ -26,6 +26,7 @@ uint8_t one_sided_kind(OpKind k) {
     case OpKind::Signal: return kSignal;
     case OpKind::Wait: return kWait;
     case OpKind::ReduceToAll: return kReduceToAll;
+    case OpKind::ReduceFromAll: return kReduceFromAll;
     default: return 0xff;  // a message: a schedule mixes them with one-sided ops
   }
 }
@@ -33,10 +34,11 @@ uint8_t one_sided_kind(OpKind k) {
 // The kernel's order within a step: waits, data, signals.
 int phase(uint8_t kind) { return kind == kWait ? 0 : kind == kSignal ? 2 : 1; }
 bool is_data(uint8_t kind) { return phase(kind) == 1; }
-bool reads_peer(uint8_t kind) { return kind == kGet || kind == kGetReduce || kind == kReduceToAll; }
+bool every_rank(uint8_t kind) { return kind == kReduceToAll || kind == kReduceFromAll; }
+bool reads_peer(uint8_t kind) { return kind == kGet || kind == kGetReduce || every_rank(kind); }
 bool writes_peer(uint8_t kind) { return kind == kPut || kind == kReduceToAll; }
-bool item_reduces(uint8_t kind) { return kind == kReduce || kind == kGetReduce || kind == kReduceToAll; }
-bool is_local(uint8_t kind) { return kind == kCopy || kind == kReduce || kind == kReduceToAll; }  // names no peer
+bool item_reduces(uint8_t kind) { return kind == kReduce || kind == kGetReduce || every_rank(kind); }
+bool is_local(uint8_t kind) { return kind == kCopy || kind == kReduce || every_rank(kind); }  // names no peer
 
 }  // namespace
 
@@ -232,9 +234,9 @@ std::string check_one_sided_pairs(const std::vector<DevicePlan>& plans, Collecti
       for (const PlanItem& it : plans[r].items) {
         if (!is_data(it.kind) || it.bytes == 0) continue;
         const Span d{it.dst_buf, it.dst_off, it.dst_off + it.bytes}, s{it.src_buf, it.src_off, it.src_off + it.bytes};
-        if (it.kind == kReduceToAll) {  // the same ranges of every rank's buffers
+        if (every_rank(it.kind)) {  // the same ranges of every rank's buffers (reduce_from_all: dst r's only)
           for (int q = 0; q < P; ++q) {
-            touched[q].push_back(aliased(d, coll, q, count, e, mode == 1));
+            if (it.kind == kReduceToAll || q == r) touched[q].push_back(aliased(d, coll, q, count, e, mode == 1));
             touched[q].push_back(aliased(s, coll, q, count, e, mode == 1));
           }
           continue;

@@ -50,6 +50,7 @@ enum EmuCounter : unsigned {
   kEmuPeerWaits,         // waits on a word a peer writes: a chunk's gate or LL lines, a peer's descriptor
   kEmuCheckExchanges,    // descriptor checks run as an exchange before the first step (plan_call_check.cuh)
   kEmuFoldedChecks,      // peers' descriptors compared inside the data handshakes instead
+  kEmuTraceStores,       // COMMLIB_DEVICE_TRACE's stamps and row headers stored (plan_trace.cuh); 0 when off
   kEmuCounters
 };
 
@@ -91,6 +92,12 @@ __device__ __forceinline__ void pause(uint32_t& spins) {
 }
 __device__ __forceinline__ void emu_perturb() {}
 __device__ __forceinline__ void emu_count(EmuCounter, uint64_t) {}
+// The GPU's global nanosecond timer (one clock for every SM of the device: COMMLIB_DEVICE_TRACE's stamps).
+__device__ __forceinline__ uint64_t global_timer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
 __device__ __forceinline__ void emu_data_path(bool) {}
 // The acquire half of a one-sided wait (plan_one_sided.cuh): after a relaxed load saw the flag.
 __device__ __forceinline__ void acquire_fence_system() {
@@ -133,6 +140,11 @@ void emu_count(EmuCounter c, uint64_t n);
 extern thread_local bool emu_in_data;
 inline void emu_data_path(bool in) { emu_in_data = in; }
 inline void acquire_fence_system() { __atomic_thread_fence(__ATOMIC_ACQUIRE); }
+// The emulated device's %globaltimer: the host's monotonic clock, which every rank of the host shares.
+inline uint64_t global_timer_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
 inline uint64_t arrive_fetch(uint64_t* p) { return __atomic_fetch_add(p, 1, __ATOMIC_ACQ_REL); }
 inline uint64_t host_read(const uint64_t* p) {
   emu_count(kEmuHostReads, 1);

@@ -84,6 +84,7 @@ struct PlanLaunch {
   char* stage_user[2];         // the staged path: the caller's input and output (null: not staged) ...
   uint64_t stage_bytes[2];     // ... and their bytes; a.bases[0] / [1] are then the staging areas
   uint32_t staged_release;     // staged: one more handshake with every peer at the end (its slots are the staging)
+  uint64_t* trace;             // COMMLIB_DEVICE_TRACE: [kMaxBlocks][kTraceRowWords] stamps (plan_trace.cuh); null: off
 };
 
 // The element functor of collectives that never reduce (their plans have no reduce items).

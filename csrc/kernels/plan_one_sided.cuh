@@ -55,6 +55,7 @@
 #include "kernels/plan_call_check.cuh"
 #include "kernels/plan_launch.cuh"
 #include "kernels/plan_reduce_to_all.cuh"
+#include "kernels/plan_trace.cuh"
 
 namespace commlib {
 namespace kexec {
@@ -114,7 +115,7 @@ __device__ __forceinline__ void os_data(const PlanLaunch& a, const kplan::PlanIt
   uint64_t lo, hi;
   share_of(it.bytes, lo, hi);
   if (hi <= lo) return;
-  if (it.kind == kplan::kReduceToAll) {  // every rank's share of the same range (plan_reduce_to_all.cuh)
+  if (it.kind == kplan::kReduceToAll || it.kind == kplan::kReduceFromAll) {  // every rank's share (plan_reduce_to_all.cuh)
     block_reduce_to_all(a, it, lo, hi - lo, f);
     return;
   }
@@ -172,6 +173,7 @@ __device__ __forceinline__ bool os_steps(const PlanLaunch& a, const F& f, uint64
     }
     block_sync();  // the step's writes before the next step's reads (the same bytes: same block)
     if (threadIdx.x == 0 && blockIdx.x < kMaxBlocks) host_write(a.progress + blockIdx.x, ++done);
+    trace_step(a, k);
   }
   if (a.stage_user[1]) {  // every block's final waits passed: the whole staged output is final
     if (!grid_barrier(a, base, barriers++)) return false;
@@ -206,7 +208,8 @@ __device__ __forceinline__ void run_one_sided(const PlanLaunch& a, const F& f) {
   uint32_t barriers = 0;
   // Released by the abort word (false), blocks may have run different numbers of barriers: the
   // engine has failed and launches nothing more, so the counters end_launch advances are not read.
-  os_steps(a, f, base, barriers);
+  trace_begin(a);
+  if (os_steps(a, f, base, barriers)) trace_end(a);
   end_launch(a, base, barriers);
 }
 

@@ -3,20 +3,25 @@
 // registers, and the result stored into the same range of every rank's destination. Per rank and
 // call that is N bytes read and N written for an all_reduce of N bytes (the issue's 2 N), where the
 // two-shot of get_reduce steps round-trips an accumulator through memory P - 1 times and gathers
-// the other blocks afterwards (4.25 N at P = 4).
+// the other blocks afterwards (4.25 N at P = 4). The fused reduce_scatter's item
+// (kplan::kReduceFromAll, reduce_from_all) is the same with the result stored into this rank's
+// destination only: N read and N / P written per rank for a reduce_scatter of N input bytes.
 //
-// Loads in flight: each thread loads W 16-byte packs of one rank (the tail too, predicated), folds
-// them into its W accumulators, then the next rank's; the stores follow the last rank's fold. The
-// accumulators live across the ranks' loop, unpacked into one register per element, so W is what
-// the 128 registers of a 512-thread block allow without spilling (a spill fails the build): 4 for
-// 4- and 8-byte elements, 1 for 1- and 2-byte (kUnroll = 8 spilled for every type at sm_80/90, 2
-// for float16's sum and product). A thread stores an
+// Loads in flight: each thread loads W = 4 16-byte packs of one rank (the tail too, predicated),
+// folds them into its W accumulators, then the next rank's; the stores follow the last rank's fold.
+// The accumulators live across the ranks' loop, so their registers decide what fits the 128 of a
+// 512-thread block (a spill fails the build; kUnroll = 8 spilled for every type at sm_80/90): 4-
+// and 8-byte elements are one or two registers each, and 1- and 2-byte elements stay packed in
+// 32-bit words (gpu::WordFold: 4 registers per pack, each element unpacked only while f runs on
+// it, so the bits are f's element by element; unpacked, one register per element, float16 spilled
+// at W = 2 and ran at W = 1). A thread stores an
 // element only after it loaded that element from every rank, so in place (the destination is the
 // source) nothing is overwritten before it was read, and no other thread or block touches it.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/plan_bulk.cuh"
 #include "kernels/plan_launch.cuh"
@@ -30,11 +35,41 @@ __device__ __forceinline__ char* rank_buffer(const PlanLaunch& a, int q, uint8_t
   return q == a.rank ? a.bases[buf] : reinterpret_cast<char*>(a.peer_bases[static_cast<size_t>(q) * 3 + buf]);
 }
 
+// float16's reductions: its conversions need the registers packed accumulators would free, so it
+// keeps one unpacked pack in flight (W = 4 packed spilled at sm_80 and sm_90; bfloat16's and the
+// 1-byte types' do not).
+template <class F>
+struct IsFloat16 : std::false_type {};
+template <class Op>
+struct IsFloat16<gpu::ReduceElem<DType::Float16, Op>> : std::true_type {};
+
+// How a thread holds and folds a 16-byte pack of F's elements: as they are (4- and 8-byte
+// elements, float16), or as four 32-bit words of packed 1- or 2-byte elements (gpu::WordFold).
+template <class F, bool kPacked = (sizeof(typename F::S) < 4 && !IsFloat16<F>::value)>
+struct PackFold {
+  using Pk = gpu::Pack<typename F::S>;
+  __device__ __forceinline__ static void fold(Pk& acc, const Pk& v, const F& f) {
+    COMMLIB_UNROLL
+    for (int j = 0; j < Pk::kN; ++j) acc.v[j] = f(acc.v[j], v.v[j]);
+  }
+};
+template <class F>
+struct PackFold<F, true> {
+  using Pk = gpu::Pack<uint32_t>;
+  __device__ __forceinline__ static void fold(Pk& acc, const Pk& v, const F& f) {
+    const gpu::WordFold<F> w{f};
+    COMMLIB_UNROLL
+    for (int j = 0; j < Pk::kN; ++j) acc.v[j] = w(acc.v[j], v.v[j]);
+  }
+};
+
 // Packs i, i + stride, ..., i + (W - 1) strides of every rank, folded in rank order, stored into
-// every rank; with kTail, only those below npacks (predicated: the tail keeps its loads in flight too).
-template <unsigned W, bool kTail, class F, class Pk>
+// every rank (reduce_from_all: this rank); with kTail, only those below npacks (predicated: the
+// tail keeps its loads in flight too).
+template <unsigned W, bool kTail, class F>
 __device__ __forceinline__ void fold_packs(const PlanLaunch& a, const kplan::PlanItem& it, uint64_t lo, size_t i,
                                            size_t stride, size_t npacks, const F& f) {
+  using Pk = typename PackFold<F>::Pk;
   Pk acc[W];
   {
     const Pk* s = reinterpret_cast<const Pk*>(rank_buffer(a, 0, it.src_buf) + it.src_off + lo);
@@ -50,12 +85,10 @@ __device__ __forceinline__ void fold_packs(const PlanLaunch& a, const kplan::Pla
       if (!kTail || i + u * stride < npacks) v[u] = s[i + u * stride];
     COMMLIB_UNROLL
     for (unsigned u = 0; u < W; ++u)
-      if (!kTail || i + u * stride < npacks) {
-        COMMLIB_UNROLL
-        for (int j = 0; j < Pk::kN; ++j) acc[u].v[j] = f(acc[u].v[j], v[u].v[j]);
-      }
+      if (!kTail || i + u * stride < npacks) PackFold<F>::fold(acc[u], v[u], f);
   }
-  for (int q = 0; q < a.size; ++q) {
+  const bool everywhere = it.kind == kplan::kReduceToAll;
+  for (int q = everywhere ? 0 : a.rank; q < (everywhere ? a.size : a.rank + 1); ++q) {
     Pk* d = reinterpret_cast<Pk*>(rank_buffer(a, q, it.dst_buf) + it.dst_off + lo);
     COMMLIB_UNROLL
     for (unsigned u = 0; u < W; ++u)
@@ -68,25 +101,28 @@ template <class F>
 __device__ __forceinline__ void reduce_to_all_lanes(const PlanLaunch& a, const kplan::PlanItem& it, uint64_t lo,
                                                     size_t n, const F& f) {
   using S = typename F::S;
-  using Pk = gpu::Pack<S>;
+  constexpr size_t kPerPack = 16 / sizeof(S);  // elements of a 16-byte pack
+  const bool everywhere = it.kind == kplan::kReduceToAll;
   uintptr_t bits = n;
-  for (int q = 0; q < a.size; ++q)
-    bits |= reinterpret_cast<uintptr_t>(rank_buffer(a, q, it.src_buf) + it.src_off + lo) |
-            reinterpret_cast<uintptr_t>(rank_buffer(a, q, it.dst_buf) + it.dst_off + lo);
-  constexpr unsigned W = sizeof(S) >= 4 ? kUnroll / 2 : 1;
+  for (int q = 0; q < a.size; ++q) {
+    bits |= reinterpret_cast<uintptr_t>(rank_buffer(a, q, it.src_buf) + it.src_off + lo);
+    if (everywhere || q == a.rank) bits |= reinterpret_cast<uintptr_t>(rank_buffer(a, q, it.dst_buf) + it.dst_off + lo);
+  }
+  constexpr unsigned W = IsFloat16<F>::value ? 1 : kUnroll / 2;
   const size_t elems = n / sizeof(S), stride = blockDim.x;
   size_t done = 0;
   if (bits % 16 == 0) {
-    const size_t npacks = elems / Pk::kN;
+    const size_t npacks = elems / kPerPack;
     size_t i = threadIdx.x;
-    for (; i + (W - 1) * stride < npacks; i += W * stride) fold_packs<W, false, F, Pk>(a, it, lo, i, stride, npacks, f);
-    if (i < npacks) fold_packs<W, true, F, Pk>(a, it, lo, i, stride, npacks, f);  // the tail, predicated
-    done = npacks * Pk::kN;
+    for (; i + (W - 1) * stride < npacks; i += W * stride) fold_packs<W, false, F>(a, it, lo, i, stride, npacks, f);
+    if (i < npacks) fold_packs<W, true, F>(a, it, lo, i, stride, npacks, f);  // the tail, predicated
+    done = npacks * kPerPack;
   }
   for (size_t i = done + threadIdx.x; i < elems; i += stride) {  // unaligned: element by element
     S acc = gpu::load_any<S>(rank_buffer(a, 0, it.src_buf) + it.src_off + lo, i);
     for (int q = 1; q < a.size; ++q) acc = f(acc, gpu::load_any<S>(rank_buffer(a, q, it.src_buf) + it.src_off + lo, i));
-    for (int q = 0; q < a.size; ++q) gpu::store_any<S>(rank_buffer(a, q, it.dst_buf) + it.dst_off + lo, i, acc);
+    for (int q = everywhere ? 0 : a.rank; q < (everywhere ? a.size : a.rank + 1); ++q)
+      gpu::store_any<S>(rank_buffer(a, q, it.dst_buf) + it.dst_off + lo, i, acc);
   }
 }
 
@@ -96,7 +132,7 @@ __device__ __forceinline__ void block_reduce_to_all(const PlanLaunch& a, const k
                                                     uint64_t n, const F& f) {
   block_lanes([&] { reduce_to_all_lanes(a, it, lo, n, f); });
   emu_count(kEmuBytesRead, static_cast<uint64_t>(a.size) * n);
-  emu_count(kEmuBytesWritten, static_cast<uint64_t>(a.size) * n);
+  emu_count(kEmuBytesWritten, (it.kind == kplan::kReduceToAll ? static_cast<uint64_t>(a.size) : 1) * n);
 }
 
 }  // namespace kexec

@@ -24,7 +24,7 @@ namespace {
 // The rule's conditions on the call and the engine, apart from the size (device_auto.h).
 bool kernel_auto_applies(int size, const Topology& topology, const KernelAutoInputs& in, Collective coll,
                          uint8_t requested, const std::string& policy_source) {
-  if (requested != 0 || coll != Collective::AllReduce || size < 2) return false;
+  if (requested != 0 || (coll != Collective::AllReduce && coll != Collective::ReduceScatter) || size < 2) return false;
   if (!in.device_has_kernel_path || in.nccl_links) return false;
   const std::vector<int>& host_of = topology.host_of;
   if (!host_of.empty() && !std::all_of(host_of.begin(), host_of.end(), [&](int h) { return h == host_of[0]; }))
@@ -34,10 +34,10 @@ bool kernel_auto_applies(int size, const Topology& topology, const KernelAutoInp
 
 bool one_shot_size(int size, uint64_t bytes) { return bytes * static_cast<uint64_t>(size - 1) <= kOneShotBytes; }
 
-// A tuning row measured on the kernel path for this size, where that path takes the call.
-bool tuned_row(int size, const KernelAutoInputs& in, uint64_t bytes, std::string* tuned) {
+// A tuning row measured on the kernel path for this collective and size, where that path takes the call.
+bool tuned_row(Collective coll, int size, const KernelAutoInputs& in, uint64_t bytes, std::string* tuned) {
   return kernel_path_takes(in.path, bytes, in.kernel_max_bytes) &&
-         tuned_algorithm(Collective::AllReduce, static_cast<int64_t>(bytes), size, tuned, 1, true);
+         tuned_algorithm(coll, static_cast<int64_t>(bytes), size, tuned, 1, true);
 }
 
 }  // namespace
@@ -47,17 +47,19 @@ bool kernel_auto_may_map(int size, const Topology& topology, const KernelAutoInp
   std::string tuned;
   return kernel_path_takes(in.path, bytes, in.kernel_max_bytes) &&
          kernel_auto_applies(size, topology, in, coll, requested, policy_source) && !one_shot_size(size, bytes) &&
-         !tuned_row(size, in, bytes, &tuned);
+         !tuned_row(coll, size, in, bytes, &tuned);
 }
 
 uint8_t kernel_auto_algorithm(int size, const Topology& topology, const KernelAutoInputs& in, Collective coll,
                               uint8_t requested, uint64_t bytes, const std::string& policy_source) {
   if (in.peers_mapped && kernel_auto_may_map(size, topology, in, coll, requested, bytes, policy_source))
-    return static_cast<uint8_t>(algorithm_index(Collective::AllReduce, "mapped_fused_two_shot"));
-  if (!kernel_auto_applies(size, topology, in, coll, requested, policy_source)) return 0;
+    return static_cast<uint8_t>(coll == Collective::AllReduce ? algorithm_index(coll, "mapped_fused_two_shot")
+                                                              : algorithm_index(coll, "mapped_fused"));
+  // reduce_scatter's buffers not mapped: the policy's algorithm (the rules below are all_reduce's).
+  if (coll != Collective::AllReduce || !kernel_auto_applies(size, topology, in, coll, requested, policy_source)) return 0;
   if (!kernel_path_takes(in.path, bytes, in.kernel_max_bytes)) return 0;
   std::string tuned;
-  if (tuned_row(size, in, bytes, &tuned)) return static_cast<uint8_t>(algorithm_index(Collective::AllReduce, tuned));
+  if (tuned_row(coll, size, in, bytes, &tuned)) return static_cast<uint8_t>(algorithm_index(Collective::AllReduce, tuned));
   return static_cast<uint8_t>(algorithm_index(Collective::AllReduce, one_shot_size(size, bytes) ? "direct" : "two_shot"));
 }
 

@@ -20,7 +20,10 @@
 // trade-off, so there the policy's choice stands.
 //
 // The rule applies only to a call the kernel path runs:
-//   - the call asks for auto and is an all_reduce of 2 ranks or more;
+//   - the call asks for auto and is an all_reduce of 2 ranks or more (a reduce_scatter: rule 2
+//     only, `mapped_fused` on mapped buffers: N read + N / P written per rank against the mapped
+//     one's (3P - 1) / P x N and the staged algorithms' copies through the slots; unmapped, the
+//     policy's choice stands);
 //   - the device has a kernel path, COMMLIB_DEVICE_PATH lets it take a call of this size
 //     (kernel_path_takes: kernel, or auto up to its crossover, the tuning file's "device_path" for
 //     this world size else kKernelPathMaxBytes: policy/device_path_tuning.h; never copy), COMMLIB_DEVICE_LINK
@@ -109,8 +112,9 @@ struct KernelAutoInputs {
   bool peers_mapped = false;
 };
 
-// Whether an all_reduce of `bytes` per rank, auto, on the kernel path, would run the mapped
-// two-shot if every rank's buffers were mapped: the calls whose route the ranks agree on first.
+// Whether an all_reduce (reduce_scatter) of `bytes` per rank, auto, on the kernel path, would run
+// the fused mapped two-shot (mapped_fused) if every rank's buffers were mapped: the calls whose
+// route the ranks agree on first.
 bool kernel_auto_may_map(int size, const Topology& topology, const KernelAutoInputs& in, Collective coll,
                          uint8_t requested, uint64_t bytes, const std::string& policy_source);
 

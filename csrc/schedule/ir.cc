@@ -15,6 +15,7 @@ const char* op_kind_name(OpKind k) {
     case OpKind::Signal: return "signal";
     case OpKind::Wait: return "wait";
     case OpKind::ReduceToAll: return "reduce_to_all";
+    case OpKind::ReduceFromAll: return "reduce_from_all";
   }
   return "?";
 }

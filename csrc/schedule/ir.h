@@ -36,7 +36,8 @@
 // One-sided operations (schedules over buffers every peer has mapped, trait kOneSided in
 // registry.h): get/get_reduce read a region of a peer's buffer (the region is in the peer's
 // layout), put writes one, reduce_to_all reads one region of every rank and writes one of every
-// rank (the fused two-shot's block: reduced in registers, stored everywhere); signal/wait order ranks. A step runs its waits first, then its data ops
+// rank (the fused two-shot's block: reduced in registers, stored everywhere), reduce_from_all the
+// same storing into this rank's only (the fused reduce_scatter's block); signal/wait order ranks. A step runs its waits first, then its data ops
 // (get, get_reduce, put, copy, reduce, all concurrent), then its signals, so a signal releases what
 // the step wrote or read. Flags model: every rank holds a counter per (signalling peer, tag); a
 // signal adds one to the peer's counter, a wait consumes one (it waits until its counter passed the
@@ -81,6 +82,10 @@ enum class OpKind : uint8_t {
   // place) and stores the one result into every rank's dst (no peer: it touches every rank; the
   // regions are in every rank's layout alike). dst may alias src exactly (in place), never in part.
   ReduceToAll,
+  // reduce_from_all(dst, src): this rank's dst = src of rank 0 (op) ... (op) src of rank P-1, in that
+  // order: reduce_to_all storing into this rank's dst only (the fused reduce_scatter's block: every
+  // rank's src read once, in place, the result written once). dst may alias src exactly, never in part.
+  ReduceFromAll,
 };
 
 // Tags a signal or wait may carry (a kernel keeps size * kSignalTags flags per rank).
@@ -88,7 +93,7 @@ constexpr int kSignalTags = 8;
 
 struct Op {
   OpKind kind = OpKind::Copy;
-  int peer = -1;  // Send/Recv/RecvReduce and the one-sided ops but reduce_to_all
+  int peer = -1;  // Send/Recv/RecvReduce and the one-sided ops but reduce_to_all / reduce_from_all
   Region dst;     // Recv/RecvReduce/Copy/Reduce/Get/GetReduce; Put: the peer's region
   Region src;     // Send/Copy/Reduce/Put; Get/GetReduce: the peer's region; RecvReduce optionally
   int tag = 0;    // Signal/Wait: which of the pair's kSignalTags flags
@@ -175,17 +180,20 @@ inline Op op_put(int peer, Region peer_dst, Region src) { return Op{OpKind::Put,
 inline Op op_signal(int peer, int tag) { return Op{OpKind::Signal, peer, Region{}, Region{}, tag}; }
 inline Op op_wait(int peer, int tag) { return Op{OpKind::Wait, peer, Region{}, Region{}, tag}; }
 inline Op op_reduce_to_all(Region dst, Region src) { return Op{OpKind::ReduceToAll, -1, dst, src}; }
+inline Op op_reduce_from_all(Region dst, Region src) { return Op{OpKind::ReduceFromAll, -1, dst, src}; }
+// The ops that read every rank's src (no peer named): reduce_to_all and reduce_from_all.
+inline bool reads_every_rank(OpKind k) { return k == OpKind::ReduceToAll || k == OpKind::ReduceFromAll; }
 inline bool is_message(OpKind k) { return k == OpKind::Send || k == OpKind::Recv || k == OpKind::RecvReduce; }
 inline bool is_one_sided(OpKind k) { return k >= OpKind::Get; }
 inline bool is_sync(OpKind k) { return k == OpKind::Signal || k == OpKind::Wait; }
 // Whether an op of kind k names one peer (`peer`): the messages and the one-sided ops but
-// reduce_to_all, which touches every rank.
-inline bool names_peer(OpKind k) { return is_message(k) || (is_one_sided(k) && k != OpKind::ReduceToAll); }
+// reduce_to_all and reduce_from_all, which touch every rank.
+inline bool names_peer(OpKind k) { return is_message(k) || (is_one_sided(k) && !reads_every_rank(k)); }
 // Which regions an op names (the region a Get/GetReduce reads and a Put writes is the peer's).
 inline bool op_has_dst(const Op& o) { return o.kind != OpKind::Send && !is_sync(o.kind); }
 inline bool op_has_src(const Op& o) {
   return o.kind == OpKind::Send || o.kind == OpKind::Copy || o.kind == OpKind::Reduce || o.kind == OpKind::Get ||
-         o.kind == OpKind::GetReduce || o.kind == OpKind::Put || o.kind == OpKind::ReduceToAll ||
+         o.kind == OpKind::GetReduce || o.kind == OpKind::Put || reads_every_rank(o.kind) ||
          reduces_from_src(o);
 }
 // Whether any rank's step uses a one-sided op.

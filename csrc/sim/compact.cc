@@ -71,10 +71,11 @@ std::vector<Program> build_programs(Collective c, const Composition& how, int si
           case OpKind::Signal: ops.push_back({o.peer, SimKind::Signal, o.tag}); break;
           case OpKind::Wait: ops.push_back({o.peer, SimKind::Wait, o.tag}); break;
           case OpKind::ReduceToAll:  // every peer's src read and reduced as it comes, the result put into every peer's dst
+          case OpKind::ReduceFromAll:  // ... and stored here only
             for (int q = 0; q < size; ++q)
               if (q != r) {
                 ops.push_back({q, SimKind::GetReduce, o.src.count});
-                ops.push_back({q, SimKind::Put, o.dst.count});
+                if (o.kind == OpKind::ReduceToAll) ops.push_back({q, SimKind::Put, o.dst.count});
               }
             break;
         }

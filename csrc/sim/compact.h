@@ -17,7 +17,8 @@ namespace sim {
 
 // One-sided ops (ir.h) too: Get/GetReduce/Put carry the peer and count; Signal/Wait carry the
 // peer and, in `count`, the tag; a reduce_to_all is what it moves: a GetReduce (the reduction
-// as the bytes come) and a Put with every peer, all from the step's entry.
+// as the bytes come) and a Put with every peer, all from the step's entry; a reduce_from_all the
+// GetReduces alone.
 enum class SimKind : uint8_t { Send, Recv, RecvReduce, Copy, Reduce, Get, GetReduce, Put, Signal, Wait };
 
 struct SimOp {

@@ -58,7 +58,7 @@ KernelPath::KernelPath(std::shared_ptr<Device> device, int rank, int size, uint3
       kernel_max_bytes_(kernel_path_crossover(size)),
       split_bytes_(std::max<uint32_t>(ll_bytes_ + 1, static_cast<uint32_t>(std::min<uint64_t>(64 << 10, slot_bytes / 2)))),
       block_bytes_(param_bytes("COMMLIB_DEVICE_BLOCK_BYTES")),
-      imported_(size, nullptr) {
+      imported_(size, nullptr), tracing_(device_trace_from_env()) {
   if (mode_ == DevicePath::Kernel && device_->plan_blocks(1) == 0)
     throw std::invalid_argument("COMMLIB_DEVICE_PATH=kernel: " + device_->name() + " has no kernel path");
   setup_stream_ = device_->create_stream();
@@ -296,6 +296,9 @@ Launched KernelPath::launch(const ScheduleKey& key, const Schedule& sched, const
   a.nslots = nslots_;
   a.rank = rank_;
   a.size = size_;
+  a.trace = p.one_sided ? trace_buffer() : nullptr;  // null unless COMMLIB_DEVICE_TRACE=1 (one-sided plans only)
+  // A message plan's launch stamps nothing: block 0's header says so (no grid), not the last one-sided launch's.
+  if (trace_ && !p.one_sided) device_->write_value(static_cast<uint64_t*>(trace_) + 1, 0, stream);
   if (p.one_sided) fill_one_sided(a, u, bases, captured ? nullptr : mapped, stream);
   launch_in_chain(a, blocks, dtype, op, p.reduces, stream, captured);
   if (captured) return Launched{};  // the graph's replays: the engine does not watch them
@@ -322,8 +325,10 @@ void KernelPath::release(DeviceStream& stream, bool free_region) {
   release_mapped_tables(stream);
   if (region_ && free_region) device_->free_async(region_, stream);
   if (local_) device_->free_async(local_, stream);
+  if (trace_) device_->free_async(trace_, stream);
   region_ = nullptr;
   local_ = nullptr;
+  trace_ = nullptr;
   device_->synchronize(stream);
   retired_staging_.push_back(staging_);  // every copy out of them ran (the engine's calls drained)
   for (const Staging& st : retired_staging_)

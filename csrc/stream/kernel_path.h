@@ -44,6 +44,8 @@ void check_device_paths(const std::vector<std::string>& kernel_handles, DevicePa
 // COMMLIB_DEVICE_LL_BYTES for slots of `slot_bytes` (at most a slot; std::invalid_argument naming
 // it unless a multiple of 64 up to 65536).
 uint32_t device_ll_bytes_from_env(uint64_t slot_bytes);
+// COMMLIB_DEVICE_TRACE (0 or 1): whether kernel-path launches stamp their steps (kernel_path_trace.cc).
+bool device_trace_from_env();
 
 // The kernel path caches its plans by call shape, the plan cache's ScheduleKey (plan/call.h) with
 // the RESOLVED algorithm in `algo` (never 0 = auto), so a new tuning table that makes auto choose
@@ -160,6 +162,15 @@ class KernelPath final : public DevicePathRunner {
   // drained calls), so a test crosses the LL flags' epoch (2^32 - 1 chunks, plan_ll.cuh) in a few
   // calls.
   void start_chunk_numbers_at(uint64_t n);
+  // COMMLIB_DEVICE_TRACE=1 (kernel_path_trace.cc, kernels/plan_trace.cuh): the latest launch's
+  // per-block, per-step stamps, one record per (block, step) in block then step order; empty when
+  // the setting is off or nothing ran. Read once the launch completed (the caller synchronised).
+  struct TraceRecord {
+    uint32_t block = 0, step = 0;
+    uint64_t start_ns = 0, end_ns = 0;  // the device's clock (%globaltimer)
+  };
+  std::vector<TraceRecord> trace() const;
+  bool tracing() const { return tracing_; }
 
  private:
   struct Uploaded {
@@ -274,6 +285,11 @@ class KernelPath final : public DevicePathRunner {
   std::vector<Staging> retired_staging_;
   std::shared_ptr<DeviceEvent> staged_copied_;
   std::shared_ptr<DeviceStream> setup_stream_;
+  // COMMLIB_DEVICE_TRACE: whether launches stamp, and the device buffer they stamp into (allocated
+  // at the first traced launch, zeroed; freed at release).
+  const bool tracing_;
+  void* trace_ = nullptr;
+  uint64_t* trace_buffer();
 };
 
 }  // namespace commlib

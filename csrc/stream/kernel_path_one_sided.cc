@@ -43,10 +43,11 @@ uint8_t peer_visible_buffers(const ScheduleKey& key, int size) {
     const Schedule s = build_schedule(CollArgs{coll, r, size, key.count, key.root}, name);
     for (const Step& st : s.steps)
       for (const Op& o : st.ops) {
-        const bool all = o.kind == OpKind::ReduceToAll;  // every rank's src and dst
-        if (o.kind == OpKind::Get || o.kind == OpKind::GetReduce || all)
+        // reduce_to_all: every rank's src and dst; reduce_from_all: every rank's src
+        if (o.kind == OpKind::Get || o.kind == OpKind::GetReduce || reads_every_rank(o.kind))
           bits |= static_cast<uint8_t>(1u << static_cast<int>(o.src.buf));
-        if (o.kind == OpKind::Put || all) bits |= static_cast<uint8_t>(1u << static_cast<int>(o.dst.buf));
+        if (o.kind == OpKind::Put || o.kind == OpKind::ReduceToAll)
+          bits |= static_cast<uint8_t>(1u << static_cast<int>(o.dst.buf));
       }
   }
   return bits;

@@ -40,25 +40,29 @@ void Replay::access(int r, size_t st, int oi, int owner, const Region& g, bool w
 }
 
 // reduce_to_all (ir.h): every rank's src read, reduced in rank order 0..P-1, the result written
-// into every rank's dst. Where a rank's dst is its src (in place) the read and the write are one
-// access of this op, recorded as the write (as get_reduce's destination); a part overlap is a race
-// inside the op.
+// into every rank's dst (reduce_from_all: into r's only). Where a written dst is its rank's src (in
+// place) the read and the write are one access of this op, recorded as the write (as get_reduce's
+// destination); a part overlap is a race inside the op.
 void Replay::reduce_to_all(int r, size_t st, int oi, const Op& o) {
+  const bool everywhere = o.kind == OpKind::ReduceToAll;
   for (int q = 0; q < P_; ++q) {
+    const bool writes = everywhere || q == r;
     const int64_t s = abs(q, o.src), d = abs(q, o.dst);
-    if (s != d && s < d + o.dst.count && d < s + o.src.count)
+    if (writes && s != d && s < d + o.dst.count && d < s + o.src.count)
       fail(where(r, st, oi) + ": its source and destination overlap in rank " + std::to_string(q) + "'s buffers" +
            (in_place_ ? " (in-place aliasing)" : ""));
-    if (s != d) access(r, st, oi, q, o.src, false);
+    if (!writes || s != d) access(r, st, oi, q, o.src, false);
   }
-  for (int q = 0; q < P_; ++q) access(r, st, oi, q, o.dst, true);
+  for (int q = 0; q < P_; ++q)
+    if (everywhere || q == r) access(r, st, oi, q, o.dst, true);
   ranks_[0].mem.read(abs(0, o.src), o.src.count, pc_);
   for (int q = 1; q < P_; ++q) {  // every read before any write: in place the dst is the src
     ranks_[q].mem.read(abs(q, o.src), o.src.count, pa_);
     verify::combine_pieces(sets_, pc_, pa_, pb_);
     pc_.swap(pb_);
   }
-  for (int q = 0; q < P_; ++q) ranks_[q].mem.write(abs(q, o.dst), o.dst.count, pc_);
+  for (int q = 0; q < P_; ++q)
+    if (everywhere || q == r) ranks_[q].mem.write(abs(q, o.dst), o.dst.count, pc_);
 }
 
 // Whether every wait of r's current step has a signal to consume (its waits, counted per flag, are
@@ -127,6 +131,7 @@ void Replay::run_one_sided_step(int r) {
         break;
       }
       case OpKind::ReduceToAll:
+      case OpKind::ReduceFromAll:
         reduce_to_all(r, st, oi, o);
         break;
       case OpKind::Put:

@@ -101,6 +101,7 @@ class Replay {
         return s + "(from " + std::to_string(o.peer) + ", " + reg(o.dst) + " <- " + reg(o.src) + ")";
       case OpKind::Put: return s + "(to " + std::to_string(o.peer) + ", " + reg(o.dst) + " <- " + reg(o.src) + ")";
       case OpKind::ReduceToAll: return s + "(every rank's " + reg(o.dst) + " <- every rank's " + reg(o.src) + ")";
+      case OpKind::ReduceFromAll: return s + "(" + reg(o.dst) + " <- every rank's " + reg(o.src) + ")";
       case OpKind::Signal:
       case OpKind::Wait: return s + "(" + std::to_string(o.peer) + ", tag " + std::to_string(o.tag) + ")";
       case OpKind::Recv:

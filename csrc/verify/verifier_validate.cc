@@ -67,12 +67,12 @@ void Replay::validate_rank(int r) {
                " rank " + std::to_string(o.peer) + " in one step");
         seen[o.peer] = static_cast<int>(st);
       }
-      if (o.kind == OpKind::ReduceToAll) {  // every peer's src and dst too, in the peer's layout
+      if (reads_every_rank(o.kind)) {  // every peer's src (and reduce_to_all's dst) too, in the peer's layout
         if (o.src.count != o.dst.count) fail(where(r, st, oi) + ": source and destination counts differ");
         for (int q = 0; q < P_; ++q)
           if (q != r) {
             check_region(r, st, oi, o.src, false, q);
-            check_region(r, st, oi, o.dst, true, q);
+            if (o.kind == OpKind::ReduceToAll) check_region(r, st, oi, o.dst, true, q);
           }
       }
       const bool has_dst = op_has_dst(o) && !remote_dst, has_src = op_has_src(o) && !remote_src;
@@ -82,8 +82,8 @@ void Replay::validate_rank(int r) {
         fail(where(r, st, oi) + ": reduces " + std::to_string(o.src.count) + " source elements into " +
              std::to_string(o.dst.count));
       if (noop_copy(r, o)) continue;
-      if ((reduces_from_src(o) || o.kind == OpKind::ReduceToAll) && abs(r, o.src) == abs(r, o.dst)) {
-        // in place: a plain recv_reduce; a reduce_to_all reading and writing the same elements
+      if ((reduces_from_src(o) || reads_every_rank(o.kind)) && abs(r, o.src) == abs(r, o.dst)) {
+        // in place: a plain recv_reduce; a reduce_to_all (from_all) reading and writing the same elements
         if (o.dst.count > 0) writes_.push_back(Iv{abs(r, o.dst), abs(r, o.dst) + o.dst.count, oi});
         continue;
       }

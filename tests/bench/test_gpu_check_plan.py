@@ -33,7 +33,8 @@ def _plan(tmp_path, gpus, mps, what="commlib bench"):
 
 @pytest.mark.parametrize("gpus,mps", [(1, True), (1, False), (2, False)])
 def test_the_bench_steps_fit_the_machine(tmp_path, gpus, mps):
-    small, large = _plan(tmp_path, gpus, mps)
+    every = _plan(tmp_path, gpus, mps)
+    small, large = [c for c in every if "bench all_reduce" in c]
     for cmd in (small, large):
         assert "--device cuda" in cmd and "--paths kernel,copy,auto" in cmd, cmd
         assert ("--peers none" in cmd) == (gpus == 1), cmd  # NCCL refuses ranks sharing a GPU
@@ -41,6 +42,10 @@ def test_the_bench_steps_fit_the_machine(tmp_path, gpus, mps):
         assert f"--np {4 if (gpus == 1 and mps) else 2}" in cmd, cmd
         assert "mapped_one_shot,mapped_two_shot,mapped_fused_two_shot" in cmd, cmd  # the one-sided kernels (@kernel)
     assert "-b 8 -e 64K" in small and "-b 64M -e 256M" in large
+    # issue #38's reduce_scatter and all_gather targets at 256 MiB, on the kernel path, the fused form among them
+    [rs], [ag] = [c for c in every if "bench reduce_scatter" in c], [c for c in every if "bench all_gather" in c]
+    assert "mapped_fused" in rs and "--paths kernel" in rs and "-e 256M" in rs, rs
+    assert "--algorithms ring,mapped,auto" in ag and "--timeout 60" in ag, ag
 
 
 @pytest.mark.parametrize("gpus", [1, 2, 4])
@@ -55,3 +60,12 @@ def test_the_launch_step_times_one_rank_per_gpu_where_there_are_several(tmp_path
         "bench/gpu_launch.py --np 1 --json bench/results/gpu_launch_np1.json"], runs
     per_gpu = [r.split("--np ")[1].split()[0] for r in runs if "--per-gpu" in r]
     assert per_gpu == {1: [], 2: ["2"], 4: ["2", "4"]}[gpus], runs
+
+
+def test_the_trace_step_traces_one_64_MiB_mapped_all_reduce_into_out(tmp_path, monkeypatch):
+    """Issue #38 item 6: bench/gpu_trace.py, 4 ranks on GPU 0, its trace under $OUT (what the run
+    tool brings back) when that is set."""
+    monkeypatch.setenv("OUT", str(tmp_path / "out"))
+    runs = _plan(tmp_path, 1, True, "bench/gpu_trace.py")
+    assert [r.split(" ", 1)[1] for r in runs] == [
+        f"bench/gpu_trace.py --np 4 --size 64M --out {tmp_path / 'out'}/gpu_trace"], runs

@@ -56,7 +56,7 @@ def test_one_sided_plans_equal_their_schedules(collective, algorithm):
     plan, _ = _plan(collective=collective, algorithm=algorithm, size=4, count=8)
     assert plan["one_sided"] and plan["peer_bufs"] & 1  # every one reads peers' inputs
     kinds = {it["kind"] for it in plan["items"]}
-    assert {"signal", "wait"} <= kinds and kinds & {"get", "get_reduce", "put", "reduce_to_all"}
+    assert {"signal", "wait"} <= kinds and kinds & {"get", "get_reduce", "put", "reduce_to_all", "reduce_from_all"}
 
 
 def _one_sided(**kw):
@@ -123,6 +123,19 @@ def test_block_locality_counts_the_fused_item_on_every_rank():
     s[1]["steps"][-1].append({"op": "get", "peer": 0, "dst": ("output", 0, 8), "src": ("output", 0, 8)})
     with pytest.raises(RuntimeError, match="block locality: rank 0's output bytes"):
         _C.check_one_sided_plans(COLLECTIVE["all_reduce"], s, 8, esize=4)
+
+
+def test_block_locality_counts_the_fused_reduce_scatter_source_on_every_rank():
+    """A reduce_from_all reads its range of every rank's input (and writes this rank's output only):
+    a peer's get of part of rank 0's input block 1, which rank 1's fused item reads whole, is not
+    block-local."""
+    s = _scheds("reduce_scatter", "mapped_fused", 2, 8)
+    _C.check_one_sided_plans(COLLECTIVE["reduce_scatter"], s, 8, esize=4)
+    plan, _ = _plan(collective="reduce_scatter", algorithm="mapped_fused", size=2, count=8)
+    assert plan["peer_bufs"] == 1  # the input only: nobody else touches a rank's output
+    s[1]["steps"][-1].append({"op": "get", "peer": 0, "dst": ("output", 0, 4), "src": ("input", 10, 4)})
+    with pytest.raises(RuntimeError, match="block locality: rank 0's input bytes"):
+        _C.check_one_sided_plans(COLLECTIVE["reduce_scatter"], s, 8, esize=4)
 
 
 def _scheds(collective, algorithm, size, count):

@@ -120,6 +120,11 @@ def run(coll, algo, P, n, root, in_place, inputs):
                             total += reg(q, o["src"])
                         for q in range(P):
                             reg(q, o["dst"])[:] = total
+                    elif o["op"] == "reduce_from_all":  # the same into this rank's dst only
+                        total = reg(0, o["src"]).copy()
+                        for q in range(1, P):
+                            total += reg(q, o["src"])
+                        reg(r, o["dst"])[:] = total
                 signals.update((r, o["peer"], o["tag"]) for o in ops if o["op"] == "signal")
                 step[r] += 1
                 done[r] = set()

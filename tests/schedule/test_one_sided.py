@@ -14,7 +14,7 @@ from commlib.core.schedules import VerificationError
 
 MAPPED = {("all_reduce", "mapped_one_shot"), ("all_reduce", "mapped_two_shot"),
           ("all_reduce", "mapped_fused_two_shot"), ("all_gather", "mapped"),
-          ("reduce_scatter", "mapped"), ("all_to_all", "mapped")}
+          ("reduce_scatter", "mapped"), ("reduce_scatter", "mapped_fused"), ("all_to_all", "mapped")}
 
 
 def registered(collective, algorithm, size, count):
@@ -145,6 +145,39 @@ def test_the_fused_two_shot_without_a_ready_signal_is_rejected():
     rejects(r"rank 1 step 1 op \d+ reduce_to_all\(every rank's output\[3:5\] <- every rank's input\[3:5\]\) "
             r"(reads|writes) rank 3's (input|output)\[3\] unordered with rank 3's use of its buffers before the call",
             "all_reduce", 4, 9, s, in_place=False)
+
+
+def test_the_fused_reduce_scatter_reads_every_rank_once_and_writes_only_its_output():
+    # rank r: ready to every peer; once every peer's ready came, one reduce_from_all of block r (every
+    # rank's input block r read, the sum stored into r's output only), then done to every peer; it
+    # returns once every peer's done came.
+    s = schedules.schedule("reduce_scatter", "mapped_fused", rank=2, size=3, count=4)
+    ops = [[o["op"] for o in st] for st in s["steps"]]
+    assert ops == [["signal"] * 2, ["wait"] * 2 + ["reduce_from_all"] + ["signal"] * 2, ["wait"] * 2], ops
+    fused = s["steps"][1][2]
+    assert fused["peer"] is None and fused["dst"] == ("output", 0, 4) and fused["src"] == ("input", 8, 4), fused
+    assert "reduce_from_all(output[0:4] <- every rank's input[8:12])" in schedules.format_schedule(s)
+    verify("reduce_scatter", 3, 4, registered("reduce_scatter", "mapped_fused", 3, 4))
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_the_fused_reduce_scatter_without_its_done_wait_is_rejected(in_place):
+    # Rank 0 returns without waiting for rank 1's done: rank 1 may still read rank 0's input block 1.
+    s = registered("reduce_scatter", "mapped_fused", 3, 5)
+    drop(s[1], 1, "signal", 0, tag=2)
+    drop(s[0], 2, "wait", 1, tag=2)
+    rejects(r"rank 0 returns \(its caller may reuse rank 0's input\[[5-9]\]\) unordered with rank 1's read in its step 1",
+            "reduce_scatter", 3, 5, s, in_place=in_place)
+
+
+def test_the_fused_reduce_scatter_without_a_ready_signal_is_rejected():
+    # Rank 2 never says its input is in the call: rank 0 reads its block 0 unordered with rank 2's
+    # use of its buffers before the call.
+    s = registered("reduce_scatter", "mapped_fused", 3, 5)
+    drop(s[2], 0, "signal", 0)
+    drop(s[0], 1, "wait", 2)
+    rejects(r"rank 0 step 1 op \d+ reduce_from_all\(output\[0:5\] <- every rank's input\[0:5\]\) reads rank 2's "
+            r"input\[0\] unordered with rank 2's use of its buffers before the call", "reduce_scatter", 3, 5, s)
 
 
 def test_a_reduce_to_all_over_its_own_source_in_part_is_rejected():

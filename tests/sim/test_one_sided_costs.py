@@ -53,6 +53,22 @@ def test_the_fused_two_shot_is_a_get_reduce_and_a_put_with_every_peer_in_one_ste
 
 
 @pytest.mark.parametrize("P", [2, 4, 8])
+def test_the_fused_reduce_scatter_is_a_get_reduce_from_every_peer_in_one_step(P):
+    # ready (alpha); one step in which every rank reads its block m = n / P of every peer's input
+    # (get_reduce, reduced as it arrives): each NIC direction carries (P-1) m from the step's entry;
+    # done (alpha). So 3 alpha + f n beta and the reduction's tail; the mapped one of one peer per
+    # step pays (P - 1) latencies for the same bytes.
+    n = 4 * 1024 * P  # input bytes per rank
+    f, m = (P - 1) / P, n // P
+    out = simulated("reduce_scatter", "mapped_fused", m // 4, P)
+    assert out["transfers"] == P * (P - 1) and out["bytes_inter"] == P * (P - 1) * m
+    lower = 3 * ALPHA + f * n * BETA
+    assert lower <= out["time_s"] <= lower + m * GAMMA * (1 + 1e-12), (out["time_s"], lower)
+    mapped = simulated("reduce_scatter", "mapped", m // 4, P)["time_s"]
+    assert out["time_s"] < mapped if P > 2 else out["time_s"] == pytest.approx(mapped)  # P = 2: one peer either way
+
+
+@pytest.mark.parametrize("P", [2, 4, 8])
 def test_mapped_one_shot_reads_everything_then_sums(P):
     # ready (alpha), P-1 whole-buffer gets into this rank's NIC (alpha + (P-1) n beta), done (alpha),
     # then P-1 local reductions of n bytes.
@@ -77,7 +93,7 @@ def test_reads_of_one_peer_share_its_port():
 def test_every_one_sided_algorithm_is_costed_and_auto_never_picks_one():
     one_sided = [(c, a["name"]) for c in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
                  for a in _C.algorithm_info(COLLECTIVE[c]) if "one_sided" in a["traits"]]
-    assert len(one_sided) == 6
+    assert len(one_sided) == 7
     for c, a in one_sided:
         for P in (1, 3, 6):
             assert simulated(c, a, 97, P)["time_s"] >= 0

@@ -137,3 +137,20 @@ def kernel_auto_choices(comm, settings, table=None, shareable=()):
                   for n in AUTO_COUNTS]
         return before, after, policy, paths, ok, ran
     return with_settings(comm, settings, run)
+
+
+def reduce_scatter_auto(comm, settings, shareable):
+    """What an auto reduce_scatter ran, a 64 KiB and a just over 256 KiB output block on 3 ranks
+    under `settings` (the ranks in `shareable` with buffers their peers can map), and whether the
+    results were right: device auto takes the fused one-sided reduce_scatter where every rank's
+    buffers are mapped and each rank reads more than 256 KiB of its peers (policy/device_auto.h)."""
+    def run(sub):
+        P, ran, ok = sub.size, [], True
+        for n in (16384, 65537):
+            x = emu.from_numpy(np.full(n * P, sub.rank + 1, np.float32), shareable=sub.rank in shareable)
+            y = emu.from_numpy(np.zeros(n, np.float32), shareable=sub.rank in shareable)
+            sub.reduce_scatter(y, x)
+            ok &= bool((y.numpy() == P * (P + 1) // 2).all())
+            ran.append(sub._device()._last_engine.last_algorithm())
+        return ran, ok
+    return with_settings(comm, settings, run)

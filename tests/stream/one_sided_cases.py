@@ -7,7 +7,7 @@ from kernel_path_cases import KERNEL_SETTINGS, with_settings
 
 ONE_SIDED = [("all_reduce", "mapped_one_shot"), ("all_reduce", "mapped_two_shot"),
              ("all_reduce", "mapped_fused_two_shot"), ("all_gather", "mapped"),
-             ("reduce_scatter", "mapped"), ("all_to_all", "mapped")]
+             ("reduce_scatter", "mapped"), ("reduce_scatter", "mapped_fused"), ("all_to_all", "mapped")]
 # 64 bytes per block per handshake: the emulated device's 4 blocks from a few hundred bytes on, so
 # the shares, the per-block flags and the awkward tails all run; 8 KiB slots x 2 per peer stage.
 SETTINGS = dict(KERNEL_SETTINGS, COMMLIB_DEVICE_BLOCK_BYTES="64", COMMLIB_DEVICE_SLOT_BYTES="8192")
@@ -178,4 +178,49 @@ def one_sided_matrix_cuda(comm, cases):
             paths.add(sub._device_route.last_path())
         torch.cuda.synchronize()
         return fails, digests, sorted(paths)
+    return with_settings(comm, SETTINGS, run)
+
+
+def two_byte_fused(comm, count):
+    """The fused kernels' packed accumulators (plan_reduce_to_all.cuh, gpu::WordFold): float16 and
+    bfloat16, every float op but the scaled ones, mapped_fused_two_shot all_reduce and mapped_fused
+    reduce_scatter on `count` elements per block (the tail predicated, an odd count element by
+    element): [(what, whether the result is bit for bit the CPU kernel's fold in rank order 0..P-1)]."""
+    import numpy as np
+
+    from commlib import _C
+    import commlib.emulated as emu
+    from commlib.core.call_spec import DTYPE, OP
+
+    def inputs(P, n, dtype):
+        out = []
+        for q in range(P):
+            x = np.random.default_rng(1000 + q).uniform(0.5, 2.0, n).astype(np.float32)
+            out.append(x.astype(np.float16).view(np.uint16) if dtype == "float16"
+                       else (x.view(np.uint32) >> 16).astype(np.uint16))  # bfloat16 bits (truncated)
+        return out
+
+    def run(sub):
+        P, r = sub.size, sub.rank
+        results = []
+        for dtype in ("float16", "bfloat16"):
+            for op in ("sum", "prod", "min", "max"):
+                for coll, algo, n_in in (("all_reduce", "mapped_fused_two_shot", count),
+                                         ("reduce_scatter", "mapped_fused", count * P)):
+                    xs = inputs(P, n_in, dtype)
+                    want = xs[0].copy()
+                    for q in range(1, P):
+                        _C.reduce_local(want, xs[q], DTYPE[dtype], OP[op])
+                    if coll == "reduce_scatter":
+                        want = want[r * count:(r + 1) * count]
+                    x = emu.from_numpy(xs[r].view(np.float16), shareable=True) if dtype == "float16" \
+                        else emu.from_numpy(xs[r], dtype="bfloat16", shareable=True)
+                    y = emu.empty(len(want), dtype, shareable=True)
+                    if coll == "all_reduce":
+                        sub.all_reduce(x, out=y, op=op, algorithm=algo)
+                    else:
+                        sub.reduce_scatter(y, x, op=op, algorithm=algo)
+                    got = np.asarray(y.numpy()).view(np.uint16)
+                    results.append(((coll, dtype, op), bool(np.array_equal(got, want))))
+        return results
     return with_settings(comm, SETTINGS, run)

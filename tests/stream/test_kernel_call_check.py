@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from kernel_call_check_cases import (events_per_call, host_functions_per_call, kernel_auto_choices,  # noqa: E402
-                                     mismatch_found_by_the_kernel)
+                                     mismatch_found_by_the_kernel, reduce_scatter_auto)
 from kernel_path_cases import check_kernel_and_copy  # noqa: E402
 from test_device_collectives import DELAY_ENV  # noqa: E402
 
@@ -87,6 +87,10 @@ def test_auto_maps_where_every_rank_can(pool, path, shareable):
             assert ran == ["direct", "direct", MAPPED_AUTO, MAPPED_AUTO], ran
         else:
             assert ran == after, (ran, after)
+    # reduce_scatter: the fused one-sided form above 256 KiB read from the peers, where every rank maps
+    for ran, ok in pool(3, env=DELAY_ENV).run(reduce_scatter_auto, {"COMMLIB_DEVICE_PATH": path}, shareable, timeout=60):
+        assert ok and ran[0] != "mapped_fused", ran
+        assert (ran[1] == "mapped_fused") == (len(shareable) == 3), ran
 
 
 # Rows measured on the kernel path for 3 ranks (and host rows that say otherwise): the kernel

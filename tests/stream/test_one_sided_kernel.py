@@ -3,7 +3,7 @@ of csrc/stream/kernel_path_one_sided.cc) on the emulated device, whose blocks ar
 the stream delay on (it perturbs every data item of every block) and every rank of a pool on
 emulated device 0 (several ranks per device).
 
-The matrix: the six mapped algorithms at world sizes 1-5 and 8, counts 0, 1, P-1, 13, 97 and
+The matrix: the seven mapped algorithms at world sizes 1-5 and 8, counts 0, 1, P-1, 13, 97 and
 1500 (so several blocks, each with its own flags, and tails of every length), dtypes, ops and
 placement (in place / out of place) rotating; results checked against the reference and bitwise
 equal across ranks. Users' buffers are not registered yet, so every call takes the staged path
@@ -63,6 +63,9 @@ EXPECTED = {
     ("all_reduce", "mapped_one_shot"): (3 * P - 2, 2 * P - 1, 2, 1, 3 * (P - 1)),
     ("all_gather", "mapped"): (P, P, 2, 1, 3 * (P - 1)),
     ("reduce_scatter", "mapped"): ((2 * P - 1) / P, 1, 2, 1, 3 * (P - 1)),
+    # the fused reduce_scatter: block r of every rank read once, its sum stored once (N read, N / P
+    # written); input staged (the output is nobody else's)
+    ("reduce_scatter", "mapped_fused"): (1, 1 / P, 2, 1, 3 * (P - 1)),
     ("all_to_all", "mapped"): (1, 1, 2, 1, 3 * (P - 1)),
 }
 
@@ -96,6 +99,8 @@ def test_counters_per_algorithm(pool, route):
                 (coll, algo, c)
             if algo == "mapped_fused_two_shot":  # the issue's target, with nothing from host memory
                 assert (c["bytes_read"] + c["bytes_written"]) / N <= 2.25, c
+            if algo == "mapped_fused":  # reduce_scatter: at most N read and N / P written
+                assert c["bytes_read"] <= N and c["bytes_written"] <= N / P, c
 
 
 def test_a_buffer_freed_and_reallocated_at_its_address_is_mapped_afresh(pool):
@@ -129,3 +134,15 @@ def test_a_staged_call_at_the_slots_limit_runs_and_one_over_it_is_refused(pool):
                     "holds 16384" in got and "commlib.device.empty" in got, got
             else:
                 assert got == 2.0, (n, shareable, got)
+
+
+def test_two_byte_types_fold_packed_to_the_cpu_kernels_bits(pool):
+    """The fused kernels hold bfloat16 (and 1-byte) elements packed in 32-bit words (4 loads in flight
+    per thread, gpu::WordFold; float16 unpacked, 1): float16 and bfloat16 results of
+    mapped_fused_two_shot and mapped_fused (reduce_scatter), sum / prod / min / max, are bit for bit the CPU kernel's fold in rank order,
+    for a count with a predicated tail and one element by element (odd: unaligned blocks)."""
+    from one_sided_cases import two_byte_fused
+    for count in (4 * 8 * 64 + 24, 1001):
+        for per_rank in pool(3, env=DELAY_ENV).run(two_byte_fused, count, timeout=120):
+            assert [what for what, same in per_rank if not same] == [], (count, per_rank)
+            assert len(per_rank) == 16

@@ -91,6 +91,10 @@ function shorten(x, y, cx, cy, by) {
 }
 
 function messageText(m, elemBytes) {
+  return messageWords(m, elemBytes) + (m.of ? ` (one ${m.of} of rank ${m.by})` : "");
+}
+
+function messageWords(m, elemBytes) {
   const size = `${m.count} element${m.count === 1 ? "" : "s"}, ${fmtBytes(m.count * elemBytes)}`;
   if (m.op === "put") return `rank ${m.src} → rank ${m.dst}: rank ${m.src} puts its ${regionText(m.send)} (${size}) into rank ${m.dst}'s ${regionText(m.recv)}`;
   if (m.op === "get" || m.op === "get_reduce")

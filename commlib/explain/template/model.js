@@ -2,8 +2,11 @@
 // operations a step holds, and what each rank's buffers hold after it. No drawing here.
 "use strict";
 const BUFFERS = ["input", "output", "scratch"];
-const OPS = ["send", "recv", "recv_reduce", "copy", "reduce", "get", "get_reduce", "put", "signal", "wait", "reduce_to_all"];
+const OPS = ["send", "recv", "recv_reduce", "copy", "reduce", "get", "get_reduce", "put", "signal", "wait", "reduce_to_all", "reduce_from_all"];
 const ONE_SIDED = ["get", "get_reduce", "put"];  // drawn as arrows from where the bytes are to where they land
+// Ops that read every rank's src (no peer named), drawn as arrows too: a get_reduce from every peer
+// (every peer's src added), and for reduce_to_all a put to every peer (the result stored there).
+const EVERY_RANK = ["reduce_to_all", "reduce_from_all"];
 
 // A case from the page's compact form (commlib/explain/codec.py, encode_case): ops of 9 integers,
 // runs flat with contributor sets as bit masks, 0 for a buffer unchanged since the step before.
@@ -73,6 +76,18 @@ function messages(c) {
                                          count: o.src[2], op: o.op, recv: o.dst, with: o.op === "get_reduce" ? o.dst : null,
                                          by: r, recvStep: k });
   })));
+  c.schedules.forEach((s, r) => s.steps.forEach((ops, k) => ops.forEach((o) => {
+    if (!EVERY_RANK.includes(o.op)) return;
+    for (let q = 0; q < c.schedules.length; q++) {
+      if (q === r) continue;
+      const l = (byStep[k] = byStep[k] || []);
+      l.push({ src: q, dst: r, step: k, send: o.src, count: o.src[2], op: "get_reduce", recv: o.dst, with: o.dst,
+               by: r, recvStep: k, of: o.op });
+      if (o.op === "reduce_to_all")
+        l.push({ src: r, dst: q, step: k, send: o.dst, count: o.dst[2], op: "put", recv: o.dst, with: null,
+                 by: r, recvStep: k, of: o.op });
+    }
+  })));
   byStep.forEach((l) => l.sort((a, b) => a.src - b.src || a.dst - b.dst));
   return byStep;
 }
@@ -87,7 +102,7 @@ function push(map, key, v) {
 function localOps(c, k) {
   const out = [];
   c.schedules.forEach((s, r) => (s.steps[k] || []).forEach((o) => {
-    if (!["send", "recv", "recv_reduce", ...ONE_SIDED].includes(o.op))
+    if (!["send", "recv", "recv_reduce", ...ONE_SIDED, ...EVERY_RANK].includes(o.op))
       out.push({ rank: r, op: o.op, peer: o.peer, dst: o.dst, src: o.src, tag: o.tag });
   }));
   return out;
