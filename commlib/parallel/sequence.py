@@ -27,7 +27,7 @@ Algorithms:
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -58,7 +58,6 @@ def zigzag_split(x: torch.Tensor, rank: int, size: int, dim: int = 2) -> torch.T
 
 def zigzag_merge(parts: Sequence[torch.Tensor], dim: int = 2) -> torch.Tensor:
     """Inverse of :func:`zigzag_split`: ``parts[r]`` is rank r's part; returns the full sequence."""
-    size = len(parts)
     firsts, seconds = [], []
     for p in parts:
         a, b = p.chunk(2, dim)

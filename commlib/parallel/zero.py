@@ -25,7 +25,7 @@ from ._buckets import (MB, FlatLayout, OrderedLauncher, broadcast_tensors, check
                        check_one_device, check_positive, check_same_structure, dtype_buckets,
                        optimizer_state_tensors, param_slots, queue_backward_callback, storage_bytes)
 from . import _elastic
-from .zero_checkpoint import FORMAT, _load_sharded, _save_sharded, _Unit, read_checkpoint_meta  # noqa: F401
+from .zero_checkpoint import _load_sharded, _save_sharded, _Unit, read_checkpoint_meta
 
 __all__ = ["ZeroOptimizer", "FullyShardedModule", "read_checkpoint_meta"]
 

@@ -114,7 +114,6 @@ def _load_sharded(path: str, comm, kind: str, units: Sequence[_Unit], shards: Se
     meta = read_checkpoint_meta(path)
     if meta["kind"] != kind:
         raise ValueError(f"path: checkpoint was saved by {meta['kind']}, not {kind}")
-    old_world = int(meta["world"])
     for u in units:
         m = meta["units"].get(u.name)
         if m is None:

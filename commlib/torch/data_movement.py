@@ -116,14 +116,19 @@ class DataMovementMixin:
 
     _allgather_base = all_gather_single
 
-    def all_gather_single_coalesced(self, output_tensors, input_tensors, opts=None):
-        opts = opts if opts is not None else dist.AllgatherOptions()
+    def _pairwise(self, async_op, output_tensors, input_tensors, one):
+        """The coalesced single-tensor forms: ``one(call, async_op, output, input)`` for each pair,
+        as one call (one work for all)."""
         outs, ins = list(output_tensors), list(input_tensors)
 
         def body(call, async_op):
             for o, i in zip(outs, ins):
-                self._all_gather_single_into(call, async_op, o, i)
-        return self._run(opts.asyncOp, outs, body)
+                one(call, async_op, o, i)
+        return self._run(async_op, outs, body)
+
+    def all_gather_single_coalesced(self, output_tensors, input_tensors, opts=None):
+        opts = opts if opts is not None else dist.AllgatherOptions()
+        return self._pairwise(opts.asyncOp, output_tensors, input_tensors, self._all_gather_single_into)
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
@@ -159,12 +164,8 @@ class DataMovementMixin:
 
     def reduce_scatter_single_coalesced(self, output_tensors, input_tensors, opts=None):
         opts = opts if opts is not None else dist.ReduceScatterOptions()
-        outs, ins = list(output_tensors), list(input_tensors)
-
-        def body(call, async_op):
-            for o, i in zip(outs, ins):
-                self._reduce_scatter_single_into(call, async_op, o, i, opts.reduceOp)
-        return self._run(opts.asyncOp, outs, body)
+        return self._pairwise(opts.asyncOp, output_tensors, input_tensors, lambda c, a, o, i:
+                              self._reduce_scatter_single_into(c, a, o, i, opts.reduceOp))
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 

@@ -31,17 +31,8 @@ TcpTransport* tcp_of(Communicator& c) {
 
 CollectiveCall collective_call(Collective coll, const std::string& algo, uintptr_t in, uintptr_t out, int64_t count,
                                DType dtype, RedOp op, int root, double scale) {
-  CollectiveCall call;
-  call.coll = coll;
-  call.algo = static_cast<uint8_t>(algorithm_index(coll, algo));
-  call.input = in;
-  call.output = out;
-  call.count = count;
-  call.dtype = dtype;
-  call.op = op;
-  call.root = root;
-  call.scale = scale;
-  return call;
+  return collective_call_on(coll, static_cast<uint8_t>(algorithm_index(coll, algo)), in, out, count, dtype, op, root,
+                            scale);
 }
 
 std::vector<P2PItem> p2p_items(const std::vector<P2PTuple>& items) {

@@ -25,6 +25,24 @@ struct CollectiveCall {
   CodecSpec codec;     // compress=: every message encoded (host/compressed_lowering.cc); None: raw
 };
 
+// A collective call on raw addresses, with every field named once (the bindings and the torch
+// backend both build theirs here).
+inline CollectiveCall collective_call_on(Collective coll, uint8_t algo, uintptr_t input, uintptr_t output,
+                                         int64_t count, DType dtype, RedOp op = RedOp::Sum, int root = 0,
+                                         double scale = 1.0) {
+  CollectiveCall call;
+  call.coll = coll;
+  call.algo = algo;
+  call.input = input;
+  call.output = output;
+  call.count = count;
+  call.dtype = dtype;
+  call.op = op;
+  call.root = root;
+  call.scale = scale;
+  return call;
+}
+
 // Keyed by the *requested* algorithm (0 = auto), so a cached entry also remembers what auto chose.
 // auto chooses by bytes (count x element size: tuning table, heuristic, cost model), so the element
 // size is part of the key: two calls of the same count in int8 and float64 are 8x apart in bytes

@@ -92,15 +92,7 @@ bool reduction_op(const c10d::ReduceOp& op, DType dt, RedOp* out, double* scale)
 
 CollectiveCall make_call(Collective c, uint8_t algo, DType dt, int64_t count, uintptr_t in, uintptr_t out,
                          int root) {
-  CollectiveCall call;
-  call.coll = c;
-  call.algo = algo;
-  call.dtype = dt;
-  call.count = count;
-  call.input = in;
-  call.output = out;
-  call.root = root;
-  return call;
+  return collective_call_on(c, algo, in, out, count, dt, RedOp::Sum, root);
 }
 
 CommlibBackend::CommlibBackend(const CoreApi* api, py::object group, uintptr_t core, int rank, int size,

@@ -76,7 +76,7 @@ def test_every_pair_of_the_full_product_runs(collective, size, thinned):
     if size == FULL_LARGE_AT and not thinned:
         assert large_rows == full_large_rows
         return
-    if size in NO_LARGE_AT:  # one rank sends nothing; 8 ranks repeat 4's splits (matrix_selection.py)
+    if size in NO_LARGE_AT:  # one rank sends nothing; 5 and 8 ranks repeat 3's and 4's (matrix_selection.py)
         assert not large_rows and full_large_rows
         return
     assert len(large_rows) <= len(full_large_rows) / 2
@@ -84,6 +84,17 @@ def test_every_pair_of_the_full_product_runs(collective, size, thinned):
     for axes in [joint] + [(i,) for i in range(len(full_large_rows[0])) if i not in joint]:
         want = {tuple(r[i] for i in axes) for r in full_large_rows}
         assert {tuple(r[i] for i in axes) for r in large_rows} == want, f"large count misses some of axes {axes}"
+
+
+@pytest.mark.parametrize("collective", REDUCING + MOVING)
+def test_every_algorithm_meets_the_large_count_somewhere(collective):
+    """Where the large count does not run (NO_LARGE_AT), every algorithm of that world size meets it
+    at a world size where it does (the full product at FULL_LARGE_AT, the covering at 2 and 4)."""
+    with_large = [s for s in (2, 3, 4) if s not in NO_LARGE_AT]
+    assert FULL_LARGE_AT in with_large
+    met = set().union(*(cases.algorithms_at(collective, s) for s in with_large))
+    for size in NO_LARGE_AT:
+        assert set(cases.algorithms_at(collective, size)) <= met, (size, set(cases.algorithms_at(collective, size)) - met)
 
 
 def test_covering_takes_what_a_lone_cell_needs():

@@ -88,12 +88,14 @@ def test_socket_ifname_picks_the_interface(net):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("algorithm,segment", [("hierarchical", None), ("hierarchical", 65536), ("ring", None)],
-                         ids=["hierarchical", "hierarchical-pipelined", "ring"])
+@pytest.mark.parametrize("algorithm,segment", [("hierarchical", 65536), ("ring", None)],
+                         ids=["hierarchical-pipelined", "ring"])
 def test_interface_down_mid_job(algorithm, segment):
     """Host 1's veth goes down while the ranks all-reduce in a loop: every rank raises PeerError
     naming a rank and the collective within COMMLIB_TIMEOUT (plus scheduling slack), nothing
-    hangs, and the namespaces are gone afterwards."""
+    hangs, and the namespaces are gone afterwards. A flat algorithm and the hierarchical one (its
+    pipelined schedule: several segments in flight when the link goes; the unpipelined schedule,
+    which ran here too until issue #36, waits on the same connections with fewer steps)."""
     timeout_s, hosts = 3, [0, 1, 1]
     net = _namespaces(2)
     try:

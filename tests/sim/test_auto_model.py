@@ -25,8 +25,11 @@ def no_tuning(monkeypatch):
     tuning.load_default()
 
 
+# (Small all_reduce across DGX hosts, which ran here too, is test_candidate_search's first case: at 32
+# ranks, the search that resolve_algorithm runs equals the exhaustive ranking's best, and so does
+# simulate("auto"); issue #36: 6 s of the suite for the same three answers at 16 ranks.)
 @pytest.mark.parametrize("topo,hosts,coll,nbytes", [
-    ("dgx-h100", 2, "all_reduce", 1 << 10), ("dgx-h100", 2, "all_reduce", 64 << 20),
+    ("dgx-h100", 2, "all_reduce", 64 << 20),
     ("dgx-h100", 4, "all_gather", 1 << 20), ("dgx-h100", 2, "reduce_scatter", 16 << 20),
     ("dgx-h100", 4, "broadcast", 4 << 10), ("eth-25g", 8, "all_reduce", 1 << 10),
     ("eth-25g", 4, "all_gather", 16 << 20), ("eth-25g", 8, "broadcast", 64 << 20)])

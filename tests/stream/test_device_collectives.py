@@ -8,7 +8,9 @@ A covering selection instead of the full product (which the host executor's matr
 every world size 1-5 and 8, every collective x algorithm (auto included) runs two of the counts
 0, 1, size - 1, 13 and 97 (prime), rotating, and dtypes, ops, roots and in/out of place rotate
 across the cases; one
-sweep runs every dtype x op (all_reduce and reduce_scatter); one ~1M-element call per collective.
+sweep runs every dtype x op (all_reduce and reduce_scatter); one ~1M-element call per collective
+at 3 ranks (uneven splits) and 4 (power of two: several doubling rounds; at 8, where it ran until
+issue #36, the same power-of-two shapes cost twice the time on 2 cores).
 Outputs every rank must hold identically are compared bitwise across ranks.
 """
 import os
@@ -70,7 +72,7 @@ def test_collective_matrix_on_emulated_device(pool, size):
     cases = covering_cases(size)
     if size == 3:
         cases += dtype_op_sweep(size)
-    if size in (3, 8):
+    if size in (3, 4):
         cases += big_cases(size)
     device_cases.check_results(pool(size, env=DELAY_ENV).run(device_cases.check_cases, cases, timeout=240))
 

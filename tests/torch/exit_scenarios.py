@@ -6,7 +6,8 @@ Imports torch and commlib once, then for every scenario and repetition forks two
 that run it and leave through the interpreter's normal finalization (a forked child that returns
 from this script finalizes like any process: atexit handlers, module teardown, daemon threads still
 running). Both ranks are pinned to one CPU with a third process spinning on it, so that threads are
-preempted at the moments that matter (the SIGABRT at exit of #17 needed a busy machine). Prints one
+preempted at the moments that matter (the SIGABRT at exit of #17 needed a busy machine); with two
+CPUs, two jobs run at once, one per CPU (``--lanes``). Prints one
 JSON line {scenario: [exit statuses]}; a status is the exit code, or -signal for a crash.
 """
 from __future__ import annotations
@@ -131,19 +132,27 @@ def main() -> int:
     ap.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per job")
     ap.add_argument("--no-contention", action="store_true", help="no pinning, no spinner")
+    ap.add_argument("--lanes", type=int, default=2, help="jobs at once, each on a CPU of its own (at most "
+                    "the CPUs this process may use)")
     ap.add_argument("--quiesce-limit", type=float,
                     help="override commlib.torch.at_exit's wait for other threads (0: off, to "
                          "show what the tests catch without it)")
     args = ap.parse_args()
     if args.quiesce_limit is not None:
         commlib.torch.at_exit._QUIESCE_LIMIT_S = args.quiesce_limit
-    cpu = min(os.sched_getaffinity(0))
+    # One lane per CPU (two at most): a lane runs its jobs one after another, each job's ranks and
+    # spinner pinned to the lane's CPU, so every job still has one contended CPU to itself; two
+    # CPUs run two jobs at once (all jobs on one CPU at once starve each other, no faster).
+    cpus = sorted(os.sched_getaffinity(0))
+    lanes = cpus[:1] if args.no_contention else cpus[:max(1, min(args.lanes, len(cpus)))]
+    jobs = [name for name in args.scenario or list(SCENARIOS) for _ in range(args.reps)]
     results: dict = {}
     seconds: dict = {}
-    for name in args.scenario or list(SCENARIOS):
-        for _ in range(args.reps):
-            port = _free_port()
-            t0 = time.monotonic()
+    running: dict = {}  # lane's CPU -> [name, spinner pid, rank pids, start, statuses]
+    while jobs or running:
+        while jobs and len(running) < len(lanes):
+            cpu = next(c for c in lanes if c not in running)
+            name, port, t0 = jobs.pop(0), _free_port(), time.monotonic()
             spinner = 0 if args.no_contention else os.fork()
             if spinner == 0 and not args.no_contention:  # competes for the ranks' CPU until killed
                 os.sched_setaffinity(0, {cpu})
@@ -158,24 +167,32 @@ def main() -> int:
                     SCENARIOS[name](rank, port)
                     return 0  # leaves main(): this rank finalizes like any script
                 pids.append(pid)
-            statuses = [_wait(pid, args.timeout) for pid in pids]
+            running[cpu] = [name, spinner, pids, t0, [None, None]]
+        time.sleep(0.02)
+        for cpu, (name, spinner, pids, t0, statuses) in list(running.items()):
+            for i, pid in enumerate(pids):
+                if statuses[i] is None:
+                    statuses[i] = _poll(pid, t0 + args.timeout)
+            if None in statuses:
+                continue
             if spinner:
                 os.kill(spinner, signal.SIGKILL)
                 os.waitpid(spinner, 0)
             results.setdefault(name, []).extend(statuses)
             seconds.setdefault(name, []).append(round(time.monotonic() - t0, 2))
+            del running[cpu]
     print(json.dumps({"status": results, "seconds": seconds}), flush=True)
     return 0
 
 
-def _wait(pid: int, timeout: float) -> int:
-    """Exit status of ``pid``; a job still running after ``timeout`` s is killed (status -9)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        done, raw = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return _status(raw)
-        time.sleep(0.02)
+def _poll(pid: int, deadline: float):
+    """Exit status of ``pid`` if it ended, else None; one still running after ``deadline`` is
+    killed (status -9)."""
+    done, raw = os.waitpid(pid, os.WNOHANG)
+    if done:
+        return _status(raw)
+    if time.monotonic() < deadline:
+        return None
     os.kill(pid, signal.SIGKILL)
     return _status(os.waitpid(pid, 0)[1])
 

@@ -29,10 +29,12 @@ EXPECTED_FAILURES = {
                                  "since #44); dist.get_backend() says 'commlib'",
 }
 
-# 3 ranks: names containing one of these
+# 3 ranks: names containing one of these. ("monitored_barrier" was one until issue #36: its tests
+# are expected failures for a reason no world size changes, torch's gloo-only API; all three run
+# at 2 ranks, and its subgroup test still runs here under "subgroup".)
 THREE_RANK_SELECTION = ("all_gather_coalesced", "any_source", "sparse", "barrier_timeout",
                         "batch_isend_irecv", "subgroup", "test_DistributedDataParallelCPU",
-                        "test_get_future", "monitored_barrier", "all_reduce_full_group_sum",
+                        "test_get_future", "all_reduce_full_group_sum",
                         "reduce_full_group_sum", "scatter_full_group", "gather_full_group",
                         "broadcast_full_group")
 
