@@ -90,7 +90,7 @@ def predict(collective: str, algorithm: str, size: int, ranks: int, topology, dt
         "time_us": {"median": seconds * 1e6}, "algbw_GBps": algbw, "busbw_GBps": busbw, "wrong": None,
         "compress": codec.name if codec else None,
         "sim": {k: out[k] for k in ("build_s", "run_s", "steps", "transfers", "bytes_inter", "bytes_intra",
-                                    "shapes")},
+                                    "shapes", "nic_busy_s", "port_busy_s", "cpu_busy_s")},
     }
 
 

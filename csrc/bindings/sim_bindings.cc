@@ -165,6 +165,9 @@ void bind_sim(py::module_& m) {
         out["bytes_inter"] = r.bytes_inter;
         out["bytes_intra"] = r.bytes_intra;
         out["shapes"] = r.shapes;
+        out["nic_busy_s"] = r.nic_busy_s;
+        out["port_busy_s"] = r.port_busy_s;
+        out["cpu_busy_s"] = r.cpu_busy_s;
         out["ranks_beyond_cache"] = r.ranks_beyond_cache;
         out["max_working_set_bytes"] = r.max_working_set_bytes;
         out["algorithm"] = how.algorithm;

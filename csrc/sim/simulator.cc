@@ -33,6 +33,8 @@ class Run {
     ranks_.resize(P_);
     player_.reset(P_);
     free_at_.assign(2 * P_ + H_ + 2 * H_ * t.nics_per_host, 0.0);
+    busy_.assign(free_at_.size(), 0.0);
+    cpu_.assign(P_, 0.0);
     nic_next_.assign(2 * H_ * t.nics_per_host, 0.0);
     tokens_.assign(free_at_.size(), 0.0);
     send_cpu_.assign(P_, 0.0);
@@ -64,6 +66,9 @@ class Run {
     res.transfers = transfers_;
     res.bytes_inter = bytes_inter_;
     res.bytes_intra = bytes_intra_;
+    for (int k = 0; k < 2 * P_; ++k) res.port_busy_s = std::max(res.port_busy_s, busy_[k]);
+    for (size_t k = 2 * P_ + H_; k < busy_.size(); ++k) res.nic_busy_s = std::max(res.nic_busy_s, busy_[k]);
+    for (double c : cpu_) res.cpu_busy_s = std::max(res.cpu_busy_s, c);
   }
 
  private:
@@ -185,6 +190,7 @@ class Run {
     if (t_.send_overhead_s > 0 || coded) {
       const double cpu0 = std::max(send_cpu_[s], t);
       send_cpu_[s] = cpu0 + (t_.send_overhead_s + (coded ? codec_.sender_s(so.count) : 0)) * fs;
+      cpu_[s] += send_cpu_[s] - cpu0;
       start = std::max(start, piece ? cpu0 + (t_.send_overhead_s + codec_.sender_s(piece)) * fs : send_cpu_[s]);
     }
     double slowest, latency;
@@ -200,6 +206,7 @@ class Run {
     double taken = std::max(wire_done + latency, receiver_running(s, q, start + latency));
     if (t_.recv_overhead_s > 0) {
       recv_cpu_[q] = std::max(recv_cpu_[q], taken) + t_.recv_overhead_s * fq;
+      cpu_[q] += t_.recv_overhead_s * fq;
       taken = recv_cpu_[q];
     }
     Q.end = std::max(Q.end, taken + reduce_tail);
@@ -247,7 +254,9 @@ class Run {
       slowest = std::min(slowest, bw[i]);
       const double begin = std::max(start, free_at_[res[i]]);
       const bool bucket = hs != hq && t_.nic_burst_bytes > 0;
-      free_at_[res[i]] = begin + (bucket ? through_bucket(res[i], begin, bytes) : bytes / bw[i]);
+      const double served = bucket ? through_bucket(res[i], begin, bytes) : bytes / bw[i];
+      free_at_[res[i]] = begin + served;
+      busy_[res[i]] += served;
       wire_done = std::max(wire_done, free_at_[res[i]]);
     }
     if (trace_) wire_links_.assign(res, res + nres);
@@ -346,6 +355,8 @@ class Run {
   const int eb_, P_, H_;
   std::vector<RankState> ranks_;
   std::vector<double> free_at_;  // per link: when it is free again
+  std::vector<double> busy_;     // per link: seconds it served bytes (Result's accounting)
+  std::vector<double> cpu_;      // per rank: seconds of per-message CPU costs
   std::vector<double> nic_next_;  // per NIC direction: when it may start its next message
   std::vector<double> tokens_;    // per link: a NIC bucket's tokens when it was last free (free_at_)
   std::vector<double> send_cpu_, recv_cpu_;  // per rank: when its CPU has posted / taken in its last message
@@ -362,17 +373,6 @@ class Run {
 };
 
 }  // namespace
-
-void check_call(Collective c, int64_t count, int elem_bytes, int root, const Topology& topo) {
-  topo.validate();
-  const int P = topo.size();
-  if (count < 0) throw std::invalid_argument("count: must be >= 0, got " + std::to_string(count));
-  if (elem_bytes < 1) throw std::invalid_argument("elem_bytes: must be >= 1");
-  if (c == Collective::Send || c == Collective::Recv || c == Collective::kCount)
-    throw std::invalid_argument(std::string("collective: ") + collective_name(c) + " has no schedules");
-  if (collective_has_root(c) && (root < 0 || root >= P))
-    throw std::invalid_argument("root: " + std::to_string(root) + " out of range [0, " + std::to_string(P) + ")");
-}
 
 Result simulate(Collective c, const Composition& how, int64_t count, int elem_bytes, int root,
                 const Topology& topo, const Options& opts) {

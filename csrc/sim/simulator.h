@@ -45,6 +45,13 @@ struct Result {
   int64_t max_working_set_bytes = 0;  // largest input + output + scratch bytes of any rank
   int64_t ranks_beyond_cache = 0;     // ranks whose working set put them in a memory tier
   bool cut = false;         // stopped at Options::stop_after_s: time_s is a lower bound (> stop_after_s)
+  // The accounting (what bounds time_s): the busiest NIC direction's and rank port direction's
+  // seconds of serving bytes, and the busiest rank's CPU seconds of per-message costs (posting
+  // sends and taking receives, LogGP's o). time_s minus the largest is what no link or CPU was
+  // kept busy by: latencies, steps waiting for their slowest op, local reductions, fill and drain.
+  double nic_busy_s = 0;
+  double port_busy_s = 0;
+  double cpu_busy_s = 0;
 };
 
 // What one run did, for the schedule explorer (commlib explain): every rank's steps as (entered,

@@ -1,5 +1,9 @@
-// Topology checks (topology.h).
+// Topology checks (topology.h), and a call's checks on one (simulator.h, check_call).
 #include "sim/topology.h"
+
+#include <string>
+
+#include "sim/simulator.h"
 
 #include <algorithm>
 #include <cmath>
@@ -73,6 +77,17 @@ void Topology::validate() const {
 #undef COMMLIB_SIM_CHECK_TIER
   }
 #undef COMMLIB_SIM_CHECK_FIELD
+}
+
+void check_call(Collective c, int64_t count, int elem_bytes, int root, const Topology& topo) {
+  topo.validate();
+  const int P = topo.size();
+  if (count < 0) throw std::invalid_argument("count: must be >= 0, got " + std::to_string(count));
+  if (elem_bytes < 1) throw std::invalid_argument("elem_bytes: must be >= 1");
+  if (c == Collective::Send || c == Collective::Recv || c == Collective::kCount)
+    throw std::invalid_argument(std::string("collective: ") + collective_name(c) + " has no schedules");
+  if (collective_has_root(c) && (root < 0 || root >= P))
+    throw std::invalid_argument("root: " + std::to_string(root) + " out of range [0, " + std::to_string(P) + ")");
 }
 
 }  // namespace sim

@@ -109,13 +109,14 @@ def run_reducing(comm, buffers, collective, algo, dtype, op, count, root, inplac
     return buffers.to_host(out, dtype), want, mag
 
 
-# The multi-channel rings and the double tree (issue 39) run up to 4 ranks only (the full product at 3):
-# the matrix's ranks share one host, where rail_ring is a ring and its reverse side by side at every
-# P >= 3, and the double tree's second tree is mirrored at even P and shifted at odd P, so 3 and 4
-# ranks hold every shape they take here; at 5 and 8 ranks they would add two algorithms to the
-# slowest cells (all_reduce-5 and -8). Their multi-host shapes are proven by the verifier
-# (tests/schedule/test_rail_ring.py, test_verify_all.py).
-SMALL_WORLDS_ONLY = {"rail_ring": 4, "double_tree": 4}
+# The multi-channel rings, the double tree and the grid (issue 39) run up to 4 ranks only (the full
+# product at 3): the matrix's ranks share one host, where rail_ring is a ring and its reverse side by
+# side at every P >= 3, the double tree's second tree is mirrored at even P and shifted at odd P, and
+# the grid is 2 x 2 at 4 ranks (a plain two-shot at 3, prime), so 3 and 4 ranks hold every shape
+# they take here (the ~1M-element counts cut the grid into its pieces); at 5 and 8 ranks they would
+# add algorithms to the slowest cells (all_reduce-5 and -8). Their multi-host shapes are proven by
+# the verifier (tests/schedule/test_rail_ring.py, test_grid.py, test_verify_all.py).
+SMALL_WORLDS_ONLY = {"rail_ring": 4, "double_tree": 4, "grid": 4}
 
 
 def algorithms_at(collective, P):

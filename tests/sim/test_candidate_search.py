@@ -94,7 +94,7 @@ def test_search_is_cached_per_shape_and_placement(no_tuning):
 EXTRAPOLATED = [
     ("dgx-h100", [h for h in range(4) for _ in range(8)], 256 << 10),  # two close: both run whole
     ("eth-25g", [h for h in range(4) for _ in range(8)], 256 << 10),  # a lone one: its estimate
-    ("eth-25g", [h for h in range(4) for _ in range(8)], 64 << 10),  # a flat one wins
+    ("eth-25g", [h for h in range(4) for _ in range(8)], 128 << 10),  # a flat one (grid) wins
     ("dgx-h100", [0, 0, 1, 2, 2, 2], 256 << 10),
     # 3 ranks per host: with 2, the multi-channel rail_ring (flat) wins there and no hierarchical
     # candidate needs an estimate

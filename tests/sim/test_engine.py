@@ -25,6 +25,12 @@ def test_shared_nic_serialises_transfers():
     assert one["time_s"] == pytest.approx(4 * m / 1e9, rel=1e-9)
     assert two["time_s"] == pytest.approx(2 * m / 1e9, rel=1e-9)
     assert one["bytes_inter"] == 8 * m and one["bytes_intra"] == 4 * m
+    # The accounting: the busiest NIC direction served those bytes, a port its rank's local m bytes.
+    assert one["nic_busy_s"] == pytest.approx(4 * m / 1e9, rel=1e-9) and two["nic_busy_s"] == pytest.approx(2 * m / 1e9)
+    assert one["port_busy_s"] == pytest.approx(m / 1e18, rel=1e-9) and one["cpu_busy_s"] == 0.0
+    t = two_hosts(2, 2)
+    t.update(send_overhead_s=1e-6, recv_overhead_s=2e-6)  # 3 sends and 3 receives a rank
+    assert _C.simulate(_C.Collective.all_gather, "direct", m, 1, 0, t)["cpu_busy_s"] == pytest.approx(9e-6, rel=1e-9)
 
 
 def test_chunks_overlap_reduction_with_transfer():
