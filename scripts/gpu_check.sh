@@ -89,64 +89,9 @@ tails=()    # the tail of each failing step's log
 overall=0
 remaining() { echo $(( BUDGET - (SECONDS - started) )); }
 
-env_lines() {
-  echo "- machine: $(hostname), $(nproc) cores; GPUs:"
-  nvidia-smi --query-gpu=index,name,memory.total,driver_version,compute_mode --format=csv,noheader 2>&1 | sed 's/^/  - /'
-  echo "- nvcc: $(nvcc --version 2>/dev/null | tail -1 || echo 'not found')"
-  echo "- python: $PY = $(command -v "$PY"), $("$PY" -c 'import sys; print(sys.version.split()[0])' 2>&1)"
-  timeout 60 "$PY" - <<'EOF' 2>&1 | sed 's/^/- /'
-import importlib
-try:
-    import torch
-    print(f"torch {torch.__version__}, torch.version.cuda {torch.version.cuda}, "
-          f"cuda available {torch.cuda.is_available()}, devices {torch.cuda.device_count()}")
-    try:
-        print("NCCL (torch's): " + ".".join(map(str, torch.cuda.nccl.version())))
-    except Exception as e:  # noqa: BLE001
-        print(f"NCCL (torch's): {type(e).__name__}: {e}")
-except Exception as e:  # noqa: BLE001
-    print(f"torch: {type(e).__name__}: {e}")
-for name in ("cupy", "numba", "mpi4py", "pytest", "pybind11"):
-    try:
-        m = importlib.import_module(name)
-        print(f"{name} {getattr(m, '__version__', '?')}")
-    except Exception as e:  # noqa: BLE001
-        print(f"{name}: {type(e).__name__}: {e}")
-EOF
-  if [ -n "$(ls commlib/_C_cuda*.so 2>/dev/null)" ]; then
-    timeout 60 "$PY" -c 'from commlib import nccl; v, path = nccl.load(); print("- NCCL (commlib loads): " + ".".join(map(str, v)) + " from " + path)' 2>&1 | tail -1
-  fi
-}
-
-write_report() {
-  [ $dry -eq 1 ] && return 0
-  {
-    echo "# GPU check"
-    echo
-    echo "Written by \`scripts/gpu_check.sh\` (steps: env,$steps), $(date -u +%Y-%m-%dT%H:%M:%SZ), after $((SECONDS - started)) s."
-    echo
-    cat "$logs/env.md"
-    echo
-    echo "| step | what ran | result | seconds |"
-    echo "| --- | --- | --- | --- |"
-    printf '%s\n' "${rows[@]}"
-    if [ ${#tails[@]} -gt 0 ]; then
-      echo
-      echo "## Failing steps: the last lines of their logs"
-      printf '%s\n' "${tails[@]}"
-    fi
-    if [ -s "$logs/bench.md" ]; then
-      echo
-      echo "## Bench"
-      echo
-      cat "$logs/bench.md"
-    fi
-    if [ -s "$logs/kept.md" ]; then
-      echo
-      cat "$logs/kept.md"
-    fi
-  } > "$out"
-}
+# env_lines (the report's environment lines) and write_report (the report itself).
+# shellcheck source=scripts/gpu_check_lib.sh
+. "$ROOT/scripts/gpu_check_lib.sh"
 
 # run_step NAME BUDGET_S "what ran" command...: runs under timeout (at most what is left of the
 # whole budget), records passed / failed (exit) / timed out with the pytest summary line, writes
