@@ -16,5 +16,19 @@ void append_rotated_get_reduce(Schedule& s, int r, int P, Region acc, Region reg
   }
 }
 
+void append_fused(Schedule& s, int r, int P, Op fused, int done_tag) {
+  Step ready;
+  add_to_peers(ready, r, P, op_signal, kTagReady);
+  s.steps.push_back(std::move(ready));
+  Step run;
+  add_to_peers(run, r, P, op_wait, kTagReady);
+  run.ops.push_back(std::move(fused));
+  add_to_peers(run, r, P, op_signal, done_tag);
+  s.steps.push_back(std::move(run));
+  Step release;
+  add_to_peers(release, r, P, op_wait, done_tag);
+  s.steps.push_back(std::move(release));
+}
+
 }  // namespace sched
 }  // namespace commlib

@@ -32,5 +32,11 @@ inline void add_to_peers(Step& st, int r, int P, Op (*make)(int, int), int tag) 
 // peer j signals it release_tag. `acc` must be a region nobody else touches while it accumulates.
 void append_rotated_get_reduce(Schedule& s, int r, int P, Region acc, Region region, int release_tag);
 
+// The fused shape (reduce_to_all, reduce_from_all: one op reads every rank at once): a step
+// signalling kTagReady to every peer; a step waiting for every peer's kTagReady, running `fused`
+// and signalling `done_tag` to every peer; a step waiting for every peer's `done_tag` (nobody
+// touches this rank's buffers any more once it ends).
+void append_fused(Schedule& s, int r, int P, Op fused, int done_tag);
+
 }  // namespace sched
 }  // namespace commlib

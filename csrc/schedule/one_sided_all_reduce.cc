@@ -93,20 +93,12 @@ Schedule all_reduce_mapped_fused_two_shot(const CollArgs& a) {
     s.steps.push_back(Step{{op_copy(out_region(0, n), in_region(0, n))}});
     return s;
   }
-  Step ready;
-  add_to_peers(ready, r, P, op_signal, kTagReady);
-  s.steps.push_back(std::move(ready));
   // In place output block r is input block r of every rank, which only this rank touches: it
-  // reads an element of every rank before it stores that element anywhere.
-  Step fused;
-  add_to_peers(fused, r, P, op_wait, kTagReady);
-  fused.ops.push_back(op_reduce_to_all(out_region(blk_off(n, P, r), blk_len(n, P, r)),
-                                       in_region(blk_off(n, P, r), blk_len(n, P, r))));
-  add_to_peers(fused, r, P, op_signal, kTagResult);
-  s.steps.push_back(std::move(fused));
-  Step release;  // every peer is done with my buffers (its reads of my input, its stores into my output)
-  add_to_peers(release, r, P, op_wait, kTagResult);
-  s.steps.push_back(std::move(release));
+  // reads an element of every rank before it stores that element anywhere. kTagResult: "my stores
+  // into your output and my reads of your input are done".
+  append_fused(s, r, P,
+               op_reduce_to_all(out_region(blk_off(n, P, r), blk_len(n, P, r)), in_region(blk_off(n, P, r), blk_len(n, P, r))),
+               kTagResult);
   return s;
 }
 

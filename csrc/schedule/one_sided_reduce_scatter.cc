@@ -45,19 +45,10 @@ Schedule reduce_scatter_mapped_fused(const CollArgs& a) {
     s.steps.push_back(Step{{op_copy(out, own)}});
     return s;
   }
-  Step ready;
-  add_to_peers(ready, r, P, op_signal, kTagReady);
-  s.steps.push_back(std::move(ready));
   // In place the output is input block r, which no peer writes: every element is read from every
-  // rank before it is stored (the kernel's thread loads it everywhere first).
-  Step fused;
-  add_to_peers(fused, r, P, op_wait, kTagReady);
-  fused.ops.push_back(op_reduce_from_all(out, own));
-  add_to_peers(fused, r, P, op_signal, kTagDone);
-  s.steps.push_back(std::move(fused));
-  Step release;  // every peer finished reading my input
-  add_to_peers(release, r, P, op_wait, kTagDone);
-  s.steps.push_back(std::move(release));
+  // rank before it is stored (the kernel's thread loads it everywhere first). kTagDone: "I finished
+  // reading your block r".
+  append_fused(s, r, P, op_reduce_from_all(out, own), kTagDone);
   return s;
 }
 
