@@ -14,6 +14,10 @@ from commlib.torch.fast_path import (ALL_GATHER, ALL_TO_ALL, OP_BY_HASH, REDUCE_
 from commlib.torch.devices import check_one_device
 from commlib.torch.staging import NATIVE, as_bytes, op_of, out_bytes, reduction_staging
 
+# torch.distributed does not re-export AllgatherOptions (torch 2.13; the other options it does):
+# the defaults for callers that pass none come from its c10d module.
+_AllgatherOptions = dist.distributed_c10d.AllgatherOptions
+
 
 def _unpack_blocks(flat, outs, starts, counts):
     """Copy ``flat[starts[i]:starts[i] + counts[i]]`` into ``outs[i]`` (the finalizer of every
@@ -56,7 +60,7 @@ class DataMovementMixin:
         call.finals.append(lambda: _unpack_blocks(flat, outputs, [r * m for r in range(P)], sizes))
 
     def allgather(self, output_tensors, input_tensors, opts=None):
-        opts = opts if opts is not None else dist.AllgatherOptions()
+        opts = opts if opts is not None else _AllgatherOptions()
         if len(output_tensors) != len(input_tensors):
             raise ValueError("allgather: one output list per input tensor expected")
         if len(input_tensors) == 1:  # dist.all_gather(tensor_list, tensor): name those
@@ -72,7 +76,7 @@ class DataMovementMixin:
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         """torch passes one list per *rank* (``output_lists[r][i]``: rank r's i-th input), while
         ``allgather`` takes one list per *input*: transpose, after checking the shape."""
-        opts = opts if opts is not None else dist.AllgatherOptions()
+        opts = opts if opts is not None else _AllgatherOptions()
         P, ins = self.size(), list(input_list)
         output_lists = [list(o) for o in output_lists]
         if len(output_lists) != P:
@@ -110,7 +114,7 @@ class DataMovementMixin:
                     self._core_address, ALL_GATHER, input_tensor, output_tensor, None,
                     self._algo["all_gather"], 0, False, None) is None):
             return self._done_works.get([output_tensor])
-        opts = opts if opts is not None else dist.AllgatherOptions()
+        opts = opts if opts is not None else _AllgatherOptions()
         return self._run(opts.asyncOp, [output_tensor],
                          lambda c, a: self._all_gather_single_into(c, a, output_tensor, input_tensor))
 
@@ -127,7 +131,7 @@ class DataMovementMixin:
         return self._run(async_op, outs, body)
 
     def all_gather_single_coalesced(self, output_tensors, input_tensors, opts=None):
-        opts = opts if opts is not None else dist.AllgatherOptions()
+        opts = opts if opts is not None else _AllgatherOptions()
         return self._pairwise(opts.asyncOp, output_tensors, input_tensors, self._all_gather_single_into)
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced

@@ -236,6 +236,19 @@ def _declined_calls(comm):
     if not (torch.equal(pair[0], torch.arange(4, dtype=torch.int32) * P + ranks_sum)
             and torch.equal(pair[1], torch.arange(3, dtype=torch.float64) * ranks_sum)):
         failures.append(f"blocking all_reduce of two tensors: {pair}")
+    # Called without options (torch always passes them; a direct caller need not): every gather
+    # form's default options exist (torch.distributed has no AllgatherOptions).
+    x = torch.arange(3, dtype=torch.int32) + 10 * me
+    gathered = torch.cat([torch.arange(3, dtype=torch.int32) + 10 * r for r in range(P)])
+    flat, pair, lists = torch.zeros(3 * P, dtype=torch.int32), [torch.zeros(3 * P, dtype=torch.int32)], \
+        [[torch.zeros(3, dtype=torch.int32) for _ in range(P)]]
+    backend._allgather_base(flat, x).wait()
+    backend.allgather_into_tensor_coalesced(pair, [x]).wait()
+    backend.allgather(lists, [x]).wait()
+    for name, got in (("_allgather_base", flat), ("allgather_into_tensor_coalesced", pair[0]),
+                      ("allgather", torch.cat(lists[0]))):
+        if not torch.equal(got, gathered):
+            failures.append(f"{name} without options: {got.tolist()} != {gathered.tolist()}")
     # empty blocks (the finalizers' offsets step by zero)
     outs = [torch.full((0,), -1.0) for _ in range(P)]
     with _Recorder():
