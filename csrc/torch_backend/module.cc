@@ -5,6 +5,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <array>
+#include <tuple>
 #include <stdexcept>
 
 #include "torch_backend/backend.h"
@@ -83,6 +84,28 @@ PYBIND11_MODULE(_C_torch, m) {
           py::arg("stream"),
           "Test seam: a call on emulated-device memory through the CUDA path's entry; its Work (torch's), or None "
           "when the device call cache does not hold it (the CUDA path then hands the call to the Python backend).")
+      .def(
+          "_device_p2p",
+          [](CommlibBackend& b, const std::vector<std::tuple<bool, uintptr_t, int64_t, int>>& messages, int device,
+             uintptr_t stream) {
+            // The CUDA path's sends and receives (held back, issued as the engine's batches through
+            // the core's table) on emulated-device memory: (send, address, bytes, peer) each, called
+            // on the stream `stream` (the emulated current stream's identity).
+            const c10::Stream host(c10::Stream::DEFAULT, c10::Device(c10::kCPU));  // (no c10 stream to wait on)
+            std::vector<c10::intrusive_ptr<c10d::Work>> works;
+            for (const auto& [send, address, bytes, peer] : messages) {
+              at::Tensor t = at::from_blob(reinterpret_cast<void*>(address), {bytes},
+                                           at::TensorOptions().dtype(at::kByte));
+              py::gil_scoped_release nogil;  // as torch's dispatcher calls the backend
+              works.push_back(b.hold_device_message(send, t, peer, commlib::torch_backend::kEmulatedBuffer, device,
+                                                    stream, host));
+            }
+            return works;
+          },
+          py::arg("messages"), py::arg("device"), py::arg("stream"),
+          "Test seam: sends and receives ((send, address, bytes, peer) each) of emulated-device memory through the "
+          "CUDA path's hold and batches; their Works (torch's). A batch on a stream the device route has run "
+          "nothing on fails (the CUDA path runs it through the Python path instead).")
       .def("_device_calls_held", &CommlibBackend::device_calls_held,
            "Device calls whose tensors the backend still holds (not seen retired), for tests.");
 }

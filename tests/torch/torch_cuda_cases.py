@@ -270,8 +270,11 @@ def case_cuda_point_to_point(comm):
     """send/recv/isend/irecv/batch_isend_irecv on CUDA tensors: blocking fan-out and fan-in,
     receive-first isend/irecv rings, a batch_isend_irecv ring, a non-contiguous receive, an
     exchange issued on a side stream (read there after wait()), and recv without src refused.
-    Values are compared exactly."""
+    Values are compared exactly. On the C++ backend the batches after the first on a stream run
+    from C++ (csrc/torch_backend/device_p2p.cc; counted)."""
+    from commlib import _C
     _cuda_setup(comm)
+    cpp_batches = _C.device_native_p2p_count()
     P, me = comm.size, comm.rank
     nxt, prv = (me + 1) % P, (me - 1) % P
     failures = []
@@ -334,4 +337,7 @@ def case_cuda_point_to_point(comm):
         if not str(e).startswith("src:"):
             failures.append(f"recv without src: the error does not name src: {e}")
     torch.cuda.synchronize()
+    from commlib.torch import native
+    if native.load() is not None and _C.device_native_p2p_count() - cpp_batches < 20:  # (of its ~40 batches)
+        failures.append(f"only {_C.device_native_p2p_count() - cpp_batches} CUDA batches ran from the C++ backend")
     return failures
