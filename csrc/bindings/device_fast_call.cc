@@ -12,6 +12,10 @@
 // object named), so a hit is a call the checks already accepted. A miss, or any unusual argument,
 // answers NotImplemented: the Python path takes it and raises naming the argument.
 //
+// It also knows the streams calls ran on as current streams, with their engines
+// (bindings/device_p2p_streams.h): where the torch backend's CUDA sends and receives are enqueued
+// from C++ (core_api.h device_p2p).
+//
 // The entry keeps what the call resolved (issue #37): the engine, its stream and the algorithm
 // the kernel path's auto picks, its plan and its path (StreamEngine::prepare: no lookup per call). A new
 // tuning table or algorithm registry drops every entry (one atomic load each per call).

@@ -144,6 +144,14 @@ class CommlibBackend : public c10d::Backend {
   // as c10 names it). Public for the module's test seam (emulated-device memory).
   c10::intrusive_ptr<c10d::Work> hold_device_message(bool send, const at::Tensor& t, int peer, uint8_t kind,
                                                      int device, uintptr_t stream_id, c10::Stream stream);
+  // An uneven all-to-all of device memory as one batch of the stream engine (device_p2p.cc):
+  // block j of `in` (in_bytes[j] bytes) to rank j, block i of `out` from rank i, on `stream` (as
+  // hold_device_message names it), this rank's own block copied there first; `user` (when defined)
+  // gets `out` copied back after the batch. Public for the module's test seam.
+  c10::intrusive_ptr<c10d::Work> device_exchange(const at::Tensor& in, const at::Tensor& out,
+                                                 const std::vector<int64_t>& in_bytes,
+                                                 const std::vector<int64_t>& out_bytes, uint8_t kind, int device,
+                                                 uintptr_t stream_id, c10::Stream stream, at::Tensor user);
   // Device calls whose tensors are still held (not seen retired), for tests.
   size_t device_calls_held() { return devices_.held(); }
 

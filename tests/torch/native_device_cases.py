@@ -101,7 +101,8 @@ def cpp_sends_and_receives(comm):
     the core's table): on a stream the device route has run nothing on, the batch fails (the CUDA
     path would run it through Communicator.batch_p2p); once the route ran a batch on this stream,
     a receive-first ring and three messages per pair run from C++ in call order, exactly, one
-    engine batch per round. Returns the failures (empty: all good)."""
+    engine batch per round; and an uneven all_to_all_single (its own block copied, the rest one
+    batch). Returns the failures (empty: all good)."""
     P, r = comm.size, comm.rank
     nxt, prv = (r + 1) % P, (r - 1) % P
     pg = ProcessGroupCommlib(comm.split(0), r, P)
@@ -140,6 +141,21 @@ def cpp_sends_and_receives(comm):
             bad.append(f"message {k} from rank {prv}: {recvs[k].numpy()[:3]} expected {want[:3]}")
     if _C.device_native_p2p_count() - before != 4:
         bad.append(f"C++ enqueued {_C.device_native_p2p_count() - before} point-to-point batches, expected 4")
+    # An uneven all_to_all_single (split sizes): rank r sends rank j r + j + 1 floats, one batch.
+    src = emu.from_numpy(np.concatenate([np.arange(r + j + 1, dtype=np.float32) + 1000 * r + 100 * j
+                                         for j in range(P)]), device_index=P2P_DEVICE)
+    dst = emu.from_numpy(np.full(sum(q + r + 1 for q in range(P)), -1, np.float32), device_index=P2P_DEVICE)
+    emu.current_stream(P2P_DEVICE).synchronize()  # (the seam's own block is copied by the host)
+    before = _C.device_native_p2p_count()
+    w = backend._device_exchange(src.data_ptr(), dst.data_ptr(), [4 * (r + j + 1) for j in range(P)],
+                                 [4 * (q + r + 1) for q in range(P)], P2P_DEVICE, 0)
+    w.wait()
+    w.synchronize()
+    want = np.concatenate([np.arange(q + r + 1, dtype=np.float32) + 1000 * q + 100 * r for q in range(P)])
+    if not (dst.numpy() == want).all():
+        bad.append(f"uneven all_to_all: {dst.numpy()} expected {want}")
+    if _C.device_native_p2p_count() - before != 1:
+        bad.append(f"uneven all_to_all: {_C.device_native_p2p_count() - before} batches from C++, expected 1")
     pg.shutdown()
     return bad
 

@@ -68,7 +68,7 @@ def test_the_cpp_backend_runs_cached_device_calls_itself(pool):
 
 def test_the_cpp_backend_runs_device_sends_and_receives_itself(pool):
     # CUDA sends and receives on the C++ backend: held back and batched in C++, enqueued through
-    # the core's table on a stream the device route has run a call on.
+    # the core's table on a stream the device route has run a call on; so is an uneven all_to_all_single.
     from commlib.torch import native
     if native.load() is None:
         pytest.skip("commlib._C_torch was not built")

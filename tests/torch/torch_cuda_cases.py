@@ -269,8 +269,8 @@ def _p2p_message(src, dst, n, dtype, salt=0):
 def case_cuda_point_to_point(comm):
     """send/recv/isend/irecv/batch_isend_irecv on CUDA tensors: blocking fan-out and fan-in,
     receive-first isend/irecv rings, a batch_isend_irecv ring, a non-contiguous receive, an
-    exchange issued on a side stream (read there after wait()), and recv without src refused.
-    Values are compared exactly. On the C++ backend the batches after the first on a stream run
+    exchange issued on a side stream (read there after wait()), an uneven all_to_all_single, and
+    recv without src refused. Values are compared exactly. On the C++ backend the batches after the first on a stream run
     from C++ (csrc/torch_backend/device_p2p.cc; counted)."""
     from commlib import _C
     _cuda_setup(comm)
@@ -329,6 +329,12 @@ def case_cuda_point_to_point(comm):
         got = y * 1  # a kernel on s
     torch.cuda.current_stream().wait_stream(s)
     check("exchange on a side stream", got, _p2p_message(prv, me, 1 << 20, torch.float32, 4))
+
+    ins, outs = [me + j + 1 for j in range(P)], [q + me + 1 for q in range(P)]  # uneven: one engine batch
+    x = torch.cat([torch.arange(n) + 1000 * me + 100 * j for j, n in enumerate(ins)]).cuda()
+    y = torch.full((sum(outs),), -1, dtype=torch.int64, device="cuda")
+    dist.all_to_all_single(y, x, output_split_sizes=outs, input_split_sizes=ins)
+    check("uneven all_to_all_single", y, torch.cat([torch.arange(n) + 1000 * q + 100 * me for q, n in enumerate(outs)]))
 
     try:
         dist.recv(torch.zeros(1, device="cuda"))
