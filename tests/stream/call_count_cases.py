@@ -143,8 +143,9 @@ def pooled_handles(comm, n=20):
 
 def steady_calls_cuda(comm, n=1000):
     """On GPU 0 with torch (the done word on a real device): n steady blocking and n async 8-float
-    all_reduces through the C++ entry, then a work waited on by another stream: (hits, commlib's
-    heap allocations in the n blocking calls, results right, the other stream saw the result)."""
+    all_reduces through the C++ entry (the async ones' last KEPT works held, after 2 * KEPT held
+    alike), then a work waited on by another stream: (hits, commlib's heap allocations in the n
+    blocking calls and in the n async ones, results right, the other stream saw the result)."""
     import torch
     from commlib.settings import overridden
     with overridden(KERNEL_SETTINGS):
@@ -160,11 +161,17 @@ def steady_calls_cuda(comm, n=1000):
         for _ in range(n):
             sub.all_reduce(x, op="max")
         allocs = _C.thread_allocations() - allocs
-        works = [sub.all_reduce(x, op="max", async_op=True) for _ in range(n)]
+        held = collections.deque(maxlen=KEPT)
+        for _ in range(2 * KEPT):
+            held.append(sub.all_reduce(x, op="max", async_op=True))
+        async_allocs = _C.thread_allocations()
+        for _ in range(n):
+            held.append(sub.all_reduce(x, op="max", async_op=True))
+        async_allocs = _C.thread_allocations() - async_allocs
         hits = _C.device_fast_path_counts()[1] - hits
-        works[-1].synchronize()
-        right = bool((x == 1.0).all().item()) and all(w.is_completed() for w in works)
-        works = None
+        held[-1].synchronize()
+        right = bool((x == 1.0).all().item()) and all(w.is_completed() for w in held)
+        held.clear()
         y = torch.full((8,), float(sub.rank + 1), device=dev)
         w = sub.all_reduce(y, async_op=True)
         other = torch.cuda.Stream(dev)
@@ -173,7 +180,7 @@ def steady_calls_cuda(comm, n=1000):
             seen = y.clone()
         other.synchronize()
         expect = sum(range(1, sub.size + 1))
-        return hits, allocs, right, bool((seen == expect).all().item())
+        return hits, allocs, async_allocs, right, bool((seen == expect).all().item())
     finally:
         sub.close()
 
