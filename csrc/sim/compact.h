@@ -1,7 +1,7 @@
 // Schedules in the simulator's compact form. A 4096-rank ring all_reduce is 4096 x 8190 steps;
 // kept as ir.h Schedules that is gigabytes, but the simulator needs only each op's kind, peer and
 // size, and most steps of a rank repeat a handful of shapes. So each step is interned as a shape
-// (its ops sorted by kind and peer) and each rank's program is a run-length list of shape ids.
+// (its ops sorted by kind and peer, each send keeping its place in the schedule's order) and each rank's program is a run-length list of shape ids.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +24,9 @@ enum class SimKind : uint8_t { Send, Recv, RecvReduce, Copy, Reduce, Get, GetRed
 struct SimOp {
   int32_t peer;   // -1 for local ops
   SimKind kind;
-  int64_t count;  // elements
+  uint16_t post = 0;  // a send's place among its step's sends in the schedule (the order the
+                      // rank posts them: the executor's), saturating; 0 for other ops
+  int64_t count = 0;  // elements
 };
 
 class ShapeTable {
