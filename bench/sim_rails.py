@@ -12,12 +12,13 @@ The dgx-a100 preset has eight HDR NICs (one per GPU); the published A100 point r
 is checked on the preset with `nics` = 4 (GPU i uses NIC i % 4).
 
     python bench/sim_rails.py [--jobs N] [--json bench/sim_data/rails.json] [--quick | --nodes 128,1024
-        [--algorithms auto] [--missing]]
+        [--algorithms auto] [--missing] [--published]]
 
 `--nodes` simulates those node counts only and merges the points into the JSON file's (a point
 simulated again replaces its old value), so a long sweep can be run one node count at a time, and
 `--algorithms` only some of ring, rail_ring and auto (each such rerun is listed with its date and the
-machine's load); `--missing` skips the points the JSON file already holds.
+machine's load); `--missing` skips the points the JSON file already holds; `--published` adds the
+published points' rail_ring runs.
 """
 from __future__ import annotations
 
@@ -72,8 +73,9 @@ def sizes_for(nodes, alg):
     return (1 << 26, BIG) if alg == "auto" else ()
 
 
-def jobs(quick=False, nodes_only=None, algorithms=ALGORITHMS):
-    pts = [] if nodes_only else [(t, n, nodes, "rail_ring", BIG) for _, t, n, ns, _, _ in PUBLISHED for nodes in ns]
+def jobs(quick=False, nodes_only=None, algorithms=ALGORITHMS, published=False):
+    pts = [] if nodes_only and not published else [(t, n, nodes, "rail_ring", BIG) for _, t, n, ns, _, _ in PUBLISHED
+                                                    for nodes in ns]
     for t in ("dgx-h100", "dgx-a100"):
         for nodes in nodes_only or (NODES[:2] if quick else NODES):
             for alg in algorithms:
@@ -166,6 +168,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="2 and 16 nodes only")
     ap.add_argument("--json", default=os.path.join(ROOT, "bench", "sim_data", "rails.json"))
     ap.add_argument("--nodes", default="", help="comma list of node counts to simulate, merged into --json")
+    ap.add_argument("--published", action="store_true", help="with --nodes: the published points' rail_ring too")
     ap.add_argument("--missing", action="store_true", help="with --nodes: only the points --json does not hold")
     ap.add_argument("--algorithms", default=",".join(ALGORITHMS),
                     help="with --nodes: comma list of the algorithms to simulate (e.g. auto), merged into --json")
@@ -176,7 +179,7 @@ def main(argv=None) -> int:
     algorithms = tuple(a.algorithms.split(","))
     if not set(algorithms) <= set(ALGORITHMS) or (algorithms != ALGORITHMS and not nodes_only):
         ap.error(f"--algorithms: some of {ALGORITHMS}, with --nodes; got {a.algorithms!r}")
-    todo = jobs(a.quick, nodes_only, algorithms)
+    todo = list(dict.fromkeys(jobs(a.quick, nodes_only, algorithms, a.published)))
     load_start = os.getloadavg()[0]
     if a.missing and nodes_only and os.path.exists(a.json):
         with open(a.json) as f:

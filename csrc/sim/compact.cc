@@ -21,6 +21,10 @@ bool op_eq(const SimOp& a, const SimOp& b) {
 
 }  // namespace
 
+size_t ShapeTable::bytes() const {
+  return ops_.capacity() * sizeof(SimOp) + (off_.capacity() + same_hash_.capacity()) * sizeof(uint32_t) + by_hash_.bytes();
+}
+
 uint32_t ShapeTable::intern(std::vector<SimOp>& ops) {
   std::sort(ops.begin(), ops.end(), op_less);
   uint64_t h = 0x9e3779b97f4a7c15ULL + ops.size();

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,6 +36,7 @@ class ShapeTable {
   const SimOp* begin(uint32_t id) const { return ops_.data() + off_[id]; }
   const SimOp* end(uint32_t id) const { return ops_.data() + off_[id + 1]; }
   size_t size() const { return off_.size() - 1; }
+  size_t bytes() const;  // memory held (the built-programs cache's accounting)
 
  private:
   std::vector<SimOp> ops_;
@@ -53,6 +55,28 @@ using Program = std::vector<std::pair<uint32_t, uint32_t>>;
 std::vector<Program> build_programs(Collective c, const Composition& how, int size, int64_t count, int root,
                                     const std::vector<int>& host_of, ShapeTable& shapes,
                                     std::vector<int64_t>* scratch = nullptr);
+
+// Every rank's compacted schedule of one call, as build_programs makes it, shared read-only.
+struct BuiltPrograms {
+  ShapeTable shapes;
+  std::vector<Program> programs;
+  std::vector<int64_t> scratch;
+  size_t bytes = 0;  // memory held
+};
+
+// build_programs through a process-wide cache (built_cache.cc): auto's search, the ranking and the
+// call that plays its choice simulate the same candidate again and again (the winner is built by
+// the search, then by the call that plays it; at 8192 ranks building is most of a run). Keyed by
+// everything a builder reads (ir.h CollArgs: the collective, size, count, root, host map and the
+// composition) and the registry's generation (a name registered again builds anew), so a hit is
+// exactly what a build would give. Least recently used entries go past kBuiltCacheBytes in all;
+// a call whose programs alone exceed it is built and not kept. `hit` (if not null): whether it was.
+constexpr size_t kBuiltCacheBytes = size_t{1} << 30;
+std::shared_ptr<const BuiltPrograms> built_programs(Collective c, const Composition& how, int size, int64_t count,
+                                                    int root, const std::vector<int>& host_of, bool* hit = nullptr);
+
+// Empties the cache (tests, and a caller that wants its memory back).
+void clear_built_programs();
 
 }  // namespace sim
 }  // namespace commlib

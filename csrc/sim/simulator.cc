@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <cmath>
 #include <stdexcept>
 #include <vector>
@@ -31,13 +32,12 @@ Result simulate(Collective c, const Composition& how, int64_t count, int elem_by
   if (!collective_has_root(c)) root = 0;
   Result res;
   const double t0 = now_s();
-  ShapeTable shapes;
-  std::vector<int64_t> scratch;
-  const std::vector<Program> progs = build_programs(c, how, P, count, root, topo.host_of, shapes, &scratch);
+  const std::shared_ptr<const BuiltPrograms> built = built_programs(c, how, P, count, root, topo.host_of, &res.built_cached);
+  const ShapeTable& shapes = built->shapes;
   const double t1 = now_s();
-  const std::vector<RankRates> rates = rank_rates(topo, c, count, elem_bytes, root, scratch, res);
+  const std::vector<RankRates> rates = rank_rates(topo, c, count, elem_bytes, root, built->scratch, res);
   if (opts.trace) start_trace(*opts.trace, topo);
-  detail::Run run(topo, rates, shapes, progs, elem_bytes, opts.trace, opts.codec);
+  detail::Run run(topo, rates, shapes, built->programs, elem_bytes, opts.trace, opts.codec);
   run.play(res, opts.stop_after_s);
   res.build_s = t1 - t0;
   res.run_s = now_s() - t1;
