@@ -1,6 +1,7 @@
 // The simulator's event run (simulator.h has the rules): one Run plays one call's compacted
-// schedules on a topology. Its matching, steps and timing of messages are in simulator.cc; its
-// links, per-message CPU, waits and one-sided ops in run_links.cc. Internal to csrc/sim.
+// schedules on a topology. Its events, steps, matching and the timing of messages are here; its
+// links, the posting of sends, waits and one-sided ops in run_links.cc; simulator.cc's simulate()
+// builds (or finds built) the schedules and plays them. Internal to csrc/sim.
 #pragma once
 
 #include <cstdint>
@@ -190,8 +191,8 @@ class Run {
     const bool coded = codec_.coded(t_.host_of[s], t_.host_of[q]);
     const double bytes = codec_.bytes(so.count, eb_, coded);
     // Both ranks post their op; on an oversubscribed host that CPU work waits its share of a core.
-    // The sender's CPU posts its sends one after another (LogGP's o, send side), encoding first.
-    // Its sender posted it at its entry (post_sends); the bytes move once both ranks are there.
+    // The sender's CPU posted it at its entry (post_sends: LogGP's o, send side, encoding first);
+    // the bytes move once both ranks are there.
     const double fs = oversub_[t_.host_of[s]], fq = oversub_[t_.host_of[q]];
     const std::pair<double, double> post = S.posts[si];
     const int64_t piece = codec_.streamed_piece(coded, so.count);  // codec_cost.h: the overlap

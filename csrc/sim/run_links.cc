@@ -1,4 +1,4 @@
-// The event run's links, per-message CPU, waits and one-sided ops (run.h).
+// The event run's links, the posting of sends, waits and one-sided ops (run.h).
 #include <algorithm>
 #include <cmath>
 #include <utility>
@@ -10,10 +10,7 @@ namespace commlib {
 namespace sim {
 namespace detail {
 
-// Rank r's CPU posts its step's sends at its entry, in the schedule's order (SimOp::post: the
-// executor's), send_overhead_s each (and a coded message's encoding), one after another, whether
-// or not their receivers are there yet; a message inside a host moved by the devices
-// (intra_by_device) is not the CPU's: its overhead is its own, from the entry.
+// (run.h: a step's sends posted at its entry, in the schedule's order.)
 void Run::post_sends(int r) {
   RankState& R = ranks_[r];
   const SimOp* b = shapes_.begin(R.shape);
