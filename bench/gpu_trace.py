@@ -1,5 +1,5 @@
 """Issue #38 item 6 on a GPU: one traced 64 MiB all_reduce on mapped buffers (COMMLIB_DEVICE_TRACE=1,
-``mapped_fused_two_shot`` unless --algorithm), 4 ranks on one GPU (run it under MPS), written as a
+``mapped_fused_two_shot`` unless --algorithm: a message plan's, e.g. ``two_shot``, is traced too), 4 ranks on one GPU (run it under MPS), written as a
 timeline per rank, block and step (scripts/gpu_check.sh, step ``trace``).
 
     python3 bench/gpu_trace.py --np 4 --out DIR          # DIR/trace.json (Chrome trace: Perfetto,

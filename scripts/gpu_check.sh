@@ -27,7 +27,7 @@
 # trip), launch (bench/gpu_launch.py, at GPU_CHECK_LAUNCH_NP ranks, default "4 2 1": issue #37's targets at 4, the 8 B all_reduce's enqueue,
 # back-to-back, synchronous and replayed-graph (100 calls) times against torch's add_ and an empty
 # kernel launch, the ranks on GPU 0 under MPS; and where there are several GPUs, 2 and 4 ranks one
-# per GPU), trace (bench/gpu_trace.py: one traced 64 MiB mapped all_reduce, 4 ranks on GPU 0, its
+# per GPU), trace (bench/gpu_trace.py: one traced 64 MiB mapped all_reduce and one two_shot, a message plan, 4 ranks on GPU 0, their
 # timeline a Chrome trace in $OUT/gpu_trace, else bench/results/gpu_trace, its step table in the report), sweep (the same at 64 MiB over the inbox's slot size and count), gpu (every other @pytest.mark.gpu test, several ranks on the one GPU), ranks (tests/stream's and tests/device's CUDA cases again under
 # MPS when nvidia-cuda-mps-control exists; skipped otherwise), bench (small and large all_reduce on
 # both device paths, kernel and copy, against the device copy bandwidth, under MPS where there is one;
@@ -274,9 +274,14 @@ if wants trace; then  # issue #38 item 6; docs/gpu.md "The trace" has the per-bl
   if [ "$gpus" -lt 2 ] && start_mps mps_trace; then mps_note=", under MPS"; fi
   run_step trace 120 "One 64 MiB mapped_fused_two_shot all_reduce traced (COMMLIB_DEVICE_TRACE=1), 4 ranks on GPU 0$mps_note: the timeline in $trace_dir/trace.json" \
     "$PY" bench/gpu_trace.py --np 4 --size 64M --out "$trace_dir"
+  # a message plan's trace too (session 17): where the staged two_shot's time goes, step by step
+  run_step trace_msg 120 "One 64 MiB two_shot all_reduce (a message plan) traced, 4 ranks on GPU 0$mps_note: $trace_dir/two_shot/trace.json" \
+    "$PY" bench/gpu_trace.py --np 4 --size 64M --algorithm two_shot --out "$trace_dir/two_shot"
   [ -n "$mps_note" ] && stop_mps
-  [ $dry -eq 0 ] && [ -s "$logs/trace.log" ] && { echo "### The trace of one 64 MiB mapped all_reduce (bench/gpu_trace.py$mps_note)"; echo
-    sed -n '/^[0-9]* ranks on/,$p' "$logs/trace.log"; echo; } >> "$logs/bench.md" && write_report
+  for t in trace trace_msg; do
+    [ $dry -eq 0 ] && [ -s "$logs/$t.log" ] && { echo "### The $t step's traced 64 MiB all_reduce (bench/gpu_trace.py$mps_note)"; echo
+      sed -n '/^[0-9]* ranks on/,$p' "$logs/$t.log"; echo; } >> "$logs/bench.md" && write_report
+  done
 fi
 if wants sweep; then
   latency_step sweep 150 "The inbox's slot size and count at 64 MiB, kernel and copy paths" \

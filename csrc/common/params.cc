@@ -110,7 +110,7 @@ const std::vector<Param> kParams = {
      "no fence; half the bandwidth), larger ones through a slot and a flag; 0 = never; a multiple of 64 up to 65536, "
      "at most COMMLIB_DEVICE_SLOT_BYTES, the same on every rank", 0, INT64_MAX},
     {"COMMLIB_DEVICE_TRACE", "int", "0",
-     "kernel path: 1 = every one-sided launch stamps each block's steps (%globaltimer) into a device buffer that "
+     "kernel path: 1 = every launch (one-sided and message plans) stamps each block's steps (%globaltimer) into a device buffer that "
      "commlib.bench.device_trace.rank_trace(comm) reads after the call (one record per block and step; write_trace "
      "writes them as a Chrome trace); 0 = off, nothing stored", 0, 1},
     {"COMMLIB_DEVICE_COPY_RECV", "name", "gated",

@@ -124,6 +124,31 @@ COMMLIB_HDI uint16_t float_to_half(float f) {
   return static_cast<uint16_t>(sign | mag);
 }
 
+// On the GPU, float16 converts with the hardware's cvt instructions, one each way, where the
+// integer forms above hold tens of temporaries (with them the fused kernels' packed float16
+// accumulators spilled, plan_reduce_to_all.cuh). The bits are the same: every binary16 value is
+// exact in float32 (cvt.f32.f16 rounds nothing), and cvt.rn.f16.f32 rounds to nearest even with
+// subnormal results and overflow to infinity, as float_to_half does (no .ftz: a float32 subnormal
+// rounds to a signed zero either way). NaNs alone take the integer forms' bits, since PTX leaves
+// the payload of a converted NaN unspecified. tests/kernels/test_cuda.py (GPU only) compares the
+// CUDA kernels' float16 results with the CPU's for every binary16 pattern and random pairs.
+#ifdef __CUDA_ARCH__
+__device__ __forceinline__ float half_to_float_hw(uint16_t h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  const uint32_t x = h;
+  const uint32_t nan = ((x & 0x8000u) << 16) | 0x7fc00000u | ((x & 0x3ffu) << 13);
+  return (x & 0x7fffu) > 0x7c00u ? f32_from_bits(nan) : f;
+}
+__device__ __forceinline__ uint16_t float_to_half_hw(float f) {
+  uint16_t h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  const uint32_t u = f32_bits(f);
+  const uint32_t nan = ((u >> 16) & 0x8000u) | 0x7e00u | ((u >> 13) & 0x3ffu);
+  return (u & 0x7fffffffu) > 0x7f800000u ? static_cast<uint16_t>(nan) : h;
+}
+#endif
+
 // ---------------------------------------------------------------------------------------------
 // NaN canonicalisation and bit-level helpers for min/max.
 COMMLIB_HDI float canon(float x) { return x != x ? f32_from_bits(kF32CanonicalNaN) : x; }

@@ -306,6 +306,7 @@ __device__ __forceinline__ bool run_steps(const PlanLaunch& a, const F& f, uint6
         if (!(split ? run_split_item(a, idx, f, moved) : run_item(a, it, f, moved))) return false;
         if (threadIdx.x == 0 && blockIdx.x < kMaxBlocks) host_write(a.progress + blockIdx.x, ++done);
       }
+    trace_step(a, k);  // the block's own end of the step: the grid barrier's wait counts in the next
     if (!grid_barrier(a, base, k + first_barrier)) return false;
   }
   // Folded: the peers this rank only sent to (their descriptors came with no chunk).
@@ -345,9 +346,10 @@ __device__ __forceinline__ void run_message_plan(const PlanLaunch& a, const F& f
   emu_count(kEmuMessageBlocks, 1);
   if (blockIdx.x == 0 && threadIdx.x == 0) emu_count(kEmuMessageLaunches, 1);
   const uint32_t first_barrier = a.desc_ring_len && !a.fold_check ? 1 : 0;
-  // Not traced (COMMLIB_DEVICE_TRACE: one-sided plans only): the stamps' registers spill the
-  // float16 message kernel at sm_90.
-  run_steps(a, f, base, first_barrier);
+  // COMMLIB_DEVICE_TRACE (plan_trace.cuh): the block's start, each step's end before its grid
+  // barrier, the header once every step is done.
+  trace_begin(a);
+  if (run_steps(a, f, base, first_barrier)) trace_end(a);
   end_launch(a, base, a.nsteps + first_barrier);
 }
 

@@ -14,14 +14,14 @@
 // and 8-byte elements are one or two registers each, and 1- and 2-byte elements stay packed in
 // 32-bit words (gpu::WordFold: 4 registers per pack, each element unpacked only while f runs on
 // it, so the bits are f's element by element; unpacked, one register per element, float16 spilled
-// at W = 2 and ran at W = 1). A thread stores an
+// at W = 2). float16 packed spilled too while its conversions were integer code; on the GPU's cvt
+// instructions (float_bits.h) it takes 109-119 registers at sm_80/90, like the others. A thread stores an
 // element only after it loaded that element from every rank, so in place (the destination is the
 // source) nothing is overwritten before it was read, and no other thread or block touches it.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <type_traits>
 
 #include "kernels/plan_bulk.cuh"
 #include "kernels/plan_launch.cuh"
@@ -35,17 +35,9 @@ __device__ __forceinline__ char* rank_buffer(const PlanLaunch& a, int q, uint8_t
   return q == a.rank ? a.bases[buf] : reinterpret_cast<char*>(a.peer_bases[static_cast<size_t>(q) * 3 + buf]);
 }
 
-// float16's reductions: its conversions need the registers packed accumulators would free, so it
-// keeps one unpacked pack in flight (W = 4 packed spilled at sm_80 and sm_90; bfloat16's and the
-// 1-byte types' do not).
-template <class F>
-struct IsFloat16 : std::false_type {};
-template <class Op>
-struct IsFloat16<gpu::ReduceElem<DType::Float16, Op>> : std::true_type {};
-
 // How a thread holds and folds a 16-byte pack of F's elements: as they are (4- and 8-byte
-// elements, float16), or as four 32-bit words of packed 1- or 2-byte elements (gpu::WordFold).
-template <class F, bool kPacked = (sizeof(typename F::S) < 4 && !IsFloat16<F>::value)>
+// elements), or as four 32-bit words of packed 1- or 2-byte elements (gpu::WordFold).
+template <class F, bool kPacked = (sizeof(typename F::S) < 4)>
 struct PackFold {
   using Pk = gpu::Pack<typename F::S>;
   __device__ __forceinline__ static void fold(Pk& acc, const Pk& v, const F& f) {
@@ -108,7 +100,7 @@ __device__ __forceinline__ void reduce_to_all_lanes(const PlanLaunch& a, const k
     bits |= reinterpret_cast<uintptr_t>(rank_buffer(a, q, it.src_buf) + it.src_off + lo);
     if (everywhere || q == a.rank) bits |= reinterpret_cast<uintptr_t>(rank_buffer(a, q, it.dst_buf) + it.dst_off + lo);
   }
-  constexpr unsigned W = IsFloat16<F>::value ? 1 : kUnroll / 2;
+  constexpr unsigned W = kUnroll / 2;
   const size_t elems = n / sizeof(S), stride = blockDim.x;
   size_t done = 0;
   if (bits % 16 == 0) {

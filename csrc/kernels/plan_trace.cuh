@@ -1,5 +1,5 @@
 // COMMLIB_DEVICE_TRACE (issue #38, item 6): per-block, per-step timestamps of a one-sided launch
-// (message plans are not traced: the stamps' registers spill the float16 message kernel at sm_90),
+// and of a message plan (since session 17: with float16 on the GPU's cvt instructions its kernel has room),
 // written by the kernel into a device buffer the host reads after the call (KernelPath::trace,
 // stream/kernel_path_trace.cc). Off (PlanLaunch::trace null) nothing is stored: the one test per
 // stamp is a compare of a launch parameter, and the emulated device counts every store

@@ -205,8 +205,21 @@ template <>
 struct DTypeTraits<DType::Float16> {
   using storage = uint16_t;
   using compute = float;
-  static COMMLIB_HDI compute load(storage x) { return half_to_float(x); }
-  static COMMLIB_HDI storage store(compute x) { return float_to_half(x); }
+  // (the GPU's cvt instructions on the device, the same bits: float_bits.h)
+  static COMMLIB_HDI compute load(storage x) {
+#ifdef __CUDA_ARCH__
+    return half_to_float_hw(x);
+#else
+    return half_to_float(x);
+#endif
+  }
+  static COMMLIB_HDI storage store(compute x) {
+#ifdef __CUDA_ARCH__
+    return float_to_half_hw(x);
+#else
+    return float_to_half(x);
+#endif
+  }
 };
 template <>
 struct DTypeTraits<DType::BFloat16> {

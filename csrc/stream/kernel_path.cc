@@ -296,9 +296,7 @@ Launched KernelPath::launch(const ScheduleKey& key, const Schedule& sched, const
   a.nslots = nslots_;
   a.rank = rank_;
   a.size = size_;
-  a.trace = p.one_sided ? trace_buffer() : nullptr;  // null unless COMMLIB_DEVICE_TRACE=1 (one-sided plans only)
-  // A message plan's launch stamps nothing: block 0's header says so (no grid), not the last one-sided launch's.
-  if (trace_ && !p.one_sided) device_->write_value(static_cast<uint64_t*>(trace_) + 1, 0, stream);
+  a.trace = trace_buffer();  // null unless COMMLIB_DEVICE_TRACE=1 (kernels/plan_trace.cuh)
   if (p.one_sided) fill_one_sided(a, u, bases, captured ? nullptr : mapped, stream);
   launch_in_chain(a, blocks, dtype, op, p.reduces, stream, captured);
   if (captured) return Launched{};  // the graph's replays: the engine does not watch them

@@ -69,6 +69,22 @@ def test_gpu_reduce_matches_cpu(dtype, op, n):
 
 
 @pytest.mark.gpu
+def test_gpu_float16_every_pattern_matches_cpu():
+    """On the GPU float16 converts with the cvt instructions (kernels/float_bits.h), on the CPU with
+    integer code: every binary16 pattern against -0.0 (each value loaded and stored back: NaN
+    payloads, subnormals, both zeros) and against three permutations of every pattern (sums and
+    products that round at every boundary, ties, overflow and subnormal results), bit for bit."""
+    every = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
+    rng = np.random.default_rng(seed("gpu-f16-every"))
+    others = [np.full(every.size, -0.0, np.float16)] + [rng.permutation(every) for _ in range(3)]
+    for op in ("sum", "prod", "min", "max"):
+        for b in others:
+            with DeviceBuffer(every) as d, DeviceBuffer(b) as s:
+                cuda().reduce(d.ptr, s.ptr, every.size, "float16", op)
+                assert_bits_equal(d.get(), cpu_reduce(every, b, "float16", op), f"gpu float16 {op} every pattern")
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dst_off,src_off", [(16, 48), (1, 0), (0, 3), ("elem", "elem"), ("elem", 16)])
 @pytest.mark.parametrize("dtype,op", [(d, o) for d in DTYPES for o in ("sum", "min", "prod")])
 def test_gpu_reduce_unaligned(dtype, op, dst_off, src_off):

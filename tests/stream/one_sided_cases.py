@@ -183,7 +183,7 @@ def one_sided_matrix_cuda(comm, cases):
 
 def two_byte_fused(comm, count):
     """The fused kernels' packed accumulators (plan_reduce_to_all.cuh, gpu::WordFold): float16 and
-    bfloat16, every float op but the scaled ones, mapped_fused_two_shot all_reduce and mapped_fused
+    bfloat16 (both packed), every float op but the scaled ones, mapped_fused_two_shot all_reduce and mapped_fused
     reduce_scatter on `count` elements per block (the tail predicated, an odd count element by
     element): [(what, whether the result is bit for bit the CPU kernel's fold in rank order 0..P-1)]."""
     import numpy as np

@@ -138,8 +138,8 @@ def test_a_staged_call_at_the_slots_limit_runs_and_one_over_it_is_refused(pool):
 
 
 def test_two_byte_types_fold_packed_to_the_cpu_kernels_bits(pool):
-    """The fused kernels hold bfloat16 (and 1-byte) elements packed in 32-bit words (4 loads in flight
-    per thread, gpu::WordFold; float16 unpacked, 1): float16 and bfloat16 results of
+    """The fused kernels hold float16 and bfloat16 (and 1-byte) elements packed in 32-bit words (4 loads
+    in flight per thread, gpu::WordFold): float16 and bfloat16 results of
     mapped_fused_two_shot and mapped_fused (reduce_scatter), sum / prod / min / max, are bit for bit the CPU kernel's fold in rank order,
     for a count with a predicated tail and one element by element (odd: unaligned blocks)."""
     from one_sided_cases import two_byte_fused
