@@ -112,7 +112,7 @@ class Executor {
   // Flag calls (flag_calls.cc): whether a broadcast of `bytes` fits the shared-memory flags (every
   // rank on this host), and the broadcast and barrier through them. Every rank must take the same
   // decision for a call (it depends only on the call and the communicator).
-  bool flags_fit(size_t bytes);
+  bool flags_fit(size_t bytes) const;
   void flag_broadcast(const char* src, char* dst, size_t bytes, int root, const CallDesc& call);
   void flag_barrier(const CallDesc& call);
 

@@ -19,7 +19,7 @@ constexpr int64_t kSleepSliceUs = 50 * 1000;
 constexpr auto kSlowCheckEvery = std::chrono::milliseconds(100);
 }  // namespace
 
-bool Executor::flags_fit(size_t bytes) {
+bool Executor::flags_fit(size_t bytes) const {
   SharedFlags* f = t_.shared_flags();
   return f && bytes <= f->max_bytes();
 }

@@ -80,4 +80,15 @@ def broadcast_rotating_roots(comm, calls=100):
         comm.broadcast(x, root=0)
         if not np.array_equal(x, want):
             wrong.append(f"run-ahead call {i}: rank {r} got {x.tolist()}")
-    return wrong[:3]
+    # What the bench reports auto ran: the flags up to 4 KiB and for barrier, the schedule above.
+    from commlib.bench.backends import CommlibBackend
+    from commlib.core.call_spec import COLLECTIVE
+    runs = {(c, n): comm._core.auto_runs_flag_call(COLLECTIVE[c], n)
+            for c, n in (("broadcast", 4096), ("broadcast", 4097), ("barrier", 0), ("all_reduce", 8))}
+    if runs != {("broadcast", 4096): True, ("broadcast", 4097): False, ("barrier", 0): True,
+                ("all_reduce", 8): False}:
+        wrong.append(f"auto_runs_flag_call: {runs}")
+    label = CommlibBackend(comm).resolve("broadcast", "auto", 8, "float32")
+    if label != "flags":
+        wrong.append(f"the bench says auto's 8-byte broadcast ran {label}")
+    return wrong[:4]
