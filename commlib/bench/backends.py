@@ -136,7 +136,10 @@ class CommlibBackend(Backend):
         from commlib.core.call_spec import COLLECTIVE
         nbytes = C.core_bytes(collective, size, dtype, self.size)
         try:  # the communicator's own choice: it knows the link kinds (hierarchical across hosts)
-            return self.comm._core.auto_choice(COLLECTIVE[collective], nbytes)
+            core = self.comm._core
+            if core.auto_runs_flag_call(COLLECTIVE[collective], nbytes):
+                return "flags"  # one shared-memory write, not a schedule (docs/transports.md "Flag calls")
+            return core.auto_choice(COLLECTIVE[collective], nbytes)
         except Exception:
             pass
         try:

@@ -35,6 +35,12 @@ def comparison(records):
         for b in sizes:
             algs = {a: v[b] for a, v in series.items()
                     if a not in ("auto", "gloo", "mpi") and not a.startswith("nccl") and b in v}  # peers
+            auto = series.get("auto", {}).get(b)
+            if auto and auto.get("resolved") == "flags":
+                # auto's small broadcast and barrier run the shared-memory flags, a path no named
+                # algorithm takes (docs/transports.md "Flag calls"): a candidate for commlib's best,
+                # under that name, so the peers are compared with what commlib's default call runs.
+                algs = dict(algs, flags=auto)
             if not algs:
                 continue
             best = min(algs, key=lambda a: median_us(algs[a]))

@@ -33,7 +33,8 @@ def add_explorer(doc, rows, outdir, explorer):
     {(collective, P, algorithm): link}; ``compared`` is {collective: {P: algorithms}}."""
     compared = {}
     for r in rows:
-        compared.setdefault(r["collective"], {}).setdefault(r["world_size"], set()).update(r["times"])
+        compared.setdefault(r["collective"], {}).setdefault(r["world_size"], set()).update(
+            a for a in r["times"] if a != "flags")  # auto's flag calls have no schedule to show
     links = explorer(compared, outdir)
     if not links:
         return
@@ -119,7 +120,8 @@ def build(datas, outdir, explorer=None):
     meas = measured_crossovers(rows)
     cross = []
     for (coll, P), text in sorted(meas.items(), key=lambda kv: (C.COLLECTIVES.index(kv[0][0]), kv[0][1])):
-        algs = sorted({a for r in rows if r["collective"] == coll and r["world_size"] == P for a in r["times"]})
+        algs = sorted({a for r in rows if r["collective"] == coll and r["world_size"] == P for a in r["times"]
+                       if a != "flags"})  # auto's flag calls: not an algorithm the model knows
         fit = fits.get(f"commlib/{commlib_transport(records, P)}/{P}")
         mtext = "–"
         if fit and fit.get("n"):

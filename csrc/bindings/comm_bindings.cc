@@ -107,6 +107,11 @@ void bind_comm(py::module_& m) {
           },
           "The algorithm auto picks for `coll` of `bytes` on this communicator's links.")
       .def(
+          "auto_runs_flag_call",
+          [](const Communicator& c, Collective coll, int64_t bytes) { return c.auto_runs_flag_call(coll, bytes); },
+          "Whether auto's `coll` of `bytes` runs through the shared-memory flags (small broadcast and barrier with "
+          "every rank on one host) rather than auto_choice's schedule.")
+      .def(
           "set_cost_model",
           [](Communicator& c, const py::dict& topology) { c.set_cost_model(topology_from_dict(topology)); },
           py::arg("topology"),

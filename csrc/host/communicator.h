@@ -84,6 +84,9 @@ class Communicator {
   const std::vector<std::string>& link_kinds() const { return link_kinds_; }
   // What auto picks for `coll` of `bytes` on this communicator's links (policy/auto_policy.h).
   std::string auto_choice(Collective coll, int64_t bytes) const;
+  // Whether auto's `coll` of `bytes` runs as a flag call (host/flag_calls.cc) instead of
+  // auto_choice's schedule: small broadcasts and barriers with every rank on this host.
+  bool auto_runs_flag_call(Collective coll, int64_t bytes) const;
   // What an engine on this communicator resolves calls with (the stream engine takes a copy).
   const PlanContext& plan_context() const { return plans_.context(); }
   // The cost model auto ranks candidates with (COMMLIB_TOPOLOGY, set from Python before the first

@@ -112,7 +112,7 @@ class Executor {
   // Flag calls (flag_calls.cc): whether a broadcast of `bytes` fits the shared-memory flags (every
   // rank on this host), and the broadcast and barrier through them. Every rank must take the same
   // decision for a call (it depends only on the call and the communicator).
-  bool flags_fit(size_t bytes);
+  bool flags_fit(size_t bytes) const;
   void flag_broadcast(const char* src, char* dst, size_t bytes, int root, const CallDesc& call);
   void flag_barrier(const CallDesc& call);
 
@@ -156,8 +156,9 @@ class Executor {
   std::vector<char> bounce_;               // cache-sized staging for reductions of direct reads
   ListenerList<P2PProbe> probes_;
   uint64_t flag_calls_ = 0;       // flag calls made (numbered alike on every rank)
-  uint64_t flag_writes_ = 0;      // broadcasts this rank wrote as root (its next slot: this mod slots)
+  std::vector<uint64_t> flag_writes_;     // per root: its flag broadcasts so far (its next slot: this mod slots)
   std::vector<uint64_t> flag_slot_call_;  // the flag call each of this rank's slots last held
+  uint64_t flag_readers_done_ = 0;        // the lowest flag call every peer had completed, last looked at
   std::vector<ExecOp> ops_watched_;
   std::atomic<uint64_t> bytes_sent_{0};
 };

@@ -4,6 +4,8 @@
 // shape for them; the channels cost a chunk, a header check and a release per peer and message).
 // Waits are the executor's: spin, then sleep on the doorbell, with the same checks for failed,
 // dead, closed, silent or mismatched peers (on_idle).
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "host/executor.h"
@@ -17,7 +19,7 @@ constexpr int64_t kSleepSliceUs = 50 * 1000;
 constexpr auto kSlowCheckEvery = std::chrono::milliseconds(100);
 }  // namespace
 
-bool Executor::flags_fit(size_t bytes) {
+bool Executor::flags_fit(size_t bytes) const {
   SharedFlags* f = t_.shared_flags();
   return f && bytes <= f->max_bytes();
 }
@@ -36,6 +38,12 @@ void Executor::wait_flags(Ready ready, OpKind kind, int only_peer, size_t bytes,
     o.desc = call;
     ops_watched_.push_back(o);
   }
+  SharedFlags& f = *t_.shared_flags();
+  struct Waiting {  // peers ring this rank's doorbell only while it is set (transport.h)
+    SharedFlags& f;
+    ~Waiting() { f.set_waiting(false); }
+  } waiting{f};
+  f.set_waiting(true);
   const auto start = Clock::now();
   auto last_slow = start;
   for (;;) {
@@ -53,29 +61,34 @@ void Executor::flag_broadcast(const char* src, char* dst, size_t bytes, int root
   SharedFlags& f = *t_.shared_flags();
   const uint64_t n = ++flag_calls_;
   const int me = t_.rank();
+  // Every rank runs every broadcast, so each counts the broadcasts of each root alike: the root's
+  // k-th write goes to its slot k mod slots, where every reader looks for it.
+  if (flag_writes_.size() < static_cast<size_t>(t_.size())) flag_writes_.resize(t_.size(), 0);
+  const int index = static_cast<int>(flag_writes_[root]++ % f.slots());
   if (me == root) {
     // A slot may be written again once every reader has copied what it held (the write `slots`
-    // writes back), so a root runs at most that many broadcasts ahead of its slowest reader.
+    // writes back), so a root runs at most that many broadcasts ahead of its slowest reader. The
+    // readers' counters are read again only when the last look does not already cover it.
     if (flag_slot_call_.size() < static_cast<size_t>(f.slots())) flag_slot_call_.resize(f.slots(), 0);
-    const int index = static_cast<int>(flag_writes_ % f.slots());
     const uint64_t prev = flag_slot_call_[index];
-    wait_flags(
-        [&] {
-          for (int p = 0; p < t_.size(); ++p)
-            if (p != me && f.completed(p) < prev) return false;
-          return true;
-        },
-        OpKind::Send, -1, bytes, call);
+    if (prev > flag_readers_done_)
+      wait_flags(
+          [&] {
+            uint64_t low = UINT64_MAX;
+            for (int p = 0; p < t_.size(); ++p)
+              if (p != me) low = std::min(low, f.completed(p));
+            flag_readers_done_ = low;
+            return low >= prev;
+          },
+          OpKind::Send, -1, bytes, call);
     f.write(index, n, call, src, bytes);
     flag_slot_call_[index] = n;
-    ++flag_writes_;
     if (dst && dst != src && bytes) std::memcpy(dst, src, bytes);
     return;
   }
   // The root rewrites a slot only after this rank completed the call it held, so the slot holds n
   // from the moment it is seen until this rank completes it.
-  int index = -1;
-  wait_flags([&] { return (index = f.find(root, n)) >= 0; }, OpKind::Recv, root, bytes, call);
+  wait_flags([&] { return f.holds(root, index, n); }, OpKind::Recv, root, bytes, call);
   CallDesc got;
   size_t got_bytes = 0;
   const char* data = f.slot(root, index, &got, &got_bytes);

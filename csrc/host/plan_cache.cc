@@ -13,6 +13,12 @@ std::string Communicator::auto_choice(Collective coll, int64_t bytes) const {
   return resolve_call(plans_.context(), CallShape{coll, bytes, 1, 0}, 0).algorithm;
 }
 
+bool Communicator::auto_runs_flag_call(Collective coll, int64_t bytes) const {
+  if (coll != Collective::Broadcast && coll != Collective::Barrier) return false;
+  const AlgorithmChoice c = resolve_call(plans_.context(), CallShape{coll, bytes, 1, 0}, 0);
+  return c.source != "override" && exec_.flags_fit(coll == Collective::Barrier ? 0 : static_cast<size_t>(bytes));
+}
+
 void Communicator::set_cost_model(const sim::Topology& model) {
   plans_.set_cost_model(share_cost_model(model));
 }

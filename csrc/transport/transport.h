@@ -67,15 +67,21 @@ class SharedFlags {
   virtual int slots() const = 0;  // per rank: writes a root may have ahead of its slowest reader
   // The last flag call `rank` completed (its counter).
   virtual uint64_t completed(int rank) const = 0;
-  // This rank completed flag call n; rings `wake` (-1: every peer).
+  // This rank completed flag call n; rings `wake` (-1: every peer) if it is waiting (set_waiting).
   virtual void complete(uint64_t n, int wake) = 0;
   // Publishes this rank's slot `index` (0..slots()-1) as flag call n (bytes <= max_bytes) and rings
-  // every peer.
+  // every waiting peer.
   virtual void write(int index, uint64_t n, const CallDesc& desc, const void* src, size_t bytes) = 0;
-  // The slot of `root` that holds flag call n (-1: none yet); and its contents (valid until this
-  // rank completes n: the root writes the slot again only after that).
-  virtual int find(int root, uint64_t n) const = 0;
+  // Whether `root`'s slot `index` holds flag call n; and its contents (valid until this rank
+  // completes n: the root writes the slot again only after that).
+  virtual bool holds(int root, int index, uint64_t n) const = 0;
   virtual const char* slot(int root, int index, CallDesc* desc, size_t* bytes) const = 0;
+  // This rank is about to wait for a flag (on) or stopped waiting (off). Stores and rings are paired
+  // so no wake is lost: a rank sets it before it reads its doorbell and checks its condition, and
+  // complete/write store their counter before they look whether to ring. So a rank that waits
+  // costs its peers a doorbell ring and one that does not costs them nothing: the common case of a
+  // root running ahead of its readers, or of readers finding the data there, rings no one.
+  virtual void set_waiting(bool on) = 0;
 };
 
 class Transport {

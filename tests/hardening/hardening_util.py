@@ -15,8 +15,9 @@ LINE = 64
 HEADER = LINE                 # RegionHeader, rounded to a cache line
 CHUNK_HEADER = LINE           # ChunkHeader (48 bytes), rounded
 CHANNEL_CTL = 3 * LINE        # tail, head, acked: a line each
-# RankCtl field offsets (csrc/transport/shm/shm.cc): doorbell, sleeping and pid each on their own line.
-CTL_STATE, CTL_ERROR_KIND, CTL_CALL_VERSION, CTL_CALL, CTL_MESSAGE = 132, 136, 144, 168, 192
+# RankCtl field offsets (csrc/transport/shm/shm_layout.h): doorbell, sleeping, pid (with state and
+# error kind) and the published call (its seqlock version first) each on their own lines.
+CTL_STATE, CTL_ERROR_KIND, CTL_CALL_VERSION, CTL_CALL, CTL_MESSAGE = 132, 136, 192, 200, 224
 
 
 class Region:

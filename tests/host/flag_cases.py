@@ -51,3 +51,44 @@ def root_dies_before_writing(comm, victim):
         os.kill(os.getpid(), signal.SIGKILL)
     threading.Event().wait(0.2)
     return survivor_outcome(lambda: sub.broadcast(x, root=victim))
+
+
+def broadcast_rotating_roots(comm, calls=100):
+    """``calls`` flag broadcasts, the root rotating and the count and values changing every call, a
+    barrier every 7th: each reader finds every root's k-th write in that root's slot k mod slots
+    (every root wraps its ring at least twice at 5 ranks), never an older or another root's write.
+    Returns the wrong calls seen by this rank (empty: all right)."""
+    P, r = comm.size, comm.rank
+    wrong = []
+    for i in range(calls):
+        root = i % P
+        n = 1 + (i * 37) % 1024  # 4 B .. 4 KiB of float32: every size the flags take
+        want = np.arange(n, dtype=np.float32) + 1000 * i
+        x = want.copy() if r == root else np.full(n, -1, np.float32)
+        comm.broadcast(x, root=root)
+        if not np.array_equal(x, want):
+            wrong.append(f"call {i} (root {root}, {n} elements): rank {r} got {x[:3].tolist()}...")
+        if i % 7 == 6:
+            comm.barrier()
+    # Then one root far ahead: the last rank starts reading late, so root 0 fills its ring and
+    # must wait for it before it writes a slot again (never over a write not yet read).
+    if r == P - 1:
+        threading.Event().wait(0.05)
+    for i in range(calls):
+        want = np.full(2, i, np.float32)
+        x = want.copy() if r == 0 else np.full(2, -1, np.float32)
+        comm.broadcast(x, root=0)
+        if not np.array_equal(x, want):
+            wrong.append(f"run-ahead call {i}: rank {r} got {x.tolist()}")
+    # What the bench reports auto ran: the flags up to 4 KiB and for barrier, the schedule above.
+    from commlib.bench.backends import CommlibBackend
+    from commlib.core.call_spec import COLLECTIVE
+    runs = {(c, n): comm._core.auto_runs_flag_call(COLLECTIVE[c], n)
+            for c, n in (("broadcast", 4096), ("broadcast", 4097), ("barrier", 0), ("all_reduce", 8))}
+    if runs != {("broadcast", 4096): True, ("broadcast", 4097): False, ("barrier", 0): True,
+                ("all_reduce", 8): False}:
+        wrong.append(f"auto_runs_flag_call: {runs}")
+    label = CommlibBackend(comm).resolve("broadcast", "auto", 8, "float32")
+    if label != "flags":
+        wrong.append(f"the bench says auto's 8-byte broadcast ran {label}")
+    return wrong[:4]

@@ -1,7 +1,8 @@
 """auto's small broadcast and barrier on one host go through the shared-memory flags (one write
 read by every rank; csrc/host/flag_calls.cc, docs/transports.md "Flag calls"). Their results are
 checked by the collective matrix (test_collectives.py: broadcast's small counts and barrier run
-with auto); here: barrier ordering on 5 ranks (oversubscribed), a count mismatch, a dead root."""
+with auto); here: barrier ordering on 5 ranks (oversubscribed), broadcasts of rotating roots wrapping every
+root's slot ring, a root far ahead of a late reader, a count mismatch, a dead root."""
 import numpy as np
 import pytest
 
@@ -13,6 +14,10 @@ def test_barrier_lets_nobody_through_early(pool, tmp_path):
     path = str(tmp_path / "cells")
     np.zeros(5, np.int64).tofile(path)
     assert pool(5).run(cases.barrier_orders, path, timeout=120) == [[]] * 5
+
+
+def test_broadcasts_of_rotating_roots_read_each_roots_ring(pool):
+    assert pool(5).run(cases.broadcast_rotating_roots, timeout=120) == [[]] * 5
 
 
 @pytest.mark.timeout(120)

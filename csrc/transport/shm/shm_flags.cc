@@ -19,14 +19,16 @@ class ShmFlags final : public SharedFlags {
     return t_.ctl(rank).flags_completed.load(std::memory_order_acquire);
   }
 
+  // The stores of a counter or slot and the loads of the peers' flags_waiting are seq_cst, as are
+  // set_waiting's store and the waiter's loads after it: one of the two sides sees the other.
   void complete(uint64_t n, int wake) override {
-    t_.ctl(t_.rank_).flags_completed.store(n, std::memory_order_release);
+    t_.ctl(t_.rank_).flags_completed.store(n, std::memory_order_seq_cst);
     if (wake >= 0) {
-      t_.ring(wake);
+      ring_if_waiting(wake);
       return;
     }
     for (int r = 0; r < t_.size_; ++r)
-      if (r != t_.rank_) t_.ring(r);
+      if (r != t_.rank_) ring_if_waiting(r);
   }
 
   void write(int index, uint64_t n, const CallDesc& desc, const void* src, size_t bytes) override {
@@ -38,11 +40,8 @@ class ShmFlags final : public SharedFlags {
     complete(n, -1);
   }
 
-  int find(int root, uint64_t n) const override {
-    const auto& slots = t_.ctl(root).flag_slots;
-    for (int i = 0; i < kFlagSlots; ++i)
-      if (slots[i].written.load(std::memory_order_acquire) == n) return i;
-    return -1;
+  bool holds(int root, int index, uint64_t n) const override {
+    return t_.ctl(root).flag_slots[index].written.load(std::memory_order_acquire) == n;
   }
 
   const char* slot(int root, int index, CallDesc* desc, size_t* bytes) const override {
@@ -52,7 +51,19 @@ class ShmFlags final : public SharedFlags {
     return s.data;
   }
 
+  void set_waiting(bool on) override {
+    auto& w = t_.ctl(t_.rank_).flags_waiting;
+    if (on)
+      w.store(1, std::memory_order_seq_cst);
+    else
+      w.store(0, std::memory_order_relaxed);
+  }
+
  private:
+  void ring_if_waiting(int r) {
+    if (t_.ctl(r).flags_waiting.load(std::memory_order_seq_cst)) t_.ring(r);
+  }
+
   ShmTransport& t_;
 };
 

@@ -15,8 +15,12 @@ namespace shm_layout {
 // Bytes of one flag slot (SharedFlags): broadcasts up to this size go through them; and the slots
 // per rank, so a root can write its next broadcasts before its readers copied the last one (with
 // one slot every broadcast waited a round trip for its readers: 13 us instead of 1.1 us on 4 ranks).
+// With 4 slots a root ran at most 4 calls ahead, so with more ranks than cores about one call in
+// six of every rank waited for a peer to be scheduled (a median of 0.9-1.4 us per 8-byte broadcast
+// at 4 ranks on 2 cores, against 0.6 us for Open MPI, whose shared-memory queues hold many
+// messages); 32 make that wait rare (docs/transports.md "Flag calls"). 132 KiB per rank.
 constexpr size_t kFlagSlotBytes = 4096;
-constexpr int kFlagSlots = 4;
+constexpr int kFlagSlots = 32;
 inline constexpr uint64_t kMagic = 0x636f6d6d6c696230ULL;  // "commlib0"
 constexpr size_t kLine = 64;
 constexpr size_t kMaxMessage = 1024;
@@ -43,16 +47,20 @@ using shm_layout::round_up;
 struct ShmTransport::RankCtl {
   alignas(kLine) std::atomic<uint32_t> doorbell;
   alignas(kLine) std::atomic<uint32_t> sleeping;
+  // Written once (or when this rank fails), read by every peer at every call (check_peers_failed):
+  // apart from `call`, which this rank writes at every call, or every call would miss on it.
   alignas(kLine) std::atomic<int32_t> pid;
   std::atomic<uint32_t> state;       // PeerState
   std::atomic<uint32_t> error_kind;  // ErrorKind, valid once state == Failed
-  std::atomic<uint64_t> call_version;  // seqlock around `call`: odd while being written
   std::atomic<uint64_t> region_address;  // where this rank mapped the region (direct-read probe)
   std::atomic<uint32_t> reads_directly;  // 1: this rank reads peers' memory (rendezvous welcome)
+  alignas(kLine) std::atomic<uint64_t> call_version;  // seqlock around `call`: odd while being written
   CallDesc call;
   char error_message[kMaxMessage];
-  // SharedFlags (shm_flags.cc): the flag calls this rank completed, and its slots.
+  // SharedFlags (shm_flags.cc): the flag calls this rank completed, whether it waits for a flag
+  // (peers ring it only then), and its slots.
   alignas(kLine) std::atomic<uint64_t> flags_completed;
+  alignas(kLine) std::atomic<uint32_t> flags_waiting;
   struct FlagSlot {
     alignas(kLine) std::atomic<uint64_t> written;  // the flag call the slot holds
     uint64_t bytes;

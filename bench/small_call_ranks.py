@@ -1,0 +1,98 @@
+"""Per-rank view of one small call (8-byte broadcast, or barrier) timed exactly as the sweep times
+it (commlib/bench/sweep.py: ``fn()`` between two ``perf_counter`` reads, back to back), for commlib
+and Open MPI, so the bench's median of the slowest rank's time per call can be taken apart: each
+rank's median and 10th/90th percentiles (the software cost of a call that does not wait, and how
+often calls wait) and the loop average (total time / calls: the throughput).
+
+    python bench/small_call_ranks.py broadcast --np 4 --calls 3000     # commlib, then MPI
+    python bench/small_call_ranks.py barrier --backends commlib
+
+docs/transports.md "Flag calls" quotes it. A rank process runs ``--rank-main``.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def rank_main(backend, coll, calls, reps):
+    from commlib.bench.rank_process import _make_backend
+    b = _make_backend(backend)
+    buf = np.ones(2, np.float32)
+    if backend == "mpi":
+        fn = functools.partial(b.comm.Bcast, buf, 0) if coll == "broadcast" else b.comm.Barrier
+    else:
+        fn = functools.partial(b.comm.broadcast, buf, 0, "auto") if coll == "broadcast" else b.comm.barrier
+    pc = time.perf_counter
+    for rep in range(reps):
+        for _ in range(200):
+            fn()
+        b.barrier()
+        ts = [0.0] * calls
+        t_loop = pc()
+        for j in range(calls):
+            t0 = pc()
+            fn()
+            ts[j] = pc() - t0
+        loop = pc() - t_loop
+        st = b.gather_stats(np.array(ts + [loop], np.float64))
+        if b.rank == 0:
+            per = st[:, :calls] * 1e6
+            us = lambda xs: "/".join(f"{x:.2f}" for x in xs)  # noqa: E731
+            print(f"{backend} {coll} rep {rep}: median of the slowest rank per call "
+                  f"{np.median(per.max(axis=0)):.2f} us; per rank: median {us(np.median(per, axis=1))}, "
+                  f"p10 {us(np.percentile(per, 10, axis=1))}, p90 {us(np.percentile(per, 90, axis=1))}; "
+                  f"loop average {st[:, calls].max() / calls * 1e6:.2f} us", flush=True)
+    close = getattr(b.comm, "close", None)
+    if backend == "commlib" and close:
+        close()
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("collective", choices=("broadcast", "barrier"))
+    p.add_argument("--np", type=int, default=4)
+    p.add_argument("--calls", type=int, default=3000)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--backends", default="commlib,mpi")
+    p.add_argument("--rank-main", metavar="BACKEND", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.rank_main:
+        return rank_main(a.rank_main, a.collective, a.calls, a.reps)
+    os.system("uptime")
+    me = [sys.executable, os.path.abspath(__file__), a.collective, "--calls", str(a.calls), "--reps", str(a.reps)]
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+    for backend in a.backends.split(","):
+        if backend == "mpi":
+            from commlib.bench import mpi_peer
+            ok, where = mpi_peer.available()
+            if not ok:
+                print(f"mpi: not available ({where})")
+                continue
+            cmd = mpi_peer.mpirun_command(where, a.np, [])
+            cmd = cmd[:cmd.index(sys.executable)] + me + ["--rank-main", "mpi"]
+            subprocess.run(cmd, env=env, check=True)
+            continue
+        with socket.socket() as s:  # a free port for the rendezvous
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        procs = [subprocess.Popen(me + ["--rank-main", "commlib"], env=dict(
+            env, RANK=str(r), WORLD_SIZE=str(a.np), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(a.np),
+            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))) for r in range(a.np)]
+        if any(pr.wait(timeout=600) for pr in procs):
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
