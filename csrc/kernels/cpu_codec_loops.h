@@ -4,10 +4,11 @@
 // bit what the functors of codecs.h compute (tests/kernels/test_codecs.py compares every codec x
 // dtype x block size x rounding against the scalar reference): where a block holds NaN/Inf, or
 // its top code could pass the storage dtype's largest value, the caller runs the functors instead.
-// Included by cpu_codecs.cc only.
+// Included by cpu_codecs.cc and cpu_error_feedback.cc only.
 #pragma once
 
 #include <cstddef>
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/codecs.h"
@@ -45,6 +46,35 @@ inline double sr_draw(uint64_t seed, uint64_t counter, float x) {
 inline int32_t floor_to_int(double t) {
   const double r = (t + kRoundMagic64) - kRoundMagic64;
   return static_cast<int32_t>(r) - static_cast<int32_t>(f64_bits(t - r) >> 63);
+}
+
+// A block's largest finite magnitude over 8 lanes (a reduction gcc vectorises); *finite: no NaN/Inf.
+template <DType D>
+float block_amax(const typename DTypeTraits<D>::storage* x, size_t n, bool* finite) {
+  using Tr = DTypeTraits<D>;
+  constexpr size_t kLanes = 8;
+  float m[kLanes] = {}, bad[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (size_t j = 0; j < kLanes; ++j) {
+      const float a = std::fabs(static_cast<float>(Tr::load(x[i + j])));
+      const bool ok = a <= 3.4028234663852886e38f;  // false for NaN and Inf
+      m[j] = (ok && a > m[j]) ? a : m[j];
+      bad[j] = ok ? bad[j] : 1.0f;
+    }
+  float amax = 0, any_bad = 0;
+  for (size_t j = 0; j < kLanes; ++j) {
+    amax = m[j] > amax ? m[j] : amax;
+    any_bad += bad[j];
+  }
+  for (; i < n; ++i) {
+    const float a = std::fabs(static_cast<float>(Tr::load(x[i])));
+    const bool ok = a <= 3.4028234663852886e38f;
+    amax = (ok && a > amax) ? a : amax;
+    any_bad += ok ? 0.0f : 1.0f;
+  }
+  *finite = any_bad == 0;
+  return amax;
 }
 
 // fp8 codes of one finite block at scale 2^e, nearest-even. y = x * 2^-e is exact in float
