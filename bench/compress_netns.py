@@ -48,7 +48,11 @@ MODEL = dict(vocab=256, d_model=1024, n_heads=16, n_layers=2, max_seq=32, seed=0
 ROWS_PER_RANK, SEQ, LR = 1, 32, 1e-3
 RANKS, CORES = 4, 2
 # CPU ns per float32 element (encode, decode) of the codec loops, one core (docs/compression.md "Cost")
-CODEC_NS = {"int8": (1.2, 0.3), "int4": (1.2, 0.3), "fp8_e4m3": (10.0, 4.3), "fp8_e5m2": (10.0, 4.3), "bf16": (2.1, 0.2)}
+CODEC_NS = {"int8": (1.2, 0.3), "int4": (1.2, 0.3), "fp8_e4m3": (2.0, 0.65), "fp8_e5m2": (2.0, 0.7), "bf16": (1.5, 0.2)}
+# CPU ns per gradient element of error feedback's fused pass (error_feedback_round, one core;
+# bench/codec_rates.py --feedback): int8/int4 nearest measured 1.5 (the composed passes it
+# replaced, 6.7). The model charges it before each bucket's all_reduce (commlib.sim feedback_ns).
+FEEDBACK_NS = 1.5
 
 
 def parse_codec(text: str):
@@ -91,8 +95,9 @@ def compute_seconds(steps: int = 5) -> float:
 def predict_step(codec, compute_s: float, topology: str) -> dict:
     """The model's step time: compute (one core's, times RANKS / CORES: the ranks share the cores)
     plus each DataParallel bucket's all_reduce as commlib.sim predicts it on the link (auto's
-    algorithm for the codec: hierarchical; codec rates also scaled by RANKS / CORES), not overlapped
-    (the backward is short next to the traffic)."""
+    algorithm for the codec: hierarchical; codec rates also scaled by RANKS / CORES), after its
+    error-feedback pass (FEEDBACK_NS, scaled alike), not overlapped (the backward is short next
+    to the traffic)."""
     import torch
 
     from commlib import sim
@@ -102,8 +107,9 @@ def predict_step(codec, compute_s: float, topology: str) -> dict:
     buckets = [sum(p.numel() for p in ps) for _, ps in dtype_buckets(params, int(25 * MB), int(1 * MB))]
     share = RANKS / CORES
     ns = tuple(share * r for r in CODEC_NS[codec.name]) if codec is not None else (-1.0, -1.0)
-    comm = sum(sim.predict("all_reduce", "hierarchical", 4 * n, RANKS, topology, compress=codec,
-                           codec_ns=ns)["time_us"]["median"] * 1e-6 for n in buckets)
+    feedback = share * FEEDBACK_NS if codec is not None else 0.0
+    comm = sum(sim.predict("all_reduce", "hierarchical", 4 * n, RANKS, topology, compress=codec, codec_ns=ns,
+                           feedback_ns=feedback)["time_us"]["median"] * 1e-6 for n in buckets)
     return {"compute_s": compute_s * share, "comm_s": comm, "step_s": compute_s * share + comm,
             "gradient_elements": int(sum(buckets)), "buckets": len(buckets)}
 

@@ -34,16 +34,15 @@ class Run {
     player_.reset(P_);
     free_at_.assign(2 * P_ + H_ + 2 * H_ * t.nics_per_host, 0.0);
     busy_.assign(free_at_.size(), 0.0);
-    cpu_.assign(P_, 0.0);
+    cpu_ = send_cpu_ = recv_cpu_ = std::vector<double>(P_, 0.0);  // play() starts them at the prelude
     nic_next_.assign(2 * H_ * t.nics_per_host, 0.0);
     tokens_.assign(free_at_.size(), 0.0);
-    send_cpu_.assign(P_, 0.0);
-    recv_cpu_.assign(P_, 0.0);
     oversub_ = oversubscription(t);
   }
 
   void play(Result& res, double stop_after_s) {
-    for (int r = 0; r < P_; ++r) schedule_entry(r, 0.0);
+    for (int r = 0; r < P_; ++r)  // the codec's prelude (error feedback) first, on the rank's share of a core
+      schedule_entry(r, cpu_[r] = send_cpu_[r] = recv_cpu_[r] = codec_.prelude_s * oversub_[t_.host_of[r]]);
     while (!heap_.empty()) {
       const Event e = heap_.top();
       if (e.time > stop_after_s) {  // every later event, and so the finish, is later still
