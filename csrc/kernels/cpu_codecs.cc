@@ -159,18 +159,24 @@ void encode_scaled(const CodecSpec& spec, const void* src, size_t n, uint8_t* ds
   constexpr bool kInt = kNibbles || std::is_same<G, kern::Int8Grid>::value;
   if constexpr (kInt) {
     if (encode_int<G, D>(spec, src, n, dst, base)) return;
-  } else if (!spec.stochastic) {  // fp8, nearest: the branch-free loop per finite block
+  } else {  // fp8: the branch-free loops per finite block
     (void)kNibbles;
     for (size_t b0 = 0, blk = 0; b0 < n; b0 += B, ++blk) {
       const size_t b1 = std::min(b0 + B, n);
       bool finite;
       const float amax = block_amax<D>(x + b0, b1 - b0, &finite);
-      const int e = kern::block_scale_exp<G, D>(amax, true);
+      const int e = kern::block_scale_exp<G, D>(amax, !spec.stochastic);
       scales[blk] = static_cast<uint8_t>(static_cast<int8_t>(e));
       if (finite && G::top * kern::pow2(e) <= kern::StorageLimits<D>::max) {
-        loops::fp8_codes<G, D>(x + b0, b1 - b0, e, payload + b0);
+        if (spec.stochastic)
+          loops::fp8_codes_stochastic<G, D>(x + b0, b1 - b0, e, spec.seed, base + b0, payload + b0);
+        else
+          loops::fp8_codes<G, D>(x + b0, b1 - b0, e, payload + b0);
       } else {
-        for (size_t i = b0; i < b1; ++i) payload[i] = kern::encode_element<G, D>(static_cast<float>(Tr::load(x[i])), e, -1.0);
+        for (size_t i = b0; i < b1; ++i) {
+          const float xi = static_cast<float>(Tr::load(x[i]));
+          payload[i] = kern::encode_element<G, D>(xi, e, spec.stochastic ? kern::sr_draw(spec.seed, base + i, xi) : -1.0);
+        }
       }
     }
     return;
