@@ -32,7 +32,8 @@ def rate(fn, n: int, repeats: int) -> float:
 
 def composed_feedback(codec, grad, residual):
     """error_feedback_round as it was before the fused pass (torch tensors, whole-buffer passes)."""
-    grad.add_(residual)
+    if residual is not None:
+        grad.add_(residual)
     q = grad.new_tensor(codec.round_trip(grad.detach().numpy()))
     new_residual = grad - q
     grad.copy_(q)
