@@ -322,9 +322,10 @@ def kernel_counters(reset: bool = False) -> dict:
     (``staged_bytes``, loaded + stored), system-scope fences of signals and waits
     (``system_fences``), waits completed (``handshakes``), grid barriers per block
     (``grid_barriers``), blocks run (``block_runs``), host-memory words read and written
-    (``host_reads``: abort polls; ``host_writes``: progress and completion words; of message plans
-    too, whose abort polls are not counted: their reads outside the wait loops, none) and those touched
-    while a data item ran (``host_data_accesses``). Of message plans' launches (issue #37):
+    (``host_reads``; ``host_writes``: progress and completion words; of message plans too) and
+    those touched while a data item ran (``host_data_accesses``); the reads of the abort word inside
+    waits, every plan's (``abort_polls``, each a host read too: ``host_reads - abort_polls`` are the
+    other reads, none today). Of message plans' launches (issue #37):
     launches and their blocks (``message_launches``, ``message_blocks``), waits on a word a peer
     writes (``peer_waits``: a chunk's gate or LL lines, a peer's call descriptor), descriptor checks
     run as an exchange before the first step (``check_exchanges``) and peers' descriptors compared

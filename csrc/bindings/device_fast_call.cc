@@ -27,6 +27,7 @@
 #include <utility>
 
 #include "bindings/bindings.h"
+#include "bindings/device_work_pool.h"
 #include "bindings/fast_call.h"
 #include "bindings/gil.h"
 #include "common/ring_queue.h"
@@ -144,8 +145,11 @@ class DeviceCallCache {
 
   // Forgets every call (the route aborted: its buffers stay held, the streams may still run them).
   void forget() {
-    std::lock_guard<std::mutex> lock(mu_);
-    entries_.clear();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      entries_.clear();
+    }
+    works_.clear();
   }
 
   // Forgets every call and the last engine, releases the held buffers (the route closed its engines).
@@ -155,6 +159,7 @@ class DeviceCallCache {
       entries_.clear();
     }
     while (!pending_.empty()) pop_held();
+    works_.clear();
     last_engine = nullptr;
   }
 
@@ -212,19 +217,25 @@ class DeviceCallCache {
     if (it == entries_.end()) Py_RETURN_NOTIMPLEMENTED;
     const Entry hit = it->second;  // a copy: another thread may clear the cache while the GIL is released
     release_completed();  // what the previous calls' enqueues retired (no device call)
-    // A blocking call makes no work handle (no allocation per call): its buffers are held by the
-    // engine's ordinal of the call, released once the engine retired it.
+    // A blocking call makes no work handle: its buffers are held by the engine's ordinal of the
+    // call, released once the engine retired it. An async call re-arms a pooled handle nothing
+    // else holds (device_work_pool.h; taken before the GIL is released, so no other call takes it),
+    // else makes one: no allocation per steady call either way (issue #37, item 2).
     const bool blocking = async_op == Py_False;
-    std::shared_ptr<DeviceWork> work;
-    uint64_t seq = 0;
+    std::pair<py::object, DeviceWork*> reused;
+    if (!blocking) reused = works_.take();
+    std::shared_ptr<DeviceWork> made;
+    uint64_t ordinal = 0;
     std::exception_ptr error;
     {
       ReleaseGil nogil;
       try {
         if (blocking)
-          seq = hit.engine->collective_unhandled(hit.call, *hit.stream);
+          ordinal = hit.engine->collective_unhandled(hit.call, *hit.stream);
+        else if (reused.second)
+          ordinal = hit.engine->collective_into(hit.call, *hit.stream, *reused.second);
         else
-          work = hit.engine->collective(hit.call, *hit.stream);
+          made = hit.engine->collective(hit.call, *hit.stream);
       } catch (...) {
         error = std::current_exception();
       }
@@ -238,13 +249,16 @@ class DeviceCallCache {
     release_completed();  // after the enqueue: its begin() retired what completed before it
     Py_INCREF(a);
     Py_XINCREF(b == Py_None ? nullptr : b);
-    // The queue owns these references.
-    pending_.push_back(Held{work, blocking ? hit.engine : nullptr, seq, a, b == Py_None ? nullptr : b});
+    // The queue owns these references; the call's buffers are held by its ordinal, async or not
+    // (a made work's own number: its ordinal, 0 when captured), never by the handle.
+    if (made) ordinal = made->known_complete() ? 0 : made->seq();
+    pending_.push_back(Held{nullptr, hit.engine, ordinal, a, b == Py_None ? nullptr : b});
     if (blocking) Py_RETURN_NONE;
     try {
       py::tuple refs = b == Py_None ? py::tuple(py::make_tuple(py::handle(a)))
                                     : py::tuple(py::make_tuple(py::handle(a), py::handle(b)));
-      return make_work_(py::cast(work), refs, hit.stream_of).release().ptr();
+      py::object handle = reused.second ? std::move(reused.first) : works_.adopt(std::move(made));
+      return make_work_(handle, refs, hit.stream_of).release().ptr();
     } catch (py::error_already_set& e) {
       e.restore();
       return nullptr;
@@ -287,6 +301,7 @@ class DeviceCallCache {
     pending_.pop_front();
   }
   RingQueue<Held> pending_;  // (a ring: no allocation per call in a steady state)
+  DeviceWorkPool works_;     // async calls' handles, reused (under the GIL)
 };
 
 PyObject* run_device_call(DeviceCallCache& cache, Collective coll, PyObject* const* args, const BufferView& va,

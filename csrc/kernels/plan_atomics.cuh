@@ -51,6 +51,7 @@ enum EmuCounter : unsigned {
   kEmuCheckExchanges,    // descriptor checks run as an exchange before the first step (plan_call_check.cuh)
   kEmuFoldedChecks,      // peers' descriptors compared inside the data handshakes instead
   kEmuTraceStores,       // COMMLIB_DEVICE_TRACE's stamps and row headers stored (plan_trace.cuh); 0 when off
+  kEmuAbortPolls,        // reads of the abort word inside waits (abort_poll), every plan's; each is a host read too
   kEmuCounters
 };
 
@@ -111,6 +112,8 @@ __device__ __forceinline__ uint64_t arrive_fetch(uint64_t* p) {
 __device__ __forceinline__ uint64_t host_read(const uint64_t* p) { return relaxed_load(p); }
 __device__ __forceinline__ void host_write(uint64_t* p, uint64_t v) { relaxed_store(p, v); }
 __device__ __forceinline__ void host_release_store(uint64_t* p, uint64_t v) { release_store(p, v); }
+// A wait's poll of the abort word (host memory the watchdog sets): a host read like any other.
+__device__ __forceinline__ uint64_t abort_poll(const uint64_t* abort) { return host_read(abort); }
 
 #else
 
@@ -155,6 +158,12 @@ inline void host_write(uint64_t* p, uint64_t v) {
   emu_count(kEmuHostWrites, 1);
   if (emu_in_data) emu_count(kEmuHostDataAccesses, 1);
   relaxed_store(p, v);
+}
+// A wait's poll of the abort word (host memory the watchdog sets), in every plan's waits: counted
+// as a host read, and as a poll, so that the tests tell the polls from any other host read.
+inline uint64_t abort_poll(const uint64_t* abort) {
+  emu_count(kEmuAbortPolls, 1);
+  return host_read(abort);
 }
 // A completion word of the host page (the done words, a replay's start): a release store, counted as a write.
 inline void host_release_store(uint64_t* p, uint64_t v) {

@@ -82,7 +82,7 @@ __device__ __forceinline__ bool check_peer_thread0(const L& a, int p) {
   uint32_t spins = 0;
   emu_count(kEmuPeerWaits, 1);
   while (acquire_load(e) < k + 1) {
-    if (spins % kCheckAbortPollEvery == 0 && relaxed_load(a.abort)) return false;
+    if (spins % kCheckAbortPollEvery == 0 && abort_poll(a.abort)) return false;
     pause(spins);
   }
   uint64_t theirs[3];
@@ -97,7 +97,7 @@ __device__ __forceinline__ bool check_peer_thread0(const L& a, int p) {
     relaxed_store(a.mismatch + 4 + w, theirs[w]);
   }
   release_store(a.mismatch, static_cast<uint64_t>(p) + 1);
-  while (!relaxed_load(a.abort)) pause(spins);
+  while (!abort_poll(a.abort)) pause(spins);
   return false;
 }
 

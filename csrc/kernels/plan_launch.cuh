@@ -101,7 +101,7 @@ __device__ __forceinline__ bool block_wait(const uint64_t* flag, uint64_t target
   if (threadIdx.x == 0) {
     uint32_t spins = 0;
     while ((device_scope ? acquire_load_device(flag) : acquire_load(flag)) < target) {
-      if (spins % kAbortPollEvery == 0 && relaxed_load(a.abort)) {
+      if (spins % kAbortPollEvery == 0 && abort_poll(a.abort)) {
         stop = 1;
         break;
       }

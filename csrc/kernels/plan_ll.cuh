@@ -86,7 +86,7 @@ __device__ __forceinline__ bool ll_recv(const uint64_t* lines, char* stage, uint
     uint64_t v;
     uint32_t spins = 0;
     while (static_cast<uint32_t>((v = ll_load(lines + i)) >> 32) != flag) {
-      if (spins % kLLPollAbortEvery == kLLPollAbortEvery - 1 && relaxed_load(abort)) {
+      if (spins % kLLPollAbortEvery == kLLPollAbortEvery - 1 && abort_poll(abort)) {
         stop = 1;
         break;
       }

@@ -79,7 +79,7 @@ __device__ __forceinline__ bool os_wait(const PlanLaunch& a, const kplan::PlanIt
     const uint64_t* flag = os_flag(a.os_flags, a, it.peer, it.chunk);
     uint32_t spins = 0;
     while (relaxed_load(flag) < target) {
-      if (++spins % kOneSidedAbortPollEvery == 0 && host_read(a.abort)) {
+      if (++spins % kOneSidedAbortPollEvery == 0 && abort_poll(a.abort)) {
         stop = 1;
         break;
       }

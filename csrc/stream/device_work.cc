@@ -57,6 +57,12 @@ void DeviceWork::synchronize() {
 
 std::shared_ptr<Device> DeviceWork::device() const { return engine_->shared_device(); }
 
+void DeviceWork::rearm(std::shared_ptr<StreamEngine> engine, Completion done, uint64_t seq) {
+  engine_ = std::move(engine);
+  done_ = std::move(done);
+  seq_ = seq;
+}
+
 std::shared_ptr<DeviceEvent> DeviceWork::completion_event() {
   if (done_.event || done_.captured()) return done_.event;
   try {

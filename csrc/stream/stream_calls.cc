@@ -134,7 +134,7 @@ void StreamEngine::begin(const CallDesc& desc, DeviceStream& s) {
 }
 
 uint64_t StreamEngine::finish(const Launched& launched, const std::string& enqueue_error, DeviceStream& s,
-                              std::shared_ptr<DeviceWork>* work) {
+                              CallWork* work) {
   Completion done;
   if (launched.done_dev && enqueue_error.empty()) {
     // The launch is the call's last operation: its done word is the call's completion (no event).
@@ -162,14 +162,14 @@ uint64_t StreamEngine::finish(const Launched& launched, const std::string& enque
     std::lock_guard<std::mutex> lk(mu_);
     raise_to_caller(fail_kind_, fail_message_);
   }
-  if (work) *work = std::make_shared<DeviceWork>(shared_from_this(), std::move(done), seq_);
+  if (work) *work = CallWork{std::move(done), seq_};
   return seq_;
 }
 
 std::shared_ptr<DeviceWork> StreamEngine::collective(const CollectiveCall& call, DeviceStream& s) {
-  std::shared_ptr<DeviceWork> work;
+  CallWork work;
   run_collective(call, nullptr, s, &work);
-  return work;
+  return std::make_shared<DeviceWork>(shared_from_this(), std::move(work.done), work.seq);
 }
 
 uint64_t StreamEngine::collective_unhandled(const CollectiveCall& call, DeviceStream& s) {
@@ -177,17 +177,25 @@ uint64_t StreamEngine::collective_unhandled(const CollectiveCall& call, DeviceSt
 }
 
 std::shared_ptr<DeviceWork> StreamEngine::collective(const PreparedCall& call, DeviceStream& s) {
-  std::shared_ptr<DeviceWork> work;
+  CallWork work;
   run_collective(call.call, call.plan ? &call : nullptr, s, &work);
-  return work;
+  return std::make_shared<DeviceWork>(shared_from_this(), std::move(work.done), work.seq);
 }
 
 uint64_t StreamEngine::collective_unhandled(const PreparedCall& call, DeviceStream& s) {
   return run_collective(call.call, call.plan ? &call : nullptr, s, nullptr);
 }
 
+uint64_t StreamEngine::collective_into(const PreparedCall& call, DeviceStream& s, DeviceWork& reused) {
+  CallWork work;
+  const uint64_t ordinal = run_collective(call.call, call.plan ? &call : nullptr, s, &work);
+  // Re-armed only once the call was enqueued: a refused call leaves the handle as it was.
+  reused.rearm(shared_from_this(), std::move(work.done), work.seq);
+  return ordinal;
+}
+
 uint64_t StreamEngine::run_collective(const CollectiveCall& call, const PreparedCall* prepared, DeviceStream& s,
-                                      std::shared_ptr<DeviceWork>* work) {
+                                      CallWork* work) {
   std::lock_guard<std::mutex> guard(enqueue_mu_);
   throw_if_failed_locked();
   try {
@@ -206,7 +214,7 @@ uint64_t StreamEngine::run_collective(const CollectiveCall& call, const Prepared
 }
 
 uint64_t StreamEngine::enqueue_collective(const CollectiveCall& call, const PreparedCall* prepared, DeviceStream& s,
-                                          std::shared_ptr<DeviceWork>* work) {
+                                          CallWork* work) {
   const size_t esize = dtype_size(call.dtype);
   if (call.algo == kNcclAlgorithmCode) {  // algorithm="nccl": NCCL's own collective, no schedule
     NcclLink::check_supported(call.dtype, call.op, call.coll);

@@ -35,7 +35,7 @@ namespace {
 }  // namespace
 
 uint64_t StreamEngine::capture_collective(const CollectiveCall& call, DeviceStream& s, CaptureStatus status,
-                                          std::shared_ptr<DeviceWork>* work) {
+                                          CallWork* work) {
   if (status == CaptureStatus::Invalidated)
     refuse(rank_, call, "the stream's capture was invalidated by an earlier error (end it and capture again)");
   if (call.algo == kNcclAlgorithmCode) refuse(rank_, call, "algorithm='nccl' does not capture here");
@@ -86,7 +86,7 @@ uint64_t StreamEngine::capture_collective(const CollectiveCall& call, DeviceStre
     refuse(rank_, call, e.what());
   }
   // A work without an event: complete at once, nothing to wait for (the graph orders the call).
-  if (work) *work = std::make_shared<DeviceWork>(shared_from_this(), Completion{}, seq);
+  if (work) *work = CallWork{Completion{}, seq};
   return 0;
 }
 

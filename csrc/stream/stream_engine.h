@@ -136,6 +136,10 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   // The same for a prepared call (prepare()): no plan lookup, no path decision per call.
   std::shared_ptr<DeviceWork> collective(const PreparedCall& call, DeviceStream& stream);
   uint64_t collective_unhandled(const PreparedCall& call, DeviceStream& stream);
+  // The same, re-arming `work` for this call instead of making a handle (no allocation: the
+  // bindings' pool of handles no one else holds, issue #37 item 2; DeviceWork::rearm); returns the
+  // call's ordinal as collective_unhandled does. A call that raises leaves `work` as it was.
+  uint64_t collective_into(const PreparedCall& call, DeviceStream& stream, DeviceWork& work);
   // The engine retired every call up to ordinal `seq` (seen complete): one atomic load.
   bool retired(uint64_t seq) const { return retired_through_.load(std::memory_order_acquire) >= seq; }
   // Point-to-point messages (stream/stream_p2p.cc): the sends and receives of one batch run
@@ -205,15 +209,18 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
     bool completed(Device& d) const;
   };
 
+  // What a call's work handle is made of (DeviceWork's constructor or rearm): no allocation here.
+  struct CallWork {
+    Completion done;
+    uint64_t seq = 0;
+  };
   // collective()'s body: the call's ordinal, and its work into `*work` when asked (not null).
   // `prepared`: the call resolved already (null: resolve it now).
-  uint64_t run_collective(const CollectiveCall& call, const PreparedCall* prepared, DeviceStream& s,
-                          std::shared_ptr<DeviceWork>* work);
+  uint64_t run_collective(const CollectiveCall& call, const PreparedCall* prepared, DeviceStream& s, CallWork* work);
   uint64_t enqueue_collective(const CollectiveCall& call, const PreparedCall* prepared, DeviceStream& s,
-                              std::shared_ptr<DeviceWork>* work);
+                              CallWork* work);
   // A call on a capturing stream (stream/stream_capture.cc): returns 0 (complete at once).
-  uint64_t capture_collective(const CollectiveCall& call, DeviceStream& s, CaptureStatus st,
-                              std::shared_ptr<DeviceWork>* work);
+  uint64_t capture_collective(const CollectiveCall& call, DeviceStream& s, CaptureStatus st, CallWork* work);
   void watch_replays(std::unique_lock<std::mutex>& lk);  // the watchdog's tick (mu_ held) while graphs may replay
   std::shared_ptr<DeviceWork> enqueue_p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& s);
 
@@ -223,8 +230,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   // operation, else an event recorded now: stream/device_work.h) and returns its work.
   void begin(const CallDesc& desc, DeviceStream& s);
   // The work only into `*work` when asked (not null); returns the call's ordinal.
-  uint64_t finish(const Launched& launched, const std::string& enqueue_error, DeviceStream& s,
-                  std::shared_ptr<DeviceWork>* work);
+  uint64_t finish(const Launched& launched, const std::string& enqueue_error, DeviceStream& s, CallWork* work);
   // Makes `s` wait for a call's completion: a stream wait on its done word, or on its event.
   void order_after(const Completion& c, DeviceStream& s);
   // The host waits for a call's completion (its word or its event). A done word that the engine's

@@ -77,9 +77,9 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_p2p(const std::vector<P2PItem>
                     " sends/receives: " + e.what();
     fail_as(ErrorKind::Comm, ErrorKind::Peer, enqueue_error, true);  // PeerError at the peers (stream_calls.cc)
   }
-  std::shared_ptr<DeviceWork> work;
+  CallWork work;
   finish(launched, enqueue_error, s, &work);  // the copy path's chunks: an event
-  return work;
+  return std::make_shared<DeviceWork>(shared_from_this(), std::move(work.done), work.seq);
 }
 
 void StreamEngine::note_p2p_waits(const std::vector<std::pair<int, CallDesc>>& waits, bool add) {

@@ -4,6 +4,8 @@ caller's thread (issue #37, items 1 and 5), counted by the emulated device
 the watchdog's are its own thread's). After a few drained warm-up calls, N calls run back to back
 inside one count (the steady state: the next call retires the previous ones by their done words),
 then drain outside it."""
+import collections
+
 import numpy as np
 
 import commlib._C as _C
@@ -35,10 +37,17 @@ def _drain(works=()):
     emu.current_stream().synchronize()
 
 
+# Async works a steady caller holds at once (its last KEPT calls'), as a training step holds the
+# works of its buckets: the C++ entry's pool of handles grows to what is held, then every call
+# re-arms one the caller let go of (csrc/bindings/device_work_pool.h).
+KEPT = 8
+
+
 def steady_call_counts(comm, n=1000, wrap=None, names=None):
     """{(collective, "blocking"|"async"): (driver calls of n steady calls, hits, results right,
     path, C++ heap allocations)} on the kernel path, after three drained warm-up calls (the first
-    fills the cache and sets the engine up); ``wrap``: as collective_calls' (another library's view
+    fills the cache and sets the engine up) and 2 * KEPT calls held as the counted ones are (the
+    caller holding its last KEPT works); ``wrap``: as collective_calls' (another library's view
     of each array), ``names``: the collectives to count (default: all)."""
     def run(sub):
         out = {}
@@ -49,8 +58,15 @@ def steady_call_counts(comm, n=1000, wrap=None, names=None):
                 a = mode == "async"
                 for _ in range(3):
                     _drain([call(a, None)])
-                calls, hits, _, allocs = _counted(lambda: [call(a, None) for _ in range(n)])
-                _drain()
+                held = collections.deque(maxlen=KEPT)
+
+                def issue(k):
+                    for _ in range(k):
+                        held.append(call(a, None))
+                issue(2 * KEPT)
+                calls, hits, _, allocs = _counted(lambda: issue(n))
+                _drain(held)
+                held.clear()
                 out[(name, mode)] = (calls, hits, bool(check()), sub._device().last_path(), allocs)
         return out
     return with_settings(comm, KERNEL_SETTINGS, run)
@@ -93,10 +109,43 @@ def asked_call_counts(comm, n=20):
     return with_settings(comm, KERNEL_SETTINGS, run)
 
 
+def pooled_handles(comm, n=20):
+    """The C++ entry's pooled async handles (csrc/bindings/device_work_pool.h), all_reduce on the
+    kernel path: a work the caller holds while n later async calls come and go (each let go of at
+    once, so the pool re-arms one handle for them) keeps its own handle and call number; the later
+    calls' numbers follow one another; and a work kept past the communicator's close still
+    answers (its handle holds the engine). (held kept its handle and number, numbers in order,
+    the kept-past-close work's synchronize() and is_completed(), results right.)"""
+    P = None
+
+    def run(sub):
+        nonlocal P
+        P = sub.size
+        x = emu.from_numpy(np.ones(4, np.float32))
+        for _ in range(3):
+            _drain([sub.all_reduce(x, async_op=True)])
+        held = sub.all_reduce(x, async_op=True)
+        handle, number = held._work, held._work.seq
+        numbers = []
+        for _ in range(n):
+            numbers.append(sub.all_reduce(x, async_op=True)._work.seq)
+        kept_own = held._work is handle and held._work.seq == number
+        held.synchronize()
+        in_order = numbers == list(range(number + 1, number + n + 1))
+        last = sub.all_reduce(x, async_op=True)
+        sub.close()
+        return kept_own, in_order, last, x
+    kept_own, in_order, last, x = with_settings(comm, KERNEL_SETTINGS, run)
+    last.synchronize()
+    done = last.is_completed()
+    return kept_own, in_order, done, bool((x.numpy() == float(P) ** (3 + 1 + n + 1)).all())
+
+
 def steady_calls_cuda(comm, n=1000):
     """On GPU 0 with torch (the done word on a real device): n steady blocking and n async 8-float
-    all_reduces through the C++ entry, then a work waited on by another stream: (hits, commlib's
-    heap allocations in the n blocking calls, results right, the other stream saw the result)."""
+    all_reduces through the C++ entry (the async ones' last KEPT works held, after 2 * KEPT held
+    alike), then a work waited on by another stream: (hits, commlib's heap allocations in the n
+    blocking calls and in the n async ones, results right, the other stream saw the result)."""
     import torch
     from commlib.settings import overridden
     with overridden(KERNEL_SETTINGS):
@@ -112,11 +161,17 @@ def steady_calls_cuda(comm, n=1000):
         for _ in range(n):
             sub.all_reduce(x, op="max")
         allocs = _C.thread_allocations() - allocs
-        works = [sub.all_reduce(x, op="max", async_op=True) for _ in range(n)]
+        held = collections.deque(maxlen=KEPT)
+        for _ in range(2 * KEPT):
+            held.append(sub.all_reduce(x, op="max", async_op=True))
+        async_allocs = _C.thread_allocations()
+        for _ in range(n):
+            held.append(sub.all_reduce(x, op="max", async_op=True))
+        async_allocs = _C.thread_allocations() - async_allocs
         hits = _C.device_fast_path_counts()[1] - hits
-        works[-1].synchronize()
-        right = bool((x == 1.0).all().item()) and all(w.is_completed() for w in works)
-        works = None
+        held[-1].synchronize()
+        right = bool((x == 1.0).all().item()) and all(w.is_completed() for w in held)
+        held.clear()
         y = torch.full((8,), float(sub.rank + 1), device=dev)
         w = sub.all_reduce(y, async_op=True)
         other = torch.cuda.Stream(dev)
@@ -125,7 +180,7 @@ def steady_calls_cuda(comm, n=1000):
             seen = y.clone()
         other.synchronize()
         expect = sum(range(1, sub.size + 1))
-        return hits, allocs, right, bool((seen == expect).all().item())
+        return hits, allocs, async_allocs, right, bool((seen == expect).all().item())
     finally:
         sub.close()
 
@@ -217,6 +272,8 @@ def mapped_candidate_lookups(comm, n=5):
     return with_settings(comm, dict(KERNEL_SETTINGS, COMMLIB_DEVICE_SLOT_BYTES="65536"), run)
 
 
+# host_reads: besides the abort polls (abort_polls, which count as host reads too: how many a wait
+# makes depends on how long it spins, so they are pinned apart, by late_peer_polls).
 LAUNCH_COUNTERS = ("message_blocks", "grid_barriers", "check_exchanges", "folded_checks", "peer_waits", "host_reads",
                    "host_writes")
 
@@ -237,9 +294,34 @@ def launch_counts(comm, cases, n=5):
                 sub.all_reduce(x, algorithm=algo)
             _drain()
             c = emu.kernel_counters(reset=True)
+            c["host_reads"] -= c["abort_polls"]
             right = bool((x.numpy() == float(sub.size) ** (3 + n)).all())
             launches = c["message_launches"]
             out[(algo, count)] = ({k: c[k] / launches for k in LAUNCH_COUNTERS} if launches == n else launches, right)
+        return out
+    return with_settings(comm, KERNEL_SETTINGS, run)
+
+
+def late_peer_polls(comm, cases, late_s=0.2):
+    """Per case (algorithm, float32 count) of all_reduce on the kernel path, with the last rank
+    `late_s` late to the call (its peers' launches wait for it, polling the abort word): this rank's
+    (abort polls, host reads) of that one call, and whether the result was right."""
+    import time
+
+    def run(sub):
+        out = {}
+        for algo, count in cases:
+            x = emu.from_numpy(np.ones(count, np.float32))
+            sub.all_reduce(x, algorithm=algo)
+            _drain()
+            sub.barrier()
+            emu.kernel_counters(reset=True)
+            if sub.rank == sub.size - 1:
+                time.sleep(late_s)
+            sub.all_reduce(x, algorithm=algo)
+            _drain()
+            c = emu.kernel_counters(reset=True)
+            out[(algo, count)] = (c["abort_polls"], c["host_reads"], bool((x.numpy() == float(sub.size) ** 2).all()))
         return out
     return with_settings(comm, KERNEL_SETTINGS, run)
 

@@ -41,6 +41,25 @@ def _expected(size, i):
     return np.concatenate(sums), np.concatenate([g for _, g in ins])
 
 
+def _differing(size, replays, sampled, got, eager):
+    """The replays (1..replays) whose results (`got`: every replay's floats and ints, host arrays)
+    differ from the exact ones or, for the `sampled` replays, from the eager step's (`eager`: the
+    sampled replays' results, in order) bit for bit."""
+    n, m = sum(SIZES), GATHER * size
+    differ = []
+    for i in range(1, replays + 1):
+        f, ints_i = got[0][(i - 1) * n:i * n], got[1][(i - 1) * m:i * m]
+        want_f, want_i = _expected(size, i)
+        if f.tobytes() != want_f.tobytes() or ints_i.tobytes() != want_i.tobytes():
+            differ.append(i)
+        elif i in sampled:
+            k = sampled.index(i)
+            if f.tobytes() != eager[0][k * n:(k + 1) * n].tobytes() or \
+                    ints_i.tobytes() != eager[1][k * m:(k + 1) * m].tobytes():
+                differ.append(i)
+    return differ
+
+
 class _Step:
     """The step's buffers (static, as a graph needs) and the step itself."""
 
@@ -109,17 +128,9 @@ def captured_step_matches_eager(comm):
         got_f, got_i, got_other = got_f.numpy(), got_i.numpy(), got_other.numpy()  # (one synchronize)
         eager_f, eager_i = eager_f.numpy(), eager_i.numpy()
         replayed = sub._device_route._last_engine.kernel_replays_done() - replays_before
-        differ, wrong_other, m = [], 0, GATHER * size
-        for i in range(1, REPLAYS + 1):
-            f, ints_i = got_f[(i - 1) * n:i * n], got_i[(i - 1) * m:i * m]
-            want_f, want_i = _expected(size, i)
-            if f.tobytes() != want_f.tobytes() or ints_i.tobytes() != want_i.tobytes():
-                differ.append(i)
-            elif i in sampled:
-                k = sampled.index(i)
-                if f.tobytes() != eager_f[k * n:(k + 1) * n].tobytes() or ints_i.tobytes() != eager_i[k * m:(k + 1) * m].tobytes():
-                    differ.append(i)
-            wrong_other += int(not (got_other[(i - 1) * OTHER:i * OTHER] == sum(r + i for r in range(size))).all())
+        differ = _differing(size, REPLAYS, sampled, (got_f, got_i), (eager_f, eager_i))
+        wrong_other = sum(int(not (got_other[(i - 1) * OTHER:i * OTHER] == sum(r + i for r in range(size))).all())
+                          for i in range(1, REPLAYS + 1))
         return differ, wrong_other, len(sampled), replayed
     return with_settings(comm, KERNEL_SETTINGS, run)
 
@@ -185,9 +196,13 @@ def kill_during_replay(comm, victim):
         return f"wrong type {type(e).__name__}: {e}", time.monotonic() - t
 
 
-def captured_step_cuda(comm, replays=20):
-    """The same on a GPU with torch (``torch.cuda.graph``, global capture mode): (replays whose
-    results differ from the eager step's bit for bit, the error of a capture before the warm-up)."""
+def captured_step_cuda(comm, replays=REPLAYS):
+    """The same on a GPU with torch (``torch.cuda.graph``, global capture mode), made cheap the same
+    way: every replay's inputs uploaded once, each replay's loads, its eager neighbour (an all_reduce
+    of OTHER float64), the eager step every EAGER_EVERY replays and the copies of the results out
+    all stream-ordered, one host synchronize at the end: (replays whose results differ from the
+    exact ones or from the eager step's bit for bit, wrong eager neighbours, the error of a capture
+    before the warm-up)."""
     import torch
     from commlib.settings import overridden
     with overridden(KERNEL_SETTINGS):
@@ -202,16 +217,36 @@ def captured_step_cuda(comm, replays=20):
             before_warm_up = "no error"
         except Exception as e:  # noqa: BLE001 - the message is the result
             before_warm_up = f"{type(e).__name__}: {e}"
+        size, n, m = sub.size, sum(SIZES), GATHER * sub.size
+        ins = [_inputs(sub.rank, i) for i in range(replays + 1)]
+        floats = torch.from_numpy(np.concatenate([np.concatenate(v) for v, _ in ins])).to(dev)
+        ints = torch.from_numpy(np.concatenate([g for _, g in ins])).to(dev)
+        others = torch.from_numpy(np.concatenate([np.full(OTHER, sub.rank + i, np.float64)
+                                                  for i in range(replays + 1)])).to(dev)
+        sampled = list(range(1, replays + 1, EAGER_EVERY))
+        got = torch.empty(replays * n, device=dev), torch.empty(replays * m, dtype=torch.int32, device=dev)
+        eager_out = (torch.empty(len(sampled) * n, device=dev),
+                     torch.empty(len(sampled) * m, dtype=torch.int32, device=dev))
+        got_other = torch.empty(replays * OTHER, dtype=torch.float64, device=dev)
+        other = torch.empty(OTHER, dtype=torch.float64, device=dev)
 
         def make():
-            return [torch.empty(n, device=dev) for n in SIZES], torch.empty(GATHER, dtype=torch.int32, device=dev), \
-                torch.empty(GATHER * sub.size, dtype=torch.int32, device=dev)
+            return [torch.empty(k, device=dev) for k in SIZES], torch.empty(GATHER, dtype=torch.int32, device=dev), \
+                torch.empty(m, dtype=torch.int32, device=dev)
 
         def load(bufs, i):
-            values, gathered = _inputs(sub.rank, i)
-            for x, v in zip(bufs[0], values):
-                x.copy_(torch.from_numpy(v))
-            bufs[1].copy_(torch.from_numpy(gathered))
+            at = i * n
+            for x in bufs[0]:
+                x.copy_(floats[at:at + x.numel()])
+                at += x.numel()
+            bufs[1].copy_(ints[i * GATHER:(i + 1) * GATHER])
+
+        def save(bufs, out, k):
+            at = k * n
+            for x in bufs[0]:
+                out[0][at:at + x.numel()].copy_(x)
+                at += x.numel()
+            out[1][k * m:(k + 1) * m].copy_(bufs[2])
 
         def step(bufs):
             for x in bufs[0]:
@@ -225,17 +260,24 @@ def captured_step_cuda(comm, replays=20):
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             step(graphed)
-        differ = []
         for i in range(1, replays + 1):
             load(graphed, i)
-            load(eager, i)
             g.replay()
-            step(eager)
-            got = [t.cpu().numpy().tobytes() for t in graphed[0] + [graphed[2]]]
-            want = [t.cpu().numpy().tobytes() for t in eager[0] + [eager[2]]]
-            if got != want:
-                differ.append(i)
-        return differ, before_warm_up
+            save(graphed, got, i - 1)
+            other.copy_(others[i * OTHER:(i + 1) * OTHER])
+            sub.all_reduce(other)  # eager, between the replays
+            got_other[(i - 1) * OTHER:i * OTHER].copy_(other)
+            if i in sampled:
+                load(eager, i)
+                step(eager)
+                save(eager, eager_out, sampled.index(i))
+        torch.cuda.synchronize()
+        host = tuple(t.cpu().numpy() for t in got)
+        differ = _differing(size, replays, sampled, host, tuple(t.cpu().numpy() for t in eager_out))
+        got_other = got_other.cpu().numpy()
+        wrong_other = sum(int(not (got_other[(i - 1) * OTHER:i * OTHER] == sum(r + i for r in range(size))).all())
+                          for i in range(1, replays + 1))
+        return differ, wrong_other, before_warm_up
     finally:
         sub.close()
 

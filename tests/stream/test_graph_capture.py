@@ -60,10 +60,13 @@ def test_a_rank_killed_during_replays_is_a_peer_error_on_the_survivors():
 @pytest.mark.gpu
 @pytest.mark.timeout(150)
 def test_a_torch_captured_step_replays_like_the_eager_one_on_cuda(pool):
-    """The same with torch.cuda.graph on GPU 0 (20 replays: a GPU's replay is cheap, its check is
-    not). Passed on an H200 in session 14, before the one-block small call (docs/gpu.md)."""
+    """The same with torch.cuda.graph on GPU 0: 100 replays, each between eager calls, made cheap
+    as on the emulated device (inputs uploaded once, everything stream-ordered, one synchronize).
+    20 replays passed on an H200 in session 14, before the one-block small call; 100 have not run
+    on a GPU yet (docs/gpu.md)."""
     pytest.importorskip("torch")
-    for rank, (differ, before_warm_up) in enumerate(pool(2, env={"COMMLIB_TIMEOUT": "20"}).run(
+    for rank, (differ, wrong_other, before_warm_up) in enumerate(pool(2, env={"COMMLIB_TIMEOUT": "20"}).run(
             graph_cases.captured_step_cuda, timeout=120)):
         assert differ == [], f"rank {rank}: replays {differ[:10]} differ from the eager step"
+        assert wrong_other == 0, (rank, wrong_other)
         assert "warm-up" in before_warm_up, (rank, before_warm_up)

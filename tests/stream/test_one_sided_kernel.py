@@ -92,6 +92,7 @@ def test_counters_per_algorithm(pool, route):
             blocks = c["block_runs"]
             assert blocks == 4, (coll, algo, c)  # the emulated device's grid: N / P >= 4 x 256 KiB
             assert c["host_data_accesses"] == 0, (coll, algo, c)
+            assert c["host_reads"] == c["abort_polls"], (coll, algo, c)  # no host read but the abort polls
             assert c["handshakes"] == handshakes * blocks, (coll, algo, c)
             assert c["system_fences"] == 2 * c["handshakes"], (coll, algo, c)
             assert c["grid_barriers"] == barriers * blocks, (coll, algo, c)
