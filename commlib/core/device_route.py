@@ -314,6 +314,8 @@ class DeviceRoute:
         if own_block is not None and own_block[2]:
             self._devices[(first.kind, first.device_index)].copy(*own_block, device_stream)
         work = engine.p2p(items, dt, device_stream)
+        if stream is None and first.stream is None:  # C++ callers' batches on this stream run there too
+            self._fast_calls.add_stream(_BUFFER_KIND[first.kind], first.device_index, engine, device_stream)
         return self._enqueued(work, refs, stream_of, async_op)
 
     def _enqueued(self, work, refs, stream_of, async_op):
@@ -386,6 +388,8 @@ def parse_device(device):
 
 # Entries of the route's per-call caches (resolved calls, wrapped streams) before they start over.
 _MAX_CACHED = 256
+# DeviceBuffer.kind as the C++ cache's BufferKind (bindings/buffer_view.h).
+_BUFFER_KIND = {"emulated": 2, "cuda": 3}
 
 # How often a set-up wait asks the control plane whether the rank it waits for is gone.
 _PEER_CHECK_S = 0.1

@@ -54,7 +54,7 @@ def _dgx(name, *, gpu, nvlink, port_GBps, links, switches, credited_GBps, nic, n
         nics=8, nic_Gbps=nic_Gbps, nic_efficiency=0.97, inter_latency_us=0.7,
         reduce_GBps=hbm_GBps / 3, chunk_bytes=chunk_bytes,
         call_overhead_us=3.6, send_overhead_us=0.1, recv_overhead_us=0.1,
-        nic_gap_us=1.0 / msg_rate_M,
+        nic_gap_us=1.0 / msg_rate_M, intra_by_device=1,
         sources={
             "call_overhead_us": "NCCL's tuning model (src/graph/tuning.cc, baseLat ring LL): 3.6 us per call",
             "intra_latency_us": "NCCL's tuning model (src/graph/tuning.cc, hwLat NVLink ring LL): 0.4 us per ring "
@@ -64,6 +64,9 @@ def _dgx(name, *, gpu, nvlink, port_GBps, links, switches, credited_GBps, nic, n
             "send_overhead_us": "derived: a quarter of NCCL's 0.4 us NVLink ring LL step (tuning.cc hwLat) per "
                                 "message posted, one after another (LogGP o)",
             "recv_overhead_us": "derived: as send_overhead_us, per message taken in",
+            "intra_by_device": "NCCL's NVLink transfers are copies by the GPU's SMs (one thread block per channel, "
+                               "in parallel), not CPU work; its proxy thread posts and completes network messages "
+                               "only (src/transport/net.cc): NVLink messages' overheads are their own, off the CPU",
             "nic_gap_us": f"{nic} message rate, up to {msg_rate_M:g} million messages/s (NVIDIA product brief): "
                           "one message per 1/rate per direction",
             "devices_per_host": f"NVIDIA {name.upper().replace('-', ' ')} user guide: 8x {gpu}",
@@ -116,7 +119,7 @@ for _gbps in (25, 100):
                            "is already the out-of-cache (DRAM) rate",
         })
 
-_INT_FIELDS = {"devices_per_host", "nics", "chunk_bytes", "cores_per_host"}
+_INT_FIELDS = {"devices_per_host", "nics", "chunk_bytes", "cores_per_host", "intra_by_device"}
 _NULL_IS_FREE = {"reduce_GBps", "copy_GBps"}  # null: infinitely fast
 _TIER_RATES = ("intra_GBps", "reduce_GBps", "copy_GBps")
 
@@ -202,6 +205,8 @@ def _check(t: Topology, where: str):
     for name in ("intra_efficiency", "nic_efficiency"):
         if not 0 < getattr(t, name) <= 1:
             bad(name, "must be in (0, 1]")
+    if t.intra_by_device not in (0, 1):
+        bad("intra_by_device", "must be 0 or 1")
     _tiers(list(t.memory_tiers), where)
 
 

@@ -71,6 +71,7 @@ class Topology:
     recv_overhead_us: float = 0.0   # a rank's CPU time per message taken in
     nic_gap_us: float = 0.0         # a NIC starts at most one message per gap in each direction
     nic_burst_KiB: float = 0.0      # a token bucket on each NIC direction (tc tbf's burst); 0: none
+    intra_by_device: int = 0        # 1: messages inside a host are the devices' (GPU kernels), off the CPU
     memory_tiers: tuple = ()        # ({"above_bytes", "intra_GBps", "reduce_GBps", "copy_GBps"}, ...)
     sources: dict = field(default_factory=dict, compare=False)
 
@@ -110,6 +111,7 @@ class Topology:
             "recv_overhead_s": self.recv_overhead_us * 1e-6,
             "nic_gap_s": self.nic_gap_us * 1e-6,
             "nic_burst_bytes": self.nic_burst_KiB * 1024.0,
+            "intra_by_device": int(self.intra_by_device),
         }
 
     def resolved_tiers(self) -> list:

@@ -247,9 +247,12 @@ class RankPool:
 _POOLS: dict = {}
 
 
-def get_pool(size: int, env: dict | None = None, timeout: float = 120.0) -> RankPool:
-    """A session-cached pool of ``size`` ranks with extra environment ``env``."""
-    key = (size, tuple(sorted((env or {}).items())))
+def get_pool(size: int, env: dict | None = None, timeout: float = 120.0, own: str | None = None) -> RankPool:
+    """A session-cached pool of ``size`` ranks with extra environment ``env``. ``own``: a name
+    that keeps the pool apart from every other module's, for a test that needs its ranks in a
+    state no other module touched (e.g. no device engine on the pool's communicator: the counting
+    tests of tests/stream), whatever order the modules run in."""
+    key = (size, tuple(sorted((env or {}).items())), own)
     pool = _POOLS.get(key)
     if pool is None or not pool.alive():
         if pool is not None:

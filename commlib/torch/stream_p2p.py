@@ -1,4 +1,6 @@
-"""Point-to-point on device tensors in the torch backend: held back like host sends and receives
+"""Point-to-point on device tensors in the Python torch backend (on the C++ backend, commlib._C_torch,
+CUDA sends and receives are held and batched in C++: csrc/torch_backend/device_p2p.cc; this path
+serves the Python backend alone and what the C++ one hands it): held back like host sends and receives
 (p2p.py), then enqueued through the stream engine on the group's own point-to-point stream, as
 torch's NCCL process group enqueues its sends and receives on an internal stream.
 

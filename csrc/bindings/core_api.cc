@@ -123,11 +123,39 @@ bool api_device_synchronize(const std::shared_ptr<DeviceWork>& work, CoreError* 
   }
 }
 
+int api_device_p2p(void* cache, const P2PItem* items, size_t n, DType dtype, uint8_t kind, int device, uintptr_t stream,
+                   std::shared_ptr<DeviceWork>* work, CoreError* err) {
+  try {
+    return run_device_p2p_native(*static_cast<DeviceCallCache*>(cache), items, n, dtype, static_cast<BufferKind>(kind),
+                                 device, stream, work)
+               ? 1
+               : 0;
+  } catch (...) {
+    record(err);
+    return -1;
+  }
+}
+
+bool api_device_work_of(PyObject* obj, std::shared_ptr<DeviceWork>* work) {
+  try {
+    py::handle inner = py::handle(obj).attr("_work");  // device_route.DeviceWork's engine work
+    *work = inner.cast<std::shared_ptr<DeviceWork>>();
+    return true;
+  } catch (py::error_already_set& e) {
+    e.restore();
+    PyErr_Clear();
+    return false;
+  } catch (...) {
+    return false;
+  }
+}
+
 const CoreApi g_api = {kCoreApiVersion,      api_collective,           api_p2p,
                        api_recv_any,         api_wait,                 api_is_completed,
                        api_algorithm_index,  api_rank,                 api_size,
                        api_abort,            python_error_class,       api_device_collective,
-                       api_device_known_complete, api_device_is_completed, api_device_synchronize};
+                       api_device_known_complete, api_device_is_completed, api_device_synchronize,
+                       api_device_p2p,       api_device_work_of};
 
 }  // namespace
 

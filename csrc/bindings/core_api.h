@@ -86,6 +86,20 @@ struct CoreApi {
   bool (*device_is_completed)(const std::shared_ptr<DeviceWork>& work, bool* done, CoreError* err);
   // Blocks the host until the call ran; false with err when it failed.
   bool (*device_synchronize)(const std::shared_ptr<DeviceWork>& work, CoreError* err);
+
+  // -- device point-to-point (the torch backend's CUDA sends and receives), appended likewise.
+  // One batch (at most one send to and one receive from each peer) of `items` on buffers of `kind`
+  // on `device`, enqueued on the stream whose identity is `stream` (as device_collective's) by the
+  // engine the route set up for that device, once the route has enqueued a call on that stream as a
+  // current stream. 1: enqueued, *work its handle; 0: it has not (nothing ran: the caller runs the
+  // batch through Communicator.batch_p2p, which sets the engine up, checks and remembers the
+  // stream); -1: error (err).
+  int (*device_p2p)(void* cache, const P2PItem* items, size_t n, DType dtype, uint8_t kind, int device,
+                    uintptr_t stream, std::shared_ptr<DeviceWork>* work, CoreError* err);
+  // The engine's work behind a device work of the Python path (commlib.core.device_route.DeviceWork,
+  // what Communicator.batch_p2p(async_op=True) returns for device buffers). Under the GIL. False
+  // (nothing set) when `obj` is not one.
+  bool (*device_work_of)(PyObject* obj, std::shared_ptr<DeviceWork>* work);
 };
 
 }  // namespace commlib

@@ -12,6 +12,8 @@
 // object named), so a hit is a call the checks already accepted. A miss, or any unusual argument,
 // answers NotImplemented: the Python path takes it and raises naming the argument.
 //
+// It also knows the streams calls ran on as current streams (device_p2p_streams.h): where the torch
+// backend's CUDA sends and receives are enqueued from C++ (core_api.h device_p2p).
 // The entry keeps what the call resolved (issue #37): the engine, its stream and the algorithm
 // the kernel path's auto picks, its plan and its path (StreamEngine::prepare: no lookup per call). A new
 // tuning table or algorithm registry drops every entry (one atomic load each per call).
@@ -27,6 +29,7 @@
 #include <utility>
 
 #include "bindings/bindings.h"
+#include "bindings/device_p2p_streams.h"
 #include "bindings/device_work_pool.h"
 #include "bindings/fast_call.h"
 #include "bindings/gil.h"
@@ -79,6 +82,7 @@ uint64_t g_offers = 0, g_hits = 0;  // under the GIL
 // Calls offered by C++ callers without the GIL (run_device_call_native: the torch backend's CUDA
 // tensors, through core_api.h) and how many of them ran.
 std::atomic<uint64_t> g_native_offers{0}, g_native_hits{0};
+std::atomic<uint64_t> g_native_p2p{0};  // point-to-point batches C++ callers enqueued (run_p2p_native)
 
 // The key of one call through the entry; false when its arguments are not a plain call.
 bool key_of(int P, int me, Collective coll, PyObject* op, PyObject* algorithm, PyObject* root, PyObject* scale,
@@ -138,16 +142,24 @@ class DeviceCallCache {
     if (entries_.size() >= kMaxCached) entries_.clear();
     tuning_ = tuning_generation();
     registry_ = registry_generation();
+    if (current)
+      streams_.remember({k.kind_a != BufferKind::None ? k.kind_a : k.kind_b,
+                         k.kind_a != BufferKind::None ? k.device_a : k.device_b, k.current_stream},
+                        engine, device_stream);
     entries_[k] = Entry{std::move(engine), std::move(prepared), std::move(device_stream), std::move(stream_of),
                         py::reinterpret_borrow<py::object>(stream)};
     return true;
   }
+
+  // Where C++ callers' point-to-point batches run (run_device_p2p_native; add_stream).
+  DeviceP2PStreams& streams() { return streams_; }
 
   // Forgets every call (the route aborted: its buffers stay held, the streams may still run them).
   void forget() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       entries_.clear();
+      streams_.clear();
     }
     works_.clear();
   }
@@ -157,6 +169,7 @@ class DeviceCallCache {
     {
       std::lock_guard<std::mutex> lock(mu_);
       entries_.clear();
+      streams_.clear();
     }
     while (!pending_.empty()) pop_held();
     works_.clear();
@@ -283,6 +296,7 @@ class DeviceCallCache {
   mutable std::mutex mu_;
   uint64_t tuning_ = 0, registry_ = 0;  // the generations the entries were resolved under
   std::unordered_map<CallKey, Entry, CallKeyHash> entries_;
+  DeviceP2PStreams streams_;  // the streams calls ran on as current streams (point-to-point from C++)
   // A call's work (async calls and the Python path's) or its engine and ordinal (blocking calls
   // here), and the buffers it holds (no tuple made per blocking call).
   struct Held {
@@ -321,6 +335,14 @@ bool run_device_call_native(DeviceCallCache& cache, const CollectiveCall& call, 
   return cache.run_native(k, work);
 }
 
+bool run_device_p2p_native(DeviceCallCache& cache, const P2PItem* items, size_t n, DType dtype, BufferKind kind,
+                           int device, uintptr_t stream, std::shared_ptr<DeviceWork>* work) {
+  if (!cache.streams().run(DeviceStreamKey{kind, device, stream}, std::vector<P2PItem>(items, items + n), dtype, work))
+    return false;
+  g_native_p2p.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
 // A named function the bench calls between its phases (bench/launch_cost.py): callgrind's
 // --dump-before on it splits a run's instruction counts by phase. It does nothing.
 __attribute__((noinline)) void callgrind_phase_mark() { __asm__ volatile(""); }
@@ -342,6 +364,15 @@ void bind_device_fast_call(py::module_& m) {
           },
           "add(a, b, op, algorithm, root, scale, stream, engine, *engine.run's arguments, stream_of): after the call "
           "ran, later calls of the same arguments (as the entry reads them) hit. False when not cacheable.")
+      .def(
+          "add_stream",
+          [](DeviceCallCache& c, int kind, int device, std::shared_ptr<StreamEngine> engine,
+             std::shared_ptr<DeviceStream> stream) {
+            return c.streams().add_current(static_cast<BufferKind>(kind), device, std::move(engine), std::move(stream));
+          },
+          py::arg("kind"), py::arg("device"), py::arg("engine"), py::arg("stream"),
+          "After a point-to-point batch on this thread's current stream of device kind:device (2 emulated, 3 "
+          "CUDA): C++ callers' batches on that stream run on `engine`. False for a kind without a current stream.")
       .def("clear", &DeviceCallCache::clear, "Forget every call and the last engine; release the buffers held.")
       .def("forget", &DeviceCallCache::forget, "Forget every call (the buffers stay held).")
       .def("hold", &DeviceCallCache::hold, py::arg("work"), py::arg("refs"),
@@ -360,6 +391,10 @@ void bind_device_fast_call(py::module_& m) {
       "device_native_counts", [] { return std::make_pair(g_native_offers.load(), g_native_hits.load()); },
       "(device calls C++ callers offered the caches without Python: the torch backend's CUDA tensors; how many "
       "of them ran) in this process, for tests.");
+  m.def(
+      "device_native_p2p_count", [] { return g_native_p2p.load(); },
+      "Point-to-point batches C++ callers (the torch backend's CUDA sends and receives) enqueued on a device "
+      "stream without Python, in this process, for tests.");
 }
 
 }  // namespace commlib

@@ -35,5 +35,11 @@ class DeviceWork;
 // the engine throws.
 bool run_device_call_native(DeviceCallCache& cache, const CollectiveCall& call, BufferKind kind_in,
                             BufferKind kind_out, int device, uintptr_t stream, std::shared_ptr<DeviceWork>* work);
+// Point-to-point from a C++ caller without the GIL (core_api.h's device_p2p): `items` (at most one
+// send to and one receive from each peer) of buffers of `kind` on `device`, enqueued on the stream
+// whose identity is `stream` when the route has enqueued a call there as a current stream (true);
+// false: it has not (nothing ran). Throws what the engine throws.
+bool run_device_p2p_native(DeviceCallCache& cache, const P2PItem* items, size_t n, DType dtype, BufferKind kind,
+                           int device, uintptr_t stream, std::shared_ptr<DeviceWork>* work);
 
 }  // namespace commlib

@@ -12,6 +12,7 @@
 #include "kernels/cpu_codecs.h"
 #include "policy/auto_policy.h"
 #include "policy/candidate_search.h"
+#include "sim/compact.h"
 #include "policy/pipeline_shape.h"
 #include "sim/simulator.h"
 
@@ -165,6 +166,7 @@ void bind_sim(py::module_& m) {
         py::dict out;
         out["time_s"] = r.time_s;
         out["build_s"] = r.build_s;
+        out["built_cached"] = r.built_cached;
         out["run_s"] = r.run_s;
         out["steps"] = r.steps;
         out["transfers"] = r.transfers;
@@ -193,6 +195,9 @@ void bind_sim(py::module_& m) {
       "inter_algorithm/segment/intra_algorithm: hierarchical's inter-host algorithm (\"\": built-in exchange), "
       "pipeline segment (-1: COMMLIB_HIER_SEGMENT) and intra-host algorithm (\"\": built-in exchanges); "
       "pieces: the overlapped pipeline's most pieces per lane segment (0: the builder's cap).");
+
+  m.def("clear_built_programs", &sim::clear_built_programs,
+        "Empties the simulator's cache of built schedules (sim/compact.h, built_programs).");
 
   m.def(
       "pipeline_shape",

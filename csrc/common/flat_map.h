@@ -14,6 +14,7 @@ class FlatMap {
   static constexpr uint32_t kAbsent = ~uint32_t(0);
   uint32_t get(uint64_t key) const;
   void put(uint64_t key, uint32_t value);
+  size_t bytes() const { return keys_.capacity() * sizeof(uint64_t) + vals_.capacity() * sizeof(uint32_t); }
 
  private:
   void grow();

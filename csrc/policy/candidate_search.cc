@@ -162,7 +162,10 @@ double candidate_lower_bound(const CallShape& call, const Composition& cand, con
       const double latency[2] = {t.intra_latency_s, t.inter_latency_s};
       const double rate[2] = {t.intra_bus_Bps > 0 ? std::min(port, t.intra_bus_Bps) : port, nic_step_Bps};
       inter_out += send[1].bytes, inter_in += recv[1].bytes;
-      const int64_t sends = send[0].messages + send[1].messages, recvs = recv[0].messages + recv[1].messages;
+      // The CPU's messages, one after another: inside a host moved by the devices (intra_by_device)
+      // they are not its (each pays its own overheads, in parallel: a lower bound still without them).
+      const int64_t own = t.intra_by_device ? 0 : 1;
+      const int64_t sends = own * send[0].messages + send[1].messages, recvs = own * recv[0].messages + recv[1].messages;
       const double send_latency = send[0].messages ? latency[0] : latency[1];
       const double recv_latency = recv[0].messages ? latency[0] : latency[1];
       if (sends) step = std::max(step, std::max(t.op_overhead_s, sends * t.send_overhead_s) + std::min(send_latency, latency[1]));

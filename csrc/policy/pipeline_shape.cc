@@ -65,19 +65,21 @@ double rank_estimate(const Schedule& s, int r, const sim::Topology& t, const sim
         const double bytes = static_cast<double>(send ? o.src.count : o.dst.count) * elem_bytes;
         const double latency = inter ? t.inter_latency_s : t.intra_latency_s;
         double start = entry + t.op_overhead_s * f;
+        const bool device = !inter && t.intra_by_device;  // its overheads its own, off the CPU (sim/run.h)
         if (send) {
-          send_cpu = std::max(send_cpu, entry) + t.send_overhead_s * f;
-          const double done = wire(inter, true, std::max(start, send_cpu), bytes);
+          const double posted = device ? entry + t.send_overhead_s * f : (send_cpu = std::max(send_cpu, entry) + t.send_overhead_s * f);
+          const double done = wire(inter, true, std::max(start, posted), bytes);
           sent[inter].push_back(done);
           end = std::max(end, done + latency);
           continue;
         }
         const size_t i = received[inter]++;  // the peer posted it as the rank posts its i-th send
-        start = std::max(start, entry + static_cast<double>(i + 1) * t.send_overhead_s * f);
+        start = std::max(start, entry + static_cast<double>(device ? 1 : i + 1) * t.send_overhead_s * f);
         double done = wire(inter, false, start, bytes);
         if (i < sent[inter].size()) done = std::max(done, sent[inter][i]);
         double taken = done + latency;
-        if (t.recv_overhead_s > 0) taken = recv_cpu = std::max(recv_cpu, taken) + t.recv_overhead_s * f;
+        if (device) taken += t.recv_overhead_s * f;
+        else if (t.recv_overhead_s > 0) taken = recv_cpu = std::max(recv_cpu, taken) + t.recv_overhead_s * f;
         if (o.kind == OpKind::RecvReduce && bytes > 0) {  // as sim::reduce_tail_s
           const double chunks = t.chunk_bytes > 0 ? std::ceil(bytes / static_cast<double>(t.chunk_bytes)) : 1.0;
           const double c = bytes / chunks, beta = 1.0 / bw[inter ? kNicIn : kPortIn], gamma = rates.reduce_s_per_byte;

@@ -1,10 +1,11 @@
 // Schedules in the simulator's compact form. A 4096-rank ring all_reduce is 4096 x 8190 steps;
 // kept as ir.h Schedules that is gigabytes, but the simulator needs only each op's kind, peer and
 // size, and most steps of a rank repeat a handful of shapes. So each step is interned as a shape
-// (its ops sorted by kind and peer) and each rank's program is a run-length list of shape ids.
+// (its ops sorted by kind and peer, each send keeping its place in the schedule's order) and each rank's program is a run-length list of shape ids.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,7 +25,9 @@ enum class SimKind : uint8_t { Send, Recv, RecvReduce, Copy, Reduce, Get, GetRed
 struct SimOp {
   int32_t peer;   // -1 for local ops
   SimKind kind;
-  int64_t count;  // elements
+  uint16_t post = 0;  // a send's place among its step's sends in the schedule (the order the
+                      // rank posts them: the executor's), saturating; 0 for other ops
+  int64_t count = 0;  // elements
 };
 
 class ShapeTable {
@@ -33,6 +36,7 @@ class ShapeTable {
   const SimOp* begin(uint32_t id) const { return ops_.data() + off_[id]; }
   const SimOp* end(uint32_t id) const { return ops_.data() + off_[id + 1]; }
   size_t size() const { return off_.size() - 1; }
+  size_t bytes() const;  // memory held (the built-programs cache's accounting)
 
  private:
   std::vector<SimOp> ops_;
@@ -51,6 +55,28 @@ using Program = std::vector<std::pair<uint32_t, uint32_t>>;
 std::vector<Program> build_programs(Collective c, const Composition& how, int size, int64_t count, int root,
                                     const std::vector<int>& host_of, ShapeTable& shapes,
                                     std::vector<int64_t>* scratch = nullptr);
+
+// Every rank's compacted schedule of one call, as build_programs makes it, shared read-only.
+struct BuiltPrograms {
+  ShapeTable shapes;
+  std::vector<Program> programs;
+  std::vector<int64_t> scratch;
+  size_t bytes = 0;  // memory held
+};
+
+// build_programs through a process-wide cache (built_cache.cc): auto's search, the ranking and the
+// call that plays its choice simulate the same candidate again and again (the winner is built by
+// the search, then by the call that plays it; at 8192 ranks building is most of a run). Keyed by
+// everything a builder reads (ir.h CollArgs: the collective, size, count, root, host map and the
+// composition) and the registry's generation (a name registered again builds anew), so a hit is
+// exactly what a build would give. Least recently used entries go past kBuiltCacheBytes in all;
+// a call whose programs alone exceed it is built and not kept. `hit` (if not null): whether it was.
+constexpr size_t kBuiltCacheBytes = size_t{1} << 30;
+std::shared_ptr<const BuiltPrograms> built_programs(Collective c, const Composition& how, int size, int64_t count,
+                                                    int root, const std::vector<int>& host_of, bool* hit = nullptr);
+
+// Empties the cache (tests, and a caller that wants its memory back).
+void clear_built_programs();
 
 }  // namespace sim
 }  // namespace commlib

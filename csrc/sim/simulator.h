@@ -35,7 +35,8 @@ namespace sim {
 
 struct Result {
   double time_s = 0;        // when the last rank finished
-  double build_s = 0;       // wall time building and compacting the schedules
+  double build_s = 0;       // wall time building and compacting the schedules (or finding them built)
+  bool built_cached = false;  // the schedules came built from the cache (compact.h, built_programs)
   double run_s = 0;         // wall time of the event run
   int64_t steps = 0;        // steps played, all ranks
   int64_t transfers = 0;    // matched send/receive pairs

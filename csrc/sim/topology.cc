@@ -21,7 +21,7 @@ int Topology::hosts() const {
 namespace {
 
 // validate()'s rules, by the check column of topology.h's field lists.
-enum Check { Placement, AtLeast1, Natural, NonNeg, Pos, PosAcross, Free, Ascending };
+enum Check { Placement, AtLeast1, Natural, Flag, NonNeg, Pos, PosAcross, Free, Ascending };
 
 void check_field(const std::string& name, double v, Check check, bool spans_hosts) {
   auto fail = [&](const char* rule) { throw std::invalid_argument("topology." + name + ": " + rule); };
@@ -31,6 +31,9 @@ void check_field(const std::string& name, double v, Check check, bool spans_host
       break;
     case Natural:
       if (v < 0) fail("must be >= 0");
+      break;
+    case Flag:
+      if (v != 0 && v != 1) fail("must be 0 or 1");
       break;
     case NonNeg:
       if (!(v >= 0) || !std::isfinite(v)) fail("must be a finite number >= 0");

@@ -17,7 +17,7 @@ namespace sim {
 // (and one in each Python maker). X(type, name, default, dict, check):
 //   dict: Need (the binding's dict must have it) or Opt (absent: the default);
 //   check: Placement (host_of, nic_of, checked together), AtLeast1, Natural (an integer >= 0),
-//     NonNeg (a finite number >= 0), Pos (> 0), PosAcross (> 0 once ranks span hosts), Free.
+//     Flag (0 or 1), NonNeg (a finite number >= 0), Pos (> 0), PosAcross (> 0 once ranks span hosts), Free.
 // What they mean:
 // Placement: rank -> host, rank -> NIC index on its host (rails: local GPU i uses NIC i).
 // Inside a host: each rank has a port with intra_port_Bps per direction (NVLink to NVSwitch, or a
@@ -29,7 +29,13 @@ namespace sim {
 // Per-message costs (LogGP's o and g): a rank's CPU spends send_overhead_s posting each send and
 // recv_overhead_s taking each message in, one message after another (a rank talking to 1000
 // peers pays 1000 of them), and a NIC starts at most one message every nic_gap_s in each
-// direction (its message rate). All 0: messages cost only latency and bandwidth.
+// direction (its message rate). All 0: messages cost only latency and bandwidth. A rank's sends
+// are posted at its entry into their step, in the order the schedule lists them (the executor's).
+// intra_by_device: messages inside a host are moved by the devices (GPU kernels: NVLink copies
+// by the SMs, a thread block per channel), not by the rank's CPU: their send and receive
+// overheads are each message's own (added to its latency, messages in parallel), off the CPU
+// that posts network messages one after another (NCCL's proxy thread). 0: the CPU moves them too
+// (shared memory between processes), one after another with its network messages.
 // nic_burst_bytes: a token-bucket rate limit on each NIC direction (tc tbf, what scripts/netns.sh
 // puts on every veth): nic_Bps is the bucket's rate, nic_burst_bytes its size; bytes with tokens
 // leave at once (the veth itself has no rate modelled), the rest at nic_Bps. The bucket starts
@@ -69,6 +75,7 @@ namespace sim {
   X(double, send_overhead_s, 0, Opt, NonNeg)               \
   X(double, recv_overhead_s, 0, Opt, NonNeg)               \
   X(double, nic_gap_s, 0, Opt, NonNeg)                     \
+  X(int, intra_by_device, 0, Opt, Flag)                    \
   X(double, nic_burst_bytes, 0, Opt, NonNeg)               \
   X(int, cores_per_host, 0, Opt, Natural)                  \
   X(double, sched_quantum_s, 0, Opt, NonNeg)               \

@@ -103,7 +103,10 @@ CommlibBackend::CommlibBackend(const CoreApi* api, py::object group, uintptr_t c
       factory_(std::move(factory)),
       core_(reinterpret_cast<void*>(core)),
       algos_(algos),
-      hold_(std::make_shared<P2PHold>(api, core_, &completer_)) {}
+      hold_(std::make_shared<P2PHold>(api, core_, &completer_, [this](const std::vector<P2PHold::Held*>& round,
+                                                                       CoreError* err) {
+        return issue_device_round(round, err);
+      })) {}
 
 void CommlibBackend::stop_completer() {
   // Without the GIL: a future's callback on the completion thread may need it.

@@ -18,6 +18,7 @@
 
 #include <array>
 #include <atomic>
+#include <functional>
 #include <string>
 
 #include "bindings/core_api.h"
@@ -46,6 +47,8 @@ bool host_layout(const at::Tensor& t);
 // the core's (false where the Python side must decide: it explains), as every reduction here reads them.
 bool reduction_dtype(const at::Tensor& t, DType* dt);
 bool reduction_op(const c10d::ReduceOp& op, DType dt, RedOp* out, double* scale);
+// A CUDA tensor a send or receive moves (through a contiguous copy when it is not contiguous).
+bool device_p2p_layout(const at::Tensor& t);
 // `t` itself when contiguous, else a contiguous copy (which a call's finish copies back into `t`
 // when `t` is an output: CopyBack).
 inline at::Tensor dense(const at::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
@@ -136,6 +139,19 @@ class CommlibBackend : public c10d::Backend {
                                             int device, uintptr_t stream_id, c10::Stream issued,
                                             c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
                                             std::vector<at::Tensor> inputs);
+  // A send or receive of device memory held back as a CUDA tensor's is (device_p2p.cc): `t` on
+  // `device` of `kind`, called on the stream `stream_id` (as the device call cache keys it; `stream`
+  // as c10 names it). Public for the module's test seam (emulated-device memory).
+  c10::intrusive_ptr<c10d::Work> hold_device_message(bool send, const at::Tensor& t, int peer, uint8_t kind,
+                                                     int device, uintptr_t stream_id, c10::Stream stream);
+  // An uneven all-to-all of device memory as one batch of the stream engine (device_p2p.cc):
+  // block j of `in` (in_bytes[j] bytes) to rank j, block i of `out` from rank i, on `stream` (as
+  // hold_device_message names it), this rank's own block copied there first; `user` (when defined)
+  // gets `out` copied back after the batch. Public for the module's test seam.
+  c10::intrusive_ptr<c10d::Work> device_exchange(const at::Tensor& in, const at::Tensor& out,
+                                                 const std::vector<int64_t>& in_bytes,
+                                                 const std::vector<int64_t>& out_bytes, uint8_t kind, int device,
+                                                 uintptr_t stream_id, c10::Stream stream, at::Tensor user);
   // Device calls whose tensors are still held (not seen retired), for tests.
   size_t device_calls_held() { return devices_.held(); }
 
@@ -172,14 +188,19 @@ class CommlibBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> cuda_allgather_base(at::Tensor& out, at::Tensor& in);
   c10::intrusive_ptr<c10d::Work> cuda_reduce_scatter_base(at::Tensor& out, at::Tensor& in, const c10d::ReduceOp& op);
   c10::intrusive_ptr<c10d::Work> cuda_alltoall_base(at::Tensor& out, at::Tensor& in);  // equal blocks
-  // The coalesced calls: one call per tensor (pair), each from here or handed over, one block work.
-  c10::intrusive_ptr<c10d::Work> cuda_allreduce_coalesced(std::vector<at::Tensor>& t,
-                                                          const c10d::AllreduceCoalescedOptions& o);
-  c10::intrusive_ptr<c10d::Work> cuda_allgather_coalesced(std::vector<at::Tensor>& out, std::vector<at::Tensor>& in,
-                                                          const c10d::AllgatherOptions& o);
-  c10::intrusive_ptr<c10d::Work> cuda_reduce_scatter_coalesced(std::vector<at::Tensor>& out,
-                                                               std::vector<at::Tensor>& in,
-                                                               const c10d::ReduceScatterOptions& o);
+  // The coalesced calls on CUDA tensors (allreduce_coalesced: `out` and `in` the same list): pair i
+  // through `from_cpp(i)` (a cuda_* method above; null when not cached), else `hand_over(i)` (the
+  // Python backend's single-tensor method), in order, under one CoalescedWork. Null when the lists
+  // differ in length or a tensor is not on the first one's CUDA device.
+  using WorkPtr = c10::intrusive_ptr<c10d::Work>;
+  WorkPtr cuda_coalesced(std::vector<at::Tensor>& out, std::vector<at::Tensor>& in,
+                         const std::function<WorkPtr(size_t)>& from_cpp, const std::function<WorkPtr(size_t)>& hand_over);
+  // A send or receive of a CUDA tensor, held back (device_p2p.cc); issue_device_round issues one
+  // batch of them (P2PHold's device issuer), through python_batch while the device route has run
+  // nothing on the batch's stream.
+  c10::intrusive_ptr<c10d::Work> cuda_p2p(bool send, const at::Tensor& t, int peer);
+  bool issue_device_round(const std::vector<P2PHold::Held*>& round, CoreError* err);
+  bool python_batch(const std::vector<P2PHold::Held*>& round, std::shared_ptr<DeviceWork>* work, CoreError* err);
   // send() and recv() (p2p.cc).
   c10::intrusive_ptr<c10d::Work> p2p(bool send, std::vector<at::Tensor>& t, int peer);
   // Every work returned inside a coalescing block is part of the block's work.

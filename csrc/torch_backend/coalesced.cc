@@ -25,7 +25,19 @@ at::Tensor rank_rows(const at::Tensor& t, int64_t P) {
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::allreduce_coalesced(std::vector<at::Tensor>& t,
                                                                    const c10d::AllreduceCoalescedOptions& o) {
-  if (auto w = cuda_allreduce_coalesced(t, o)) return w;
+  auto one = [&t](size_t i) { return std::vector<at::Tensor>{t[i]}; };
+  auto cuda_one = [&](size_t i) {
+    auto v = one(i);
+    return cuda_reduction(Collective::AllReduce, v, o.reduceOp, 0, c10d::OpType::ALLREDUCE, "all_reduce");
+  };
+  auto hand_over_one = [&](size_t i) {
+    c10d::AllreduceOptions single;
+    single.reduceOp = o.reduceOp;
+    single.timeout = o.timeout;
+    single.asyncOp = o.asyncOp;
+    return delegate("allreduce", one(i), single);
+  };
+  if (auto w = cuda_coalesced(t, t, cuda_one, hand_over_one)) return w;
   DType dt;
   RedOp op;
   double scale = 1.0;
@@ -57,7 +69,10 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::allreduce_coalesced(std::vector<a
 c10::intrusive_ptr<c10d::Work> CommlibBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& out,
                                                                                std::vector<at::Tensor>& in,
                                                                                const c10d::AllgatherOptions& o) {
-  if (auto w = cuda_allgather_coalesced(out, in, o)) return w;
+  if (auto w = cuda_coalesced(
+          out, in, [&](size_t i) { return cuda_allgather_base(out[i], in[i]); },
+          [&](size_t i) { return delegate("_allgather_base", out[i], in[i], o); }))
+    return w;
   const int64_t P = getSize();
   bool ours = !in.empty() && in.size() == out.size();
   for (size_t i = 0; ours && i < in.size(); ++i)
@@ -94,7 +109,10 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::allgather_into_tensor_coalesced(s
 c10::intrusive_ptr<c10d::Work> CommlibBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& out,
                                                                                std::vector<at::Tensor>& in,
                                                                                const c10d::ReduceScatterOptions& o) {
-  if (auto w = cuda_reduce_scatter_coalesced(out, in, o)) return w;
+  if (auto w = cuda_coalesced(
+          out, in, [&](size_t i) { return cuda_reduce_scatter_base(out[i], in[i], o.reduceOp); },
+          [&](size_t i) { return delegate("_reduce_scatter_base", out[i], in[i], o); }))
+    return w;
   const int64_t P = getSize();
   DType dt;
   RedOp op;

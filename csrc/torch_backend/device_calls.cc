@@ -36,16 +36,49 @@ CudaWork::CudaWork(const CoreApi* api, c10d::OpType type, const char* collective
       work_(std::move(work)),
       issued_(issued) {}
 
+CudaWork::CudaWork(const CoreApi* api, c10d::OpType type, const char* collective, int rank,
+                   std::vector<at::Tensor> outputs, c10::Stream caller, std::function<void()> flush)
+    : c10d::Work(rank, type),
+      api_(api),
+      collective_(collective),
+      rank_(rank),
+      outputs_(std::move(outputs)),
+      flush_(std::move(flush)),
+      held_(true),
+      issued_(caller) {}
+
+void CudaWork::issue(std::shared_ptr<DeviceWork> work, c10::Stream issued) {
+  std::lock_guard<std::mutex> lock(mu_);
+  work_ = std::move(work);
+  issued_ = issued;
+  held_.store(false, std::memory_order_release);
+}
+
+void CudaWork::fail(const CoreError& err) {
+  std::lock_guard<std::mutex> lock(mu_);
+  failed_ = std::make_unique<CoreError>(err);
+  held_.store(false, std::memory_order_release);
+}
+
+bool CudaWork::issued(CoreError* err) {
+  if (held_.load(std::memory_order_acquire) && flush_) flush_();  // (never under mu_: flush issues us)
+  std::lock_guard<std::mutex> lock(mu_);
+  if (failed_) *err = *failed_;
+  return !failed_;
+}
+
 void CudaWork::raise(const CoreError& err) const { raise_core_error(err, collective_, rank_); }
 
 bool CudaWork::isCompleted() {
-  bool done = false;
   CoreError err;
+  if (!issued(&err)) return true;  // failed to go out: complete (wait() raises it)
+  bool done = false;
   api_->device_is_completed(work_, &done, &err);  // a failed call is complete (wait() raises it)
   return done;
 }
 
 bool CudaWork::isSuccess() const {
+  if (held_.load(std::memory_order_acquire) || failed_) return false;
   bool done = false;
   CoreError err;
   return api_->device_is_completed(work_, &done, &err) && done;
@@ -54,6 +87,7 @@ bool CudaWork::isSuccess() const {
 bool CudaWork::wait(std::chrono::milliseconds /*timeout: the stream waits, not the host*/) {
   bool done = false;
   CoreError err;
+  if (!issued(&err)) raise(err);
   if (!api_->device_is_completed(work_, &done, &err)) raise(err);  // failed already: raise now
   if (done) return true;
   const c10::Stream now = current_stream(issued_.device());
@@ -67,14 +101,20 @@ bool CudaWork::wait(std::chrono::milliseconds /*timeout: the stream waits, not t
 
 void CudaWork::synchronize() {
   CoreError err;
-  if (!api_->device_synchronize(work_, &err)) raise(err);
+  if (!issued(&err) || !api_->device_synchronize(work_, &err)) raise(err);
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> CudaWork::getFuture() {
+  CoreError err;
+  const bool went_out = issued(&err);
   std::lock_guard<std::mutex> lock(mu_);
   if (!future_) {
     future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
                                                        std::vector<c10::Device>{issued_.device()});
+    if (!went_out) {  // a held message that could not go out: the future fails with its error
+      future_->setError(future_error(err, collective_, rank_));
+      return future_;
+    }
     // Completed at once, on the issuing stream: the future records its events there (after the
     // call), and a waiter's stream waits for them, as ProcessGroupNCCL's future does.
     c10::StreamGuard on_issuing(issued_);
@@ -244,42 +284,15 @@ bool on_one_cuda_device(const std::vector<at::Tensor>& a, const std::vector<at::
 
 }  // namespace
 
-c10::intrusive_ptr<c10d::Work> CommlibBackend::cuda_allreduce_coalesced(std::vector<at::Tensor>& t,
-                                                                        const c10d::AllreduceCoalescedOptions& o) {
-  if (!on_one_cuda_device(t, t)) return nullptr;
-  c10d::AllreduceOptions single;
-  single.reduceOp = o.reduceOp;
-  single.timeout = o.timeout;
-  single.asyncOp = o.asyncOp;
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  for (auto& x : t) {
-    std::vector<at::Tensor> one{x};
-    auto w = cuda_reduction(Collective::AllReduce, one, o.reduceOp, 0, c10d::OpType::ALLREDUCE, "all_reduce");
-    works.push_back(w ? w : delegate("allreduce", one, single));
-  }
-  return c10::make_intrusive<CoalescedWork>(getRank(), std::move(works));
-}
-
-c10::intrusive_ptr<c10d::Work> CommlibBackend::cuda_allgather_coalesced(std::vector<at::Tensor>& out,
-                                                                        std::vector<at::Tensor>& in,
-                                                                        const c10d::AllgatherOptions& o) {
+c10::intrusive_ptr<c10d::Work> CommlibBackend::cuda_coalesced(std::vector<at::Tensor>& out, std::vector<at::Tensor>& in,
+                                                              const std::function<WorkPtr(size_t)>& from_cpp,
+                                                              const std::function<WorkPtr(size_t)>& hand_over) {
   if (in.size() != out.size() || !on_one_cuda_device(in, out)) return nullptr;
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  std::vector<WorkPtr> works;
+  works.reserve(in.size());
   for (size_t i = 0; i < in.size(); ++i) {
-    auto w = cuda_allgather_base(out[i], in[i]);
-    works.push_back(w ? w : delegate("_allgather_base", out[i], in[i], o));
-  }
-  return c10::make_intrusive<CoalescedWork>(getRank(), std::move(works));
-}
-
-c10::intrusive_ptr<c10d::Work> CommlibBackend::cuda_reduce_scatter_coalesced(std::vector<at::Tensor>& out,
-                                                                             std::vector<at::Tensor>& in,
-                                                                             const c10d::ReduceScatterOptions& o) {
-  if (in.size() != out.size() || !on_one_cuda_device(in, out)) return nullptr;
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  for (size_t i = 0; i < in.size(); ++i) {
-    auto w = cuda_reduce_scatter_base(out[i], in[i], o.reduceOp);
-    works.push_back(w ? w : delegate("_reduce_scatter_base", out[i], in[i], o));
+    WorkPtr w = from_cpp(i);
+    works.push_back(w ? std::move(w) : hand_over(i));
   }
   return c10::make_intrusive<CoalescedWork>(getRank(), std::move(works));
 }

@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -50,6 +51,13 @@ class CudaWork : public c10d::Work {
  public:
   CudaWork(const CoreApi* api, c10d::OpType type, const char* collective, int rank, std::vector<at::Tensor> outputs,
            std::shared_ptr<DeviceWork> work, c10::Stream issued);
+  // A send or receive held back (P2PHold): `flush` issues it (and calls issue() or fail()); every
+  // method runs it first when the message is still held.
+  CudaWork(const CoreApi* api, c10d::OpType type, const char* collective, int rank, std::vector<at::Tensor> outputs,
+           c10::Stream caller, std::function<void()> flush);
+  // The held message went out as `work` (null: nothing to move) on `issued`, or failed with `err`.
+  void issue(std::shared_ptr<DeviceWork> work, c10::Stream issued);
+  void fail(const CoreError& err);
   bool isCompleted() override;
   bool isSuccess() const override;
   std::vector<at::Tensor> result() override { return outputs_; }
@@ -59,13 +67,18 @@ class CudaWork : public c10d::Work {
 
  private:
   [[noreturn]] void raise(const CoreError& err) const;
+  // Issues a held message (its flush); then false with *err when it failed to go out.
+  bool issued(CoreError* err);
   const CoreApi* api_;
   const char* collective_;
   int rank_;
   std::vector<at::Tensor> outputs_;
+  std::function<void()> flush_;
+  std::atomic<bool> held_{false};
+  std::mutex mu_;                  // work_, issued_, failed_ once held_ went false; the future
   std::shared_ptr<DeviceWork> work_;
   c10::Stream issued_;
-  std::mutex mu_;
+  std::unique_ptr<CoreError> failed_;  // a held message that could not go out
   c10::intrusive_ptr<c10::ivalue::Future> future_;  // made when first asked
 };
 
@@ -83,10 +96,11 @@ class DeviceCalls {
   void hold(std::shared_ptr<DeviceWork> work, std::vector<at::Tensor> tensors);
   void clear();
   size_t held();
+  // The communicator's device call cache (null before its first device call). May take the GIL.
+  void* cache(const pybind11::object& group);
 
  private:
   using Held = std::deque<std::pair<std::shared_ptr<DeviceWork>, std::vector<at::Tensor>>>;
-  void* cache(const pybind11::object& group);
   Held take_retired();  // (under mu_; the caller releases them after it)
   const CoreApi* api_;
   std::atomic<void*> cache_{nullptr};  // DeviceCallCache*, kept alive by the group's communicator

@@ -1,6 +1,7 @@
 // CommlibBackend's all-to-all calls: all_to_all_single (alltoall_base) with equal blocks as the
 // core's all_to_all collective, with split sizes as one batch of sends and receives (the core's
-// all_to_allv, as commlib/core/p2p_plan.py plans it for the Python side), and the list form
+// all_to_allv, as commlib/core/p2p_plan.py plans it for the Python side; on CUDA tensors the stream
+// engine's batch, device_p2p.cc), and the list form
 // (alltoall) through one flat buffer each way. Every block moves as bytes, so any dtype goes.
 #include <string>
 #include <utility>
@@ -89,8 +90,18 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::alltoall_base(at::Tensor& out, at
                                                              std::vector<int64_t>& out_splits,
                                                              std::vector<int64_t>& in_splits,
                                                              const c10d::AllToAllOptions& o) {
-  if (out_splits.empty() && in_splits.empty())
+  if (out_splits.empty() && in_splits.empty()) {
     if (auto w = cuda_alltoall_base(out, in)) return w;
+  } else if (device_p2p_layout(in) && device_p2p_layout(out) && in.device() == out.device() &&
+             in.scalar_type() == out.scalar_type()) {  // CUDA tensors: one batch of the stream engine
+    at::Tensor ci = dense(in), co = dense(out);
+    const auto in_bytes = block_bytes(ci, in_splits, getSize(), "input_split_sizes", "input");
+    const auto out_bytes = block_bytes(co, out_splits, getSize(), "output_split_sizes", "output");
+    if (co.numel() && ci.numel() && co.data_ptr() == ci.data_ptr()) ci = ci.clone();  // in place: send from a copy
+    const c10::Stream s = current_stream(in.device());
+    return device_exchange(ci, co, in_bytes, out_bytes, kCudaBuffer, in.device().index(),
+                           reinterpret_cast<uintptr_t>(s.native_handle()), s, co.is_same(out) ? at::Tensor() : out);
+  }
   if (!host_layout(in) || !host_layout(out) || in.scalar_type() != out.scalar_type())
     return delegate("alltoall_base", out, in, out_splits, in_splits, o);
   const int P = getSize();

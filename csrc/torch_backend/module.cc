@@ -5,6 +5,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <array>
+#include <tuple>
 #include <stdexcept>
 
 #include "torch_backend/backend.h"
@@ -83,6 +84,49 @@ PYBIND11_MODULE(_C_torch, m) {
           py::arg("stream"),
           "Test seam: a call on emulated-device memory through the CUDA path's entry; its Work (torch's), or None "
           "when the device call cache does not hold it (the CUDA path then hands the call to the Python backend).")
+      .def(
+          "_device_p2p",
+          [](CommlibBackend& b, const std::vector<std::tuple<bool, uintptr_t, int64_t, int>>& messages, int device,
+             uintptr_t stream) {
+            // The CUDA path's sends and receives (held back, issued as the engine's batches through
+            // the core's table) on emulated-device memory: (send, address, bytes, peer) each, called
+            // on the stream `stream` (the emulated current stream's identity).
+            const c10::Stream host(c10::Stream::DEFAULT, c10::Device(c10::kCPU));  // (no c10 stream to wait on)
+            std::vector<c10::intrusive_ptr<c10d::Work>> works;
+            for (const auto& [send, address, bytes, peer] : messages) {
+              at::Tensor t = at::from_blob(reinterpret_cast<void*>(address), {bytes},
+                                           at::TensorOptions().dtype(at::kByte));
+              py::gil_scoped_release nogil;  // as torch's dispatcher calls the backend
+              works.push_back(b.hold_device_message(send, t, peer, commlib::torch_backend::kEmulatedBuffer, device,
+                                                    stream, host));
+            }
+            return works;
+          },
+          py::arg("messages"), py::arg("device"), py::arg("stream"),
+          "Test seam: sends and receives ((send, address, bytes, peer) each) of emulated-device memory through the "
+          "CUDA path's hold and batches; their Works (torch's). A batch on a stream the device route has run "
+          "nothing on fails (the CUDA path runs it through the Python path instead).")
+      .def(
+          "_device_exchange",
+          [](CommlibBackend& b, uintptr_t in, uintptr_t out, const std::vector<int64_t>& in_bytes,
+             const std::vector<int64_t>& out_bytes, int device, uintptr_t stream) {
+            // The CUDA path's uneven all_to_all_single (device_exchange) on emulated-device memory.
+            // The own block is copied by the host here (no c10 stream): synchronize the stream first.
+            int64_t n_in = 0, n_out = 0;
+            for (int64_t x : in_bytes) n_in += x;
+            for (int64_t x : out_bytes) n_out += x;
+            auto bytes = at::TensorOptions().dtype(at::kByte);
+            at::Tensor ti = at::from_blob(reinterpret_cast<void*>(in), {n_in}, bytes);
+            at::Tensor to = at::from_blob(reinterpret_cast<void*>(out), {n_out}, bytes);
+            const c10::Stream host(c10::Stream::DEFAULT, c10::Device(c10::kCPU));
+            py::gil_scoped_release nogil;
+            return b.device_exchange(ti, to, in_bytes, out_bytes, commlib::torch_backend::kEmulatedBuffer, device,
+                                     stream, host, at::Tensor());
+          },
+          py::arg("input"), py::arg("output"), py::arg("input_bytes"), py::arg("output_bytes"), py::arg("device"),
+          py::arg("stream"),
+          "Test seam: an uneven all_to_all of emulated-device memory (bytes per rank each way) through the CUDA "
+          "path's batch; its Work (torch's).")
       .def("_device_calls_held", &CommlibBackend::device_calls_held,
            "Device calls whose tensors the backend still holds (not seen retired), for tests.");
 }

@@ -3,6 +3,7 @@
 #include "torch_backend/p2p.h"
 
 #include <map>
+#include <tuple>
 #include <string>
 #include <utility>
 
@@ -16,7 +17,14 @@ namespace torch_backend {
 void P2PHold::hold(bool send, at::Tensor t, int peer, c10::intrusive_ptr<CommlibWork> work) {
   std::lock_guard<std::mutex> lk(mu_);
   if (closed_) return work->fail({kCoreOtherError, "the process group was shut down"});
-  held_.push_back({send, std::move(t), peer, std::move(work)});
+  held_.push_back({send, std::move(t), peer, std::move(work), nullptr});
+  pending_.store(true, std::memory_order_release);
+}
+
+void P2PHold::hold_device(bool send, at::Tensor t, int peer, std::shared_ptr<DeviceMessage> device) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (closed_) return device->work->fail({kCoreOtherError, "the process group was shut down"});
+  held_.push_back({send, std::move(t), peer, nullptr, std::move(device)});
   pending_.store(true, std::memory_order_release);
 }
 
@@ -32,37 +40,54 @@ void P2PHold::close() {
   closed_ = true;
 }
 
+bool P2PHold::issue_host(const std::vector<Held*>& round, CoreError* err) {
+  std::vector<P2PItem> items;
+  for (Held* h : round)
+    items.push_back(P2PItem{h->send, reinterpret_cast<uintptr_t>(h->tensor.data_ptr()),
+                            static_cast<int64_t>(h->tensor.nbytes()), h->peer});
+  std::shared_ptr<commlib::Work> work;
+  if (!api_->p2p(core_, items.data(), items.size(), DType::UInt8, true, 0.0, &work, err)) return false;
+  for (Held* h : round) {
+    h->work->issue(work);
+    completer_->put(h->work);
+  }
+  return true;
+}
+
 void P2PHold::flush_locked() {
   std::vector<Held> held;
   held.swap(held_);
   pending_.store(false, std::memory_order_release);
   if (held.empty()) return;
-  std::vector<std::vector<Held*>> rounds;
-  std::map<std::pair<bool, int>, size_t> seen;
+  // A place: the host ({-1, -1}) or a device (kind, index); its rounds; places in order of appearance.
+  using Place = std::pair<int, int>;
+  std::vector<Place> places;
+  std::map<Place, std::vector<std::vector<Held*>>> rounds;
+  std::map<std::tuple<Place, bool, int>, size_t> seen;
   for (Held& h : held) {
-    const size_t k = seen[{h.send, h.peer}]++;
-    if (k == rounds.size()) rounds.emplace_back();
-    rounds[k].push_back(&h);
+    const Place place = h.device ? Place{h.device->kind, h.device->device} : Place{-1, -1};
+    auto it = rounds.find(place);
+    if (it == rounds.end()) {
+      places.push_back(place);
+      it = rounds.emplace(place, std::vector<std::vector<Held*>>{}).first;
+    }
+    const size_t k = seen[{place, h.send, h.peer}]++;
+    if (k == it->second.size()) it->second.emplace_back();
+    it->second[k].push_back(&h);
   }
-  bool failed = false;
-  CoreError err;
-  for (auto& round : rounds) {
-    if (!failed) {
-      std::vector<P2PItem> items;
-      for (Held* h : round)
-        items.push_back(P2PItem{h->send, reinterpret_cast<uintptr_t>(h->tensor.data_ptr()),
-                                static_cast<int64_t>(h->tensor.nbytes()), h->peer});
-      std::shared_ptr<commlib::Work> work;
-      failed = !api_->p2p(core_, items.data(), items.size(), DType::UInt8, true, 0.0, &work, &err);
-      if (!failed) {
-        for (Held* h : round) {
-          h->work->issue(work);
-          completer_->put(h->work);
-        }
-        continue;
+  for (const Place& place : places) {
+    bool failed = false;
+    CoreError err;
+    for (auto& round : rounds[place]) {
+      if (!failed) failed = !(place.first < 0 ? issue_host(round, &err) : device_issuer_(round, &err));
+      if (!failed) continue;
+      for (Held* h : round) {  // this batch and every later one of this place
+        if (h->device)
+          h->device->work->fail(err);
+        else
+          h->work->fail(err);
       }
     }
-    for (Held* h : round) h->work->fail(err);  // this batch and every later one
   }
 }
 
@@ -74,7 +99,8 @@ bool host_tensor(const std::vector<at::Tensor>& t) { return t.size() == 1 && hos
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::p2p(bool send, std::vector<at::Tensor>& t, int peer) {
-  if (!host_tensor(t)) {  // CUDA tensors (the stream engine's), sparse ones, several tensors
+  const bool on_device = t.size() == 1 && device_p2p_layout(t[0]);
+  if (!host_tensor(t) && !on_device) {  // sparse tensors, several tensors: the Python side explains
     p2p_handed_over_ = true;
     return send ? delegate("send", t, peer, 0) : delegate("recv", t, peer, 0);
   }
@@ -82,8 +108,9 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::p2p(bool send, std::vector<at::Te
   if (peer < 0 || peer >= getSize() || peer == getRank())
     throw py::value_error(std::string(send ? "dst" : "src") + ": invalid peer " + std::to_string(peer) +
                           " for rank " + std::to_string(getRank()) + " of a group of " + std::to_string(getSize()));
-  // Python's held operations (another device's, or handed over) were issued first: they go first.
+  // Python's held operations (handed over) were issued first: they go first.
   if (p2p_handed_over_) flush_held_p2p();
+  if (on_device) return cuda_p2p(send, t[0], peer);  // the stream engine's (device_p2p.cc)
   seq_.fetch_add(1);
   const c10d::OpType type = send ? c10d::OpType::SEND : c10d::OpType::RECV;
   if (t[0].nbytes() == 0)  // nothing to move (nor does the peer): complete at once

@@ -130,6 +130,34 @@ def test_recv_overhead_serialises_a_ranks_receives(P):
                                                                                      rel=1e-12)
 
 
+def test_sends_are_posted_in_the_schedules_order():
+    """direct broadcast from rank 1 sends to 2, then 0 (root + k): rank 2, on the other host, is
+    posted first, so the far message leaves after one overhead (peer order took two)."""
+    far = dict(uniform(3), host_of=[0, 0, 1], inter_latency_s=10 * US, send_overhead_s=2 * US)
+    got = _C.simulate(COLLECTIVE["broadcast"], "direct", 0, 4, 1, far)["time_s"]
+    assert got == pytest.approx(2 * US + 10 * US, rel=1e-12)
+
+
+@pytest.mark.parametrize("P", [2, 9])
+def test_messages_the_devices_move_are_off_the_cpu(P):
+    """intra_by_device: a host's messages are its devices' (NVLink copies by GPU kernels), each
+    paying its own overheads in parallel; the CPU posts only the network's (NCCL's proxy)."""
+    host = dict(uniform(P), host_of=[0] * P)
+    cpu = dict(host, send_overhead_s=2 * US, recv_overhead_s=3 * US)
+    assert zero_bytes("broadcast", "direct", P, **cpu) == pytest.approx(ALPHA + (P - 1) * 2 * US + 3 * US, rel=1e-12)
+    assert zero_bytes("gather", "linear", P, **cpu) == pytest.approx(ALPHA + 2 * US + (P - 1) * 3 * US, rel=1e-12)
+    dev = dict(cpu, intra_by_device=1)
+    assert zero_bytes("broadcast", "direct", P, **dev) == pytest.approx(ALPHA + 5 * US, rel=1e-12)
+    assert zero_bytes("gather", "linear", P, **dev) == pytest.approx(ALPHA + 5 * US, rel=1e-12)
+    # From rank 0 to 1 (its host's device), then 2 (the network): the network's post waits for no
+    # NVLink message.
+    mixed = dict(uniform(3), host_of=[0, 0, 1], inter_latency_s=10 * US, send_overhead_s=2 * US)
+    assert zero_bytes("broadcast", "direct", 3, **mixed) == pytest.approx(4 * US + 10 * US, rel=1e-12)
+    assert zero_bytes("broadcast", "direct", 3, **dict(mixed, intra_by_device=1)) == pytest.approx(2 * US + 10 * US, rel=1e-12)
+    with pytest.raises(ValueError, match="intra_by_device"):
+        zero_bytes("broadcast", "direct", 3, intra_by_device=2)
+
+
 @pytest.mark.parametrize("P", [2, 9, 64])
 def test_nic_gap_limits_the_message_rate(P):
     """direct broadcast: the root's NIC starts one message per gap (the last at (P-2) gaps)."""

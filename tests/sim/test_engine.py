@@ -2,6 +2,7 @@
 reductions, software overheads, auto resolution, and clear errors."""
 import pytest
 
+import commlib
 import commlib._C as _C
 from test_closed_forms import uniform
 from commlib.core.call_spec import COLLECTIVE
@@ -135,3 +136,35 @@ def test_token_bucket_overlaps_latency_with_the_refill():
     assert _C.candidate_lower_bound(_C.Collective.all_gather, "ring", m, 1, 0, bucket) <= ring_bucket
     with pytest.raises(ValueError, match="nic_burst_bytes"):
         _C.simulate(_C.Collective.all_gather, "ring", m, 1, 0, dict(plain, nic_burst_bytes=-1.0))
+
+
+def exchange(steps):
+    """A 2-rank all_reduce-shaped exchange of `count` elements in `steps` steps (no reduction: only
+    its messages matter here)."""
+    def build(rank, size, count, root):
+        part = count // steps
+        return {"steps": [[{"op": "send", "peer": 1 - rank, "src": ("input", k * part, part)},
+                           {"op": "recv", "peer": 1 - rank, "dst": ("output", k * part, part)}] for k in range(steps)]}
+    return build
+
+
+def test_built_schedules_are_kept_exactly():
+    """compact.h built_programs: a call simulated again takes its schedules built; a name registered
+    again with another schedule is built anew (the registry's generation is in the key)."""
+    d = dict(uniform(16), host_of=[r // 4 for r in range(16)])
+    _C.clear_built_programs()
+    first = _C.simulate(_C.Collective.all_reduce, "hierarchical", 4096, 4, 0, d, "ring", 0, "ring")
+    again = _C.simulate(_C.Collective.all_reduce, "hierarchical", 4096, 4, 0, d, "ring", 0, "ring")
+    assert not first["built_cached"] and again["built_cached"]
+    same = lambda r: {k: v for k, v in r.items() if k not in ("build_s", "run_s", "built_cached")}  # noqa: E731
+    assert same(first) == same(again)
+    other = dict(d, host_of=[r // 8 for r in range(16)])
+    assert not _C.simulate(_C.Collective.all_reduce, "hierarchical", 4096, 4, 0, other, "ring", 0, "ring")["built_cached"]
+    times = []
+    for steps in (1, 2):
+        commlib.register_algorithm("all_reduce", "kept_exchange", exchange(steps))
+        try:
+            times.append(_C.simulate(_C.Collective.all_reduce, "kept_exchange", 8, 4, 0, uniform(2))["time_s"])
+        finally:
+            commlib.unregister_algorithm("all_reduce", "kept_exchange")
+    assert times[1] == pytest.approx(times[0] + uniform(2)["inter_latency_s"], rel=1e-9)

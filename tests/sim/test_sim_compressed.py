@@ -38,13 +38,15 @@ def test_codec_compute_is_on_the_critical_path():
     adds, per chunk element: in each of the P - 1 reduce-scatter steps the sender's encoding and
     projection (encode + decode), the receiver's decoding and its sum's projection (decode +
     encode + decode); in each of the P - 1 all_gather steps the sender's encode + decode and the
-    receiver's decode. Encoding: 3 (P - 1) in all; decoding: 5 (P - 1)."""
+    receiver's decode. Encoding: 3 (P - 1) in all; decoding: 5 (P - 1). A sender encodes at its
+    own entry into the step, whether or not its receiver is there yet (as the executor does), so a
+    rank that enters before its receiver hides a little of it: within 2 %."""
     base = _run("int8", codec_ns=(0.0, 0.0))["time_us"]["median"]
     slow_enc = _run("int8", codec_ns=(1000.0, 0.0))["time_us"]["median"]
     slow_dec = _run("int8", codec_ns=(0.0, 1000.0))["time_us"]["median"]
     per_step_us = (COUNT // P) * 1000 * 1e-3
-    assert slow_enc - base == pytest.approx(3 * (P - 1) * per_step_us)
-    assert slow_dec - base == pytest.approx(5 * (P - 1) * per_step_us)
+    assert 0.98 * 3 * (P - 1) * per_step_us <= slow_enc - base <= 3 * (P - 1) * per_step_us * (1 + 1e-9)
+    assert 0.98 * 5 * (P - 1) * per_step_us <= slow_dec - base <= 5 * (P - 1) * per_step_us * (1 + 1e-9)
     # a 1 Gbit/s link pays for a default-rate codec: int4 beats raw float32
     assert sim.predict("all_reduce", "ring", 64 << 20, P, ETH_1G, compress="int4")["time_us"]["median"] < \
         sim.predict("all_reduce", "ring", 64 << 20, P, ETH_1G)["time_us"]["median"] / 3

@@ -26,6 +26,14 @@ from call_count_cases import (KEPT, asked_call_counts, completion_events, copy_r
 from foreign_array_cases import foreign_steady_call_counts  # noqa: E402
 from test_device_collectives import DELAY_ENV  # noqa: E402
 
+# The counting pools: their communicators never make a device call themselves, so a counted
+# call's engine is alone on its rank's device (with a second engine there, every launch also
+# records an event to chain the engines' launches: stream/kernel_occupancy.cc, LaunchChain).
+# Shared with test_call_structure.py. Other modules' device calls on the shared pools'
+# communicators (test_device_errors.py's, test_device_p2p.py's) made these counts depend on the
+# order the modules run in.
+COUNTING = "counting"
+
 # Per call, exactly (anything else counted, an event record or query, an allocation, copy, host
 # function or stream wait, fails).
 PER_CALL = {"the kernel path's launch": 1, "cudaGetDevice": 1, "cudaStreamGetCaptureInfo": 1}
@@ -34,7 +42,7 @@ QUEUE_GROWTHS = 3 * (STEADY // 16).bit_length()  # three queues, each doubling f
 
 
 def test_a_steady_call_is_one_launch_and_no_event(pool):
-    for out in pool(2, env=DELAY_ENV).run(steady_call_counts, STEADY, timeout=300):
+    for out in pool(2, env=DELAY_ENV, own=COUNTING).run(steady_call_counts, STEADY, timeout=300):
         assert len(out) == 16, sorted(out)
         for (name, mode), (calls, hits, ok, path, allocs) in out.items():
             assert ok and path == "kernel" and hits == STEADY, (name, mode, ok, path, hits)
@@ -59,7 +67,7 @@ def test_a_steady_call_looks_no_device_plan_up(pool):
     """The kernel path's device plan is kept in the prepared call (csrc/stream/device_path.h,
     KernelPlanSlot): a cached call's launches make no lookup by call shape; a new shape makes one."""
     n = 20
-    for out in pool(2, env=DELAY_ENV).run(plan_lookups, n, timeout=120):
+    for out in pool(2, env=DELAY_ENV, own=COUNTING).run(plan_lookups, n, timeout=120):
         assert out.pop("new shape") >= 1, out
         assert len(out) == 16 and all(v == (0, n) for v in out.values()), out
 
@@ -83,7 +91,7 @@ def test_a_small_call_is_one_block_and_one_round_trip(pool, P):
     (its plan does not join every rank) is one block with the exchange."""
     small, large, ring = ("direct", 2), ("direct", 8192), ("ring", 2 * P)
     cases = [small, large] + ([ring] if P == 4 else [])
-    for out in pool(P, env=DELAY_ENV).run(launch_counts, cases, timeout=120):
+    for out in pool(P, env=DELAY_ENV, own=COUNTING).run(launch_counts, cases, timeout=120):
         assert all(right for _, right in out.values()), out
         per = {case: counts for case, (counts, _) in out.items()}
         assert per[small] == {"message_blocks": 1, "grid_barriers": 0, "check_exchanges": 0,
@@ -109,7 +117,7 @@ def test_a_steady_auto_call_that_may_map_looks_no_plan_up(pool):
     route per call, but keeps the plans of both routes in the prepared call (PreparedCall::mapped_plan):
     no device-plan and no plan-cache lookup per steady call, mapped or staged."""
     n = 5
-    for out in pool(2, env=DELAY_ENV).run(mapped_candidate_lookups, n, timeout=120):
+    for out in pool(2, env=DELAY_ENV, own=COUNTING).run(mapped_candidate_lookups, n, timeout=120):
         assert out["mapped"] == (0, 0, n, "mapped_fused_two_shot", True), out
         assert out["staged"] == (0, 0, n, "two_shot", True), out
 
@@ -122,7 +130,7 @@ def test_foreign_arrays_cost_what_commlibs_own_do(pool, kind):
     (cudaPointerGetAttributes on CUDA), DLPack's none (it names its device)."""
     queries = {"cai": {"cuPointerGetAttributes": 2}, "dlpack": {}}[kind]  # two buffers a call
     n = STEADY // 2
-    for out in pool(2, env=DELAY_ENV).run(foreign_steady_call_counts, kind, n, timeout=300):
+    for out in pool(2, env=DELAY_ENV, own=COUNTING).run(foreign_steady_call_counts, kind, n, timeout=300):
         assert len(out) == 4, sorted(out)
         for (name, mode), (calls, hits, ok, path, allocs) in out.items():
             assert ok and path == "kernel" and hits == n, (kind, name, mode, ok, path, hits)
@@ -132,7 +140,7 @@ def test_foreign_arrays_cost_what_commlibs_own_do(pool, kind):
 
 def test_waits_on_another_stream_are_one_stream_wait_on_the_done_word(pool):
     n = 20
-    for out in pool(2, env=DELAY_ENV).run(asked_call_counts, n, timeout=120):
+    for out in pool(2, env=DELAY_ENV, own=COUNTING).run(asked_call_counts, n, timeout=120):
         assert out.pop("right"), out
         for case, (calls, _) in out.items():
             if case != "avg":
@@ -157,7 +165,7 @@ def test_a_completion_event_orders_another_stream_and_costs_one_record(pool):
     sees the call's result; asking costs one stream wait on the done word, one event created and
     recorded, on the engine's own stream, and nothing when not asked (the steady test above)."""
     n = 10
-    for calls, seen, done in pool(2, env=DELAY_ENV).run(completion_events, n, timeout=120):
+    for calls, seen, done in pool(2, env=DELAY_ENV, own=COUNTING).run(completion_events, n, timeout=120):
         assert seen == [True, True] and done == [True, True], (seen, done)
         assert calls == {"cuStreamWaitValue64": n, "cudaEventCreate": n, "cudaEventRecord": n,
                          "cudaGetDevice": n}, calls
@@ -187,7 +195,8 @@ def test_the_copy_paths_data_operations_follow_the_setting(pool, setting):
     the device word it reads; ungated, the same kernels without a gate; driver, the plain copies
     are the driver's (cudaMemcpyAsync) and the reductions ungated kernels. The results are right in
     all four (test_mismatch_data.py: mirror keeps a mismatched call from writing)."""
-    for (counts, ok), (baseline, _) in pool(2, env=DELAY_ENV).run(copy_recv_counts, setting, timeout=60):
+    for (counts, ok), (baseline, _) in pool(2, env=DELAY_ENV, own=COUNTING).run(
+            copy_recv_counts, setting, timeout=60):
         assert ok, counts
         gated = counts.get("a gated copy kernel launch", 0) + counts.get("a gated reduction kernel launch", 0)
         kernels = counts.get("a copy kernel launch", 0) + counts.get("a reduction kernel launch", 0)

@@ -13,11 +13,12 @@ from call_structure_cases import (calls_on_alternating_streams, driver_calls_per
                                   enqueue_beside_a_held_query)
 from kernel_path_cases import check_kernel_and_copy  # noqa: E402
 from test_device_collectives import DELAY_ENV  # noqa: E402
+from test_call_counts import COUNTING  # noqa: E402  (pools whose communicators make no device call)
 
 
 def test_a_kernel_path_call_is_one_launch_and_no_record(pool):
     n = 10
-    for per_path in pool(2, env=DELAY_ENV).run(driver_calls_per_call, n, timeout=60):
+    for per_path in pool(2, env=DELAY_ENV, own=COUNTING).run(driver_calls_per_call, n, timeout=60):
         kernel, copy = check_kernel_and_copy(per_path)
         assert kernel == {"the kernel path's launch": n}, kernel
         # The counters count: the copy path's ring moves chunks with copies and flag waits.
@@ -26,7 +27,7 @@ def test_a_kernel_path_call_is_one_launch_and_no_record(pool):
 
 def test_a_call_on_another_stream_waits_for_the_previous_call(pool):
     n = 6
-    for calls, ok in pool(2, env=DELAY_ENV).run(calls_on_alternating_streams, n, timeout=60):
+    for calls, ok in pool(2, env=DELAY_ENV, own=COUNTING).run(calls_on_alternating_streams, n, timeout=60):
         assert ok
         assert calls == {"the kernel path's launch": n, "cuStreamWaitValue64": n}, calls
 
@@ -35,5 +36,5 @@ def test_an_enqueue_does_not_wait_behind_the_watchdogs_event_query(pool):
     # The watchdog queries events without the engine's mutex (StreamEngine::retire_completed): a
     # query stuck in the driver (a large call running) no longer holds up the next call's begin().
     # On the copy path: a kernel-path call has no event to query (its done word is a host load).
-    for held_during_call, ok in pool(2, env=DELAY_ENV).run(enqueue_beside_a_held_query, timeout=60):
+    for held_during_call, ok in pool(2, env=DELAY_ENV, own=COUNTING).run(enqueue_beside_a_held_query, timeout=60):
         assert ok and held_during_call

@@ -93,6 +93,73 @@ def cached_calls_run_from_cpp(comm):
     return bad
 
 
+P2P_DEVICE = 5  # a device no other case of the pool's processes sets up an engine on
+
+
+def cpp_sends_and_receives(comm):
+    """The CUDA path's sends and receives (held back in C++, issued as the engine's batches through
+    the core's table): on a stream the device route has run nothing on, the batch fails (the CUDA
+    path would run it through Communicator.batch_p2p); once the route ran a batch on this stream,
+    a receive-first ring and three messages per pair run from C++ in call order, exactly, one
+    engine batch per round; and an uneven all_to_all_single (its own block copied, the rest one
+    batch). Returns the failures (empty: all good)."""
+    P, r = comm.size, comm.rank
+    nxt, prv = (r + 1) % P, (r - 1) % P
+    pg = ProcessGroupCommlib(comm.split(0), r, P)
+    backend = native.wrap(pg)
+    c, bad, n = pg._comm, [], 64
+
+    def ring(sends, recvs):
+        """Receives then sends through the seam, on the default emulated stream; waits on all."""
+        msgs = [(False, b.data_ptr(), b.nbytes, prv) for b in recvs] + [(True, a.data_ptr(), a.nbytes, nxt)
+                                                                         for a in sends]
+        works = backend._device_p2p(msgs, P2P_DEVICE, 0)
+        for w in works:
+            w.wait()
+        for w in works:
+            w.synchronize()
+
+    a = emu.from_numpy(np.full(n, r, np.float32), device_index=P2P_DEVICE)
+    b = emu.empty(n, "float32", device_index=P2P_DEVICE)
+    try:
+        ring([a], [b])
+        bad.append("a batch ran from C++ on a stream the device route had run nothing on")
+    except Exception as e:  # noqa: BLE001 - the message is what is checked
+        if "has run no call on this stream" not in str(e):
+            bad.append(f"unknown stream: {type(e).__name__}: {e}")
+    c.batch_p2p([("recv", b, prv), ("send", a, nxt)])  # the Python path: sets up, remembers the stream
+    emu.current_stream(P2P_DEVICE).synchronize()
+    before = _C.device_native_p2p_count()
+    sends = [emu.from_numpy(np.arange(n, dtype=np.float32) + 100 * k + 10 * r, device_index=P2P_DEVICE)
+             for k in range(3)]
+    recvs = [emu.empty(n, "float32", device_index=P2P_DEVICE) for _ in range(3)]
+    ring(sends[:1], recvs[:1])
+    ring(sends, recvs)  # three per pair: rounds 1..3 in call order
+    for k in range(3):
+        want = np.arange(n, dtype=np.float32) + 100 * k + 10 * prv
+        if not (recvs[k].numpy() == want).all():
+            bad.append(f"message {k} from rank {prv}: {recvs[k].numpy()[:3]} expected {want[:3]}")
+    if _C.device_native_p2p_count() - before != 4:
+        bad.append(f"C++ enqueued {_C.device_native_p2p_count() - before} point-to-point batches, expected 4")
+    # An uneven all_to_all_single (split sizes): rank r sends rank j r + j + 1 floats, one batch.
+    src = emu.from_numpy(np.concatenate([np.arange(r + j + 1, dtype=np.float32) + 1000 * r + 100 * j
+                                         for j in range(P)]), device_index=P2P_DEVICE)
+    dst = emu.from_numpy(np.full(sum(q + r + 1 for q in range(P)), -1, np.float32), device_index=P2P_DEVICE)
+    emu.current_stream(P2P_DEVICE).synchronize()  # (the seam's own block is copied by the host)
+    before = _C.device_native_p2p_count()
+    w = backend._device_exchange(src.data_ptr(), dst.data_ptr(), [4 * (r + j + 1) for j in range(P)],
+                                 [4 * (q + r + 1) for q in range(P)], P2P_DEVICE, 0)
+    w.wait()
+    w.synchronize()
+    want = np.concatenate([np.arange(q + r + 1, dtype=np.float32) + 1000 * q + 100 * r for q in range(P)])
+    if not (dst.numpy() == want).all():
+        bad.append(f"uneven all_to_all: {dst.numpy()} expected {want}")
+    if _C.device_native_p2p_count() - before != 1:
+        bad.append(f"uneven all_to_all: {_C.device_native_p2p_count() - before} batches from C++, expected 1")
+    pg.shutdown()
+    return bad
+
+
 FAULT_DEVICE = 6  # a device of its own: the fault is sticky for the rest of the pool process's life
 
 

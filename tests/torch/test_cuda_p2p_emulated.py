@@ -66,6 +66,15 @@ def test_the_cpp_backend_runs_cached_device_calls_itself(pool):
     assert pool(2, env=ENV).run(native_device_cases.cached_calls_run_from_cpp) == [[]] * 2
 
 
+def test_the_cpp_backend_runs_device_sends_and_receives_itself(pool):
+    # CUDA sends and receives on the C++ backend: held back and batched in C++, enqueued through
+    # the core's table on a stream the device route has run a call on; so is an uneven all_to_all_single.
+    from commlib.torch import native
+    if native.load() is None:
+        pytest.skip("commlib._C_torch was not built")
+    assert pool(2, env=ENV).run(native_device_cases.cpp_sends_and_receives) == [[]] * 2
+
+
 @pytest.mark.timeout(90)
 def test_a_device_fault_raises_through_the_cpp_entry(pool):
     from commlib.torch import native

@@ -269,9 +269,12 @@ def _p2p_message(src, dst, n, dtype, salt=0):
 def case_cuda_point_to_point(comm):
     """send/recv/isend/irecv/batch_isend_irecv on CUDA tensors: blocking fan-out and fan-in,
     receive-first isend/irecv rings, a batch_isend_irecv ring, a non-contiguous receive, an
-    exchange issued on a side stream (read there after wait()), and recv without src refused.
-    Values are compared exactly."""
+    exchange issued on a side stream (read there after wait()), an uneven all_to_all_single, and
+    recv without src refused. Values are compared exactly. On the C++ backend the batches after the first on a stream run
+    from C++ (csrc/torch_backend/device_p2p.cc; counted)."""
+    from commlib import _C
     _cuda_setup(comm)
+    cpp_batches = _C.device_native_p2p_count()
     P, me = comm.size, comm.rank
     nxt, prv = (me + 1) % P, (me - 1) % P
     failures = []
@@ -327,6 +330,12 @@ def case_cuda_point_to_point(comm):
     torch.cuda.current_stream().wait_stream(s)
     check("exchange on a side stream", got, _p2p_message(prv, me, 1 << 20, torch.float32, 4))
 
+    ins, outs = [me + j + 1 for j in range(P)], [q + me + 1 for q in range(P)]  # uneven: one engine batch
+    x = torch.cat([torch.arange(n) + 1000 * me + 100 * j for j, n in enumerate(ins)]).cuda()
+    y = torch.full((sum(outs),), -1, dtype=torch.int64, device="cuda")
+    dist.all_to_all_single(y, x, output_split_sizes=outs, input_split_sizes=ins)
+    check("uneven all_to_all_single", y, torch.cat([torch.arange(n) + 1000 * q + 100 * me for q, n in enumerate(outs)]))
+
     try:
         dist.recv(torch.zeros(1, device="cuda"))
         failures.append("recv without src on a CUDA tensor was not refused")
@@ -334,4 +343,7 @@ def case_cuda_point_to_point(comm):
         if not str(e).startswith("src:"):
             failures.append(f"recv without src: the error does not name src: {e}")
     torch.cuda.synchronize()
+    from commlib.torch import native
+    if native.load() is not None and _C.device_native_p2p_count() - cpp_batches < 20:  # (of its ~40 batches)
+        failures.append(f"only {_C.device_native_p2p_count() - cpp_batches} CUDA batches ran from the C++ backend")
     return failures

@@ -1,0 +1,302 @@
+// The simulator's event run (simulator.h has the rules): one Run plays one call's compacted
+// schedules on a topology. Its events, steps, matching and the timing of messages are here; its
+// links, the posting of sends, waits and one-sided ops in run_links.cc; simulator.cc's simulate()
+// builds (or finds built) the schedules and plays them. Internal to csrc/sim.
+#pragma once
+
+#include <cstdint>
+#include <queue>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "common/shapes.h"
+#include "schedule/player.h"
+#include "sim/codec_cost.h"
+#include "sim/compact.h"
+#include "sim/rates.h"
+#include "sim/simulator.h"
+#include "sim/topology.h"
+
+namespace commlib {
+namespace sim {
+namespace detail {
+
+class Run {
+ public:
+  Run(const Topology& t, const std::vector<RankRates>& rates, const ShapeTable& shapes,
+      const std::vector<Program>& progs, int elem_bytes, Trace* trace, const CodecCost& codec)
+      : t_(t), rates_(rates), shapes_(shapes), progs_(progs), eb_(elem_bytes), P_(t.size()), H_(t.hosts()),
+        player_(*this), trace_(trace), codec_(codec) {
+    ranks_.resize(P_);
+    player_.reset(P_);
+    free_at_.assign(2 * P_ + H_ + 2 * H_ * t.nics_per_host, 0.0);
+    busy_.assign(free_at_.size(), 0.0);
+    cpu_.assign(P_, 0.0);
+    nic_next_.assign(2 * H_ * t.nics_per_host, 0.0);
+    tokens_.assign(free_at_.size(), 0.0);
+    send_cpu_.assign(P_, 0.0);
+    recv_cpu_.assign(P_, 0.0);
+    oversub_ = oversubscription(t);
+  }
+
+  void play(Result& res, double stop_after_s) {
+    for (int r = 0; r < P_; ++r)  // the codec's prelude (error feedback) first, on the rank's share of a core
+      schedule_entry(r, cpu_[r] = send_cpu_[r] = recv_cpu_[r] = codec_.prelude_s * oversub_[t_.host_of[r]]);
+    while (!heap_.empty()) {
+      const Event e = heap_.top();
+      if (e.time > stop_after_s) {  // every later event, and so the finish, is later still
+        res.cut = true;
+        res.time_s = e.time;
+        res.steps = steps_;
+        return;
+      }
+      heap_.pop();
+      if (e.gen == ranks_[e.rank].gen) enter(e.rank, e.time);  // else superseded by a later entry
+    }
+    for (int r = 0; r < P_; ++r)
+      if (ranks_[r].blocked)
+        throw std::runtime_error("simulate: deadlock: rank " + std::to_string(r) + " stuck in step " +
+                                 std::to_string(ranks_[r].step) + " waiting for a signal never sent (verify the schedule)");
+    const std::string stuck = player_.deadlock();
+    if (!stuck.empty()) throw std::runtime_error("simulate: " + stuck + " (verify the schedule)");
+    for (int r = 0; r < P_; ++r) res.time_s = std::max(res.time_s, ranks_[r].t);
+    res.steps = steps_;
+    res.transfers = transfers_;
+    res.bytes_inter = bytes_inter_;
+    res.bytes_intra = bytes_intra_;
+    for (int k = 0; k < 2 * P_; ++k) res.port_busy_s = std::max(res.port_busy_s, busy_[k]);
+    for (size_t k = 2 * P_ + H_; k < busy_.size(); ++k) res.nic_busy_s = std::max(res.nic_busy_s, busy_[k]);
+    for (double c : cpu_) res.cpu_busy_s = std::max(res.cpu_busy_s, c);
+  }
+
+ private:
+  struct RankState {
+    size_t run = 0;      // index into the program
+    uint32_t left = 0;   // steps left in that run, including the current one
+    int64_t step = 0;
+    double t = 0;        // entry time of the current step, or finish time when done
+    double end = 0;      // latest end of the current step's communication
+    uint32_t shape = 0;
+    uint64_t gen = 0;    // entry events of an earlier generation are stale
+    bool blocked = false;  // its step waits for a signal not sent yet
+    std::vector<std::pair<double, double>> posts;  // per op of the step: a send's CPU post (begin, end)
+  };
+  friend class sched::SchedulePlayer<Run>;
+  struct Event {
+    double time;
+    int rank;
+    uint64_t gen;
+    bool operator<(const Event& o) const { return time > o.time || (time == o.time && rank > o.rank); }
+  };
+
+  // Positions the rank on its next step (not yet entered) and queues its entry.
+  void schedule_entry(int r, double t) {
+    RankState& R = ranks_[r];
+    const Program& p = progs_[r];
+    if (R.left == 0) {
+      if (R.step > 0) ++R.run;
+      while (R.run < p.size() && p[R.run].second == 0) ++R.run;
+      if (R.run >= p.size()) {
+        player_.finish(r);
+        R.t = t;
+        return;
+      }
+      R.left = p[R.run].second;
+    }
+    R.shape = p[R.run].first;
+    heap_.push(Event{t + (R.step > 0 ? t_.step_overhead_s * oversub_[t_.host_of[r]] : 0.0), r, ++R.gen});
+  }
+
+  // The schedule player's game (schedule/player.h): the ops of a rank's current step shape.
+  int op_count(int r) const { return static_cast<int>(shapes_.end(ranks_[r].shape) - shapes_.begin(ranks_[r].shape)); }
+  sched::PlayKind op_kind(int r, int i) const {
+    const SimKind k = shapes_.begin(ranks_[r].shape)[i].kind;
+    return k == SimKind::Send ? sched::PlayKind::Send
+           : (k == SimKind::Recv || k == SimKind::RecvReduce) ? sched::PlayKind::Recv
+                                                              : sched::PlayKind::Local;
+  }
+  int op_peer(int r, int i) const { return shapes_.begin(ranks_[r].shape)[i].peer; }
+  int64_t step_of(int r) const { return ranks_[r].step; }
+
+  // The op index in rank q's current step of `kind` with `peer`, unmatched; -1 (a shape's ops are
+  // sorted by kind, then peer).
+  int find_op(int q, sched::PlayKind kind, int peer, const std::vector<uint8_t>& matched) const {
+    const RankState& Q = ranks_[q];
+    const SimOp* b = shapes_.begin(Q.shape);
+    const SimOp* e = shapes_.end(Q.shape);
+    auto by_kind_peer = [](const SimOp& x, const SimOp& k) { return x.kind != k.kind ? x.kind < k.kind : x.peer < k.peer; };
+    if (kind == sched::PlayKind::Send) {
+      const SimOp* it = std::lower_bound(b, e, SimOp{peer, SimKind::Send, 0}, by_kind_peer);
+      if (it != e && it->kind == SimKind::Send && it->peer == peer && !matched[it - b]) return static_cast<int>(it - b);
+      return -1;
+    }
+    for (SimKind k : {SimKind::Recv, SimKind::RecvReduce}) {
+      const SimOp* it = std::lower_bound(b, e, SimOp{peer, k, 0}, by_kind_peer);
+      if (it != e && it->kind == k && it->peer == peer && !matched[it - b]) return static_cast<int>(it - b);
+    }
+    return -1;
+  }
+
+  // Rank r enters its step at `t`, once the signals its waits consume have arrived (a later entry
+  // is queued for when they arrive); the player matches its messages (on_transfer times each).
+  void enter(int r, double t) {
+    RankState& R = ranks_[r];
+    const SimOp *b = shapes_.begin(R.shape), *e = shapes_.end(R.shape);
+    double at = t;
+    size_t again = 0;  // earlier waits of this step on the same flag (a shape's equal ops are adjacent)
+    for (const SimOp* o = b; o != e; ++o) {
+      if (o->kind != SimKind::Wait) continue;
+      again = o != b && o[-1].kind == SimKind::Wait && o[-1].peer == o->peer && o[-1].count == o->count ? again + 1 : 0;
+      const int64_t key = signal_key(o->peer, r, o->count);
+      const size_t k = consumed_[key] + again;
+      const std::vector<double>& arrived = posted_[key];
+      R.blocked = k >= arrived.size();
+      if (R.blocked) return;  // the signal's post queues the entry again
+      at = std::max(at, arrived[k]);
+    }
+    if (at > t) return heap_.push(Event{at, r, R.gen});
+    for (const SimOp* o = b; o != e; ++o)
+      if (o->kind == SimKind::Wait) ++consumed_[signal_key(o->peer, r, o->count)];
+    now_ = t;
+    if (player_.enter(r)) finish_step(r);
+  }
+  int64_t signal_key(int from, int to, int64_t tag) const { return (static_cast<int64_t>(from) * P_ + to) * kSignalTags + tag; }
+  void on_enter(int r) {
+    RankState& R = ranks_[r];
+    R.t = now_;
+    R.end = now_;
+    ++steps_;
+    post_sends(r);
+  }
+
+  // Rank r's CPU posts its step's sends at its entry, in the schedule's order (SimOp::post: the
+  // executor's), send_overhead_s each (and a coded message's encoding), one after another, whether
+  // or not their receivers are there yet; a message inside a host moved by the devices
+  // (intra_by_device) is not the CPU's: its overhead is its own, from the entry.
+  void post_sends(int r);
+  void on_complete(int r) { finish_step(r); }
+  void on_transfer(int s, int si, int q, int qi) { transfer(s, si, q, qi, now_); }
+
+  // Sender s (op si) to receiver q (op qi); both are in their steps, the later entered at `t`.
+  void transfer(int s, int si, int q, int qi, double t) {
+    RankState& S = ranks_[s];
+    RankState& Q = ranks_[q];
+    const SimOp& so = shapes_.begin(S.shape)[si];
+    const SimOp& ro = shapes_.begin(Q.shape)[qi];
+    if (so.count != ro.count)
+      throw std::runtime_error("simulate: rank " + std::to_string(s) + " sends " + std::to_string(so.count) +
+                               " elements but rank " + std::to_string(q) + " receives " + std::to_string(ro.count));
+    const bool coded = codec_.coded(t_.host_of[s], t_.host_of[q]);
+    const double bytes = codec_.bytes(so.count, eb_, coded);
+    // Both ranks post their op; on an oversubscribed host that CPU work waits its share of a core.
+    // The sender's CPU posted it at its entry (post_sends: LogGP's o, send side, encoding first);
+    // the bytes move once both ranks are there.
+    const double fs = oversub_[t_.host_of[s]], fq = oversub_[t_.host_of[q]];
+    const std::pair<double, double> post = S.posts[si];
+    const int64_t piece = codec_.streamed_piece(coded, so.count);  // codec_cost.h: the overlap
+    double start = std::max(t + t_.op_overhead_s * std::max(fs, fq),
+                            piece ? post.first + (t_.send_overhead_s + codec_.sender_s(piece)) * fs : post.second);
+    double slowest, latency;
+    double wire_done = wire(s, q, bytes, start, slowest, latency);
+    if (piece) wire_done = std::max(wire_done, post.second + codec_.bytes(piece, eb_, true) / slowest);
+    // A reducing receive adds the reduction its chunk pipeline cannot hide behind the transfer.
+    const bool reduces = ro.kind == SimKind::RecvReduce;
+    const double reduce_tail = coded ? codec_.receiver_s(piece ? piece : ro.count, reduces, rates_[q].reduce_s_per_byte, eb_) * fq
+                               : reduces ? reduce_tail_s(q, bytes, slowest) : 0.0;
+    S.end = std::max(S.end, wire_done + latency);
+    // A receiver asleep when the bytes are in reduces them once it is running again; its CPU takes
+    // the messages in one after another (LogGP's o, receive side).
+    double taken = std::max(wire_done + latency, receiver_running(s, q, start + latency));
+    if (t_.recv_overhead_s > 0 && !coded && t_.intra_by_device && t_.host_of[s] == t_.host_of[q]) {
+      taken += t_.recv_overhead_s * fq;  // the device takes it in, not the CPU (post_sends)
+    } else if (t_.recv_overhead_s > 0) {
+      recv_cpu_[q] = std::max(recv_cpu_[q], taken) + t_.recv_overhead_s * fq;
+      cpu_[q] += t_.recv_overhead_s * fq;
+      taken = recv_cpu_[q];
+    }
+    Q.end = std::max(Q.end, taken + reduce_tail);
+    if (piece) {  // all the receiver's work, from the first piece's arrival and after its own encoding
+      const double work = codec_.receiver_s(ro.count, reduces, rates_[q].reduce_s_per_byte, eb_) * fq;
+      const double first_in = start + latency + codec_.bytes(piece, eb_, true) / slowest;
+      Q.end = std::max({Q.end, first_in + work, send_cpu_[q] + work});
+    }
+    ++transfers_;
+    if (trace_) trace_->transfers.push_back({s, q, S.step, Q.step, bytes, start, wire_done + latency, wire_links_});
+  }
+
+  // Bytes from rank s's memory to rank q's over the links between them, from `start` (moved past a
+  // NIC's gap): when the last byte passed the most loaded link; the path's slowest bandwidth and
+  // latency.
+  double wire(int s, int q, double bytes, double& start, double& slowest, double& latency);
+
+  // Reducing `bytes` as they arrive, in chunks: k chunks of c bytes take c(beta + gamma) +
+  // (k-1) c max(beta, gamma) instead of k c beta; this is what the transfer cannot hide.
+  double reduce_tail_s(int q, double bytes, double slowest) const;
+
+  // One-sided ops of r's step (ir.h): a get streams the peer's bytes over the link from it (and a
+  // get_reduce reduces them as they come), a put over the link to it, all from the step's entry.
+  void one_sided_ops(int r);
+
+  // r's signals, raised at `t` (its step's data done): each arrives one latency later, and a peer
+  // waiting for it tries to enter again then.
+  void post_signals(int r, double t);
+
+  // Seconds a NIC direction with a token bucket (Topology::nic_burst_bytes) takes to pass `bytes`
+  // from `begin` (it was idle or done before): the tokens gathered since its last message, up to the
+  // bucket, pass at once, the rest at the bucket's rate.
+  double through_bucket(int res, double begin, double bytes);
+
+  // When receiver q is running again to take a message from sender s whose first bytes arrive at
+  // `first` (topology.h: spin then sleep; on an oversubscribed host every receive waits its turn
+  // for a core, and sleeps first unless a yielding inter-host spin was still polling). The rest of
+  // the message streams in while it wakes.
+  double receiver_running(int s, int q, double first) const;
+
+  void finish_step(int r) {
+    RankState& R = ranks_[r];
+    one_sided_ops(r);
+    double t = R.end;
+    for (const SimOp* o = shapes_.begin(R.shape); o != shapes_.end(R.shape); ++o) {
+      const double bytes = static_cast<double>(o->count) * eb_;
+      if (o->kind == SimKind::Copy) t += bytes * rates_[r].copy_s_per_byte;
+      else if (o->kind == SimKind::Reduce) t += bytes * rates_[r].reduce_s_per_byte;
+    }
+    if (trace_) trace_->steps[r].emplace_back(R.t, t);
+    post_signals(r, t);
+    --R.left;
+    ++R.step;
+    player_.leave(r);
+    schedule_entry(r, t);
+  }
+
+  const Topology& t_;
+  const std::vector<RankRates>& rates_;
+  const ShapeTable& shapes_;
+  const std::vector<Program>& progs_;
+  const int eb_, P_, H_;
+  std::vector<RankState> ranks_;
+  std::vector<double> free_at_;  // per link: when it is free again
+  std::vector<double> busy_;     // per link: seconds it served bytes (Result's accounting)
+  std::vector<double> cpu_;      // per rank: seconds of per-message CPU costs
+  std::vector<double> nic_next_;  // per NIC direction: when it may start its next message
+  std::vector<double> tokens_;    // per link: a NIC bucket's tokens when it was last free (free_at_)
+  std::vector<double> send_cpu_, recv_cpu_;  // per rank: when its CPU has posted / taken in its last message
+  std::vector<double> oversub_;  // per host: ranks per core when above 1, else 1
+  std::priority_queue<Event> heap_;
+  sched::SchedulePlayer<Run> player_;
+  double now_ = 0;  // the entering rank's entry time
+  std::unordered_map<int64_t, std::vector<double>> posted_;  // per (from, to, tag): arrival of each signal
+  std::unordered_map<int64_t, size_t> consumed_;             // per (from, to, tag): signals waited for
+  Trace* trace_ = nullptr;
+  const CodecCost codec_;
+  std::vector<int> wire_links_;  // the links the last wire() crossed (traced runs only)
+  std::vector<int> order_;       // post_sends' scratch: a step's sends in post order
+  int64_t steps_ = 0, transfers_ = 0, bytes_inter_ = 0, bytes_intra_ = 0;
+};
+
+}  // namespace detail
+}  // namespace sim
+}  // namespace commlib
