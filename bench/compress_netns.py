@@ -48,14 +48,26 @@ MODEL = dict(vocab=256, d_model=1024, n_heads=16, n_layers=2, max_seq=32, seed=0
 ROWS_PER_RANK, SEQ, LR = 1, 32, 1e-3
 RANKS, CORES = 4, 2
 # CPU ns per float32 element (encode, decode) of the codec loops, one core (docs/compression.md "Cost")
-CODEC_NS = {"int8": (1.2, 0.3), "int4": (1.2, 0.3), "fp8_e4m3": (10.0, 4.3), "fp8_e5m2": (10.0, 4.3), "bf16": (2.1, 0.2)}
+CODEC_NS = {"int8": (1.2, 0.3), "int4": (1.2, 0.3), "fp8_e4m3": (2.0, 0.65), "fp8_e5m2": (2.0, 0.7), "bf16": (1.5, 0.2)}
+# CPU ns per gradient element of error feedback's fused pass (error_feedback_round, one core;
+# bench/codec_rates.py --feedback): int8/int4 nearest measured 1.5 (the composed passes it
+# replaced, 6.7). The model charges it before each bucket's all_reduce (commlib.sim feedback_ns).
+FEEDBACK_NS = 1.5
+FEEDBACK_NS_COMPOSED = 6.7  # the composed arms (composed_arm), same measurement
 
 
 def parse_codec(text: str):
-    """``int8`` or ``int8:inter`` (compress_inter_only) -> commlib Codec."""
+    """``int8`` or ``int8:inter`` (compress_inter_only) -> commlib Codec; a further ``:composed``
+    (training arms) only picks the error-feedback step (composed_arm)."""
     from commlib.core.codecs import Codec
-    name, _, opt = text.partition(":")
-    return Codec(name, inter_only=opt == "inter")
+    name, *opts = text.split(":")
+    return Codec(name, inter_only="inter" in opts)
+
+
+def composed_arm(text: str) -> bool:
+    """``int8:inter:composed``: train with error feedback's step as whole-buffer passes (the form
+    before the fused pass: bench/codec_rates.py's composed_feedback), for an A/B in one run."""
+    return "composed" in text.split(":")[1:]
 
 
 def corpus() -> bytes:
@@ -88,11 +100,12 @@ def compute_seconds(steps: int = 5) -> float:
     return float(np.median(times[1:]))
 
 
-def predict_step(codec, compute_s: float, topology: str) -> dict:
+def predict_step(codec, compute_s: float, topology: str, composed: bool = False) -> dict:
     """The model's step time: compute (one core's, times RANKS / CORES: the ranks share the cores)
     plus each DataParallel bucket's all_reduce as commlib.sim predicts it on the link (auto's
-    algorithm for the codec: hierarchical; codec rates also scaled by RANKS / CORES), not overlapped
-    (the backward is short next to the traffic)."""
+    algorithm for the codec: hierarchical; codec rates also scaled by RANKS / CORES), after its
+    error-feedback pass (FEEDBACK_NS, scaled alike), not overlapped (the backward is short next
+    to the traffic)."""
     import torch
 
     from commlib import sim
@@ -102,8 +115,9 @@ def predict_step(codec, compute_s: float, topology: str) -> dict:
     buckets = [sum(p.numel() for p in ps) for _, ps in dtype_buckets(params, int(25 * MB), int(1 * MB))]
     share = RANKS / CORES
     ns = tuple(share * r for r in CODEC_NS[codec.name]) if codec is not None else (-1.0, -1.0)
-    comm = sum(sim.predict("all_reduce", "hierarchical", 4 * n, RANKS, topology, compress=codec,
-                           codec_ns=ns)["time_us"]["median"] * 1e-6 for n in buckets)
+    feedback = share * (FEEDBACK_NS_COMPOSED if composed else FEEDBACK_NS) if codec is not None else 0.0
+    comm = sum(sim.predict("all_reduce", "hierarchical", 4 * n, RANKS, topology, compress=codec, codec_ns=ns,
+                           feedback_ns=feedback)["time_us"]["median"] * 1e-6 for n in buckets)
     return {"compute_s": compute_s * share, "comm_s": comm, "step_s": compute_s * share + comm,
             "gradient_elements": int(sum(buckets)), "buckets": len(buckets)}
 
@@ -114,7 +128,8 @@ def prediction(args) -> dict:
     compute = compute_seconds()
     out = {"compute_one_core_s": compute, "load_average": os.getloadavg()}
     for a in [None] + list(args.training_codecs):
-        out[a or "uncompressed"] = p = predict_step(parse_codec(a) if a else None, compute, topology)
+        out[a or "uncompressed"] = p = predict_step(parse_codec(a) if a else None, compute, topology,
+                                                    bool(a and composed_arm(a)))
         print(f"# predicted {a or 'uncompressed'}: step {p['step_s']:.3f} s (compute {p['compute_s']:.3f}, "
               f"all_reduce {p['comm_s']:.3f}; {p['gradient_elements']} elements in {p['buckets']} buckets)", flush=True)
     base = out["uncompressed"]["step_s"]
@@ -123,9 +138,15 @@ def prediction(args) -> dict:
     return out
 
 
-def train_rank(comm, data: bytes, codec, steps: int, seed: int = 7):
-    """One rank's run: (losses, step end times since start, held-out loss)."""
+def train_rank(comm, data: bytes, codec, steps: int, seed: int = 7, composed: bool = False):
+    """One rank's run: (losses, step end times since start, held-out loss); ``composed``: error
+    feedback's step as whole-buffer passes (composed_arm)."""
     import torch
+
+    import commlib.parallel.data_parallel as dp_module
+    if composed:
+        from codec_rates import composed_feedback
+        dp_module.error_feedback_round = composed_feedback
 
     from commlib.models import gpt
     from commlib.parallel import DataParallel
@@ -169,7 +190,8 @@ def run_training(net, args, out):
     try:
         for rnd in range(args.rounds):
             for a in arms:
-                per_rank = pool.run(rank_fn, data, parse_codec(a) if a else None, args.steps, timeout=3600)
+                per_rank = pool.run(rank_fn, data, parse_codec(a) if a else None, args.steps, 7,
+                                    bool(a and composed_arm(a)), timeout=3600)
                 losses, _, held = per_rank[0]
                 times = [max(t[1][i] for t in per_rank) for i in range(len(losses))]
                 runs[a or "uncompressed"].append({"losses": losses, "times_s": times, "held_out_loss": held})

@@ -170,13 +170,29 @@ def verify(collective: str, algorithm: str = "auto", size: int = 1, count: int =
 
 def error_feedback_round(codec: Codec, grad, residual=None):
     """One error-feedback step (EF-SGD: Seide et al.'s 1-bit SGD, Karimireddy et al. 2019) on a
-    flat CPU float32 torch tensor, in place: ``grad += residual`` (if any), then ``grad =
-    Q(grad)`` (``codec``'s projection); returns the new residual (what Q dropped). Used by
+    flat, contiguous CPU float32 buffer (a torch tensor or a NumPy array), in place: ``s = grad +
+    residual`` (zeros if None), ``grad = Q(s)`` (``codec``'s projection, decode(encode(s)) with the
+    codec's rounding, elements numbered from 0), ``residual = s - Q(s)`` (what Q dropped). Returns
+    the residual: ``residual`` itself, updated, or a new zeroed buffer like ``grad`` on the first
+    call. One fused C++ pass (kernels/cpu_error_feedback.h), bit for bit the composition. Used by
     DataParallel(compress=, error_feedback=True) and commlib.torch.hooks; docs/compression.md says
     which combinations converge."""
-    if residual is not None:
-        grad.add_(residual)
-    q = grad.new_tensor(codec.round_trip(grad.detach().numpy()))
-    new_residual = grad - q
-    grad.copy_(q)
-    return new_residual
+    if residual is None:
+        residual = grad.new_zeros(grad.shape) if hasattr(grad, "new_zeros") else np.zeros_like(grad)
+    _C.codec_error_feedback(codec.name, codec.block_size, codec.rounding, codec.seed, _host_array(grad, "grad"),
+                            _host_array(residual, "residual"))
+    return residual
+
+
+def _host_array(x, name: str):
+    """``x`` as a NumPy array on its memory (a CPU tensor's ``.detach().numpy()``: shared, not
+    copied); what the buffer reader cannot take it refuses naming ``name``."""
+    if isinstance(x, np.ndarray):
+        return x
+    detach = getattr(x, "detach", None)
+    if detach is None:
+        raise TypeError(f"{name}: a CPU float32 tensor or NumPy array, not {type(x).__name__}")
+    try:
+        return detach().numpy()
+    except (TypeError, RuntimeError) as e:  # on a device, or a dtype NumPy lacks
+        raise TypeError(f"{name}: a CPU float32 tensor or NumPy array ({e})") from None

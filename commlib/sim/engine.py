@@ -51,14 +51,17 @@ def phases_label(algorithm: str, inter: str, intra: str) -> str:
 
 
 def predict(collective: str, algorithm: str, size: int, ranks: int, topology, dtype: str = "float32",
-            root: int = 0, compress=None, codec_ns=(-1.0, -1.0), piece_bytes: int = -1) -> dict:
+            root: int = 0, compress=None, codec_ns=(-1.0, -1.0), piece_bytes: int = -1,
+            feedback_ns: float = 0.0) -> dict:
     """Predicted record of one collective of ``size`` bench bytes (nccl-tests sizes: the
     all_reduce buffer, the all_gather output, ...) on ``ranks`` ranks of ``topology``.
     ``algorithm`` may name hierarchical's phases: ``hierarchical/<inter>[/<intra>]`` (split_phases).
     ``compress``: a codec (name or ``commlib.codecs.Codec``) the messages travel in, costed as the
     host lowering runs it (encoded bytes, the codec's compute at ``codec_ns`` = (encode, decode)
     ns per element, negative: the default; docs/compression.md), streamed in pieces of ``piece_bytes``
-    of input (-1: COMMLIB_COMPRESS_PIECE_BYTES; 0: whole messages, encoded before they travel)."""
+    of input (-1: COMMLIB_COMPRESS_PIECE_BYTES; 0: whole messages, encoded before they travel).
+    ``feedback_ns``: error feedback's pass (DataParallel(error_feedback=True), the DDP hook) over each
+    rank's input before the collective, ns per element on one core (0: none; -1: its measured rate)."""
     topo: Topology = load(topology)
     if collective not in C.COLLECTIVES and collective != "barrier":
         raise ValueError(f"collective: unknown {collective!r} (expected one of {', '.join(C.COLLECTIVES)})")
@@ -74,11 +77,14 @@ def predict(collective: str, algorithm: str, size: int, ranks: int, topology, dt
     codec = codecs.get(compress)
     if codec is not None and collective not in ("all_reduce", "reduce_scatter", "all_gather"):
         raise ValueError(f"compress: all_reduce, reduce_scatter and all_gather take it, not {collective}")
+    if feedback_ns and codec is None:
+        raise ValueError("feedback_ns: error feedback needs compress=")
     if codec is not None and dtype not in codecs.CODED_DTYPES:
         raise ValueError(f"compress: codecs code {', '.join(codecs.CODED_DTYPES)} data, not {dtype}")
     out = _C.simulate(COLLECTIVE[collective], name, block, C.elem_size(dtype), root, topo.engine_dict(ranks), inter,
                       -1, intra, codec.name if codec else "", codec.block_size if codec else 32,
-                      bool(codec and codec.inter_only), float(codec_ns[0]), float(codec_ns[1]), int(piece_bytes))
+                      bool(codec and codec.inter_only), float(codec_ns[0]), float(codec_ns[1]), int(piece_bytes),
+                      feedback_ns=float(feedback_ns))
     seconds = out["time_s"] + topo.call_overhead_us * 1e-6
     algbw, busbw = C.bandwidths(collective, real, ranks, seconds)
     return {

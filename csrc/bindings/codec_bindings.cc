@@ -1,6 +1,6 @@
 // The block-wise codecs (kernels/cpu_codecs.h) on NumPy buffers, for commlib.codecs: encode a
-// contiguous float32 / float16 / bfloat16 (as uint16) buffer to bytes, decode bytes back; and a
-// host collective with compress= (run_compressed).
+// contiguous float32 / float16 / bfloat16 (as uint16) buffer to bytes, decode bytes back; error
+// feedback's fused step; and a host collective with compress= (run_compressed).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -8,12 +8,14 @@
 #include <string>
 
 #include "bindings/bindings.h"
+#include "bindings/buffer_view.h"
 #include "bindings/gil.h"
 #include "host/communicator.h"
 #include "plan/call.h"
 #include "verify/verifier_codec.h"
 #include "kernels/cpu_codecs.h"
 #include "kernels/cpu_codecs_reference.h"
+#include "kernels/cpu_error_feedback.h"
 
 namespace py = pybind11;
 
@@ -75,6 +77,35 @@ void decode(const std::string& codec, int64_t block, DType dtype, const py::buff
   (reference ? codec_decode_reference : codec_decode)(spec, dtype, static_cast<const uint8_t*>(s.ptr), n, d.ptr);
 }
 
+// A float32 host buffer for error_feedback, read by the one buffer reader (a NumPy array; a CPU
+// torch.Tensor once commlib.torch registered torch's types).
+BufferView host_float32(const char* name, const py::handle& o, PyBufferHold* hold) {
+  BufferView v;
+  if (o.is_none() || !read_buffer(o.ptr(), &v, hold, false) || v.kind != BufferKind::Host)
+    throw py::type_error(std::string(name) + ": a writable, contiguous float32 array on the host, not " +
+                         std::string(py::str(py::type::handle_of(o).attr("__name__"))));
+  if (v.dtype != DType::Float32)
+    throw py::value_error(std::string(name) + ": error feedback keeps float32 gradients and residuals, not " +
+                          dtype_name(v.dtype));
+  return v;
+}
+
+void error_feedback(const std::string& codec, int64_t block, const std::string& rounding, uint64_t seed,
+                    const py::handle& grad, const py::handle& residual, uint64_t counter_base) {
+  const CodecSpec spec = spec_of(codec, block, rounding, seed);
+  check_codec(spec, DType::Float32);
+  PyBufferHold hg, hr;
+  const BufferView g = host_float32("grad", grad, &hg), r = host_float32("residual", residual, &hr);
+  if (r.count != g.count)
+    throw py::value_error("residual: " + std::to_string(r.count) + " elements, but grad has " + std::to_string(g.count));
+  const uintptr_t bytes = static_cast<uintptr_t>(g.count) * 4;
+  if (g.count && g.address < r.address + bytes && r.address < g.address + bytes)
+    throw py::value_error("residual: overlaps grad (each needs its own memory)");
+  py::gil_scoped_release nogil;
+  codec_error_feedback(spec, reinterpret_cast<float*>(g.address), reinterpret_cast<float*>(r.address),
+                       static_cast<size_t>(g.count), counter_base);
+}
+
 std::shared_ptr<Work> run_compressed(Communicator& c, Collective coll, const std::string& algo, uintptr_t in,
                                      uintptr_t out, int64_t count, DType dtype, RedOp op, int root, double scale,
                                      bool async, const std::string& codec, int64_t block, const std::string& rounding,
@@ -101,6 +132,10 @@ void bind_codecs(py::module_& m) {
   m.def("codec_decode", &decode, py::arg("codec"), py::arg("block"), py::arg("dtype"), py::arg("data"),
         py::arg("out"), py::arg("reference") = false,
         "Decode codec bytes into `out` (its size is the element count); reference: the scalar functors.");
+  m.def("codec_error_feedback", &error_feedback, py::arg("codec"), py::arg("block"), py::arg("rounding"),
+        py::arg("seed"), py::arg("grad"), py::arg("residual"), py::arg("counter_base") = 0,
+        "Error feedback's step in one pass, in place: s = grad + residual, grad = decode(encode(s)), "
+        "residual = s - grad (float32 host buffers; kernels/cpu_error_feedback.h).");
   m.def("run_compressed", &run_compressed, py::arg("core"), py::arg("collective"), py::arg("algorithm"),
         py::arg("input"), py::arg("output"), py::arg("count"), py::arg("dtype"), py::arg("op"), py::arg("root"),
         py::arg("scale"), py::arg("async_op"), py::arg("codec"), py::arg("block"), py::arg("rounding"),

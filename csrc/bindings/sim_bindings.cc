@@ -131,7 +131,7 @@ void bind_sim(py::module_& m) {
       [](Collective c, const std::string& algorithm, int64_t count, int elem_bytes, int root,
          const py::dict& topology, const std::string& inter_algorithm, int64_t segment,
          const std::string& intra_algorithm, const std::string& codec, int64_t block, bool inter_only,
-         double encode_ns, double decode_ns, int64_t piece_bytes, int pieces) {
+         double encode_ns, double decode_ns, int64_t piece_bytes, int pieces, double feedback_ns) {
         if (pieces < 0) throw std::invalid_argument("pieces: must be >= 0, got " + std::to_string(pieces));
         sim::CodecCost cost;
         if (!codec.empty()) {
@@ -154,6 +154,12 @@ void bind_sim(py::module_& m) {
           if (decode_ns < 0) decode_ns = bf16 ? 0.2 : fp8 ? 0.65 : 0.3;
           cost = sim::codec_cost(block, bf16 ? 0 : 1, bf16 ? 16 : spec.kind == kern::CodecKind::Int4 ? 4 : 8,
                                  inter_only, encode_ns, decode_ns, piece);
+          // Error feedback: one pass over the rank's input (reduce_scatter's: every rank's block)
+          // before the collective; -1: its measured rate (bench/codec_rates.py --feedback).
+          if (feedback_ns < 0) feedback_ns = 1.5;
+          if (!(feedback_ns < 1e6)) throw std::invalid_argument("feedback_ns: ns per element in [0, 1e6)");
+          const int64_t input = c == Collective::ReduceScatter ? count * topology_from_dict(topology).size() : count;
+          cost.prelude_s = feedback_ns * 1e-9 * static_cast<double>(input);
         }
         const auto [how, r] = play(c, Composition{algorithm, inter_algorithm, intra_algorithm, segment, pieces}, count,
                                    elem_bytes, root, topology_from_dict(topology), nullptr, cost);
@@ -181,9 +187,11 @@ void bind_sim(py::module_& m) {
       py::arg("topology"), py::arg("inter_algorithm") = "", py::arg("segment") = -1, py::arg("intra_algorithm") = "",
       py::arg("codec") = "", py::arg("block") = 32, py::arg("inter_only") = false, py::arg("encode_ns") = -1.0,
       py::arg("decode_ns") = -1.0, py::arg("piece_bytes") = -1, py::arg("pieces") = 0,
+      py::arg("feedback_ns") = 0.0,
       "Predicted time of one collective: plays every rank's schedule on the topology (sim/simulator.h). "
       "codec/block/inter_only: compress= (sim/codec_cost.h; encode_ns/decode_ns per element, -1: the default; "
-      "piece_bytes: streamed pieces of input, -1: COMMLIB_COMPRESS_PIECE_BYTES, 0: whole messages). "
+      "piece_bytes: streamed pieces of input, -1: COMMLIB_COMPRESS_PIECE_BYTES, 0: whole messages; feedback_ns: "
+      "error feedback's pass per input element before the collective, 0: none, -1: its measured rate). "
       "inter_algorithm/segment/intra_algorithm: hierarchical's inter-host algorithm (\"\": built-in exchange), "
       "pipeline segment (-1: COMMLIB_HIER_SEGMENT) and intra-host algorithm (\"\": built-in exchanges); "
       "pieces: the overlapped pipeline's most pieces per lane segment (0: the builder's cap).");

@@ -1,13 +1,14 @@
-// Branch-free CPU loops of the fp8 and bf16 codecs and of stochastic rounding (cpu_codecs.cc's
-// fast paths; docs/compression.md "Cost"). Plain C++ that gcc vectorises at the baseline's SSE2
+// Branch-free CPU loops of the fp8 and bf16 codecs and of stochastic rounding, int and fp8
+// (cpu_codecs.cc's fast paths; docs/compression.md "Cost"). Plain C++ that gcc vectorises at the baseline's SSE2
 // (no intrinsics, no -march; `-fopt-info-vec` on cpu_codecs.cc lists them). Each computes bit for
 // bit what the functors of codecs.h compute (tests/kernels/test_codecs.py compares every codec x
 // dtype x block size x rounding against the scalar reference): where a block holds NaN/Inf, or
 // its top code could pass the storage dtype's largest value, the caller runs the functors instead.
-// Included by cpu_codecs.cc only.
+// Included by cpu_codecs.cc and cpu_error_feedback.cc only.
 #pragma once
 
 #include <cstddef>
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/codecs.h"
@@ -47,6 +48,35 @@ inline int32_t floor_to_int(double t) {
   return static_cast<int32_t>(r) - static_cast<int32_t>(f64_bits(t - r) >> 63);
 }
 
+// A block's largest finite magnitude over 8 lanes (a reduction gcc vectorises); *finite: no NaN/Inf.
+template <DType D>
+float block_amax(const typename DTypeTraits<D>::storage* x, size_t n, bool* finite) {
+  using Tr = DTypeTraits<D>;
+  constexpr size_t kLanes = 8;
+  float m[kLanes] = {}, bad[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (size_t j = 0; j < kLanes; ++j) {
+      const float a = std::fabs(static_cast<float>(Tr::load(x[i + j])));
+      const bool ok = a <= 3.4028234663852886e38f;  // false for NaN and Inf
+      m[j] = (ok && a > m[j]) ? a : m[j];
+      bad[j] = ok ? bad[j] : 1.0f;
+    }
+  float amax = 0, any_bad = 0;
+  for (size_t j = 0; j < kLanes; ++j) {
+    amax = m[j] > amax ? m[j] : amax;
+    any_bad += bad[j];
+  }
+  for (; i < n; ++i) {
+    const float a = std::fabs(static_cast<float>(Tr::load(x[i])));
+    const bool ok = a <= 3.4028234663852886e38f;
+    amax = (ok && a > amax) ? a : amax;
+    any_bad += ok ? 0.0f : 1.0f;
+  }
+  *finite = any_bad == 0;
+  return amax;
+}
+
 // fp8 codes of one finite block at scale 2^e, nearest-even. y = x * 2^-e is exact in float
 // wherever it is normal (a power of two's product), and a y below 2^-126 rounds to code 0 either
 // way. At or above the grid's smallest normal, RNE on the float's mantissa bits (the carry lands
@@ -70,6 +100,33 @@ void fp8_codes(const typename DTypeTraits<D>::storage* x, size_t n, int e, uint8
     const uint32_t sub = f32_bits(f32_from_bits(ab) * sub_scale + kRoundMagic) - magic_bits;
     const uint32_t mag = select32(ab < emin_bits, sub, normal);  // non-negative floats order like their bits
     codes[i] = static_cast<uint8_t>(mag | ((yb >> 24) & 0x80u & mask32(mag != 0)));  // zeros: +0
+  }
+}
+
+// fp8 codes of one finite block at scale 2^e under stochastic rounding, as the functor rounds: y =
+// x / 2^e (exact in double), its grid step 2^(ex - M) with ex = max(floor_log2|y|, emin), f =
+// floor(y / step + u). Then |f| * step is the rounded value, and its code is ((ex + BIAS - 1) << M)
+// + |f| whatever the binade: below emin |f| is the code itself (subnormal, or the smallest normal
+// at |f| = 2^M), above it |f| in [2^M, 2^(M+1)] (2^(M+1): the carry into the next binade, its
+// mantissa 0); f = 0 codes +0. The block's scale keeps |y| <= top, so the code never passes it.
+template <class G, DType D>
+void fp8_codes_stochastic(const typename DTypeTraits<D>::storage* x, size_t n, int e, uint64_t seed, uint64_t counter,
+                          uint8_t* codes) {
+  using Tr = DTypeTraits<D>;
+  constexpr int64_t M = G::emin - G::quantum_exp;
+  constexpr int64_t BIAS = 1 - G::emin;
+  const double inv = kern::pow2(-e);
+  for (size_t i = 0; i < n; ++i) {
+    const float xi = static_cast<float>(Tr::load(x[i]));
+    const double y = static_cast<double>(xi) * inv;
+    const int64_t exa = static_cast<int64_t>((f64_bits(y) >> 52) & 0x7ff) - 1023;  // y = 0: -1023
+    const int64_t d = exa - G::emin;
+    const int64_t ex = exa - (d & (d >> 63));                                        // max(exa, emin)
+    const double step_inv = f64_from_bits(static_cast<uint64_t>(1023 + M - ex) << 52);
+    const int32_t f = floor_to_int(y * step_inv + sr_draw(seed, counter + i, xi));
+    const int32_t neg = f >> 31, af = (f ^ neg) - neg;
+    const int32_t mag = static_cast<int32_t>((ex + BIAS - 1) << M) + af;
+    codes[i] = static_cast<uint8_t>(select32(af == 0, 0u, static_cast<uint32_t>(mag)) | (static_cast<uint32_t>(neg) & 0x80u));
   }
 }
 

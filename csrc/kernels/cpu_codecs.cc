@@ -39,35 +39,8 @@ size_t payload_bytes(CodecKind kind, size_t n) {
 // a zero code; the trick rounds to nearest-even for |y| < 2^22 (here |y| <= top + 1/2). A block
 // holding a non-finite value, or whose top code at its scale would pass the dtype's largest value
 // (codecs.h's step toward zero), goes through the functors instead.
-constexpr size_t kLanes = 8;
-constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23
-
-template <DType D>
-float block_amax(const typename DTypeTraits<D>::storage* x, size_t n, bool* finite) {
-  using Tr = DTypeTraits<D>;
-  float m[kLanes] = {}, bad[kLanes] = {};
-  size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (size_t j = 0; j < kLanes; ++j) {
-      const float a = std::fabs(static_cast<float>(Tr::load(x[i + j])));
-      const bool ok = a <= 3.4028234663852886e38f;  // false for NaN and Inf
-      m[j] = (ok && a > m[j]) ? a : m[j];
-      bad[j] = ok ? bad[j] : 1.0f;
-    }
-  float amax = 0, any_bad = 0;
-  for (size_t j = 0; j < kLanes; ++j) {
-    amax = m[j] > amax ? m[j] : amax;
-    any_bad += bad[j];
-  }
-  for (; i < n; ++i) {
-    const float a = std::fabs(static_cast<float>(Tr::load(x[i])));
-    const bool ok = a <= 3.4028234663852886e38f;
-    amax = (ok && a > amax) ? a : amax;
-    any_bad += ok ? 0.0f : 1.0f;
-  }
-  *finite = any_bad == 0;
-  return amax;
-}
+using loops::block_amax;
+using loops::kRoundMagic;
 
 // Codes of one finite block at scale 2^e: one signed integer per byte.
 template <DType D>
@@ -186,18 +159,24 @@ void encode_scaled(const CodecSpec& spec, const void* src, size_t n, uint8_t* ds
   constexpr bool kInt = kNibbles || std::is_same<G, kern::Int8Grid>::value;
   if constexpr (kInt) {
     if (encode_int<G, D>(spec, src, n, dst, base)) return;
-  } else if (!spec.stochastic) {  // fp8, nearest: the branch-free loop per finite block
+  } else {  // fp8: the branch-free loops per finite block
     (void)kNibbles;
     for (size_t b0 = 0, blk = 0; b0 < n; b0 += B, ++blk) {
       const size_t b1 = std::min(b0 + B, n);
       bool finite;
       const float amax = block_amax<D>(x + b0, b1 - b0, &finite);
-      const int e = kern::block_scale_exp<G, D>(amax, true);
+      const int e = kern::block_scale_exp<G, D>(amax, !spec.stochastic);
       scales[blk] = static_cast<uint8_t>(static_cast<int8_t>(e));
       if (finite && G::top * kern::pow2(e) <= kern::StorageLimits<D>::max) {
-        loops::fp8_codes<G, D>(x + b0, b1 - b0, e, payload + b0);
+        if (spec.stochastic)
+          loops::fp8_codes_stochastic<G, D>(x + b0, b1 - b0, e, spec.seed, base + b0, payload + b0);
+        else
+          loops::fp8_codes<G, D>(x + b0, b1 - b0, e, payload + b0);
       } else {
-        for (size_t i = b0; i < b1; ++i) payload[i] = kern::encode_element<G, D>(static_cast<float>(Tr::load(x[i])), e, -1.0);
+        for (size_t i = b0; i < b1; ++i) {
+          const float xi = static_cast<float>(Tr::load(x[i]));
+          payload[i] = kern::encode_element<G, D>(xi, e, spec.stochastic ? kern::sr_draw(spec.seed, base + i, xi) : -1.0);
+        }
       }
     }
     return;

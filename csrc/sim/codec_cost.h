@@ -27,6 +27,9 @@ struct CodecCost {
   double encode_s = 0;       // per element (CPU, one core)
   double decode_s = 0;       // per element
   int64_t piece = 0;         // elements per streamed piece (0: whole messages)
+  // Seconds of one core each rank spends before the collective: error feedback's pass over its
+  // input (DataParallel(error_feedback=True), the DDP hook: kernels/cpu_error_feedback.cc); 0: none.
+  double prelude_s = 0;
   bool coded(int host_s, int host_q) const { return active && (!inter_only || host_s != host_q); }
   // The piece a coded message of `count` elements streams in; 0: coded whole.
   int64_t streamed_piece(bool is_coded, int64_t count) const { return is_coded && piece > 0 && count > piece ? piece : 0; }

@@ -43,7 +43,8 @@ class Run {
   }
 
   void play(Result& res, double stop_after_s) {
-    for (int r = 0; r < P_; ++r) schedule_entry(r, 0.0);
+    for (int r = 0; r < P_; ++r)  // the codec's prelude (error feedback) first, on the rank's share of a core
+      schedule_entry(r, cpu_[r] = send_cpu_[r] = recv_cpu_[r] = codec_.prelude_s * oversub_[t_.host_of[r]]);
     while (!heap_.empty()) {
       const Event e = heap_.top();
       if (e.time > stop_after_s) {  // every later event, and so the finish, is later still

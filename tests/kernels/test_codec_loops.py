@@ -48,3 +48,37 @@ def test_vectorised_loops_match_the_scalar_functors(codec):
                         for data in (fast, junk):
                             a, b = c.decode(data, count, dtype), c.decode(data, count, dtype, reference=True)
                             assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), f"{what}: decode differs"
+
+
+def feedback_reference(codec: Codec, grad: np.ndarray, residual: np.ndarray):
+    """Error feedback's step composed of whole-buffer passes (what error_feedback_round ran before
+    the fused loop): s = grad + residual, Q(s) by encode and decode, s - Q(s)."""
+    s = grad + residual
+    q = codec.decode(codec.encode(s), s.size)
+    return q, s - q
+
+
+@pytest.mark.parametrize("codec", NAMES)
+def test_fused_error_feedback_matches_the_composition(codec):
+    """error_feedback_round's one C++ pass (kernels/cpu_error_feedback.cc: int8/int4 nearest in its
+    own loop, the rest through the codec per chunk) gives the bits of the whole-buffer composition,
+    with and without a residual, on the awkward data (NaN/Inf blocks and sums that overflow take
+    the codec's own path) and on counts that end inside a chunk or a block."""
+    from commlib.core.codecs import error_feedback_round
+    with np.errstate(over="ignore", invalid="ignore"):
+        for block in BLOCKS if codec != "bf16" else (32,):
+            for rounding in ("nearest", "stochastic"):
+                c = Codec(codec, block, rounding, seed=3)
+                for count in COUNTS + (5003,):
+                    grad = awkward(count, count + block)
+                    residual = (sample(count, count + 7) * np.float32(0.01)).astype(np.float32)
+                    if count > 3:
+                        residual[3] = np.float32(3.4e38)  # s = grad + residual may pass float32's largest
+                    for res in (None, residual):
+                        want_q, want_r = feedback_reference(c, grad, np.zeros_like(grad) if res is None else res)
+                        g, r = grad.copy(), None if res is None else res.copy()
+                        r = error_feedback_round(c, g, r)
+                        what = f"{codec} block {block} {rounding} n={count} residual {res is not None}"
+                        assert np.array_equal(g.view(np.uint32), want_q.view(np.uint32)), f"{what}: grad differs"
+                        same = (r.view(np.uint32) == want_r.view(np.uint32)) | (np.isnan(r) & np.isnan(want_r))
+                        assert same.all(), f"{what}: residual differs at {np.nonzero(~same)[0][:5]}"

@@ -52,6 +52,20 @@ def test_codec_compute_is_on_the_critical_path():
         sim.predict("all_reduce", "ring", 64 << 20, P, ETH_1G)["time_us"]["median"] / 3
 
 
+def test_error_feedback_pass_comes_before_the_collective():
+    """feedback_ns: each rank's pass over its input (kernels/cpu_error_feedback.cc) delays its
+    collective by that many ns per input element: all_reduce's input is COUNT, reduce_scatter's
+    every rank's block (P x its output)."""
+    for coll, elems in (("all_reduce", COUNT), ("reduce_scatter", COUNT)):
+        def t(ns):
+            return sim.predict(coll, "ring", COUNT * 4, P, ETH_1G, compress="int8", feedback_ns=ns)["time_us"]["median"]
+        assert t(1000.0) - t(0.0) == pytest.approx(elems * 1000 * 1e-3)
+    assert _run("int8")["time_us"]["median"] < \
+        sim.predict("all_reduce", "ring", COUNT * 4, P, ETH_1G, compress="int8", feedback_ns=-1)["time_us"]["median"]
+    with pytest.raises(ValueError, match="feedback_ns"):
+        sim.predict("all_reduce", "ring", COUNT * 4, P, ETH_1G, feedback_ns=1.0)
+
+
 def test_refused_arguments_are_named():
     with pytest.raises(ValueError, match="compress"):
         sim.predict("broadcast", "ring", 4096, P, ETH_1G, compress="int8")

@@ -33,13 +33,27 @@ def driver_calls_per_call(comm, n=10):
 
 def calls_on_alternating_streams(comm, n=6):
     """(driver calls of n kernel-path calls alternating between two streams, results right): each
-    call waits for the previous one, which ran on the other stream (call order across streams)."""
+    call waits for the previous one, which ran on the other stream (call order across streams).
+    Streams are non-blocking (cudaStreamNonBlocking, as torch's side streams): nothing orders the
+    calls after the current stream's work, so x is uploaded on the first call's stream. The current
+    stream is held at a gate until the calls completed, so that an upload there (as this case once
+    made: a race, seen under CPU load) is read after them, every time."""
     def run(sub):
-        streams = [emu.Stream(), emu.Stream()]
-        x = emu.from_numpy(np.ones(5, np.int64))
-        sub.all_reduce(x, stream=streams[1])
-        calls, _ = counted(_watched_calls, lambda: [sub.all_reduce(x, stream=streams[i % 2]) for i in range(n)])
-        streams[(n - 1) % 2].synchronize()
+        dev = emu.device()
+        # Made one after another: three hardware queues (COMMLIB_EMULATED_CONNECTIONS, 8), so the
+        # held stream's wait holds up neither of the others.
+        streams, held = [emu.Stream(), emu.Stream()], emu.Stream()
+        gate = np.zeros(1, np.uint64)
+        dev.wait_value(gate.ctypes.data, 1, held._stream)
+        try:
+            with emu.use_stream(held):
+                x = emu.from_numpy(np.ones(5, np.int64), stream=streams[1])
+                sub.all_reduce(x, stream=streams[1])
+                calls, _ = counted(_watched_calls,
+                                   lambda: [sub.all_reduce(x, stream=streams[i % 2]) for i in range(n)])
+                streams[(n - 1) % 2].synchronize()
+        finally:
+            dev.write_value(gate.ctypes.data, 1, streams[0]._stream)  # the held stream goes on
         return calls, bool((x.numpy() == sub.size ** (n + 1)).all())
     return with_settings(comm, KERNEL_SETTINGS, run)
 

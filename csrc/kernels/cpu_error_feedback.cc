@@ -1,0 +1,93 @@
+// Error feedback's fused step (cpu_error_feedback.h). Work goes in chunks of whole blocks that stay
+// in L1: s = grad + residual into a stack buffer, then per block the projection, written straight
+// back into grad and residual. int8/int4 under nearest rounding (what training uses) project in
+// one branch-free loop gcc vectorises at the baseline's SSE2 (as cpu_codecs.cc's int loops: y = s *
+// 2^-e in float, rint by the 1.5 * 2^23 trick, times 2^e: the decoded code, exact); every other
+// codec, rounding or block (non-finite values, a top code past float32's largest) goes through
+// codec_encode / codec_decode on the chunk or the block, so it is their result by construction.
+#include "kernels/cpu_error_feedback.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cpu_codec_loops.h"
+
+namespace commlib {
+namespace {
+
+using kern::CodecKind;
+constexpr size_t kChunk = 2048;  // elements of s per chunk (8 KiB: with grad and residual's lines, L1)
+
+// grad = Q(s), residual = s - Q(s) through the codec's own entry points (n whole blocks, or the
+// region's tail). `bytes` is scratch.
+void project_generic(const CodecSpec& spec, const float* s, size_t n, uint64_t counter, float* grad, float* residual,
+                     std::vector<uint8_t>& bytes) {
+  bytes.resize(codec_encoded_bytes(spec, n));
+  codec_encode(spec, DType::Float32, s, n, bytes.data(), counter);
+  codec_decode(spec, DType::Float32, bytes.data(), n, grad);
+  for (size_t i = 0; i < n; ++i) residual[i] = s[i] - grad[i];
+}
+
+// One finite block of an integer grid at scale 2^e, nearest: the codes are rint(s * 2^-e) in
+// [-top, top] (block_scale_exp picks e so), never the NaN code, and decode to code * 2^e.
+void project_int_block(const float* s, size_t n, int e, float* grad, float* residual) {
+  const float inv = static_cast<float>(kern::pow2(-e)), scale = static_cast<float>(kern::pow2(e));
+  for (size_t i = 0; i < n; ++i) {
+    const float y = s[i] * inv;
+    const float q = static_cast<float>(static_cast<int32_t>((y + loops::kRoundMagic) - loops::kRoundMagic)) * scale;
+    grad[i] = q;
+    residual[i] = s[i] - q;
+  }
+}
+
+template <class G>
+void feedback_int_nearest(const CodecSpec& spec, float* grad, float* residual, size_t n, uint64_t base,
+                          std::vector<float>& s, std::vector<uint8_t>& bytes) {
+  const size_t B = static_cast<size_t>(spec.block);
+  const size_t per = std::max(B, kChunk / B * B);
+  s.resize(std::min(per, n));
+  for (size_t c0 = 0; c0 < n; c0 += per) {
+    const size_t m = std::min(per, n - c0);
+    float* g = grad + c0;
+    float* r = residual + c0;
+    for (size_t i = 0; i < m; ++i) s[i] = g[i] + r[i];
+    for (size_t b0 = 0; b0 < m; b0 += B) {
+      const size_t k = std::min(B, m - b0);
+      bool finite;
+      const float amax = loops::block_amax<DType::Float32>(s.data() + b0, k, &finite);
+      const int e = kern::block_scale_exp<G, DType::Float32>(amax, true);
+      if (finite && G::top * kern::pow2(e) <= kern::StorageLimits<DType::Float32>::max)
+        project_int_block(s.data() + b0, k, e, g + b0, r + b0);
+      else
+        project_generic(spec, s.data() + b0, k, base + c0 + b0, g + b0, r + b0, bytes);
+    }
+  }
+}
+
+void feedback_generic(const CodecSpec& spec, float* grad, float* residual, size_t n, uint64_t base,
+                      std::vector<float>& s, std::vector<uint8_t>& bytes) {
+  const size_t B = spec.kind == CodecKind::BF16 ? 1 : static_cast<size_t>(spec.block);
+  const size_t per = std::max(B, kChunk / B * B);  // whole blocks: each chunk codes as the region does
+  s.resize(std::min(per, n));
+  for (size_t c0 = 0; c0 < n; c0 += per) {
+    const size_t m = std::min(per, n - c0);
+    for (size_t i = 0; i < m; ++i) s[i] = grad[c0 + i] + residual[c0 + i];
+    project_generic(spec, s.data(), m, base + c0, grad + c0, residual + c0, bytes);
+  }
+}
+
+}  // namespace
+
+void codec_error_feedback(const CodecSpec& spec, float* grad, float* residual, size_t n, uint64_t counter_base) {
+  check_codec(spec, DType::Float32);
+  std::vector<float> s;
+  std::vector<uint8_t> bytes;
+  if (spec.kind == CodecKind::Int8 && !spec.stochastic)
+    feedback_int_nearest<kern::Int8Grid>(spec, grad, residual, n, counter_base, s, bytes);
+  else if (spec.kind == CodecKind::Int4 && !spec.stochastic)
+    feedback_int_nearest<kern::Int4Grid>(spec, grad, residual, n, counter_base, s, bytes);
+  else
+    feedback_generic(spec, grad, residual, n, counter_base, s, bytes);
+}
+
+}  // namespace commlib
