@@ -164,11 +164,6 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::allreduce_sparse(std::vector<at::
                                                                 const c10d::AllreduceOptions& o) {
   return delegate("allreduce", t, o);
 }
-c10::intrusive_ptr<c10d::Work> CommlibBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& out,
-                                                                   std::vector<at::Tensor>& in,
-                                                                   const c10d::AllgatherOptions& o) {
-  return delegate("allgather_coalesced", out, in, o);
-}
 
 // -- life cycle ----------------------------------------------------------------------------------
 c10::intrusive_ptr<c10d::Backend> CommlibBackend::shrink(const std::vector<int64_t>& ranks_to_exclude,
