@@ -2,7 +2,8 @@
 it (commlib/bench/sweep.py: ``fn()`` between two ``perf_counter`` reads, back to back), for commlib
 and Open MPI, so the bench's median of the slowest rank's time per call can be taken apart: each
 rank's median and 10th/90th percentiles (the software cost of a call that does not wait, and how
-often calls wait) and the loop average (total time / calls: the throughput).
+often calls wait), the loop average (total time / calls: the throughput) and each rank's context
+switches per call (sleeps on a futex, and switches out by preemption or a yield that gave the core).
 
     python bench/small_call_ranks.py broadcast --np 4 --calls 3000     # commlib, then MPI
     python bench/small_call_ranks.py barrier --backends commlib
@@ -25,6 +26,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
+def context_switches():
+    """(voluntary, involuntary) context switches of this process so far: a voluntary one is a
+    sleep (FUTEX_WAIT), an involuntary one a preemption or a sched_yield that gave the core away."""
+    with open("/proc/self/status") as f:
+        got = dict(line.split(":", 1) for line in f if "ctxt_switches" in line)
+    return float(got["voluntary_ctxt_switches"]), float(got["nonvoluntary_ctxt_switches"])
+
+
 def rank_main(backend, coll, calls, reps):
     from commlib.bench.rank_process import _make_backend
     b = _make_backend(backend)
@@ -39,20 +48,23 @@ def rank_main(backend, coll, calls, reps):
             fn()
         b.barrier()
         ts = [0.0] * calls
+        sw0 = context_switches()
         t_loop = pc()
         for j in range(calls):
             t0 = pc()
             fn()
             ts[j] = pc() - t0
         loop = pc() - t_loop
-        st = b.gather_stats(np.array(ts + [loop], np.float64))
+        sw = [(b_ - a_) / calls for a_, b_ in zip(sw0, context_switches())]
+        st = b.gather_stats(np.array(ts + [loop] + sw, np.float64))
         if b.rank == 0:
             per = st[:, :calls] * 1e6
             us = lambda xs: "/".join(f"{x:.2f}" for x in xs)  # noqa: E731
             print(f"{backend} {coll} rep {rep}: median of the slowest rank per call "
                   f"{np.median(per.max(axis=0)):.2f} us; per rank: median {us(np.median(per, axis=1))}, "
                   f"p10 {us(np.percentile(per, 10, axis=1))}, p90 {us(np.percentile(per, 90, axis=1))}; "
-                  f"loop average {st[:, calls].max() / calls * 1e6:.2f} us", flush=True)
+                  f"loop average {st[:, calls].max() / calls * 1e6:.2f} us; per call: sleeps "
+                  f"{us(st[:, calls + 1])}, switched out {us(st[:, calls + 2])}", flush=True)
     close = getattr(b.comm, "close", None)
     if backend == "commlib" and close:
         close()
