@@ -7,6 +7,7 @@ switches per call (sleeps on a futex, and switches out by preemption or a yield 
 
     python bench/small_call_ranks.py broadcast --np 4 --calls 3000     # commlib, then MPI
     python bench/small_call_ranks.py barrier --backends commlib
+    python bench/small_call_ranks.py barrier --pin      # each rank bound to one core, spread
 
 docs/transports.md "Flag calls" quotes it. A rank process runs ``--rank-main``.
 """
@@ -34,9 +35,12 @@ def context_switches():
     return float(got["voluntary_ctxt_switches"]), float(got["nonvoluntary_ctxt_switches"])
 
 
-def rank_main(backend, coll, calls, reps):
+def rank_main(backend, coll, calls, reps, pin=False):
     from commlib.bench.rank_process import _make_backend
     b = _make_backend(backend)
+    if pin:  # rank r on the (r * cores / ranks)-th core of this process's set, for either library
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[b.rank * len(cpus) // b.size]})
     buf = np.ones(2, np.float32)
     if backend == "mpi":
         fn = functools.partial(b.comm.Bcast, buf, 0) if coll == "broadcast" else b.comm.Barrier
@@ -77,12 +81,16 @@ def main(argv=None):
     p.add_argument("--calls", type=int, default=3000)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--backends", default="commlib,mpi")
+    p.add_argument("--pin", action="store_true",
+                   help="bind each rank to one core, spread evenly (separates the wait from where the "
+                        "scheduler puts the ranks: unpinned, all four may share one core)")
     p.add_argument("--rank-main", metavar="BACKEND", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.rank_main:
-        return rank_main(a.rank_main, a.collective, a.calls, a.reps)
+        return rank_main(a.rank_main, a.collective, a.calls, a.reps, a.pin)
     os.system("uptime")
     me = [sys.executable, os.path.abspath(__file__), a.collective, "--calls", str(a.calls), "--reps", str(a.reps)]
+    me += ["--pin"] if a.pin else []
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     for backend in a.backends.split(","):
         if backend == "mpi":

@@ -27,6 +27,7 @@ class ShmFlags final : public SharedFlags {
 
   void complete(uint64_t n, int wake) override {
     t_.ctl(t_.rank_).flags_completed.store(n, std::memory_order_seq_cst);
+    if (wake == kWakeNone) return;
     if (wake >= 0) {
       ring_if_waiting(wake);
       return;
@@ -43,7 +44,7 @@ class ShmFlags final : public SharedFlags {
     // The data and its description first; seq_cst (not release) because a reader that set its
     // waiting flag loads `written` after it: the Dekker pair below needs this store in the order too.
     s.written.store(n, std::memory_order_seq_cst);
-    complete(n, -1);
+    complete(n, kWakeAll);
   }
 
   bool holds(int root, int index, uint64_t n) const override {
