@@ -2,8 +2,9 @@
 it (commlib/bench/sweep.py: ``fn()`` between two ``perf_counter`` reads, back to back), for commlib
 and Open MPI, so the bench's median of the slowest rank's time per call can be taken apart: each
 rank's median and 10th/90th percentiles (the software cost of a call that does not wait, and how
-often calls wait), the loop average (total time / calls: the throughput) and each rank's context
-switches per call (sleeps on a futex, and switches out by preemption or a yield that gave the core).
+often calls wait), the loop average (total time / calls: the throughput), each rank's context
+switches per call (sleeps on a futex, and switches out by preemption or a yield that gave the core)
+and where the ranks ran (each one's core at the end, and its moves between cores during the loop).
 
     python bench/small_call_ranks.py broadcast --np 4 --calls 3000     # commlib, then MPI
     python bench/small_call_ranks.py barrier --backends commlib
@@ -35,6 +36,15 @@ def context_switches():
     return float(got["voluntary_ctxt_switches"]), float(got["nonvoluntary_ctxt_switches"])
 
 
+def placement():
+    """(the core this process last ran on, its migrations between cores so far) from /proc."""
+    with open("/proc/self/stat") as f:
+        cpu = float(f.read().rsplit(")", 1)[1].split()[36])  # field 39; the name may hold spaces
+    with open("/proc/self/sched") as f:
+        moves = next((float(line.split(":")[1]) for line in f if line.startswith("se.nr_migrations")), -1.0)
+    return cpu, moves
+
+
 def rank_main(backend, coll, calls, reps, pin=False):
     from commlib.bench.rank_process import _make_backend
     b = _make_backend(backend)
@@ -53,6 +63,7 @@ def rank_main(backend, coll, calls, reps, pin=False):
         b.barrier()
         ts = [0.0] * calls
         sw0 = context_switches()
+        moves0 = placement()[1]
         t_loop = pc()
         for j in range(calls):
             t0 = pc()
@@ -60,7 +71,8 @@ def rank_main(backend, coll, calls, reps, pin=False):
             ts[j] = pc() - t0
         loop = pc() - t_loop
         sw = [(b_ - a_) / calls for a_, b_ in zip(sw0, context_switches())]
-        st = b.gather_stats(np.array(ts + [loop] + sw, np.float64))
+        cpu, moves = placement()
+        st = b.gather_stats(np.array(ts + [loop] + sw + [cpu, moves - moves0], np.float64))
         if b.rank == 0:
             per = st[:, :calls] * 1e6
             us = lambda xs: "/".join(f"{x:.2f}" for x in xs)  # noqa: E731
@@ -68,7 +80,9 @@ def rank_main(backend, coll, calls, reps, pin=False):
                   f"{np.median(per.max(axis=0)):.2f} us; per rank: median {us(np.median(per, axis=1))}, "
                   f"p10 {us(np.percentile(per, 10, axis=1))}, p90 {us(np.percentile(per, 90, axis=1))}; "
                   f"loop average {st[:, calls].max() / calls * 1e6:.2f} us; per call: sleeps "
-                  f"{us(st[:, calls + 1])}, switched out {us(st[:, calls + 2])}", flush=True)
+                  f"{us(st[:, calls + 1])}, switched out {us(st[:, calls + 2])}; each rank's core at the end "
+                  f"{'/'.join(str(int(c)) for c in st[:, calls + 3])}, moves between cores "
+                  f"{'/'.join(str(int(c)) for c in st[:, calls + 4])}", flush=True)
     close = getattr(b.comm, "close", None)
     if backend == "commlib" and close:
         close()
