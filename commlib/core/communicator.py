@@ -349,14 +349,6 @@ class Communicator(GroupMethods):
         work = self._core.p2p(items, DTYPE[dtype], async_op)
         return Work(work, refs) if async_op else None
 
-    def _symmetric_pool(self, device):
-        """The symmetric pool of ``device`` (commlib.device.empty; commlib/device/symmetric.py)."""
-        from commlib.core.device_route import parse_device
-        if self._closed:
-            raise CommError(f"comm: communicator (rank {self._rank}) is closed")
-        kind, index = parse_device(device)
-        return self._device().symmetric_pool(kind, index)
-
     def close(self):
         """Finish queued work, then release shared memory and the worker thread. Idempotent. Then
         raises the error of a device call no call, ``wait()`` or ``synchronize()`` raised (e.g. a
