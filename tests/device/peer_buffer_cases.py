@@ -178,6 +178,7 @@ def symmetric_pool(comm):
         a.copy_(emu.from_numpy(np.full(1000, sub.rank + 1, np.float32)))
         sub.all_reduce(a)
         checks.append(bool((a.numpy() == 3).all()))
+        sub.barrier()  # every rank's stream finished its all_reduce before a peer reads its block
         checks.append(engine.symmetric_arenas() == 1)  # mapped when made, before any call used it
         before = engine.peer_buffer_stats()
         view = engine.peer_buffer_lookup(30, 0, a.data_ptr(), a.nbytes)
@@ -217,6 +218,7 @@ def symmetric_pool(comm):
             kept.setdefault("small", []).append(cdev.empty(8, "float32", comm=sub, device="emulated"))
             seen.append((pool.arenas(), engine.symmetric_arenas(), engine.peer_buffer_counts()))
         checks.append(seen == [(2, 2, (2, 2)), (2, 1, (1, 1)), (1, 1, (1, 1))])
+        emu.synchronize()  # the frees are stream-ordered
         sub.barrier()
         checks.append(emu.rule_counts()["exports_freed_while_mapped"] == mapped_frees)
         kept.pop("small")
