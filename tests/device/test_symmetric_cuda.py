@@ -2,7 +2,7 @@
 without one): pool blocks as torch tensors through __cuda_array_interface__ and DLPack, CuPy
 arrays, collectives on them (a mapped one-sided all_reduce on the pool's one registration), every
 arena freed at close; 2 ranks on GPU 0. The emulated device's form is
-test_peer_buffers.py's. Run first by scripts/gpu_check.sh's ``gpu`` step. Never run on a GPU yet."""
+test_peer_buffers.py's. Run by scripts/gpu_check.sh's ``gpu`` and ``ranks`` steps. Never run on a GPU yet."""
 import os
 import sys
 
