@@ -64,5 +64,7 @@ def wrap(group):
 
 
 def python_group(backend):
-    """The Python backend behind ``backend`` (a CommlibBackend or the Python group itself)."""
+    """The Python backend behind ``backend`` (a CommlibBackend, torch's ProcessGroupWrapper around
+    one under ``TORCH_DISTRIBUTED_DEBUG=DETAIL``, or the Python group itself)."""
+    backend = getattr(backend, "wrapped_pg", backend)
     return getattr(backend, "python_group", backend)

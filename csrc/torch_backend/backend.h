@@ -64,6 +64,27 @@ struct CopyBack {
   }
 };
 
+// A collective of device tensors run as one batch of the stream engine (device_lists.cc): the
+// messages (at most one send to and one receive from each peer; each tensor contiguous on the call's
+// device), this rank's own block (`own.first` <- `own.second`, copied on the stream before the batch;
+// undefined: none) and the receives that land in a contiguous copy (`back`: caller's, staged; copied
+// on the stream after it).
+struct DeviceBatch {
+  struct Message {
+    bool send;
+    at::Tensor tensor;
+    int peer;
+  };
+  std::vector<Message> messages;
+  std::pair<at::Tensor, at::Tensor> own;
+  std::vector<std::pair<at::Tensor, at::Tensor>> back;
+};
+// The batches of gather (the root receives block j into targets[j] and copies its own), scatter (the
+// root sends sources[j] to rank j) and the list all_to_all, from tensors ready to move.
+DeviceBatch gather_batch(const at::Tensor& mine, const std::vector<at::Tensor>& targets, int root, int me);
+DeviceBatch scatter_batch(const at::Tensor& mine, const std::vector<at::Tensor>& sources, int root, int me);
+DeviceBatch alltoall_batch(const std::vector<at::Tensor>& outs, const std::vector<at::Tensor>& ins, int me);
+
 class CommlibBackend : public c10d::Backend {
  public:
   // `group`: the Python ProcessGroupCommlib of this group; `core`: its communicator's address
@@ -152,6 +173,14 @@ class CommlibBackend : public c10d::Backend {
                                                  const std::vector<int64_t>& in_bytes,
                                                  const std::vector<int64_t>& out_bytes, uint8_t kind, int device,
                                                  uintptr_t stream_id, c10::Stream stream, at::Tensor user);
+  // A collective of device memory as one batch of the stream engine (device_lists.cc: gather, scatter,
+  // the list all_to_all; device_exchange), on `stream` (as hold_device_message names it), after every
+  // message held before it; its work. Public for the module's test seam.
+  c10::intrusive_ptr<c10d::Work> device_batch(DeviceBatch batch, c10d::OpType type, const char* name,
+                                              std::vector<at::Tensor> outputs, uint8_t kind, int device,
+                                              uintptr_t stream_id, c10::Stream stream);
+  // Runs `f` under the mutex of the held sends and receives, as a flush does (test seam).
+  void while_p2p_locked(const std::function<void()>& f) { hold_->while_locked(f); }
   // Device calls whose tensors are still held (not seen retired), for tests.
   size_t device_calls_held() { return devices_.held(); }
 
@@ -188,6 +217,13 @@ class CommlibBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> cuda_allgather_base(at::Tensor& out, at::Tensor& in);
   c10::intrusive_ptr<c10d::Work> cuda_reduce_scatter_base(at::Tensor& out, at::Tensor& in, const c10d::ReduceOp& op);
   c10::intrusive_ptr<c10d::Work> cuda_alltoall_base(at::Tensor& out, at::Tensor& in);  // equal blocks
+  // gather, scatter and the list all_to_all of CUDA tensors as one batch each (device_lists.cc);
+  // null for CPU tensors and for argument errors (the Python backend names them).
+  c10::intrusive_ptr<c10d::Work> cuda_gather(std::vector<std::vector<at::Tensor>>& out, std::vector<at::Tensor>& in,
+                                             int root);
+  c10::intrusive_ptr<c10d::Work> cuda_scatter(std::vector<at::Tensor>& out, std::vector<std::vector<at::Tensor>>& in,
+                                              int root);
+  c10::intrusive_ptr<c10d::Work> cuda_alltoall(std::vector<at::Tensor>& out, std::vector<at::Tensor>& in);
   // The coalesced calls on CUDA tensors (allreduce_coalesced: `out` and `in` the same list): pair i
   // through `from_cpp(i)` (a cuda_* method above; null when not cached), else `hand_over(i)` (the
   // Python backend's single-tensor method), in order, under one CoalescedWork. Null when the lists

@@ -1,6 +1,6 @@
 // CommlibBackend's coalesced collectives: the calls torch's _coalescing_manager makes for a block
 // of all_reduce, all_gather_into_tensor or reduce_scatter_tensor calls (and functional
-// collectives' *_coalesced), each run as one core call over one flat buffer: the tensors packed
+// collectives' *_coalesced), and all_gather_coalesced (lists), each run as one core call over one flat buffer: the tensors packed
 // side by side, the result unpacked into each. Mixed dtypes: all-gathers move bytes and take any;
 // reductions need one dtype the core reduces (else the Python side groups them by dtype). CUDA
 // tensors: one call per tensor (pair), device_calls.cc.
@@ -21,7 +21,56 @@ at::Tensor rank_rows(const at::Tensor& t, int64_t P) {
                        [c](void*) {}, at::TensorOptions().dtype(at::kByte));
 }
 
+// A contiguous tensor's bytes (sharing its storage).
+at::Tensor bytes_of(const at::Tensor& t) {
+  return at::from_blob(t.data_ptr(), {static_cast<int64_t>(t.nbytes())}, [t](void*) {},
+                       at::TensorOptions().dtype(at::kByte));
+}
+
 }  // namespace
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& out,
+                                                                   std::vector<at::Tensor>& in,
+                                                                   const c10d::AllgatherOptions& o) {
+  // torch passes one output list per rank (out[r][i]: rank r's i-th input). One all-gather of every
+  // input's bytes packed side by side (any mix of dtypes), unpacked into out[r][i] after.
+  const size_t P = static_cast<size_t>(getSize());
+  bool ours = !in.empty() && out.size() == P;
+  int64_t bytes = 0;
+  for (size_t i = 0; ours && i < in.size(); ++i) {
+    ours = host_layout(in[i]);
+    bytes += static_cast<int64_t>(in[i].nbytes());
+  }
+  for (size_t r = 0; ours && r < P; ++r) {
+    ours = out[r].size() == in.size();
+    for (size_t i = 0; ours && i < in.size(); ++i)
+      ours = host_layout(out[r][i]) && out[r][i].scalar_type() == in[i].scalar_type() &&
+             out[r][i].numel() == in[i].numel();
+  }
+  if (!ours) return delegate("allgather_coalesced", out, in, o);  // (it names what is wrong)
+  std::vector<at::Tensor> parts, outputs;
+  for (const auto& x : in) parts.push_back(bytes_of(dense(x)));
+  at::Tensor flat_in = at::cat(parts);
+  at::Tensor flat_out = at::empty({bytes * static_cast<int64_t>(P)}, at::TensorOptions().dtype(at::kByte));
+  for (const auto& per_rank : out) outputs.insert(outputs.end(), per_rank.begin(), per_rank.end());
+  auto call = make_call(Collective::AllGather, algo(Collective::AllGather), DType::UInt8, bytes, address(flat_in),
+                        address(flat_out));
+  std::vector<std::vector<at::Tensor>> outs = out;
+  return run(call, o.asyncOp, c10d::OpType::ALLGATHER_COALESCED, "all_gather_coalesced", outputs,
+             [flat_in, flat_out, outs, bytes]() mutable {
+               for (size_t r = 0; r < outs.size(); ++r) {
+                 int64_t off = static_cast<int64_t>(r) * bytes;
+                 for (auto& t : outs[r]) {
+                   at::Tensor c = dense(t);
+                   const int64_t n = static_cast<int64_t>(c.nbytes());
+                   bytes_of(c).copy_(flat_out.narrow(0, off, n));
+                   if (!c.is_same(t)) t.copy_(c);
+                   off += n;
+                 }
+               }
+             },
+             o.timeout);
+}
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::allreduce_coalesced(std::vector<at::Tensor>& t,
                                                                    const c10d::AllreduceCoalescedOptions& o) {

@@ -108,6 +108,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::allgather(std::vector<std::vector
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::gather(std::vector<std::vector<at::Tensor>>& out,
                                                       std::vector<at::Tensor>& in, const c10d::GatherOptions& o) {
+  if (auto w = cuda_gather(out, in, static_cast<int>(o.rootRank))) return w;
   DType dt;
   int64_t n;
   const bool root = o.rootRank == getRank();
@@ -129,6 +130,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::gather(std::vector<std::vector<at
 c10::intrusive_ptr<c10d::Work> CommlibBackend::scatter(std::vector<at::Tensor>& out,
                                                        std::vector<std::vector<at::Tensor>>& in,
                                                        const c10d::ScatterOptions& o) {
+  if (auto w = cuda_scatter(out, in, static_cast<int>(o.rootRank))) return w;
   DType dt;
   int64_t n;
   const bool root = o.rootRank == getRank();
@@ -161,11 +163,6 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::barrier(const c10d::BarrierOption
 c10::intrusive_ptr<c10d::Work> CommlibBackend::allreduce_sparse(std::vector<at::Tensor>& t,
                                                                 const c10d::AllreduceOptions& o) {
   return delegate("allreduce", t, o);
-}
-c10::intrusive_ptr<c10d::Work> CommlibBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& out,
-                                                                   std::vector<at::Tensor>& in,
-                                                                   const c10d::AllgatherOptions& o) {
-  return delegate("allgather_coalesced", out, in, o);
 }
 
 // -- life cycle ----------------------------------------------------------------------------------

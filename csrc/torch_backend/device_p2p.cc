@@ -143,47 +143,25 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::device_exchange(const at::Tensor&
   if (in_bytes[me] != out_bytes[me])
     throw py::value_error("input_split_sizes/output_split_sizes: this rank sends itself " + std::to_string(in_bytes[me]) +
                           " bytes but expects " + std::to_string(out_bytes[me]));
-  hold_->flush();  // every message held before it goes first (as for any call)
-  if (p2p_handed_over_) flush_held_p2p();
-  seq_.fetch_add(1);
   const at::Tensor ib = in.reshape({-1}).view(at::kByte), ob = out.reshape({-1}).view(at::kByte);
   std::vector<int64_t> in_off(P, 0), out_off(P, 0);
   for (int j = 1; j < P; ++j) {
     in_off[j] = in_off[j - 1] + in_bytes[j - 1];
     out_off[j] = out_off[j - 1] + out_bytes[j - 1];
   }
-  std::vector<at::Tensor> outputs{user.defined() ? user : out};
-  auto work = c10::make_intrusive<CudaWork>(api_, c10d::OpType::ALLTOALL_BASE, "all_to_all_single", me, outputs,
-                                            stream, nullptr);
-  {  // this rank's own block, on the stream, before the batch (as the Python path's route copies it)
-    c10::StreamGuard on_stream(stream);
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    ob.narrow(0, out_off[me], out_bytes[me]).copy_(ib.narrow(0, in_off[me], in_bytes[me]));
-  }
-  // One round (one send to and one receive from each peer), in the order the Python path plans it
-  // (commlib/core/p2p_plan.py: per peer a send, then a receive; empty blocks included).
-  auto msg = std::make_shared<DeviceMessage>(DeviceMessage{kind, device, stream_id, stream, at::Tensor(), work});
-  std::vector<P2PHold::Held> held;
+  // In the order the Python path plans it (commlib/core/p2p_plan.py: per peer a send, then a
+  // receive; empty blocks included); this rank's own block copied on the stream first, as the
+  // Python path's route copies it; a non-contiguous output copied back after the batch.
+  DeviceBatch b;
   for (int j = 0; j < P; ++j) {
     if (j == me) continue;
-    held.push_back({true, ib.narrow(0, in_off[j], in_bytes[j]), j, nullptr, msg});
-    held.push_back({false, ob.narrow(0, out_off[j], out_bytes[j]), j, nullptr, msg});
+    b.messages.push_back({true, ib.narrow(0, in_off[j], in_bytes[j]), j});
+    b.messages.push_back({false, ob.narrow(0, out_off[j], out_bytes[j]), j});
   }
-  std::vector<P2PHold::Held*> round;
-  for (auto& h : held) round.push_back(&h);
-  CoreError err;
-  if (round.empty())
-    work->issue(nullptr, stream);  // one rank: its own block was all
-  else if (!issue_device_round(round, &err))
-    raise_core_error(err, "all_to_all_single", me);
-  if (user.defined()) {  // a non-contiguous output: copied back on the stream after the batch
-    c10::StreamGuard on_stream(stream);
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    user.copy_(out);
-    user.record_stream(stream);
-    out.record_stream(stream);
-  }
-  return track(work);
+  b.own = {ob.narrow(0, out_off[me], out_bytes[me]), ib.narrow(0, in_off[me], in_bytes[me])};
+  if (user.defined()) b.back.emplace_back(user, out);
+  return device_batch(std::move(b), c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {user.defined() ? user : out},
+                      kind, device, stream_id, stream);
 }
 
 }  // namespace torch_backend

@@ -5,6 +5,8 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <array>
+#include <string>
+#include <utility>
 #include <tuple>
 #include <stdexcept>
 
@@ -127,6 +129,58 @@ PYBIND11_MODULE(_C_torch, m) {
           py::arg("stream"),
           "Test seam: an uneven all_to_all of emulated-device memory (bytes per rank each way) through the CUDA "
           "path's batch; its Work (torch's).")
+      .def(
+          "_device_list_call",
+          [](CommlibBackend& b, const std::string& kind, const std::vector<std::pair<uintptr_t, int64_t>>& ins,
+             const std::vector<std::pair<uintptr_t, int64_t>>& outs, int root, int device, uintptr_t stream) {
+            // The CUDA path's gather, scatter and list all_to_all (their batches, device_batch) on
+            // emulated-device memory, (address, bytes) per block: gather's input and the root's
+            // list (outs), scatter's root list (ins) and output, all_to_all's lists. The own block
+            // is copied by the host here (no c10 stream): synchronize the stream first.
+            namespace tb = commlib::torch_backend;
+            auto blocks = [](const std::vector<std::pair<uintptr_t, int64_t>>& v) {
+              std::vector<at::Tensor> ts;
+              for (const auto& [address, bytes] : v)
+                ts.push_back(at::from_blob(reinterpret_cast<void*>(address), {bytes},
+                                           at::TensorOptions().dtype(at::kByte)));
+              return ts;
+            };
+            const std::vector<at::Tensor> in = blocks(ins), out = blocks(outs);
+            const int me = b.getRank();
+            tb::DeviceBatch batch;
+            c10d::OpType type = c10d::OpType::ALLTOALL;
+            if (kind == "gather") {
+              batch = tb::gather_batch(in.at(0), out, root, me);
+              type = c10d::OpType::GATHER;
+            } else if (kind == "scatter") {
+              batch = tb::scatter_batch(out.at(0), in, root, me);
+              type = c10d::OpType::SCATTER;
+            } else if (kind == "all_to_all") {
+              batch = tb::alltoall_batch(out, in, me);
+            } else {
+              throw py::value_error("kind: gather, scatter or all_to_all, not " + kind);
+            }
+            const c10::Stream host(c10::Stream::DEFAULT, c10::Device(c10::kCPU));
+            py::gil_scoped_release nogil;  // as torch's dispatcher calls the backend
+            return b.device_batch(std::move(batch), type, "device list call", out, tb::kEmulatedBuffer, device,
+                                  stream, host);
+          },
+          py::arg("kind"), py::arg("inputs"), py::arg("outputs"), py::arg("root"), py::arg("device"),
+          py::arg("stream"),
+          "Test seam: gather, scatter or a list all_to_all of emulated-device memory ((address, bytes) per block) "
+          "as the CUDA path's one batch; its Work (torch's).")
+      .def(
+          "_while_holding_p2p",
+          [](CommlibBackend& b, py::function f) {
+            // What python_batch does: the hold's mutex, then the GIL (for `f`).
+            b.while_p2p_locked([&f] {
+              py::gil_scoped_acquire gil;
+              f();
+            });
+          },
+          py::arg("f"),
+          "Test seam: calls f (under the GIL) while holding the mutex a flush of held sends and receives holds, as "
+          "a CUDA batch that goes through Python does.")
       .def("_device_calls_held", &CommlibBackend::device_calls_held,
            "Device calls whose tensors the backend still holds (not seen retired), for tests.");
 }

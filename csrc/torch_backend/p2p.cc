@@ -28,16 +28,49 @@ void P2PHold::hold_device(bool send, at::Tensor t, int peer, std::shared_ptr<Dev
   pending_.store(true, std::memory_order_release);
 }
 
+namespace {
+
+// The lock order is the hold's mutex, then the GIL: a flush takes the GIL under the mutex (a CUDA
+// batch on a stream the device route has run nothing on goes through Python, python_batch; the
+// device call cache's address is read from Python once). So a thread that holds the GIL when it
+// flushes (torch's binding of Work.get_future keeps it; a backend dropped from Python closes its hold)
+// lets the GIL go while it waits for the mutex and flushes, and takes it back after; else it could
+// wait for the mutex while the thread that holds it waits for the GIL.
+class WithoutGil {
+ public:
+  WithoutGil() {
+    if (Py_IsInitialized() && PyGILState_Check()) saved_ = PyEval_SaveThread();
+  }
+  ~WithoutGil() {
+    if (saved_ != nullptr) PyEval_RestoreThread(saved_);
+  }
+  WithoutGil(const WithoutGil&) = delete;
+  WithoutGil& operator=(const WithoutGil&) = delete;
+
+ private:
+  PyThreadState* saved_ = nullptr;
+};
+
+}  // namespace
+
 void P2PHold::flush() {
   if (!pending()) return;
+  WithoutGil nogil;
   std::lock_guard<std::mutex> lk(mu_);
   flush_locked();
 }
 
 void P2PHold::close() {
+  WithoutGil nogil;
   std::lock_guard<std::mutex> lk(mu_);
   flush_locked();
   closed_ = true;
+}
+
+void P2PHold::while_locked(const std::function<void()>& f) {
+  WithoutGil nogil;
+  std::lock_guard<std::mutex> lk(mu_);
+  f();
 }
 
 bool P2PHold::issue_host(const std::vector<Held*>& round, CoreError* err) {

@@ -59,6 +59,9 @@ class P2PHold {
   bool pending() const { return pending_.load(std::memory_order_acquire); }
   // Flushes; a message held after this fails at once (the backend is shut down or going away).
   void close();
+  // Runs `f` under the mutex a flush holds, as a flush does (the GIL let go while waiting for it):
+  // the test seam of a flush that takes the GIL under the mutex (python_batch).
+  void while_locked(const std::function<void()>& f);
 
  private:
   void flush_locked();

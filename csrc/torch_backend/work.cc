@@ -66,8 +66,7 @@ CommlibWork::CommlibWork(const CoreApi* api, c10d::OpType type, const char* coll
       outputs_(std::move(outputs)),
       core_(std::move(core)),
       finish_(std::move(finish)),
-      flush_(std::move(flush)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
+      flush_(std::move(flush)) {
   if (!core_ && !flush_) complete();  // ran already: complete now (no thread involved)
 }
 
@@ -83,7 +82,33 @@ void CommlibWork::fail(const CoreError& err) {
 
 c10::intrusive_ptr<c10::ivalue::Future> CommlibWork::getFuture() {
   if (flush_) flush_();  // a held-back message: its future completes only once it is issued
-  return future_;
+  // Made when first asked (a blocking call's work is never asked: no future, no list of outputs
+  // built for it); completed here when the call is done already, else by settle().
+  static const c10::TypePtr kTensors = c10::ListType::create(c10::TensorType::get());
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  bool done;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (future_) return future_;
+    future_ = future = c10::make_intrusive<c10::ivalue::Future>(kTensors);
+    done = done_;
+  }
+  if (done) complete_future(future);  // (outside the lock: callbacks run here)
+  return future;
+}
+
+void CommlibWork::complete_future(const c10::intrusive_ptr<c10::ivalue::Future>& future) {
+  bool failed;
+  CoreError err;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    failed = failed_;
+    err = error_;
+  }
+  if (!failed)
+    future->markCompleted(c10::IValue(outputs_));
+  else
+    future->setError(future_error(err, collective_, rank_));
 }
 
 int CommlibWork::sourceRank() const {
@@ -110,19 +135,18 @@ void CommlibWork::complete() {
 }
 
 void CommlibWork::settle(bool ok, const CoreError& err) {
+  c10::intrusive_ptr<c10::ivalue::Future> future;  // asked for before the call was done
   {
     std::lock_guard<std::mutex> lk(mu_);
     core_.reset();
     failed_ = !ok;
     error_ = err;
     done_ = true;
+    future = future_;
   }
   done_cv_.notify_all();
   // Callbacks chained on the future run here (on the completion thread for queued calls).
-  if (ok)
-    future_->markCompleted(c10::IValue(outputs_));
-  else
-    future_->setError(future_error(err, collective_, rank_));
+  if (future) complete_future(future);
 }
 
 bool CommlibWork::isCompleted() {

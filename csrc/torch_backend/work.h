@@ -74,7 +74,9 @@ class CommlibWork : public c10d::Work {
   std::function<void()> finish_;
   std::function<void()> flush_;
   std::shared_ptr<int32_t> source_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  // Completes `future` with the outputs or the call's error (the call is done).
+  void complete_future(const c10::intrusive_ptr<c10::ivalue::Future>& future);
+  c10::intrusive_ptr<c10::ivalue::Future> future_;  // made when first asked (getFuture), under mu_
   mutable std::mutex mu_;
   bool failed_ = false;
   CoreError error_;

@@ -183,3 +183,45 @@ def case_funcol(comm):
     for i, (a, b) in enumerate(zip(res["commlib"], res["gloo"])):
         _cmp(f"functional collective #{i}", a, b, exact=not a.is_floating_point())
     return len(res["commlib"])
+
+
+# -- torch's pipelining ------------------------------------------------------------------------------
+def case_torch_pipeline(comm, steps=2, n_micro=3):
+    """torch.distributed.pipelining's GPipe over two stages (one per rank) on the commlib group and on
+    the gloo twin, in the same processes: its stage-to-stage sends and receives (shape inference's
+    object sends too) go through the backend's batch_isend_irecv. The last stage's losses equal
+    single-process training's per micro-batch, and every stage's gradients and parameters after
+    `steps` SGD steps equal gloo's exactly (float64). Returns the number of values compared."""
+    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+    st = setup(comm)
+    r = comm.rank
+    assert comm.size == 2, "two stages, one per rank"
+    loss_fn = torch.nn.functional.mse_loss
+    ref = _mlp(0).double()
+    x_all, y_all = (t.double() for t in _batch(0, 4 * n_micro))
+    want = [loss_fn(ref(x), y).item() for x, y in zip(x_all.chunk(n_micro), y_all.chunk(n_micro))]
+    seen = {}
+    for name in ("world", "gloo"):
+        whole = _mlp(0).double()
+        part = torch.nn.Sequential(whole.a, torch.nn.Tanh()) if r == 0 else whole.b
+        stage = PipelineStage(part, r, 2, torch.device("cpu"), group=st[name])
+        sched = ScheduleGPipe(stage, n_microbatches=n_micro, loss_fn=loss_fn)
+        opt = torch.optim.SGD(part.parameters(), lr=0.1)
+        got = []
+        for step in range(steps):
+            x, y = (t.double() for t in _batch(step, 4 * n_micro))
+            opt.zero_grad()
+            losses = []
+            sched.step(x) if r == 0 else sched.step(target=y, losses=losses)
+            got.append([loss.item() for loss in losses])
+            grads = [p.grad.clone() for p in part.parameters()]
+            opt.step()
+        if r == 1:
+            _cmp(f"{name}: first step's losses", torch.tensor(got[0]), torch.tensor(want), exact=False)
+        seen[name] = (got, grads, [p.detach().clone() for p in part.parameters()])
+    assert seen["world"][0] == seen["gloo"][0], (seen["world"][0], seen["gloo"][0])
+    n = 0
+    for a, b in zip(seen["world"][1] + seen["world"][2], seen["gloo"][1] + seen["gloo"][2]):
+        assert torch.equal(a, b), f"commlib {a.flatten()[:4].tolist()} != gloo {b.flatten()[:4].tolist()}"
+        n += a.numel()
+    return n

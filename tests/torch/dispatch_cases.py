@@ -65,3 +65,38 @@ def case_dispatch_counts(comm):
     for a, b in zip(seen["gloo"][2], seen["world"][2]):
         assert torch.equal(a, b), f"commlib {b.tolist()} != gloo {a.tolist()}"
     return seen["gloo"][:2], seen["world"][:2]
+
+
+def case_detail_wrapper(comm):
+    """TORCH_DISTRIBUTED_DEBUG=DETAIL (the level set at run time: torch reads it when it creates a
+    group) wraps a new commlib group's C++ backend in torch's ProcessGroupWrapper, as for any plugin:
+    calls that match give the gloo group's results, an all_reduce whose shape differs across ranks
+    raises the wrapper's mismatch error on every rank before anything is sent (the group stays
+    usable), and commlib's helpers still find the group's communicator. Returns the wrapper's
+    type name and the mismatch error's message."""
+    import commlib.torch as ct
+    from torch.distributed import DebugLevel, get_debug_level, set_debug_level
+    st = setup(comm)
+    r = comm.rank
+    before = get_debug_level()
+    set_debug_level(DebugLevel.DETAIL)
+    try:
+        g = dist.new_group(backend="commlib")
+    finally:
+        set_debug_level(before)
+    wrapper = type(g._get_backend(torch.device("cpu"))).__name__
+    assert ct.get_communicator(g).size == comm.size
+    t = torch.arange(6.0) * (r + 1)
+    ref = t.clone()
+    dist.all_reduce(t, group=g)
+    dist.all_reduce(ref, group=st["gloo"])
+    assert torch.equal(t, ref), (t, ref)
+    try:
+        dist.all_reduce(torch.ones(4 + r), group=g)
+        message = "no error"
+    except RuntimeError as e:
+        message = str(e)
+    dist.broadcast(t, src=0, group=g)  # still usable: the mismatched call never went out
+    assert torch.equal(t, ref), (t, ref)
+    dist.destroy_process_group(g)
+    return wrapper, message

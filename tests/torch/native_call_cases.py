@@ -147,7 +147,8 @@ def _coalesced_block(group, kind, tensors, async_ops, device):
 def case_coalesced(comm):
     """The three coalesced collectives over dtypes (mixed dtypes for all-gathers), empty and 2-D and
     non-contiguous tensors, blocking and async, with and without a device (which opens a C++
-    coalescing block), against the same calls on gloo one by one."""
+    coalescing block), and all_gather_coalesced (its lists, into transposed outputs too), against
+    the same calls on gloo one by one."""
     st = setup(comm)
     gloo, P, r = st["gloo"], comm.size, comm.rank
     cpu = torch.device("cpu")
@@ -185,6 +186,19 @@ def case_coalesced(comm):
                 ref = torch.zeros_like(out)
                 dist.reduce_scatter_tensor(ref, inp.contiguous(), group=gloo)
                 _cmp(f"reduce_scatter_coalesced {dt}", out, ref, False, steps=P)
+            # all_gather_coalesced (lists: one output list per rank; torch takes one dtype), empty
+            # and transposed tensors
+            ins = [make(s, 40 * k + i) for i, s in enumerate(shapes)]
+            outs = [[torch.zeros(x.shape[::-1], dtype=x.dtype).t() if x.dim() == 2 else torch.zeros_like(x)
+                     for x in ins] for _ in range(P)]
+            w = dist.all_gather_coalesced(outs, ins, async_op=async_ops)
+            if async_ops:
+                w.wait()
+            for q in range(P):
+                for i, x in enumerate(ins):
+                    want = [torch.zeros_like(x) for _ in range(P)]
+                    dist.all_gather(want, x.contiguous(), group=gloo)
+                    _cmp(f"all_gather_coalesced list {q} {i} {x.dtype}", outs[q][i], want[q], True)
     assert not seen, f"handed to the Python backend: {seen}"
     return True
 

@@ -102,7 +102,8 @@ def cpp_sends_and_receives(comm):
     path would run it through Communicator.batch_p2p); once the route ran a batch on this stream,
     a receive-first ring and three messages per pair run from C++ in call order, exactly, one
     engine batch per round; and an uneven all_to_all_single (its own block copied, the rest one
-    batch). Returns the failures (empty: all good)."""
+    batch); and gather, scatter and a list all_to_all, one batch each. Returns the failures (empty:
+    all good)."""
     P, r = comm.size, comm.rank
     nxt, prv = (r + 1) % P, (r - 1) % P
     pg = ProcessGroupCommlib(comm.split(0), r, P)
@@ -156,8 +157,90 @@ def cpp_sends_and_receives(comm):
         bad.append(f"uneven all_to_all: {dst.numpy()} expected {want}")
     if _C.device_native_p2p_count() - before != 1:
         bad.append(f"uneven all_to_all: {_C.device_native_p2p_count() - before} batches from C++, expected 1")
+    _list_calls(backend, P, r, bad)
     pg.shutdown()
     return bad
+
+
+def _list_calls(backend, P, r, bad):
+    """gather (to the last rank), scatter (from rank 0) and a list all_to_all of uneven blocks, each
+    as the CUDA path's one batch from C++ (the device route has run a batch on this stream): exact
+    values, this rank's own block included, and one engine batch each."""
+    dev, f32 = P2P_DEVICE, np.float32
+
+    def blocks(arrays):
+        return [(a.data_ptr(), a.nbytes) for a in arrays]
+
+    def run(kind, ins, outs, root=0):
+        emu.current_stream(dev).synchronize()  # (the seam's own block is copied by the host)
+        before = _C.device_native_p2p_count()
+        w = backend._device_list_call(kind, blocks(ins), blocks(outs), root, dev, 0)
+        w.wait()
+        w.synchronize()
+        if _C.device_native_p2p_count() - before != 1:
+            bad.append(f"{kind}: {_C.device_native_p2p_count() - before} batches from C++, expected 1")
+
+    root = P - 1
+    mine = emu.from_numpy(np.arange(5, dtype=f32) + 10 * r, device_index=dev)
+    listed = [emu.from_numpy(np.full(5, -1, f32), device_index=dev) for _ in range(P)] if r == root else []
+    run("gather", [mine], listed, root)
+    for q, got in enumerate(a.numpy() for a in listed):
+        if not (got == np.arange(5, dtype=f32) + 10 * q).all():
+            bad.append(f"gather: block {q} is {got}")
+    to_send = [emu.from_numpy(np.arange(3, dtype=f32) + 1000 + 10 * j, device_index=dev)
+               for j in range(P)] if r == 0 else []
+    got = emu.from_numpy(np.full(3, -1, f32), device_index=dev)
+    run("scatter", to_send, [got], 0)
+    if not (got.numpy() == np.arange(3, dtype=f32) + 1000 + 10 * r).all():
+        bad.append(f"scatter: {got.numpy()} expected block {r}")
+    # rank r sends rank j r + 2j + 1 floats
+    ins = [emu.from_numpy(np.arange(r + 2 * j + 1, dtype=f32) + 1000 * r + 100 * j, device_index=dev)
+           for j in range(P)]
+    outs = [emu.from_numpy(np.full(q + 2 * r + 1, -1, f32), device_index=dev) for q in range(P)]
+    run("all_to_all", ins, outs)
+    for q in range(P):
+        want = np.arange(q + 2 * r + 1, dtype=f32) + 1000 * q + 100 * r
+        if not (outs[q].numpy() == want).all():
+            bad.append(f"list all_to_all: from rank {q} {outs[q].numpy()} expected {want}")
+
+
+def held_flush_lets_the_gil_go(comm):
+    """A thread that holds the GIL and flushes held sends and receives (torch's binding of
+    Work.is_completed keeps the GIL) while another thread holds the hold's mutex and waits for the GIL (a first CUDA batch
+    going through Python, python_batch; here the seam that does what it does): the first lets the
+    GIL go while it waits for the mutex, so both finish. Returns what the flushed receive's wait()
+    raised (it fails: emulated memory has no Python path) and whether the holder finished."""
+    import sys
+    import threading
+    P, r = comm.size, comm.rank
+    pg = ProcessGroupCommlib(comm.split(0), r, P)
+    backend = native.wrap(pg)
+    b = emu.empty(16, "float32", device_index=P2P_DEVICE)
+    (w,) = backend._device_p2p([(False, b.data_ptr(), b.nbytes, (r + 1) % P)], P2P_DEVICE, 0)
+    inside, go = threading.Event(), threading.Event()
+
+    def under_the_mutex():  # holds the mutex; lets the GIL go until the main thread flushes
+        inside.set()
+        go.wait()
+
+    holder = threading.Thread(target=backend._while_holding_p2p, args=(under_the_mutex,), daemon=True)
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1.0)  # the main thread keeps the GIL from go.set() into get_future()
+    try:
+        holder.start()
+        inside.wait()
+        go.set()
+        done = w.is_completed()  # flushes the held receive, holding the GIL (it fails: complete)
+    finally:
+        sys.setswitchinterval(switch)
+    holder.join(30)
+    try:
+        w.wait()
+        seen = f"no error (is_completed: {done})"
+    except Exception as e:  # noqa: BLE001 - the message is what is checked
+        seen = str(e)
+    pg.shutdown()
+    return seen, not holder.is_alive()
 
 
 FAULT_DEVICE = 6  # a device of its own: the fault is sticky for the rest of the pool process's life

@@ -94,6 +94,12 @@ def test_functional_collectives(n):
     get_pool(n).run(btrain.case_funcol)
 
 
+def test_torch_pipelining_gpipe_equals_gloo():
+    # torch.distributed.pipelining on a commlib group (its p2p through batch_isend_irecv)
+    counts = get_pool(2).run(btrain.case_torch_pipeline, timeout=120)
+    assert counts[0] > 0 and counts[1] > 0, counts
+
+
 def test_backend_options_and_timeout():
     get_pool(3).run(berr.case_options)
 

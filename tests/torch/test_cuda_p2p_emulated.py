@@ -68,11 +68,23 @@ def test_the_cpp_backend_runs_cached_device_calls_itself(pool):
 
 def test_the_cpp_backend_runs_device_sends_and_receives_itself(pool):
     # CUDA sends and receives on the C++ backend: held back and batched in C++, enqueued through
-    # the core's table on a stream the device route has run a call on; so is an uneven all_to_all_single.
+    # the core's table on a stream the device route has run a call on; so are an uneven
+    # all_to_all_single, gather, scatter and the list all_to_all (one batch each).
     from commlib.torch import native
     if native.load() is None:
         pytest.skip("commlib._C_torch was not built")
     assert pool(2, env=ENV).run(native_device_cases.cpp_sends_and_receives) == [[]] * 2
+
+
+@pytest.mark.timeout(60)
+def test_a_flush_holding_the_gil_lets_it_go_for_one_waiting_on_it(pool):
+    # The lock order of the C++ hold is its mutex, then the GIL: a GIL-holding thread flushing
+    # while a first CUDA batch holds the mutex and waits for the GIL must not deadlock.
+    from commlib.torch import native
+    if native.load() is None:
+        pytest.skip("commlib._C_torch was not built")
+    for seen, holder_done in pool(2, env=ENV).run(native_device_cases.held_flush_lets_the_gil_go, timeout=40):
+        assert holder_done and "has run no call on this stream" in seen, seen
 
 
 @pytest.mark.timeout(90)

@@ -49,3 +49,12 @@ def test_a_backward_through_an_async_call_is_exact_every_time():
     # 200 rounds at 3 ranks: before the completion thread's copies ran below autograd, about one
     # round in ten had a rank's gradient block zero on every rank.
     assert get_pool(3).run(fcc.case_backward_of_an_async_call_many_times) == [200] * 3
+
+
+def test_compiled_functional_collectives_equal_eager_and_gloo():
+    # torch.compile (aot_eager: traced and functionalized, no code generated) of functional
+    # collectives on a commlib group: one graph holding every collective, results exact.
+    want = ["all_gather_into_tensor", "all_reduce", "all_to_all_single", "reduce_scatter_tensor",
+            "wait_tensor"]
+    for seen in get_pool(2).run(fcc.case_compiled, timeout=240):
+        assert seen == (want, 1), seen

@@ -45,3 +45,9 @@ def test_a_module_built_for_another_torch_is_refused(monkeypatch, tmp_path):
             + re.escape(torch.__version__) + " is installed")
     with pytest.raises(ImportError, match=want):
         native.load()
+
+
+def test_debug_detail_wraps_the_group_and_catches_a_mismatch():
+    for wrapper, message in get_pool(2).run(dispatch_cases.case_detail_wrapper, timeout=120):
+        assert wrapper == "_ProcessGroupWrapper", wrapper
+        assert "mismatch" in message.lower(), message

@@ -269,10 +269,11 @@ def _p2p_message(src, dst, n, dtype, salt=0):
 def case_cuda_point_to_point(comm):
     """send/recv/isend/irecv/batch_isend_irecv on CUDA tensors: blocking fan-out and fan-in,
     receive-first isend/irecv rings, a batch_isend_irecv ring, a non-contiguous receive, an
-    exchange issued on a side stream (read there after wait()), an uneven all_to_all_single, and
-    recv without src refused. Values are compared exactly. On the C++ backend the batches after the first on a stream run
+    exchange issued on a side stream (read there after wait()), an uneven all_to_all_single, gather
+    (CUDA and CPU lists), scatter from a CPU list, a list all_to_all, and recv without src refused. Values are compared exactly. On the C++ backend the batches after the first on a stream run
     from C++ (csrc/torch_backend/device_p2p.cc; counted)."""
     from commlib import _C
+    from commlib.torch import native
     _cuda_setup(comm)
     cpp_batches = _C.device_native_p2p_count()
     P, me = comm.size, comm.rank
@@ -336,6 +337,26 @@ def case_cuda_point_to_point(comm):
     dist.all_to_all_single(y, x, output_split_sizes=outs, input_split_sizes=ins)
     check("uneven all_to_all_single", y, torch.cat([torch.arange(n) + 1000 * q + 100 * me for q, n in enumerate(outs)]))
 
+    # gather (a CUDA list, then a CPU list of transposed tensors), scatter from a CPU list, and the
+    # list all_to_all of uneven blocks: one engine batch each from C++ (device_lists.cc)
+    before = _C.device_native_p2p_count()
+    x = (torch.arange(12.0) + 100 * me).view(3, 4)
+    for where in ("cuda", "cpu"):
+        lst = [torch.zeros(4, 3, device=where).t() for _ in range(P)] if me == P - 1 else None
+        dist.gather(x.cuda(), lst, dst=P - 1)
+        for q in range(P if me == P - 1 else 0):
+            check(f"gather into a {where} list, block {q}", lst[q], (torch.arange(12.0) + 100 * q).view(3, 4))
+    y = torch.zeros(5, device="cuda")
+    dist.scatter(y, [torch.arange(5.0) + 10 * j for j in range(P)] if me == 0 else None, src=0)
+    check("scatter from a CPU list", y, torch.arange(5.0) + 10 * me)
+    ins = [(torch.arange(me + 2 * j + 1) + 1000 * me + 100 * j).cuda() for j in range(P)]
+    outs = [torch.full((q + 2 * me + 1,), -1, dtype=torch.int64, device="cuda") for q in range(P)]
+    dist.all_to_all(outs, ins)
+    for q in range(P):
+        check(f"list all_to_all from {q}", outs[q], torch.arange(q + 2 * me + 1) + 1000 * q + 100 * me)
+    if native.load() is not None and _C.device_native_p2p_count() - before != 4:
+        failures.append(f"gather/scatter/all_to_all: {_C.device_native_p2p_count() - before} batches from C++, not 4")
+
     try:
         dist.recv(torch.zeros(1, device="cuda"))
         failures.append("recv without src on a CUDA tensor was not refused")
@@ -343,7 +364,6 @@ def case_cuda_point_to_point(comm):
         if not str(e).startswith("src:"):
             failures.append(f"recv without src: the error does not name src: {e}")
     torch.cuda.synchronize()
-    from commlib.torch import native
     if native.load() is not None and _C.device_native_p2p_count() - cpp_batches < 20:  # (of its ~40 batches)
         failures.append(f"only {_C.device_native_p2p_count() - cpp_batches} CUDA batches ran from the C++ backend")
     return failures
