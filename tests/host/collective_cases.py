@@ -116,7 +116,7 @@ def run_reducing(comm, buffers, collective, algo, dtype, op, count, root, inplac
 # they take here (the ~1M-element counts cut the grid into its pieces); at 5 and 8 ranks they would
 # add algorithms to the slowest cells (all_reduce-5 and -8). Their multi-host shapes are proven by
 # the verifier (tests/schedule/test_rail_ring.py, test_grid.py, test_verify_all.py).
-SMALL_WORLDS_ONLY = {"rail_ring": 4, "double_tree": 4, "grid": 4}
+SMALL_WORLDS_ONLY = {"rail_ring": 4, "double_tree": 4, "grid": 4, "rail_split": 4}
 
 
 def algorithms_at(collective, P):
