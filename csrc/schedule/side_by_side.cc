@@ -101,7 +101,8 @@ namespace {
 // between them: the built-in exchange and the inter algorithms whose every rank takes the same steps
 // are at any H (every intra algorithm keeps it: its rounds are aligned, hierarchical_overlap.cc); the
 // power-of-two ones fold at other H, so a folded owner's inter steps fall elsewhere in its ticks than
-// its partner's; the trees are not (a parent waits on children at steps of its own). A registered
+// its partner's; the trees (tree, double_tree, reduce_broadcast) are not at any H (a parent waits on
+// its children in steps of its own). A registered
 // intra algorithm keeps it once every segment has a few elements per rank (below 2 P elements in all
 // some ranks' ranges are empty and skip rounds): `count` (the part's) at least 32 P, 16 segments of
 // 2 P. Found by playing every composition's schedules at counts 0..3 P + 1 and larger, on 2-4 hosts
@@ -111,7 +112,7 @@ bool hierarchical_in_lock_step(const CollArgs& a, int64_t count, int hosts) {
   const std::string& inter = a.inter_algorithm;
   for (const char* any : {"", "ring", "two_shot", "direct", "grid", "rail_ring"})
     if (inter == any) return true;
-  for (const char* pow2 : {"rabenseifner", "recursive_doubling", "double_tree"})
+  for (const char* pow2 : {"rabenseifner", "recursive_doubling"})
     if (inter == pow2) return is_pow2(hosts);
   return false;
 }
