@@ -78,7 +78,11 @@ def split_schedules(hosts, count, inter, intra, segments, pieces, share):
 
 @pytest.mark.parametrize("inter,intra,segments,pieces,share", SPLITS)
 def test_rail_split_verified_on_host_maps(inter, intra, segments, pieces, share):
+    """Every host map with two of the compositions (half the maps each, alternating)."""
+    turn = SPLITS.index((inter, intra, segments, pieces, share)) % 2
     for k, hosts in enumerate(host_maps()):
+        if k % 2 != turn:
+            continue
         P = len(hosts)
         count = [0, 1, 2, P + 3, 37, 64 * P + 7][(k + len(inter)) % 6]
         _C._verify_custom(COLLECTIVE["all_reduce"], P, count,
