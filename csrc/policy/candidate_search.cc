@@ -67,7 +67,8 @@ std::vector<std::string> intra_candidates(Collective c) {
   }
 }
 
-std::vector<Composition> candidate_list(Collective c, const std::vector<int>& host_of, int64_t segment) {
+std::vector<Composition> candidate_list(Collective c, const std::vector<int>& host_of, int64_t segment,
+                                        int64_t bytes) {
   std::set<int> ids;
   bool shares = false;
   for (int h : host_of) shares |= !ids.insert(h).second;
@@ -92,7 +93,7 @@ std::vector<Composition> candidate_list(Collective c, const std::vector<int>& ho
   std::map<int, int> per_host;
   for (int h : host_of) ++per_host[h];
   const bool equal = std::all_of(per_host.begin(), per_host.end(), [&](const auto& e) { return e.second == per_host.begin()->second; });
-  if (has_split && has_hier && ids.size() > 1 && shares && equal) {
+  if (has_split && has_hier && ids.size() > 1 && shares && equal && (bytes < 0 || bytes >= kSplitMinBytes)) {
     const size_t hier_end = out.size();
     for (size_t i = flat.size(); i < hier_end; ++i) {
       Composition k = out[i];
@@ -240,7 +241,7 @@ AlgorithmChoice search_best_candidate(const CallShape& call, const std::vector<i
     }
   }
   std::vector<Composition> cands;
-  for (const auto& c : candidate_list(call.coll, host_of, segment))
+  for (const auto& c : candidate_list(call.coll, host_of, segment, call.count * call.elem_bytes))
     if (!hier_only || c.algorithm == "hierarchical") cands.push_back(choose_pipeline_shape(call, c, topo));
   st.candidates = static_cast<int>(cands.size());
   std::vector<double> bound(cands.size());
