@@ -106,6 +106,14 @@ def target_lines(rows) -> list[str]:
     if both:
         out.append(f"auto against the model's NCCL (rail_ring), >= 64 MiB, {len(both)} points on both presets: "
                    + ("at least as fast at every one." if not below else "slower at " + ", ".join(below) + "."))
+    split = [f"{t} {n} nodes {fmt_bytes(s)}" for (t, n, alg, s), p in sorted(rows.items())
+             if alg == "auto" and p["resolved"].startswith("rail_split")]
+    out.append("rail_split (rail rings on a share of the buffer beside hierarchical on the rest) is among auto's "
+               "candidates from 16 MiB in the points simulated since session 18 (the reruns dated 2026-11-29 07:40 "
+               "and later): " + ("auto's pick at " + ", ".join(split) + "." if split else
+                                 "auto's pick at none of them (on 8-GPU hosts the rings send to and receive from every "
+                                 "peer in every step, so the hierarchical part cannot share their steps: docs/simulator.md, "
+                                 "'Rails and hierarchical side by side')."))
     far = [(n, p["busbw_GBps"]) for (t, n, alg, s), p in sorted(rows.items())
            if t == "dgx-h100" and alg == "rail_ring" and s == BIG and n > 16]
     if far:
