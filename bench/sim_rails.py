@@ -12,12 +12,12 @@ The dgx-a100 preset has eight HDR NICs (one per GPU); the published A100 point r
 is checked on the preset with `nics` = 4 (GPU i uses NIC i % 4).
 
     python bench/sim_rails.py [--jobs N] [--json bench/sim_data/rails.json] [--quick | --nodes 128,1024
-        [--algorithms auto] [--missing] [--published]]
+        [--algorithms auto] [--topologies dgx-h100] [--sizes 64,1024] [--missing] [--published]]
 
 `--nodes` simulates those node counts only and merges the points into the JSON file's (a point
 simulated again replaces its old value), so a long sweep can be run one node count at a time, and
-`--algorithms` only some of ring, rail_ring and auto (each such rerun is listed with its date and the
-machine's load); `--missing` skips the points the JSON file already holds; `--published` adds the
+`--algorithms` only some of ring, rail_ring and auto, `--topologies` and `--sizes` (MiB) only those
+points (each such rerun is listed with its date and the machine's load); `--missing` skips the points the JSON file already holds; `--published` adds the
 published points' rail_ring runs.
 """
 from __future__ import annotations
@@ -59,6 +59,8 @@ def _point(args):
     t0 = time.perf_counter()
     r = sim.predict("all_reduce", alg, size, nodes * topo.devices_per_host, topo)
     label = "/".join(x for x in (r["resolved"], r["inter_algorithm"], r["intra_algorithm"]) if x)
+    if r["resolved"] == "rail_split":  # the rail rings' share of the buffer, as the model chose it
+        label += f" ({r['sim']['share'] / 1024:.2f} rails)"
     return {"topology": topo.name, "nodes": nodes, "algorithm": alg, "bytes": size, "busbw_GBps": r["busbw_GBps"],
             "resolved": label, "wall_s": time.perf_counter() - t0}
 
@@ -104,6 +106,14 @@ def target_lines(rows) -> list[str]:
     if both:
         out.append(f"auto against the model's NCCL (rail_ring), >= 64 MiB, {len(both)} points on both presets: "
                    + ("at least as fast at every one." if not below else "slower at " + ", ".join(below) + "."))
+    split = [f"{t} {n} nodes {fmt_bytes(s)}" for (t, n, alg, s), p in sorted(rows.items())
+             if alg == "auto" and p["resolved"].startswith("rail_split")]
+    out.append("rail_split (rail rings on a share of the buffer beside hierarchical on the rest) is among auto's "
+               "candidates from 16 MiB in the points simulated since session 18 (the reruns dated 2026-11-29 07:40 "
+               "and later): " + ("auto's pick at " + ", ".join(split) + "." if split else
+                                 "auto's pick at none of them (on 8-GPU hosts the rings send to and receive from every "
+                                 "peer in every step, so the hierarchical part cannot share their steps: docs/simulator.md, "
+                                 "'Rails and hierarchical side by side')."))
     far = [(n, p["busbw_GBps"]) for (t, n, alg, s), p in sorted(rows.items())
            if t == "dgx-h100" and alg == "rail_ring" and s == BIG and n > 16]
     if far:
@@ -170,6 +180,8 @@ def main(argv=None) -> int:
     ap.add_argument("--nodes", default="", help="comma list of node counts to simulate, merged into --json")
     ap.add_argument("--published", action="store_true", help="with --nodes: the published points' rail_ring too")
     ap.add_argument("--missing", action="store_true", help="with --nodes: only the points --json does not hold")
+    ap.add_argument("--topologies", default="", help="with --nodes: comma list of presets (dgx-h100, dgx-a100) to simulate")
+    ap.add_argument("--sizes", default="", help="with --nodes: comma list of sizes in MiB to simulate (e.g. 64,1024)")
     ap.add_argument("--algorithms", default=",".join(ALGORITHMS),
                     help="with --nodes: comma list of the algorithms to simulate (e.g. auto), merged into --json")
     a = ap.parse_args(argv)
@@ -180,6 +192,12 @@ def main(argv=None) -> int:
     if not set(algorithms) <= set(ALGORITHMS) or (algorithms != ALGORITHMS and not nodes_only):
         ap.error(f"--algorithms: some of {ALGORITHMS}, with --nodes; got {a.algorithms!r}")
     todo = list(dict.fromkeys(jobs(a.quick, nodes_only, algorithms, a.published)))
+    if (a.topologies or a.sizes) and not nodes_only:
+        ap.error("--topologies, --sizes: with --nodes")
+    if a.topologies:  # one point at a time at 1024 nodes (15-20 min and ~3 GB each)
+        todo = [j for j in todo if j[0] in a.topologies.split(",")]
+    if a.sizes:
+        todo = [j for j in todo if j[4] in {int(s) << 20 for s in a.sizes.split(",")}]
     load_start = os.getloadavg()[0]
     if a.missing and nodes_only and os.path.exists(a.json):
         with open(a.json) as f:

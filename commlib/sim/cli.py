@@ -22,7 +22,8 @@ def add_arguments(p: argparse.ArgumentParser):
     p.add_argument("collectives", nargs="+", metavar="COLL", help="collective(s) to predict")
     p.add_argument("--algorithm", "--algorithms", dest="algorithm", default="all",
                    help="comma list of algorithms, 'auto', or 'all' (every registered one); "
-                        "hierarchical/<inter>[/<intra>] names hierarchical's inter- and intra-host algorithms")
+                        "hierarchical/<inter>[/<intra>] names hierarchical's inter- and intra-host algorithms "
+                        "(rail_split/<inter>[/<intra>] those of rail_split's hierarchical part)")
     p.add_argument("--topology", required=True,
                    help="a preset (dgx-h100, dgx-a100, eth-25g, eth-100g), a topology JSON file, "
                         "or fitted:<bench.json> (this machine, from a commlib bench --json run)")

@@ -35,13 +35,14 @@ def algorithms_for(collective: str, requested) -> list:
 
 def split_phases(algorithm: str) -> tuple:
     """``hierarchical/<inter>[/<intra>]`` -> ("hierarchical", inter, intra): the hierarchical schedule
-    with a registered algorithm across hosts (and inside them); any other name -> (name, "", "")."""
+    with a registered algorithm across hosts (and inside them); ``rail_split/<inter>[/<intra>]`` the
+    same for rail_split's hierarchical part; any other name -> (name, "", "")."""
     parts = algorithm.split("/")
     if len(parts) == 1:
         return algorithm, "", ""
-    if parts[0] != "hierarchical" or len(parts) > 3 or not all(parts[1:]):
-        raise ValueError(f"algorithm: {algorithm!r}: only hierarchical/<inter> or hierarchical/<inter>/<intra> "
-                         "names phases")
+    if parts[0] not in ("hierarchical", "rail_split") or len(parts) > 3 or not all(parts[1:]):
+        raise ValueError(f"algorithm: {algorithm!r}: only hierarchical/<inter>[/<intra>] or "
+                         "rail_split/<inter>[/<intra>] names phases")
     return parts[0], parts[1], parts[2] if len(parts) == 3 else ""
 
 
@@ -96,7 +97,8 @@ def predict(collective: str, algorithm: str, size: int, ranks: int, topology, dt
         "time_us": {"median": seconds * 1e6}, "algbw_GBps": algbw, "busbw_GBps": busbw, "wrong": None,
         "compress": codec.name if codec else None,
         "sim": {k: out[k] for k in ("build_s", "run_s", "steps", "transfers", "bytes_inter", "bytes_intra",
-                                    "shapes", "nic_busy_s", "port_busy_s", "cpu_busy_s")},
+                                    "shapes", "nic_busy_s", "port_busy_s", "cpu_busy_s", "segment", "pieces",
+                                    "share")},
     }
 
 

@@ -207,7 +207,7 @@ void bind_schedule(py::module_& m) {
       "schedule",
       [](Collective collective, const std::string& algorithm, int rank, int size, int64_t count,
          int root, DType dtype, std::vector<int> hosts, const std::string& inter, int64_t segment,
-         const std::string& intra, int pieces) {
+         const std::string& intra, int pieces, int share) {
         if (pieces < 0) throw std::invalid_argument("pieces: must be >= 0, got " + std::to_string(pieces));
         CollArgs a;
         a.host_of = std::move(hosts);
@@ -221,16 +221,17 @@ void bind_schedule(py::module_& m) {
         if (count < 0) throw std::invalid_argument("count: must be >= 0, got " + std::to_string(count));
         const std::string name = choose_algorithm(a.coll, algorithm, bytes, size);
         return schedule_to_py(
-            build_schedule(a, Composition{name, inter, intra, segment < 0 ? hier_segment_setting() : segment, pieces}), name);
+            build_schedule(a, Composition{name, inter, intra, segment < 0 ? hier_segment_setting() : segment, pieces, share}), name);
       },
       py::arg("collective"), py::arg("algorithm"), py::arg("rank"), py::arg("size"), py::arg("count"),
       py::arg("root") = 0, py::arg("dtype") = DType::Float32, py::arg("hosts") = std::vector<int>{},
-      py::arg("inter") = "", py::arg("segment") = -1, py::arg("intra") = "", py::arg("pieces") = 0,
+      py::arg("inter") = "", py::arg("segment") = -1, py::arg("intra") = "", py::arg("pieces") = 0, py::arg("share") = 0,
       "One rank's schedule as a dict {steps, scratch_count, algorithm}. `hosts`: every rank's host id "
       "(hierarchical schedules; empty: one host); `inter`: hierarchical's inter-host algorithm (\"\": the "
       "built-in exchange); `segment`: its pipeline segment in elements (-1: COMMLIB_HIER_SEGMENT, 0: none); "
       "`intra`: the intra-host phases' algorithm (\"\": the built-in direct exchanges; needs `inter`); "
-      "`pieces`: the most pieces the overlapped pipeline cuts a lane's segment into (0: the builder's cap).");
+      "`pieces`: the most pieces the overlapped pipeline cuts a lane's segment into (0: the builder's cap); "
+      "`share`: rail_split's rail rings' share of the buffer in 1/1024 (0: the builder's default).");
 
   m.def(
       "verify",

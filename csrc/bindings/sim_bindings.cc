@@ -105,6 +105,7 @@ py::dict choice_to_py(const AlgorithmChoice& c) {
   d["intra_algorithm"] = c.intra;
   d["segment"] = c.segment;
   d["pieces"] = c.pieces;
+  d["share"] = c.share;
   d["predicted_s"] = c.predicted_s;
   d["source"] = c.source;
   return d;
@@ -131,8 +132,9 @@ void bind_sim(py::module_& m) {
       [](Collective c, const std::string& algorithm, int64_t count, int elem_bytes, int root,
          const py::dict& topology, const std::string& inter_algorithm, int64_t segment,
          const std::string& intra_algorithm, const std::string& codec, int64_t block, bool inter_only,
-         double encode_ns, double decode_ns, int64_t piece_bytes, int pieces, double feedback_ns) {
+         double encode_ns, double decode_ns, int64_t piece_bytes, int pieces, double feedback_ns, int share) {
         if (pieces < 0) throw std::invalid_argument("pieces: must be >= 0, got " + std::to_string(pieces));
+        if (share < 0) throw std::invalid_argument("share: must be >= 0, got " + std::to_string(share));
         sim::CodecCost cost;
         if (!codec.empty()) {
           CodecSpec spec;
@@ -161,7 +163,7 @@ void bind_sim(py::module_& m) {
           const int64_t input = c == Collective::ReduceScatter ? count * topology_from_dict(topology).size() : count;
           cost.prelude_s = feedback_ns * 1e-9 * static_cast<double>(input);
         }
-        const auto [how, r] = play(c, Composition{algorithm, inter_algorithm, intra_algorithm, segment, pieces}, count,
+        const auto [how, r] = play(c, Composition{algorithm, inter_algorithm, intra_algorithm, segment, pieces, share}, count,
                                    elem_bytes, root, topology_from_dict(topology), nullptr, cost);
         py::dict out;
         out["time_s"] = r.time_s;
@@ -181,20 +183,24 @@ void bind_sim(py::module_& m) {
         out["algorithm"] = how.algorithm;
         out["inter_algorithm"] = how.inter;
         out["intra_algorithm"] = how.intra;
+        out["segment"] = how.segment;
+        out["pieces"] = how.pieces;
+        out["share"] = how.share;
         return out;
       },
       py::arg("collective"), py::arg("algorithm"), py::arg("count"), py::arg("elem_bytes"), py::arg("root"),
       py::arg("topology"), py::arg("inter_algorithm") = "", py::arg("segment") = -1, py::arg("intra_algorithm") = "",
       py::arg("codec") = "", py::arg("block") = 32, py::arg("inter_only") = false, py::arg("encode_ns") = -1.0,
       py::arg("decode_ns") = -1.0, py::arg("piece_bytes") = -1, py::arg("pieces") = 0,
-      py::arg("feedback_ns") = 0.0,
+      py::arg("feedback_ns") = 0.0, py::arg("share") = 0,
       "Predicted time of one collective: plays every rank's schedule on the topology (sim/simulator.h). "
       "codec/block/inter_only: compress= (sim/codec_cost.h; encode_ns/decode_ns per element, -1: the default; "
       "piece_bytes: streamed pieces of input, -1: COMMLIB_COMPRESS_PIECE_BYTES, 0: whole messages; feedback_ns: "
       "error feedback's pass per input element before the collective, 0: none, -1: its measured rate). "
       "inter_algorithm/segment/intra_algorithm: hierarchical's inter-host algorithm (\"\": built-in exchange), "
       "pipeline segment (-1: COMMLIB_HIER_SEGMENT) and intra-host algorithm (\"\": built-in exchanges); "
-      "pieces: the overlapped pipeline's most pieces per lane segment (0: the builder's cap).");
+      "pieces: the overlapped pipeline's most pieces per lane segment (0: the builder's cap); "
+      "share: rail_split's rail rings' share of the buffer in 1/1024 (0: the builder's default).");
 
   m.def("clear_built_programs", &sim::clear_built_programs,
         "Empties the simulator's cache of built schedules (sim/compact.h, built_programs).");
@@ -227,16 +233,18 @@ void bind_sim(py::module_& m) {
   m.def(
       "pipeline_estimate",
       [](Collective c, const std::string& algorithm, int64_t count, int elem_bytes, const py::dict& topology,
-         const std::string& inter_algorithm, int64_t segment, const std::string& intra_algorithm, int pieces) {
+         const std::string& inter_algorithm, int64_t segment, const std::string& intra_algorithm, int pieces,
+         int share) {
         const sim::Topology t = topology_from_dict(topology);
         sim::check_call(c, count, elem_bytes, 0, t);
-        if (segment < 0 || pieces < 0) throw std::invalid_argument("segment, pieces: must be >= 0");
+        if (segment < 0 || pieces < 0 || share < 0) throw std::invalid_argument("segment, pieces, share: must be >= 0");
         py::gil_scoped_release nogil;
         return pipeline_estimate(CallShape{c, count, elem_bytes, 0},
-                                 Composition{algorithm, inter_algorithm, intra_algorithm, segment, pieces}, t);
+                                 Composition{algorithm, inter_algorithm, intra_algorithm, segment, pieces, share}, t);
       },
       py::arg("collective"), py::arg("algorithm"), py::arg("count"), py::arg("elem_bytes"), py::arg("topology"),
       py::arg("inter_algorithm") = "", py::arg("segment") = 0, py::arg("intra_algorithm") = "", py::arg("pieces") = 0,
+      py::arg("share") = 0,
       "The analytic estimate (seconds) pipeline_shape chooses by (policy/pipeline_shape.h), of any composition.");
 
   m.def(

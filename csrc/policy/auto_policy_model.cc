@@ -45,7 +45,7 @@ std::vector<AlgorithmChoice> predict_candidates(const CallShape& call, const std
   const sim::Topology topo = placed_model(model, host_of);
   const int64_t segment = hier_segment_setting();
   std::vector<AlgorithmChoice> out;
-  for (const Composition& k : candidate_list(call.coll, host_of, segment)) {
+  for (const Composition& k : candidate_list(call.coll, host_of, segment, call.count * call.elem_bytes)) {
     AlgorithmChoice c;
     static_cast<Composition&>(c) = choose_pipeline_shape(call, k, topo);
     c.source = "model";

@@ -67,16 +67,18 @@ std::vector<std::string> intra_candidates(Collective c) {
   }
 }
 
-std::vector<Composition> candidate_list(Collective c, const std::vector<int>& host_of, int64_t segment) {
+std::vector<Composition> candidate_list(Collective c, const std::vector<int>& host_of, int64_t segment,
+                                        int64_t bytes) {
   std::set<int> ids;
   bool shares = false;
   for (int h : host_of) shares |= !ids.insert(h).second;
   std::vector<Composition> out;
   std::vector<std::string> flat;
-  bool has_hier = false;
+  bool has_hier = false, has_split = false;
   for (const AlgorithmSpec& s : algorithm_specs(c)) {
     if (!is_host_builtin(s)) continue;
     if (s.name == "hierarchical") has_hier = true;
+    else if (s.name == "rail_split") has_split = true;
     else flat.push_back(s.name);
   }
   for (const std::string& f : flat) out.push_back(Composition{f, "", "", 0});
@@ -85,6 +87,19 @@ std::vector<Composition> candidate_list(Collective c, const std::vector<int>& ho
     for (const std::string& f : flat) out.push_back(Composition{"hierarchical", f, "", segment});
     for (const std::string& x : intra_candidates(c))
       for (const std::string& f : flat) out.push_back(Composition{"hierarchical", f, x, segment});
+  }
+  // rail_split beside each hierarchical composition, where its two parts run side by side (hosts of
+  // equal size, schedule/side_by_side.h); one after another it is never faster than its parts.
+  std::map<int, int> per_host;
+  for (int h : host_of) ++per_host[h];
+  const bool equal = std::all_of(per_host.begin(), per_host.end(), [&](const auto& e) { return e.second == per_host.begin()->second; });
+  if (has_split && has_hier && ids.size() > 1 && shares && equal && (bytes < 0 || bytes >= kSplitMinBytes)) {
+    const size_t hier_end = out.size();
+    for (size_t i = flat.size(); i < hier_end; ++i) {
+      Composition k = out[i];
+      k.algorithm = "rail_split";
+      out.push_back(k);
+    }
   }
   return out;
 }
@@ -226,7 +241,7 @@ AlgorithmChoice search_best_candidate(const CallShape& call, const std::vector<i
     }
   }
   std::vector<Composition> cands;
-  for (const auto& c : candidate_list(call.coll, host_of, segment))
+  for (const auto& c : candidate_list(call.coll, host_of, segment, call.count * call.elem_bytes))
     if (!hier_only || c.algorithm == "hierarchical") cands.push_back(choose_pipeline_shape(call, c, topo));
   st.candidates = static_cast<int>(cands.size());
   std::vector<double> bound(cands.size());

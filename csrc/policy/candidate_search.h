@@ -41,8 +41,15 @@ struct Topology;
 // hosts: the flat ones; hierarchical built-in; hierarchical with each flat algorithm across hosts;
 // then each of those with each intra-host algorithm (intra_candidates) inside the hosts. So at most
 // F + 1 + F (1 + I) candidates: all_reduce 7 + 1 + 7 x 2 = 22, all_gather 21, reduce_scatter 13,
-// broadcast 21 with the built-in registry.
-std::vector<Composition> candidate_list(Collective c, const std::vector<int>& host_of, int64_t segment);
+// broadcast 21 with the built-in registry. all_reduce on hosts of equal size adds rail_split beside
+// each hierarchical composition for calls of kSplitMinBytes or more (`bytes` < 0: unknown, added).
+std::vector<Composition> candidate_list(Collective c, const std::vector<int>& host_of, int64_t segment,
+                                        int64_t bytes = -1);
+
+// rail_split (schedule/side_by_side.h) is ranked from this many bytes a call: it balances the NICs'
+// and the ports' bytes, while its rail rings keep every one of their 2(P-1) lock-step steps, whose
+// fixed costs outweigh that below (docs/simulator.md "Rails and hierarchical side by side").
+constexpr int64_t kSplitMinBytes = int64_t{16} << 20;
 
 // The intra-host algorithms auto tries for c's hierarchical schedule (CollArgs::intra_algorithm):
 // the built-ins registered for the intra phases' collective (all_reduce: for both reduce_scatter and

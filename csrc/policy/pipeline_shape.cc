@@ -16,6 +16,7 @@
 #include "common/shapes.h"
 #include "policy/model_key.h"
 #include "schedule/registry.h"
+#include "schedule/side_by_side.h"
 #include "sim/rates.h"
 #include "sim/topology.h"
 
@@ -133,9 +134,58 @@ double pipeline_estimate(const CallShape& call, const Composition& cand, const s
   return worst;
 }
 
+namespace {
+
+// The rail rings' shares rail_split is estimated at (1/kShareUnits of the buffer): from half to all
+// of it, finest around the NIC/port balance of the DGX presets (0.84: docs/simulator.md).
+constexpr int kShares[] = {512, 640, 768, 832, 860, 896, 928, 960, 992, 1024};
+
+// rail_split's share and its hierarchical part's shape (pipeline_shape.h): the part's (K, pieces)
+// as hierarchical's own choice for its count at the default share, then the share of the smallest
+// estimate with K segments of the part's count at that share. Memoised with the others.
+Composition choose_split_share(const CallShape& call, const Composition& cand, const sim::Topology& t,
+                               double* estimate_s) {
+  KeyWriter key;
+  key.add_call(call);
+  for (const std::string& v : {cand.algorithm, cand.inter, cand.intra}) key.add(v);
+  key.add_model(t);
+  {
+    std::lock_guard<std::mutex> lk(g_memo_mu);
+    const auto it = g_memo.find(key.k);
+    if (it != g_memo.end()) {
+      if (estimate_s) *estimate_s = it->second.estimate_s;
+      return it->second.shape;
+    }
+  }
+  CallShape rest = call;
+  rest.count = call.count - sched::share_of(call.count, sched::kDefaultShare);
+  const Composition hier = choose_pipeline_shape(rest, Composition{"hierarchical", cand.inter, cand.intra}, t);
+  const int64_t K = hier.segment > 0 ? std::clamp<int64_t>(rest.count / hier.segment, 1, 16) : 1;
+  Composition best = cand;
+  double best_s = std::numeric_limits<double>::infinity();
+  for (int share : kShares) {
+    Composition k = cand;
+    const int64_t part = call.count - sched::share_of(call.count, share);
+    k.segment = K > 1 && part / K > 0 ? part / K : 0;
+    k.pieces = hier.pieces, k.share = share;
+    const double e = pipeline_estimate(call, k, t);
+    if (e < best_s) best_s = e, best = k;
+  }
+  if (estimate_s) *estimate_s = best_s;
+  std::lock_guard<std::mutex> lk(g_memo_mu);
+  if (g_memo.size() >= kMemoEntries) g_memo.clear();
+  g_memo.emplace(key.k, ShapeMemo{best, best_s});
+  return best;
+}
+
+}  // namespace
+
 Composition choose_pipeline_shape(const CallShape& call, const Composition& cand, const sim::Topology& t,
                                   double* estimate_s) {
   if (estimate_s) *estimate_s = -1;
+  if (call.coll == Collective::AllReduce && cand.algorithm == "rail_split" && spans_hosts(t) &&
+      !param_set("COMMLIB_HIER_SEGMENT"))
+    return choose_split_share(call, cand, t, estimate_s);
   if (call.coll != Collective::AllReduce || cand.algorithm != "hierarchical" || !spans_hosts(t)) return cand;
   if (param_set("COMMLIB_HIER_SEGMENT")) return cand;  // the user's segment, as the setting says
   // The shapes to try: the builder's segments are count / segment, at most 16

@@ -126,6 +126,7 @@ struct Composition {
   std::string intra;      // CollArgs::intra_algorithm
   int64_t segment = 0;    // CollArgs::segment (elements; 0: not pipelined)
   int pieces = 0;         // CollArgs::pieces (0: the builder's own cap)
+  int share = 0;          // CollArgs::share (0: the builder's default)
 };
 
 // Everything a builder may depend on. Nothing about bytes, dtypes or transports (only which
@@ -152,10 +153,14 @@ struct CollArgs {
   //   pieces: all_reduce's overlapped pipeline cuts the lane with fewer talking steps into at most
   //     this many pieces per segment (hierarchical_overlap.cc); 0: the builder's own cap. The cost
   //     model's policy chooses it with the segment (policy/pipeline_shape.h).
+  //   share: rail_split only (schedule/side_by_side.h): the rail rings' share of the buffer in
+  //     1/kShareUnits (the rest runs hierarchical with the fields above); 0: kDefaultShare. The cost
+  //     model's policy chooses it (policy/pipeline_shape.h).
   std::string inter_algorithm;
   std::string intra_algorithm;
   int64_t segment = 0;
   int pieces = 0;
+  int share = 0;
 
   // Takes `how`'s hierarchical phases and segment (its algorithm is build_schedule's argument).
   void compose(const Composition& how) {
@@ -163,6 +168,7 @@ struct CollArgs {
     intra_algorithm = how.intra;
     segment = how.segment;
     pieces = how.pieces;
+    share = how.share;
   }
 };
 

@@ -22,8 +22,8 @@ Region rebase(const Region& r, const Subgroup& g) {
 
 Schedule on_subgroup(Collective coll, const std::string& algorithm, int rank, int64_t count, int root,
                      const Subgroup& g, const char* what) {
-  if (algorithm == "hierarchical")
-    throw std::invalid_argument(std::string(what) + ": 'hierarchical' cannot run a phase of itself");
+  if (algorithm == "hierarchical" || algorithm == "rail_split")  // rail_split runs hierarchical on its rest
+    throw std::invalid_argument(std::string(what) + ": '" + algorithm + "' cannot run a phase of hierarchical");
   const auto at = std::find(g.members.begin(), g.members.end(), rank);
   if (at == g.members.end())
     throw std::logic_error("on_subgroup: rank " + std::to_string(rank) + " is not in the sub-group");

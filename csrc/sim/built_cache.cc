@@ -21,7 +21,7 @@ std::string key_of(Collective c, const Composition& how, int size, int64_t count
   auto add_name = [&k](const std::string& v) { k += std::to_string(v.size()) + ':' + v + ','; };
   add(static_cast<int64_t>(registry_generation()));
   add(static_cast<int64_t>(c));
-  add(size), add(count), add(root), add(how.segment), add(how.pieces);
+  add(size), add(count), add(root), add(how.segment), add(how.pieces), add(how.share);
   add_name(how.algorithm), add_name(how.inter), add_name(how.intra);
   k += '|';
   for (int h : host_of) add(h);

@@ -13,9 +13,9 @@ from commlib import _C
 SEGMENT = 64  # elements: the counts below span 3 to 16 segments
 
 
-def _builder(host_of, inter, intra):
+def _builder(host_of, inter, intra, algorithm="hierarchical"):
     def build(rank, size, count, root):
-        return _C.schedule(_C.Collective.all_reduce, "hierarchical", rank, size, count, root, _C.DType.int32, host_of,
+        return _C.schedule(_C.Collective.all_reduce, algorithm, rank, size, count, root, _C.DType.int32, host_of,
                            inter, SEGMENT, intra)
     return build
 
@@ -28,16 +28,18 @@ def mixed_steps(host_of, rank, sched) -> int:
 
 
 def run(comm, pairs, counts):
-    """For each (inter, intra) pair and count: [exact in place, exact out of place, mixed steps of
+    """For each (inter, intra[, algorithm]) pair (algorithm: hierarchical, or rail_split: rail rings
+    beside it on the default share) and count: [exact in place, exact out of place, mixed steps of
     this rank's schedule]."""
     P, r = comm.size, comm.rank
     host_of = list(comm.topology.host_of)
     names = []
     out = []
     try:
-        for inter, intra in pairs:
-            name = f"overlap_{inter}_{intra or 'builtin'}"
-            commlib.register_algorithm("all_reduce", name, _builder(host_of, inter, intra))
+        for inter, intra, *algorithm in pairs:
+            build = _builder(host_of, inter, intra, *algorithm)
+            name = f"overlap_{inter}_{intra or 'builtin'}_{''.join(algorithm)}"
+            commlib.register_algorithm("all_reduce", name, build)
             names.append(name)
             for count in counts:
                 ints = ((np.arange(count, dtype=np.int64) * 7 + r * 5) % 11 + 1).astype(np.int32)
@@ -46,7 +48,7 @@ def run(comm, pairs, counts):
                 comm.all_reduce(inplace, algorithm=name)
                 dst = np.zeros_like(ints)
                 comm.all_reduce(ints, algorithm=name, out=dst)
-                sched = _builder(host_of, inter, intra)(r, P, count, 0)
+                sched = build(r, P, count, 0)
                 out.append([bool(np.array_equal(inplace, want)), bool(np.array_equal(dst, want)),
                             mixed_steps(host_of, r, sched)])
     finally:

@@ -9,7 +9,9 @@ import overlap_cases as cases
 
 LOOPBACK = {"COMMLIB_SOCKET_IFNAME": "lo"}
 # ("", ""): the built-in exchange between hosts, on the overlapped lanes too.
-PAIRS = [("", ""), ("ring", ""), ("two_shot", "direct"), ("rabenseifner", "ring"), ("recursive_doubling", "rail_ring")]
+# The last: rail_split (schedule/side_by_side.cc), rail rings beside the overlapped pipeline.
+PAIRS = [("", ""), ("ring", ""), ("two_shot", "direct"), ("rabenseifner", "ring"), ("recursive_doubling", "rail_ring"),
+         ("two_shot", "", "rail_split")]
 COUNTS = [64 * 3 + 5, 64 * 16 + 1, 5003]
 
 
@@ -19,7 +21,7 @@ COUNTS = [64 * 3 + 5, 64 * 16 + 1, 5003]
 def test_overlapped_compositions_run_exactly(pool, hosts):
     got = pool(len(hosts), env={**LOOPBACK, "COMMLIB_HOST_ID": hosts}).run(cases.run, PAIRS, COUNTS, timeout=280)
     for rank, results in enumerate(got):
-        for (inter, intra), per_pair in zip(PAIRS, [results[i:i + len(COUNTS)] for i in range(0, len(results), len(COUNTS))]):
+        for (inter, intra, *_), per_pair in zip(PAIRS, [results[i:i + len(COUNTS)] for i in range(0, len(results), len(COUNTS))]):
             for count, (exact_in, exact_out, mixed) in zip(COUNTS, per_pair):
                 assert exact_in and exact_out, (rank, inter, intra, count)
                 assert mixed >= 2, (rank, inter, intra, count, mixed)

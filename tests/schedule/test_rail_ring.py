@@ -7,6 +7,8 @@ import random
 
 import pytest
 
+import commlib
+
 from commlib import _C
 from commlib.core.call_spec import COLLECTIVE
 
@@ -58,3 +60,65 @@ def test_every_local_rank_crosses_for_exactly_one_channel(H, L):
         assert hosts[q] == (hosts[r] + 1) % H
         if H % 2 == 0 or hosts[r] != H - 1:  # rail-aligned (odd H: all but the wrap)
             assert local[q] == local[r], f"rank {r} (local {local[r]}) crosses to local {local[q]}"
+
+
+# rail_split (csrc/schedule/side_by_side.cc): rail rings on a share of the buffer beside hierarchical
+# (inter, intra, segments of its part, pieces) on the rest, share in 1/1024 (0: the default). Counts
+# below the share's granularity (1, 2: one part only or one element each) included.
+SPLITS = [("", "", 0, 0, 1), ("ring", "", 16, 0, 1024), ("two_shot", "ring", 8, 2, 0), ("recursive_doubling", "direct", 4, 0, 512)]
+
+
+def split_schedules(hosts, count, inter, intra, segments, pieces, share):
+    P = len(hosts)
+    rails = count * (share or 860) // 1024
+    seg = (count - rails) // segments if segments else 0
+    return [_C.schedule(COLLECTIVE["all_reduce"], "rail_split", r, P, count, 0, _C.DType.float32, hosts, inter, seg,
+                        intra, pieces, share) for r in range(P)]
+
+
+@pytest.mark.parametrize("inter,intra,segments,pieces,share", SPLITS)
+def test_rail_split_verified_on_host_maps(inter, intra, segments, pieces, share):
+    """Every host map with two of the compositions (half the maps each, alternating)."""
+    turn = SPLITS.index((inter, intra, segments, pieces, share)) % 2
+    for k, hosts in enumerate(host_maps()):
+        if k % 2 != turn:
+            continue
+        P = len(hosts)
+        count = [0, 1, 2, P + 3, 37, 64 * P + 7][(k + len(inter)) % 6]
+        _C._verify_custom(COLLECTIVE["all_reduce"], P, count,
+                          split_schedules(hosts, count, inter, intra, segments, pieces, share), 0)
+
+
+@pytest.mark.parametrize("H,L", [(2, 3), (3, 3)])
+def test_rail_split_runs_its_parts_side_by_side(H, L):
+    """Where the rail rings leave a rank's peers free (odd L: a ring and its reverse), the parts share
+    steps: fewer steps than the two parts one after another, and steps in which a rail ring's message
+    and a hierarchical one travel together. (With L even the L rings send to and receive from every
+    local peer in every step, so each hierarchical message takes a sub-step of its own:
+    docs/simulator.md "Rails and hierarchical side by side".)"""
+    hosts = [h for h in range(H) for _ in range(L)]
+    count = 4096 * H * L
+    split = split_schedules(hosts, count, "two_shot", "", 4, 0, 860)[0]
+    rails = _C.schedule(COLLECTIVE["all_reduce"], "rail_ring", 0, H * L, count * 860 // 1024, 0, _C.DType.float32, hosts)
+    rest = count - count * 860 // 1024
+    hier = _C.schedule(COLLECTIVE["all_reduce"], "hierarchical", 0, H * L, rest, 0, _C.DType.float32, hosts,
+                       "two_shot", rest // 4)
+    assert len(split["steps"]) < len(rails["steps"]) + len(hier["steps"])
+    share = count * 860 // 1024
+
+    def part(op):  # which share a message's buffer region lies in (scratch: neither)
+        reg = op["src"] if op["op"] == "send" else op["dst"]
+        return None if reg[0] == "scratch" else reg[1] >= share
+    both = [st for st in split["steps"] if {part(o) for o in st if o["peer"] is not None} >= {False, True}]
+    assert both, "no step carries both parts' messages"
+
+
+@pytest.mark.parametrize("hosts", [[h for h in range(4) for _ in range(4)], [h for h in range(3) for _ in range(2)]],
+                         ids=["4x4", "3x2"])
+def test_rail_split_with_every_inter_algorithm(hosts):
+    """Side by side where the hierarchical part keeps lock step, one after another where it does not
+    (the trees, the power-of-two algorithms on 3 hosts): proven with every inter algorithm, 16 segments."""
+    P = len(hosts)
+    count = 64 * P + 7
+    for inter in [""] + [a for a in commlib.algorithms("all_reduce") if a not in ("hierarchical", "rail_split")]:
+        _C._verify_custom(COLLECTIVE["all_reduce"], P, count, split_schedules(hosts, count, inter, "", 16, 0, 0), 0)

@@ -1,0 +1,144 @@
+// Schedules side by side on shares of one buffer, and rail_split: rail rings beside pipelined
+// hierarchical (side_by_side.h).
+#include "schedule/side_by_side.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <unordered_set>
+
+#include "schedule/builders.h"
+#include "schedule/hierarchical_hosts.h"
+#include "schedule/registry.h"
+
+namespace commlib {
+namespace sched {
+
+namespace {
+
+void move_region(Region& r, int64_t offset, int64_t scratch_base) {
+  r.offset += r.buf == BufferId::Scratch ? scratch_base : offset;
+}
+
+// A message's key in one sub-step: its direction and peer.
+int64_t message_key(const Op& o) {
+  return static_cast<int64_t>(o.peer) * 2 + (o.kind == OpKind::Send ? 0 : 1);
+}
+
+}  // namespace
+
+int64_t share_of(int64_t count, int share) {
+  return count / kShareUnits * share + count % kShareUnits * share / kShareUnits;
+}
+
+std::vector<Step> merge_lanes(const std::vector<std::vector<Step>>& lanes) {
+  size_t len = 0;
+  for (const auto& l : lanes) len = std::max(len, l.size());
+  std::vector<Step> out;
+  std::vector<Step> sub;
+  std::vector<std::unordered_set<int64_t>> used;
+  for (size_t k = 0; k < len; ++k) {
+    sub.clear(), used.clear();
+    for (const auto& lane : lanes) {
+      if (k >= lane.size()) continue;
+      size_t first = SIZE_MAX;  // the sub-step of the lane's first message
+      std::vector<const Op*> local;
+      for (const Op& o : lane[k].ops) {
+        if (!is_message(o.kind)) {
+          local.push_back(&o);
+          continue;
+        }
+        const int64_t key = message_key(o);
+        size_t s = 0;
+        while (s < used.size() && used[s].count(key)) ++s;
+        if (s == used.size()) used.emplace_back(), sub.emplace_back();
+        used[s].insert(key);
+        sub[s].ops.push_back(o);
+        first = std::min(first, s);
+      }
+      if (first == SIZE_MAX) first = 0;
+      if (!local.empty() && sub.empty()) used.emplace_back(), sub.emplace_back();
+      for (const Op* o : local) sub[first].ops.push_back(*o);
+    }
+    for (Step& st : sub)
+      if (!st.ops.empty()) out.push_back(std::move(st));
+  }
+  return out;
+}
+
+Schedule side_by_side(const CollArgs& a, const std::vector<Part>& parts, bool lock_step) {
+  if (a.coll != Collective::AllReduce && a.coll != Collective::Broadcast && a.coll != Collective::Reduce)
+    throw std::invalid_argument(std::string("side_by_side: ") + collective_name(a.coll) +
+                                " has no one-buffer shape to share");
+  const bool any = std::any_of(parts.begin(), parts.end(), [](const Part& p) { return p.count > 0; });
+  Schedule s;
+  std::vector<std::vector<Step>> lanes;
+  for (const Part& p : parts) {
+    if (any && p.count == 0) continue;
+    CollArgs pa = a;
+    pa.count = p.count;
+    Schedule part = build_schedule(pa, p.how);
+    for (Step& st : part.steps)
+      for (Op& o : st.ops) {
+        if (op_has_dst(o)) move_region(o.dst, p.offset, s.scratch_count);
+        if (op_has_src(o)) move_region(o.src, p.offset, s.scratch_count);
+      }
+    s.scratch_count += part.scratch_count;
+    lanes.push_back(std::move(part.steps));
+  }
+  if (lock_step) {
+    s.steps = merge_lanes(lanes);
+  } else {
+    for (auto& lane : lanes)
+      for (Step& st : lane) s.steps.push_back(std::move(st));
+  }
+  return s;
+}
+
+namespace {
+
+// Whether hierarchical all_reduce is in lock step (side_by_side.h) on H equal hosts with `inter`
+// between them: the built-in exchange and the inter algorithms whose every rank takes the same steps
+// are at any H (every intra algorithm keeps it: its rounds are aligned, hierarchical_overlap.cc); the
+// power-of-two ones fold at other H, so a folded owner's inter steps fall elsewhere in its ticks than
+// its partner's; the trees (tree, double_tree, reduce_broadcast) are not at any H (a parent waits on
+// its children in steps of its own). A registered
+// intra algorithm keeps it once every segment has a few elements per rank (below 2 P elements in all
+// some ranks' ranges are empty and skip rounds): `count` (the part's) at least 32 P, 16 segments of
+// 2 P. Found by playing every composition's schedules at counts 0..3 P + 1 and larger, on 2-4 hosts
+// of 2-8 (tests/schedule/test_rail_ring.py proves rail_split on each host map it sweeps).
+bool hierarchical_in_lock_step(const CollArgs& a, int64_t count, int hosts) {
+  if (!a.intra_algorithm.empty() && count < 32 * static_cast<int64_t>(a.size)) return false;
+  const std::string& inter = a.inter_algorithm;
+  for (const char* any : {"", "ring", "two_shot", "direct", "grid", "rail_ring"})
+    if (inter == any) return true;
+  for (const char* pow2 : {"rabenseifner", "recursive_doubling"})
+    if (inter == pow2) return is_pow2(hosts);
+  return false;
+}
+
+// rail_split: the rail rings (rail_ring.cc) on the first share / kShareUnits of the buffer, the
+// hierarchical schedule of CollArgs's phases, segment and pieces on the rest, side by side where both
+// are in lock step (hosts of equal size, and an inter algorithm that keeps it), one after another
+// elsewhere.
+Schedule all_reduce_rail_split(const CollArgs& a) {
+  if (a.share < 0 || a.share > kShareUnits)
+    throw std::invalid_argument("share: must be in [0, " + std::to_string(kShareUnits) + "], got " +
+                                std::to_string(a.share));
+  const int64_t rails = share_of(a.count, a.share > 0 ? a.share : kDefaultShare);
+  const HostMap m(a);
+  bool equal = true;
+  for (int h = 1; h < m.H(); ++h) equal = equal && m.L(h) == m.L(0);
+  const std::vector<Part> parts = {
+      {Composition{"rail_ring"}, 0, rails},
+      {Composition{"hierarchical", a.inter_algorithm, a.intra_algorithm, a.segment, a.pieces}, rails, a.count - rails}};
+  return side_by_side(a, parts, equal && hierarchical_in_lock_step(a, a.count - rails, m.H()));
+}
+
+}  // namespace
+
+COMMLIB_REGISTER_ALGORITHM(AllReduce, "rail_split", all_reduce_rail_split, 12, kLargeMessages,
+                           "rail rings on a share of the buffer beside hierarchical on the rest, in the same steps");
+
+}  // namespace sched
+}  // namespace commlib
