@@ -1,7 +1,7 @@
 // Branch-free CPU loops of the fp8 and bf16 codecs and of stochastic rounding, int and fp8
 // (cpu_codecs.cc's fast paths; docs/compression.md "Cost"). Plain C++ that gcc vectorises at the baseline's SSE2
 // (no intrinsics, no -march; `-fopt-info-vec` on cpu_codecs.cc lists them). Each computes bit for
-// bit what the functors of codecs.h compute (tests/kernels/test_codecs.py compares every codec x
+// bit what the functors of codecs.h compute (tests/kernels/test_codec_loops.py compares every codec x
 // dtype x block size x rounding against the scalar reference): where a block holds NaN/Inf, or
 // its top code could pass the storage dtype's largest value, the caller runs the functors instead.
 // Included by cpu_codecs.cc and cpu_error_feedback.cc only.
