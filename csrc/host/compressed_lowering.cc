@@ -68,13 +68,13 @@ size_t bytes_of(const std::vector<Piece>& ps) { return ps.empty() ? 0 : ps.back(
 }  // namespace
 
 // The codec's side of one step: encodes sends piece by piece, decodes (and reduces) receives
-// piece by piece, between the executor's progress passes.
+// piece by piece, between the executor's progress passes. Encoded messages only: raw ones
+// (inter_only, within a host) are the executor's alone.
 class Communicator::CodecStep final : public StepWork {
  public:
   struct Msg {
     const Op* op = nullptr;
     ExecOp* exec = nullptr;
-    bool coded = false;
     std::vector<Piece> pieces;
     size_t next = 0;  // send: pieces encoded; receive: pieces consumed
   };
@@ -141,15 +141,11 @@ class Communicator::CodecStep final : public StepWork {
       return true;
     }
     const size_t n = static_cast<size_t>(p.n), off = static_cast<size_t>(p.elem) * esize_;
-    const char* incoming = reinterpret_cast<const char*>(in);
-    if (m.coded) {
-      if (c_.codec_incoming_.size() < n * esize_) c_.codec_incoming_.resize(n * esize_);
-      codec_decode(spec_, call_.dtype, in, n, c_.codec_incoming_.data());
-      incoming = c_.codec_incoming_.data();
-    }
+    if (c_.codec_incoming_.size() < n * esize_) c_.codec_incoming_.resize(n * esize_);
+    codec_decode(spec_, call_.dtype, in, n, c_.codec_incoming_.data());
     if (reduces_from_src(op) && at(op.src) != dst) std::memcpy(dst + off, at(op.src) + off, n * esize_);
-    reduce_inplace(dst + off, incoming, n, call_.dtype, call_.op);  // dst = src (op) incoming
-    if (m.coded) project(dst, p);
+    reduce_inplace(dst + off, c_.codec_incoming_.data(), n, call_.dtype, call_.op);  // dst = src (op) incoming
+    project(dst, p);
     return true;
   }
 
@@ -218,21 +214,16 @@ void Communicator::run_compressed_steps(const CollectiveCall& call, const Schedu
       e.desc = desc;
       CodecStep::Msg m;
       m.op = &op;
-      m.coded = code;
       if (!code) {  // raw: the region's bytes as they are
         e.bytes = static_cast<size_t>(r.count) * esize;
         if (op.kind == OpKind::Send) {
           e.src = cs.at(r);
         } else if (op.kind == OpKind::Recv) {
           e.dst = cs.at(r);
-        } else {  // reduced piece by piece as it arrives (raw pieces: whole elements)
-          buf.resize(e.bytes);
-          e.dst = reinterpret_cast<char*>(buf.data());
-          const int64_t step_n = piece ? piece : std::max<int64_t>(r.count, 1);
-          for (int64_t k = 0; k < r.count; k += step_n) {
-            const int64_t n = std::min(step_n, r.count - k);
-            m.pieces.push_back(Piece{k, n, 0, static_cast<size_t>(k) * esize, static_cast<size_t>(n) * esize});
-          }
+        } else {  // the executor reduces each chunk straight from the link, as uncompressed calls do
+          e.kind = OpKind::RecvReduce;
+          e.dst = cs.at(r);
+          e.src = reduces_from_src(op) ? cs.at(op.src) : nullptr;
         }
       } else {
         pieces_of(call, spec, r, piece, m.pieces);
@@ -246,12 +237,15 @@ void Communicator::run_compressed_steps(const CollectiveCall& call, const Schedu
         }
       }
       ops_.push_back(e);
-      if (!m.pieces.empty() && (code || op.kind == OpKind::RecvReduce)) {
+      if (!m.pieces.empty() && code) {
         m.exec = &ops_.back();
         msgs.push_back(std::move(m));
       }
     }
-    exec_.run_step(ops_, DType::UInt8, RedOp::Sum, desc, &cs);
+    // The call's dtype and op: the executor reduces the raw recv_reduce messages (inter_only's
+    // intra-host phases) as they arrive, with no staging copy; encoded messages are plain byte
+    // transfers to it (every rank cuts chunks alike: same call, same element size).
+    exec_.run_step(ops_, call.dtype, call.op, desc, &cs);
     // The step's ops are independent (the verifier's rule), so the local ones may follow the
     // transfers in any order.
     for (const Op& op : step.ops) {
