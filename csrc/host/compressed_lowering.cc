@@ -23,6 +23,7 @@
 #include "common/errors.h"
 #include "host/communicator.h"
 #include "kernels/cpu_codecs.h"
+#include "kernels/cpu_error_feedback.h"
 #include "kernels/cpu_reduce.h"
 #include "plan/lowering.h"
 
@@ -95,10 +96,8 @@ class Communicator::CodecStep final : public StepWork {
   // ranks that compute one sum alike (recursive doubling's exchange) then hold it alike whichever
   // of them sends it on later.
   void project(char* base, const Piece& p) {
-    if (c_.codec_decoded_.size() < p.bytes) c_.codec_decoded_.resize(p.bytes);
-    auto* tmp = reinterpret_cast<uint8_t*>(c_.codec_decoded_.data());
-    encode(base, p, tmp);
-    decode(tmp, p, base);
+    codec_project(spec_, call_.dtype, base + static_cast<size_t>(p.elem) * esize_, static_cast<size_t>(p.n), p.counter,
+                  c_.codec_decoded_);
   }
   void project(const Region& r, int64_t piece) {
     pieces_of(call_, spec_, r, piece, scratch_pieces_);
