@@ -5,6 +5,8 @@
 // 2^-e in float, rint by the 1.5 * 2^23 trick, times 2^e: the decoded code, exact); every other
 // codec, rounding or block (non-finite values, a top code past float32's largest) goes through
 // codec_encode / codec_decode on the chunk or the block, so it is their result by construction.
+// codec_project is the same projection alone, in place: the compressed lowering's projection of a
+// sum it makes (host/compressed_lowering.cc).
 #include "kernels/cpu_error_feedback.h"
 
 #include <algorithm>
