@@ -25,12 +25,15 @@ def case_tinygpt_ddp(comm, variant):
     # several buckets (their residuals apart), except for PowerSGD: its callbacks issue further
     # all_reduces from the completion thread in completion order, which with several buckets can
     # differ between ranks (a MismatchError, docs/compression.md); one bucket keeps them in step
-    ddp = DDP(gpt.TinyGPT(cfg), bucket_cap_mb=25 if variant == "powersgd" else 0.05)
+    # commlib_powersgd_unused: DDP's find_unused_parameters adds its own all_reduce after the last
+    # bucket's hook, which must follow the hook's collectives on every rank
+    ddp = DDP(gpt.TinyGPT(cfg), bucket_cap_mb=25 if variant == "powersgd" else 0.05,
+              find_unused_parameters=variant == "commlib_powersgd_unused")
     state = None
     if variant.startswith("ef_") or variant.startswith("noef_"):
         state = hooks.ErrorFeedbackState(compress=variant.split("_")[1], error_feedback=variant.startswith("ef_"))
         ddp.register_comm_hook(state, hooks.compressed_allreduce_hook)
-    elif variant == "commlib_powersgd":  # several buckets: one issuing thread keeps every rank in step
+    elif variant.startswith("commlib_powersgd"):  # several buckets: one issuing thread keeps every rank in step
         state = hooks.PowerSGDState(matrix_approximation_rank=4, start_powerSGD_iter=2)
         ddp.register_comm_hook(state, hooks.powersgd_hook)
     elif variant == "powersgd":  # torch's hook, unchanged, on the commlib group

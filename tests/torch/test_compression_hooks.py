@@ -17,7 +17,10 @@ torch = pytest.importorskip("torch")
 import backend_compress_cases as cases  # noqa: E402
 from commlib.testing import get_pool  # noqa: E402
 
-TOLERANCE = {"ef_int8": 0.02, "ef_int4": 0.02, "commlib_powersgd": 0.05, "powersgd": 0.05}
+# commlib_powersgd_unused: with DDP's find_unused_parameters, whose own all_reduce follows the last
+# bucket's hook (without the hook's wait for its queue it interleaves: a MismatchError)
+TOLERANCE = {"ef_int8": 0.02, "ef_int4": 0.02, "commlib_powersgd": 0.05, "commlib_powersgd_unused": 0.05,
+             "powersgd": 0.05}
 
 
 def _tail(losses):
@@ -36,10 +39,10 @@ def test_compressed_hooks_train_like_the_default_hook(n):
         assert abs(_tail(losses) - _tail(plain)) <= tol * _tail(plain), (variant, losses, plain)
         assert all(r[2] == params for r in results), f"{variant}: parameters differ across ranks"
         assert params != plain_params, f"{variant}: trained exactly as uncompressed (nothing was compressed)"
-        if variant.startswith("ef_") or variant == "commlib_powersgd":
+        if variant.startswith(("ef_", "commlib_powersgd")):
             assert residuals and all(x > 0 for x in residuals), (variant, residuals)  # error feedback ran
-        if variant == "commlib_powersgd":  # several buckets, and low rank: far fewer bytes
-            assert buckets >= 3, buckets
+        if variant.startswith("commlib_powersgd"):  # several buckets, and low rank: far fewer bytes
+            assert buckets >= 2, buckets
             assert sent < 0.5 * plain_sent, (sent, plain_sent)
 
 
