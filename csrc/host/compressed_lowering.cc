@@ -86,9 +86,6 @@ class Communicator::CodecStep final : public StepWork {
 
   char* at(const Region& r) const { return region_address(bases_, r, esize_, desc_, c_.rank_); }
 
-  void encode(const char* src, const Piece& p, uint8_t* out) const {
-    codec_encode(spec_, call_.dtype, src + static_cast<size_t>(p.elem) * esize_, static_cast<size_t>(p.n), out, p.counter);
-  }
   void decode(const uint8_t* in, const Piece& p, char* dst) const {
     codec_decode(spec_, call_.dtype, in, static_cast<size_t>(p.n), dst + static_cast<size_t>(p.elem) * esize_);
   }
@@ -124,8 +121,9 @@ class Communicator::CodecStep final : public StepWork {
     const Piece& p = m.pieces[m.next++];
     char* src = at(m.op->src);
     uint8_t* out = c_.codec_msgs_[static_cast<size_t>(m.op - first_op_)].data() + p.byte;
-    encode(src, p, out);
-    decode(out, p, src);  // the sender's projection
+    // the encoding and the sender's projection, in one pass where the codec allows
+    codec_encode_project(spec_, call_.dtype, src + static_cast<size_t>(p.elem) * esize_, static_cast<size_t>(p.n), out,
+                         p.counter);
     m.exec->ready = m.next == m.pieces.size() ? m.exec->bytes : p.byte + p.bytes;
     return true;
   }
