@@ -3,8 +3,8 @@ namespaces (docs/compression.md; results in bench/RESULTS_compression.md).
 
     python bench/compress_netns.py [--rate 1gbit] [--sizes 16M,64M,256M] [--codecs int8,int4,int8:inter]
                                    [--algorithms hierarchical,ring,auto]
-                                   [--steps 60] [--out bench/results/compression] [--skip-allreduce]
-                                   [--skip-training]
+                                   [--steps 60] [--ranks-per-host 2] [--out bench/results/compression]
+                                   [--skip-allreduce] [--skip-training]
 
 Root only. Two parts, each on two namespaces ("hosts") of 2 ranks, joined by veth links with
 ``tc tbf`` at ``--rate`` (commlib.testing.netns / scripts/netns.sh, as the multi-host benchmarks;
@@ -45,8 +45,22 @@ CORPUS_GLOB = "/usr/share/common-licenses/*"
 # GPT-2-class model's does on GPUs joined by Ethernet. (Session 15's first run, d_model 128, 4 layers,
 # 8 rows of 64 bytes per rank, was compute-bound: 0.67 s of compute against 30 ms of gradients.)
 MODEL = dict(vocab=256, d_model=1024, n_heads=16, n_layers=2, max_seq=32, seed=0)
-ROWS_PER_RANK, SEQ, LR = 1, 32, 1e-3
-RANKS, CORES = 4, 2
+# The global batch: GLOBAL_ROWS rows of SEQ bytes a step over all ranks, whatever the ranks
+# (sessions 16-17: 2 ranks per host x 1 row). --ranks-per-host 1 places one rank per host, so each
+# rank has a core of its own as a GPU deployment gives each rank a device, and the intra-host phases
+# vanish as NVLink makes them vanish next to Ethernet; each rank then trains on 2 rows, so the
+# global batches, the data and the optimisation problem stay the same (RESULTS_compression.md).
+GLOBAL_ROWS, SEQ, LR = 4, 32, 1e-3
+HOSTS, CORES = 2, 2
+
+
+def layout(ranks_per_host: int) -> tuple:
+    """(ranks, rows per rank) for ``ranks_per_host`` ranks on each of the HOSTS hosts."""
+    ranks = HOSTS * ranks_per_host
+    if GLOBAL_ROWS % ranks:
+        raise SystemExit(f"compress_netns: --ranks-per-host {ranks_per_host}: {ranks} ranks do not divide "
+                         f"the global batch of {GLOBAL_ROWS} rows")
+    return ranks, GLOBAL_ROWS // ranks
 # CPU ns per float32 element (encode, decode) of the codec loops, one core (docs/compression.md "Cost")
 CODEC_NS = {"int8": (1.2, 0.3), "int4": (1.2, 0.3), "fp8_e4m3": (2.0, 0.65), "fp8_e5m2": (2.0, 0.7), "bf16": (1.5, 0.2)}
 # CPU ns per gradient element of error feedback's fused pass (error_feedback_round, one core;
@@ -78,8 +92,8 @@ def corpus() -> bytes:
     return b"\n".join(open(p, "rb").read() for p in paths)
 
 
-def compute_seconds(steps: int = 5) -> float:
-    """One process's forward + backward + Adam step of MODEL on ROWS_PER_RANK x SEQ tokens, one
+def compute_seconds(rows: int, steps: int = 5) -> float:
+    """One process's forward + backward + Adam step of MODEL on ``rows`` x SEQ tokens, one
     thread, no communication: the median of ``steps`` after a warm-up."""
     import time
 
@@ -89,7 +103,7 @@ def compute_seconds(steps: int = 5) -> float:
     torch.set_num_threads(1)
     model = gpt.TinyGPT(gpt.GPTConfig(**MODEL))
     opt = torch.optim.Adam(model.parameters(), lr=LR)
-    x = torch.randint(0, MODEL["vocab"], (ROWS_PER_RANK, SEQ + 1), generator=torch.Generator().manual_seed(0))
+    x = torch.randint(0, MODEL["vocab"], (rows, SEQ + 1), generator=torch.Generator().manual_seed(0))
     times = []
     for _ in range(steps + 1):
         t = time.perf_counter()
@@ -100,23 +114,27 @@ def compute_seconds(steps: int = 5) -> float:
     return float(np.median(times[1:]))
 
 
-def predict_step(codec, compute_s: float, topology: str, composed: bool = False) -> dict:
-    """The model's step time: compute (one core's, times RANKS / CORES: the ranks share the cores)
-    plus each DataParallel bucket's all_reduce as commlib.sim predicts it on the link (auto's
-    algorithm for the codec: hierarchical; codec rates also scaled by RANKS / CORES), after its
+def predict_step(codec, compute_s: float, topology: str, composed: bool = False, ranks_per_host: int = 2) -> dict:
+    """The model's step time: compute (one core's, times ranks / CORES when the ranks share the
+    cores) plus each DataParallel bucket's all_reduce as commlib.sim predicts it on the link (auto's
+    algorithm for the codec: hierarchical, ring with one rank per host; codec rates also scaled by
+    the ranks' share of a core), after its
     error-feedback pass (FEEDBACK_NS, scaled alike), not overlapped (the backward is short next
     to the traffic)."""
-    import torch
+    import dataclasses
 
     from commlib import sim
     from commlib.models import gpt
     from commlib.parallel._buckets import MB, dtype_buckets
     params = list(reversed(list(gpt.TinyGPT(gpt.GPTConfig(**MODEL)).parameters())))
     buckets = [sum(p.numel() for p in ps) for _, ps in dtype_buckets(params, int(25 * MB), int(1 * MB))]
-    share = RANKS / CORES
+    ranks, _ = layout(ranks_per_host)
+    share = max(1.0, ranks / CORES)
+    topo = dataclasses.replace(sim.load(topology), devices_per_host=ranks_per_host)
+    algorithm = "hierarchical" if ranks_per_host > 1 else "ring"
     ns = tuple(share * r for r in CODEC_NS[codec.name]) if codec is not None else (-1.0, -1.0)
     feedback = share * (FEEDBACK_NS_COMPOSED if composed else FEEDBACK_NS) if codec is not None else 0.0
-    comm = sum(sim.predict("all_reduce", "hierarchical", 4 * n, RANKS, topology, compress=codec, codec_ns=ns,
+    comm = sum(sim.predict("all_reduce", algorithm, 4 * n, ranks, topo, compress=codec, codec_ns=ns,
                            feedback_ns=feedback)["time_us"]["median"] * 1e-6 for n in buckets)
     return {"compute_s": compute_s * share, "comm_s": comm, "step_s": compute_s * share + comm,
             "gradient_elements": int(sum(buckets)), "buckets": len(buckets)}
@@ -125,11 +143,13 @@ def predict_step(codec, compute_s: float, topology: str, composed: bool = False)
 def prediction(args) -> dict:
     """The model's step times per training arm, printed and kept with the results."""
     topology = os.path.join(ROOT, "bench", "sim_data", "netns_1gbit.json")
-    compute = compute_seconds()
-    out = {"compute_one_core_s": compute, "load_average": os.getloadavg()}
+    _, rows = layout(args.ranks_per_host)
+    compute = compute_seconds(rows)
+    out = {"compute_one_core_s": compute, "load_average": os.getloadavg(), "ranks_per_host": args.ranks_per_host,
+           "rows_per_rank": rows}
     for a in [None] + list(args.training_codecs):
         out[a or "uncompressed"] = p = predict_step(parse_codec(a) if a else None, compute, topology,
-                                                    bool(a and composed_arm(a)))
+                                                    bool(a and composed_arm(a)), args.ranks_per_host)
         print(f"# predicted {a or 'uncompressed'}: step {p['step_s']:.3f} s (compute {p['compute_s']:.3f}, "
               f"all_reduce {p['comm_s']:.3f}; {p['gradient_elements']} elements in {p['buckets']} buckets)", flush=True)
     base = out["uncompressed"]["step_s"]
@@ -138,9 +158,9 @@ def prediction(args) -> dict:
     return out
 
 
-def train_rank(comm, data: bytes, codec, steps: int, seed: int = 7, composed: bool = False):
-    """One rank's run: (losses, step end times since start, held-out loss); ``composed``: error
-    feedback's step as whole-buffer passes (composed_arm)."""
+def train_rank(comm, data: bytes, codec, steps: int, seed: int = 7, composed: bool = False, rows_per_rank: int = 1):
+    """One rank's run of ``rows_per_rank`` rows a step: (losses, step end times since start,
+    held-out loss); ``composed``: error feedback's step as whole-buffer passes (composed_arm)."""
     import torch
 
     import commlib.parallel.data_parallel as dp_module
@@ -167,8 +187,8 @@ def train_rank(comm, data: bytes, codec, steps: int, seed: int = 7, composed: bo
 
     comm.barrier()
     # the same draw on every rank: one generator, seeded alike
-    losses, times = gpt.train_data_parallel(dp, opt, comm, (batch(train, ROWS_PER_RANK * P) for _ in range(steps)),
-                                            ROWS_PER_RANK)
+    losses, times = gpt.train_data_parallel(dp, opt, comm, (batch(train, rows_per_rank * P) for _ in range(steps)),
+                                            rows_per_rank)
     with torch.no_grad():
         tokens, targets = batch(held, 64)
         held_loss = float(dp.module(tokens, targets))
@@ -185,13 +205,14 @@ def run_training(net, args, out):
     runs = {a or "uncompressed": [] for a in arms}
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     rank_fn = __import__("compress_netns").train_rank
-    pool = NetnsRankPool(net, [0, 0, 1, 1], timeout=120)
+    _, rows = layout(args.ranks_per_host)
+    pool = NetnsRankPool(net, [h for h in range(HOSTS) for _ in range(args.ranks_per_host)], timeout=120)
     uptime = [os.getloadavg()]
     try:
         for rnd in range(args.rounds):
             for a in arms:
                 per_rank = pool.run(rank_fn, data, parse_codec(a) if a else None, args.steps, 7,
-                                    bool(a and composed_arm(a)), timeout=3600)
+                                    bool(a and composed_arm(a)), rows, timeout=3600)
                 losses, _, held = per_rank[0]
                 times = [max(t[1][i] for t in per_rank) for i in range(len(losses))]
                 runs[a or "uncompressed"].append({"losses": losses, "times_s": times, "held_out_loss": held})
@@ -207,7 +228,8 @@ def write_training(runs: dict, uptime: list, data: bytes, args, out: str) -> Non
     """OUT/training.json and OUT/training_loss.png from the rounds so far."""
     results = {name: median_run(rs) for name, rs in runs.items()}
     target = summarize(results)
-    info = {"corpus": CORPUS_GLOB, "corpus_bytes": len(data), "model": MODEL, "rows_per_rank": ROWS_PER_RANK,
+    info = {"corpus": CORPUS_GLOB, "corpus_bytes": len(data), "model": MODEL, "rows_per_rank": layout(args.ranks_per_host)[1],
+            "ranks_per_host": args.ranks_per_host,
             "seq": SEQ, "optimizer": "Adam", "lr": LR, "steps": args.steps, "rounds": len(uptime) - 1,
             "rate": args.rate, "target_loss": target, "load_average_per_round": uptime,
             "prediction": args.prediction, "results": results}
@@ -262,7 +284,7 @@ def plot_training(info, path):
         ax.legend(fontsize=8)
     m = info["model"]
     fig.suptitle(f"GPT d_model {m['d_model']} x {m['n_layers']} layers on {info['corpus_bytes']} bytes of licence "
-                 f"texts, 2 hosts x 2 ranks at {info['rate']}")
+                 f"texts, 2 hosts x {info['ranks_per_host']} ranks at {info['rate']}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -288,6 +310,8 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--rounds", type=int, default=3, help="training: rounds of every arm, interleaved")
     p.add_argument("--training-codecs", default="int8:inter,int4:inter")
+    p.add_argument("--ranks-per-host", type=int, default=2, choices=(1, 2, 4),
+                   help="training: ranks on each of the 2 hosts; the global batch stays 4 rows (1: a core per rank)")
     p.add_argument("--predict-only", action="store_true", help="print the model's step times and exit")
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "compression"))
     p.add_argument("--skip-allreduce", action="store_true")

@@ -14,8 +14,11 @@ straddle this rank's). What error feedback does not see: the re-encodings of par
 the collective (at most one per hop, shared by the ranks, each within the codec's bound).
 docs/compression.md says which combinations converge and why.
 
-torch's own ``powerSGD_hook`` (torch.distributed.algorithms.ddp_comm_hooks) runs unchanged on a
-commlib group: it only calls ``dist.all_reduce`` and futures, which the backend serves.
+PowerSGD: :func:`powersgd_hook` with :class:`PowerSGDState` (``commlib.torch.powersgd``) is
+torch's algorithm on commlib's all_reduce with one issuing thread per state, so it works with any
+number of buckets. torch's own ``powerSGD_hook`` (torch.distributed.algorithms.ddp_comm_hooks) runs
+unchanged on a commlib group with one bucket: its callbacks issue collectives from the completion
+thread, which with several buckets can reach the ranks in different orders (a MismatchError).
 """
 # (no `from __future__ import annotations`: DDP checks the hook's annotations as objects)
 from typing import Dict
@@ -25,8 +28,9 @@ import torch.distributed as dist
 
 from commlib.core import codecs
 from commlib.core.codecs import error_feedback_round
+from commlib.torch.powersgd import PowerSGDState, powersgd_hook
 
-__all__ = ["ErrorFeedbackState", "compressed_allreduce_hook"]
+__all__ = ["ErrorFeedbackState", "compressed_allreduce_hook", "PowerSGDState", "powersgd_hook"]
 
 
 class ErrorFeedbackState:

@@ -77,6 +77,31 @@ void decode(const std::string& codec, int64_t block, DType dtype, const py::buff
   (reference ? codec_decode_reference : codec_decode)(spec, dtype, static_cast<const uint8_t*>(s.ptr), n, d.ptr);
 }
 
+void project(const std::string& codec, int64_t block, const std::string& rounding, uint64_t seed, DType dtype,
+             const py::buffer& x, uint64_t counter_base) {
+  const CodecSpec spec = spec_of(codec, block, rounding, seed);
+  check_codec(spec, dtype);
+  const py::buffer_info s = contiguous("x", x, true, dtype);
+  std::vector<uint8_t> scratch;
+  py::gil_scoped_release nogil;
+  codec_project(spec, dtype, s.ptr, static_cast<size_t>(s.size), counter_base, scratch);
+}
+
+py::array_t<uint8_t> encode_project(const std::string& codec, int64_t block, const std::string& rounding,
+                                    uint64_t seed, DType dtype, const py::buffer& x, uint64_t counter_base) {
+  const CodecSpec spec = spec_of(codec, block, rounding, seed);
+  check_codec(spec, dtype);
+  const py::buffer_info s = contiguous("x", x, true, dtype);
+  const size_t n = static_cast<size_t>(s.size);
+  py::array_t<uint8_t> out(static_cast<py::ssize_t>(codec_encoded_bytes(spec, n)));
+  uint8_t* dst = out.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    codec_encode_project(spec, dtype, s.ptr, n, dst, counter_base);
+  }
+  return out;
+}
+
 // A float32 host buffer for error_feedback, read by the one buffer reader (a NumPy array; a CPU
 // torch.Tensor once commlib.torch registered torch's types).
 BufferView host_float32(const char* name, const py::handle& o, PyBufferHold* hold) {
@@ -132,6 +157,14 @@ void bind_codecs(py::module_& m) {
   m.def("codec_decode", &decode, py::arg("codec"), py::arg("block"), py::arg("dtype"), py::arg("data"),
         py::arg("out"), py::arg("reference") = false,
         "Decode codec bytes into `out` (its size is the element count); reference: the scalar functors.");
+  m.def("codec_project", &project, py::arg("codec"), py::arg("block"), py::arg("rounding"), py::arg("seed"),
+        py::arg("dtype"), py::arg("x"), py::arg("counter_base") = 0,
+        "x = decode(encode(x)) in place, as the compressed lowering projects a sum it makes "
+        "(kernels/cpu_error_feedback.h: codec_project).");
+  m.def("codec_encode_project", &encode_project, py::arg("codec"), py::arg("block"), py::arg("rounding"),
+        py::arg("seed"), py::arg("dtype"), py::arg("x"), py::arg("counter_base") = 0,
+        "Encode x and replace it with its decoding (a send's encoding and the sender's projection); "
+        "returns the bytes (kernels/cpu_codecs.h: codec_encode_project).");
   m.def("codec_error_feedback", &error_feedback, py::arg("codec"), py::arg("block"), py::arg("rounding"),
         py::arg("seed"), py::arg("grad"), py::arg("residual"), py::arg("counter_base") = 0,
         "Error feedback's step in one pass, in place: s = grad + residual, grad = decode(encode(s)), "

@@ -186,7 +186,7 @@ class Communicator {
   std::unique_ptr<char[], void (*)(void*)> input_copy_{nullptr, std::free};
   size_t input_copy_bytes_ = 0;
   std::vector<std::vector<uint8_t>> codec_msgs_;  // compress=: a step's encoded messages
-  std::vector<char> codec_decoded_;               // compress=: a piece's encoding while it is projected
+  std::vector<uint8_t> codec_decoded_;            // compress=: a piece's encoding while it is projected
   std::vector<char> codec_incoming_;              // compress=: a received piece decoded, before the reduction
   std::vector<std::string> logged_auto_;
 

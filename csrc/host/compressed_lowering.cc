@@ -23,6 +23,7 @@
 #include "common/errors.h"
 #include "host/communicator.h"
 #include "kernels/cpu_codecs.h"
+#include "kernels/cpu_error_feedback.h"
 #include "kernels/cpu_reduce.h"
 #include "plan/lowering.h"
 
@@ -68,13 +69,13 @@ size_t bytes_of(const std::vector<Piece>& ps) { return ps.empty() ? 0 : ps.back(
 }  // namespace
 
 // The codec's side of one step: encodes sends piece by piece, decodes (and reduces) receives
-// piece by piece, between the executor's progress passes.
+// piece by piece, between the executor's progress passes. Encoded messages only: raw ones
+// (inter_only, within a host) are the executor's alone.
 class Communicator::CodecStep final : public StepWork {
  public:
   struct Msg {
     const Op* op = nullptr;
     ExecOp* exec = nullptr;
-    bool coded = false;
     std::vector<Piece> pieces;
     size_t next = 0;  // send: pieces encoded; receive: pieces consumed
   };
@@ -85,9 +86,6 @@ class Communicator::CodecStep final : public StepWork {
 
   char* at(const Region& r) const { return region_address(bases_, r, esize_, desc_, c_.rank_); }
 
-  void encode(const char* src, const Piece& p, uint8_t* out) const {
-    codec_encode(spec_, call_.dtype, src + static_cast<size_t>(p.elem) * esize_, static_cast<size_t>(p.n), out, p.counter);
-  }
   void decode(const uint8_t* in, const Piece& p, char* dst) const {
     codec_decode(spec_, call_.dtype, in, static_cast<size_t>(p.n), dst + static_cast<size_t>(p.elem) * esize_);
   }
@@ -95,10 +93,8 @@ class Communicator::CodecStep final : public StepWork {
   // ranks that compute one sum alike (recursive doubling's exchange) then hold it alike whichever
   // of them sends it on later.
   void project(char* base, const Piece& p) {
-    if (c_.codec_decoded_.size() < p.bytes) c_.codec_decoded_.resize(p.bytes);
-    auto* tmp = reinterpret_cast<uint8_t*>(c_.codec_decoded_.data());
-    encode(base, p, tmp);
-    decode(tmp, p, base);
+    codec_project(spec_, call_.dtype, base + static_cast<size_t>(p.elem) * esize_, static_cast<size_t>(p.n), p.counter,
+                  c_.codec_decoded_);
   }
   void project(const Region& r, int64_t piece) {
     pieces_of(call_, spec_, r, piece, scratch_pieces_);
@@ -125,8 +121,9 @@ class Communicator::CodecStep final : public StepWork {
     const Piece& p = m.pieces[m.next++];
     char* src = at(m.op->src);
     uint8_t* out = c_.codec_msgs_[static_cast<size_t>(m.op - first_op_)].data() + p.byte;
-    encode(src, p, out);
-    decode(out, p, src);  // the sender's projection
+    // the encoding and the sender's projection, in one pass where the codec allows
+    codec_encode_project(spec_, call_.dtype, src + static_cast<size_t>(p.elem) * esize_, static_cast<size_t>(p.n), out,
+                         p.counter);
     m.exec->ready = m.next == m.pieces.size() ? m.exec->bytes : p.byte + p.bytes;
     return true;
   }
@@ -141,15 +138,11 @@ class Communicator::CodecStep final : public StepWork {
       return true;
     }
     const size_t n = static_cast<size_t>(p.n), off = static_cast<size_t>(p.elem) * esize_;
-    const char* incoming = reinterpret_cast<const char*>(in);
-    if (m.coded) {
-      if (c_.codec_incoming_.size() < n * esize_) c_.codec_incoming_.resize(n * esize_);
-      codec_decode(spec_, call_.dtype, in, n, c_.codec_incoming_.data());
-      incoming = c_.codec_incoming_.data();
-    }
+    if (c_.codec_incoming_.size() < n * esize_) c_.codec_incoming_.resize(n * esize_);
+    codec_decode(spec_, call_.dtype, in, n, c_.codec_incoming_.data());
     if (reduces_from_src(op) && at(op.src) != dst) std::memcpy(dst + off, at(op.src) + off, n * esize_);
-    reduce_inplace(dst + off, incoming, n, call_.dtype, call_.op);  // dst = src (op) incoming
-    if (m.coded) project(dst, p);
+    reduce_inplace(dst + off, c_.codec_incoming_.data(), n, call_.dtype, call_.op);  // dst = src (op) incoming
+    project(dst, p);
     return true;
   }
 
@@ -218,21 +211,16 @@ void Communicator::run_compressed_steps(const CollectiveCall& call, const Schedu
       e.desc = desc;
       CodecStep::Msg m;
       m.op = &op;
-      m.coded = code;
       if (!code) {  // raw: the region's bytes as they are
         e.bytes = static_cast<size_t>(r.count) * esize;
         if (op.kind == OpKind::Send) {
           e.src = cs.at(r);
         } else if (op.kind == OpKind::Recv) {
           e.dst = cs.at(r);
-        } else {  // reduced piece by piece as it arrives (raw pieces: whole elements)
-          buf.resize(e.bytes);
-          e.dst = reinterpret_cast<char*>(buf.data());
-          const int64_t step_n = piece ? piece : std::max<int64_t>(r.count, 1);
-          for (int64_t k = 0; k < r.count; k += step_n) {
-            const int64_t n = std::min(step_n, r.count - k);
-            m.pieces.push_back(Piece{k, n, 0, static_cast<size_t>(k) * esize, static_cast<size_t>(n) * esize});
-          }
+        } else {  // the executor reduces each chunk straight from the link, as uncompressed calls do
+          e.kind = OpKind::RecvReduce;
+          e.dst = cs.at(r);
+          e.src = reduces_from_src(op) ? cs.at(op.src) : nullptr;
         }
       } else {
         pieces_of(call, spec, r, piece, m.pieces);
@@ -246,12 +234,15 @@ void Communicator::run_compressed_steps(const CollectiveCall& call, const Schedu
         }
       }
       ops_.push_back(e);
-      if (!m.pieces.empty() && (code || op.kind == OpKind::RecvReduce)) {
+      if (!m.pieces.empty() && code) {
         m.exec = &ops_.back();
         msgs.push_back(std::move(m));
       }
     }
-    exec_.run_step(ops_, DType::UInt8, RedOp::Sum, desc, &cs);
+    // The call's dtype and op: the executor reduces the raw recv_reduce messages (inter_only's
+    // intra-host phases) as they arrive, with no staging copy; encoded messages are plain byte
+    // transfers to it (every rank cuts chunks alike: same call, same element size).
+    exec_.run_step(ops_, call.dtype, call.op, desc, &cs);
     // The step's ops are independent (the verifier's rule), so the local ones may follow the
     // transfers in any order.
     for (const Op& op : step.ops) {

@@ -1,7 +1,7 @@
 // Branch-free CPU loops of the fp8 and bf16 codecs and of stochastic rounding, int and fp8
 // (cpu_codecs.cc's fast paths; docs/compression.md "Cost"). Plain C++ that gcc vectorises at the baseline's SSE2
 // (no intrinsics, no -march; `-fopt-info-vec` on cpu_codecs.cc lists them). Each computes bit for
-// bit what the functors of codecs.h compute (tests/kernels/test_codecs.py compares every codec x
+// bit what the functors of codecs.h compute (tests/kernels/test_codec_loops.py compares every codec x
 // dtype x block size x rounding against the scalar reference): where a block holds NaN/Inf, or
 // its top code could pass the storage dtype's largest value, the caller runs the functors instead.
 // Included by cpu_codecs.cc and cpu_error_feedback.cc only.
@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/codecs.h"
 #include "kernels/reduce_ops.h"
@@ -48,10 +49,45 @@ inline int32_t floor_to_int(double t) {
   return static_cast<int32_t>(r) - static_cast<int32_t>(f64_bits(t - r) >> 63);
 }
 
+// float32's common case, a block with no NaN/Inf: the largest |x| as the largest of the bit
+// patterns x & 0x7fffffff (non-negative floats order as their bits; NaN and Inf are above every
+// finite one), an integer max over 8 lanes that SSE2 does in about half the instructions of the
+// float loop below. False (and *amax untouched) when the block holds NaN or Inf.
+inline bool finite_block_amax_bits(const float* x, size_t n, float* amax) {
+  constexpr size_t kLanes = 8;
+  int32_t m[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (size_t j = 0; j < kLanes; ++j) {
+      int32_t b;
+      std::memcpy(&b, x + i + j, sizeof b);
+      b &= 0x7fffffff;
+      m[j] = b > m[j] ? b : m[j];
+    }
+  int32_t top = 0;
+  for (size_t j = 0; j < kLanes; ++j) top = m[j] > top ? m[j] : top;
+  for (; i < n; ++i) {
+    int32_t b;
+    std::memcpy(&b, x + i, sizeof b);
+    b &= 0x7fffffff;
+    top = b > top ? b : top;
+  }
+  if (top >= 0x7f800000) return false;
+  std::memcpy(amax, &top, sizeof top);
+  return true;
+}
+
 // A block's largest finite magnitude over 8 lanes (a reduction gcc vectorises); *finite: no NaN/Inf.
 template <DType D>
 float block_amax(const typename DTypeTraits<D>::storage* x, size_t n, bool* finite) {
   using Tr = DTypeTraits<D>;
+  if constexpr (D == DType::Float32) {
+    float amax;
+    if (finite_block_amax_bits(x, n, &amax)) {
+      *finite = true;
+      return amax;
+    }
+  }
   constexpr size_t kLanes = 8;
   float m[kLanes] = {}, bad[kLanes] = {};
   size_t i = 0;

@@ -53,8 +53,11 @@ void int_codes(const typename DTypeTraits<D>::storage* x, size_t n, int e, int8_
   }
 }
 
+// `project` (float32, nearest only; may alias src): each fast block's decoded values, code * 2^e,
+// written as soon as the block is coded; *all_projected says whether every block went so.
 template <class G, DType D>
-bool encode_int(const CodecSpec& spec, const void* src, size_t n, uint8_t* dst, uint64_t base) {
+bool encode_int(const CodecSpec& spec, const void* src, size_t n, uint8_t* dst, uint64_t base,
+                float* project = nullptr, bool* all_projected = nullptr) {
   using Tr = DTypeTraits<D>;
   const auto* x = static_cast<const typename Tr::storage*>(src);
   const size_t B = static_cast<size_t>(spec.block);
@@ -76,11 +79,18 @@ bool encode_int(const CodecSpec& spec, const void* src, size_t n, uint8_t* dst, 
       scales[blk] = static_cast<uint8_t>(static_cast<int8_t>(e));
       int8_t* c = codes + (b0 - s0);
       if (finite && G::top * kern::pow2(e) <= kern::StorageLimits<D>::max) {
-        if (spec.stochastic)
+        if (spec.stochastic) {
           loops::int_codes_stochastic<G, D>(x + b0, b1 - b0, e, spec.seed, base + b0, c);
-        else
+          if (project) *all_projected = false;
+        } else {
           int_codes<D>(x + b0, b1 - b0, e, c);
+          if (project) {  // the block is read: its decoded values may go where it was
+            const float scale = static_cast<float>(kern::pow2(e));
+            for (size_t i = b0; i < b1; ++i) project[i] = static_cast<float>(c[i - b0]) * scale;
+          }
+        }
       } else {
+        if (project) *all_projected = false;
         for (size_t i = b0; i < b1; ++i) {
           const float xi = static_cast<float>(Tr::load(x[i]));
           const double u = spec.stochastic ? kern::sr_draw(spec.seed, base + i, xi) : -1.0;
@@ -355,6 +365,18 @@ void codec_encode(const CodecSpec& spec, DType dtype, const void* src, size_t n,
 void codec_decode(const CodecSpec& spec, DType dtype, const uint8_t* src, size_t n, void* dst) {
   check_codec(spec, dtype);
   dispatch(spec, dtype, Decoder{spec, src, n, dst});
+}
+
+void codec_encode_project(const CodecSpec& spec, DType dtype, void* x, size_t n, uint8_t* dst, uint64_t counter_base) {
+  check_codec(spec, dtype);
+  bool coded = false, all = true;
+  if (dtype == DType::Float32 && !spec.stochastic && spec.kind == CodecKind::Int8)
+    coded = encode_int<kern::Int8Grid, DType::Float32>(spec, x, n, dst, counter_base, static_cast<float*>(x), &all);
+  else if (dtype == DType::Float32 && !spec.stochastic && spec.kind == CodecKind::Int4)
+    coded = encode_int<kern::Int4Grid, DType::Float32>(spec, x, n, dst, counter_base, static_cast<float*>(x), &all);
+  if (coded && all) return;
+  if (!coded) codec_encode(spec, dtype, x, n, dst, counter_base);
+  codec_decode(spec, dtype, dst, n, x);  // (a block projected above decodes to the same values)
 }
 
 }  // namespace commlib

@@ -50,6 +50,12 @@ void codec_encode(const CodecSpec& spec, DType dtype, const void* src, size_t n,
 // dst[0, n) = decode(src): exact in dtype (codecs.h).
 void codec_decode(const CodecSpec& spec, DType dtype, const uint8_t* src, size_t n, void* dst);
 
+// dst = encode(x), then x = decode(dst): a send's encoding and the sender's projection. float32
+// int8/int4 under nearest rounding write each block's decoded values as they code it (no second
+// pass over the codes); the rest encode, then decode. Bit for bit codec_encode then codec_decode.
+void codec_encode_project(const CodecSpec& spec, DType dtype, void* x, size_t n, uint8_t* dst,
+                          uint64_t counter_base = 0);
+
 // Throws std::invalid_argument naming the argument unless the spec can code dtype.
 void check_codec(const CodecSpec& spec, DType dtype);
 

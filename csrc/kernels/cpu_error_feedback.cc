@@ -5,6 +5,8 @@
 // 2^-e in float, rint by the 1.5 * 2^23 trick, times 2^e: the decoded code, exact); every other
 // codec, rounding or block (non-finite values, a top code past float32's largest) goes through
 // codec_encode / codec_decode on the chunk or the block, so it is their result by construction.
+// codec_project is the same projection alone, in place: the compressed lowering's projection of a
+// sum it makes (host/compressed_lowering.cc).
 #include "kernels/cpu_error_feedback.h"
 
 #include <algorithm>
@@ -37,6 +39,34 @@ void project_int_block(const float* s, size_t n, int e, float* grad, float* resi
     const float q = static_cast<float>(static_cast<int32_t>((y + loops::kRoundMagic) - loops::kRoundMagic)) * scale;
     grad[i] = q;
     residual[i] = s[i] - q;
+  }
+}
+
+// The same projection alone (q may be s: each element is read before it is written).
+void project_int_block(const float* s, size_t n, int e, float* q) {
+  const float inv = static_cast<float>(kern::pow2(-e)), scale = static_cast<float>(kern::pow2(e));
+  for (size_t i = 0; i < n; ++i) {
+    const float y = s[i] * inv;
+    q[i] = static_cast<float>(static_cast<int32_t>((y + loops::kRoundMagic) - loops::kRoundMagic)) * scale;
+  }
+}
+
+// The projection of n float32 elements in place, blocks from x[0]: int8/int4 nearest.
+template <class G>
+void project_int_nearest(const CodecSpec& spec, float* x, size_t n, uint64_t base, std::vector<uint8_t>& bytes) {
+  const size_t B = static_cast<size_t>(spec.block);
+  for (size_t b0 = 0; b0 < n; b0 += B) {
+    const size_t k = std::min(B, n - b0);
+    bool finite;
+    const float amax = loops::block_amax<DType::Float32>(x + b0, k, &finite);
+    const int e = kern::block_scale_exp<G, DType::Float32>(amax, true);
+    if (finite && G::top * kern::pow2(e) <= kern::StorageLimits<DType::Float32>::max) {
+      project_int_block(x + b0, k, e, x + b0);
+    } else {  // NaN/Inf, or a top code past float32's largest: the codec's own path for this block
+      bytes.resize(codec_encoded_bytes(spec, k));
+      codec_encode(spec, DType::Float32, x + b0, k, bytes.data(), base + b0);
+      codec_decode(spec, DType::Float32, bytes.data(), k, x + b0);
+    }
   }
 }
 
@@ -77,6 +107,20 @@ void feedback_generic(const CodecSpec& spec, float* grad, float* residual, size_
 }
 
 }  // namespace
+
+void codec_project(const CodecSpec& spec, DType dtype, void* x, size_t n, uint64_t counter_base,
+                   std::vector<uint8_t>& scratch) {
+  check_codec(spec, dtype);
+  if (dtype == DType::Float32 && !spec.stochastic && spec.kind == CodecKind::Int8) {
+    project_int_nearest<kern::Int8Grid>(spec, static_cast<float*>(x), n, counter_base, scratch);
+  } else if (dtype == DType::Float32 && !spec.stochastic && spec.kind == CodecKind::Int4) {
+    project_int_nearest<kern::Int4Grid>(spec, static_cast<float*>(x), n, counter_base, scratch);
+  } else {
+    scratch.resize(codec_encoded_bytes(spec, n));
+    codec_encode(spec, dtype, x, n, scratch.data(), counter_base);
+    codec_decode(spec, dtype, scratch.data(), n, x);
+  }
+}
 
 void codec_error_feedback(const CodecSpec& spec, float* grad, float* residual, size_t n, uint64_t counter_base) {
   check_codec(spec, DType::Float32);

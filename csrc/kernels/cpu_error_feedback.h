@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/cpu_codecs.h"
 
@@ -16,5 +17,12 @@ namespace commlib {
 // grad and residual: n float32 each, not overlapping. Throws std::invalid_argument naming the
 // argument for a spec no codec takes.
 void codec_error_feedback(const CodecSpec& spec, float* grad, float* residual, size_t n, uint64_t counter_base = 0);
+
+// x = decode(encode(x)) in place (the codec's projection, what the compressed lowering applies to a
+// sum it makes), bit for bit codec_encode then codec_decode: float32 int8/int4 under nearest
+// rounding in error feedback's loop per finite block (no codes written and read back), every other
+// codec, dtype, rounding or block through those two. `scratch` holds encoded bytes between calls.
+void codec_project(const CodecSpec& spec, DType dtype, void* x, size_t n, uint64_t counter_base,
+                   std::vector<uint8_t>& scratch);
 
 }  // namespace commlib

@@ -82,3 +82,47 @@ def test_fused_error_feedback_matches_the_composition(codec):
                         assert np.array_equal(g.view(np.uint32), want_q.view(np.uint32)), f"{what}: grad differs"
                         same = (r.view(np.uint32) == want_r.view(np.uint32)) | (np.isnan(r) & np.isnan(want_r))
                         assert same.all(), f"{what}: residual differs at {np.nonzero(~same)[0][:5]}"
+
+
+@pytest.mark.parametrize("codec", NAMES)
+def test_projection_in_place_matches_encode_then_decode(codec):
+    """codec_project (the compressed lowering's projection of a sum: int8/int4 nearest on float32
+    in error feedback's loop, the rest through the codec) leaves the bits decode(encode(x)) gives,
+    for every dtype x block size x rounding, NaN/Inf blocks and counts inside a block included."""
+    from commlib import _C
+    from commlib.core import call_spec
+    with np.errstate(over="ignore", invalid="ignore"):
+        for dtype in DTYPES:
+            for block in BLOCKS if codec != "bf16" else (32,):
+                for rounding in ("nearest", "stochastic"):
+                    c = Codec(codec, block, rounding, seed=5)
+                    for count in COUNTS:
+                        x = as_dtype(awkward(count, count + 2 * block), dtype)
+                        want = c.decode(c.encode(x, dtype, counter_base=9), count, dtype)
+                        got = x.copy()
+                        _C.codec_project(codec, block, rounding, 5, call_spec.dtype(dtype), got, 9)
+                        assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), \
+                            f"{codec} {dtype} block {block} {rounding} n={count}: projection differs"
+
+
+@pytest.mark.parametrize("codec", NAMES)
+def test_encode_with_projection_matches_encode_then_decode(codec):
+    """codec_encode_project (a send's encoding and the sender's projection in one pass: int8/int4
+    nearest on float32 write each block's decoded values as they code it) gives encode's bytes and
+    leaves decode(encode(x)) in x, bit for bit, NaN/Inf blocks and counts inside a block included."""
+    from commlib import _C
+    from commlib.core import call_spec
+    with np.errstate(over="ignore", invalid="ignore"):
+        for dtype in DTYPES:
+            for block in BLOCKS if codec != "bf16" else (32,):
+                for rounding in ("nearest", "stochastic"):
+                    c = Codec(codec, block, rounding, seed=5)
+                    for count in COUNTS:
+                        x = as_dtype(awkward(count, count + 3 * block), dtype)
+                        want_bytes = c.encode(x, dtype, counter_base=9)
+                        want = c.decode(want_bytes, count, dtype)
+                        got = x.copy()
+                        got_bytes = _C.codec_encode_project(codec, block, rounding, 5, call_spec.dtype(dtype), got, 9)
+                        what = f"{codec} {dtype} block {block} {rounding} n={count}"
+                        assert np.array_equal(got_bytes, want_bytes), f"{what}: bytes differ"
+                        assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), f"{what}: projection differs"

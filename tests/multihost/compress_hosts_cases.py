@@ -75,6 +75,13 @@ def one_host_is_exact(comm):
         comm.all_reduce(b, algorithm=algo)
         if not np.array_equal(a, b):
             differ.append(f"all_reduce {algo}")
+        # out of place: the raw recv_reduce reduces from the input into the output (the executor's
+        # own path since session 18, no staging copy)
+        a, b = np.zeros_like(x), np.zeros_like(x)
+        comm.all_reduce(x, out=a, algorithm=algo, compress=Codec("int4", inter_only=True))
+        comm.all_reduce(x, out=b, algorithm=algo)
+        if not np.array_equal(a, b):
+            differ.append(f"all_reduce {algo} out of place")
         out_a, out_b = np.zeros(1000 * p, np.float32), np.zeros(1000 * p, np.float32)
         comm.all_gather(out_a, x, algorithm="ring", compress=Codec("int4", inter_only=True))
         comm.all_gather(out_b, x, algorithm="ring")

@@ -1,7 +1,8 @@
 """DDP communication hooks on commlib groups (commlib.torch.hooks, docs/compression.md): TinyGPT
-trained with the compressed all_reduce hook and error feedback, and with torch's own PowerSGD
-hook, ends within the stated loss of DDP's default hook (mean of the last 4 of 24 steps within 2%;
-PowerSGD rank 4: 5%), with bitwise-identical parameters on every rank. Losses, never times."""
+trained with the compressed all_reduce hook and error feedback, with commlib's PowerSGD hook on
+several buckets, and with torch's own PowerSGD hook (one bucket), ends within the stated loss of
+DDP's default hook (mean of the last 4 of 24 steps within 2%; PowerSGD rank 4: 5%), with
+bitwise-identical parameters on every rank. Losses and counted bytes, never times."""
 import os
 import sys
 
@@ -16,7 +17,10 @@ torch = pytest.importorskip("torch")
 import backend_compress_cases as cases  # noqa: E402
 from commlib.testing import get_pool  # noqa: E402
 
-TOLERANCE = {"ef_int8": 0.02, "ef_int4": 0.02, "powersgd": 0.05}
+# commlib_powersgd_unused: with DDP's find_unused_parameters, whose own all_reduce follows the last
+# bucket's hook (without the hook's wait for its queue it interleaves: a MismatchError)
+TOLERANCE = {"ef_int8": 0.02, "ef_int4": 0.02, "commlib_powersgd": 0.05, "commlib_powersgd_unused": 0.05,
+             "powersgd": 0.05}
 
 
 def _tail(losses):
@@ -27,16 +31,19 @@ def _tail(losses):
 @pytest.mark.parametrize("n", [2])  # DataParallel with error feedback: 4 ranks (tests/parallel)
 def test_compressed_hooks_train_like_the_default_hook(n):
     pool = get_pool(n)
-    plain, _, plain_params = pool.run(cases.case_tinygpt_ddp, "plain", timeout=150)[0]
+    plain, _, plain_params, (plain_sent, _) = pool.run(cases.case_tinygpt_ddp, "plain", timeout=150)[0]
     assert plain[-1] < plain[0] * 0.8, "the default hook's run did not learn"
     for variant, tol in TOLERANCE.items():
         results = pool.run(cases.case_tinygpt_ddp, variant, timeout=150)
-        losses, residuals, params = results[0]
+        losses, residuals, params, (sent, buckets) = results[0]
         assert abs(_tail(losses) - _tail(plain)) <= tol * _tail(plain), (variant, losses, plain)
-        assert all(p == params for _, _, p in results), f"{variant}: parameters differ across ranks"
+        assert all(r[2] == params for r in results), f"{variant}: parameters differ across ranks"
         assert params != plain_params, f"{variant}: trained exactly as uncompressed (nothing was compressed)"
-        if variant.startswith("ef_"):
-            assert residuals and all(x > 0 for x in residuals), (variant, residuals)
+        if variant.startswith(("ef_", "commlib_powersgd")):
+            assert residuals and all(x > 0 for x in residuals), (variant, residuals)  # error feedback ran
+        if variant.startswith("commlib_powersgd"):  # several buckets, and low rank: far fewer bytes
+            assert buckets >= 2, buckets
+            assert sent < 0.5 * plain_sent, (sent, plain_sent)
 
 
 def test_hook_arguments_are_named():
