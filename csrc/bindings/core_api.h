@@ -70,7 +70,7 @@ struct CoreApi {
 
   // -- device calls (issue #44: the torch backend's CUDA tensors), appended: the layout above is
   // unchanged. `cache`: a communicator's device call cache (DeviceRoute.fast_calls_address,
-  // bindings/device_fast_call.cc), filled by the Python path after a call passed its checks.
+  // bindings/device_call_cache.h), filled by the Python path after a call passed its checks.
   // A collective on device buffers: `call` as the Python path's arguments describe it (addresses,
   // count, dtype, op, root, the requested algorithm), `kind_in`/`kind_out` the buffers' kinds
   // (bindings/buffer_view.h BufferKind: 2 emulated, 3 CUDA; 0 for an output the method does not

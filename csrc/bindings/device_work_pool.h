@@ -1,5 +1,5 @@
 // The work handles of the C++ entry's async device calls, reused (issue #37, item 2): a steady
-// async call through bindings/device_fast_call.cc allocates nothing. A handle returned to Python is
+// async call through bindings/device_call_cache.h allocates nothing. A handle returned to Python is
 // a pybind11 object holding a stream/device_work.h DeviceWork; making one per call cost two heap
 // allocations (the DeviceWork and pybind11's registration of the new Python object in its instance
 // map). The pool keeps the handles it made, and a call re-arms one that nothing else holds

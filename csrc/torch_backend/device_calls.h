@@ -1,7 +1,7 @@
 // CUDA tensors on the C++ backend (issue #44): a collective on CUDA tensors is enqueued on the
 // caller's current stream by the stream engine, as torch's NCCL backend orders its calls, with no
 // Python on a steady call's path: the backend builds the call as the Python path would describe
-// it and offers it to the communicator's device call cache (bindings/device_fast_call.cc) through
+// it and offers it to the communicator's device call cache (bindings/device_call_cache.h) through
 // the core's table (core_api.h device_collective). The cache holds only calls the Python path has
 // checked and run once (its checks own every error message), so the first call of each shape
 // (buffers, count, dtype, op, root, stream) is handed to the Python backend, which runs it and
