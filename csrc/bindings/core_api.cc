@@ -9,6 +9,7 @@
 #include "bindings/fast_call.h"
 #include "host/communicator.h"
 #include "stream/device_work.h"
+#include "stream/stream_engine.h"
 #include "schedule/registry.h"
 
 namespace py = pybind11;
@@ -150,12 +151,25 @@ bool api_device_work_of(PyObject* obj, std::shared_ptr<DeviceWork>* work) {
   }
 }
 
+void api_device_ticket(const std::shared_ptr<DeviceWork>& work, DeviceTicket* ticket) {
+  if (!work || work->captured()) {
+    *ticket = DeviceTicket{};
+    return;
+  }
+  *ticket = DeviceTicket{work->engine(), work->seq()};
+}
+
+bool api_device_ticket_retired(const DeviceTicket& t) {
+  return t.seq == 0 || static_cast<const StreamEngine*>(t.engine.get())->retired(t.seq);
+}
+
 const CoreApi g_api = {kCoreApiVersion,      api_collective,           api_p2p,
                        api_recv_any,         api_wait,                 api_is_completed,
                        api_algorithm_index,  api_rank,                 api_size,
                        api_abort,            python_error_class,       api_device_collective,
                        api_device_known_complete, api_device_is_completed, api_device_synchronize,
-                       api_device_p2p,       api_device_work_of};
+                       api_device_p2p,       api_device_work_of,       api_device_ticket,
+                       api_device_ticket_retired};
 
 }  // namespace
 

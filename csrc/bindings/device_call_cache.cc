@@ -5,6 +5,7 @@
 #include <exception>
 #include <utility>
 
+#include "bindings/bindings.h"
 #include "bindings/gil.h"
 
 namespace py = pybind11;
@@ -59,6 +60,7 @@ void DeviceCallCache::forget() {
     streams_.clear();
   }
   works_.clear();
+  native_works_.clear();
 }
 
 void DeviceCallCache::clear() {
@@ -69,6 +71,7 @@ void DeviceCallCache::clear() {
   }
   while (!pending_.empty()) pop_held();
   works_.clear();
+  native_works_.clear();
   last_engine = nullptr;
 }
 

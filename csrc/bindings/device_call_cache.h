@@ -94,8 +94,8 @@ class DeviceCallCache {
   // The same lookup for a caller without the GIL (the torch backend's C++ path, core_api.h's
   // device_collective; device_call_native.cc): `k` built from its tensors as key_of would read
   // them. Always enqueues with a work handle (the caller holds its tensors until the work is known
-  // complete: nothing of Python's is touched here). False when the cache holds no such call
-  // (nothing ran).
+  // complete: nothing of Python's is touched here), a pooled one nobody owns re-armed where there
+  // is one (NativeWorkPool). False when the cache holds no such call (nothing ran).
   bool run_native(const CallKey& k, std::shared_ptr<DeviceWork>* work);
 
   std::shared_ptr<StreamEngine> last_engine;  // of the last call run here
@@ -136,6 +136,7 @@ class DeviceCallCache {
   }
   RingQueue<Held> pending_;       // (a ring: no allocation per call in a steady state)
   DeviceWorkPool works_;          // async calls' handles, reused (under the GIL)
+  NativeWorkPool native_works_;   // C++ callers' works, reused (its own lock)
 };
 
 }  // namespace commlib

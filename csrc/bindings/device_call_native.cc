@@ -1,6 +1,7 @@
 // The device call cache for C++ callers without the GIL (bindings/device_call_cache.h): the torch
 // backend's CUDA tensors through core_api.h's device_collective and device_p2p, with nothing of
-// Python's touched (the caller holds its tensors until the work is known complete).
+// Python's touched (the caller holds its tensors until the work is known complete), and the works
+// of steady calls reused (bindings/device_work_pool.h, NativeWorkPool).
 #include <optional>
 #include <utility>
 #include <vector>
@@ -24,7 +25,15 @@ bool DeviceCallCache::run_native(const CallKey& k, std::shared_ptr<DeviceWork>* 
     if (it == entries_.end()) return false;
     hit.emplace(Hit{it->second.engine, it->second.call, it->second.stream});
   }
-  *work = hit->engine->collective(hit->call, *hit->stream);
+  // A pooled work nobody owns any more, re-armed for this call (no allocation); else one made and
+  // pooled (issue #37, item 2). A call that raises leaves a re-armed one as it was (collective_into).
+  if (std::shared_ptr<DeviceWork> reused = native_works_.take()) {
+    hit->engine->collective_into(hit->call, *hit->stream, *reused);
+    *work = std::move(reused);
+  } else {
+    *work = hit->engine->collective(hit->call, *hit->stream);
+    native_works_.adopt(*work);
+  }
   DeviceCallCounts::native_hits.fetch_add(1, std::memory_order_relaxed);
   return true;
 }

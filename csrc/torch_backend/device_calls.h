@@ -92,15 +92,16 @@ class DeviceCalls {
   // backend, whose communicator publishes the cache's address once it made its device route.
   int offer(const pybind11::object& group, const CollectiveCall& call, uint8_t kind, uint8_t kind_out, int device,
             uintptr_t stream, std::shared_ptr<DeviceWork>* work, CoreError* err);
-  // Holds `tensors` until `work` is retired (released on later calls, or at clear()).
-  void hold(std::shared_ptr<DeviceWork> work, std::vector<at::Tensor> tensors);
+  // Holds `tensors` until `work`'s call retired (released on later calls, or at clear()), by its
+  // retire ticket (core_api.h device_ticket), not the work itself.
+  void hold(const std::shared_ptr<DeviceWork>& work, std::vector<at::Tensor> tensors);
   void clear();
   size_t held();
   // The communicator's device call cache (null before its first device call). May take the GIL.
   void* cache(const pybind11::object& group);
 
  private:
-  using Held = std::deque<std::pair<std::shared_ptr<DeviceWork>, std::vector<at::Tensor>>>;
+  using Held = std::deque<std::pair<DeviceTicket, std::vector<at::Tensor>>>;
   Held take_retired();  // (under mu_; the caller releases them after it)
   const CoreApi* api_;
   std::atomic<void*> cache_{nullptr};  // DeviceCallCache*, kept alive by the group's communicator

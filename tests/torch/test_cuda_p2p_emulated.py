@@ -66,6 +66,20 @@ def test_the_cpp_backend_runs_cached_device_calls_itself(pool):
     assert pool(2, env=ENV).run(native_device_cases.cached_calls_run_from_cpp) == [[]] * 2
 
 
+def test_the_cpp_backends_steady_device_calls_allocate_nothing_in_the_core(pool):
+    # Its works are pooled and re-armed (bindings/device_work_pool.h, NativeWorkPool): no DeviceWork
+    # made per steady call (one per call when every call made its own). The per-call queues grow
+    # only when they double past their largest size (common/ring_queue.h): a handful at most.
+    from commlib.torch import native
+    if native.load() is None:
+        pytest.skip("commlib._C_torch was not built")
+    n = 200
+    for allocs, hits, right in pool(2, env=ENV).run(native_device_cases.steady_cpp_calls_allocate_nothing, n,
+                                                     timeout=120):
+        assert right and hits == n, (hits, right)
+        assert 0 <= allocs <= 6, allocs
+
+
 def test_the_cpp_backend_runs_device_sends_and_receives_itself(pool):
     # CUDA sends and receives on the C++ backend: held back and batched in C++, enqueued through
     # the core's table on a stream the device route has run a call on; so is an uneven all_to_all_single.
