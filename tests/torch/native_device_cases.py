@@ -101,7 +101,7 @@ def steady_cpp_calls_allocate_nothing(comm, n=200, kept=8):
     side (DeviceCallCache::run_native) re-arms a pooled DeviceWork that nobody owns any more instead
     of making one (bindings/device_work_pool.h, NativeWorkPool). (commlib's heap allocations on
     this thread in the n calls: _C.thread_allocations, which counts _C's code only, not the c10d
-    Work _C_torch makes; C++ entry hits; results right.)"""
+    Work _C_torch makes; C++ entry hits; results right; the emulated driver calls of the n calls.)"""
     P, r = comm.size, comm.rank
     pg = ProcessGroupCommlib(comm.split(0), r, P)
     backend = native.wrap(pg)
@@ -112,17 +112,20 @@ def steady_cpp_calls_allocate_nothing(comm, n=200, kept=8):
     for _ in range(2 * kept):
         held.append(_seam(backend, "all_gather", 7, inp, out))
     hits = _C.device_native_counts()[1]
+    before = _C.emulated_thread_driver_calls()  # (its map is an allocation: outside the count)
     allocs = _C.thread_allocations()
     for _ in range(n):
         held.append(_seam(backend, "all_gather", 7, inp, out))
     allocs = _C.thread_allocations() - allocs
+    after = _C.emulated_thread_driver_calls()
+    calls = {k: after.get(k, 0) - before.get(k, 0) for k in after if after.get(k, 0) != before.get(k, 0)}
     hits = _C.device_native_counts()[1] - hits
     held[-1].synchronize()
     want = np.concatenate([np.arange(7, dtype=np.float32) + 100 * q for q in range(P)])
     right = bool((out.numpy() == want).all()) and all(w.is_completed() for w in held)
     held.clear()
     pg.shutdown()
-    return allocs, hits, right
+    return allocs, hits, right, calls
 
 
 P2P_DEVICE = 5  # a device no other case of the pool's processes sets up an engine on
