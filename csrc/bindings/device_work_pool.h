@@ -63,7 +63,7 @@ class DeviceWorkPool {
         }
         if (!dropped) {  // out of the pool: the last slot takes its place (looked at next)
           dropped = std::move(s.handle);
-          s = std::move(slots_.back());
+          if (&s != &slots_.back()) s = std::move(slots_.back());
           slots_.pop_back();
           continue;
         }
