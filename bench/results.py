@@ -8,7 +8,8 @@ bench/RESULTS_collectives.md (the figures behind issue 3's targets).
     python bench/results.py --from-csv bench/results/summary.csv   # the same from the summary in git
 
 Each world size is one ``commlib bench`` run (its own gloo and MPI jobs, same sizes), so every
-ratio compares numbers of one run. Unless ``--no-tune``, auto's tuning file is first rebuilt from
+ratio compares numbers of one run. The MPI peer is installed first (scripts/install_mpi.sh, as
+scripts/bench.sh does); where it cannot be, the script stops unless ``--peers`` leaves MPI out. Unless ``--no-tune``, auto's tuning file is first rebuilt from
 ``--tune-runs`` commlib-only runs per world size (default 1) of ``--tune-passes`` passes (default 2,
 each row its lowest median over them, as in the reported runs; a burst of load in one pass does not
 decide) with single-copy reads off and on, merged by ``commlib tune`` (median over runs), and the
@@ -50,6 +51,35 @@ def run_bench(P, out_dir, tune, extra, name=None, env=None):
     rc = subprocess.call(cmd, env=env)
     print(f"# np {P}: exit {rc} in {time.monotonic() - t0:.0f} s", flush=True)
     return path, rc, time.monotonic() - t0
+
+
+def compared_peers(extra):
+    """The peers the measured runs compare with: ``--peers`` among the arguments passed on to
+    ``commlib bench``, else its default (gloo and MPI)."""
+    peers = "gloo,mpi"
+    for i, x in enumerate(extra):
+        if x == "--peers" and i + 1 < len(extra):
+            peers = extra[i + 1]
+        elif x.startswith("--peers="):
+            peers = x.partition("=")[2]
+    return [p for p in peers.split(",") if p]
+
+
+def ensure_mpi(extra, install=os.path.join(ROOT, "scripts", "install_mpi.sh")):
+    """None when the runs leave MPI out or the MPI peer is usable, after ``install`` (the script
+    scripts/bench.sh runs: OpenMPI and mpi4py); else why not. A venv rebuilt by setup.sh loses
+    mpi4py, and every MPI row of the results would then say "not measured"."""
+    if "mpi" not in compared_peers(extra):
+        return None
+    rc = subprocess.call(["bash", install])
+    probe = ("from commlib.bench import mpi_peer; ok, why = mpi_peer.available(); print(why); "
+             "raise SystemExit(0 if ok else 1)")
+    got = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")))
+    if rc == 0 and got.returncode == 0:
+        return None
+    return (f"the MPI peer is not usable ({install} exit {rc}; {got.stdout.strip() or got.stderr.strip()}): "
+            f"install it, or leave it out with --peers gloo (or --peers none)")
 
 
 def _mem(datas):
@@ -146,6 +176,10 @@ def main(argv=None):
         paths = a.from_json
         commands = [json.load(open(x)).get("command", "") for x in paths]
     else:
+        missing = ensure_mpi(extra)
+        if missing:
+            print(f"results.py: {missing}", file=sys.stderr)
+            return 2
         os.makedirs(a.out_dir, exist_ok=True)
         if not a.no_tune:
             tune_dir = os.path.join(a.out_dir, "tune")
@@ -175,7 +209,9 @@ def main(argv=None):
                 commands.append(json.load(open(path)).get("command", "") + f"    # {secs:.0f} s, exit {rc}")
         if a.large and 2 in a.np:  # all_reduce busbw at 16-64 MiB, 2 ranks (issue 3's T2)
             path, rc, secs = run_bench(2, a.out_dir, False, ["all_reduce", "-b", "16M", "-e", "64M", "-f", "2",
-                                                            "-n", "10", "--mode", "in"], name="np2_large")
+                                                            "-n", "10", "--mode", "in", "--peers",
+                                                            ",".join(compared_peers(extra)) or "none"],
+                                     name="np2_large")
             if os.path.exists(path):
                 paths.append(path)
                 commands.append(json.load(open(path)).get("command", "") + f"    # {secs:.0f} s, exit {rc}")

@@ -2,10 +2,13 @@
 it (commlib/bench/sweep.py: ``fn()`` between two ``perf_counter`` reads, back to back), for commlib
 and Open MPI, so the bench's median of the slowest rank's time per call can be taken apart: each
 rank's median and 10th/90th percentiles (the software cost of a call that does not wait, and how
-often calls wait) and the loop average (total time / calls: the throughput).
+often calls wait), the loop average (total time / calls: the throughput), each rank's context
+switches per call (sleeps on a futex, and switches out by preemption or a yield that gave the core)
+and where the ranks ran (each one's core at the end, and its moves between cores during the loop).
 
     python bench/small_call_ranks.py broadcast --np 4 --calls 3000     # commlib, then MPI
     python bench/small_call_ranks.py barrier --backends commlib
+    python bench/small_call_ranks.py barrier --pin      # each rank bound to one core, spread
 
 docs/transports.md "Flag calls" quotes it. A rank process runs ``--rank-main``.
 """
@@ -25,9 +28,29 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
-def rank_main(backend, coll, calls, reps):
+def context_switches():
+    """(voluntary, involuntary) context switches of this process so far: a voluntary one is a
+    sleep (FUTEX_WAIT), an involuntary one a preemption or a sched_yield that gave the core away."""
+    with open("/proc/self/status") as f:
+        got = dict(line.split(":", 1) for line in f if "ctxt_switches" in line)
+    return float(got["voluntary_ctxt_switches"]), float(got["nonvoluntary_ctxt_switches"])
+
+
+def placement():
+    """(the core this process last ran on, its migrations between cores so far) from /proc."""
+    with open("/proc/self/stat") as f:
+        cpu = float(f.read().rsplit(")", 1)[1].split()[36])  # field 39; the name may hold spaces
+    with open("/proc/self/sched") as f:
+        moves = next((float(line.split(":")[1]) for line in f if line.startswith("se.nr_migrations")), -1.0)
+    return cpu, moves
+
+
+def rank_main(backend, coll, calls, reps, pin=False):
     from commlib.bench.rank_process import _make_backend
     b = _make_backend(backend)
+    if pin:  # rank r on the (r * cores / ranks)-th core of this process's set, for either library
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[b.rank * len(cpus) // b.size]})
     buf = np.ones(2, np.float32)
     if backend == "mpi":
         fn = functools.partial(b.comm.Bcast, buf, 0) if coll == "broadcast" else b.comm.Barrier
@@ -39,20 +62,27 @@ def rank_main(backend, coll, calls, reps):
             fn()
         b.barrier()
         ts = [0.0] * calls
+        sw0 = context_switches()
+        moves0 = placement()[1]
         t_loop = pc()
         for j in range(calls):
             t0 = pc()
             fn()
             ts[j] = pc() - t0
         loop = pc() - t_loop
-        st = b.gather_stats(np.array(ts + [loop], np.float64))
+        sw = [(b_ - a_) / calls for a_, b_ in zip(sw0, context_switches())]
+        cpu, moves = placement()
+        st = b.gather_stats(np.array(ts + [loop] + sw + [cpu, moves - moves0], np.float64))
         if b.rank == 0:
             per = st[:, :calls] * 1e6
             us = lambda xs: "/".join(f"{x:.2f}" for x in xs)  # noqa: E731
             print(f"{backend} {coll} rep {rep}: median of the slowest rank per call "
                   f"{np.median(per.max(axis=0)):.2f} us; per rank: median {us(np.median(per, axis=1))}, "
                   f"p10 {us(np.percentile(per, 10, axis=1))}, p90 {us(np.percentile(per, 90, axis=1))}; "
-                  f"loop average {st[:, calls].max() / calls * 1e6:.2f} us", flush=True)
+                  f"loop average {st[:, calls].max() / calls * 1e6:.2f} us; per call: sleeps "
+                  f"{us(st[:, calls + 1])}, switched out {us(st[:, calls + 2])}; each rank's core at the end "
+                  f"{'/'.join(str(int(c)) for c in st[:, calls + 3])}, moves between cores "
+                  f"{'/'.join(str(int(c)) for c in st[:, calls + 4])}", flush=True)
     close = getattr(b.comm, "close", None)
     if backend == "commlib" and close:
         close()
@@ -65,12 +95,16 @@ def main(argv=None):
     p.add_argument("--calls", type=int, default=3000)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--backends", default="commlib,mpi")
+    p.add_argument("--pin", action="store_true",
+                   help="bind each rank to one core, spread evenly (separates the wait from where the "
+                        "scheduler puts the ranks: unpinned, all four may share one core)")
     p.add_argument("--rank-main", metavar="BACKEND", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.rank_main:
-        return rank_main(a.rank_main, a.collective, a.calls, a.reps)
+        return rank_main(a.rank_main, a.collective, a.calls, a.reps, a.pin)
     os.system("uptime")
     me = [sys.executable, os.path.abspath(__file__), a.collective, "--calls", str(a.calls), "--reps", str(a.reps)]
+    me += ["--pin"] if a.pin else []
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     for backend in a.backends.split(","):
         if backend == "mpi":

@@ -127,8 +127,7 @@ class Communicator(GroupMethods):
 
     def _run(self, coll, algorithm, in_ptr, out_ptr, count, dtype, op, root, scale, async_op, refs,
              stream=None, compress=None):
-        # Buffers on a device (commlib.emulated, CUDA) go to the stream engine: the one place
-        # where the route forks (commlib/core/device_route.py).
+        # Device buffers (emulated, CUDA) go to the stream engine: the route forks only here.
         bufs = device_buffers_of(coll, refs)
         if compress is not None or not bufs:
             check_one_sided_on_host(coll, algorithm, compress)
@@ -314,11 +313,12 @@ class Communicator(GroupMethods):
         return self._run(coll, algorithm, ip, op_ptr, n, dt, "sum", root, 1.0, async_op, (input, output),
                          stream)
 
-    def barrier(self, async_op: bool = False):
-        """Return once every rank has entered the barrier."""
-        if _fast(self._addr, _BARRIER, None, None, "sum", "auto", 0, async_op, None) is None:
+    def barrier(self, async_op: bool = False, algorithm: str = "auto"):
+        """Return once every rank has entered the barrier (``algorithm``: as every collective's)."""
+        if _fast(self._addr, _BARRIER, None, None, "sum", algorithm, 0, async_op, None) is None:
             return None
-        return self._run("barrier", "auto", 0, 0, 0, "uint8", "sum", 0, 1.0, async_op, ())
+        check_algorithm("barrier", algorithm)
+        return self._run("barrier", algorithm, 0, 0, 0, "uint8", "sum", 0, 1.0, async_op, ())
 
     # -- point to point -----------------------------------------------------------------------
     def send(self, tensor, peer: int, async_op: bool = False, stream=None):

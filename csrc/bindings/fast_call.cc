@@ -55,11 +55,9 @@ bool call_of(Collective coll, int P, int me, PyObject* op_obj, PyObject* algo_ob
     if (overflow || root < 0 || root >= P) return PyErr_Clear(), false;
     call.root = static_cast<int>(root);
   }
-  if (coll != Collective::Barrier) {
-    const int algo = parse_algorithm_name(coll, algo_obj);
-    if (algo < 0) return false;
-    call.algo = static_cast<uint8_t>(algo);
-  }
+  const int algo = parse_algorithm_name(coll, algo_obj);  // barrier's too: "auto" is the flags
+  if (algo < 0) return false;
+  call.algo = static_cast<uint8_t>(algo);
   if (collective_reduces(coll)) {
     if (!parse_op_name(op_obj, &call.op)) return false;
     if (call.op == RedOp::PremulSum) {

@@ -103,14 +103,21 @@ void Executor::flag_broadcast(const char* src, char* dst, size_t bytes, int root
 void Executor::flag_barrier(const CallDesc& call) {
   SharedFlags& f = *t_.shared_flags();
   const uint64_t n = ++flag_calls_;
-  f.complete(n, -1);
-  wait_flags(
-      [&] {
-        for (int p = 0; p < t_.size(); ++p)
-          if (p != t_.rank() && f.completed(p) < n) return false;
-        return true;
-      },
-      OpKind::Recv, -1, 0, call);
+  auto everyone_arrived = [&] {
+    for (int p = 0; p < t_.size(); ++p)
+      if (p != t_.rank() && f.completed(p) < n) return false;
+    return true;
+  };
+  // Only the arrival that completes the barrier wakes the waiting ranks: an earlier one would only
+  // send them round their checks again. The rank whose store comes last (the stores and loads are
+  // sequentially consistent) sees every other arrival, so at least one rank rings; a waiter that it
+  // does not see waiting sees its arrival instead (SharedFlags::set_waiting), so no wake is lost.
+  f.complete(n, SharedFlags::kWakeNone);
+  if (everyone_arrived()) {
+    f.complete(n, SharedFlags::kWakeAll);
+    return;
+  }
+  wait_flags(everyone_arrived, OpKind::Recv, -1, 0, call);
 }
 
 }  // namespace commlib

@@ -67,7 +67,10 @@ class SharedFlags {
   virtual int slots() const = 0;  // per rank: writes a root may have ahead of its slowest reader
   // The last flag call `rank` completed (its counter).
   virtual uint64_t completed(int rank) const = 0;
-  // This rank completed flag call n; rings `wake` (-1: every peer) if it is waiting (set_waiting).
+  // This rank completed flag call n; rings `wake` (kWakeAll: every peer; kWakeNone: no one) if it
+  // is waiting (set_waiting).
+  static constexpr int kWakeAll = -1;
+  static constexpr int kWakeNone = -2;
   virtual void complete(uint64_t n, int wake) = 0;
   // Publishes this rank's slot `index` (0..slots()-1) as flag call n (bytes <= max_bytes) and rings
   // every waiting peer.

@@ -37,3 +37,25 @@ def test_summary_in_git_regenerates_the_results_markdown():
     commands, runs = summary.read(path)
     assert commands and {d["world_size"] for _, d in runs} >= {2, 4, 8}
     assert all(r["time_us"]["median"] > 0 for _, d in runs for r in d["results"])
+
+
+def test_results_script_installs_the_mpi_peer_or_stops(tmp_path, monkeypatch):
+    """bench/results.py runs scripts/install_mpi.sh (as scripts/bench.sh does) when its runs compare
+    with MPI, and stops before measuring anything where MPI cannot be had, unless --peers leaves it
+    out (a venv rebuilt by setup.sh lost mpi4py and every MPI row said "not measured")."""
+    import results
+    failing = tmp_path / "install.sh"
+    failing.write_text("exit 1\n")
+    assert results.compared_peers([]) == ["gloo", "mpi"]
+    assert results.compared_peers(["all_reduce", "--peers", "gloo"]) == ["gloo"]
+    assert results.compared_peers(["--peers=none"]) == ["none"]
+    assert results.ensure_mpi(["--peers", "gloo"], install=str(tmp_path / "absent.sh")) is None
+    why = results.ensure_mpi([], install=str(failing))
+    assert why and "exit 1" in why and "--peers" in why, why
+
+    def no_runs(*a, **k):
+        raise AssertionError("measured without the MPI peer")
+    monkeypatch.setattr(results, "run_bench", no_runs)
+    monkeypatch.setattr(results, "ensure_mpi", lambda extra: "no MPI here")
+    assert results.main(["--np", "2", "--no-tune", "--out-dir", str(tmp_path / "out")]) == 2
+    assert not (tmp_path / "out").exists()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import time
 
 import numpy as np
 
@@ -284,11 +285,30 @@ def check_collective(comm, collective, large_only=False, small_only=False):
     if collective in ("all_reduce", "reduce_scatter", "reduce"):
         return check_reducing(comm, collective, large_only, small_only)
     if collective == "barrier":
-        for algo in commlib.algorithms("barrier"):
-            for _ in range(20):
-                comm.barrier()
-        return [], []
+        return check_barrier(comm), []
     return check_moving(comm, collective, large_only, small_only)
+
+
+def check_barrier(comm, rounds=20):
+    """auto (on one host the shared-memory flags) and every named schedule, ``rounds`` each: no
+    rank may leave a round before the last rank entered it (CLOCK_MONOTONIC is one clock for all
+    the processes of a host; the stamps are taken outside the call, so a right barrier never fails).
+    In round i rank i mod P enters 1 ms late, so a barrier that lets ranks through early shows."""
+    algos = ["auto"] + list(commlib.algorithms("barrier"))
+    stamps = np.zeros((len(algos), rounds, 2), np.int64)
+    for a, algo in enumerate(algos):
+        for i in range(rounds):
+            if i % comm.size == comm.rank:
+                time.sleep(0.001)
+            stamps[a, i, 0] = time.monotonic_ns()
+            comm.barrier(algorithm=algo)
+            stamps[a, i, 1] = time.monotonic_ns()
+    every = np.empty(comm.size * stamps.size, np.int64)
+    comm.all_gather(every, stamps.ravel(), "ring")
+    every = every.reshape(comm.size, len(algos), rounds, 2)
+    last_in, first_out = every[..., 0].max(axis=0), every[..., 1].min(axis=0)
+    return [f"barrier {algos[a]} round {i} on rank {comm.rank}: a rank left {last_in[a, i] - first_out[a, i]} ns "
+            f"before the last one entered" for a, i in zip(*np.nonzero(first_out < last_in))][:MAX_RECORDED]
 
 
 def check_p2p(comm):

@@ -1,6 +1,6 @@
 """Rank-side cases of the shared-memory flag calls (auto's small broadcast and barrier on one
 host, csrc/host/flag_calls.cc): barrier ordering, a broadcast whose ranks disagree on the count,
-and a root that dies before it writes."""
+and a root that dies before it writes (and so never arrives at a barrier)."""
 from __future__ import annotations
 
 import os
@@ -43,14 +43,16 @@ def broadcast_count_mismatch(comm):
 
 def root_dies_before_writing(comm, victim):
     """``victim`` (the root) is SIGKILLed before its broadcast; the others wait on its slot and must
-    raise PeerError naming it and the call."""
+    raise PeerError naming it and the call. Then each survivor enters a flag barrier of ``comm``
+    (the victim is one of its ranks too, and never arrives): PeerError naming it and the barrier."""
     sub = comm.split(0, timeout=20)
     x = np.ones(4, np.float32)
     sub.broadcast(x, root=victim)
+    comm.barrier()
     if sub.rank == victim:
         os.kill(os.getpid(), signal.SIGKILL)
     threading.Event().wait(0.2)
-    return survivor_outcome(lambda: sub.broadcast(x, root=victim))
+    return survivor_outcome(lambda: sub.broadcast(x, root=victim)), survivor_outcome(comm.barrier)
 
 
 def broadcast_rotating_roots(comm, calls=100):

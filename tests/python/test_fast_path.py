@@ -47,6 +47,7 @@ def test_declines_what_it_does_not_handle(comm1):
         _fast(comm1, "broadcast", x, root=True),                        # bool is not a rank
         _fast(comm1, "all_gather", x, np.ones(3, np.float32)),          # wrong output size
         _fast(comm1, "gather", x, None),                                # root without output
+        _fast(comm1, "barrier", None, algorithm="bogus"),               # barrier's algorithm too
     ]
     ro = np.ones(4, np.float32)
     ro.flags.writeable = False
@@ -60,6 +61,8 @@ def test_general_path_still_explains_errors(comm1):
         comm1.all_reduce(x, op="bogus")
     with pytest.raises(ValueError, match="^algorithm: unknown all_reduce algorithm 'bogus'"):
         comm1.all_reduce(x, algorithm="bogus")
+    with pytest.raises(ValueError, match="^algorithm: unknown barrier algorithm 'bogus'"):
+        comm1.barrier(algorithm="bogus")
     with pytest.raises(ValueError, match="^out: has 5 elements"):
         comm1.all_reduce(x, out=np.ones(5, np.float32))
     with pytest.raises(ValueError, match="^root: 3 is out of range"):

@@ -15,14 +15,19 @@ class ShmFlags final : public SharedFlags {
   size_t max_bytes() const override { return kFlagSlotBytes; }
   int slots() const override { return kFlagSlots; }
 
+  // The stores of a counter or slot and the loads of the peers' flags_waiting are seq_cst, as are
+  // set_waiting's store and the waiter's loads of counters and slots after it (completed, holds):
+  // one of the two sides sees the other, by the letter of C++'s model (a store-load pair on each
+  // side needs seq_cst on all four; acquire loads would do on x86 and ARMv8 only). A seq_cst load
+  // is the same instruction as an acquire load on both (mov; ldar), so the loads cost nothing; the
+  // slot's seq_cst store is one xchg more per broadcast on the root.
   uint64_t completed(int rank) const override {
-    return t_.ctl(rank).flags_completed.load(std::memory_order_acquire);
+    return t_.ctl(rank).flags_completed.load(std::memory_order_seq_cst);
   }
 
-  // The stores of a counter or slot and the loads of the peers' flags_waiting are seq_cst, as are
-  // set_waiting's store and the waiter's loads after it: one of the two sides sees the other.
   void complete(uint64_t n, int wake) override {
     t_.ctl(t_.rank_).flags_completed.store(n, std::memory_order_seq_cst);
+    if (wake == kWakeNone) return;
     if (wake >= 0) {
       ring_if_waiting(wake);
       return;
@@ -36,12 +41,14 @@ class ShmFlags final : public SharedFlags {
     if (bytes) std::memcpy(s.data, src, bytes);
     s.bytes = bytes;
     s.desc = desc;
-    s.written.store(n, std::memory_order_release);  // the data and its description first
-    complete(n, -1);
+    // The data and its description first; seq_cst (not release) because a reader that set its
+    // waiting flag loads `written` after it: the Dekker pair below needs this store in the order too.
+    s.written.store(n, std::memory_order_seq_cst);
+    complete(n, kWakeAll);
   }
 
   bool holds(int root, int index, uint64_t n) const override {
-    return t_.ctl(root).flag_slots[index].written.load(std::memory_order_acquire) == n;
+    return t_.ctl(root).flag_slots[index].written.load(std::memory_order_seq_cst) == n;
   }
 
   const char* slot(int root, int index, CallDesc* desc, size_t* bytes) const override {

@@ -1,0 +1,108 @@
+"""How far issue 42's T5 (auto within 10% of the best measured algorithm) is a choice and how far
+noise, from several runs of the main job (``scripts/bench.sh``'s report/bench.json, one world size):
+
+    python bench/t5_holdout.py run1.json run2.json ... [--ranks 4] [--table commlib/core/tuning.json]
+
+Prints, per held-out run, the misses of
+- ``auto``: auto's own row (T5 as bench/targets.py counts it);
+- ``table``: the algorithm ``--table`` picks, by that algorithm's own row in the run (T5');
+- ``tuned from n``: a table tuned (``commlib tune``'s rules) from n of the *other* runs, averaged
+  over every choice of them (leave-out: the run judged never tuned the table);
+- ``ceiling``: per point the one algorithm that misses in the fewest of all the runs, the judged
+  one included (no table does better on these runs; with noise, it still misses);
+and how often auto's own row and its algorithm's own row, two measurements of one algorithm in one
+run, differ by more than 10% (the noise of a single row). A miss: > 10% over the run's best, and
+not the best algorithm itself (T5's rule). Auto's flag calls (small broadcasts) count as picked.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import itertools
+import json
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from commlib.bench import report, tuning  # noqa: E402
+from commlib.core import tuning as core_tuning  # noqa: E402
+from commlib.perf.common import core_bytes  # noqa: E402
+
+
+def points(data, P):
+    """{(collective, bytes): comparison row} of one run at ``P`` ranks."""
+    return {(r["collective"], r["bytes"]): r for r in report.comparison(data["results"]) if r["world_size"] == P}
+
+
+def missed(algorithm, row):
+    t = row["times"].get(algorithm)
+    return t is None or (t > 1.10 * row["best_us"] and algorithm != row["best"])
+
+
+def table_misses(table, rows, P):
+    """Misses of ``table``'s picks in one run (auto's flag calls stay flag calls)."""
+    n = 0
+    for (coll, nbytes), r in rows.items():
+        pick = "flags" if r["auto_resolved"] == "flags" else core_tuning.choose(
+            table, coll, core_bytes(coll, nbytes, "float32", r["world_size"]), P)
+        n += missed(pick, r)
+    return n
+
+
+def ceiling(runs):
+    """Per run, the misses of the best fixed algorithm per point, chosen knowing every run."""
+    keys = set.intersection(*[set(r) for r in runs])
+    out = [0] * len(runs)
+    for k in keys:
+        rs = [r[k] for r in runs]
+        algs = set.intersection(*[set(r["times"]) for r in rs])
+        a = min(algs, key=lambda x: (sum(missed(x, r) for r in rs),
+                                     sum(math.log(r["times"][x] / r["best_us"]) for r in rs)))
+        for i, r in enumerate(rs):
+            out[i] += missed(a, r)
+    return out
+
+
+def row_noise(rows):
+    """Points where auto's row and its algorithm's row differ by more than 10%."""
+    return sum(1 for r in rows.values() if r["auto_us"] and r["times"].get(r["auto_resolved"]) and
+               abs(math.log(r["auto_us"] / r["times"][r["auto_resolved"]])) > math.log(1.10))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("runs", nargs="+")
+    p.add_argument("--ranks", type=int, default=4)
+    p.add_argument("--table", default=core_tuning.default_path())
+    a = p.parse_args(argv)
+    datas = [json.load(open(x)) for x in a.runs]
+    rows = [points(d, a.ranks) for d in datas]
+    table = core_tuning.read(a.table)
+    tuned = {}  # (n, held-out run) -> mean misses over the tables tuned from n other runs
+    for n in range(1, len(datas)):
+        for h in range(len(datas)):
+            ms = [table_misses(tuning.from_runs([datas[j] for j in sub], previous=copy.deepcopy(table)), rows[h], a.ranks)
+                  for sub in itertools.combinations([j for j in range(len(datas)) if j != h], n)]
+            tuned[n, h] = sum(ms) / len(ms)
+    top = ceiling(rows)
+    head = ["run", "points", "auto", "table"] + [f"tuned from {n}" for n in range(1, len(datas))] + ["ceiling", "row noise"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for h, path in enumerate(a.runs):
+        auto = sum(1 for r in rows[h].values() if r["auto_us"] and r["auto_us"] > 1.10 * r["best_us"]
+                   and r["auto_resolved"] != r["best"])
+        cells = [os.path.basename(os.path.dirname(path)) + "/" + os.path.basename(path), len(rows[h]), auto,
+                 table_misses(table, rows[h], a.ranks)] + [f"{tuned[n, h]:.1f}" for n in range(1, len(datas))] + \
+                [top[h], row_noise(rows[h])]
+        print("| " + " | ".join(str(c) for c in cells) + " |")
+    means = [sum(tuned[n, h] for h in range(len(datas))) / len(datas) for n in range(1, len(datas))]
+    print("\nmean held-out misses of a table tuned from n runs: " +
+          ", ".join(f"n={n}: {m:.2f}" for n, m in enumerate(means, 1)) +
+          f"; ceiling {sum(top) / len(top):.2f} (at most 3 in {sum(t <= 3 for t in top)} of {len(top)} runs)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
