@@ -1,5 +1,5 @@
 """A communicator's group methods: ``split`` (sub-groups), ``shrink`` (the survivors) and ``grow``
-(replacements join).
+(replacements join); and the seam of the symmetric pool, a group-wide allocation (``_symmetric_pool``).
 
 A mixin of :class:`commlib.core.communicator.Communicator`, kept apart because both only check
 their arguments and hand over to the rendezvous that ``commlib.init`` gave the communicator
@@ -12,7 +12,7 @@ import os
 from typing import Optional, Sequence
 
 from commlib.core.call_checks import as_int, as_seconds
-from commlib.core.device_route import parse_device
+from commlib.device.buffers import parse_device
 from commlib.core.shrink import check_exclude
 from commlib.errors import CommError
 
@@ -102,3 +102,9 @@ class GroupMethods:
             raise CommError(f"{what}: communicator (rank {self._rank}) was created in pid {self._pid} and "
                             f"is used in a forked child (pid {os.getpid()})")
 
+    def _symmetric_pool(self, device):
+        """The symmetric pool of ``device`` (commlib.device.empty; commlib/device/symmetric.py),
+        made by this communicator's device route on first use (collectively)."""
+        if self._closed:
+            raise CommError(f"comm: communicator (rank {self._rank}) is closed")
+        return self._device().symmetric_pool(*parse_device(device))

@@ -164,6 +164,7 @@ class DeviceRoute:
         self._devices = {}
         self._prefixes = {}  # store prefix of each engine's set-up
         self._stream_of = {}  # (kind, index) -> stream resolver (stream_resolver), made once
+        self._pools = {}  # (kind, index) -> the symmetric pool (commlib/device/symmetric.py)
         # The resolved calls in C++ (csrc/bindings/device_call_cache.h): the communicator's C++
         # entry (_C.fast_collective) looks a call up there and enqueues it, blocking or async, on
         # the current stream or the one named, with no Python in between. It also holds the buffers
@@ -185,6 +186,19 @@ class DeviceRoute:
         the communicator is in the same collective call, so the rendezvous waits for nobody's
         first device call."""
         self._engine(DeviceBuffer(kind, 0, 0, "float32", index))
+
+    def symmetric_pool(self, kind: str, index: int):
+        """The symmetric pool of device ``kind``:``index`` (commlib/device/symmetric.py), made on first
+        use with the device's engine (set up now if it is not: every rank is in the pool's
+        collective call), whose registry maps the pool's arenas."""
+        key = (kind, index)
+        pool = self._pools.get(key)
+        if pool is None:
+            from commlib.device.symmetric import SymmetricPool
+            buf = DeviceBuffer(kind, 0, 0, "float32", index)
+            engine = self._engine(buf)
+            pool = self._pools[key] = SymmetricPool(kind, index, self._devices[key], engine, stream_resolver(buf))
+        return pool
 
     def _engine(self, buf: DeviceBuffer, first_call=None, first_p2p=None, capture_stream=None):
         """The engine for ``buf``'s device, set up on first use. ``first_call`` (collective,
@@ -343,6 +357,8 @@ class DeviceRoute:
             # its imports, or its healthy peers would wait out the timeout to free theirs.
             peers_closed = closed_barrier(self._ctx, self._prefixes[key], wait=not failed)
             e.release_memory(peers_closed=not failed and peers_closed)
+            if key in self._pools:  # its arenas: freed once no peer maps them (the same barrier)
+                self._pools.pop(key).close(peers_closed=not failed and peers_closed)
         self._engines.clear()
         self._fast_calls.clear()  # also forgets the last engine and releases the held buffers
         self._stream_of.clear()
@@ -365,25 +381,6 @@ def _register_stream_readers():
                                 {t: DTYPE[n] for t, n in dtypes.torch_dtypes(torch).items()}, raw_stream)
     elif "cupy" in sys.modules and _C.cuda_stream_reader() == "":
         _C.register_cuda_stream_reader(sys.modules["cupy"].cuda.get_current_stream, "ptr")
-
-
-def parse_device(device):
-    """(kind, index) of a ``device=`` argument: "cuda", "cuda:N", "emulated", "emulated:N", a
-    torch.device, or a device buffer (its device)."""
-    from commlib.device.buffers import device_buffer
-    if isinstance(device, str):
-        kind, _, index = device.partition(":")
-        if kind in ("cuda", "emulated") and (index == "" or index.isdigit()):
-            return kind, int(index or 0)
-        raise ValueError(f"device: expected 'cuda[:N]' or 'emulated[:N]', got {device!r}")
-    if type(device).__module__.startswith("torch") and hasattr(device, "type") and hasattr(device, "index"):
-        if device.type != "cuda":
-            raise ValueError(f"device: a stream engine needs a CUDA device, got {device}")
-        return "cuda", device.index or 0
-    buf = device_buffer(device, "device")
-    if buf is None:
-        raise TypeError(f"device: expected a device name, torch.device or device buffer, got {type(device).__name__}")
-    return buf.kind, buf.device_index
 
 
 # Entries of the route's per-call caches (resolved calls, wrapped streams) before they start over.

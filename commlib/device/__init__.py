@@ -4,8 +4,9 @@ engine without a GPU (emulated, public as ``commlib.emulated``), libnccl's disco
 as ``commlib.nccl``) and the NCCL communicator of the stream engine (nccl_comm)."""
 
 
-def empty(shape, dtype: str = "float32", comm=None, device_index=None):
-    """An array from ``comm``'s symmetric pool (commlib/device/symmetric.py): at the same offset on
-    every rank, mapped on every peer by the kernel path's registry. Collective."""
+def empty(shape, dtype: str = "float32", comm=None, device=None):
+    """An array of ``shape`` from ``comm``'s symmetric pool on ``device`` (commlib/device/symmetric.py):
+    at the same offset on every rank, mapped on every peer by the kernel path's registry; on CUDA a
+    commlib.device.cuda_array.CudaArray (torch and CuPy take it without a copy). Collective."""
     from commlib.device.symmetric import empty as _empty
-    return _empty(shape, dtype, comm=comm, device_index=device_index)
+    return _empty(shape, dtype, comm=comm, device=device)

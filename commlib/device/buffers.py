@@ -54,3 +54,21 @@ def device_buffer(x, name: str = "tensor") -> Optional[DeviceBuffer]:
         return None
     kind, ptr, count, dt, index, stream = found
     return DeviceBuffer(kind, ptr, count, dt.name, index, stream)
+
+
+def parse_device(device):
+    """(kind, index) of a ``device=`` argument: "cuda", "cuda:N", "emulated", "emulated:N", a
+    torch.device, or a device buffer (its device)."""
+    if isinstance(device, str):
+        kind, _, index = device.partition(":")
+        if kind in ("cuda", "emulated") and (index == "" or index.isdigit()):
+            return kind, int(index or 0)
+        raise ValueError(f"device: expected 'cuda[:N]' or 'emulated[:N]', got {device!r}")
+    if type(device).__module__.startswith("torch") and hasattr(device, "type") and hasattr(device, "index"):
+        if device.type != "cuda":
+            raise ValueError(f"device: a stream engine needs a CUDA device, got {device}")
+        return "cuda", device.index or 0
+    buf = device_buffer(device, "device")
+    if buf is None:
+        raise TypeError(f"device: expected a device name, torch.device or device buffer, got {type(device).__name__}")
+    return buf.kind, buf.device_index

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "bindings/buffer_view.h"
+#include "bindings/dlpack_abi.h"
 #include "device/emulated/emulated_device.h"
 
 namespace py = pybind11;
@@ -30,36 +31,7 @@ namespace commlib {
 
 namespace {
 
-// DLPack's ABI (dlpack.h, 1.0): the parts read here.
-struct DLDevice {
-  int32_t device_type;
-  int32_t device_id;
-};
-struct DLDataType {
-  uint8_t code, bits;
-  uint16_t lanes;
-};
-struct DLTensor {
-  void* data;
-  DLDevice device;
-  int32_t ndim;
-  DLDataType dtype;
-  int64_t* shape;
-  int64_t* strides;  // in elements; null: compact row-major
-  uint64_t byte_offset;
-};
-struct DLPackVersion {
-  uint32_t major, minor;
-};
-struct DLManagedTensorVersioned {
-  DLPackVersion version;
-  void* manager_ctx;
-  void (*deleter)(DLManagedTensorVersioned*);
-  uint64_t flags;
-  DLTensor dl_tensor;
-};
-constexpr uint64_t kDLFlagReadOnly = 1, kDLFlagIsCopied = 2;
-constexpr int kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3, kDLCUDAManaged = 13;
+using namespace dlpack;  // its ABI (bindings/dlpack_abi.h)
 
 bool g_registered = false;  // register_foreign_dtypes ran (dtypes.py, at import)
 PyObject* g_kwnames_full = nullptr;    // ("stream", "max_version")

@@ -28,6 +28,7 @@ py::dict stats_dict(const PeerBuffers::Stats& s) {
   d["waits"] = s.waits;
   d["mispredicted"] = s.mispredicted;
   d["unshareable"] = s.unshareable;
+  d["arena_hits"] = s.arena_hits;
   return d;
 }
 
@@ -149,6 +150,37 @@ void bind_peer_buffers(py::module_& m) {
           py::arg("call"), py::arg("which"), py::arg("ptr"), py::arg("bytes"),
           "The kernel path's peer buffers (device/peer_buffers.h): every peer's mapped address of the same "
           "call's buffer, or 0 (staged). Collective: every rank looks up its buffer of call `call`.")
+      .def(
+          "symmetric_share",
+          [](StreamEngine& e, uintptr_t base, size_t bytes) {
+            DeviceGuard g(e.device());
+            const PeerBuffers::ArenaShare s = kernel_of(e).peer_buffers().share_arena(reinterpret_cast<void*>(base), bytes);
+            return py::make_tuple(s.id, s.slot);
+          },
+          py::arg("base"), py::arg("bytes"),
+          "A symmetric arena (commlib/device/symmetric.py) registered: (buffer id, slot) for the peers (id 0: "
+          "not shareable). Every rank then exchanges them and calls symmetric_map.")
+      .def(
+          "symmetric_map",
+          [](StreamEngine& e, uintptr_t base, size_t bytes, const std::vector<std::pair<uint64_t, uint32_t>>& every) {
+            std::vector<PeerBuffers::ArenaShare> shares;
+            for (const auto& [id, slot] : every) shares.push_back(PeerBuffers::ArenaShare{id, slot});
+            py::gil_scoped_release nogil;
+            DeviceGuard g(e.device());
+            kernel_of(e).peer_buffers().map_arena(reinterpret_cast<void*>(base), bytes, shares);
+          },
+          py::arg("base"), py::arg("bytes"), py::arg("every"),
+          "Every peer's arena (its (id, slot) of symmetric_share, one per rank) mapped here, once.")
+      .def(
+          "symmetric_unmap",
+          [](StreamEngine& e, uintptr_t base) {
+            DeviceGuard g(e.device());
+            kernel_of(e).peer_buffers().unmap_arena(reinterpret_cast<void*>(base));
+          },
+          py::arg("base"), "The peers' arenas unmapped here and this rank's registration retired (before any rank frees).")
+      .def("has_kernel_path", [](StreamEngine& e) { return e.kernel_path() != nullptr; },
+           "Whether the engine has a kernel path, and so a registry of peers' buffers (COMMLIB_DEVICE_PATH).")
+      .def("symmetric_arenas", [](StreamEngine& e) { return kernel_of(e).peer_buffers().arenas(); })
       .def("peer_buffer_stats", [](StreamEngine& e) { return stats_dict(kernel_of(e).peer_buffers().stats()); })
       .def("peer_buffer_counts",
            [](StreamEngine& e) {

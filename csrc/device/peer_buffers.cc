@@ -303,6 +303,7 @@ PeerBufferView PeerBuffers::lookup(uint64_t call, unsigned which, const void* pt
   PeerBufferView v;
   open_call(which, captured, v);
   check_predictions();
+  if (arena_view(call, which, ptr, bytes, captured, v)) return v;  // a symmetric pool's block: mapped already
   uint32_t slot = 0;
   v.own = register_own(ptr, bytes, captured, &slot);
   write_ring(call, which, v.own, slot);  // the peers learn this rank's buffer of the call from it
@@ -362,6 +363,7 @@ void PeerBuffers::close() {
   for (char* base : bases) retire(base);
   predicted_.clear();
   pending_.clear();
+  arenas_.clear();
 }
 
 PeerBuffers::Stats PeerBuffers::stats() const {

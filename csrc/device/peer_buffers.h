@@ -92,12 +92,31 @@ class PeerBuffers {
   bool agree(uint64_t call, unsigned which, const void* ptr, size_t bytes, bool captured,
              const std::function<bool()>& stop, PeerBufferView* view);
 
+  // Symmetric arenas (commlib/device/symmetric.py; peer_buffers_symmetric.cc): the pool's memory,
+  // registered and mapped when the pool allocates it, not at a call. Every rank calls, in the same
+  // order: share_arena (this rank's arena registered: its handle in the segment table; id 0: not
+  // shareable, nothing mapped), an exchange of the shares through the communicator (the pool's),
+  // then map_arena (every peer's arena imported once; a peer's share that cannot be mapped throws
+  // naming the rank). A lookup of a buffer inside a mapped arena then answers at once for every peer
+  // (the peer's arena at the same offset: the pool's blocks are at the same offsets everywhere), a
+  // hit that waits for nobody, carrying the tags it assumes as a prediction does. unmap_arena (the
+  // pool releases the arena, on every rank, before any rank frees it) closes this rank's imports of
+  // the peers' arenas and retires its registration.
+  struct ArenaShare {
+    uint64_t id = 0;    // the arena's buffer id (0: not registered)
+    uint32_t slot = 0;  // its slot in the owner's segment table
+  };
+  ArenaShare share_arena(const void* base, size_t bytes);
+  void map_arena(const void* base, size_t bytes, const std::vector<ArenaShare>& every);
+  void unmap_arena(const void* base);
+  size_t arenas() const;  // arenas mapped now
+
   // Closes every import and forgets every registration (the communicator closes). Idempotent.
   void close();
 
   struct Stats {
     uint64_t registered = 0, retired = 0, imported = 0, closed = 0, hits = 0, misses = 0, waits = 0,
-             mispredicted = 0, unshareable = 0;
+             mispredicted = 0, unshareable = 0, arena_hits = 0;  // arena_hits: of hits, inside a symmetric arena
   };
   Stats stats() const;
   // This rank's live registrations and the peers' slots it maps now.
@@ -120,6 +139,12 @@ class PeerBuffers {
     uint32_t slot = 0;
     uint64_t call = 0;
   };
+  struct Arena {  // a symmetric arena, mapped (share_arena, map_arena)
+    const char* base;
+    size_t bytes;
+    ArenaShare own;
+    std::vector<ArenaShare> every;  // [rank]
+  };
   struct Pending {  // a prediction, to be checked against the peers' rings
     uint64_t call;
     unsigned which;
@@ -137,6 +162,8 @@ class PeerBuffers {
   void close_retired(int p);
   void learn(const std::string& key, int p, const RingTag& t);
   void check_predictions();
+  // lookup's answer for a buffer inside a mapped arena (mu_ held); false: in none.
+  bool arena_view(uint64_t call, unsigned which, const void* ptr, size_t bytes, bool captured, PeerBufferView& v);
 
   std::shared_ptr<Device> device_;
   const int rank_, size_;
@@ -152,6 +179,7 @@ class PeerBuffers {
   // What each peer used the last time this rank used (id, offset, bytes, which): [key][peer].
   std::unordered_map<std::string, std::vector<RingTag>> predicted_;
   std::vector<Pending> pending_;
+  std::vector<Arena> arenas_;
   Stats stats_;
 };
 

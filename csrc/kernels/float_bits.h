@@ -148,6 +148,15 @@ __device__ __forceinline__ uint16_t float_to_half_hw(float f) {
   return (u & 0x7fffffffu) > 0x7f800000u ? static_cast<uint16_t>(nan) : h;
 }
 #endif
+// float16 as the functors load and store it (reduce_ops.h' DTypeTraits), chosen here once: the cvt
+// forms in device code, the integer forms on the CPU (the same bits, above).
+#ifdef __CUDA_ARCH__
+__device__ __forceinline__ float half_load(uint16_t h) { return half_to_float_hw(h); }
+__device__ __forceinline__ uint16_t half_store(float f) { return float_to_half_hw(f); }
+#else
+COMMLIB_FORCEINLINE float half_load(uint16_t h) { return half_to_float(h); }
+COMMLIB_FORCEINLINE uint16_t half_store(float f) { return float_to_half(f); }
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // NaN canonicalisation and bit-level helpers for min/max.

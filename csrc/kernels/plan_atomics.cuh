@@ -100,6 +100,15 @@ __device__ __forceinline__ uint64_t global_timer_ns() {
   return t;
 }
 __device__ __forceinline__ void emu_data_path(bool) {}
+// The data loads and stores of the bulk loops (plan_bulk.cuh, plan_reduce_to_all.cuh): plain
+// accesses here; on the emulated device each also counts its bytes (below).
+template <class T>
+__device__ __forceinline__ T data_load(const T* p) { return *p; }
+template <class T>
+__device__ __forceinline__ void data_store(T* p, const T& v) { *p = v; }
+__device__ __forceinline__ void data_bytes(uint64_t, uint64_t) {}
+__device__ __forceinline__ void data_bytes_begin() {}
+__device__ __forceinline__ void data_bytes_end(EmuCounter, EmuCounter) {}
 // The acquire half of a one-sided wait (plan_one_sided.cuh): after a relaxed load saw the flag.
 __device__ __forceinline__ void acquire_fence_system() {
   cuda::atomic_thread_fence(cuda::memory_order_acquire, cuda::thread_scope_system);
@@ -142,6 +151,33 @@ extern thread_local uint64_t emu_rng;
 void emu_count(EmuCounter c, uint64_t n);
 extern thread_local bool emu_in_data;
 inline void emu_data_path(bool in) { emu_in_data = in; }
+// The data loads and stores of the bulk loops, counted where they happen (issue #38 item 5: the
+// traffic counters are what the kernel's loads and stores touched, so a stray store shows): each
+// adds its bytes to this host thread's tally (the block's: a block is one host thread), and the
+// item that ran them moves the tally into the launch's counters (data_bytes_end). data_bytes: an
+// element-wise access of the unaligned paths (gpu::load_any / store_any), counted alike.
+extern thread_local uint64_t emu_loaded, emu_stored;
+template <class T>
+inline T data_load(const T* p) {
+  emu_loaded += sizeof(T);
+  return *p;
+}
+template <class T>
+inline void data_store(T* p, const T& v) {
+  emu_stored += sizeof(T);
+  *p = v;
+}
+inline void data_bytes(uint64_t loaded, uint64_t stored) {
+  emu_loaded += loaded;
+  emu_stored += stored;
+}
+inline void data_bytes_begin() { emu_loaded = emu_stored = 0; }
+// The tally since data_bytes_begin into `loaded` and `stored` (the same counter: both into it).
+inline void data_bytes_end(EmuCounter loaded, EmuCounter stored) {
+  emu_count(loaded, emu_loaded);
+  emu_count(stored, emu_stored);
+  emu_loaded = emu_stored = 0;
+}
 inline void acquire_fence_system() { __atomic_thread_fence(__ATOMIC_ACQUIRE); }
 // The emulated device's %globaltimer: the host's monotonic clock, which every rank of the host shares.
 inline uint64_t global_timer_ns() {

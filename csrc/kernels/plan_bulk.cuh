@@ -30,11 +30,11 @@ __device__ __forceinline__ void copy_as(char* dst, const char* src, size_t n) {
   for (; i + (kUnroll - 1) * stride < count; i += kUnroll * stride) {
     T v[kUnroll];
     COMMLIB_UNROLL
-    for (unsigned u = 0; u < kUnroll; ++u) v[u] = s[i + u * stride];
+    for (unsigned u = 0; u < kUnroll; ++u) v[u] = data_load(s + i + u * stride);
     COMMLIB_UNROLL
-    for (unsigned u = 0; u < kUnroll; ++u) d[i + u * stride] = v[u];
+    for (unsigned u = 0; u < kUnroll; ++u) data_store(d + i + u * stride, v[u]);
   }
-  for (; i < count; i += stride) d[i] = s[i];
+  for (; i < count; i += stride) data_store(d + i, data_load(s + i));
 }
 
 #ifndef __CUDACC__
@@ -99,22 +99,22 @@ __device__ __forceinline__ void block_reduce_lanes(char* dst, const char* a, con
       P u[U], v[U];
       COMMLIB_UNROLL
       for (unsigned k = 0; k < U; ++k) {
-        u[k] = x[i + k * stride];
-        v[k] = y[i + k * stride];
+        u[k] = data_load(x + i + k * stride);
+        v[k] = data_load(y + i + k * stride);
       }
       COMMLIB_UNROLL
       for (unsigned k = 0; k < U; ++k) {
         COMMLIB_UNROLL
         for (int j = 0; j < P::kN; ++j) u[k].v[j] = f(u[k].v[j], v[k].v[j]);
-        d[i + k * stride] = u[k];
+        data_store(d + i + k * stride, u[k]);
       }
     }
     for (; i < npacks; i += stride) {
-      P u = x[i];
-      const P v = y[i];
+      P u = data_load(x + i);
+      const P v = data_load(y + i);
       COMMLIB_UNROLL
       for (int j = 0; j < P::kN; ++j) u.v[j] = f(u.v[j], v.v[j]);
-      d[i] = u;
+      data_store(d + i, u);
     }
     done = npacks * P::kN;
   }
@@ -122,10 +122,12 @@ __device__ __forceinline__ void block_reduce_lanes(char* dst, const char* a, con
     S* d = reinterpret_cast<S*>(dst);
     const S* x = reinterpret_cast<const S*>(a);
     const S* y = reinterpret_cast<const S*>(b);
-    for (size_t i = done + threadIdx.x; i < n; i += blockDim.x) d[i] = f(x[i], y[i]);
+    for (size_t i = done + threadIdx.x; i < n; i += blockDim.x) data_store(d + i, f(data_load(x + i), data_load(y + i)));
   } else {
-    for (size_t i = threadIdx.x; i < n; i += blockDim.x)
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
       gpu::store_any<S>(dst, i, f(gpu::load_any<S>(a, i), gpu::load_any<S>(b, i)));
+      data_bytes(2 * sizeof(S), sizeof(S));
+    }
   }
 }
 

@@ -115,30 +115,30 @@ __device__ __forceinline__ void os_data(const PlanLaunch& a, const kplan::PlanIt
   uint64_t lo, hi;
   share_of(it.bytes, lo, hi);
   if (hi <= lo) return;
+  data_bytes_begin();  // the traffic counted is what the loads and stores below touch
   if (it.kind == kplan::kReduceToAll || it.kind == kplan::kReduceFromAll) {  // every rank's share (plan_reduce_to_all.cuh)
     block_reduce_to_all(a, it, lo, hi - lo, f);
+    data_bytes_end(kEmuBytesRead, kEmuBytesWritten);
     return;
   }
   const bool remote_src = it.kind == kplan::kGet || it.kind == kplan::kGetReduce;
   char* dst = (it.kind == kplan::kPut ? peer_base(a, it.peer, it.dst_buf) : a.bases[it.dst_buf]) + it.dst_off + lo;
   const char* src = (remote_src ? peer_base(a, it.peer, it.src_buf) : a.bases[it.src_buf]) + it.src_off + lo;
   const uint64_t n = hi - lo;
-  if (it.kind == kplan::kReduce || it.kind == kplan::kGetReduce) {
+  if (it.kind == kplan::kReduce || it.kind == kplan::kGetReduce)
     block_reduce(dst, dst, src, n / sizeof(typename F::S), f);
-    emu_count(kEmuBytesRead, 2 * n);
-  } else {
+  else
     block_copy(dst, src, n);
-    emu_count(kEmuBytesRead, n);
-  }
-  emu_count(kEmuBytesWritten, n);
+  data_bytes_end(kEmuBytesRead, kEmuBytesWritten);
 }
 
 // The staged path's copies: this block's share of `bytes` from src to dst.
 __device__ __forceinline__ void os_stage(char* dst, const char* src, uint64_t bytes) {
   uint64_t lo, hi;
   share_of(bytes, lo, hi);
+  data_bytes_begin();
   if (hi > lo) block_copy(dst + lo, src + lo, hi - lo);
-  emu_count(kEmuStagedBytes, 2 * (hi > lo ? hi - lo : 0));
+  data_bytes_end(kEmuStagedBytes, kEmuStagedBytes);  // loaded + stored
 }
 
 // A one-sided plan's steps; false when the abort word released it. `barriers` counts the grid

@@ -67,14 +67,14 @@ __device__ __forceinline__ void fold_packs(const PlanLaunch& a, const kplan::Pla
     const Pk* s = reinterpret_cast<const Pk*>(rank_buffer(a, 0, it.src_buf) + it.src_off + lo);
     COMMLIB_UNROLL
     for (unsigned u = 0; u < W; ++u)
-      if (!kTail || i + u * stride < npacks) acc[u] = s[i + u * stride];
+      if (!kTail || i + u * stride < npacks) acc[u] = data_load(s + i + u * stride);
   }
   for (int q = 1; q < a.size; ++q) {
     const Pk* s = reinterpret_cast<const Pk*>(rank_buffer(a, q, it.src_buf) + it.src_off + lo);
     Pk v[W];
     COMMLIB_UNROLL
     for (unsigned u = 0; u < W; ++u)
-      if (!kTail || i + u * stride < npacks) v[u] = s[i + u * stride];
+      if (!kTail || i + u * stride < npacks) v[u] = data_load(s + i + u * stride);
     COMMLIB_UNROLL
     for (unsigned u = 0; u < W; ++u)
       if (!kTail || i + u * stride < npacks) PackFold<F>::fold(acc[u], v[u], f);
@@ -84,7 +84,7 @@ __device__ __forceinline__ void fold_packs(const PlanLaunch& a, const kplan::Pla
     Pk* d = reinterpret_cast<Pk*>(rank_buffer(a, q, it.dst_buf) + it.dst_off + lo);
     COMMLIB_UNROLL
     for (unsigned u = 0; u < W; ++u)
-      if (!kTail || i + u * stride < npacks) d[i + u * stride] = acc[u];
+      if (!kTail || i + u * stride < npacks) data_store(d + i + u * stride, acc[u]);
   }
 }
 
@@ -115,6 +115,7 @@ __device__ __forceinline__ void reduce_to_all_lanes(const PlanLaunch& a, const k
     for (int q = 1; q < a.size; ++q) acc = f(acc, gpu::load_any<S>(rank_buffer(a, q, it.src_buf) + it.src_off + lo, i));
     for (int q = everywhere ? 0 : a.rank; q < (everywhere ? a.size : a.rank + 1); ++q)
       gpu::store_any<S>(rank_buffer(a, q, it.dst_buf) + it.dst_off + lo, i, acc);
+    data_bytes(a.size * sizeof(S), (everywhere ? a.size : 1) * sizeof(S));
   }
 }
 
@@ -123,8 +124,6 @@ template <class F>
 __device__ __forceinline__ void block_reduce_to_all(const PlanLaunch& a, const kplan::PlanItem& it, uint64_t lo,
                                                     uint64_t n, const F& f) {
   block_lanes([&] { reduce_to_all_lanes(a, it, lo, n, f); });
-  emu_count(kEmuBytesRead, static_cast<uint64_t>(a.size) * n);
-  emu_count(kEmuBytesWritten, (it.kind == kplan::kReduceToAll ? static_cast<uint64_t>(a.size) : 1) * n);
 }
 
 }  // namespace kexec

@@ -206,20 +206,8 @@ struct DTypeTraits<DType::Float16> {
   using storage = uint16_t;
   using compute = float;
   // (the GPU's cvt instructions on the device, the same bits: float_bits.h)
-  static COMMLIB_HDI compute load(storage x) {
-#ifdef __CUDA_ARCH__
-    return half_to_float_hw(x);
-#else
-    return half_to_float(x);
-#endif
-  }
-  static COMMLIB_HDI storage store(compute x) {
-#ifdef __CUDA_ARCH__
-    return float_to_half_hw(x);
-#else
-    return float_to_half(x);
-#endif
-  }
+  static COMMLIB_HDI compute load(storage x) { return half_load(x); }
+  static COMMLIB_HDI storage store(compute x) { return half_store(x); }
 };
 template <>
 struct DTypeTraits<DType::BFloat16> {

@@ -15,10 +15,7 @@ Schedule all_reduce_direct(const CollArgs& a) {
   const int64_t n = a.count;
   Schedule s;
   const Region in = in_region(0, n), out = out_region(0, n);
-  if (P == 1) {
-    s.steps.push_back(Step{{op_copy(out, in)}});
-    return s;
-  }
+  if (P == 1) return single_rank_copy(out, in);
   std::vector<Region> srcs(P);
   Step x;
   x.ops.reserve(2 * (P - 1));
@@ -41,10 +38,7 @@ Schedule all_reduce_two_shot(const CollArgs& a) {
   const int P = a.size, r = a.rank;
   const int64_t n = a.count;
   Schedule s;
-  if (P == 1) {
-    s.steps.push_back(Step{{op_copy(out_region(0, n), in_region(0, n))}});
-    return s;
-  }
+  if (P == 1) return single_rank_copy(out_region(0, n), in_region(0, n));
   const int64_t mine = blk_len(n, P, r);
   std::vector<Region> srcs(P);
   Step x;
@@ -78,10 +72,7 @@ Schedule all_reduce_reduce_broadcast(const CollArgs& a) {
   const int64_t n = a.count;
   Schedule s;
   const Region in = in_region(0, n), out = out_region(0, n);
-  if (P == 1) {
-    s.steps.push_back(Step{{op_copy(out, in)}});
-    return s;
-  }
+  if (P == 1) return single_rank_copy(out, in);
   if (r != 0) {
     s.steps.push_back(Step{{op_send(0, in)}});
     s.steps.push_back(Step{{op_recv(0, out)}});

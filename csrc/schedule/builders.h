@@ -38,6 +38,13 @@ inline int ceil_log2(int p) {
 }
 inline bool is_pow2(int p) { return p > 0 && (p & (p - 1)) == 0; }
 inline Region with_buf(BufferId b, int64_t off, int64_t n) { return Region{b, off, n}; }
+// The whole schedule of a one-rank call whose output is its own input: one local copy (a no-op
+// in place). What every builder whose P == 1 case is that copy returns.
+inline Schedule single_rank_copy(Region out, Region own) {
+  Schedule s;
+  s.steps.push_back(Step{{op_copy(out, own)}});
+  return s;
+}
 
 // Fold of P ranks onto p2 = pow2_floor(P) "new ranks".
 struct Fold {

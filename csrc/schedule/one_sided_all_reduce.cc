@@ -26,10 +26,7 @@ Schedule all_reduce_mapped_one_shot(const CollArgs& a) {
   const int64_t n = a.count;
   Schedule s;
   const Region in = in_region(0, n), out = out_region(0, n);
-  if (P == 1) {
-    s.steps.push_back(Step{{op_copy(out, in)}});
-    return s;
-  }
+  if (P == 1) return single_rank_copy(out, in);
   Step ready;
   add_to_peers(ready, r, P, op_signal, kTagReady);
   s.steps.push_back(std::move(ready));
@@ -59,10 +56,7 @@ Schedule all_reduce_mapped_two_shot(const CollArgs& a) {
   const int64_t n = a.count;
   Schedule s;
   auto block = [&](BufferId b, int q) { return Region{b, blk_off(n, P, q), blk_len(n, P, q)}; };
-  if (P == 1) {
-    s.steps.push_back(Step{{op_copy(out_region(0, n), in_region(0, n))}});
-    return s;
-  }
+  if (P == 1) return single_rank_copy(out_region(0, n), in_region(0, n));
   Step ready;
   add_to_peers(ready, r, P, op_signal, kTagReady);
   s.steps.push_back(std::move(ready));
@@ -89,10 +83,7 @@ Schedule all_reduce_mapped_fused_two_shot(const CollArgs& a) {
   const int P = a.size, r = a.rank;
   const int64_t n = a.count;
   Schedule s;
-  if (P == 1) {
-    s.steps.push_back(Step{{op_copy(out_region(0, n), in_region(0, n))}});
-    return s;
-  }
+  if (P == 1) return single_rank_copy(out_region(0, n), in_region(0, n));
   // In place output block r is input block r of every rank, which only this rank touches: it
   // reads an element of every rank before it stores that element anywhere. kTagResult: "my stores
   // into your output and my reads of your input are done".

@@ -22,10 +22,7 @@ Schedule reduce_scatter_mapped(const CollArgs& a) {
   const int64_t n = a.count;
   Schedule s;
   const Region out = out_region(0, n), own = in_region(r * n, n);
-  if (P == 1) {
-    s.steps.push_back(Step{{op_copy(out, own)}});
-    return s;
-  }
+  if (P == 1) return single_rank_copy(out, own);
   Step ready;
   add_to_peers(ready, r, P, op_signal, kTagReady);
   s.steps.push_back(std::move(ready));
@@ -41,10 +38,7 @@ Schedule reduce_scatter_mapped_fused(const CollArgs& a) {
   const int64_t n = a.count;
   Schedule s;
   const Region out = out_region(0, n), own = in_region(r * n, n);
-  if (P == 1) {
-    s.steps.push_back(Step{{op_copy(out, own)}});
-    return s;
-  }
+  if (P == 1) return single_rank_copy(out, own);
   // In place the output is input block r, which no peer writes: every element is read from every
   // rank before it is stored (the kernel's thread loads it everywhere first). kTagDone: "I finished
   // reading your block r".

@@ -156,46 +156,73 @@ def closed_with_the_communicator(comm):
 
 def symmetric_pool(comm):
     """commlib.device.empty from the communicator's symmetric pool: blocks at the same offset on
-    every rank, usable by collectives, mapped by the registry through ONE registration (the
-    arena); a block released on one rank only is not reused anywhere; released everywhere, it is.
-    Returns the checks' outcomes in order."""
+    every rank, usable by collectives, mapped when the arena is made through ONE registration (the
+    arena), so the first lookup of a block is a hit that waits for nobody; a block released on one
+    rank only is not reused anywhere; released everywhere, it is; an arena whose blocks all
+    returned is unmapped, then freed with no peer mapping it; the communicator's close frees the
+    rest. Returns the checks' outcomes in order."""
     import gc
 
     import commlib.device as cdev
-    from commlib.device.symmetric import pool_of
+    from commlib.device.symmetric import ARENA_BYTES, pool_of
+    kept = {}
 
     def run(sub):
         engine, dev = _engine(sub), emu.device()
-        pool = pool_of(sub)
-        a = cdev.empty(1000, "float32", comm=sub)
-        b = cdev.empty((4, 8), "int32", comm=sub)
+        pool = kept["pool"] = pool_of(sub, "emulated")
+        a = cdev.empty(1000, "float32", comm=sub, device="emulated")
+        b = cdev.empty((4, 8), "int32", comm=sub, device="emulated")
         checks = []
         offsets = [pool.offset_of(a), pool.offset_of(b)]
         checks.append(_tags(sub, offsets[0]) == [offsets[0]] * sub.size)
         a.copy_(emu.from_numpy(np.full(1000, sub.rank + 1, np.float32)))
         sub.all_reduce(a)
         checks.append(bool((a.numpy() == 3).all()))
+        sub.barrier()  # every rank's stream finished its all_reduce before a peer reads its block
+        checks.append(engine.symmetric_arenas() == 1)  # mapped when made, before any call used it
+        before = engine.peer_buffer_stats()
         view = engine.peer_buffer_lookup(30, 0, a.data_ptr(), a.nbytes)
+        after = engine.peer_buffer_stats()
         peer = 1 - sub.rank
         got = np.frombuffer(dev.read(view["peers"][peer], a.nbytes), np.float32)
         checks.append(bool((got == 3).all()))
+        # a block's first lookup: a hit inside the arena, no miss, no wait for the peer
+        checks.append(tuple(after[k] - before[k] for k in ("arena_hits", "misses", "waits")) == (1, 0, 0))
+        emu.kernel_counters(reset=True)
+        sub.all_reduce(a, algorithm="mapped_two_shot")  # one-sided, agreed: mapped in place, nothing staged
+        checks.append(bool((a.numpy() == 6).all()) and emu.kernel_counters()["staged_bytes"] == 0)
         engine.peer_buffer_lookup(31, 1, b.data_ptr(), b.nbytes)
         checks.append(engine.peer_buffer_stats()["registered"] == 1)  # one arena, one registration
         sub.barrier()
         # (x passes through no collective: the device call cache keeps a call's buffers alive)
-        x = cdev.empty(1000, "float32", comm=sub)
+        x = cdev.empty(1000, "float32", comm=sub, device="emulated")
         x_at = pool.offset_of(x)
         if sub.rank == 0:
             del x
             gc.collect()
-        c = cdev.empty(1000, "float32", comm=sub)
+        c = cdev.empty(1000, "float32", comm=sub, device="emulated")
         c_at = pool.offset_of(c)
         checks.append(_tags(sub, c_at) == [c_at] * sub.size and c_at != x_at)
         if sub.rank == 1:
             del x
             gc.collect()
-        d = cdev.empty(1000, "float32", comm=sub)
+        d = cdev.empty(1000, "float32", comm=sub, device="emulated")
         checks.append(pool.offset_of(d) == x_at)
+        # an arena of its own, released everywhere: unmapped at the next empty, freed at the one after
+        mapped_frees = emu.rule_counts()["exports_freed_while_mapped"]
+        big = cdev.empty(ARENA_BYTES // 4 + 1, "float32", comm=sub, device="emulated")
+        seen = [(pool.arenas(), engine.symmetric_arenas(), engine.peer_buffer_counts())]
+        del big
+        gc.collect()
+        for _ in range(2):
+            kept.setdefault("small", []).append(cdev.empty(8, "float32", comm=sub, device="emulated"))
+            seen.append((pool.arenas(), engine.symmetric_arenas(), engine.peer_buffer_counts()))
+        checks.append(seen == [(2, 2, (2, 2)), (2, 1, (1, 1)), (1, 1, (1, 1))])
+        emu.synchronize()  # the frees are stream-ordered
         sub.barrier()
+        checks.append(emu.rule_counts()["exports_freed_while_mapped"] == mapped_frees)
+        kept.pop("small")
         return checks
-    return with_settings(comm, KERNEL_SETTINGS, run)
+    checks = with_settings(comm, KERNEL_SETTINGS, run)
+    gc.collect()
+    return checks + [kept["pool"].arenas() == 0]  # the close freed every arena nobody holds

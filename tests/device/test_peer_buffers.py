@@ -56,4 +56,4 @@ def test_the_communicators_close_drops_registrations_and_mappings(pool):
 
 @pytest.mark.timeout(60)
 def test_the_symmetric_pool_hands_out_the_same_offsets_on_every_rank(pool):
-    assert pool(2, env=DELAY_ENV).run(cases.symmetric_pool, timeout=40) == [[True] * 6] * 2
+    assert pool(2, env=DELAY_ENV).run(cases.symmetric_pool, timeout=40) == [[True] * 12] * 2

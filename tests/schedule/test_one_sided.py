@@ -111,18 +111,27 @@ def test_two_shot_gather_before_the_owners_result_is_rejected():
     rejects(r"hazard", "all_reduce", 4, 9, s)
 
 
+def fused_schedule(coll, algo, rank, size, count, fused_op):
+    """Rank ``rank``'s schedule of a fused one-sided algorithm and its fused op, checked to have the
+    fused shape (one_sided.h's append_fused: ready to every peer; once every peer's ready came, the
+    one ``fused_op``, then a signal to every peer; the wait for every peer's) and proven by the
+    verifier at that size and count."""
+    s = schedules.schedule(coll, algo, rank=rank, size=size, count=count)
+    peers = size - 1
+    ops = [[o["op"] for o in st] for st in s["steps"]]
+    assert ops == [["signal"] * peers, ["wait"] * peers + [fused_op] + ["signal"] * peers, ["wait"] * peers], ops
+    verify(coll, size, count, registered(coll, algo, size, count))
+    return s, s["steps"][1][peers]
+
+
 def test_the_fused_two_shot_reads_and_writes_every_rank_once_per_element():
     # rank r: ready to every peer; once every peer's ready came, one reduce_to_all of block r (every
     # rank's input read, the sum stored into every rank's output), then result to every peer; and
     # it returns once every peer's result came. The gather step and the get_reduce chain are gone.
-    s = schedules.schedule("all_reduce", "mapped_fused_two_shot", rank=1, size=4, count=10)
-    ops = [[o["op"] for o in st] for st in s["steps"]]
-    assert ops == [["signal"] * 3, ["wait"] * 3 + ["reduce_to_all"] + ["signal"] * 3, ["wait"] * 3], ops
-    fused = s["steps"][1][3]
+    s, fused = fused_schedule("all_reduce", "mapped_fused_two_shot", 1, 4, 10, "reduce_to_all")
     assert fused["peer"] is None and fused["dst"] == ("output", 3, 3) and fused["src"] == ("input", 3, 3), fused
     text = schedules.format_schedule(s)
     assert "reduce_to_all(every rank's output[3:6] <- every rank's input[3:6])" in text, text
-    verify("all_reduce", 4, 10, registered("all_reduce", "mapped_fused_two_shot", 4, 10))
 
 
 @pytest.mark.parametrize("in_place", [False, True])
@@ -151,13 +160,9 @@ def test_the_fused_reduce_scatter_reads_every_rank_once_and_writes_only_its_outp
     # rank r: ready to every peer; once every peer's ready came, one reduce_from_all of block r (every
     # rank's input block r read, the sum stored into r's output only), then done to every peer; it
     # returns once every peer's done came.
-    s = schedules.schedule("reduce_scatter", "mapped_fused", rank=2, size=3, count=4)
-    ops = [[o["op"] for o in st] for st in s["steps"]]
-    assert ops == [["signal"] * 2, ["wait"] * 2 + ["reduce_from_all"] + ["signal"] * 2, ["wait"] * 2], ops
-    fused = s["steps"][1][2]
+    s, fused = fused_schedule("reduce_scatter", "mapped_fused", 2, 3, 4, "reduce_from_all")
     assert fused["peer"] is None and fused["dst"] == ("output", 0, 4) and fused["src"] == ("input", 8, 4), fused
     assert "reduce_from_all(output[0:4] <- every rank's input[8:12])" in schedules.format_schedule(s)
-    verify("reduce_scatter", 3, 4, registered("reduce_scatter", "mapped_fused", 3, 4))
 
 
 @pytest.mark.parametrize("in_place", [False, True])

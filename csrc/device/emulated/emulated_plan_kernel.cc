@@ -29,6 +29,7 @@ std::array<std::atomic<uint64_t>, kEmuCounters> counters{};
 }  // namespace
 
 void emu_count(EmuCounter c, uint64_t n) { counters[c].fetch_add(n, std::memory_order_relaxed); }
+thread_local uint64_t emu_loaded = 0, emu_stored = 0;  // plan_atomics.cuh's data_load / data_store
 }  // namespace kexec
 
 std::array<uint64_t, kexec::kEmuCounters> emulated_kernel_counters() {
