@@ -165,7 +165,7 @@ class DeviceRoute:
         self._prefixes = {}  # store prefix of each engine's set-up
         self._stream_of = {}  # (kind, index) -> stream resolver (stream_resolver), made once
         self._pools = {}  # (kind, index) -> the symmetric pool (commlib/device/symmetric.py)
-        # The resolved calls in C++ (csrc/bindings/device_fast_call.cc): the communicator's C++
+        # The resolved calls in C++ (csrc/bindings/device_call_cache.h): the communicator's C++
         # entry (_C.fast_collective) looks a call up there and enqueues it, blocking or async, on
         # the current stream or the one named, with no Python in between. It also holds the buffers
         # of every call of the route (either path) until their stream executed them, and the last

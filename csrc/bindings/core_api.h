@@ -34,6 +34,14 @@ constexpr uint32_t kCoreInvalidArgument = 100;
 constexpr uint32_t kCoreOtherError = 101;
 constexpr uint32_t kCoreNoMemory = 102;
 
+// What a C++ caller holds to learn that a device call retired without holding the call's work
+// (device_ticket): the engine (opaque here) and the engine's number of the call; seq 0: nothing to
+// wait for (a null work, a call captured in a graph). Copying it allocates nothing.
+struct DeviceTicket {
+  std::shared_ptr<void> engine;
+  uint64_t seq = 0;
+};
+
 struct CoreError {
   uint32_t kind = 0;  // ErrorKind (None/Comm/Mismatch/Peer) or kCoreInvalidArgument/...
   std::string message;
@@ -70,7 +78,7 @@ struct CoreApi {
 
   // -- device calls (issue #44: the torch backend's CUDA tensors), appended: the layout above is
   // unchanged. `cache`: a communicator's device call cache (DeviceRoute.fast_calls_address,
-  // bindings/device_fast_call.cc), filled by the Python path after a call passed its checks.
+  // bindings/device_call_cache.h), filled by the Python path after a call passed its checks.
   // A collective on device buffers: `call` as the Python path's arguments describe it (addresses,
   // count, dtype, op, root, the requested algorithm), `kind_in`/`kind_out` the buffers' kinds
   // (bindings/buffer_view.h BufferKind: 2 emulated, 3 CUDA; 0 for an output the method does not
@@ -100,6 +108,15 @@ struct CoreApi {
   // what Communicator.batch_p2p(async_op=True) returns for device buffers). Under the GIL. False
   // (nothing set) when `obj` is not one.
   bool (*device_work_of)(PyObject* obj, std::shared_ptr<DeviceWork>* work);
+
+  // -- retire tickets (issue #37: pooled works), appended likewise. A caller that holds buffers
+  // until a call retired holds the call's ticket, not its work: device_collective re-arms a work
+  // for a later call once no one but the cache owns it (bindings/device_work_pool.h,
+  // NativeWorkPool), so a work held only to poll would both keep it from the pool and, re-armed,
+  // answer for another call. The ticket of `work`, and whether its call retired (an atomic load,
+  // no device call, as device_known_complete).
+  void (*device_ticket)(const std::shared_ptr<DeviceWork>& work, DeviceTicket* ticket);
+  bool (*device_ticket_retired)(const DeviceTicket& ticket);
 };
 
 }  // namespace commlib

@@ -1,7 +1,7 @@
 // The device streams a communicator's device route has enqueued calls on as some thread's current
 // stream, and their engines: where the torch backend's CUDA sends and receives run from C++
 // (core_api.h device_p2p), with no Python in between. Part of the device call cache
-// (bindings/device_fast_call.cc), which fills it after each collective it caches, and the route
+// (bindings/device_call_cache.h), which fills it after each collective it caches, and the route
 // after each point-to-point batch on a current stream (DeviceCallCache.add_stream).
 //
 // Why only streams the route has used: the engine is set up (a rendezvous of every rank) and a

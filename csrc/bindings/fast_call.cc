@@ -4,7 +4,7 @@
 // tensors, emulated arrays) and then
 //   - host buffers: runs a blocking collective on the caller's thread (GIL released);
 //   - device buffers: looks the call up in the communicator's DeviceCallCache
-//     (bindings/device_fast_call.cc) and enqueues it on its stream engine, blocking or async,
+//     (bindings/device_call_cache.h) and enqueues it on its stream engine, blocking or async,
 //     on the current stream or the one named.
 // Why: a small collective's own work is about a microsecond on the host and a kernel launch on a
 // device; Python argument checks, pybind11's dispatch and string parsing cost as much again. The

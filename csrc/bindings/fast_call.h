@@ -1,5 +1,5 @@
 // The one C++ entry from Python (bindings/fast_call.cc) and the device call cache behind it
-// (bindings/device_fast_call.cc): what they share.
+// (bindings/device_call_cache.h): what they share.
 #pragma once
 
 #include <Python.h>

@@ -4,7 +4,7 @@ namespace commlib {
 void bind_buffer_view(pybind11::module_& m);       // bindings/buffer_view.cc: the one buffer reader's registrations
 void bind_foreign_arrays(pybind11::module_& m);     // bindings/foreign_arrays.cc: __cuda_array_interface__, DLPack
 void bind_dlpack_export(pybind11::module_& m);      // bindings/dlpack_export.cc: the symmetric pool's arrays as DLPack
-void bind_device_fast_call(pybind11::module_& m);  // bindings/device_fast_call.cc: the device call cache
+void bind_device_call_cache(pybind11::module_& m);  // bindings/device_call_cache_bindings.cc: the device call cache
 void bind_device_guards(pybind11::module_& m);     // bindings/device_guard_bindings.cc: guards for tests
 void bind_device_work(pybind11::module_& m);       // bindings/device_work_bindings.cc: DeviceWork (after bind_device)
 void bind_peer_buffers(pybind11::module_& m);      // bindings/peer_buffers_bindings.cc (after bind_device)
@@ -26,7 +26,7 @@ PYBIND11_MODULE(_C, m) {
   commlib::bind_buffer_view(m);
   commlib::bind_foreign_arrays(m);
   commlib::bind_dlpack_export(m);
-  commlib::bind_device_fast_call(m);
+  commlib::bind_device_call_cache(m);
   commlib::bind_device_guards(m);
   commlib::bind_peer_buffers(m);
   commlib::bind_kernel_trace(m);

@@ -46,9 +46,11 @@ class DeviceWork {
   // after it waits for the word (the only event such a call ever costs). Null for a captured call.
   std::shared_ptr<DeviceEvent> completion_event();
   uint64_t seq() const { return seq_; }
+  bool captured() const { return done_.captured(); }  // a call captured in a graph (complete at once)
+  const std::shared_ptr<StreamEngine>& engine() const { return engine_; }
   std::shared_ptr<Device> device() const;  // the engine's
   // This handle for another call (StreamEngine::collective_into), so that a steady async call makes
-  // none (issue #37, item 2: the bindings' pool, device_fast_call.cc). Only for a handle no one
+  // none (issue #37, item 2: the bindings' pool, bindings/device_work_pool.h). Only for a handle no one
   // else holds or uses: the caller owns it alone, and every earlier holder's last use of it
   // happens before (the pool's check).
   void rearm(std::shared_ptr<StreamEngine> engine, Completion done, uint64_t seq);

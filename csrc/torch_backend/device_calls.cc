@@ -146,18 +146,20 @@ int DeviceCalls::offer(const py::object& group, const CollectiveCall& call, uint
 
 DeviceCalls::Held DeviceCalls::take_retired() {
   Held retired;
-  while (!held_.empty() && api_->device_known_complete(held_.front().first)) {
+  while (!held_.empty() && api_->device_ticket_retired(held_.front().first)) {
     retired.push_back(std::move(held_.front()));
     held_.pop_front();
   }
   return retired;
 }
 
-void DeviceCalls::hold(std::shared_ptr<DeviceWork> work, std::vector<at::Tensor> tensors) {
+void DeviceCalls::hold(const std::shared_ptr<DeviceWork>& work, std::vector<at::Tensor> tensors) {
+  DeviceTicket ticket;  // (not the work: the core re-arms a work once only its pool owns it)
+  api_->device_ticket(work, &ticket);
   Held retired;  // released after the lock: a tensor with a Python object takes the GIL to go
   std::lock_guard<std::mutex> lock(mu_);
   retired = take_retired();
-  held_.emplace_back(std::move(work), std::move(tensors));
+  held_.emplace_back(std::move(ticket), std::move(tensors));
 }
 
 size_t DeviceCalls::held() {

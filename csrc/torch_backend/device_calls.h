@@ -1,7 +1,7 @@
 // CUDA tensors on the C++ backend (issue #44): a collective on CUDA tensors is enqueued on the
 // caller's current stream by the stream engine, as torch's NCCL backend orders its calls, with no
 // Python on a steady call's path: the backend builds the call as the Python path would describe
-// it and offers it to the communicator's device call cache (bindings/device_fast_call.cc) through
+// it and offers it to the communicator's device call cache (bindings/device_call_cache.h) through
 // the core's table (core_api.h device_collective). The cache holds only calls the Python path has
 // checked and run once (its checks own every error message), so the first call of each shape
 // (buffers, count, dtype, op, root, stream) is handed to the Python backend, which runs it and
@@ -92,15 +92,16 @@ class DeviceCalls {
   // backend, whose communicator publishes the cache's address once it made its device route.
   int offer(const pybind11::object& group, const CollectiveCall& call, uint8_t kind, uint8_t kind_out, int device,
             uintptr_t stream, std::shared_ptr<DeviceWork>* work, CoreError* err);
-  // Holds `tensors` until `work` is retired (released on later calls, or at clear()).
-  void hold(std::shared_ptr<DeviceWork> work, std::vector<at::Tensor> tensors);
+  // Holds `tensors` until `work`'s call retired (released on later calls, or at clear()), by its
+  // retire ticket (core_api.h device_ticket), not the work itself.
+  void hold(const std::shared_ptr<DeviceWork>& work, std::vector<at::Tensor> tensors);
   void clear();
   size_t held();
   // The communicator's device call cache (null before its first device call). May take the GIL.
   void* cache(const pybind11::object& group);
 
  private:
-  using Held = std::deque<std::pair<std::shared_ptr<DeviceWork>, std::vector<at::Tensor>>>;
+  using Held = std::deque<std::pair<DeviceTicket, std::vector<at::Tensor>>>;
   Held take_retired();  // (under mu_; the caller releases them after it)
   const CoreApi* api_;
   std::atomic<void*> cache_{nullptr};  // DeviceCallCache*, kept alive by the group's communicator

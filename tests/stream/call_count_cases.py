@@ -5,6 +5,7 @@ the watchdog's are its own thread's). After a few drained warm-up calls, N calls
 inside one count (the steady state: the next call retires the previous ones by their done words),
 then drain outside it."""
 import collections
+import weakref
 
 import numpy as np
 
@@ -114,8 +115,9 @@ def pooled_handles(comm, n=20):
     kernel path: a work the caller holds while n later async calls come and go (each let go of at
     once, so the pool re-arms one handle for them) keeps its own handle and call number; the later
     calls' numbers follow one another; and a work kept past the communicator's close still
-    answers (its handle holds the engine). (held kept its handle and number, numbers in order,
-    the kept-past-close work's synchronize() and is_completed(), results right.)"""
+    answers (its handle holds the engine); a handle with a weak reference to it is not re-armed. (held
+    kept its handle and number, numbers in order, the observed handle not re-armed, the
+    kept-past-close work's synchronize() and is_completed(), results right.)"""
     P = None
 
     def run(sub):
@@ -132,13 +134,22 @@ def pooled_handles(comm, n=20):
         kept_own = held._work is handle and held._work.seq == number
         held.synchronize()
         in_order = numbers == list(range(number + 1, number + n + 1))
+        # A handle somebody observes (a weak reference) is never re-armed: once let go of, it
+        # leaves the pool and dies as an unpooled one would, so its observer never sees it answer
+        # for a later call.
+        w = sub.all_reduce(x, async_op=True)
+        observer, seen = weakref.ref(w._work), w._work.seq
+        del w
+        for _ in range(4):
+            sub.all_reduce(x, async_op=True)
+        unseen = observer() is None or observer().seq == seen
         last = sub.all_reduce(x, async_op=True)
         sub.close()
-        return kept_own, in_order, last, x
-    kept_own, in_order, last, x = with_settings(comm, KERNEL_SETTINGS, run)
+        return kept_own, in_order, unseen, last, x
+    kept_own, in_order, unseen, last, x = with_settings(comm, KERNEL_SETTINGS, run)
     last.synchronize()
     done = last.is_completed()
-    return kept_own, in_order, done, bool((x.numpy() == float(P) ** (3 + 1 + n + 1)).all())
+    return kept_own, in_order, unseen, done, bool((x.numpy() == float(P) ** (3 + 1 + n + 1 + 4 + 1)).all())
 
 
 def steady_calls_cuda(comm, n=1000):

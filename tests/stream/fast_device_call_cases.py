@@ -1,5 +1,5 @@
 """Rank side of test_fast_device_call.py: which device calls the C++ entry runs from the
-communicator's DeviceCallCache (csrc/bindings/device_fast_call.cc), counted by
+communicator's DeviceCallCache (csrc/bindings/device_call_cache.h), counted by
 ``_C.device_fast_path_counts()`` (calls offered, calls it ran), and that everything else still goes
 through the checked Python path."""
 import gc

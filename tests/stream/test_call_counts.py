@@ -57,10 +57,11 @@ def test_a_steady_call_is_one_launch_and_no_event(pool):
 
 
 def test_a_held_work_keeps_its_handle_and_a_kept_one_outlives_close(pool):
-    """Pooled async handles are re-armed only when nothing holds them (device_work_pool.h): a held
-    work keeps its own call while later calls reuse a handle, and one kept past close still answers."""
+    """Pooled async handles are re-armed only when nothing holds or observes them (device_work_pool.h):
+    a held work keeps its own call while later calls reuse a handle, a weakly referenced one is never
+    re-armed, and one kept past close still answers."""
     for out in pool(2, env=DELAY_ENV).run(pooled_handles, timeout=120):
-        assert out == (True, True, True, True), out
+        assert out == (True, True, True, True, True), out
 
 
 def test_a_steady_call_looks_no_device_plan_up(pool):

@@ -1,4 +1,4 @@
-"""The C++ entry's device calls (issue #37; csrc/bindings/fast_call.cc, device_fast_call.cc): a device
+"""The C++ entry's device calls (issue #37; csrc/bindings/fast_call.cc, device_call_cache.h): a device
 collective that ran before is one C++ call from Communicator, for every collective, blocking or
 async (the work handle comes back from C++), on the current stream or a named one; a changed
 stream, pointer or dtype misses and goes through the checked Python path (which fills the cache);

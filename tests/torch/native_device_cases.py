@@ -6,6 +6,8 @@ builds the call as the CUDA path does and runs the same entry; values are checke
 """
 from __future__ import annotations
 
+import collections
+
 import numpy as np
 
 import commlib.emulated as emu
@@ -91,6 +93,39 @@ def cached_calls_run_from_cpp(comm):
             bad.append(f"broadcast: {y.numpy()} expected {50 + P - 1}")
     pg.shutdown()
     return bad
+
+
+def steady_cpp_calls_allocate_nothing(comm, n=200, kept=8):
+    """n steady all_gathers through the C++ backend's CUDA entry (the seam), the caller holding its
+    last `kept` works as a training step holds its buckets' (after 2 * kept held alike): the core's
+    side (DeviceCallCache::run_native) re-arms a pooled DeviceWork that nobody owns any more instead
+    of making one (bindings/device_work_pool.h, NativeWorkPool). (commlib's heap allocations on
+    this thread in the n calls: _C.thread_allocations, which counts _C's code only, not the c10d
+    Work _C_torch makes; C++ entry hits; results right; the emulated driver calls of the n calls.)"""
+    P, r = comm.size, comm.rank
+    pg = ProcessGroupCommlib(comm.split(0), r, P)
+    backend = native.wrap(pg)
+    inp = emu.from_numpy(np.arange(7, dtype=np.float32) + 100 * r)
+    out = emu.empty(7 * P, "float32")
+    pg._comm.all_gather(out, inp)  # the Python path: checks, enqueues, caches
+    held = collections.deque(maxlen=kept)
+    for _ in range(2 * kept):
+        held.append(_seam(backend, "all_gather", 7, inp, out))
+    hits = _C.device_native_counts()[1]
+    before = _C.emulated_thread_driver_calls()  # (its map is an allocation: outside the count)
+    allocs = _C.thread_allocations()
+    for _ in range(n):
+        held.append(_seam(backend, "all_gather", 7, inp, out))
+    allocs = _C.thread_allocations() - allocs
+    after = _C.emulated_thread_driver_calls()
+    calls = {k: after.get(k, 0) - before.get(k, 0) for k in after if after.get(k, 0) != before.get(k, 0)}
+    hits = _C.device_native_counts()[1] - hits
+    held[-1].synchronize()
+    want = np.concatenate([np.arange(7, dtype=np.float32) + 100 * q for q in range(P)])
+    right = bool((out.numpy() == want).all()) and all(w.is_completed() for w in held)
+    held.clear()
+    pg.shutdown()
+    return allocs, hits, right, calls
 
 
 P2P_DEVICE = 5  # a device no other case of the pool's processes sets up an engine on

@@ -66,6 +66,27 @@ def test_the_cpp_backend_runs_cached_device_calls_itself(pool):
     assert pool(2, env=ENV).run(native_device_cases.cached_calls_run_from_cpp) == [[]] * 2
 
 
+def test_the_cpp_backends_steady_device_calls_cost_what_the_entrys_do(pool):
+    # Its works are pooled and re-armed (bindings/device_work_pool.h, NativeWorkPool): no DeviceWork
+    # made per steady call (one per call when every call made its own). The per-call queues grow
+    # only when they double past their largest size (common/ring_queue.h): a handful at most. Its
+    # driver calls are the Python entry's budget (tests/stream/test_call_counts.py PER_CALL: one
+    # launch, one device guard, one capture query), plus one event record per launch exactly when
+    # another engine lives on the device (stream/kernel_occupancy.h LaunchChain). A pool of its own: other modules' engines on the shared pools'
+    # devices made these counts depend on module order (as test_call_counts.py's, which own theirs).
+    from commlib.torch import native
+    if native.load() is None:
+        pytest.skip("commlib._C_torch was not built")
+    n = 200
+    per_call = {"the kernel path's launch": 1, "cudaGetDevice": 1, "cudaStreamGetCaptureInfo": 1}
+    for allocs, hits, right, calls in pool(2, env=ENV, own="native_counting").run(
+            native_device_cases.steady_cpp_calls_allocate_nothing, n, timeout=120):
+        assert right and hits == n, (hits, right)
+        assert 0 <= allocs <= 6, allocs
+        assert calls.pop("cudaEventRecord", 0) in (0, n), calls
+        assert calls == {k: v * n for k, v in per_call.items()}, calls
+
+
 def test_the_cpp_backend_runs_device_sends_and_receives_itself(pool):
     # CUDA sends and receives on the C++ backend: held back and batched in C++, enqueued through
     # the core's table on a stream the device route has run a call on; so are an uneven

@@ -1,0 +1,152 @@
+// DeviceCallCache (bindings/device_call_cache.h): filling it (the route, after a call passed its
+// checks), forgetting it, holding the route's buffers, and the Python entry's hit (fast_call.cc).
+#include "bindings/device_call_cache.h"
+
+#include <exception>
+#include <utility>
+
+#include "bindings/bindings.h"
+#include "bindings/gil.h"
+
+namespace py = pybind11;
+
+namespace commlib {
+
+uint64_t DeviceCallCounts::offers = 0, DeviceCallCounts::hits = 0;
+std::atomic<uint64_t> DeviceCallCounts::native_offers{0}, DeviceCallCounts::native_hits{0},
+    DeviceCallCounts::native_p2p{0};
+
+namespace {
+// Entries before the cache starts over.
+constexpr size_t kMaxCached = 256;
+}  // namespace
+
+bool DeviceCallCache::add(py::handle a, py::handle b, py::handle op, py::handle algorithm, py::handle root,
+                          py::handle scale, py::handle stream, std::shared_ptr<StreamEngine> engine,
+                          const CollectiveCall& call, std::shared_ptr<DeviceStream> device_stream,
+                          py::object stream_of) {
+  BufferView va, vb;
+  PyBufferHold ha, hb;
+  const bool current = stream.is_none();
+  CallKey k;
+  if (!read_buffer(a.ptr(), &va, &ha, current) || !read_buffer(b.ptr(), &vb, &hb, current) ||
+      !key_of(size_, rank_, call.coll, op.ptr(), algorithm.ptr(), root.ptr(), scale.ptr(), stream.ptr(), va, vb, &k))
+    return false;
+  const CollectiveCall& c = k.call;
+  if (c.coll != call.coll || c.algo != call.algo || c.input != call.input || c.output != call.output ||
+      c.count != call.count || c.dtype != call.dtype ||
+      (collective_reduces(c.coll) && (c.op != call.op || (c.op == RedOp::PremulSum && c.scale != call.scale))) ||
+      (collective_has_root(c.coll) && c.root != call.root))
+    return false;
+  PreparedCall prepared = engine->prepare(call);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!valid()) entries_.clear();
+  if (entries_.size() >= kMaxCached) entries_.clear();
+  tuning_ = tuning_generation();
+  registry_ = registry_generation();
+  if (current)
+    streams_.remember({k.kind_a != BufferKind::None ? k.kind_a : k.kind_b,
+                       k.kind_a != BufferKind::None ? k.device_a : k.device_b, k.current_stream},
+                      engine, device_stream);
+  entries_[k] = Entry{std::move(engine), std::move(prepared), std::move(device_stream), std::move(stream_of),
+                      py::reinterpret_borrow<py::object>(stream)};
+  return true;
+}
+
+void DeviceCallCache::forget() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    entries_.clear();
+    streams_.clear();
+  }
+  works_.clear();
+  native_works_.clear();
+}
+
+void DeviceCallCache::clear() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    entries_.clear();
+    streams_.clear();
+  }
+  while (!pending_.empty()) pop_held();
+  works_.clear();
+  native_works_.clear();
+  last_engine = nullptr;
+}
+
+void DeviceCallCache::hold(std::shared_ptr<DeviceWork> work, py::handle refs) {
+  release_completed();
+  pending_.push_back(Held{std::move(work), nullptr, 0, refs.inc_ref().ptr(), nullptr});
+}
+
+PyObject* DeviceCallCache::run(Collective coll, PyObject* const* args, const BufferView& va, const BufferView& vb) {
+  ++DeviceCallCounts::offers;
+  PyObject *a = args[2], *b = args[3], *async_op = args[7], *stream = args[9];
+  if (entries_.empty() || (async_op != Py_True && async_op != Py_False)) Py_RETURN_NOTIMPLEMENTED;
+  if (!valid()) {  // a new tuning table or algorithm: what the entries resolved may have changed
+    std::lock_guard<std::mutex> lock(mu_);
+    entries_.clear();
+    Py_RETURN_NOTIMPLEMENTED;
+  }
+  CallKey k;
+  if (!key_of(size_, rank_, coll, args[4], args[5], args[6], args[8], stream, va, vb, &k)) Py_RETURN_NOTIMPLEMENTED;
+  // (no lock: every writer of entries_ holds the GIL, as this reader does)
+  const auto it = entries_.find(k);
+  if (it == entries_.end()) Py_RETURN_NOTIMPLEMENTED;
+  const Entry hit = it->second;  // a copy: another thread may clear the cache while the GIL is released
+  release_completed();           // what the previous calls' enqueues retired (no device call)
+  // A blocking call makes no work handle: its buffers are held by the engine's ordinal of the
+  // call, released once the engine retired it. An async call re-arms a pooled handle nothing
+  // else holds (device_work_pool.h; taken before the GIL is released, so no other call takes it),
+  // else makes one: no allocation per steady call either way (issue #37, item 2).
+  const bool blocking = async_op == Py_False;
+  std::pair<py::object, DeviceWork*> reused;
+  if (!blocking) reused = works_.take();
+  std::shared_ptr<DeviceWork> made;
+  uint64_t ordinal = 0;
+  std::exception_ptr error;
+  {
+    ReleaseGil nogil;
+    try {
+      if (blocking)
+        ordinal = hit.engine->collective_unhandled(hit.call, *hit.stream);
+      else if (reused.second)
+        ordinal = hit.engine->collective_into(hit.call, *hit.stream, *reused.second);
+      else
+        made = hit.engine->collective(hit.call, *hit.stream);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  if (error) {
+    set_python_error(error);
+    return nullptr;
+  }
+  last_engine = hit.engine;
+  ++DeviceCallCounts::hits;
+  release_completed();  // after the enqueue: its begin() retired what completed before it
+  Py_INCREF(a);
+  Py_XINCREF(b == Py_None ? nullptr : b);
+  // The queue owns these references; the call's buffers are held by its ordinal, async or not
+  // (a made work's own number: its ordinal, 0 when captured), never by the handle.
+  if (made) ordinal = made->known_complete() ? 0 : made->seq();
+  pending_.push_back(Held{nullptr, hit.engine, ordinal, a, b == Py_None ? nullptr : b});
+  if (blocking) Py_RETURN_NONE;
+  try {
+    py::tuple refs = b == Py_None ? py::tuple(py::make_tuple(py::handle(a)))
+                                  : py::tuple(py::make_tuple(py::handle(a), py::handle(b)));
+    py::object handle = reused.second ? std::move(reused.first) : works_.adopt(std::move(made));
+    return make_work_(handle, refs, hit.stream_of).release().ptr();
+  } catch (py::error_already_set& e) {
+    e.restore();
+    return nullptr;
+  }
+}
+
+PyObject* run_device_call(DeviceCallCache& cache, Collective coll, PyObject* const* args, const BufferView& va,
+                          const BufferView& vb) {
+  return cache.run(coll, args, va, vb);
+}
+
+}  // namespace commlib

@@ -1,0 +1,142 @@
+// `DeviceCallCache`: the resolved device collectives of one communicator's device route, which the
+// C++ entry (bindings/fast_call.cc) looks up and enqueues with no Python in between: every
+// collective the route runs (all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all,
+// gather, scatter), blocking or async_op=True (the entry returns the route's work handle), on the
+// current stream or an explicit one. Its methods: the Python entry's side in device_call_cache.cc,
+// C++ callers' side without the GIL (the torch backend's CUDA tensors) in device_call_native.cc,
+// the bindings in device_call_cache_bindings.cc; the key in device_call_key.h.
+//
+// Why a cache and not checks in C++: the Python path (commlib/core/device_route.py) owns every
+// check and error message. It adds a call here only after that call passed every check and was
+// enqueued; the key holds everything the checks looked at, so a hit is a call the checks already
+// accepted. A miss, or any unusual argument, answers NotImplemented: the Python path takes it and
+// raises naming the argument.
+//
+// It also knows the streams calls ran on as current streams (device_p2p_streams.h): where the torch
+// backend's CUDA sends and receives are enqueued from C++ (core_api.h device_p2p).
+// The entry keeps what the call resolved (issue #37): the engine, its stream and the algorithm
+// the kernel path's auto picks, its plan and its path (StreamEngine::prepare: no lookup per call). A new
+// tuning table or algorithm registry drops every entry (one atomic load each per call).
+#pragma once
+
+#include <Python.h>
+#include <pybind11/pybind11.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "bindings/device_call_key.h"
+#include "bindings/device_p2p_streams.h"
+#include "bindings/device_work_pool.h"
+#include "common/ring_queue.h"
+#include "policy/auto_policy.h"
+#include "schedule/registry.h"
+#include "stream/stream_engine.h"
+
+namespace commlib {
+
+// Calls offered to the caches in this process, for tests (device_call_cache_bindings.cc).
+struct DeviceCallCounts {
+  static uint64_t offers, hits;  // through the Python entry (under the GIL)
+  // Offered by C++ callers without the GIL (run_device_call_native: the torch backend's CUDA
+  // tensors), how many of them ran, and point-to-point batches they enqueued (run_p2p_native).
+  static std::atomic<uint64_t> native_offers, native_hits, native_p2p;
+};
+
+class DeviceCallCache {
+ public:
+  struct Entry {
+    std::shared_ptr<StreamEngine> engine;
+    PreparedCall call;  // resolved once: algorithm, plan, path (StreamEngine::prepare)
+    std::shared_ptr<DeviceStream> stream;
+    pybind11::object stream_of;     // the route's stream resolver, for the work handle
+    pybind11::object named_stream;  // keeps the key's stream object alive (its identity is the key)
+  };
+
+  // `size`, `rank`: the communicator's; `make_work(work, refs, stream_of)`: the route's work handle
+  // class (commlib.core.device_route.DeviceWork).
+  DeviceCallCache(int size, int rank, pybind11::object make_work)
+      : size_(size), rank_(rank), make_work_(std::move(make_work)) {}
+  ~DeviceCallCache() { clear(); }
+
+  // After a call (every argument checked, enqueued on `stream` of `engine` as `call`): later calls
+  // of the same arguments hit. False when they are not of a kind the entry reads, or describe
+  // another call than `call` (then nothing is added).
+  bool add(pybind11::handle a, pybind11::handle b, pybind11::handle op, pybind11::handle algorithm,
+           pybind11::handle root, pybind11::handle scale, pybind11::handle stream, std::shared_ptr<StreamEngine> engine,
+           const CollectiveCall& call, std::shared_ptr<DeviceStream> device_stream, pybind11::object stream_of);
+
+  // Where C++ callers' point-to-point batches run (run_device_p2p_native; add_stream).
+  DeviceP2PStreams& streams() { return streams_; }
+
+  // Forgets every call (the route aborted: its buffers stay held, the streams may still run them).
+  void forget();
+  // Forgets every call and the last engine, releases the held buffers (the route closed its engines).
+  void clear();
+
+  // Holds `refs` until `work` completed (every device call of the route, either path): one queue,
+  // polled on every call, so buffers are released in call order whichever path ran the call.
+  void hold(std::shared_ptr<DeviceWork> work, pybind11::handle refs);
+
+  size_t held() const { return pending_.size(); }
+  size_t size() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return entries_.size();
+  }
+
+  // The Python entry's lookup (fast_call.cc, under the GIL): None (blocking) or the work handle,
+  // NotImplemented on a miss, nullptr with the error set when the engine raised.
+  PyObject* run(Collective coll, PyObject* const* args, const BufferView& va, const BufferView& vb);
+
+  // The same lookup for a caller without the GIL (the torch backend's C++ path, core_api.h's
+  // device_collective; device_call_native.cc): `k` built from its tensors as key_of would read
+  // them. Always enqueues with a work handle (the caller holds its tensors until the work is known
+  // complete: nothing of Python's is touched here), a pooled one nobody owns re-armed where there
+  // is one (NativeWorkPool). False when the cache holds no such call (nothing ran).
+  bool run_native(const CallKey& k, std::shared_ptr<DeviceWork>* work);
+
+  std::shared_ptr<StreamEngine> last_engine;  // of the last call run here
+
+ private:
+  bool valid() const { return tuning_ == tuning_generation() && registry_ == registry_generation(); }
+
+  // Releases the buffers of the calls their engine retired (seen complete): no device call here,
+  // the engine's own poll (StreamEngine::begin, the watchdog) made it (issue #37).
+  void release_completed() {
+    while (!pending_.empty() && pending_.front().complete()) pop_held();
+  }
+
+  const int size_, rank_;
+  pybind11::object make_work_;
+  // Held by every writer of entries_ (all of them under the GIL too) and by run_native, which
+  // reads without the GIL (the torch backend's threads). Never held while taking the GIL.
+  mutable std::mutex mu_;
+  uint64_t tuning_ = 0, registry_ = 0;  // the generations the entries were resolved under
+  std::unordered_map<CallKey, Entry, CallKeyHash> entries_;
+  DeviceP2PStreams streams_;  // the streams calls ran on as current streams (point-to-point from C++)
+  // A call's work (async calls and the Python path's) or its engine and ordinal (blocking calls
+  // here), and the buffers it holds (no tuple made per blocking call).
+  struct Held {
+    std::shared_ptr<DeviceWork> work;
+    std::shared_ptr<StreamEngine> engine;
+    uint64_t seq = 0;
+    PyObject* a = nullptr;
+    PyObject* b = nullptr;
+    bool complete() const { return work ? work->known_complete() : engine->retired(seq); }
+  };
+  void pop_held() {
+    Held& h = pending_.front();
+    Py_XDECREF(h.a);
+    Py_XDECREF(h.b);
+    h.a = h.b = nullptr;
+    pending_.pop_front();
+  }
+  RingQueue<Held> pending_;       // (a ring: no allocation per call in a steady state)
+  DeviceWorkPool works_;          // async calls' handles, reused (under the GIL)
+  NativeWorkPool native_works_;   // C++ callers' works, reused (its own lock)
+};
+
+}  // namespace commlib

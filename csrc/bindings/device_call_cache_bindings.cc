@@ -1,0 +1,67 @@
+// `_C.DeviceCallCache` (bindings/device_call_cache.h) and the counts tests read of it.
+#include <string>
+#include <utility>
+
+#include "bindings/bindings.h"
+#include "bindings/device_call_cache.h"
+
+namespace py = pybind11;
+
+namespace commlib {
+
+// A named function the bench calls between its phases (bench/launch_cost.py): callgrind's
+// --dump-before on it splits a run's instruction counts by phase. It does nothing.
+__attribute__((noinline)) void callgrind_phase_mark() { __asm__ volatile(""); }
+
+void bind_device_call_cache(py::module_& m) {
+  py::class_<DeviceCallCache, std::unique_ptr<DeviceCallCache>>(
+      m, "DeviceCallCache", "Resolved device collectives of one route, for the C++ entry (bindings/device_call_cache.h).")
+      .def(py::init<int, int, py::object>(), py::arg("size"), py::arg("rank"), py::arg("make_work"))
+      .def(
+          "add",
+          [](DeviceCallCache& c, py::handle a, py::handle b, py::handle op, py::handle algorithm, py::handle root,
+             py::handle scale, py::handle stream, std::shared_ptr<StreamEngine> engine, Collective coll,
+             const std::string& algo, uintptr_t in, uintptr_t out, int64_t count, DType dtype, RedOp red, int root_value,
+             double scale_value, std::shared_ptr<DeviceStream> device_stream, py::object stream_of) {
+            if (algo == "nccl") return false;  // NCCL's own collective: the route makes its communicator first
+            return c.add(a, b, op, algorithm, root, scale, stream, std::move(engine),
+                         collective_call(coll, algo, in, out, count, dtype, red, root_value, scale_value),
+                         std::move(device_stream), std::move(stream_of));
+          },
+          "add(a, b, op, algorithm, root, scale, stream, engine, *engine.run's arguments, stream_of): after the call "
+          "ran, later calls of the same arguments (as the entry reads them) hit. False when not cacheable.")
+      .def(
+          "add_stream",
+          [](DeviceCallCache& c, int kind, int device, std::shared_ptr<StreamEngine> engine,
+             std::shared_ptr<DeviceStream> stream) {
+            return c.streams().add_current(static_cast<BufferKind>(kind), device, std::move(engine), std::move(stream));
+          },
+          py::arg("kind"), py::arg("device"), py::arg("engine"), py::arg("stream"),
+          "After a point-to-point batch on this thread's current stream of device kind:device (2 emulated, 3 "
+          "CUDA): C++ callers' batches on that stream run on `engine`. False for a kind without a current stream.")
+      .def("clear", &DeviceCallCache::clear, "Forget every call and the last engine; release the buffers held.")
+      .def("forget", &DeviceCallCache::forget, "Forget every call (the buffers stay held).")
+      .def("hold", &DeviceCallCache::hold, py::arg("work"), py::arg("refs"),
+           "Hold refs until work completed (polled on every call of either path).")
+      .def("held", &DeviceCallCache::held, "Calls whose buffers are held (not seen completed yet).")
+      .def("__len__", &DeviceCallCache::size)
+      .def_readwrite("last_engine", &DeviceCallCache::last_engine, "The engine of the last call run (None before).")
+      .def("address", [](DeviceCallCache& c) { return reinterpret_cast<uintptr_t>(&c); },
+           "For fast_collective (the caller keeps the cache alive).");
+  m.def("callgrind_phase_mark", &callgrind_phase_mark,
+        "Does nothing: bench/launch_cost.py calls it between phases, callgrind dumps before it.");
+  m.def(
+      "device_fast_path_counts", [] { return std::make_pair(DeviceCallCounts::offers, DeviceCallCounts::hits); },
+      "(device calls offered to the C++ entry's cache, how many of them it ran) in this process, for tests.");
+  m.def(
+      "device_native_counts",
+      [] { return std::make_pair(DeviceCallCounts::native_offers.load(), DeviceCallCounts::native_hits.load()); },
+      "(device calls C++ callers offered the caches without Python: the torch backend's CUDA tensors; how many "
+      "of them ran) in this process, for tests.");
+  m.def(
+      "device_native_p2p_count", [] { return DeviceCallCounts::native_p2p.load(); },
+      "Point-to-point batches C++ callers (the torch backend's CUDA sends and receives) enqueued on a device "
+      "stream without Python, in this process, for tests.");
+}
+
+}  // namespace commlib

@@ -1,0 +1,80 @@
+// The key of one cached device call (bindings/device_call_cache.h): everything the Python path's
+// checks looked at when the call was added, so a hit is a call those checks already accepted. The
+// call as fast_call.cc's call_of reads it from the arguments (collective, requested algorithm,
+// addresses, count, dtype, op, root, premul_sum's scale), both buffers' kinds and devices, and the
+// current stream's identity or the stream object named (held by the entry, so its identity cannot
+// be reused while the entry lives).
+#pragma once
+
+#include <Python.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+#include "bindings/buffer_view.h"
+#include "bindings/fast_call.h"
+#include "plan/call.h"
+
+namespace commlib {
+
+struct CallKey {
+  CollectiveCall call;  // as call_of reads it (the requested algorithm)
+  BufferKind kind_a = BufferKind::None, kind_b = BufferKind::None;
+  int device_a = -1, device_b = -1;
+  uintptr_t current_stream = 0;  // the current stream's identity (no stream named)
+  PyObject* stream = nullptr;    // the stream object named (the entry holds a reference)
+
+  bool operator==(const CallKey& o) const {
+    const CollectiveCall &x = call, &y = o.call;
+    return x.coll == y.coll && x.algo == y.algo && x.input == y.input && x.output == y.output && x.count == y.count &&
+           x.dtype == y.dtype && x.op == y.op && x.root == y.root && x.scale == y.scale && kind_a == o.kind_a &&
+           kind_b == o.kind_b && device_a == o.device_a && device_b == o.device_b &&
+           current_stream == o.current_stream && stream == o.stream;
+  }
+};
+
+struct CallKeyHash {
+  size_t operator()(const CallKey& k) const {
+    size_t h = std::hash<uintptr_t>()(k.call.input);
+    auto mix = [&h](size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
+    mix(std::hash<uintptr_t>()(k.call.output));
+    mix(std::hash<int64_t>()(k.call.count));
+    mix(std::hash<uintptr_t>()(k.current_stream ^ reinterpret_cast<uintptr_t>(k.stream)));
+    mix(static_cast<size_t>(k.call.coll) * 131 + static_cast<size_t>(k.call.dtype) * 31 +
+        static_cast<size_t>(k.call.op) * 7 + k.call.algo * 1009 + static_cast<size_t>(k.call.root) * 17 +
+        static_cast<size_t>(k.device_a + 1) * 3);
+    return h;
+  }
+};
+
+// The key of one call through the Python entry; false when its arguments are not a plain call.
+inline bool key_of(int P, int me, Collective coll, PyObject* op, PyObject* algorithm, PyObject* root, PyObject* scale,
+                   PyObject* stream, const BufferView& va, const BufferView& vb, CallKey* k) {
+  if (!call_of(coll, P, me, op, algorithm, root, scale, va, vb, &k->call)) return false;
+  // Both buffers on devices of one kind (the Python path explains mixtures).
+  if (!on_device(va.kind) && va.kind != BufferKind::None) return false;
+  if (!on_device(vb.kind) && vb.kind != BufferKind::None) return false;
+  k->kind_a = va.kind;
+  k->kind_b = vb.kind;
+  k->device_a = va.device;
+  k->device_b = vb.device;
+  k->stream = stream == Py_None ? nullptr : stream;
+  k->current_stream = stream == Py_None ? (va.kind != BufferKind::None ? va.stream : vb.stream) : 0;
+  return true;
+}
+
+// The key of a C++ caller's call (core_api.h device_collective), as key_of would read its buffers.
+inline CallKey native_key_of(const CollectiveCall& call, BufferKind kind_in, BufferKind kind_out, int device,
+                             uintptr_t stream) {
+  CallKey k;
+  k.call = call;
+  k.kind_a = kind_in;
+  k.kind_b = kind_out;
+  k.device_a = kind_in == BufferKind::None ? -1 : device;
+  k.device_b = kind_out == BufferKind::None ? -1 : device;
+  k.current_stream = stream;
+  return k;
+}
+
+}  // namespace commlib
