@@ -300,7 +300,7 @@ class ProcessGroupCommlib(ShrinkMixin, PointToPointMixin, DataMovementMixin, Dev
     def barrier(self, opts=None):
         if (opts is not None and not opts.asyncOp and not self._p2p
                 and self._core_address is not None and fast_collective(
-                    self._core_address, BARRIER, None, None, None, None, 0, False, None) is None):
+                    self._core_address, BARRIER, None, None, None, "auto", 0, False, None) is None):
             return self._done_works.get([])
         opts = opts if opts is not None else dist.BarrierOptions()
         return self._run(opts.asyncOp, [],
