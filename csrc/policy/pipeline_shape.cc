@@ -140,23 +140,38 @@ namespace {
 // of it, finest around the NIC/port balance of the DGX presets (0.84: docs/simulator.md).
 constexpr int kShares[] = {512, 640, 768, 832, 860, 896, 928, 960, 992, 1024};
 
+// The memo's key, lookup and store, shared by both choices below.
+std::string memo_key(const CallShape& call, const Composition& cand, const sim::Topology& t) {
+  KeyWriter key;
+  key.add_call(call);
+  for (const std::string& v : {cand.algorithm, cand.inter, cand.intra}) key.add(v);
+  key.add_model(t);
+  return key.k;
+}
+
+bool memo_find(const std::string& key, Composition* shape, double* estimate_s) {
+  std::lock_guard<std::mutex> lk(g_memo_mu);
+  const auto it = g_memo.find(key);
+  if (it == g_memo.end()) return false;
+  if (estimate_s) *estimate_s = it->second.estimate_s;
+  *shape = it->second.shape;
+  return true;
+}
+
+Composition memo_store(const std::string& key, const Composition& best, double best_s) {
+  std::lock_guard<std::mutex> lk(g_memo_mu);
+  if (g_memo.size() >= kMemoEntries) g_memo.clear();
+  g_memo.emplace(key, ShapeMemo{best, best_s});
+  return best;
+}
+
 // rail_split's share and its hierarchical part's shape (pipeline_shape.h): the part's (K, pieces)
 // as hierarchical's own choice for its count at the default share, then the share of the smallest
 // estimate with K segments of the part's count at that share. Memoised with the others.
 Composition choose_split_share(const CallShape& call, const Composition& cand, const sim::Topology& t,
                                double* estimate_s) {
-  KeyWriter key;
-  key.add_call(call);
-  for (const std::string& v : {cand.algorithm, cand.inter, cand.intra}) key.add(v);
-  key.add_model(t);
-  {
-    std::lock_guard<std::mutex> lk(g_memo_mu);
-    const auto it = g_memo.find(key.k);
-    if (it != g_memo.end()) {
-      if (estimate_s) *estimate_s = it->second.estimate_s;
-      return it->second.shape;
-    }
-  }
+  const std::string key = memo_key(call, cand, t);
+  if (Composition hit; memo_find(key, &hit, estimate_s)) return hit;
   CallShape rest = call;
   rest.count = call.count - sched::share_of(call.count, sched::kDefaultShare);
   const Composition hier = choose_pipeline_shape(rest, Composition{"hierarchical", cand.inter, cand.intra}, t);
@@ -172,10 +187,7 @@ Composition choose_split_share(const CallShape& call, const Composition& cand, c
     if (e < best_s) best_s = e, best = k;
   }
   if (estimate_s) *estimate_s = best_s;
-  std::lock_guard<std::mutex> lk(g_memo_mu);
-  if (g_memo.size() >= kMemoEntries) g_memo.clear();
-  g_memo.emplace(key.k, ShapeMemo{best, best_s});
-  return best;
+  return memo_store(key, best, best_s);
 }
 
 }  // namespace
@@ -205,18 +217,8 @@ Composition choose_pipeline_shape(const CallShape& call, const Composition& cand
   Composition best = cand;
   best.segment = 0, best.pieces = 0;
   if (shapes.size() == 1 && !estimate_s) return best;
-  KeyWriter key;
-  key.add_call(call);
-  for (const std::string& v : {cand.algorithm, cand.inter, cand.intra}) key.add(v);
-  key.add_model(t);
-  {
-    std::lock_guard<std::mutex> lk(g_memo_mu);
-    const auto it = g_memo.find(key.k);
-    if (it != g_memo.end()) {
-      if (estimate_s) *estimate_s = it->second.estimate_s;
-      return it->second.shape;
-    }
-  }
+  const std::string key = memo_key(call, cand, t);
+  if (Composition hit; memo_find(key, &hit, estimate_s)) return hit;
   double best_s = std::numeric_limits<double>::infinity();
   for (const auto& [segment, pieces] : shapes) {
     Composition k = cand;
@@ -225,10 +227,7 @@ Composition choose_pipeline_shape(const CallShape& call, const Composition& cand
     if (e < best_s) best_s = e, best = k;
   }
   if (estimate_s) *estimate_s = best_s;
-  std::lock_guard<std::mutex> lk(g_memo_mu);
-  if (g_memo.size() >= kMemoEntries) g_memo.clear();
-  g_memo.emplace(key.k, ShapeMemo{best, best_s});
-  return best;
+  return memo_store(key, best, best_s);
 }
 
 void clear_pipeline_shapes() {
