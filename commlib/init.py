@@ -317,8 +317,8 @@ def _create_core(rdv: _Rendezvous, rank: int, size: int, timeout: float):
             raise RendezvousError(f"rank {rank} on host {host} got the region record of host {rec['host']!r}")
         if rec["bytes"] != region_bytes:
             raise RendezvousError(f"rank {rank} computed a {region_bytes}-byte region but rank {leader} made "
-                                  f"{rec['bytes']} bytes (COMMLIB_SHM_SLOTS / COMMLIB_SHM_SLOT_BYTES must be "
-                                  "the same on every rank)")
+                                  f"{rec['bytes']} bytes (COMMLIB_SHM_SLOTS / COMMLIB_SHM_SLOT_BYTES / "
+                                  "COMMLIB_SHM_BCAST_BYTES must be the same on every rank)")
         fd = receive_fd(rec["socket"], rec["pid"], local_rank, max(0.1, rdv.deadline - time.monotonic()),
                         rank=rank, leader=leader, host=host if len(topo.hosts) > 1 else None,
                         poll=rdv.raise_reported)

@@ -115,6 +115,10 @@ class Executor {
   bool flags_fit(size_t bytes) const;
   void flag_broadcast(const char* src, char* dst, size_t bytes, int root, const CallDesc& call);
   void flag_barrier(const CallDesc& call);
+  // The "shared" broadcast through the root's stream (SharedFlags' streams), when every rank is on
+  // this host and the transport has streams; the same on every rank of a call.
+  bool stream_fits() const;
+  void stream_broadcast(const char* src, char* dst, size_t bytes, int root, const CallDesc& call);
 
   void begin_call(size_t footprint_bytes, size_t chunk_cap = 0, int64_t single_copy_min = -1) {
     stream_call_ = opts_.stream_bytes && footprint_bytes >= opts_.stream_bytes;
@@ -159,6 +163,8 @@ class Executor {
   std::vector<uint64_t> flag_writes_;     // per root: its flag broadcasts so far (its next slot: this mod slots)
   std::vector<uint64_t> flag_slot_call_;  // the flag call each of this rank's slots last held
   uint64_t flag_readers_done_ = 0;        // the lowest flag call every peer had completed, last looked at
+  std::vector<uint64_t> stream_pos_;      // per root: where its next broadcast starts in its stream
+  uint64_t stream_low_ = 0;               // the lowest position every reader had consumed of this rank's stream
   std::vector<ExecOp> ops_watched_;
   std::atomic<uint64_t> bytes_sent_{0};
 };

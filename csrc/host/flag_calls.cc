@@ -1,7 +1,9 @@
-// Small broadcasts and barriers of a communicator whose ranks share one host, through the
-// shared-memory flags (transport.h SharedFlags) instead of the channels: a broadcast is one write of
-// the root's slot and one counter store per reader, a barrier one counter store per rank (Open MPI's
-// shape for them; the channels cost a chunk, a header check and a release per peer and message).
+// Broadcasts and barriers of a communicator whose ranks share one host, through the shared-memory
+// flags (transport.h SharedFlags) instead of the channels: a small broadcast is one write of the
+// root's slot and one counter store per reader, a barrier one counter store per rank (Open MPI's
+// shape for them; the channels cost a chunk, a header check and a release per peer and message);
+// a large one ("shared") is written once into the root's stream and copied out by every reader,
+// one copy per byte on each rank (a chain or tree through the channels copies twice per hop).
 // Waits are the executor's: spin, then sleep on the doorbell, with the same checks for failed,
 // dead, closed, silent or mismatched peers (on_idle).
 #include <algorithm>
@@ -9,6 +11,7 @@
 #include <cstring>
 
 #include "host/executor.h"
+#include "kernels/cpu_copy.h"
 #include "plan/describe.h"
 
 namespace commlib {
@@ -17,6 +20,19 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr int64_t kSleepSliceUs = 50 * 1000;
 constexpr auto kSlowCheckEvery = std::chrono::milliseconds(100);
+// A stream's unit: what a root writes before it publishes, and the most a reader copies before it
+// publishes (so the root may reuse that much). Small enough that readers start on a broadcast's
+// first bytes while the root writes the rest, large enough that the per-piece stores are noise.
+constexpr uint64_t kStreamPiece = 64 << 10;
+constexpr uint64_t kStreamLine = 64;  // positions advance in whole cache lines
+uint64_t round_line(uint64_t x) { return (x + kStreamLine - 1) / kStreamLine * kStreamLine; }
+// A broadcast's first line in the root's stream: the call, so that a reader in another call raises
+// MismatchError instead of copying, and its size.
+struct StreamHeader {
+  CallDesc desc;
+  uint64_t bytes;
+};
+static_assert(sizeof(StreamHeader) <= kStreamLine, "the header is one line");
 }  // namespace
 
 bool Executor::flags_fit(size_t bytes) const {
@@ -118,6 +134,80 @@ void Executor::flag_barrier(const CallDesc& call) {
     return;
   }
   wait_flags(everyone_arrived, OpKind::Recv, -1, 0, call);
+}
+
+bool Executor::stream_fits() const {
+  SharedFlags* f = t_.shared_flags();
+  return f && f->stream_bytes() >= 4 * kStreamLine;
+}
+
+// One broadcast through the root's stream: a header line (the call and its size), then the bytes,
+// padded to a line. Every rank runs every broadcast, so each keeps every root's position alike.
+void Executor::stream_broadcast(const char* src, char* dst, size_t bytes, int root, const CallDesc& call) {
+  SharedFlags& f = *t_.shared_flags();
+  const int me = t_.rank(), P = t_.size();
+  const uint64_t ring = f.stream_bytes();
+  if (stream_pos_.size() < static_cast<size_t>(P)) stream_pos_.resize(P, 0);
+  const uint64_t start = stream_pos_[root], data = start + kStreamLine, end = data + round_line(bytes);
+  stream_pos_[root] = end;
+  char* base = f.stream(root);
+  // Pieces never cross the ring's end: the piece at position p of up to n bytes.
+  auto piece = [&](uint64_t p, uint64_t left) { return std::min({left, kStreamPiece, ring - p % ring}); };
+  if (me == root) {
+    // The room left at position q: what every reader consumed, plus the ring, minus q. Readers
+    // consume only what was produced, so a root waits for room only while none is left (waiting
+    // for a whole piece could wait on bytes it has not published yet). The readers' lowest position
+    // is read again only when the last look leaves no room.
+    auto room_at = [&](uint64_t q) {
+      if (q < stream_low_ + ring) return stream_low_ + ring - q;
+      wait_flags(
+          [&] {
+            uint64_t low = UINT64_MAX;
+            for (int p = 0; p < P; ++p)
+              if (p != me) low = std::min(low, f.consumed(p));
+            stream_low_ = low;
+            return q < low + ring;
+          },
+          OpKind::Send, -1, bytes, call);
+      return stream_low_ + ring - q;
+    };
+    room_at(start);  // the header's line (positions and the ring are whole lines)
+    StreamHeader h{call, bytes};
+    std::memcpy(base + start % ring, &h, sizeof(h));
+    uint64_t p = data;
+    while (p < data + bytes) {
+      const uint64_t n = std::min(piece(p, data + bytes - p), room_at(p));
+      std::memcpy(base + p % ring, src + (p - data), n);  // plain stores: the readers want it cached
+      p += n;
+      f.produce(p);
+    }
+    if (end != p || bytes == 0) f.produce(end);
+    if (dst && dst != src && bytes) std::memcpy(dst, src, bytes);
+    return;
+  }
+  // The bytes up to produced() stay until this rank consumes them: the root waits for that.
+  uint64_t seen = 0;
+  auto until = [&](uint64_t q) {
+    if (seen >= q) return;
+    wait_flags([&] { return (seen = f.produced(root)) >= q; }, OpKind::Recv, root, bytes, call);
+  };
+  until(data);
+  StreamHeader h;
+  std::memcpy(&h, base + start % ring, sizeof(h));
+  if (h.desc != call || h.bytes != bytes)
+    fail(ErrorKind::Mismatch, "rank " + std::to_string(me) + " in " + describe_call(call) + " found rank " +
+                                  std::to_string(root) + "'s broadcast stream holding " + describe_call(h.desc) + " (" +
+                                  std::to_string(h.bytes) + " bytes); expected " + std::to_string(bytes) + " bytes");
+  // Non-temporal stores as begin_call would decide them for this call (all ranks' outputs together).
+  const bool nt = opts_.stream_bytes && bytes * P >= opts_.stream_bytes && bytes >= (size_t{64} << 10);
+  for (uint64_t p = data; p < data + bytes;) {
+    until(p + 1);
+    const uint64_t n = piece(p, std::min(seen, data + bytes) - p);
+    copy_bytes(dst + (p - data), base + p % ring, n, nt);
+    p += n;
+    f.consume(root, p);
+  }
+  f.consume(root, end);
 }
 
 }  // namespace commlib

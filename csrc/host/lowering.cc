@@ -39,18 +39,25 @@ char* Communicator::scratch(size_t bytes) {
 // auto's small broadcasts and barriers, when every rank is on this host: through the shared-memory
 // flags (host/flag_calls.cc), one write read by every rank, instead of the schedule. Only when auto
 // itself chose (an algorithm the caller or COMMLIB_ALGO_<COLLECTIVE> named runs as named), so
-// every rank decides alike from the call.
+// every rank decides alike from the call. The "shared" broadcast, however chosen, runs through the
+// root's stream the same way (its schedule, direct's messages, only off one host).
 bool Communicator::run_flag_call(const CollectiveCall& call, const ResolvedPlan& planned, const CallDesc& desc,
                                  size_t bytes) {
-  if (call.algo != 0 || call.codec.active() || planned.choice.source == "override") return false;
   if (call.coll == Collective::Barrier) {
+    if (call.algo != 0 || call.codec.active() || planned.choice.source == "override") return false;
     if (!exec_.flags_fit(0)) return false;
     exec_.flag_barrier(desc);
     return true;
   }
-  if (call.coll != Collective::Broadcast || !exec_.flags_fit(bytes)) return false;
+  if (call.coll != Collective::Broadcast) return false;
   const char* in = reinterpret_cast<const char*>(call.input);
   char* out = reinterpret_cast<char*>(call.output);
+  if (planned.name == "shared" && !call.codec.active() && exec_.stream_fits()) {
+    exec_.stream_broadcast(in ? in : out, out ? out : const_cast<char*>(in), bytes, call.root, desc);
+    return true;
+  }
+  if (call.algo != 0 || call.codec.active() || planned.choice.source == "override" || !exec_.flags_fit(bytes))
+    return false;
   exec_.flag_broadcast(in ? in : out, out ? out : const_cast<char*>(in), bytes, call.root, desc);
   return true;
 }

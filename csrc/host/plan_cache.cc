@@ -16,7 +16,9 @@ std::string Communicator::auto_choice(Collective coll, int64_t bytes) const {
 bool Communicator::auto_runs_flag_call(Collective coll, int64_t bytes) const {
   if (coll != Collective::Broadcast && coll != Collective::Barrier) return false;
   const AlgorithmChoice c = resolve_call(plans_.context(), CallShape{coll, bytes, 1, 0}, 0);
-  return c.source != "override" && exec_.flags_fit(coll == Collective::Barrier ? 0 : static_cast<size_t>(bytes));
+  // A "shared" broadcast goes through the root's stream, not the flags (lowering.cc run_flag_call).
+  return c.source != "override" && c.algorithm != "shared" &&
+         exec_.flags_fit(coll == Collective::Barrier ? 0 : static_cast<size_t>(bytes));
 }
 
 void Communicator::set_cost_model(const sim::Topology& model) {

@@ -4,6 +4,8 @@
 //   scatter_allgather van de Geijn: binomial scatter of the P blocks (block v to relative rank v,
 //                     each subtree receiving its contiguous block range), then a ring all-gather
 //                     in relative rank order. ~2x the bandwidth-optimal volume, any P.
+//   shared            direct's messages; on one host the root writes the message once into its
+//                     shared-memory stream and every rank copies it out (host/flag_calls.cc).
 //   pipeline          chain root -> root+1 -> ... with the message cut into S segments; in step t a
 //                     rank receives segment t and forwards segment t-1, so the P-1 hops overlap.
 //                     S = clamp(count / 64, 1, 2P): segments of at least 64 elements, and at most
@@ -114,6 +116,10 @@ COMMLIB_REGISTER_ALGORITHM(Broadcast, "pipeline", broadcast_pipeline, 3, kLargeM
                            "chunks pipelined down a chain");
 COMMLIB_REGISTER_ALGORITHM(Broadcast, "direct", broadcast_direct, 4, kSmallMessages,
                            "the root sends to every rank");
+// The messages of direct; where every rank shares one host's memory the host engine runs it as one
+// write of the root into its shared stream that every rank copies out (host/flag_calls.cc).
+COMMLIB_REGISTER_ALGORITHM(Broadcast, "shared", broadcast_direct, 5, kLargeMessages,
+                           "one write into shared memory, copied out by every rank (one host)");
 
 }  // namespace sched
 }  // namespace commlib

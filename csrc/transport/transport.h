@@ -85,6 +85,19 @@ class SharedFlags {
   // costs its peers a doorbell ring and one that does not costs them nothing: the common case of a
   // root running ahead of its readers, or of readers finding the data there, rings no one.
   virtual void set_waiting(bool on) = 0;
+
+  // Large broadcasts (the "shared" algorithm, host/flag_calls.cc): each rank also owns a stream, a
+  // ring of stream_bytes() that every other rank of the domain reads. Positions count bytes written
+  // since the communicator began and only grow; byte p of a stream sits at p mod stream_bytes().
+  // A root writes a broadcast once into its stream and publishes how far it wrote (produce); each
+  // reader copies it out and publishes how far it read (consume); the root overwrites only what
+  // every reader consumed. The stores ring the peers that wait (set_waiting), as the flags' do.
+  virtual size_t stream_bytes() const { return 0; }  // 0: no streams
+  virtual char* stream(int root) const = 0;
+  virtual uint64_t produced(int root) const = 0;
+  virtual void produce(uint64_t position) = 0;  // this rank's stream, up to `position`
+  virtual uint64_t consumed(int reader) const = 0;  // of this rank's stream
+  virtual void consume(int root, uint64_t position) = 0;
 };
 
 class Transport {

@@ -60,6 +60,12 @@ uint64_t shm_default_slot_bytes(int size) {
   return per / 4096 * 4096;
 }
 
+uint64_t shm_default_stream_bytes(int size) {
+  const uint64_t budget = 16ull << 20;
+  uint64_t per = std::min<uint64_t>(budget / static_cast<uint64_t>(std::max(size, 1)), 2ull << 20);
+  return std::max<uint64_t>(per / (64 << 10) * (64 << 10), 64 << 10);
+}
+
 ShmConfig shm_config_from_env(int size) {
   ShmConfig cfg;
   cfg.nslots = static_cast<uint32_t>(param_int("COMMLIB_SHM_SLOTS"));
@@ -67,17 +73,25 @@ ShmConfig shm_config_from_env(int size) {
   if (cfg.slot_bytes == 0) cfg.slot_bytes = shm_default_slot_bytes(size);
   if (cfg.slot_bytes < 64 || cfg.slot_bytes % 64)
     throw std::invalid_argument("COMMLIB_SHM_SLOT_BYTES: must be a multiple of 64, at least 64");
+  cfg.stream_bytes = static_cast<uint64_t>(param_bytes("COMMLIB_SHM_BCAST_BYTES"));
+  if (cfg.stream_bytes == 0) cfg.stream_bytes = shm_default_stream_bytes(size);
+  if (cfg.stream_bytes < 256 || cfg.stream_bytes % 64)
+    throw std::invalid_argument("COMMLIB_SHM_BCAST_BYTES: must be a multiple of 64, at least 256");
   cfg.spin_us = spin_us_param();
   return cfg;
 }
 
 static size_t ctl_stride() { return round_up(sizeof(ShmTransport::RankCtl), kLine); }
+// A rank's stream: its produced line, a consumed line per rank, then the ring.
+static size_t stream_stride(int size, uint64_t stream_bytes) {
+  return (1 + static_cast<size_t>(size)) * kLine + round_up(stream_bytes, kLine);
+}
 
 uint64_t shm_region_bytes(int size, const ShmConfig& cfg) {
   size_t slot_stride = round_up(sizeof(ChunkHeader), kLine) + round_up(cfg.slot_bytes, kLine);
   size_t channel_stride = round_up(sizeof(ShmTransport::ChannelCtl), kLine) + cfg.nslots * slot_stride;
   return round_up(sizeof(RegionHeader), kLine) + size * ctl_stride() +
-         static_cast<uint64_t>(size) * size * channel_stride;
+         static_cast<uint64_t>(size) * size * channel_stride + size * stream_stride(size, cfg.stream_bytes);
 }
 
 ShmTransport::ShmTransport(int rank, int size, int fd, const ShmConfig& cfg) : rank_(rank), size_(size) {
@@ -94,6 +108,7 @@ ShmTransport::ShmTransport(int rank, int size, int fd, const ShmConfig& cfg) : r
     rh->size = static_cast<uint32_t>(size);
     rh->nslots = nslots;
     rh->slot_bytes = slot_bytes;
+    rh->stream_bytes = cfg.stream_bytes;
     rh->magic.store(kMagic, std::memory_order_release);
   } else {
     std::string bad;
@@ -101,11 +116,12 @@ ShmTransport::ShmTransport(int rank, int size, int fd, const ShmConfig& cfg) : r
       bad = "shm: region not initialised by rank 0 (bad magic)";
     else if (rh->size != static_cast<uint32_t>(size))
       bad = "shm: world size " + std::to_string(size) + " differs from rank 0's " + std::to_string(rh->size);
-    else if (rh->nslots != nslots || rh->slot_bytes != slot_bytes)
+    else if (rh->nslots != nslots || rh->slot_bytes != slot_bytes || rh->stream_bytes != cfg.stream_bytes)
       bad = "shm: rank 0's region header says " + std::to_string(rh->nslots) + " slots of " +
-            std::to_string(rh->slot_bytes) + " bytes but rank " + std::to_string(rank) + " computed " +
-            std::to_string(nslots) + " of " + std::to_string(slot_bytes) +
-            " (COMMLIB_SHM_SLOTS / COMMLIB_SHM_SLOT_BYTES must be the same on every rank)";
+            std::to_string(rh->slot_bytes) + " bytes and " + std::to_string(rh->stream_bytes) +
+            "-byte streams but rank " + std::to_string(rank) + " computed " + std::to_string(nslots) + " of " +
+            std::to_string(slot_bytes) + " and " + std::to_string(cfg.stream_bytes) +
+            " (COMMLIB_SHM_SLOTS / COMMLIB_SHM_SLOT_BYTES / COMMLIB_SHM_BCAST_BYTES must be the same on every rank)";
     if (!bad.empty()) {
       munmap(head, 4096);
       throw CommError(bad);
@@ -120,6 +136,9 @@ ShmTransport::ShmTransport(int rank, int size, int fd, const ShmConfig& cfg) : r
   channel_stride_ = round_up(sizeof(ChannelCtl), kLine) + nslots * slot_stride_;
   ctl_offset_ = round_up(sizeof(RegionHeader), kLine);
   chan_offset_ = ctl_offset_ + size * ctl_stride();
+  stream_bytes_ = cfg.stream_bytes;
+  stream_stride_ = stream_stride(size, stream_bytes_);
+  stream_offset_ = chan_offset_ + static_cast<size_t>(size) * size * channel_stride_;
 
   void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) throw CommError(std::string("shm: mmap of the region failed: ") + std::strerror(errno));
@@ -150,6 +169,18 @@ ShmTransport::RankCtl& ShmTransport::ctl(int r) const {
 
 ShmTransport::ChannelCtl& ShmTransport::channel(int src, int dst) const {
   return *reinterpret_cast<ChannelCtl*>(base_ + chan_offset_ + (static_cast<size_t>(src) * size_ + dst) * channel_stride_);
+}
+
+std::atomic<uint64_t>& ShmTransport::stream_produced(int r) const {
+  return *reinterpret_cast<std::atomic<uint64_t>*>(base_ + stream_offset_ + r * stream_stride_);
+}
+
+std::atomic<uint64_t>& ShmTransport::stream_consumed(int r, int reader) const {
+  return *reinterpret_cast<std::atomic<uint64_t>*>(base_ + stream_offset_ + r * stream_stride_ + (1 + reader) * kLine);
+}
+
+char* ShmTransport::stream_data(int r) const {
+  return base_ + stream_offset_ + r * stream_stride_ + (1 + static_cast<size_t>(size_)) * kLine;
 }
 
 char* ShmTransport::slot(int src, int dst, uint64_t index) const {

@@ -27,12 +27,17 @@ namespace commlib {
 struct ShmConfig {
   uint32_t nslots = 4;          // chunks in flight per ordered pair
   uint64_t slot_bytes = 0;      // 0: chosen from the world size (see shm_default_slot_bytes)
+  uint64_t stream_bytes = 0;    // each rank's broadcast stream (0: chosen from the world size)
   int64_t spin_us = kDefaultSpinUs;  // COMMLIB_SPIN_US (common/params.h)
 };
 
 uint64_t shm_default_slot_bytes(int size);
+// Bytes of each rank's broadcast stream (SharedFlags' streams, transport.h): up to 2 MiB, the whole
+// of the broadcasts it serves best, so a root writes one without waiting for its readers; at most
+// 16 MiB for all ranks together.
+uint64_t shm_default_stream_bytes(int size);
 // Bytes the region must have for `size` ranks under `cfg` (env COMMLIB_SHM_SLOT_BYTES,
-// COMMLIB_SHM_SLOTS override the defaults).
+// COMMLIB_SHM_SLOTS, COMMLIB_SHM_BCAST_BYTES override the defaults).
 uint64_t shm_region_bytes(int size, const ShmConfig& cfg);
 ShmConfig shm_config_from_env(int size);
 
@@ -78,17 +83,23 @@ class ShmTransport final : public Transport {
   friend class ShmFlags;
   RankCtl& ctl(int r) const;
   ChannelCtl& channel(int src, int dst) const;
+  // Rank r's broadcast stream: its written position, then one line per reader with the position
+  // that reader copied up to, then the ring's bytes (shm_flags.cc).
+  std::atomic<uint64_t>& stream_produced(int r) const;
+  std::atomic<uint64_t>& stream_consumed(int r, int reader) const;
+  char* stream_data(int r) const;
   char* slot(int src, int dst, uint64_t index) const;
   void ring(int peer);
 
   int rank_, size_;
   uint32_t nslots_;
   uint64_t slot_bytes_, slot_stride_, channel_stride_;
+  uint64_t stream_bytes_ = 0, stream_stride_ = 0;
   int64_t spin_us_;
   bool oversubscribed_ = false;
   char* base_ = nullptr;
   size_t bytes_ = 0;
-  size_t ctl_offset_ = 0, chan_offset_ = 0;
+  size_t ctl_offset_ = 0, chan_offset_ = 0, stream_offset_ = 0;
   bool closed_ = false;
   std::unique_ptr<SharedFlags> flags_;  // shm_flags.cc, over the control blocks
   bool direct_reads_ = false;  // this rank turned single-copy reads on (enable_direct_reads)

@@ -58,6 +58,30 @@ class ShmFlags final : public SharedFlags {
     return s.data;
   }
 
+  size_t stream_bytes() const override { return t_.stream_bytes_; }
+  char* stream(int root) const override { return t_.stream_data(root); }
+
+  // seq_cst for the same Dekker pairing as the slots: a position's store, then the look at the
+  // waiting flags; a waiter's flag, then its look at the position.
+  uint64_t produced(int root) const override {
+    return t_.stream_produced(root).load(std::memory_order_seq_cst);
+  }
+
+  void produce(uint64_t position) override {
+    t_.stream_produced(t_.rank_).store(position, std::memory_order_seq_cst);
+    for (int r = 0; r < t_.size_; ++r)
+      if (r != t_.rank_) ring_if_waiting(r);
+  }
+
+  uint64_t consumed(int reader) const override {
+    return t_.stream_consumed(t_.rank_, reader).load(std::memory_order_seq_cst);
+  }
+
+  void consume(int root, uint64_t position) override {
+    t_.stream_consumed(root, t_.rank_).store(position, std::memory_order_seq_cst);
+    ring_if_waiting(root);
+  }
+
   void set_waiting(bool on) override {
     auto& w = t_.ctl(t_.rank_).flags_waiting;
     if (on)

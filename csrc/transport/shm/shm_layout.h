@@ -30,6 +30,7 @@ struct RegionHeader {
   uint32_t size;
   uint32_t nslots;
   uint64_t slot_bytes;
+  uint64_t stream_bytes;
 };
 
 inline size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
