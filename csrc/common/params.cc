@@ -40,7 +40,7 @@ const std::vector<Param> kParams = {
      "payload bytes of one channel chunk, a multiple of 64 (0: up to 256 KiB, from the world size)", 0, INT64_MAX},
     {"COMMLIB_SHM_BCAST_BYTES", "bytes", "0",
      "bytes of each rank's shared-memory broadcast stream (the \"shared\" broadcast), a multiple of 64, at least "
-     "256; the same on every rank (0: up to 2 MiB, from the world size)", 0, INT64_MAX},
+     "256; the same on every rank (0: up to 4 MiB, 16 MiB for all ranks together)", 0, INT64_MAX},
     {"COMMLIB_SPIN_US", "int", "-1",
      "microseconds a wait on ranks of this host spins before sleeping (-1: 20; with ranks on other hosts see "
      "COMMLIB_TCP_SPIN_US)", -1, INT64_MAX},

@@ -62,7 +62,7 @@ uint64_t shm_default_slot_bytes(int size) {
 
 uint64_t shm_default_stream_bytes(int size) {
   const uint64_t budget = 16ull << 20;
-  uint64_t per = std::min<uint64_t>(budget / static_cast<uint64_t>(std::max(size, 1)), 2ull << 20);
+  uint64_t per = std::min<uint64_t>(budget / static_cast<uint64_t>(std::max(size, 1)), 4ull << 20);
   return std::max<uint64_t>(per / (64 << 10) * (64 << 10), 64 << 10);
 }
 
