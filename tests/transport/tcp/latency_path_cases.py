@@ -122,3 +122,21 @@ def mixed_sizes_queued(comm, sizes, idle_s):
                 bad.append(n)
     comm.barrier()
     return bad
+
+
+def slow_senders(comm, gap_s):
+    """Rank 0 receives from every other rank in one call (one batch, one step) while rank r sends
+    only after r * ``gap_s``: the call waits on peers far slower than a spin several times over.
+    Returns rank 0's (received right, its caller's spins that ran out during the call)."""
+    comm.barrier()
+    if comm.rank:
+        time.sleep(comm.rank * gap_s)
+        comm.send(np.full(4, comm.rank, np.int64), 0)
+        comm.barrier()
+        return True, 0
+    before = stats(comm)
+    bufs = [np.zeros(4, np.int64) for _ in range(comm.size - 1)]
+    comm.batch_p2p([("recv", b, r + 1) for r, b in enumerate(bufs)])
+    out = stats(comm)["spins_out"] - before["spins_out"]
+    comm.barrier()
+    return all((b == r + 1).all() for r, b in enumerate(bufs)), out
