@@ -3,7 +3,8 @@ namespaces (docs/compression.md; results in bench/RESULTS_compression.md).
 
     python bench/compress_netns.py [--rate 1gbit] [--sizes 16M,64M,256M] [--codecs int8,int4,int8:inter]
                                    [--algorithms hierarchical,ring,auto]
-                                   [--steps 60] [--ranks-per-host 2] [--out bench/results/compression]
+                                   [--steps 60] [--ranks-per-host 2] [--optimizer adam|adam-fused]
+                                   [--out bench/results/compression]
                                    [--skip-allreduce] [--skip-training]
 
 Root only. Two parts, each on two namespaces ("hosts") of 2 ranks, joined by veth links with
