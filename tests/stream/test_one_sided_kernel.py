@@ -107,7 +107,7 @@ def test_counters_per_algorithm(pool, route):
         for c, ok in res:
             assert ok, (coll, algo)
             blocks = c["block_runs"]
-            assert blocks == 4, (coll, algo, c)  # the emulated device's grid: N / P >= 4 x 256 KiB
+            assert blocks == 4 and c["one_sided_launches"] == 1, (coll, algo, c)  # one launch; the grid: 4 SMs
             assert c["host_data_accesses"] == 0, (coll, algo, c)
             assert c["host_reads"] == c["abort_polls"], (coll, algo, c)  # no host read but the abort polls
             assert c["handshakes"] == handshakes * blocks, (coll, algo, c)
