@@ -192,7 +192,7 @@ def grids(comm, sms_counts):
             finally:
                 device_cases.SHAREABLE = True
             fails += f
-            digests += [(f"{shareable} {key}", digest) for key, digest in d]
+            digests += d  # mapped and staged alike: the same fold in rank order
         emu.synchronize()
         return sub._device_route._last_engine.kernel_one_sided_grid(), fails, digests, emu.kernel_counters()
     return [with_settings(comm, dict(SETTINGS, COMMLIB_EMULATED_SMS=str(n)), run) for n in sms_counts]

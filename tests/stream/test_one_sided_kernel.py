@@ -126,9 +126,9 @@ def test_the_grid_is_the_sm_count_at_any_count_of_blocks(pool):
     the 16 blocks of the message plans: 3 ranks on one emulated device of 1, 3 and 20 SMs, every
     one-sided algorithm mapped and staged, float32 or bfloat16, calls that want more blocks than
     that: every launch runs a block per SM on every rank (the same grid everywhere, its grid barriers
-    per block as at 4), the results are right and bitwise the same on every rank and at every SM
-    count (a block's share changes with the grid, the rank-order fold does not), and so are the bytes
-    the blocks read and wrote."""
+    per block as at 4), the results are right and bitwise the same on every rank, on both routes and
+    at every SM count (a block's share changes with the grid, the rank-order fold does not), and so
+    are the bytes the blocks read and wrote."""
     sms_counts = (1, 3, 20)
     per_rank = pool(3, env=DELAY_ENV).run(grids, sms_counts, timeout=240)
     device_cases.check_results([(fails, digests) for runs in per_rank for _, fails, digests, _ in runs])
