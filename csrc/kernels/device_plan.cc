@@ -5,6 +5,7 @@
 #include "kernels/device_plan.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 #include <tuple>
 
@@ -66,7 +67,11 @@ DevicePlan lower_schedule(const Schedule& sched, int rank, int size, size_t esiz
     if (it.kind == kRecvReduce || it.kind == kReduce) plan.reduces = true;
     plan.items.push_back(it);
   };
+  // A pair's chunks are numbered per message of a step (chunk i of every send, then of every
+  // receive: the kernel's order, plan_kernel.cuh), so a step takes one message per peer and direction.
+  std::vector<size_t> seen_send(size, SIZE_MAX), seen_recv(size, SIZE_MAX);
   for (const Step& st : sched.steps) {
+    const size_t k = plan.steps.size();
     PlanStep ps;
     ps.first = static_cast<uint32_t>(plan.items.size());
     uint64_t rounds = 0;
@@ -78,6 +83,14 @@ DevicePlan lower_schedule(const Schedule& sched, int rank, int size, size_t esiz
         if (o.peer < 0 || o.peer >= size || o.peer == rank)
           throw std::invalid_argument("schedule: a message to peer " + std::to_string(o.peer) + " of rank " +
                                       std::to_string(rank) + " in a world of " + std::to_string(size));
+        size_t& seen = (o.kind == OpKind::Send ? seen_send : seen_recv)[o.peer];
+        if (seen == k)
+          throw std::invalid_argument(
+              "schedule: rank " + std::to_string(rank) + "'s step " + std::to_string(k) + " has two " +
+              (o.kind == OpKind::Send ? "sends to" : "receives from") + " rank " + std::to_string(o.peer) +
+              "; the device plan takes one message per peer, direction and step (side-by-side schedules such as "
+              "rail_split run on host buffers only)");
+        seen = k;
         rounds = std::max(rounds, nchunks(bytes));
         continue;
       }
