@@ -6,7 +6,6 @@ import collections
 import pytest
 
 import collective_cases as cases
-import paired_messages
 
 SIZES = [1, 2, 3, 4, 5, 8]
 COLLECTIVES = ["all_reduce", "reduce_scatter", "reduce", "all_gather", "all_to_all", "broadcast",
@@ -37,13 +36,6 @@ def test_collective_matrix(pool, size, collective):
 def test_point_to_point(pool, size):
     failures = [f for fails in pool(size).run(cases.check_p2p) for f in fails]
     assert not failures, "\n".join(failures)
-
-
-def test_two_messages_a_pair_in_one_step(pool):
-    """A step with two sends to and two receives from one peer (ir.h: taken in op order), the first
-    of each 384 KiB, in chunks: the executor moves the second only once the first is all on the link
-    (sent) or all taken (received), so neither takes the other's chunks."""
-    assert pool(2).run(paired_messages.run_paired, 1 << 18, 8) == [[0] * 8] * 2
 
 
 @pytest.mark.parametrize("size", [1, 3, 4])
