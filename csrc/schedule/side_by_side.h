@@ -15,8 +15,7 @@
 // messages in part order, so send order = receive order, and every message's two ends sit in the
 // same merged step, which cannot deadlock. Parts that are not in lock step (a hierarchical schedule
 // on unequal hosts folds and serves several groups) run one after another instead (lock_step
-// false), which any valid parts allow. (The device plan takes one message per peer, direction and
-// step, so a side-by-side schedule runs on host buffers only: kernels/device_plan.h.)
+// false), which any valid parts allow.
 #pragma once
 
 #include <cstdint>
