@@ -141,8 +141,7 @@ void Executor::post_receives(std::vector<ExecOp>& ops, DType dtype) {
   }
 }
 
-// Messages of one pair in one step go and are taken in op order (ir.h): each op learns the step's
-// previous op of its direction with its peer, through per-peer scratch reset as it is read back.
+// A pair's messages in a step move in op order (ir.h): each op learns the one before it, if any.
 void Executor::order_messages(std::vector<ExecOp>& ops) {
   for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
     ExecOp& o = ops[i];
