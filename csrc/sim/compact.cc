@@ -31,6 +31,9 @@ bool is_receive(SimKind k) { return k == SimKind::Recv || k == SimKind::RecvRedu
 // within each pair; a step with one message per pair (most) leaves every nth 0.
 void number_messages(std::vector<SimOp>& ops, int rank) {
   auto dir = [](const SimOp& o) { return o.kind == SimKind::Send ? 0 : is_receive(o.kind) ? 1 : 2; };
+  size_t sends = 0, receives = 0;  // at most one each (most steps): no pair repeats, nothing to sort
+  for (const SimOp& o : ops) (dir(o) == 0 ? sends : dir(o) == 1 ? receives : sends) += dir(o) < 2;
+  if (sends <= 1 && receives <= 1) return;
   std::stable_sort(ops.begin(), ops.end(), [&](const SimOp& a, const SimOp& b) {
     return dir(a) != dir(b) ? dir(a) < dir(b) : a.peer < b.peer;
   });
