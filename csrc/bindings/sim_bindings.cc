@@ -251,18 +251,23 @@ void bind_sim(py::module_& m) {
       "simulate_trace",
       [](Collective c, const std::string& algorithm, int64_t count, int elem_bytes, int root,
          const py::dict& topology, const std::string& inter_algorithm, int64_t segment,
-         const std::string& intra_algorithm) {
+         const std::string& intra_algorithm, int pieces, int share) {
+        if (pieces < 0) throw std::invalid_argument("pieces: must be >= 0, got " + std::to_string(pieces));
+        if (share < 0) throw std::invalid_argument("share: must be >= 0, got " + std::to_string(share));
         const sim::Topology t = topology_from_dict(topology);
         if (t.size() > 64) throw std::invalid_argument("topology: the trace explains up to 64 ranks");
         sim::Trace trace;
-        const auto [how, r] = play(c, Composition{algorithm, inter_algorithm, intra_algorithm, segment}, count,
-                                   elem_bytes, root, t, &trace);
+        const auto [how, r] = play(c, Composition{algorithm, inter_algorithm, intra_algorithm, segment, pieces, share},
+                                   count, elem_bytes, root, t, &trace);
         py::list transfers;
         for (const auto& x : trace.transfers)
           transfers.append(py::make_tuple(x.src, x.dst, x.src_step, x.dst_step, x.bytes, x.start, x.done, x.links));
         py::dict out;
         out["time_s"] = r.time_s;
         out["algorithm"] = how.algorithm;
+        out["segment"] = how.segment;
+        out["pieces"] = how.pieces;
+        out["share"] = how.share;
         out["steps"] = trace.steps;
         out["transfers"] = std::move(transfers);
         out["links"] = trace.link_names;
@@ -270,7 +275,9 @@ void bind_sim(py::module_& m) {
       },
       py::arg("collective"), py::arg("algorithm"), py::arg("count"), py::arg("elem_bytes"), py::arg("root"),
       py::arg("topology"), py::arg("inter_algorithm") = "", py::arg("segment") = -1, py::arg("intra_algorithm") = "",
-      "simulate() on up to 64 ranks, with what happened: {time_s, algorithm, steps: [rank][step] -> (entered_s, "
+      py::arg("pieces") = 0, py::arg("share") = 0,
+      "simulate() on up to 64 ranks (pieces, share: as simulate()'s), with what happened: {time_s, algorithm, "
+      "segment, pieces, share (as played), steps: [rank][step] -> (entered_s, "
       "finished_s), transfers: [(src, dst, src_step, dst_step, bytes, start_s, done_s, [link ids])], links: "
       "[link names by id]} (the schedule explorer's timeline).");
 

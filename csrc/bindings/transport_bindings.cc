@@ -68,6 +68,8 @@ void bind_transport(py::module_& m) {
 
   m.def("toy_transport", &toy::set_registered, py::arg("on"),
         "Registers the toy kind of transport ahead of shm, or withdraws it (tests: transport/toy/toy.h).");
+  m.def("toy_transport_stutter", &toy::set_stutter, py::arg("on"),
+        "Every other send slot (received chunk) of a toy link is not there yet (tests: transport/toy/toy.h).");
   m.def("toy_transport_chunks", &toy::chunks_published, "Chunks this process's toy links published (tests).");
 
   m.def(

@@ -25,6 +25,10 @@ bool is_comm(OpKind k) { return k == OpKind::Send || k == OpKind::Recv || k == O
 // send completes at once, so small sends never wait for the peer to read.
 constexpr size_t kInPlaceBytes = size_t{64} << 10;
 
+// Whether every chunk of send `o` is on its link (a rendezvous send's one header; an in-place
+// send's last chunk), so a later message to the same peer may follow it.
+bool all_posted(const ExecOp& o) { return o.finished || o.rendezvous != 0; }
+
 }  // namespace
 
 void Executor::fail(ErrorKind kind, const std::string& message) {
@@ -131,15 +135,23 @@ void Executor::post_receives(std::vector<ExecOp>& ops, DType dtype) {
     if (o.kind != OpKind::Recv || o.bytes < kInPlaceBytes) continue;
     Link& l = t_.link(o.peer);
     if (!l.caps().lands_in_place) continue;
-    bool first = true;  // later messages from the same peer arrive behind this one: not posted
-    for (const ExecOp& e : ops) {
-      if (&e == &o) break;
-      if (e.kind == OpKind::Recv || e.kind == OpKind::RecvReduce) first &= e.peer != o.peer;
-    }
-    if (!first) continue;
+    if (o.after >= 0) continue;  // a later message from the same peer arrives behind this one: not posted
     l.post_recv(o.desc, o.dst, o.bytes, chunk_for(l, esize));
     o.mode = 3;
   }
+}
+
+// A pair's messages in a step move in op order (ir.h): each op learns the one before it, if any.
+void Executor::order_messages(std::vector<ExecOp>& ops) {
+  for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
+    ExecOp& o = ops[i];
+    if (!is_comm(o.kind)) continue;
+    int& last = (o.kind == OpKind::Send ? last_send_ : last_recv_)[o.peer];
+    o.after = last;
+    last = i;
+  }
+  for (const ExecOp& o : ops)
+    if (is_comm(o.kind)) (o.kind == OpKind::Send ? last_send_ : last_recv_)[o.peer] = -1;
 }
 
 void Executor::release_buffers(std::vector<ExecOp>& ops) {
@@ -191,12 +203,20 @@ bool Executor::progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
   for (ExecOp& o : ops) {
     if (o.kind == OpKind::Send) {
       if (o.finished) continue;  // (a finished send that reported progress again would spin forever)
+      if (o.after >= 0 && !all_posted(ops[o.after])) {  // its chunks would come between the earlier one's
+        ++left;
+        continue;
+      }
       moved |= progress_send(o, esize);
       if (o.finished)
         bytes_sent_.fetch_add(o.bytes, std::memory_order_relaxed);
       else
         ++left;
     } else if (o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce) {
+      if (!o.finished && o.after >= 0 && !ops[o.after].finished) {  // the link's next chunks are the earlier one's
+        ++left;
+        continue;
+      }
       Link& l = t_.link(o.peer);
       const size_t cap = chunk_for(l, esize);
       while (!o.finished) {
@@ -316,6 +336,7 @@ void Executor::run_step(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
     }
   }
   if (!any_comm) return;
+  order_messages(ops);
   post_receives(ops, dtype);
   struct Release {  // also when a failure leaves this step early
     Executor& ex;

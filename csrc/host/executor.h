@@ -37,6 +37,9 @@ struct ExecOp {
                               // place: the link's ticket of the last chunk (0: not all published)
   size_t ready = SIZE_MAX;    // Send: bytes of src written so far (StepWork produces the rest while
                               // the step runs; whole chunks go as they are ready, never single-copy)
+  int after = -1;             // set by run_step: the step's previous op of this direction with this
+                              // peer (-1 none). A link carries a pair's chunks in order, so a message
+                              // moves only once that one is all sent (received): op order (ir.h)
 };
 
 // Work the caller interleaves with a step's transfers (the compressed lowering's codec: encoding
@@ -77,7 +80,8 @@ struct ExecOptions {
 
 class Executor {
  public:
-  Executor(Fabric& f, ExecOptions opts) : t_(f), opts_(opts), rendezvous_sent_(f.size(), 0) {}
+  Executor(Fabric& f, ExecOptions opts)
+      : t_(f), opts_(opts), rendezvous_sent_(f.size(), 0), last_send_(f.size(), -1), last_recv_(f.size(), -1) {}
 
   // Runs `ops` to completion. `call` names the call in error messages (described only on failure:
   // building strings per call would show on the latency path).
@@ -139,6 +143,7 @@ class Executor {
   bool progress_send(ExecOp& o, size_t esize);
   bool progress_send_in_place(ExecOp& o, Link& l, size_t cap);
   void post_receives(std::vector<ExecOp>& ops, DType dtype);
+  void order_messages(std::vector<ExecOp>& ops);  // sets ExecOp::after
   // Leaves no link holding a pointer into the step's buffers (run_step's exit, also by exception).
   void release_buffers(std::vector<ExecOp>& ops);
   size_t chunk_for(const Link& l, size_t esize) const;
@@ -165,6 +170,7 @@ class Executor {
   ExecOptions opts_;
   double call_timeout_s_ = 0;  // set_call_timeout
   std::vector<uint64_t> rendezvous_sent_;  // per peer
+  std::vector<int> last_send_, last_recv_;   // per peer: run_step's scratch for ExecOp::after (all -1 between steps)
   std::vector<char> bounce_;               // cache-sized staging for reductions of direct reads
   ListenerList<P2PProbe> probes_;
   uint64_t flag_calls_ = 0;       // flag calls made (numbered alike on every rank)

@@ -5,6 +5,7 @@
 #include "kernels/device_plan.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 #include <tuple>
 
@@ -66,11 +67,18 @@ DevicePlan lower_schedule(const Schedule& sched, int rank, int size, size_t esiz
     if (it.kind == kRecvReduce || it.kind == kReduce) plan.reduces = true;
     plan.items.push_back(it);
   };
+  // A step's messages with one peer in one direction are one stream of chunks, in op order (ir.h:
+  // they match in op order), so round i of a step holds chunk i of every pair's stream, sends then
+  // receives: the kernel's order (plan_kernel.cuh), whatever the number of messages per pair.
+  std::vector<uint32_t> in_step_send(size, 0), in_step_recv(size, 0);  // the step's chunks per pair so far
+  std::vector<uint64_t> first;  // per op of the step: its first chunk in its pair's stream
   for (const Step& st : sched.steps) {
     PlanStep ps;
     ps.first = static_cast<uint32_t>(plan.items.size());
     uint64_t rounds = 0;
-    for (const Op& o : st.ops) {
+    first.assign(st.ops.size(), 0);
+    for (size_t oi = 0; oi < st.ops.size(); ++oi) {
+      const Op& o = st.ops[oi];
       const Region& r = moved(o);
       if (r.count < 0 || r.offset < 0) throw std::invalid_argument("schedule: a region with a negative offset or count");
       const uint64_t bytes = static_cast<uint64_t>(r.count) * esize;
@@ -78,23 +86,29 @@ DevicePlan lower_schedule(const Schedule& sched, int rank, int size, size_t esiz
         if (o.peer < 0 || o.peer >= size || o.peer == rank)
           throw std::invalid_argument("schedule: a message to peer " + std::to_string(o.peer) + " of rank " +
                                       std::to_string(rank) + " in a world of " + std::to_string(size));
-        rounds = std::max(rounds, nchunks(bytes));
+        uint32_t& in_step = (o.kind == OpKind::Send ? in_step_send : in_step_recv)[o.peer];
+        first[oi] = in_step;
+        in_step += static_cast<uint32_t>(nchunks(bytes));
+        rounds = std::max<uint64_t>(rounds, in_step);
         continue;
       }
       for (uint64_t off = 0; off < bytes; off += chunk) item(o, off, std::min(chunk, bytes - off), 0);
     }
     for (uint64_t i = 0; i < rounds; ++i) {
-      for (int pass = 0; pass < 2; ++pass) {  // chunk i of every send, then of every receive
-        for (const Op& o : st.ops) {
+      for (int pass = 0; pass < 2; ++pass) {  // chunk i of every send stream, then of every receive stream
+        for (size_t oi = 0; oi < st.ops.size(); ++oi) {
+          const Op& o = st.ops[oi];
           if (!is_message(o.kind) || (o.kind == OpKind::Send) != (pass == 0)) continue;
           const uint64_t bytes = static_cast<uint64_t>(moved(o).count) * esize;
-          if (i >= nchunks(bytes)) continue;
+          if (i < first[oi] || i >= first[oi] + nchunks(bytes)) continue;
           const uint32_t base = (o.kind == OpKind::Send ? plan.sends_to : plan.recvs_from)[o.peer];
-          const uint64_t off = i * chunk;
+          const uint64_t off = (i - first[oi]) * chunk;
           item(o, bytes ? off : 0, bytes ? std::min(chunk, bytes - off) : 0, base + static_cast<uint32_t>(i));
         }
       }
     }
+    for (const Op& o : st.ops)
+      if (is_message(o.kind)) (o.kind == OpKind::Send ? in_step_send : in_step_recv)[o.peer] = 0;
     for (const Op& o : st.ops)
       if (is_message(o.kind))
         (o.kind == OpKind::Send ? plan.sends_to : plan.recvs_from)[o.peer] +=
@@ -142,7 +156,10 @@ namespace {
 // Scratch of one plan's check, reused across its steps (and across the ranks of a sweep), so the
 // check allocates nothing per step: the sweep runs it for every rank of P = 1..64.
 struct CheckScratch {
-  std::vector<int> send_owner, recv_owner;  // per peer: the step's message operation with it, or -1
+  std::vector<int> send_owner, recv_owner;  // per peer: the step's first message operation with it, or -1
+  std::vector<int> send_last, recv_last;    // per peer: the step's last one so far, or -1
+  std::vector<int> next_same;               // per operation: the step's next one of its direction and peer, or -1
+  std::vector<uint32_t> stream_first;       // per message operation: its first chunk in its pair's stream
   std::vector<int> local_ops;
   std::vector<int> owner;                   // per item of the step: its operation
   std::vector<uint32_t> op_begin;           // per operation: where its items start in `by_op`
@@ -170,6 +187,13 @@ std::string check_device_plan(const DevicePlan& plan, const Schedule& sched, int
   CheckScratch sc;
   sc.send_owner.assign(size, -1);
   sc.recv_owner.assign(size, -1);
+  sc.send_last.assign(size, -1);
+  sc.recv_last.assign(size, -1);
+  const uint64_t chunk = std::max<uint64_t>(plan.chunk_bytes, 1);
+  auto chunks_of = [&](const Op& op) {  // the chunks a message moves (a zero-byte one: its header)
+    const uint64_t bytes = static_cast<uint64_t>(moved(op).count) * esize;
+    return static_cast<uint32_t>(bytes ? (bytes + chunk - 1) / chunk : 1);
+  };
   uint32_t next_item = 0, widest = 0;
   bool reduces = false;
   for (size_t k = 0; k < sched.steps.size(); ++k) {
@@ -179,8 +203,10 @@ std::string check_device_plan(const DevicePlan& plan, const Schedule& sched, int
     next_item = ps.first + ps.count;
     widest = std::max(widest, ps.count);
     const Step& st = sched.steps[k];
-    // The step's message operations by (direction, peer); a second one in a direction is an error.
+    // The step's message operations by (direction, peer): one stream of chunks per pair, in op order.
     sc.local_ops.clear();
+    sc.next_same.assign(st.ops.size(), -1);
+    sc.stream_first.assign(st.ops.size(), 0);
     std::string bad;
     for (size_t o = 0; o < st.ops.size() && bad.empty(); ++o) {
       const Op& op = st.ops[o];
@@ -190,15 +216,24 @@ std::string check_device_plan(const DevicePlan& plan, const Schedule& sched, int
       }
       if (op.peer < 0 || op.peer >= size || op.peer == rank) bad = op_error(k, op, "a peer out of range");
       else {
-        int& slot = (op.kind == OpKind::Send ? sc.send_owner : sc.recv_owner)[op.peer];
-        if (slot >= 0) bad = op_error(k, op, "two messages in one direction with one peer in a step");
-        slot = static_cast<int>(o);
+        const bool send = op.kind == OpKind::Send;
+        int& head = (send ? sc.send_owner : sc.recv_owner)[op.peer];
+        int& last = (send ? sc.send_last : sc.recv_last)[op.peer];
+        if (head < 0) {
+          head = static_cast<int>(o);
+        } else {
+          sc.next_same[last] = static_cast<int>(o);
+          sc.stream_first[o] = sc.stream_first[last] + chunks_of(st.ops[last]);
+        }
+        last = static_cast<int>(o);
       }
     }
     auto reset_owners = [&] {
       for (const Op& op : st.ops)
-        if (is_message(op.kind) && op.peer >= 0 && op.peer < size)
+        if (is_message(op.kind) && op.peer >= 0 && op.peer < size) {
           (op.kind == OpKind::Send ? sc.send_owner : sc.recv_owner)[op.peer] = -1;
+          (op.kind == OpKind::Send ? sc.send_last : sc.recv_last)[op.peer] = -1;
+        }
     };
     if (!bad.empty()) return bad;
     // Every item belongs to one operation, and the step's items are in the kernel's order.
@@ -217,7 +252,13 @@ std::string check_device_plan(const DevicePlan& plan, const Schedule& sched, int
       int owner = -1;
       if (msg) {
         if (it.peer >= 0 && it.peer < size) {
-          const int o = (it.kind == kSend ? sc.send_owner : sc.recv_owner)[it.peer];
+          // The pair's operation whose part of the stream holds the chunk (a chunk from before the
+          // step: the first one's, reported below).
+          int o = (it.kind == kSend ? sc.send_owner : sc.recv_owner)[it.peer];
+          const uint32_t base = (it.kind == kSend ? sent : received)[it.peer];
+          if (it.chunk >= base)
+            while (o >= 0 && !(it.chunk - base >= sc.stream_first[o] && it.chunk - base < sc.stream_first[o] + chunks_of(st.ops[o])))
+              o = sc.next_same[o];
           if (o >= 0 && item_kind(st.ops[o].kind) == it.kind) owner = o;
         }
       } else {

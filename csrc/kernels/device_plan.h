@@ -1,7 +1,10 @@
 // Lowering a schedule (schedule/ir.h, the IR the host executor, verifier and simulator run) for
 // one rank and one call shape into a device plan (device_plan_types.h) the kernel executor
 // interprets, and the check that a plan is its schedule: the same messages (peer, order, bytes)
-// and the same regions, step for step. The stream engine caches plans per call shape
+// and the same regions, step for step. A step's messages with one peer in one direction (ir.h:
+// several match in op order) are one stream of chunks numbered on from the pair's, in op order,
+// and round i of the step moves chunk i of every pair's stream, so the kernel sees what it sees of
+// one message per pair (plan_kernel.cuh's order and slots unchanged). The stream engine caches plans per call shape
 // (stream/kernel_path.h); the verifier's sweep checks every built-in algorithm's plans
 // (tests/kernels/test_device_plans.py).
 #pragma once

@@ -27,8 +27,11 @@
 //
 // Rules every builder follows (the verifier enforces them):
 //   * ops of one step are independent: no op writes a region another op of the step reads or writes;
-//   * at most one send to and one receive from each peer per step; a send in step k is matched by
-//     the receive from this rank in the peer's corresponding step, and counts agree;
+//   * the messages of one ordered pair match first in, first out: rank r's n-th send to q (by step,
+//     then by op order within a step) is q's n-th receive from r, and their counts agree. A step may
+//     hold several messages with one peer in one direction (schedules side by side do): they go and
+//     are taken in op order, so send order = receive order (the device plan makes them one stream
+//     of chunks per pair and step: kernels/device_plan.h);
 //   * reductions happen in the same order on every rank that ends with a given element, so all ranks
 //     end bitwise identical (IEEE add/mul are commutative, not associative);
 //   * zero-count regions are allowed; a zero-count send still carries a header (it synchronises).

@@ -1,7 +1,8 @@
 // One rendezvous player for schedules, shared by the verifier's replay (verify/verifier_play.cc)
 // and the simulator's run (sim/simulator.cc): ranks enter their steps; each send meets the receive
-// its peer posted for it in the peer's current step (at most one send to and one receive from a
-// peer per step, so the messages of a pair match in order, first in first out); a step whose
+// its peer posted for it in the peer's current step, the messages of a pair first in, first out
+// (ir.h: several with one peer in one step match in op order, so find_op returns the first one not
+// yet matched, and enter() tries a step's ops in op order); a step whose
 // messages are all matched is complete; a rank that never completes its step is a deadlock.
 //
 // What the player leaves to its game (a class with the members below, which may be private if it
@@ -12,7 +13,7 @@
 //   int op_count(int r) const;              // operations of rank r's current step
 //   PlayKind op_kind(int r, int i) const;   // Send, Recv (plain or reducing) or Local
 //   int op_peer(int r, int i) const;
-//   // q's operation of `kind` with `peer` in its current step not yet matched, or -1.
+//   // q's first operation (op order) of `kind` with `peer` in its current step not yet matched, or -1.
 //   int find_op(int q, PlayKind kind, int peer, const std::vector<uint8_t>& matched) const;
 //   void on_enter(int r);                   // r enters its current step, before any matching
 //   void on_transfer(int s, int si, int q, int qi);  // s's send si meets q's receive qi

@@ -7,15 +7,15 @@
 // the NICs busy while a pipelined hierarchical schedule's fill and drain keep the NVLink ports busy on
 // the other (docs/simulator.md "Rails and hierarchical side by side").
 //
-// The IR allows one send to and one receive from a peer per step (ir.h), and two parts may talk to
-// the same peer in the same step (the rail ring's crossing and hierarchical's inter lane both talk to
-// the same local index of the next host). merge_lanes then puts the later part's message in a step
-// of its own right after: a message's two ends make the same choice when every part is in lock step
-// (every message's send and receive at the same step index of the part, as rings and hierarchical on
-// equal hosts are), so each pair's messages keep one order at both ends and every message's two ends
-// sit in the same (step, sub-step) round, which cannot deadlock. Parts that are not in lock step (a
-// hierarchical schedule on unequal hosts folds and serves several groups) run one after another
-// instead (lock_step false), which any valid parts allow.
+// Two parts may talk to the same peer in the same step (the rail ring's crossing and hierarchical's
+// inter lane both talk to the same local index of the next host): the step then holds both messages,
+// the earlier part's first, and a pair's messages in one step match in op order (ir.h). That is
+// right when every part is in lock step (every message's send and receive at the same step index of
+// its part, as rings and hierarchical on equal hosts are): then both ends of a pair list step k's
+// messages in part order, so send order = receive order, and every message's two ends sit in the
+// same merged step, which cannot deadlock. Parts that are not in lock step (a hierarchical schedule
+// on unequal hosts folds and serves several groups) run one after another instead (lock_step
+// false), which any valid parts allow.
 #pragma once
 
 #include <cstdint>
@@ -45,9 +45,8 @@ int64_t share_of(int64_t count, int share);
 // (lock_step) or one after another. A part of count 0 is left out unless every part has count 0.
 Schedule side_by_side(const CollArgs& a, const std::vector<Part>& parts, bool lock_step);
 
-// Lanes merged step by step (above): lane j's step k goes into step k's first sub-step where none of
-// lanes 0..j-1 already sends to (receives from) the peers it sends to (receives from); its local ops
-// go with its first message (sub-step 0 without one). Empty steps are dropped.
+// Lanes merged step by step (above): step k holds step k of every lane, lane 0's ops first, in
+// their order. Empty steps are dropped.
 std::vector<Step> merge_lanes(const std::vector<std::vector<Step>>& lanes);
 
 }  // namespace sched

@@ -2,6 +2,8 @@
 #include "sim/compact.h"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 #include "schedule/registry.h"
 
@@ -10,13 +12,40 @@ namespace sim {
 
 namespace {
 bool op_less(const SimOp& a, const SimOp& b) {
-  if (a.kind != b.kind) return a.kind < b.kind;
+  if (sort_class(a.kind) != sort_class(b.kind)) return sort_class(a.kind) < sort_class(b.kind);
   if (a.peer != b.peer) return a.peer < b.peer;
+  if (a.nth != b.nth) return a.nth < b.nth;
+  if (a.kind != b.kind) return a.kind < b.kind;
   if (a.count != b.count) return a.count < b.count;
   return a.post < b.post;
 }
 bool op_eq(const SimOp& a, const SimOp& b) {
-  return a.kind == b.kind && a.peer == b.peer && a.count == b.count && a.post == b.post;
+  return a.kind == b.kind && a.peer == b.peer && a.nth == b.nth && a.count == b.count && a.post == b.post;
+}
+
+bool is_receive(SimKind k) { return k == SimKind::Recv || k == SimKind::RecvReduce; }
+
+// Each message's SimOp::nth: its place among the step's messages with its peer in its direction,
+// in op order (`ops` is in op order here), so the matching order survives the shape's sort.
+// Receives, plain or reducing, are one direction. A stable sort by (direction, peer) keeps op order
+// within each pair; a step with one message per pair (most) leaves every nth 0.
+void number_messages(std::vector<SimOp>& ops, int rank) {
+  auto dir = [](const SimOp& o) { return o.kind == SimKind::Send ? 0 : is_receive(o.kind) ? 1 : 2; };
+  size_t sends = 0, receives = 0;  // at most one each (most steps): no pair repeats, nothing to sort
+  for (const SimOp& o : ops) (dir(o) == 0 ? sends : dir(o) == 1 ? receives : sends) += dir(o) < 2;
+  if (sends <= 1 && receives <= 1) return;
+  std::stable_sort(ops.begin(), ops.end(), [&](const SimOp& a, const SimOp& b) {
+    return dir(a) != dir(b) ? dir(a) < dir(b) : a.peer < b.peer;
+  });
+  for (size_t i = 1; i < ops.size(); ++i) {
+    const SimOp& prev = ops[i - 1];
+    SimOp& o = ops[i];
+    if (dir(o) == 2 || dir(o) != dir(prev) || o.peer != prev.peer) continue;
+    if (prev.nth == 0xff)
+      throw std::invalid_argument("simulate: rank " + std::to_string(rank) + " has more than 256 messages with rank " +
+                                  std::to_string(o.peer) + " in one direction in one step");
+    o.nth = static_cast<uint8_t>(prev.nth + 1);
+  }
 }
 
 }  // namespace
@@ -29,7 +58,7 @@ uint32_t ShapeTable::intern(std::vector<SimOp>& ops) {
   std::sort(ops.begin(), ops.end(), op_less);
   uint64_t h = 0x9e3779b97f4a7c15ULL + ops.size();
   for (const SimOp& o : ops)
-    h = hash_mix(h ^ (static_cast<uint64_t>(static_cast<uint32_t>(o.peer)) << 8 | static_cast<uint64_t>(o.kind)) ^
+    h = hash_mix(h ^ (static_cast<uint64_t>(static_cast<uint32_t>(o.peer)) << 8 | static_cast<uint64_t>(o.kind) | static_cast<uint64_t>(o.nth) << 40) ^
                  hash_mix(static_cast<uint64_t>(o.count) ^ static_cast<uint64_t>(o.post) << 48));
   const uint32_t head = by_hash_.get(h);
   for (uint32_t id = head; id != FlatMap::kAbsent; id = same_hash_[id])
@@ -67,29 +96,30 @@ std::vector<Program> build_programs(Collective c, const Composition& how, int si
       for (const Op& o : st.ops) {
         switch (o.kind) {
           case OpKind::Send:  // its place among the step's sends: the order its CPU posts them
-            ops.push_back({o.peer, SimKind::Send, static_cast<uint16_t>(std::min<size_t>(sends++, 0xffff)), o.src.count});
+            ops.push_back({o.peer, SimKind::Send, 0, static_cast<uint16_t>(std::min<size_t>(sends++, 0xffff)), o.src.count});
             break;
-          case OpKind::Recv: ops.push_back({o.peer, SimKind::Recv, 0, o.dst.count}); break;
-          case OpKind::RecvReduce: ops.push_back({o.peer, SimKind::RecvReduce, 0, o.dst.count}); break;
+          case OpKind::Recv: ops.push_back({o.peer, SimKind::Recv, 0, 0, o.dst.count}); break;
+          case OpKind::RecvReduce: ops.push_back({o.peer, SimKind::RecvReduce, 0, 0, o.dst.count}); break;
           case OpKind::Copy:  // a copy onto itself is skipped by the executor
-            if (o.src.buf != o.dst.buf || o.src.offset != o.dst.offset) ops.push_back({-1, SimKind::Copy, 0, o.dst.count});
+            if (o.src.buf != o.dst.buf || o.src.offset != o.dst.offset) ops.push_back({-1, SimKind::Copy, 0, 0, o.dst.count});
             break;
-          case OpKind::Reduce: ops.push_back({-1, SimKind::Reduce, 0, o.dst.count}); break;
-          case OpKind::Get: ops.push_back({o.peer, SimKind::Get, 0, o.dst.count}); break;
-          case OpKind::GetReduce: ops.push_back({o.peer, SimKind::GetReduce, 0, o.dst.count}); break;
-          case OpKind::Put: ops.push_back({o.peer, SimKind::Put, 0, o.src.count}); break;
-          case OpKind::Signal: ops.push_back({o.peer, SimKind::Signal, 0, o.tag}); break;
-          case OpKind::Wait: ops.push_back({o.peer, SimKind::Wait, 0, o.tag}); break;
+          case OpKind::Reduce: ops.push_back({-1, SimKind::Reduce, 0, 0, o.dst.count}); break;
+          case OpKind::Get: ops.push_back({o.peer, SimKind::Get, 0, 0, o.dst.count}); break;
+          case OpKind::GetReduce: ops.push_back({o.peer, SimKind::GetReduce, 0, 0, o.dst.count}); break;
+          case OpKind::Put: ops.push_back({o.peer, SimKind::Put, 0, 0, o.src.count}); break;
+          case OpKind::Signal: ops.push_back({o.peer, SimKind::Signal, 0, 0, o.tag}); break;
+          case OpKind::Wait: ops.push_back({o.peer, SimKind::Wait, 0, 0, o.tag}); break;
           case OpKind::ReduceToAll:  // every peer's src read and reduced as it comes, the result put into every peer's dst
           case OpKind::ReduceFromAll:  // ... and stored here only
             for (int q = 0; q < size; ++q)
               if (q != r) {
-                ops.push_back({q, SimKind::GetReduce, 0, o.src.count});
-                if (o.kind == OpKind::ReduceToAll) ops.push_back({q, SimKind::Put, 0, o.dst.count});
+                ops.push_back({q, SimKind::GetReduce, 0, 0, o.src.count});
+                if (o.kind == OpKind::ReduceToAll) ops.push_back({q, SimKind::Put, 0, 0, o.dst.count});
               }
             break;
         }
       }
+      number_messages(ops, r);
       const uint32_t id = shapes.intern(ops);
       if (!prog.empty() && prog.back().first == id) ++prog.back().second;
       else prog.emplace_back(id, 1u);

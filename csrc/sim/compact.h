@@ -1,7 +1,9 @@
 // Schedules in the simulator's compact form. A 4096-rank ring all_reduce is 4096 x 8190 steps;
 // kept as ir.h Schedules that is gigabytes, but the simulator needs only each op's kind, peer and
 // size, and most steps of a rank repeat a handful of shapes. So each step is interned as a shape
-// (its ops sorted by kind and peer, each send keeping its place in the schedule's order) and each rank's program is a run-length list of shape ids.
+// (its ops sorted by kind (receives, plain or reducing, as one), peer and, among a peer's messages
+// in one direction, op order, each send
+// keeping its place in the schedule's order) and each rank's program is a run-length list of shape ids.
 #pragma once
 
 #include <cstdint>
@@ -25,10 +27,17 @@ enum class SimKind : uint8_t { Send, Recv, RecvReduce, Copy, Reduce, Get, GetRed
 struct SimOp {
   int32_t peer;   // -1 for local ops
   SimKind kind;
+  uint8_t nth = 0;    // a message's place among its step's messages with the same peer in its
+                      // direction (receives: plain and reducing together), in op order: the order
+                      // they match in (ir.h); 0 for other ops
   uint16_t post = 0;  // a send's place among its step's sends in the schedule (the order the
                       // rank posts them: the executor's), saturating; 0 for other ops
   int64_t count = 0;  // elements
 };
+
+// The order of a shape's ops: a receive, plain or reducing, sorts as one kind (its place among a
+// peer's receives, SimOp::nth, is the order it matches in), every other op by its kind.
+inline int sort_class(SimKind k) { return k == SimKind::RecvReduce ? static_cast<int>(SimKind::Recv) : static_cast<int>(k); }
 
 class ShapeTable {
  public:

@@ -121,22 +121,20 @@ class Run {
   int op_peer(int r, int i) const { return shapes_.begin(ranks_[r].shape)[i].peer; }
   int64_t step_of(int r) const { return ranks_[r].step; }
 
-  // The op index in rank q's current step of `kind` with `peer`, unmatched; -1 (a shape's ops are
-  // sorted by kind, then peer).
+  // The op index in rank q's current step of `kind` with `peer`, the first unmatched in op order; -1
+  // (a shape's ops are sorted by sort_class, peer, then SimOp::nth: op order among a pair's messages
+  // in one direction, the order they match in and the order the player tries them in).
   int find_op(int q, sched::PlayKind kind, int peer, const std::vector<uint8_t>& matched) const {
     const RankState& Q = ranks_[q];
     const SimOp* b = shapes_.begin(Q.shape);
     const SimOp* e = shapes_.end(Q.shape);
-    auto by_kind_peer = [](const SimOp& x, const SimOp& k) { return x.kind != k.kind ? x.kind < k.kind : x.peer < k.peer; };
-    if (kind == sched::PlayKind::Send) {
-      const SimOp* it = std::lower_bound(b, e, SimOp{peer, SimKind::Send, 0}, by_kind_peer);
-      if (it != e && it->kind == SimKind::Send && it->peer == peer && !matched[it - b]) return static_cast<int>(it - b);
-      return -1;
-    }
-    for (SimKind k : {SimKind::Recv, SimKind::RecvReduce}) {
-      const SimOp* it = std::lower_bound(b, e, SimOp{peer, k, 0}, by_kind_peer);
-      if (it != e && it->kind == k && it->peer == peer && !matched[it - b]) return static_cast<int>(it - b);
-    }
+    const int cls = sort_class(kind == sched::PlayKind::Send ? SimKind::Send : SimKind::Recv);
+    auto before = [](const SimOp& x, const std::pair<int, int>& k) {
+      return sort_class(x.kind) != k.first ? sort_class(x.kind) < k.first : x.peer < k.second;
+    };
+    for (const SimOp* it = std::lower_bound(b, e, std::make_pair(cls, peer), before);
+         it != e && sort_class(it->kind) == cls && it->peer == peer; ++it)
+      if (!matched[it - b]) return static_cast<int>(it - b);
     return -1;
   }
 

@@ -5,7 +5,7 @@
 // matching receive from this rank (FIFO per ordered pair); a step completes when all its
 // communication ops matched, then its local ops run. Also checked, per step: op independence
 // (including in-place aliasing), region bounds, buffers the rank does not own, inputs never
-// written, at most one send to / receive from each peer, equal counts on matched send/recv.
+// written, equal counts on matched send/recv (a pair's messages in one step match in op order, ir.h).
 #pragma once
 
 #include <array>

@@ -24,10 +24,14 @@ void Replay::on_enter(int r) {
   Rank& R = ranks_[r];
   R.know_at_entry = R.know;
   const auto& ops = sch_[r].steps[R.step].ops;
-  for (int oi = 0; oi < static_cast<int>(ops.size()); ++oi) {
+  R.next_same.assign(ops.size(), -1);
+  // Each (direction, peer) chain in op order: walked backwards, so every op points at the next one.
+  for (int oi = static_cast<int>(ops.size()) - 1; oi >= 0; --oi) {
     const Op& o = ops[oi];
-    if (o.kind == OpKind::Send) R.send_to[o.peer] = oi;
-    else if (o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce) R.recv_from[o.peer] = oi;
+    if (!is_message(o.kind)) continue;
+    int& head = o.kind == OpKind::Send ? R.send_to[o.peer] : R.recv_from[o.peer];
+    R.next_same[oi] = head;
+    head = oi;
   }
 }
 

@@ -79,7 +79,8 @@ class Replay {
     Mem mem;
     size_t step = 0;
     SetId know = RankSets::kEmpty, know_at_entry = RankSets::kEmpty;
-    std::vector<int> recv_from, send_to;  // op index in the current step, -1 if none
+    std::vector<int> recv_from, send_to;  // the first op index with the peer in the current step, -1 if none
+    std::vector<int> next_same;           // per op of the current step: the next op of its direction and peer, -1
     std::vector<int64_t> clock;  // one-sided: vector clock (verifier_hazards.h)
     std::vector<std::pair<int64_t, uint32_t>> waits;  // one-sided: (signal key, count) of step waits_of's waits
     size_t waits_of = SIZE_MAX;
@@ -156,8 +157,11 @@ class Replay {
   }
   int op_peer(int r, int i) const { return op(r, i).peer; }
   int find_op(int q, sched::PlayKind kind, int peer, const std::vector<uint8_t>& matched) const {
-    const int qi = kind == sched::PlayKind::Send ? ranks_[q].send_to[peer] : ranks_[q].recv_from[peer];
-    return qi >= 0 && !matched[qi] ? qi : -1;
+    // Messages of one pair in one step match in op order (ir.h): the first one not yet matched.
+    const Rank& Q = ranks_[q];
+    int qi = kind == sched::PlayKind::Send ? Q.send_to[peer] : Q.recv_from[peer];
+    while (qi >= 0 && matched[qi]) qi = Q.next_same[qi];
+    return qi;
   }
   void on_enter(int r);
   void on_transfer(int s, int si, int q, int qi);

@@ -165,6 +165,22 @@ def test_simulator_trace_agrees_with_the_schedules_and_the_simulator(alg):
         assert [names[link] for link in links] == [f"rank {s} out", f"rank {d} in"]
 
 
+def test_simulator_trace_plays_the_composition_it_is_given():
+    """simulate_trace takes simulate()'s pieces and share: rail_split's trace at two shares is
+    simulate()'s at each, and the shares differ in time (a trace that ignored them would not)."""
+    engine = PRESETS["dgx-h100"].engine_dict(16)
+    args = (COLLECTIVE["all_reduce"], "rail_split", 1 << 16, 4, 0, engine, "two_shot", 0)
+    times = []
+    for share in (512, 1024):
+        trace = _C.simulate_trace(*args, "", 2, share)
+        assert (trace["share"], trace["pieces"]) == (share, 2)
+        assert trace["time_s"] == _C.simulate(*args, "", pieces=2, share=share)["time_s"]
+        times.append(trace["time_s"])
+    assert times[0] != times[1]
+    with pytest.raises(ValueError, match="share"):
+        _C.simulate_trace(*args, "", 0, -1)
+
+
 def test_traces_refuse_worlds_too_large_to_draw():
     with pytest.raises(ValueError, match="size"):
         _C.verify_trace(COLLECTIVE["all_reduce"], "ring", 65, 8)

@@ -89,13 +89,12 @@ def test_rail_split_verified_on_host_maps(inter, intra, segments, pieces, share)
                           split_schedules(hosts, count, inter, intra, segments, pieces, share), 0)
 
 
-@pytest.mark.parametrize("H,L", [(2, 3), (3, 3)])
+@pytest.mark.parametrize("H,L", [(2, 3), (3, 3), (2, 4)])
 def test_rail_split_runs_its_parts_side_by_side(H, L):
-    """Where the rail rings leave a rank's peers free (odd L: a ring and its reverse), the parts share
-    steps: fewer steps than the two parts one after another, and steps in which a rail ring's message
-    and a hierarchical one travel together. (With L even the L rings send to and receive from every
-    local peer in every step, so each hierarchical message takes a sub-step of its own:
-    docs/simulator.md "Rails and hierarchical side by side".)"""
+    """The parts share steps: no more steps than the longer part, and steps in which a rail ring's
+    message and a hierarchical one travel together, also with L even, where the L rings talk to
+    every local peer in every step, so a hierarchical message goes beside a ring's to the same peer
+    (ir.h: a pair's messages in one step match in op order)."""
     hosts = [h for h in range(H) for _ in range(L)]
     count = 4096 * H * L
     split = split_schedules(hosts, count, "two_shot", "", 4, 0, 860)[0]
@@ -103,7 +102,7 @@ def test_rail_split_runs_its_parts_side_by_side(H, L):
     rest = count - count * 860 // 1024
     hier = _C.schedule(COLLECTIVE["all_reduce"], "hierarchical", 0, H * L, rest, 0, _C.DType.float32, hosts,
                        "two_shot", rest // 4)
-    assert len(split["steps"]) < len(rails["steps"]) + len(hier["steps"])
+    assert len(split["steps"]) == max(len(rails["steps"]), len(hier["steps"]))
     share = count * 860 // 1024
 
     def part(op):  # which share a message's buffer region lies in (scratch: neither)
@@ -122,3 +121,39 @@ def test_rail_split_with_every_inter_algorithm(hosts):
     count = 64 * P + 7
     for inter in [""] + [a for a in commlib.algorithms("all_reduce") if a not in ("hierarchical", "rail_split")]:
         _C._verify_custom(COLLECTIVE["all_reduce"], P, count, split_schedules(hosts, count, inter, "", 16, 0, 0), 0)
+
+
+def in_lock_step(scheds):
+    """Whether each pair's n-th send and n-th receive sit at the same step index on every rank."""
+    sends, recvs = {}, {}
+    for r, s in enumerate(scheds):
+        for k, ops in enumerate(s["steps"]):
+            for o in ops:
+                if o["op"] == "send":
+                    sends.setdefault((r, o["peer"]), []).append(k)
+                elif o["op"] in ("recv", "recv_reduce"):
+                    recvs.setdefault((o["peer"], r), []).append(k)
+    return sends == recvs
+
+
+@pytest.mark.parametrize("hosts", [[h for h in range(2) for _ in range(4)], [h for h in range(3) for _ in range(2)]],
+                         ids=["2x4", "3x2"])
+def test_rail_split_shares_steps_only_with_a_part_in_lock_step(hosts):
+    """The lock-step whitelist (side_by_side.cc) against the built parts: wherever rail_split runs its
+    hierarchical part beside the rings (fewer steps than both parts), that part's sends and receives
+    sit at the same step indices on every rank (what sharing steps needs to keep a pair's order)."""
+    P = len(hosts)
+    count = 64 * P + 7
+    rails = count * 860 // 1024
+    rest = count - rails
+    merged = 0
+    for inter in [""] + [a for a in commlib.algorithms("all_reduce") if a not in ("hierarchical", "rail_split")]:
+        split = split_schedules(hosts, count, inter, "", 16, 0, 0)
+        hier = [_C.schedule(COLLECTIVE["all_reduce"], "hierarchical", r, P, rest, 0, _C.DType.float32, hosts, inter,
+                            rest // 16) for r in range(P)]
+        ring = [_C.schedule(COLLECTIVE["all_reduce"], "rail_ring", r, P, rails, 0, _C.DType.float32, hosts)
+                for r in range(P)]
+        if len(split[0]["steps"]) < len(hier[0]["steps"]) + len(ring[0]["steps"]):
+            merged += 1
+            assert in_lock_step(hier), f"{inter or 'built-in'}: shares steps with a part out of lock step"
+    assert merged >= 5

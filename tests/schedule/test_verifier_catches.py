@@ -139,10 +139,21 @@ def test_input_never_written():
     raises(r"writes the input buffer", "all_reduce", 1, 2, s)
 
 
-def test_two_sends_to_one_peer_in_a_step():
-    s = [{"steps": [[send(1, "input", 0, 1), send(1, "input", 1, 1)]]},
-         {"steps": [[recv(0, "output", 0, 1)], [recv(0, "output", 1, 1)]]}]
-    raises(r"a second send to rank 1 in one step", "broadcast", 2, 2, s, in_place=False)
+def test_messages_of_a_pair_in_one_step_match_in_op_order():
+    """Two sends to one peer in a step are the peer's next two receives from it, first in first out
+    (ir.h): taken in one step or in two; receiving them the other way round or with counts that do
+    not agree is caught."""
+    def bcast(recv_steps):
+        return [{"steps": [[copy(("output", 0, 3), ("input", 0, 3)), send(1, "input", 0, 1), send(1, "input", 1, 2)]]},
+                {"steps": recv_steps}]
+    _C._verify_custom(COLLECTIVE["broadcast"], 2, 3, bcast([[recv(0, "output", 0, 1), recv(0, "output", 1, 2)]]), 0, False)
+    _C._verify_custom(COLLECTIVE["broadcast"], 2, 3, bcast([[recv(0, "output", 0, 1)], [recv(0, "output", 1, 2)]]), 0, False)
+    raises(r"rank 0 step 0 op 1 send\(to 1, input\[0:1\]\) sends 1 elements but rank 1 step 0 op 0 recv.* receives 2",
+           "broadcast", 2, 3, bcast([[recv(0, "output", 1, 2), recv(0, "output", 0, 1)]]), in_place=False)
+    swapped = [{"steps": [[copy(("output", 0, 4), ("input", 0, 4)), send(1, "input", 0, 2), send(1, "input", 2, 2)]]},
+               {"steps": [[recv(0, "output", 2, 2), recv(0, "output", 0, 2)]]}]
+    raises(r"rank 1 output\[0\]: expected input\[0\] of rank 0, got input\[2\]", "broadcast", 2, 4, swapped,
+           in_place=False)
 
 
 def test_ops_of_a_step_must_be_independent():

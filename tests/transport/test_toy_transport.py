@@ -4,6 +4,7 @@ links of its own class, with no edit to the table, the Fabric or the executor; w
 table is shm and tcp again."""
 import pytest
 
+import paired_messages as paired
 import toy_transport_cases as cases
 
 
@@ -15,3 +16,11 @@ def test_a_registered_kind_carries_the_pairs(pool):
         assert chunks > 0, f"rank {rank}: no chunk went through the toy's links"
         assert kinds_after == ["self" if q == rank else "shm" for q in range(3)], (rank, kinds_after)
         assert table == ["shm", "tcp"]
+
+
+@pytest.mark.timeout(120)
+def test_a_pairs_messages_in_one_step_keep_op_order(pool):
+    """Two sends to and two receives from one peer in a step (ir.h), over links where every other
+    send slot (received chunk) is not there yet: neither message takes the other's chunks."""
+    got = pool(3).run(paired.paired_over_stuttering_links, 1 << 18, 2, timeout=100)
+    assert got == [[0, 0], [0, 0], None]

@@ -15,17 +15,24 @@ namespace toy {
 namespace {
 
 std::atomic<uint64_t> g_published{0};
+std::atomic<bool> g_stutter{false};  // set_stutter
 
 class ToyLink final : public Link {
  public:
   explicit ToyLink(std::unique_ptr<Link> inner) : inner_(std::move(inner)) {}
 
-  ChunkHeader* acquire_send(char** payload) override { return inner_->acquire_send(payload); }
+  ChunkHeader* acquire_send(char** payload) override {
+    if (g_stutter.load(std::memory_order_relaxed) && (acquires_++ & 1) == 0) return nullptr;
+    return inner_->acquire_send(payload);
+  }
   void publish_send() override {
     g_published.fetch_add(1, std::memory_order_relaxed);
     inner_->publish_send();
   }
-  const ChunkHeader* peek_recv(const char** payload) override { return inner_->peek_recv(payload); }
+  const ChunkHeader* peek_recv(const char** payload) override {
+    if (g_stutter.load(std::memory_order_relaxed) && (peeks_++ & 1) == 0) return nullptr;
+    return inner_->peek_recv(payload);
+  }
   void release_recv() override { inner_->release_recv(); }
   void read_peer(void* dst, uint64_t remote, size_t bytes) override { inner_->read_peer(dst, remote, bytes); }
   void ack() override { inner_->ack(); }
@@ -49,6 +56,7 @@ class ToyLink final : public Link {
 
  private:
   std::unique_ptr<Link> inner_;
+  uint32_t acquires_ = 0, peeks_ = 0;  // stutter: every other call finds the link full (empty)
 };
 
 class ToyTransport final : public Transport {
@@ -108,6 +116,8 @@ void set_registered(bool on) {
 }
 
 uint64_t chunks_published() { return g_published.load(std::memory_order_relaxed); }
+
+void set_stutter(bool on) { g_stutter.store(on, std::memory_order_relaxed); }
 
 }  // namespace toy
 }  // namespace commlib

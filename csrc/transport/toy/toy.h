@@ -16,6 +16,11 @@ namespace toy {
 void set_registered(bool on);
 // Chunks this process's toy links published, since it started.
 uint64_t chunks_published();
+// Every other acquire_send (peek_recv) of each toy link finds the link full (empty): a step's next
+// message to (from) the same peer then asks the link while the earlier one is part way, as a
+// sender stalled on a full channel or a receiver ahead of its data would (tests: the executor's
+// order of a pair's messages in one step).
+void set_stutter(bool on);
 
 }  // namespace toy
 }  // namespace commlib
