@@ -239,7 +239,8 @@ uint64_t StreamEngine::enqueue_collective(const CollectiveCall& call, const Prep
                                          static_cast<uint8_t>(esize)});
   }
   // A one-sided plan runs on the kernel path whatever the size (checked above that it can).
-  const DeviceCallPath path = planned.one_sided ? DeviceCallPath::Kernel : prepared ? prepared->path : path_of(call);
+  DeviceCallPath path = planned.one_sided ? DeviceCallPath::Kernel : prepared ? prepared->path : path_of(call);
+  if (call.codec.active()) path = compressed_path(planned, path);
 
   // Nothing above enqueued anything or took a number: a refused argument leaves the numbering
   // and the stream as they were. From here on the call is numbered (with the host calls).
@@ -281,6 +282,18 @@ uint64_t StreamEngine::enqueue_collective(const CollectiveCall& call, const Prep
     fail_as(ErrorKind::Comm, ErrorKind::Peer, enqueue_error, true);
   }
   return finish(launched, enqueue_error, s, work);
+}
+
+// compress= runs the schedule's messages encoded on the copy path (copy_path_codec.cc), whatever
+// path the size would take; what it cannot run is refused before the call is numbered.
+DeviceCallPath StreamEngine::compressed_path(const ResolvedPlan& planned, DeviceCallPath path) const {
+  if (planned.one_sided || path == DeviceCallPath::Nccl)
+    throw std::invalid_argument("algorithm: " + planned.name + " does not run with compress= (it encodes the messages "
+                                "of a schedule; this one " + (planned.one_sided ? "reads peers' buffers" : "is NCCL's own") + ")");
+  if (nccl_->carries_any())
+    throw std::invalid_argument("compress: on device buffers it runs over the ipc link (ranks of one host); this "
+                                "communicator has peers over the nccl link (COMMLIB_DEVICE_LINK, another host)");
+  return DeviceCallPath::Copy;
 }
 
 DeviceCallPath StreamEngine::path_of(const CollectiveCall& call) const {
