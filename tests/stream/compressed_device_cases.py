@@ -97,6 +97,14 @@ def refusals(comm):
                 said.append(f"{what}: refused as {e!r}")
     y = emu.from_numpy(np.arange(8, dtype=np.float32))
     comm.all_reduce(y, compress="int8")  # the communicator still works, numbered alike on every rank
+    try:  # a compressed call is never captured (it would run uncompressed on the kernel path)
+        with emu.graph(emu.Graph()):
+            comm.all_reduce(y, compress="int8")
+        said.append("capture: not refused")
+    except Exception as e:  # noqa: BLE001 - the message is the result
+        if "compress= runs on the copy path" not in str(e):
+            said.append(f"capture: refused as {e!r}")
+    comm.all_reduce(y, compress="int8")
     return said, y.numpy().tobytes()
 
 
