@@ -44,16 +44,16 @@ def _dev(a: np.ndarray, dtype: str):
     return emu.from_numpy(a.copy(), dtype="bfloat16") if dtype == "bfloat16" else emu.from_numpy(a.copy())
 
 
-def _call(comm, coll, algo, buf, codec, count, P):
+def _call(comm, coll, algo, buf, codec, count, P, op):
     """Runs one call on buffers made by `buf(values)`; returns the output buffer."""
     if coll == "all_reduce":
         x = buf(_values(comm.rank, count, DT[0]))
-        comm.all_reduce(x, algorithm=algo, compress=codec)
+        comm.all_reduce(x, op=op, algorithm=algo, compress=codec)
         return x
     if coll == "reduce_scatter":
         x = buf(_values(comm.rank, count * P, DT[0]))
         out = buf(np.zeros(count, DT[1]))
-        comm.reduce_scatter(out, x, algorithm=algo, compress=codec)
+        comm.reduce_scatter(out, x, op=op, algorithm=algo, compress=codec)
         return out
     out = buf(np.zeros(count * P, DT[1]))
     x = buf(_values(comm.rank, count, DT[0]))
@@ -68,14 +68,14 @@ def run_cases(comm, cases):
     warm = emu.from_numpy(np.zeros(4, np.float32))
     comm.all_reduce(warm)  # the engine's set-up, before the numbered pairs below
     results = []
-    for coll, algo, codec, dtype, rounding, count in cases:
+    for coll, algo, codec, dtype, rounding, count, op in cases:
         DT[0], DT[1] = dtype, np.uint16 if dtype == "bfloat16" else dtype
         host_codec = Codec(codec, BLOCK, rounding, seed=5)
         dev_codec = Codec(codec, BLOCK, rounding, seed=(5 - GOLDEN) % (1 << 64))  # see the module's docstring
-        h = _call(comm, coll, algo, lambda v: _host(v, dtype), host_codec, count, comm.size)
-        d = _call(comm, coll, algo, lambda v: _dev(v, dtype), dev_codec, count, comm.size)
+        h = _call(comm, coll, algo, lambda v: _host(v, dtype), host_codec, count, comm.size, op)
+        d = _call(comm, coll, algo, lambda v: _dev(v, dtype), dev_codec, count, comm.size, op)
         hb, db = _host_bits(h), d.numpy().tobytes()
-        results.append(((coll, algo, codec, dtype, rounding, count), hashlib.sha1(hb).hexdigest(),
+        results.append(((coll, algo, codec, dtype, rounding, count, op), hashlib.sha1(hb).hexdigest(),
                         hashlib.sha1(db).hexdigest()))
     return results
 

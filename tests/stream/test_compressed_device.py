@@ -1,6 +1,6 @@
 """compress= on device buffers (stream/copy_path_codec.cc, docs/compression.md "On device
 buffers"): on the emulated device, every proven algorithm of all_reduce, reduce_scatter and
-all_gather (count 13 or 37) x codecs x dtypes, stochastic rounding included, ends equal to the host engine's
+all_gather (count 13 or 37, sum or avg) x codecs x dtypes, stochastic rounding included, ends equal to the host engine's
 compressed result bit for bit on every rank (3 ranks: uneven splits; 4: powers of two); bad input
 is refused naming the argument."""
 import os
@@ -23,7 +23,7 @@ def _cases(size):
             codec, dtype, rounding = CODECS[k % len(CODECS)]
             count = (13, 37)[(k + size) % 2]
             if algo in cdc.proven(coll, size, count):
-                cases.append((coll, algo, codec, dtype, rounding, count))
+                cases.append((coll, algo, codec, dtype, rounding, count, "avg" if k % 3 == 0 else "sum"))
             k += 1
     return cases
 
