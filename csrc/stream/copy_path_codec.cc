@@ -4,7 +4,7 @@
 // stream. Per step: a local copy copies; a local reduce reduces and projects its sum; a send
 // encodes its region into the step's staging memory and projects the sender's copy (decodes the
 // bytes back over it), then its encoded bytes go through the peer's inbox in chunks as any
-// message's do; a receive takes the encoded bytes into staging, then decodes them into its region,
+// message's do (peers over the nccl link: in the step's NCCL group, as byte messages); a receive takes the encoded bytes into staging, then decodes them into its region,
 // or (recv_reduce) into a temporary it reduces into the region and projects the sum. Segments,
 // stochastic counters and the per-call seed are the host's (plan/codec_pieces.h), so every value is
 // coded as the host codes it and the results equal the host engine's bit for bit. Every codec
@@ -87,12 +87,24 @@ Launched CopyPath::enqueue_compressed(const PathCall& pc, DeviceStream& s) {
       msg_bytes[i] = bytes_of(o);
       rounds = std::max(rounds, chunks(msg_bytes[i]));
     }
+    if (nccl_.carries_any()) {  // peers over the nccl link: the encoded bytes as one NCCL group
+      Step bytes_step;  // each message as a byte region naming its op, resolved into the staging
+      for (size_t i = 0; i < step.ops.size(); ++i) {
+        const Op& o = step.ops[i];
+        if (!grouped(o.peer) || (o.kind != OpKind::Send && o.kind != OpKind::Recv && o.kind != OpKind::RecvReduce))
+          continue;
+        const Region r{BufferId::Scratch, static_cast<int64_t>(i), static_cast<int64_t>(msg_bytes[i])};
+        bytes_step.ops.push_back(o.kind == OpKind::Send ? op_send(o.peer, r) : op_recv(o.peer, r));
+      }
+      nccl_.enqueue_step(bytes_step, [&](const Region& r) { return stage + at[static_cast<size_t>(r.offset)]; }, 1,
+                         DType::UInt8, RedOp::Sum, s);
+    }
     for (size_t k = 0; k < rounds; ++k)
       for (const bool sends : {true, false})
         for (size_t i = 0; i < step.ops.size(); ++i) {
           const Op& o = step.ops[i];
           const bool msg = o.kind == OpKind::Send || o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce;
-          if (!msg || (o.kind == OpKind::Send) != sends || k >= chunks(msg_bytes[i])) continue;
+          if (!msg || grouped(o.peer) || (o.kind == OpKind::Send) != sends || k >= chunks(msg_bytes[i])) continue;
           const size_t off = k * chunk, n = std::min(chunk, msg_bytes[i] - std::min(msg_bytes[i], off));
           if (sends)
             send_chunk(o.peer, stage ? stage + at[i] + off : nullptr, n, pc.seq, s);

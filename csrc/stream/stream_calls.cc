@@ -240,7 +240,7 @@ uint64_t StreamEngine::enqueue_collective(const CollectiveCall& call, const Prep
   }
   // A one-sided plan runs on the kernel path whatever the size (checked above that it can).
   DeviceCallPath path = planned.one_sided ? DeviceCallPath::Kernel : prepared ? prepared->path : path_of(call);
-  if (call.codec.active()) path = compressed_path(planned, path);
+  if (call.codec.active()) path = compressed_path(call, planned, path);
 
   // Nothing above enqueued anything or took a number: a refused argument leaves the numbering
   // and the stream as they were. From here on the call is numbered (with the host calls).
@@ -286,13 +286,15 @@ uint64_t StreamEngine::enqueue_collective(const CollectiveCall& call, const Prep
 
 // compress= runs the schedule's messages encoded on the copy path (copy_path_codec.cc), whatever
 // path the size would take; what it cannot run is refused before the call is numbered.
-DeviceCallPath StreamEngine::compressed_path(const ResolvedPlan& planned, DeviceCallPath path) const {
+DeviceCallPath StreamEngine::compressed_path(const CollectiveCall& call, const ResolvedPlan& planned,
+                                             DeviceCallPath path) const {
   if (planned.one_sided || path == DeviceCallPath::Nccl)
     throw std::invalid_argument("algorithm: " + planned.name + " does not run with compress= (it encodes the messages "
                                 "of a schedule; this one " + (planned.one_sided ? "reads peers' buffers" : "is NCCL's own") + ")");
-  if (nccl_->carries_any())
-    throw std::invalid_argument("compress: on device buffers it runs over the ipc link (ranks of one host); this "
-                                "communicator has peers over the nccl link (COMMLIB_DEVICE_LINK, another host)");
+  for (int p = 0; p < size_; ++p)
+    if (call.codec.inter_only && remote(p))
+      throw std::invalid_argument("compress: compress_inter_only (Codec(inter_only=True)) on device buffers runs "
+                                  "within one host only (rank " + std::to_string(p) + " is on another host)");
   return DeviceCallPath::Copy;
 }
 

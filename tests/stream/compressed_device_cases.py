@@ -119,3 +119,16 @@ def proven(coll: str, size: int, count: int) -> list:
         except commlib.VerificationError:
             pass
     return out
+
+
+def across_hosts(comm, cases):
+    """run_cases on emulated hosts (device peers on another host over the nccl link, the emulated
+    NCCL), then compress_inter_only on device buffers refused there naming compress."""
+    results = run_cases(comm, cases)
+    try:
+        comm.all_reduce(emu.from_numpy(np.ones(8, np.float32)), compress=Codec("int8", inter_only=True))
+        said = "inter_only: not refused"
+    except ValueError as e:
+        said = "" if str(e).startswith("compress: compress_inter_only") else f"inter_only: refused as {e!r}"
+    return results, said
+

@@ -40,6 +40,25 @@ def test_device_compressed_equals_host_compressed(pool, size):
             assert len({r[i][2] for r in results}) == 1, f"{case}: ranks differ on the device"
 
 
+# Emulated hosts a, a, b (one emulated device per rank: the emulated NCCL refuses two ranks on one).
+TWO_HOSTS = {"COMMLIB_EMULATED_DELAY_US": "20", "COMMLIB_EMULATED_DEVICE": ("0", "1", "2"), "COMMLIB_HOST_ID": ("a", "a", "b")}
+
+
+@pytest.mark.timeout(200)
+def test_device_compressed_across_hosts_equals_host_compressed(pool):
+    """Rank 2's messages go over the nccl link (the step's NCCL group carries the encoded bytes),
+    ranks 0 and 1 through their inboxes: still the host engine's result, identical on every rank."""
+    cases = [("all_reduce", "ring", "int8", "float32", "nearest", 37, "sum"),
+             ("all_reduce", "direct", "int4", "float16", "stochastic", 13, "avg"),
+             ("reduce_scatter", "ring", "fp8_e4m3", "bfloat16", "nearest", 13, "sum"),
+             ("all_gather", "ring", "bf16", "float32", "stochastic", 37, "sum")]
+    results = pool(3, env=TWO_HOSTS).run(cdc.across_hosts, cases, timeout=150)
+    for i, case in enumerate(cases):
+        for rank, (r, _) in enumerate(results):
+            assert r[i][2] == r[i][1], f"{case}: rank {rank}'s device result differs from the host engine's"
+    assert [said for _, said in results] == [""] * 3
+
+
 @pytest.mark.timeout(120)
 def test_device_compress_refuses_bad_input(pool):
     results = pool(3, env=DELAY_ENV).run(cdc.refusals, timeout=90)
