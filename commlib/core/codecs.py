@@ -113,16 +113,14 @@ def _coded_array(x, dtype: str | None):
     return np.ascontiguousarray(arr), dtype
 
 
-def run_compressed(core, size: int, coll: str, algorithm: str, in_ptr: int, out_ptr: int, count: int, dtype: str, op: str,
-                   root: int, scale: float, async_op: bool, compress, on_device: bool):
-    """Runs a host collective whose messages travel encoded with ``compress`` (the Communicator's
-    collectives call it after their own checks); refuses what no codec can code, naming the
-    argument, before anything is sent."""
+def compressed_call(core, size: int, coll: str, algorithm: str, count: int, dtype: str, compress):
+    """The :class:`Codec` and the algorithm of a collective with ``compress=`` (on host or device
+    buffers alike: both engines run the same lowering); refuses what no codec can code, and an
+    algorithm the verifier does not prove keeps every rank identical, naming the argument, before
+    anything is sent."""
     codec = get(compress)
     if dtype not in CODED_DTYPES:
         raise ValueError(f"compress: codecs code {', '.join(CODED_DTYPES)} data, not {dtype}")
-    if on_device:
-        raise ValueError("compress: runs on host buffers only (device buffers and stream= are not compressed yet)")
     host_of = tuple(core.host_of)
     if algorithm == "auto":
         # ring: proved for every size; inter_only across hosts: hierarchical (whose intra-host
@@ -138,6 +136,14 @@ def run_compressed(core, size: int, coll: str, algorithm: str, in_ptr: int, out_
         raise ValueError(f"algorithm: {algorithm} cannot keep every rank's {coll} identical under {what} "
                          f"on {size} ranks and {count} elements ({reason}); "
                          f"{'try another algorithm or compress everything' if codec.inter_only else 'ring can'}")
+    return codec, algorithm
+
+
+def run_compressed(core, coll: str, algorithm: str, in_ptr: int, out_ptr: int, count: int, dtype: str, op: str,
+                   root: int, scale: float, async_op: bool, codec: Codec):
+    """Runs a host collective whose messages travel encoded with ``codec`` (the Communicator's
+    collectives call it after their own checks and :func:`compressed_call`; device buffers go to
+    the stream engine instead, core/device_route.py)."""
     return _C.run_compressed(core, call_spec.collective(coll), algorithm, in_ptr, out_ptr, count,
                              call_spec.dtype(dtype), call_spec.op(op), root, scale, async_op, codec.name,
                              codec.block_size, codec.rounding, codec.seed, codec.inter_only)
@@ -170,13 +176,18 @@ def verify(collective: str, algorithm: str = "auto", size: int = 1, count: int =
 
 def error_feedback_round(codec: Codec, grad, residual=None):
     """One error-feedback step (EF-SGD: Seide et al.'s 1-bit SGD, Karimireddy et al. 2019) on a
-    flat, contiguous CPU float32 buffer (a torch tensor or a NumPy array), in place: ``s = grad +
+    flat, contiguous float32 buffer (a torch tensor or a NumPy array; on a device: a CUDA tensor
+    or emulated array, core/device_feedback.py, enqueued on its current stream), in place: ``s = grad +
     residual`` (zeros if None), ``grad = Q(s)`` (``codec``'s projection, decode(encode(s)) with the
     codec's rounding, elements numbered from 0), ``residual = s - Q(s)`` (what Q dropped). Returns
     the residual: ``residual`` itself, updated, or a new zeroed buffer like ``grad`` on the first
     call. One fused C++ pass (kernels/cpu_error_feedback.h), bit for bit the composition. Used by
     DataParallel(compress=, error_feedback=True) and commlib.torch.hooks; docs/compression.md says
     which combinations converge."""
+    from commlib.device.buffers import device_buffer
+    if device_buffer(grad, "grad") is not None:  # CUDA tensors, emulated arrays: the device's kernels
+        from commlib.core.device_feedback import error_feedback_on_device
+        return error_feedback_on_device(codec, grad, residual)
     if residual is None:
         residual = grad.new_zeros(grad.shape) if hasattr(grad, "new_zeros") else np.zeros_like(grad)
     _C.codec_error_feedback(codec.name, codec.block_size, codec.rounding, codec.seed, _host_array(grad, "grad"),

@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 import commlib._C as _C
 from commlib.device.host_buffers import describe
 from commlib.core.call_spec import COLLECTIVE, DTYPE, OP
-from commlib.core.codecs import run_compressed
+from commlib.core.codecs import compressed_call, run_compressed
 from commlib.core.comm_groups import GroupMethods
 from commlib.core.device_route import DeviceRoute
 from commlib.core.dropped_close import Leftovers
@@ -131,16 +131,16 @@ class Communicator(GroupMethods):
         bufs = device_buffers_of(coll, refs)
         if compress is not None or not bufs:
             check_one_sided_on_host(coll, algorithm, compress)
-        if compress is not None:
-            work = run_compressed(self._core, self._size, coll, algorithm, in_ptr, out_ptr, count, dtype, op, root, scale,
-                                  async_op, compress, on_device=bool(bufs) or stream is not None)
+        codec, algorithm = (None, algorithm) if compress is None else compressed_call(  # host and device alike
+            self._core, self._size, coll, algorithm, count, dtype, compress)
+        if codec is not None and not bufs and stream is None:
+            work = run_compressed(self._core, coll, algorithm, in_ptr, out_ptr, count, dtype, op, root, scale, async_op, codec)
             return Work(work, refs) if async_op else None
         if algorithm == "nccl" and not bufs:
-            raise ValueError("algorithm: 'nccl' passes the collective to NCCL and needs device buffers "
-                             "(commlib.emulated arrays or CUDA memory)")
+            raise ValueError("algorithm: 'nccl' passes the collective to NCCL and needs device buffers (commlib.emulated arrays or CUDA memory)")
         if bufs:
             return self._device().run(coll, algorithm, bufs, in_ptr, out_ptr, count, dtype, op, root,
-                                      scale, async_op, stream, refs)
+                                      scale, async_op, stream, refs, compress=codec)
         if stream is not None:
             raise ValueError("stream: given, but the buffers are host memory")
         work = self._core.run(COLLECTIVE[coll], algorithm, in_ptr, out_ptr, count, DTYPE[dtype], OP[op], root,

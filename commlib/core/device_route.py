@@ -252,9 +252,11 @@ class DeviceRoute:
         return engine
 
     def run(self, coll, algorithm, bufs, in_ptr, out_ptr, count, dtype, op, root, scale, async_op,
-            stream, refs):
+            stream, refs, compress=None):
         """Enqueue one collective whose buffers (``bufs``: (argument name, DeviceBuffer)) are on a
-        device; return a DeviceWork when ``async_op``."""
+        device; return a DeviceWork when ``async_op``. ``compress``: a checked
+        :class:`commlib.codecs.Codec` (core/codecs.py ``compressed_call``): the messages travel
+        encoded (stream/copy_path_codec.cc), and such calls stay on this path (not the C++ entry's)."""
         first, stream_of, device_stream = self._one_device(bufs, stream)
         if algorithm == "nccl" and coll in ("all_reduce", "reduce_scatter", "reduce") and op in ("band", "bor", "bxor"):
             raise ValueError(f"op: NCCL has no {op} (algorithm='nccl')")
@@ -265,6 +267,11 @@ class DeviceRoute:
             device_nccl.ensure_communicator(self._ctx, engine, self._prefixes[(first.kind, first.device_index)],
                                             f"{coll} (nccl, {count} x {dtype}, {op}, root {root})")
         args = (spec[0], algorithm, in_ptr, out_ptr, count, spec[3], spec[4], root, scale)
+        if compress is not None:
+            work = engine.run_compressed(*args, compress.name, compress.block_size, compress.rounding, compress.seed,
+                                         compress.inter_only, device_stream)
+            self._last_engine = engine
+            return self._enqueued(work, refs, stream_of, async_op)
         work = engine.run(*args, device_stream)
         self._last_engine = engine
         if first.stream is None and first.kind == "cuda":

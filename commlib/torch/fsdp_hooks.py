@@ -25,7 +25,9 @@ What each one changes in training:
   encoding lost and projects the buffer itself, keeping the new residual (one per FSDP module,
   whose buffer has the same layout every step).
 
-CPU buffers of float32, float16 or bfloat16 (FSDP2's flat buffers are the parameters' dtype or
+CPU or CUDA buffers of float32, float16 or bfloat16 (CUDA ones through the stream engine's
+compressed collectives and the device's error feedback, on the current stream: docs/compression.md
+"On device buffers"; FSDP2's flat buffers are the parameters' dtype or
 ``MixedPrecisionPolicy``'s; mixed dtypes in one module make FSDP2 gather bytes, which the codecs
 refuse naming ``compress``).
 """
@@ -66,8 +68,8 @@ def _group(group):
 
 
 def _check(t: torch.Tensor, name: str, codec) -> None:
-    if t.device.type != "cpu" or t.dtype not in _CODED:
-        raise ValueError(f"compress: {codec.name} codes CPU float32, float16 or bfloat16 buffers; {name} "
+    if t.device.type not in ("cpu", "cuda") or t.dtype not in _CODED:
+        raise ValueError(f"compress: {codec.name} codes CPU or CUDA float32, float16 or bfloat16 buffers; {name} "
                          f"holds {t.dtype} on {t.device} (FSDP2 gathers bytes when a module's parameters "
                          "mix dtypes)")
     if not t.is_contiguous():

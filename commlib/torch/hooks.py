@@ -61,11 +61,12 @@ class ErrorFeedbackState:
 
 def compressed_allreduce_hook(state: ErrorFeedbackState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP communication hook: the bucket averaged over the group with compressed all_reduce
-    (after the error-feedback step when the state asks for it). CPU float32/float16/bfloat16
-    gradients (the codecs' host path); error feedback keeps float32 residuals (float32 only)."""
+    (after the error-feedback step when the state asks for it). CPU or CUDA float32/float16/bfloat16
+    gradients (CUDA: the stream engine's compressed all_reduce and the device's error feedback, on
+    the current stream); error feedback keeps float32 residuals (float32 only)."""
     grad = bucket.buffer()
-    if grad.device.type != "cpu" or grad.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-        raise ValueError(f"bucket: compressed all_reduce takes CPU float32, float16 or bfloat16 gradients, "
+    if grad.device.type not in ("cpu", "cuda") or grad.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise ValueError(f"bucket: compressed all_reduce takes CPU or CUDA float32, float16 or bfloat16 gradients, "
                          f"not {grad.dtype} on {grad.device}")
     pg = state._group()
     if state.error_feedback and grad.dtype != torch.float32:

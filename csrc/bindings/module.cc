@@ -10,6 +10,7 @@ void bind_device_work(pybind11::module_& m);       // bindings/device_work_bindi
 void bind_peer_buffers(pybind11::module_& m);      // bindings/peer_buffers_bindings.cc (after bind_device)
 void bind_core_api(pybind11::module_& m);          // bindings/core_api.cc: the table other modules call
 void bind_kernel_trace(pybind11::module_& m);      // bindings/kernel_trace_bindings.cc (after bind_device)
+void bind_device_codecs(pybind11::module_& m);     // bindings/device_codec_bindings.cc (after bind_device)
 }  // namespace commlib
 
 PYBIND11_MODULE(_C, m) {
@@ -22,6 +23,7 @@ PYBIND11_MODULE(_C, m) {
   commlib::bind_codecs(m);  // after bind_comm: run_compressed takes a Communicator
   commlib::bind_fast_call(m);
   commlib::bind_device(m);
+  commlib::bind_device_codecs(m);
   commlib::bind_device_work(m);
   commlib::bind_buffer_view(m);
   commlib::bind_foreign_arrays(m);

@@ -21,6 +21,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda_codecs.h"
 #include "kernels/cuda_plan_kernel.h"
 #include "kernels/cuda_reduce.h"
 
@@ -135,7 +136,8 @@ CudaDevice::CudaDevice(int index) : index_(index) {
   DeviceGuard current(*this);
   write_value64_ = driver_entry("cuStreamWriteValue64");
   wait_value64_ = driver_entry("cuStreamWaitValue64");
-  cuda_preload_kernels();  // no lazy module load (a context-wide synchronisation) inside a call
+  cuda_preload_kernels();
+  cuda_preload_codec_kernels();  // no lazy module load (a context-wide synchronisation) inside a call
 }
 
 void CudaDevice::make_current() {
@@ -351,6 +353,18 @@ void CudaDevice::divide_unless(const uint64_t* stop, void* dst, size_t n, DType 
                                DeviceStream& stream) {
   DeviceGuard current(*this);
   cuda_divide_inplace(dst, n, dtype, divisor, cu(stream), stop);
+}
+
+void CudaDevice::codec_encode(const uint64_t* stop, const CodecSpec& spec, DType dtype, const void* src, size_t n,
+                              void* dst, uint64_t counter_base, DeviceStream& stream) {
+  DeviceGuard current(*this);
+  cuda_codec(true, spec, dtype, src, n, dst, counter_base, cu(stream), stop);
+}
+
+void CudaDevice::codec_decode(const uint64_t* stop, const CodecSpec& spec, DType dtype, const void* src, size_t n,
+                              void* dst, DeviceStream& stream) {
+  DeviceGuard current(*this);
+  cuda_codec(false, spec, dtype, src, n, dst, 0, cu(stream), stop);
 }
 
 void CudaDevice::write_value(uint64_t* addr, uint64_t value, DeviceStream& stream) {

@@ -49,6 +49,10 @@ class CudaDevice final : public Device {
                      DeviceStream& stream) override;
   void divide_unless(const uint64_t* stop, void* dst, size_t n, DType dtype, int64_t divisor,
                      DeviceStream& stream) override;
+  void codec_encode(const uint64_t* stop, const CodecSpec& spec, DType dtype, const void* src, size_t n, void* dst,
+                    uint64_t counter_base, DeviceStream& stream) override;
+  void codec_decode(const uint64_t* stop, const CodecSpec& spec, DType dtype, const void* src, size_t n, void* dst,
+                    DeviceStream& stream) override;
   void write_value(uint64_t* addr, uint64_t value, DeviceStream& stream) override;
   void wait_value(const uint64_t* addr, uint64_t value, DeviceStream& stream) override;
   void host_func(std::function<void()> fn, DeviceStream& stream) override;

@@ -25,7 +25,8 @@ namespace commlib {
 namespace kexec {
 struct PlanLaunch;  // kernels/plan_kernel.cuh
 }
-struct NcclApi;  // device/nccl_loader.h
+struct NcclApi;     // device/nccl_loader.h
+struct CodecSpec;  // kernels/codec_spec.h
 
 class DeviceStream {
  public:
@@ -157,6 +158,22 @@ class Device {
                              DeviceStream& stream) = 0;
   virtual void divide_unless(const uint64_t* stop, void* dst, size_t n, DType dtype, int64_t divisor,
                              DeviceStream& stream) = 0;
+  // The codecs of compress= on device memory (kernels/codec_kernel.h: the functors of codecs.h,
+  // bit for bit the CPU codecs' bytes and values): dst = encode(src[0, n)) into
+  // codec_encoded_bytes(spec, n) bytes, counter_base numbering src's first element for stochastic
+  // rounding; decode: dst[0, n) = decode(src). Skipped (nothing written) when `stop` (null: not
+  // gated) is nonzero as the stream reaches them, like the copy path's data operations. A spec or
+  // dtype no codec takes throws std::invalid_argument naming the argument, at the call.
+  virtual void codec_encode(const uint64_t* stop, const CodecSpec& spec, DType dtype, const void* src, size_t n,
+                            void* dst, uint64_t counter_base, DeviceStream& stream) {
+    (void)stop, (void)spec, (void)dtype, (void)src, (void)n, (void)dst, (void)counter_base, (void)stream;
+    throw std::runtime_error(name() + ": no codecs on this device");
+  }
+  virtual void codec_decode(const uint64_t* stop, const CodecSpec& spec, DType dtype, const void* src, size_t n,
+                            void* dst, DeviceStream& stream) {
+    (void)stop, (void)spec, (void)dtype, (void)src, (void)n, (void)dst, (void)stream;
+    throw std::runtime_error(name() + ": no codecs on this device");
+  }
   // *addr = value; and: block the stream until *addr >= value. addr comes from map_host.
   virtual void write_value(uint64_t* addr, uint64_t value, DeviceStream& stream) = 0;
   virtual void wait_value(const uint64_t* addr, uint64_t value, DeviceStream& stream) = 0;

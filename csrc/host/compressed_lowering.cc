@@ -25,46 +25,14 @@
 #include "kernels/cpu_codecs.h"
 #include "kernels/cpu_error_feedback.h"
 #include "kernels/cpu_reduce.h"
+#include "plan/codec_pieces.h"
 #include "plan/lowering.h"
 
 namespace commlib {
 
 namespace {
 
-// One coded piece of a message: `n` elements at `elem` of the op's region, numbered from `counter`
-// for stochastic rounding, encoded at `byte` of the message.
-struct Piece {
-  int64_t elem, n;
-  uint64_t counter;
-  size_t byte, bytes;
-};
-
-// A message's coded segments: all_gather's split where the ranks' blocks meet (multiples of count
-// in every buffer), so a block is always coded on its own, alike wherever it travels; the
-// others' whole. Each segment is cut into pieces of `piece` elements (0: whole).
-void pieces_of(const CollectiveCall& call, const CodecSpec& spec, const Region& r, int64_t piece,
-               std::vector<Piece>& out) {
-  out.clear();
-  size_t byte = 0;
-  auto segment = [&](int64_t pos, int64_t n) {
-    for (int64_t k = 0; k < n || (n == 0 && k == 0); k += piece ? piece : std::max<int64_t>(n, 1)) {
-      const int64_t m = piece ? std::min(piece, n - k) : n;
-      const size_t bytes = codec_encoded_bytes(spec, static_cast<size_t>(m));
-      out.push_back(Piece{pos + k, m, static_cast<uint64_t>(k), byte, bytes});
-      byte += bytes;
-      if (n == 0) break;
-    }
-  };
-  if (call.coll != Collective::AllGather || call.count == 0 || r.count == 0) return segment(0, r.count);
-  for (int64_t pos = 0; pos < r.count;) {
-    const int64_t block_end = ((r.offset + pos) / call.count + 1) * call.count;
-    const int64_t n = std::min(r.count - pos, block_end - (r.offset + pos));
-    segment(pos, n);
-    pos += n;
-  }
-}
-
-size_t bytes_of(const std::vector<Piece>& ps) { return ps.empty() ? 0 : ps.back().byte + ps.back().bytes; }
+using Piece = CodecPiece;
 
 }  // namespace
 
@@ -97,7 +65,7 @@ class Communicator::CodecStep final : public StepWork {
                   c_.codec_decoded_);
   }
   void project(const Region& r, int64_t piece) {
-    pieces_of(call_, spec_, r, piece, scratch_pieces_);
+    codec_pieces(call_, spec_, r, piece, scratch_pieces_);
     for (const Piece& p : scratch_pieces_) project(at(r), p);
   }
 
@@ -163,14 +131,8 @@ class Communicator::CodecStep final : public StepWork {
 void Communicator::run_compressed_steps(const CollectiveCall& call, const Schedule& sched, const CallDesc& desc,
                                         char* const* bases) {
   const size_t esize = dtype_size(call.dtype);
-  CodecSpec spec = call.codec;
-  spec.seed += desc.seq * 0x9E3779B97F4A7C15ull;  // a fresh, reproducible stream per call
-  // Stochastic rounding numbers an element by its place in its segment (and hashes its value,
-  // codecs.h sr_draw), not by buffer, offset or step: ranks that project one sum in differently
-  // placed regions (direct all_reduce: output on one rank, scratch on another) draw alike.
-  const int64_t block = spec.kind == kern::CodecKind::BF16 ? 1 : spec.block;
-  const int64_t piece =
-      spec.piece_bytes > 0 ? std::max<int64_t>(1, spec.piece_bytes / static_cast<int64_t>(esize) / block) * block : 0;
+  const CodecSpec spec = call_codec(call.codec, desc);
+  const int64_t piece = codec_piece_elements(spec, esize);
   // A chunk carries at most one piece's encoding, so the wire gets each piece as it is encoded
   // (every rank computes the same cap: the piece size is in the descriptor).
   if (piece) exec_.set_chunk_cap(std::max<size_t>(64, codec_encoded_bytes(spec, static_cast<size_t>(piece))));
@@ -223,8 +185,8 @@ void Communicator::run_compressed_steps(const CollectiveCall& call, const Schedu
           e.src = reduces_from_src(op) ? cs.at(op.src) : nullptr;
         }
       } else {
-        pieces_of(call, spec, r, piece, m.pieces);
-        buf.resize(bytes_of(m.pieces));
+        codec_pieces(call, spec, r, piece, m.pieces);
+        buf.resize(codec_pieces_bytes(m.pieces));
         e.bytes = buf.size();
         if (op.kind == OpKind::Send) {
           e.src = reinterpret_cast<const char*>(buf.data());

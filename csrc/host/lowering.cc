@@ -100,13 +100,7 @@ void Communicator::run_collective(const CollectiveCall& call, uint64_t seq) {
 
     char* in = reinterpret_cast<char*>(call.input);
     char* out = reinterpret_cast<char*>(call.output);
-    InputStaging staging = input_staging(call, rank_, size_);
-    if (call.codec.active() && staging.kind == InputStaging::None && in != out) {
-      // compress=: a sender keeps what it sent as decoded (compressed_lowering.cc), so it needs
-      // its own copy of an input it may not write.
-      staging.kind = InputStaging::Copy;
-      staging.elements = static_cast<size_t>(buffer_shapes(call.coll, call.count, size_, rank_, call.root).input);
-    }
+    const InputStaging staging = input_staging(call, rank_, size_);
     if (staging.kind != InputStaging::None) {
       char* buf = input_copy(staging.elements * esize);
       if (staging.kind == InputStaging::Scale)

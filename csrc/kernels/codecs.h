@@ -1,6 +1,7 @@
 // Block-wise quantization codecs (docs/compression.md), written once as __host__ __device__
 // functors beside the reduction functors (reduce_ops.h) and run by the CPU loops of
-// cpu_codecs.cc, so the CPU tests cover the arithmetic a GPU launcher would run.
+// cpu_codecs.cc and by the device kernels of codec_kernel.h (CUDA and the emulated device), which
+// the tests hold to the CPU's bytes and bits.
 //
 // A region of n elements of a floating dtype (float32, float16, bfloat16) encodes to
 //   [one scale byte per block of `block` elements][payload: one code per element]
@@ -24,13 +25,12 @@
 #include <cstdint>
 
 #include "common/types.h"
+#include "kernels/codec_spec.h"
 #include "kernels/float_bits.h"
 #include "kernels/reduce_ops.h"
 
 namespace commlib {
 namespace kern {
-
-enum class CodecKind : uint8_t { None = 0, BF16 = 1, FP8E4M3 = 2, FP8E5M2 = 3, Int8 = 4, Int4 = 5 };
 
 // 2^k as a double (k in the double's normal range, which every use here stays inside).
 COMMLIB_HDI double pow2(int k) { return f64_from_bits(static_cast<uint64_t>(k + 1023) << 52); }

@@ -19,17 +19,8 @@ namespace {
 using kern::CodecKind;
 using kern::DTypeTraits;
 
-size_t blocks_of(const CodecSpec& spec, size_t n) {
-  return spec.kind == CodecKind::BF16 ? 0 : (n + static_cast<size_t>(spec.block) - 1) / static_cast<size_t>(spec.block);
-}
-
-size_t payload_bytes(CodecKind kind, size_t n) {
-  switch (kind) {
-    case CodecKind::BF16: return 2 * n;
-    case CodecKind::Int4: return (n + 1) / 2;
-    default: return n;
-  }
-}
+size_t blocks_of(const CodecSpec& spec, size_t n) { return codec_scale_bytes(spec, n); }
+size_t payload_bytes(CodecKind kind, size_t n) { return codec_payload_bytes(kind, n); }
 
 
 // The integer grids (nearest; stochastic: cpu_codec_loops.h's draw), in loops gcc vectorises with the
@@ -345,17 +336,6 @@ std::string codec_tag_text(int32_t tag) {
          ", block/piece/seed #" + hash + ")";
 }
 
-void check_codec(const CodecSpec& spec, DType dtype) {
-  if (spec.kind == CodecKind::None || static_cast<uint8_t>(spec.kind) > static_cast<uint8_t>(CodecKind::Int4))
-    throw std::invalid_argument("compress: unknown codec " + std::to_string(static_cast<int>(spec.kind)));
-  if (spec.block < 1 || spec.block > (int64_t{1} << 24))
-    throw std::invalid_argument("block_size: must be in [1, 2^24], got " + std::to_string(spec.block));
-  if (dtype != DType::Float32 && dtype != DType::Float16 && dtype != DType::BFloat16)
-    throw std::invalid_argument(std::string("dtype: compression codes float32, float16 and bfloat16 data, not ") +
-                                dtype_name(dtype));
-}
-
-size_t codec_encoded_bytes(const CodecSpec& spec, size_t n) { return blocks_of(spec, n) + payload_bytes(spec.kind, n); }
 
 void codec_encode(const CodecSpec& spec, DType dtype, const void* src, size_t n, uint8_t* dst, uint64_t counter_base) {
   check_codec(spec, dtype);

@@ -8,22 +8,11 @@
 #include <string>
 
 #include "common/types.h"
+#include "kernels/codec_spec.h"
 #include "kernels/codecs.h"
 
 namespace commlib {
 
-struct CodecSpec {
-  kern::CodecKind kind = kern::CodecKind::None;
-  int64_t block = 32;       // elements per scale (ignored by bf16)
-  bool stochastic = false;  // stochastic rounding (else nearest, ties to even)
-  uint64_t seed = 0;        // stochastic rounding's stream; element i of a region uses counter base+i
-  bool inter_only = false;  // compress_inter_only: messages between ranks of one host travel raw
-  // Streaming (host/compressed_lowering.cc): a message is coded in pieces of this many bytes of
-  // input, rounded down to whole blocks (0: whole), so the codec overlaps the wire. The pieces lay
-  // the message out, so the ranks must agree: it joins the descriptor's hash.
-  int64_t piece_bytes = 0;
-  bool active() const { return kind != kern::CodecKind::None; }
-};
 
 // The codec as the call descriptor carries it (CallDesc::root of the rootless collectives that
 // take compress=, plan/lowering.cc), so ranks that pass different codecs get a MismatchError:
@@ -39,8 +28,6 @@ std::string codec_tag_text(int32_t tag);
 kern::CodecKind codec_kind(const std::string& name);
 const char* codec_name(kern::CodecKind kind);
 
-// Bytes that n elements encode to (scales + payload).
-size_t codec_encoded_bytes(const CodecSpec& spec, size_t n);
 
 // dst[0, codec_encoded_bytes) = encode(src[0, n)); counter_base numbers the elements for
 // stochastic rounding.
@@ -56,7 +43,5 @@ void codec_decode(const CodecSpec& spec, DType dtype, const uint8_t* src, size_t
 void codec_encode_project(const CodecSpec& spec, DType dtype, void* x, size_t n, uint8_t* dst,
                           uint64_t counter_base = 0);
 
-// Throws std::invalid_argument naming the argument unless the spec can code dtype.
-void check_codec(const CodecSpec& spec, DType dtype);
 
 }  // namespace commlib

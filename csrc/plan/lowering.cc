@@ -29,6 +29,11 @@ InputStaging input_staging(const CollectiveCall& call, int rank, int size) {
   } else if (call.coll == Collective::AllToAll && call.input == call.output && call.count) {
     s.kind = InputStaging::Copy;
     s.elements = static_cast<size_t>(call.count) * size;
+  } else if (call.codec.active() && call.input != call.output && input > 0) {
+    // compress=: a sender keeps what it sent as decoded (its projection, docs/compression.md), so
+    // it needs its own copy of an input it may not write.
+    s.kind = InputStaging::Copy;
+    s.elements = static_cast<size_t>(input);
   }
   return s;
 }

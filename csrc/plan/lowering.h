@@ -19,7 +19,8 @@ CallDesc call_desc(const CollectiveCall& call, uint8_t algo, uint64_t seq);
 
 // What the engine stages before the schedule runs: premul_sum scales the input into a private copy
 // (the schedule then runs in its out-of-place form); in-place all_to_all sends from a copy, since
-// every block is both sent and overwritten. `elements` counts the copy.
+// every block is both sent and overwritten; compress= (out of place) sends from a copy it projects
+// (docs/compression.md). `elements` counts the copy.
 struct InputStaging {
   enum Kind { None, Scale, Copy } kind = None;
   size_t elements = 0;

@@ -37,6 +37,8 @@
 
 namespace commlib {
 
+struct CodecPiece;  // plan/codec_pieces.h
+
 // One wait_value a stream will execute, for the watchdog (StreamEngine::waits_).
 enum class WaitFor : uint8_t { Slot, Data, CallDesc, MessageDesc };
 struct StreamWait {
@@ -135,6 +137,11 @@ class CopyPath final : public DevicePathRunner {
   char* dev_ctl() const { return reinterpret_cast<char*>(ctl_dev_); }
   void enqueue_step(const Step& step, char* const bases[3], size_t esize, DType dtype, RedOp op, const CallDesc& desc,
                     uint64_t seq, DeviceStream& send_s, DeviceStream& recv_s);
+  // A call with compress= (copy_path_codec.cc): the host's compressed lowering with device codecs.
+  Launched enqueue_compressed(const PathCall& call, DeviceStream& s);
+  // x = decode(encode(x)) piece by piece through `tmp` (a piece's encoded bytes): a sum's projection.
+  void project_region(const CodecSpec& spec, DType dtype, char* base, const std::vector<CodecPiece>& pieces, char* tmp,
+                      DeviceStream& s);
   // A step's copy or reduction out of the inbox or between its own buffers, as COMMLIB_DEVICE_COPY_RECV
   // says: gated kernels (the default), the same kernels not gated, or plain copies by the driver.
   void data_copy(char* dst, const char* src, size_t bytes, DeviceStream& s);

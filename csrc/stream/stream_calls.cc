@@ -241,7 +241,8 @@ uint64_t StreamEngine::enqueue_collective(const CollectiveCall& call, const Prep
     if (!staged_in_arena(call, key)) kernel_->check_one_sided(key);  // through the slots: they must fit
   }
   // A one-sided plan runs on the kernel path whatever the size (checked above that it can).
-  const DeviceCallPath path = planned.one_sided ? DeviceCallPath::Kernel : prepared ? prepared->path : path_of(call);
+  DeviceCallPath path = planned.one_sided ? DeviceCallPath::Kernel : prepared ? prepared->path : path_of(call);
+  if (call.codec.active()) path = compressed_path(call, planned, path);
 
   // Nothing above enqueued anything or took a number: a refused argument leaves the numbering
   // and the stream as they were. From here on the call is numbered (with the host calls).
@@ -283,6 +284,20 @@ uint64_t StreamEngine::enqueue_collective(const CollectiveCall& call, const Prep
     fail_as(ErrorKind::Comm, ErrorKind::Peer, enqueue_error, true);
   }
   return finish(launched, enqueue_error, s, work);
+}
+
+// compress= runs the schedule's messages encoded on the copy path (copy_path_codec.cc), whatever
+// path the size would take; what it cannot run is refused before the call is numbered.
+DeviceCallPath StreamEngine::compressed_path(const CollectiveCall& call, const ResolvedPlan& planned,
+                                             DeviceCallPath path) const {
+  if (planned.one_sided || path == DeviceCallPath::Nccl)
+    throw std::invalid_argument("algorithm: " + planned.name + " does not run with compress= (it encodes the messages "
+                                "of a schedule; this one " + (planned.one_sided ? "reads peers' buffers" : "is NCCL's own") + ")");
+  for (int p = 0; p < size_; ++p)
+    if (call.codec.inter_only && remote(p))
+      throw std::invalid_argument("compress: compress_inter_only (Codec(inter_only=True)) on device buffers runs "
+                                  "within one host only (rank " + std::to_string(p) + " is on another host)");
+  return DeviceCallPath::Copy;
 }
 
 DeviceCallPath StreamEngine::path_of(const CollectiveCall& call) const {

@@ -39,6 +39,7 @@ uint64_t StreamEngine::capture_collective(const CollectiveCall& call, DeviceStre
   if (status == CaptureStatus::Invalidated)
     refuse(rank_, call, "the stream's capture was invalidated by an earlier error (end it and capture again)");
   if (call.algo == kNcclAlgorithmCode) refuse(rank_, call, "algorithm='nccl' does not capture here");
+  if (call.codec.active()) refuse(rank_, call, "compress= runs on the copy path (copy_path_codec.cc), which refuses capture");
   if (path_of(call) != DeviceCallPath::Kernel)  // device auto's choice (policy/device_auto.h)
     refuse(rank_, call,
            std::string("it runs on the copy path, which refuses capture (") +

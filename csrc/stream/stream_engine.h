@@ -270,6 +270,8 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   uint64_t one_sided_calls_ = 0;  // agree_route's call numbers (the same on every rank)
   // The path `call` runs on (policy/device_auto.h: device auto decides, the engine asks).
   DeviceCallPath path_of(const CollectiveCall& call) const;
+  // compress=: the copy path (refusing what it cannot run)
+  DeviceCallPath compressed_path(const CollectiveCall& call, const ResolvedPlan& planned, DeviceCallPath path) const;
   // CopyPathHost: what the copy path needs of the engine.
   void note_wait(const StreamWait& w) override;
   void publish_call(const CallDesc& desc) override { control_->publish_call(desc); }

@@ -154,7 +154,7 @@ def refusals(comm):
             ("unknown codec", lambda: comm.all_reduce(x, compress="int3"), ValueError, "^compress: unknown"),
             ("codec type", lambda: comm.all_reduce(x, compress=8), TypeError, "^compress: a codec name"),
             ("stream", lambda: comm.all_gather(np.ones(4 * comm.size, np.float32), x, compress="int8", stream=1),
-             ValueError, "^compress: runs on host buffers"),
+             ValueError, "^stream: given, but the buffers are host memory"),  # device buffers take compress=
             ("broadcast", lambda: comm.broadcast(x, compress="int8"), TypeError, "compress"),
             ("all_to_all", lambda: comm.all_to_all(np.ones(4 * comm.size, np.float32),
                                                    np.ones(4 * comm.size, np.float32), compress="int8"),

@@ -52,3 +52,21 @@ def sample(count: int, seed: int) -> np.ndarray:
     """Normal values with magnitudes spread over many binades, so blocks differ in scale."""
     rng = np.random.default_rng(seed)
     return (rng.standard_normal(count) * np.exp(rng.uniform(-4, 4, count))).astype(np.float32)
+
+
+def awkward(count: int, seed: int) -> np.ndarray:
+    """sample()'s spread of magnitudes, then stretches of special values: exact ties of the
+    integer grids (k + 1/2 times a block's power of two), tiny values (fp8 and dtype subnormals),
+    values near float16's and float32's largest, NaN, +-Inf and +-0."""
+    x = sample(count, seed)
+    rng = np.random.default_rng(seed + 1)
+    specials = np.concatenate([
+        (np.arange(-8, 9) + 0.5).astype(np.float32) * 2.0 ** rng.integers(-20, 20),
+        np.float32(2.0 ** -140) * np.arange(1, 9, dtype=np.float32),
+        np.array([6e-8, -6e-8, 1e-39, -1e-45, 65504, -65504, 65519, 3.3e38, -3.4e38], np.float32),
+        np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0], np.float32),
+    ])
+    for k in range(0, count, 211):  # a few stretches, leaving most blocks plain
+        m = min(specials.size, count - k)
+        x[k:k + m] = rng.permutation(specials)[:m]
+    return x

@@ -6,29 +6,11 @@ grids' subnormals, values near the dtype's largest, NaN/Inf blocks, zeros of bot
 import numpy as np
 import pytest
 
-from codec_reference import DTYPES, as_dtype, sample
+from codec_reference import DTYPES, as_dtype, awkward, sample
 from commlib.codecs import NAMES, Codec
 
 COUNTS = (0, 1, 5, 97, 1000, 4099)  # empty, one, under a block, primes, many blocks
 BLOCKS = (1, 7, 32, 256)
-
-
-def awkward(count: int, seed: int) -> np.ndarray:
-    """sample()'s spread of magnitudes, then stretches of special values: exact ties of the
-    integer grids (k + 1/2 times a block's power of two), tiny values (fp8 and dtype subnormals),
-    values near float16's and float32's largest, NaN, +-Inf and +-0."""
-    x = sample(count, seed)
-    rng = np.random.default_rng(seed + 1)
-    specials = np.concatenate([
-        (np.arange(-8, 9) + 0.5).astype(np.float32) * 2.0 ** rng.integers(-20, 20),
-        np.float32(2.0 ** -140) * np.arange(1, 9, dtype=np.float32),
-        np.array([6e-8, -6e-8, 1e-39, -1e-45, 65504, -65504, 65519, 3.3e38, -3.4e38], np.float32),
-        np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0], np.float32),
-    ])
-    for k in range(0, count, 211):  # a few stretches, leaving most blocks plain
-        m = min(specials.size, count - k)
-        x[k:k + m] = rng.permutation(specials)[:m]
-    return x
 
 
 @pytest.mark.parametrize("codec", NAMES)

@@ -78,3 +78,13 @@ def test_cuda_case(case, n):
     import torch_cuda_cases
     fails = [f for r in get_pool(n).run(getattr(torch_cuda_cases, case), timeout=300) for f in r]
     assert not fails, "\n".join(fails[:20])
+
+
+@pytest.mark.gpu
+@needs_torch_cuda
+def test_cuda_ddp_compressed_hook():
+    """The DDP hook with int8 and error feedback on a CUDA model (stream engine, device error
+    feedback) against the same hook on the CPU (torch_cuda_compress_cases.py)."""
+    import torch_cuda_compress_cases
+    fails = [f for r in get_pool(2).run(torch_cuda_compress_cases.case_cuda_ddp_compressed, timeout=300) for f in r]
+    assert not fails, "\n".join(fails[:20])

@@ -148,6 +148,10 @@ class EmulatedDevice final : public Device {
                      DeviceStream& stream) override;
   void divide_unless(const uint64_t* stop, void* dst, size_t n, DType dtype, int64_t divisor,
                      DeviceStream& stream) override;
+  void codec_encode(const uint64_t* stop, const CodecSpec& spec, DType dtype, const void* src, size_t n, void* dst,
+                    uint64_t counter_base, DeviceStream& stream) override;
+  void codec_decode(const uint64_t* stop, const CodecSpec& spec, DType dtype, const void* src, size_t n, void* dst,
+                    DeviceStream& stream) override;
   void write_value(uint64_t* addr, uint64_t value, DeviceStream& stream) override;
   void wait_value(const uint64_t* addr, uint64_t value, DeviceStream& stream) override;
   void host_func(std::function<void()> fn, DeviceStream& stream) override;
@@ -237,6 +241,10 @@ int emulated_device_of(const void* ptr, bool counted);
 std::function<void()> emulated_reduce_kernel(void* dst, const void* src, size_t n, DType dtype, RedOp op);
 std::function<void()> emulated_scale_kernel(void* dst, const void* src, size_t n, DType dtype, double scale);
 std::function<void()> emulated_divide_kernel(void* dst, size_t n, DType dtype, int64_t divisor);
+// A codec's encode (`encode`) or decode (kernels/codec_kernel.h); throws std::invalid_argument
+// naming the argument for a spec or dtype it cannot code (kernels/codec_spec.h's check_codec).
+std::function<void()> emulated_codec_kernel(bool encode, const CodecSpec& spec, DType dtype, const void* src, size_t n,
+                                            void* dst, uint64_t counter_base);
 
 // The calling thread's driver calls on every emulated device so far, by name, with the current
 // device's gets and sets (a device guard: cudaGetDevice, cudaSetDevice where it changes): what one

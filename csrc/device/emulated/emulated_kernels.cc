@@ -1,6 +1,8 @@
 // The emulated device's kernels: the CUDA elementwise kernel body (kernels/elementwise_kernel.h)
 // executed on the host through kernels/cuda_shim.h, with the grid the CUDA launcher would use.
 #include "device/emulated/emulated_device.h"
+#include "device/host_flags.h"
+#include "kernels/codec_kernel.h"
 #include "kernels/elementwise_kernel.h"
 
 namespace commlib {
@@ -39,7 +41,39 @@ struct EmuLaunch {
   }
 };
 
+// A codec's launch(es) for grid G (void: bf16) and dtype D, as cuda_codecs.cu makes them.
+struct EmuCodecLaunch {
+  CodecArgs args;
+  bool encode;
+  std::function<void()> out;
+  template <class G, DType D>
+  void run() {
+    const CodecArgs a = args;
+    if (a.n == 0) {
+      out = [] {};
+    } else if (!encode) {
+      out = [a] { emu_launch(codec_grid(a.n), kCodecThreads, [&] { codec_decode_body<G, D>(a); }); };
+    } else if constexpr (std::is_void<G>::value) {
+      out = [a] { emu_launch(codec_grid(a.n), kCodecThreads, [&] { bf16_encode_body<D>(a); }); };
+    } else {
+      out = [a] {
+        emu_launch(codec_grid((a.n + a.block - 1) / a.block), kCodecThreads, [&] { codec_scales_body<G, D>(a); });
+        const size_t bytes = std::is_same<G, kern::Int4Grid>::value ? (a.n + 1) / 2 : a.n;
+        emu_launch(codec_grid(bytes), kCodecThreads, [&] { codec_codes_body<G, D>(a); });
+      };
+    }
+  }
+};
+
 }  // namespace
+
+std::function<void()> emulated_codec_kernel(bool encode, const CodecSpec& spec, DType dtype, const void* src, size_t n,
+                                            void* dst, uint64_t counter_base) {
+  check_codec(spec, dtype);
+  EmuCodecLaunch launch{codec_args(spec, src, n, dst, counter_base), encode, {}};
+  dispatch_codec(spec.kind, dtype, launch);
+  return std::move(launch.out);
+}
 
 std::function<void()> emulated_reduce_kernel(void* dst, const void* src, size_t n, DType dtype, RedOp op) {
   EmuLaunch launch{dst, src, n, {}};
@@ -61,6 +95,26 @@ std::function<void()> emulated_divide_kernel(void* dst, size_t n, DType dtype, i
   DivideVisitor<EmuLaunch> v{launch, divisor};
   kern::dispatch_dtype(dtype, v);
   return std::move(launch.out);
+}
+
+// A codec launch checks its arguments before the launch is counted; skipped, as the gated
+// operations are, when *stop (null: not gated) is nonzero as the stream reaches it.
+void EmulatedDevice::codec_encode(const uint64_t* stop, const CodecSpec& spec, DType dtype, const void* src, size_t n,
+                                  void* dst, uint64_t counter_base, DeviceStream& stream) {
+  auto kernel = emulated_codec_kernel(true, spec, dtype, src, n, dst, counter_base);
+  enter(stop ? "a gated codec kernel launch" : "a codec kernel launch", true);
+  static_cast<EmulatedStream&>(stream).enqueue_data([stop, kernel = std::move(kernel)] {
+    if (!(stop && load_flag(stop))) kernel();
+  });
+}
+
+void EmulatedDevice::codec_decode(const uint64_t* stop, const CodecSpec& spec, DType dtype, const void* src, size_t n,
+                                  void* dst, DeviceStream& stream) {
+  auto kernel = emulated_codec_kernel(false, spec, dtype, src, n, dst, 0);
+  enter(stop ? "a gated codec kernel launch" : "a codec kernel launch", true);
+  static_cast<EmulatedStream&>(stream).enqueue_data([stop, kernel = std::move(kernel)] {
+    if (!(stop && load_flag(stop))) kernel();
+  });
 }
 
 }  // namespace commlib

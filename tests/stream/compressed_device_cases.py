@@ -1,0 +1,134 @@
+"""Rank-side checks of compress= on device buffers (docs/compression.md "On device buffers"): each
+case runs a collective compressed on host (NumPy) buffers, then the same call on emulated device
+arrays through the stream engine, and reports digests of both outputs, so the pytest side requires
+the device result equal to the host engine's bit for bit and identical on every rank.
+
+Stochastic rounding draws from the call's seed advanced by its number (plan/codec_pieces.h
+call_codec), and host and device calls share one numbering: the device call, numbered one after
+the host call, gets the seed minus one step, so both calls draw the same stream."""
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+import commlib
+import commlib.emulated as emu
+from commlib.codecs import Codec
+
+GOLDEN = 0x9E3779B97F4A7C15
+BLOCK = 8
+
+
+def _values(rank: int, n: int, dtype: str) -> np.ndarray:
+    rng = np.random.default_rng(1000 * rank + n)
+    v = (rng.standard_normal(n) * np.exp(rng.uniform(-3, 3, n)) * (1 + rank)).astype(np.float32)
+    if dtype == "bfloat16":
+        u = v.view(np.uint32).astype(np.uint64)
+        return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    return v.astype(dtype)
+
+
+def _host(a: np.ndarray, dtype: str):
+    if dtype != "bfloat16":
+        return a.copy()
+    import torch
+    return torch.from_numpy(a.copy()).view(torch.bfloat16)
+
+
+def _host_bits(h) -> bytes:
+    return h.view(__import__("torch").int16).numpy().tobytes() if hasattr(h, "numpy") else np.asarray(h).tobytes()
+
+
+def _dev(a: np.ndarray, dtype: str):
+    return emu.from_numpy(a.copy(), dtype="bfloat16") if dtype == "bfloat16" else emu.from_numpy(a.copy())
+
+
+def _call(comm, coll, algo, buf, codec, count, P, op):
+    """Runs one call on buffers made by `buf(values)`; returns the output buffer."""
+    if coll == "all_reduce":
+        x = buf(_values(comm.rank, count, DT[0]))
+        comm.all_reduce(x, op=op, algorithm=algo, compress=codec)
+        return x
+    if coll == "reduce_scatter":
+        x = buf(_values(comm.rank, count * P, DT[0]))
+        out = buf(np.zeros(count, DT[1]))
+        comm.reduce_scatter(out, x, op=op, algorithm=algo, compress=codec)
+        return out
+    out = buf(np.zeros(count * P, DT[1]))
+    x = buf(_values(comm.rank, count, DT[0]))
+    comm.all_gather(out, x, algorithm=algo, compress=codec)
+    return out
+
+
+DT = [None, None]  # (dtype name, NumPy dtype of its storage) of the case running
+
+
+def run_cases(comm, cases):
+    warm = emu.from_numpy(np.zeros(4, np.float32))
+    comm.all_reduce(warm)  # the engine's set-up, before the numbered pairs below
+    results = []
+    for coll, algo, codec, dtype, rounding, count, op in cases:
+        DT[0], DT[1] = dtype, np.uint16 if dtype == "bfloat16" else dtype
+        host_codec = Codec(codec, BLOCK, rounding, seed=5)
+        dev_codec = Codec(codec, BLOCK, rounding, seed=(5 - GOLDEN) % (1 << 64))  # see the module's docstring
+        h = _call(comm, coll, algo, lambda v: _host(v, dtype), host_codec, count, comm.size, op)
+        d = _call(comm, coll, algo, lambda v: _dev(v, dtype), dev_codec, count, comm.size, op)
+        hb, db = _host_bits(h), d.numpy().tobytes()
+        results.append(((coll, algo, codec, dtype, rounding, count, op), hashlib.sha1(hb).hexdigest(),
+                        hashlib.sha1(db).hexdigest()))
+    return results
+
+
+def refusals(comm):
+    """Bad input on device buffers is refused naming the argument, before anything is sent."""
+    said = []
+    x = emu.from_numpy(np.ones(8, np.int32))
+    for what, call in (("compress", lambda: comm.all_reduce(x, compress="int8")),
+                       ("compress", lambda: comm.all_reduce(emu.from_numpy(np.ones(8, np.float32)), compress="int3")),
+                       ("compress", lambda: comm.all_reduce(emu.from_numpy(np.ones(8, np.float32)), compress=3)),
+                       ("algorithm", lambda: comm.all_reduce(emu.from_numpy(np.ones(8, np.float32)),
+                                                             algorithm="nccl", compress="int8"))):
+        try:
+            call()
+            said.append(f"{what}: not refused")
+        except (ValueError, TypeError) as e:
+            if not str(e).startswith(what):
+                said.append(f"{what}: refused as {e!r}")
+    y = emu.from_numpy(np.arange(8, dtype=np.float32))
+    comm.all_reduce(y, compress="int8")  # the communicator still works, numbered alike on every rank
+    try:  # a compressed call is never captured (it would run uncompressed on the kernel path)
+        with emu.graph(emu.Graph()):
+            comm.all_reduce(y, compress="int8")
+        said.append("capture: not refused")
+    except Exception as e:  # noqa: BLE001 - the message is the result
+        if "compress= runs on the copy path" not in str(e):
+            said.append(f"capture: refused as {e!r}")
+    comm.all_reduce(y, compress="int8")
+    return said, y.numpy().tobytes()
+
+
+def proven(coll: str, size: int, count: int) -> list:
+    """The algorithms the verifier proves for compress= at this size and count (what the device
+    lowering runs; the rest are refused on host and device alike)."""
+    out = []
+    for algo in commlib.algorithms(coll):
+        try:
+            commlib.codecs.verify(coll, algo, size, count)
+            out.append(algo)
+        except commlib.VerificationError:
+            pass
+    return out
+
+
+def across_hosts(comm, cases):
+    """run_cases on emulated hosts (device peers on another host over the nccl link, the emulated
+    NCCL), then compress_inter_only on device buffers refused there naming compress."""
+    results = run_cases(comm, cases)
+    try:
+        comm.all_reduce(emu.from_numpy(np.ones(8, np.float32)), compress=Codec("int8", inter_only=True))
+        said = "inter_only: not refused"
+    except ValueError as e:
+        said = "" if str(e).startswith("compress: compress_inter_only") else f"inter_only: refused as {e!r}"
+    return results, said
+
