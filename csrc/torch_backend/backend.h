@@ -47,6 +47,24 @@ bool host_layout(const at::Tensor& t);
 // the core's (false where the Python side must decide: it explains), as every reduction here reads them.
 bool reduction_dtype(const at::Tensor& t, DType* dt);
 bool reduction_op(const c10d::ReduceOp& op, DType dt, RedOp* out, double* scale);
+// How the core reduces a CPU tensor of any dtype it can (staging.py's reduction_staging, in C++): a
+// staging buffer of dtype `stage` (the tensor itself when it is a contiguous one already), the core's
+// dtype and op on it, and how many core elements one tensor element is (complex: a pair of reals).
+// bool as uint8 (sum, max, bor, avg as max; product, min, band as min), complex as pairs of reals
+// (sum, avg, premul_sum), other integers in int64 (avg, premul_sum: float64), other floats in
+// float32; conjugate and negative views through a resolved copy. Copied back with a cast.
+struct Reduction {
+  at::ScalarType stage;
+  DType dt;
+  RedOp op;
+  double scale = 1.0;
+  int64_t reals = 1;
+};
+// False when `t` is not a CPU strided tensor of such a dtype, or the op is one the Python side
+// explains; throws ValueError (naming `op`) for an op the dtype does not define.
+bool reduction_of(const at::Tensor& t, const c10d::ReduceOp& op, Reduction* r);
+// `t`'s values as a contiguous tensor of r.stage: `t` itself when it is one already.
+at::Tensor staged_for(const at::Tensor& t, const Reduction& r);
 // A CUDA tensor a send or receive moves (through a contiguous copy when it is not contiguous).
 bool device_p2p_layout(const at::Tensor& t);
 // `t` itself when contiguous, else a contiguous copy (which a call's finish copies back into `t`
@@ -79,10 +97,11 @@ struct DeviceBatch {
   std::pair<at::Tensor, at::Tensor> own;
   std::vector<std::pair<at::Tensor, at::Tensor>> back;
 };
-// The batches of gather (the root receives block j into targets[j] and copies its own), scatter (the
-// root sends sources[j] to rank j) and the list all_to_all, from tensors ready to move.
-DeviceBatch gather_batch(const at::Tensor& mine, const std::vector<at::Tensor>& targets, int root, int me);
-DeviceBatch scatter_batch(const at::Tensor& mine, const std::vector<at::Tensor>& sources, int root, int me);
+// The batches of gather and scatter (one body, mirror images: `root_receives` for gather, whose root
+// receives block j into list[j]; scatter's root sends list[j] to rank j; the root copies its own
+// block) and of the list all_to_all, from tensors ready to move.
+DeviceBatch rooted_batch(const at::Tensor& mine, const std::vector<at::Tensor>& list, int root, int me,
+                         bool root_receives);
 DeviceBatch alltoall_batch(const std::vector<at::Tensor>& outs, const std::vector<at::Tensor>& ins, int me);
 
 class CommlibBackend : public c10d::Backend {
@@ -205,6 +224,20 @@ class CommlibBackend : public c10d::Backend {
                                           bool async, c10d::OpType type, const char* name,
                                           std::vector<at::Tensor> outputs, std::function<void()> finish,
                                           std::chrono::milliseconds timeout);
+  // all_reduce or reduce of one CPU tensor of any dtype reduction_of takes, through its staging
+  // buffer (reductions.cc); null when it takes none.
+  c10::intrusive_ptr<c10d::Work> staged_reduction(Collective c, std::vector<at::Tensor>& t, const c10d::ReduceOp& op,
+                                                  int root, bool async, std::chrono::milliseconds timeout);
+  // Calls of several tensors, uneven lists and sparse tensors (several.cc): torch's contract for a
+  // list of tensors (gloo's): all_reduce reduces every tensor of every rank into each, broadcast
+  // sends the root's opts.rootTensor to every tensor, all_gather gathers every input of every rank
+  // into each output list; null when the tensors are not CPU ones the core moves (handed over).
+  c10::intrusive_ptr<c10d::Work> several_allreduce(std::vector<at::Tensor>& t, const c10d::AllreduceOptions& o);
+  c10::intrusive_ptr<c10d::Work> several_broadcast(std::vector<at::Tensor>& t, const c10d::BroadcastOptions& o);
+  c10::intrusive_ptr<c10d::Work> several_allgather(std::vector<std::vector<at::Tensor>>& out,
+                                                   std::vector<at::Tensor>& in, const c10d::AllgatherOptions& o);
+  c10::intrusive_ptr<c10d::Work> uneven_allgather(std::vector<at::Tensor>& outs, const at::Tensor& in,
+                                                  const c10d::AllgatherOptions& o);
   // Calls on CUDA tensors (device_calls.cc): run on the current stream from here when the device
   // call cache holds them; null otherwise (a CPU tensor, a layout or op the Python path stages, a
   // call not cached yet), and the caller hands the call over.

@@ -150,10 +150,10 @@ PYBIND11_MODULE(_C_torch, m) {
             tb::DeviceBatch batch;
             c10d::OpType type = c10d::OpType::ALLTOALL;
             if (kind == "gather") {
-              batch = tb::gather_batch(in.at(0), out, root, me);
+              batch = tb::rooted_batch(in.at(0), out, root, me, true);
               type = c10d::OpType::GATHER;
             } else if (kind == "scatter") {
-              batch = tb::scatter_batch(out.at(0), in, root, me);
+              batch = tb::rooted_batch(out.at(0), in, root, me, false);
               type = c10d::OpType::SCATTER;
             } else if (kind == "all_to_all") {
               batch = tb::alltoall_batch(out, in, me);
