@@ -177,8 +177,8 @@ class CommlibBackend : public c10d::Backend {
   // for the module's test seam, which drives it with emulated-device memory.
   c10::intrusive_ptr<c10d::Work> device_run(const CollectiveCall& call, uint8_t kind, bool two_buffers,
                                             int device, uintptr_t stream_id, c10::Stream issued,
-                                            c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
-                                            std::vector<at::Tensor> inputs);
+                                            c10d::OpType type, const char* name, const at::Tensor& output,
+                                            const at::Tensor& input);
   // A send or receive of device memory held back as a CUDA tensor's is (device_p2p.cc): `t` on
   // `device` of `kind`, called on the stream `stream_id` (as the device call cache keys it; `stream`
   // as c10 names it). Public for the module's test seam (emulated-device memory).
@@ -202,6 +202,8 @@ class CommlibBackend : public c10d::Backend {
   void while_p2p_locked(const std::function<void()>& f) { hold_->while_locked(f); }
   // Device calls whose tensors are still held (not seen retired), for tests.
   size_t device_calls_held() { return devices_.held(); }
+  // CudaWorks the device calls' pool keeps, for tests.
+  size_t device_works_pooled() { return devices_.pooled_works(); }
 
  private:
   // A call on the core: blocking (raises commlib's error here) or queued and completed by the
@@ -242,8 +244,8 @@ class CommlibBackend : public c10d::Backend {
   // call cache holds them; null otherwise (a CPU tensor, a layout or op the Python path stages, a
   // call not cached yet), and the caller hands the call over.
   c10::intrusive_ptr<c10d::Work> cuda_call(const CollectiveCall& call, bool two_buffers, const at::Tensor& first,
-                                           c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
-                                           std::vector<at::Tensor> inputs);
+                                           c10d::OpType type, const char* name, const at::Tensor& output,
+                                           const at::Tensor& input);
   c10::intrusive_ptr<c10d::Work> cuda_reduction(Collective c, std::vector<at::Tensor>& t, const c10d::ReduceOp& op,
                                                 int root, c10d::OpType type, const char* name);
   c10::intrusive_ptr<c10d::Work> cuda_broadcast(std::vector<at::Tensor>& t, int root);
