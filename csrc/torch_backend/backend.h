@@ -6,10 +6,12 @@
 // (bindings/core_api.h): no Python on their path. That is every collective, the coalesced ones,
 // uneven all-to-all, sends and receives (held back and batched here, p2p.h). A non-contiguous
 // tensor is copied to a contiguous one and, when it is an output, copied back (as gloo does).
-// What remains is handed to the Python backend of the same group (commlib/torch/backend.py,
-// ProcessGroupCommlib over the same communicator), which stages, checks and explains: dtypes the
-// core does not reduce, unequal list sizes, sparse tensors, shrink, and CUDA tensors in calls the
-// device call cache does not hold yet (device_calls.h). Both sides issue their calls on one
+// Reductions of dtypes the core does not reduce go through a staging buffer (reductions.cc), and
+// sparse all_reduce, uneven lists and several tensors per call run here too (several.cc). What
+// remains is handed to the Python backend of the same group (commlib/torch/backend.py,
+// ProcessGroupCommlib over the same communicator), which checks and explains: argument errors,
+// sparse sends and receives, shrink, and CUDA tensors in calls the device call cache does not hold
+// yet (device_calls.h). Both sides issue their calls on one
 // communicator, whose FIFO keeps them in call order.
 #pragma once
 
