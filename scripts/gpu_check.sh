@@ -24,7 +24,11 @@
 # ungated / driver, 1 and 2 streams, then 1 and 32 hardware queues: the H200's large-message regression,
 # docs/gpu.md), latency (bench/gpu_latency.py: where an all_reduce's
 # time goes, 4 ranks on GPU 0 under MPS where there is one, both paths, against torch's own round
-# trip), launch (bench/gpu_launch.py, at GPU_CHECK_LAUNCH_NP ranks, default "4 2 1": issue #37's targets at 4, the 8 B all_reduce's enqueue,
+# trip), staged (the same for buffers no peer can map: torch's cudaMallocAsync backend, so every
+# one-sided call stages, in the staging arena against through the slots, 64 and 256 MiB: issue
+# #38's >= 0.3x target for the staged path), grid (the one-sided grid from the SM count: the fused
+# two-shot at 64 and 256 MiB with COMMLIB_DEVICE_BLOCK_BYTES swept so that one job runs 33, 16 and
+# 4 blocks per rank), launch (bench/gpu_launch.py, at GPU_CHECK_LAUNCH_NP ranks, default "4 2 1": issue #37's targets at 4, the 8 B all_reduce's enqueue,
 # back-to-back, synchronous and replayed-graph (100 calls) times against torch's add_ and an empty
 # kernel launch, the ranks on GPU 0 under MPS; and where there are several GPUs, 2 and 4 ranks one
 # per GPU), trace (bench/gpu_trace.py: one traced 64 MiB mapped all_reduce and one two_shot, a message plan, 4 ranks on GPU 0, their
@@ -39,7 +43,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 PY=${PYTHON:-python3}
 BUDGET=${GPU_CHECK_BUDGET_S:-470}
-ALL_STEPS="build,import,torch,kernels,kernels_bw,copy,latency,launch,trace,sweep,gpu,ranks,bench"
+ALL_STEPS="build,import,torch,kernels,kernels_bw,copy,latency,staged,grid,launch,trace,sweep,gpu,ranks,bench"
 steps=$ALL_STEPS dry=0 emulated=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -238,6 +242,25 @@ if wants latency; then
   # refused them, as does 256 MiB, whose staged buffers exceed the slots): docs/gpu.md "One-sided plans".
   latency_step latency 120 "Where the time goes: 8 B .. 256 MiB all_reduce, kernel and copy paths, four clocks per call (sync, loop, GPU events, enqueue) against torch's own 8 B add_ and device copy" \
     --algorithms direct,two_shot,ring,mapped_one_shot,mapped_two_shot,mapped_fused_two_shot
+fi
+if wants staged; then
+  # Issue #38's staged path: memory without a shareable handle (torch's cudaMallocAsync backend: a
+  # stream-ordered pool, not IPC-capable), so every rank's one-sided calls stage. The staging arena
+  # (COMMLIB_DEVICE_STAGING=pool: no size bound, no closing handshake) against the slots (256 MiB
+  # exceeds them: that row says it was refused). Never run on a GPU; docs/gpu.md has its prediction.
+  export PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
+  latency_step staged 150 "The staged path (cudaMallocAsync tensors, no peer maps them): 64 and 256 MiB one-sided all_reduce staged in the arena and through the slots" \
+    --paths kernel --sizes 64M,256M --reps 10 --algorithms mapped_fused_two_shot,mapped_two_shot,two_shot \
+    --sweep COMMLIB_DEVICE_STAGING=pool,slots
+  unset PYTORCH_CUDA_ALLOC_CONF
+fi
+if wants grid; then
+  # Issue #38's grid from the SM count (session 19): a block per SM within each rank's share, 33
+  # per rank with 4 ranks on an H200 (16 before). At 64 MiB the block bytes give 33 (256 KiB: the
+  # default), 16 (1 MiB) and 4 (4 MiB) blocks per rank: is the grid the lever (docs/gpu.md's prediction)?
+  latency_step grid 120 "The one-sided grid: 64 and 256 MiB mapped_fused_two_shot at COMMLIB_DEVICE_BLOCK_BYTES 256K / 1M / 4M (at 64 MiB: 33 / 16 / 4 blocks per rank on an H200)" \
+    --paths kernel --sizes 64M,256M --reps 10 --algorithms mapped_fused_two_shot \
+    --sweep COMMLIB_DEVICE_BLOCK_BYTES=262144,1048576,4194304
 fi
 if wants launch; then
   # Issue #37's launch targets (bench/gpu_launch.py): its own table, as latency_step's.

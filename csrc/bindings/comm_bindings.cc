@@ -167,13 +167,15 @@ void bind_comm(py::module_& m) {
             d["recv_reads"] = s.recv_reads;
             d["caller_takes"] = s.caller_takes;
             d["reclaims"] = s.reclaims;
+            d["spins_out"] = s.spins_out;
             return d;
           },
           "TCP data-path counters (tests): payload bytes sent from callers' buffers, bytes received "
           "straight into destinations, frames read by a waiting caller rather than the progress thread, "
           "connections per peer, data frames sent on connections other than the first, recv calls "
-          "that returned data, times a waiting caller took its sockets from the progress thread and "
-          "times the progress thread took them back from a caller that had stopped polling.")
+          "that returned data, times a waiting caller took its sockets from the progress thread, "
+          "times the progress thread took them back from a caller that had stopped polling, and "
+          "a caller's spins that ran out with nothing delivered.")
       .def_property_readonly("rank", &Communicator::rank)
       .def_property_readonly("size", &Communicator::size)
       .def(

@@ -231,7 +231,7 @@ void bind_device(py::module_& m) {
                                             "handshakes", "grid_barriers", "block_runs", "host_reads",
                                             "host_writes", "host_data_accesses", "message_launches",
                                             "message_blocks", "peer_waits", "check_exchanges", "folded_checks",
-                                            "trace_stores", "abort_polls"};
+                                            "trace_stores", "abort_polls", "one_sided_launches"};
         static_assert(sizeof(names) / sizeof(names[0]) == kexec::kEmuCounters, "a name per counter");
         const auto c = emulated_kernel_counters();
         if (reset) reset_emulated_kernel_counters();

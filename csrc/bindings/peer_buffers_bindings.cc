@@ -190,6 +190,10 @@ void bind_peer_buffers(py::module_& m) {
       .def("kernel_grid_budget", [](StreamEngine& e) { return kernel_of(e).grid_budget(); },
            "The most blocks a kernel-path launch of this rank uses (0: no limit known).")
       .def("kernel_usable", [](StreamEngine& e) { return kernel_of(e).usable(); })
+      .def("kernel_one_sided_grid", [](StreamEngine& e) { return kernel_of(e).one_sided_grid(); },
+           "The most blocks a one-sided launch uses, the same on every rank (a block per SM within the budget).")
+      .def("kernel_staging_arena", [](StreamEngine& e) { return kernel_of(e).arena_bytes(); },
+           "Bytes of the kernel path's staging arena (COMMLIB_DEVICE_STAGING=pool; 0: none yet, or pool staging off).")
       .def("last_algorithm", &StreamEngine::last_algorithm,
            "The algorithm the engine's last collective ran (auto resolved per call), '' before the first.");
 }

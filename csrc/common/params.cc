@@ -90,6 +90,10 @@ const std::vector<Param> kParams = {
      "blocks of the kernel executor an emulated device holds resident at once (0: no limit), as a GPU's "
      "occupancy: blocks beyond it wait until resident ones finish; the kernel path sizes its grid to fit it "
      "beside the other ranks on the device, or refuses", 0, 4096},
+    {"COMMLIB_EMULATED_SMS", "int", "4",
+     "multiprocessors an emulated device reports (1..256), as cudaDevAttrMultiProcessorCount: a one-sided "
+     "kernel-path launch takes at most a block per SM (each block a host thread), read when an engine is made",
+     1, 256},
     {"COMMLIB_EMULATED_DEVICE", "int", "0",
      "the emulated device commlib.emulated uses where none is named (one per rank, as torch.cuda.set_device: "
      "the emulated NCCL, like NCCL, refuses two ranks on one device)", 0, INT64_MAX},
@@ -105,6 +109,10 @@ const std::vector<Param> kParams = {
     {"COMMLIB_DEVICE_BLOCK_BYTES", "bytes", "262144",
      "kernel path, one-sided algorithms (mapped_*): at least this many bytes per block per handshake (fewer "
      "blocks for smaller calls, at most the device's grid), the same on every rank", 1, INT64_MAX},
+    {"COMMLIB_DEVICE_STAGING", "name", "pool",
+     "kernel path, one-sided algorithms on buffers some rank cannot share: pool stages them in the engine's "
+     "symmetric arena (grown to any call, peers read it in place), slots in the slots area (at most "
+     "COMMLIB_DEVICE_SLOTS x COMMLIB_DEVICE_SLOT_BYTES per peer, one more handshake per block); the same on every rank"},
     {"COMMLIB_DEVICE_LL_BYTES", "bytes", "8192",
      "kernel path: chunks of at most this many bytes move with the LL protocol (data and flag in one 8-byte store, "
      "no fence; half the bandwidth), larger ones through a slot and a flag; 0 = never; a multiple of 64 up to 65536, "

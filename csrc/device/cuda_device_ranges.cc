@@ -48,9 +48,14 @@ Device::MemoryRange CudaDevice::memory_range(const void* ptr) {
   return MemoryRange{reinterpret_cast<char*>(start), size, buffer_id, (ipc_capable & 0xff) != 0};
 }
 
-Device::Residency CudaDevice::plan_residency() const {
+unsigned CudaDevice::multiprocessors() const {
   int sms = 0;
   cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, index_), "cudaDeviceGetAttribute");
+  return static_cast<unsigned>(sms);
+}
+
+Device::Residency CudaDevice::plan_residency() const {
+  const int sms = static_cast<int>(multiprocessors());
   const int per_sm = cuda_plan_blocks_per_sm();
   Residency r;
   r.device_blocks = r.client_blocks = static_cast<unsigned>(per_sm * sms);

@@ -234,6 +234,10 @@ class Device {
     bool mps_client = false;
   };
   virtual Residency plan_residency() const { return Residency{0, 0, "unknown"}; }
+  // The device's multiprocessors (CUDA: cudaDevAttrMultiProcessorCount; the emulated device:
+  // COMMLIB_EMULATED_SMS, read when asked): the one-sided kernel's grid is at most this, a block per
+  // SM (stream/kernel_occupancy.h). 0: unknown (the grid then stays within kexec::kMaxBlocks).
+  virtual unsigned multiprocessors() const { return 0; }
   // An identity of the physical device shared by every process using it (the PCI bus id on CUDA,
   // "emulated:N" here): ranks with the same one share its resident blocks.
   virtual std::string physical_id() const { return name(); }

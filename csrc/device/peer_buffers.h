@@ -92,6 +92,15 @@ class PeerBuffers {
   bool agree(uint64_t call, unsigned which, const void* ptr, size_t bytes, bool captured,
              const std::function<bool()>& stop, PeerBufferView* view);
 
+  // The kernel path's staging arena (stream/kernel_path_arena.cc): `base` (the start of an
+  // allocation, `bytes` long; null: this rank has none) registered as share_arena does, its share
+  // exchanged through the call ring as buffer `which` of call number `call` (agree's wait: every
+  // rank calls it for the same call) rather than through the communicator, every peer's imported
+  // once. True when every rank shared one: peers[q] is rank q's arena as this process maps it
+  // (peers[rank] = base); false on every rank otherwise.
+  bool agree_arena(uint64_t call, unsigned which, const void* base, size_t bytes, const std::function<bool()>& stop,
+                   std::vector<char*>* peers);
+
   // Symmetric arenas (commlib/device/symmetric.py; peer_buffers_symmetric.cc): the pool's memory,
   // registered and mapped when the pool allocates it, not at a call. Every rank calls, in the same
   // order: share_arena (this rank's arena registered: its handle in the segment table; id 0: not
@@ -160,6 +169,9 @@ class PeerBuffers {
   int read_ring(int p, uint64_t call, unsigned which, RingTag* out) const;
   char* mapped(int p, const RingTag& t, bool captured);
   void close_retired(int p);
+  // agree's wait (mu_ held): every peer's ring entry of (call, which) into tags[p], bounded by the
+  // timeout, `stop` polled.
+  void wait_entries(uint64_t call, unsigned which, const std::function<bool()>& stop, std::vector<RingTag>& tags);
   void learn(const std::string& key, int p, const RingTag& t);
   void check_predictions();
   // lookup's answer for a buffer inside a mapped arena (mu_ held); false: in none.

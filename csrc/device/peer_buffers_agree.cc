@@ -14,18 +14,10 @@
 
 namespace commlib {
 
-bool PeerBuffers::agree(uint64_t call, unsigned which, const void* ptr, size_t bytes, bool captured,
-                        const std::function<bool()>& stop, PeerBufferView* view) {
-  std::lock_guard<std::mutex> lk(mu_);
-  PeerBufferView& v = *view;
-  open_call(which, captured, v);
-  uint32_t slot = 0;
-  // Captured: an empty tag (no export or import may run), so every rank stages this call.
-  v.own = captured ? PeerBufferTag{} : register_own(ptr, bytes, false, &slot);
-  write_ring(call, which, v.own, slot);
+void PeerBuffers::wait_entries(uint64_t call, unsigned which, const std::function<bool()>& stop,
+                               std::vector<RingTag>& tags) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
-  std::vector<RingTag> tags(size_);
-  bool every = v.own.id != 0;
+  tags.assign(size_, RingTag{});
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
     if (!peers_[p]) throw std::logic_error("peer buffers: agree() with a peer not mapped");
@@ -41,9 +33,23 @@ bool PeerBuffers::agree(uint64_t call, unsigned which, const void* ptr, size_t b
     if (got < 0)  // every rank agrees on every such call, so no peer runs kRing of them ahead
       throw std::logic_error("peer buffers: rank " + std::to_string(p) + "'s entry of call " + std::to_string(call) +
                              " was overwritten");
-    every = every && tags[p].tag.id != 0;
   }
   ++stats_.waits;
+}
+
+bool PeerBuffers::agree(uint64_t call, unsigned which, const void* ptr, size_t bytes, bool captured,
+                        const std::function<bool()>& stop, PeerBufferView* view) {
+  std::lock_guard<std::mutex> lk(mu_);
+  PeerBufferView& v = *view;
+  open_call(which, captured, v);
+  uint32_t slot = 0;
+  // Captured: an empty tag (no export or import may run), so every rank stages this call.
+  v.own = captured ? PeerBufferTag{} : register_own(ptr, bytes, false, &slot);
+  write_ring(call, which, v.own, slot);
+  std::vector<RingTag> tags;
+  wait_entries(call, which, stop, tags);
+  bool every = v.own.id != 0;
+  for (int p = 0; p < size_; ++p) every = every && (p == rank_ || tags[p].tag.id != 0);
   if (!every) return false;
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
@@ -53,6 +59,34 @@ bool PeerBuffers::agree(uint64_t call, unsigned which, const void* ptr, size_t b
                                "'s registered buffer of a one-sided call (freed while the call was enqueued?)");
     v.peer[p] = base + tags[p].tag.offset;
     v.expect[p] = tags[p].tag;
+  }
+  return true;
+}
+
+bool PeerBuffers::agree_arena(uint64_t call, unsigned which, const void* base, size_t bytes,
+                              const std::function<bool()>& stop, std::vector<char*>* peers) {
+  std::lock_guard<std::mutex> lk(mu_);
+  PeerBufferView v;
+  open_call(which, false, v);
+  uint32_t slot = 0;
+  // A rank that could not allocate one shares nothing (id 0): then no rank stages in its arena.
+  const PeerBufferTag own = base ? register_own(base, bytes, false, &slot) : PeerBufferTag{};
+  if (own.id && own.offset != 0) throw std::invalid_argument("base: not the start of an allocation");
+  write_ring(call, which, own, slot);
+  std::vector<RingTag> tags;
+  wait_entries(call, which, stop, tags);
+  bool every = own.id != 0;
+  for (int p = 0; p < size_; ++p) every = every && (p == rank_ || tags[p].tag.id != 0);
+  if (!every) return false;
+  peers->assign(size_, nullptr);
+  (*peers)[rank_] = static_cast<char*>(const_cast<void*>(base));
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    char* mapping = mapped(p, tags[p], false);  // imported once, kept until close (the kernel path's arenas live as long)
+    if (!mapping)
+      throw std::runtime_error("rank " + std::to_string(rank_) + " cannot map rank " + std::to_string(p) +
+                               "'s staging arena (its handle refused)");
+    (*peers)[p] = mapping;
   }
   return true;
 }

@@ -357,7 +357,7 @@ void Executor::run_step(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
       if (pending == 0) break;
     }
     on_idle(ops, call, last_progress, slow);
-    t_.wait_events(seen, kSleepSliceUs);
+    if (!t_.wait_events(seen, kSleepSliceUs, spin_)) spin_ = false;
   }
 }
 

@@ -117,6 +117,7 @@ class Executor {
   void flag_barrier(const CallDesc& call);
 
   void begin_call(size_t footprint_bytes, size_t chunk_cap = 0, int64_t single_copy_min = -1) {
+    spin_ = true;
     stream_call_ = opts_.stream_bytes && footprint_bytes >= opts_.stream_bytes;
     chunk_cap_ = chunk_cap;
     single_copy_min_ = single_copy_min < 0 ? SIZE_MAX : std::max<size_t>(1, static_cast<size_t>(single_copy_min));
@@ -150,6 +151,13 @@ class Executor {
   size_t chunk_cap_ = 0;
   size_t single_copy_min_ = SIZE_MAX;  // begin_call's single_copy_min (SIZE_MAX: never)
   bool stream_call_ = false;
+  // Whether this call's waits still spin before they sleep (Fabric::wait_events). A call one of
+  // whose waits outlasted a spin (nothing came from any peer for COMMLIB_TCP_SPIN_US) waits on a
+  // slow link (a large message at 1 Gbit/s: a 512 KiB chunk every 4 ms), not on a peer's reply: its
+  // later waits sleep at once. Spinning through each gave nothing and took the core from the
+  // host's other threads: with 2 ranks a core, a training step's all_reduce thread spent 0.026 s of
+  // CPU a step in spins (int8, 25.7 M gradients; docs/transports.md "Small-message latency").
+  bool spin_ = true;
   ExecOptions opts_;
   double call_timeout_s_ = 0;  // set_call_timeout
   std::vector<uint64_t> rendezvous_sent_;  // per peer

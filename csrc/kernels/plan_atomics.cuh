@@ -52,6 +52,7 @@ enum EmuCounter : unsigned {
   kEmuFoldedChecks,      // peers' descriptors compared inside the data handshakes instead
   kEmuTraceStores,       // COMMLIB_DEVICE_TRACE's stamps and row headers stored (plan_trace.cuh); 0 when off
   kEmuAbortPolls,        // reads of the abort word inside waits (abort_poll), every plan's; each is a host read too
+  kEmuOneSidedLaunches,  // launches of one-sided plans (block 0 counts): block_runs / this is the grid
   kEmuCounters
 };
 

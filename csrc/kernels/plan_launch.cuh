@@ -13,7 +13,12 @@
 namespace commlib {
 namespace kexec {
 
-constexpr unsigned kMaxBlocks = 16;  // progress words the host page holds
+constexpr unsigned kMaxBlocks = 16;  // progress words the host page holds; message plans' grid at most
+// One-sided plans' grid at most (the one-sided flags' blocks per (peer, tag), PlanLaunch::os_blocks,
+// and the trace's rows): the grid itself is the device's SM count or the rank's share of its
+// resident blocks, whichever is less, and what the message needs (KernelPath::plan_one_sided).
+// Blocks from kMaxBlocks on write no progress word (the watchdog sums the first kMaxBlocks').
+constexpr unsigned kMaxGrid = 256;
 constexpr unsigned kCudaThreads = 512;
 constexpr uint32_t kAbortPollEvery = 16;  // spins between reads of the (host-memory) abort word
 // The per-call counters' words (PlanLaunch::barrier, kCounter*) and the launch's end: plan_done.cuh.
@@ -76,7 +81,7 @@ struct PlanLaunch {
   int size;
   // One-sided plans (plan_one_sided.cuh); one_sided 0: a message plan and none of these is read.
   uint32_t one_sided;
-  uint32_t os_blocks;          // the one-sided flags' blocks per (peer, tag): the most a launch has
+  uint32_t os_blocks;          // the one-sided flags' blocks per (peer, tag): the most a launch has (kMaxGrid)
   const uint64_t* peer_bases;  // [size][3] rank q's input, output, scratch as this process maps them
   uint64_t* os_flags;          // this rank's flags (region): [sender][kSignalTags + 1][os_blocks], peers store
   uint64_t* os_signalled;      // [peer][kSignalTags + 1][os_blocks] signals this rank's block b sent (device)
@@ -84,7 +89,7 @@ struct PlanLaunch {
   char* stage_user[2];         // the staged path: the caller's input and output (null: not staged) ...
   uint64_t stage_bytes[2];     // ... and their bytes; a.bases[0] / [1] are then the staging areas
   uint32_t staged_release;     // staged: one more handshake with every peer at the end (its slots are the staging)
-  uint64_t* trace;             // COMMLIB_DEVICE_TRACE: [kMaxBlocks][kTraceRowWords] stamps (plan_trace.cuh); null: off
+  uint64_t* trace;             // COMMLIB_DEVICE_TRACE: [kMaxGrid][kTraceRowWords] stamps (plan_trace.cuh); null: off
 };
 
 // The element functor of collectives that never reduce (their plans have no reduce items).

@@ -205,6 +205,7 @@ __device__ __forceinline__ void run_one_sided(const PlanLaunch& a, const F& f) {
   if (a.captured && blockIdx.x == 0 && threadIdx.x == 0)
     release_store(a.replays_started, relaxed_load(a.barrier + kCounterReplays) + 1);
   emu_count(kEmuBlockRuns, 1);
+  if (blockIdx.x == 0) emu_count(kEmuOneSidedLaunches, 1);
   uint32_t barriers = 0;
   // Released by the abort word (false), blocks may have run different numbers of barriers: the
   // engine has failed and launches nothing more, so the counters end_launch advances are not read.

@@ -5,7 +5,7 @@
 // stamp is a compare of a launch parameter, and the emulated device counts every store
 // (kEmuTraceStores), which a test pins at 0 with the setting off.
 //
-// Block b's row (b < kMaxBlocks, kTraceRowWords words): [0] the launch's start on that block,
+// Block b's row (b < kMaxGrid, kTraceRowWords words): [0] the launch's start on that block,
 // [1] the row's header, (gridDim.x << 32) | the steps stamped, [2 + k] the end of step k (k <
 // kTraceSteps; later steps are not stamped). The header says 0 steps when the block starts and the
 // count once its steps are all done, so a block a launch abandoned (the abort word) shows no steps
@@ -32,7 +32,7 @@ __device__ __forceinline__ uint64_t* trace_row(const PlanLaunch& a) {
 }
 
 __device__ __forceinline__ bool traces(const PlanLaunch& a) {
-  return a.trace && threadIdx.x == 0 && blockIdx.x < kMaxBlocks;
+  return a.trace && threadIdx.x == 0 && blockIdx.x < kMaxGrid;
 }
 
 // The block's start: its start stamp, and a header of no steps yet.

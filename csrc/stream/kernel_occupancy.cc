@@ -31,16 +31,18 @@ std::string unhex(const std::string& s) {
 }
 
 struct Parsed {
-  unsigned device_blocks = 0, client_blocks = 0;
+  unsigned device_blocks = 0, client_blocks = 0, sms = 0;
   std::string id;
 };
 
 Parsed parse(const std::string& f, size_t rank) {
-  const size_t a = f.find('.'), b = a == std::string::npos ? a : f.find('.', a + 1);
-  if (b == std::string::npos || f.find_first_not_of("0123456789abcdef.") != std::string::npos)
+  const size_t a = f.find('.'), b = a == std::string::npos ? a : f.find('.', a + 1),
+               c = b == std::string::npos ? b : f.find('.', b + 1);
+  if (c == std::string::npos || f.find_first_not_of("0123456789abcdef.") != std::string::npos)
     throw std::invalid_argument("kernel path: malformed residency of rank " + std::to_string(rank) + ": '" + f + "'");
   return Parsed{static_cast<unsigned>(std::stoul(f.substr(0, a))),
-                static_cast<unsigned>(std::stoul(f.substr(a + 1, b - a - 1))), unhex(f.substr(b + 1))};
+                static_cast<unsigned>(std::stoul(f.substr(a + 1, b - a - 1))),
+                static_cast<unsigned>(std::stoul(f.substr(b + 1, c - b - 1))), unhex(f.substr(c + 1))};
 }
 
 }  // namespace
@@ -61,20 +63,28 @@ Device::Residency residency_of(const Device& d) {
 
 std::string residency_field(const Device& d) {
   const Device::Residency r = residency_of(d);
-  return std::to_string(r.device_blocks) + "." + std::to_string(r.client_blocks) + "." + hex(d.physical_id());
+  return std::to_string(r.device_blocks) + "." + std::to_string(r.client_blocks) + "." +
+         std::to_string(d.multiprocessors()) + "." + hex(d.physical_id());
 }
 
-GridBudget grid_budget(const std::vector<std::string>& fields, const std::vector<bool>& same_host, int rank) {
+GridBudget grid_budget(const std::vector<std::string>& fields, const std::vector<bool>& same_host, int rank,
+                       unsigned max_grid) {
   std::vector<Parsed> all;
   for (size_t p = 0; p < fields.size(); ++p) all.push_back(parse(fields[p], p));
   std::map<std::string, unsigned> sharing;  // ranks of this host per physical device
   for (size_t p = 0; p < all.size(); ++p)
     if (same_host[p]) ++sharing[all[p].id];
   GridBudget mine;
+  mine.one_sided = max_grid;
   for (size_t p = 0; p < all.size(); ++p) {
-    if (!same_host[p] || all[p].device_blocks == 0) continue;  // no limit known there
+    if (!same_host[p]) continue;
+    // The one-sided grid, the same on every rank: a block per SM at most (kMaxBlocks where the count
+    // is unknown), within every rank's share of its device's resident blocks.
+    mine.one_sided = std::min(mine.one_sided, all[p].sms ? all[p].sms : std::min(max_grid, 16u));
+    if (all[p].device_blocks == 0) continue;  // no limit known there
     const unsigned n = sharing[all[p].id];
     const unsigned share = std::min(all[p].device_blocks / n, all[p].client_blocks);
+    if (share) mine.one_sided = std::min(mine.one_sided, share);
     if (static_cast<int>(p) == rank) mine.blocks = share;
     if (share == 0 && mine.fits) {
       mine.fits = false;

@@ -29,16 +29,21 @@ namespace commlib {
 
 // The device's residency with MPS's share applied where it is an MPS client.
 Device::Residency residency_of(const Device& d);
-// "<device blocks>.<client blocks>.<physical id, hex>" (no ',' or ':': a field of the kernel handle).
+// "<device blocks>.<client blocks>.<SMs>.<physical id, hex>" (no ',' or ':': a field of the kernel handle).
 std::string residency_field(const Device& d);
 
 struct GridBudget {
   unsigned blocks = 0;  // per launch of this rank; 0 with fits: no limit known
+  // A one-sided launch's grid at most, the same on every rank (its flags are per block): the least
+  // over the ranks of the device's SM count (Device::multiprocessors; 16 where unknown) and the
+  // rank's share of resident blocks, within `max_grid`.
+  unsigned one_sided = 1;
   bool fits = true;     // every rank has at least one block
   std::string why;      // when it does not fit: which rank, which device, what the limits were
 };
 // The budget of rank `rank` from every rank's residency_field (those on this host, `same_host`).
-GridBudget grid_budget(const std::vector<std::string>& fields, const std::vector<bool>& same_host, int rank);
+GridBudget grid_budget(const std::vector<std::string>& fields, const std::vector<bool>& same_host, int rank,
+                       unsigned max_grid);
 
 // Kernel-path launches of one process on one device, one at a time across engines (see above).
 class LaunchChain {

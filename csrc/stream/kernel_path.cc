@@ -59,6 +59,7 @@ KernelPath::KernelPath(std::shared_ptr<Device> device, int rank, int size, uint3
       split_bytes_(std::max<uint32_t>(ll_bytes_ + 1, static_cast<uint32_t>(std::min<uint64_t>(64 << 10, slot_bytes / 2)))),
       block_bytes_(param_bytes("COMMLIB_DEVICE_BLOCK_BYTES")),
       imported_(size, nullptr), tracing_(device_trace_from_env()) {
+  pool_staging_ = param_choice("COMMLIB_DEVICE_STAGING", {"pool", "slots"}) == "pool";
   if (mode_ == DevicePath::Kernel && device_->plan_blocks(1) == 0)
     throw std::invalid_argument("COMMLIB_DEVICE_PATH=kernel: " + device_->name() + " has no kernel path");
   setup_stream_ = device_->create_stream();
@@ -94,20 +95,24 @@ KernelPath::~KernelPath() {
 
 std::string KernelPath::local_handle() const {
   return std::string(device_path_name(mode_)) + "," + std::to_string(ll_bytes_) + "," +
-         std::to_string(kernel_max_bytes_) + "," + std::to_string(block_bytes_) + setup_fields() + ":" + device_->export_memory(region_);
+         std::to_string(kernel_max_bytes_) + "," + std::to_string(block_bytes_) + (pool_staging_ ? ",pool" : ",slots") + setup_fields() + ":" + device_->export_memory(region_);
 }
 
 void KernelPath::connect(const std::vector<std::string>& handles, bool one_host) {
   const std::string mine = std::to_string(ll_bytes_), my_max = std::to_string(kernel_max_bytes_);
   std::vector<std::string> tables(size_), residencies(size_);
   for (size_t p = 0; p < handles.size(); ++p) {
-    std::vector<std::string> f;  // mode, LL bytes, crossover, block bytes, peer buffers' table, residency
+    std::vector<std::string> f;  // mode, LL bytes, crossover, block bytes, staging, peer buffers' table, residency
     const std::string head = handles[p].substr(0, handles[p].find(':'));
     for (size_t at = 0, c = 0; c != std::string::npos; at = c + 1) f.push_back(head.substr(at, (c = head.find(',', at)) - at));
-    if (f.size() != 6) throw std::invalid_argument("kernel path: malformed handle of rank " + std::to_string(p));
+    if (f.size() != 7) throw std::invalid_argument("kernel path: malformed handle of rank " + std::to_string(p));
     const std::string &theirs = f[1], &their_max = f[2], &their_block = f[3];
-    tables[p] = f[4];
-    residencies[p] = f[5];
+    tables[p] = f[5];
+    residencies[p] = f[6];
+    if (f[4] != (pool_staging_ ? "pool" : "slots"))  // every rank grows its staging arena at the same calls
+      throw std::invalid_argument("COMMLIB_DEVICE_STAGING: rank " + std::to_string(p) + " uses " + f[4] + ", rank " +
+                                  std::to_string(rank_) + " " + (pool_staging_ ? "pool" : "slots") +
+                                  "; every rank must use the same");
     if (their_block != std::to_string(block_bytes_))  // one-sided plans: the grid, hence the flags' meaning
       throw std::invalid_argument("COMMLIB_DEVICE_BLOCK_BYTES: rank " + std::to_string(p) + " uses " + their_block +
                                   ", rank " + std::to_string(rank_) + " " + std::to_string(block_bytes_) +
@@ -250,10 +255,11 @@ Launched KernelPath::launch(const ScheduleKey& key, const Schedule& sched, const
   if (p.steps.empty()) return Launched{};
   // A small call (every item takes LL, or is as small) runs on one block: its items are a few
   // lines each, so more blocks would only add grid barriers (plan_kernel.cuh).
-  const unsigned blocks = launch_blocks(p.one_sided ? u.os_grid
-                                        : u.small   ? 1u
-                                        : u.has_split ? kexec::kMaxBlocks
-                                                      : std::max(1u, p.widest_step));
+  // A one-sided plan's grid is fixed when it is uploaded, the same on every rank (plan_one_sided).
+  const unsigned blocks = p.one_sided ? u.os_grid
+                                      : launch_blocks(u.small       ? 1u
+                                                      : u.has_split ? kexec::kMaxBlocks
+                                                                    : std::max(1u, p.widest_step));
   char* dev = static_cast<char*>(u.dev);
   const size_t items = p.items.size() * sizeof(kplan::PlanItem), steps = p.steps.size() * sizeof(kplan::PlanStep);
   char* local = static_cast<char*>(local_);
@@ -297,7 +303,7 @@ Launched KernelPath::launch(const ScheduleKey& key, const Schedule& sched, const
   a.rank = rank_;
   a.size = size_;
   a.trace = trace_buffer();  // null unless COMMLIB_DEVICE_TRACE=1 (kernels/plan_trace.cuh)
-  if (p.one_sided) fill_one_sided(a, u, bases, captured ? nullptr : mapped, stream);
+  if (p.one_sided) fill_one_sided(a, u, bases, captured ? nullptr : mapped, captured, stream);
   launch_in_chain(a, blocks, dtype, op, p.reduces, stream, captured);
   if (captured) return Launched{};  // the graph's replays: the engine does not watch them
   ++launches_;
@@ -322,6 +328,11 @@ void KernelPath::release(DeviceStream& stream, bool free_region) {
   ++plans_generation_;
   release_mapped_tables(stream);
   if (region_ && free_region) device_->free_async(region_, stream);
+  if (arena_.base) retired_arenas_.push_back(arena_.base);
+  for (char* a : retired_arenas_)  // exported as the region is: freed only when every peer closed its imports
+    if (free_region) device_->free_async(a, stream);
+  retired_arenas_.clear();
+  arena_ = Arena{};
   if (local_) device_->free_async(local_, stream);
   if (trace_) device_->free_async(trace_, stream);
   region_ = nullptr;

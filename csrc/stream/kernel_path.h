@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -72,7 +73,7 @@ class KernelPath final : public DevicePathRunner {
              double timeout_s = 300.0);
   ~KernelPath() override;
 
-  // "<mode>,<LL bytes>,<auto's crossover>,<peer buffers' table>,<residency>:<region handle>", the part
+  // "<mode>,<LL bytes>,<auto's crossover>,<block bytes>,<staging>,<peer buffers' table>,<residency>:<region handle>", the part
   // of the engine's handle the peers need (the last two: kernel_path_setup.cc).
   std::string local_handle() const;
   // Every rank's local_handle(); `one_host`: every rank is on this rank's host (otherwise the
@@ -99,10 +100,25 @@ class KernelPath final : public DevicePathRunner {
   Launched launch(const ScheduleKey& key, const Schedule& sched, const CallDesc& desc, char* const bases[3],
                   DType dtype, RedOp op, DeviceStream& stream, bool captured = false,
                   const MappedPeers* mapped = nullptr, KernelPlanSlot* slot = nullptr);
-  // A call of one-sided shape `key` can run staged (its staged buffers fit the slots area:
-  // std::invalid_argument naming the settings otherwise), before anything is enqueued or numbered.
-  // A mapped call (every rank's buffers in place) needs no slots and is not asked.
+  // A call of one-sided shape `key` can run staged through the slots (its staged buffers fit the
+  // slots area: std::invalid_argument naming the settings otherwise), before anything is enqueued
+  // or numbered. A mapped call (every rank's buffers in place) needs no slots and is not asked, nor
+  // an eager call the staging arena holds (pool_holds).
   void check_one_sided(const ScheduleKey& key) const;
+  // The staging arena (COMMLIB_DEVICE_STAGING=pool, kernel_path_arena.cc): this rank's symmetric
+  // block that an eager staged one-sided call copies its buffers into and its peers read in place,
+  // registered and mapped as the symmetric pool's arenas are (device/peer_buffers.h), so it needs
+  // neither the slots nor their closing handshake. The bytes a staged call of shape `key` needs
+  // (0: nothing staged), whether the arena holds that many now, and its growth: every rank at the
+  // same call (the shapes are symmetric and the sizes a function of the calls, so every rank grows
+  // alike), exchanged through the registry's ring as call number `call` (a host wait for every
+  // peer); false when some rank could not make or share one (pool staging then stays off, on every
+  // rank: its slots path runs). `stop` as PeerBuffers::agree's.
+  uint64_t staging_need(const ScheduleKey& key) const;
+  bool pool_holds(uint64_t need) const { return pool_staging_ && arena_.base && need && arena_.bytes >= need; }
+  bool pool_staging() const { return pool_staging_; }
+  bool grow_arena(uint64_t need, uint64_t call, const std::function<bool()>& stop);
+  uint64_t arena_bytes() const { return arena_.bytes; }
   // Whether the plan of call shape `key` is on the device (an eager call of that shape ran).
   bool has_plan(const ScheduleKey& key) const { return plans_.count(key) != 0; }
   // Plans held by a captured graph (kept however many plans there are).
@@ -133,6 +149,9 @@ class KernelPath final : public DevicePathRunner {
   // The most blocks a launch of this rank uses (kernel_occupancy.h: its share of the device's
   // resident blocks); 0: no limit known.
   unsigned grid_budget() const { return grid_budget_; }
+  // The most blocks a one-sided launch uses, the same on every rank (kernel_occupancy.h: a block per
+  // SM, within every rank's budget; 1 before connect).
+  unsigned one_sided_grid() const { return one_sided_grid_; }
 
   DevicePath mode() const { return mode_; }
   uint64_t launches() const { return launches_; }  // eager launches enqueued
@@ -214,7 +233,7 @@ class KernelPath final : public DevicePathRunner {
   size_t views_offset() const;  // of the peer views in local_ (after the chunk counts)
   // One-sided plans (kernel_path_one_sided.cc).
   size_t os_flags_offset() const;  // of the one-sided flags in the region (after the descriptor ring)
-  size_t os_flag_words() const;    // per rank: [size][kSignalTags + 1][kMaxBlocks]
+  size_t os_flag_words() const;    // per rank: [size][kSignalTags + 1][kMaxGrid]
   size_t os_local_offset() const;  // of the signalled | consumed counts in local_ (after the LL stages)
   size_t local_bytes() const;
   // The one-sided parts of an upload (peer_bufs over every rank's schedule, staging, grid, table),
@@ -223,7 +242,20 @@ class KernelPath final : public DevicePathRunner {
   // The staging of a one-sided call shape (Uploaded's peer_bufs, stage_in_place, stage_bytes).
   void stage_layout(const ScheduleKey& key, Uploaded& u) const;
   void fill_one_sided(kexec::PlanLaunch& a, const Uploaded& u, char* const bases[3], const MappedPeers* mapped,
-                      DeviceStream& stream);
+                      bool captured, DeviceStream& stream);
+  // A staged launch through the staging arena (kernel_path_arena.cc): the caller's buffers copied
+  // into this rank's arena, the peers' table of their arenas, no closing handshake.
+  void fill_arena_staged(kexec::PlanLaunch& a, const Uploaded& u, char* const bases[3], DeviceStream& stream);
+  // The staging arena: this rank's (base, bytes) and every peer's base as this process maps it;
+  // arenas grown out of are kept until release (a peer may map them; freed as the region is).
+  struct Arena {
+    char* base = nullptr;
+    uint64_t bytes = 0;
+    std::vector<char*> peers;
+  };
+  Arena arena_;
+  std::vector<char*> retired_arenas_;
+  bool pool_staging_ = true;  // COMMLIB_DEVICE_STAGING=pool, and no rank failed to share an arena
   // The peers' table [size][3] of a mapped call on the device: uploaded once per set of addresses
   // (a loop over the same buffers uploads nothing), freed stream-ordered at release or when more
   // than kMappedTables sets were seen (every launch using one is ordered before the free).
@@ -246,6 +278,7 @@ class KernelPath final : public DevicePathRunner {
   const int rank_, size_;
   std::shared_ptr<PeerBuffers> peer_buffers_;
   unsigned grid_budget_ = 0;
+  unsigned one_sided_grid_ = 1;
   std::shared_ptr<LaunchChain> chain_;  // joined while set
   std::shared_ptr<DeviceEvent> chain_event_;
   const uint32_t nslots_;

@@ -6,7 +6,8 @@
 // same answer on every rank: StreamEngine::agree_route), the launch takes the call's table of the
 // peers' buffers (mapped_table) and reads and writes them in place. Otherwise the staged path.
 //
-// The staged path. Such buffers are staged
+// The staged path. Such buffers are staged through this rank's staging arena (eager calls,
+// COMMLIB_DEVICE_STAGING=pool: kernel_path_arena.cc, no slots and no closing handshake) or
 // through this rank's slots area (the inbox of the message plans: exported to every peer when the
 // engines connect, COMMLIB_DEVICE_SLOTS x COMMLIB_DEVICE_SLOT_BYTES per peer): the kernel copies
 // the caller's input in before its first signal and the staged output out after its last wait.
@@ -58,7 +59,7 @@ uint8_t peer_visible_buffers(const ScheduleKey& key, int size) {
 size_t KernelPath::os_flags_offset() const {
   return round_up(descs_offset() + static_cast<size_t>(size_) * desc_ring_len() * kexec::kDescWords * 8, kLine);
 }
-size_t KernelPath::os_flag_words() const { return static_cast<size_t>(size_) * (kplan::kSignalTags + 1) * kexec::kMaxBlocks; }
+size_t KernelPath::os_flag_words() const { return static_cast<size_t>(size_) * (kplan::kSignalTags + 1) * kexec::kMaxGrid; }
 // sent | received | checked (size words each) | barrier (a line) | peer views | LL stages (one per
 // block) | one-sided signalled | consumed
 size_t KernelPath::os_local_offset() const {
@@ -82,7 +83,8 @@ void KernelPath::check_one_sided(const ScheduleKey& key) const {
         name + " needs " + std::to_string(u->stage_need) + " bytes of staging, the slots area holds " +
         std::to_string(staging_capacity()) + " (COMMLIB_DEVICE_SLOTS x COMMLIB_DEVICE_SLOT_BYTES per peer): " + name +
         " reads peers' buffers in place, and buffers not registered on every rank are staged there; use buffers "
-        "every rank can map (commlib.device.empty, cudaMalloc'd tensors) or a larger COMMLIB_DEVICE_SLOT_BYTES");
+        "every rank can map (commlib.device.empty, cudaMalloc'd tensors), a larger COMMLIB_DEVICE_SLOT_BYTES or, "
+        "outside a graph capture, COMMLIB_DEVICE_STAGING=pool (the staging arena, grown to any call)");
   }
 }
 
@@ -113,12 +115,13 @@ void KernelPath::plan_one_sided(const ScheduleKey& key, Uploaded& u, std::vector
   const uint64_t e = key.elem_bytes;
   stage_layout(key, u);
   const uint8_t in_bit = 1u << static_cast<int>(BufferId::Input), out_bit = 1u << static_cast<int>(BufferId::Output);
-  // The grid: at least block_bytes_ per block per handshake, as many blocks as the device lends
-  // (the same on every rank: the flags are per block). An all_reduce moves a 1/size block per
-  // handshake (two-shot), the others a `count` block.
+  // The grid: at least block_bytes_ per block per handshake, at most a block per SM within every
+  // rank's share of the resident blocks (one_sided_grid_, kernel_occupancy.h): the same on every
+  // rank, since the flags are per block and a block's share of an item is a function of the grid.
+  // An all_reduce moves a 1/size block per handshake (two-shot), the others a `count` block.
   const uint64_t per_handshake = coll == Collective::AllReduce ? key.count * e / size_ : key.count * e;
   const uint64_t want = std::max<uint64_t>(1, per_handshake / std::max<uint64_t>(block_bytes_, 1));
-  u.os_grid = device_->plan_blocks(static_cast<unsigned>(std::min<uint64_t>(want, kexec::kMaxBlocks)));
+  u.os_grid = static_cast<unsigned>(std::min<uint64_t>(want, one_sided_grid_));
   // Upload image: items | steps | sends_to | recvs_from (as a message plan's: the descriptor check
   // reads the counts) | the peers' table [size][3].
   const size_t items = p.items.size() * sizeof(kplan::PlanItem), steps = p.steps.size() * sizeof(kplan::PlanStep),
@@ -147,9 +150,9 @@ void KernelPath::plan_one_sided(const ScheduleKey& key, Uploaded& u, std::vector
 }
 
 void KernelPath::fill_one_sided(kexec::PlanLaunch& a, const Uploaded& u, char* const bases[3],
-                                const MappedPeers* mapped, DeviceStream& stream) {
+                                const MappedPeers* mapped, bool captured, DeviceStream& stream) {
   a.one_sided = 1;
-  a.os_blocks = kexec::kMaxBlocks;
+  a.os_blocks = kexec::kMaxGrid;
   a.peer_bases = reinterpret_cast<const uint64_t*>(static_cast<char*>(u.dev) + u.table_at);
   a.os_flags = reinterpret_cast<uint64_t*>(region_ + os_flags_offset());
   a.os_signalled = reinterpret_cast<uint64_t*>(static_cast<char*>(local_) + os_local_offset());
@@ -171,6 +174,9 @@ void KernelPath::fill_one_sided(kexec::PlanLaunch& a, const Uploaded& u, char* c
     a.peer_bases = mapped_table(words, stream);
     return;
   }
+  // Staged through the staging arena (eager calls: a graph's replays keep the slots, which never
+  // move), else through the slots. Every rank takes the same one: the arena grows alike everywhere.
+  if (!captured && pool_holds(u.stage_need)) return fill_arena_staged(a, u, bases, stream);
   if (!u.stage_fits) throw std::logic_error("kernel path: a staged one-sided call that does not fit (unchecked)");
   a.staged_release = 1;  // the closing handshake (the file's comment says why)
   char* const mine = region_ + 2 * flag_bytes();

@@ -19,7 +19,7 @@ void KernelPath::connect_setup(const std::vector<std::string>& peer_tables, cons
                                bool one_host) {
   const std::vector<bool> here(size_, one_host);
   if (usable_) {
-    const GridBudget b = commlib::grid_budget(residencies, here, rank_);  // the same verdict on every rank
+    const GridBudget b = commlib::grid_budget(residencies, here, rank_, kexec::kMaxGrid);  // the same on every rank
     if (!b.fits) {
       if (mode_ == DevicePath::Kernel)
         throw std::invalid_argument("COMMLIB_DEVICE_PATH=kernel: " + b.why +
@@ -28,6 +28,7 @@ void KernelPath::connect_setup(const std::vector<std::string>& peer_tables, cons
       usable_ = false;  // auto: every call takes the copy path
     }
     grid_budget_ = b.blocks;
+    one_sided_grid_ = b.one_sided;
   }
   peer_buffers_->connect(peer_tables, std::vector<bool>(size_, usable_));
 }

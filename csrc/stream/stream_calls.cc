@@ -229,14 +229,16 @@ uint64_t StreamEngine::enqueue_collective(const CollectiveCall& call, const Prep
                                 : mapped_plan ? *prepared->mapped_plan
                                               : *prepared->plan;
   // Peers' memory, read in place: the kernel path or nothing (alike on every rank); staged, its
-  // buffers must fit the slots (prepared calls too: their route is agreed per call).
+  // buffers go into the staging arena (grown alike on every rank) or must fit the slots (prepared
+  // calls too: their route is agreed per call).
   if (planned.one_sided && !route.mapped) {
     if (!kernel_ || !kernel_->usable() || nccl_->carries_any())
       throw std::invalid_argument("algorithm: " + planned.name + " is one-sided (it reads and writes peers' mapped "
                                   "buffers): it runs on the device kernel path only, which this communicator lacks "
                                   "(COMMLIB_DEVICE_PATH=copy, a peer on another host or over the nccl link)");
-    kernel_->check_one_sided(ScheduleKey{static_cast<uint8_t>(call.coll), planned.algo, call.root, call.count,
-                                         static_cast<uint8_t>(esize)});
+    const ScheduleKey key{static_cast<uint8_t>(call.coll), planned.algo, call.root, call.count,
+                          static_cast<uint8_t>(esize)};
+    if (!staged_in_arena(call, key)) kernel_->check_one_sided(key);  // through the slots: they must fit
   }
   // A one-sided plan runs on the kernel path whatever the size (checked above that it can).
   const DeviceCallPath path = planned.one_sided ? DeviceCallPath::Kernel : prepared ? prepared->path : path_of(call);

@@ -260,6 +260,13 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   // every rank's buffers are mapped; decided from what every rank knows alike), and the agreement.
   bool one_sided_candidate(const CollectiveCall& call, const PreparedCall* prepared);
   MappedPeers agree_route(const CollectiveCall& call);
+  // An eager staged one-sided call of shape `key` stages in the kernel path's arena (grown here,
+  // alike on every rank, when too small: kernel_path_arena.cc); false: through the slots.
+  bool staged_in_arena(const CollectiveCall& call, const ScheduleKey& key);
+  // `wait(stop)`, a host wait for every peer (stop: this engine or a peer failed): a peer's
+  // failure raises as any call after it, another error names the collective, this rank and `what`.
+  bool wait_for_peers(const CollectiveCall& call, const char* what,
+                      const std::function<bool(const std::function<bool()>&)>& wait);
   uint64_t one_sided_calls_ = 0;  // agree_route's call numbers (the same on every rank)
   // The path `call` runs on (policy/device_auto.h: device auto decides, the engine asks).
   DeviceCallPath path_of(const CollectiveCall& call) const;

@@ -13,6 +13,7 @@
 // the plans of both routes resolved once (StreamEngine::prepare, PreparedCall::mapped_plan). Calls on a capturing stream (stream_capture.cc) never agree: a graph's replays
 // stage (every rank captures the same calls, as any captured collective needs).
 #include <algorithm>
+#include <functional>
 #include <stdexcept>
 
 #include "common/shapes.h"
@@ -37,13 +38,8 @@ bool StreamEngine::one_sided_candidate(const CollectiveCall& call, const Prepare
   return kernel_auto_may_map(size_, plans_.context().topology, in, call.coll, 0, bytes, policy.choice.source);
 }
 
-MappedPeers StreamEngine::agree_route(const CollectiveCall& call) {
-  const size_t esize = dtype_size(call.dtype);
-  const BufferShapes shapes = buffer_shapes(call.coll, call.count, size_, rank_, call.root);
-  const size_t in_bytes = static_cast<size_t>(std::max<int64_t>(shapes.input, 0)) * esize,
-               out_bytes = static_cast<size_t>(std::max<int64_t>(shapes.output, 0)) * esize;
-  const uint64_t number = ++one_sided_calls_;
-  PeerBuffers& registry = kernel_->peer_buffers();
+bool StreamEngine::wait_for_peers(const CollectiveCall& call, const char* what,
+                                  const std::function<bool(const std::function<bool()>&)>& wait) {
   // A peer that failed (its failure on the control plane) never reaches the call: stop waiting,
   // and fail the call as any call after a peer's failure (PeerError naming it), not by the timeout.
   const auto status = [this](int p) { return control_->peer_status(p, false); };
@@ -53,11 +49,8 @@ MappedPeers StreamEngine::agree_route(const CollectiveCall& call) {
       if (p != rank_ && status(p).state == PeerState::Failed) return true;
     return false;
   };
-  PeerBufferView in, out;
-  MappedPeers route;
   try {
-    route.mapped = registry.agree(number, 0, reinterpret_cast<const void*>(call.input), in_bytes, false, stop, &in) &&
-                   registry.agree(number, 1, reinterpret_cast<const void*>(call.output), out_bytes, false, stop, &out);
+    return wait(stop);
   } catch (const std::runtime_error& e) {
     ErrorKind kind;
     std::string msg;
@@ -65,15 +58,42 @@ MappedPeers StreamEngine::agree_route(const CollectiveCall& call) {
       fail(kind, msg);
       raise_to_caller(kind, msg);
     }
-    throw std::runtime_error(std::string(collective_name(call.coll)) + " on rank " + std::to_string(rank_) +
-                             ", agreeing on the peers' buffers: " + e.what());
+    throw std::runtime_error(std::string(collective_name(call.coll)) + " on rank " + std::to_string(rank_) + ", " +
+                             what + ": " + e.what());
   }
+}
+
+MappedPeers StreamEngine::agree_route(const CollectiveCall& call) {
+  const size_t esize = dtype_size(call.dtype);
+  const BufferShapes shapes = buffer_shapes(call.coll, call.count, size_, rank_, call.root);
+  const size_t in_bytes = static_cast<size_t>(std::max<int64_t>(shapes.input, 0)) * esize,
+               out_bytes = static_cast<size_t>(std::max<int64_t>(shapes.output, 0)) * esize;
+  const uint64_t number = ++one_sided_calls_;
+  PeerBuffers& registry = kernel_->peer_buffers();
+  PeerBufferView in, out;
+  MappedPeers route;
+  route.mapped = wait_for_peers(call, "agreeing on the peers' buffers", [&](const std::function<bool()>& stop) {
+    return registry.agree(number, 0, reinterpret_cast<const void*>(call.input), in_bytes, false, stop, &in) &&
+           registry.agree(number, 1, reinterpret_cast<const void*>(call.output), out_bytes, false, stop, &out);
+  });
   if (!route.mapped) return route;
   route.in = std::move(in.peer);
   route.out = std::move(out.peer);
   route.in[rank_] = reinterpret_cast<char*>(call.input);
   route.out[rank_] = reinterpret_cast<char*>(call.output);
   return route;
+}
+
+bool StreamEngine::staged_in_arena(const CollectiveCall& call, const ScheduleKey& key) {
+  if (!kernel_->pool_staging()) return false;
+  const uint64_t need = kernel_->staging_need(key);
+  if (need == 0) return false;  // nothing staged (no peer, or no bytes): the slots' path has nothing to copy either
+  if (kernel_->pool_holds(need)) return true;
+  // Every rank grows at this call (kernel_path_arena.cc): a one-sided number of its own for the exchange.
+  const uint64_t number = ++one_sided_calls_;
+  return wait_for_peers(call, "growing its staging arena", [&](const std::function<bool()>& stop) {
+    return kernel_->grow_arena(need, number, stop);
+  });
 }
 
 }  // namespace commlib

@@ -66,11 +66,13 @@ Transport* Fabric::domain(const std::string& kind) {
   return nullptr;
 }
 
-void Fabric::wait_events(uint32_t seen, int64_t timeout_us) {
+bool Fabric::wait_events(uint32_t seen, int64_t timeout_us, bool spin) {
   // A spinning domain returns early once this rank's doorbell moved (a delivery from any domain).
-  for (Transport* t : spinners_)
-    if (t->spin_until(*home_, seen)) return;
+  if (spin)
+    for (Transport* t : spinners_)
+      if (t->spin_until(*home_, seen)) return true;
   home_->wait_events(seen, timeout_us);
+  return false;
 }
 
 PeerStatus Fabric::peer_status(int peer, bool check_process) {

@@ -39,8 +39,9 @@ class Fabric {
   uint32_t events() { return home_->events(); }
   // Lets every other domain make progress from this thread for its spin time (tcp), so a small
   // message is read by the rank that waits for it, not handed over by a progress thread; then
-  // sleeps on the home domain's counter.
-  void wait_events(uint32_t seen, int64_t timeout_us);
+  // sleeps on the home domain's counter. `spin` false: straight to the sleep. Returns whether a
+  // spin saw the counter move (false: it slept, or no domain spins).
+  bool wait_events(uint32_t seen, int64_t timeout_us, bool spin = true);
 
   PeerStatus peer_status(int peer, bool check_process);
   bool peer_call(int peer, CallDesc* d);

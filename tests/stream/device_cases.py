@@ -27,10 +27,15 @@ REDUCING = ("all_reduce", "reduce_scatter", "reduce")
 BF16 = cc.BF16
 
 
+# Whether the arrays to_device makes have a shareable handle: False as a VMM allocation without one
+# or a cudaMallocAsync pool's, which the one-sided calls stage (test_one_sided_kernel.py's matrix).
+SHAREABLE = True
+
+
 def to_device(x):
     if isinstance(x, BF16):
-        return emu.from_numpy(x.view(np.uint16), dtype="bfloat16")
-    return emu.from_numpy(x)
+        return emu.from_numpy(x.view(np.uint16), dtype="bfloat16", shareable=SHAREABLE)
+    return emu.from_numpy(x, shareable=SHAREABLE)
 
 
 def from_device(a, dtype):

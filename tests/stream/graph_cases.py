@@ -285,12 +285,13 @@ def captured_step_cuda(comm, replays=REPLAYS):
 def captured_mapped_auto(comm):
     """An auto all_reduce of 256 KiB (3 ranks: each receives 512 KiB, the two-shot's size) on
     buffers every rank maps runs eagerly as the mapped two-shot; captured after that warm-up (the
-    capture stages it) and replayed with new inputs, its results equal an eager call's bit for bit:
-    (the eager algorithm, replays that differ)."""
+    capture stages it, through the slots) and replayed with new inputs, its results equal bit for bit
+    an eager mapped_fused_two_shot's on buffers no rank maps, staged in the staging arena between the
+    replays: (the eager algorithm, replays that differ, the arena's bytes)."""
     n = 1 << 16
 
     def run(sub):
-        x, y = emu.empty(n, "float32"), emu.empty(n, "float32")
+        x, y = emu.empty(n, "float32"), emu.empty(n, "float32", shareable=False)
         rng = np.random.default_rng(sub.rank)
         x.copy_(emu.from_numpy(rng.standard_normal(n).astype(np.float32)))
         sub.all_reduce(x)  # the warm-up
@@ -304,8 +305,8 @@ def captured_mapped_auto(comm):
             x.copy_(emu.from_numpy(v))
             y.copy_(emu.from_numpy(v))
             g.replay()
-            sub.all_reduce(y)
+            sub.all_reduce(y, algorithm="mapped_fused_two_shot")
             if x.numpy().tobytes() != y.numpy().tobytes():
                 differ.append(i)
-        return algorithm, differ
+        return algorithm, differ, sub._device_route._last_engine.kernel_staging_arena()
     return with_settings(comm, dict(KERNEL_SETTINGS, COMMLIB_DEVICE_SLOT_BYTES=str(256 << 10)), run)

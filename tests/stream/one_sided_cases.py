@@ -13,21 +13,36 @@ ONE_SIDED = [("all_reduce", "mapped_one_shot"), ("all_reduce", "mapped_two_shot"
 SETTINGS = dict(KERNEL_SETTINGS, COMMLIB_DEVICE_BLOCK_BYTES="64", COMMLIB_DEVICE_SLOT_BYTES="8192")
 
 
+# The routes of the matrix's calls: every rank's buffers shareable (mapped in place), or none
+# (staged: in the staging arena, COMMLIB_DEVICE_STAGING=pool, or through the slots).
+ROUTES = ("mapped", "arena", "slots")
+
+
 def one_sided_matrix(comm, cases):
-    """(failures, digests, paths, counters of the calls) for `cases` on a kernel-path sub-communicator."""
+    """(failures, digests, paths, {route: counters of its calls}) for `cases`, [(route, case)], each
+    route's on a kernel-path sub-communicator of its own settings (arena and mapped share one)."""
     import commlib.emulated as emu
 
-    def run(sub):
-        emu.kernel_counters(reset=True)
-        fails, digests, paths = [], [], set()
-        for c in cases:
-            f, d = device_cases.check_cases(sub, [c])
-            fails += f
-            digests += d
-            paths.add(sub._device_route.last_path())
-        emu.synchronize()
-        return fails, digests, sorted(paths), emu.kernel_counters()
-    return with_settings(comm, SETTINGS, run)
+    def run(sub, routes):
+        fails, digests, paths, counters = [], [], set(), {}
+        for route in routes:
+            emu.synchronize()
+            emu.kernel_counters(reset=True)
+            device_cases.SHAREABLE = route == "mapped"
+            try:
+                for c in [c for r, c in cases if r == route]:
+                    f, d = device_cases.check_cases(sub, [c])
+                    fails += f
+                    digests += d
+                    paths.add(sub._device_route.last_path())
+            finally:
+                device_cases.SHAREABLE = True
+            emu.synchronize()
+            counters[route] = emu.kernel_counters()
+        return fails, digests, paths, counters
+    f1, d1, p1, c1 = with_settings(comm, SETTINGS, run, ("mapped", "arena"))
+    f2, d2, p2, c2 = with_settings(comm, dict(SETTINGS, COMMLIB_DEVICE_STAGING="slots"), run, ("slots",))
+    return f1 + f2, d1 + d2, sorted(p1 | p2), dict(c1, **c2)
 
 
 def counted_call(comm, coll, algo, count, settings, shareable=True):
@@ -81,7 +96,7 @@ def refusals(comm):
             return str(e)
         return float(x.numpy()[0])
     on_copy = with_settings(comm, COPY_SETTINGS, attempt, 16)
-    small = dict(SETTINGS, COMMLIB_DEVICE_SLOT_BYTES="4096")
+    small = dict(SETTINGS, COMMLIB_DEVICE_SLOT_BYTES="4096", COMMLIB_DEVICE_STAGING="slots")
     too_big, then, mapped = with_settings(comm, small, lambda sub: (attempt(sub, 8192), attempt(sub, 64),
                                                                     attempt(sub, 8192, True)))
     return on_copy, too_big, then, mapped
@@ -107,11 +122,80 @@ def at_the_slots_limit(comm):
             return f"{type(e).__name__}: {e}"
         return float(x.numpy()[0])
 
-    small = dict(SETTINGS, COMMLIB_DEVICE_SLOT_BYTES="4096")
+    small = dict(SETTINGS, COMMLIB_DEVICE_SLOT_BYTES="4096", COMMLIB_DEVICE_STAGING="slots")
     limit = 2 * 2 * 4096 // 4  # float32 elements filling the slots area
     return with_settings(comm, small, lambda sub: [
         (n, shareable, attempt(sub, n, shareable), attempt(sub, 16, False))
         for shareable in (False, True) for n in (limit, limit - 1, limit + 1)])
+
+
+def arena_growth(comm):
+    """COMMLIB_DEVICE_STAGING=pool (the default) with 4 KiB slots (16 KiB in all at 2 ranks), buffers
+    no rank can map (staged): mapped_fused_two_shot far beyond the slots runs in the staging arena,
+    which grows when a call needs more than it holds and not otherwise. Per call: (elements, the
+    result, the arena's bytes after it, staged bytes, handshakes per block); then the exported memory freed
+    while a peer still mapped it, counted once the communicator closed (the arenas are freed only
+    after every peer closed its imports), and whether the registry's wait per growth was the only
+    one (one per agreed call plus one per growth)."""
+    import commlib.emulated as emu
+    from commlib.settings import overridden
+
+    freed_while_mapped = emu.rule_counts()["exports_freed_while_mapped"]
+    with overridden(dict(SETTINGS, COMMLIB_DEVICE_SLOT_BYTES="4096")):  # read when the engine is made
+        sub = comm.split(0, timeout=60)
+        calls = _arena_calls(sub)
+        waits = sub._device_route._last_engine.peer_buffer_stats()["waits"]
+        sub.close()
+    return calls, emu.rule_counts()["exports_freed_while_mapped"] - freed_while_mapped, waits
+
+
+def _arena_calls(sub):
+    import numpy as np
+
+    import commlib.emulated as emu
+
+    calls = []
+    for n in (8192, 1 << 19, 64, 1 << 19):
+        x = emu.from_numpy(np.full(n, sub.rank + 1, np.float32), shareable=False)
+        emu.synchronize()
+        emu.kernel_counters(reset=True)
+        sub.all_reduce(x, algorithm="mapped_fused_two_shot")
+        got = x.numpy()
+        c = emu.kernel_counters()
+        ok = bool(np.all(got == sub.size * (sub.size + 1) / 2))
+        engine = sub._device_route._last_engine
+        calls.append((n, ok, engine.kernel_staging_arena(), c["staged_bytes"], c["handshakes"] / c["block_runs"]))
+    return calls
+
+
+# test_one_sided_kernel.py's grid cases: every one-sided algorithm at a count whose every handshake
+# wants more than 20 blocks of SETTINGS' 64 bytes (so the grid is the SM count), not a multiple of
+# the blocks' 64-byte lines (uneven shares, predicated tails), on a shareable and an unshareable
+# float32 buffer (mapped and arena routes), float32 and bfloat16 in turn.
+GRID_CASES = [(coll, algo, ("float32", "bfloat16")[i % 2], "sum", 2500 + 7, 0, False)
+              for i, (coll, algo) in enumerate(ONE_SIDED)]
+
+
+def grids(comm, sms_counts):
+    """Per emulated SM count (COMMLIB_EMULATED_SMS, a sub-communicator each): (the engine's
+    one-sided grid, failures, digests, counters of GRID_CASES, mapped then staged in the arena)."""
+    import commlib.emulated as emu
+
+    def run(sub):
+        fails, digests = [], []
+        emu.synchronize()
+        emu.kernel_counters(reset=True)
+        for shareable in (True, False):
+            device_cases.SHAREABLE = shareable
+            try:
+                f, d = device_cases.check_cases(sub, GRID_CASES)
+            finally:
+                device_cases.SHAREABLE = True
+            fails += f
+            digests += d  # mapped and staged alike: the same fold in rank order
+        emu.synchronize()
+        return sub._device_route._last_engine.kernel_one_sided_grid(), fails, digests, emu.kernel_counters()
+    return [with_settings(comm, dict(SETTINGS, COMMLIB_EMULATED_SMS=str(n)), run) for n in sms_counts]
 
 
 class _Raw:
@@ -163,22 +247,35 @@ def freed_and_reallocated(comm):
 
 
 def one_sided_matrix_cuda(comm, cases):
-    """(failures, digests, paths) for `cases` with torch CUDA tensors on a kernel-path
-    sub-communicator (test_one_sided_cuda.py, on a GPU): the same settings as the emulated matrix."""
+    """(failures, digests, paths, grids) for `cases`, [(route, case)], with torch CUDA tensors on a
+    kernel-path sub-communicator per staging setting (test_one_sided_cuda.py, on a GPU): the same
+    settings as the emulated matrix. Whether the tensors are mapped or staged is the allocator's
+    (the pool's PYTORCH_CUDA_ALLOC_CONF): the routes "arena" and "slots" only choose the staging.
+    grids: per sub-communicator (its one-sided grid, the device's SM count, this rank's budget)."""
     import torch
 
     import device_cuda_cases
 
-    def run(sub):
+    def run(sub, route):
         fails, digests, paths = [], [], set()
-        for c in cases:
+        for c in [c for r, c in cases if r == route]:
             f, d = device_cuda_cases.check_cases(sub, [c])
             fails += f
             digests += d
             paths.add(sub._device_route.last_path())
         torch.cuda.synchronize()
-        return fails, digests, sorted(paths)
-    return with_settings(comm, SETTINGS, run)
+        engine = sub._device_route._last_engine
+        sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+        return fails, digests, paths, (engine.kernel_one_sided_grid(), sms, engine.kernel_grid_budget())
+    out = [[], [], set(), []]
+    for route in sorted({r for r, _ in cases}):
+        settings = dict(SETTINGS, COMMLIB_DEVICE_STAGING="slots") if route == "slots" else SETTINGS
+        f, d, p, g = with_settings(comm, settings, run, route)
+        out[0] += f
+        out[1] += d
+        out[2] |= p
+        out[3].append(g)
+    return out[0], out[1], sorted(out[2]), out[3]
 
 
 def two_byte_fused(comm, count):

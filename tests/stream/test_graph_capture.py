@@ -33,10 +33,12 @@ def test_a_captured_step_replayed_between_eager_calls_equals_the_eager_results(p
 @pytest.mark.timeout(120)
 def test_an_auto_all_reduce_warmed_up_mapped_captures_and_replays(pool):
     """Captured calls never agree on a one-sided route: an auto all_reduce whose warm-up ran as the
-    mapped (fused) two-shot is captured with that plan (staged), not refused for want of the two-shot's."""
-    for rank, (algorithm, differ) in enumerate(pool(SIZE, env=DELAY_ENV).run(captured_mapped_auto, timeout=90)):
+    mapped (fused) two-shot is captured with that plan (staged through the slots), not refused for
+    want of the two-shot's; eager calls staged in the staging arena between its replays agree bit for bit."""
+    for rank, (algorithm, differ, arena) in enumerate(pool(SIZE, env=DELAY_ENV).run(captured_mapped_auto, timeout=90)):
         assert algorithm == "mapped_fused_two_shot", (rank, algorithm)
         assert differ == [], (rank, differ)
+        assert arena >= (1 << 18), (rank, arena)  # the eager calls staged in the arena
 
 
 @pytest.mark.timeout(120)

@@ -98,7 +98,8 @@ def test_silent_peer_times_out_and_the_abort_word_releases_the_kernel(pool):
 
 
 @pytest.mark.parametrize("name,rank1,rank0", [("COMMLIB_DEVICE_PATH", "copy", "kernel"),
-                                              ("COMMLIB_DEVICE_LL_BYTES", "0", "1024")])
+                                              ("COMMLIB_DEVICE_LL_BYTES", "0", "1024"),
+                                              ("COMMLIB_DEVICE_STAGING", "slots", "pool")])
 def test_ranks_with_different_settings_are_refused(pool, name, rank1, rank0):
     # The first call (a small auto all_reduce) resolves to direct on the kernel path and to the
     # policy's choice on the copy path (policy/device_auto.h): the set-up still names the setting.

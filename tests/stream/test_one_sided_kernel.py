@@ -6,9 +6,14 @@ emulated device 0 (several ranks per device).
 The matrix: the seven mapped algorithms at world sizes 1-5 and 8, counts 0, 1, P-1, 13, 97 and
 1500 (so several blocks, each with its own flags, and tails of every length), dtypes, ops and
 placement (in place / out of place) rotating; results checked against the reference and bitwise
-equal across ranks. Users' buffers are not registered yet, so every call takes the staged path
-(the input copied into the rank's slots area, peers read it there). The pools are the copy path's
-(test_device_collectives.py), the settings applied per sub-communicator.
+equal across ranks. The route rotates with the case: a third of the calls on buffers every rank
+registers (mapped: peers' buffers read and written in place), a third on buffers without a
+shareable handle staged in the staging arena (COMMLIB_DEVICE_STAGING=pool, the default: the
+buffers copied into the rank's arena, peers read it there), a third staged through the slots
+(COMMLIB_DEVICE_STAGING=slots: the same through the rank's slots area, with the closing
+handshake); premul_sum's scaled input and an in-place all_to_all's copy stage on every route (the
+engine's own memory). The pools are the copy path's (test_device_collectives.py), the settings
+applied per sub-communicator (mapped and arena share one).
 
 The counters (item 5) pin, per algorithm at 4 ranks and 4 MiB, what a call costs: data bytes
 read and written per rank / N, the staged copies apart, system-scope fences per block per
@@ -21,8 +26,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import device_cases  # noqa: E402
 from device_cases import cc  # noqa: E402
-from one_sided_cases import ONE_SIDED, counted_call, freed_and_reallocated, one_sided_matrix, refusals  # noqa: E402
-from one_sided_cases import at_the_slots_limit  # noqa: E402
+from one_sided_cases import ONE_SIDED, ROUTES, counted_call, freed_and_reallocated, one_sided_matrix, refusals  # noqa: E402
+from one_sided_cases import GRID_CASES, arena_growth, at_the_slots_limit, grids  # noqa: E402
 from test_device_collectives import DELAY_ENV, _ops  # noqa: E402
 
 
@@ -32,7 +37,8 @@ def one_sided_cases(P):
         for count in (0, 1, max(P - 1, 0), 13, 97, 1500):
             dtype = cc.DTYPES[k % len(cc.DTYPES)]
             op = _ops(dtype)[k % len(_ops(dtype))] if coll in device_cases.REDUCING else "sum"
-            out.append((coll, algo, dtype, op, count, 0, coll != "all_to_all" and k % 2 == 1))
+            route = ROUTES[k % len(ROUTES)]
+            out.append((route, (coll, algo, dtype, op, count, 0, coll != "all_to_all" and k % 2 == 1)))
             k += 1
     return out
 
@@ -45,8 +51,10 @@ def test_one_sided_matrix_on_the_kernel_path(pool, size):
     device_cases.check_results([(f, d) for f, d, _, _ in results])
     for _, _, paths, counters in results:
         assert paths == ["kernel"], paths
-        if size > 1:  # every call with peers ran one-sided launches, and their blocks moved the data
-            assert counters["handshakes"] > 0 and counters["bytes_written"] > 0 and counters["staged_bytes"] > 0
+        if size > 1:  # every route's calls ran one-sided launches, and their blocks moved the data
+            for route, c in counters.items():
+                assert c["handshakes"] > 0 and c["bytes_written"] > 0, (route, c)
+                assert c["staged_bytes"] > 0 if route != "mapped" else True, (route, c)
 
 
 N = 4 << 20  # input bytes per rank of the counted calls (the ratios below are exact at any multiple of P x 64 x blocks)
@@ -72,7 +80,7 @@ EXPECTED = {
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("route", ["mapped", "staged"])
+@pytest.mark.parametrize("route", ["mapped", "arena", "slots"])
 def test_counters_per_algorithm(pool, route):
     """The fused two-shot meets the issue's 2.25 N of traffic (2 N: N read, N written); the
     two-shot of get_reduce steps misses it (4.25 N at P = 4). What is pinned is what runs: nothing
@@ -80,20 +88,26 @@ def test_counters_per_algorithm(pool, route):
     release store to signal, an acquire fence to wait), the grid barriers, and the traffic, so a
     change that adds any shows here. Mapped (every rank's buffers shareable): nothing staged, no
     grid barrier before the copy-out, no closing handshake; staged (no shareable handle): the
-    copies and the closing handshake."""
+    copies, through the staging arena (the same bytes, the same barriers, no closing handshake:
+    P - 1 handshakes per block fewer) or through the slots (COMMLIB_DEVICE_STAGING=slots: the
+    closing handshake)."""
+    settings = {"COMMLIB_DEVICE_SLOT_BYTES": str(8 << 20)}
+    if route == "slots":
+        settings["COMMLIB_DEVICE_STAGING"] = "slots"
     for coll, algo in ONE_SIDED:
         count = N // 4 // (P if coll in ("reduce_scatter", "all_to_all") else 1)
-        res = pool(P, env=DELAY_ENV).run(counted_call, coll, algo, count, {"COMMLIB_DEVICE_SLOT_BYTES": str(8 << 20)},
-                                         route == "mapped", timeout=200)
+        res = pool(P, env=DELAY_ENV).run(counted_call, coll, algo, count, settings, route == "mapped", timeout=200)
         read, written, staged, barriers, handshakes = EXPECTED[(coll, algo)]
         if route == "mapped":  # no staging copies, no barrier before the copy-out, no closing handshake
             staged, barriers, handshakes = 0, 1, handshakes - (P - 1)
         elif algo == "mapped_two_shot":  # staged in place (one area): its own-block copy moves nothing
             read, written = read - 1 / P, written - 1 / P
+        if route == "arena":  # the slots' closing handshake is gone: nothing else moves
+            handshakes -= P - 1
         for c, ok in res:
             assert ok, (coll, algo)
             blocks = c["block_runs"]
-            assert blocks == 4, (coll, algo, c)  # the emulated device's grid: N / P >= 4 x 256 KiB
+            assert blocks == 4 and c["one_sided_launches"] == 1, (coll, algo, c)  # one launch; the grid: 4 SMs
             assert c["host_data_accesses"] == 0, (coll, algo, c)
             assert c["host_reads"] == c["abort_polls"], (coll, algo, c)  # no host read but the abort polls
             assert c["handshakes"] == handshakes * blocks, (coll, algo, c)
@@ -105,6 +119,32 @@ def test_counters_per_algorithm(pool, route):
                 assert (c["bytes_read"] + c["bytes_written"]) / N <= 2.25, c
             if algo == "mapped_fused":  # reduce_scatter: at most N read and N / P written
                 assert c["bytes_read"] <= N and c["bytes_written"] <= N / P, c
+
+
+def test_the_grid_is_the_sm_count_at_any_count_of_blocks(pool):
+    """The one-sided grid from the device's SM count (kernel_occupancy.h; COMMLIB_EMULATED_SMS), past
+    the 16 blocks of the message plans: 3 ranks on one emulated device of 1, 3 and 20 SMs, every
+    one-sided algorithm mapped and staged, float32 or bfloat16, calls that want more blocks than
+    that: every launch runs a block per SM on every rank (the same grid everywhere, its grid barriers
+    per block as at 4), the results are right and bitwise the same on every rank, on both routes and
+    at every SM count (a block's share changes with the grid, the rank-order fold does not), and so
+    are the bytes the blocks read and wrote."""
+    sms_counts = (1, 3, 20)
+    per_rank = pool(3, env=DELAY_ENV).run(grids, sms_counts, timeout=240)
+    device_cases.check_results([(fails, digests) for runs in per_rank for _, fails, digests, _ in runs])
+    staged_outputs = sum(algo in ("mapped_two_shot", "mapped_fused_two_shot") for _, algo, *_ in GRID_CASES)
+    for runs in per_rank:
+        traffic = set()
+        for sms, (grid, _, digests, c) in zip(sms_counts, runs):
+            assert grid == sms, (sms, grid)
+            launches = c["one_sided_launches"]
+            assert launches == 2 * len(GRID_CASES), (sms, c)  # every call one launch
+            assert c["block_runs"] == sms * launches, (sms, c)
+            # per block: one after the descriptor check, one more before a staged output's copy-out
+            # (staged in place: the two-shots'); one block meets no other (its barriers count none)
+            assert c["grid_barriers"] == (sms * (launches + staged_outputs) if sms > 1 else 0), (sms, c)
+            traffic.add((c["bytes_read"], c["bytes_written"], c["staged_bytes"]))
+        assert len(traffic) == 1, traffic  # this rank's traffic, the same at every grid
 
 
 def test_a_buffer_freed_and_reallocated_at_its_address_is_mapped_afresh(pool):
@@ -122,6 +162,24 @@ def test_one_sided_calls_the_kernel_path_cannot_run_are_refused(pool):
         assert too_big.startswith("count: 8192 elements") and "needs 32768 bytes of staging" in too_big, too_big
         assert "slots area holds 16384 (COMMLIB_DEVICE_SLOTS x COMMLIB_DEVICE_SLOT_BYTES" in too_big, too_big
         assert then == 2.0 and mapped == 2.0, (then, mapped)
+
+
+def test_staged_calls_beyond_the_slots_run_in_the_staging_arena(pool):
+    """The staging arena (COMMLIB_DEVICE_STAGING=pool, kernel_path_arena.cc): 2 ranks, 16 KiB of
+    slots, staged mapped_fused_two_shot of 32 KiB, 2 MiB, 256 B, 2 MiB: every one runs (through the
+    slots the first two are refused), the arena made at the first (1 MiB) and grown once, at the
+    second, to 2 MiB; staged in place (input in, output out: 4 N of copies); 2 handshakes per block
+    per block (ready, result: none closes the slots); nothing freed while a peer maps it, at close too; and
+    the registry waited once per call's route and once per growth (2 growths), no more."""
+    for calls, freed_while_mapped, waits in pool(2, env=DELAY_ENV).run(arena_growth, timeout=120):
+        assert [(n, ok, arena) for n, ok, arena, _, _ in calls] == [
+            (8192, True, 1 << 20), (1 << 19, True, 2 << 20), (64, True, 2 << 20), (1 << 19, True, 2 << 20)], calls
+        for n, _, _, staged, handshakes in calls:
+            assert staged == 4 * 4 * n, (n, staged)
+            assert handshakes == 2, (n, handshakes)  # per block: 2 (P - 1)
+        assert freed_while_mapped == 0, freed_while_mapped
+        # a call's route: its input's agreement (unregistered: the output's is not asked); a growth: one
+        assert waits == len(calls) + 2, waits
 
 
 def test_a_staged_call_at_the_slots_limit_runs_and_one_over_it_is_refused(pool):

@@ -166,6 +166,7 @@ class EmulatedDevice final : public Device {
   unsigned plan_blocks(unsigned wanted) const override;
   // COMMLIB_EMULATED_RESIDENT_BLOCKS, for the device and for this process alike (0: no limit).
   Residency plan_residency() const override;
+  unsigned multiprocessors() const override;  // COMMLIB_EMULATED_SMS
   // A block of the kernel executor becomes resident (waits while the device holds the limit) and
   // leaves; blocks are admitted in the order they ask, whichever launch they belong to.
   void enter_resident();

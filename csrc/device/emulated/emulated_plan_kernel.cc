@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/alloc_count.h"
+#include "common/params.h"
 #include "device/emulated/emulated_device.h"
 #include "device/emulated/emulated_kernel_counters.h"
 #include "kernels/plan_kernel.cuh"
@@ -74,6 +75,10 @@ void EmulatedDevice::upload_now(void* dst, const void* src, size_t bytes) {
 
 unsigned EmulatedDevice::plan_blocks(unsigned wanted) const {
   return std::max(1u, std::min(wanted, kEmulatedMaxBlocks));
+}
+
+unsigned EmulatedDevice::multiprocessors() const {
+  return static_cast<unsigned>(param_int("COMMLIB_EMULATED_SMS", 1, kexec::kMaxGrid));
 }
 
 Device::Residency EmulatedDevice::plan_residency() const {

@@ -73,10 +73,12 @@ class TcpTransport final : public Transport {
     // recv calls that returned data; times a caller took its sockets from the progress thread,
     // and times the progress thread took them back from a caller that had stopped polling.
     uint64_t recv_reads = 0, caller_takes = 0, reclaims = 0;
+    uint64_t spins_out = 0;  // a caller's spins that ran their whole time with nothing delivered
   };
   Stats stats() const {
     return {sent_in_place_.load(), landed_.load(),   frames_read_by_caller_.load(), cfg_.nconns,
-            frames_striped_.load(), recv_reads_.load(), caller_takes_.load(),          reclaims_.load()};
+            frames_striped_.load(), recv_reads_.load(), caller_takes_.load(),          reclaims_.load(),
+            spins_out_.load()};
   }
 
   int rank() const override { return rank_; }
@@ -170,7 +172,7 @@ class TcpTransport final : public Transport {
   Transport* waker_ = nullptr;
   std::atomic<uint64_t> rejected_{0};
   std::atomic<uint64_t> sent_in_place_{0}, landed_{0}, frames_read_by_caller_{0}, frames_striped_{0};
-  std::atomic<uint64_t> recv_reads_{0}, caller_takes_{0}, reclaims_{0};
+  std::atomic<uint64_t> recv_reads_{0}, caller_takes_{0}, reclaims_{0}, spins_out_{0};
   std::atomic<int> warnings_{0};
 
   std::mutex call_mu_;

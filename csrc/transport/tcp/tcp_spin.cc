@@ -44,7 +44,10 @@ bool TcpTransport::spin_until(Transport& local, uint32_t seen) {
     if (moved || now >= until) break;
     sched_yield();
   }
-  if (!moved) hold_reading(false);  // the progress thread reads (and rings) while this thread sleeps
+  if (!moved) {
+    hold_reading(false);  // the progress thread reads (and rings) while this thread sleeps
+    spins_out_.fetch_add(1, std::memory_order_relaxed);
+  }
   return moved;
 }
 

@@ -122,3 +122,27 @@ def mixed_sizes_queued(comm, sizes, idle_s):
                 bad.append(n)
     comm.barrier()
     return bad
+
+
+def slow_senders(comm, gap_s, round_trips_after):
+    """Rank 0 receives from every other rank in one call (one batch, one step) while rank r sends
+    only after r * ``gap_s``: the call waits on peers far slower than a spin several times over.
+    Then ``round_trips_after`` 8-byte all_reduces. Returns rank 0's (received right, its caller's
+    spins that ran out during the slow call, the times its caller took its sockets to spin during
+    the all_reduces: every spin starts with one, the slow call having handed them back)."""
+    comm.barrier()
+    before = stats(comm)
+    bufs = [np.zeros(4, np.int64) for _ in range(comm.size - 1)]
+    if comm.rank:
+        time.sleep(comm.rank * gap_s)
+        comm.send(np.full(4, comm.rank, np.int64), 0)
+    else:
+        comm.batch_p2p([("recv", b, r + 1) for r, b in enumerate(bufs)])
+    mid = stats(comm)
+    x = np.ones(1, np.int64)
+    for _ in range(round_trips_after):
+        comm.all_reduce(x, op="max")
+    after = stats(comm)
+    comm.barrier()
+    ok = comm.rank or all((b == r + 1).all() for r, b in enumerate(bufs))
+    return ok, mid["spins_out"] - before["spins_out"], after["caller_takes"] - mid["caller_takes"]

@@ -50,3 +50,16 @@ def test_mixed_sizes_queued_behind_a_busy_receiver(pool, chunk):
     res = hosts_pool(pool, ("a", "b"), COMMLIB_TCP_CHUNK_BYTES=str(chunk)).run(
         cases.mixed_sizes_queued, sizes, 0.3, timeout=100)
     assert res[1] == []
+
+
+@pytest.mark.timeout(120)
+def test_a_call_on_a_slow_peer_stops_spinning(pool):
+    # Rank 0's one call waits 30 ms and 60 ms for its two peers, with the default 1 ms spin: once a
+    # spin ran out, the call's later waits sleep at once (csrc/host/executor.h, spin_). Spinning
+    # through every wait ran out at least once per gap and took the core from the host's other
+    # threads (a training step's all_reduce thread on 1 Gbit/s: docs/transports.md). The next
+    # calls spin again (begin_call): their caller takes its sockets back to poll them.
+    ok, spins_out, takes_after = hosts_pool(pool, ("a", "b", "c")).run(cases.slow_senders, 0.03, 20, timeout=100)[0]
+    assert ok
+    assert spins_out <= 1
+    assert takes_after >= 1
