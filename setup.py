@@ -49,7 +49,9 @@ def core_sources():
 
 
 def torch_backend_sources():
-    return _rel(TORCH_BACKEND.glob("*.cc"))
+    # (with its own count of heap allocations, common/alloc_count.cc, linked as _C's is: the tests
+    # that pin the C++ backend's steady CUDA calls at no allocation read it)
+    return _rel(list(TORCH_BACKEND.glob("*.cc")) + [CSRC / "common" / "alloc_count.cc"])
 
 
 @functools.lru_cache(maxsize=None)
@@ -155,7 +157,7 @@ class CachedBuildExt(build_ext):
             link += [f"-L{cuda_lib(nvcc)}", "-lcudart_static", "-ldl", "-lrt"]
         if ext.name.endswith("_C_torch"):
             link += torch_build()[2]
-        if ext.name == "commlib._C":
+        if ext.name in ("commlib._C", "commlib._C_torch"):
             # commlib's operator new / new[] through a counting wrapper (csrc/common/alloc_count.h):
             # the tests that pin the device hot path at no allocation read it.
             link += ["-Wl,--wrap=_Znwm,--wrap=_Znam"]

@@ -6,10 +6,12 @@
 // (bindings/core_api.h): no Python on their path. That is every collective, the coalesced ones,
 // uneven all-to-all, sends and receives (held back and batched here, p2p.h). A non-contiguous
 // tensor is copied to a contiguous one and, when it is an output, copied back (as gloo does).
-// What remains is handed to the Python backend of the same group (commlib/torch/backend.py,
-// ProcessGroupCommlib over the same communicator), which stages, checks and explains: dtypes the
-// core does not reduce, unequal list sizes, sparse tensors, shrink, and CUDA tensors in calls the
-// device call cache does not hold yet (device_calls.h). Both sides issue their calls on one
+// Reductions of dtypes the core does not reduce go through a staging buffer (reductions.cc), and
+// sparse all_reduce, uneven lists and several tensors per call run here too (several.cc). What
+// remains is handed to the Python backend of the same group (commlib/torch/backend.py,
+// ProcessGroupCommlib over the same communicator), which checks and explains: argument errors,
+// sparse sends and receives, shrink, and CUDA tensors in calls the device call cache does not hold
+// yet (device_calls.h). Both sides issue their calls on one
 // communicator, whose FIFO keeps them in call order.
 #pragma once
 
@@ -47,6 +49,24 @@ bool host_layout(const at::Tensor& t);
 // the core's (false where the Python side must decide: it explains), as every reduction here reads them.
 bool reduction_dtype(const at::Tensor& t, DType* dt);
 bool reduction_op(const c10d::ReduceOp& op, DType dt, RedOp* out, double* scale);
+// How the core reduces a CPU tensor of any dtype it can (staging.py's reduction_staging, in C++): a
+// staging buffer of dtype `stage` (the tensor itself when it is a contiguous one already), the core's
+// dtype and op on it, and how many core elements one tensor element is (complex: a pair of reals).
+// bool as uint8 (sum, max, bor, avg as max; product, min, band as min), complex as pairs of reals
+// (sum, avg, premul_sum), other integers in int64 (avg, premul_sum: float64), other floats in
+// float32; conjugate and negative views through a resolved copy. Copied back with a cast.
+struct Reduction {
+  at::ScalarType stage;
+  DType dt;
+  RedOp op;
+  double scale = 1.0;
+  int64_t reals = 1;
+};
+// False when `t` is not a CPU strided tensor of such a dtype, or the op is one the Python side
+// explains; throws ValueError (naming `op`) for an op the dtype does not define.
+bool reduction_of(const at::Tensor& t, const c10d::ReduceOp& op, Reduction* r);
+// `t`'s values as a contiguous tensor of r.stage: `t` itself when it is one already.
+at::Tensor staged_for(const at::Tensor& t, const Reduction& r);
 // A CUDA tensor a send or receive moves (through a contiguous copy when it is not contiguous).
 bool device_p2p_layout(const at::Tensor& t);
 // `t` itself when contiguous, else a contiguous copy (which a call's finish copies back into `t`
@@ -79,10 +99,11 @@ struct DeviceBatch {
   std::pair<at::Tensor, at::Tensor> own;
   std::vector<std::pair<at::Tensor, at::Tensor>> back;
 };
-// The batches of gather (the root receives block j into targets[j] and copies its own), scatter (the
-// root sends sources[j] to rank j) and the list all_to_all, from tensors ready to move.
-DeviceBatch gather_batch(const at::Tensor& mine, const std::vector<at::Tensor>& targets, int root, int me);
-DeviceBatch scatter_batch(const at::Tensor& mine, const std::vector<at::Tensor>& sources, int root, int me);
+// The batches of gather and scatter (one body, mirror images: `root_receives` for gather, whose root
+// receives block j into list[j]; scatter's root sends list[j] to rank j; the root copies its own
+// block) and of the list all_to_all, from tensors ready to move.
+DeviceBatch rooted_batch(const at::Tensor& mine, const std::vector<at::Tensor>& list, int root, int me,
+                         bool root_receives);
 DeviceBatch alltoall_batch(const std::vector<at::Tensor>& outs, const std::vector<at::Tensor>& ins, int me);
 
 class CommlibBackend : public c10d::Backend {
@@ -158,8 +179,8 @@ class CommlibBackend : public c10d::Backend {
   // for the module's test seam, which drives it with emulated-device memory.
   c10::intrusive_ptr<c10d::Work> device_run(const CollectiveCall& call, uint8_t kind, bool two_buffers,
                                             int device, uintptr_t stream_id, c10::Stream issued,
-                                            c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
-                                            std::vector<at::Tensor> inputs);
+                                            c10d::OpType type, const char* name, const at::Tensor& output,
+                                            const at::Tensor& input);
   // A send or receive of device memory held back as a CUDA tensor's is (device_p2p.cc): `t` on
   // `device` of `kind`, called on the stream `stream_id` (as the device call cache keys it; `stream`
   // as c10 names it). Public for the module's test seam (emulated-device memory).
@@ -183,6 +204,8 @@ class CommlibBackend : public c10d::Backend {
   void while_p2p_locked(const std::function<void()>& f) { hold_->while_locked(f); }
   // Device calls whose tensors are still held (not seen retired), for tests.
   size_t device_calls_held() { return devices_.held(); }
+  // CudaWorks the device calls' pool keeps, for tests.
+  size_t device_works_pooled() { return devices_.pooled_works(); }
 
  private:
   // A call on the core: blocking (raises commlib's error here) or queued and completed by the
@@ -205,12 +228,26 @@ class CommlibBackend : public c10d::Backend {
                                           bool async, c10d::OpType type, const char* name,
                                           std::vector<at::Tensor> outputs, std::function<void()> finish,
                                           std::chrono::milliseconds timeout);
+  // all_reduce or reduce of one CPU tensor of any dtype reduction_of takes, through its staging
+  // buffer (reductions.cc); null when it takes none.
+  c10::intrusive_ptr<c10d::Work> staged_reduction(Collective c, std::vector<at::Tensor>& t, const c10d::ReduceOp& op,
+                                                  int root, bool async, std::chrono::milliseconds timeout);
+  // Calls of several tensors, uneven lists and sparse tensors (several.cc): torch's contract for a
+  // list of tensors (gloo's): all_reduce reduces every tensor of every rank into each, broadcast
+  // sends the root's opts.rootTensor to every tensor, all_gather gathers every input of every rank
+  // into each output list; null when the tensors are not CPU ones the core moves (handed over).
+  c10::intrusive_ptr<c10d::Work> several_allreduce(std::vector<at::Tensor>& t, const c10d::AllreduceOptions& o);
+  c10::intrusive_ptr<c10d::Work> several_broadcast(std::vector<at::Tensor>& t, const c10d::BroadcastOptions& o);
+  c10::intrusive_ptr<c10d::Work> several_allgather(std::vector<std::vector<at::Tensor>>& out,
+                                                   std::vector<at::Tensor>& in, const c10d::AllgatherOptions& o);
+  c10::intrusive_ptr<c10d::Work> uneven_allgather(std::vector<at::Tensor>& outs, const at::Tensor& in,
+                                                  const c10d::AllgatherOptions& o);
   // Calls on CUDA tensors (device_calls.cc): run on the current stream from here when the device
   // call cache holds them; null otherwise (a CPU tensor, a layout or op the Python path stages, a
   // call not cached yet), and the caller hands the call over.
   c10::intrusive_ptr<c10d::Work> cuda_call(const CollectiveCall& call, bool two_buffers, const at::Tensor& first,
-                                           c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
-                                           std::vector<at::Tensor> inputs);
+                                           c10d::OpType type, const char* name, const at::Tensor& output,
+                                           const at::Tensor& input);
   c10::intrusive_ptr<c10d::Work> cuda_reduction(Collective c, std::vector<at::Tensor>& t, const c10d::ReduceOp& op,
                                                 int root, c10d::OpType type, const char* name);
   c10::intrusive_ptr<c10d::Work> cuda_broadcast(std::vector<at::Tensor>& t, int root);

@@ -87,32 +87,52 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::allreduce_coalesced(std::vector<a
     return delegate("allreduce", one(i), single);
   };
   if (auto w = cuda_coalesced(t, t, cuda_one, hand_over_one)) return w;
-  DType dt;
-  RedOp op;
-  double scale = 1.0;
-  bool ours = !t.empty() && host_layout(t[0]) && reduction_dtype(t[0], &dt) && reduction_op(o.reduceOp, dt, &op, &scale);
-  int64_t total = 0;
-  for (size_t i = 0; ours && i < t.size(); ++i) {
-    ours = host_layout(t[i]) && t[i].scalar_type() == t[0].scalar_type();
-    total += t[i].numel();
+  // One call per dtype (in the order each first appears), each over one flat buffer of its staging
+  // dtype (reduction_of: a dtype the core does not reduce is cast, complex as pairs of reals); one
+  // work over them when there are several.
+  std::vector<std::vector<size_t>> groups;
+  std::vector<Reduction> kinds;
+  for (size_t i = 0; i < t.size(); ++i) {
+    Reduction r;
+    if (!reduction_of(t[i], o.reduceOp, &r)) return delegate("allreduce_coalesced", t, o);
+    size_t g = 0;
+    while (g < groups.size() && t[groups[g][0]].scalar_type() != t[i].scalar_type()) ++g;
+    if (g == groups.size()) {
+      groups.emplace_back();
+      kinds.push_back(r);
+    }
+    groups[g].push_back(i);
   }
-  if (!ours) return delegate("allreduce_coalesced", t, o);
-  std::vector<at::Tensor> flat_parts;
-  for (const auto& x : t) flat_parts.push_back(x.reshape({-1}));
-  at::Tensor flat = at::cat(flat_parts);
-  auto call = make_call(Collective::AllReduce, algo(Collective::AllReduce), dt, total, address(flat), address(flat));
-  call.op = op;
-  call.scale = scale;
-  std::vector<at::Tensor> outs = t;
-  return run(call, o.asyncOp, c10d::OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced", t,
-             [flat, outs]() mutable {
-               int64_t off = 0;
-               for (auto& x : outs) {
-                 x.copy_(flat.narrow(0, off, x.numel()).view(x.sizes()));
-                 off += x.numel();
-               }
-             },
-             o.timeout);
+  if (groups.empty()) return delegate("allreduce_coalesced", t, o);
+  std::vector<WorkPtr> works;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const Reduction& r = kinds[g];
+    int64_t total = 0;
+    for (size_t i : groups[g]) total += t[i].numel();
+    at::Tensor flat = at::empty({total}, t[groups[g][0]].options().dtype(r.stage));
+    std::vector<at::Tensor> outs;
+    int64_t off = 0;
+    for (size_t i : groups[g]) {
+      flat.narrow(0, off, t[i].numel()).copy_(t[i].reshape({-1}));  // (casts; resolves views)
+      off += t[i].numel();
+      outs.push_back(t[i]);
+    }
+    auto call = make_call(Collective::AllReduce, algo(Collective::AllReduce), r.dt, total * r.reals, address(flat),
+                          address(flat));
+    call.op = r.op;
+    call.scale = r.scale;
+    works.push_back(run(call, o.asyncOp, c10d::OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced", outs,
+                        [flat, outs]() mutable {
+                          int64_t at = 0;
+                          for (auto& x : outs) {
+                            x.copy_(flat.narrow(0, at, x.numel()).view(x.sizes()));
+                            at += x.numel();
+                          }
+                        },
+                        o.timeout));
+  }
+  if (works.size() == 1) return works[0];
+  return c10::make_intrusive<CoalescedWork>(getRank(), std::move(works));
 }
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& out,
@@ -163,11 +183,8 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::reduce_scatter_tensor_coalesced(s
           [&](size_t i) { return delegate("_reduce_scatter_base", out[i], in[i], o); }))
     return w;
   const int64_t P = getSize();
-  DType dt;
-  RedOp op;
-  double scale = 1.0;
-  bool ours = !in.empty() && in.size() == out.size() && host_layout(in[0]) && reduction_dtype(in[0], &dt) &&
-              reduction_op(o.reduceOp, dt, &op, &scale);
+  Reduction r;  // (a dtype the core does not reduce through its staging dtype: reduction_of)
+  bool ours = !in.empty() && in.size() == out.size() && reduction_of(in[0], o.reduceOp, &r);
   for (size_t i = 0; ours && i < in.size(); ++i)
     ours = host_layout(in[i]) && host_layout(out[i]) && in[i].scalar_type() == in[0].scalar_type() &&
            out[i].scalar_type() == in[0].scalar_type() && in[i].numel() == out[i].numel() * P;
@@ -180,13 +197,13 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::reduce_scatter_tensor_coalesced(s
     counts.push_back(x.numel());
     S += x.numel();
   }
-  at::Tensor flat_in = at::empty({P, S}, in[0].options());
+  at::Tensor flat_in = at::empty({P, S}, in[0].options().dtype(r.stage));
   for (size_t i = 0; i < in.size(); ++i) flat_in.narrow(1, offs[i], counts[i]).copy_(in[i].reshape({P, counts[i]}));
-  at::Tensor flat_out = at::empty({S}, in[0].options());
-  auto call = make_call(Collective::ReduceScatter, algo(Collective::ReduceScatter), dt, S, address(flat_in),
-                        address(flat_out));
-  call.op = op;
-  call.scale = scale;
+  at::Tensor flat_out = at::empty({S}, flat_in.options());
+  auto call = make_call(Collective::ReduceScatter, algo(Collective::ReduceScatter), r.dt, S * r.reals,
+                        address(flat_in), address(flat_out));
+  call.op = r.op;
+  call.scale = r.scale;
   std::vector<at::Tensor> outs = out;
   return run(call, o.asyncOp, c10d::OpType::COALESCED, "reduce_scatter_tensor_coalesced", out,
              [flat_in, flat_out, outs, offs, counts]() mutable {

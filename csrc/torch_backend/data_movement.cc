@@ -61,6 +61,8 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::broadcast(std::vector<at::Tensor>
   if (auto w = cuda_broadcast(t, static_cast<int>(o.rootRank))) return w;
   DType dt;
   int64_t n;
+  if (t.size() > 1)
+    if (auto w = several_broadcast(t, o)) return w;
   if (t.size() == 1 && movable(t[0], &dt, &n)) {
     at::Tensor c = dense(t[0]);
     CopyBack back;
@@ -103,6 +105,9 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::allgather(std::vector<std::vector
     return run(call, o.asyncOp, c10d::OpType::ALLGATHER, "all_gather", outs,
                [ci, flat, outs]() mutable { unpack(flat, outs); }, o.timeout);
   }
+  if (auto w = in.size() > 1 ? several_allgather(out, in, o)
+                             : in.size() == 1 && out.size() == 1 ? uneven_allgather(out[0], in[0], o) : nullptr)
+    return w;
   return delegate("allgather", out, in, o);
 }
 
@@ -157,12 +162,6 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::scatter(std::vector<at::Tensor>& 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::barrier(const c10d::BarrierOptions& o) {
   auto call = make_call(Collective::Barrier, 0, DType::UInt8, 0, 0, 0, 0);
   return run(call, o.asyncOp, c10d::OpType::BARRIER, "barrier", {}, nullptr, o.timeout);
-}
-
-// -- handed to the Python backend --------------------------------------------------------------
-c10::intrusive_ptr<c10d::Work> CommlibBackend::allreduce_sparse(std::vector<at::Tensor>& t,
-                                                                const c10d::AllreduceOptions& o) {
-  return delegate("allreduce", t, o);
 }
 
 // -- life cycle ----------------------------------------------------------------------------------

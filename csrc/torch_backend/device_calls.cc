@@ -47,6 +47,21 @@ CudaWork::CudaWork(const CoreApi* api, c10d::OpType type, const char* collective
       held_(true),
       issued_(caller) {}
 
+void CudaWork::rearm(c10d::OpType type, const char* collective, const at::Tensor& output,
+                     std::shared_ptr<DeviceWork> work, c10::Stream issued) {
+  // (nothing else references this work: no lock is needed, and none taken)
+  opType_ = type;
+  collective_ = collective;
+  outputs_.clear();  // (keeps its capacity)
+  if (output.defined()) outputs_.push_back(output);
+  work_ = std::move(work);
+  issued_ = issued;
+  future_.reset();
+  failed_.reset();
+  flush_ = nullptr;
+  held_.store(false, std::memory_order_relaxed);
+}
+
 void CudaWork::issue(std::shared_ptr<DeviceWork> work, c10::Stream issued) {
   std::lock_guard<std::mutex> lock(mu_);
   work_ = std::move(work);
@@ -144,35 +159,97 @@ int DeviceCalls::offer(const py::object& group, const CollectiveCall& call, uint
   return api_->device_collective(c, call, kind, kind_out, device, stream, work, err);
 }
 
-DeviceCalls::Held DeviceCalls::take_retired() {
-  Held retired;
-  while (!held_.empty() && api_->device_ticket_retired(held_.front().first)) {
-    retired.push_back(std::move(held_.front()));
+c10::intrusive_ptr<CudaWork> DeviceCalls::work_for(const CoreApi* api, c10d::OpType type, const char* name, int rank,
+                                                   const at::Tensor& output, std::shared_ptr<DeviceWork> work,
+                                                   c10::Stream issued) {
+  std::lock_guard<std::mutex> lock(pool_mu_);
+  for (size_t looked = 0; looked < pool_.size(); ++looked) {
+    if (next_ >= pool_.size()) next_ = 0;
+    c10::intrusive_ptr<CudaWork>& w = pool_[next_];
+    next_ = next_ + 1 == pool_.size() ? 0 : next_ + 1;
+    if (w.use_count() == 1 && w.weak_use_count() == 1) {
+      // The last release by another owner (an acq_rel decrement) happens before the re-arm.
+      std::atomic_thread_fence(std::memory_order_acquire);
+      w->rearm(type, name, output, std::move(work), issued);
+      return w;
+    }
+  }
+  std::vector<at::Tensor> outputs;
+  if (output.defined()) outputs.push_back(output);
+  auto fresh = c10::make_intrusive<CudaWork>(api, type, name, rank, std::move(outputs), std::move(work), issued);
+  if (pool_.size() < kMaxWorks) {
+    if (pool_.capacity() < kMaxWorks) pool_.reserve(kMaxWorks);
+    pool_.push_back(fresh);
+  }
+  return fresh;
+}
+
+size_t DeviceCalls::pooled_works() {
+  std::lock_guard<std::mutex> lock(pool_mu_);
+  return pool_.size();
+}
+
+void DeviceCalls::take_retired(std::vector<at::Tensor>* out) {
+  while (!held_.empty() && api_->device_ticket_retired(held_.front().ticket)) {
+    Held& h = held_.front();
+    out->push_back(std::move(h.a));
+    out->push_back(std::move(h.b));
+    for (auto& t : h.more) out->push_back(std::move(t));
     held_.pop_front();
   }
-  return retired;
+}
+
+namespace {
+// The tensors of retired calls, released after the lock (a tensor with a Python object takes the
+// GIL to go); one per thread, whose capacity stays, so a steady call allocates nothing for it.
+std::vector<at::Tensor>& releasing() {
+  thread_local std::vector<at::Tensor> tensors;
+  return tensors;
+}
+}  // namespace
+
+void DeviceCalls::hold(const std::shared_ptr<DeviceWork>& work, const at::Tensor& a, const at::Tensor& b) {
+  Held h{DeviceTicket(), a, b, {}};
+  api_->device_ticket(work, &h.ticket);  // (not the work: the core re-arms a work once only its pool owns it)
+  hold(std::move(h));
 }
 
 void DeviceCalls::hold(const std::shared_ptr<DeviceWork>& work, std::vector<at::Tensor> tensors) {
-  DeviceTicket ticket;  // (not the work: the core re-arms a work once only its pool owns it)
-  api_->device_ticket(work, &ticket);
-  Held retired;  // released after the lock: a tensor with a Python object takes the GIL to go
-  std::lock_guard<std::mutex> lock(mu_);
-  retired = take_retired();
-  held_.emplace_back(std::move(ticket), std::move(tensors));
+  Held h{DeviceTicket(), at::Tensor(), at::Tensor(), std::move(tensors)};
+  api_->device_ticket(work, &h.ticket);
+  hold(std::move(h));
+}
+
+void DeviceCalls::hold(Held h) {
+  std::vector<at::Tensor>& retired = releasing();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    take_retired(&retired);
+    held_.push_back(std::move(h));
+  }
+  retired.clear();
 }
 
 size_t DeviceCalls::held() {
-  Held retired;
-  std::lock_guard<std::mutex> lock(mu_);
-  retired = take_retired();
-  return held_.size();
+  std::vector<at::Tensor>& retired = releasing();
+  size_t n;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    take_retired(&retired);
+    n = held_.size();
+  }
+  retired.clear();
+  return n;
 }
 
 void DeviceCalls::clear() {
-  Held all;
-  std::lock_guard<std::mutex> lock(mu_);
-  all.swap(held_);
+  RingQueue<Held> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::swap(all, held_);
+  }
+  std::lock_guard<std::mutex> lock(pool_mu_);
+  pool_.clear();  // (a work a caller still holds lives on without the pool)
 }
 
 // -- the backend's calls on CUDA tensors ---------------------------------------------------------
@@ -195,9 +272,8 @@ void moved_as(const at::Tensor& t, DType* dt, int64_t* count) {
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::device_run(const CollectiveCall& call, uint8_t kind, bool two_buffers,
                                                           int device, uintptr_t stream_id, c10::Stream issued,
-                                                          c10d::OpType type, const char* name,
-                                                          std::vector<at::Tensor> outputs,
-                                                          std::vector<at::Tensor> inputs) {
+                                                          c10d::OpType type, const char* name, const at::Tensor& output,
+                                                          const at::Tensor& input) {
   hold_->flush();  // held host messages first, then those held on the Python side (p2p.py)
   if (p2p_handed_over_) flush_held_p2p();
   std::shared_ptr<DeviceWork> work;
@@ -206,18 +282,16 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::device_run(const CollectiveCall& 
   if (ran < 0) raise_core_error(err, name, getRank());
   if (ran == 0) return nullptr;
   seq_.fetch_add(1);
-  inputs.insert(inputs.end(), outputs.begin(), outputs.end());
-  devices_.hold(work, std::move(inputs));
-  return track(c10::make_intrusive<CudaWork>(api_, type, name, getRank(), std::move(outputs), std::move(work), issued));
+  devices_.hold(work, output, input);
+  return track(devices_.work_for(api_, type, name, getRank(), output, std::move(work), issued));
 }
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::cuda_call(const CollectiveCall& call, bool two_buffers,
                                                          const at::Tensor& first, c10d::OpType type, const char* name,
-                                                         std::vector<at::Tensor> outputs,
-                                                         std::vector<at::Tensor> inputs) {
+                                                         const at::Tensor& output, const at::Tensor& input) {
   const c10::Stream stream = current_stream(first.device());
   return device_run(call, kCudaBuffer, two_buffers, first.device().index(), reinterpret_cast<uintptr_t>(stream.native_handle()),
-                    stream, type, name, std::move(outputs), std::move(inputs));
+                    stream, type, name, output, input);
 }
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::cuda_reduction(Collective c, std::vector<at::Tensor>& t,
@@ -231,7 +305,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::cuda_reduction(Collective c, std:
   auto call = make_call(c, algo(c), dt, t[0].numel(), address(t[0]), address(t[0]), c == Collective::Reduce ? root : 0);
   call.op = op;
   if (op == RedOp::PremulSum) call.scale = scale;
-  return cuda_call(call, false, t[0], type, name, t, {});
+  return cuda_call(call, false, t[0], type, name, t[0], at::Tensor());
 }
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::cuda_broadcast(std::vector<at::Tensor>& t, int root) {
@@ -240,7 +314,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::cuda_broadcast(std::vector<at::Te
   int64_t n;
   moved_as(t[0], &dt, &n);
   auto call = make_call(Collective::Broadcast, algo(Collective::Broadcast), dt, n, address(t[0]), address(t[0]), root);
-  return cuda_call(call, false, t[0], c10d::OpType::BROADCAST, "broadcast", t, {});
+  return cuda_call(call, false, t[0], c10d::OpType::BROADCAST, "broadcast", t[0], at::Tensor());
 }
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::cuda_allgather_base(at::Tensor& out, at::Tensor& in) {
@@ -251,7 +325,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::cuda_allgather_base(at::Tensor& o
   int64_t n;
   moved_as(in, &dt, &n);
   auto call = make_call(Collective::AllGather, algo(Collective::AllGather), dt, n, address(in), address(out));
-  return cuda_call(call, true, in, c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {out}, {in});
+  return cuda_call(call, true, in, c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", out, in);
 }
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::cuda_reduce_scatter_base(at::Tensor& out, at::Tensor& in,
@@ -267,7 +341,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::cuda_reduce_scatter_base(at::Tens
       make_call(Collective::ReduceScatter, algo(Collective::ReduceScatter), dt, out.numel(), address(in), address(out));
   call.op = op;
   if (op == RedOp::PremulSum) call.scale = scale;
-  return cuda_call(call, true, in, c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {out}, {in});
+  return cuda_call(call, true, in, c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", out, in);
 }
 
 // -- coalesced calls on CUDA tensors: each tensor (pair) as its own call, from C++ where the cache
@@ -310,7 +384,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::cuda_alltoall_base(at::Tensor& ou
   moved_as(in, &dt, &n);
   if (n % getSize() != 0) return nullptr;
   auto call = make_call(Collective::AllToAll, algo(Collective::AllToAll), dt, n / getSize(), address(in), address(out));
-  return cuda_call(call, true, in, c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {out}, {in});
+  return cuda_call(call, true, in, c10d::OpType::ALLTOALL_BASE, "all_to_all_single", out, in);
 }
 
 }  // namespace torch_backend

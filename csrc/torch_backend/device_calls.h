@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "bindings/core_api.h"
+#include "common/ring_queue.h"
 
 namespace commlib {
 namespace torch_backend {
@@ -58,6 +59,10 @@ class CudaWork : public c10d::Work {
   // The held message went out as `work` (null: nothing to move) on `issued`, or failed with `err`.
   void issue(std::shared_ptr<DeviceWork> work, c10::Stream issued);
   void fail(const CoreError& err);
+  // A pooled work made ready for another call (DeviceCalls::work_for: only one nothing else
+  // references): what the first constructor sets, the future, error and hold forgotten.
+  void rearm(c10d::OpType type, const char* collective, const at::Tensor& output, std::shared_ptr<DeviceWork> work,
+             c10::Stream issued);
   bool isCompleted() override;
   bool isSuccess() const override;
   std::vector<at::Tensor> result() override { return outputs_; }
@@ -82,11 +87,23 @@ class CudaWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;  // made when first asked
 };
 
-// One backend's way to the communicator's device call cache, and the tensors of its calls, held
-// until the engine retired each call (as the Python path holds its buffers).
+// One backend's way to the communicator's device call cache, the tensors of its calls, held
+// until the engine retired each call (as the Python path holds its buffers), and its calls' works,
+// pooled: a steady call allocates nothing here (#37: a pooled CudaWork re-armed, the held tensors
+// in the slots of a ring that grows only past its largest size).
 class DeviceCalls {
  public:
+  // CudaWorks kept at most: a caller holding more at once gets new ones (as before pooling).
+  static constexpr size_t kMaxWorks = 64;
   explicit DeviceCalls(const CoreApi* api) : api_(api) {}
+  // The work of a call run from C++: a pooled one that nothing but the pool references any more (no
+  // torch Work handle, Python object, future chain or weak reference: c10::intrusive_ptr's strong and
+  // weak counts, read under the pool's mutex, cannot rise behind the check, since a new reference can
+  // only be made from an existing one and the pool's is the only one), re-armed; else a new one,
+  // pooled while there is room.
+  c10::intrusive_ptr<CudaWork> work_for(const CoreApi* api, c10d::OpType type, const char* name, int rank,
+                                        const at::Tensor& output, std::shared_ptr<DeviceWork> work, c10::Stream issued);
+  size_t pooled_works();
   // Offers `call` (its buffers of `kind`, `kind_out` kNoBuffer where the method takes one buffer)
   // on `device` and `stream`: 1 enqueued (*work), 0 not cached, -1 error (*err). `group`: the Python
   // backend, whose communicator publishes the cache's address once it made its device route.
@@ -94,6 +111,8 @@ class DeviceCalls {
             uintptr_t stream, std::shared_ptr<DeviceWork>* work, CoreError* err);
   // Holds `tensors` until `work`'s call retired (released on later calls, or at clear()), by its
   // retire ticket (core_api.h device_ticket), not the work itself.
+  void hold(const std::shared_ptr<DeviceWork>& work, const at::Tensor& a, const at::Tensor& b);
+  // (a batch's tensors: sends and receives, device_p2p.cc)
   void hold(const std::shared_ptr<DeviceWork>& work, std::vector<at::Tensor> tensors);
   void clear();
   size_t held();
@@ -101,12 +120,21 @@ class DeviceCalls {
   void* cache(const pybind11::object& group);
 
  private:
-  using Held = std::deque<std::pair<DeviceTicket, std::vector<at::Tensor>>>;
-  Held take_retired();  // (under mu_; the caller releases them after it)
+  struct Held {
+    DeviceTicket ticket;
+    at::Tensor a, b;  // (a call's output and input; either undefined)
+    std::vector<at::Tensor> more;  // (a batch's)
+  };
+  void hold(Held held);
+  // Moves the tensors of retired calls into `out` (under mu_; the caller releases them after it).
+  void take_retired(std::vector<at::Tensor>* out);
   const CoreApi* api_;
   std::atomic<void*> cache_{nullptr};  // DeviceCallCache*, kept alive by the group's communicator
   std::mutex mu_;  // never held while taking the GIL
-  Held held_;
+  RingQueue<Held> held_;
+  std::mutex pool_mu_;
+  std::vector<c10::intrusive_ptr<CudaWork>> pool_;
+  size_t next_ = 0;  // where the next look starts (works are let go of in about call order)
 };
 
 }  // namespace torch_backend

@@ -57,27 +57,19 @@ bool strided_cuda(const at::Tensor& t) { return t.defined() && t.is_cuda() && t.
 
 }  // namespace
 
-DeviceBatch gather_batch(const at::Tensor& mine, const std::vector<at::Tensor>& targets, int root, int me) {
+DeviceBatch rooted_batch(const at::Tensor& mine, const std::vector<at::Tensor>& list, int root, int me,
+                         bool root_receives) {
+  // gather (root_receives): every rank sends `mine` to the root, which receives block j into
+  // list[j]; scatter: the root sends list[j] to rank j, which receives it into `mine`. The root's own
+  // block is a copy on the stream: list[me] <- mine (gather), mine <- list[me] (scatter).
   DeviceBatch b;
   if (me != root) {
-    b.messages.push_back({true, mine, root});
+    b.messages.push_back({root_receives, mine, root});
     return b;
   }
-  for (int j = 0; j < static_cast<int>(targets.size()); ++j)
-    if (j != me) b.messages.push_back({false, targets[j], j});
-  b.own = {targets[me], mine};
-  return b;
-}
-
-DeviceBatch scatter_batch(const at::Tensor& mine, const std::vector<at::Tensor>& sources, int root, int me) {
-  DeviceBatch b;
-  if (me != root) {
-    b.messages.push_back({false, mine, root});
-    return b;
-  }
-  for (int j = 0; j < static_cast<int>(sources.size()); ++j)
-    if (j != me) b.messages.push_back({true, sources[j], j});
-  b.own = {mine, sources[me]};
+  for (int j = 0; j < static_cast<int>(list.size()); ++j)
+    if (j != me) b.messages.push_back({!root_receives, list[j], j});
+  b.own = root_receives ? std::make_pair(list[me], mine) : std::make_pair(mine, list[me]);
   return b;
 }
 
@@ -146,7 +138,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::cuda_gather(std::vector<std::vect
     for (const auto& t : out[0]) targets.push_back(receive_target(t, dev, &staging));
     outputs = out[0];
   }
-  DeviceBatch b = gather_batch(send_source(in[0], dev), targets, root, me);
+  DeviceBatch b = rooted_batch(send_source(in[0], dev), targets, root, me, true);
   b.back = std::move(staging.back);
   const c10::Stream s = current_stream(dev);
   return device_batch(std::move(b), c10d::OpType::GATHER, "gather", std::move(outputs), kCudaBuffer, dev.index(),
@@ -167,7 +159,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::cuda_scatter(std::vector<at::Tens
   }
   DeviceBatch staging;
   const at::Tensor mine = receive_target(out[0], dev, &staging);
-  DeviceBatch b = scatter_batch(mine, sources, root, me);
+  DeviceBatch b = rooted_batch(mine, sources, root, me, false);
   b.back = std::move(staging.back);
   const c10::Stream s = current_stream(dev);
   return device_batch(std::move(b), c10d::OpType::SCATTER, "scatter", out, kCudaBuffer, dev.index(),

@@ -4,12 +4,14 @@
 // against (COMMLIB_TORCH_VERSION, also recorded beside the module) against the running one.
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
 #include <array>
 #include <string>
 #include <utility>
 #include <tuple>
 #include <stdexcept>
 
+#include "common/alloc_count.h"
 #include "torch_backend/backend.h"
 
 namespace py = pybind11;
@@ -87,6 +89,47 @@ PYBIND11_MODULE(_C_torch, m) {
           "Test seam: a call on emulated-device memory through the CUDA path's entry; its Work (torch's), or None "
           "when the device call cache does not hold it (the CUDA path then hands the call to the Python backend).")
       .def(
+          "_device_collective_steady",
+          [](CommlibBackend& b, int n, int kept, int coll, int dtype, int64_t count, uintptr_t in, uintptr_t out,
+             bool two_buffers, int device, uintptr_t stream) {
+            // n calls through the CUDA path's entry as _device_collective makes them (sum), the
+            // caller holding the last `kept` works as a training step holds its buckets' (after
+            // 2 * kept calls held alike), counted in C++ so that only the backend's own work is:
+            // (heap allocations of _C_torch's code on this thread in the n calls, calls run).
+            auto call = commlib::torch_backend::make_call(static_cast<commlib::Collective>(coll), 0,
+                                                          static_cast<commlib::DType>(dtype), count, in, out, 0);
+            const c10::Stream host(c10::Stream::DEFAULT, c10::Device(c10::kCPU));
+            std::vector<c10::intrusive_ptr<c10d::Work>> held(static_cast<size_t>(std::max(kept, 1)));
+            size_t at = 0;
+            int ran = 0;
+            uint64_t allocations = 0;
+            {
+              py::gil_scoped_release nogil;
+              auto one = [&] {
+                auto w = b.device_run(call, commlib::torch_backend::kEmulatedBuffer, two_buffers, device, stream,
+                                      host, c10d::OpType::UNKNOWN, "device call", at::Tensor(), at::Tensor());
+                if (w) ++ran;
+                held[at] = std::move(w);  // (the work it replaces is let go of: the pool may re-arm it)
+                at = (at + 1) % held.size();
+              };
+              for (int i = 0; i < 2 * kept; ++i) one();
+              ran = 0;
+              const uint64_t before = commlib::thread_allocations();
+              for (int i = 0; i < n; ++i) one();
+              allocations = commlib::thread_allocations() - before;
+              for (auto& w : held)
+                if (w) w->synchronize();
+              held.clear();  // (released without the GIL, as torch's holders release theirs)
+            }
+            return std::make_tuple(allocations, ran);
+          },
+          py::arg("n"), py::arg("kept"), py::arg("collective"), py::arg("dtype"), py::arg("count"), py::arg("input"),
+          py::arg("output"), py::arg("two_buffers"), py::arg("device"), py::arg("stream"),
+          "Test seam: n steady sum calls on emulated-device memory through the CUDA path's entry, the last `kept` "
+          "works held; (heap allocations of this module's code on this thread in the n calls, calls run from C++).")
+      .def("_device_works_pooled", &CommlibBackend::device_works_pooled,
+           "CudaWorks the backend's pool keeps (re-armed for later calls once nothing references them).")
+      .def(
           "_device_p2p",
           [](CommlibBackend& b, const std::vector<std::tuple<bool, uintptr_t, int64_t, int>>& messages, int device,
              uintptr_t stream) {
@@ -150,10 +193,10 @@ PYBIND11_MODULE(_C_torch, m) {
             tb::DeviceBatch batch;
             c10d::OpType type = c10d::OpType::ALLTOALL;
             if (kind == "gather") {
-              batch = tb::gather_batch(in.at(0), out, root, me);
+              batch = tb::rooted_batch(in.at(0), out, root, me, true);
               type = c10d::OpType::GATHER;
             } else if (kind == "scatter") {
-              batch = tb::scatter_batch(out.at(0), in, root, me);
+              batch = tb::rooted_batch(out.at(0), in, root, me, false);
               type = c10d::OpType::SCATTER;
             } else if (kind == "all_to_all") {
               batch = tb::alltoall_batch(out, in, me);

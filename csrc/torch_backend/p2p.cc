@@ -132,8 +132,11 @@ bool host_tensor(const std::vector<at::Tensor>& t) { return t.size() == 1 && hos
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::p2p(bool send, std::vector<at::Tensor>& t, int peer) {
-  const bool on_device = t.size() == 1 && device_p2p_layout(t[0]);
-  if (!host_tensor(t) && !on_device) {  // sparse tensors, several tensors: the Python side explains
+  if (t.size() != 1)  // (as gloo and NCCL: torch's own API passes one)
+    throw py::value_error(std::string("tensors: a ") + (send ? "send" : "recv") + " takes one tensor, got " +
+                          std::to_string(t.size()));
+  const bool on_device = device_p2p_layout(t[0]);
+  if (!host_tensor(t) && !on_device) {  // sparse tensors: the Python side explains
     p2p_handed_over_ = true;
     return send ? delegate("send", t, peer, 0) : delegate("recv", t, peer, 0);
   }

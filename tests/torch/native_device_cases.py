@@ -100,8 +100,10 @@ def steady_cpp_calls_allocate_nothing(comm, n=200, kept=8):
     last `kept` works as a training step holds its buckets' (after 2 * kept held alike): the core's
     side (DeviceCallCache::run_native) re-arms a pooled DeviceWork that nobody owns any more instead
     of making one (bindings/device_work_pool.h, NativeWorkPool). (commlib's heap allocations on
-    this thread in the n calls: _C.thread_allocations, which counts _C's code only, not the c10d
-    Work _C_torch makes; C++ entry hits; results right; the emulated driver calls of the n calls.)"""
+    this thread in the n calls: _C.thread_allocations, which counts _C's code only; C++ entry hits;
+    results right; the emulated driver calls of the n calls; and _C_torch's side of n more calls
+    counted in C++: its allocations (the CudaWork re-armed from its pool, the held tensors in a
+    ring), the calls run and the works pooled.)"""
     P, r = comm.size, comm.rank
     pg = ProcessGroupCommlib(comm.split(0), r, P)
     backend = native.wrap(pg)
@@ -124,8 +126,15 @@ def steady_cpp_calls_allocate_nothing(comm, n=200, kept=8):
     want = np.concatenate([np.arange(7, dtype=np.float32) + 100 * q for q in range(P)])
     right = bool((out.numpy() == want).all()) and all(w.is_completed() for w in held)
     held.clear()
+    # _C_torch's own side (#37: the CudaWork, the held tensors): the same calls in a C++ loop, counted
+    # there (pybind11's conversions of a Python caller would count too), with the pool's size
+    torch_allocs, ran = backend._device_collective_steady(n, kept, int(COLLECTIVE["all_gather"]),
+                                                          int(DTYPE["float32"]), 7, inp.data_ptr(), out.data_ptr(),
+                                                          True, inp.device_index, 0)
+    right = right and bool((out.numpy() == want).all())
+    pooled = backend._device_works_pooled()
     pg.shutdown()
-    return allocs, hits, right, calls
+    return allocs, hits, right, calls, (torch_allocs, ran, pooled)
 
 
 P2P_DEVICE = 5  # a device no other case of the pool's processes sets up an engine on

@@ -67,7 +67,8 @@ def test_the_cpp_backend_runs_cached_device_calls_itself(pool):
 
 
 def test_the_cpp_backends_steady_device_calls_cost_what_the_entrys_do(pool):
-    # Its works are pooled and re-armed (bindings/device_work_pool.h, NativeWorkPool): no DeviceWork
+    # Its works are pooled and re-armed (bindings/device_work_pool.h, NativeWorkPool; and the
+    # backend's CudaWork, torch_backend/device_calls.h DeviceCalls::work_for): no DeviceWork
     # made per steady call (one per call when every call made its own). The per-call queues grow
     # only when they double past their largest size (common/ring_queue.h): a handful at most. Its
     # driver calls are the Python entry's budget (tests/stream/test_call_counts.py PER_CALL: one
@@ -79,10 +80,14 @@ def test_the_cpp_backends_steady_device_calls_cost_what_the_entrys_do(pool):
         pytest.skip("commlib._C_torch was not built")
     n = 200
     per_call = {"the kernel path's launch": 1, "cudaGetDevice": 1, "cudaStreamGetCaptureInfo": 1}
-    for allocs, hits, right, calls in pool(2, env=ENV, own="native_counting").run(
+    for allocs, hits, right, calls, (torch_allocs, ran, pooled) in pool(2, env=ENV, own="native_counting").run(
             native_device_cases.steady_cpp_calls_allocate_nothing, n, timeout=120):
         assert right and hits == n, (hits, right)
         assert 0 <= allocs <= 6, allocs
+        # _C_torch's side: a CudaWork re-armed from the backend's pool once torch let go of it, the
+        # held tensors in a ring's slots (n per call each when made per call); 8 held + 1 in hand
+        assert ran == n and torch_allocs == 0, (ran, torch_allocs)
+        assert pooled <= 9, pooled
         assert calls.pop("cudaEventRecord", 0) in (0, n), calls
         assert calls == {k: v * n for k, v in per_call.items()}, calls
 

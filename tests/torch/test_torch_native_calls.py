@@ -1,7 +1,8 @@
 """The calls the C++ c10d::Backend (commlib._C_torch, csrc/torch_backend/) runs on the core itself
 rather than handing them to the Python backend: sends and receives, batch_isend_irecv, the
-coalesced collectives, uneven all-to-all, non-contiguous tensors and per-call timeouts, each
-against gloo (rank side: native_call_cases.py)."""
+coalesced collectives, uneven all-to-all, non-contiguous tensors and per-call timeouts, and
+what it handed over until session 19 (cast and complex reductions, sparse all_reduce, uneven
+lists, several tensors per call: native_staged_cases.py), each against gloo (rank side: native_call_cases.py)."""
 import os
 import sys
 
@@ -14,6 +15,7 @@ if HERE not in sys.path:
 torch = pytest.importorskip("torch")
 
 import native_call_cases as cases  # noqa: E402
+import native_staged_cases  # noqa: E402
 from commlib.testing import get_pool  # noqa: E402
 from commlib.torch import native  # noqa: E402
 
@@ -22,7 +24,8 @@ pytestmark = pytest.mark.skipif(native.load() is None, reason="commlib._C_torch 
 
 @pytest.mark.parametrize("n", [2, 3])
 @pytest.mark.parametrize("case", [cases.case_p2p, cases.case_coalesced, cases.case_uneven_all_to_all,
-                                  cases.case_non_contiguous], ids=lambda c: c.__name__[5:])
+                                  cases.case_non_contiguous, native_staged_cases.case_staged_in_cpp],
+                         ids=lambda c: c.__name__[5:])
 def test_runs_in_cpp_as_on_gloo(case, n):
     assert get_pool(n).run(case, timeout=120) == [True] * n
 

@@ -1,0 +1,201 @@
+// CommlibBackend's reductions on CPU tensors: all_reduce, reduce, reduce_scatter (list and
+// tensor). A tensor of a dtype the core reduces, contiguous, runs on its own memory (all_reduce's
+// latency path first, unchanged); any other dtype torch reduces, a conjugate or negative view, or a
+// non-contiguous tensor through a staging buffer (reduction_of: staging.py's reduction_staging in
+// C++), the result copied back with a cast. Nothing here is handed to the Python backend but
+// argument errors it explains (sizes, dtypes that differ) and ops it refuses.
+#include <ATen/MemoryOverlap.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "torch_backend/backend.h"
+
+namespace py = pybind11;
+
+namespace commlib {
+namespace torch_backend {
+namespace {
+
+uintptr_t address(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()); }
+
+// A tensor the core takes as it is, once contiguous (the latency path's test).
+bool plain(const at::Tensor& t, DType* dt) { return host_layout(t) && reduction_dtype(t, dt); }
+
+// A CPU strided tensor whose values a staging copy can read (and write back: no element twice).
+bool stageable(const at::Tensor& t) {
+  return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided &&
+         (t.is_contiguous() || at::has_internal_overlap(t) != at::MemOverlap::Yes);
+}
+
+const char* op_name(c10d::ReduceOp::RedOpType op) {
+  switch (op) {
+    case c10d::ReduceOp::SUM: return "sum";
+    case c10d::ReduceOp::AVG: return "avg";
+    case c10d::ReduceOp::PRODUCT: return "prod";
+    case c10d::ReduceOp::MIN: return "min";
+    case c10d::ReduceOp::MAX: return "max";
+    case c10d::ReduceOp::BAND: return "band";
+    case c10d::ReduceOp::BOR: return "bor";
+    case c10d::ReduceOp::BXOR: return "bxor";
+    case c10d::ReduceOp::PREMUL_SUM: return "premul_sum";
+    default: return "unsupported";
+  }
+}
+
+}  // namespace
+
+bool reduction_of(const at::Tensor& t, const c10d::ReduceOp& op, Reduction* r) {
+  if (!stageable(t)) return false;
+  const at::ScalarType s = t.scalar_type();
+  c10d::ReduceOp core_op = op;  // (bool maps it; premul_sum keeps its factor)
+  r->reals = 1;
+  if (reduction_dtype(t, &r->dt)) {
+    r->stage = s;
+  } else if (s == at::kBool) {
+    switch (op.op_) {
+      case c10d::ReduceOp::SUM: case c10d::ReduceOp::MAX: case c10d::ReduceOp::BOR: case c10d::ReduceOp::AVG:
+        core_op = c10d::ReduceOp(c10d::ReduceOp::MAX); break;
+      case c10d::ReduceOp::PRODUCT: case c10d::ReduceOp::MIN: case c10d::ReduceOp::BAND:
+        core_op = c10d::ReduceOp(c10d::ReduceOp::MIN); break;
+      case c10d::ReduceOp::BXOR: break;
+      default: throw py::value_error(std::string("op: ") + op_name(op.op_) + " is not defined for torch.bool tensors");
+    }
+    r->stage = at::kByte;
+    r->dt = DType::UInt8;
+  } else if (at::isComplexType(s)) {
+    if (op.op_ != c10d::ReduceOp::SUM && op.op_ != c10d::ReduceOp::AVG && op.op_ != c10d::ReduceOp::PREMUL_SUM)
+      throw py::value_error(std::string("op: ") + op_name(op.op_) + " is not defined for complex tensors");
+    r->stage = s;
+    r->dt = s == at::kComplexDouble ? DType::Float64 : s == at::kComplexFloat ? DType::Float32 : DType::Float16;
+    r->reals = 2;
+  } else if (at::isIntegralType(s, /*includeBool=*/false)) {  // int16, uint16/32/64: in int64
+    const bool averaged = op.op_ == c10d::ReduceOp::AVG || op.op_ == c10d::ReduceOp::PREMUL_SUM;
+    r->stage = averaged ? at::kDouble : at::kLong;
+    r->dt = averaged ? DType::Float64 : DType::Int64;
+  } else if (at::isFloatingType(s)) {  // float8 and the like: in float32
+    r->stage = at::kFloat;
+    r->dt = DType::Float32;
+  } else {
+    return false;  // (quantized, bits, ...: the Python side explains)
+  }
+  r->scale = 1.0;
+  return reduction_op(core_op, r->dt, &r->op, &r->scale);
+}
+
+at::Tensor staged_for(const at::Tensor& t, const Reduction& r) {
+  if (t.scalar_type() == r.stage && t.is_contiguous() && !t.is_conj() && !t.is_neg()) return t;
+  at::Tensor s = at::empty(t.sizes(), t.options().dtype(r.stage).memory_format(at::MemoryFormat::Contiguous));
+  s.copy_(t);  // (casts, and resolves conjugate and negative views)
+  return s;
+}
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::staged_reduction(Collective c, std::vector<at::Tensor>& t,
+                                                                const c10d::ReduceOp& reduce_op, int root, bool async,
+                                                                std::chrono::milliseconds timeout) {
+  Reduction r;
+  if (t.size() != 1 || !reduction_of(t[0], reduce_op, &r)) return nullptr;
+  at::Tensor s = staged_for(t[0], r);
+  const bool all = c == Collective::AllReduce;
+  CopyBack back;  // (a reduce's result is the root's alone, as on the Python side)
+  if (all || root == getRank()) back.add(t[0], s);
+  auto call = make_call(c, algo(c), r.dt, s.numel() * r.reals, address(s), address(s), all ? 0 : root);
+  call.op = r.op;
+  call.scale = r.scale;
+  std::function<void()> finish;
+  if (!s.is_same(t[0])) finish = [s, back]() mutable { back(); };
+  return run(call, async, all ? c10d::OpType::ALLREDUCE : c10d::OpType::REDUCE, all ? "all_reduce" : "reduce", t,
+             std::move(finish), timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::allreduce(std::vector<at::Tensor>& t, const c10d::AllreduceOptions& o) {
+  if (auto w = cuda_reduction(Collective::AllReduce, t, o.reduceOp, 0, c10d::OpType::ALLREDUCE, "all_reduce")) return w;
+  DType dt;
+  RedOp op;
+  double scale = 1.0;
+  if (t.size() == 1 && plain(t[0], &dt) && reduction_op(o.reduceOp, dt, &op, &scale)) {  // the latency path
+    at::Tensor c = dense(t[0]);
+    CopyBack back;
+    back.add(t[0], c);
+    auto call = make_call(Collective::AllReduce, algo(Collective::AllReduce), dt, c.numel(), address(c), address(c));
+    call.op = op;
+    call.scale = scale;
+    return run(call, o.asyncOp, c10d::OpType::ALLREDUCE, "all_reduce", t, back.empty() ? nullptr : std::function<void()>(back),
+               o.timeout);
+  }
+  if (t.size() == 1 && t[0].defined() && t[0].is_sparse()) return allreduce_sparse(t, o);
+  if (auto w = t.size() == 1 ? staged_reduction(Collective::AllReduce, t, o.reduceOp, 0, o.asyncOp, o.timeout)
+                             : several_allreduce(t, o))
+    return w;
+  return delegate("allreduce", t, o);
+}
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::reduce(std::vector<at::Tensor>& t, const c10d::ReduceOptions& o) {
+  if (auto w = cuda_reduction(Collective::Reduce, t, o.reduceOp, static_cast<int>(o.rootRank), c10d::OpType::REDUCE,
+                              "reduce"))
+    return w;
+  if (t.size() > 1)  // (as gloo: one tensor per reduce)
+    throw py::value_error("tensors: reduce takes one tensor per call, got " + std::to_string(t.size()));
+  if (auto w = staged_reduction(Collective::Reduce, t, o.reduceOp, static_cast<int>(o.rootRank), o.asyncOp, o.timeout))
+    return w;
+  return delegate("reduce", t, o);
+}
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::_reduce_scatter_base(at::Tensor& out, at::Tensor& in,
+                                                                    const c10d::ReduceScatterOptions& o) {
+  if (auto w = cuda_reduce_scatter_base(out, in, o.reduceOp)) return w;
+  Reduction r;
+  if (reduction_of(out, o.reduceOp, &r) && stageable(in) && in.scalar_type() == out.scalar_type() &&
+      in.numel() == out.numel() * getSize()) {
+    at::Tensor si = staged_for(in, r), so = staged_for(out, r);
+    CopyBack back;
+    back.add(out, so);
+    auto call = make_call(Collective::ReduceScatter, algo(Collective::ReduceScatter), r.dt, so.numel() * r.reals,
+                          address(si), address(so));
+    call.op = r.op;
+    call.scale = r.scale;
+    return run(call, o.asyncOp, c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {out},
+               [si, so, back]() mutable { back(); }, o.timeout);
+  }
+  return delegate("_reduce_scatter_base", out, in, o);
+}
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::reduce_scatter(std::vector<at::Tensor>& out,
+                                                              std::vector<std::vector<at::Tensor>>& in,
+                                                              const c10d::ReduceScatterOptions& o) {
+  // The input list's blocks side by side, each padded to the largest when they differ (the padding
+  // is reduced and thrown away), in the staging dtype; the output through a buffer of that dtype.
+  if (out.size() > 1)  // (as gloo: one output per reduce_scatter)
+    throw py::value_error("output_tensors: reduce_scatter takes one output per call, got " + std::to_string(out.size()));
+  const int P = getSize(), me = getRank();
+  Reduction r;
+  bool ours = out.size() == 1 && in.size() == 1 && in[0].size() == static_cast<size_t>(P) &&
+              reduction_of(out[0], o.reduceOp, &r) && in[0][me].numel() == out[0].numel();
+  int64_t m = 0;
+  bool equal = true;
+  for (int j = 0; ours && j < P; ++j) {
+    const at::Tensor& x = in[0][j];
+    ours = stageable(x) && x.scalar_type() == out[0].scalar_type();
+    equal = equal && x.numel() == in[0][0].numel();
+    m = std::max<int64_t>(m, x.numel());
+  }
+  if (!ours) return delegate("reduce_scatter", out, in, o);  // (it names what is wrong)
+  at::Tensor flat = equal ? at::empty({m * P}, out[0].options().dtype(r.stage))
+                          : at::zeros({m * P}, out[0].options().dtype(r.stage));
+  for (int j = 0; j < P; ++j) flat.narrow(0, j * m, in[0][j].numel()).copy_(in[0][j].reshape({-1}));
+  at::Tensor so = equal ? staged_for(out[0], r) : at::empty({m}, flat.options());
+  auto call = make_call(Collective::ReduceScatter, algo(Collective::ReduceScatter), r.dt, m * r.reals, address(flat),
+                        address(so));
+  call.op = r.op;
+  call.scale = r.scale;
+  at::Tensor user = out[0];
+  return run(call, o.asyncOp, c10d::OpType::REDUCE_SCATTER, "reduce_scatter", out,
+             [flat, so, user]() mutable {
+               if (!so.is_same(user)) user.copy_(so.reshape({-1}).narrow(0, 0, user.numel()).view(user.sizes()));
+             },
+             o.timeout);
+}
+
+}  // namespace torch_backend
+}  // namespace commlib
