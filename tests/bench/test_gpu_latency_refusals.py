@@ -9,12 +9,14 @@ import gpu_latency  # noqa: E402
 
 
 def test_a_refused_staged_call_is_left_out_and_the_rest_of_the_table_prints(capsys):
-    """--staged (buffers no peer maps) with 64 KiB slots: a 1 MiB mapped_one_shot needs 1 MiB of
-    staging where 2 ranks x 4 slots x 64 KiB hold 512 KiB, so it is refused; ring runs after it on
-    the same communicators, and the correctness check after the size still passes."""
+    """--staged (buffers no peer maps) through the slots (COMMLIB_DEVICE_STAGING=slots; the default
+    staging arena grows to fit) with 64 KiB slots: a 1 MiB mapped_one_shot needs 1 MiB of staging
+    where 2 ranks x 4 slots x 64 KiB hold 512 KiB, so it is refused; ring runs after it on the same
+    communicators, and the correctness check after the size still passes."""
     rc = gpu_latency.main(["--device", "emulated", "--np", "2", "--sizes", "1M", "--reps", "2", "--paths", "kernel",
                            "--algorithms", "mapped_one_shot,ring", "--staged",
-                           "--sweep", "COMMLIB_DEVICE_SLOT_BYTES=65536", "--timeout", "60"])
+                           "--sweep", "COMMLIB_DEVICE_SLOT_BYTES=65536", "--sweep", "COMMLIB_DEVICE_STAGING=slots",
+                           "--timeout", "60"])
     out = capsys.readouterr().out
     assert rc == 0
     table = [line for line in out.splitlines() if line.startswith("|")]

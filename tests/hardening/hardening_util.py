@@ -15,6 +15,7 @@ LINE = 64
 HEADER = LINE                 # RegionHeader, rounded to a cache line
 CHUNK_HEADER = LINE           # ChunkHeader (48 bytes), rounded
 CHANNEL_CTL = 3 * LINE        # tail, head, acked: a line each
+# RegionHeader (shm_layout.h): magic, size, nslots at 12, slot_bytes at 16, stream_bytes at 24.
 # RankCtl field offsets (csrc/transport/shm/shm_layout.h): doorbell, sleeping, pid (with state and
 # error kind) and the published call (its seqlock version first) each on their own lines.
 CTL_STATE, CTL_ERROR_KIND, CTL_CALL_VERSION, CTL_CALL, CTL_MESSAGE = 132, 136, 192, 200, 224
@@ -34,8 +35,12 @@ class Region:
         self.nslots = ctypes.c_uint32.from_address(start + 12).value
         self.slot_bytes = ctypes.c_uint64.from_address(start + 16).value
         self.slot_stride = CHUNK_HEADER + -(-self.slot_bytes // LINE) * LINE
+        self.stream_bytes = ctypes.c_uint64.from_address(start + 24).value
         self.channel_stride = CHANNEL_CTL + self.nslots * self.slot_stride
-        self.ctl_stride = (self.total - HEADER - size * size * self.channel_stride) // size
+        # each rank's broadcast stream after the channels: its produced line, a consumed line per
+        # rank, the ring (shm_transport.cc's stream_stride)
+        self.stream_stride = (1 + size) * LINE + -(-self.stream_bytes // LINE) * LINE
+        self.ctl_stride = (self.total - HEADER - size * size * self.channel_stride - size * self.stream_stride) // size
         self.chan_offset = HEADER + size * self.ctl_stride
 
     def ctl(self, rank: int) -> int:
