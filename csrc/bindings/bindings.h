@@ -14,6 +14,7 @@
 namespace commlib {
 struct CollectiveCall;  // host/communicator.h
 struct P2PItem;
+struct CodecSpec;  // kernels/codec_spec.h
 namespace sim {
 struct Topology;
 }
@@ -28,6 +29,10 @@ void bind_device(pybind11::module_& m);    // bindings/device_bindings.cc: devic
 void bind_sim(pybind11::module_& m);       // bindings/sim_bindings.cc: simulate()
 void bind_codecs(pybind11::module_& m);   // bindings/codec_bindings.cc: codec_encode() etc.
 void bind_device_plan(pybind11::module_& m);  // bindings/device_plan_bindings.cc: device plans, their check
+
+// A codec's spec from the bindings' arguments (codec_bindings.cc), the host's and the device's
+// codec bindings alike: an unknown codec or rounding is a ValueError naming the argument.
+CodecSpec codec_spec_of(const std::string& codec, int64_t block, const std::string& rounding, uint64_t seed);
 
 // Sets the Python error for a C++ exception through the one error table (bindings/error_kinds.h:
 // CommError family -> commlib's classes, std::invalid_argument -> ValueError, ...). Needs the GIL

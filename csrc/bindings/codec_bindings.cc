@@ -22,16 +22,6 @@ namespace py = pybind11;
 namespace commlib {
 namespace {
 
-CodecSpec spec_of(const std::string& codec, int64_t block, const std::string& rounding, uint64_t seed) {
-  CodecSpec s;
-  s.kind = codec_kind(codec);
-  s.block = block;
-  if (rounding != "nearest" && rounding != "stochastic")
-    throw std::invalid_argument("rounding: 'nearest' or 'stochastic', got '" + rounding + "'");
-  s.stochastic = rounding == "stochastic";
-  s.seed = seed;
-  return s;
-}
 
 py::buffer_info contiguous(const char* name, const py::buffer& b, bool writable, DType dtype) {
   py::buffer_info info = b.request(writable);
@@ -49,7 +39,7 @@ py::buffer_info contiguous(const char* name, const py::buffer& b, bool writable,
 
 py::array_t<uint8_t> encode(const std::string& codec, int64_t block, const std::string& rounding, uint64_t seed,
                             DType dtype, const py::buffer& src, uint64_t counter_base, bool reference) {
-  const CodecSpec spec = spec_of(codec, block, rounding, seed);
+  const CodecSpec spec = codec_spec_of(codec, block, rounding, seed);
   check_codec(spec, dtype);
   const py::buffer_info s = contiguous("x", src, false, dtype);
   const size_t n = static_cast<size_t>(s.size);
@@ -64,7 +54,7 @@ py::array_t<uint8_t> encode(const std::string& codec, int64_t block, const std::
 
 void decode(const std::string& codec, int64_t block, DType dtype, const py::buffer& src, const py::buffer& dst,
             bool reference) {
-  CodecSpec spec = spec_of(codec, block, "nearest", 0);
+  CodecSpec spec = codec_spec_of(codec, block, "nearest", 0);
   check_codec(spec, dtype);
   const py::buffer_info d = contiguous("out", dst, true, dtype);
   const py::buffer_info s = src.request(false);
@@ -79,7 +69,7 @@ void decode(const std::string& codec, int64_t block, DType dtype, const py::buff
 
 void project(const std::string& codec, int64_t block, const std::string& rounding, uint64_t seed, DType dtype,
              const py::buffer& x, uint64_t counter_base) {
-  const CodecSpec spec = spec_of(codec, block, rounding, seed);
+  const CodecSpec spec = codec_spec_of(codec, block, rounding, seed);
   check_codec(spec, dtype);
   const py::buffer_info s = contiguous("x", x, true, dtype);
   std::vector<uint8_t> scratch;
@@ -89,7 +79,7 @@ void project(const std::string& codec, int64_t block, const std::string& roundin
 
 py::array_t<uint8_t> encode_project(const std::string& codec, int64_t block, const std::string& rounding,
                                     uint64_t seed, DType dtype, const py::buffer& x, uint64_t counter_base) {
-  const CodecSpec spec = spec_of(codec, block, rounding, seed);
+  const CodecSpec spec = codec_spec_of(codec, block, rounding, seed);
   check_codec(spec, dtype);
   const py::buffer_info s = contiguous("x", x, true, dtype);
   const size_t n = static_cast<size_t>(s.size);
@@ -117,7 +107,7 @@ BufferView host_float32(const char* name, const py::handle& o, PyBufferHold* hol
 
 void error_feedback(const std::string& codec, int64_t block, const std::string& rounding, uint64_t seed,
                     const py::handle& grad, const py::handle& residual, uint64_t counter_base) {
-  const CodecSpec spec = spec_of(codec, block, rounding, seed);
+  const CodecSpec spec = codec_spec_of(codec, block, rounding, seed);
   check_codec(spec, DType::Float32);
   PyBufferHold hg, hr;
   const BufferView g = host_float32("grad", grad, &hg), r = host_float32("residual", residual, &hr);
@@ -139,7 +129,7 @@ std::shared_ptr<Work> run_compressed(Communicator& c, Collective coll, const std
     throw std::invalid_argument(std::string("compress: all_reduce, reduce_scatter and all_gather take it, not ") +
                                 collective_name(coll));
   CollectiveCall call = collective_call(coll, algo, in, out, count, dtype, op, root, scale);
-  call.codec = spec_of(codec, block, rounding, seed);
+  call.codec = codec_spec_of(codec, block, rounding, seed);
   call.codec.inter_only = inter_only;
   call.codec.piece_bytes = c.codec_piece_bytes();
   check_codec(call.codec, dtype);
@@ -148,6 +138,17 @@ std::shared_ptr<Work> run_compressed(Communicator& c, Collective coll, const std
 }
 
 }  // namespace
+
+CodecSpec codec_spec_of(const std::string& codec, int64_t block, const std::string& rounding, uint64_t seed) {
+  CodecSpec s;
+  s.kind = codec_kind(codec);
+  s.block = block;
+  if (rounding != "nearest" && rounding != "stochastic")
+    throw std::invalid_argument("rounding: 'nearest' or 'stochastic', got '" + rounding + "'");
+  s.stochastic = rounding == "stochastic";
+  s.seed = seed;
+  return s;
+}
 
 void bind_codecs(py::module_& m) {
   m.def("codec_encode", &encode, py::arg("codec"), py::arg("block"), py::arg("rounding"), py::arg("seed"),
@@ -182,7 +183,7 @@ void bind_codecs(py::module_& m) {
         py::arg("sender_projects") = true, py::arg("host_of") = std::vector<int>{}, py::arg("inter_only") = false,
         "Verify a schedule as compress= runs it: every rank ends identical (docs/compression.md).");
   m.def("codec_encoded_bytes", [](const std::string& codec, int64_t block, int64_t n) {
-        CodecSpec s = spec_of(codec, block, "nearest", 0);
+        CodecSpec s = codec_spec_of(codec, block, "nearest", 0);
         check_codec(s, DType::Float32);
         if (n < 0) throw std::invalid_argument("count: must be >= 0, got " + std::to_string(n));
         return codec_encoded_bytes(s, static_cast<size_t>(n));

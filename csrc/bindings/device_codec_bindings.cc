@@ -16,20 +16,6 @@
 namespace py = pybind11;
 
 namespace commlib {
-namespace {
-
-CodecSpec device_spec(const std::string& codec, int64_t block, const std::string& rounding, uint64_t seed) {
-  CodecSpec s;
-  s.kind = codec_kind(codec);
-  s.block = block;
-  if (rounding != "nearest" && rounding != "stochastic")
-    throw std::invalid_argument("rounding: 'nearest' or 'stochastic', got '" + rounding + "'");
-  s.stochastic = rounding == "stochastic";
-  s.seed = seed;
-  return s;
-}
-
-}  // namespace
 
 void bind_device_codecs(py::module_& m) {
   auto device = py::reinterpret_borrow<py::class_<Device, std::shared_ptr<Device>>>(m.attr("Device"));
@@ -37,7 +23,7 @@ void bind_device_codecs(py::module_& m) {
       "codec_encode",
       [](Device& d, uintptr_t dst, uintptr_t src, size_t n, DType dtype, const std::string& codec, int64_t block,
          const std::string& rounding, uint64_t seed, uint64_t counter_base, DeviceStream& s, uintptr_t stop) {
-        const CodecSpec spec = device_spec(codec, block, rounding, seed);
+        const CodecSpec spec = codec_spec_of(codec, block, rounding, seed);
         DeviceGuard g(d);
         d.codec_encode(reinterpret_cast<const uint64_t*>(stop), spec, dtype, reinterpret_cast<const void*>(src), n,
                        reinterpret_cast<void*>(dst), counter_base, s);
@@ -49,7 +35,7 @@ void bind_device_codecs(py::module_& m) {
       "codec_decode",
       [](Device& d, uintptr_t dst, uintptr_t src, size_t n, DType dtype, const std::string& codec, int64_t block,
          DeviceStream& s, uintptr_t stop) {
-        const CodecSpec spec = device_spec(codec, block, "nearest", 0);
+        const CodecSpec spec = codec_spec_of(codec, block, "nearest", 0);
         DeviceGuard g(d);
         d.codec_decode(reinterpret_cast<const uint64_t*>(stop), spec, dtype, reinterpret_cast<const void*>(src), n,
                        reinterpret_cast<void*>(dst), s);
@@ -67,7 +53,7 @@ void bind_device_codecs(py::module_& m) {
           throw std::invalid_argument(std::string("compress: all_reduce, reduce_scatter and all_gather take it, not ") +
                                       collective_name(coll));
         CollectiveCall call = collective_call(coll, algo, in, out, count, dtype, op, root, scale);
-        call.codec = device_spec(codec, block, rounding, seed);
+        call.codec = codec_spec_of(codec, block, rounding, seed);
         call.codec.inter_only = inter_only;
         check_codec(call.codec, dtype);
         ReleaseGil nogil;

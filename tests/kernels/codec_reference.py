@@ -7,6 +7,18 @@ GRIDS = {"int8": (127.0, None, 0), "int4": (7.0, None, 0), "fp8_e4m3": (448.0, 3
 DTYPES = ("float32", "float16", "bfloat16")
 
 
+def codec_cases(codec: str, counts, seed: int, blocks, dtypes=DTYPES):
+    """Every case of a codec test: (dtype, Codec, count, label) over dtypes x block sizes (bf16
+    has its one) x both roundings x counts, the label naming the case in a failure."""
+    from commlib.codecs import Codec
+    for dtype in dtypes:
+        for block in blocks if codec != "bf16" else (32,):
+            for rounding in ("nearest", "stochastic"):
+                c = Codec(codec, block, rounding, seed=seed)
+                for count in counts:
+                    yield dtype, c, count, f"{codec} {dtype} block {block} {rounding} n={count}"
+
+
 def as_dtype(values: np.ndarray, dtype: str) -> np.ndarray:
     """float32 values in dtype's host representation (bfloat16: rounded bit patterns as uint16)."""
     v = np.asarray(values, dtype=np.float32)

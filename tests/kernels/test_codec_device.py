@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import commlib.emulated as emu
-from codec_reference import DTYPES, as_dtype, awkward
+from codec_reference import as_dtype, awkward, codec_cases
 from commlib.codecs import NAMES, Codec
 from commlib.core import call_spec
 
@@ -83,19 +83,14 @@ def _device_decode(m, c, data, count, like, dtype):
 
 def _match_cpu(m, codec):
     with np.errstate(over="ignore", invalid="ignore"):
-        for dtype in DTYPES:
-            for block in BLOCKS if codec != "bf16" else (32,):
-                for rounding in ("nearest", "stochastic"):
-                    c = Codec(codec, block, rounding, seed=11)
-                    for count in COUNTS:
-                        x = as_dtype(awkward(count, count + block), dtype)
-                        what = f"{codec} {dtype} block {block} {rounding} n={count}"
-                        cpu, dev = c.encode(x, dtype, counter_base=5), _device_encode(m, c, x, dtype, 5)
-                        assert np.array_equal(cpu, dev), f"{what}: encode differs at bytes {np.nonzero(cpu != dev)[0][:5]}"
-                        junk = np.random.default_rng(count).integers(0, 256, cpu.size, dtype=np.uint8)
-                        for data in (cpu, junk):  # the encoder's bytes and arbitrary ones (every code)
-                            a, b = c.decode(data, count, dtype), _device_decode(m, c, data, count, x, dtype)
-                            assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), f"{what}: decode differs"
+        for dtype, c, count, what in codec_cases(codec, COUNTS, 11, BLOCKS):
+            x = as_dtype(awkward(count, count + c.block_size), dtype)
+            cpu, dev = c.encode(x, dtype, counter_base=5), _device_encode(m, c, x, dtype, 5)
+            assert np.array_equal(cpu, dev), f"{what}: encode differs at bytes {np.nonzero(cpu != dev)[0][:5]}"
+            junk = np.random.default_rng(count).integers(0, 256, cpu.size, dtype=np.uint8)
+            for data in (cpu, junk):  # the encoder's bytes and arbitrary ones (every code)
+                a, b = c.decode(data, count, dtype), _device_decode(m, c, data, count, x, dtype)
+                assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), f"{what}: decode differs"
 
 
 @pytest.mark.parametrize("codec", NAMES)

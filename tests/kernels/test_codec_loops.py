@@ -6,7 +6,7 @@ grids' subnormals, values near the dtype's largest, NaN/Inf blocks, zeros of bot
 import numpy as np
 import pytest
 
-from codec_reference import DTYPES, as_dtype, awkward, sample
+from codec_reference import as_dtype, awkward, codec_cases, sample
 from commlib.codecs import NAMES, Codec
 
 COUNTS = (0, 1, 5, 97, 1000, 4099)  # empty, one, under a block, primes, many blocks
@@ -15,21 +15,16 @@ BLOCKS = (1, 7, 32, 256)
 
 @pytest.mark.parametrize("codec", NAMES)
 def test_vectorised_loops_match_the_scalar_functors(codec):
-    for dtype in DTYPES:
-        with np.errstate(over="ignore", invalid="ignore"):
-            for block in BLOCKS if codec != "bf16" else (32,):
-                for rounding in ("nearest", "stochastic"):
-                    c = Codec(codec, block, rounding, seed=11)
-                    for count in COUNTS:
-                        x = as_dtype(awkward(count, count + block), dtype)
-                        what = f"{codec} {dtype} block {block} {rounding} n={count}"
-                        fast, ref = c.encode(x, dtype, counter_base=5), c.encode(x, dtype, 5, reference=True)
-                        assert np.array_equal(fast, ref), f"{what}: encode differs at bytes {np.nonzero(fast != ref)[0][:5]}"
-                        # decode: the encoder's bytes and arbitrary ones (every code, odd scales)
-                        junk = np.random.default_rng(count).integers(0, 256, fast.size, dtype=np.uint8)
-                        for data in (fast, junk):
-                            a, b = c.decode(data, count, dtype), c.decode(data, count, dtype, reference=True)
-                            assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), f"{what}: decode differs"
+    with np.errstate(over="ignore", invalid="ignore"):
+        for dtype, c, count, what in codec_cases(codec, COUNTS, 11, BLOCKS):
+            x = as_dtype(awkward(count, count + c.block_size), dtype)
+            fast, ref = c.encode(x, dtype, counter_base=5), c.encode(x, dtype, 5, reference=True)
+            assert np.array_equal(fast, ref), f"{what}: encode differs at bytes {np.nonzero(fast != ref)[0][:5]}"
+            # decode: the encoder's bytes and arbitrary ones (every code, odd scales)
+            junk = np.random.default_rng(count).integers(0, 256, fast.size, dtype=np.uint8)
+            for data in (fast, junk):
+                a, b = c.decode(data, count, dtype), c.decode(data, count, dtype, reference=True)
+                assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), f"{what}: decode differs"
 
 
 def feedback_reference(codec: Codec, grad: np.ndarray, residual: np.ndarray):
@@ -48,22 +43,19 @@ def test_fused_error_feedback_matches_the_composition(codec):
     the codec's own path) and on counts that end inside a chunk or a block."""
     from commlib.core.codecs import error_feedback_round
     with np.errstate(over="ignore", invalid="ignore"):
-        for block in BLOCKS if codec != "bf16" else (32,):
-            for rounding in ("nearest", "stochastic"):
-                c = Codec(codec, block, rounding, seed=3)
-                for count in COUNTS + (5003,):
-                    grad = awkward(count, count + block)
-                    residual = (sample(count, count + 7) * np.float32(0.01)).astype(np.float32)
-                    if count > 3:
-                        residual[3] = np.float32(3.4e38)  # s = grad + residual may pass float32's largest
-                    for res in (None, residual):
-                        want_q, want_r = feedback_reference(c, grad, np.zeros_like(grad) if res is None else res)
-                        g, r = grad.copy(), None if res is None else res.copy()
-                        r = error_feedback_round(c, g, r)
-                        what = f"{codec} block {block} {rounding} n={count} residual {res is not None}"
-                        assert np.array_equal(g.view(np.uint32), want_q.view(np.uint32)), f"{what}: grad differs"
-                        same = (r.view(np.uint32) == want_r.view(np.uint32)) | (np.isnan(r) & np.isnan(want_r))
-                        assert same.all(), f"{what}: residual differs at {np.nonzero(~same)[0][:5]}"
+        for _, c, count, label in codec_cases(codec, COUNTS + (5003,), 3, BLOCKS, dtypes=("float32",)):
+            grad = awkward(count, count + c.block_size)
+            residual = (sample(count, count + 7) * np.float32(0.01)).astype(np.float32)
+            if count > 3:
+                residual[3] = np.float32(3.4e38)  # s = grad + residual may pass float32's largest
+            for res in (None, residual):
+                want_q, want_r = feedback_reference(c, grad, np.zeros_like(grad) if res is None else res)
+                g, r = grad.copy(), None if res is None else res.copy()
+                r = error_feedback_round(c, g, r)
+                what = f"{label} residual {res is not None}"
+                assert np.array_equal(g.view(np.uint32), want_q.view(np.uint32)), f"{what}: grad differs"
+                same = (r.view(np.uint32) == want_r.view(np.uint32)) | (np.isnan(r) & np.isnan(want_r))
+                assert same.all(), f"{what}: residual differs at {np.nonzero(~same)[0][:5]}"
 
 
 @pytest.mark.parametrize("codec", NAMES)
@@ -74,17 +66,12 @@ def test_projection_in_place_matches_encode_then_decode(codec):
     from commlib import _C
     from commlib.core import call_spec
     with np.errstate(over="ignore", invalid="ignore"):
-        for dtype in DTYPES:
-            for block in BLOCKS if codec != "bf16" else (32,):
-                for rounding in ("nearest", "stochastic"):
-                    c = Codec(codec, block, rounding, seed=5)
-                    for count in COUNTS:
-                        x = as_dtype(awkward(count, count + 2 * block), dtype)
-                        want = c.decode(c.encode(x, dtype, counter_base=9), count, dtype)
-                        got = x.copy()
-                        _C.codec_project(codec, block, rounding, 5, call_spec.dtype(dtype), got, 9)
-                        assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), \
-                            f"{codec} {dtype} block {block} {rounding} n={count}: projection differs"
+        for dtype, c, count, what in codec_cases(codec, COUNTS, 5, BLOCKS):
+            x = as_dtype(awkward(count, count + 2 * c.block_size), dtype)
+            want = c.decode(c.encode(x, dtype, counter_base=9), count, dtype)
+            got = x.copy()
+            _C.codec_project(codec, c.block_size, c.rounding, 5, call_spec.dtype(dtype), got, 9)
+            assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), f"{what}: projection differs"
 
 
 @pytest.mark.parametrize("codec", NAMES)
@@ -95,16 +82,11 @@ def test_encode_with_projection_matches_encode_then_decode(codec):
     from commlib import _C
     from commlib.core import call_spec
     with np.errstate(over="ignore", invalid="ignore"):
-        for dtype in DTYPES:
-            for block in BLOCKS if codec != "bf16" else (32,):
-                for rounding in ("nearest", "stochastic"):
-                    c = Codec(codec, block, rounding, seed=5)
-                    for count in COUNTS:
-                        x = as_dtype(awkward(count, count + 3 * block), dtype)
-                        want_bytes = c.encode(x, dtype, counter_base=9)
-                        want = c.decode(want_bytes, count, dtype)
-                        got = x.copy()
-                        got_bytes = _C.codec_encode_project(codec, block, rounding, 5, call_spec.dtype(dtype), got, 9)
-                        what = f"{codec} {dtype} block {block} {rounding} n={count}"
-                        assert np.array_equal(got_bytes, want_bytes), f"{what}: bytes differ"
-                        assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), f"{what}: projection differs"
+        for dtype, c, count, what in codec_cases(codec, COUNTS, 5, BLOCKS):
+            x = as_dtype(awkward(count, count + 3 * c.block_size), dtype)
+            want_bytes = c.encode(x, dtype, counter_base=9)
+            want = c.decode(want_bytes, count, dtype)
+            got = x.copy()
+            got_bytes = _C.codec_encode_project(codec, c.block_size, c.rounding, 5, call_spec.dtype(dtype), got, 9)
+            assert np.array_equal(got_bytes, want_bytes), f"{what}: bytes differ"
+            assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), f"{what}: projection differs"

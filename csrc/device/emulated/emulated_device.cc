@@ -333,9 +333,9 @@ void EmulatedDevice::reduce_unless(const uint64_t* stop, void* dst, const void* 
 
 void EmulatedDevice::divide_unless(const uint64_t* stop, void* dst, size_t n, DType dtype, int64_t divisor,
                                    DeviceStream& stream) {
-  enter("a gated divide kernel launch", true);
+  enter(stop ? "a gated divide kernel launch" : "a divide kernel launch", true);
   emu(stream).enqueue_data([stop, kernel = emulated_divide_kernel(dst, n, dtype, divisor)] {
-    if (!load_flag(stop)) kernel();
+    if (!(stop && load_flag(stop))) kernel();
   });
 }
 
