@@ -33,6 +33,13 @@ void bind_device_plan(pybind11::module_& m);  // bindings/device_plan_bindings.c
 // A codec's spec from the bindings' arguments (codec_bindings.cc), the host's and the device's
 // codec bindings alike: an unknown codec or rounding is a ValueError naming the argument.
 CodecSpec codec_spec_of(const std::string& codec, int64_t block, const std::string& rounding, uint64_t seed);
+// A collective call with compress= (codec_bindings.cc), for the host's and the stream engine's
+// bindings alike: only all_reduce, reduce_scatter and all_gather take it (ValueError naming
+// `compress`), the codec checked against the dtype.
+CollectiveCall compressed_collective_call(Collective coll, const std::string& algo, uintptr_t in, uintptr_t out,
+                                          int64_t count, DType dtype, RedOp op, int root, double scale,
+                                          const std::string& codec, int64_t block, const std::string& rounding,
+                                          uint64_t seed, bool inter_only);
 
 // Sets the Python error for a C++ exception through the one error table (bindings/error_kinds.h:
 // CommError family -> commlib's classes, std::invalid_argument -> ValueError, ...). Needs the GIL

@@ -125,14 +125,9 @@ std::shared_ptr<Work> run_compressed(Communicator& c, Collective coll, const std
                                      uintptr_t out, int64_t count, DType dtype, RedOp op, int root, double scale,
                                      bool async, const std::string& codec, int64_t block, const std::string& rounding,
                                      uint64_t seed, bool inter_only) {
-  if (coll != Collective::AllReduce && coll != Collective::ReduceScatter && coll != Collective::AllGather)
-    throw std::invalid_argument(std::string("compress: all_reduce, reduce_scatter and all_gather take it, not ") +
-                                collective_name(coll));
-  CollectiveCall call = collective_call(coll, algo, in, out, count, dtype, op, root, scale);
-  call.codec = codec_spec_of(codec, block, rounding, seed);
-  call.codec.inter_only = inter_only;
+  CollectiveCall call = compressed_collective_call(coll, algo, in, out, count, dtype, op, root, scale, codec, block,
+                                                  rounding, seed, inter_only);
   call.codec.piece_bytes = c.codec_piece_bytes();
-  check_codec(call.codec, dtype);
   ReleaseGil nogil;
   return c.collective(call, async);
 }
@@ -148,6 +143,20 @@ CodecSpec codec_spec_of(const std::string& codec, int64_t block, const std::stri
   s.stochastic = rounding == "stochastic";
   s.seed = seed;
   return s;
+}
+
+CollectiveCall compressed_collective_call(Collective coll, const std::string& algo, uintptr_t in, uintptr_t out,
+                                          int64_t count, DType dtype, RedOp op, int root, double scale,
+                                          const std::string& codec, int64_t block, const std::string& rounding,
+                                          uint64_t seed, bool inter_only) {
+  if (coll != Collective::AllReduce && coll != Collective::ReduceScatter && coll != Collective::AllGather)
+    throw std::invalid_argument(std::string("compress: all_reduce, reduce_scatter and all_gather take it, not ") +
+                                collective_name(coll));
+  CollectiveCall call = collective_call(coll, algo, in, out, count, dtype, op, root, scale);
+  call.codec = codec_spec_of(codec, block, rounding, seed);
+  call.codec.inter_only = inter_only;
+  check_codec(call.codec, dtype);
+  return call;
 }
 
 void bind_codecs(py::module_& m) {

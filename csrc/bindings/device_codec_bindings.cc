@@ -49,13 +49,8 @@ void bind_device_codecs(py::module_& m) {
       [](StreamEngine& e, Collective coll, const std::string& algo, uintptr_t in, uintptr_t out, int64_t count,
          DType dtype, RedOp op, int root, double scale, const std::string& codec, int64_t block,
          const std::string& rounding, uint64_t seed, bool inter_only, DeviceStream& stream) {
-        if (coll != Collective::AllReduce && coll != Collective::ReduceScatter && coll != Collective::AllGather)
-          throw std::invalid_argument(std::string("compress: all_reduce, reduce_scatter and all_gather take it, not ") +
-                                      collective_name(coll));
-        CollectiveCall call = collective_call(coll, algo, in, out, count, dtype, op, root, scale);
-        call.codec = codec_spec_of(codec, block, rounding, seed);
-        call.codec.inter_only = inter_only;
-        check_codec(call.codec, dtype);
+        const CollectiveCall call = compressed_collective_call(coll, algo, in, out, count, dtype, op, root, scale,
+                                                               codec, block, rounding, seed, inter_only);
         ReleaseGil nogil;
         return e.collective(call, stream);
       },
