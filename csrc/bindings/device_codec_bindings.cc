@@ -49,8 +49,9 @@ void bind_device_codecs(py::module_& m) {
       [](StreamEngine& e, Collective coll, const std::string& algo, uintptr_t in, uintptr_t out, int64_t count,
          DType dtype, RedOp op, int root, double scale, const std::string& codec, int64_t block,
          const std::string& rounding, uint64_t seed, bool inter_only, DeviceStream& stream) {
-        const CollectiveCall call = compressed_collective_call(coll, algo, in, out, count, dtype, op, root, scale,
-                                                               codec, block, rounding, seed, inter_only);
+        CollectiveCall call = compressed_collective_call(coll, algo, in, out, count, dtype, op, root, scale, codec,
+                                                         block, rounding, seed, inter_only);
+        call.codec.piece_bytes = e.codec_piece_bytes();  // the host's pieces (in the descriptor: every rank's)
         ReleaseGil nogil;
         return e.collective(call, stream);
       },
