@@ -96,19 +96,23 @@ def _host_cases(size, host_of):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("env", [HOSTS_2_1, HOSTS_2_2], ids=["2+1", "2+2"])
-def test_device_compressed_across_hosts_equals_host_compressed(pool, env):
+@pytest.mark.parametrize("env,link", [(HOSTS_2_1, {}), (HOSTS_2_2, {}), (HOSTS_2_2, {"COMMLIB_DEVICE_LINK": "nccl"})],
+                         ids=["2+1", "2+2", "2+2-nccl-link"])
+def test_device_compressed_across_hosts_equals_host_compressed(pool, env, link):
     """Ranks of another host over the nccl link (the encoded bytes in NCCL groups), ranks of one
-    host through their inboxes, raw under compress_inter_only: the host engine's result, identical
-    on every rank; whole messages and in pieces spanning several chunks."""
+    host through their inboxes (or, COMMLIB_DEVICE_LINK=nccl, in NCCL groups too), raw under
+    compress_inter_only: the host engine's result, identical on every rank; whole messages and in
+    pieces spanning several chunks."""
     hosts = env["COMMLIB_HOST_ID"]
     size = len(hosts)
     cases = _host_cases(size, [ord(h) - ord("a") for h in hosts])
     assert sum(len(c) == 8 for c in cases) >= 4, cases  # hierarchical x 3 and the all_gathers at least
+    if link:
+        cases = [c for c in cases if c[1] in ("hierarchical", "ring")]
     p = pool(size, env=env)
-    _check_equal(cases, p.run(cdc.run_cases, cases, timeout=200))
+    _check_equal(cases, p.run(cdc.run_cases_with, link, cases, timeout=200))
     piece_cases = [c[:5] + (300,) + c[6:] for c in cases if c[1] in ("hierarchical", "ring")]
-    _check_equal(piece_cases, p.run(cdc.run_cases_with, PIECES, piece_cases, timeout=200))
+    _check_equal(piece_cases, p.run(cdc.run_cases_with, {**PIECES, **link}, piece_cases, timeout=200))
 
 
 # Pieces of 4 KiB (1024 float32 elements), slots of 1 KiB.
