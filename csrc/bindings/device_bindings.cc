@@ -108,13 +108,6 @@ void bind_device(py::module_& m) {
              d.free_async(reinterpret_cast<void*>(p), s);
            },
            py::call_guard<ReleaseGil>())
-      .def("allocate_ordered",
-           [](Device& d, size_t bytes, DeviceStream& s) {
-             DeviceGuard g(d);
-             return reinterpret_cast<uintptr_t>(d.allocate_ordered(bytes, s));
-           },
-           "Stream-ordered memory (cudaMallocAsync): usable by work enqueued on `stream` after the call; "
-           "free it with free_ordered. Neither waits for the device.")
       .def("free_ordered",
            [](Device& d, uintptr_t p, DeviceStream& s) {
              DeviceGuard g(d);

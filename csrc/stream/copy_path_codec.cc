@@ -41,7 +41,9 @@ namespace {
 
 size_t aligned(size_t bytes) { return (bytes + 15) / 16 * 16; }
 
-bool is_message(const Op& o) { return o.kind == OpKind::Send || o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce; }
+bool is_message(const Op& o) {
+  return o.kind == OpKind::Send || o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce;
+}
 
 size_t chunks_of(size_t bytes, size_t chunk) { return bytes ? (bytes + chunk - 1) / chunk : 1; }
 
@@ -197,8 +199,8 @@ Launched CopyPath::enqueue_compressed(const PathCall& pc, DeviceStream& s) {
         const Op& o = step.ops[m.op];
         if (grouped(o.peer)) return 0;
         if (m.coded) return k < m.pieces.size() ? chunks_of(m.pieces[k].bytes, slot_bytes_) : 0;
-        return k == 0 ? chunks_of(static_cast<size_t>((o.kind == OpKind::Send ? o.src : o.dst).count) * esize, raw_chunk)
-                      : 0;
+        const size_t raw = static_cast<size_t>((o.kind == OpKind::Send ? o.src : o.dst).count) * esize;
+        return k == 0 ? chunks_of(raw, raw_chunk) : 0;
       };
       size_t units_k = 0;
       for (size_t j = 0; j < nmsgs; ++j) units_k = std::max(units_k, units(msgs[j]));
