@@ -179,3 +179,32 @@ def steady_calls(comm, settings, n=12, count=20000):
             same &= [o.numpy().tobytes() for o in outs] == first
         return grown, {k: v for k, v in counts.items() if v}, same
     return with_settings(comm, settings, run)
+
+
+def _error(fn):
+    try:
+        fn()
+    except commlib.CommError as e:
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def piece_mismatch(comm):
+    """Rank 0 codes in other pieces (COMMLIB_COMPRESS_PIECE_BYTES: the pieces lay a message out, so
+    the size is in the call descriptor's codec word): every rank's compressed device call fails with
+    a MismatchError naming compress=, at its wait() or at the call, and leaves its output as it was.
+    Returns (output unchanged, the error, the error at close())."""
+    from commlib.settings import overridden
+    with overridden({"COMMLIB_COMPRESS_PIECE_BYTES": "256" if comm.rank == 0 else "512"}):
+        sub = comm.split(0, timeout=60)
+        warm = emu.from_numpy(np.ones(8, np.float32))
+        sub.all_reduce(warm)  # the engine, made with the setting, before the mismatched call
+        warm.numpy()
+    x = emu.from_numpy(_values(comm.rank, 300, "float32"))
+    before = x.numpy().copy()
+    works = []
+    said = _error(lambda: works.append(sub.all_reduce(x, compress="int8", async_op=True)))
+    after = x.numpy()
+    if works and works[0] is not None:
+        said = _error(works[0].wait)
+    return bool(np.array_equal(before, after)), said, _error(sub.close)

@@ -144,3 +144,13 @@ def test_device_compress_refuses_bad_input(pool):
     for said, _ in results:
         assert not said, said
     assert len({y for _, y in results}) == 1
+
+
+@pytest.mark.timeout(120)
+def test_ranks_coding_in_other_pieces_get_a_mismatch(pool):
+    """The piece size lays a compressed message out, so it travels in the device call's descriptor
+    (as on the host): ranks whose COMMLIB_COMPRESS_PIECE_BYTES differ get a MismatchError naming
+    compress=, and the call writes nothing."""
+    for unchanged, said, _ in pool(3, env=DELAY_ENV).run(cdc.piece_mismatch, timeout=90):
+        assert unchanged
+        assert said and "MismatchError" in said and "compress=" in said, said
