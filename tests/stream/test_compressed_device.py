@@ -3,7 +3,8 @@ buffers"): on the emulated device, every proven algorithm of all_reduce, reduce_
 all_gather (count 13 or 37, sum or avg) x codecs x dtypes, stochastic rounding included, ends equal to the host engine's
 compressed result bit for bit on every rank (3 ranks: uneven splits; 4: powers of two); so does
 every one of them coded in pieces that span several slots (streaming), and compress_inter_only
-across emulated hosts (2 + 1 and 2 + 2 ranks: raw within a host, encoded between hosts); steady
+across emulated hosts (2 + 1, 2 + 2 and 1 + 1 + 1 ranks: raw within a host, encoded between
+hosts); steady
 compressed calls allocate nothing and never make the host wait, and a call's staging is a step's
 pieces, not its size; bad input is refused naming the argument."""
 import os
@@ -76,6 +77,7 @@ def _check_equal(cases, results, identical=True):
 DEVICES = {"COMMLIB_EMULATED_DELAY_US": "20", "COMMLIB_EMULATED_DEVICE": tuple(map(str, range(8)))}
 HOSTS_2_1 = {**DEVICES, "COMMLIB_HOST_ID": ("a", "a", "b")}
 HOSTS_2_2 = {**DEVICES, "COMMLIB_HOST_ID": ("a", "a", "b", "b")}
+HOSTS_1_1_1 = {**DEVICES, "COMMLIB_HOST_ID": ("a", "b", "c")}
 
 
 def _host_cases(size, host_of):
@@ -96,8 +98,8 @@ def _host_cases(size, host_of):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("env,link", [(HOSTS_2_1, {}), (HOSTS_2_2, {}), (HOSTS_2_2, {"COMMLIB_DEVICE_LINK": "nccl"})],
-                         ids=["2+1", "2+2", "2+2-nccl-link"])
+@pytest.mark.parametrize("env,link", [(HOSTS_2_1, {}), (HOSTS_2_2, {}), (HOSTS_2_2, {"COMMLIB_DEVICE_LINK": "nccl"}),
+                                      (HOSTS_1_1_1, {})], ids=["2+1", "2+2", "2+2-nccl-link", "1+1+1"])
 def test_device_compressed_across_hosts_equals_host_compressed(pool, env, link):
     """Ranks of another host over the nccl link (the encoded bytes in NCCL groups), ranks of one
     host through their inboxes (or, COMMLIB_DEVICE_LINK=nccl, in NCCL groups too), raw under
