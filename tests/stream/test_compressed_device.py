@@ -1,12 +1,12 @@
 """compress= on device buffers (stream/copy_path_codec.cc, docs/compression.md "On device
 buffers"): on the emulated device, every proven algorithm of all_reduce, reduce_scatter and
-all_gather (count 13 or 37, sum or avg) x codecs x dtypes, stochastic rounding included, ends equal to the host engine's
-compressed result bit for bit on every rank (3 ranks: uneven splits; 4: powers of two); so does
-every one of them coded in pieces that span several slots (streaming), and compress_inter_only
-across emulated hosts (2 + 1, 2 + 2 and 1 + 1 + 1 ranks: raw within a host, encoded between
-hosts); steady
-compressed calls allocate nothing and never make the host wait, and a call's staging is a step's
-pieces, not its size; bad input is refused naming the argument."""
+all_gather (count 13 or 37, sum or avg) x codecs x dtypes, stochastic rounding included, ends equal
+to the host engine's compressed result bit for bit on every rank (3 ranks: uneven splits; 4: powers
+of two); so does every one of them coded in pieces that span several slots (streaming), and
+compress_inter_only across emulated hosts (2 + 1, 2 + 2 and 1 + 1 + 1 ranks: raw within a host,
+encoded between hosts); steady compressed calls allocate nothing and never make the host wait, and
+a call's staging is a step's pieces, not its size; ranks coding in other pieces get a mismatch; bad
+input is refused naming the argument."""
 import os
 import sys
 
