@@ -208,3 +208,38 @@ def piece_mismatch(comm):
     if works and works[0] is not None:
         said = _error(works[0].wait)
     return bool(np.array_equal(before, after)), said, _error(sub.close)
+
+
+def kill_during_compressed(comm, victim):
+    """``victim`` dies (SIGKILL) inside a compressed device all_reduce (hierarchical under
+    compress_inter_only, in pieces of 4 KiB: raw messages within a host, encoded ones between
+    hosts); every other rank's call raises PeerError naming it and the call, through the watchdog,
+    not the timeout (tests/host/error_cases.py kill_during_collective's scenario: one other rank
+    joins only after the kill, so the victim dies waiting for its data)."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from commlib.settings import overridden
+    with overridden({"COMMLIB_COMPRESS_PIECE_BYTES": "4096"}):
+        sub = comm.split(0, timeout=60)
+        x = emu.from_numpy(np.ones(1 << 16, np.float32))
+        sub.all_reduce(x)  # the engine, made with the setting
+        x.numpy()
+    codec = Codec("int8", inter_only=True)
+    late = min(q for q in range(sub.size) if q != victim)
+    if sub.rank == victim:
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGKILL)).start()
+    elif sub.rank == late:
+        time.sleep(0.8)
+    t = time.monotonic()
+    try:
+        sub.all_reduce(x, algorithm="hierarchical", compress=codec, async_op=True).synchronize()
+        if sub.rank == victim:
+            time.sleep(5)  # the kill arrives meanwhile
+        return None
+    except commlib.PeerError as e:
+        return str(e), time.monotonic() - t
+    except Exception as e:  # noqa: BLE001 - reported, so the assertion names the rank
+        return f"wrong type {type(e).__name__}: {e}", time.monotonic() - t

@@ -16,6 +16,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compressed_device_cases as cdc  # noqa: E402
 from emulated_pools import DELAY_ENV  # noqa: E402
 
+from commlib.testing.faults import assert_survivors_named_the_dead_rank, run_killing_one_rank  # noqa: E402
+
 CODECS = [("int8", "float32", "nearest"), ("int4", "float16", "stochastic"), ("fp8_e4m3", "bfloat16", "nearest"),
           ("bf16", "float32", "stochastic"), ("fp8_e5m2", "float32", "nearest")]
 
@@ -156,3 +158,12 @@ def test_ranks_coding_in_other_pieces_get_a_mismatch(pool):
     for unchanged, said, _ in pool(3, env=DELAY_ENV).run(cdc.piece_mismatch, timeout=90):
         assert unchanged
         assert said and "MismatchError" in said and "compress=" in said, said
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_killed_inside_a_compressed_call_is_named():
+    """Rank 1 (host a, beside rank 0; rank 2 on host b) dies inside a compressed hierarchical
+    all_reduce under compress_inter_only in pieces: ranks 0 and 2 get PeerError naming it and the
+    call within 20 s, never a hang (a fresh pool: a pool is not reusable once a rank died)."""
+    results = run_killing_one_rank(3, 1, cdc.kill_during_compressed, env=HOSTS_2_1, timeout=60)
+    assert_survivors_named_the_dead_rank(results, 1, within_s=20)
