@@ -119,6 +119,31 @@ def test_device_compressed_across_hosts_equals_host_compressed(pool, env, link):
     _check_equal(piece_cases, p.run(cdc.run_cases_with, {**PIECES, **link}, piece_cases, timeout=200))
 
 
+def _awkward_cases(size, host_of=None):
+    """Counts 0, 1 and 2 (under the world size) x every algorithm the verifier proves there
+    (``host_of``: under compress_inter_only on that host map), codecs rotating."""
+    cases, k = [], 0
+    for coll in ("all_reduce", "reduce_scatter", "all_gather"):
+        for count in (0, 1, 2):
+            for algo in cdc.proven(coll, size, count, host_of=host_of, inter_only=host_of is not None):
+                codec, dtype, rounding = CODECS[k % len(CODECS)]
+                cases.append((coll, algo, codec, dtype, rounding, count, "sum") + ((True,) if host_of else ()))
+                k += 1
+    return cases
+
+
+@pytest.mark.timeout(240)
+def test_device_compressed_awkward_counts_equal_host_compressed(pool):
+    """Counts 0, 1 and 2 on 3 ranks, whole and in pieces, and under compress_inter_only on hosts
+    2 + 1: the host engine's result, identical on every rank."""
+    cases = _awkward_cases(3)
+    p = pool(3, env=DELAY_ENV)
+    _check_equal(cases, p.run(cdc.run_cases, cases, timeout=200))
+    _check_equal(cases, p.run(cdc.run_cases_with, PIECES, cases, timeout=200))
+    cases = _awkward_cases(3, [0, 0, 1])
+    _check_equal(cases, pool(3, env=HOSTS_2_1).run(cdc.run_cases_with, PIECES, cases, timeout=200))
+
+
 # Pieces of 4 KiB (1024 float32 elements), slots of 1 KiB.
 STEADY = {"COMMLIB_COMPRESS_PIECE_BYTES": "4096", "COMMLIB_DEVICE_SLOT_BYTES": "1024"}
 # Driver calls that allocate or free device memory, or make the host wait for the device.
