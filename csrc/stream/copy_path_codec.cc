@@ -9,20 +9,22 @@
 // projects the sum. Segments, pieces, stochastic counters and the per-call seed are the host's
 // (plan/codec_pieces.h), so every value is coded as the host codes it and the results equal the
 // host engine's bit for bit. Every codec operation is gated on the stop word like the path's other
-// data operations. The call runs on the caller's stream (no fork onto the send and receive streams:
-// a step's decodes wait for its messages anyway). A step's local operations run after its
-// messages, as on the host: a send's projection changes the region it sends, which a copy of the
-// same step may read.
+// data operations. With the path's two streams (COMMLIB_DEVICE_STREAMS=2, no peer over the nccl
+// link) a step's sends run on the send stream and its receives on the receive stream, as the plain
+// path forks, so a piece's decoding overlaps the next piece's encoding; else the caller's stream
+// runs it all. A step's local operations run after its messages, as on the host: a send's
+// projection changes the region it sends, which a copy of the same step may read.
 //
 // Streaming: a step runs piece by piece (COMMLIB_COMPRESS_PIECE_BYTES of input, whole blocks; the
 // host's pieces): piece k of every send is encoded, piece k of every message travels (its NCCL
 // group, then its chunks: chunk j of every send before chunk j of every receive), piece k of every
 // receive is decoded, then piece k + 1. A message's staging holds one piece, reused by the next in
-// stream order, so staging is bounded by the pieces of one step, never by the call's size; it is
-// the path's own memory, kept across calls (codec_staging): no allocation and no host wait per step
-// once it fits. No deadlock: every rank runs the phases of a step in the same order (piece k's
-// group, then its chunks, then piece k + 1's), and a phase waits only on peers' phases of the same
-// or an earlier place in that order (copy_path.h's argument, per piece).
+// its stream's order (a send's on the send stream, a receive's on the receive stream), so staging is
+// bounded by the pieces of one step, never by the call's size; it is the path's own memory, kept
+// across calls and sized for the whole call before its first step (codec_staging): no allocation
+// and no host wait once it fits. No deadlock: every stream runs a step's phases in the same order
+// (piece k's group, then its chunks, then piece k + 1's), and a phase waits only on peers' phases of
+// the same or an earlier place in that order (copy_path.h's argument, per piece).
 //
 // compress_inter_only across hosts: a message between ranks of one host travels raw (straight from
 // and into its region, reduced out of the inbox slot as an uncompressed call's, in the first
@@ -120,19 +122,14 @@ Launched CopyPath::enqueue_compressed(const PathCall& pc, DeviceStream& s) {
   for (int p = 0; p < size_; ++p) hosts = hosts || remote(p);
   auto coded = [&](int peer) { return !spec.inter_only || remote(peer); };
   std::vector<CodecPiece> pieces;
-  if (spec.inter_only && hosts && call.coll == Collective::AllGather && call.count) {
-    // A flat all_gather sends a block raw within its host and encoded across: each rank projects
-    // its own block first, so every rank holds Q(block) (host/compressed_lowering.cc).
-    const Region own{BufferId::Input, 0, call.count};
-    codec_pieces(call, spec, own, piece, pieces);
-    project_region(spec, dtype, resolve(own), pieces, codec_staging(largest_bytes(pieces), s), s);
-  }
-  const size_t raw_chunk = std::max<size_t>(slot_bytes_ / esize * esize, esize);
   std::vector<CodecMsg> msgs;
-  for (const Step& step : pc.plan.sched.steps) {
-    // The step's staging: per coded message one piece's encoded bytes (a recv_reduce also its
-    // decoded values), and one projection temporary as large as the largest piece projected.
-    size_t nmsgs = 0, total = 0, project_bytes = 0;
+  size_t nmsgs = 0;
+  // A step's messages (msgs[0, nmsgs)) and staging: per coded message one piece's encoded bytes (a
+  // recv_reduce also its decoded values), then one projection temporary as large as the largest
+  // piece projected. Returns {the messages' bytes, the temporary's}.
+  auto lay_out = [&](const Step& step) {
+    size_t total = 0, project_bytes = 0;
+    nmsgs = 0;
     for (size_t i = 0; i < step.ops.size(); ++i) {
       const Op& o = step.ops[i];
       if (o.kind == OpKind::Copy) continue;
@@ -161,8 +158,50 @@ Launched CopyPath::enqueue_compressed(const PathCall& pc, DeviceStream& s) {
         project_bytes = std::max(project_bytes, big);
       }
     }
-    char* stage = total + project_bytes ? codec_staging(total + project_bytes, s) : nullptr;
+    return std::pair<size_t, size_t>(total, project_bytes);
+  };
+  // The staging of the whole call, grown (if at all) before anything of it is enqueued: a step's
+  // work may run on the send and receive streams, whose earlier steps still use the staging.
+  const bool prelude = spec.inter_only && hosts && call.coll == Collective::AllGather && call.count;
+  const Region own{BufferId::Input, 0, call.count};
+  size_t need = 0;
+  if (prelude) {
+    codec_pieces(call, spec, own, piece, pieces);
+    need = largest_bytes(pieces);
+  }
+  for (const Step& step : pc.plan.sched.steps) {
+    const auto [total, project_bytes] = lay_out(step);
+    need = std::max(need, total + project_bytes);
+  }
+  char* stage = need ? codec_staging(need, s) : nullptr;
+  if (prelude) {
+    // A flat all_gather sends a block raw within its host and encoded across: each rank projects
+    // its own block first, so every rank holds Q(block) (host/compressed_lowering.cc).
+    codec_pieces(call, spec, own, piece, pieces);
+    project_region(spec, dtype, resolve(own), pieces, stage, s);
+  }
+  // Sends (their encoding, projection and chunks) on the path's send stream, receives (chunks,
+  // decoding, reduction, projection) and the local operations on its receive stream, as the plain
+  // path forks (enqueue): a piece's decoding overlaps the next piece's encoding and copies. Each
+  // stream keeps the piece order, so the no-deadlock argument holds per stream. Peers over the nccl
+  // link take a step's sends and receives in one group: such calls stay on the caller's stream.
+  const bool fork = streams_ == 2 && !nccl_.carries_any() && !pc.plan.sched.steps.empty();
+  DeviceStream& S = fork ? *send_stream_ : s;
+  DeviceStream& R = fork ? *recv_stream_ : s;
+  if (fork) {
+    device_->record(*fork_, s);
+    device_->wait_event(S, *fork_);
+    device_->wait_event(R, *fork_);
+  }
+  const size_t raw_chunk = std::max<size_t>(slot_bytes_ / esize * esize, esize);
+  for (size_t t = 0; t < pc.plan.sched.steps.size(); ++t) {
+    const Step& step = pc.plan.sched.steps[t];
+    const size_t total = lay_out(step).first;
     char* tmp = stage ? stage + total : nullptr;
+    if (fork && t) {  // a step sends what the previous one received, and receives into what it sent
+      device_->wait_event(S, *received_step_);
+      device_->wait_event(R, *sent_step_);
+    }
     size_t rounds = 0;  // pieces of the longest message (a raw one travels in the first)
     for (size_t j = 0; j < nmsgs; ++j) rounds = std::max(rounds, msgs[j].coded ? msgs[j].pieces.size() : 1);
     for (size_t k = 0; k < rounds; ++k) {
@@ -172,8 +211,8 @@ Launched CopyPath::enqueue_compressed(const PathCall& pc, DeviceStream& s) {
         if (!m.coded || o.kind != OpKind::Send || k >= m.pieces.size() || !m.pieces[k].n) continue;
         const CodecPiece& p = m.pieces[k];
         char* v = resolve(o.src) + static_cast<size_t>(p.elem) * esize;
-        device_->codec_encode(gate(s), spec, dtype, v, static_cast<size_t>(p.n), stage + m.at, p.counter, s);
-        device_->codec_decode(gate(s), spec, dtype, stage + m.at, static_cast<size_t>(p.n), v, s);
+        device_->codec_encode(gate(S), spec, dtype, v, static_cast<size_t>(p.n), stage + m.at, p.counter, S);
+        device_->codec_decode(gate(S), spec, dtype, stage + m.at, static_cast<size_t>(p.n), v, S);
       }
       if (nccl_.carries_any()) {  // peers over the nccl link: raw messages, then piece k's bytes, as groups
         Step group;
@@ -217,17 +256,17 @@ Launched CopyPath::enqueue_compressed(const PathCall& pc, DeviceStream& s) {
             if (m.coded) {
               char* at = stage ? stage + m.at + off : nullptr;
               if (sends)
-                send_chunk(o.peer, at, n, pc.seq, s);
+                send_chunk(o.peer, at, n, pc.seq, S);
               else
-                recv_chunk(o.peer, at, nullptr, n, false, DType::UInt8, RedOp::Sum, pc.seq, s);
+                recv_chunk(o.peer, at, nullptr, n, false, DType::UInt8, RedOp::Sum, pc.seq, R);
             } else if (sends) {
               const char* src = resolve(o.src);
-              send_chunk(o.peer, src ? src + off : nullptr, n, pc.seq, s);
+              send_chunk(o.peer, src ? src + off : nullptr, n, pc.seq, S);
             } else {  // raw: straight into the region, reduced out of the slot as an uncompressed call's
               char* d = resolve(o.dst);
               const char* src = reduces_from_src(o) ? resolve(o.src) : nullptr;
               recv_chunk(o.peer, d ? d + off : nullptr, src ? src + off : nullptr, n, o.kind == OpKind::RecvReduce,
-                         dtype, call.op, pc.seq, s);
+                         dtype, call.op, pc.seq, R);
             }
           }
       for (size_t j = 0; j < nmsgs; ++j) {  // decode (and reduce, and project) piece k of what arrived
@@ -238,16 +277,20 @@ Launched CopyPath::enqueue_compressed(const PathCall& pc, DeviceStream& s) {
         const size_t n = static_cast<size_t>(p.n), off = static_cast<size_t>(p.elem) * esize;
         char* d = resolve(o.dst) + off;
         if (o.kind == OpKind::Recv) {
-          device_->codec_decode(gate(s), spec, dtype, stage + m.at, n, d, s);
+          device_->codec_decode(gate(R), spec, dtype, stage + m.at, n, d, R);
           continue;
         }
         char* values = stage + m.values;
-        device_->codec_decode(gate(s), spec, dtype, stage + m.at, n, values, s);
-        if (reduces_from_src(o) && resolve(o.src) + off != d) data_copy(d, resolve(o.src) + off, n * esize, s);
-        data_reduce(d, values, n, dtype, call.op, s);  // dst = src (op) incoming
-        device_->codec_encode(gate(s), spec, dtype, d, n, tmp, p.counter, s);  // the sum's projection
-        device_->codec_decode(gate(s), spec, dtype, tmp, n, d, s);
+        device_->codec_decode(gate(R), spec, dtype, stage + m.at, n, values, R);
+        if (reduces_from_src(o) && resolve(o.src) + off != d) data_copy(d, resolve(o.src) + off, n * esize, R);
+        data_reduce(d, values, n, dtype, call.op, R);  // dst = src (op) incoming
+        device_->codec_encode(gate(R), spec, dtype, d, n, tmp, p.counter, R);  // the sum's projection
+        device_->codec_decode(gate(R), spec, dtype, tmp, n, d, R);
       }
+    }
+    if (fork) {  // the local operations follow the step's sends (their projections)
+      device_->record(*sent_step_, S);
+      device_->wait_event(R, *sent_step_);
     }
     for (const Op& o : step.ops) {  // local operations last, as on the host: a send projects
       // what a copy of the same step may read (all_gather copies the block it sends)
@@ -255,14 +298,19 @@ Launched CopyPath::enqueue_compressed(const PathCall& pc, DeviceStream& s) {
       if (!n || (o.kind != OpKind::Copy && o.kind != OpKind::Reduce)) continue;
       char* d = resolve(o.dst);
       if (o.kind == OpKind::Copy) {
-        if (d != resolve(o.src)) data_copy(d, resolve(o.src), n * esize, s);
+        if (d != resolve(o.src)) data_copy(d, resolve(o.src), n * esize, R);
         continue;
       }
-      data_reduce(d, resolve(o.src), n, dtype, call.op, s);
+      data_reduce(d, resolve(o.src), n, dtype, call.op, R);
       if (spec.inter_only) continue;  // inter_only: its operands are as they came (the host's rule)
       codec_pieces(call, spec, o.dst, piece, pieces);
-      project_region(spec, dtype, d, pieces, tmp, s);
+      project_region(spec, dtype, d, pieces, tmp, R);
     }
+    if (fork) device_->record(*received_step_, R);
+  }
+  if (fork) {
+    device_->wait_event(s, *sent_step_);
+    device_->wait_event(s, *received_step_);
   }
   return Launched{};
 }

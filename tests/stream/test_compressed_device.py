@@ -60,10 +60,13 @@ def test_device_compressed_equals_host_compressed(pool, size):
 @pytest.mark.timeout(240)
 def test_device_compressed_in_pieces_equals_host_compressed(pool):
     """Streaming: every proven algorithm at 3 ranks coded in pieces that span several chunks (the
-    host engine streams the same pieces) ends as the host's, identical on every rank."""
+    host engine streams the same pieces) ends as the host's, identical on every rank: forked onto
+    the copy path's send and receive streams (the default), and on the caller's stream alone
+    (COMMLIB_DEVICE_STREAMS=1)."""
     cases = _piece_cases(3)
-    results = pool(3, env=DELAY_ENV).run(cdc.run_cases_with, PIECES, cases, timeout=200)
-    _check_equal(cases, results)
+    p = pool(3, env=DELAY_ENV)
+    _check_equal(cases, p.run(cdc.run_cases_with, PIECES, cases, timeout=200))
+    _check_equal(cases, p.run(cdc.run_cases_with, {**PIECES, "COMMLIB_DEVICE_STREAMS": "1"}, cases, timeout=200))
 
 
 def _check_equal(cases, results, identical=True):
@@ -165,6 +168,7 @@ def test_steady_compressed_calls_allocate_nothing_and_never_wait(pool):
         assert grown <= 12 << 10, grown
         assert not {k: v for k, v in calls.items() if k in ALLOCATE_OR_WAIT}, calls
         assert calls.get("a gated codec kernel launch", 0) >= 12 * 3, calls  # the count counts
+        assert calls.get("cudaStreamWaitEvent", 0) >= 12 * 3 * 2, calls  # forked onto the path's streams
 
 
 @pytest.mark.timeout(120)
