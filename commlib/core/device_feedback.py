@@ -49,12 +49,31 @@ def error_feedback_on_device(codec, grad, residual=None):
         return residual
     dev, s = _device(g), stream_resolver(g)(None)
     f32, add = call_spec.dtype("float32"), call_spec.op("sum")
-    tmp = dev.allocate(max(codec.encoded_size(n), 4 * n))  # the codes, then -Q(s)
+    tmp, release = _temporary(grad, dev, s, max(codec.encoded_size(n), 4 * n))  # the codes, then -Q(s)
     dev.reduce(g.ptr, r.ptr, n, f32, add, s)                 # grad = s = grad + residual
     dev.copy(r.ptr, g.ptr, 4 * n, s)                         # residual = s
     dev.codec_encode(tmp, g.ptr, n, f32, codec.name, codec.block_size, codec.rounding, codec.seed, 0, s)
     dev.codec_decode(g.ptr, tmp, n, f32, codec.name, codec.block_size, s)  # grad = Q(s)
     dev.scale_copy(tmp, g.ptr, n, f32, -1.0, s)             # -Q(s)
     dev.reduce(r.ptr, tmp, n, f32, add, s)                   # residual = s - Q(s)
-    dev.free_async(tmp, s)
+    release()
     return residual
+
+
+def _temporary(grad, dev, s, nbytes: int):
+    """(address, release) of ``nbytes`` of device memory in the stream order of ``s`` (grad's
+    current stream), whose release never waits for the device (cudaFree would: a host wait per
+    bucket): for a torch tensor, torch's caching allocator (the block returns to the current
+    stream's pool when the tensor goes, and is reused by later work on that stream only: no driver
+    call once warm); else stream-ordered memory (cudaMallocAsync / cudaFreeAsync)."""
+    if hasattr(grad, "new_empty"):
+        import torch
+        t = torch.empty(nbytes, dtype=torch.uint8, device=grad.device)
+
+        def release():
+            nonlocal t
+            t = None  # back to the caching allocator, in the current stream's order
+
+        return t.data_ptr(), release
+    ptr = dev.allocate_ordered(nbytes, s)
+    return ptr, lambda: dev.free_ordered(ptr, s)

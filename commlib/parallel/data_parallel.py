@@ -60,7 +60,8 @@ class DataParallel(torch.nn.Module):
         gradient_as_bucket_view: make ``param.grad`` a view into its bucket after the first
             synchronisation (saves one gradient copy of memory and a copy per step).
         compress: a codec (name or ``commlib.codecs.Codec``) the buckets' all_reduce travels in
-            (host buffers; docs/compression.md); None: uncompressed.
+            (CPU or CUDA buckets: the host engine or the stream engine, docs/compression.md);
+            None: uncompressed.
         error_feedback: with ``compress``, add to each bucket the residual its last encoding lost
             and encode the sum on this rank before sending (EF-SGD, commlib.core.codecs.error_feedback_round);
             float32 buckets only. docs/compression.md says which combinations converge.
@@ -108,9 +109,8 @@ class DataParallel(torch.nn.Module):
         groups.sort(key=lambda g: g[0])  # bucket order follows reverse parameter order
         self._buckets: List[_Bucket] = [_Bucket(i, ps, dt) for i, (_, dt, ps) in enumerate(groups)]
         self._where = param_slots(self._buckets)
-        if self.codec is not None and any(b.buffer.device.type != "cpu" or (error_feedback and b.buffer.dtype !=
-                                          torch.float32) for b in self._buckets):
-            raise ValueError("compress: runs on CPU parameters (error_feedback: float32 ones)")
+        if error_feedback and any(b.buffer.dtype != torch.float32 for b in self._buckets):
+            raise ValueError("error_feedback: keeps float32 buckets and residuals only")
         self._params = [p for _, p in trainable]
         self._marked = set()
         self._sync = True

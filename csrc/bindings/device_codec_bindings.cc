@@ -1,7 +1,9 @@
 // The codecs of compress= on a device's memory (Device::codec_encode / codec_decode, the kernels
 // of kernels/codec_kernel.h), bound on commlib._C.Device for tests and tools: the emulated
 // device's and a CUDA device's (arriving as a capsule) alike; and StreamEngine.run_compressed, a
-// collective on device buffers whose messages travel encoded (stream/copy_path_codec.cc).
+// collective on device buffers whose messages travel encoded (stream/copy_path_codec.cc); and
+// Device.allocate_ordered, the stream-ordered memory of error feedback's temporary on device
+// buffers (core/device_feedback.py: no cudaFree, which waits for the device, per bucket).
 #include <pybind11/pybind11.h>
 
 #include <memory>
@@ -19,6 +21,15 @@ namespace commlib {
 
 void bind_device_codecs(py::module_& m) {
   auto device = py::reinterpret_borrow<py::class_<Device, std::shared_ptr<Device>>>(m.attr("Device"));
+  device.def(
+      "allocate_ordered",
+      [](Device& d, size_t bytes, DeviceStream& s) {
+        DeviceGuard g(d);
+        return reinterpret_cast<uintptr_t>(d.allocate_ordered(bytes, s));
+      },
+      py::arg("bytes"), py::arg("stream"),
+      "Stream-ordered memory (cudaMallocAsync): usable by work enqueued on `stream` after the call; free it "
+      "with free_ordered. Neither waits for the device.");
   device.def(
       "codec_encode",
       [](Device& d, uintptr_t dst, uintptr_t src, size_t n, DType dtype, const std::string& codec, int64_t block,
@@ -49,8 +60,9 @@ void bind_device_codecs(py::module_& m) {
       [](StreamEngine& e, Collective coll, const std::string& algo, uintptr_t in, uintptr_t out, int64_t count,
          DType dtype, RedOp op, int root, double scale, const std::string& codec, int64_t block,
          const std::string& rounding, uint64_t seed, bool inter_only, DeviceStream& stream) {
-        const CollectiveCall call = compressed_collective_call(coll, algo, in, out, count, dtype, op, root, scale,
-                                                               codec, block, rounding, seed, inter_only);
+        CollectiveCall call = compressed_collective_call(coll, algo, in, out, count, dtype, op, root, scale, codec,
+                                                         block, rounding, seed, inter_only);
+        call.codec.piece_bytes = e.codec_piece_bytes();  // the host's pieces (in the descriptor: every rank's)
         ReleaseGil nogil;
         return e.collective(call, stream);
       },

@@ -34,7 +34,8 @@ const std::vector<Param> kParams = {
      "chunk size of collectives that only move data, on 4 or more ranks (0: the channel's)", 0, INT64_MAX},
     {"COMMLIB_COMPRESS_PIECE_BYTES", "bytes", "262144",
      "compress=: a message is coded in pieces of this much input, so encoding, the wire and decoding overlap "
-     "(0: whole messages; the same on every rank)", 0, INT64_MAX},
+     "(on device buffers a step stages one piece per message; 0: whole messages; the same on every rank)", 0,
+     INT64_MAX},
     {"COMMLIB_SHM_SLOTS", "int", "4", "chunks in flight per shared-memory channel (2..64)", 2, 64},
     {"COMMLIB_SHM_SLOT_BYTES", "bytes", "0",
      "payload bytes of one channel chunk, a multiple of 64 (0: up to 256 KiB, from the world size)", 0, INT64_MAX},

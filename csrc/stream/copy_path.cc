@@ -202,9 +202,9 @@ void CopyPath::recv_chunk(int q, char* dst, const char* src, size_t bytes, bool 
 }
 
 Launched CopyPath::enqueue(const PathCall& pc, DeviceStream& s) {
-  // compress_inter_only codes messages between hosts only, and this path's peers are all on this
-  // host (ipc): such a call is the plain one, as on the host executor.
-  if (pc.call.codec.active() && !pc.call.codec.inter_only) return enqueue_compressed(pc, s);
+  // compress_inter_only codes messages between hosts only: on one host such a call is the plain
+  // one, as on the host executor.
+  if (runs_encoded(pc.call.codec)) return enqueue_compressed(pc, s);
   const Schedule& sched = pc.plan.sched;
   const CollectiveCall& call = pc.call;
   const size_t esize = dtype_size(call.dtype);

@@ -122,6 +122,7 @@ class CopyPath final : public DevicePathRunner {
   // a peer that failed may still map it) and release (the streams, the control region).
   void close_imports();
   void free_inbox(DeviceStream& stream);
+  void free_codec_staging(DeviceStream& stream);  // compress='s staging (stream-ordered), at the engine's release
   void release();
 
  private:
@@ -139,6 +140,13 @@ class CopyPath final : public DevicePathRunner {
                     uint64_t seq, DeviceStream& send_s, DeviceStream& recv_s);
   // A call with compress= (copy_path_codec.cc): the host's compressed lowering with device codecs.
   Launched enqueue_compressed(const PathCall& call, DeviceStream& s);
+  // Whether a compressed call runs encoded here: every compress= call, and compress_inter_only's
+  // only where some peer is on another host (on one host it is the plain call).
+  bool runs_encoded(const CodecSpec& spec) const;
+  // The engine-kept staging of compressed calls, at least `bytes` (grown stream-ordered on `s`;
+  // calls are ordered across streams, so the previous call's use is over): no allocation per step
+  // or call once it fits, and no host wait ever.
+  char* codec_staging(size_t bytes, DeviceStream& s);
   // x = decode(encode(x)) piece by piece through `tmp` (a piece's encoded bytes): a sum's projection.
   void project_region(const CodecSpec& spec, DType dtype, char* base, const std::vector<CodecPiece>& pieces, char* tmp,
                       DeviceStream& s);
@@ -169,6 +177,8 @@ class CopyPath final : public DevicePathRunner {
   std::vector<int> others_;  // every rank but this one: whom a call's check waits for
   std::vector<bool> grouped_, remote_;
   std::vector<uint64_t> sent_, received_;  // chunks per peer (enqueue state)
+  void* codec_stage_ = nullptr;  // compress='s staging (allocate_ordered), kept across calls
+  size_t codec_stage_bytes_ = 0;
   // streams 2: a call's sends run on send_stream_, its local operations and receives on
   // recv_stream_, forked from and joined into the caller's stream by these events.
   std::shared_ptr<DeviceStream> send_stream_, recv_stream_;

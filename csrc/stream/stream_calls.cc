@@ -287,16 +287,13 @@ uint64_t StreamEngine::enqueue_collective(const CollectiveCall& call, const Prep
 }
 
 // compress= runs the schedule's messages encoded on the copy path (copy_path_codec.cc), whatever
-// path the size would take; what it cannot run is refused before the call is numbered.
-DeviceCallPath StreamEngine::compressed_path(const CollectiveCall& call, const ResolvedPlan& planned,
+// path the size would take (compress_inter_only across hosts too: raw within a host, encoded
+// between hosts); what it cannot run is refused before the call is numbered.
+DeviceCallPath StreamEngine::compressed_path(const CollectiveCall& /*call*/, const ResolvedPlan& planned,
                                              DeviceCallPath path) const {
   if (planned.one_sided || path == DeviceCallPath::Nccl)
     throw std::invalid_argument("algorithm: " + planned.name + " does not run with compress= (it encodes the messages "
                                 "of a schedule; this one " + (planned.one_sided ? "reads peers' buffers" : "is NCCL's own") + ")");
-  for (int p = 0; p < size_; ++p)
-    if (call.codec.inter_only && remote(p))
-      throw std::invalid_argument("compress: compress_inter_only (Codec(inter_only=True)) on device buffers runs "
-                                  "within one host only (rank " + std::to_string(p) + " is on another host)");
   return DeviceCallPath::Copy;
 }
 

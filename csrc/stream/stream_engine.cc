@@ -29,6 +29,7 @@ StreamEngineOptions stream_engine_options_from_env(double timeout_s, const std::
                                 std::to_string(o.slot_bytes));
   o.nslots = static_cast<uint32_t>(param_int("COMMLIB_DEVICE_SLOTS", 1, 64));
   o.streams = static_cast<int>(param_int("COMMLIB_DEVICE_STREAMS", 1, 2));
+  o.codec_piece_bytes = static_cast<int64_t>(param_bytes("COMMLIB_COMPRESS_PIECE_BYTES"));
   o.path = device_path_from_env();
   o.link = device_link_setting_from_env();
   return o;
@@ -192,6 +193,7 @@ void StreamEngine::release_memory(bool peers_closed) {
   // failed (a peer that failed may still map it: leaked rather than freed under it).
   if (peers_closed && !failed()) attempt("free inbox", [&] { copy_->free_inbox(*own_stream_); });
   attempt("free scratch", [&] {
+    copy_->free_codec_staging(*own_stream_);  // stream-ordered, before the synchronize below
     device_->free_async(scratch_, *own_stream_);
     device_->free_async(input_copy_, *own_stream_);
     for (void* b : retired_) device_->free_async(b, *own_stream_);

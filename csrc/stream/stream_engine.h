@@ -66,6 +66,7 @@ struct StreamEngineOptions {
   int streams = 2;                  // COMMLIB_DEVICE_STREAMS: 2 = sends and receives on their own streams
   DevicePath path = DevicePath::Auto;  // COMMLIB_DEVICE_PATH (stream/kernel_path.h)
   DeviceLinkSetting link = DeviceLinkSetting::Auto;  // COMMLIB_DEVICE_LINK (stream/device_link.h)
+  int64_t codec_piece_bytes = 262144;  // COMMLIB_COMPRESS_PIECE_BYTES: compress='s pieces (the host's)
   std::string label;
 };
 StreamEngineOptions stream_engine_options_from_env(double timeout_s, const std::string& label);
@@ -120,6 +121,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   std::string local_handle() const;
   void connect(const std::vector<std::string>& handles, const std::vector<int>& host_of);
   DeviceLinkSetting link_setting() const { return opts_.link; }
+  int64_t codec_piece_bytes() const { return opts_.codec_piece_bytes; }  // what a compressed call's codec carries
   // The link of this rank to every rank by name ("ipc", "nccl"; "" for itself, or before connect).
   std::vector<std::string> link_names() const;
   // Whether some pair of the world uses the nccl link (after connect).

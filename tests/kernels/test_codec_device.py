@@ -141,6 +141,28 @@ def test_error_feedback_on_device_matches_the_cpu_pass():
     _feedback_matches_cpu(emu.from_numpy, lambda a: a.numpy())
 
 
+def test_error_feedback_on_device_never_makes_the_host_wait():
+    """Error feedback's temporary on emulated arrays is stream-ordered memory (cudaMallocAsync /
+    cudaFreeAsync; a torch tensor's comes from torch's caching allocator): steady rounds make no
+    cudaMalloc, no cudaFree (which waits for the whole device) and no synchronize."""
+    from commlib.core.codecs import error_feedback_round
+    c = Codec("int8", 32)
+    g = emu.from_numpy(np.linspace(-1, 1, 1000, dtype=np.float32))
+    r = emu.from_numpy(np.zeros(1000, np.float32))
+    error_feedback_round(c, g, r)
+    emu.current_stream().synchronize()
+    dev = emu.device()
+    before = dev.driver_calls()
+    for _ in range(5):
+        error_feedback_round(c, g, r)
+    after = dev.driver_calls()
+    calls = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+    emu.current_stream().synchronize()
+    waits = ("cudaMalloc", "cudaFree", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy")
+    assert not {k: v for k, v in calls.items() if k in waits}, calls
+    assert calls.get("cudaMallocAsync") == calls.get("cudaFreeAsync") == 5, calls  # the count counts
+
+
 @pytest.mark.gpu
 def test_error_feedback_on_cuda_tensors_matches_the_cpu_pass():
     import torch

@@ -34,4 +34,6 @@ def refusals(comm):
                               ({"compress": "int8", "error_feedback": 1}, TypeError, "error_feedback")]:
         with pytest.raises(exc, match=name):
             DataParallel(torch.nn.Linear(2, 2), comm, **kwargs)
+    with pytest.raises(ValueError, match="error_feedback"):  # residuals are float32
+        DataParallel(torch.nn.Linear(2, 2).double(), comm, compress="int8", error_feedback=True)
     return True

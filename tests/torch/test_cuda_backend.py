@@ -88,3 +88,24 @@ def test_cuda_ddp_compressed_hook():
     import torch_cuda_compress_cases
     fails = [f for r in get_pool(2).run(torch_cuda_compress_cases.case_cuda_ddp_compressed, timeout=300) for f in r]
     assert not fails, "\n".join(fails[:20])
+
+
+@pytest.mark.gpu
+@needs_torch_cuda
+def test_cuda_data_parallel_compressed():
+    """commlib.parallel.DataParallel(compress="int8", error_feedback=True) on a CUDA model (stream
+    engine, device error feedback) against the same on the CPU (torch_cuda_compress_cases.py)."""
+    import torch_cuda_compress_cases
+    fails = [f for r in get_pool(2).run(torch_cuda_compress_cases.case_cuda_data_parallel_compressed, timeout=300)
+             for f in r]
+    assert not fails, "\n".join(fails[:20])
+
+
+@pytest.mark.gpu
+@needs_torch_cuda
+def test_cuda_fsdp2_compressed():
+    """FSDP2 with commlib's compressed all-gather and reduce-scatter on a CUDA mesh against the same
+    on a CPU mesh (torch_cuda_compress_cases.py)."""
+    import torch_cuda_compress_cases
+    fails = [f for r in get_pool(2).run(torch_cuda_compress_cases.case_cuda_fsdp2_compressed, timeout=300) for f in r]
+    assert not fails, "\n".join(fails[:20])
