@@ -1,16 +1,21 @@
-"""Per-rank view of one small call (8-byte broadcast, or barrier) timed exactly as the sweep times
-it (commlib/bench/sweep.py: ``fn()`` between two ``perf_counter`` reads, back to back), for commlib
-and Open MPI, so the bench's median of the slowest rank's time per call can be taken apart: each
-rank's median and 10th/90th percentiles (the software cost of a call that does not wait, and how
-often calls wait), the loop average (total time / calls: the throughput), each rank's context
-switches per call (sleeps on a futex, and switches out by preemption or a yield that gave the core)
-and where the ranks ran (each one's core at the end, and its moves between cores during the loop).
+"""Per-rank view of one call (an 8-byte broadcast or a barrier by default; any size of broadcast or
+all_to_all with --bytes) timed exactly as the sweep times it (commlib/bench/sweep.py: ``fn()`` between
+two ``perf_counter`` reads, back to back), for commlib and Open MPI, so the bench's median of the
+slowest rank's time per call can be taken apart: each rank's median and 10th/90th percentiles (the
+software cost of a call that does not wait, and how often calls wait), the loop average (total time
+/ calls: the throughput), each rank's context switches per call (sleeps on a futex, and switches out
+by preemption or a yield that gave the core), where the ranks ran (each one's core at the end, and
+its moves between cores during the loop), and each rank's time per call on a core and runnable but
+waiting for one (/proc/self/schedstat: CPU time stays steady when other processes load the machine,
+wall time does not).
 
     python bench/small_call_ranks.py broadcast --np 4 --calls 3000     # commlib, then MPI
     python bench/small_call_ranks.py barrier --backends commlib
     python bench/small_call_ranks.py barrier --pin      # each rank bound to one core, spread
+    COMMLIB_CMA=1 python bench/small_call_ranks.py all_to_all --bytes 16777216 --calls 20 --reps 2 \
+        --algorithm direct      # 16 MiB all_to_all, single-copy reads forced on
 
-docs/transports.md "Flag calls" quotes it. A rank process runs ``--rank-main``.
+docs/transports.md "Flag calls" and "Single-copy reads" quote it. A rank process runs ``--rank-main``.
 """
 from __future__ import annotations
 
