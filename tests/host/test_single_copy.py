@@ -30,7 +30,7 @@ def test_matrix_with_single_copy_forced(pool, collective):
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("size", [1, 2, 3, 4, 8])
 def test_all_to_all_matrix_with_single_copy_forced_at_every_world_size(pool, size):
-    """all_to_all is the collective the shipped table sends single-copy at 4 ranks from 16 MiB
+    """all_to_all is the collective the shipped table sends single-copy at 4 and 8 ranks from 16 MiB
     (commlib/core/tuning.json): its matrix with every message single-copy at the other world sizes
     (5 above), 8 ranks on 2 cores included."""
     p = pool(size, env=FORCED)
