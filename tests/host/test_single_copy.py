@@ -30,9 +30,9 @@ def test_matrix_with_single_copy_forced(pool, collective):
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("size", [1, 2, 3, 4, 8])
 def test_all_to_all_matrix_with_single_copy_forced_at_every_world_size(pool, size):
-    """all_to_all is the collective the shipped table sends single-copy at 4 and 8 ranks from 16 MiB
-    (commlib/core/tuning.json): its matrix with every message single-copy at the other world sizes
-    (5 above), 8 ranks on 2 cores included."""
+    """all_to_all is the collective the shipped table (commlib/core/tuning.json) sends single-copy at 4
+    and 8 ranks from 16 MiB send buffers: its matrix with every message single-copy at the other world
+    sizes (5 above), 8 ranks on 2 cores included."""
     p = pool(size, env=FORCED)
     assert all(read for read, _, _ in p.run(sc.direct_reads)) or size == 1
     results = p.run(cases.check_collective, "all_to_all", False, True, timeout=240)
