@@ -69,7 +69,7 @@ def make_call(b, backend, coll, nbytes, algorithm):
         return {"broadcast": functools.partial(b.comm.Bcast, buf, 0), "barrier": b.comm.Barrier,
                 "all_to_all": functools.partial(b.comm.Alltoall, buf, out)}[coll]
     return {"broadcast": functools.partial(b.comm.broadcast, buf, 0, algorithm),
-            "barrier": functools.partial(b.comm.barrier, algorithm),
+            "barrier": functools.partial(b.comm.barrier, algorithm=algorithm),
             "all_to_all": functools.partial(b.comm.all_to_all, out, buf, algorithm)}[coll]
 
 
