@@ -1,16 +1,21 @@
-"""Per-rank view of one small call (8-byte broadcast, or barrier) timed exactly as the sweep times
-it (commlib/bench/sweep.py: ``fn()`` between two ``perf_counter`` reads, back to back), for commlib
-and Open MPI, so the bench's median of the slowest rank's time per call can be taken apart: each
-rank's median and 10th/90th percentiles (the software cost of a call that does not wait, and how
-often calls wait), the loop average (total time / calls: the throughput), each rank's context
-switches per call (sleeps on a futex, and switches out by preemption or a yield that gave the core)
-and where the ranks ran (each one's core at the end, and its moves between cores during the loop).
+"""Per-rank view of one call (an 8-byte broadcast or a barrier by default; any size of broadcast or
+all_to_all with --bytes) timed exactly as the sweep times it (commlib/bench/sweep.py: ``fn()`` between
+two ``perf_counter`` reads, back to back), for commlib and Open MPI, so the bench's median of the
+slowest rank's time per call can be taken apart: each rank's median and 10th/90th percentiles (the
+software cost of a call that does not wait, and how often calls wait), the loop average (total time
+/ calls: the throughput), each rank's context switches per call (sleeps on a futex, and switches out
+by preemption or a yield that gave the core), where the ranks ran (each one's core at the end, and
+its moves between cores during the loop), and each rank's time per call on a core and runnable but
+waiting for one (/proc/self/schedstat: CPU time stays steady when other processes load the machine,
+wall time does not).
 
     python bench/small_call_ranks.py broadcast --np 4 --calls 3000     # commlib, then MPI
     python bench/small_call_ranks.py barrier --backends commlib
     python bench/small_call_ranks.py barrier --pin      # each rank bound to one core, spread
+    COMMLIB_CMA=1 python bench/small_call_ranks.py all_to_all --bytes 16777216 --calls 20 --reps 2 \
+        --algorithm direct      # 16 MiB all_to_all, single-copy reads forced on
 
-docs/transports.md "Flag calls" quotes it. A rank process runs ``--rank-main``.
+docs/transports.md "Flag calls" and "Single-copy reads" quote it. A rank process runs ``--rank-main``.
 """
 from __future__ import annotations
 
@@ -45,24 +50,44 @@ def placement():
     return cpu, moves
 
 
-def rank_main(backend, coll, calls, reps, pin=False):
+def schedstat():
+    """(seconds on a core, seconds runnable but waiting for one) of this process so far, from
+    /proc/self/schedstat: CPU time is steadier than wall time on a loaded machine, and the wait
+    says how long a rank was ready to run while other processes held the cores."""
+    with open("/proc/self/schedstat") as f:
+        run_ns, wait_ns, _slices = f.read().split()
+    return float(run_ns) * 1e-9, float(wait_ns) * 1e-9
+
+
+def make_call(b, backend, coll, nbytes, algorithm):
+    """The timed call: ``coll`` on float32 buffers of ``nbytes`` per rank (all_to_all: the whole
+    send buffer, as the sweep counts it), commlib with ``algorithm``."""
+    n = max(nbytes // 4, b.size if coll == "all_to_all" else 1)
+    n -= n % b.size if coll == "all_to_all" else 0
+    buf, out = np.ones(n, np.float32), np.empty(n, np.float32)
+    if backend == "mpi":
+        return {"broadcast": functools.partial(b.comm.Bcast, buf, 0), "barrier": b.comm.Barrier,
+                "all_to_all": functools.partial(b.comm.Alltoall, buf, out)}[coll]
+    return {"broadcast": functools.partial(b.comm.broadcast, buf, 0, algorithm),
+            "barrier": functools.partial(b.comm.barrier, algorithm=algorithm),
+            "all_to_all": functools.partial(b.comm.all_to_all, out, buf, algorithm)}[coll]
+
+
+def rank_main(backend, coll, calls, reps, pin=False, nbytes=8, algorithm="auto"):
     from commlib.bench.rank_process import _make_backend
     b = _make_backend(backend)
     if pin:  # rank r on the (r * cores / ranks)-th core of this process's set, for either library
         cpus = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cpus[b.rank * len(cpus) // b.size]})
-    buf = np.ones(2, np.float32)
-    if backend == "mpi":
-        fn = functools.partial(b.comm.Bcast, buf, 0) if coll == "broadcast" else b.comm.Barrier
-    else:
-        fn = functools.partial(b.comm.broadcast, buf, 0, "auto") if coll == "broadcast" else b.comm.barrier
+    fn = make_call(b, backend, coll, nbytes, algorithm)
     pc = time.perf_counter
     for rep in range(reps):
-        for _ in range(200):
+        for _ in range(min(200, calls)):
             fn()
         b.barrier()
         ts = [0.0] * calls
         sw0 = context_switches()
+        sched0 = schedstat()
         moves0 = placement()[1]
         t_loop = pc()
         for j in range(calls):
@@ -71,8 +96,9 @@ def rank_main(backend, coll, calls, reps, pin=False):
             ts[j] = pc() - t0
         loop = pc() - t_loop
         sw = [(b_ - a_) / calls for a_, b_ in zip(sw0, context_switches())]
+        sched = [(b_ - a_) / calls * 1e6 for a_, b_ in zip(sched0, schedstat())]
         cpu, moves = placement()
-        st = b.gather_stats(np.array(ts + [loop] + sw + [cpu, moves - moves0], np.float64))
+        st = b.gather_stats(np.array(ts + [loop] + sw + [cpu, moves - moves0] + sched, np.float64))
         if b.rank == 0:
             per = st[:, :calls] * 1e6
             us = lambda xs: "/".join(f"{x:.2f}" for x in xs)  # noqa: E731
@@ -82,7 +108,8 @@ def rank_main(backend, coll, calls, reps, pin=False):
                   f"loop average {st[:, calls].max() / calls * 1e6:.2f} us; per call: sleeps "
                   f"{us(st[:, calls + 1])}, switched out {us(st[:, calls + 2])}; each rank's core at the end "
                   f"{'/'.join(str(int(c)) for c in st[:, calls + 3])}, moves between cores "
-                  f"{'/'.join(str(int(c)) for c in st[:, calls + 4])}", flush=True)
+                  f"{'/'.join(str(int(c)) for c in st[:, calls + 4])}; per call: on a core {us(st[:, calls + 5])} us, "
+                  f"runnable but waiting {us(st[:, calls + 6])} us", flush=True)
     close = getattr(b.comm, "close", None)
     if backend == "commlib" and close:
         close()
@@ -90,7 +117,9 @@ def rank_main(backend, coll, calls, reps, pin=False):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("collective", choices=("broadcast", "barrier"))
+    p.add_argument("collective", choices=("broadcast", "barrier", "all_to_all"))
+    p.add_argument("--bytes", type=int, default=8, help="bytes per rank (default 8; all_to_all: the whole send buffer)")
+    p.add_argument("--algorithm", default="auto", help="commlib's algorithm (default auto)")
     p.add_argument("--np", type=int, default=4)
     p.add_argument("--calls", type=int, default=3000)
     p.add_argument("--reps", type=int, default=3)
@@ -101,9 +130,10 @@ def main(argv=None):
     p.add_argument("--rank-main", metavar="BACKEND", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.rank_main:
-        return rank_main(a.rank_main, a.collective, a.calls, a.reps, a.pin)
+        return rank_main(a.rank_main, a.collective, a.calls, a.reps, a.pin, a.bytes, a.algorithm)
     os.system("uptime")
-    me = [sys.executable, os.path.abspath(__file__), a.collective, "--calls", str(a.calls), "--reps", str(a.reps)]
+    me = [sys.executable, os.path.abspath(__file__), a.collective, "--calls", str(a.calls), "--reps", str(a.reps),
+          "--bytes", str(a.bytes), "--algorithm", a.algorithm]
     me += ["--pin"] if a.pin else []
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     for backend in a.backends.split(","):

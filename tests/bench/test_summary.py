@@ -28,6 +28,7 @@ def test_summary_round_trip_keeps_what_the_reports_use(tmp_path):
             for k in ("backend", "collective", "algorithm", "mode", "world_size", "dtype", "bytes", "count", "wrong"):
                 assert s[k] == r[k], k
             assert s["time_us"]["median"] == r["time_us"]["median"]  # exact: digits must not flip
+            assert s["time_us"]["loop_avg"] == r["time_us"]["loop_avg"]  # the throughput beside it
     assert report.comparison(report.merged_records([d for _, d in back])) == \
         report.comparison(report.merged_records([d for _, d in runs]))
 

@@ -57,17 +57,25 @@ def changing_buffers(comm, rounds=6):
     return failures
 
 
-def sender_dies_after_publishing(comm, victim):
-    """``victim`` broadcasts a large buffer (its address goes to every peer in a rendezvous chunk)
-    and is SIGKILLed while it waits for their reads; the peers join the call only once it is dead,
-    so their read of its memory fails: each must raise PeerError naming it and the call."""
+def sender_dies_after_publishing(comm, victim, collective="broadcast"):
+    """``victim`` runs a large broadcast or all_to_all (its buffer's address goes to its peers in
+    rendezvous chunks) and is SIGKILLed while it waits for their reads; the peers join the call only
+    once it is dead, so their read of its memory fails: each must raise PeerError naming it and the
+    call."""
     sub = comm.split(0, timeout=20)
     x = np.full(4 * BLOCK, 7.0, np.float32)
-    sub.broadcast(x, root=victim)  # a first call, so the second's failure is the one under test
+    y = np.empty_like(x)
+    if collective == "broadcast":
+        call = lambda: sub.broadcast(x, root=victim)  # noqa: E731
+    else:  # one block of BLOCK elements (273 KiB, single-copy) per rank
+        n = sub.size * BLOCK
+        x, y = np.full(n, 7.0, np.float32), np.empty(n, np.float32)
+        call = lambda: sub.all_to_all(y, x)  # noqa: E731
+    call()  # a first call, so the second's failure is the one under test
     if sub.rank == victim:
         threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGKILL)).start()
-        sub.broadcast(x, root=victim)
+        call()
         time.sleep(10)  # the kill arrives meanwhile
         return None
     time.sleep(1.5)
-    return survivor_outcome(lambda: sub.broadcast(x, root=victim))
+    return survivor_outcome(call)

@@ -27,6 +27,20 @@ def test_matrix_with_single_copy_forced(pool, collective):
     _check_identical([d for _, d in results])
 
 
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 8])
+def test_all_to_all_matrix_with_single_copy_forced_at_every_world_size(pool, size):
+    """all_to_all is the collective the shipped table (commlib/core/tuning.json) sends single-copy at 4
+    and 8 ranks from 16 MiB send buffers: its matrix with every message single-copy at the other world
+    sizes (5 above), 8 ranks on 2 cores included."""
+    p = pool(size, env=FORCED)
+    assert all(read for read, _, _ in p.run(sc.direct_reads)) or size == 1
+    results = p.run(cases.check_collective, "all_to_all", False, True, timeout=240)
+    failures = [f for fails, _ in results for f in fails]
+    assert not failures, f"{len(failures)} wrong result(s):\n" + "\n".join(failures[:20])
+    _check_identical([d for _, d in results])
+
+
 @pytest.mark.parametrize("size,env", [(5, FORCED), (3, {"COMMLIB_CMA": "1"}), (3, {"COMMLIB_CMA": "0"})])
 def test_buffers_that_change_between_calls(pool, size, env):
     assert pool(size, env=env).run(sc.changing_buffers, timeout=120) == [[]] * size
@@ -42,3 +56,15 @@ def test_sender_dying_after_publishing_its_buffer_raises_peer_error():
     results = run_killing_one_rank(3, 1, sc.sender_dies_after_publishing, env=FORCED, timeout=60)
     assert_survivors_named_the_dead_rank(results, 1, call="broadcast #", within_s=20)
     assert all("could not be read" in res[0] for q, res in enumerate(results) if q != 1), results
+
+
+@pytest.mark.timeout(120)
+def test_all_to_all_sender_dying_after_publishing_raises_peer_error():
+    """all_to_all single-copy: every survivor reads the dead rank's blocks (and waits for its reads
+    of theirs): PeerError naming it and the call, never a crash of the reader or a hang."""
+    results = run_killing_one_rank(4, 2, sc.sender_dies_after_publishing, env=FORCED, timeout=60,
+                                   args=("all_to_all",))
+    assert_survivors_named_the_dead_rank(results, 2, call="all_to_all #", within_s=20)
+    # the first survivor to look failed in its read of the dead rank's buffer (the others learn it
+    # from that survivor's published failure or from their own read)
+    assert any("could not be read" in res[0] for q, res in enumerate(results) if q != 2), results
