@@ -5,7 +5,7 @@ namespaces (docs/compression.md; results in bench/RESULTS_compression.md).
                                    [--algorithms hierarchical,ring,auto]
                                    [--steps 60] [--ranks-per-host 2] [--optimizer adam|adam-fused]
                                    [--out bench/results/compression]
-                                   [--skip-allreduce] [--skip-training]
+                                   [--skip-allreduce] [--skip-training] [--netns-prefix P]
 
 Root only. Two parts, each on two namespaces ("hosts") of 2 ranks, joined by veth links with
 ``tc tbf`` at ``--rate`` (commlib.testing.netns / scripts/netns.sh, as the multi-host benchmarks;
@@ -328,6 +328,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "compression"))
     p.add_argument("--skip-allreduce", action="store_true")
     p.add_argument("--skip-training", action="store_true")
+    p.add_argument("--netns-prefix", default=None, help="training: the namespaces' name prefix (default: scripts/netns.sh's)")
     args = p.parse_args(argv)
     # SIGTERM (a run cut short) unwinds like Ctrl-C, so the namespaces and ranks are removed
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -344,7 +345,7 @@ def main(argv=None) -> int:
         run_allreduce(args, args.out)
     if not args.skip_training:
         from commlib.testing.netns import Namespaces
-        with Namespaces(2, rate=args.rate) as net:
+        with Namespaces(2, rate=args.rate, prefix=args.netns_prefix) as net:
             run_training(net, args, args.out)
     print(f"# load average at end: {os.getloadavg()}", flush=True)
     return 0

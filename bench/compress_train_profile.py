@@ -3,7 +3,7 @@ bench/RESULTS_compression.md, session 19).
 
     python bench/compress_train_profile.py [--arms none,int8:inter,int4:inter] [--steps 7]
                                            [--optimizer adam|adam-fused] [--ranks-per-host 2]
-                                           [--env COMMLIB_TCP_SPIN_US=0,...]
+                                           [--env COMMLIB_TCP_SPIN_US=0,...] [--netns-prefix P]
 
 Root only: the training of compress_netns.py (its model, data, batches and DataParallel with error
 feedback) on two network namespaces joined by a 1 Gbit/s tc tbf link, one pool for every arm. Per
@@ -105,6 +105,7 @@ def main(argv=None) -> int:
     p.add_argument("--ranks-per-host", type=int, default=2, choices=(1, 2, 4))
     p.add_argument("--rate", default="1gbit")
     p.add_argument("--env", default="", help="NAME=VALUE,... set in every rank")
+    p.add_argument("--netns-prefix", default=None, help="the namespaces' name prefix (default: scripts/netns.sh's)")
     args = p.parse_args(argv)
     if args.steps < 3:
         raise SystemExit("compress_train_profile: --steps must be at least 3 (the first two are not counted)")
@@ -116,7 +117,7 @@ def main(argv=None) -> int:
     data = cn.corpus()
     _, rows = cn.layout(args.ranks_per_host)
     print(f"# load average {os.getloadavg()}, env {args.env or '-'}, optimizer {args.optimizer}", flush=True)
-    with Namespaces(cn.HOSTS, rate=args.rate) as net:
+    with Namespaces(cn.HOSTS, rate=args.rate, prefix=args.netns_prefix) as net:
         pool = NetnsRankPool(net, [h for h in range(cn.HOSTS) for _ in range(args.ranks_per_host)], timeout=120)
         try:
             for arm in filter(None, args.arms.split(",")):

@@ -66,7 +66,7 @@ bool encode_int(const CodecSpec& spec, const void* src, size_t n, uint8_t* dst, 
       const size_t b1 = std::min(b0 + B, n);
       bool finite;
       const float amax = block_amax<D>(x + b0, b1 - b0, &finite);
-      const int e = kern::block_scale_exp<G, D>(amax, !spec.stochastic);
+      const int e = loops::int_scale_exp<G, D>(amax, !spec.stochastic);
       scales[blk] = static_cast<uint8_t>(static_cast<int8_t>(e));
       int8_t* c = codes + (b0 - s0);
       if (finite && G::top * kern::pow2(e) <= kern::StorageLimits<D>::max) {

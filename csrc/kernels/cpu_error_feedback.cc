@@ -10,9 +10,11 @@
 #include "kernels/cpu_error_feedback.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "kernels/cpu_codec_loops.h"
+#include "kernels/cpu_features.h"
 
 namespace commlib {
 namespace {
@@ -32,7 +34,7 @@ void project_generic(const CodecSpec& spec, const float* s, size_t n, uint64_t c
 
 // One finite block of an integer grid at scale 2^e, nearest: the codes are rint(s * 2^-e) in
 // [-top, top] (block_scale_exp picks e so), never the NaN code, and decode to code * 2^e.
-void project_int_block(const float* s, size_t n, int e, float* grad, float* residual) {
+COMMLIB_FORCEINLINE void project_int_block(const float* s, size_t n, int e, float* grad, float* residual) {
   const float inv = static_cast<float>(kern::pow2(-e)), scale = static_cast<float>(kern::pow2(e));
   for (size_t i = 0; i < n; ++i) {
     const float y = s[i] * inv;
@@ -43,7 +45,7 @@ void project_int_block(const float* s, size_t n, int e, float* grad, float* resi
 }
 
 // The same projection alone (q may be s: each element is read before it is written).
-void project_int_block(const float* s, size_t n, int e, float* q) {
+COMMLIB_FORCEINLINE void project_int_block(const float* s, size_t n, int e, float* q) {
   const float inv = static_cast<float>(kern::pow2(-e)), scale = static_cast<float>(kern::pow2(e));
   for (size_t i = 0; i < n; ++i) {
     const float y = s[i] * inv;
@@ -53,13 +55,14 @@ void project_int_block(const float* s, size_t n, int e, float* q) {
 
 // The projection of n float32 elements in place, blocks from x[0]: int8/int4 nearest.
 template <class G>
-void project_int_nearest(const CodecSpec& spec, float* x, size_t n, uint64_t base, std::vector<uint8_t>& bytes) {
+COMMLIB_FORCEINLINE void project_int_nearest(const CodecSpec& spec, float* x, size_t n, uint64_t base,
+                                             std::vector<uint8_t>& bytes) {
   const size_t B = static_cast<size_t>(spec.block);
   for (size_t b0 = 0; b0 < n; b0 += B) {
     const size_t k = std::min(B, n - b0);
     bool finite;
     const float amax = loops::block_amax<DType::Float32>(x + b0, k, &finite);
-    const int e = kern::block_scale_exp<G, DType::Float32>(amax, true);
+    const int e = loops::int_scale_exp<G, DType::Float32>(amax, true);
     if (finite && G::top * kern::pow2(e) <= kern::StorageLimits<DType::Float32>::max) {
       project_int_block(x + b0, k, e, x + b0);
     } else {  // NaN/Inf, or a top code past float32's largest: the codec's own path for this block
@@ -71,8 +74,8 @@ void project_int_nearest(const CodecSpec& spec, float* x, size_t n, uint64_t bas
 }
 
 template <class G>
-void feedback_int_nearest(const CodecSpec& spec, float* grad, float* residual, size_t n, uint64_t base,
-                          std::vector<float>& s, std::vector<uint8_t>& bytes) {
+COMMLIB_FORCEINLINE void feedback_int_nearest(const CodecSpec& spec, float* grad, float* residual, size_t n,
+                                              uint64_t base, std::vector<float>& s, std::vector<uint8_t>& bytes) {
   const size_t B = static_cast<size_t>(spec.block);
   const size_t per = std::max(B, kChunk / B * B);
   s.resize(std::min(per, n));
@@ -85,7 +88,7 @@ void feedback_int_nearest(const CodecSpec& spec, float* grad, float* residual, s
       const size_t k = std::min(B, m - b0);
       bool finite;
       const float amax = loops::block_amax<DType::Float32>(s.data() + b0, k, &finite);
-      const int e = kern::block_scale_exp<G, DType::Float32>(amax, true);
+      const int e = loops::int_scale_exp<G, DType::Float32>(amax, true);
       if (finite && G::top * kern::pow2(e) <= kern::StorageLimits<DType::Float32>::max)
         project_int_block(s.data() + b0, k, e, g + b0, r + b0);
       else
@@ -106,15 +109,60 @@ void feedback_generic(const CodecSpec& spec, float* grad, float* residual, size_
   }
 }
 
+// The int8/int4 nearest loops once per instruction set: everything above is always_inline, so each
+// entry compiles (and vectorises) it with its own target. AVX2 (8 lanes and a real int32 max)
+// where the CPU reduction path is a vector one (kernels/cpu_features.h: it checks the CPU, and
+// set_cpu_reduce_path("baseline") sends these to SSE2 as well, so tests run both). No FMA in the
+// target: each product is rounded on its own, so both entries compute the same bits (the
+// projection's ops are exact or correctly rounded, whatever the vector width).
+#define COMMLIB_INT_ENTRIES(SUFFIX, TARGET)                                                                      \
+  template <class G>                                                                                            \
+  TARGET void feedback_##SUFFIX(const CodecSpec& spec, float* grad, float* residual, size_t n, uint64_t base,   \
+                                std::vector<float>& s, std::vector<uint8_t>& bytes) {                           \
+    feedback_int_nearest<G>(spec, grad, residual, n, base, s, bytes);                                          \
+  }                                                                                                             \
+  template <class G>                                                                                            \
+  TARGET void project_##SUFFIX(const CodecSpec& spec, float* x, size_t n, uint64_t base,                       \
+                               std::vector<uint8_t>& bytes) {                                                   \
+    project_int_nearest<G>(spec, x, n, base, bytes);                                                           \
+  }
+COMMLIB_INT_ENTRIES(baseline, )
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+COMMLIB_INT_ENTRIES(avx2, __attribute__((target("avx2"))))
+bool vector_path() { return std::strcmp(cpu_reduce_path(), "baseline") != 0; }
+#else
+#define feedback_avx2 feedback_baseline
+#define project_avx2 project_baseline
+bool vector_path() { return false; }
+#endif
+#undef COMMLIB_INT_ENTRIES
+
+template <class G>
+void feedback_int(const CodecSpec& spec, float* grad, float* residual, size_t n, uint64_t base, std::vector<float>& s,
+                  std::vector<uint8_t>& bytes) {
+  if (vector_path())
+    feedback_avx2<G>(spec, grad, residual, n, base, s, bytes);
+  else
+    feedback_baseline<G>(spec, grad, residual, n, base, s, bytes);
+}
+
+template <class G>
+void project_int(const CodecSpec& spec, float* x, size_t n, uint64_t base, std::vector<uint8_t>& bytes) {
+  if (vector_path())
+    project_avx2<G>(spec, x, n, base, bytes);
+  else
+    project_baseline<G>(spec, x, n, base, bytes);
+}
+
 }  // namespace
 
 void codec_project(const CodecSpec& spec, DType dtype, void* x, size_t n, uint64_t counter_base,
                    std::vector<uint8_t>& scratch) {
   check_codec(spec, dtype);
   if (dtype == DType::Float32 && !spec.stochastic && spec.kind == CodecKind::Int8) {
-    project_int_nearest<kern::Int8Grid>(spec, static_cast<float*>(x), n, counter_base, scratch);
+    project_int<kern::Int8Grid>(spec, static_cast<float*>(x), n, counter_base, scratch);
   } else if (dtype == DType::Float32 && !spec.stochastic && spec.kind == CodecKind::Int4) {
-    project_int_nearest<kern::Int4Grid>(spec, static_cast<float*>(x), n, counter_base, scratch);
+    project_int<kern::Int4Grid>(spec, static_cast<float*>(x), n, counter_base, scratch);
   } else {
     scratch.resize(codec_encoded_bytes(spec, n));
     codec_encode(spec, dtype, x, n, scratch.data(), counter_base);
@@ -127,9 +175,9 @@ void codec_error_feedback(const CodecSpec& spec, float* grad, float* residual, s
   std::vector<float> s;
   std::vector<uint8_t> bytes;
   if (spec.kind == CodecKind::Int8 && !spec.stochastic)
-    feedback_int_nearest<kern::Int8Grid>(spec, grad, residual, n, counter_base, s, bytes);
+    feedback_int<kern::Int8Grid>(spec, grad, residual, n, counter_base, s, bytes);
   else if (spec.kind == CodecKind::Int4 && !spec.stochastic)
-    feedback_int_nearest<kern::Int4Grid>(spec, grad, residual, n, counter_base, s, bytes);
+    feedback_int<kern::Int4Grid>(spec, grad, residual, n, counter_base, s, bytes);
   else
     feedback_generic(spec, grad, residual, n, counter_base, s, bytes);
 }

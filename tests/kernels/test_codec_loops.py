@@ -7,10 +7,70 @@ import numpy as np
 import pytest
 
 from codec_reference import as_dtype, awkward, codec_cases, sample
+from commlib import _C
 from commlib.codecs import NAMES, Codec
 
 COUNTS = (0, 1, 5, 97, 1000, 4099)  # empty, one, under a block, primes, many blocks
 BLOCKS = (1, 7, 32, 256)
+
+
+@pytest.fixture(params=_C._cpu_paths())
+def cpu_path(request):
+    """Each vector path this CPU runs, then the baseline: the int8/int4 nearest loops of error
+    feedback and the projection have an AVX2 entry beside the SSE2 one (cpu_error_feedback.cc)."""
+    prev = _C._set_cpu_path(request.param)
+    yield request.param
+    _C._set_cpu_path(prev)
+
+
+def threshold_blocks(top: float, block: int) -> np.ndarray:
+    """Blocks whose largest magnitude sits where the scale exponent changes (int_scale_exp's closed
+    form, cpu_codec_loops.h): (top + 1/2) 2^k (nearest rounds it over top) and top 2^k (stochastic
+    judges amax itself), each one float32 ulp below, at and above, over binades from float32's
+    subnormals to its largest; the rest of each block small values of both signs."""
+    amaxes = []
+    for k in list(range(-149, -120, 3)) + list(range(-40, 41, 7)) + [120, 121]:
+        for base in (top + 0.5, top):
+            a = np.float32(base * 2.0 ** k)
+            if not np.isfinite(a) or a == 0:
+                continue
+            amaxes += [np.nextafter(a, np.float32(0)), a, np.nextafter(a, np.float32(np.inf))]
+    rng = np.random.default_rng(block)
+    out = []
+    for i, a in enumerate(amaxes):
+        b = (rng.uniform(-0.9, 0.9, block) * a).astype(np.float32)
+        b[i % block] = a if i % 2 else -a
+        out.append(b)
+    return np.concatenate(out)
+
+
+@pytest.mark.parametrize("codec", ["int8", "int4"])
+def test_scale_threshold_blocks_match_the_functors(codec, cpu_path):
+    """The integer grids' scale exponent in closed form (no division loop) picks the functors'
+    exponent at its thresholds: encode, the projection, encode with projection and error feedback
+    give the reference's bytes and bits on blocks whose amax is one ulp around each threshold."""
+    from commlib.core import call_spec
+    from commlib.core.codecs import error_feedback_round
+    top = 127.0 if codec == "int8" else 7.0
+    for block in (7, 32):
+        x = threshold_blocks(top, block)
+        for rounding in ("nearest", "stochastic"):
+            c = Codec(codec, block, rounding, seed=3)
+            what = f"{codec} block {block} {rounding} ({cpu_path})"
+            ref = c.encode(x, "float32", 0, reference=True)
+            assert np.array_equal(c.encode(x, "float32", 0), ref), f"{what}: encode differs"
+            want = c.decode(ref, x.size, "float32", reference=True)
+            got = x.copy()
+            _C.codec_project(codec, block, rounding, 3, call_spec.dtype("float32"), got, 0)
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), f"{what}: projection differs"
+            got = x.copy()
+            got_bytes = _C.codec_encode_project(codec, block, rounding, 3, call_spec.dtype("float32"), got, 0)
+            assert np.array_equal(got_bytes, ref), f"{what}: encode_project's bytes differ"
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), f"{what}: encode_project's values differ"
+            g = x.copy()
+            r = error_feedback_round(c, g, np.zeros_like(g))
+            assert np.array_equal(g.view(np.uint32), want.view(np.uint32)), f"{what}: error feedback differs"
+            assert np.array_equal(r, x - want), f"{what}: error feedback's residual differs"
 
 
 @pytest.mark.parametrize("codec", NAMES)
@@ -36,7 +96,7 @@ def feedback_reference(codec: Codec, grad: np.ndarray, residual: np.ndarray):
 
 
 @pytest.mark.parametrize("codec", NAMES)
-def test_fused_error_feedback_matches_the_composition(codec):
+def test_fused_error_feedback_matches_the_composition(codec, cpu_path):
     """error_feedback_round's one C++ pass (kernels/cpu_error_feedback.cc: int8/int4 nearest in its
     own loop, the rest through the codec per chunk) gives the bits of the whole-buffer composition,
     with and without a residual, on the awkward data (NaN/Inf blocks and sums that overflow take
@@ -59,11 +119,10 @@ def test_fused_error_feedback_matches_the_composition(codec):
 
 
 @pytest.mark.parametrize("codec", NAMES)
-def test_projection_in_place_matches_encode_then_decode(codec):
+def test_projection_in_place_matches_encode_then_decode(codec, cpu_path):
     """codec_project (the compressed lowering's projection of a sum: int8/int4 nearest on float32
     in error feedback's loop, the rest through the codec) leaves the bits decode(encode(x)) gives,
     for every dtype x block size x rounding, NaN/Inf blocks and counts inside a block included."""
-    from commlib import _C
     from commlib.core import call_spec
     with np.errstate(over="ignore", invalid="ignore"):
         for dtype, c, count, what in codec_cases(codec, COUNTS, 5, BLOCKS):
@@ -79,7 +138,6 @@ def test_encode_with_projection_matches_encode_then_decode(codec):
     """codec_encode_project (a send's encoding and the sender's projection in one pass: int8/int4
     nearest on float32 write each block's decoded values as they code it) gives encode's bytes and
     leaves decode(encode(x)) in x, bit for bit, NaN/Inf blocks and counts inside a block included."""
-    from commlib import _C
     from commlib.core import call_spec
     with np.errstate(over="ignore", invalid="ignore"):
         for dtype, c, count, what in codec_cases(codec, COUNTS, 5, BLOCKS):
