@@ -61,9 +61,10 @@ class DataParallel(torch.nn.Module):
             synchronisation (saves one gradient copy of memory and a copy per step).
         compress: a codec (name or ``commlib.codecs.Codec``) the buckets' all_reduce travels in
             (host buffers; docs/compression.md); None: uncompressed.
-        error_feedback: with ``compress``, add to each bucket the residual its last encoding lost
-            and encode the sum on this rank before sending (EF-SGD, commlib.core.codecs.error_feedback_round);
-            float32 buckets only. docs/compression.md says which combinations converge.
+        error_feedback: with ``compress``, add to each gradient the residual its last encoding lost
+            and encode the sum on this rank before sending (EF-SGD, commlib.core.codecs.error_feedback_round),
+            as the gradient is copied into its bucket (one pass; blocks start at each parameter's
+            slice); float32 buckets only. docs/compression.md says which combinations converge.
 
     At construction the parameter and buffer shapes are checked to agree on every rank (a clear
     error names the first mismatching one) and rank 0's values are broadcast to all.
@@ -235,7 +236,9 @@ class DataParallel(torch.nn.Module):
         self._marked.add(id(p))
         view = b.view(i)
         g = p.grad
-        if g.data_ptr() != view.data_ptr():
+        if self.error_feedback:
+            self._feed_back(b, i, g)
+        elif g.data_ptr() != view.data_ptr():
             view.copy_(g)
         self._t_last_grad = time.perf_counter()
         try:
@@ -247,12 +250,28 @@ class DataParallel(torch.nn.Module):
             self._reset_backward()
             raise
 
+    def _feed_back(self, b: _Bucket, i: int, g=None):
+        """Error feedback of parameter i's slice of bucket b, as its gradient goes in: the slice
+        gets Q(g + e) and e what Q dropped, read from ``g`` (None: what the slice holds), so the
+        copy into the bucket and the feedback are one pass over memory (kernels/cpu_error_feedback.h;
+        the bucket's blocks start at each slice, which EF-SGD allows: any compressor's residual)."""
+        residual = self._residuals.get(b.index)
+        if residual is None:
+            residual = self._residuals[b.index] = torch.zeros_like(b.buffer)
+        o, n = b.layout.offsets[i], b.layout.numels[i]
+        view, r = b.view(i), residual[o:o + n]
+        if g is not None and g.data_ptr() != view.data_ptr() and not g.is_contiguous():
+            view.copy_(g)  # (a strided gradient: the pass reads contiguous memory)
+            g = None
+        src = None if g is None or g.data_ptr() == view.data_ptr() else g
+        new = error_feedback_round(self.codec, view, r, src=src)
+        if new is not r:  # a replacement step that returns a fresh residual (bench/compress_netns.py's composed arm)
+            r.copy_(new)
+
     def _launch(self, b: _Bucket):
         if self.codec is None:
             b.work = self.comm.all_reduce(b.buffer, op="avg", algorithm=self.algorithm, async_op=True)
-        else:
-            if self.error_feedback:
-                self._residuals[b.index] = error_feedback_round(self.codec, b.buffer, self._residuals.get(b.index))
+        else:  # (error feedback ran as each gradient went into the bucket: _feed_back)
             b.work = self.comm.all_reduce(b.buffer, op="avg", algorithm=self.algorithm, async_op=True,
                                           compress=self.codec)
         b.launched = True
@@ -272,6 +291,8 @@ class DataParallel(torch.nn.Module):
                         b.view(i).zero_()
                     elif p.grad.data_ptr() != b.view(i).data_ptr():
                         b.view(i).copy_(p.grad)
+                    if self.error_feedback:
+                        self._feed_back(b, i)
                     b.ready += 1
             self._launcher.launch_rest()
             used_any = None

@@ -6,6 +6,7 @@
 #include "kernels/cpu_codecs.h"
 
 #include "kernels/cpu_codec_loops.h"
+#include "kernels/cpu_features.h"
 
 #include <algorithm>
 #include <cmath>
@@ -35,7 +36,7 @@ using loops::kRoundMagic;
 
 // Codes of one finite block at scale 2^e: one signed integer per byte.
 template <DType D>
-void int_codes(const typename DTypeTraits<D>::storage* x, size_t n, int e, int8_t* codes) {
+COMMLIB_FORCEINLINE void int_codes(const typename DTypeTraits<D>::storage* x, size_t n, int e, int8_t* codes) {
   using Tr = DTypeTraits<D>;
   const float inv = static_cast<float>(kern::pow2(-e));
   for (size_t i = 0; i < n; ++i) {
@@ -47,8 +48,8 @@ void int_codes(const typename DTypeTraits<D>::storage* x, size_t n, int e, int8_
 // `project` (float32, nearest only; may alias src): each fast block's decoded values, code * 2^e,
 // written as soon as the block is coded; *all_projected says whether every block went so.
 template <class G, DType D>
-bool encode_int(const CodecSpec& spec, const void* src, size_t n, uint8_t* dst, uint64_t base,
-                float* project = nullptr, bool* all_projected = nullptr) {
+COMMLIB_FORCEINLINE bool encode_int_loops(const CodecSpec& spec, const void* src, size_t n, uint8_t* dst,
+                                          uint64_t base, float* project, bool* all_projected) {
   using Tr = DTypeTraits<D>;
   const auto* x = static_cast<const typename Tr::storage*>(src);
   const size_t B = static_cast<size_t>(spec.block);
@@ -99,6 +100,32 @@ bool encode_int(const CodecSpec& spec, const void* src, size_t n, uint8_t* dst, 
     }
   }
   return true;
+}
+
+// encode_int_loops once per instruction set (as cpu_error_feedback.cc's loops): AVX2 where the CPU
+// reduction path is a vector one, SSE2 otherwise; the same bits either way (no FMA in the target).
+template <class G, DType D>
+bool encode_int_baseline(const CodecSpec& spec, const void* src, size_t n, uint8_t* dst, uint64_t base,
+                         float* project, bool* all_projected) {
+  return encode_int_loops<G, D>(spec, src, n, dst, base, project, all_projected);
+}
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+template <class G, DType D>
+__attribute__((target("avx2"))) bool encode_int_avx2(const CodecSpec& spec, const void* src, size_t n, uint8_t* dst,
+                                                     uint64_t base, float* project, bool* all_projected) {
+  return encode_int_loops<G, D>(spec, src, n, dst, base, project, all_projected);
+}
+bool vector_path() { return std::strcmp(cpu_reduce_path(), "baseline") != 0; }
+#else
+#define encode_int_avx2 encode_int_baseline
+bool vector_path() { return false; }
+#endif
+
+template <class G, DType D>
+bool encode_int(const CodecSpec& spec, const void* src, size_t n, uint8_t* dst, uint64_t base,
+                float* project = nullptr, bool* all_projected = nullptr) {
+  return vector_path() ? encode_int_avx2<G, D>(spec, src, n, dst, base, project, all_projected)
+                       : encode_int_baseline<G, D>(spec, src, n, dst, base, project, all_projected);
 }
 
 // Decoding the integer grids: code * 2^e in float (exact: at most 7 significant bits, and 2^e is

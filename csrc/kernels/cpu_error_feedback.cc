@@ -74,8 +74,9 @@ COMMLIB_FORCEINLINE void project_int_nearest(const CodecSpec& spec, float* x, si
 }
 
 template <class G>
-COMMLIB_FORCEINLINE void feedback_int_nearest(const CodecSpec& spec, float* grad, float* residual, size_t n,
-                                              uint64_t base, std::vector<float>& s, std::vector<uint8_t>& bytes) {
+COMMLIB_FORCEINLINE void feedback_int_nearest(const CodecSpec& spec, const float* src, float* grad, float* residual,
+                                              size_t n, uint64_t base, std::vector<float>& s,
+                                              std::vector<uint8_t>& bytes) {
   const size_t B = static_cast<size_t>(spec.block);
   const size_t per = std::max(B, kChunk / B * B);
   s.resize(std::min(per, n));
@@ -83,7 +84,7 @@ COMMLIB_FORCEINLINE void feedback_int_nearest(const CodecSpec& spec, float* grad
     const size_t m = std::min(per, n - c0);
     float* g = grad + c0;
     float* r = residual + c0;
-    for (size_t i = 0; i < m; ++i) s[i] = g[i] + r[i];
+    for (size_t i = 0; i < m; ++i) s[i] = src[c0 + i] + r[i];
     for (size_t b0 = 0; b0 < m; b0 += B) {
       const size_t k = std::min(B, m - b0);
       bool finite;
@@ -97,14 +98,14 @@ COMMLIB_FORCEINLINE void feedback_int_nearest(const CodecSpec& spec, float* grad
   }
 }
 
-void feedback_generic(const CodecSpec& spec, float* grad, float* residual, size_t n, uint64_t base,
+void feedback_generic(const CodecSpec& spec, const float* src, float* grad, float* residual, size_t n, uint64_t base,
                       std::vector<float>& s, std::vector<uint8_t>& bytes) {
   const size_t B = spec.kind == CodecKind::BF16 ? 1 : static_cast<size_t>(spec.block);
   const size_t per = std::max(B, kChunk / B * B);  // whole blocks: each chunk codes as the region does
   s.resize(std::min(per, n));
   for (size_t c0 = 0; c0 < n; c0 += per) {
     const size_t m = std::min(per, n - c0);
-    for (size_t i = 0; i < m; ++i) s[i] = grad[c0 + i] + residual[c0 + i];
+    for (size_t i = 0; i < m; ++i) s[i] = src[c0 + i] + residual[c0 + i];
     project_generic(spec, s.data(), m, base + c0, grad + c0, residual + c0, bytes);
   }
 }
@@ -117,9 +118,9 @@ void feedback_generic(const CodecSpec& spec, float* grad, float* residual, size_
 // projection's ops are exact or correctly rounded, whatever the vector width).
 #define COMMLIB_INT_ENTRIES(SUFFIX, TARGET)                                                                      \
   template <class G>                                                                                            \
-  TARGET void feedback_##SUFFIX(const CodecSpec& spec, float* grad, float* residual, size_t n, uint64_t base,   \
-                                std::vector<float>& s, std::vector<uint8_t>& bytes) {                           \
-    feedback_int_nearest<G>(spec, grad, residual, n, base, s, bytes);                                          \
+  TARGET void feedback_##SUFFIX(const CodecSpec& spec, const float* src, float* grad, float* residual, size_t n, \
+                                uint64_t base, std::vector<float>& s, std::vector<uint8_t>& bytes) {            \
+    feedback_int_nearest<G>(spec, src, grad, residual, n, base, s, bytes);                                     \
   }                                                                                                             \
   template <class G>                                                                                            \
   TARGET void project_##SUFFIX(const CodecSpec& spec, float* x, size_t n, uint64_t base,                       \
@@ -138,12 +139,12 @@ bool vector_path() { return false; }
 #undef COMMLIB_INT_ENTRIES
 
 template <class G>
-void feedback_int(const CodecSpec& spec, float* grad, float* residual, size_t n, uint64_t base, std::vector<float>& s,
-                  std::vector<uint8_t>& bytes) {
+void feedback_int(const CodecSpec& spec, const float* src, float* grad, float* residual, size_t n, uint64_t base,
+                  std::vector<float>& s, std::vector<uint8_t>& bytes) {
   if (vector_path())
-    feedback_avx2<G>(spec, grad, residual, n, base, s, bytes);
+    feedback_avx2<G>(spec, src, grad, residual, n, base, s, bytes);
   else
-    feedback_baseline<G>(spec, grad, residual, n, base, s, bytes);
+    feedback_baseline<G>(spec, src, grad, residual, n, base, s, bytes);
 }
 
 template <class G>
@@ -170,16 +171,18 @@ void codec_project(const CodecSpec& spec, DType dtype, void* x, size_t n, uint64
   }
 }
 
-void codec_error_feedback(const CodecSpec& spec, float* grad, float* residual, size_t n, uint64_t counter_base) {
+void codec_error_feedback(const CodecSpec& spec, float* grad, float* residual, size_t n, uint64_t counter_base,
+                          const float* src) {
   check_codec(spec, DType::Float32);
+  if (src == nullptr) src = grad;
   std::vector<float> s;
   std::vector<uint8_t> bytes;
   if (spec.kind == CodecKind::Int8 && !spec.stochastic)
-    feedback_int<kern::Int8Grid>(spec, grad, residual, n, counter_base, s, bytes);
+    feedback_int<kern::Int8Grid>(spec, src, grad, residual, n, counter_base, s, bytes);
   else if (spec.kind == CodecKind::Int4 && !spec.stochastic)
-    feedback_int<kern::Int4Grid>(spec, grad, residual, n, counter_base, s, bytes);
+    feedback_int<kern::Int4Grid>(spec, src, grad, residual, n, counter_base, s, bytes);
   else
-    feedback_generic(spec, grad, residual, n, counter_base, s, bytes);
+    feedback_generic(spec, src, grad, residual, n, counter_base, s, bytes);
 }
 
 }  // namespace commlib

@@ -17,7 +17,8 @@ BLOCKS = (1, 7, 32, 256)
 @pytest.fixture(params=_C._cpu_paths())
 def cpu_path(request):
     """Each vector path this CPU runs, then the baseline: the int8/int4 nearest loops of error
-    feedback and the projection have an AVX2 entry beside the SSE2 one (cpu_error_feedback.cc)."""
+    feedback, the projection and the integer encode have an AVX2 entry beside the SSE2 one
+    (cpu_error_feedback.cc, cpu_codecs.cc)."""
     prev = _C._set_cpu_path(request.param)
     yield request.param
     _C._set_cpu_path(prev)
@@ -74,7 +75,7 @@ def test_scale_threshold_blocks_match_the_functors(codec, cpu_path):
 
 
 @pytest.mark.parametrize("codec", NAMES)
-def test_vectorised_loops_match_the_scalar_functors(codec):
+def test_vectorised_loops_match_the_scalar_functors(codec, cpu_path):
     with np.errstate(over="ignore", invalid="ignore"):
         for dtype, c, count, what in codec_cases(codec, COUNTS, 11, BLOCKS):
             x = as_dtype(awkward(count, count + c.block_size), dtype)
@@ -100,7 +101,8 @@ def test_fused_error_feedback_matches_the_composition(codec, cpu_path):
     """error_feedback_round's one C++ pass (kernels/cpu_error_feedback.cc: int8/int4 nearest in its
     own loop, the rest through the codec per chunk) gives the bits of the whole-buffer composition,
     with and without a residual, on the awkward data (NaN/Inf blocks and sums that overflow take
-    the codec's own path) and on counts that end inside a chunk or a block."""
+    the codec's own path) and on counts that end inside a chunk or a block; with ``src=`` (the
+    gradient in memory of its own, grad only written) the same bits."""
     from commlib.core.codecs import error_feedback_round
     with np.errstate(over="ignore", invalid="ignore"):
         for _, c, count, label in codec_cases(codec, COUNTS + (5003,), 3, BLOCKS, dtypes=("float32",)):
@@ -116,6 +118,12 @@ def test_fused_error_feedback_matches_the_composition(codec, cpu_path):
                 assert np.array_equal(g.view(np.uint32), want_q.view(np.uint32)), f"{what}: grad differs"
                 same = (r.view(np.uint32) == want_r.view(np.uint32)) | (np.isnan(r) & np.isnan(want_r))
                 assert same.all(), f"{what}: residual differs at {np.nonzero(~same)[0][:5]}"
+                # src=: the gradient read from its own memory, grad only written (DataParallel's copy)
+                g2, r2 = np.full_like(grad, np.nan), (np.zeros_like(grad) if res is None else res.copy())
+                error_feedback_round(c, g2, r2, src=grad)
+                assert np.array_equal(g2.view(np.uint32), want_q.view(np.uint32)), f"{what}: grad from src differs"
+                same = (r2.view(np.uint32) == want_r.view(np.uint32)) | (np.isnan(r2) & np.isnan(want_r))
+                assert same.all(), f"{what}: residual from src differs"
 
 
 @pytest.mark.parametrize("codec", NAMES)
@@ -134,7 +142,7 @@ def test_projection_in_place_matches_encode_then_decode(codec, cpu_path):
 
 
 @pytest.mark.parametrize("codec", NAMES)
-def test_encode_with_projection_matches_encode_then_decode(codec):
+def test_encode_with_projection_matches_encode_then_decode(codec, cpu_path):
     """codec_encode_project (a send's encoding and the sender's projection in one pass: int8/int4
     nearest on float32 write each block's decoded values as they code it) gives encode's bytes and
     leaves decode(encode(x)) in x, bit for bit, NaN/Inf blocks and counts inside a block included."""
