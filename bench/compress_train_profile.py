@@ -61,10 +61,10 @@ def profile_rank(comm, data: bytes, codec, steps: int, rows: int, optimizer: str
     feedback_s = [0.0]
     round_ = dp_module.error_feedback_round
 
-    def timed_round(*args):
+    def timed_round(*args, **kwargs):
         t = time.perf_counter()
         try:
-            return round_(*args)
+            return round_(*args, **kwargs)
         finally:
             feedback_s[0] += time.perf_counter() - t
     dp_module.error_feedback_round = timed_round  # this rank process only
