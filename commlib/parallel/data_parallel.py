@@ -95,6 +95,13 @@ class DataParallel(torch.nn.Module):
             raise ValueError("error_feedback: needs compress= (an uncompressed all_reduce loses nothing)")
         self.error_feedback = error_feedback
         self._residuals = {}  # bucket index -> what its last encoding lost (error_feedback)
+        # The average's division: in the copy of the bucket into param.grad, which happens anyway,
+        # instead of the collective's own pass over the bucket (op="avg" divides the whole result on
+        # every rank): one pass over the gradients less a step, the same quotients (float32/64:
+        # torch divides correctly rounded, as the collective does; NaN payloads are torch's). With
+        # gradient_as_bucket_view there is no copy, and other dtypes keep op="avg" (torch may
+        # multiply 16-bit floats by the reciprocal).
+        self._divide_in_copy = not self.gradient_as_bucket_view
 
         named, _, _ = replicate_module(comm, module)
 
@@ -112,6 +119,8 @@ class DataParallel(torch.nn.Module):
         if self.codec is not None and any(b.buffer.device.type != "cpu" or (error_feedback and b.buffer.dtype !=
                                           torch.float32) for b in self._buckets):
             raise ValueError("compress: runs on CPU parameters (error_feedback: float32 ones)")
+        self._divide_in_copy = self._divide_in_copy and all(b.buffer.dtype in (torch.float32, torch.float64)
+                                                            for b in self._buckets)
         self._params = [p for _, p in trainable]
         self._marked = set()
         self._sync = True
@@ -269,10 +278,11 @@ class DataParallel(torch.nn.Module):
             r.copy_(new)
 
     def _launch(self, b: _Bucket):
+        op = "sum" if self._divide_in_copy else "avg"  # (sum: _finish_backward divides as it copies)
         if self.codec is None:
-            b.work = self.comm.all_reduce(b.buffer, op="avg", algorithm=self.algorithm, async_op=True)
+            b.work = self.comm.all_reduce(b.buffer, op=op, algorithm=self.algorithm, async_op=True)
         else:  # (error feedback ran as each gradient went into the bucket: _feed_back)
-            b.work = self.comm.all_reduce(b.buffer, op="avg", algorithm=self.algorithm, async_op=True,
+            b.work = self.comm.all_reduce(b.buffer, op=op, algorithm=self.algorithm, async_op=True,
                                           compress=self.codec)
         b.launched = True
 
@@ -301,6 +311,7 @@ class DataParallel(torch.nn.Module):
                 self.comm.all_reduce(used_any, op="max")
             for b in self._buckets:
                 b.work.wait()
+            size = self.comm.size
             for k, p in enumerate(self._params):
                 if used_any is not None and not used_any[k]:
                     continue  # unused on every rank: keep grad None
@@ -308,10 +319,17 @@ class DataParallel(torch.nn.Module):
                 view = b.view(i)
                 if self.gradient_as_bucket_view:
                     p.grad = view
+                elif not self._divide_in_copy:
+                    if p.grad is None:
+                        p.grad = view.clone()
+                    elif p.grad.data_ptr() != view.data_ptr():
+                        p.grad.copy_(view)
                 elif p.grad is None:
-                    p.grad = view.clone()
+                    p.grad = torch.div(view, size)
                 elif p.grad.data_ptr() != view.data_ptr():
-                    p.grad.copy_(view)
+                    torch.div(view, size, out=p.grad)
+                else:
+                    p.grad.div_(size)
             self.last_backward_stats = {
                 "buckets": len(self._buckets),
                 "launched_during_backward": self._launcher.launched_early,
