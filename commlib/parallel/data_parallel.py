@@ -5,7 +5,8 @@ about ``bucket_cap_mb`` (the first bucket small, so communication starts early);
 bucket's last gradient has been accumulated (a post-accumulate-grad hook) the bucket is averaged
 over all ranks with an asynchronous ``all_reduce`` while backward continues on earlier layers. The
 end of backward (an autograd engine callback) launches what is left, waits, and writes the
-averages back into ``param.grad``. Buckets are launched strictly in bucket order, so every rank
+averages back into ``param.grad`` (float32/float64 buckets are summed and divided as they are
+written back: one pass, not the collective's own division pass). Buckets are launched strictly in bucket order, so every rank
 issues the same sequence of collectives even if gradients become ready in a different order.
 """
 from __future__ import annotations
