@@ -156,3 +156,21 @@ def test_encode_with_projection_matches_encode_then_decode(codec, cpu_path):
             got_bytes = _C.codec_encode_project(codec, c.block_size, c.rounding, 5, call_spec.dtype(dtype), got, 9)
             assert np.array_equal(got_bytes, want_bytes), f"{what}: bytes differ"
             assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), f"{what}: projection differs"
+
+
+def test_error_feedback_src_refusals_name_src():
+    """error_feedback_round(src=): a gradient of another size, or one overlapping the residual or
+    part of grad, is refused naming src before anything is written; src may be grad itself."""
+    from commlib.core.codecs import error_feedback_round
+    c = Codec("int8")
+    grad, residual = np.ones(64, np.float32), np.zeros(64, np.float32)
+    with pytest.raises(ValueError, match="src"):
+        error_feedback_round(c, grad, residual, src=np.ones(63, np.float32))
+    with pytest.raises(ValueError, match="src: overlaps residual"):
+        error_feedback_round(c, grad, residual, src=residual)
+    buf = np.ones(96, np.float32)
+    with pytest.raises(ValueError, match="src: overlaps grad"):
+        error_feedback_round(c, buf[:64], residual, src=buf[32:])
+    assert (grad == 1).all() and (residual == 0).all() and (buf == 1).all()
+    error_feedback_round(c, grad, residual, src=grad)  # in place, as without src
+    assert np.array_equal(grad, np.ones(64, np.float32)) and (residual == 0).all()
