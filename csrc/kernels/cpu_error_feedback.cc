@@ -1,8 +1,10 @@
 // Error feedback's fused step (cpu_error_feedback.h). Work goes in chunks of whole blocks that stay
-// in L1: s = grad + residual into a stack buffer, then per block the projection, written straight
-// back into grad and residual. int8/int4 under nearest rounding (what training uses) project in
-// one branch-free loop gcc vectorises at the baseline's SSE2 (as cpu_codecs.cc's int loops: y = s *
-// 2^-e in float, rint by the 1.5 * 2^23 trick, times 2^e: the decoded code, exact); every other
+// in L1: s = src + residual into a stack buffer (src: grad itself, or the gradient DataParallel
+// copies into its bucket), then per block the projection, written straight back into grad and
+// residual. int8/int4 under nearest rounding (what training uses) project in one branch-free loop
+// gcc vectorises, at the baseline's SSE2 and, where the CPU has it, AVX2 (the entries below), with
+// the block's scale in closed form (as cpu_codecs.cc's int loops: y = s * 2^-e in float, rint by
+// the 1.5 * 2^23 trick, times 2^e: the decoded code, exact); every other
 // codec, rounding or block (non-finite values, a top code past float32's largest) goes through
 // codec_encode / codec_decode on the chunk or the block, so it is their result by construction.
 // codec_project is the same projection alone, in place: the compressed lowering's projection of a
