@@ -131,7 +131,7 @@ bool encode_int(const CodecSpec& spec, const void* src, size_t n, uint8_t* dst, 
 // Decoding the integer grids: code * 2^e in float (exact: at most 7 significant bits, and 2^e is
 // a float, subnormal at worst), NaN's code to the canonical NaN.
 template <class G, DType D>
-void decode_int(const CodecSpec& spec, const uint8_t* src, size_t n, void* dst) {
+COMMLIB_FORCEINLINE void decode_int_loops(const CodecSpec& spec, const uint8_t* src, size_t n, void* dst) {
   using Tr = DTypeTraits<D>;
   auto* y = static_cast<typename Tr::storage*>(dst);
   const size_t B = static_cast<size_t>(spec.block);
@@ -174,6 +174,28 @@ void decode_int(const CodecSpec& spec, const uint8_t* src, size_t n, void* dst) 
       }
     }
   }
+}
+
+// decode_int_loops once per instruction set, as the encode (a multiply and a select: the same bits).
+template <class G, DType D>
+void decode_int_baseline(const CodecSpec& spec, const uint8_t* src, size_t n, void* dst) {
+  decode_int_loops<G, D>(spec, src, n, dst);
+}
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+template <class G, DType D>
+__attribute__((target("avx2"))) void decode_int_avx2(const CodecSpec& spec, const uint8_t* src, size_t n, void* dst) {
+  decode_int_loops<G, D>(spec, src, n, dst);
+}
+#else
+#define decode_int_avx2 decode_int_baseline
+#endif
+
+template <class G, DType D>
+void decode_int(const CodecSpec& spec, const uint8_t* src, size_t n, void* dst) {
+  if (vector_path())
+    decode_int_avx2<G, D>(spec, src, n, dst);
+  else
+    decode_int_baseline<G, D>(spec, src, n, dst);
 }
 
 template <class G, DType D>

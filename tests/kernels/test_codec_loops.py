@@ -17,7 +17,7 @@ BLOCKS = (1, 7, 32, 256)
 @pytest.fixture(params=_C._cpu_paths())
 def cpu_path(request):
     """Each vector path this CPU runs, then the baseline: the int8/int4 nearest loops of error
-    feedback, the projection and the integer encode have an AVX2 entry beside the SSE2 one
+    feedback, the projection and the integer encode and decode have an AVX2 entry beside the SSE2 one
     (cpu_error_feedback.cc, cpu_codecs.cc)."""
     prev = _C._set_cpu_path(request.param)
     yield request.param
