@@ -6,8 +6,9 @@ bucket's last gradient has been accumulated (a post-accumulate-grad hook) the bu
 over all ranks with an asynchronous ``all_reduce`` while backward continues on earlier layers. The
 end of backward (an autograd engine callback) launches what is left, waits, and writes the
 averages back into ``param.grad`` (float32/float64 buckets are summed and divided as they are
-written back: one pass, not the collective's own division pass). Buckets are launched strictly in bucket order, so every rank
-issues the same sequence of collectives even if gradients become ready in a different order.
+written back: one pass, not the collective's own division pass). Buckets are launched strictly
+in bucket order, so every rank issues the same sequence of collectives even if gradients become
+ready in a different order.
 """
 from __future__ import annotations
 
