@@ -30,8 +30,11 @@ def rate(fn, n: int, repeats: int) -> float:
     return float(np.median(times)) / n * 1e9
 
 
-def composed_feedback(codec, grad, residual):
-    """error_feedback_round as it was before the fused pass (torch tensors, whole-buffer passes)."""
+def composed_feedback(codec, grad, residual, src=None):
+    """error_feedback_round as it was before the fused pass (torch tensors, whole-buffer passes;
+    ``src``: the gradient, copied into ``grad`` first)."""
+    if src is not None:
+        grad.copy_(src)
     if residual is not None:
         grad.add_(residual)
     q = grad.new_tensor(codec.round_trip(grad.detach().numpy()))

@@ -3,7 +3,7 @@ bench/RESULTS_compression.md, session 19).
 
     python bench/compress_train_profile.py [--arms none,int8:inter,int4:inter] [--steps 7]
                                            [--optimizer adam|adam-fused] [--ranks-per-host 2]
-                                           [--env COMMLIB_TCP_SPIN_US=0,...]
+                                           [--env COMMLIB_TCP_SPIN_US=0,...] [--netns-prefix P] [--perf PATH]
 
 Root only: the training of compress_netns.py (its model, data, batches and DataParallel with error
 feedback) on two network namespaces joined by a 1 Gbit/s tc tbf link, one pool for every arm. Per
@@ -41,8 +41,12 @@ def thread_counters() -> dict:
     return out
 
 
-def profile_rank(comm, data: bytes, codec, steps: int, rows: int, optimizer: str) -> dict:
-    """One rank's run of compress_netns.train_rank's loop, timed by phase; see the module's doc."""
+def profile_rank(comm, data: bytes, codec, steps: int, rows: int, optimizer: str, perf_out: str = "") -> dict:
+    """One rank's run of compress_netns.train_rank's loop, timed by phase; see the module's doc.
+    ``perf_out``: also sample this rank's threads with ``perf record`` over the counted steps
+    (``perf_out``.rank<r>.data; ``perf report -i`` shows where the CPU went, by function)."""
+    import subprocess
+
     import torch
 
     import commlib.parallel.data_parallel as dp_module
@@ -57,10 +61,10 @@ def profile_rank(comm, data: bytes, codec, steps: int, rows: int, optimizer: str
     feedback_s = [0.0]
     round_ = dp_module.error_feedback_round
 
-    def timed_round(*args):
+    def timed_round(*args, **kwargs):
         t = time.perf_counter()
         try:
-            return round_(*args)
+            return round_(*args, **kwargs)
         finally:
             feedback_s[0] += time.perf_counter() - t
     dp_module.error_feedback_round = timed_round  # this rank process only
@@ -70,6 +74,11 @@ def profile_rank(comm, data: bytes, codec, steps: int, rows: int, optimizer: str
     comm.barrier()
     for step in range(steps):
         if step == 2:
+            if perf_out:
+                perf = subprocess.Popen(["perf", "record", "-q", "-F", "1999", "-p", str(os.getpid()), "-o",
+                                         f"{perf_out}.rank{comm.rank}.data"], stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+                time.sleep(0.5)  # perf attaches
             first, t_first = thread_counters(), time.perf_counter()
         starts = torch.randint(0, len(train) - cn.SEQ - 1, (rows * comm.size,), generator=g)
         x = torch.stack([train[s:s + cn.SEQ + 1] for s in starts])
@@ -90,6 +99,9 @@ def profile_rank(comm, data: bytes, codec, steps: int, rows: int, optimizer: str
                         "optimizer": w3 - w2, "cpu_forward": c1 - c0, "cpu_backward": c2 - c1,
                         "cpu_optimizer": c3 - c2})
     last, n = thread_counters(), steps - 2
+    if perf_out:
+        perf.send_signal(2)  # SIGINT: perf writes its file and exits
+        perf.wait(timeout=60)
     threads = sorted(([(v[0] - first.get(t, (0, 0, 0))[0]) / 1e9 / n, (v[2] - first.get(t, (0, 0, 0))[2]) / n]
                       for t, v in last.items()), reverse=True)
     return {"rank": comm.rank, "loss": float(mean[0]), "wall_per_step_s": (time.perf_counter() - t_first) / n,
@@ -105,6 +117,8 @@ def main(argv=None) -> int:
     p.add_argument("--ranks-per-host", type=int, default=2, choices=(1, 2, 4))
     p.add_argument("--rate", default="1gbit")
     p.add_argument("--env", default="", help="NAME=VALUE,... set in every rank")
+    p.add_argument("--netns-prefix", default=None, help="the namespaces' name prefix (default: scripts/netns.sh's)")
+    p.add_argument("--perf", default="", help="PATH: perf record each rank over the counted steps (PATH.<arm>.rank<r>.data)")
     args = p.parse_args(argv)
     if args.steps < 3:
         raise SystemExit("compress_train_profile: --steps must be at least 3 (the first two are not counted)")
@@ -116,13 +130,14 @@ def main(argv=None) -> int:
     data = cn.corpus()
     _, rows = cn.layout(args.ranks_per_host)
     print(f"# load average {os.getloadavg()}, env {args.env or '-'}, optimizer {args.optimizer}", flush=True)
-    with Namespaces(cn.HOSTS, rate=args.rate) as net:
+    with Namespaces(cn.HOSTS, rate=args.rate, prefix=args.netns_prefix) as net:
         pool = NetnsRankPool(net, [h for h in range(cn.HOSTS) for _ in range(args.ranks_per_host)], timeout=120)
         try:
             for arm in filter(None, args.arms.split(",")):
                 codec = None if arm == "none" else cn.parse_codec(arm)
+                perf_out = f"{args.perf}.{arm.replace(':', '_')}" if args.perf else ""
                 res = pool.run(__import__("compress_train_profile").profile_rank, data, codec, args.steps, rows,
-                               args.optimizer, timeout=1200)
+                               args.optimizer, perf_out, timeout=1200)
                 print(f"## {arm} (load {os.getloadavg()[0]:.1f})", flush=True)
                 for r in res:
                     print(json.dumps(r), flush=True)

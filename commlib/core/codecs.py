@@ -174,24 +174,29 @@ def verify(collective: str, algorithm: str = "auto", size: int = 1, count: int =
                                 bool(sender_projects), list(host_of or []), bool(inter_only))
 
 
-def error_feedback_round(codec: Codec, grad, residual=None):
+def error_feedback_round(codec: Codec, grad, residual=None, src=None):
     """One error-feedback step (EF-SGD: Seide et al.'s 1-bit SGD, Karimireddy et al. 2019) on a
     flat, contiguous float32 buffer (a torch tensor or a NumPy array; on a device: a CUDA tensor
     or emulated array, core/device_feedback.py, enqueued on its current stream), in place: ``s = grad +
     residual`` (zeros if None), ``grad = Q(s)`` (``codec``'s projection, decode(encode(s)) with the
     codec's rounding, elements numbered from 0), ``residual = s - Q(s)`` (what Q dropped). Returns
     the residual: ``residual`` itself, updated, or a new zeroed buffer like ``grad`` on the first
-    call. One fused C++ pass (kernels/cpu_error_feedback.h), bit for bit the composition. Used by
+    call. One fused C++ pass (kernels/cpu_error_feedback.h), bit for bit the composition. ``src``
+    (host buffers only; same size as ``grad``, grad itself or memory of its own): the gradient is
+    read from ``src`` instead, ``s = src + residual``, so copying a gradient into its bucket and
+    feeding it back is one pass (DataParallel's gradient hook). Used by
     DataParallel(compress=, error_feedback=True) and commlib.torch.hooks; docs/compression.md says
     which combinations converge."""
     from commlib.device.buffers import device_buffer
     if device_buffer(grad, "grad") is not None:  # CUDA tensors, emulated arrays: the device's kernels
+        if src is not None:
+            raise ValueError("src: host buffers only (on a device, copy the gradient into grad first)")
         from commlib.core.device_feedback import error_feedback_on_device
         return error_feedback_on_device(codec, grad, residual)
     if residual is None:
         residual = grad.new_zeros(grad.shape) if hasattr(grad, "new_zeros") else np.zeros_like(grad)
     _C.codec_error_feedback(codec.name, codec.block_size, codec.rounding, codec.seed, _host_array(grad, "grad"),
-                            _host_array(residual, "residual"))
+                            _host_array(residual, "residual"), 0, None if src is None else _host_array(src, "src"))
     return residual
 
 

@@ -5,8 +5,10 @@ about ``bucket_cap_mb`` (the first bucket small, so communication starts early);
 bucket's last gradient has been accumulated (a post-accumulate-grad hook) the bucket is averaged
 over all ranks with an asynchronous ``all_reduce`` while backward continues on earlier layers. The
 end of backward (an autograd engine callback) launches what is left, waits, and writes the
-averages back into ``param.grad``. Buckets are launched strictly in bucket order, so every rank
-issues the same sequence of collectives even if gradients become ready in a different order.
+averages back into ``param.grad`` (float32/float64 buckets are summed and divided as they are
+written back: one pass, not the collective's own division pass). Buckets are launched strictly
+in bucket order, so every rank issues the same sequence of collectives even if gradients become
+ready in a different order.
 """
 from __future__ import annotations
 
@@ -62,9 +64,10 @@ class DataParallel(torch.nn.Module):
         compress: a codec (name or ``commlib.codecs.Codec``) the buckets' all_reduce travels in
             (CPU or CUDA buckets: the host engine or the stream engine, docs/compression.md);
             None: uncompressed.
-        error_feedback: with ``compress``, add to each bucket the residual its last encoding lost
-            and encode the sum on this rank before sending (EF-SGD, commlib.core.codecs.error_feedback_round);
-            float32 buckets only. docs/compression.md says which combinations converge.
+        error_feedback: with ``compress``, add to each gradient the residual its last encoding lost
+            and encode the sum on this rank before sending (EF-SGD, commlib.core.codecs.error_feedback_round),
+            as the gradient is copied into its bucket (one pass on CPU buckets; blocks start at each
+            parameter's slice); float32 buckets only. docs/compression.md says which combinations converge.
 
     At construction the parameter and buffer shapes are checked to agree on every rank (a clear
     error names the first mismatching one) and rank 0's values are broadcast to all.
@@ -95,6 +98,13 @@ class DataParallel(torch.nn.Module):
             raise ValueError("error_feedback: needs compress= (an uncompressed all_reduce loses nothing)")
         self.error_feedback = error_feedback
         self._residuals = {}  # bucket index -> what its last encoding lost (error_feedback)
+        # The average's division: in the copy of the bucket into param.grad, which happens anyway,
+        # instead of the collective's own pass over the bucket (op="avg" divides the whole result on
+        # every rank): one pass over the gradients less a step, the same quotients (float32/64:
+        # torch divides correctly rounded, as the collective does; NaN payloads are torch's). With
+        # gradient_as_bucket_view there is no copy, and other dtypes keep op="avg" (torch may
+        # multiply 16-bit floats by the reciprocal).
+        self._divide_in_copy = not self.gradient_as_bucket_view
 
         named, _, _ = replicate_module(comm, module)
 
@@ -111,6 +121,8 @@ class DataParallel(torch.nn.Module):
         self._where = param_slots(self._buckets)
         if error_feedback and any(b.buffer.dtype != torch.float32 for b in self._buckets):
             raise ValueError("error_feedback: keeps float32 buckets and residuals only")
+        self._divide_in_copy = self._divide_in_copy and all(b.buffer.dtype in (torch.float32, torch.float64)
+                                                            for b in self._buckets)
         self._params = [p for _, p in trainable]
         self._marked = set()
         self._sync = True
@@ -235,7 +247,9 @@ class DataParallel(torch.nn.Module):
         self._marked.add(id(p))
         view = b.view(i)
         g = p.grad
-        if g.data_ptr() != view.data_ptr():
+        if self.error_feedback:
+            self._feed_back(b, i, g)
+        elif g.data_ptr() != view.data_ptr():
             view.copy_(g)
         self._t_last_grad = time.perf_counter()
         try:
@@ -247,13 +261,30 @@ class DataParallel(torch.nn.Module):
             self._reset_backward()
             raise
 
+    def _feed_back(self, b: _Bucket, i: int, g=None):
+        """Error feedback of parameter i's slice of bucket b, as its gradient goes in: the slice
+        gets Q(g + e) and e what Q dropped, read from ``g`` (None: what the slice holds), so the
+        copy into the bucket and the feedback are one pass over memory (kernels/cpu_error_feedback.h;
+        the bucket's blocks start at each slice, which EF-SGD allows: any compressor's residual)."""
+        residual = self._residuals.get(b.index)
+        if residual is None:
+            residual = self._residuals[b.index] = torch.zeros_like(b.buffer)
+        o, n = b.layout.offsets[i], b.layout.numels[i]
+        view, r = b.view(i), residual[o:o + n]
+        if g is not None and g.data_ptr() != view.data_ptr() and (not g.is_contiguous() or view.device.type != "cpu"):
+            view.copy_(g)  # (a strided gradient: the pass reads contiguous memory; a device's pass has no src)
+            g = None
+        src = None if g is None or g.data_ptr() == view.data_ptr() else g
+        new = error_feedback_round(self.codec, view, r, src=src)
+        if new is not r:  # a replacement step that returns a fresh residual (bench/compress_netns.py's composed arm)
+            r.copy_(new)
+
     def _launch(self, b: _Bucket):
+        op = "sum" if self._divide_in_copy else "avg"  # (sum: _finish_backward divides as it copies)
         if self.codec is None:
-            b.work = self.comm.all_reduce(b.buffer, op="avg", algorithm=self.algorithm, async_op=True)
-        else:
-            if self.error_feedback:
-                self._residuals[b.index] = error_feedback_round(self.codec, b.buffer, self._residuals.get(b.index))
-            b.work = self.comm.all_reduce(b.buffer, op="avg", algorithm=self.algorithm, async_op=True,
+            b.work = self.comm.all_reduce(b.buffer, op=op, algorithm=self.algorithm, async_op=True)
+        else:  # (error feedback ran as each gradient went into the bucket: _feed_back)
+            b.work = self.comm.all_reduce(b.buffer, op=op, algorithm=self.algorithm, async_op=True,
                                           compress=self.codec)
         b.launched = True
 
@@ -272,6 +303,8 @@ class DataParallel(torch.nn.Module):
                         b.view(i).zero_()
                     elif p.grad.data_ptr() != b.view(i).data_ptr():
                         b.view(i).copy_(p.grad)
+                    if self.error_feedback:
+                        self._feed_back(b, i)
                     b.ready += 1
             self._launcher.launch_rest()
             used_any = None
@@ -280,6 +313,7 @@ class DataParallel(torch.nn.Module):
                 self.comm.all_reduce(used_any, op="max")
             for b in self._buckets:
                 b.work.wait()
+            size = self.comm.size
             for k, p in enumerate(self._params):
                 if used_any is not None and not used_any[k]:
                     continue  # unused on every rank: keep grad None
@@ -287,10 +321,17 @@ class DataParallel(torch.nn.Module):
                 view = b.view(i)
                 if self.gradient_as_bucket_view:
                     p.grad = view
+                elif not self._divide_in_copy:
+                    if p.grad is None:
+                        p.grad = view.clone()
+                    elif p.grad.data_ptr() != view.data_ptr():
+                        p.grad.copy_(view)
                 elif p.grad is None:
-                    p.grad = view.clone()
+                    p.grad = torch.div(view, size)
                 elif p.grad.data_ptr() != view.data_ptr():
-                    p.grad.copy_(view)
+                    torch.div(view, size, out=p.grad)
+                else:
+                    p.grad.div_(size)
             self.last_backward_stats = {
                 "buckets": len(self._buckets),
                 "launched_during_backward": self._launcher.launched_early,

@@ -106,7 +106,7 @@ BufferView host_float32(const char* name, const py::handle& o, PyBufferHold* hol
 }
 
 void error_feedback(const std::string& codec, int64_t block, const std::string& rounding, uint64_t seed,
-                    const py::handle& grad, const py::handle& residual, uint64_t counter_base) {
+                    const py::handle& grad, const py::handle& residual, uint64_t counter_base, const py::handle& src) {
   const CodecSpec spec = codec_spec_of(codec, block, rounding, seed);
   check_codec(spec, DType::Float32);
   PyBufferHold hg, hr;
@@ -116,9 +116,21 @@ void error_feedback(const std::string& codec, int64_t block, const std::string& 
   const uintptr_t bytes = static_cast<uintptr_t>(g.count) * 4;
   if (g.count && g.address < r.address + bytes && r.address < g.address + bytes)
     throw py::value_error("residual: overlaps grad (each needs its own memory)");
+  PyBufferHold hs;
+  const float* from = nullptr;
+  if (!src.is_none()) {
+    const BufferView v = host_float32("src", src, &hs);
+    if (v.count != g.count)
+      throw py::value_error("src: " + std::to_string(v.count) + " elements, but grad has " + std::to_string(g.count));
+    for (const BufferView* o : {&g, &r})
+      if (v.address != g.address && g.count && v.address < o->address + bytes && o->address < v.address + bytes)
+        throw py::value_error(std::string("src: overlaps ") + (o == &g ? "grad" : "residual") +
+                              " (it is grad itself or memory of its own)");
+    from = reinterpret_cast<const float*>(v.address);
+  }
   py::gil_scoped_release nogil;
   codec_error_feedback(spec, reinterpret_cast<float*>(g.address), reinterpret_cast<float*>(r.address),
-                       static_cast<size_t>(g.count), counter_base);
+                       static_cast<size_t>(g.count), counter_base, from);
 }
 
 std::shared_ptr<Work> run_compressed(Communicator& c, Collective coll, const std::string& algo, uintptr_t in,
@@ -176,9 +188,9 @@ void bind_codecs(py::module_& m) {
         "Encode x and replace it with its decoding (a send's encoding and the sender's projection); "
         "returns the bytes (kernels/cpu_codecs.h: codec_encode_project).");
   m.def("codec_error_feedback", &error_feedback, py::arg("codec"), py::arg("block"), py::arg("rounding"),
-        py::arg("seed"), py::arg("grad"), py::arg("residual"), py::arg("counter_base") = 0,
-        "Error feedback's step in one pass, in place: s = grad + residual, grad = decode(encode(s)), "
-        "residual = s - grad (float32 host buffers; kernels/cpu_error_feedback.h).");
+        py::arg("seed"), py::arg("grad"), py::arg("residual"), py::arg("counter_base") = 0, py::arg("src") = py::none(),
+        "Error feedback's step in one pass, in place: s = grad + residual (src + residual with src), "
+        "grad = decode(encode(s)), residual = s - grad (float32 host buffers; kernels/cpu_error_feedback.h).");
   m.def("run_compressed", &run_compressed, py::arg("core"), py::arg("collective"), py::arg("algorithm"),
         py::arg("input"), py::arg("output"), py::arg("count"), py::arg("dtype"), py::arg("op"), py::arg("root"),
         py::arg("scale"), py::arg("async_op"), py::arg("codec"), py::arg("block"), py::arg("rounding"),

@@ -23,6 +23,13 @@ def test_error_feedback_trains_like_uncompressed(pool, world):
         assert residuals and all(n > 0 for n in residuals), residuals
 
 
+@pytest.mark.timeout(120)
+def test_error_feedback_runs_per_gradient_slice(pool):
+    """Error feedback fused into each gradient's copy into its bucket: every parameter's gradient
+    and residual are exactly error feedback's on that parameter, unused parameters included."""
+    assert pool(1).run(C.feedback_per_gradient, timeout=90) == [True]
+
+
 def test_refused_arguments_are_named(pool):
     assert pool(2).run(C.refusals, timeout=60) == [True, True]
 
