@@ -192,6 +192,7 @@ py::list trait_names(uint32_t t) {
   if (t & kPowerOfTwo) out.append("power_of_two");
   if (t & kUserDefined) out.append("user_defined");
   if (t & kOneSided) out.append("one_sided");
+  if (t & kHostOnly) out.append("host_only");
   return out;
 }
 
