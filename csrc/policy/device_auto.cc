@@ -99,16 +99,27 @@ std::vector<KernelAutoCandidate> kernel_auto_candidates(Collective coll, int siz
   return out;
 }
 
+namespace {
+// Each rank receives at most kOneShotBytes: the handshakes' regime, where the model has no fit.
+bool one_shot_size(int size, uint64_t bytes) { return bytes * static_cast<uint64_t>(size - 1) <= kOneShotBytes; }
+}  // namespace
+
+std::string kernel_auto_choice(const KernelAutoCall& call, int size, DeviceRoute route, uint64_t slots_bytes) {
+  if (one_shot_size(size, call.bytes()))  // the one-shot (all_reduce), else the policy's
+    return call.coll == Collective::AllReduce ? "direct" : call.policy_algorithm;
+  return model_choice(call, size, route, slots_bytes);
+}
+
 bool kernel_auto_may_map(int size, const Topology& topology, const KernelAutoInputs& in, const KernelAutoCall& call) {
   std::string tuned;
   if (!kernel_auto_applies(size, topology, in, call) || tuned_row(call, size, &tuned)) return false;
-  return algorithm_is_one_sided(call.coll, model_choice(call, size, DeviceRoute::Mapped, in.slots_bytes));
+  return algorithm_is_one_sided(call.coll, kernel_auto_choice(call, size, DeviceRoute::Mapped, in.slots_bytes));
 }
 
 uint8_t kernel_auto_algorithm(int size, const Topology& topology, const KernelAutoInputs& in, const KernelAutoCall& call) {
   if (!kernel_auto_applies(size, topology, in, call)) return 0;
   std::string name;
-  if (!tuned_row(call, size, &name)) name = model_choice(call, size, in.route, in.slots_bytes);
+  if (!tuned_row(call, size, &name)) name = kernel_auto_choice(call, size, in.route, in.slots_bytes);
   if (name.empty() || name == call.policy_algorithm) return 0;
   return static_cast<uint8_t>(algorithm_index(call.coll, name));
 }

@@ -37,16 +37,22 @@
 // Then, in order:
 //   1. a tuning row measured on the kernel path (the tuning file's "kernel_path" section, TuningRow::
 //      kernel_path) for this world size and size wins: a measurement beats the model;
-//   2. the model's fastest candidate on the call's route; on the slots' route only the one-sided
+//   2. where each rank receives at most kOneShotBytes ((P - 1) x the message, or the output block):
+//      `direct` for an all_reduce, the policy's algorithm for a reduce_scatter. There the handshakes
+//      decide, and the model has no fit: its constants come from 64 and 256 MiB calls, and the one
+//      measurement of small calls (session 14, 8 B at 4 ranks, before the one-block plans) ran ring's
+//      six waits in sequence faster than direct's one (68 against 92 us), which no count of waits explains;
+//   3. the model's fastest candidate on the call's route; on the slots' route only the one-sided
 //      candidates whose staged buffers fit the slots area (a larger call is refused there, and the
 //      message plans stream any size through the slots). The choice is memoised per (collective,
 //      ranks, count, element size, route, slots area, policy choice), and a prepared call (the C++
 //      entry's cache) holds the plan of every route it may take: no per-call scan.
-// Where every rank's buffers are mapped the model takes `mapped_fused_two_shot` above a few
-// hundred KiB per rank (2 N of traffic: every input block read once, the sum stored into every
-// rank's output), staged in the arena the same algorithm (6 N with the copies in and out, against
-// two_shot's 8.75 N at the message plans' lower rate), and `direct` below (one wait in sequence
-// instead of two). docs/gpu.md "Device auto by the cost model" tabulates the predictions.
+// Where every rank's buffers are mapped the model takes `mapped_fused_two_shot` (2 N of traffic:
+// every input block read once, the sum stored into every rank's output) from a few hundred KiB per
+// rank, staged in the arena the same algorithm a little higher (6 N with the copies in and out,
+// against two_shot's 8.75 N at the message plans' lower rate), through the slots higher still (one
+// more handshake), and `direct` below (one wait in sequence instead of two). docs/gpu.md "Device
+// auto by the cost model" tabulates the predictions.
 //
 // Every rank must get the same algorithm, and the same before the engines connect as after (the
 // first call is described during set-up, before connect, and compared with the peers'
@@ -99,6 +105,9 @@ enum class DeviceCallPath : uint8_t { Nccl, Kernel, Copy };
 DeviceCallPath device_path_of(bool nccl_requested, uint64_t bytes, DevicePath mode, uint64_t kernel_max_bytes,
                               bool kernel_usable, bool nccl_carries_any);
 
+// Each rank receives at most this (P - 1 messages, or P - 1 output blocks): the one-shot's regime (rule 2).
+constexpr uint64_t kOneShotBytes = uint64_t{256} << 10;
+
 // What the rule reads of the engine, all known when it is created but the route.
 struct KernelAutoInputs {
   bool device_has_kernel_path = false;  // Device::plan_blocks(1) > 0
@@ -138,6 +147,9 @@ bool kernel_auto_may_map(int size, const Topology& topology, const KernelAutoInp
 // The algorithm index (registry.h) the kernel path's auto asks for instead of the policy's choice,
 // or 0 to keep the policy's, for `call` on a communicator of `size` ranks over `topology`.
 uint8_t kernel_auto_algorithm(int size, const Topology& topology, const KernelAutoInputs& in, const KernelAutoCall& call);
+
+// Rules 2 and 3 alone (no tuning row, whatever the engine): what the rule takes for `call` on `route`.
+std::string kernel_auto_choice(const KernelAutoCall& call, int size, DeviceRoute route, uint64_t slots_bytes);
 
 // The device's own choice where the host policy's algorithm is host-engine only (kHostOnly, e.g. the
 // host tuning table's "shared" broadcast rows, measured on the host engine's shared-memory write):

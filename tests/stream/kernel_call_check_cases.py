@@ -154,3 +154,55 @@ def reduce_scatter_auto(comm, settings, shareable):
             ran.append(sub._device()._last_engine.last_algorithm())
         return ran, ok
     return with_settings(comm, settings, run)
+
+
+def auto_against_fixed(comm, settings, shareable, counts):
+    """Per count of float32 (random, seeded by rank: sums whose bits depend on the order), an auto
+    all_reduce and the same call naming the algorithm auto ran, both out of place on buffers with
+    (rank in `shareable`) or without a shareable handle: [(algorithm auto ran, whether the two
+    results are bit for bit equal, the result's bytes' digest, staged bytes the kernel moved in the
+    auto call, its one-sided handshakes per block)]. The digests are compared across ranks."""
+    import hashlib
+
+    def run(sub):
+        out = []
+        for n in counts:
+            rng = np.random.default_rng(1000 * sub.rank + n)
+            data = rng.standard_normal(n).astype(np.float32)
+            results = []
+            for algo in ("auto", None):
+                x = emu.from_numpy(data.copy(), shareable=sub.rank in shareable)
+                y = emu.from_numpy(np.zeros(n, np.float32), shareable=sub.rank in shareable)
+                emu.synchronize()
+                emu.kernel_counters(reset=True)
+                sub.all_reduce(x, out=y, algorithm=algo or ran)
+                emu.synchronize()
+                if algo == "auto":
+                    ran = sub._device()._last_engine.last_algorithm()
+                    counters = emu.kernel_counters()
+                results.append(y.numpy().tobytes())
+            blocks = max(counters["block_runs"], 1)
+            out.append((ran, results[0] == results[1], hashlib.sha256(results[0]).hexdigest(),
+                        counters["staged_bytes"], counters["handshakes"] // blocks))
+        return out
+    return with_settings(comm, settings, run)
+
+
+def broadcast_auto(comm, settings, counts):
+    """Per count of float32 (rank 0 the root), what an auto broadcast resolves to on the host
+    (the communicator's own resolution, the shipped tuning table) and on the device engine, what
+    the device call ran, and whether every rank got the root's bytes."""
+    from commlib import _C
+
+    def run(sub):
+        out = []
+        for n in counts:
+            host = _C.resolve_algorithm(_C.Collective.broadcast, "auto", n, 4, 0, sub.size, [], None)["algorithm"]
+            x = emu.from_numpy(np.arange(n, dtype=np.float32) if sub.rank == 0 else np.zeros(n, np.float32))
+            sub.broadcast(x, root=0)
+            engine = sub._device()._last_engine
+            device = engine.resolved_algorithm(COLLECTIVE["broadcast"], "auto", n, DTYPE["float32"])
+            ok = bool((x.numpy() == np.arange(n, dtype=np.float32)).all())
+            out.append((host, device, engine.last_algorithm(), sub._device().last_path(), ok))
+        return out
+    return with_settings(comm, settings, run)
