@@ -26,9 +26,8 @@
 # time goes, 4 ranks on GPU 0 under MPS where there is one, both paths, against torch's own round
 # trip), staged (the same for buffers no peer can map: torch's cudaMallocAsync backend, so every
 # one-sided call stages, in the staging arena against through the slots, 64 and 256 MiB: issue
-# #38's >= 0.3x target for the staged path), auto_route (device auto's choice against every
-# candidate it ranks, 256 KiB to 64 MiB, mapped, in the arena and through the slots: the cost
-# model's prediction in docs/gpu.md), grid (the one-sided grid from the SM count: the fused
+# #38's >= 0.3x target for the staged path), auto_route (device auto beside its candidates, mapped
+# and staged: the cost model's prediction), grid (the one-sided grid from the SM count: the fused
 # two-shot at 64 and 256 MiB with COMMLIB_DEVICE_BLOCK_BYTES swept so that one job runs 33, 16 and
 # 4 blocks per rank), launch (bench/gpu_launch.py, at GPU_CHECK_LAUNCH_NP ranks, default "4 2 1": issue #37's targets at 4, the 8 B all_reduce's enqueue,
 # back-to-back, synchronous and replayed-graph (100 calls) times against torch's add_ and an empty
@@ -256,18 +255,11 @@ if wants staged; then
     --sweep COMMLIB_DEVICE_STAGING=pool,slots
   unset PYTORCH_CUDA_ALLOC_CONF
 fi
-if wants auto_route; then
-  # Device auto's choice per route (policy/device_auto.h: the kernel path's cost model,
-  # policy/device_cost.h) against every candidate it ranks, in one job: mapped buffers (torch's
-  # caching allocator), then buffers no peer maps (cudaMallocAsync) staged in the arena and through
-  # the slots. The `ran` column says which candidate auto took; docs/gpu.md "Device auto by the cost
-  # model" has the model's prediction per route and size, and what would refute it.
-  AUTO_CANDIDATES=auto,direct,two_shot,mapped_one_shot,mapped_two_shot,mapped_fused_two_shot
-  latency_step auto_mapped 120 "Device auto against its candidates, mapped buffers: 256 KiB to 64 MiB all_reduce on the kernel path" \
-    --paths kernel --sizes 256K,1M,4M,64M --reps 20 --algorithms $AUTO_CANDIDATES
+if wants auto_route; then  # device auto (policy/device_cost.h) beside every candidate; prediction: docs/gpu.md
+  AUTO="--paths kernel --sizes 256K,1M,4M,64M --reps 20 --algorithms auto,direct,two_shot,mapped_one_shot,mapped_two_shot,mapped_fused_two_shot"
+  latency_step auto_mapped 120 "Device auto beside its candidates (\`ran\`: its pick), mapped buffers: all_reduce 256 KiB to 64 MiB" $AUTO
   export PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
-  latency_step auto_staged 180 "Device auto against its candidates, staged buffers (cudaMallocAsync): 256 KiB to 64 MiB all_reduce, the arena and the slots" \
-    --paths kernel --sizes 256K,1M,4M,64M --reps 20 --algorithms $AUTO_CANDIDATES --sweep COMMLIB_DEVICE_STAGING=pool,slots
+  latency_step auto_staged 180 "Device auto beside its candidates, staged buffers (cudaMallocAsync), the arena and the slots" $AUTO --sweep COMMLIB_DEVICE_STAGING=pool,slots
   unset PYTORCH_CUDA_ALLOC_CONF
 fi
 if wants grid; then

@@ -206,3 +206,32 @@ def broadcast_auto(comm, settings, counts):
             out.append((host, device, engine.last_algorithm(), sub._device().last_path(), ok))
         return out
     return with_settings(comm, settings, run)
+
+
+def arena_lost(comm, count, calls=3):
+    """An auto all_reduce of `count` float32 on buffers no rank can map, after rank 1's next device
+    allocation was made to fail (emulated inject_fault "out_of_memory"): its first staged call cannot
+    grow rank 1's staging arena, so pool staging turns off on every rank (kernel_path_arena.cc) and
+    the call takes the slots' route. Per call: (algorithm run, right, digest); then this rank's arena bytes."""
+    import hashlib
+
+    def run(sub):
+        warm = emu.from_numpy(np.ones(2, np.float32), shareable=False)
+        sub.all_reduce(warm)  # the engine made and connected (its own allocations done)
+        emu.synchronize()
+        data = np.random.default_rng(sub.rank).integers(-1000, 1000, count).astype(np.float32)
+        sub.barrier()
+        if sub.rank == 1:
+            emu.inject_fault(kind="out_of_memory")
+        out = []
+        for _ in range(calls):
+            y = emu.from_numpy(data.copy(), shareable=False)
+            sub.all_reduce(y)
+            emu.synchronize()
+            got = y.numpy()
+            want = sum(np.random.default_rng(r).integers(-1000, 1000, count).astype(np.float32).astype(np.float64)
+                       for r in range(sub.size))
+            out.append((sub._device()._last_engine.last_algorithm(), bool((got == want).all()),
+                        hashlib.sha256(got.tobytes()).hexdigest()))
+        return out, sub._device()._last_engine.kernel_staging_arena()
+    return with_settings(comm, {"COMMLIB_DEVICE_PATH": "auto"}, run)

@@ -10,7 +10,8 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kernel_call_check_cases import (AUTO_COUNTS, auto_against_fixed, broadcast_auto, events_per_call,  # noqa: E402
+from kernel_call_check_cases import (AUTO_COUNTS, arena_lost, auto_against_fixed, broadcast_auto,  # noqa: E402
+                                     events_per_call,
                                      host_functions_per_call, kernel_auto_choices, mismatch_found_by_the_kernel,
                                      reduce_scatter_auto)
 from kernel_path_cases import check_kernel_and_copy  # noqa: E402
@@ -142,6 +143,24 @@ def test_auto_on_staged_buffers_is_the_models_and_the_fixed_algorithms_bits(pool
                 assert handshakes == (2 if route == "arena" else 3) * (P - 1), handshakes
     for k in range(len(counts)):  # every rank ended with the same bits
         assert len({rank_out[k][2] for rank_out in per_rank}) == 1, k
+
+
+@pytest.mark.timeout(120)
+def test_auto_follows_the_route_when_an_arena_cannot_grow(pool):
+    """4 ranks, 1 MiB auto all_reduce on buffers no rank maps: the model's arena choice is the fused
+    two-shot, its slots choice two_shot (policy/device_auto.h). Rank 1's device fails its next
+    allocation, so the first staged call cannot make rank 1's arena: pool staging turns off on every
+    rank at that call, which then takes the slots' choice, and so do the calls after it (the
+    prepared call's slots plan); exact integer sums, the same bits on every rank, no arena left."""
+    count = 1 << 18
+    assert model_choices("all_reduce", 4, (count,), "arena") == [MAPPED_AUTO]
+    assert model_choices("all_reduce", 4, (count,), "slots") == ["two_shot"]
+    per_rank = pool(4, env=DELAY_ENV).run(arena_lost, count, timeout=100)
+    for calls, arena in per_rank:
+        assert [ran for ran, _, _ in calls] == ["two_shot"] * 3, calls
+        assert all(ok for _, ok, _ in calls) and arena == 0, (calls, arena)
+    for k in range(3):
+        assert len({calls[k][2] for calls, _ in per_rank}) == 1, k
 
 
 def test_a_device_broadcast_never_takes_the_host_only_shared_rows(pool):
