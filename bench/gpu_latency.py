@@ -133,7 +133,10 @@ def rank_main(comm, device, algorithms, reps, sizes, paths=("kernel", "copy"), s
                     # saying why, and the communicator runs the rest. Any other error is a failure.
                     rows.append(dict(path=path, algorithm=algo, bytes=nbytes, refused=str(e)))
                     continue
-                rows.append(dict(path=path, algorithm=algo, bytes=nbytes, ran=c._device_route.last_path(), **t))
+                ran = c._device_route.last_path()
+                if algo == "auto":  # which candidate device auto took (policy/device_auto.h), beside the candidates
+                    ran += ": " + c._device()._last_engine.last_algorithm()
+                rows.append(dict(path=path, algorithm=algo, bytes=nbytes, ran=ran, **t))
         buf = _ones(device, n)
         next(iter(comms.values())).all_reduce(buf)
         if not (to_host(buf) == comm.size).all():

@@ -26,7 +26,8 @@
 # time goes, 4 ranks on GPU 0 under MPS where there is one, both paths, against torch's own round
 # trip), staged (the same for buffers no peer can map: torch's cudaMallocAsync backend, so every
 # one-sided call stages, in the staging arena against through the slots, 64 and 256 MiB: issue
-# #38's >= 0.3x target for the staged path), grid (the one-sided grid from the SM count: the fused
+# #38's >= 0.3x target for the staged path), auto_route (device auto beside its candidates, mapped
+# and staged: the cost model's prediction), grid (the one-sided grid from the SM count: the fused
 # two-shot at 64 and 256 MiB with COMMLIB_DEVICE_BLOCK_BYTES swept so that one job runs 33, 16 and
 # 4 blocks per rank), launch (bench/gpu_launch.py, at GPU_CHECK_LAUNCH_NP ranks, default "4 2 1": issue #37's targets at 4, the 8 B all_reduce's enqueue,
 # back-to-back, synchronous and replayed-graph (100 calls) times against torch's add_ and an empty
@@ -43,7 +44,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 PY=${PYTHON:-python3}
 BUDGET=${GPU_CHECK_BUDGET_S:-470}
-ALL_STEPS="build,import,torch,kernels,kernels_bw,copy,latency,staged,grid,launch,trace,sweep,gpu,ranks,bench"
+ALL_STEPS="build,import,torch,kernels,kernels_bw,copy,latency,staged,auto_route,grid,launch,trace,sweep,gpu,ranks,bench"
 steps=$ALL_STEPS dry=0 emulated=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -252,6 +253,13 @@ if wants staged; then
   latency_step staged 150 "The staged path (cudaMallocAsync tensors, no peer maps them): 64 and 256 MiB one-sided all_reduce staged in the arena and through the slots" \
     --paths kernel --sizes 64M,256M --reps 10 --algorithms mapped_fused_two_shot,mapped_two_shot,two_shot \
     --sweep COMMLIB_DEVICE_STAGING=pool,slots
+  unset PYTORCH_CUDA_ALLOC_CONF
+fi
+if wants auto_route; then  # device auto (policy/device_cost.h) beside every candidate; prediction: docs/gpu.md
+  AUTO="--paths kernel --sizes 256K,1M,4M,64M --reps 20 --algorithms auto,direct,two_shot,mapped_one_shot,mapped_two_shot,mapped_fused_two_shot"
+  latency_step auto_mapped 120 "Device auto beside its candidates (\`ran\`: its pick), mapped buffers: all_reduce 256 KiB to 64 MiB" $AUTO
+  export PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
+  latency_step auto_staged 180 "Device auto beside its candidates, staged buffers (cudaMallocAsync), the arena and the slots" $AUTO --sweep COMMLIB_DEVICE_STAGING=pool,slots
   unset PYTORCH_CUDA_ALLOC_CONF
 fi
 if wants grid; then

@@ -73,7 +73,8 @@ def inject_fault(device_index: Optional[int] = None, kind: str = "illegal_addres
     """Make emulated device ``device_index`` of this process sticky-failed, like a CUDA context
     after an illegal memory access (``kind``: "illegal_address"): every later call on it raises,
     and work already queued on its streams is skipped. The stream engine turns it into CommError
-    on this rank and PeerError on its peers."""
+    on this rank and PeerError on its peers. ``kind="out_of_memory"``: only the next device
+    allocation (cudaMalloc's) fails, as cudaErrorMemoryAllocation; nothing sticks."""
     device(device_index).inject_fault(kind)
 
 

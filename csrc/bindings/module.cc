@@ -11,6 +11,7 @@ void bind_peer_buffers(pybind11::module_& m);      // bindings/peer_buffers_bind
 void bind_core_api(pybind11::module_& m);          // bindings/core_api.cc: the table other modules call
 void bind_kernel_trace(pybind11::module_& m);      // bindings/kernel_trace_bindings.cc (after bind_device)
 void bind_device_codecs(pybind11::module_& m);     // bindings/device_codec_bindings.cc (after bind_device)
+void bind_device_cost(pybind11::module_& m);       // bindings/device_cost_bindings.cc: device auto's cost model
 }  // namespace commlib
 
 PYBIND11_MODULE(_C, m) {
@@ -34,5 +35,6 @@ PYBIND11_MODULE(_C, m) {
   commlib::bind_kernel_trace(m);
   commlib::bind_sim(m);
   commlib::bind_device_plan(m);
+  commlib::bind_device_cost(m);
   commlib::bind_core_api(m);
 }

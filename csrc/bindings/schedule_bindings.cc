@@ -186,12 +186,12 @@ py::list holdings_to_py(const Holdings& h) {
 }
 
 py::list trait_names(uint32_t t) {
+  static const std::pair<uint32_t, const char*> names[] = {
+      {kSmallMessages, "small_messages"}, {kLargeMessages, "large_messages"}, {kPowerOfTwo, "power_of_two"},
+      {kUserDefined, "user_defined"},     {kOneSided, "one_sided"},           {kHostOnly, "host_only"}};
   py::list out;
-  if (t & kSmallMessages) out.append("small_messages");
-  if (t & kLargeMessages) out.append("large_messages");
-  if (t & kPowerOfTwo) out.append("power_of_two");
-  if (t & kUserDefined) out.append("user_defined");
-  if (t & kOneSided) out.append("one_sided");
+  for (const auto& [bit, name] : names)
+    if (t & bit) out.append(name);
   return out;
 }
 

@@ -37,6 +37,8 @@ std::string choose_algorithm(Collective c, const std::string& requested, int64_t
 // The "auto" branch of choose_algorithm with the override's value given (empty: unset), for
 // callers that read COMMLIB_ALGO_<COLLECTIVE> once (a communicator reads it when created).
 std::string choose_auto(Collective c, const std::string& env_value, int64_t bytes, int size);
+// The built-in heuristic alone (no override, no tuning table): from bytes and world size.
+std::string builtin_algorithm(Collective c, int64_t bytes, int size);
 // The tuning table's row for this call, if it has one (true and *out set). `hosts` > 0: only rows
 // measured on that many hosts (TuningRow::hosts); 0: any row of this world size. `kernel_path`:
 // the rows measured on the device's kernel path (TuningRow::kernel_path) instead of the others.

@@ -75,6 +75,8 @@ std::string heuristic(Collective c, int64_t bytes, int size) {
 
 }  // namespace
 
+std::string builtin_algorithm(Collective c, int64_t bytes, int size) { return heuristic(c, bytes, size); }
+
 std::string choose_algorithm(Collective c, const std::string& requested, int64_t bytes, int size) {
   check_has_schedules(c);
   if (requested != "auto") {

@@ -2,6 +2,10 @@
 #include "policy/device_auto.h"
 
 #include <algorithm>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "policy/auto_policy.h"
 #include "policy/device_path_tuning.h"
@@ -22,45 +26,109 @@ DeviceCallPath device_path_of(bool nccl_requested, uint64_t bytes, DevicePath mo
 namespace {
 
 // The rule's conditions on the call and the engine, apart from the size (device_auto.h).
-bool kernel_auto_applies(int size, const Topology& topology, const KernelAutoInputs& in, Collective coll,
-                         uint8_t requested, const std::string& policy_source) {
-  if (requested != 0 || (coll != Collective::AllReduce && coll != Collective::ReduceScatter) || size < 2) return false;
-  if (!in.device_has_kernel_path || in.nccl_links) return false;
+bool kernel_auto_applies(int size, const Topology& topology, const KernelAutoInputs& in, const KernelAutoCall& call) {
+  if (call.requested != 0 || (call.coll != Collective::AllReduce && call.coll != Collective::ReduceScatter) || size < 2)
+    return false;
+  if (!in.device_has_kernel_path || in.nccl_links || !kernel_path_takes(in.path, call.bytes(), in.kernel_max_bytes))
+    return false;
   const std::vector<int>& host_of = topology.host_of;
   if (!host_of.empty() && !std::all_of(host_of.begin(), host_of.end(), [&](int h) { return h == host_of[0]; }))
     return false;
-  return policy_source == "size" || policy_source == "links" || policy_source == "tuning";
+  return call.policy_source == "size" || call.policy_source == "links" || call.policy_source == "tuning";
 }
 
-bool one_shot_size(int size, uint64_t bytes) { return bytes * static_cast<uint64_t>(size - 1) <= kOneShotBytes; }
+// A tuning row measured on the kernel path for this collective and size.
+bool tuned_row(const KernelAutoCall& call, int size, std::string* tuned) {
+  return tuned_algorithm(call.coll, static_cast<int64_t>(call.bytes()), size, tuned, 1, true);
+}
 
-// A tuning row measured on the kernel path for this collective and size, where that path takes the call.
-bool tuned_row(Collective coll, int size, const KernelAutoInputs& in, uint64_t bytes, std::string* tuned) {
-  return kernel_path_takes(in.path, bytes, in.kernel_max_bytes) &&
-         tuned_algorithm(coll, static_cast<int64_t>(bytes), size, tuned, 1, true);
+// The model's choice, memoised: the candidates' schedules are built and costed once per shape.
+struct ChoiceKey {
+  int coll, size, elem_bytes, route;
+  int64_t count;
+  uint64_t slots_bytes, registry;
+  std::string policy_algorithm;
+  bool operator<(const ChoiceKey& o) const {
+    return std::tie(coll, size, elem_bytes, route, count, slots_bytes, registry, policy_algorithm) <
+           std::tie(o.coll, o.size, o.elem_bytes, o.route, o.count, o.slots_bytes, o.registry, o.policy_algorithm);
+  }
+};
+constexpr size_t kChoiceMemo = 4096;  // shapes kept (then forgotten all at once: a bound, not a policy)
+
+std::string model_choice(const KernelAutoCall& call, int size, DeviceRoute route, uint64_t slots_bytes) {
+  static std::mutex mu;
+  static std::map<ChoiceKey, std::string> memo;
+  const ChoiceKey key{static_cast<int>(call.coll), size, call.elem_bytes, static_cast<int>(route), call.count,
+                      route == DeviceRoute::Slots ? slots_bytes : 0, registry_generation(),
+                      call.coll == Collective::AllReduce ? std::string() : call.policy_algorithm};
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    auto it = memo.find(key);
+    if (it != memo.end()) return it->second;
+  }
+  std::string best;
+  double t = std::numeric_limits<double>::infinity();
+  for (const KernelAutoCandidate& k :
+       kernel_auto_candidates(call.coll, size, call.count, call.elem_bytes, route, slots_bytes, call.policy_algorithm))
+    if (k.fits && k.cost.seconds < t) t = k.cost.seconds, best = k.algorithm;
+  std::lock_guard<std::mutex> lk(mu);
+  if (memo.size() >= kChoiceMemo) memo.clear();
+  memo.emplace(key, best);
+  return best;
 }
 
 }  // namespace
 
-bool kernel_auto_may_map(int size, const Topology& topology, const KernelAutoInputs& in, Collective coll,
-                         uint8_t requested, uint64_t bytes, const std::string& policy_source) {
-  std::string tuned;
-  return kernel_path_takes(in.path, bytes, in.kernel_max_bytes) &&
-         kernel_auto_applies(size, topology, in, coll, requested, policy_source) && !one_shot_size(size, bytes) &&
-         !tuned_row(coll, size, in, bytes, &tuned);
+std::vector<KernelAutoCandidate> kernel_auto_candidates(Collective coll, int size, int64_t count, int elem_bytes,
+                                                        DeviceRoute route, uint64_t slots_bytes,
+                                                        const std::string& policy_algorithm) {
+  std::vector<std::string> names;
+  if (coll == Collective::AllReduce)
+    names = {"direct", "two_shot"};
+  else if (!policy_algorithm.empty())
+    names = {policy_algorithm};
+  for (const AlgorithmSpec& spec : algorithm_specs(coll))
+    if ((spec.traits & kOneSided) && std::find(names.begin(), names.end(), spec.name) == names.end())
+      names.push_back(spec.name);
+  std::vector<KernelAutoCandidate> out;
+  for (const std::string& name : names) {
+    KernelAutoCandidate k{name, device_call_cost(coll, name, size, count, elem_bytes, route), true};
+    if (route == DeviceRoute::Slots && algorithm_is_one_sided(coll, name)) k.fits = k.cost.stage_need <= slots_bytes;
+    out.push_back(std::move(k));
+  }
+  return out;
 }
 
-uint8_t kernel_auto_algorithm(int size, const Topology& topology, const KernelAutoInputs& in, Collective coll,
-                              uint8_t requested, uint64_t bytes, const std::string& policy_source) {
-  if (in.peers_mapped && kernel_auto_may_map(size, topology, in, coll, requested, bytes, policy_source))
-    return static_cast<uint8_t>(coll == Collective::AllReduce ? algorithm_index(coll, "mapped_fused_two_shot")
-                                                              : algorithm_index(coll, "mapped_fused"));
-  // reduce_scatter's buffers not mapped: the policy's algorithm (the rules below are all_reduce's).
-  if (coll != Collective::AllReduce || !kernel_auto_applies(size, topology, in, coll, requested, policy_source)) return 0;
-  if (!kernel_path_takes(in.path, bytes, in.kernel_max_bytes)) return 0;
+namespace {
+// Each rank receives at most kOneShotBytes: the handshakes' regime, where the model has no fit.
+bool one_shot_size(int size, uint64_t bytes) { return bytes * static_cast<uint64_t>(size - 1) <= kOneShotBytes; }
+}  // namespace
+
+std::string kernel_auto_choice(const KernelAutoCall& call, int size, DeviceRoute route, uint64_t slots_bytes) {
+  if (one_shot_size(size, call.bytes()))  // the one-shot (all_reduce), else the policy's
+    return call.coll == Collective::AllReduce ? "direct" : call.policy_algorithm;
+  return model_choice(call, size, route, slots_bytes);
+}
+
+bool kernel_auto_may_map(int size, const Topology& topology, const KernelAutoInputs& in, const KernelAutoCall& call) {
   std::string tuned;
-  if (tuned_row(coll, size, in, bytes, &tuned)) return static_cast<uint8_t>(algorithm_index(Collective::AllReduce, tuned));
-  return static_cast<uint8_t>(algorithm_index(Collective::AllReduce, one_shot_size(size, bytes) ? "direct" : "two_shot"));
+  if (!kernel_auto_applies(size, topology, in, call) || tuned_row(call, size, &tuned)) return false;
+  return algorithm_is_one_sided(call.coll, kernel_auto_choice(call, size, DeviceRoute::Mapped, in.slots_bytes));
+}
+
+uint8_t kernel_auto_algorithm(int size, const Topology& topology, const KernelAutoInputs& in, const KernelAutoCall& call) {
+  if (!kernel_auto_applies(size, topology, in, call)) return 0;
+  std::string name;
+  if (!tuned_row(call, size, &name)) name = kernel_auto_choice(call, size, in.route, in.slots_bytes);
+  if (name.empty() || name == call.policy_algorithm) return 0;
+  return static_cast<uint8_t>(algorithm_index(call.coll, name));
+}
+
+std::string device_fallback_algorithm(const KernelAutoCall& call, int size) {
+  if (call.requested != 0 || call.policy_source == "override" || call.policy_source == "requested" ||
+      !algorithm_is_host_only(call.coll, call.policy_algorithm))
+    return "";
+  return builtin_algorithm(call.coll, static_cast<int64_t>(call.bytes()), size);
 }
 
 }  // namespace commlib

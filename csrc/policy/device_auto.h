@@ -9,21 +9,22 @@
 // take the size (kernel_path_takes: kernel always, auto up to the crossover: the tuning file's
 // "device_path" for the world size, policy/device_path_tuning.h, else kKernelPathMaxBytes); else copy.
 //
-// What `auto` runs for an all_reduce on the kernel path (issue #25):
-//
-// The policy's size rule picks recursive doubling for small all_reduce on one host: log2 P steps,
-// each a grid barrier and a flag round trip between ranks inside the kernel. One launch of the
-// one-shot (`direct`: every rank receives every peer's input and reduces, one round) or the
-// two-shot (`two_shot`: a direct reduce-scatter, then a direct all-gather, two rounds) is what custom
-// all-reduce kernels use on one host instead, so the kernel path asks for those. On the copy path a
-// one-shot's P - 1 messages per rank are P - 1 copy-engine copies and flag waits each, a different
-// trade-off, so there the policy's choice stands.
+// What `auto` runs for an all_reduce or a reduce_scatter on the kernel path (issues #25, #38):
+// the candidate the kernel path's cost model (policy/device_cost.h) predicts fastest on the route
+// the call takes (mapped, staged in the arena, staged through the slots). The policy's size rule
+// picks recursive doubling for small all_reduce on one host: log2 P steps, each a flag round trip
+// between ranks inside the kernel; custom all-reduce kernels on one host use a one-shot or a
+// two-shot instead, so those are the candidates:
+//   - all_reduce: `direct` (the one-shot: one round), `two_shot` (a direct reduce-scatter and
+//     all-gather through the slots), and every one-sided algorithm (`mapped_one_shot`,
+//     `mapped_two_shot`, `mapped_fused_two_shot`: in place on mapped buffers, or staged);
+//   - reduce_scatter: the policy's algorithm and the one-sided ones (`mapped`, `mapped_fused`).
+// The model ranks by memory traffic, waits in sequence and grid barriers (device_cost.h). On the
+// copy path a one-shot's P - 1 messages per rank are P - 1 copy-engine copies and flag waits each,
+// a different trade-off, so there the policy's choice stands.
 //
 // The rule applies only to a call the kernel path runs:
-//   - the call asks for auto and is an all_reduce of 2 ranks or more (a reduce_scatter: rule 2
-//     only, `mapped_fused` on mapped buffers: N read + N / P written per rank against the mapped
-//     one's (3P - 1) / P x N and the staged algorithms' copies through the slots; unmapped, the
-//     policy's choice stands);
+//   - the call asks for auto and is an all_reduce or a reduce_scatter of 2 ranks or more;
 //   - the device has a kernel path, COMMLIB_DEVICE_PATH lets it take a call of this size
 //     (kernel_path_takes: kernel, or auto up to its crossover, the tuning file's "device_path" for
 //     this world size else kKernelPathMaxBytes: policy/device_path_tuning.h; never copy), COMMLIB_DEVICE_LINK
@@ -35,19 +36,23 @@
 //     (COMMLIB_ALGO_ALL_REDUCE) or COMMLIB_TOPOLOGY's cost model, which keep their word.
 // Then, in order:
 //   1. a tuning row measured on the kernel path (the tuning file's "kernel_path" section, TuningRow::
-//      kernel_path) for this world size and size wins: a measurement beats the rule of thumb;
-//   2. where every rank's input and output are mapped (`peers_mapped`, agreed per call) and each
-//      rank receives more than kOneShotBytes: the one-sided two-shot, where the kernel path takes
-//      the call (at every size by default: kKernelPathMaxBytes). The cost model is the memory
-//      traffic per rank pinned on the emulated device: `mapped_fused_two_shot` reads and writes 2 N
-//      (every input block read once, the sum stored into every rank's output: no accumulator round
-//      trips, no gather step), `mapped_two_shot` (5P - 3) / P x N, the two-shot through the slots
-//      about 8.5 N (every byte into a peer's slot, into scratch, then reduced: issue #38); so the
-//      fused one, which needs the same mapped buffers and nothing else;
-//   3. where the kernel path takes the call: `direct` while each rank receives at most
-//      kOneShotBytes ((P - 1) x the message), else `two_shot` (staged through the slots; measured
-//      on the H200 at 64 MiB: 1.44 ms against the kernel path's ring 2.67 ms and direct 3.36 ms).
-//      The thresholds are from the shape of the traffic and that one measurement.
+//      kernel_path) for this world size and size wins: a measurement beats the model;
+//   2. where each rank receives at most kOneShotBytes ((P - 1) x the message, or the output block):
+//      `direct` for an all_reduce, the policy's algorithm for a reduce_scatter. There the handshakes
+//      decide, and the model has no fit: its constants come from 64 and 256 MiB calls, and the one
+//      measurement of small calls (session 14, 8 B at 4 ranks, before the one-block plans) ran ring's
+//      six waits in sequence faster than direct's one (68 against 92 us), which no count of waits explains;
+//   3. the model's fastest candidate on the call's route; on the slots' route only the one-sided
+//      candidates whose staged buffers fit the slots area (a larger call is refused there, and the
+//      message plans stream any size through the slots). The choice is memoised per (collective,
+//      ranks, count, element size, route, slots area, policy choice), and a prepared call (the C++
+//      entry's cache) holds the plan of every route it may take: no per-call scan.
+// Where every rank's buffers are mapped the model takes `mapped_fused_two_shot` (2 N of traffic:
+// every input block read once, the sum stored into every rank's output) from a few hundred KiB per
+// rank, staged in the arena the same algorithm a little higher (6 N with the copies in and out,
+// against two_shot's 8.75 N at the message plans' lower rate), through the slots higher still (one
+// more handshake), and `direct` below (one wait in sequence instead of two). docs/gpu.md "Device
+// auto by the cost model" tabulates the predictions.
 //
 // Every rank must get the same algorithm, and the same before the engines connect as after (the
 // first call is described during set-up, before connect, and compared with the peers'
@@ -62,9 +67,11 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/topology.h"
 #include "common/types.h"
+#include "policy/device_cost.h"
 
 namespace commlib {
 
@@ -98,30 +105,69 @@ enum class DeviceCallPath : uint8_t { Nccl, Kernel, Copy };
 DeviceCallPath device_path_of(bool nccl_requested, uint64_t bytes, DevicePath mode, uint64_t kernel_max_bytes,
                               bool kernel_usable, bool nccl_carries_any);
 
+// Each rank receives at most this (P - 1 messages, or P - 1 output blocks): the one-shot's regime (rule 2).
 constexpr uint64_t kOneShotBytes = uint64_t{256} << 10;
 
-// What the rule reads of the engine, all known when it is created.
+// What the rule reads of the engine, all known when it is created but the route.
 struct KernelAutoInputs {
   bool device_has_kernel_path = false;  // Device::plan_blocks(1) > 0
   DevicePath path = DevicePath::Auto;   // COMMLIB_DEVICE_PATH
   bool nccl_links = false;              // COMMLIB_DEVICE_LINK=nccl
   uint64_t kernel_max_bytes = kKernelPathMaxBytes;  // auto's crossover (kernel_path_crossover)
-  // Every rank's input and output of this call are mapped in every peer (agreed per call by the
-  // ranks' registrations: StreamEngine::agree_route). The one input not known when the engine is
-  // created, and the same on every rank by construction; false before connect.
-  bool peers_mapped = false;
+  // The route the call takes: Mapped where every rank's input and output of this call are mapped
+  // in every peer (agreed per call by the ranks' registrations: StreamEngine::agree_route, the same
+  // on every rank by construction), else staged: Arena under COMMLIB_DEVICE_STAGING=pool while
+  // every rank shares an arena (turned off alike on every rank), Slots otherwise and for captured
+  // calls. Before connect: the setting's staged route.
+  DeviceRoute route = DeviceRoute::Slots;
+  // The slots area (KernelPath::staging_capacity()): a one-sided plan staged through the slots
+  // must fit it (0: none fits, e.g. before connect).
+  uint64_t slots_bytes = 0;
 };
 
-// Whether an all_reduce (reduce_scatter) of `bytes` per rank, auto, on the kernel path, would run
-// the fused mapped two-shot (mapped_fused) if every rank's buffers were mapped: the calls whose
-// route the ranks agree on first.
-bool kernel_auto_may_map(int size, const Topology& topology, const KernelAutoInputs& in, Collective coll,
-                         uint8_t requested, uint64_t bytes, const std::string& policy_source);
+// A call's shape as the rule reads it: `count` elements of `elem_bytes` (`bytes` their product);
+// `requested` 0 for auto; the host policy's choice (`policy_algorithm`, decided by `policy_source`:
+// AlgorithmChoice::source).
+struct KernelAutoCall {
+  Collective coll = Collective::AllReduce;
+  uint8_t requested = 0;
+  int64_t count = 0;
+  int elem_bytes = 1;
+  std::string policy_algorithm;
+  std::string policy_source;
+  uint64_t bytes() const { return static_cast<uint64_t>(count) * static_cast<uint64_t>(elem_bytes); }
+};
 
-// The algorithm index (registry.h) the kernel path's auto asks for instead of the policy's choice
-// (`policy_source`: AlgorithmChoice::source), or 0 to keep the policy's, for a call of `coll` with
-// `requested` (0: auto) and `bytes` per rank on a communicator of `size` ranks over `topology`.
-uint8_t kernel_auto_algorithm(int size, const Topology& topology, const KernelAutoInputs& in, Collective coll,
-                              uint8_t requested, uint64_t bytes, const std::string& policy_source);
+// Whether the rule would run a one-sided algorithm for this call if every rank's buffers were
+// mapped (the model's choice on the mapped route): the calls whose route the ranks agree on first.
+// (Where the mapped route's choice is a message plan, every staged route's is the same one: a
+// one-sided plan costs at least as much staged as mapped, a message plan the same on any route.)
+bool kernel_auto_may_map(int size, const Topology& topology, const KernelAutoInputs& in, const KernelAutoCall& call);
+
+// The algorithm index (registry.h) the kernel path's auto asks for instead of the policy's choice,
+// or 0 to keep the policy's, for `call` on a communicator of `size` ranks over `topology`.
+uint8_t kernel_auto_algorithm(int size, const Topology& topology, const KernelAutoInputs& in, const KernelAutoCall& call);
+
+// Rules 2 and 3 alone (no tuning row, whatever the engine): what the rule takes for `call` on `route`.
+std::string kernel_auto_choice(const KernelAutoCall& call, int size, DeviceRoute route, uint64_t slots_bytes);
+
+// The device's own choice where the host policy's algorithm is host-engine only (kHostOnly, e.g. the
+// host tuning table's "shared" broadcast rows, measured on the host engine's shared-memory write):
+// the built-in heuristic for the call's size (auto_policy.h builtin_algorithm), which every rank
+// reads alike. "" where the policy's choice stands: a named algorithm, an override
+// (COMMLIB_ALGO_<COLLECTIVE>), or an algorithm any engine runs.
+std::string device_fallback_algorithm(const KernelAutoCall& call, int size);
+
+// One candidate as the model ranks it (kernel_auto_candidates).
+struct KernelAutoCandidate {
+  std::string algorithm;
+  DeviceCost cost;
+  bool fits = true;  // runs on the route (a one-sided plan through the slots: its staging fits)
+};
+// The rule's candidates for `coll` (the policy's `policy_algorithm` among a reduce_scatter's) on
+// `route`, with the model's costs, in the order the rule breaks ties (the first fastest wins).
+std::vector<KernelAutoCandidate> kernel_auto_candidates(Collective coll, int size, int64_t count, int elem_bytes,
+                                                        DeviceRoute route, uint64_t slots_bytes,
+                                                        const std::string& policy_algorithm);
 
 }  // namespace commlib

@@ -117,8 +117,9 @@ COMMLIB_REGISTER_ALGORITHM(Broadcast, "pipeline", broadcast_pipeline, 3, kLargeM
 COMMLIB_REGISTER_ALGORITHM(Broadcast, "direct", broadcast_direct, 4, kSmallMessages,
                            "the root sends to every rank");
 // The messages of direct; where every rank shares one host's memory the host engine runs it as one
-// write of the root into its shared stream that every rank copies out (host/flag_calls.cc).
-COMMLIB_REGISTER_ALGORITHM(Broadcast, "shared", broadcast_direct, 5, kLargeMessages,
+// write of the root into its shared stream that every rank copies out (host/flag_calls.cc). Host
+// only (kHostOnly): on a device it would be direct's messages, so device auto never takes it.
+COMMLIB_REGISTER_ALGORITHM(Broadcast, "shared", broadcast_direct, 5, kLargeMessages | kHostOnly,
                            "one write into shared memory, copied out by every rank (one host)");
 
 }  // namespace sched

@@ -120,6 +120,11 @@ bool algorithm_is_one_sided(Collective c, const std::string& name) {
   return has_schedules(c) && lookup(c, name, &spec, nullptr) && (spec.traits & kOneSided);
 }
 
+bool algorithm_is_host_only(Collective c, const std::string& name) {
+  AlgorithmSpec spec;
+  return has_schedules(c) && lookup(c, name, &spec, nullptr) && (spec.traits & kHostOnly);
+}
+
 uint64_t registry_generation() { return registry().generation.load(std::memory_order_acquire); }
 
 std::string algorithm_name(Collective c, int index) {

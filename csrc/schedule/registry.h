@@ -30,10 +30,17 @@ enum AlgorithmTraits : uint32_t {
   // can run it (none yet: the host executor, the plan kernel and auto refuse or skip it); the
   // verifier proves it and the simulator costs it like any other.
   kOneSided = 1u << 4,
+  // Run by the host engine in a way of its own (the "shared" broadcast: one write into shared
+  // memory that every rank copies out, host/flag_calls.cc); its schedule is a stand-in another
+  // engine would run as such. A device engine's auto never takes it from the host tuning table
+  // (stream_calls.cc plan_of: the device's own choice instead, policy/device_auto.h).
+  kHostOnly = 1u << 5,
 };
 
 // Whether the registered `name` of `c` is one-sided (false for unknown names).
 bool algorithm_is_one_sided(Collective c, const std::string& name);
+// Whether the registered `name` of `c` is host-engine only (kHostOnly; false for unknown names).
+bool algorithm_is_host_only(Collective c, const std::string& name);
 
 struct AlgorithmSpec {
   Collective coll = Collective::AllReduce;

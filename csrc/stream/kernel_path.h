@@ -105,6 +105,9 @@ class KernelPath final : public DevicePathRunner {
   // or numbered. A mapped call (every rank's buffers in place) needs no slots and is not asked, nor
   // an eager call the staging arena holds (pool_holds).
   void check_one_sided(const ScheduleKey& key) const;
+  // The bytes a staged one-sided call may use (the slots area): the one bound of both the fit
+  // (stage_layout) and the peers' mapped staging (StagedPeerBuffers, connect); device auto's too.
+  size_t staging_capacity() const;
   // The staging arena (COMMLIB_DEVICE_STAGING=pool, kernel_path_arena.cc): this rank's symmetric
   // block that an eager staged one-sided call copies its buffers into and its peers read in place,
   // registered and mapped as the symmetric pool's arenas are (device/peer_buffers.h), so it needs
@@ -222,9 +225,6 @@ class KernelPath final : public DevicePathRunner {
   void stage(const std::vector<char>& bytes, void* dev, DeviceStream& stream);
   size_t flag_bytes() const;
   size_t slots_bytes() const;
-  // The bytes a staged one-sided call may use (the slots area): the one bound of both the fit
-  // (stage_layout) and the peers' mapped staging (StagedPeerBuffers, connect).
-  size_t staging_capacity() const;
   size_t region_bytes() const;
   size_t descs_offset() const;  // of the descriptor ring in the region
   uint32_t desc_ring_len() const;

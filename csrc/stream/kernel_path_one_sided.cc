@@ -32,7 +32,6 @@ namespace commlib {
 namespace {
 
 constexpr size_t kLine = 64;
-constexpr size_t kStageAlign = 256;
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 // The buffers (BufferId bits) any rank's schedule of this call addresses at a peer.
@@ -104,8 +103,9 @@ void KernelPath::stage_layout(const ScheduleKey& key, Uploaded& u) const {
   u.stage_bytes[1] = (u.peer_bufs & out_bit) ? out_bytes : 0;
   // The staged buffers' offsets in the slots area: input at 0, output after it (or at 0 in place).
   u.stage_out_at = u.stage_in_place ? 0 : round_up(u.stage_bytes[0], kStageAlign);
-  // (An output never read at a peer is not staged: the need ends with the input, unaligned.)
-  u.stage_need = u.stage_in_place ? in_bytes : u.stage_bytes[1] ? u.stage_out_at + u.stage_bytes[1] : u.stage_bytes[0];
+  // (An output never read at a peer is not staged: the need ends with the input, unaligned.) The
+  // rule is device auto's too (policy/device_cost.h), which judges the fit before choosing.
+  u.stage_need = staged_bytes_need(coll, u.peer_bufs & in_bit, u.peer_bufs & out_bit, in_bytes, out_bytes, kStageAlign);
   u.stage_fits = u.stage_need <= staging_capacity();  // else only the mapped path runs it (check_one_sided)
 }
 

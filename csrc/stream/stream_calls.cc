@@ -15,14 +15,31 @@ CallDesc StreamEngine::describe(const CollectiveCall& call, uint8_t algo, uint64
   return call_desc(call, static_cast<uint8_t>(algo | kDeviceCallAlgoBit), seq);
 }
 
-const ResolvedPlan& StreamEngine::plan_of(const CollectiveCall& call, uint8_t* kernel_auto, bool peers_mapped) {
+DeviceRoute StreamEngine::staged_route() const {
+  return kernel_ && kernel_->pool_staging() ? DeviceRoute::Arena : DeviceRoute::Slots;
+}
+
+KernelAutoInputs StreamEngine::kernel_auto_inputs(DeviceRoute route) const {
+  return KernelAutoInputs{device_->plan_blocks(1) > 0, opts_.path, opts_.link == DeviceLinkSetting::Nccl,
+                          kernel_ ? kernel_->kernel_max_bytes() : kKernelPathMaxBytes, route,
+                          kernel_ ? static_cast<uint64_t>(kernel_->staging_capacity()) : 0};
+}
+
+const ResolvedPlan& StreamEngine::plan_of(const CollectiveCall& call, uint8_t* kernel_auto) {
+  return plan_of(call, kernel_auto, staged_route());
+}
+
+const ResolvedPlan& StreamEngine::plan_of(const CollectiveCall& call, uint8_t* kernel_auto, DeviceRoute route) {
   const ResolvedPlan& policy = plans_.get(call);
   if (call.algo != 0) return policy;  // an algorithm named (or prepare()'s): kernel_auto_algorithm leaves it
-  const KernelAutoInputs in{device_->plan_blocks(1) > 0, opts_.path, opts_.link == DeviceLinkSetting::Nccl,
-                            kernel_ ? kernel_->kernel_max_bytes() : kKernelPathMaxBytes, peers_mapped};
-  const uint64_t bytes = static_cast<uint64_t>(call.count) * dtype_size(call.dtype);
-  const uint8_t algo = kernel_auto_algorithm(size_, plans_.context().topology, in, call.coll, call.algo, bytes,
-                                             policy.choice.source);
+  const KernelAutoCall shape{call.coll, call.algo, call.count, static_cast<int>(dtype_size(call.dtype)), policy.name,
+                             policy.choice.source};
+  uint8_t algo = kernel_auto_algorithm(size_, plans_.context().topology, kernel_auto_inputs(route), shape);
+  // The host tuning table may name an algorithm only the host engine runs (kHostOnly): the device's own choice.
+  if (!algo) {
+    const std::string own = device_fallback_algorithm(shape, size_);
+    if (!own.empty()) algo = static_cast<uint8_t>(algorithm_index(call.coll, own));
+  }
   if (kernel_auto) *kernel_auto = algo;
   if (!algo) return policy;
   CollectiveCall c = call;
@@ -33,17 +50,18 @@ const ResolvedPlan& StreamEngine::plan_of(const CollectiveCall& call, uint8_t* k
 PreparedCall StreamEngine::prepare(const CollectiveCall& call) {
   std::lock_guard<std::mutex> guard(enqueue_mu_);
   PreparedCall p{call, nullptr, path_of(call)};
-  // A call whose route the ranks agree on per call (the mapped two-shot for auto) still agrees per
-  // call (a rank whose call is prepared and one whose is not must agree alike), but the plans of
-  // both routes are resolved here, once: no lookup per call (issue #37).
+  // A call whose route the ranks agree on per call (auto where the mapped route's choice is
+  // one-sided) still agrees per call (a rank whose call is prepared and one whose is not must
+  // agree alike), but the plans of every route are resolved here, once: no lookup per call (issue #37).
   if (call.algo == 0 && one_sided_candidate(call, nullptr)) {
     p.agrees_route = true;
-    for (const bool mapped : {false, true}) {
+    for (const DeviceRoute route : {DeviceRoute::Arena, DeviceRoute::Mapped, DeviceRoute::Slots}) {
       uint8_t algo = 0;
-      plan_of(call, &algo, mapped);
+      plan_of(call, &algo, route);
       CollectiveCall c = call;
       if (algo) c.algo = algo;
-      (mapped ? p.mapped_plan : p.plan) = plans_.get_shared(c);  // (plan_of's, held)
+      (route == DeviceRoute::Mapped ? p.mapped_plan : route == DeviceRoute::Slots ? p.slots_plan : p.plan) =
+          plans_.get_shared(c);  // (plan_of's, held)
     }
     return p;
   }
@@ -224,29 +242,42 @@ uint64_t StreamEngine::enqueue_collective(const CollectiveCall& call, const Prep
   // auto's choice reads it (policy/device_auto.h), the launch takes it (stream_one_sided.cc).
   MappedPeers route;
   if (one_sided_candidate(call, prepared)) route = agree_route(call);
-  const bool mapped_plan = prepared && route.mapped && prepared->mapped_plan;  // a prepared auto's, mapped
-  const ResolvedPlan& planned = !prepared    ? plan_of(call, nullptr, route.mapped)
-                                : mapped_plan ? *prepared->mapped_plan
-                                              : *prepared->plan;
+  // The plan of the route taken (a prepared auto call holds one per route), and its device plan's slot.
+  const DeviceRoute taken = route.mapped ? DeviceRoute::Mapped : staged_route();
+  auto prepared_plan = [&](DeviceRoute r, KernelPlanSlot** slot) -> const ResolvedPlan& {
+    const bool routed = prepared->agrees_route && prepared->mapped_plan;
+    if (routed && r == DeviceRoute::Mapped) return *slot = prepared->mapped_kernel_plan.get(), *prepared->mapped_plan;
+    if (routed && r == DeviceRoute::Slots) return *slot = prepared->slots_kernel_plan.get(), *prepared->slots_plan;
+    return *slot = prepared->kernel_plan.get(), *prepared->plan;
+  };
+  KernelPlanSlot* plan_slot = nullptr;
+  const ResolvedPlan* planned = !prepared ? &plan_of(call, nullptr, taken) : &prepared_plan(taken, &plan_slot);
   // Peers' memory, read in place: the kernel path or nothing (alike on every rank); staged, its
   // buffers go into the staging arena (grown alike on every rank) or must fit the slots (prepared
   // calls too: their route is agreed per call).
-  if (planned.one_sided && !route.mapped) {
+  const auto key_of = [&](const ResolvedPlan& p) {
+    return ScheduleKey{static_cast<uint8_t>(call.coll), p.algo, call.root, call.count, static_cast<uint8_t>(esize)};
+  };
+  if (planned->one_sided && !route.mapped) {
     if (!kernel_ || !kernel_->usable() || nccl_->carries_any())
-      throw std::invalid_argument("algorithm: " + planned.name + " is one-sided (it reads and writes peers' mapped "
+      throw std::invalid_argument("algorithm: " + planned->name + " is one-sided (it reads and writes peers' mapped "
                                   "buffers): it runs on the device kernel path only, which this communicator lacks "
                                   "(COMMLIB_DEVICE_PATH=copy, a peer on another host or over the nccl link)");
-    const ScheduleKey key{static_cast<uint8_t>(call.coll), planned.algo, call.root, call.count,
-                          static_cast<uint8_t>(esize)};
-    if (!staged_in_arena(call, key)) kernel_->check_one_sided(key);  // through the slots: they must fit
+    if (!staged_in_arena(call, key_of(*planned))) {
+      // Auto's choice was the arena's, and no rank could grow one (pool staging now off on every
+      // rank): the slots' choice instead, which fits them or is a message plan.
+      if (call.algo == 0 && taken == DeviceRoute::Arena && staged_route() == DeviceRoute::Slots)
+        planned = !prepared ? &plan_of(call, nullptr, DeviceRoute::Slots) : &prepared_plan(DeviceRoute::Slots, &plan_slot);
+      if (planned->one_sided) kernel_->check_one_sided(key_of(*planned));  // through the slots: they must fit
+    }
   }
   // A one-sided plan runs on the kernel path whatever the size (checked above that it can).
-  DeviceCallPath path = planned.one_sided ? DeviceCallPath::Kernel : prepared ? prepared->path : path_of(call);
-  if (call.codec.active()) path = compressed_path(call, planned, path);
+  DeviceCallPath path = planned->one_sided ? DeviceCallPath::Kernel : prepared ? prepared->path : path_of(call);
+  if (call.codec.active()) path = compressed_path(call, *planned, path);
 
   // Nothing above enqueued anything or took a number: a refused argument leaves the numbering
   // and the stream as they were. From here on the call is numbered (with the host calls).
-  const CallDesc desc = describe(call, planned.algo, control_->next_call_seq());
+  const CallDesc desc = describe(call, planned->algo, control_->next_call_seq());
 
   // A peer that failed earlier (its failure is on the control plane) fails this call at once.
   ErrorKind kind;
@@ -268,13 +299,10 @@ uint64_t StreamEngine::enqueue_collective(const CollectiveCall& call, const Prep
       copy_->enqueue_call_check(desc, seq_, s);  // against every rank (copy_path.h)
     }
     std::vector<std::pair<int, CallDesc>> remote_peers;  // on other hosts: descriptors in-band
-    for (int p : planned.peers)
+    for (int p : planned->peers)
       if (remote(p)) remote_peers.emplace_back(p, desc);
     remote_descs_->exchange(remote_peers, remote_peers, seq_, s);
-    launched = enqueue_call(call, planned, path, desc, esize, s, false, route.mapped ? &route : nullptr,
-                            !prepared     ? nullptr
-                            : mapped_plan ? prepared->mapped_kernel_plan.get()
-                                          : prepared->kernel_plan.get());
+    launched = enqueue_call(call, *planned, path, desc, esize, s, false, route.mapped ? &route : nullptr, plan_slot);
   } catch (const std::exception& e) {
     // Partly enqueued: the ranks' counters no longer agree, so the engine cannot go on. This
     // rank's failure (often its device's sticky error, first seen here): CommError here, and the

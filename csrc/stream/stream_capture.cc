@@ -53,14 +53,20 @@ uint64_t StreamEngine::capture_collective(const CollectiveCall& call, DeviceStre
     return ScheduleKey{shape.coll, static_cast<uint8_t>(shape.algo & ~kDeviceCallAlgoBit), shape.root, shape.count,
                        static_cast<uint8_t>(esize)};
   };
-  const ResolvedPlan* chosen = &plan_of(call);
+  const ResolvedPlan* chosen = &plan_of(call, nullptr, DeviceRoute::Slots);  // captured calls stage through the slots
   // A captured call never agrees on a one-sided route (stream_one_sided.cc): an auto all_reduce
-  // whose eager warm-up ran as the mapped two-shot (every rank's buffers mapped) has that plan,
-  // not the two-shot's, and takes it on the staged path (refused by name where that does not fit
-  // the slots). Every rank's warm-up agreed alike, so every rank holds the same plans.
+  // whose eager warm-up ran auto's choice for another route (every rank's buffers mapped, or
+  // staged in the arena: policy/device_auto.h) has that plan, not the slots' choice, and takes it
+  // on the staged path (refused by name where that does not fit the slots). Every rank's warm-up
+  // agreed alike, so every rank holds the same plans.
   if (call.algo == 0 && !kernel_->has_plan(key_of(*chosen)) && one_sided_candidate(call, nullptr)) {
-    const ResolvedPlan& mapped = plan_of(call, nullptr, true);
-    if (mapped.one_sided && kernel_->has_plan(key_of(mapped))) chosen = &mapped;
+    for (const DeviceRoute route : {DeviceRoute::Mapped, DeviceRoute::Arena}) {
+      const ResolvedPlan& warmed = plan_of(call, nullptr, route);
+      if (warmed.one_sided && kernel_->has_plan(key_of(warmed))) {
+        chosen = &warmed;
+        break;
+      }
+    }
   }
   const ResolvedPlan& planned = *chosen;
   const ScheduleKey key = key_of(planned);

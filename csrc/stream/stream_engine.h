@@ -93,11 +93,15 @@ struct PreparedCall {
   std::shared_ptr<KernelPlanSlot> kernel_plan = std::make_shared<KernelPlanSlot>();
   // An auto call whose route the ranks agree on per call (one_sided_candidate: the mapped two-shot
   // where every rank's buffers are mapped): `call` keeps algo 0 (a capture resolves it as an
-  // unprepared rank does), `plan` is the route's plan when not mapped and `mapped_plan` when
+  // unprepared rank does), `plan` is the route's plan staged in the arena and `mapped_plan` when
   // mapped, each with its device plan's slot: the agreement stays per call, no lookup does.
+  // `slots_plan`: the route's plan when staged through the slots (pool staging off, or turned off on
+  // every rank by an arena no rank could share): the model's choice differs per route.
   bool agrees_route = false;
   std::shared_ptr<const ResolvedPlan> mapped_plan;
   std::shared_ptr<KernelPlanSlot> mapped_kernel_plan = std::make_shared<KernelPlanSlot>();
+  std::shared_ptr<const ResolvedPlan> slots_plan;
+  std::shared_ptr<KernelPlanSlot> slots_kernel_plan = std::make_shared<KernelPlanSlot>();
 };
 
 class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private CopyPathHost,
@@ -253,10 +257,16 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   Launched enqueue_call(const CollectiveCall& call, const ResolvedPlan& plan, DeviceCallPath path, const CallDesc& desc,
                         size_t esize, DeviceStream& s, bool captured = false, const MappedPeers* mapped = nullptr,
                         KernelPlanSlot* plan_slot = nullptr);
-  // The plan of `call`: the policy's (plans_), except where the kernel path's auto asks for the
-  // one-shot, two-shot or (`peers_mapped`) mapped two-shot all_reduce (policy/device_auto.h: its
-  // algorithm into `*kernel_auto`).
-  const ResolvedPlan& plan_of(const CollectiveCall& call, uint8_t* kernel_auto = nullptr, bool peers_mapped = false);
+  // The plan of `call`: the policy's (plans_), except where the kernel path's auto asks for another
+  // algorithm on `route` (policy/device_auto.h: the cost model's choice, its index into
+  // `*kernel_auto`; without a route: staged_route()), or where the policy's is host-engine only
+  // (kHostOnly: the device's own choice, device_fallback_algorithm).
+  const ResolvedPlan& plan_of(const CollectiveCall& call, uint8_t* kernel_auto = nullptr);
+  const ResolvedPlan& plan_of(const CollectiveCall& call, uint8_t* kernel_auto, DeviceRoute route);
+  // The route a call whose buffers are not mapped takes now: the staging arena while pool staging
+  // is on (COMMLIB_DEVICE_STAGING=pool and every rank shares an arena), else the slots.
+  DeviceRoute staged_route() const;
+  KernelAutoInputs kernel_auto_inputs(DeviceRoute route) const;
   // stream_one_sided.cc: whether the ranks agree on `call`'s route before planning it (a one-sided
   // algorithm named, here or in `prepared`, or auto that would take the mapped two-shot where
   // every rank's buffers are mapped; decided from what every rank knows alike), and the agreement.

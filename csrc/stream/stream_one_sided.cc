@@ -7,8 +7,8 @@
 // writes its registration of the call's input and output into its ring and reads every peer's,
 // and every rank answers from the same entries. That is a host wait for every peer to reach the
 // call, taken only by the calls that may use the answer, chosen from what every rank knows alike
-// (one_sided_candidate): a one-sided algorithm named, or auto where the mapped two-shot would run
-// if the buffers were mapped (policy/device_auto.h, kernel_auto_may_map). A prepared call of such
+// (one_sided_candidate): a one-sided algorithm named, or auto where the cost model's choice on the
+// mapped route is one-sided (policy/device_auto.h, kernel_auto_may_map). A prepared call of such
 // a shape agrees per call as well (so ranks that prepare and ranks that do not agree alike), with
 // the plans of both routes resolved once (StreamEngine::prepare, PreparedCall::mapped_plan). Calls on a capturing stream (stream_capture.cc) never agree: a graph's replays
 // stage (every rank captures the same calls, as any captured collective needs).
@@ -32,10 +32,9 @@ bool StreamEngine::one_sided_candidate(const CollectiveCall& call, const Prepare
   if (prepared) return prepared->agrees_route || prepared->plan->one_sided;
   const ResolvedPlan& policy = plans_.get(call);
   if (call.algo != 0) return policy.one_sided;
-  const KernelAutoInputs in{device_->plan_blocks(1) > 0, opts_.path, opts_.link == DeviceLinkSetting::Nccl,
-                            kernel_->kernel_max_bytes(), true};
-  const uint64_t bytes = static_cast<uint64_t>(call.count) * dtype_size(call.dtype);
-  return kernel_auto_may_map(size_, plans_.context().topology, in, call.coll, 0, bytes, policy.choice.source);
+  const KernelAutoCall shape{call.coll, 0, call.count, static_cast<int>(dtype_size(call.dtype)), policy.name,
+                             policy.choice.source};
+  return kernel_auto_may_map(size_, plans_.context().topology, kernel_auto_inputs(DeviceRoute::Mapped), shape);
 }
 
 bool StreamEngine::wait_for_peers(const CollectiveCall& call, const char* what,

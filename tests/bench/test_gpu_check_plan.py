@@ -70,3 +70,20 @@ def test_the_trace_step_traces_one_64_MiB_mapped_all_reduce_into_out(tmp_path, m
     assert [r.split(" ", 1)[1] for r in runs] == [
         f"bench/gpu_trace.py --np 4 --size 64M --out {tmp_path / 'out'}/gpu_trace",
         f"bench/gpu_trace.py --np 4 --size 64M --algorithm two_shot --out {tmp_path / 'out'}/gpu_trace/two_shot"], runs
+
+
+def test_the_auto_route_step_times_auto_beside_every_candidate(tmp_path):
+    """The auto_route step (docs/gpu.md "Device auto by the cost model"): device auto's all_reduce
+    beside every candidate its cost model ranks (policy/device_auto.h, the same list), on mapped
+    buffers and on staged ones through the arena and the slots, at the sizes the prediction covers."""
+    from commlib import _C
+    runs = [r for r in _plan(tmp_path, 1, True, "bench/gpu_latency.py") if "gpu_auto_" in r]
+    assert len(runs) == 2, runs
+    candidates = [k["algorithm"] for k in _C.device_auto_candidates(_C.Collective.all_reduce, 4, 1 << 20)]
+    for run in runs:
+        algos = run.split("--algorithms ")[1].split()[0].split(",")
+        assert algos == ["auto"] + candidates, (algos, candidates)
+        assert "--paths kernel" in run and "--sizes 256K,1M,4M,64M" in run, run
+    mapped, staged = runs
+    assert "gpu_auto_mapped" in mapped and "--sweep" not in mapped, mapped
+    assert "gpu_auto_staged" in staged and "--sweep COMMLIB_DEVICE_STAGING=pool,slots" in staged, staged

@@ -154,3 +154,84 @@ def reduce_scatter_auto(comm, settings, shareable):
             ran.append(sub._device()._last_engine.last_algorithm())
         return ran, ok
     return with_settings(comm, settings, run)
+
+
+def auto_against_fixed(comm, settings, shareable, counts):
+    """Per count of float32 (random, seeded by rank: sums whose bits depend on the order), an auto
+    all_reduce and the same call naming the algorithm auto ran, both out of place on buffers with
+    (rank in `shareable`) or without a shareable handle: [(algorithm auto ran, whether the two
+    results are bit for bit equal, the result's bytes' digest, staged bytes the kernel moved in the
+    auto call, its one-sided handshakes per block)]. The digests are compared across ranks."""
+    import hashlib
+
+    def run(sub):
+        out = []
+        for n in counts:
+            rng = np.random.default_rng(1000 * sub.rank + n)
+            data = rng.standard_normal(n).astype(np.float32)
+            results = []
+            for algo in ("auto", None):
+                x = emu.from_numpy(data.copy(), shareable=sub.rank in shareable)
+                y = emu.from_numpy(np.zeros(n, np.float32), shareable=sub.rank in shareable)
+                emu.synchronize()
+                emu.kernel_counters(reset=True)
+                sub.all_reduce(x, out=y, algorithm=algo or ran)
+                emu.synchronize()
+                if algo == "auto":
+                    ran = sub._device()._last_engine.last_algorithm()
+                    counters = emu.kernel_counters()
+                results.append(y.numpy().tobytes())
+            blocks = max(counters["block_runs"], 1)
+            out.append((ran, results[0] == results[1], hashlib.sha256(results[0]).hexdigest(),
+                        counters["staged_bytes"], counters["handshakes"] // blocks))
+        return out
+    return with_settings(comm, settings, run)
+
+
+def broadcast_auto(comm, settings, counts):
+    """Per count of float32 (rank 0 the root), what an auto broadcast resolves to on the host
+    (the communicator's own resolution, the shipped tuning table) and on the device engine, what
+    the device call ran, and whether every rank got the root's bytes."""
+    from commlib import _C
+
+    def run(sub):
+        out = []
+        for n in counts:
+            host = _C.resolve_algorithm(_C.Collective.broadcast, "auto", n, 4, 0, sub.size, [], None)["algorithm"]
+            x = emu.from_numpy(np.arange(n, dtype=np.float32) if sub.rank == 0 else np.zeros(n, np.float32))
+            sub.broadcast(x, root=0)
+            engine = sub._device()._last_engine
+            device = engine.resolved_algorithm(COLLECTIVE["broadcast"], "auto", n, DTYPE["float32"])
+            ok = bool((x.numpy() == np.arange(n, dtype=np.float32)).all())
+            out.append((host, device, engine.last_algorithm(), sub._device().last_path(), ok))
+        return out
+    return with_settings(comm, settings, run)
+
+
+def arena_lost(comm, count, calls=3):
+    """An auto all_reduce of `count` float32 on buffers no rank can map, after rank 1's next device
+    allocation was made to fail (emulated inject_fault "out_of_memory"): its first staged call cannot
+    grow rank 1's staging arena, so pool staging turns off on every rank (kernel_path_arena.cc) and
+    the call takes the slots' route. Per call: (algorithm run, right, digest); then this rank's arena bytes."""
+    import hashlib
+
+    def run(sub):
+        warm = emu.from_numpy(np.ones(2, np.float32), shareable=False)
+        sub.all_reduce(warm)  # the engine made and connected (its own allocations done)
+        emu.synchronize()
+        data = np.random.default_rng(sub.rank).integers(-1000, 1000, count).astype(np.float32)
+        sub.barrier()
+        if sub.rank == 1:
+            emu.inject_fault(kind="out_of_memory")
+        out = []
+        for _ in range(calls):
+            y = emu.from_numpy(data.copy(), shareable=False)
+            sub.all_reduce(y)
+            emu.synchronize()
+            got = y.numpy()
+            want = sum(np.random.default_rng(r).integers(-1000, 1000, count).astype(np.float32).astype(np.float64)
+                       for r in range(sub.size))
+            out.append((sub._device()._last_engine.last_algorithm(), bool((got == want).all()),
+                        hashlib.sha256(got.tobytes()).hexdigest()))
+        return out, sub._device()._last_engine.kernel_staging_arena()
+    return with_settings(comm, {"COMMLIB_DEVICE_PATH": "auto"}, run)

@@ -10,8 +10,10 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kernel_call_check_cases import (events_per_call, host_functions_per_call, kernel_auto_choices,  # noqa: E402
-                                     mismatch_found_by_the_kernel, reduce_scatter_auto)
+from kernel_call_check_cases import (AUTO_COUNTS, arena_lost, auto_against_fixed, broadcast_auto,  # noqa: E402
+                                     events_per_call,
+                                     host_functions_per_call, kernel_auto_choices, mismatch_found_by_the_kernel,
+                                     reduce_scatter_auto)
 from kernel_path_cases import check_kernel_and_copy  # noqa: E402
 from test_device_collectives import DELAY_ENV  # noqa: E402
 
@@ -45,52 +47,136 @@ def test_the_kernel_finds_a_mismatch_the_control_plane_cannot_see(pool, scenario
         assert later is not None and later < 1.0, f"rank {rank}: aborted communicator did not fail at once"
 
 
+def model_choices(coll, size, counts, route, policy=""):
+    """What device auto takes per policy/device_auto.h rules 2 and 3 (the cost model of
+    policy/device_cost.h), asked of the model in this process: the tests compare a run's choice
+    with it, and pin it too, so that neither the rule nor the engine's route can drift alone."""
+    from commlib import _C
+    return [_C.device_auto_choice(getattr(_C.Collective, coll), size, n, route=route, slots_bytes=64 << 20,
+                                  policy_algorithm=policy) for n in counts]
+
+
 @pytest.mark.parametrize("path", ["auto", "kernel", "copy", "auto+override"])
-def test_auto_takes_one_shot_or_two_shot_on_the_kernel_path(pool, path):
+def test_auto_takes_the_models_choice_on_the_kernel_path(pool, path):
     # device_auto.h's rule at 3 ranks on one host, where the kernel path runs the call (auto: at
-    # every size, no crossover by default): direct while (P - 1) x bytes <= 256 KiB, two_shot above;
-    # the same before and after connect (else the first call's descriptor would differ from the
-    # call's). On the copy path (forced) the policy's choice stands. An override
-    # (COMMLIB_ALGO_ALL_REDUCE) keeps its word.
+    # every size, no crossover by default), buffers no peer can map, so staged in the arena
+    # (COMMLIB_DEVICE_STAGING=pool, the default): direct while (P - 1) x bytes <= 256 KiB, above it
+    # the cost model's fastest on the arena's route (the fused two-shot staged, not two_shot); the
+    # same before and after connect (else the first call's descriptor would differ from the call's).
+    # On the copy path (forced) the policy's choice stands. An override (COMMLIB_ALGO_ALL_REDUCE)
+    # keeps its word.
     settings = {"COMMLIB_DEVICE_PATH": path.split("+")[0]}
     if path.endswith("override"):
         settings["COMMLIB_ALGO_ALL_REDUCE"] = "ring"
-    # (Buffers without a shareable handle: the mapped two-shot is not auto's; test_auto_maps_where_every_rank_can.)
+    arena = ["direct", "direct", "direct", MAPPED_AUTO]
+    assert model_choices("all_reduce", 3, AUTO_COUNTS, "arena") == arena
     for before, after, policy, paths, ok, ran in pool(3, env=DELAY_ENV).run(kernel_auto_choices, settings, timeout=60):
         assert ok and before == after and ran == after, (before, after, ran)
         if path in ("auto", "kernel"):
-            assert after == ["direct", "direct", "two_shot", "two_shot"], (after, policy)
+            assert after == arena, (after, policy)
             assert paths == ["kernel"] * 4, paths
         elif path == "copy":
             # where the rule would have changed every one of them
-            assert all(p != r for p, r in zip(policy, ["direct", "direct", "two_shot"])), policy
+            assert all(p != r for p, r in zip(policy, arena)), policy
             assert after == policy and paths == ["copy"] * 4, (after, policy, paths)
         else:
             assert after == ["ring"] * 4, after
 
 
-MAPPED_AUTO = "mapped_fused_two_shot"  # auto's one-sided all_reduce on mapped buffers
+MAPPED_AUTO = "mapped_fused_two_shot"  # auto's one-sided all_reduce above 256 KiB per rank received
 
 
-@pytest.mark.parametrize("path,shareable", [("auto", (0, 1, 2)), ("auto", (0, 2)), ("kernel", (0, 1, 2))])
-def test_auto_maps_where_every_rank_can(pool, path, shareable):
-    """3 ranks, 8 B / 64 KiB / 256 KiB / just over 1 MiB: where every rank's buffers can be mapped,
-    auto's all_reduce takes the one-sided two-shot wherever the kernel path takes the call (auto:
-    every size, no crossover by default) and the two-shot would run (policy/device_auto.h); where
-    one rank's buffer has no shareable handle (rank 1), every rank keeps the rule's choice (the
-    ranks agree per call: a rank deciding alone would read a peer's buffer that peer staged)."""
+@pytest.mark.parametrize("path,shareable,staging", [("auto", (0, 1, 2), "pool"), ("auto", (0, 2), "pool"),
+                                                    ("kernel", (0, 1, 2), "pool"), ("auto", (0, 2), "slots")])
+def test_auto_maps_where_every_rank_can(pool, path, shareable, staging):
+    """3 ranks, 8 B / 64 KiB / 256 KiB / just over 1 MiB: auto's all_reduce takes the cost model's
+    choice on the route the call takes (policy/device_auto.h): where every rank's buffers can be
+    mapped, the fused two-shot from 256 KiB; where one rank's buffer has no shareable handle (rank 1),
+    every rank stages (the ranks agree per call: a rank deciding alone would read a peer's buffer that
+    peer staged), in the arena or (COMMLIB_DEVICE_STAGING=slots) through the slots, where the model's
+    crossover is higher (the copies in and out, and the slots' closing handshake): the fused two-shot
+    staged just over 1 MiB, not two_shot. Results are checked on every rank."""
+    settings = {"COMMLIB_DEVICE_PATH": path, "COMMLIB_DEVICE_STAGING": staging}
+    route = "mapped" if len(shareable) == 3 else "arena" if staging == "pool" else "slots"
+    want = {"mapped": ["direct", "direct", MAPPED_AUTO, MAPPED_AUTO],
+            "arena": ["direct", "direct", "direct", MAPPED_AUTO],
+            "slots": ["direct", "direct", "direct", MAPPED_AUTO]}[route]
+    assert model_choices("all_reduce", 3, AUTO_COUNTS, route) == want
     for before, after, policy, paths, ok, ran in pool(3, env=DELAY_ENV).run(
-            kernel_auto_choices, {"COMMLIB_DEVICE_PATH": path}, None, shareable, timeout=60):
-        assert ok and before == after == ["direct", "direct", "two_shot", "two_shot"], (before, after, policy)
+            kernel_auto_choices, settings, None, shareable, timeout=60):
+        # before and after: what a call not mapped resolves to (the setting's staged route)
+        assert ok and before == after == model_choices("all_reduce", 3, AUTO_COUNTS,
+                                                       "arena" if staging == "pool" else "slots"), (before, after)
         assert paths == ["kernel"] * 4, paths
-        if len(shareable) == 3:
-            assert ran == ["direct", "direct", MAPPED_AUTO, MAPPED_AUTO], ran
-        else:
-            assert ran == after, (ran, after)
-    # reduce_scatter: the fused one-sided form above 256 KiB read from the peers, where every rank maps
-    for ran, ok in pool(3, env=DELAY_ENV).run(reduce_scatter_auto, {"COMMLIB_DEVICE_PATH": path}, shareable, timeout=60):
-        assert ok and ran[0] != "mapped_fused", ran
-        assert (ran[1] == "mapped_fused") == (len(shareable) == 3), ran
+        assert ran == want, (ran, route)
+    # reduce_scatter: the fused one-sided form above 256 KiB read from the peers, mapped or in the
+    # arena (3.25 N of traffic against ring's 3.75 N at the message plans' rate); through the slots ring
+    rs_route = route
+    rs_want = {"mapped": ["ring", "mapped_fused"], "arena": ["ring", "mapped_fused"], "slots": ["ring", "ring"]}[rs_route]
+    assert model_choices("reduce_scatter", 3, (16384, 65537), rs_route, "ring") == rs_want
+    for ran, ok in pool(3, env=DELAY_ENV).run(reduce_scatter_auto, settings, shareable, timeout=60):
+        assert ok and ran == rs_want, (ran, rs_want)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("staging", ["pool", "slots"])
+def test_auto_on_staged_buffers_is_the_models_and_the_fixed_algorithms_bits(pool, staging):
+    """4 ranks, buffers no rank can map (every call staged), float32 random data: 64 KiB (direct),
+    1 MiB and 4 MiB (the model: the fused two-shot staged in the arena, 6 N of traffic against
+    two_shot's 8.75 N at the message plans' rate; through the slots two_shot at 1 MiB, where the
+    closing handshake tips it, and the fused two-shot at 4 MiB). Each auto call ran the model's
+    choice, staged where one-sided (the arena: no closing handshake; the slots: one more per block),
+    its bits equal to the same call naming that algorithm and the same on every rank. Fails if auto
+    takes two_shot on arena-staged buffers where the model says the fused two-shot is faster."""
+    P, counts = 4, (16384, 1 << 18, 1 << 20)
+    route = "arena" if staging == "pool" else "slots"
+    want = {"arena": ["direct", MAPPED_AUTO, MAPPED_AUTO], "slots": ["direct", "two_shot", MAPPED_AUTO]}[route]
+    assert model_choices("all_reduce", P, counts, route) == want
+    settings = {"COMMLIB_DEVICE_PATH": "auto", "COMMLIB_DEVICE_STAGING": staging}
+    per_rank = pool(P, env=DELAY_ENV).run(auto_against_fixed, settings, (), counts, timeout=100)
+    for rank_out in per_rank:
+        assert [ran for ran, *_ in rank_out] == want, rank_out
+        for (ran, same, _, staged, handshakes), n in zip(rank_out, counts):
+            assert same, (ran, n)  # auto's bits are the named algorithm's
+            if ran == MAPPED_AUTO:  # staged: the copies in and out (4 N), ready + result (+ the slots' closing)
+                assert staged == 4 * n * 4, (ran, staged)
+                assert handshakes == (2 if route == "arena" else 3) * (P - 1), handshakes
+    for k in range(len(counts)):  # every rank ended with the same bits
+        assert len({rank_out[k][2] for rank_out in per_rank}) == 1, k
+
+
+@pytest.mark.timeout(120)
+def test_auto_follows_the_route_when_an_arena_cannot_grow(pool):
+    """4 ranks, 1 MiB auto all_reduce on buffers no rank maps: the model's arena choice is the fused
+    two-shot, its slots choice two_shot (policy/device_auto.h). Rank 1's device fails its next
+    allocation, so the first staged call cannot make rank 1's arena: pool staging turns off on every
+    rank at that call, which then takes the slots' choice, and so do the calls after it (the
+    prepared call's slots plan); exact integer sums, the same bits on every rank, no arena left."""
+    count = 1 << 18
+    assert model_choices("all_reduce", 4, (count,), "arena") == [MAPPED_AUTO]
+    assert model_choices("all_reduce", 4, (count,), "slots") == ["two_shot"]
+    per_rank = pool(4, env=DELAY_ENV).run(arena_lost, count, timeout=100)
+    for calls, arena in per_rank:
+        assert [ran for ran, _, _ in calls] == ["two_shot"] * 3, calls
+        assert all(ok for _, ok, _ in calls) and arena == 0, (calls, arena)
+    for k in range(3):
+        assert len({calls[k][2] for calls, _ in per_rank}) == 1, k
+
+
+def test_a_device_broadcast_never_takes_the_host_only_shared_rows(pool):
+    """The shipped tuning table's host rows send a 4-rank broadcast above 64 KiB to "shared" (the
+    host engine's one write into shared memory: kHostOnly in the registry); a device broadcast of
+    1 MiB resolves to the device's own choice instead (the built-in heuristic: scatter_allgather),
+    on the kernel path and the copy path, and runs it; below the rows' bound host and device agree."""
+    counts = (1024, 1 << 18)  # 4 KiB, 1 MiB of float32
+    for path in ("auto", "copy"):
+        for rank_out in pool(4, env=DELAY_ENV).run(broadcast_auto, {"COMMLIB_DEVICE_PATH": path}, counts, timeout=60):
+            (host_s, dev_s, ran_s, _, ok_s), (host_l, dev_l, ran_l, path_l, ok_l) = rank_out
+            assert ok_s and ok_l, rank_out
+            assert host_l == "shared", rank_out  # the shipped table's host row (else this test proves nothing)
+            assert dev_l == ran_l == "scatter_allgather", rank_out
+            assert path_l == ("kernel" if path == "auto" else "copy"), rank_out
+            assert dev_s == ran_s == host_s != "shared", rank_out
 
 
 # Rows measured on the kernel path for 3 ranks (and host rows that say otherwise): the kernel

@@ -250,8 +250,8 @@ void EmulatedDevice::restore_current(CurrentToken token) {
 }
 
 void EmulatedDevice::inject_fault(const std::string& kind) {
-  if (kind != "illegal_address")
-    throw std::invalid_argument("kind: unknown fault '" + kind + "' (known: illegal_address)");
+  if (kind == "out_of_memory") return oom_next_.store(true);  // the next allocate alone fails (_memory.cc)
+  if (kind != "illegal_address") throw std::invalid_argument("kind: unknown fault '" + kind + "' (known: illegal_address, out_of_memory)");
   std::vector<std::shared_ptr<EmulatedStream>> live;
   {
     std::lock_guard<std::mutex> lk(mu_);

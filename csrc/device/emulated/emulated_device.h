@@ -182,7 +182,9 @@ class EmulatedDevice final : public Device {
   void launch_host_kernel(std::function<void()> fn, DeviceStream& stream);
 
   // Makes the device sticky-failed (kind: "illegal_address"), like a CUDA context after an
-  // illegal memory access: every later call throws, queued work is skipped.
+  // illegal memory access: every later call throws, queued work is skipped. "out_of_memory": the
+  // next cudaMalloc (allocate) alone fails as cudaErrorMemoryAllocation does, not sticky (what
+  // makes a rank unable to grow its staging arena in the tests).
   void inject_fault(const std::string& kind);
   std::string fault();  // "" while healthy
 
@@ -220,6 +222,7 @@ class EmulatedDevice final : public Device {
   uint64_t next_buffer_id_ = 1;
   std::unordered_map<void*, size_t> imports_;  // mapping -> mapped bytes (the count page included)
   std::atomic<bool> faulted_{false};
+  std::atomic<bool> oom_next_{false};  // inject_fault("out_of_memory"): the next allocate fails
   std::string fault_;
   std::vector<std::weak_ptr<EmulatedStream>> streams_;
   std::vector<std::shared_ptr<HardwareQueue>> hardware_queues_;  // COMMLIB_EMULATED_CONNECTIONS

@@ -42,6 +42,8 @@ uint64_t parse_field(const std::string& s, const std::string& handle) {
 
 void* EmulatedDevice::allocate(size_t bytes) {
   enter("cudaMalloc", false, true);  // not stream-ordered: a capture may prohibit it
+  if (oom_next_.exchange(false, std::memory_order_acq_rel))
+    throw std::runtime_error("cudaErrorMemoryAllocation (emulated, injected on " + name() + "): out of memory");
   return allocate_memory(bytes);
 }
 
