@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from commlib.core.call_checks import named_device_buffers
 from commlib.core.call_spec import DTYPE
-from commlib.core.p2p_plan import plan_batch
+from commlib.core.p2p_plan import check_one_per_peer, plan_batch
 from commlib.core.work import Work
 
 
@@ -30,13 +30,17 @@ class PointToPointMethods:
     def batch_p2p(self, ops, async_op: bool = False, stream=None):
         """Run several sends/receives concurrently: ``ops`` is a list of ("send"|"recv", tensor, peer).
 
-        At most one send to and one receive from each peer per batch; messages between a pair of
-        ranks match in call order. Device buffers (all of the batch) are enqueued on the current
-        stream or ``stream`` like collectives (docs/gpu.md).
+        Host buffers: any number of sends to and receives from each peer; the messages between a
+        pair of ranks match in call order (the k-th send to a peer lands in that peer's k-th
+        receive from this rank, in this batch and across batches). Device buffers (all of the
+        batch) are enqueued on the current stream or ``stream`` like collectives (docs/gpu.md),
+        at most one send to and one receive from each peer per batch (the stream engine's limit:
+        a ``ValueError`` naming ``ops[i]`` otherwise).
         """
         items, refs, named, dtype = plan_batch(ops, self._check_peer)
         bufs = named_device_buffers(named)
         if bufs:
+            check_one_per_peer(items)
             return self._device().p2p(bufs, items, dtype, async_op, refs, stream)
         if stream is not None:
             raise ValueError("stream: given, but the buffers are host memory")

@@ -38,8 +38,9 @@ def _channel(h):
 
 def _rounds(pending):
     """Split held-back operations into batches: the k-th operation of each (channel, kind, peer)
-    goes into batch k (a commlib batch takes at most one send to and one receive from each peer),
-    so batches run in order keep the messages between a pair of ranks in call order. Counting per
+    goes into batch k (a device batch takes at most one send to and one receive from each peer; a
+    host batch would take any number, but one rule serves both), so batches run in order keep the
+    messages between a pair of ranks in call order. Counting per
     channel matters: a host receive must not be pushed behind a host send into a later batch by
     device operations before it (the host executor runs batches one at a time)."""
     rounds: list = []
