@@ -215,7 +215,10 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::recvAnysource(std::vector<at::Ten
 }
 
 void CommlibBackend::startCoalescing() {
-  if (coalescing_) throw py::value_error("startCoalescing: a coalescing block is already open on this group");
+  // A block still open is one whose body raised (e.g. batch_isend_irecv of a sparse tensor, which
+  // torch's dispatcher refuses): torch's _coalescing_manager calls endCoalescing only after its body
+  // returned. As on gloo and NCCL the next block starts afresh; what the abandoned one held goes out
+  // with the next issue, as any held message does. (Refusing here broke every later block.)
   coalescing_ = true;
   coalesced_.clear();
 }
