@@ -14,7 +14,8 @@ Every method turns torch's arguments into one call (or a few) of the communicato
 * an asynchronous call (``async_op=True``, DDP, functional collectives, FSDP2) is queued on the
   communicator's FIFO worker and completed by the group's completion thread (``work.py``);
 * sends and receives are held back and issued as concurrent batches (``p2p.py``); the
-  data-movement collectives live in ``data_movement.py``.
+  data-movement collectives live in ``data_movement.py``;
+* several tensors in one call follow torch's list contract as gloo does (``several.py``).
 """
 from __future__ import annotations
 
