@@ -46,3 +46,31 @@ def object_name(source, tag, python_abi):
     name = str(source).replace("/", "_")
     return name + (f".{python_abi}" if python_abi else "") + tag + ".o"
 
+
+
+def linked_libraries(link_flags):
+    """The library files `link_flags` name (each -lNAME found as libNAME.so or libNAME.a in one of
+    its -L directories; libraries the linker finds elsewhere, the system's, are not listed)."""
+    dirs = [f[2:] for f in link_flags if f.startswith("-L")]
+    found = []
+    for name in (f[2:] for f in link_flags if f.startswith("-l")):
+        for d in dirs:
+            hits = [Path(d) / f"lib{name}{ext}" for ext in (".so", ".a")]
+            hit = next((h for h in hits if h.exists()), None)
+            if hit is not None:
+                found.append(str(hit))
+                break
+    return found
+
+
+def module_is_current(module, inputs, record, command):
+    """True if the linked `module` need not be linked again: it exists, the link line recorded in
+    `record` when it was linked is `command` (the same objects, libraries and flags), and none of
+    `inputs` (its objects and the library files it links) is newer than it."""
+    try:
+        if record.read_text() != command:
+            return False
+        built = module.stat().st_mtime
+        return all(Path(f).stat().st_mtime <= built for f in inputs)
+    except OSError:  # no module, no record, or an input gone
+        return False

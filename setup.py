@@ -2,7 +2,9 @@
 
 Objects are cached under build/obj and recompiled only when their source or a header they include
 changed (the compiler writes each object's dependency list beside it, -MMD), and compiled in
-parallel: a one-line change rebuilds in seconds instead of minutes.
+parallel: a one-line change rebuilds in seconds instead of minutes. A module is linked again only
+when one of its objects or libraries is newer than it or its link line changed (the line is kept
+beside the objects), so a set-up with nothing changed links nothing.
 """
 import functools
 import os
@@ -19,7 +21,7 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
-from build_deps import object_is_current, object_name  # noqa: E402  (beside this file)
+from build_deps import linked_libraries, module_is_current, object_is_current, object_name  # noqa: E402  (beside this file)
 
 CSRC = ROOT / "csrc"
 OBJ_DIR = ROOT / "build" / "obj"
@@ -150,20 +152,27 @@ class CachedBuildExt(build_ext):
         # Link to a temporary name, then rename: processes that have the old module loaded keep
         # their (unlinked) inode instead of crashing on a file rewritten under them.
         tmp_out = out.with_name(out.name + f".tmp{os.getpid()}")
-        link = ["g++", "-shared", "-o", str(tmp_out)] + objects + ["-pthread"]
+        flags = ["-pthread"]
         if ext.name.endswith("_cuda"):
             # Static cudart: importing works on machines without a CUDA install and reports
             # "no CUDA device" instead of failing to find libcudart.
-            link += [f"-L{cuda_lib(nvcc)}", "-lcudart_static", "-ldl", "-lrt"]
+            flags += [f"-L{cuda_lib(nvcc)}", "-lcudart_static", "-ldl", "-lrt"]
         if ext.name.endswith("_C_torch"):
-            link += torch_build()[2]
+            flags += torch_build()[2]
         if ext.name in ("commlib._C", "commlib._C_torch"):
             # commlib's operator new / new[] through a counting wrapper (csrc/common/alloc_count.h):
             # the tests that pin the device hot path at no allocation read it.
-            link += ["-Wl,--wrap=_Znwm,--wrap=_Znam"]
-        print(" ".join(link), flush=True)
-        subprocess.run(link, check=True)
-        os.replace(tmp_out, out)
+            flags += ["-Wl,--wrap=_Znwm,--wrap=_Znam"]
+        link = ["g++", "-shared", "-o", str(tmp_out)] + objects + flags
+        # (the recorded line names the module, not the temporary file it is linked to)
+        record, command = OBJ_DIR / (out.name + ".link"), " ".join([str(out)] + objects + flags)
+        if module_is_current(out, objects + linked_libraries(flags), record, command):
+            print(f"{out.name}: objects and libraries unchanged, not linked again", flush=True)
+        else:
+            print(" ".join(link), flush=True)
+            subprocess.run(link, check=True)
+            os.replace(tmp_out, out)
+            record.write_text(command)
         # Editable installs build in a temporary folder; keep a copy beside the sources too.
         inplace = ROOT / "commlib" / out.name
         if inplace.resolve() != out.resolve():

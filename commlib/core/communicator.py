@@ -17,14 +17,15 @@ from commlib.device.host_buffers import describe
 from commlib.core.call_spec import COLLECTIVE, DTYPE, OP
 from commlib.core.codecs import compressed_call, run_compressed
 from commlib.core.comm_groups import GroupMethods
+from commlib.core.comm_lifetime import LifetimeMethods
+from commlib.core.comm_p2p import PointToPointMethods
 from commlib.core.device_route import DeviceRoute
 from commlib.core.dropped_close import Leftovers
 from commlib.core.call_checks import (as_rank, check_algorithm, check_op, describe_like, device_buffers_of,
                                       named_device_buffers, check_one_sided_on_host)
-from commlib.core.p2p_plan import plan_all_to_allv, plan_batch
+from commlib.core.p2p_plan import plan_all_to_allv
 from commlib.device.route_context import RouteContext
 from commlib.core.work import Work  # noqa: F401  (re-exported: commlib.core.communicator.Work)
-from commlib.errors import CommError
 
 # The one C++ entry (csrc/bindings/fast_call.cc), every collective's first try: it reads the buffers,
 # runs blocking host calls and the device calls the route's DeviceCallCache holds (checked before),
@@ -39,7 +40,7 @@ assert _C.COLLECTIVES[:9] == ["all_reduce", "all_gather", "reduce_scatter", "all
                               "reduce", "gather", "scatter", "barrier"]
 
 
-class Communicator(GroupMethods):
+class Communicator(PointToPointMethods, LifetimeMethods, GroupMethods):
     """A group of ranks that run collectives together.
 
     Create one with :func:`commlib.init`; derive sub-groups with :meth:`split`. Buffers are NumPy
@@ -319,82 +320,3 @@ class Communicator(GroupMethods):
             return None
         check_algorithm("barrier", algorithm)
         return self._run("barrier", algorithm, 0, 0, 0, "uint8", "sum", 0, 1.0, async_op, ())
-
-    # -- point to point -----------------------------------------------------------------------
-    def send(self, tensor, peer: int, async_op: bool = False, stream=None):
-        """Send ``tensor`` to ``peer``, which must call ``recv`` with the same size and dtype."""
-        return self.batch_p2p([("send", tensor, peer)], async_op, stream)
-
-    def recv(self, tensor, peer: int, async_op: bool = False, stream=None):
-        """Receive into ``tensor`` from ``peer``."""
-        return self.batch_p2p([("recv", tensor, peer)], async_op, stream)
-
-    def sendrecv(self, send_tensor, dst: int, recv_tensor, src: int, async_op: bool = False, stream=None):
-        """Send to ``dst`` and receive from ``src`` concurrently (no deadlock in a ring shift)."""
-        return self.batch_p2p([("send", send_tensor, dst), ("recv", recv_tensor, src)], async_op, stream)
-
-    def batch_p2p(self, ops, async_op: bool = False, stream=None):
-        """Run several sends/receives concurrently: ``ops`` is a list of ("send"|"recv", tensor, peer).
-
-        At most one send to and one receive from each peer per batch; messages between a pair of
-        ranks match in call order. Device buffers (all of the batch) are enqueued on the current
-        stream or ``stream`` like collectives (docs/gpu.md).
-        """
-        items, refs, named, dtype = plan_batch(ops, self._check_peer)
-        bufs = named_device_buffers(named)
-        if bufs:
-            return self._device().p2p(bufs, items, dtype, async_op, refs, stream)
-        if stream is not None:
-            raise ValueError("stream: given, but the buffers are host memory")
-        work = self._core.p2p(items, DTYPE[dtype], async_op)
-        return Work(work, refs) if async_op else None
-
-    def close(self):
-        """Finish queued work, then release shared memory and the worker thread. Idempotent. Then
-        raises the error of a device call no call, ``wait()`` or ``synchronize()`` raised (e.g. a
-        mismatched last call: docs/gpu.md). init()'s store closes with the last communicator over
-        it (commlib/bootstrap/store_lease.py); a forked child only drops its references."""
-        self._closed = True
-        unreported = None
-        self._dropped.detach()  # given back here, not again at garbage collection
-        lease, self._leftovers.lease = self._leftovers.lease, None
-        self._leftovers.route = None
-        if self._device_route is not None:  # before the transport its peer watch uses
-            try:
-                self._device_route.close()
-            except CommError as e:  # a device call's error no caller was told: raised once all is closed
-                unreported = e
-        self._core.close()
-        if lease is not None and os.getpid() == self._pid:
-            lease.release()  # once: the last communicator over init()'s store closes it
-        if unreported is not None:
-            raise unreported
-
-    def _hold_store(self, lease):
-        """Share ``lease`` (a commlib.bootstrap.store_lease.StoreLease this communicator now holds a
-        reference of): given back by close(), or when this communicator is garbage collected."""
-        self._lease = self._leftovers.lease = lease
-
-    @property
-    def _owned(self):
-        """(store client, store server) that init() opened and this communicator still holds a
-        reference of, else (None, None)."""
-        if self._leftovers.lease is None:
-            return None, None
-        return self._lease.store, self._lease.server
-
-    def abort(self, reason: str = "aborted by the user"):
-        """Abort: fail queued and future calls at once, and tell the peers."""
-        if self._device_route is not None:
-            self._device_route.abort(reason)
-        self._core.abort(reason)
-
-    @property
-    def aborted(self) -> bool:
-        return self._core.aborted()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()

@@ -37,21 +37,30 @@ def plan_all_to_allv(rank: int, size: int, ip: int, op_ptr: int, n_in: int, n_ou
     return ops, own
 
 
+def check_one_per_peer(items):
+    """Refuse a second send to, or receive from, one peer in a batch of device buffers (``items`` as
+    plan_batch returns them): the stream engine moves one of each per peer and batch. (The host
+    executor takes any number: it matches a pair's messages in call order.)"""
+    seen = set()
+    for i, (send, _, _, peer) in enumerate(items):
+        kind = "send" if send else "recv"
+        if (kind, peer) in seen:
+            raise ValueError(f"ops[{i}]: a second {kind} with peer {peer} in one batch of device buffers (the "
+                             "stream engine takes one send to and one receive from each peer per batch)")
+        seen.add((kind, peer))
+
+
 def plan_batch(ops, check_peer):
     """(messages, buffers, (argument name, buffer) pairs, dtype) of a batch of
     ("send"|"recv", tensor, peer) entries; ``check_peer(peer, name)`` refuses a bad peer and returns it as an int."""
     if not ops:
         raise ValueError("ops: empty batch")
     items, refs, named, dtype = [], [], [], None
-    seen = set()
     for i, entry in enumerate(ops):
         kind, tensor, peer = entry
         if kind not in ("send", "recv"):
             raise ValueError(f"ops[{i}]: kind must be 'send' or 'recv', got {kind!r}")
         peer = check_peer(peer, f"ops[{i}] peer" if len(ops) > 1 else "peer")  # as a Python int
-        if (kind, peer) in seen:
-            raise ValueError(f"ops[{i}]: a second {kind} with peer {peer} in one batch")
-        seen.add((kind, peer))
         tname = "tensor" if len(ops) == 1 else f"ops[{i}] tensor"
         named.append((tname, tensor))
         ptr, n, dt = describe(tensor, tname)

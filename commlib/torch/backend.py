@@ -14,7 +14,8 @@ Every method turns torch's arguments into one call (or a few) of the communicato
 * an asynchronous call (``async_op=True``, DDP, functional collectives, FSDP2) is queued on the
   communicator's FIFO worker and completed by the group's completion thread (``work.py``);
 * sends and receives are held back and issued as concurrent batches (``p2p.py``); the
-  data-movement collectives live in ``data_movement.py``.
+  data-movement collectives live in ``data_movement.py``;
+* several tensors in one call follow torch's list contract as gloo does (``several.py``).
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from commlib.torch.fast_path import (ALL_REDUCE, BARRIER, BROADCAST, OP_BY_HASH,
 from commlib.torch.data_movement import DataMovementMixin
 from commlib.torch.devices import DeviceTypesMixin, check_one_device
 from commlib.torch.p2p import PointToPointMixin
+from commlib.torch.several import check_like, check_root_tensor, one_tensor, several_all_reduce
 from commlib.torch.shrink import ShrinkMixin
 from commlib.torch.staging import (NATIVE, as_bytes, op_of, out_bytes, reduction_staging,
                                    sparse_all_reduce)
@@ -222,6 +224,9 @@ class ProcessGroupCommlib(ShrinkMixin, PointToPointMixin, DataMovementMixin, Dev
                     None) is None):
             return self._done_works.get(tensors)
         opts = opts if opts is not None else dist.AllreduceOptions()
+        if len(tensors) > 1:  # torch's contract for a list (several.py)
+            return self._run(opts.asyncOp, list(tensors),
+                             lambda c, a: several_all_reduce(self, c, a, list(tensors), opts.reduceOp))
         return self._run(opts.asyncOp, list(tensors),
                          lambda c, a: self._allreduce_into(c, a, tensors, opts.reduceOp))
 
@@ -261,9 +266,18 @@ class ProcessGroupCommlib(ShrinkMixin, PointToPointMixin, DataMovementMixin, Dev
         opts = opts if opts is not None else dist.BroadcastOptions()
         tensors = list(tensors)
         root = opts.rootRank
+        if len(tensors) > 1:  # torch's contract for a list (several.py): the root tensor into every one
+            check_like(tensors, tensors[0], "tensors")
+            check_root_tensor(tensors, opts.rootTensor)
+        moved = tensors[opts.rootTensor] if len(tensors) > 1 else None
+
+        def spread():
+            for t in tensors:
+                if t is not moved:
+                    t.copy_(moved)
 
         def body(call, async_op):
-            for t in tensors:
+            for t in tensors if moved is None else [moved]:
                 st = out_bytes(t)
                 if st.copy and self.rank() == root:
                     st.buf.copy_(as_bytes(t))
@@ -271,6 +285,8 @@ class ProcessGroupCommlib(ShrinkMixin, PointToPointMixin, DataMovementMixin, Dev
                     st.buf, root=root, algorithm=self._algo["broadcast"], async_op=async_op))
                 if st.copy:
                     call.finals.append(st.done)
+            if moved is not None:
+                call.finals.append(spread)
         return self._run(opts.asyncOp, tensors, body)
 
     # -- reduce -----------------------------------------------------------------------------
@@ -283,6 +299,7 @@ class ProcessGroupCommlib(ShrinkMixin, PointToPointMixin, DataMovementMixin, Dev
             return self._done_works.get(tensors)
         opts = opts if opts is not None else dist.ReduceOptions()
         tensors = list(tensors)
+        one_tensor(tensors, "tensors", "reduce takes one tensor per call")  # (as gloo)
         op, scale = op_of(opts.reduceOp)
         root = opts.rootRank
 

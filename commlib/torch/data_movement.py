@@ -12,6 +12,7 @@ import torch.distributed as dist
 from commlib.torch.fast_path import (ALL_GATHER, ALL_TO_ALL, OP_BY_HASH, REDUCE_SCATTER,
                                      fast_collective)
 from commlib.torch.devices import check_one_device
+from commlib.torch.several import one_tensor, several_all_gather_lists
 from commlib.torch.staging import NATIVE, as_bytes, op_of, out_bytes, reduction_staging
 
 # torch.distributed does not re-export AllgatherOptions (torch 2.13; the other options it does):
@@ -61,16 +62,20 @@ class DataMovementMixin:
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         opts = opts if opts is not None else _AllgatherOptions()
+        if len(input_tensors) > 1:  # torch's contract for a list (several.py): one gather of them all
+            packed, staged, unpack = several_all_gather_lists(output_tensors, input_tensors, self.size())
+
+            def several(call, async_op):
+                self._gather_flat(call, async_op, staged, packed)
+                call.finals.append(unpack)
+            return self._run(opts.asyncOp, [list(o) for o in output_tensors], several)
         if len(output_tensors) != len(input_tensors):
-            raise ValueError("allgather: one output list per input tensor expected")
-        if len(input_tensors) == 1:  # dist.all_gather(tensor_list, tensor): name those
-            check_one_device(tensor=input_tensors[0], tensor_list=list(output_tensors[0]))
-        else:
-            check_one_device(input_tensors=input_tensors, output_tensors=output_tensors)
+            raise ValueError(f"output_tensors: has {len(output_tensors)} lists, expected one per input "
+                             f"({len(input_tensors)})")
+        check_one_device(tensor=input_tensors[0], tensor_list=list(output_tensors[0]))
 
         def body(call, async_op):
-            for outs, inp in zip(output_tensors, input_tensors):
-                self._gather_flat(call, async_op, list(outs), inp)
+            self._gather_flat(call, async_op, list(output_tensors[0]), input_tensors[0])
         return self._run(opts.asyncOp, [list(o) for o in output_tensors], body)
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
@@ -177,10 +182,8 @@ class DataMovementMixin:
         opts = opts if opts is not None else dist.ReduceScatterOptions()
         outs = list(output_tensors)
         P = self.size()
-        if len(outs) == 1:  # dist.reduce_scatter(output, input_list): name those
-            check_one_device(output=outs[0], input_list=list(input_tensors[0]))
-        else:
-            check_one_device(output_tensors=outs, input_tensors=input_tensors)
+        one_tensor(outs, "output_tensors", "reduce_scatter takes one output per call")  # (as gloo)
+        check_one_device(output=outs[0], input_list=list(input_tensors[0]))
 
         def body(call, async_op):
             for out, ins in zip(outs, input_tensors):
@@ -282,11 +285,13 @@ class DataMovementMixin:
     # -- gather / scatter -------------------------------------------------------------------
     def gather(self, output_tensors, input_tensors, opts=None):
         opts = opts if opts is not None else dist.GatherOptions()
+        one_tensor(input_tensors, "input_tensors", "gather takes one input per call")  # (as gloo)
         result = [list(o) for o in output_tensors] if output_tensors else []
         return self._rooted("gather", opts, input_tensors[0], lambda: output_tensors[0], result)
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         opts = opts if opts is not None else dist.ScatterOptions()
+        one_tensor(output_tensors, "output_tensors", "scatter takes one output per call")  # (as gloo)
         return self._rooted("scatter", opts, output_tensors[0], lambda: input_tensors[0], list(output_tensors))
 
     def _rooted(self, kind, opts, mine, root_list, result):

@@ -38,8 +38,9 @@ def _channel(h):
 
 def _rounds(pending):
     """Split held-back operations into batches: the k-th operation of each (channel, kind, peer)
-    goes into batch k (a commlib batch takes at most one send to and one receive from each peer),
-    so batches run in order keep the messages between a pair of ranks in call order. Counting per
+    goes into batch k (a device batch takes at most one send to and one receive from each peer; a
+    host batch would take any number, but one rule serves both), so batches run in order keep the
+    messages between a pair of ranks in call order. Counting per
     channel matters: a host receive must not be pushed behind a host send into a later batch by
     device operations before it (the host executor runs batches one at a time)."""
     rounds: list = []
@@ -54,17 +55,30 @@ def _rounds(pending):
     return rounds
 
 
+def check_p2p_tensors(kind, tensors):
+    """One dense tensor per send or receive, as gloo (and the C++ backend, p2p.cc) take them: a
+    ``ValueError`` naming ``tensors`` before anything is held. Sparse tensors are refused: gloo
+    refuses them ("input tensor has to be contiguous"), NCCL too, and torch's ``dist.send``/``recv``
+    (and so ``batch_isend_irecv``) have no sparse kernel to reach a backend with."""
+    if len(tensors) != 1:
+        raise ValueError(f"tensors: a {kind} takes one tensor, got {len(tensors)}")
+    if getattr(tensors[0], "layout", torch.strided) != torch.strided:  # (emulated device arrays have none)
+        raise ValueError(f"tensors: a {kind} of a sparse tensor is not supported, as on gloo and NCCL; move its "
+                         "indices() and values() as dense tensors")
+
+
 class PointToPointMixin:
     """send/recv/recv_anysource of ``ProcessGroupCommlib`` (needs ``_comm``, ``_lock``, ``_p2p``,
     ``_p2p_streams``, ``_completer``)."""
 
     def _p2p_op(self, kind, tensors, peer):
+        tensors = list(tensors)
+        check_p2p_tensors(kind, tensors)
         peer = int(peer)
         if not 0 <= peer < self.size() or peer == self.rank():
             raise ValueError(f"{'dst' if kind == 'send' else 'src'}: invalid peer {peer} for "
                              f"rank {self.rank()} of a group of {self.size()}")
-        tensors = list(tensors)
-        side = device_side(tensors[0]) if tensors else None
+        side = device_side(tensors[0])
         if side is not None:
             return self._device_p2p_op(kind, tensors, peer, side)
         fut = Future()
@@ -91,8 +105,6 @@ class PointToPointMixin:
     def _device_p2p_op(self, kind, tensors, peer, side):
         """Hold back a send/recv of device tensors (all on ``side``'s device): the event recorded
         now on the current stream orders the message after the tensors' producers."""
-        if len(tensors) != 1:  # torch passes one; a batch of one engine call takes one per peer
-            raise ValueError(f"tensors: a {kind} of device tensors takes one tensor, got {len(tensors)}")
         t = tensors[0]
         with self._lock:
             stream = self._p2p_streams.get(side)
@@ -172,8 +184,7 @@ class PointToPointMixin:
         """Receive into ``tensors[0]`` from whichever rank sends first (``dist.recv`` without src);
         the returned work's ``_source_rank()`` names it. Asynchronous, after held-back operations."""
         tensors = list(tensors)
-        if len(tensors) != 1:
-            raise ValueError(f"tensors: recv from any source takes one tensor, got {len(tensors)}")
+        check_p2p_tensors("recv from any source", tensors)
         if device_side(tensors[0]) is not None:
             # The stream engine receives from a named peer only: a message's descriptor is
             # checked against the receive before it moves, so the sender must be known.

@@ -55,7 +55,8 @@ struct CoreApi {
   // PeerError naming it and the call after that long); 0: the communicator's.
   bool (*collective)(void* comm, const CollectiveCall& call, bool async, double timeout_s,
                      std::shared_ptr<Work>* work, CoreError* err);
-  // Concurrent sends and receives (one batch: at most one send to and one receive from each peer).
+  // Concurrent sends and receives (one batch: any number to and from each peer, a pair's matched in
+  // call order).
   bool (*p2p)(void* comm, const P2PItem* items, size_t n, DType dtype, bool async, double timeout_s,
               std::shared_ptr<Work>* work, CoreError* err);
   // Receives `count` elements from whichever peer sends first, writing its rank to *source.

@@ -10,7 +10,7 @@
 // sparse all_reduce, uneven lists and several tensors per call run here too (several.cc). What
 // remains is handed to the Python backend of the same group (commlib/torch/backend.py,
 // ProcessGroupCommlib over the same communicator), which checks and explains: argument errors,
-// sparse sends and receives, shrink, and CUDA tensors in calls the device call cache does not hold
+// shrink, and CUDA tensors in calls the device call cache does not hold
 // yet (device_calls.h). Both sides issue their calls on one
 // communicator, whose FIFO keeps them in call order.
 #pragma once

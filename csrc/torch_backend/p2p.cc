@@ -129,14 +129,26 @@ namespace {
 // One CPU tensor, as the core can move it once contiguous (host_layout); others are handed over.
 bool host_tensor(const std::vector<at::Tensor>& t) { return t.size() == 1 && host_layout(t[0]); }
 
+// A sparse (any non-strided) tensor is refused before anything is held, as gloo refuses it ("input
+// tensor has to be contiguous") and NCCL too; torch's dist.send/recv (and so batch_isend_irecv)
+// have no sparse kernel, so only a caller of the backend's own methods gets here. The Python
+// backend refuses it with the same message (p2p.py's check_p2p_tensors).
+void refuse_sparse(const std::vector<at::Tensor>& t, const char* kind) {
+  if (!t.empty() && t[0].defined() && t[0].layout() != at::kStrided)
+    throw py::value_error(std::string("tensors: a ") + kind +
+                          " of a sparse tensor is not supported, as on gloo and NCCL; move its indices() and "
+                          "values() as dense tensors");
+}
+
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::p2p(bool send, std::vector<at::Tensor>& t, int peer) {
   if (t.size() != 1)  // (as gloo and NCCL: torch's own API passes one)
     throw py::value_error(std::string("tensors: a ") + (send ? "send" : "recv") + " takes one tensor, got " +
                           std::to_string(t.size()));
+  refuse_sparse(t, send ? "send" : "recv");
   const bool on_device = device_p2p_layout(t[0]);
-  if (!host_tensor(t) && !on_device) {  // sparse tensors: the Python side explains
+  if (!host_tensor(t) && !on_device) {  // (overlapping views, other devices: the Python side stages or explains)
     p2p_handed_over_ = true;
     return send ? delegate("send", t, peer, 0) : delegate("recv", t, peer, 0);
   }
@@ -176,6 +188,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::recv(std::vector<at::Tensor>& t, 
 }
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::recvAnysource(std::vector<at::Tensor>& t, int tag) {
+  if (t.size() == 1) refuse_sparse(t, "recv from any source");
   if (!host_tensor(t)) {  // (the Python side refuses device tensors, naming src)
     p2p_handed_over_ = true;
     return delegate("recv_anysource", t, tag);
@@ -202,7 +215,10 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::recvAnysource(std::vector<at::Ten
 }
 
 void CommlibBackend::startCoalescing() {
-  if (coalescing_) throw py::value_error("startCoalescing: a coalescing block is already open on this group");
+  // A block still open is one whose body raised (e.g. batch_isend_irecv of a sparse tensor, which
+  // torch's dispatcher refuses): torch's _coalescing_manager calls endCoalescing only after its body
+  // returned. As on gloo and NCCL the next block starts afresh; what the abandoned one held goes out
+  // with the next issue, as any held message does. (Refusing here broke every later block.)
   coalescing_ = true;
   coalesced_.clear();
 }

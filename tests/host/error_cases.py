@@ -79,7 +79,6 @@ def bad_arguments(comm, route_name="host"):
             (lambda: comm.send(f32, P), ValueError, "peer"),
             (lambda: comm.send(f32, 0), ValueError, "peer"),
             (lambda: comm.recv(f32, -1), ValueError, "peer"),
-            (lambda: comm.batch_p2p([("send", f32, 1 % P), ("send", f32, 1 % P)]), ValueError, "ops"),
             (lambda: comm.batch_p2p([("put", f32, 1 % P)]), ValueError, "ops"),
             (lambda: comm.split(-2), ValueError, "color"),
         ] + rt.own_bad_arguments(comm, f32)

@@ -125,6 +125,8 @@ class DeviceRoute:
             (lambda: comm.batch_p2p([("send", buf, 1), ("recv", np.zeros(8, np.float32), 1)]), ValueError,
              "tensor"),
             (lambda: comm.recv(np.zeros(8, np.float32), 1, stream=emu.Stream()), ValueError, "stream"),
+            # (the stream engine takes one send to and one receive from each peer per batch; host batches any number)
+            (lambda: comm.batch_p2p([("send", buf, 1 % P), ("send", buf, 1 % P)]), ValueError, "ops"),
             (lambda: comm.all_to_all(buf, buf, input_splits=[8] + [0] * (P - 1), output_splits=[8] + [0] * (P - 1)),
              ValueError, "overlaps"),
         ]

@@ -6,6 +6,7 @@ import collections
 import pytest
 
 import collective_cases as cases
+import p2p_cases
 
 SIZES = [1, 2, 3, 4, 5, 8]
 COLLECTIVES = ["all_reduce", "reduce_scatter", "reduce", "all_gather", "all_to_all", "broadcast",
@@ -35,6 +36,14 @@ def test_collective_matrix(pool, size, collective):
 @pytest.mark.parametrize("size", [2, 3, 5])
 def test_point_to_point(pool, size):
     failures = [f for fails in pool(size).run(cases.check_p2p) for f in fails]
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("size", [2, 3])
+@pytest.mark.parametrize("slot", [None, "4096"], ids=["default", "small_slots"])
+def test_several_messages_to_one_peer_in_one_batch(pool, size, slot):
+    p = pool(size) if slot is None else pool(size, env={"COMMLIB_SHM_SLOT_BYTES": slot})
+    failures = [f for fails in p.run(p2p_cases.several_messages_to_one_peer) for f in fails]
     assert not failures, "\n".join(failures)
 
 

@@ -1,4 +1,5 @@
-"""setup.py's object cache: an object is rebuilt exactly when a file it was built from changed."""
+"""setup.py's object cache: an object is rebuilt exactly when a file it was built from changed, and a
+module linked again exactly when one of its objects or libraries, or its link line, changed."""
 import os
 import subprocess
 import sys
@@ -7,7 +8,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from build_deps import depfile_inputs, object_is_current, object_name  # noqa: E402
+from build_deps import (depfile_inputs, linked_libraries, module_is_current, object_is_current,  # noqa: E402
+                        object_name)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -98,3 +100,57 @@ def test_setup_names_objects_with_the_python_abi():
     assert 'PYTHON_ABI = sysconfig.get_config_var("SOABI")' in text
     assert 'object_name(rel, tag, None if src.endswith(".cu") else PYTHON_ABI)' in text
 
+
+
+@pytest.fixture
+def linked(tmp_path):
+    """A module linked by g++ from two objects and a static library, its link line recorded as
+    setup.py records it."""
+    for name in ("a", "b", "extra"):
+        (tmp_path / f"{name}.cc").write_text(f"int {name}() {{ return 1; }}\n")
+        subprocess.run(["g++", "-c", "-fPIC", str(tmp_path / f"{name}.cc"), "-o", str(tmp_path / f"{name}.o")],
+                       check=True)
+    subprocess.run(["ar", "rcs", str(tmp_path / "libextra.a"), str(tmp_path / "extra.o")], check=True)
+    objects = [str(tmp_path / "a.o"), str(tmp_path / "b.o")]
+    flags = [f"-L{tmp_path}", "-lnot_in_any_l_dir", "-lextra", "-pthread"]
+    for f in objects + [str(tmp_path / "libextra.a")]:
+        _age(Path(f), 100)
+    module = tmp_path / "m.so"
+    subprocess.run(["g++", "-shared", "-o", str(module)] + objects + [f"-L{tmp_path}", "-lextra", "-pthread"], check=True)
+    _age(module, 10)
+    record, command = tmp_path / "m.so.link", " ".join([str(module)] + objects + flags)
+    record.write_text(command)
+    return module, objects, flags, record, command
+
+
+def test_linked_libraries_are_the_files_of_the_l_flags(linked):
+    module, objects, flags, record, command = linked
+    # (-lnot_in_any_l_dir is in no -L directory: a system library, not tracked)
+    assert linked_libraries(flags) == [str(module.parent / "libextra.a")]
+
+
+def test_a_module_is_linked_again_only_when_an_input_or_its_line_changed(linked):
+    module, objects, flags, record, command = linked
+    inputs = objects + linked_libraries(flags)
+    assert module_is_current(module, inputs, record, command)  # nothing changed: not linked again
+    Path(objects[1]).touch()  # an object rebuilt
+    assert not module_is_current(module, inputs, record, command)
+    _age(Path(objects[1]), 100)
+    assert module_is_current(module, inputs, record, command)
+    (module.parent / "libextra.a").touch()  # a library it links (torch's, cudart) reinstalled
+    assert not module_is_current(module, inputs, record, command)
+    _age(module.parent / "libextra.a", 100)
+    assert not module_is_current(module, inputs, record, command.replace(" -pthread", ""))  # other flags
+    assert not module_is_current(module, inputs[1:], record, " ".join([str(module)] + objects[1:] + flags))
+    record.unlink()  # linked by a setup.py that kept no line
+    assert not module_is_current(module, inputs, record, command)
+    record.write_text(command)
+    module.unlink()
+    assert not module_is_current(module, inputs, record, command)
+
+
+def test_setup_links_through_module_is_current():
+    # setup.py cannot be imported (it builds): read that its link is guarded by the check.
+    text = (Path(__file__).resolve().parents[2] / "setup.py").read_text()
+    assert "if module_is_current(out, objects + linked_libraries(flags), record, command):" in text
+    assert "record.write_text(command)" in text

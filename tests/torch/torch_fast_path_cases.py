@@ -222,20 +222,21 @@ def _declined_calls(comm):
     # split sizes: the backend does not offer it; equal blocks, so the communicator's offer takes it
     check("all_to_all_single with split sizes",
           lambda: dist.all_to_all_single(out, x, [P] * P, [P] * P), out, want, answers=(), offers=1)
-    # Two tensors in one blocking call: the backend's latency path is not offered them; the
-    # communicator's takes each.
+    # Two tensors in one blocking call (torch's contract for a list, several.py: this rank's two
+    # reduced here, then one all_reduce across ranks into both): the backend's latency path is not
+    # offered them; the communicator's takes the one call.
     backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
-    pair = [torch.arange(4, dtype=torch.int32) + me, torch.arange(3, dtype=torch.float64) * me]
+    pair = [torch.arange(4, dtype=torch.int32) + me, torch.arange(4, dtype=torch.int32) * 2 + me]
     opts = dist.AllreduceOptions()
     opts.asyncOp = False  # torch's default is True
     with _Recorder() as rec:
         backend.allreduce(pair, opts).wait()
-    if rec.answers or (rec.offers, rec.taken) != (2, 2):
+    if rec.answers or (rec.offers, rec.taken) != (1, 1):
         failures.append(f"blocking all_reduce of two tensors: backend answers {rec.answers}, "
-                        f"{rec.offers} offers, {rec.taken} taken, expected none, 2 and 2")
-    if not (torch.equal(pair[0], torch.arange(4, dtype=torch.int32) * P + ranks_sum)
-            and torch.equal(pair[1], torch.arange(3, dtype=torch.float64) * ranks_sum)):
-        failures.append(f"blocking all_reduce of two tensors: {pair}")
+                        f"{rec.offers} offers, {rec.taken} taken, expected none, 1 and 1")
+    want = torch.arange(4, dtype=torch.int32) * 3 * P + 2 * ranks_sum
+    if not (torch.equal(pair[0], want) and torch.equal(pair[1], want)):
+        failures.append(f"blocking all_reduce of two tensors: {pair}, expected {want} in both")
     # Called without options (torch always passes them; a direct caller need not): every gather
     # form's default options exist (torch.distributed has no AllgatherOptions).
     x = torch.arange(3, dtype=torch.int32) + 10 * me

@@ -143,7 +143,7 @@ def refusals(comm):
     a = emu.empty(4, "float32")
     cases = {
         "src: receiving a device tensor from any source": lambda: pg.recv_anysource([a]),
-        "tensors: a send of device tensors takes one tensor": lambda: pg.send([a, a], (comm.rank + 1) % comm.size),
+        "tensors: a send takes one tensor": lambda: pg.send([a, a], (comm.rank + 1) % comm.size),
         "dst: invalid peer": lambda: pg.send([a], comm.rank),
     }
     for want, fn in cases.items():
