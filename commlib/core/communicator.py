@@ -389,6 +389,17 @@ class Communicator(GroupMethods):
             self._device_route.abort(reason)
         self._core.abort(reason)
 
+    def async_error(self):
+        """The error the communicator's device calls failed with, asked without making a call (as
+        NCCL's ``ncclCommGetAsyncError``): the exception the next device call would raise
+        (``PeerError`` naming the dead rank and the collective, ``MismatchError``, ``CommError``),
+        or ``None`` while every stream engine is healthy. Cheap (an atomic load per engine) and
+        changes nothing. What it is for: a graph's replays have no work handle, so a peer's death
+        during one is otherwise seen only at the next call (docs/gpu.md, "CUDA graphs")."""
+        if self._device_route is None:
+            return None
+        return self._device_route.async_error()
+
     @property
     def aborted(self) -> bool:
         return self._core.aborted()

@@ -300,6 +300,15 @@ class DeviceRoute:
                 self._stream_of[key] = stream_of
         return first, stream_of, stream_of(stream)
 
+    def async_error(self):
+        """The first failed engine's error (the exception its next call would raise), else None:
+        a query, no call (StreamEngine::async_error)."""
+        for e in list(self._engines.values()):
+            err = e.async_error()
+            if err is not None:
+                return err
+        return None
+
     def last_path(self) -> str:
         """The path the last device collective ran on: "kernel" (one kernel launch over peer
         memory), "copy" (copy-engine copies), "" before the first (COMMLIB_DEVICE_PATH)."""

@@ -23,7 +23,10 @@ constexpr size_t kHandleBytes = 168;  // a CUDA handle in hex is 128 characters
 
 struct PeerBuffers::Shared {
   std::atomic<uint64_t> retired;  // retirements so far: a peer that sees it move closes stale imports
-  char pad[56];
+  // Bit g: this rank reads no rank's kernel-path staging arena of generation g any more and closed
+  // its imports of them (publish_arenas_done): its owner may free its own once every rank set it.
+  std::atomic<uint64_t> arenas_done;
+  char pad[48];
   struct Segment {  // 192 bytes
     std::atomic<uint64_t> seq;  // odd while written
     uint64_t id;                // buffer id; 0: free slot
@@ -35,7 +38,12 @@ struct PeerBuffers::Shared {
     uint64_t call_plus_one;  // 0: never written
     uint64_t id, offset, slot;
     uint64_t pad[3];
-  } ring[kRing * kBuffersPerCall];
+  };
+  // Two rings of the same layout, so that their call numbers never meet: lookup's (keyed by its
+  // caller's numbers: the tests' binding, the symmetric pool's hits) and agree's (the engine's
+  // one-sided calls and its staging arena's growths, numbered by the engine).
+  Entry ring[kRing * kBuffersPerCall];
+  Entry agreed[kRing * kBuffersPerCall];
 };
 
 namespace {
@@ -176,8 +184,8 @@ PeerBufferTag PeerBuffers::register_own(const void* ptr, size_t bytes, bool capt
   return PeerBufferTag{r.buffer_id, static_cast<uint64_t>(p - r.base)};
 }
 
-void PeerBuffers::write_ring(uint64_t call, unsigned which, const PeerBufferTag& tag, uint32_t slot) {
-  Shared::Entry& e = mine_->ring[(call % kRing) * kBuffersPerCall + which];
+void PeerBuffers::write_ring(uint64_t call, unsigned which, const PeerBufferTag& tag, uint32_t slot, Ring ring) {
+  Shared::Entry& e = (ring == Ring::Agreed ? mine_->agreed : mine_->ring)[(call % kRing) * kBuffersPerCall + which];
   seq_write(e.seq, [&] {
     e.call_plus_one = call + 1;
     e.id = tag.id;
@@ -188,8 +196,8 @@ void PeerBuffers::write_ring(uint64_t call, unsigned which, const PeerBufferTag&
 
 // 1: found; 0: the peer has not reached the call yet; -1: its entry is gone (overwritten by a
 // call kRing later: the peer ran that far ahead).
-int PeerBuffers::read_ring(int p, uint64_t call, unsigned which, RingTag* out) const {
-  const Shared::Entry& e = peers_[p]->ring[(call % kRing) * kBuffersPerCall + which];
+int PeerBuffers::read_ring(int p, uint64_t call, unsigned which, RingTag* out, Ring ring) const {
+  const Shared::Entry& e = (ring == Ring::Agreed ? peers_[p]->agreed : peers_[p]->ring)[(call % kRing) * kBuffersPerCall + which];
   for (unsigned tries = 0;; ++tries) {
     if (tries == 1u << 20) return 0;  // a writer that died mid-write: the caller's timeout decides
     uint64_t c = 0, id = 0, offset = 0, slot = 0;
@@ -273,7 +281,7 @@ void PeerBuffers::check_predictions() {
     for (int p = 0; p < size_; ++p) {
       if (p == rank_ || !peers_[p] || !(pd.unresolved & (uint64_t{1} << (p % 64)))) continue;
       RingTag t;
-      const int got = read_ring(p, pd.call, pd.which, &t);
+      const int got = read_ring(p, pd.call, pd.which, &t, Ring::Lookup);
       if (got == 0) {
         open = true;
         continue;
@@ -306,7 +314,7 @@ PeerBufferView PeerBuffers::lookup(uint64_t call, unsigned which, const void* pt
   if (arena_view(call, which, ptr, bytes, captured, v)) return v;  // a symmetric pool's block: mapped already
   uint32_t slot = 0;
   v.own = register_own(ptr, bytes, captured, &slot);
-  write_ring(call, which, v.own, slot);  // the peers learn this rank's buffer of the call from it
+  write_ring(call, which, v.own, slot, Ring::Lookup);  // the peers learn this rank's buffer of the call from it
   if (!v.own.id) return v;  // not registrable here: the call is staged for this rank
   const std::string key = key_of(v.own, bytes, which);
   auto known = predicted_.find(key);
@@ -317,13 +325,13 @@ PeerBufferView PeerBuffers::lookup(uint64_t call, unsigned which, const void* pt
   for (int p = 0; p < size_; ++p) {
     if (p == rank_ || !peers_[p]) continue;
     RingTag t;
-    int got = read_ring(p, call, which, &t);
+    int got = read_ring(p, call, which, &t, Ring::Lookup);
     if (got == 0 && hit && known->second[p].call) {
       t = known->second[p];  // predicted; checked against the ring later, and by the kernel always
       pending.unresolved |= uint64_t{1} << (p % 64);
     } else if (got == 0 && !captured) {  // a miss: p's buffer of this call, from p's ring
       waited = true;
-      for (unsigned spin = 0; (got = read_ring(p, call, which, &t)) == 0; ++spin) {
+      for (unsigned spin = 0; (got = read_ring(p, call, which, &t, Ring::Lookup)) == 0; ++spin) {
         if (stop && stop()) throw std::runtime_error("peer buffers: stopped while waiting for rank " + std::to_string(p));
         if (std::chrono::steady_clock::now() > deadline)
           throw std::runtime_error("peer buffers: rank " + std::to_string(p) + " did not reach call " +
@@ -382,6 +390,38 @@ size_t PeerBuffers::imports() const {
   for (const auto& row : imports_)
     for (const Import& imp : row) n += imp.base != nullptr;
   return n;
+}
+
+}  // namespace commlib
+
+namespace commlib {
+
+void PeerBuffers::publish_arenas_done(uint64_t bits) {
+  if (mine_) mine_->arenas_done.fetch_or(bits, std::memory_order_release);
+}
+
+uint64_t PeerBuffers::arenas_done(int p) const {
+  const Shared* t = p == rank_ ? mine_ : peers_[p];
+  return t ? t->arenas_done.load(std::memory_order_acquire) : 0;
+}
+
+void PeerBuffers::close_arena_imports(const std::vector<char*>& peers) {
+  std::lock_guard<std::mutex> lk(mu_);
+  for (int p = 0; p < size_ && p < static_cast<int>(peers.size()); ++p) {
+    if (p == rank_ || !peers[p]) continue;
+    for (Import& imp : imports_[p])
+      if (imp.base == peers[p]) {
+        device_->close_import(imp.base);
+        imp = Import{};
+        ++stats_.closed;
+        break;
+      }
+  }
+}
+
+void PeerBuffers::retire_arena(const void* base) {
+  std::lock_guard<std::mutex> lk(mu_);
+  retire(static_cast<char*>(const_cast<void*>(base)));
 }
 
 }  // namespace commlib

@@ -5,6 +5,8 @@
 // reads any peer's, and waits until it has read every peer's entry of the call; the answer is
 // "every rank's tag is registered", a function of the same entries on every rank. lookup's
 // prediction is not used here: a prediction is one rank's guess, which another rank cannot know.
+// Its entries go into a ring of their own (Shared::agreed), apart from lookup's, whose call numbers
+// are its caller's: the two numberings never overwrite or answer each other.
 #include <chrono>
 #include <stdexcept>
 #include <string>
@@ -22,7 +24,7 @@ void PeerBuffers::wait_entries(uint64_t call, unsigned which, const std::functio
     if (p == rank_) continue;
     if (!peers_[p]) throw std::logic_error("peer buffers: agree() with a peer not mapped");
     int got;
-    for (unsigned spin = 0; (got = read_ring(p, call, which, &tags[p])) == 0; ++spin) {
+    for (unsigned spin = 0; (got = read_ring(p, call, which, &tags[p], Ring::Agreed)) == 0; ++spin) {
       if (stop && stop()) throw std::runtime_error("peer buffers: stopped while waiting for rank " + std::to_string(p));
       if (std::chrono::steady_clock::now() > deadline)
         throw std::runtime_error("rank " + std::to_string(p) + " did not reach call " + std::to_string(call) +
@@ -45,7 +47,7 @@ bool PeerBuffers::agree(uint64_t call, unsigned which, const void* ptr, size_t b
   uint32_t slot = 0;
   // Captured: an empty tag (no export or import may run), so every rank stages this call.
   v.own = captured ? PeerBufferTag{} : register_own(ptr, bytes, false, &slot);
-  write_ring(call, which, v.own, slot);
+  write_ring(call, which, v.own, slot, Ring::Agreed);
   std::vector<RingTag> tags;
   wait_entries(call, which, stop, tags);
   bool every = v.own.id != 0;
@@ -72,7 +74,7 @@ bool PeerBuffers::agree_arena(uint64_t call, unsigned which, const void* base, s
   // A rank that could not allocate one shares nothing (id 0): then no rank stages in its arena.
   const PeerBufferTag own = base ? register_own(base, bytes, false, &slot) : PeerBufferTag{};
   if (own.id && own.offset != 0) throw std::invalid_argument("base: not the start of an allocation");
-  write_ring(call, which, own, slot);
+  write_ring(call, which, own, slot, Ring::Agreed);
   std::vector<RingTag> tags;
   wait_entries(call, which, stop, tags);
   bool every = own.id != 0;

@@ -328,10 +328,15 @@ void KernelPath::release(DeviceStream& stream, bool free_region) {
   ++plans_generation_;
   release_mapped_tables(stream);
   if (region_ && free_region) device_->free_async(region_, stream);
-  if (arena_.base) retired_arenas_.push_back(arena_.base);
-  for (char* a : retired_arenas_)  // exported as the region is: freed only when every peer closed its imports
+  if (arena_.base) retired_arenas_.push_back(std::move(arena_));
+  for (Arena& a : retired_arenas_) {  // exported as the region is: freed only when every peer closed its imports
+    free_arena_tables(a, stream);
+    if (free_region) device_->free_async(a.base, stream);
+  }
+  for (char* a : unshared_arenas_)
     if (free_region) device_->free_async(a, stream);
   retired_arenas_.clear();
+  unshared_arenas_.clear();
   arena_ = Arena{};
   if (local_) device_->free_async(local_, stream);
   if (trace_) device_->free_async(trace_, stream);

@@ -238,7 +238,7 @@ uint64_t StreamEngine::enqueue_collective(const CollectiveCall& call, const Prep
                                   "(COMMLIB_DEVICE_PATH=copy, a peer on another host or over the nccl link)");
     const ScheduleKey key{static_cast<uint8_t>(call.coll), planned.algo, call.root, call.count,
                           static_cast<uint8_t>(esize)};
-    if (!staged_in_arena(call, key)) kernel_->check_one_sided(key);  // through the slots: they must fit
+    if (!staged_in_arena(call, key, s)) kernel_->check_one_sided(key);  // through the slots: they must fit
   }
   // A one-sided plan runs on the kernel path whatever the size (checked above that it can).
   DeviceCallPath path = planned.one_sided ? DeviceCallPath::Kernel : prepared ? prepared->path : path_of(call);
