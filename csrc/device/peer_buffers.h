@@ -11,7 +11,8 @@
 //     mapping of it) and the new allocation registered afresh.
 //  2. Every rank writes (buffer id, slot, offset, bytes) of the call's buffer into its *call ring*
 //     (host memory the peers map, one entry per (call number, buffer of the call)), a store into
-//     memory: no round trip.
+//     memory: no round trip. (lookup's ring, keyed by its caller's numbers; agree's calls, the
+//     engine's, have a ring of their own beside it, so the two numberings never meet.)
 //  3. The peers' side: peer p's (buffer id, slot, offset) for this call is read from p's ring when
 //     p has reached the call; otherwise it is *predicted*: the one p used the last time this rank
 //     called with the same (buffer id, offset, bytes), learnt from p's ring. Only a rank with no
