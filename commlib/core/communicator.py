@@ -19,6 +19,7 @@ from commlib.core.codecs import compressed_call, run_compressed
 from commlib.core.comm_groups import GroupMethods
 from commlib.core.device_route import DeviceRoute
 from commlib.core.dropped_close import Leftovers
+from commlib.core.failure import CommunicatorFailure
 from commlib.core.call_checks import (as_rank, check_algorithm, check_op, describe_like, device_buffers_of,
                                       named_device_buffers, check_one_sided_on_host)
 from commlib.core.p2p_plan import plan_all_to_allv, plan_batch
@@ -39,7 +40,7 @@ assert _C.COLLECTIVES[:9] == ["all_reduce", "all_gather", "reduce_scatter", "all
                               "reduce", "gather", "scatter", "barrier"]
 
 
-class Communicator(GroupMethods):
+class Communicator(GroupMethods, CommunicatorFailure):
     """A group of ranks that run collectives together.
 
     Create one with :func:`commlib.init`; derive sub-groups with :meth:`split`. Buffers are NumPy
@@ -382,27 +383,6 @@ class Communicator(GroupMethods):
         if self._leftovers.lease is None:
             return None, None
         return self._lease.store, self._lease.server
-
-    def abort(self, reason: str = "aborted by the user"):
-        """Abort: fail queued and future calls at once, and tell the peers."""
-        if self._device_route is not None:
-            self._device_route.abort(reason)
-        self._core.abort(reason)
-
-    def async_error(self):
-        """The error the communicator's device calls failed with, asked without making a call (as
-        NCCL's ``ncclCommGetAsyncError``): the exception the next device call would raise
-        (``PeerError`` naming the dead rank and the collective, ``MismatchError``, ``CommError``),
-        or ``None`` while every stream engine is healthy. Cheap (an atomic load per engine) and
-        changes nothing. What it is for: a graph's replays have no work handle, so a peer's death
-        during one is otherwise seen only at the next call (docs/gpu.md, "CUDA graphs")."""
-        if self._device_route is None:
-            return None
-        return self._device_route.async_error()
-
-    @property
-    def aborted(self) -> bool:
-        return self._core.aborted()
 
     def __enter__(self):
         return self

@@ -7,7 +7,6 @@
 
 #include "common/alloc_count.h"
 #include "bindings/bindings.h"
-#include "bindings/error_kinds.h"
 #include "bindings/gil.h"
 #include "bindings/peer_control.h"
 #include "device/emulated/emulated_device.h"
@@ -363,27 +362,6 @@ void bind_device(py::module_& m) {
           py::arg("items"), py::arg("dtype"),
           "While a first call of sends/receives waits for the peers' engines: raises MismatchError if a peer sent "
           "the message a receive expects from a host buffer.")
-      .def("raise_if_failed", [](StreamEngine& e) { e.throw_if_call_failed(UINT64_MAX); },
-           "Raises the engine's error if it failed (an aborted host side fails it too).")
-      .def(
-          "async_error",
-          [](StreamEngine& e) -> py::object {
-            ErrorKind kind;
-            std::string message;
-            if (!e.async_error(&kind, &message)) return py::none();
-            return py::reinterpret_borrow<py::object>(python_error_class(static_cast<uint32_t>(kind)))(message);
-          },
-          "The engine's failure without a call (ncclCommGetAsyncError's counterpart): the exception every "
-          "later call would raise (PeerError naming the rank and the collective, MismatchError, CommError), "
-          "or None while it is healthy. Changes nothing.")
-      .def("raise_unreported_error",
-           [](StreamEngine& e) {
-             ErrorKind kind;
-             std::string message;
-             if (e.take_unreported_error(&kind, &message)) throw_kind(kind, message);
-           },
-           "After close(): raises the error of a call that failed without any caller being told (a blocking "
-           "call that failed last), once.")
       // NCCL (stream/nccl_link.h), set up by commlib/device/nccl_comm.py.
       .def("nccl_load", [](StreamEngine& e, const std::vector<std::string>& c) { return e.nccl().load(c); })
       .def("nccl_emulated", [](StreamEngine& e) { return e.nccl().from_device(); })

@@ -2,6 +2,7 @@
 // peers on this host map (a memfd they open through /proc, as the copy path's control region),
 // written under seqlocks by their one writer (this process) and read by the peers.
 #include "device/peer_buffers.h"
+#include "device/peer_buffers_table.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -16,35 +17,6 @@
 #include <thread>
 
 namespace commlib {
-
-namespace {
-constexpr size_t kHandleBytes = 168;  // a CUDA handle in hex is 128 characters
-}
-
-struct PeerBuffers::Shared {
-  std::atomic<uint64_t> retired;  // retirements so far: a peer that sees it move closes stale imports
-  // Bit g: this rank reads no rank's kernel-path staging arena of generation g any more and closed
-  // its imports of them (publish_arenas_done): its owner may free its own once every rank set it.
-  std::atomic<uint64_t> arenas_done;
-  char pad[48];
-  struct Segment {  // 192 bytes
-    std::atomic<uint64_t> seq;  // odd while written
-    uint64_t id;                // buffer id; 0: free slot
-    uint64_t bytes;
-    char handle[kHandleBytes];
-  } segments[kSegments];
-  struct Entry {  // a line
-    std::atomic<uint64_t> seq;
-    uint64_t call_plus_one;  // 0: never written
-    uint64_t id, offset, slot;
-    uint64_t pad[3];
-  };
-  // Two rings of the same layout, so that their call numbers never meet: lookup's (keyed by its
-  // caller's numbers: the tests' binding, the symmetric pool's hits) and agree's (the engine's
-  // one-sided calls and its staging arena's growths, numbered by the engine).
-  Entry ring[kRing * kBuffersPerCall];
-  Entry agreed[kRing * kBuffersPerCall];
-};
 
 namespace {
 
@@ -168,14 +140,15 @@ PeerBufferTag PeerBuffers::register_own(const void* ptr, size_t bytes, bool capt
     ++stats_.unshareable;
     return PeerBufferTag{};
   }
-  if (handle.size() >= kHandleBytes) throw std::logic_error("peer buffers: a memory handle longer than the table's");
+  if (handle.size() >= peer_table::kHandleBytes)
+    throw std::logic_error("peer buffers: a memory handle longer than the table's");
   const uint32_t s = free_slots_.back();
   free_slots_.pop_back();
   Shared::Segment& seg = mine_->segments[s];
   seq_write(seg.seq, [&] {
     seg.id = r.buffer_id;
     seg.bytes = r.bytes;
-    std::memset(seg.handle, 0, kHandleBytes);
+    std::memset(seg.handle, 0, peer_table::kHandleBytes);
     std::memcpy(seg.handle, handle.data(), handle.size());
   });
   own_[r.base] = Own{s, r.buffer_id, r.bytes};
@@ -230,7 +203,7 @@ char* PeerBuffers::mapped(int p, const RingTag& t, bool captured) {
   while (!seq_read(seg.seq, [&] {
     seq = seg.seq.load(std::memory_order_relaxed);
     id = seg.id;
-    handle.assign(seg.handle, strnlen(seg.handle, kHandleBytes));
+    handle.assign(seg.handle, strnlen(seg.handle, peer_table::kHandleBytes));
   })) {
   }
   if (id != t.tag.id) return nullptr;  // retired (freed) since: never map another allocation for it
@@ -390,38 +363,6 @@ size_t PeerBuffers::imports() const {
   for (const auto& row : imports_)
     for (const Import& imp : row) n += imp.base != nullptr;
   return n;
-}
-
-}  // namespace commlib
-
-namespace commlib {
-
-void PeerBuffers::publish_arenas_done(uint64_t bits) {
-  if (mine_) mine_->arenas_done.fetch_or(bits, std::memory_order_release);
-}
-
-uint64_t PeerBuffers::arenas_done(int p) const {
-  const Shared* t = p == rank_ ? mine_ : peers_[p];
-  return t ? t->arenas_done.load(std::memory_order_acquire) : 0;
-}
-
-void PeerBuffers::close_arena_imports(const std::vector<char*>& peers) {
-  std::lock_guard<std::mutex> lk(mu_);
-  for (int p = 0; p < size_ && p < static_cast<int>(peers.size()); ++p) {
-    if (p == rank_ || !peers[p]) continue;
-    for (Import& imp : imports_[p])
-      if (imp.base == peers[p]) {
-        device_->close_import(imp.base);
-        imp = Import{};
-        ++stats_.closed;
-        break;
-      }
-  }
-}
-
-void PeerBuffers::retire_arena(const void* base) {
-  std::lock_guard<std::mutex> lk(mu_);
-  retire(static_cast<char*>(const_cast<void*>(base)));
 }
 
 }  // namespace commlib

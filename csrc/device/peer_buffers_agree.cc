@@ -1,5 +1,6 @@
 // PeerBuffers::agree (peer_buffers.h): the exact lookup the kernel path's one-sided calls take,
-// so that every rank chooses the same route (peers' buffers in place, or the staged path).
+// so that every rank chooses the same route (peers' buffers in place, or the staged path); and
+// the kernel path's staging arenas, shared (agree_arena) and retired (arenas_done).
 //
 // Why every rank answers alike: each rank writes its own tag of the call into its ring before it
 // reads any peer's, and waits until it has read every peer's entry of the call; the answer is
@@ -13,6 +14,7 @@
 #include <thread>
 
 #include "device/peer_buffers.h"
+#include "device/peer_buffers_table.h"
 
 namespace commlib {
 
@@ -84,13 +86,41 @@ bool PeerBuffers::agree_arena(uint64_t call, unsigned which, const void* base, s
   (*peers)[rank_] = static_cast<char*>(const_cast<void*>(base));
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
-    char* mapping = mapped(p, tags[p], false);  // imported once, kept until close (the kernel path's arenas live as long)
+    char* mapping = mapped(p, tags[p], false);  // imported once, kept until retired (close_arena_imports) or close
     if (!mapping)
       throw std::runtime_error("rank " + std::to_string(rank_) + " cannot map rank " + std::to_string(p) +
                                "'s staging arena (its handle refused)");
     (*peers)[p] = mapping;
   }
   return true;
+}
+
+void PeerBuffers::close_arena_imports(const std::vector<char*>& peers) {
+  std::lock_guard<std::mutex> lk(mu_);
+  for (int p = 0; p < size_ && p < static_cast<int>(peers.size()); ++p) {
+    if (p == rank_ || !peers[p]) continue;
+    for (Import& imp : imports_[p])
+      if (imp.base == peers[p]) {
+        device_->close_import(imp.base);
+        imp = Import{};
+        ++stats_.closed;
+        break;
+      }
+  }
+}
+
+void PeerBuffers::retire_arena(const void* base) {
+  std::lock_guard<std::mutex> lk(mu_);
+  retire(static_cast<char*>(const_cast<void*>(base)));
+}
+
+void PeerBuffers::publish_arenas_done(uint64_t bits) {
+  if (mine_) mine_->arenas_done.fetch_or(bits, std::memory_order_release);
+}
+
+uint64_t PeerBuffers::arenas_done(int p) const {
+  const Shared* t = p == rank_ ? mine_ : peers_[p];
+  return t ? t->arenas_done.load(std::memory_order_acquire) : 0;
 }
 
 }  // namespace commlib

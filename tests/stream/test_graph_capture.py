@@ -10,9 +10,10 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import graph_cases  # noqa: E402
-from graph_cases import (ARENA_EAGER_EVERY, ARENA_GROW_AT, ARENA_REPLAYS, EAGER_EVERY, REPLAYS, SIZES,  # noqa: E402
-                         async_error_during_replay, capture_refusals, captured_arena_step, captured_mapped_auto,
-                         captured_step_matches_eager, kill_during_replay)
+import graph_arena_cases  # noqa: E402
+from graph_arena_cases import ARENA_EAGER_EVERY, ARENA_GROW_AT, ARENA_REPLAYS, captured_arena_step  # noqa: E402
+from graph_cases import (EAGER_EVERY, REPLAYS, SIZES, async_error_during_replay, capture_refusals,  # noqa: E402
+                         captured_mapped_auto, captured_step_matches_eager, kill_during_replay)
 from kernel_path_cases import KERNEL_SETTINGS  # noqa: E402
 from test_device_collectives import DELAY_ENV  # noqa: E402
 
@@ -107,7 +108,7 @@ def test_a_captured_step_staged_in_the_arena_on_cuda(pool):
     pytest.importorskip("torch")
     env = {"COMMLIB_TIMEOUT": "20", "PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}
     for rank, (wrong, differ_eager, wrong_growth, before, after) in enumerate(
-            pool(2, env=env).run(graph_cases.captured_arena_step_cuda, timeout=180)):
+            pool(2, env=env).run(graph_arena_cases.captured_arena_step_cuda, timeout=180)):
         assert wrong == [] and differ_eager == [] and wrong_growth == 0, (rank, wrong, differ_eager, wrong_growth)
         assert before["pinned"] == 1 and before["grown"] == 1 + len(ARENA_GROW_AT), (rank, before)
         assert after["retired"] == 0 and after["freed"] == len(ARENA_GROW_AT), (rank, after)
