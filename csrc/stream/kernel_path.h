@@ -284,6 +284,7 @@ class KernelPath final : public DevicePathRunner {
     std::vector<char*> peers;
     uint32_t generation = 0;
     std::map<std::vector<uint64_t>, void*> tables;
+    std::vector<void*> unlisted;  // tables dropped from `tables` while a graph held the arena
     std::shared_ptr<char> pin = std::make_shared<char>(0);
     uint64_t last_launch = 0;     // retired: the eager launches enqueued by then (the done word's)
     bool imports_closed = false;  // retired: this rank is done with it (publish_arenas_done)

@@ -125,7 +125,16 @@ void KernelPath::fill_arena_staged(kexec::PlanLaunch& a, const Uploaded& u, char
   auto it = arena_.tables.find(words);
   if (it == arena_.tables.end()) {  // the first eager launch of this shape in this arena uploads it
     if (captured) throw std::logic_error("kernel path: a captured arena-staged launch without its table");
-    if (arena_.tables.size() >= kMappedTables && arena_.pin.use_count() == 1) free_arena_tables(arena_, stream);
+    // Too many shapes: the list starts over on every rank alike (arena_captures' answers stay the
+    // same on every rank), the tables freed unless a graph of this rank holds the arena.
+    if (arena_.tables.size() >= kMappedTables) {
+      if (arena_.pin.use_count() == 1) {
+        free_arena_tables(arena_, stream);
+      } else {
+        for (auto& [w, dev] : arena_.tables) arena_.unlisted.push_back(dev);
+        arena_.tables.clear();
+      }
+    }
     const size_t bytes = words.size() * sizeof(uint64_t);
     void* dev = device_->allocate_ordered(bytes, stream);
     std::vector<char> host(bytes);
@@ -150,7 +159,9 @@ void KernelPath::fill_arena_staged(kexec::PlanLaunch& a, const Uploaded& u, char
 
 void KernelPath::free_arena_tables(Arena& a, DeviceStream& stream) {
   for (auto& [words, dev] : a.tables) device_->free_ordered(dev, stream);
+  for (void* dev : a.unlisted) device_->free_ordered(dev, stream);
   a.tables.clear();
+  a.unlisted.clear();
 }
 
 void KernelPath::collect_arenas(DeviceStream& stream) {

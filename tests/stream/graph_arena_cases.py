@@ -186,3 +186,54 @@ def captured_arena_step_cuda(comm):
         return wrong, differ_eager, wrong_growth, before, engine.kernel_arena_counts()
     finally:
         sub.close()
+
+
+TABLE_SHAPES = 300  # eager staged shapes after the capture: more than the arena lists (256)
+
+
+def arena_tables_overflow(comm):
+    """The arena's list of peers' tables (one per staged shape) starts over past 256 shapes, alike
+    on every rank, whether or not a graph of the rank holds the arena (that rank keeps the tables
+    it drops, unlisted): rank 0 keeps a graph captured on the arena while rank 1 destroys its
+    copy; TABLE_SHAPES eager staged calls of other shapes follow. A call of the first shape then
+    captured stages alike on both ranks (through the slots: its table is no longer listed), one of
+    the last shape in the arena: each replayed right. Returns (captured results right, the eager
+    calls right)."""
+    def run(sub):
+        want = sum(q + 1 for q in range(sub.size))
+
+        def staged(n, value):
+            x = emu.from_numpy(np.full(n, value, np.float32), shareable=False)
+            sub.all_reduce(x, algorithm="mapped_fused_two_shot")
+            return x
+
+        # The plan of the first shape held on both ranks (a graph through the slots: buffers every
+        # rank maps, so no arena yet), so that only the arena's pin differs between the ranks.
+        mapped = emu.from_numpy(np.full(64, sub.rank + 1, np.float32))
+        sub.all_reduce(mapped, algorithm="mapped_fused_two_shot")
+        g0 = emu.Graph()
+        with emu.graph(g0):
+            sub.all_reduce(mapped, algorithm="mapped_fused_two_shot")
+        first = staged(64, sub.rank + 1)
+        eager_right = bool((first.numpy() == want).all()) and bool((mapped.numpy() == want).all())
+        g1 = emu.Graph()
+        with emu.graph(g1):
+            sub.all_reduce(first, algorithm="mapped_fused_two_shot")
+        if sub.rank == 1:
+            g1.reset()
+        emu.synchronize()
+        for n in range(65, 65 + TABLE_SHAPES):  # the last one is 64 + TABLE_SHAPES
+            eager_right &= bool((staged(n, sub.rank + 1).numpy() == want).all())
+        right = []
+        for n in (64, 64 + TABLE_SHAPES):  # both warmed up (plans uploaded), no eager call since
+            x = emu.from_numpy(np.zeros(n, np.float32), shareable=False)
+            g = emu.Graph()
+            with emu.graph(g):
+                sub.all_reduce(x, algorithm="mapped_fused_two_shot")
+            for i in range(3):
+                x.copy_(emu.from_numpy(np.full(n, sub.rank + i, np.float32)))
+                g.replay()
+                right.append(bool((x.numpy() == sum(q + i for q in range(sub.size))).all()))
+        del g0, g1
+        return right, eager_right
+    return with_settings(comm, KERNEL_SETTINGS, run)
