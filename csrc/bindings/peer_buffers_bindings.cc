@@ -203,10 +203,12 @@ void bind_peer_buffers(py::module_& m) {
             d["retired"] = c.retired;
             d["pinned"] = c.pinned;
             d["freed"] = c.freed;
+            d["tables"] = c.tables;
             return d;
           },
           "The staging arenas (kernel_path_arena.cc): grown (shared so far), retired (grown out of, not freed), "
-          "pinned (of the retired, held by a live captured graph), freed (retired arenas freed before close).")
+          "pinned (of the retired, held by a live captured graph), freed (retired arenas freed before close), tables (the "
+          "peers' tables listed for the current arena, one per staged layout).")
       .def(
           "kernel_fail_arena_allocations", [](StreamEngine& e, bool on) { kernel_of(e).fail_arena_allocations(on); },
           py::arg("on"),

@@ -136,6 +136,7 @@ class KernelPath final : public DevicePathRunner {
     uint64_t retired = 0;  // grown out of, not freed yet
     uint64_t pinned = 0;   // of the retired, held by a live captured graph on this rank
     uint64_t freed = 0;    // retired arenas freed before the engine closed
+    uint64_t tables = 0;   // peers' tables listed for the current arena (one per staged layout)
   };
   ArenaCounts arena_counts() const;
   // Test hook: this rank's next arena allocations fail (as out of memory), so every rank falls
@@ -284,7 +285,6 @@ class KernelPath final : public DevicePathRunner {
     std::vector<char*> peers;
     uint32_t generation = 0;
     std::map<std::vector<uint64_t>, void*> tables;
-    std::vector<void*> unlisted;  // tables dropped from `tables` while a graph held the arena
     std::shared_ptr<char> pin = std::make_shared<char>(0);
     uint64_t last_launch = 0;     // retired: the eager launches enqueued by then (the done word's)
     bool imports_closed = false;  // retired: this rank is done with it (publish_arenas_done)

@@ -125,16 +125,9 @@ void KernelPath::fill_arena_staged(kexec::PlanLaunch& a, const Uploaded& u, char
   auto it = arena_.tables.find(words);
   if (it == arena_.tables.end()) {  // the first eager launch of this shape in this arena uploads it
     if (captured) throw std::logic_error("kernel path: a captured arena-staged launch without its table");
-    // Too many shapes: the list starts over on every rank alike (arena_captures' answers stay the
-    // same on every rank), the tables freed unless a graph of this rank holds the arena.
-    if (arena_.tables.size() >= kMappedTables) {
-      if (arena_.pin.use_count() == 1) {
-        free_arena_tables(arena_, stream);
-      } else {
-        for (auto& [w, dev] : arena_.tables) arena_.unlisted.push_back(dev);
-        arena_.tables.clear();
-      }
-    }
+    // Never evicted (arena_captures must answer alike on every rank, whatever graphs each holds):
+    // one table per staged layout, and the one-sided algorithms stage an input, or an input and
+    // output in place, so an arena lists a few; freed with it.
     const size_t bytes = words.size() * sizeof(uint64_t);
     void* dev = device_->allocate_ordered(bytes, stream);
     std::vector<char> host(bytes);
@@ -159,9 +152,7 @@ void KernelPath::fill_arena_staged(kexec::PlanLaunch& a, const Uploaded& u, char
 
 void KernelPath::free_arena_tables(Arena& a, DeviceStream& stream) {
   for (auto& [words, dev] : a.tables) device_->free_ordered(dev, stream);
-  for (void* dev : a.unlisted) device_->free_ordered(dev, stream);
   a.tables.clear();
-  a.unlisted.clear();
 }
 
 void KernelPath::collect_arenas(DeviceStream& stream) {
@@ -196,6 +187,7 @@ KernelPath::ArenaCounts KernelPath::arena_counts() const {
   c.retired = retired_arenas_.size();
   for (const Arena& a : retired_arenas_) c.pinned += a.pin.use_count() > 1;
   c.freed = arenas_freed_;
+  c.tables = arena_.tables.size();
   return c;
 }
 
