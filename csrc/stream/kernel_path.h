@@ -144,10 +144,11 @@ class KernelPath final : public DevicePathRunner {
   void fail_arena_allocations(bool on) { fail_arena_allocations_ = on; }
   // Whether the plan of call shape `key` is on the device (an eager call of that shape ran).
   bool has_plan(const ScheduleKey& key) const { return plans_.count(key) != 0; }
-  // Plans held by a captured graph (kept however many plans there are).
+  // Plans held by a captured graph (kept however many plans there are, out of the cache once evicted).
   size_t pinned_plans() const {
     size_t n = 0;
     for (const auto& entry : plans_) n += entry.second.pin.use_count() > 1;
+    for (const Uploaded& u : held_plans_) n += u.pin.use_count() > 1;
     return n;
   }
   // A launch's check found a peer's descriptor different from its own: the message naming both
@@ -342,6 +343,7 @@ class KernelPath final : public DevicePathRunner {
   std::atomic<bool> captured_any_{false};
   uint64_t launches_ = 0;          // eager launches enqueued (the kernel counts them too: the done word)
   std::unordered_map<ScheduleKey, Uploaded, ScheduleKeyHash> plans_;  // device memory stream-ordered
+  std::vector<Uploaded> held_plans_;  // evicted from plans_ while a graph held them: freed once none does
   // Advanced whenever a plan leaves plans_: a KernelPlanSlot of an older generation is stale (an
   // entry's address is stable otherwise: unordered_map keeps its nodes across rehashes).
   uint64_t plans_generation_ = 1;

@@ -350,3 +350,44 @@ def async_error_during_replay(comm, victim):
     return (healthy, None if err is None else (type(err).__name__, str(err)), took,
             again is not None and str(again) == str(err), then)
 
+
+
+def capture_after_plan_eviction(comm):
+    """The plan cache (256 plans) evicts alike on every rank, whatever graphs each holds: rank 0
+    keeps a graph of a 7-float all_reduce while rank 1 destroys its copy, then 300 eager calls of
+    other shapes fill the cache. Capturing the 7-float call again (no eager call of it since) is
+    then refused with the warm-up error on every rank (rank 0 used to keep the plan its graph
+    held in the cache and capture it, leaving rank 1 refused alone: a graph on one rank only);
+    its graph keeps its plan, out of the cache. After a warm-up the capture runs on both.
+    Returns (the capture's outcome, the new graph's replay right)."""
+    def capture_error(fn):
+        try:
+            with emu.graph(emu.Graph()):
+                fn()
+        except Exception as e:  # noqa: BLE001 - the message is the result
+            return f"{type(e).__name__}: {e}"
+        return "no error"
+
+    def run(sub):
+        x = emu.from_numpy(np.ones(7, np.float32))
+        sub.all_reduce(x)
+        g = emu.Graph()
+        with emu.graph(g):
+            sub.all_reduce(x)
+        if sub.rank == 1:
+            g.reset()
+        emu.synchronize()
+        for n in range(8, 308):
+            sub.all_reduce(emu.from_numpy(np.ones(n, np.float32)))
+        emu.synchronize()
+        outcome = capture_error(lambda: sub.all_reduce(x))
+        sub.all_reduce(x)  # the warm-up again
+        x.copy_(emu.from_numpy(np.full(7, sub.rank, np.float32)))
+        g2 = emu.Graph()
+        with emu.graph(g2):
+            sub.all_reduce(x)
+        g2.replay()
+        new_right = bool((x.numpy() == sum(range(sub.size))).all())
+        del g
+        return outcome, new_right
+    return with_settings(comm, KERNEL_SETTINGS, run)

@@ -12,8 +12,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import graph_cases  # noqa: E402
 import graph_arena_cases  # noqa: E402
 from graph_arena_cases import ARENA_EAGER_EVERY, ARENA_GROW_AT, ARENA_REPLAYS, captured_arena_step  # noqa: E402
-from graph_cases import (EAGER_EVERY, REPLAYS, SIZES, async_error_during_replay, capture_refusals,  # noqa: E402
-                         captured_mapped_auto, captured_step_matches_eager, kill_during_replay)
+from graph_cases import (EAGER_EVERY, REPLAYS, SIZES, async_error_during_replay, capture_after_plan_eviction,  # noqa: E402
+                         capture_refusals, captured_mapped_auto, captured_step_matches_eager, kill_during_replay)
 from kernel_path_cases import KERNEL_SETTINGS  # noqa: E402
 from test_device_collectives import DELAY_ENV  # noqa: E402
 
@@ -84,6 +84,16 @@ def test_a_captured_step_staged_in_the_arena_outlives_its_growth_and_frees_it_wh
             "grown": before["grown"], "retired": 0, "pinned": 0, "freed": len(ARENA_GROW_AT)}, (rank, after)
         assert 1 <= after["tables"] <= 2, (rank, after)  # one per staged layout: input only, or in place
         assert freed_mapped == 0, (rank, freed_mapped)
+
+
+@pytest.mark.timeout(150)
+def test_the_plan_cache_evicts_alike_on_every_rank_whatever_graphs_each_holds(pool):
+    """A graph alive on rank 0 only (rank 1 destroyed its copy) must not keep its plan in rank 0's
+    cache past an eviction: a capture of that shape without a new warm-up is then refused by name
+    on every rank, not on rank 1 alone (which left rank 0 with a graph its peer lacks)."""
+    for rank, (outcome, new_right) in enumerate(pool(2, env=DELAY_ENV).run(capture_after_plan_eviction, timeout=130)):
+        assert outcome.startswith("CommError") and "no warm-up call" in outcome, (rank, outcome)
+        assert new_right, rank
 
 
 @pytest.mark.timeout(90)
