@@ -1,5 +1,5 @@
-"""A communicator's life cycle: ``close``, ``abort`` and the context manager, and the store it shares
-with the communicators built over init()'s store.
+"""A communicator's life cycle: ``close`` and the context manager, and the store it shares with the
+communicators built over init()'s store (``abort``: commlib/core/failure.py).
 
 A mixin of :class:`commlib.core.communicator.Communicator` (one concept per file): what it gives
 back when closed (the device route, the core, init()'s store lease) and what garbage collection
@@ -13,7 +13,7 @@ from commlib.errors import CommError
 
 
 class LifetimeMethods:
-    """close/abort of a Communicator (which holds ``_core``, ``_device_route``, ``_leftovers``,
+    """close of a Communicator (which holds ``_core``, ``_device_route``, ``_leftovers``,
     ``_dropped``, ``_lease`` and ``_pid``)."""
 
     def close(self):
@@ -49,16 +49,6 @@ class LifetimeMethods:
         if self._leftovers.lease is None:
             return None, None
         return self._lease.store, self._lease.server
-
-    def abort(self, reason: str = "aborted by the user"):
-        """Abort: fail queued and future calls at once, and tell the peers."""
-        if self._device_route is not None:
-            self._device_route.abort(reason)
-        self._core.abort(reason)
-
-    @property
-    def aborted(self) -> bool:
-        return self._core.aborted()
 
     def __enter__(self):
         return self

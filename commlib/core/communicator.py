@@ -21,6 +21,7 @@ from commlib.core.comm_lifetime import LifetimeMethods
 from commlib.core.comm_p2p import PointToPointMethods
 from commlib.core.device_route import DeviceRoute
 from commlib.core.dropped_close import Leftovers
+from commlib.core.failure import CommunicatorFailure
 from commlib.core.call_checks import (as_rank, check_algorithm, check_op, describe_like, device_buffers_of,
                                       named_device_buffers, check_one_sided_on_host)
 from commlib.core.p2p_plan import plan_all_to_allv
@@ -40,7 +41,7 @@ assert _C.COLLECTIVES[:9] == ["all_reduce", "all_gather", "reduce_scatter", "all
                               "reduce", "gather", "scatter", "barrier"]
 
 
-class Communicator(PointToPointMethods, LifetimeMethods, GroupMethods):
+class Communicator(PointToPointMethods, LifetimeMethods, GroupMethods, CommunicatorFailure):
     """A group of ranks that run collectives together.
 
     Create one with :func:`commlib.init`; derive sub-groups with :meth:`split`. Buffers are NumPy

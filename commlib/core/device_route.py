@@ -24,6 +24,7 @@ from commlib.device import nccl_comm as device_nccl
 from commlib.device.route_context import RouteContext
 from commlib.core.shrink import gone_peers
 from commlib.core.device_close import closed_barrier
+from commlib.core.failure import RouteFailure
 from commlib.core.work import Work
 from commlib.device.buffers import DeviceBuffer
 from commlib.device.completion import CompletionEvent
@@ -152,7 +153,7 @@ def _wait_key(ctx, prefix, rank, poll, what: str = "set-up") -> str:
     return value.decode()
 
 
-class DeviceRoute:
+class DeviceRoute(RouteFailure):
     """The stream engines of one communicator, one per device, and the calls still in flight."""
 
     def __init__(self, ctx: RouteContext):
@@ -344,11 +345,6 @@ class DeviceRoute:
         # its completion event, which the engine's pool reuses only once nothing else holds it.
         self._fast_calls.hold(work, refs)
         return DeviceWork(work, refs, stream_of) if async_op else None
-
-    def abort(self, reason):
-        self._fast_calls.forget()  # the buffers stay held: the streams may still run their calls
-        for e in self._engines.values():
-            e.abort(reason)
 
     def close(self):
         """Close every engine (never raises for a device error: the engine fails instead), then

@@ -362,16 +362,6 @@ void bind_device(py::module_& m) {
           py::arg("items"), py::arg("dtype"),
           "While a first call of sends/receives waits for the peers' engines: raises MismatchError if a peer sent "
           "the message a receive expects from a host buffer.")
-      .def("raise_if_failed", [](StreamEngine& e) { e.throw_if_call_failed(UINT64_MAX); },
-           "Raises the engine's error if it failed (an aborted host side fails it too).")
-      .def("raise_unreported_error",
-           [](StreamEngine& e) {
-             ErrorKind kind;
-             std::string message;
-             if (e.take_unreported_error(&kind, &message)) throw_kind(kind, message);
-           },
-           "After close(): raises the error of a call that failed without any caller being told (a blocking "
-           "call that failed last), once.")
       // NCCL (stream/nccl_link.h), set up by commlib/device/nccl_comm.py.
       .def("nccl_load", [](StreamEngine& e, const std::vector<std::string>& c) { return e.nccl().load(c); })
       .def("nccl_emulated", [](StreamEngine& e) { return e.nccl().from_device(); })

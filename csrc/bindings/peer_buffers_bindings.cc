@@ -194,6 +194,26 @@ void bind_peer_buffers(py::module_& m) {
            "The most blocks a one-sided launch uses, the same on every rank (a block per SM within the budget).")
       .def("kernel_staging_arena", [](StreamEngine& e) { return kernel_of(e).arena_bytes(); },
            "Bytes of the kernel path's staging arena (COMMLIB_DEVICE_STAGING=pool; 0: none yet, or pool staging off).")
+      .def(
+          "kernel_arena_counts",
+          [](StreamEngine& e) {
+            const KernelPath::ArenaCounts c = kernel_of(e).arena_counts();
+            py::dict d;
+            d["grown"] = c.grown;
+            d["retired"] = c.retired;
+            d["pinned"] = c.pinned;
+            d["freed"] = c.freed;
+            d["tables"] = c.tables;
+            return d;
+          },
+          "The staging arenas (kernel_path_arena.cc): grown (shared so far), retired (grown out of, not freed), "
+          "pinned (of the retired, held by a live captured graph), freed (retired arenas freed before close), tables (the "
+          "peers' tables listed for the current arena, one per staged layout).")
+      .def(
+          "kernel_fail_arena_allocations", [](StreamEngine& e, bool on) { kernel_of(e).fail_arena_allocations(on); },
+          py::arg("on"),
+          "Test hook: this rank's next staging-arena allocations fail as out of memory (every rank then falls "
+          "back to the slots).")
       .def("last_algorithm", &StreamEngine::last_algorithm,
            "The algorithm the engine's last collective ran (auto resolved per call), '' before the first.");
 }

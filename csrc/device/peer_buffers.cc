@@ -2,6 +2,7 @@
 // peers on this host map (a memfd they open through /proc, as the copy path's control region),
 // written under seqlocks by their one writer (this process) and read by the peers.
 #include "device/peer_buffers.h"
+#include "device/peer_buffers_table.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -16,27 +17,6 @@
 #include <thread>
 
 namespace commlib {
-
-namespace {
-constexpr size_t kHandleBytes = 168;  // a CUDA handle in hex is 128 characters
-}
-
-struct PeerBuffers::Shared {
-  std::atomic<uint64_t> retired;  // retirements so far: a peer that sees it move closes stale imports
-  char pad[56];
-  struct Segment {  // 192 bytes
-    std::atomic<uint64_t> seq;  // odd while written
-    uint64_t id;                // buffer id; 0: free slot
-    uint64_t bytes;
-    char handle[kHandleBytes];
-  } segments[kSegments];
-  struct Entry {  // a line
-    std::atomic<uint64_t> seq;
-    uint64_t call_plus_one;  // 0: never written
-    uint64_t id, offset, slot;
-    uint64_t pad[3];
-  } ring[kRing * kBuffersPerCall];
-};
 
 namespace {
 
@@ -160,14 +140,15 @@ PeerBufferTag PeerBuffers::register_own(const void* ptr, size_t bytes, bool capt
     ++stats_.unshareable;
     return PeerBufferTag{};
   }
-  if (handle.size() >= kHandleBytes) throw std::logic_error("peer buffers: a memory handle longer than the table's");
+  if (handle.size() >= peer_table::kHandleBytes)
+    throw std::logic_error("peer buffers: a memory handle longer than the table's");
   const uint32_t s = free_slots_.back();
   free_slots_.pop_back();
   Shared::Segment& seg = mine_->segments[s];
   seq_write(seg.seq, [&] {
     seg.id = r.buffer_id;
     seg.bytes = r.bytes;
-    std::memset(seg.handle, 0, kHandleBytes);
+    std::memset(seg.handle, 0, peer_table::kHandleBytes);
     std::memcpy(seg.handle, handle.data(), handle.size());
   });
   own_[r.base] = Own{s, r.buffer_id, r.bytes};
@@ -176,8 +157,8 @@ PeerBufferTag PeerBuffers::register_own(const void* ptr, size_t bytes, bool capt
   return PeerBufferTag{r.buffer_id, static_cast<uint64_t>(p - r.base)};
 }
 
-void PeerBuffers::write_ring(uint64_t call, unsigned which, const PeerBufferTag& tag, uint32_t slot) {
-  Shared::Entry& e = mine_->ring[(call % kRing) * kBuffersPerCall + which];
+void PeerBuffers::write_ring(uint64_t call, unsigned which, const PeerBufferTag& tag, uint32_t slot, Ring ring) {
+  Shared::Entry& e = (ring == Ring::Agreed ? mine_->agreed : mine_->ring)[(call % kRing) * kBuffersPerCall + which];
   seq_write(e.seq, [&] {
     e.call_plus_one = call + 1;
     e.id = tag.id;
@@ -188,8 +169,8 @@ void PeerBuffers::write_ring(uint64_t call, unsigned which, const PeerBufferTag&
 
 // 1: found; 0: the peer has not reached the call yet; -1: its entry is gone (overwritten by a
 // call kRing later: the peer ran that far ahead).
-int PeerBuffers::read_ring(int p, uint64_t call, unsigned which, RingTag* out) const {
-  const Shared::Entry& e = peers_[p]->ring[(call % kRing) * kBuffersPerCall + which];
+int PeerBuffers::read_ring(int p, uint64_t call, unsigned which, RingTag* out, Ring ring) const {
+  const Shared::Entry& e = (ring == Ring::Agreed ? peers_[p]->agreed : peers_[p]->ring)[(call % kRing) * kBuffersPerCall + which];
   for (unsigned tries = 0;; ++tries) {
     if (tries == 1u << 20) return 0;  // a writer that died mid-write: the caller's timeout decides
     uint64_t c = 0, id = 0, offset = 0, slot = 0;
@@ -222,7 +203,7 @@ char* PeerBuffers::mapped(int p, const RingTag& t, bool captured) {
   while (!seq_read(seg.seq, [&] {
     seq = seg.seq.load(std::memory_order_relaxed);
     id = seg.id;
-    handle.assign(seg.handle, strnlen(seg.handle, kHandleBytes));
+    handle.assign(seg.handle, strnlen(seg.handle, peer_table::kHandleBytes));
   })) {
   }
   if (id != t.tag.id) return nullptr;  // retired (freed) since: never map another allocation for it
@@ -273,7 +254,7 @@ void PeerBuffers::check_predictions() {
     for (int p = 0; p < size_; ++p) {
       if (p == rank_ || !peers_[p] || !(pd.unresolved & (uint64_t{1} << (p % 64)))) continue;
       RingTag t;
-      const int got = read_ring(p, pd.call, pd.which, &t);
+      const int got = read_ring(p, pd.call, pd.which, &t, Ring::Lookup);
       if (got == 0) {
         open = true;
         continue;
@@ -306,7 +287,7 @@ PeerBufferView PeerBuffers::lookup(uint64_t call, unsigned which, const void* pt
   if (arena_view(call, which, ptr, bytes, captured, v)) return v;  // a symmetric pool's block: mapped already
   uint32_t slot = 0;
   v.own = register_own(ptr, bytes, captured, &slot);
-  write_ring(call, which, v.own, slot);  // the peers learn this rank's buffer of the call from it
+  write_ring(call, which, v.own, slot, Ring::Lookup);  // the peers learn this rank's buffer of the call from it
   if (!v.own.id) return v;  // not registrable here: the call is staged for this rank
   const std::string key = key_of(v.own, bytes, which);
   auto known = predicted_.find(key);
@@ -317,13 +298,13 @@ PeerBufferView PeerBuffers::lookup(uint64_t call, unsigned which, const void* pt
   for (int p = 0; p < size_; ++p) {
     if (p == rank_ || !peers_[p]) continue;
     RingTag t;
-    int got = read_ring(p, call, which, &t);
+    int got = read_ring(p, call, which, &t, Ring::Lookup);
     if (got == 0 && hit && known->second[p].call) {
       t = known->second[p];  // predicted; checked against the ring later, and by the kernel always
       pending.unresolved |= uint64_t{1} << (p % 64);
     } else if (got == 0 && !captured) {  // a miss: p's buffer of this call, from p's ring
       waited = true;
-      for (unsigned spin = 0; (got = read_ring(p, call, which, &t)) == 0; ++spin) {
+      for (unsigned spin = 0; (got = read_ring(p, call, which, &t, Ring::Lookup)) == 0; ++spin) {
         if (stop && stop()) throw std::runtime_error("peer buffers: stopped while waiting for rank " + std::to_string(p));
         if (std::chrono::steady_clock::now() > deadline)
           throw std::runtime_error("peer buffers: rank " + std::to_string(p) + " did not reach call " +

@@ -11,7 +11,8 @@
 //     mapping of it) and the new allocation registered afresh.
 //  2. Every rank writes (buffer id, slot, offset, bytes) of the call's buffer into its *call ring*
 //     (host memory the peers map, one entry per (call number, buffer of the call)), a store into
-//     memory: no round trip.
+//     memory: no round trip. (lookup's ring, keyed by its caller's numbers; agree's calls, the
+//     engine's, have a ring of their own beside it, so the two numberings never meet.)
 //  3. The peers' side: peer p's (buffer id, slot, offset) for this call is read from p's ring when
 //     p has reached the call; otherwise it is *predicted*: the one p used the last time this rank
 //     called with the same (buffer id, offset, bytes), learnt from p's ring. Only a rank with no
@@ -89,6 +90,8 @@ class PeerBuffers {
   // entries and answers true, and view->peer holds every peer's buffer mapped here (a peer's
   // segment that cannot be mapped although registered throws std::runtime_error naming the rank:
   // this rank alone would stage). False: view->peer all null, on every rank.
+  // The call numbers of agree (and agree_arena) are the engine's own, written into a ring of their
+  // own: lookup's numbers (its caller's) never meet them, so both may be used on one registry.
   bool agree(uint64_t call, unsigned which, const void* ptr, size_t bytes, bool captured,
              const std::function<bool()>& stop, PeerBufferView* view);
 
@@ -100,6 +103,16 @@ class PeerBuffers {
   // (peers[rank] = base); false on every rank otherwise.
   bool agree_arena(uint64_t call, unsigned which, const void* base, size_t bytes, const std::function<bool()>& stop,
                    std::vector<char*>* peers);
+  // The staging arenas' retirement (kernel_path_arena.cc): publish_arenas_done sets bits of this
+  // rank's word in its table (bit g: this rank reads no rank's arena of generation g any more and
+  // closed its imports of them), arenas_done(p) reads rank p's (p = this rank: its own);
+  // close_arena_imports closes this rank's imports of the peers' arena mapped at peers[p]
+  // (agree_arena's answer; this rank's own entry skipped); retire_arena retires this rank's
+  // registration of its arena at `base` (before it is freed).
+  void publish_arenas_done(uint64_t bits);
+  uint64_t arenas_done(int p) const;
+  void close_arena_imports(const std::vector<char*>& peers);
+  void retire_arena(const void* base);
 
   // Symmetric arenas (commlib/device/symmetric.py; peer_buffers_symmetric.cc): the pool's memory,
   // registered and mapped when the pool allocates it, not at a call. Every rank calls, in the same
@@ -148,6 +161,7 @@ class PeerBuffers {
     uint32_t slot = 0;
     uint64_t call = 0;
   };
+  enum class Ring { Lookup, Agreed };  // which of a rank's two call rings (see agree)
   struct Arena {  // a symmetric arena, mapped (share_arena, map_arena)
     const char* base;
     size_t bytes;
@@ -165,8 +179,8 @@ class PeerBuffers {
   void open_call(unsigned which, bool captured, PeerBufferView& v);
   PeerBufferTag register_own(const void* ptr, size_t bytes, bool captured, uint32_t* slot);
   void retire(char* base);
-  void write_ring(uint64_t call, unsigned which, const PeerBufferTag& tag, uint32_t slot);
-  int read_ring(int p, uint64_t call, unsigned which, RingTag* out) const;
+  void write_ring(uint64_t call, unsigned which, const PeerBufferTag& tag, uint32_t slot, Ring ring);
+  int read_ring(int p, uint64_t call, unsigned which, RingTag* out, Ring ring) const;
   char* mapped(int p, const RingTag& t, bool captured);
   void close_retired(int p);
   // agree's wait (mu_ held): every peer's ring entry of (call, which) into tags[p], bounded by the

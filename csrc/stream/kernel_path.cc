@@ -170,18 +170,28 @@ const KernelPath::Uploaded& KernelPath::upload(const ScheduleKey& key, const Sch
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
   if (plans_.size() >= kMaxPlans) {
-    // Stream-ordered frees: after the launches that use them (earlier calls, which this call's
-    // stream already waits for), without waiting for the device here (a cudaFree would, and a
-    // stream may be parked in a wait for a peer that waits for this host). A plan a graph holds
-    // stays (its replays read it).
-    for (auto it = plans_.begin(); it != plans_.end();) {
-      if (it->second.pin.use_count() > 1) {
-        ++it;
+    // Every plan leaves the cache, on every rank alike (the cache's contents are a function of the
+    // calls, which every rank makes alike, so has_plan answers a capture alike on every rank,
+    // whatever graphs each rank still holds). Stream-ordered frees: after the launches that use
+    // them (earlier calls, which this call's stream already waits for), without waiting for the
+    // device here (a cudaFree would, and a stream may be parked in a wait for a peer that waits
+    // for this host). A plan a graph holds is kept, out of the cache, until no graph holds it
+    // (its replays read it).
+    for (auto& [k, u] : plans_) {
+      if (u.pin.use_count() > 1)
+        held_plans_.push_back(std::move(u));
+      else
+        device_->free_ordered(u.dev, stream);
+    }
+    plans_.clear();
+    ++plans_generation_;
+    for (auto h = held_plans_.begin(); h != held_plans_.end();) {
+      if (h->pin.use_count() > 1) {
+        ++h;
         continue;
       }
-      device_->free_ordered(it->second.dev, stream);
-      it = plans_.erase(it);
-      ++plans_generation_;
+      device_->free_ordered(h->dev, stream);
+      h = held_plans_.erase(h);
     }
   }
   Uploaded u;
@@ -324,14 +334,21 @@ void KernelPath::release(DeviceStream& stream, bool free_region) {
   if (!setup_stream_) return;
   close_imports();
   for (auto& [k, u] : plans_) device_->free_ordered(u.dev, stream);
+  for (Uploaded& u : held_plans_) device_->free_ordered(u.dev, stream);
   plans_.clear();
+  held_plans_.clear();
   ++plans_generation_;
   release_mapped_tables(stream);
   if (region_ && free_region) device_->free_async(region_, stream);
-  if (arena_.base) retired_arenas_.push_back(arena_.base);
-  for (char* a : retired_arenas_)  // exported as the region is: freed only when every peer closed its imports
+  if (arena_.base) retired_arenas_.push_back(std::move(arena_));
+  for (Arena& a : retired_arenas_) {  // exported as the region is: freed only when every peer closed its imports
+    free_arena_tables(a, stream);
+    if (free_region) device_->free_async(a.base, stream);
+  }
+  for (char* a : unshared_arenas_)
     if (free_region) device_->free_async(a, stream);
   retired_arenas_.clear();
+  unshared_arenas_.clear();
   arena_ = Arena{};
   if (local_) device_->free_async(local_, stream);
   if (trace_) device_->free_async(trace_, stream);

@@ -122,12 +122,36 @@ class KernelPath final : public DevicePathRunner {
   bool pool_staging() const { return pool_staging_; }
   bool grow_arena(uint64_t need, uint64_t call, const std::function<bool()>& stop);
   uint64_t arena_bytes() const { return arena_.bytes; }
+  // Whether a captured call of shape `key` (its plan uploaded: has_plan) stages in the arena: the
+  // arena holds it and the peers' table of this arena for its shape was uploaded by an eager call
+  // of the shape since the arena last grew (a capture may not upload). The same on every rank (the
+  // arena grows alike, and every rank makes the same eager calls); otherwise the capture stages
+  // through the slots (check_one_sided) or is refused by name.
+  bool arena_captures(const ScheduleKey& key) const;
+  // The retired arenas (grown out of) that nothing reads any more are freed: this rank's
+  // captured graphs that held one are destroyed (their pins dropped) and its eager launches staged
+  // in it completed, so it closes its imports of the peers' arenas of that generation and says so
+  // in its table (PeerBuffers::publish_arenas_done); an arena every rank is done with is freed,
+  // stream-ordered on `stream`. Run at eager staged calls (a driver call may run there).
+  void collect_arenas(DeviceStream& stream);
+  struct ArenaCounts {
+    uint64_t grown = 0;    // arenas allocated and shared (the current one included)
+    uint64_t retired = 0;  // grown out of, not freed yet
+    uint64_t pinned = 0;   // of the retired, held by a live captured graph on this rank
+    uint64_t freed = 0;    // retired arenas freed before the engine closed
+    uint64_t tables = 0;   // peers' tables listed for the current arena (one per staged layout)
+  };
+  ArenaCounts arena_counts() const;
+  // Test hook: this rank's next arena allocations fail (as out of memory), so every rank falls
+  // back to the slots (grow_arena).
+  void fail_arena_allocations(bool on) { fail_arena_allocations_ = on; }
   // Whether the plan of call shape `key` is on the device (an eager call of that shape ran).
   bool has_plan(const ScheduleKey& key) const { return plans_.count(key) != 0; }
-  // Plans held by a captured graph (kept however many plans there are).
+  // Plans held by a captured graph (kept however many plans there are, out of the cache once evicted).
   size_t pinned_plans() const {
     size_t n = 0;
     for (const auto& entry : plans_) n += entry.second.pin.use_count() > 1;
+    for (const Uploaded& u : held_plans_) n += u.pin.use_count() > 1;
     return n;
   }
   // A launch's check found a peer's descriptor different from its own: the message naming both
@@ -245,16 +269,34 @@ class KernelPath final : public DevicePathRunner {
                       bool captured, DeviceStream& stream);
   // A staged launch through the staging arena (kernel_path_arena.cc): the caller's buffers copied
   // into this rank's arena, the peers' table of their arenas, no closing handshake.
-  void fill_arena_staged(kexec::PlanLaunch& a, const Uploaded& u, char* const bases[3], DeviceStream& stream);
-  // The staging arena: this rank's (base, bytes) and every peer's base as this process maps it;
-  // arenas grown out of are kept until release (a peer may map them; freed as the region is).
+  // `captured`: the arena is retained in the capture (its pin) and the table must exist already.
+  void fill_arena_staged(kexec::PlanLaunch& a, const Uploaded& u, char* const bases[3], DeviceStream& stream,
+                         bool captured);
+  // The peers' table words of a staged launch of `u` in the current arena.
+  std::vector<uint64_t> arena_words(const Uploaded& u) const;
+  // Whether a launch of `u` stages in the arena (eager: the arena holds it; captured: arena_captures).
+  bool stages_in_arena(const Uploaded& u, bool captured) const;
+  // The staging arena: this rank's (base, bytes), every peer's base as this process maps it, its
+  // generation (growths so far: the same on every rank), its peers' tables by shape (uploaded at
+  // eager calls, freed with the arena), and its pin: held by every graph that captured a launch
+  // staged in it (a CUDA user object), so a retired arena is freed only once no graph holds it.
   struct Arena {
     char* base = nullptr;
     uint64_t bytes = 0;
     std::vector<char*> peers;
+    uint32_t generation = 0;
+    std::map<std::vector<uint64_t>, void*> tables;
+    std::shared_ptr<char> pin = std::make_shared<char>(0);
+    uint64_t last_launch = 0;     // retired: the eager launches enqueued by then (the done word's)
+    bool imports_closed = false;  // retired: this rank is done with it (publish_arenas_done)
   };
   Arena arena_;
-  std::vector<char*> retired_arenas_;
+  std::vector<Arena> retired_arenas_;
+  std::vector<char*> unshared_arenas_;  // allocated by a growth some rank failed: freed at release
+  uint32_t arena_generations_ = 0;
+  uint64_t arenas_freed_ = 0;
+  bool fail_arena_allocations_ = false;
+  void free_arena_tables(Arena& a, DeviceStream& stream);
   bool pool_staging_ = true;  // COMMLIB_DEVICE_STAGING=pool, and no rank failed to share an arena
   // The peers' table [size][3] of a mapped call on the device: uploaded once per set of addresses
   // (a loop over the same buffers uploads nothing), freed stream-ordered at release or when more
@@ -301,6 +343,7 @@ class KernelPath final : public DevicePathRunner {
   std::atomic<bool> captured_any_{false};
   uint64_t launches_ = 0;          // eager launches enqueued (the kernel counts them too: the done word)
   std::unordered_map<ScheduleKey, Uploaded, ScheduleKeyHash> plans_;  // device memory stream-ordered
+  std::vector<Uploaded> held_plans_;  // evicted from plans_ while a graph held them: freed once none does
   // Advanced whenever a plan leaves plans_: a KernelPlanSlot of an older generation is stale (an
   // entry's address is stable otherwise: unordered_map keeps its nodes across rehashes).
   uint64_t plans_generation_ = 1;

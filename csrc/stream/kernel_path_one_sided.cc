@@ -82,8 +82,9 @@ void KernelPath::check_one_sided(const ScheduleKey& key) const {
         name + " needs " + std::to_string(u->stage_need) + " bytes of staging, the slots area holds " +
         std::to_string(staging_capacity()) + " (COMMLIB_DEVICE_SLOTS x COMMLIB_DEVICE_SLOT_BYTES per peer): " + name +
         " reads peers' buffers in place, and buffers not registered on every rank are staged there; use buffers "
-        "every rank can map (commlib.device.empty, cudaMalloc'd tensors), a larger COMMLIB_DEVICE_SLOT_BYTES or, "
-        "outside a graph capture, COMMLIB_DEVICE_STAGING=pool (the staging arena, grown to any call)");
+        "every rank can map (commlib.device.empty, cudaMalloc'd tensors), a larger COMMLIB_DEVICE_SLOT_BYTES or "
+        "COMMLIB_DEVICE_STAGING=pool (the staging arena, grown to any call; a graph capture stages there once an "
+        "eager call of the same shape on buffers some rank cannot map ran since the arena last grew)");
   }
 }
 
@@ -174,9 +175,10 @@ void KernelPath::fill_one_sided(kexec::PlanLaunch& a, const Uploaded& u, char* c
     a.peer_bases = mapped_table(words, stream);
     return;
   }
-  // Staged through the staging arena (eager calls: a graph's replays keep the slots, which never
-  // move), else through the slots. Every rank takes the same one: the arena grows alike everywhere.
-  if (!captured && pool_holds(u.stage_need)) return fill_arena_staged(a, u, bases, stream);
+  // Staged through the staging arena (a captured launch as well, where arena_captures: its graph
+  // pins the arena), else through the slots. Every rank takes the same one: the arena grows alike
+  // everywhere, and every rank made the same eager calls.
+  if (stages_in_arena(u, captured)) return fill_arena_staged(a, u, bases, stream, captured);
   if (!u.stage_fits) throw std::logic_error("kernel path: a staged one-sided call that does not fit (unchecked)");
   a.staged_release = 1;  // the closing handshake (the file's comment says why)
   char* const mine = region_ + 2 * flag_bytes();

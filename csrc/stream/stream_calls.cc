@@ -263,7 +263,7 @@ uint64_t StreamEngine::enqueue_collective(const CollectiveCall& call, const Prep
       throw std::invalid_argument("algorithm: " + planned->name + " is one-sided (it reads and writes peers' mapped "
                                   "buffers): it runs on the device kernel path only, which this communicator lacks "
                                   "(COMMLIB_DEVICE_PATH=copy, a peer on another host or over the nccl link)");
-    if (!staged_in_arena(call, key_of(*planned))) {
+    if (!staged_in_arena(call, key_of(*planned), s)) {
       // Auto's choice was the arena's, and no rank could grow one (pool staging now off on every
       // rank): the slots' choice instead, which fits them or is a message plan.
       if (call.algo == 0 && taken == DeviceRoute::Arena && staged_route() == DeviceRoute::Slots)

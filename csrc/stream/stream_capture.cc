@@ -14,6 +14,11 @@
 // per-call descriptors with numbers taken on the host at enqueue, which a replay would repeat
 // stale; NCCL's own collectives (algorithm="nccl") are refused too.
 //
+// A one-sided call captured stages its buffers (a capture never agrees on a route): in the
+// kernel path's staging arena when an eager call of its shape staged there since the arena last
+// grew (KernelPath::arena_captures; the graph then holds the arena, which a later growth retires
+// but never frees under it), else through the slots (refused by name where it does not fit).
+//
 // A captured call takes a call number when captured (every rank captures the same calls), none
 // when replayed; it is not published on the control plane, has no completion event and no entry
 // among the calls in flight (a replay is the graph's: ordering it with eager calls is the caller's
@@ -70,7 +75,9 @@ uint64_t StreamEngine::capture_collective(const CollectiveCall& call, DeviceStre
   }
   const ResolvedPlan& planned = *chosen;
   const ScheduleKey key = key_of(planned);
-  if (planned.one_sided && kernel_->has_plan(key)) kernel_->check_one_sided(key);  // staged: it must fit
+  // Staged: in the staging arena where it holds the call (kernel_path_arena.cc: the graph pins the
+  // arena), else through the slots, which must fit it.
+  if (planned.one_sided && kernel_->has_plan(key) && !kernel_->arena_captures(key)) kernel_->check_one_sided(key);
   const char* warm_up = "; run the same call once outside the capture first (the warm-up), then capture it";
   if (!kernel_->has_plan(key)) refuse(rank_, call, std::string("its device plan was never set up (no warm-up call)") + warm_up);
   const InputStaging staging = input_staging(call, rank_, size_);

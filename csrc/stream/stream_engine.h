@@ -176,6 +176,13 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   // user aborted. Once: a second call returns false. The route's close() raises it (docs/gpu.md,
   // "A mismatched call writes nothing"), so a blocking call that failed last is never lost.
   bool take_unreported_error(ErrorKind* kind, std::string* message);
+  // The engine's failure, asked without a call (ncclCommGetAsyncError's counterpart, issue #37):
+  // true with the error every later call would raise (kind and message: PeerError naming the rank
+  // and the collective, MismatchError, CommError) once the engine failed, whether a caller was told
+  // or not; false while it is healthy. A graph's replays have no work handle: the watchdog fails
+  // the engine when a peer dies during one, and this is how the caller learns it before its next
+  // call. Cheap: one atomic load while healthy; it changes nothing (no call, no report).
+  bool async_error(ErrorKind* kind, std::string* message);
   // Waits for every call (the watchdog still runs), stops the watchdog and closes the imports of
   // the peers' memory. Idempotent (a second caller returns once the first one finished); never
   // throws (a device error fails the engine instead). The host communicator's close runs it too.
@@ -274,7 +281,7 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   MappedPeers agree_route(const CollectiveCall& call);
   // An eager staged one-sided call of shape `key` stages in the kernel path's arena (grown here,
   // alike on every rank, when too small: kernel_path_arena.cc); false: through the slots.
-  bool staged_in_arena(const CollectiveCall& call, const ScheduleKey& key);
+  bool staged_in_arena(const CollectiveCall& call, const ScheduleKey& key, DeviceStream& s);
   // `wait(stop)`, a host wait for every peer (stop: this engine or a peer failed): a peer's
   // failure raises as any call after it, another error names the collective, this rank and `what`.
   bool wait_for_peers(const CollectiveCall& call, const char* what,

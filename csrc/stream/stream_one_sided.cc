@@ -11,7 +11,8 @@
 // mapped route is one-sided (policy/device_auto.h, kernel_auto_may_map). A prepared call of such
 // a shape agrees per call as well (so ranks that prepare and ranks that do not agree alike), with
 // the plans of both routes resolved once (StreamEngine::prepare, PreparedCall::mapped_plan). Calls on a capturing stream (stream_capture.cc) never agree: a graph's replays
-// stage (every rank captures the same calls, as any captured collective needs).
+// stage, in the staging arena or the slots (every rank captures the same calls, as any captured
+// collective needs).
 #include <algorithm>
 #include <functional>
 #include <stdexcept>
@@ -26,9 +27,11 @@ namespace commlib {
 bool StreamEngine::one_sided_candidate(const CollectiveCall& call, const PreparedCall* prepared) {
   if (size_ < 2 || !kernel_ || !kernel_->usable() || nccl_->carries_any() || call.algo == kNcclAlgorithmCode)
     return false;
-  // A private copy of the input (premul_sum's scaled input, an in-place all_to_all's) is the
-  // engine's own memory, never registered: such calls stage, with no agreement needed.
-  if (input_staging(call, rank_, size_).kind != InputStaging::None) return false;
+  // A private copy of the input (premul_sum's scaled input) is the engine's own memory, never
+  // registered: such calls stage, with no agreement needed (every rank's op is the same). An
+  // in-place all_to_all's copy is a per-rank choice, though (some ranks may call it out of place,
+  // who do agree): it agrees too, registering no input, so every rank stages (agree_route).
+  if (input_staging(call, rank_, size_).kind == InputStaging::Scale) return false;
   if (prepared) return prepared->agrees_route || prepared->plan->one_sided;
   const ResolvedPlan& policy = plans_.get(call);
   if (call.algo != 0) return policy.one_sided;
@@ -71,8 +74,13 @@ MappedPeers StreamEngine::agree_route(const CollectiveCall& call) {
   PeerBuffers& registry = kernel_->peer_buffers();
   PeerBufferView in, out;
   MappedPeers route;
+  // In place (an all_to_all whose input is its output: input_staging copies it into the engine's
+  // memory, which the kernel reads): no input is registered, so every rank stages the call, the
+  // ranks that call it out of place too (a per-rank choice, as for every other algorithm).
+  const bool in_place = input_staging(call, rank_, size_).kind == InputStaging::Copy;
   route.mapped = wait_for_peers(call, "agreeing on the peers' buffers", [&](const std::function<bool()>& stop) {
-    return registry.agree(number, 0, reinterpret_cast<const void*>(call.input), in_bytes, false, stop, &in) &&
+    return registry.agree(number, 0, in_place ? nullptr : reinterpret_cast<const void*>(call.input), in_bytes, false,
+                          stop, &in) &&
            registry.agree(number, 1, reinterpret_cast<const void*>(call.output), out_bytes, false, stop, &out);
   });
   if (!route.mapped) return route;
@@ -83,8 +91,9 @@ MappedPeers StreamEngine::agree_route(const CollectiveCall& call) {
   return route;
 }
 
-bool StreamEngine::staged_in_arena(const CollectiveCall& call, const ScheduleKey& key) {
+bool StreamEngine::staged_in_arena(const CollectiveCall& call, const ScheduleKey& key, DeviceStream& s) {
   if (!kernel_->pool_staging()) return false;
+  kernel_->collect_arenas(s);  // retired arenas nothing reads any more are freed (kernel_path_arena.cc)
   const uint64_t need = kernel_->staging_need(key);
   if (need == 0) return false;  // nothing staged (no peer, or no bytes): the slots' path has nothing to copy either
   if (kernel_->pool_holds(need)) return true;

@@ -80,4 +80,12 @@ bool StreamEngine::take_unreported_error(ErrorKind* kind, std::string* message) 
   return true;
 }
 
+bool StreamEngine::async_error(ErrorKind* kind, std::string* message) {
+  if (!failed()) return false;  // the healthy engine's whole cost
+  std::lock_guard<std::mutex> lk(mu_);
+  *kind = fail_kind_;
+  *message = fail_message_;
+  return true;
+}
+
 }  // namespace commlib

@@ -226,3 +226,37 @@ def symmetric_pool(comm):
     checks = with_settings(comm, KERNEL_SETTINGS, run)
     gc.collect()
     return checks + [kept["pool"].arenas() == 0]  # the close freed every arena nobody holds
+
+
+def lookups_mixed_with_agreed_calls(comm):
+    """The tests' lookups (their own call numbers 1, 2, ...) and the engine's one-sided calls
+    (agree: the engine's numbers 1, 2, ...) on one registry. Every rank looks up a buffer of bytes
+    99 as call 1 (and as call 2 for which 1), then, after a host barrier, runs mapped_two_shot
+    all_reduces (agreed calls 1 and 2) on other buffers every rank maps, rank 1 late (so rank 0
+    agrees before rank 1 wrote its entry: in a shared ring it read rank 1's lookup entry of call 1
+    as rank 1's input, and summed its 99s); then looks up again as call 2. Returns (the reduced
+    results right, the later lookup reads every peer's buffer)."""
+    import time
+
+    def run(sub):
+        engine, dev = _engine(sub), emu.device()
+        base = dev.allocate_with(4096, 0, True)
+        _fill(dev, base, 99, 4096)
+        engine.peer_buffer_lookup(1, 0, base, 4096)
+        engine.peer_buffer_lookup(2, 1, base, 4096)
+        sub.barrier()
+        right = []
+        for k in range(2):
+            if sub.rank == 1:
+                time.sleep(0.5)
+            x = emu.from_numpy(np.full(1000, sub.rank + 1 + k, np.float32))
+            sub.all_reduce(x, algorithm="mapped_two_shot")
+            right.append(bool((x.numpy() == sum(q + 1 + k for q in range(sub.size))).all()))
+        view = engine.peer_buffer_lookup(2, 0, base, 4096)
+        seen = _seen(dev, view, sub, 4096) == [None if p == sub.rank else 99 for p in range(sub.size)]
+        sub.barrier()
+        s = emu.current_stream()
+        dev.free_ordered(base, s._stream)
+        s.synchronize()
+        return right, seen
+    return with_settings(comm, KERNEL_SETTINGS, run)

@@ -57,3 +57,13 @@ def test_the_communicators_close_drops_registrations_and_mappings(pool):
 @pytest.mark.timeout(60)
 def test_the_symmetric_pool_hands_out_the_same_offsets_on_every_rank(pool):
     assert pool(2, env=DELAY_ENV).run(cases.symmetric_pool, timeout=40) == [[True] * 12] * 2
+
+
+@pytest.mark.timeout(60)
+def test_lookups_and_the_engines_agreed_calls_keep_apart_on_one_registry(pool):
+    """PeerBuffers::lookup (keyed by its caller's numbers) and agree (the engine's one-sided calls,
+    keyed by the engine's) write rings of their own: a lookup of call 1 never answers the engine's
+    agreed call 1, nor the other way round."""
+    for rank, (right, seen) in enumerate(pool(2, env=DELAY_ENV).run(cases.lookups_mixed_with_agreed_calls, timeout=50)):
+        assert right == [True, True], (rank, right)
+        assert seen, rank

@@ -310,3 +310,84 @@ def captured_mapped_auto(comm):
                 differ.append(i)
         return algorithm, differ, sub._device_route._last_engine.kernel_staging_arena()
     return with_settings(comm, dict(KERNEL_SETTINGS, COMMLIB_DEVICE_SLOT_BYTES=str(256 << 10)), run)
+
+
+def async_error_during_replay(comm, victim):
+    """As kill_during_replay, but the survivors make no call after the kill: they poll
+    ``async_error()`` (healthy: None, before the kill) until it reports the engine's failure.
+    Returns (None before the kill?, the error's type and message, seconds until it came, the type
+    the next call raises) on survivors."""
+    sub = comm.split(0, timeout=30)
+    late = min(q for q in range(sub.size) if q != victim)
+    x = emu.from_numpy(np.ones(1000, np.float32))
+    sub.all_reduce(x)
+    g = emu.Graph()
+    with emu.graph(g):
+        sub.all_reduce(x)
+    g.replay()
+    x.numpy()
+    healthy = sub.async_error() is None
+    if sub.rank == victim:
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGKILL)).start()
+        time.sleep(5)  # the kill arrives meanwhile
+        return None
+    if sub.rank == late:
+        time.sleep(0.8)
+    t = time.monotonic()
+    g.replay()
+    err = None
+    while err is None and time.monotonic() - t < 30:
+        err = sub.async_error()
+        time.sleep(0.01)
+    took = time.monotonic() - t
+    again = sub.async_error()  # a query changes nothing: the same error again
+    try:
+        x.numpy()
+        sub.all_reduce(x)
+        then = "no error"
+    except commlib.CommError as e:
+        then = type(e).__name__
+    return (healthy, None if err is None else (type(err).__name__, str(err)), took,
+            again is not None and str(again) == str(err), then)
+
+
+
+def capture_after_plan_eviction(comm):
+    """The plan cache (256 plans) evicts alike on every rank, whatever graphs each holds: rank 0
+    keeps a graph of a 7-float all_reduce while rank 1 destroys its copy, then 300 eager calls of
+    other shapes fill the cache. Capturing the 7-float call again (no eager call of it since) is
+    then refused with the warm-up error on every rank (rank 0 used to keep the plan its graph
+    held in the cache and capture it, leaving rank 1 refused alone: a graph on one rank only);
+    its graph keeps its plan, out of the cache. After a warm-up the capture runs on both.
+    Returns (the capture's outcome, the new graph's replay right)."""
+    def capture_error(fn):
+        try:
+            with emu.graph(emu.Graph()):
+                fn()
+        except Exception as e:  # noqa: BLE001 - the message is the result
+            return f"{type(e).__name__}: {e}"
+        return "no error"
+
+    def run(sub):
+        x = emu.from_numpy(np.ones(7, np.float32))
+        sub.all_reduce(x)
+        g = emu.Graph()
+        with emu.graph(g):
+            sub.all_reduce(x)
+        if sub.rank == 1:
+            g.reset()
+        emu.synchronize()
+        for n in range(8, 308):
+            sub.all_reduce(emu.from_numpy(np.ones(n, np.float32)))
+        emu.synchronize()
+        outcome = capture_error(lambda: sub.all_reduce(x))
+        sub.all_reduce(x)  # the warm-up again
+        x.copy_(emu.from_numpy(np.full(7, sub.rank, np.float32)))
+        g2 = emu.Graph()
+        with emu.graph(g2):
+            sub.all_reduce(x)
+        g2.replay()
+        new_right = bool((x.numpy() == sum(range(sub.size))).all())
+        del g
+        return outcome, new_right
+    return with_settings(comm, KERNEL_SETTINGS, run)

@@ -321,3 +321,68 @@ def two_byte_fused(comm, count):
                     results.append(((coll, dtype, op), bool(np.array_equal(got, want))))
         return results
     return with_settings(comm, SETTINGS, run)
+
+
+def arena_fallback(comm, failing):
+    """Rank `failing` cannot allocate a staging arena (the test hook: as out of memory): the first
+    staged call's growth finds some rank without one, so every rank turns pool staging off and
+    runs the slots path from then on, never waiting on a growth again. With 4 KiB slots (16 KiB in
+    all at 2 ranks) a staged all_reduce of 1000 floats fits them; one of 8192 does not, and is
+    refused by name on every rank (a ValueError, not a hang). Per rank: (results of the calls that
+    fit, each rank's arena bytes and arenas grown, the refusal, the result after it)."""
+    import numpy as np
+
+    import commlib.emulated as emu
+
+    def staged(sub, n):
+        x = emu.from_numpy(np.full(n, sub.rank + 1, np.float32), shareable=False)
+        sub.all_reduce(x, algorithm="mapped_fused_two_shot")
+        return bool(np.all(x.numpy() == sub.size * (sub.size + 1) / 2))
+
+    def run(sub):
+        y = emu.from_numpy(np.ones(8, np.float32))
+        sub.all_reduce(y, algorithm="ring")  # the engine, no arena
+        engine = sub._device_route._last_engine
+        if sub.rank == failing:
+            engine.kernel_fail_arena_allocations(True)
+        fits = [staged(sub, n) for n in (1000, 13, 1000)]
+        arena = (engine.kernel_staging_arena(), engine.kernel_arena_counts()["grown"])
+        try:
+            refused = f"no error: {staged(sub, 8192)}"
+        except Exception as e:  # noqa: BLE001 - the message is the result
+            refused = f"{type(e).__name__}: {e}"
+        return fits, arena, refused, staged(sub, 1000)
+    return with_settings(comm, dict(SETTINGS, COMMLIB_DEVICE_SLOT_BYTES="4096", COMMLIB_TIMEOUT="20"), run)
+
+
+def mixed_in_place_all_to_all(comm, in_place_ranks):
+    """An all_to_all (the one-sided "mapped" algorithm, and auto) in place on `in_place_ranks` and
+    out of place on the others (a per-rank choice, as for every other algorithm: the call's
+    descriptor does not carry it): it used to leave the in-place ranks out of the route's
+    agreement and the others waiting there for the timeout; now every rank agrees (the in-place
+    ranks register no input), so every rank stages, promptly. Then all in place. Per rank: ((the
+    result right, seconds) per algorithm, the all-in-place result right)."""
+    import time
+
+    import numpy as np
+
+    import commlib.emulated as emu
+
+    def run(sub):
+        n = 6 * sub.size
+        want = np.concatenate([np.arange(6, dtype=np.float32) + 6 * sub.rank + 100 * q for q in range(sub.size)])
+        out = []
+        for algorithm in ("mapped", "auto", "mapped"):
+            x = emu.from_numpy(np.arange(n, dtype=np.float32) + 100 * sub.rank)
+            y = x if sub.rank in in_place_ranks else emu.empty(n, "float32")
+            t = time.monotonic()
+            try:
+                sub.all_to_all(y, x, algorithm=algorithm)
+                got = bool(np.array_equal(y.numpy(), want))
+            except Exception as e:  # noqa: BLE001 - the message is the result
+                got = f"{type(e).__name__}: {e}"
+            out.append((got, time.monotonic() - t))
+        x = emu.from_numpy(np.arange(n, dtype=np.float32) + 100 * sub.rank)
+        sub.all_to_all(x, x, algorithm="mapped")
+        return out, bool(np.array_equal(x.numpy(), want))
+    return with_settings(comm, dict(SETTINGS, COMMLIB_TIMEOUT="30"), run)

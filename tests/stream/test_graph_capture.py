@@ -10,8 +10,10 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import graph_cases  # noqa: E402
-from graph_cases import (EAGER_EVERY, REPLAYS, SIZES, capture_refusals, captured_mapped_auto,  # noqa: E402
-                         captured_step_matches_eager, kill_during_replay)
+import graph_arena_cases  # noqa: E402
+from graph_arena_cases import ARENA_EAGER_EVERY, ARENA_GROW_AT, ARENA_REPLAYS, captured_arena_step  # noqa: E402
+from graph_cases import (EAGER_EVERY, REPLAYS, SIZES, async_error_during_replay, capture_after_plan_eviction,  # noqa: E402
+                         capture_refusals, captured_mapped_auto, captured_step_matches_eager, kill_during_replay)
 from kernel_path_cases import KERNEL_SETTINGS  # noqa: E402
 from test_device_collectives import DELAY_ENV  # noqa: E402
 
@@ -57,6 +59,72 @@ def test_capture_without_warm_up_or_on_the_copy_path_is_refused_by_name(pool):
 def test_a_rank_killed_during_replays_is_a_peer_error_on_the_survivors():
     results = run_killing_one_rank(3, 0, kill_during_replay, env=dict(DELAY_ENV, **KERNEL_SETTINGS), timeout=60)
     assert_survivors_named_the_dead_rank(results, 0, call="replayed graph", within_s=20)
+
+
+@pytest.mark.timeout(300)
+def test_a_captured_step_staged_in_the_arena_outlives_its_growth_and_frees_it_when_destroyed(pool):
+    """Captured one-sided calls on buffers no rank maps stage in the staging arena (the 4 KiB
+    slots could not hold them: the capture would be refused), and the graph pins the arena it
+    captured: replayed 40 times while eager calls grow the arena three times (each at least
+    doubling it, alike on every rank), every replay equals the exact results and the eager step
+    (in the newest arena) bit for bit. Only the graph's arena stays retired while the graph lives;
+    destroyed, every retired arena is freed (counted), and no rank freed memory a peer still mapped."""
+    results = pool(SIZE, env=DELAY_ENV).run(captured_arena_step, timeout=270)
+    for rank, (wrong, differ_eager, compared, wrong_growth, captured, before, after, freed_mapped) in enumerate(results):
+        assert wrong == [], f"rank {rank}: replays {wrong[:10]} differ from the exact results"
+        assert differ_eager == [], f"rank {rank}: replays {differ_eager[:10]} differ from the eager step"
+        assert compared == ARENA_REPLAYS // ARENA_EAGER_EVERY and wrong_growth == 0, (rank, compared, wrong_growth)
+        assert {k: captured[k] for k in ("grown", "retired", "pinned", "freed")} == {
+            "grown": 1, "retired": 0, "pinned": 0, "freed": 0}, (rank, captured)
+        assert before["grown"] == 1 + len(ARENA_GROW_AT), (rank, before)
+        # the graph's arena (the first) is retired and pinned, never freed while the graph lives
+        assert before["pinned"] == 1 and before["retired"] >= 1, (rank, before)
+        assert before["freed"] + before["retired"] == len(ARENA_GROW_AT), (rank, before)
+        assert {k: after[k] for k in ("grown", "retired", "pinned", "freed")} == {
+            "grown": before["grown"], "retired": 0, "pinned": 0, "freed": len(ARENA_GROW_AT)}, (rank, after)
+        assert 1 <= after["tables"] <= 2, (rank, after)  # one per staged layout: input only, or in place
+        assert freed_mapped == 0, (rank, freed_mapped)
+
+
+@pytest.mark.timeout(150)
+def test_the_plan_cache_evicts_alike_on_every_rank_whatever_graphs_each_holds(pool):
+    """A graph alive on rank 0 only (rank 1 destroyed its copy) must not keep its plan in rank 0's
+    cache past an eviction: a capture of that shape without a new warm-up is then refused by name
+    on every rank, not on rank 1 alone (which left rank 0 with a graph its peer lacks)."""
+    for rank, (outcome, new_right) in enumerate(pool(2, env=DELAY_ENV).run(capture_after_plan_eviction, timeout=130)):
+        assert outcome.startswith("CommError") and "no warm-up call" in outcome, (rank, outcome)
+        assert new_right, rank
+
+
+@pytest.mark.timeout(90)
+def test_a_rank_killed_during_replays_shows_in_async_error_without_a_call():
+    """The graph's replays have no work handle: the survivors learn the death from
+    Communicator.async_error() (ncclCommGetAsyncError's counterpart), polled with no call: None
+    while healthy, then the PeerError naming the dead rank and the replayed collective, the same
+    on a second query; the next call raises PeerError too."""
+    results = run_killing_one_rank(3, 0, async_error_during_replay, env=dict(DELAY_ENV, **KERNEL_SETTINGS), timeout=60)
+    assert results[0] is None
+    for rank, (healthy, err, took, same_again, then) in enumerate(results[1:], 1):
+        assert healthy, rank
+        assert err is not None, f"rank {rank}: async_error() stayed None for {took:.1f} s"
+        kind, message = err
+        assert kind == "PeerError" and "rank 0" in message and "replayed graph" in message, (rank, err)
+        assert took < 20 and same_again, (rank, took, same_again)
+        assert then == "PeerError", (rank, then)
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(200)
+def test_a_captured_step_staged_in_the_arena_on_cuda(pool):
+    """test_a_captured_step_staged_in_the_arena_outlives_its_growth_... with torch.cuda.graph on
+    GPU 0, buffers from torch's cudaMallocAsync pool (no peer maps them: staged). Not run on a GPU yet."""
+    pytest.importorskip("torch")
+    env = {"COMMLIB_TIMEOUT": "20", "PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}
+    for rank, (wrong, differ_eager, wrong_growth, before, after) in enumerate(
+            pool(2, env=env).run(graph_arena_cases.captured_arena_step_cuda, timeout=180)):
+        assert wrong == [] and differ_eager == [] and wrong_growth == 0, (rank, wrong, differ_eager, wrong_growth)
+        assert before["pinned"] == 1 and before["grown"] == 1 + len(ARENA_GROW_AT), (rank, before)
+        assert after["retired"] == 0 and after["freed"] == len(ARENA_GROW_AT), (rank, after)
 
 
 @pytest.mark.gpu

@@ -27,7 +27,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import device_cases  # noqa: E402
 from device_cases import cc  # noqa: E402
 from one_sided_cases import ONE_SIDED, ROUTES, counted_call, freed_and_reallocated, one_sided_matrix, refusals  # noqa: E402
-from one_sided_cases import GRID_CASES, arena_growth, at_the_slots_limit, grids  # noqa: E402
+from one_sided_cases import GRID_CASES, arena_fallback, arena_growth, at_the_slots_limit, grids  # noqa: E402
+from one_sided_cases import mixed_in_place_all_to_all  # noqa: E402
 from test_device_collectives import DELAY_ENV, _ops  # noqa: E402
 
 
@@ -180,6 +181,34 @@ def test_staged_calls_beyond_the_slots_run_in_the_staging_arena(pool):
         assert freed_while_mapped == 0, freed_while_mapped
         # a call's route: its input's agreement (unregistered: the output's is not asked); a growth: one
         assert waits == len(calls) + 2, waits
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("failing", [0, 1])
+def test_a_rank_without_an_arena_sends_every_rank_to_the_slots(pool, failing):
+    """Rank `failing` cannot allocate its staging arena (a test hook: out of memory): every rank
+    falls back to the slots together (no arena on any rank, no growth waited for again): the calls
+    that fit the slots run, the one that does not is refused by name on every rank (ValueError
+    naming count and the slots' settings, promptly: no rank waits in a growth the others skip),
+    and the communicator runs on."""
+    for rank, (fits, arena, refused, then) in enumerate(pool(2, env=DELAY_ENV).run(arena_fallback, failing, timeout=100)):
+        assert fits == [True, True, True] and then, (rank, fits, then)
+        assert arena == (0, 0), (rank, arena)
+        assert refused.startswith("ValueError: count: 8192 elements") and "COMMLIB_DEVICE_SLOT_BYTES" in refused, (
+            rank, refused)
+
+
+@pytest.mark.timeout(120)
+def test_an_all_to_all_in_place_on_some_ranks_only_runs_promptly_on_every_rank(pool):
+    """Rank 1 calls the one-sided all_to_all in place (output is input), ranks 0 and 2 out of
+    place: every rank agrees on the staged route at once and gets the right result (it used to
+    leave rank 1 out of the route's agreement and the others waiting there for the 30 s timeout);
+    then all in place runs."""
+    for rank, (outcomes, then) in enumerate(pool(3, env=DELAY_ENV).run(mixed_in_place_all_to_all, [1], timeout=100)):
+        for got, took in outcomes:
+            assert got is True, (rank, got)
+            assert took < 10, (rank, took)  # the timeout is 30 s
+        assert then, rank
 
 
 def test_a_staged_call_at_the_slots_limit_runs_and_one_over_it_is_refused(pool):
