@@ -74,8 +74,7 @@ Schedule reduce_scatter_recursive_halving(const CollArgs& a) {
                               op_recv_reduce(partner, rng(BufferId::Scratch, klo, khi))}});
     } else {
       s.steps.push_back(Step{{op_send(partner, rng(BufferId::Input, slo, shi)),
-                              op_recv(partner, rng(BufferId::Scratch, klo, khi))}});
-      s.steps.push_back(Step{{op_reduce(rng(BufferId::Scratch, klo, khi), rng(BufferId::Input, klo, khi))}});
+                              op_recv_reduce_from(partner, rng(BufferId::Scratch, klo, khi), rng(BufferId::Input, klo, khi))}});
       init = true;
     }
     lo = klo, hi = khi;
