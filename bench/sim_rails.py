@@ -114,6 +114,12 @@ def target_lines(rows) -> list[str]:
                                  "auto's pick at none of them (on 8-GPU hosts the rings send to and receive from every "
                                  "peer in every step, so the hierarchical part cannot share their steps: docs/simulator.md, "
                                  "'Rails and hierarchical side by side')."))
+    halving = [f"{t} {n} nodes {fmt_bytes(s)}" for (t, n, alg, s), p in sorted(rows.items())
+               if alg == "auto" and p["resolved"].startswith("rail_halving")]
+    out.append("rail_halving (hierarchical with halving and doubling inside the hosts and rabenseifner per rail, paired "
+               "step by step by size; docs/simulator.md, 'Halving on every rail') is among auto's candidates in the points "
+               "simulated since session 20 (the reruns dated 2026-11-29 13:34 and later): "
+               + ("auto's pick at " + ", ".join(halving) + "." if halving else "auto's pick at none of them."))
     far = [(n, p["busbw_GBps"]) for (t, n, alg, s), p in sorted(rows.items())
            if t == "dgx-h100" and alg == "rail_ring" and s == BIG and n > 16]
     if far:

@@ -47,7 +47,8 @@ std::vector<std::string> intra_candidates(Collective c) {
   auto builtin_flat = [](Collective k) {
     std::vector<std::string> names;
     for (const AlgorithmSpec& s : algorithm_specs(k))
-      if (is_host_builtin(s) && s.name != "hierarchical" && s.name != "direct") names.push_back(s.name);
+      if (is_host_builtin(s) && s.name != "hierarchical" && s.name != "direct" && s.name != "rail_halving")
+        names.push_back(s.name);
     return names;
   };
   switch (c) {
@@ -74,11 +75,12 @@ std::vector<Composition> candidate_list(Collective c, const std::vector<int>& ho
   for (int h : host_of) shares |= !ids.insert(h).second;
   std::vector<Composition> out;
   std::vector<std::string> flat;
-  bool has_hier = false, has_split = false;
+  bool has_hier = false, has_split = false, has_halving = false;
   for (const AlgorithmSpec& s : algorithm_specs(c)) {
     if (!is_host_builtin(s)) continue;
     if (s.name == "hierarchical") has_hier = true;
     else if (s.name == "rail_split") has_split = true;
+    else if (s.name == "rail_halving") has_halving = true;  // a hierarchical schedule: not a phase of one
     else flat.push_back(s.name);
   }
   for (const std::string& f : flat) out.push_back(Composition{f, "", "", 0});
@@ -101,6 +103,8 @@ std::vector<Composition> candidate_list(Collective c, const std::vector<int>& ho
       out.push_back(k);
     }
   }
+  // rail_halving (schedule/rail_halving.cc) where hierarchical is ranked: its own pipelined shape.
+  if (has_halving && ids.size() > 1 && shares) out.push_back(Composition{"rail_halving", "", "", segment});
   return out;
 }
 

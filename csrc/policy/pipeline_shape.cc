@@ -190,6 +190,27 @@ Composition choose_split_share(const CallShape& call, const Composition& cand, c
   return memo_store(key, best, best_s);
 }
 
+// rail_halving's segments (schedule/rail_halving.cc): K in {1, 2, 4, 8, 16}, as hierarchical's (its
+// pieces are its own: it pairs its lanes uncut), the smallest estimate. Memoised with the others.
+Composition choose_halving_segments(const CallShape& call, const Composition& cand, const sim::Topology& t,
+                                    double* estimate_s) {
+  const std::string key = memo_key(call, cand, t);
+  if (Composition hit; memo_find(key, &hit, estimate_s)) return hit;
+  Composition best = cand;
+  best.segment = 0, best.pieces = 0;
+  double best_s = std::numeric_limits<double>::infinity();
+  for (int K : {1, 2, 4, 8, 16}) {
+    const int64_t segment = K == 1 ? 0 : call.count / K;
+    if (K > 1 && (segment < 1 || std::min<int64_t>(call.count / segment, 16) != K)) continue;
+    Composition k = cand;
+    k.segment = segment, k.pieces = 0;
+    const double e = pipeline_estimate(call, k, t);
+    if (e < best_s) best_s = e, best = k;
+  }
+  if (estimate_s) *estimate_s = best_s;
+  return memo_store(key, best, best_s);
+}
+
 }  // namespace
 
 Composition choose_pipeline_shape(const CallShape& call, const Composition& cand, const sim::Topology& t,
@@ -198,6 +219,9 @@ Composition choose_pipeline_shape(const CallShape& call, const Composition& cand
   if (call.coll == Collective::AllReduce && cand.algorithm == "rail_split" && spans_hosts(t) &&
       !param_set("COMMLIB_HIER_SEGMENT"))
     return choose_split_share(call, cand, t, estimate_s);
+  if (call.coll == Collective::AllReduce && cand.algorithm == "rail_halving" && spans_hosts(t) &&
+      !param_set("COMMLIB_HIER_SEGMENT"))
+    return choose_halving_segments(call, cand, t, estimate_s);
   if (call.coll != Collective::AllReduce || cand.algorithm != "hierarchical" || !spans_hosts(t)) return cand;
   if (param_set("COMMLIB_HIER_SEGMENT")) return cand;  // the user's segment, as the setting says
   // The shapes to try: the builder's segments are count / segment, at most 16

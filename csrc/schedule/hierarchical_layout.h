@@ -112,12 +112,15 @@ inline void append_steps(Schedule& s, std::vector<Step> steps) {
 // after them; the overlapped pipeline puts it past the inter phase's).
 struct IntraPhases {
   const Layout& y;
-  const std::string& algo;
+  const std::string& algo;     // the reduce-scatter's algorithm
+  const std::string& ag_algo;  // the all-gather's (the same name unless a caller pairs two: rail_halving)
   int64_t pad0;  // the largest range of segment 0 (segment 0 is the longest): the slot stride
   int64_t base;  // where its scratch starts
 
   IntraPhases(const Layout& layout, const std::string& name, int64_t scratch_base = 0)
-      : y(layout), algo(name), pad0(pad(0)), base(scratch_base) {}
+      : IntraPhases(layout, name, name, scratch_base) {}
+  IntraPhases(const Layout& layout, const std::string& rs_name, const std::string& ag_name, int64_t scratch_base)
+      : y(layout), algo(rs_name), ag_algo(ag_name), pad0(pad(0)), base(scratch_base) {}
   int64_t pad(int t) const {
     int64_t p = 0;
     for (int j = 0; j < y.L; ++j) p = std::max(p, y.range(BufferId::Input, t, j).count);
@@ -157,7 +160,7 @@ struct IntraPhases {
     Step in;
     pack(in, base, y.range(BufferId::Output, t, y.i), t, p);
     s.steps.push_back(std::move(in));
-    note(append_to(s, on_subgroup(Collective::AllGather, algo, y.r, p, 0, group(), "intra_algorithm")));
+    note(append_to(s, on_subgroup(Collective::AllGather, ag_algo, y.r, p, 0, group(), "intra_algorithm")));
     Step out;
     for (int j = 0; j < y.L; ++j) {
       const Region theirs = y.range(BufferId::Output, t, j);
@@ -199,10 +202,23 @@ inline std::vector<Step> inter_phase(const CollArgs& a, const Layout& y, int t, 
   return tmp.steps;
 }
 
+// How the overlapped pipeline lays out a tick. The defaults are hierarchical's: the intra lane
+// runs the all-gather of segment t-1 before the reduce-scatter of t+1 (both with
+// CollArgs::intra_algorithm), and the lanes pair by their talking steps' count, the one with fewer
+// cut into pieces. rail_halving (rail_halving.cc) pairs lanes whose steps halve and double: the
+// reduce-scatter first (its rounds shrink as the inter lane's halving does, then the all-gather's
+// grow as its doubling does), separate names for the two intra phases, and the lanes paired by
+// their steps' elements, uncut (merge_by_elements in hierarchical_overlap.cc).
+struct OverlapShape {
+  bool rs_first = false;
+  bool by_elements = false;
+  std::string intra_rs, intra_ag;  // empty: CollArgs::intra_algorithm
+};
+
 // The overlapped pipeline (hierarchical_overlap.cc): every composition on hosts of equal size, each
 // tick's inter-host phase zipped beside the intra-host phases of its neighbours. Empty (no
 // steps) when it does not apply: fewer than two hosts or segments, or unequal hosts.
-Schedule all_reduce_overlapped(const CollArgs& a, const Layout& y);
+Schedule all_reduce_overlapped(const CollArgs& a, const Layout& y, const OverlapShape& shape = OverlapShape{});
 
 }  // namespace sched
 }  // namespace commlib

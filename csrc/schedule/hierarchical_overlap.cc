@@ -17,7 +17,9 @@
 // schedule keeps its sequential tick (hierarchical_all_reduce.cc).
 #include "schedule/hierarchical_layout.h"
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 
 namespace commlib {
 namespace sched {
@@ -35,11 +37,27 @@ bool equal_hosts(const HostMap& m) {
   return true;
 }
 
+bool step_talks(const Step& st) {
+  return std::any_of(st.ops.begin(), st.ops.end(), [](const Op& o) { return is_message(o.kind); });
+}
+
+// The elements a step moves through the busier direction of its rank (sent or received).
+int64_t step_elements(const Step& st) {
+  int64_t out = 0, in = 0;
+  for (const Op& o : st.ops) {
+    if (o.kind == OpKind::Send) out += o.src.count;
+    else if (is_message(o.kind)) in += o.dst.count;
+  }
+  return std::max(out, in);
+}
+
 // Local rank j's intra lane of tick t: the all-gather of segment t-1, then the reduce-scatter of
 // segment t+1 (built-in when CollArgs::intra_algorithm is empty), each in `chunks` pieces one after
 // another. Raises scratch_end to its scratch.
 std::vector<Step> intra_lane(const CollArgs& a, const Layout& y, int j, int t, int chunks, int64_t base,
-                             int64_t& scratch_end) {
+                             int64_t& scratch_end, const OverlapShape& shape) {
+  const std::string& rs_algo = shape.intra_rs.empty() ? a.intra_algorithm : shape.intra_rs;
+  const std::string& ag_algo = shape.intra_ag.empty() ? a.intra_algorithm : shape.intra_ag;
   CollArgs aj = a;
   aj.rank = y.m.hosts[y.h][j];
   Layout yj(aj, y.m, y.K);
@@ -48,12 +66,13 @@ std::vector<Step> intra_lane(const CollArgs& a, const Layout& y, int j, int t, i
   auto add = [&](std::vector<Step> steps) {
     for (Step& st : steps) lane.push_back(std::move(st));
   };
-  for (int phase = 0; phase < 2; ++phase) {
+  for (int half = 0; half < 2; ++half) {
+    const int phase = shape.rs_first ? 1 - half : half;  // 0: all-gather, 1: reduce-scatter
     const int seg = phase == 0 ? t - 1 : t + 1;
     if (seg < 0 || seg >= y.K) continue;
     for (yj.chunk = 0; yj.chunk < chunks; ++yj.chunk) {
-      if (!a.intra_algorithm.empty()) {
-        IntraPhases phases(yj, a.intra_algorithm, base);
+      if (!rs_algo.empty()) {
+        IntraPhases phases(yj, rs_algo, ag_algo, base);
         add(phase == 0 ? phases.ag(seg) : phases.rs(seg));
         scratch_end = std::max(scratch_end, phases.scratch_end());
       } else if (phase == 0) {
@@ -70,24 +89,32 @@ std::vector<Step> intra_lane(const CollArgs& a, const Layout& y, int j, int t, i
 
 // Every local rank's intra lane of tick t, aligned in rounds (align_rounds); `talks`: the rounds in
 // which some local rank sends or receives. `scratch_end` covers this rank's lane.
+// With `round_elements`, each talking round's weight for merge_by_elements: the most elements any
+// local rank sends or receives in it (the same for every rank of the host).
 std::vector<Step> aligned_intra(const CollArgs& a, const Layout& y, int t, int chunks, int64_t base,
-                                int64_t& scratch_end, std::vector<bool>& talks) {
+                                int64_t& scratch_end, std::vector<bool>& talks, const OverlapShape& shape,
+                                std::vector<int64_t>* round_elements = nullptr) {
   std::vector<std::vector<Step>> lanes(y.L);
   for (int j = 0; j < y.L; ++j) {
     int64_t ignored = 0;
-    lanes[j] = intra_lane(a, y, j, t, chunks, base, j == y.i ? scratch_end : ignored);
+    lanes[j] = intra_lane(a, y, j, t, chunks, base, j == y.i ? scratch_end : ignored, shape);
   }
   std::vector<std::vector<Step>> aligned = align_rounds(y.m.hosts[y.h], lanes);
   talks.assign(aligned.empty() ? 0 : aligned[0].size(), false);
+  std::vector<int64_t> most(talks.size(), 0);
   for (const auto& lane : aligned)
-    for (size_t k = 0; k < lane.size(); ++k)
+    for (size_t k = 0; k < lane.size(); ++k) {
       for (const Op& o : lane[k].ops) talks[k] = talks[k] || is_message(o.kind);
+      most[k] = std::max(most[k], step_elements(lane[k]));
+    }
+  if (round_elements) {
+    round_elements->clear();
+    for (size_t k = 0; k < talks.size(); ++k)
+      if (talks[k]) round_elements->push_back(most[k]);
+  }
   return std::move(aligned[y.i]);
 }
 
-bool step_talks(const Step& st) {
-  return std::any_of(st.ops.begin(), st.ops.end(), [](const Op& o) { return is_message(o.kind); });
-}
 
 // One tick's steps: the intra lane's rounds (intra_talks[k]: some local rank sends or receives in
 // round k) and the inter lane's steps merged by progress through the tick, so that the talking
@@ -122,6 +149,73 @@ std::vector<Step> merge_by_progress(const std::vector<Step>& intra, const std::v
       both.ops.insert(both.ops.end(), inter[e].ops.begin(), inter[e].ops.end());
       push(both);
       ++e, ++c_done, ++e_done;
+    }
+  }
+  return out;
+}
+
+// merge_by_elements: the pairing for lanes whose talking steps differ in size (rail_halving: halving
+// then doubling on both lanes). Each talking step weighs its elements through its link
+// (`intra_w`: a round's, `inter_w`: an inter step's, one per talking step, the same on every rank,
+// so every rank pairs alike), an inter step's times `nic_share` (the local ranks sharing the host's
+// NICs: on a rail-optimised host one NIC per local rank moves about 1/L of what a port does in the
+// same time, so an inter step of 1/L of a round's elements takes as long), and the pairing is the
+// one of least total, a merged step costing the larger of its two weights (a step lasts as long as
+// its slower half) plus kStepCost of the lanes' larger total (every step pays a latency): a shortest
+// path through the (round, step) grid, O(C E). So the reduce-scatter's round of half the segment
+// goes beside the inter lane's step of half its block, as a count would not pair them. Of equal
+// totals the pairs of nearer halves win (kMismatch), then pairing, then the intra round. Steps of copies and reductions go alone where their lane has
+// them, as in merge_by_progress.
+constexpr double kStepCost = 1e-3;
+constexpr double kMismatch = 1e-6;
+
+std::vector<Step> merge_by_elements(const std::vector<Step>& intra, const std::vector<bool>& intra_talks,
+                                    const std::vector<Step>& inter, const std::vector<int64_t>& intra_w,
+                                    const std::vector<int64_t>& inter_w, int nic_share) {
+  const size_t C = intra_w.size(), E = inter_w.size();
+  std::vector<double> wi(intra_w.begin(), intra_w.end()), we(inter_w.begin(), inter_w.end());
+  double ti = 0, te = 0;
+  for (double& w : we) w *= nic_share;
+  for (double w : wi) ti += w;
+  for (double w : we) te += w;
+  const double step_cost = kStepCost * std::max(1.0, std::max(ti, te));
+  // cost[c][e]: least cost of the rest from c rounds and e inter steps placed; how: 0 both, 1 round, 2 step.
+  std::vector<std::vector<double>> cost(C + 1, std::vector<double>(E + 1, 0.0));
+  std::vector<std::vector<char>> how(C + 1, std::vector<char>(E + 1, 0));
+  for (size_t c = C + 1; c-- > 0;)
+    for (size_t e = E + 1; e-- > 0;) {
+      if (c == C && e == E) continue;
+      double best = std::numeric_limits<double>::infinity();
+      char pick = 0;
+      if (c < C && e < E)  // a pair of unequal halves costs a hair more: of equal totals, the matched pairs
+        best = std::max(wi[c], we[e]) + kMismatch * std::abs(wi[c] - we[e]) + step_cost + cost[c + 1][e + 1], pick = 0;
+      if (c < C && wi[c] + step_cost + cost[c + 1][e] < best) best = wi[c] + step_cost + cost[c + 1][e], pick = 1;
+      if (e < E && we[e] + step_cost + cost[c][e + 1] < best) best = we[e] + step_cost + cost[c][e + 1], pick = 2;
+      cost[c][e] = best, how[c][e] = pick;
+    }
+  std::vector<Step> out;
+  size_t k = 0, x = 0, c = 0, e = 0;
+  auto push = [&](const Step& st) {
+    if (!st.ops.empty()) out.push_back(st);
+  };
+  while (k < intra.size() || x < inter.size()) {
+    if (k < intra.size() && !intra_talks[k]) {
+      push(intra[k++]);
+    } else if (x < inter.size() && !step_talks(inter[x])) {
+      push(inter[x++]);
+    } else {
+      // Both heads talk (or a lane is done); the weights count exactly these steps.
+      const char pick = (c < C && e < E) || c < C || e < E ? how[c][e] : 1;
+      if (pick == 0) {
+        Step both = intra[k++];
+        both.ops.insert(both.ops.end(), inter[x].ops.begin(), inter[x].ops.end());
+        push(both);
+        ++x, ++c, ++e;
+      } else if (pick == 1) {
+        push(intra[k++]), ++c;
+      } else {
+        push(inter[x++]), ++e;
+      }
     }
   }
   return out;
@@ -176,11 +270,12 @@ int64_t group_steps_on_host0(const CollArgs& a, const Layout& y, int t, int64_t 
 
 }  // namespace
 
-Schedule all_reduce_overlapped(const CollArgs& a, const Layout& y) {
+Schedule all_reduce_overlapped(const CollArgs& a, const Layout& y, const OverlapShape& shape) {
   Schedule s;
   if (y.H < 2 || y.K < 2 || !equal_hosts(y.m)) return s;
   // Scratch: [built-in reduce-scatter slots][the inter lane's][the registered intra phases'].
-  const int64_t x_base = a.intra_algorithm.empty() ? y.rs_scratch() : 0;
+  const bool named_intra = !a.intra_algorithm.empty() || !shape.intra_rs.empty();
+  const int64_t x_base = named_intra ? 0 : y.rs_scratch();
   int64_t x_end = x_base;
   for (int t = 0; t < y.K; ++t) inter_lane(a, y, t, x_base, x_end);
   s.scratch_count = x_end;
@@ -198,7 +293,24 @@ Schedule all_reduce_overlapped(const CollArgs& a, const Layout& y) {
     const bool x_now = t >= 0 && t < y.K;
     std::vector<Step> lane = x_now ? inter_lane(a, y, t, x_base, ignored) : std::vector<Step>{};
     std::vector<bool> talks;
-    std::vector<Step> mine = aligned_intra(a, y, t, 1, x_end, s.scratch_count, talks);
+    if (shape.by_elements) {  // paired by elements, uncut
+      std::vector<int64_t> intra_w, inter_w;
+      std::vector<Step> mine = aligned_intra(a, y, t, 1, x_end, s.scratch_count, talks, shape, &intra_w);
+      if (x_now) {  // the weights of one rank's inter lane (host 0's first), the same for every rank
+        CollArgs a0 = a;
+        a0.rank = y.m.hosts[0][0];
+        const Layout y0(a0, y.m, y.K);
+        for (const Step& st : inter_lane(a0, y0, t, x_base, ignored))
+          if (step_talks(st)) inter_w.push_back(step_elements(st));
+      }
+      if (std::count_if(lane.begin(), lane.end(), step_talks) == static_cast<int64_t>(inter_w.size())) {
+        append_steps(s, merge_by_elements(mine, talks, lane, intra_w, inter_w, y.L));
+        continue;
+      }  // a lane unlike host 0's (not on the hosts rail_halving pairs by elements): by count
+      append_steps(s, merge_by_progress(mine, talks, lane));
+      continue;
+    }
+    std::vector<Step> mine = aligned_intra(a, y, t, 1, x_end, s.scratch_count, talks, shape);
     const int64_t rounds = std::count(talks.begin(), talks.end(), true);
     // Every member of an inter group must cut alike, but their lanes may differ (a folded rank
     // talks less), so the group's cut follows its host-0 member's lane; the host's intra cut
@@ -208,7 +320,7 @@ Schedule all_reduce_overlapped(const CollArgs& a, const Layout& y) {
     if (rounds > steps0 && steps0 > 0) {
       lane = inter_lane(a, y, t, x_base, ignored, static_cast<int>(pieces(steps0, rounds)));
     } else if (steps > rounds && rounds > 0) {
-      mine = aligned_intra(a, y, t, static_cast<int>(pieces(rounds, steps)), x_end, s.scratch_count, talks);
+      mine = aligned_intra(a, y, t, static_cast<int>(pieces(rounds, steps)), x_end, s.scratch_count, talks, shape);
     }
     append_steps(s, merge_by_progress(mine, talks, lane));
   }

@@ -4,7 +4,8 @@
 //                     block as it arrives (recv_reduce from the input) into alternating scratch
 //                     buffers; the last step reduces straight into the output.
 //   recursive_halving halve the block range with partner nr^mask (mask = p2/2 .. 1), reducing the
-//                     kept half into a P*count scratch accumulator. Non-power-of-two P: fold
+//                     kept half into a P*count scratch accumulator, as it arrives (recv_reduce; the
+//                     first step from the input). Non-power-of-two P: fold
 //                     (builders.h): even r < 2*rem sends its whole input to r+1, which reduces it
 //                     in, represents both ranks' blocks and finally sends block r back.
 //   direct            one step: rank r receives block r from every peer into scratch, then reduces
@@ -74,8 +75,7 @@ Schedule reduce_scatter_recursive_halving(const CollArgs& a) {
                               op_recv_reduce(partner, rng(BufferId::Scratch, klo, khi))}});
     } else {
       s.steps.push_back(Step{{op_send(partner, rng(BufferId::Input, slo, shi)),
-                              op_recv(partner, rng(BufferId::Scratch, klo, khi))}});
-      s.steps.push_back(Step{{op_reduce(rng(BufferId::Scratch, klo, khi), rng(BufferId::Input, klo, khi))}});
+                              op_recv_reduce_from(partner, rng(BufferId::Scratch, klo, khi), rng(BufferId::Input, klo, khi))}});
       init = true;
     }
     lo = klo, hi = khi;
