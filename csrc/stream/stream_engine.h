@@ -176,12 +176,10 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   // user aborted. Once: a second call returns false. The route's close() raises it (docs/gpu.md,
   // "A mismatched call writes nothing"), so a blocking call that failed last is never lost.
   bool take_unreported_error(ErrorKind* kind, std::string* message);
-  // The engine's failure, asked without a call (ncclCommGetAsyncError's counterpart, issue #37):
-  // true with the error every later call would raise (kind and message: PeerError naming the rank
-  // and the collective, MismatchError, CommError) once the engine failed, whether a caller was told
-  // or not; false while it is healthy. A graph's replays have no work handle: the watchdog fails
-  // the engine when a peer dies during one, and this is how the caller learns it before its next
-  // call. Cheap: one atomic load while healthy; it changes nothing (no call, no report).
+  // The engine's failure, asked without a call (ncclCommGetAsyncError's counterpart): true with the
+  // error every later call would raise (PeerError naming the rank and the collective, MismatchError,
+  // CommError) once the engine failed, told or not; false while healthy. For a graph's replays (no
+  // work handle) before the next call. One atomic load while healthy; changes nothing.
   bool async_error(ErrorKind* kind, std::string* message);
   // Waits for every call (the watchdog still runs), stops the watchdog and closes the imports of
   // the peers' memory. Idempotent (a second caller returns once the first one finished); never
