@@ -135,17 +135,19 @@ def captured_step_matches_eager(comm):
     return with_settings(comm, KERNEL_SETTINGS, run)
 
 
+def capture_error(fn):
+    """What capturing `fn` in a new graph raises, as "Type: message", or "no error"."""
+    try:
+        with emu.graph(emu.Graph()):
+            fn()
+    except Exception as e:  # noqa: BLE001 - the message is the result
+        return f"{type(e).__name__}: {e}"
+    return "no error"
+
+
 def capture_refusals(comm):
     """What capturing raises: before any device call (no engine), before the call shape's warm-up,
     and on the copy path; then whether the communicator still works: (messages..., result ok)."""
-    def capture_error(fn):
-        try:
-            with emu.graph(emu.Graph()):
-                fn()
-        except Exception as e:  # noqa: BLE001 - the message is the result
-            return f"{type(e).__name__}: {e}"
-        return "no error"
-
     def kernel(sub):
         x = emu.from_numpy(np.ones(8, np.float32))
         before_engine = capture_error(lambda: sub.all_reduce(x))
@@ -360,14 +362,6 @@ def capture_after_plan_eviction(comm):
     held in the cache and capture it, leaving rank 1 refused alone: a graph on one rank only);
     its graph keeps its plan, out of the cache. After a warm-up the capture runs on both.
     Returns (the capture's outcome, the new graph's replay right)."""
-    def capture_error(fn):
-        try:
-            with emu.graph(emu.Graph()):
-                fn()
-        except Exception as e:  # noqa: BLE001 - the message is the result
-            return f"{type(e).__name__}: {e}"
-        return "no error"
-
     def run(sub):
         x = emu.from_numpy(np.ones(7, np.float32))
         sub.all_reduce(x)
