@@ -377,12 +377,12 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   std::string fail_message_;
   uint64_t failed_from_seq_ = 0;
   bool stop_ = false;
-  // The watchdog sleeps without a tick (until a call or stop_) only after kParkAfter without calls
-  // in flight; begin() wakes it only then, not with a futex wake on every call (issue #25).
+  // The watchdog sleeps without a tick (until a call or stop_) only after kParkAfter idle; begin() wakes it only then.
   bool watchdog_parked_ = false;
   std::chrono::steady_clock::time_point wd_last_progress_ = std::chrono::steady_clock::now();
   const void* wd_last_front_ = nullptr;
   uint64_t wd_last_target_ = 0;
+  std::chrono::steady_clock::time_point wd_mismatch_seen_{};  // a kernel's mismatch record, first seen
   uint64_t wd_last_nccl_ = 0;  // NCCL calls the stream had entered at the last check
   std::thread watchdog_;
   const std::unique_ptr<NcclLink> nccl_;  // never null; carries nothing until set up

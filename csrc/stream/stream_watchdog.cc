@@ -16,6 +16,7 @@ using Clock = std::chrono::steady_clock;
 constexpr uint64_t kReleased = uint64_t{1} << 62;  // above any counter a stream waits for
 constexpr auto kTick = std::chrono::milliseconds(20);
 constexpr auto kSlowCheckEvery = std::chrono::milliseconds(100);
+constexpr auto kMismatchGrace = std::chrono::milliseconds(300);  // see inspect_in_flight
 constexpr auto kParkAfter = std::chrono::milliseconds(200);
 
 }  // namespace
@@ -233,7 +234,21 @@ void StreamEngine::inspect_in_flight(bool slow) {
   }
   std::string kernel_mismatch;  // a kernel's own descriptor check (kernels/plan_call_check.cuh)
   if (kernel_ && kernel_->mismatch(&kernel_mismatch)) {
+    // A peer that fails inside a call can leave another peer already past it (it had that peer's
+    // part) while this rank still waits for the failed one: the kernel's check then sees a later
+    // call and records a mismatch. The failure explains it and is what the caller must hear, so a
+    // record waits up to kMismatchGrace for a peer's failure to appear on the control plane.
+    const CallDesc stuck = in_flight_.front().desc;
     lk.unlock();
+    for (int p = 0; p < size_; ++p) {
+      const PeerStatus st = p == rank_ ? PeerStatus{} : control_->peer_status(p, false);
+      if (st.state == PeerState::Failed)
+        return fail(st.kind == ErrorKind::None ? ErrorKind::Comm : st.kind,
+                    "rank " + std::to_string(rank_) + " in " + describe_call(stuck) + ": rank " + std::to_string(p) +
+                        " failed: " + st.message);
+    }
+    if (wd_mismatch_seen_ == Clock::time_point{}) wd_mismatch_seen_ = now;
+    if (now - wd_mismatch_seen_ < kMismatchGrace) return;
     return fail(ErrorKind::Mismatch, kernel_mismatch);
   }
   // Where the stream is: the first wait not yet satisfied, or (none: every data wait of the
