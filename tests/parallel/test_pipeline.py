@@ -61,9 +61,11 @@ def test_timeline_gathered_traced_and_plotted(pool, tmp_path):
     want = {(r, k, r, i) for r in range(2) for i in range(m) for k in "FIW"}
     assert {(e["rank"], e["kind"], e["stage"], e["mb"]) for e in ev} == want and len(ev) == len(want)
     assert all(e["end"] > e["start"] for e in ev)
-    # rank 1's forward of a micro-batch starts after rank 0's forward of it ended (same clock)
+    # rank 1's forward of a micro-batch starts after rank 0's forward of it started (same clock);
+    # not after its end: rank 0 sends the activation inside the action and stamps its end after
+    # the send, so a descheduled rank 0 can stamp it after rank 1 already began (CI D saw it)
     f = {(e["rank"], e["mb"]): e for e in ev if e["kind"] == "F"}
-    assert all(f[(1, i)]["start"] >= f[(0, i)]["end"] for i in range(m))
+    assert all(f[(1, i)]["start"] >= f[(0, i)]["start"] for i in range(m))
     assert 0.0 < bubble_fraction(ev) < 1.0
     write_chrome_trace(ev, str(tmp_path / "t.json"))
     trace = json.load(open(tmp_path / "t.json"))["traceEvents"]
