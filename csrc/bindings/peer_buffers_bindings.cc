@@ -204,11 +204,13 @@ void bind_peer_buffers(py::module_& m) {
             d["pinned"] = c.pinned;
             d["freed"] = c.freed;
             d["tables"] = c.tables;
+            d["held_bytes"] = c.held_bytes;
             return d;
           },
           "The staging arenas (kernel_path_arena.cc): grown (shared so far), retired (grown out of, not freed), "
           "pinned (of the retired, held by a live captured graph), freed (retired arenas freed before close), tables (the "
-          "peers' tables listed for the current arena, one per staged layout).")
+          "peers' tables listed for the current arena, one per staged layout), held_bytes (the bytes of the current "
+          "arena and the retired ones).")
       .def(
           "kernel_fail_arena_allocations", [](StreamEngine& e, bool on) { kernel_of(e).fail_arena_allocations(on); },
           py::arg("on"),

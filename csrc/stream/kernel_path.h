@@ -132,7 +132,9 @@ class KernelPath final : public DevicePathRunner {
   // captured graphs that held one are destroyed (their pins dropped) and its eager launches staged
   // in it completed, so it closes its imports of the peers' arenas of that generation and says so
   // in its table (PeerBuffers::publish_arenas_done); an arena every rank is done with is freed,
-  // stream-ordered on `stream`. Run at eager staged calls (a driver call may run there).
+  // stream-ordered on `stream`. Run at every eager call of the engine (a driver call may run there;
+  // never in a capture), collectives and point-to-point alike, before a call's route agreement and
+  // again after it (a host wait for every peer: what each published before agreeing is freed then).
   void collect_arenas(DeviceStream& stream);
   struct ArenaCounts {
     uint64_t grown = 0;    // arenas allocated and shared (the current one included)
@@ -140,6 +142,7 @@ class KernelPath final : public DevicePathRunner {
     uint64_t pinned = 0;   // of the retired, held by a live captured graph on this rank
     uint64_t freed = 0;    // retired arenas freed before the engine closed
     uint64_t tables = 0;   // peers' tables listed for the current arena (one per staged layout)
+    uint64_t held_bytes = 0;  // the bytes of the arenas held: the current one and the retired ones
   };
   ArenaCounts arena_counts() const;
   // Test hook: this rank's next arena allocations fail (as out of memory), so every rank falls

@@ -24,7 +24,8 @@
 // call and an eager call of its shape uploaded the peers' table of this arena (arena_captures: a
 // capture may not upload); the captured launch retains the arena's pin in the graph (a CUDA user
 // object, Device::retain_in_capture), as it pins its plan. Growth never frees memory a graph
-// reads: an arena grown out of is retired, not freed, and collect_arenas frees it only once
+// reads: an arena grown out of is retired, not freed, and collect_arenas (at every eager call of
+// the engine, staged or not, so a job that stops staging does not keep them) frees it only once
 //  - no live graph of this rank holds its pin (the graphs that captured a launch staged in it were
 //    destroyed: their user objects released it), and this rank's eager launches staged in it
 //    completed (the done word passed the launches enqueued by the growth), whereupon this rank
@@ -188,6 +189,8 @@ KernelPath::ArenaCounts KernelPath::arena_counts() const {
   for (const Arena& a : retired_arenas_) c.pinned += a.pin.use_count() > 1;
   c.freed = arenas_freed_;
   c.tables = arena_.tables.size();
+  c.held_bytes = arena_.bytes;
+  for (const Arena& a : retired_arenas_) c.held_bytes += a.bytes;
   return c;
 }
 

@@ -93,7 +93,6 @@ MappedPeers StreamEngine::agree_route(const CollectiveCall& call) {
 
 bool StreamEngine::staged_in_arena(const CollectiveCall& call, const ScheduleKey& key, DeviceStream& s) {
   if (!kernel_->pool_staging()) return false;
-  kernel_->collect_arenas(s);  // retired arenas nothing reads any more are freed (kernel_path_arena.cc)
   const uint64_t need = kernel_->staging_need(key);
   if (need == 0) return false;  // nothing staged (no peer, or no bytes): the slots' path has nothing to copy either
   if (kernel_->pool_holds(need)) return true;

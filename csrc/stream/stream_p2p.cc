@@ -15,6 +15,7 @@ std::shared_ptr<DeviceWork> StreamEngine::p2p(const std::vector<P2PItem>& items,
     if (device_->capture_status(s) != CaptureStatus::None)  // stream/stream_capture.cc
       throw CommError("rank " + std::to_string(rank_) + " cannot capture point-to-point messages in a CUDA graph: they "
                       "run on the copy path, which refuses capture");
+    if (kernel_) kernel_->collect_arenas(s);  // retired staging arenas every rank is done with (kernel_path_arena.cc)
     return enqueue_p2p(items, dtype, s);
   } catch (const CommError&) {
     throw;

@@ -115,6 +115,55 @@ def captured_arena_step(comm):
     return with_settings(comm, KERNEL_SETTINGS, run)
 
 
+def _retire_a_graphs_arena(sub, engine, step):
+    """step staged in the current arena (the warm-up), captured (the graph pins that arena), one
+    replay, then an eager staged call that grows the arena (the graph's retired), and the graph
+    destroyed on every rank: its retired arena is no rank's any more, and nothing stages after."""
+    step.load(sub.rank, 0)
+    step.run(sub)
+    g = emu.Graph()
+    with emu.graph(g):
+        step.run(sub)
+    big = emu.from_numpy(np.ones(engine.kernel_staging_arena() // 4 + 4099, np.float32), shareable=False)
+    sub.all_reduce(big, algorithm="mapped_fused_two_shot")
+    g.replay()
+    step.results()  # (a synchronize)
+    g.reset()
+    emu.synchronize()
+    sub.barrier()
+
+
+def retired_arenas_freed_without_staging(comm):
+    """A job that stops staging does not keep its retired arenas (kernel_path_arena.cc: collected at
+    every eager call, not only at staged ones). Twice a graph's arena is retired and the graph
+    destroyed (_retire_a_graphs_arena); then no call stages: (1) two message-plan all_reduces
+    ("ring": no route agreed) with a barrier between, the first publishing every rank's done bit,
+    the second freeing; (2) one mapped one-sided all_reduce (every rank's buffers shared: agreed,
+    not staged), which frees within the call (every rank published before the agreement).
+    Returns [(arena counts with the graph destroyed, after the calls, the current arena's bytes,
+    the calls' results right), for (1) and (2)], and the exports freed while a peer mapped them."""
+    def run(sub):
+        freed_while_mapped = emu.rule_counts()["exports_freed_while_mapped"]
+        step = _ArenaStep(sub.size)
+        step.load(sub.rank, 0)
+        step.run(sub)  # the engine and the first arena
+        engine = sub._device_route._last_engine
+        want = float(sum(range(sub.size)))
+        cycles = []
+        for calls, algorithm in ((2, "ring"), (1, "mapped_two_shot")):
+            _retire_a_graphs_arena(sub, engine, step)
+            before, right = engine.kernel_arena_counts(), True
+            for k in range(calls):
+                x = emu.from_numpy(np.full(1000, sub.rank, np.float32), shareable=True)
+                sub.all_reduce(x, algorithm=algorithm)
+                right = right and bool((x.numpy() == want).all())
+                if k + 1 < calls:
+                    sub.barrier()
+            cycles.append((before, engine.kernel_arena_counts(), engine.kernel_staging_arena(), right))
+        return cycles, emu.rule_counts()["exports_freed_while_mapped"] - freed_while_mapped
+    return with_settings(comm, KERNEL_SETTINGS, run)
+
+
 def captured_arena_step_cuda(comm):
     """captured_arena_step on GPU 0 with torch (``torch.cuda.graph``), buffers from torch's
     cudaMallocAsync backend (a pool no peer can map: every call stages, in the arena; the test sets

@@ -87,6 +87,24 @@ def test_a_captured_step_staged_in_the_arena_outlives_its_growth_and_frees_it_wh
 
 
 @pytest.mark.timeout(150)
+def test_a_retired_arena_is_freed_by_the_calls_after_its_graph_died_without_staging(pool):
+    """A graph's arena retired by a growth, then the graph destroyed, and no call stages any more:
+    the retired arena is freed at the next calls all the same (not kept until close): after two
+    message-plan all_reduces with a barrier between, and after one mapped one-sided all_reduce
+    (its route agreement: every rank published its done bit before it); counted: one more freed,
+    none retired, the bytes held back to the current arena's; no export freed while mapped."""
+    cycles, freed_mapped = zip(*pool(SIZE, env=DELAY_ENV).run(graph_arena_cases.retired_arenas_freed_without_staging,
+                                                              timeout=130))
+    for rank, per_rank in enumerate(cycles):
+        for k, (before, after, current, right) in enumerate(per_rank):
+            assert right, (rank, k)
+            assert before["retired"] == 1 and before["pinned"] == 0 and before["freed"] == k, (rank, k, before)
+            assert before["held_bytes"] >= current + (1 << 20), (rank, k, before, current)
+            assert (after["retired"], after["freed"], after["held_bytes"]) == (0, k + 1, current), (rank, k, after)
+        assert freed_mapped[rank] == 0, (rank, freed_mapped)
+
+
+@pytest.mark.timeout(150)
 def test_the_plan_cache_evicts_alike_on_every_rank_whatever_graphs_each_holds(pool):
     """A graph alive on rank 0 only (rank 1 destroyed its copy) must not keep its plan in rank 0's
     cache past an eviction: a capture of that shape without a new warm-up is then refused by name
