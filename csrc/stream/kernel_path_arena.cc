@@ -37,7 +37,8 @@
 // the engine closes is the caller's error (it may not be replayed after close): the engine frees
 // its arenas then as before, once every peer closed its imports.
 // If some rank cannot allocate or share an arena, every rank reads the same empty share and turns
-// pool staging off: the slots path runs from then on, refused by name where it does not fit.
+// pool staging off: the slots path runs from then on, refused by name where it does not fit, and
+// the arena it had is retired, as by a growth (every rank alike), and freed as they are.
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
@@ -84,13 +85,13 @@ bool KernelPath::grow_arena(uint64_t need, uint64_t call, const std::function<bo
   if (!every) {
     if (base) unshared_arenas_.push_back(base);
     pool_staging_ = false;  // on every rank: the same entries read
-    return false;
   }
-  if (arena_.base) {
+  if (arena_.base) {  // grown out of, or no arena any more (pool staging off): freed by collect_arenas
     arena_.last_launch = launches_;
     retired_arenas_.push_back(std::move(arena_));
+    arena_ = Arena{};
   }
-  arena_ = Arena{};
+  if (!every) return false;
   arena_.base = base;
   arena_.bytes = bytes;
   arena_.peers = std::move(peers);

@@ -69,6 +69,15 @@ PreparedCall StreamEngine::prepare(const CollectiveCall& call) {
   plan_of(call, &algo);
   if (algo) p.call.algo = algo;
   if (p.call.algo != kNcclAlgorithmCode) p.plan = plans_.get_shared(p.call);  // (plan_of's, held)
+  // An auto call that stages without agreeing (premul_sum's scaled input) resolved for the arena:
+  // the slots' choice too, taken once the arena is lost, as an unprepared rank's call takes it.
+  if (call.algo == 0 && staged_route() == DeviceRoute::Arena) {
+    uint8_t slots_algo = 0;
+    plan_of(call, &slots_algo, DeviceRoute::Slots);
+    CollectiveCall c = call;
+    if (slots_algo) c.algo = slots_algo;
+    p.slots_plan = plans_.get_shared(c);
+  }
   return p;
 }
 
@@ -253,7 +262,8 @@ uint64_t StreamEngine::enqueue_collective(const CollectiveCall& call, const Prep
   auto prepared_plan = [&](DeviceRoute r, KernelPlanSlot** slot) -> const ResolvedPlan& {
     const bool routed = prepared->agrees_route && prepared->mapped_plan;
     if (routed && r == DeviceRoute::Mapped) return *slot = prepared->mapped_kernel_plan.get(), *prepared->mapped_plan;
-    if (routed && r == DeviceRoute::Slots) return *slot = prepared->slots_kernel_plan.get(), *prepared->slots_plan;
+    if (r == DeviceRoute::Slots && prepared->slots_plan)  // (an agreeing call's, or an auto call's that stages)
+      return *slot = prepared->slots_kernel_plan.get(), *prepared->slots_plan;
     return *slot = prepared->kernel_plan.get(), *prepared->plan;
   };
   KernelPlanSlot* plan_slot = nullptr;
@@ -272,7 +282,8 @@ uint64_t StreamEngine::enqueue_collective(const CollectiveCall& call, const Prep
     if (!staged_in_arena(call, key_of(*planned), s)) {
       // Auto's choice was the arena's, and no rank could grow one (pool staging now off on every
       // rank): the slots' choice instead, which fits them or is a message plan.
-      if (call.algo == 0 && taken == DeviceRoute::Arena && staged_route() == DeviceRoute::Slots)
+      const bool auto_call = call.algo == 0 || (prepared && prepared->slots_plan);
+      if (auto_call && taken == DeviceRoute::Arena && staged_route() == DeviceRoute::Slots)
         planned = !prepared ? &plan_of(call, nullptr, DeviceRoute::Slots) : &prepared_plan(DeviceRoute::Slots, &plan_slot);
       if (planned->one_sided) kernel_->check_one_sided(key_of(*planned));  // through the slots: they must fit
     }

@@ -95,8 +95,8 @@ struct PreparedCall {
   // where every rank's buffers are mapped): `call` keeps algo 0 (a capture resolves it as an
   // unprepared rank does), `plan` is the route's plan staged in the arena and `mapped_plan` when
   // mapped, each with its device plan's slot: the agreement stays per call, no lookup does.
-  // `slots_plan`: the route's plan when staged through the slots (pool staging off, or turned off on
-  // every rank by an arena no rank could share): the model's choice differs per route.
+  // `slots_plan`: its plan staged through the slots (pool staging turned off on every rank by an arena
+  // no rank could share), also an auto call's that stages without agreeing (premul_sum: prepare).
   bool agrees_route = false;
   std::shared_ptr<const ResolvedPlan> mapped_plan;
   std::shared_ptr<KernelPlanSlot> mapped_kernel_plan = std::make_shared<KernelPlanSlot>();

@@ -235,3 +235,54 @@ def arena_lost(comm, count, calls=3):
                         hashlib.sha256(got.tobytes()).hexdigest()))
         return out, sub._device()._last_engine.kernel_staging_arena()
     return with_settings(comm, {"COMMLIB_DEVICE_PATH": "auto"}, run)
+
+
+def prepared_premul_sum_across_arena_changes(comm, count):
+    """An auto premul_sum all_reduce of `count` float32 on buffers no rank can map: its scaled input
+    is the engine's own copy, so it stages without agreeing a route, and from its second call on it
+    is prepared (the bindings' call cache: the same buffer). Called twice; then an eager staged call
+    grows the arena and it is called again; then rank 1's next allocation fails (emulated
+    "out_of_memory") at a growth, so pool staging turns off on every rank, and it is called again,
+    and once more on another buffer (not prepared: resolved for the route of now). Per call:
+    (algorithm run, exact, digest); then the arena bytes after the growth and at the end."""
+    import hashlib
+
+    scale = 2.0  # exact on integers: every rank's scaled input, and their sum, are integers below 2**24
+    want = sum(np.random.default_rng(r).integers(-1000, 1000, count).astype(np.float64) for r in range(comm.size)) * scale
+
+    def run(sub):
+        engine = None
+        data = np.random.default_rng(sub.rank).integers(-1000, 1000, count).astype(np.float32)
+        y = emu.from_numpy(data.copy(), shareable=False)
+        out = []
+
+        def premul_sum(buf):
+            buf.copy_(emu.from_numpy(data, shareable=False))
+            sub.all_reduce(buf, op="premul_sum", scale=scale)
+            emu.synchronize()
+            got = buf.numpy()
+            out.append((engine.last_algorithm(), bool((got == want).all()), hashlib.sha256(got.tobytes()).hexdigest()))
+
+        def grow():  # an auto call too large for the arena: it grows it (or falls back to the slots' choice)
+            big = emu.from_numpy(np.ones(engine.kernel_staging_arena() // 4 + 4099, np.float32), shareable=False)
+            sub.all_reduce(big)
+            emu.synchronize()
+            return bool((big.numpy() == sub.size).all())
+
+        warm = emu.from_numpy(np.ones(2, np.float32), shareable=False)
+        sub.all_reduce(warm)  # the engine made and connected (its own allocations done)
+        engine = sub._device()._last_engine
+        premul_sum(y)
+        premul_sum(y)
+        grown = grow()
+        grown_bytes = engine.kernel_staging_arena()
+        premul_sum(y)
+        emu.synchronize()
+        sub.barrier()
+        if sub.rank == 1:
+            emu.inject_fault(kind="out_of_memory")
+        lost = grow()
+        premul_sum(y)
+        premul_sum(emu.from_numpy(data, shareable=False))
+        return out, grown and lost, grown_bytes, engine.kernel_staging_arena()
+    return with_settings(comm, {"COMMLIB_DEVICE_PATH": "auto"}, run)

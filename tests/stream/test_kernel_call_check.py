@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from kernel_call_check_cases import (AUTO_COUNTS, arena_lost, auto_against_fixed, broadcast_auto,  # noqa: E402
                                      events_per_call,
                                      host_functions_per_call, kernel_auto_choices, mismatch_found_by_the_kernel,
-                                     reduce_scatter_auto)
+                                     prepared_premul_sum_across_arena_changes, reduce_scatter_auto)
 from kernel_path_cases import check_kernel_and_copy  # noqa: E402
 from test_device_collectives import DELAY_ENV  # noqa: E402
 
@@ -161,6 +161,25 @@ def test_auto_follows_the_route_when_an_arena_cannot_grow(pool):
         assert all(ok for _, ok, _ in calls) and arena == 0, (calls, arena)
     for k in range(3):
         assert len({calls[k][2] for calls, _ in per_rank}) == 1, k
+
+
+@pytest.mark.timeout(120)
+def test_a_prepared_premul_sum_follows_the_arena_grown_and_lost(pool):
+    """A prepared auto premul_sum all_reduce (it stages its scaled input without agreeing a route,
+    1 MiB at 4 ranks: the model's arena choice the fused two-shot, its slots choice two_shot) keeps
+    the arena's plan while the arena grows, and takes the slots' choice once the arena is lost (a
+    growth rank 1 cannot allocate: pool staging off on every rank), as a call not prepared does;
+    exact sums, the same bits on every rank."""
+    count = 1 << 18
+    assert model_choices("all_reduce", 4, (count,), "arena") == [MAPPED_AUTO]
+    assert model_choices("all_reduce", 4, (count,), "slots") == ["two_shot"]
+    per_rank = pool(4, env=DELAY_ENV).run(prepared_premul_sum_across_arena_changes, count, timeout=100)
+    for rank, (calls, calls_right, grown_bytes, end_bytes) in enumerate(per_rank):
+        assert [ran for ran, _, _ in calls] == [MAPPED_AUTO] * 3 + ["two_shot"] * 2, (rank, calls)
+        assert all(ok for _, ok, _ in calls) and calls_right, (rank, calls)
+        assert grown_bytes > (1 << 20) and end_bytes == 0, (rank, grown_bytes, end_bytes)
+    for k in range(len(per_rank[0][0])):
+        assert len({calls[k][2] for calls, *_ in per_rank}) == 1, k
 
 
 def test_a_device_broadcast_never_takes_the_host_only_shared_rows(pool):
