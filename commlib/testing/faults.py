@@ -4,10 +4,14 @@ The engine, the stream engine and the multi-host links all promise the same thin
 dies: every other rank raises an error naming the dead rank and the call, within a bound, and
 never a wrong type or a hang. These two helpers state that promise once for all their tests.
 ``mark_reached`` / ``wait_until_reached`` let a scenario's silent or late rank wait for the others
-to reach a point (e.g. "gave up on me") instead of sleeping a fixed time.
+to reach a point (e.g. "gave up on me") instead of sleeping a fixed time. ``arm_death`` stages the
+death itself.
 """
 from __future__ import annotations
 
+import os
+import signal
+import threading
 import time
 from typing import Callable, List, Optional, Tuple
 
@@ -25,6 +29,20 @@ def run_killing_one_rank(size: int, victim: int, fn: Callable, env: Optional[dic
         return pool.run(fn, victim, *args, allow_death=True, timeout=timeout)
     finally:
         pool.kill()
+
+
+def arm_death(comm, victim: int, kill_in_s: float = 0.3, late_s: float = 0.8) -> bool:
+    """Stage ``victim``'s death inside the call the ranks make next: the victim arms its own
+    SIGKILL, ``kill_in_s`` from now, and returns True (it goes on into the call, or sleeps, and
+    dies there); the lowest other rank ("late") sleeps ``late_s`` first, so the victim is blocked
+    waiting for its data and the others are inside the call when the kill comes; False on every
+    rank but the victim."""
+    if comm.rank == victim:
+        threading.Timer(kill_in_s, os.kill, (os.getpid(), signal.SIGKILL)).start()
+        return True
+    if comm.rank == min(q for q in range(comm.size) if q != victim):
+        time.sleep(late_s)
+    return False
 
 
 def survivor_outcome(call: Callable[[], object]) -> Optional[Tuple[str, float]]:

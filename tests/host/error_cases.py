@@ -5,15 +5,12 @@ one that aborts a communicator does it on a fresh sub-communicator from ``comm.s
 pool's world communicator stays usable."""
 from __future__ import annotations
 
-import os
-import signal
-import threading
 import time
 
 import numpy as np
 
 import commlib
-from commlib.testing.faults import mark_reached, wait_until_reached
+from commlib.testing.faults import arm_death, mark_reached, wait_until_reached
 from error_routes import fds, route, threads
 
 
@@ -157,14 +154,10 @@ def kill_during_collective(comm, victim, route_name="host"):
     """
     rt = route(route_name)
     sub = comm.split(0, timeout=rt.KILL_TIMEOUT)
-    late = min(q for q in range(sub.size) if q != victim)
     x = rt.full(rt.KILL_COUNT, "float32", 1)
     sub.all_reduce(x)
     rt.read(x)
-    if sub.rank == victim:
-        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGKILL)).start()
-    elif sub.rank == late:
-        time.sleep(0.8)
+    arm_death(sub, victim)
     t = time.monotonic()
     try:
         rt.call(lambda **kw: sub.all_reduce(x, algorithm="ring", **kw))

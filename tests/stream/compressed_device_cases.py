@@ -16,6 +16,7 @@ import commlib
 import commlib.emulated as emu
 from commlib.codecs import Codec
 from kernel_path_cases import with_settings
+from mismatch_data_cases import comm_error
 
 GOLDEN = 0x9E3779B97F4A7C15
 BLOCK = 8
@@ -181,14 +182,6 @@ def steady_calls(comm, settings, n=12, count=20000):
     return with_settings(comm, settings, run)
 
 
-def _error(fn):
-    try:
-        fn()
-    except commlib.CommError as e:
-        return f"{type(e).__name__}: {e}"
-    return None
-
-
 def piece_mismatch(comm):
     """Rank 0 codes in other pieces (COMMLIB_COMPRESS_PIECE_BYTES: the pieces lay a message out, so
     the size is in the call descriptor's codec word): every rank's compressed device call fails with
@@ -203,11 +196,11 @@ def piece_mismatch(comm):
     x = emu.from_numpy(_values(comm.rank, 300, "float32"))
     before = x.numpy().copy()
     works = []
-    said = _error(lambda: works.append(sub.all_reduce(x, compress="int8", async_op=True)))
+    said = comm_error(lambda: works.append(sub.all_reduce(x, compress="int8", async_op=True)))
     after = x.numpy()
     if works and works[0] is not None:
-        said = _error(works[0].wait)
-    return bool(np.array_equal(before, after)), said, _error(sub.close)
+        said = comm_error(works[0].wait)
+    return bool(np.array_equal(before, after)), said, comm_error(sub.close)
 
 
 def kill_during_compressed(comm, victim):
@@ -216,23 +209,17 @@ def kill_during_compressed(comm, victim):
     hosts); every other rank's call raises PeerError naming it and the call, through the watchdog,
     not the timeout (tests/host/error_cases.py kill_during_collective's scenario: one other rank
     joins only after the kill, so the victim dies waiting for its data)."""
-    import os
-    import signal
-    import threading
     import time
 
     from commlib.settings import overridden
+    from commlib.testing.faults import arm_death
     with overridden({"COMMLIB_COMPRESS_PIECE_BYTES": "4096"}):
         sub = comm.split(0, timeout=60)
         x = emu.from_numpy(np.ones(1 << 16, np.float32))
         sub.all_reduce(x)  # the engine, made with the setting
         x.numpy()
     codec = Codec("int8", inter_only=True)
-    late = min(q for q in range(sub.size) if q != victim)
-    if sub.rank == victim:
-        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGKILL)).start()
-    elif sub.rank == late:
-        time.sleep(0.8)
+    arm_death(sub, victim)
     t = time.monotonic()
     try:
         sub.all_reduce(x, algorithm="hierarchical", compress=codec, async_op=True).synchronize()

@@ -1,9 +1,6 @@
 """Rank side of test_graph_capture.py (apart from the test module, so that the ranks import neither
 pytest nor the test modules): kernel-path collectives captured in a graph on the emulated device
 (commlib.emulated.graph), replayed between eager calls (issue #37, item 3)."""
-import os
-import signal
-import threading
 import time
 
 import numpy as np
@@ -11,6 +8,7 @@ import numpy as np
 import commlib
 
 import commlib.emulated as emu
+from commlib.testing.faults import arm_death
 from kernel_path_cases import COPY_SETTINGS, KERNEL_SETTINGS, with_settings
 
 SIZES = (3, 37, 1000)  # three all_reduces (LL chunks, then several slot chunks through 2 slots)
@@ -166,13 +164,10 @@ def capture_refusals(comm):
     return with_settings(comm, KERNEL_SETTINGS, kernel), with_settings(comm, COPY_SETTINGS, copy)
 
 
-def kill_during_replay(comm, victim):
-    """``victim`` dies (SIGKILL) while every rank replays a captured all_reduce (one rank, "late",
-    starts its replay only after the kill, so the others are inside it): the survivors' next call
-    raises PeerError naming the dead rank, found by the watchdog's watch of replays (the abort
-    word releases the replayed kernel). Returns (message, seconds) on survivors."""
+def captured_all_reduce(comm):
+    """A sub-communicator whose all_reduce of 1000 ones is warmed up, captured in a graph and
+    replayed once (complete): (sub, its buffer, the graph)."""
     sub = comm.split(0, timeout=30)
-    late = min(q for q in range(sub.size) if q != victim)
     x = emu.from_numpy(np.ones(1000, np.float32))
     sub.all_reduce(x)
     g = emu.Graph()
@@ -180,12 +175,18 @@ def kill_during_replay(comm, victim):
         sub.all_reduce(x)
     g.replay()
     x.numpy()
-    if sub.rank == victim:
-        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGKILL)).start()
+    return sub, x, g
+
+
+def kill_during_replay(comm, victim):
+    """``victim`` dies (SIGKILL) while every rank replays a captured all_reduce (one rank, "late",
+    starts its replay only after the kill, so the others are inside it): the survivors' next call
+    raises PeerError naming the dead rank, found by the watchdog's watch of replays (the abort
+    word releases the replayed kernel). Returns (message, seconds) on survivors."""
+    sub, x, g = captured_all_reduce(comm)
+    if arm_death(sub, victim):
         time.sleep(5)  # the kill arrives meanwhile
         return None
-    if sub.rank == late:
-        time.sleep(0.8)
     t = time.monotonic()
     try:
         g.replay()
@@ -319,22 +320,11 @@ def async_error_during_replay(comm, victim):
     ``async_error()`` (healthy: None, before the kill) until it reports the engine's failure.
     Returns (None before the kill?, the error's type and message, seconds until it came, the type
     the next call raises) on survivors."""
-    sub = comm.split(0, timeout=30)
-    late = min(q for q in range(sub.size) if q != victim)
-    x = emu.from_numpy(np.ones(1000, np.float32))
-    sub.all_reduce(x)
-    g = emu.Graph()
-    with emu.graph(g):
-        sub.all_reduce(x)
-    g.replay()
-    x.numpy()
+    sub, x, g = captured_all_reduce(comm)
     healthy = sub.async_error() is None
-    if sub.rank == victim:
-        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGKILL)).start()
+    if arm_death(sub, victim):
         time.sleep(5)  # the kill arrives meanwhile
         return None
-    if sub.rank == late:
-        time.sleep(0.8)
     t = time.monotonic()
     g.replay()
     err = None

@@ -66,7 +66,8 @@ def _scenario(sub, coll, kind, changed):
 ALGO = {2: "ring", 4: "ring"}
 
 
-def _error(fn):
+def comm_error(fn):
+    """What ``fn()`` raised, if a CommError, as "Type: message"; None when it returned."""
     try:
         fn()
     except commlib.CommError as e:
@@ -92,10 +93,10 @@ def mismatched_calls(comm, path, cases, changed=0):
         # A rank may learn of the mismatch before its own call is enqueued (a peer's watchdog failed
         # first and published it): the call itself raises, which is as good as wait() raising.
         works = []
-        at_wait = _error(lambda: works.append(call(mode == "async")))
+        at_wait = comm_error(lambda: works.append(call(mode == "async")))
         after = [b.numpy() for b in bufs]  # synchronizes the buffers' stream
         if works and works[0] is not None:
-            at_wait = _error(works[0].wait)
+            at_wait = comm_error(works[0].wait)
         unchanged = all(np.array_equal(a, b) for a, b in zip(before, after))
-        out.append((unchanged, at_wait, _error(sub.close)))
+        out.append((unchanged, at_wait, comm_error(sub.close)))
     return out

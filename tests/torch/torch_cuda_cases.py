@@ -203,31 +203,39 @@ def case_cuda_ddp(comm, steps=8, per_rank=4):
     return failures
 
 
+def _fsdp2_trained(mesh, device, rank, steps, after_shard=lambda model: None):
+    """_mlp(0) on `device`, each Linear and then the model fully_shard-ed on `mesh`, then
+    `after_shard(model)` (e.g. a compression hook), trained `steps` Adam steps (lr 1e-2) on this
+    rank's batches: (the model, its losses as a tensor, what after_shard returned)."""
+    from torch.distributed.fsdp import fully_shard
+    model = _mlp(0).to(device)
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    shaped = after_shard(model)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    out = []
+    for step in range(steps):
+        x, y = bc._batch(1000 * step + rank, 4)
+        loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        out.append(loss.item())
+    return model, torch.tensor(out), shaped
+
+
 def case_cuda_fsdp(comm, steps=6):
     """FSDP2 over commlib on a CUDA mesh vs FSDP2 over gloo on a CPU mesh: losses within the
     training tolerance."""
     from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-    from torch.distributed.fsdp import fully_shard
     st = _cuda_setup(comm)
     meshes = {"commlib": (init_device_mesh("cuda", (comm.size,), mesh_dim_names=("dp",)), "cuda"),
               "gloo": (DeviceMesh.from_group(st["gloo"], "cpu", mesh_dim_names=("dp",)), "cpu")}
     losses = {}
     for kind, (mesh, device) in meshes.items():
-        model = _mlp(0).to(device)
-        for layer in model:
-            if isinstance(layer, torch.nn.Linear):
-                fully_shard(layer, mesh=mesh)
-        fully_shard(model, mesh=mesh)
-        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-        out = []
-        for step in range(steps):
-            x, y = bc._batch(1000 * step + comm.rank, 4)
-            loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            out.append(loss.item())
-        losses[kind] = torch.tensor(out)
+        _, losses[kind], _ = _fsdp2_trained(mesh, device, comm.rank, steps)
     if not torch.allclose(losses["commlib"], losses["gloo"], rtol=TRAIN_RTOL, atol=TRAIN_ATOL):
         return [f"FSDP2 losses: commlib/cuda {losses['commlib'].tolist()} vs "
                 f"gloo/cpu {losses['gloo'].tolist()}"]

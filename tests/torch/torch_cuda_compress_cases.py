@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import torch
 
-import backend_cases as bc
 import commlib.torch.hooks as hooks
-from torch_cuda_cases import _cuda_setup, _mlp, _train
+from torch_cuda_cases import _cuda_setup, _fsdp2_trained, _mlp, _train
 
 
 def case_cuda_ddp_compressed(comm, steps=6, per_rank=4):
@@ -76,29 +75,15 @@ def case_cuda_fsdp2_compressed(comm, steps=6):
     feedback (compress_fsdp), on CUDA and on the CPU: the compressed collectives ran (calls counted)
     and kept residuals, the full parameters are identical on every rank, losses within 2%."""
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
 
     import commlib.torch.fsdp_hooks as fsdp_hooks
     _cuda_setup(comm)
     runs, failures = {}, []
     for device in ("cuda", "cpu"):
         mesh = init_device_mesh(device, (comm.size,), mesh_dim_names=("dp",))
-        model = _mlp(0).to(device)
-        for layer in model:
-            if isinstance(layer, torch.nn.Linear):
-                fully_shard(layer, mesh=mesh)
-        fully_shard(model, mesh=mesh)
-        changed = fsdp_hooks.compress_fsdp(model, all_gather="int8", reduce_scatter="int8")
-        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-        out = []
-        for step in range(steps):
-            x, y = bc._batch(1000 * step + comm.rank, 4)
-            loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            out.append(loss.item())
-        runs[device] = torch.tensor(out)
+        model, runs[device], changed = _fsdp2_trained(
+            mesh, device, comm.rank, steps,
+            lambda m: fsdp_hooks.compress_fsdp(m, all_gather="int8", reduce_scatter="int8"))
         groups = [m._get_fsdp_state()._fsdp_param_groups[0] for m in changed]
         gathers = [g._all_gather_comm for g in groups]
         scatters = [g._reduce_scatter_comm for g in groups]
