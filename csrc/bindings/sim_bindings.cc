@@ -148,17 +148,16 @@ void bind_sim(py::module_& m) {
           if (piece_bytes < 0) piece_bytes = static_cast<int64_t>(param_bytes("COMMLIB_COMPRESS_PIECE_BYTES"));
           const int64_t unit = bf16 ? 1 : block;
           const int64_t piece = piece_bytes > 0 ? std::max<int64_t>(1, piece_bytes / elem_bytes / unit) * unit : 0;
-          // Default rates: CPU ns per float32 element of kernels/cpu_codecs.cc (process time, so
-          // one core's worth even on a loaded machine; docs/compression.md "Cost"): the vectorised
-          // loops under nearest rounding (bench/codec_rates.py).
-          const bool fp8 = spec.kind == kern::CodecKind::FP8E4M3 || spec.kind == kern::CodecKind::FP8E5M2;
-          if (encode_ns < 0) encode_ns = bf16 ? 1.5 : fp8 ? 2.0 : 1.2;
-          if (decode_ns < 0) decode_ns = bf16 ? 0.2 : fp8 ? 0.65 : 0.3;
+          // Default rates: CPU ns per float32 element of kernels/cpu_codecs.cc's loops under nearest
+          // rounding, measured (sim/codec_cost.cc says where; docs/compression.md "Cost").
+          const sim::CodecRates rates = sim::default_codec_rates(codec_name(spec.kind));
+          if (encode_ns < 0) encode_ns = rates.encode_ns;
+          if (decode_ns < 0) decode_ns = rates.decode_ns;
           cost = sim::codec_cost(block, bf16 ? 0 : 1, bf16 ? 16 : spec.kind == kern::CodecKind::Int4 ? 4 : 8,
                                  inter_only, encode_ns, decode_ns, piece);
           // Error feedback: one pass over the rank's input (reduce_scatter's: every rank's block)
-          // before the collective; -1: its measured rate (bench/codec_rates.py --feedback).
-          if (feedback_ns < 0) feedback_ns = 1.5;
+          // before the collective; -1: its measured rate (sim/codec_cost.cc).
+          if (feedback_ns < 0) feedback_ns = sim::default_feedback_ns();
           if (!(feedback_ns < 1e6)) throw std::invalid_argument("feedback_ns: ns per element in [0, 1e6)");
           const int64_t input = c == Collective::ReduceScatter ? count * topology_from_dict(topology).size() : count;
           cost.prelude_s = feedback_ns * 1e-9 * static_cast<double>(input);

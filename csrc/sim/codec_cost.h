@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace commlib {
 namespace sim {
@@ -45,9 +46,20 @@ struct CodecCost {
   }
 };
 
+// The simulator's default rates: CPU ns per float32 element of the codec loops on one core, nearest
+// rounding (measured: codec_cost.cc says where), by codec name (bf16, fp8_e4m3, fp8_e5m2, int8,
+// int4; std::invalid_argument naming compress otherwise), and error feedback's fused pass.
+struct CodecRates {
+  double encode_ns;
+  double decode_ns;
+};
+CodecRates default_codec_rates(const std::string& codec);
+double default_feedback_ns();
+
 // A codec's cost: its layout (scale_bytes per block of `block` elements, code_bits per element),
-// and per-element times in nanoseconds, a negative one taking the default (codec_cost.cc: the CPU
-// loops' rates on one core of a quiet machine). Throws std::invalid_argument naming the argument.
+// and per-element times in nanoseconds, a negative one taking the default of the codec of that
+// layout (default_codec_rates: int8's or int4's with scales, bf16's without; a caller with an fp8
+// codec passes its rates). Throws std::invalid_argument naming the argument.
 CodecCost codec_cost(int64_t block, int scale_bytes, int code_bits, bool inter_only, double encode_ns = -1,
                      double decode_ns = -1, int64_t piece = 0);
 

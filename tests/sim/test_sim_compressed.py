@@ -52,6 +52,26 @@ def test_codec_compute_is_on_the_critical_path():
         sim.predict("all_reduce", "ring", 64 << 20, P, ETH_1G)["time_us"]["median"] / 3
 
 
+# The CPU loops' measured rates (bench/RESULTS_compression.md: session 20's integer grids, session
+# 16's fp8 and bf16; csrc/sim/codec_cost.cc): (encode, decode) ns per float32 element, nearest.
+MEASURED_NS = {"int8": (0.49, 0.19), "int4": (0.41, 0.19), "fp8_e4m3": (2.02, 0.60), "fp8_e5m2": (1.97, 0.71),
+               "bf16": (1.50, 0.22)}
+
+
+def test_default_codec_rates_are_the_measured_ones():
+    """codec_ns -1 costs each codec at its measured rates, and feedback_ns -1 error feedback's pass
+    at 0.85 ns (session 20): the same prediction, to the bit, as those rates passed (and one that
+    the rates move)."""
+    for codec, ns in MEASURED_NS.items():
+        assert _run(codec)["time_us"]["median"] == _run(codec, codec_ns=ns)["time_us"]["median"], codec
+    assert _run("int8", codec_ns=(1.2, 0.3))["time_us"]["median"] > _run("int8")["time_us"]["median"]
+
+    def feedback(ns):
+        return sim.predict("all_reduce", "ring", COUNT * 4, P, ETH_1G, compress="int8",
+                           feedback_ns=ns)["time_us"]["median"]
+    assert feedback(-1) == feedback(0.85) < feedback(1.5)
+
+
 def test_error_feedback_pass_comes_before_the_collective():
     """feedback_ns: each rank's pass over its input (kernels/cpu_error_feedback.cc) delays its
     collective by that many ns per input element: all_reduce's input is COUNT, reduce_scatter's
