@@ -47,6 +47,15 @@ def test_several_messages_to_one_peer_in_one_batch(pool, size, slot):
     assert not failures, "\n".join(failures)
 
 
+@pytest.mark.parametrize("size", [2, 3])
+def test_several_messages_to_one_peer_keep_their_order_over_stuttering_links(pool, size):
+    """The same batch over links where every other slot and chunk is late (the toy transport's
+    stutter): it fails with the executor's per-peer order (ExecOp::after) disabled."""
+    failures = [f for fails in pool(size).run(p2p_cases.several_messages_over_stuttering_links, timeout=100)
+                for f in fails]
+    assert not failures, "\n".join(failures)
+
+
 @pytest.mark.parametrize("size", [1, 3, 4])
 def test_async_calls_complete_in_order(pool, size):
     assert pool(size).run(cases.check_async_order) == [[]] * size
