@@ -41,6 +41,7 @@
 // the arena it had is retired, as by a growth (every rank alike), and freed as they are.
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 
 #include "device/host_flags.h"
@@ -160,9 +161,17 @@ void KernelPath::free_arena_tables(Arena& a, DeviceStream& stream) {
 void KernelPath::collect_arenas(DeviceStream& stream) {
   if (retired_arenas_.empty()) return;
   const uint64_t done = load_flag(reinterpret_cast<const uint64_t*>(host_page_) + kernel_page::kDoneWord);
+  // Closing imports and freeing memory are calls a capture in CUDA's global mode prohibits (and is
+  // invalidated by), made here at any eager call, while this thread (or another) may capture some
+  // other stream: in relaxed mode, as the engine's event queries are (taken once, when needed).
+  std::optional<CaptureModeScope> relaxed;
+  const auto driver_calls = [&] {
+    if (!relaxed) relaxed.emplace(*device_, CaptureMode::Relaxed);
+  };
   uint64_t newly = 0;
   for (Arena& a : retired_arenas_) {
     if (a.imports_closed || a.generation >= 64 || a.pin.use_count() > 1 || done < a.last_launch) continue;
+    driver_calls();
     peer_buffers_->close_arena_imports(a.peers);  // this rank reads no peer's arena of the generation
     a.imports_closed = true;
     newly |= uint64_t{1} << a.generation;
@@ -175,6 +184,7 @@ void KernelPath::collect_arenas(DeviceStream& stream) {
       ++it;
       continue;
     }
+    driver_calls();
     peer_buffers_->retire_arena(it->base);
     free_arena_tables(*it, stream);
     device_->free_async(it->base, stream);  // after this rank's launches on `stream`; the others completed

@@ -235,3 +235,36 @@ def captured_arena_step_cuda(comm):
         return wrong, differ_eager, wrong_growth, before, engine.kernel_arena_counts()
     finally:
         sub.close()
+
+
+def retired_arena_freed_during_a_global_capture(comm):
+    """The collection of retired arenas closes imports and frees memory (driver calls a capture in
+    CUDA's global mode prohibits, and is invalidated by), now at every eager call: a graph's arena
+    retired and the graph destroyed, then this thread begins a global-mode capture on a side stream
+    (not its current one) and makes two eager message-plan all_reduces (warmed up) on its current
+    stream, a barrier between. Returns (the capture's end: "ok" or its error, the calls right,
+    arena counts after)."""
+    def run(sub):
+        step = _ArenaStep(sub.size)
+        step.load(sub.rank, 0)
+        step.run(sub)
+        engine = sub._device_route._last_engine
+        x = emu.from_numpy(np.full(1000, sub.rank, np.float32))
+        sub.all_reduce(x, algorithm="ring")  # warmed up: its plan uploaded, nothing to allocate later
+        _retire_a_graphs_arena(sub, engine, step)
+        ys = [emu.from_numpy(np.full(1000, sub.rank, np.float32)) for _ in range(2)]
+        emu.synchronize()
+        g = emu.Graph()
+        g.capture_begin(emu.Stream(), "global")
+        for k, y in enumerate(ys):
+            sub.all_reduce(y, algorithm="ring")
+            if k == 0:
+                sub.barrier()
+        try:
+            g.capture_end()
+            ended = "ok"
+        except Exception as e:  # noqa: BLE001 - the message is the result
+            ended = f"{type(e).__name__}: {e}"
+        right = all(bool((y.numpy() == sum(range(sub.size))).all()) for y in ys)
+        return ended, right, engine.kernel_arena_counts()
+    return with_settings(comm, KERNEL_SETTINGS, run)

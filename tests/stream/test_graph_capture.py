@@ -104,6 +104,18 @@ def test_a_retired_arena_is_freed_by_the_calls_after_its_graph_died_without_stag
         assert freed_mapped[rank] == 0, (rank, freed_mapped)
 
 
+@pytest.mark.timeout(120)
+def test_freeing_a_retired_arena_never_invalidates_a_global_capture(pool):
+    """The eager calls that free a retired arena (closing imports, freeing memory: what a global-mode
+    capture prohibits) run while this thread captures another stream in global mode: the calls run,
+    the arena is freed, and the capture ends valid (the collection runs in relaxed mode)."""
+    results = pool(SIZE, env=DELAY_ENV).run(graph_arena_cases.retired_arena_freed_during_a_global_capture,
+                                            timeout=100)
+    for rank, (ended, right, after) in enumerate(results):
+        assert ended == "ok" and right, (rank, ended, right)
+        assert (after["retired"], after["freed"]) == (0, 1), (rank, after)
+
+
 @pytest.mark.timeout(150)
 def test_the_plan_cache_evicts_alike_on_every_rank_whatever_graphs_each_holds(pool):
     """A graph alive on rank 0 only (rank 1 destroyed its copy) must not keep its plan in rank 0's
