@@ -96,27 +96,30 @@ class SyscallCounter:
         return [counts.get(e, float("nan")) for e in SYSCALL_EVENTS]
 
 
-def make_call(b, backend, coll, nbytes, algorithm):
+def make_call(b, backend, coll, nbytes, algorithm, in_place=False):
     """The timed call: ``coll`` on float32 buffers of ``nbytes`` per rank (all_to_all: the whole
-    send buffer, as the sweep counts it), commlib with ``algorithm``."""
+    send buffer, as the sweep counts it; ``in_place``: the output is the input), commlib with
+    ``algorithm``."""
     n = max(nbytes // 4, b.size if coll == "all_to_all" else 1)
     n -= n % b.size if coll == "all_to_all" else 0
-    buf, out = np.ones(n, np.float32), np.empty(n, np.float32)
+    buf = np.ones(n, np.float32)
+    out = buf if in_place else np.empty(n, np.float32)
     if backend == "mpi":
+        send = b.MPI.IN_PLACE if in_place else buf
         return {"broadcast": functools.partial(b.comm.Bcast, buf, 0), "barrier": b.comm.Barrier,
-                "all_to_all": functools.partial(b.comm.Alltoall, buf, out)}[coll]
+                "all_to_all": functools.partial(b.comm.Alltoall, send, out)}[coll]
     return {"broadcast": functools.partial(b.comm.broadcast, buf, 0, algorithm),
             "barrier": functools.partial(b.comm.barrier, algorithm=algorithm),
             "all_to_all": functools.partial(b.comm.all_to_all, out, buf, algorithm)}[coll]
 
 
-def rank_main(backend, coll, calls, reps, pin=False, nbytes=8, algorithm="auto", syscalls=False):
+def rank_main(backend, coll, calls, reps, pin=False, nbytes=8, algorithm="auto", syscalls=False, in_place=False):
     from commlib.bench.rank_process import _make_backend
     b = _make_backend(backend)
     if pin:  # rank r on the (r * cores / ranks)-th core of this process's set, for either library
         cpus = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cpus[b.rank * len(cpus) // b.size]})
-    fn = make_call(b, backend, coll, nbytes, algorithm)
+    fn = make_call(b, backend, coll, nbytes, algorithm, in_place)
     pc = time.perf_counter
     for rep in range(reps):
         for _ in range(min(200, calls)):
@@ -174,15 +177,18 @@ def main(argv=None):
                         "scheduler puts the ranks: unpinned, all four may share one core)")
     p.add_argument("--syscalls", action="store_true",
                    help="count each rank's syscalls in the timed loop (perf stat tracepoints; root)")
+    p.add_argument("--in-place", action="store_true", help="all_to_all: the output is the input")
     p.add_argument("--rank-main", metavar="BACKEND", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.rank_main:
-        return rank_main(a.rank_main, a.collective, a.calls, a.reps, a.pin, a.bytes, a.algorithm, a.syscalls)
+        return rank_main(a.rank_main, a.collective, a.calls, a.reps, a.pin, a.bytes, a.algorithm, a.syscalls,
+                         a.in_place)
     os.system("uptime")
     me = [sys.executable, os.path.abspath(__file__), a.collective, "--calls", str(a.calls), "--reps", str(a.reps),
           "--bytes", str(a.bytes), "--algorithm", a.algorithm]
     me += ["--pin"] if a.pin else []
     me += ["--syscalls"] if a.syscalls else []
+    me += ["--in-place"] if a.in_place else []
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     for backend in a.backends.split(","):
         if backend == "mpi":
