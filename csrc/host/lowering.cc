@@ -26,8 +26,8 @@ using Clock = std::chrono::steady_clock;
 // single-copy reads when a schedule sends from them (an in-place all_to_all sends every block from
 // the input copy). From 2 MiB on they are whole 2 MiB pages, aligned and marked for transparent
 // huge pages (the machines run THP in "madvise" mode): process_vm_readv of a block on 4 KiB pages
-// walks and pins every page and copies about 30% slower than from a huge page (16 MiB all_to_all,
-// 4 ranks: the ranks reading the 4 KiB edges of NumPy's buffers spent 400-500 us more a call,
+// walks and pins every page and copies slower (an in-place 16 MiB all_to_all on 4 ranks, every
+// block read from this copy: 20.9 -> 13.5 ms of CPU a call for the four ranks with huge pages,
 // bench/RESULTS_collectives.md, session 21). Where THP is off the hint does nothing.
 constexpr size_t kHugePage = size_t{2} << 20;
 
