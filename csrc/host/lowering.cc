@@ -23,12 +23,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // The communicator's own buffers (scratch, the private input copy) are what peers read with
-// single-copy reads when a schedule sends from them (an in-place all_to_all sends every block from
-// the input copy). From 2 MiB on they are whole 2 MiB pages, aligned and marked for transparent
-// huge pages (the machines run THP in "madvise" mode): process_vm_readv of a block on 4 KiB pages
-// walks and pins every page and copies slower (an in-place 16 MiB all_to_all on 4 ranks, every
-// block read from this copy: 20.9 -> 13.5 ms of CPU a call for the four ranks with huge pages,
-// bench/RESULTS_collectives.md, session 21). Where THP is off the hint does nothing.
+// single-copy reads when a schedule sends from them (an in-place all_to_all of several steps sends
+// every block from the input copy). From 2 MiB on they are whole 2 MiB pages, aligned and marked for
+// transparent huge pages (the machines run THP in "madvise" mode): process_vm_readv of a block on
+// 4 KiB pages walks and pins every page and copies slower (an in-place 16 MiB direct all_to_all on
+// 4 ranks, every block read from this copy as it then was: 20.9 -> 13.5 ms of CPU a call for the
+// four ranks with huge pages, bench/RESULTS_collectives.md, session 21). Where THP is off the hint
+// does nothing.
 constexpr size_t kHugePage = size_t{2} << 20;
 
 char* aligned_alloc_bytes(size_t bytes) {
