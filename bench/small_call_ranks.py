@@ -22,6 +22,8 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import resource
+import signal
 import socket
 import subprocess
 import sys
@@ -59,27 +61,65 @@ def schedstat():
     return float(run_ns) * 1e-9, float(wait_ns) * 1e-9
 
 
-def make_call(b, backend, coll, nbytes, algorithm):
+def rusage():
+    """(user seconds, system seconds, minor page faults) of this process so far (getrusage): the
+    system part is where the kernel copies (process_vm_readv) and sleeps/wakes (futex) are paid."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime, ru.ru_stime, float(ru.ru_minflt)
+
+
+# Syscalls counted per rank over the timed loop with --syscalls (perf's tracepoints: load-independent
+# counts, unlike times): every syscall, then the ones that matter for a large all_to_all.
+SYSCALL_EVENTS = ("raw_syscalls:sys_enter", "syscalls:sys_enter_futex", "syscalls:sys_enter_sched_yield",
+                  "syscalls:sys_enter_process_vm_readv", "syscalls:sys_enter_poll",
+                  "syscalls:sys_enter_epoll_wait")
+
+
+class SyscallCounter:
+    """``perf stat`` attached to this process for the timed loop (needs perf and tracepoint access:
+    root, or perf_event_paranoid <= 1); ``stop()`` returns one count per SYSCALL_EVENTS, NaN where
+    perf could not count it."""
+
+    def __init__(self):
+        self.proc = subprocess.Popen(["perf", "stat", "-x", ",", "-e", ",".join(SYSCALL_EVENTS),
+                                      "-p", str(os.getpid())], stderr=subprocess.PIPE, text=True)
+        time.sleep(0.5)  # attached before the loop starts
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGINT)
+        _, err = self.proc.communicate(timeout=30)
+        counts = {}
+        for line in err.splitlines():
+            f = line.split(",")
+            if len(f) > 2 and f[2] in SYSCALL_EVENTS:
+                counts[f[2]] = float(f[0]) if f[0].replace(".", "").isdigit() else float("nan")
+        return [counts.get(e, float("nan")) for e in SYSCALL_EVENTS]
+
+
+def make_call(b, backend, coll, nbytes, algorithm, in_place=False):
     """The timed call: ``coll`` on float32 buffers of ``nbytes`` per rank (all_to_all: the whole
-    send buffer, as the sweep counts it), commlib with ``algorithm``."""
+    send buffer, as the sweep counts it; ``in_place``: the output is the input), commlib with
+    ``algorithm``."""
     n = max(nbytes // 4, b.size if coll == "all_to_all" else 1)
     n -= n % b.size if coll == "all_to_all" else 0
-    buf, out = np.ones(n, np.float32), np.empty(n, np.float32)
+    buf = np.ones(n, np.float32)
+    out = buf if in_place else np.empty(n, np.float32)
     if backend == "mpi":
+        send = b.MPI.IN_PLACE if in_place else buf
         return {"broadcast": functools.partial(b.comm.Bcast, buf, 0), "barrier": b.comm.Barrier,
-                "all_to_all": functools.partial(b.comm.Alltoall, buf, out)}[coll]
+                "all_to_all": functools.partial(b.comm.Alltoall, send, out)}[coll]
     return {"broadcast": functools.partial(b.comm.broadcast, buf, 0, algorithm),
             "barrier": functools.partial(b.comm.barrier, algorithm=algorithm),
             "all_to_all": functools.partial(b.comm.all_to_all, out, buf, algorithm)}[coll]
 
 
-def rank_main(backend, coll, calls, reps, pin=False, nbytes=8, algorithm="auto"):
+def rank_main(backend, coll, calls, reps, pin=False, nbytes=8, algorithm="auto", syscalls=False, in_place=False):
     from commlib.bench.rank_process import _make_backend
     b = _make_backend(backend)
     if pin:  # rank r on the (r * cores / ranks)-th core of this process's set, for either library
         cpus = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cpus[b.rank * len(cpus) // b.size]})
-    fn = make_call(b, backend, coll, nbytes, algorithm)
+    fn = make_call(b, backend, coll, nbytes, algorithm, in_place)
     pc = time.perf_counter
     for rep in range(reps):
         for _ in range(min(200, calls)):
@@ -89,16 +129,21 @@ def rank_main(backend, coll, calls, reps, pin=False, nbytes=8, algorithm="auto")
         sw0 = context_switches()
         sched0 = schedstat()
         moves0 = placement()[1]
+        ru0 = rusage()
+        counter = SyscallCounter() if syscalls else None
+        b.barrier()
         t_loop = pc()
         for j in range(calls):
             t0 = pc()
             fn()
             ts[j] = pc() - t0
         loop = pc() - t_loop
+        nsys = [x / calls for x in counter.stop()] if counter else []
+        ru = [(b_ - a_) / calls for a_, b_ in zip(ru0, rusage())]
         sw = [(b_ - a_) / calls for a_, b_ in zip(sw0, context_switches())]
         sched = [(b_ - a_) / calls * 1e6 for a_, b_ in zip(sched0, schedstat())]
         cpu, moves = placement()
-        st = b.gather_stats(np.array(ts + [loop] + sw + [cpu, moves - moves0] + sched, np.float64))
+        st = b.gather_stats(np.array(ts + [loop] + sw + [cpu, moves - moves0] + sched + ru + nsys, np.float64))
         if b.rank == 0:
             per = st[:, :calls] * 1e6
             us = lambda xs: "/".join(f"{x:.2f}" for x in xs)  # noqa: E731
@@ -109,7 +154,10 @@ def rank_main(backend, coll, calls, reps, pin=False, nbytes=8, algorithm="auto")
                   f"{us(st[:, calls + 1])}, switched out {us(st[:, calls + 2])}; each rank's core at the end "
                   f"{'/'.join(str(int(c)) for c in st[:, calls + 3])}, moves between cores "
                   f"{'/'.join(str(int(c)) for c in st[:, calls + 4])}; per call: on a core {us(st[:, calls + 5])} us, "
-                  f"runnable but waiting {us(st[:, calls + 6])} us", flush=True)
+                  f"runnable but waiting {us(st[:, calls + 6])} us; user {us(st[:, calls + 7] * 1e6)} us, "
+                  f"system {us(st[:, calls + 8] * 1e6)} us, minor faults {us(st[:, calls + 9])}", flush=True)
+            for k, e in enumerate(SYSCALL_EVENTS if syscalls else ()):
+                print(f"  per call, {e.split(':')[1]}: {us(st[:, calls + 10 + k])}", flush=True)
     close = getattr(b.comm, "close", None)
     if backend == "commlib" and close:
         close()
@@ -127,14 +175,20 @@ def main(argv=None):
     p.add_argument("--pin", action="store_true",
                    help="bind each rank to one core, spread evenly (separates the wait from where the "
                         "scheduler puts the ranks: unpinned, all four may share one core)")
+    p.add_argument("--syscalls", action="store_true",
+                   help="count each rank's syscalls in the timed loop (perf stat tracepoints; root)")
+    p.add_argument("--in-place", action="store_true", help="all_to_all: the output is the input")
     p.add_argument("--rank-main", metavar="BACKEND", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.rank_main:
-        return rank_main(a.rank_main, a.collective, a.calls, a.reps, a.pin, a.bytes, a.algorithm)
+        return rank_main(a.rank_main, a.collective, a.calls, a.reps, a.pin, a.bytes, a.algorithm, a.syscalls,
+                         a.in_place)
     os.system("uptime")
     me = [sys.executable, os.path.abspath(__file__), a.collective, "--calls", str(a.calls), "--reps", str(a.reps),
           "--bytes", str(a.bytes), "--algorithm", a.algorithm]
     me += ["--pin"] if a.pin else []
+    me += ["--syscalls"] if a.syscalls else []
+    me += ["--in-place"] if a.in_place else []
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     for backend in a.backends.split(","):
         if backend == "mpi":

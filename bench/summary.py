@@ -16,7 +16,7 @@ import json
 SCHEMA = "commlib-bench-summary/1"
 FIELDS = ("run", "backend", "transport", "collective", "algorithm", "resolved", "mode", "world_size", "dtype",
           "op", "root", "bytes", "count", "iters", "median_us", "min_us", "max_us", "algbw_GBps", "busbw_GBps",
-          "wrong", "loop_avg_us")
+          "wrong", "loop_avg_us", "cpu_us")
 INTS = ("world_size", "root", "bytes", "count", "iters", "wrong")
 FLOATS = ("median_us", "min_us", "max_us", "algbw_GBps", "busbw_GBps")
 META = ("command", "machine", "config", "world_size", "timing", "backends", "memcpy", "model")
@@ -45,7 +45,7 @@ def write(path, runs, commands):
             w.writerow([name, r["backend"], r["transport"], r["collective"], r["algorithm"], r.get("resolved", ""),
                         r["mode"], r["world_size"], r["dtype"], r["op"], r.get("root", -1), r["bytes"], r["count"],
                         r["iters"], _g(t["median"]), _g(t["min"]), _g(t["max"]), _g(r["algbw_GBps"]),
-                        _g(r["busbw_GBps"]), r["wrong"], _g(t.get("loop_avg"))])
+                        _g(r["busbw_GBps"]), r["wrong"], _g(t.get("loop_avg")), _g(r.get("cpu_us"))])
     with open(path, "w") as f:
         f.write(out.getvalue())
 
@@ -81,5 +81,9 @@ def read(path):
         loop = rec.pop("loop_avg_us", None)
         if loop not in (None, ""):
             rec["time_us"]["loop_avg"] = float(loop)
+        # all ranks' CPU time per call (the sweep's cpu_us), in summaries written from session 21 on
+        cpu = rec.pop("cpu_us", None)
+        if cpu not in (None, ""):
+            rec["cpu_us"] = float(cpu)
         runs[row["run"]]["results"].append(rec)
     return commands, [(n, runs[n]) for n in order]

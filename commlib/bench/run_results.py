@@ -9,7 +9,9 @@ The JSON (``report.validate`` checks it)::
      "backends": {"commlib"|"gloo"|"mpi": {available, transport, library, wrong | reason}},
      "results": [{backend, transport, collective, algorithm, resolved (what auto ran), mode
                   ("out"|"in"), world_size, dtype, op, root, bytes, count, iters, warmup, rounds,
-                  time_us: {median, min, max, loop_avg}, algbw_GBps, busbw_GBps, wrong}],
+                  time_us: {median, min, max, loop_avg}, algbw_GBps, busbw_GBps, cpu_us (all ranks'
+                  CPU time per call), switches: {voluntary, involuntary} (all ranks', per call),
+                  wrong}],
      "memcpy": [{bytes, time_us, GBps}], "model": {"backend/transport/P": {alpha, beta, gamma,
      n, rel_err_median, rel_err_max}}, "tuning": {...} (with --tune)}
 """

@@ -14,7 +14,11 @@ How a time is measured (documented in the report and the README):
    duration; a call's time is the **maximum over ranks** of that call's duration (a collective is
    done when its slowest rank is done);
 3. the row's ``time`` is the **median** of those per-call times (min, max and the loop average,
-   i.e. the slowest rank's total loop time / n as nccl-tests reports, are kept in the JSON).
+   i.e. the slowest rank's total loop time / n as nccl-tests reports, are kept in the JSON);
+4. beside the times, what the calls cost whatever the machine's load: ``cpu_us``, the CPU time
+   (user + system, every thread) of all ranks together per call, and ``switches``, their context
+   switches per call, voluntary (sleeps) and involuntary (preemptions, yields that gave the core)
+   (getrusage around each round's loop; a rank's barrier is outside it).
 
 With ``-c`` every (algorithm, size, mode) gets one more call on fresh data whose result every rank
 compares against a reference computed locally; ``#wrong`` is the number of wrong elements summed
@@ -22,6 +26,7 @@ over ranks.
 """
 from __future__ import annotations
 
+import resource
 import sys
 import time
 
@@ -115,6 +120,12 @@ def _numel(buf):
     if isinstance(buf, np.ndarray):
         return buf.size
     return buf.numel() if hasattr(buf, "numel") else len(buf)  # torch / commlib.emulated
+
+
+def _usage():
+    """(CPU seconds user + system, voluntary switches, involuntary switches) of this process so far."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return np.array([ru.ru_utime + ru.ru_stime, ru.ru_nvcsw, ru.ru_nivcsw], np.float64)
 
 
 def iteration_counts(seconds_per_call, cfg) -> list:
@@ -256,6 +267,7 @@ class Sweep:
         iters = dict(zip(keys, iters))
         times = {k: [] for k in keys}
         loops = {k: 0.0 for k in keys}
+        usage = {k: np.zeros(3) for k in keys}  # _usage() over the timed loops
         rounds = max(1, min(cfg.get("rounds", 2), min(iters.values())))
         for rnd in range(rounds):
             for key in keys:
@@ -266,12 +278,14 @@ class Sweep:
                     fn()
                 b.barrier()
                 ts = [0.0] * k_iters
+                u0 = _usage()
                 t_loop = pc()
                 for j in range(k_iters):
                     t0 = pc()
                     fn()
                     ts[j] = pc() - t0
                 loops[key] += pc() - t_loop
+                usage[key] += _usage() - u0
                 times[key] += ts
         wrong = {k: 0 for k in keys}
         if ref is not None:
@@ -282,14 +296,14 @@ class Sweep:
                 wrong[key] = ref.wrong(bufs[key[1]], key[0].partition("+")[2])
         vec = []
         for key in keys:
-            vec += times[key] + [loops[key], wrong[key]]
+            vec += times[key] + [loops[key], wrong[key]] + list(usage[key])
         stats = b.gather_stats(np.array(vec, np.float64))
         out = {a: {m: None for m in ms if (a, m) in refused} for a in algos}
         start = 0
         for algo, mode in keys:
             n = iters[(algo, mode)]
-            blk = stats[:, start:start + n + 2]
-            start += n + 2
+            blk = stats[:, start:start + n + 5]
+            start += n + 5
             per_call = blk[:, :n].max(axis=0) if n else np.zeros(1)
             wrong_sum = int(blk[:, n + 1].sum())
             self.wrong_total += wrong_sum
@@ -304,6 +318,10 @@ class Sweep:
                             "max": float(per_call.max()) * 1e6,
                             "loop_avg": float(blk[:, n].max()) / max(n, 1) * 1e6},
                 "algbw_GBps": algbw, "busbw_GBps": busbw,
+                # every rank's usage summed, per call
+                "cpu_us": float(blk[:, n + 2].sum()) / max(n, 1) * 1e6,
+                "switches": {"voluntary": float(blk[:, n + 3].sum()) / max(n, 1),
+                             "involuntary": float(blk[:, n + 4].sum()) / max(n, 1)},
                 "wrong": wrong_sum if ref is not None else None,
             }
             if hasattr(b, "ran_path"):  # the device bench: the path the calls ran on

@@ -181,6 +181,13 @@ class Communicator {
   // Execution state (touched only by the thread currently executing a call).
   PlanCache plans_;  // COMMLIB_ALGO_<COLLECTIVE> read at creation, the host map, the plans
   std::vector<ExecOp> ops_;
+  // An in-place all_to_all's receives landed in scratch, copied to the output after the step (lowering.cc).
+  struct Landed {
+    char* dst;
+    const char* from;
+    size_t bytes;
+  };
+  std::vector<Landed> landed_;
   std::unique_ptr<char[], void (*)(void*)> scratch_{nullptr, std::free};
   size_t scratch_bytes_ = 0;
   std::unique_ptr<char[], void (*)(void*)> input_copy_{nullptr, std::free};

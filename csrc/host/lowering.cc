@@ -1,6 +1,8 @@
 // Step lowering: a planned schedule's regions become buffer addresses (input, output, scratch) and
 // each step runs on the executor; also the point-to-point batch and the buffers the communicator
 // owns (scratch, the private input copy).
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,9 +22,25 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The communicator's own buffers (scratch, the private input copy) are what peers read with
+// single-copy reads when a schedule sends from them (an in-place all_to_all of several steps sends
+// every block from the input copy). From 2 MiB on they are whole 2 MiB pages, aligned and marked for
+// transparent huge pages (the machines run THP in "madvise" mode): process_vm_readv of a block on
+// 4 KiB pages walks and pins every page and copies slower (an in-place 16 MiB direct all_to_all on
+// 4 ranks, every block read from this copy as it then was: 20.9 -> 13.5 ms of CPU a call for the
+// four ranks with huge pages, bench/RESULTS_collectives.md, session 21). Where THP is off the hint
+// does nothing.
+constexpr size_t kHugePage = size_t{2} << 20;
+
 char* aligned_alloc_bytes(size_t bytes) {
   void* p = nullptr;
-  if (posix_memalign(&p, 64, bytes ? bytes : 64)) throw std::bad_alloc();
+  if (bytes < kHugePage) {
+    if (posix_memalign(&p, 64, bytes ? bytes : 64)) throw std::bad_alloc();
+    return static_cast<char*>(p);
+  }
+  const size_t whole = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  if (posix_memalign(&p, kHugePage, whole)) throw std::bad_alloc();
+  madvise(p, whole, MADV_HUGEPAGE);  // a hint: failure (no THP) leaves ordinary pages
   return static_cast<char*>(p);
 }
 
@@ -101,7 +119,16 @@ void Communicator::run_collective(const CollectiveCall& call, uint64_t seq) {
     char* in = reinterpret_cast<char*>(call.input);
     char* out = reinterpret_cast<char*>(call.output);
     const InputStaging staging = input_staging(call, rank_, size_);
-    if (staging.kind != InputStaging::None) {
+    // An in-place all_to_all of one step (direct) sends from the caller's buffer itself and lands
+    // its receives in scratch, copied over the buffer once the step is done (by then every peer has
+    // read this rank's blocks): per rank (P-1) blocks received and copied back instead of the whole
+    // buffer copied, every block received and its own block copied (16 MiB on 4 ranks: 24 MiB moved
+    // instead of 32). On a failure mid-step the caller's buffer is left as it was.
+    const bool land_in_scratch = staging.kind == InputStaging::Copy && call.coll == Collective::AllToAll &&
+                                 !call.codec.active() && sched.steps.size() == 1 && sched.scratch_count == 0;
+    char* landing = land_in_scratch ? scratch(static_cast<size_t>(call.count) * esize * (size_ - 1)) : nullptr;
+    landed_.clear();
+    if (staging.kind != InputStaging::None && !land_in_scratch) {
       char* buf = input_copy(staging.elements * esize);
       if (staging.kind == InputStaging::Scale)
         scale_copy(buf, in, staging.elements, call.dtype, call.scale);
@@ -129,9 +156,15 @@ void Communicator::run_collective(const CollectiveCall& call, uint64_t seq) {
           e.dst = resolve(op.dst);
           if (op.kind == OpKind::Copy || op.kind == OpKind::Reduce || reduces_from_src(op)) e.src = resolve(op.src);
         }
+        if (landing && op.kind == OpKind::Recv) {
+          landed_.push_back({e.dst, landing, e.bytes});
+          e.dst = landing;
+          landing += e.bytes;
+        }
         ops_.push_back(e);
       }
       exec_.run_step(ops_, call.dtype, call.op, desc);
+      for (const Landed& l : landed_) std::memcpy(l.dst, l.from, l.bytes);
     }
 
     if (avg_divides(call, rank_)) divide_inplace(out, static_cast<size_t>(call.count), call.dtype, size_);

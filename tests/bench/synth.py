@@ -22,7 +22,8 @@ def record(backend, coll, alg, mode, size, P, seconds, resolved=None, wrong=0):
             "dtype": "float32", "op": "sum", "root": 0 if coll in C.ROOTED else -1, "bytes": size,
             "count": size // 4, "iters": 5, "warmup": 1,
             "time_us": {"median": us, "min": us * 0.9, "max": us * 1.3, "loop_avg": us * 1.05},
-            "algbw_GBps": algbw, "busbw_GBps": busbw, "wrong": wrong}
+            "algbw_GBps": algbw, "busbw_GBps": busbw, "wrong": wrong, "cpu_us": us * P * 0.9,
+            "switches": {"voluntary": 0.5, "involuntary": 2.0}}
 
 
 def data(P=4, sizes=(8, 1024, 65536, 1 << 20), collectives=tuple(ALGOS), mpi=True):

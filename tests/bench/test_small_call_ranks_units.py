@@ -58,3 +58,14 @@ def test_schedstat_counts_time_on_a_core():
         x = x * 1.0000001  # some work on the core
     run1, wait1 = scr.schedstat()
     assert run1 > run0 and wait1 >= wait0
+
+
+def test_in_place_all_to_all_passes_one_buffer():
+    b = FakeBackend(4)
+    scr.make_call(b, "commlib", "all_to_all", 1 << 20, "direct", in_place=True)()
+    (name, (out, inp, algo), _), = b.comm.calls
+    assert name == "all_to_all" and out is inp and algo == "direct"
+    b.MPI = type("MPI", (), {"IN_PLACE": object()})
+    scr.make_call(b, "mpi", "all_to_all", 1 << 20, "x", in_place=True)()
+    (name, (send, recv), _) = b.comm.calls[-1]
+    assert name == "Alltoall" and send is b.MPI.IN_PLACE and recv.nbytes == 1 << 20

@@ -29,6 +29,7 @@ def test_summary_round_trip_keeps_what_the_reports_use(tmp_path):
                 assert s[k] == r[k], k
             assert s["time_us"]["median"] == r["time_us"]["median"]  # exact: digits must not flip
             assert s["time_us"]["loop_avg"] == r["time_us"]["loop_avg"]  # the throughput beside it
+            assert s["cpu_us"] == r["cpu_us"]  # and what the call cost, whatever the load
     assert report.comparison(report.merged_records([d for _, d in back])) == \
         report.comparison(report.merged_records([d for _, d in runs]))
 

@@ -57,8 +57,9 @@ class ScriptedBackend(Backend):
         v = np.asarray(vec, np.float64)
         if v.size == 1:  # the warm-up estimates: both ranks alike
             return np.stack([v, v])
-        # per shape: n call times, the loop time, #wrong (one shape here)
-        n = v.size - 2
+        # per shape: n call times, the loop time, #wrong, CPU seconds, voluntary and involuntary
+        # switches (one shape here); rank 1 used what rank 0 did
+        n = v.size - 5
         other = v.copy()
         other[:n] = v[:n][::-1]
         other[n] = v[n] * 1.5  # rank 1's loop took longer: the loop average is the slowest rank's
@@ -69,6 +70,8 @@ def run(name, monkeypatch, iters=12, rounds=3):
     clock = FakeClock()
     monkeypatch.setattr(sweep_mod.time, "perf_counter", clock)
     b = ScriptedBackend(name, clock)
+    # this process's usage so far: each call 1 ms of CPU, one sleep and two preemptions
+    monkeypatch.setattr(sweep_mod, "_usage", lambda: np.array([1e-3, 1, 2], np.float64) * b.calls)
     cfg = {"collectives": ["broadcast"], "sizes": [1 << 20], "dtype": "float32", "op": "sum", "root": 0,
            "iters": iters, "min_time": 0.0, "max_iters": iters, "warmup": 2, "check": False,
            "rounds": rounds, "modes": [C.COMPARE_MODE["broadcast"]], "algorithms": ["all"]}
@@ -98,6 +101,9 @@ def test_a_calls_time_is_its_slowest_rank_and_the_row_the_median(name, monkeypat
     assert rec["time_us"]["min"] == pytest.approx(per_call.min() * 1e6)
     assert rec["time_us"]["max"] == pytest.approx(per_call.max() * 1e6)
     assert rec["time_us"]["loop_avg"] == pytest.approx(mine.sum() * 1.5 / n * 1e6)
+    # usage over the timed loops only (not the warm-ups or re-warm calls), both ranks' summed, per call
+    assert rec["cpu_us"] == pytest.approx(2 * 1e3)
+    assert rec["switches"] == pytest.approx({"voluntary": 2.0, "involuntary": 4.0})
 
 
 @pytest.mark.parametrize("name", ["commlib", "mpi"])
@@ -112,3 +118,4 @@ def test_commlib_and_mpi_rows_are_timed_by_the_same_rule(monkeypatch):
     a, _ = run("commlib", monkeypatch)
     m, _ = run("mpi", monkeypatch)
     assert a["time_us"] == m["time_us"] and a["iters"] == m["iters"] and a["rounds"] == m["rounds"]
+    assert a["cpu_us"] == m["cpu_us"] and a["switches"] == m["switches"]

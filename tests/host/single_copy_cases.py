@@ -57,6 +57,28 @@ def changing_buffers(comm, rounds=6):
     return failures
 
 
+def in_place_all_to_all_growing(comm):
+    """In-place all_to_all on buffers that grow across 2 MiB to sizes that are no multiple of it,
+    with values that change every call (csrc/host/lowering.cc): `direct` sends from the caller's
+    buffer and lands its receives in the communicator's scratch, copied back after the step;
+    `pairwise` (several steps) sends from the private input copy. Both from 2 MiB on use whole
+    2 MiB huge pages. Every result exact, never an earlier call's or a neighbour's."""
+    P, r = comm.size, comm.rank
+    failures = []
+    for i, block in enumerate((70_001, 400_003, 70_001, 1_100_009, 600_011)):
+        for algorithm in ("direct", "pairwise"):
+            ramp = np.arange(block, dtype=np.float32)
+            x = np.empty(P * block, np.float32)
+            for q in range(P):  # block q goes to rank q: value = 1000*call + 10*sender + q, plus the ramp
+                x[q * block:(q + 1) * block] = ramp + (1000 * i + 10 * r + q)
+            comm.all_to_all(x, x, algorithm=algorithm)
+            want = np.concatenate([ramp + (1000 * i + 10 * q + r) for q in range(P)])
+            if not np.array_equal(x, want):
+                failures.append(f"in-place {algorithm} all_to_all call {i} ({block} a block) rank {r}: "
+                                f"wrong at {int(np.argmax(x != want))} of {x.size}")
+    return failures
+
+
 def sender_dies_after_publishing(comm, victim, collective="broadcast"):
     """``victim`` runs a large broadcast or all_to_all (its buffer's address goes to its peers in
     rendezvous chunks) and is SIGKILLed while it waits for their reads; the peers join the call only

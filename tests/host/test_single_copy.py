@@ -2,7 +2,8 @@
 reads"): the collective matrix's small and awkward counts with them forced on for every message of
 8 bytes or more, on 5 ranks (2 cores: oversubscribed; the ~1M-element counts run single-copy in
 test_collectives.py's test_single_copy_rendezvous, and with the tuning file's crossovers in the
-default matrix), forced off, buffers that change between calls, and a sender that dies after
+default matrix), forced off, buffers that change between calls, in-place all_to_all (direct: received
+into scratch and copied back; pairwise: sent from the core's own input copy) on growing buffers, and a sender that dies after
 publishing its buffer's address."""
 import pytest
 
@@ -44,6 +45,12 @@ def test_all_to_all_matrix_with_single_copy_forced_at_every_world_size(pool, siz
 @pytest.mark.parametrize("size,env", [(5, FORCED), (3, {"COMMLIB_CMA": "1"}), (3, {"COMMLIB_CMA": "0"})])
 def test_buffers_that_change_between_calls(pool, size, env):
     assert pool(size, env=env).run(sc.changing_buffers, timeout=120) == [[]] * size
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("size,env", [(4, FORCED), (3, {"COMMLIB_CMA": "0"})])
+def test_in_place_all_to_all_on_growing_buffers(pool, size, env):
+    assert pool(size, env=env).run(sc.in_place_all_to_all_growing, timeout=150) == [[]] * size
 
 
 def test_forced_off_says_why(pool):
