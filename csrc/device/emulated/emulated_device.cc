@@ -161,7 +161,8 @@ void EmulatedStream::run() {
 // Device
 
 EmulatedDevice::EmulatedDevice(int index, int64_t delay_us, int connections, unsigned resident_blocks)
-    : index_(index), delay_us_(delay_us), resident_limit_(resident_blocks) {
+    : index_(index), delay_us_(delay_us), resident_limit_(resident_blocks), identity_(emulated_identity(index)),
+      residency_(resident_blocks ? std::make_unique<EmulatedResidency>(identity_, resident_blocks) : nullptr) {
   for (int i = 0; i < connections; ++i) hardware_queues_.push_back(std::make_shared<HardwareQueue>());
   // Every allocation keeps a memfd open (so peers can import it): raise the soft fd limit.
   rlimit rl{};
