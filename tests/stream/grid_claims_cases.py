@@ -41,7 +41,7 @@ def two_jobs(comm, iterations):
     every rank closed)."""
     before = counts()
     with on_device(DEVICE), overridden(KERNEL_SETTINGS):
-        sub = comm.split(comm.rank // 2, timeout=60)
+        sub = comm.split(comm.rank // 2, timeout=30)
         ok, grant, path, error = True, None, None, None
         try:
             for i in range(iterations):
