@@ -56,6 +56,15 @@ void bind_grid_claims(py::module_& m) {
       "\"emulated:[<COMMLIB_EMULATED_MACHINE>:]<index>\" on the emulated device).");
   m.def("shared_ledger_exists", &shared_ledger_exists, py::arg("name"), "Whether /dev/shm/<name> exists.");
   m.def(
+      "emulated_enter_resident",
+      [](EmulatedDevice& d) {
+        py::gil_scoped_release nogil;  // waits while the device is full
+        d.enter_resident();
+      },
+      py::arg("device"), "A place on the device as a kernel-path block takes it (waits while it is full; tests).");
+  m.def("emulated_leave_resident", &EmulatedDevice::leave_resident, py::arg("device"),
+        "Gives a place taken by emulated_enter_resident back (tests).");
+  m.def(
       "emulated_residency",
       [](EmulatedDevice& d) -> py::tuple {
         const EmulatedResidency* r = d.residency();

@@ -9,9 +9,14 @@
 //    divided among the ranks sharing it, capped by each process's own limit. Launches use at most
 //    the budget (the grid is sized to fit); a budget of 0 for some rank refuses the kernel path on
 //    every rank (COMMLIB_DEVICE_PATH=kernel raises, auto takes the copy path), naming why.
+//  - that budget is one communicator's view: every engine then claims its grid in the device-wide
+//    budget every process using the device shares (claim_grid, grid_claims.h), so communicators
+//    whose ranks are other processes on the same device (two jobs) hold disjoint places: the
+//    later one sizes itself to what is left, or refuses naming the claims;
 //  - two engines (communicators) of one process on one device never run their kernels at once
 //    (LaunchChain): each launch waits for the previous kernel-path launch of the other engines of
-//    the device, so the grids never share the device's places. Ranks whose processes enqueue two
+//    the device, so the grids never share the device's places (and the claims of communicators
+//    on the same processes do not count against each other). Ranks whose processes enqueue two
 //    communicators' collectives in different orders still deadlock (as with NCCL): the order of
 //    calls across communicators must agree.
 #pragma once

@@ -27,7 +27,6 @@ EmulatedStream& emu(DeviceStream& s) { return static_cast<EmulatedStream&>(s); }
 
 }  // namespace
 
-// ---------------------------------------------------------------------------------------------
 // Streams
 
 EmulatedStream::EmulatedStream(int64_t delay_us, std::shared_ptr<HardwareQueue> queue)
@@ -157,7 +156,6 @@ void EmulatedStream::run() {
   }
 }
 
-// ---------------------------------------------------------------------------------------------
 // Device
 
 EmulatedDevice::EmulatedDevice(int index, int64_t delay_us, int connections, unsigned resident_blocks)
