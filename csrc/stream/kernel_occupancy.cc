@@ -132,7 +132,15 @@ void claim_grid(const std::vector<std::string>& fields, const std::vector<bool>&
     r.comm = all.front().nonce;
     r.per_rank = std::min(std::min(first.device_blocks / n, first.client_blocks), use ? use : first.device_blocks);
     for (size_t p : ranks) r.pids.push_back(all[p].pid);
-    const GridGrant g = claims.claim(r);
+    GridGrant g;
+    try {
+      g = claims.claim(r);
+    } catch (const std::runtime_error& e) {  // no ledger (/dev/shm unwritable, a name taken): no budget to hold
+      budget.fits = false;
+      budget.why = "the device-wide grid budget of " + id + " cannot be kept (" + e.what() +
+                   "): without it, communicators in other processes on the device could deadlock this one's kernels";
+      return;
+    }
     if (std::find(ranks.begin(), ranks.end(), static_cast<size_t>(rank)) != ranks.end())
       budget.blocks = std::min(budget.blocks ? budget.blocks : g.per_rank, g.per_rank);
     if (g.per_rank) {

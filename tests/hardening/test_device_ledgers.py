@@ -3,7 +3,8 @@ kernel path's device-wide grid budget, the emulated device's resident blocks) ag
 crashed or hostile process of the same user leaves there: a ledger full of garbage (entries of
 processes that do not run, counts past the table) is reclaimed by the next claim, which gets the
 whole device, and the ledger is gone once that claim is released; a ledger at the path that is
-too short is grown, not read past its end. Nothing is left in /dev/shm."""
+too short is grown, not read past its end; a path that cannot be a ledger (a directory there) is
+an error naming it, not a claim made without one. Nothing is left in /dev/shm."""
 import os
 import uuid
 
@@ -36,3 +37,15 @@ def test_a_garbage_ledger_is_reclaimed_and_removed(size):
         if os.path.exists(path):
             os.unlink(path)
             pytest.fail(f"{path} was left behind")
+
+
+@pytest.mark.timeout(60)
+def test_a_path_that_cannot_be_a_ledger_is_an_error_naming_it():
+    device = _device()
+    path = "/dev/shm/" + _C.grid_claims(device)["ledger"]
+    os.mkdir(path)
+    try:
+        with pytest.raises(RuntimeError, match="cannot open " + path):
+            _C.GridClaims().claim(device, 10, 1, 1, [os.getpid()])
+    finally:
+        os.rmdir(path)

@@ -124,3 +124,21 @@ def dead_claimant_reclaimed(comm, capacity):
         setup = with_settings(comm, KERNEL_SETTINGS, _setup)
     comm.barrier()
     return got, setup, delta(before, counts()), ledgers_left()
+
+
+def no_ledger(comm):
+    """A directory where the device's ledger would be (/dev/shm unusable for it): the kernel path
+    refuses, naming the ledger, rather than run without the budget. Returns (the refusal, ledgers left)."""
+    path = "/dev/shm/" + emu.grid_claims(DEVICE)["ledger"]
+    if comm.rank == 0:
+        os.mkdir(path)
+    comm.barrier()
+    try:
+        with on_device(DEVICE):
+            refusal = with_settings(comm, KERNEL_SETTINGS, _setup)
+    finally:
+        comm.barrier()
+        if comm.rank == 0:
+            os.rmdir(path)
+    comm.barrier()
+    return refusal, ledgers_left()

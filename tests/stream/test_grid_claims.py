@@ -12,7 +12,8 @@ budget (csrc/stream/grid_claims.h). Rank side in grid_claims_cases.py.
 * a device whose budget has no block per rank left (another job holds 9 of 10): the kernel path
   refuses with an error that names the device and the claims, auto takes the copy path; after the
   other job releases, the kernel path runs;
-* a claimant killed without releasing: the next set-up reclaims its blocks."""
+* a claimant killed without releasing: the next set-up reclaims its blocks;
+* no ledger to be had (a directory at its path): the kernel path refuses, naming it."""
 import os
 import sys
 import uuid
@@ -67,3 +68,11 @@ def test_a_dead_claimants_blocks_are_reclaimed(pool):
         assert (counted["claims"], counted["releases"], counted["refused"]) == (1, 1, 0), out
         assert left == [], out
     assert sum(c["reclaimed"] for _, _, c, _ in out) == 1, out  # the first claim after the death
+
+
+@pytest.mark.timeout(240)
+def test_a_device_without_a_ledger_refuses_the_kernel_path_naming_it(pool):
+    for refusal, left in pool(2, env=ENV).run(cases.no_ledger, timeout=200):
+        assert isinstance(refusal, str) and "grid budget of emulated:" in refusal and "cannot be kept" in refusal, refusal
+        assert "cannot open /dev/shm/commlib-grid-" in refusal, refusal
+        assert left == [], left
