@@ -129,7 +129,8 @@ def dead_claimant_reclaimed(comm, capacity):
 def no_ledger(comm):
     """A directory where the device's ledger would be (/dev/shm unusable for it): the kernel path
     refuses, naming the ledger, rather than run without the budget. Returns (the refusal, ledgers left)."""
-    path = "/dev/shm/" + emu.grid_claims(DEVICE)["ledger"]
+    path = "/dev/shm/" + emu.grid_claims(DEVICE)["ledger"]  # (reads the ledger where it exists: before the mkdir)
+    comm.barrier()
     if comm.rank == 0:
         os.mkdir(path)
     comm.barrier()
@@ -137,8 +138,10 @@ def no_ledger(comm):
         with on_device(DEVICE):
             refusal = with_settings(comm, KERNEL_SETTINGS, _setup)
     finally:
-        comm.barrier()
-        if comm.rank == 0:
-            os.rmdir(path)
+        try:
+            comm.barrier()
+        finally:  # never left behind, whatever the set-up did
+            if comm.rank == 0:
+                os.rmdir(path)
     comm.barrier()
     return refusal, ledgers_left()
