@@ -68,6 +68,11 @@ bool same_processes(const Entry& e, const std::vector<int32_t>& pids) {
   return e.ranks == pids.size() && std::equal(pids.begin(), pids.end(), e.pids);
 }
 
+// Whether every process of `pids` (sorted) holds a rank of `e` on the device.
+bool covers(const Entry& e, const std::vector<int32_t>& pids) {
+  return e.ranks <= kRanks && std::includes(e.pids, e.pids + e.ranks, pids.begin(), pids.end());
+}
+
 }  // namespace
 
 uint64_t random_claim_key() {
@@ -106,10 +111,17 @@ GridGrant GridClaims::claim(const GridClaimRequest& r) {
         if (!mine && !e.comm) mine = &e;
       if (!mine) throw std::runtime_error(r.device + ": more than 64 communicators claim its blocks");
       const unsigned left = r.capacity > g.claimed_by_others ? r.capacity - g.claimed_by_others : 0;
+      unsigned per_rank = std::min<unsigned>(r.per_rank, left / static_cast<unsigned>(pids.size()));
+      // Within an entry whose processes include all of this one's (a subgroup of a communicator
+      // whose engine lives on the same ranks' processes), up to that entry's blocks per rank add no
+      // place: each process runs one engine's kernel at a time (LaunchChain).
+      for (const Entry& e : t.entries)
+        if (e.comm && e.comm != r.comm && covers(e, pids))
+          per_rank = std::max(per_rank, std::min<unsigned>(r.per_rank, e.per_rank));
       *mine = Entry{};
       mine->comm = r.comm;
       mine->ranks = static_cast<uint32_t>(pids.size());
-      mine->per_rank = std::min<unsigned>(r.per_rank, left / mine->ranks);
+      mine->per_rank = per_rank;
       std::copy(pids.begin(), pids.end(), mine->pids);
     }
     bool holding = false;

@@ -11,9 +11,11 @@
 //    the device, from what other communicators left; the others find that entry and join it. So
 //    every rank of a communicator sees the same grant with no second exchange, and a rank also
 //    claims on the devices of its peers (the one-sided grid is the least grant of them all);
-//  - a communicator whose every rank on the device lives in a process that also holds a rank of
-//    another communicator's entry (the same set of processes) does not count that entry: each
-//    process runs one engine's kernel at a time (LaunchChain), so the two are never resident at once;
+//  - each process runs one engine's kernel at a time (LaunchChain), so at most the largest grant of
+//    a process's engines is resident per process: a communicator on exactly the processes of
+//    another's entry does not count that entry, and one whose processes all hold a rank of
+//    another's entry (a subgroup beside its parent's engine) may take up to that entry's blocks
+//    per rank whatever is left;
 //  - the grant is the communicator's share (its own ranks' division, within what a launch can use)
 //    or what is left, divided equally; 0 when not even a block per rank is left (the kernel path
 //    then refuses, naming the claims, or auto takes the copy path);

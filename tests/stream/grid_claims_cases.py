@@ -145,3 +145,29 @@ def no_ledger(comm):
                 os.rmdir(path)
     comm.barrier()
     return refusal, ledgers_left()
+
+
+def subgroups_beside_their_parent(comm, iterations):
+    """All four ranks' communicator (2 blocks per rank of 10) keeps its engine while its halves
+    (ranks 0-1, 2-3: each its own communicator, the same processes) set up theirs: each half's
+    processes run one engine's kernel at a time, so a half may take the parent's 2 per rank though
+    the parent and the first half left fewer than that. Calls alternate between the parent and
+    the half. Returns (every result right, the parent's grant, the half's, both paths)."""
+    with on_device(DEVICE), overridden(KERNEL_SETTINGS):
+        parent = comm.split(0, timeout=30)
+        half = None
+        try:
+            ok = True
+            for i in range(iterations):
+                for c in (parent, half) if half is not None else (parent,):
+                    x = emu.from_numpy(np.full(SPLIT_COUNT, c.rank + 1 + i, np.float32))
+                    c.all_reduce(x)
+                    ok = ok and bool((x.numpy() == sum(r + 1 + i for r in range(c.size))).all())
+                if half is None:
+                    half = parent.split(parent.rank // 2, timeout=30)
+            return (ok, _engine(parent).kernel_grid_budget(), _engine(half).kernel_grid_budget(),
+                    _engine(parent).last_path(), _engine(half).last_path())
+        finally:
+            if half is not None:
+                half.close()
+            parent.close()

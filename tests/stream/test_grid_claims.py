@@ -13,7 +13,9 @@ budget (csrc/stream/grid_claims.h). Rank side in grid_claims_cases.py.
   refuses with an error that names the device and the claims, auto takes the copy path; after the
   other job releases, the kernel path runs;
 * a claimant killed without releasing: the next set-up reclaims its blocks;
-* no ledger to be had (a directory at its path): the kernel path refuses, naming it."""
+* no ledger to be had (a directory at its path): the kernel path refuses, naming it;
+* halves of a communicator beside its live engine (the same processes): 2 blocks per rank each
+  (without the rule that a process runs one engine at a time, the second half had none left)."""
 import os
 import sys
 import uuid
@@ -76,3 +78,9 @@ def test_a_device_without_a_ledger_refuses_the_kernel_path_naming_it(pool):
         assert isinstance(refusal, str) and "grid budget of emulated:" in refusal and "cannot be kept" in refusal, refusal
         assert "cannot open /dev/shm/commlib-grid-" in refusal, refusal
         assert left == [], left
+
+
+@pytest.mark.timeout(240)
+def test_a_subgroup_beside_its_parents_engine_takes_the_parents_grant(pool):
+    out = pool(4, env=ENV).run(cases.subgroups_beside_their_parent, 10, timeout=200)
+    assert out == [(True, 2, 2, "kernel", "kernel")] * 4, out
