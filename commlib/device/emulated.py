@@ -91,6 +91,24 @@ def rule_counts() -> dict:
     return _C.emulated_rule_counts()
 
 
+def grid_claims(device_index: Optional[int] = None) -> dict:
+    """The device-wide grid budget of emulated device ``device_index`` (issue #38, item 4;
+    ``csrc/stream/grid_claims.h``): the kernel path's claims on the device's resident blocks that
+    this process made (``claims``), released (``releases``), was refused (``refused``: granted no
+    block) and reclaimed from dead processes (``reclaimed``); the shared ledger's entries now
+    (``entries``: communicator key, blocks per rank, ranks, live holders, every process's) and its
+    /dev/shm name (``ledger``). The device is shared by every process with the same index and
+    COMMLIB_EMULATED_MACHINE, as a GPU by the processes using it."""
+    return _C.grid_claims(_C.physical_id(device(device_index)))
+
+
+def residency(device_index: Optional[int] = None) -> tuple:
+    """(the /dev/shm name of the ledger of its resident blocks, COMMLIB_EMULATED_RESIDENT_BLOCKS,
+    places of dead processes this process reclaimed) of emulated device ``device_index``; ('', 0,
+    0) without a limit. The ledger exists only while some block is resident."""
+    return _C.emulated_residency(device(device_index))
+
+
 class Stream:
     """An ordered queue of device work, executed by its own host thread."""
 

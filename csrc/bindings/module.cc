@@ -12,6 +12,7 @@ void bind_core_api(pybind11::module_& m);          // bindings/core_api.cc: the 
 void bind_kernel_trace(pybind11::module_& m);      // bindings/kernel_trace_bindings.cc (after bind_device)
 void bind_device_codecs(pybind11::module_& m);     // bindings/device_codec_bindings.cc (after bind_device)
 void bind_device_cost(pybind11::module_& m);       // bindings/device_cost_bindings.cc: device auto's cost model
+void bind_grid_claims(pybind11::module_& m);       // bindings/grid_claims_bindings.cc (after bind_device)
 }  // namespace commlib
 
 PYBIND11_MODULE(_C, m) {
@@ -36,5 +37,6 @@ PYBIND11_MODULE(_C, m) {
   commlib::bind_sim(m);
   commlib::bind_device_plan(m);
   commlib::bind_device_cost(m);
+  commlib::bind_grid_claims(m);
   commlib::bind_core_api(m);
 }

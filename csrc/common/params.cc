@@ -91,9 +91,13 @@ const std::vector<Param> kParams = {
      "hardware queues an emulated device's streams share, as CUDA_DEVICE_MAX_CONNECTIONS (1..32): "
      "operations of streams on one queue run in enqueue order, so a blocked wait holds up the others", 1, 32},
     {"COMMLIB_EMULATED_RESIDENT_BLOCKS", "int", "0",
-     "blocks of the kernel executor an emulated device holds resident at once (0: no limit), as a GPU's "
-     "occupancy: blocks beyond it wait until resident ones finish; the kernel path sizes its grid to fit it "
-     "beside the other ranks on the device, or refuses", 0, 4096},
+     "blocks of the kernel executor an emulated device holds resident at once, all processes using it together "
+     "(0: no limit), as a GPU's occupancy: blocks beyond it wait until resident ones finish; the kernel path sizes "
+     "its grid to fit it beside the other ranks and communicators on the device, or refuses", 0, 4096},
+    {"COMMLIB_EMULATED_MACHINE", "name", "",
+     "the machine emulated devices belong to: processes with the same machine and device index share one "
+     "emulated device's resident blocks and grid budget, as processes on one GPU (unset: every process of this "
+     "user; the tests give each rank pool its own)"},
     {"COMMLIB_EMULATED_SMS", "int", "4",
      "multiprocessors an emulated device reports (1..256), as cudaDevAttrMultiProcessorCount: a one-sided "
      "kernel-path launch takes at most a block per SM (each block a host thread), read when an engine is made",

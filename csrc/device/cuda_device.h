@@ -69,7 +69,7 @@ class CudaDevice final : public Device {
   unsigned plan_blocks(unsigned wanted) const override;  // kernels/cuda_plan_kernel.cu
   Residency plan_residency() const override;  // cuda_device_ranges.cc
   unsigned multiprocessors() const override;  // cuda_device_ranges.cc
-  std::string physical_id() const override;                          // the PCI bus id
+  std::string physical_id() const override;                          // the GPU's UUID
   void launch_plan(const kexec::PlanLaunch& launch, unsigned blocks, DType dtype, RedOp op, bool reduces,
                    DeviceStream& stream) override;
 

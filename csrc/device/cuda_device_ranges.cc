@@ -3,6 +3,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 
@@ -65,10 +66,17 @@ Device::Residency CudaDevice::plan_residency() const {
   return r;
 }
 
+// The GPU's UUID, as nvidia-smi prints it: the same in every process whatever CUDA_VISIBLE_DEVICES
+// orders, and a MIG instance's own (a PCI bus id is its GPU's, whose SMs the instances split). The
+// device-wide grid budget's ledger is named by it (stream/grid_claims.h).
 std::string CudaDevice::physical_id() const {
-  char bus[32] = {0};
-  cuda_check(cudaDeviceGetPCIBusId(bus, sizeof bus, index_), "cudaDeviceGetPCIBusId");
-  return std::string("cuda-pci:") + bus;
+  cudaDeviceProp prop{};
+  cuda_check(cudaGetDeviceProperties(&prop, index_), "cudaGetDeviceProperties");
+  const auto* b = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
+  char id[64];
+  std::snprintf(id, sizeof id, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+                b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  return std::string("cuda-uuid:") + id;
 }
 
 }  // namespace commlib

@@ -255,8 +255,9 @@ class Device {
   // COMMLIB_EMULATED_SMS, read when asked): the one-sided kernel's grid is at most this, a block per
   // SM (stream/kernel_occupancy.h). 0: unknown (the grid then stays within kexec::kMaxBlocks).
   virtual unsigned multiprocessors() const { return 0; }
-  // An identity of the physical device shared by every process using it (the PCI bus id on CUDA,
-  // "emulated:N" here): ranks with the same one share its resident blocks.
+  // An identity of the physical device shared by every process using it (the GPU's UUID on CUDA,
+  // "emulated:[<machine>:]N" on the emulated device): ranks with the same one share its resident
+  // blocks, and the device-wide grid budget's ledger is named by it (stream/grid_claims.h).
   virtual std::string physical_id() const { return name(); }
   // Enqueues the kernel executor (kernels/plan_kernel.cuh) over `blocks` blocks, with the element
   // functor of (dtype, op) when the plan reduces.

@@ -1,12 +1,15 @@
 // The kernel path's grid beside the other ranks' (see kernel_occupancy.h).
 #include "stream/kernel_occupancy.h"
 
-#include "common/params.h"
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <stdexcept>
+
+#include "common/params.h"
 
 namespace commlib {
 
@@ -31,18 +34,20 @@ std::string unhex(const std::string& s) {
 }
 
 struct Parsed {
-  unsigned device_blocks = 0, client_blocks = 0, sms = 0;
+  unsigned device_blocks = 0, client_blocks = 0, sms = 0, max_launch = 0;
+  int32_t pid = 0;
+  uint64_t nonce = 0;
   std::string id;
 };
 
 Parsed parse(const std::string& f, size_t rank) {
-  const size_t a = f.find('.'), b = a == std::string::npos ? a : f.find('.', a + 1),
-               c = b == std::string::npos ? b : f.find('.', b + 1);
-  if (c == std::string::npos || f.find_first_not_of("0123456789abcdef.") != std::string::npos)
+  std::vector<std::string> parts;
+  for (size_t at = 0, c = 0; c != std::string::npos; at = c + 1) parts.push_back(f.substr(at, (c = f.find('.', at)) - at));
+  if (parts.size() != 7 || f.find_first_not_of("0123456789abcdef.") != std::string::npos)
     throw std::invalid_argument("kernel path: malformed residency of rank " + std::to_string(rank) + ": '" + f + "'");
-  return Parsed{static_cast<unsigned>(std::stoul(f.substr(0, a))),
-                static_cast<unsigned>(std::stoul(f.substr(a + 1, b - a - 1))),
-                static_cast<unsigned>(std::stoul(f.substr(b + 1, c - b - 1))), unhex(f.substr(c + 1))};
+  auto u = [&](int i) { return static_cast<unsigned>(std::stoul(parts[i])); };
+  return Parsed{u(0), u(1), u(2), u(3), static_cast<int32_t>(std::stol(parts[4])), std::stoull(parts[5], nullptr, 16),
+                unhex(parts[6])};
 }
 
 }  // namespace
@@ -61,10 +66,13 @@ Device::Residency residency_of(const Device& d) {
   return r;
 }
 
-std::string residency_field(const Device& d) {
+std::string residency_field(const Device& d, unsigned max_launch, uint64_t nonce) {
   const Device::Residency r = residency_of(d);
+  char n[17];
+  std::snprintf(n, sizeof n, "%016llx", static_cast<unsigned long long>(nonce));
   return std::to_string(r.device_blocks) + "." + std::to_string(r.client_blocks) + "." +
-         std::to_string(d.multiprocessors()) + "." + hex(d.physical_id());
+         std::to_string(d.multiprocessors()) + "." + std::to_string(max_launch) + "." + std::to_string(getpid()) + "." +
+         n + "." + hex(d.physical_id());
 }
 
 GridBudget grid_budget(const std::vector<std::string>& fields, const std::vector<bool>& same_host, int rank,
@@ -96,6 +104,58 @@ GridBudget grid_budget(const std::vector<std::string>& fields, const std::vector
     }
   }
   return mine;
+}
+
+void claim_grid(const std::vector<std::string>& fields, const std::vector<bool>& same_host, int rank,
+                GridBudget& budget, GridClaims& claims) {
+  if (!budget.fits) return;
+  std::vector<Parsed> all;
+  for (size_t p = 0; p < fields.size(); ++p) all.push_back(parse(fields[p], p));
+  // Every device of this host's ranks with a known limit, in the order its first rank comes:
+  // every rank claims on every one (the same requests everywhere, so the same grants).
+  std::map<std::string, std::vector<size_t>> on;
+  std::vector<std::string> order;
+  for (size_t p = 0; p < all.size(); ++p) {
+    if (!same_host[p] || all[p].device_blocks == 0) continue;
+    if (on[all[p].id].empty()) order.push_back(all[p].id);
+    on[all[p].id].push_back(p);
+  }
+  for (const std::string& id : order) {
+    const std::vector<size_t>& ranks = on[id];
+    const Parsed& first = all[ranks.front()];
+    const unsigned n = static_cast<unsigned>(ranks.size());
+    unsigned use = 0;  // the most a launch of its ranks takes
+    for (size_t p : ranks) use = std::max(use, all[p].max_launch);
+    GridClaimRequest r;
+    r.device = id;
+    r.capacity = first.device_blocks;
+    r.comm = all.front().nonce;
+    r.per_rank = std::min(std::min(first.device_blocks / n, first.client_blocks), use ? use : first.device_blocks);
+    for (size_t p : ranks) r.pids.push_back(all[p].pid);
+    GridGrant g;
+    try {
+      g = claims.claim(r);
+    } catch (const std::runtime_error& e) {  // no ledger (/dev/shm unwritable, a name taken): no budget to hold
+      budget.fits = false;
+      budget.why = "the device-wide grid budget of " + id + " cannot be kept (" + e.what() +
+                   "): without it, communicators in other processes on the device could deadlock this one's kernels";
+      return;
+    }
+    if (std::find(ranks.begin(), ranks.end(), static_cast<size_t>(rank)) != ranks.end())
+      budget.blocks = std::min(budget.blocks ? budget.blocks : g.per_rank, g.per_rank);
+    if (g.per_rank) {
+      budget.one_sided = std::min(budget.one_sided, g.per_rank);
+      continue;
+    }
+    budget.fits = false;
+    budget.why = "the grids of rank(s) on " + id + " do not fit beside the other communicators' kernels there: it holds " +
+                 std::to_string(first.device_blocks) + " resident block(s) of the kernel executor, " +
+                 std::to_string(g.claimed_by_others) + " of them claimed by " + std::to_string(g.others) +
+                 " other communicator(s) (the device-wide grid budget, /dev/shm/" + grid_claims_ledger(id) +
+                 "), none left for a block of each of this communicator's " + std::to_string(n) +
+                 " rank(s) there (every block of every kernel spinning on a device must be resident at once)";
+    return;
+  }
 }
 
 std::shared_ptr<LaunchChain> LaunchChain::of(Device& d) {

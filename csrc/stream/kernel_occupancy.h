@@ -9,9 +9,14 @@
 //    divided among the ranks sharing it, capped by each process's own limit. Launches use at most
 //    the budget (the grid is sized to fit); a budget of 0 for some rank refuses the kernel path on
 //    every rank (COMMLIB_DEVICE_PATH=kernel raises, auto takes the copy path), naming why.
+//  - that budget is one communicator's view: every engine then claims its grid in the device-wide
+//    budget every process using the device shares (claim_grid, grid_claims.h), so communicators
+//    whose ranks are other processes on the same device (two jobs) hold disjoint places: the
+//    later one sizes itself to what is left, or refuses naming the claims;
 //  - two engines (communicators) of one process on one device never run their kernels at once
 //    (LaunchChain): each launch waits for the previous kernel-path launch of the other engines of
-//    the device, so the grids never share the device's places. Ranks whose processes enqueue two
+//    the device, so the grids never share the device's places (and the claims of communicators
+//    on the same processes do not count against each other). Ranks whose processes enqueue two
 //    communicators' collectives in different orders still deadlock (as with NCCL): the order of
 //    calls across communicators must agree.
 #pragma once
@@ -24,13 +29,16 @@
 #include <vector>
 
 #include "device/device.h"
+#include "stream/grid_claims.h"
 
 namespace commlib {
 
 // The device's residency with MPS's share applied where it is an MPS client.
 Device::Residency residency_of(const Device& d);
-// "<device blocks>.<client blocks>.<SMs>.<physical id, hex>" (no ',' or ':': a field of the kernel handle).
-std::string residency_field(const Device& d);
+// "<device blocks>.<client blocks>.<SMs>.<max launch>.<pid>.<nonce, hex>.<physical id, hex>" (no ',' or ':':
+// a field of the kernel handle): `max_launch`, the most blocks a launch of this rank takes; `nonce`,
+// this engine's random key (rank 0's names the communicator's claims: grid_claims.h).
+std::string residency_field(const Device& d, unsigned max_launch, uint64_t nonce);
 
 struct GridBudget {
   unsigned blocks = 0;  // per launch of this rank; 0 with fits: no limit known
@@ -44,6 +52,14 @@ struct GridBudget {
 // The budget of rank `rank` from every rank's residency_field (those on this host, `same_host`).
 GridBudget grid_budget(const std::vector<std::string>& fields, const std::vector<bool>& same_host, int rank,
                        unsigned max_grid);
+
+// The device-wide budget (grid_claims.h): claims, on every device of this host's ranks with a known
+// limit, what `budget` (grid_budget's) gives each rank there, or what other communicators left;
+// `budget` then holds the grants (blocks: this rank's device's; one_sided: within every device's),
+// or fits false with why (which device, what the others claimed) when some device has not a block
+// per rank left. The same on every rank.
+void claim_grid(const std::vector<std::string>& fields, const std::vector<bool>& same_host, int rank,
+                GridBudget& budget, GridClaims& claims);
 
 // Kernel-path launches of one process on one device, one at a time across engines (see above).
 class LaunchChain {

@@ -367,6 +367,7 @@ void KernelPath::release(DeviceStream& stream, bool free_region) {
   staged_ = 0;
   // The host page (done word) stays until the path goes: a work kept after close reads it (final).
   setup_stream_.reset();
+  claims_.release();  // the device-wide budget's blocks go back (grid_claims.h)
   if (chain_) chain_->leave(this);
   chain_.reset();
 }

@@ -324,6 +324,8 @@ class KernelPath final : public DevicePathRunner {
   std::shared_ptr<PeerBuffers> peer_buffers_;
   unsigned grid_budget_ = 0;
   unsigned one_sided_grid_ = 1;
+  const uint64_t claim_nonce_ = random_claim_key();  // rank 0's names the communicator's grid claims
+  GridClaims claims_;           // released at release() (close) or with the path
   std::shared_ptr<LaunchChain> chain_;  // joined while set
   std::shared_ptr<DeviceEvent> chain_event_;
   const uint32_t nslots_;

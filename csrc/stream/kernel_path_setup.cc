@@ -12,14 +12,20 @@
 namespace commlib {
 
 std::string KernelPath::setup_fields() const {
-  return "," + peer_buffers_->local_handle() + "," + residency_field(*device_);
+  // The most blocks a launch of this rank takes: a message plan's, or a one-sided plan's (a block
+  // per SM, kernel_path_one_sided.cc), before any budget.
+  const unsigned sms = device_->multiprocessors();
+  const unsigned max_launch =
+      std::max(device_->plan_blocks(kexec::kMaxBlocks), std::min(sms ? sms : kexec::kMaxBlocks, kexec::kMaxGrid));
+  return "," + peer_buffers_->local_handle() + "," + residency_field(*device_, max_launch, claim_nonce_);
 }
 
 void KernelPath::connect_setup(const std::vector<std::string>& peer_tables, const std::vector<std::string>& residencies,
                                bool one_host) {
   const std::vector<bool> here(size_, one_host);
   if (usable_) {
-    const GridBudget b = commlib::grid_budget(residencies, here, rank_, kexec::kMaxGrid);  // the same on every rank
+    GridBudget b = commlib::grid_budget(residencies, here, rank_, kexec::kMaxGrid);  // the same on every rank
+    claim_grid(residencies, here, rank_, b, claims_);  // beside other communicators on the devices (grid_claims.h)
     if (!b.fits) {
       if (mode_ == DevicePath::Kernel)
         throw std::invalid_argument("COMMLIB_DEVICE_PATH=kernel: " + b.why +

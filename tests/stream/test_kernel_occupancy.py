@@ -12,6 +12,7 @@ resident ones finish, as on a GPU). Rank side in occupancy_cases.py.
   waiting for its peer)."""
 import os
 import sys
+import uuid
 
 import pytest
 
@@ -19,7 +20,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import occupancy_cases as cases  # noqa: E402
 from test_device_collectives import DELAY_ENV  # noqa: E402
 
-ENV = dict(DELAY_ENV, COMMLIB_EMULATED_RESIDENT_BLOCKS="1")
+# A machine of its own (COMMLIB_EMULATED_MACHINE): the devices' resident blocks are shared by every
+# process of a machine, and a concurrent run of these tests elsewhere on this host is another one.
+ENV = dict(DELAY_ENV, COMMLIB_EMULATED_RESIDENT_BLOCKS="1", COMMLIB_EMULATED_MACHINE=f"occ{uuid.uuid4().hex[:12]}")
 
 
 @pytest.mark.timeout(120)

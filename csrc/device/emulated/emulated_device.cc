@@ -27,7 +27,6 @@ EmulatedStream& emu(DeviceStream& s) { return static_cast<EmulatedStream&>(s); }
 
 }  // namespace
 
-// ---------------------------------------------------------------------------------------------
 // Streams
 
 EmulatedStream::EmulatedStream(int64_t delay_us, std::shared_ptr<HardwareQueue> queue)
@@ -157,11 +156,11 @@ void EmulatedStream::run() {
   }
 }
 
-// ---------------------------------------------------------------------------------------------
 // Device
 
 EmulatedDevice::EmulatedDevice(int index, int64_t delay_us, int connections, unsigned resident_blocks)
-    : index_(index), delay_us_(delay_us), resident_limit_(resident_blocks) {
+    : index_(index), delay_us_(delay_us), resident_limit_(resident_blocks), identity_(emulated_identity(index)),
+      residency_(resident_blocks ? std::make_unique<EmulatedResidency>(identity_, resident_blocks) : nullptr) {
   for (int i = 0; i < connections; ++i) hardware_queues_.push_back(std::make_shared<HardwareQueue>());
   // Every allocation keeps a memfd open (so peers can import it): raise the soft fd limit.
   rlimit rl{};

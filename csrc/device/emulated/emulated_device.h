@@ -35,6 +35,7 @@
 
 #include "device/device.h"
 #include "device/emulated/emulated_capture.h"
+#include "device/emulated/emulated_residency.h"
 #include "device/emulated/emulated_rules.h"
 
 namespace commlib {
@@ -171,10 +172,14 @@ class EmulatedDevice final : public Device {
   // COMMLIB_EMULATED_RESIDENT_BLOCKS, for the device and for this process alike (0: no limit).
   Residency plan_residency() const override;
   unsigned multiprocessors() const override;  // COMMLIB_EMULATED_SMS
-  // A block of the kernel executor becomes resident (waits while the device holds the limit) and
-  // leaves; blocks are admitted in the order they ask, whichever launch they belong to.
+  // "emulated:[<COMMLIB_EMULATED_MACHINE>:]<index>": processes with the same one share the device.
+  std::string physical_id() const override { return identity_; }
+  // A block of the kernel executor becomes resident (waits while the device, every process using
+  // it together, holds the limit: emulated_residency.h) and leaves.
   void enter_resident();
   void leave_resident();
+  // The resident blocks' shared ledger (null without a limit).
+  const EmulatedResidency* residency() const { return residency_.get(); }
   void launch_plan(const kexec::PlanLaunch& launch, unsigned blocks, DType dtype, RedOp op, bool reduces,
                    DeviceStream& stream) override;
   // Host code standing for a kernel (the emulated NCCL's): runs on the stream's own thread, not
@@ -213,10 +218,8 @@ class EmulatedDevice final : public Device {
   const int index_;
   const int64_t delay_us_;
   const unsigned resident_limit_;
-  std::mutex resident_mu_;
-  std::condition_variable resident_cv_;
-  unsigned resident_ = 0;
-  uint64_t resident_next_ = 0, resident_admitted_ = 0;  // tickets: admitted in the order asked
+  const std::string identity_;                    // emulated_identity(index_)
+  std::unique_ptr<EmulatedResidency> residency_;  // with a limit
   std::mutex mu_;
   std::map<void*, Allocation> allocations_;  // ordered: memory_range finds the one below an address
   uint64_t next_buffer_id_ = 1;

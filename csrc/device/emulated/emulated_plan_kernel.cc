@@ -83,28 +83,20 @@ unsigned EmulatedDevice::multiprocessors() const {
 
 Device::Residency EmulatedDevice::plan_residency() const {
   if (!resident_limit_) return Residency{0, 0, "no limit (COMMLIB_EMULATED_RESIDENT_BLOCKS=0)"};
-  const std::string why = "COMMLIB_EMULATED_RESIDENT_BLOCKS=" + std::to_string(resident_limit_) + " on " + name();
+  const std::string why = "COMMLIB_EMULATED_RESIDENT_BLOCKS=" + std::to_string(resident_limit_) + " on " + identity_;
   return Residency{resident_limit_, resident_limit_, why};
 }
 
-// As a GPU's block scheduler: a block waits for a free place and keeps it until it returns. A
-// block waiting here is what a grid larger than the device, or two grids sharing it, leave
-// behind: its siblings spin until the watchdog's abort word releases them.
+// As a GPU's block scheduler: a block waits for a free place on the device (whichever process
+// holds the others: emulated_residency.h) and keeps it until it returns. A block waiting here is
+// what a grid larger than the device, or two grids sharing it, leave behind: its siblings spin
+// until the watchdog's abort word releases them.
 void EmulatedDevice::enter_resident() {
-  if (!resident_limit_) return;
-  std::unique_lock<std::mutex> lk(resident_mu_);
-  const uint64_t ticket = resident_next_++;
-  resident_cv_.wait(lk, [&] { return resident_admitted_ == ticket && resident_ < resident_limit_; });
-  ++resident_;
-  ++resident_admitted_;
-  resident_cv_.notify_all();
+  if (residency_) residency_->enter();
 }
 
 void EmulatedDevice::leave_resident() {
-  if (!resident_limit_) return;
-  std::lock_guard<std::mutex> lk(resident_mu_);
-  --resident_;
-  resident_cv_.notify_all();
+  if (residency_) residency_->leave();
 }
 
 void EmulatedDevice::launch_plan(const PlanLaunch& launch, unsigned blocks, DType dtype, RedOp op, bool reduces,
