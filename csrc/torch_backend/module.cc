@@ -6,13 +6,16 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <string>
 #include <utility>
 #include <tuple>
 #include <stdexcept>
+#include <vector>
 
 #include "common/alloc_count.h"
 #include "torch_backend/backend.h"
+#include "torch_backend/process_group.h"
 
 namespace py = pybind11;
 using commlib::torch_backend::CommlibBackend;
@@ -43,6 +46,21 @@ PYBIND11_MODULE(_C_torch, m) {
   static const commlib::CoreApi* api = core_api();
   commlib::torch_backend::init_error_classes(api);
   m.attr("built_torch_version") = COMMLIB_TORCH_VERSION;
+
+  m.def(
+      "process_group",
+      [](c10::intrusive_ptr<c10d::Store> store, int rank, int size, c10::intrusive_ptr<c10d::Backend> backend,
+         const std::vector<c10::Device>& devices, std::optional<c10::Device> bound_device) {
+        // Returned as torch's ProcessGroup (CommlibProcessGroup is not registered: pybind11 casts
+        // an unregistered subclass to its registered base), see process_group.h.
+        c10::intrusive_ptr<c10d::ProcessGroup> pg = c10::make_intrusive<commlib::torch_backend::CommlibProcessGroup>(
+            std::move(store), rank, size, backend, devices, bound_device);
+        return pg;
+      },
+      py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("backend"), py::arg("devices"),
+      py::arg("bound_device") = py::none(),
+      "The process group of a commlib group: torch's ProcessGroup, set up as _new_process_group_helper sets up "
+      "its own (CUSTOM, the bound device, `backend` for each of `devices`), whose getBackendName() is \"commlib\".");
 
   py::class_<CommlibBackend, c10d::Backend, c10::intrusive_ptr<CommlibBackend>>(m, "CommlibBackend")
       .def(py::init([](py::object group, uintptr_t core, int rank, int size, const std::vector<std::string>& algos,
