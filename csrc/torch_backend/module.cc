@@ -145,6 +145,8 @@ PYBIND11_MODULE(_C_torch, m) {
           py::arg("output"), py::arg("two_buffers"), py::arg("device"), py::arg("stream"),
           "Test seam: n steady sum calls on emulated-device memory through the CUDA path's entry, the last `kept` "
           "works held; (heap allocations of this module's code on this thread in the n calls, calls run from C++).")
+      .def_property_readonly("_host_p2p_batches", &CommlibBackend::host_p2p_batches,
+                             "Batches of held host sends and receives issued to the core (for tests).")
       .def("_device_works_pooled", &CommlibBackend::device_works_pooled,
            "CudaWorks the backend's pool keeps (re-armed for later calls once nothing references them).")
       .def(
