@@ -70,7 +70,10 @@ def torch_build():
     except ImportError:
         return None
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
-    cflags = ["-std=c++20", "-O2", "-fPIC", "-fvisibility=hidden", "-pthread", "-Wall", "-Wno-unused-function",
+    # -O3 -DNDEBUG as torch's extension tooling compiles (Python's CFLAGS): torch's inline code
+    # compiled here (the ProcessGroup methods a CommlibProcessGroup calls, the dispatcher's call
+    # path, tensor accessors) then runs as in torch's own build, without its debug-only checks.
+    cflags = ["-std=c++20", "-O3", "-DNDEBUG", "-fPIC", "-fvisibility=hidden", "-pthread", "-Wall", "-Wno-unused-function",
               "-Wno-unused-parameter", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-DTORCH_EXTENSION_NAME=_C_torch",
               "-DTORCH_API_INCLUDE_EXTENSION_H", f'-DCOMMLIB_TORCH_VERSION="{torch.__version__}"']
     cflags += [f"-isystem{p}" for p in cpp_extension.include_paths()]

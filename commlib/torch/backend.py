@@ -90,8 +90,10 @@ def _create(dist_opts, pg_options):
     comm = _init_comm(dist_opts.store, rank, size, timeout, prefix)
     group = ProcessGroupCommlib(comm, rank, size, options, dist_opts.timeout)
     # The C++ c10d::Backend over this group (native.py), which torch registers per device and
-    # calls through its dispatcher; the Python group alone where that module was not built.
-    return native.wrap(group)
+    # calls through its dispatcher, in a ProcessGroup of our own that torch takes as the group
+    # (native.process_group: torch's in all but the name it answers); the Python group alone where
+    # that module was not built.
+    return native.process_group(native.wrap(group), dist_opts)
 
 
 def _check_algorithms(options: Options):

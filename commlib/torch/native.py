@@ -10,10 +10,12 @@ the build) groups are the Python backend alone (``backend.ProcessGroupCommlib``)
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from typing import Optional
 
 import torch
+import torch.distributed as dist
 
 VERSION_FILE = Path(__file__).resolve().parent.parent / "_C_torch.torch_version"
 
@@ -61,6 +63,49 @@ def wrap(group):
     # group._algo is keyed in backend.COLLECTIVES's order, which is the core's Collective order
     algorithms = list(group._algo.values())
     return module.CommlibBackend(group, core, group.rank(), group.size(), algorithms, wrap)
+
+
+def _group_being_created():
+    """(device types the group's backend string gives commlib, the group's bound device, every
+    backend of the string is commlib) of the group torch is creating, read from the frame of
+    torch's ``_new_process_group_helper`` that called the creator (its ``backend_config`` and
+    ``device_id``, which it passes no creator); None where the creator was not called from it."""
+    helper = dist.distributed_c10d._new_process_group_helper.__code__
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code is not helper:
+        frame = frame.f_back
+    if frame is None:
+        return None
+    config, device_id = frame.f_locals.get("backend_config"), frame.f_locals.get("device_id")
+    del frame
+    if not isinstance(config, dist.BackendConfig):
+        return None
+    mapping = {d: str(b) for d, b in config.get_device_backend_map().items()}
+    only_commlib = all(b == "commlib" for b in mapping.values())
+    return [torch.device(d) for d in mapping], device_id, only_commlib
+
+
+def process_group(backend, dist_opts):
+    """What the creator returns torch for the C++ backend ``backend`` (a CommlibBackend): a
+    ``c10d::ProcessGroup`` set up as torch sets up its own for a plugin, whose
+    ``getBackendName()`` is "commlib" (csrc/torch_backend/process_group.h), which torch takes as
+    the group. ``backend`` itself (torch then builds its own group, named "custom") where taking
+    torch's place would lose something torch adds: a backend string that gives other devices to
+    other backends (the group torch builds holds them; its loop stops at a returned group),
+    ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` (torch wraps the backend in its ProcessGroupWrapper), or a
+    creator not called from torch's group helper."""
+    module = load()
+    if module is None or not isinstance(backend, module.CommlibBackend):
+        return backend
+    if dist.get_debug_level() == dist.DebugLevel.DETAIL:
+        return backend
+    creating = _group_being_created()
+    if creating is None or not creating[2]:
+        return backend
+    devices, device_id, _ = creating
+    # torch's group holds the f"{group_name}/" store; the creator gets f"{device}/" on top of it
+    store = dist_opts.store.underlying_store
+    return module.process_group(store, dist_opts.group_rank, dist_opts.group_size, backend, devices, device_id)
 
 
 def python_group(backend):

@@ -202,6 +202,8 @@ class CommlibBackend : public c10d::Backend {
                                               uintptr_t stream_id, c10::Stream stream);
   // Runs `f` under the mutex of the held sends and receives, as a flush does (test seam).
   void while_p2p_locked(const std::function<void()>& f) { hold_->while_locked(f); }
+  // Batches of held host sends and receives issued to the core, for tests.
+  uint64_t host_p2p_batches() const { return hold_->host_batches(); }
   // Device calls whose tensors are still held (not seen retired), for tests.
   size_t device_calls_held() { return devices_.held(); }
   // CudaWorks the device calls' pool keeps, for tests.

@@ -6,13 +6,16 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <string>
 #include <utility>
 #include <tuple>
 #include <stdexcept>
+#include <vector>
 
 #include "common/alloc_count.h"
 #include "torch_backend/backend.h"
+#include "torch_backend/process_group.h"
 
 namespace py = pybind11;
 using commlib::torch_backend::CommlibBackend;
@@ -43,6 +46,21 @@ PYBIND11_MODULE(_C_torch, m) {
   static const commlib::CoreApi* api = core_api();
   commlib::torch_backend::init_error_classes(api);
   m.attr("built_torch_version") = COMMLIB_TORCH_VERSION;
+
+  m.def(
+      "process_group",
+      [](c10::intrusive_ptr<c10d::Store> store, int rank, int size, c10::intrusive_ptr<c10d::Backend> backend,
+         const std::vector<c10::Device>& devices, std::optional<c10::Device> bound_device) {
+        // Returned as torch's ProcessGroup (CommlibProcessGroup is not registered: pybind11 casts
+        // an unregistered subclass to its registered base), see process_group.h.
+        c10::intrusive_ptr<c10d::ProcessGroup> pg = c10::make_intrusive<commlib::torch_backend::CommlibProcessGroup>(
+            std::move(store), rank, size, backend, devices, bound_device);
+        return pg;
+      },
+      py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("backend"), py::arg("devices"),
+      py::arg("bound_device") = py::none(),
+      "The process group of a commlib group: torch's ProcessGroup, set up as _new_process_group_helper sets up "
+      "its own (CUSTOM, the bound device, `backend` for each of `devices`), whose getBackendName() is \"commlib\".");
 
   py::class_<CommlibBackend, c10d::Backend, c10::intrusive_ptr<CommlibBackend>>(m, "CommlibBackend")
       .def(py::init([](py::object group, uintptr_t core, int rank, int size, const std::vector<std::string>& algos,
@@ -127,6 +145,8 @@ PYBIND11_MODULE(_C_torch, m) {
           py::arg("output"), py::arg("two_buffers"), py::arg("device"), py::arg("stream"),
           "Test seam: n steady sum calls on emulated-device memory through the CUDA path's entry, the last `kept` "
           "works held; (heap allocations of this module's code on this thread in the n calls, calls run from C++).")
+      .def_property_readonly("_host_p2p_batches", &CommlibBackend::host_p2p_batches,
+                             "Batches of held host sends and receives issued to the core (for tests).")
       .def("_device_works_pooled", &CommlibBackend::device_works_pooled,
            "CudaWorks the backend's pool keeps (re-armed for later calls once nothing references them).")
       .def(

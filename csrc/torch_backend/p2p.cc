@@ -80,6 +80,7 @@ bool P2PHold::issue_host(const std::vector<Held*>& round, CoreError* err) {
                             static_cast<int64_t>(h->tensor.nbytes()), h->peer});
   std::shared_ptr<commlib::Work> work;
   if (!api_->p2p(core_, items.data(), items.size(), DType::UInt8, true, 0.0, &work, err)) return false;
+  host_batches_.fetch_add(1, std::memory_order_relaxed);
   for (Held* h : round) {
     h->work->issue(work);
     completer_->put(h->work);
@@ -104,7 +105,8 @@ void P2PHold::flush_locked() {
       places.push_back(place);
       it = rounds.emplace(place, std::vector<std::vector<Held*>>{}).first;
     }
-    const size_t k = seen[{place, h.send, h.peer}]++;
+    // (the host: one batch, in call order; a device: the k-th message of each (kind, peer) in batch k)
+    const size_t k = place.first < 0 ? 0 : seen[{place, h.send, h.peer}]++;
     if (k == it->second.size()) it->second.emplace_back();
     it->second[k].push_back(&h);
   }

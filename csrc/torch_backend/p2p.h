@@ -51,10 +51,12 @@ class P2PHold {
   void hold(bool send, at::Tensor t, int peer, c10::intrusive_ptr<CommlibWork> work);
   // The same for a device tensor (`t` contiguous, on `device`'s device).
   void hold_device(bool send, at::Tensor t, int peer, std::shared_ptr<DeviceMessage> device);
-  // Issues everything held as batches: the k-th message of each (kind, peer) on each device (or the
-  // host) goes into that place's batch k (a batch takes at most one send to and one receive from
-  // each peer), so the batches, run in order, keep the messages between two ranks in call order.
-  // Places go in the order of their first message.
+  // Issues everything held as batches: every host message in one batch of the core (the host's
+  // batch_p2p takes several messages per peer and matches those between two ranks in call order);
+  // the k-th message of each (kind, peer) on each device in that device's batch k (the stream
+  // engine's batch takes at most one send to and one receive from each peer), so the batches, run
+  // in order, keep the messages between two ranks in call order. Places go in the order of their
+  // first message.
   void flush();
   bool pending() const { return pending_.load(std::memory_order_acquire); }
   // Flushes; a message held after this fails at once (the backend is shut down or going away).
@@ -62,6 +64,8 @@ class P2PHold {
   // Runs `f` under the mutex a flush holds, as a flush does (the GIL let go while waiting for it):
   // the test seam of a flush that takes the GIL under the mutex (python_batch).
   void while_locked(const std::function<void()>& f);
+  // Batches of host messages issued to the core so far (for tests).
+  uint64_t host_batches() const { return host_batches_.load(std::memory_order_relaxed); }
 
  private:
   void flush_locked();
@@ -74,6 +78,7 @@ class P2PHold {
   std::vector<Held> held_;
   std::atomic<bool> pending_{false};
   bool closed_ = false;
+  std::atomic<uint64_t> host_batches_{0};
 };
 
 }  // namespace torch_backend

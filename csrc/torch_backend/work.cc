@@ -67,7 +67,14 @@ CommlibWork::CommlibWork(const CoreApi* api, c10d::OpType type, const char* coll
       core_(std::move(core)),
       finish_(std::move(finish)),
       flush_(std::move(flush)) {
-  if (!core_ && !flush_) complete();  // ran already: complete now (no thread involved)
+  // Ran already (a blocking call): done now, without the core's wait or the lock (no other thread
+  // sees this work yet, no future is made); with a `finish` still to run, through complete().
+  if (!core_ && !flush_) {
+    if (finish_)
+      complete();
+    else
+      done_.store(true, std::memory_order_release);
+  }
 }
 
 void CommlibWork::issue(std::shared_ptr<commlib::Work> core) {
@@ -114,7 +121,7 @@ void CommlibWork::complete_future(const c10::intrusive_ptr<c10::ivalue::Future>&
 int CommlibWork::sourceRank() const {
   if (!source_) return c10d::Work::sourceRank();  // torch's own error for other calls
   std::unique_lock<std::mutex> lk(mu_);
-  done_cv_.wait(lk, [&] { return done_; });
+  done_cv_.wait(lk, [&] { return done_.load(); });
   return *source_;
 }
 
@@ -141,7 +148,7 @@ void CommlibWork::settle(bool ok, const CoreError& err) {
     core_.reset();
     failed_ = !ok;
     error_ = err;
-    done_ = true;
+    done_.store(true, std::memory_order_release);
     future = future_;
   }
   done_cv_.notify_all();
@@ -151,8 +158,7 @@ void CommlibWork::settle(bool ok, const CoreError& err) {
 
 bool CommlibWork::isCompleted() {
   if (flush_) flush_();
-  std::lock_guard<std::mutex> lk(mu_);
-  return done_;
+  return done_.load(std::memory_order_acquire);
 }
 
 bool CommlibWork::isSuccess() const {
@@ -169,8 +175,10 @@ std::vector<at::Tensor> CommlibWork::result() { return outputs_; }
 
 bool CommlibWork::wait(std::chrono::milliseconds timeout) {
   if (flush_) flush_();
+  // A blocking call's work (torch waits on it after every blocking call) is done and succeeded.
+  if (done_.load(std::memory_order_acquire) && !failed_) return true;
   std::unique_lock<std::mutex> lk(mu_);
-  auto ready = [&] { return done_; };
+  auto ready = [&] { return done_.load(std::memory_order_relaxed); };
   if (timeout == kNoTimeout || timeout.count() <= 0) {
     done_cv_.wait(lk, ready);
   } else if (!done_cv_.wait_for(lk, timeout, ready)) {

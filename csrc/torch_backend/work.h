@@ -7,6 +7,7 @@
 
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -81,7 +82,10 @@ class CommlibWork : public c10d::Work {
   bool failed_ = false;
   CoreError error_;
   mutable std::condition_variable done_cv_;
-  bool done_ = false;
+  // Set under mu_ after failed_ and error_ (which never change after it), so a thread that reads it
+  // true without the lock (wait(), isCompleted(): a blocking call's work, done when made) may read
+  // failed_ too.
+  std::atomic<bool> done_{false};
   void settle(bool ok, const CoreError& err);  // records the outcome and completes the future
 };
 

@@ -130,6 +130,50 @@ def case_p2p(comm):
     return True
 
 
+def case_p2p_several_per_peer(comm):
+    """batch_isend_irecv with three sends to and three receives from every peer (int64, float64 2-D,
+    uint8), the receives first, on gloo and on commlib in the same processes: the same tensors
+    arrive; commlib issues the batch as one batch of the core (the host's batch_p2p takes several
+    messages per peer, in call order), counted by the backend (`_host_p2p_batches`); and a receive-first
+    isend/irecv ring of two messages per pair (waited on in turn) as one batch too."""
+    st = setup(comm)
+    P, r = comm.size, comm.rank
+    peers = [p for p in range(P) if p != r]
+    shapes = [((5,), torch.int64), ((3, 4), torch.float64), ((9,), torch.uint8)]
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    got = {}
+    with handed_over() as seen:
+        for name in ("gloo", "world"):
+            g = st[name]
+            recvs = {(p, i): torch.zeros(s, dtype=dt) for p in peers for i, (s, dt) in enumerate(shapes)}
+            ops = [dist.P2POp(dist.irecv, t, p, group=g) for (p, _), t in recvs.items()]
+            ops += [dist.P2POp(dist.isend, _message(r, p, s, dt, 100 + i), p, group=g)
+                    for p in peers for i, (s, dt) in enumerate(shapes)]
+            before = backend._host_p2p_batches
+            for w in dist.batch_isend_irecv(ops):
+                w.wait()
+            got[name] = (recvs, backend._host_p2p_batches - before)
+        nxt, prv = (r + 1) % P, (r - 1) % P
+        ring = [torch.zeros(4, dtype=torch.int32) for _ in range(2)]
+        before = backend._host_p2p_batches
+        works = [dist.irecv(t, prv) for t in ring] + [dist.isend(_message(r, nxt, (4,), torch.int32, 110 + i), nxt)
+                                                     for i in range(2)]
+        for w in works:
+            w.wait()
+        ring_batches = backend._host_p2p_batches - before
+    assert not seen, f"handed to the Python backend: {seen}"
+    for (p, i), t in got["world"][0].items():
+        want = _message(p, r, *shapes[i], 100 + i)
+        _cmp(f"message {i} from {p}", t, want, True)
+        _cmp(f"gloo message {i} from {p}", got["gloo"][0][(p, i)], want, True)
+    for i, t in enumerate(ring):
+        _cmp(f"ring message {i}", t, _message(prv, r, (4,), torch.int32, 110 + i), True)
+    assert got["gloo"][1] == 0, f"gloo's batch went through commlib's backend: {got['gloo'][1]}"
+    assert got["world"][1] == 1, f"commlib issued the batch as {got['world'][1]} batches of the core, expected one"
+    assert ring_batches == 1, f"commlib issued the ring as {ring_batches} batches of the core, expected one"
+    return True
+
+
 def _coalesced_block(group, kind, tensors, async_ops, device):
     from torch.distributed.distributed_c10d import _coalescing_manager
     with _coalescing_manager(group=group, device=device, async_ops=async_ops) as cm:

@@ -14,6 +14,7 @@ if HERE not in sys.path:
 torch = pytest.importorskip("torch")
 
 import dispatch_cases  # noqa: E402
+import process_group_cases  # noqa: E402
 from commlib.testing import get_pool  # noqa: E402
 from commlib.torch import native  # noqa: E402
 
@@ -28,6 +29,33 @@ def test_dispatch_modes_count_commlib_as_gloo(n):
         debug, ops = gloo
         assert sum(debug.values()) == len(COUNTED), debug  # one of each, as counted for gloo
         assert ops.get("send") == (1 if rank == 0 else None) and ops.get("recv_") == (1 if rank == 1 else None), ops
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_commlib_group_is_torchs_process_group_named_commlib(n):
+    """torch takes the creator's ProcessGroup as the group: torch's own class in Python (so its
+    `type(group) is ProcessGroup` gates hold), the C++ backend registered for the served devices,
+    torch's names, and getBackendName() "commlib", which DDP's logger records. A mixed backend
+    string keeps torch's group (its other backend would be lost), named as torch names it."""
+    for rank, seen in enumerate(get_pool(n).run(process_group_cases.case_process_group, timeout=120)):
+        for k in ("world", "new_group", "cpu:commlib"):
+            g = seen[k]
+            assert g["type"] == "ProcessGroup" and g["name"] == g["backend_name"] == "commlib", (k, g)
+            assert g["rank"] == rank and g["size"] == n and g["cpu_backend_is_cpp"], (k, g)
+            assert g["group_name"] == g["registered_name"] and g["bound_device"] is None, (k, g)
+            assert set(g["backends"].values()) == {"CommlibBackend"}, (k, g)
+        assert seen["world"]["group_desc"] == "default_pg" and seen["new_group"]["group_desc"] == "a commlib group"
+        assert seen["cpu:commlib"]["devices"] == ["cpu"]
+        assert seen["world"]["devices"] == [str(torch.device(d)) for d in native_devices()]
+        mixed = seen["mixed"]
+        assert mixed["backends"] == {"cpu": "CommlibBackend", "cuda": "ProcessGroupGloo"}, mixed
+        assert mixed["backend_name"] != "commlib" and mixed["group_desc"] == "mixed", mixed
+        assert seen["ddp_backend_name"] == "commlib", seen["ddp_backend_name"]
+
+
+def native_devices():
+    from commlib.torch import devices
+    return devices.served_devices()
 
 
 def test_the_backend_is_the_cpp_one():

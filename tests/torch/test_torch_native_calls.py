@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(native.load() is None, reason="commlib._C_torch 
 
 
 @pytest.mark.parametrize("n", [2, 3])
-@pytest.mark.parametrize("case", [cases.case_p2p, cases.case_coalesced, cases.case_uneven_all_to_all,
+@pytest.mark.parametrize("case", [cases.case_p2p, cases.case_p2p_several_per_peer, cases.case_coalesced, cases.case_uneven_all_to_all,
                                   cases.case_non_contiguous, native_staged_cases.case_staged_in_cpp],
                          ids=lambda c: c.__name__[5:])
 def test_runs_in_cpp_as_on_gloo(case, n):
