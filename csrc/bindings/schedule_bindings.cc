@@ -5,7 +5,9 @@
 
 #include "bindings/bindings.h"
 #include "common/shapes.h"
+#include "schedule/lanes.h"
 #include "verify/verifier.h"
+#include "verify/verifier_lanes.h"
 #include "policy/auto_policy.h"
 #include "policy/device_path_tuning.h"
 #include "policy/single_copy.h"
@@ -220,8 +222,10 @@ void bind_schedule(py::module_& m) {
         if (size < 1) throw std::invalid_argument("size: must be >= 1, got " + std::to_string(size));
         if (count < 0) throw std::invalid_argument("count: must be >= 0, got " + std::to_string(count));
         const std::string name = choose_algorithm(a.coll, algorithm, bytes, size);
-        return schedule_to_py(
-            build_schedule(a, Composition{name, inter, intra, segment < 0 ? hier_segment_setting() : segment, pieces, share}), name);
+        a.compose(Composition{name, inter, intra, segment < 0 ? hier_segment_setting() : segment, pieces, share});
+        py::dict out = schedule_to_py(build_schedule(a, name), name);
+        out["lanes"] = schedule_lanes(a, name); // schedule/lanes.h: the c-th lanes-th of the steps is lane c
+        return out;
       },
       py::arg("collective"), py::arg("algorithm"), py::arg("rank"), py::arg("size"), py::arg("count"),
       py::arg("root") = 0, py::arg("dtype") = DType::Float32, py::arg("hosts") = std::vector<int>{},
@@ -285,7 +289,7 @@ void bind_schedule(py::module_& m) {
 
   m.def(
       "_verify_custom",
-      [](Collective c, int size, int64_t count, py::sequence schedules, int root, py::object in_place) {
+      [](Collective c, int size, int64_t count, py::sequence schedules, int root, py::object in_place, int lanes) {
         std::vector<Schedule> per_rank;
         for (py::handle h : schedules) per_rank.push_back(schedule_from_py(h));
         std::vector<bool> modes;
@@ -296,12 +300,14 @@ void bind_schedule(py::module_& m) {
           modes.push_back(in_place.cast<bool>());
         }
         py::gil_scoped_release nogil;
+        if (static_cast<int>(per_rank.size()) == size) check_lanes(c, per_rank, size, count, root, lanes, "custom");
         for (bool ip : modes) verify_schedules(c, per_rank, size, count, root, ip, "custom");
       },
       py::arg("collective"), py::arg("size"), py::arg("count"), py::arg("schedules"), py::arg("root") = 0,
-      py::arg("in_place") = py::none(),
+      py::arg("in_place") = py::none(), py::arg("lanes") = 1,
       "Verify user-given per-rank schedules (same format as schedule(); a plain list of steps is also "
-      "accepted, with scratch_count inferred).");
+      "accepted, with scratch_count inferred). `lanes` > 1: the schedules' steps are in lanes (lane c the c-th "
+      "lanes-th of a rank's steps, schedule/lanes.h), proven independent first (verify/verifier_lanes.h).");
 
   m.def(
       "choose_algorithm",

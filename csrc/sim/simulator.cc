@@ -37,7 +37,7 @@ Result simulate(Collective c, const Composition& how, int64_t count, int elem_by
   const double t1 = now_s();
   const std::vector<RankRates> rates = rank_rates(topo, c, count, elem_bytes, root, built->scratch, res);
   if (opts.trace) start_trace(*opts.trace, topo);
-  detail::Run run(topo, rates, shapes, built->programs, elem_bytes, opts.trace, opts.codec);
+  detail::Run run(topo, rates, shapes, built->programs, elem_bytes, opts.trace, opts.codec, built->lanes);
   run.play(res, opts.stop_after_s);
   res.build_s = t1 - t0;
   res.run_s = now_s() - t1;
