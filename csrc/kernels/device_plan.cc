@@ -3,6 +3,7 @@
 // the schedule operation whose regions contain it and checks that the items of each operation tile
 // its regions exactly, rather than lowering again and comparing.
 #include "kernels/device_plan.h"
+#include "kernels/device_plan_hosts.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -338,10 +339,20 @@ std::string check_device_plan(const DevicePlan& plan, const Schedule& sched, int
 
 void check_device_plans(Collective coll, const std::string& algorithm, int size, int64_t count, int root, size_t esize,
                         uint64_t chunk_bytes) {
+  check_device_plans_on_hosts(coll, Composition{algorithm}, size, {}, count, root, esize, chunk_bytes);
+}
+
+int64_t check_device_plans_on_hosts(Collective coll, const Composition& how, int size, const std::vector<int>& host_of,
+                                 int64_t count, int root, size_t esize, uint64_t chunk_bytes) {
+  const std::string& algorithm = how.algorithm;
   std::vector<DevicePlan> plans;
   plans.reserve(size);
+  CollArgs a{coll, 0, size, count, root};
+  a.host_of = host_of;
+  a.compose(how);
   for (int r = 0; r < size; ++r) {
-    const Schedule sched = build_schedule(CollArgs{coll, r, size, count, root}, algorithm);
+    a.rank = r;
+    const Schedule sched = build_schedule(a, algorithm);
     plans.push_back(lower_schedule(sched, r, size, esize, chunk_bytes));
     const std::string why = check_device_plan(plans.back(), sched, r, size, esize);
     if (!why.empty())
@@ -353,7 +364,7 @@ void check_device_plans(Collective coll, const std::string& algorithm, int size,
     if (!why.empty())
       throw std::runtime_error("device plans of " + algorithm + " on " + std::to_string(size) + " ranks (count " +
                                std::to_string(count) + "): " + why);
-    return;
+    return 0;
   }
   // Pairs: every chunk rank a sends b is a chunk b receives from a, of the same size. Each plan's
   // check proved its chunk indices per pair run 0..total-1, so a flat array per ordered pair,
@@ -381,6 +392,12 @@ void check_device_plans(Collective coll, const std::string& algorithm, int size,
     for (const PlanItem& it : plans[b].items)
       if ((it.kind == kRecv || it.kind == kRecvReduce) && sent_bytes[start[it.peer * P + b] + it.chunk] != it.bytes)
         throw pair_error(it.peer, static_cast<int>(b), it.chunk);
+  int64_t across = 0;
+  if (!host_of.empty())
+    for (size_t a = 0; a < P; ++a)
+      for (size_t b = 0; b < P; ++b)
+        if (host_of[a] != host_of[b]) across += plans[a].sends_to[b];
+  return across;
 }
 
 }  // namespace commlib
