@@ -116,6 +116,10 @@ std::vector<Composition> candidate_list(Collective c, const std::vector<int>& ho
   return out;
 }
 
+bool lanes_ranked(const Composition& cand, const sim::Topology& model) {
+  return cand.algorithm != "rail_lanes" || model.intra_by_device;
+}
+
 sim::Topology placed_model(const sim::Topology& model, const std::vector<int>& host_of) {
   sim::Topology t = model;
   std::vector<int> ids, count;
@@ -265,7 +269,8 @@ AlgorithmChoice search_best_candidate(const CallShape& call, const std::vector<i
   }
   std::vector<Composition> cands;
   for (const auto& c : candidate_list(call.coll, host_of, segment, call.count * call.elem_bytes))
-    if (!hier_only || c.algorithm == "hierarchical") cands.push_back(choose_pipeline_shape(call, c, topo));
+    if ((!hier_only || c.algorithm == "hierarchical") && lanes_ranked(c, topo))
+      cands.push_back(choose_pipeline_shape(call, c, topo));
   st.candidates = static_cast<int>(cands.size());
   std::vector<double> bound(cands.size());
   std::vector<bool> big(cands.size(), false), costly(cands.size(), false);

@@ -79,3 +79,29 @@ def test_requested_by_name_takes_the_models_shape(no_tuning, monkeypatch, name):
         assert modelled["pieces"] >= 2 and modelled["time_s"] < best
     monkeypatch.setenv("COMMLIB_HIER_SEGMENT", "65536")
     assert simulate(d, name, -1)["segment"] == 65536
+
+
+@pytest.mark.parametrize("K", [4, 8])
+def test_lower_bound_holds_for_lanes(K):
+    """The search's lower bound of a laned candidate is its slowest lane (or its bytes through the
+    rank's links), not its lanes one after another: at most the simulated time, and above the NICs'
+    bytes alone."""
+    d = engine("dgx-h100", 16)
+    segment = COUNT // 2 // K  # the default 2 lanes
+    bound = _C.candidate_lower_bound(_C.Collective.all_reduce, "rail_lanes", COUNT, 4, 0, d, "", segment)
+    played = simulate(d, "rail_lanes", segment)
+    assert bound <= played["time_s"], (bound, played["time_s"])
+    assert bound >= played["nic_busy_s"] * 0.99, (bound, played["nic_busy_s"])
+
+
+def test_auto_ranks_lanes_only_where_devices_move_intra_host_data(no_tuning):
+    """On 4 hosts of 4 ranks: with the devices moving the intra-host messages (the GPU presets)
+    rail_lanes is among auto's candidates; on CPU hosts (intra_by_device 0: commlib's host executor,
+    which runs lanes one after another) it is not."""
+    d = engine("dgx-h100", 4)
+    d = dict(d, host_of=[h for h in range(4) for _ in range(4)], nic_of=[i for _ in range(4) for i in range(4)])
+    names = {c["algorithm"] for c in _C.predict_candidates(_C.Collective.all_reduce, 1 << 20, 4, 0, d)}
+    assert "rail_lanes" in names and "rail_halving" in names
+    cpu = dict(d, intra_by_device=0)
+    names = {c["algorithm"] for c in _C.predict_candidates(_C.Collective.all_reduce, 1 << 20, 4, 0, cpu)}
+    assert "rail_lanes" not in names and "rail_halving" in names
