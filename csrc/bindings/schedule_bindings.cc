@@ -230,7 +230,8 @@ void bind_schedule(py::module_& m) {
       py::arg("collective"), py::arg("algorithm"), py::arg("rank"), py::arg("size"), py::arg("count"),
       py::arg("root") = 0, py::arg("dtype") = DType::Float32, py::arg("hosts") = std::vector<int>{},
       py::arg("inter") = "", py::arg("segment") = -1, py::arg("intra") = "", py::arg("pieces") = 0, py::arg("share") = 0,
-      "One rank's schedule as a dict {steps, scratch_count, algorithm}. `hosts`: every rank's host id "
+      "One rank's schedule as a dict {steps, scratch_count, algorithm, lanes} (lanes: schedule/lanes.h, 1 but for "
+      "laned algorithms). `hosts`: every rank's host id "
       "(hierarchical schedules; empty: one host); `inter`: hierarchical's inter-host algorithm (\"\": the "
       "built-in exchange); `segment`: its pipeline segment in elements (-1: COMMLIB_HIER_SEGMENT, 0: none); "
       "`intra`: the intra-host phases' algorithm (\"\": the built-in direct exchanges; needs `inter`); "
