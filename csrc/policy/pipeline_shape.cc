@@ -215,8 +215,9 @@ Composition choose_halving_segments(const CallShape& call, const Composition& ca
 // rail_lanes' lanes and segments (schedule/rail_lanes.cc): its lanes overlap, which the one-rank
 // estimate above (steps one after another) cannot see, so each shape is simulated, each run cut once
 // it is slower than the best so far: W in {2, 4, 8} lanes of K in {1, 2, 4, 8, 16} segments each,
-// W K at most 128, 64 from 512 ranks, 32 from 4096 (a run plays W K segments of 2 log2 P messages
-// a rank). The estimate is the simulated time.
+// W K at most 128, 64 from 512 ranks (a run plays W K segments of 2 log2 P messages a rank); from
+// 4096 ranks only 4 x 2, 4 x 4 and 8 x 2 (each run takes seconds there). The estimate is the
+// simulated time.
 Composition choose_lane_shape(const CallShape& call, const Composition& cand, const sim::Topology& t,
                               double* estimate_s) {
   const std::string key = memo_key(call, cand, t);
@@ -224,11 +225,12 @@ Composition choose_lane_shape(const CallShape& call, const Composition& cand, co
   Composition best = cand;
   best.segment = 0, best.pieces = 0;
   double best_s = std::numeric_limits<double>::infinity();
-  const int most = t.size() >= 4096 ? 32 : t.size() >= 512 ? 64 : 128;
+  const bool huge = t.size() >= 4096;  // seconds a shape: the three nearest the NICs' balance
+  const int most = huge ? 16 : t.size() >= 512 ? 64 : 128;
   for (int W : {4, 8, 2})
     for (int K : {4, 2, 8, 16, 1}) {
       const int64_t segment = K == 1 ? 0 : call.count / W / K;
-      if (W * K > most || (K > 1 && segment < 1)) continue;
+      if (W * K > most || (huge && (W == 2 || K == 1)) || (K > 1 && segment < 1)) continue;
       Composition k = cand;
       k.segment = segment, k.pieces = W;
       sim::Options o;
