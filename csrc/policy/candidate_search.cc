@@ -109,7 +109,7 @@ std::vector<Composition> candidate_list(Collective c, const std::vector<int>& ho
   // rail_halving (schedule/rail_halving.cc) where hierarchical is ranked: its own pipelined shape;
   // rail_lanes (rail_lanes.cc) where it pairs (equal power-of-two hosts): rail_halving in lanes.
   if (has_halving && ids.size() > 1 && shares) out.push_back(Composition{"rail_halving", "", "", segment});
-  if (has_lanes && ids.size() > 1 && shares && equal && per_host.size() >= 2 &&
+  if (has_lanes && ids.size() > 1 && shares && equal && per_host.size() >= 2 && (bytes < 0 || bytes >= kLanesMinBytes) &&
       (per_host.size() & (per_host.size() - 1)) == 0 && per_host.begin()->second >= 2 &&
       (per_host.begin()->second & (per_host.begin()->second - 1)) == 0)
     out.push_back(Composition{"rail_lanes", "", "", segment});

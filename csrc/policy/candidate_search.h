@@ -47,6 +47,10 @@ struct Topology;
 std::vector<Composition> candidate_list(Collective c, const std::vector<int>& host_of, int64_t segment,
                                         int64_t bytes = -1);
 
+// rail_lanes is ranked from this many bytes a call: below it every lane's steps are latency-bound
+// (2 and 16 dgx-h100 nodes, 256 KiB: 0.67 and 0.69 of the best's busbw; from 1 MiB it can win).
+constexpr int64_t kLanesMinBytes = int64_t{1} << 20;
+
 // Whether auto ranks `cand` on `model`: rail_lanes (schedule/lanes.h) only where the model's
 // intra-host messages are the devices' (intra_by_device: the GPU presets, whose NCCL-like engines
 // keep several slices in flight); commlib's engines run lanes one after another, so on a CPU
