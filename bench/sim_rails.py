@@ -118,7 +118,7 @@ def target_lines(rows) -> list[str]:
                "step by step by size; docs/simulator.md, 'Halving on every rail') is among auto's candidates in the points "
                "simulated since session 20 (the reruns dated 2026-11-29 13:34 and later): "
                + ("auto's pick at " + ", ".join(halving) + "." if halving else "auto's pick at none of them."))
-    lanes = [f"{t} {n} nodes {fmt_bytes(s)} ({p['resolved']})" for (t, n, alg, s), p in sorted(rows.items())
+    lanes = [f"{t} {n} nodes {fmt_bytes(s)}" for (t, n, alg, s), p in sorted(rows.items())
              if alg == "auto" and p["resolved"].startswith("rail_lanes")]
     out.append("rail_lanes (rail_halving on shares of the buffer, a lane each, each lane's steps waiting only for its "
                "own: slices in flight; docs/simulator.md, 'Slices in flight: lanes') is among auto's candidates in the "
