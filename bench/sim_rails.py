@@ -111,15 +111,19 @@ def target_lines(rows) -> list[str]:
     out.append("rail_split (rail rings on a share of the buffer beside hierarchical on the rest) is among auto's "
                "candidates from 16 MiB in the points simulated since session 18 (the reruns dated 2026-11-29 07:40 "
                "and later): " + ("auto's pick at " + ", ".join(split) + "." if split else
-                                 "auto's pick at none of them (on 8-GPU hosts the rings send to and receive from every "
-                                 "peer in every step, so the hierarchical part cannot share their steps: docs/simulator.md, "
-                                 "'Rails and hierarchical side by side')."))
+                                 "auto's pick at none of them."))
     halving = [f"{t} {n} nodes {fmt_bytes(s)}" for (t, n, alg, s), p in sorted(rows.items())
                if alg == "auto" and p["resolved"].startswith("rail_halving")]
     out.append("rail_halving (hierarchical with halving and doubling inside the hosts and rabenseifner per rail, paired "
                "step by step by size; docs/simulator.md, 'Halving on every rail') is among auto's candidates in the points "
                "simulated since session 20 (the reruns dated 2026-11-29 13:34 and later): "
                + ("auto's pick at " + ", ".join(halving) + "." if halving else "auto's pick at none of them."))
+    lanes = [f"{t} {n} nodes {fmt_bytes(s)}" for (t, n, alg, s), p in sorted(rows.items())
+             if alg == "auto" and p["resolved"].startswith("rail_lanes")]
+    out.append("rail_lanes (rail_halving on shares of the buffer, a lane each, each lane's steps waiting only for its "
+               "own: slices in flight; docs/simulator.md, 'Slices in flight: lanes') is among auto's candidates in the "
+               "points simulated since session 21 (the reruns dated 2026-11-29 16:30 and later): "
+               + ("auto's pick at " + ", ".join(lanes) + "." if lanes else "auto's pick at none of them."))
     far = [(n, p["busbw_GBps"]) for (t, n, alg, s), p in sorted(rows.items())
            if t == "dgx-h100" and alg == "rail_ring" and s == BIG and n > 16]
     if far:

@@ -80,7 +80,9 @@ def schedule(collective: str, algorithm: str = "auto", rank: int = 0, size: int 
              root: int = 0, dtype: str = "float32") -> Dict[str, Any]:
     """One rank's schedule as plain data.
 
-    Returns ``{"steps": [[op, ...], ...], "scratch_count": int, "algorithm": str}`` where each op
+    Returns ``{"steps": [[op, ...], ...], "scratch_count": int, "algorithm": str, "lanes": int}``
+    (``lanes``: the steps are that many equal runs, each waiting only for its own: docs/DESIGN.md
+    "Lanes"; 1 for all but laned algorithms) where each op
     is ``{"op": "send"|"recv"|"recv_reduce"|"copy"|"reduce"|"get"|"get_reduce"|"put"|"signal"|"wait"|
     "reduce_to_all"|"reduce_from_all",
     "peer": int|None, "dst": (buffer, offset, count)|None, "src": (buffer, offset, count)|None}``

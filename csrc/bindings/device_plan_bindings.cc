@@ -6,6 +6,7 @@
 #include "bindings/bindings.h"
 #include "common/types.h"
 #include "kernels/device_plan.h"
+#include "kernels/device_plan_hosts.h"
 #include "kernels/one_sided_plan.h"
 #include "schedule/registry.h"
 
@@ -109,14 +110,19 @@ void bind_device_plan(py::module_& m) {
   m.def(
       "check_device_plans",
       [](Collective coll, const std::string& algo, int size, int64_t count, int root, size_t esize,
-         uint64_t chunk_bytes) {
+         uint64_t chunk_bytes, std::vector<int> hosts, int64_t segment, int pieces) {
+        if (!hosts.empty() && static_cast<int>(hosts.size()) != size)
+          throw std::invalid_argument("hosts: " + std::to_string(hosts.size()) + " entries for " + std::to_string(size) + " ranks");
         py::gil_scoped_release nogil;
-        check_device_plans(coll, algo, size, count, root, esize, chunk_bytes);
+        return check_device_plans_on_hosts(coll, Composition{algo, "", "", segment, pieces}, size, hosts, count, root,
+                                           esize, chunk_bytes);
       },
       py::arg("collective"), py::arg("algorithm"), py::arg("size"), py::arg("count"), py::arg("root") = 0,
-      py::arg("esize") = 4, py::arg("chunk_bytes") = 262144,
+      py::arg("esize") = 4, py::arg("chunk_bytes") = 262144, py::arg("hosts") = std::vector<int>{},
+      py::arg("segment") = 0, py::arg("pieces") = 0,
       "Lower every rank's schedule, check each plan against its schedule and the pairs across ranks; "
-      "RuntimeError naming the rank and the difference.");
+      "RuntimeError naming the rank and the difference; returns the chunks checked that cross hosts. `hosts`: every rank's host id (hierarchical and "
+      "rail schedules; empty: one host), with their pipeline `segment` and `pieces` (rail_lanes: its lanes).");
   m.def(
       "check_one_sided_plans",
       [](Collective coll, py::sequence schedules, int64_t count, size_t esize) {

@@ -13,12 +13,14 @@ void bind_kernel_trace(pybind11::module_& m);      // bindings/kernel_trace_bind
 void bind_device_codecs(pybind11::module_& m);     // bindings/device_codec_bindings.cc (after bind_device)
 void bind_device_cost(pybind11::module_& m);       // bindings/device_cost_bindings.cc: device auto's cost model
 void bind_grid_claims(pybind11::module_& m);       // bindings/grid_claims_bindings.cc (after bind_device)
+void bind_verify(pybind11::module_& m);            // bindings/verify_bindings.cc: verify() (after bind_schedule)
 }  // namespace commlib
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "commlib core: schedules, verifier, kernels, shared-memory transport and executor";
   commlib::bind_types(m);
   commlib::bind_schedule(m);
+  commlib::bind_verify(m);
   commlib::bind_kernels(m);
   commlib::bind_transport(m);
   commlib::bind_comm(m);

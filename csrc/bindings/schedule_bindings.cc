@@ -5,6 +5,7 @@
 
 #include "bindings/bindings.h"
 #include "common/shapes.h"
+#include "schedule/lanes.h"
 #include "verify/verifier.h"
 #include "policy/auto_policy.h"
 #include "policy/device_path_tuning.h"
@@ -161,30 +162,6 @@ struct PythonBuilder {
   }
 };
 
-// trace_schedules' holdings as [rank][k] -> [input, output, scratch], each None (not owned) or
-// [[start, len, src, [contributing ranks]], ...].
-py::list holdings_to_py(const Holdings& h) {
-  py::list out;
-  for (const auto& per_rank : h) {
-    py::list steps;
-    for (const auto& bufs : per_rank) {
-      py::list b3;
-      for (const HeldBuffer& b : bufs) {
-        if (b.size < 0) {
-          b3.append(py::none());
-          continue;
-        }
-        py::list runs;
-        for (const HeldRun& r : b.runs) runs.append(py::make_tuple(r.start, r.len, r.src, r.ranks));
-        b3.append(std::move(runs));
-      }
-      steps.append(std::move(b3));
-    }
-    out.append(std::move(steps));
-  }
-  return out;
-}
-
 py::list trait_names(uint32_t t) {
   static const std::pair<uint32_t, const char*> names[] = {
       {kSmallMessages, "small_messages"}, {kLargeMessages, "large_messages"}, {kPowerOfTwo, "power_of_two"},
@@ -220,88 +197,21 @@ void bind_schedule(py::module_& m) {
         if (size < 1) throw std::invalid_argument("size: must be >= 1, got " + std::to_string(size));
         if (count < 0) throw std::invalid_argument("count: must be >= 0, got " + std::to_string(count));
         const std::string name = choose_algorithm(a.coll, algorithm, bytes, size);
-        return schedule_to_py(
-            build_schedule(a, Composition{name, inter, intra, segment < 0 ? hier_segment_setting() : segment, pieces, share}), name);
+        a.compose(Composition{name, inter, intra, segment < 0 ? hier_segment_setting() : segment, pieces, share});
+        py::dict out = schedule_to_py(build_schedule(a, name), name);
+        out["lanes"] = schedule_lanes(a, name); // schedule/lanes.h: the c-th lanes-th of the steps is lane c
+        return out;
       },
       py::arg("collective"), py::arg("algorithm"), py::arg("rank"), py::arg("size"), py::arg("count"),
       py::arg("root") = 0, py::arg("dtype") = DType::Float32, py::arg("hosts") = std::vector<int>{},
       py::arg("inter") = "", py::arg("segment") = -1, py::arg("intra") = "", py::arg("pieces") = 0, py::arg("share") = 0,
-      "One rank's schedule as a dict {steps, scratch_count, algorithm}. `hosts`: every rank's host id "
+      "One rank's schedule as a dict {steps, scratch_count, algorithm, lanes} (lanes: schedule/lanes.h, 1 but for "
+      "laned algorithms). `hosts`: every rank's host id "
       "(hierarchical schedules; empty: one host); `inter`: hierarchical's inter-host algorithm (\"\": the "
       "built-in exchange); `segment`: its pipeline segment in elements (-1: COMMLIB_HIER_SEGMENT, 0: none); "
       "`intra`: the intra-host phases' algorithm (\"\": the built-in direct exchanges; needs `inter`); "
       "`pieces`: the most pieces the overlapped pipeline cuts a lane's segment into (0: the builder's cap); "
       "`share`: rail_split's rail rings' share of the buffer in 1/1024 (0: the builder's default).");
-
-  m.def(
-      "verify",
-      [](Collective collective, const std::string& algorithm, int size, int64_t count, int root, DType dtype) {
-        py::gil_scoped_release nogil;  // a Python-registered builder takes it back while it runs
-        return verify_algorithm(collective, algorithm, size, count, root, dtype);
-      },
-      py::arg("collective"), py::arg("algorithm"), py::arg("size"), py::arg("count"), py::arg("root") = 0,
-      py::arg("dtype") = DType::Float32,
-      "Symbolically run every rank's schedule (both buffer layouts); raise VerificationError on a bug. "
-      "Returns the algorithm verified (\"auto\" resolves for count elements of dtype).");
-
-  m.def(
-      "verify_trace",
-      [](Collective collective, const std::string& algorithm, int size, int64_t count, int root, DType dtype,
-         std::vector<int> hosts, const std::string& inter, int64_t segment, const std::string& intra) {
-        if (size < 1) throw std::invalid_argument("size: must be >= 1, got " + std::to_string(size));
-        if (count < 0) throw std::invalid_argument("count: must be >= 0, got " + std::to_string(count));
-        const int64_t bytes = count * static_cast<int64_t>(dtype_size(dtype));
-        const std::string name = choose_algorithm(collective, algorithm, bytes, size);
-        CollArgs a;
-        a.coll = collective;
-        a.size = size;
-        a.count = count;
-        a.root = collective_has_root(collective) ? root : 0;
-        a.host_of = std::move(hosts);
-        a.compose(Composition{name, inter, intra, segment < 0 ? hier_segment_setting() : segment});
-        Holdings h;
-        {
-          py::gil_scoped_release nogil;  // a Python-registered builder takes it back while it runs
-          std::vector<Schedule> per_rank(size);
-          for (int r = 0; r < size; ++r) {
-            a.rank = r;
-            per_rank[r] = build_schedule(a, name);
-          }
-          h = trace_schedules(collective, per_rank, size, count, a.root, name);
-        }
-        py::dict out;
-        out["algorithm"] = name;
-        out["holdings"] = holdings_to_py(h);
-        return out;
-      },
-      py::arg("collective"), py::arg("algorithm"), py::arg("size"), py::arg("count"), py::arg("root") = 0,
-      py::arg("dtype") = DType::Float32, py::arg("hosts") = std::vector<int>{}, py::arg("inter") = "",
-      py::arg("segment") = -1, py::arg("intra") = "",
-      "Verify the algorithm (out-of-place layout, as verify()) and return {algorithm, holdings}: "
-      "holdings[rank][k] is what the rank's [input, output, scratch] buffers hold before its first step "
-      "(k = 0) and after its step k - 1: None (not owned) or runs (start, len, src, ranks): elements "
-      "[start, start + len) hold source elements src, src + 1, ... reduced from the inputs of `ranks` "
-      "(src < 0: uninitialised). Up to 64 ranks; other arguments as schedule().");
-
-  m.def(
-      "_verify_custom",
-      [](Collective c, int size, int64_t count, py::sequence schedules, int root, py::object in_place) {
-        std::vector<Schedule> per_rank;
-        for (py::handle h : schedules) per_rank.push_back(schedule_from_py(h));
-        std::vector<bool> modes;
-        if (in_place.is_none()) {
-          modes.push_back(false);
-          if (collective_has_in_place(c)) modes.push_back(true);
-        } else {
-          modes.push_back(in_place.cast<bool>());
-        }
-        py::gil_scoped_release nogil;
-        for (bool ip : modes) verify_schedules(c, per_rank, size, count, root, ip, "custom");
-      },
-      py::arg("collective"), py::arg("size"), py::arg("count"), py::arg("schedules"), py::arg("root") = 0,
-      py::arg("in_place") = py::none(),
-      "Verify user-given per-rank schedules (same format as schedule(); a plain list of steps is also "
-      "accepted, with scratch_count inferred).");
 
   m.def(
       "choose_algorithm",

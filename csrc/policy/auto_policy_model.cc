@@ -36,6 +36,17 @@ Placement placement(const std::vector<int>& host_of) {
   return p;
 }
 
+// rail_halving and rail_lanes requested by name take the model's segments (and lanes), as auto
+// does, unless COMMLIB_HIER_SEGMENT is set (then its segment, as for hierarchical).
+bool own_shape(const std::string& algorithm) {
+  return (algorithm == "rail_halving" || algorithm == "rail_lanes") && !param_set("COMMLIB_HIER_SEGMENT");
+}
+
+Composition model_shape(const CallShape& call, const std::string& algorithm, const sim::Topology& model,
+                        const std::vector<int>& host_of) {
+  return choose_pipeline_shape(call, Composition{algorithm, "", "", 0}, placed_model(model, host_of));
+}
+
 }  // namespace
 
 int64_t hier_segment_setting() { return param_int("COMMLIB_HIER_SEGMENT", 1, INT64_MAX); }
@@ -46,6 +57,7 @@ std::vector<AlgorithmChoice> predict_candidates(const CallShape& call, const std
   const int64_t segment = hier_segment_setting();
   std::vector<AlgorithmChoice> out;
   for (const Composition& k : candidate_list(call.coll, host_of, segment, call.count * call.elem_bytes)) {
+    if (!lanes_ranked(k, topo)) continue;
     AlgorithmChoice c;
     static_cast<Composition&>(c) = choose_pipeline_shape(call, k, topo);
     c.source = "model";
@@ -81,6 +93,8 @@ AlgorithmChoice resolve_algorithm(const CallShape& call, const std::string& requ
       const AlgorithmChoice best = search_best_candidate(call, host_of, *model, true);
       if (!best.algorithm.empty()) static_cast<Composition&>(choice) = best;  // hierarchical, its phases
       choice.predicted_s = best.predicted_s;
+    } else if (model_applies && p.shares && own_shape(choice.algorithm)) {
+      static_cast<Composition&>(choice) = model_shape(call, choice.algorithm, *model, host_of);
     }
     return choice;
   }
@@ -141,6 +155,10 @@ Composition resolve_on_model(Collective c, const Composition& requested, int64_t
   sim::check_call(c, count, elem_bytes, root, model);  // the simulator's own errors, before auto reads anything
   if (requested.algorithm != "auto") {
     Composition k = requested;
+    const std::set<int> hosts(model.host_of.begin(), model.host_of.end());
+    if (k.segment < 0 && own_shape(k.algorithm) && hosts.size() > 1 && hosts.size() < model.host_of.size())
+      return model_shape(CallShape{c, count, elem_bytes, collective_has_root(c) ? root : 0}, k.algorithm, model,
+                         model.host_of);
     if (k.segment < 0) k.segment = hier_segment_setting();
     return k;
   }

@@ -11,6 +11,7 @@
 
 #include "policy/model_key.h"
 #include "policy/pipeline_shape.h"
+#include "schedule/lanes.h"
 #include "schedule/registry.h"
 #include "sim/simulator.h"
 
@@ -47,7 +48,8 @@ std::vector<std::string> intra_candidates(Collective c) {
   auto builtin_flat = [](Collective k) {
     std::vector<std::string> names;
     for (const AlgorithmSpec& s : algorithm_specs(k))
-      if (is_host_builtin(s) && s.name != "hierarchical" && s.name != "direct" && s.name != "rail_halving")
+      if (is_host_builtin(s) && s.name != "hierarchical" && s.name != "direct" && s.name != "rail_halving" &&
+          s.name != "rail_lanes")
         names.push_back(s.name);
     return names;
   };
@@ -75,12 +77,13 @@ std::vector<Composition> candidate_list(Collective c, const std::vector<int>& ho
   for (int h : host_of) shares |= !ids.insert(h).second;
   std::vector<Composition> out;
   std::vector<std::string> flat;
-  bool has_hier = false, has_split = false, has_halving = false;
+  bool has_hier = false, has_split = false, has_halving = false, has_lanes = false;
   for (const AlgorithmSpec& s : algorithm_specs(c)) {
     if (!is_host_builtin(s)) continue;
     if (s.name == "hierarchical") has_hier = true;
     else if (s.name == "rail_split") has_split = true;
     else if (s.name == "rail_halving") has_halving = true;  // a hierarchical schedule: not a phase of one
+    else if (s.name == "rail_lanes") has_lanes = true;
     else flat.push_back(s.name);
   }
   for (const std::string& f : flat) out.push_back(Composition{f, "", "", 0});
@@ -103,9 +106,18 @@ std::vector<Composition> candidate_list(Collective c, const std::vector<int>& ho
       out.push_back(k);
     }
   }
-  // rail_halving (schedule/rail_halving.cc) where hierarchical is ranked: its own pipelined shape.
+  // rail_halving (schedule/rail_halving.cc) where hierarchical is ranked: its own pipelined shape;
+  // rail_lanes (rail_lanes.cc) where it pairs (equal power-of-two hosts): rail_halving in lanes.
   if (has_halving && ids.size() > 1 && shares) out.push_back(Composition{"rail_halving", "", "", segment});
+  if (has_lanes && ids.size() > 1 && shares && equal && per_host.size() >= 2 && (bytes < 0 || bytes >= kLanesMinBytes) &&
+      (per_host.size() & (per_host.size() - 1)) == 0 && per_host.begin()->second >= 2 &&
+      (per_host.begin()->second & (per_host.begin()->second - 1)) == 0)
+    out.push_back(Composition{"rail_lanes", "", "", segment});
   return out;
+}
+
+bool lanes_ranked(const Composition& cand, const sim::Topology& model) {
+  return cand.algorithm != "rail_lanes" || model.intra_by_device;
 }
 
 sim::Topology placed_model(const sim::Topology& model, const std::vector<int>& host_of) {
@@ -144,13 +156,19 @@ double candidate_lower_bound(const CallShape& call, const Composition& cand, con
   }
   const double nic_step_Bps = t.nic_burst_bytes > 0 ? std::numeric_limits<double>::infinity() : t.nic_Bps;
   CollArgs a = call.args_on(t.host_of);
+  a.compose(cand);
+  const int lanes = schedule_lanes(a, cand.algorithm);  // schedule/lanes.h: lanes overlap
   double bound = 0;
   for (int r : {0, a.root, P / 2, P - 1}) {
     a.rank = r;
     const Schedule s = build_schedule(a, cand);
-    double rank_time = 0, inter_out = 0, inter_in = 0;
+    double rank_time = 0, inter_out = 0, inter_in = 0, intra_out = 0, intra_in = 0, slowest_lane = 0;
     int64_t ops = 0;
     for (size_t k = 0; k < s.steps.size(); ++k) {
+      if (lanes > 1 && k > 0 && k % (s.steps.size() / lanes) == 0) {  // a lane begins:
+        slowest_lane = std::max(slowest_lane, rank_time);  // its steps wait for none of the last lane's
+        rank_time = 0;
+      }
       // What this step's communication must at least take after the rank entered it (sim/simulator.h):
       // each transfer its latency and bytes at the fastest rate; the rank's sends one after another
       // (send overhead), its receives likewise (receive overhead); all its bytes through its one
@@ -181,6 +199,7 @@ double candidate_lower_bound(const CallShape& call, const Composition& cand, con
       const double latency[2] = {t.intra_latency_s, t.inter_latency_s};
       const double rate[2] = {t.intra_bus_Bps > 0 ? std::min(port, t.intra_bus_Bps) : port, nic_step_Bps};
       inter_out += send[1].bytes, inter_in += recv[1].bytes;
+      intra_out += send[0].bytes, intra_in += recv[0].bytes;
       // The CPU's messages, one after another: inside a host moved by the devices (intra_by_device)
       // they are not its (each pays its own overheads, in parallel: a lower bound still without them).
       const int64_t own = t.intra_by_device ? 0 : 1;
@@ -198,6 +217,10 @@ double candidate_lower_bound(const CallShape& call, const Composition& cand, con
       rank_time += step + local + (k > 0 ? t.step_overhead_s : 0.0);
     }
     if (t.nic_burst_bytes > 0) rank_time = std::max(rank_time, std::max(inter_out, inter_in) / t.nic_Bps);
+    if (lanes > 1) {  // the slowest lane, and every lane's bytes through the rank's port and NIC
+      rank_time = std::max({rank_time, slowest_lane, std::max(intra_out, intra_in) / (t.intra_bus_Bps > 0 ? std::min(port, t.intra_bus_Bps) : port)});
+      if (inter_out + inter_in > 0) rank_time = std::max(rank_time, std::max(inter_out, inter_in) / t.nic_Bps);
+    }
     bound = std::max(bound, rank_time);
     if (ops_per_rank) *ops_per_rank = std::max(*ops_per_rank, ops);
   }
@@ -246,7 +269,8 @@ AlgorithmChoice search_best_candidate(const CallShape& call, const std::vector<i
   }
   std::vector<Composition> cands;
   for (const auto& c : candidate_list(call.coll, host_of, segment, call.count * call.elem_bytes))
-    if (!hier_only || c.algorithm == "hierarchical") cands.push_back(choose_pipeline_shape(call, c, topo));
+    if ((!hier_only || c.algorithm == "hierarchical") && lanes_ranked(c, topo))
+      cands.push_back(choose_pipeline_shape(call, c, topo));
   st.candidates = static_cast<int>(cands.size());
   std::vector<double> bound(cands.size());
   std::vector<bool> big(cands.size(), false), costly(cands.size(), false);

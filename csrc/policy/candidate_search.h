@@ -43,8 +43,19 @@ struct Topology;
 // F + 1 + F (1 + I) candidates: all_reduce 7 + 1 + 7 x 2 = 22, all_gather 21, reduce_scatter 13,
 // broadcast 21 with the built-in registry. all_reduce on hosts of equal size adds rail_split beside
 // each hierarchical composition for calls of kSplitMinBytes or more (`bytes` < 0: unknown, added).
+// rail_halving where hierarchical is, and rail_lanes on equal power-of-two hosts, follow.
 std::vector<Composition> candidate_list(Collective c, const std::vector<int>& host_of, int64_t segment,
                                         int64_t bytes = -1);
+
+// rail_lanes is ranked from this many bytes a call: below it every lane's steps are latency-bound
+// (2 and 16 dgx-h100 nodes, 256 KiB: 0.67 and 0.69 of the best's busbw; from 1 MiB it can win).
+constexpr int64_t kLanesMinBytes = int64_t{1} << 20;
+
+// Whether auto ranks `cand` on `model`: rail_lanes (schedule/lanes.h) only where the model's
+// intra-host messages are the devices' (intra_by_device: the GPU presets, whose NCCL-like engines
+// keep several slices in flight); commlib's engines run lanes one after another, so on a CPU
+// host's fitted model the lanes' overlap would be a prediction for no engine here.
+bool lanes_ranked(const Composition& cand, const sim::Topology& model);
 
 // rail_split (schedule/side_by_side.h) is ranked from this many bytes a call: it balances the NICs'
 // and the ports' bytes, while its rail rings keep every one of their 2(P-1) lock-step steps, whose

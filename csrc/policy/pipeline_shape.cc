@@ -18,6 +18,7 @@
 #include "schedule/registry.h"
 #include "schedule/side_by_side.h"
 #include "sim/rates.h"
+#include "sim/simulator.h"
 #include "sim/topology.h"
 
 namespace commlib {
@@ -211,6 +212,36 @@ Composition choose_halving_segments(const CallShape& call, const Composition& ca
   return memo_store(key, best, best_s);
 }
 
+// rail_lanes' lanes and segments (schedule/rail_lanes.cc): its lanes overlap, which the one-rank
+// estimate above (steps one after another) cannot see, so each shape is simulated, each run cut once
+// it is slower than the best so far: W in {2, 4, 8} lanes of K in {1, 2, 4, 8, 16} segments each,
+// W K at most 128, 64 from 512 ranks (a run plays W K segments of 2 log2 P messages a rank); from
+// 4096 ranks only 4 x 2, 4 x 4 and 8 x 2 (each run takes seconds there). The estimate is the
+// simulated time.
+Composition choose_lane_shape(const CallShape& call, const Composition& cand, const sim::Topology& t,
+                              double* estimate_s) {
+  const std::string key = memo_key(call, cand, t);
+  if (Composition hit; memo_find(key, &hit, estimate_s)) return hit;
+  Composition best = cand;
+  best.segment = 0, best.pieces = 0;
+  double best_s = std::numeric_limits<double>::infinity();
+  const bool huge = t.size() >= 4096;  // seconds a shape: the three nearest the NICs' balance
+  const int most = huge ? 16 : t.size() >= 512 ? 64 : 128;
+  for (int W : {4, 8, 2})
+    for (int K : {4, 2, 8, 16, 1}) {
+      const int64_t segment = K == 1 ? 0 : call.count / W / K;
+      if (W * K > most || (huge && (W == 2 || K == 1)) || (K > 1 && segment < 1)) continue;
+      Composition k = cand;
+      k.segment = segment, k.pieces = W;
+      sim::Options o;
+      o.stop_after_s = best_s;
+      const sim::Result r = sim::simulate(call.coll, k, call.count, call.elem_bytes, call.root, t, o);
+      if (!r.cut && r.time_s < best_s) best_s = r.time_s, best = k;
+    }
+  if (estimate_s) *estimate_s = best_s;
+  return memo_store(key, best, best_s);
+}
+
 }  // namespace
 
 Composition choose_pipeline_shape(const CallShape& call, const Composition& cand, const sim::Topology& t,
@@ -222,6 +253,9 @@ Composition choose_pipeline_shape(const CallShape& call, const Composition& cand
   if (call.coll == Collective::AllReduce && cand.algorithm == "rail_halving" && spans_hosts(t) &&
       !param_set("COMMLIB_HIER_SEGMENT"))
     return choose_halving_segments(call, cand, t, estimate_s);
+  if (call.coll == Collective::AllReduce && cand.algorithm == "rail_lanes" && spans_hosts(t) &&
+      !param_set("COMMLIB_HIER_SEGMENT"))
+    return choose_lane_shape(call, cand, t, estimate_s);
   if (call.coll != Collective::AllReduce || cand.algorithm != "hierarchical" || !spans_hosts(t)) return cand;
   if (param_set("COMMLIB_HIER_SEGMENT")) return cand;  // the user's segment, as the setting says
   // The shapes to try: the builder's segments are count / segment, at most 16

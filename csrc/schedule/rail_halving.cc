@@ -23,6 +23,7 @@
 // (hierarchical_all_reduce.cc), which every host map runs.
 #include "schedule/builders.h"
 #include "schedule/hierarchical_layout.h"
+#include "schedule/rail_halving.h"
 #include "schedule/registry.h"
 
 namespace commlib {
@@ -32,16 +33,15 @@ namespace {
 
 bool power_of_two(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
-// Hosts of one size, a power of two, as are the hosts' count (rabenseifner folds otherwise, and a
-// folded rank's lane would pair differently from its group's).
+}  // namespace
+
+// (rabenseifner folds otherwise, and a folded rank's lane would pair differently from its group's.)
 bool halving_hosts(const HostMap& m) {
   if (m.H() < 2 || !power_of_two(m.H()) || m.L(0) < 2 || !power_of_two(m.L(0))) return false;
   for (int g = 1; g < m.H(); ++g)
     if (m.L(g) != m.L(0)) return false;
   return true;
 }
-
-}  // namespace
 
 Schedule all_reduce_rail_halving(const CollArgs& a) {
   CollArgs b = a;

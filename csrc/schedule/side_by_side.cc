@@ -35,15 +35,19 @@ std::vector<Step> merge_lanes(const std::vector<std::vector<Step>>& lanes) {
   return out;
 }
 
-Schedule side_by_side(const CollArgs& a, const std::vector<Part>& parts, bool lock_step) {
+namespace {
+
+// Each part built for its share, its regions moved there and its scratch past the parts before it
+// (s.scratch_count: their total); `keep_empty`: parts of count 0 too.
+std::vector<std::vector<Step>> moved_parts(const CollArgs& a, const std::vector<Part>& parts, bool keep_empty,
+                                           Schedule& s) {
   if (a.coll != Collective::AllReduce && a.coll != Collective::Broadcast && a.coll != Collective::Reduce)
     throw std::invalid_argument(std::string("side_by_side: ") + collective_name(a.coll) +
                                 " has no one-buffer shape to share");
   const bool any = std::any_of(parts.begin(), parts.end(), [](const Part& p) { return p.count > 0; });
-  Schedule s;
   std::vector<std::vector<Step>> lanes;
   for (const Part& p : parts) {
-    if (any && p.count == 0) continue;
+    if (any && p.count == 0 && !keep_empty) continue;
     CollArgs pa = a;
     pa.count = p.count;
     Schedule part = build_schedule(pa, p.how);
@@ -55,11 +59,31 @@ Schedule side_by_side(const CollArgs& a, const std::vector<Part>& parts, bool lo
     s.scratch_count += part.scratch_count;
     lanes.push_back(std::move(part.steps));
   }
+  return lanes;
+}
+
+}  // namespace
+
+Schedule side_by_side(const CollArgs& a, const std::vector<Part>& parts, bool lock_step) {
+  Schedule s;
+  std::vector<std::vector<Step>> lanes = moved_parts(a, parts, false, s);
   if (lock_step) {
     s.steps = merge_lanes(lanes);
   } else {
     for (auto& lane : lanes)
       for (Step& st : lane) s.steps.push_back(std::move(st));
+  }
+  return s;
+}
+
+Schedule lane_parts(const CollArgs& a, const std::vector<Part>& parts) {
+  Schedule s;
+  const std::vector<std::vector<Step>> lanes = moved_parts(a, parts, true, s);
+  size_t len = 1;  // every lane at least one step (so that W divides the steps)
+  for (const auto& l : lanes) len = std::max(len, l.size());
+  for (const auto& l : lanes) {
+    s.steps.insert(s.steps.end(), l.begin(), l.end());
+    s.steps.resize(s.steps.size() + len - l.size());  // empty steps to the lane's length
   }
   return s;
 }

@@ -60,7 +60,7 @@ std::shared_ptr<const BuiltPrograms> built_programs(Collective c, const Composit
   // Built outside the lock: other threads' look-ups and builds go on meanwhile (two threads
   // building the same call both build; the second keeps the first's entry).
   auto built = std::make_shared<BuiltPrograms>();
-  built->programs = build_programs(c, how, size, count, root, host_of, built->shapes, &built->scratch);
+  built->programs = build_programs(c, how, size, count, root, host_of, built->shapes, &built->scratch, &built->lanes);
   size_t bytes = built->shapes.bytes() + built->scratch.capacity() * sizeof(int64_t) + key.size();
   for (const Program& p : built->programs) bytes += p.capacity() * sizeof(Program::value_type) + sizeof(Program);
   built->bytes = bytes;

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "schedule/lanes.h"
 #include "schedule/registry.h"
 
 namespace commlib {
@@ -74,8 +75,7 @@ uint32_t ShapeTable::intern(std::vector<SimOp>& ops) {
 
 std::vector<Program> build_programs(Collective c, const Composition& how, int size, int64_t count, int root,
                                     const std::vector<int>& host_of, ShapeTable& shapes,
-                                    std::vector<int64_t>* scratch) {
-  std::vector<Program> programs(size);
+                                    std::vector<int64_t>* scratch, int* lanes) {
   if (scratch) scratch->assign(size, 0);
   CollArgs a;
   a.coll = c;
@@ -84,13 +84,17 @@ std::vector<Program> build_programs(Collective c, const Composition& how, int si
   a.root = root;
   a.host_of = host_of;
   a.compose(how);
+  const int W = schedule_lanes(a, how.algorithm);
+  if (lanes) *lanes = W;
+  std::vector<Program> programs(static_cast<size_t>(size) * W);
   std::vector<SimOp> ops;
   for (int r = 0; r < size; ++r) {
     a.rank = r;
     const Schedule s = build_schedule(a, how.algorithm);
     if (scratch) (*scratch)[r] = s.scratch_count;
-    Program& prog = programs[r];
-    for (const Step& st : s.steps) {
+    for (size_t i = 0; i < s.steps.size(); ++i) {
+      const Step& st = s.steps[i];
+      Program& prog = programs[static_cast<size_t>(r) * W + i * W / s.steps.size()];
       ops.clear();
       size_t sends = 0;
       for (const Op& o : st.ops) {
@@ -119,13 +123,15 @@ std::vector<Program> build_programs(Collective c, const Composition& how, int si
             break;
         }
       }
+      if (W > 1 && std::any_of(ops.begin(), ops.end(), [](const SimOp& o) { return o.kind >= SimKind::Get; }))
+        throw std::invalid_argument("simulate: " + how.algorithm + " has lanes and one-sided ops (lanes are for messages)");
       number_messages(ops, r);
       const uint32_t id = shapes.intern(ops);
       if (!prog.empty() && prog.back().first == id) ++prog.back().second;
       else prog.emplace_back(id, 1u);
     }
-    prog.shrink_to_fit();
   }
+  for (Program& prog : programs) prog.shrink_to_fit();
   return programs;
 }
 

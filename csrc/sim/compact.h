@@ -61,15 +61,18 @@ using Program = std::vector<std::pair<uint32_t, uint32_t>>;
 // with the registry's builder and compacts it. `host_of` is the topology's placement, handed to
 // topology-aware (hierarchical) builders through CollArgs.
 // `scratch` (if not null) receives each rank's scratch elements (Schedule::scratch_count).
+// A schedule of W lanes (schedule/lanes.h; `lanes`, if not null, receives W) gives W programs a
+// rank, rank r's lane c at r * W + c: its c-th W-th of the steps, in order.
 std::vector<Program> build_programs(Collective c, const Composition& how, int size, int64_t count, int root,
                                     const std::vector<int>& host_of, ShapeTable& shapes,
-                                    std::vector<int64_t>* scratch = nullptr);
+                                    std::vector<int64_t>* scratch = nullptr, int* lanes = nullptr);
 
 // Every rank's compacted schedule of one call, as build_programs makes it, shared read-only.
 struct BuiltPrograms {
   ShapeTable shapes;
-  std::vector<Program> programs;
+  std::vector<Program> programs;  // per rank, or per rank and lane (build_programs)
   std::vector<int64_t> scratch;
+  int lanes = 1;
   size_t bytes = 0;  // memory held
 };
 

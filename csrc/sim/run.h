@@ -26,12 +26,15 @@ namespace detail {
 
 class Run {
  public:
+  // progs: per rank, or per rank and lane (`lanes` W > 1: compact.h): each (rank, lane) is a player
+  // of its own, v = r * W + c, with its own steps, on rank r's links, CPU and rates.
   Run(const Topology& t, const std::vector<RankRates>& rates, const ShapeTable& shapes,
-      const std::vector<Program>& progs, int elem_bytes, Trace* trace, const CodecCost& codec)
+      const std::vector<Program>& progs, int elem_bytes, Trace* trace, const CodecCost& codec, int lanes = 1)
       : t_(t), rates_(rates), shapes_(shapes), progs_(progs), eb_(elem_bytes), P_(t.size()), H_(t.hosts()),
-        player_(*this), trace_(trace), codec_(codec) {
-    ranks_.resize(P_);
-    player_.reset(P_);
+        W_(lanes), V_(t.size() * lanes), player_(*this), trace_(trace), codec_(codec) {
+    if (static_cast<int>(progs.size()) != V_) throw std::logic_error("simulate: programs for ranks x lanes expected");
+    ranks_.resize(V_);
+    player_.reset(V_);
     free_at_.assign(2 * P_ + H_ + 2 * H_ * t.nics_per_host, 0.0);
     busy_.assign(free_at_.size(), 0.0);
     cpu_.assign(P_, 0.0);
@@ -43,8 +46,10 @@ class Run {
   }
 
   void play(Result& res, double stop_after_s) {
-    for (int r = 0; r < P_; ++r)  // the codec's prelude (error feedback) first, on the rank's share of a core
-      schedule_entry(r, cpu_[r] = send_cpu_[r] = recv_cpu_[r] = codec_.prelude_s * oversub_[t_.host_of[r]]);
+    for (int v = 0; v < V_; ++v) {  // the codec's prelude (error feedback) first, on the rank's share of a core
+      const int r = ph(v);
+      schedule_entry(v, cpu_[r] = send_cpu_[r] = recv_cpu_[r] = codec_.prelude_s * oversub_[t_.host_of[r]]);
+    }
     while (!heap_.empty()) {
       const Event e = heap_.top();
       if (e.time > stop_after_s) {  // every later event, and so the finish, is later still
@@ -56,13 +61,13 @@ class Run {
       heap_.pop();
       if (e.gen == ranks_[e.rank].gen) enter(e.rank, e.time);  // else superseded by a later entry
     }
-    for (int r = 0; r < P_; ++r)
+    for (int r = 0; r < V_; ++r)
       if (ranks_[r].blocked)
         throw std::runtime_error("simulate: deadlock: rank " + std::to_string(r) + " stuck in step " +
                                  std::to_string(ranks_[r].step) + " waiting for a signal never sent (verify the schedule)");
     const std::string stuck = player_.deadlock();
     if (!stuck.empty()) throw std::runtime_error("simulate: " + stuck + " (verify the schedule)");
-    for (int r = 0; r < P_; ++r) res.time_s = std::max(res.time_s, ranks_[r].t);
+    for (int v = 0; v < V_; ++v) res.time_s = std::max(res.time_s, ranks_[v].t);
     res.steps = steps_;
     res.transfers = transfers_;
     res.bytes_inter = bytes_inter_;
@@ -107,7 +112,7 @@ class Run {
       R.left = p[R.run].second;
     }
     R.shape = p[R.run].first;
-    heap_.push(Event{t + (R.step > 0 ? t_.step_overhead_s * oversub_[t_.host_of[r]] : 0.0), r, ++R.gen});
+    heap_.push(Event{t + (R.step > 0 ? t_.step_overhead_s * oversub_[t_.host_of[ph(r)]] : 0.0), r, ++R.gen});
   }
 
   // The schedule player's game (schedule/player.h): the ops of a rank's current step shape.
@@ -118,7 +123,8 @@ class Run {
            : (k == SimKind::Recv || k == SimKind::RecvReduce) ? sched::PlayKind::Recv
                                                               : sched::PlayKind::Local;
   }
-  int op_peer(int r, int i) const { return shapes_.begin(ranks_[r].shape)[i].peer; }
+  int op_peer(int r, int i) const { return shapes_.begin(ranks_[r].shape)[i].peer * W_ + r % W_; }  // its lane's player
+  int ph(int v) const { return v / W_; }  // the rank a player (rank, lane) runs on
   int64_t step_of(int r) const { return ranks_[r].step; }
 
   // The op index in rank q's current step of `kind` with `peer`, the first unmatched in op order; -1
@@ -132,6 +138,7 @@ class Run {
     auto before = [](const SimOp& x, const std::pair<int, int>& k) {
       return sort_class(x.kind) != k.first ? sort_class(x.kind) < k.first : x.peer < k.second;
     };
+    peer = ph(peer);  // shapes name ranks
     for (const SimOp* it = std::lower_bound(b, e, std::make_pair(cls, peer), before);
          it != e && sort_class(it->kind) == cls && it->peer == peer; ++it)
       if (!matched[it - b]) return static_cast<int>(it - b);
@@ -179,9 +186,10 @@ class Run {
   void on_transfer(int s, int si, int q, int qi) { transfer(s, si, q, qi, now_); }
 
   // Sender s (op si) to receiver q (op qi); both are in their steps, the later entered at `t`.
-  void transfer(int s, int si, int q, int qi, double t) {
-    RankState& S = ranks_[s];
-    RankState& Q = ranks_[q];
+  void transfer(int vs, int si, int vq, int qi, double t) {
+    RankState& S = ranks_[vs];
+    RankState& Q = ranks_[vq];
+    const int s = ph(vs), q = ph(vq);
     const SimOp& so = shapes_.begin(S.shape)[si];
     const SimOp& ro = shapes_.begin(Q.shape)[qi];
     if (so.count != ro.count)
@@ -207,7 +215,7 @@ class Run {
     S.end = std::max(S.end, wire_done + latency);
     // A receiver asleep when the bytes are in reduces them once it is running again; its CPU takes
     // the messages in one after another (LogGP's o, receive side).
-    double taken = std::max(wire_done + latency, receiver_running(s, q, start + latency));
+    double taken = std::max(wire_done + latency, receiver_running(s, vq, start + latency));
     if (t_.recv_overhead_s > 0 && !coded && t_.intra_by_device && t_.host_of[s] == t_.host_of[q]) {
       taken += t_.recv_overhead_s * fq;  // the device takes it in, not the CPU (post_sends)
     } else if (t_.recv_overhead_s > 0) {
@@ -247,15 +255,16 @@ class Run {
   // bucket, pass at once, the rest at the bucket's rate.
   double through_bucket(int res, double begin, double bytes);
 
-  // When receiver q is running again to take a message from sender s whose first bytes arrive at
-  // `first` (topology.h: spin then sleep; on an oversubscribed host every receive waits its turn
+  // When receiver q (a player: its entry time) is running again to take a message from sender
+  // (rank) s whose first bytes arrive at `first` (topology.h: spin then sleep; on an oversubscribed host every receive waits its turn
   // for a core, and sleeps first unless a yielding inter-host spin was still polling). The rest of
   // the message streams in while it wakes.
   double receiver_running(int s, int q, double first) const;
 
-  void finish_step(int r) {
-    RankState& R = ranks_[r];
-    one_sided_ops(r);
+  void finish_step(int v) {
+    RankState& R = ranks_[v];
+    const int r = ph(v);
+    one_sided_ops(v);
     double t = R.end;
     for (const SimOp* o = shapes_.begin(R.shape); o != shapes_.end(R.shape); ++o) {
       const double bytes = static_cast<double>(o->count) * eb_;
@@ -263,11 +272,11 @@ class Run {
       else if (o->kind == SimKind::Reduce) t += bytes * rates_[r].reduce_s_per_byte;
     }
     if (trace_) trace_->steps[r].emplace_back(R.t, t);
-    post_signals(r, t);
+    post_signals(v, t);
     --R.left;
     ++R.step;
-    player_.leave(r);
-    schedule_entry(r, t);
+    player_.leave(v);
+    schedule_entry(v, t);
   }
 
   const Topology& t_;
@@ -275,6 +284,7 @@ class Run {
   const ShapeTable& shapes_;
   const std::vector<Program>& progs_;
   const int eb_, P_, H_;
+  const int W_, V_;  // lanes per rank (schedule/lanes.h) and players (ranks x lanes)
   std::vector<RankState> ranks_;
   std::vector<double> free_at_;  // per link: when it is free again
   std::vector<double> busy_;     // per link: seconds it served bytes (Result's accounting)

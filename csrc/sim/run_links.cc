@@ -11,10 +11,11 @@ namespace sim {
 namespace detail {
 
 // (run.h: a step's sends posted at its entry, in the schedule's order.)
-void Run::post_sends(int r) {
-  RankState& R = ranks_[r];
+void Run::post_sends(int v) {
+  RankState& R = ranks_[v];
+  const int r = ph(v);
   const SimOp* b = shapes_.begin(R.shape);
-  const int n = op_count(r);
+  const int n = op_count(v);
   R.posts.assign(n, {now_, now_});
   order_.clear();
   for (int i = 0; i < n; ++i)
@@ -91,7 +92,7 @@ double Run::reduce_tail_s(int q, double bytes, double slowest) const {
 
 // One-sided ops of r's step (ir.h): a get streams the peer's bytes over the link from it (and a
 // get_reduce reduces them as they come), a put over the link to it, all from the step's entry.
-void Run::one_sided_ops(int r) {
+void Run::one_sided_ops(int r) {  // (no lanes with one-sided ops: compact.cc)
   RankState& R = ranks_[r];
   for (const SimOp* o = shapes_.begin(R.shape); o != shapes_.end(R.shape); ++o) {
     if (o->kind != SimKind::Get && o->kind != SimKind::GetReduce && o->kind != SimKind::Put) continue;
@@ -137,12 +138,13 @@ double Run::through_bucket(int res, double begin, double bytes) {
 // `first` (topology.h: spin then sleep; on an oversubscribed host every receive waits its turn
 // for a core, and sleeps first unless a yielding inter-host spin was still polling). The rest of
 // the message streams in while it wakes.
-double Run::receiver_running(int s, int q, double first) const {
+double Run::receiver_running(int s, int vq, double first) const {
+  const int q = ph(vq);
   const double f = oversub_[t_.host_of[q]];
   const bool inter = t_.host_of[s] != t_.host_of[q];
   const bool yielding = inter && t_.inter_spin_s >= 0;
   const double spin = yielding ? t_.inter_spin_s : t_.spin_s;
-  const bool asleep = first - ranks_[q].t > spin;
+  const bool asleep = first - ranks_[vq].t > spin;
   if (f > 1.0) return first + (yielding && !asleep ? 0.0 : t_.wake_s) + (f - 1.0) * t_.sched_quantum_s;
   if (t_.wake_s > 0 && asleep) return first + t_.wake_s;
   return first;

@@ -37,7 +37,23 @@ Result simulate(Collective c, const Composition& how, int64_t count, int elem_by
   const double t1 = now_s();
   const std::vector<RankRates> rates = rank_rates(topo, c, count, elem_bytes, root, built->scratch, res);
   if (opts.trace) start_trace(*opts.trace, topo);
-  detail::Run run(topo, rates, shapes, built->programs, elem_bytes, opts.trace, opts.codec);
+  // Lanes (schedule/lanes.h) overlap where the devices move the intra-host data (intra_by_device:
+  // the GPU presets' NCCL-like engines keep several slices in flight); commlib's host executor runs
+  // a laned schedule in list order, lane after lane, so on a CPU host's model it plays so.
+  const std::vector<Program>* programs = &built->programs;
+  std::vector<Program> listed;
+  int lanes = built->lanes;
+  if (lanes > 1 && !topo.intra_by_device) {
+    listed.resize(P);
+    for (int r = 0; r < P; ++r)
+      for (int c = 0; c < lanes; ++c) {
+        const Program& lane = built->programs[static_cast<size_t>(r) * lanes + c];
+        listed[r].insert(listed[r].end(), lane.begin(), lane.end());
+      }
+    programs = &listed;
+    lanes = 1;
+  }
+  detail::Run run(topo, rates, shapes, *programs, elem_bytes, opts.trace, opts.codec, lanes);
   run.play(res, opts.stop_after_s);
   res.build_s = t1 - t0;
   res.run_s = now_s() - t1;

@@ -5,6 +5,8 @@
 #include <stdexcept>
 
 #include "policy/auto_policy.h"
+#include "schedule/lanes.h"
+#include "verify/verifier_lanes.h"
 #include "verify/verifier_replay.h"
 #include "schedule/registry.h"
 
@@ -56,6 +58,7 @@ std::string verify_algorithm(Collective c, const std::string& algorithm, int siz
     a.rank = r;
     per_rank[r] = build_schedule(a, name);
   }
+  check_lanes(c, per_rank, size, count, a.root, schedule_lanes(a, name), name);
   verify_schedules(c, per_rank, size, count, a.root, false, name);
   if (collective_has_in_place(c)) verify_schedules(c, per_rank, size, count, a.root, true, name);
   return name;

@@ -217,3 +217,37 @@ def test_the_checker_catches_an_altered_plan(change):
     elif change == "buffer":
         items[first]["src_buf"] = 2  # scratch instead of the input/output
     assert _check(bad, args) != "", change
+
+
+# Host maps for the multi-host shapes (rail_halving pairs its lanes on equal power-of-two hosts,
+# rail_lanes runs lanes there; elsewhere both are hierarchical rabenseifner/ring).
+HOST_MAPS = [[h for h in range(H) for _ in range(L)] for H, L in ((2, 2), (2, 4), (4, 2), (8, 8))] + [
+    [h for h in range(3) for _ in range(3)], [0, 0, 1, 2, 2, 2], [1, 0, 1, 0, 2, 2]]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("algorithm,pieces", [("hierarchical", 0), ("rail_halving", 0), ("rail_lanes", 2),
+                                              ("rail_lanes", 4)])
+def test_multi_host_plans_equal_their_schedules(algorithm, pieces):
+    """The pipelined multi-host shapes on host maps (check_device_plans' hosts): 1 to 16 segments,
+    2 and 4 lanes, awkward counts; each plan is its schedule and the pairs agree across ranks."""
+    for hosts in HOST_MAPS:
+        P = len(hosts)
+        for n, segment in ((0, 0), (1, 1), (P - 1, 1), (97, 7), (64 * P + 7, 8 * P)):
+            _C.check_device_plans(COLLECTIVE["all_reduce"], algorithm, P, n, 0, esize=2, chunk_bytes=64, hosts=hosts,
+                                  segment=segment, pieces=pieces)
+
+
+def test_multi_host_plans_checker_sees_the_host_map():
+    """The host map reaches the builder: the chunks checked across hosts are rail_halving's inter-host
+    messages (2 log2 H steps a segment, half then a quarter .. of a block each way: 2 (H-1)/H of
+    the block, in 64-byte chunks of 2-byte elements); none on one host; a mismatched map is refused
+    by name."""
+    hosts = [0] * 4 + [1] * 4  # 2 hosts of 4: each rank's block of a segment 1/8, half of it across
+    n = 8 * 32 * 4  # 4 segments of 256 elements: blocks of 32, 16 across each way = 32 B, one chunk
+    across = _C.check_device_plans(COLLECTIVE["all_reduce"], "rail_halving", 8, n, 0, esize=2, chunk_bytes=64,
+                                   hosts=hosts, segment=n // 4)
+    assert across == 8 * 4 * 2, across  # every rank, every segment, one message each way
+    assert _C.check_device_plans(COLLECTIVE["all_reduce"], "rail_halving", 8, n, 0, esize=2, chunk_bytes=64) == 0
+    with pytest.raises(ValueError, match="hosts: 3 entries for 8 ranks"):
+        _C.check_device_plans(COLLECTIVE["all_reduce"], "rail_halving", 8, 64, 0, hosts=[0, 0, 1])

@@ -14,9 +14,13 @@ SEGMENT = 64  # elements: the counts below span 3 to 16 segments
 
 
 def _builder(host_of, inter, intra, algorithm="hierarchical"):
+    # rail_lanes: two lanes on halves of the buffer, each pipelined in segments of its own (half as
+    # long, so that each lane spans as many segments as the others' whole buffer)
+    segment = SEGMENT // 2 if algorithm == "rail_lanes" else SEGMENT
+
     def build(rank, size, count, root):
         return _C.schedule(_C.Collective.all_reduce, algorithm, rank, size, count, root, _C.DType.int32, host_of,
-                           inter, SEGMENT, intra)
+                           inter, segment, intra)
     return build
 
 

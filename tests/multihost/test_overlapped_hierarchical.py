@@ -10,9 +10,10 @@ import overlap_cases as cases
 LOOPBACK = {"COMMLIB_SOCKET_IFNAME": "lo"}
 # ("", ""): the built-in exchange between hosts, on the overlapped lanes too.
 # The last two: rail_split (schedule/side_by_side.cc), rail rings beside the overlapped pipeline, and
-# rail_halving (its own phases: paired by elements on 2 x 2, hierarchical rabenseifner/ring on 3 x 3).
+# rail_halving (its own phases: paired by elements on 2 x 2, hierarchical rabenseifner/ring on 3 x 3),
+# and rail_lanes (two lanes of rail_halving on 2 x 2, run lane after lane; rail_halving on 3 x 3).
 PAIRS = [("", ""), ("ring", ""), ("two_shot", "direct"), ("rabenseifner", "ring"), ("recursive_doubling", "rail_ring"),
-         ("two_shot", "", "rail_split"), ("", "", "rail_halving")]
+         ("two_shot", "", "rail_split"), ("", "", "rail_halving"), ("", "", "rail_lanes")]
 COUNTS = [64 * 3 + 5, 64 * 16 + 1, 5003]
 
 

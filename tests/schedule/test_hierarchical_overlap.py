@@ -14,7 +14,7 @@ from commlib import _C
 
 
 def flat(coll):
-    return [a for a in commlib.algorithms(coll) if a not in ("hierarchical", "rail_split", "rail_halving")]
+    return [a for a in commlib.algorithms(coll) if a not in ("hierarchical", "rail_split", "rail_halving", "rail_lanes")]
 
 
 INTER = flat("all_reduce")

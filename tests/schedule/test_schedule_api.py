@@ -23,8 +23,8 @@ def test_algorithms_lists():
 
 def test_schedule_structure():
     s = schedules.schedule("all_reduce", "ring", rank=1, size=3, count=7)
-    assert set(s) == {"steps", "scratch_count", "algorithm"}
-    assert s["algorithm"] == "ring" and s["scratch_count"] == 0
+    assert set(s) == {"steps", "scratch_count", "algorithm", "lanes"}
+    assert s["algorithm"] == "ring" and s["scratch_count"] == 0 and s["lanes"] == 1
     assert len(s["steps"]) == 2 * 2  # reduce-scatter + all-gather, no input->output copy step
     kinds = {"send", "recv", "recv_reduce", "copy", "reduce"}
     for step in s["steps"]:

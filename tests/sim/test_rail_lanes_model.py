@@ -1,0 +1,130 @@
+"""rail_lanes in the model (csrc/schedule/rail_lanes.cc, schedule/lanes.h, docs/simulator.md "Slices
+in flight"): the simulator plays each (rank, lane) as its own sequence of steps on the rank's links
+(sim/run.h), so the lanes overlap; the same steps played in list order (one lane) are as slow as
+rail_halving; auto picks rail_lanes where the model says it is fastest, and rail_halving or
+rail_lanes requested by name take the model's shape unless COMMLIB_HIER_SEGMENT is set."""
+import pytest
+
+import commlib
+from commlib import _C, tuning
+from commlib.sim import topology as sim_topology
+
+COUNT = (64 << 20) // 4  # 64 MiB of float32
+
+
+@pytest.fixture
+def no_tuning(monkeypatch):
+    monkeypatch.delenv("COMMLIB_ALGO_ALL_REDUCE", raising=False)
+    monkeypatch.delenv("COMMLIB_HIER_SEGMENT", raising=False)
+    _C.clear_tuning()
+    yield
+    tuning.load_default()
+
+
+def engine(topo, nodes):
+    t = sim_topology.load(topo)
+    return t.engine_dict(nodes * t.devices_per_host)
+
+
+def simulate(d, algorithm, segment, count=COUNT, pieces=0):
+    return _C.simulate(_C.Collective.all_reduce, algorithm, count, 4, 0, d, "", segment, "", pieces=pieces)
+
+
+def test_lanes_overlap_where_list_order_does_not():
+    """16 dgx-h100 nodes, 64 MiB, 4 lanes of 8 segments: the lanes' steps played as one sequence (a
+    Python algorithm returning the same schedules, one lane) take the time of rail_halving's, the
+    lanes beside each other at least 15 % less; the same bytes cross hosts either way."""
+    d = engine("dgx-h100", 16)
+    hosts = d["host_of"]
+    segment = COUNT // 4 // 8
+    lanes = simulate(d, "rail_lanes", segment, pieces=4)
+
+    def build(rank, size, count, root):
+        return _C.schedule(_C.Collective.all_reduce, "rail_lanes", rank, size, count, root, _C.DType.float32, hosts,
+                           "", segment, "", 4)
+
+    commlib.register_algorithm("all_reduce", "lanes_in_list_order", build)
+    try:
+        listed = simulate(d, "lanes_in_list_order", segment)
+    finally:
+        commlib.unregister_algorithm("all_reduce", "lanes_in_list_order")
+    halving = simulate(d, "rail_halving", COUNT // 8)
+    assert lanes["bytes_inter"] == listed["bytes_inter"] == halving["bytes_inter"]
+    assert lanes["transfers"] == listed["transfers"]
+    assert lanes["time_s"] < 0.85 * listed["time_s"], (lanes["time_s"], listed["time_s"])
+    assert lanes["time_s"] < 0.85 * halving["time_s"], (lanes["time_s"], halving["time_s"])
+
+
+def test_auto_picks_lanes_at_16_nodes(no_tuning):
+    """16 dgx-h100 nodes, 64 MiB: rail_halving's lock step leaves the NICs idle a latency per small
+    step; auto's pick is rail_lanes, predicted at least 360 GB/s busbw (the NICs' bound is 410)."""
+    d = engine("dgx-h100", 16)
+    r = _C.simulate(_C.Collective.all_reduce, "auto", COUNT, 4, 0, d)
+    assert r["algorithm"] == "rail_lanes", r["algorithm"]
+    P = 128
+    assert 2 * (P - 1) / P * COUNT * 4 / r["time_s"] >= 360e9
+
+
+@pytest.mark.parametrize("name", ["rail_halving", "rail_lanes"])
+def test_requested_by_name_takes_the_models_shape(no_tuning, monkeypatch, name):
+    """Requested by name (segment -1: the setting's) on the model, rail_halving and rail_lanes get
+    the shape auto would give them, not COMMLIB_HIER_SEGMENT's default; with the setting set, its
+    segment."""
+    d = engine("dgx-h100", 16)
+    modelled = simulate(d, name, -1)
+    best = min(simulate(d, name, COUNT // k)["time_s"] for k in (2, 4, 8, 16))  # the lanes: 2 by default
+    if name == "rail_halving":  # 262144: the setting's default, COUNT / 64 (K 16 at most)
+        assert modelled["segment"] != 262144 and modelled["time_s"] <= best
+    else:  # the model's lanes
+        assert modelled["pieces"] >= 2 and modelled["time_s"] < best
+    monkeypatch.setenv("COMMLIB_HIER_SEGMENT", "65536")
+    assert simulate(d, name, -1)["segment"] == 65536
+
+
+@pytest.mark.parametrize("K", [4, 8])
+def test_lower_bound_holds_for_lanes(K):
+    """The search's lower bound of a laned candidate is its slowest lane (or its bytes through the
+    rank's links), not its lanes one after another: at most the simulated time, and above the NICs'
+    bytes alone."""
+    d = engine("dgx-h100", 16)
+    segment = COUNT // 2 // K  # the default 2 lanes
+    bound = _C.candidate_lower_bound(_C.Collective.all_reduce, "rail_lanes", COUNT, 4, 0, d, "", segment)
+    played = simulate(d, "rail_lanes", segment)
+    assert bound <= played["time_s"], (bound, played["time_s"])
+    assert bound >= played["nic_busy_s"] * 0.99, (bound, played["nic_busy_s"])
+
+
+def test_auto_ranks_lanes_only_where_devices_move_intra_host_data(no_tuning):
+    """On 4 hosts of 4 ranks: with the devices moving the intra-host messages (the GPU presets)
+    rail_lanes is among auto's candidates; on CPU hosts (intra_by_device 0: commlib's host executor,
+    which runs lanes one after another) it is not."""
+    d = engine("dgx-h100", 4)
+    d = dict(d, host_of=[h for h in range(4) for _ in range(4)], nic_of=[i for _ in range(4) for i in range(4)])
+    names = {c["algorithm"] for c in _C.predict_candidates(_C.Collective.all_reduce, 1 << 20, 4, 0, d)}
+    assert "rail_lanes" in names and "rail_halving" in names
+    cpu = dict(d, intra_by_device=0)
+    names = {c["algorithm"] for c in _C.predict_candidates(_C.Collective.all_reduce, 1 << 20, 4, 0, cpu)}
+    assert "rail_lanes" not in names and "rail_halving" in names
+
+
+def test_lanes_play_in_list_order_on_cpu_hosts():
+    """On a CPU host's model (intra_by_device 0: commlib's host executor, which runs a laned schedule
+    lane after lane) rail_lanes plays its lanes one after another: the time of the same steps as one
+    lane, not the overlap the GPU presets give."""
+    d = dict(engine("dgx-h100", 4), intra_by_device=0)
+    hosts = d["host_of"]
+    segment = (16 << 20) // 4 // 4 // 4
+
+    def build(rank, size, count, root):
+        return _C.schedule(_C.Collective.all_reduce, "rail_lanes", rank, size, count, root, _C.DType.float32, hosts,
+                           "", segment, "", 4)
+
+    commlib.register_algorithm("all_reduce", "lanes_listed_cpu", build)
+    try:
+        listed = simulate(d, "lanes_listed_cpu", segment, count=(16 << 20) // 4)
+    finally:
+        commlib.unregister_algorithm("all_reduce", "lanes_listed_cpu")
+    lanes = simulate(d, "rail_lanes", segment, count=(16 << 20) // 4, pieces=4)
+    assert lanes["time_s"] == pytest.approx(listed["time_s"], rel=1e-12)
+    gpu = simulate(engine("dgx-h100", 4), "rail_lanes", segment, count=(16 << 20) // 4, pieces=4)
+    assert gpu["time_s"] < 0.9 * lanes["time_s"], (gpu["time_s"], lanes["time_s"])
