@@ -106,20 +106,21 @@ def target_lines(rows) -> list[str]:
     if both:
         out.append(f"auto against the model's NCCL (rail_ring), >= 64 MiB, {len(both)} points on both presets: "
                    + ("at least as fast at every one." if not below else "slower at " + ", ".join(below) + "."))
-    split = [f"{t} {n} nodes {fmt_bytes(s)}" for (t, n, alg, s), p in sorted(rows.items())
-             if alg == "auto" and p["resolved"].startswith("rail_split")]
+    def auto_picks(prefix):  # the points where auto resolved to an algorithm of this name
+        return [f"{t} {n} nodes {fmt_bytes(s)}" for (t, n, alg, s), p in sorted(rows.items())
+                if alg == "auto" and p["resolved"].startswith(prefix)]
+
+    split = auto_picks("rail_split")
     out.append("rail_split (rail rings on a share of the buffer beside hierarchical on the rest) is among auto's "
                "candidates from 16 MiB in the points simulated since session 18 (the reruns dated 2026-11-29 07:40 "
                "and later): " + ("auto's pick at " + ", ".join(split) + "." if split else
                                  "auto's pick at none of them."))
-    halving = [f"{t} {n} nodes {fmt_bytes(s)}" for (t, n, alg, s), p in sorted(rows.items())
-               if alg == "auto" and p["resolved"].startswith("rail_halving")]
+    halving = auto_picks("rail_halving")
     out.append("rail_halving (hierarchical with halving and doubling inside the hosts and rabenseifner per rail, paired "
                "step by step by size; docs/simulator.md, 'Halving on every rail') is among auto's candidates in the points "
                "simulated since session 20 (the reruns dated 2026-11-29 13:34 and later): "
                + ("auto's pick at " + ", ".join(halving) + "." if halving else "auto's pick at none of them."))
-    lanes = [f"{t} {n} nodes {fmt_bytes(s)}" for (t, n, alg, s), p in sorted(rows.items())
-             if alg == "auto" and p["resolved"].startswith("rail_lanes")]
+    lanes = auto_picks("rail_lanes")
     out.append("rail_lanes (rail_halving on shares of the buffer, a lane each, each lane's steps waiting only for its "
                "own: slices in flight; docs/simulator.md, 'Slices in flight: lanes') is among auto's candidates in the "
                "points simulated since session 21 (the reruns dated 2026-11-29 16:30 and later): "
