@@ -96,14 +96,47 @@ class SyscallCounter:
         return [counts.get(e, float("nan")) for e in SYSCALL_EVENTS]
 
 
-def make_call(b, backend, coll, nbytes, algorithm, in_place=False):
+def aligned_empty(n, dtype=np.float32):
+    """``n`` elements on whole 2 MiB pages: the start 2 MiB-aligned and MADV_HUGEPAGE (what the
+    core does for its own scratch, csrc/host/lowering.cc), unlike NumPy's buffers, which start 16
+    bytes past a page and so have their first and last blocks partly on 4 KiB pages."""
+    import mmap
+    huge = 2 << 20
+    nbytes = n * np.dtype(dtype).itemsize
+    m = mmap.mmap(-1, nbytes + huge, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    base = np.frombuffer(m, np.uint8)
+    skip = -base.ctypes.data % huge
+    if hasattr(m, "madvise") and hasattr(mmap, "MADV_HUGEPAGE"):
+        m.madvise(mmap.MADV_HUGEPAGE)
+    return base[skip:skip + nbytes].view(dtype)
+
+
+def huge_share(arr):
+    """The share of ``arr``'s bytes on 2 MiB pages (commlib/bench/huge_pages.py)."""
+    from commlib.bench.huge_pages import huge_share as share
+    return share(arr.ctypes.data, arr.nbytes)
+
+
+def make_call(b, backend, coll, nbytes, algorithm, in_place=False, aligned=False):
     """The timed call: ``coll`` on float32 buffers of ``nbytes`` per rank (all_to_all: the whole
-    send buffer, as the sweep counts it; ``in_place``: the output is the input), commlib with
-    ``algorithm``."""
-    n = max(nbytes // 4, b.size if coll == "all_to_all" else 1)
-    n -= n % b.size if coll == "all_to_all" else 0
-    buf = np.ones(n, np.float32)
-    out = buf if in_place else np.empty(n, np.float32)
+    send buffer, as the sweep counts it; all_gather: the whole output, as the sweep counts it;
+    ``in_place``: the output is the input), commlib with ``algorithm``; ``aligned``: the buffers
+    on whole 2 MiB pages (aligned_empty) instead of NumPy's."""
+    whole = b.size if coll in ("all_to_all", "all_gather") else 1
+    n = max(nbytes // 4, whole)
+    n -= n % whole
+    alloc = aligned_empty if aligned else (lambda k: np.empty(k, np.float32))
+    if coll == "all_gather":
+        out = alloc(n)
+        out[:] = 1
+        buf = out[b.rank * (n // whole):(b.rank + 1) * (n // whole)] if in_place else alloc(n // whole)
+        buf[:] = 1
+        if backend == "mpi":
+            return functools.partial(b.comm.Allgather, b.MPI.IN_PLACE if in_place else buf, out)
+        return functools.partial(b.comm.all_gather, out, buf, algorithm)
+    buf = alloc(n)
+    buf[:] = 1
+    out = buf if in_place else alloc(n)
     if backend == "mpi":
         send = b.MPI.IN_PLACE if in_place else buf
         return {"broadcast": functools.partial(b.comm.Bcast, buf, 0), "barrier": b.comm.Barrier,
@@ -113,15 +146,27 @@ def make_call(b, backend, coll, nbytes, algorithm, in_place=False):
             "all_to_all": functools.partial(b.comm.all_to_all, out, buf, algorithm)}[coll]
 
 
-def rank_main(backend, coll, calls, reps, pin=False, nbytes=8, algorithm="auto", syscalls=False, in_place=False):
+def rank_main(backend, coll, calls, reps, pin=False, nbytes=8, algorithm="auto", syscalls=False, in_place=False,
+              aligned=False):
+    from commlib.bench.huge_pages import fresh_large_buffers
     from commlib.bench.rank_process import _make_backend
+    fresh_large_buffers()  # as the bench's rank processes do
     b = _make_backend(backend)
     if pin:  # rank r on the (r * cores / ranks)-th core of this process's set, for either library
         cpus = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cpus[b.rank * len(cpus) // b.size]})
-    fn = make_call(b, backend, coll, nbytes, algorithm, in_place)
+    # several commlib algorithms (comma-separated) take turns within each rep: an A/B in one process
+    algos = algorithm.split(",") if backend == "commlib" else [algorithm]
+    fns = {a: make_call(b, backend, coll, nbytes, a, in_place, aligned) for a in algos}
+    if coll in ("all_to_all", "all_gather"):
+        bufs = [x for x in next(iter(fns.values())).args if isinstance(x, np.ndarray)]
+        shares = b.gather_stats(np.array([huge_share(x) for x in bufs[:2]], np.float64))
+    if b.rank == 0 and coll in ("all_to_all", "all_gather"):
+        print(f"{backend}: share of the buffers' mappings on 2 MiB pages per rank (first two buffers of the call): "
+              + " ".join("/".join(f"{v:.2f}" for v in row) for row in shares), flush=True)
     pc = time.perf_counter
-    for rep in range(reps):
+    for rep, algo in ((r, a) for r in range(reps) for a in algos):
+        fn = fns[algo]
         for _ in range(min(200, calls)):
             fn()
         b.barrier()
@@ -147,7 +192,7 @@ def rank_main(backend, coll, calls, reps, pin=False, nbytes=8, algorithm="auto",
         if b.rank == 0:
             per = st[:, :calls] * 1e6
             us = lambda xs: "/".join(f"{x:.2f}" for x in xs)  # noqa: E731
-            print(f"{backend} {coll} rep {rep}: median of the slowest rank per call "
+            print(f"{backend}{'' if backend == 'mpi' else ' ' + algo} {coll} rep {rep}: median of the slowest rank per call "
                   f"{np.median(per.max(axis=0)):.2f} us; per rank: median {us(np.median(per, axis=1))}, "
                   f"p10 {us(np.percentile(per, 10, axis=1))}, p90 {us(np.percentile(per, 90, axis=1))}; "
                   f"loop average {st[:, calls].max() / calls * 1e6:.2f} us; per call: sleeps "
@@ -165,9 +210,10 @@ def rank_main(backend, coll, calls, reps, pin=False, nbytes=8, algorithm="auto",
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("collective", choices=("broadcast", "barrier", "all_to_all"))
-    p.add_argument("--bytes", type=int, default=8, help="bytes per rank (default 8; all_to_all: the whole send buffer)")
-    p.add_argument("--algorithm", default="auto", help="commlib's algorithm (default auto)")
+    p.add_argument("collective", choices=("broadcast", "barrier", "all_to_all", "all_gather"))
+    p.add_argument("--bytes", type=int, default=8, help="bytes per rank (default 8; all_to_all: the whole send buffer; all_gather: the whole output)")
+    p.add_argument("--algorithm", default="auto",
+                   help="commlib's algorithm (default auto); several, comma-separated, take turns in each rep")
     p.add_argument("--np", type=int, default=4)
     p.add_argument("--calls", type=int, default=3000)
     p.add_argument("--reps", type=int, default=3)
@@ -177,18 +223,21 @@ def main(argv=None):
                         "scheduler puts the ranks: unpinned, all four may share one core)")
     p.add_argument("--syscalls", action="store_true",
                    help="count each rank's syscalls in the timed loop (perf stat tracepoints; root)")
-    p.add_argument("--in-place", action="store_true", help="all_to_all: the output is the input")
+    p.add_argument("--in-place", action="store_true", help="all_to_all, all_gather: the output is the input")
+    p.add_argument("--aligned", action="store_true",
+                   help="all_to_all, all_gather: every buffer on whole 2 MiB pages (not NumPy's allocation)")
     p.add_argument("--rank-main", metavar="BACKEND", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.rank_main:
         return rank_main(a.rank_main, a.collective, a.calls, a.reps, a.pin, a.bytes, a.algorithm, a.syscalls,
-                         a.in_place)
+                         a.in_place, a.aligned)
     os.system("uptime")
     me = [sys.executable, os.path.abspath(__file__), a.collective, "--calls", str(a.calls), "--reps", str(a.reps),
           "--bytes", str(a.bytes), "--algorithm", a.algorithm]
     me += ["--pin"] if a.pin else []
     me += ["--syscalls"] if a.syscalls else []
     me += ["--in-place"] if a.in_place else []
+    me += ["--aligned"] if a.aligned else []
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     for backend in a.backends.split(","):
         if backend == "mpi":

@@ -18,7 +18,9 @@ How a time is measured (documented in the report and the README):
 4. beside the times, what the calls cost whatever the machine's load: ``cpu_us``, the CPU time
    (user + system, every thread) of all ranks together per call, and ``switches``, their context
    switches per call, voluntary (sleeps) and involuntary (preemptions, yields that gave the core)
-   (getrusage around each round's loop; a rank's barrier is outside it).
+   (getrusage around each round's loop; a rank's barrier is outside it); and ``huge_pages``, the
+   share of rank 0's send and receive buffers (2 MiB and more) on huge pages, which a peer's
+   single-copy read of them costs less on (commlib/bench/huge_pages.py).
 
 With ``-c`` every (algorithm, size, mode) gets one more call on fresh data whose result every rank
 compares against a reference computed locally; ``#wrong`` is the number of wrong elements summed
@@ -33,6 +35,7 @@ import time
 import numpy as np
 
 from commlib.bench.backends import Backend
+from commlib.bench.huge_pages import buffer_share
 from commlib.perf import common as C
 from commlib.perf.table import Table
 
@@ -287,6 +290,9 @@ class Sweep:
                 loops[key] += pc() - t_loop
                 usage[key] += _usage() - u0
                 times[key] += ts
+        # which of this rank's buffers sit on huge pages (rank 0's are recorded): what a peer's
+        # single-copy read of them costs depends on it, and it depends on the process's history
+        pages = {m: {k: buffer_share(v) for k, v in bufs[m].items()} for m in ms} if b.rank == 0 else {}
         wrong = {k: 0 for k in keys}
         if ref is not None:
             for key in keys:
@@ -324,6 +330,9 @@ class Sweep:
                              "involuntary": float(blk[:, n + 4].sum()) / max(n, 1)},
                 "wrong": wrong_sum if ref is not None else None,
             }
+            shares = {k: v for k, v in pages.get(mode, {}).items() if v is not None}
+            if shares:  # rank 0's send / recv buffers' share on 2 MiB pages (commlib/bench/huge_pages.py)
+                rec["huge_pages"] = {k: round(v, 4) for k, v in shares.items()}
             if hasattr(b, "ran_path"):  # the device bench: the path the calls ran on
                 rec["path"] = b.ran_path(algo)
             if "+" in algo:  # --compress: the record's series is "<algorithm>+<codec>"

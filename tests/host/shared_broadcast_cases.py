@@ -5,14 +5,12 @@ a count mismatch, and a root or reader killed mid-copy."""
 from __future__ import annotations
 
 import os
-import signal
-import threading
 import time
 
 import numpy as np
 
 import commlib
-from commlib.testing.faults import survivor_outcome
+from commlib.testing.faults import arm_death, survivor_outcome
 
 # Counts (float32) around the stream's edges under COMMLIB_SHM_BCAST_BYTES=256 (four lines): empty,
 # one element, a partial line, a whole line, odd counts that wrap the ring 15 and 64 times (the
@@ -91,8 +89,7 @@ def killed_mid_copy(comm, victim, root):
     mid-copy. Every survivor must raise PeerError naming it and the call."""
     x = np.ones(16 << 20, np.float32)
     comm.broadcast(x[:1000], root=root, algorithm="shared")  # the pool is up: the kill hits the next
-    if comm.rank == victim:
-        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGKILL)).start()
+    if arm_death(comm, victim, late_s=0):  # nobody late: the root's stream is slow enough
         comm.broadcast(x, root=root, algorithm="shared")
         time.sleep(30)  # the kill arrives meanwhile
         return None

@@ -3,16 +3,13 @@ whether this rank reads directly and why not, buffers that change and move betwe
 sender that dies with its buffer's address already published."""
 from __future__ import annotations
 
-import os
-import signal
-import threading
 import time
 
 import numpy as np
 
 import commlib
 import commlib._C as _C
-from commlib.testing.faults import survivor_outcome
+from commlib.testing.faults import arm_death, survivor_outcome
 
 # 70,000 float32 = 273 KiB per block: every message of the calls below is past the 64 KiB that
 # COMMLIB_CMA=1 sends single-copy, and not a multiple of a chunk.
@@ -94,8 +91,7 @@ def sender_dies_after_publishing(comm, victim, collective="broadcast"):
         x, y = np.full(n, 7.0, np.float32), np.empty(n, np.float32)
         call = lambda: sub.all_to_all(y, x)  # noqa: E731
     call()  # a first call, so the second's failure is the one under test
-    if sub.rank == victim:
-        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGKILL)).start()
+    if arm_death(sub, victim, late_s=0):  # every peer joins late here, below
         call()
         time.sleep(10)  # the kill arrives meanwhile
         return None

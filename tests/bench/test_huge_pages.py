@@ -1,0 +1,173 @@
+"""commlib/bench/huge_pages.py: the share of a buffer on huge pages, read exactly from the page
+frames, the bench rows that record it, and the rank processes' fixed mmap threshold, which makes a
+large buffer a fresh mapping whatever the process freed before (issue #42: in the main job
+commlib's buffers sat on fewer huge pages than Open MPI's)."""
+import ctypes
+import io
+import mmap
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from commlib.bench import huge_pages
+from commlib.bench.huge_pages import HUGE, buffer_share, huge_share
+
+MADV_HUGEPAGE, MADV_NOHUGEPAGE = 14, 15
+
+
+def _thp_mode():
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            return f.read().split("[")[1].split("]")[0]
+    except (OSError, IndexError):
+        return "never"
+
+
+needs_frames = pytest.mark.skipif(huge_share(id(0), 1) is None, reason="page frames unreadable (needs root)")
+needs_thp = pytest.mark.skipif(_thp_mode() == "never", reason="transparent huge pages are off")
+
+
+def _smaps_huge_kb(address):
+    """AnonHugePages (kB) of the mapping holding ``address``, from /proc/self/smaps."""
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split(maxsplit=1)[0] if line.strip() else ""
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and line.startswith("AnonHugePages:"):
+                return int(line.split()[1])
+    return 0
+
+
+def _mapping(windows, advice):
+    """`windows` 2 MiB-aligned windows of a private anonymous mapping, advised and touched:
+    (the mmap, the aligned start address)."""
+    m = mmap.mmap(-1, (windows + 1) * HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    base = np.frombuffer(m, np.uint8)
+    start = base.ctypes.data + (-base.ctypes.data % HUGE)
+    libc = ctypes.CDLL(None)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    assert libc.madvise(start, windows * HUGE, advice) == 0
+    view = base[start - base.ctypes.data:start - base.ctypes.data + windows * HUGE]
+    view[::4096] = 1  # touch every page: the fault makes the huge page (or the 4 KiB ones)
+    return m, view, start
+
+
+@needs_frames
+@needs_thp
+def test_huge_and_small_pages_and_a_range_across_both():
+    hm, hv, hstart = _mapping(2, MADV_HUGEPAGE)
+    sm, sv, sstart = _mapping(2, MADV_NOHUGEPAGE)
+    if _smaps_huge_kb(hstart) < 2 * HUGE // 1024:  # the kernel's own count, independent of the frames
+        pytest.skip("the kernel gave no huge pages (memory fragmented)")
+    assert huge_share(hstart, 2 * HUGE) == 1.0
+    assert huge_share(sstart, 2 * HUGE) == 0.0
+    # a range from the middle of the first huge window into the second: all huge
+    assert huge_share(hstart + HUGE // 2, HUGE) == 1.0
+    # NumPy's placement: 16 bytes past a 4 KiB page; weighted by the bytes in each window
+    assert huge_share(sstart + 16, HUGE) == 0.0
+    assert buffer_share(hv) == 1.0 and buffer_share(sv) == 0.0
+    del hv, sv
+    hm.close()
+    sm.close()
+
+
+def test_small_or_foreign_buffers_have_no_share():
+    assert buffer_share(np.zeros(HUGE // 4 - 1, np.float32)) is None  # below 2 MiB
+    assert buffer_share([0.0] * 10) is None
+    assert huge_share(12345, 0) == 0.0
+
+
+def test_an_untouched_page_is_not_huge():
+    m = mmap.mmap(-1, 2 * HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    base = np.frombuffer(m, np.uint8)
+    share = huge_share(base.ctypes.data, base.nbytes)
+    assert share in (0.0, None)  # None: frames unreadable here
+    del base
+    m.close()
+
+
+# A 16 MiB buffer freed, then a 4 MiB one: glibc's dynamic threshold (raised to 16 MiB by the free)
+# takes the second from the heap, unless the threshold was fixed first.
+_PROBE = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from commlib.bench.huge_pages import fresh_large_buffers
+    if sys.argv[1] == "fixed":
+        assert fresh_large_buffers()
+    a = np.ones(4 << 20, np.float32)
+    del a
+    b = np.ones(1 << 20, np.float32)
+    addr = b.ctypes.data
+    with open("/proc/self/maps") as f:
+        for line in f:
+            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+            if lo <= addr < hi:
+                print("heap" if line.rstrip().endswith("[heap]") else "mapping")
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc")
+def test_a_fixed_threshold_gives_a_fresh_mapping_after_a_free():
+    def where(kind):
+        return subprocess.run([sys.executable, "-c", _PROBE, kind], capture_output=True, text=True, timeout=60,
+                              env=dict(os.environ, PYTHONPATH=os.getcwd())).stdout.strip()
+    assert where("dynamic") == "heap"  # what a process that freed a large buffer gets
+    assert where("fixed") == "mapping"
+
+
+class OneRankBackend:
+    """Rank 0 of one: calls do nothing; stats are this rank's own."""
+
+    name, transport, rank, size = "commlib", "shm", 0, 1
+
+    def algorithms(self, collective):
+        return ["noop"]
+
+    def supports(self, coll, mode, op, dtype):
+        return True
+
+    def make(self, collective, algorithm, mode, bufs, op, root):
+        return lambda: None
+
+    def barrier(self):
+        pass
+
+    def gather_stats(self, vec):
+        return np.asarray(vec, np.float64)[None, :]
+
+    def resolve(self, collective, algorithm, size, dtype):
+        return algorithm
+
+
+def _rows(monkeypatch, nbytes, share):
+    from commlib.bench import sweep as sweep_mod
+    seen = []
+
+    def fake_share(buf):
+        seen.append(buf)
+        return share(buf)
+    monkeypatch.setattr(sweep_mod, "buffer_share", fake_share)
+    cfg = {"collectives": ["all_gather"], "sizes": [nbytes], "dtype": "float32", "op": "sum", "root": 0,
+           "iters": 2, "min_time": 0.0, "max_iters": 2, "warmup": 1, "check": False, "rounds": 1,
+           "modes": ["out", "in"], "algorithms": ["all"]}
+    return sweep_mod.Sweep(OneRankBackend(), cfg, out=io.StringIO()).run(), seen
+
+
+def test_rows_record_rank_zeros_shares(monkeypatch):
+    """Every buffer of a size is looked at once, and its row carries the shares of its mode's
+    send and receive buffers; None (small buffers) leaves the field out."""
+    recs, seen = _rows(monkeypatch, 8 << 20, lambda buf: round(buf.nbytes / (16 << 20), 4))
+    assert len(seen) == 4  # send and recv of each mode
+    by_mode = {r["mode"]: r for r in recs}
+    # out of place: a 8 MiB input and output (one rank); in place: the input is a view of the output
+    assert by_mode["out"]["huge_pages"] == {"send": 0.5, "recv": 0.5}
+    assert by_mode["in"]["huge_pages"] == {"send": 0.5, "recv": 0.5}
+    recs, _ = _rows(monkeypatch, 1 << 10, buffer_share)
+    assert all("huge_pages" not in r for r in recs)
