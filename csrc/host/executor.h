@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/listener_list.h"
+#include "host/ring_stores.h"
 #include "policy/single_copy.h"
 #include "common/types.h"
 #include "schedule/ir.h"
@@ -179,6 +180,7 @@ class Executor {
   uint64_t flag_readers_done_ = 0;        // the lowest flag call every peer had completed, last looked at
   std::vector<uint64_t> stream_pos_;      // per root: where its next broadcast starts in its stream
   uint64_t stream_low_ = 0;               // the lowest position every reader had consumed of this rank's stream
+  RingStores ring_stores_;                // plain or non-temporal stores into this rank's stream
   std::vector<ExecOp> ops_watched_;
   std::atomic<uint64_t> bytes_sent_{0};
 };

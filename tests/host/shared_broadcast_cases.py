@@ -94,3 +94,24 @@ def killed_mid_copy(comm, victim, root):
         time.sleep(30)  # the kill arrives meanwhile
         return None
     return survivor_outcome(lambda: comm.broadcast(x, root=root, algorithm="shared"))
+
+
+def both_kinds_of_store(comm, calls=40):
+    """Broadcasts of several 64 KiB pieces each, values changing every call, from each root in turn:
+    the root measures plain and non-temporal stores into its stream and writes each piece with one
+    of them (host/ring_stores.h: plain first, one piece non-temporal the next call, then the better
+    kind, probing the other every 16 calls), so both kinds land here whatever the placement. Every
+    rank must hold exactly this call's values."""
+    P, r = comm.size, comm.rank
+    n = (5 * 65536 + 4100) // 4  # five whole pieces and a partial one
+    failures = []
+    x = np.empty(n, np.float32)
+    base = np.arange(n, dtype=np.float32)
+    for k in range(calls):
+        root = (k // 8) % P  # 8 calls a root: its choice settles, then probes
+        want = base + 7 * k + root
+        x[:] = want if r == root else -1
+        comm.broadcast(x, root=root, algorithm="shared")
+        if not np.array_equal(x, want):
+            failures.append(f"call {k} (root {root}) on rank {r}: wrong at {int(np.argmax(x != want))}")
+    return failures

@@ -2,7 +2,8 @@
 rank; csrc/host/flag_calls.cc, docs/transports.md "Flag calls"). The collective matrix runs it like
 every registered algorithm (test_collectives.py, with the default stream); here: a stream far
 smaller than the messages on 5 ranks (2 cores: oversubscribed), rotating roots, changing buffers and
-queued async calls; a count mismatch; a reader and a root killed mid-copy."""
+queued async calls; roots writing their stream with plain and non-temporal stores (host/ring_stores.h);
+a count mismatch; a reader and a root killed mid-copy."""
 import pytest
 
 import shared_broadcast_cases as cases
@@ -13,6 +14,10 @@ TINY = {"COMMLIB_SHM_BCAST_BYTES": "256"}
 
 def test_rotating_roots_through_a_tiny_stream(pool):
     assert pool(5).run(cases.rotating_roots_in_a_tiny_stream, timeout=120) == [[]] * 5
+
+
+def test_both_kinds_of_store_into_the_stream(pool):
+    assert pool(4).run(cases.both_kinds_of_store, 40 * 2, timeout=120) == [[]] * 4
 
 
 def test_count_mismatch_raises(pool):
