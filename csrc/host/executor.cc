@@ -92,7 +92,7 @@ bool Executor::progress_send(ExecOp& o, size_t esize) {
     h->offset = o.done;
     h->bytes = n;
     h->flags = 0;
-    if (n) std::memcpy(payload, o.src + o.done, n);
+    fill_chunk(o, payload, n);
     l.publish_send();
     o.done += n;
     o.finished = o.done == o.bytes;

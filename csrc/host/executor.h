@@ -154,6 +154,9 @@ class Executor {
                std::chrono::steady_clock::time_point last_progress, bool slow_checks);
   [[noreturn]] void fail(ErrorKind kind, const std::string& message);
   void check_device_messages(const std::vector<ExecOp>& ops);  // fails if a probe says so
+  // Copies send `o`'s next `n` bytes into a chunk's payload, plain or non-temporal as measured per
+  // peer (chunk_stores.cc).
+  void fill_chunk(const ExecOp& o, char* payload, size_t n);
   template <typename Ready>
   void wait_flags(Ready ready, OpKind kind, int only_peer, size_t bytes, const CallDesc& call);
 
@@ -181,6 +184,7 @@ class Executor {
   std::vector<uint64_t> stream_pos_;      // per root: where its next broadcast starts in its stream
   uint64_t stream_low_ = 0;               // the lowest position every reader had consumed of this rank's stream
   RingStores ring_stores_;                // plain or non-temporal stores into this rank's stream
+  std::vector<RingStores> chunk_stores_;  // per peer: plain or non-temporal stores into its channel
   std::vector<ExecOp> ops_watched_;
   std::atomic<uint64_t> bytes_sent_{0};
 };
