@@ -211,3 +211,28 @@ def captured_new_shapes(comm):
     g.reset()
     o.shutdown()
     return refused, o.python_calls, right
+
+
+def stream_set_up_by_a_batch(comm, device=7):
+    """A stream the route set up with a point-to-point batch (no collective ran on it) serves new
+    shapes of collectives from C++ too: the set-up is per stream, not per collective. Returns (the
+    Python route's collectives, the batches it ran, new shapes from C++, the all_reduce right)."""
+    P, r = comm.size, comm.rank
+    o = Offers(comm)
+    batches = []
+    p2p = o.route.p2p
+
+    def spy(*args, **kwargs):
+        batches.append(1)
+        return p2p(*args, **kwargs)
+    o.route.p2p = spy
+    a = emu.from_numpy(np.full(4, r, np.float32), device_index=device)
+    b = emu.empty(4, "float32", device_index=device)
+    o.comm.batch_p2p([("recv", b, (r - 1) % P), ("send", a, (r + 1) % P)])  # the set-up on this stream
+    new0 = _C.device_native_new_shape_count()
+    x = emu.from_numpy(np.full(9, r + 1, np.float32), device_index=device)
+    o.call("all_reduce", x).synchronize()
+    right = bool(np.array_equal(x.numpy(), np.full(9, P * (P + 1) // 2, np.float32)))
+    new = _C.device_native_new_shape_count() - new0
+    o.shutdown()
+    return o.python_calls, len(batches), new, right

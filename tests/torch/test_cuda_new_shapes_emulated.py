@@ -63,3 +63,11 @@ def test_new_shapes_from_cpp_keep_the_capture_rules(pool):
         assert refused.startswith("CommError") and "warm-up" in refused, (rank, refused)
         assert python_calls == ["all_reduce"], (rank, python_calls)  # the set-up on the side stream only
         assert right, rank
+
+
+@pytest.mark.timeout(90)
+def test_a_stream_set_up_by_a_batch_serves_new_collectives_from_cpp(pool):
+    for rank, (python_calls, batches, new, right) in enumerate(
+            pool(2, env=ENV).run(cases.stream_set_up_by_a_batch, timeout=60)):
+        assert python_calls == [] and batches == 1, (rank, python_calls, batches)
+        assert new == 1 and right, (rank, new, right)
