@@ -10,7 +10,8 @@
 // check and error message. It adds a call here only after that call passed every check and was
 // enqueued; the key holds everything the checks looked at, so a hit is a call the checks already
 // accepted. A miss, or any unusual argument, answers NotImplemented: the Python path takes it and
-// raises naming the argument.
+// raises naming the argument. (C++ callers, whose buffers are described already, also run a miss
+// on a stream the route set up, checked as the Python path checks it: device_call_new_shape.cc.)
 //
 // It also knows the streams calls ran on as current streams (device_p2p_streams.h): where the torch
 // backend's CUDA sends and receives are enqueued from C++ (core_api.h device_p2p).
