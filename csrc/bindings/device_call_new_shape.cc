@@ -56,6 +56,7 @@ bool accepted_as_the_python_path_would(const CallKey& k, int size) {
   if ((two && !has_b) || (c.coll == Collective::Broadcast && has_b)) return false;
   if (has_b && (k.kind_b != k.kind_a || k.device_b != k.device_a)) return false;
   if (c.count < 0 || c.dtype >= DType::kCount) return false;
+  if (c.codec.active()) return false;  // compress=: the route's compressed call (never a C++ caller's today)
   if (collective_has_root(c.coll) ? c.root < 0 || c.root >= size : c.root != 0) return false;
   if (collective_reduces(c.coll)) {
     if (c.op >= RedOp::kCount || (op_is_bitwise(c.op) && !dtype_is_integer(c.dtype))) return false;
