@@ -236,3 +236,25 @@ def stream_set_up_by_a_batch(comm, device=7):
     new = _C.device_native_new_shape_count() - new0
     o.shutdown()
     return o.python_calls, len(batches), new, right
+
+
+def new_shapes_cost_what_hits_do(comm, n=100):
+    """n all_reduces of 16 floats on fresh buffers (each a new shape, resolved in C++) after one call
+    of that count warmed its plan: the emulated driver calls this thread makes in the n calls (the
+    resolution is the host's: StreamEngine::prepare), the new shapes run from C++, results right."""
+    P, r = comm.size, comm.rank
+    o = Offers(comm)
+    o.call("all_reduce", emu.from_numpy(np.ones(16, np.float32))).synchronize()  # set-up, the plan
+    fresh = [emu.from_numpy(np.full(16, r + 1, np.float32)) for _ in range(n)]
+    emu.current_stream().synchronize()
+    new0 = _C.device_native_new_shape_count()
+    before = _C.emulated_thread_driver_calls()
+    works = [o.seam("all_reduce", x) for x in fresh]
+    after = _C.emulated_thread_driver_calls()
+    calls = {k: after.get(k, 0) - before.get(k, 0) for k in after if after.get(k, 0) != before.get(k, 0)}
+    new = _C.device_native_new_shape_count() - new0
+    for w in works:
+        w.synchronize()
+    right = all(np.array_equal(x.numpy(), np.full(16, P * (P + 1) // 2, np.float32)) for x in fresh)
+    o.shutdown()
+    return calls, new, right

@@ -71,3 +71,18 @@ def test_a_stream_set_up_by_a_batch_serves_new_collectives_from_cpp(pool):
             pool(2, env=ENV).run(cases.stream_set_up_by_a_batch, timeout=60)):
         assert python_calls == [] and batches == 1, (rank, python_calls, batches)
         assert new == 1 and right, (rank, new, right)
+
+
+@pytest.mark.timeout(120)
+def test_a_new_shape_costs_the_device_calls_of_a_hit(pool):
+    # The per-shape work moved into C++ (checks, StreamEngine::prepare) is the host's: a new shape
+    # makes the driver calls a steady hit makes (test_cuda_p2p_emulated.py's budget: one launch, one
+    # device guard, one capture query; one event record per launch exactly when another engine lives
+    # on the device). A pool of its own, as that test's, so no other engine is on its device.
+    n = 100
+    per_call = {"the kernel path's launch": 1, "cudaGetDevice": 1, "cudaStreamGetCaptureInfo": 1}
+    for calls, new, right in pool(2, env=ENV, own="native_new_shapes").run(
+            cases.new_shapes_cost_what_hits_do, n, timeout=90):
+        assert new == n and right, (new, right)
+        assert calls.pop("cudaEventRecord", 0) in (0, n), calls
+        assert calls == {k: v * n for k, v in per_call.items()}, calls
