@@ -40,9 +40,10 @@ def test_fresh_buffers_of_every_collective_run_from_cpp_after_set_up(pool, size)
 
 
 @pytest.mark.timeout(90)
-def test_a_bad_argument_of_a_new_shape_is_declined_and_named(pool):
+@pytest.mark.parametrize("size", [2, 3])
+def test_a_bad_argument_of_a_new_shape_is_declined_and_named(pool, size):
     for rank, (seam, errors, counted, right) in enumerate(
-            pool(2, env=ENV).run(cases.bad_arguments_name_themselves, timeout=60)):
+            pool(size, env=ENV).run(cases.bad_arguments_name_themselves, timeout=60)):
         assert seam == [True, True], (rank, seam)  # declined by C++: nothing ran
         assert errors[0].startswith("ValueError: root:"), (rank, errors)
         assert errors[1].startswith("ValueError: op:") and "band" in errors[1], (rank, errors)
@@ -50,8 +51,9 @@ def test_a_bad_argument_of_a_new_shape_is_declined_and_named(pool):
 
 
 @pytest.mark.timeout(90)
-def test_a_mismatched_new_shape_raises_mismatch_error_on_both(pool):
-    for rank, (from_cpp, seen) in enumerate(pool(2, env=ENV).run(cases.mismatched_new_shapes, timeout=60)):
+@pytest.mark.parametrize("size", [2, 3])
+def test_a_mismatched_new_shape_raises_mismatch_error_on_every_rank(pool, size):
+    for rank, (from_cpp, seen) in enumerate(pool(size, env=ENV).run(cases.mismatched_new_shapes, timeout=60)):
         assert from_cpp, rank
         assert seen.startswith("MismatchError"), (rank, seen)
 
