@@ -30,6 +30,12 @@ EOF
   fi
 }
 
+# predictions_table: docs/gpu.md's table of what --lent measures and the prediction each
+# measurement tests (the first table after its "**What `--lent` runs" paragraph), as it stands.
+predictions_table() {
+  awk '/^\*\*What `--lent` runs/{on=1} on && /^\|/{print; seen=1; next} seen{exit}' "$ROOT/docs/gpu.md"
+}
+
 write_report() {
   [ $dry -eq 1 ] && return 0
   {
@@ -42,6 +48,11 @@ write_report() {
     echo "| step | what ran | result | seconds |"
     echo "| --- | --- | --- | --- |"
     printf '%s\n' "${rows[@]}"
+    # The predictions the measurements below test, as docs/gpu.md wrote them before the run.
+    echo
+    echo "## The predictions (docs/gpu.md \"Running the GPU check on a lent machine\", written before the run)"
+    echo
+    predictions_table
     if [ ${#tails[@]} -gt 0 ]; then
       echo
       echo "## Failing steps: the last lines of their logs"
