@@ -36,7 +36,7 @@
 # 4 blocks per rank), launch (bench/gpu_launch.py, at GPU_CHECK_LAUNCH_NP ranks, default "4 2 1": issue #37's targets at 4, the 8 B all_reduce's enqueue,
 # back-to-back, synchronous and replayed-graph (100 calls) times against torch's add_ and an empty
 # kernel launch, the ranks on GPU 0 under MPS; and where there are several GPUs, 2 and 4 ranks one
-# per GPU), trace (bench/gpu_trace.py: one traced 64 MiB mapped all_reduce and one two_shot, a message plan, 4 ranks on GPU 0, their
+# per GPU), trace (bench/gpu_trace.py: one traced 64 MiB mapped all_reduce; trace_msg: one two_shot, a message plan; 4 ranks on GPU 0, their
 # timeline a Chrome trace in $OUT/gpu_trace, else bench/results/gpu_trace, its step table in the report), sweep (the same at 64 MiB over the inbox's slot size and count), gpu (every other @pytest.mark.gpu test, several ranks on the one GPU, the symmetric pool's on CUDA among them), ranks (tests/stream's and tests/device's CUDA cases again under
 # MPS when nvidia-cuda-mps-control exists; skipped otherwise), bench (small and large all_reduce on
 # both device paths, kernel and copy, against the device copy bandwidth, under MPS where there is one;
@@ -110,83 +110,11 @@ tails=()    # the tail of each failing step's log
 overall=0
 remaining() { echo $(( BUDGET - (SECONDS - started) )); }
 
-# env_lines (the report's environment lines) and write_report (the report itself).
+# env_lines (the report's environment lines), write_report (the report itself), run_step (a step
+# under its limit), dry_summary (a dry run's arithmetic), start_mps / stop_mps.
 # shellcheck source=scripts/gpu_check_lib.sh
 . "$ROOT/scripts/gpu_check_lib.sh"
 
-# dry_summary: the end of a dry run: the steps' limits added up against the script's budget and,
-# for the lent machine's command, the device budget (a machine's start, the call's transfers, a
-# rerun of RERUN_STEP at once in a second call, the give-back). Exits 1 where the lent plan does not
-# fit, so the plan is checked here before a machine is asked for (tests/bench/test_gpu_check_plan.py).
-dry_summary() {
-  echo "gpu_check: the steps' time limits add up to ${planned}s, within the ${BUDGET}s budget: $([ "$planned" -le "$BUDGET" ] && echo yes || echo NO)"
-  [ $lent -eq 1 ] || exit 0
-  local total=$((MACHINE_START_S + BUDGET + TRANSFER_S + rerun_s + TRANSFER_S + GIVE_BACK_S))
-  echo "gpu_check: on the lent machine: start ${MACHINE_START_S}s + this command ${BUDGET}s + ${TRANSFER_S}s of transfers + a rerun of $RERUN_STEP (${rerun_s}s, --skip-build while warm) + ${TRANSFER_S}s + give-back ${GIVE_BACK_S}s = ${total}s of the ${DEVICE_BUDGET_S}s device budget"
-  if [ "$planned" -gt "$BUDGET" ] || [ "$total" -gt "$DEVICE_BUDGET_S" ] || [ "$BUDGET" -gt 590 ] || [ "$rerun_s" -eq 0 ]; then
-    echo "gpu_check: the lent plan does not fit (limits over the budget, the device budget exceeded, a budget over one command's 600 s less 10, or no $RERUN_STEP step)" >&2
-    exit 1
-  fi
-  exit 0
-}
-
-# run_step NAME BUDGET_S "what ran" command...: runs under timeout (at most what is left of the
-# whole budget), records passed / failed (exit) / timed out with the pytest summary line, writes
-# the report. Returns the command's status.
-run_step() {
-  local name=$1 budget=$2 what=$3; shift 3
-  if [ $dry -eq 1 ]; then
-    echo "  [$name] (at most ${budget}s) $what"
-    echo "      $*"
-    planned=$((planned + budget))
-    [ "$name" = "$RERUN_STEP" ] && rerun_s=$budget
-    return 0
-  fi
-  local left; left=$(remaining)
-  if [ "$left" -lt 20 ]; then
-    rows+=("| $name | $what | not run: the ${BUDGET} s budget is spent | 0 |")
-    write_report; return 124
-  fi
-  [ "$budget" -gt "$left" ] && budget=$left
-  local log="$logs/$name.log" t0=$SECONDS rc
-  echo "gpu_check: [$name] $what (at most ${budget}s)" >&2
-  timeout -k 10 "$budget" "$@" > "$log" 2>&1
-  rc=$?
-  local summary; summary=$(grep -E '(passed|failed|error|skipped|no tests ran)' "$log" | grep -E '^=+ |^[0-9]+ ' | tail -1 | tr -d '=|' | sed 's/^ *//;s/ *$//')
-  local result
-  case $rc in
-    0) result="passed${summary:+: $summary}" ;;
-    124|137) result="**timed out** after ${budget} s${summary:+: $summary}" ;;
-    *) result="**failed** (exit $rc)${summary:+: $summary}" ;;
-  esac
-  rows+=("| $name | $what | $result | $((SECONDS - t0)) |")
-  if [ $rc -ne 0 ]; then
-    overall=1
-    tails+=("" "### $name (exit $rc)" "" '```' "$(grep -v '^\s*$' "$log" | tail -40)" '```')
-  fi
-  write_report
-  echo "gpu_check: [$name] $result" >&2
-  return $rc
-}
-
-# start_mps NAME: a private MPS daemon (pipe and log folders under $logs), so that several ranks'
-# kernels run concurrently on one GPU (without it their contexts time-slice and every wait of the
-# kernel path lasts a slice). Returns non-zero where it cannot be started; stop_mps stops it.
-start_mps() {
-  command -v nvidia-cuda-mps-control >/dev/null 2>&1 || return 1
-  [ $dry -eq 1 ] && { echo "  (MPS: nvidia-cuda-mps-control -d, pipe under \$logs/$1_pipe; stopped with 'echo quit | nvidia-cuda-mps-control')"; return 0; }
-  export CUDA_MPS_PIPE_DIRECTORY=$logs/$1_pipe CUDA_MPS_LOG_DIRECTORY=$logs/$1_log
-  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  if nvidia-cuda-mps-control -d > "$logs/$1_start.log" 2>&1; then return 0; fi
-  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-  return 1
-}
-stop_mps() {
-  [ $dry -eq 1 ] && return 0
-  echo quit | nvidia-cuda-mps-control > /dev/null 2>&1
-  sleep 1
-  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-}
 # Stops a daemon left running when the script is cut short (timeout, ^C).
 trap '[ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ] && [ $dry -eq 0 ] && echo quit | nvidia-cuda-mps-control >/dev/null 2>&1' EXIT
 
