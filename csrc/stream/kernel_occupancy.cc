@@ -133,7 +133,9 @@ GridBudget grid_budget(const std::vector<std::string>& fields, const std::vector
       mine.fits = false;
       mine.why = "rank " + std::to_string(p) + "'s grid does not fit: " + all[p].id + " holds " +
                  std::to_string(all[p].device_blocks) + " resident block(s) of the kernel executor, " +
-                 std::to_string(all[p].client_blocks) + " for its process, shared by " + std::to_string(n) +
+                 std::to_string(all[p].client_blocks) + " for its process" +
+                 (all[p].client_blocks < all[p].device_blocks ? " (its MPS share: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE)" : "") +
+                 ", shared by " + std::to_string(n) +
                  " rank(s): none left for a block of each (every block of every rank sharing a device must be "
                  "resident at once)";
     }

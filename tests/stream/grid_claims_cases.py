@@ -242,3 +242,20 @@ def refused_on_one_device_releases_the_others(comm, capacity, path):
     left = [n for d in (first, second) for n in (emu.grid_claims(d)["ledger"], emu.residency(d)[0])
             if _C.shared_ledger_exists(n)]
     return setup, held[0], held[1], left
+
+
+def mps_share(comm, percent, index):
+    """Each rank a process under CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=`percent` (an MPS client, as on
+    a GPU: the emulated device `index`, made fresh with it, holds this process's blocks to that
+    share of its 10) on one device with the pool's other rank: the grid is sized to the share, or
+    refused naming it. Returns (the set-up's outcome, the device's per-process places, ledgers left)."""
+    os.environ["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(percent)
+    try:
+        with on_device(index):
+            setup = with_settings(comm, KERNEL_SETTINGS, _setup)
+            client = emu.residency(index)[3]
+    finally:
+        del os.environ["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]
+    comm.barrier()
+    left = [n for n in (emu.grid_claims(index)["ledger"], emu.residency(index)[0]) if _C.shared_ledger_exists(n)]
+    return setup, client, left

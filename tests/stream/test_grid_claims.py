@@ -21,7 +21,9 @@ budget (csrc/stream/grid_claims.h). Rank side in grid_claims_cases.py.
   kernel path, results right; a cap that leaves a rank no block is refused naming the setting, on
   the kernel path and in auto alike, as are ranks that disagree on it;
 * a communicator on two devices refused on the second (another job holds all of it): the blocks
-  the first granted go back at set-up, not at close (auto runs on the copy path meanwhile)."""
+  the first granted go back at set-up, not at close (auto runs on the copy path meanwhile);
+* ranks that are MPS clients (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, which the emulated device
+  enforces per process): the grid sized to the share, or refused naming it."""
 import os
 import sys
 import uuid
@@ -128,3 +130,18 @@ def test_a_refusal_on_one_device_releases_the_claims_on_the_others(pool):
         assert isinstance(refusal, str) and "COMMLIB_DEVICE_PATH=kernel" in refusal, refusal
         assert f"{CAPACITY} of them claimed by 1 other communicator(s)" in refusal, refusal
         assert first == [] and left == [], (first, left)
+
+
+@pytest.mark.timeout(240)
+def test_an_mps_share_sizes_the_grid_or_refuses_naming_it(pool):
+    """Issue #38 item 4's MPS limit: each rank an MPS client at 20 % of the device's 10 blocks (the
+    emulated device holds each process's blocks to 2, as MPS would): the grid is 2 blocks per rank,
+    not the 4 a launch would take, and split-item calls complete (a grid of 4 leaves 2 blocks of
+    each rank waiting behind the spinning ones: the timeout). At 5 %, no block for a process:
+    refused, naming the MPS setting."""
+    for setup, client, left in pool(2, env=ENV).run(cases.mps_share, 20, 72, timeout=200):
+        assert (setup, client, left) == (("kernel", 2, True), 2, []), (setup, client, left)
+    for refusal, client, left in pool(2, env=ENV).run(cases.mps_share, 5, 73, timeout=200):
+        assert isinstance(refusal, str) and "0 for its process (its MPS share: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE)" \
+            in refusal, refusal
+        assert client == 0 and left == [], (client, left)
