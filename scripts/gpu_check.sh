@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check: one command on a lent GPU machine, in bounded steps, each under `timeout`, the
-# whole run under GPU_CHECK_BUDGET_S (default 470 s: a lent command may run 10 minutes).
+# whole run under GPU_CHECK_BUDGET_S (default 470 s, 590 s with --lent: a lent command may run 10
+# minutes, and a lent task has 15 minutes of device time in all: docs/gpu.md "Running the GPU check").
 #
 #   scripts/gpu_check.sh                  every step
 #   scripts/gpu_check.sh --skip-build     reuse commlib/_C*.so from an earlier run
@@ -68,7 +69,7 @@ while [ $# -gt 0 ]; do
     --dry-run) dry=1 ;;
     --lent) lent=1 steps=$LENT_STEPS BUDGET=${GPU_CHECK_BUDGET_S:-590} GPU_CHECK_LAUNCH_NP=${GPU_CHECK_LAUNCH_NP:-4} ;;
     --emulated) emulated=1 ;;
-    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "gpu_check: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
