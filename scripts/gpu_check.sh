@@ -128,7 +128,7 @@ if wants build; then
   # Only the lent GPU's architecture (COMMLIB_CUDA_ARCHS): half the nvcc time of the default 80,90.
   arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
   [ -n "$arch" ] && export COMMLIB_CUDA_ARCHS=${COMMLIB_CUDA_ARCHS:-$arch}
-  if ! run_step build 130 "\`$PY setup.py build_ext --inplace\` (_C, _C_cuda for sm_${COMMLIB_CUDA_ARCHS:-80,90}, _C_torch; $(nproc) jobs)" \
+  if ! run_step build 120 "\`$PY setup.py build_ext --inplace\` (_C, _C_cuda for sm_${COMMLIB_CUDA_ARCHS:-80,90}, _C_torch; $(nproc) jobs)" \
     "$PY" setup.py build_ext --inplace; then
     # _C_torch is built against the machine's torch (another version than CI's): a failure there
     # is recorded above and the rest is checked without it (groups then use the Python backend).
@@ -145,7 +145,7 @@ fi
 if wants import; then
   # Item 4 of issue #23: a GPU listed and a CUDA module that does not import is a failure with
   # the import error (a driver older than the static CUDA runtime, a missing build), never a skip.
-  run_step import 15 "\`import commlib._C_cuda\` and a device count (nvidia-smi lists $gpus GPU(s))" \
+  run_step import 10 "\`import commlib._C_cuda\` and a device count (nvidia-smi lists $gpus GPU(s))" \
     "$PY" -c 'import commlib._C_cuda as cu; n = cu.device_count(); print("devices:", n); assert n > 0, "no device"' \
     || { echo "gpu_check: commlib._C_cuda does not import while nvidia-smi lists $gpus GPU(s):"; tail -20 "$logs/import.log"; cat "$out"; exit 1; }
 fi
@@ -162,7 +162,7 @@ if wants torch; then
     "$PY" "${PYTEST[@]}" -m gpu tests/torch/test_cuda_backend.py
 fi
 if wants kernels; then
-  run_step kernels 25 "\`pytest -m gpu tests/kernels\`: the CUDA reduction kernels against the CPU's" \
+  run_step kernels 20 "\`pytest -m gpu tests/kernels\`: the CUDA reduction kernels against the CPU's" \
     "${PYTEST[@]}" -m gpu tests/kernels
 fi
 if wants kernels_bw; then
@@ -240,7 +240,7 @@ if wants launch; then
   launch_run() {  # name, ranks, what, extra arguments of bench/gpu_launch.py
     local name=$1 np_=$2 what=$3
     shift 3
-    run_step "$name" 40 "Issue #37's launch targets: 8 B all_reduce enqueue, back-to-back, synchronous and a replayed graph of 100 calls against torch's add_ and an empty kernel, $what" \
+    run_step "$name" 30 "Issue #37's launch targets: 8 B all_reduce enqueue, back-to-back, synchronous and a replayed graph of 100 calls against torch's add_ and an empty kernel, $what" \
       "$PY" bench/gpu_launch.py --np "$np_" --json "bench/results/gpu_$name.json" "$@"
     if [ $dry -eq 0 ] && [ -s "$logs/$name.log" ]; then
       { echo "### Launch targets, $what (bench/gpu_launch.py)"; echo; sed -n '/^[0-9]* ranks\{0,1\} on/,$p' "$logs/$name.log"; echo; } >> "$logs/bench.md"
@@ -286,7 +286,7 @@ fi
 if wants gpu; then
   # tests/device/test_symmetric_cuda.py (issue #38 item 1's symmetric pool on CUDA, never run on a
   # GPU; ~10 s) is among the first modules collected (tests/device).
-  run_step gpu 95 "\`pytest -m gpu tests/ --ignore=tests/kernels\`: every other @pytest.mark.gpu test (device buffers and the symmetric pool on CUDA, the stream engine with 2 and 4 ranks on GPU 0, torch backend, parallel), no MPS" \
+  run_step gpu 140 "\`pytest -m gpu tests/ --ignore=tests/kernels\`: every other @pytest.mark.gpu test (device buffers and the symmetric pool on CUDA, the stream engine with 2 and 4 ranks on GPU 0, torch backend, parallel), no MPS" \
     "${PYTEST[@]}" -m gpu tests/ --ignore=tests/kernels
 fi
 
@@ -335,13 +335,13 @@ if wants bench; then
   [ $dry -eq 0 ] && mkdir -p bench/results
   run_step bench_small 25 "all_reduce 16 B .. 1 MiB (issue #38's one-shot target from 64 KiB), $np ranks ($note$mps), kernel and copy paths" \
     "$PY" -m commlib bench "${common[@]}" -b 16 -e 1M -f 4 --json "bench/results/${tag}_small.json"
-  run_step bench_large 85 "all_reduce $large_what, $np ranks ($note$mps), kernel and copy paths" \
+  run_step bench_large 80 "all_reduce $large_what, $np ranks ($note$mps), kernel and copy paths" \
     "$PY" -m commlib bench "${common[@]}" "${large[@]}" --json "bench/results/${tag}_large.json"
   # Issue #38's other targets: reduce_scatter and all_gather on mapped buffers >= 0.8x a copy at
   # 256 MiB (docs/gpu.md "Prediction for the fused reduce_scatter and the all_gather"), kernel path.
   for coll in reduce_scatter all_gather; do
     algos=ring,mapped,auto; [ $coll = reduce_scatter ] && algos=ring,mapped,mapped_fused,auto
-    run_step "bench_$coll" 40 "$coll $large_what, $np ranks ($note$mps), kernel path" \
+    run_step "bench_$coll" 35 "$coll $large_what, $np ranks ($note$mps), kernel path" \
       "$PY" -m commlib bench $coll "${common[@]:1:14}" --algorithms $algos --paths kernel "${peers[@]}" "${large[@]}" \
       --json "bench/results/${tag}_$coll.json"
   done
