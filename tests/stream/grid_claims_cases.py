@@ -259,3 +259,29 @@ def mps_share(comm, percent, index):
     comm.barrier()
     left = [n for n in (emu.grid_claims(index)["ledger"], emu.residency(index)[0]) if _C.shared_ledger_exists(n)]
     return setup, client, left
+
+
+def capped_jobs_cuda(comm, iterations):
+    """capped_jobs on a real GPU (every rank on GPU 0, torch CUDA tensors; the ledger keyed by the
+    GPU's UUID): ranks 0-1 and 2-3 two jobs, each at COMMLIB_DEVICE_GRID_PERCENT=50, `iterations`
+    kernel-path all_reduces each at once with the other. Returns (every result right, the grant,
+    the path, the error if one was raised)."""
+    import torch
+    torch.cuda.set_device(0)
+    with overridden({"COMMLIB_DEVICE_PATH": "kernel", "COMMLIB_DEVICE_GRID_PERCENT": "50"}):
+        sub = comm.split(comm.rank // 2, timeout=60)
+        ok, grant, path, error = True, None, None, None
+        try:
+            for i in range(iterations):
+                x = torch.full((1 << 16,), float(sub.rank + 1 + i), dtype=torch.float32, device="cuda")
+                sub.all_reduce(x)
+                want = float(sum(r + 1 + i for r in range(sub.size)))
+                ok = ok and bool((x == want).all().item())
+            grant, path = _engine(sub).kernel_grid_budget(), _engine(sub).last_path()
+        except Exception as e:  # noqa: BLE001 - the test shows what a hang turned into
+            ok, error = False, f"{type(e).__name__}: {e}"
+        finally:
+            comm.barrier()  # both jobs held their claims at once
+            sub.close()
+    comm.barrier()
+    return ok, grant, path, error

@@ -145,3 +145,16 @@ def test_an_mps_share_sizes_the_grid_or_refuses_naming_it(pool):
         assert isinstance(refusal, str) and "0 for its process (its MPS share: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE)" \
             in refusal, refusal
         assert client == 0 and left == [], (client, left)
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(150)
+def test_two_capped_jobs_share_a_gpus_kernel_path(pool):
+    """The same on GPU 0 (scripts/gpu_check.sh's gpu step): the device-wide ledger keyed by the GPU's
+    UUID, two jobs of 2 ranks at 50 % each, both on the kernel path with equal grants (the second
+    finds as much left as the first took), results right, no deadlock."""
+    pytest.importorskip("torch")
+    out = pool(4, env={"COMMLIB_TIMEOUT": "30"}).run(cases.capped_jobs_cuda, 10, timeout=120)
+    for ok, grant, path, error in out:
+        assert error is None and ok and path == "kernel", out
+    assert out[0][1] == out[1][1] == out[2][1] == out[3][1] > 0, out
