@@ -375,3 +375,50 @@ def case_call_timeout(comm):
             assert msg.startswith("PeerError") and name in msg and "call's timeout (1 s)" in msg, msg
             assert any(f"rank {p} did not answer" in msg for p in range(1, P)), msg
     return messages
+
+
+def case_blocking_works(comm):
+    """A blocking call's work (CommlibBackend::done_work): reused once torch's wrapper has dropped it
+    (50 blocking all_reduce, broadcast and barrier make at most one work between them), a new one
+    while a caller still holds the last; it holds its tensors weakly (a tensor the caller dropped is
+    freed, and result() gives those still held), and the work the backend keeps for reuse holds none."""
+    import gc
+    import weakref
+    world = setup(comm)["world"]
+    backend = world._get_backend(torch.device("cpu"))
+    P, r = comm.size, comm.rank
+    t = torch.full((8,), float(r))
+    made = backend._blocking_works_made
+    for _ in range(50):
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        dist.broadcast(t, src=P - 1)
+        dist.barrier()
+    assert torch.equal(t, torch.full((8,), float(P - 1))), t
+    assert backend._blocking_works_made - made <= 1, backend._blocking_works_made - made
+
+    opts = dist.AllreduceOptions()
+    opts.asyncOp = False
+    a, b = torch.full((4,), float(r)), torch.full((4,), float(r + 1))
+    made = backend._blocking_works_made
+    wa = world.allreduce([a], opts)
+    wb = world.allreduce([b], opts)  # wa still held: not reused
+    assert wa is not wb and backend._blocking_works_made - made >= 1
+    assert wa.wait() and wa.is_completed() and wa.is_success() and wb.wait()
+    (ra,), (rb,) = wa.result(), wb.result()
+    assert ra.data_ptr() == a.data_ptr() and rb.data_ptr() == b.data_ptr()
+    assert torch.equal(ra, torch.full((4,), float(P * (P - 1) // 2)))
+    assert torch.equal(wb.get_future().wait()[0], torch.full((4,), float(P * (P + 1) // 2)))
+
+    c = torch.ones(4)
+    dead = weakref.ref(c)
+    wc = world.allreduce([c], opts)
+    del c
+    gc.collect()
+    assert dead() is None and wc.result() == [], "a blocking call's work kept its tensor alive"
+    d = torch.ones(4)
+    dead = weakref.ref(d)
+    dist.all_reduce(d)  # its work is the backend's spare now
+    del d
+    gc.collect()
+    assert dead() is None, "the spare work kept its tensor alive"
+    return True
