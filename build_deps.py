@@ -1,10 +1,15 @@
-"""When a cached object of setup.py's build is current: the dependency files the compiler writes.
+"""When a cached object of setup.py's build is current: the dependency files the compiler writes,
+and the compile line it was built with.
 
 g++ -MMD and nvcc -MD write, beside each object, the make-style list of the files it was built
 from (its source and every non-system header it included). An object is rebuilt when any of them
-is newer, so a header change rebuilds only the objects that include it. Kept apart from setup.py
-so that tests can import it (setup.py runs the build when imported).
+is newer, so a header change rebuilds only the objects that include it. The compile line (the
+compiler, its flags, the include paths) is kept beside the object too (`.cmd`), so a change of
+flags (say -O2 to -O3) rebuilds the objects it concerns in every tree, not only in fresh clones:
+one small file read per object. Kept apart from setup.py so that tests can import it (setup.py
+runs the build when imported).
 """
+import subprocess
 from pathlib import Path
 
 
@@ -34,6 +39,34 @@ def object_is_current(obj, src, dep, all_headers_mtime):
         return all(Path(f).stat().st_mtime <= built for f in inputs + [str(src)])
     except OSError:  # a listed header was removed or renamed
         return False
+
+
+def compile_record(obj):
+    """The file beside `obj` that holds the line it was compiled with."""
+    return obj.with_suffix(".cmd")
+
+
+def compile_if_stale(obj, src, dep, all_headers_mtime, command, run=subprocess.run, adopt_unrecorded=False):
+    """Compiles `obj` by `command` (a list) unless it is current (object_is_current) and was compiled
+    by the same line; records the line once the compiler succeeded. Returns whether it compiled.
+
+    An object without a record (built before records were kept, or its compile cut short) is
+    compiled again, its flags unknown, unless `adopt_unrecorded`: then, if current, it is taken as
+    built by `command` and the line recorded (setup.py adopts the objects of modules whose flags
+    did not change since records began, so that keying by flags costs no tree a full rebuild)."""
+    record, line = compile_record(obj), " ".join(map(str, command))
+    try:
+        same_line = record.read_text() == line
+    except OSError:  # no record
+        same_line = adopt_unrecorded
+    if same_line and object_is_current(obj, src, dep, all_headers_mtime):
+        if not record.exists():
+            record.write_text(line)
+        return False
+    record.unlink(missing_ok=True)  # (an interrupted compile must not leave the old line beside a new object)
+    run(command, check=True)
+    record.write_text(line)
+    return True
 
 
 def object_name(source, tag, python_abi):

@@ -1,7 +1,8 @@
 """Builds commlib._C (C++17 core) and, when nvcc is found, commlib._C_cuda (CUDA kernels).
 
 Objects are cached under build/obj and recompiled only when their source or a header they include
-changed (the compiler writes each object's dependency list beside it, -MMD), and compiled in
+changed (the compiler writes each object's dependency list beside it, -MMD) or their compile line
+did (kept beside each object: a flags change recompiles what it concerns), and compiled in
 parallel: a one-line change rebuilds in seconds instead of minutes. A module is linked again only
 when one of its objects or libraries is newer than it or its link line changed (the line is kept
 beside the objects), so a set-up with nothing changed links nothing.
@@ -21,7 +22,7 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
-from build_deps import linked_libraries, module_is_current, object_is_current, object_name  # noqa: E402  (beside this file)
+from build_deps import compile_if_stale, linked_libraries, module_is_current, object_name  # noqa: E402  (beside this file)
 
 CSRC = ROOT / "csrc"
 OBJ_DIR = ROOT / "build" / "obj"
@@ -111,6 +112,10 @@ class CachedBuildExt(build_ext):
         headers = newest_header_mtime()
         OBJ_DIR.mkdir(parents=True, exist_ok=True)
 
+        def run_printed(cmd, check):  # (a line is printed only when it runs)
+            print(" ".join(cmd), flush=True)
+            return subprocess.run(cmd, check=check)
+
         def compile_one(src):
             src = str(ROOT / src)
             rel = Path(src).resolve().relative_to(ROOT)
@@ -119,8 +124,6 @@ class CachedBuildExt(build_ext):
                 "_C_torch") else ""
             obj = OBJ_DIR / object_name(rel, tag, None if src.endswith(".cu") else PYTHON_ABI)
             dep = obj.with_suffix(".d")
-            if object_is_current(obj, Path(src), dep, headers):
-                return str(obj)
             if src.endswith(".cu"):
                 cmd = [nvcc, "-c", src, "-o", str(obj), "-std=c++17", "-O3", "-Xcompiler", "-fPIC",
                        "-Xcompiler", "-fvisibility=hidden", "-MD", "-MF", str(dep)]
@@ -143,8 +146,10 @@ class CachedBuildExt(build_ext):
                     f"-I{i}" for i in INCLUDES]
                 if ext.name.endswith("_cuda"):
                     cmd += [f"-I{cuda_include(nvcc)}"]
-            print(" ".join(cmd), flush=True)
-            subprocess.run(cmd, check=True)
+            # Objects from before compile lines were kept are adopted (their flags are today's), except
+            # _C_torch's: its flags changed in session 21 (-O3 -DNDEBUG) while trees kept -O2 objects.
+            compile_if_stale(obj, Path(src), dep, headers, cmd, run=run_printed,
+                             adopt_unrecorded=not ext.name.endswith("_C_torch"))
             return str(obj)
 
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:

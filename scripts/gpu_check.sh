@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # The GPU check: one command on a lent GPU machine, in bounded steps, each under `timeout`, the
-# whole run under GPU_CHECK_BUDGET_S (default 470 s: a lent command may run 10 minutes).
+# whole run under GPU_CHECK_BUDGET_S (default 470 s, 590 s with --lent: a lent command may run 10
+# minutes, and a lent task has 15 minutes of device time in all: docs/gpu.md "Running the GPU check").
 #
 #   scripts/gpu_check.sh                  every step
 #   scripts/gpu_check.sh --skip-build     reuse commlib/_C*.so from an earlier run
 #   scripts/gpu_check.sh --steps gpu,bench   only these steps (env always runs)
-#   scripts/gpu_check.sh --dry-run        say what would run (every step's command), run nothing;
+#   scripts/gpu_check.sh --lent           the lent machine's one command: the steps that measure
+#                                         issues #37's and #38's targets and check what never ran,
+#                                         within one command's 10 minutes (GPU_CHECK_BUDGET_S=590)
+#   scripts/gpu_check.sh --dry-run        say what would run (every step's command and time limit,
+#                                         their sum against the device budget), run nothing;
 #                                         without a GPU, as on a machine with one
 #   scripts/gpu_check.sh --emulated       no GPU needed: only the bench steps, on the emulated device
 #                                         (--device emulated, smaller large sizes), into
@@ -32,7 +37,7 @@
 # 4 blocks per rank), launch (bench/gpu_launch.py, at GPU_CHECK_LAUNCH_NP ranks, default "4 2 1": issue #37's targets at 4, the 8 B all_reduce's enqueue,
 # back-to-back, synchronous and replayed-graph (100 calls) times against torch's add_ and an empty
 # kernel launch, the ranks on GPU 0 under MPS; and where there are several GPUs, 2 and 4 ranks one
-# per GPU), trace (bench/gpu_trace.py: one traced 64 MiB mapped all_reduce and one two_shot, a message plan, 4 ranks on GPU 0, their
+# per GPU), trace (bench/gpu_trace.py: one traced 64 MiB mapped all_reduce; trace_msg: one two_shot, a message plan; 4 ranks on GPU 0, their
 # timeline a Chrome trace in $OUT/gpu_trace, else bench/results/gpu_trace, its step table in the report), sweep (the same at 64 MiB over the inbox's slot size and count), gpu (every other @pytest.mark.gpu test, several ranks on the one GPU, the symmetric pool's on CUDA among them), ranks (tests/stream's and tests/device's CUDA cases again under
 # MPS when nvidia-cuda-mps-control exists; skipped otherwise), bench (small and large all_reduce on
 # both device paths, kernel and copy, against the device copy bandwidth, under MPS where there is one;
@@ -44,20 +49,32 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 PY=${PYTHON:-python3}
 BUDGET=${GPU_CHECK_BUDGET_S:-470}
-ALL_STEPS="build,import,torch,kernels,kernels_bw,copy,latency,staged,auto_route,grid,launch,trace,sweep,gpu,ranks,bench"
-steps=$ALL_STEPS dry=0 emulated=0
+ALL_STEPS="build,import,torch,kernels,kernels_bw,copy,latency,staged,auto_route,grid,launch,trace,trace_msg,sweep,gpu,ranks,bench"
+# The lent machine's one command (docs/gpu.md "Running the GPU check on a lent machine"): every
+# target of issues #37 and #38 the script measures, and the correctness of what never ran on a GPU,
+# with the launch step at the issue's 4 ranks only. Its steps' limits add up to at most its budget
+# (the dry run says so, and fails where they do not fit the device budget).
+LENT_STEPS="build,import,kernels,staged,launch,trace,gpu,bench"
+# The device budget a lent task has (15 minutes, its start and idle waits counted), a machine's
+# start (a minute or more: 90 s assumed), the two transfers of a call (20 s each), the give-back,
+# and the step a second command reruns at once if it failed or was cut (the machine still warm:
+# --skip-build --steps bench): what the dry run adds up.
+DEVICE_BUDGET_S=900 MACHINE_START_S=90 TRANSFER_S=20 GIVE_BACK_S=30 RERUN_STEP=bench_large
+steps=$ALL_STEPS dry=0 emulated=0 lent=0 planned=0 rerun_s=0 skip_build=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    --skip-build) steps=${steps//build/} ;;
+    --skip-build) skip_build=1 ;;
     --steps) steps=$2; shift ;;
     --steps=*) steps=${1#--steps=} ;;
     --dry-run) dry=1 ;;
+    --lent) lent=1 steps=$LENT_STEPS BUDGET=${GPU_CHECK_BUDGET_S:-590} GPU_CHECK_LAUNCH_NP=${GPU_CHECK_LAUNCH_NP:-4} ;;
     --emulated) emulated=1 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "gpu_check: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
+[ $skip_build -eq 1 ] && steps=${steps//build/}  # (whatever order the options came in)
 steps=$(echo "$steps" | tr -s ',' | sed 's/^,//;s/,$//')
 wants() { case ",$steps," in *",$1,"*) return 0 ;; esac; return 1; }
 
@@ -94,65 +111,11 @@ tails=()    # the tail of each failing step's log
 overall=0
 remaining() { echo $(( BUDGET - (SECONDS - started) )); }
 
-# env_lines (the report's environment lines) and write_report (the report itself).
+# env_lines (the report's environment lines), write_report (the report itself), run_step (a step
+# under its limit), dry_summary (a dry run's arithmetic), start_mps / stop_mps.
 # shellcheck source=scripts/gpu_check_lib.sh
 . "$ROOT/scripts/gpu_check_lib.sh"
 
-# run_step NAME BUDGET_S "what ran" command...: runs under timeout (at most what is left of the
-# whole budget), records passed / failed (exit) / timed out with the pytest summary line, writes
-# the report. Returns the command's status.
-run_step() {
-  local name=$1 budget=$2 what=$3; shift 3
-  if [ $dry -eq 1 ]; then
-    echo "  [$name] (at most ${budget}s) $what"
-    echo "      $*"
-    return 0
-  fi
-  local left; left=$(remaining)
-  if [ "$left" -lt 20 ]; then
-    rows+=("| $name | $what | not run: the ${BUDGET} s budget is spent | 0 |")
-    write_report; return 124
-  fi
-  [ "$budget" -gt "$left" ] && budget=$left
-  local log="$logs/$name.log" t0=$SECONDS rc
-  echo "gpu_check: [$name] $what (at most ${budget}s)" >&2
-  timeout -k 10 "$budget" "$@" > "$log" 2>&1
-  rc=$?
-  local summary; summary=$(grep -E '(passed|failed|error|skipped|no tests ran)' "$log" | grep -E '^=+ |^[0-9]+ ' | tail -1 | tr -d '=|' | sed 's/^ *//;s/ *$//')
-  local result
-  case $rc in
-    0) result="passed${summary:+: $summary}" ;;
-    124|137) result="**timed out** after ${budget} s${summary:+: $summary}" ;;
-    *) result="**failed** (exit $rc)${summary:+: $summary}" ;;
-  esac
-  rows+=("| $name | $what | $result | $((SECONDS - t0)) |")
-  if [ $rc -ne 0 ]; then
-    overall=1
-    tails+=("" "### $name (exit $rc)" "" '```' "$(grep -v '^\s*$' "$log" | tail -40)" '```')
-  fi
-  write_report
-  echo "gpu_check: [$name] $result" >&2
-  return $rc
-}
-
-# start_mps NAME: a private MPS daemon (pipe and log folders under $logs), so that several ranks'
-# kernels run concurrently on one GPU (without it their contexts time-slice and every wait of the
-# kernel path lasts a slice). Returns non-zero where it cannot be started; stop_mps stops it.
-start_mps() {
-  command -v nvidia-cuda-mps-control >/dev/null 2>&1 || return 1
-  [ $dry -eq 1 ] && { echo "  (MPS: nvidia-cuda-mps-control -d, pipe under \$logs/$1_pipe; stopped with 'echo quit | nvidia-cuda-mps-control')"; return 0; }
-  export CUDA_MPS_PIPE_DIRECTORY=$logs/$1_pipe CUDA_MPS_LOG_DIRECTORY=$logs/$1_log
-  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  if nvidia-cuda-mps-control -d > "$logs/$1_start.log" 2>&1; then return 0; fi
-  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-  return 1
-}
-stop_mps() {
-  [ $dry -eq 1 ] && return 0
-  echo quit | nvidia-cuda-mps-control > /dev/null 2>&1
-  sleep 1
-  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-}
 # Stops a daemon left running when the script is cut short (timeout, ^C).
 trap '[ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ] && [ $dry -eq 0 ] && echo quit | nvidia-cuda-mps-control >/dev/null 2>&1' EXIT
 
@@ -165,7 +128,7 @@ if wants build; then
   # Only the lent GPU's architecture (COMMLIB_CUDA_ARCHS): half the nvcc time of the default 80,90.
   arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
   [ -n "$arch" ] && export COMMLIB_CUDA_ARCHS=${COMMLIB_CUDA_ARCHS:-$arch}
-  if ! run_step build 240 "\`$PY setup.py build_ext --inplace\` (_C, _C_cuda for sm_${COMMLIB_CUDA_ARCHS:-80,90}, _C_torch; $(nproc) jobs)" \
+  if ! run_step build 120 "\`$PY setup.py build_ext --inplace\` (_C, _C_cuda for sm_${COMMLIB_CUDA_ARCHS:-80,90}, _C_torch; $(nproc) jobs)" \
     "$PY" setup.py build_ext --inplace; then
     # _C_torch is built against the machine's torch (another version than CI's): a failure there
     # is recorded above and the rest is checked without it (groups then use the Python backend).
@@ -182,7 +145,7 @@ fi
 if wants import; then
   # Item 4 of issue #23: a GPU listed and a CUDA module that does not import is a failure with
   # the import error (a driver older than the static CUDA runtime, a missing build), never a skip.
-  run_step import 60 "\`import commlib._C_cuda\` and a device count (nvidia-smi lists $gpus GPU(s))" \
+  run_step import 10 "\`import commlib._C_cuda\` and a device count (nvidia-smi lists $gpus GPU(s))" \
     "$PY" -c 'import commlib._C_cuda as cu; n = cu.device_count(); print("devices:", n); assert n > 0, "no device"' \
     || { echo "gpu_check: commlib._C_cuda does not import while nvidia-smi lists $gpus GPU(s):"; tail -20 "$logs/import.log"; cat "$out"; exit 1; }
 fi
@@ -199,7 +162,7 @@ if wants torch; then
     "$PY" "${PYTEST[@]}" -m gpu tests/torch/test_cuda_backend.py
 fi
 if wants kernels; then
-  run_step kernels 90 "\`pytest -m gpu tests/kernels\`: the CUDA reduction kernels against the CPU's" \
+  run_step kernels 20 "\`pytest -m gpu tests/kernels\`: the CUDA reduction kernels against the CPU's" \
     "${PYTEST[@]}" -m gpu tests/kernels
 fi
 if wants kernels_bw; then
@@ -250,8 +213,9 @@ if wants staged; then
   # (COMMLIB_DEVICE_STAGING=pool: no size bound, no closing handshake) against the slots (256 MiB
   # exceeds them: that row says it was refused). Never run on a GPU; docs/gpu.md has its prediction.
   export PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
-  latency_step staged 150 "The staged path (cudaMallocAsync tensors, no peer maps them): 64 and 256 MiB one-sided all_reduce staged in the arena and through the slots" \
-    --paths kernel --sizes 64M,256M --reps 10 --algorithms mapped_fused_two_shot,mapped_two_shot,two_shot \
+  # (the fused two-shot alone, auto's staged choice: the target's; the others staged are auto_route's)
+  latency_step staged 40 "The staged path (cudaMallocAsync tensors, no peer maps them): 64 and 256 MiB fused two-shot all_reduce staged in the arena and through the slots" \
+    --paths kernel --sizes 64M,256M --reps 10 --algorithms mapped_fused_two_shot \
     --sweep COMMLIB_DEVICE_STAGING=pool,slots
   unset PYTORCH_CUDA_ALLOC_CONF
 fi
@@ -276,7 +240,7 @@ if wants launch; then
   launch_run() {  # name, ranks, what, extra arguments of bench/gpu_launch.py
     local name=$1 np_=$2 what=$3
     shift 3
-    run_step "$name" 120 "Issue #37's launch targets: 8 B all_reduce enqueue, back-to-back, synchronous and a replayed graph of 100 calls against torch's add_ and an empty kernel, $what" \
+    run_step "$name" 30 "Issue #37's launch targets: 8 B all_reduce enqueue, back-to-back, synchronous and a replayed graph of 100 calls against torch's add_ and an empty kernel, $what" \
       "$PY" bench/gpu_launch.py --np "$np_" --json "bench/results/gpu_$name.json" "$@"
     if [ $dry -eq 0 ] && [ -s "$logs/$name.log" ]; then
       { echo "### Launch targets, $what (bench/gpu_launch.py)"; echo; sed -n '/^[0-9]* ranks\{0,1\} on/,$p' "$logs/$name.log"; echo; } >> "$logs/bench.md"
@@ -300,13 +264,13 @@ if wants launch; then
     launch_run launch_per_gpu_np$np_ "$np_" "$np_ ranks, one per GPU" --per-gpu
   done
 fi
-if wants trace; then  # issue #38 item 6; docs/gpu.md "The trace" has the per-block model's prediction it checks
+if wants trace || wants trace_msg; then  # issue #38 item 6; docs/gpu.md "The trace" has the per-block model's predictions
   trace_dir=${OUT:-$ROOT/bench/results}/gpu_trace mps_note=""
   if [ "$gpus" -lt 2 ] && start_mps mps_trace; then mps_note=", under MPS"; fi
-  run_step trace 120 "One 64 MiB mapped_fused_two_shot all_reduce traced (COMMLIB_DEVICE_TRACE=1), 4 ranks on GPU 0$mps_note: the timeline in $trace_dir/trace.json" \
+  wants trace && run_step trace 30 "One 64 MiB mapped_fused_two_shot all_reduce traced (COMMLIB_DEVICE_TRACE=1), 4 ranks on GPU 0$mps_note: the timeline in $trace_dir/trace.json" \
     "$PY" bench/gpu_trace.py --np 4 --size 64M --out "$trace_dir"
   # a message plan's trace too (session 17): where the staged two_shot's time goes, step by step
-  run_step trace_msg 120 "One 64 MiB two_shot all_reduce (a message plan) traced, 4 ranks on GPU 0$mps_note: $trace_dir/two_shot/trace.json" \
+  wants trace_msg && run_step trace_msg 30 "One 64 MiB two_shot all_reduce (a message plan) traced, 4 ranks on GPU 0$mps_note: $trace_dir/two_shot/trace.json" \
     "$PY" bench/gpu_trace.py --np 4 --size 64M --algorithm two_shot --out "$trace_dir/two_shot"
   [ -n "$mps_note" ] && stop_mps
   for t in trace trace_msg; do
@@ -322,7 +286,7 @@ fi
 if wants gpu; then
   # tests/device/test_symmetric_cuda.py (issue #38 item 1's symmetric pool on CUDA, never run on a
   # GPU; ~10 s) is among the first modules collected (tests/device).
-  run_step gpu 200 "\`pytest -m gpu tests/ --ignore=tests/kernels\`: every other @pytest.mark.gpu test (device buffers and the symmetric pool on CUDA, the stream engine with 2 and 4 ranks on GPU 0, torch backend, parallel), no MPS" \
+  run_step gpu 140 "\`pytest -m gpu tests/ --ignore=tests/kernels\`: every other @pytest.mark.gpu test (device buffers and the symmetric pool on CUDA, the stream engine with 2 and 4 ranks on GPU 0, torch backend, parallel), no MPS" \
     "${PYTEST[@]}" -m gpu tests/ --ignore=tests/kernels
 fi
 
@@ -369,20 +333,20 @@ if wants bench; then
     common[4]=$np
   fi
   [ $dry -eq 0 ] && mkdir -p bench/results
-  run_step bench_small 90 "all_reduce 8 B .. 64 KiB, $np ranks ($note$mps), kernel and copy paths" \
-    "$PY" -m commlib bench "${common[@]}" -b 8 -e 64K -f 8 --json "bench/results/${tag}_small.json"
-  run_step bench_large 120 "all_reduce $large_what, $np ranks ($note$mps), kernel and copy paths" \
+  run_step bench_small 25 "all_reduce 16 B .. 1 MiB (issue #38's one-shot target from 64 KiB), $np ranks ($note$mps), kernel and copy paths" \
+    "$PY" -m commlib bench "${common[@]}" -b 16 -e 1M -f 4 --json "bench/results/${tag}_small.json"
+  run_step bench_large 80 "all_reduce $large_what, $np ranks ($note$mps), kernel and copy paths" \
     "$PY" -m commlib bench "${common[@]}" "${large[@]}" --json "bench/results/${tag}_large.json"
   # Issue #38's other targets: reduce_scatter and all_gather on mapped buffers >= 0.8x a copy at
   # 256 MiB (docs/gpu.md "Prediction for the fused reduce_scatter and the all_gather"), kernel path.
   for coll in reduce_scatter all_gather; do
     algos=ring,mapped,auto; [ $coll = reduce_scatter ] && algos=ring,mapped,mapped_fused,auto
-    run_step "bench_$coll" 60 "$coll $large_what, $np ranks ($note$mps), kernel path" \
+    run_step "bench_$coll" 35 "$coll $large_what, $np ranks ($note$mps), kernel path" \
       "$PY" -m commlib bench $coll "${common[@]:1:14}" --algorithms $algos --paths kernel "${peers[@]}" "${large[@]}" \
       --json "bench/results/${tag}_$coll.json"
   done
   [ -n "$mps" ] && stop_mps
-  [ $dry -eq 1 ] && exit 0
+  [ $dry -eq 1 ] && dry_summary
   for f in small large reduce_scatter all_gather; do
     j=bench/results/${tag}_$f.json
     if [ -s "$j" ]; then
@@ -392,7 +356,7 @@ if wants bench; then
   write_report
 fi
 
-[ $dry -eq 1 ] && exit 0
+[ $dry -eq 1 ] && dry_summary
 echo "gpu_check: wrote $out ($((SECONDS - started)) s); logs in $logs"
 cat "$out"
 exit $overall

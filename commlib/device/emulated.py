@@ -104,8 +104,10 @@ def grid_claims(device_index: Optional[int] = None) -> dict:
 
 def residency(device_index: Optional[int] = None) -> tuple:
     """(the /dev/shm name of the ledger of its resident blocks, COMMLIB_EMULATED_RESIDENT_BLOCKS,
-    places of dead processes this process reclaimed) of emulated device ``device_index``; ('', 0,
-    0) without a limit. The ledger exists only while some block is resident."""
+    places of dead processes this process reclaimed, the places this process may hold: its MPS
+    share where CUDA_MPS_ACTIVE_THREAD_PERCENTAGE was set when the device was made, as an MPS
+    client's on a GPU) of emulated device ``device_index``; ('', 0, 0, 0) without a limit. The
+    ledger exists only while some block is resident."""
     return _C.emulated_residency(device(device_index))
 
 

@@ -20,7 +20,7 @@ struct Topology;
 }
 
 void bind_types(pybind11::module_& m);     // bindings/types_bindings.cc
-void bind_schedule(pybind11::module_& m);  // bindings/schedule_bindings.cc: schedule(), algorithms(), verify()
+void bind_schedule(pybind11::module_& m);  // bindings/schedule_bindings.cc: schedule(), algorithms() (verify(): verify_bindings.cc)
 void bind_kernels(pybind11::module_& m);   // bindings/kernels_bindings.cc: reduce_local() etc. for tests
 void bind_transport(pybind11::module_& m);  // bindings/transport_bindings.cc: TcpEndpoint, hmac_sha256
 void bind_comm(pybind11::module_& m);      // bindings/comm_bindings.cc: Communicator, Work, errors

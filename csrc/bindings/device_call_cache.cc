@@ -14,12 +14,7 @@ namespace commlib {
 
 uint64_t DeviceCallCounts::offers = 0, DeviceCallCounts::hits = 0;
 std::atomic<uint64_t> DeviceCallCounts::native_offers{0}, DeviceCallCounts::native_hits{0},
-    DeviceCallCounts::native_p2p{0};
-
-namespace {
-// Entries before the cache starts over.
-constexpr size_t kMaxCached = 256;
-}  // namespace
+    DeviceCallCounts::native_p2p{0}, DeviceCallCounts::native_new_shapes{0};
 
 bool DeviceCallCache::add(py::handle a, py::handle b, py::handle op, py::handle algorithm, py::handle root,
                           py::handle scale, py::handle stream, std::shared_ptr<StreamEngine> engine,
@@ -57,6 +52,7 @@ void DeviceCallCache::forget() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     entries_.clear();
+    new_shapes_.clear();
     streams_.clear();
   }
   works_.clear();
@@ -67,6 +63,7 @@ void DeviceCallCache::clear() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     entries_.clear();
+    new_shapes_.clear();
     streams_.clear();
   }
   while (!pending_.empty()) pop_held();

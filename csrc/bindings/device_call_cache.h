@@ -10,7 +10,8 @@
 // check and error message. It adds a call here only after that call passed every check and was
 // enqueued; the key holds everything the checks looked at, so a hit is a call the checks already
 // accepted. A miss, or any unusual argument, answers NotImplemented: the Python path takes it and
-// raises naming the argument.
+// raises naming the argument. (C++ callers, whose buffers are described already, also run a miss
+// on a stream the route set up, checked as the Python path checks it: device_call_new_shape.cc.)
 //
 // It also knows the streams calls ran on as current streams (device_p2p_streams.h): where the torch
 // backend's CUDA sends and receives are enqueued from C++ (core_api.h device_p2p).
@@ -44,6 +45,9 @@ struct DeviceCallCounts {
   // Offered by C++ callers without the GIL (run_device_call_native: the torch backend's CUDA
   // tensors), how many of them ran, and point-to-point batches they enqueued (run_p2p_native).
   static std::atomic<uint64_t> native_offers, native_hits, native_p2p;
+  // Of native_hits, the calls C++ resolved itself (a shape the Python path never ran, on an engine
+  // and stream it set up: run_native's new-shape branch, device_call_new_shape.cc).
+  static std::atomic<uint64_t> native_new_shapes;
 };
 
 class DeviceCallCache {
@@ -86,6 +90,11 @@ class DeviceCallCache {
     std::lock_guard<std::mutex> lock(mu_);
     return entries_.size();
   }
+  // Calls C++ callers resolved themselves (new shapes), kept for their later calls.
+  size_t new_shapes() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return new_shapes_.size();
+  }
 
   // The Python entry's lookup (fast_call.cc, under the GIL): None (blocking) or the work handle,
   // NotImplemented on a miss, nullptr with the error set when the engine raised.
@@ -95,7 +104,10 @@ class DeviceCallCache {
   // device_collective; device_call_native.cc): `k` built from its tensors as key_of would read
   // them. Always enqueues with a work handle (the caller holds its tensors until the work is known
   // complete: nothing of Python's is touched here), a pooled one nobody owns re-armed where there
-  // is one (NativeWorkPool). False when the cache holds no such call (nothing ran).
+  // is one (NativeWorkPool). A call the Python path never ran (a new shape: other buffers, count,
+  // dtype, op or root) on a stream whose engine the route set up and whose stream it wrapped
+  // (streams_) is resolved here (run_new_shape) and kept for later calls. False when neither
+  // applies, or the call has an argument the Python path explains (nothing ran).
   bool run_native(const CallKey& k, std::shared_ptr<DeviceWork>* work);
 
   std::shared_ptr<StreamEngine> last_engine;  // of the last call run here
@@ -103,12 +115,27 @@ class DeviceCallCache {
  private:
   bool valid() const { return tuning_ == tuning_generation() && registry_ == registry_generation(); }
 
+  // A C++ caller's entry resolved without Python (new_shapes_: never a Python object in it).
+  struct NativeEntry {
+    std::shared_ptr<StreamEngine> engine;
+    PreparedCall call;
+    std::shared_ptr<DeviceStream> stream;
+  };
+  // run_native's miss (device_call_new_shape.cc): the engine and wrapped stream the route set up
+  // for `k`'s stream, the call checked as the Python path checks it, resolved (prepare) and enqueued;
+  // kept in new_shapes_ once it was. False when the stream is not known or an argument is unusual.
+  bool run_new_shape(const CallKey& k, std::shared_ptr<DeviceWork>* work);
+  // Enqueues `call` on `stream` of `engine` with a pooled work re-armed, else a new one (pooled).
+  void enqueue_native(StreamEngine& engine, const PreparedCall& call, DeviceStream& stream,
+                      std::shared_ptr<DeviceWork>* work);
+
   // Releases the buffers of the calls their engine retired (seen complete): no device call here,
   // the engine's own poll (StreamEngine::begin, the watchdog) made it (issue #37).
   void release_completed() {
     while (!pending_.empty() && pending_.front().complete()) pop_held();
   }
 
+  static constexpr size_t kMaxCached = 256;  // entries (of either map) before it starts over
   const int size_, rank_;
   pybind11::object make_work_;
   // Held by every writer of entries_ (all of them under the GIL too) and by run_native, which
@@ -116,6 +143,11 @@ class DeviceCallCache {
   mutable std::mutex mu_;
   uint64_t tuning_ = 0, registry_ = 0;  // the generations the entries were resolved under
   std::unordered_map<CallKey, Entry, CallKeyHash> entries_;
+  // The calls C++ callers resolved themselves (run_new_shape), under mu_ alone (written without the
+  // GIL, so apart from entries_, which the Python entry reads under the GIL without mu_), and the
+  // generations they were resolved under.
+  std::unordered_map<CallKey, NativeEntry, CallKeyHash> new_shapes_;
+  uint64_t new_tuning_ = 0, new_registry_ = 0;
   DeviceP2PStreams streams_;  // the streams calls ran on as current streams (point-to-point from C++)
   // A call's work (async calls and the Python path's) or its engine and ordinal (blocking calls
   // here), and the buffers it holds (no tuple made per blocking call).

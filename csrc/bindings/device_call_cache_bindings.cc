@@ -45,6 +45,8 @@ void bind_device_call_cache(py::module_& m) {
            "Hold refs until work completed (polled on every call of either path).")
       .def("held", &DeviceCallCache::held, "Calls whose buffers are held (not seen completed yet).")
       .def("__len__", &DeviceCallCache::size)
+      .def("new_shapes", &DeviceCallCache::new_shapes,
+           "Calls C++ callers resolved and ran themselves (shapes the Python path never ran), kept for later calls.")
       .def_readwrite("last_engine", &DeviceCallCache::last_engine, "The engine of the last call run (None before).")
       .def("address", [](DeviceCallCache& c) { return reinterpret_cast<uintptr_t>(&c); },
            "For fast_collective (the caller keeps the cache alive).");
@@ -58,6 +60,10 @@ void bind_device_call_cache(py::module_& m) {
       [] { return std::make_pair(DeviceCallCounts::native_offers.load(), DeviceCallCounts::native_hits.load()); },
       "(device calls C++ callers offered the caches without Python: the torch backend's CUDA tensors; how many "
       "of them ran) in this process, for tests.");
+  m.def(
+      "device_native_new_shape_count", [] { return DeviceCallCounts::native_new_shapes.load(); },
+      "Of the C++ callers' calls that ran, those of a shape the Python path never ran (checked and resolved in "
+      "C++ on an engine and stream the route set up), in this process, for tests.");
   m.def(
       "device_native_p2p_count", [] { return DeviceCallCounts::native_p2p.load(); },
       "Point-to-point batches C++ callers (the torch backend's CUDA sends and receives) enqueued on a device "

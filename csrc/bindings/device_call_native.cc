@@ -12,30 +12,35 @@ namespace commlib {
 
 bool DeviceCallCache::run_native(const CallKey& k, std::shared_ptr<DeviceWork>* work) {
   DeviceCallCounts::native_offers.fetch_add(1, std::memory_order_relaxed);
-  struct Hit {  // copies of what the call needs, never of the entry's Python objects
-    std::shared_ptr<StreamEngine> engine;
-    PreparedCall call;
-    std::shared_ptr<DeviceStream> stream;
-  };
-  std::optional<Hit> hit;
+  std::optional<NativeEntry> hit;  // copies of what the call needs, never of an entry's Python objects
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (entries_.empty() || !valid()) return false;  // (the Python path drops stale entries)
-    const auto it = entries_.find(k);
-    if (it == entries_.end()) return false;
-    hit.emplace(Hit{it->second.engine, it->second.call, it->second.stream});
+    // (stale entries_ are the Python path's to drop; new_shapes_ are dropped by run_new_shape)
+    const auto it = entries_.empty() || !valid() ? entries_.end() : entries_.find(k);
+    if (it != entries_.end()) {
+      hit.emplace(NativeEntry{it->second.engine, it->second.call, it->second.stream});
+    } else if (new_tuning_ == tuning_generation() && new_registry_ == registry_generation()) {
+      const auto mine = new_shapes_.find(k);
+      if (mine != new_shapes_.end()) hit.emplace(mine->second);
+    }
   }
+  if (!hit) return run_new_shape(k, work);  // a shape the Python path never ran
+  enqueue_native(*hit->engine, hit->call, *hit->stream, work);
+  DeviceCallCounts::native_hits.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+void DeviceCallCache::enqueue_native(StreamEngine& engine, const PreparedCall& call, DeviceStream& stream,
+                                     std::shared_ptr<DeviceWork>* work) {
   // A pooled work nobody owns any more, re-armed for this call (no allocation); else one made and
   // pooled (issue #37, item 2). A call that raises leaves a re-armed one as it was (collective_into).
   if (std::shared_ptr<DeviceWork> reused = native_works_.take()) {
-    hit->engine->collective_into(hit->call, *hit->stream, *reused);
+    engine.collective_into(call, stream, *reused);
     *work = std::move(reused);
   } else {
-    *work = hit->engine->collective(hit->call, *hit->stream);
+    *work = engine.collective(call, stream);
     native_works_.adopt(*work);
   }
-  DeviceCallCounts::native_hits.fetch_add(1, std::memory_order_relaxed);
-  return true;
 }
 
 bool run_device_call_native(DeviceCallCache& cache, const CollectiveCall& call, BufferKind kind_in,

@@ -1,6 +1,7 @@
 // The device streams a communicator's device route has enqueued calls on as some thread's current
 // stream, and their engines: where the torch backend's CUDA sends and receives run from C++
-// (core_api.h device_p2p), with no Python in between. Part of the device call cache
+// (core_api.h device_p2p), and its collectives of new shapes (device_call_new_shape.cc), with no
+// Python in between. Part of the device call cache
 // (bindings/device_call_cache.h), which fills it after each collective it caches, and the route
 // after each point-to-point batch on a current stream (DeviceCallCache.add_stream).
 //
@@ -56,6 +57,16 @@ class DeviceP2PStreams {
     else if (kind != BufferKind::Cuda || !current_cuda_stream(device, &k.stream))
       return false;
     remember(k, std::move(engine), std::move(stream));
+    return true;
+  }
+
+  // The engine and the engine's stream for the stream `k` names; false when none is known.
+  bool find(const DeviceStreamKey& k, std::shared_ptr<StreamEngine>* engine, std::shared_ptr<DeviceStream>* stream) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = streams_.find(k);
+    if (it == streams_.end()) return false;
+    *engine = it->second.first;
+    *stream = it->second.second;
     return true;
   }
 

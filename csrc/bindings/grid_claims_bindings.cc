@@ -68,12 +68,13 @@ void bind_grid_claims(py::module_& m) {
       "emulated_residency",
       [](EmulatedDevice& d) -> py::tuple {
         const EmulatedResidency* r = d.residency();
-        if (!r) return py::make_tuple(std::string(), 0u, uint64_t{0});
-        return py::make_tuple(r->ledger(), r->limit(), r->reclaimed());
+        if (!r) return py::make_tuple(std::string(), 0u, uint64_t{0}, 0u);
+        return py::make_tuple(r->ledger(), r->limit(), r->reclaimed(), r->client_limit());
       },
       py::arg("device"),
-      "(ledger name, limit, places of dead processes reclaimed by this process) of an emulated device's shared "
-      "resident blocks; ('', 0, 0) without a limit.");
+      "(ledger name, limit, places of dead processes reclaimed by this process, this process's places at most: "
+      "its MPS share under CUDA_MPS_ACTIVE_THREAD_PERCENTAGE) of an emulated device's shared resident blocks; "
+      "('', 0, 0, 0) without a limit.");
 }
 
 }  // namespace commlib

@@ -114,6 +114,11 @@ const std::vector<Param> kParams = {
      "how the stream engine runs a collective on device buffers: kernel = one kernel launch over peer memory, "
      "copy = copy-engine copies ordered by stream memory operations, auto = kernel up to the tuning file's "
      "device_path crossover per rank (default: no crossover, kernel at every size), copy above (the same on every rank)"},
+    {"COMMLIB_DEVICE_GRID_PERCENT", "int", "100",
+     "kernel path: the share of a GPU's resident blocks one communicator's ranks on it may claim together in the "
+     "device-wide grid budget (1..100, the same on every rank); 100 = first come, first served (a job alone takes the "
+     "whole GPU); e.g. 50 in each of two jobs sharing a GPU keeps both on the kernel path. A share that leaves a rank "
+     "no block is refused, naming this setting", 1, 100},
     {"COMMLIB_DEVICE_BLOCK_BYTES", "bytes", "262144",
      "kernel path, one-sided algorithms (mapped_*): at least this many bytes per block per handshake (fewer "
      "blocks for smaller calls, at most the device's grid), the same on every rank", 1, INT64_MAX},

@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <utility>
 #include <stdexcept>
 
 #include "device/shared_ledger.h"
@@ -137,32 +138,46 @@ GridGrant GridClaims::claim(const GridClaimRequest& r) {
     made = true;
     return false;
   });
-  if (made) held_.emplace_back(r.device, r.comm);
+  if (made) held_.push_back(Held{r.device, r.comm, g.per_rank});
   count(r.device, &GridClaimCounts::claims);
   if (!g.per_rank) count(r.device, &GridClaimCounts::refused);
   if (reclaimed) count(r.device, &GridClaimCounts::reclaimed, reclaimed);
   return g;
 }
 
-void GridClaims::release() {
+void GridClaims::release_one(const Held& h) {
   const ProcessId me = this_process();
-  for (const auto& [device, comm] : held_) {
-    uint64_t reclaimed = 0;
-    with_shared_ledger(grid_claims_ledger(device), sizeof(Table), [&](void* mem) {
-      Table& t = *static_cast<Table*>(mem);
-      for (Entry& e : t.entries) {
-        if (e.comm != comm) continue;
-        for (ProcessId& h : e.holders)
-          if (h == me) h = ProcessId{};
-        if (!holders_of(e)) e = Entry{};
-      }
-      reclaimed = reclaim_dead(t);
-      return empty(t);
-    });
-    count(device, &GridClaimCounts::releases);
-    if (reclaimed) count(device, &GridClaimCounts::reclaimed, reclaimed);
-  }
+  uint64_t reclaimed = 0;
+  with_shared_ledger(grid_claims_ledger(h.device), sizeof(Table), [&](void* mem) {
+    Table& t = *static_cast<Table*>(mem);
+    for (Entry& e : t.entries) {
+      if (e.comm != h.comm) continue;
+      for (ProcessId& p : e.holders)
+        if (p == me) p = ProcessId{};
+      if (!holders_of(e)) e = Entry{};
+    }
+    reclaimed = reclaim_dead(t);
+    return empty(t);
+  });
+  count(h.device, &GridClaimCounts::releases);
+  if (reclaimed) count(h.device, &GridClaimCounts::reclaimed, reclaimed);
+}
+
+void GridClaims::release() {
+  for (const Held& h : held_) release_one(h);
   held_.clear();
+}
+
+void GridClaims::release_granted() {
+  std::vector<Held> kept;
+  for (const Held& h : held_) {
+    if (h.per_rank) {
+      release_one(h);
+    } else {
+      kept.push_back(h);
+    }
+  }
+  held_ = std::move(kept);
 }
 
 GridClaims::~GridClaims() {

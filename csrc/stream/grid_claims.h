@@ -20,12 +20,14 @@
 //    or what is left, divided equally; 0 when not even a block per rank is left (the kernel path
 //    then refuses, naming the claims, or auto takes the copy path);
 //  - an engine releases its claims when it closes (GridClaims' destructor); a dead claimant's are
-//    reclaimed by the next claim on the device (its pid and start time no longer run).
+//    reclaimed by the next claim on the device (its pid and start time no longer run); a
+//    communicator refused on one device releases what other devices granted it at once;
+//  - COMMLIB_DEVICE_GRID_PERCENT caps a communicator's share of a device (kernel_occupancy.cc), so
+//    two jobs can share a GPU's kernel path on purpose rather than by arrival order.
 #pragma once
 
 #include <cstdint>
 #include <string>
-#include <utility>
 #include <vector>
 
 namespace commlib {
@@ -52,9 +54,20 @@ class GridClaims {
   ~GridClaims();
   GridGrant claim(const GridClaimRequest& r);
   void release();
+  // Releases the claims that were granted blocks and keeps those of 0 (a refusal: it holds no
+  // block, and keeping it makes the communicator's later ranks refuse alike). For a refusal on one
+  // device after grants on others (kernel_occupancy.h's claim_grid).
+  void release_granted();
 
  private:
-  std::vector<std::pair<std::string, uint64_t>> held_;  // (device, communicator)
+  struct Held {
+    std::string device;
+    uint64_t comm;
+    unsigned per_rank;  // the grant (0: a refusal)
+  };
+  // Releases this process's hold of `h` (the entry goes when no process holds it).
+  static void release_one(const Held& h);
+  std::vector<Held> held_;
 };
 
 // This process's claims on a device so far: made (a new entry or joining one), released, refused

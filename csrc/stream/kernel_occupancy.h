@@ -35,10 +35,12 @@ namespace commlib {
 
 // The device's residency with MPS's share applied where it is an MPS client.
 Device::Residency residency_of(const Device& d);
-// "<device blocks>.<client blocks>.<SMs>.<max launch>.<pid>.<nonce, hex>.<physical id, hex>" (no ',' or ':':
-// a field of the kernel handle): `max_launch`, the most blocks a launch of this rank takes; `nonce`,
-// this engine's random key (rank 0's names the communicator's claims: grid_claims.h).
-std::string residency_field(const Device& d, unsigned max_launch, uint64_t nonce);
+// "<device blocks>.<client blocks>.<SMs>.<max launch>.<pid>.<nonce, hex>.<grid percent>.<physical id, hex>"
+// (no ',' or ':': a field of the kernel handle): `max_launch`, the most blocks a launch of this rank
+// takes; `nonce`, this engine's random key (rank 0's names the communicator's claims: grid_claims.h);
+// `grid_percent`, COMMLIB_DEVICE_GRID_PERCENT: the share of a device's resident blocks the
+// communicator's ranks on it may claim together (the same on every rank).
+std::string residency_field(const Device& d, unsigned max_launch, uint64_t nonce, unsigned grid_percent);
 
 struct GridBudget {
   unsigned blocks = 0;  // per launch of this rank; 0 with fits: no limit known
@@ -50,6 +52,8 @@ struct GridBudget {
   std::string why;      // when it does not fit: which rank, which device, what the limits were
 };
 // The budget of rank `rank` from every rank's residency_field (those on this host, `same_host`).
+// Throws std::invalid_argument naming COMMLIB_DEVICE_GRID_PERCENT when the ranks' caps differ or
+// the cap leaves some rank less than one block (on every rank alike: the fields are the same).
 GridBudget grid_budget(const std::vector<std::string>& fields, const std::vector<bool>& same_host, int rank,
                        unsigned max_grid);
 
@@ -57,7 +61,9 @@ GridBudget grid_budget(const std::vector<std::string>& fields, const std::vector
 // limit, what `budget` (grid_budget's) gives each rank there, or what other communicators left;
 // `budget` then holds the grants (blocks: this rank's device's; one_sided: within every device's),
 // or fits false with why (which device, what the others claimed) when some device has not a block
-// per rank left. The same on every rank.
+// per rank left; then the blocks granted on the other devices are released at once (the refusal
+// stays held until the engine closes, so the communicator's later ranks refuse alike). The same on
+// every rank.
 void claim_grid(const std::vector<std::string>& fields, const std::vector<bool>& same_host, int rank,
                 GridBudget& budget, GridClaims& claims);
 

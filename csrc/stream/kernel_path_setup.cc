@@ -6,6 +6,7 @@
 #include <functional>
 #include <stdexcept>
 
+#include "common/params.h"
 #include "kernels/plan_kernel.cuh"
 #include "stream/kernel_path.h"
 
@@ -17,7 +18,10 @@ std::string KernelPath::setup_fields() const {
   const unsigned sms = device_->multiprocessors();
   const unsigned max_launch =
       std::max(device_->plan_blocks(kexec::kMaxBlocks), std::min(sms ? sms : kexec::kMaxBlocks, kexec::kMaxGrid));
-  return "," + peer_buffers_->local_handle() + "," + residency_field(*device_, max_launch, claim_nonce_);
+  // The communicator's cap on its claim (COMMLIB_DEVICE_GRID_PERCENT, kernel_occupancy.h), read when
+  // its engine is made.
+  const auto percent = static_cast<unsigned>(param_int("COMMLIB_DEVICE_GRID_PERCENT"));
+  return "," + peer_buffers_->local_handle() + "," + residency_field(*device_, max_launch, claim_nonce_, percent);
 }
 
 void KernelPath::connect_setup(const std::vector<std::string>& peer_tables, const std::vector<std::string>& residencies,

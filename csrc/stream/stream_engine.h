@@ -22,6 +22,7 @@
 // word (a kernel-path call: the word its kernel's last block stores, read by one host load, waited
 // on by a stream with wait_value) or its event (every other call): stream/device_work.h. wait()
 // makes a stream wait for the call, synchronize() waits on the host and raises the call's error.
+// What an engine is made with: stream_engine_options.h; a call resolved once: prepared_call.h.
 #pragma once
 
 #include <atomic>
@@ -52,57 +53,14 @@
 #include "stream/p2p_descriptors.h"
 #include "stream/p2p_path.h"
 #include "stream/peer_control.h"
+#include "stream/prepared_call.h"
 #include "stream/remote_descriptors.h"
+#include "stream/stream_engine_options.h"
 #include "transport/transport.h"
 
 namespace commlib {
 
 class StreamEngine;
-
-struct StreamEngineOptions {
-  double timeout_s = 300.0;
-  uint64_t slot_bytes = 0;          // COMMLIB_DEVICE_SLOT_BYTES; 0 = auto_slot_bytes(ranks, nslots)
-  uint32_t nslots = 4;              // COMMLIB_DEVICE_SLOTS
-  int streams = 2;                  // COMMLIB_DEVICE_STREAMS: 2 = sends and receives on their own streams
-  DevicePath path = DevicePath::Auto;  // COMMLIB_DEVICE_PATH (stream/kernel_path.h)
-  DeviceLinkSetting link = DeviceLinkSetting::Auto;  // COMMLIB_DEVICE_LINK (stream/device_link.h)
-  int64_t codec_piece_bytes = 262144;  // COMMLIB_COMPRESS_PIECE_BYTES: compress='s pieces (the host's)
-  std::string label;
-};
-StreamEngineOptions stream_engine_options_from_env(double timeout_s, const std::string& label);
-
-// The inbox slot size when COMMLIB_DEVICE_SLOT_BYTES is 0 (its default): an inbox of about
-// kAutoInboxBytes per path whatever the world size, in power-of-two slots between 256 KiB and 4 MiB.
-// Why: a chunk's cost is a flag round trip on the kernel path and three driver calls per side on
-// the copy path, so large slots move large messages faster (an H100, 4 ranks, 64 MiB all_reduce:
-// 256 KiB slots 11.2 ms on the copy path and 2.2 ms on the kernel path, 4 MiB slots 1.4 and 1.3 ms;
-// bench/gpu_data), while the inbox grows with the ranks: the budget bounds it.
-constexpr uint64_t kAutoInboxBytes = uint64_t{64} << 20;
-uint64_t auto_slot_bytes(int ranks, uint32_t nslots);
-
-// A call resolved once (issue #37, item 2; the bindings' call cache keeps it): the call with the
-// algorithm the kernel path's auto picks pinned, its plan (held: the plan cache may drop it, this
-// keeps it) and its path, so a steady call looks nothing up. Valid while the tuning table and the
-// algorithm registry it was made under stay (the cache checks their generations).
-struct PreparedCall {
-  CollectiveCall call;
-  std::shared_ptr<const ResolvedPlan> plan;
-  DeviceCallPath path = DeviceCallPath::Copy;
-  // The kernel path's device plan, found on the first launch (shared by the copies the bindings'
-  // cache makes per call; written under the engine's enqueue lock).
-  std::shared_ptr<KernelPlanSlot> kernel_plan = std::make_shared<KernelPlanSlot>();
-  // An auto call whose route the ranks agree on per call (one_sided_candidate: the mapped two-shot
-  // where every rank's buffers are mapped): `call` keeps algo 0 (a capture resolves it as an
-  // unprepared rank does), `plan` is the route's plan staged in the arena and `mapped_plan` when
-  // mapped, each with its device plan's slot: the agreement stays per call, no lookup does.
-  // `slots_plan`: its plan staged through the slots (pool staging turned off on every rank by an arena
-  // no rank could share), also an auto call's that stages without agreeing (premul_sum: prepare).
-  bool agrees_route = false;
-  std::shared_ptr<const ResolvedPlan> mapped_plan;
-  std::shared_ptr<KernelPlanSlot> mapped_kernel_plan = std::make_shared<KernelPlanSlot>();
-  std::shared_ptr<const ResolvedPlan> slots_plan;
-  std::shared_ptr<KernelPlanSlot> slots_kernel_plan = std::make_shared<KernelPlanSlot>();
-};
 
 class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private CopyPathHost,
                      private RemoteDescriptorsHost {

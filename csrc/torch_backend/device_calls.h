@@ -2,10 +2,11 @@
 // caller's current stream by the stream engine, as torch's NCCL backend orders its calls, with no
 // Python on a steady call's path: the backend builds the call as the Python path would describe
 // it and offers it to the communicator's device call cache (bindings/device_call_cache.h) through
-// the core's table (core_api.h device_collective). The cache holds only calls the Python path has
-// checked and run once (its checks own every error message), so the first call of each shape
-// (buffers, count, dtype, op, root, stream) is handed to the Python backend, which runs it and
-// fills the cache; later calls of that shape run from here.
+// the core's table (core_api.h device_collective). The first call on a group and stream is handed
+// to the Python backend (its device route sets the engine up and wraps the stream); later calls run
+// from here, of any shape: a call the cache holds, or a new shape the core checks as the Python path
+// would and resolves itself (bindings/device_call_new_shape.cc). What those checks would refuse is
+// declined and handed over too, so the Python side raises its message naming the argument.
 //
 // Built without CUDA headers or libc10_cuda (one _C_torch for torch's CPU and CUDA builds): the
 // current stream, events and the future's device handling go through c10's device-generic

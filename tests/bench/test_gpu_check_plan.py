@@ -12,20 +12,21 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCRIPT = os.path.join(ROOT, "scripts", "gpu_check.sh")
 
 
-def _plan(tmp_path, gpus, mps, what="commlib bench"):
+def _plan(tmp_path, gpus, mps, what="commlib bench", args=(), extra_env=None, rc=0):
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(exist_ok=True)
     listing = "".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i})\\n" for i in range(gpus))
     (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\nprintf '{listing}'\n")
     if mps:
         (bin_dir / "nvidia-cuda-mps-control").write_text("#!/bin/sh\nexit 0\n")
     for f in bin_dir.iterdir():
         f.chmod(0o755)
-    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", TMPDIR=str(tmp_path))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_CHECK_")}
+    env.update(PATH=f"{bin_dir}:{os.environ['PATH']}", TMPDIR=str(tmp_path), **(extra_env or {}))
     results = os.path.join(ROOT, "bench", "RESULTS_gpu.md")
     before = os.stat(results).st_mtime_ns if os.path.exists(results) else None
-    out = subprocess.run(["bash", SCRIPT, "--dry-run"], env=env, capture_output=True, text=True, timeout=30)
-    assert out.returncode == 0, out.stderr
+    out = subprocess.run(["bash", SCRIPT, "--dry-run", *args], env=env, capture_output=True, text=True, timeout=30)
+    assert out.returncode == rc, (out.stdout, out.stderr)
     assert (os.stat(results).st_mtime_ns if os.path.exists(results) else None) == before
     assert not list(tmp_path.glob("gpu_check.*")), "a dry run made a log folder"
     return [ln.strip() for ln in out.stdout.splitlines() if what in ln]
@@ -41,7 +42,7 @@ def test_the_bench_steps_fit_the_machine(tmp_path, gpus, mps):
         assert ("--peers nccl" in cmd) == (gpus > 1), cmd
         assert f"--np {4 if (gpus == 1 and mps) else 2}" in cmd, cmd
         assert "mapped_one_shot,mapped_two_shot,mapped_fused_two_shot" in cmd, cmd  # the one-sided kernels (@kernel)
-    assert "-b 8 -e 64K" in small and "-b 64M -e 256M" in large
+    assert "-b 16 -e 1M -f 4" in small and "-b 64M -e 256M" in large  # (to 1 MiB: #38's one-shot target)
     # issue #38's reduce_scatter and all_gather targets at 256 MiB, on the kernel path, the fused form among them
     [rs], [ag] = [c for c in every if "bench reduce_scatter" in c], [c for c in every if "bench all_gather" in c]
     assert "mapped_fused" in rs and "--paths kernel" in rs and "-e 256M" in rs, rs
@@ -87,3 +88,57 @@ def test_the_auto_route_step_times_auto_beside_every_candidate(tmp_path):
     mapped, staged = runs
     assert "gpu_auto_mapped" in mapped and "--sweep" not in mapped, mapped
     assert "gpu_auto_staged" in staged and "--sweep COMMLIB_DEVICE_STAGING=pool,slots" in staged, staged
+
+
+def _limits(lines):
+    return {ln.split("]")[0].lstrip("["): int(ln.split("(at most ")[1].split("s)")[0])
+            for ln in lines if ln.startswith("[") and "(at most " in ln}
+
+
+def test_the_lent_command_fits_the_device_budget_with_a_rerun(tmp_path):
+    """--lent: the one command a lent machine runs (15 minutes of device time in all, its start and
+    the give-back counted; 10 minutes per command). Its steps' time limits add up to at most its
+    budget, and the start, the command, its transfers, an immediate rerun of bench_large and the
+    give-back to at most 900 s; and it measures every target of issues #37 and #38 the script has a
+    step for: the launch targets at 4 ranks, the staged path, the trace, the kernels' correctness,
+    all_reduce to 1 MiB and 64-256 MiB, reduce_scatter and all_gather at 256 MiB."""
+    lines = _plan(tmp_path, 1, True, "", args=("--lent",))
+    limits = _limits(lines)
+    assert list(limits) == ["build", "import", "kernels", "staged", "launch", "trace", "gpu", "bench_small",
+                            "bench_large", "bench_reduce_scatter", "bench_all_gather"], limits
+    summary = [ln for ln in lines if ln.startswith("gpu_check: the steps' time limits add up to")]
+    assert summary == [f"gpu_check: the steps' time limits add up to {sum(limits.values())}s, within the 590s "
+                       "budget: yes"], summary
+    device = [ln for ln in lines if ln.startswith("gpu_check: on the lent machine")][0]
+    total = int(device.split(" = ")[1].split("s of")[0])
+    assert total == 90 + 590 + 20 + limits["bench_large"] + 20 + 30 and total <= 900, device
+    launch = [ln for ln in lines if "bench/gpu_launch.py" in ln and not ln.startswith("[")]
+    assert len(launch) == 1 and "--np 4 " in launch[0], launch  # the issue's 4 ranks only
+
+
+@pytest.mark.parametrize("budget,why", [("400", "limits over the budget"), ("600", "over one command")])
+def test_a_lent_plan_that_does_not_fit_fails_the_dry_run(tmp_path, budget, why):
+    """A budget below the steps' limits, or beyond what one command may run, fails the dry run (so
+    raising a step's limit past the budget fails here, before a machine is asked for)."""
+    _plan(tmp_path, 1, True, "", args=("--lent",), extra_env={"GPU_CHECK_BUDGET_S": budget}, rc=1)
+
+
+def test_the_full_plan_says_what_its_limits_add_up_to(tmp_path):
+    lines = _plan(tmp_path, 1, True, "")
+    limits = _limits(lines)
+    assert "torch" in limits and "trace_msg" in limits and "launch_np1" in limits, limits
+    assert f"gpu_check: the steps' time limits add up to {sum(limits.values())}s, within the 470s budget: NO" in lines
+
+
+def test_every_lent_step_has_a_prediction_that_the_report_carries(tmp_path):
+    """The rule: the model's prediction is in docs/gpu.md before the run. Every step of --lent has a
+    row in docs/gpu.md's table of predictions (its first column names it), and the report
+    (scripts/gpu_check_lib.sh's write_report) prints that table beside the measurements."""
+    steps = _limits(_plan(tmp_path, 1, True, "", args=("--lent",)))
+    table = subprocess.run(["bash", "-c", f'ROOT={ROOT}; . "$ROOT/scripts/gpu_check_lib.sh"; predictions_table'],
+                           capture_output=True, text=True, timeout=30, check=True).stdout.splitlines()
+    named = " ".join(row.split("|")[1] for row in table[2:])
+    assert all(s in named for s in steps), (steps, table)
+    assert all(row.count("|") == 4 and row.split("|")[3].strip() for row in table[2:]), table  # a prediction each
+    text = open(os.path.join(ROOT, "scripts", "gpu_check_lib.sh")).read()
+    assert text.index("predictions_table\n") > text.index('printf \'%s\\n\' "${rows[@]}"'), "not in the report"

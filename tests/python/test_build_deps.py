@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from build_deps import (depfile_inputs, linked_libraries, module_is_current, object_is_current,  # noqa: E402
-                        object_name)
+from build_deps import (compile_if_stale, compile_record, depfile_inputs, linked_libraries,  # noqa: E402
+                        module_is_current, object_is_current, object_name)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -154,3 +154,60 @@ def test_setup_links_through_module_is_current():
     text = (Path(__file__).resolve().parents[2] / "setup.py").read_text()
     assert "if module_is_current(out, objects + linked_libraries(flags), record, command):" in text
     assert "record.write_text(command)" in text
+
+
+def test_a_changed_compile_line_recompiles_and_the_same_line_does_not(built):
+    """setup.py compiles through compile_if_stale, which keeps each object's compile line beside it:
+    the same line leaves a current object alone; other flags (session 21's -O2 to -O3 -DNDEBUG for
+    _C_torch) compile it again, with a real g++ here; an object without a line (from before lines
+    were kept) is compiled again too, its flags unknown."""
+    root, src, obj, dep = built
+    runs = []
+
+    def run(cmd, check):
+        runs.append(cmd)
+        return subprocess.run(cmd, check=check)
+
+    o2 = ["g++", "-c", str(src), "-o", str(obj), "-MMD", "-MF", str(dep), "-O2"]
+    o3 = o2[:-1] + ["-O3", "-DNDEBUG"]
+    assert compile_if_stale(obj, src, dep, 0, o2, run) and runs == [o2]  # no line yet: compiled
+    assert compile_record(obj).read_text() == " ".join(o2)
+    _age(obj, 10)
+    assert not compile_if_stale(obj, src, dep, 0, o2, run) and runs == [o2]  # same line: nothing
+    assert compile_if_stale(obj, src, dep, 0, o3, run) and runs == [o2, o3]  # new flags: compiled
+    assert compile_record(obj).read_text() == " ".join(o3)
+    _age(obj, 10)
+    assert not compile_if_stale(obj, src, dep, 0, o3, run)
+    (root / "used.h").touch()  # the dependency list still counts with a line kept
+    assert compile_if_stale(obj, src, dep, 0, o3, run) and len(runs) == 3
+
+
+def test_an_object_from_before_the_lines_is_adopted_only_where_asked(built):
+    root, src, obj, dep = built
+    runs = []
+    o3 = ["g++", "-c", str(src), "-o", str(obj), "-MMD", "-MF", str(dep), "-O3"]
+    assert not compile_if_stale(obj, src, dep, 0, o3, lambda c, check: runs.append(c), adopt_unrecorded=True)
+    assert runs == [] and compile_record(obj).read_text() == " ".join(o3)  # adopted: its line recorded
+    compile_record(obj).unlink()
+    assert compile_if_stale(obj, src, dep, 0, o3, lambda c, check: runs.append(c))  # not adopted: compiled
+    assert runs == [o3]
+    compile_record(obj).unlink()
+    src.touch()  # adopted only when current
+    assert compile_if_stale(obj, src, dep, 0, o3, lambda c, check: runs.append(c), adopt_unrecorded=True)
+
+
+def test_a_failed_compile_keeps_no_line(built):
+    root, src, obj, dep = built
+    bad = ["g++", "-c", str(src), "-o", str(obj), "-MMD", "-MF", str(dep), "-fno-such-flag"]
+    compile_record(obj).write_text("an older line")
+    with pytest.raises(subprocess.CalledProcessError):
+        compile_if_stale(obj, src, dep, 0, bad, lambda c, check: subprocess.run(c, check=check, capture_output=True))
+    assert not compile_record(obj).exists()  # the next build compiles it again
+
+
+def test_setup_compiles_through_compile_if_stale():
+    # setup.py cannot be imported (it builds): read that every object goes through the check.
+    text = (Path(__file__).resolve().parents[2] / "setup.py").read_text()
+    assert "compile_if_stale(obj, Path(src), dep, headers, cmd, run=run_printed," in text
+    assert 'adopt_unrecorded=not ext.name.endswith("_C_torch"))' in text
+    assert "subprocess.run(cmd, check=True)" not in text.split("def run_printed")[1].split("out = Path")[0]

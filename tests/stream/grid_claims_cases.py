@@ -171,3 +171,117 @@ def subgroups_beside_their_parent(comm, iterations):
             if half is not None:
                 half.close()
             parent.close()
+
+
+def capped_jobs(comm, iterations, percent):
+    """two_jobs with COMMLIB_DEVICE_GRID_PERCENT=`percent` on every rank: each communicator claims
+    at most that share of the device for its two ranks together, so the second to set up finds as
+    much left as the first took (not the remainder). Returns (every result right, the grant, the
+    path, the error if one was raised, the ledger's entries (blocks per rank, ranks, holders) while
+    both jobs hold theirs, ledgers left after every rank closed)."""
+    with on_device(DEVICE), overridden(dict(KERNEL_SETTINGS, COMMLIB_DEVICE_GRID_PERCENT=str(percent))):
+        sub = comm.split(comm.rank // 2, timeout=30)
+        ok, grant, path, error, entries = True, None, None, None, None
+        try:
+            for i in range(iterations):
+                x = emu.from_numpy(np.full(SPLIT_COUNT, sub.rank + 1 + i, np.float32))
+                sub.all_reduce(x)
+                ok = ok and bool((x.numpy() == sum(r + 1 + i for r in range(sub.size))).all())
+            grant, path = _engine(sub).kernel_grid_budget(), _engine(sub).last_path()
+        except Exception as e:  # noqa: BLE001 - the test shows what a hang turned into
+            ok, error = False, f"{type(e).__name__}: {e}"
+        finally:
+            comm.barrier()  # both jobs set up (or failed) and still holding their claims
+            entries = sorted(tuple(e[1:]) for e in emu.grid_claims(DEVICE)["entries"])
+            comm.barrier()
+            sub.close()
+    comm.barrier()
+    return ok, grant, path, error, entries, ledgers_left()
+
+
+def cap_refusals(comm):
+    """COMMLIB_DEVICE_GRID_PERCENT=10 on a device of 10 blocks shared by this pool's two ranks: 1
+    block for the communicator, less than one per rank: refused on the kernel path and in auto alike
+    (a setting to change, not a machine's limit), naming the setting; then ranks that disagree on
+    the setting are refused naming it too. Returns (kernel's message, auto's, the mismatch's, ledgers
+    left)."""
+    with on_device(DEVICE):
+        kernel = with_settings(comm, dict(KERNEL_SETTINGS, COMMLIB_DEVICE_GRID_PERCENT="10"), _setup)
+        auto = with_settings(comm, dict(KERNEL_SETTINGS, COMMLIB_DEVICE_PATH="auto", COMMLIB_DEVICE_GRID_PERCENT="10"),
+                             _setup)
+        mismatch = with_settings(comm, dict(KERNEL_SETTINGS, COMMLIB_DEVICE_GRID_PERCENT=str(50 + comm.rank)), _setup)
+    comm.barrier()
+    return kernel, auto, mismatch, ledgers_left()
+
+
+def refused_on_one_device_releases_the_others(comm, capacity, path):
+    """A communicator whose two ranks are on two emulated devices (DEVICE and DEVICE + 1: one host
+    with two GPUs), another job holding every block of the second: the first device grants its
+    claim, the second refuses. With COMMLIB_DEVICE_PATH=`path` (auto: the copy path; kernel: the
+    error), the first device's blocks go back at once, not when the engine closes. Returns (the
+    set-up's outcome, the first device's entries after the set-up (before close), the second's,
+    ledgers of both left at the end)."""
+    first, second = DEVICE, DEVICE + 1
+    other = _C.GridClaims()
+    if comm.rank == 0:
+        assert other.claim(_C.physical_id(emu.device(second)), capacity, OTHER_JOB, capacity, [os.getpid()]) == capacity
+    comm.barrier()
+    with on_device(first if comm.rank == 0 else second), overridden(dict(KERNEL_SETTINGS, COMMLIB_DEVICE_PATH=path)):
+        sub = comm.split(0, timeout=30)
+        try:
+            setup = _setup(sub)
+            comm.barrier()  # both ranks past their set-up, the engine (auto) still open
+            held = [sorted(tuple(e[1:]) for e in emu.grid_claims(d)["entries"]) for d in (first, second)]
+            comm.barrier()
+        finally:
+            sub.close()
+    comm.barrier()
+    if comm.rank == 0:
+        other.release()
+    comm.barrier()
+    left = [n for d in (first, second) for n in (emu.grid_claims(d)["ledger"], emu.residency(d)[0])
+            if _C.shared_ledger_exists(n)]
+    return setup, held[0], held[1], left
+
+
+def mps_share(comm, percent, index):
+    """Each rank a process under CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=`percent` (an MPS client, as on
+    a GPU: the emulated device `index`, made fresh with it, holds this process's blocks to that
+    share of its 10) on one device with the pool's other rank: the grid is sized to the share, or
+    refused naming it. Returns (the set-up's outcome, the device's per-process places, ledgers left)."""
+    os.environ["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(percent)
+    try:
+        with on_device(index):
+            setup = with_settings(comm, KERNEL_SETTINGS, _setup)
+            client = emu.residency(index)[3]
+    finally:
+        del os.environ["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]
+    comm.barrier()
+    left = [n for n in (emu.grid_claims(index)["ledger"], emu.residency(index)[0]) if _C.shared_ledger_exists(n)]
+    return setup, client, left
+
+
+def capped_jobs_cuda(comm, iterations):
+    """capped_jobs on a real GPU (every rank on GPU 0, torch CUDA tensors; the ledger keyed by the
+    GPU's UUID): ranks 0-1 and 2-3 two jobs, each at COMMLIB_DEVICE_GRID_PERCENT=50, `iterations`
+    kernel-path all_reduces each at once with the other. Returns (every result right, the grant,
+    the path, the error if one was raised)."""
+    import torch
+    torch.cuda.set_device(0)
+    with overridden({"COMMLIB_DEVICE_PATH": "kernel", "COMMLIB_DEVICE_GRID_PERCENT": "50"}):
+        sub = comm.split(comm.rank // 2, timeout=60)
+        ok, grant, path, error = True, None, None, None
+        try:
+            for i in range(iterations):
+                x = torch.full((1 << 16,), float(sub.rank + 1 + i), dtype=torch.float32, device="cuda")
+                sub.all_reduce(x)
+                want = float(sum(r + 1 + i for r in range(sub.size)))
+                ok = ok and bool((x == want).all().item())
+            grant, path = _engine(sub).kernel_grid_budget(), _engine(sub).last_path()
+        except Exception as e:  # noqa: BLE001 - the test shows what a hang turned into
+            ok, error = False, f"{type(e).__name__}: {e}"
+        finally:
+            comm.barrier()  # both jobs held their claims at once
+            sub.close()
+    comm.barrier()
+    return ok, grant, path, error

@@ -15,7 +15,15 @@ budget (csrc/stream/grid_claims.h). Rank side in grid_claims_cases.py.
 * a claimant killed without releasing: the next set-up reclaims its blocks;
 * no ledger to be had (a directory at its path): the kernel path refuses, naming it;
 * halves of a communicator beside its live engine (the same processes): 2 blocks per rank each
-  (without the rule that a process runs one engine at a time, the second half had none left)."""
+  (without the rule that a process runs one engine at a time, the second half had none left);
+* the cap on one communicator's claim (COMMLIB_DEVICE_GRID_PERCENT): two jobs capped at 40 % of
+  the device each get 2 blocks per rank, whichever sets up first (uncapped: 4 and 1), both on the
+  kernel path, results right; a cap that leaves a rank no block is refused naming the setting, on
+  the kernel path and in auto alike, as are ranks that disagree on it;
+* a communicator on two devices refused on the second (another job holds all of it): the blocks
+  the first granted go back at set-up, not at close (auto runs on the copy path meanwhile);
+* ranks that are MPS clients (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, which the emulated device
+  enforces per process): the grid sized to the share, or refused naming it."""
 import os
 import sys
 import uuid
@@ -84,3 +92,69 @@ def test_a_device_without_a_ledger_refuses_the_kernel_path_naming_it(pool):
 def test_a_subgroup_beside_its_parents_engine_takes_the_parents_grant(pool):
     out = pool(4, env=ENV).run(cases.subgroups_beside_their_parent, 10, timeout=200)
     assert out == [(True, 2, 2, "kernel", "kernel")] * 4, out
+
+
+@pytest.mark.timeout(400)
+def test_two_capped_jobs_share_the_device_on_the_kernel_path(pool):
+    out = pool(4, env=ENV).run(cases.capped_jobs, 30, 40, timeout=360)
+    for ok, grant, path, error, entries, left in out:
+        assert error is None and ok, out
+        assert (grant, path) == (2, "kernel"), out  # 40 % of 10 = 4 blocks for 2 ranks, for each job
+        assert entries == [(2, 2, 2), (2, 2, 2)], out  # (blocks per rank, ranks, holders): 8 of 10 claimed
+        assert left == [], out
+
+
+@pytest.mark.timeout(240)
+def test_a_cap_that_leaves_a_rank_no_block_is_refused_naming_the_setting(pool):
+    for rank, (kernel, auto, mismatch, left) in enumerate(pool(2, env=ENV).run(cases.cap_refusals, timeout=200)):
+        for refusal in (kernel, auto):  # auto does not hide it behind the copy path
+            assert isinstance(refusal, str), refusal
+            assert refusal.startswith("COMMLIB_DEVICE_GRID_PERCENT=10 caps this communicator at 1 of the 10 "
+                                      "resident block(s) of emulated:"), refusal
+            assert "less than one block for each of its 2 rank(s)" in refusal and "at least 20" in refusal, refusal
+        assert mismatch == "COMMLIB_DEVICE_GRID_PERCENT: rank 0 uses 50, rank 1 51; every rank must use the same", \
+            mismatch
+        assert left == [], left
+
+
+@pytest.mark.timeout(240)
+def test_a_refusal_on_one_device_releases_the_claims_on_the_others(pool):
+    out = pool(2, env=ENV).run(cases.refused_on_one_device_releases_the_others, CAPACITY, "auto", timeout=200)
+    for setup, first, second, left in out:
+        assert setup[0] == "copy" and setup[2] is False, out  # auto: the copy path, the kernel path unusable
+        assert first == [], out  # its grant (4 per rank) went back at set-up, the engine still open
+        assert second == [(0, 1, 2), (CAPACITY, 1, 1)], out  # the refusal held by both ranks; the other job
+        assert left == [], out
+    for refusal, first, second, left in pool(2, env=ENV).run(
+            cases.refused_on_one_device_releases_the_others, CAPACITY, "kernel", timeout=200):
+        assert isinstance(refusal, str) and "COMMLIB_DEVICE_PATH=kernel" in refusal, refusal
+        assert f"{CAPACITY} of them claimed by 1 other communicator(s)" in refusal, refusal
+        assert first == [] and left == [], (first, left)
+
+
+@pytest.mark.timeout(240)
+def test_an_mps_share_sizes_the_grid_or_refuses_naming_it(pool):
+    """Issue #38 item 4's MPS limit: each rank an MPS client at 20 % of the device's 10 blocks (the
+    emulated device holds each process's blocks to 2, as MPS would): the grid is 2 blocks per rank,
+    not the 4 a launch would take, and split-item calls complete (a grid of 4 leaves 2 blocks of
+    each rank waiting behind the spinning ones: the timeout). At 5 %, no block for a process:
+    refused, naming the MPS setting."""
+    for setup, client, left in pool(2, env=ENV).run(cases.mps_share, 20, 72, timeout=200):
+        assert (setup, client, left) == (("kernel", 2, True), 2, []), (setup, client, left)
+    for refusal, client, left in pool(2, env=ENV).run(cases.mps_share, 5, 73, timeout=200):
+        assert isinstance(refusal, str) and "0 for its process (its MPS share: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE)" \
+            in refusal, refusal
+        assert client == 0 and left == [], (client, left)
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(150)
+def test_two_capped_jobs_share_a_gpus_kernel_path(pool):
+    """The same on GPU 0 (scripts/gpu_check.sh's gpu step): the device-wide ledger keyed by the GPU's
+    UUID, two jobs of 2 ranks at 50 % each, both on the kernel path with equal grants (the second
+    finds as much left as the first took), results right, no deadlock."""
+    pytest.importorskip("torch")
+    out = pool(4, env={"COMMLIB_TIMEOUT": "30"}).run(cases.capped_jobs_cuda, 10, timeout=120)
+    for ok, grant, path, error in out:
+        assert error is None and ok and path == "kernel", out
+    assert out[0][1] == out[1][1] == out[2][1] == out[3][1] > 0, out

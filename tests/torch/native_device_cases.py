@@ -25,10 +25,11 @@ def _seam(backend, coll, count, a, b=None, root=0):
 
 
 def cached_calls_run_from_cpp(comm):
-    """A call the Python path has not run yet is declined (nothing runs, the caller hands it over);
-    once the Python path ran it (and so checked it), the same call runs from C++: all_reduce three
-    times, an all_gather (two buffers), an all_to_all and a broadcast from the last rank; another count, buffer or
-    root is declined again. Returns the failures (empty: all good)."""
+    """A call before the Python path set up the engine and stream is declined (nothing runs, the
+    caller hands it over); once the Python path ran it (and so checked it), the same call runs from
+    C++: all_reduce three times, an all_gather (two buffers), an all_to_all and a broadcast from the
+    last rank; another count or root on that engine and stream runs from C++ too, as a new shape
+    (native_new_shape_cases.py has the rest). Returns the failures (empty: all good)."""
     P, r = comm.size, comm.rank
     pg = ProcessGroupCommlib(comm.split(0), r, P)
     backend = native.wrap(pg)
@@ -52,8 +53,16 @@ def cached_calls_run_from_cpp(comm):
         bad.append(f"all_reduce: {x.numpy()[:3]} expected {total}")
     if _C.device_native_counts()[1] - hits0 != 3:
         bad.append(f"C++ entry ran {_C.device_native_counts()[1] - hits0} calls, expected 3")
-    if _seam(backend, "all_reduce", n - 1, x[0:n - 1]) is not None:
-        bad.append("an all_reduce of another count ran from C++")
+    # Another count on the engine and stream the route set up: a new shape, checked and resolved
+    # in C++ (device_call_new_shape.cc), also run from C++.
+    new0 = _C.device_native_new_shape_count()
+    w = _seam(backend, "all_reduce", n - 1, x[0:n - 1])
+    if w is None:
+        bad.append("an all_reduce of another count was declined on a set-up engine and stream")
+    else:
+        w.synchronize()
+        if not (x.numpy()[:n - 1] == total * P).all() or x.numpy()[n - 1] != total:
+            bad.append(f"all_reduce of n - 1: {x.numpy()[-2:]} expected [{total * P}, {total}]")
     inp = emu.from_numpy(np.arange(7, dtype=np.float32) + 10 * r)
     out = emu.empty(7 * P, "float32")
     c.all_gather(out, inp)
@@ -81,8 +90,16 @@ def cached_calls_run_from_cpp(comm):
             bad.append(f"all_to_all: {dst.numpy()} expected {want}")
     y = emu.from_numpy(np.full(5, r, dtype=np.float32))
     c.broadcast(y, root=P - 1)
-    if _seam(backend, "broadcast", 5, y, root=0) is not None:
-        bad.append("a broadcast from another root ran from C++")
+    y.copy_(emu.from_numpy(np.full(5, 20 + r, dtype=np.float32)))
+    w = _seam(backend, "broadcast", 5, y, root=0)  # another root: a new shape, from C++ too
+    if w is None:
+        bad.append("a broadcast from another root was declined on a set-up engine and stream")
+    else:
+        w.synchronize()
+        if not (y.numpy() == 20).all():
+            bad.append(f"broadcast from rank 0: {y.numpy()} expected 20")
+    if _C.device_native_new_shape_count() - new0 != 2:
+        bad.append(f"{_C.device_native_new_shape_count() - new0} new shapes ran from C++, expected 2")
     y.copy_(emu.from_numpy(np.full(5, 50 + r, dtype=np.float32)))
     w = _seam(backend, "broadcast", 5, y, root=P - 1)
     if w is None:

@@ -82,6 +82,29 @@ def test_cuda_case(case, n):
 
 @pytest.mark.gpu
 @needs_torch_cuda
+@pytest.mark.parametrize("n", [2, 3])
+def test_cuda_fresh_tensors_run_from_cpp(n):
+    """Tensors made fresh every step (every call a new shape) run from the C++ backend after the
+    first call on the stream (torch_cuda_new_shape_cases.py; emulated: test_cuda_new_shapes_emulated.py)."""
+    import torch_cuda_new_shape_cases
+    fails = [f for r in get_pool(n).run(torch_cuda_new_shape_cases.case_cuda_fresh_tensors_from_cpp, timeout=300)
+             for f in r]
+    assert not fails, "\n".join(fails[:20])
+
+
+@pytest.mark.gpu
+@needs_torch_cuda
+@pytest.mark.parametrize("n", [2, 3])
+def test_cuda_staged_calls_equal_gloo(n):
+    """Non-contiguous tensors, int16, bool and complex reductions on CUDA (the calls the backend
+    stages) against gloo on CPU copies (torch_cuda_staged_cases.py; checked with device="cpu" here)."""
+    import torch_cuda_staged_cases
+    fails = [f for r in get_pool(n).run(torch_cuda_staged_cases.case_cuda_staged, timeout=300) for f in r]
+    assert not fails, "\n".join(fails[:20])
+
+
+@pytest.mark.gpu
+@needs_torch_cuda
 def test_cuda_ddp_compressed_hook():
     """The DDP hook with int8 and error feedback on a CUDA model (stream engine, device error
     feedback) against the same hook on the CPU (torch_cuda_compress_cases.py)."""

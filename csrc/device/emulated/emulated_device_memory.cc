@@ -1,6 +1,7 @@
 // The emulated device's memory: allocations, stream-ordered frees and the IPC rules of export and
 // import (an importer of its own export refused, a free under a peer's mapping counted). Split from
-// emulated_device.cc, which keeps streams, events, kernels and faults.
+// emulated_device.cc, which keeps kernels and faults (streams: emulated_stream.cc, events:
+// emulated_events.cc).
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>

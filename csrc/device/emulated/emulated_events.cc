@@ -1,6 +1,7 @@
 // The emulated device's events (emulated_device.h): sequence points on a stream, and inside a
 // stream capture the markers that fork and join streams into it (emulated_capture.h). Split from
-// emulated_device.cc, which keeps streams, kernels and faults.
+// emulated_device.cc, which keeps the device (kernels, faults, driver calls); streams in
+// emulated_stream.cc.
 #include <condition_variable>
 #include <memory>
 #include <mutex>

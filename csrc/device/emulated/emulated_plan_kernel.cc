@@ -84,7 +84,11 @@ unsigned EmulatedDevice::multiprocessors() const {
 Device::Residency EmulatedDevice::plan_residency() const {
   if (!resident_limit_) return Residency{0, 0, "no limit (COMMLIB_EMULATED_RESIDENT_BLOCKS=0)"};
   const std::string why = "COMMLIB_EMULATED_RESIDENT_BLOCKS=" + std::to_string(resident_limit_) + " on " + identity_;
-  return Residency{resident_limit_, resident_limit_, why};
+  // An MPS client, as a process on a GPU is (CudaDevice::plan_residency): residency_of applies
+  // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, which EmulatedResidency enforces.
+  Residency r{resident_limit_, resident_limit_, why};
+  r.mps_client = true;
+  return r;
 }
 
 // As a GPU's block scheduler: a block waits for a free place on the device (whichever process

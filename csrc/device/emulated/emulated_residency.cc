@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <stdexcept>
 #include <thread>
 
@@ -30,8 +31,14 @@ std::string emulated_identity(int index) {
   return "emulated:" + (machine.empty() ? "" : machine + ":") + std::to_string(index);
 }
 
+unsigned mps_client_blocks(unsigned limit) {
+  const std::string mps = foreign_env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+  const double pct = mps.empty() ? 0 : std::atof(mps.c_str());
+  return pct > 0 && pct < 100 ? static_cast<unsigned>(limit * pct / 100.0) : limit;
+}
+
 EmulatedResidency::EmulatedResidency(std::string identity, unsigned limit)
-    : ledger_(ledger_name("resident", identity)), limit_(limit) {}
+    : ledger_(ledger_name("resident", identity)), limit_(limit), client_limit_(mps_client_blocks(limit)) {}
 
 void EmulatedResidency::enter() {
   const ProcessId me = this_process();
@@ -53,6 +60,7 @@ void EmulatedResidency::enter() {
       Table::Holder* mine = nullptr;
       for (auto& h : t.holders)
         if (h.blocks && h.who == me) mine = &h;
+      if (mine && mine->blocks >= client_limit_) return false;  // this process's MPS share is held
       for (auto& h : t.holders)
         if (!mine && !h.blocks) mine = &h;
       if (!mine) throw std::runtime_error(ledger_ + ": more than 256 processes hold resident blocks");

@@ -1,0 +1,105 @@
+// A C++ caller's device collective of a shape the Python path never ran (bindings/device_call_cache.h,
+// run_new_shape): the torch backend's CUDA tensors whose buffers, count, dtype, op or root are new,
+// the common case in training (fresh activations and gradients every step), enqueued with no Python.
+//
+// What a first call needs splits in two (docs/torch_backend.md, "What stays on the Python path"):
+//   - once per (communicator, device, stream): the engine's set-up (a rendezvous of every rank
+//     through the store, the first call published for a peer in a host call to see) and the
+//     stream's wrapper (commlib._C_cuda's DeviceStream). The Python route does both and remembers
+//     the stream with its engine (streams_, device_p2p_streams.h) after any call on it;
+//   - per shape: the argument checks, the resolution (algorithm, plan, path: StreamEngine::prepare)
+//     and the enqueue. The checks are the Python path's (commlib/core/call_checks.py and the route),
+//     restated below for a call whose buffers the caller already described (one dense buffer per
+//     side on one device): anything they would refuse, and algorithm="nccl" (whose communicator the
+//     route makes on first use), is declined here, so the caller hands it over and the Python path
+//     raises its own message naming the argument, before anything is enqueued. Everything after
+//     the checks is the engine's, on either path: each call's descriptor published and checked
+//     against the peers' (MismatchError), a failed peer's PeerError, the capture rules
+//     (stream_capture.cc: a capturing stream records the call, or refuses it naming the warm-up).
+#include <stdexcept>
+#include <utility>
+
+#include "bindings/device_call_cache.h"
+#include "plan/describe.h"
+
+namespace commlib {
+
+namespace {
+
+// The collectives the route runs through StreamEngine::collective on buffers of one shape on every
+// rank (gather and scatter differ per rank: the C++ callers run them as batches, device_lists.cc).
+bool runs_as_one_call(Collective c) {
+  switch (c) {
+    case Collective::AllReduce:
+    case Collective::Reduce:
+    case Collective::Broadcast:
+    case Collective::AllGather:
+    case Collective::ReduceScatter:
+    case Collective::AllToAll:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// True when the Python path would accept `k` as it stands (call_checks.py's check_op and
+// check_algorithm, the root's range, the route's one device); false for anything it would refuse
+// or explain, which the caller then hands over.
+bool accepted_as_the_python_path_would(const CallKey& k, int size) {
+  const CollectiveCall& c = k.call;
+  if (!runs_as_one_call(c.coll) || !on_device(k.kind_a)) return false;
+  // all_gather, reduce_scatter and all_to_all take two buffers, broadcast one, all_reduce and
+  // reduce one or two (out=); two of one kind on one device (the route's _one_device).
+  const bool has_b = k.kind_b != BufferKind::None;
+  const bool two = c.coll == Collective::AllGather || c.coll == Collective::ReduceScatter ||
+                   c.coll == Collective::AllToAll;
+  if ((two && !has_b) || (c.coll == Collective::Broadcast && has_b)) return false;
+  if (has_b && (k.kind_b != k.kind_a || k.device_b != k.device_a)) return false;
+  if (c.count < 0 || c.dtype >= DType::kCount) return false;
+  if (c.codec.active()) return false;  // compress=: the route's compressed call (never a C++ caller's today)
+  if (collective_has_root(c.coll) ? c.root < 0 || c.root >= size : c.root != 0) return false;
+  if (collective_reduces(c.coll)) {
+    if (c.op >= RedOp::kCount || (op_is_bitwise(c.op) && !dtype_is_integer(c.dtype))) return false;
+    if (c.op != RedOp::PremulSum && c.scale != 1.0) return false;  // (only premul_sum takes a scale)
+  } else if (c.op != RedOp::Sum || c.scale != 1.0) {
+    return false;  // (the Python path describes a data-movement call as "sum", scale 1)
+  }
+  if (c.algo == kNcclAlgorithmCode) return false;  // NCCL's communicator: the route makes it on first use
+  if (c.algo != 0) {
+    try {
+      algorithm_name(c.coll, c.algo);  // registered (the Python side names an unknown one)
+    } catch (const std::invalid_argument&) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool DeviceCallCache::run_new_shape(const CallKey& k, std::shared_ptr<DeviceWork>* work) {
+  if (!accepted_as_the_python_path_would(k, size_)) return false;
+  std::shared_ptr<StreamEngine> engine;
+  std::shared_ptr<DeviceStream> stream;
+  if (!streams_.find(DeviceStreamKey{k.kind_a, k.device_a, k.current_stream}, &engine, &stream))
+    return false;  // the engine or this stream not set up yet: the Python route's (once per stream)
+  const uint64_t tuning = tuning_generation(), registry = registry_generation();
+  NativeEntry entry{engine, engine->prepare(k.call), stream};  // (throws what the engine's plan throws)
+  enqueue_native(*engine, entry.call, *stream, work);
+  {
+    // Kept once enqueued (a refused call adds nothing, as on the Python path), resolved under the
+    // generations read before prepare: a table changed meanwhile drops it at the next call.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (new_tuning_ != tuning || new_registry_ != registry || new_shapes_.size() >= kMaxCached) {
+      new_shapes_.clear();
+      new_tuning_ = tuning;
+      new_registry_ = registry;
+    }
+    new_shapes_[k] = std::move(entry);
+  }
+  DeviceCallCounts::native_hits.fetch_add(1, std::memory_order_relaxed);
+  DeviceCallCounts::native_new_shapes.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+}  // namespace commlib

@@ -1,0 +1,93 @@
+"""Rank side of test_cuda_backend.py's staged-call test (@gpu): CUDA calls the backend stages
+(docs/torch_backend.md, "What stays on the Python path": non-contiguous tensors, dtypes and ops the
+core does not reduce, conjugate views) against gloo on CPU copies of the same data in the same
+processes, blocking and async. Today the Python backend stages them; the case is what a C++ staging
+of them must keep passing. Integers and booleans exact; float32 and complex64 at rtol 1e-5 /
+atol 1e-6 (gloo reduces in another order). ``device="cpu"`` runs the same checks on CPU tensors (how
+the case itself was checked without a GPU). Returns the failures (empty: all good)."""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+import backend_cases as bc
+
+RTOL, ATOL = 1e-5, 1e-6
+
+
+def _data(shape, dtype, salt, me):
+    g = torch.Generator().manual_seed(1000 * salt + me)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    if dtype.is_complex:
+        return torch.complex(torch.randn(shape, generator=g), torch.randn(shape, generator=g)).to(dtype)
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=g).to(dtype)
+    return torch.randint(-20, 20, shape, generator=g).to(dtype)
+
+
+def _same(got, want):
+    got = got.cpu()
+    if got.is_floating_point() or got.is_complex():
+        return torch.allclose(got, want, rtol=RTOL, atol=ATOL)
+    return torch.equal(got, want)
+
+
+def _calls(P):
+    """(name, dtype, input shape, output shape or None, fn(x, out, group, async_op), strided): every
+    staged form; `strided` makes the tensor a transposed (non-contiguous) view."""
+    S = dist.ReduceOp
+    return [
+        ("all_reduce", torch.float32, (6, 5), None, lambda x, o, g, a: dist.all_reduce(x, group=g, async_op=a), True),
+        ("all_reduce max", torch.int16, (7,), None,
+         lambda x, o, g, a: dist.all_reduce(x, op=S.MAX, group=g, async_op=a), False),
+        ("all_reduce", torch.int16, (4, 3), None, lambda x, o, g, a: dist.all_reduce(x, group=g, async_op=a), True),
+        ("all_reduce bor", torch.bool, (9,), None,
+         lambda x, o, g, a: dist.all_reduce(x, op=S.BOR, group=g, async_op=a), False),
+        ("all_reduce", torch.complex64, (5,), None, lambda x, o, g, a: dist.all_reduce(x, group=g, async_op=a), False),
+        ("reduce", torch.float32, (3, 8), None, lambda x, o, g, a: dist.reduce(x, dst=P - 1, group=g, async_op=a),
+         True),
+        ("broadcast", torch.float32, (5, 4), None, lambda x, o, g, a: dist.broadcast(x, src=0, group=g, async_op=a),
+         True),
+        ("broadcast", torch.int16, (11,), None, lambda x, o, g, a: dist.broadcast(x, src=P - 1, group=g, async_op=a),
+         False),
+        ("all_gather_into_tensor", torch.float32, (4, 3), (4 * P, 3),
+         lambda x, o, g, a: dist.all_gather_into_tensor(o, x.t().contiguous().t(), group=g, async_op=a), True),
+        ("reduce_scatter_tensor", torch.float32, (3 * P, 2), (3, 2),
+         lambda x, o, g, a: dist.reduce_scatter_tensor(o, x, group=g, async_op=a), True),
+        ("reduce_scatter_tensor", torch.int16, (2 * P,), (2,),
+         lambda x, o, g, a: dist.reduce_scatter_tensor(o, x, group=g, async_op=a), False),
+    ]
+
+
+def case_cuda_staged(comm, device="cuda"):
+    st = bc.setup(comm)
+    gloo, P, me = st["gloo"], comm.size, comm.rank
+    failures = []
+    for salt, (name, dtype, shape, out_shape, fn, strided) in enumerate(_calls(P)):
+        def make(on):
+            x = _data(shape[::-1] if strided else shape, dtype, salt, me).to(on)
+            x = x.t() if strided else x  # (a transposed view: not contiguous)
+            o = None if out_shape is None else torch.zeros(out_shape, dtype=dtype, device=on)
+            return x, o
+        x_cpu, o_cpu = make("cpu")
+        # gloo has no int16 or bool reduction: it reduces int32 / uint8 copies (exact), cast back
+        as_gloo = {torch.int16: torch.int32, torch.bool: torch.uint8}.get(dtype, dtype)
+        x_g = x_cpu.to(as_gloo)
+        o_g = None if o_cpu is None else o_cpu.to(as_gloo)
+        fn(x_g, o_g, gloo, False)
+        want = (x_g if o_g is None else o_g).to(dtype)
+        for mode in ("blocking", "async"):
+            x, o = make(device)
+            w = fn(x, o, None, mode == "async")
+            if w is not None:
+                w.wait()  # (the current stream waits for the call and its copies back)
+            got = (x if o is None else o).clone()  # a kernel on the current stream
+            if name == "reduce" and me != P - 1:
+                continue  # reduce leaves non-roots' buffers unspecified
+            if not _same(got, want):
+                failures.append(f"{name} {dtype} {'strided' if strided else ''} {mode}: {got.flatten()[:4].tolist()} "
+                                f"expected {want.flatten()[:4].tolist()}")
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return failures
