@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -65,20 +66,64 @@ def wrap(group):
     return module.CommlibBackend(group, core, group.rank(), group.size(), algorithms, wrap)
 
 
-def _group_being_created():
+# What the creator needs of the group torch is creating and is not handed (torch 2.13's
+# ``_DistributedBackendOptions`` holds store, group_rank, group_size, timeout, group_id and
+# global_ranks_in_group; the backend's options are the second argument): the backend string's
+# device-to-backend map and the bound device. Both are locals of torch's private
+# ``_new_process_group_helper`` (``backend_config``, built from the string, and its parameter
+# ``device_id``), read from its frame. ``frame_contract_problems()`` checks that they are still
+# there, so that a torch that renames them fails a test (tests/torch/test_torch_native.py) rather
+# than silently giving users torch's "custom" group.
+HELPER_LOCALS = ("backend_config", "device_id")
+
+
+def frame_contract_problems(helper=None):
+    """What the installed torch no longer offers of the frame read (empty: all of it): the helper
+    itself, its locals ``backend_config`` and ``device_id`` (a parameter), and
+    ``BackendConfig.get_device_backend_map``."""
+    helper = helper or getattr(dist.distributed_c10d, "_new_process_group_helper", None)
+    if helper is None or not hasattr(helper, "__code__"):
+        return ["torch.distributed.distributed_c10d._new_process_group_helper is gone"]
+    code = helper.__code__
+    params = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+    problems = [f"{helper.__name__} has no local {name!r}" for name in HELPER_LOCALS
+                if name not in code.co_varnames]
+    if "device_id" in code.co_varnames and "device_id" not in params:
+        problems.append(f"{helper.__name__}'s device_id is no longer a parameter")
+    if not hasattr(dist.BackendConfig, "get_device_backend_map"):
+        problems.append("BackendConfig.get_device_backend_map is gone")
+    return problems
+
+
+_warned = False
+
+
+def _group_being_created(helper=None):
     """(device types the group's backend string gives commlib, the group's bound device, every
     backend of the string is commlib) of the group torch is creating, read from the frame of
     torch's ``_new_process_group_helper`` that called the creator (its ``backend_config`` and
-    ``device_id``, which it passes no creator); None where the creator was not called from it."""
-    helper = dist.distributed_c10d._new_process_group_helper.__code__
+    ``device_id``, which it passes no creator); None where the creator was not called from it, or
+    (with a RuntimeWarning, once) where that frame lacks them: a torch this was not written for."""
+    global _warned
+    helper = helper or dist.distributed_c10d._new_process_group_helper
     frame = sys._getframe(1)
-    while frame is not None and frame.f_code is not helper:
+    while frame is not None and frame.f_code is not helper.__code__:
         frame = frame.f_back
     if frame is None:
         return None
-    config, device_id = frame.f_locals.get("backend_config"), frame.f_locals.get("device_id")
-    del frame
-    if not isinstance(config, dist.BackendConfig):
+    local = frame.f_locals
+    config, device_id = local.get("backend_config"), local.get("device_id")
+    missing = [n for n in HELPER_LOCALS if n not in local]
+    if not missing and not isinstance(config, dist.BackendConfig):
+        missing = ["backend_config of type BackendConfig"]
+    del frame, local
+    if missing:
+        if not _warned:
+            _warned = True
+            warnings.warn(f"commlib: torch {torch.__version__}'s {helper.__name__} has no "
+                          f"{', '.join(missing)}: commlib groups are torch's own "
+                          "ProcessGroup, named 'custom' (docs/torch_backend.md, 'Registered')",
+                          RuntimeWarning, stacklevel=2)
         return None
     mapping = {d: str(b) for d, b in config.get_device_backend_map().items()}
     only_commlib = all(b == "commlib" for b in mapping.values())

@@ -99,7 +99,7 @@ void Communicator::run_collective(const CollectiveCall& call, uint64_t seq) {
   const std::string& algo = planned.name;
   // Python refuses it first (call_checks.py); the C++ fast path does not: refused alike on every
   // rank, whatever the world size (one rank's schedule has no one-sided op to notice).
-  if (algorithm_is_one_sided(call.coll, algo))
+  if (planned.algorithm_one_sided)
     throw std::invalid_argument("algorithm: " + algo + " is one-sided (it reads peers' mapped buffers), which the "
                                 "host executor does not run");
 

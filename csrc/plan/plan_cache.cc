@@ -61,6 +61,7 @@ std::shared_ptr<const ResolvedPlan> PlanCache::get_shared(const CollectiveCall& 
                              p.choice);
     p.algo = static_cast<uint8_t>(algorithm_index(call.coll, p.name));
     p.one_sided = uses_one_sided(p.sched);
+    p.algorithm_one_sided = algorithm_is_one_sided(call.coll, p.name);
     for (const Step& st : p.sched.steps)
       for (const Op& o : st.ops)
         if (o.peer >= 0 && std::find(p.peers.begin(), p.peers.end(), o.peer) == p.peers.end()) p.peers.push_back(o.peer);

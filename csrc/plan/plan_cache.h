@@ -43,6 +43,9 @@ struct ResolvedPlan {
   AlgorithmChoice choice;  // how it was chosen (hierarchical: the inter-host algorithm, the segment)
   std::vector<int> peers;  // the ranks this rank's schedule talks to, in first-use order
   bool one_sided = false;  // the schedule uses one-sided operations (ir.h): the kernel path only
+  // The algorithm is registered one-sided (registry.h kOneSided), whatever this rank's schedule
+  // holds (one rank's has no operation at all): read once here, not by name at every call.
+  bool algorithm_one_sided = false;
 };
 
 class PlanCache {

@@ -119,6 +119,7 @@ void CommlibBackend::stop_completer() {
 }
 
 CommlibBackend::~CommlibBackend() {
+  if (CommlibWork* spare = spare_.exchange(nullptr)) c10::intrusive_ptr<CommlibWork>::reclaim(spare);
   hold_->close();  // messages still held go out, and the completion thread drains them
   stop_completer();
   if (Py_IsInitialized()) {
@@ -132,26 +133,44 @@ CommlibBackend::~CommlibBackend() {
 }
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::run(const CollectiveCall& call, bool async, c10d::OpType type,
-                                                   const char* name, std::vector<at::Tensor> outputs,
+                                                   const char* name, const std::vector<at::Tensor>& outputs,
                                                    std::function<void()> finish, std::chrono::milliseconds timeout) {
   const double secs = timeout_seconds(timeout);
   return submit(
       [&](bool a, std::shared_ptr<commlib::Work>* w, CoreError* err) {
         return api_->collective(core_, call, a, secs, a ? w : nullptr, err);
       },
-      async, type, name, std::move(outputs), std::move(finish));
+      async, type, name, outputs, std::move(finish));
 }
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::run_p2p(const std::vector<P2PItem>& items, bool async,
                                                        c10d::OpType type, const char* name,
-                                                       std::vector<at::Tensor> outputs, std::function<void()> finish,
+                                                       const std::vector<at::Tensor>& outputs,
+                                                       std::function<void()> finish,
                                                        std::chrono::milliseconds timeout) {
   const double secs = timeout_seconds(timeout);
   return submit(
       [&](bool a, std::shared_ptr<commlib::Work>* w, CoreError* err) {
         return api_->p2p(core_, items.data(), items.size(), DType::UInt8, a, secs, a ? w : nullptr, err);
       },
-      async, type, name, std::move(outputs), std::move(finish));
+      async, type, name, outputs, std::move(finish));
+}
+
+c10::intrusive_ptr<c10d::Work> CommlibBackend::done_work(c10d::OpType type, const char* name,
+                                                         const std::vector<at::Tensor>& outputs) {
+  using Ptr = c10::intrusive_ptr<CommlibWork>;
+  Ptr work;
+  if (CommlibWork* spare = spare_.exchange(nullptr, std::memory_order_acq_rel)) {
+    Ptr held = Ptr::reclaim(spare);
+    if (held.use_count() == 1) work = std::move(held);  // else it lives on with its holders
+  }
+  if (!work) {
+    work = c10::make_intrusive<CommlibWork>(api_, type, name, getRank(), std::vector<at::Tensor>(), nullptr, nullptr);
+    works_made_.fetch_add(1, std::memory_order_relaxed);
+  }
+  work->rearm_done(type, name, outputs);
+  if (CommlibWork* old = spare_.exchange(Ptr(work).release(), std::memory_order_acq_rel)) Ptr::reclaim(old);
+  return work;
 }
 
 void CommlibBackend::flush_held_p2p() {

@@ -204,6 +204,8 @@ class CommlibBackend : public c10d::Backend {
   void while_p2p_locked(const std::function<void()>& f) { hold_->while_locked(f); }
   // Batches of held host sends and receives issued to the core, for tests.
   uint64_t host_p2p_batches() const { return hold_->host_batches(); }
+  // Works done_work made (not reused), for tests.
+  uint64_t blocking_works_made() const { return works_made_.load(std::memory_order_relaxed); }
   // Device calls whose tensors are still held (not seen retired), for tests.
   size_t device_calls_held() { return devices_.held(); }
   // CudaWorks the device calls' pool keeps, for tests.
@@ -213,16 +215,21 @@ class CommlibBackend : public c10d::Backend {
   // A call on the core: blocking (raises commlib's error here) or queued and completed by the
   // completion thread. `finish` runs after the call (copies out of staging tensors).
   c10::intrusive_ptr<c10d::Work> run(const CollectiveCall& call, bool async, c10d::OpType type, const char* name,
-                                     std::vector<at::Tensor> outputs, std::function<void()> finish = nullptr,
+                                     const std::vector<at::Tensor>& outputs, std::function<void()> finish = nullptr,
                                      std::chrono::milliseconds timeout = c10d::kUnsetTimeout);
   // A batch of sends and receives on the core as one call (uneven all-to-all, exchange.cc), as run().
   c10::intrusive_ptr<c10d::Work> run_p2p(const std::vector<P2PItem>& items, bool async, c10d::OpType type,
-                                         const char* name, std::vector<at::Tensor> outputs,
+                                         const char* name, const std::vector<at::Tensor>& outputs,
                                          std::function<void()> finish, std::chrono::milliseconds timeout);
   // What run() and run_p2p() share: `issue(async, &work, &err)` puts the call on the core.
   template <typename Issue>
   c10::intrusive_ptr<c10d::Work> submit(Issue&& issue, bool async, c10d::OpType type, const char* name,
-                                        std::vector<at::Tensor> outputs, std::function<void()> finish);
+                                        const std::vector<at::Tensor>& outputs, std::function<void()> finish);
+  // The work of a blocking call that ran (outside a coalescing block): done, its outputs held weakly
+  // (CommlibWork::rearm_done). The spare work, the one returned last, is reused when nobody else
+  // holds it any more (torch's wrapper waits on it and drops it): a blocking call then allocates
+  // no Work. Thread-safe (the spare is taken and put back with an atomic exchange).
+  c10::intrusive_ptr<c10d::Work> done_work(c10d::OpType type, const char* name, const std::vector<at::Tensor>& outputs);
   // An uneven all-to-all of byte buffers: block j of `in` (in_bytes[j] bytes) goes to rank j,
   // block i of `out` comes from rank i; `finish` runs after (and copies this rank's own block).
   c10::intrusive_ptr<c10d::Work> exchange(const at::Tensor& in, const at::Tensor& out,
@@ -301,6 +308,8 @@ class CommlibBackend : public c10d::Backend {
   std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_;
   bool stopped_ = false;
   std::atomic<uint64_t> seq_{0};
+  std::atomic<CommlibWork*> spare_{nullptr};  // done_work's, holding one reference
+  std::atomic<uint64_t> works_made_{0};
   Completer completer_;
   DeviceCalls devices_{api_};
   std::shared_ptr<P2PHold> hold_;  // shared with its works (which flush it), after completer_
@@ -318,7 +327,8 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::delegate(const char* method, Args
 
 template <typename Issue>
 c10::intrusive_ptr<c10d::Work> CommlibBackend::submit(Issue&& issue, bool async, c10d::OpType type, const char* name,
-                                                      std::vector<at::Tensor> outputs, std::function<void()> finish) {
+                                                      const std::vector<at::Tensor>& outputs,
+                                                      std::function<void()> finish) {
   hold_->flush();
   if (p2p_handed_over_) flush_held_p2p();
   seq_.fetch_add(1);
@@ -329,8 +339,12 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::submit(Issue&& issue, bool async,
   CoreError err;
   // torch's bindings released the GIL before the dispatcher called us: none is held here.
   if (!issue(async, &core_work, &err)) raise_core_error(err, name, getRank());
-  if (!async && finish) run_finish(finish);
-  auto work = c10::make_intrusive<CommlibWork>(api_, type, name, getRank(), std::move(outputs), core_work,
+  if (!async) {
+    if (finish) run_finish(finish);
+    // (a block's works keep their outputs: endCoalescing builds the block's future from them)
+    if (!coalescing_) return done_work(type, name, outputs);
+  }
+  auto work = c10::make_intrusive<CommlibWork>(api_, type, name, getRank(), outputs, core_work,
                                                async ? std::move(finish) : nullptr);
   if (async) completer_.put(work);
   return track(work);

@@ -147,6 +147,8 @@ PYBIND11_MODULE(_C_torch, m) {
           "works held; (heap allocations of this module's code on this thread in the n calls, calls run from C++).")
       .def_property_readonly("_host_p2p_batches", &CommlibBackend::host_p2p_batches,
                              "Batches of held host sends and receives issued to the core (for tests).")
+      .def_property_readonly("_blocking_works_made", &CommlibBackend::blocking_works_made,
+                             "Works of blocking calls made rather than reused (for tests).")
       .def("_device_works_pooled", &CommlibBackend::device_works_pooled,
            "CudaWorks the backend's pool keeps (re-armed for later calls once nothing references them).")
       .def(

@@ -113,7 +113,7 @@ void CommlibWork::complete_future(const c10::intrusive_ptr<c10::ivalue::Future>&
     err = error_;
   }
   if (!failed)
-    future->markCompleted(c10::IValue(outputs_));
+    future->markCompleted(c10::IValue(outputs()));
   else
     future->setError(future_error(err, collective_, rank_));
 }
@@ -171,7 +171,27 @@ std::exception_ptr CommlibWork::exception() const {
   return failed_ ? future_error(error_, collective_, rank_) : nullptr;
 }
 
-std::vector<at::Tensor> CommlibWork::result() { return outputs_; }
+std::vector<at::Tensor> CommlibWork::outputs() const {
+  if (!weak_) return outputs_;
+  std::vector<at::Tensor> alive;
+  for (const auto& w : weak_outputs_)
+    if (auto t = w.lock(); t.defined()) alive.emplace_back(std::move(t));
+  return alive;
+}
+
+std::vector<at::Tensor> CommlibWork::result() { return outputs(); }
+
+void CommlibWork::rearm_done(c10d::OpType type, const char* collective, const std::vector<at::Tensor>& outputs) {
+  opType_ = type;
+  collective_ = collective;
+  outputs_.clear();
+  weak_outputs_.clear();  // (keeps its capacity: a reused work allocates nothing)
+  for (const auto& t : outputs) weak_outputs_.emplace_back(t.getIntrusivePtr());
+  weak_ = true;
+  future_.reset();
+  failed_ = false;
+  done_.store(true, std::memory_order_release);
+}
 
 bool CommlibWork::wait(std::chrono::milliseconds timeout) {
   if (flush_) flush_();

@@ -65,6 +65,12 @@ class CommlibWork : public c10d::Work {
   void fail(const CoreError& err);
   // recvAnysource: where the core writes the sender's rank.
   void set_source(std::shared_ptr<int32_t> source) { source_ = std::move(source); }
+  // Makes this work a blocking call's, done and succeeded, of `type`: its outputs held weakly
+  // (result() and the future give those the caller still holds), so that a finished work kept for
+  // reuse (CommlibBackend::done_work) keeps no tensor alive, and the last reference to a tensor is
+  // never dropped here, where torch would take the GIL to release its Python object. Only for a
+  // work nobody else holds (a new one, or a spare one whose other references are gone).
+  void rearm_done(c10d::OpType type, const char* collective, const std::vector<at::Tensor>& outputs);
 
  private:
   const CoreApi* api_;
@@ -75,6 +81,11 @@ class CommlibWork : public c10d::Work {
   std::function<void()> finish_;
   std::function<void()> flush_;
   std::shared_ptr<int32_t> source_;
+  // A blocking call's outputs (rearm_done), in place of outputs_.
+  std::vector<c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>> weak_outputs_;
+  bool weak_ = false;
+  // The outputs: outputs_, or those of weak_outputs_ still alive.
+  std::vector<at::Tensor> outputs() const;
   // Completes `future` with the outputs or the call's error (the call is done).
   void complete_future(const c10::intrusive_ptr<c10::ivalue::Future>& future);
   c10::intrusive_ptr<c10::ivalue::Future> future_;  // made when first asked (getFuture), under mu_

@@ -115,3 +115,13 @@ def test_takes_algorithms_registered_at_run_time(comm1):
     finally:
         commlib.unregister_algorithm("all_reduce", "fast_path_mirror")
     assert _fast(comm1, "all_reduce", x, out, algorithm="fast_path_mirror") is NotImplemented
+
+
+def test_refuses_a_one_sided_algorithm_at_one_rank_too(comm1):
+    # The host executor runs no one-sided schedule. One rank's schedule holds no operation at all, so
+    # the refusal reads the algorithm's registered trait (kept in the call's plan), as every rank does.
+    x = np.ones(4, np.float32)
+    with pytest.raises(ValueError, match="^algorithm: mapped_two_shot is one-sided .* host executor does not run"):
+        _fast(comm1, "all_reduce", x, algorithm="mapped_two_shot")
+    comm1.all_reduce(x)  # refused before anything ran: the communicator goes on
+    assert x.tolist() == [1.0] * 4

@@ -375,3 +375,4 @@ def case_call_timeout(comm):
             assert msg.startswith("PeerError") and name in msg and "call's timeout (1 s)" in msg, msg
             assert any(f"rank {p} did not answer" in msg for p in range(1, P)), msg
     return messages
+

@@ -79,3 +79,36 @@ def test_debug_detail_wraps_the_group_and_catches_a_mismatch():
     for wrapper, message in get_pool(2).run(dispatch_cases.case_detail_wrapper, timeout=120):
         assert wrapper == "_ProcessGroupWrapper", wrapper
         assert "mismatch" in message.lower(), message
+
+
+def test_torchs_group_helper_still_holds_what_the_creator_reads():
+    """torch hands a creator neither the backend string's device map nor the bound device
+    (docs/torch_backend.md, "Registered"): native.py reads both from the frame of torch's private
+    _new_process_group_helper. A torch that renames them must fail here, not hand users torch's
+    "custom" group with a warning."""
+    problems = native.frame_contract_problems()
+    assert problems == [], (f"torch {torch.__version__}: {problems}; commlib.torch.native's frame read "
+                            "(process_group) needs updating for this torch")
+
+
+def test_the_frame_read_takes_the_helpers_locals_and_warns_once_without_them(monkeypatch):
+    import torch.distributed as dist
+    monkeypatch.setattr(native, "_warned", False)
+
+    def _new_process_group_helper(backend_config, device_id=None):  # torch's names
+        return native._group_being_created(_new_process_group_helper)
+
+    devices, bound, only_commlib = _new_process_group_helper(dist.BackendConfig("cpu:commlib"))
+    assert devices == [torch.device("cpu")] and bound is None and only_commlib
+    assert _new_process_group_helper(dist.BackendConfig("cpu:commlib,cuda:gloo"))[2] is False
+
+    def renamed(backend_cfg, device_id=None):  # a torch that renamed backend_config
+        return native._group_being_created(renamed)
+
+    assert native.frame_contract_problems(renamed) == ["renamed has no local 'backend_config'"]
+    with pytest.warns(RuntimeWarning, match=r"has no backend_config.*named 'custom'"):
+        assert renamed(dist.BackendConfig("cpu:commlib")) is None
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert renamed(dist.BackendConfig("cpu:commlib")) is None  # once only

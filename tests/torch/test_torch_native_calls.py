@@ -2,29 +2,24 @@
 rather than handing them to the Python backend: sends and receives, batch_isend_irecv, the
 coalesced collectives, uneven all-to-all, non-contiguous tensors and per-call timeouts, and
 what it handed over until session 19 (cast and complex reductions, sparse all_reduce, uneven
-lists, several tensors per call: native_staged_cases.py), each against gloo (rank side: native_call_cases.py)."""
-import os
-import sys
-
+lists, several tensors per call: native_staged_cases.py), each against gloo (rank side: native_call_cases.py),
+and the works of blocking calls (reused, holding their tensors weakly: native_work_cases.py)."""
 import pytest
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
 
 torch = pytest.importorskip("torch")
 
 import native_call_cases as cases  # noqa: E402
 import native_staged_cases  # noqa: E402
+import native_work_cases  # noqa: E402
 from commlib.testing import get_pool  # noqa: E402
-from commlib.torch import native  # noqa: E402
 
-pytestmark = pytest.mark.skipif(native.load() is None, reason="commlib._C_torch was not built")
+pytestmark = pytest.mark.usefixtures("cpp_backend")  # (tests/torch/conftest.py)
 
 
 @pytest.mark.parametrize("n", [2, 3])
 @pytest.mark.parametrize("case", [cases.case_p2p, cases.case_p2p_several_per_peer, cases.case_coalesced, cases.case_uneven_all_to_all,
-                                  cases.case_non_contiguous, native_staged_cases.case_staged_in_cpp],
+                                  cases.case_non_contiguous, native_staged_cases.case_staged_in_cpp,
+                                  native_work_cases.case_blocking_works],
                          ids=lambda c: c.__name__[5:])
 def test_runs_in_cpp_as_on_gloo(case, n):
     assert get_pool(n).run(case, timeout=120) == [True] * n

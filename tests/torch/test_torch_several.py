@@ -3,22 +3,14 @@ the C++ backend and on the Python backend alone, each against gloo in the same p
 several_cases.py): all_reduce, broadcast (rootTensor) and all_gather of several tensors equal gloo's;
 reduce, reduce_scatter, send and recv of several, and sparse sends and receives, are refused naming
 the argument, before anything is sent; the C++ backend hands none of it to the Python one."""
-import os
-import sys
-
 import pytest
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
 
 torch = pytest.importorskip("torch")
 
 import several_cases  # noqa: E402
 from commlib.testing import get_pool  # noqa: E402
-from commlib.torch import native  # noqa: E402
 
-pytestmark = pytest.mark.skipif(native.load() is None, reason="commlib._C_torch was not built")
+pytestmark = pytest.mark.usefixtures("cpp_backend")  # (tests/torch/conftest.py)
 
 
 @pytest.mark.parametrize("n", [2, 3])
