@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <numeric>
 #include <string>
 #include <set>
 #include <utility>
@@ -290,15 +291,18 @@ bool shape_is_simulated(const CallShape& call, const Composition& cand, const si
 // rail_lanes' shapes: its lanes overlap, which the one-rank estimate (steps one after another)
 // cannot see, so each shape is simulated: W in {2, 4, 8} lanes of K in {1, 2, 4, 8, 16} segments
 // each, W K at most 128, 64 from 512 ranks (a run plays W K segments of 2 log2 P messages a rank);
-// from 4096 ranks only 4 x 2, 4 x 4 and 8 x 2 (each run takes seconds there).
+// from 4096 ranks only 4 lanes of 1, 2, 4 or 8 segments, 8 x 2 and 2 x 16 (each run takes minutes
+// there; until session 22 only 4 x 2, 4 x 4 and 8 x 2: at 1024 dgx-h100 nodes and 1 GiB 2 x 16 gives
+// 360.2 GB/s and 4 x 8 351.6, where rail_halving's 16 segments, auto's pick then, give 338.5).
 std::vector<Composition> simulated_shapes(const CallShape& call, const Composition& cand, const sim::Topology& t) {
   std::vector<Composition> out;
-  const bool huge = t.size() >= 4096;  // seconds a shape: the three nearest the NICs' balance
-  const int most = huge ? 16 : t.size() >= 512 ? 64 : 128;
+  const bool huge = t.size() >= 4096;  // minutes a shape: the six nearest the NICs' balance
+  const int most = huge ? 32 : t.size() >= 512 ? 64 : 128;
   for (int W : {4, 8, 2})
     for (int K : {4, 2, 8, 16, 1}) {
       const int64_t segment = K == 1 ? 0 : call.count / W / K;
-      if (W * K > most || (huge && (W == 2 || K == 1)) || (K > 1 && segment < 1)) continue;
+      const bool huge_shape = (W == 4 && K <= 8) || (W == 8 && K == 2) || (W == 2 && K == 16);
+      if (W * K > most || (huge && !huge_shape) || (K > 1 && segment < 1)) continue;
       Composition k = cand;
       k.segment = segment, k.pieces = W;
       out.push_back(k);
@@ -321,9 +325,16 @@ bool choose_simulated_shape(const CallShape& call, const Composition& cand, cons
     if (hit.exact || beat_s <= hit.estimate_s) return false;  // every shape slower than beat_s
   }
   const std::vector<Composition> shapes = simulated_shapes(call, cand, t);
+  // With bounds, the shapes in bound order (the likely best first, so that the others stop early);
+  // equal times go to the earlier shape of the list either way.
+  std::vector<size_t> order(shapes.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  if (bounds.size() == shapes.size())
+    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return bounds[x] < bounds[y]; });
   const Composition* best = nullptr;
+  size_t best_j = shapes.size();
   double best_s = std::numeric_limits<double>::infinity();
-  for (size_t j = 0; j < shapes.size(); ++j) {
+  for (size_t j : order) {
     const double limit = std::min(best_s, beat_s);
     if (j < bounds.size() && bounds[j] > limit) continue;  // it cannot finish within the limit
     sim::Options o;
@@ -331,7 +342,7 @@ bool choose_simulated_shape(const CallShape& call, const Composition& cand, cons
     const sim::Result r = sim::simulate(call.coll, shapes[j], call.count, call.elem_bytes, call.root, t, o);
     if (runs) ++*runs;
     if (r.cut && cut) ++*cut;
-    if (!r.cut && r.time_s < best_s) best_s = r.time_s, best = &shapes[j];
+    if (!r.cut && (r.time_s < best_s || (r.time_s == best_s && j < best_j))) best_s = r.time_s, best = &shapes[j], best_j = j;
   }
   if (!best) {  // every shape slower than beat_s (none at all: an infinite beat_s is never met)
     if (!shapes.empty() && beat_s < std::numeric_limits<double>::infinity()) memo_store(key, ShapeMemo{cand, beat_s, false});
