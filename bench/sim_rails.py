@@ -133,7 +133,25 @@ def target_lines(rows) -> list[str]:
             "the previous one whole, where NCCL pipelines slices within a step: 0.9 us of posting, latency and "
             "taking in a step, 1.8 ms at 128 nodes, beside the NICs' 5.5; docs/simulator.md, 'Session 17'; not "
             "checked against a published point at this scale).")
+    out.append(AT_SCALE)
     return out + [""]
+
+
+# What NCCL publishes beyond 16 nodes (issue 39, session 22): searched for in the stored public
+# sources (NVIDIA's blogs and docs, nccl-tests and NCCL issues, cluster vendors' nccl-tests guides).
+AT_SCALE = (
+    "NCCL's number at 128 and 1024 nodes: no published nccl-tests all_reduce busbw for 64 MiB-1 GiB on 128 or 1024 "
+    "DGX H100 nodes was found (searched session 22: NVIDIA's blogs and docs, the nccl-tests and NCCL issue trackers, "
+    "cluster vendors' nccl-tests guides; NVIDIA/nccl issue 1211, 'How much can 512 H100 ReduceScatter/AllGather-8GB "
+    "run to', asks exactly this for 1024-4096 H100 and has no answer; nccl-tests issue 196, S. Jeaugey: with 8 NICs "
+    "NCCL's tree struggles to beat the ring, so the 370-385 plateau is the ring's). So 370 stays the mark at every "
+    "node count and size here. The model's NCCL algorithms: the rail_ring column above (not simulated at 1024 "
+    "nodes, `sizes_for`), and NCCL's tree modelled as hierarchical with double_tree between hosts (one rail's tree "
+    "per local rank; session 22: `_C.simulate(all_reduce, 'hierarchical', count, 4, 0, "
+    "load('dgx-h100').engine_dict(nodes * 8), 'double_tree', segment)` at 1, 4 and 16 segments, 1 the fastest "
+    "at each): 122.9 / 135.1 / 137.4 GB/s at 64 MiB / 256 MiB / 1 GiB on 128 nodes, 117.0 "
+    "at 64 MiB on 1024 nodes; auto is faster at every one."
+)
 
 
 def markdown(data) -> list[str]:

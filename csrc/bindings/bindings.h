@@ -27,6 +27,7 @@ void bind_comm(pybind11::module_& m);      // bindings/comm_bindings.cc: Communi
 void bind_fast_call(pybind11::module_& m); // bindings/fast_call.cc: fast_collective (after bind_comm)
 void bind_device(pybind11::module_& m);    // bindings/device_bindings.cc: devices, stream engine (after bind_comm)
 void bind_sim(pybind11::module_& m);       // bindings/sim_bindings.cc: simulate()
+void bind_shapes(pybind11::module_& m);    // bindings/shape_bindings.cc: pipeline_shape() etc.
 void bind_codecs(pybind11::module_& m);   // bindings/codec_bindings.cc: codec_encode() etc.
 void bind_device_plan(pybind11::module_& m);  // bindings/device_plan_bindings.cc: device plans, their check
 

@@ -37,6 +37,7 @@ PYBIND11_MODULE(_C, m) {
   commlib::bind_peer_buffers(m);
   commlib::bind_kernel_trace(m);
   commlib::bind_sim(m);
+  commlib::bind_shapes(m);
   commlib::bind_device_plan(m);
   commlib::bind_device_cost(m);
   commlib::bind_grid_claims(m);

@@ -13,7 +13,6 @@
 #include "policy/auto_policy.h"
 #include "policy/candidate_search.h"
 #include "sim/compact.h"
-#include "policy/pipeline_shape.h"
 #include "sim/simulator.h"
 
 namespace py = pybind11;
@@ -203,48 +202,6 @@ void bind_sim(py::module_& m) {
 
   m.def("clear_built_programs", &sim::clear_built_programs,
         "Empties the simulator's cache of built schedules (sim/compact.h, built_programs).");
-
-  m.def(
-      "pipeline_shape",
-      [](Collective c, int64_t count, int elem_bytes, const py::dict& topology, const std::string& inter_algorithm,
-         const std::string& intra_algorithm) {
-        const sim::Topology t = topology_from_dict(topology);
-        sim::check_call(c, count, elem_bytes, 0, t);
-        double estimate = -1;
-        Composition k;
-        {
-          py::gil_scoped_release nogil;
-          k = choose_pipeline_shape(CallShape{c, count, elem_bytes, 0},
-                                    Composition{"hierarchical", inter_algorithm, intra_algorithm, 0}, t, &estimate);
-        }
-        py::dict out;
-        out["segment"] = k.segment;
-        out["pieces"] = k.pieces;
-        out["estimate_s"] = estimate;
-        return out;
-      },
-      py::arg("collective"), py::arg("count"), py::arg("elem_bytes"), py::arg("topology"),
-      py::arg("inter_algorithm") = "", py::arg("intra_algorithm") = "",
-      "The segment and pieces the cost model's policy gives hierarchical with these phases on this placed "
-      "topology (policy/pipeline_shape.h), with the analytic estimate it chose by: {segment, pieces, "
-      "estimate_s} (segment 0: not pipelined).");
-
-  m.def(
-      "pipeline_estimate",
-      [](Collective c, const std::string& algorithm, int64_t count, int elem_bytes, const py::dict& topology,
-         const std::string& inter_algorithm, int64_t segment, const std::string& intra_algorithm, int pieces,
-         int share) {
-        const sim::Topology t = topology_from_dict(topology);
-        sim::check_call(c, count, elem_bytes, 0, t);
-        if (segment < 0 || pieces < 0 || share < 0) throw std::invalid_argument("segment, pieces, share: must be >= 0");
-        py::gil_scoped_release nogil;
-        return pipeline_estimate(CallShape{c, count, elem_bytes, 0},
-                                 Composition{algorithm, inter_algorithm, intra_algorithm, segment, pieces, share}, t);
-      },
-      py::arg("collective"), py::arg("algorithm"), py::arg("count"), py::arg("elem_bytes"), py::arg("topology"),
-      py::arg("inter_algorithm") = "", py::arg("segment") = 0, py::arg("intra_algorithm") = "", py::arg("pieces") = 0,
-      py::arg("share") = 0,
-      "The analytic estimate (seconds) pipeline_shape chooses by (policy/pipeline_shape.h), of any composition.");
 
   m.def(
       "simulate_trace",

@@ -267,17 +267,36 @@ AlgorithmChoice search_best_candidate(const CallShape& call, const std::vector<i
       return it->second;
     }
   }
+  // A candidate whose shape is chosen by simulating its shapes (rail_lanes: pipeline_shape.h) keeps
+  // them for its turn: its bound is the least of theirs, and at its turn only the shapes whose bound
+  // is within the best so far are simulated, each run stopped past it (at 4096 ranks and 1 MiB its
+  // shapes took three runs of seconds each before the search began, for a candidate that loses).
   std::vector<Composition> cands;
-  for (const auto& c : candidate_list(call.coll, host_of, segment, call.count * call.elem_bytes))
-    if ((!hier_only || c.algorithm == "hierarchical") && lanes_ranked(c, topo))
-      cands.push_back(choose_pipeline_shape(call, c, topo));
+  std::vector<std::vector<Composition>> shapes;  // per candidate: its shapes to simulate, or none
+  for (const auto& c : candidate_list(call.coll, host_of, segment, call.count * call.elem_bytes)) {
+    if ((hier_only && c.algorithm != "hierarchical") || !lanes_ranked(c, topo)) continue;
+    std::vector<Composition> own = shape_is_simulated(call, c, topo) ? simulated_shapes(call, c, topo) : std::vector<Composition>{};
+    cands.push_back(own.empty() ? choose_pipeline_shape(call, c, topo) : c);
+    shapes.push_back(std::move(own));
+  }
   st.candidates = static_cast<int>(cands.size());
   std::vector<double> bound(cands.size());
+  std::vector<std::vector<double>> shape_bounds(cands.size());
   std::vector<bool> big(cands.size(), false), costly(cands.size(), false);
   for (size_t i = 0; i < cands.size(); ++i) {
     const bool hier = cands[i].algorithm == "hierarchical";
     int64_t ops = 0;
-    bound[i] = candidate_lower_bound(call, cands[i], topo, &ops);
+    if (shapes[i].empty()) {
+      bound[i] = candidate_lower_bound(call, cands[i], topo, &ops);
+    } else {
+      bound[i] = std::numeric_limits<double>::infinity();
+      for (const Composition& k : shapes[i]) {
+        int64_t own_ops = 0;
+        shape_bounds[i].push_back(candidate_lower_bound(call, k, topo, &own_ops));
+        bound[i] = std::min(bound[i], shape_bounds[i].back());
+        ops = std::max(ops, own_ops);
+      }
+    }
     costly[i] = costly_ops > 0 && ops * topo.size() >= costly_ops;
     big[i] = hier && extrapolate_ops > 0 && ops * topo.size() >= extrapolate_ops &&
              hier_segments(call, cands[i].segment, topo) >= 5;
@@ -303,6 +322,18 @@ AlgorithmChoice search_best_candidate(const CallShape& call, const std::vector<i
     }
   };
   auto simulate_whole = [&](size_t i) {
+    if (!shapes[i].empty()) {  // its shapes now, within the best so far; the best of them taken as simulated
+      Composition shape;
+      double time_s = 0;
+      int runs = 0, cut = 0;
+      const bool found = choose_simulated_shape(call, cands[i], topo, best_t, shape_bounds[i], &shape, &time_s, &runs, &cut);
+      st.simulated += runs, st.cut += cut;
+      if (found) {
+        cands[i] = shape;
+        take(i, time_s);
+      }
+      return;
+    }
     sim::Options o;
     o.stop_after_s = best_t;  // a run past the best so far cannot win (equal times still finish)
     const sim::Result r = sim::simulate(call.coll, cands[i], call.count, call.elem_bytes, call.root, topo, o);

@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <numeric>
 #include <string>
 #include <set>
 #include <utility>
@@ -103,10 +104,12 @@ double rank_estimate(const Schedule& s, int r, const sim::Topology& t, const sim
 
 // The chosen shapes, per (call, candidate, placed model): one choice builds up to 34 schedules of
 // every local rank's lanes (seconds at 32 ranks), and the candidate search, the ranking and the
-// bounds ask for the same one in turn. The key holds everything the choice depends on.
+// bounds ask for the same one in turn. The key holds everything the choice depends on. An entry
+// that is not `exact` is choose_simulated_shape's "no shape within estimate_s" (every shape slower).
 struct ShapeMemo {
   Composition shape;
   double estimate_s;
+  bool exact = true;
 };
 std::mutex g_memo_mu;
 std::map<std::string, ShapeMemo> g_memo;
@@ -150,96 +153,91 @@ std::string memo_key(const CallShape& call, const Composition& cand, const sim::
   return key.k;
 }
 
-bool memo_find(const std::string& key, Composition* shape, double* estimate_s) {
+bool memo_find(const std::string& key, ShapeMemo* hit) {
   std::lock_guard<std::mutex> lk(g_memo_mu);
   const auto it = g_memo.find(key);
   if (it == g_memo.end()) return false;
-  if (estimate_s) *estimate_s = it->second.estimate_s;
-  *shape = it->second.shape;
+  *hit = it->second;
   return true;
 }
 
-Composition memo_store(const std::string& key, const Composition& best, double best_s) {
+Composition memo_store(const std::string& key, const ShapeMemo& m) {
   std::lock_guard<std::mutex> lk(g_memo_mu);
   if (g_memo.size() >= kMemoEntries) g_memo.clear();
-  g_memo.emplace(key, ShapeMemo{best, best_s});
-  return best;
+  g_memo.insert_or_assign(key, m);
+  return m.shape;
+}
+
+// The memoised choice of (call, cand) on t: the kept one, else `choose(&estimate)`'s, then kept.
+// Every choice below goes through it (one key, one lookup, one store).
+template <class Choose>
+Composition memoised(const CallShape& call, const Composition& cand, const sim::Topology& t, double* estimate_s,
+                     Choose choose) {
+  const std::string key = memo_key(call, cand, t);
+  ShapeMemo hit;
+  if (memo_find(key, &hit) && hit.exact) {
+    if (estimate_s) *estimate_s = hit.estimate_s;
+    return hit.shape;
+  }
+  double best_s = std::numeric_limits<double>::infinity();
+  const Composition best = choose(&best_s);
+  if (estimate_s) *estimate_s = best_s;
+  return memo_store(key, ShapeMemo{best, best_s});
 }
 
 // rail_split's share and its hierarchical part's shape (pipeline_shape.h): the part's (K, pieces)
 // as hierarchical's own choice for its count at the default share, then the share of the smallest
-// estimate with K segments of the part's count at that share. Memoised with the others.
+// estimate with K segments of the part's count at that share.
 Composition choose_split_share(const CallShape& call, const Composition& cand, const sim::Topology& t,
                                double* estimate_s) {
-  const std::string key = memo_key(call, cand, t);
-  if (Composition hit; memo_find(key, &hit, estimate_s)) return hit;
-  CallShape rest = call;
-  rest.count = call.count - sched::share_of(call.count, sched::kDefaultShare);
-  const Composition hier = choose_pipeline_shape(rest, Composition{"hierarchical", cand.inter, cand.intra}, t);
-  const int64_t K = hier.segment > 0 ? std::clamp<int64_t>(rest.count / hier.segment, 1, 16) : 1;
-  Composition best = cand;
-  double best_s = std::numeric_limits<double>::infinity();
-  for (int share : kShares) {
-    Composition k = cand;
-    const int64_t part = call.count - sched::share_of(call.count, share);
-    k.segment = K > 1 && part / K > 0 ? part / K : 0;
-    k.pieces = hier.pieces, k.share = share;
-    const double e = pipeline_estimate(call, k, t);
-    if (e < best_s) best_s = e, best = k;
-  }
-  if (estimate_s) *estimate_s = best_s;
-  return memo_store(key, best, best_s);
+  return memoised(call, cand, t, estimate_s, [&](double* best_s) {
+    CallShape rest = call;
+    rest.count = call.count - sched::share_of(call.count, sched::kDefaultShare);
+    const Composition hier = choose_pipeline_shape(rest, Composition{"hierarchical", cand.inter, cand.intra}, t);
+    const int64_t K = hier.segment > 0 ? std::clamp<int64_t>(rest.count / hier.segment, 1, 16) : 1;
+    Composition best = cand;
+    for (int share : kShares) {
+      Composition k = cand;
+      const int64_t part = call.count - sched::share_of(call.count, share);
+      k.segment = K > 1 && part / K > 0 ? part / K : 0;
+      k.pieces = hier.pieces, k.share = share;
+      const double e = pipeline_estimate(call, k, t);
+      if (e < *best_s) *best_s = e, best = k;
+    }
+    return best;
+  });
 }
 
 // rail_halving's segments (schedule/rail_halving.cc): K in {1, 2, 4, 8, 16}, as hierarchical's (its
-// pieces are its own: it pairs its lanes uncut), the smallest estimate. Memoised with the others.
+// pieces are its own: it pairs its lanes uncut), the smallest estimate.
 Composition choose_halving_segments(const CallShape& call, const Composition& cand, const sim::Topology& t,
                                     double* estimate_s) {
-  const std::string key = memo_key(call, cand, t);
-  if (Composition hit; memo_find(key, &hit, estimate_s)) return hit;
-  Composition best = cand;
-  best.segment = 0, best.pieces = 0;
-  double best_s = std::numeric_limits<double>::infinity();
-  for (int K : {1, 2, 4, 8, 16}) {
-    const int64_t segment = K == 1 ? 0 : call.count / K;
-    if (K > 1 && (segment < 1 || std::min<int64_t>(call.count / segment, 16) != K)) continue;
-    Composition k = cand;
-    k.segment = segment, k.pieces = 0;
-    const double e = pipeline_estimate(call, k, t);
-    if (e < best_s) best_s = e, best = k;
-  }
-  if (estimate_s) *estimate_s = best_s;
-  return memo_store(key, best, best_s);
+  return memoised(call, cand, t, estimate_s, [&](double* best_s) {
+    Composition best = cand;
+    best.segment = 0, best.pieces = 0;
+    for (int K : {1, 2, 4, 8, 16}) {
+      const int64_t segment = K == 1 ? 0 : call.count / K;
+      if (K > 1 && (segment < 1 || std::min<int64_t>(call.count / segment, 16) != K)) continue;
+      Composition k = cand;
+      k.segment = segment, k.pieces = 0;
+      const double e = pipeline_estimate(call, k, t);
+      if (e < *best_s) *best_s = e, best = k;
+    }
+    return best;
+  });
 }
 
-// rail_lanes' lanes and segments (schedule/rail_lanes.cc): its lanes overlap, which the one-rank
-// estimate above (steps one after another) cannot see, so each shape is simulated, each run cut once
-// it is slower than the best so far: W in {2, 4, 8} lanes of K in {1, 2, 4, 8, 16} segments each,
-// W K at most 128, 64 from 512 ranks (a run plays W K segments of 2 log2 P messages a rank); from
-// 4096 ranks only 4 x 2, 4 x 4 and 8 x 2 (each run takes seconds there). The estimate is the
-// simulated time.
+// rail_lanes' lanes and segments (schedule/rail_lanes.cc): choose_simulated_shape with nothing to
+// beat. Without shapes to try (a buffer too small for them) the composition unshaped, estimate
+// infinite, as before.
 Composition choose_lane_shape(const CallShape& call, const Composition& cand, const sim::Topology& t,
                               double* estimate_s) {
-  const std::string key = memo_key(call, cand, t);
-  if (Composition hit; memo_find(key, &hit, estimate_s)) return hit;
   Composition best = cand;
   best.segment = 0, best.pieces = 0;
   double best_s = std::numeric_limits<double>::infinity();
-  const bool huge = t.size() >= 4096;  // seconds a shape: the three nearest the NICs' balance
-  const int most = huge ? 16 : t.size() >= 512 ? 64 : 128;
-  for (int W : {4, 8, 2})
-    for (int K : {4, 2, 8, 16, 1}) {
-      const int64_t segment = K == 1 ? 0 : call.count / W / K;
-      if (W * K > most || (huge && (W == 2 || K == 1)) || (K > 1 && segment < 1)) continue;
-      Composition k = cand;
-      k.segment = segment, k.pieces = W;
-      sim::Options o;
-      o.stop_after_s = best_s;
-      const sim::Result r = sim::simulate(call.coll, k, call.count, call.elem_bytes, call.root, t, o);
-      if (!r.cut && r.time_s < best_s) best_s = r.time_s, best = k;
-    }
+  choose_simulated_shape(call, cand, t, std::numeric_limits<double>::infinity(), {}, &best, &best_s);
   if (estimate_s) *estimate_s = best_s;
-  return memo_store(key, best, best_s);
+  return best;
 }
 
 }  // namespace
@@ -253,9 +251,7 @@ Composition choose_pipeline_shape(const CallShape& call, const Composition& cand
   if (call.coll == Collective::AllReduce && cand.algorithm == "rail_halving" && spans_hosts(t) &&
       !param_set("COMMLIB_HIER_SEGMENT"))
     return choose_halving_segments(call, cand, t, estimate_s);
-  if (call.coll == Collective::AllReduce && cand.algorithm == "rail_lanes" && spans_hosts(t) &&
-      !param_set("COMMLIB_HIER_SEGMENT"))
-    return choose_lane_shape(call, cand, t, estimate_s);
+  if (shape_is_simulated(call, cand, t)) return choose_lane_shape(call, cand, t, estimate_s);
   if (call.coll != Collective::AllReduce || cand.algorithm != "hierarchical" || !spans_hosts(t)) return cand;
   if (param_set("COMMLIB_HIER_SEGMENT")) return cand;  // the user's segment, as the setting says
   // The shapes to try: the builder's segments are count / segment, at most 16
@@ -272,20 +268,90 @@ Composition choose_pipeline_shape(const CallShape& call, const Composition& cand
     for (int pieces : {1, 2, 4, 8})
       if (pieces == 1 || equal) shapes.emplace_back(segment, pieces);
   }
-  Composition best = cand;
-  best.segment = 0, best.pieces = 0;
-  if (shapes.size() == 1 && !estimate_s) return best;
+  Composition unshaped = cand;
+  unshaped.segment = 0, unshaped.pieces = 0;
+  if (shapes.size() == 1 && !estimate_s) return unshaped;
+  return memoised(call, cand, t, estimate_s, [&](double* best_s) {
+    Composition best = unshaped;
+    for (const auto& [segment, pieces] : shapes) {
+      Composition k = cand;
+      k.segment = segment, k.pieces = pieces;
+      const double e = pipeline_estimate(call, k, t);
+      if (e < *best_s) *best_s = e, best = k;
+    }
+    return best;
+  });
+}
+
+bool shape_is_simulated(const CallShape& call, const Composition& cand, const sim::Topology& t) {
+  return call.coll == Collective::AllReduce && cand.algorithm == "rail_lanes" && spans_hosts(t) &&
+         !param_set("COMMLIB_HIER_SEGMENT");
+}
+
+// rail_lanes' shapes: its lanes overlap, which the one-rank estimate (steps one after another)
+// cannot see, so each shape is simulated: W in {2, 4, 8} lanes of K in {1, 2, 4, 8, 16} segments
+// each, W K at most 128, 64 from 512 ranks (a run plays W K segments of 2 log2 P messages a rank);
+// from 4096 ranks only 4 lanes of 1, 2, 4 or 8 segments, 8 x 2 and 2 x 16 (each run takes minutes
+// there; until session 22 only 4 x 2, 4 x 4 and 8 x 2: at 1024 dgx-h100 nodes and 1 GiB 2 x 16 gives
+// 360.2 GB/s and 4 x 8 351.6, where rail_halving's 16 segments, auto's pick then, give 338.5).
+std::vector<Composition> simulated_shapes(const CallShape& call, const Composition& cand, const sim::Topology& t) {
+  std::vector<Composition> out;
+  const bool huge = t.size() >= 4096;  // minutes a shape: the six nearest the NICs' balance
+  const int most = huge ? 32 : t.size() >= 512 ? 64 : 128;
+  for (int W : {4, 8, 2})
+    for (int K : {4, 2, 8, 16, 1}) {
+      const int64_t segment = K == 1 ? 0 : call.count / W / K;
+      const bool huge_shape = (W == 4 && K <= 8) || (W == 8 && K == 2) || (W == 2 && K == 16);
+      if (W * K > most || (huge && !huge_shape) || (K > 1 && segment < 1)) continue;
+      Composition k = cand;
+      k.segment = segment, k.pieces = W;
+      out.push_back(k);
+    }
+  return out;
+}
+
+bool choose_simulated_shape(const CallShape& call, const Composition& cand, const sim::Topology& t, double beat_s,
+                            const std::vector<double>& bounds, Composition* shape, double* time_s, int* runs,
+                            int* cut) {
+  if (runs) *runs = 0;
+  if (cut) *cut = 0;
   const std::string key = memo_key(call, cand, t);
-  if (Composition hit; memo_find(key, &hit, estimate_s)) return hit;
-  double best_s = std::numeric_limits<double>::infinity();
-  for (const auto& [segment, pieces] : shapes) {
-    Composition k = cand;
-    k.segment = segment, k.pieces = pieces;
-    const double e = pipeline_estimate(call, k, t);
-    if (e < best_s) best_s = e, best = k;
+  ShapeMemo hit;
+  if (memo_find(key, &hit)) {
+    if (hit.exact && hit.estimate_s <= beat_s) {
+      *shape = hit.shape, *time_s = hit.estimate_s;
+      return true;
+    }
+    if (hit.exact || beat_s <= hit.estimate_s) return false;  // every shape slower than beat_s
   }
-  if (estimate_s) *estimate_s = best_s;
-  return memo_store(key, best, best_s);
+  const std::vector<Composition> shapes = simulated_shapes(call, cand, t);
+  // With bounds, the shapes in bound order (the likely best first, so that the others stop early);
+  // equal times go to the earlier shape of the list either way.
+  std::vector<size_t> order(shapes.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  if (bounds.size() == shapes.size())
+    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return bounds[x] < bounds[y]; });
+  const Composition* best = nullptr;
+  size_t best_j = shapes.size();
+  double best_s = std::numeric_limits<double>::infinity();
+  for (size_t j : order) {
+    const double limit = std::min(best_s, beat_s);
+    if (j < bounds.size() && bounds[j] > limit) continue;  // it cannot finish within the limit
+    sim::Options o;
+    o.stop_after_s = limit;  // a run past it can win neither here nor the search (ties still finish)
+    const sim::Result r = sim::simulate(call.coll, shapes[j], call.count, call.elem_bytes, call.root, t, o);
+    if (runs) ++*runs;
+    if (r.cut && cut) ++*cut;
+    if (!r.cut && (r.time_s < best_s || (r.time_s == best_s && j < best_j))) best_s = r.time_s, best = &shapes[j], best_j = j;
+  }
+  if (!best) {  // every shape slower than beat_s (none at all: an infinite beat_s is never met)
+    if (!shapes.empty() && beat_s < std::numeric_limits<double>::infinity()) memo_store(key, ShapeMemo{cand, beat_s, false});
+    return false;
+  }
+  // The best of the shapes within beat_s is the best of all: every other one was slower than it.
+  *shape = memo_store(key, ShapeMemo{*best, best_s});
+  *time_s = best_s;
+  return true;
 }
 
 void clear_pipeline_shapes() {

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "policy/auto_policy.h"
 
@@ -38,6 +39,25 @@ double pipeline_estimate(const CallShape& call, const Composition& cand, const s
 // overrides its algorithm). `estimate_s` (if not null): the chosen shape's estimate, else -1.
 Composition choose_pipeline_shape(const CallShape& call, const Composition& cand, const sim::Topology& placed,
                                   double* estimate_s = nullptr);
+
+// Whether choose_pipeline_shape chooses `cand`'s shape by simulating its shapes (rail_lanes across
+// hosts without COMMLIB_HIER_SEGMENT: its lanes overlap, which the one-rank estimate cannot see)
+// rather than by the analytic estimate.
+bool shape_is_simulated(const CallShape& call, const Composition& cand, const sim::Topology& placed);
+
+// The shapes choose_pipeline_shape simulates for such a candidate, in the order it tries them.
+std::vector<Composition> simulated_shapes(const CallShape& call, const Composition& cand, const sim::Topology& placed);
+
+// choose_pipeline_shape's choice for such a candidate when only a time at or under `beat_s` matters
+// (the candidate search's best so far): a shape whose lower bound (`bounds`, one per
+// simulated_shapes entry; empty: none known) exceeds the best so far or beat_s is not simulated, and
+// every run stops past them. False when no shape finishes within beat_s; else true with the shape
+// and simulated time choose_pipeline_shape gives (the shapes left out could not have been its
+// choice). `runs`, `cut` (if not null): the shapes simulated and, of those, the ones stopped early.
+// Memoised with choose_pipeline_shape's choices (a "none within beat_s" answers smaller beat_s too).
+bool choose_simulated_shape(const CallShape& call, const Composition& cand, const sim::Topology& placed,
+                            double beat_s, const std::vector<double>& bounds, Composition* shape, double* time_s,
+                            int* runs = nullptr, int* cut = nullptr);
 
 // choose_pipeline_shape keeps its choices per (call, candidate, placed model); this drops them
 // (clear_candidate_cache calls it).

@@ -152,10 +152,12 @@ struct CollArgs {
   //     for their intra collective, hierarchical_composed.cc); needs inter_algorithm; empty: the
   //     built-in direct exchanges.
   //   segment: elements per pipeline segment of all_reduce across two hosts or more (at most 16
-  //     segments); 0: not pipelined.
+  //     segments; rail_lanes: per lane, each lane's share cut in segments of this length); 0: not
+  //     pipelined.
   //   pieces: all_reduce's overlapped pipeline cuts the lane with fewer talking steps into at most
-  //     this many pieces per segment (hierarchical_overlap.cc); 0: the builder's own cap. The cost
-  //     model's policy chooses it with the segment (policy/pipeline_shape.h).
+  //     this many pieces per segment (hierarchical_overlap.cc); 0: the builder's own cap. rail_lanes
+  //     (schedule/rail_lanes.cc) reads it as its lane count W instead (0: its default; lanes.h). The
+  //     cost model's policy chooses it with the segment (policy/pipeline_shape.h).
   //   share: rail_split only (schedule/side_by_side.h): the rail rings' share of the buffer in
   //     1/kShareUnits (the rest runs hierarchical with the fields above); 0: kDefaultShare. The cost
   //     model's policy chooses it (policy/pipeline_shape.h).

@@ -136,3 +136,49 @@ def test_cheap_candidates_first_keeps_the_exhaustive_choice(no_tuning, coll, nby
         got = _C.search_candidates(COLLECTIVE[coll], count, 4, 0, d, extrapolate_ops=0, costly_ops=costly_ops)
         assert (got["algorithm"], got["inter_algorithm"], got["intra_algorithm"], got["predicted_s"]) == (
             best["algorithm"], best["inter_algorithm"], best["intra_algorithm"], best["predicted_s"]), costly_ops
+
+
+# rail_lanes' shapes are simulated at its turn in the search, within the best so far (shapes whose
+# bound passes it not run, runs stopped past it; policy/pipeline_shape.h choose_simulated_shape), no
+# longer all of them before the search begins: the choice, its shape and its prediction are still
+# the full ranking's, where rail_lanes wins (4 and 16 dgx-h100 nodes from 1 MiB, 4 MiB) and where
+# it loses (16 nodes, 1 MiB: hierarchical).
+@pytest.mark.parametrize("nodes,nbytes", [(4, 1 << 20), (4, 64 << 20), (16, 1 << 20), (16, 4 << 20)])
+def test_lane_shapes_chosen_in_the_search_keep_the_full_rankings_choice(no_tuning, nodes, nbytes):
+    d = sim_topology.load("dgx-h100").engine_dict(nodes * 8)
+    count = nbytes // 4
+    cands = _C.predict_candidates(_C.Collective.all_reduce, count, 4, 0, d)
+    assert any(c["algorithm"] == "rail_lanes" for c in cands)
+    best = min(cands, key=lambda c: c["predicted_s"])
+    _C.clear_candidate_cache()  # the shapes' memo too: the search chooses them itself
+    got = _C.search_candidates(_C.Collective.all_reduce, count, 4, 0, d)
+    keys = ("algorithm", "inter_algorithm", "intra_algorithm", "segment", "pieces", "predicted_s")
+    assert tuple(got[k] for k in keys) == tuple(best[k] for k in keys)
+    # Asked again after a search in which it lost, rail_lanes' own choice is the full one (a "none
+    # within the best" memo entry is never taken for a choice).
+    lanes = next(c for c in cands if c["algorithm"] == "rail_lanes")
+    played = _C.simulate(_C.Collective.all_reduce, "rail_lanes", count, 4, 0, d)  # by name: the model's shape
+    assert (played["segment"], played["pieces"], played["time_s"]) == (lanes["segment"], lanes["pieces"], lanes["predicted_s"])
+
+
+def test_lane_shape_within_a_time_to_beat(no_tuning):
+    """choose_simulated_shape (policy/pipeline_shape.h) on 4 dgx-h100 nodes, 16 MiB: with the full
+    choice's time to beat, that choice; with a time just under it, none (every run stopped past it,
+    none whole), kept so that an even smaller time finds none without a run; the full choice asked
+    after that is still found and is still the same one."""
+    d = sim_topology.load("dgx-h100").engine_dict(32)
+    count = (16 << 20) // 4
+    inf = float("inf")
+    full = _C.simulated_shape_within(_C.Collective.all_reduce, "rail_lanes", count, 4, d, inf)
+    assert full["found"] and full["pieces"] >= 2 and full["runs"] >= 2
+    _C.clear_candidate_cache()
+    at = _C.simulated_shape_within(_C.Collective.all_reduce, "rail_lanes", count, 4, d, full["time_s"])
+    assert (at["found"], at["segment"], at["pieces"], at["time_s"]) == (True, full["segment"], full["pieces"], full["time_s"])
+    _C.clear_candidate_cache()
+    under = _C.simulated_shape_within(_C.Collective.all_reduce, "rail_lanes", count, 4, d, full["time_s"] * 0.999)
+    assert not under["found"] and under["runs"] == under["cut"] == full["runs"]
+    again = _C.simulated_shape_within(_C.Collective.all_reduce, "rail_lanes", count, 4, d, full["time_s"] * 0.99)
+    assert not again["found"] and again["runs"] == 0  # the kept answer: none within a larger time
+    after = _C.simulated_shape_within(_C.Collective.all_reduce, "rail_lanes", count, 4, d, inf)
+    assert (after["found"], after["segment"], after["pieces"], after["time_s"]) == (True, full["segment"], full["pieces"], full["time_s"])
+    assert after["runs"] == full["runs"]  # the "none within" answer is not a choice: simulated again
