@@ -121,11 +121,12 @@ def make_call(b, backend, coll, nbytes, algorithm, in_place=False, aligned=False
     """The timed call: ``coll`` on float32 buffers of ``nbytes`` per rank (all_to_all: the whole
     send buffer, as the sweep counts it; all_gather: the whole output, as the sweep counts it;
     ``in_place``: the output is the input), commlib with ``algorithm``; ``aligned``: the buffers
-    on whole 2 MiB pages (aligned_empty) instead of NumPy's."""
+    on whole 2 MiB pages (aligned_empty) instead of the bench's (fresh_empty)."""
     whole = b.size if coll in ("all_to_all", "all_gather") else 1
     n = max(nbytes // 4, whole)
     n -= n % whole
-    alloc = aligned_empty if aligned else (lambda k: np.empty(k, np.float32))
+    from commlib.perf.fresh_buffers import fresh_empty
+    alloc = aligned_empty if aligned else (lambda k: fresh_empty(k, np.float32))
     if coll == "all_gather":
         out = alloc(n)
         out[:] = 1
@@ -148,9 +149,7 @@ def make_call(b, backend, coll, nbytes, algorithm, in_place=False, aligned=False
 
 def rank_main(backend, coll, calls, reps, pin=False, nbytes=8, algorithm="auto", syscalls=False, in_place=False,
               aligned=False):
-    from commlib.bench.huge_pages import fresh_large_buffers
     from commlib.bench.rank_process import _make_backend
-    fresh_large_buffers()  # as the bench's rank processes do
     b = _make_backend(backend)
     if pin:  # rank r on the (r * cores / ranks)-th core of this process's set, for either library
         cpus = sorted(os.sched_getaffinity(0))

@@ -57,24 +57,3 @@ def buffer_share(buf):
     if not isinstance(buf, np.ndarray) or buf.nbytes < HUGE:
         return None
     return huge_share(buf.ctypes.data, buf.nbytes)
-
-
-# glibc's mallopt parameter and the threshold it starts with (128 KiB).
-M_MMAP_THRESHOLD = -3
-MMAP_THRESHOLD = 128 << 10
-
-
-def fresh_large_buffers() -> bool:
-    """Every later allocation of 128 KiB or more in this process is a fresh mapping (glibc: a fixed
-    mmap threshold; False where this is not glibc or it refused). glibc raises the threshold each
-    time a mapped block is freed (up to 32 MiB), so a process that freed large buffers gets later
-    ones from heap memory it touched before, on 4 KiB pages: in the main job commlib's rank, which
-    allocates both modes' buffers, read 16 MiB all_to_all buffers 75% on huge pages where Open
-    MPI's read 87.5% (a fresh mapping's share). Called by every backend's rank process alike, so
-    their buffers depend on the sizes asked, not on what the process allocated before."""
-    import ctypes
-    try:
-        libc = ctypes.CDLL(None)
-        return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
-    except (OSError, AttributeError):
-        return False

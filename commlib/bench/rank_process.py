@@ -64,9 +64,7 @@ def import_plugins(cfg: dict):
 
 def run_backend(name: str, cfg: dict):
     """Run one backend's sweep in this (rank) process; return (records, wrong_total, info)."""
-    from commlib.bench.huge_pages import fresh_large_buffers
     from commlib.bench.sweep import Sweep
-    fresh_large_buffers()  # every backend's buffers alike, whatever its process allocated before
     if name == "commlib":
         import_plugins(cfg)
     backend = _make_backend(name, device=cfg.get("device", "host"), paths=cfg.get("paths"))

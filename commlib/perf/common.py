@@ -183,7 +183,8 @@ def empty(count: int, dtype: str):
     if dtype == "bfloat16":
         import torch
         return torch.empty(count, dtype=torch.bfloat16)
-    return np.empty(count, _np_dtype(dtype))
+    from commlib.perf.fresh_buffers import fresh_empty
+    return fresh_empty(count, _np_dtype(dtype))  # large ones fresh mappings, whatever the process freed
 
 
 def as_numpy_f64(buf) -> np.ndarray:

@@ -94,32 +94,46 @@ def test_an_untouched_page_is_not_huge():
 
 
 # A 16 MiB buffer freed, then a 4 MiB one: glibc's dynamic threshold (raised to 16 MiB by the free)
-# takes the second from the heap, unless the threshold was fixed first.
+# takes the second from the heap; the bench's fresh_empty maps it fresh, laid out as glibc lays out a
+# mapped block, and leaves malloc's threshold (what the libraries' own allocations get) as it was.
 _PROBE = textwrap.dedent("""
     import sys
     import numpy as np
-    from commlib.bench.huge_pages import fresh_large_buffers
-    if sys.argv[1] == "fixed":
-        assert fresh_large_buffers()
+    from commlib.perf.fresh_buffers import fresh_empty, MAPPED_DATA_OFFSET
     a = np.ones(4 << 20, np.float32)
     del a
-    b = np.ones(1 << 20, np.float32)
+    b = fresh_empty(1 << 20, np.float32) if sys.argv[1] == "bench" else np.ones(1 << 20, np.float32)
+    b[:] = 1.0
     addr = b.ctypes.data
+    assert sys.argv[1] != "bench" or addr % 4096 == MAPPED_DATA_OFFSET
     with open("/proc/self/maps") as f:
         for line in f:
             lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
             if lo <= addr < hi:
                 print("heap" if line.rstrip().endswith("[heap]") else "mapping")
+    c = np.ones(1 << 20, np.float32)  # malloc after the bench's buffer: still the raised threshold
+    print("heap" if any(line.rstrip().endswith("[heap]") and int(line.split("-")[0], 16) <= c.ctypes.data
+                        < int(line.split()[0].split("-")[1], 16) for line in open("/proc/self/maps")) else "mapping")
 """)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc")
-def test_a_fixed_threshold_gives_a_fresh_mapping_after_a_free():
+def test_the_bench_buffers_are_fresh_mappings_and_mallocs_threshold_is_left_alone():
     def where(kind):
-        return subprocess.run([sys.executable, "-c", _PROBE, kind], capture_output=True, text=True, timeout=60,
-                              env=dict(os.environ, PYTHONPATH=os.getcwd())).stdout.strip()
-    assert where("dynamic") == "heap"  # what a process that freed a large buffer gets
-    assert where("fixed") == "mapping"
+        out = subprocess.run([sys.executable, "-c", _PROBE, kind], capture_output=True, text=True, timeout=60,
+                             env=dict(os.environ, PYTHONPATH=os.getcwd()))
+        assert out.returncode == 0, out.stderr
+        return out.stdout.split()
+    assert where("malloc") == ["heap", "heap"]  # what a process that freed a large buffer gets
+    assert where("bench") == ["mapping", "heap"]  # the bench's buffer fresh; malloc's own unchanged
+
+
+def test_small_bench_buffers_are_numpys():
+    from commlib.perf.fresh_buffers import MMAP_THRESHOLD, fresh_empty
+    small = fresh_empty(MMAP_THRESHOLD // 8 - 1, np.float64)
+    large = fresh_empty(MMAP_THRESHOLD // 8, np.float64)
+    assert small.base is None and small.flags.owndata
+    assert large.base is not None and large.size == MMAP_THRESHOLD // 8 and large.flags.writeable
 
 
 class OneRankBackend:
