@@ -6,6 +6,10 @@ from __future__ import annotations
 # raise below), and where a mapped block's data starts: past glibc's 16-byte chunk header.
 MMAP_THRESHOLD = 128 << 10
 MAPPED_DATA_OFFSET = 16
+# From this size NumPy asks the kernel for transparent huge pages on its arrays' data (madvise
+# MADV_HUGEPAGE); where the kernel gives them only on request (transparent_hugepage "madvise"), a
+# buffer without the request is all 4 KiB pages and every single-copy read of it pins page by page.
+NUMPY_HUGEPAGE_BYTES = 4 << 20
 
 
 def fresh_empty(count: int, dtype):
@@ -27,4 +31,6 @@ def fresh_empty(count: int, dtype):
     if nbytes < MMAP_THRESHOLD:
         return np.empty(count, dt)
     m = mmap.mmap(-1, nbytes + MAPPED_DATA_OFFSET, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if nbytes >= NUMPY_HUGEPAGE_BYTES and hasattr(mmap, "MADV_HUGEPAGE"):
+        m.madvise(mmap.MADV_HUGEPAGE)  # as NumPy asks for its own data (transparent huge pages on madvise)
     return np.frombuffer(m, dt, count, MAPPED_DATA_OFFSET)  # the array keeps the mapping alive
