@@ -1,7 +1,8 @@
 """commlib/bench/huge_pages.py: the share of a buffer on huge pages, read exactly from the page
-frames, the bench rows that record it, and the rank processes' fixed mmap threshold, which makes a
-large buffer a fresh mapping whatever the process freed before (issue #42: in the main job
-commlib's buffers sat on fewer huge pages than Open MPI's)."""
+frames, the bench rows that record it, and the bench's buffers (commlib/perf/fresh_buffers.py), large
+ones a fresh mapping with NumPy's huge-page request whatever the process freed before, malloc's
+threshold left alone (issue #42: in the main job commlib's buffers sat on fewer huge pages than
+Open MPI's)."""
 import ctypes
 import io
 import mmap
