@@ -317,9 +317,8 @@ void Executor::on_idle(std::vector<ExecOp>& ops, const CallDesc& call, Clock::ti
   }
 }
 
-void Executor::run_step(std::vector<ExecOp>& ops, DType dtype, RedOp op, const CallDesc& call, StepWork* work) {
+void Executor::run_local_ops(std::vector<ExecOp>& ops, DType dtype, RedOp op) {
   const size_t esize = dtype_size(dtype);
-  bool any_comm = false;
   for (ExecOp& o : ops) {
     if (o.kind == OpKind::Copy) {
       if (o.bytes && o.dst != o.src) {
@@ -331,10 +330,27 @@ void Executor::run_step(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
       }
     } else if (o.kind == OpKind::Reduce) {
       if (o.bytes) reduce_inplace(o.dst, o.src, o.bytes / esize, dtype, op);
-    } else {
-      any_comm = true;
     }
   }
+}
+
+void Executor::run_step(std::vector<ExecOp>& ops, DType dtype, RedOp op, const CallDesc& call, StepWork* work) {
+  bool any_comm = false;
+  size_t local_bytes = 0;
+  for (const ExecOp& o : ops) {
+    if (is_comm(o.kind))
+      any_comm = true;
+    else if (o.kind == OpKind::Copy || o.kind == OpKind::Reduce)
+      local_bytes += o.bytes;
+  }
+  // A step's ops are independent (ir.h), so its local copies and reductions may run in any order
+  // with its messages. Small ones run first, as before (nothing to gain, and the latency path stays
+  // one loop). Large ones run after the messages are posted: a peer waiting for this rank's data
+  // (a single-copy read of its buffer, the first channel chunks) starts while this rank copies, not
+  // after (all_to_all direct, 8 MiB on 4 ranks: each rank's own 2 MiB block copied before it posted
+  // anything held all three readers of its buffer for that copy).
+  const bool local_first = !any_comm || local_bytes < kInPlaceBytes;
+  if (local_first) run_local_ops(ops, dtype, op);
   if (!any_comm) return;
   order_messages(ops);
   post_receives(ops, dtype);
@@ -343,6 +359,11 @@ void Executor::run_step(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
     std::vector<ExecOp>& ops;
     ~Release() { ex.release_buffers(ops); }
   } release{*this, ops};
+  if (!local_first) {
+    size_t pending = 0;
+    progress(ops, dtype, op, call, &pending);  // sends posted (and whatever has already arrived taken)
+    run_local_ops(ops, dtype, op);
+  }
 
   // Clocks are read only once the step stalls: a small message usually completes without waiting,
   // and two clock reads per call show on the latency path.

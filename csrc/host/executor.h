@@ -148,6 +148,8 @@ class Executor {
   // Leaves no link holding a pointer into the step's buffers (run_step's exit, also by exception).
   void release_buffers(std::vector<ExecOp>& ops);
   size_t chunk_for(const Link& l, size_t esize) const;
+  // The step's Copy and Reduce ops (run_step decides when).
+  void run_local_ops(std::vector<ExecOp>& ops, DType dtype, RedOp op);
   void receive_rendezvous(ExecOp& o, const char* payload, DType dtype, RedOp op, const CallDesc& call);
   void read_from_peer(ExecOp& o, Link& l, uint64_t address, DType dtype, RedOp op);
   void on_idle(std::vector<ExecOp>& ops, const CallDesc& call,
