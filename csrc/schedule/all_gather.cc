@@ -91,10 +91,12 @@ Schedule all_gather_direct(const CollArgs& a) {
   Step x;
   x.ops.reserve(2 * P - 1);
   x.ops.push_back(op_copy(out_region(r * n, n), in));
-  for (int j = 0; j < P; ++j) {
-    if (j == r) continue;
-    x.ops.push_back(op_send(j, in));
-    x.ops.push_back(op_recv(j, out_region(j * n, n)));
+  // Sends first, peers in rotated order, as all_to_all's direct (all_to_all.cc says why): every
+  // peer may read this rank's input before this rank reads anyone's, one reader per input at a time.
+  for (int k = 1; k < P; ++k) x.ops.push_back(op_send((r + k) % P, in));
+  for (int k = 1; k < P; ++k) {
+    const int from = pmod(r - k, P);
+    x.ops.push_back(op_recv(from, out_region(from * n, n)));
   }
   s.steps.push_back(std::move(x));
   return s;

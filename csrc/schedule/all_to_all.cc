@@ -7,7 +7,8 @@
 //             are packed straight from wherever they are (input, receive buffer, or scratch when
 //             they wait more than one round) and finished blocks go straight to the output, so a
 //             round is one local copy step + one exchange. ~count*P/2 elements per message; any P.
-//   direct    one step: send every block to its rank and receive every block (peers in rotated order).
+//   direct    one step: send every block to its rank and receive every block (sends first, peers in
+//             rotated order).
 #include "schedule/builders.h"
 #include "schedule/registry.h"
 
@@ -120,12 +121,17 @@ Schedule all_to_all_direct(const CollArgs& a) {
   Step x;
   x.ops.reserve(2 * P - 1);
   x.ops.push_back(op_copy(out_region(r * n, n), in_region(r * n, n)));
-  // Peers in rotated order: rank r serves and reads r+1 first, r+2 next, ... (the host executor
-  // takes a step's messages in op order), so at any moment each rank's buffer is read by about one
-  // peer, not by all P-1 at once starting with rank 0's (single-copy reads pin the pages they read).
+  // The host executor takes a step's messages in op order. Sends first: a single-copy send only
+  // publishes its buffer, a receive reads a whole block before the executor moves on, so every
+  // peer may start reading this rank before this rank reads anyone. Peers in rotated order (send
+  // to r+1, r+2, ...; receive from r-1, r-2, ...): at each position every rank's buffer has one
+  // reader, not all P-1 at once starting with rank 0's.
   for (int k = 1; k < P; ++k) {
-    const int to = (r + k) % P, from = pmod(r - k, P);
+    const int to = (r + k) % P;
     x.ops.push_back(op_send(to, in_region(to * n, n)));
+  }
+  for (int k = 1; k < P; ++k) {
+    const int from = pmod(r - k, P);
     x.ops.push_back(op_recv(from, out_region(from * n, n)));
   }
   s.steps.push_back(std::move(x));
