@@ -37,6 +37,11 @@ void Executor::fail(ErrorKind kind, const std::string& message) {
 }
 
 void Executor::check_peers_failed(const CallDesc& call) {
+  // Every call asks; a peer has failed almost never: look first without building the message's
+  // std::function (the lookup below is the one that explains).
+  bool any = false;
+  for (int p = 0; p < t_.size() && !any; ++p) any = p != t_.rank() && t_.peer_status(p, false).state == PeerState::Failed;
+  if (!any) return;
   ErrorKind kind;
   std::string message;
   if (failed_peer_error(call, t_.rank(), t_.size(), [this](int p) { return t_.peer_status(p, false); }, &kind, &message))
@@ -53,10 +58,12 @@ size_t Executor::chunk_for(const Link& l, size_t esize) const {
 bool Executor::progress_send(ExecOp& o, size_t esize) {
   Link& l = t_.link(o.peer);
   const size_t cap = chunk_for(l, esize);
-  if (o.mode < 0)  // decided once per message: the receiver takes either form
+  if (o.mode < 0) {  // decided once per message: the receiver takes either form
     o.mode = (o.bytes >= single_copy_min_ && o.ready >= o.bytes && l.peer_reads_directly()) ? 1
              : (o.bytes >= kInPlaceBytes && l.caps().sends_in_place) ? 2
                                                                 : 0;
+    if (o.mode == 1) single_copy_sends_.fetch_add(1, std::memory_order_relaxed);
+  }
   if (o.mode == 2) return progress_send_in_place(o, l, cap);
   bool moved = false;
   if (o.mode == 1) {
