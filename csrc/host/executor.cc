@@ -36,18 +36,6 @@ void Executor::fail(ErrorKind kind, const std::string& message) {
   throw_kind(kind, message);
 }
 
-void Executor::check_peers_failed(const CallDesc& call) {
-  // Every call asks; a peer has failed almost never: look first without building the message's
-  // std::function (the lookup below is the one that explains).
-  bool any = false;
-  for (int p = 0; p < t_.size() && !any; ++p) any = p != t_.rank() && t_.peer_status(p, false).state == PeerState::Failed;
-  if (!any) return;
-  ErrorKind kind;
-  std::string message;
-  if (failed_peer_error(call, t_.rank(), t_.size(), [this](int p) { return t_.peer_status(p, false); }, &kind, &message))
-    fail(kind, message);
-}
-
 // Payload bytes per chunk on link `l`: whole elements, and the same at both ends of the link (its
 // chunk size and the call's cap are).
 size_t Executor::chunk_for(const Link& l, size_t esize) const {
