@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bindings/bindings.h"
+#include "bindings/numpy_view.h"
 #include "device/device.h"
 
 namespace py = pybind11;
@@ -187,7 +188,7 @@ bool read_buffer(PyObject* o, BufferView* v, PyBufferHold* hold, bool current_st
   *v = BufferView{};
   if (o == nullptr || o == Py_None) return true;
   PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(o));
-  if (type == g_array_type) return read_python_buffer(o, v, hold);
+  if (type == g_array_type) return read_numpy_array(o, v) == NumpyRead::Ok || read_python_buffer(o, v, hold);
   if (type == g_torch_tensor) return torch_view(o, v, current_stream);
   if (type == g_emulated_array) return emulated_view(o, v, current_stream);
   BufferProblem unused;  // the Python path reads it again and raises naming the argument

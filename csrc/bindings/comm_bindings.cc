@@ -153,6 +153,9 @@ void bind_comm(py::module_& m) {
       .def("bytes_sent", &Communicator::bytes_sent,
            "Payload bytes this rank has sent to peers in host-executor messages (every transport; "
            "compress=: the encoded bytes), counted as each message completes.")
+      .def("single_copy_sends", &Communicator::single_copy_sends,
+           "Messages this rank has sent single-copy (its peer read them from this rank's buffer), counted "
+           "as each is decided: which form a call's messages took (COMMLIB_CMA, the tuning's crossovers).")
       .def("tcp_address", [](Communicator& c) { return tcp_of(c) ? tcp_of(c)->address() : std::string(); })
       .def(
           "tcp_stats",

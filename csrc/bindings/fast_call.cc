@@ -19,6 +19,7 @@
 #include "bindings/bindings.h"
 #include "bindings/call_names.h"
 #include "bindings/gil.h"
+#include "bindings/numpy_view.h"
 #include "common/shapes.h"
 #include "host/communicator.h"
 
@@ -182,6 +183,9 @@ void bind_fast_call(py::module_& m) {
   m.def(
       "core_address", [](Communicator& c) { return reinterpret_cast<uintptr_t>(&c); },
       "Address of a Communicator core, for fast_collective (the caller keeps the core alive).");
+  m.def("numpy_reader_agrees", &numpy_reader_agrees,
+        "Whether the entry's NumPy reader (bindings/numpy_view.h) was checked against the buffer protocol on its "
+        "first array and agreed (False before the first array, or after a disagreement turned it off).");
   m.def(
       "fast_path_counts", [] { return std::make_pair(g_offers, g_declined); },
       "(calls of fast_collective, how many of them it declined) in this process, for tests.");

@@ -60,4 +60,9 @@ BufferShapes buffer_shapes(Collective c, int64_t count, int size, int rank, int 
   return s;
 }
 
+bool in_place_is_the_same_buffer(Collective c) {
+  const ShapeRule& r = kRules[static_cast<int>(c)];
+  return r.in_place == Alias::Same && r.input == r.output;
+}
+
 }  // namespace commlib

@@ -25,5 +25,9 @@ struct BufferShapes {
 // Shapes for one rank. `root` matters only for rooted collectives. Arguments are not validated
 // (callers check rank/root ranges first).
 BufferShapes buffer_shapes(Collective c, int64_t count, int size, int rank, int root);
+// Whether the collective runs in place on the very same buffer (input_at 0 and equal sizes on
+// every rank that has both: all_reduce, all_to_all, broadcast, reduce): a call whose input is its
+// output is then fine without looking at its shapes.
+bool in_place_is_the_same_buffer(Collective c);
 
 }  // namespace commlib

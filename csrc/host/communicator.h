@@ -66,6 +66,8 @@ class Communicator {
   int64_t codec_piece_bytes() const { return static_cast<int64_t>(exec_.options().codec_piece_bytes); }
   // Payload bytes this rank's host executor has sent to peers (Executor::bytes_sent).
   uint64_t bytes_sent() const { return exec_.bytes_sent(); }
+  // Messages this rank sent single-copy (Executor::single_copy_sends).
+  uint64_t single_copy_sends() const { return exec_.single_copy_sends(); }
 
   // Returns a Work for async calls; nullptr once a blocking call completed. `timeout_s` > 0: this
   // call's own timeout in place of the communicator's (torch's per-call opts.timeout).
@@ -192,6 +194,10 @@ class Communicator {
   size_t scratch_bytes_ = 0;
   std::unique_ptr<char[], void (*)(void*)> input_copy_{nullptr, std::free};
   size_t input_copy_bytes_ = 0;
+  // run_p2p's copy of the sends' single-copy crossover, and the tuning generation it was read at.
+  int64_t p2p_single_copy_min(int64_t largest);
+  int64_t p2p_crossover_ = -1;
+  uint64_t p2p_crossover_generation_ = UINT64_MAX;
   std::vector<std::vector<uint8_t>> codec_msgs_;  // compress=: a step's encoded messages
   std::vector<uint8_t> codec_decoded_;            // compress=: a piece's encoding while it is projected
   std::vector<char> codec_incoming_;              // compress=: a received piece decoded, before the reduction

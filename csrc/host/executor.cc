@@ -36,13 +36,6 @@ void Executor::fail(ErrorKind kind, const std::string& message) {
   throw_kind(kind, message);
 }
 
-void Executor::check_peers_failed(const CallDesc& call) {
-  ErrorKind kind;
-  std::string message;
-  if (failed_peer_error(call, t_.rank(), t_.size(), [this](int p) { return t_.peer_status(p, false); }, &kind, &message))
-    fail(kind, message);
-}
-
 // Payload bytes per chunk on link `l`: whole elements, and the same at both ends of the link (its
 // chunk size and the call's cap are).
 size_t Executor::chunk_for(const Link& l, size_t esize) const {
@@ -53,10 +46,12 @@ size_t Executor::chunk_for(const Link& l, size_t esize) const {
 bool Executor::progress_send(ExecOp& o, size_t esize) {
   Link& l = t_.link(o.peer);
   const size_t cap = chunk_for(l, esize);
-  if (o.mode < 0)  // decided once per message: the receiver takes either form
+  if (o.mode < 0) {  // decided once per message: the receiver takes either form
     o.mode = (o.bytes >= single_copy_min_ && o.ready >= o.bytes && l.peer_reads_directly()) ? 1
              : (o.bytes >= kInPlaceBytes && l.caps().sends_in_place) ? 2
                                                                 : 0;
+    if (o.mode == 1) single_copy_sends_.fetch_add(1, std::memory_order_relaxed);
+  }
   if (o.mode == 2) return progress_send_in_place(o, l, cap);
   bool moved = false;
   if (o.mode == 1) {

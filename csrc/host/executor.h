@@ -136,6 +136,9 @@ class Executor {
   // Payload bytes of the messages this rank has sent to its peers (steps' sends, every link and
   // call, counted as each completes; compress=: the encoded bytes). Read from any thread.
   uint64_t bytes_sent() const { return bytes_sent_.load(std::memory_order_relaxed); }
+  // Messages this rank sent single-copy (its peer read them from its buffer), as each is decided:
+  // tests see which form the crossovers chose. Read from any thread.
+  uint64_t single_copy_sends() const { return single_copy_sends_.load(std::memory_order_relaxed); }
 
  private:
   // Messages under 64 KiB never stream: the fence would cost more than the cache lines it saves.
@@ -189,6 +192,7 @@ class Executor {
   std::vector<RingStores> chunk_stores_;  // per peer: plain or non-temporal stores into its channel
   std::vector<ExecOp> ops_watched_;
   std::atomic<uint64_t> bytes_sent_{0};
+  std::atomic<uint64_t> single_copy_sends_{0};
 };
 
 // Sets a call's own timeout on the executor for the life of the scope (0: none).

@@ -14,6 +14,7 @@
 #include "plan/describe.h"
 #include "plan/lowering.h"
 #include "kernels/cpu_reduce.h"
+#include "policy/auto_policy.h"
 #include "schedule/registry.h"
 
 namespace commlib {
@@ -62,7 +63,7 @@ char* Communicator::scratch(size_t bytes) {
 bool Communicator::run_flag_call(const CollectiveCall& call, const ResolvedPlan& planned, const CallDesc& desc,
                                  size_t bytes) {
   if (call.coll == Collective::Barrier) {
-    if (call.algo != 0 || call.codec.active() || planned.choice.source == "override") return false;
+    if (call.algo != 0 || call.codec.active() || planned.overridden) return false;
     if (!exec_.flags_fit(0)) return false;
     exec_.flag_barrier(desc);
     return true;
@@ -74,7 +75,7 @@ bool Communicator::run_flag_call(const CollectiveCall& call, const ResolvedPlan&
     exec_.stream_broadcast(in ? in : out, out ? out : const_cast<char*>(in), bytes, call.root, desc);
     return true;
   }
-  if (call.algo != 0 || call.codec.active() || planned.choice.source == "override" || !exec_.flags_fit(bytes))
+  if (call.algo != 0 || call.codec.active() || planned.overridden || !exec_.flags_fit(bytes))
     return false;
   exec_.flag_broadcast(in ? in : out, out ? out : const_cast<char*>(in), bytes, call.root, desc);
   return true;
@@ -112,9 +113,8 @@ void Communicator::run_collective(const CollectiveCall& call, uint64_t seq) {
     if (run_flag_call(call, planned, desc, static_cast<size_t>(bytes))) return;
     const size_t copy_chunk = (!collective_reduces(call.coll) && size_ >= 4) ? exec_.options().copy_chunk_bytes : 0;
     // The root's output (the largest) stands for every rank's: all ranks must decide alike.
-    const int64_t root_output = buffer_shapes(call.coll, call.count, size_, call.root, call.root).output;
-    exec_.begin_call(static_cast<size_t>(root_output) * esize * size_, copy_chunk,
-                     single_copy_min_message(exec_.options().single_copy, call.coll, bytes, size_));
+    exec_.begin_call(static_cast<size_t>(planned.root_output) * esize * size_, copy_chunk,
+                     single_copy_min_message(exec_.options().single_copy, planned.single_copy_auto));
 
     char* in = reinterpret_cast<char*>(call.input);
     char* out = reinterpret_cast<char*>(call.output);
@@ -179,6 +179,19 @@ void Communicator::run_collective(const CollectiveCall& call, uint64_t seq) {
   }
 }
 
+// The sends' crossover (policy/single_copy.h), read again only when the tuning generation moved (a
+// new table): no lock per batch. Batches run one at a time, so the copy is this thread's alone.
+int64_t Communicator::p2p_single_copy_min(int64_t largest) {
+  const SingleCopySetting& s = exec_.options().single_copy;
+  if (s.mode != SingleCopySetting::Auto) return single_copy_min_message(s, kSingleCopyNever);
+  const uint64_t gen = tuning_generation();
+  if (gen != p2p_crossover_generation_) {
+    p2p_crossover_ = single_copy_crossover(Collective::Send, size_);
+    p2p_crossover_generation_ = gen;
+  }
+  return single_copy_auto_min(p2p_crossover_, largest);
+}
+
 void Communicator::run_p2p(const std::vector<P2PItem>& items, DType dtype, const std::vector<uint64_t>& seqs) {
   throw_if_aborted();
   const size_t esize = dtype_size(dtype);
@@ -206,9 +219,7 @@ void Communicator::run_p2p(const std::vector<P2PItem>& items, DType dtype, const
     exec_.check_peers_failed(any);
     size_t largest = 0;
     for (const ExecOp& e : ops_) largest = std::max(largest, e.bytes);
-    exec_.begin_call(largest, 0,
-                     single_copy_min_message(exec_.options().single_copy, Collective::Send,
-                                             static_cast<int64_t>(largest), size_));
+    exec_.begin_call(largest, 0, p2p_single_copy_min(static_cast<int64_t>(largest)));
     exec_.run_step(ops_, dtype, RedOp::Sum, any);
   } catch (const CommError& e) {
     fail_communicator(e);

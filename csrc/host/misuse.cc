@@ -34,6 +34,7 @@ uint64_t fork_generation() {
 
 std::string overlap_problem(const CollectiveCall& call, int rank, int size) {
   if (call.input == 0 || call.output == 0) return "";  // non-root ranks of rooted collectives
+  if (call.input == call.output && in_place_is_the_same_buffer(call.coll)) return "";  // in place: allowed
   // Sizes and the one allowed in-place placement come from the shapes table (common/shapes.h).
   // Rooted collectives are judged by the root's shapes on every rank, so a layout is refused on
   // all ranks or on none (a rank refusing alone would leave its peers waiting in the call).

@@ -22,14 +22,17 @@ CallDesc call_desc(const CollectiveCall& call, uint8_t algo, uint64_t seq) {
 
 InputStaging input_staging(const CollectiveCall& call, int rank, int size) {
   InputStaging s;
-  const int64_t input = buffer_shapes(call.coll, call.count, size, rank, call.root).input;  // < 0: no input
-  if (call.op == RedOp::PremulSum && collective_reduces(call.coll) && input >= 0) {
+  const bool premul = call.op == RedOp::PremulSum && collective_reduces(call.coll);
+  const bool codec = call.codec.active() && call.input != call.output;
+  // (the shapes only where a branch needs them: most calls need none)
+  const int64_t input = premul || codec ? buffer_shapes(call.coll, call.count, size, rank, call.root).input : 0;  // < 0: no input
+  if (premul && input >= 0) {
     s.kind = InputStaging::Scale;
     s.elements = static_cast<size_t>(input);
   } else if (call.coll == Collective::AllToAll && call.input == call.output && call.count) {
     s.kind = InputStaging::Copy;
     s.elements = static_cast<size_t>(call.count) * size;
-  } else if (call.codec.active() && call.input != call.output && input > 0) {
+  } else if (codec && input > 0) {
     // compress=: a sender keeps what it sent as decoded (its projection, docs/compression.md), so
     // it needs its own copy of an input it may not write.
     s.kind = InputStaging::Copy;

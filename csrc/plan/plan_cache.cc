@@ -3,7 +3,9 @@
 #include <algorithm>
 
 #include "plan/describe.h"
+#include "common/shapes.h"
 #include "policy/auto_policy.h"
+#include "policy/single_copy.h"
 #include "schedule/registry.h"
 
 namespace commlib {
@@ -29,23 +31,33 @@ AlgorithmChoice resolve_call(const PlanContext& ctx, const CallShape& call, uint
 
 void PlanCache::set_cost_model(std::shared_ptr<const sim::Topology> model) {
   ctx_.cost_model = std::move(model);
+  drop_all();
+}
+
+void PlanCache::drop_all() {
   plans_.clear();
+  last_ = nullptr;
 }
 
 PlanCache::PlanCache(PlanContext ctx) : ctx_(std::move(ctx)), tuning_generation_(tuning_generation()) {}
 
-std::shared_ptr<const ResolvedPlan> PlanCache::get_shared(const CollectiveCall& call) {
+const std::shared_ptr<const ResolvedPlan>& PlanCache::find(const CollectiveCall& call) {
   ++lookups_;
   const uint64_t gen = tuning_generation();
   if (gen != tuning_generation_) {  // a new tuning table: auto may choose differently now
-    plans_.clear();
+    drop_all();
     tuning_generation_ = gen;
   }
   const int root = collective_has_root(call.coll) ? call.root : 0;
   const ScheduleKey key{static_cast<uint8_t>(call.coll), call.algo, root, call.count,
                         static_cast<uint8_t>(dtype_size(call.dtype))};
+  if (last_ && key == last_key_) return *last_;
   auto it = plans_.find(key);
-  if (it != plans_.end()) return it->second;
+  if (it != plans_.end()) {
+    last_key_ = key;
+    last_ = &it->second;
+    return it->second;
+  }
 
   ResolvedPlan p;
   if (call.algo == kNcclAlgorithmCode) {  // NCCL's own collective: every peer takes part
@@ -62,12 +74,19 @@ std::shared_ptr<const ResolvedPlan> PlanCache::get_shared(const CollectiveCall& 
     p.algo = static_cast<uint8_t>(algorithm_index(call.coll, p.name));
     p.one_sided = uses_one_sided(p.sched);
     p.algorithm_one_sided = algorithm_is_one_sided(call.coll, p.name);
+    p.overridden = p.choice.source == "override";
+    const int64_t bytes = call.count * static_cast<int64_t>(dtype_size(call.dtype));
+    p.single_copy_auto = single_copy_auto_min(call.coll, bytes, ctx_.size);
+    p.root_output = buffer_shapes(call.coll, call.count, ctx_.size, call.root, call.root).output;
     for (const Step& st : p.sched.steps)
       for (const Op& o : st.ops)
         if (o.peer >= 0 && std::find(p.peers.begin(), p.peers.end(), o.peer) == p.peers.end()) p.peers.push_back(o.peer);
   }
-  if (plans_.size() >= 512) plans_.clear();
-  return plans_.emplace(key, std::make_shared<const ResolvedPlan>(std::move(p))).first->second;
+  if (plans_.size() >= 512) drop_all();
+  auto& held = plans_.emplace(key, std::make_shared<const ResolvedPlan>(std::move(p))).first->second;
+  last_key_ = key;
+  last_ = &held;
+  return held;
 }
 
 }  // namespace commlib

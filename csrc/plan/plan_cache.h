@@ -46,6 +46,13 @@ struct ResolvedPlan {
   // The algorithm is registered one-sided (registry.h kOneSided), whatever this rank's schedule
   // holds (one rank's has no operation at all): read once here, not by name at every call.
   bool algorithm_one_sided = false;
+  // Read once here rather than at every call (the host's call prologue, issue #44's per-call cost):
+  // what COMMLIB_CMA=auto gives this call (policy/single_copy.h single_copy_auto_min: the tuning's
+  // crossover, read under its lock; a new crossover table drops the plans, as a tuning table does),
+  bool overridden = false;  // choice.source == "override" (COMMLIB_ALGO_<COLLECTIVE> named it)
+  int64_t single_copy_auto = -1;
+  // and the root's output in elements (what every rank's footprint of the call is reckoned from).
+  int64_t root_output = 0;
 };
 
 class PlanCache {
@@ -55,16 +62,24 @@ class PlanCache {
   // Rank auto's candidates with this cost model from now on (drops the cached plans).
   void set_cost_model(std::shared_ptr<const sim::Topology> model);
   // The plan of `call`, built on first use (std::invalid_argument for an unknown algorithm index).
-  const ResolvedPlan& get(const CollectiveCall& call) { return *get_shared(call); }
+  const ResolvedPlan& get(const CollectiveCall& call) { return *find(call); }
   // The same, held: valid after the cache drops it (a new tuning table, the cache's bound), for a
   // caller that keeps a resolved call (the stream engine's PreparedCall).
-  std::shared_ptr<const ResolvedPlan> get_shared(const CollectiveCall& call);
+  std::shared_ptr<const ResolvedPlan> get_shared(const CollectiveCall& call) { return find(call); }
   // Calls of get/get_shared so far (tests pin that a prepared call makes none: issue #37).
   uint64_t lookups() const { return lookups_; }
 
  private:
+  // The cached plan of `call` (built on first use), as held by the cache: no copy of the pointer.
+  const std::shared_ptr<const ResolvedPlan>& find(const CollectiveCall& call);
+  void drop_all();
+
   PlanContext ctx_;
   std::unordered_map<ScheduleKey, std::shared_ptr<const ResolvedPlan>, ScheduleKeyHash> plans_;
+  // The last plan found and its key: a loop of the same call skips the hash lookup. Null whenever
+  // plans_ is cleared.
+  ScheduleKey last_key_;
+  const std::shared_ptr<const ResolvedPlan>* last_ = nullptr;
   uint64_t tuning_generation_ = 0;  // of the tuning table the cached auto choices came from
   uint64_t lookups_ = 0;
 };

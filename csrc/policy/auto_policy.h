@@ -66,6 +66,9 @@ void set_tuning(Collective c, std::vector<TuningRow> rows);
 void clear_tuning();
 // Increases on every set_tuning/clear_tuning, so cached "auto" decisions can be dropped.
 uint64_t tuning_generation();
+// Increases it for another table a plan reads when it is built (the single_copy crossovers,
+// policy/single_copy.h): called after that table changed.
+void bump_tuning_generation();
 
 // -- the link-kind rule ------------------------------------------------------------------------
 

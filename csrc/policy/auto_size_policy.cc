@@ -116,6 +116,8 @@ std::string algorithm_override(Collective c) {
 
 uint64_t tuning_generation() { return g_tuning_generation.load(std::memory_order_acquire); }
 
+void bump_tuning_generation() { g_tuning_generation.fetch_add(1, std::memory_order_release); }
+
 void set_tuning(Collective c, std::vector<TuningRow> rows) {
   check_has_schedules(c);
   for (const auto& r : rows) {

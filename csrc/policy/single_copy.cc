@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "common/params.h"
+#include "policy/auto_policy.h"
 
 namespace commlib {
 
@@ -47,13 +48,20 @@ void set_single_copy_crossovers(Collective c, std::map<int, int64_t> min_call_by
     if (bytes < -1)
       throw std::invalid_argument("single_copy: min_bytes must be -1 (never) or >= 0, got " + std::to_string(bytes));
   }
-  std::lock_guard<std::mutex> lk(g_mu);
-  g_crossovers[static_cast<int>(c)] = std::move(min_call_bytes);
+  {
+    std::lock_guard<std::mutex> lk(g_mu);
+    g_crossovers[static_cast<int>(c)] = std::move(min_call_bytes);
+  }
+  // After the table changed: a plan built from the old one is dropped at its next call.
+  bump_tuning_generation();
 }
 
 void clear_single_copy_crossovers() {
-  std::lock_guard<std::mutex> lk(g_mu);
-  g_crossovers.clear();
+  {
+    std::lock_guard<std::mutex> lk(g_mu);
+    g_crossovers.clear();
+  }
+  bump_tuning_generation();
 }
 
 int64_t single_copy_crossover(Collective c, int size) {
@@ -64,15 +72,13 @@ int64_t single_copy_crossover(Collective c, int size) {
   return it == per->second.end() ? kSingleCopyNever : it->second;
 }
 
+int64_t single_copy_auto_min(Collective c, int64_t call_bytes, int size) {
+  return single_copy_auto_min(single_copy_crossover(c, size), call_bytes);
+}
+
 int64_t single_copy_min_message(const SingleCopySetting& s, Collective c, int64_t call_bytes, int size) {
-  switch (s.mode) {
-    case SingleCopySetting::Off: return kSingleCopyNever;
-    case SingleCopySetting::On:
-    case SingleCopySetting::Bytes: return s.min_message;
-    case SingleCopySetting::Auto: break;
-  }
-  const int64_t from = single_copy_crossover(c, size);
-  return (from >= 0 && call_bytes >= from) ? kSingleCopyMinMessage : kSingleCopyNever;
+  return single_copy_min_message(s, s.mode == SingleCopySetting::Auto ? single_copy_auto_min(c, call_bytes, size)
+                                                                      : kSingleCopyNever);
 }
 
 }  // namespace commlib

@@ -34,13 +34,35 @@ SingleCopySetting single_copy_setting();
 SingleCopySetting parse_single_copy(const std::string& value);
 
 // The tuning file's crossovers of collective c: {world size: smallest call bytes (auto's meaning:
-// per-rank count x element size) from which single-copy reads won; -1: never}. Thread-safe.
+// per-rank count x element size) from which single-copy reads won; -1: never}. Thread-safe. A change
+// bumps the tuning generation (policy/auto_policy.h), as a new tuning table does: every
+// communicator then drops its plans, and each plan reads its call's answer once
+// (single_copy_auto_min) when it is built. So a call reads no table and takes no lock, and a table
+// replaced while calls run is seen from the next call on (tests/host/test_single_copy_reload.py).
 void set_single_copy_crossovers(Collective c, std::map<int, int64_t> min_call_bytes);
 void clear_single_copy_crossovers();
-// The crossover of (c, size), or kSingleCopyNever without one.
+// The crossover of (c, size), or kSingleCopyNever without one (under the table's lock).
 int64_t single_copy_crossover(Collective c, int size);
+// What COMMLIB_CMA=auto gives a call of `call_bytes` under crossover `from` (single_copy_crossover):
+// kSingleCopyMinMessage when the tuning says single-copy from that size, else kSingleCopyNever.
+inline int64_t single_copy_auto_min(int64_t from, int64_t call_bytes) {
+  return (from >= 0 && call_bytes >= from) ? kSingleCopyMinMessage : kSingleCopyNever;
+}
+// The same for (c, size), reading the table now (under its lock).
+int64_t single_copy_auto_min(Collective c, int64_t call_bytes, int size);
 
-// For one call: the smallest message of the call to send single-copy, or kSingleCopyNever.
+// For one call: the smallest message of the call to send single-copy, or kSingleCopyNever, from the
+// setting and what auto would give the call (single_copy_auto_min, read once per plan). No lock.
+inline int64_t single_copy_min_message(const SingleCopySetting& s, int64_t auto_min) {
+  switch (s.mode) {
+    case SingleCopySetting::Off: return kSingleCopyNever;
+    case SingleCopySetting::On:
+    case SingleCopySetting::Bytes: return s.min_message;
+    case SingleCopySetting::Auto: break;
+  }
+  return auto_min;
+}
+// The same, reading the table now (under its lock): for callers without a plan (the bindings).
 int64_t single_copy_min_message(const SingleCopySetting& s, Collective c, int64_t call_bytes, int size);
 
 }  // namespace commlib

@@ -80,6 +80,11 @@ PeerStatus Fabric::peer_status(int peer, bool check_process) {
   return d.transport->peer_status(d.index[peer], check_process);
 }
 
+bool Fabric::peer_failed(int peer) {
+  Domain& d = domain_of(peer);
+  return d.transport->peer_failed(d.index[peer]);
+}
+
 bool Fabric::peer_call(int peer, CallDesc* desc) {
   Domain& d = domain_of(peer);
   return d.transport->peer_call(d.index[peer], desc);

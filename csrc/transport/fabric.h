@@ -44,6 +44,7 @@ class Fabric {
   bool wait_events(uint32_t seen, int64_t timeout_us, bool spin = true);
 
   PeerStatus peer_status(int peer, bool check_process);
+  bool peer_failed(int peer);  // Transport::peer_failed
   bool peer_call(int peer, CallDesc* d);
   std::string describe_peer(int peer);  // "rank 3 (pid 123)" or "rank 3 (pid 123 on host b)"
   int peer_pid(int peer);

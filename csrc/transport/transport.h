@@ -133,6 +133,9 @@ class Transport {
 
   // Liveness and failure propagation.
   virtual PeerStatus peer_status(int peer, bool check_process) = 0;
+  // Whether `peer` published a failure (peer_status's Failed), without building its message: asked
+  // before every call (host/peer_checks.cc), so a transport that can answer cheaply says so.
+  virtual bool peer_failed(int peer) { return peer_status(peer, false).state == PeerState::Failed; }
   virtual void publish_failure(ErrorKind kind, const std::string& message) = 0;
   virtual void publish_call(const CallDesc& d) = 0;         // the collective this rank is in
   virtual bool peer_call(int peer, CallDesc* d) = 0;        // false when none published

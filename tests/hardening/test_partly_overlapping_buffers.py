@@ -30,6 +30,11 @@ def overlap_cases(comm):
     t = np.zeros(P * n + 2, np.float32)
     refused("all_to_all", lambda: comm.all_to_all(t[:P * n], t[2:2 + P * n]))
     refused("reduce", lambda: comm.reduce(a[:n], out=a[3:3 + n], root=0))
+    # The very same start address where that is in place only on rank 0 (the call's early return for
+    # in-place calls must not take it): refused on every other rank; rank 0 passes block 1, refused too.
+    first = g[n:2 * n] if r == 0 else g[:n]
+    refused("all_gather-same-start", lambda: comm.all_gather(g[:P * n], first))
+    refused("reduce_scatter-same-start", lambda: comm.reduce_scatter(first, g[:P * n]))
     # Exact in-place layouts still work.
     x = np.full(n, r + 1, np.float32)
     comm.all_reduce(x, out=x, algorithm="ring")
@@ -45,7 +50,8 @@ def test_partial_overlap_raises_and_in_place_works(pool):
     for res in pool(3).run(overlap_cases, timeout=30):
         for name in ("all_reduce", "all_reduce-torch-like", "reduce"):
             assert res[name].startswith("out: partly overlaps tensor"), (name, res[name])
-        for name in ("all_gather", "reduce_scatter", "all_to_all"):
+        for name in ("all_gather", "reduce_scatter", "all_to_all", "all_gather-same-start",
+                     "reduce_scatter-same-start"):
             assert res[name].startswith("output: partly overlaps input"), (name, res[name])
         assert res["in-place all_reduce"] and res["in-place all_gather"], res
 

@@ -125,3 +125,23 @@ def test_refuses_a_one_sided_algorithm_at_one_rank_too(comm1):
         _fast(comm1, "all_reduce", x, algorithm="mapped_two_shot")
     comm1.all_reduce(x)  # refused before anything ran: the communicator goes on
     assert x.tolist() == [1.0] * 4
+
+
+def test_numpy_arrays_are_read_from_the_array_itself(comm1):
+    """The entry reads a NumPy array's own fields (csrc/bindings/numpy_view.cc), checked once against
+    the buffer protocol: every dtype the core moves, any C-contiguous shape, is taken with the right
+    count; what the buffer protocol would refuse or read otherwise is declined (above) or read as it."""
+    before = _C.fast_path_counts()
+    for dt in (np.float32, np.float64, np.float16, np.int8, np.uint8, np.int32, np.int64, np.longlong):
+        x = np.arange(12, dtype=dt).reshape(3, 4)
+        assert _fast(comm1, "all_reduce", x) is None
+        assert np.array_equal(x, np.arange(12, dtype=dt).reshape(3, 4))
+        out = np.zeros(12 * comm1.size, dt)
+        assert _fast(comm1, "all_gather", x, out) is None  # the count is the whole array's
+        assert np.array_equal(out, np.arange(12, dtype=dt))
+    offers, declined = (b - a for a, b in zip(before, _C.fast_path_counts()))
+    assert offers == 16 and declined == 0, (offers, declined)
+    assert _C.numpy_reader_agrees()
+    for x in (np.ones(4, np.bool_), np.ones(4, np.uint16), np.ones((4, 2), np.float32, order="F"),
+              np.ones(8, np.float32).reshape(2, 4).T, np.ones(4, np.dtype("<f4").newbyteorder(">"))):
+        assert _fast(comm1, "all_reduce", x) is NotImplemented, x.dtype

@@ -295,6 +295,10 @@ PeerStatus ShmTransport::peer_status(int peer, bool check_process) {
   return st;
 }
 
+bool ShmTransport::peer_failed(int peer) {
+  return ctl(peer).state.load(std::memory_order_acquire) == static_cast<uint32_t>(PeerState::Failed);
+}
+
 void ShmTransport::publish_failure(ErrorKind kind, const std::string& message) {
   RankCtl& me = ctl(rank_);
   if (me.state.load(std::memory_order_relaxed) == static_cast<uint32_t>(PeerState::Failed)) return;

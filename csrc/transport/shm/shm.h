@@ -69,6 +69,7 @@ class ShmTransport final : public Transport {
   void wait_events(uint32_t seen, int64_t timeout_us) override;
 
   PeerStatus peer_status(int peer, bool check_process) override;
+  bool peer_failed(int peer) override;
   void publish_failure(ErrorKind kind, const std::string& message) override;
   void publish_call(const CallDesc& d) override;
   bool peer_call(int peer, CallDesc* d) override;
