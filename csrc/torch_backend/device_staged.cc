@@ -25,8 +25,10 @@ namespace {
 
 // The work of a staged device call: the call's own work (CudaWork), complete only once the copies
 // back ran too (`copied`, recorded on the issuing stream behind them; null when they ran already,
-// on the host, or there were none). wait() and getFuture() order the waiter after the issuing
-// stream as it is when they are called, which is after the copies back already.
+// on the host, or there were none). wait() makes the waiter's stream wait for that event too (the
+// call's own wait() skips its event once the call is seen complete, when the copies back may still
+// be queued); getFuture() records its events on the issuing stream when first asked, which is after
+// the copies back already.
 class StagedWork : public c10d::Work {
  public:
   StagedWork(c10::intrusive_ptr<c10d::Work> call, std::unique_ptr<c10::Event> copied, int rank, c10d::OpType type)
@@ -34,7 +36,11 @@ class StagedWork : public c10d::Work {
   bool isCompleted() override { return call_->isCompleted() && (!copied_ || copied_->query()); }
   bool isSuccess() const override { return call_->isSuccess() && (!copied_ || copied_->query()); }
   std::vector<at::Tensor> result() override { return call_->result(); }
-  bool wait(std::chrono::milliseconds timeout) override { return call_->wait(timeout); }
+  bool wait(std::chrono::milliseconds timeout) override {
+    call_->wait(timeout);  // (raises the call's error)
+    if (copied_) copied_->block(current_stream(c10::Device(copied_->device_type(), copied_->device_index())));
+    return true;
+  }
   void synchronize() override {
     call_->synchronize();
     if (copied_) copied_->synchronize();
