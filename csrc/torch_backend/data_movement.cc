@@ -66,7 +66,8 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::broadcast(std::vector<at::Tensor>
       return stage_broadcast(on, t[0], static_cast<int>(o.rootRank), getRank(), getSize(), algo(Collective::Broadcast),
                              s);
     };
-    if (auto w = cuda_staged(t[0], false, c10d::OpType::BROADCAST, "broadcast", t, build)) return w;
+    if (t[0].defined() && t[0].is_cuda())
+      if (auto w = cuda_staged(t[0], false, c10d::OpType::BROADCAST, "broadcast", t, build)) return w;
     StagedCall s;
     if (t[0].defined() && t[0].device().is_cpu() && build(StageOn(), &s))
       return run_staged(std::move(s), o.asyncOp, c10d::OpType::BROADCAST, "broadcast", t, o.timeout);
@@ -80,7 +81,8 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::_allgather_base(at::Tensor& out, 
   auto build = [&](const StageOn& on, StagedCall* s) {
     return stage_allgather_base(on, out, in, getSize(), algo(Collective::AllGather), s);
   };
-  if (auto w = cuda_staged(in, true, c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {out}, build)) return w;
+  if (in.defined() && in.is_cuda())
+    if (auto w = cuda_staged(in, true, c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {out}, build)) return w;
   StagedCall s;
   if (in.defined() && in.device().is_cpu() && build(StageOn(), &s))
     return run_staged(std::move(s), o.asyncOp, c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {out},
@@ -94,7 +96,8 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::allgather(std::vector<std::vector
     auto build = [&](const StageOn& on, StagedCall* s) {
       return stage_allgather_list(on, out[0], in[0], getSize(), algo(Collective::AllGather), s);
     };
-    if (auto w = cuda_staged(in[0], true, c10d::OpType::ALLGATHER, "all_gather", out[0], build)) return w;
+    if (in[0].defined() && in[0].is_cuda())
+      if (auto w = cuda_staged(in[0], true, c10d::OpType::ALLGATHER, "all_gather", out[0], build)) return w;
     StagedCall s;
     if (in[0].defined() && in[0].device().is_cpu() && build(StageOn(), &s))
       return run_staged(std::move(s), o.asyncOp, c10d::OpType::ALLGATHER, "all_gather", out[0], o.timeout);

@@ -124,7 +124,7 @@ bool one_tensor(const std::vector<at::Tensor>& t) { return t.size() == 1 && t[0]
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::allreduce(std::vector<at::Tensor>& t, const c10d::AllreduceOptions& o) {
   if (auto w = cuda_reduction(Collective::AllReduce, t, o.reduceOp, 0, c10d::OpType::ALLREDUCE, "all_reduce")) return w;
-  if (one_tensor(t))
+  if (one_tensor(t) && t[0].is_cuda())  // (no std::function made on a CPU call's path)
     if (auto w = cuda_staged(t[0], false, c10d::OpType::ALLREDUCE, "all_reduce", t, [&](const StageOn& on, StagedCall* s) {
           return stage_reduction(on, Collective::AllReduce, t[0], o.reduceOp, 0, getRank(), getSize(),
                                  algo(Collective::AllReduce), s);
@@ -154,7 +154,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::reduce(std::vector<at::Tensor>& t
   if (auto w = cuda_reduction(Collective::Reduce, t, o.reduceOp, static_cast<int>(o.rootRank), c10d::OpType::REDUCE,
                               "reduce"))
     return w;
-  if (one_tensor(t))
+  if (one_tensor(t) && t[0].is_cuda())  // (no std::function made on a CPU call's path)
     if (auto w = cuda_staged(t[0], false, c10d::OpType::REDUCE, "reduce", t, [&](const StageOn& on, StagedCall* s) {
           return stage_reduction(on, Collective::Reduce, t[0], o.reduceOp, static_cast<int>(o.rootRank), getRank(),
                                  getSize(), algo(Collective::Reduce), s);
@@ -173,8 +173,9 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::_reduce_scatter_base(at::Tensor& 
   auto build = [&](const StageOn& on, StagedCall* s) {
     return stage_reduce_scatter_base(on, out, in, o.reduceOp, getSize(), algo(Collective::ReduceScatter), s);
   };
-  if (auto w = cuda_staged(out, true, c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {out}, build))
-    return w;
+  if (out.defined() && out.is_cuda())
+    if (auto w = cuda_staged(out, true, c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {out}, build))
+      return w;
   StagedCall s;
   if (out.defined() && out.device().is_cpu() && build(StageOn(), &s))
     return run_staged(std::move(s), o.asyncOp, c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {out},
@@ -194,7 +195,8 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::reduce_scatter(std::vector<at::Te
     return stage_reduce_scatter_list(on, out[0], in[0], o.reduceOp, getSize(), getRank(),
                                      algo(Collective::ReduceScatter), s);
   };
-  if (auto w = cuda_staged(out[0], true, c10d::OpType::REDUCE_SCATTER, "reduce_scatter", out, build)) return w;
+  if (out[0].defined() && out[0].is_cuda())
+    if (auto w = cuda_staged(out[0], true, c10d::OpType::REDUCE_SCATTER, "reduce_scatter", out, build)) return w;
   StagedCall s;
   if (!out[0].defined() || !out[0].device().is_cpu() || !build(StageOn(), &s))
     return delegate("reduce_scatter", out, in, o);
