@@ -98,6 +98,10 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::cuda_staged(const at::Tensor& fir
   StageOn on;
   on.device = first.device();
   const c10::Stream stream = current_stream(first.device());
+  // Sends and receives held before this call go out before its copies in are enqueued: a receive
+  // into a tensor this call reads must land before the copy reads it.
+  hold_->flush();
+  if (p2p_handed_over_) flush_held_p2p();
   StagedCall s;
   {
     c10::StreamGuard on_stream(stream);  // (the copies in: on the stream the call runs on)
