@@ -11,7 +11,8 @@
 // remains is handed to the Python backend of the same group (commlib/torch/backend.py,
 // ProcessGroupCommlib over the same communicator), which checks and explains: argument errors,
 // shrink, and CUDA tensors in calls the device call cache does not hold
-// yet (device_calls.h). Both sides issue their calls on one
+// yet (device_calls.h). Staged calls take one layer on both devices (staging.h: CPU tensors on the
+// core, CUDA tensors on the current stream, device_staged.cc). Both sides issue their calls on one
 // communicator, whose FIFO keeps them in call order.
 #pragma once
 
@@ -27,6 +28,7 @@
 #include "torch_backend/device_calls.h"
 #include "torch_backend/p2p.h"
 #include "torch_backend/python_work.h"
+#include "torch_backend/staging.h"
 #include "torch_backend/work.h"
 
 namespace commlib {
@@ -65,6 +67,8 @@ struct Reduction {
 // False when `t` is not a CPU strided tensor of such a dtype, or the op is one the Python side
 // explains; throws ValueError (naming `op`) for an op the dtype does not define.
 bool reduction_of(const at::Tensor& t, const c10d::ReduceOp& op, Reduction* r);
+// reduction_of on a strided tensor of any device (the caller checked where it lives: staging.h).
+bool reduction_in(const at::Tensor& t, const c10d::ReduceOp& op, Reduction* r);
 // `t`'s values as a contiguous tensor of r.stage: `t` itself when it is one already.
 at::Tensor staged_for(const at::Tensor& t, const Reduction& r);
 // A CUDA tensor a send or receive moves (through a contiguous copy when it is not contiguous).
@@ -200,6 +204,15 @@ class CommlibBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> device_batch(DeviceBatch batch, c10d::OpType type, const char* name,
                                               std::vector<at::Tensor> outputs, uint8_t kind, int device,
                                               uintptr_t stream_id, c10::Stream stream);
+  // A staged call (staging.h) on device memory (device_staged.cc): `s.call` offered as device_run
+  // offers one, then `s.after` ordered behind it on `stream` (a CUDA stream: enqueued there, an event
+  // recorded after it for the work's completion; a CPU stream, the emulated seam's: on the host once
+  // the call ran), the staged buffers held until the engine retired the call. Null when the call
+  // was not enqueued (the caller hands it over). Public for the module's test
+  // seam, which builds its StagedCall over emulated-device memory.
+  c10::intrusive_ptr<c10d::Work> device_staged(StagedCall s, uint8_t kind, bool two_buffers, int device,
+                                               uintptr_t stream_id, c10::Stream stream, c10d::OpType type,
+                                               const char* name, std::vector<at::Tensor> outputs);
   // Runs `f` under the mutex of the held sends and receives, as a flush does (test seam).
   void while_p2p_locked(const std::function<void()>& f) { hold_->while_locked(f); }
   // Batches of held host sends and receives issued to the core, for tests.
@@ -237,6 +250,15 @@ class CommlibBackend : public c10d::Backend {
                                           bool async, c10d::OpType type, const char* name,
                                           std::vector<at::Tensor> outputs, std::function<void()> finish,
                                           std::chrono::milliseconds timeout);
+  // A staged call (staging.h) of CPU tensors on the core, as run(): `s.after` as its finish.
+  c10::intrusive_ptr<c10d::Work> run_staged(StagedCall s, bool async, c10d::OpType type, const char* name,
+                                            const std::vector<at::Tensor>& outputs, std::chrono::milliseconds timeout);
+  // A staged call of CUDA tensors on `first`'s device and current stream (device_staged.cc); null when
+  // `first` is no CUDA tensor, the builder took none, or the call was not enqueued (handed over).
+  // `build(on, &s)`: the staging.h builder of the call.
+  c10::intrusive_ptr<c10d::Work> cuda_staged(const at::Tensor& first, bool two_buffers, c10d::OpType type,
+                                             const char* name, std::vector<at::Tensor> outputs,
+                                             const std::function<bool(const StageOn&, StagedCall*)>& build);
   // all_reduce or reduce of one CPU tensor of any dtype reduction_of takes, through its staging
   // buffer (reductions.cc); null when it takes none.
   c10::intrusive_ptr<c10d::Work> staged_reduction(Collective c, std::vector<at::Tensor>& t, const c10d::ReduceOp& op,

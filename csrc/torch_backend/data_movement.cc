@@ -59,18 +59,18 @@ void unpack(const at::Tensor& flat, std::vector<at::Tensor>& outs) {
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::broadcast(std::vector<at::Tensor>& t, const c10d::BroadcastOptions& o) {
   if (auto w = cuda_broadcast(t, static_cast<int>(o.rootRank))) return w;
-  DType dt;
-  int64_t n;
   if (t.size() > 1)
     if (auto w = several_broadcast(t, o)) return w;
-  if (t.size() == 1 && movable(t[0], &dt, &n)) {
-    at::Tensor c = dense(t[0]);
-    CopyBack back;
-    back.add(t[0], c);
-    auto call = make_call(Collective::Broadcast, algo(Collective::Broadcast), dt, n, address(c), address(c),
-                          static_cast<int>(o.rootRank));
-    return run(call, o.asyncOp, c10d::OpType::BROADCAST, "broadcast", t,
-               back.empty() ? nullptr : std::function<void()>(back), o.timeout);
+  if (t.size() == 1) {
+    auto build = [&](const StageOn& on, StagedCall* s) {
+      return stage_broadcast(on, t[0], static_cast<int>(o.rootRank), getRank(), getSize(), algo(Collective::Broadcast),
+                             s);
+    };
+    if (t[0].defined() && t[0].is_cuda())
+      if (auto w = cuda_staged(t[0], false, c10d::OpType::BROADCAST, "broadcast", t, build)) return w;
+    StagedCall s;
+    if (t[0].defined() && t[0].device().is_cpu() && build(StageOn(), &s))
+      return run_staged(std::move(s), o.asyncOp, c10d::OpType::BROADCAST, "broadcast", t, o.timeout);
   }
   return delegate("broadcast", t, o);
 }
@@ -78,32 +78,29 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::broadcast(std::vector<at::Tensor>
 c10::intrusive_ptr<c10d::Work> CommlibBackend::_allgather_base(at::Tensor& out, at::Tensor& in,
                                                                const c10d::AllgatherOptions& o) {
   if (auto w = cuda_allgather_base(out, in)) return w;
-  DType dt, dt_out;
-  int64_t n, n_out;
-  if (movable(in, &dt, &n) && movable(out, &dt_out, &n_out) && in.scalar_type() == out.scalar_type() &&
-      n_out == n * getSize()) {
-    at::Tensor ci = dense(in), co = dense(out);
-    CopyBack back;
-    back.add(out, co);
-    auto call = make_call(Collective::AllGather, algo(Collective::AllGather), dt, n, address(ci), address(co), 0);
-    return run(call, o.asyncOp, c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {out},
-               [ci, back]() mutable { back(); }, o.timeout);
-  }
+  auto build = [&](const StageOn& on, StagedCall* s) {
+    return stage_allgather_base(on, out, in, getSize(), algo(Collective::AllGather), s);
+  };
+  if (in.defined() && in.is_cuda())
+    if (auto w = cuda_staged(in, true, c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {out}, build)) return w;
+  StagedCall s;
+  if (in.defined() && in.device().is_cpu() && build(StageOn(), &s))
+    return run_staged(std::move(s), o.asyncOp, c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {out},
+                      o.timeout);
   return delegate("_allgather_base", out, in, o);
 }
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::allgather(std::vector<std::vector<at::Tensor>>& out,
                                                          std::vector<at::Tensor>& in, const c10d::AllgatherOptions& o) {
-  DType dt;
-  int64_t n;
-  if (in.size() == 1 && out.size() == 1 && movable(in[0], &dt, &n) &&
-      out[0].size() == static_cast<size_t>(getSize()) && all_like(out[0], in[0])) {
-    at::Tensor ci = dense(in[0]);
-    at::Tensor flat = at::empty({in[0].numel() * getSize()}, in[0].options());
-    auto call = make_call(Collective::AllGather, algo(Collective::AllGather), dt, n, address(ci), address(flat), 0);
-    std::vector<at::Tensor> outs = out[0];
-    return run(call, o.asyncOp, c10d::OpType::ALLGATHER, "all_gather", outs,
-               [ci, flat, outs]() mutable { unpack(flat, outs); }, o.timeout);
+  if (in.size() == 1 && out.size() == 1) {  // (equal blocks; uneven ones below)
+    auto build = [&](const StageOn& on, StagedCall* s) {
+      return stage_allgather_list(on, out[0], in[0], getSize(), algo(Collective::AllGather), s);
+    };
+    if (in[0].defined() && in[0].is_cuda())
+      if (auto w = cuda_staged(in[0], true, c10d::OpType::ALLGATHER, "all_gather", out[0], build)) return w;
+    StagedCall s;
+    if (in[0].defined() && in[0].device().is_cpu() && build(StageOn(), &s))
+      return run_staged(std::move(s), o.asyncOp, c10d::OpType::ALLGATHER, "all_gather", out[0], o.timeout);
   }
   if (auto w = in.size() > 1 ? several_allgather(out, in, o)
                              : in.size() == 1 && out.size() == 1 ? uneven_allgather(out[0], in[0], o) : nullptr)

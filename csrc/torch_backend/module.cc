@@ -5,6 +5,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <algorithm>
+#include <map>
 #include <array>
 #include <optional>
 #include <string>
@@ -46,6 +47,15 @@ PYBIND11_MODULE(_C_torch, m) {
   static const commlib::CoreApi* api = core_api();
   commlib::torch_backend::init_error_classes(api);
   m.attr("built_torch_version") = COMMLIB_TORCH_VERSION;
+
+  m.def(
+      "_host_tensor",
+      [](uintptr_t address, int64_t nbytes) {
+        return at::from_blob(reinterpret_cast<void*>(address), {nbytes}, at::TensorOptions().dtype(at::kByte));
+      },
+      py::arg("address"), py::arg("nbytes"),
+      "Test seam: a uint8 CPU tensor over `nbytes` of host-addressable memory at `address` (emulated-device "
+      "memory), not owning it: the caller keeps the memory alive.");
 
   m.def(
       "process_group",
@@ -246,6 +256,74 @@ PYBIND11_MODULE(_C_torch, m) {
           py::arg("f"),
           "Test seam: calls f (under the GIL) while holding the mutex a flush of held sends and receives holds, as "
           "a CUDA batch that goes through Python does.")
+      .def(
+          "_staged_device_call",
+          [](CommlibBackend& b, const std::string& kind, const std::vector<at::Tensor>& outs,
+             const std::vector<at::Tensor>& ins, const std::string& op, int root, int device, uintptr_t stream,
+             py::function alloc) {
+            // The CUDA path's staged calls (staging.h's builders, device_staged: device_staged.cc) on
+            // host views of emulated-device memory (_host_tensor), the staged buffers emulated
+            // memory too (`alloc(nbytes)`: an emulated array, kept alive by the buffer). The copies
+            // in run on the host here: synchronize the stream first.
+            namespace tb = commlib::torch_backend;
+            tb::StageOn on;
+            on.alloc = [alloc](at::IntArrayRef sizes, const at::TensorOptions& o) {
+              const int64_t n = c10::multiply_integers(sizes) * static_cast<int64_t>(o.dtype().itemsize());
+              auto* array = new py::object(alloc(std::max<int64_t>(n, 1)));  // (under the GIL: the builder's)
+              const uintptr_t at_address = array->attr("data_ptr")().cast<uintptr_t>();
+              return at::from_blob(
+                  reinterpret_cast<void*>(at_address), sizes,
+                  [array](void*) {
+                    py::gil_scoped_acquire gil;
+                    delete array;
+                  },
+                  o);
+            };
+            static const std::map<std::string, c10d::ReduceOp::RedOpType> ops = {
+                {"sum", c10d::ReduceOp::SUM}, {"avg", c10d::ReduceOp::AVG}, {"product", c10d::ReduceOp::PRODUCT},
+                {"min", c10d::ReduceOp::MIN}, {"max", c10d::ReduceOp::MAX}, {"band", c10d::ReduceOp::BAND},
+                {"bor", c10d::ReduceOp::BOR}, {"bxor", c10d::ReduceOp::BXOR}};
+            const c10d::ReduceOp red(ops.at(op));
+            const int me = b.getRank(), P = b.getSize();
+            tb::StagedCall s;
+            bool two = true, ok = false;
+            c10d::OpType type = c10d::OpType::UNKNOWN;
+            std::vector<at::Tensor> outputs = outs;
+            if (kind == "all_reduce" || kind == "reduce") {
+              two = false;
+              const auto c = kind == "all_reduce" ? commlib::Collective::AllReduce : commlib::Collective::Reduce;
+              ok = tb::stage_reduction(on, c, ins.at(0), red, root, me, P, 0, &s);
+              outputs = ins;
+            } else if (kind == "broadcast") {
+              two = false;
+              ok = tb::stage_broadcast(on, ins.at(0), root, me, P, 0, &s);
+              outputs = ins;
+            } else if (kind == "reduce_scatter_tensor") {
+              ok = tb::stage_reduce_scatter_base(on, outs.at(0), ins.at(0), red, P, 0, &s);
+            } else if (kind == "reduce_scatter") {
+              ok = tb::stage_reduce_scatter_list(on, outs.at(0), ins, red, P, me, 0, &s);
+            } else if (kind == "all_gather_into_tensor") {
+              ok = tb::stage_allgather_base(on, outs.at(0), ins.at(0), P, 0, &s);
+            } else if (kind == "all_gather") {
+              ok = tb::stage_allgather_list(on, outs, ins.at(0), P, 0, &s);
+            } else {
+              throw py::value_error("kind: not a staged collective: " + kind);
+            }
+            if (!ok) return py::object(py::none());
+            const c10::Stream host(c10::Stream::DEFAULT, c10::Device(c10::kCPU));  // (no c10 stream to wait on)
+            c10::intrusive_ptr<c10d::Work> work;
+            {
+              py::gil_scoped_release nogil;  // as torch's dispatcher calls the backend
+              work = b.device_staged(std::move(s), tb::kEmulatedBuffer, two, device, stream, host, type,
+                                     "staged device call", outputs);
+            }
+            return work ? py::cast(work) : py::object(py::none());
+          },
+          py::arg("kind"), py::arg("outputs"), py::arg("inputs"), py::arg("op"), py::arg("root"), py::arg("device"),
+          py::arg("stream"), py::arg("alloc"),
+          "Test seam: a staged collective (kind: all_reduce, reduce, broadcast, all_gather, all_gather_into_tensor, "
+          "reduce_scatter, reduce_scatter_tensor) of host views of emulated-device memory through the CUDA path's "
+          "staging and device entry; its Work (torch's), or None when the builder or the device entry declined.")
       .def("_device_calls_held", &CommlibBackend::device_calls_held,
            "Device calls whose tensors the backend still holds (not seen retired), for tests.");
 }

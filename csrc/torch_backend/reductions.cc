@@ -23,9 +23,9 @@ uintptr_t address(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.da
 // A tensor the core takes as it is, once contiguous (the latency path's test).
 bool plain(const at::Tensor& t, DType* dt) { return host_layout(t) && reduction_dtype(t, dt); }
 
-// A CPU strided tensor whose values a staging copy can read (and write back: no element twice).
+// A strided tensor whose values a staging copy can read (and write back: no element twice).
 bool stageable(const at::Tensor& t) {
-  return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided &&
+  return t.defined() && t.layout() == at::kStrided &&
          (t.is_contiguous() || at::has_internal_overlap(t) != at::MemOverlap::Yes);
 }
 
@@ -47,6 +47,10 @@ const char* op_name(c10d::ReduceOp::RedOpType op) {
 }  // namespace
 
 bool reduction_of(const at::Tensor& t, const c10d::ReduceOp& op, Reduction* r) {
+  return t.defined() && t.device().is_cpu() && reduction_in(t, op, r);
+}
+
+bool reduction_in(const at::Tensor& t, const c10d::ReduceOp& op, Reduction* r) {
   if (!stageable(t)) return false;
   const at::ScalarType s = t.scalar_type();
   c10d::ReduceOp core_op = op;  // (bool maps it; premul_sum keeps its factor)
@@ -91,26 +95,41 @@ at::Tensor staged_for(const at::Tensor& t, const Reduction& r) {
   return s;
 }
 
+c10::intrusive_ptr<c10d::Work> CommlibBackend::run_staged(StagedCall s, bool async, c10d::OpType type,
+                                                          const char* name, const std::vector<at::Tensor>& outputs,
+                                                          std::chrono::milliseconds timeout) {
+  std::function<void()> finish;  // (holds the staged buffers until the call ran)
+  if (!s.nothing_staged())
+    finish = [keep = std::move(s.keep), after = std::move(s.after)]() mutable {
+      if (after) after();
+    };
+  return run(s.call, async, type, name, outputs, std::move(finish), timeout);
+}
+
 c10::intrusive_ptr<c10d::Work> CommlibBackend::staged_reduction(Collective c, std::vector<at::Tensor>& t,
                                                                 const c10d::ReduceOp& reduce_op, int root, bool async,
                                                                 std::chrono::milliseconds timeout) {
-  Reduction r;
-  if (t.size() != 1 || !reduction_of(t[0], reduce_op, &r)) return nullptr;
-  at::Tensor s = staged_for(t[0], r);
+  StagedCall s;
+  if (t.size() != 1 || !stage_reduction(StageOn(), c, t[0], reduce_op, root, getRank(), getSize(), algo(c), &s))
+    return nullptr;
   const bool all = c == Collective::AllReduce;
-  CopyBack back;  // (a reduce's result is the root's alone, as on the Python side)
-  if (all || root == getRank()) back.add(t[0], s);
-  auto call = make_call(c, algo(c), r.dt, s.numel() * r.reals, address(s), address(s), all ? 0 : root);
-  call.op = r.op;
-  call.scale = r.scale;
-  std::function<void()> finish;
-  if (!s.is_same(t[0])) finish = [s, back]() mutable { back(); };
-  return run(call, async, all ? c10d::OpType::ALLREDUCE : c10d::OpType::REDUCE, all ? "all_reduce" : "reduce", t,
-             std::move(finish), timeout);
+  return run_staged(std::move(s), async, all ? c10d::OpType::ALLREDUCE : c10d::OpType::REDUCE,
+                    all ? "all_reduce" : "reduce", t, timeout);
 }
+
+// The staged CUDA reductions (device_staged.cc runs them), after the unstaged CUDA entry declined.
+namespace {
+bool one_tensor(const std::vector<at::Tensor>& t) { return t.size() == 1 && t[0].defined(); }
+}  // namespace
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::allreduce(std::vector<at::Tensor>& t, const c10d::AllreduceOptions& o) {
   if (auto w = cuda_reduction(Collective::AllReduce, t, o.reduceOp, 0, c10d::OpType::ALLREDUCE, "all_reduce")) return w;
+  if (one_tensor(t) && t[0].is_cuda())  // (no std::function made on a CPU call's path)
+    if (auto w = cuda_staged(t[0], false, c10d::OpType::ALLREDUCE, "all_reduce", t, [&](const StageOn& on, StagedCall* s) {
+          return stage_reduction(on, Collective::AllReduce, t[0], o.reduceOp, 0, getRank(), getSize(),
+                                 algo(Collective::AllReduce), s);
+        }))
+      return w;
   DType dt;
   RedOp op;
   double scale = 1.0;
@@ -135,6 +154,12 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::reduce(std::vector<at::Tensor>& t
   if (auto w = cuda_reduction(Collective::Reduce, t, o.reduceOp, static_cast<int>(o.rootRank), c10d::OpType::REDUCE,
                               "reduce"))
     return w;
+  if (one_tensor(t) && t[0].is_cuda())  // (no std::function made on a CPU call's path)
+    if (auto w = cuda_staged(t[0], false, c10d::OpType::REDUCE, "reduce", t, [&](const StageOn& on, StagedCall* s) {
+          return stage_reduction(on, Collective::Reduce, t[0], o.reduceOp, static_cast<int>(o.rootRank), getRank(),
+                                 getSize(), algo(Collective::Reduce), s);
+        }))
+      return w;
   if (t.size() > 1)  // (as gloo: one tensor per reduce)
     throw py::value_error("tensors: reduce takes one tensor per call, got " + std::to_string(t.size()));
   if (auto w = staged_reduction(Collective::Reduce, t, o.reduceOp, static_cast<int>(o.rootRank), o.asyncOp, o.timeout))
@@ -145,19 +170,16 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::reduce(std::vector<at::Tensor>& t
 c10::intrusive_ptr<c10d::Work> CommlibBackend::_reduce_scatter_base(at::Tensor& out, at::Tensor& in,
                                                                     const c10d::ReduceScatterOptions& o) {
   if (auto w = cuda_reduce_scatter_base(out, in, o.reduceOp)) return w;
-  Reduction r;
-  if (reduction_of(out, o.reduceOp, &r) && stageable(in) && in.scalar_type() == out.scalar_type() &&
-      in.numel() == out.numel() * getSize()) {
-    at::Tensor si = staged_for(in, r), so = staged_for(out, r);
-    CopyBack back;
-    back.add(out, so);
-    auto call = make_call(Collective::ReduceScatter, algo(Collective::ReduceScatter), r.dt, so.numel() * r.reals,
-                          address(si), address(so));
-    call.op = r.op;
-    call.scale = r.scale;
-    return run(call, o.asyncOp, c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {out},
-               [si, so, back]() mutable { back(); }, o.timeout);
-  }
+  auto build = [&](const StageOn& on, StagedCall* s) {
+    return stage_reduce_scatter_base(on, out, in, o.reduceOp, getSize(), algo(Collective::ReduceScatter), s);
+  };
+  if (out.defined() && out.is_cuda())
+    if (auto w = cuda_staged(out, true, c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {out}, build))
+      return w;
+  StagedCall s;
+  if (out.defined() && out.device().is_cpu() && build(StageOn(), &s))
+    return run_staged(std::move(s), o.asyncOp, c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {out},
+                      o.timeout);
   return delegate("_reduce_scatter_base", out, in, o);
 }
 
@@ -168,33 +190,17 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::reduce_scatter(std::vector<at::Te
   // is reduced and thrown away), in the staging dtype; the output through a buffer of that dtype.
   if (out.size() > 1)  // (as gloo: one output per reduce_scatter)
     throw py::value_error("output_tensors: reduce_scatter takes one output per call, got " + std::to_string(out.size()));
-  const int P = getSize(), me = getRank();
-  Reduction r;
-  bool ours = out.size() == 1 && in.size() == 1 && in[0].size() == static_cast<size_t>(P) &&
-              reduction_of(out[0], o.reduceOp, &r) && in[0][me].numel() == out[0].numel();
-  int64_t m = 0;
-  bool equal = true;
-  for (int j = 0; ours && j < P; ++j) {
-    const at::Tensor& x = in[0][j];
-    ours = stageable(x) && x.scalar_type() == out[0].scalar_type();
-    equal = equal && x.numel() == in[0][0].numel();
-    m = std::max<int64_t>(m, x.numel());
-  }
-  if (!ours) return delegate("reduce_scatter", out, in, o);  // (it names what is wrong)
-  at::Tensor flat = equal ? at::empty({m * P}, out[0].options().dtype(r.stage))
-                          : at::zeros({m * P}, out[0].options().dtype(r.stage));
-  for (int j = 0; j < P; ++j) flat.narrow(0, j * m, in[0][j].numel()).copy_(in[0][j].reshape({-1}));
-  at::Tensor so = equal ? staged_for(out[0], r) : at::empty({m}, flat.options());
-  auto call = make_call(Collective::ReduceScatter, algo(Collective::ReduceScatter), r.dt, m * r.reals, address(flat),
-                        address(so));
-  call.op = r.op;
-  call.scale = r.scale;
-  at::Tensor user = out[0];
-  return run(call, o.asyncOp, c10d::OpType::REDUCE_SCATTER, "reduce_scatter", out,
-             [flat, so, user]() mutable {
-               if (!so.is_same(user)) user.copy_(so.reshape({-1}).narrow(0, 0, user.numel()).view(user.sizes()));
-             },
-             o.timeout);
+  if (out.size() != 1 || in.size() != 1) return delegate("reduce_scatter", out, in, o);  // (it names what is wrong)
+  auto build = [&](const StageOn& on, StagedCall* s) {
+    return stage_reduce_scatter_list(on, out[0], in[0], o.reduceOp, getSize(), getRank(),
+                                     algo(Collective::ReduceScatter), s);
+  };
+  if (out[0].defined() && out[0].is_cuda())
+    if (auto w = cuda_staged(out[0], true, c10d::OpType::REDUCE_SCATTER, "reduce_scatter", out, build)) return w;
+  StagedCall s;
+  if (!out[0].defined() || !out[0].device().is_cpu() || !build(StageOn(), &s))
+    return delegate("reduce_scatter", out, in, o);
+  return run_staged(std::move(s), o.asyncOp, c10d::OpType::REDUCE_SCATTER, "reduce_scatter", out, o.timeout);
 }
 
 }  // namespace torch_backend

@@ -1,16 +1,19 @@
 """Rank side of test_cuda_backend.py's staged-call test (@gpu): CUDA calls the backend stages
 (docs/torch_backend.md, "What stays on the Python path": non-contiguous tensors, dtypes and ops the
 core does not reduce, conjugate views) against gloo on CPU copies of the same data in the same
-processes, blocking and async. Today the Python backend stages them; the case is what a C++ staging
-of them must keep passing. Integers and booleans exact; float32 and complex64 at rtol 1e-5 /
-atol 1e-6 (gloo reduces in another order). ``device="cpu"`` runs the same checks on CPU tensors (how
-the case itself was checked without a GPU). Returns the failures (empty: all good)."""
+processes, blocking and async. The C++ backend stages them (csrc/torch_backend/staging.h, on the
+current stream: device_staged.cc): after one warm-up call on the stream (the first call on a group and
+stream is the Python route's), a spy on every method of the Python backend must see none of them.
+Integers and booleans exact; float32 and complex64 at rtol 1e-5 / atol 1e-6 (gloo reduces in another
+order). ``device="cpu"`` runs the same checks on CPU tensors (how the case itself was checked without a
+GPU). Returns the failures (empty: all good)."""
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
 
 import backend_cases as bc
+from native_call_cases import handed_over
 
 RTOL, ATOL = 1e-5, 1e-6
 
@@ -57,6 +60,11 @@ def _calls(P):
          lambda x, o, g, a: dist.reduce_scatter_tensor(o, x, group=g, async_op=a), True),
         ("reduce_scatter_tensor", torch.int16, (2 * P,), (2,),
          lambda x, o, g, a: dist.reduce_scatter_tensor(o, x, group=g, async_op=a), False),
+        # the list forms: outputs (inputs) are transposed views of one tensor's blocks
+        ("all_gather", torch.float32, (3, 4), (P, 4, 3),
+         lambda x, o, g, a: dist.all_gather([v.t() for v in o.unbind(0)], x, group=g, async_op=a), True),
+        ("reduce_scatter", torch.float32, (P, 3, 2), (3, 2),
+         lambda x, o, g, a: dist.reduce_scatter(o.t(), [v.t() for v in x.unbind(0)], group=g, async_op=a), False),
     ]
 
 
@@ -64,6 +72,18 @@ def case_cuda_staged(comm, device="cuda"):
     st = bc.setup(comm)
     gloo, P, me = st["gloo"], comm.size, comm.rank
     failures = []
+    if device == "cuda":  # the first call on this group and stream: the Python route sets it up
+        dist.all_reduce(torch.ones(4, device=device))
+    with handed_over() as seen:
+        _compare(gloo, P, me, device, failures)
+    if seen:
+        failures.append(f"handed to the Python backend: {seen}")
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return failures
+
+
+def _compare(gloo, P, me, device, failures):
     for salt, (name, dtype, shape, out_shape, fn, strided) in enumerate(_calls(P)):
         def make(on):
             x = _data(shape[::-1] if strided else shape, dtype, salt, me).to(on)
@@ -88,6 +108,3 @@ def case_cuda_staged(comm, device="cuda"):
             if not _same(got, want):
                 failures.append(f"{name} {dtype} {'strided' if strided else ''} {mode}: {got.flatten()[:4].tolist()} "
                                 f"expected {want.flatten()[:4].tolist()}")
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return failures

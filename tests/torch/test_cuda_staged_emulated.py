@@ -1,0 +1,58 @@
+"""The C++ backend's staged CUDA calls (csrc/torch_backend/staging.h, device_staged.cc) on the emulated
+device with its delay on, several ranks on one device: non-contiguous, cast, conjugate and list
+forms staged by the CPU path's own builders, run on the device entry, copied back after the call
+(rank side: native_staged_device_cases.py, through the backend's test seam ``_staged_device_call``).
+The GPU version against gloo is tests/torch/torch_cuda_staged_cases.py (@gpu)."""
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+pytest.importorskip("torch")
+
+import native_staged_device_cases as cases  # noqa: E402
+
+from emulated_pools import DELAY_ENV as ENV  # noqa: E402  (the device matrix's pools)
+
+
+@pytest.fixture(autouse=True)
+def _cpp_backend():
+    from commlib.torch import native
+    if native.load() is None:
+        pytest.skip("commlib._C_torch was not built")
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("size", [2, 3])
+def test_staged_calls_run_from_cpp_on_device_memory(pool, size):
+    for rank, (bad, python_calls, new, calls) in enumerate(
+            pool(size, env=ENV).run(cases.staged_calls_run_from_cpp, timeout=150)):
+        assert bad == [], (rank, bad)
+        # The Python route saw the set-up call only; every staged call ran from C++ (a new shape each).
+        assert python_calls == ["all_reduce"], (rank, python_calls)
+        assert calls == 15 and new == calls, (rank, calls, new)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("size", [2, 3])
+def test_a_staged_call_with_a_bad_argument_stages_nothing(pool, size):
+    for rank, (seam, error, made, counted, right) in enumerate(
+            pool(size, env=ENV).run(cases.staged_bad_arguments, timeout=60)):
+        assert seam == [True, True], (rank, seam)  # declined: the Python side names the argument
+        assert error.startswith("ValueError: op: max") and "complex" in error, (rank, error)
+        assert made == 0 and counted == 0, (rank, made, counted)  # nothing staged, nothing enqueued
+        assert right, rank
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("size", [2, 3])
+def test_the_gpu_staged_case_passes_on_cpu_tensors(pool, size):
+    # The @gpu case (test_cuda_backend.py's test_cuda_staged_calls_equal_gloo) on CPU tensors: its
+    # comparisons with gloo and its spy on the Python backend, through the same staging builders.
+    import torch_cuda_staged_cases
+    fails = [f for r in pool(size).run(torch_cuda_staged_cases.case_cuda_staged, "cpu", timeout=150) for f in r]
+    assert fails == [], "\n".join(fails[:20])
