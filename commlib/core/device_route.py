@@ -250,6 +250,10 @@ class DeviceRoute(RouteFailure):
         self._engines[key] = engine
         self._devices[key] = device
         self._prefixes[key] = prefix
+        # C++ callers' calls on any stream of this device run from now on (the stream wrapped in
+        # C++ on its first call: csrc/bindings/device_p2p_streams.h), not only on streams run here.
+        self._fast_calls.add_engine(_BUFFER_KIND[buf.kind], buf.device_index, engine,
+                                    _cuda_module("tensor").stream_wrapper() if buf.kind == "cuda" else None)
         return engine
 
     def run(self, coll, algorithm, bufs, in_ptr, out_ptr, count, dtype, op, root, scale, async_op,

@@ -15,6 +15,7 @@ namespace commlib {
 uint64_t DeviceCallCounts::offers = 0, DeviceCallCounts::hits = 0;
 std::atomic<uint64_t> DeviceCallCounts::native_offers{0}, DeviceCallCounts::native_hits{0},
     DeviceCallCounts::native_p2p{0}, DeviceCallCounts::native_new_shapes{0};
+std::atomic<uint64_t> DeviceStreamCounts::wrapped{0};
 
 bool DeviceCallCache::add(py::handle a, py::handle b, py::handle op, py::handle algorithm, py::handle root,
                           py::handle scale, py::handle stream, std::shared_ptr<StreamEngine> engine,

@@ -1,9 +1,12 @@
 // `_C.DeviceCallCache` (bindings/device_call_cache.h) and the counts tests read of it.
+#include <cstring>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
 #include "bindings/bindings.h"
 #include "bindings/device_call_cache.h"
+#include "device/emulated/emulated_device.h"
 
 namespace py = pybind11;
 
@@ -39,6 +42,29 @@ void bind_device_call_cache(py::module_& m) {
           py::arg("kind"), py::arg("device"), py::arg("engine"), py::arg("stream"),
           "After a point-to-point batch on this thread's current stream of device kind:device (2 emulated, 3 "
           "CUDA): C++ callers' batches on that stream run on `engine`. False for a kind without a current stream.")
+      .def(
+          "add_engine",
+          [](DeviceCallCache& c, int kind, int device, std::shared_ptr<StreamEngine> engine, py::object wrapper) {
+            DeviceP2PStreams::Wrap wrap;
+            if (static_cast<BufferKind>(kind) == BufferKind::Emulated) {
+              std::shared_ptr<EmulatedDevice> d = std::dynamic_pointer_cast<EmulatedDevice>(engine->shared_device());
+              if (!d) throw std::invalid_argument("engine: not on the emulated device");
+              wrap = [d](uintptr_t id) { return d->stream_named(id); };
+            } else if (static_cast<BufferKind>(kind) == BufferKind::Cuda) {
+              py::capsule cap = py::reinterpret_borrow<py::capsule>(wrapper);
+              if (std::strcmp(cap.name(), kCudaStreamWrapperCapsule) != 0)
+                throw std::invalid_argument("wrapper: not commlib._C_cuda.stream_wrapper()'s capsule");
+              const auto fn = reinterpret_cast<CudaStreamWrapper>(cap.get_pointer());
+              wrap = [fn, device](uintptr_t stream) { return fn(device, stream); };
+            } else {
+              throw std::invalid_argument("kind: 2 (emulated) or 3 (CUDA)");
+            }
+            c.streams().add_engine(static_cast<BufferKind>(kind), device, std::move(engine), std::move(wrap));
+          },
+          py::arg("kind"), py::arg("device"), py::arg("engine"), py::arg("wrapper") = py::none(),
+          "After the route set up `engine` for device kind:device (2 emulated, 3 CUDA): C++ callers' calls on a "
+          "stream of that device no call of the route ran on run too, the stream wrapped in C++ (CUDA: "
+          "`wrapper`, commlib._C_cuda.stream_wrapper()).")
       .def("clear", &DeviceCallCache::clear, "Forget every call and the last engine; release the buffers held.")
       .def("forget", &DeviceCallCache::forget, "Forget every call (the buffers stay held).")
       .def("hold", &DeviceCallCache::hold, py::arg("work"), py::arg("refs"),
@@ -64,6 +90,10 @@ void bind_device_call_cache(py::module_& m) {
       "device_native_new_shape_count", [] { return DeviceCallCounts::native_new_shapes.load(); },
       "Of the C++ callers' calls that ran, those of a shape the Python path never ran (checked and resolved in "
       "C++ on an engine and stream the route set up), in this process, for tests.");
+  m.def(
+      "device_native_stream_count", [] { return DeviceStreamCounts::wrapped.load(); },
+      "Streams the call caches wrapped in C++ (a stream of a set-up engine no call of the route ran on), in this "
+      "process, for tests.");
   m.def(
       "device_native_p2p_count", [] { return DeviceCallCounts::native_p2p.load(); },
       "Point-to-point batches C++ callers (the torch backend's CUDA sends and receives) enqueued on a device "
