@@ -44,7 +44,8 @@ void bind_device_call_cache(py::module_& m) {
           "CUDA): C++ callers' batches on that stream run on `engine`. False for a kind without a current stream.")
       .def(
           "add_engine",
-          [](DeviceCallCache& c, int kind, int device, std::shared_ptr<StreamEngine> engine, py::object wrapper) {
+          [](DeviceCallCache& c, int kind, int device, std::shared_ptr<StreamEngine> engine, py::object stream_of,
+             py::object wrapper) {
             DeviceP2PStreams::Wrap wrap;
             if (static_cast<BufferKind>(kind) == BufferKind::Emulated) {
               std::shared_ptr<EmulatedDevice> d = std::dynamic_pointer_cast<EmulatedDevice>(engine->shared_device());
@@ -59,12 +60,13 @@ void bind_device_call_cache(py::module_& m) {
             } else {
               throw std::invalid_argument("kind: 2 (emulated) or 3 (CUDA)");
             }
-            c.streams().add_engine(static_cast<BufferKind>(kind), device, std::move(engine), std::move(wrap));
+            c.add_engine(static_cast<BufferKind>(kind), device, std::move(engine), std::move(wrap), std::move(stream_of));
           },
-          py::arg("kind"), py::arg("device"), py::arg("engine"), py::arg("wrapper") = py::none(),
-          "After the route set up `engine` for device kind:device (2 emulated, 3 CUDA): C++ callers' calls on a "
-          "stream of that device no call of the route ran on run too, the stream wrapped in C++ (CUDA: "
-          "`wrapper`, commlib._C_cuda.stream_wrapper()).")
+          py::arg("kind"), py::arg("device"), py::arg("engine"), py::arg("stream_of"), py::arg("wrapper") = py::none(),
+          "After the route set up `engine` for device kind:device (2 emulated, 3 CUDA): calls on a stream of that "
+          "device no call of the route ran on run from C++ too, the stream wrapped in C++ (CUDA: `wrapper`, "
+          "commlib._C_cuda.stream_wrapper()), and new shapes through the Python entry (`stream_of`: the route's "
+          "stream resolver of the device, for their works).")
       .def("clear", &DeviceCallCache::clear, "Forget every call and the last engine; release the buffers held.")
       .def("forget", &DeviceCallCache::forget, "Forget every call (the buffers stay held).")
       .def("hold", &DeviceCallCache::hold, py::arg("work"), py::arg("refs"),
@@ -81,6 +83,10 @@ void bind_device_call_cache(py::module_& m) {
   m.def(
       "device_fast_path_counts", [] { return std::make_pair(DeviceCallCounts::offers, DeviceCallCounts::hits); },
       "(device calls offered to the C++ entry's cache, how many of them it ran) in this process, for tests.");
+  m.def(
+      "device_fast_path_new_shape_count", [] { return DeviceCallCounts::new_shapes; },
+      "Of the calls the C++ entry ran (device_fast_path_counts' second), those of a shape the Python path never "
+      "ran (checked and resolved in C++ on an engine the route set up), in this process, for tests.");
   m.def(
       "device_native_counts",
       [] { return std::make_pair(DeviceCallCounts::native_offers.load(), DeviceCallCounts::native_hits.load()); },
