@@ -34,7 +34,8 @@ def hits_and_misses(comm, n=5):
     up on the Python path and fills the cache), a view of the same memory as another dtype, a slice
     (another pointer and count): each a new shape the C++ entry runs itself; another current stream
     (a new stream and shape, run from C++ too, then hits there) and the default stream again, async
-    calls (hits that return works), and the buffers held until executed whichever path ran the call;
+    calls (hits that return works), an async new shape, and the buffers held until executed
+    whichever path ran the call;
     "new_shapes": the calls the C++ entry resolved itself over all of them."""
     def run(sub):
         out = {}
@@ -74,6 +75,16 @@ def hits_and_misses(comm, n=5):
                 w.synchronize()
             return all(type(w).__name__ == "DeviceWork" for w in works) and bool((ints.numpy() == P ** 7).all())
         out["async"] = _hits_of(async_calls)
+
+        def async_new_shape():
+            # A new shape called async: run from C++, its work the route's (wait() orders the
+            # current stream through the route's resolver), the result right.
+            fresh = emu.from_numpy(np.full(5, sub.rank + 1, np.int64))
+            w = sub.all_reduce(fresh, async_op=True)
+            w.wait()
+            w.synchronize()
+            return type(w).__name__ == "DeviceWork" and bool((fresh.numpy() == P * (P + 1) // 2).all())
+        out["async new shape"] = _hits_of(async_new_shape)
 
         def buffers_released():
             # Both paths' calls hold their buffers in one queue until executed, released by the

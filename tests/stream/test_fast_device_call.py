@@ -22,9 +22,11 @@ def test_repeated_calls_hit_and_changed_keys_miss(pool):
         assert out["pointer"] == (1, True), out
         assert out["stream"] == ((1, 2, 1), True), out
         assert out["async"] == (2, True), out
+        assert out["async new shape"] == (1, True), out
         assert out["released"] == (2, True), out
-        # dtype, y's first call, the slice, ints' first call, ints' on the other stream, w's second.
-        assert out["new_shapes"] == 6, out
+        # dtype, y's first call, the slice, ints' first call, ints' on the other stream, the async
+        # one, w's second.
+        assert out["new_shapes"] == 7, out
 
 
 def test_every_collective_hits_blocking_async_and_on_a_named_stream(pool):
