@@ -293,3 +293,38 @@ def new_shapes_cost_what_hits_do(comm, n=100):
     right = all(np.array_equal(x.numpy(), np.full(16, P * (P + 1) // 2, np.float32)) for x in fresh)
     o.shutdown()
     return calls, new, right
+
+
+def p2p_on_a_new_stream(comm, n=64):
+    """After the set-up call (a collective on the default stream), a receive-first ring of sends and
+    receives on a stream no call ran on runs from C++ (the backend's hold and batches, the seam of
+    ``hold_device_message``): the stream wrapped in C++, one engine batch, exact. Returns (the
+    Python route's calls and batches, batches from C++, streams wrapped, the message right)."""
+    P, r = comm.size, comm.rank
+    o = Offers(comm)
+    batches = []
+    p2p = o.route.p2p
+
+    def spy(*args, **kwargs):
+        batches.append(1)
+        return p2p(*args, **kwargs)
+    o.route.p2p = spy
+    o.call("all_reduce", emu.from_numpy(np.ones(8, np.float32))).synchronize()  # set-up
+    side = emu.Stream()
+    a = emu.from_numpy(np.arange(n, dtype=np.float32) + 100 * r)
+    b = emu.empty(n, "float32")
+    emu.current_stream().synchronize()
+    p2p0, wrapped0 = _C.device_native_p2p_count(), _C.device_native_stream_count()
+    with emu.use_stream(side):
+        works = o.backend._device_p2p([(False, b.data_ptr(), b.nbytes, (r - 1) % P),
+                                        (True, a.data_ptr(), a.nbytes, (r + 1) % P)], 0,
+                                       _C.emulated_current_stream())
+        for w in works:
+            w.wait()
+        for w in works:
+            w.synchronize()
+    right = bool(np.array_equal(b.numpy(), np.arange(n, dtype=np.float32) + 100 * ((r - 1) % P)))
+    out = (o.python_calls, len(batches), _C.device_native_p2p_count() - p2p0,
+           _C.device_native_stream_count() - wrapped0, right)
+    o.shutdown()
+    return out

@@ -85,6 +85,17 @@ def test_calls_on_new_streams_run_from_cpp_after_set_up(pool, size):
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.parametrize("size", [2, 3])
+def test_sends_and_receives_on_a_new_stream_run_from_cpp(pool, size):
+    # The set-up was a collective on the default stream; a ring on a stream no call ran on goes out
+    # as one engine batch from C++ (the stream wrapped there), never through Communicator.batch_p2p.
+    for rank, (python_calls, python_batches, batches, wrapped, right) in enumerate(
+            pool(size, env=ENV).run(cases.p2p_on_a_new_stream, timeout=60)):
+        assert python_calls == ["all_reduce"] and python_batches == 0, (rank, python_calls, python_batches)
+        assert batches == 1 and wrapped == 1 and right, (rank, batches, wrapped, right)
+
+
+@pytest.mark.timeout(90)
 def test_a_stream_set_up_by_a_batch_serves_new_collectives_from_cpp(pool):
     for rank, (python_calls, batches, new, right) in enumerate(
             pool(2, env=ENV).run(cases.stream_set_up_by_a_batch, timeout=60)):
