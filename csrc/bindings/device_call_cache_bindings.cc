@@ -26,10 +26,13 @@ void bind_device_call_cache(py::module_& m) {
              py::handle scale, py::handle stream, std::shared_ptr<StreamEngine> engine, Collective coll,
              const std::string& algo, uintptr_t in, uintptr_t out, int64_t count, DType dtype, RedOp red, int root_value,
              double scale_value, std::shared_ptr<DeviceStream> device_stream, py::object stream_of) {
-            if (algo == "nccl") return false;  // NCCL's own collective: the route makes its communicator first
-            return c.add(a, b, op, algorithm, root, scale, stream, std::move(engine),
-                         collective_call(coll, algo, in, out, count, dtype, red, root_value, scale_value),
-                         std::move(device_stream), std::move(stream_of));
+            // (algorithm="nccl" as engine.run reads it: NCCL's own collective, device_bindings.cc)
+            const bool nccl = algo == "nccl";
+            CollectiveCall call = collective_call(coll, nccl ? "auto" : algo, in, out, count, dtype, red, root_value,
+                                                  scale_value);
+            if (nccl) call.algo = kNcclAlgorithmCode;
+            return c.add(a, b, op, algorithm, root, scale, stream, std::move(engine), call, std::move(device_stream),
+                         std::move(stream_of));
           },
           "add(a, b, op, algorithm, root, scale, stream, engine, *engine.run's arguments, stream_of): after the call "
           "ran, later calls of the same arguments (as the entry reads them) hit. False when not cacheable.")

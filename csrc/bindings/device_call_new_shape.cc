@@ -12,8 +12,8 @@
 //   - per shape: the argument checks, the resolution (algorithm, plan, path: StreamEngine::prepare)
 //     and the enqueue. The checks are the Python path's (commlib/core/call_checks.py and the route),
 //     restated below for a call whose buffers the caller already described (one dense buffer per
-//     side on one device): anything they would refuse, and algorithm="nccl" (whose communicator the
-//     route makes on first use), is declined here, so the caller hands it over and the Python path
+//     side on one device): anything they would refuse, and algorithm="nccl" before NCCL's
+//     communicator exists (the route makes it at the first such call), is declined here, so the caller hands it over and the Python path
 //     raises its own message naming the argument, before anything is enqueued. Everything after
 //     the checks is the engine's, on either path: each call's descriptor published and checked
 //     against the peers' (MismatchError), a failed peer's PeerError, the capture rules
@@ -66,8 +66,9 @@ bool accepted_as_the_python_path_would(const CallKey& k, int size) {
   } else if (c.op != RedOp::Sum || c.scale != 1.0) {
     return false;  // (the Python path describes a data-movement call as "sum", scale 1)
   }
-  if (c.algo == kNcclAlgorithmCode) return false;  // NCCL's communicator: the route makes it on first use
-  if (c.algo != 0) {
+  if (c.algo == kNcclAlgorithmCode) {  // (whether its communicator exists: nccl_ready, below)
+    if (collective_reduces(c.coll) && op_is_bitwise(c.op)) return false;  // the route: "NCCL has no band"
+  } else if (c.algo != 0) {
     try {
       algorithm_name(c.coll, c.algo);  // registered (the Python side names an unknown one)
     } catch (const std::invalid_argument&) {
@@ -75,6 +76,13 @@ bool accepted_as_the_python_path_would(const CallKey& k, int size) {
     }
   }
   return true;
+}
+
+// An algorithm="nccl" call needs NCCL's communicator, which the route makes at the first such call
+// (through the store: commlib/device/nccl_comm.py); later ones of any shape run here. (An aborted
+// one is not ready either: the route raises the engine's error.)
+bool nccl_ready(const CallKey& k, StreamEngine& engine) {
+  return k.call.algo != kNcclAlgorithmCode || engine.nccl().ready();
 }
 
 }  // namespace
@@ -90,7 +98,9 @@ bool DeviceCallCache::prepare_new_shape(const CallKey& k, bool async, std::optio
   if (async && k.kind_a != BufferKind::Emulated) return false;
   std::shared_ptr<StreamEngine> engine;
   std::shared_ptr<DeviceStream> stream;
-  if (!streams_.find(DeviceStreamKey{k.kind_a, k.device_a, k.current_stream}, &engine, &stream)) return false;
+  if (!streams_.find(DeviceStreamKey{k.kind_a, k.device_a, k.current_stream}, &engine, &stream) ||
+      !nccl_ready(k, *engine))
+    return false;
   PreparedCall call = engine->prepare(k.call);  // (throws what the engine's plan throws)
   entry->emplace(Entry{std::move(engine), std::move(call), std::move(stream), resolver->second, pybind11::none()});
   return true;
@@ -100,8 +110,9 @@ bool DeviceCallCache::run_new_shape(const CallKey& k, std::shared_ptr<DeviceWork
   if (!accepted_as_the_python_path_would(k, size_)) return false;
   std::shared_ptr<StreamEngine> engine;
   std::shared_ptr<DeviceStream> stream;
-  if (!streams_.find(DeviceStreamKey{k.kind_a, k.device_a, k.current_stream}, &engine, &stream))
-    return false;  // the engine or this stream not set up yet: the Python route's (once per stream)
+  if (!streams_.find(DeviceStreamKey{k.kind_a, k.device_a, k.current_stream}, &engine, &stream) ||
+      !nccl_ready(k, *engine))
+    return false;  // the engine not set up yet, or NCCL's communicator: the Python route's
   const uint64_t tuning = tuning_generation(), registry = registry_generation();
   NativeEntry entry{engine, engine->prepare(k.call), stream};  // (throws what the engine's plan throws)
   enqueue_native(*engine, entry.call, *stream, work);
