@@ -112,7 +112,8 @@ PyObject* DeviceCallCache::run(Collective coll, PyObject* const* args, const Buf
       return nullptr;
     }
   }
-  const Entry hit = fresh ? *fresh : it->second;  // a copy: another thread may clear the cache while the GIL is released
+  // A copy: another thread may clear the cache while the GIL is released.
+  const Entry hit = fresh ? *fresh : it->second;
   release_completed();           // what the previous calls' enqueues retired (no device call)
   // A blocking call makes no work handle: its buffers are held by the engine's ordinal of the
   // call, released once the engine retired it. An async call re-arms a pooled handle nothing

@@ -195,6 +195,7 @@ def captured_new_shapes(comm):
     o.call("all_reduce", emu.from_numpy(np.ones(8, np.float32))).synchronize()  # set-up, default stream
     side = emu.Stream()
     x = emu.from_numpy(np.ones(24, np.float32))
+    emu.current_stream().synchronize()  # x's upload (on the default stream) before `side` reads it
     wrapped0 = _C.device_native_stream_count()
     with emu.use_stream(side):
         refused = "no error"
