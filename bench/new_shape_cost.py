@@ -2,8 +2,10 @@
 #37 item 2): the C++ backend's CUDA entry (its test seam ``CommlibBackend._device_collective``,
 the ``device_run`` its CUDA calls take) running each call on fresh buffers from C++
 (csrc/bindings/device_call_new_shape.cc), against the same calls through the Python device route
-(where the backend handed every new shape before session 22), and against a steady call of the
-entry (the same buffers every time: a cache hit), all in the same job.
+(where the backend handed every new shape before session 22: named the stream, so the Python
+communicator's own entry hands it there too), the same calls through that entry (which runs a new
+shape from C++ since session 23, ``DeviceCallCache::prepare_new_shape``), and against a steady call
+of the backend's entry (the same buffers every time: a cache hit), all in the same job.
 
     python bench/new_shape_cost.py [--calls 300] [--json out.json]
 
@@ -25,7 +27,8 @@ import sys
 import time
 
 KERNEL_ENV = {"COMMLIB_DEVICE_PATH": "kernel", "COMMLIB_TIMEOUT": "120"}
-KINDS = ("steady (C++ hit)", "new shape from C++", "new shape through Python")
+KINDS = ("steady (C++ hit)", "new shape from C++", "new shape through Python",
+         "new shape through the Python entry")
 
 
 def rank_main(comm, calls):
@@ -64,6 +67,9 @@ def rank_main(comm, calls):
             elif kind == KINDS[1]:
                 for a in fresh:
                     works.append(seam(a))
+            elif kind == KINDS[2]:
+                for a in fresh:  # (a named stream: the Python device route's path)
+                    works.append(c.all_reduce(a, async_op=True, stream=stream))
             else:
                 for a in fresh:
                     works.append(c.all_reduce(a, async_op=True))

@@ -250,6 +250,11 @@ class DeviceRoute(RouteFailure):
         self._engines[key] = engine
         self._devices[key] = device
         self._prefixes[key] = prefix
+        # Any stream and shape of this device runs from C++ now (bindings/device_p2p_streams.h).
+        stream_of = self._stream_of.get(key) or self._stream_of.setdefault(  # (buffers naming no stream)
+            key, stream_resolver(DeviceBuffer(buf.kind, 0, 0, "float32", buf.device_index)))
+        self._fast_calls.add_engine(_BUFFER_KIND[buf.kind], buf.device_index, engine, stream_of,
+                                    _cuda_module("tensor").stream_wrapper() if buf.kind == "cuda" else None)
         return engine
 
     def run(self, coll, algorithm, bufs, in_ptr, out_ptr, count, dtype, op, root, scale, async_op,
@@ -386,7 +391,7 @@ def _register_stream_readers():
         _C.register_cuda_stream_reader(sys.modules["cupy"].cuda.get_current_stream, "ptr")
 
 
-# Entries of the route's per-call caches (resolved calls, wrapped streams) before they start over.
+# Streams the route's resolver wraps before it starts over.
 _MAX_CACHED = 256
 # DeviceBuffer.kind as the C++ cache's BufferKind (bindings/buffer_view.h).
 _BUFFER_KIND = {"emulated": 2, "cuda": 3}

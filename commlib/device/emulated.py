@@ -159,6 +159,9 @@ def default_stream(device_index: Optional[int] = None) -> Stream:
     s = _defaults.get(device_index)
     if s is None:
         s = _defaults[device_index] = Stream(device_index)
+        # The C++ entry names it by identity 0 (a thread's current stream outside use_stream) and
+        # finds it here for a call on a stream the device route has not seen (EmulatedDevice::stream_named).
+        s._device.set_default_stream(s._stream)
     return s
 
 

@@ -85,10 +85,11 @@ struct CoreApi {
   // (bindings/buffer_view.h BufferKind: 2 emulated, 3 CUDA; 0 for an output the method does not
   // take), `device` their device index, `stream` the current stream (the cudaStream_t; the
   // emulated stream's identity). 1: enqueued on that stream, *work its handle (a call the cache
-  // holds, or a new shape on a stream the route set up, checked and resolved in C++:
-  // device_call_new_shape.cc); 0: nothing ran (the route has run no call on that stream yet, or an
-  // argument the Python path explains, or algorithm="nccl": the caller hands the call to the Python
-  // path, which sets up, checks and raises or runs it); -1: error (err).
+  // holds, or a new shape on a stream of an engine the route set up, checked and resolved in C++:
+  // device_call_new_shape.cc); 0: nothing ran (the route has set no engine up on that device yet,
+  // or an argument the Python path explains, or algorithm="nccl" before NCCL's communicator exists:
+  // the caller hands the call to the Python path, which sets up, checks and raises or runs it);
+  // -1: error (err).
   int (*device_collective)(void* cache, const CollectiveCall& call, uint8_t kind_in, uint8_t kind_out, int device,
                            uintptr_t stream, std::shared_ptr<DeviceWork>* work, CoreError* err);
   // The engine retired the call (seen complete; an atomic load, no device call): its buffers may go.

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "bindings/device_stream_wrapper.h"
 #include "common/types.h"
 #include "device/cuda_device.h"
 #include "kernels/cuda_reduce.h"
@@ -180,4 +181,15 @@ PYBIND11_MODULE(_C_cuda, m) {
         });
       },
       py::arg("index"), py::arg("stream"), "A caller-owned cudaStream_t (0: the legacy default stream) as a capsule.");
+  // The same wrapping as a function commlib._C calls without Python, for streams the engine has
+  // not seen (bindings/device_stream_wrapper.h).
+  m.def(
+      "stream_wrapper",
+      [] {
+        CudaStreamWrapper wrap = [](int index, uintptr_t stream) -> std::shared_ptr<DeviceStream> {
+          return cuda_device(index)->wrap_stream(stream);
+        };
+        return py::capsule(reinterpret_cast<void*>(wrap), kCudaStreamWrapperCapsule);
+      },
+      "CudaDevice::wrap_stream as a function pointer in a capsule, for commlib._C's call cache.");
 }

@@ -188,6 +188,8 @@ void bind_device(py::module_& m) {
       .def("driver_calls", &EmulatedDevice::driver_calls,
            "Driver calls made on this device so far, by the CUDA call each stands for (tests pin a call's "
            "structure: launches, event records and waits, host functions).")
+      .def("set_default_stream", &EmulatedDevice::set_default_stream, py::arg("stream"),
+           "The stream commlib.emulated uses as this device's default stream (identity 0 of the C++ entry).")
       .def("inject_fault", &EmulatedDevice::inject_fault, py::arg("kind"))
       .def_property_readonly("fault", &EmulatedDevice::fault)
       // Emulated memory is host memory: read it back directly (after a synchronize).

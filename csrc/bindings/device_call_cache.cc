@@ -12,9 +12,10 @@ namespace py = pybind11;
 
 namespace commlib {
 
-uint64_t DeviceCallCounts::offers = 0, DeviceCallCounts::hits = 0;
+uint64_t DeviceCallCounts::offers = 0, DeviceCallCounts::hits = 0, DeviceCallCounts::new_shapes = 0;
 std::atomic<uint64_t> DeviceCallCounts::native_offers{0}, DeviceCallCounts::native_hits{0},
     DeviceCallCounts::native_p2p{0}, DeviceCallCounts::native_new_shapes{0};
+std::atomic<uint64_t> DeviceStreamCounts::wrapped{0};
 
 bool DeviceCallCache::add(py::handle a, py::handle b, py::handle op, py::handle algorithm, py::handle root,
                           py::handle scale, py::handle stream, std::shared_ptr<StreamEngine> engine,
@@ -48,6 +49,12 @@ bool DeviceCallCache::add(py::handle a, py::handle b, py::handle op, py::handle 
   return true;
 }
 
+void DeviceCallCache::add_engine(BufferKind kind, int device, std::shared_ptr<StreamEngine> engine,
+                                 DeviceP2PStreams::Wrap wrap, py::object stream_of) {
+  streams_.add_engine(kind, device, std::move(engine), std::move(wrap));
+  stream_of_[DeviceStreamKey{kind, device, 0}] = std::move(stream_of);
+}
+
 void DeviceCallCache::forget() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -55,6 +62,7 @@ void DeviceCallCache::forget() {
     new_shapes_.clear();
     streams_.clear();
   }
+  stream_of_.clear();
   works_.clear();
   native_works_.clear();
 }
@@ -66,6 +74,7 @@ void DeviceCallCache::clear() {
     new_shapes_.clear();
     streams_.clear();
   }
+  stream_of_.clear();
   while (!pending_.empty()) pop_held();
   works_.clear();
   native_works_.clear();
@@ -80,18 +89,31 @@ void DeviceCallCache::hold(std::shared_ptr<DeviceWork> work, py::handle refs) {
 PyObject* DeviceCallCache::run(Collective coll, PyObject* const* args, const BufferView& va, const BufferView& vb) {
   ++DeviceCallCounts::offers;
   PyObject *a = args[2], *b = args[3], *async_op = args[7], *stream = args[9];
-  if (entries_.empty() || (async_op != Py_True && async_op != Py_False)) Py_RETURN_NOTIMPLEMENTED;
-  if (!valid()) {  // a new tuning table or algorithm: what the entries resolved may have changed
+  // (no engine set up yet: the route's first call on the device sets one up)
+  if ((entries_.empty() && stream_of_.empty()) || (async_op != Py_True && async_op != Py_False))
+    Py_RETURN_NOTIMPLEMENTED;
+  if (!entries_.empty() && !valid()) {  // a new tuning table or algorithm: what the entries resolved may have changed
     std::lock_guard<std::mutex> lock(mu_);
     entries_.clear();
-    Py_RETURN_NOTIMPLEMENTED;
   }
   CallKey k;
   if (!key_of(size_, rank_, coll, args[4], args[5], args[6], args[8], stream, va, vb, &k)) Py_RETURN_NOTIMPLEMENTED;
   // (no lock: every writer of entries_ holds the GIL, as this reader does)
   const auto it = entries_.find(k);
-  if (it == entries_.end()) Py_RETURN_NOTIMPLEMENTED;
-  const Entry hit = it->second;  // a copy: another thread may clear the cache while the GIL is released
+  std::optional<Entry> fresh;  // a new shape, kept among the entries once it ran
+  uint64_t tuning = 0, registry = 0;
+  if (it == entries_.end()) {
+    tuning = tuning_generation();
+    registry = registry_generation();
+    try {
+      if (!prepare_new_shape(k, async_op == Py_True, &fresh)) Py_RETURN_NOTIMPLEMENTED;
+    } catch (...) {
+      set_python_error(std::current_exception());
+      return nullptr;
+    }
+  }
+  // A copy: another thread may clear the cache while the GIL is released.
+  const Entry hit = fresh ? *fresh : it->second;
   release_completed();           // what the previous calls' enqueues retired (no device call)
   // A blocking call makes no work handle: its buffers are held by the engine's ordinal of the
   // call, released once the engine retired it. An async call re-arms a pooled handle nothing
@@ -122,6 +144,16 @@ PyObject* DeviceCallCache::run(Collective coll, PyObject* const* args, const Buf
   }
   last_engine = hit.engine;
   ++DeviceCallCounts::hits;
+  if (fresh) {
+    // Kept once enqueued (a refused call adds nothing, as on the Python path), under the
+    // generations read before prepare: a table changed meanwhile drops it at the next call.
+    ++DeviceCallCounts::new_shapes;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (tuning_ != tuning || registry_ != registry || entries_.size() >= kMaxCached) entries_.clear();
+    tuning_ = tuning;
+    registry_ = registry;
+    entries_[k] = std::move(*fresh);
+  }
   release_completed();  // after the enqueue: its begin() retired what completed before it
   Py_INCREF(a);
   Py_XINCREF(b == Py_None ? nullptr : b);

@@ -9,9 +9,10 @@
 // Why a cache and not checks in C++: the Python path (commlib/core/device_route.py) owns every
 // check and error message. It adds a call here only after that call passed every check and was
 // enqueued; the key holds everything the checks looked at, so a hit is a call the checks already
-// accepted. A miss, or any unusual argument, answers NotImplemented: the Python path takes it and
-// raises naming the argument. (C++ callers, whose buffers are described already, also run a miss
-// on a stream the route set up, checked as the Python path checks it: device_call_new_shape.cc.)
+// accepted. A miss on a stream of an engine the route set up is a new shape, checked as the Python
+// path checks it and run here (device_call_new_shape.cc: for C++ callers, and for the Python entry
+// on the current stream); any other miss, or any unusual argument, answers NotImplemented: the
+// Python path takes it and raises naming the argument.
 //
 // It also knows the streams calls ran on as current streams (device_p2p_streams.h): where the torch
 // backend's CUDA sends and receives are enqueued from C++ (core_api.h device_p2p).
@@ -27,6 +28,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "bindings/device_call_key.h"
@@ -42,6 +44,9 @@ namespace commlib {
 // Calls offered to the caches in this process, for tests (device_call_cache_bindings.cc).
 struct DeviceCallCounts {
   static uint64_t offers, hits;  // through the Python entry (under the GIL)
+  // Of hits, the calls the Python entry resolved itself (a shape the Python path never ran, on an
+  // engine the route set up: run's new-shape branch, device_call_new_shape.cc).
+  static uint64_t new_shapes;
   // Offered by C++ callers without the GIL (run_device_call_native: the torch backend's CUDA
   // tensors), how many of them ran, and point-to-point batches they enqueued (run_p2p_native).
   static std::atomic<uint64_t> native_offers, native_hits, native_p2p;
@@ -76,6 +81,12 @@ class DeviceCallCache {
   // Where C++ callers' point-to-point batches run (run_device_p2p_native; add_stream).
   DeviceP2PStreams& streams() { return streams_; }
 
+  // The route set up `engine` for device `kind`:`device` (under the GIL): calls on any stream of it
+  // may run from C++ (`wrap`: device_p2p_streams.h), the Python entry's new shapes with the route's
+  // stream resolver `stream_of` for their work handles.
+  void add_engine(BufferKind kind, int device, std::shared_ptr<StreamEngine> engine, DeviceP2PStreams::Wrap wrap,
+                  pybind11::object stream_of);
+
   // Forgets every call (the route aborted: its buffers stay held, the streams may still run them).
   void forget();
   // Forgets every call and the last engine, releases the held buffers (the route closed its engines).
@@ -90,14 +101,17 @@ class DeviceCallCache {
     std::lock_guard<std::mutex> lock(mu_);
     return entries_.size();
   }
-  // Calls C++ callers resolved themselves (new shapes), kept for their later calls.
+  // Calls C++ callers resolved themselves (new shapes), kept for their later calls (the Python
+  // entry's own new shapes are kept among its entries: size()).
   size_t new_shapes() const {
     std::lock_guard<std::mutex> lock(mu_);
     return new_shapes_.size();
   }
 
   // The Python entry's lookup (fast_call.cc, under the GIL): None (blocking) or the work handle,
-  // NotImplemented on a miss, nullptr with the error set when the engine raised.
+  // NotImplemented on a miss, nullptr with the error set when the engine raised. A miss on the
+  // current stream of a set-up engine is a new shape, run as C++ callers' are (prepare_new_shape)
+  // and kept among the entries.
   PyObject* run(Collective coll, PyObject* const* args, const BufferView& va, const BufferView& vb);
 
   // The same lookup for a caller without the GIL (the torch backend's C++ path, core_api.h's
@@ -125,6 +139,12 @@ class DeviceCallCache {
   // for `k`'s stream, the call checked as the Python path checks it, resolved (prepare) and enqueued;
   // kept in new_shapes_ once it was. False when the stream is not known or an argument is unusual.
   bool run_new_shape(const CallKey& k, std::shared_ptr<DeviceWork>* work);
+  // The Python entry's miss (device_call_new_shape.cc, under the GIL): `*entry` resolved for `k` as
+  // run_new_shape resolves it, with the route's stream resolver; false when the Python path must
+  // take the call (a named stream, an argument it explains, no engine on that device, an async
+  // call whose work the route's resolver for the device would not describe). Throws what prepare
+  // throws.
+  bool prepare_new_shape(const CallKey& k, bool async, std::optional<Entry>* entry);
   // Enqueues `call` on `stream` of `engine` with a pooled work re-armed, else a new one (pooled).
   void enqueue_native(StreamEngine& engine, const PreparedCall& call, DeviceStream& stream,
                       std::shared_ptr<DeviceWork>* work);
@@ -149,6 +169,8 @@ class DeviceCallCache {
   std::unordered_map<CallKey, NativeEntry, CallKeyHash> new_shapes_;
   uint64_t new_tuning_ = 0, new_registry_ = 0;
   DeviceP2PStreams streams_;  // the streams calls ran on as current streams (point-to-point from C++)
+  // (kind, device, 0) -> the route's stream resolver of that device (add_engine; under the GIL).
+  std::unordered_map<DeviceStreamKey, pybind11::object, DeviceStreamKeyHash> stream_of_;
   // A call's work (async calls and the Python path's) or its engine and ordinal (blocking calls
   // here), and the buffers it holds (no tuple made per blocking call).
   struct Held {

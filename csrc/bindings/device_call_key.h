@@ -15,6 +15,7 @@
 #include "bindings/buffer_view.h"
 #include "bindings/fast_call.h"
 #include "plan/call.h"
+#include "plan/describe.h"
 
 namespace commlib {
 
@@ -49,9 +50,17 @@ struct CallKeyHash {
 };
 
 // The key of one call through the Python entry; false when its arguments are not a plain call.
+// algorithm="nccl" (NCCL's own collective, device buffers only: the name table, which the host path
+// reads too, does not know it) is read here, as the route's engine.run reads it.
 inline bool key_of(int P, int me, Collective coll, PyObject* op, PyObject* algorithm, PyObject* root, PyObject* scale,
                    PyObject* stream, const BufferView& va, const BufferView& vb, CallKey* k) {
-  if (!call_of(coll, P, me, op, algorithm, root, scale, va, vb, &k->call)) return false;
+  static PyObject* const nccl_name = PyUnicode_InternFromString("nccl");
+  static PyObject* const auto_name = PyUnicode_InternFromString("auto");
+  const bool nccl = algorithm == nccl_name || (PyUnicode_CheckExact(algorithm) &&
+                                               PyUnicode_Compare(algorithm, nccl_name) == 0);
+  if (nccl && coll == Collective::Barrier) return false;
+  if (!call_of(coll, P, me, op, nccl ? auto_name : algorithm, root, scale, va, vb, &k->call)) return false;
+  if (nccl) k->call.algo = kNcclAlgorithmCode;
   // Both buffers on devices of one kind (the Python path explains mixtures).
   if (!on_device(va.kind) && va.kind != BufferKind::None) return false;
   if (!on_device(vb.kind) && vb.kind != BufferKind::None) return false;

@@ -1,17 +1,19 @@
-// A C++ caller's device collective of a shape the Python path never ran (bindings/device_call_cache.h,
-// run_new_shape): the torch backend's CUDA tensors whose buffers, count, dtype, op or root are new,
+// A device collective of a shape the Python path never ran (bindings/device_call_cache.h,
+// run_new_shape for C++ callers, prepare_new_shape for the Python entry): the torch backend's CUDA
+// tensors, or the Python communicator's buffers, whose buffers, count, dtype, op or root are new,
 // the common case in training (fresh activations and gradients every step), enqueued with no Python.
 //
-// What a first call needs splits in two (docs/torch_backend.md, "What stays on the Python path"):
-//   - once per (communicator, device, stream): the engine's set-up (a rendezvous of every rank
-//     through the store, the first call published for a peer in a host call to see) and the
-//     stream's wrapper (commlib._C_cuda's DeviceStream). The Python route does both and remembers
-//     the stream with its engine (streams_, device_p2p_streams.h) after any call on it;
+// What a first call needs splits in three (docs/torch_backend.md, "What stays on the Python path"):
+//   - once per (communicator, device): the engine's set-up (a rendezvous of every rank through the
+//     store, the first call published for a peer in a host call to see). The Python route does it
+//     and hands the engine to the cache (add_engine);
+//   - once per stream: its wrapper as the engine's DeviceStream, made in C++ at the stream's first
+//     call when no call of the route ran on it (device_p2p_streams.h);
 //   - per shape: the argument checks, the resolution (algorithm, plan, path: StreamEngine::prepare)
 //     and the enqueue. The checks are the Python path's (commlib/core/call_checks.py and the route),
 //     restated below for a call whose buffers the caller already described (one dense buffer per
-//     side on one device): anything they would refuse, and algorithm="nccl" (whose communicator the
-//     route makes on first use), is declined here, so the caller hands it over and the Python path
+//     side on one device): anything they would refuse, and algorithm="nccl" before NCCL's
+//     communicator exists (the route makes it at the first such call), is declined here, so the caller hands it over and the Python path
 //     raises its own message naming the argument, before anything is enqueued. Everything after
 //     the checks is the engine's, on either path: each call's descriptor published and checked
 //     against the peers' (MismatchError), a failed peer's PeerError, the capture rules
@@ -64,8 +66,9 @@ bool accepted_as_the_python_path_would(const CallKey& k, int size) {
   } else if (c.op != RedOp::Sum || c.scale != 1.0) {
     return false;  // (the Python path describes a data-movement call as "sum", scale 1)
   }
-  if (c.algo == kNcclAlgorithmCode) return false;  // NCCL's communicator: the route makes it on first use
-  if (c.algo != 0) {
+  if (c.algo == kNcclAlgorithmCode) {  // (whether its communicator exists: nccl_ready, below)
+    if (collective_reduces(c.coll) && op_is_bitwise(c.op)) return false;  // the route: "NCCL has no band"
+  } else if (c.algo != 0) {
     try {
       algorithm_name(c.coll, c.algo);  // registered (the Python side names an unknown one)
     } catch (const std::invalid_argument&) {
@@ -75,14 +78,41 @@ bool accepted_as_the_python_path_would(const CallKey& k, int size) {
   return true;
 }
 
+// An algorithm="nccl" call needs NCCL's communicator, which the route makes at the first such call
+// (through the store: commlib/device/nccl_comm.py); later ones of any shape run here. (An aborted
+// one is not ready either: the route raises the engine's error.)
+bool nccl_ready(const CallKey& k, StreamEngine& engine) {
+  return k.call.algo != kNcclAlgorithmCode || engine.nccl().ready();
+}
+
 }  // namespace
+
+bool DeviceCallCache::prepare_new_shape(const CallKey& k, bool async, std::optional<Entry>* entry) {
+  // A named stream is the route's resolver's to read (a torch or CuPy stream object, an integer).
+  if (k.stream != nullptr || !accepted_as_the_python_path_would(k, size_)) return false;
+  const auto resolver = stream_of_.find(DeviceStreamKey{k.kind_a, k.device_a, 0});
+  if (resolver == stream_of_.end()) return false;  // no engine on that device: the route sets one up
+  // An async call's work maps wait(stream=None) through the route's resolver of the device, which
+  // names the current stream; a CUDA buffer may name its own (__cuda_array_interface__'s stream),
+  // which only the route's resolver for that buffer knows: the Python path takes those.
+  if (async && k.kind_a != BufferKind::Emulated) return false;
+  std::shared_ptr<StreamEngine> engine;
+  std::shared_ptr<DeviceStream> stream;
+  if (!streams_.find(DeviceStreamKey{k.kind_a, k.device_a, k.current_stream}, &engine, &stream) ||
+      !nccl_ready(k, *engine))
+    return false;
+  PreparedCall call = engine->prepare(k.call);  // (throws what the engine's plan throws)
+  entry->emplace(Entry{std::move(engine), std::move(call), std::move(stream), resolver->second, pybind11::none()});
+  return true;
+}
 
 bool DeviceCallCache::run_new_shape(const CallKey& k, std::shared_ptr<DeviceWork>* work) {
   if (!accepted_as_the_python_path_would(k, size_)) return false;
   std::shared_ptr<StreamEngine> engine;
   std::shared_ptr<DeviceStream> stream;
-  if (!streams_.find(DeviceStreamKey{k.kind_a, k.device_a, k.current_stream}, &engine, &stream))
-    return false;  // the engine or this stream not set up yet: the Python route's (once per stream)
+  if (!streams_.find(DeviceStreamKey{k.kind_a, k.device_a, k.current_stream}, &engine, &stream) ||
+      !nccl_ready(k, *engine))
+    return false;  // the engine not set up yet, or NCCL's communicator: the Python route's
   const uint64_t tuning = tuning_generation(), registry = registry_generation();
   NativeEntry entry{engine, engine->prepare(k.call), stream};  // (throws what the engine's plan throws)
   enqueue_native(*engine, entry.call, *stream, work);

@@ -2,9 +2,9 @@
 // caller's current stream by the stream engine, as torch's NCCL backend orders its calls, with no
 // Python on a steady call's path: the backend builds the call as the Python path would describe
 // it and offers it to the communicator's device call cache (bindings/device_call_cache.h) through
-// the core's table (core_api.h device_collective). The first call on a group and stream is handed
-// to the Python backend (its device route sets the engine up and wraps the stream); later calls run
-// from here, of any shape: a call the cache holds, or a new shape the core checks as the Python path
+// the core's table (core_api.h device_collective). The first call on a group and device is handed
+// to the Python backend (its device route sets the engine up); later calls run from here, on any
+// stream (wrapped in C++ at its first call: bindings/device_p2p_streams.h), of any shape: a call the cache holds, or a new shape the core checks as the Python path
 // would and resolves itself (bindings/device_call_new_shape.cc). What those checks would refuse is
 // declined and handed over too, so the Python side raises its message naming the argument.
 //

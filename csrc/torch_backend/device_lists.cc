@@ -1,8 +1,8 @@
 // gather, scatter and the list all_to_all of CUDA tensors on the C++ backend (issue #44): each as
 // one batch of the stream engine on the caller's current stream, as torch's NCCL backend runs them
 // (ncclSend/ncclRecv in one group), through the issue CUDA sends and receives take
-// (device_p2p.cc issue_device_round: from C++ on a stream the device route has run a call on, else
-// once through Communicator.batch_p2p, which sets that stream up). The uneven all_to_all_single
+// (device_p2p.cc issue_device_round: from C++ on any stream of an engine the device route set up,
+// else once through Communicator.batch_p2p, which sets the engine up). The uneven all_to_all_single
 // (device_exchange) is the same batch.
 //
 // Every rank of a group runs a CUDA call of these here (the C++ backend is every rank's), so no rank

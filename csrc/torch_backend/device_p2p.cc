@@ -7,9 +7,9 @@
 // after the batch (CudaWork::wait).
 //
 // A batch goes through the Python path (Communicator.batch_p2p on that stream) only while the device
-// route has run nothing on that stream: the route sets the engine up there (a rendezvous of every
-// rank, and commlib._C_cuda's wrapper of the stream) and remembers the stream, so every later batch
-// on it runs from here. What the route would check besides (peers, one device, device buffers) is
+// route has no engine on that device: the route sets the engine up (a rendezvous of every rank), so
+// every later batch on any stream of it runs from here (a stream no call ran on is wrapped in C++:
+// bindings/device_p2p_streams.h). What the route would check besides (peers, one device, device buffers) is
 // checked here before anything is held: the peer in range, one CUDA tensor.
 #include <c10/core/Event.h>
 #include <c10/core/StreamGuard.h>
@@ -76,7 +76,7 @@ bool CommlibBackend::python_batch(const std::vector<P2PHold::Held*>& round, std:
                                   CoreError* err) {
   const DeviceMessage& first = *round[0]->device;
   if (first.kind != kCudaBuffer) {  // (the test seam's emulated memory: the route has no tensor of it)
-    *err = {kCoreOtherError, "the device route has run no call on this stream yet"};
+    *err = {kCoreOtherError, "the device route has not set its engine up on this device yet"};
     return false;
   }
   if (!Py_IsInitialized()) {  // (held messages flushed while the interpreter is gone: no Python path)

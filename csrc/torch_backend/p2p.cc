@@ -31,7 +31,7 @@ void P2PHold::hold_device(bool send, at::Tensor t, int peer, std::shared_ptr<Dev
 namespace {
 
 // The lock order is the hold's mutex, then the GIL: a flush takes the GIL under the mutex (a CUDA
-// batch on a stream the device route has run nothing on goes through Python, python_batch; the
+// batch on a device the device route has no engine on yet goes through Python, python_batch; the
 // device call cache's address is read from Python once). So a thread that holds the GIL when it
 // flushes (torch's binding of Work.get_future keeps it; a backend dropped from Python closes its hold)
 // lets the GIL go while it waits for the mutex and flushes, and takes it back after; else it could

@@ -23,13 +23,23 @@ def _hits_of(fn):
     return _hits() - before, result
 
 
+# The collectives whose first call on a set-up engine runs from C++ as a new shape (checked and
+# resolved there: csrc/bindings/device_call_new_shape.cc); gather and scatter, whose buffers differ
+# per rank, take the Python path at their first call.
+RUN_AS_NEW_SHAPES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce")
+
+
 def hits_and_misses(comm, n=5):
-    """all_reduce: {case: (C++ hits, results right)} for n repeated calls (the first fills the
-    cache), a view of the same memory as another dtype, a slice (another pointer and count), another
-    current stream (a miss, then hits there) and the default stream again, async calls (hits that
-    return works), and the buffers held until executed whichever path ran the call."""
+    """all_reduce: {case: (C++ hits, results right)} for n repeated calls (the first sets the engine
+    up on the Python path and fills the cache), a view of the same memory as another dtype, a slice
+    (another pointer and count): each a new shape the C++ entry runs itself; another current stream
+    (a new stream and shape, run from C++ too, then hits there) and the default stream again, async
+    calls (hits that return works), an async new shape, and the buffers held until executed
+    whichever path ran the call;
+    "new_shapes": the calls the C++ entry resolved itself over all of them."""
     def run(sub):
         out = {}
+        new0 = _C.device_fast_path_new_shape_count()
         P = sub.size
         x = emu.from_numpy(np.full(6, sub.rank + 1, np.int32))
 
@@ -53,7 +63,7 @@ def hits_and_misses(comm, n=5):
         sub.all_reduce(ints)
         with emu.use_stream(s):
             s.wait_event(emu.current_stream(ints.device_index).record_event())  # the last call's result
-            first = _hits_of(lambda: sub.all_reduce(ints))[0]  # a miss: another stream
+            first = _hits_of(lambda: sub.all_reduce(ints))[0]  # another stream: a new shape from C++
             again = _hits_of(lambda: [sub.all_reduce(ints) for _ in range(2)])[0]
         s.synchronize()
         back = _hits_of(lambda: sub.all_reduce(ints))[0]  # the default stream's entry again
@@ -66,12 +76,22 @@ def hits_and_misses(comm, n=5):
             return all(type(w).__name__ == "DeviceWork" for w in works) and bool((ints.numpy() == P ** 7).all())
         out["async"] = _hits_of(async_calls)
 
+        def async_new_shape():
+            # A new shape called async: run from C++, its work the route's (wait() orders the
+            # current stream through the route's resolver), the result right.
+            fresh = emu.from_numpy(np.full(5, sub.rank + 1, np.int64))
+            w = sub.all_reduce(fresh, async_op=True)
+            w.wait()
+            w.synchronize()
+            return type(w).__name__ == "DeviceWork" and bool((fresh.numpy() == P * (P + 1) // 2).all())
+        out["async new shape"] = _hits_of(async_new_shape)
+
         def buffers_released():
             # Both paths' calls hold their buffers in one queue until executed, released by the
             # next call of either path once its engine saw them complete.
             w = emu.from_numpy(np.ones(2, np.int32))
-            sub.all_reduce(w)  # the Python path (a miss)
-            sub.all_reduce(w)  # a hit
+            sub.all_reduce(w, stream=emu.current_stream())  # the Python path (a named stream's miss)
+            sub.all_reduce(w)  # run from C++ (a new shape on the current stream)
             held = sub._device()._fast_calls.held() >= 1
             ref = weakref.ref(w)
             del w
@@ -82,6 +102,7 @@ def hits_and_misses(comm, n=5):
             gc.collect()
             return held and alive_while_queued and ref() is None
         out["released"] = _hits_of(buffers_released)
+        out["new_shapes"] = _C.device_fast_path_new_shape_count() - new0
         return out
     return with_settings(comm, KERNEL_SETTINGS, run)
 
@@ -128,9 +149,11 @@ def collective_calls(sub, n=4, wrap=None):
 
 
 def every_collective_hits(comm, k=3, wrap=None):
-    """Per collective: (hits of [a first call (a miss), k blocking calls, k async calls, a first
-    call on a named stream (a miss), k more there], the async calls returned works, results right);
-    ``wrap``: as collective_calls'."""
+    """Per collective: (hits of [a first call (the first of all sets the engine up on the Python
+    path; later ones of RUN_AS_NEW_SHAPES run from C++ as new shapes, gather's and scatter's take the
+    Python path), k blocking calls, k async calls, a first call on a named stream (a miss: the
+    Python path reads a named stream), k more there], the async calls returned works, results
+    right); ``wrap``: as collective_calls'."""
     def run(sub):
         out = {}
         s = emu.Stream()

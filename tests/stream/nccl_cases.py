@@ -262,3 +262,43 @@ def two_ranks_on_one_device(comm):
     comm.barrier()
     sub.close()
     return ours, theirs
+
+
+def nccl_calls_run_from_cpp(comm):
+    """algorithm="nccl" through the Python communicator's C++ entry: the first such call takes the
+    Python route (it makes NCCL's communicator through the store); after it, the same call again
+    (kept by the route) and new shapes (a fresh buffer, an all_gather) run from C++, exactly; a
+    bitwise op, which NCCL lacks, is still the route's ValueError naming `op`, with nothing run.
+    Returns ([C++ hits of each step], [new shapes of each step], the error, results right)."""
+    import commlib._C as _C
+    sub = comm.split(0, timeout=30)
+    P, r = sub.size, sub.rank
+    hits, new, right = [], [], True
+
+    def counted(fn):
+        h0, n0 = _C.device_fast_path_counts()[1], _C.device_fast_path_new_shape_count()
+        fn()
+        emu.current_stream().synchronize()
+        hits.append(_C.device_fast_path_counts()[1] - h0)
+        new.append(_C.device_fast_path_new_shape_count() - n0)
+    try:
+        x = emu.from_numpy(np.full(64, r + 1, np.float32))
+        counted(lambda: sub.all_reduce(x, algorithm="nccl"))  # the communicator: the Python route
+        counted(lambda: sub.all_reduce(x, algorithm="nccl"))  # kept: a hit
+        y = emu.from_numpy(np.full(13, r + 1, np.int32))
+        counted(lambda: sub.all_reduce(y, op="max", algorithm="nccl"))  # a new shape
+        g = emu.empty(5 * P, "int64")
+        counted(lambda: sub.all_gather(g, emu.from_numpy(np.full(5, r, np.int64)), algorithm="nccl"))
+        error = None
+        try:
+            counted(lambda: sub.all_reduce(y, op="band", algorithm="nccl"))
+        except ValueError as e:
+            error = str(e)
+            hits.append(None)
+        S = P * (P + 1) // 2
+        right = (np.array_equal(x.numpy(), np.full(64, S * P, np.float32))
+                 and np.array_equal(y.numpy(), np.full(13, P, np.int32))
+                 and np.array_equal(g.numpy(), np.repeat(np.arange(P, dtype=np.int64), 5)))
+    finally:
+        sub.close()
+    return hits, new, error, right

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fast_device_call_cases import RUN_AS_NEW_SHAPES  # noqa: E402
 from foreign_array_cases import foreign_bad_arrays, foreign_every_collective_hits  # noqa: E402
 from foreign_arrays import CudaArrayView, DLPackView  # noqa: E402
 from test_device_collectives import DELAY_ENV  # noqa: E402
@@ -24,8 +25,10 @@ def test_every_collective_on_foreign_arrays_hits_blocking_async_and_on_a_named_s
     for out in pool(2, env=DELAY_ENV).run(foreign_every_collective_hits, kind, k, timeout=60):
         assert len(out) == 8, out
         for name, (hits, works_ok, ok) in out.items():
-            # Two misses (the first call, the first on the named stream); every other call a hit.
-            assert (hits, works_ok, ok) == (3 * k, True, True), (kind, name, out[name])
+            # As test_fast_device_call.py's: the first calls after the engine's set-up of the
+            # collectives that run as one call are new shapes run from C++.
+            first = name in RUN_AS_NEW_SHAPES and name != "all_reduce"
+            assert (hits, works_ok, ok) == (3 * k + first, True, True), (kind, name, out[name])
 
 
 def test_foreign_arrays_no_collective_takes_raise_naming_the_argument(pool):

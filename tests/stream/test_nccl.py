@@ -119,6 +119,18 @@ def test_ipc_only_by_default_on_one_host(pool):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("size", [2, 3])
+def test_nccl_calls_after_the_first_run_from_cpp(pool, size):
+    # The first algorithm="nccl" call makes NCCL's communicator on the Python route; later ones of
+    # any shape run from the C++ entry (csrc/bindings/device_call_new_shape.cc, nccl_ready).
+    for rank, (hits, new, error, right) in enumerate(pool(size, env=DELAY).run(nccl_cases.nccl_calls_run_from_cpp,
+                                                                             timeout=90)):
+        assert hits == [0, 1, 1, 1, None] and new == [0, 0, 1, 1], (rank, hits, new)
+        assert error and error.startswith("op:") and "band" in error, (rank, error)
+        assert right, rank
+
+
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("scenario", ["first", "later"])
 def test_nccl_mismatch_raises_on_both_ranks(pool, scenario):
     for rank, (msg, took) in enumerate(pool(2, env=DELAY).run(nccl_cases.mismatch, scenario, timeout=60)):

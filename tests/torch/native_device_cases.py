@@ -159,7 +159,7 @@ P2P_DEVICE = 5  # a device no other case of the pool's processes sets up an engi
 
 def cpp_sends_and_receives(comm):
     """The CUDA path's sends and receives (held back in C++, issued as the engine's batches through
-    the core's table): on a stream the device route has run nothing on, the batch fails (the CUDA
+    the core's table): on a device the device route set no engine up on, the batch fails (the CUDA
     path would run it through Communicator.batch_p2p); once the route ran a batch on this stream,
     a receive-first ring and three messages per pair run from C++ in call order, exactly, one
     engine batch per round; and an uneven all_to_all_single (its own block copied, the rest one
@@ -185,9 +185,9 @@ def cpp_sends_and_receives(comm):
     b = emu.empty(n, "float32", device_index=P2P_DEVICE)
     try:
         ring([a], [b])
-        bad.append("a batch ran from C++ on a stream the device route had run nothing on")
+        bad.append("a batch ran from C++ on a device the device route had set no engine up on")
     except Exception as e:  # noqa: BLE001 - the message is what is checked
-        if "has run no call on this stream" not in str(e):
+        if "has not set its engine up on this device" not in str(e):
             bad.append(f"unknown stream: {type(e).__name__}: {e}")
     c.batch_p2p([("recv", b, prv), ("send", a, nxt)])  # the Python path: sets up, remembers the stream
     emu.current_stream(P2P_DEVICE).synchronize()

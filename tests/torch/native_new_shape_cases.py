@@ -184,16 +184,20 @@ def mismatched_new_shapes(comm):
 
 
 def captured_new_shapes(comm):
-    """The capture rules hold for new shapes run from C++ (docs/gpu.md, "Stream capture"), on the
-    kernel path: on a side stream the route ran a call on, a shape never run eagerly, captured from
-    C++, is refused naming the warm-up; once a call of it ran eagerly from C++, its capture records
-    it and three replays run it. Returns (the refusal, the Python route's calls, the result right)."""
+    """The capture rules hold for calls run from C++ (docs/gpu.md, "Stream capture"), on the kernel
+    path, on a side stream no call ran on before (the set-up ran on the default stream; C++ wraps
+    the side stream at its first call): a shape never run eagerly, captured from C++, is refused
+    naming the warm-up; once a call of it ran eagerly from C++, its capture records it and three
+    replays run it. Returns (the refusal, the Python route's calls, streams C++ wrapped, the result
+    right)."""
     P, r = comm.size, comm.rank
     o = Offers(comm, KERNEL_SETTINGS)
+    o.call("all_reduce", emu.from_numpy(np.ones(8, np.float32))).synchronize()  # set-up, default stream
     side = emu.Stream()
     x = emu.from_numpy(np.ones(24, np.float32))
+    emu.current_stream().synchronize()  # x's upload (on the default stream) before `side` reads it
+    wrapped0 = _C.device_native_stream_count()
     with emu.use_stream(side):
-        o.call("all_reduce", emu.from_numpy(np.ones(8, np.float32))).synchronize()  # set-up on `side`
         refused = "no error"
         try:
             with emu.graph(emu.Graph(), stream=side):
@@ -207,10 +211,42 @@ def captured_new_shapes(comm):
         for _ in range(3):
             g.replay()
         side.synchronize()
+    wrapped = _C.device_native_stream_count() - wrapped0
     right = captured is not None and bool(np.array_equal(x.numpy(), np.full(24, P ** 4, np.float32)))
     g.reset()
     o.shutdown()
-    return refused, o.python_calls, right
+    return refused, o.python_calls, wrapped, right
+
+
+def new_streams_run_from_cpp(comm, streams=3, rounds=4):
+    """After the set-up call (on the default stream), calls on streams no call ran on before run
+    from C++, each stream wrapped in C++ once (EmulatedDevice::stream_named through the call
+    cache: csrc/bindings/device_p2p_streams.h): rounds of every collective on fresh buffers, each
+    round of seven on the next of `streams` new streams and the default one in turn (a side stream per
+    bucket), every work synchronized at the end. Returns (the Python route's calls, calls after
+    the set-up, C++ hits among them, streams wrapped, wrong results)."""
+    P, r = comm.size, comm.rank
+    o = Offers(comm)
+    o.call("all_reduce", emu.from_numpy(np.full(8, r + 1, np.float32))).synchronize()  # set-up
+    side = [emu.Stream() for _ in range(streams)]
+    hits0, wrapped0 = _C.device_native_counts()[1], _C.device_native_stream_count()
+    done, k = [], 0
+    for i in range(rounds):
+        for n in (1, 13, 1000):  # each round of seven on the next stream in turn
+            s = ([None] + side)[k % (streams + 1)]
+            k += 1
+            if s is None:
+                done += _fresh_calls(o, P, r, n, i)
+            else:
+                with emu.use_stream(s):
+                    done += _fresh_calls(o, P, r, n, i)
+    for w, _, _ in done:
+        w.synchronize()
+    hits, wrapped = _C.device_native_counts()[1] - hits0, _C.device_native_stream_count() - wrapped0
+    wrong = [f"call {j}: {a.numpy()[:4]} expected {want[:4]}" for j, (_, a, want) in enumerate(done)
+             if want is not None and not np.array_equal(a.numpy(), want)]
+    o.shutdown()
+    return o.python_calls, len(done), hits, wrapped, wrong
 
 
 def stream_set_up_by_a_batch(comm, device=7):
@@ -258,3 +294,38 @@ def new_shapes_cost_what_hits_do(comm, n=100):
     right = all(np.array_equal(x.numpy(), np.full(16, P * (P + 1) // 2, np.float32)) for x in fresh)
     o.shutdown()
     return calls, new, right
+
+
+def p2p_on_a_new_stream(comm, n=64):
+    """After the set-up call (a collective on the default stream), a receive-first ring of sends and
+    receives on a stream no call ran on runs from C++ (the backend's hold and batches, the seam of
+    ``hold_device_message``): the stream wrapped in C++, one engine batch, exact. Returns (the
+    Python route's calls and batches, batches from C++, streams wrapped, the message right)."""
+    P, r = comm.size, comm.rank
+    o = Offers(comm)
+    batches = []
+    p2p = o.route.p2p
+
+    def spy(*args, **kwargs):
+        batches.append(1)
+        return p2p(*args, **kwargs)
+    o.route.p2p = spy
+    o.call("all_reduce", emu.from_numpy(np.ones(8, np.float32))).synchronize()  # set-up
+    side = emu.Stream()
+    a = emu.from_numpy(np.arange(n, dtype=np.float32) + 100 * r)
+    b = emu.empty(n, "float32")
+    emu.current_stream().synchronize()
+    p2p0, wrapped0 = _C.device_native_p2p_count(), _C.device_native_stream_count()
+    with emu.use_stream(side):
+        works = o.backend._device_p2p([(False, b.data_ptr(), b.nbytes, (r - 1) % P),
+                                        (True, a.data_ptr(), a.nbytes, (r + 1) % P)], 0,
+                                       _C.emulated_current_stream())
+        for w in works:
+            w.wait()
+        for w in works:
+            w.synchronize()
+    right = bool(np.array_equal(b.numpy(), np.arange(n, dtype=np.float32) + 100 * ((r - 1) % P)))
+    out = (o.python_calls, len(batches), _C.device_native_p2p_count() - p2p0,
+           _C.device_native_stream_count() - wrapped0, right)
+    o.shutdown()
+    return out

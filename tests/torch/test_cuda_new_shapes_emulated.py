@@ -1,6 +1,7 @@
-"""The C++ backend's CUDA path on calls of a new shape (csrc/bindings/device_call_new_shape.cc): once
-the Python device route has set the engine up and wrapped the stream (the first call on a group and
-stream), calls whose buffers, count, dtype, op or root are new run from C++ (rank side:
+"""The C++ backend's CUDA path on calls of a new shape (csrc/bindings/device_call_new_shape.cc) and on
+new streams (csrc/bindings/device_p2p_streams.h): once the Python device route has set the engine up
+(the first call on a group and device), calls whose buffers, count, dtype, op, root or stream are new
+run from C++ (rank side:
 native_new_shape_cases.py, driven with emulated memory through the backend's test seam), on the
 emulated device with its delay on and several ranks sharing it. The GPU version of the fresh-buffer
 loop is tests/torch/torch_cuda_cases.py's case_cuda_fresh_tensors_from_cpp (@gpu)."""
@@ -60,11 +61,38 @@ def test_a_mismatched_new_shape_raises_mismatch_error_on_every_rank(pool, size):
 
 @pytest.mark.timeout(120)
 def test_new_shapes_from_cpp_keep_the_capture_rules(pool):
-    for rank, (refused, python_calls, right) in enumerate(
+    # The side stream was never used before its capture: C++ wraps it (a capture is no reason to
+    # hand a call over) and the engine refuses the capture naming the warm-up, as on the Python path.
+    for rank, (refused, python_calls, wrapped, right) in enumerate(
             pool(2, env=ENV).run(cases.captured_new_shapes, timeout=90)):
         assert refused.startswith("CommError") and "warm-up" in refused, (rank, refused)
-        assert python_calls == ["all_reduce"], (rank, python_calls)  # the set-up on the side stream only
-        assert right, rank
+        assert python_calls == ["all_reduce"], (rank, python_calls)  # the set-up on the default stream only
+        assert wrapped == 1 and right, (rank, wrapped, right)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("size", [2, 3])
+def test_calls_on_new_streams_run_from_cpp_after_set_up(pool, size):
+    # The first call on a group and device sets the engine up (the Python route); calls on three
+    # streams no call ran on before (and the default one, in turn) run from C++, each stream wrapped
+    # in C++ once, exactly.
+    for rank, (python_calls, calls, hits, wrapped, wrong) in enumerate(
+            pool(size, env=ENV).run(cases.new_streams_run_from_cpp, timeout=150)):
+        assert python_calls == ["all_reduce"], (rank, python_calls)
+        assert calls == 4 * 3 * 7 and hits == calls, (rank, calls, hits)
+        assert wrapped == 3, (rank, wrapped)
+        assert wrong == [], (rank, wrong)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("size", [2, 3])
+def test_sends_and_receives_on_a_new_stream_run_from_cpp(pool, size):
+    # The set-up was a collective on the default stream; a ring on a stream no call ran on goes out
+    # as one engine batch from C++ (the stream wrapped there), never through Communicator.batch_p2p.
+    for rank, (python_calls, python_batches, batches, wrapped, right) in enumerate(
+            pool(size, env=ENV).run(cases.p2p_on_a_new_stream, timeout=60)):
+        assert python_calls == ["all_reduce"] and python_batches == 0, (rank, python_calls, python_batches)
+        assert batches == 1 and wrapped == 1 and right, (rank, batches, wrapped, right)
 
 
 @pytest.mark.timeout(90)

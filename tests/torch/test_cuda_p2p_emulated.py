@@ -94,7 +94,7 @@ def test_the_cpp_backends_steady_device_calls_cost_what_the_entrys_do(pool):
 
 def test_the_cpp_backend_runs_device_sends_and_receives_itself(pool):
     # CUDA sends and receives on the C++ backend: held back and batched in C++, enqueued through
-    # the core's table on a stream the device route has run a call on; so are an uneven
+    # the core's table on any stream of an engine the device route set up; so are an uneven
     # all_to_all_single, gather, scatter and the list all_to_all (one batch each).
     from commlib.torch import native
     if native.load() is None:
@@ -110,7 +110,7 @@ def test_a_flush_holding_the_gil_lets_it_go_for_one_waiting_on_it(pool):
     if native.load() is None:
         pytest.skip("commlib._C_torch was not built")
     for seen, holder_done in pool(2, env=ENV).run(native_device_cases.held_flush_lets_the_gil_go, timeout=40):
-        assert holder_done and "has run no call on this stream" in seen, seen
+        assert holder_done and "has not set its engine up on this device" in seen, seen
 
 
 @pytest.mark.timeout(90)

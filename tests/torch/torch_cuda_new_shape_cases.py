@@ -1,9 +1,10 @@
 """Rank side of test_cuda_backend.py's new-shape test (@gpu): CUDA tensors made fresh every step, as
 training makes activations and gradients, through ``torch.distributed`` on the C++ backend. After
-the first call on the group and stream (the Python device route sets the engine up and wraps the
-stream), every call is a shape the device call cache never held, checked and resolved in C++
-(csrc/bindings/device_call_new_shape.cc) and run from there: a spy on the Python backend's methods
-sees none of them. Integers, exact. Returns the failures (empty: all good)."""
+the first call on the group and device (the Python device route sets the engine up), every call is
+a shape the device call cache never held, checked and resolved in C++
+(csrc/bindings/device_call_new_shape.cc) and run from there, every other step on side streams no
+call ran on before (wrapped in C++: csrc/bindings/device_p2p_streams.h): a spy on the Python
+backend's methods sees none of them. Integers, exact. Returns the failures (empty: all good)."""
 from __future__ import annotations
 
 import torch
@@ -53,15 +54,23 @@ def case_cuda_fresh_tensors_from_cpp(comm, steps=10):
     P, me = comm.size, comm.rank
     failures = []
     first = torch.ones(8, device="cuda")
-    dist.all_reduce(first)  # the first call on this stream: the Python route sets up and wraps it
-    new0 = _C.device_native_new_shape_count()
+    dist.all_reduce(first)  # the first call on this group and device: the Python route sets up
+    torch.cuda.synchronize()
+    new0, wrapped0 = _C.device_native_new_shape_count(), _C.device_native_stream_count()
+    sides = [torch.cuda.Stream() for _ in range(2)]
     with handed_over() as seen:
         for k in range(steps):
-            _step(k, P, me, failures)
+            if k % 2:  # a side stream per step, as a side stream per bucket
+                with torch.cuda.stream(sides[k // 2 % 2]):
+                    _step(k, P, me, failures)
+            else:
+                _step(k, P, me, failures)
         torch.cuda.synchronize()
     if seen:
         failures.append(f"the C++ backend handed {len(seen)} calls to the Python backend: {seen[:8]}")
     new = _C.device_native_new_shape_count() - new0
+    if _C.device_native_stream_count() - wrapped0 != len(sides):
+        failures.append(f"C++ wrapped {_C.device_native_stream_count() - wrapped0} streams, expected {len(sides)}")
     if new < steps * 7 - 7:  # (the allocator may hand a tensor the memory of an earlier step's)
         failures.append(f"{new} new shapes ran from C++ in {steps * 7} calls on fresh tensors")
     return failures

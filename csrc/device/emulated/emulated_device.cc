@@ -157,6 +157,21 @@ std::shared_ptr<DeviceStream> EmulatedDevice::create_stream() {
   return s;
 }
 
+std::shared_ptr<DeviceStream> EmulatedDevice::stream_named(uintptr_t id) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (id == 0) return default_stream_.lock();
+  for (const std::weak_ptr<EmulatedStream>& w : streams_) {
+    std::shared_ptr<EmulatedStream> s = w.lock();
+    if (s && reinterpret_cast<uintptr_t>(static_cast<DeviceStream*>(s.get())) == id) return s;
+  }
+  return nullptr;
+}
+
+void EmulatedDevice::set_default_stream(const std::shared_ptr<DeviceStream>& stream) {
+  std::lock_guard<std::mutex> lk(mu_);
+  default_stream_ = std::dynamic_pointer_cast<EmulatedStream>(stream);
+}
+
 void EmulatedDevice::synchronize(DeviceStream& stream) {
   enter("cudaStreamSynchronize", false, true);
   if (std::shared_ptr<EmulatedCapture> c = emu(stream).capture())

@@ -133,6 +133,13 @@ class EmulatedDevice final : public Device {
   void close_import(void* ptr) override;
 
   std::shared_ptr<DeviceStream> create_stream() override;
+  // The live stream of this device whose identity is `id`, as the C++ entry keys an emulated
+  // current stream (bindings/buffer_view.h: the stream object's address, 0 for the default
+  // stream), or null: what CudaDevice::wrap_stream is to a cudaStream_t, for a stream the engine
+  // has not seen yet (bindings/device_p2p_streams.h). No driver call (CUDA makes none either).
+  std::shared_ptr<DeviceStream> stream_named(uintptr_t id);
+  // The stream commlib.emulated made its default stream (held weakly: the module holds it).
+  void set_default_stream(const std::shared_ptr<DeviceStream>& stream);
   std::shared_ptr<DeviceEvent> create_event() override;
   void record(DeviceEvent& event, DeviceStream& stream) override;
   void wait_event(DeviceStream& stream, DeviceEvent& event) override;
@@ -228,6 +235,7 @@ class EmulatedDevice final : public Device {
   std::atomic<bool> oom_next_{false};  // inject_fault("out_of_memory"): the next allocate fails
   std::string fault_;
   std::vector<std::weak_ptr<EmulatedStream>> streams_;
+  std::weak_ptr<EmulatedStream> default_stream_;  // set_default_stream
   std::vector<std::shared_ptr<HardwareQueue>> hardware_queues_;  // COMMLIB_EMULATED_CONNECTIONS
   size_t streams_created_ = 0;
   std::mutex calls_mu_;
