@@ -63,7 +63,8 @@ struct Layout {
       cut = std::move(c);
       K = static_cast<int>(cut.size()) - 1;
     }
-    for (int t = 0; t < K; ++t) max_range = std::max(max_range, range(BufferId::Input, t, i).count);
+    // Equal segments: segment 0 is the longest (blk_len); ramped: the longest is a steady one.
+    for (int t = 0; t < (ramp ? K : 1); ++t) max_range = std::max(max_range, range(BufferId::Input, t, i).count);
   }
   // The same layout from another rank's point of view.
   Layout as_rank(const CollArgs& other) const { return Layout(other, m, steady, ramp); }
@@ -144,7 +145,7 @@ struct IntraPhases {
       : IntraPhases(layout, name, name, scratch_base) {}
   IntraPhases(const Layout& layout, const std::string& rs_name, const std::string& ag_name, int64_t scratch_base)
       : y(layout), algo(rs_name), ag_algo(ag_name), pad0(0), base(scratch_base) {
-    for (int t = 0; t < y.K; ++t) pad0 = std::max(pad0, pad(t));
+    for (int t = 0; t < (y.ramp ? y.K : 1); ++t) pad0 = std::max(pad0, pad(t));  // as Layout's max_range
   }
   int64_t pad(int t) const {
     int64_t p = 0;
