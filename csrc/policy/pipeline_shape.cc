@@ -290,7 +290,7 @@ bool shape_is_simulated(const CallShape& call, const Composition& cand, const si
 
 // rail_lanes' shapes: its lanes overlap, which the one-rank estimate (steps one after another)
 // cannot see, so each shape is simulated: W in {2, 4, 8} lanes of K in {1, 2, 4, 8, 16} segments
-// each, W K at most 128, 64 from 512 ranks (a run plays W K segments of 2 log2 P messages a rank);
+// each (from K 4 also ramped, below 4096 ranks), W K at most 128, 64 from 512 ranks (a run plays W K segments of 2 log2 P messages a rank);
 // from 4096 ranks only 4 lanes of 1, 2, 4 or 8 segments, 8 x 2 and 2 x 16 (each run takes minutes
 // there; until session 22 only 4 x 2, 4 x 4 and 8 x 2: at 1024 dgx-h100 nodes and 1 GiB 2 x 16 gives
 // 360.2 GB/s and 4 x 8 351.6, where rail_halving's 16 segments, auto's pick then, give 338.5).
@@ -306,6 +306,13 @@ std::vector<Composition> simulated_shapes(const CallShape& call, const Compositi
       Composition k = cand;
       k.segment = segment, k.pieces = W;
       out.push_back(k);
+      // Session 23: below 4096 ranks each shape of 4 segments or more also ramped (share 1: a lane's
+      // first and last segment in halves, rail_halving.cc), which shrinks the fill and drain the
+      // lanes share (docs/simulator.md "Session 23"); deeper ramps were slower where measured.
+      if (!huge && K >= 4) {
+        k.share = 1;
+        out.push_back(k);
+      }
     }
   return out;
 }

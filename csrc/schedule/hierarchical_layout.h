@@ -39,11 +39,35 @@ struct Layout {
   // The intra-host phases may run a segment in `chunks` pieces (the overlapped pipeline): piece
   // `chunk` of every range. Declared before max_range, which is the whole range's.
   int chunk = 0, chunks = 1;
-  int64_t n, max_range;
+  int64_t n, max_range;  // max_range: this rank's longest range of any segment
+  // Ramped segments (rail_halving, session 23): the first and the last of the `steady` equal
+  // segments each cut in ramp + 1 segments of 1/2^ramp, 1/2^ramp, 2/2^ramp, .., 1/2 of it (the
+  // last in the reverse order), so that the pipeline's fill (the first segment's reduce-scatter,
+  // nothing beside it on the NICs) and drain (the last one's all-gather) shrink; K counts them all.
+  // Not where a ramp piece would hold fewer elements than a segment has blocks (then equal).
+  int steady, ramp;
+  std::vector<int64_t> cut;  // segment t is [cut[t], cut[t + 1])
 
-  Layout(const CollArgs& a, const HostMap& hosts, int segments)
+  Layout(const CollArgs& a, const HostMap& hosts, int segments, int ramp_depth = 0)
       : m(hosts), K(segments), r(a.rank), h(hosts.host[a.rank]), i(hosts.local[a.rank]), L(hosts.L(h)),
-        H(hosts.H()), B(hosts.max_L()), n(a.count), max_range(range(BufferId::Input, 0, i).count) {}
+        H(hosts.H()), B(hosts.max_L()), n(a.count), max_range(0), steady(segments), ramp(0) {
+    for (int t = 0; t <= segments; ++t) cut.push_back(blk_off(n, segments, t));
+    if (ramp_depth > 0 && segments >= 2 && blk_len(n, segments, segments - 1) >> ramp_depth >= B) {
+      ramp = ramp_depth;
+      const int64_t first = cut[1], last = n - cut[segments - 1];
+      std::vector<int64_t> c{0};
+      for (int k = 1; k <= ramp; ++k) c.push_back((first << (k - 1)) >> ramp);
+      for (int t = 1; t < segments; ++t) c.push_back(cut[t]);
+      for (int k = ramp; k >= 1; --k) c.push_back(n - ((last << (k - 1)) >> ramp));
+      c.push_back(n);
+      cut = std::move(c);
+      K = static_cast<int>(cut.size()) - 1;
+    }
+    // Equal segments: segment 0 is the longest (blk_len); ramped: the longest is a steady one.
+    for (int t = 0; t < (ramp ? K : 1); ++t) max_range = std::max(max_range, range(BufferId::Input, t, i).count);
+  }
+  // The same layout from another rank's point of view.
+  Layout as_rank(const CollArgs& other) const { return Layout(other, m, steady, ramp); }
 
   int first(int g, int j) const { return j * B / m.L(g); }
   int owner(int g, int b) const {
@@ -52,7 +76,7 @@ struct Layout {
     return m.hosts[g][j];
   }
   Region span(BufferId buf, int t, int b0, int b1) const {  // blocks [b0, b1) of segment t
-    const int64_t so = blk_off(n, K, t), sl = blk_len(n, K, t), o = blk_off(sl, B, b0);
+    const int64_t so = cut[t], sl = cut[t + 1] - cut[t], o = blk_off(sl, B, b0);
     return Region{buf, so + o, blk_off(sl, B, b1) - o};
   }
   Region range(BufferId buf, int t, int j) const {
@@ -114,13 +138,15 @@ struct IntraPhases {
   const Layout& y;
   const std::string& algo;     // the reduce-scatter's algorithm
   const std::string& ag_algo;  // the all-gather's (the same name unless a caller pairs two: rail_halving)
-  int64_t pad0;  // the largest range of segment 0 (segment 0 is the longest): the slot stride
+  int64_t pad0;  // the largest range of any segment (ramped segments: not segment 0): the slot stride
   int64_t base;  // where its scratch starts
 
   IntraPhases(const Layout& layout, const std::string& name, int64_t scratch_base = 0)
       : IntraPhases(layout, name, name, scratch_base) {}
   IntraPhases(const Layout& layout, const std::string& rs_name, const std::string& ag_name, int64_t scratch_base)
-      : y(layout), algo(rs_name), ag_algo(ag_name), pad0(pad(0)), base(scratch_base) {}
+      : y(layout), algo(rs_name), ag_algo(ag_name), pad0(0), base(scratch_base) {
+    for (int t = 0; t < (y.ramp ? y.K : 1); ++t) pad0 = std::max(pad0, pad(t));  // as Layout's max_range
+  }
   int64_t pad(int t) const {
     int64_t p = 0;
     for (int j = 0; j < y.L; ++j) p = std::max(p, y.range(BufferId::Input, t, j).count);

@@ -60,7 +60,7 @@ std::vector<Step> intra_lane(const CollArgs& a, const Layout& y, int j, int t, i
   const std::string& ag_algo = shape.intra_ag.empty() ? a.intra_algorithm : shape.intra_ag;
   CollArgs aj = a;
   aj.rank = y.m.hosts[y.h][j];
-  Layout yj(aj, y.m, y.K);
+  Layout yj = y.as_rank(aj);
   yj.chunks = chunks;
   std::vector<Step> lane;
   auto add = [&](std::vector<Step> steps) {
@@ -262,7 +262,7 @@ std::vector<Step> inter_lane(const CollArgs& a, const Layout& y, int t, int64_t 
 int64_t group_steps_on_host0(const CollArgs& a, const Layout& y, int t, int64_t x_base) {
   CollArgs a0 = a;
   a0.rank = y.m.hosts[0][y.i];
-  const Layout y0(a0, y.m, y.K);
+  const Layout y0 = y.as_rank(a0);
   int64_t ignored = 0;
   const std::vector<Step> lane = inter_lane(a0, y0, t, x_base, ignored);
   return std::count_if(lane.begin(), lane.end(), step_talks);
@@ -299,7 +299,7 @@ Schedule all_reduce_overlapped(const CollArgs& a, const Layout& y, const Overlap
       if (x_now) {  // the weights of one rank's inter lane (host 0's first), the same for every rank
         CollArgs a0 = a;
         a0.rank = y.m.hosts[0][0];
-        const Layout y0(a0, y.m, y.K);
+        const Layout y0 = y.as_rank(a0);
         for (const Step& st : inter_lane(a0, y0, t, x_base, ignored))
           if (step_talks(st)) inter_w.push_back(step_elements(st));
       }

@@ -158,9 +158,11 @@ struct CollArgs {
   //     this many pieces per segment (hierarchical_overlap.cc); 0: the builder's own cap. rail_lanes
   //     (schedule/rail_lanes.cc) reads it as its lane count W instead (0: its default; lanes.h). The
   //     cost model's policy chooses it with the segment (policy/pipeline_shape.h).
-  //   share: rail_split only (schedule/side_by_side.h): the rail rings' share of the buffer in
-  //     1/kShareUnits (the rest runs hierarchical with the fields above); 0: kDefaultShare. The cost
-  //     model's policy chooses it (policy/pipeline_shape.h).
+  //   share: rail_split (schedule/side_by_side.h): the rail rings' share of the buffer in
+  //     1/kShareUnits (the rest runs hierarchical with the fields above); 0: kDefaultShare.
+  //     rail_halving and rail_lanes (schedule/rail_halving.cc) read it as their ramp instead: the
+  //     first and last segment cut in share + 1 smaller ones (0: equal segments). The cost model's
+  //     policy chooses it (policy/pipeline_shape.h).
   std::string inter_algorithm;
   std::string intra_algorithm;
   int64_t segment = 0;

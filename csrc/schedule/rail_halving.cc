@@ -18,9 +18,15 @@
 // messages beside the step of the largest, where pairing by count would put the inter lane's
 // largest step beside the all-gather's smallest round.
 //
+// CollArgs::share is the ramp (hierarchical_layout.h, Layout): 0 equal segments; R the first and the
+// last segment cut in R + 1, halving towards the ends (docs/simulator.md "Session 23").
+//
 // Where that shape does not apply (one host, hosts of unequal or non-power-of-two size, one
 // segment) it is hierarchical with rabenseifner between hosts and ring inside them
 // (hierarchical_all_reduce.cc), which every host map runs.
+#include <stdexcept>
+#include <string>
+
 #include "schedule/builders.h"
 #include "schedule/hierarchical_layout.h"
 #include "schedule/rail_halving.h"
@@ -44,11 +50,15 @@ bool halving_hosts(const HostMap& m) {
 }
 
 Schedule all_reduce_rail_halving(const CollArgs& a) {
+  if (a.share < 0 || a.share > kMaxRamp)
+    throw std::invalid_argument("share: rail_halving's ramp must be in [0, " + std::to_string(kMaxRamp) + "], got " +
+                                std::to_string(a.share));
   CollArgs b = a;
+  b.share = 0;
   b.inter_algorithm = "rabenseifner";
   const HostMap m(b);
   if (halving_hosts(m)) {
-    const Layout y(b, m, pipeline_segments(b, m));
+    const Layout y(b, m, pipeline_segments(b, m), a.share);
     OverlapShape shape;
     shape.rs_first = shape.by_elements = true;
     shape.intra_rs = "recursive_halving";

@@ -10,5 +10,8 @@ namespace sched {
 // lanes by elements there; elsewhere it is hierarchical rabenseifner/ring.
 bool halving_hosts(const HostMap& m);
 
+// The deepest ramp rail_halving and rail_lanes take in CollArgs::share (Layout's ramp).
+constexpr int kMaxRamp = 3;
+
 }  // namespace sched
 }  // namespace commlib

@@ -8,7 +8,8 @@
 //
 // The composition's `pieces` is the lane count W (0: kDefaultLanes; at most kMaxLanes), its
 // `segment` each lane's pipeline segment (a lane of n / W elements runs n / W / segment of them, at
-// most 16: count / segment in all, at most 16 W).
+// most 16: count / segment in all, at most 16 W), its `share` each lane's ramp (rail_halving.cc:
+// the first and last segment of a lane cut smaller, so the lanes' common fill and drain shrink).
 // Where rail_halving does not pair (one host, unequal or non-power-of-two hosts) or the buffer has
 // fewer elements than lanes it is rail_halving in one lane.
 #include <algorithm>
@@ -42,7 +43,7 @@ Schedule all_reduce_rail_lanes(const CollArgs& a) {
   if (W == 1) return build_schedule(b, "rail_halving");
   std::vector<Part> parts(W);
   for (int c = 0; c < W; ++c) {
-    parts[c].how = Composition{"rail_halving", "", "", a.segment};
+    parts[c].how = Composition{"rail_halving", "", "", a.segment, 0, a.share};
     parts[c].offset = a.count / W * c + std::min<int64_t>(c, a.count % W);
     parts[c].count = a.count / W + (c < a.count % W ? 1 : 0);
   }

@@ -15,10 +15,10 @@ PAIRED = [[h for h in range(H) for _ in range(L)] for H, L in ((2, 2), (2, 4), (
 ONE_LANE = [[0] * 4, [h for h in range(3) for _ in range(3)], [0, 0, 1, 2, 2, 2], [1, 0, 1, 0, 2, 2], [0, 1, 2, 3]]
 
 
-def schedules(hosts, count, segment, lanes):
+def schedules(hosts, count, segment, lanes, ramp=0):
     P = len(hosts)
     return [_C.schedule(_C.Collective.all_reduce, "rail_lanes", r, P, count, 0, _C.DType.float32, hosts, "",
-                        segment, "", lanes) for r in range(P)]
+                        segment, "", lanes, ramp) for r in range(P)]
 
 
 def verify(hosts, count, scheds):
@@ -41,6 +41,40 @@ def test_verified_on_host_maps(hosts):
         want = lanes if paired and count >= lanes else 1
         assert all(s["lanes"] == want for s in scheds), (count, lanes, scheds[0]["lanes"])
         verify(hosts, count, scheds)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("hosts", PAIRED + ONE_LANE[:2], ids=lambda h: "x".join(map(str, [len(set(h)), len(h)])))
+def test_ramped_segments_verified(hosts):
+    """Ramped segments (share = the ramp, hierarchical_layout.h Layout): each lane's first and last
+    segment cut in halves (1) or quarters and a half (2), with awkward counts where the ramp applies
+    (a ramp piece of at least a block per rank) and where it falls back to equal segments."""
+    P = len(hosts)
+    cases = [(1, 1, 2, 1), (97, 6, 4, 1), (P * 8 * 4 + 3, P * 8, 3, 1), (P * 8 * 8 + 5, P * 4, 2, 2),
+             (P * 16 * 4 + 7, P * 4 * 4, 4, 3)]
+    if P == 64:
+        cases = [(97, 7, 4, 1), (64 * 16 + 5, 64 * 4, 2, 1)]
+    for count, segment, lanes, ramp in cases:
+        verify(hosts, count, schedules(hosts, count, segment, lanes, ramp))
+
+
+def test_ramp_cuts_the_first_and_last_segment():
+    """2 x 4 ranks, one lane's worth: the ramp adds 2 R segments (rail_halving's talking steps grow by
+    2 R segments' worth) and the first reduce-scatter message is 1/2^R of an equal segment's."""
+    hosts = [h for h in range(2) for _ in range(4)]
+    count, segment = 8 * 1024, 1024  # 8 equal segments
+    def first_send(ramp):
+        s = _C.schedule(_C.Collective.all_reduce, "rail_halving", 0, 8, count, 0, _C.DType.float32, hosts, "",
+                        segment, "", 0, ramp)
+        talking = [st for st in s["steps"] if any(o["op"] == "send" for o in st)]
+        return next(o["src"][2] for o in talking[0] if o["op"] == "send"), len(talking)
+    plain, steps0 = first_send(0)
+    for ramp in (1, 2):
+        first, steps = first_send(ramp)
+        assert first * 2 ** ramp == plain, (ramp, first, plain)
+        assert steps > steps0
+    with pytest.raises(ValueError, match="share"):
+        first_send(4)
 
 
 def test_lanes_are_rail_halving_on_shares():

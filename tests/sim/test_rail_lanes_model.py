@@ -128,3 +128,23 @@ def test_lanes_play_in_list_order_on_cpu_hosts():
     assert lanes["time_s"] == pytest.approx(listed["time_s"], rel=1e-12)
     gpu = simulate(engine("dgx-h100", 4), "rail_lanes", segment, count=(16 << 20) // 4, pieces=4)
     assert gpu["time_s"] < 0.9 * lanes["time_s"], (gpu["time_s"], lanes["time_s"])
+
+
+def test_ramped_segments_shrink_the_fill(monkeypatch):
+    """16 dgx-h100 nodes, 64 MiB, 4 lanes of 8 segments: each lane's first and last segment in halves
+    (share 1, hierarchical_layout.h's ramp) starts the NICs and ends the ports sooner (docs/simulator.md
+    "Session 23": 359.9 against 366.9 us), and the same number of bytes crosses the NICs."""
+    monkeypatch.setenv("COMMLIB_HIER_SEGMENT", "1")  # the shapes given, not the model's
+    d = engine("dgx-h100", 16)
+    seg = COUNT // 4 // 8
+    equal = _C.simulate(_C.Collective.all_reduce, "rail_lanes", COUNT, 4, 0, d, "", seg, "", pieces=4)
+    ramped = _C.simulate(_C.Collective.all_reduce, "rail_lanes", COUNT, 4, 0, d, "", seg, "", pieces=4, share=1)
+    assert ramped["share"] == 1 and ramped["bytes_inter"] == equal["bytes_inter"]
+    assert ramped["time_s"] < 0.99 * equal["time_s"], (ramped["time_s"], equal["time_s"])
+
+
+def test_auto_ramps_where_the_model_says(no_tuning):
+    """16 dgx-h100 nodes, 256 MiB: auto's rail_lanes shape is ramped (396.6 GB/s, 387.8 equal)."""
+    d = engine("dgx-h100", 16)
+    out = _C.simulate(_C.Collective.all_reduce, "auto", (256 << 20) // 4, 4, 0, d)
+    assert out["algorithm"] == "rail_lanes" and out["share"] == 1, out
