@@ -92,6 +92,12 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::alltoall_base(at::Tensor& out, at
                                                              const c10d::AllToAllOptions& o) {
   if (out_splits.empty() && in_splits.empty()) {
     if (auto w = cuda_alltoall_base(out, in)) return w;
+    if (in.defined() && in.is_cuda()) {  // not contiguous, or a conjugate or negative view: staged
+      auto build = [&](const StageOn& on, StagedCall* s) {
+        return stage_alltoall_base(on, out, in, getSize(), algo(Collective::AllToAll), s);
+      };
+      if (auto w = cuda_staged(in, true, c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {out}, build)) return w;
+    }
   } else if (device_p2p_layout(in) && device_p2p_layout(out) && in.device() == out.device() &&
              in.scalar_type() == out.scalar_type()) {  // CUDA tensors: one batch of the stream engine
     at::Tensor ci = dense(in), co = dense(out);
