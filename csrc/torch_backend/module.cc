@@ -326,7 +326,8 @@ PYBIND11_MODULE(_C_torch, m) {
           py::arg("stream"), py::arg("alloc"),
           "Test seam: a staged collective (kind: all_reduce, reduce, broadcast, all_gather (even or uneven), "
           "all_gather_into_tensor, reduce_scatter, reduce_scatter_tensor, all_to_all_single) of host views of "
-          "emulated-device memory through the CUDA path's staging and device entry; its Work (torch's), or None when the builder or the device entry declined.")
+          "emulated-device memory through the CUDA path's staging and device entry; its Work (torch's), or None "
+          "when the builder or the device entry declined.")
       .def("_device_calls_held", &CommlibBackend::device_calls_held,
            "Device calls whose tensors the backend still holds (not seen retired), for tests.");
 }

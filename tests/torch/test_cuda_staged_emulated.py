@@ -1,7 +1,8 @@
 """The C++ backend's staged CUDA calls (csrc/torch_backend/staging.h, device_staged.cc) on the emulated
 device with its delay on, several ranks on one device: non-contiguous, cast, conjugate and list
-forms (uneven all_gather lists too), equal-block all_to_all_single, staged by the CPU path's own builders, run on the device entry, copied back after the call
-(rank side: native_staged_device_cases.py, through the backend's test seam ``_staged_device_call``).
+forms (uneven all_gather lists too), equal-block all_to_all_single, staged by the CPU path's own
+builders, run on the device entry, copied back after the call (rank side:
+native_staged_device_cases.py, through the backend's test seam ``_staged_device_call``).
 The GPU version against gloo is tests/torch/torch_cuda_staged_cases.py (@gpu)."""
 import os
 import sys

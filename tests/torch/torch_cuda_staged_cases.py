@@ -1,9 +1,10 @@
 """Rank side of test_cuda_backend.py's staged-call test (@gpu): CUDA calls the backend stages
 (docs/torch_backend.md, "What stays on the Python path": non-contiguous tensors, dtypes and ops the
 core does not reduce, conjugate views, equal-block all_to_all_single) against gloo on CPU copies of
-the same data in the same processes, blocking and async; uneven all_gather lists, all_gather_coalesced
-and coalescing-manager blocks with a tensor to stage against every rank's data (_compare_lists). The C++ backend stages them (csrc/torch_backend/staging.h, on the
-current stream: device_staged.cc): after one warm-up call on the stream (the first call on a group and
+the same data in the same processes, blocking and async; uneven all_gather lists,
+all_gather_coalesced and coalescing-manager blocks with a tensor to stage against every rank's data
+(_compare_lists). The C++ backend stages them (csrc/torch_backend/staging.h, on the current stream:
+device_staged.cc): after one warm-up call on the stream (the first call on a group and
 stream is the Python route's), a spy on every method of the Python backend must see none of them.
 Integers and booleans exact; float32 and complex64 at rtol 1e-5 / atol 1e-6 (gloo reduces in another
 order). ``device="cpu"`` runs the same checks on CPU tensors (how the case itself was checked without a
@@ -85,6 +86,7 @@ def case_cuda_staged(comm, device="cuda"):
         _compare_lists(P, me, device, failures)
     if seen:
         failures.append(f"handed to the Python backend: {seen}")
+    _bad_arguments(P, me, device, failures)
     if device == "cuda":
         torch.cuda.synchronize()
     return failures
@@ -179,3 +181,24 @@ def _compare_lists(P, me, device, failures):
             cm.wait()
         check(f"coalesced all_gather_into_tensor {mode}", og, torch.cat(g))
         check(f"coalesced reduce_scatter_tensor {mode}", ors, sum(rs)[2 * me: 2 * me + 2])
+
+
+def _bad_arguments(P, me, device, failures):
+    """The new staged forms with a bad argument, declined by the builders and named by the Python side:
+    an uneven all_gather whose own output block is not its input's size, an all_to_all_single of
+    3P + 1 elements (no equal blocks). Then one right call, so that nothing was left half-run."""
+    x = torch.zeros(me + 2, dtype=torch.int16, device=device)
+    outs = [torch.zeros(q + 1, dtype=torch.int16, device=device) for q in range(P)]
+    bad_a2a = torch.zeros(2 * (3 * P + 1), device=device)[::2]
+    for name, call, names in (("all_gather", lambda: dist.all_gather(outs, x), "output_tensor_list"),
+                              ("all_to_all_single", lambda: dist.all_to_all_single(bad_a2a, bad_a2a), "input:")):
+        try:
+            call()
+            failures.append(f"{name} with a bad argument: no error")
+        except (ValueError, RuntimeError) as e:
+            if names not in str(e):
+                failures.append(f"{name} with a bad argument: {e!r} does not name {names!r}")
+    t = torch.full((3,), me + 1, dtype=torch.int16, device=device)[::1]
+    dist.all_reduce(t)
+    if t.tolist() != [P * (P + 1) // 2] * 3:
+        failures.append(f"all_reduce after the bad arguments: {t.tolist()}")
