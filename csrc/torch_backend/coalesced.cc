@@ -3,7 +3,9 @@
 // collectives' *_coalesced), and all_gather_coalesced (lists), each run as one core call over one flat buffer: the tensors packed
 // side by side, the result unpacked into each. Mixed dtypes: all-gathers move bytes and take any;
 // reductions need one dtype the core reduces (else the Python side groups them by dtype). CUDA
-// tensors: one call per tensor (pair), device_calls.cc.
+// tensors: one call per tensor (pair), device_calls.cc's cuda_coalesced, a pair with a tensor to
+// stage through staging.h's builder of its single form (device_staged.cc), all_gather_coalesced one
+// staged list all-gather per input.
 #include <utility>
 
 #include "torch_backend/backend.h"
@@ -35,6 +37,34 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::allgather_coalesced(std::vector<s
   // torch passes one output list per rank (out[r][i]: rank r's i-th input). One all-gather of every
   // input's bytes packed side by side (any mix of dtypes), unpacked into out[r][i] after.
   const size_t P = static_cast<size_t>(getSize());
+  if (!in.empty() && in[0].defined() && in[0].is_cuda() && out.size() == P) {
+    // CUDA tensors: input i's list all-gather (out[r][i] for every rank r), each staged (staging.h's
+    // stage_allgather_list; a list always is) on the current stream, a pair the device entry declines
+    // (the first call on a group and device) handed over alone; one work over them. Every pair is
+    // checked first, so that a bad one makes none run here (the Python side names what is wrong).
+    for (size_t i = 0; i < in.size(); ++i)
+      if (!in[i].defined() || in[i].device() != in[0].device()) return delegate("allgather_coalesced", out, in, o);
+    for (const auto& per_rank : out) {
+      if (per_rank.size() != in.size()) return delegate("allgather_coalesced", out, in, o);
+      for (size_t i = 0; i < in.size(); ++i)
+        if (!per_rank[i].defined() || per_rank[i].device() != in[0].device() ||
+            per_rank[i].scalar_type() != in[i].scalar_type() || per_rank[i].numel() != in[i].numel())
+          return delegate("allgather_coalesced", out, in, o);
+    }
+    std::vector<WorkPtr> works;
+    for (size_t i = 0; i < in.size(); ++i) {
+      std::vector<std::vector<at::Tensor>> outs(1);
+      for (const auto& per_rank : out) outs[0].push_back(per_rank[i]);
+      std::vector<at::Tensor> one{in[i]};
+      WorkPtr w = cuda_staged(in[i], true, c10d::OpType::ALLGATHER, "all_gather", outs[0],
+                              [&](const StageOn& on, StagedCall* s) {
+                                return stage_allgather_list(on, outs[0], in[i], getSize(), algo(Collective::AllGather),
+                                                            s);
+                              });
+      works.push_back(w ? std::move(w) : delegate("allgather", outs, one, o));
+    }
+    return c10::make_intrusive<CoalescedWork>(getRank(), std::move(works));
+  }
   bool ours = !in.empty() && out.size() == P;
   int64_t bytes = 0;
   for (size_t i = 0; ours && i < in.size(); ++i) {
@@ -77,7 +107,12 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::allreduce_coalesced(std::vector<a
   auto one = [&t](size_t i) { return std::vector<at::Tensor>{t[i]}; };
   auto cuda_one = [&](size_t i) {
     auto v = one(i);
-    return cuda_reduction(Collective::AllReduce, v, o.reduceOp, 0, c10d::OpType::ALLREDUCE, "all_reduce");
+    if (auto w = cuda_reduction(Collective::AllReduce, v, o.reduceOp, 0, c10d::OpType::ALLREDUCE, "all_reduce"))
+      return w;
+    return cuda_staged(t[i], false, c10d::OpType::ALLREDUCE, "all_reduce", v, [&](const StageOn& on, StagedCall* s) {
+      return stage_reduction(on, Collective::AllReduce, t[i], o.reduceOp, 0, getRank(), getSize(),
+                             algo(Collective::AllReduce), s);
+    });
   };
   auto hand_over_one = [&](size_t i) {
     c10d::AllreduceOptions single;
@@ -86,6 +121,11 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::allreduce_coalesced(std::vector<a
     single.asyncOp = o.asyncOp;
     return delegate("allreduce", one(i), single);
   };
+  if (!t.empty() && t[0].defined() && t[0].is_cuda()) {  // an op a dtype does not define: before any is enqueued
+    Reduction r;
+    for (const auto& x : t)
+      if (x.defined()) reduction_in(x, o.reduceOp, &r);
+  }
   if (auto w = cuda_coalesced(t, t, cuda_one, hand_over_one)) return w;
   // One call per dtype (in the order each first appears), each over one flat buffer of its staging
   // dtype (reduction_of: a dtype the core does not reduce is cast, complex as pairs of reals); one
@@ -139,7 +179,15 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::allgather_into_tensor_coalesced(s
                                                                                std::vector<at::Tensor>& in,
                                                                                const c10d::AllgatherOptions& o) {
   if (auto w = cuda_coalesced(
-          out, in, [&](size_t i) { return cuda_allgather_base(out[i], in[i]); },
+          out, in,
+          [&](size_t i) -> WorkPtr {
+            if (auto w = cuda_allgather_base(out[i], in[i])) return w;
+            return cuda_staged(in[i], true, c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {out[i]},
+                               [&](const StageOn& on, StagedCall* s) {
+                                 return stage_allgather_base(on, out[i], in[i], getSize(), algo(Collective::AllGather),
+                                                             s);
+                               });
+          },
           [&](size_t i) { return delegate("_allgather_base", out[i], in[i], o); }))
     return w;
   const int64_t P = getSize();
@@ -178,8 +226,21 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::allgather_into_tensor_coalesced(s
 c10::intrusive_ptr<c10d::Work> CommlibBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& out,
                                                                                std::vector<at::Tensor>& in,
                                                                                const c10d::ReduceScatterOptions& o) {
+  if (!out.empty() && out[0].defined() && out[0].is_cuda()) {  // (as allreduce_coalesced)
+    Reduction r;
+    for (const auto& x : out)
+      if (x.defined()) reduction_in(x, o.reduceOp, &r);
+  }
   if (auto w = cuda_coalesced(
-          out, in, [&](size_t i) { return cuda_reduce_scatter_base(out[i], in[i], o.reduceOp); },
+          out, in,
+          [&](size_t i) -> WorkPtr {
+            if (auto w = cuda_reduce_scatter_base(out[i], in[i], o.reduceOp)) return w;
+            return cuda_staged(out[i], true, c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {out[i]},
+                               [&](const StageOn& on, StagedCall* s) {
+                                 return stage_reduce_scatter_base(on, out[i], in[i], o.reduceOp, getSize(),
+                                                                  algo(Collective::ReduceScatter), s);
+                               });
+          },
           [&](size_t i) { return delegate("_reduce_scatter_base", out[i], in[i], o); }))
     return w;
   const int64_t P = getSize();

@@ -92,12 +92,17 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::_allgather_base(at::Tensor& out, 
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::allgather(std::vector<std::vector<at::Tensor>>& out,
                                                          std::vector<at::Tensor>& in, const c10d::AllgatherOptions& o) {
-  if (in.size() == 1 && out.size() == 1) {  // (equal blocks; uneven ones below)
+  if (in.size() == 1 && out.size() == 1) {  // (CPU tensors' uneven blocks: uneven_allgather, below)
     auto build = [&](const StageOn& on, StagedCall* s) {
       return stage_allgather_list(on, out[0], in[0], getSize(), algo(Collective::AllGather), s);
     };
-    if (in[0].defined() && in[0].is_cuda())
+    if (in[0].defined() && in[0].is_cuda()) {
       if (auto w = cuda_staged(in[0], true, c10d::OpType::ALLGATHER, "all_gather", out[0], build)) return w;
+      auto uneven = [&](const StageOn& on, StagedCall* s) {  // (declines an equal list: tried above)
+        return stage_allgather_uneven(on, out[0], in[0], getSize(), getRank(), algo(Collective::AllGather), s);
+      };
+      if (auto w = cuda_staged(in[0], true, c10d::OpType::ALLGATHER, "all_gather", out[0], uneven)) return w;
+    }
     StagedCall s;
     if (in[0].defined() && in[0].device().is_cpu() && build(StageOn(), &s))
       return run_staged(std::move(s), o.asyncOp, c10d::OpType::ALLGATHER, "all_gather", out[0], o.timeout);

@@ -1,5 +1,6 @@
 // CommlibBackend's all-to-all calls: all_to_all_single (alltoall_base) with equal blocks as the
-// core's all_to_all collective, with split sizes as one batch of sends and receives (the core's
+// core's all_to_all collective (staging.h's stage_alltoall_base for tensors the core cannot take as
+// they lie, on either device), with split sizes as one batch of sends and receives (the core's
 // all_to_allv, as commlib/core/p2p_plan.py plans it for the Python side; on CUDA tensors the stream
 // engine's batch, device_p2p.cc), and the list form
 // (alltoall) through one flat buffer each way. Every block moves as bytes, so any dtype goes.
@@ -92,6 +93,12 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::alltoall_base(at::Tensor& out, at
                                                              const c10d::AllToAllOptions& o) {
   if (out_splits.empty() && in_splits.empty()) {
     if (auto w = cuda_alltoall_base(out, in)) return w;
+    if (in.defined() && in.is_cuda()) {  // not contiguous, or a conjugate or negative view: staged
+      auto build = [&](const StageOn& on, StagedCall* s) {
+        return stage_alltoall_base(on, out, in, getSize(), algo(Collective::AllToAll), s);
+      };
+      if (auto w = cuda_staged(in, true, c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {out}, build)) return w;
+    }
   } else if (device_p2p_layout(in) && device_p2p_layout(out) && in.device() == out.device() &&
              in.scalar_type() == out.scalar_type()) {  // CUDA tensors: one batch of the stream engine
     at::Tensor ci = dense(in), co = dense(out);
@@ -102,18 +109,17 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::alltoall_base(at::Tensor& out, at
     return device_exchange(ci, co, in_bytes, out_bytes, kCudaBuffer, in.device().index(),
                            reinterpret_cast<uintptr_t>(s.native_handle()), s, co.is_same(out) ? at::Tensor() : out);
   }
+  StagedCall staged;  // CPU tensors, equal blocks: the core's all_to_all through the staging layer, as CUDA's
+  if (out_splits.empty() && in_splits.empty() && in.defined() && in.device().is_cpu() &&
+      stage_alltoall_base(StageOn(), out, in, getSize(), algo(Collective::AllToAll), &staged))
+    return run_staged(std::move(staged), o.asyncOp, c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {out},
+                      o.timeout);
   if (!host_layout(in) || !host_layout(out) || in.scalar_type() != out.scalar_type())
     return delegate("alltoall_base", out, in, out_splits, in_splits, o);
   const int P = getSize();
   at::Tensor ci = dense(in), co = dense(out);
   CopyBack back;
   back.add(out, co);
-  if (out_splits.empty() && in_splits.empty() && ci.nbytes() == co.nbytes() && ci.numel() % P == 0) {
-    auto call = make_call(Collective::AllToAll, algo(Collective::AllToAll), DType::UInt8,
-                          static_cast<int64_t>(ci.nbytes()) / P, address(ci), address(co), 0);
-    return run(call, o.asyncOp, c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {out},
-               [ci, back]() mutable { back(); }, o.timeout);
-  }
   const auto in_bytes = block_bytes(ci, in_splits, P, "input_split_sizes", "input");
   const auto out_bytes = block_bytes(co, out_splits, P, "output_split_sizes", "output");
   if (co.numel() && ci.numel() && co.data_ptr() == ci.data_ptr()) ci = ci.clone();  // in place: send from a copy

@@ -305,7 +305,10 @@ PYBIND11_MODULE(_C_torch, m) {
             } else if (kind == "all_gather_into_tensor") {
               ok = tb::stage_allgather_base(on, outs.at(0), ins.at(0), P, 0, &s);
             } else if (kind == "all_gather") {
-              ok = tb::stage_allgather_list(on, outs, ins.at(0), P, 0, &s);
+              ok = tb::stage_allgather_list(on, outs, ins.at(0), P, 0, &s) ||
+                   tb::stage_allgather_uneven(on, outs, ins.at(0), P, me, 0, &s);
+            } else if (kind == "all_to_all_single") {
+              ok = tb::stage_alltoall_base(on, outs.at(0), ins.at(0), P, 0, &s);
             } else {
               throw py::value_error("kind: not a staged collective: " + kind);
             }
@@ -321,9 +324,10 @@ PYBIND11_MODULE(_C_torch, m) {
           },
           py::arg("kind"), py::arg("outputs"), py::arg("inputs"), py::arg("op"), py::arg("root"), py::arg("device"),
           py::arg("stream"), py::arg("alloc"),
-          "Test seam: a staged collective (kind: all_reduce, reduce, broadcast, all_gather, all_gather_into_tensor, "
-          "reduce_scatter, reduce_scatter_tensor) of host views of emulated-device memory through the CUDA path's "
-          "staging and device entry; its Work (torch's), or None when the builder or the device entry declined.")
+          "Test seam: a staged collective (kind: all_reduce, reduce, broadcast, all_gather (even or uneven), "
+          "all_gather_into_tensor, reduce_scatter, reduce_scatter_tensor, all_to_all_single) of host views of "
+          "emulated-device memory through the CUDA path's staging and device entry; its Work (torch's), or None "
+          "when the builder or the device entry declined.")
       .def("_device_calls_held", &CommlibBackend::device_calls_held,
            "Device calls whose tensors the backend still holds (not seen retired), for tests.");
 }

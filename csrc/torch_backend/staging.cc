@@ -178,5 +178,54 @@ bool stage_allgather_list(const StageOn& on, const std::vector<at::Tensor>& outs
   return true;
 }
 
+bool stage_allgather_uneven(const StageOn& on, const std::vector<at::Tensor>& outs, const at::Tensor& in, int P,
+                            int me, uint8_t algo, StagedCall* s) {
+  if (outs.size() != static_cast<size_t>(P) || !on.holds(in) || outs[me].numel() != in.numel()) return false;
+  int64_t m = 0;
+  bool equal = true;
+  for (const auto& t : outs) {
+    if (!on.holds(t) || t.scalar_type() != in.scalar_type()) return false;
+    equal = equal && t.numel() == in.numel();
+    m = std::max<int64_t>(m, t.numel());
+  }
+  if (equal) return false;  // (stage_allgather_list's)
+  // This rank's block padded to the largest (the padding is sent and thrown away: never read).
+  at::Tensor padded = on.empty({m}, in.options());
+  padded.narrow(0, 0, in.numel()).view(in.sizes()).copy_(in);
+  at::Tensor flat = on.empty({m * P}, in.options());
+  s->keep.push_back(padded);
+  s->keep.push_back(flat);
+  DType dt;
+  int64_t n;
+  moved_as(padded, &dt, &n);
+  s->call = make_call(Collective::AllGather, algo, dt, n, address(padded), address(flat));
+  std::vector<at::Tensor> users = outs;
+  s->after = [users, flat, m]() mutable {
+    for (size_t j = 0; j < users.size(); ++j)
+      users[j].copy_(flat.narrow(0, static_cast<int64_t>(j) * m, users[j].numel()).view(users[j].sizes()));
+  };
+  return true;
+}
+
+bool stage_alltoall_base(const StageOn& on, const at::Tensor& out, const at::Tensor& in, int P, uint8_t algo,
+                         StagedCall* s) {
+  if (!on.holds(in) || !on.holds(out) || in.scalar_type() != out.scalar_type() || in.numel() != out.numel() ||
+      in.numel() % P)
+    return false;
+  at::Tensor ci = staged_in(on, in, in.scalar_type(), s), co = staged_out(on, out, out.scalar_type(), s);
+  if (ci.numel() && ci.data_ptr() == co.data_ptr()) {  // in place: the core's all_to_all sends from a copy
+    ci = on.empty(in.sizes(), in.options());
+    ci.copy_(in);
+    s->keep.push_back(ci);
+  }
+  s->call = make_call(Collective::AllToAll, algo, DType::UInt8, static_cast<int64_t>(ci.nbytes()) / P, address(ci),
+                      address(co));
+  if (!co.is_same(out)) {
+    at::Tensor user = out;
+    s->after = [user, co]() mutable { user.copy_(co.view(user.sizes())); };
+  }
+  return true;
+}
+
 }  // namespace torch_backend
 }  // namespace commlib

@@ -1,6 +1,6 @@
 // The C++ backend's one staging layer (issue #44 item 3): a call whose tensors the core cannot take
 // as they lie (not contiguous, a dtype or op the core does not reduce, a conjugate or negative view,
-// the list forms of all_gather and reduce_scatter) becomes a StagedCall: the core's call on
+// the list forms of all_gather and reduce_scatter, all_to_all_single) becomes a StagedCall: the core's call on
 // contiguous buffers made here (the inputs' values already copied in, with a cast), and what runs
 // after the call (the copies back, with a cast, into the caller's tensors).
 //
@@ -69,9 +69,19 @@ bool stage_broadcast(const StageOn& on, const at::Tensor& t, int root, int me, i
 // all_gather_into_tensor: every rank's `in` side by side into `out`.
 bool stage_allgather_base(const StageOn& on, const at::Tensor& out, const at::Tensor& in, int P, uint8_t algo,
                           StagedCall* s);
-// all_gather with a list: rank j's `in` into outs[j] (equal sizes; uneven lists are several.cc's).
+// all_gather with a list: rank j's `in` into outs[j] (equal sizes).
 bool stage_allgather_list(const StageOn& on, const std::vector<at::Tensor>& outs, const at::Tensor& in, int P,
                           uint8_t algo, StagedCall* s);
+// all_gather with an uneven list (sizes differ; every rank's list has the same sizes): each rank's
+// `in` padded to the largest block, gathered side by side, block j's first outs[j].numel() values
+// into outs[j]. (CPU tensors take several.cc's uneven_allgather instead: a batch of sends and
+// receives of each block's own size, no padding.)
+bool stage_allgather_uneven(const StageOn& on, const std::vector<at::Tensor>& outs, const at::Tensor& in, int P,
+                            int me, uint8_t algo, StagedCall* s);
+// all_to_all_single with equal blocks: `in` split in P equal blocks, block j to rank j, rank j's into
+// block j of `out` (any dtype, moved as bytes).
+bool stage_alltoall_base(const StageOn& on, const at::Tensor& out, const at::Tensor& in, int P, uint8_t algo,
+                         StagedCall* s);
 
 }  // namespace torch_backend
 }  // namespace commlib

@@ -167,6 +167,45 @@ def _cases(P, r):
         outs = [m.tensor(torch.zeros(2, 3, dtype=torch.int16)).t() for _ in range(P)]
         return outs, [i], lambda: torch.stack([o.clone() for o in outs]), torch.stack(xs)
     add("all_gather list transposed", "all_gather", ag_list)
+
+    # all_gather with an uneven list: rank j's block has 3j int16 (rank 0's empty), each rank's
+    # input strided, the outputs strided; then 2j + 1 complex64 (moved as bytes), a conjugate input
+    def ag_uneven(m):
+        xs = [_data((3 * j,), torch.int16, 15, j) for j in range(P)]
+        i = m.tensor(torch.stack([xs[r], xs[r]], 1))[:, 0]  # 3r elements, stride 2
+        outs = [m.tensor(torch.zeros(6 * j, dtype=torch.int16))[::2] for j in range(P)]
+        return outs, [i], lambda: torch.cat([o.clone() for o in outs]), torch.cat(xs)
+    add("all_gather uneven list strided", "all_gather", ag_uneven)
+
+    def ag_uneven_conj(m):
+        xs = [_data((2 * j + 1,), torch.complex64, 16, j) for j in range(P)]
+        i = m.tensor(xs[r].conj().resolve_conj()).conj()  # a conjugate view that reads xs[r]
+        outs = [m.tensor(torch.zeros(2 * j + 1, dtype=torch.complex64)) for j in range(P)]
+        return outs, [i], lambda: torch.cat([o.clone() for o in outs]), torch.cat(xs)
+    add("all_gather uneven list conj", "all_gather", ag_uneven_conj)
+
+    # all_to_all_single with equal blocks: a transposed (2P, 3) float32 into a transposed output
+    # (two rows a block); one int16 a block, both strided; int32 in place (contiguous: sent from a
+    # copy; the emulated engine's all_to_all is right in place without it too, so this checks the result only)
+    def a2a_t(m):
+        xs = [_data((3, 2 * P), torch.float32, 17, q).t() for q in range(P)]
+        i = m.tensor(xs[r].t().contiguous()).t()
+        o = m.tensor(torch.zeros(3, 2 * P)).t()
+        return [o], [i], lambda: o.clone(), torch.cat([xs[j][2 * r: 2 * r + 2] for j in range(P)])
+    add("all_to_all_single transposed", "all_to_all_single", a2a_t)
+
+    def a2a_one(m):
+        xs = _every(P, (2 * P,), torch.int16, 18)
+        i = m.tensor(xs[r])[::2]
+        o = m.tensor(torch.zeros(2 * P, dtype=torch.int16))[1::2]
+        return [o], [i], lambda: o.clone(), torch.stack([xs[j][::2][r] for j in range(P)])
+    add("all_to_all_single one element a block", "all_to_all_single", a2a_one)
+
+    def a2a_in_place(m):
+        xs = _every(P, (5 * P,), torch.int32, 19)
+        t = m.tensor(xs[r])
+        return [t], [t], lambda: t.clone(), torch.cat([xs[j][5 * r: 5 * r + 5] for j in range(P)])
+    add("all_to_all_single in place", "all_to_all_single", a2a_in_place)
     return out
 
 
@@ -199,8 +238,10 @@ def staged_calls_run_from_cpp(comm):
 
 
 def staged_bad_arguments(comm):
-    """A staged call with a bad argument, on a set-up stream: a reduce from a root out of range and
-    a reduce_scatter_tensor of two dtypes are declined (None: the backend hands them to the Python
+    """A staged call with a bad argument, on a set-up stream: a reduce from a root out of range, a
+    reduce_scatter_tensor of two dtypes, an all_to_all_single of 3P + 1 elements (no equal blocks)
+    and of two dtypes, an uneven all_gather whose own output block is not its input's size and one
+    with an output of another dtype are declined (None: the backend hands them to the Python
     side, which names the argument), a max of complex tensors raises ValueError naming `op`; none
     of them made a staged buffer or a device call (no new shape counted), and a staged all_reduce
     after them is right on every rank. Returns (seam results, the error, buffers made, new shapes
@@ -215,9 +256,21 @@ def staged_bad_arguments(comm):
     in32 = m.tensor(torch.zeros(4 * P, dtype=torch.float32))[::2]
     z = m.tensor(torch.ones(4, dtype=torch.complex64))[::2]
     new0, made0 = _C.device_native_new_shape_count(), m.allocated
+    a2a_in = m.tensor(torch.zeros(2 * (3 * P + 1), dtype=torch.int16))[::2]  # 3P + 1: no equal blocks
+    a2a_out = m.tensor(torch.zeros(2 * (3 * P + 1), dtype=torch.int16))[::2]
+    uneven = [m.tensor(torch.zeros(2 * (j + 1), dtype=torch.int16))[::2] for j in range(P)]
     seam = [o.backend._staged_device_call("reduce", [], [x], "sum", P, 0, stream, m.alloc) is None,
             o.backend._staged_device_call("reduce_scatter_tensor", [out16], [in32], "sum", 0, 0, stream,
-                                          m.alloc) is None]
+                                          m.alloc) is None,
+            o.backend._staged_device_call("all_to_all_single", [a2a_out], [a2a_in], "sum", 0, 0, stream,
+                                          m.alloc) is None,
+            o.backend._staged_device_call("all_to_all_single", [in32], [x.reshape(-1)[: 2 * P]], "sum", 0, 0,
+                                          stream, m.alloc) is None,
+            # this rank's output block is not its input's size; then one of another dtype
+            o.backend._staged_device_call("all_gather", uneven, [x[:, 0][: r + 2]], "sum", 0, 0, stream,
+                                          m.alloc) is None,
+            o.backend._staged_device_call("all_gather", uneven[:-1] + [in32[: P]], [uneven[r]], "sum", 0, 0,
+                                          stream, m.alloc) is None]
     error = "no error"
     try:
         o.backend._staged_device_call("all_reduce", [], [z], "max", 0, 0, stream, m.alloc)
