@@ -24,13 +24,14 @@ from __future__ import annotations
 import argparse
 import glob
 import os
-import re
 import socket
 import subprocess
 import sys
 import tempfile
 
 import numpy as np
+
+from callgrind_counts import dump_total, inclusive  # (bench/, beside this script)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -74,24 +75,6 @@ def _rank_main(collectives, calls, nbytes):
     comm.close()
 
 
-def _inclusive(dump, symbol_prefix):
-    """Inclusive instructions of every function whose name starts with `symbol_prefix(` in `dump`."""
-    out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", dump],
-                         capture_output=True, text=True, check=True).stdout
-    total = 0
-    for line in out.splitlines():
-        m = re.match(r"\s*([\d,]+)\s+(?:\([^)]*\)\s+)?(?:[^\s:]*:)?(.*)$", line)
-        if m and m.group(2).startswith(symbol_prefix + "("):
-            total = max(total, int(m.group(1).replace(",", "")))
-    return total
-
-
-def _dump_total(path):
-    with open(path) as fh:
-        m = re.search(r"^(?:totals|summary): (\d+)", fh.read(), re.M)
-    return int(m.group(1)) if m else 0
-
-
 def measure(np_, rank, collectives, calls, nbytes, keep=""):
     """{collective: {"whole", "core", "wait"}} per call on rank `rank` of `np_`."""
     with tempfile.TemporaryDirectory() as d:
@@ -117,9 +100,9 @@ def measure(np_, rank, collectives, calls, nbytes, keep=""):
         for k, coll in enumerate(collectives):
             dump = dumps[2 * k + 1]
             res[coll] = {
-                "whole": _dump_total(dump) / calls,
-                "core": _inclusive(dump, "commlib::Communicator::collective") / calls,
-                "wait": sum(_inclusive(dump, w) for w in WAITS) / calls,
+                "whole": dump_total(dump) / calls,
+                "core": inclusive(dump, "commlib::Communicator::collective") / calls,
+                "wait": sum(inclusive(dump, w) for w in WAITS) / calls,
             }
         return res
 

@@ -26,10 +26,11 @@ import argparse
 import glob
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
+
+from callgrind_counts import dump_total, inclusive  # (bench/, beside this script)
 
 # dist's function, torch's ProcessGroup method, the backend's method
 CALLS = {
@@ -82,25 +83,6 @@ def _rank_main(backend, collectives, calls):
     dist.destroy_process_group()
 
 
-def _inclusive(dump, symbol_prefix):
-    """Inclusive instructions of every function whose name starts with `symbol_prefix(` in `dump`."""
-    out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", dump],
-                         capture_output=True, text=True, check=True).stdout
-    total = 0
-    for line in out.splitlines():
-        # "N (p%)  file:function [object]"; the file part has no colon
-        m = re.match(r"\s*([\d,]+)\s+(?:\([^)]*\)\s+)?(?:[^\s:]*:)?(.*)$", line)
-        if m and m.group(2).startswith(symbol_prefix + "("):
-            total = max(total, int(m.group(1).replace(",", "")))
-    return total
-
-
-def _dump_total(path):
-    with open(path) as fh:
-        m = re.search(r"^(?:totals|summary): (\d+)", fh.read(), re.M)
-    return int(m.group(1)) if m else 0
-
-
 def measure(backend, collectives, calls):
     """{collective: {"whole", "ProcessGroup", "backend", "core"}} per call for `backend`."""
     with tempfile.TemporaryDirectory() as d:
@@ -117,10 +99,10 @@ def measure(backend, collectives, calls):
             dump = dumps[2 * k + 1]
             pg, be = CALLS[coll]
             out[coll] = {
-                "whole": _dump_total(dump) / calls,
-                "ProcessGroup": _inclusive(dump, f"c10d::ProcessGroup::{pg}") / calls,
-                "backend": _inclusive(dump, f"{BACKEND_CLASS[backend]}::{be}") / calls,
-                "core": (_inclusive(dump, "commlib::Communicator::collective") / calls
+                "whole": dump_total(dump) / calls,
+                "ProcessGroup": inclusive(dump, f"c10d::ProcessGroup::{pg}") / calls,
+                "backend": inclusive(dump, f"{BACKEND_CLASS[backend]}::{be}") / calls,
+                "core": (inclusive(dump, "commlib::Communicator::collective") / calls
                          if backend == "commlib" else None),
             }
         return out

@@ -249,19 +249,25 @@ def new_streams_run_from_cpp(comm, streams=3, rounds=4):
     return o.python_calls, len(done), hits, wrapped, wrong
 
 
+def _count_batches(route):
+    """A list that gains an item for every point-to-point batch the Python route runs from now on."""
+    batches = []
+    p2p = route.p2p
+
+    def spy(*args, **kwargs):
+        batches.append(1)
+        return p2p(*args, **kwargs)
+    route.p2p = spy
+    return batches
+
+
 def stream_set_up_by_a_batch(comm, device=7):
     """A stream the route set up with a point-to-point batch (no collective ran on it) serves new
     shapes of collectives from C++ too: the set-up is per stream, not per collective. Returns (the
     Python route's collectives, the batches it ran, new shapes from C++, the all_reduce right)."""
     P, r = comm.size, comm.rank
     o = Offers(comm)
-    batches = []
-    p2p = o.route.p2p
-
-    def spy(*args, **kwargs):
-        batches.append(1)
-        return p2p(*args, **kwargs)
-    o.route.p2p = spy
+    batches = _count_batches(o.route)
     a = emu.from_numpy(np.full(4, r, np.float32), device_index=device)
     b = emu.empty(4, "float32", device_index=device)
     o.comm.batch_p2p([("recv", b, (r - 1) % P), ("send", a, (r + 1) % P)])  # the set-up on this stream
@@ -303,13 +309,7 @@ def p2p_on_a_new_stream(comm, n=64):
     Python route's calls and batches, batches from C++, streams wrapped, the message right)."""
     P, r = comm.size, comm.rank
     o = Offers(comm)
-    batches = []
-    p2p = o.route.p2p
-
-    def spy(*args, **kwargs):
-        batches.append(1)
-        return p2p(*args, **kwargs)
-    o.route.p2p = spy
+    batches = _count_batches(o.route)
     o.call("all_reduce", emu.from_numpy(np.ones(8, np.float32))).synchronize()  # set-up
     side = emu.Stream()
     a = emu.from_numpy(np.arange(n, dtype=np.float32) + 100 * r)

@@ -5,14 +5,7 @@ run from C++ (rank side:
 native_new_shape_cases.py, driven with emulated memory through the backend's test seam), on the
 emulated device with its delay on and several ranks sharing it. The GPU version of the fresh-buffer
 loop is tests/torch/torch_cuda_cases.py's case_cuda_fresh_tensors_from_cpp (@gpu)."""
-import os
-import sys
-
 import pytest
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
 
 pytest.importorskip("torch")
 
@@ -21,11 +14,7 @@ import native_new_shape_cases as cases  # noqa: E402
 from emulated_pools import DELAY_ENV as ENV  # noqa: E402  (the device matrix's pools)
 
 
-@pytest.fixture(autouse=True)
-def _cpp_backend():
-    from commlib.torch import native
-    if native.load() is None:
-        pytest.skip("commlib._C_torch was not built")
+pytestmark = pytest.mark.usefixtures("cpp_backend")  # (tests/torch/conftest.py)
 
 
 @pytest.mark.timeout(180)

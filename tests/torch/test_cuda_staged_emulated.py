@@ -4,14 +4,7 @@ forms (uneven all_gather lists too), equal-block all_to_all_single, staged by th
 builders, run on the device entry, copied back after the call (rank side:
 native_staged_device_cases.py, through the backend's test seam ``_staged_device_call``).
 The GPU version against gloo is tests/torch/torch_cuda_staged_cases.py (@gpu)."""
-import os
-import sys
-
 import pytest
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
 
 pytest.importorskip("torch")
 
@@ -20,11 +13,7 @@ import native_staged_device_cases as cases  # noqa: E402
 from emulated_pools import DELAY_ENV as ENV  # noqa: E402  (the device matrix's pools)
 
 
-@pytest.fixture(autouse=True)
-def _cpp_backend():
-    from commlib.torch import native
-    if native.load() is None:
-        pytest.skip("commlib._C_torch was not built")
+pytestmark = pytest.mark.usefixtures("cpp_backend")  # (tests/torch/conftest.py)
 
 
 @pytest.mark.timeout(180)
