@@ -1,15 +1,27 @@
 """commlib.bootstrap.wait.wait_until, the one store wait loop (init's rendezvous, the device set-ups,
 the device route's closing barrier and shrink's agreement wait through it): what it returns, the
 order of its checks, its timeout, and its backing-off pause (time.sleep recorded, never timed)."""
+import time
+import types
+
 import pytest
 
 from commlib.bootstrap import wait
 
 
 @pytest.fixture
-def pauses(monkeypatch):
+def clock(monkeypatch):
+    """The wait module's own `time`, replaced by a namespace: patching `wait.time.sleep` would patch the
+    `time` module itself, for every thread of the process (a store server's included)."""
+    fake = types.SimpleNamespace(monotonic=time.monotonic, sleep=time.sleep)
+    monkeypatch.setattr(wait, "time", fake)
+    return fake
+
+
+@pytest.fixture
+def pauses(clock):
     slept = []
-    monkeypatch.setattr(wait.time, "sleep", slept.append)
+    clock.sleep = slept.append
     return slept
 
 
@@ -33,9 +45,9 @@ def test_the_pause_doubles_up_to_its_cap(pauses):
     assert max(pauses) == wait.MAX_PAUSE_S and pauses[-1] == wait.MAX_PAUSE_S
 
 
-def test_past_the_deadline_it_raises_what_on_timeout_gives_after_polling(pauses, monkeypatch):
-    clock = iter([1.0, 2.0, 3.0])
-    monkeypatch.setattr(wait.time, "monotonic", lambda: next(clock))
+def test_past_the_deadline_it_raises_what_on_timeout_gives_after_polling(pauses, clock):
+    ticks = iter([1.0, 2.0, 3.0])
+    clock.monotonic = lambda: next(ticks)
     polled = []
     with pytest.raises(TimeoutError, match="waited for rank 2"):
         wait.wait_until(lambda: False, 1.5, on_timeout=lambda: TimeoutError("waited for rank 2"),
