@@ -3,6 +3,7 @@
 // (Link::read_peer, process_vm_readv on shared memory) and the executor then acknowledges it.
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "host/executor.h"
 #include "kernels/cpu_reduce.h"
@@ -20,8 +21,16 @@ void Executor::receive_rendezvous(ExecOp& o, const char* payload, DType dtype, R
   try {
     read_from_peer(o, l, address, dtype, op);
   } catch (const PeerError& e) {
+    // A sender whose call failed (another peer died) stops waiting for our acknowledgement and its
+    // buffer may go away: then the failed read echoes that failure, which names the rank that died.
+    std::string why = e.what();
+    for (int p = 0; p < t_.size(); ++p) {
+      if (p == t_.rank() || !t_.peer_failed(p)) continue;
+      why += "; rank " + std::to_string(p) + " failed first: " + t_.peer_status(p, false).message;
+      break;
+    }
     fail(ErrorKind::Peer, t_.describe_peer(o.peer) + " could not be read during " + describe_call(call) + " (rank " +
-                              std::to_string(t_.rank()) + "): " + e.what());
+                              std::to_string(t_.rank()) + "): " + why);
   }
 }
 
