@@ -4,6 +4,7 @@
 
 #include "bindings/bindings.h"
 #include "bindings/transport_handles.h"
+#include "host/read_gate.h"
 #include "transport/tcp/hmac_sha256.h"
 #include "transport/registry.h"
 #include "transport/shm/shm_entry.h"
@@ -71,6 +72,10 @@ void bind_transport(py::module_& m) {
   m.def("toy_transport_stutter", &toy::set_stutter, py::arg("on"),
         "Every other send slot (received chunk) of a toy link is not there yet (tests: transport/toy/toy.h).");
   m.def("toy_transport_chunks", &toy::chunks_published, "Chunks this process's toy links published (tests).");
+  m.def("hold_next_single_copy_read", &arm_read_gate, py::arg("peer"), py::arg("path"), py::arg("max_wait_s") = 60.0,
+        "Tests (host/read_gate.h): this process's next single-copy read of rank `peer` creates the file `path` once "
+        "the peer published its buffer, and reads only once that file is removed (or after `max_wait_s` s); "
+        "path '' disarms.");
 
   m.def(
       "hmac_sha256",

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "host/executor.h"
+#include "host/read_gate.h"
 #include "kernels/cpu_reduce.h"
 #include "plan/describe.h"
 
@@ -15,6 +16,7 @@ void Executor::receive_rendezvous(ExecOp& o, const char* payload, DType dtype, R
   uint64_t address;
   std::memcpy(&address, payload, sizeof(address));
   Link& l = t_.link(o.peer);
+  pass_read_gate(o.peer);  // a test seam (host/read_gate.h): returns at once unless a test armed it
   // The sender waits for our acknowledgement and does not touch its buffer meanwhile, so a failed
   // read means it died (or its memory went away): a PeerError naming it and the call, published
   // so every rank stops, never a crash of this reader.

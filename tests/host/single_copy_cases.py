@@ -3,6 +3,9 @@ whether this rank reads directly and why not, buffers that change and move betwe
 sender that dies with its buffer's address already published."""
 from __future__ import annotations
 
+import mmap
+import os
+import signal
 import time
 
 import numpy as np
@@ -97,3 +100,41 @@ def sender_dies_after_publishing(comm, victim, collective="broadcast"):
         return None
     time.sleep(1.5)
     return survivor_outcome(call)
+
+
+def read_after_sender_failed(comm, victim, gate):
+    """A deterministic form of the race 7604be4 fixed (csrc/host/read_gate.h holds the reader): on 3
+    ranks, rank 0 reads rank 1's all_to_all block single-copy, but is held at its gate once rank 1
+    published the block's address; meanwhile ``victim`` (rank 2) dies, rank 1's call fails for it
+    and rank 1's buffer goes away (unmapped); then rank 0 reads. Its error must name rank 2's death
+    too, not only the live rank 1 it could not read. Returns each survivor's outcome (rank 1's
+    carries whether its buffer was unmapped)."""
+    reader, sender = 0, 1
+    sub = comm.split(0, timeout=20)
+    n = sub.size * BLOCK
+    mem = mmap.mmap(-1, n * 4)  # the sender's input: memory of its own, so it can go away for sure
+    x, y = np.frombuffer(mem, np.float32, n), np.empty(n, np.float32)
+    x[:] = 7.0
+    sub.all_to_all(y, x, algorithm="direct")  # a first call, so the second's failure is the one under test
+    if sub.rank == reader:
+        _C.hold_next_single_copy_read(sender, gate, 60.0)
+        return survivor_outcome(lambda: sub.all_to_all(y, x, algorithm="direct"))
+    if sub.rank == victim:  # never joins the second call: dies once the reader is held (the sender,
+        _kill_self_once_exists(gate)  # waiting for its block and its read, sees it die)
+        return None
+    outcome = survivor_outcome(lambda: sub.all_to_all(y, x, algorithm="direct"))
+    del x
+    try:
+        mem.close()  # munmap: the address the reader holds now reads nothing
+        unmapped = True
+    except BufferError:  # still referenced: the reader would read it after all (the test says so)
+        unmapped = False
+    os.unlink(gate)  # let the reader read
+    return outcome, unmapped
+
+
+def _kill_self_once_exists(path, limit_s=60.0):
+    deadline = time.monotonic() + limit_s
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    os.kill(os.getpid(), signal.SIGKILL)

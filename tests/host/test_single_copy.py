@@ -3,8 +3,10 @@ reads"): the collective matrix's small and awkward counts with them forced on fo
 8 bytes or more, on 5 ranks (2 cores: oversubscribed; the ~1M-element counts run single-copy in
 test_collectives.py's test_single_copy_rendezvous, and with the tuning file's crossovers in the
 default matrix), forced off, buffers that change between calls, in-place all_to_all (direct: received
-into scratch and copied back; pairwise: sent from the core's own input copy) on growing buffers, and a sender that dies after
-publishing its buffer's address."""
+into scratch and copied back; pairwise: sent from the core's own input copy) on growing buffers, a sender that dies after
+publishing its buffer's address, and a reader held at its read while the sender fails for another rank's death."""
+import os
+
 import pytest
 
 import collective_cases as cases
@@ -75,3 +77,21 @@ def test_all_to_all_sender_dying_after_publishing_raises_peer_error():
     # the first survivor to look failed in its read of the dead rank's buffer (the others learn it
     # from that survivor's published failure or from their own read)
     assert any("could not be read" in res[0] for q, res in enumerate(results) if q != 2), results
+
+
+@pytest.mark.timeout(120)
+def test_read_of_a_sender_that_failed_names_the_first_failure(tmp_path):
+    """7604be4, deterministically: the reader is held (_C.hold_next_single_copy_read) between the
+    sender's publication and its read while rank 2 dies and the sender, whose call failed for it,
+    unmaps its buffer: the reader's failed read must name rank 2's death, not only rank 1."""
+    gate = str(tmp_path / "gate")
+    results = run_killing_one_rank(3, 2, sc.read_after_sender_failed, env=FORCED, timeout=90, args=(gate,))
+    reader, sender_result, dead = results
+    assert dead is None and sender_result is not None and not os.path.exists(gate), results
+    sender, unmapped = sender_result
+    assert unmapped, "the sender's buffer was still referenced: the reader's read would succeed"
+    assert sender is not None and "rank 2" in sender[0] and "all_to_all #" in sender[0], sender
+    assert reader is not None, "the reader's call succeeded"
+    msg = reader[0]
+    assert "rank 1" in msg and "could not be read" in msg and "all_to_all #" in msg, msg
+    assert "rank 2" in msg, f"the reader blamed only the live rank 1: {msg}"
