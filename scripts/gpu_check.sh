@@ -41,7 +41,8 @@
 # timeline a Chrome trace in $OUT/gpu_trace, else bench/results/gpu_trace, its step table in the report), sweep (the same at 64 MiB over the inbox's slot size and count), gpu (every other @pytest.mark.gpu test, several ranks on the one GPU, the symmetric pool's on CUDA among them), ranks (tests/stream's and tests/device's CUDA cases again under
 # MPS when nvidia-cuda-mps-control exists; skipped otherwise), bench (small and large all_reduce on
 # both device paths, kernel and copy, against the device copy bandwidth, under MPS where there is one;
-# then reduce_scatter and all_gather 64-256 MiB on the kernel path, mapped and fused among them; against NCCL where there is one GPU per rank, NCCL refusing several ranks on one GPU).
+# then reduce_scatter and all_gather 64-256 MiB on the kernel path, mapped and fused among them; against NCCL where there is one GPU per rank, NCCL refusing several ranks on one GPU;
+# with one GPU, bench_symm: torch's symmetric-memory all_reduce as a peer column, or torch's refusal).
 # bench/RESULTS_gpu.md is rewritten after every step, so a run cut short still reports.
 # Without a GPU it says so and stops (exit 0) without touching bench/RESULTS_gpu.md.
 set -uo pipefail
@@ -345,6 +346,19 @@ if wants bench; then
       "$PY" -m commlib bench $coll "${common[@]:1:14}" --algorithms $algos --paths kernel "${peers[@]}" "${large[@]}" \
       --json "bench/results/${tag}_$coll.json"
   done
+  # Issue #38's peer column: torch's symmetric-memory all_reduce (one_shot, two_shot) with the same
+  # ranks on the one GPU and the bench steps' sizes, beside commlib's mapped all_reduce in the same
+  # job (bench/gpu_symm.py); where torch refuses several ranks on one GPU its rows say why. One
+  # GPU only (with several, the bench's ranks each have a GPU and NCCL is the peer); not emulated.
+  if [ $emulated -eq 0 ] && [ "$gpus" -lt 2 ]; then
+    run_step bench_symm 25 "torch's symmetric-memory all_reduce (one_shot, two_shot; TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1) at the bench's sizes beside commlib's mapped_one_shot and mapped_fused_two_shot, $np ranks on GPU 0$mps" \
+      "$PY" bench/gpu_symm.py --np "$np" --reps 10 --json "bench/results/${tag}_symm.json"
+    if [ $dry -eq 0 ] && [ -s "$logs/bench_symm.log" ]; then
+      { echo "### torch's symmetric-memory all_reduce beside commlib's mapped one (bench/gpu_symm.py$mps)"; echo
+        sed -n "/^torch's symmetric-memory/,\$p" "$logs/bench_symm.log"; echo; } >> "$logs/bench.md"
+      write_report
+    fi
+  fi
   [ -n "$mps" ] && stop_mps
   [ $dry -eq 1 ] && dry_summary
   for f in small large reduce_scatter all_gather; do

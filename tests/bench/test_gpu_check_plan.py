@@ -49,6 +49,24 @@ def test_the_bench_steps_fit_the_machine(tmp_path, gpus, mps):
     assert "--algorithms ring,mapped,auto" in ag and "--timeout 60" in ag, ag
 
 
+@pytest.mark.parametrize("gpus,mps,args", [(1, True, ()), (1, False, ()), (2, False, ()), (1, True, ("--emulated",))])
+def test_torchs_symmetric_memory_runs_with_the_bench_steps_ranks_on_one_gpu(tmp_path, gpus, mps, args):
+    """Issue #38's peer column (bench_symm: bench/gpu_symm.py, whose default sizes are the bench
+    steps', tests/bench/test_gpu_symm.py): the bench's ranks, all on the one GPU; not where each
+    rank has a GPU of its own (NCCL is the peer there), not on the emulated device (torch's
+    symmetric memory needs CUDA)."""
+    bench = [c for c in _plan(tmp_path, gpus, mps, args=args) if "bench all_reduce" in c]
+    symm = _plan(tmp_path, gpus, mps, "bench/gpu_symm.py", args=args)
+    commands = [c for c in symm if not c.startswith("[")]
+    if gpus > 1 or args:
+        assert not symm, symm
+        return
+    np_ = bench[0].split("--np ")[1].split()[0]
+    assert [c.split(" ", 1)[1] for c in commands] == [
+        f"bench/gpu_symm.py --np {np_} --reps 10 --json bench/results/gpu_bench_symm.json"], symm
+    assert np_ == ("4" if mps else "2")
+
+
 @pytest.mark.parametrize("gpus", [1, 2, 4])
 def test_the_launch_step_times_one_rank_per_gpu_where_there_are_several(tmp_path, gpus):
     """bench/gpu_launch.py: 4, 2 and 1 ranks on GPU 0 (under MPS) on any machine (4: the issue's
@@ -105,7 +123,7 @@ def test_the_lent_command_fits_the_device_budget_with_a_rerun(tmp_path):
     lines = _plan(tmp_path, 1, True, "", args=("--lent",))
     limits = _limits(lines)
     assert list(limits) == ["build", "import", "kernels", "staged", "launch", "trace", "gpu", "bench_small",
-                            "bench_large", "bench_reduce_scatter", "bench_all_gather"], limits
+                            "bench_large", "bench_reduce_scatter", "bench_all_gather", "bench_symm"], limits
     summary = [ln for ln in lines if ln.startswith("gpu_check: the steps' time limits add up to")]
     assert summary == [f"gpu_check: the steps' time limits add up to {sum(limits.values())}s, within the 590s "
                        "budget: yes"], summary
