@@ -97,7 +97,7 @@ const std::vector<Param> kParams = {
     {"COMMLIB_EMULATED_MACHINE", "name", "",
      "the machine emulated devices belong to: processes with the same machine and device index share one "
      "emulated device's resident blocks and grid budget, as processes on one GPU (unset: every process of this "
-     "user; the tests give each rank pool its own)"},
+     "user; a test that limits the resident blocks names one of its own, so that test runs do not share it)"},
     {"COMMLIB_EMULATED_SMS", "int", "4",
      "multiprocessors an emulated device reports (1..256), as cudaDevAttrMultiProcessorCount: a one-sided "
      "kernel-path launch takes at most a block per SM (each block a host thread), read when an engine is made",

@@ -12,6 +12,7 @@
 """
 import collections
 import pathlib
+import re
 
 TESTS = pathlib.Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent
@@ -70,3 +71,23 @@ def test_every_source_folder_has_its_tests_placed():
                           f"where its tests are")
     stale = [f for f in TESTED_ELSEWHERE if not (csrc / f).is_dir() or f in dirs]
     assert not stale, f"TESTED_ELSEWHERE names {stale[0]}, which is gone or has its own test directory now"
+
+
+def test_a_test_that_limits_emulated_residency_names_a_machine_of_its_own():
+    """The emulated device's resident blocks and grid budget live in /dev/shm ledgers named by the
+    device's identity, "emulated:[<COMMLIB_EMULATED_MACHINE>:]<index>" (csrc/device/shared_ledger.h),
+    used only where COMMLIB_EMULATED_RESIDENT_BLOCKS is set (0: no limit, no ledger). A test file that
+    sets it must also name a machine of its own (a fresh name per process, as test_grid_claims.py
+    does), or two test runs on one host (two worktrees, CI beside a developer) would share the
+    ledger as two jobs on one GPU, and each would find the other's blocks and claims there. Session
+    24 checked it: two concurrent runs of the occupancy tests pass, and nothing else uses the ledger."""
+    offenders = []
+    for path in sorted(TESTS.rglob("*.py")):
+        text = path.read_text()
+        if path.name == "test_test_tree.py" or "COMMLIB_EMULATED_RESIDENT_BLOCKS" not in text:
+            continue
+        sets_limit = re.search(r"COMMLIB_EMULATED_RESIDENT_BLOCKS\s*=|[\"']COMMLIB_EMULATED_RESIDENT_BLOCKS[\"']\s*:", text)
+        own_machine = re.search(r"COMMLIB_EMULATED_MACHINE\s*=\s*f[\"'][^\"']*\{uuid", text)
+        if sets_limit and not own_machine:
+            offenders.append(str(path.relative_to(TESTS)))
+    assert not offenders, f"set COMMLIB_EMULATED_RESIDENT_BLOCKS without a machine of their own: {offenders}"
