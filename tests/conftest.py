@@ -10,6 +10,7 @@ from commlib.testing import close_pools, get_pool  # noqa: E402
 
 
 from gpu_presence import cuda_import_error, gpu_verdict, listed_gpus  # noqa: E402
+from thread_leaks import describe, left_running, retire_pools_with_dead_stores  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
@@ -47,3 +48,34 @@ def pytest_sessionfinish(session, exitstatus):
 def pool():
     """Call pool(n) to get the cached RankPool of n ranks."""
     return get_pool
+
+
+def _fail_if_left(before, what):
+    left = left_running(before)
+    if left:
+        pytest.fail(f"threads still running after the {what}: {describe(left)}: close the store, "
+                    "communicator or pool it started (tests/thread_leaks.py)", pytrace=False)
+    dead = retire_pools_with_dead_stores()
+    if dead:
+        pytest.fail(f"{', '.join(dead)} store thread died during the {what} (did it patch a module every "
+                    "thread shares, e.g. time?): tests/thread_leaks.py", pytrace=False)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_threads_left_by_the_module():
+    """The same at the module's end: what its module-scoped fixtures started (set up after this one,
+    torn down before it) must be gone too."""
+    import threading
+    before = threading.enumerate()
+    yield
+    _fail_if_left(before, "module")
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_threads():
+    """Fail a test that leaves a store server (or any commlib-named or non-daemon) thread running:
+    it would meet the next tests' patches in this worker (tests/thread_leaks.py)."""
+    import threading
+    before = threading.enumerate()
+    yield
+    _fail_if_left(before, "test")
