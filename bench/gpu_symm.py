@@ -163,10 +163,29 @@ def rank_main(comm, algorithms, sizes, reps, ours, allow_overlap):
     torch.cuda.set_device(0)
     stream = torch.cuda.current_stream()
     why = unavailable(torch)
-    rows = refused_rows(why, algorithms, sizes) if why else _torch_rows(comm, torch, algorithms, sizes, reps, stream)
+    if why:
+        rows = refused_rows(why, algorithms, sizes)
+    else:
+        import torch.distributed as dist
+        try:
+            rows = _torch_rows(comm, torch, algorithms, sizes, reps, stream)
+        finally:
+            if dist.is_initialized():
+                dist.destroy_process_group()
     if ours:
         rows += gpu_latency.rank_main(comm, "cuda", ours, reps, sizes, paths=("kernel",))
     return rows
+
+
+def merge(per_rank):
+    """gpu_latency's merge (the slowest rank's clocks), except that a row refused or wrong on any
+    rank is that rank's row (torch's checks are alike on every rank, but a rank's own failure must
+    not be averaged away)."""
+    out = []
+    for rows in zip(*per_rank):
+        odd = [r for r in rows if "refused" in r or "error" in r]
+        out.append(dict(odd[0]) if odd else gpu_latency.merge([[r] for r in rows])[0])
+    return out
 
 
 def markdown(rows, np_, mps, allow_overlap):
@@ -205,7 +224,7 @@ def main(argv=None):
                                 timeout=args.timeout)
         finally:
             pool.close()
-        rows = gpu_latency.merge(per_rank)
+        rows = merge(per_rank)
     print(markdown(rows, args.np, mps, args.allow_overlap))
     if args.json:
         with open(args.json, "w") as f:

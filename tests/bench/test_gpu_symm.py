@@ -120,3 +120,14 @@ def test_torchs_symmetric_memory_all_reduce_beside_ours_on_one_gpu(tmp_path):
     torch_rows = [r for r in rows if r["path"] == "torch symm"]
     assert len(torch_rows) == 4 and all(r.get("ran") == "torch" or r.get("refused") for r in torch_rows), rows
     assert [r for r in rows if r["path"] == "kernel" and r["algorithm"] == "mapped_one_shot" and r.get("ran")], rows
+
+
+def test_a_row_refused_on_one_rank_is_refused_in_the_merge():
+    clocks = dict(sync=30.0, loop=20.0, gpu=25.0, enqueue=8.0)
+    slow = dict(clocks, sync=40.0)
+    ok = dict(path="torch symm", algorithm="one_shot", bytes=16, ran="torch")
+    no = dict(path="torch symm", algorithm="two_shot", bytes=16)
+    merged = gpu_symm.merge([[dict(ok, **clocks), dict(no, **clocks)],
+                             [dict(ok, **slow), dict(no, refused="rank 1's reason")]])
+    assert merged[0]["sync"] == 40.0 and merged[0]["loop"] == 20.0
+    assert merged[1]["refused"] == "rank 1's reason"
