@@ -141,6 +141,8 @@ def _torch_rows(comm, torch, algorithms, sizes, reps, stream):
             call, got = symm_call(torch, algo, buf, out, group)
             try:
                 buf.fill_(1.0)
+                torch.cuda.synchronize()
+                comm.barrier()  # every rank's ones are in place before any reads them
                 call()
                 torch.cuda.synchronize()
                 if not bool((got == comm.size).all()):
@@ -160,13 +162,13 @@ def rank_main(comm, algorithms, sizes, reps, ours, allow_overlap):
     """This rank's rows: torch's, then commlib's mapped all_reduce and the floors (gpu_latency's)."""
     import torch
     os.environ[OVERLAP_ENV] = allow_overlap  # read by torch's rendezvous when it runs
-    torch.cuda.set_device(0)
-    stream = torch.cuda.current_stream()
     why = unavailable(torch)
     if why:
         rows = refused_rows(why, algorithms, sizes)
     else:
         import torch.distributed as dist
+        torch.cuda.set_device(0)
+        stream = torch.cuda.current_stream()
         try:
             rows = _torch_rows(comm, torch, algorithms, sizes, reps, stream)
         finally:

@@ -86,7 +86,8 @@ def test_a_test_that_limits_emulated_residency_names_a_machine_of_its_own():
         text = path.read_text()
         if path.name == "test_test_tree.py" or "COMMLIB_EMULATED_RESIDENT_BLOCKS" not in text:
             continue
-        sets_limit = re.search(r"COMMLIB_EMULATED_RESIDENT_BLOCKS\s*=|[\"']COMMLIB_EMULATED_RESIDENT_BLOCKS[\"']\s*:", text)
+        sets_limit = re.search(r"COMMLIB_EMULATED_RESIDENT_BLOCKS\s*=|"
+                               r"[\"']COMMLIB_EMULATED_RESIDENT_BLOCKS[\"']\s*:", text)
         own_machine = re.search(r"COMMLIB_EMULATED_MACHINE\s*=\s*f[\"'][^\"']*\{uuid", text)
         if sets_limit and not own_machine:
             offenders.append(str(path.relative_to(TESTS)))
