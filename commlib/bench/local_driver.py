@@ -12,6 +12,8 @@ import sys
 import tempfile
 import time
 
+import numpy as np
+
 from commlib.perf import common as C
 from commlib.bench.run_results import finish
 
@@ -67,17 +69,32 @@ def _launch_local(name, cfg_path, part, timeout, place):
     return _run_job(place.rank_commands(argv, _env), timeout, name)
 
 
-def _launch_mpi(cfg_path, part, timeout, place):
+def _launch_mpi(cfg_path, part, timeout, place, backend="mpi"):
+    """One ``mpirun`` job of ``backend``: "mpi", or same_job.INLINE (commlib's ranks under mpirun,
+    MPI's calls in their rounds; commlib's store on a free local port)."""
     from commlib.bench import mpi_peer
     ok, where = mpi_peer.available()
     if not ok:
         return False, where
-    cmd, extra = place.mpi_command(mpi_peer.mpirun_command(where, place.P, ["--config", cfg_path, "--out", part]))
-    C.log("# mpi: " + " ".join(cmd[:cmd.index(sys.executable)]))
+    cmd, extra = place.mpi_command(mpi_peer.mpirun_command(where, place.P, ["--config", cfg_path, "--out", part],
+                                                           backend=backend))
+    C.log(f"# {backend}: " + " ".join(cmd[:cmd.index(sys.executable)]))
     env = _env(extra)
     for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
-    return _run_job([(cmd, env)], timeout, "mpi")
+    if backend != "mpi":
+        env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(C.free_port())})
+    return _run_job([(cmd, env)], timeout, backend)
+
+
+def job_order(cfg, place, mpi_ok: bool):
+    """The jobs of one pass, in the first pass's order: commlib's (with MPI's calls in it when
+    MPI is a peer on one host and ``peer_jobs`` is "same", same_job.py), then each other peer's."""
+    from commlib.bench.same_job import INLINE
+    peers = list(cfg["peers"])
+    if "mpi" in peers and mpi_ok and place.hosts == 1 and cfg.get("peer_jobs", "same") == "same":
+        return [INLINE] + [p for p in peers if p != "mpi"]
+    return ["commlib"] + peers
 
 
 def run_local(a, cfg, command, place) -> int:
@@ -96,8 +113,11 @@ def run_local(a, cfg, command, place) -> int:
         t0 = time.monotonic()
         passes = max(1, a.passes)
         per_pass = []
+        from commlib.bench import mpi_peer, same_job
+        jobs = job_order(cfg, place, mpi_peer.available()[0])
+        cfg["jobs"] = jobs  # recorded in the JSON's config
         for k in range(passes):
-            order = ["commlib"] + cfg["peers"]
+            order = list(jobs)
             if k % 2:
                 order.reverse()
             pcfg = dict(cfg, print_table=(k == passes - 1))
@@ -111,17 +131,22 @@ def run_local(a, cfg, command, place) -> int:
                 if name in backends and not backends[name].get("available", True):
                     continue  # unavailable in an earlier pass (e.g. no MPI): do not retry
                 part = os.path.join(tmp, f"{name}{k}.json")
-                if name == "mpi":
-                    ok, msg = _launch_mpi(pcfg_path, part, a.timeout, place)
+                if name in ("mpi", same_job.INLINE):
+                    ok, msg = _launch_mpi(pcfg_path, part, a.timeout, place, backend=name)
                 else:
                     ok, msg = _launch_local(name, pcfg_path, part, a.timeout, place)
                 if os.path.exists(part):
                     with open(part) as f:
                         got = json.load(f)
                     got_pass += got["records"]
-                    backends[name] = got["info"]
+                    if name == same_job.INLINE:
+                        backends.update(same_job.split_parts(got)[1])
+                    else:
+                        backends[name] = got["info"]
                     if got["info"].get("wrong"):
                         status = 1
+                if name == same_job.INLINE:
+                    name = "commlib"  # a failed job is commlib's failure (MPI's record says why below)
                 if not ok:
                     backends.setdefault(name, {})
                     backends[name].update({"available": backends[name].get("available", False), "error": msg})
@@ -131,8 +156,10 @@ def run_local(a, cfg, command, place) -> int:
                     if name == "commlib":
                         status = 1
             per_pass.append(got_pass)
-        results = merge_passes(per_pass)
+        results = merge_passes(per_pass, cfg.get("pass_statistic", "median"))
         cfg["passes"] = passes
+        if same_job.INLINE in jobs and "mpi" not in backends:
+            backends["mpi"] = {"available": False, "reason": "the commlib+mpi job wrote nothing"}
         for name in ("gloo", "mpi"):
             if name not in cfg["peers"]:
                 backends.setdefault(name, {"available": False, "requested": False, "reason": "not requested"})
@@ -145,9 +172,16 @@ def _row_key(r):
             r["root"], r["world_size"])
 
 
-def merge_passes(per_pass):
-    """One record per row from several passes: the pass with the lowest median (every backend is
-    treated alike), with every pass's median kept in ``pass_medians_us``; #wrong summed."""
+def merge_passes(per_pass, statistic="median"):
+    """One record per row from several passes, every backend treated alike, with every pass's
+    median kept in ``pass_medians_us``; #wrong summed. ``statistic``: "median" (the default) makes
+    the row's time the median of its passes' medians (of two, their mean; the rest of the record,
+    CPU and switches included, is the pass with the lower median); "min" keeps the pass with the
+    lowest median whole. The median does not let one lucky pass of one backend decide a ratio, and
+    tables tuned on it missed less (bench/RESULTS_collectives.md, session 18: held-out 5.7 misses a
+    run against 6.3)."""
+    if statistic not in ("median", "min"):
+        raise ValueError(f"pass statistic {statistic!r}: median or min")
     best, medians, wrong = {}, {}, {}
     order = []
     for records in per_pass:
@@ -166,6 +200,11 @@ def merge_passes(per_pass):
         r = dict(best[k])
         if len(per_pass) > 1:
             r["pass_medians_us"] = medians[k]
+            r["pass_statistic"] = statistic
+            if statistic == "median" and len(medians[k]) > 1:
+                med = float(np.median(medians[k]))
+                r["time_us"] = dict(r["time_us"], median=med)
+                r["algbw_GBps"], r["busbw_GBps"] = C.bandwidths(r["collective"], r["bytes"], r["world_size"], med * 1e-6)
         if k in wrong:
             r["wrong"] = wrong[k]
         out.append(r)

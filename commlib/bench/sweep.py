@@ -157,7 +157,11 @@ class Sweep:
 
     Order: collective, then size, then ``rounds`` rounds over every (algorithm, mode), each round
     timing iters/rounds calls: the algorithms of one size are measured interleaved, seconds apart,
-    so a burst of load from other processes hits them alike and their ratios stay meaningful.
+    so a burst of load from other processes, or a slow spell of the machine (its two cores'
+    cache-line hand-offs 4x slower for minutes at a time, bench/RESULTS_collectives.md session 24),
+    hits them alike and their ratios stay meaningful. A peer run in the same rank processes
+    (``Backend.peers_inline``: Open MPI under the same ``mpirun``, same_job.py) is one more entry
+    of every round, so commlib-to-MPI ratios get the same protection.
     """
 
     def __init__(self, backend: Backend, cfg: dict, out=sys.stdout, progress=None):
@@ -168,6 +172,7 @@ class Sweep:
         self.wrong_total = 0
         self.progress = progress  # callable(done, total, label) or None
         self._warm = False
+        self.order = []  # per size measured: the "algorithm/mode" keys one round takes, in order
 
     def _algos(self, collective):
         req = self.cfg.get("algorithms") or ["all"]
@@ -179,7 +184,7 @@ class Sweep:
             known = [a for a in known if a in req or a.partition("@")[0] in req]
         # --compress: "<algorithm>+<codec>" beside each algorithm compress= can run here
         return known + [f"{a}+{c}" for c in self.cfg.get("compress") or [] for a in known
-                        if self.b.compressible(collective, a, c)]
+                        if self.b.compressible(collective, a, c)] + self.b.peers_inline(collective)
 
     def _plan(self):
         cfg, b = self.cfg, self.b
@@ -237,7 +242,9 @@ class Sweep:
                 ref.prepare(bufs[m])
             elif bufs[m]["send"] is not None:
                 C.fill(bufs[m]["send"], np.ones(_numel(bufs[m]["send"])))
-        keys = [(a, m) for a in algos for m in ms]
+        # Every (algorithm, mode) of this size, in the order the rounds take them; a peer measured
+        # in these processes (same_job.py) runs only its comparison mode, beside commlib's.
+        keys = [(a, m) for a in algos for m in ms if b.runs(coll, a, m, op, dtype)]
         fns = {(a, m): b.make(coll, a, m, bufs[m], op, root) for a, m in keys}
         pc = time.perf_counter
         # Warm up every call shape, timing the warm-up calls: they set how many calls each shape
@@ -266,6 +273,7 @@ class Sweep:
         keys = [k for k in keys if k not in refused]
         if not keys:
             return {a: {m: None for m in ms} for a in algos}
+        self.order.append([f"{a}/{m}" for a, m in keys])  # what each round takes, in order (tests)
         iters = iteration_counts(b.gather_stats(np.array(est, np.float64)).max(axis=0), cfg)
         iters = dict(zip(keys, iters))
         times = {k: [] for k in keys}
@@ -304,7 +312,8 @@ class Sweep:
         for key in keys:
             vec += times[key] + [loops[key], wrong[key]] + list(usage[key])
         stats = b.gather_stats(np.array(vec, np.float64))
-        out = {a: {m: None for m in ms if (a, m) in refused} for a in algos}
+        # every mode of the table's columns, None where not run (refused, or a peer's other mode)
+        out = {a: {m: None for m in ms} for a in algos}
         start = 0
         for algo, mode in keys:
             n = iters[(algo, mode)]
@@ -316,7 +325,8 @@ class Sweep:
             med = float(np.median(per_call))
             algbw, busbw = C.bandwidths(coll, size, b.size, med)
             rec = {
-                "backend": b.name, "transport": b.transport, "collective": coll, "algorithm": algo,
+                "backend": b.backend_of(algo), "transport": b.transport_of(algo), "collective": coll,
+                "algorithm": algo,
                 "resolved": b.resolve(coll, algo, size, dtype), "mode": mode, "world_size": b.size,
                 "dtype": dtype, "op": op, "root": root if coll in C.ROOTED else -1,
                 "bytes": size, "count": count, "iters": n, "warmup": cfg["warmup"], "rounds": rounds,

@@ -80,7 +80,8 @@ def from_results(records, fits=None, previous=None, model_span=2, hosts=1, ranks
     rows of the communicator's host count (commlib.core.tuning). Runs of one world size on several
     host counts cannot share an entry: the one with the most hosts is kept."""
     from commlib.perf import model
-    from commlib.bench import device_tuning, single_copy_tuning
+    from commlib.bench import device_tuning, single_copy_ab, single_copy_tuning
+    records = single_copy_ab.split_records(records)  # --single-copy-ab runs: both sides of one job
     all_records = records
     records = device_tuning.split(records)[0]  # device records make the kernel_path / device_path sections
     records, single_copy = single_copy_tuning.choose(records, previous)
