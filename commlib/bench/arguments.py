@@ -57,12 +57,12 @@ def add_arguments(p: argparse.ArgumentParser):
     p.add_argument("-w", "--warmup_iters", type=int, default=5, help="warm-up iterations (default 5)")
     p.add_argument("--passes", type=int, default=2,
                    help="local runs: run every backend's job this many times, alternating the order "
-                        "(commlib, gloo, mpi, then mpi, gloo, commlib, ...), and take each row's median over "
-                        "the passes (--pass-statistic): a burst of load during one backend's job then does not "
-                        "decide a ratio alone (default 2; the table is printed in the last pass)")
-    p.add_argument("--pass-statistic", choices=("median", "min"), default="median",
-                   help="a row's time over --passes: the median of the passes' medians (default; of two, "
-                        "their mean) or the lowest")
+                        "(commlib, gloo, mpi, then mpi, gloo, commlib, ...), and keep each row's lowest "
+                        "median (--pass-statistic): a burst of load during one backend's job then does not "
+                        "decide a ratio (default 2; the table is printed in the last pass)")
+    p.add_argument("--pass-statistic", choices=("min", "median"), default="min",
+                   help="a row's time over --passes: the lowest of the passes' medians (default) or their "
+                        "median (of two, their mean)")
     p.add_argument("--peer-jobs", choices=("same", "separate"), default="same",
                    help="MPI on one host: its calls in commlib's rank processes (one mpirun job), a series of "
                         "every round beside commlib's algorithms, so a slow spell of the machine hits both "
@@ -113,7 +113,7 @@ def config_from_args(a) -> dict:
         "collectives": colls, "sizes": sizes, "dtype": a.datatype, "op": a.op, "root": a.root,
         "iters": a.iters, "min_time": a.min_time, "max_iters": a.max_iters, "warmup": a.warmup_iters,
         "check": bool(a.check), "rounds": a.rounds,
-        "pass_statistic": getattr(a, "pass_statistic", "median"), "peer_jobs": getattr(a, "peer_jobs", "same"),
+        "pass_statistic": getattr(a, "pass_statistic", "min"), "peer_jobs": getattr(a, "peer_jobs", "same"),
         "modes": ["out", "in"] if a.mode == "both" else [a.mode],
         "algorithms": [x for x in a.algorithms.split(",") if x], "peers": peers, "device": device,
         "paths": _paths(a, device),

@@ -131,6 +131,12 @@ def _usage():
     return np.array([ru.ru_utime + ru.ru_stime, ru.ru_nvcsw, ru.ru_nivcsw], np.float64)
 
 
+def _hook(backend, name, default):
+    """``backend``'s method ``name`` (backends.Backend's hooks), or one returning ``default`` for a
+    backend written without them."""
+    return getattr(backend, name, lambda *_a: default)
+
+
 def iteration_counts(seconds_per_call, cfg) -> list:
     """Timed calls per call shape: at least ``-n``, and more for fast calls, until the shape has
     about ``--min-time`` seconds of samples (at most ``--max-iters`` calls).
@@ -184,7 +190,7 @@ class Sweep:
             known = [a for a in known if a in req or a.partition("@")[0] in req]
         # --compress: "<algorithm>+<codec>" beside each algorithm compress= can run here
         return known + [f"{a}+{c}" for c in self.cfg.get("compress") or [] for a in known
-                        if self.b.compressible(collective, a, c)] + self.b.peers_inline(collective)
+                        if self.b.compressible(collective, a, c)] + _hook(self.b, "peers_inline", [])(collective)
 
     def _plan(self):
         cfg, b = self.cfg, self.b
@@ -244,7 +250,7 @@ class Sweep:
                 C.fill(bufs[m]["send"], np.ones(_numel(bufs[m]["send"])))
         # Every (algorithm, mode) of this size, in the order the rounds take them; a peer measured
         # in these processes (same_job.py) runs only its comparison mode, beside commlib's.
-        keys = [(a, m) for a in algos for m in ms if b.runs(coll, a, m, op, dtype)]
+        keys = [(a, m) for a in algos for m in ms if _hook(b, "runs", True)(coll, a, m, op, dtype)]
         fns = {(a, m): b.make(coll, a, m, bufs[m], op, root) for a, m in keys}
         pc = time.perf_counter
         # Warm up every call shape, timing the warm-up calls: they set how many calls each shape
@@ -325,7 +331,8 @@ class Sweep:
             med = float(np.median(per_call))
             algbw, busbw = C.bandwidths(coll, size, b.size, med)
             rec = {
-                "backend": b.backend_of(algo), "transport": b.transport_of(algo), "collective": coll,
+                "backend": _hook(b, "backend_of", b.name)(algo), "transport": _hook(b, "transport_of", b.transport)(algo),
+                "collective": coll,
                 "algorithm": algo,
                 "resolved": b.resolve(coll, algo, size, dtype), "mode": mode, "world_size": b.size,
                 "dtype": dtype, "op": op, "root": root if coll in C.ROOTED else -1,
