@@ -113,6 +113,18 @@ def test_tune_reads_both_sides_of_one_job_as_it_reads_two_runs(tmp_path):
     one_mib = C.core_bytes("all_to_all", 1 << 20, "float32", 4)
     assert t1["single_copy"] == t2["single_copy"] == {"all_to_all": {"4": {"min_bytes": one_mib}}}
     assert t1["collectives"] == t2["collectives"]  # the rows: each size from its side, names without @cma
+    # the provenance says what the table came from and how long its runs took
+    assert t1["provenance"]["single_copy"] == t2["provenance"]["single_copy"] == "measured by these runs"
+    assert [r["single_copy"] for r in t1["provenance"]["runs"]] == ["both"]
+    only_off = str(tmp_path / "off.json")
+    off = _runs()[0]
+    off["config"]["elapsed_s"] = 12.5
+    with open(only_off, "w") as f:
+        json.dump(off, f)
+    assert cli.main(["tune", only_off, "-o", one]) == 0  # on top of the table above: its section is kept
+    t0 = tuning.read(one)
+    assert t0["single_copy"] == t1["single_copy"] and t0["provenance"]["tuning_seconds"] == 12.5
+    assert t0["provenance"]["single_copy"].startswith("kept from the previous file")
     assert not any("@" in row for per in t1["collectives"].values() for e in per.values()
                    for row in json.dumps(e["rows"]).split('"') if row.endswith(("@cma0", "@cma1")))
 
