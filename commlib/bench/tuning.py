@@ -72,7 +72,12 @@ def main(args) -> int:
     from commlib.bench.report import load
     datas = load(args.files)
     path = args.output or DEFAULT_OUTPUT
-    table = from_runs(datas, previous=read(path))
+    previous = read(path)
+    table = from_runs(datas, previous=previous)
+    if getattr(args, "single_copy_only", False):  # the crossover alone: every other section as it was
+        if not previous:
+            raise SystemExit(f"commlib tune --single-copy-only: {path} is not a tuning file to keep the rows of")
+        table = dict(previous, single_copy=table.get("single_copy", previous.get("single_copy")))
     table["provenance"] = provenance(datas, table)
     write(path, table, (datas[-1].get("machine") if datas else None))
     sizes = sorted({int(P) for per in table["collectives"].values() for P, e in per.items()

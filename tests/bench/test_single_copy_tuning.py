@@ -136,3 +136,18 @@ def test_variant_names_parse_back():
     assert ab.parse("direct") == ("direct", None) and ab.parse("ring@kernel") == ("ring@kernel", None)
     recs = ab.split_records([{"algorithm": "ring@cma1"}, {"algorithm": "auto"}])
     assert recs == [{"algorithm": "ring", "single_copy": "1"}, {"algorithm": "auto"}]
+
+
+def test_single_copy_only_keeps_every_row(tmp_path):
+    """--single-copy-only: the crossover from a --single-copy-ab run, the file's rows untouched."""
+    from commlib import cli
+    both = str(tmp_path / "both.json")
+    with open(both, "w") as f:
+        json.dump(_one_job_of_both_sides(), f)
+    out = str(tmp_path / "t.json")
+    rows = {"all_to_all": {"4": {"source": "measured", "rows": [[-1, "pairwise"]]}}}
+    tuning.write(out, {"collectives": rows, "single_copy": {"all_to_all": {"4": {"min_bytes": -1}}}})
+    assert cli.main(["tune", both, "-o", out, "--single-copy-only"]) == 0
+    t = tuning.read(out)
+    assert t["collectives"] == rows
+    assert t["single_copy"] == {"all_to_all": {"4": {"min_bytes": C.core_bytes("all_to_all", 1 << 20, "float32", 4)}}}
