@@ -7,8 +7,8 @@ bench/RESULTS_collectives.md (the figures behind issue 3's targets).
     python bench/results.py --from-json a.json b.json    # only rewrite the Markdown (and summary)
     python bench/results.py --from-csv bench/results/summary.csv   # the same from the summary in git
 
-Each world size is one ``commlib bench`` run (its own gloo and MPI jobs, same sizes), so every
-ratio compares numbers of one run. The MPI peer is installed first (scripts/install_mpi.sh, as
+Each world size is one ``commlib bench`` run (its own gloo job, and MPI's calls in commlib's rank
+processes: ``--peer-jobs``), so every ratio compares numbers of one run. The MPI peer is installed first (scripts/install_mpi.sh, as
 scripts/bench.sh does); where it cannot be, the script stops unless ``--peers`` leaves MPI out. Unless ``--no-tune``, auto's tuning file is first rebuilt from
 ``--tune-runs`` commlib-only runs per world size (default 1) of ``--tune-passes`` passes (default 2,
 each row its lowest median over them, as in the reported runs; a burst of load in one pass does not
