@@ -183,7 +183,7 @@ def merge_passes(per_pass, statistic="min"):
     5 / 2 / 4 with the same table (bench/RESULTS_collectives.md, session 24)."""
     if statistic not in ("median", "min"):
         raise ValueError(f"pass statistic {statistic!r}: median or min")
-    best, medians, wrong = {}, {}, {}
+    best, medians, wrong, ats = {}, {}, {}, {}
     order = []
     for records in per_pass:
         for r in records:
@@ -194,6 +194,7 @@ def merge_passes(per_pass, statistic="min"):
             elif r["time_us"]["median"] < best[k]["time_us"]["median"]:
                 best[k] = r
             medians.setdefault(k, []).append(r["time_us"]["median"])
+            ats.setdefault(k, []).append(r.get("at"))
             if r.get("wrong") is not None:
                 wrong[k] = wrong.get(k, 0) + int(r["wrong"])
     out = []
@@ -201,6 +202,7 @@ def merge_passes(per_pass, statistic="min"):
         r = dict(best[k])
         if len(per_pass) > 1:
             r["pass_medians_us"] = medians[k]
+            r["pass_at"] = ats[k]  # each pass's [began, ended] wall clock (bench/spells.py --levels)
             r["pass_statistic"] = statistic
             if statistic == "median" and len(medians[k]) > 1:
                 med = float(np.median(medians[k]))

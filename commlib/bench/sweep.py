@@ -286,6 +286,7 @@ class Sweep:
         loops = {k: 0.0 for k in keys}
         usage = {k: np.zeros(3) for k in keys}  # _usage() over the timed loops
         rounds = max(1, min(cfg.get("rounds", 2), min(iters.values())))
+        began = time.time()  # wall clock of this size's rounds (bench/spells.py --levels lines them up)
         for rnd in range(rounds):
             for key in keys:
                 n = iters[key]
@@ -304,6 +305,7 @@ class Sweep:
                 loops[key] += pc() - t_loop
                 usage[key] += _usage() - u0
                 times[key] += ts
+        at = [round(began, 3), round(time.time(), 3)]
         # which of this rank's buffers sit on huge pages (rank 0's are recorded): what a peer's
         # single-copy read of them costs depends on it, and it depends on the process's history
         pages = {m: {k: buffer_share(v) for k, v in bufs[m].items()} for m in ms} if b.rank == 0 else {}
@@ -346,6 +348,7 @@ class Sweep:
                 "switches": {"voluntary": float(blk[:, n + 3].sum()) / max(n, 1),
                              "involuntary": float(blk[:, n + 4].sum()) / max(n, 1)},
                 "wrong": wrong_sum if ref is not None else None,
+                "at": at,  # rank 0's wall clock (epoch seconds) when this size's rounds began and ended
             }
             shares = {k: v for k, v in pages.get(mode, {}).items() if v is not None}
             if shares:  # rank 0's send / recv buffers' share on 2 MiB pages (commlib/bench/huge_pages.py)

@@ -33,6 +33,11 @@ def test_merge_passes_keeps_each_rows_lowest_median_by_default():
         assert r["pass_medians_us"] == [ra["time_us"]["median"], rb["time_us"]["median"]]
     assert merged[0]["wrong"] == 5 and merged[1]["wrong"] == 0
     assert merge_passes([a]) == a  # one pass: unchanged
+    # each pass's wall clock is kept beside its median (bench/spells.py --levels lines them up)
+    for i, (ra, rb) in enumerate(zip(a, b)):
+        ra["at"], rb["at"] = [10.0 + i, 11.0 + i], [20.0 + i, 21.0 + i]
+    assert [r["pass_at"] for r in merge_passes([a, b])] == [[[10.0 + i, 11.0 + i], [20.0 + i, 21.0 + i]]
+                                                            for i in range(len(a))]
 
 
 def test_merge_passes_takes_the_median_of_the_passes_when_asked():

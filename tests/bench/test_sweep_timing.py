@@ -185,3 +185,5 @@ def test_an_inline_peer_takes_its_turn_in_every_round_beside_each_algorithm(monk
     assert by == {("commlib", "ring", "out"), ("commlib", "ring", "in"), ("commlib", "direct", "out"),
                   ("commlib", "direct", "in"), ("mpi", "mpi", "in")}
     assert all(r["iters"] == iters and r["rounds"] == rounds for r in recs)
+    # the size's rounds' wall clock, one span for every series of the size
+    assert len({tuple(r["at"]) for r in recs}) == 1 and recs[0]["at"][0] <= recs[0]["at"][1]
