@@ -75,6 +75,15 @@ class SameJobBackend(Backend):
     def transport_of(self, algorithm):
         return self.mpi.transport if algorithm == "mpi" else self.transport
 
+    def extra_info(self, cfg):
+        f = getattr(self.cl, "extra_info", None)  # e.g. --single-copy-ab's sides
+        return f(cfg) if callable(f) else {}
+
+    def close(self):
+        f = getattr(self.cl, "close", None)  # its sub-communicators (--single-copy-ab), before its own
+        if callable(f):
+            f()
+
 
 def split_parts(got):
     """A same-job part's records and infos per backend: ({backend: [records]}, {backend: info})."""
