@@ -10,8 +10,9 @@ trip, and a 128 KiB buffer written on the first CPU and read (summed) on the sec
 prints one line ``epoch_seconds round_trip_ns handoff_ns`` (the minimum over the window's samples:
 what the hardware took when both threads ran; -1 when no sample completed, e.g. the other CPU was
 busy throughout). On the project's 2-core VMs the round trip has two levels, 80-100 ns and
-320-460 ns, in stretches of seconds to minutes, and the 128 KiB hand-off 4.6-4.7 µs against
-5.8-6.7 µs. The probe is C (compiled here with ``cc`` into a temporary directory): Python's own
+290-460 ns, in stretches of seconds to minutes, and the 128 KiB hand-off 4.6-4.7 µs against
+5.8-7.4 µs; on the slow level a 2-rank 32 KiB reduce_scatter takes 2.8x as long (commlib) and
+2.0x (Open MPI): the slow spells of bench/RESULTS_collectives.md session 24. The probe is C (compiled here with ``cc`` into a temporary directory): Python's own
 overhead per round trip would hide a 300 ns difference.
 """
 from __future__ import annotations
