@@ -2,8 +2,9 @@
 
 Why: the machines this project measures on have slow spells. On the 2-core VMs a cache line
 handed from one core to the other takes about 90 ns there and back, and for minutes at a time
-about 390 ns (the host moves the VM's cores apart; bench/RESULTS_collectives.md, session 24).
-Every shared-memory collective from 32 KiB to 512 KiB is then 2-3.5x slower, whoever runs it.
+about 390 ns (most likely the host placing the VM's cores apart; bench/RESULTS_collectives.md, session 24).
+Calls whose time is hand-offs between the cores (32 KiB-512 KiB here) are then 2-3.5x slower,
+whoever runs them (commlib or Open MPI).
 When commlib and MPI run as separate jobs, a spell during one job and not the other decides their
 ratio (session 23's run 3: every commlib reduce_scatter row from 32 KiB to 512 KiB 2-3x its
 value in runs 1 and 2, Open MPI's not). Here one ``mpirun`` starts the ranks, each rank sets up
