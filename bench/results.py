@@ -7,12 +7,12 @@ bench/RESULTS_collectives.md (the figures behind issue 3's targets).
     python bench/results.py --from-json a.json b.json    # only rewrite the Markdown (and summary)
     python bench/results.py --from-csv bench/results/summary.csv   # the same from the summary in git
 
-Each world size is one ``commlib bench`` run (its own gloo and MPI jobs, same sizes), so every
-ratio compares numbers of one run. The MPI peer is installed first (scripts/install_mpi.sh, as
+Each world size is one ``commlib bench`` run (its own gloo job, and MPI's calls in commlib's rank
+processes: ``--peer-jobs``), so every ratio compares numbers of one run. The MPI peer is installed first (scripts/install_mpi.sh, as
 scripts/bench.sh does); where it cannot be, the script stops unless ``--peers`` leaves MPI out. Unless ``--no-tune``, auto's tuning file is first rebuilt from
 ``--tune-runs`` commlib-only runs per world size (default 1) of ``--tune-passes`` passes (default 2,
 each row its lowest median over them, as in the reported runs; a burst of load in one pass does not
-decide) with single-copy reads off and on, merged by ``commlib tune`` (median over runs), and the
+decide) with single-copy reads off and on in the same rounds (``--single-copy-ab``), merged by ``commlib tune`` (median over runs), and the
 reported runs then measure auto with that file.
 
 The raw JSON files (bench/results/*.json) are build outputs, not in git; the compact summary
@@ -187,13 +187,13 @@ def main(argv=None):
             runs = []
             for k in range(a.tune_runs):
                 for P in a.np:
-                    # Single-copy reads off and forced on: tune takes each collective's crossover
-                    # from the pair (the tuning file's single_copy section, docs/transports.md).
-                    for cma in ("0", "1"):
-                        path, rc, _ = run_bench(P, tune_dir, False, extra + ["--peers", "none", "--passes", str(a.tune_passes)],
-                                                name=f"np{P}_{k}_cma{cma}", env={"COMMLIB_CMA": cma})
-                        if rc == 0 and os.path.exists(path):
-                            runs.append(path)
+                    # Single-copy reads off and on in the same rounds of one job (--single-copy-ab):
+                    # tune takes each collective's crossover from it (the tuning file's single_copy
+                    # section, docs/transports.md), as measured side by side, not minutes apart.
+                    path, rc, _ = run_bench(P, tune_dir, False, extra + ["--peers", "none", "--passes", str(a.tune_passes),
+                                                                         "--single-copy-ab"], name=f"np{P}_{k}_cma_ab")
+                    if rc == 0 and os.path.exists(path):
+                        runs.append(path)
             # This script regenerates the shipped tuning file, so it names it (commlib tune's
             # default output is ./tuning.json).
             cmd = [sys.executable, "-m", "commlib", "tune", *runs, "-o",
@@ -201,7 +201,7 @@ def main(argv=None):
             print("$ " + " ".join(cmd[1:]), flush=True)
             subprocess.check_call(cmd, env=dict(os.environ, PYTHONPATH=ROOT))
             commands.append(f"commlib tune <{len(runs)} runs: commlib bench --np P --peers none --passes "
-                            f"{a.tune_passes}, {a.tune_runs} per P in {a.np} with COMMLIB_CMA=0 and 1>")
+                            f"{a.tune_passes} --single-copy-ab, {a.tune_runs} per P in {a.np}>")
         for P in a.np:
             path, rc, secs = run_bench(P, a.out_dir, False, extra)
             if os.path.exists(path):

@@ -41,6 +41,9 @@ def parser() -> argparse.ArgumentParser:
                         "kernel,copy) and write the kernel_path rows and device_path crossovers")
     t.add_argument("-o", "--output", help="tuning file to write (default: ./tuning.json; the package's "
                                           "own file, commlib/core/tuning.json, only when named)")
+    t.add_argument("--single-copy-only", action="store_true",
+                   help="take only the single_copy section from these runs (commlib bench --single-copy-ab) "
+                        "and keep the output file's algorithm rows as they are")
     from commlib.sim.tune import add_arguments as add_sim_tune
     add_sim_tune(t)
     from commlib.sim.cli import add_arguments as add_sim

@@ -58,8 +58,20 @@ def add_arguments(p: argparse.ArgumentParser):
     p.add_argument("--passes", type=int, default=2,
                    help="local runs: run every backend's job this many times, alternating the order "
                         "(commlib, gloo, mpi, then mpi, gloo, commlib, ...), and keep each row's lowest "
-                        "median: a burst of load during one backend's job then does not decide a ratio "
-                        "(default 2; the table is printed in the last pass)")
+                        "median (--pass-statistic): a burst of load during one backend's job then does not "
+                        "decide a ratio (default 2; the table is printed in the last pass)")
+    p.add_argument("--pass-statistic", choices=("min", "median"), default="min",
+                   help="a row's time over --passes: the lowest of the passes' medians (default) or their "
+                        "median (of two, their mean)")
+    p.add_argument("--peer-jobs", choices=("same", "separate"), default="same",
+                   help="MPI on one host: its calls in commlib's rank processes (one mpirun job), a series of "
+                        "every round beside commlib's algorithms, so a slow spell of the machine hits both "
+                        "alike (same, default; commlib/bench/same_job.py), or a job of its own (separate)")
+    p.add_argument("--single-copy-ab", action="store_true",
+                   help="time every commlib algorithm twice in the same rounds, through a sub-communicator with "
+                        "single-copy reads off (<algorithm>@cma0) and one with them on (@cma1): the runs "
+                        "`commlib tune` takes each collective's single-copy crossover from "
+                        "(commlib/bench/single_copy_ab.py)")
     p.add_argument("--rounds", type=int, default=4,
                    help="interleave the algorithms of a size in this many rounds of iters/rounds calls (default 4)")
     p.add_argument("-c", "--check", type=int, default=1, help="check results (1, default) or not (0)")
@@ -101,13 +113,15 @@ def config_from_args(a) -> dict:
         "collectives": colls, "sizes": sizes, "dtype": a.datatype, "op": a.op, "root": a.root,
         "iters": a.iters, "min_time": a.min_time, "max_iters": a.max_iters, "warmup": a.warmup_iters,
         "check": bool(a.check), "rounds": a.rounds,
+        "pass_statistic": getattr(a, "pass_statistic", "min"), "peer_jobs": getattr(a, "peer_jobs", "same"),
         "modes": ["out", "in"] if a.mode == "both" else [a.mode],
         "algorithms": [x for x in a.algorithms.split(",") if x], "peers": peers, "device": device,
         "paths": _paths(a, device),
         "imports": list(getattr(a, "imports", []) or []),
         # COMMLIB_CMA as run: `commlib tune` compares runs with single-copy reads on (1) and off
         # (anything else) to find each collective's crossover (commlib/bench/single_copy_tuning.py).
-        "single_copy": settings.get("COMMLIB_CMA"),
+        # "both" with --single-copy-ab: each record's algorithm names its side (single_copy_ab.py).
+        "single_copy": "both" if getattr(a, "single_copy_ab", False) else settings.get("COMMLIB_CMA"),
         "compress": _compress(a, device, peers),
     }
 

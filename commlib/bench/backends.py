@@ -47,6 +47,22 @@ class Backend:
         """The algorithm that really runs (for ``auto``)."""
         return algorithm
 
+    def peers_inline(self, collective):
+        """Other backends' series measured in these same rank processes, interleaved with this
+        backend's algorithms in every round (same_job.py); none by default."""
+        return []
+
+    def runs(self, collective, algorithm, mode, op, dtype) -> bool:
+        """Whether the sweep times ``algorithm`` in ``mode`` (every mode the plan chose, by default)."""
+        return True
+
+    def backend_of(self, algorithm) -> str:
+        """The backend a record of ``algorithm`` belongs to (the report's column)."""
+        return self.name
+
+    def transport_of(self, algorithm) -> str:
+        return self.transport
+
 
 class CommlibBackend(Backend):
     """commlib's own collectives on a Communicator."""

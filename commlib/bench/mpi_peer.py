@@ -34,7 +34,7 @@ def available():
     return True, mpirun
 
 
-def mpirun_command(mpirun: str, np_: int, args):
+def mpirun_command(mpirun: str, np_: int, args, backend: str = "mpi"):
     cmd = [mpirun, "-np", str(np_)]
     try:
         ver = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=10).stdout
@@ -49,7 +49,7 @@ def mpirun_command(mpirun: str, np_: int, args):
         if os.geteuid() == 0:
             cmd.insert(1, "--allow-run-as-root")
     # Every rank process enters through the launcher (it imports this module, never the reverse).
-    return cmd + [sys.executable, "-m", "commlib.bench.launcher", "--backend", "mpi"] + list(args)
+    return cmd + [sys.executable, "-m", "commlib.bench.launcher", "--backend", backend] + list(args)
 
 
 class MpiBackend(Backend):

@@ -21,18 +21,26 @@ def _progress(done, total, label):
         sys.stderr.flush()
 
 
-def _make_backend(name, rank=None, world_size=None, device="host", paths=None):
+def _make_backend(name, rank=None, world_size=None, device="host", paths=None, single_copy=""):
     if device != "host":  # commlib's engine on device buffers; "nccl": NCCL's own collectives
         import commlib
         from commlib.bench.device import DeviceBackend
         C.use_device(device)
         return DeviceBackend(commlib.init(), device, nccl_peer=name == "nccl", paths=paths)
+    if name == "commlib+mpi":  # one mpirun job: MPI's calls beside commlib's in every round
+        from commlib.bench.mpi_peer import MpiBackend
+        from commlib.bench.same_job import SameJobBackend
+        mpi = MpiBackend()  # MPI_Init first: it numbers the ranks commlib.init reads
+        return SameJobBackend(_make_backend("commlib", rank, world_size, single_copy=single_copy), mpi)
     if name == "commlib":
         import commlib
         from commlib.bench.backends import CommlibBackend
         kw = {}
         if rank is not None:
             kw = {"rank": rank, "world_size": world_size}
+        if single_copy == "both":  # --single-copy-ab: every algorithm with reads off and on
+            from commlib.bench.single_copy_ab import SingleCopyBackend
+            return SingleCopyBackend(commlib.init(**kw))
         return CommlibBackend(commlib.init(**kw))
     if name == "gloo":
         from commlib.bench.gloo_peer import GlooBackend
@@ -65,9 +73,10 @@ def import_plugins(cfg: dict):
 def run_backend(name: str, cfg: dict):
     """Run one backend's sweep in this (rank) process; return (records, wrong_total, info)."""
     from commlib.bench.sweep import Sweep
-    if name == "commlib":
+    if name.startswith("commlib"):
         import_plugins(cfg)
-    backend = _make_backend(name, device=cfg.get("device", "host"), paths=cfg.get("paths"))
+    backend = _make_backend(name, device=cfg.get("device", "host"), paths=cfg.get("paths"),
+                            single_copy=cfg.get("single_copy", ""))
     if name == "mpi" and cfg.get("hosts", 1) > 1:
         backend.transport = "tcp"  # launched with --mca btl tcp,self (Placement.mpi_command)
     try:
@@ -81,6 +90,9 @@ def run_backend(name: str, cfg: dict):
             info.update(backend.extra_info(cfg))
         if name == "mpi":
             info["library"] = backend.library_version()
+        if name == "commlib+mpi":
+            info["inline_mpi"] = {"available": True, "transport": backend.mpi.transport, "same_job": True,
+                                  "library": backend.mpi.library_version()}
         if name == "gloo":
             import torch
             info["library"] = f"gloo (torch {torch.__version__})"
@@ -92,7 +104,7 @@ def run_backend(name: str, cfg: dict):
 def worker_main(argv=None) -> int:
     """Entry of a rank process started by the driver: --backend B --config cfg.json --out part.json."""
     p = argparse.ArgumentParser(prog="commlib.bench.launcher")
-    p.add_argument("--backend", required=True, choices=("commlib", "gloo", "mpi", "nccl"))
+    p.add_argument("--backend", required=True, choices=("commlib", "gloo", "mpi", "nccl", "commlib+mpi"))
     p.add_argument("--config", required=True)
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)

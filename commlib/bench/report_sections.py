@@ -120,8 +120,10 @@ def build(datas, outdir, explorer=None):
     meas = measured_crossovers(rows)
     cross = []
     for (coll, P), text in sorted(meas.items(), key=lambda kv: (C.COLLECTIVES.index(kv[0][0]), kv[0][1])):
-        algs = sorted({a for r in rows if r["collective"] == coll and r["world_size"] == P for a in r["times"]
-                       if a != "flags"})  # auto's flag calls: not an algorithm the model knows
+        # the model knows algorithms: auto's flag calls are none, and "<algorithm>@<variant>" (a device
+        # path, or --single-copy-ab's side) is its algorithm's
+        algs = sorted({a.partition("@")[0] for r in rows if r["collective"] == coll and r["world_size"] == P
+                       for a in r["times"] if a != "flags"} - {"auto"})
         fit = fits.get(f"commlib/{commlib_transport(records, P)}/{P}")
         mtext = "–"
         if fit and fit.get("n"):

@@ -131,6 +131,12 @@ def _usage():
     return np.array([ru.ru_utime + ru.ru_stime, ru.ru_nvcsw, ru.ru_nivcsw], np.float64)
 
 
+def _hook(backend, name, default):
+    """``backend``'s method ``name`` (backends.Backend's hooks), or one returning ``default`` for a
+    backend written without them."""
+    return getattr(backend, name, lambda *_a: default)
+
+
 def iteration_counts(seconds_per_call, cfg) -> list:
     """Timed calls per call shape: at least ``-n``, and more for fast calls, until the shape has
     about ``--min-time`` seconds of samples (at most ``--max-iters`` calls).
@@ -157,7 +163,11 @@ class Sweep:
 
     Order: collective, then size, then ``rounds`` rounds over every (algorithm, mode), each round
     timing iters/rounds calls: the algorithms of one size are measured interleaved, seconds apart,
-    so a burst of load from other processes hits them alike and their ratios stay meaningful.
+    so a burst of load from other processes, or a slow spell of the machine (its two cores'
+    cache-line hand-offs 4x slower for minutes at a time, bench/RESULTS_collectives.md session 24),
+    hits them alike and their ratios stay meaningful. A peer run in the same rank processes
+    (``Backend.peers_inline``: Open MPI under the same ``mpirun``, same_job.py) is one more entry
+    of every round, so commlib-to-MPI ratios get the same protection.
     """
 
     def __init__(self, backend: Backend, cfg: dict, out=sys.stdout, progress=None):
@@ -168,6 +178,7 @@ class Sweep:
         self.wrong_total = 0
         self.progress = progress  # callable(done, total, label) or None
         self._warm = False
+        self.order = []  # per size measured: the "algorithm/mode" keys one round takes, in order
 
     def _algos(self, collective):
         req = self.cfg.get("algorithms") or ["all"]
@@ -179,7 +190,7 @@ class Sweep:
             known = [a for a in known if a in req or a.partition("@")[0] in req]
         # --compress: "<algorithm>+<codec>" beside each algorithm compress= can run here
         return known + [f"{a}+{c}" for c in self.cfg.get("compress") or [] for a in known
-                        if self.b.compressible(collective, a, c)]
+                        if self.b.compressible(collective, a, c)] + _hook(self.b, "peers_inline", [])(collective)
 
     def _plan(self):
         cfg, b = self.cfg, self.b
@@ -237,7 +248,9 @@ class Sweep:
                 ref.prepare(bufs[m])
             elif bufs[m]["send"] is not None:
                 C.fill(bufs[m]["send"], np.ones(_numel(bufs[m]["send"])))
-        keys = [(a, m) for a in algos for m in ms]
+        # Every (algorithm, mode) of this size, in the order the rounds take them; a peer measured
+        # in these processes (same_job.py) runs only its comparison mode, beside commlib's.
+        keys = [(a, m) for a in algos for m in ms if _hook(b, "runs", True)(coll, a, m, op, dtype)]
         fns = {(a, m): b.make(coll, a, m, bufs[m], op, root) for a, m in keys}
         pc = time.perf_counter
         # Warm up every call shape, timing the warm-up calls: they set how many calls each shape
@@ -266,12 +279,14 @@ class Sweep:
         keys = [k for k in keys if k not in refused]
         if not keys:
             return {a: {m: None for m in ms} for a in algos}
+        self.order.append([f"{a}/{m}" for a, m in keys])  # what each round takes, in order (tests)
         iters = iteration_counts(b.gather_stats(np.array(est, np.float64)).max(axis=0), cfg)
         iters = dict(zip(keys, iters))
         times = {k: [] for k in keys}
         loops = {k: 0.0 for k in keys}
         usage = {k: np.zeros(3) for k in keys}  # _usage() over the timed loops
         rounds = max(1, min(cfg.get("rounds", 2), min(iters.values())))
+        began = time.time()  # wall clock of this size's rounds (bench/spells.py --levels lines them up)
         for rnd in range(rounds):
             for key in keys:
                 n = iters[key]
@@ -290,6 +305,7 @@ class Sweep:
                 loops[key] += pc() - t_loop
                 usage[key] += _usage() - u0
                 times[key] += ts
+        at = [round(began, 3), round(time.time(), 3)]
         # which of this rank's buffers sit on huge pages (rank 0's are recorded): what a peer's
         # single-copy read of them costs depends on it, and it depends on the process's history
         pages = {m: {k: buffer_share(v) for k, v in bufs[m].items()} for m in ms} if b.rank == 0 else {}
@@ -304,7 +320,8 @@ class Sweep:
         for key in keys:
             vec += times[key] + [loops[key], wrong[key]] + list(usage[key])
         stats = b.gather_stats(np.array(vec, np.float64))
-        out = {a: {m: None for m in ms if (a, m) in refused} for a in algos}
+        # every mode of the table's columns, None where not run (refused, or a peer's other mode)
+        out = {a: {m: None for m in ms} for a in algos}
         start = 0
         for algo, mode in keys:
             n = iters[(algo, mode)]
@@ -316,7 +333,9 @@ class Sweep:
             med = float(np.median(per_call))
             algbw, busbw = C.bandwidths(coll, size, b.size, med)
             rec = {
-                "backend": b.name, "transport": b.transport, "collective": coll, "algorithm": algo,
+                "backend": _hook(b, "backend_of", b.name)(algo), "transport": _hook(b, "transport_of", b.transport)(algo),
+                "collective": coll,
+                "algorithm": algo,
                 "resolved": b.resolve(coll, algo, size, dtype), "mode": mode, "world_size": b.size,
                 "dtype": dtype, "op": op, "root": root if coll in C.ROOTED else -1,
                 "bytes": size, "count": count, "iters": n, "warmup": cfg["warmup"], "rounds": rounds,
@@ -329,6 +348,7 @@ class Sweep:
                 "switches": {"voluntary": float(blk[:, n + 3].sum()) / max(n, 1),
                              "involuntary": float(blk[:, n + 4].sum()) / max(n, 1)},
                 "wrong": wrong_sum if ref is not None else None,
+                "at": at,  # rank 0's wall clock (epoch seconds) when this size's rounds began and ended
             }
             shares = {k: v for k, v in pages.get(mode, {}).items() if v is not None}
             if shares:  # rank 0's send / recv buffers' share on 2 MiB pages (commlib/bench/huge_pages.py)

@@ -35,6 +35,25 @@ def from_runs(datas, previous=None):
     return from_results(records, fits, previous=previous)
 
 
+def provenance(datas, table):
+    """What a table was tuned from and how long that took: each run's command, its single-copy
+    setting ("both": --single-copy-ab, both sides in one job) and its ranks' seconds (every job of
+    every pass; None for runs that predate the record), their sum, and where the single-copy section
+    came from (these runs, or kept from the previous file because no run measured both sides)."""
+    from commlib.bench import single_copy_tuning
+    runs = [{"command": d.get("command", ""), "single_copy": (d.get("config") or {}).get("single_copy", ""),
+             "seconds": (d.get("config") or {}).get("elapsed_s")} for d in datas]
+    known = [r["seconds"] for r in runs if r["seconds"] is not None]
+    records = [dict(r, single_copy=(d.get("config") or {}).get("single_copy", "")) for d in datas
+               for r in d.get("results", [])]
+    from commlib.bench import single_copy_ab
+    measured = bool(single_copy_tuning.crossovers(single_copy_ab.split_records(records)))
+    return {"runs": runs, "tuning_seconds": round(sum(known), 1) if known else None,
+            "single_copy": "measured by these runs" if measured else
+            ("kept from the previous file (no run measured single-copy reads both off and on: "
+             "commlib bench --single-copy-ab)" if table.get("single_copy") else "none")}
+
+
 def placement_of(cfg, world_size=None):
     """(hosts, ranks per host) of a run from its config: ``hosts`` (``commlib bench --hosts``,
     default 1) and the bench's contiguous placement of ``world_size`` ranks on them
@@ -53,13 +72,22 @@ def main(args) -> int:
     from commlib.bench.report import load
     datas = load(args.files)
     path = args.output or DEFAULT_OUTPUT
-    table = from_runs(datas, previous=read(path))
+    previous = read(path)
+    table = from_runs(datas, previous=previous)
+    if getattr(args, "single_copy_only", False):  # the crossover alone: every other section as it was
+        if not previous:
+            raise SystemExit(f"commlib tune --single-copy-only: {path} is not a tuning file to keep the rows of")
+        table = dict(previous, single_copy=table.get("single_copy", previous.get("single_copy")))
+    table["provenance"] = provenance(datas, table)
     write(path, table, (datas[-1].get("machine") if datas else None))
     sizes = sorted({int(P) for per in table["collectives"].values() for P, e in per.items()
                     if e.get("source") == "measured"})
     kernel = sorted({int(P) for per in table.get("kernel_path", {}).values() for P in per})
     print(f"# tuning written to {path} from {len(datas)} run(s); measured world sizes {sizes}"
           + (f"; kernel-path rows for world sizes {kernel}" if kernel else ""))
+    prov = table["provenance"]
+    if prov["tuning_seconds"] is not None:
+        print(f"# the runs took {prov['tuning_seconds']:.0f} s of ranks' time; single-copy section: {prov['single_copy']}")
     for coll, per in sorted((table.get("single_copy") or {}).items()):
         print(f"# single-copy reads for {coll} from: " + ", ".join(
             f"P={P} {'never' if e['min_bytes'] < 0 else str(e['min_bytes']) + ' B'}" for P, e in sorted(per.items())))
@@ -80,7 +108,8 @@ def from_results(records, fits=None, previous=None, model_span=2, hosts=1, ranks
     rows of the communicator's host count (commlib.core.tuning). Runs of one world size on several
     host counts cannot share an entry: the one with the most hosts is kept."""
     from commlib.perf import model
-    from commlib.bench import device_tuning, single_copy_tuning
+    from commlib.bench import device_tuning, single_copy_ab, single_copy_tuning
+    records = single_copy_ab.split_records(records)  # --single-copy-ab runs: both sides of one job
     all_records = records
     records = device_tuning.split(records)[0]  # device records make the kernel_path / device_path sections
     records, single_copy = single_copy_tuning.choose(records, previous)

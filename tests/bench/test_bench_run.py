@@ -75,3 +75,23 @@ def test_tiny_sweep_against_mpi(tmp_path):
     mpi = [r for r in data["results"] if r["backend"] == "mpi"]
     assert len(mpi) == 2 and all(r["wrong"] == 0 for r in mpi)
     assert data["backends"]["mpi"]["available"] is True
+    # one host: MPI's calls ran in commlib's rank processes, one mpirun job (commlib/bench/same_job.py),
+    # in each collective's comparison mode
+    assert data["config"]["jobs"] == ["commlib+mpi"] and data["backends"]["mpi"]["same_job"] is True
+    assert {(r["collective"], r["mode"]) for r in mpi} == {("all_reduce", "in"), ("all_to_all", "out")}
+    assert {r["backend"] for r in data["results"]} == {"commlib", "mpi"}
+
+
+def test_single_copy_sides_in_one_job(tmp_path):
+    """--single-copy-ab: every algorithm through a sub-communicator with single-copy reads off and
+    one with them on, both checked; the second side really reads single-copy (its probe is on)."""
+    data, _ = _bench(tmp_path, ["all_to_all", "--np", "2", "-b", "64K", "-e", "256K", "-f", "2", "--algorithms",
+                                "direct,auto", "-n", "2", "-w", "1", "--peers", "none", "--passes", "1",
+                                "--single-copy-ab", "--mode", "out"])
+    got = {r["algorithm"] for r in data["results"]}
+    assert got == {"direct@cma0", "direct@cma1", "auto@cma0", "auto@cma1"}
+    assert all(r["wrong"] == 0 for r in data["results"]) and data["config"]["single_copy"] == "both"
+    sides = data["backends"]["commlib"]["single_copy_sides"]
+    assert sides["1"] == "" and "COMMLIB_CMA=0" in sides["0"]
+    # the report reads the variants as their algorithms where the cost model is asked
+    assert os.path.getsize(report.generate([data], str(tmp_path / "rep"))) > 10000

@@ -77,22 +77,6 @@ def test_iteration_counts_follow_the_time_budget():
     assert iteration_counts([1e-6], dict(cfg, max_iters=5)) == [20]  # -n wins over the cap
 
 
-def test_merge_passes_keeps_each_rows_lowest_median():
-    from commlib.bench.launcher import merge_passes
-    a = synth.data(P=2, sizes=(8, 4096), collectives=("all_reduce",))["results"]
-    b = json.loads(json.dumps(a))
-    for i, r in enumerate(b):  # pass 2: every other row 3x faster, the rest 2x slower, one wrong
-        r["time_us"]["median"] *= (1 / 3) if i % 2 else 2.0
-    b[0]["wrong"] = 5
-    merged = merge_passes([a, b])
-    assert len(merged) == len(a)
-    for i, (r, ra, rb) in enumerate(zip(merged, a, b)):
-        assert r["time_us"]["median"] == min(ra["time_us"]["median"], rb["time_us"]["median"])
-        assert r["pass_medians_us"] == [ra["time_us"]["median"], rb["time_us"]["median"]]
-    assert merged[0]["wrong"] == 5 and merged[1]["wrong"] == 0
-    assert merge_passes([a]) == a  # one pass: unchanged
-
-
 def test_table_format():
     h = table.header_lines()
     assert "out-of-place" in h[0] and "in-place" in h[0]

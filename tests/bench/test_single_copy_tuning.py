@@ -80,3 +80,74 @@ def test_crossover_installs_into_the_core(monkeypatch):
     finally:
         _C.clear_tuning()
         tuning.load_default()
+
+
+def _one_job_of_both_sides():
+    """The two runs of _runs() as one --single-copy-ab run: each algorithm twice, <algorithm>@cma0
+    and <algorithm>@cma1, in one job (commlib/bench/single_copy_ab.py)."""
+    off, on = _runs()
+    both = copy.deepcopy(off)
+    both["config"]["single_copy"] = "both"
+    both["results"] = []
+    for d, side in ((off, "0"), (on, "1")):
+        for r in d["results"]:
+            if r["backend"] == "commlib":
+                both["results"].append(dict(r, algorithm=f"{r['algorithm']}@cma{side}"))
+    return both
+
+
+def test_tune_reads_both_sides_of_one_job_as_it_reads_two_runs(tmp_path):
+    from commlib import cli
+    paths = []
+    for i, d in enumerate(_runs()):
+        paths.append(str(tmp_path / f"run{i}.json"))
+        with open(paths[-1], "w") as f:
+            json.dump(d, f)
+    both = str(tmp_path / "both.json")
+    with open(both, "w") as f:
+        json.dump(_one_job_of_both_sides(), f)
+    two, one = str(tmp_path / "two.json"), str(tmp_path / "one.json")
+    assert cli.main(["tune", *paths, "-o", two]) == 0
+    assert cli.main(["tune", both, "-o", one]) == 0
+    t2, t1 = tuning.read(two), tuning.read(one)
+    one_mib = C.core_bytes("all_to_all", 1 << 20, "float32", 4)
+    assert t1["single_copy"] == t2["single_copy"] == {"all_to_all": {"4": {"min_bytes": one_mib}}}
+    assert t1["collectives"] == t2["collectives"]  # the rows: each size from its side, names without @cma
+    # the provenance says what the table came from and how long its runs took
+    assert t1["provenance"]["single_copy"] == t2["provenance"]["single_copy"] == "measured by these runs"
+    assert [r["single_copy"] for r in t1["provenance"]["runs"]] == ["both"]
+    only_off = str(tmp_path / "off.json")
+    off = _runs()[0]
+    off["config"]["elapsed_s"] = 12.5
+    with open(only_off, "w") as f:
+        json.dump(off, f)
+    assert cli.main(["tune", only_off, "-o", one]) == 0  # on top of the table above: its section is kept
+    t0 = tuning.read(one)
+    assert t0["single_copy"] == t1["single_copy"] and t0["provenance"]["tuning_seconds"] == 12.5
+    assert t0["provenance"]["single_copy"].startswith("kept from the previous file")
+    assert not any("@" in row for per in t1["collectives"].values() for e in per.values()
+                   for row in json.dumps(e["rows"]).split('"') if row.endswith(("@cma0", "@cma1")))
+
+
+def test_variant_names_parse_back():
+    from commlib.bench import single_copy_ab as ab
+    assert ab.parse(ab.variant("rail_ring", "1")) == ("rail_ring", "1")
+    assert ab.parse("direct@cma0") == ("direct", "0")
+    assert ab.parse("direct") == ("direct", None) and ab.parse("ring@kernel") == ("ring@kernel", None)
+    recs = ab.split_records([{"algorithm": "ring@cma1"}, {"algorithm": "auto"}])
+    assert recs == [{"algorithm": "ring", "single_copy": "1"}, {"algorithm": "auto"}]
+
+
+def test_single_copy_only_keeps_every_row(tmp_path):
+    """--single-copy-only: the crossover from a --single-copy-ab run, the file's rows untouched."""
+    from commlib import cli
+    both = str(tmp_path / "both.json")
+    with open(both, "w") as f:
+        json.dump(_one_job_of_both_sides(), f)
+    out = str(tmp_path / "t.json")
+    rows = {"all_to_all": {"4": {"source": "measured", "rows": [[-1, "pairwise"]]}}}
+    tuning.write(out, {"collectives": rows, "single_copy": {"all_to_all": {"4": {"min_bytes": -1}}}})
+    assert cli.main(["tune", both, "-o", out, "--single-copy-only"]) == 0
+    t = tuning.read(out)
+    assert t["collectives"] == rows
+    assert t["single_copy"] == {"all_to_all": {"4": {"min_bytes": C.core_bytes("all_to_all", 1 << 20, "float32", 4)}}}

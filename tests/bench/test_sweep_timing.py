@@ -119,3 +119,71 @@ def test_commlib_and_mpi_rows_are_timed_by_the_same_rule(monkeypatch):
     m, _ = run("mpi", monkeypatch)
     assert a["time_us"] == m["time_us"] and a["iters"] == m["iters"] and a["rounds"] == m["rounds"]
     assert a["cpu_us"] == m["cpu_us"] and a["switches"] == m["switches"]
+
+
+class SameJobScripted(ScriptedBackend):
+    """commlib's two algorithms with MPI's series in the same processes (same_job.SameJobBackend's
+    hooks); every call records whose it was."""
+
+    def __init__(self, clock):
+        super().__init__("commlib", clock)
+        self.whose = []
+
+    def algorithms(self, collective):
+        return ["ring", "direct"]
+
+    def peers_inline(self, collective):
+        return ["mpi"]
+
+    def runs(self, collective, algorithm, mode, op, dtype):
+        return algorithm != "mpi" or mode == C.COMPARE_MODE[collective]
+
+    def backend_of(self, algorithm):
+        return "mpi" if algorithm == "mpi" else "commlib"
+
+    def make(self, collective, algorithm, mode, bufs, op, root):
+        inner = super().make(collective, algorithm, mode, bufs, op, root)
+
+        def call():
+            self.whose.append(f"{algorithm}/{mode}")
+            inner()
+        return call
+
+    def barrier(self):
+        super().barrier()
+        self.whose.append("|")
+
+    def gather_stats(self, vec):
+        v = np.asarray(vec, np.float64)
+        return np.stack([v, v])
+
+
+def test_an_inline_peer_takes_its_turn_in_every_round_beside_each_algorithm(monkeypatch):
+    """Issue #42: a slow spell must hit commlib's algorithms and MPI alike, so MPI's calls are one
+    more series of every round at each size, in its comparison mode only, and its records are MPI's."""
+    clock = FakeClock()
+    monkeypatch.setattr(sweep_mod.time, "perf_counter", clock)
+    b = SameJobScripted(clock)
+    monkeypatch.setattr(sweep_mod, "_usage", lambda: np.zeros(3))
+    rounds, iters = 3, 6
+    cfg = {"collectives": ["all_reduce"], "sizes": [1 << 20], "dtype": "float32", "op": "sum", "root": 0,
+           "iters": iters, "min_time": 0.0, "max_iters": iters, "warmup": 1, "check": False,
+           "rounds": rounds, "modes": ["out", "in"], "algorithms": ["all"]}
+    s = sweep_mod.Sweep(b, cfg, out=io.StringIO())
+    recs = s.run()
+    keys = ["ring/out", "ring/in", "direct/out", "direct/in", "mpi/in"]  # MPI: all_reduce in place only
+    assert s.order == [keys]
+    # after the warm-ups: per round, each key once, in the same order every round: (a re-warm call
+    # after the first round), a barrier, iters/rounds timed calls
+    expected = []
+    for rnd in range(rounds):
+        for k in keys:
+            expected += ([k] if rnd else []) + ["|"] + [k] * (iters // rounds)
+    assert b.whose[-len(expected):] == expected
+    assert "|" not in b.whose[:-len(expected)]  # the warm-ups come first, without barriers
+    by = {(r["backend"], r["algorithm"], r["mode"]) for r in recs}
+    assert by == {("commlib", "ring", "out"), ("commlib", "ring", "in"), ("commlib", "direct", "out"),
+                  ("commlib", "direct", "in"), ("mpi", "mpi", "in")}
+    assert all(r["iters"] == iters and r["rounds"] == rounds for r in recs)
+    # the size's rounds' wall clock, one span for every series of the size
+    assert len({tuple(r["at"]) for r in recs}) == 1 and recs[0]["at"][0] <= recs[0]["at"][1]
