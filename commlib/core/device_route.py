@@ -89,6 +89,12 @@ def stream_resolver(buf: DeviceBuffer):
         from commlib.device import emulated
 
         def emulated_stream(stream):
+            if stream is None and buf.stream is not None:  # __cuda_array_interface__'s stream (Stream.handle)
+                named = emulated.device(buf.device_index).stream_named(buf.stream)
+                if named is None:
+                    raise ValueError(f"__cuda_array_interface__'s stream {buf.stream:#x} is no live stream of "
+                                     f"emulated:{buf.device_index}")
+                return named
             if stream is None:
                 return emulated.current_stream(buf.device_index)._stream
             if not isinstance(stream, emulated.Stream):

@@ -133,6 +133,13 @@ class Stream:
         e.record(self)
         return e
 
+    @property
+    def handle(self) -> int:
+        """This stream's identity as an integer (as a CuPy stream's ``ptr`` is its cudaStream_t): what
+        a ``__cuda_array_interface__`` over emulated memory names as its ``stream`` (the data is
+        valid there: a call on it runs there), and what the C++ entry keys calls on this stream by."""
+        return _C.stream_identity(self._stream)
+
     def __repr__(self):
         return f"emulated.Stream(device={self.device_index}, id={id(self):#x})"
 
@@ -337,6 +344,8 @@ _graphs.bind(Stream=Stream, current_stream=current_stream, use_stream=use_stream
 
 # The C++ entry's buffer reader (csrc/bindings/buffer_view.cc) reads Array's slots itself.
 _C.register_emulated_array(Array, {name: getattr(_C.DType, name) for name in dtypes.NAMES})
+# ... and a call's stream= on the emulated device (csrc/bindings/named_stream.cc): Stream's _stream.
+_C.register_emulated_stream(Stream)
 
 
 def kernel_counters(reset: bool = False) -> dict:

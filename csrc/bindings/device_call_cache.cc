@@ -24,9 +24,13 @@ bool DeviceCallCache::add(py::handle a, py::handle b, py::handle op, py::handle 
   BufferView va, vb;
   PyBufferHold ha, hb;
   const bool current = stream.is_none();
+  uintptr_t named = 0;
   CallKey k;
   if (!read_buffer(a.ptr(), &va, &ha, current) || !read_buffer(b.ptr(), &vb, &hb, current) ||
-      !key_of(size_, rank_, call.coll, op.ptr(), algorithm.ptr(), root.ptr(), scale.ptr(), stream.ptr(), va, vb, &k))
+      (!current && read_named_stream(va.kind != BufferKind::None ? va.kind : vb.kind, stream.ptr(), &named) !=
+                       NamedStream::Ok) ||
+      !key_of(size_, rank_, call.coll, op.ptr(), algorithm.ptr(), root.ptr(), scale.ptr(), current ? nullptr : &named,
+              va, vb, &k))
     return false;
   const CollectiveCall& c = k.call;
   if (c.coll != call.coll || c.algo != call.algo || c.input != call.input || c.output != call.output ||
@@ -40,12 +44,11 @@ bool DeviceCallCache::add(py::handle a, py::handle b, py::handle op, py::handle 
   if (entries_.size() >= kMaxCached) entries_.clear();
   tuning_ = tuning_generation();
   registry_ = registry_generation();
-  if (current)
-    streams_.remember({k.kind_a != BufferKind::None ? k.kind_a : k.kind_b,
-                       k.kind_a != BufferKind::None ? k.device_a : k.device_b, k.current_stream},
-                      engine, device_stream);
-  entries_[k] = Entry{std::move(engine), std::move(prepared), std::move(device_stream), std::move(stream_of),
-                      py::reinterpret_borrow<py::object>(stream)};
+  // (whether current, named or the buffer's own: its identity names it)
+  streams_.remember({k.kind_a != BufferKind::None ? k.kind_a : k.kind_b,
+                     k.kind_a != BufferKind::None ? k.device_a : k.device_b, k.current_stream},
+                    engine, device_stream);
+  entries_[k] = Entry{std::move(engine), std::move(prepared), std::move(device_stream), std::move(stream_of)};
   return true;
 }
 
@@ -96,8 +99,24 @@ PyObject* DeviceCallCache::run(Collective coll, PyObject* const* args, const Buf
     std::lock_guard<std::mutex> lock(mu_);
     entries_.clear();
   }
+  // stream=, read as the route's resolver reads it (bindings/named_stream.cc): keyed by the
+  // stream's identity, however it is spelt.
+  uintptr_t named = 0;
+  const NamedStream named_read = stream == Py_None ? NamedStream::Ok
+                                                   : read_named_stream(on_device(va.kind) ? va.kind : vb.kind, stream,
+                                                                       &named);
+  if (named_read == NamedStream::Unread) Py_RETURN_NOTIMPLEMENTED;
   CallKey k;
-  if (!key_of(size_, rank_, coll, args[4], args[5], args[6], args[8], stream, va, vb, &k)) Py_RETURN_NOTIMPLEMENTED;
+  if (!key_of(size_, rank_, coll, args[4], args[5], args[6], args[8], stream == Py_None ? nullptr : &named, va, vb,
+              &k))
+    Py_RETURN_NOTIMPLEMENTED;
+  if (named_read == NamedStream::WrongType) {
+    // Every other argument is one the Python path accepts (key_of), the buffers on one device as
+    // its _one_device wants them: its resolver's error, raised here before anything is enqueued.
+    if (k.kind_b != BufferKind::None && (k.kind_b != k.kind_a || k.device_b != k.device_a))
+      Py_RETURN_NOTIMPLEMENTED;
+    return raise_stream_type_error(on_device(va.kind) ? va.kind : vb.kind, stream);
+  }
   // (no lock: every writer of entries_ holds the GIL, as this reader does)
   const auto it = entries_.find(k);
   std::optional<Entry> fresh;  // a new shape, kept among the entries once it ran
@@ -106,7 +125,7 @@ PyObject* DeviceCallCache::run(Collective coll, PyObject* const* args, const Buf
     tuning = tuning_generation();
     registry = registry_generation();
     try {
-      if (!prepare_new_shape(k, async_op == Py_True, &fresh)) Py_RETURN_NOTIMPLEMENTED;
+      if (!prepare_new_shape(k, &fresh)) Py_RETURN_NOTIMPLEMENTED;
     } catch (...) {
       set_python_error(std::current_exception());
       return nullptr;

@@ -61,8 +61,7 @@ class DeviceCallCache {
     std::shared_ptr<StreamEngine> engine;
     PreparedCall call;  // resolved once: algorithm, plan, path (StreamEngine::prepare)
     std::shared_ptr<DeviceStream> stream;
-    pybind11::object stream_of;     // the route's stream resolver, for the work handle
-    pybind11::object named_stream;  // keeps the key's stream object alive (its identity is the key)
+    pybind11::object stream_of;  // the route's stream resolver (of the first buffer), for the work handle
   };
 
   // `size`, `rank`: the communicator's; `make_work(work, refs, stream_of)`: the route's work handle
@@ -109,9 +108,10 @@ class DeviceCallCache {
   }
 
   // The Python entry's lookup (fast_call.cc, under the GIL): None (blocking) or the work handle,
-  // NotImplemented on a miss, nullptr with the error set when the engine raised. A miss on the
-  // current stream of a set-up engine is a new shape, run as C++ callers' are (prepare_new_shape)
-  // and kept among the entries.
+  // NotImplemented on a miss, nullptr with the error set when the engine raised or `stream=` is
+  // of a type the route's resolver refuses (TypeError naming it, nothing enqueued). A miss on any
+  // stream of a set-up engine (current, named or the buffer's own) is a new shape, run as C++
+  // callers' are (prepare_new_shape) and kept among the entries.
   PyObject* run(Collective coll, PyObject* const* args, const BufferView& va, const BufferView& vb);
 
   // The same lookup for a caller without the GIL (the torch backend's C++ path, core_api.h's
@@ -140,11 +140,15 @@ class DeviceCallCache {
   // kept in new_shapes_ once it was. False when the stream is not known or an argument is unusual.
   bool run_new_shape(const CallKey& k, std::shared_ptr<DeviceWork>* work);
   // The Python entry's miss (device_call_new_shape.cc, under the GIL): `*entry` resolved for `k` as
-  // run_new_shape resolves it, with the route's stream resolver; false when the Python path must
-  // take the call (a named stream, an argument it explains, no engine on that device, an async
-  // call whose work the route's resolver for the device would not describe). Throws what prepare
-  // throws.
-  bool prepare_new_shape(const CallKey& k, bool async, std::optional<Entry>* entry);
+  // run_new_shape resolves it, on the stream the key names (current, named or the buffer's own),
+  // with the route's stream resolver; false when the Python path must take the call (an argument
+  // it explains, no engine on that device, a stream the device does not know). Throws what
+  // prepare throws.
+  bool prepare_new_shape(const CallKey& k, std::optional<Entry>* entry);
+  // The work handles' stream resolver for a call whose first buffer names its own stream (the key's
+  // own_stream, wrapped as `own`): wait(stream=None) orders that stream, any other argument goes
+  // to the device's resolver `device_of`, as the route's resolver of such a buffer does.
+  static pybind11::object own_stream_resolver(std::shared_ptr<DeviceStream> own, pybind11::object device_of);
   // Enqueues `call` on `stream` of `engine` with a pooled work re-armed, else a new one (pooled).
   void enqueue_native(StreamEngine& engine, const PreparedCall& call, DeviceStream& stream,
                       std::shared_ptr<DeviceWork>* work);

@@ -87,23 +87,37 @@ bool nccl_ready(const CallKey& k, StreamEngine& engine) {
 
 }  // namespace
 
-bool DeviceCallCache::prepare_new_shape(const CallKey& k, bool async, std::optional<Entry>* entry) {
-  // A named stream is the route's resolver's to read (a torch or CuPy stream object, an integer).
-  if (k.stream != nullptr || !accepted_as_the_python_path_would(k, size_)) return false;
+bool DeviceCallCache::prepare_new_shape(const CallKey& k, std::optional<Entry>* entry) {
+  if (!accepted_as_the_python_path_would(k, size_)) return false;
   const auto resolver = stream_of_.find(DeviceStreamKey{k.kind_a, k.device_a, 0});
   if (resolver == stream_of_.end()) return false;  // no engine on that device: the route sets one up
-  // An async call's work maps wait(stream=None) through the route's resolver of the device, which
-  // names the current stream; a CUDA buffer may name its own (__cuda_array_interface__'s stream),
-  // which only the route's resolver for that buffer knows: the Python path takes those.
-  if (async && k.kind_a != BufferKind::Emulated) return false;
+  // The stream the key names (current, named or the buffer's own), wrapped now if no call ran on it.
   std::shared_ptr<StreamEngine> engine;
   std::shared_ptr<DeviceStream> stream;
   if (!streams_.find(DeviceStreamKey{k.kind_a, k.device_a, k.current_stream}, &engine, &stream) ||
       !nccl_ready(k, *engine))
     return false;
+  // An async call's work maps wait(stream=None) through the route's resolver of its first buffer:
+  // the device's (the current stream), or for a buffer naming its own stream that one.
+  pybind11::object stream_of = resolver->second;
+  if (k.own) {
+    std::shared_ptr<StreamEngine> own_engine;
+    std::shared_ptr<DeviceStream> own = stream;
+    if (k.own_stream != k.current_stream &&
+        !streams_.find(DeviceStreamKey{k.kind_a, k.device_a, k.own_stream}, &own_engine, &own))
+      return false;
+    stream_of = own_stream_resolver(std::move(own), stream_of);
+  }
   PreparedCall call = engine->prepare(k.call);  // (throws what the engine's plan throws)
-  entry->emplace(Entry{std::move(engine), std::move(call), std::move(stream), resolver->second, pybind11::none()});
+  entry->emplace(Entry{std::move(engine), std::move(call), std::move(stream), std::move(stream_of)});
   return true;
+}
+
+pybind11::object DeviceCallCache::own_stream_resolver(std::shared_ptr<DeviceStream> own, pybind11::object device_of) {
+  pybind11::object own_obj = pybind11::cast(std::move(own));
+  return pybind11::cpp_function([own_obj, device_of](pybind11::object stream) -> pybind11::object {
+    return stream.is_none() ? own_obj : device_of(stream);
+  });
 }
 
 bool DeviceCallCache::run_new_shape(const CallKey& k, std::shared_ptr<DeviceWork>* work) {

@@ -24,9 +24,15 @@ def _hits_of(fn):
 
 
 # The collectives whose first call on a set-up engine runs from C++ as a new shape (checked and
-# resolved there: csrc/bindings/device_call_new_shape.cc); gather and scatter, whose buffers differ
-# per rank, take the Python path at their first call.
+# resolved there: csrc/bindings/device_call_new_shape.cc), on the current stream or a named one;
+# gather and scatter, whose buffers differ per rank, take the Python path at their first call.
 RUN_AS_NEW_SHAPES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce")
+
+
+def every_collective_misses(name):
+    """The calls of every_collective_hits that take the Python path: all_reduce's first (the engine's
+    set-up), and gather's and scatter's first on each stream."""
+    return 1 if name == "all_reduce" else 0 if name in RUN_AS_NEW_SHAPES else 2
 
 
 def hits_and_misses(comm, n=5):
@@ -90,11 +96,12 @@ def hits_and_misses(comm, n=5):
             # Both paths' calls hold their buffers in one queue until executed, released by the
             # next call of either path once its engine saw them complete.
             w = emu.from_numpy(np.ones(2, np.int32))
-            sub.all_reduce(w, stream=emu.current_stream())  # the Python path (a named stream's miss)
+            gathered = emu.empty(2 * P, "int32") if sub.rank == 0 else None
+            sub.gather(gathered, w, root=0)  # the Python path (gather's first call)
             sub.all_reduce(w)  # run from C++ (a new shape on the current stream)
             held = sub._device()._fast_calls.held() >= 1
             ref = weakref.ref(w)
-            del w
+            del w, gathered
             gc.collect()
             alive_while_queued = ref() is not None
             emu.current_stream().synchronize()
@@ -151,9 +158,9 @@ def collective_calls(sub, n=4, wrap=None):
 def every_collective_hits(comm, k=3, wrap=None):
     """Per collective: (hits of [a first call (the first of all sets the engine up on the Python
     path; later ones of RUN_AS_NEW_SHAPES run from C++ as new shapes, gather's and scatter's take the
-    Python path), k blocking calls, k async calls, a first call on a named stream (a miss: the
-    Python path reads a named stream), k more there], the async calls returned works, results
-    right); ``wrap``: as collective_calls'."""
+    Python path), k blocking calls, k async calls, a first call on a named stream (read in C++: a
+    new shape of RUN_AS_NEW_SHAPES runs there, gather's and scatter's take the Python path), k more
+    there], the async calls returned works, results right); ``wrap``: as collective_calls'."""
     def run(sub):
         out = {}
         s = emu.Stream()
