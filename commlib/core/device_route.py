@@ -89,14 +89,8 @@ def stream_resolver(buf: DeviceBuffer):
         from commlib.device import emulated
 
         def emulated_stream(stream):
-            if stream is None and buf.stream is not None:  # __cuda_array_interface__'s stream (Stream.handle)
-                named = emulated.device(buf.device_index).stream_named(buf.stream)
-                if named is None:
-                    raise ValueError(f"__cuda_array_interface__'s stream {buf.stream:#x} is no live stream of "
-                                     f"emulated:{buf.device_index}")
-                return named
-            if stream is None:
-                return emulated.current_stream(buf.device_index)._stream
+            if stream is None:  # the current stream, or the one a __cuda_array_interface__ names
+                return emulated.stream_of_handle(buf.device_index, buf.stream)
             if not isinstance(stream, emulated.Stream):
                 raise TypeError(f"stream: expected a commlib.emulated.Stream, got {type(stream).__name__}")
             return stream._stream

@@ -44,19 +44,29 @@ bool runs_as_one_call(Collective c) {
   }
 }
 
+// gather and scatter: through the Python entry the route runs them as one call of the engine
+// (DeviceRoute.run, engine.run) whose buffers call_of read as the route does for this rank (the
+// root's whole buffer, the others' block alone: common/shapes.h), so their new shapes run there
+// too; C++ callers hand them over as batches (device_lists.cc).
+bool rooted(Collective c) { return c == Collective::Gather || c == Collective::Scatter; }
+
 // True when the Python path would accept `k` as it stands (call_checks.py's check_op and
 // check_algorithm, the root's range, the route's one device); false for anything it would refuse
-// or explain, which the caller then hands over.
-bool accepted_as_the_python_path_would(const CallKey& k, int size) {
+// or explain, which the caller then hands over. `rooted_too`: gather and scatter as well.
+bool accepted_as_the_python_path_would(const CallKey& k, int size, bool rooted_too = false) {
   const CollectiveCall& c = k.call;
-  if (!runs_as_one_call(c.coll) || !on_device(k.kind_a)) return false;
+  if (!runs_as_one_call(c.coll) && !(rooted_too && rooted(c.coll))) return false;
+  // (the route's first buffer: the input side's, else, scatter's off the root, the output's)
+  const bool has_a = k.kind_a != BufferKind::None, has_b = k.kind_b != BufferKind::None;
+  if (!on_device(has_a ? k.kind_a : k.kind_b)) return false;
   // all_gather, reduce_scatter and all_to_all take two buffers, broadcast one, all_reduce and
-  // reduce one or two (out=); two of one kind on one device (the route's _one_device).
-  const bool has_b = k.kind_b != BufferKind::None;
+  // reduce one or two (out=), gather and scatter their block and the root's whole (call_of saw
+  // to both); two of one kind on one device (the route's _one_device).
   const bool two = c.coll == Collective::AllGather || c.coll == Collective::ReduceScatter ||
                    c.coll == Collective::AllToAll;
   if ((two && !has_b) || (c.coll == Collective::Broadcast && has_b)) return false;
-  if (has_b && (k.kind_b != k.kind_a || k.device_b != k.device_a)) return false;
+  if (!rooted(c.coll) && !has_a) return false;
+  if (has_a && has_b && (k.kind_b != k.kind_a || k.device_b != k.device_a)) return false;
   if (c.count < 0 || c.dtype >= DType::kCount) return false;
   if (c.codec.active()) return false;  // compress=: the route's compressed call (never a C++ caller's today)
   if (collective_has_root(c.coll) ? c.root < 0 || c.root >= size : c.root != 0) return false;
@@ -88,14 +98,15 @@ bool nccl_ready(const CallKey& k, StreamEngine& engine) {
 }  // namespace
 
 bool DeviceCallCache::prepare_new_shape(const CallKey& k, std::optional<Entry>* entry) {
-  if (!accepted_as_the_python_path_would(k, size_)) return false;
-  const auto resolver = stream_of_.find(DeviceStreamKey{k.kind_a, k.device_a, 0});
+  if (!accepted_as_the_python_path_would(k, size_, true)) return false;
+  const BufferKind kind = k.kind_a != BufferKind::None ? k.kind_a : k.kind_b;
+  const int device = k.kind_a != BufferKind::None ? k.device_a : k.device_b;
+  const auto resolver = stream_of_.find(DeviceStreamKey{kind, device, 0});
   if (resolver == stream_of_.end()) return false;  // no engine on that device: the route sets one up
   // The stream the key names (current, named or the buffer's own), wrapped now if no call ran on it.
   std::shared_ptr<StreamEngine> engine;
   std::shared_ptr<DeviceStream> stream;
-  if (!streams_.find(DeviceStreamKey{k.kind_a, k.device_a, k.current_stream}, &engine, &stream) ||
-      !nccl_ready(k, *engine))
+  if (!streams_.find(DeviceStreamKey{kind, device, k.current_stream}, &engine, &stream) || !nccl_ready(k, *engine))
     return false;
   // An async call's work maps wait(stream=None) through the route's resolver of its first buffer:
   // the device's (the current stream), or for a buffer naming its own stream that one.
@@ -104,7 +115,7 @@ bool DeviceCallCache::prepare_new_shape(const CallKey& k, std::optional<Entry>* 
     std::shared_ptr<StreamEngine> own_engine;
     std::shared_ptr<DeviceStream> own = stream;
     if (k.own_stream != k.current_stream &&
-        !streams_.find(DeviceStreamKey{k.kind_a, k.device_a, k.own_stream}, &own_engine, &own))
+        !streams_.find(DeviceStreamKey{kind, device, k.own_stream}, &own_engine, &own))
       return false;
     stream_of = own_stream_resolver(std::move(own), stream_of);
   }

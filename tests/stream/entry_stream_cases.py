@@ -47,8 +47,8 @@ def _own_stream(stream):
 
 
 def named_and_own_stream_calls(comm, k=2):
-    """After one all_reduce set the engine up (the Python route's), every collective that runs as one
-    call (all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce) on a stream the
+    """After one all_reduce set the engine up (the Python route's), every collective (all_reduce,
+    all_gather, reduce_scatter, all_to_all, broadcast, reduce, gather, scatter) on a stream the
     caller names, ``stream=`` (a stream no call ran on, named by a new object at every call) and a
     __cuda_array_interface__'s own ``stream``, each blocking and async, k + 1 times (the first a new
     shape): {case: (the Python
@@ -63,7 +63,7 @@ def named_and_own_stream_calls(comm, k=2):
             s = emu.Stream()
             wrap = _own_stream(s) if case != "stream=" else None
             named = (lambda: same_stream(s)) if case == "stream=" else (lambda: None)
-            calls = {name: c for name, c in collective_calls(sub, wrap=wrap).items() if name not in ("gather", "scatter")}
+            calls = collective_calls(sub, wrap=wrap)
             s.wait_event(emu.current_stream().record_event())  # the arrays' uploads
             made, waits_ok = 0, True
             hits = _C.device_fast_path_counts()[1]

@@ -23,16 +23,13 @@ def _hits_of(fn):
     return _hits() - before, result
 
 
-# The collectives whose first call on a set-up engine runs from C++ as a new shape (checked and
-# resolved there: csrc/bindings/device_call_new_shape.cc), on the current stream or a named one;
-# gather and scatter, whose buffers differ per rank, take the Python path at their first call.
-RUN_AS_NEW_SHAPES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce")
-
-
+# Every collective's first call on a set-up engine runs from C++ as a new shape (checked and
+# resolved there: csrc/bindings/device_call_new_shape.cc), on the current stream or a named one,
+# gather's and scatter's (whose buffers differ per rank) too.
 def every_collective_misses(name):
-    """The calls of every_collective_hits that take the Python path: all_reduce's first (the engine's
-    set-up), and gather's and scatter's first on each stream."""
-    return 1 if name == "all_reduce" else 0 if name in RUN_AS_NEW_SHAPES else 2
+    """The calls of every_collective_hits that take the Python path: all_reduce's first (the
+    engine's set-up)."""
+    return 1 if name == "all_reduce" else 0
 
 
 def hits_and_misses(comm, n=5):
@@ -95,13 +92,14 @@ def hits_and_misses(comm, n=5):
         def buffers_released():
             # Both paths' calls hold their buffers in one queue until executed, released by the
             # next call of either path once its engine saw them complete.
-            w = emu.from_numpy(np.ones(2, np.int32))
-            gathered = emu.empty(2 * P, "int32") if sub.rank == 0 else None
-            sub.gather(gathered, w, root=0)  # the Python path (gather's first call)
+            w = emu.from_numpy(np.ones(P, np.int32))
+            swapped = emu.empty(P, "int32")
+            # The Python path (all_to_all with splits: the route's point-to-point batch).
+            sub.all_to_all(swapped, w, input_splits=[1] * P, output_splits=[1] * P)
             sub.all_reduce(w)  # run from C++ (a new shape on the current stream)
             held = sub._device()._fast_calls.held() >= 1
             ref = weakref.ref(w)
-            del w, gathered
+            del w, swapped
             gc.collect()
             alive_while_queued = ref() is not None
             emu.current_stream().synchronize()
@@ -157,10 +155,9 @@ def collective_calls(sub, n=4, wrap=None):
 
 def every_collective_hits(comm, k=3, wrap=None):
     """Per collective: (hits of [a first call (the first of all sets the engine up on the Python
-    path; later ones of RUN_AS_NEW_SHAPES run from C++ as new shapes, gather's and scatter's take the
-    Python path), k blocking calls, k async calls, a first call on a named stream (read in C++: a
-    new shape of RUN_AS_NEW_SHAPES runs there, gather's and scatter's take the Python path), k more
-    there], the async calls returned works, results right); ``wrap``: as collective_calls'."""
+    path; later ones run from C++ as new shapes), k blocking calls, k async calls, a first call on
+    a named stream (read in C++: a new shape run there), k more there], the async calls returned
+    works, results right); ``wrap``: as collective_calls'."""
     def run(sub):
         out = {}
         s = emu.Stream()

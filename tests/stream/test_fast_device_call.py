@@ -35,9 +35,9 @@ def test_every_collective_hits_blocking_async_and_on_a_named_stream(pool):
         assert sorted(out) == sorted(["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
                                       "reduce", "gather", "scatter"]), out
         for name, (hits, works_ok, ok) in out.items():
-            # Misses: the first call for all_reduce (the engine's set-up), and gather's and
-            # scatter's first on each stream; every other call ran from C++, the named stream's
-            # first included (read in C++: csrc/bindings/named_stream.cc).
+            # Misses: the first call for all_reduce (the engine's set-up); every other call ran
+            # from C++, gather's and scatter's first and the named stream's first included (read
+            # in C++: csrc/bindings/named_stream.cc).
             assert (hits, works_ok, ok) == (3 * k + 2 - every_collective_misses(name), True, True), (name, out[name])
 
 
