@@ -20,7 +20,7 @@ std::atomic<uint64_t> DeviceStreamCounts::wrapped{0};
 bool DeviceCallCache::add(py::handle a, py::handle b, py::handle op, py::handle algorithm, py::handle root,
                           py::handle scale, py::handle stream, std::shared_ptr<StreamEngine> engine,
                           const CollectiveCall& call, std::shared_ptr<DeviceStream> device_stream,
-                          py::object stream_of) {
+                          py::object stream_of, py::handle compress) {
   BufferView va, vb;
   PyBufferHold ha, hb;
   const bool current = stream.is_none();
@@ -30,10 +30,11 @@ bool DeviceCallCache::add(py::handle a, py::handle b, py::handle op, py::handle 
       (!current && read_named_stream(va.kind != BufferKind::None ? va.kind : vb.kind, stream.ptr(), &named) !=
                        NamedStream::Ok) ||
       !key_of(size_, rank_, call.coll, op.ptr(), algorithm.ptr(), root.ptr(), scale.ptr(), current ? nullptr : &named,
-              va, vb, &k))
+              va, vb, &k, compress.ptr()))
     return false;
   const CollectiveCall& c = k.call;
-  if (c.coll != call.coll || c.algo != call.algo || c.input != call.input || c.output != call.output ||
+  // (a compressed call's algorithm is the one Python resolved for the codec: the key keeps the requested one)
+  if (c.coll != call.coll || (c.algo != call.algo && !k.codec) || c.input != call.input || c.output != call.output ||
       c.count != call.count || c.dtype != call.dtype ||
       (collective_reduces(c.coll) && (c.op != call.op || (c.op == RedOp::PremulSum && c.scale != call.scale))) ||
       (collective_has_root(c.coll) && c.root != call.root))
@@ -48,7 +49,8 @@ bool DeviceCallCache::add(py::handle a, py::handle b, py::handle op, py::handle 
   streams_.remember({k.kind_a != BufferKind::None ? k.kind_a : k.kind_b,
                      k.kind_a != BufferKind::None ? k.device_a : k.device_b, k.current_stream},
                     engine, device_stream);
-  entries_[k] = Entry{std::move(engine), std::move(prepared), std::move(device_stream), std::move(stream_of)};
+  entries_[k] = Entry{std::move(engine), std::move(prepared), std::move(device_stream), std::move(stream_of),
+                      py::reinterpret_borrow<py::object>(compress)};
   return true;
 }
 
@@ -89,7 +91,8 @@ void DeviceCallCache::hold(std::shared_ptr<DeviceWork> work, py::handle refs) {
   pending_.push_back(Held{std::move(work), nullptr, 0, refs.inc_ref().ptr(), nullptr});
 }
 
-PyObject* DeviceCallCache::run(Collective coll, PyObject* const* args, const BufferView& va, const BufferView& vb) {
+PyObject* DeviceCallCache::run(Collective coll, PyObject* const* args, const BufferView& va, const BufferView& vb,
+                               PyObject* compress) {
   ++DeviceCallCounts::offers;
   PyObject *a = args[2], *b = args[3], *async_op = args[7], *stream = args[9];
   // (no engine set up yet: the route's first call on the device sets one up)
@@ -108,7 +111,7 @@ PyObject* DeviceCallCache::run(Collective coll, PyObject* const* args, const Buf
   if (named_read == NamedStream::Unread) Py_RETURN_NOTIMPLEMENTED;
   CallKey k;
   if (!key_of(size_, rank_, coll, args[4], args[5], args[6], args[8], stream == Py_None ? nullptr : &named, va, vb,
-              &k))
+              &k, compress))
     Py_RETURN_NOTIMPLEMENTED;
   if (named_read == NamedStream::WrongType) {
     // Every other argument is one the Python path accepts (key_of), the buffers on one device as
@@ -193,8 +196,8 @@ PyObject* DeviceCallCache::run(Collective coll, PyObject* const* args, const Buf
 }
 
 PyObject* run_device_call(DeviceCallCache& cache, Collective coll, PyObject* const* args, const BufferView& va,
-                          const BufferView& vb) {
-  return cache.run(coll, args, va, vb);
+                          const BufferView& vb, PyObject* compress) {
+  return cache.run(coll, args, va, vb, compress);
 }
 
 }  // namespace commlib

@@ -62,6 +62,7 @@ class DeviceCallCache {
     PreparedCall call;  // resolved once: algorithm, plan, path (StreamEngine::prepare)
     std::shared_ptr<DeviceStream> stream;
     pybind11::object stream_of;  // the route's stream resolver (of the first buffer), for the work handle
+    pybind11::object codec;      // the key's compress= object, held (its identity is the key's)
   };
 
   // `size`, `rank`: the communicator's; `make_work(work, refs, stream_of)`: the route's work handle
@@ -73,9 +74,12 @@ class DeviceCallCache {
   // After a call (every argument checked, enqueued on `stream` of `engine` as `call`): later calls
   // of the same arguments hit. False when they are not of a kind the entry reads, or describe
   // another call than `call` (then nothing is added).
+  // `compress`: the call's compress= object (None: none); `call` then carries the codec it
+  // resolved to and the algorithm the verifier accepted (auto resolved in Python: core/codecs.py).
   bool add(pybind11::handle a, pybind11::handle b, pybind11::handle op, pybind11::handle algorithm,
            pybind11::handle root, pybind11::handle scale, pybind11::handle stream, std::shared_ptr<StreamEngine> engine,
-           const CollectiveCall& call, std::shared_ptr<DeviceStream> device_stream, pybind11::object stream_of);
+           const CollectiveCall& call, std::shared_ptr<DeviceStream> device_stream, pybind11::object stream_of,
+           pybind11::handle compress = pybind11::none());
 
   // Where C++ callers' point-to-point batches run (run_device_p2p_native; add_stream).
   DeviceP2PStreams& streams() { return streams_; }
@@ -112,7 +116,10 @@ class DeviceCallCache {
   // of a type the route's resolver refuses (TypeError naming it, nothing enqueued). A miss on any
   // stream of a set-up engine (current, named or the buffer's own) is a new shape, run as C++
   // callers' are (prepare_new_shape) and kept among the entries.
-  PyObject* run(Collective coll, PyObject* const* args, const BufferView& va, const BufferView& vb);
+  // `compress`: the call's compress= object (None: none; such calls hit only once the route added
+  // them: a codec is checked and resolved in Python).
+  PyObject* run(Collective coll, PyObject* const* args, const BufferView& va, const BufferView& vb,
+                PyObject* compress = Py_None);
 
   // The same lookup for a caller without the GIL (the torch backend's C++ path, core_api.h's
   // device_collective; device_call_native.cc): `k` built from its tensors as key_of would read

@@ -98,7 +98,8 @@ bool nccl_ready(const CallKey& k, StreamEngine& engine) {
 }  // namespace
 
 bool DeviceCallCache::prepare_new_shape(const CallKey& k, std::optional<Entry>* entry) {
-  if (!accepted_as_the_python_path_would(k, size_, true)) return false;
+  // (compress=: the codec is checked, and auto resolved under the verifier, in Python: core/codecs.py)
+  if (k.codec != nullptr || !accepted_as_the_python_path_would(k, size_, true)) return false;
   const BufferKind kind = k.kind_a != BufferKind::None ? k.kind_a : k.kind_b;
   const int device = k.kind_a != BufferKind::None ? k.device_a : k.device_b;
   const auto resolver = stream_of_.find(DeviceStreamKey{kind, device, 0});
@@ -120,7 +121,7 @@ bool DeviceCallCache::prepare_new_shape(const CallKey& k, std::optional<Entry>* 
     stream_of = own_stream_resolver(std::move(own), stream_of);
   }
   PreparedCall call = engine->prepare(k.call);  // (throws what the engine's plan throws)
-  entry->emplace(Entry{std::move(engine), std::move(call), std::move(stream), std::move(stream_of)});
+  entry->emplace(Entry{std::move(engine), std::move(call), std::move(stream), std::move(stream_of), pybind11::none()});
   return true;
 }
 

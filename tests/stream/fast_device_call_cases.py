@@ -268,3 +268,48 @@ def cuda_hits(comm, n=4):
     hits.append(_hits() - before)
     ok = bool((x.cpu() == (P * (P + 1) // 2) * P ** (n + 2)).all())
     return tuple(hits), error, ok
+
+
+def compressed_calls_hit(comm, n=3):
+    """compress= on device buffers (float32, 1000 elements: several blocks of the codec) through the
+    C++ entry: per (collective, how compress= is given: a codec's name or a Codec object), (the Python
+    route's calls among 1 + n calls, C++ entry hits, every hit's result bitwise the first call's, which
+    the Python route ran, and that result within the codec's error bound of the exact one)."""
+    from commlib.core.codecs import ERROR_BOUND, Codec
+    from entry_stream_cases import route_spy
+
+    def run(sub):
+        P, r, count = sub.size, sub.rank, 1000
+        sub.all_reduce(emu.from_numpy(np.ones(2, np.float32)))  # the engine's set-up
+        base = np.linspace(-3.0, 5.0, count, dtype=np.float32)
+        out = {}
+        for given in ("int8", Codec("int8", block_size=64)):
+            mine = base * (r + 1)
+            x = emu.from_numpy(mine)
+            blocks = emu.from_numpy(np.concatenate([base * (r + 1 + j) for j in range(P)]))
+            calls = {
+                "all_reduce": (lambda y, c: sub.all_reduce(x, out=y, compress=c), count,
+                               base * (P * (P + 1) / 2)),
+                "all_gather": (lambda y, c: sub.all_gather(y, x, compress=c), P * count,
+                               np.concatenate([base * (q + 1) for q in range(P)])),
+                "reduce_scatter": (lambda y, c: sub.reduce_scatter(y, blocks, compress=c), count,
+                                   base * sum(q + 1 + r for q in range(P))),
+            }
+            for name, (call, size, exact) in calls.items():
+                y = emu.empty(size)
+                hits = _hits()
+                with route_spy() as seen:
+                    call(y, given)
+                    first = y.numpy().copy()
+                    same = True
+                    for _ in range(n):
+                        y.copy_(emu.from_numpy(np.zeros(size, np.float32)))
+                        call(y, given)
+                        same &= np.array_equal(y.numpy(), first)
+                scale = np.abs(exact).max()
+                # Each of at most 2P encodings on the way (every contribution, and a ring's partial sums
+                # re-encoded) is within 1/127 of its block's largest magnitude, at most `scale`.
+                close = bool(np.abs(first - exact).max() <= 2 * P * ERROR_BOUND["int8"] * scale)
+                out[(name, type(given).__name__)] = (len(seen), _hits() - hits, bool(same), close)
+        return out
+    return with_settings(comm, {}, run)
