@@ -175,3 +175,41 @@ def steady_named_stream_counts(comm, on, n):
                 out[(name, mode)] = (counted, hits, bool(check()) and waits, sub._device().last_path(), allocs)
         return out
     return with_settings(comm, KERNEL_SETTINGS, run)
+
+
+class _TorchInterface:
+    """A torch CUDA tensor seen only through __cuda_array_interface__ (version 3) naming `stream`
+    (a cudaStream_t), as a CuPy array made on that stream describes itself."""
+
+    def __init__(self, t, stream):
+        self.t = t  # keeps the memory alive
+        self.__cuda_array_interface__ = {"shape": (t.numel(),), "typestr": "<f4", "data": (t.data_ptr(), False),
+                                         "version": 3, "stream": stream}
+
+
+def cuda_named_and_own_streams(comm, k=2):
+    """On GPU 0 with torch (test_cuda_ranks.py, never run so far): after one all_reduce set the
+    engine up, all_reduce on a side stream named as a torch.cuda.ExternalStream made anew each call,
+    as its int cudaStream_t, and by a __cuda_array_interface__ view naming it, blocking and async,
+    k + 1 calls each: (the Python route's calls, C++ entry hits, results right)."""
+    import torch
+    torch.cuda.set_device(0)
+    P = comm.size
+    comm.all_reduce(torch.ones(2, device="cuda"))  # the engine's set-up
+    s = torch.cuda.Stream()
+    x = torch.full((64,), float(comm.rank + 1), device="cuda")
+    s.wait_stream(torch.cuda.current_stream())
+    spellings = {"ExternalStream": (lambda: torch.cuda.ExternalStream(s.cuda_stream), lambda t: t),
+                 "int": (lambda: s.cuda_stream, lambda t: t),
+                 "interface": (lambda: None, lambda t: _TorchInterface(t, s.cuda_stream))}
+    hits, calls = _C.device_fast_path_counts()[1], 0
+    with route_spy() as seen:
+        for named, view in spellings.values():
+            for async_op in (False, True):
+                for _ in range(k + 1):
+                    w = comm.all_reduce(view(x), op="max", stream=named(), async_op=async_op)
+                    calls += 1
+                    if w is not None:
+                        w.wait()
+    s.synchronize()
+    return len(seen), _C.device_fast_path_counts()[1] - hits == calls, bool((x == float(P)).all().item())
