@@ -2,7 +2,8 @@
 // C++ entry (bindings/fast_call.cc) looks up and enqueues with no Python in between: every
 // collective the route runs (all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all,
 // gather, scatter), blocking or async_op=True (the entry returns the route's work handle), on the
-// current stream or an explicit one. Its methods: the Python entry's side in device_call_cache.cc,
+// current stream, one named by stream= (read in C++: named_stream.cc) or the one a buffer names (a
+// __cuda_array_interface__'s), compress= calls once the route ran one of them. Its methods: the Python entry's side in device_call_cache.cc,
 // C++ callers' side without the GIL (the torch backend's CUDA tensors) in device_call_native.cc,
 // the bindings in device_call_cache_bindings.cc; the key in device_call_key.h.
 //
@@ -11,8 +12,9 @@
 // enqueued; the key holds everything the checks looked at, so a hit is a call the checks already
 // accepted. A miss on a stream of an engine the route set up is a new shape, checked as the Python
 // path checks it and run here (device_call_new_shape.cc: for C++ callers, and for the Python entry
-// on the current stream); any other miss, or any unusual argument, answers NotImplemented: the
-// Python path takes it and raises naming the argument.
+// on any stream, gather and scatter too; never a compress= call, whose codec Python checks); any
+// other miss, or any unusual argument, answers NotImplemented: the Python path takes it and raises
+// naming the argument (a stream= of a type the route's resolver refuses raises here, the same words).
 //
 // It also knows the streams calls ran on as current streams (device_p2p_streams.h): where the torch
 // backend's CUDA sends and receives are enqueued from C++ (core_api.h device_p2p).

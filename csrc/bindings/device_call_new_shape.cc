@@ -12,7 +12,8 @@
 //   - per shape: the argument checks, the resolution (algorithm, plan, path: StreamEngine::prepare)
 //     and the enqueue. The checks are the Python path's (commlib/core/call_checks.py and the route),
 //     restated below for a call whose buffers the caller already described (one dense buffer per
-//     side on one device): anything they would refuse, and algorithm="nccl" before NCCL's
+//     side on one device; gather's and scatter's through the Python entry: the root's whole buffer
+//     and everyone's block), on the stream the key names (current, named, or the buffer's own): anything they would refuse, and algorithm="nccl" before NCCL's
 //     communicator exists (the route makes it at the first such call), is declined here, so the caller hands it over and the Python path
 //     raises its own message naming the argument, before anything is enqueued. Everything after
 //     the checks is the engine's, on either path: each call's descriptor published and checked
