@@ -213,3 +213,35 @@ def cuda_named_and_own_streams(comm, k=2):
                         w.wait()
     s.synchronize()
     return len(seen), _C.device_fast_path_counts()[1] - hits == calls, bool((x == float(P)).all().item())
+
+
+def interface_streams_of_no_use(comm):
+    """After hits of the same buffer, a __cuda_array_interface__ naming a stream that no longer lives
+    and one of another device: [(case, the error, the Python route's calls, driver calls on this
+    thread while it raised)]."""
+    import gc
+
+    def run(sub):
+        x = emu.from_numpy(np.ones(4, np.float32))
+        for _ in range(3):
+            sub.all_reduce(x, op="max")
+        emu.current_stream().synchronize()
+        gone = emu.Stream()
+        handle = gone.handle
+        del gone
+        gc.collect()
+        other_device = emu.Stream(1 - x.device_index if x.device_index in (0, 1) else 0)
+        out = []
+        for case, h in (("gone", handle), ("another device", other_device.handle)):
+            before = _C.emulated_thread_driver_calls()
+            with route_spy() as seen:
+                try:
+                    sub.all_reduce(CudaArrayView(x, stream=h), op="max")
+                    error = None
+                except ValueError as e:
+                    error = str(e)
+            after = _C.emulated_thread_driver_calls()
+            calls = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+            out.append((case, error, len(seen), calls))
+        return out
+    return with_settings(comm, KERNEL_SETTINGS, run)

@@ -14,7 +14,8 @@ import types
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from entry_stream_cases import interface_stream_orders_the_call, named_and_own_stream_calls, wrong_stream_types  # noqa: E402
+from entry_stream_cases import (interface_stream_orders_the_call, interface_streams_of_no_use,  # noqa: E402
+                                named_and_own_stream_calls, wrong_stream_types)
 from test_device_collectives import DELAY_ENV  # noqa: E402
 
 
@@ -41,6 +42,16 @@ def test_a_wrong_stream_type_raises_naming_stream_before_anything_is_enqueued(po
         for type_name, error, python_calls, calls in out:
             assert error == f"stream: expected a commlib.emulated.Stream, got {type_name}", (type_name, error)
             assert python_calls == 0 and calls == {}, (type_name, python_calls, calls)
+
+
+def test_an_interface_naming_no_live_stream_of_its_device_raises_naming_the_argument(pool):
+    for out in pool(2, env=DELAY_ENV).run(interface_streams_of_no_use, timeout=60):
+        assert [case for case, *_ in out] == ["gone", "another device"], out
+        for case, error, python_calls, calls in out:
+            assert error and error.startswith("tensor: its __cuda_array_interface__'s stream 0x"), (case, error)
+            assert error.endswith("is no live stream of emulated:0"), (case, error)
+            # (what the readers asked: the interface's pointer, once in C++, once on the Python path)
+            assert python_calls == 0 and set(calls) <= {"cuPointerGetAttributes"}, (case, python_calls, calls)
 
 
 def test_cuda_streams_are_read_as_the_routes_resolver_reads_them():
