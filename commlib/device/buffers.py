@@ -53,9 +53,6 @@ def device_buffer(x, name: str = "tensor") -> Optional[DeviceBuffer]:
     if found is None:
         return None
     kind, ptr, count, dt, index, stream = found
-    if kind == "emulated" and stream is not None:  # an interface naming an emulated stream: a live one of its device
-        from commlib.device import emulated
-        emulated.stream_of_handle(index, stream, name)
     return DeviceBuffer(kind, ptr, count, dt.name, index, stream)
 
 

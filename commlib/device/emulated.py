@@ -180,17 +180,17 @@ def current_stream(device_index: Optional[int] = None) -> Stream:
     return default_stream(device_index)
 
 
-def stream_of_handle(device_index: int, handle: Optional[int], name: str = "tensor"):
+def stream_of_handle(device_index: int, handle: Optional[int]):
     """The engine's stream (a DeviceStream) of the live stream of ``device_index`` whose
     :attr:`Stream.handle` is ``handle`` (0, 1, 2: the default stream), what a
-    ``__cuda_array_interface__`` over emulated memory names as its ``stream``; None: this thread's
-    current stream. ValueError naming the argument ``name`` if there is none."""
+    ``__cuda_array_interface__`` over emulated memory names as its ``stream`` (the reader refused
+    one naming no live stream, naming the argument: csrc/bindings/foreign_arrays.cc); None: this
+    thread's current stream. ValueError if there is none (it ended since)."""
     if handle is None:
         return current_stream(device_index)._stream
     named = device(device_index).stream_named(0 if handle <= 2 else handle)
     if named is None:
-        raise ValueError(f"{name}: its __cuda_array_interface__'s stream {handle:#x} is no live stream of "
-                         f"emulated:{device_index}")
+        raise ValueError(f"__cuda_array_interface__'s stream {handle:#x} is no live stream of emulated:{device_index}")
     return named
 
 

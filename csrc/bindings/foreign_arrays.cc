@@ -15,6 +15,7 @@
 // memory on no device commlib reaches.
 #include <pybind11/pybind11.h>
 
+#include <cstdio>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -187,6 +188,13 @@ ForeignRead read_cai(PyObject* cai, BufferView* v, bool current_stream, BufferPr
     v->own_stream = stream != nullptr;
     v->stream = v->own_stream ? (named_stream <= 2 ? 0 : static_cast<uintptr_t>(named_stream))
                               : current_stream ? current_emulated_stream() : 0;
+    if (v->own_stream && !emulated_device(v->device)->stream_named(v->stream)) {
+      char hex[32];
+      std::snprintf(hex, sizeof hex, "%#llx", static_cast<unsigned long long>(named_stream));
+      return problem(why, PyExc_ValueError, std::string("__cuda_array_interface__'s stream ") + hex +
+                                                " is no live stream of emulated:" + std::to_string(v->device)),
+             ForeignRead::Bad;
+    }
   } else {
     v->own_stream = true;
     v->stream = static_cast<uintptr_t>(named_stream);

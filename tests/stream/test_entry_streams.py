@@ -48,9 +48,9 @@ def test_an_interface_naming_no_live_stream_of_its_device_raises_naming_the_argu
     for out in pool(2, env=DELAY_ENV).run(interface_streams_of_no_use, timeout=60):
         assert [case for case, *_ in out] == ["gone", "another device"], out
         for case, error, python_calls, calls in out:
-            assert error and error.startswith("tensor: its __cuda_array_interface__'s stream 0x"), (case, error)
+            assert error and error.startswith("tensor: __cuda_array_interface__'s stream 0x"), (case, error)
             assert error.endswith("is no live stream of emulated:0"), (case, error)
-            # (what the readers asked: the interface's pointer, once in C++, once on the Python path)
+            # (what the readers asked: the interface's pointer, in C++ and again on the Python path)
             assert python_calls == 0 and set(calls) <= {"cuPointerGetAttributes"}, (case, python_calls, calls)
 
 
