@@ -5,6 +5,13 @@ collective of the issue, blocking and async, on the kernel path, 2 ranks.
 
     python bench/launch_cost.py [--calls 200] [--json out.json]     # both, a markdown table
     python bench/launch_cost.py --no-callgrind                      # µs only
+    python bench/launch_cost.py --stream named                      # on a stream named by stream=
+    python bench/launch_cost.py --stream interface                  # ... by a __cuda_array_interface__
+
+``--stream``: where the calls run (docs/gpu.md "One call from Python"): the current stream, one
+named by ``stream=`` (read in C++: csrc/bindings/named_stream.cc) or the one each buffer's
+``__cuda_array_interface__`` names (a view of the emulated array made once, as a caller holding a
+CuPy array passes the same one every call).
 
 Not a test: the µs depend on the machine's load (read them as ratios to the floor, measured in the
 same job); the instruction counts do not (they are what the emulated device's hot path executes,
@@ -34,22 +41,35 @@ MODES = ("blocking", "async")
 KERNEL_ENV = {"COMMLIB_DEVICE_PATH": "kernel", "COMMLIB_TIMEOUT": "120"}
 
 
-def _calls(comm):
-    """{collective: call(async_op)} on 4-float emulated arrays of this rank."""
+class _Interface:
+    """An emulated array seen through __cuda_array_interface__ (version 3) naming `stream`."""
+
+    def __init__(self, array, stream):
+        import numpy as np
+        self.array = array  # keeps the memory alive
+        self.__cuda_array_interface__ = {"shape": (array.count,), "typestr": np.dtype(array.dtype).str,
+                                         "data": (array.data_ptr(), False), "version": 3, "stream": stream.handle}
+
+
+def _calls(comm, on="current", stream=None):
+    """{collective: call(async_op)} on 4-float emulated arrays of this rank, on the current stream
+    or `stream` (`on`: "named", stream=; "interface", each buffer's interface naming it)."""
     import numpy as np
 
     import commlib.emulated as emu
     P, n = comm.size, 4
-    mine = emu.from_numpy(np.arange(n, dtype=np.float32) + comm.rank)
-    blocks = emu.from_numpy(np.arange(P * n, dtype=np.float32))
-    out, gathered = emu.empty(n), emu.empty(P * n)
+    v = (lambda a: _Interface(a, stream)) if on == "interface" else (lambda a: a)
+    s = stream if on == "named" else None
+    mine = v(emu.from_numpy(np.arange(n, dtype=np.float32) + comm.rank))
+    blocks = v(emu.from_numpy(np.arange(P * n, dtype=np.float32)))
+    out, gathered = v(emu.empty(n)), v(emu.empty(P * n))
     return {
-        "all_reduce": lambda a: comm.all_reduce(mine, out=out, async_op=a),
-        "all_gather": lambda a: comm.all_gather(gathered, mine, async_op=a),
-        "reduce_scatter": lambda a: comm.reduce_scatter(out, blocks, async_op=a),
-        "broadcast": lambda a: comm.broadcast(mine, root=0, async_op=a),
-        "reduce": lambda a: comm.reduce(mine, root=0, async_op=a),
-        "all_to_all": lambda a: comm.all_to_all(gathered, blocks, async_op=a),
+        "all_reduce": lambda a: comm.all_reduce(mine, out=out, async_op=a, stream=s),
+        "all_gather": lambda a: comm.all_gather(gathered, mine, async_op=a, stream=s),
+        "reduce_scatter": lambda a: comm.reduce_scatter(out, blocks, async_op=a, stream=s),
+        "broadcast": lambda a: comm.broadcast(mine, root=0, async_op=a, stream=s),
+        "reduce": lambda a: comm.reduce(mine, root=0, async_op=a, stream=s),
+        "all_to_all": lambda a: comm.all_to_all(gathered, blocks, async_op=a, stream=s),
     }
 
 
@@ -65,9 +85,9 @@ def _batch_us(fn, calls, stream):
     return statistics.median(per)
 
 
-def rank_main(comm, calls, mark):
+def rank_main(comm, calls, mark, on="current"):
     """{"floor": µs, (collective, mode): µs}; with `mark`, _C.callgrind_phase_mark() before each
-    phase and after the last (so dump k + 1 holds phase k's calls: PHASES order)."""
+    phase and after the last (so dump k + 1 holds phase k's calls: PHASES order); `on`: as _calls'."""
     import numpy as np
 
     import commlib._C as _C
@@ -75,7 +95,13 @@ def rank_main(comm, calls, mark):
     stream = emu.current_stream()
     a, b = emu.from_numpy(np.ones(2, np.float32)), emu.empty(2)
     out = {"floor": _batch_us(lambda: b.copy_(a), calls, stream)}
-    for name, call in _calls(comm).items():
+    if on != "current":  # the calls' stream, after the arrays' uploads
+        stream = emu.Stream()
+        calls_of = _calls(comm, on, stream)
+        stream.wait_event(emu.current_stream().record_event())
+    else:
+        calls_of = _calls(comm)
+    for name, call in calls_of.items():
         for mode in MODES:
             fn = (lambda c=call, x=(mode == "async"): c(x))
             for _ in range(3):  # warm-up: the engine, the plans, the C++ entry's cache
@@ -95,7 +121,7 @@ def rank_main(comm, calls, mark):
     return out
 
 
-def _spawn(calls, callgrind_dir):
+def _spawn(calls, callgrind_dir, on="current"):
     """Runs 2 ranks (this script with --rank), under callgrind when `callgrind_dir`; their outputs."""
     import socket
     with socket.socket() as s:
@@ -103,7 +129,8 @@ def _spawn(calls, callgrind_dir):
         port = s.getsockname()[1]
     procs = []
     for r in range(2):
-        cmd = [sys.executable, os.path.abspath(__file__), "--rank", str(r), "--port", str(port), "--calls", str(calls)]
+        cmd = [sys.executable, os.path.abspath(__file__), "--rank", str(r), "--port", str(port), "--calls", str(calls),
+               "--stream", on]
         if callgrind_dir:
             cmd = ["valgrind", "--tool=callgrind", "--toggle-collect=*fast_collective*",
                    "--dump-before=*callgrind_phase_mark*", f"--callgrind-out-file={callgrind_dir}/cg.{r}.%p",
@@ -136,6 +163,7 @@ def main(argv=None):
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--no-callgrind", action="store_true")
     ap.add_argument("--json", default="")
+    ap.add_argument("--stream", choices=("current", "named", "interface"), default="current")
     ap.add_argument("--rank", type=int, default=-1, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--mark", action="store_true", help=argparse.SUPPRESS)
@@ -144,19 +172,20 @@ def main(argv=None):
         import commlib
         comm = commlib.init(args.rank, 2, master_addr="127.0.0.1", master_port=args.port)
         try:
-            print(json.dumps(rank_main(comm, args.calls, args.mark)))
+            print(json.dumps(rank_main(comm, args.calls, args.mark, args.stream)))
         finally:
             comm.close()
         return 0
-    timed = _spawn(args.calls, None)
+    timed = _spawn(args.calls, None, args.stream)
     us = {k: max(o[k] for o in timed) for k in timed[0]}
     phases = [k for k in timed[0] if k != "floor"]
     instr = {}
     if not args.no_callgrind:
         with tempfile.TemporaryDirectory() as d:
-            _spawn(args.calls, d)
+            _spawn(args.calls, d, args.stream)
             instr = {p: n / args.calls for p, n in _phase_instructions(d, phases).items()}
-    lines = [f"2 ranks on emulated device 0, kernel path, 4 floats, {args.calls} calls per batch; the "
+    lines = [f"2 ranks on emulated device 0, kernel path, 4 floats, {args.calls} calls per batch, on the "
+             f"{args.stream} stream; the "
              f"floor (an 8 B Array.copy_ from Python): {us['floor']:.1f} µs per call.", "",
              "| collective | mode | µs/call | × floor | instructions/call (C++ entry) |",
              "| --- | --- | ---: | ---: | ---: |"]

@@ -133,6 +133,7 @@ class Communicator(PointToPointMethods, LifetimeMethods, GroupMethods, Communica
         bufs = device_buffers_of(coll, refs)
         if compress is not None or not bufs:
             check_one_sided_on_host(coll, algorithm, compress)
+        asked = None if compress is None else (compress, algorithm)  # as given: what the C++ entry keys on
         codec, algorithm = (None, algorithm) if compress is None else compressed_call(  # host and device alike
             self._core, self._size, coll, algorithm, count, dtype, compress)
         if codec is not None and not bufs and stream is None:
@@ -142,7 +143,7 @@ class Communicator(PointToPointMethods, LifetimeMethods, GroupMethods, Communica
             raise ValueError("algorithm: 'nccl' passes the collective to NCCL and needs device buffers (commlib.emulated arrays or CUDA memory)")
         if bufs:
             return self._device().run(coll, algorithm, bufs, in_ptr, out_ptr, count, dtype, op, root,
-                                      scale, async_op, stream, refs, compress=codec)
+                                      scale, async_op, stream, refs, compress=codec, asked=asked)
         if stream is not None:
             raise ValueError("stream: given, but the buffers are host memory")
         work = self._core.run(COLLECTIVE[coll], algorithm, in_ptr, out_ptr, count, DTYPE[dtype], OP[op], root,
@@ -160,8 +161,8 @@ class Communicator(PointToPointMethods, LifetimeMethods, GroupMethods, Communica
         max, avg, premul_sum (``scale`` times each input, then sum), band, bor, bxor.
         ``compress``: a codec (:mod:`commlib.codecs`) the messages travel in (docs/compression.md).
         """
-        done = NotImplemented if compress is not None else _fast(
-            self._addr, _ALL_REDUCE, tensor, out, op, algorithm, 0, async_op, scale, stream, self._device_calls)
+        done = _fast(self._addr, _ALL_REDUCE, tensor, out, op, algorithm, 0, async_op, scale, stream, self._device_calls,
+                     compress)
         if done is not NotImplemented:
             return done
         ip, n, dt = describe(tensor, "tensor")
@@ -178,8 +179,8 @@ class Communicator(PointToPointMethods, LifetimeMethods, GroupMethods, Communica
         ``input`` may be the view of ``output`` at this rank's block (in place). ``compress``: as
         :meth:`all_reduce`'s.
         """
-        done = NotImplemented if compress is not None else _fast(
-            self._addr, _ALL_GATHER, input, output, "sum", algorithm, 0, async_op, None, stream, self._device_calls)
+        done = _fast(self._addr, _ALL_GATHER, input, output, "sum", algorithm, 0, async_op, None, stream, self._device_calls,
+                     compress)
         if done is not NotImplemented:
             return done
         ip, n, dt = describe(input, "input")
@@ -193,8 +194,8 @@ class Communicator(PointToPointMethods, LifetimeMethods, GroupMethods, Communica
                        async_op: bool = False, scale=None, stream=None, compress=None):
         """Reduce ``input`` (size * output elements) over ranks; rank r gets block r in ``output``.
         ``compress``: as :meth:`all_reduce`'s."""
-        done = NotImplemented if compress is not None else _fast(
-            self._addr, _REDUCE_SCATTER, input, output, op, algorithm, 0, async_op, scale, stream, self._device_calls)
+        done = _fast(self._addr, _REDUCE_SCATTER, input, output, op, algorithm, 0, async_op, scale, stream, self._device_calls,
+                     compress)
         if done is not NotImplemented:
             return done
         op_ptr, n, dt = describe(output, "output")

@@ -89,8 +89,8 @@ def stream_resolver(buf: DeviceBuffer):
         from commlib.device import emulated
 
         def emulated_stream(stream):
-            if stream is None:
-                return emulated.current_stream(buf.device_index)._stream
+            if stream is None:  # the current stream, or the one a __cuda_array_interface__ names
+                return emulated.stream_of_handle(buf.device_index, buf.stream)
             if not isinstance(stream, emulated.Stream):
                 raise TypeError(f"stream: expected a commlib.emulated.Stream, got {type(stream).__name__}")
             return stream._stream
@@ -258,11 +258,12 @@ class DeviceRoute(RouteFailure):
         return engine
 
     def run(self, coll, algorithm, bufs, in_ptr, out_ptr, count, dtype, op, root, scale, async_op,
-            stream, refs, compress=None):
+            stream, refs, compress=None, asked=None):
         """Enqueue one collective whose buffers (``bufs``: (argument name, DeviceBuffer)) are on a
         device; return a DeviceWork when ``async_op``. ``compress``: a checked
-        :class:`commlib.codecs.Codec` (core/codecs.py ``compressed_call``): the messages travel
-        encoded (stream/copy_path_codec.cc), and such calls stay on this path (not the C++ entry's)."""
+        :class:`commlib.codecs.Codec` (core/codecs.py ``compressed_call``: ``algorithm`` the one it
+        resolved), ``asked`` the caller's (compress=, algorithm=) as given, which the C++ entry keys
+        the call on: the messages travel encoded (stream/copy_path_codec.cc)."""
         first, stream_of, device_stream = self._one_device(bufs, stream)
         if algorithm == "nccl" and coll in ("all_reduce", "reduce_scatter", "reduce") and op in ("band", "bor", "bxor"):
             raise ValueError(f"op: NCCL has no {op} (algorithm='nccl')")
@@ -273,20 +274,18 @@ class DeviceRoute(RouteFailure):
             device_nccl.ensure_communicator(self._ctx, engine, self._prefixes[(first.kind, first.device_index)],
                                             f"{coll} (nccl, {count} x {dtype}, {op}, root {root})")
         args = (spec[0], algorithm, in_ptr, out_ptr, count, spec[3], spec[4], root, scale)
-        if compress is not None:
-            work = engine.run_compressed(*args, compress.name, compress.block_size, compress.rounding, compress.seed,
-                                         compress.inter_only, device_stream)
-            self._last_engine = engine
-            return self._enqueued(work, refs, stream_of, async_op)
-        work = engine.run(*args, device_stream)
+        codec = None if compress is None else (compress.name, compress.block_size, compress.rounding, compress.seed,
+                                               compress.inter_only)
+        work = engine.run(*args, device_stream) if codec is None else engine.run_compressed(*args, *codec, device_stream)
         self._last_engine = engine
         if first.stream is None and first.kind == "cuda":
             _register_stream_readers()
         # Every argument passed the checks: the C++ entry runs calls of these arguments from now on
         # (a buffer it cannot read, e.g. CuPy's, is simply not added).
         b = refs[1] if len(refs) > 1 else None
-        self._fast_calls.add(refs[0], b, op, algorithm, root, scale if op == "premul_sum" else None, stream,
-                             engine, *args, device_stream, stream_of)
+        self._fast_calls.add(refs[0], b, op, algorithm if asked is None else asked[1], root,
+                             scale if op == "premul_sum" else None, stream, engine, *args, device_stream, stream_of,
+                             None if asked is None else asked[0], codec)
         return self._enqueued(work, refs, stream_of, async_op)
 
     def _one_device(self, bufs, stream):

@@ -133,6 +133,13 @@ class Stream:
         e.record(self)
         return e
 
+    @property
+    def handle(self) -> int:
+        """This stream's identity as an integer (as a CuPy stream's ``ptr`` is its cudaStream_t): what
+        a ``__cuda_array_interface__`` over emulated memory names as its ``stream`` (the data is
+        valid there: a call on it runs there), and what the C++ entry keys calls on this stream by."""
+        return _C.stream_identity(self._stream)
+
     def __repr__(self):
         return f"emulated.Stream(device={self.device_index}, id={id(self):#x})"
 
@@ -171,6 +178,20 @@ def current_stream(device_index: Optional[int] = None) -> Stream:
     if stack:
         return stack[-1]
     return default_stream(device_index)
+
+
+def stream_of_handle(device_index: int, handle: Optional[int]):
+    """The engine's stream (a DeviceStream) of the live stream of ``device_index`` whose
+    :attr:`Stream.handle` is ``handle`` (0, 1, 2: the default stream), what a
+    ``__cuda_array_interface__`` over emulated memory names as its ``stream`` (the reader refused
+    one naming no live stream, naming the argument: csrc/bindings/foreign_arrays.cc); None: this
+    thread's current stream. ValueError if there is none (it ended since)."""
+    if handle is None:
+        return current_stream(device_index)._stream
+    named = device(device_index).stream_named(0 if handle <= 2 else handle)
+    if named is None:
+        raise ValueError(f"__cuda_array_interface__'s stream {handle:#x} is no live stream of emulated:{device_index}")
+    return named
 
 
 @contextlib.contextmanager
@@ -337,6 +358,8 @@ _graphs.bind(Stream=Stream, current_stream=current_stream, use_stream=use_stream
 
 # The C++ entry's buffer reader (csrc/bindings/buffer_view.cc) reads Array's slots itself.
 _C.register_emulated_array(Array, {name: getattr(_C.DType, name) for name in dtypes.NAMES})
+# ... and a call's stream= on the emulated device (csrc/bindings/named_stream.cc): Stream's _stream.
+_C.register_emulated_stream(Stream)
 
 
 def kernel_counters(reset: bool = False) -> dict:

@@ -195,7 +195,10 @@ bool read_buffer(PyObject* o, BufferView* v, PyBufferHold* hold, bool current_st
   return read_foreign_array(o, v, current_stream, &unused) == ForeignRead::Ok;
 }
 
+void bind_named_stream(py::module_& m);  // bindings/named_stream.cc: stream= as the entry reads it
+
 void bind_buffer_view(py::module_& m) {
+  bind_named_stream(m);
   m.def(
       "register_array_type",
       [](py::handle type) {
@@ -270,8 +273,8 @@ void bind_buffer_view(py::module_& m) {
         static const char* kinds[] = {"none", "host", "emulated", "cuda"};
         return py::make_tuple(kinds[static_cast<int>(v.kind)], v.address, v.count, v.dtype, v.device, v.stream);
       },
-      "For tests: the C++ entry's view of o, (kind, address, count, dtype, device, stream), or None when it "
-      "cannot read it (the Python path then takes the call).");
+      "For tests: the C++ entry's view of o, (kind, address, count, dtype, device, stream: the current one's "
+      "identity or the one o names itself), or None when it cannot read it (the Python path then takes the call).");
   m.def(
       "set_emulated_current_stream",
       [](py::object stream) {

@@ -28,12 +28,18 @@ struct BufferView {
   DType dtype = DType::UInt8;
   int device = -1;                     // device index (device kinds)
   // Device kinds, when asked for: the caller's current stream as an identity (torch's
-  // cudaStream_t; the emulated stream of the innermost emulated.use_stream, 0 for the default).
+  // cudaStream_t; the emulated stream of the innermost emulated.use_stream, 0 for the default),
+  // or the stream the buffer names itself (own_stream).
   uintptr_t stream = 0;
+  // The buffer names the stream its data is valid on (a __cuda_array_interface__'s "stream":
+  // always on CUDA memory, where an absent one is the legacy default stream 0; on emulated memory
+  // only when given): `stream` is that one whether asked for or not, and a call naming no stream
+  // runs there (bindings/foreign_arrays.cc).
+  bool own_stream = false;
 
   bool operator==(const BufferView& o) const {
     return kind == o.kind && address == o.address && count == o.count && dtype == o.dtype && device == o.device &&
-           stream == o.stream;
+           stream == o.stream && own_stream == o.own_stream;
   }
 };
 
@@ -87,6 +93,18 @@ ForeignRead read_foreign_array(PyObject* o, BufferView* v, bool current_stream, 
 // when the reader raised.
 bool current_cuda_stream(int index, uintptr_t* stream);
 uintptr_t current_emulated_stream();
+
+// A call's `stream=` argument (not None) on a device of `kind` as the identity the call cache keys
+// streams by (bindings/named_stream.cc), read as the device route's resolver reads it
+// (commlib/core/device_route.py stream_resolver): on the emulated device a commlib.emulated.Stream
+// (its DeviceStream's address, what EmulatedDevice::stream_named finds); on CUDA a torch.cuda.Stream
+// (`cuda_stream`), a CuPy stream (`ptr`) or an int (the cudaStream_t). WrongType: the resolver
+// would raise TypeError (raise_stream_type_error says it); Unread: something the Python path must
+// look at (an odd attribute value, a negative handle, an unknown kind). No Python error set.
+enum class NamedStream : uint8_t { Ok, WrongType, Unread };
+NamedStream read_named_stream(BufferKind kind, PyObject* stream, uintptr_t* id);
+// Sets the resolver's TypeError for `stream` on `kind` ("stream: expected ..., got <type>"); returns null.
+PyObject* raise_stream_type_error(BufferKind kind, PyObject* stream);
 
 // The attribute and method names the reader asks of each kind, interned once (under the GIL) in
 // one table, so that every reader of the one view uses the same objects.

@@ -190,6 +190,9 @@ void bind_device(py::module_& m) {
            "structure: launches, event records and waits, host functions).")
       .def("set_default_stream", &EmulatedDevice::set_default_stream, py::arg("stream"),
            "The stream commlib.emulated uses as this device's default stream (identity 0 of the C++ entry).")
+      .def("stream_named", &EmulatedDevice::stream_named, py::arg("identity"),
+           "The live stream of this device with that identity (_C.stream_identity; 0: the default stream), None "
+           "if there is none: what a __cuda_array_interface__ over emulated memory names as its stream.")
       .def("inject_fault", &EmulatedDevice::inject_fault, py::arg("kind"))
       .def_property_readonly("fault", &EmulatedDevice::fault)
       // Emulated memory is host memory: read it back directly (after a synchronize).

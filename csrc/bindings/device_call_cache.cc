@@ -20,16 +20,21 @@ std::atomic<uint64_t> DeviceStreamCounts::wrapped{0};
 bool DeviceCallCache::add(py::handle a, py::handle b, py::handle op, py::handle algorithm, py::handle root,
                           py::handle scale, py::handle stream, std::shared_ptr<StreamEngine> engine,
                           const CollectiveCall& call, std::shared_ptr<DeviceStream> device_stream,
-                          py::object stream_of) {
+                          py::object stream_of, py::handle compress) {
   BufferView va, vb;
   PyBufferHold ha, hb;
   const bool current = stream.is_none();
+  uintptr_t named = 0;
   CallKey k;
   if (!read_buffer(a.ptr(), &va, &ha, current) || !read_buffer(b.ptr(), &vb, &hb, current) ||
-      !key_of(size_, rank_, call.coll, op.ptr(), algorithm.ptr(), root.ptr(), scale.ptr(), stream.ptr(), va, vb, &k))
+      (!current && read_named_stream(va.kind != BufferKind::None ? va.kind : vb.kind, stream.ptr(), &named) !=
+                       NamedStream::Ok) ||
+      !key_of(size_, rank_, call.coll, op.ptr(), algorithm.ptr(), root.ptr(), scale.ptr(), current ? nullptr : &named,
+              va, vb, &k, compress.ptr()))
     return false;
   const CollectiveCall& c = k.call;
-  if (c.coll != call.coll || c.algo != call.algo || c.input != call.input || c.output != call.output ||
+  // (a compressed call's algorithm is the one Python resolved for the codec: the key keeps the requested one)
+  if (c.coll != call.coll || (c.algo != call.algo && !k.codec) || c.input != call.input || c.output != call.output ||
       c.count != call.count || c.dtype != call.dtype ||
       (collective_reduces(c.coll) && (c.op != call.op || (c.op == RedOp::PremulSum && c.scale != call.scale))) ||
       (collective_has_root(c.coll) && c.root != call.root))
@@ -40,12 +45,12 @@ bool DeviceCallCache::add(py::handle a, py::handle b, py::handle op, py::handle 
   if (entries_.size() >= kMaxCached) entries_.clear();
   tuning_ = tuning_generation();
   registry_ = registry_generation();
-  if (current)
-    streams_.remember({k.kind_a != BufferKind::None ? k.kind_a : k.kind_b,
-                       k.kind_a != BufferKind::None ? k.device_a : k.device_b, k.current_stream},
-                      engine, device_stream);
+  // (whether current, named or the buffer's own: its identity names it)
+  streams_.remember({k.kind_a != BufferKind::None ? k.kind_a : k.kind_b,
+                     k.kind_a != BufferKind::None ? k.device_a : k.device_b, k.current_stream},
+                    engine, device_stream);
   entries_[k] = Entry{std::move(engine), std::move(prepared), std::move(device_stream), std::move(stream_of),
-                      py::reinterpret_borrow<py::object>(stream)};
+                      py::reinterpret_borrow<py::object>(compress)};
   return true;
 }
 
@@ -86,7 +91,8 @@ void DeviceCallCache::hold(std::shared_ptr<DeviceWork> work, py::handle refs) {
   pending_.push_back(Held{std::move(work), nullptr, 0, refs.inc_ref().ptr(), nullptr});
 }
 
-PyObject* DeviceCallCache::run(Collective coll, PyObject* const* args, const BufferView& va, const BufferView& vb) {
+PyObject* DeviceCallCache::run(Collective coll, PyObject* const* args, const BufferView& va, const BufferView& vb,
+                               PyObject* compress) {
   ++DeviceCallCounts::offers;
   PyObject *a = args[2], *b = args[3], *async_op = args[7], *stream = args[9];
   // (no engine set up yet: the route's first call on the device sets one up)
@@ -96,8 +102,24 @@ PyObject* DeviceCallCache::run(Collective coll, PyObject* const* args, const Buf
     std::lock_guard<std::mutex> lock(mu_);
     entries_.clear();
   }
+  // stream=, read as the route's resolver reads it (bindings/named_stream.cc): keyed by the
+  // stream's identity, however it is spelt.
+  uintptr_t named = 0;
+  const NamedStream named_read = stream == Py_None ? NamedStream::Ok
+                                                   : read_named_stream(on_device(va.kind) ? va.kind : vb.kind, stream,
+                                                                       &named);
+  if (named_read == NamedStream::Unread) Py_RETURN_NOTIMPLEMENTED;
   CallKey k;
-  if (!key_of(size_, rank_, coll, args[4], args[5], args[6], args[8], stream, va, vb, &k)) Py_RETURN_NOTIMPLEMENTED;
+  if (!key_of(size_, rank_, coll, args[4], args[5], args[6], args[8], stream == Py_None ? nullptr : &named, va, vb,
+              &k, compress))
+    Py_RETURN_NOTIMPLEMENTED;
+  if (named_read == NamedStream::WrongType) {
+    // Every other argument is one the Python path accepts (key_of), the buffers on one device as
+    // its _one_device wants them: its resolver's error, raised here before anything is enqueued.
+    if (k.kind_b != BufferKind::None && (k.kind_b != k.kind_a || k.device_b != k.device_a))
+      Py_RETURN_NOTIMPLEMENTED;
+    return raise_stream_type_error(on_device(va.kind) ? va.kind : vb.kind, stream);
+  }
   // (no lock: every writer of entries_ holds the GIL, as this reader does)
   const auto it = entries_.find(k);
   std::optional<Entry> fresh;  // a new shape, kept among the entries once it ran
@@ -106,7 +128,7 @@ PyObject* DeviceCallCache::run(Collective coll, PyObject* const* args, const Buf
     tuning = tuning_generation();
     registry = registry_generation();
     try {
-      if (!prepare_new_shape(k, async_op == Py_True, &fresh)) Py_RETURN_NOTIMPLEMENTED;
+      if (!prepare_new_shape(k, &fresh)) Py_RETURN_NOTIMPLEMENTED;
     } catch (...) {
       set_python_error(std::current_exception());
       return nullptr;
@@ -174,8 +196,8 @@ PyObject* DeviceCallCache::run(Collective coll, PyObject* const* args, const Buf
 }
 
 PyObject* run_device_call(DeviceCallCache& cache, Collective coll, PyObject* const* args, const BufferView& va,
-                          const BufferView& vb) {
-  return cache.run(coll, args, va, vb);
+                          const BufferView& vb, PyObject* compress) {
+  return cache.run(coll, args, va, vb, compress);
 }
 
 }  // namespace commlib

@@ -2,7 +2,8 @@
 // C++ entry (bindings/fast_call.cc) looks up and enqueues with no Python in between: every
 // collective the route runs (all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all,
 // gather, scatter), blocking or async_op=True (the entry returns the route's work handle), on the
-// current stream or an explicit one. Its methods: the Python entry's side in device_call_cache.cc,
+// current stream, one named by stream= (read in C++: named_stream.cc) or the one a buffer names (a
+// __cuda_array_interface__'s), compress= calls once the route ran one of them. Its methods: the Python entry's side in device_call_cache.cc,
 // C++ callers' side without the GIL (the torch backend's CUDA tensors) in device_call_native.cc,
 // the bindings in device_call_cache_bindings.cc; the key in device_call_key.h.
 //
@@ -11,8 +12,9 @@
 // enqueued; the key holds everything the checks looked at, so a hit is a call the checks already
 // accepted. A miss on a stream of an engine the route set up is a new shape, checked as the Python
 // path checks it and run here (device_call_new_shape.cc: for C++ callers, and for the Python entry
-// on the current stream); any other miss, or any unusual argument, answers NotImplemented: the
-// Python path takes it and raises naming the argument.
+// on any stream, gather and scatter too; never a compress= call, whose codec Python checks); any
+// other miss, or any unusual argument, answers NotImplemented: the Python path takes it and raises
+// naming the argument (a stream= of a type the route's resolver refuses raises here, the same words).
 //
 // It also knows the streams calls ran on as current streams (device_p2p_streams.h): where the torch
 // backend's CUDA sends and receives are enqueued from C++ (core_api.h device_p2p).
@@ -61,8 +63,8 @@ class DeviceCallCache {
     std::shared_ptr<StreamEngine> engine;
     PreparedCall call;  // resolved once: algorithm, plan, path (StreamEngine::prepare)
     std::shared_ptr<DeviceStream> stream;
-    pybind11::object stream_of;     // the route's stream resolver, for the work handle
-    pybind11::object named_stream;  // keeps the key's stream object alive (its identity is the key)
+    pybind11::object stream_of;  // the route's stream resolver (of the first buffer), for the work handle
+    pybind11::object codec;      // the key's compress= object, held (its identity is the key's)
   };
 
   // `size`, `rank`: the communicator's; `make_work(work, refs, stream_of)`: the route's work handle
@@ -74,9 +76,12 @@ class DeviceCallCache {
   // After a call (every argument checked, enqueued on `stream` of `engine` as `call`): later calls
   // of the same arguments hit. False when they are not of a kind the entry reads, or describe
   // another call than `call` (then nothing is added).
+  // `compress`: the call's compress= object (None: none); `call` then carries the codec it
+  // resolved to and the algorithm the verifier accepted (auto resolved in Python: core/codecs.py).
   bool add(pybind11::handle a, pybind11::handle b, pybind11::handle op, pybind11::handle algorithm,
            pybind11::handle root, pybind11::handle scale, pybind11::handle stream, std::shared_ptr<StreamEngine> engine,
-           const CollectiveCall& call, std::shared_ptr<DeviceStream> device_stream, pybind11::object stream_of);
+           const CollectiveCall& call, std::shared_ptr<DeviceStream> device_stream, pybind11::object stream_of,
+           pybind11::handle compress = pybind11::none());
 
   // Where C++ callers' point-to-point batches run (run_device_p2p_native; add_stream).
   DeviceP2PStreams& streams() { return streams_; }
@@ -109,10 +114,14 @@ class DeviceCallCache {
   }
 
   // The Python entry's lookup (fast_call.cc, under the GIL): None (blocking) or the work handle,
-  // NotImplemented on a miss, nullptr with the error set when the engine raised. A miss on the
-  // current stream of a set-up engine is a new shape, run as C++ callers' are (prepare_new_shape)
-  // and kept among the entries.
-  PyObject* run(Collective coll, PyObject* const* args, const BufferView& va, const BufferView& vb);
+  // NotImplemented on a miss, nullptr with the error set when the engine raised or `stream=` is
+  // of a type the route's resolver refuses (TypeError naming it, nothing enqueued). A miss on any
+  // stream of a set-up engine (current, named or the buffer's own) is a new shape, run as C++
+  // callers' are (prepare_new_shape) and kept among the entries.
+  // `compress`: the call's compress= object (None: none; such calls hit only once the route added
+  // them: a codec is checked and resolved in Python).
+  PyObject* run(Collective coll, PyObject* const* args, const BufferView& va, const BufferView& vb,
+                PyObject* compress = Py_None);
 
   // The same lookup for a caller without the GIL (the torch backend's C++ path, core_api.h's
   // device_collective; device_call_native.cc): `k` built from its tensors as key_of would read
@@ -140,11 +149,15 @@ class DeviceCallCache {
   // kept in new_shapes_ once it was. False when the stream is not known or an argument is unusual.
   bool run_new_shape(const CallKey& k, std::shared_ptr<DeviceWork>* work);
   // The Python entry's miss (device_call_new_shape.cc, under the GIL): `*entry` resolved for `k` as
-  // run_new_shape resolves it, with the route's stream resolver; false when the Python path must
-  // take the call (a named stream, an argument it explains, no engine on that device, an async
-  // call whose work the route's resolver for the device would not describe). Throws what prepare
-  // throws.
-  bool prepare_new_shape(const CallKey& k, bool async, std::optional<Entry>* entry);
+  // run_new_shape resolves it, on the stream the key names (current, named or the buffer's own),
+  // with the route's stream resolver; false when the Python path must take the call (an argument
+  // it explains, no engine on that device, a stream the device does not know). Throws what
+  // prepare throws.
+  bool prepare_new_shape(const CallKey& k, std::optional<Entry>* entry);
+  // The work handles' stream resolver for a call whose first buffer names its own stream (the key's
+  // own_stream, wrapped as `own`): wait(stream=None) orders that stream, any other argument goes
+  // to the device's resolver `device_of`, as the route's resolver of such a buffer does.
+  static pybind11::object own_stream_resolver(std::shared_ptr<DeviceStream> own, pybind11::object device_of);
   // Enqueues `call` on `stream` of `engine` with a pooled work re-armed, else a new one (pooled).
   void enqueue_native(StreamEngine& engine, const PreparedCall& call, DeviceStream& stream,
                       std::shared_ptr<DeviceWork>* work);

@@ -2,6 +2,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "bindings/bindings.h"
@@ -25,17 +26,34 @@ void bind_device_call_cache(py::module_& m) {
           [](DeviceCallCache& c, py::handle a, py::handle b, py::handle op, py::handle algorithm, py::handle root,
              py::handle scale, py::handle stream, std::shared_ptr<StreamEngine> engine, Collective coll,
              const std::string& algo, uintptr_t in, uintptr_t out, int64_t count, DType dtype, RedOp red, int root_value,
-             double scale_value, std::shared_ptr<DeviceStream> device_stream, py::object stream_of) {
+             double scale_value, std::shared_ptr<DeviceStream> device_stream, py::object stream_of,
+             py::handle compress, py::object codec) {
             // (algorithm="nccl" as engine.run reads it: NCCL's own collective, device_bindings.cc)
             const bool nccl = algo == "nccl";
-            CollectiveCall call = collective_call(coll, nccl ? "auto" : algo, in, out, count, dtype, red, root_value,
-                                                  scale_value);
-            if (nccl) call.algo = kNcclAlgorithmCode;
+            CollectiveCall call;
+            if (!codec.is_none()) {  // engine.run_compressed's call (device_codec_bindings.cc)
+              const auto [name, block, rounding, seed, inter_only] =
+                  py::cast<std::tuple<std::string, int64_t, std::string, uint64_t, bool>>(codec);
+              call = compressed_collective_call(coll, algo, in, out, count, dtype, red, root_value, scale_value, name,
+                                                block, rounding, seed, inter_only);
+              call.codec.piece_bytes = engine->codec_piece_bytes();
+            } else {
+              call = collective_call(coll, nccl ? "auto" : algo, in, out, count, dtype, red, root_value, scale_value);
+              if (nccl) call.algo = kNcclAlgorithmCode;
+            }
             return c.add(a, b, op, algorithm, root, scale, stream, std::move(engine), call, std::move(device_stream),
-                         std::move(stream_of));
+                         std::move(stream_of), compress);
           },
-          "add(a, b, op, algorithm, root, scale, stream, engine, *engine.run's arguments, stream_of): after the call "
-          "ran, later calls of the same arguments (as the entry reads them) hit. False when not cacheable.")
+          py::arg("a"), py::arg("b"), py::arg("op"), py::arg("algorithm"), py::arg("root"), py::arg("scale"),
+          py::arg("stream"), py::arg("engine"), py::arg("collective"), py::arg("algo"), py::arg("input"),
+          py::arg("output"), py::arg("count"), py::arg("dtype"), py::arg("red"), py::arg("root_value"),
+          py::arg("scale_value"), py::arg("device_stream"), py::arg("stream_of"), py::arg("compress") = py::none(),
+          py::arg("codec") = py::none(),
+          "add(a, b, op, algorithm, root, scale, stream, engine, *engine.run's arguments, stream_of[, compress, "
+          "codec]): after the call ran, later calls of the same arguments (as the entry reads them) hit. compress: "
+          "the call's compress= object as given, codec: (name, block, rounding, seed, inter_only) of the Codec it "
+          "resolved to (engine.run_compressed's call; `algo` the algorithm resolved for it). False when not "
+          "cacheable.")
       .def(
           "add_stream",
           [](DeviceCallCache& c, int kind, int device, std::shared_ptr<StreamEngine> engine,

@@ -12,7 +12,8 @@
 //   - per shape: the argument checks, the resolution (algorithm, plan, path: StreamEngine::prepare)
 //     and the enqueue. The checks are the Python path's (commlib/core/call_checks.py and the route),
 //     restated below for a call whose buffers the caller already described (one dense buffer per
-//     side on one device): anything they would refuse, and algorithm="nccl" before NCCL's
+//     side on one device; gather's and scatter's through the Python entry: the root's whole buffer
+//     and everyone's block), on the stream the key names (current, named, or the buffer's own): anything they would refuse, and algorithm="nccl" before NCCL's
 //     communicator exists (the route makes it at the first such call), is declined here, so the caller hands it over and the Python path
 //     raises its own message naming the argument, before anything is enqueued. Everything after
 //     the checks is the engine's, on either path: each call's descriptor published and checked
@@ -44,19 +45,29 @@ bool runs_as_one_call(Collective c) {
   }
 }
 
+// gather and scatter: through the Python entry the route runs them as one call of the engine
+// (DeviceRoute.run, engine.run) whose buffers call_of read as the route does for this rank (the
+// root's whole buffer, the others' block alone: common/shapes.h), so their new shapes run there
+// too; C++ callers hand them over as batches (device_lists.cc).
+bool rooted(Collective c) { return c == Collective::Gather || c == Collective::Scatter; }
+
 // True when the Python path would accept `k` as it stands (call_checks.py's check_op and
 // check_algorithm, the root's range, the route's one device); false for anything it would refuse
-// or explain, which the caller then hands over.
-bool accepted_as_the_python_path_would(const CallKey& k, int size) {
+// or explain, which the caller then hands over. `rooted_too`: gather and scatter as well.
+bool accepted_as_the_python_path_would(const CallKey& k, int size, bool rooted_too = false) {
   const CollectiveCall& c = k.call;
-  if (!runs_as_one_call(c.coll) || !on_device(k.kind_a)) return false;
+  if (!runs_as_one_call(c.coll) && !(rooted_too && rooted(c.coll))) return false;
+  // (the route's first buffer: the input side's, else, scatter's off the root, the output's)
+  const bool has_a = k.kind_a != BufferKind::None, has_b = k.kind_b != BufferKind::None;
+  if (!on_device(has_a ? k.kind_a : k.kind_b)) return false;
   // all_gather, reduce_scatter and all_to_all take two buffers, broadcast one, all_reduce and
-  // reduce one or two (out=); two of one kind on one device (the route's _one_device).
-  const bool has_b = k.kind_b != BufferKind::None;
+  // reduce one or two (out=), gather and scatter their block and the root's whole (call_of saw
+  // to both); two of one kind on one device (the route's _one_device).
   const bool two = c.coll == Collective::AllGather || c.coll == Collective::ReduceScatter ||
                    c.coll == Collective::AllToAll;
   if ((two && !has_b) || (c.coll == Collective::Broadcast && has_b)) return false;
-  if (has_b && (k.kind_b != k.kind_a || k.device_b != k.device_a)) return false;
+  if (!rooted(c.coll) && !has_a) return false;
+  if (has_a && has_b && (k.kind_b != k.kind_a || k.device_b != k.device_a)) return false;
   if (c.count < 0 || c.dtype >= DType::kCount) return false;
   if (c.codec.active()) return false;  // compress=: the route's compressed call (never a C++ caller's today)
   if (collective_has_root(c.coll) ? c.root < 0 || c.root >= size : c.root != 0) return false;
@@ -87,23 +98,39 @@ bool nccl_ready(const CallKey& k, StreamEngine& engine) {
 
 }  // namespace
 
-bool DeviceCallCache::prepare_new_shape(const CallKey& k, bool async, std::optional<Entry>* entry) {
-  // A named stream is the route's resolver's to read (a torch or CuPy stream object, an integer).
-  if (k.stream != nullptr || !accepted_as_the_python_path_would(k, size_)) return false;
-  const auto resolver = stream_of_.find(DeviceStreamKey{k.kind_a, k.device_a, 0});
+bool DeviceCallCache::prepare_new_shape(const CallKey& k, std::optional<Entry>* entry) {
+  // (compress=: the codec is checked, and auto resolved under the verifier, in Python: core/codecs.py)
+  if (k.codec != nullptr || !accepted_as_the_python_path_would(k, size_, true)) return false;
+  const BufferKind kind = k.kind_a != BufferKind::None ? k.kind_a : k.kind_b;
+  const int device = k.kind_a != BufferKind::None ? k.device_a : k.device_b;
+  const auto resolver = stream_of_.find(DeviceStreamKey{kind, device, 0});
   if (resolver == stream_of_.end()) return false;  // no engine on that device: the route sets one up
-  // An async call's work maps wait(stream=None) through the route's resolver of the device, which
-  // names the current stream; a CUDA buffer may name its own (__cuda_array_interface__'s stream),
-  // which only the route's resolver for that buffer knows: the Python path takes those.
-  if (async && k.kind_a != BufferKind::Emulated) return false;
+  // The stream the key names (current, named or the buffer's own), wrapped now if no call ran on it.
   std::shared_ptr<StreamEngine> engine;
   std::shared_ptr<DeviceStream> stream;
-  if (!streams_.find(DeviceStreamKey{k.kind_a, k.device_a, k.current_stream}, &engine, &stream) ||
-      !nccl_ready(k, *engine))
+  if (!streams_.find(DeviceStreamKey{kind, device, k.current_stream}, &engine, &stream) || !nccl_ready(k, *engine))
     return false;
+  // An async call's work maps wait(stream=None) through the route's resolver of its first buffer:
+  // the device's (the current stream), or for a buffer naming its own stream that one.
+  pybind11::object stream_of = resolver->second;
+  if (k.own) {
+    std::shared_ptr<StreamEngine> own_engine;
+    std::shared_ptr<DeviceStream> own = stream;
+    if (k.own_stream != k.current_stream &&
+        !streams_.find(DeviceStreamKey{kind, device, k.own_stream}, &own_engine, &own))
+      return false;
+    stream_of = own_stream_resolver(std::move(own), stream_of);
+  }
   PreparedCall call = engine->prepare(k.call);  // (throws what the engine's plan throws)
-  entry->emplace(Entry{std::move(engine), std::move(call), std::move(stream), resolver->second, pybind11::none()});
+  entry->emplace(Entry{std::move(engine), std::move(call), std::move(stream), std::move(stream_of), pybind11::none()});
   return true;
+}
+
+pybind11::object DeviceCallCache::own_stream_resolver(std::shared_ptr<DeviceStream> own, pybind11::object device_of) {
+  pybind11::object own_obj = pybind11::cast(std::move(own));
+  return pybind11::cpp_function([own_obj, device_of](pybind11::object stream) -> pybind11::object {
+    return stream.is_none() ? own_obj : device_of(stream);
+  });
 }
 
 bool DeviceCallCache::run_new_shape(const CallKey& k, std::shared_ptr<DeviceWork>* work) {

@@ -124,10 +124,11 @@ bool call_of(Collective coll, int P, int me, PyObject* op_obj, PyObject* algo_ob
 namespace {
 
 // fast_collective(core_address, collective, a, b, op, algorithm, root, async_op, scale
-//                 [, stream, device_calls_address])
+//                 [, stream, device_calls_address[, compress]])
 PyObject* fast_collective(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   ++g_offers;
-  if (nargs != 9 && nargs != 11) return fallback();
+  if (nargs != 9 && nargs != 11 && nargs != 12) return fallback();
+  PyObject* compress = nargs == 12 ? args[11] : Py_None;
   auto* comm = static_cast<Communicator*>(PyLong_AsVoidPtr(args[0]));
   const long coll_code = PyLong_AsLong(args[1]);
   if (!comm || coll_code < 0 || coll_code >= kColls || PyErr_Occurred()) {
@@ -135,22 +136,23 @@ PyObject* fast_collective(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     return fallback();
   }
   const Collective coll = static_cast<Collective>(coll_code);
-  PyObject* stream = nargs == 11 ? args[9] : Py_None;
+  PyObject* stream = nargs >= 11 ? args[9] : Py_None;
   // A device call's current stream is part of its key; without a device call cache (the torch
   // backend's host-only entry) there is nothing to key.
-  const bool current_stream = nargs == 11 && stream == Py_None;
+  const bool current_stream = nargs >= 11 && stream == Py_None;
   BufferView va, vb;
   PyBufferHold hold_a, hold_b;  // NumPy buffers, held while the call runs
   if (!read_buffer(args[2], &va, &hold_a, current_stream) || !read_buffer(args[3], &vb, &hold_b, current_stream))
     return fallback();
   if (on_device(va.kind) || on_device(vb.kind)) {
-    void* cache = nargs == 11 && args[10] != Py_None ? PyLong_AsVoidPtr(args[10]) : nullptr;
+    void* cache = nargs >= 11 && args[10] != Py_None ? PyLong_AsVoidPtr(args[10]) : nullptr;
     if (cache == nullptr) return PyErr_Clear(), fallback();
-    PyObject* r = run_device_call(*static_cast<DeviceCallCache*>(cache), coll, args, va, vb);
+    PyObject* r = run_device_call(*static_cast<DeviceCallCache*>(cache), coll, args, va, vb, compress);
     if (r == Py_NotImplemented) ++g_declined;
     return r;
   }
-  if (args[7] != Py_False || stream != Py_None) return fallback();  // async, streams: the general path
+  // async, streams, compress=: the general path
+  if (args[7] != Py_False || stream != Py_None || compress != Py_None) return fallback();
   CollectiveCall call;
   if (!call_of(coll, comm->size(), comm->rank(), args[4], args[5], args[6], args[8], va, vb, &call)) return fallback();
   std::exception_ptr error;
@@ -171,7 +173,8 @@ PyObject* fast_collective(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 
 PyMethodDef g_fast_def = {
     "fast_collective", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(fast_collective)), METH_FASTCALL,
-    "fast_collective(core_address, collective, a, b, op, algorithm, root, async_op, scale[, stream, device_calls])\n"
+    "fast_collective(core_address, collective, a, b, op, algorithm, root, async_op, scale[, stream, device_calls"
+    "[, compress]])\n"
     "The C++ entry: a blocking collective on host buffers, or a device call its DeviceCallCache (device_calls: "
     "its address) holds. None (or the work of an async device call) when it ran; NotImplemented asks for the "
     "general path."};

@@ -23,9 +23,9 @@ class DeviceCallCache;
 
 // A device call through the entry: None (blocking) or the work handle (async_op=True) when the
 // cache held it and it was enqueued, NotImplemented for the Python path, nullptr (error set) when
-// the engine raised.
+// the engine raised. `compress`: the call's compress= argument (None: none).
 PyObject* run_device_call(DeviceCallCache& cache, Collective coll, PyObject* const* args, const BufferView& va,
-                          const BufferView& vb);
+                          const BufferView& vb, PyObject* compress);
 
 class DeviceWork;
 // The same entry for a C++ caller without the GIL (core_api.h's device_collective: the torch

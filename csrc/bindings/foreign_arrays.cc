@@ -15,6 +15,7 @@
 // memory on no device commlib reaches.
 #include <pybind11/pybind11.h>
 
+#include <cstdio>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -169,18 +170,35 @@ ForeignRead read_cai(PyObject* cai, BufferView* v, bool current_stream, BufferPr
     return PyErr_Clear(), problem(why, PyExc_ValueError, "CUDA array is read-only (a collective writes its buffers)"),
            ForeignRead::Bad;
   long long named_stream = 0;
-  if (stream && !int_of(stream, &named_stream))
-    return problem(why, PyExc_TypeError, "__cuda_array_interface__'s stream is not an integer"), ForeignRead::Bad;
+  if (stream && (!int_of(stream, &named_stream) || named_stream < 0))
+    return problem(why, PyExc_TypeError, "__cuda_array_interface__'s stream is not a stream handle (an int >= 0)"),
+           ForeignRead::Bad;
   if (!locate(static_cast<uintptr_t>(ptr), v, why)) return ForeignRead::Bad;
   v->address = static_cast<uintptr_t>(ptr);
   v->count = count;
   v->dtype = dt->second;
-  // The stream the data is valid on (version 3's "stream"; absent: the legacy default stream, as
-  // the Python path always took it). Emulated memory has no CUDA streams: the current emulated one.
-  if (v->kind == BufferKind::Emulated)
-    v->stream = current_stream ? current_emulated_stream() : 0;
-  else
+  // The stream the data is valid on (version 3's "stream"): the consumer must order its work after
+  // that stream's. The call runs on it (unless it names its own stream=), as the Python path's
+  // resolver does. CUDA memory: absent is the legacy default stream 0, as the Python path always
+  // took it (1 and 2, the legacy and per-thread default streams, are cudaStream_t values CUDA
+  // takes as they are). Emulated memory: a stream given names an emulated stream by its identity
+  // (commlib.emulated.Stream.handle; 0, 1 and 2: the device's default stream, identity 0), absent
+  // is the current emulated stream.
+  if (v->kind == BufferKind::Emulated) {
+    v->own_stream = stream != nullptr;
+    v->stream = v->own_stream ? (named_stream <= 2 ? 0 : static_cast<uintptr_t>(named_stream))
+                              : current_stream ? current_emulated_stream() : 0;
+    if (v->own_stream && !emulated_device(v->device)->stream_named(v->stream)) {
+      char hex[32];
+      std::snprintf(hex, sizeof hex, "%#llx", static_cast<unsigned long long>(named_stream));
+      return problem(why, PyExc_ValueError, std::string("__cuda_array_interface__'s stream ") + hex +
+                                                " is no live stream of emulated:" + std::to_string(v->device)),
+             ForeignRead::Bad;
+    }
+  } else {
+    v->own_stream = true;
     v->stream = static_cast<uintptr_t>(named_stream);
+  }
   return ForeignRead::Ok;
 }
 
@@ -331,16 +349,15 @@ void bind_foreign_arrays(py::module_& m) {
           PyErr_SetString(why.type, (name + ": " + why.message).c_str());
           throw py::error_already_set();
         }
-        // The interface's stream (0: none named, the legacy default); DLPack's: the current one.
-        PyObject* cai = v.kind == BufferKind::Cuda ? lookup(o.ptr(), reader_name(kNameCudaArrayInterface)) : nullptr;
-        const bool cuda_stream_named = cai != nullptr;
-        Py_XDECREF(cai);
+        // The interface's stream (on CUDA memory 0 when none is named: the legacy default; on
+        // emulated memory the named emulated stream's identity); DLPack's: the current one.
         return py::make_tuple(v.kind == BufferKind::Emulated ? "emulated" : "cuda", v.address, v.count, v.dtype, v.device,
-                              cuda_stream_named ? py::object(py::int_(v.stream)) : py::object(py::none()));
+                              v.own_stream ? py::object(py::int_(v.stream)) : py::object(py::none()));
       },
       py::arg("x"), py::arg("name"),
       "Another library's device array as the C++ entry reads it: (kind, address, count, dtype, device index, "
-      "stream: the __cuda_array_interface__'s, None: the caller's current one), None when x is neither a "
+      "stream: the __cuda_array_interface__'s (emulated memory: the named emulated stream's identity, 0 for the "
+      "default), None: the caller's current one), None when x is neither a "
       "__cuda_array_interface__ nor a DLPack device array; TypeError/ValueError naming `name` for what no "
       "collective takes (layout, dtype, read-only, device).");
 }

@@ -23,10 +23,13 @@ def _hits_of(fn):
     return _hits() - before, result
 
 
-# The collectives whose first call on a set-up engine runs from C++ as a new shape (checked and
-# resolved there: csrc/bindings/device_call_new_shape.cc); gather and scatter, whose buffers differ
-# per rank, take the Python path at their first call.
-RUN_AS_NEW_SHAPES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce")
+# Every collective's first call on a set-up engine runs from C++ as a new shape (checked and
+# resolved there: csrc/bindings/device_call_new_shape.cc), on the current stream or a named one,
+# gather's and scatter's (whose buffers differ per rank) too.
+def every_collective_misses(name):
+    """The calls of every_collective_hits that take the Python path: all_reduce's first (the
+    engine's set-up)."""
+    return 1 if name == "all_reduce" else 0
 
 
 def hits_and_misses(comm, n=5):
@@ -89,12 +92,14 @@ def hits_and_misses(comm, n=5):
         def buffers_released():
             # Both paths' calls hold their buffers in one queue until executed, released by the
             # next call of either path once its engine saw them complete.
-            w = emu.from_numpy(np.ones(2, np.int32))
-            sub.all_reduce(w, stream=emu.current_stream())  # the Python path (a named stream's miss)
+            w = emu.from_numpy(np.ones(P, np.int32))
+            swapped = emu.empty(P, "int32")
+            # The Python path (all_to_all with splits: the route's point-to-point batch).
+            sub.all_to_all(swapped, w, input_splits=[1] * P, output_splits=[1] * P)
             sub.all_reduce(w)  # run from C++ (a new shape on the current stream)
             held = sub._device()._fast_calls.held() >= 1
             ref = weakref.ref(w)
-            del w
+            del w, swapped
             gc.collect()
             alive_while_queued = ref() is not None
             emu.current_stream().synchronize()
@@ -150,10 +155,9 @@ def collective_calls(sub, n=4, wrap=None):
 
 def every_collective_hits(comm, k=3, wrap=None):
     """Per collective: (hits of [a first call (the first of all sets the engine up on the Python
-    path; later ones of RUN_AS_NEW_SHAPES run from C++ as new shapes, gather's and scatter's take the
-    Python path), k blocking calls, k async calls, a first call on a named stream (a miss: the
-    Python path reads a named stream), k more there], the async calls returned works, results
-    right); ``wrap``: as collective_calls'."""
+    path; later ones run from C++ as new shapes), k blocking calls, k async calls, a first call on
+    a named stream (read in C++: a new shape run there), k more there], the async calls returned
+    works, results right); ``wrap``: as collective_calls'."""
     def run(sub):
         out = {}
         s = emu.Stream()
@@ -264,3 +268,48 @@ def cuda_hits(comm, n=4):
     hits.append(_hits() - before)
     ok = bool((x.cpu() == (P * (P + 1) // 2) * P ** (n + 2)).all())
     return tuple(hits), error, ok
+
+
+def compressed_calls_hit(comm, n=3):
+    """compress= on device buffers (float32, 1000 elements: several blocks of the codec) through the
+    C++ entry: per (collective, how compress= is given: a codec's name or a Codec object), (the Python
+    route's calls among 1 + n calls, C++ entry hits, every hit's result bitwise the first call's, which
+    the Python route ran, and that result within the codec's error bound of the exact one)."""
+    from commlib.core.codecs import ERROR_BOUND, Codec
+    from entry_stream_cases import route_spy
+
+    def run(sub):
+        P, r, count = sub.size, sub.rank, 1000
+        sub.all_reduce(emu.from_numpy(np.ones(2, np.float32)))  # the engine's set-up
+        base = np.linspace(-3.0, 5.0, count, dtype=np.float32)
+        out = {}
+        for given in ("int8", Codec("int8", block_size=64)):
+            mine = base * (r + 1)
+            x = emu.from_numpy(mine)
+            blocks = emu.from_numpy(np.concatenate([base * (r + 1 + j) for j in range(P)]))
+            calls = {
+                "all_reduce": (lambda y, c: sub.all_reduce(x, out=y, compress=c), count,
+                               base * (P * (P + 1) / 2)),
+                "all_gather": (lambda y, c: sub.all_gather(y, x, compress=c), P * count,
+                               np.concatenate([base * (q + 1) for q in range(P)])),
+                "reduce_scatter": (lambda y, c: sub.reduce_scatter(y, blocks, compress=c), count,
+                                   base * sum(q + 1 + r for q in range(P))),
+            }
+            for name, (call, size, exact) in calls.items():
+                y = emu.empty(size)
+                hits = _hits()
+                with route_spy() as seen:
+                    call(y, given)
+                    first = y.numpy().copy()
+                    same = True
+                    for _ in range(n):
+                        y.copy_(emu.from_numpy(np.zeros(size, np.float32)))
+                        call(y, given)
+                        same &= np.array_equal(y.numpy(), first)
+                scale = np.abs(exact).max()
+                # Each of at most 2P encodings on the way (every contribution, and a ring's partial sums
+                # re-encoded) is within 1/127 of its block's largest magnitude, at most `scale`.
+                close = bool(np.abs(first - exact).max() <= 2 * P * ERROR_BOUND["int8"] * scale)
+                out[(name, type(given).__name__)] = (len(seen), _hits() - hits, bool(same), close)
+        return out
+    return with_settings(comm, {}, run)

@@ -23,6 +23,7 @@ from call_count_cases import (KEPT, asked_call_counts, completion_events, copy_r
                               launch_counts,
                               mapped_candidate_lookups, plan_lookups, pooled_handles, steady_call_counts,
                               steady_calls_cuda)
+from entry_stream_cases import steady_named_stream_counts  # noqa: E402
 from foreign_array_cases import foreign_steady_call_counts  # noqa: E402
 from test_device_collectives import DELAY_ENV  # noqa: E402
 
@@ -138,6 +139,22 @@ def test_foreign_arrays_cost_what_commlibs_own_do(pool, kind):
             assert ok and path == "kernel" and hits == n, (kind, name, mode, ok, path, hits)
             assert calls == {k: v * n for k, v in {**PER_CALL, **queries}.items()}, (kind, name, mode, calls)
             assert 0 <= allocs <= QUEUE_GROWTHS, (kind, name, mode, allocs)
+
+
+@pytest.mark.parametrize("on", ["named", "own"])
+def test_calls_on_a_named_stream_cost_what_current_stream_calls_do(pool, on):
+    """stream= read in C++ (csrc/bindings/named_stream.cc), or a __cuda_array_interface__'s own
+    stream (its views of emulated memory naming an emulated stream): the same launch, guard and
+    capture query per call, no event, no stream wait (every call on that one stream), no allocation;
+    the interface's pointer queries as above."""
+    queries = {"named": {}, "own": {"cuPointerGetAttributes": 2}}[on]
+    n = STEADY // 2
+    for out in pool(2, env=DELAY_ENV, own=COUNTING).run(steady_named_stream_counts, on, n, timeout=300):
+        assert len(out) == 4, sorted(out)
+        for (name, mode), (calls, hits, ok, path, allocs) in out.items():
+            assert ok and path == "kernel" and hits == n, (on, name, mode, ok, path, hits)
+            assert calls == {k: v * n for k, v in {**PER_CALL, **queries}.items()}, (on, name, mode, calls)
+            assert 0 <= allocs <= QUEUE_GROWTHS, (on, name, mode, allocs)
 
 
 def test_waits_on_another_stream_are_one_stream_wait_on_the_done_word(pool):

@@ -11,6 +11,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import device_cases  # noqa: E402
 import device_cuda_cases  # noqa: E402
 import device_lanes_cases as lanes  # noqa: E402
+import entry_stream_cases  # noqa: E402
 import fast_device_call_cases  # noqa: E402
 from test_device_collectives import covering_cases  # noqa: E402
 
@@ -45,3 +46,15 @@ def test_cached_all_reduce_reads_torch_cuda_tensors(pool):
     for hits, error, ok in pool(2, env=ENV).run(fast_device_call_cases.cuda_hits, timeout=60):
         assert ok and hits == (3, 1, 2, 0), hits
         assert error and error.startswith("algorithm:") and "no_such" in error, error
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(90)
+def test_calls_on_named_and_interface_streams_run_from_cpp(pool):
+    """stream= as a new torch.cuda.ExternalStream each call or an int cudaStream_t, and a
+    __cuda_array_interface__ naming the stream, read in C++ (csrc/bindings/named_stream.cc,
+    foreign_arrays.cc): never the Python route once the engine is set up; results exact."""
+    pytest.importorskip("torch")
+    for python_calls, all_hits, ok in pool(2, env=ENV).run(entry_stream_cases.cuda_named_and_own_streams,
+                                                             timeout=60):
+        assert (python_calls, all_hits, ok) == (0, True, True), (python_calls, all_hits, ok)
