@@ -13,16 +13,14 @@ that has never run on a GPU so far). The route sees its communicator only throug
 from __future__ import annotations
 
 import sys
-import time
 
 import commlib._C as _C
 from commlib.errors import CommError
-from commlib.bootstrap.wait import report, reported_failure, wait_for_key
+from commlib.bootstrap.wait import report
 from commlib.core.call_checks import as_seconds
 from commlib.core.call_spec import COLLECTIVE, DTYPE, OP
 from commlib.device import nccl_comm as device_nccl
 from commlib.device.route_context import RouteContext
-from commlib.core.shrink import gone_peers
 from commlib.core.device_close import closed_barrier
 from commlib.core.failure import RouteFailure
 from commlib.core.work import Work
@@ -124,35 +122,6 @@ def stream_resolver(buf: DeviceBuffer):
     return cuda_stream
 
 
-def _wait_key(ctx, prefix, rank, poll, what: str = "set-up") -> str:
-    """Rank ``rank``'s engine handle under ``prefix``, within the communicator's timeout; raises
-    CommError at once if some rank reported a failure there, PeerError once the control plane sees
-    ``rank`` gone (dead, or closed without this call: it never will give its handle), naming the
-    call ``what`` that set the engine up, and whatever ``poll()`` raises."""
-    from commlib.errors import CommError, PeerError
-    next_peer_check = [time.monotonic() + _PEER_CHECK_S]
-
-    def poll_and_check_peer():
-        poll()
-        now = time.monotonic()
-        if now < next_peer_check[0]:
-            return
-        next_peer_check[0] = now + _PEER_CHECK_S
-        if rank in gone_peers(ctx.core) and not ctx.store.check([f"{prefix}/{rank}"]):
-            raise PeerError(f"{what}: stream engine set-up: rank {ctx.rank} waits for rank {rank}'s first call on device "
-                            f"buffers, but rank {rank} is gone (its process died, its connection was lost or it "
-                            f"closed its communicator)")
-
-    value = wait_for_key(
-        ctx.store, f"{prefix}/{rank}", time.monotonic() + ctx.timeout, poll=poll_and_check_peer,
-        error_key=f"{prefix}/error",
-        on_error=lambda why: reported_failure(why, ctx.rank, lambda w: CommError(f"stream engine set-up failed: {w}")),
-        on_timeout=lambda: CommError(f"stream engine set-up: rank {ctx.rank} waited {ctx.timeout:g} s "
-                                     f"(COMMLIB_TIMEOUT) for rank {rank}, which has not made its first call on "
-                                     f"device buffers"))
-    return value.decode()
-
-
 class DeviceRoute(RouteFailure):
     """The stream engines of one communicator, one per device, and the calls still in flight."""
 
@@ -223,23 +192,14 @@ class DeviceRoute(RouteFailure):
                             "capture them")
         c = self._ctx
         prefix = f"{c.prefix}/device{len(self._engines) + 1}"
+        # The set-up is C++ (csrc/bindings/device_engine_setup.h: the engine made, every rank's
+        # handle met through the store with the first call's descriptor check, the gone-peer check,
+        # the error key and the timeout, COMMLIB_DEVICE_LINK agreed, connect); any failure is
+        # published under the error key there. NCCL's communicator stays here (nccl_comm.py).
+        engine = _C.set_up_device_engine(c.core, device, c.timeout, c.prefix, prefix, c.store,
+                                         first_call=first_call,
+                                         first_p2p=None if first_call is not None else first_p2p)
         try:
-            engine = _C.StreamEngine(c.core, device, c.timeout, c.prefix)
-            if first_call is not None:
-                def poll():
-                    engine.check_first_call(*first_call)
-            elif first_p2p is not None:
-                def poll():
-                    engine.check_first_p2p(*first_p2p)
-            else:
-                poll = engine.raise_if_failed
-            poll()  # a host side already aborted raises here, before the rendezvous
-            c.store.set(f"{prefix}/{c.rank}", engine.local_handle())
-            what = (first_call[0].name if first_call is not None else "point-to-point" if first_p2p is not None
-                    else "set-up")
-            handles = [_wait_key(c, prefix, r, poll, what) for r in range(c.size)]
-            device_nccl.agree_link_setting(c, engine, prefix)  # COMMLIB_DEVICE_LINK, the same everywhere
-            engine.connect(handles, list(c.core.host_of))  # the link per pair (C++); maps this host's peers
             device_nccl.setup_links(c, engine, prefix)  # NCCL's communicator if some pair uses it
         except Exception as e:
             try:  # the other ranks stop waiting for this one
@@ -395,6 +355,3 @@ def _register_stream_readers():
 _MAX_CACHED = 256
 # DeviceBuffer.kind as the C++ cache's BufferKind (bindings/buffer_view.h).
 _BUFFER_KIND = {"emulated": 2, "cuda": 3}
-
-# How often a set-up wait asks the control plane whether the rank it waits for is gone.
-_PEER_CHECK_S = 0.1
