@@ -16,7 +16,6 @@ import sys
 
 import commlib._C as _C
 from commlib.errors import CommError
-from commlib.bootstrap.wait import report
 from commlib.core.call_checks import as_seconds
 from commlib.core.call_spec import COLLECTIVE, DTYPE, OP
 from commlib.device import nccl_comm as device_nccl
@@ -142,6 +141,11 @@ class DeviceRoute(RouteFailure):
         # engine.
         self._fast_calls = _C.DeviceCallCache(ctx.size, ctx.rank, DeviceWork)
         self.fast_calls_address = self._fast_calls.address()
+        # The engines, whoever sets them up: this route, or a C++ caller's first call on a device
+        # (the torch backend's, through _C.device_setup_api), by one C++ sequence
+        # (csrc/bindings/device_engines.h); NCCL's communicator is the one part left here.
+        self._setups = _C.DeviceEngines(ctx.core, ctx.store, ctx.prefix, ctx.timeout, self._fast_calls,
+                                        lambda engine, prefix: device_nccl.setup_links(ctx, engine, prefix))
 
     @property
     def _last_engine(self):
@@ -180,42 +184,54 @@ class DeviceRoute(RouteFailure):
         engine = self._engines.get(key)
         if engine is not None:
             return engine
-        if buf.kind == "emulated":
-            from commlib.device import emulated
-            device = emulated.device(buf.device_index)
-        else:  # CUDA: the thin layer of commlib._C_cuda (never run so far: docs/gpu.md)
-            device = _C.device_from_capsule(_cuda_module("tensor").device_capsule(buf.device_index))
-        if capture_stream is not None and device.capture_status(capture_stream)[0] != "none":
-            raise CommError(f"rank {self._ctx.rank} cannot set up its device engine on {buf.kind}:{buf.device_index} "
-                            "inside a CUDA graph capture (set-up allocates and meets the peers, which a capture "
-                            "forbids): run the collectives once outside the capture first (the warm-up), then "
-                            "capture them")
-        c = self._ctx
-        prefix = f"{c.prefix}/device{len(self._engines) + 1}"
-        # The set-up is C++ (csrc/bindings/device_engine_setup.h: the engine made, every rank's
-        # handle met through the store with the first call's descriptor check, the gone-peer check,
-        # the error key and the timeout, COMMLIB_DEVICE_LINK agreed, connect); any failure is
-        # published under the error key there. NCCL's communicator stays here (nccl_comm.py).
-        engine = _C.set_up_device_engine(c.core, device, c.timeout, c.prefix, prefix, c.store,
-                                         first_call=first_call,
-                                         first_p2p=None if first_call is not None else first_p2p)
-        try:
-            device_nccl.setup_links(c, engine, prefix)  # NCCL's communicator if some pair uses it
-        except Exception as e:
-            try:  # the other ranks stop waiting for this one
-                c.store.set(f"{prefix}/error", report(c.rank, e))
-            except Exception:  # noqa: BLE001 - the original error is what matters
-                pass
-            raise
+        found = self._setups.find(_BUFFER_KIND[buf.kind], buf.device_index)  # set up by a C++ caller
+        if found is None:
+            if buf.kind == "emulated":
+                from commlib.device import emulated
+                device = emulated.device(buf.device_index)
+            else:  # CUDA: the thin layer of commlib._C_cuda (never run so far: docs/gpu.md)
+                device = _C.device_from_capsule(_cuda_module("tensor").device_capsule(buf.device_index))
+            if capture_stream is not None and device.capture_status(capture_stream)[0] != "none":
+                raise CommError(f"rank {self._ctx.rank} cannot set up its device engine on {buf.kind}:"
+                                f"{buf.device_index} inside a CUDA graph capture (set-up allocates and meets the "
+                                "peers, which a capture forbids): run the collectives once outside the capture "
+                                "first (the warm-up), then capture them")
+            # The set-up is C++ (csrc/bindings/device_engine_setup.h: the engine made, every rank's
+            # handle met through the store with the first call's descriptor check, the gone-peer
+            # check, the error key and the timeout, COMMLIB_DEVICE_LINK agreed, connect; then NCCL's
+            # communicator where some pair uses it); a failure is published under the error key.
+            found = self._setups.set_up(_BUFFER_KIND[buf.kind], buf.device_index, device, first_call=first_call,
+                                        first_p2p=None if first_call is not None else first_p2p)
+        return self._adopt(key, *found)
+
+    def _adopt(self, key, engine, device, prefix):
+        """Registers an engine set up (here or by a C++ caller) for device ``key``: any stream and
+        shape of the device runs from C++ from now on (bindings/device_p2p_streams.h)."""
+        kind, index = key
         self._engines[key] = engine
         self._devices[key] = device
         self._prefixes[key] = prefix
-        # Any stream and shape of this device runs from C++ now (bindings/device_p2p_streams.h).
         stream_of = self._stream_of.get(key) or self._stream_of.setdefault(  # (buffers naming no stream)
-            key, stream_resolver(DeviceBuffer(buf.kind, 0, 0, "float32", buf.device_index)))
-        self._fast_calls.add_engine(_BUFFER_KIND[buf.kind], buf.device_index, engine, stream_of,
-                                    _cuda_module("tensor").stream_wrapper() if buf.kind == "cuda" else None)
+            key, stream_resolver(DeviceBuffer(kind, 0, 0, "float32", index)))
+        self._fast_calls.add_engine(_BUFFER_KIND[kind], index, engine, stream_of,
+                                    _cuda_module("tensor").stream_wrapper() if kind == "cuda" else None)
         return engine
+
+    def _adopt_all(self):
+        """Adopts the engines C++ callers set up that this route has not seen yet."""
+        for kind, index, found in self._setups.engines():
+            key = (_KIND_NAME[kind], index)
+            if key not in self._engines:
+                self._adopt(key, *found)
+
+    def enable_cpp_cuda_setup(self):
+        """Lets C++ callers (the torch backend) set up this route's CUDA engines at their first call,
+        without this route (a no-op where commlib._C_cuda is not usable)."""
+        try:
+            import commlib._C_cuda as cu
+        except ImportError:
+            return
+        self._setups.set_cuda(cu.device_maker(), cu.stream_wrapper())
 
     def run(self, coll, algorithm, bufs, in_ptr, out_ptr, count, dtype, op, root, scale, async_op,
             stream, refs, compress=None):
@@ -286,6 +302,7 @@ class DeviceRoute(RouteFailure):
     def _start_kernel_chunk_numbers_at(self, n: int) -> None:
         """Test hook: every engine's kernel-path chunk numbers continue from ``n`` (every rank
         the same, between drained calls), to cross the LL flags' epoch (2^32 - 1 chunks)."""
+        self._adopt_all()
         if not self._engines:
             raise RuntimeError("no device engine yet: make a device call (or split(device=...)) first")
         for e in self._engines.values():
@@ -317,6 +334,7 @@ class DeviceRoute(RouteFailure):
         store barrier, bounded by the timeout) and nothing failed (issue #23, item 7). Then raises
         the error of a call that failed without any caller being told (a blocking call that failed
         last: docs/gpu.md, "A mismatched call writes nothing"), once everything is released."""
+        self._adopt_all()  # (engines a C++ caller set up close here too)
         engines = list(self._engines.values())
         for key, e in self._engines.items():
             e.close()  # closes its imports of the peers' memory, failed or not
@@ -328,6 +346,7 @@ class DeviceRoute(RouteFailure):
             if key in self._pools:  # its arenas: freed once no peer maps them (the same barrier)
                 self._pools.pop(key).close(peers_closed=not failed and peers_closed)
         self._engines.clear()
+        self._setups.clear()
         self._fast_calls.clear()  # also forgets the last engine and releases the held buffers
         self._stream_of.clear()
         self._devices.clear()
@@ -355,3 +374,4 @@ def _register_stream_readers():
 _MAX_CACHED = 256
 # DeviceBuffer.kind as the C++ cache's BufferKind (bindings/buffer_view.h).
 _BUFFER_KIND = {"emulated": 2, "cuda": 3}
+_KIND_NAME = {v: k for k, v in _BUFFER_KIND.items()}

@@ -63,7 +63,20 @@ def wrap(group):
         return group
     # group._algo is keyed in backend.COLLECTIVES's order, which is the core's Collective order
     algorithms = list(group._algo.values())
+    _device_route_now(group)
     return module.CommlibBackend(group, core, group.rank(), group.size(), algorithms, wrap)
+
+
+def _device_route_now(group):
+    """Makes the communicator's device route now, so that the C++ backend's first call on a CUDA
+    device (or emulated memory through its test seam) finds the route's call cache and sets the
+    device's engine up from C++ (csrc/bindings/device_engines.h), never through the route."""
+    route_of = getattr(getattr(group, "_comm", None), "_device", None)
+    if not callable(route_of):
+        return
+    route = route_of()
+    if torch.cuda.is_available():
+        route.enable_cpp_cuda_setup()
 
 
 # What the creator needs of the group torch is creating and is not handed (torch 2.13's

@@ -7,12 +7,17 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
+#include "bindings/device_setup_api.h"
 #include "torch_backend/backend.h"
 
 namespace py = pybind11;
 
 namespace commlib {
 namespace torch_backend {
+
+// _C's engine set-up for this module's first device calls (module.cc gives it at import).
+const DeviceSetupApi* g_setup_api = nullptr;
+
 
 bool device_layout(const at::Tensor& t) {
   return t.defined() && t.is_cuda() && t.layout() == at::kStrided && t.is_contiguous() && !t.is_conj() &&
@@ -156,8 +161,17 @@ int DeviceCalls::offer(const py::object& group, const CollectiveCall& call, uint
                        uintptr_t stream, std::shared_ptr<DeviceWork>* work, CoreError* err) {
   void* c = cache(group);
   if (c == nullptr) return 0;
+  const int ran = api_->device_collective(c, call, kind, kind_out, device, stream, work, err);
+  if (ran != 0 || g_setup_api == nullptr) return ran;
+  // Declined: where no engine is set up on the device yet (the first call on this group and
+  // device), set it up here, without the Python route (bindings/device_setup_api.h), and offer the
+  // call again; else (an argument the Python backend explains, or no CUDA for C++ set-ups) 0.
+  const int set_up = g_setup_api->set_up(c, call, kind, device, stream, err);
+  if (set_up <= 0) return set_up;
   return api_->device_collective(c, call, kind, kind_out, device, stream, work, err);
 }
+
+void set_device_setup_api(const DeviceSetupApi* api) { g_setup_api = api; }
 
 c10::intrusive_ptr<CudaWork> DeviceCalls::work_for(const CoreApi* api, c10d::OpType type, const char* name, int rank,
                                                    const at::Tensor& output, std::shared_ptr<DeviceWork> work,

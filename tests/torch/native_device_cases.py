@@ -25,9 +25,9 @@ def _seam(backend, coll, count, a, b=None, root=0):
 
 
 def cached_calls_run_from_cpp(comm):
-    """A call before the Python path set up the engine and stream is declined (nothing runs, the
-    caller hands it over); once the Python path ran it (and so checked it), the same call runs from
-    C++: all_reduce three times, an all_gather (two buffers), an all_to_all and a broadcast from the
+    """The first call on the group and device sets its engine up from C++ and runs there (the
+    Python route never sees it); the Python path then adopts that engine (no second set-up) and,
+    once it ran a call (and so checked it), the same call runs from C++: all_reduce three times, an all_gather (two buffers), an all_to_all and a broadcast from the
     last rank; another count or root on that engine and stream runs from C++ too, as a new shape
     (native_new_shape_cases.py has the rest). Returns the failures (empty: all good)."""
     P, r = comm.size, comm.rank
@@ -35,9 +35,14 @@ def cached_calls_run_from_cpp(comm):
     backend = native.wrap(pg)
     c, bad, n = pg._comm, [], 1000
     x = emu.from_numpy(np.full(n, r + 1, dtype=np.float32))
-    if _seam(backend, "all_reduce", n, x) is not None:
-        bad.append("an all_reduce ran from C++ before the Python path checked it")
+    first = _seam(backend, "all_reduce", n, x)
+    if first is None:
+        bad.append("the first all_reduce on the group and device was declined (C++ sets its engine up)")
+    else:
+        first.synchronize()
     c.all_reduce(x)  # the Python path: checks, enqueues, and adds the call to the cache
+    if len(c._device()._setups.engines()) != 1:
+        bad.append(f"engines set up: {len(c._device()._setups.engines())}, expected 1 (the route adopts C++'s)")
     _, hits0 = _C.device_native_counts()
     for k in range(3):
         w = _seam(backend, "all_reduce", n, x)
@@ -48,7 +53,7 @@ def cached_calls_run_from_cpp(comm):
         w.synchronize()
         if not w.is_completed():
             bad.append(f"all_reduce {k}: not completed after synchronize()")
-    total = P * (P + 1) // 2 * P ** 3
+    total = P * (P + 1) // 2 * P ** 4
     if not (x.numpy() == total).all():
         bad.append(f"all_reduce: {x.numpy()[:3]} expected {total}")
     if _C.device_native_counts()[1] - hits0 != 3:

@@ -58,8 +58,9 @@ def test_an_unreported_mismatch_is_raised_and_logged_at_shutdown(pool):
 
 
 def test_the_cpp_backend_runs_cached_device_calls_itself(pool):
-    # The C++ backend's CUDA path: declined until the Python path ran (and checked) a call, then
-    # run from C++ through the core's table and the communicator's device call cache.
+    # The C++ backend's CUDA path: the first call sets the engine up from C++ and runs there; the
+    # Python path adopts that engine; its calls then run from C++ through the core's table and the
+    # communicator's device call cache.
     from commlib.torch import native
     if native.load() is None:
         pytest.skip("commlib._C_torch was not built")

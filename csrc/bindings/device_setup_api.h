@@ -1,0 +1,29 @@
+// The device engine's set-up for other extension modules of this process (commlib._C_torch): one
+// function pointer in a capsule, `_C.device_setup_api()`, beside core_api.h's table (which stays as
+// it is). A C++ caller whose device call found no engine on its device (core_api.h
+// device_collective answered 0) asks for one here, then offers the call again: the first call on
+// a (group, device) runs without the Python device route (bindings/device_engines.h). Called
+// without the GIL; never throws.
+#pragma once
+
+#include <cstdint>
+
+#include "bindings/core_api.h"
+#include "plan/call.h"
+
+namespace commlib {
+
+constexpr const char* kDeviceSetupApiCapsule = "commlib._C.device_setup_api.v1";
+
+struct DeviceSetupApi {
+  uint32_t version;  // 1
+  // `cache`: the route's device call cache (as device_collective's); `call` the first call (its
+  // descriptor is checked against the peers' while they meet: MismatchError for a peer in a host
+  // call), `kind` 2 emulated / 3 CUDA, `device`, `stream` the current stream's identity. 1: the
+  // engine is set up (offer the call again); 0: nothing done (an engine is there already, or this
+  // process cannot set one up from C++: hand the call to the Python backend); -1: failed (err; the
+  // peers were told through the store).
+  int (*set_up)(void* cache, const CollectiveCall& call, uint8_t kind, int device, uintptr_t stream, CoreError* err);
+};
+
+}  // namespace commlib
