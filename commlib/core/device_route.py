@@ -219,6 +219,8 @@ class DeviceRoute(RouteFailure):
 
     def _adopt_all(self):
         """Adopts the engines C++ callers set up that this route has not seen yet."""
+        if len(self._setups) == len(self._engines):
+            return
         for kind, index, found in self._setups.engines():
             key = (_KIND_NAME[kind], index)
             if key not in self._engines:

@@ -139,6 +139,7 @@ void bind_device_engine_setup(py::module_& m) {
           },
           "Every engine set up so far, in set-up order: (kind, device, (engine, device, prefix)).")
       .def("clear", &DeviceEngines::clear, "Forget the engines (the route closed them).")
+      .def("__len__", &DeviceEngines::size, "How many engines are set up.")
       .def(
           "set_cuda",
           [](DeviceEngines& d, py::capsule maker, py::capsule wrapper) {

@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "bindings/device_call_cache.h"
+#include "bindings/gil.h"
 #include "device/emulated/emulated_device.h"
 
 namespace py = pybind11;
@@ -33,6 +34,20 @@ DeviceEngines::DeviceEngines(py::object comm, py::object store, std::string labe
       cache_(cache) {}
 
 DeviceEngines::~DeviceEngines() {
+  // The Python objects go under the GIL, whichever thread let go of this last (a C++ caller's
+  // set_up_for holds it while it runs).
+  if (!interpreter_finalizing()) {
+    py::gil_scoped_acquire gil;
+    store_.reset();
+    comm_ref_ = py::object();
+    store_ref_ = py::object();
+    nccl_setup_ = py::object();
+  } else {  // (the interpreter is going: nothing of it may be touched)
+    store_.release();
+    comm_ref_.release();
+    store_ref_.release();
+    nccl_setup_.release();
+  }
   std::lock_guard<std::mutex> lock(registry_mu);
   for (auto it = registry().begin(); it != registry().end();) {
     if (it->second.expired()) it = registry().erase(it);

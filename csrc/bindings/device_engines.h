@@ -59,6 +59,10 @@ class DeviceEngines {
                 const std::string& what);
   // Every engine set up so far, in set-up order: (kind, device, engine).
   std::vector<std::pair<std::pair<int, int>, Engine>> all();
+  size_t size() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return engines_.size();
+  }
   // Forgets them (the route closed them).
   void clear();
 

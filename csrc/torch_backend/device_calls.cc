@@ -7,7 +7,6 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
-#include "bindings/device_setup_api.h"
 #include "torch_backend/backend.h"
 
 namespace py = pybind11;
@@ -15,8 +14,8 @@ namespace py = pybind11;
 namespace commlib {
 namespace torch_backend {
 
-// _C's engine set-up for this module's first device calls (module.cc gives it at import).
-const DeviceSetupApi* g_setup_api = nullptr;
+// device_setup.cc: the first call's engine set-up from C++ (bindings/device_setup_api.h's answer).
+int set_up_device(void* cache, const CollectiveCall& call, uint8_t kind, int device, uintptr_t stream, CoreError* err);
 
 
 bool device_layout(const at::Tensor& t) {
@@ -162,16 +161,12 @@ int DeviceCalls::offer(const py::object& group, const CollectiveCall& call, uint
   void* c = cache(group);
   if (c == nullptr) return 0;
   const int ran = api_->device_collective(c, call, kind, kind_out, device, stream, work, err);
-  if (ran != 0 || g_setup_api == nullptr) return ran;
-  // Declined: where no engine is set up on the device yet (the first call on this group and
-  // device), set it up here, without the Python route (bindings/device_setup_api.h), and offer the
-  // call again; else (an argument the Python backend explains, or no CUDA for C++ set-ups) 0.
-  const int set_up = g_setup_api->set_up(c, call, kind, device, stream, err);
-  if (set_up <= 0) return set_up;
+  // Declined with no engine on the device yet (the group's first call there): set it up from C++
+  // (device_setup.cc) and offer the call again; else 0 (the Python backend explains the call).
+  const int set_up = ran == 0 ? set_up_device(c, call, kind, device, stream, err) : 0;
+  if (set_up <= 0) return ran != 0 ? ran : set_up;
   return api_->device_collective(c, call, kind, kind_out, device, stream, work, err);
 }
-
-void set_device_setup_api(const DeviceSetupApi* api) { g_setup_api = api; }
 
 c10::intrusive_ptr<CudaWork> DeviceCalls::work_for(const CoreApi* api, c10d::OpType type, const char* name, int rank,
                                                    const at::Tensor& output, std::shared_ptr<DeviceWork> work,

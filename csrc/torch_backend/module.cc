@@ -29,7 +29,7 @@ using commlib::torch_backend::kCollectives;
 
 namespace commlib {
 namespace torch_backend {
-void set_device_setup_api(const DeviceSetupApi* api);  // device_calls.cc
+void set_device_setup_api(const DeviceSetupApi* api);  // device_setup.cc
 }  // namespace torch_backend
 }  // namespace commlib
 
