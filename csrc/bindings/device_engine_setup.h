@@ -24,20 +24,12 @@
 #include <memory>
 #include <string>
 
+#include "bindings/setup_store.h"
 #include "device/device.h"
 #include "host/communicator.h"
 #include "stream/stream_engine.h"
 
 namespace commlib {
-
-// The store the ranks meet through. Keys and values are bytes; try_get never waits. Errors the
-// store raises (a connection lost, a signature refused) propagate as they are.
-class SetupStore {
- public:
-  virtual ~SetupStore() = default;
-  virtual void set(const std::string& key, const std::string& value) = 0;
-  virtual bool try_get(const std::string& key, std::string* value) = 0;
-};
 
 struct DeviceEngineSetup {
   Communicator& comm;

@@ -7,6 +7,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <cstring>
 #include <optional>
 #include <tuple>
@@ -31,10 +32,12 @@ class PythonSetupStore : public SetupStore {
  public:
   explicit PythonSetupStore(py::object store) : store_(std::move(store)) {}
   void set(const std::string& key, const std::string& value) override {
+    calls.fetch_add(1, std::memory_order_relaxed);
     py::gil_scoped_acquire gil;
     store_.attr("set")(key, py::bytes(value));
   }
   bool try_get(const std::string& key, std::string* value) override {
+    calls.fetch_add(1, std::memory_order_relaxed);
     py::gil_scoped_acquire gil;
     py::list keys;
     keys.append(key);
@@ -43,9 +46,12 @@ class PythonSetupStore : public SetupStore {
     return true;
   }
 
+  static std::atomic<uint64_t> calls;
+
  private:
   py::object store_;
 };
+std::atomic<uint64_t> PythonSetupStore::calls{0};
 
 // The call that sets the engine up, as the Python route names it (device_route.py `what`).
 using FirstCall = std::tuple<Collective, std::string, int64_t, DType, RedOp, int>;
@@ -78,7 +84,14 @@ int set_up_from_cpp(void* cache, const CollectiveCall& call, uint8_t kind, int d
   return engines ? engines->set_up_for(call, kind, device, stream, err) : 0;
 }
 
-const DeviceSetupApi g_setup_api{1, &set_up_from_cpp};
+bool use_store(void* cache, std::shared_ptr<SetupStore> store) {
+  std::shared_ptr<DeviceEngines> engines = DeviceEngines::of_cache(cache);
+  if (!engines) return false;
+  engines->set_store(std::move(store));
+  return true;
+}
+
+const DeviceSetupApi g_setup_api{1, &set_up_from_cpp, &use_store};
 
 py::tuple engine_tuple(const DeviceEngines::Engine& e) { return py::make_tuple(e.engine, e.device, e.prefix); }
 
@@ -88,7 +101,11 @@ std::unique_ptr<SetupStore> python_setup_store(py::object store) {
   return std::make_unique<PythonSetupStore>(std::move(store));
 }
 
+uint64_t python_setup_store_calls() { return PythonSetupStore::calls.load(std::memory_order_relaxed); }
+
 void bind_device_engine_setup(py::module_& m) {
+  m.def("python_setup_store_calls", &python_setup_store_calls,
+        "Store operations the device engine set-ups made through a store's Python object in this process.");
   m.def(
       "device_setup_api", [] { return py::capsule(static_cast<const void*>(&g_setup_api), kDeviceSetupApiCapsule); },
       "The device engine's set-up for other extension modules (bindings/device_setup_api.h), as a capsule.");
@@ -140,6 +157,9 @@ void bind_device_engine_setup(py::module_& m) {
           "Every engine set up so far, in set-up order: (kind, device, (engine, device, prefix)).")
       .def("clear", &DeviceEngines::clear, "Forget the engines (the route closed them).")
       .def("__len__", &DeviceEngines::size, "How many engines are set up.")
+      .def("python_store", &DeviceEngines::python_store,
+           "Whether the set-ups still meet through the store's Python object (False once the torch backend "
+           "gave its c10d::Store).")
       .def(
           "set_cuda",
           [](DeviceEngines& d, py::capsule maker, py::capsule wrapper) {

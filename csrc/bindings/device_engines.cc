@@ -43,7 +43,7 @@ DeviceEngines::~DeviceEngines() {
     store_ref_ = py::object();
     nccl_setup_ = py::object();
   } else {  // (the interpreter is going: nothing of it may be touched)
-    store_.release();
+    new std::shared_ptr<SetupStore>(std::move(store_));  // (leaked on purpose)
     comm_ref_.release();
     store_ref_.release();
     nccl_setup_.release();
@@ -87,6 +87,26 @@ void DeviceEngines::clear() {
   engines_.clear();
 }
 
+void DeviceEngines::set_store(std::shared_ptr<SetupStore> store) {
+  std::lock_guard<std::mutex> one_at_a_time(setup_mu_);
+  std::shared_ptr<SetupStore> old;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    old = std::move(store_);
+    store_ = std::move(store);
+    python_store_ = false;
+  }
+  if (old && !interpreter_finalizing()) {  // (the Python object's adapter goes under the GIL)
+    py::gil_scoped_acquire gil;
+    old.reset();
+  }
+}
+
+bool DeviceEngines::python_store() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return python_store_;
+}
+
 void DeviceEngines::set_cuda(CudaDeviceMaker make, CudaStreamWrapper wrap) {
   std::lock_guard<std::mutex> lock(mu_);
   make_cuda_ = make;
@@ -117,8 +137,13 @@ DeviceEngines::Engine DeviceEngines::set_up(BufferKind kind, int device, std::sh
     n = engines_.size() + 1;
   }
   Engine e{nullptr, d, label_ + "/device" + std::to_string(n)};
+  std::shared_ptr<SetupStore> store;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    store = store_;  // (set_store waits for this set-up: setup_mu_)
+  }
   DeviceEngineSetup s{comm_, std::move(d), timeout_s_, label_, e.prefix, std::move(poll), what};
-  e.engine = set_up_device_engine(s, *store_);
+  e.engine = set_up_device_engine(s, *store);
   if (e.engine->needs_nccl()) {
     // NCCL's communicator (its library's candidates and unique id are Python's: nccl_comm.py).
     try {
@@ -126,7 +151,7 @@ DeviceEngines::Engine DeviceEngines::set_up(BufferKind kind, int device, std::sh
       nccl_setup_(e.engine, e.prefix);
     } catch (const std::exception& err) {
       try {  // the other ranks stop waiting for this one
-        store_->set(e.prefix + "/error", setup_failure_report(comm_.rank(), err));
+        store->set(e.prefix + "/error", setup_failure_report(comm_.rank(), err));
       } catch (...) {
       }
       throw;

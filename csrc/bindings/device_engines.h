@@ -66,6 +66,12 @@ class DeviceEngines {
   // Forgets them (the route closed them).
   void clear();
 
+  // The store the set-ups meet through from now on (the torch backend's c10d::Store over the same
+  // keys as the Python object it was given: commlib._C_torch, device_setup_api.h use_store).
+  void set_store(std::shared_ptr<SetupStore> store);
+  // Whether the store is still the Python object's (its set/check/get under the GIL).
+  bool python_store();
+
   // CUDA for C++ callers: _C_cuda's device maker and stream wrapper (the route gives them once the
   // process has CUDA); without them a C++ caller's first CUDA call is the route's.
   void set_cuda(CudaDeviceMaker make, CudaStreamWrapper wrap);
@@ -84,7 +90,8 @@ class DeviceEngines {
   void add_to_cache(BufferKind kind, int device, const Engine& e);
   pybind11::object comm_ref_, store_ref_, nccl_setup_;
   Communicator& comm_;
-  std::unique_ptr<SetupStore> store_;
+  std::shared_ptr<SetupStore> store_;
+  bool python_store_ = true;
   const std::string label_;
   const double timeout_s_;
   DeviceCallCache* cache_;
@@ -95,7 +102,9 @@ class DeviceEngines {
   CudaStreamWrapper wrap_cuda_ = nullptr;
 };
 
-// The Python store's set/check/get under the GIL (device_engine_setup_bindings.cc).
+// The Python store's set/check/get under the GIL (device_engine_setup_bindings.cc), and how many
+// of them ran in this process (tests: a set-up over torch's c10d::Store makes none).
 std::unique_ptr<SetupStore> python_setup_store(pybind11::object store);
+uint64_t python_setup_store_calls();
 
 }  // namespace commlib

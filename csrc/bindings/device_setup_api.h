@@ -7,8 +7,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "bindings/core_api.h"
+#include "bindings/setup_store.h"
 #include "plan/call.h"
 
 namespace commlib {
@@ -24,6 +26,10 @@ struct DeviceSetupApi {
   // process cannot set one up from C++: hand the call to the Python backend); -1: failed (err; the
   // peers were told through the store).
   int (*set_up)(void* cache, const CollectiveCall& call, uint8_t kind, int device, uintptr_t stream, CoreError* err);
+  // The set-ups of the route whose cache is `cache` meet through `store` from now on (the torch
+  // backend's c10d::Store, the very store the route's Python object wraps: the same keys). False
+  // when no route has that cache.
+  bool (*use_store)(void* cache, std::shared_ptr<SetupStore> store);
 };
 
 }  // namespace commlib

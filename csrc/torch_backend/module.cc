@@ -30,6 +30,7 @@ using commlib::torch_backend::kCollectives;
 namespace commlib {
 namespace torch_backend {
 void set_device_setup_api(const DeviceSetupApi* api);  // device_setup.cc
+bool use_c10d_setup_store(void* cache, c10::intrusive_ptr<c10d::Store> store);  // device_setup.cc
 }  // namespace torch_backend
 }  // namespace commlib
 
@@ -61,6 +62,15 @@ PYBIND11_MODULE(_C_torch, m) {
   }
   commlib::torch_backend::init_error_classes(api);
   m.attr("built_torch_version") = COMMLIB_TORCH_VERSION;
+
+  m.def(
+      "_use_c10d_setup_store",
+      [](uintptr_t cache, c10::intrusive_ptr<c10d::Store> store) {
+        return commlib::torch_backend::use_c10d_setup_store(reinterpret_cast<void*>(cache), std::move(store));
+      },
+      py::arg("cache"), py::arg("store"),
+      "The device engine set-ups of the route whose call cache is at `cache` meet through `store` (the group's "
+      "c10d::Store, which the route's communicator was given) from C++ from now on: no Python at a first call.");
 
   m.def(
       "_host_tensor",

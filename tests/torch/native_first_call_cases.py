@@ -11,6 +11,7 @@ import time
 import numpy as np
 
 import commlib.emulated as emu
+from commlib import _C
 from commlib.testing.faults import mark_reached, wait_until_reached
 from native_new_shape_cases import Offers, _fresh_calls
 
@@ -145,3 +146,42 @@ def set_up_failure_reaches_every_rank(comm):
     o.shutdown()
     return got
 
+
+
+def first_call_over_torchs_store(comm):
+    """A group torch made (``dist.new_group(backend="commlib")``, over torch's own store): the C++
+    backend's first device call sets the engine up through that c10d::Store from C++
+    (``_use_c10d_setup_store``), so not even the store's Python binding is called, and the route
+    sees nothing. Returns (route entries seen, store operations through Python, whether the route
+    still meets through the Python object, the result right)."""
+    import torch
+    import torch.distributed as dist
+
+    from backend_cases import setup
+    from commlib.core.call_spec import COLLECTIVE, DTYPE, OP
+    setup(comm)
+    P, r = comm.size, comm.rank
+    group = dist.new_group(backend="commlib")
+    backend = group._get_backend(torch.device("cpu"))
+    route = backend.python_group._comm._device()
+    seen = []
+    for name in ROUTE_METHODS:
+        real = getattr(route, name)
+
+        def spy(*args, _name=name, _real=real, **kwargs):
+            seen.append(_name)
+            return _real(*args, **kwargs)
+        setattr(route, name, spy)
+    x = emu.from_numpy(np.full(33, r + 1, np.int32))
+    emu.current_stream().synchronize()
+    python_ops = _C.python_setup_store_calls()
+    w = backend._device_collective(int(COLLECTIVE["all_reduce"]), int(DTYPE["int32"]), 33, x.data_ptr(),
+                                   x.data_ptr(), int(OP["sum"]), 0, 1.0, False, x.device_index,
+                                   _C.emulated_current_stream())
+    if w is not None:
+        w.synchronize()
+    python_ops = _C.python_setup_store_calls() - python_ops
+    right = w is not None and bool(np.array_equal(x.numpy(), np.full(33, P * (P + 1) // 2, np.int32)))
+    python_store = route._setups.python_store()
+    dist.destroy_process_group(group)
+    return seen, python_ops, python_store, right

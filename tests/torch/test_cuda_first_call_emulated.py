@@ -60,3 +60,13 @@ def test_a_set_up_error_reaches_every_rank(pool):
     assert seen1.startswith("ValueError") and "COMMLIB_DEVICE_LINK" in seen1, seen1
     assert seen0.startswith("CommError") and "stream engine set-up failed: rank 1: ValueError" in seen0, seen0
     assert took0 < 10, took0  # the timeout is 30 s
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("size", [2, 3])
+def test_a_torch_group_sets_up_through_its_c10d_store_from_cpp(pool, size):
+    for rank, (seen, python_ops, python_store, right) in enumerate(
+            pool(size, env=ENV).run(cases.first_call_over_torchs_store, timeout=100)):
+        assert seen == [] and right, (rank, seen, right)
+        # torch's store called from C++: no store operation went through a Python object.
+        assert python_store is False and python_ops == 0, (rank, python_store, python_ops)
