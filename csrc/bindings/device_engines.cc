@@ -85,6 +85,7 @@ std::vector<std::pair<std::pair<int, int>, DeviceEngines::Engine>> DeviceEngines
 void DeviceEngines::clear() {
   std::lock_guard<std::mutex> lock(mu_);
   engines_.clear();
+  closed_ = true;
 }
 
 void DeviceEngines::set_store(std::shared_ptr<SetupStore> store) {
@@ -170,6 +171,10 @@ int DeviceEngines::set_up_for(const CollectiveCall& call, uint8_t kind_code, int
   const auto kind = static_cast<BufferKind>(kind_code);
   Engine found;
   if (find(kind, device, &found)) return 0;  // declined for another reason: the caller's hand-over explains it
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return 0;  // the communicator closed: its Python side raises that
+  }
   try {
     std::shared_ptr<Device> d;
     std::shared_ptr<DeviceStream> s;

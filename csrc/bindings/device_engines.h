@@ -63,7 +63,7 @@ class DeviceEngines {
     std::lock_guard<std::mutex> lock(mu_);
     return engines_.size();
   }
-  // Forgets them (the route closed them).
+  // Forgets them (the route closed them): C++ callers set nothing up after it (set_up_for: 0).
   void clear();
 
   // The store the set-ups meet through from now on (the torch backend's c10d::Store over the same
@@ -92,6 +92,7 @@ class DeviceEngines {
   Communicator& comm_;
   std::shared_ptr<SetupStore> store_;
   bool python_store_ = true;
+  bool closed_ = false;  // (clear: the route closed)
   const std::string label_;
   const double timeout_s_;
   DeviceCallCache* cache_;
