@@ -66,14 +66,15 @@ std::string bounded(std::string s) {
 
 class Waiter {
  public:
-  Waiter(const DeviceEngineSetup& s, SetupStore& store)
-      : s_(s), store_(store), deadline_(Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                          std::chrono::duration<double>(s.timeout_s))) {}
+  Waiter(const DeviceEngineSetup& s, SetupStore& store) : s_(s), store_(store) {}
 
   // The value under `key` (bootstrap/wait.py wait_for_key): every round `round()` (may throw), the
-  // error key if `error_key`, then the timeout (`on_timeout()`'s message, a CommError).
+  // error key if `error_key`, then the timeout (`on_timeout()`'s message, a CommError), counted
+  // from this wait's start (each key its own timeout, as the Python waits had).
   template <typename Round, typename OnTimeout>
   std::string wait(const std::string& key, bool error_key, Round round, OnTimeout on_timeout) {
+    const auto deadline =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s_.timeout_s));
     double pause = kFirstPauseS;
     std::string value;
     while (true) {
@@ -82,7 +83,7 @@ class Waiter {
       std::string why;
       if (error_key && store_.try_get(s_.prefix + "/error", &why))
         throw_reported_setup_failure(bounded(why), s_.comm.rank());
-      if (Clock::now() > deadline_) throw CommError(on_timeout());
+      if (Clock::now() > deadline) throw CommError(on_timeout());
       std::this_thread::sleep_for(std::chrono::duration<double>(pause));
       pause = std::min(pause * 2, kMaxPauseS);
     }
@@ -135,7 +136,6 @@ class Waiter {
  private:
   const DeviceEngineSetup& s_;
   SetupStore& store_;
-  const Clock::time_point deadline_;
 };
 
 }  // namespace
