@@ -84,6 +84,13 @@ int set_up_from_cpp(void* cache, const CollectiveCall& call, uint8_t kind, int d
   return engines ? engines->set_up_for(call, kind, device, stream, err) : 0;
 }
 
+int set_up_p2p_from_cpp(void* cache, const P2PItem* items, size_t n, DType dtype, uint8_t kind, int device,
+                        uintptr_t stream, CoreError* err) {
+  std::shared_ptr<DeviceEngines> engines = DeviceEngines::of_cache(cache);
+  return engines ? engines->set_up_for_p2p(std::vector<P2PItem>(items, items + n), dtype, kind, device, stream, err)
+                 : 0;
+}
+
 bool use_store(void* cache, std::shared_ptr<SetupStore> store) {
   std::shared_ptr<DeviceEngines> engines = DeviceEngines::of_cache(cache);
   if (!engines) return false;
@@ -91,7 +98,7 @@ bool use_store(void* cache, std::shared_ptr<SetupStore> store) {
   return true;
 }
 
-const DeviceSetupApi g_setup_api{1, &set_up_from_cpp, &use_store};
+const DeviceSetupApi g_setup_api{1, &set_up_from_cpp, &set_up_p2p_from_cpp, &use_store};
 
 py::tuple engine_tuple(const DeviceEngines::Engine& e) { return py::make_tuple(e.engine, e.device, e.prefix); }
 

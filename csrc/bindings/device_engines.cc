@@ -166,8 +166,20 @@ DeviceEngines::Engine DeviceEngines::set_up(BufferKind kind, int device, std::sh
   return e;
 }
 
-int DeviceEngines::set_up_for(const CollectiveCall& call, uint8_t kind_code, int device, uintptr_t stream,
+int DeviceEngines::set_up_for(const CollectiveCall& call, uint8_t kind, int device, uintptr_t stream,
                               CoreError* err) {
+  return set_up_from_cpp(kind, device, stream, [call](StreamEngine& e) { e.check_first_call(call); },
+                         collective_name(call.coll), err);
+}
+
+int DeviceEngines::set_up_for_p2p(const std::vector<P2PItem>& items, DType dtype, uint8_t kind, int device,
+                                  uintptr_t stream, CoreError* err) {
+  return set_up_from_cpp(kind, device, stream, [items, dtype](StreamEngine& e) { e.check_first_p2p(items, dtype); },
+                         "point-to-point", err);
+}
+
+int DeviceEngines::set_up_from_cpp(uint8_t kind_code, int device, uintptr_t stream,
+                                   std::function<void(StreamEngine&)> poll, const std::string& what, CoreError* err) {
   const auto kind = static_cast<BufferKind>(kind_code);
   Engine found;
   if (find(kind, device, &found)) return 0;  // declined for another reason: the caller's hand-over explains it
@@ -202,8 +214,7 @@ int DeviceEngines::set_up_for(const CollectiveCall& call, uint8_t kind_code, int
                       " inside a CUDA graph capture (set-up allocates and meets the peers, which a capture "
                       "forbids): run the collectives once outside the capture first (the warm-up), then "
                       "capture them");
-    set_up(kind, device, std::move(d), [call](StreamEngine& e) { e.check_first_call(call); },
-           collective_name(call.coll));
+    set_up(kind, device, std::move(d), std::move(poll), what);
     return 1;
   } catch (const CommError& e) {
     err->kind = static_cast<uint32_t>(kind_of(e));

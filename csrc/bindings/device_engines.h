@@ -81,6 +81,9 @@ class DeviceEngines {
   // so the call was declined for another reason, or this caller cannot set one up: CUDA without
   // set_cuda); -1: failed (err), the peers told. Without the GIL.
   int set_up_for(const CollectiveCall& call, uint8_t kind, int device, uintptr_t stream, CoreError* err);
+  // The same for a first batch of sends and receives (`items` in `dtype`).
+  int set_up_for_p2p(const std::vector<P2PItem>& items, DType dtype, uint8_t kind, int device, uintptr_t stream,
+                     CoreError* err);
 
   // The route's registry of a cache (set_up_for's caller has the cache only). Null when none.
   static std::shared_ptr<DeviceEngines> of_cache(const void* cache);
@@ -88,6 +91,9 @@ class DeviceEngines {
 
  private:
   void add_to_cache(BufferKind kind, int device, const Engine& e);
+  // set_up_for's body: `poll` and `what` the first call's check and name.
+  int set_up_from_cpp(uint8_t kind, int device, uintptr_t stream, std::function<void(StreamEngine&)> poll,
+                      const std::string& what, CoreError* err);
   pybind11::object comm_ref_, store_ref_, nccl_setup_;
   Communicator& comm_;
   std::shared_ptr<SetupStore> store_;

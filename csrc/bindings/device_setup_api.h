@@ -26,6 +26,11 @@ struct DeviceSetupApi {
   // process cannot set one up from C++: hand the call to the Python backend); -1: failed (err; the
   // peers were told through the store).
   int (*set_up)(void* cache, const CollectiveCall& call, uint8_t kind, int device, uintptr_t stream, CoreError* err);
+  // The same for a first call that is a batch of sends and receives (`items`, `n`, `dtype`: as
+  // core_api.h's device_p2p; its receives are checked against a peer's host messages while the
+  // ranks meet, as the route's first batch is).
+  int (*set_up_p2p)(void* cache, const P2PItem* items, size_t n, DType dtype, uint8_t kind, int device,
+                    uintptr_t stream, CoreError* err);
   // The set-ups of the route whose cache is `cache` meet through `store` from now on (the torch
   // backend's c10d::Store, the very store the route's Python object wraps: the same keys). False
   // when no route has that cache.

@@ -48,5 +48,12 @@ int set_up_device(void* cache, const CollectiveCall& call, uint8_t kind, int dev
   return g_setup_api == nullptr ? 0 : g_setup_api->set_up(cache, call, kind, device, stream, err);
 }
 
+int set_up_device_p2p(void* cache, const std::vector<P2PItem>& items, DType dtype, uint8_t kind, int device,
+                      uintptr_t stream, CoreError* err) {
+  return g_setup_api == nullptr ? 0
+                                : g_setup_api->set_up_p2p(cache, items.data(), items.size(), dtype, kind, device, stream,
+                                                          err);
+}
+
 }  // namespace torch_backend
 }  // namespace commlib

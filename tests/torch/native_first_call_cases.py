@@ -83,6 +83,28 @@ def first_call_sets_up_from_cpp(comm):
     return seen, ran, engines, wrong, right, engines_after
 
 
+def first_batch_sets_up_from_cpp(comm, n=64):
+    """The group's first device call is a ring of sends and receives through the backend's hold
+    and batches (the seam ``_device_p2p``): its engine is set up from C++ too (the first batch's
+    receives checked against the peers' host messages while the ranks meet), one engine batch,
+    exact. Returns (the route's entries seen, batches run from C++, the message right)."""
+    P, r = comm.size, comm.rank
+    o = Offers(comm)
+    _spy_on_route(o)
+    a = emu.from_numpy(np.arange(n, dtype=np.float32) + 100 * r)
+    b = emu.empty(n, "float32")
+    emu.current_stream().synchronize()
+    p2p0 = _C.device_native_p2p_count()
+    works = o.backend._device_p2p([(False, b.data_ptr(), b.nbytes, (r - 1) % P),
+                                    (True, a.data_ptr(), a.nbytes, (r + 1) % P)], 0, _C.emulated_current_stream())
+    for w in works:
+        w.synchronize()
+    right = bool(np.array_equal(b.numpy(), np.arange(n, dtype=np.float32) + 100 * ((r - 1) % P)))
+    seen, batches = list(o.python_calls), _C.device_native_p2p_count() - p2p0
+    o.shutdown()
+    return seen, batches, right
+
+
 class _SeamOnly:
     """``Offers.call`` without the hand-over: the seam's Work or None (a declined call)."""
 

@@ -28,6 +28,14 @@ def test_the_first_call_sets_the_engine_up_without_the_python_route(pool, size):
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.parametrize("size", [2, 3])
+def test_a_first_batch_of_sends_and_receives_sets_up_without_the_python_route(pool, size):
+    for rank, (seen, batches, right) in enumerate(pool(size, env=ENV).run(cases.first_batch_sets_up_from_cpp,
+                                                                          timeout=60)):
+        assert seen == [] and batches == 1 and right, (rank, seen, batches, right)
+
+
+@pytest.mark.timeout(90)
 def test_a_peer_in_a_host_call_is_a_mismatch_on_both_ranks(pool):
     results = pool(2, env=ENV).run(cases.host_call_against_cpp_first_call, timeout=60)
     for rank, (seen, took, route) in enumerate(results):
