@@ -66,6 +66,8 @@ PYBIND11_MODULE(_C_torch, m) {
   m.def(
       "_use_c10d_setup_store",
       [](uintptr_t cache, c10::intrusive_ptr<c10d::Store> store) {
+        // Without the GIL: a set-up under way holds its lock and may wait for the GIL (a Python store).
+        py::gil_scoped_release nogil;
         return commlib::torch_backend::use_c10d_setup_store(reinterpret_cast<void*>(cache), std::move(store));
       },
       py::arg("cache"), py::arg("store"),
