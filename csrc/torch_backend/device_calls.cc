@@ -146,8 +146,8 @@ c10::intrusive_ptr<c10::ivalue::Future> CudaWork::getFuture() {
 void* DeviceCalls::cache(const py::object& group) {
   void* c = cache_.load(std::memory_order_acquire);
   if (c != nullptr) return c;
-  // Published by the communicator once its device route exists (the first device call, which the
-  // Python backend runs); the route lives as long as the communicator, which the group holds.
+  // Published by the communicator once its device route exists (native.wrap makes it with the
+  // backend, which reads it at construction); the route lives as long as the communicator.
   py::gil_scoped_acquire gil;
   py::object address = group.attr("_comm").attr("_device_calls");
   if (address.is_none()) return nullptr;
