@@ -13,16 +13,13 @@ that has never run on a GPU so far). The route sees its communicator only throug
 from __future__ import annotations
 
 import sys
-import time
 
 import commlib._C as _C
 from commlib.errors import CommError
-from commlib.bootstrap.wait import report, reported_failure, wait_for_key
 from commlib.core.call_checks import as_seconds
 from commlib.core.call_spec import COLLECTIVE, DTYPE, OP
 from commlib.device import nccl_comm as device_nccl
 from commlib.device.route_context import RouteContext
-from commlib.core.shrink import gone_peers
 from commlib.core.device_close import closed_barrier
 from commlib.core.failure import RouteFailure
 from commlib.core.work import Work
@@ -124,35 +121,6 @@ def stream_resolver(buf: DeviceBuffer):
     return cuda_stream
 
 
-def _wait_key(ctx, prefix, rank, poll, what: str = "set-up") -> str:
-    """Rank ``rank``'s engine handle under ``prefix``, within the communicator's timeout; raises
-    CommError at once if some rank reported a failure there, PeerError once the control plane sees
-    ``rank`` gone (dead, or closed without this call: it never will give its handle), naming the
-    call ``what`` that set the engine up, and whatever ``poll()`` raises."""
-    from commlib.errors import CommError, PeerError
-    next_peer_check = [time.monotonic() + _PEER_CHECK_S]
-
-    def poll_and_check_peer():
-        poll()
-        now = time.monotonic()
-        if now < next_peer_check[0]:
-            return
-        next_peer_check[0] = now + _PEER_CHECK_S
-        if rank in gone_peers(ctx.core) and not ctx.store.check([f"{prefix}/{rank}"]):
-            raise PeerError(f"{what}: stream engine set-up: rank {ctx.rank} waits for rank {rank}'s first call on device "
-                            f"buffers, but rank {rank} is gone (its process died, its connection was lost or it "
-                            f"closed its communicator)")
-
-    value = wait_for_key(
-        ctx.store, f"{prefix}/{rank}", time.monotonic() + ctx.timeout, poll=poll_and_check_peer,
-        error_key=f"{prefix}/error",
-        on_error=lambda why: reported_failure(why, ctx.rank, lambda w: CommError(f"stream engine set-up failed: {w}")),
-        on_timeout=lambda: CommError(f"stream engine set-up: rank {ctx.rank} waited {ctx.timeout:g} s "
-                                     f"(COMMLIB_TIMEOUT) for rank {rank}, which has not made its first call on "
-                                     f"device buffers"))
-    return value.decode()
-
-
 class DeviceRoute(RouteFailure):
     """The stream engines of one communicator, one per device, and the calls still in flight."""
 
@@ -173,6 +141,11 @@ class DeviceRoute(RouteFailure):
         # engine.
         self._fast_calls = _C.DeviceCallCache(ctx.size, ctx.rank, DeviceWork)
         self.fast_calls_address = self._fast_calls.address()
+        # The engines, whoever sets them up: this route, or a C++ caller's first call on a device
+        # (the torch backend's, through _C.device_setup_api), by one C++ sequence
+        # (csrc/bindings/device_engines.h); NCCL's communicator is the one part left here.
+        self._setups = _C.DeviceEngines(ctx.core, ctx.store, ctx.prefix, ctx.timeout, self._fast_calls,
+                                        lambda engine, prefix: device_nccl.setup_links(ctx, engine, prefix))
 
     @property
     def _last_engine(self):
@@ -211,51 +184,56 @@ class DeviceRoute(RouteFailure):
         engine = self._engines.get(key)
         if engine is not None:
             return engine
-        if buf.kind == "emulated":
-            from commlib.device import emulated
-            device = emulated.device(buf.device_index)
-        else:  # CUDA: the thin layer of commlib._C_cuda (never run so far: docs/gpu.md)
-            device = _C.device_from_capsule(_cuda_module("tensor").device_capsule(buf.device_index))
-        if capture_stream is not None and device.capture_status(capture_stream)[0] != "none":
-            raise CommError(f"rank {self._ctx.rank} cannot set up its device engine on {buf.kind}:{buf.device_index} "
-                            "inside a CUDA graph capture (set-up allocates and meets the peers, which a capture "
-                            "forbids): run the collectives once outside the capture first (the warm-up), then "
-                            "capture them")
-        c = self._ctx
-        prefix = f"{c.prefix}/device{len(self._engines) + 1}"
-        try:
-            engine = _C.StreamEngine(c.core, device, c.timeout, c.prefix)
-            if first_call is not None:
-                def poll():
-                    engine.check_first_call(*first_call)
-            elif first_p2p is not None:
-                def poll():
-                    engine.check_first_p2p(*first_p2p)
-            else:
-                poll = engine.raise_if_failed
-            poll()  # a host side already aborted raises here, before the rendezvous
-            c.store.set(f"{prefix}/{c.rank}", engine.local_handle())
-            what = (first_call[0].name if first_call is not None else "point-to-point" if first_p2p is not None
-                    else "set-up")
-            handles = [_wait_key(c, prefix, r, poll, what) for r in range(c.size)]
-            device_nccl.agree_link_setting(c, engine, prefix)  # COMMLIB_DEVICE_LINK, the same everywhere
-            engine.connect(handles, list(c.core.host_of))  # the link per pair (C++); maps this host's peers
-            device_nccl.setup_links(c, engine, prefix)  # NCCL's communicator if some pair uses it
-        except Exception as e:
-            try:  # the other ranks stop waiting for this one
-                c.store.set(f"{prefix}/error", report(c.rank, e))
-            except Exception:  # noqa: BLE001 - the original error is what matters
-                pass
-            raise
+        found = self._setups.find(_BUFFER_KIND[buf.kind], buf.device_index)  # set up by a C++ caller
+        if found is None:
+            if buf.kind == "emulated":
+                from commlib.device import emulated
+                device = emulated.device(buf.device_index)
+            else:  # CUDA: the thin layer of commlib._C_cuda (never run so far: docs/gpu.md)
+                device = _C.device_from_capsule(_cuda_module("tensor").device_capsule(buf.device_index))
+            if capture_stream is not None and device.capture_status(capture_stream)[0] != "none":
+                raise CommError(f"rank {self._ctx.rank} cannot set up its device engine on {buf.kind}:"
+                                f"{buf.device_index} inside a CUDA graph capture (set-up allocates and meets the "
+                                "peers, which a capture forbids): run the collectives once outside the capture "
+                                "first (the warm-up), then capture them")
+            # The set-up is C++ (csrc/bindings/device_engine_setup.h: the engine made, every rank's
+            # handle met through the store with the first call's descriptor check, the gone-peer
+            # check, the error key and the timeout, COMMLIB_DEVICE_LINK agreed, connect; then NCCL's
+            # communicator where some pair uses it); a failure is published under the error key.
+            found = self._setups.set_up(_BUFFER_KIND[buf.kind], buf.device_index, device, first_call=first_call,
+                                        first_p2p=None if first_call is not None else first_p2p)
+        return self._adopt(key, *found)
+
+    def _adopt(self, key, engine, device, prefix):
+        """Registers an engine set up (here or by a C++ caller) for device ``key``: any stream and
+        shape of the device runs from C++ from now on (bindings/device_p2p_streams.h)."""
+        kind, index = key
         self._engines[key] = engine
         self._devices[key] = device
         self._prefixes[key] = prefix
-        # Any stream and shape of this device runs from C++ now (bindings/device_p2p_streams.h).
         stream_of = self._stream_of.get(key) or self._stream_of.setdefault(  # (buffers naming no stream)
-            key, stream_resolver(DeviceBuffer(buf.kind, 0, 0, "float32", buf.device_index)))
-        self._fast_calls.add_engine(_BUFFER_KIND[buf.kind], buf.device_index, engine, stream_of,
-                                    _cuda_module("tensor").stream_wrapper() if buf.kind == "cuda" else None)
+            key, stream_resolver(DeviceBuffer(kind, 0, 0, "float32", index)))
+        self._fast_calls.add_engine(_BUFFER_KIND[kind], index, engine, stream_of,
+                                    _cuda_module("tensor").stream_wrapper() if kind == "cuda" else None)
         return engine
+
+    def _adopt_all(self):
+        """Adopts the engines C++ callers set up that this route has not seen yet."""
+        if len(self._setups) == len(self._engines):
+            return
+        for kind, index, found in self._setups.engines():
+            key = (_KIND_NAME[kind], index)
+            if key not in self._engines:
+                self._adopt(key, *found)
+
+    def enable_cpp_cuda_setup(self):
+        """Lets C++ callers (the torch backend) set up this route's CUDA engines at their first call,
+        without this route (a no-op where commlib._C_cuda is not usable)."""
+        try:
+            import commlib._C_cuda as cu
+        except ImportError:
+            return
+        self._setups.set_cuda(cu.device_maker(), cu.stream_wrapper())
 
     def run(self, coll, algorithm, bufs, in_ptr, out_ptr, count, dtype, op, root, scale, async_op,
             stream, refs, compress=None, asked=None):
@@ -325,6 +303,7 @@ class DeviceRoute(RouteFailure):
     def _start_kernel_chunk_numbers_at(self, n: int) -> None:
         """Test hook: every engine's kernel-path chunk numbers continue from ``n`` (every rank
         the same, between drained calls), to cross the LL flags' epoch (2^32 - 1 chunks)."""
+        self._adopt_all()
         if not self._engines:
             raise RuntimeError("no device engine yet: make a device call (or split(device=...)) first")
         for e in self._engines.values():
@@ -356,6 +335,7 @@ class DeviceRoute(RouteFailure):
         store barrier, bounded by the timeout) and nothing failed (issue #23, item 7). Then raises
         the error of a call that failed without any caller being told (a blocking call that failed
         last: docs/gpu.md, "A mismatched call writes nothing"), once everything is released."""
+        self._adopt_all()  # (engines a C++ caller set up close here too)
         engines = list(self._engines.values())
         for key, e in self._engines.items():
             e.close()  # closes its imports of the peers' memory, failed or not
@@ -367,6 +347,7 @@ class DeviceRoute(RouteFailure):
             if key in self._pools:  # its arenas: freed once no peer maps them (the same barrier)
                 self._pools.pop(key).close(peers_closed=not failed and peers_closed)
         self._engines.clear()
+        self._setups.clear()
         self._fast_calls.clear()  # also forgets the last engine and releases the held buffers
         self._stream_of.clear()
         self._devices.clear()
@@ -394,6 +375,4 @@ def _register_stream_readers():
 _MAX_CACHED = 256
 # DeviceBuffer.kind as the C++ cache's BufferKind (bindings/buffer_view.h).
 _BUFFER_KIND = {"emulated": 2, "cuda": 3}
-
-# How often a set-up wait asks the control plane whether the rank it waits for is gone.
-_PEER_CHECK_S = 0.1
+_KIND_NAME = {v: k for k, v in _BUFFER_KIND.items()}

@@ -9,6 +9,7 @@ class RouteFailure:
     """DeviceRoute's part: its engines (``self._engines``) aborted or asked."""
 
     def abort(self, reason):
+        self._adopt_all()  # (engines a C++ caller set up abort too)
         self._fast_calls.forget()  # the buffers stay held: the streams may still run their calls
         for e in self._engines.values():
             e.abort(reason)
@@ -16,6 +17,7 @@ class RouteFailure:
     def async_error(self):
         """The first failed engine's error (the exception its next call would raise), else None:
         a query, no call (StreamEngine::async_error: one atomic load per healthy engine)."""
+        self._adopt_all()
         for e in list(self._engines.values()):
             err = e.async_error()
             if err is not None:

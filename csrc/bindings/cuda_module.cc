@@ -181,6 +181,15 @@ PYBIND11_MODULE(_C_cuda, m) {
         });
       },
       py::arg("index"), py::arg("stream"), "A caller-owned cudaStream_t (0: the legacy default stream) as a capsule.");
+  // The CUDA device as a function commlib._C calls without Python: a C++ caller's first call on a
+  // device sets the engine up with it (bindings/device_engines.h, DeviceEngines::set_cuda).
+  m.def(
+      "device_maker",
+      [] {
+        std::shared_ptr<Device> (*make)(int) = [](int index) -> std::shared_ptr<Device> { return cuda_device(index); };
+        return py::capsule(reinterpret_cast<void*>(make), "commlib.CudaDeviceMaker");
+      },
+      "cuda_device(index) as a function pointer in a capsule, for commlib._C's engine set-up.");
   // The same wrapping as a function commlib._C calls without Python, for streams the engine has
   // not seen (bindings/device_stream_wrapper.h).
   m.def(

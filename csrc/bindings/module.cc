@@ -14,6 +14,7 @@ void bind_device_codecs(pybind11::module_& m);     // bindings/device_codec_bind
 void bind_device_cost(pybind11::module_& m);       // bindings/device_cost_bindings.cc: device auto's cost model
 void bind_grid_claims(pybind11::module_& m);       // bindings/grid_claims_bindings.cc (after bind_device)
 void bind_verify(pybind11::module_& m);            // bindings/verify_bindings.cc: verify() (after bind_schedule)
+void bind_device_engine_setup(pybind11::module_& m);  // bindings/device_engine_setup_bindings.cc (after bind_device)
 }  // namespace commlib
 
 PYBIND11_MODULE(_C, m) {
@@ -29,6 +30,7 @@ PYBIND11_MODULE(_C, m) {
   commlib::bind_device(m);
   commlib::bind_device_codecs(m);
   commlib::bind_device_work(m);
+  commlib::bind_device_engine_setup(m);
   commlib::bind_buffer_view(m);
   commlib::bind_foreign_arrays(m);
   commlib::bind_dlpack_export(m);

@@ -106,7 +106,11 @@ CommlibBackend::CommlibBackend(const CoreApi* api, py::object group, uintptr_t c
       hold_(std::make_shared<P2PHold>(api, core_, &completer_, [this](const std::vector<P2PHold::Held*>& round,
                                                                        CoreError* err) {
         return issue_device_round(round, err);
-      })) {}
+      })) {
+  // The device call cache's address now (commlib.torch.native.wrap made the communicator's device
+  // route before this backend): a first device call then reads nothing of the Python group.
+  if (py::hasattr(group_, "_comm") && py::hasattr(group_.attr("_comm"), "_device_calls")) devices_.cache(group_);
+}
 
 void CommlibBackend::stop_completer() {
   // Without the GIL: a future's callback on the completion thread may need it.

@@ -14,6 +14,10 @@ namespace py = pybind11;
 namespace commlib {
 namespace torch_backend {
 
+// device_setup.cc: the first call's engine set-up from C++ (bindings/device_setup_api.h's answer).
+int set_up_device(void* cache, const CollectiveCall& call, uint8_t kind, int device, uintptr_t stream, CoreError* err);
+
+
 bool device_layout(const at::Tensor& t) {
   return t.defined() && t.is_cuda() && t.layout() == at::kStrided && t.is_contiguous() && !t.is_conj() &&
          !t.is_neg();
@@ -142,8 +146,8 @@ c10::intrusive_ptr<c10::ivalue::Future> CudaWork::getFuture() {
 void* DeviceCalls::cache(const py::object& group) {
   void* c = cache_.load(std::memory_order_acquire);
   if (c != nullptr) return c;
-  // Published by the communicator once its device route exists (the first device call, which the
-  // Python backend runs); the route lives as long as the communicator, which the group holds.
+  // Published by the communicator once its device route exists (native.wrap makes it with the
+  // backend, which reads it at construction); the route lives as long as the communicator.
   py::gil_scoped_acquire gil;
   py::object address = group.attr("_comm").attr("_device_calls");
   if (address.is_none()) return nullptr;
@@ -156,6 +160,11 @@ int DeviceCalls::offer(const py::object& group, const CollectiveCall& call, uint
                        uintptr_t stream, std::shared_ptr<DeviceWork>* work, CoreError* err) {
   void* c = cache(group);
   if (c == nullptr) return 0;
+  const int ran = api_->device_collective(c, call, kind, kind_out, device, stream, work, err);
+  // Declined with no engine on the device yet (the group's first call there): set it up from C++
+  // (device_setup.cc) and offer the call again; else 0 (the Python backend explains the call).
+  const int set_up = ran == 0 ? set_up_device(c, call, kind, device, stream, err) : 0;
+  if (set_up <= 0) return ran != 0 ? ran : set_up;
   return api_->device_collective(c, call, kind, kind_out, device, stream, work, err);
 }
 

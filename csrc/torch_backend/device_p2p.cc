@@ -25,6 +25,11 @@ namespace py = pybind11;
 namespace commlib {
 namespace torch_backend {
 
+// device_setup.cc: a first batch's engine set-up from C++ (1 set up, 0 nothing done, -1 err).
+int set_up_device_p2p(void* cache, const std::vector<P2PItem>& items, DType dtype, uint8_t kind, int device,
+                      uintptr_t stream, CoreError* err);
+
+
 bool device_p2p_layout(const at::Tensor& t) {
   return t.defined() && t.is_cuda() && t.layout() == at::kStrided && !t.is_conj() && !t.is_neg() &&
          (t.is_contiguous() || at::has_internal_overlap(t) != at::MemOverlap::Yes);
@@ -114,9 +119,16 @@ bool CommlibBackend::issue_device_round(const std::vector<P2PHold::Held*>& round
   }
   std::shared_ptr<DeviceWork> work;
   void* cache = devices_.cache(group_);
-  const int ran = cache == nullptr ? 0
-                                   : api_->device_p2p(cache, items.data(), items.size(), DType::UInt8, first.kind,
-                                                      first.device, first.stream_id, &work, err);
+  int ran = cache == nullptr ? 0
+                             : api_->device_p2p(cache, items.data(), items.size(), DType::UInt8, first.kind,
+                                                first.device, first.stream_id, &work, err);
+  if (ran == 0 && cache != nullptr) {  // no engine on the device yet: set it up from C++ (device_setup.cc)
+    const int set_up = set_up_device_p2p(cache, items, DType::UInt8, first.kind, first.device, first.stream_id, err);
+    if (set_up < 0) return false;
+    if (set_up > 0)
+      ran = api_->device_p2p(cache, items.data(), items.size(), DType::UInt8, first.kind, first.device,
+                             first.stream_id, &work, err);
+  }
   if (ran < 0 || (ran == 0 && !python_batch(round, &work, err))) return false;
   {  // receives that landed in a contiguous copy: copied back on the issuing stream, after the batch
     c10::StreamGuard on_issuing(s);

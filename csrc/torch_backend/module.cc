@@ -17,6 +17,7 @@
 #include "common/alloc_count.h"
 #include "torch_backend/backend.h"
 #include "torch_backend/process_group.h"
+#include "bindings/device_setup_api.h"
 
 namespace py = pybind11;
 using commlib::torch_backend::CommlibBackend;
@@ -25,6 +26,13 @@ using commlib::torch_backend::kCollectives;
 #ifndef COMMLIB_TORCH_VERSION
 #error "COMMLIB_TORCH_VERSION: setup.py passes the version of the torch this module is built against"
 #endif
+
+namespace commlib {
+namespace torch_backend {
+void set_device_setup_api(const DeviceSetupApi* api);  // device_setup.cc
+bool use_c10d_setup_store(void* cache, c10::intrusive_ptr<c10d::Store> store);  // device_setup.cc
+}  // namespace torch_backend
+}  // namespace commlib
 
 namespace {
 
@@ -45,8 +53,26 @@ PYBIND11_MODULE(_C_torch, m) {
   m.doc() = "commlib's torch backend as a C++ c10d::Backend (docs/torch_backend.md)";
   py::module_::import("torch.distributed");  // torch's Backend and Work types, registered first
   static const commlib::CoreApi* api = core_api();
+  {  // _C's engine set-up, for the first device call on a group and device (device_calls.cc)
+    py::object capsule = py::module_::import("commlib._C").attr("device_setup_api")();
+    auto* setup = static_cast<const commlib::DeviceSetupApi*>(
+        PyCapsule_GetPointer(capsule.ptr(), commlib::kDeviceSetupApiCapsule));
+    if (setup == nullptr) throw py::error_already_set();
+    commlib::torch_backend::set_device_setup_api(setup);
+  }
   commlib::torch_backend::init_error_classes(api);
   m.attr("built_torch_version") = COMMLIB_TORCH_VERSION;
+
+  m.def(
+      "_use_c10d_setup_store",
+      [](uintptr_t cache, c10::intrusive_ptr<c10d::Store> store) {
+        // Without the GIL: a set-up under way holds its lock and may wait for the GIL (a Python store).
+        py::gil_scoped_release nogil;
+        return commlib::torch_backend::use_c10d_setup_store(reinterpret_cast<void*>(cache), std::move(store));
+      },
+      py::arg("cache"), py::arg("store"),
+      "The device engine set-ups of the route whose call cache is at `cache` meet through `store` (the group's "
+      "c10d::Store, which the route's communicator was given) from C++ from now on: no Python at a first call.");
 
   m.def(
       "_host_tensor",

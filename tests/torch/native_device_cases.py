@@ -25,9 +25,9 @@ def _seam(backend, coll, count, a, b=None, root=0):
 
 
 def cached_calls_run_from_cpp(comm):
-    """A call before the Python path set up the engine and stream is declined (nothing runs, the
-    caller hands it over); once the Python path ran it (and so checked it), the same call runs from
-    C++: all_reduce three times, an all_gather (two buffers), an all_to_all and a broadcast from the
+    """The first call on the group and device sets its engine up from C++ and runs there (the
+    Python route never sees it); the Python path then adopts that engine (no second set-up) and,
+    once it ran a call (and so checked it), the same call runs from C++: all_reduce three times, an all_gather (two buffers), an all_to_all and a broadcast from the
     last rank; another count or root on that engine and stream runs from C++ too, as a new shape
     (native_new_shape_cases.py has the rest). Returns the failures (empty: all good)."""
     P, r = comm.size, comm.rank
@@ -35,9 +35,14 @@ def cached_calls_run_from_cpp(comm):
     backend = native.wrap(pg)
     c, bad, n = pg._comm, [], 1000
     x = emu.from_numpy(np.full(n, r + 1, dtype=np.float32))
-    if _seam(backend, "all_reduce", n, x) is not None:
-        bad.append("an all_reduce ran from C++ before the Python path checked it")
+    first = _seam(backend, "all_reduce", n, x)
+    if first is None:
+        bad.append("the first all_reduce on the group and device was declined (C++ sets its engine up)")
+    else:
+        first.synchronize()
     c.all_reduce(x)  # the Python path: checks, enqueues, and adds the call to the cache
+    if len(c._device()._setups.engines()) != 1:
+        bad.append(f"engines set up: {len(c._device()._setups.engines())}, expected 1 (the route adopts C++'s)")
     _, hits0 = _C.device_native_counts()
     for k in range(3):
         w = _seam(backend, "all_reduce", n, x)
@@ -48,7 +53,7 @@ def cached_calls_run_from_cpp(comm):
         w.synchronize()
         if not w.is_completed():
             bad.append(f"all_reduce {k}: not completed after synchronize()")
-    total = P * (P + 1) // 2 * P ** 3
+    total = P * (P + 1) // 2 * P ** 4
     if not (x.numpy() == total).all():
         bad.append(f"all_reduce: {x.numpy()[:3]} expected {total}")
     if _C.device_native_counts()[1] - hits0 != 3:
@@ -159,8 +164,8 @@ P2P_DEVICE = 5  # a device no other case of the pool's processes sets up an engi
 
 def cpp_sends_and_receives(comm):
     """The CUDA path's sends and receives (held back in C++, issued as the engine's batches through
-    the core's table): on a device the device route set no engine up on, the batch fails (the CUDA
-    path would run it through Communicator.batch_p2p); once the route ran a batch on this stream,
+    the core's table): the first batch on a device sets its engine up from C++ and runs there; once
+    the route ran a batch on this stream (adopting that engine),
     a receive-first ring and three messages per pair run from C++ in call order, exactly, one
     engine batch per round; and an uneven all_to_all_single (its own block copied, the rest one
     batch); and gather, scatter and a list all_to_all, one batch each. Returns the failures (empty:
@@ -183,13 +188,11 @@ def cpp_sends_and_receives(comm):
 
     a = emu.from_numpy(np.full(n, r, np.float32), device_index=P2P_DEVICE)
     b = emu.empty(n, "float32", device_index=P2P_DEVICE)
-    try:
-        ring([a], [b])
-        bad.append("a batch ran from C++ on a device the device route had set no engine up on")
-    except Exception as e:  # noqa: BLE001 - the message is what is checked
-        if "has not set its engine up on this device" not in str(e):
-            bad.append(f"unknown stream: {type(e).__name__}: {e}")
-    c.batch_p2p([("recv", b, prv), ("send", a, nxt)])  # the Python path: sets up, remembers the stream
+    before = _C.device_native_p2p_count()
+    ring([a], [b])  # the first device call: the engine set up from C++, then the batch from C++
+    if _C.device_native_p2p_count() - before != 1 or not (b.numpy() == prv).all():
+        bad.append(f"first batch: {_C.device_native_p2p_count() - before} from C++, {b.numpy()[:3]} expected {prv}")
+    c.batch_p2p([("recv", b, prv), ("send", a, nxt)])  # the Python path: adopts the engine, remembers the stream
     emu.current_stream(P2P_DEVICE).synchronize()
     before = _C.device_native_p2p_count()
     sends = [emu.from_numpy(np.arange(n, dtype=np.float32) + 100 * k + 10 * r, device_index=P2P_DEVICE)
@@ -268,16 +271,20 @@ def _list_calls(backend, P, r, bad):
 def held_flush_lets_the_gil_go(comm):
     """A thread that holds the GIL and flushes held sends and receives (torch's binding of
     Work.is_completed keeps the GIL) while another thread holds the hold's mutex and waits for the GIL (a first CUDA batch
-    going through Python, python_batch; here the seam that does what it does): the first lets the
-    GIL go while it waits for the mutex, so both finish. Returns what the flushed receive's wait()
-    raised (it fails: emulated memory has no Python path) and whether the holder finished."""
+    going through Python, python_batch, or setting the engine up from C++ through a store's Python
+    object; here the seam that does what it does): the first lets the GIL go while it waits for the
+    mutex, so both finish, and the flush (the first device call: the set-up from C++, which takes the
+    GIL for the store under the mutex) runs the ring. Returns what the flushed receive's
+    synchronize() raised or got wrong ("" when right) and whether the holder finished."""
     import sys
     import threading
     P, r = comm.size, comm.rank
     pg = ProcessGroupCommlib(comm.split(0), r, P)
     backend = native.wrap(pg)
     b = emu.empty(16, "float32", device_index=P2P_DEVICE)
-    (w,) = backend._device_p2p([(False, b.data_ptr(), b.nbytes, (r + 1) % P)], P2P_DEVICE, 0)
+    a = emu.from_numpy(np.full(16, r, np.float32), device_index=P2P_DEVICE)
+    w, _ = backend._device_p2p([(False, b.data_ptr(), b.nbytes, (r + 1) % P), (True, a.data_ptr(), a.nbytes, (r - 1) % P)],
+                               P2P_DEVICE, 0)
     inside, go = threading.Event(), threading.Event()
 
     def under_the_mutex():  # holds the mutex; lets the GIL go until the main thread flushes
@@ -296,8 +303,8 @@ def held_flush_lets_the_gil_go(comm):
         sys.setswitchinterval(switch)
     holder.join(30)
     try:
-        w.wait()
-        seen = f"no error (is_completed: {done})"
+        w.synchronize()
+        seen = "" if (b.numpy() == (r + 1) % P).all() else f"received {b.numpy()[:3]} (is_completed: {done})"
     except Exception as e:  # noqa: BLE001 - the message is what is checked
         seen = str(e)
     pg.shutdown()

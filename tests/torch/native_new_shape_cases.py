@@ -46,7 +46,12 @@ class Offers:
         self.route.run = spy
 
     def seam(self, coll, a, b=None, count=None, root=0, op="sum", stream=None):
-        """The C++ entry alone: its Work, or None when it declined (nothing ran)."""
+        """The C++ entry alone: its Work, or None when it declined (nothing ran). The settings
+        hold here too: the group's first call sets the engine up from C++."""
+        with overridden(self.settings):
+            return self._seam(coll, a, b, count, root, op, stream)
+
+    def _seam(self, coll, a, b, count, root, op, stream):
         return self.backend._device_collective(
             int(COLLECTIVE[coll]), int(DTYPE[a.dtype]), a.count if count is None else count, a.data_ptr(),
             (b if b is not None else a).data_ptr(), int(OP[op]), root, 1.0, b is not None, a.device_index,
@@ -178,7 +183,7 @@ def mismatched_new_shapes(comm):
         o.call("all_reduce", x).synchronize()
     except Exception as e:  # noqa: BLE001 - the kind is the result
         seen = f"{type(e).__name__}: {e}"
-    from_cpp = _C.device_native_new_shape_count() - new0 == 1 and o.python_calls == ["all_reduce"]
+    from_cpp = _C.device_native_new_shape_count() - new0 == 1 and o.python_calls == []
     o.shutdown()
     return from_cpp, seen
 
@@ -286,7 +291,8 @@ def new_shapes_cost_what_hits_do(comm, n=100):
     resolution is the host's: StreamEngine::prepare), the new shapes run from C++, results right."""
     P, r = comm.size, comm.rank
     o = Offers(comm)
-    o.call("all_reduce", emu.from_numpy(np.ones(16, np.float32))).synchronize()  # set-up, the plan
+    warm = emu.from_numpy(np.ones(16, np.float32))  # (kept: a fresh buffer must not reuse its address)
+    o.call("all_reduce", warm).synchronize()  # set-up, the plan
     fresh = [emu.from_numpy(np.full(16, r + 1, np.float32)) for _ in range(n)]
     emu.current_stream().synchronize()
     new0 = _C.device_native_new_shape_count()

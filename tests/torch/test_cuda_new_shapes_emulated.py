@@ -1,6 +1,6 @@
 """The C++ backend's CUDA path on calls of a new shape (csrc/bindings/device_call_new_shape.cc) and on
-new streams (csrc/bindings/device_p2p_streams.h): once the Python device route has set the engine up
-(the first call on a group and device), calls whose buffers, count, dtype, op, root or stream are new
+new streams (csrc/bindings/device_p2p_streams.h): once the engine is set up (the first call on a
+group and device, from C++ too: csrc/bindings/device_engines.h), calls whose buffers, count, dtype, op, root or stream are new
 run from C++ (rank side:
 native_new_shape_cases.py, driven with emulated memory through the backend's test seam), on the
 emulated device with its delay on and several ranks sharing it. The GPU version of the fresh-buffer
@@ -22,8 +22,9 @@ pytestmark = pytest.mark.usefixtures("cpp_backend")  # (tests/torch/conftest.py)
 def test_fresh_buffers_of_every_collective_run_from_cpp_after_set_up(pool, size):
     for rank, (python_calls, calls, new, hits, repeats_new, wrong) in enumerate(
             pool(size, env=ENV).run(cases.fresh_buffers_run_from_cpp, timeout=150)):
-        # The Python route saw the set-up call only: every later call, each a new shape, ran from C++.
-        assert python_calls == ["all_reduce"], (rank, python_calls)
+        # The Python route saw nothing, not even the set-up (the first call set the engine up from
+        # C++): every later call, each a new shape, ran from C++.
+        assert python_calls == [], (rank, python_calls)
         assert calls == 6 * 7 and new == calls and hits == calls, (rank, calls, new, hits)
         assert repeats_new == 0, (rank, repeats_new)  # the same call again hits the entry kept
         assert wrong == [], (rank, wrong)
@@ -55,19 +56,19 @@ def test_new_shapes_from_cpp_keep_the_capture_rules(pool):
     for rank, (refused, python_calls, wrapped, right) in enumerate(
             pool(2, env=ENV).run(cases.captured_new_shapes, timeout=90)):
         assert refused.startswith("CommError") and "warm-up" in refused, (rank, refused)
-        assert python_calls == ["all_reduce"], (rank, python_calls)  # the set-up on the default stream only
+        assert python_calls == [], (rank, python_calls)  # (the set-up from C++ too)
         assert wrapped == 1 and right, (rank, wrapped, right)
 
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("size", [2, 3])
 def test_calls_on_new_streams_run_from_cpp_after_set_up(pool, size):
-    # The first call on a group and device sets the engine up (the Python route); calls on three
+    # The first call on a group and device sets the engine up (from C++ too); calls on three
     # streams no call ran on before (and the default one, in turn) run from C++, each stream wrapped
     # in C++ once, exactly.
     for rank, (python_calls, calls, hits, wrapped, wrong) in enumerate(
             pool(size, env=ENV).run(cases.new_streams_run_from_cpp, timeout=150)):
-        assert python_calls == ["all_reduce"], (rank, python_calls)
+        assert python_calls == [], (rank, python_calls)
         assert calls == 4 * 3 * 7 and hits == calls, (rank, calls, hits)
         assert wrapped == 3, (rank, wrapped)
         assert wrong == [], (rank, wrong)
@@ -80,7 +81,7 @@ def test_sends_and_receives_on_a_new_stream_run_from_cpp(pool, size):
     # as one engine batch from C++ (the stream wrapped there), never through Communicator.batch_p2p.
     for rank, (python_calls, python_batches, batches, wrapped, right) in enumerate(
             pool(size, env=ENV).run(cases.p2p_on_a_new_stream, timeout=60)):
-        assert python_calls == ["all_reduce"] and python_batches == 0, (rank, python_calls, python_batches)
+        assert python_calls == [] and python_batches == 0, (rank, python_calls, python_batches)
         assert batches == 1 and wrapped == 1 and right, (rank, batches, wrapped, right)
 
 

@@ -1,6 +1,7 @@
 """Rank side of test_cuda_backend.py's new-shape test (@gpu): CUDA tensors made fresh every step, as
 training makes activations and gradients, through ``torch.distributed`` on the C++ backend. After
-the first call on the group and device (the Python device route sets the engine up), every call is
+the first call on the group and device (which sets the engine up from C++: a spy on the Python backend
+sees it neither, csrc/bindings/device_engines.h), every call is
 a shape the device call cache never held, checked and resolved in C++
 (csrc/bindings/device_call_new_shape.cc) and run from there, every other step on side streams no
 call ran on before (wrapped in C++: csrc/bindings/device_p2p_streams.h): a spy on the Python
@@ -54,8 +55,13 @@ def case_cuda_fresh_tensors_from_cpp(comm, steps=10):
     P, me = comm.size, comm.rank
     failures = []
     first = torch.ones(8, device="cuda")
-    dist.all_reduce(first)  # the first call on this group and device: the Python route sets up
+    with handed_over() as seen_first:
+        dist.all_reduce(first)  # the first call on this group and device: its engine set up from C++
     torch.cuda.synchronize()
+    if seen_first:
+        failures.append(f"the first call was handed to the Python backend: {seen_first}")
+    if not torch.equal(first.cpu(), torch.full((8,), float(P))):
+        failures.append(f"the first all_reduce: {first.cpu()[:4].tolist()} expected {P}")
     new0, wrapped0 = _C.device_native_new_shape_count(), _C.device_native_stream_count()
     sides = [torch.cuda.Stream() for _ in range(2)]
     with handed_over() as seen:

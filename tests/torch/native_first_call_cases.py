@@ -1,0 +1,212 @@
+"""Rank side of test_cuda_first_call_emulated.py: the C++ backend's first call on a group and device
+sets the stream engine up from C++ (csrc/bindings/device_engines.h, through _C.device_setup_api:
+csrc/torch_backend/device_calls.cc ``DeviceCalls::offer``), driven with ``commlib.emulated`` memory
+through the backend's test seam (native_new_shape_cases.py's ``Offers``), with a spy on every
+method of the Python device route that a call or a set-up goes through. Values are checked exactly
+(integers, and float32 sums of small integers)."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+import commlib.emulated as emu
+from commlib import _C
+from commlib.testing.faults import mark_reached, wait_until_reached
+from native_new_shape_cases import Offers, _fresh_calls
+
+# What the Python route would be entered through: a call (run, p2p), a set-up (_engine, setup,
+# symmetric_pool) or a batch of the communicator (batch_p2p goes through p2p).
+ROUTE_METHODS = ("run", "p2p", "_engine", "setup", "symmetric_pool")
+
+
+def _spy_on_route(o):
+    """Every entry of the route in ROUTE_METHODS appends its name to o.python_calls."""
+    o.python_calls.clear()
+    for name in ROUTE_METHODS:
+        real = getattr(o.route, name)
+
+        def spy(*args, _name=name, _real=real, **kwargs):
+            o.python_calls.append(_name)
+            return _real(*args, **kwargs)
+        setattr(o.route, name, spy)
+
+
+def _outcome(fn):
+    """("Type: message", seconds) of what fn() raised (its Work synchronized), ("", s) if nothing."""
+    t = time.monotonic()
+    try:
+        w = fn()
+        if w is not None:
+            w.synchronize()
+    except Exception as e:  # noqa: BLE001 - the kind and message are the result
+        return f"{type(e).__name__}: {e}", time.monotonic() - t
+    return "", time.monotonic() - t
+
+
+def first_call_sets_up_from_cpp(comm):
+    """The group's first device call, through the seam alone, sets the engine up and runs from C++;
+    then a round of every collective on fresh buffers of a few counts, each through the seam alone.
+    Then a call through the Python communicator on the same device adopts the engine C++ set up (no
+    second set-up). Returns (the route's entries the spy saw before the Python call, first call ran,
+    engines set up, wrong results, the Python call's result right, engines after it)."""
+    P, r = comm.size, comm.rank
+    o = Offers(comm)
+    _spy_on_route(o)
+    # The backend read the route's call cache when it was made: the first call reads nothing of the
+    # Python group (its communicator's fast entry takes the Python path from here: no cache address).
+    o.comm._device_calls = None
+    engines0 = len(o.route._setups.engines())
+    first = emu.from_numpy(np.full(8, r + 1, np.float32))
+    w = o.seam("all_reduce", first)
+    ran = w is not None
+    wrong = []
+    if ran:
+        w.synchronize()
+        if not np.array_equal(first.numpy(), np.full(8, P * (P + 1) // 2, np.float32)):
+            wrong.append(f"first all_reduce: {first.numpy()[:4]}")
+    done = []
+    for i, n in enumerate((0, 1, 13, 1000)):
+        for k, (w, a, want) in enumerate(_fresh_calls(_SeamOnly(o), P, r, n, i)):
+            if w is None:
+                wrong.append(f"count {n} call {k}: declined")
+                continue
+            done.append((w, a, want, f"count {n} call {k}"))
+    for w, a, want, what in done:
+        w.synchronize()
+        if want is not None and not np.array_equal(a.numpy(), want):
+            wrong.append(f"{what}: {a.numpy()[:4]} expected {want[:4]}")
+    seen = list(o.python_calls)
+    engines = len(o.route._setups.engines()) - engines0
+    x = emu.from_numpy(np.full(5, r, np.int32))
+    o.comm.all_reduce(x)  # the Python entry on the same device: the route adopts C++'s engine
+    right = bool(np.array_equal(x.numpy(), np.full(5, P * (P - 1) // 2, np.int32)))
+    engines_after = len(o.route._setups.engines()) - engines0
+    o.shutdown()
+    return seen, ran, engines, wrong, right, engines_after
+
+
+def first_batch_sets_up_from_cpp(comm, n=64):
+    """The group's first device call is a ring of sends and receives through the backend's hold
+    and batches (the seam ``_device_p2p``): its engine is set up from C++ too (the first batch's
+    receives checked against the peers' host messages while the ranks meet), one engine batch,
+    exact. Returns (the route's entries seen, batches run from C++, the message right)."""
+    P, r = comm.size, comm.rank
+    o = Offers(comm)
+    _spy_on_route(o)
+    a = emu.from_numpy(np.arange(n, dtype=np.float32) + 100 * r)
+    b = emu.empty(n, "float32")
+    emu.current_stream().synchronize()
+    p2p0 = _C.device_native_p2p_count()
+    works = o.backend._device_p2p([(False, b.data_ptr(), b.nbytes, (r - 1) % P),
+                                    (True, a.data_ptr(), a.nbytes, (r + 1) % P)], 0, _C.emulated_current_stream())
+    for w in works:
+        w.synchronize()
+    right = bool(np.array_equal(b.numpy(), np.arange(n, dtype=np.float32) + 100 * ((r - 1) % P)))
+    seen, batches = list(o.python_calls), _C.device_native_p2p_count() - p2p0
+    o.shutdown()
+    return seen, batches, right
+
+
+class _SeamOnly:
+    """``Offers.call`` without the hand-over: the seam's Work or None (a declined call)."""
+
+    def __init__(self, o):
+        self._o = o
+
+    def call(self, coll, a, b=None, count=None, root=0, op="sum"):
+        return self._o.seam(coll, a, b, count, root, op)
+
+
+def host_call_against_cpp_first_call(comm):
+    """Rank 0's first device call sets up from C++ while rank 1 makes a host all_reduce of the same
+    number: both raise MismatchError (rank 0's set-up checks the first call's descriptor against
+    the peers' while it waits). Returns ("Type: message", seconds, the route's entries seen)."""
+    o = Offers(comm.split(0, timeout=30))
+    _spy_on_route(o)
+    if o.comm.rank == 0:
+        got = _outcome(lambda: o.seam("all_reduce", emu.from_numpy(np.ones(16, np.float32))))
+    else:
+        got = _outcome(lambda: o.comm.all_reduce(np.ones(16, np.float32)))
+    seen = list(o.python_calls)
+    o.shutdown()
+    return got[0], got[1], seen
+
+
+def peer_gone_before_its_first_call(comm):
+    """Rank 1 closes its group's communicator without a device call; rank 0's first device call,
+    setting up from C++, raises PeerError naming the collective and rank 1 (the control plane sees
+    it gone) long before the timeout (30 s). Returns rank 0's ("Type: message", seconds), else None."""
+    o = Offers(comm.split(0, timeout=30))
+    if o.comm.rank == 1:
+        o.shutdown()
+        return None
+    got = _outcome(lambda: o.seam("all_reduce", emu.from_numpy(np.ones(16, np.float32))))
+    o.shutdown()
+    return got
+
+
+def peer_silent_past_the_timeout(comm):
+    """Rank 1 makes no device call until rank 0 is done; rank 0's first device call, setting up from
+    C++ under a 1.5 s timeout, raises CommError naming rank 1 and COMMLIB_TIMEOUT. Returns rank 0's
+    ("Type: message", seconds), else None."""
+    sub = comm.split(0, timeout=1.5)
+    o = Offers(sub)
+    if o.comm.rank == 1:
+        wait_until_reached(o.comm, "done", [0])
+        o.shutdown()
+        return None
+    got = _outcome(lambda: o.seam("all_reduce", emu.from_numpy(np.ones(16, np.float32))))
+    mark_reached(o.comm, "done")
+    o.shutdown()
+    return got
+
+
+def set_up_failure_reaches_every_rank(comm):
+    """Rank 1's engine cannot be made (COMMLIB_DEVICE_LINK names no link) during its first call from
+    C++; rank 0, waiting in its own set-up, hears of it through the store's error key at once.
+    Returns ("Type: message", seconds) of each rank."""
+    o = Offers(comm.split(0, timeout=30), {"COMMLIB_DEVICE_LINK": "carrier-pigeon"} if comm.rank == 1 else {})
+    got = _outcome(lambda: o.seam("all_reduce", emu.from_numpy(np.ones(16, np.float32))))
+    o.shutdown()
+    return got
+
+
+
+def first_call_over_torchs_store(comm):
+    """A group torch made (``dist.new_group(backend="commlib")``, over torch's own store): the C++
+    backend's first device call sets the engine up through that c10d::Store from C++
+    (``_use_c10d_setup_store``), so not even the store's Python binding is called, and the route
+    sees nothing. Returns (route entries seen, store operations through Python, whether the route
+    still meets through the Python object, the result right)."""
+    import torch
+    import torch.distributed as dist
+
+    from backend_cases import setup
+    from commlib.core.call_spec import COLLECTIVE, DTYPE, OP
+    setup(comm)
+    P, r = comm.size, comm.rank
+    group = dist.new_group(backend="commlib")
+    backend = group._get_backend(torch.device("cpu"))
+    route = backend.python_group._comm._device()
+    seen = []
+    for name in ROUTE_METHODS:
+        real = getattr(route, name)
+
+        def spy(*args, _name=name, _real=real, **kwargs):
+            seen.append(_name)
+            return _real(*args, **kwargs)
+        setattr(route, name, spy)
+    x = emu.from_numpy(np.full(33, r + 1, np.int32))
+    emu.current_stream().synchronize()
+    python_ops = _C.python_setup_store_calls()
+    w = backend._device_collective(int(COLLECTIVE["all_reduce"]), int(DTYPE["int32"]), 33, x.data_ptr(),
+                                   x.data_ptr(), int(OP["sum"]), 0, 1.0, False, x.device_index,
+                                   _C.emulated_current_stream())
+    if w is not None:
+        w.synchronize()
+    python_ops = _C.python_setup_store_calls() - python_ops
+    right = w is not None and bool(np.array_equal(x.numpy(), np.full(33, P * (P + 1) // 2, np.int32)))
+    python_store = route._setups.python_store()
+    dist.destroy_process_group(group)
+    return seen, python_ops, python_store, right

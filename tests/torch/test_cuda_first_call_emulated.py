@@ -1,0 +1,80 @@
+"""The C++ backend's first call on a group and device (issues #44, #37): the stream engine is set up
+from C++ (csrc/bindings/device_engines.h, device_engine_setup.h; the backend asks through
+_C.device_setup_api in csrc/torch_backend/device_calls.cc), so a spy on the Python device route sees
+nothing, not even the set-up; the set-up's failures keep their kinds and messages (tests/stream's
+set-up cases for the Python route's). Rank side: native_first_call_cases.py, driven with emulated
+memory through the backend's test seam, on the emulated device with its delay on."""
+import pytest
+
+pytest.importorskip("torch")
+
+import native_first_call_cases as cases  # noqa: E402
+
+from emulated_pools import DELAY_ENV as ENV  # noqa: E402  (the device matrix's pools)
+
+pytestmark = pytest.mark.usefixtures("cpp_backend")  # (tests/torch/conftest.py)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("size", [2, 3])
+def test_the_first_call_sets_the_engine_up_without_the_python_route(pool, size):
+    for rank, (seen, ran, engines, wrong, right, engines_after) in enumerate(
+            pool(size, env=ENV).run(cases.first_call_sets_up_from_cpp, timeout=150)):
+        assert seen == [], (rank, seen)  # no call, no set-up through the Python route
+        assert ran and engines == 1, (rank, ran, engines)
+        assert wrong == [], (rank, wrong)
+        # The Python communicator's later call on that device adopts the engine (no second set-up).
+        assert right and engines_after == 1, (rank, right, engines_after)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("size", [2, 3])
+def test_a_first_batch_of_sends_and_receives_sets_up_without_the_python_route(pool, size):
+    for rank, (seen, batches, right) in enumerate(pool(size, env=ENV).run(cases.first_batch_sets_up_from_cpp,
+                                                                          timeout=60)):
+        assert seen == [] and batches == 1 and right, (rank, seen, batches, right)
+
+
+@pytest.mark.timeout(90)
+def test_a_peer_in_a_host_call_is_a_mismatch_on_both_ranks(pool):
+    results = pool(2, env=ENV).run(cases.host_call_against_cpp_first_call, timeout=60)
+    for rank, (seen, took, route) in enumerate(results):
+        assert seen.startswith("MismatchError"), (rank, seen)
+        assert took < 10, (rank, took)  # the timeout is 30 s
+    assert "on device buffers" in results[0][0], results[0]
+    assert results[0][2] == [], results[0]  # rank 0's set-up never entered the route
+
+
+@pytest.mark.timeout(90)
+def test_a_peer_gone_before_its_first_call_is_a_peer_error_naming_it(pool):
+    seen, took = pool(2, env=ENV).run(cases.peer_gone_before_its_first_call, timeout=60)[0]
+    # (the backend names the call and rank first: "commlib device call on rank 0: ...")
+    assert seen.startswith("PeerError") and "all_reduce: stream engine set-up" in seen, seen
+    assert "rank 1 is gone" in seen, seen
+    assert took < 10, took  # the timeout is 30 s
+
+
+@pytest.mark.timeout(90)
+def test_a_silent_peer_times_out_naming_it(pool):
+    seen, took = pool(2, env=ENV).run(cases.peer_silent_past_the_timeout, timeout=60)[0]
+    assert seen.startswith("CommError"), seen
+    assert "stream engine set-up: rank 0 waited 1.5 s (COMMLIB_TIMEOUT) for rank 1," in seen, seen
+    assert 1.4 < took < 20, took
+
+
+@pytest.mark.timeout(90)
+def test_a_set_up_error_reaches_every_rank(pool):
+    (seen0, took0), (seen1, _) = pool(2, env=ENV).run(cases.set_up_failure_reaches_every_rank, timeout=60)
+    assert seen1.startswith("ValueError") and "COMMLIB_DEVICE_LINK" in seen1, seen1
+    assert seen0.startswith("CommError") and "stream engine set-up failed: rank 1: ValueError" in seen0, seen0
+    assert took0 < 10, took0  # the timeout is 30 s
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("size", [2, 3])
+def test_a_torch_group_sets_up_through_its_c10d_store_from_cpp(pool, size):
+    for rank, (seen, python_ops, python_store, right) in enumerate(
+            pool(size, env=ENV).run(cases.first_call_over_torchs_store, timeout=100)):
+        assert seen == [] and right, (rank, seen, right)
+        # torch's store called from C++: no store operation went through a Python object.
+        assert python_store is False and python_ops == 0, (rank, python_store, python_ops)
