@@ -99,10 +99,17 @@ def _group_sums(comm):
 
 
 @pytest.mark.timeout(120)
-def test_the_ranks_torch_group_spans_the_pool(pool):
+def test_the_ranks_torch_group_spans_the_pool():
     """The part of a rank's side that runs without CUDA: torch's group over the pool's ranks, through
-    which torch's symmetric memory exchanges its handles."""
-    out = pool(3).run(_group_sums, timeout=90)
+    which torch's symmetric memory exchanges its handles. A pool of its own: a cached pool's ranks
+    may hold a default process group another module's test made (CI saw "trying to initialize the
+    default process group twice")."""
+    from commlib.testing.ranks import RankPool
+    ranks = RankPool(3, timeout=60)
+    try:
+        out = ranks.run(_group_sums, timeout=90)
+    finally:
+        ranks.close()
     assert [o[1:] for o in out] == [([6.0] * 3, 3)] * 3, out
     assert len({o[0] for o in out}) == 1, out
 
