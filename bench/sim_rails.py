@@ -133,8 +133,29 @@ def target_lines(rows) -> list[str]:
             "the previous one whole, where NCCL pipelines slices within a step: 0.9 us of posting, latency and "
             "taking in a step, 1.8 ms at 128 nodes, beside the NICs' 5.5; docs/simulator.md, 'Session 17'; not "
             "checked against a published point at this scale).")
+    for session, change, points in PREDICTIONS:
+        cells = []
+        for t, n, size, was, predicted, *got in points:  # got: the result then, where a later change moved it
+            p = rows.get((t, n, "auto", size))
+            cells.append(f"{t} {n} nodes {fmt_bytes(size)}: {was} before, predicted {predicted}, "
+                         + (f"measured {got[0]}" if got else "the table " + (f"{p['busbw_GBps']:.1f}" if p else "none")))
+        out.append(f"Predicted before the rerun, beside the result in the table above (auto, busbw GB/s; session "
+                   f"{session}: {change}): " + "; ".join(cells) + ".")
     out.append(AT_SCALE)
     return out + [""]
+
+
+# The model's prediction for auto written down before a change's rerun (docs/simulator.md says how
+# each was reached): (session, the change, [(topology, nodes, bytes, busbw before, predicted[, measured
+# then, where a later change moved the table's number)]).
+PREDICTIONS = [
+    ("24", "from 4096 ranks rail_lanes' 4 x 4 and 4 x 8 played ramped in place of equal; docs/simulator.md "
+     "'Session 24'", [
+         ("dgx-h100", 1024, 64 << 20, "295.3", "300.9"), ("dgx-h100", 1024, 1 << 30, "360.0", "367.5", "367.5"),
+         ("dgx-a100", 1024, 64 << 20, "167.4", "167-171"), ("dgx-a100", 1024, 1 << 30, "186.4", "186-189", "187.3")]),
+    ("24, then", "4 x 16 ramped in place of 4 x 8 ramped from 4096 ranks", [
+         ("dgx-h100", 1024, 1 << 30, "367.5", "374.8"), ("dgx-a100", 1024, 1 << 30, "187.3", "187-190")]),
+]
 
 
 # What NCCL publishes beyond 16 nodes (issue 39, session 22): searched for in the stored public

@@ -1,5 +1,5 @@
 // The cost model's pipeline shapes (policy/pipeline_shape.h) for Python: _C.pipeline_shape(),
-// _C.pipeline_estimate(), _C.simulated_shape_within(). Beside the simulator's bindings
+// _C.pipeline_estimate(), _C.simulated_shape_within(), _C.simulated_shapes(). Beside the simulator's bindings
 // (sim_bindings.cc), whose topology dicts they take.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -64,6 +64,7 @@ void bind_shapes(py::module_& m) {
         out["found"] = found;
         out["segment"] = found ? k.segment : -1;
         out["pieces"] = found ? k.pieces : -1;
+        out["share"] = found ? k.share : -1;  // 1: ramped segments
         out["time_s"] = found ? time_s : -1.0;
         out["runs"] = runs;
         out["cut"] = cut;
@@ -73,7 +74,29 @@ void bind_shapes(py::module_& m) {
       py::arg("beat_s"),
       "The shape the cost model simulates its way to (rail_lanes: policy/pipeline_shape.h, "
       "choose_simulated_shape) when only a time within beat_s matters, as auto's search asks: {found, segment, "
-      "pieces, time_s, runs, cut} (found False: every shape slower than beat_s).");
+      "pieces, share, time_s, runs, cut} (found False: every shape slower than beat_s).");
+
+  m.def(
+      "simulated_shapes",
+      [](Collective c, const std::string& algorithm, int64_t count, int elem_bytes, const py::dict& topology) {
+        const sim::Topology t = topology_from_dict(topology);
+        sim::check_call(c, count, elem_bytes, 0, t);
+        const CallShape call{c, count, elem_bytes, 0};
+        const Composition cand{algorithm, "", "", 0};
+        if (!shape_is_simulated(call, cand, t)) throw std::invalid_argument(algorithm + ": its shape is not simulated");
+        py::list out;
+        for (const Composition& k : simulated_shapes(call, cand, t)) {
+          py::dict d;
+          d["segment"] = k.segment;
+          d["pieces"] = k.pieces;
+          d["share"] = k.share;
+          out.append(d);
+        }
+        return out;
+      },
+      py::arg("collective"), py::arg("algorithm"), py::arg("count"), py::arg("elem_bytes"), py::arg("topology"),
+      "The shapes choose_simulated_shape plays for this call (policy/pipeline_shape.h, simulated_shapes), in "
+      "its order, without playing them: [{segment, pieces, share}] (pieces: lanes; share 1: ramped segments).");
 
   m.def(
       "pipeline_estimate",

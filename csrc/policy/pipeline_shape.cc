@@ -291,20 +291,29 @@ bool shape_is_simulated(const CallShape& call, const Composition& cand, const si
 // rail_lanes' shapes: its lanes overlap, which the one-rank estimate (steps one after another)
 // cannot see, so each shape is simulated: W in {2, 4, 8} lanes of K in {1, 2, 4, 8, 16} segments
 // each (from K 4 also ramped, below 4096 ranks), W K at most 128, 64 from 512 ranks (a run plays W K segments of 2 log2 P messages a rank);
-// from 4096 ranks only 4 lanes of 1, 2, 4 or 8 segments, 8 x 2 and 2 x 16 (each run takes minutes
-// there; until session 22 only 4 x 2, 4 x 4 and 8 x 2: at 1024 dgx-h100 nodes and 1 GiB 2 x 16 gives
-// 360.2 GB/s and 4 x 8 351.6, where rail_halving's 16 segments, auto's pick then, give 338.5).
+// from 4096 ranks only six, each run taking minutes there: 4 lanes of 1 or 2 segments, of 4 and 16
+// segments ramped only, 8 x 2 and 2 x 16 (until session 22 only 4 x 2, 4 x 4 and 8 x 2: at 1024
+// dgx-h100 nodes and 1 GiB 2 x 16 gives 360.2 GB/s and 4 x 8 351.6, where rail_halving's 16 segments,
+// auto's pick then, give 338.5; session 24: 4 x 4 and 4 x 8 ramped in place of equal, below).
 std::vector<Composition> simulated_shapes(const CallShape& call, const Composition& cand, const sim::Topology& t) {
   std::vector<Composition> out;
   const bool huge = t.size() >= 4096;  // minutes a shape: the six nearest the NICs' balance
-  const int most = huge ? 32 : t.size() >= 512 ? 64 : 128;
+  const int most = huge ? 64 : t.size() >= 512 ? 64 : 128;
   for (int W : {4, 8, 2})
     for (int K : {4, 2, 8, 16, 1}) {
       const int64_t segment = K == 1 ? 0 : call.count / W / K;
-      const bool huge_shape = (W == 4 && K <= 8) || (W == 8 && K == 2) || (W == 2 && K == 16);
+      // (session 24: 4 x 16 ramped in place of 4 x 8: 374.8 GB/s at 1024 dgx-h100 nodes and 1 GiB
+      // against 367.5; at 64 MiB neither is the best, 4 x 4 ramped is)
+      const bool huge_shape = (W == 4 && K != 8) || (W == 8 && K == 2) || (W == 2 && K == 16);
       if (W * K > most || (huge && !huge_shape) || (K > 1 && segment < 1)) continue;
       Composition k = cand;
       k.segment = segment, k.pieces = W;
+      // Session 24: from 4096 ranks 4 x 4 and 4 x 8 (now 4 x 16) are played ramped instead of equal, so the six runs
+      // stay six. At 1024 dgx-h100 nodes the ramp is what wins there (64 MiB: 4 x 4 ramped 300.9 GB/s,
+      // the best equal shape 295.3; 1 GiB: 4 x 8 ramped 367.5, the best equal 2 x 16 360.2; 4 x 4 equal, the
+      // pick at 64 MiB before, loses to its ramp), so the ramp of the best equal shape is not needed
+      // (rails23b played both forms: eight runs, +47 % of the search's CPU; docs/simulator.md "Session 24").
+      if (huge && W == 4 && K >= 4) k.share = 1;
       out.push_back(k);
       // Session 23: below 4096 ranks each shape of 4 segments or more also ramped (share 1: a lane's
       // first and last segment in halves, rail_halving.cc), which shrinks the fill and drain the

@@ -148,3 +148,21 @@ def test_auto_ramps_where_the_model_says(no_tuning):
     d = engine("dgx-h100", 16)
     out = _C.simulate(_C.Collective.all_reduce, "auto", (256 << 20) // 4, 4, 0, d)
     assert out["algorithm"] == "rail_lanes" and out["share"] == 1, out
+
+
+def test_huge_search_plays_the_long_lanes_ramped_only(no_tuning):
+    """From 4096 ranks rail_lanes' shapes are six (a run takes minutes there), and 4 lanes of 4 and of
+    16 segments are among them ramped only (share 1: where the ramp wins at 1024 dgx-h100 nodes, 300.9
+    GB/s at 64 MiB and 374.8 at 1 GiB against the best equal shapes' 295.3 and 360.2), so the search
+    plays six runs at most, not eight (policy/pipeline_shape.cc; docs/simulator.md "Session 24");
+    below 4096 ranks every shape of 4 segments or more is played in both forms, as before."""
+    count = (1 << 30) // 4
+
+    def shapes(nodes):
+        got = _C.simulated_shapes(_C.Collective.all_reduce, "rail_lanes", count, 4, engine("dgx-h100", nodes))
+        return [(s["pieces"], count // s["pieces"] // s["segment"] if s["segment"] else 1, s["share"]) for s in got]
+
+    huge = shapes(512)  # 4096 ranks
+    assert sorted(huge) == sorted([(4, 4, 1), (4, 2, 0), (4, 16, 1), (4, 1, 0), (8, 2, 0), (2, 16, 0)]), huge
+    below = shapes(256)  # 2048 ranks
+    assert {(4, 4, 0), (4, 4, 1), (4, 8, 0), (4, 8, 1)} <= set(below), below
