@@ -125,7 +125,7 @@ class Waiter {
       if (r == me) continue;
       const std::string theirs = wait(base + "/" + std::to_string(r), true, [] {}, [&] {
         return "NCCL set-up: rank " + std::to_string(me) + " waited " + seconds_text(s_.timeout_s) +
-               " s (COMMLIB_TIMEOUT) for rank " + std::to_string(r) + "'s the device link setting";
+               " s (COMMLIB_TIMEOUT) for rank " + std::to_string(r) + "'s device link setting";
       });
       if (theirs != mine)
         throw MismatchError("rank " + std::to_string(me) + " has the device link setting " + mine + " but rank " +
