@@ -38,13 +38,19 @@ def _runs():
     return off, on
 
 
-def test_tune_writes_the_measured_crossover_and_takes_rows_from_its_side(tmp_path):
-    from commlib import cli
+def _write_runs(tmp_path):
+    """The two runs (COMMLIB_CMA=0 and =1) written as bench JSON files; their paths."""
     paths = []
     for i, d in enumerate(_runs()):
         paths.append(str(tmp_path / f"run{i}.json"))
         with open(paths[-1], "w") as f:
             json.dump(d, f)
+    return paths
+
+
+def test_tune_writes_the_measured_crossover_and_takes_rows_from_its_side(tmp_path):
+    from commlib import cli
+    paths = _write_runs(tmp_path)
     out = str(tmp_path / "tuning.json")
     assert cli.main(["tune", *paths, "-o", out]) == 0
     table = tuning.read(out)
@@ -98,11 +104,7 @@ def _one_job_of_both_sides():
 
 def test_tune_reads_both_sides_of_one_job_as_it_reads_two_runs(tmp_path):
     from commlib import cli
-    paths = []
-    for i, d in enumerate(_runs()):
-        paths.append(str(tmp_path / f"run{i}.json"))
-        with open(paths[-1], "w") as f:
-            json.dump(d, f)
+    paths = _write_runs(tmp_path)
     both = str(tmp_path / "both.json")
     with open(both, "w") as f:
         json.dump(_one_job_of_both_sides(), f)
