@@ -98,6 +98,11 @@ bool nccl_ready(const CallKey& k, StreamEngine& engine) {
 
 }  // namespace
 
+bool first_call_runs_from_cpp(const CollectiveCall& call, BufferKind kind_in, BufferKind kind_out, int device,
+                              uintptr_t stream, int size) {
+  return accepted_as_the_python_path_would(native_key_of(call, kind_in, kind_out, device, stream), size);
+}
+
 bool DeviceCallCache::prepare_new_shape(const CallKey& k, std::optional<Entry>* entry) {
   // (compress=: the codec is checked, and auto resolved under the verifier, in Python: core/codecs.py)
   if (k.codec != nullptr || !accepted_as_the_python_path_would(k, size_, true)) return false;

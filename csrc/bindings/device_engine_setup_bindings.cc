@@ -24,6 +24,11 @@
 namespace py = pybind11;
 
 namespace commlib {
+
+// device_call_new_shape.cc: whether the C++ path runs `call` as a new shape (its argument checks).
+bool first_call_runs_from_cpp(const CollectiveCall& call, BufferKind kind_in, BufferKind kind_out, int device,
+                              uintptr_t stream, int size);
+
 namespace {
 
 // The store's Python object: set(key, value), check([key]) and get(key), as every store commlib
@@ -78,10 +83,15 @@ FirstCheck first_check(const std::optional<FirstCall>& first_call, const std::op
   return {[](StreamEngine& e) { e.throw_if_call_failed(UINT64_MAX); }, "set-up"};
 }
 
-int set_up_from_cpp(void* cache, const CollectiveCall& call, uint8_t kind, int device, uintptr_t stream,
-                    CoreError* err) {
+int set_up_from_cpp(void* cache, const CollectiveCall& call, uint8_t kind, uint8_t kind_out, int device,
+                    uintptr_t stream, CoreError* err) {
   std::shared_ptr<DeviceEngines> engines = DeviceEngines::of_cache(cache);
-  return engines ? engines->set_up_for(call, kind, device, stream, err) : 0;
+  // A call the C++ path would not run (a bad argument the Python backend names, a form it runs
+  // itself) sets nothing up: the hand-over raises before this rank meets its peers.
+  if (!engines || !first_call_runs_from_cpp(call, static_cast<BufferKind>(kind), static_cast<BufferKind>(kind_out),
+                                            device, stream, engines->world_size()))
+    return 0;
+  return engines->set_up_for(call, kind, device, stream, err);
 }
 
 int set_up_p2p_from_cpp(void* cache, const P2PItem* items, size_t n, DType dtype, uint8_t kind, int device,
@@ -98,7 +108,7 @@ bool use_store(void* cache, std::shared_ptr<SetupStore> store) {
   return true;
 }
 
-const DeviceSetupApi g_setup_api{1, &set_up_from_cpp, &set_up_p2p_from_cpp, &use_store};
+const DeviceSetupApi g_setup_api{2, &set_up_from_cpp, &set_up_p2p_from_cpp, &use_store};
 
 py::tuple engine_tuple(const DeviceEngines::Engine& e) { return py::make_tuple(e.engine, e.device, e.prefix); }
 

@@ -63,6 +63,8 @@ class DeviceEngines {
     std::lock_guard<std::mutex> lock(mu_);
     return engines_.size();
   }
+  // The communicator's ranks (the first call's root is checked against it before a set-up).
+  int world_size() const { return comm_.size(); }
   // Forgets them (the route closed them): C++ callers set nothing up after it (set_up_for: 0).
   void clear();
 

@@ -15,8 +15,8 @@ namespace commlib {
 namespace torch_backend {
 
 // device_setup.cc: the first call's engine set-up from C++ (bindings/device_setup_api.h's answer).
-int set_up_device(void* cache, const CollectiveCall& call, uint8_t kind, int device, uintptr_t stream, CoreError* err);
-
+int set_up_device(void* cache, const CollectiveCall& call, uint8_t kind, uint8_t kind_out, int device, uintptr_t stream,
+                  CoreError* err);
 
 bool device_layout(const at::Tensor& t) {
   return t.defined() && t.is_cuda() && t.layout() == at::kStrided && t.is_contiguous() && !t.is_conj() &&
@@ -163,7 +163,7 @@ int DeviceCalls::offer(const py::object& group, const CollectiveCall& call, uint
   const int ran = api_->device_collective(c, call, kind, kind_out, device, stream, work, err);
   // Declined with no engine on the device yet (the group's first call there): set it up from C++
   // (device_setup.cc) and offer the call again; else 0 (the Python backend explains the call).
-  const int set_up = ran == 0 ? set_up_device(c, call, kind, device, stream, err) : 0;
+  const int set_up = ran == 0 ? set_up_device(c, call, kind, kind_out, device, stream, err) : 0;
   if (set_up <= 0) return ran != 0 ? ran : set_up;
   return api_->device_collective(c, call, kind, kind_out, device, stream, work, err);
 }

@@ -44,8 +44,9 @@ void set_device_setup_api(const DeviceSetupApi* api) { g_setup_api = api; }
 
 // 1: set up now; 0: nothing done (an engine is there already: the call was declined for an argument
 // the Python backend explains; or no set-up from C++ in this process); -1: failed (err).
-int set_up_device(void* cache, const CollectiveCall& call, uint8_t kind, int device, uintptr_t stream, CoreError* err) {
-  return g_setup_api == nullptr ? 0 : g_setup_api->set_up(cache, call, kind, device, stream, err);
+int set_up_device(void* cache, const CollectiveCall& call, uint8_t kind, uint8_t kind_out, int device, uintptr_t stream,
+                  CoreError* err) {
+  return g_setup_api == nullptr ? 0 : g_setup_api->set_up(cache, call, kind, kind_out, device, stream, err);
 }
 
 int set_up_device_p2p(void* cache, const std::vector<P2PItem>& items, DType dtype, uint8_t kind, int device,

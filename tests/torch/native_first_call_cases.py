@@ -162,6 +162,29 @@ def peer_silent_past_the_timeout(comm):
     return got
 
 
+def bad_first_call_sets_nothing_up(comm):
+    """Rank 0's first device calls carry arguments the Python backend refuses (a bitwise op on
+    float32, a root out of range) while rank 1 makes no device call: each is declined at once (the
+    hand-over raises naming the argument) and no engine is set up, rather than rank 0 waiting in a
+    set-up for a peer that never comes (3 s timeout). Returns rank 0's (what each call gave, seconds,
+    engines set up), else None."""
+    sub = comm.split(0, timeout=3)
+    o = Offers(sub)
+    if o.comm.rank == 1:
+        wait_until_reached(o.comm, "done", [0])
+        o.shutdown()
+        return None
+    P = o.comm.size
+    t = time.monotonic()
+    got = [_outcome(lambda: o.seam("all_reduce", emu.from_numpy(np.ones(16, np.float32)), op="band"))[0],
+           _outcome(lambda: o.seam("broadcast", emu.from_numpy(np.ones(16, np.float32)), root=P))[0]]
+    seconds = time.monotonic() - t
+    engines = len(o.route._setups.engines())
+    mark_reached(o.comm, "done")
+    o.shutdown()
+    return got, seconds, engines
+
+
 def set_up_failure_reaches_every_rank(comm):
     """Rank 1's engine cannot be made (COMMLIB_DEVICE_LINK names no link) during its first call from
     C++; rank 0, waiting in its own set-up, hears of it through the store's error key at once.

@@ -63,6 +63,16 @@ def test_a_silent_peer_times_out_naming_it(pool):
 
 
 @pytest.mark.timeout(90)
+def test_a_first_call_with_a_bad_argument_sets_nothing_up(pool):
+    """Arguments are checked before the set-up meets anyone: declined at once (the Python backend
+    then raises naming the argument), no engine, no wait for the peer that makes no device call."""
+    got, took, engines = pool(2, env=ENV).run(cases.bad_first_call_sets_nothing_up, timeout=60)[0]
+    assert got == ["", ""], got  # declined, nothing raised by the set-up (it would time out after 3 s)
+    assert engines == 0, engines
+    assert took < 2.5, took
+
+
+@pytest.mark.timeout(90)
 def test_a_set_up_error_reaches_every_rank(pool):
     (seen0, took0), (seen1, _) = pool(2, env=ENV).run(cases.set_up_failure_reaches_every_rank, timeout=60)
     assert seen1.startswith("ValueError") and "COMMLIB_DEVICE_LINK" in seen1, seen1
