@@ -70,3 +70,43 @@ def test_mpi_on_one_host_runs_in_commlibs_job_unless_asked_not_to():
     assert job_order(cfg, one, mpi_ok=False) == ["commlib", "gloo", "mpi"]  # the MPI job then says why
     assert job_order(cfg, two, mpi_ok=True) == ["commlib", "gloo", "mpi"]  # across hosts: its own TCP job
     assert job_order({"peers": ["gloo"]}, one, mpi_ok=True) == ["commlib", "gloo"]
+
+
+def test_a_failed_commlib_and_mpi_job_loses_mpis_column_never_commlibs(monkeypatch):
+    """MPI found but its job writes nothing (mpirun or MPI's set-up failed): commlib runs alone, in
+    that pass and the next, and only MPI's column is reported missing, with the reason."""
+    from types import SimpleNamespace
+
+    from commlib.bench import local_driver, mpi_peer, same_job
+    from commlib.bench.hosts import Placement
+    launched = []
+
+    def fake_mpi(cfg_path, part, timeout, place, backend="mpi"):
+        launched.append(backend)
+        return False, "mpirun: could not start"
+
+    def fake_local(name, cfg_path, part, timeout, place):
+        launched.append(name)
+        with open(part, "w") as f:
+            json.dump({"records": [{"backend": name, "pass": cfg_path}], "info": {"available": True}}, f)
+        return True, ""
+
+    seen = {}
+
+    def fake_finish(a, cfg, command, results, backends, status):
+        seen.update(results=results, backends=backends, status=status, jobs=cfg["jobs"])
+        return status
+
+    monkeypatch.setattr(local_driver, "_launch_mpi", fake_mpi)
+    monkeypatch.setattr(local_driver, "_launch_local", fake_local)
+    monkeypatch.setattr(local_driver, "finish", fake_finish)
+    monkeypatch.setattr(local_driver, "merge_passes", lambda per_pass, statistic: [r for p in per_pass for r in p])
+    monkeypatch.setattr(mpi_peer, "available", lambda: (True, "mpirun"))
+    cfg = {"peers": ["gloo", "mpi"], "sizes": [8], "collectives": ["all_reduce"]}
+    assert local_driver.run_local(SimpleNamespace(passes=2, timeout=10), cfg, "bench", Placement(2, 1)) == 0
+    assert launched == [same_job.INLINE, "commlib", "gloo", "gloo", "commlib"], launched
+    assert [r["backend"] for r in seen["results"]] == ["commlib", "gloo", "gloo", "commlib"]
+    assert seen["backends"]["mpi"]["available"] is False
+    assert "could not start" in seen["backends"]["mpi"]["reason"], seen["backends"]["mpi"]
+    assert seen["backends"]["commlib"]["available"] and seen["status"] == 0
+    assert seen["jobs"] == ["commlib", "gloo"]
