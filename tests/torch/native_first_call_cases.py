@@ -150,13 +150,19 @@ def peer_silent_past_the_timeout(comm):
     """Rank 1 makes no device call until rank 0 is done; rank 0's first device call, setting up from
     C++ under a 1.5 s timeout, raises CommError naming rank 1 and COMMLIB_TIMEOUT. Returns rank 0's
     ("Type: message", seconds), else None."""
-    sub = comm.split(0, timeout=1.5)
-    o = Offers(sub)
+    return _rank0_alone(comm, 1.5, lambda o: _outcome(
+        lambda: o.seam("all_reduce", emu.from_numpy(np.ones(16, np.float32)))))
+
+
+def _rank0_alone(comm, timeout, body):
+    """``body(o)`` on rank 0 of a group with ``timeout`` while rank 1 makes no device call until
+    rank 0 is done (then both shut the group down): rank 0's result, None on rank 1."""
+    o = Offers(comm.split(0, timeout=timeout))
     if o.comm.rank == 1:
         wait_until_reached(o.comm, "done", [0])
         o.shutdown()
         return None
-    got = _outcome(lambda: o.seam("all_reduce", emu.from_numpy(np.ones(16, np.float32))))
+    got = body(o)
     mark_reached(o.comm, "done")
     o.shutdown()
     return got
@@ -168,21 +174,12 @@ def bad_first_call_sets_nothing_up(comm):
     hand-over raises naming the argument) and no engine is set up, rather than rank 0 waiting in a
     set-up for a peer that never comes (3 s timeout). Returns rank 0's (what each call gave, seconds,
     engines set up), else None."""
-    sub = comm.split(0, timeout=3)
-    o = Offers(sub)
-    if o.comm.rank == 1:
-        wait_until_reached(o.comm, "done", [0])
-        o.shutdown()
-        return None
-    P = o.comm.size
-    t = time.monotonic()
-    got = [_outcome(lambda: o.seam("all_reduce", emu.from_numpy(np.ones(16, np.float32)), op="band"))[0],
-           _outcome(lambda: o.seam("broadcast", emu.from_numpy(np.ones(16, np.float32)), root=P))[0]]
-    seconds = time.monotonic() - t
-    engines = len(o.route._setups.engines())
-    mark_reached(o.comm, "done")
-    o.shutdown()
-    return got, seconds, engines
+    def bad_calls(o):
+        t = time.monotonic()
+        got = [_outcome(lambda: o.seam("all_reduce", emu.from_numpy(np.ones(16, np.float32)), op="band"))[0],
+               _outcome(lambda: o.seam("broadcast", emu.from_numpy(np.ones(16, np.float32)), root=o.comm.size))[0]]
+        return got, time.monotonic() - t, len(o.route._setups.engines())
+    return _rank0_alone(comm, 3, bad_calls)
 
 
 def set_up_failure_reaches_every_rank(comm):
