@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "bindings/bindings.h"
+#include "bindings/commlib_setup_store.h"
 #include "bindings/device_call_cache.h"
 #include "bindings/device_engine_setup.h"
 #include "bindings/device_engines.h"
@@ -121,6 +122,7 @@ std::unique_ptr<SetupStore> python_setup_store(py::object store) {
 uint64_t python_setup_store_calls() { return PythonSetupStore::calls.load(std::memory_order_relaxed); }
 
 void bind_device_engine_setup(py::module_& m) {
+  bind_commlib_setup_store(m);
   m.def("python_setup_store_calls", &python_setup_store_calls,
         "Store operations the device engine set-ups made through a store's Python object in this process.");
   m.def(

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "bindings/commlib_setup_store.h"
 #include "bindings/device_call_cache.h"
 #include "bindings/gil.h"
 #include "device/emulated/emulated_device.h"
@@ -28,10 +29,13 @@ DeviceEngines::DeviceEngines(py::object comm, py::object store, std::string labe
       store_ref_(store),
       nccl_setup_(std::move(nccl_setup)),
       comm_(comm_ref_.cast<Communicator&>()),
-      store_(python_setup_store(std::move(store))),
+      store_(commlib_setup_store(store)),  // commlib's own store, read once here: C++ from now on
       label_(std::move(label)),
       timeout_s_(timeout_s),
-      cache_(cache) {}
+      cache_(cache) {
+  python_store_ = store_ == nullptr;
+  if (python_store_) store_ = python_setup_store(std::move(store));  // another store: its Python object's calls
+}
 
 DeviceEngines::~DeviceEngines() {
   // The Python objects go under the GIL, whichever thread let go of this last (a C++ caller's
@@ -143,6 +147,15 @@ DeviceEngines::Engine DeviceEngines::set_up(BufferKind kind, int device, std::sh
     std::lock_guard<std::mutex> lock(mu_);
     store = store_;  // (set_store waits for this set-up: setup_mu_)
   }
+  struct Idle {  // (on every exit: the store lets go of what only a set-up needs, its connection)
+    SetupStore& s;
+    ~Idle() {
+      try {
+        s.idle();
+      } catch (...) {
+      }
+    }
+  } idle{*store};
   DeviceEngineSetup s{comm_, std::move(d), timeout_s_, label_, e.prefix, std::move(poll), what};
   e.engine = set_up_device_engine(s, *store);
   if (e.engine->needs_nccl()) {

@@ -15,6 +15,10 @@ class SetupStore {
   virtual ~SetupStore() = default;
   virtual void set(const std::string& key, const std::string& value) = 0;
   virtual bool try_get(const std::string& key, std::string* value) = 0;
+  // A set-up is over (DeviceEngines::set_up, on every exit): let go of what only a set-up needs.
+  // commlib's own store closes its connection (bindings/commlib_setup_store.h), so that an idle
+  // one holds no server open (bootstrap/store_lease.py waits for its clients to go).
+  virtual void idle() {}
 };
 
 }  // namespace commlib

@@ -135,7 +135,9 @@ FLOORS = (
     # the device plan lowers schedules; the cost model plays them; every kind of transport
     # (transport/<kind>/: shm, tcp, ...) implements transport/'s interface and adds a table row
     ("kernels", "sim", KINDS),
-    ("device", "policy"),            # the policy ranks auto's candidates with the cost model
+    # the policy ranks auto's candidates with the cost model; bootstrap: commlib's store from C++
+    # (its signed values with transport/tcp's HMAC)
+    ("device", "policy", "bootstrap"),
     ("plan", "verify"),              # plan: every engine's call -> resolved plan
     ("host", "stream", "device/emulated"),  # the engines; the emulated device only the bindings see
     ("bindings",),

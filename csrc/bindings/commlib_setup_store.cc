@@ -1,0 +1,139 @@
+// commlib's own store for the set-up, from C++ (commlib_setup_store.h).
+#include "bindings/commlib_setup_store.h"
+
+#include <pybind11/stl.h>
+
+#include <mutex>
+#include <optional>
+
+#include "bootstrap/signed_values.h"
+#include "bootstrap/store_client.h"
+#include "bootstrap/store_error.h"
+
+namespace py = pybind11;
+
+namespace commlib {
+namespace {
+
+// The set-up's store: set and check-and-read over the client, values signed and verified where
+// the Python store was a SignedStore (`key` non-empty), as SignedStore.set/get do.
+class CommlibSetupStore : public SetupStore {
+ public:
+  CommlibSetupStore(StoreAddress address, std::string key) : client_(std::move(address)), key_(std::move(key)) {}
+  void set(const std::string& key, const std::string& value) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    client_.set(key, key_.empty() ? value : sign_store_value(key_, key, value));
+  }
+  bool try_get(const std::string& key, std::string* value) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string stored;
+    if (!client_.try_get(key, &stored)) return false;
+    *value = key_.empty() ? std::move(stored) : verify_store_value(key_, key, stored);
+    return true;
+  }
+  void idle() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    client_.close();
+  }
+
+ private:
+  std::mutex mu_;
+  StoreClient client_;
+  const std::string key_;
+};
+
+py::object store_module_attr(const char* module, const char* name) {
+  return py::module_::import(module).attr(name);
+}
+
+}  // namespace
+
+std::unique_ptr<SetupStore> commlib_setup_store(py::handle store) {
+  py::object tcp_type = store_module_attr("commlib.bootstrap.store", "TCPStore");
+  py::object signed_type = store_module_attr("commlib.bootstrap.secret", "SignedStore");
+  py::handle tcp = store;
+  std::string key;
+  if (py::type::handle_of(store).is(signed_type)) {
+    tcp = store.attr("inner");
+    key = py::bytes(store.attr("_key")).cast<std::string>();
+  }
+  if (!py::type::handle_of(tcp).is(tcp_type)) return nullptr;
+  // The server this store's socket reached (numeric), and what its messages call it.
+  py::tuple peer = tcp.attr("_sock").attr("getpeername")();
+  StoreAddress a;
+  a.host = peer[0].cast<std::string>();
+  a.port = peer[1].cast<int>();
+  a.where = tcp.attr("_where").cast<std::string>();
+  a.timeout_s = tcp.attr("timeout").cast<double>();
+  const bool rank0 = tcp.attr("served_by_rank0").cast<bool>();
+  // store.py's texts for a lost connection and a silent server (TCPStore._exchange).
+  a.lost_advice = rank0 ? store_module_attr("commlib.bootstrap.store", "RANK0_STORE_LOST").cast<std::string>()
+                        : "the server closed it (it stopped, or is not a commlib store)";
+  if (rank0)
+    a.silent_advice = "; it is served in rank 0's process: if rank 0 (or its host) died, the store died with it. " +
+                      store_module_attr("commlib.bootstrap.store", "RANK0_STORE_ADVICE").cast<std::string>();
+  return std::make_unique<CommlibSetupStore>(std::move(a), std::move(key));
+}
+
+void bind_commlib_setup_store(py::module_& m) {
+  // A StoreError reaches Python as commlib.errors' own class (RendezvousError, StoreLostError), as
+  // the Python store raised it.
+  py::register_exception_translator([](std::exception_ptr p) {
+    if (!p) return;
+    try {
+      std::rethrow_exception(p);
+    } catch (const StoreError& e) {
+      py::object cls = store_module_attr("commlib.errors", e.python_class());
+      PyErr_SetString(cls.ptr(), e.message().c_str());
+    }
+  });
+  m.def(
+      "sign_store_value",
+      [](py::bytes key, py::bytes name, py::bytes value) {
+        return py::bytes(sign_store_value(key.cast<std::string>(), name.cast<std::string>(), value.cast<std::string>()));
+      },
+      py::arg("key"), py::arg("name"), py::arg("value"),
+      "A store value signed as commlib.bootstrap.secret.sign_value signs it (bootstrap/signed_values.h).");
+  m.def(
+      "verify_store_value",
+      [](py::bytes key, py::bytes name, py::bytes stored) {
+        return py::bytes(
+            verify_store_value(key.cast<std::string>(), name.cast<std::string>(), stored.cast<std::string>()));
+      },
+      py::arg("key"), py::arg("name"), py::arg("stored"),
+      "The value inside a signed one, as secret.verify_value returns it; RendezvousError as it raises.");
+  py::class_<SetupStore, std::shared_ptr<SetupStore>>(m, "CommlibSetupStore",
+                                                      "The device engine set-up's store operations over commlib's "
+                                                      "own store from C++ (a test seam: bindings/commlib_setup_store.h).")
+      .def_static(
+          "of",
+          [](py::object store) -> std::optional<std::shared_ptr<SetupStore>> {
+            std::unique_ptr<SetupStore> s = commlib_setup_store(store);
+            if (!s) return std::nullopt;
+            return std::shared_ptr<SetupStore>(std::move(s));
+          },
+          py::arg("store"), "The set-up's C++ store over `store`, or None where it is not commlib's own.")
+      .def(
+          "set",
+          [](SetupStore& s, const std::string& key, py::bytes value) {
+            const std::string v = value;
+            py::gil_scoped_release nogil;
+            s.set(key, v);
+          },
+          py::arg("key"), py::arg("value"))
+      .def(
+          "try_get",
+          [](SetupStore& s, const std::string& key) -> py::object {
+            std::string value;
+            bool found;
+            {
+              py::gil_scoped_release nogil;
+              found = s.try_get(key, &value);
+            }
+            return found ? py::object(py::bytes(value)) : py::object(py::none());
+          },
+          py::arg("key"), "The value under `key` (verified where signed), or None; never waits.")
+      .def("idle", &SetupStore::idle, "Close the connection (the next operation opens one).");
+}
+
+}  // namespace commlib
