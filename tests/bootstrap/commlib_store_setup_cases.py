@@ -1,0 +1,73 @@
+"""Rank side of test_set_up_over_commlib_store.py: the stream engine's set-up over commlib's own
+store (TCPStore, or a SignedStore over one under COMMLIB_SECRET) goes through the C++ client
+(csrc/bindings/commlib_setup_store.h) once the device route read the store: a spy on the Python
+store object sees no call during the set-up; and a store server killed during the set-up gives the
+error the Python store gave (StoreLostError naming the store, the operation and the key)."""
+from __future__ import annotations
+
+import numpy as np
+
+import commlib.emulated as emu
+from commlib import _C
+from commlib.bootstrap.secret import SignedStore
+
+STORE_METHODS = ("set", "get", "check", "add", "wait")
+
+
+def _spy_on_store(store, seen):
+    """Every method of STORE_METHODS of the store object (and of its inner store, for a signed one)
+    appends its name to ``seen``; returns a function that takes the spies off."""
+    objects = [store] + ([store.inner] if isinstance(store, SignedStore) else [])
+    for obj in objects:
+        for name in STORE_METHODS:
+            real = getattr(obj, name, None)
+            if real is None:  # (a SignedStore has no wait)
+                continue
+
+            def spy(*args, _name=name, _real=real, **kwargs):
+                seen.append(_name)
+                return _real(*args, **kwargs)
+            setattr(obj, name, spy)
+
+    def off():
+        for obj in objects:
+            for name in STORE_METHODS:
+                obj.__dict__.pop(name, None)
+    return off
+
+
+def set_up_sees_no_python_store_call(comm):
+    """A fresh communicator (a split: no engine yet) makes its first call on emulated memory, which
+    sets its engine up through the store. Returns (the store's class, store calls the spy saw during
+    the first call, store operations the set-up made through a Python object, whether the route's
+    set-ups still use the Python object, the result exact)."""
+    P, r = comm.size, comm.rank
+    sub = comm.split(0, timeout=30)
+    store = sub._store
+    sub._device()  # the route: the store is read here, once
+    seen = []
+    off = _spy_on_store(store, seen)
+    ops = _C.python_setup_store_calls()
+    try:
+        x = emu.from_numpy(np.full(33, r + 1, np.int32))
+        sub.all_reduce(x)
+        right = bool(np.array_equal(x.numpy(), np.full(33, P * (P + 1) // 2, np.int32)))
+    finally:
+        ops = _C.python_setup_store_calls() - ops
+        off()
+    python_store = sub._device()._setups.python_store()
+    sub.close()
+    return type(store).__name__, seen, ops, python_store, right
+
+
+def set_up_while_the_store_dies(comm):
+    """Rank 0 makes its first device call; rank 1 makes none, so rank 0's set-up waits on the store
+    for rank 1's handle until the test kills the store server. Returns rank 0's ("Class", message)
+    (rank 1: None)."""
+    if comm.rank != 0:
+        return None
+    try:
+        comm.all_reduce(emu.from_numpy(np.ones(8, np.float32)))
+    except Exception as e:  # noqa: BLE001 - the class and message are the result
+        return type(e).__name__, str(e)
+    return "no error", ""

@@ -1,0 +1,90 @@
+"""The stream engine's set-up over commlib's own store from C++, without the GIL (issue #44;
+csrc/bindings/commlib_setup_store.h over csrc/bootstrap/store_client.h): no call on the Python store
+object once the route read it, signed or not; and a store server killed during a set-up raises the
+StoreLostError the Python store raised. Rank side: commlib_store_setup_cases.py."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import commlib_store_setup_cases as cases
+from commlib.bootstrap.store import TCPStore
+from commlib.testing.ranks import RankPool, _start_context, _worker
+
+SECRET = "0123456789abcdef0123456789abcdef"
+EMULATED = {"COMMLIB_EMULATED_DELAY_US": "20"}
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("size,signed", [(2, False), (3, False), (2, True)], ids=["2", "3", "2-signed"])
+def test_a_set_up_over_commlibs_store_calls_no_python_store_method(pool, size, signed):
+    env = dict(EMULATED, **({"COMMLIB_SECRET": SECRET} if signed else {}))
+    for rank, (cls, seen, ops, python_store, right) in enumerate(
+            pool(size, env=env).run(cases.set_up_sees_no_python_store_call, timeout=150)):
+        assert cls == ("SignedStore" if signed else "TCPStore"), (rank, cls)
+        assert seen == [] and ops == 0 and python_store is False, (rank, seen, ops, python_store)
+        assert right, rank
+
+
+class _PoolOverAStoreProcess(RankPool):
+    """A pool whose store is served by a `commlib store` process (so the test can SIGKILL it)."""
+
+    def _start_ranks(self):
+        self.server = subprocess.Popen([sys.executable, "-m", "commlib", "store", "--port", "0"],
+                                       stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+        line = self.server.stdout.readline()
+        self.port = int(re.search(r"127\.0\.0\.1:(\d+)", line).group(1))
+        ctx = _start_context(self.env)
+        for r in range(self.size):
+            parent, child = ctx.Pipe()
+            p = ctx.Process(target=_worker, args=(r, self.size, self.port, child, self.env, dict(os.environ)),
+                            daemon=True)
+            p.start()
+            self.conns.append(parent)
+            self.procs.append(p)
+
+    def kill(self):
+        super().kill()
+        if getattr(self, "server", None) is not None and self.server.poll() is None:
+            self.server.kill()
+        if getattr(self, "server", None) is not None:
+            self.server.wait(10)
+            self.server.stdout.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_store_server_killed_during_a_set_up_is_the_same_store_lost_error():
+    pool = _PoolOverAStoreProcess(2, timeout=90, env=dict(EMULATED, COMMLIB_TIMEOUT="60"))
+    killed = threading.Event()
+
+    def kill_when_rank0_waits():  # rank 0 published its handle: it is in the set-up's wait
+        probe = TCPStore("127.0.0.1", pool.port, timeout=30)
+        try:
+            deadline = time.monotonic() + 60
+            while not probe.check(["pool/device1/0"]) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            time.sleep(0.2)
+        finally:
+            probe.close()
+        pool.server.send_signal(signal.SIGKILL)
+        killed.set()
+    t = threading.Thread(target=kill_when_rank0_waits, daemon=True)
+    t.start()
+    try:
+        (cls, message), _ = pool.run(cases.set_up_while_the_store_dies, timeout=90)
+    finally:
+        t.join(70)
+        pool.kill()
+    assert killed.is_set()
+    # The Python store's own text (store.py TCPStore._exchange), for the poll of rank 1's handle or
+    # of the error key, whichever the kill met.
+    assert cls == "StoreLostError", (cls, message)
+    assert re.fullmatch(
+        rf"store at 127\.0\.0\.1:{pool.port}: connection lost during check 'pool/device1/(1|error)' "
+        r"\((store connection closed|\[Errno 104\] Connection reset by peer)\): the server closed it "
+        r"\(it stopped, or is not a commlib store\)", message), message
