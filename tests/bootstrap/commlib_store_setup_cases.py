@@ -40,7 +40,7 @@ def set_up_sees_no_python_store_call(comm):
     """A fresh communicator (a split: no engine yet) makes its first call on emulated memory, which
     sets its engine up through the store. Returns (the store's class, store calls the spy saw during
     the first call, store operations the set-up made through a Python object, whether the route's
-    set-ups still use the Python object, the result exact)."""
+    set-ups still use the Python object, the result exact). The communicator stays open (close_kept)."""
     P, r = comm.size, comm.rank
     sub = comm.split(0, timeout=30)
     store = sub._store
@@ -56,8 +56,17 @@ def set_up_sees_no_python_store_call(comm):
         ops = _C.python_setup_store_calls() - ops
         off()
     python_store = sub._device()._setups.python_store()
-    sub.close()
+    _KEPT.append(sub)  # open until close_kept: the test counts the server's connections meanwhile
     return type(store).__name__, seen, ops, python_store, right
+
+
+_KEPT = []
+
+
+def close_kept(comm):
+    """Closes the communicators set_up_sees_no_python_store_call kept open."""
+    while _KEPT:
+        _KEPT.pop().close()
 
 
 def set_up_while_the_store_dies(comm):

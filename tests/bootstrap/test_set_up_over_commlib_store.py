@@ -1,6 +1,6 @@
 """The stream engine's set-up over commlib's own store from C++, without the GIL (issue #44;
 csrc/bindings/commlib_setup_store.h over csrc/bootstrap/store_client.h): no call on the Python store
-object once the route read it, signed or not; and a store server killed during a set-up raises the
+object once the route read it, signed or not, and no connection of the set-up's left open; and a store server killed during a set-up raises the
 StoreLostError the Python store raised. Rank side: commlib_store_setup_cases.py."""
 import os
 import re
@@ -24,11 +24,19 @@ EMULATED = {"COMMLIB_EMULATED_DELAY_US": "20"}
 @pytest.mark.parametrize("size,signed", [(2, False), (3, False), (2, True)], ids=["2", "3", "2-signed"])
 def test_a_set_up_over_commlibs_store_calls_no_python_store_method(pool, size, signed):
     env = dict(EMULATED, **({"COMMLIB_SECRET": SECRET} if signed else {}))
-    for rank, (cls, seen, ops, python_store, right) in enumerate(
-            pool(size, env=env).run(cases.set_up_sees_no_python_store_call, timeout=150)):
+    ranks = pool(size, env=env)
+    try:
+        results = ranks.run(cases.set_up_sees_no_python_store_call, timeout=150)
+        # The set-ups' own connections are closed once they are over (SetupStore::idle): the server
+        # (this process's) holds each rank's Python store's connection alone.
+        connections = ranks.store.connections
+    finally:
+        ranks.run(cases.close_kept, timeout=60)
+    for rank, (cls, seen, ops, python_store, right) in enumerate(results):
         assert cls == ("SignedStore" if signed else "TCPStore"), (rank, cls)
         assert seen == [] and ops == 0 and python_store is False, (rank, seen, ops, python_store)
         assert right, rank
+    assert connections == size, connections
 
 
 class _PoolOverAStoreProcess(RankPool):
