@@ -32,7 +32,6 @@ import datetime
 import json
 import multiprocessing as mp
 import os
-import socket
 import statistics
 import time
 
@@ -144,8 +143,9 @@ def _rank_main(rank, size, port, cfg, out):
     import commlib.torch
     torch.set_num_threads(1)
     _noop_backend()
-    dist.init_process_group("commlib", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=size, timeout=datetime.timedelta(seconds=120))
+    timeout = datetime.timedelta(seconds=120)
+    store = dist.TCPStore("127.0.0.1", port, size, is_master=False, timeout=timeout)  # (run()'s server)
+    dist.init_process_group("commlib", store=store, rank=rank, world_size=size, timeout=timeout)
     groups = {"commlib": None, "gloo": dist.new_group(backend="gloo"),
               "fake": dist.new_group(backend="fake"), "noop": dist.new_group(backend="noop")}
     comm = commlib.torch.get_communicator()
@@ -207,16 +207,24 @@ def tables(res) -> str:
     return "\n".join(out)
 
 
+def serve_rendezvous_store():
+    """torch's TCPStore served by this process on a port the kernel picks as it binds, and the port:
+    the ranks connect to it. Picking a free port and letting rank 0 bind it later raced with any
+    process that took the port meanwhile (EADDRINUSE, seen under load)."""
+    import torch.distributed as dist
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                          timeout=datetime.timedelta(seconds=120))
+    return store, store.port
+
+
 def run(args) -> int:
     colls = [c.strip() for c in args.collectives.split(",") if c.strip()]
     for c in colls:
         if c not in COLLECTIVES:
             print(f"commlib bench-torch: --collectives: unknown {c!r} (expected: {', '.join(COLLECTIVES)})")
             return 2
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     import tempfile
+    store, port = serve_rendezvous_store()
     cfg = {k: getattr(args, k) for k in ("minbytes", "maxbytes", "stepfactor", "rounds", "calls", "clock")}
     cfg["collectives"] = colls
     ctx = mp.get_context("spawn")
@@ -233,6 +241,7 @@ def run(args) -> int:
             return 1
         with open(out) as f:
             res = json.load(f)
+    del store  # (the server stops with its last reference)
     print(f"median µs ({args.clock} clock) per blocking call (float32), {args.np_} ranks, same "
           f"processes, {args.rounds} rounds x {args.calls} calls (gloo: a tenth)")
     print(tables(res))
