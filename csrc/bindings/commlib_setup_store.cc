@@ -58,8 +58,15 @@ std::unique_ptr<SetupStore> commlib_setup_store(py::handle store) {
     key = py::bytes(store.attr("_key")).cast<std::string>();
   }
   if (!py::type::handle_of(tcp).is(tcp_type)) return nullptr;
-  // The server this store's socket reached (numeric), and what its messages call it.
-  py::tuple peer = tcp.attr("_sock").attr("getpeername")();
+  // The server this store's socket reached (numeric), and what its messages call it. A store whose
+  // socket is closed already keeps its Python object: its own operations say what is wrong.
+  py::tuple peer;
+  try {
+    peer = tcp.attr("_sock").attr("getpeername")();
+  } catch (const py::error_already_set& e) {
+    if (!e.matches(PyExc_OSError)) throw;
+    return nullptr;
+  }
   StoreAddress a;
   a.host = peer[0].cast<std::string>();
   a.port = peer[1].cast<int>();

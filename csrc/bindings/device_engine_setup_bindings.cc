@@ -1,9 +1,10 @@
 // `_C.DeviceEngines` (bindings/device_engines.h: the device route's engines, set up through
 // device_engine_setup.h's one sequence) and `_C.device_setup_api` (device_setup_api.h: the same for
-// C++ callers), over the communicator's Python store (commlib's TCPStore, SignedStore, or the store
-// torch gave the group): only the store's own set/check/get are Python, each under the GIL; every
-// wait, check and message is C++, the GIL released between them (a store server may run on a
-// thread of this very process).
+// C++ callers), over the communicator's store: commlib's own (TCPStore, or SignedStore over one)
+// from C++ without the GIL (commlib_setup_store.h); torch's c10d::Store from _C_torch; any other
+// store's Python object (PythonSetupStore below), its set/check/get each under the GIL. Every wait,
+// check and message is C++, the GIL released between them (a store server may run on a thread of
+// this very process).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -177,8 +178,8 @@ void bind_device_engine_setup(py::module_& m) {
       .def("clear", &DeviceEngines::clear, "Forget the engines (the route closed them).")
       .def("__len__", &DeviceEngines::size, "How many engines are set up.")
       .def("python_store", &DeviceEngines::python_store,
-           "Whether the set-ups still meet through the store's Python object (False once the torch backend "
-           "gave its c10d::Store).")
+           "Whether the set-ups meet through the store's Python object (False for commlib's own store, "
+           "spoken from C++, and once the torch backend gave its c10d::Store).")
       .def(
           "set_cuda",
           [](DeviceEngines& d, py::capsule maker, py::capsule wrapper) {

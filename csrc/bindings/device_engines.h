@@ -9,7 +9,8 @@
 //
 // What stays Python: NCCL's communicator (commlib/device/nccl_comm.py setup_links, given as
 // `nccl_setup` and called under the GIL, only where some pair uses the nccl link), and the store
-// itself where it is a Python object (commlib's TCPStore; torch's store through its binding).
+// itself where it is neither commlib's own (spoken from C++: commlib_setup_store.h) nor torch's
+// (handed over by _C_torch: set_store).
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -71,7 +72,8 @@ class DeviceEngines {
   // The store the set-ups meet through from now on (the torch backend's c10d::Store over the same
   // keys as the Python object it was given: commlib._C_torch, device_setup_api.h use_store).
   void set_store(std::shared_ptr<SetupStore> store);
-  // Whether the store is still the Python object's (its set/check/get under the GIL).
+  // Whether the set-ups meet through the store's Python object (its set/check/get under the GIL):
+  // false for commlib's own store (read once at construction) and once torch's store was given.
   bool python_store();
 
   // CUDA for C++ callers: _C_cuda's device maker and stream wrapper (the route gives them once the

@@ -80,3 +80,27 @@ def set_up_while_the_store_dies(comm):
     except Exception as e:  # noqa: BLE001 - the class and message are the result
         return type(e).__name__, str(e)
     return "no error", ""
+
+
+FORGED = b"CLS1" + bytes(32) + b"forged handle"  # signed-looking, with a tag no key makes
+
+
+def set_up_meets_a_tampered_handle(comm):
+    """Under COMMLIB_SECRET: rank 1 plants a forged handle under its own set-up key (written past the
+    signing, through the inner store) and makes no device call; rank 0's first device call reads it
+    in its set-up from C++. Returns rank 0's ("Class", message) and the forged key (rank 1: None)."""
+    sub = comm.split(0, timeout=30)
+    key = f"{sub._prefix}/device1/1"
+    try:
+        if sub.rank == 1:
+            sub._store.inner.set(key, FORGED)
+            sub.barrier()
+            return None
+        sub.barrier()
+        try:
+            sub.all_reduce(emu.from_numpy(np.ones(8, np.float32)))
+        except Exception as e:  # noqa: BLE001 - the class and message are the result
+            return type(e).__name__, str(e), key
+        return "no error", "", key
+    finally:
+        sub.close()

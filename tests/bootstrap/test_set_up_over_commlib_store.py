@@ -12,7 +12,9 @@ import time
 
 import pytest
 
+import commlib
 import commlib_store_setup_cases as cases
+from commlib.bootstrap.secret import SignedStore, derive_key
 from commlib.bootstrap.store import TCPStore
 from commlib.testing.ranks import RankPool, _start_context, _worker
 
@@ -37,6 +39,20 @@ def test_a_set_up_over_commlibs_store_calls_no_python_store_method(pool, size, s
         assert seen == [] and ops == 0 and python_store is False, (rank, seen, ops, python_store)
         assert right, rank
     assert connections == size, connections
+
+
+@pytest.mark.timeout(120)
+def test_a_forged_handle_is_refused_in_a_set_up_as_the_python_store_refuses_it(pool):
+    cls, message, key = pool(2, env=dict(EMULATED, COMMLIB_SECRET=SECRET)).run(
+        cases.set_up_meets_a_tampered_handle, timeout=90)[0]
+
+    class Planted:  # the value rank 1 planted, read back through the Python SignedStore
+        def get(self, name):
+            return cases.FORGED
+    with pytest.raises(commlib.RendezvousError) as python:
+        SignedStore(Planted(), derive_key(SECRET.encode(), "store")).get(key)
+    assert (cls, message) == ("RendezvousError", str(python.value)), (cls, message)
+    assert "bad signature" in message, message
 
 
 class _PoolOverAStoreProcess(RankPool):

@@ -55,6 +55,9 @@ def test_only_commlibs_own_store_is_read_from_cpp(server):
         sub = Mine("127.0.0.1", server.port)
         assert _C.CommlibSetupStore.of(sub) is None
         sub.close()
+        closed = TCPStore("127.0.0.1", server.port)
+        closed.close()  # its own operations raise: the set-up keeps calling them
+        assert _C.CommlibSetupStore.of(closed) is None
     finally:
         py.close()
 
