@@ -99,8 +99,9 @@ void StoreClient::connect(const char* op, const std::string& key) {
   if (err != 0) fail_io(op, key, err);
   const int one = 1;
   setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  // The hello: the server must be a commlib store (TCPStore's constructor's check).
-  const std::string reply = exchange("hello", "", [] {
+  // The hello: the server must be a commlib store (TCPStore's constructor's check). Its failures
+  // name the operation that opened the connection, as the Python store's open connection would.
+  const std::string reply = exchange(op, key, [] {
     std::string r;
     put_frame(&r, command(store_wire::kHello));
     return r;

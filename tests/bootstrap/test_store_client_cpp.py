@@ -140,6 +140,12 @@ def test_a_server_gone_is_the_same_store_lost_error(rank0):
         got = _raised(lambda: cpp.try_get("pool/device1/1"))
         assert got == _raised(lambda: py.check(["pool/device1/1"]))
         assert got[0] == "StoreLostError" and ("rank 0 died" in got[1]) == rank0, got
+        # A set-up that starts after the server went opens its connection then: refused, the same class.
+        cpp.idle()
+        cls, message = _raised(lambda: cpp.set("pool/device2/0", b"h"))
+        assert cls == "StoreLostError" and message == (
+            f"store at 127.0.0.1:{server.port}: connection lost during set 'pool/device2/0' ([Errno 111] "
+            f"Connection refused): {got[1].split('): ', 1)[1]}"), message
     finally:
         cpp.idle()
         py.close()
