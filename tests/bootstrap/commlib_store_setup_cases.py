@@ -5,11 +5,17 @@ store object sees no call during the set-up; and a store server killed during th
 error the Python store gave (StoreLostError naming the store, the operation and the key)."""
 from __future__ import annotations
 
+import ctypes
+import threading
+import time
+
 import numpy as np
 
 import commlib.emulated as emu
 from commlib import _C
 from commlib.bootstrap.secret import SignedStore
+from commlib.bootstrap.wait import wait_for_key
+from commlib.testing.faults import mark_reached, wait_until_reached
 
 STORE_METHODS = ("set", "get", "check", "add", "wait")
 
@@ -104,3 +110,37 @@ def set_up_meets_a_tampered_handle(comm):
         return "no error", "", key
     finally:
         sub.close()
+
+
+def set_up_while_a_thread_holds_the_gil(comm, hold_s):
+    """Rank 0's set-up waits for rank 1 while another thread of rank 0 holds the GIL for ``hold_s``
+    (a C call made through ctypes.PyDLL keeps it); rank 1 sets up meanwhile. Rank 0's set-up meets
+    rank 1 without the GIL (handles, the link setting), so rank 1's set-up need not wait for the
+    GIL to come back. Returns rank 1's set-up seconds, and on rank 0 how long the GIL was held."""
+    sub = comm.split(0, timeout=60)
+    route = sub._device()
+    if sub.rank == 0:
+        held = []
+
+        def hold():
+            # Rank 0's set-up published its handle: it waits for rank 1, the GIL released.
+            wait_for_key(sub._store, f"{sub._prefix}/device1/0", time.monotonic() + 60,
+                         on_timeout=lambda: TimeoutError("rank 0's set-up did not start"))
+            libc = ctypes.PyDLL(None)  # (PyDLL: the GIL stays held through the call)
+            libc.sleep.argtypes = [ctypes.c_uint]
+            mark_reached(sub, "holding the GIL")
+            start = time.monotonic()
+            libc.sleep(hold_s)
+            held.append(time.monotonic() - start)
+        t = threading.Thread(target=hold)
+        t.start()
+        route.setup("emulated", 0)
+        t.join()
+        took = held[0]
+    else:
+        wait_until_reached(sub, "holding the GIL", [0])
+        start = time.monotonic()
+        route.setup("emulated", 0)
+        took = time.monotonic() - start
+    sub.close()
+    return took
