@@ -3,6 +3,7 @@
 #include "bootstrap/store_client.h"
 
 #include <arpa/inet.h>
+#include <endian.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
