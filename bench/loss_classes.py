@@ -1,6 +1,7 @@
 """Issue 42's losses over several runs of the main job, each classed as systematic or noise:
 
     python bench/loss_classes.py run1.json run2.json ... [--ranks 4] [--mpi-margin 1.05]
+                                 [--apply commlib/core/tuning.json -o OUT]
 
 A loss at a (collective, size) point in one run is either
 - a **T5 miss**: auto's row more than 10% over the run's best algorithm, auto not running the best
@@ -19,6 +20,12 @@ Each listed point (a loss in any run) gets one class from all the runs together:
 - **noise** - the point loses in fewer than half the runs, or the algorithm auto runs misses no more
   often than any fixed choice would (the ranking flips between runs: no table does better), or only
   auto's own row is under the margin (its algorithm's own row is not: one noisy row).
+
+``--apply TABLE -o OUT`` writes TABLE with each "systematic: table" point's fix spliced in: the fix
+from halfway (geometrically, as ``commlib tune`` places its crossovers) to the measured sizes either
+side, every other row as it was. ``commlib tune`` over the same runs does not make these: it takes
+each algorithm's median over both modes and runs and pays 5% a switch, where T5 judges the
+comparison mode run by run.
 """
 from __future__ import annotations
 
@@ -31,7 +38,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from commlib.bench import report  # noqa: E402
-from commlib.perf.common import fmt_bytes  # noqa: E402
+from commlib.core import tuning as core_tuning  # noqa: E402
+from commlib.perf.common import core_bytes, fmt_bytes  # noqa: E402
 
 T5_TOLERANCE = 1.10  # T5: auto within 10% of the best
 
@@ -120,6 +128,53 @@ def table(datas, P=4, mpi_margin=1.05):
     return out
 
 
+def splice(rows, lo, hi, algorithm):
+    """A table's rows ([[up_to_bytes, algorithm], ..., [-1, algorithm]]) with ``algorithm`` for every
+    size in (lo, hi] and every other size as before; neighbouring rows of one algorithm merged."""
+    segs, start = [], 0  # (first size excluded, last size included or -1, algorithm)
+    for up, alg in rows:
+        segs.append((start, up, alg))
+        start = up
+    out = []
+
+    def add(up, alg):
+        if out and out[-1][1] == alg:
+            out[-1][0] = up
+        else:
+            out.append([up, alg])
+
+    for a, b, alg in segs:
+        inf_b = math.inf if b < 0 else b
+        if a < lo:
+            add(min(inf_b, lo), alg)
+        if inf_b > lo and a < hi:
+            add(hi if hi != math.inf else -1, algorithm)
+        if inf_b > hi:
+            add(b, alg)
+    return out
+
+
+def apply_fixes(table, classes, sizes, P, dtype="float32"):
+    """``table`` with each "systematic: table" point's fix in the rows of world size ``P`` (see
+    splice), from halfway to the measured bench ``sizes`` either side; returns (table, [what changed])."""
+    import copy
+    table = copy.deepcopy(table)
+    done = []
+    for coll, nbytes, c in classes:
+        if c["cls"] != "systematic: table":
+            continue
+        entry = table["collectives"][coll][str(P)]
+        measured = sorted({core_bytes(coll, b, dtype, P) for b in sizes if b > 0})
+        at = core_bytes(coll, nbytes, dtype, P)
+        i = measured.index(at)
+        lo = int(math.sqrt(measured[i - 1] * at)) if i > 0 else 0
+        hi = int(math.sqrt(at * measured[i + 1])) if i + 1 < len(measured) else -1
+        entry["rows"] = splice(entry["rows"], lo, hi if hi > 0 else math.inf, c["fix"])
+        done.append(f"{coll}.{P}: {c['fix']} for {lo + 1}-{hi if hi > 0 else 'any'} B a rank "
+                    f"(was {c['picked']}; bench size {fmt_bytes(nbytes)})")
+    return table, done
+
+
 def _cell(row, miss, ratio, below):
     t5 = f"{'**' if miss else ''}{row['auto_us'] / row['best_us']:.2f}{'**' if miss else ''}" if row["auto_us"] else "-"
     m = "-" if ratio is None else f"{'**' if below else ''}{ratio:.2f}{'**' if below else ''}"
@@ -131,7 +186,11 @@ def main(argv=None):
     p.add_argument("runs", nargs="+")
     p.add_argument("--ranks", type=int, default=4)
     p.add_argument("--mpi-margin", type=float, default=1.05)
+    p.add_argument("--apply", metavar="TABLE", help="write TABLE with the table fixes spliced in to -o")
+    p.add_argument("-o", "--output", metavar="OUT")
     a = p.parse_args(argv)
+    if a.apply and not a.output:
+        p.error("--apply needs -o OUT")
     datas = [json.load(open(x)) for x in a.runs]
     runs = [points(d, a.ranks) for d in datas]
     head = ["point", "auto runs"] + [f"run {i + 1}" for i in range(len(datas))] + ["class", "fix", "why"]
@@ -142,6 +201,13 @@ def main(argv=None):
         rows = [r[(coll, nbytes)] for r in runs]
         cells = [_cell(r, m, x, b) for r, m, x, b in zip(rows, c["t5"], c["mpi"], c["below"])]
         print("| " + " | ".join([f"{coll} {fmt_bytes(nbytes)}", c["picked"]] + cells + [c["cls"], c["fix"], c["why"]]) + " |")
+    if a.apply:
+        sizes = sorted({r["bytes"] for d in datas for r in d["results"] if r["world_size"] == a.ranks})
+        new, done = apply_fixes(core_tuning.read(a.apply), table(datas, a.ranks, a.mpi_margin), sizes, a.ranks)
+        with open(a.output, "w") as f:
+            json.dump(new, f, indent=1, sort_keys=True)
+            f.write("\n")
+        print(f"\n# {a.output}: " + ("; ".join(done) if done else "no table fixes"))
     return 0
 
 

@@ -88,3 +88,39 @@ def test_the_script_prints_every_listed_point(capsys):
         assert loss_classes.main(paths + ["--ranks", "4"]) == 0
     out = capsys.readouterr().out
     assert "| all_gather 1 MiB | recursive_doubling | 1.00 / **0.97** | 1.00 / **0.97** | systematic: algorithm |" in out
+
+
+def test_splice_sets_one_range_and_keeps_every_other_row():
+    rows = [[4096, "reduce_broadcast"], [2097152, "rabenseifner"], [-1, "ring"]]
+    assert loss_classes.splice(rows, 65536, 262144, "tree") == [
+        [4096, "reduce_broadcast"], [65536, "rabenseifner"], [262144, "tree"], [2097152, "rabenseifner"], [-1, "ring"]]
+    # across a boundary, and up to any size
+    assert loss_classes.splice(rows, 1000, 8192, "tree") == [
+        [1000, "reduce_broadcast"], [8192, "tree"], [2097152, "rabenseifner"], [-1, "ring"]]
+    assert loss_classes.splice(rows, 2097152, float("inf"), "tree") == [
+        [4096, "reduce_broadcast"], [2097152, "rabenseifner"], [-1, "tree"]]
+    # the same algorithm as its neighbour: one row
+    assert loss_classes.splice(rows, 4096, 65536, "reduce_broadcast") == [
+        [65536, "reduce_broadcast"], [2097152, "rabenseifner"], [-1, "ring"]]
+
+
+def test_apply_puts_the_fix_halfway_to_the_measured_sizes_either_side():
+    from commlib.core import tuning
+    slow_pick = {("all_reduce", 1 << 17, a): 1.3 for a in ("rabenseifner", "auto", "mpi")}
+    runs = [_scaled(slow_pick) for _ in range(4)] + [_scaled({}) for _ in range(2)]
+    table = {"schema": tuning.SCHEMA, "collectives": {"all_reduce": {"4": {"rows": [[-1, "rabenseifner"]]}}}}
+    new, done = loss_classes.apply_fixes(table, loss_classes.table(runs, P=4), SIZES, 4)
+    # bench sizes 4 KiB, 128 KiB, 1 MiB: all_reduce's per-rank bytes are the sizes themselves
+    assert new["collectives"]["all_reduce"]["4"]["rows"] == [[23170, "rabenseifner"], [370727, "ring"], [-1, "rabenseifner"]]
+    assert table["collectives"]["all_reduce"]["4"]["rows"] == [[-1, "rabenseifner"]]  # not changed in place
+    assert len(done) == 1 and "ring" in done[0]
+
+
+def test_the_shipped_table_runs_tree_at_the_128_KiB_all_reduce_of_four_ranks():
+    # session 25: the one point of sessions 23-24's six quiet runs classed "systematic: table"
+    # (bench/RESULTS_collectives.md); its neighbours stay rabenseifner
+    import commlib._C as _C
+    from commlib.core import tuning
+    table = tuning.read(tuning.default_path())
+    assert [tuning.choose(table, "all_reduce", b, 4) for b in (32768, 131072, 524288)] == ["rabenseifner", "tree", "rabenseifner"]
+    assert _C.choose_algorithm(_C.Collective.all_reduce, "auto", 131072, 4) == "tree"
