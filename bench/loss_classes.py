@@ -1,4 +1,5 @@
-"""Issue 42's losses over several runs of the main job, each classed as systematic or noise:
+"""Issue 42's losses over several runs of the main job, each classed as systematic or noise
+(one run's loss is never systematic: at least two runs, and at least half of them):
 
     python bench/loss_classes.py run1.json run2.json ... [--ranks 4] [--mpi-margin 1.05]
                                  [--apply commlib/core/tuning.json -o OUT]
@@ -17,7 +18,7 @@ Each listed point (a loss in any run) gets one class from all the runs together:
   commlib's best row too: no table entry helps, the path itself is too slow;
 - **systematic: table (MPI)** - auto's row and its algorithm's own row under the margin in at least
   half the runs, commlib's best row not: another algorithm beats MPI where auto's does not;
-- **noise** - the point loses in fewer than half the runs, or the algorithm auto runs misses no more
+- **noise** - the point loses in fewer than half the runs (or in one run only), or the algorithm auto runs misses no more
   often than any fixed choice would (the ranking flips between runs: no table does better), or only
   auto's own row is under the margin (its algorithm's own row is not: one noisy row).
 
@@ -80,7 +81,7 @@ def classify(rows, mpi_margin=1.05):
     """The class of one point from its rows in every run (list of comparison rows): a dict with
     t5 (misses per run), mpi (ratio per run), cls, fix and why."""
     n = len(rows)
-    half = (n + 1) // 2
+    half = max(2, (n + 1) // 2)  # "the same point in most runs": never one run's loss alone
     t5 = [t5_miss(r) for r in rows]
     mpi = [mpi_ratio(r) for r in rows]
     below = [m is not None and m < mpi_margin for m in mpi]

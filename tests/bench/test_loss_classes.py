@@ -68,6 +68,14 @@ def test_one_run_under_mpi_is_noise_and_a_point_that_never_loses_is_not_listed()
     assert ("all_gather", 8) not in got and ("all_reduce", 8) not in got
 
 
+def test_one_run_alone_never_makes_a_point_systematic():
+    slow_pick = {("all_reduce", 1 << 17, a): 1.3 for a in ("rabenseifner", "auto", "mpi")}
+    got = _classes([_scaled(slow_pick)])[("all_reduce", 1 << 17)]
+    assert got["cls"] == "noise" and got["t5"] == [True]
+    got = _classes([_scaled(slow_pick), _scaled(slow_pick)])[("all_reduce", 1 << 17)]
+    assert got["cls"] == "systematic: table"
+
+
 def test_only_autos_own_row_under_mpi_is_noise_not_a_table_entry():
     # auto's row slow in four runs, the algorithm it runs measured fast in its own row: one noisy row
     runs = [_scaled({("all_reduce", 4096, "auto"): 3.0}) for _ in range(4)] + [_scaled({}) for _ in range(2)]
