@@ -22,6 +22,10 @@ Each listed point (a loss in any run) gets one class from all the runs together:
   often than any fixed choice would (the ranking flips between runs: no table does better), or only
   auto's own row is under the margin (its algorithm's own row is not: one noisy row).
 
+A ``commlib bench --single-copy-ab`` run (both sides of every algorithm, ``<algorithm>@cma0|1``) is read
+as the run the table's single-copy crossover makes (``--table``, default the shipped one): at each size
+each algorithm's record from the side the crossover puts that size on (``as_shipped``).
+
 ``--apply TABLE -o OUT`` writes TABLE with each "systematic: table" point's fix spliced in: the fix
 from halfway (geometrically, as ``commlib tune`` places its crossovers) to the measured sizes either
 side, every other row as it was. ``commlib tune`` over the same runs does not make these: it takes
@@ -48,6 +52,28 @@ T5_TOLERANCE = 1.10  # T5: auto within 10% of the best
 def points(data, P):
     """{(collective, bytes): comparison row} of one run at ``P`` ranks."""
     return {(r["collective"], r["bytes"]): r for r in report.comparison(data["results"]) if r["world_size"] == P}
+
+
+def as_shipped(data, table, P):
+    """A --single-copy-ab run as the run ``table``'s single-copy crossover makes: each record of an
+    ``<algorithm>@cma<side>`` series kept, renamed ``<algorithm>``, where ``side`` is the one the
+    table's ``single_copy`` section puts its (collective, per-rank bytes) on at ``P`` ranks; other
+    runs returned as they are."""
+    from commlib.bench import single_copy_ab
+    if (data.get("config") or {}).get("single_copy") != "both":
+        return data
+    out = []
+    for r in data["results"]:
+        algo, side = single_copy_ab.parse(r.get("algorithm", ""))
+        if side is None:
+            out.append(r)
+            continue
+        entry = (table.get("single_copy") or {}).get(r["collective"], {}).get(str(r["world_size"]), {})
+        least = entry.get("min_bytes", -1)
+        on = least >= 0 and core_bytes(r["collective"], r["bytes"], r["dtype"], r["world_size"]) >= least
+        if side == ("1" if on else "0"):
+            out.append(dict(r, algorithm=algo))
+    return dict(data, results=out)
 
 
 def t5_miss(row):
@@ -187,12 +213,15 @@ def main(argv=None):
     p.add_argument("runs", nargs="+")
     p.add_argument("--ranks", type=int, default=4)
     p.add_argument("--mpi-margin", type=float, default=1.05)
+    p.add_argument("--table", default=core_tuning.default_path(),
+                   help="the single-copy crossover --single-copy-ab runs are read with (default: the shipped table)")
     p.add_argument("--apply", metavar="TABLE", help="write TABLE with the table fixes spliced in to -o")
     p.add_argument("-o", "--output", metavar="OUT")
     a = p.parse_args(argv)
     if a.apply and not a.output:
         p.error("--apply needs -o OUT")
-    datas = [json.load(open(x)) for x in a.runs]
+    crossover = core_tuning.read(a.table)
+    datas = [as_shipped(json.load(open(x)), crossover, a.ranks) for x in a.runs]
     runs = [points(d, a.ranks) for d in datas]
     head = ["point", "auto runs"] + [f"run {i + 1}" for i in range(len(datas))] + ["class", "fix", "why"]
     print("cells: auto over the run's best / Open MPI over auto; **bold**: a loss (T5 miss, under the MPI margin)\n")

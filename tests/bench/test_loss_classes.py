@@ -5,6 +5,8 @@ import copy
 import os
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -132,3 +134,37 @@ def test_the_shipped_table_runs_tree_at_the_128_KiB_all_reduce_of_four_ranks():
     table = tuning.read(tuning.default_path())
     assert [tuning.choose(table, "all_reduce", b, 4) for b in (32768, 131072, 524288)] == ["rabenseifner", "tree", "rabenseifner"]
     assert _C.choose_algorithm(_C.Collective.all_reduce, "auto", 131072, 4) == "tree"
+
+
+def test_the_shipped_table_runs_rail_ring_at_the_2_MiB_all_gather_of_four_ranks():
+    # session 25: all_gather below 2 MiB a rank is on the channels since session 24's crossover,
+    # where rail_ring beat direct by 1.29-1.34x in both runs with that crossover
+    from commlib.core import tuning
+    table = tuning.read(tuning.default_path())
+    assert [tuning.choose(table, "all_gather", b, 4) for b in (1 << 17, 1 << 19, 1 << 21)] == [
+        "rail_ring", "rail_ring", "hierarchical"]
+
+
+def test_a_single_copy_ab_run_is_read_as_the_tables_crossover_makes_it():
+    from commlib.perf.common import core_bytes
+    d = copy.deepcopy(BASE)
+    ab = []
+    for r in d["results"]:
+        if r["backend"] != "commlib":
+            ab.append(r)
+            continue
+        for side, f in (("0", 1.0), ("1", 2.0)):  # single-copy side twice as slow: tells the sides apart
+            ab.append(dict(r, algorithm=f"{r['algorithm']}@cma{side}",
+                           time_us=dict(r["time_us"], median=r["time_us"]["median"] * f)))
+    d = dict(d, results=ab, config=dict(d["config"], single_copy="both"))
+    at = core_bytes("all_gather", 1 << 20, "float32", 4)  # single-copy from this size on, all_gather only
+    table = {"single_copy": {"all_gather": {"4": {"min_bytes": at}}, "all_reduce": {"4": {"min_bytes": -1}}}}
+    view = loss_classes.as_shipped(d, table, 4)
+    got = {(r["collective"], r["bytes"], r["algorithm"], r["mode"]): r["time_us"]["median"] for r in view["results"]
+           if r["backend"] == "commlib"}
+    plain = {(r["collective"], r["bytes"], r["algorithm"], r["mode"]): r["time_us"]["median"] for r in BASE["results"]
+             if r["backend"] == "commlib"}
+    assert set(got) == set(plain)  # one record a series, named as in a main-job run
+    for k, t in got.items():
+        assert t == pytest.approx(plain[k] * (2.0 if k[0] == "all_gather" and k[1] >= 1 << 20 else 1.0))
+    assert loss_classes.as_shipped(BASE, table, 4) is BASE  # a main-job run is read as it is
