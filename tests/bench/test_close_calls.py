@@ -136,3 +136,20 @@ def test_the_command_line_turns_close_rounds_on_by_default():
     arguments.add_arguments(p)
     assert arguments.config_from_args(p.parse_args([]))["close_rounds"] == 8
     assert arguments.config_from_args(p.parse_args(["--close-rounds", "0"]))["close_rounds"] == 0
+
+
+def test_the_report_says_how_many_rows_had_close_rounds(tmp_path):
+    import json
+    import os
+    import sys
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import synth
+    from commlib.bench import report
+    d = synth.data(P=4, sizes=(8, 4096), collectives=("all_reduce",))
+    d["config"]["close_rounds"] = 8
+    for r in d["results"][:3]:
+        r["close_rounds"] = 8
+    (tmp_path / "a.json").write_text(json.dumps(d))
+    report.generate(report.load([str(tmp_path / "a.json")]), str(tmp_path / "rep"))
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "got 8 more rounds for the series deciding them: 3 rows" in md
