@@ -2,6 +2,7 @@
 noise, from several runs of the main job (``scripts/bench.sh``'s report/bench.json, one world size):
 
     python bench/t5_holdout.py run1.json run2.json ... [--ranks 4] [--table commlib/core/tuning.json]
+                               [--pass-statistic min|median|max]
 
 Prints, per held-out run, the misses of
 - ``auto``: auto's own row (T5 as bench/targets.py counts it);
@@ -13,6 +14,10 @@ Prints, per held-out run, the misses of
 and how often auto's own row and its algorithm's own row, two measurements of one algorithm in one
 run, differ by more than 10% (the noise of a single row). A miss: > 10% over the run's best, and
 not the best algorithm itself (T5's rule). Auto's flag calls (small broadcasts) count as picked.
+
+``--pass-statistic`` re-merges every row from its passes' medians (``pass_medians_us``) with that
+statistic before judging (the runs' own: ``commlib bench --pass-statistic``, default min): which
+statistic leaves auto the fewest misses on the same runs.
 """
 from __future__ import annotations
 
@@ -29,6 +34,21 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from commlib.bench import report, tuning  # noqa: E402
 from commlib.core import tuning as core_tuning  # noqa: E402
 from commlib.perf.common import core_bytes  # noqa: E402
+
+
+PASS_STATISTICS = {"min": min, "median": lambda xs: float(sorted(xs)[len(xs) // 2]) if len(xs) % 2 else
+                   (sorted(xs)[len(xs) // 2 - 1] + sorted(xs)[len(xs) // 2]) / 2, "max": max}
+
+
+def remerged(data, statistic):
+    """``data`` with every row's median time replaced by ``statistic`` (a PASS_STATISTICS name) of its
+    passes' medians; rows of one pass (no ``pass_medians_us``) as they are."""
+    f = PASS_STATISTICS[statistic]
+    out = []
+    for r in data["results"]:
+        pm = r.get("pass_medians_us")
+        out.append(dict(r, time_us=dict(r["time_us"], median=f(pm))) if pm else r)
+    return dict(data, results=out)
 
 
 def points(data, P):
@@ -76,8 +96,12 @@ def main(argv=None):
     p.add_argument("runs", nargs="+")
     p.add_argument("--ranks", type=int, default=4)
     p.add_argument("--table", default=core_tuning.default_path())
+    p.add_argument("--pass-statistic", choices=sorted(PASS_STATISTICS),
+                   help="re-merge each row from its passes' medians with this statistic first")
     a = p.parse_args(argv)
     datas = [json.load(open(x)) for x in a.runs]
+    if a.pass_statistic:
+        datas = [remerged(d, a.pass_statistic) for d in datas]
     rows = [points(d, a.ranks) for d in datas]
     table = core_tuning.read(a.table)
     tuned = {}  # (n, held-out run) -> mean misses over the tables tuned from n other runs

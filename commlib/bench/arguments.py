@@ -74,6 +74,10 @@ def add_arguments(p: argparse.ArgumentParser):
                         "(commlib/bench/single_copy_ab.py)")
     p.add_argument("--rounds", type=int, default=4,
                    help="interleave the algorithms of a size in this many rounds of iters/rounds calls (default 4)")
+    p.add_argument("--close-rounds", type=int, default=8,
+                   help="after a size's rounds, this many more rounds (as many calls each) of the series whose "
+                        "medians decide a close verdict: auto within 10%% of the best, or Open MPI against auto, "
+                        "turned by a 10%% move of one series (commlib/bench/close_calls.py; default 8, 0: none)")
     p.add_argument("-c", "--check", type=int, default=1, help="check results (1, default) or not (0)")
     p.add_argument("--mode", choices=("both", "out", "in"), default="both",
                    help="commlib: out-of-place, in-place or both columns (default both)")
@@ -112,7 +116,7 @@ def config_from_args(a) -> dict:
     return {
         "collectives": colls, "sizes": sizes, "dtype": a.datatype, "op": a.op, "root": a.root,
         "iters": a.iters, "min_time": a.min_time, "max_iters": a.max_iters, "warmup": a.warmup_iters,
-        "check": bool(a.check), "rounds": a.rounds,
+        "check": bool(a.check), "rounds": a.rounds, "close_rounds": max(0, getattr(a, "close_rounds", 0)),
         "pass_statistic": getattr(a, "pass_statistic", "min"), "peer_jobs": getattr(a, "peer_jobs", "same"),
         "modes": ["out", "in"] if a.mode == "both" else [a.mode],
         "algorithms": [x for x in a.algorithms.split(",") if x], "peers": peers, "device": device,

@@ -219,7 +219,12 @@ def build(datas, outdir, explorer=None):
     if cfg.get("min_time"):
         per += f" and about {cfg['min_time'] * 1e3:g} ms of them (at most {cfg.get('max_iters')} calls)"
     passes = cfg.get("passes", 1)
+    close = sum(1 for d in datas for r in d.get("results", []) if r.get("close_rounds"))
     doc.p(f"dtype {cfg.get('dtype')}, op {cfg.get('op')}, {per} after {cfg.get('warmup')} warm-up calls, "
           f"per algorithm, mode and size" + (f"; best of {passes} passes per row, every backend alike" if passes > 1
                                              else "") + ".")
+    if cfg.get("close_rounds"):  # commlib/bench/close_calls.py
+        doc.p(f"Close verdicts (auto within 10% of the best algorithm, or Open MPI against auto, turned by a 10% "
+              f"move of one series) got {cfg['close_rounds']} more rounds for the series deciding them: {close} "
+              f"rows (their records' close_rounds).")
     return doc

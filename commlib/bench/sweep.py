@@ -10,7 +10,9 @@ How a time is measured (documented in the report and the README):
    calls that shape gets, at least ``-n`` and enough for ``--min-time`` seconds of samples (at
    most ``--max-iters``; see :func:`iteration_counts`), then a barrier;
 2. those timed calls back to back (no barrier between them), split into ``--rounds`` rounds that
-   interleave the algorithms of one size (see :class:`Sweep`); every rank records each call's
+   interleave the algorithms of one size (see :class:`Sweep`), and ``--close-rounds`` more rounds of
+   the series whose medians so far decide a close verdict (T5, or Open MPI against auto: see
+   commlib/bench/close_calls.py; the record's ``close_rounds`` says so); every rank records each call's
    duration; a call's time is the **maximum over ranks** of that call's duration (a collective is
    done when its slowest rank is done);
 3. the row's ``time`` is the **median** of those per-call times (min, max and the loop average,
@@ -238,6 +240,24 @@ class Sweep:
                 table.footer()
         return self.records
 
+    def _close_keys(self, coll, keys, times, size, dtype):
+        """The (algorithm, mode) keys of this size whose medians so far decide a close verdict
+        (close_calls.close_series), in the comparison mode; every rank gets the same list."""
+        from commlib.bench.close_calls import close_series
+        mode = C.COMPARE_MODE[coll]
+        cm = [k for k in keys if k[1] == mode and "+" not in k[0]]
+        if len(cm) < 2:
+            return []
+        per_call = self.b.gather_stats(np.concatenate([np.asarray(times[k], np.float64) for k in cm])).max(axis=0)
+        medians, start = {}, 0
+        for k in cm:
+            medians[k[0]] = float(np.median(per_call[start:start + len(times[k])]))
+            start += len(times[k])
+        peers = [a for a in _hook(self.b, "peers_inline", [])(coll) if a in medians]
+        auto_alg = self.b.resolve(coll, "auto", size, dtype) if "auto" in medians else None
+        close = close_series(medians, auto_alg, peers[0] if peers else None, self.cfg.get("close_margin", 0.10))
+        return [k for k in cm if k[0] in close]
+
     def _measure_size(self, coll, algos, ms, count, block, size, dtype, op, root):
         b, cfg = self.b, self.cfg
         w = cfg["warmup"]
@@ -287,10 +307,10 @@ class Sweep:
         usage = {k: np.zeros(3) for k in keys}  # _usage() over the timed loops
         rounds = max(1, min(cfg.get("rounds", 2), min(iters.values())))
         began = time.time()  # wall clock of this size's rounds (bench/spells.py --levels lines them up)
-        for rnd in range(rounds):
-            for key in keys:
-                n = iters[key]
-                k_iters = n // rounds + (1 if rnd < n % rounds else 0)
+
+        def one_round(rnd, round_keys, calls_of):
+            for key in round_keys:
+                k_iters = calls_of(key)
                 fn = fns[key]
                 if rnd:  # re-warm after the other shapes ran
                     fn()
@@ -305,6 +325,16 @@ class Sweep:
                 loops[key] += pc() - t_loop
                 usage[key] += _usage() - u0
                 times[key] += ts
+
+        for rnd in range(rounds):
+            one_round(rnd, keys, lambda key: iters[key] // rounds + (1 if rnd < iters[key] % rounds else 0))
+        # Close decisions (close_calls.py): the series deciding them get more rounds, interleaved as
+        # before, each round as many calls as a regular one; the record's iters counts every call.
+        close = self._close_keys(coll, keys, times, size, dtype) if cfg.get("close_rounds", 0) else []
+        for rnd in range(cfg.get("close_rounds", 0) if close else 0):
+            one_round(rounds + rnd, close, lambda key: max(1, iters[key] // rounds))
+        for key in close:
+            iters[key] = len(times[key])
         at = [round(began, 3), round(time.time(), 3)]
         # which of this rank's buffers sit on huge pages (rank 0's are recorded): what a peer's
         # single-copy read of them costs depends on it, and it depends on the process's history
@@ -338,7 +368,8 @@ class Sweep:
                 "algorithm": algo,
                 "resolved": b.resolve(coll, algo, size, dtype), "mode": mode, "world_size": b.size,
                 "dtype": dtype, "op": op, "root": root if coll in C.ROOTED else -1,
-                "bytes": size, "count": count, "iters": n, "warmup": cfg["warmup"], "rounds": rounds,
+                "bytes": size, "count": count, "iters": n, "warmup": cfg["warmup"],
+                "rounds": rounds + (cfg.get("close_rounds", 0) if (algo, mode) in close else 0),
                 "time_us": {"median": med * 1e6, "min": float(per_call.min()) * 1e6,
                             "max": float(per_call.max()) * 1e6,
                             "loop_avg": float(blk[:, n].max()) / max(n, 1) * 1e6},
@@ -353,6 +384,8 @@ class Sweep:
             shares = {k: v for k, v in pages.get(mode, {}).items() if v is not None}
             if shares:  # rank 0's send / recv buffers' share on 2 MiB pages (commlib/bench/huge_pages.py)
                 rec["huge_pages"] = {k: round(v, 4) for k, v in shares.items()}
+            if (algo, mode) in close:  # more rounds: a close decision (close_calls.py)
+                rec["close_rounds"] = cfg["close_rounds"]
             if hasattr(b, "ran_path"):  # the device bench: the path the calls ran on
                 rec["path"] = b.ran_path(algo)
             if "+" in algo:  # --compress: the record's series is "<algorithm>+<codec>"

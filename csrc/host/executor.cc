@@ -163,7 +163,16 @@ bool Executor::progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
   const size_t esize = dtype_size(dtype);
   bool moved = false;
   size_t left = 0;
+  // Two passes: every send first, then the receives. A single-copy receive reads its whole block
+  // before the loop moves on, so a send after it in the step would publish this rank's buffer only
+  // once that read is done, and that peer would wait for it: hierarchical all_gather's forwarding
+  // step on one host ([send q, recv q] per local peer) published its block to its second and third
+  // readers only after reading the first and second peers' blocks (bench/RESULTS_collectives.md,
+  // session 25; direct's schedules list their sends first for the same reason). A step's ops are
+  // independent (schedule/ir.h), and messages to or from one peer keep their order (ExecOp::after).
+  for (int sends = 1; sends >= 0; --sends)
   for (ExecOp& o : ops) {
+    if ((o.kind == OpKind::Send) != (sends == 1)) continue;
     if (o.kind == OpKind::Send) {
       if (o.finished) continue;  // (a finished send that reported progress again would spin forever)
       if (o.after >= 0 && !all_posted(ops[o.after])) {  // its chunks would come between the earlier one's

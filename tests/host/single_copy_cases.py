@@ -138,3 +138,22 @@ def _kill_self_once_exists(path, limit_s=60.0):
     while not os.path.exists(path) and time.monotonic() < deadline:
         time.sleep(0.001)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def gated_hierarchical_all_gather(comm, first_gate, second_gate):
+    """hierarchical all_gather on one host, every block single-copy, with rank 1 held at its read of
+    rank 0's block (``first_gate``) and rank 2 held at its read of rank 1's (``second_gate``): the
+    test (holding rank 1) sees whether rank 1 had published its block to rank 2 before that read.
+    Returns whether this rank's result is right."""
+    P, r = comm.size, comm.rank
+    x = np.full(BLOCK, float(r + 1), np.float32)
+    y = np.empty(P * BLOCK, np.float32)
+    comm.all_gather(y, x, algorithm="hierarchical")  # set up first: the call under test only reads
+    if r == 1:
+        _C.hold_next_single_copy_read(0, first_gate, 60.0)
+        time.sleep(0.5)  # enter late: rank 0's block is published by then, so the read comes at once
+    if r == 2:
+        _C.hold_next_single_copy_read(1, second_gate, 60.0)
+    y[:] = 0
+    comm.all_gather(y, x, algorithm="hierarchical")
+    return bool(np.array_equal(y, np.repeat(np.arange(1, P + 1, dtype=np.float32), BLOCK)))

@@ -95,3 +95,39 @@ def test_read_of_a_sender_that_failed_names_the_first_failure(tmp_path):
     msg = reader[0]
     assert "rank 1" in msg and "could not be read" in msg and "all_to_all #" in msg, msg
     assert "rank 2" in msg, f"the reader blamed only the live rank 1: {msg}"
+
+
+@pytest.mark.timeout(180)
+def test_a_rank_publishes_every_single_copy_send_of_a_step_before_it_reads(pool, tmp_path):
+    """hierarchical all_gather's step on one host lists [send q, recv q] per local peer, and a
+    single-copy receive reads its whole block before the executor moves on: rank 1, held at its read
+    of rank 0's block, must already have published its own block to rank 2, which then reaches its
+    read of it (csrc/host/executor.cc progress: sends first). Before, rank 2 saw nothing of rank 1
+    until rank 1's read was done."""
+    import threading
+    import time
+    first, second = str(tmp_path / "r1_reads_0"), str(tmp_path / "r2_reads_1")
+    seen = {}
+
+    def hold_rank_1():
+        deadline = time.monotonic() + 60
+        while not os.path.exists(first) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        seen["rank 1 held"] = os.path.exists(first)
+        deadline = time.monotonic() + 5  # rank 1 stays held this long at most
+        while not os.path.exists(second) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        seen["rank 2 reached rank 1's block meanwhile"] = os.path.exists(second)
+        for path in (first, second):  # let both go (rank 2's gate appears later in the other order)
+            deadline = time.monotonic() + 60
+            while not os.path.exists(path) and time.monotonic() < deadline:
+                time.sleep(0.001)
+            if os.path.exists(path):
+                os.unlink(path)
+
+    watcher = threading.Thread(target=hold_rank_1, daemon=True)
+    watcher.start()
+    results = pool(4, env=FORCED).run(sc.gated_hierarchical_all_gather, first, second, timeout=150)
+    watcher.join(timeout=70)
+    assert results == [True] * 4
+    assert seen == {"rank 1 held": True, "rank 2 reached rank 1's block meanwhile": True}, seen
