@@ -27,6 +27,18 @@ class DeviceCallCache;
 PyObject* run_device_call(DeviceCallCache& cache, Collective coll, PyObject* const* args, const BufferView& va,
                           const BufferView& vb, PyObject* compress);
 
+// all_to_all with split sizes (`output_splits`, `input_splits`: the caller's, None for equal
+// blocks) through the entry: DeviceCallCache::run_all_to_allv, the same answers.
+PyObject* run_device_all_to_allv(DeviceCallCache& cache, PyObject* const* args, const BufferView& va,
+                                 const BufferView& vb, PyObject* output_splits, PyObject* input_splits);
+
+class Communicator;
+// A blocking host collective with compress= through the entry (bindings/host_compressed_calls.cc):
+// None when the Python path resolved this call's codec before and it ran, NotImplemented for the
+// Python path, nullptr (error set) when the collective raised.
+PyObject* run_host_compressed(Communicator& comm, Collective coll, PyObject* const* args, const BufferView& va,
+                              const BufferView& vb, PyObject* compress);
+
 class DeviceWork;
 // The same entry for a C++ caller without the GIL (core_api.h's device_collective: the torch
 // backend's CUDA tensors): `call` as call_of would read it from the buffers, their kinds (kind_out
