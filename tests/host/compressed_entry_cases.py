@@ -73,7 +73,8 @@ def compressed_calls_from_the_entry(comm, k=4):
 
 def compressed_entry_refusals(comm):
     """After entry hits of an all_reduce with compress=, the same call with a wrong argument, and
-    after its communicator closed: [(case, error type, message, entry hits during it)]."""
+    after its communicator closed: [(case, error type, message, entry hits during it, entries the
+    entry dropped during it)]."""
     sub = comm.split(0, timeout=30)
     codec = Codec("int8")
     x = np.ones(8, np.float32)
@@ -88,13 +89,13 @@ def compressed_entry_refusals(comm):
     out = []
     try:
         for case, bad in cases.items():
-            hits = _C.host_compressed_counts()[0]
+            hits, held = _C.host_compressed_counts()
             try:
                 bad()
                 error = (None, None)
             except (TypeError, ValueError, commlib.CommError, RuntimeError) as e:
                 error = (type(e).__name__, str(e))
-            out.append((case, *error, _C.host_compressed_counts()[0] - hits))
+            out.append((case, *error, _C.host_compressed_counts()[0] - hits, held - _C.host_compressed_counts()[1]))
     finally:
         sub.close()
     return out

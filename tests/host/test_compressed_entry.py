@@ -21,7 +21,10 @@ def test_repeated_compressed_host_calls_run_from_the_entry(pool, P):
 def test_a_wrong_argument_after_compressed_hits_raises_naming_it(pool):
     for out in pool(2).run(cases.compressed_entry_refusals, timeout=60):
         assert [c for c, *_ in out] == ["op", "out", "algorithm", "closed"], out
-        by_case = {c: (t, m, hits) for c, t, m, hits in out}
+        by_case = {c: (t, m, hits) for c, t, m, hits, _ in out}
+        dropped = {c: d for c, *_, d in out}
+        # the closed communicator's entry is dropped at its next lookup, never run
+        assert dropped == {"op": 0, "out": 0, "algorithm": 0, "closed": 1}, dropped
         assert by_case["op"][:2] == ("ValueError", by_case["op"][1]) and by_case["op"][1].startswith("op:"), by_case
         assert by_case["out"][1].startswith("out:"), by_case
         assert by_case["algorithm"][1].startswith("algorithm: unknown all_reduce algorithm 'nope'"), by_case
