@@ -245,3 +245,40 @@ def interface_streams_of_no_use(comm):
             out.append((case, error, len(seen), calls))
         return out
     return with_settings(comm, KERNEL_SETTINGS, run)
+
+
+def a_dropped_named_stream_is_never_aliased(comm, streams=8):
+    """Calls cached on ``stream=`` s (a new object naming it each call), then the caller drops s: the
+    entries key s by its identity and hold its stream, so it stays alive (EmulatedDevice.stream_named
+    still finds it) and no stream made after it takes its identity, whose calls then run right on
+    their own streams. (the dropped stream still alive, a new stream with its identity, results
+    right, the Python route's calls)."""
+    import gc
+
+    def run(sub):
+        sub.all_reduce(emu.from_numpy(np.ones(2, np.float32)))  # the engine's set-up
+        P, r = sub.size, sub.rank
+        x = emu.from_numpy(np.full(8, float(r + 1), np.float32))
+        s = emu.Stream()
+        s.wait_event(emu.current_stream().record_event())
+        with route_spy() as seen:
+            for _ in range(3):
+                sub.all_reduce(x, op="max", stream=same_stream(s))
+        s.synchronize()
+        handle, device = s.handle, emu.device(x.device_index)
+        del s
+        gc.collect()
+        alive = device.stream_named(handle) is not None
+        news = [emu.Stream() for _ in range(streams)]
+        aliased = any(n.handle == handle for n in news)
+        right = True
+        with route_spy() as seen_new:
+            for n in news:
+                y = emu.from_numpy(np.full(5, float(r + 1), np.float32))
+                n.wait_event(emu.current_stream().record_event())
+                sub.all_reduce(y, stream=same_stream(n))
+                n.synchronize()
+                right &= bool((y.host_view_unsynchronized() == P * (P + 1) / 2).all())
+        right &= bool((x.numpy() == float(P)).all())
+        return alive, aliased, right, len(seen) + len(seen_new)
+    return with_settings(comm, KERNEL_SETTINGS, run)
