@@ -66,10 +66,12 @@ struct Entry {
   std::shared_ptr<std::atomic<bool>> gone;  // the communicator closed (its close listener)
 };
 
-// Under the GIL (every reader and writer holds it).
-std::unordered_map<Key, Entry, KeyHash> g_entries;
+// Under the GIL (every reader and writer holds it). Made once and never destroyed: the entries hold
+// Python objects, which must not be released by a static destructor after the interpreter ended.
+std::unordered_map<Key, Entry, KeyHash>& g_entries = *new std::unordered_map<Key, Entry, KeyHash>();
 // The communicators with a close listener here, and the flag it sets.
-std::unordered_map<const Communicator*, std::shared_ptr<std::atomic<bool>>> g_listening;
+std::unordered_map<const Communicator*, std::shared_ptr<std::atomic<bool>>>& g_listening =
+    *new std::unordered_map<const Communicator*, std::shared_ptr<std::atomic<bool>>>();
 uint64_t g_registry = 0;
 uint64_t g_hits = 0;
 constexpr size_t kMaxEntries = 256;
