@@ -52,6 +52,35 @@ bool read_splits(PyObject* splits, int64_t total, int P, int64_t* out) {
 
 }  // namespace
 
+bool plan_all_to_allv(int P, int me, const BufferView& in, const BufferView& out, PyObject* output_splits,
+                      PyObject* input_splits, std::vector<int64_t>* splits, std::vector<P2PItem>* items,
+                      AllToAllvOwnBlock* own) {
+  splits->resize(2 * static_cast<size_t>(P));
+  int64_t *ins = splits->data(), *outs = ins + P;
+  if (!read_splits(input_splits, in.count, P, ins) || !read_splits(output_splits, out.count, P, outs)) return false;
+  const int64_t es = static_cast<int64_t>(dtype_size(in.dtype));
+  if (in.address < out.address + static_cast<uintptr_t>(out.count * es) &&
+      out.address < in.address + static_cast<uintptr_t>(in.count * es))
+    return false;  // "output: overlaps input"
+  if (ins[me] != outs[me]) return false;  // "this rank sends itself ... but expects ..."
+  // The messages (plan_all_to_allv's, in its order) and this rank's block to itself.
+  items->clear();
+  int64_t in_at = 0, out_at = 0;
+  for (int j = 0; j < P; ++j) {
+    if (j == me) {
+      own->dst = out.address + static_cast<uintptr_t>(out_at * es);
+      own->src = in.address + static_cast<uintptr_t>(in_at * es);
+      own->bytes = static_cast<size_t>(ins[me] * es);
+    } else {
+      items->push_back(P2PItem{true, in.address + static_cast<uintptr_t>(in_at * es), ins[j], j});
+      items->push_back(P2PItem{false, out.address + static_cast<uintptr_t>(out_at * es), outs[j], j});
+    }
+    in_at += ins[j];
+    out_at += outs[j];
+  }
+  return true;
+}
+
 PyObject* DeviceCallCache::run_all_to_allv(PyObject* const* args, const BufferView& va, const BufferView& vb,
                                            PyObject* output_splits, PyObject* input_splits) {
   PyObject *a = args[2], *b = args[3], *async_op = args[7], *stream = args[9];
@@ -61,16 +90,9 @@ PyObject* DeviceCallCache::run_all_to_allv(PyObject* const* args, const BufferVi
   if (!on_device(va.kind) || vb.kind != va.kind || vb.device != va.device || vb.dtype != va.dtype)
     Py_RETURN_NOTIMPLEMENTED;
   if (parse_algorithm_name(Collective::AllToAll, args[5]) < 0) Py_RETURN_NOTIMPLEMENTED;  // (check_algorithm's)
-  const int P = size_, me = rank_;
-  a2av_splits_.resize(2 * static_cast<size_t>(P));
-  int64_t *ins = a2av_splits_.data(), *outs = ins + P;
-  if (!read_splits(input_splits, va.count, P, ins) || !read_splits(output_splits, vb.count, P, outs))
+  AllToAllvOwnBlock own_block;
+  if (!plan_all_to_allv(size_, rank_, va, vb, output_splits, input_splits, &a2av_splits_, &a2av_items_, &own_block))
     Py_RETURN_NOTIMPLEMENTED;
-  const int64_t es = static_cast<int64_t>(dtype_size(va.dtype));
-  if (va.address < vb.address + static_cast<uintptr_t>(vb.count * es) &&
-      vb.address < va.address + static_cast<uintptr_t>(va.count * es))
-    Py_RETURN_NOTIMPLEMENTED;  // "output: overlaps input"
-  if (ins[me] != outs[me]) Py_RETURN_NOTIMPLEMENTED;  // "this rank sends itself ... but expects ..."
   // stream=, read as the route's resolver reads it (named_stream.cc); its TypeError once every
   // other argument is one the Python path accepts.
   uintptr_t named = 0;
@@ -101,21 +123,6 @@ PyObject* DeviceCallCache::run_all_to_allv(PyObject* const* args, const BufferVi
     set_python_error(std::current_exception());
     return nullptr;
   }
-  // The messages (plan_all_to_allv's, in its order) and this rank's block to itself.
-  a2av_items_.clear();
-  int64_t in_at = 0, out_at = 0, own_in = 0, own_out = 0;
-  for (int j = 0; j < P; ++j) {
-    if (j == me) {
-      own_in = in_at;
-      own_out = out_at;
-    } else {
-      a2av_items_.push_back(P2PItem{true, va.address + static_cast<uintptr_t>(in_at * es), ins[j], j});
-      a2av_items_.push_back(P2PItem{false, vb.address + static_cast<uintptr_t>(out_at * es), outs[j], j});
-    }
-    in_at += ins[j];
-    out_at += outs[j];
-  }
-  const size_t own_bytes = static_cast<size_t>(ins[me] * es);
   release_completed();  // what the previous calls' enqueues retired (no device call)
   std::shared_ptr<DeviceWork> work;
   std::exception_ptr error;
@@ -128,11 +135,10 @@ PyObject* DeviceCallCache::run_all_to_allv(PyObject* const* args, const BufferVi
     }
     ReleaseGil nogil;
     try {
-      if (own_bytes) {
+      if (own_block.bytes) {
         DeviceGuard g(engine->device());
-        engine->device().copy(reinterpret_cast<void*>(vb.address + static_cast<uintptr_t>(own_out * es)),
-                              reinterpret_cast<const void*>(va.address + static_cast<uintptr_t>(own_in * es)),
-                              own_bytes, *dstream);
+        engine->device().copy(reinterpret_cast<void*>(own_block.dst), reinterpret_cast<const void*>(own_block.src),
+                              own_block.bytes, *dstream);
       }
       work = engine->p2p(a2av_items_, va.dtype, *dstream);
     } catch (...) {

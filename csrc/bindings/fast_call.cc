@@ -2,7 +2,9 @@
 // method of Communicator (and the torch backend's latency path) calls first, with the user's
 // objects as they are. It reads the buffers once (bindings/buffer_view.h: NumPy arrays, torch
 // tensors, emulated arrays) and then
-//   - host buffers: runs a blocking collective on the caller's thread (GIL released);
+//   - host buffers: runs a blocking collective on the caller's thread (GIL released), a compress=
+//     one whose codec the Python path resolved before (host_compressed_calls.cc), and all_to_all
+//     with split sizes (its point-to-point batch: device_all_to_allv.cc's plan);
 //   - device buffers: looks the call up in the communicator's DeviceCallCache
 //     (bindings/device_call_cache.h) and enqueues it on its stream engine, blocking or async,
 //     on the current stream or the one named.
@@ -13,6 +15,7 @@
 // for bad arguments; it raises only what the collective itself raises (CommError and subclasses).
 #include "bindings/fast_call.h"
 
+#include <cstring>
 #include <exception>
 #include <utility>
 
@@ -42,6 +45,34 @@ PyObject* fallback() {
 }
 
 bool has(const BufferView& v) { return v.kind != BufferKind::None; }
+
+// A blocking all_to_all with split sizes on host buffers: the batch the Python path's
+// _all_to_allv runs (this rank's block copied, then the messages through the executor), or
+// NotImplemented for anything it checks and explains (device_all_to_allv.cc's plan).
+PyObject* run_host_all_to_allv(Communicator& comm, PyObject* const* args, const BufferView& va, const BufferView& vb) {
+  if (va.kind != BufferKind::Host || vb.kind != BufferKind::Host || va.dtype != vb.dtype || args[11] != Py_None ||
+      parse_algorithm_name(Collective::AllToAll, args[5]) < 0)
+    return fallback();
+  std::vector<int64_t> splits;
+  std::vector<P2PItem> items;
+  AllToAllvOwnBlock own;
+  if (!plan_all_to_allv(comm.size(), comm.rank(), va, vb, args[12], args[13], &splits, &items, &own)) return fallback();
+  std::exception_ptr error;
+  {
+    ReleaseGil nogil;
+    try {
+      if (own.bytes) std::memmove(reinterpret_cast<void*>(own.dst), reinterpret_cast<const void*>(own.src), own.bytes);
+      comm.p2p(std::move(items), va.dtype, false);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  if (error) {
+    set_python_error(error);
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
 
 }  // namespace
 
@@ -156,8 +187,9 @@ PyObject* fast_collective(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     if (r == Py_NotImplemented) ++g_declined;
     return r;
   }
-  // async, streams, split sizes: the general path
-  if (args[7] != Py_False || stream != Py_None || splits) return fallback();
+  // async, streams: the general path
+  if (args[7] != Py_False || stream != Py_None) return fallback();
+  if (splits) return run_host_all_to_allv(*comm, args, va, vb);
   if (compress != Py_None) {  // a codec the Python path resolved before (host_compressed_calls.cc)
     PyObject* r = run_host_compressed(*comm, coll, args, va, vb, compress);
     if (r == Py_NotImplemented) ++g_declined;

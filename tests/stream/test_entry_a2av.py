@@ -34,11 +34,13 @@ def test_all_to_all_with_splits_costs_what_the_python_routes_batch_costs(pool):
     # batch's (a gated copy kernel per message pair, memcpys, stream memory operations, host
     # functions), one capture query, one event record (a batch completes by its event: docs/gpu.md).
     # Event queries are the retire's polls, as many as the stream lagged (at most two a call); the
-    # engine's event pool may still grow by one (an event made, a guard, a free) within the count.
+    # engine's event pool may still grow by a few under load (an event made, a guard, a free each),
+    # where an event made per call would be n.
     pinned = {"a gated copy kernel launch": n, "cuStreamWaitValue64": 3 * n, "cuStreamWriteValue64": 2 * n,
               "cudaEventRecord": n, "cudaLaunchHostFunc": 2 * n, "cudaMemcpyAsync": 2 * n,
               "cudaStreamGetCaptureInfo": n}
-    at_most = {"cudaEventQuery": 2 * n, "cudaGetDevice": 2 * n + 2, "cudaEventCreate": 2, "cudaFreeAsync": 2}
+    few = n // 20
+    at_most = {"cudaEventQuery": 2 * n, "cudaGetDevice": 2 * n + few, "cudaEventCreate": few, "cudaFreeAsync": few}
     for entry, route, python_calls, ran, right in pool(2, env=DELAY_ENV).run(a2av_counts, n, timeout=120):
         assert (python_calls, ran, right) == (0, n, True), (python_calls, ran, right)
         for counts in (entry, route):
