@@ -90,8 +90,12 @@ PyObject* DeviceCallCache::run_all_to_allv(PyObject* const* args, const BufferVi
   if (!on_device(va.kind) || vb.kind != va.kind || vb.device != va.device || vb.dtype != va.dtype)
     Py_RETURN_NOTIMPLEMENTED;
   if (parse_algorithm_name(Collective::AllToAll, args[5]) < 0) Py_RETURN_NOTIMPLEMENTED;  // (check_algorithm's)
+  // (the batch's own vectors: the enqueue reads them with the GIL released, while another thread
+  // may be in this method; the engine's p2p allocates per batch anyway)
+  std::vector<int64_t> splits;
+  std::vector<P2PItem> items;
   AllToAllvOwnBlock own_block;
-  if (!plan_all_to_allv(size_, rank_, va, vb, output_splits, input_splits, &a2av_splits_, &a2av_items_, &own_block))
+  if (!plan_all_to_allv(size_, rank_, va, vb, output_splits, input_splits, &splits, &items, &own_block))
     Py_RETURN_NOTIMPLEMENTED;
   // stream=, read as the route's resolver reads it (named_stream.cc); its TypeError once every
   // other argument is one the Python path accepts.
@@ -140,7 +144,7 @@ PyObject* DeviceCallCache::run_all_to_allv(PyObject* const* args, const BufferVi
         engine->device().copy(reinterpret_cast<void*>(own_block.dst), reinterpret_cast<const void*>(own_block.src),
                               own_block.bytes, *dstream);
       }
-      work = engine->p2p(a2av_items_, va.dtype, *dstream);
+      work = engine->p2p(items, va.dtype, *dstream);
     } catch (...) {
       error = std::current_exception();
     }

@@ -231,8 +231,6 @@ class DeviceCallCache {
   }
   RingQueue<Held> pending_;       // (a ring: no allocation per call in a steady state)
   DeviceWorkPool works_;          // async calls' handles, reused (under the GIL)
-  std::vector<P2PItem> a2av_items_;  // run_all_to_allv's batch (under the GIL; keeps its capacity)
-  std::vector<int64_t> a2av_splits_;  // its split sizes, input's then output's (the same)
   // (kind, device, 0) -> own_wait_event's event (under the GIL).
   std::unordered_map<DeviceStreamKey, std::shared_ptr<DeviceEvent>, DeviceStreamKeyHash> own_events_;
   NativeWorkPool native_works_;   // C++ callers' works, reused (its own lock)
