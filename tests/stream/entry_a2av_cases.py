@@ -185,49 +185,61 @@ def a2av_counts(comm, n=200):
     return with_settings(comm, KERNEL_SETTINGS, run)
 
 
-def stream_waits_on_the_interfaces_stream(comm, count=4096):
-    """A __cuda_array_interface__ naming its own stream ``s`` (where a copy behind 50 others is still writing
-    the data) in a call on another stream (``stream=t``), with no synchronization by the caller: the
-    call must run after the copy. The device's first call (the Python route sets the engine up),
-    then a new shape and a hit of all_reduce (the entry), then all_to_all with splits (the entry):
-    ([results right], the Python route's calls after the first)."""
+def stream_waits_on_the_interfaces_stream(comm, first="all_reduce", count=4096):
+    """A __cuda_array_interface__ naming its own stream ``s`` (where a copy behind 50 others is still
+    writing the data) in a call on another stream (``stream=t``), with no synchronization by the
+    caller: the call must run after the copy. all_reduce three times (a new shape, another and a
+    hit) and all_to_all with splits, ``first`` the device's first call (the Python route sets the
+    engine up and waits itself), the rest from the entry: ([results right, all_reduce's then
+    all_to_all's], the Python route's calls after the first)."""
     def run(sub):
         P, r = sub.size, sub.rank
         s, t = emu.Stream(), emu.Stream()
         junk = emu.from_numpy(np.zeros(16, np.float32))
+        seen_all = []
 
         def slow_copy(dst, src):  # a copy on s behind 50 others: about 1 ms of the emulated delay
             for _ in range(50):
                 junk.copy_(junk, stream=s)
             dst.copy_(src, stream=s)
-        rights, seen_after_first = [], 0
-        later = emu.from_numpy(np.zeros(count + 1, np.float32))  # (steps 1 and 2: one buffer, a hit)
-        for step in range(3):
-            x = later if step else emu.from_numpy(np.zeros(count, np.float32))
-            src = emu.from_numpy(np.full(x.count, (r + 1) * (step + 1), np.float32))
-            emu.current_stream().synchronize()  # x and src uploaded; s and t know nothing of each other
+
+        def all_reduces():
+            rights = []
+            later = emu.from_numpy(np.zeros(count + 1, np.float32))  # (steps 1 and 2: one buffer, a hit)
+            for step in range(3):
+                x = later if step else emu.from_numpy(np.zeros(count, np.float32))
+                src = emu.from_numpy(np.full(x.count, (r + 1) * (step + 1), np.float32))
+                emu.current_stream().synchronize()  # x and src uploaded; s and t know nothing of each other
+                with route_spy() as seen:
+                    slow_copy(x, src)
+                    sub.all_reduce(CudaArrayView(x, stream=s.handle), stream=same_stream(t))
+                seen_all.append(len(seen))
+                t.synchronize()
+                rights.append(bool((x.host_view_unsynchronized() == (step + 1) * P * (P + 1) / 2).all()))
+                s.synchronize()  # (src lives until s copied it, whatever the call waited for)
+            return rights
+
+        def a2av():  # input written on s, the batch on t
+            send = _splits(P, 3)
+            ins, outs = [send[r][j] for j in range(P)], [send[i][r] for i in range(P)]
+            src = emu.from_numpy(np.concatenate([_message(r, j, ins[j], 3) for j in range(P)]))
+            x = emu.from_numpy(np.zeros(sum(ins), np.int64))
+            y = emu.from_numpy(np.zeros(sum(outs), np.int64))
+            emu.current_stream().synchronize()
             with route_spy() as seen:
                 slow_copy(x, src)
-                sub.all_reduce(CudaArrayView(x, stream=s.handle), stream=same_stream(t))
-            seen_after_first += len(seen) if step else 0
+                sub.all_to_all(y, CudaArrayView(x, stream=s.handle), output_splits=outs, input_splits=ins,
+                               stream=same_stream(t))
+            seen_all.append(len(seen))
             t.synchronize()
-            rights.append(bool((x.host_view_unsynchronized() == (step + 1) * P * (P + 1) / 2).all()))
-            s.synchronize()  # (src lives until s copied it, whatever the call waited for)
-        # all_to_all with splits: input written on s, the batch on t
-        send = _splits(P, 3)
-        ins, outs = [send[r][j] for j in range(P)], [send[i][r] for i in range(P)]
-        src = emu.from_numpy(np.concatenate([_message(r, j, ins[j], 3) for j in range(P)]))
-        x = emu.from_numpy(np.zeros(sum(ins), np.int64))
-        y = emu.from_numpy(np.zeros(sum(outs), np.int64))
-        emu.current_stream().synchronize()
-        with route_spy() as seen:
-            slow_copy(x, src)
-            sub.all_to_all(y, CudaArrayView(x, stream=s.handle), output_splits=outs, input_splits=ins,
-                           stream=same_stream(t))
-        seen_after_first += len(seen)
-        t.synchronize()
-        rights.append(bool(np.array_equal(y.host_view_unsynchronized(),
-                                          np.concatenate([_message(i, r, outs[i], 3) for i in range(P)]))))
-        s.synchronize()
-        return rights, seen_after_first
+            right = bool(np.array_equal(y.host_view_unsynchronized(),
+                                        np.concatenate([_message(i, r, outs[i], 3) for i in range(P)])))
+            s.synchronize()
+            return [right]
+        if first == "all_reduce":
+            rights = all_reduces() + a2av()
+        else:
+            rights = a2av()
+            rights = all_reduces() + rights
+        return rights, sum(seen_all[1:])
     return with_settings(comm, KERNEL_SETTINGS, run)

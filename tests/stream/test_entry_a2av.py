@@ -68,7 +68,8 @@ def test_a_wrong_all_to_all_argument_after_entry_calls_raises_naming_it_with_not
             assert calls == {}, (case, calls)
 
 
-@pytest.mark.parametrize("P", [2, 3])
-def test_a_call_on_another_stream_waits_for_the_interfaces_stream(pool, P):
-    for rights, python_calls in pool(P, env=DELAY_ENV).run(stream_waits_on_the_interfaces_stream, timeout=120):
+@pytest.mark.parametrize("P,first", [(2, "all_reduce"), (3, "all_reduce"), (2, "all_to_all")])
+def test_a_call_on_another_stream_waits_for_the_interfaces_stream(pool, P, first):
+    for rights, python_calls in pool(P, env=DELAY_ENV).run(stream_waits_on_the_interfaces_stream, first,
+                                                           timeout=120):
         assert rights == [True, True, True, True] and python_calls == 0, (rights, python_calls)
