@@ -138,7 +138,7 @@ def wrong_stream_types(comm):
 def steady_named_stream_counts(comm, on, n):
     """all_reduce and all_gather on the kernel path, on a stream the caller names (``on``: "named",
     stream=, a new object naming it at every call; "own", a __cuda_array_interface__ view of each
-    array naming it): {(collective, "blocking"|"async"): (driver calls of n steady calls, hits,
+    array naming it; "both", such views naming one stream and the calls on another, stream=): {(collective, "blocking"|"async"): (driver calls of n steady calls, hits,
     results right and the async works' wait() resolved to the call's stream, path, C++ heap
     allocations)}, counted as test_call_counts.py's steady calls are (after three drained warm-up
     calls and 2 * KEPT held ones, the caller holding its last KEPT works)."""
@@ -149,10 +149,12 @@ def steady_named_stream_counts(comm, on, n):
 
     def run(sub):
         s = emu.Stream()
-        calls = collective_calls(sub, wrap=_once(_own_stream(s)) if on == "own" else None)
-        named = (lambda: same_stream(s)) if on == "named" else (lambda: None)
+        t = emu.Stream() if on == "both" else s  # (the calls' stream)
+        calls = collective_calls(sub, wrap=_once(_own_stream(s)) if on in ("own", "both") else None)
+        named = (lambda: same_stream(t)) if on in ("named", "both") else (lambda: None)
         want = _C.stream_identity(emu.current_stream()._stream) if on == "named" else s.handle
         s.wait_event(emu.current_stream().record_event())  # the arrays' uploads
+        t.wait_event(emu.current_stream().record_event())
         out = {}
         for name in ("all_reduce", "all_gather"):
             call, check = calls[name]
@@ -161,6 +163,7 @@ def steady_named_stream_counts(comm, on, n):
                 for _ in range(3):
                     _drain([call(a, named())])
                     s.synchronize()
+                    t.synchronize()
                 held = collections.deque(maxlen=KEPT)
 
                 def issue(k):
@@ -171,6 +174,7 @@ def steady_named_stream_counts(comm, on, n):
                 waits = all(_C.stream_identity(w._stream_of(None)) == want for w in held if w is not None)
                 _drain(held)
                 s.synchronize()
+                t.synchronize()
                 held.clear()
                 out[(name, mode)] = (counted, hits, bool(check()) and waits, sub._device().last_path(), allocs)
         return out
