@@ -138,6 +138,11 @@ class Communicator(PointToPointMethods, LifetimeMethods, GroupMethods, Communica
             self._core, self._size, coll, algorithm, count, dtype, compress)
         if codec is not None and not bufs and stream is None:
             work = run_compressed(self._core, coll, algorithm, in_ptr, out_ptr, count, dtype, op, root, scale, async_op, codec)
+            # Checked and resolved: later blocking calls of this key run from the C++ entry
+            # (bindings/host_compressed_calls.cc), keyed on compress= and algorithm= as given.
+            _C.add_host_compressed(self._addr, int(COLLECTIVE[coll]), asked[1], compress, count, DTYPE[dtype],
+                                   codec.name, codec.block_size, codec.rounding, codec.seed, codec.inter_only,
+                                   algorithm)
             return Work(work, refs) if async_op else None
         if algorithm == "nccl" and not bufs:
             raise ValueError("algorithm: 'nccl' passes the collective to NCCL and needs device buffers (commlib.emulated arrays or CUDA memory)")
@@ -214,16 +219,16 @@ class Communicator(PointToPointMethods, LifetimeMethods, GroupMethods, Communica
         Equal blocks by default. With ``input_splits``/``output_splits`` (element counts per rank)
         blocks may differ in size (all_to_allv); every rank must agree on what it sends to whom.
         """
-        if output_splits is None and input_splits is None:
-            done = _fast(self._addr, _ALL_TO_ALL, input, output, "sum", algorithm, 0, async_op, None, stream,
-                         self._device_calls)
-            if done is not NotImplemented:
-                return done
+        done = _fast(self._addr, _ALL_TO_ALL, input, output, "sum", algorithm, 0, async_op, None, stream,
+                     self._device_calls, None, output_splits, input_splits)
+        if done is not NotImplemented:
+            return done
         ip, n_in, dt = describe(input, "input")
         op_ptr, n_out, dt2 = describe(output, "output")
         if dt2 != dt:
             raise TypeError(f"output: dtype {dt2} differs from input's {dt}")
         if input_splits is not None or output_splits is not None:
+            check_algorithm("all_to_all", algorithm)  # (unused by the batch, but a wrong one is still wrong)
             return self._all_to_allv(output, input, op_ptr, ip, n_out, n_in, dt,
                                      output_splits, input_splits, async_op, stream)
         if n_in != n_out:

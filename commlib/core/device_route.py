@@ -16,52 +16,13 @@ import sys
 
 import commlib._C as _C
 from commlib.errors import CommError
-from commlib.core.call_checks import as_seconds
 from commlib.core.call_spec import COLLECTIVE, DTYPE, OP
 from commlib.device import nccl_comm as device_nccl
 from commlib.device.route_context import RouteContext
 from commlib.core.device_close import closed_barrier
+from commlib.core.device_work import DeviceWork
 from commlib.core.failure import RouteFailure
-from commlib.core.work import Work
 from commlib.device.buffers import DeviceBuffer
-from commlib.device.completion import CompletionEvent
-
-
-class DeviceWork(Work):
-    """Handle of a call enqueued on a device stream (like torch's NCCL work).
-
-    ``wait()`` makes the current stream (or ``stream``) wait for the call and returns at once;
-    ``synchronize()`` blocks the host until the call has executed and raises its CommError;
-    ``is_completed()`` polls; ``completion_event()`` gives a CUDA event that completes with it;
-    ``exception()`` as for host works.
-    """
-
-    __slots__ = ("_stream_of",)
-
-    def __init__(self, work, refs, stream_of):
-        super().__init__(work, refs)
-        self._stream_of = stream_of  # stream argument (None: current) -> the engine's stream
-
-    def wait(self, timeout=None, stream=None) -> bool:
-        as_seconds(timeout, allow_zero=True)  # checked like every timeout; the stream waits, not the host
-        self._work.wait(self._stream_of(stream))
-        return True
-
-    def synchronize(self):
-        self._work.synchronize()
-        self._refs = None
-
-    def completion_event(self):
-        """A :class:`commlib.device.completion.CompletionEvent` that completes with the call, for
-        code that takes a CUDA event (``.handle``) or to order any stream after it
-        (``.wait(stream)``) without a host synchronize; None for a call captured in a graph. Each
-        ask records one event (the call itself completes by its done word); ``wait(stream=...)``
-        orders a stream without one."""
-        event = self._work.completion_event()
-        return None if event is None else CompletionEvent(self._work.device, event, self._stream_of)
-
-    def _raise_error(self):
-        self._work.synchronize()
 
 
 def _cuda_module(name):
@@ -251,6 +212,7 @@ class DeviceRoute(RouteFailure):
         if algorithm == "nccl":  # NCCL's own collective: its communicator is made on first use
             device_nccl.ensure_communicator(self._ctx, engine, self._prefixes[(first.kind, first.device_index)],
                                             f"{coll} (nccl, {count} x {dtype}, {op}, root {root})")
+        self._after_own_stream(first, stream, stream_of, device_stream)
         args = (spec[0], algorithm, in_ptr, out_ptr, count, spec[3], spec[4], root, scale)
         codec = None if compress is None else (compress.name, compress.block_size, compress.rounding, compress.seed,
                                                compress.inter_only)
@@ -282,6 +244,19 @@ class DeviceRoute(RouteFailure):
             if first.stream is None:  # a buffer naming its own stream gets its own resolver
                 self._stream_of[key] = stream_of
         return first, stream_of, stream_of(stream)
+
+    def _after_own_stream(self, first, stream, stream_of, device_stream):
+        """A first buffer naming its own stream (a __cuda_array_interface__'s: its data is valid
+        there) in a call on another one (``stream=``): the call's stream waits for that one (an
+        event recorded there), as the C++ entry's later calls do (bindings/device_own_stream.cc)."""
+        if first.stream is None or stream is None:
+            return
+        own = stream_of(None)
+        if _C.stream_identity(own) != _C.stream_identity(device_stream):
+            device = self._devices[(first.kind, first.device_index)]
+            event = device.create_event()
+            device.record(event, own)
+            device.wait_event(device_stream, event)
 
     def last_path(self) -> str:
         """The path the last device collective ran on: "kernel" (one kernel launch over peer
@@ -316,6 +291,7 @@ class DeviceRoute(RouteFailure):
         first, stream_of, device_stream = self._one_device(bufs, stream)
         dt = DTYPE[dtype]
         engine = self._engine(first, first_p2p=(items, dt))
+        self._after_own_stream(first, stream, stream_of, device_stream)
         if own_block is not None and own_block[2]:
             self._devices[(first.kind, first.device_index)].copy(*own_block, device_stream)
         work = engine.p2p(items, dt, device_stream)

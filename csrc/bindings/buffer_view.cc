@@ -237,6 +237,11 @@ void bind_buffer_view(py::module_& m) {
   m.def(
       "register_cuda_stream_reader",
       [](py::object reader, py::object attr) {
+        if (reader.is_none()) {  // (tests: back to no reader)
+          hold_ref(g_stream_reader, nullptr);
+          hold_ref(g_stream_reader_attr, nullptr);
+          return;
+        }
         if (!PyCallable_Check(reader.ptr())) throw py::type_error("register_cuda_stream_reader: reader must be callable");
         if (!attr.is_none() && !PyUnicode_Check(attr.ptr()))
           throw py::type_error("register_cuda_stream_reader: attr must be a str or None");
@@ -246,7 +251,7 @@ void bind_buffer_view(py::module_& m) {
         Py_XDECREF(name);
       },
       py::arg("reader"), py::arg("attr") = py::none(),
-      "The current CUDA stream where torch's reader is not registered: reader(device index), and the "
+      "The current CUDA stream where torch's reader is not registered: reader(device index) (None: none), and the "
       "attribute of its result that is the cudaStream_t (CuPy: cupy.cuda.get_current_stream, 'ptr'). "
       "commlib/core/device_route.py registers it on the first CUDA call with CuPy imported.");
   m.def(

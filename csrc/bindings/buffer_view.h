@@ -31,10 +31,11 @@ struct BufferView {
   // cudaStream_t; the emulated stream of the innermost emulated.use_stream, 0 for the default),
   // or the stream the buffer names itself (own_stream).
   uintptr_t stream = 0;
-  // The buffer names the stream its data is valid on (a __cuda_array_interface__'s "stream":
-  // always on CUDA memory, where an absent one is the legacy default stream 0; on emulated memory
-  // only when given): `stream` is that one whether asked for or not, and a call naming no stream
-  // runs there (bindings/foreign_arrays.cc).
+  // The buffer names the stream its data is valid on (a __cuda_array_interface__'s "stream", when
+  // given: on emulated memory an emulated stream's identity): `stream` is that one whether asked
+  // for or not, a call naming no stream runs there, and a call naming another one waits on it
+  // first (bindings/foreign_arrays.cc, device_own_stream.cc). An interface without one reads as
+  // any buffer: the current stream.
   bool own_stream = false;
 
   bool operator==(const BufferView& o) const {

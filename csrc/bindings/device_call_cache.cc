@@ -40,17 +40,27 @@ bool DeviceCallCache::add(py::handle a, py::handle b, py::handle op, py::handle 
       (collective_has_root(c.coll) && c.root != call.root))
     return false;
   PreparedCall prepared = engine->prepare(call);
+  // A buffer naming its own stream while the call runs on stream=: later calls wait on it too.
+  std::shared_ptr<DeviceStream> own;
+  std::shared_ptr<DeviceEvent> own_event;
+  const BufferKind kind = k.kind_a != BufferKind::None ? k.kind_a : k.kind_b;
+  const int device = k.kind_a != BufferKind::None ? k.device_a : k.device_b;
+  if (k.own && k.own_stream != k.current_stream) {
+    std::shared_ptr<StreamEngine> own_engine;
+    // (the route ran the call: its resolver wrapped that stream, or the device wraps it now)
+    if (!streams_.find(DeviceStreamKey{kind, device, k.own_stream}, &own_engine, &own)) return false;
+    own_event = own_wait_event(kind, device, *engine);
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (!valid()) entries_.clear();
   if (entries_.size() >= kMaxCached) entries_.clear();
   tuning_ = tuning_generation();
   registry_ = registry_generation();
   // (whether current, named or the buffer's own: its identity names it)
-  streams_.remember({k.kind_a != BufferKind::None ? k.kind_a : k.kind_b,
-                     k.kind_a != BufferKind::None ? k.device_a : k.device_b, k.current_stream},
-                    engine, device_stream);
-  entries_[k] = Entry{std::move(engine), std::move(prepared), std::move(device_stream), std::move(stream_of),
-                      py::reinterpret_borrow<py::object>(compress)};
+  streams_.remember({kind, device, k.current_stream}, engine, device_stream);
+  entries_[k] = Entry{std::move(engine),    std::move(prepared), std::move(device_stream),
+                      std::move(stream_of), py::reinterpret_borrow<py::object>(compress),
+                      std::move(own),       std::move(own_event)};
   return true;
 }
 
@@ -68,6 +78,7 @@ void DeviceCallCache::forget() {
     streams_.clear();
   }
   stream_of_.clear();
+  own_events_.clear();
   works_.clear();
   native_works_.clear();
 }
@@ -80,6 +91,7 @@ void DeviceCallCache::clear() {
     streams_.clear();
   }
   stream_of_.clear();
+  own_events_.clear();
   while (!pending_.empty()) pop_held();
   works_.clear();
   native_works_.clear();
@@ -147,7 +159,18 @@ PyObject* DeviceCallCache::run(Collective coll, PyObject* const* args, const Buf
   std::shared_ptr<DeviceWork> made;
   uint64_t ordinal = 0;
   std::exception_ptr error;
-  {
+  try {
+    // The buffer's own stream first, when the call runs on another (device_own_stream.cc): under
+    // the GIL, so that no other call records the device's wait event between this record and wait.
+    if (hit.own_event) {
+      DeviceGuard g(hit.engine->device());
+      hit.engine->device().record(*hit.own_event, *hit.own);
+      hit.engine->device().wait_event(*hit.stream, *hit.own_event);
+    }
+  } catch (...) {
+    error = std::current_exception();
+  }
+  if (!error) {
     ReleaseGil nogil;
     try {
       if (blocking)

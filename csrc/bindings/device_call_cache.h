@@ -32,6 +32,7 @@
 #include <mutex>
 #include <optional>
 #include <unordered_map>
+#include <vector>
 
 #include "bindings/device_call_key.h"
 #include "bindings/device_p2p_streams.h"
@@ -55,6 +56,9 @@ struct DeviceCallCounts {
   // Of native_hits, the calls C++ resolved itself (a shape the Python path never ran, on an engine
   // and stream it set up: run_native's new-shape branch, device_call_new_shape.cc).
   static std::atomic<uint64_t> native_new_shapes;
+  // all_to_all with split sizes the Python entry ran itself (a point-to-point batch on an engine
+  // the route set up: run_all_to_allv, device_all_to_allv.cc); apart from offers and hits.
+  static uint64_t all_to_allv;
 };
 
 class DeviceCallCache {
@@ -65,6 +69,12 @@ class DeviceCallCache {
     std::shared_ptr<DeviceStream> stream;
     pybind11::object stream_of;  // the route's stream resolver (of the first buffer), for the work handle
     pybind11::object codec;      // the key's compress= object, held (its identity is the key's)
+    // A buffer naming its own stream (a __cuda_array_interface__'s) while the call runs on another
+    // (stream=): that stream, which the call's stream waits on before the call (CAI v3: the
+    // consumer orders its work after the producer's stream), and the device's event for it
+    // (own_wait_event). Null otherwise.
+    std::shared_ptr<DeviceStream> own;
+    std::shared_ptr<DeviceEvent> own_event;
   };
 
   // `size`, `rank`: the communicator's; `make_work(work, refs, stream_of)`: the route's work handle
@@ -123,6 +133,15 @@ class DeviceCallCache {
   PyObject* run(Collective coll, PyObject* const* args, const BufferView& va, const BufferView& vb,
                 PyObject* compress = Py_None);
 
+  // all_to_all with split sizes through the Python entry (device_all_to_allv.cc, under the GIL): the
+  // point-to-point batch the route's p2p would enqueue (this rank's own block copied on the stream
+  // first), on the current stream, a named one or the input's own, blocking or async, with the
+  // route's work handle; NotImplemented for anything the Python path checks and explains (splits
+  // it would refuse, overlapping buffers, an engine the route has not set up), nullptr with the
+  // error set when the engine raised or `stream=` is of a type the resolver refuses.
+  PyObject* run_all_to_allv(PyObject* const* args, const BufferView& va, const BufferView& vb,
+                            PyObject* output_splits, PyObject* input_splits);
+
   // The same lookup for a caller without the GIL (the torch backend's C++ path, core_api.h's
   // device_collective; device_call_native.cc): `k` built from its tensors as key_of would read
   // them. Always enqueues with a work handle (the caller holds its tensors until the work is known
@@ -158,6 +177,15 @@ class DeviceCallCache {
   // own_stream, wrapped as `own`): wait(stream=None) orders that stream, any other argument goes
   // to the device's resolver `device_of`, as the route's resolver of such a buffer does.
   static pybind11::object own_stream_resolver(std::shared_ptr<DeviceStream> own, pybind11::object device_of);
+  // The device event a call's stream waits on for a buffer's own stream (Entry::own_event): one per
+  // device, made at its first use (under the GIL); recorded and waited on under the GIL, so no two
+  // calls use it at once, and a wait takes the record made just before it (cudaStreamWaitEvent).
+  std::shared_ptr<DeviceEvent> own_wait_event(BufferKind kind, int device, StreamEngine& engine);
+  // The own stream of `k`'s first buffer when the call runs on another stream (`*own`, `*event`;
+  // both null when there is nothing to wait on); false when the own stream is not one the device
+  // knows (the Python path takes the call).
+  bool own_wait_of(const CallKey& k, BufferKind kind, int device, StreamEngine& engine,
+                   std::shared_ptr<DeviceStream>* own, std::shared_ptr<DeviceEvent>* event);
   // Enqueues `call` on `stream` of `engine` with a pooled work re-armed, else a new one (pooled).
   void enqueue_native(StreamEngine& engine, const PreparedCall& call, DeviceStream& stream,
                       std::shared_ptr<DeviceWork>* work);
@@ -203,6 +231,8 @@ class DeviceCallCache {
   }
   RingQueue<Held> pending_;       // (a ring: no allocation per call in a steady state)
   DeviceWorkPool works_;          // async calls' handles, reused (under the GIL)
+  // (kind, device, 0) -> own_wait_event's event (under the GIL).
+  std::unordered_map<DeviceStreamKey, std::shared_ptr<DeviceEvent>, DeviceStreamKeyHash> own_events_;
   NativeWorkPool native_works_;   // C++ callers' works, reused (its own lock)
 };
 

@@ -105,6 +105,10 @@ void bind_device_call_cache(py::module_& m) {
       "device_fast_path_counts", [] { return std::make_pair(DeviceCallCounts::offers, DeviceCallCounts::hits); },
       "(device calls offered to the C++ entry's cache, how many of them it ran) in this process, for tests.");
   m.def(
+      "device_all_to_allv_count", [] { return DeviceCallCounts::all_to_allv; },
+      "all_to_all calls with split sizes the C++ entry ran itself (a point-to-point batch on an engine the route "
+      "set up; apart from device_fast_path_counts), in this process, for tests.");
+  m.def(
       "device_fast_path_new_shape_count", [] { return DeviceCallCounts::new_shapes; },
       "Of the calls the C++ entry ran (device_fast_path_counts' second), those of a shape the Python path never "
       "ran (checked and resolved in C++ on an engine the route set up), in this process, for tests.");

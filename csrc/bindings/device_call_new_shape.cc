@@ -117,17 +117,16 @@ bool DeviceCallCache::prepare_new_shape(const CallKey& k, std::optional<Entry>* 
     return false;
   // An async call's work maps wait(stream=None) through the route's resolver of its first buffer:
   // the device's (the current stream), or for a buffer naming its own stream that one.
+  // A buffer naming its own stream while the call runs on stream=: the call waits on it
+  // (device_own_stream.cc).
   pybind11::object stream_of = resolver->second;
-  if (k.own) {
-    std::shared_ptr<StreamEngine> own_engine;
-    std::shared_ptr<DeviceStream> own = stream;
-    if (k.own_stream != k.current_stream &&
-        !streams_.find(DeviceStreamKey{kind, device, k.own_stream}, &own_engine, &own))
-      return false;
-    stream_of = own_stream_resolver(std::move(own), stream_of);
-  }
+  std::shared_ptr<DeviceStream> own;
+  std::shared_ptr<DeviceEvent> own_event;
+  if (!own_wait_of(k, kind, device, *engine, &own, &own_event)) return false;
+  if (k.own) stream_of = own_stream_resolver(own ? own : stream, stream_of);
   PreparedCall call = engine->prepare(k.call);  // (throws what the engine's plan throws)
-  entry->emplace(Entry{std::move(engine), std::move(call), std::move(stream), std::move(stream_of), pybind11::none()});
+  entry->emplace(Entry{std::move(engine), std::move(call), std::move(stream), std::move(stream_of), pybind11::none(),
+                       std::move(own), std::move(own_event)});
   return true;
 }
 

@@ -2,7 +2,9 @@
 // method of Communicator (and the torch backend's latency path) calls first, with the user's
 // objects as they are. It reads the buffers once (bindings/buffer_view.h: NumPy arrays, torch
 // tensors, emulated arrays) and then
-//   - host buffers: runs a blocking collective on the caller's thread (GIL released);
+//   - host buffers: runs a blocking collective on the caller's thread (GIL released), a compress=
+//     one whose codec the Python path resolved before (host_compressed_calls.cc), and all_to_all
+//     with split sizes (its point-to-point batch: device_all_to_allv.cc's plan);
 //   - device buffers: looks the call up in the communicator's DeviceCallCache
 //     (bindings/device_call_cache.h) and enqueues it on its stream engine, blocking or async,
 //     on the current stream or the one named.
@@ -13,6 +15,7 @@
 // for bad arguments; it raises only what the collective itself raises (CommError and subclasses).
 #include "bindings/fast_call.h"
 
+#include <cstring>
 #include <exception>
 #include <utility>
 
@@ -42,6 +45,34 @@ PyObject* fallback() {
 }
 
 bool has(const BufferView& v) { return v.kind != BufferKind::None; }
+
+// A blocking all_to_all with split sizes on host buffers: the batch the Python path's
+// _all_to_allv runs (this rank's block copied, then the messages through the executor), or
+// NotImplemented for anything it checks and explains (device_all_to_allv.cc's plan).
+PyObject* run_host_all_to_allv(Communicator& comm, PyObject* const* args, const BufferView& va, const BufferView& vb) {
+  if (va.kind != BufferKind::Host || vb.kind != BufferKind::Host || va.dtype != vb.dtype || args[11] != Py_None ||
+      parse_algorithm_name(Collective::AllToAll, args[5]) < 0)
+    return fallback();
+  std::vector<int64_t> splits;
+  std::vector<P2PItem> items;
+  AllToAllvOwnBlock own;
+  if (!plan_all_to_allv(comm.size(), comm.rank(), va, vb, args[12], args[13], &splits, &items, &own)) return fallback();
+  std::exception_ptr error;
+  {
+    ReleaseGil nogil;
+    try {
+      if (own.bytes) std::memmove(reinterpret_cast<void*>(own.dst), reinterpret_cast<const void*>(own.src), own.bytes);
+      comm.p2p(std::move(items), va.dtype, false);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  if (error) {
+    set_python_error(error);
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
 
 }  // namespace
 
@@ -124,11 +155,13 @@ bool call_of(Collective coll, int P, int me, PyObject* op_obj, PyObject* algo_ob
 namespace {
 
 // fast_collective(core_address, collective, a, b, op, algorithm, root, async_op, scale
-//                 [, stream, device_calls_address[, compress]])
+//                 [, stream, device_calls_address[, compress[, output_splits, input_splits]]])
 PyObject* fast_collective(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   ++g_offers;
-  if (nargs != 9 && nargs != 11 && nargs != 12) return fallback();
-  PyObject* compress = nargs == 12 ? args[11] : Py_None;
+  if (nargs != 9 && nargs != 11 && nargs != 12 && nargs != 14) return fallback();
+  PyObject* compress = nargs >= 12 ? args[11] : Py_None;
+  // all_to_all's split sizes (all_to_allv: a point-to-point batch; None, None: equal blocks)
+  const bool splits = nargs == 14 && (args[12] != Py_None || args[13] != Py_None);
   auto* comm = static_cast<Communicator*>(PyLong_AsVoidPtr(args[0]));
   const long coll_code = PyLong_AsLong(args[1]);
   if (!comm || coll_code < 0 || coll_code >= kColls || PyErr_Occurred()) {
@@ -147,12 +180,21 @@ PyObject* fast_collective(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (on_device(va.kind) || on_device(vb.kind)) {
     void* cache = nargs >= 11 && args[10] != Py_None ? PyLong_AsVoidPtr(args[10]) : nullptr;
     if (cache == nullptr) return PyErr_Clear(), fallback();
-    PyObject* r = run_device_call(*static_cast<DeviceCallCache*>(cache), coll, args, va, vb, compress);
+    if (splits && (coll != Collective::AllToAll || compress != Py_None)) return fallback();
+    PyObject* r = splits ? run_device_all_to_allv(*static_cast<DeviceCallCache*>(cache), args, va, vb, args[12],
+                                                  args[13])
+                         : run_device_call(*static_cast<DeviceCallCache*>(cache), coll, args, va, vb, compress);
     if (r == Py_NotImplemented) ++g_declined;
     return r;
   }
-  // async, streams, compress=: the general path
-  if (args[7] != Py_False || stream != Py_None || compress != Py_None) return fallback();
+  // async, streams: the general path
+  if (args[7] != Py_False || stream != Py_None) return fallback();
+  if (splits) return run_host_all_to_allv(*comm, args, va, vb);
+  if (compress != Py_None) {  // a codec the Python path resolved before (host_compressed_calls.cc)
+    PyObject* r = run_host_compressed(*comm, coll, args, va, vb, compress);
+    if (r == Py_NotImplemented) ++g_declined;
+    return r;
+  }
   CollectiveCall call;
   if (!call_of(coll, comm->size(), comm->rank(), args[4], args[5], args[6], args[8], va, vb, &call)) return fallback();
   std::exception_ptr error;
@@ -174,15 +216,18 @@ PyObject* fast_collective(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 PyMethodDef g_fast_def = {
     "fast_collective", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(fast_collective)), METH_FASTCALL,
     "fast_collective(core_address, collective, a, b, op, algorithm, root, async_op, scale[, stream, device_calls"
-    "[, compress]])\n"
+    "[, compress[, output_splits, input_splits]]])\n"
     "The C++ entry: a blocking collective on host buffers, or a device call its DeviceCallCache (device_calls: "
     "its address) holds. None (or the work of an async device call) when it ran; NotImplemented asks for the "
     "general path."};
 
 }  // namespace
 
+void bind_host_compressed(py::module_& m);  // bindings/host_compressed_calls.cc
+
 void bind_fast_call(py::module_& m) {
   init_call_names();
+  bind_host_compressed(m);
   m.def(
       "core_address", [](Communicator& c) { return reinterpret_cast<uintptr_t>(&c); },
       "Address of a Communicator core, for fast_collective (the caller keeps the core alive).");

@@ -5,6 +5,7 @@
 #include <Python.h>
 
 #include <memory>
+#include <vector>
 
 #include "bindings/buffer_view.h"
 #include "plan/call.h"
@@ -26,6 +27,32 @@ class DeviceCallCache;
 // the engine raised. `compress`: the call's compress= argument (None: none).
 PyObject* run_device_call(DeviceCallCache& cache, Collective coll, PyObject* const* args, const BufferView& va,
                           const BufferView& vb, PyObject* compress);
+
+// The point-to-point batch of an all_to_all with split sizes from `in` to `out` (device_all_to_allv.cc,
+// as core/p2p_plan.py plan_all_to_allv builds it): `*items` (a send and a receive per peer, in its
+// order) and this rank's block to itself (`*own`); `*splits` the P input then P output sizes. False
+// (no Python error set) for anything the Python path refuses or reads further (split_sizes'
+// checks, a split that is not an int of a list or tuple, overlapping buffers, an own block whose
+// sizes differ); dtypes and devices are the caller's to check.
+struct AllToAllvOwnBlock {
+  uintptr_t dst = 0, src = 0;
+  size_t bytes = 0;
+};
+bool plan_all_to_allv(int P, int me, const BufferView& in, const BufferView& out, PyObject* output_splits,
+                      PyObject* input_splits, std::vector<int64_t>* splits, std::vector<P2PItem>* items,
+                      AllToAllvOwnBlock* own);
+
+// all_to_all with split sizes (`output_splits`, `input_splits`: the caller's, None for equal
+// blocks) through the entry: DeviceCallCache::run_all_to_allv, the same answers.
+PyObject* run_device_all_to_allv(DeviceCallCache& cache, PyObject* const* args, const BufferView& va,
+                                 const BufferView& vb, PyObject* output_splits, PyObject* input_splits);
+
+class Communicator;
+// A blocking host collective with compress= through the entry (bindings/host_compressed_calls.cc):
+// None when the Python path resolved this call's codec before and it ran, NotImplemented for the
+// Python path, nullptr (error set) when the collective raised.
+PyObject* run_host_compressed(Communicator& comm, Collective coll, PyObject* const* args, const BufferView& va,
+                              const BufferView& vb, PyObject* compress);
 
 class DeviceWork;
 // The same entry for a C++ caller without the GIL (core_api.h's device_collective: the torch

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "bindings/buffer_view.h"
+#include "bindings/optional_attr.h"
 #include "bindings/dlpack_abi.h"
 #include "device/emulated/emulated_device.h"
 
@@ -178,12 +179,15 @@ ForeignRead read_cai(PyObject* cai, BufferView* v, bool current_stream, BufferPr
   v->count = count;
   v->dtype = dt->second;
   // The stream the data is valid on (version 3's "stream"): the consumer must order its work after
-  // that stream's. The call runs on it (unless it names its own stream=), as the Python path's
-  // resolver does. CUDA memory: absent is the legacy default stream 0, as the Python path always
-  // took it (1 and 2, the legacy and per-thread default streams, are cudaStream_t values CUDA
-  // takes as they are). Emulated memory: a stream given names an emulated stream by its identity
-  // (commlib.emulated.Stream.handle; 0, 1 and 2: the device's default stream, identity 0), absent
-  // is the current emulated stream.
+  // that stream's. The call runs on it (unless it names its own stream=, which then waits on it:
+  // device_own_stream.cc), as the Python path's resolver does. Absent (or None) the interface says
+  // no synchronization is needed, so the buffer names no stream and the call runs where any other
+  // buffer's would: the caller's current stream as docs/gpu.md's rule for buffers that are not
+  // torch's reads it (torch's current stream, else CuPy's, else the legacy default), the one the
+  // rest of the caller's work is ordered on (issue #37). CUDA memory: 1 and 2, the legacy and
+  // per-thread default streams, are cudaStream_t values CUDA takes as they are. Emulated memory: a
+  // stream given names an emulated stream by its identity (commlib.emulated.Stream.handle; 0, 1 and
+  // 2: the device's default stream, identity 0).
   if (v->kind == BufferKind::Emulated) {
     v->own_stream = stream != nullptr;
     v->stream = v->own_stream ? (named_stream <= 2 ? 0 : static_cast<uintptr_t>(named_stream))
@@ -196,8 +200,10 @@ ForeignRead read_cai(PyObject* cai, BufferView* v, bool current_stream, BufferPr
              ForeignRead::Bad;
     }
   } else {
-    v->own_stream = true;
-    v->stream = static_cast<uintptr_t>(named_stream);
+    v->own_stream = stream != nullptr;
+    v->stream = v->own_stream ? static_cast<uintptr_t>(named_stream) : 0;
+    if (!v->own_stream && current_stream && !current_cuda_stream(v->device, &v->stream))
+      return problem(why, PyExc_RuntimeError, "the current CUDA stream could not be read"), ForeignRead::Bad;
   }
   return ForeignRead::Ok;
 }
@@ -293,12 +299,8 @@ ForeignRead read_dlpack(PyObject* o, PyObject* dl_device, BufferView* v, bool cu
   return r;
 }
 
-// o.name, or null without an error when `o` has no such attribute.
-PyObject* lookup(PyObject* o, PyObject* name) {
-  PyObject* r = nullptr;
-  if (_PyObject_LookupAttr(o, name, &r) < 0) PyErr_Clear();
-  return r;
-}
+// o.name, or null without an error when `o` has no such attribute (bindings/optional_attr.h).
+PyObject* lookup(PyObject* o, PyObject* name) { return optional_attr(o, name); }
 
 }  // namespace
 
@@ -349,8 +351,8 @@ void bind_foreign_arrays(py::module_& m) {
           PyErr_SetString(why.type, (name + ": " + why.message).c_str());
           throw py::error_already_set();
         }
-        // The interface's stream (on CUDA memory 0 when none is named: the legacy default; on
-        // emulated memory the named emulated stream's identity); DLPack's: the current one.
+        // The interface's stream (on emulated memory the named emulated stream's identity); None
+        // when it names none (DLPack's, and an interface without "stream"): the current one.
         return py::make_tuple(v.kind == BufferKind::Emulated ? "emulated" : "cuda", v.address, v.count, v.dtype, v.device,
                               v.own_stream ? py::object(py::int_(v.stream)) : py::object(py::none()));
       },

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "bindings/buffer_view.h"
+#include "bindings/optional_attr.h"
 #include "device/device.h"
 
 namespace py = pybind11;
@@ -23,12 +24,8 @@ PyObject* g_stream_attr = nullptr;      // its "_stream" (the DeviceStream)
 PyObject* g_cuda_stream_attr = nullptr;  // torch.cuda.Stream's "cuda_stream"
 PyObject* g_ptr_attr = nullptr;          // CuPy's Stream.ptr
 
-// o.name (an attribute), or null without an error when `o` has none.
-PyObject* lookup(PyObject* o, PyObject* name) {
-  PyObject* r = nullptr;
-  if (_PyObject_LookupAttr(o, name, &r) < 0) PyErr_Clear();
-  return r;
-}
+// o.name, or null without an error when `o` has no such attribute (bindings/optional_attr.h).
+PyObject* lookup(PyObject* o, PyObject* name) { return optional_attr(o, name); }
 
 // A non-negative int as a handle; false (no error set) for anything else.
 bool handle_of(PyObject* o, uintptr_t* id) {

@@ -38,7 +38,7 @@ def test_cuda_array_interface_takes_the_interfaces_stream(monkeypatch):
     import commlib.core.device_route as de
     b = device_buffer(FakeCudaArray((4,), stream=0x5150))
     assert (b.device_index, b.stream) == (0, 0x5150)  # no usable commlib._C_cuda here: device 0
-    assert device_buffer(FakeCudaArray((4,))).stream == 0  # no stream key: the legacy default stream
+    assert device_buffer(FakeCudaArray((4,))).stream is None  # no stream key: no stream of its own
 
     def no_torch_stream(index):
         raise AssertionError("a CUDA array interface buffer went through torch's current stream")
@@ -48,6 +48,36 @@ def test_cuda_array_interface_takes_the_interfaces_stream(monkeypatch):
     monkeypatch.setattr(de, "_cuda_module", lambda name: fake_cuda)
     monkeypatch.setattr(de._C, "stream_from_capsule", lambda capsule: capsule)
     assert de.stream_resolver(b)(None) == ("capsule", 0, 0x5150)
+
+
+def test_a_cuda_array_interface_naming_no_stream_runs_on_the_current_stream(monkeypatch):
+    """CAI v3: with no "stream" key (or None) no synchronization is needed, so the call runs where
+    any buffer that is not torch's does (docs/gpu.md): the current stream as the registered reader
+    gives it, on the Python route and in the C++ entry's reader alike; not the legacy default 0."""
+    import types
+
+    import commlib._C as _C
+    import commlib.core.device_route as de
+    for cai in (FakeCudaArray((4,)), FakeCudaArray((4,), stream=None)):
+        b = device_buffer(cai)
+        assert b.stream is None, b
+        monkeypatch.setattr(de, "_cuda_module", lambda name: types.SimpleNamespace(
+            stream_capsule=lambda index, ptr: ("capsule", index, ptr)))
+        monkeypatch.setattr(de._C, "stream_from_capsule", lambda capsule: capsule)
+        monkeypatch.setattr(de, "_current_cuda_stream", lambda index: 0x7170)
+        assert de.stream_resolver(b)(None) == ("capsule", 0, 0x7170)
+    if _C.cuda_stream_reader() != "":  # (a reader registered in this process: it answers first)
+        return
+    # The entry's reader: the current stream another library's reader gives (CuPy's, here a fake),
+    # where an interface naming 0x5150 keeps its own.
+    _C.register_cuda_stream_reader(lambda index: types.SimpleNamespace(ptr=0x7170), "ptr")
+    try:
+        assert _C.read_buffer(FakeCudaArray((4,)))[5] == 0x7170
+        assert _C.read_buffer(FakeCudaArray((4,), stream=None))[5] == 0x7170
+        assert _C.read_buffer(FakeCudaArray((4,), stream=0x5150))[5] == 0x5150
+    finally:
+        _C.register_cuda_stream_reader(None)
+    assert _C.cuda_stream_reader() == "" and _C.read_buffer(FakeCudaArray((4,)))[5] == 0  # (none: the legacy default)
 
 
 class _OnCuda:

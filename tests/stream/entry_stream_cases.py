@@ -138,7 +138,7 @@ def wrong_stream_types(comm):
 def steady_named_stream_counts(comm, on, n):
     """all_reduce and all_gather on the kernel path, on a stream the caller names (``on``: "named",
     stream=, a new object naming it at every call; "own", a __cuda_array_interface__ view of each
-    array naming it): {(collective, "blocking"|"async"): (driver calls of n steady calls, hits,
+    array naming it; "both", such views naming one stream and the calls on another, stream=): {(collective, "blocking"|"async"): (driver calls of n steady calls, hits,
     results right and the async works' wait() resolved to the call's stream, path, C++ heap
     allocations)}, counted as test_call_counts.py's steady calls are (after three drained warm-up
     calls and 2 * KEPT held ones, the caller holding its last KEPT works)."""
@@ -149,10 +149,12 @@ def steady_named_stream_counts(comm, on, n):
 
     def run(sub):
         s = emu.Stream()
-        calls = collective_calls(sub, wrap=_once(_own_stream(s)) if on == "own" else None)
-        named = (lambda: same_stream(s)) if on == "named" else (lambda: None)
+        t = emu.Stream() if on == "both" else s  # (the calls' stream)
+        calls = collective_calls(sub, wrap=_once(_own_stream(s)) if on in ("own", "both") else None)
+        named = (lambda: same_stream(t)) if on in ("named", "both") else (lambda: None)
         want = _C.stream_identity(emu.current_stream()._stream) if on == "named" else s.handle
         s.wait_event(emu.current_stream().record_event())  # the arrays' uploads
+        t.wait_event(emu.current_stream().record_event())
         out = {}
         for name in ("all_reduce", "all_gather"):
             call, check = calls[name]
@@ -161,6 +163,7 @@ def steady_named_stream_counts(comm, on, n):
                 for _ in range(3):
                     _drain([call(a, named())])
                     s.synchronize()
+                    t.synchronize()
                 held = collections.deque(maxlen=KEPT)
 
                 def issue(k):
@@ -171,6 +174,7 @@ def steady_named_stream_counts(comm, on, n):
                 waits = all(_C.stream_identity(w._stream_of(None)) == want for w in held if w is not None)
                 _drain(held)
                 s.synchronize()
+                t.synchronize()
                 held.clear()
                 out[(name, mode)] = (counted, hits, bool(check()) and waits, sub._device().last_path(), allocs)
         return out
@@ -244,4 +248,41 @@ def interface_streams_of_no_use(comm):
             calls = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
             out.append((case, error, len(seen), calls))
         return out
+    return with_settings(comm, KERNEL_SETTINGS, run)
+
+
+def a_dropped_named_stream_is_never_aliased(comm, streams=8):
+    """Calls cached on ``stream=`` s (a new object naming it each call), then the caller drops s: the
+    entries key s by its identity and hold its stream, so it stays alive (EmulatedDevice.stream_named
+    still finds it) and no stream made after it takes its identity, whose calls then run right on
+    their own streams. (the dropped stream still alive, a new stream with its identity, results
+    right, the Python route's calls)."""
+    import gc
+
+    def run(sub):
+        sub.all_reduce(emu.from_numpy(np.ones(2, np.float32)))  # the engine's set-up
+        P, r = sub.size, sub.rank
+        x = emu.from_numpy(np.full(8, float(r + 1), np.float32))
+        s = emu.Stream()
+        s.wait_event(emu.current_stream().record_event())
+        with route_spy() as seen:
+            for _ in range(3):
+                sub.all_reduce(x, op="max", stream=same_stream(s))
+        s.synchronize()
+        handle, device = s.handle, emu.device(x.device_index)
+        del s
+        gc.collect()
+        alive = device.stream_named(handle) is not None
+        news = [emu.Stream() for _ in range(streams)]
+        aliased = any(n.handle == handle for n in news)
+        right = True
+        with route_spy() as seen_new:
+            for n in news:
+                y = emu.from_numpy(np.full(5, float(r + 1), np.float32))
+                n.wait_event(emu.current_stream().record_event())
+                sub.all_reduce(y, stream=same_stream(n))
+                n.synchronize()
+                right &= bool((y.host_view_unsynchronized() == P * (P + 1) / 2).all())
+        right &= bool((x.numpy() == float(P)).all())
+        return alive, aliased, right, len(seen) + len(seen_new)
     return with_settings(comm, KERNEL_SETTINGS, run)

@@ -94,7 +94,7 @@ def hits_and_misses(comm, n=5):
             # next call of either path once its engine saw them complete.
             w = emu.from_numpy(np.ones(P, np.int32))
             swapped = emu.empty(P, "int32")
-            # The Python path (all_to_all with splits: the route's point-to-point batch).
+            # A point-to-point batch (all_to_all with splits: from the entry too, device_all_to_allv.cc).
             sub.all_to_all(swapped, w, input_splits=[1] * P, output_splits=[1] * P)
             sub.all_reduce(w)  # run from C++ (a new shape on the current stream)
             held = sub._device()._fast_calls.held() >= 1

@@ -14,8 +14,8 @@ import types
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from entry_stream_cases import (interface_stream_orders_the_call, interface_streams_of_no_use,  # noqa: E402
-                                named_and_own_stream_calls, wrong_stream_types)
+from entry_stream_cases import (a_dropped_named_stream_is_never_aliased, interface_stream_orders_the_call,  # noqa: E402
+                                interface_streams_of_no_use, named_and_own_stream_calls, wrong_stream_types)
 from test_device_collectives import DELAY_ENV  # noqa: E402
 
 
@@ -35,6 +35,14 @@ def test_calls_on_a_named_or_the_interfaces_stream_never_reach_the_python_route(
 def test_the_interfaces_stream_orders_the_call_after_its_work(pool, P):
     for rights, python_calls in pool(P, env=DELAY_ENV).run(interface_stream_orders_the_call, timeout=120):
         assert rights == [True, True] and python_calls == 0, (rights, python_calls)
+
+
+def test_a_stream_the_caller_dropped_is_held_by_its_entries_and_never_aliased(pool):
+    # (issue #37: entries key a stream by its identity; on the emulated device the wrapper is the
+    # stream, so the cache holds it alive; on CUDA the wrapper is the handle alone: docs/gpu.md)
+    for alive, aliased, right, python_calls in pool(2, env=DELAY_ENV).run(a_dropped_named_stream_is_never_aliased,
+                                                                          timeout=60):
+        assert (alive, aliased, right, python_calls) == (True, False, True, 0), (alive, aliased, right, python_calls)
 
 
 def test_a_wrong_stream_type_raises_naming_stream_before_anything_is_enqueued(pool):
