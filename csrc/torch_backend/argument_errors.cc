@@ -6,6 +6,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <string>
+#include <tuple>
 
 namespace py = pybind11;
 
@@ -111,9 +112,15 @@ void refuse_reduce_scatter_pairs(const std::vector<at::Tensor>& out, const std::
   for (size_t i = 0; i < out.size() && i < in.size(); ++i) refuse_reduce_scatter_base(out[i], in[i], op, P);
 }
 
-void refuse_alltoall_base(const at::Tensor& out, const at::Tensor& in) {
-  if (out.defined() && in.defined() && out.scalar_type() != in.scalar_type())
+void refuse_alltoall_base(const at::Tensor& out, const at::Tensor& in, bool out_equal, bool in_equal, int P) {
+  if (!out.defined() || !in.defined()) return;
+  if (out.scalar_type() != in.scalar_type())
     throw py::type_error("output: dtype " + dtype_of(out) + " differs from input's " + dtype_of(in));
+  for (const auto& [t, equal, name] : {std::tuple<const at::Tensor&, bool, const char*>{out, out_equal, "output"},
+                                       std::tuple<const at::Tensor&, bool, const char*>{in, in_equal, "input"}})
+    if (equal && t.numel() % P)
+      throw py::value_error(std::string(name) + ": " + num(t.numel()) + " elements do not split over " + num(P) +
+                            " ranks (give " + name + "_split_sizes)");
 }
 
 namespace {

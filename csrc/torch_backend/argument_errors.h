@@ -35,8 +35,9 @@ void refuse_allgather_base(const at::Tensor& out, const at::Tensor& in, int P);
 // reduce_scatter_tensor: the output's dtype against the input's (TypeError naming output), the input's
 // size (naming input), then the op (refuse_reduction's checks, on the output).
 void refuse_reduce_scatter_base(const at::Tensor& out, const at::Tensor& in, const c10d::ReduceOp& op, int P);
-// all_to_all_single: the dtypes differ (TypeError naming output).
-void refuse_alltoall_base(const at::Tensor& out, const at::Tensor& in);
+// all_to_all_single: the dtypes differ (TypeError naming output), then a side without split sizes
+// (`out_equal`, `in_equal`) whose elements do not split over P ranks (output first).
+void refuse_alltoall_base(const at::Tensor& out, const at::Tensor& in, bool out_equal, bool in_equal, int P);
 // all_gather of one input into a list: one list per input, P tensors, of the input's dtype, this rank's
 // of the input's size.
 void refuse_allgather_list(const std::vector<std::vector<at::Tensor>>& out, const std::vector<at::Tensor>& in, int P,

@@ -116,15 +116,15 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::alltoall_base(at::Tensor& out, at
     return run_staged(std::move(staged), o.asyncOp, c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {out},
                       o.timeout);
   if (!host_layout(in) || !host_layout(out) || in.scalar_type() != out.scalar_type()) {
-    refuse_alltoall_base(out, in);  // (argument_errors.h: before any hand-over)
+    refuse_alltoall_base(out, in, out_splits.empty(), in_splits.empty(), getSize());  // (argument_errors.h)
     return delegate("alltoall_base", out, in, out_splits, in_splits, o);
   }
   const int P = getSize();
   at::Tensor ci = dense(in), co = dense(out);
   CopyBack back;
   back.add(out, co);
-  const auto in_bytes = block_bytes(ci, in_splits, P, "input_split_sizes", "input");
-  const auto out_bytes = block_bytes(co, out_splits, P, "output_split_sizes", "output");
+  const auto out_bytes = block_bytes(co, out_splits, P, "output_split_sizes", "output");  // (the output's
+  const auto in_bytes = block_bytes(ci, in_splits, P, "input_split_sizes", "input");      // first, as Python)
   if (co.numel() && ci.numel() && co.data_ptr() == ci.data_ptr()) ci = ci.clone();  // in place: send from a copy
   return exchange(ci, co, in_bytes, out_bytes, o.asyncOp, c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {out},
                   back.empty() ? nullptr : std::function<void()>(back), o.timeout);
