@@ -9,10 +9,13 @@ same bad calls (each raises on every rank before anything is sent), then an all_
 right only if nothing of the bad calls was sent."""
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 import torch.distributed as dist
 from torch._C import _distributed_c10d as _c10d
 
+import commlib.torch
 from backend_cases import setup
 from native_call_cases import handed_over
 from torch_fast_path_cases import python_world
@@ -106,6 +109,30 @@ def bad_calls(P, r):
     }
 
 
+# The communicator's methods the Python backend sends through.
+_COMM_CALLS = ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all", "gather", "scatter",
+               "barrier")
+
+
+@contextmanager
+def sent(group):
+    """The names of the communicator calls the Python backend of ``group`` issued inside (those
+    that returned: a call its own checks refused sent nothing)."""
+    comm = commlib.torch.python_group(group).comm
+    seen: list = []
+    for name in _COMM_CALLS:
+        def spy(*args, _name=name, _method=getattr(comm, name), **kwargs):
+            done = _method(*args, **kwargs)
+            seen.append(_name)
+            return done
+        setattr(comm, name, spy)
+    try:
+        yield seen
+    finally:
+        for name in _COMM_CALLS:
+            delattr(comm, name)
+
+
 def _outcome(call, group):
     try:
         call(group).wait()
@@ -116,8 +143,9 @@ def _outcome(call, group):
 
 def case_argument_errors(comm):
     """{bad call: (C++ backend's (class, text), Python backend's, methods the C++ backend handed
-    over, the Python backend's methods the other group reached)} on this rank, and whether an
-    all_reduce after them all was right on both groups."""
+    over, the Python backend's methods the other group reached, communicator calls that Python
+    backend made before it raised)} on this rank, and whether an all_reduce after them all was
+    right on both groups."""
     setup(comm)
     P, r = comm.size, comm.rank
     with python_world(comm):
@@ -127,9 +155,9 @@ def case_argument_errors(comm):
     for name, call in bad_calls(P, r).items():
         with handed_over(world) as seen:
             got = _outcome(call, world)
-        with handed_over(pyg) as reached:
+        with handed_over(pyg) as reached, sent(pyg) as issued:
             expected = _outcome(call, pyg)
-        out[name] = (got, expected, list(seen), list(reached))
+        out[name] = (got, expected, list(seen), list(reached), list(issued))
     right = []
     for g in (dist.group.WORLD, pyg):
         x = torch.full((5,), r + 1, dtype=torch.int64)
