@@ -115,6 +115,8 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::alltoall_base(at::Tensor& out, at
       stage_alltoall_base(StageOn(), out, in, getSize(), algo(Collective::AllToAll), &staged))
     return run_staged(std::move(staged), o.asyncOp, c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {out},
                       o.timeout);
+  if (out_splits.empty() && in_splits.empty())  // (declined equal blocks: named as the Python side names them)
+    refuse_alltoall_base(out, in, true, true, getSize());
   if (!host_layout(in) || !host_layout(out) || in.scalar_type() != out.scalar_type()) {
     refuse_alltoall_base(out, in, out_splits.empty(), in_splits.empty(), getSize());  // (argument_errors.h)
     return delegate("alltoall_base", out, in, out_splits, in_splits, o);
@@ -123,8 +125,8 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::alltoall_base(at::Tensor& out, at
   at::Tensor ci = dense(in), co = dense(out);
   CopyBack back;
   back.add(out, co);
-  const auto out_bytes = block_bytes(co, out_splits, P, "output_split_sizes", "output");  // (the output's
-  const auto in_bytes = block_bytes(ci, in_splits, P, "input_split_sizes", "input");      // first, as Python)
+  const auto in_bytes = block_bytes(ci, in_splits, P, "input_split_sizes", "input");
+  const auto out_bytes = block_bytes(co, out_splits, P, "output_split_sizes", "output");
   if (co.numel() && ci.numel() && co.data_ptr() == ci.data_ptr()) ci = ci.clone();  // in place: send from a copy
   return exchange(ci, co, in_bytes, out_bytes, o.asyncOp, c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {out},
                   back.empty() ? nullptr : std::function<void()>(back), o.timeout);
