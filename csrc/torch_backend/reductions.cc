@@ -2,8 +2,8 @@
 // tensor). A tensor of a dtype the core reduces, contiguous, runs on its own memory (all_reduce's
 // latency path first, unchanged); any other dtype torch reduces, a conjugate or negative view, or a
 // non-contiguous tensor through a staging buffer (reduction_of: staging.py's reduction_staging in
-// C++), the result copied back with a cast. Nothing here is handed to the Python backend but
-// argument errors it explains (sizes, dtypes that differ) and ops it refuses.
+// C++), the result copied back with a cast. A declined call's argument errors are raised here
+// (argument_errors.h) before the hand-over; what is then handed over is no error.
 #include <ATen/MemoryOverlap.h>
 
 #include <algorithm>
