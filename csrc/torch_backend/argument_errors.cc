@@ -56,6 +56,35 @@ const char* float_buffer(at::ScalarType s) {
   }
 }
 
+// devices.py's check_one_device: every tensor of a call on the first one's device, else a ValueError
+// naming the odd one by its label (`name`, `name[i]`, `name[r][i]`) and the first.
+class OneDevice {
+ public:
+  OneDevice& one(const std::string& label, const at::Tensor& t) {
+    if (!t.defined()) return *this;
+    if (first_.empty()) {
+      first_ = label;
+      device_ = t.device();
+    } else if (t.device() != device_) {
+      throw py::value_error(label + ": is on " + t.device().str() + " but " + first_ + " is on " + device_.str() +
+                            "; the tensors of one call must all be on one device");
+    }
+    return *this;
+  }
+  OneDevice& list(const std::string& name, const std::vector<at::Tensor>& ts) {
+    for (size_t i = 0; i < ts.size(); ++i) one(name + "[" + num(static_cast<int64_t>(i)) + "]", ts[i]);
+    return *this;
+  }
+  OneDevice& lists(const std::string& name, const std::vector<std::vector<at::Tensor>>& ls) {
+    for (size_t r = 0; r < ls.size(); ++r) list(name + "[" + num(static_cast<int64_t>(r)) + "]", ls[r]);
+    return *this;
+  }
+
+ private:
+  std::string first_;
+  c10::Device device_{c10::kCPU};
+};
+
 }  // namespace
 
 void refuse_root(int64_t root, int P) {
@@ -81,6 +110,7 @@ void refuse_reduction(const at::Tensor& t, const c10d::ReduceOp& op, bool rooted
 }
 
 void refuse_reductions(const std::vector<at::Tensor>& t, const c10d::ReduceOp& op) {
+  OneDevice().list("tensors", t);
   for (const auto& x : t) refuse_reduction(x, op);
 }
 
@@ -144,6 +174,7 @@ void refuse_allgather_list(const std::vector<std::vector<at::Tensor>>& out, cons
   if (out.size() != in.size())
     throw py::value_error("output_tensors: has " + num(static_cast<int64_t>(out.size())) +
                           " lists, expected one per input (" + num(static_cast<int64_t>(in.size())) + ")");
+  OneDevice().one("tensor", in[0]).list("tensor_list", out[0]);
   refuse_gather_flat(out[0], in[0], P, me);
 }
 
@@ -157,6 +188,7 @@ void refuse_allgather_coalesced(const std::vector<std::vector<at::Tensor>>& out,
       throw py::value_error("output_lists[" + num(static_cast<int64_t>(r)) + "]: has " +
                             num(static_cast<int64_t>(out[r].size())) + " tensors, expected one per input (" +
                             num(static_cast<int64_t>(in.size())) + ")");
+  OneDevice().list("input_tensor_list", in).lists("output_tensor_lists", out);
   for (size_t i = 0; i < in.size(); ++i) {
     if (!in[i].defined()) return;
     std::vector<at::Tensor> outs;
@@ -168,6 +200,7 @@ void refuse_allgather_coalesced(const std::vector<std::vector<at::Tensor>>& out,
 void refuse_reduce_scatter_list(const at::Tensor& out, const std::vector<at::Tensor>& in, const c10d::ReduceOp& op,
                                 int P, int me) {
   if (!out.defined()) return;
+  OneDevice().one("output", out).list("input_list", in);
   if (in.size() != static_cast<size_t>(P))
     throw py::value_error("input_list: has " + num(static_cast<int64_t>(in.size())) + " tensors, expected " + num(P));
   for (const auto& x : in)
@@ -189,6 +222,7 @@ void refuse_reduce_scatter_list(const at::Tensor& out, const std::vector<at::Ten
 }
 
 void refuse_alltoall_list(const std::vector<at::Tensor>& out, const std::vector<at::Tensor>& in, int P) {
+  OneDevice().list("input_tensor_list", in).list("output_tensor_list", out);
   if (out.size() != static_cast<size_t>(P) || in.size() != static_cast<size_t>(P))
     throw py::value_error("alltoall: expected " + num(P) + " output and " + num(P) + " input tensors");
   for (const auto* ts : {&out, &in})

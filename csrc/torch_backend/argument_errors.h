@@ -38,7 +38,8 @@ void refuse_reduce_scatter_base(const at::Tensor& out, const at::Tensor& in, con
 // all_to_all_single: the dtypes differ (TypeError naming output), then a side without split sizes
 // (`out_equal`, `in_equal`) whose elements do not split over P ranks (output first).
 void refuse_alltoall_base(const at::Tensor& out, const at::Tensor& in, bool out_equal, bool in_equal, int P);
-// all_gather of one input into a list: one list per input, P tensors, of the input's dtype, this rank's
+// all_gather of one input into a list: one list per input, every tensor on one device (devices.py's
+// check_one_device, here and in the list forms below), P tensors, of the input's dtype, this rank's
 // of the input's size.
 void refuse_allgather_list(const std::vector<std::vector<at::Tensor>>& out, const std::vector<at::Tensor>& in, int P,
                            int me);

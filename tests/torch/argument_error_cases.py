@@ -33,6 +33,7 @@ def bad_calls(P, r):
     the group's methods (torch's dispatcher ops, as torch's own API reaches the backend)."""
     f, i64 = torch.float32, torch.int64
     z = lambda n, dt=f: torch.zeros(n, dtype=dt)  # noqa: E731
+    meta = lambda n: torch.zeros(n, device="meta")  # noqa: E731
     band, bxor = dist.ReduceOp.BAND, dist.ReduceOp.BXOR
     uneven_own = [z(2) for _ in range(P)]
     uneven_own[r] = z(3)
@@ -103,6 +104,14 @@ def bad_calls(P, r):
                                                    _opts("ScatterOptions")),
         "scatter list dtype": lambda b: b.scatter([z(2)] if r == 0 else [z(2), z(2)],
                                                   [wrong_dtype] if r == 0 else [], _opts("ScatterOptions")),
+        # tensors on two devices (a meta tensor: the C++ backend declines it as it declines a CPU tensor
+        # in a CUDA call's list)
+        "all_gather list devices": lambda b: b.allgather([[z(2) for _ in range(P - 1)] + [meta(2)]], [z(2)],
+                                                         _c10d.AllgatherOptions()),
+        "allgather_coalesced devices": lambda b: b.allgather_coalesced(
+            [[z(2)] for _ in range(P - 1)] + [[meta(2)]], [z(2)], _c10d.AllgatherOptions()),
+        "reduce_scatter list devices": lambda b: b.reduce_scatter([z(2)], [[z(2) for _ in range(P - 1)] + [meta(2)]],
+                                                                  dist.ReduceScatterOptions()),
         # several tensors where one is taken
         "gather several inputs": lambda b: b.gather([], [z(2), z(2)], _opts("GatherOptions", rootRank=0)),
         "scatter several outputs": lambda b: b.scatter([z(2), z(2)], [], _opts("ScatterOptions", rootRank=0)),
