@@ -37,7 +37,7 @@ from commlib.torch.devices import DeviceTypesMixin, check_one_device
 from commlib.torch.p2p import PointToPointMixin
 from commlib.torch.several import check_like, check_root_tensor, one_tensor, several_all_reduce
 from commlib.torch.shrink import ShrinkMixin
-from commlib.torch.staging import (NATIVE, as_bytes, op_of, out_bytes, reduction_staging,
+from commlib.torch.staging import (NATIVE, as_bytes, check_reduction, op_of, out_bytes, reduction_staging,
                                    sparse_all_reduce)
 from commlib.torch.stream_p2p import DeviceStreams
 from commlib.torch.stream_work import StreamWork, cuda_device
@@ -236,6 +236,10 @@ class ProcessGroupCommlib(ShrinkMixin, PointToPointMixin, DataMovementMixin, Dev
         opts = opts if opts is not None else dist.AllreduceCoalescedOptions()
         tensors = list(tensors)
         check_one_device(tensors=tensors)
+        op = op_of(opts.reduceOp)[0]
+        for t in tensors:  # every dtype group's before the first group is sent
+            if t.layout == torch.strided:
+                check_reduction(t, op)
 
         def body(call, async_op):
             groups = {}

@@ -13,7 +13,7 @@ from commlib.torch.fast_path import (ALL_GATHER, ALL_TO_ALL, OP_BY_HASH, REDUCE_
                                      fast_collective)
 from commlib.torch.devices import check_one_device
 from commlib.torch.several import one_tensor, several_all_gather_lists
-from commlib.torch.staging import NATIVE, as_bytes, op_of, out_bytes, reduction_staging
+from commlib.torch.staging import NATIVE, as_bytes, check_reduction, op_of, out_bytes, reduction_staging
 
 # torch.distributed does not re-export AllgatherOptions (torch 2.13; the other options it does):
 # the defaults for callers that pass none come from its c10d module.
@@ -36,19 +36,24 @@ class DataMovementMixin:
     and ``_done_works``)."""
 
     # -- all_gather -------------------------------------------------------------------------
-    def _gather_flat(self, call, async_op, outputs, inp):
-        """all_gather ``inp`` into the list ``outputs`` (one tensor per rank, equal or not)."""
+    def _check_gather_flat(self, outputs, inp):
+        """_gather_flat's checks (outputs: one per rank, of the input's dtype, this rank's of its size)."""
         P = self.size()
         if len(outputs) != P:
             raise ValueError(f"output_tensor_list: has {len(outputs)} tensors, expected {P}")
-        src = as_bytes(inp)
-        n = src.numel()
-        sizes = [as_bytes(o).numel() if o.dtype == inp.dtype else -1 for o in outputs]
         if any(o.dtype != inp.dtype for o in outputs):
             raise TypeError("output_tensor_list: dtypes differ from the input's")
-        if sizes[self.rank()] != n:
+        if outputs[self.rank()].numel() != inp.numel():
             raise ValueError(f"output_tensor_list[{self.rank()}]: has {outputs[self.rank()].numel()}"
                              f" elements, input has {inp.numel()}")
+
+    def _gather_flat(self, call, async_op, outputs, inp):
+        """all_gather ``inp`` into the list ``outputs`` (one tensor per rank, equal or not)."""
+        P = self.size()
+        self._check_gather_flat(outputs, inp)
+        src = as_bytes(inp)
+        n = src.numel()
+        sizes = [as_bytes(o).numel() for o in outputs]
         m = max(sizes)
         if m != n:  # uneven: pad every block to the largest
             padded = torch.zeros(m, dtype=src.dtype, device=src.device)
@@ -92,19 +97,24 @@ class DataMovementMixin:
                                  f"({len(ins)})")
         per_input = [[output_lists[r][i] for r in range(P)] for i in range(len(ins))]
         check_one_device(input_tensor_list=ins, output_tensor_lists=output_lists)
+        for outs, inp in zip(per_input, ins):  # every input before any is sent
+            self._check_gather_flat(outs, inp)
 
         def body(call, async_op):
             for outs, inp in zip(per_input, ins):
                 self._gather_flat(call, async_op, outs, inp)
         return self._run(opts.asyncOp, output_lists, body)
 
-    def _all_gather_single_into(self, call, async_op, output, inp):
+    def _check_all_gather_single(self, output, inp):
         P = self.size()
         if output.dtype != inp.dtype:
             raise TypeError(f"output_tensor: dtype {output.dtype} differs from input's {inp.dtype}")
         if output.numel() != inp.numel() * P:
             raise ValueError(f"output_tensor: has {output.numel()} elements, expected "
                              f"world_size*input = {P}*{inp.numel()}")
+
+    def _all_gather_single_into(self, call, async_op, output, inp):
+        self._check_all_gather_single(output, inp)
         st = out_bytes(output)
         src = as_bytes(inp)
         self._issue(call, async_op, self._comm.all_gather(
@@ -125,10 +135,14 @@ class DataMovementMixin:
 
     _allgather_base = all_gather_single
 
-    def _pairwise(self, async_op, output_tensors, input_tensors, one):
+    def _pairwise(self, async_op, output_tensors, input_tensors, one, check):
         """The coalesced single-tensor forms: ``one(call, async_op, output, input)`` for each pair,
-        as one call (one work for all)."""
+        as one call (one work for all), after ``check(output, input)`` of every pair: a bad pair
+        raises before any is sent (an asynchronous call of an earlier pair would otherwise still be
+        writing into buffers the raise let go)."""
         outs, ins = list(output_tensors), list(input_tensors)
+        for o, i in zip(outs, ins):
+            check(o, i)
 
         def body(call, async_op):
             for o, i in zip(outs, ins):
@@ -137,12 +151,13 @@ class DataMovementMixin:
 
     def all_gather_single_coalesced(self, output_tensors, input_tensors, opts=None):
         opts = opts if opts is not None else _AllgatherOptions()
-        return self._pairwise(opts.asyncOp, output_tensors, input_tensors, self._all_gather_single_into)
+        return self._pairwise(opts.asyncOp, output_tensors, input_tensors, self._all_gather_single_into,
+                              self._check_all_gather_single)
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
     # -- reduce_scatter ---------------------------------------------------------------------
-    def _reduce_scatter_single_into(self, call, async_op, output, inp, reduce_op):
+    def _check_reduce_scatter_single(self, output, inp, reduce_op):
         P = self.size()
         op, scale = op_of(reduce_op)
         if output.dtype != inp.dtype:
@@ -150,6 +165,11 @@ class DataMovementMixin:
         if inp.numel() != output.numel() * P:
             raise ValueError(f"input: has {inp.numel()} elements, expected world_size*output = "
                              f"{P}*{output.numel()}")
+        check_reduction(output, op)
+        return op, scale
+
+    def _reduce_scatter_single_into(self, call, async_op, output, inp, reduce_op):
+        op, scale = self._check_reduce_scatter_single(output, inp, reduce_op)
         obuf, op2, fin = reduction_staging(output, op)
         ibuf, _, _ = reduction_staging(inp, op)  # read only: views are fine
         self._issue(call, async_op, self._comm.reduce_scatter(
@@ -174,7 +194,8 @@ class DataMovementMixin:
     def reduce_scatter_single_coalesced(self, output_tensors, input_tensors, opts=None):
         opts = opts if opts is not None else dist.ReduceScatterOptions()
         return self._pairwise(opts.asyncOp, output_tensors, input_tensors, lambda c, a, o, i:
-                              self._reduce_scatter_single_into(c, a, o, i, opts.reduceOp))
+                              self._reduce_scatter_single_into(c, a, o, i, opts.reduceOp),
+                              lambda o, i: self._check_reduce_scatter_single(o, i, opts.reduceOp))
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
@@ -244,13 +265,15 @@ class DataMovementMixin:
                 osp = [int(s) * o_row for s in output_split_sizes]
             else:
                 if st.buf.numel() % P:
-                    raise ValueError(f"output: {output.numel()} elements do not split over {P} ranks")
+                    raise ValueError(f"output: {output.numel()} elements do not split over {P} ranks "
+                                     "(give output_split_sizes)")
                 osp = [st.buf.numel() // P] * P
             if input_split_sizes:
                 isp = [int(s) * i_row for s in input_split_sizes]
             else:
                 if ibuf.numel() % P:
-                    raise ValueError(f"input: {input.numel()} elements do not split over {P} ranks")
+                    raise ValueError(f"input: {input.numel()} elements do not split over {P} ranks "
+                                     "(give input_split_sizes)")
                 isp = [ibuf.numel() // P] * P
             self._alltoallv(call, async_op, st.buf, ibuf, osp, isp)
             if st.copy:

@@ -107,6 +107,24 @@ def reduction_staging(t: torch.Tensor, op: str):
     return buf, op, lambda: t_out.copy_(buf.view(t.shape))
 
 
+_FLOAT_NAMES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
+                torch.bfloat16: "bfloat16"}
+
+
+def check_reduction(t: torch.Tensor, op: str) -> None:
+    """What reduction_staging and then the communicator (call_checks.check_op) refuse of ``op`` on
+    ``t``, without staging it: a call of several tensors checks every one before any is sent."""
+    dt = t.dtype
+    if dt == torch.bool and op == "premul_sum":
+        raise ValueError(f"op: {op} is not defined for torch.bool tensors")
+    if dt.is_complex and op not in ("sum", "avg", "premul_sum"):
+        raise ValueError(f"op: {op} is not defined for complex tensors")
+    if op in ("band", "bor", "bxor") and (dt.is_floating_point or dt.is_complex):
+        real = dt.to_real() if dt.is_complex else dt
+        raise ValueError(f"op: bitwise reduction '{op}' is defined for integer dtypes only, not "
+                         f"{_FLOAT_NAMES.get(real, 'float32')}")
+
+
 def op_of(reduce_op):
     """(commlib op name, scale or None) from torch's ReduceOp / RedOpType."""
     kind = getattr(reduce_op, "op", reduce_op)

@@ -8,6 +8,7 @@
 // staged list all-gather per input.
 #include <utility>
 
+#include "torch_backend/argument_errors.h"
 #include "torch_backend/backend.h"
 
 namespace commlib {
@@ -41,7 +42,8 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::allgather_coalesced(std::vector<s
     // CUDA tensors: input i's list all-gather (out[r][i] for every rank r), each staged (staging.h's
     // stage_allgather_list; a list always is) on the current stream, a pair the device entry declines
     // (the first call on a group and device) handed over alone; one work over them. Every pair is
-    // checked first, so that a bad one makes none run here (the Python side names what is wrong).
+    // checked first, so that a bad one makes none run here (argument_errors.h names what is wrong).
+    refuse_allgather_coalesced(out, in, getSize(), getRank());
     for (size_t i = 0; i < in.size(); ++i)
       if (!in[i].defined() || in[i].device() != in[0].device()) return delegate("allgather_coalesced", out, in, o);
     for (const auto& per_rank : out) {
@@ -77,7 +79,10 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::allgather_coalesced(std::vector<s
       ours = host_layout(out[r][i]) && out[r][i].scalar_type() == in[i].scalar_type() &&
              out[r][i].numel() == in[i].numel();
   }
-  if (!ours) return delegate("allgather_coalesced", out, in, o);  // (it names what is wrong)
+  if (!ours) {
+    refuse_allgather_coalesced(out, in, getSize(), getRank());  // (argument_errors.h: before any hand-over)
+    return delegate("allgather_coalesced", out, in, o);
+  }
   std::vector<at::Tensor> parts, outputs;
   for (const auto& x : in) parts.push_back(bytes_of(dense(x)));
   at::Tensor flat_in = at::cat(parts);
@@ -125,6 +130,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::allreduce_coalesced(std::vector<a
     Reduction r;
     for (const auto& x : t)
       if (x.defined()) reduction_in(x, o.reduceOp, &r);
+    refuse_reductions(t, o.reduceOp);  // (argument_errors.h: what a pair's hand-over would raise)
   }
   if (auto w = cuda_coalesced(t, t, cuda_one, hand_over_one)) return w;
   // One call per dtype (in the order each first appears), each over one flat buffer of its staging
@@ -134,7 +140,10 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::allreduce_coalesced(std::vector<a
   std::vector<Reduction> kinds;
   for (size_t i = 0; i < t.size(); ++i) {
     Reduction r;
-    if (!reduction_of(t[i], o.reduceOp, &r)) return delegate("allreduce_coalesced", t, o);
+    if (!reduction_of(t[i], o.reduceOp, &r)) {
+      refuse_reductions(t, o.reduceOp);
+      return delegate("allreduce_coalesced", t, o);
+    }
     size_t g = 0;
     while (g < groups.size() && t[groups[g][0]].scalar_type() != t[i].scalar_type()) ++g;
     if (g == groups.size()) {
@@ -178,6 +187,8 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::allreduce_coalesced(std::vector<a
 c10::intrusive_ptr<c10d::Work> CommlibBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& out,
                                                                                std::vector<at::Tensor>& in,
                                                                                const c10d::AllgatherOptions& o) {
+  if (!in.empty() && in[0].defined() && in[0].is_cuda())  // every pair checked before any is enqueued
+    refuse_allgather_pairs(out, in, getSize());
   if (auto w = cuda_coalesced(
           out, in,
           [&](size_t i) -> WorkPtr {
@@ -195,7 +206,10 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::allgather_into_tensor_coalesced(s
   for (size_t i = 0; ours && i < in.size(); ++i)
     ours = host_layout(in[i]) && host_layout(out[i]) && in[i].scalar_type() == out[i].scalar_type() &&
            out[i].numel() == in[i].numel() * P;
-  if (!ours) return delegate("allgather_into_tensor_coalesced", out, in, o);
+  if (!ours) {
+    refuse_allgather_pairs(out, in, getSize());
+    return delegate("allgather_into_tensor_coalesced", out, in, o);
+  }
   // Input i's bytes at [off_i, off_i + b_i) of every rank's block of S bytes.
   std::vector<at::Tensor> parts;
   std::vector<int64_t> offs, sizes;
@@ -230,6 +244,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::reduce_scatter_tensor_coalesced(s
     Reduction r;
     for (const auto& x : out)
       if (x.defined()) reduction_in(x, o.reduceOp, &r);
+    refuse_reduce_scatter_pairs(out, in, o.reduceOp, getSize());
   }
   if (auto w = cuda_coalesced(
           out, in,
@@ -249,7 +264,10 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::reduce_scatter_tensor_coalesced(s
   for (size_t i = 0; ours && i < in.size(); ++i)
     ours = host_layout(in[i]) && host_layout(out[i]) && in[i].scalar_type() == in[0].scalar_type() &&
            out[i].scalar_type() == in[0].scalar_type() && in[i].numel() == out[i].numel() * P;
-  if (!ours) return delegate("reduce_scatter_tensor_coalesced", out, in, o);
+  if (!ours) {
+    refuse_reduce_scatter_pairs(out, in, o.reduceOp, getSize());
+    return delegate("reduce_scatter_tensor_coalesced", out, in, o);
+  }
   // Rank r's block of the packed input: block r of every input side by side (S elements).
   std::vector<int64_t> offs, counts;
   int64_t S = 0;

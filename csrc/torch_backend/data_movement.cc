@@ -3,6 +3,7 @@
 // read through a contiguous copy; outputs are written through one and copied back (CopyBack).
 #include <utility>
 
+#include "torch_backend/argument_errors.h"
 #include "torch_backend/backend.h"
 #include "torch_backend/python_work.h"
 
@@ -72,6 +73,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::broadcast(std::vector<at::Tensor>
     if (t[0].defined() && t[0].device().is_cpu() && build(StageOn(), &s))
       return run_staged(std::move(s), o.asyncOp, c10d::OpType::BROADCAST, "broadcast", t, o.timeout);
   }
+  if (t.size() == 1) refuse_root(o.rootRank, getSize());  // (argument_errors.h: before any hand-over)
   return delegate("broadcast", t, o);
 }
 
@@ -87,6 +89,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::_allgather_base(at::Tensor& out, 
   if (in.defined() && in.device().is_cpu() && build(StageOn(), &s))
     return run_staged(std::move(s), o.asyncOp, c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {out},
                       o.timeout);
+  refuse_allgather_base(out, in, getSize());
   return delegate("_allgather_base", out, in, o);
 }
 
@@ -110,6 +113,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::allgather(std::vector<std::vector
   if (auto w = in.size() > 1 ? several_allgather(out, in, o)
                              : in.size() == 1 && out.size() == 1 ? uneven_allgather(out[0], in[0], o) : nullptr)
     return w;
+  refuse_allgather_list(out, in, getSize(), getRank());
   return delegate("allgather", out, in, o);
 }
 
@@ -131,6 +135,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::gather(std::vector<std::vector<at
     if (root) finish = [ci, flat, outs]() mutable { unpack(flat, outs); };
     return run(call, o.asyncOp, c10d::OpType::GATHER, "gather", outs, std::move(finish), o.timeout);
   }
+  refuse_rooted(true, in, out, o.rootRank, getSize(), getRank());
   return delegate("gather", out, in, o);
 }
 
@@ -158,6 +163,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::scatter(std::vector<at::Tensor>& 
     return run(call, o.asyncOp, c10d::OpType::SCATTER, "scatter", out, [flat, back]() mutable { back(); },
                o.timeout);
   }
+  refuse_rooted(false, out, in, o.rootRank, getSize(), getRank());
   return delegate("scatter", out, in, o);
 }
 

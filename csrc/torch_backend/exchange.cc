@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "torch_backend/argument_errors.h"
 #include "torch_backend/backend.h"
 
 namespace py = pybind11;
@@ -114,8 +115,12 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::alltoall_base(at::Tensor& out, at
       stage_alltoall_base(StageOn(), out, in, getSize(), algo(Collective::AllToAll), &staged))
     return run_staged(std::move(staged), o.asyncOp, c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {out},
                       o.timeout);
-  if (!host_layout(in) || !host_layout(out) || in.scalar_type() != out.scalar_type())
+  if (out_splits.empty() && in_splits.empty())  // (declined equal blocks: named as the Python side names them)
+    refuse_alltoall_base(out, in, true, true, getSize());
+  if (!host_layout(in) || !host_layout(out) || in.scalar_type() != out.scalar_type()) {
+    refuse_alltoall_base(out, in, out_splits.empty(), in_splits.empty(), getSize());  // (argument_errors.h)
     return delegate("alltoall_base", out, in, out_splits, in_splits, o);
+  }
   const int P = getSize();
   at::Tensor ci = dense(in), co = dense(out);
   CopyBack back;
@@ -135,7 +140,10 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::alltoall(std::vector<at::Tensor>&
   for (size_t i = 0; ours && i < P; ++i)
     ours = host_layout(in[i]) && host_layout(out[i]) && in[i].scalar_type() == in[0].scalar_type() &&
            out[i].scalar_type() == in[0].scalar_type();
-  if (!ours) return delegate("alltoall", out, in, o);  // (it names what is wrong)
+  if (!ours) {
+    refuse_alltoall_list(out, in, getSize());
+    return delegate("alltoall", out, in, o);
+  }
   std::vector<at::Tensor> blocks;
   std::vector<int64_t> in_bytes, out_bytes;
   for (size_t i = 0; i < P; ++i) {

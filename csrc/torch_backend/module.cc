@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/alloc_count.h"
+#include "torch_backend/argument_errors.h"
 #include "torch_backend/backend.h"
 #include "torch_backend/process_group.h"
 #include "bindings/device_setup_api.h"
@@ -338,7 +339,18 @@ PYBIND11_MODULE(_C_torch, m) {
             } else {
               throw py::value_error("kind: not a staged collective: " + kind);
             }
-            if (!ok) return py::object(py::none());
+            if (!ok) {  // declined: what the backend's method raises next (argument_errors.h), else None
+              const auto& o0 = outs.empty() ? at::Tensor() : outs[0];
+              if (kind == "all_reduce") tb::refuse_reduction(ins.at(0), red);
+              if (kind == "reduce") tb::refuse_reduction(ins.at(0), red, true, root, P);
+              if (kind == "broadcast") tb::refuse_root(root, P);
+              if (kind == "reduce_scatter_tensor") tb::refuse_reduce_scatter_base(o0, ins.at(0), red, P);
+              if (kind == "reduce_scatter") tb::refuse_reduce_scatter_list(o0, ins, red, P, me);
+              if (kind == "all_gather_into_tensor") tb::refuse_allgather_base(o0, ins.at(0), P);
+              if (kind == "all_gather") tb::refuse_allgather_list({outs}, {ins.at(0)}, P, me);
+              if (kind == "all_to_all_single") tb::refuse_alltoall_base(o0, ins.at(0), true, true, P);
+              return py::object(py::none());
+            }
             const c10::Stream host(c10::Stream::DEFAULT, c10::Device(c10::kCPU));  // (no c10 stream to wait on)
             c10::intrusive_ptr<c10d::Work> work;
             {
@@ -353,7 +365,8 @@ PYBIND11_MODULE(_C_torch, m) {
           "Test seam: a staged collective (kind: all_reduce, reduce, broadcast, all_gather (even or uneven), "
           "all_gather_into_tensor, reduce_scatter, reduce_scatter_tensor, all_to_all_single) of host views of "
           "emulated-device memory through the CUDA path's staging and device entry; its Work (torch's), or None "
-          "when the builder or the device entry declined.")
+          "when the builder or the device entry declined; a builder's decline for a bad argument raises what the "
+          "backend's method raises then (argument_errors.h).")
       .def("_device_calls_held", &CommlibBackend::device_calls_held,
            "Device calls whose tensors the backend still holds (not seen retired), for tests.");
 }

@@ -2,14 +2,15 @@
 // tensor). A tensor of a dtype the core reduces, contiguous, runs on its own memory (all_reduce's
 // latency path first, unchanged); any other dtype torch reduces, a conjugate or negative view, or a
 // non-contiguous tensor through a staging buffer (reduction_of: staging.py's reduction_staging in
-// C++), the result copied back with a cast. Nothing here is handed to the Python backend but
-// argument errors it explains (sizes, dtypes that differ) and ops it refuses.
+// C++), the result copied back with a cast. A declined call's argument errors are raised here
+// (argument_errors.h) before the hand-over; what is then handed over is no error.
 #include <ATen/MemoryOverlap.h>
 
 #include <algorithm>
 #include <string>
 #include <utility>
 
+#include "torch_backend/argument_errors.h"
 #include "torch_backend/backend.h"
 
 namespace py = pybind11;
@@ -147,6 +148,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::allreduce(std::vector<at::Tensor>
   if (auto w = t.size() == 1 ? staged_reduction(Collective::AllReduce, t, o.reduceOp, 0, o.asyncOp, o.timeout)
                              : several_allreduce(t, o))
     return w;
+  if (t.size() == 1) refuse_reduction(t[0], o.reduceOp);  // (argument_errors.h: before any hand-over)
   return delegate("allreduce", t, o);
 }
 
@@ -164,6 +166,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::reduce(std::vector<at::Tensor>& t
     throw py::value_error("tensors: reduce takes one tensor per call, got " + std::to_string(t.size()));
   if (auto w = staged_reduction(Collective::Reduce, t, o.reduceOp, static_cast<int>(o.rootRank), o.asyncOp, o.timeout))
     return w;
+  if (t.size() == 1) refuse_reduction(t[0], o.reduceOp, true, o.rootRank, getSize());
   return delegate("reduce", t, o);
 }
 
@@ -180,6 +183,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::_reduce_scatter_base(at::Tensor& 
   if (out.defined() && out.device().is_cpu() && build(StageOn(), &s))
     return run_staged(std::move(s), o.asyncOp, c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {out},
                       o.timeout);
+  refuse_reduce_scatter_base(out, in, o.reduceOp, getSize());
   return delegate("_reduce_scatter_base", out, in, o);
 }
 
@@ -198,8 +202,10 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::reduce_scatter(std::vector<at::Te
   if (out[0].defined() && out[0].is_cuda())
     if (auto w = cuda_staged(out[0], true, c10d::OpType::REDUCE_SCATTER, "reduce_scatter", out, build)) return w;
   StagedCall s;
-  if (!out[0].defined() || !out[0].device().is_cpu() || !build(StageOn(), &s))
+  if (!out[0].defined() || !out[0].device().is_cpu() || !build(StageOn(), &s)) {
+    refuse_reduce_scatter_list(out[0], in[0], o.reduceOp, getSize(), getRank());
     return delegate("reduce_scatter", out, in, o);
+  }
   return run_staged(std::move(s), o.asyncOp, c10d::OpType::REDUCE_SCATTER, "reduce_scatter", out, o.timeout);
 }
 

@@ -241,11 +241,12 @@ def staged_bad_arguments(comm):
     """A staged call with a bad argument, on a set-up stream: a reduce from a root out of range, a
     reduce_scatter_tensor of two dtypes, an all_to_all_single of 3P + 1 elements (no equal blocks)
     and of two dtypes, an uneven all_gather whose own output block is not its input's size and one
-    with an output of another dtype are declined (None: the backend hands them to the Python
-    side, which names the argument), a max of complex tensors raises ValueError naming `op`; none
-    of them made a staged buffer or a device call (no new shape counted), and a staged all_reduce
-    after them is right on every rank. Returns (seam results, the error, buffers made, new shapes
-    counted, whether the later call is right)."""
+    with an output of another dtype are declined by the builders, and the backend raises the
+    Python backend's error itself (argument_errors.h: "Type: message" of each); a max of complex
+    tensors raises ValueError naming `op` from the builder; none of them made a staged buffer or a
+    device call (no new shape counted), and a staged all_reduce after them is right on every rank.
+    Returns (what each bad call raised, the error, buffers made, new shapes counted, whether the
+    later call is right)."""
     P, r = comm.size, comm.rank
     o = Offers(comm)
     m = Memory()
@@ -259,18 +260,18 @@ def staged_bad_arguments(comm):
     a2a_in = m.tensor(torch.zeros(2 * (3 * P + 1), dtype=torch.int16))[::2]  # 3P + 1: no equal blocks
     a2a_out = m.tensor(torch.zeros(2 * (3 * P + 1), dtype=torch.int16))[::2]
     uneven = [m.tensor(torch.zeros(2 * (j + 1), dtype=torch.int16))[::2] for j in range(P)]
-    seam = [o.backend._staged_device_call("reduce", [], [x], "sum", P, 0, stream, m.alloc) is None,
-            o.backend._staged_device_call("reduce_scatter_tensor", [out16], [in32], "sum", 0, 0, stream,
-                                          m.alloc) is None,
-            o.backend._staged_device_call("all_to_all_single", [a2a_out], [a2a_in], "sum", 0, 0, stream,
-                                          m.alloc) is None,
-            o.backend._staged_device_call("all_to_all_single", [in32], [x.reshape(-1)[: 2 * P]], "sum", 0, 0,
-                                          stream, m.alloc) is None,
+    def raised(*args):
+        try:
+            return o.backend._staged_device_call(*args, 0, stream, m.alloc)
+        except (TypeError, ValueError) as e:
+            return f"{type(e).__name__}: {e}"
+    seam = [raised("reduce", [], [x], "sum", P),
+            raised("reduce_scatter_tensor", [out16], [in32], "sum", 0),
+            raised("all_to_all_single", [a2a_out], [a2a_in], "sum", 0),
+            raised("all_to_all_single", [in32], [x.reshape(-1)[: 2 * P]], "sum", 0),
             # this rank's output block is not its input's size; then one of another dtype
-            o.backend._staged_device_call("all_gather", uneven, [x[:, 0][: r + 2]], "sum", 0, 0, stream,
-                                          m.alloc) is None,
-            o.backend._staged_device_call("all_gather", uneven[:-1] + [in32[: P]], [uneven[r]], "sum", 0, 0,
-                                          stream, m.alloc) is None]
+            raised("all_gather", uneven, [x[:, 0][: r + 2]], "sum", 0),
+            raised("all_gather", uneven[:-1] + [in32[: P]], [uneven[r]], "sum", 0)]
     error = "no error"
     try:
         o.backend._staged_device_call("all_reduce", [], [z], "max", 0, 0, stream, m.alloc)

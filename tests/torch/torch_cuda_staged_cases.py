@@ -191,7 +191,8 @@ def _bad_arguments(P, me, device, failures):
     outs = [torch.zeros(q + 1, dtype=torch.int16, device=device) for q in range(P)]
     bad_a2a = torch.zeros(2 * (3 * P + 1), device=device)[::2]
     for name, call, names in (("all_gather", lambda: dist.all_gather(outs, x), "output_tensor_list"),
-                              ("all_to_all_single", lambda: dist.all_to_all_single(bad_a2a, bad_a2a), "input:")):
+                              # (both sides are bad: the output is named first, as the Python backend does)
+                              ("all_to_all_single", lambda: dist.all_to_all_single(bad_a2a, bad_a2a), "output:")):
         try:
             call()
             failures.append(f"{name} with a bad argument: no error")
