@@ -163,12 +163,11 @@ double candidate_lower_bound(const CallShape& call, const Composition& cand, con
     a.rank = r;
     const Schedule s = build_schedule(a, cand);
     double rank_time = 0, inter_out = 0, inter_in = 0, intra_out = 0, intra_in = 0, slowest_lane = 0;
+    std::vector<double> lane_time(lanes > 1 ? lanes : 0);  // a lane's steps wait for none of another's
     int64_t ops = 0;
     for (size_t k = 0; k < s.steps.size(); ++k) {
-      if (lanes > 1 && k > 0 && k % (s.steps.size() / lanes) == 0) {  // a lane begins:
-        slowest_lane = std::max(slowest_lane, rank_time);  // its steps wait for none of the last lane's
-        rank_time = 0;
-      }
+      const int lane = lanes > 1 ? s.steps[k].lane : 0;
+      if (lanes > 1) std::swap(rank_time, lane_time[lane]);  // this step adds to its own lane's time
       // What this step's communication must at least take after the rank entered it (sim/simulator.h):
       // each transfer its latency and bytes at the fastest rate; the rank's sends one after another
       // (send overhead), its receives likewise (receive overhead); all its bytes through its one
@@ -215,6 +214,10 @@ double candidate_lower_bound(const CallShape& call, const Composition& cand, con
             if (x == 1) step = std::max(step, t.op_overhead_s + (d->messages - 1) * t.nic_gap_s + latency[1]);
           }
       rank_time += step + local + (k > 0 ? t.step_overhead_s : 0.0);
+      if (lanes > 1) {
+        std::swap(rank_time, lane_time[lane]);
+        slowest_lane = std::max(slowest_lane, lane_time[lane]);
+      }
     }
     if (t.nic_burst_bytes > 0) rank_time = std::max(rank_time, std::max(inter_out, inter_in) / t.nic_Bps);
     if (lanes > 1) {  // the slowest lane, and every lane's bytes through the rank's port and NIC

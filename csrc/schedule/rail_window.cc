@@ -1,0 +1,80 @@
+// rail_window all_reduce: the buffer in K segments, each segment's hierarchical all_reduce
+// (rail_halving's plain form: a ring reduce-scatter inside the host, rabenseifner per rail across
+// hosts, a ring all-gather inside the host) in a lane of its own (schedule/lanes.h), the lanes listed
+// in pipelined order under a window of D steps in flight (ir.h Schedule::window: NCCL_STEPS'
+// slices). rail_lanes' lanes each run a lock-step pipeline of their segments, so a lane's segments
+// wait for each other's steps and a lane's chain of 2 log H inter steps a segment pays a latency a
+// step; here no segment waits for another's steps, only for the window, so one segment's latency
+// is another's transfer and the chain is one segment's (docs/simulator.md "A window of steps in
+// flight").
+//
+// List order: segment p's step j at key p * stagger + j (ties: the lower segment first), so
+// segment p + 1 starts `stagger` steps after segment p; the window lets a step start once the step D
+// before it in that order has finished (steps start in list order). Run in list order it is correct
+// too (every rank lists the same keys, and each segment's schedule is in lock step on the hosts
+// where the lanes apply), which is how the engines without a window run it.
+//
+// The composition: `segment` elements a segment (K = count / segment, at most kMaxWindowLanes; 0: one
+// segment), `pieces` the window D (0: one segment's steps), `share` the stagger (0: 1). Where
+// rail_halving does not pair (one host, unequal or non-power-of-two hosts) or a segment would hold
+// fewer than kMinWindowSegment elements per rank, it is rail_halving's plain schedule in one lane.
+#include <algorithm>
+#include <numeric>
+
+#include "schedule/builders.h"
+#include "schedule/hierarchical_hosts.h"
+#include "schedule/lanes.h"
+#include "schedule/rail_halving.h"
+#include "schedule/registry.h"
+#include "schedule/side_by_side.h"
+
+namespace commlib {
+namespace sched {
+
+namespace {
+
+constexpr int kMaxWindowLanes = 64;
+constexpr int64_t kMinWindowSegment = 2;  // elements per rank a segment at least (every rank a block)
+
+int rail_window_lanes(const CollArgs& a) {
+  if (a.segment <= 0 || !halving_hosts(HostMap(a))) return 1;
+  const int64_t K = std::min<int64_t>(a.count / a.segment, kMaxWindowLanes);
+  return K >= 2 && a.count / K >= kMinWindowSegment * a.size ? static_cast<int>(K) : 1;
+}
+
+}  // namespace
+
+Schedule all_reduce_rail_window(const CollArgs& a) {
+  if (a.pieces < 0) throw std::invalid_argument("pieces: rail_window's window must be >= 0, got " + std::to_string(a.pieces));
+  if (a.share < 0) throw std::invalid_argument("share: rail_window's stagger must be >= 0, got " + std::to_string(a.share));
+  const int K = rail_window_lanes(a);
+  CollArgs b = a;
+  b.segment = b.pieces = b.share = 0;
+  if (K == 1) return build_schedule(b, "rail_halving");  // its plain form: one segment
+  std::vector<Part> parts(K);
+  for (int p = 0; p < K; ++p) {
+    parts[p].how = Composition{"rail_halving"};
+    parts[p].offset = a.count / K * p + std::min<int64_t>(p, a.count % K);
+    parts[p].count = a.count / K + (p < a.count % K ? 1 : 0);
+  }
+  Schedule laned = lane_parts(b, parts);  // lane p: the p-th K-th of the steps, padded
+  const size_t n = laned.steps.size() / K;
+  const int64_t stagger = a.share > 0 ? a.share : 1;
+  std::vector<size_t> at(laned.steps.size());
+  std::iota(at.begin(), at.end(), size_t{0});
+  auto key = [&](size_t i) { return static_cast<int64_t>(i / n) * stagger + static_cast<int64_t>(i % n); };
+  std::stable_sort(at.begin(), at.end(), [&](size_t x, size_t y) { return key(x) < key(y); });
+  Schedule s;
+  s.scratch_count = laned.scratch_count;
+  for (size_t i : at)
+    if (!laned.steps[i].ops.empty()) s.steps.push_back(std::move(laned.steps[i]));  // (padding dropped)
+  s.window = a.pieces > 0 ? a.pieces : static_cast<int>(n);
+  return s;
+}
+
+COMMLIB_REGISTER_ALGORITHM(AllReduce, "rail_window", all_reduce_rail_window, 15, kLargeMessages,
+                           "rail_halving's segments each in a lane, pipelined under a window of steps in flight");
+static const LanesRegistrar rail_window_lanes_count(Collective::AllReduce, "rail_window", rail_window_lanes);
+
+}  // namespace sched
+}  // namespace commlib
