@@ -77,13 +77,14 @@ std::vector<Composition> candidate_list(Collective c, const std::vector<int>& ho
   for (int h : host_of) shares |= !ids.insert(h).second;
   std::vector<Composition> out;
   std::vector<std::string> flat;
-  bool has_hier = false, has_split = false, has_halving = false, has_lanes = false;
+  bool has_hier = false, has_split = false, has_halving = false, has_lanes = false, has_window = false;
   for (const AlgorithmSpec& s : algorithm_specs(c)) {
     if (!is_host_builtin(s)) continue;
     if (s.name == "hierarchical") has_hier = true;
     else if (s.name == "rail_split") has_split = true;
     else if (s.name == "rail_halving") has_halving = true;  // a hierarchical schedule: not a phase of one
     else if (s.name == "rail_lanes") has_lanes = true;
+    else if (s.name == "rail_window") has_window = true;
     else flat.push_back(s.name);
   }
   for (const std::string& f : flat) out.push_back(Composition{f, "", "", 0});
@@ -107,17 +108,20 @@ std::vector<Composition> candidate_list(Collective c, const std::vector<int>& ho
     }
   }
   // rail_halving (schedule/rail_halving.cc) where hierarchical is ranked: its own pipelined shape;
-  // rail_lanes (rail_lanes.cc) where it pairs (equal power-of-two hosts): rail_halving in lanes.
+  // rail_lanes (rail_lanes.cc) where it pairs (equal power-of-two hosts): rail_halving in lanes;
+  // rail_window (rail_window.cc) there too: a lane per segment under a window of steps in flight.
   if (has_halving && ids.size() > 1 && shares) out.push_back(Composition{"rail_halving", "", "", segment});
-  if (has_lanes && ids.size() > 1 && shares && equal && per_host.size() >= 2 && (bytes < 0 || bytes >= kLanesMinBytes) &&
+  if (ids.size() > 1 && shares && equal && per_host.size() >= 2 && (bytes < 0 || bytes >= kLanesMinBytes) &&
       (per_host.size() & (per_host.size() - 1)) == 0 && per_host.begin()->second >= 2 &&
-      (per_host.begin()->second & (per_host.begin()->second - 1)) == 0)
-    out.push_back(Composition{"rail_lanes", "", "", segment});
+      (per_host.begin()->second & (per_host.begin()->second - 1)) == 0) {
+    if (has_lanes) out.push_back(Composition{"rail_lanes", "", "", segment});
+    if (has_window) out.push_back(Composition{"rail_window", "", "", segment});
+  }
   return out;
 }
 
 bool lanes_ranked(const Composition& cand, const sim::Topology& model) {
-  return cand.algorithm != "rail_lanes" || model.intra_by_device;
+  return (cand.algorithm != "rail_lanes" && cand.algorithm != "rail_window") || model.intra_by_device;
 }
 
 sim::Topology placed_model(const sim::Topology& model, const std::vector<int>& host_of) {

@@ -125,10 +125,11 @@ struct Schedule {
   std::vector<Step> steps;
   int64_t scratch_count = 0;  // elements of scratch the executor must provide
   // Steps in flight across lanes (schedule/lanes.h): 0, no bound but the lanes' (each lane runs on
-  // by itself); D > 0, step i also waits for step i - D (list order) to have finished, and steps
-  // start in list order: at most D steps of a rank in flight, as NCCL_STEPS bounds its slices.
-  // Meaningless without lanes (one lane runs one step at a time). Every rank's schedule of a call
-  // has the same window.
+  // by itself); D > 0, step i also waits for step i - D (list order) to have finished, so the steps
+  // i, i + D, i + 2D, .. run one after another and at most D steps of a rank are in flight (as
+  // NCCL_STEPS bounds a channel's slices), while a slow step holds back only its own lane and the
+  // steps D after it. Meaningless without lanes (one lane runs one step at a time). Every rank's
+  // schedule of a call has the same window.
   int window = 0;
 };
 

@@ -4,20 +4,22 @@
 // in pipelined order under a window of D steps in flight (ir.h Schedule::window: NCCL_STEPS'
 // slices). rail_lanes' lanes each run a lock-step pipeline of their segments, so a lane's segments
 // wait for each other's steps and a lane's chain of 2 log H inter steps a segment pays a latency a
-// step; here no segment waits for another's steps, only for the window, so one segment's latency
-// is another's transfer and the chain is one segment's (docs/simulator.md "A window of steps in
-// flight").
+// step K times over; here no segment waits for another's steps but through the window, so one
+// segment's latency is another's transfer, and the fill and drain are one segment's
+// (docs/simulator.md "A window of steps in flight").
 //
 // List order: segment p's step j at key p * stagger + j (ties: the lower segment first), so
-// segment p + 1 starts `stagger` steps after segment p; the window lets a step start once the step D
-// before it in that order has finished (steps start in list order). Run in list order it is correct
-// too (every rank lists the same keys, and each segment's schedule is in lock step on the hosts
-// where the lanes apply), which is how the engines without a window run it.
+// segment p + 1 is `stagger` steps behind segment p; the window lets step i start once step i - D
+// of that list has finished, which keeps the lanes near that order (at most D steps in flight)
+// while a slow step holds back only its own lane and the steps D after it. Run in list order it is
+// correct too (every rank lists the same keys, and each segment's schedule is in lock step on the
+// hosts where the lanes apply: the verifier's replay of the list proves it), which is how the
+// engines without a window run it.
 //
 // The composition: `segment` elements a segment (K = count / segment, at most kMaxWindowLanes; 0: one
 // segment), `pieces` the window D (0: one segment's steps), `share` the stagger (0: 1). Where
 // rail_halving does not pair (one host, unequal or non-power-of-two hosts) or a segment would hold
-// fewer than kMinWindowSegment elements per rank, it is rail_halving's plain schedule in one lane.
+// fewer than kMinWindowSegment elements per rank, it is rail_halving's plain form in one lane.
 #include <algorithm>
 #include <numeric>
 
@@ -33,7 +35,7 @@ namespace sched {
 
 namespace {
 
-constexpr int kMaxWindowLanes = 64;
+constexpr int kMaxWindowLanes = 256;  // (a run plays K lanes a rank: 128 win at 128 dgx-h100 nodes, 64 MiB)
 constexpr int64_t kMinWindowSegment = 2;  // elements per rank a segment at least (every rank a block)
 
 int rail_window_lanes(const CollArgs& a) {

@@ -1,8 +1,8 @@
 """A window of steps in flight in the model (ir.h Schedule::window, sim/run.h): rail_window's lanes
 (one per segment, schedule/rail_window.cc) play as players of their own on a GPU preset, but a rank's
-steps start in list order and step i only once step i - D has finished, so at most D of a rank's
-steps are ever in flight; on a CPU host's model the list plays in order, one step at a time. The
-trace (up to 64 ranks) shows each rank's steps' entries and ends."""
+step i enters only once step i - D of its list has finished, so at most D of a rank's steps are ever
+in flight; on a CPU host's model the list plays in order, one step at a time. The trace (up to 64
+ranks) shows each rank's steps' entries and ends."""
 import pytest
 
 from commlib import _C
@@ -49,20 +49,18 @@ def test_the_window_bounds_steps_in_flight():
 
 
 @pytest.mark.timeout(300)
-def test_steps_enter_in_list_order_under_a_window():
-    """A stagger of a whole segment lists lane after lane: under a window of a segment's steps the
-    next segment's first step cannot enter before this segment's last step has (steps start in list
-    order), so at most two steps of a rank are in flight (without the list order the window alone
-    would let every lane run one step behind the one before); listed diagonally (stagger 1) the lanes
-    overlap and it is faster."""
+def test_a_slow_step_holds_back_its_lane_and_the_window_only():
+    """Listed lane after lane (a stagger of a whole segment) under a window of one segment's n
+    steps: segment p + 1's first step waits for segment p's first to finish, not for segment p to
+    end (steps need not start in list order), so the lanes still run side by side, more than two
+    steps of a rank in flight, and within a few percent of the diagonal list's time (stagger 1)."""
     d = engine("dgx-h100", 2)
-    n = len([st for st in _C.schedule(_C.Collective.all_reduce, "rail_halving", 0, 16, COUNT // 16, 0,
-                                      _C.DType.float32, d["host_of"], "", 0, "")["steps"] if st])
+    n = trace(d, 16, 0)["steps"] and _C.schedule(_C.Collective.all_reduce, "rail_window", 0, 16, COUNT, 0,
+                                                 _C.DType.float32, d["host_of"], "", COUNT // 16, "")["window"]
     after = trace(d, 16, n, stagger=n)
     diagonal = trace(d, 16, n, stagger=1)
-    assert diagonal["time_s"] < after["time_s"]
-    for steps in after["steps"]:
-        assert most_in_flight(steps) <= 2, most_in_flight(steps)  # a lane's last step beside the next's
+    assert max(most_in_flight(s) for s in after["steps"]) > 2
+    assert after["time_s"] < 1.1 * diagonal["time_s"], (after["time_s"], diagonal["time_s"])
 
 
 @pytest.mark.timeout(300)
