@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
 #include <queue>
 #include <stdexcept>
 #include <string>
@@ -147,24 +146,6 @@ class Run {
     if (!order_lanes_) return heap_.push(Event{at, r, ++R.gen});
     ready_[r] = at;  // the window decides when it enters
     start_if_free(r);
-  }
-
-  // Player v's next step enters once it is ready and the step `window_` before it finished.
-  void start_if_free(int v) {
-    const int r = ph(v);
-    const size_t i = pos_[v];
-    if (ready_[v] < 0 || i == SIZE_MAX) return;
-    double at = ready_[v];
-    if (i >= static_cast<size_t>(window_)) {
-      const double d = done_[r][i - window_];
-      if (d < 0) return;  // its finish starts it
-      at = std::max(at, d);
-    }
-    ready_[v] = -1;
-    cur_[v] = i;
-    pos_[v] = nxt_[r][i];
-    ++next_[r];
-    heap_.push(Event{at, v, ++ranks_[v].gen});
   }
 
   // Player v's next step enters once it is ready and the step `window_` before it finished.
