@@ -1,6 +1,7 @@
 // Python bindings of the schedule layer: algorithms(), schedule(), verify(), verify_trace(),
 // choose_algorithm(), set_tuning()/clear_tuning(), _verify_custom() and the VerificationError exception.
 #include <pybind11/stl.h>
+#include <algorithm>
 #include <map>
 
 #include "bindings/bindings.h"
@@ -36,12 +37,16 @@ py::dict schedule_to_py(const Schedule& s, const std::string& algorithm) {
     }
     steps.append(std::move(ops));
   }
-  py::list lanes;  // each step's lane (ir.h Step::lane)
-  for (const Step& st : s.steps) lanes.append(st.lane);
   py::dict out;
   out["steps"] = std::move(steps);
-  out["step_lanes"] = std::move(lanes);
-  out["window"] = s.window;
+  // Only a laned schedule names its steps' lanes (ir.h Step::lane) and window: the others' dicts
+  // stay as they were, so a caller that edits their steps need not keep step_lanes in line.
+  if (s.window != 0 || std::any_of(s.steps.begin(), s.steps.end(), [](const Step& st) { return st.lane != 0; })) {
+    py::list lanes;
+    for (const Step& st : s.steps) lanes.append(st.lane);
+    out["step_lanes"] = std::move(lanes);
+    out["window"] = s.window;
+  }
   out["scratch_count"] = s.scratch_count;
   out["algorithm"] = algorithm;
   return out;
@@ -217,9 +222,9 @@ void bind_schedule(py::module_& m) {
       py::arg("collective"), py::arg("algorithm"), py::arg("rank"), py::arg("size"), py::arg("count"),
       py::arg("root") = 0, py::arg("dtype") = DType::Float32, py::arg("hosts") = std::vector<int>{},
       py::arg("inter") = "", py::arg("segment") = -1, py::arg("intra") = "", py::arg("pieces") = 0, py::arg("share") = 0,
-      "One rank's schedule as a dict {steps, step_lanes, window, scratch_count, algorithm, lanes} (schedule/lanes.h: "
-      "step_lanes[i] the lane of step i among `lanes`, 1 but for laned algorithms; window: steps in flight, ir.h "
-      "Schedule::window, 0 none). `hosts`: every rank's host id "
+      "One rank's schedule as a dict {steps, scratch_count, algorithm, lanes}, and for a laned schedule also "
+      "step_lanes and window (schedule/lanes.h: step_lanes[i] the lane of step i among `lanes`, 1 but for laned "
+      "algorithms; window: steps in flight, ir.h Schedule::window, 0 none). `hosts`: every rank's host id "
       "(hierarchical schedules; empty: one host); `inter`: hierarchical's inter-host algorithm (\"\": the "
       "built-in exchange); `segment`: its pipeline segment in elements (-1: COMMLIB_HIER_SEGMENT, 0: none); "
       "`intra`: the intra-host phases' algorithm (\"\": the built-in direct exchanges; needs `inter`); "
