@@ -21,6 +21,7 @@
 // rail_halving does not pair (one host, unequal or non-power-of-two hosts) or a segment would hold
 // fewer than kMinWindowSegment elements per rank, it is rail_halving's plain form in one lane.
 #include <algorithm>
+#include <map>
 #include <numeric>
 
 #include "schedule/builders.h"
@@ -28,7 +29,6 @@
 #include "schedule/lanes.h"
 #include "schedule/rail_halving.h"
 #include "schedule/registry.h"
-#include "schedule/side_by_side.h"
 
 namespace commlib {
 namespace sched {
@@ -53,14 +53,35 @@ Schedule all_reduce_rail_window(const CollArgs& a) {
   CollArgs b = a;
   b.segment = b.pieces = b.share = 0;
   if (K == 1) return build_schedule(b, "rail_halving");  // its plain form: one segment
-  std::vector<Part> parts(K);
+  // Lane p: segment p's schedule, its input and output regions moved to the segment, its scratch
+  // past the segments before it, padded to the longest (as lane_parts, side_by_side.h), each of the
+  // (at most two) segment lengths built once: a build is O(P), and K of them a rank at 8192 ranks
+  // were most of a simulation's time.
+  std::map<int64_t, Schedule> built;
+  std::vector<std::vector<Step>> lanes(K);
+  Schedule laned;
+  size_t n = 1;
   for (int p = 0; p < K; ++p) {
-    parts[p].how = Composition{"rail_halving"};
-    parts[p].offset = a.count / K * p + std::min<int64_t>(p, a.count % K);
-    parts[p].count = a.count / K + (p < a.count % K ? 1 : 0);
+    const int64_t offset = a.count / K * p + std::min<int64_t>(p, a.count % K);
+    b.count = a.count / K + (p < a.count % K ? 1 : 0);
+    auto it = built.find(b.count);
+    if (it == built.end()) it = built.emplace(b.count, build_schedule(b, "rail_halving")).first;
+    lanes[p] = it->second.steps;
+    for (Step& st : lanes[p]) {
+      for (Op& o : st.ops)
+        for (Region* g : {op_has_dst(o) ? &o.dst : nullptr, op_has_src(o) ? &o.src : nullptr})
+          if (g) g->offset += g->buf == BufferId::Scratch ? laned.scratch_count : offset;
+    }
+    laned.scratch_count += it->second.scratch_count;
+    n = std::max(n, lanes[p].size());
   }
-  Schedule laned = lane_parts(b, parts);  // lane p: the p-th K-th of the steps, padded
-  const size_t n = laned.steps.size() / K;
+  for (int p = 0; p < K; ++p) {
+    lanes[p].resize(n);  // (empty steps to the longest: dropped below)
+    for (Step& st : lanes[p]) {
+      st.lane = p;
+      laned.steps.push_back(std::move(st));
+    }
+  }
   const int64_t stagger = a.share > 0 ? a.share : 1;
   std::vector<size_t> at(laned.steps.size());
   std::iota(at.begin(), at.end(), size_t{0});
