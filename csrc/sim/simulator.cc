@@ -39,7 +39,8 @@ Result simulate(Collective c, const Composition& how, int64_t count, int elem_by
   if (opts.trace) start_trace(*opts.trace, topo);
   // Lanes (schedule/lanes.h) overlap where the devices move the intra-host data (intra_by_device:
   // the GPU presets' NCCL-like engines keep several slices in flight); commlib's host executor runs
-  // a laned schedule in list order, lane after lane, so on a CPU host's model it plays so.
+  // a laned schedule in list order (its lanes' steps interleaved as the list has them), so on a CPU
+  // host's model it plays so.
   const std::vector<Program>* programs = &built->programs;
   std::vector<Program> listed;
   int lanes = built->lanes;
