@@ -115,7 +115,11 @@ std::vector<Composition> candidate_list(Collective c, const std::vector<int>& ho
       (per_host.size() & (per_host.size() - 1)) == 0 && per_host.begin()->second >= 2 &&
       (per_host.begin()->second & (per_host.begin()->second - 1)) == 0) {
     if (has_lanes) out.push_back(Composition{"rail_lanes", "", "", segment});
-    if (has_window) out.push_back(Composition{"rail_window", "", "", segment});
+    // (from 4096 ranks only below 512 MiB: at 1 GiB rail_lanes wins wherever both were played, 128
+    // dgx-h100 nodes 379.8 against 377.3 GB/s, and rail_window's run there cost +25 % of the search's
+    // CPU at 4096 ranks though cut: docs/simulator.md "A window of steps in flight")
+    const bool huge = host_of.size() >= 4096 && (bytes < 0 || bytes >= kWindowHugeMaxBytes);
+    if (has_window && !huge) out.push_back(Composition{"rail_window", "", "", segment});
   }
   return out;
 }
