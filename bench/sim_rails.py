@@ -125,6 +125,11 @@ def target_lines(rows) -> list[str]:
                "own: slices in flight; docs/simulator.md, 'Slices in flight: lanes') is among auto's candidates in the "
                "points simulated since session 21 (the reruns dated 2026-11-29 16:30 and later): "
                + ("auto's pick at " + ", ".join(lanes) + "." if lanes else "auto's pick at none of them."))
+    window = auto_picks("rail_window")
+    out.append("rail_window (a lane per segment of rail_halving's plain form under a window of steps in flight; "
+               "docs/simulator.md, 'A window of steps in flight') is among auto's candidates in the points simulated "
+               "since session 25 (the reruns dated 2026-11-30 04:30 and later; from 4096 ranks below 512 MiB only): "
+               + ("auto's pick at " + ", ".join(window) + "." if window else "auto's pick at none of them."))
     far = [(n, p["busbw_GBps"]) for (t, n, alg, s), p in sorted(rows.items())
            if t == "dgx-h100" and alg == "rail_ring" and s == BIG and n > 16]
     if far:
