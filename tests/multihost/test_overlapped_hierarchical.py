@@ -12,7 +12,7 @@ LOOPBACK = {"COMMLIB_SOCKET_IFNAME": "lo"}
 # The last two: rail_split (schedule/side_by_side.cc), rail rings beside the overlapped pipeline, and
 # rail_halving (its own phases: paired by elements on 2 x 2, hierarchical rabenseifner/ring on 3 x 3),
 # rail_lanes (two lanes of rail_halving on 2 x 2, run lane after lane; rail_halving on 3 x 3) and
-# rail_window (a lane per segment, 3 to 64 of them on 2 x 2, listed in pipelined order and run in that
+# rail_window (a lane per segment, 3 to 78 of them on 2 x 2, listed in pipelined order and run in that
 # order, its window unused by the executor; on 3 x 3 rail_halving's plain form: one lane).
 PAIRS = [("", ""), ("ring", ""), ("two_shot", "direct"), ("rabenseifner", "ring"), ("recursive_doubling", "rail_ring"),
          ("two_shot", "", "rail_split"), ("", "", "rail_halving"), ("", "", "rail_lanes"), ("", "", "rail_window")]
