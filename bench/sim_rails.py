@@ -69,10 +69,10 @@ def sizes_for(nodes, alg):
     """The sizes simulated: every size at 2 and 16 nodes. At 128 nodes (1024 ranks) a rail ring plays
     2 x 1023 steps of 8 channels on every rank (16.7 M steps: 21 s per point here at load 22, 4 GB of
     pages touched), still every size; at 1024 nodes (8192 ranks, 8x the ranks and the steps) only auto, at
-    64 MiB and 1 GiB (auto's search cuts a candidate once it cannot win)."""
+    64 MiB, 256 MiB (since session 25) and 1 GiB (auto's search cuts a candidate once it cannot win)."""
     if nodes <= 128:
         return SIZES
-    return (1 << 26, BIG) if alg == "auto" else ()
+    return (1 << 26, 1 << 28, BIG) if alg == "auto" else ()
 
 
 def jobs(quick=False, nodes_only=None, algorithms=ALGORITHMS, published=False):
@@ -125,6 +125,11 @@ def target_lines(rows) -> list[str]:
                "own: slices in flight; docs/simulator.md, 'Slices in flight: lanes') is among auto's candidates in the "
                "points simulated since session 21 (the reruns dated 2026-11-29 16:30 and later): "
                + ("auto's pick at " + ", ".join(lanes) + "." if lanes else "auto's pick at none of them."))
+    window = auto_picks("rail_window")
+    out.append("rail_window (a lane per segment of rail_halving's plain form under a window of steps in flight; "
+               "docs/simulator.md, 'A window of steps in flight') is among auto's candidates in the points simulated "
+               "since session 25 (the reruns dated 2026-11-30 04:30 and later; from 4096 ranks below 512 MiB only): "
+               + ("auto's pick at " + ", ".join(window) + "." if window else "auto's pick at none of them."))
     far = [(n, p["busbw_GBps"]) for (t, n, alg, s), p in sorted(rows.items())
            if t == "dgx-h100" and alg == "rail_ring" and s == BIG and n > 16]
     if far:
@@ -155,6 +160,13 @@ PREDICTIONS = [
          ("dgx-a100", 1024, 64 << 20, "167.4", "167-171"), ("dgx-a100", 1024, 1 << 30, "186.4", "186-189", "187.3")]),
     ("24, then", "4 x 16 ramped in place of 4 x 8 ramped from 4096 ranks", [
          ("dgx-h100", 1024, 1 << 30, "367.5", "374.8"), ("dgx-a100", 1024, 1 << 30, "187.3", "187-190")]),
+    ("25", "rail_window (a lane per segment under a window of steps in flight) ranked beside rail_lanes; "
+     "docs/simulator.md 'A window of steps in flight'", [
+         ("dgx-h100", 2, 64 << 20, "392.3", "396.4"), ("dgx-h100", 16, 64 << 20, "378.0", "388.7"),
+         ("dgx-h100", 16, 256 << 20, "396.6", "396.6"), ("dgx-h100", 128, 64 << 20, "340.0", "364.6"),
+         ("dgx-h100", 128, 256 << 20, "372.6", "376.5"), ("dgx-h100", 128, 1 << 30, "379.8", "379.8"),
+         ("dgx-h100", 1024, 64 << 20, "300.9", "330-350"), ("dgx-h100", 1024, 256 << 20, "never simulated", "355-370"),
+         ("dgx-a100", 128, 64 << 20, "182.2", "182-188"), ("dgx-a100", 16, 64 << 20, "199.4", "199-205")]),
 ]
 
 

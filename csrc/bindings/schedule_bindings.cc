@@ -1,6 +1,7 @@
 // Python bindings of the schedule layer: algorithms(), schedule(), verify(), verify_trace(),
 // choose_algorithm(), set_tuning()/clear_tuning(), _verify_custom() and the VerificationError exception.
 #include <pybind11/stl.h>
+#include <algorithm>
 #include <map>
 
 #include "bindings/bindings.h"
@@ -38,6 +39,14 @@ py::dict schedule_to_py(const Schedule& s, const std::string& algorithm) {
   }
   py::dict out;
   out["steps"] = std::move(steps);
+  // Only a laned schedule names its steps' lanes (ir.h Step::lane) and window: the others' dicts
+  // stay as they were, so a caller that edits their steps need not keep step_lanes in line.
+  if (s.window != 0 || std::any_of(s.steps.begin(), s.steps.end(), [](const Step& st) { return st.lane != 0; })) {
+    py::list lanes;
+    for (const Step& st : s.steps) lanes.append(st.lane);
+    out["step_lanes"] = std::move(lanes);
+    out["window"] = s.window;
+  }
   out["scratch_count"] = s.scratch_count;
   out["algorithm"] = algorithm;
   return out;
@@ -74,6 +83,7 @@ Schedule schedule_from_py(py::handle obj) {
   if (py::isinstance<py::dict>(obj)) {
     auto d = obj.cast<py::dict>();
     steps = d["steps"];
+    if (d.contains("window")) s.window = d["window"].cast<int>();
     if (d.contains("scratch_count")) {
       s.scratch_count = d["scratch_count"].cast<int64_t>();
       infer_scratch = false;
@@ -100,6 +110,13 @@ Schedule schedule_from_py(py::handle obj) {
       step.ops.push_back(o);
     }
     s.steps.push_back(std::move(step));
+  }
+  if (py::isinstance<py::dict>(obj) && obj.cast<py::dict>().contains("step_lanes")) {
+    const auto lanes = obj.cast<py::dict>()["step_lanes"].cast<std::vector<int>>();
+    if (lanes.size() != s.steps.size())
+      throw std::invalid_argument("schedules: step_lanes has " + std::to_string(lanes.size()) + " entries for " +
+                                  std::to_string(s.steps.size()) + " steps");
+    for (size_t i = 0; i < lanes.size(); ++i) s.steps[i].lane = lanes[i];
   }
   return s;
 }
@@ -199,14 +216,15 @@ void bind_schedule(py::module_& m) {
         const std::string name = choose_algorithm(a.coll, algorithm, bytes, size);
         a.compose(Composition{name, inter, intra, segment < 0 ? hier_segment_setting() : segment, pieces, share});
         py::dict out = schedule_to_py(build_schedule(a, name), name);
-        out["lanes"] = schedule_lanes(a, name); // schedule/lanes.h: the c-th lanes-th of the steps is lane c
+        out["lanes"] = schedule_lanes(a, name); // schedule/lanes.h: step_lanes[i] in [0, lanes)
         return out;
       },
       py::arg("collective"), py::arg("algorithm"), py::arg("rank"), py::arg("size"), py::arg("count"),
       py::arg("root") = 0, py::arg("dtype") = DType::Float32, py::arg("hosts") = std::vector<int>{},
       py::arg("inter") = "", py::arg("segment") = -1, py::arg("intra") = "", py::arg("pieces") = 0, py::arg("share") = 0,
-      "One rank's schedule as a dict {steps, scratch_count, algorithm, lanes} (lanes: schedule/lanes.h, 1 but for "
-      "laned algorithms). `hosts`: every rank's host id "
+      "One rank's schedule as a dict {steps, scratch_count, algorithm, lanes}, and for a laned schedule also "
+      "step_lanes and window (schedule/lanes.h: step_lanes[i] the lane of step i among `lanes`, 1 but for laned "
+      "algorithms; window: steps in flight, ir.h Schedule::window, 0 none). `hosts`: every rank's host id "
       "(hierarchical schedules; empty: one host); `inter`: hierarchical's inter-host algorithm (\"\": the "
       "built-in exchange); `segment`: its pipeline segment in elements (-1: COMMLIB_HIER_SEGMENT, 0: none); "
       "`intra`: the intra-host phases' algorithm (\"\": the built-in direct exchanges; needs `inter`); "

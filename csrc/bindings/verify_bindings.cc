@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -97,9 +98,13 @@ void bind_verify(py::module_& m) {
 
   m.def(
       "_verify_custom",
-      [](Collective c, int size, int64_t count, py::sequence schedules, int root, py::object in_place, int lanes) {
+      [](Collective c, int size, int64_t count, py::sequence schedules, int root, py::object in_place, py::object lanes_arg) {
         std::vector<Schedule> per_rank;
-        for (py::handle h : schedules) per_rank.push_back(schedule_from_py(h));
+        bool given = false;  // whether the schedules name each step's lane (step_lanes)
+        for (py::handle h : schedules) {
+          per_rank.push_back(schedule_from_py(h));
+          given = given || (py::isinstance<py::dict>(h) && h.cast<py::dict>().contains("step_lanes"));
+        }
         std::vector<bool> modes;
         if (in_place.is_none()) {
           modes.push_back(false);
@@ -107,15 +112,23 @@ void bind_verify(py::module_& m) {
         } else {
           modes.push_back(in_place.cast<bool>());
         }
+        int lanes = 1;  // given, else one more than the highest step lane
+        if (!lanes_arg.is_none()) lanes = lanes_arg.cast<int>();
+        else
+          for (const Schedule& s : per_rank)
+            for (const Step& st : s.steps) lanes = std::max(lanes, st.lane + 1);
         py::gil_scoped_release nogil;
+        if (!given && lanes > 1) assign_contiguous_lanes(per_rank, lanes, "custom");
         if (static_cast<int>(per_rank.size()) == size) check_lanes(c, per_rank, size, count, root, lanes, "custom");
         for (bool ip : modes) verify_schedules(c, per_rank, size, count, root, ip, "custom");
       },
       py::arg("collective"), py::arg("size"), py::arg("count"), py::arg("schedules"), py::arg("root") = 0,
-      py::arg("in_place") = py::none(), py::arg("lanes") = 1,
+      py::arg("in_place") = py::none(), py::arg("lanes") = py::none(),
       "Verify user-given per-rank schedules (same format as schedule(); a plain list of steps is also "
-      "accepted, with scratch_count inferred). `lanes` > 1: the schedules' steps are in lanes (lane c the c-th "
-      "lanes-th of a rank's steps, schedule/lanes.h), proven independent first (verify/verifier_lanes.h).");
+      "accepted, with scratch_count inferred). `lanes`: the schedules' lane count (None: one more than the highest "
+      "step lane); each step's lane is its "
+      "schedule's step_lanes entry, or without step_lanes lane c is the c-th lanes-th of a rank's steps "
+      "(schedule/lanes.h); the lanes and windows are proven independent first (verify/verifier_lanes.h).");
 }
 
 }  // namespace commlib

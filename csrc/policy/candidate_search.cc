@@ -77,13 +77,14 @@ std::vector<Composition> candidate_list(Collective c, const std::vector<int>& ho
   for (int h : host_of) shares |= !ids.insert(h).second;
   std::vector<Composition> out;
   std::vector<std::string> flat;
-  bool has_hier = false, has_split = false, has_halving = false, has_lanes = false;
+  bool has_hier = false, has_split = false, has_halving = false, has_lanes = false, has_window = false;
   for (const AlgorithmSpec& s : algorithm_specs(c)) {
     if (!is_host_builtin(s)) continue;
     if (s.name == "hierarchical") has_hier = true;
     else if (s.name == "rail_split") has_split = true;
     else if (s.name == "rail_halving") has_halving = true;  // a hierarchical schedule: not a phase of one
     else if (s.name == "rail_lanes") has_lanes = true;
+    else if (s.name == "rail_window") has_window = true;
     else flat.push_back(s.name);
   }
   for (const std::string& f : flat) out.push_back(Composition{f, "", "", 0});
@@ -107,17 +108,24 @@ std::vector<Composition> candidate_list(Collective c, const std::vector<int>& ho
     }
   }
   // rail_halving (schedule/rail_halving.cc) where hierarchical is ranked: its own pipelined shape;
-  // rail_lanes (rail_lanes.cc) where it pairs (equal power-of-two hosts): rail_halving in lanes.
+  // rail_lanes (rail_lanes.cc) where it pairs (equal power-of-two hosts): rail_halving in lanes;
+  // rail_window (rail_window.cc) there too: a lane per segment under a window of steps in flight.
   if (has_halving && ids.size() > 1 && shares) out.push_back(Composition{"rail_halving", "", "", segment});
-  if (has_lanes && ids.size() > 1 && shares && equal && per_host.size() >= 2 && (bytes < 0 || bytes >= kLanesMinBytes) &&
+  if (ids.size() > 1 && shares && equal && per_host.size() >= 2 && (bytes < 0 || bytes >= kLanesMinBytes) &&
       (per_host.size() & (per_host.size() - 1)) == 0 && per_host.begin()->second >= 2 &&
-      (per_host.begin()->second & (per_host.begin()->second - 1)) == 0)
-    out.push_back(Composition{"rail_lanes", "", "", segment});
+      (per_host.begin()->second & (per_host.begin()->second - 1)) == 0) {
+    if (has_lanes) out.push_back(Composition{"rail_lanes", "", "", segment});
+    // (from 4096 ranks only below 512 MiB: at 1 GiB rail_lanes wins wherever both were played, 128
+    // dgx-h100 nodes 379.8 against 377.3 GB/s, and rail_window's run there cost +25 % of the search's
+    // CPU at 4096 ranks though cut: docs/simulator.md "A window of steps in flight")
+    const bool huge = host_of.size() >= 4096 && (bytes < 0 || bytes >= kWindowHugeMaxBytes);
+    if (has_window && !huge) out.push_back(Composition{"rail_window", "", "", segment});
+  }
   return out;
 }
 
 bool lanes_ranked(const Composition& cand, const sim::Topology& model) {
-  return cand.algorithm != "rail_lanes" || model.intra_by_device;
+  return (cand.algorithm != "rail_lanes" && cand.algorithm != "rail_window") || model.intra_by_device;
 }
 
 sim::Topology placed_model(const sim::Topology& model, const std::vector<int>& host_of) {
@@ -163,12 +171,11 @@ double candidate_lower_bound(const CallShape& call, const Composition& cand, con
     a.rank = r;
     const Schedule s = build_schedule(a, cand);
     double rank_time = 0, inter_out = 0, inter_in = 0, intra_out = 0, intra_in = 0, slowest_lane = 0;
+    std::vector<double> lane_time(lanes > 1 ? lanes : 0);  // a lane's steps wait for none of another's
     int64_t ops = 0;
     for (size_t k = 0; k < s.steps.size(); ++k) {
-      if (lanes > 1 && k > 0 && k % (s.steps.size() / lanes) == 0) {  // a lane begins:
-        slowest_lane = std::max(slowest_lane, rank_time);  // its steps wait for none of the last lane's
-        rank_time = 0;
-      }
+      const int lane = lanes > 1 ? s.steps[k].lane : 0;
+      if (lanes > 1) std::swap(rank_time, lane_time[lane]);  // this step adds to its own lane's time
       // What this step's communication must at least take after the rank entered it (sim/simulator.h):
       // each transfer its latency and bytes at the fastest rate; the rank's sends one after another
       // (send overhead), its receives likewise (receive overhead); all its bytes through its one
@@ -215,6 +222,10 @@ double candidate_lower_bound(const CallShape& call, const Composition& cand, con
             if (x == 1) step = std::max(step, t.op_overhead_s + (d->messages - 1) * t.nic_gap_s + latency[1]);
           }
       rank_time += step + local + (k > 0 ? t.step_overhead_s : 0.0);
+      if (lanes > 1) {
+        std::swap(rank_time, lane_time[lane]);
+        slowest_lane = std::max(slowest_lane, lane_time[lane]);
+      }
     }
     if (t.nic_burst_bytes > 0) rank_time = std::max(rank_time, std::max(inter_out, inter_in) / t.nic_Bps);
     if (lanes > 1) {  // the slowest lane, and every lane's bytes through the rank's port and NIC

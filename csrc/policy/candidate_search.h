@@ -43,7 +43,9 @@ struct Topology;
 // F + 1 + F (1 + I) candidates: all_reduce 7 + 1 + 7 x 2 = 22, all_gather 21, reduce_scatter 13,
 // broadcast 21 with the built-in registry. all_reduce on hosts of equal size adds rail_split beside
 // each hierarchical composition for calls of kSplitMinBytes or more (`bytes` < 0: unknown, added).
-// rail_halving where hierarchical is, and rail_lanes on equal power-of-two hosts, follow.
+// rail_halving where hierarchical is, and rail_lanes and rail_window on equal power-of-two hosts,
+// follow (rail_window from 4096 ranks only below kWindowHugeMaxBytes).
+constexpr int64_t kWindowHugeMaxBytes = int64_t{512} << 20;
 std::vector<Composition> candidate_list(Collective c, const std::vector<int>& host_of, int64_t segment,
                                         int64_t bytes = -1);
 

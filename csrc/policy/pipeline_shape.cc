@@ -16,6 +16,7 @@
 #include "common/params.h"
 #include "common/shapes.h"
 #include "policy/model_key.h"
+#include "policy/window_shapes.h"
 #include "schedule/registry.h"
 #include "schedule/side_by_side.h"
 #include "sim/rates.h"
@@ -284,8 +285,8 @@ Composition choose_pipeline_shape(const CallShape& call, const Composition& cand
 }
 
 bool shape_is_simulated(const CallShape& call, const Composition& cand, const sim::Topology& t) {
-  return call.coll == Collective::AllReduce && cand.algorithm == "rail_lanes" && spans_hosts(t) &&
-         !param_set("COMMLIB_HIER_SEGMENT");
+  return call.coll == Collective::AllReduce && (cand.algorithm == "rail_lanes" || cand.algorithm == "rail_window") &&
+         spans_hosts(t) && !param_set("COMMLIB_HIER_SEGMENT");
 }
 
 // rail_lanes' shapes: its lanes overlap, which the one-rank estimate (steps one after another)
@@ -296,6 +297,7 @@ bool shape_is_simulated(const CallShape& call, const Composition& cand, const si
 // dgx-h100 nodes and 1 GiB 2 x 16 gives 360.2 GB/s and 4 x 8 351.6, where rail_halving's 16 segments,
 // auto's pick then, give 338.5; session 24: 4 x 4 and 4 x 8 ramped in place of equal, below).
 std::vector<Composition> simulated_shapes(const CallShape& call, const Composition& cand, const sim::Topology& t) {
+  if (cand.algorithm == "rail_window") return window_shapes(call, cand, t);
   std::vector<Composition> out;
   const bool huge = t.size() >= 4096;  // minutes a shape: the six nearest the NICs' balance
   const int most = huge ? 64 : t.size() >= 512 ? 64 : 128;

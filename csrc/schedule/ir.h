@@ -104,6 +104,13 @@ struct Op {
 
 struct Step {
   std::vector<Op> ops;
+  // The step's lane (schedule/lanes.h, docs/DESIGN.md "Lanes"): a step waits for its own lane's
+  // previous step (in list order) and for the schedule's window, not for other lanes' steps. Lanes
+  // are numbered 0..W-1; a schedule without lanes has every step in lane 0 (list order). The
+  // verifier proves the lanes independent (a message's send and receive in one lane, so a pair's
+  // messages match first in, first out per lane; no op of one lane writes what another lane's op
+  // reads or writes), so running the list in order is one correct order among those the lanes allow.
+  int lane = 0;
 };
 
 // Where region `r` starts among one rank's buffers, `bases` indexed by BufferId (input, output,
@@ -117,6 +124,13 @@ Base region_start(const Base* bases, const Region& r, int64_t unit = 1) {
 struct Schedule {
   std::vector<Step> steps;
   int64_t scratch_count = 0;  // elements of scratch the executor must provide
+  // Steps in flight across lanes (schedule/lanes.h): 0, no bound but the lanes' (each lane runs on
+  // by itself); D > 0, step i also waits for step i - D (list order) to have finished, so the steps
+  // i, i + D, i + 2D, .. run one after another and at most D steps of a rank are in flight (as
+  // NCCL_STEPS bounds a channel's slices), while a slow step holds back only its own lane and the
+  // steps D after it. Meaningless without lanes (one lane runs one step at a time). Every rank's
+  // schedule of a call has the same window.
+  int window = 0;
 };
 
 // How a call's schedule is composed: the registered algorithm and, for hierarchical, what runs in

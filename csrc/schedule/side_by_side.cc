@@ -81,9 +81,11 @@ Schedule lane_parts(const CollArgs& a, const std::vector<Part>& parts) {
   const std::vector<std::vector<Step>> lanes = moved_parts(a, parts, true, s);
   size_t len = 1;  // every lane at least one step (so that W divides the steps)
   for (const auto& l : lanes) len = std::max(len, l.size());
-  for (const auto& l : lanes) {
-    s.steps.insert(s.steps.end(), l.begin(), l.end());
-    s.steps.resize(s.steps.size() + len - l.size());  // empty steps to the lane's length
+  for (size_t c = 0; c < lanes.size(); ++c) {
+    const size_t first = s.steps.size();
+    s.steps.insert(s.steps.end(), lanes[c].begin(), lanes[c].end());
+    s.steps.resize(first + len);  // empty steps to the lane's length
+    for (size_t k = first; k < s.steps.size(); ++k) s.steps[k].lane = static_cast<int>(c);
   }
   return s;
 }

@@ -47,8 +47,8 @@ Schedule side_by_side(const CollArgs& a, const std::vector<Part>& parts, bool lo
 
 // The parts as the lanes of one schedule (schedule/lanes.h): part c's steps, then part c+1's (W =
 // parts.size(), parts of count 0 kept), each padded with empty steps to the longest part's length,
-// so that lane c is the c-th W-th of the rank's steps. Run in list order it is side_by_side's one
-// after another (lock_step false).
+// so that lane c is the c-th W-th of the rank's steps (each step's Step::lane says so). Run in list
+// order it is side_by_side's one after another (lock_step false).
 Schedule lane_parts(const CollArgs& a, const std::vector<Part>& parts);
 
 // Lanes merged step by step (above): step k holds step k of every lane, lane 0's ops first, in

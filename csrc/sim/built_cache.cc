@@ -60,8 +60,10 @@ std::shared_ptr<const BuiltPrograms> built_programs(Collective c, const Composit
   // Built outside the lock: other threads' look-ups and builds go on meanwhile (two threads
   // building the same call both build; the second keeps the first's entry).
   auto built = std::make_shared<BuiltPrograms>();
-  built->programs = build_programs(c, how, size, count, root, host_of, built->shapes, &built->scratch, &built->lanes);
+  built->programs = build_programs(c, how, size, count, root, host_of, built->shapes, &built->scratch, &built->lanes,
+                                   &built->order, &built->window);
   size_t bytes = built->shapes.bytes() + built->scratch.capacity() * sizeof(int64_t) + key.size();
+  for (const auto& o : built->order) bytes += o.capacity() * sizeof(uint16_t) + sizeof(o);
   for (const Program& p : built->programs) bytes += p.capacity() * sizeof(Program::value_type) + sizeof(Program);
   built->bytes = bytes;
   if (bytes > kBuiltCacheBytes) return built;

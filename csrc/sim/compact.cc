@@ -75,7 +75,8 @@ uint32_t ShapeTable::intern(std::vector<SimOp>& ops) {
 
 std::vector<Program> build_programs(Collective c, const Composition& how, int size, int64_t count, int root,
                                     const std::vector<int>& host_of, ShapeTable& shapes,
-                                    std::vector<int64_t>* scratch, int* lanes) {
+                                    std::vector<int64_t>* scratch, int* lanes,
+                                    std::vector<std::vector<uint16_t>>* order, int* window) {
   if (scratch) scratch->assign(size, 0);
   CollArgs a;
   a.coll = c;
@@ -86,15 +87,24 @@ std::vector<Program> build_programs(Collective c, const Composition& how, int si
   a.compose(how);
   const int W = schedule_lanes(a, how.algorithm);
   if (lanes) *lanes = W;
+  if (W > 0xffff) throw std::invalid_argument("simulate: " + how.algorithm + " has more than 65535 lanes");
+  if (order) order->assign(W > 1 ? size : 0, {});
   std::vector<Program> programs(static_cast<size_t>(size) * W);
   std::vector<SimOp> ops;
   for (int r = 0; r < size; ++r) {
     a.rank = r;
     const Schedule s = build_schedule(a, how.algorithm);
     if (scratch) (*scratch)[r] = s.scratch_count;
+    if (window && r == 0) *window = s.window;
+    if (W > 1 && order) (*order)[r].reserve(s.steps.size());
     for (size_t i = 0; i < s.steps.size(); ++i) {
       const Step& st = s.steps[i];
-      Program& prog = programs[static_cast<size_t>(r) * W + i * W / s.steps.size()];
+      if (W > 1 && (st.lane < 0 || st.lane >= W))
+        throw std::invalid_argument("simulate: " + how.algorithm + "'s rank " + std::to_string(r) + " step " +
+                                    std::to_string(i) + " is in lane " + std::to_string(st.lane) + " of " +
+                                    std::to_string(W) + " (verify the schedule)");
+      if (W > 1 && order) (*order)[r].push_back(static_cast<uint16_t>(st.lane));
+      Program& prog = programs[static_cast<size_t>(r) * W + (W > 1 ? st.lane : 0)];  // one lane: list order
       ops.clear();
       size_t sends = 0;
       for (const Op& o : st.ops) {
@@ -132,6 +142,8 @@ std::vector<Program> build_programs(Collective c, const Composition& how, int si
     }
   }
   for (Program& prog : programs) prog.shrink_to_fit();
+  if (order)
+    for (auto& o : *order) o.shrink_to_fit();
   return programs;
 }
 

@@ -62,10 +62,14 @@ using Program = std::vector<std::pair<uint32_t, uint32_t>>;
 // topology-aware (hierarchical) builders through CollArgs.
 // `scratch` (if not null) receives each rank's scratch elements (Schedule::scratch_count).
 // A schedule of W lanes (schedule/lanes.h; `lanes`, if not null, receives W) gives W programs a
-// rank, rank r's lane c at r * W + c: its c-th W-th of the steps, in order.
+// rank, rank r's lane c at r * W + c: the steps of lane c (ir.h Step::lane), in order. `order` (if
+// not null, and W > 1) receives each rank's list order as lanes (order[r][i]: the lane of rank r's
+// step i), which the window (`window`, if not null: ir.h Schedule::window) and a list-order replay
+// of the lanes need.
 std::vector<Program> build_programs(Collective c, const Composition& how, int size, int64_t count, int root,
                                     const std::vector<int>& host_of, ShapeTable& shapes,
-                                    std::vector<int64_t>* scratch = nullptr, int* lanes = nullptr);
+                                    std::vector<int64_t>* scratch = nullptr, int* lanes = nullptr,
+                                    std::vector<std::vector<uint16_t>>* order = nullptr, int* window = nullptr);
 
 // Every rank's compacted schedule of one call, as build_programs makes it, shared read-only.
 struct BuiltPrograms {
@@ -73,6 +77,8 @@ struct BuiltPrograms {
   std::vector<Program> programs;  // per rank, or per rank and lane (build_programs)
   std::vector<int64_t> scratch;
   int lanes = 1;
+  std::vector<std::vector<uint16_t>> order;  // lanes > 1: per rank, each step's lane in list order
+  int window = 0;                            // ir.h Schedule::window (steps in flight; 0 none)
   size_t bytes = 0;  // memory held
 };
 

@@ -28,11 +28,35 @@ class Run {
  public:
   // progs: per rank, or per rank and lane (`lanes` W > 1: compact.h): each (rank, lane) is a player
   // of its own, v = r * W + c, with its own steps, on rank r's links, CPU and rates.
+  // `order` (with a window > 0: ir.h Schedule::window): per rank, each list step's lane; then a
+  // rank's step i enters only once its lane's previous step and step i - window have finished.
   Run(const Topology& t, const std::vector<RankRates>& rates, const ShapeTable& shapes,
-      const std::vector<Program>& progs, int elem_bytes, Trace* trace, const CodecCost& codec, int lanes = 1)
+      const std::vector<Program>& progs, int elem_bytes, Trace* trace, const CodecCost& codec, int lanes = 1,
+      const std::vector<std::vector<uint16_t>>* order = nullptr, int window = 0)
       : t_(t), rates_(rates), shapes_(shapes), progs_(progs), eb_(elem_bytes), P_(t.size()), H_(t.hosts()),
-        W_(lanes), V_(t.size() * lanes), player_(*this), trace_(trace), codec_(codec) {
+        W_(lanes), V_(t.size() * lanes), player_(*this), trace_(trace), codec_(codec),
+        order_lanes_(window > 0 ? order : nullptr), window_(window) {
     if (static_cast<int>(progs.size()) != V_) throw std::logic_error("simulate: programs for ranks x lanes expected");
+    if (order_lanes_) {
+      if (static_cast<int>(order_lanes_->size()) != P_) throw std::logic_error("simulate: a list order per rank expected");
+      next_.assign(P_, 0);
+      done_.resize(P_);
+      for (int r = 0; r < P_; ++r) done_[r].assign((*order_lanes_)[r].size(), -1.0);
+      ready_.assign(V_, -1.0);
+      cur_.assign(V_, 0);
+      pos_.assign(V_, SIZE_MAX);
+      nxt_.resize(P_);
+      for (int r = 0; r < P_; ++r) {  // each list step's next in its lane, and each lane's first
+        const std::vector<uint16_t>& o = (*order_lanes_)[r];
+        nxt_[r].assign(o.size(), SIZE_MAX);
+        std::vector<size_t> last(W_, SIZE_MAX);
+        for (size_t i = 0; i < o.size(); ++i) {
+          if (last[o[i]] == SIZE_MAX) pos_[r * W_ + o[i]] = i;
+          else nxt_[r][last[o[i]]] = i;
+          last[o[i]] = i;
+        }
+      }
+    }
     ranks_.resize(V_);
     player_.reset(V_);
     free_at_.assign(2 * P_ + H_ + 2 * H_ * t.nics_per_host, 0.0);
@@ -61,6 +85,12 @@ class Run {
       heap_.pop();
       if (e.gen == ranks_[e.rank].gen) enter(e.rank, e.time);  // else superseded by a later entry
     }
+    if (order_lanes_)
+      for (int r = 0; r < P_; ++r)
+        if (next_[r] < (*order_lanes_)[r].size())
+          throw std::runtime_error("simulate: deadlock: rank " + std::to_string(r) + " entered " + std::to_string(next_[r]) +
+                                   " of its " + std::to_string((*order_lanes_)[r].size()) +
+                                   " steps (a lane or the window never freed the next: verify the schedule)");
     for (int r = 0; r < V_; ++r)
       if (ranks_[r].blocked)
         throw std::runtime_error("simulate: deadlock: rank " + std::to_string(r) + " stuck in step " +
@@ -112,7 +142,28 @@ class Run {
       R.left = p[R.run].second;
     }
     R.shape = p[R.run].first;
-    heap_.push(Event{t + (R.step > 0 ? t_.step_overhead_s * oversub_[t_.host_of[ph(r)]] : 0.0), r, ++R.gen});
+    const double at = t + (R.step > 0 ? t_.step_overhead_s * oversub_[t_.host_of[ph(r)]] : 0.0);
+    if (!order_lanes_) return heap_.push(Event{at, r, ++R.gen});
+    ready_[r] = at;  // the window decides when it enters
+    start_if_free(r);
+  }
+
+  // Player v's next step enters once it is ready and the step `window_` before it finished.
+  void start_if_free(int v) {
+    const int r = ph(v);
+    const size_t i = pos_[v];
+    if (ready_[v] < 0 || i == SIZE_MAX) return;
+    double at = ready_[v];
+    if (i >= static_cast<size_t>(window_)) {
+      const double d = done_[r][i - window_];
+      if (d < 0) return;  // its finish starts it
+      at = std::max(at, d);
+    }
+    ready_[v] = -1;
+    cur_[v] = i;
+    pos_[v] = nxt_[r][i];
+    ++next_[r];
+    heap_.push(Event{at, v, ++ranks_[v].gen});
   }
 
   // The schedule player's game (schedule/player.h): the ops of a rank's current step shape.
@@ -276,7 +327,11 @@ class Run {
     --R.left;
     ++R.step;
     player_.leave(v);
+    const size_t done = order_lanes_ ? cur_[v] : 0;  // (schedule_entry may move cur_[v] on)
+    if (order_lanes_) done_[r][done] = t;
     schedule_entry(v, t);
+    if (order_lanes_ && done + window_ < done_[r].size())  // the step the window held for this one
+      start_if_free(r * W_ + (*order_lanes_)[r][done + window_]);
   }
 
   const Topology& t_;
@@ -302,6 +357,18 @@ class Run {
   const CodecCost codec_;
   std::vector<int> wire_links_;  // the links the last wire() crossed (traced runs only)
   std::vector<int> order_;       // post_sends' scratch: a step's sends in post order
+  // The window (ir.h Schedule::window; null: none): per rank each list step's lane, the steps entered
+  // so far, when each finished (-1: not yet) and each step's next in its lane; per player when its
+  // next step may enter as far as its lane goes (-1: not ready), its current step's list index and
+  // its next one's (SIZE_MAX: none left).
+  const std::vector<std::vector<uint16_t>>* order_lanes_ = nullptr;
+  int window_ = 0;
+  std::vector<size_t> next_;
+  std::vector<std::vector<double>> done_;
+  std::vector<double> ready_;
+  std::vector<size_t> cur_;
+  std::vector<size_t> pos_;
+  std::vector<std::vector<size_t>> nxt_;
   int64_t steps_ = 0, transfers_ = 0, bytes_inter_ = 0, bytes_intra_ = 0;
 };
 

@@ -39,21 +39,31 @@ Result simulate(Collective c, const Composition& how, int64_t count, int elem_by
   if (opts.trace) start_trace(*opts.trace, topo);
   // Lanes (schedule/lanes.h) overlap where the devices move the intra-host data (intra_by_device:
   // the GPU presets' NCCL-like engines keep several slices in flight); commlib's host executor runs
-  // a laned schedule in list order, lane after lane, so on a CPU host's model it plays so.
+  // a laned schedule in list order (its lanes' steps interleaved as the list has them), so on a CPU
+  // host's model it plays so.
   const std::vector<Program>* programs = &built->programs;
   std::vector<Program> listed;
   int lanes = built->lanes;
   if (lanes > 1 && !topo.intra_by_device) {
     listed.resize(P);
-    for (int r = 0; r < P; ++r)
-      for (int c = 0; c < lanes; ++c) {
+    std::vector<std::pair<size_t, uint32_t>> at(lanes);  // per lane: its program's run, steps taken of it
+    for (int r = 0; r < P; ++r) {
+      std::fill(at.begin(), at.end(), std::make_pair(size_t{0}, 0u));
+      for (const uint16_t c : built->order[r]) {  // the list's steps, each from its lane's program
         const Program& lane = built->programs[static_cast<size_t>(r) * lanes + c];
-        listed[r].insert(listed[r].end(), lane.begin(), lane.end());
+        auto& [run, taken] = at[c];
+        const uint32_t shape = lane[run].first;
+        if (++taken == lane[run].second) ++run, taken = 0;
+        if (!listed[r].empty() && listed[r].back().first == shape) ++listed[r].back().second;
+        else listed[r].emplace_back(shape, 1u);
       }
+    }
     programs = &listed;
     lanes = 1;
   }
-  detail::Run run(topo, rates, shapes, *programs, elem_bytes, opts.trace, opts.codec, lanes);
+  // A window (ir.h Schedule::window) bounds the lanes' steps in flight; in list order it changes nothing.
+  detail::Run run(topo, rates, shapes, *programs, elem_bytes, opts.trace, opts.codec, lanes,
+                  lanes > 1 && built->window > 0 ? &built->order : nullptr, built->window);
   run.play(res, opts.stop_after_s);
   res.build_s = t1 - t0;
   res.run_s = now_s() - t1;

@@ -38,7 +38,7 @@ int64_t first_common(const std::vector<Interval>& a, const std::vector<Interval>
   return -1;
 }
 
-size_t lane_of(const Schedule& s, size_t step, int lanes) { return step * lanes / s.steps.size(); }
+size_t lane_of(const Schedule& s, size_t step) { return static_cast<size_t>(s.steps[step].lane); }
 
 [[noreturn]] void fail(const std::string& label, const std::string& what) {
   throw VerificationError(label + ": lanes: " + what);
@@ -46,12 +46,12 @@ size_t lane_of(const Schedule& s, size_t step, int lanes) { return step * lanes 
 
 // A pair's messages match first in, first out in list order (ir.h): the n-th send from s to q is
 // q's n-th receive from s; both must be in one lane.
-void check_messages(const std::vector<Schedule>& per_rank, int lanes, const std::string& label) {
+void check_messages(const std::vector<Schedule>& per_rank, const std::string& label) {
   std::map<std::pair<int, int>, std::vector<size_t>> sends, recvs;  // (from, to) -> lanes, in order
   for (int r = 0; r < static_cast<int>(per_rank.size()); ++r)
     for (size_t i = 0; i < per_rank[r].steps.size(); ++i)
       for (const Op& o : per_rank[r].steps[i].ops) {
-        const size_t lane = lane_of(per_rank[r], i, lanes);
+        const size_t lane = lane_of(per_rank[r], i);
         if (o.kind == OpKind::Send) sends[{r, o.peer}].push_back(lane);
         else if (o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce) recvs[{o.peer, r}].push_back(lane);
         else if (is_one_sided(o.kind) || is_sync(o.kind))
@@ -82,8 +82,8 @@ void check_footprints(Collective c, const Schedule& s, int P, int r, int root, i
   };
   for (size_t i = 0; i < s.steps.size(); ++i)
     for (const Op& o : s.steps[i].ops) {
-      if (op_has_dst(o)) add(o.dst, static_cast<int>(lane_of(s, i, lanes)), true);
-      if (op_has_src(o)) add(o.src, static_cast<int>(lane_of(s, i, lanes)), false);
+      if (op_has_dst(o)) add(o.dst, static_cast<int>(lane_of(s, i)), true);
+      if (op_has_src(o)) add(o.src, static_cast<int>(lane_of(s, i)), false);
     }
   for (int l = 0; l < lanes; ++l) writes[l] = merged(std::move(writes[l])), touches[l] = merged(std::move(touches[l]));
   for (int a = 0; a < lanes; ++a)
@@ -102,15 +102,32 @@ void check_footprints(Collective c, const Schedule& s, int P, int r, int root, i
 void check_lanes(Collective c, const std::vector<Schedule>& per_rank, int size, int64_t count, int root, int lanes,
                  const std::string& label) {
   if (lanes < 1) throw std::invalid_argument("lanes: must be >= 1, got " + std::to_string(lanes));
-  if (lanes == 1) return;
-  for (int r = 0; r < size; ++r)
-    if (per_rank[r].steps.size() % lanes != 0)
-      fail(label, "rank " + std::to_string(r) + " has " + std::to_string(per_rank[r].steps.size()) + " steps, not " +
-                      std::to_string(lanes) + " lanes of equal length");
-  check_messages(per_rank, lanes, label);
+  if (lanes == 1) return;  // one lane: list order, whatever the steps' lane fields say
+  for (int r = 0; r < size; ++r) {
+    const Schedule& s = per_rank[r];
+    if (s.window < 0 || s.window != per_rank[0].window)
+      fail(label, "rank " + std::to_string(r) + " has window " + std::to_string(s.window) + ", rank 0 " +
+                      std::to_string(per_rank[0].window) + " (one window >= 0 for every rank)");
+    for (size_t i = 0; i < s.steps.size(); ++i)
+      if (s.steps[i].lane < 0 || s.steps[i].lane >= lanes)
+        fail(label, "rank " + std::to_string(r) + " step " + std::to_string(i) + " is in lane " +
+                        std::to_string(s.steps[i].lane) + ", outside the schedule's " + std::to_string(lanes) + " lanes");
+  }
+  check_messages(per_rank, label);
   for (int r = 0; r < size; ++r) {
     check_footprints(c, per_rank[r], size, r, root, count, lanes, false, label);
     if (collective_has_in_place(c)) check_footprints(c, per_rank[r], size, r, root, count, lanes, true, label);
+  }
+}
+
+void assign_contiguous_lanes(std::vector<Schedule>& per_rank, int lanes, const std::string& label) {
+  if (lanes < 1) throw std::invalid_argument("lanes: must be >= 1, got " + std::to_string(lanes));
+  for (size_t r = 0; r < per_rank.size(); ++r) {
+    Schedule& s = per_rank[r];
+    if (s.steps.size() % lanes != 0)
+      fail(label, "rank " + std::to_string(r) + " has " + std::to_string(s.steps.size()) + " steps, not " +
+                      std::to_string(lanes) + " lanes of equal length");
+    for (size_t i = 0; i < s.steps.size(); ++i) s.steps[i].lane = static_cast<int>(i * lanes / s.steps.size());
   }
 }
 

@@ -117,8 +117,8 @@ def run_reducing(comm, buffers, collective, algo, dtype, op, count, root, inplac
 # they take here (the ~1M-element counts cut the grid into its pieces); at 5 and 8 ranks they would
 # add algorithms to the slowest cells (all_reduce-5 and -8). Their multi-host shapes are proven by
 # the verifier (tests/schedule/test_rail_ring.py, test_grid.py, test_verify_all.py). rail_split: 3 ranks
-# hold its one-host shape (two messages of a pair in a step); tests/multihost/test_overlapped_hierarchical.py runs it (and rail_halving) across hosts.
-SMALL_WORLDS_ONLY = {"rail_ring": 4, "double_tree": 4, "grid": 4, "rail_split": 3, "rail_halving": 4, "rail_lanes": 4}
+# hold its one-host shape (two messages of a pair in a step); tests/multihost/test_overlapped_hierarchical.py runs it (and rail_halving, rail_lanes, rail_window: one lane on one host) across hosts.
+SMALL_WORLDS_ONLY = {"rail_ring": 4, "double_tree": 4, "grid": 4, "rail_split": 3, "rail_halving": 4, "rail_lanes": 4, "rail_window": 4}
 
 
 def algorithms_at(collective, P):

@@ -227,10 +227,12 @@ HOST_MAPS = [[h for h in range(H) for _ in range(L)] for H, L in ((2, 2), (2, 4)
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("algorithm,pieces", [("hierarchical", 0), ("rail_halving", 0), ("rail_lanes", 2),
-                                              ("rail_lanes", 4)])
+                                              ("rail_lanes", 4), ("rail_window", 0), ("rail_window", 3)])
 def test_multi_host_plans_equal_their_schedules(algorithm, pieces):
     """The pipelined multi-host shapes on host maps (check_device_plans' hosts): 1 to 16 segments,
-    2 and 4 lanes, awkward counts; each plan is its schedule and the pairs agree across ranks."""
+    2 and 4 lanes, a lane per segment under a window (rail_window: pieces is its window; the plan
+    runs the list in order), awkward counts; each plan is its schedule and the pairs agree across
+    ranks."""
     for hosts in HOST_MAPS:
         P = len(hosts)
         for n, segment in ((0, 0), (1, 1), (P - 1, 1), (97, 7), (64 * P + 7, 8 * P)):

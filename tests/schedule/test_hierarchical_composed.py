@@ -16,7 +16,7 @@ COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 
 def inter_algorithms(coll):
     # One-sided algorithms cannot run a phase (tests/schedule/test_one_sided.py).
-    return [a for a in commlib.algorithms(coll) if a not in ("hierarchical", "rail_split", "rail_halving", "rail_lanes")]
+    return [a for a in commlib.algorithms(coll) if a not in ("hierarchical", "rail_split", "rail_halving", "rail_lanes", "rail_window")]
 
 
 def host_maps():

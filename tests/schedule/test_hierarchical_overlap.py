@@ -14,7 +14,7 @@ from commlib import _C
 
 
 def flat(coll):
-    return [a for a in commlib.algorithms(coll) if a not in ("hierarchical", "rail_split", "rail_halving", "rail_lanes")]
+    return [a for a in commlib.algorithms(coll) if a not in ("hierarchical", "rail_split", "rail_halving", "rail_lanes", "rail_window")]
 
 
 INTER = flat("all_reduce")

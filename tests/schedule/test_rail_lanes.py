@@ -4,7 +4,7 @@ power-of-two hosts, 4 to 64 ranks) and where it is rail_halving in one lane (one
 uneven hosts, interleaved host ids, one rank per host, fewer elements than lanes), with awkward
 counts (0, 1, fewer than the ranks, primes) and 1 to 16 segments a lane; the lane checks
 (verify/verifier_lanes.cc) catch a message that crosses lanes, lanes that share an element, and
-lanes of unequal length."""
+lanes of unequal length (schedules given without step_lanes: lane c the c-th W-th of the steps)."""
 import copy
 
 import pytest
@@ -100,6 +100,8 @@ def _lane_moved(scheds, lanes):
     1's own steps), lane 0 padded with empty steps. List order runs the same steps in the same order
     (the replay still proves the results), but messages of lane 0 on the peers are in lane 1 here."""
     bad = copy.deepcopy(scheds)
+    for s in bad:  # lanes in the first form, the c-th lanes-th of the steps (_verify_custom's lanes=)
+        del s["step_lanes"]
     steps = bad[0]["steps"]
     n = len(steps) // lanes
     j = next(i for i in range(n) if steps[i]) + 1
@@ -135,6 +137,8 @@ def test_verifier_catches_lanes_sharing_an_element():
 def test_verifier_catches_unequal_lanes():
     hosts = [h for h in range(2) for _ in range(2)]
     scheds = schedules(hosts, 96, 12, 2)
+    for s in scheds:  # lanes in the first form, the c-th lanes-th of the steps
+        del s["step_lanes"]
     scheds[1]["steps"].append([])
     with pytest.raises(_C.VerificationError, match="lanes of equal length"):
         verify(hosts, 96, scheds)

@@ -119,7 +119,7 @@ def test_rail_split_with_every_inter_algorithm(hosts):
     (the trees, the power-of-two algorithms on 3 hosts): proven with every inter algorithm, 16 segments."""
     P = len(hosts)
     count = 64 * P + 7
-    for inter in [""] + [a for a in commlib.algorithms("all_reduce") if a not in ("hierarchical", "rail_split", "rail_halving", "rail_lanes")]:
+    for inter in [""] + [a for a in commlib.algorithms("all_reduce") if a not in ("hierarchical", "rail_split", "rail_halving", "rail_lanes", "rail_window")]:
         _C._verify_custom(COLLECTIVE["all_reduce"], P, count, split_schedules(hosts, count, inter, "", 16, 0, 0), 0)
 
 
@@ -147,7 +147,7 @@ def test_rail_split_shares_steps_only_with_a_part_in_lock_step(hosts):
     rails = count * 860 // 1024
     rest = count - rails
     merged = 0
-    for inter in [""] + [a for a in commlib.algorithms("all_reduce") if a not in ("hierarchical", "rail_split", "rail_halving", "rail_lanes")]:
+    for inter in [""] + [a for a in commlib.algorithms("all_reduce") if a not in ("hierarchical", "rail_split", "rail_halving", "rail_lanes", "rail_window")]:
         split = split_schedules(hosts, count, inter, "", 16, 0, 0)
         hier = [_C.schedule(COLLECTIVE["all_reduce"], "hierarchical", r, P, rest, 0, _C.DType.float32, hosts, inter,
                             rest // 16) for r in range(P)]

@@ -58,15 +58,18 @@ def test_pairing_by_elements_beats_pairing_by_count():
 
 def test_auto_picks_it_where_the_model_says_so(no_tuning):
     """16 dgx-a100 nodes, 1 GiB (NIC-bound: 8 x 200 Gb/s against NVLink 3): the model's fastest
-    candidate in one lane, and, in lanes (rail_lanes, test_rail_lanes_model.py), auto's pick."""
+    candidate in one lane; a lane per segment under a window (rail_window, session 25) faster, and
+    rail_halving in lanes (rail_lanes, test_rail_lanes_model.py) faster again: auto's pick."""
     t = sim_topology.load("dgx-a100")
     P = 16 * t.devices_per_host
     d = t.engine_dict(P)
     count = (1 << 30) // 4
     cands = _C.predict_candidates(COLLECTIVE["all_reduce"], count, 4, 0, d)
-    best = min((c for c in cands if c["algorithm"] != "rail_lanes"), key=lambda c: c["predicted_s"])
+    best = min((c for c in cands if c["algorithm"] not in ("rail_lanes", "rail_window")), key=lambda c: c["predicted_s"])
     assert best["algorithm"] == "rail_halving"
+    window = next(c for c in cands if c["algorithm"] == "rail_window")
+    assert window["predicted_s"] < best["predicted_s"]
     got = _C.resolve_algorithm(COLLECTIVE["all_reduce"], "auto", count, 4, 0, P, d["host_of"], d)
     assert (got["source"], got["algorithm"]) == ("model", "rail_lanes")
-    assert got["predicted_s"] < best["predicted_s"]
+    assert got["predicted_s"] < window["predicted_s"]
     assert sim.predict("all_reduce", "auto", 1 << 30, P, t)["resolved"] == "rail_lanes"

@@ -51,17 +51,20 @@ def test_each_nic_is_charged_separately():
 def test_auto_picks_the_rails_where_the_model_says_so(no_tuning):
     """2 dgx-h100 nodes, 256 MiB: the rail rings beside hierarchical (rail_split, sharing steps:
     ir.h's pair rule) are the model's fastest in one lane, faster than the rail rings alone; in
-    lanes rail_halving (rail_lanes, test_rail_lanes_model.py) is faster still, and auto's pick."""
+    lanes rail_halving (rail_lanes, test_rail_lanes_model.py) is faster still, and a lane per segment
+    under a window (rail_window, session 25) faster again: auto's pick."""
     t = sim_topology.load("dgx-h100")
     P = 2 * t.devices_per_host
     d = t.engine_dict(P)
     count = (256 << 20) // 4
     cands = _C.predict_candidates(COLLECTIVE["all_reduce"], count, 4, 0, d)
-    best = min((c for c in cands if c["algorithm"] != "rail_lanes"), key=lambda c: c["predicted_s"])
+    best = min((c for c in cands if c["algorithm"] not in ("rail_lanes", "rail_window")), key=lambda c: c["predicted_s"])
     rails = next(c for c in cands if c["algorithm"] == "rail_ring")
     assert best["algorithm"] == "rail_split" and best["predicted_s"] < rails["predicted_s"]
+    lanes = next(c for c in cands if c["algorithm"] == "rail_lanes")
+    assert lanes["predicted_s"] < best["predicted_s"]
     got = _C.resolve_algorithm(COLLECTIVE["all_reduce"], "auto", count, 4, 0, P, d["host_of"], d)
-    assert (got["source"], got["algorithm"]) == ("model", "rail_lanes") and got["predicted_s"] < best["predicted_s"]
+    assert (got["source"], got["algorithm"]) == ("model", "rail_window") and got["predicted_s"] < lanes["predicted_s"]
     # Small messages: latency-bound, the rail ring's 2(P-1) steps lose.
     small = _C.resolve_algorithm(COLLECTIVE["all_reduce"], "auto", 256, 4, 0, P, d["host_of"], d)
     assert small["algorithm"] != "rail_ring"

@@ -1,0 +1,37 @@
+// rail_window's shapes (window_shapes.h).
+#include "policy/window_shapes.h"
+
+#include <cstdint>
+#include <utility>
+
+#include "schedule/registry.h"
+
+namespace commlib {
+
+// rail_window's shapes (schedule/rail_window.cc): K segments, each a lane, under a window of D steps
+// (pieces; 0: one segment's steps, n), stagger 1. Its lanes overlap as rail_lanes' do, so each is
+// simulated. Session 25 (docs/simulator.md "A window of steps in flight"): at 64 MiB on 16 and 128
+// dgx-h100 nodes 64 and 128 segments win (128 nodes: K 128, D 2n 364.6 GB/s, K 64 D n 359.8, K 32
+// D n 339.7), the window matters by 1-2 %; fewer segments leave a segment's own chain exposed. From
+// 4096 ranks one shape (a run there takes minutes): K 64, D n.
+std::vector<Composition> window_shapes(const CallShape& call, const Composition& cand, const sim::Topology& t) {
+  std::vector<Composition> out;
+  const bool huge = t.size() >= 4096;
+  for (const auto& [K, wide] : huge ? std::vector<std::pair<int, bool>>{{64, false}}
+                                    : std::vector<std::pair<int, bool>>{{64, false}, {128, true}, {128, false}, {32, false}}) {
+    const int64_t segment = call.count / K;
+    if (segment < 2 * static_cast<int64_t>(t.size())) continue;  // (the builder's one-lane fallback)
+    Composition k = cand;
+    k.segment = segment, k.pieces = 0, k.share = 0;
+    if (wide) {  // twice one segment's steps: the builder's window with pieces 0, doubled
+      CollArgs a = call.args_on(t.host_of);
+      a.compose(k);
+      k.pieces = 2 * build_schedule(a, k).window;
+    }
+    out.push_back(k);
+  }
+  return out;
+}
+
+
+}  // namespace commlib

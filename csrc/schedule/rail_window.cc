@@ -1,0 +1,103 @@
+// rail_window all_reduce: the buffer in K segments, each segment's hierarchical all_reduce
+// (rail_halving's plain form: a ring reduce-scatter inside the host, rabenseifner per rail across
+// hosts, a ring all-gather inside the host) in a lane of its own (schedule/lanes.h), the lanes listed
+// in pipelined order under a window of D steps in flight (ir.h Schedule::window: NCCL_STEPS'
+// slices). rail_lanes' lanes each run a lock-step pipeline of their segments, so a lane's segments
+// wait for each other's steps and a lane's chain of 2 log H inter steps a segment pays a latency a
+// step K times over; here no segment waits for another's steps but through the window, so one
+// segment's latency is another's transfer, and the fill and drain are one segment's
+// (docs/simulator.md "A window of steps in flight").
+//
+// List order: segment p's step j at key p * stagger + j (ties: the lower segment first), so
+// segment p + 1 is `stagger` steps behind segment p; the window lets step i start once step i - D
+// of that list has finished, which keeps the lanes near that order (at most D steps in flight)
+// while a slow step holds back only its own lane and the steps D after it. Run in list order it is
+// correct too (every rank lists the same keys, and each segment's schedule is in lock step on the
+// hosts where the lanes apply: the verifier's replay of the list proves it), which is how the
+// engines without a window run it.
+//
+// The composition: `segment` elements a segment (K = count / segment, at most kMaxWindowLanes; 0: one
+// segment), `pieces` the window D (0: one segment's steps), `share` the stagger (0: 1). Where
+// rail_halving does not pair (one host, unequal or non-power-of-two hosts) or a segment would hold
+// fewer than kMinWindowSegment elements per rank, it is rail_halving's plain form in one lane.
+#include <algorithm>
+#include <map>
+#include <numeric>
+
+#include "schedule/builders.h"
+#include "schedule/hierarchical_hosts.h"
+#include "schedule/lanes.h"
+#include "schedule/rail_halving.h"
+#include "schedule/registry.h"
+
+namespace commlib {
+namespace sched {
+
+namespace {
+
+constexpr int kMaxWindowLanes = 256;  // (a run plays K lanes a rank: 128 win at 128 dgx-h100 nodes, 64 MiB)
+constexpr int64_t kMinWindowSegment = 2;  // elements per rank a segment at least (every rank a block)
+
+int rail_window_lanes(const CollArgs& a) {
+  if (a.segment <= 0 || !halving_hosts(HostMap(a))) return 1;
+  const int64_t K = std::min<int64_t>(a.count / a.segment, kMaxWindowLanes);
+  return K >= 2 && a.count / K >= kMinWindowSegment * a.size ? static_cast<int>(K) : 1;
+}
+
+}  // namespace
+
+Schedule all_reduce_rail_window(const CollArgs& a) {
+  if (a.pieces < 0) throw std::invalid_argument("pieces: rail_window's window must be >= 0, got " + std::to_string(a.pieces));
+  if (a.share < 0) throw std::invalid_argument("share: rail_window's stagger must be >= 0, got " + std::to_string(a.share));
+  const int K = rail_window_lanes(a);
+  CollArgs b = a;
+  b.segment = b.pieces = b.share = 0;
+  if (K == 1) return build_schedule(b, "rail_halving");  // its plain form: one segment
+  // Lane p: segment p's schedule, its input and output regions moved to the segment, its scratch
+  // past the segments before it, padded to the longest (as lane_parts, side_by_side.h), each of the
+  // (at most two) segment lengths built once: a build is O(P), and K of them a rank at 8192 ranks
+  // were most of a simulation's time.
+  std::map<int64_t, Schedule> built;
+  std::vector<std::vector<Step>> lanes(K);
+  Schedule laned;
+  size_t n = 1;
+  for (int p = 0; p < K; ++p) {
+    const int64_t offset = a.count / K * p + std::min<int64_t>(p, a.count % K);
+    b.count = a.count / K + (p < a.count % K ? 1 : 0);
+    auto it = built.find(b.count);
+    if (it == built.end()) it = built.emplace(b.count, build_schedule(b, "rail_halving")).first;
+    lanes[p] = it->second.steps;
+    for (Step& st : lanes[p]) {
+      for (Op& o : st.ops)
+        for (Region* g : {op_has_dst(o) ? &o.dst : nullptr, op_has_src(o) ? &o.src : nullptr})
+          if (g) g->offset += g->buf == BufferId::Scratch ? laned.scratch_count : offset;
+    }
+    laned.scratch_count += it->second.scratch_count;
+    n = std::max(n, lanes[p].size());
+  }
+  for (int p = 0; p < K; ++p) {
+    lanes[p].resize(n);  // (empty steps to the longest: dropped below)
+    for (Step& st : lanes[p]) {
+      st.lane = p;
+      laned.steps.push_back(std::move(st));
+    }
+  }
+  const int64_t stagger = a.share > 0 ? a.share : 1;
+  std::vector<size_t> at(laned.steps.size());
+  std::iota(at.begin(), at.end(), size_t{0});
+  auto key = [&](size_t i) { return static_cast<int64_t>(i / n) * stagger + static_cast<int64_t>(i % n); };
+  std::stable_sort(at.begin(), at.end(), [&](size_t x, size_t y) { return key(x) < key(y); });
+  Schedule s;
+  s.scratch_count = laned.scratch_count;
+  for (size_t i : at)
+    if (!laned.steps[i].ops.empty()) s.steps.push_back(std::move(laned.steps[i]));  // (padding dropped)
+  s.window = a.pieces > 0 ? a.pieces : static_cast<int>(n);
+  return s;
+}
+
+COMMLIB_REGISTER_ALGORITHM(AllReduce, "rail_window", all_reduce_rail_window, 15, kLargeMessages,
+                           "rail_halving's segments each in a lane, pipelined under a window of steps in flight");
+static const LanesRegistrar rail_window_lanes_count(Collective::AllReduce, "rail_window", rail_window_lanes);
+
+}  // namespace sched
+}  // namespace commlib

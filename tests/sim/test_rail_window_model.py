@@ -1,0 +1,74 @@
+"""A window of steps in flight in the model (ir.h Schedule::window, sim/run.h): rail_window's lanes
+(one per segment, schedule/rail_window.cc) play as players of their own on a GPU preset, but a rank's
+step i enters only once step i - D of its list has finished, so at most D of a rank's steps are ever
+in flight; on a CPU host's model the list plays in order, one step at a time. The trace (up to 64
+ranks) shows each rank's steps' entries and ends."""
+import pytest
+
+from commlib import _C
+from commlib.sim import topology as sim_topology
+
+COUNT = (16 << 20) // 4  # 16 MiB of float32
+
+
+def engine(topo, nodes):
+    t = sim_topology.load(topo)
+    return t.engine_dict(nodes * t.devices_per_host)
+
+
+def trace(d, segments, window, stagger=0, count=COUNT):
+    return _C.simulate_trace(_C.Collective.all_reduce, "rail_window", count, 4, 0, d, "", count // segments, "",
+                             pieces=window, share=stagger)
+
+
+def most_in_flight(steps):
+    """The most steps of one rank between their entry and their end at one time."""
+    events = sorted([(a, 1) for a, _ in steps] + [(b, -1) for _, b in steps], key=lambda e: (e[0], e[1]))
+    most = now = 0
+    for _, d in events:
+        now += d
+        most = max(most, now)
+    return most
+
+
+@pytest.mark.timeout(300)
+def test_the_window_bounds_steps_in_flight():
+    """2 dgx-h100 nodes (16 ranks), 16 segments: with a window of 1 no two steps of a rank overlap,
+    with 4 at most 4 and some rank reaches 4 (the lanes do overlap), with 12 more than 4, and a wider
+    window is faster
+    (the one-step window waits out every step's latency in turn)."""
+    d = engine("dgx-h100", 2)
+    times = {}
+    for window in (1, 4, 12):
+        t = trace(d, 16, window)
+        most = max(most_in_flight(s) for s in t["steps"])
+        assert most <= window, (window, most)
+        assert window == 1 or most >= min(window, 4) + (window > 4), (window, most)
+        times[window] = t["time_s"]
+    assert times[12] < times[4] < times[1], times
+
+
+@pytest.mark.timeout(300)
+def test_a_slow_step_holds_back_its_lane_and_the_window_only():
+    """Listed lane after lane (a stagger of a whole segment) under a window of one segment's n
+    steps: segment p + 1's first step waits for segment p's first to finish, not for segment p to
+    end (steps need not start in list order), so the lanes still run side by side, more than two
+    steps of a rank in flight, and within a few percent of the diagonal list's time (stagger 1)."""
+    d = engine("dgx-h100", 2)
+    n = trace(d, 16, 0)["steps"] and _C.schedule(_C.Collective.all_reduce, "rail_window", 0, 16, COUNT, 0,
+                                                 _C.DType.float32, d["host_of"], "", COUNT // 16, "")["window"]
+    after = trace(d, 16, n, stagger=n)
+    diagonal = trace(d, 16, n, stagger=1)
+    assert max(most_in_flight(s) for s in after["steps"]) > 2
+    assert after["time_s"] < 1.1 * diagonal["time_s"], (after["time_s"], diagonal["time_s"])
+
+
+@pytest.mark.timeout(300)
+def test_a_cpu_model_plays_the_list_in_order():
+    """Where the model's intra-host messages are the CPU's (intra_by_device false: the host executor,
+    which runs lanes in list order) the window does not apply: every rank's steps follow one another,
+    whatever the window."""
+    d = dict(engine("dgx-h100", 2), intra_by_device=0)
+    got = trace(d, 8, 8, count=1 << 16)
+    for steps in got["steps"]:
+        assert most_in_flight(steps) == 1
