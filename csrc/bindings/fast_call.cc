@@ -57,21 +57,10 @@ PyObject* run_host_all_to_allv(Communicator& comm, PyObject* const* args, const 
   std::vector<P2PItem> items;
   AllToAllvOwnBlock own;
   if (!plan_all_to_allv(comm.size(), comm.rank(), va, vb, args[12], args[13], &splits, &items, &own)) return fallback();
-  std::exception_ptr error;
-  {
-    ReleaseGil nogil;
-    try {
-      if (own.bytes) std::memmove(reinterpret_cast<void*>(own.dst), reinterpret_cast<const void*>(own.src), own.bytes);
-      comm.p2p(std::move(items), va.dtype, false);
-    } catch (...) {
-      error = std::current_exception();
-    }
-  }
-  if (error) {
-    set_python_error(error);
-    return nullptr;
-  }
-  Py_RETURN_NONE;
+  return run_released([&] {
+    if (own.bytes) std::memmove(reinterpret_cast<void*>(own.dst), reinterpret_cast<const void*>(own.src), own.bytes);
+    comm.p2p(std::move(items), va.dtype, false);
+  });
 }
 
 }  // namespace
@@ -197,20 +186,7 @@ PyObject* fast_collective(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
   CollectiveCall call;
   if (!call_of(coll, comm->size(), comm->rank(), args[4], args[5], args[6], args[8], va, vb, &call)) return fallback();
-  std::exception_ptr error;
-  {
-    ReleaseGil nogil;
-    try {
-      comm->collective(call, false);
-    } catch (...) {
-      error = std::current_exception();
-    }
-  }
-  if (error) {
-    set_python_error(error);
-    return nullptr;
-  }
-  Py_RETURN_NONE;
+  return run_released([&] { comm->collective(call, false); });
 }
 
 PyMethodDef g_fast_def = {

@@ -4,10 +4,13 @@
 
 #include <Python.h>
 
+#include <exception>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "bindings/buffer_view.h"
+#include "bindings/gil.h"
 #include "plan/call.h"
 
 namespace commlib {
@@ -19,6 +22,28 @@ namespace commlib {
 // the communicator's size and this rank. The op and scale of non-reducing collectives are ignored.
 bool call_of(Collective coll, int P, int me, PyObject* op, PyObject* algorithm, PyObject* root, PyObject* scale,
              const BufferView& va, const BufferView& vb, CollectiveCall* call);
+
+void set_python_error(std::exception_ptr p);  // (bindings.h)
+
+// Runs `run` (a blocking call into the core) with the GIL released, as every fast entry does: None,
+// or nullptr with the Python error its exception maps to (set_python_error) set.
+template <class Run>
+PyObject* run_released(Run&& run) {
+  std::exception_ptr error;
+  {
+    ReleaseGil nogil;
+    try {
+      std::forward<Run>(run)();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  if (error) {
+    set_python_error(error);
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
 
 class DeviceCallCache;
 

@@ -132,21 +132,9 @@ PyObject* run_host_compressed(Communicator& comm, Collective coll, PyObject* con
   }
   call.algo = it->second.algo;
   call.codec = it->second.codec;
-  std::exception_ptr error;
-  {
-    ReleaseGil nogil;
-    try {
-      comm.collective(call, false);
-    } catch (...) {
-      error = std::current_exception();
-    }
-  }
-  if (error) {
-    set_python_error(error);
-    return nullptr;
-  }
-  ++g_hits;
-  Py_RETURN_NONE;
+  PyObject* done = run_released([&] { comm.collective(call, false); });
+  if (done != nullptr) ++g_hits;
+  return done;
 }
 
 void bind_host_compressed(py::module_& m) {

@@ -23,22 +23,6 @@ std::string dtype_of(at::ScalarType s) {
 std::string dtype_of(const at::Tensor& t) { return dtype_of(t.scalar_type()); }
 std::string num(int64_t n) { return std::to_string(n); }
 
-// The Python side's name of torch's op (staging.py's _OPS); null for one it does not name.
-const char* op_name(c10d::ReduceOp::RedOpType op) {
-  switch (op) {
-    case c10d::ReduceOp::SUM: return "sum";
-    case c10d::ReduceOp::AVG: return "avg";
-    case c10d::ReduceOp::PRODUCT: return "prod";
-    case c10d::ReduceOp::MIN: return "min";
-    case c10d::ReduceOp::MAX: return "max";
-    case c10d::ReduceOp::BAND: return "band";
-    case c10d::ReduceOp::BOR: return "bor";
-    case c10d::ReduceOp::BXOR: return "bxor";
-    case c10d::ReduceOp::PREMUL_SUM: return "premul_sum";
-    default: return nullptr;
-  }
-}
-
 bool bitwise(c10d::ReduceOp::RedOpType op) {
   return op == c10d::ReduceOp::BAND || op == c10d::ReduceOp::BOR || op == c10d::ReduceOp::BXOR;
 }
@@ -86,6 +70,21 @@ class OneDevice {
 };
 
 }  // namespace
+
+const char* op_name(c10d::ReduceOp::RedOpType op) {
+  switch (op) {
+    case c10d::ReduceOp::SUM: return "sum";
+    case c10d::ReduceOp::AVG: return "avg";
+    case c10d::ReduceOp::PRODUCT: return "prod";
+    case c10d::ReduceOp::MIN: return "min";
+    case c10d::ReduceOp::MAX: return "max";
+    case c10d::ReduceOp::BAND: return "band";
+    case c10d::ReduceOp::BOR: return "bor";
+    case c10d::ReduceOp::BXOR: return "bxor";
+    case c10d::ReduceOp::PREMUL_SUM: return "premul_sum";
+    default: return nullptr;
+  }
+}
 
 void refuse_root(int64_t root, int P) {
   if (root < 0 || root >= P)

@@ -23,6 +23,10 @@
 namespace commlib {
 namespace torch_backend {
 
+// The Python side's name of torch's op (staging.py's _OPS), as its messages print it; null for one it
+// does not name (reductions.cc prints "unsupported" then).
+const char* op_name(c10d::ReduceOp::RedOpType op);
+
 // all_reduce or reduce (`rooted`) of one tensor: an op its dtype does not define (bool, complex:
 // staging.py's reduction_staging), then (reduce) a root out of range, then a bitwise op on floats
 // (call_checks.py's check_op: "op: bitwise reduction 'band' is defined for integer dtypes only, not

@@ -30,19 +30,10 @@ bool stageable(const at::Tensor& t) {
          (t.is_contiguous() || at::has_internal_overlap(t) != at::MemOverlap::Yes);
 }
 
-const char* op_name(c10d::ReduceOp::RedOpType op) {
-  switch (op) {
-    case c10d::ReduceOp::SUM: return "sum";
-    case c10d::ReduceOp::AVG: return "avg";
-    case c10d::ReduceOp::PRODUCT: return "prod";
-    case c10d::ReduceOp::MIN: return "min";
-    case c10d::ReduceOp::MAX: return "max";
-    case c10d::ReduceOp::BAND: return "band";
-    case c10d::ReduceOp::BOR: return "bor";
-    case c10d::ReduceOp::BXOR: return "bxor";
-    case c10d::ReduceOp::PREMUL_SUM: return "premul_sum";
-    default: return "unsupported";
-  }
+// torch's op as the Python side names it in a message (argument_errors.h's op_name).
+const char* named(c10d::ReduceOp::RedOpType op) {
+  const char* name = op_name(op);
+  return name ? name : "unsupported";
 }
 
 }  // namespace
@@ -65,13 +56,13 @@ bool reduction_in(const at::Tensor& t, const c10d::ReduceOp& op, Reduction* r) {
       case c10d::ReduceOp::PRODUCT: case c10d::ReduceOp::MIN: case c10d::ReduceOp::BAND:
         core_op = c10d::ReduceOp(c10d::ReduceOp::MIN); break;
       case c10d::ReduceOp::BXOR: break;
-      default: throw py::value_error(std::string("op: ") + op_name(op.op_) + " is not defined for torch.bool tensors");
+      default: throw py::value_error(std::string("op: ") + named(op.op_) + " is not defined for torch.bool tensors");
     }
     r->stage = at::kByte;
     r->dt = DType::UInt8;
   } else if (at::isComplexType(s)) {
     if (op.op_ != c10d::ReduceOp::SUM && op.op_ != c10d::ReduceOp::AVG && op.op_ != c10d::ReduceOp::PREMUL_SUM)
-      throw py::value_error(std::string("op: ") + op_name(op.op_) + " is not defined for complex tensors");
+      throw py::value_error(std::string("op: ") + named(op.op_) + " is not defined for complex tensors");
     r->stage = s;
     r->dt = s == at::kComplexDouble ? DType::Float64 : s == at::kComplexFloat ? DType::Float32 : DType::Float16;
     r->reals = 2;
