@@ -171,3 +171,14 @@ def test_a_single_copy_ab_run_is_read_as_the_tables_crossover_makes_it():
     for k, t in got.items():
         assert t == pytest.approx(plain[k] * (2.0 if k[0] == "all_gather" and k[1] >= 1 << 20 else 1.0))
     assert loss_classes.as_shipped(BASE, table, 4) is BASE  # a main-job run is read as it is
+
+
+def test_the_shipped_table_runs_rail_ring_at_the_512_KiB_reduce_scatter_of_four_ranks():
+    # session 25: the lead's six quiet main-job runs put ring's own row 1.49-1.63x the best at 512 KiB in
+    # five of them (rail_ring's in one); its neighbours stay ring
+    from commlib import _C
+    from commlib.core import tuning
+    table = tuning.read(tuning.default_path())
+    assert [tuning.choose(table, "reduce_scatter", b, 4) for b in (1 << 17, 1 << 19, 1 << 21)] == [
+        "ring", "rail_ring", "ring"]
+    assert _C.choose_algorithm(_C.Collective.reduce_scatter, "auto", 1 << 19, 4) == "rail_ring"
