@@ -5,6 +5,7 @@ such calls still raises naming it (the Python path's checks)."""
 import pytest
 
 import host_a2av_entry_cases as cases
+from a2av_argument_errors import A2AV_ARGUMENT_ERRORS
 
 
 @pytest.mark.parametrize("P", [2, 3])
@@ -14,15 +15,7 @@ def test_host_all_to_all_with_splits_runs_from_the_entry(pool, P):
 
 
 def test_a_wrong_host_all_to_all_argument_raises_naming_it(pool):
-    want = {
-        "input_splits length": ("ValueError", "input_splits: has 1 entries, expected one per rank (2)"),
-        "output_splits sum": ("ValueError", "output_splits: sums to 6 but the tensor has 4 elements"),
-        "negative split": ("ValueError", "input_splits: negative split size"),
-        "own block": ("ValueError", "input_splits/output_splits: this rank sends itself 1 elements but expects 2"),
-        "overlap": ("ValueError", "output: overlaps input; all_to_all with splits needs separate buffers"),
-        "dtype": ("TypeError", "output: dtype int32 differs from input's int64"),
-        "algorithm": ("ValueError", "algorithm: unknown all_to_all algorithm 'nope'"),
-    }
+    want = A2AV_ARGUMENT_ERRORS
     for out in pool(2).run(cases.host_a2av_bad_arguments, timeout=60):
         assert [c for c, *_ in out] == list(want), out
         for case, kind, message in out:

@@ -17,6 +17,8 @@ from entry_a2av_cases import (a2av_bad_arguments, a2av_counts, a2av_from_the_ent
                               stream_waits_on_the_interfaces_stream)
 from test_device_collectives import DELAY_ENV  # noqa: E402
 
+from a2av_argument_errors import A2AV_ARGUMENT_ERRORS  # noqa: E402
+
 
 @pytest.mark.parametrize("P", [2, 3])
 def test_all_to_all_with_splits_never_reaches_the_python_route(pool, P):
@@ -51,16 +53,7 @@ def test_all_to_all_with_splits_costs_what_the_python_routes_batch_costs(pool):
 
 
 def test_a_wrong_all_to_all_argument_after_entry_calls_raises_naming_it_with_nothing_enqueued(pool):
-    want = {
-        "input_splits length": ("ValueError", "input_splits: has 1 entries, expected one per rank (2)"),
-        "output_splits sum": ("ValueError", "output_splits: sums to 6 but the tensor has 4 elements"),
-        "negative split": ("ValueError", "input_splits: negative split size"),
-        "own block": ("ValueError", "input_splits/output_splits: this rank sends itself 1 elements but expects 2"),
-        "overlap": ("ValueError", "output: overlaps input; all_to_all with splits needs separate buffers"),
-        "dtype": ("TypeError", "output: dtype int32 differs from input's int64"),
-        "algorithm": ("ValueError", "algorithm: unknown all_to_all algorithm 'nope'"),
-        "stream type": ("TypeError", "stream: expected a commlib.emulated.Stream, got str"),
-    }
+    want = dict(A2AV_ARGUMENT_ERRORS, **{"stream type": ("TypeError", "stream: expected a commlib.emulated.Stream, got str")})
     for out in pool(2, env=DELAY_ENV).run(a2av_bad_arguments, timeout=60):
         assert [case for case, *_ in out] == list(want), out
         for case, error, calls in out:
