@@ -107,8 +107,7 @@ def reduction_staging(t: torch.Tensor, op: str):
     return buf, op, lambda: t_out.copy_(buf.view(t.shape))
 
 
-_FLOAT_NAMES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
-                torch.bfloat16: "bfloat16"}
+_DTYPE_NAMES = dtypes.torch_dtypes(torch)  # {torch.dtype: name}, from the one dtype table
 
 
 def check_reduction(t: torch.Tensor, op: str) -> None:
@@ -122,7 +121,7 @@ def check_reduction(t: torch.Tensor, op: str) -> None:
     if op in ("band", "bor", "bxor") and (dt.is_floating_point or dt.is_complex):
         real = dt.to_real() if dt.is_complex else dt
         raise ValueError(f"op: bitwise reduction '{op}' is defined for integer dtypes only, not "
-                         f"{_FLOAT_NAMES.get(real, 'float32')}")
+                         f"{_DTYPE_NAMES.get(real, 'float32')}")
 
 
 def op_of(reduce_op):
