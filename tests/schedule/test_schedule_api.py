@@ -5,6 +5,7 @@ import pytest
 import commlib._C as _C
 from commlib.core import schedules
 from commlib.core import call_spec
+from commlib.core import tuning
 from commlib.core.call_spec import COLLECTIVE
 
 COLLS = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "gather",
@@ -120,6 +121,7 @@ def clean(monkeypatch):
     _C.clear_tuning()
     yield monkeypatch
     _C.clear_tuning()
+    tuning.load_default()  # as the import left it: a later test in this process may read the shipped table
 
 
 def test_choose_explicit_and_heuristic(clean):
