@@ -33,6 +33,8 @@ from commlib.core.work import Work  # noqa: F401  (re-exported: commlib.core.com
 # and answers NotImplemented otherwise; the general path after it validates and explains (and fills
 # the cache for device buffers). Codes are _C.COLLECTIVES positions.
 _fast = _C.fast_collective
+# An async host call through the entry answers with this module's Work, as the Python path does.
+_C.set_host_work(Work)
 # (input, output, input_at, output_at) elements of one rank's buffers (csrc/common/shapes.h).
 _shapes = _C.buffer_shapes
 (_ALL_REDUCE, _ALL_GATHER, _REDUCE_SCATTER, _ALL_TO_ALL, _BROADCAST, _REDUCE, _GATHER, _SCATTER,

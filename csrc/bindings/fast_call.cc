@@ -2,9 +2,10 @@
 // method of Communicator (and the torch backend's latency path) calls first, with the user's
 // objects as they are. It reads the buffers once (bindings/buffer_view.h: NumPy arrays, torch
 // tensors, emulated arrays) and then
-//   - host buffers: runs a blocking collective on the caller's thread (GIL released), a compress=
-//     one whose codec the Python path resolved before (host_compressed_calls.cc), and all_to_all
-//     with split sizes (its point-to-point batch: device_all_to_allv.cc's plan);
+//   - host buffers: runs a collective (blocking on the caller's thread, GIL released; async_op=True
+//     queued on the communicator's worker, answered with the Python path's Work handle), a
+//     compress= one whose codec the Python path resolved before (host_compressed_calls.cc), and
+//     all_to_all with split sizes (its point-to-point batch: device_all_to_allv.cc's plan);
 //   - device buffers: looks the call up in the communicator's DeviceCallCache
 //     (bindings/device_call_cache.h) and enqueues it on its stream engine, blocking or async,
 //     on the current stream or the one named.
@@ -38,6 +39,10 @@ constexpr int kColls = static_cast<int>(Collective::kCount);
 // latency path took; the GIL serialises the increments, one per call on the path it takes).
 uint64_t g_offers = 0;
 uint64_t g_declined = 0;
+// Host calls the entry ran, by [async]: all_to_all with split sizes, and every other collective
+// (compress= ones included): the tests' proof that async host calls no longer take Python.
+uint64_t g_host_a2av[2] = {0, 0};
+uint64_t g_host_runs[2] = {0, 0};
 
 PyObject* fallback() {
   ++g_declined;
@@ -46,10 +51,49 @@ PyObject* fallback() {
 
 bool has(const BufferView& v) { return v.kind != BufferKind::None; }
 
-// A blocking all_to_all with split sizes on host buffers: the batch the Python path's
-// _all_to_allv runs (this rank's block copied, then the messages through the executor), or
-// NotImplemented for anything it checks and explains (device_all_to_allv.cc's plan).
-PyObject* run_host_all_to_allv(Communicator& comm, PyObject* const* args, const BufferView& va, const BufferView& vb) {
+// The Python class of an async host call's handle (commlib.core.work.Work, registered by
+// commlib/core/communicator.py: _C.set_host_work): what the Python path returns, so an async call
+// through the entry answers with the same object, holding the same buffers. Never released (a
+// class lives as long as the interpreter; no static destructor may run after it ended).
+PyObject* g_host_work = nullptr;
+
+// Runs `start` (the core's enqueue of a host call: blocking, it runs the call; async, it queues it
+// on the communicator's worker and returns its Work) with the GIL released, as the Python path's
+// Communicator.run / p2p / run_compressed bindings do: None for a blocking call, Work(work, (a, b))
+// for an async one (the Python path's refs: the method's two buffers as given, b None where it took
+// one), nullptr (the Python error set) when the enqueue or the blocking call raised.
+template <class Start>
+PyObject* run_host(bool async, PyObject* a, PyObject* b, Start&& start) {
+  if (!async) return run_released([&] { start(false); });
+  std::shared_ptr<Work> work;
+  std::exception_ptr error;
+  {
+    ReleaseGil nogil;
+    try {
+      work = start(true);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  if (error) {
+    set_python_error(error);
+    return nullptr;
+  }
+  try {
+    py::object handle = py::cast(std::move(work));
+    py::object refs = py::make_tuple(py::handle(a), py::handle(b));
+    return PyObject_CallFunctionObjArgs(g_host_work, handle.ptr(), refs.ptr(), nullptr);
+  } catch (py::error_already_set& e) {
+    e.restore();
+    return nullptr;
+  }
+}
+
+// An all_to_all with split sizes on host buffers, blocking or async: the batch the Python path's
+// _all_to_allv runs (this rank's block copied at the call, then the messages through the
+// executor), or NotImplemented for anything it checks and explains (device_all_to_allv.cc's plan).
+PyObject* run_host_all_to_allv(Communicator& comm, PyObject* const* args, const BufferView& va, const BufferView& vb,
+                               bool async) {
   if (va.kind != BufferKind::Host || vb.kind != BufferKind::Host || va.dtype != vb.dtype || args[11] != Py_None ||
       parse_algorithm_name(Collective::AllToAll, args[5]) < 0)
     return fallback();
@@ -57,9 +101,10 @@ PyObject* run_host_all_to_allv(Communicator& comm, PyObject* const* args, const 
   std::vector<P2PItem> items;
   AllToAllvOwnBlock own;
   if (!plan_all_to_allv(comm.size(), comm.rank(), va, vb, args[12], args[13], &splits, &items, &own)) return fallback();
-  return run_released([&] {
+  ++g_host_a2av[async];
+  return run_host(async, args[2], args[3], [&](bool as_work) {
     if (own.bytes) std::memmove(reinterpret_cast<void*>(own.dst), reinterpret_cast<const void*>(own.src), own.bytes);
-    comm.p2p(std::move(items), va.dtype, false);
+    return comm.p2p(std::move(items), va.dtype, as_work);
   });
 }
 
@@ -176,17 +221,22 @@ PyObject* fast_collective(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     if (r == Py_NotImplemented) ++g_declined;
     return r;
   }
-  // async, streams: the general path
-  if (args[7] != Py_False || stream != Py_None) return fallback();
-  if (splits) return run_host_all_to_allv(*comm, args, va, vb);
+  // A stream on host buffers, an async_op that is no bool, an async call from a caller that takes
+  // no Work (the torch backend's host entry: 9 arguments): the general path (it checks and explains).
+  if (stream != Py_None || (args[7] != Py_False && args[7] != Py_True)) return fallback();
+  const bool async = args[7] == Py_True;
+  if (async && (nargs < 11 || g_host_work == nullptr)) return fallback();
+  if (splits) return run_host_all_to_allv(*comm, args, va, vb, async);
   if (compress != Py_None) {  // a codec the Python path resolved before (host_compressed_calls.cc)
-    PyObject* r = run_host_compressed(*comm, coll, args, va, vb, compress);
-    if (r == Py_NotImplemented) ++g_declined;
-    return r;
+    CollectiveCall call;
+    if (!host_compressed_call(*comm, coll, args, va, vb, compress, &call)) return fallback();
+    ++g_host_runs[async];
+    return run_host(async, args[2], args[3], [&](bool as_work) { return comm->collective(call, as_work); });
   }
   CollectiveCall call;
   if (!call_of(coll, comm->size(), comm->rank(), args[4], args[5], args[6], args[8], va, vb, &call)) return fallback();
-  return run_released([&] { comm->collective(call, false); });
+  ++g_host_runs[async];
+  return run_host(async, args[2], args[3], [&](bool as_work) { return comm->collective(call, as_work); });
 }
 
 PyMethodDef g_fast_def = {
@@ -213,6 +263,27 @@ void bind_fast_call(py::module_& m) {
   m.def(
       "fast_path_counts", [] { return std::make_pair(g_offers, g_declined); },
       "(calls of fast_collective, how many of them it declined) in this process, for tests.");
+  m.def(
+      "host_entry_counts",
+      [] {
+        py::dict d;
+        d["blocking"] = g_host_runs[0];
+        d["async"] = g_host_runs[1];
+        d["all_to_allv_blocking"] = g_host_a2av[0];
+        d["all_to_allv_async"] = g_host_a2av[1];
+        return d;
+      },
+      "Host calls the C++ entry ran in this process, blocking and async (all_to_all with split sizes apart), "
+      "for tests.");
+  m.def(
+      "set_host_work",
+      [](py::object cls) {
+        Py_XDECREF(g_host_work);
+        g_host_work = cls.release().ptr();
+      },
+      py::arg("work_class"),
+      "The class an async host call's handle is made of (commlib.core.work.Work, called with the core's Work and "
+      "the call's buffers): the C++ entry runs async host calls once it is set.");
   PyObject* fn = PyCFunction_NewEx(&g_fast_def, nullptr, m.ptr());
   if (!fn) throw py::error_already_set();
   m.add_object("fast_collective", py::reinterpret_steal<py::object>(fn));

@@ -73,11 +73,12 @@ PyObject* run_device_all_to_allv(DeviceCallCache& cache, PyObject* const* args, 
                                  const BufferView& vb, PyObject* output_splits, PyObject* input_splits);
 
 class Communicator;
-// A blocking host collective with compress= through the entry (bindings/host_compressed_calls.cc):
-// None when the Python path resolved this call's codec before and it ran, NotImplemented for the
-// Python path, nullptr (error set) when the collective raised.
-PyObject* run_host_compressed(Communicator& comm, Collective coll, PyObject* const* args, const BufferView& va,
-                              const BufferView& vb, PyObject* compress);
+// A host collective with compress= through the entry (bindings/host_compressed_calls.cc), blocking or
+// async: true with `*call` (call_of's reading of the buffers, op and scale, with the codec and the
+// algorithm resolved) when the Python path resolved this call's codec before; false (no Python error
+// set) for the Python path.
+bool host_compressed_call(Communicator& comm, Collective coll, PyObject* const* args, const BufferView& va,
+                          const BufferView& vb, PyObject* compress, CollectiveCall* call);
 
 class DeviceWork;
 // The same entry for a C++ caller without the GIL (core_api.h's device_collective: the torch

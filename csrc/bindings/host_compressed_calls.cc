@@ -1,8 +1,8 @@
 // Host collectives with compress= through the C++ entry (bindings/fast_call.cc; issue #37 item 2):
-// a blocking call on host buffers whose codec the Python path resolved before (core/codecs.py
-// compressed_call: the codec checked, auto resolved to an algorithm the verifier proves keeps every
-// rank identical) runs here with no Python in between, as the device entry's compress= calls do
-// (device_call_cache.h).
+// a call on host buffers, blocking or async, whose codec the Python path resolved before
+// (core/codecs.py compressed_call: the codec checked, auto resolved to an algorithm the verifier
+// proves keeps every rank identical) runs with no Python in between, as the device entry's
+// compress= calls do (device_call_cache.h).
 //
 // Why a cache: what compressed_call decides is a function of the collective, the requested
 // algorithm, the compress= object, the count and the dtype on one communicator (its size and host
@@ -11,9 +11,11 @@
 // _C.add_host_compressed), keyed on the compress= object as given (held, so its identity stays
 // its own) and the requested algorithm's code; a later call of that key takes the codec and the
 // algorithm the Python path resolved, with its buffers, op and scale read by call_of as any host
-// call's. A communicator's entries die with it: a close listener marks them gone (it runs at close
-// or destruction, on any thread, so it only flips a flag), and a lookup drops a gone entry (a new
-// communicator at the same address misses). A new algorithm registry drops them all.
+// call's; the entry runs it (fast_call.cc: blocking, or async on the communicator's worker with
+// the Python path's Work handle). A communicator's entries die with it: a close listener marks
+// them gone (it runs at close or destruction, on any thread, so it only flips a flag), and a lookup
+// drops a gone entry (a new communicator at the same address misses). A new algorithm registry
+// drops them all.
 #include "bindings/fast_call.h"
 
 #include <pybind11/pybind11.h>
@@ -117,36 +119,36 @@ void add(uintptr_t comm_address, int coll_code, py::handle algorithm, py::handle
 
 }  // namespace
 
-PyObject* run_host_compressed(Communicator& comm, Collective coll, PyObject* const* args, const BufferView& va,
-                              const BufferView& vb, PyObject* compress) {
-  if (g_entries.empty()) Py_RETURN_NOTIMPLEMENTED;
+bool host_compressed_call(Communicator& comm, Collective coll, PyObject* const* args, const BufferView& va,
+                          const BufferView& vb, PyObject* compress, CollectiveCall* out) {
+  if (g_entries.empty()) return false;
   CollectiveCall call;
-  if (!call_of(coll, comm.size(), comm.rank(), args[4], args[5], args[6], args[8], va, vb, &call))
-    Py_RETURN_NOTIMPLEMENTED;
+  if (!call_of(coll, comm.size(), comm.rank(), args[4], args[5], args[6], args[8], va, vb, &call)) return false;
   const auto it = g_entries.find(Key{&comm, coll, call.algo, compress, call.count, call.dtype});
-  if (it == g_entries.end()) Py_RETURN_NOTIMPLEMENTED;
+  if (it == g_entries.end()) return false;
   if (it->second.gone->load(std::memory_order_acquire) || g_registry != registry_generation()) {
     drop_gone();  // (the communicator closed: the Python path says so; a new registry: it resolves again)
     if (g_registry != registry_generation()) g_entries.clear();
-    Py_RETURN_NOTIMPLEMENTED;
+    return false;
   }
   call.algo = it->second.algo;
   call.codec = it->second.codec;
-  PyObject* done = run_released([&] { comm.collective(call, false); });
-  if (done != nullptr) ++g_hits;
-  return done;
+  *out = call;
+  ++g_hits;
+  return true;
 }
 
 void bind_host_compressed(py::module_& m) {
   m.def("add_host_compressed", &add, py::arg("core_address"), py::arg("collective"), py::arg("algorithm"),
         py::arg("compress"), py::arg("count"), py::arg("dtype"), py::arg("codec"), py::arg("block"),
         py::arg("rounding"), py::arg("seed"), py::arg("inter_only"), py::arg("resolved"),
-        "After a host collective with compress= passed the Python path's checks and ran: later blocking calls of "
-        "the same collective, requested algorithm, compress= object, count and dtype on this communicator run from "
-        "the C++ entry with the codec and algorithm resolved (bindings/host_compressed_calls.cc).");
+        "After a host collective with compress= passed the Python path's checks and ran: later calls (blocking or "
+        "async) of the same collective, requested algorithm, compress= object, count and dtype on this "
+        "communicator run from the C++ entry with the codec and algorithm resolved (bindings/host_compressed_calls.cc).");
   m.def(
       "host_compressed_counts", [] { return std::make_pair(g_hits, g_entries.size()); },
-      "(host calls with compress= the C++ entry ran, entries held) in this process, for tests.");
+      "(host calls with compress= the C++ entry took, blocking and async, entries held) in this process, for "
+      "tests.");
 }
 
 }  // namespace commlib
