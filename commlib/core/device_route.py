@@ -248,7 +248,8 @@ class DeviceRoute(RouteFailure):
     def _after_own_stream(self, first, stream, stream_of, device_stream):
         """A first buffer naming its own stream (a __cuda_array_interface__'s: its data is valid
         there) in a call on another one (``stream=``): the call's stream waits for that one (an
-        event recorded there), as the C++ entry's later calls do (bindings/device_own_stream.cc)."""
+        event recorded there), as the C++ entry's later calls do (bindings/device_own_stream.cc),
+        through an external event node when the call's stream is capturing a graph and that one is not."""
         if first.stream is None or stream is None:
             return
         own = stream_of(None)
@@ -256,7 +257,12 @@ class DeviceRoute(RouteFailure):
             device = self._devices[(first.kind, first.device_index)]
             event = device.create_event()
             device.record(event, own)
-            device.wait_event(device_stream, event)
+            # A call captured into a graph while the buffer's stream is not capturing: CUDA refuses
+            # a plain wait on an event recorded outside the capture; an external event wait node
+            # (the graph holds the event) orders every replay after that stream's work as captured.
+            external = (device.capture_status(device_stream)[0] != "none"
+                        and device.capture_status(own)[0] == "none")
+            device.wait_event(device_stream, event, external=external)
 
     def last_path(self) -> str:
         """The path the last device collective ran on: "kernel" (one kernel launch over peer

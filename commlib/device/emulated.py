@@ -124,9 +124,12 @@ class Stream:
         """Block until everything enqueued so far has executed."""
         self._device.synchronize_stream(self._stream)
 
-    def wait_event(self, event: "Event"):
-        """Later work on this stream waits for ``event``'s latest record."""
-        self._device.wait_event(self._stream, event._event)
+    def wait_event(self, event: "Event", external: bool = False):
+        """Later work on this stream waits for ``event``'s latest record. ``external``: with
+        cudaEventWaitExternal, valid only while this stream is capturing: the graph gets an external
+        event wait node, which at each launch waits for the event's latest record as of that launch
+        (how a capturing stream may wait on an event recorded outside its capture)."""
+        self._device.wait_event(self._stream, event._event, external=external)
 
     def record_event(self) -> "Event":
         e = Event(self.device_index)

@@ -17,6 +17,7 @@
 #include "bindings/device_call_cache.h"
 #include "bindings/fast_call.h"
 #include "bindings/gil.h"
+#include "bindings/own_stream_wait.h"
 
 namespace commlib {
 
@@ -130,12 +131,13 @@ PyObject* DeviceCallCache::run_all_to_allv(PyObject* const* args, const BufferVi
   release_completed();  // what the previous calls' enqueues retired (no device call)
   std::shared_ptr<DeviceWork> work;
   std::exception_ptr error;
+  CaptureStatus capture = CaptureStatus::None;
+  const CaptureStatus* known_capture = nullptr;  // (asked by the own stream's wait: the engine's answer)
   try {
     // Under the GIL: the device's one wait event is recorded and waited on by one call at a time.
     if (own_event) {
-      DeviceGuard g(engine->device());
-      engine->device().record(*own_event, *own);
-      engine->device().wait_event(*dstream, *own_event);
+      capture = wait_for_own_stream(engine->device(), *own, *dstream, *own_event);
+      known_capture = &capture;
     }
     ReleaseGil nogil;
     try {
@@ -144,7 +146,7 @@ PyObject* DeviceCallCache::run_all_to_allv(PyObject* const* args, const BufferVi
         engine->device().copy(reinterpret_cast<void*>(own_block.dst), reinterpret_cast<const void*>(own_block.src),
                               own_block.bytes, *dstream);
       }
-      work = engine->p2p(items, va.dtype, *dstream);
+      work = engine->p2p(items, va.dtype, *dstream, known_capture);
     } catch (...) {
       error = std::current_exception();
     }

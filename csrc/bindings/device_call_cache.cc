@@ -1,6 +1,7 @@
 // DeviceCallCache (bindings/device_call_cache.h): filling it (the route, after a call passed its
 // checks), forgetting it, holding the route's buffers, and the Python entry's hit (fast_call.cc).
 #include "bindings/device_call_cache.h"
+#include "bindings/own_stream_wait.h"
 
 #include <exception>
 #include <utility>
@@ -158,14 +159,17 @@ PyObject* DeviceCallCache::run(Collective coll, PyObject* const* args, const Buf
   if (!blocking) reused = works_.take();
   std::shared_ptr<DeviceWork> made;
   uint64_t ordinal = 0;
+  CaptureStatus capture = CaptureStatus::None;
+  const CaptureStatus* known_capture = nullptr;
   std::exception_ptr error;
   try {
     // The buffer's own stream first, when the call runs on another (device_own_stream.cc): under
     // the GIL, so that no other call records the device's wait event between this record and wait.
+    // It asks the call's capture query (a capturing stream waits through an external event node),
+    // whose answer the engine takes.
     if (hit.own_event) {
-      DeviceGuard g(hit.engine->device());
-      hit.engine->device().record(*hit.own_event, *hit.own);
-      hit.engine->device().wait_event(*hit.stream, *hit.own_event);
+      capture = wait_for_own_stream(hit.engine->device(), *hit.own, *hit.stream, *hit.own_event);
+      known_capture = &capture;
     }
   } catch (...) {
     error = std::current_exception();
@@ -174,11 +178,11 @@ PyObject* DeviceCallCache::run(Collective coll, PyObject* const* args, const Buf
     ReleaseGil nogil;
     try {
       if (blocking)
-        ordinal = hit.engine->collective_unhandled(hit.call, *hit.stream);
+        ordinal = hit.engine->collective_unhandled(hit.call, *hit.stream, known_capture);
       else if (reused.second)
-        ordinal = hit.engine->collective_into(hit.call, *hit.stream, *reused.second);
+        ordinal = hit.engine->collective_into(hit.call, *hit.stream, *reused.second, known_capture);
       else
-        made = hit.engine->collective(hit.call, *hit.stream);
+        made = hit.engine->collective(hit.call, *hit.stream, known_capture);
     } catch (...) {
       error = std::current_exception();
     }

@@ -244,6 +244,11 @@ void CudaDevice::wait_event(DeviceStream& stream, DeviceEvent& event) {
   if (cu(event).recorded) cuda_check(cudaStreamWaitEvent(cu(stream), cu(event).event, 0), "cudaStreamWaitEvent");
 }
 
+void CudaDevice::wait_event_external(DeviceStream& stream, DeviceEvent& event) {
+  // (an event never recorded: the node waits for nothing, as a plain wait on it would)
+  cuda_check(cudaStreamWaitEvent(cu(stream), cu(event).event, cudaEventWaitExternal), "cudaStreamWaitEvent (external)");
+}
+
 bool CudaDevice::query(DeviceEvent& event) {
   const cudaError_t err = cudaEventQuery(cu(event).event);
   if (err == cudaErrorNotReady) return false;

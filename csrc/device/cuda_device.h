@@ -36,6 +36,7 @@ class CudaDevice final : public Device {
   std::shared_ptr<DeviceEvent> create_event() override;
   void record(DeviceEvent& event, DeviceStream& stream) override;
   void wait_event(DeviceStream& stream, DeviceEvent& event) override;
+  void wait_event_external(DeviceStream& stream, DeviceEvent& event) override;
   bool query(DeviceEvent& event) override;
   void synchronize(DeviceEvent& event) override;
   void synchronize(DeviceStream& stream) override;

@@ -136,6 +136,11 @@ class Device {
   virtual std::shared_ptr<DeviceEvent> create_event() = 0;
   virtual void record(DeviceEvent& event, DeviceStream& stream) = 0;
   virtual void wait_event(DeviceStream& stream, DeviceEvent& event) = 0;
+  // cudaStreamWaitEvent with cudaEventWaitExternal, valid only on a capturing stream: the capture
+  // records an external event wait node, which waits, at each launch of the graph, for the event's
+  // most recent record as of that launch. A capturing stream may wait on an event recorded outside
+  // its capture only this way (a plain wait_event fails with cudaErrorStreamCaptureIsolation).
+  virtual void wait_event_external(DeviceStream& stream, DeviceEvent& event) = 0;
   virtual bool query(DeviceEvent& event) = 0;            // completed (never recorded: true)
   virtual void synchronize(DeviceEvent& event) = 0;      // host waits for it
   virtual void synchronize(DeviceStream& stream) = 0;    // host waits for everything enqueued

@@ -203,32 +203,36 @@ uint64_t StreamEngine::collective_unhandled(const CollectiveCall& call, DeviceSt
   return run_collective(call, nullptr, s, nullptr);
 }
 
-std::shared_ptr<DeviceWork> StreamEngine::collective(const PreparedCall& call, DeviceStream& s) {
+std::shared_ptr<DeviceWork> StreamEngine::collective(const PreparedCall& call, DeviceStream& s,
+                                                     const CaptureStatus* known_capture) {
   CallWork work;
-  run_collective(call.call, call.plan ? &call : nullptr, s, &work);
+  run_collective(call.call, call.plan ? &call : nullptr, s, &work, known_capture);
   return std::make_shared<DeviceWork>(shared_from_this(), std::move(work.done), work.seq);
 }
 
-uint64_t StreamEngine::collective_unhandled(const PreparedCall& call, DeviceStream& s) {
-  return run_collective(call.call, call.plan ? &call : nullptr, s, nullptr);
+uint64_t StreamEngine::collective_unhandled(const PreparedCall& call, DeviceStream& s,
+                                            const CaptureStatus* known_capture) {
+  return run_collective(call.call, call.plan ? &call : nullptr, s, nullptr, known_capture);
 }
 
-uint64_t StreamEngine::collective_into(const PreparedCall& call, DeviceStream& s, DeviceWork& reused) {
+uint64_t StreamEngine::collective_into(const PreparedCall& call, DeviceStream& s, DeviceWork& reused,
+                                       const CaptureStatus* known_capture) {
   CallWork work;
-  const uint64_t ordinal = run_collective(call.call, call.plan ? &call : nullptr, s, &work);
+  const uint64_t ordinal = run_collective(call.call, call.plan ? &call : nullptr, s, &work, known_capture);
   // Re-armed only once the call was enqueued: a refused call leaves the handle as it was.
   reused.rearm(shared_from_this(), std::move(work.done), work.seq);
   return ordinal;
 }
 
 uint64_t StreamEngine::run_collective(const CollectiveCall& call, const PreparedCall* prepared, DeviceStream& s,
-                                      CallWork* work) {
+                                      CallWork* work, const CaptureStatus* known_capture) {
   std::lock_guard<std::mutex> guard(enqueue_mu_);
   throw_if_failed_locked();
   try {
     DeviceGuard current(*device_);  // kernels and records on the engine's device, restored after
-    // cudaStreamGetCaptureInfo: a capturing stream records the call into its graph (stream_capture.cc).
-    const CaptureStatus capture = device_->capture_status(s);
+    // cudaStreamGetCaptureInfo: a capturing stream records the call into its graph (stream_capture.cc);
+    // asked once per call, here or by the caller just before (known_capture).
+    const CaptureStatus capture = known_capture ? *known_capture : device_->capture_status(s);
     if (capture != CaptureStatus::None) return capture_collective(call, s, capture, work);
     return enqueue_collective(call, prepared, s, work);
   } catch (const CommError&) {

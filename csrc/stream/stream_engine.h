@@ -98,17 +98,25 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   // captured in a graph (complete at once).
   uint64_t collective_unhandled(const CollectiveCall& call, DeviceStream& stream);
   // The same for a prepared call (prepare()): no plan lookup, no path decision per call.
-  std::shared_ptr<DeviceWork> collective(const PreparedCall& call, DeviceStream& stream);
-  uint64_t collective_unhandled(const PreparedCall& call, DeviceStream& stream);
+  // `known_capture`: the stream's capture status as the caller asked it just before (the bindings'
+  // wait for a buffer's own stream must know it: bindings/device_own_stream.cc), so the engine does
+  // not ask again (one cudaStreamGetCaptureInfo per call); null: the engine asks.
+  std::shared_ptr<DeviceWork> collective(const PreparedCall& call, DeviceStream& stream,
+                                         const CaptureStatus* known_capture = nullptr);
+  uint64_t collective_unhandled(const PreparedCall& call, DeviceStream& stream,
+                                const CaptureStatus* known_capture = nullptr);
   // The same, re-arming `work` for this call instead of making a handle (no allocation: the
   // bindings' pool of handles no one else holds, issue #37 item 2; DeviceWork::rearm); returns the
   // call's ordinal as collective_unhandled does. A call that raises leaves `work` as it was.
-  uint64_t collective_into(const PreparedCall& call, DeviceStream& stream, DeviceWork& work);
+  uint64_t collective_into(const PreparedCall& call, DeviceStream& stream, DeviceWork& work,
+                           const CaptureStatus* known_capture = nullptr);
   // The engine retired every call up to ordinal `seq` (seen complete): one atomic load.
   bool retired(uint64_t seq) const { return retired_through_.load(std::memory_order_acquire) >= seq; }
   // Point-to-point messages (stream/stream_p2p.cc): the sends and receives of one batch run
   // concurrently; messages of a pair match in call order, checked (count, dtype) before a byte moves.
-  std::shared_ptr<DeviceWork> p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& stream);
+  // (`known_capture` as collective's)
+  std::shared_ptr<DeviceWork> p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& stream,
+                                  const CaptureStatus* known_capture = nullptr);
   // While the first device call waits for the peers' engines (a host rendezvous): publishes that
   // call as the next call of the communicator and raises MismatchError if a peer is in a host
   // call of that number, or the error of a peer (or of the host side) that failed.
@@ -185,7 +193,8 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   };
   // collective()'s body: the call's ordinal, and its work into `*work` when asked (not null).
   // `prepared`: the call resolved already (null: resolve it now).
-  uint64_t run_collective(const CollectiveCall& call, const PreparedCall* prepared, DeviceStream& s, CallWork* work);
+  uint64_t run_collective(const CollectiveCall& call, const PreparedCall* prepared, DeviceStream& s, CallWork* work,
+                          const CaptureStatus* known_capture = nullptr);
   uint64_t enqueue_collective(const CollectiveCall& call, const PreparedCall* prepared, DeviceStream& s,
                               CallWork* work);
   // A call on a capturing stream (stream/stream_capture.cc): returns 0 (complete at once).

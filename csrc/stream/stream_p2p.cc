@@ -7,12 +7,13 @@
 
 namespace commlib {
 
-std::shared_ptr<DeviceWork> StreamEngine::p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& s) {
+std::shared_ptr<DeviceWork> StreamEngine::p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& s,
+                                              const CaptureStatus* known_capture) {
   std::lock_guard<std::mutex> guard(enqueue_mu_);
   throw_if_failed_locked();
   try {
     DeviceGuard current(*device_);
-    if (device_->capture_status(s) != CaptureStatus::None)  // stream/stream_capture.cc
+    if ((known_capture ? *known_capture : device_->capture_status(s)) != CaptureStatus::None)  // stream_capture.cc
       throw CommError("rank " + std::to_string(rank_) + " cannot capture point-to-point messages in a CUDA graph: they "
                       "run on the copy path, which refuses capture");
     if (kernel_) kernel_->collect_arenas(s);  // retired staging arenas every rank is done with (kernel_path_arena.cc)

@@ -188,3 +188,51 @@ def test_capture_is_begun_and_ended_by_the_rules():
     dev.end_capture(s._stream)  # from the thread that began it
     with pytest.raises(ValueError, match="capture_error_mode"):
         emu.graph(emu.Graph(), capture_error_mode="local").__enter__()
+
+
+def test_an_external_wait_on_an_event_recorded_outside_the_capture_is_a_node_waiting_at_each_launch():
+    """cudaEventWaitExternal: the capture stays valid, the graph gets an external event wait node,
+    and each launch waits for the event's latest record as of that launch. Here every launch comes
+    right after a copy into x queued on p behind 30 copies of 16 MiB, and its record; a node that
+    waited for the capture's record (or none) would read x before that copy landed."""
+    dev, p, s = emu.device(), emu.Stream(), emu.Stream()
+    n = 4 << 20
+    big, junk = _array(np.ones(n)), _array(np.zeros(n))
+    x, y = _array([0]), _array([0])
+    ev = emu.Event()
+    ev.record(p)  # eager: outside the capture
+    calls = dev.driver_calls()
+    g = emu.Graph()
+    g.capture_begin(s)
+    s.wait_event(ev, external=True)
+    dev.reduce(y.data_ptr(), x.data_ptr(), 1, F32, SUM, s._stream)  # y += x
+    assert emu.capture_status(s)[0] == "active"
+    g.capture_end()
+    assert dev.driver_calls()["cudaStreamWaitEvent"] == calls.get("cudaStreamWaitEvent", 0) + 1
+    for k in (1, 2, 3):
+        src = _array([k])
+        for _ in range(30):
+            junk.copy_(big, stream=p)
+        x.copy_(src, stream=p)
+        ev.record(p)
+        g.replay(s)
+        s.synchronize()
+        p.synchronize()
+    assert list(_now(y)) == [1 + 2 + 3]
+
+
+def test_an_external_wait_outside_a_capture_or_on_a_captured_event_is_refused():
+    """The flag is valid only during stream capture (cudaErrorInvalidValue elsewhere); an external
+    wait on an event last recorded inside a capture is not modelled, and says so."""
+    p, s = emu.Stream(), emu.Stream()
+    eager = p.record_event()
+    with pytest.raises(RuntimeError, match="^cudaErrorInvalidValue.*not capturing"):
+        s.wait_event(eager, external=True)
+    dev = emu.device()
+    dev.begin_capture(s._stream, "global")
+    try:
+        inside = s.record_event()
+        with pytest.raises(RuntimeError, match="not modelled"):
+            s.wait_event(inside, external=True)
+    finally:
+        dev.end_capture(s._stream)

@@ -214,6 +214,8 @@ std::shared_ptr<DeviceGraph> EmulatedDevice::end_capture(DeviceStream& stream) {
   body->ops = std::move(t.ops);
   body->lanes = static_cast<uint32_t>(t.lanes.size());
   body->retained = std::move(t.retained);
+  body->binds_at_launch =
+      std::any_of(body->ops.begin(), body->ops.end(), [](const CapturedOp& op) { return bool(op.at_launch); });
   return std::make_shared<EmulatedGraph>(std::move(body));
 }
 
@@ -243,6 +245,12 @@ void EmulatedDevice::launch_graph(DeviceGraphExec& exec, DeviceStream& stream) {
   enter("cudaGraphLaunch", true);
   std::shared_ptr<const EmulatedGraphBody> body = static_cast<EmulatedGraphExec&>(exec).body;
   if (body->ops.empty()) return emu(stream).enqueue([] {});
+  if (body->binds_at_launch) {  // this launch's operations of the nodes that read the launch's moment
+    auto bound = std::make_shared<EmulatedGraphBody>(*body);
+    for (CapturedOp& op : bound->ops)
+      if (op.at_launch) op.fn = op.at_launch();
+    body = std::move(bound);
+  }
   emu(stream).enqueue([body] { run_captured_graph(*body); });
 }
 

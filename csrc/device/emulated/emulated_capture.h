@@ -13,11 +13,14 @@
 //    some calls conflict with a capture whatever the modes: synchronizing a capturing stream,
 //    querying or synchronizing an event last recorded in a capture (cudaErrorCapturedEvent), a
 //    capturing stream waiting on an event recorded outside its capture
-//    (cudaErrorStreamCaptureIsolation);
+//    (cudaErrorStreamCaptureIsolation) unless it waits with cudaEventWaitExternal
+//    (Device::wait_event_external: an external event wait node, which at each launch waits for
+//    the event's records as of that launch; the flag outside a capture is cudaErrorInvalidValue);
 //  - an invalidated capture refuses further work (cudaErrorStreamCaptureInvalidated) and its
 //    end_capture fails with the same error, returning no graph.
 // Not modelled: graph memory nodes (cudaMallocAsync / cudaFreeAsync inside a capture are refused
-// with a message saying so), graph updates, conditional nodes.
+// with a message saying so), graph updates, conditional nodes, an external wait on an event last
+// recorded inside a capture (refused with a message saying so).
 #pragma once
 
 #include <atomic>
@@ -42,6 +45,9 @@ struct CapturedOp {
   bool always = false;  // runs even on a faulted device (event-like operations)
   std::vector<uint32_t> deps;
   uint32_t lane = 0;
+  // Set for a node whose operation depends on the launch (an external event wait node: the event's
+  // records as of the launch): launch_graph makes `fn` with it for each launch.
+  std::function<std::function<void()>()> at_launch;
 };
 
 // A capture sequence (cudaStreamBeginCapture .. cudaStreamEndCapture).
@@ -85,6 +91,7 @@ class EmulatedCapture {
 struct EmulatedGraphBody {
   std::vector<CapturedOp> ops;
   uint32_t lanes = 1;
+  bool binds_at_launch = false;  // a node has at_launch
   std::vector<std::shared_ptr<void>> retained;  // CUDA user objects
 };
 class EmulatedGraph final : public DeviceGraph {

@@ -67,6 +67,10 @@ class EmulatedStream final : public DeviceStream {
   void add_capture_deps(const std::vector<uint32_t>& deps);  // a join (an event wait in the capture)
   // Stops recording into `c` (if it does); returns its last dependencies.
   std::vector<uint32_t> stop_capture(const EmulatedCapture* c);
+  // Records a node whose operation is made at each launch of the graph (`bind`, called by
+  // launch_graph): an external event wait node reads the event's records as of the launch. False
+  // (nothing recorded) when the stream is not capturing.
+  bool capture_bound(std::function<std::function<void()>()> bind);
 
  private:
   void run();
@@ -143,6 +147,7 @@ class EmulatedDevice final : public Device {
   std::shared_ptr<DeviceEvent> create_event() override;
   void record(DeviceEvent& event, DeviceStream& stream) override;
   void wait_event(DeviceStream& stream, DeviceEvent& event) override;
+  void wait_event_external(DeviceStream& stream, DeviceEvent& event) override;
   bool query(DeviceEvent& event) override;
   void synchronize(DeviceEvent& event) override;
   void synchronize(DeviceStream& stream) override;

@@ -102,6 +102,37 @@ void EmulatedDevice::wait_event(DeviceStream& stream, DeviceEvent& event) {
   });
 }
 
+void EmulatedDevice::wait_event_external(DeviceStream& stream, DeviceEvent& event) {
+  enter("cudaStreamWaitEvent");  // (the same runtime call, with the cudaEventWaitExternal flag)
+  auto& e = static_cast<EmulatedEvent&>(event);
+  const std::shared_ptr<EmulatedCapture> mine = emu(stream).capture();
+  if (!mine)
+    throw std::runtime_error("cudaErrorInvalidValue (emulated): cudaStreamWaitEvent with cudaEventWaitExternal on a "
+                             "stream that is not capturing (the flag is valid only during stream capture)");
+  {
+    std::lock_guard<std::mutex> lk(e.mu);
+    if (e.captured)
+      throw std::runtime_error("emulated device: an external event wait (cudaEventWaitExternal) on an event last "
+                               "recorded inside a stream capture is not modelled");
+  }
+  std::string why;
+  if (mine->invalidated(&why))
+    emulated_capture_conflict(nullptr, "cudaErrorStreamCaptureInvalidated", "the capture was invalidated (" + why + ")");
+  // An external event wait node: at each launch of the graph, the event's records as of the launch.
+  auto ep = e.shared_from_this();
+  emu(stream).capture_bound([ep]() -> std::function<void()> {
+    uint64_t target;
+    {
+      std::lock_guard<std::mutex> lk(ep->mu);
+      target = ep->recorded;
+    }
+    return [ep, target] {
+      std::unique_lock<std::mutex> lk(ep->mu);
+      ep->cv.wait(lk, [&] { return ep->reached >= target; });
+    };
+  });
+}
+
 bool EmulatedDevice::query(DeviceEvent& event) {
   enter("cudaEventQuery", false, true);
   pass_query_gate();

@@ -57,6 +57,16 @@ void EmulatedStream::enqueue(std::function<void()> op, bool always) {
   if (wake) cv_.notify_all();
 }
 
+bool EmulatedStream::capture_bound(std::function<std::function<void()>()> bind) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!capture_) return false;
+  CapturedOp op{[] {}, false, capture_deps_, capture_lane_};
+  op.at_launch = std::move(bind);
+  const uint32_t node = capture_->add(std::move(op));
+  capture_deps_.assign(1, node);
+  return true;
+}
+
 std::shared_ptr<EmulatedCapture> EmulatedStream::capture() {
   std::lock_guard<std::mutex> lk(mu_);
   return capture_;
