@@ -325,7 +325,8 @@ class Communicator(PointToPointMethods, LifetimeMethods, GroupMethods, Communica
 
     def barrier(self, async_op: bool = False, algorithm: str = "auto"):
         """Return once every rank has entered the barrier (``algorithm``: as every collective's)."""
-        if _fast(self._addr, _BARRIER, None, None, "sum", algorithm, 0, async_op, None) is None:
-            return None
+        done = _fast(self._addr, _BARRIER, None, None, "sum", algorithm, 0, async_op, None, None, None)
+        if done is not NotImplemented:
+            return done
         check_algorithm("barrier", algorithm)
         return self._run("barrier", algorithm, 0, 0, 0, "uint8", "sum", 0, 1.0, async_op, ())

@@ -138,7 +138,7 @@ def async_compressed_from_the_entry(comm, k=3):
 
 def async_collectives_from_the_entry(comm):
     """Every collective (no compress=) async through the entry, at counts 0, 1, P-1 and 13 (int64
-    sums, exact): [(collective, Python route calls, entry runs, handles Work, bytes equal to the
+    sums, exact), and barrier: [(collective, Python route calls, entry runs, handles Work, bytes equal to the
     Python route's)]."""
     P, r = comm.size, comm.rank
     out = []
@@ -160,9 +160,10 @@ def async_collectives_from_the_entry(comm):
                                lambda b, **kw: comm.gather(b[1] if r == root else None, b[0], root=root, **kw)),
             "scatter": lambda: ((blk if r == root else None, np.zeros(n, np.int64)),
                                 lambda b, **kw: comm.scatter(b[1], b[0], root=root, **kw)),
+            "barrier": lambda: ((), lambda b, **kw: comm.barrier(**kw)),
         }
     for coll in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "gather",
-                 "scatter"):
+                 "scatter", "barrier"):
         seen_n, runs_n, works_ok, same = 0, 0, True, True
         for n in (0, 1, P - 1, 13):
             bufs, call = calls(n)[coll]()

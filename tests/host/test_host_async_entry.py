@@ -36,7 +36,7 @@ def test_async_compressed_host_calls_run_from_the_entry(pool, P):
 def test_async_host_collectives_run_from_the_entry(pool, P):
     for out in pool(P).run(cases.async_collectives_from_the_entry, timeout=90):
         assert [c for c, *_ in out] == ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
-                                        "reduce", "gather", "scatter"], out
+                                        "reduce", "gather", "scatter", "barrier"], out
         for coll, seen, runs, works_ok, same in out:
             assert (seen, runs, works_ok, same) == (0, 4, True, True), (coll, seen, runs, works_ok, same)
 
