@@ -54,7 +54,8 @@ bool has(const BufferView& v) { return v.kind != BufferKind::None; }
 // The Python class of an async host call's handle (commlib.core.work.Work, registered by
 // commlib/core/communicator.py: _C.set_host_work): what the Python path returns, so an async call
 // through the entry answers with the same object, holding the same buffers. Never released (a
-// class lives as long as the interpreter; no static destructor may run after it ended).
+// class lives as long as the interpreter; no static destructor may run after it ended; a second
+// set_host_work replaces it).
 PyObject* g_host_work = nullptr;
 
 // Runs `start` (the core's enqueue of a host call: blocking, it runs the call; async, it queues it
@@ -243,9 +244,9 @@ PyMethodDef g_fast_def = {
     "fast_collective", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(fast_collective)), METH_FASTCALL,
     "fast_collective(core_address, collective, a, b, op, algorithm, root, async_op, scale[, stream, device_calls"
     "[, compress[, output_splits, input_splits]]])\n"
-    "The C++ entry: a blocking collective on host buffers, or a device call its DeviceCallCache (device_calls: "
-    "its address) holds. None (or the work of an async device call) when it ran; NotImplemented asks for the "
-    "general path."};
+    "The C++ entry: a collective on host buffers (async_op=True: answered with the class set_host_work set), or "
+    "a device call its DeviceCallCache (device_calls: its address) holds. None (or the work of an async call) "
+    "when it ran; NotImplemented asks for the general path."};
 
 }  // namespace
 
