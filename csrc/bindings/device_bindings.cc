@@ -128,18 +128,16 @@ void bind_device(py::module_& m) {
              DeviceGuard g(d);
              d.record(e, s);
            })
-      .def(
-          "wait_event",
-          [](Device& d, DeviceStream& s, std::shared_ptr<DeviceEvent> e, bool external) {
-            DeviceGuard g(d);
-            if (!external) return d.wait_event(s, *e);
-            // An external event wait node: the graph holds the event (a CUDA user object).
-            d.wait_event_external(s, *e);
-            d.retain_in_capture(s, std::move(e));
-          },
-          py::arg("stream"), py::arg("event"), py::arg("external") = false,
-          "cudaStreamWaitEvent; external=True: with cudaEventWaitExternal (a capturing stream only: an external "
-          "event wait node, the event held by the graph being captured)")
+      .def("wait_event",
+           [](Device& d, DeviceStream& s, std::shared_ptr<DeviceEvent> e, bool external) {
+             DeviceGuard g(d);
+             if (!external) return d.wait_event(s, *e);
+             d.wait_event_external(s, *e);
+             d.retain_in_capture(s, std::move(e));  // the graph holds the event (a CUDA user object)
+           },
+           py::arg("stream"), py::arg("event"), py::arg("external") = false,
+           "cudaStreamWaitEvent; external=True: with cudaEventWaitExternal (a capturing stream only: an external "
+           "event wait node, the event held by the graph being captured)")
       .def("query",
            [](Device& d, DeviceEvent& e) {
              DeviceGuard g(d);

@@ -5,10 +5,9 @@
 //  - memory: cudaMalloc / cudaFree (a free synchronises its stream first: the engine frees only
 //    when a buffer grows, so this is off the hot path); IPC: cudaIpcGetMemHandle /
 //    cudaIpcOpenMemHandle (several ranks on one GPU included, which NCCL refuses);
-//  - counters: the engine's control regions are host memory registered with cudaHostRegister
-//    (mapped, portable); write_value / wait_value are the driver's cuStreamWriteValue64 /
-//    cuStreamWaitValue64 (GEQ), reached through cudaGetDriverEntryPointByVersion, so no libcuda
-//    is needed at build time;
+//  - counters: the engine's control regions are host memory registered with cudaHostRegister (mapped,
+//    portable); write_value / wait_value are the driver's cuStreamWriteValue64 / cuStreamWaitValue64
+//    (GEQ), reached through cudaGetDriverEntryPointByVersion, so no libcuda is needed at build time;
 //  - kernels: the launchers of kernels/cuda_reduce.h (the bodies the emulated device runs too).
 #include "device/cuda_check.h"
 #include "device/cuda_device.h"
@@ -243,9 +242,7 @@ void CudaDevice::record(DeviceEvent& event, DeviceStream& stream) {
 void CudaDevice::wait_event(DeviceStream& stream, DeviceEvent& event) {
   if (cu(event).recorded) cuda_check(cudaStreamWaitEvent(cu(stream), cu(event).event, 0), "cudaStreamWaitEvent");
 }
-
 void CudaDevice::wait_event_external(DeviceStream& stream, DeviceEvent& event) {
-  // (an event never recorded: the node waits for nothing, as a plain wait on it would)
   cuda_check(cudaStreamWaitEvent(cu(stream), cu(event).event, cudaEventWaitExternal), "cudaStreamWaitEvent (external)");
 }
 
