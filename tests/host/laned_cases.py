@@ -169,3 +169,39 @@ def kill_in_laned_call(comm, victim, algorithm, count=1 << 16):
         time.sleep(10)  # the kill arrives meanwhile
         return None
     return survivor_outcome(lambda: sub.all_reduce(x, algorithm=algorithm))
+
+
+def laned_over_stuttering_links(comm, rounds=2):
+    """Integer all_reduces of both laned algorithms at 3 and 15 lanes, `rounds` times, over the toy
+    transport's stuttering links inside each host (transport/toy/toy.h: every other send slot and
+    received chunk not there yet, so sends and receives stop part way through messages of several
+    lanes to one peer), exact and equal to list order. Returns failures."""
+    P, r = comm.size, comm.rank
+    failures = []
+    _C.toy_transport(True)
+    try:
+        sub = comm.split(0)
+        try:
+            _register_listed(sub)
+            _C.toy_transport_stutter(True)
+            for _ in range(rounds):
+                for algorithm in ALGORITHMS:
+                    for count in (197, 1009):
+                        x = ((np.arange(count, dtype=np.int64) * 7 + r * 5) % 11 + 1).astype(np.int32)
+                        want = sum(((np.arange(count, dtype=np.int64) * 7 + q * 5) % 11 + 1)
+                                   for q in range(P)).astype(np.int32)
+                        listed = x.copy()
+                        sub.all_reduce(x, algorithm=algorithm)
+                        sub.all_reduce(listed, algorithm=_listed_name(algorithm))
+                        if not (np.array_equal(x, want) and np.array_equal(listed, want)):
+                            failures.append(f"{algorithm} count={count} rank={r}: not exact")
+            links = set(sub.topology.links)
+        finally:
+            _C.toy_transport_stutter(False)
+            _unregister_listed()
+            sub.close()
+    finally:
+        _C.toy_transport(False)
+    if "toy" not in links:
+        failures.append(f"rank {r}: no toy link among {links}")
+    return failures

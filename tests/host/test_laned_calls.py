@@ -66,6 +66,14 @@ def test_laned_all_reduce_with_single_copy_reads(pool):
 
 
 @pytest.mark.timeout(120)
+def test_laned_all_reduce_over_stuttering_links(pool):
+    """The toy transport's stuttering links inside each host (TCP between them): sends and receives
+    stop part way through messages of several lanes to one peer, and results stay exact."""
+    failures = [f for fails in pool(4, env=env_for(4)).run(cases.laned_over_stuttering_links, timeout=100) for f in fails]
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("algorithm", ["rail_lanes", "rail_window"])
 def test_other_lanes_finish_while_one_is_held(pool, tmp_path, algorithm):
     held = str(tmp_path / "held")
