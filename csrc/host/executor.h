@@ -107,6 +107,11 @@ class Executor {
   // Steps of laned calls that finished while a step listed before them had not (the overlap the
   // lanes gave; 0 in list order). Read from any thread.
   uint64_t steps_ahead() const { return steps_ahead_.load(std::memory_order_relaxed); }
+  // Bytes of laned calls' messages that came before their step ran and were parked (copied aside,
+  // landed when the step starts: the lanes' extra copy), and of those the single-copy messages read
+  // when parked. Read from any thread.
+  uint64_t parked_bytes() const { return parked_bytes_.load(std::memory_order_relaxed); }
+  uint64_t parked_reads() const { return parked_reads_.load(std::memory_order_relaxed); }
 
   // Raises at once if a peer has already failed (used at the start of every call).
   void check_peers_failed(const CallDesc& call);
@@ -230,6 +235,8 @@ class Executor {
   std::atomic<uint64_t> bytes_sent_{0};
   std::atomic<uint64_t> single_copy_sends_{0};
   std::atomic<uint64_t> steps_ahead_{0};
+  std::atomic<uint64_t> parked_bytes_{0};
+  std::atomic<uint64_t> parked_reads_{0};
   // run_lanes: per op of the call, whether its step runs (on_idle judges peers by those only); null
   // outside it.
   const std::vector<uint8_t>* idle_running_ = nullptr;

@@ -142,10 +142,13 @@ void Executor::take_laned_chunk(LanedRun& run, int p, const ChunkHeader* h, cons
     if (!run.parked[i]) run.parked[i].reset(new char[o.bytes]);
     // A single-copy message is read now, so this rank acknowledges the pair's messages in the
     // order they came, which the sender's count of acknowledgements relies on.
-    if (rendezvous)
+    if (rendezvous) {
       receive_rendezvous(o, payload, dtype, op, call, run.parked[i].get());
-    else
+      parked_reads_.fetch_add(1, std::memory_order_relaxed);
+    } else {
       std::memcpy(run.parked[i].get() + got, payload, expect);
+    }
+    parked_bytes_.fetch_add(expect, std::memory_order_relaxed);
   }
   l.release_recv();
   if (rendezvous) l.ack();

@@ -77,10 +77,12 @@ def selection(P):
 
 def check_laned(comm):
     """Every selected case, laned and in list order. Returns (failures, digests of every output,
-    {count: lanes} of rail_window, the executor's steps_ahead over the run)."""
+    {count: lanes} of rail_window, and over the run the executor's steps_ahead, parked_bytes and
+    parked_reads)."""
     P, r = comm.size, comm.rank
     failures, digests = Failures(), []
-    ahead = comm._core.steps_ahead()
+    counters = (comm._core.steps_ahead, comm._core.parked_bytes, comm._core.parked_reads)
+    before = [c() for c in counters]
     _register_listed(comm)
     try:
         for (algorithm, count, dtype), cases in selection(P).items():
@@ -102,7 +104,7 @@ def check_laned(comm):
     finally:
         _unregister_listed()
     lanes = {c: lanes_of(comm, "rail_window", c) for c in counts(P)}
-    return failures.listed(), digests, lanes, comm._core.steps_ahead() - ahead
+    return (failures.listed(), digests, lanes) + tuple(c() - b for c, b in zip(counters, before))
 
 
 def _step_lanes(comm, algorithm, count):
@@ -205,3 +207,39 @@ def laned_over_stuttering_links(comm, rounds=2):
     if "toy" not in links:
         failures.append(f"rank {r}: no toy link among {links}")
     return failures
+
+
+def laned_single_copy(comm, lanes=4, rounds=3):
+    """rail_window and rail_lanes at BIG in `lanes` segments (COMMLIB_HIER_SEGMENT set so, on a
+    communicator split for it): messages inside each host of ~0.5 MiB, single-copy under
+    COMMLIB_CMA=1, several lanes' in flight to one peer. Returns (failures, single-copy sends,
+    single-copy messages read when parked) of this rank."""
+    P, r = comm.size, comm.rank
+    failures = []
+    saved = os.environ.get("COMMLIB_HIER_SEGMENT")
+    os.environ["COMMLIB_HIER_SEGMENT"] = str(BIG // lanes)
+    try:
+        sub = comm.split(0)
+        try:
+            sub._core.enable_direct_reads()
+            _register_listed(sub)
+            sends, reads = sub._core.single_copy_sends(), sub._core.parked_reads()
+            want = sum(((np.arange(BIG, dtype=np.int64) * 7 + q * 5) % 11 + 1) for q in range(P)).astype(np.int32)
+            for _ in range(rounds):
+                for algorithm in ALGORITHMS:
+                    x = ((np.arange(BIG, dtype=np.int64) * 7 + r * 5) % 11 + 1).astype(np.int32)
+                    listed = x.copy()
+                    sub.all_reduce(x, algorithm=algorithm)
+                    sub.all_reduce(listed, algorithm=_listed_name(algorithm))
+                    if not (np.array_equal(x, want) and np.array_equal(listed, want)):
+                        failures.append(f"{algorithm} ({lanes_of(sub, algorithm, BIG)} lanes) rank={r}: not exact")
+            sends, reads = sub._core.single_copy_sends() - sends, sub._core.parked_reads() - reads
+        finally:
+            _unregister_listed()
+            sub.close()
+    finally:
+        if saved is None:
+            os.environ.pop("COMMLIB_HIER_SEGMENT", None)
+        else:
+            os.environ["COMMLIB_HIER_SEGMENT"] = saved
+    return failures, sends, reads

@@ -19,6 +19,7 @@ import os
 
 import pytest
 
+import collective_cases
 import laned_cases as cases
 from commlib.testing.faults import assert_survivors_named_the_dead_rank, run_killing_one_rank
 
@@ -42,10 +43,14 @@ def _check(results, size):
     differing = [case for case, ds in by_case.items() if len(ds) > 1]
     assert not differing, f"ranks differ bitwise in {len(differing)} case(s), e.g. {differing[:3]}"
     lanes = results[0][2]
+    ahead = sum(res[3] for res in results)  # steps finished ahead of list order, all ranks
+    parked = sum(res[4] for res in results)  # bytes that came before their step ran
     if size in LANED_AT:  # the counts past 13 run laned: 3, 15, 256 (and 256 at ~1M) lanes
         assert [lanes[c] for c in sorted(lanes) if c > 13] == [3, 15, 256] + ([256] if size == 4 else []), lanes
-    else:
+        assert ahead > 0 and parked > 0, (ahead, parked)  # (~270000 steps, ~13 MB at 8 ranks: session 26)
+    else:  # one lane: step by step, as before
         assert set(lanes.values()) == {1}, lanes
+        assert ahead == 0 and parked == 0, (ahead, parked)
 
 
 @pytest.mark.timeout(600)
@@ -57,12 +62,18 @@ def test_laned_all_reduce_matrix(pool, size):
 
 @pytest.mark.timeout(300)
 def test_laned_all_reduce_with_single_copy_reads(pool):
-    """COMMLIB_CMA=1 with 4 KiB slots: inside each host messages of more than a slot go by rendezvous
-    (the receiver reads the sender's buffer); a laned call reads a parked one when it parks it, so
-    the pair's acknowledgements keep the channel's order."""
+    """COMMLIB_CMA=1 with 4 KiB slots: inside each host large messages go by rendezvous (the receiver
+    reads the sender's buffer); a laned call reads a parked one when it parks it, so the pair's
+    acknowledgements keep the channel's order. The matrix, then ~1M elements in 4 lanes (~0.5 MiB
+    messages inside a host, single-copy), some of them parked (counted)."""
     p = pool(4, env=env_for(4, COMMLIB_CMA="1", COMMLIB_SHM_SLOT_BYTES="4096"))
-    results = p.run(cases.check_laned, timeout=280)
-    _check(results, 4)
+    assert all(p.run(collective_cases.direct_reads_enabled))
+    _check(p.run(cases.check_laned, timeout=200), 4)
+    results = p.run(cases.laned_single_copy, timeout=200)
+    failures = [f for fails, _, _ in results for f in fails]
+    assert not failures, "\n".join(failures)
+    assert all(sends > 0 for _, sends, _ in results), results
+    assert sum(reads for _, _, reads in results) > 0, results  # (14-19 a rank in 3 rounds, session 26)
 
 
 @pytest.mark.timeout(120)
