@@ -243,3 +243,18 @@ def laned_single_copy(comm, lanes=4, rounds=3):
         else:
             os.environ["COMMLIB_HIER_SEGMENT"] = saved
     return failures, sends, reads
+
+
+def mismatched_laned_calls(comm, count=4096):
+    """Rank 0 calls rail_lanes, the others rail_window (both laned here), on a communicator split for
+    it (a mismatch aborts it). Returns (the error's type and message, seconds it took)."""
+    sub = comm.split(0, timeout=20)
+    x = np.ones(count, np.int32)
+    t = time.monotonic()
+    try:
+        sub.all_reduce(x, algorithm="rail_lanes" if sub.rank == 0 else "rail_window")
+        return "no error", time.monotonic() - t
+    except commlib.CommError as e:
+        return f"{type(e).__name__}: {e}", time.monotonic() - t
+    finally:
+        sub.close()

@@ -13,7 +13,8 @@ between hosts (COMMLIB_HOST_ID per rank), one pool of rank processes per world s
   its other lanes (rail_lanes: all of them; rail_window: those its window lets go). Run in list order
   (the executor before issue #39) no step of another lane finishes while lane 0's first is held:
   checked by hand by running the laned path with every step in one lane's order.
-- A rank killed inside a laned call: the others raise PeerError naming it and the call.
+- A rank killed inside a laned call: the others raise PeerError naming it and the call; ranks in
+  different laned calls raise MismatchError naming both.
 """
 import os
 
@@ -99,6 +100,15 @@ def test_other_lanes_finish_while_one_is_held(pool, tmp_path, algorithm):
             # A window of one segment's steps: some steps of other lanes, not all, ran ahead.
             assert 0 < while_held <= others, (rank, others, while_held, after)
     assert not os.path.exists(held)
+
+
+@pytest.mark.timeout(120)
+def test_mismatched_laned_calls_raise_naming_both(pool):
+    """Ranks in different laned calls: the chunks' descriptors differ, every rank raises
+    MismatchError naming both algorithms, soon, not after the timeout."""
+    for rank, (msg, took) in enumerate(pool(4, env=env_for(4)).run(cases.mismatched_laned_calls, timeout=60)):
+        assert msg.startswith("MismatchError") and "rail_lanes" in msg and "rail_window" in msg, (rank, msg)
+        assert took < 15, (rank, took)
 
 
 @pytest.mark.timeout(120)
