@@ -47,18 +47,22 @@ struct Executor::LanedRun {
   std::vector<size_t> left;               // per running step: its messages not finished
   std::vector<uint8_t> running;           // per op: its step runs (on_idle's mask)
   std::vector<int> active;                // the running steps
-  std::vector<int> done;                  // steps whose last message just finished
+  std::vector<int> done;                  // steps whose last send just finished (progress_lanes)
   std::vector<int> ready;                 // steps that may have become free to start
   // Receives, per (peer, lane) at peer * W + lane: the call's, in list order, and which of them
   // takes that lane's next chunk from that peer.
   std::vector<std::vector<int>> recvs;
   std::vector<size_t> next_recv;
   std::vector<size_t> expected;  // per peer: receives not all taken off its channel
+  std::vector<size_t> waiting;   // per peer: receives of running steps not all taken off it
   std::vector<int> from;         // the peers this rank receives from
   std::vector<size_t> arrived;   // per op: bytes taken off the channel
   std::vector<uint8_t> complete;                 // per op: all of it taken (a zero-byte message: its header)
   std::vector<std::unique_ptr<char[]>> parked;   // per op: what came before its step ran
   size_t finished = 0, first_unfinished = 0;
+  // progress_lanes takes every chunk waiting in a channel this call still expects (parking what
+  // runs later), not only those whose receive runs: set once a pass moved nothing.
+  bool park_all = false;
 
   size_t steps_count() const { return steps.lane.size(); }
   size_t op_begin(int s) const { return steps.begin[s]; }
@@ -81,6 +85,7 @@ void Executor::start_laned_step(LanedRun& run, int s, DType dtype, RedOp op) {
     run.running[i] = 1;
     if (o.kind != OpKind::Send && !is_recv(o.kind)) continue;
     if (is_recv(o.kind)) {
+      if (!run.complete[i]) ++run.waiting[o.peer];
       if (run.arrived[i]) {  // what came early lands now
         deliver_bytes(o, 0, run.parked[i].get(), run.arrived[i], dtype, op);
         run.parked[i].reset();
@@ -158,9 +163,15 @@ void Executor::take_laned_chunk(LanedRun& run, int p, const ChunkHeader* h, cons
   ++run.next_recv[at];
   --run.expected[p];
   if (run.running[i]) {
+    --run.waiting[p];
     o.finished = true;
     const int s = run.step_of[i];
-    if (--run.left[s] == 0) run.done.push_back(s);
+    if (--run.left[s] == 0) {
+      // At once, so the steps it frees run before the next chunks come off the channels: those
+      // that find their step running land in place instead of being parked.
+      finish_laned_step(run, s);
+      start_free_steps(run, dtype, op);
+    }
   }
 }
 
@@ -185,8 +196,11 @@ bool Executor::progress_lanes(LanedRun& run, DType dtype, RedOp op, const CallDe
       moved |= progress_send(o, esize);
       if (!o.finished) continue;
       bytes_sent_.fetch_add(o.bytes, std::memory_order_relaxed);
-      if (--run.left[s] == 0) run.done.push_back(s);
+      if (--run.left[s] == 0) run.done.push_back(s);  // (finished below: `active` is being walked)
     }
+  for (size_t k = 0; k < run.done.size(); ++k) finish_laned_step(run, run.done[k]);
+  run.done.clear();
+  start_free_steps(run, dtype, op);
   for (int p : run.from) {
     if (!run.expected[p]) continue;
     Link& l = t_.link(p);
@@ -194,13 +208,17 @@ bool Executor::progress_lanes(LanedRun& run, DType dtype, RedOp op, const CallDe
       const char* payload;
       const ChunkHeader* h = l.peek_recv(&payload);
       if (!h) break;
+      // A chunk whose receive does not run yet stays in the channel (no copy) unless a running
+      // receive from p may be behind it, or this rank has nothing else to do (run.park_all): then no
+      // sender waits on this rank's channel while this rank waits on anything.
+      const size_t at = static_cast<size_t>(p) * run.W + h->lane;
+      if (!run.park_all && !run.waiting[p] && h->lane < static_cast<uint32_t>(run.W) &&
+          run.next_recv[at] < run.recvs[at].size() && !run.running[run.recvs[at][run.next_recv[at]]])
+        break;
       take_laned_chunk(run, p, h, payload, dtype, op, call);
       moved = true;
     }
   }
-  for (size_t k = 0; k < run.done.size(); ++k) finish_laned_step(run, run.done[k]);
-  run.done.clear();
-  start_free_steps(run, dtype, op);
   return moved;
 }
 
@@ -228,6 +246,7 @@ void Executor::run_lanes(std::vector<ExecOp>& ops, const LanedSteps& steps, DTyp
   run.recvs.resize(static_cast<size_t>(P) * W);
   run.next_recv.assign(static_cast<size_t>(P) * W, 0);
   run.expected.assign(P, 0);
+  run.waiting.assign(P, 0);
   std::vector<int> last_send(static_cast<size_t>(P) * W, -1);
   for (int s = 0; s < n; ++s)
     for (size_t i = steps.begin[s]; i < steps.begin[s + 1]; ++i) {
@@ -259,6 +278,14 @@ void Executor::run_lanes(std::vector<ExecOp>& ops, const LanedSteps& steps, DTyp
   bool started = false, fresh = true;
   while (run.finished < static_cast<size_t>(n)) {
     const uint32_t seen = t_.events();
+    run.park_all = park_eagerly();  // (a test seam: lane_hold.h)
+    if (progress_lanes(run, dtype, op, call)) {
+      fresh = true;
+      continue;
+    }
+    if (run.finished == static_cast<size_t>(n)) break;
+    // Nothing moved: take what waits in the channels before waiting on anything.
+    run.park_all = true;
     if (progress_lanes(run, dtype, op, call)) {
       fresh = true;
       continue;
@@ -277,7 +304,7 @@ void Executor::run_lanes(std::vector<ExecOp>& ops, const LanedSteps& steps, DTyp
     if (slow) {
       last_slow = now;
       // A peer may have published its last chunks and then exited: drain before judging it.
-      if (progress_lanes(run, dtype, op, call)) {
+      if (progress_lanes(run, dtype, op, call)) {  // (park_all still)
         fresh = true;
         continue;
       }

@@ -15,6 +15,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 std::atomic<bool> g_armed{false};
+std::atomic<bool> g_park_eagerly{false};
 std::mutex g_mu;  // guards the four below
 int g_lane = -1;
 std::string g_path;
@@ -42,5 +43,9 @@ bool lane_held(int lane) {
   g_armed.store(false, std::memory_order_relaxed);
   return false;
 }
+
+void set_park_eagerly(bool on) { g_park_eagerly.store(on, std::memory_order_relaxed); }
+
+bool park_eagerly() { return g_park_eagerly.load(std::memory_order_relaxed); }
 
 }  // namespace commlib

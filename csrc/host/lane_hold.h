@@ -16,4 +16,10 @@ void arm_lane_hold(int lane, const std::string& path, double max_wait_s);
 // Whether a send of `lane` waits now (false at once unless armed for that lane).
 bool lane_held(int lane);
 
+// A second seam: laned calls park every chunk that comes before its step runs at once (their
+// fallback when a pass moved nothing, taken always), so tests meet the parked paths (a single-copy
+// message read when parked) every time instead of when timing has it.
+void set_park_eagerly(bool on);
+bool park_eagerly();
+
 }  // namespace commlib

@@ -209,11 +209,12 @@ def laned_over_stuttering_links(comm, rounds=2):
     return failures
 
 
-def laned_single_copy(comm, lanes=4, rounds=3):
+def laned_single_copy(comm, lanes=4, rounds=3, eager=False):
     """rail_window and rail_lanes at BIG in `lanes` segments (COMMLIB_HIER_SEGMENT set so, on a
     communicator split for it): messages inside each host of ~0.5 MiB, single-copy under
-    COMMLIB_CMA=1, several lanes' in flight to one peer. Returns (failures, single-copy sends,
-    single-copy messages read when parked) of this rank."""
+    COMMLIB_CMA=1, several lanes' in flight to one peer; `eager`: parking every early chunk
+    (_C.laned_park_eagerly). Returns (failures, single-copy sends, single-copy messages read when
+    parked) of this rank."""
     P, r = comm.size, comm.rank
     failures = []
     saved = os.environ.get("COMMLIB_HIER_SEGMENT")
@@ -224,6 +225,7 @@ def laned_single_copy(comm, lanes=4, rounds=3):
             sub._core.enable_direct_reads()
             _register_listed(sub)
             sends, reads = sub._core.single_copy_sends(), sub._core.parked_reads()
+            _C.laned_park_eagerly(eager)
             want = sum(((np.arange(BIG, dtype=np.int64) * 7 + q * 5) % 11 + 1) for q in range(P)).astype(np.int32)
             for _ in range(rounds):
                 for algorithm in ALGORITHMS:
@@ -235,6 +237,7 @@ def laned_single_copy(comm, lanes=4, rounds=3):
                         failures.append(f"{algorithm} ({lanes_of(sub, algorithm, BIG)} lanes) rank={r}: not exact")
             sends, reads = sub._core.single_copy_sends() - sends, sub._core.parked_reads() - reads
         finally:
+            _C.laned_park_eagerly(False)
             _unregister_listed()
             sub.close()
     finally:
