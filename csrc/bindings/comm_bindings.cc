@@ -156,6 +156,14 @@ void bind_comm(py::module_& m) {
       .def("single_copy_sends", &Communicator::single_copy_sends,
            "Messages this rank has sent single-copy (its peer read them from this rank's buffer), counted "
            "as each is decided: which form a call's messages took (COMMLIB_CMA, the tuning's crossovers).")
+      .def("steps_ahead", &Communicator::steps_ahead,
+           "Steps of laned calls (an algorithm of several schedule lanes) that finished while a step listed "
+           "before them had not: the overlap the host executor's lanes gave (0 when a call runs in list order).")
+      .def("parked_bytes", &Communicator::parked_bytes,
+           "Bytes of laned calls' messages that arrived before their step ran and were copied aside until it "
+           "did (the lanes' extra copy; docs/DESIGN.md \"Laned calls\").")
+      .def("parked_reads", &Communicator::parked_reads,
+           "Single-copy messages of laned calls read when parked (so acknowledgements keep the channel's order).")
       .def("tcp_address", [](Communicator& c) { return tcp_of(c) ? tcp_of(c)->address() : std::string(); })
       .def(
           "tcp_stats",

@@ -4,6 +4,7 @@
 
 #include "bindings/bindings.h"
 #include "bindings/transport_handles.h"
+#include "host/lane_hold.h"
 #include "host/read_gate.h"
 #include "transport/tcp/hmac_sha256.h"
 #include "transport/registry.h"
@@ -76,6 +77,12 @@ void bind_transport(py::module_& m) {
         "Tests (host/read_gate.h): this process's next single-copy read of rank `peer` creates the file `path` once "
         "the peer published its buffer, and reads only once that file is removed (or after `max_wait_s` s); "
         "path '' disarms.");
+  m.def("hold_lane_sends", &arm_lane_hold, py::arg("lane"), py::arg("path"), py::arg("max_wait_s") = 60.0,
+        "Tests (host/lane_hold.h): this process's sends of schedule lane `lane` in laned calls wait while the file "
+        "`path` exists (at most `max_wait_s` s from the first held send), the other lanes going on; path '' disarms.");
+  m.def("laned_park_eagerly", &set_park_eagerly, py::arg("on"),
+        "Tests (host/lane_hold.h): laned calls in this process park every chunk that comes before its step runs "
+        "at once (by default only when a receive of that peer may be behind it or nothing else moved).");
 
   m.def(
       "hmac_sha256",

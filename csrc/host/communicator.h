@@ -68,6 +68,11 @@ class Communicator {
   uint64_t bytes_sent() const { return exec_.bytes_sent(); }
   // Messages this rank sent single-copy (Executor::single_copy_sends).
   uint64_t single_copy_sends() const { return exec_.single_copy_sends(); }
+  // Steps of laned calls that finished ahead of a step listed before them (Executor::steps_ahead).
+  uint64_t steps_ahead() const { return exec_.steps_ahead(); }
+  // What laned calls parked (Executor::parked_bytes, parked_reads).
+  uint64_t parked_bytes() const { return exec_.parked_bytes(); }
+  uint64_t parked_reads() const { return exec_.parked_reads(); }
 
   // Returns a Work for async calls; nullptr once a blocking call completed. `timeout_s` > 0: this
   // call's own timeout in place of the communicator's (torch's per-call opts.timeout).
@@ -190,6 +195,7 @@ class Communicator {
     size_t bytes;
   };
   std::vector<Landed> landed_;
+  LanedSteps laned_;  // run_collective's steps of a laned call (reused: no allocation per call)
   std::unique_ptr<char[], void (*)(void*)> scratch_{nullptr, std::free};
   size_t scratch_bytes_ = 0;
   std::unique_ptr<char[], void (*)(void*)> input_copy_{nullptr, std::free};

@@ -63,6 +63,7 @@ bool Executor::progress_send(ExecOp& o, size_t esize) {
       h->offset = 0;
       h->bytes = o.bytes;
       h->flags = kChunkRendezvous;
+      h->lane = o.lane;
       const uint64_t address = reinterpret_cast<uint64_t>(o.src);
       std::memcpy(payload, &address, sizeof(address));
       l.publish_send();
@@ -87,6 +88,7 @@ bool Executor::progress_send(ExecOp& o, size_t esize) {
     h->offset = o.done;
     h->bytes = n;
     h->flags = 0;
+    h->lane = o.lane;
     fill_chunk(o, payload, n);
     l.publish_send();
     o.done += n;
@@ -110,6 +112,7 @@ bool Executor::progress_send_in_place(ExecOp& o, Link& l, size_t cap) {
     h->offset = o.done;
     h->bytes = n;
     h->flags = 0;
+    h->lane = o.lane;
     const uint64_t ticket = l.publish_send_in_place(o.src + o.done);
     o.done += n;
     if (o.done == o.bytes) o.rendezvous = ticket;
@@ -199,37 +202,13 @@ bool Executor::progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
         // Landed: the link already wrote the payload to o.dst (it sets this flag itself, after
         // checking the chunk against what this op posted; it never comes from a peer).
         const bool landed = (h->flags & kChunkLanded) && o.mode == 3;
-        // Peers are not trusted: a rendezvous chunk makes us read the sender's memory at an address
-        // it chose, so accept one only when this rank turned single-copy reads on; unknown flag bits
-        // mean a corrupt header.
-        if ((h->flags & ~(kChunkRendezvous | (landed ? kChunkLanded : 0u))) || (rendezvous && !l.caps().accepts_rendezvous))
-          fail(ErrorKind::Comm, "rank " + std::to_string(t_.rank()) + " in " + describe_call(call) +
-                                    " received from rank " + std::to_string(o.peer) + " a chunk with invalid flags " +
-                                    std::to_string(h->flags));
+        check_flags(h, l, landed, o.peer, call);
         size_t expect = rendezvous ? o.bytes : std::min(cap, o.bytes - o.done);
-        if (h->desc != o.desc || h->offset != o.done || h->bytes != expect) {
-          std::string got = describe_call(h->desc);
-          std::string msg = "rank " + std::to_string(t_.rank()) + " in " + describe_call(call) + " received from rank " +
-                            std::to_string(o.peer) + " a message of " + got + "; expected " +
-                            describe_call(o.desc) + codec_mismatch_hint(o.desc, h->desc);
-          if (h->desc == o.desc)
-            msg += " (chunk at byte " + std::to_string(h->offset) + " of " + std::to_string(h->bytes) +
-                   " bytes, expected byte " + std::to_string(o.done) + " of " + std::to_string(expect) + ")";
-          check_device_messages(ops);  // the message came on a device buffer: say so
-          fail(ErrorKind::Mismatch, msg);
-        }
-        if (rendezvous) {
+        check_chunk(o, h, o.done, expect, call, ops);
+        if (rendezvous)
           receive_rendezvous(o, payload, dtype, op, call);
-        } else if (expect && !landed) {
-          if (o.kind == OpKind::Recv) {
-            copy_bytes(o.dst + o.done, payload, expect, streams(o.bytes));
-          } else {
-            // recv_reduce from another buffer: bring this chunk of it into dst first, so the
-            // copy and the reduce both touch it while it is in cache.
-            if (o.src && o.src != o.dst) std::memcpy(o.dst + o.done, o.src + o.done, expect);
-            reduce_inplace(o.dst + o.done, payload, expect / esize, dtype, op);
-          }
-        }
+        else if (expect && !landed)
+          deliver_bytes(o, o.done, payload, expect, dtype, op);
         l.release_recv();
         if (rendezvous) l.ack();
         o.done += expect;
@@ -257,8 +236,13 @@ void Executor::on_idle(std::vector<ExecOp>& ops, const CallDesc& call, Clock::ti
   }
   if (!slow_checks) return;
   if (call.coll == static_cast<uint8_t>(Collective::Send)) check_device_messages(ops);
-  for (const ExecOp& o : ops) {
-    if (!is_comm(o.kind) || o.finished) continue;
+  auto waiting = [&](size_t i) {  // a message this rank waits for (run_lanes: of a running step)
+    const ExecOp& o = ops[i];
+    return is_comm(o.kind) && !o.finished && (!idle_running_ || (*idle_running_)[i]);
+  };
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (!waiting(i)) continue;
+    const ExecOp& o = ops[i];
     const int p = o.peer;
     PeerStatus st = t_.peer_status(p, true);
     const char* doing = o.kind == OpKind::Send ? "send to" : "receive from";
@@ -275,8 +259,9 @@ void Executor::on_idle(std::vector<ExecOp>& ops, const CallDesc& call, Clock::ti
   }
   double idle_s = std::chrono::duration<double>(Clock::now() - last_progress).count();
   if (idle_s > timeout_s()) {
-    for (const ExecOp& o : ops) {
-      if (!is_comm(o.kind) || o.finished) continue;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (!waiting(i)) continue;
+      const ExecOp& o = ops[i];
       const char* doing = o.kind == OpKind::Send ? "send to" : "receive from";
       // " timeout " and no variable name: the timeout comes from init(timeout=), a torch group's
       // timeout= or COMMLIB_TIMEOUT, and torch users' code matches torch's wording.
@@ -289,9 +274,10 @@ void Executor::on_idle(std::vector<ExecOp>& ops, const CallDesc& call, Clock::ti
   }
 }
 
-void Executor::run_local_ops(std::vector<ExecOp>& ops, DType dtype, RedOp op) {
+void Executor::run_local_ops(ExecOp* begin, ExecOp* end, DType dtype, RedOp op) {
   const size_t esize = dtype_size(dtype);
-  for (ExecOp& o : ops) {
+  for (ExecOp* it = begin; it != end; ++it) {
+    ExecOp& o = *it;
     if (o.kind == OpKind::Copy) {
       if (o.bytes && o.dst != o.src) {
         const bool overlap = o.dst < o.src + o.bytes && o.src < o.dst + o.bytes;
@@ -322,7 +308,7 @@ void Executor::run_step(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
   // after (all_to_all direct, 8 MiB on 4 ranks: each rank's own 2 MiB block copied before it posted
   // anything held all three readers of its buffer for that copy).
   const bool local_first = !any_comm || local_bytes < kInPlaceBytes;
-  if (local_first) run_local_ops(ops, dtype, op);
+  if (local_first) run_local_ops(ops.data(), ops.data() + ops.size(), dtype, op);
   if (!any_comm) return;
   order_messages(ops);
   post_receives(ops, dtype);
@@ -334,7 +320,7 @@ void Executor::run_step(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
   if (!local_first) {
     size_t pending = 0;
     progress(ops, dtype, op, call, &pending);  // sends posted (and whatever has already arrived taken)
-    run_local_ops(ops, dtype, op);
+    run_local_ops(ops.data(), ops.data() + ops.size(), dtype, op);
   }
 
   // Clocks are read only once the step stalls: a small message usually completes without waiting,

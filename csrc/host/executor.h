@@ -40,7 +40,19 @@ struct ExecOp {
                               // the step runs; whole chunks go as they are ready, never single-copy)
   int after = -1;             // set by run_step: the step's previous op of this direction with this
                               // peer (-1 none). A link carries a pair's chunks in order, so a message
-                              // moves only once that one is all sent (received): op order (ir.h)
+                              // moves only once that one is all sent (received): op order (ir.h).
+                              // run_lanes: the call's previous send to this peer in this lane
+  uint32_t lane = 0;          // Send: stamped on chunks; Recv*: expected on chunks (the schedule lane
+                              // of a laned call, else 0: docs/DESIGN.md "Laned calls")
+};
+
+// A laned call's steps for Executor::run_lanes: every step's ops in list order (each op's `lane`
+// its step's), step s's in [begin[s], begin[s + 1]).
+struct LanedSteps {
+  std::vector<size_t> begin;  // steps + 1 entries
+  std::vector<int> lane;      // per step
+  int lanes = 1;              // W (schedule/lanes.h)
+  int window = 0;             // Schedule::window
 };
 
 // Work the caller interleaves with a step's transfers (the compressed lowering's codec: encoding
@@ -88,6 +100,18 @@ class Executor {
   // building strings per call would show on the latency path).
   // Throws MismatchError / PeerError (after publishing the failure to the peers).
   void run_step(std::vector<ExecOp>& ops, DType dtype, RedOp op, const CallDesc& call, StepWork* work = nullptr);
+  // Runs a laned call's steps with its lanes in flight (host/executor_lanes.cc, docs/DESIGN.md
+  // "Laned calls"): a step starts once its lane's previous step and step i - window have finished;
+  // chunks carry their lane and each peer's channel is taken apart by lane. Throws as run_step.
+  void run_lanes(std::vector<ExecOp>& ops, const LanedSteps& steps, DType dtype, RedOp op, const CallDesc& call);
+  // Steps of laned calls that finished while a step listed before them had not (the overlap the
+  // lanes gave; 0 in list order). Read from any thread.
+  uint64_t steps_ahead() const { return steps_ahead_.load(std::memory_order_relaxed); }
+  // Bytes of laned calls' messages that came before their step ran and were parked (copied aside,
+  // landed when the step starts: the lanes' extra copy), and of those the single-copy messages read
+  // when parked. Read from any thread.
+  uint64_t parked_bytes() const { return parked_bytes_.load(std::memory_order_relaxed); }
+  uint64_t parked_reads() const { return parked_reads_.load(std::memory_order_relaxed); }
 
   // Raises at once if a peer has already failed (used at the start of every call).
   void check_peers_failed(const CallDesc& call);
@@ -144,6 +168,21 @@ class Executor {
   // Messages under 64 KiB never stream: the fence would cost more than the cache lines it saves.
   bool streams(size_t message_bytes) const { return stream_call_ && message_bytes >= (size_t{64} << 10); }
   bool progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const CallDesc& call, size_t* pending);
+  struct LanedRun;  // run_lanes' state (executor_lanes.cc)
+  bool progress_lanes(LanedRun& run, DType dtype, RedOp op, const CallDesc& call);
+  void take_laned_chunk(LanedRun& run, int peer, const ChunkHeader* h, const char* payload, DType dtype, RedOp op,
+                        const CallDesc& call);
+  void start_laned_step(LanedRun& run, int step, DType dtype, RedOp op);
+  void finish_laned_step(LanedRun& run, int step);
+  void start_free_steps(LanedRun& run, DType dtype, RedOp op);  // those of run.ready that may start
+  // Checks chunk `h` against receive `o` at byte `at` (`expect` bytes): a MismatchError naming both
+  // messages unless it is that chunk of that message in that lane.
+  void check_chunk(const ExecOp& o, const ChunkHeader* h, size_t at, size_t expect, const CallDesc& call,
+                   const std::vector<ExecOp>& ops);
+  // Fails (a CommError) on flag bits a chunk may not carry from `peer` (landed: this receive posted).
+  void check_flags(const ChunkHeader* h, const Link& l, bool landed, int peer, const CallDesc& call);
+  // Writes `n` received bytes of `payload` at byte `at` of receive `o` (copied, or reduced into dst).
+  void deliver_bytes(ExecOp& o, size_t at, const char* payload, size_t n, DType dtype, RedOp op);
   bool progress_send(ExecOp& o, size_t esize);
   bool progress_send_in_place(ExecOp& o, Link& l, size_t cap);
   void post_receives(std::vector<ExecOp>& ops, DType dtype);
@@ -152,8 +191,10 @@ class Executor {
   void release_buffers(std::vector<ExecOp>& ops);
   size_t chunk_for(const Link& l, size_t esize) const;
   // The step's Copy and Reduce ops (run_step decides when).
-  void run_local_ops(std::vector<ExecOp>& ops, DType dtype, RedOp op);
-  void receive_rendezvous(ExecOp& o, const char* payload, DType dtype, RedOp op, const CallDesc& call);
+  void run_local_ops(ExecOp* begin, ExecOp* end, DType dtype, RedOp op);
+  // `into` (a laned call's parked receive): the whole message read there as it is, not into o.dst.
+  void receive_rendezvous(ExecOp& o, const char* payload, DType dtype, RedOp op, const CallDesc& call,
+                          char* into = nullptr);
   void read_from_peer(ExecOp& o, Link& l, uint64_t address, DType dtype, RedOp op);
   void on_idle(std::vector<ExecOp>& ops, const CallDesc& call,
                std::chrono::steady_clock::time_point last_progress, bool slow_checks);
@@ -193,6 +234,12 @@ class Executor {
   std::vector<ExecOp> ops_watched_;
   std::atomic<uint64_t> bytes_sent_{0};
   std::atomic<uint64_t> single_copy_sends_{0};
+  std::atomic<uint64_t> steps_ahead_{0};
+  std::atomic<uint64_t> parked_bytes_{0};
+  std::atomic<uint64_t> parked_reads_{0};
+  // run_lanes: per op of the call, whether its step runs (on_idle judges peers by those only); null
+  // outside it.
+  const std::vector<uint8_t>* idle_running_ = nullptr;
 };
 
 // Sets a call's own timeout on the executor for the life of the scope (0: none).

@@ -12,7 +12,8 @@
 
 namespace commlib {
 
-void Executor::receive_rendezvous(ExecOp& o, const char* payload, DType dtype, RedOp op, const CallDesc& call) {
+void Executor::receive_rendezvous(ExecOp& o, const char* payload, DType dtype, RedOp op, const CallDesc& call,
+                                  char* into) {
   uint64_t address;
   std::memcpy(&address, payload, sizeof(address));
   Link& l = t_.link(o.peer);
@@ -21,7 +22,10 @@ void Executor::receive_rendezvous(ExecOp& o, const char* payload, DType dtype, R
   // read means it died (or its memory went away): a PeerError naming it and the call, published
   // so every rank stops, never a crash of this reader.
   try {
-    read_from_peer(o, l, address, dtype, op);
+    if (into)
+      l.read_peer(into, address, o.bytes);  // parked (executor_lanes.cc): as it is, landed when its step runs
+    else
+      read_from_peer(o, l, address, dtype, op);
   } catch (const PeerError& e) {
     // A sender whose call failed (another peer died) stops waiting for our acknowledgement and its
     // buffer may go away: then the failed read echoes that failure, which names the rank that died.

@@ -139,32 +139,53 @@ void Communicator::run_collective(const CollectiveCall& call, uint64_t seq) {
     char* scr = sched.scratch_count ? scratch(static_cast<size_t>(sched.scratch_count) * esize) : nullptr;
     char* bases[3] = {in, out, scr};
 
-    if (call.codec.active()) run_compressed_steps(call, sched, desc, bases);
-    else for (const Step& step : sched.steps) {
-      ops_.clear();
-      for (const Op& op : step.ops) {
-        ExecOp e;
-        e.kind = op.kind;
-        e.peer = op.peer;
-        e.desc = desc;
-        const Region& r = (op.kind == OpKind::Send) ? op.src : op.dst;
-        e.bytes = static_cast<size_t>(r.count) * esize;
-        auto resolve = [&](const Region& reg) { return region_address(bases, reg, esize, desc, rank_, algo); };
-        if (op.kind == OpKind::Send) {
-          e.src = resolve(op.src);
-        } else {
-          e.dst = resolve(op.dst);
-          if (op.kind == OpKind::Copy || op.kind == OpKind::Reduce || reduces_from_src(op)) e.src = resolve(op.src);
-        }
-        if (landing && op.kind == OpKind::Recv) {
-          landed_.push_back({e.dst, landing, e.bytes});
-          e.dst = landing;
-          landing += e.bytes;
-        }
-        ops_.push_back(e);
+    auto lower = [&](const Op& op, uint32_t lane) {
+      ExecOp e;
+      e.kind = op.kind;
+      e.peer = op.peer;
+      e.desc = desc;
+      e.lane = lane;
+      const Region& r = (op.kind == OpKind::Send) ? op.src : op.dst;
+      e.bytes = static_cast<size_t>(r.count) * esize;
+      auto resolve = [&](const Region& reg) { return region_address(bases, reg, esize, desc, rank_, algo); };
+      if (op.kind == OpKind::Send) {
+        e.src = resolve(op.src);
+      } else {
+        e.dst = resolve(op.dst);
+        if (op.kind == OpKind::Copy || op.kind == OpKind::Reduce || reduces_from_src(op)) e.src = resolve(op.src);
       }
-      exec_.run_step(ops_, call.dtype, call.op, desc);
-      for (const Landed& l : landed_) std::memcpy(l.dst, l.from, l.bytes);
+      return e;
+    };
+    if (call.codec.active()) {
+      run_compressed_steps(call, sched, desc, bases);  // (a laned schedule too: in list order)
+    } else if (planned.lanes > 1) {  // the lanes in flight (executor_lanes.cc)
+      ops_.clear();
+      laned_.begin.clear();
+      laned_.lane.clear();
+      laned_.lanes = planned.lanes;
+      laned_.window = sched.window;
+      for (const Step& step : sched.steps) {
+        laned_.begin.push_back(ops_.size());
+        laned_.lane.push_back(step.lane);
+        for (const Op& op : step.ops) ops_.push_back(lower(op, static_cast<uint32_t>(step.lane)));
+      }
+      laned_.begin.push_back(ops_.size());
+      exec_.run_lanes(ops_, laned_, call.dtype, call.op, desc);
+    } else {
+      for (const Step& step : sched.steps) {
+        ops_.clear();
+        for (const Op& op : step.ops) {
+          ExecOp e = lower(op, 0);
+          if (landing && op.kind == OpKind::Recv) {
+            landed_.push_back({e.dst, landing, e.bytes});
+            e.dst = landing;
+            landing += e.bytes;
+          }
+          ops_.push_back(e);
+        }
+        exec_.run_step(ops_, call.dtype, call.op, desc);
+        for (const Landed& l : landed_) std::memcpy(l.dst, l.from, l.bytes);
+      }
     }
 
     if (avg_divides(call, rank_)) divide_inplace(out, static_cast<size_t>(call.count), call.dtype, size_);

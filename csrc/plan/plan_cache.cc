@@ -6,6 +6,7 @@
 #include "common/shapes.h"
 #include "policy/auto_policy.h"
 #include "policy/single_copy.h"
+#include "schedule/lanes.h"
 #include "schedule/registry.h"
 
 namespace commlib {
@@ -69,8 +70,10 @@ const std::shared_ptr<const ResolvedPlan>& PlanCache::find(const CollectiveCall&
     p.choice = resolve_call(ctx_, CallShape{call.coll, call.count, static_cast<int>(dtype_size(call.dtype)), root},
                             call.algo);
     p.name = p.choice.algorithm;
-    p.sched = build_schedule(CollArgs{call.coll, ctx_.rank, ctx_.size, call.count, call.root, ctx_.topology.host_of},
-                             p.choice);
+    CollArgs args{call.coll, ctx_.rank, ctx_.size, call.count, call.root, ctx_.topology.host_of};
+    p.sched = build_schedule(args, p.choice);
+    args.compose(p.choice);
+    p.lanes = schedule_lanes(args, p.name);
     p.algo = static_cast<uint8_t>(algorithm_index(call.coll, p.name));
     p.one_sided = uses_one_sided(p.sched);
     p.algorithm_one_sided = algorithm_is_one_sided(call.coll, p.name);

@@ -53,6 +53,9 @@ struct ResolvedPlan {
   int64_t single_copy_auto = -1;
   // and the root's output in elements (what every rank's footprint of the call is reckoned from).
   int64_t root_output = 0;
+  // The algorithm's lanes for this call (schedule/lanes.h; 1: list order): more than one, the host
+  // executor runs them in flight (docs/DESIGN.md "Laned calls").
+  int lanes = 1;
 };
 
 class PlanCache {

@@ -6,8 +6,8 @@
 // once step i - D has finished: at most D steps in flight, NCCL_STEPS). rail_lanes lists its lanes one
 // after another (lane c the c-th W-th of the steps) with no window; rail_window interleaves one lane
 // per segment in pipelined order under a window. The same list is also a plain schedule: run in list
-// order it is correct too (the host executor and the device plans run it so: one order the lanes
-// allow, without their overlap).
+// order it is correct too (the device plans and compressed host calls run it so: one order the lanes
+// allow, without their overlap; the host executor runs the lanes in flight, host/executor_lanes.cc).
 //
 // What makes the lanes independent, proven by the verifier (verify/verifier_lanes.h) besides the
 // list order's results: every step's lane is among the W, every rank has the same window, every

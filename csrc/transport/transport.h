@@ -35,7 +35,13 @@ struct ChunkHeader {
   uint64_t offset = 0;  // byte offset of this chunk within the message
   uint64_t bytes = 0;   // payload bytes in this chunk (whole message for a rendezvous)
   uint32_t flags = 0;
+  // The schedule lane of the chunk's message (schedule/lanes.h; 0 in calls of one lane): a pair's
+  // messages match first in, first out per lane, so a laned call's receiver takes each chunk for its
+  // lane's next receive (docs/DESIGN.md "Laned calls"). In what was the header's padding.
+  uint32_t lane = 0;
 };
+// Shared-memory slots and TCP frames hold the header as it is (TCP's handshake compares its size).
+static_assert(sizeof(ChunkHeader) == 48, "the chunk header's layout is the shm slot's and the TCP frame's");
 
 // A rendezvous chunk carries no data, only the address of the sender's buffer (its payload is one
 // uint64_t): the receiver reads the message straight from the sender's memory, then acknowledges.

@@ -41,7 +41,7 @@ void set_nonblocking(int fd);
 // neither can be replayed as the other. The key is derived from COMMLIB_SECRET and never sent;
 // without a secret the key is empty and the exchange only checks that both ends agree.
 constexpr uint64_t kHelloMagic = 0x31706374626c6d63ULL;  // "cmlbtcp1"
-constexpr uint32_t kProtocolVersion = 2;  // 2: lanes (several connections per peer pair)
+constexpr uint32_t kProtocolVersion = 3;  // 2: lanes (several connections per peer pair); 3: a schedule lane in every chunk header (ChunkHeader::lane)
 
 struct Hello {
   uint64_t magic;

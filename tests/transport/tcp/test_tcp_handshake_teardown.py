@@ -44,7 +44,7 @@ def _refused_hello(address, child_pid):
     refusal's bytes."""
     host, port = address.rsplit(":", 1)
     cid = hashlib.sha256(b"teardown").digest()[:16]
-    hello = HELLO.pack(MAGIC, 2, 48, cid, 1, 0, 2, os.getpid(), 512 << 10, os.urandom(32), 2, 2)  # lane 2 of 2
+    hello = HELLO.pack(MAGIC, 3, 48, cid, 1, 0, 2, os.getpid(), 512 << 10, os.urandom(32), 2, 2)  # lane 2 of 2
     os.kill(child_pid, signal.SIGSTOP)
     try:
         deadline = time.monotonic() + 5

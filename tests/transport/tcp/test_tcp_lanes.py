@@ -118,7 +118,7 @@ def _hello(address, lane, lanes, keep):
     cid = hashlib.sha256(b"job-7/x").digest()[:16]
     s = socket.create_connection((host, int(port)), timeout=10)  # (a loaded machine)
     keep.append(s)
-    s.sendall(HELLO.pack(MAGIC, 2, 48, cid, 1, 0, 2, os.getpid(), 512 << 10, nonce, lane, lanes))
+    s.sendall(HELLO.pack(MAGIC, 3, 48, cid, 1, 0, 2, os.getpid(), 512 << 10, nonce, lane, lanes))
     raw = s.recv(CHALLENGE.size, socket.MSG_WAITALL)
     if len(raw) != CHALLENGE.size or CHALLENGE.unpack(raw)[0] != MAGIC:  # dropped, or refused with a reason
         return None

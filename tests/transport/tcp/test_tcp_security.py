@@ -24,7 +24,7 @@ from commlib.testing import RankFailure, RankPool
 LOOPBACK = {"COMMLIB_SOCKET_IFNAME": "lo"}
 TWO_HOSTS = ("a", "a", "b")
 SECRET = "0123456789abcdef-job-secret"
-HELLO = struct.Struct("<QII16sIIIiQ32sII")    # tcp_socket.h Hello (version 2: lane, lanes)
+HELLO = struct.Struct("<QII16sIIIiQ32sII")    # tcp_socket.h Hello (version 3; 2 added lane, lanes)
 CHALLENGE = struct.Struct("<QiI32s32s")       # Challenge
 VERDICT = struct.Struct("<QII")               # Verdict
 MAGIC = 0x31706374626c6d63
@@ -55,7 +55,7 @@ def _impostor(address, key: bytes, comm_id="job-1/x", chunk=512 << 10, lane=0, l
     host, port = address.rsplit(":", 1)
     nonce = os.urandom(32)
     cid = hashlib.sha256(comm_id.encode()).digest()[:16]
-    hello = HELLO.pack(MAGIC, 2, 48, cid, 1, 0, 2, os.getpid(), chunk, nonce, lane, lanes)
+    hello = HELLO.pack(MAGIC, 3, 48, cid, 1, 0, 2, os.getpid(), chunk, nonce, lane, lanes)
     with socket.create_connection((host, int(port)), timeout=3) as s:
         s.sendall(hello)
         raw = s.recv(CHALLENGE.size, socket.MSG_WAITALL)

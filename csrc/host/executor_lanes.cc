@@ -1,0 +1,318 @@
+// Laned calls (executor.h run_lanes; docs/DESIGN.md "Laned calls"): a schedule of W > 1 lanes
+// (schedule/lanes.h) run with its lanes in flight. A step starts once its lane's previous step and
+// step i - window have finished (the simulator's rule, sim/run.h). Every chunk carries its lane
+// (ChunkHeader::lane) and a pair's messages match first in, first out per lane (the verifier proves
+// each message's two ends in one lane), so a send waits only for the pair's previous send of its
+// lane, and each peer's channel, first in, first out across lanes, is taken apart here: the chunk at
+// its head goes to its lane's next receive from that peer, straight into the destination when that
+// receive's step runs, else parked in a buffer of its own until the step starts. A peer's channel is
+// drained while this call still expects bytes from it, so no lane's early message blocks another's.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "host/executor.h"
+#include "host/lane_hold.h"
+#include "plan/describe.h"
+
+namespace commlib {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int64_t kSleepSliceUs = 50 * 1000;                      // as run_step's
+constexpr auto kSlowCheckEvery = std::chrono::milliseconds(100);  // as run_step's
+
+bool is_recv(OpKind k) { return k == OpKind::Recv || k == OpKind::RecvReduce; }
+
+// Whether every chunk of send `o` is on its link (executor.cc's rule).
+bool all_posted(const ExecOp& o) { return o.finished || o.rendezvous != 0; }
+
+enum : uint8_t { kWaiting = 0, kRunning = 1, kFinished = 2 };
+
+}  // namespace
+
+struct Executor::LanedRun {
+  LanedRun(std::vector<ExecOp>& o, const LanedSteps& s) : ops(o), steps(s), W(s.lanes) {}
+
+  std::vector<ExecOp>& ops;
+  const LanedSteps& steps;
+  const int W;
+  std::vector<uint8_t> state;             // per step: kWaiting, kRunning, kFinished
+  std::vector<int> lane_prev, lane_next;  // per step: its lane's previous and next step (-1 none)
+  std::vector<int> step_of;               // per op
+  std::vector<size_t> left;               // per running step: its messages not finished
+  std::vector<uint8_t> running;           // per op: its step runs (on_idle's mask)
+  std::vector<int> active;                // the running steps
+  std::vector<int> done;                  // steps whose last send just finished (progress_lanes)
+  std::vector<int> ready;                 // steps that may have become free to start
+  // Receives, per (peer, lane) at peer * W + lane: the call's, in list order, and which of them
+  // takes that lane's next chunk from that peer.
+  std::vector<std::vector<int>> recvs;
+  std::vector<size_t> next_recv;
+  std::vector<size_t> expected;  // per peer: receives not all taken off its channel
+  std::vector<size_t> waiting;   // per peer: receives of running steps not all taken off it
+  std::vector<int> from;         // the peers this rank receives from
+  std::vector<size_t> arrived;   // per op: bytes taken off the channel
+  std::vector<uint8_t> complete;                 // per op: all of it taken (a zero-byte message: its header)
+  std::vector<std::unique_ptr<char[]>> parked;   // per op: what came before its step ran
+  size_t finished = 0, first_unfinished = 0;
+  // progress_lanes takes every chunk waiting in a channel this call still expects (parking what
+  // runs later), not only those whose receive runs: set once a pass moved nothing.
+  bool park_all = false;
+
+  size_t steps_count() const { return steps.lane.size(); }
+  size_t op_begin(int s) const { return steps.begin[s]; }
+  size_t op_end(int s) const { return steps.begin[s + 1]; }
+  bool can_start(int s) const {
+    const int D = steps.window;
+    return state[s] == kWaiting && (lane_prev[s] < 0 || state[lane_prev[s]] == kFinished) &&
+           (D <= 0 || s < D || state[s - D] == kFinished);
+  }
+};
+
+void Executor::start_laned_step(LanedRun& run, int s, DType dtype, RedOp op) {
+  run.state[s] = kRunning;
+  run.active.push_back(s);
+  ExecOp* ops = run.ops.data();
+  run_local_ops(ops + run.op_begin(s), ops + run.op_end(s), dtype, op);  // independent of the messages (ir.h)
+  size_t left = 0;
+  for (size_t i = run.op_begin(s); i < run.op_end(s); ++i) {
+    ExecOp& o = ops[i];
+    run.running[i] = 1;
+    if (o.kind != OpKind::Send && !is_recv(o.kind)) continue;
+    if (is_recv(o.kind)) {
+      if (!run.complete[i]) ++run.waiting[o.peer];
+      if (run.arrived[i]) {  // what came early lands now
+        deliver_bytes(o, 0, run.parked[i].get(), run.arrived[i], dtype, op);
+        run.parked[i].reset();
+        o.done = run.arrived[i];
+      }
+      o.finished = run.complete[i];
+    }
+    if (!o.finished) ++left;
+  }
+  run.left[s] = left;
+  if (!left) finish_laned_step(run, s);
+}
+
+void Executor::finish_laned_step(LanedRun& run, int s) {
+  run.state[s] = kFinished;
+  ++run.finished;
+  run.active.erase(std::find(run.active.begin(), run.active.end(), s));
+  if (static_cast<size_t>(s) > run.first_unfinished) steps_ahead_.fetch_add(1, std::memory_order_relaxed);
+  while (run.first_unfinished < run.steps_count() && run.state[run.first_unfinished] == kFinished) ++run.first_unfinished;
+  for (size_t i = run.op_begin(s); i < run.op_end(s); ++i) run.running[i] = 0;
+  if (run.lane_next[s] >= 0) run.ready.push_back(run.lane_next[s]);
+  const int D = run.steps.window;
+  if (D > 0 && static_cast<size_t>(s) + D < run.steps_count()) run.ready.push_back(s + D);
+}
+
+void Executor::take_laned_chunk(LanedRun& run, int p, const ChunkHeader* h, const char* payload, DType dtype,
+                                RedOp op, const CallDesc& call) {
+  Link& l = t_.link(p);
+  const size_t lane = h->lane;
+  const size_t at = static_cast<size_t>(p) * run.W + lane;
+  if (lane >= static_cast<size_t>(run.W) || run.next_recv[at] >= run.recvs[at].size()) {
+    // No receive of this call takes it: another call's message, or a lane with none left from p.
+    // Judged against the receive from p that comes next in the lowest lane (check_chunk names both).
+    for (int k = 0; k < run.W; ++k) {
+      const size_t q = static_cast<size_t>(p) * run.W + k;
+      if (run.next_recv[q] >= run.recvs[q].size()) continue;
+      const int i = run.recvs[q][run.next_recv[q]];
+      check_chunk(run.ops[i], h, run.arrived[i], h->bytes, call, run.ops);
+    }
+    fail(ErrorKind::Mismatch, "rank " + std::to_string(t_.rank()) + " in " + describe_call(call) +
+                                  " received from rank " + std::to_string(p) + " a message of schedule lane " +
+                                  std::to_string(lane) + ", which expects none from it");
+  }
+  const int i = run.recvs[at][run.next_recv[at]];
+  ExecOp& o = run.ops[i];
+  check_flags(h, l, false, p, call);
+  const bool rendezvous = h->flags & kChunkRendezvous;
+  const size_t esize = dtype_size(dtype);
+  const size_t got = run.arrived[i];
+  const size_t expect = rendezvous ? o.bytes : std::min(chunk_for(l, esize), o.bytes - got);
+  check_chunk(o, h, got, expect, call, run.ops);
+  if (run.running[i]) {
+    if (rendezvous)
+      receive_rendezvous(o, payload, dtype, op, call);
+    else if (expect)
+      deliver_bytes(o, got, payload, expect, dtype, op);
+    o.done += expect;
+  } else if (expect) {
+    if (!run.parked[i]) run.parked[i].reset(new char[o.bytes]);
+    // A single-copy message is read now, so this rank acknowledges the pair's messages in the
+    // order they came, which the sender's count of acknowledgements relies on.
+    if (rendezvous) {
+      receive_rendezvous(o, payload, dtype, op, call, run.parked[i].get());
+      parked_reads_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      std::memcpy(run.parked[i].get() + got, payload, expect);
+    }
+    parked_bytes_.fetch_add(expect, std::memory_order_relaxed);
+  }
+  l.release_recv();
+  if (rendezvous) l.ack();
+  run.arrived[i] += expect;
+  if (run.arrived[i] < o.bytes) return;
+  run.complete[i] = 1;
+  ++run.next_recv[at];
+  --run.expected[p];
+  if (run.running[i]) {
+    --run.waiting[p];
+    o.finished = true;
+    const int s = run.step_of[i];
+    if (--run.left[s] == 0) {
+      // At once, so the steps it frees run before the next chunks come off the channels: those
+      // that find their step running land in place instead of being parked.
+      finish_laned_step(run, s);
+      start_free_steps(run, dtype, op);
+    }
+  }
+}
+
+void Executor::start_free_steps(LanedRun& run, DType dtype, RedOp op) {
+  while (!run.ready.empty()) {  // (a step that starts with nothing to wait for finishes, freeing more)
+    const int s = run.ready.back();
+    run.ready.pop_back();
+    if (run.can_start(s)) start_laned_step(run, s, dtype, op);
+  }
+}
+
+bool Executor::progress_lanes(LanedRun& run, DType dtype, RedOp op, const CallDesc& call) {
+  const size_t esize = dtype_size(dtype);
+  bool moved = false;
+  // Sends first, as run_step's passes (a single-copy receive reads a whole block before it returns).
+  for (int s : run.active)
+    for (size_t i = run.op_begin(s); i < run.op_end(s); ++i) {
+      ExecOp& o = run.ops[i];
+      if (o.kind != OpKind::Send || o.finished) continue;
+      if (o.after >= 0 && !all_posted(run.ops[o.after])) continue;  // the pair's earlier message of this lane
+      if (lane_held(static_cast<int>(o.lane))) continue;              // a test's hold (lane_hold.h)
+      moved |= progress_send(o, esize);
+      if (!o.finished) continue;
+      bytes_sent_.fetch_add(o.bytes, std::memory_order_relaxed);
+      if (--run.left[s] == 0) run.done.push_back(s);  // (finished below: `active` is being walked)
+    }
+  for (size_t k = 0; k < run.done.size(); ++k) finish_laned_step(run, run.done[k]);
+  run.done.clear();
+  start_free_steps(run, dtype, op);
+  for (int p : run.from) {
+    if (!run.expected[p]) continue;
+    Link& l = t_.link(p);
+    while (run.expected[p]) {
+      const char* payload;
+      const ChunkHeader* h = l.peek_recv(&payload);
+      if (!h) break;
+      // A chunk whose receive does not run yet stays in the channel (no copy) unless a running
+      // receive from p may be behind it, or this rank has nothing else to do (run.park_all): then no
+      // sender waits on this rank's channel while this rank waits on anything.
+      const size_t at = static_cast<size_t>(p) * run.W + h->lane;
+      if (!run.park_all && !run.waiting[p] && h->lane < static_cast<uint32_t>(run.W) &&
+          run.next_recv[at] < run.recvs[at].size() && !run.running[run.recvs[at][run.next_recv[at]]])
+        break;
+      take_laned_chunk(run, p, h, payload, dtype, op, call);
+      moved = true;
+    }
+  }
+  return moved;
+}
+
+void Executor::run_lanes(std::vector<ExecOp>& ops, const LanedSteps& steps, DType dtype, RedOp op,
+                         const CallDesc& call) {
+  const int n = static_cast<int>(steps.lane.size());
+  const int P = t_.size(), W = steps.lanes;
+  LanedRun run(ops, steps);
+  run.state.assign(n, kWaiting);
+  run.lane_prev.assign(n, -1);
+  run.lane_next.assign(n, -1);
+  run.left.assign(n, 0);
+  std::vector<int> last(W, -1);
+  for (int s = 0; s < n; ++s) {
+    int& prev = last[steps.lane[s]];
+    run.lane_prev[s] = prev;
+    if (prev >= 0) run.lane_next[prev] = s;
+    prev = s;
+  }
+  run.step_of.assign(ops.size(), 0);
+  run.running.assign(ops.size(), 0);
+  run.arrived.assign(ops.size(), 0);
+  run.complete.assign(ops.size(), 0);
+  run.parked.resize(ops.size());
+  run.recvs.resize(static_cast<size_t>(P) * W);
+  run.next_recv.assign(static_cast<size_t>(P) * W, 0);
+  run.expected.assign(P, 0);
+  run.waiting.assign(P, 0);
+  std::vector<int> last_send(static_cast<size_t>(P) * W, -1);
+  for (int s = 0; s < n; ++s)
+    for (size_t i = steps.begin[s]; i < steps.begin[s + 1]; ++i) {
+      ExecOp& o = ops[i];
+      run.step_of[i] = s;
+      const size_t at = static_cast<size_t>(o.peer) * W + o.lane;
+      if (o.kind == OpKind::Send) {
+        o.after = last_send[at];
+        last_send[at] = static_cast<int>(i);
+      } else if (is_recv(o.kind)) {
+        run.recvs[at].push_back(static_cast<int>(i));
+        if (run.expected[o.peer]++ == 0) run.from.push_back(o.peer);
+      }
+    }
+  struct Release {  // also when a failure leaves early
+    Executor& ex;
+    std::vector<ExecOp>& ops;
+    ~Release() {
+      ex.release_buffers(ops);
+      ex.idle_running_ = nullptr;
+    }
+  } release{*this, ops};
+  idle_running_ = &run.running;
+  for (int s = 0; s < n; ++s) run.ready.push_back(n - 1 - s);  // (popped from the back: list order)
+  start_free_steps(run, dtype, op);
+
+  // The wait as run_step's: clocks read only once nothing moved.
+  Clock::time_point last_progress, last_slow;
+  bool started = false, fresh = true;
+  while (run.finished < static_cast<size_t>(n)) {
+    const uint32_t seen = t_.events();
+    run.park_all = park_eagerly();  // (a test seam: lane_hold.h)
+    if (progress_lanes(run, dtype, op, call)) {
+      fresh = true;
+      continue;
+    }
+    if (run.finished == static_cast<size_t>(n)) break;
+    // Nothing moved: take what waits in the channels before waiting on anything.
+    run.park_all = true;
+    if (progress_lanes(run, dtype, op, call)) {
+      fresh = true;
+      continue;
+    }
+    if (run.finished == static_cast<size_t>(n)) break;
+    const auto now = Clock::now();
+    if (!started) {
+      last_slow = now;
+      started = true;
+    }
+    if (fresh) {
+      last_progress = now;
+      fresh = false;
+    }
+    const bool slow = now - last_slow >= kSlowCheckEvery;
+    if (slow) {
+      last_slow = now;
+      // A peer may have published its last chunks and then exited: drain before judging it.
+      if (progress_lanes(run, dtype, op, call)) {  // (park_all still)
+        fresh = true;
+        continue;
+      }
+      if (run.finished == static_cast<size_t>(n)) break;
+    }
+    on_idle(ops, call, last_progress, slow);
+    if (!t_.wait_events(seen, kSleepSliceUs, spin_)) spin_ = false;
+  }
+}
+
+}  // namespace commlib
