@@ -127,10 +127,10 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::allreduce_coalesced(std::vector<a
     return delegate("allreduce", one(i), single);
   };
   if (!t.empty() && t[0].defined() && t[0].is_cuda()) {  // an op a dtype does not define: before any is enqueued
+    refuse_reductions(t, o.reduceOp);  // (argument_errors.h, in the Python side's order: devices, then each op)
     Reduction r;
     for (const auto& x : t)
       if (x.defined()) reduction_in(x, o.reduceOp, &r);
-    refuse_reductions(t, o.reduceOp);  // (argument_errors.h: what a pair's hand-over would raise)
   }
   if (auto w = cuda_coalesced(t, t, cuda_one, hand_over_one)) return w;
   // One call per dtype (in the order each first appears), each over one flat buffer of its staging
@@ -241,10 +241,10 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::reduce_scatter_tensor_coalesced(s
                                                                                std::vector<at::Tensor>& in,
                                                                                const c10d::ReduceScatterOptions& o) {
   if (!out.empty() && out[0].defined() && out[0].is_cuda()) {  // (as allreduce_coalesced)
+    refuse_reduce_scatter_pairs(out, in, o.reduceOp, getSize());  // (the Python side's order: lengths, then each pair)
     Reduction r;
     for (const auto& x : out)
       if (x.defined()) reduction_in(x, o.reduceOp, &r);
-    refuse_reduce_scatter_pairs(out, in, o.reduceOp, getSize());
   }
   if (auto w = cuda_coalesced(
           out, in,

@@ -183,9 +183,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::reduce_scatter(std::vector<at::Te
                                                               const c10d::ReduceScatterOptions& o) {
   // The input list's blocks side by side, each padded to the largest when they differ (the padding
   // is reduced and thrown away), in the staging dtype; the output through a buffer of that dtype.
-  if (out.size() > 1)  // (as gloo: one output per reduce_scatter)
-    throw py::value_error("output_tensors: reduce_scatter takes one output per call, got " + std::to_string(out.size()));
-  if (out.size() != 1 || in.size() != 1) return delegate("reduce_scatter", out, in, o);  // (it names what is wrong)
+  refuse_reduce_scatter_lists(out, in);  // (as gloo: one output per reduce_scatter; one input list for it)
   auto build = [&](const StageOn& on, StagedCall* s) {
     return stage_reduce_scatter_list(on, out[0], in[0], o.reduceOp, getSize(), getRank(),
                                      algo(Collective::ReduceScatter), s);

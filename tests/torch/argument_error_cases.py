@@ -82,6 +82,20 @@ def bad_calls(P, r):
             [z(2 * P), z(3 * P + 1)], [z(2), z(3)], _c10d.AllgatherOptions()),
         "reduce_scatter_tensor_coalesced size": lambda b: b.reduce_scatter_tensor_coalesced(
             [z(2), z(3)], [z(2 * P), z(3 * P + 1)], dist.ReduceScatterOptions()),
+        # lists of two lengths (once cut to the shorter: the pairs past it silently dropped)
+        "allgather_into_tensor_coalesced more outputs": lambda b: b.allgather_into_tensor_coalesced(
+            [z(2 * P), z(3 * P)], [z(2)], _c10d.AllgatherOptions()),
+        "allgather_into_tensor_coalesced more inputs": lambda b: b.allgather_into_tensor_coalesced(
+            [z(2 * P)], [z(2), z(3)], _c10d.AllgatherOptions()),
+        "reduce_scatter_tensor_coalesced more outputs": lambda b: b.reduce_scatter_tensor_coalesced(
+            [z(2), z(3)], [z(2 * P)], dist.ReduceScatterOptions()),
+        "reduce_scatter_tensor_coalesced more inputs": lambda b: b.reduce_scatter_tensor_coalesced(
+            [z(2)], [z(2 * P), z(3 * P)], dist.ReduceScatterOptions()),
+        "reduce_scatter_tensor_coalesced lengths before a bad op": lambda b: b.reduce_scatter_tensor_coalesced(
+            [z(2)], [z(2 * P), z(3 * P)], _opts("ReduceScatterOptions", reduceOp=band)),
+        "reduce_scatter two input lists": lambda b: b.reduce_scatter(
+            [z(2)], [[z(2) for _ in range(P)], [z(2) for _ in range(P)]], dist.ReduceScatterOptions()),
+        "reduce_scatter no input list": lambda b: b.reduce_scatter([z(2)], [], dist.ReduceScatterOptions()),
         "allgather_coalesced lists": lambda b: b.allgather_coalesced(
             [[z(2)] for _ in range(P + 1)], [z(2)], _c10d.AllgatherOptions()),
         "allgather_coalesced list length": lambda b: b.allgather_coalesced(
