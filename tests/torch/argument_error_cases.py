@@ -9,8 +9,6 @@ same bad calls (each raises on every rank before anything is sent), then an all_
 right only if nothing of the bad calls was sent."""
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import torch
 import torch.distributed as dist
 from torch._C import _distributed_c10d as _c10d
@@ -18,6 +16,7 @@ from torch._C import _distributed_c10d as _c10d
 import commlib.torch
 from backend_cases import setup
 from native_call_cases import handed_over
+from spies import spy_methods
 from torch_fast_path_cases import python_world
 
 
@@ -137,23 +136,10 @@ _COMM_CALLS = ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatte
                "barrier")
 
 
-@contextmanager
 def sent(group):
     """The names of the communicator calls the Python backend of ``group`` issued inside (those
     that returned: a call its own checks refused sent nothing)."""
-    comm = commlib.torch.python_group(group).comm
-    seen: list = []
-    for name in _COMM_CALLS:
-        def spy(*args, _name=name, _method=getattr(comm, name), **kwargs):
-            done = _method(*args, **kwargs)
-            seen.append(_name)
-            return done
-        setattr(comm, name, spy)
-    try:
-        yield seen
-    finally:
-        for name in _COMM_CALLS:
-            delattr(comm, name)
+    return spy_methods(commlib.torch.python_group(group).comm, _COMM_CALLS, returned_only=True)
 
 
 def _outcome(call, group):

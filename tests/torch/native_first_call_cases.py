@@ -14,6 +14,7 @@ import commlib.emulated as emu
 from commlib import _C
 from commlib.testing.faults import mark_reached, wait_until_reached
 from native_new_shape_cases import Offers, _fresh_calls
+from spies import spy_methods
 
 # What the Python route would be entered through: a call (run, p2p), a set-up (_engine, setup,
 # symmetric_pool) or a batch of the communicator (batch_p2p goes through p2p).
@@ -229,34 +230,20 @@ def first_call_over_torchs_store(comm):
     P, r = comm.size, comm.rank
     group, backend, route = _torch_group()
     store = backend.python_group._comm._store
-    seen, store_seen = [], []
-    for name in ROUTE_METHODS:
-        real = getattr(route, name)
-
-        def spy(*args, _name=name, _real=real, **kwargs):
-            seen.append(_name)
-            return _real(*args, **kwargs)
-        setattr(route, name, spy)
     signed = isinstance(store, SignedStore)
-    if signed:  # (torch's own store is a pybind object: its calls are counted by python_setup_store_calls)
-        for name in ("set", "get", "check"):
-            def store_spy(*args, _name=name, _real=getattr(store, name), **kwargs):
-                store_seen.append(_name)
-                return _real(*args, **kwargs)
-            setattr(store, name, store_spy)
     x = emu.from_numpy(np.full(33, r + 1, np.int32))
     emu.current_stream().synchronize()
     python_ops = _C.python_setup_store_calls()
-    w = _seam_all_reduce(backend, x)
-    if w is not None:
-        w.synchronize()
+    # (torch's own store is a pybind object: its calls are counted by python_setup_store_calls)
+    with spy_methods(route, ROUTE_METHODS) as seen, \
+            spy_methods(store, ("set", "get", "check") if signed else ()) as store_seen:
+        w = _seam_all_reduce(backend, x)
+        if w is not None:
+            w.synchronize()
     python_ops = _C.python_setup_store_calls() - python_ops
     right = w is not None and bool(np.array_equal(x.numpy(), np.full(33, P * (P + 1) // 2, np.int32)))
     python_store = route._setups.python_store()
-    if signed:
-        for name in ("set", "get", "check"):
-            del store.__dict__[name]
-        # What this rank's set-up wrote is signed as SignedStore signs (its get verifies, or raises).
+    if signed:  # what this rank's set-up wrote is signed as SignedStore signs (its get verifies, or raises)
         pycomm = backend.python_group._comm
         right = right and len(store.get(f"{pycomm._prefix}/device1/{r}")) > 0
     over_torch = isinstance(store.inner if signed else store, dist.Store)
