@@ -90,9 +90,10 @@ at::Tensor staged_for(const at::Tensor& t, const Reduction& r) {
 c10::intrusive_ptr<c10d::Work> CommlibBackend::run_staged(StagedCall s, bool async, c10d::OpType type,
                                                           const char* name, const std::vector<at::Tensor>& outputs,
                                                           std::chrono::milliseconds timeout) {
-  std::function<void()> finish;  // (holds the staged buffers until the call ran)
-  if (!s.nothing_staged())
-    finish = [keep = std::move(s.keep), after = std::move(s.after)]() mutable {
+  std::function<void()> finish;  // (holds the staged buffers, and an asynchronous call's inputs, until the call ran)
+  if (!s.nothing_staged() || (async && !s.inputs.empty()))
+    finish = [keep = std::move(s.keep), inputs = async ? std::move(s.inputs) : std::vector<at::Tensor>(),
+              after = std::move(s.after)]() mutable {
       if (after) after();
     };
   return run(s.call, async, type, name, outputs, std::move(finish), timeout);
