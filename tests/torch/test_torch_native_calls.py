@@ -8,6 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import native_async_input_cases  # noqa: E402
 import native_call_cases as cases  # noqa: E402
 import native_staged_cases  # noqa: E402
 import native_work_cases  # noqa: E402
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("cpp_backend")  # (tests/torch/conftest.py)
 @pytest.mark.parametrize("n", [2, 3])
 @pytest.mark.parametrize("case", [cases.case_p2p, cases.case_p2p_several_per_peer, cases.case_coalesced, cases.case_uneven_all_to_all,
                                   cases.case_non_contiguous, native_staged_cases.case_staged_in_cpp,
-                                  native_work_cases.case_blocking_works, cases.case_async_inputs_dropped],
+                                  native_work_cases.case_blocking_works, native_async_input_cases.case_async_inputs_dropped],
                          ids=lambda c: c.__name__[5:])
 def test_runs_in_cpp_as_on_gloo(case, n):
     assert get_pool(n).run(case, timeout=120) == [True] * n
