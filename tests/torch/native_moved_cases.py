@@ -1,6 +1,7 @@
 """Rank side of test_torch_native_calls.py's calls moved from the Python group in session 26 (docs/
 torch_backend.md, "What still reaches the Python group"): PREMUL_SUM on the integer dtypes the core
-reduces (int8, uint8, int32, int64), and a non-root's list in gather and scatter (ignored). Each runs
+reduces (int8, uint8, int32, int64), a non-root's list in gather and scatter (ignored), and
+reduce_scatter_tensor_coalesced over several dtypes (one core call per dtype). Each runs
 on the C++ backend with a spy on its Python group (``handed_over``: it must see none), and again on
 a group of the Python backend alone (``python_world``), and both equal the exact expected values."""
 from __future__ import annotations
@@ -66,6 +67,25 @@ def _rooted_calls(P, r):
             "scatter, a list on every rank": (scatter, torch.full((3,), 10 * P + r, dtype=torch.int64))}
 
 
+def _mixed_dtype_calls(P, r):
+    """reduce_scatter_tensor_coalesced over pairs of three dtypes (float32, int64, float32 again, and
+    an int8 one): one core call per dtype from C++; blocking and asynchronous."""
+    dts = (torch.float32, torch.int64, torch.float32, torch.int8)
+    sizes = (3, 2, 5, 1)
+
+    def mine(i, q):  # rank q's input of pair i: P blocks of sizes[i]
+        return (torch.arange(P * sizes[i]) % 4 + q + i).to(dts[i])
+
+    def call(g, asynchronous):
+        outs = [torch.zeros(n, dtype=dt) for n, dt in zip(sizes, dts)]
+        ins = [mine(i, r) for i in range(len(dts))]
+        g.reduce_scatter_tensor_coalesced(outs, ins, _opts("ReduceScatterOptions", asyncOp=asynchronous)).wait()
+        return torch.cat([o.double() for o in outs])
+    want = torch.cat([sum(mine(i, q) for q in range(P))[r * n:(r + 1) * n].double() for i, n in enumerate(sizes)])
+    return {"reduce_scatter_tensor_coalesced of three dtypes": (lambda g: call(g, False), want),
+            "reduce_scatter_tensor_coalesced of three dtypes, async": (lambda g: call(g, True), want)}
+
+
 def _opts(kind, **fields):
     """Blocking options (torch's default is asynchronous) with ``fields`` set."""
     o = getattr(_c10d, kind)()
@@ -83,7 +103,7 @@ def case_moved_calls(comm):
     with python_world(comm):
         pyg = dist.distributed_c10d._get_default_group()
     world = dist.group.WORLD
-    calls = dict(_premul_calls(P, r), **_rooted_calls(P, r))
+    calls = dict(_premul_calls(P, r), **_rooted_calls(P, r), **_mixed_dtype_calls(P, r))
     for name, (call, expected) in calls.items():
         with handed_over(world) as seen:
             got = call(world)

@@ -34,7 +34,8 @@ def test_a_silent_peer_raises_within_the_calls_timeout(n):
 @pytest.mark.parametrize("n", [2, 3])
 def test_calls_moved_from_the_python_group_run_in_cpp(n):
     """PREMUL_SUM on int8/uint8/int32/int64 (all_reduce, reduce, reduce_scatter_tensor; a float and a
-    0-d tensor factor) and gather/scatter with a list on every rank (the non-roots' ignored): exact
+    0-d tensor factor), gather/scatter with a list on every rank (the non-roots' ignored) and
+    reduce_scatter_tensor_coalesced over several dtypes (blocking and async): exact
     on the C++ backend with nothing handed over, and on the Python backend alone (session 26;
     native_moved_cases.py)."""
     import native_moved_cases
