@@ -139,8 +139,11 @@ class DataMovementMixin:
         """The coalesced single-tensor forms: ``one(call, async_op, output, input)`` for each pair,
         as one call (one work for all), after ``check(output, input)`` of every pair: a bad pair
         raises before any is sent (an asynchronous call of an earlier pair would otherwise still be
-        writing into buffers the raise let go)."""
+        writing into buffers the raise let go). Lists of two lengths are refused first: zipped, the
+        pairs past the shorter would be dropped without a word."""
         outs, ins = list(output_tensors), list(input_tensors)
+        if len(outs) != len(ins):
+            raise ValueError(f"output_tensors: has {len(outs)} tensors, expected one per input ({len(ins)})")
         for o, i in zip(outs, ins):
             check(o, i)
 
@@ -204,6 +207,8 @@ class DataMovementMixin:
         outs = list(output_tensors)
         P = self.size()
         one_tensor(outs, "output_tensors", "reduce_scatter takes one output per call")  # (as gloo)
+        if len(input_tensors) != 1:  # (zipped with the one output, the other lists would be dropped)
+            raise ValueError(f"input_tensors: has {len(input_tensors)} lists, expected one per output (1)")
         check_one_device(output=outs[0], input_list=list(input_tensors[0]))
 
         def body(call, async_op):

@@ -18,6 +18,8 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
+from commlib.bootstrap.secret import SignedStore
+
 VERSION_FILE = Path(__file__).resolve().parent.parent / "_C_torch.torch_version"
 
 
@@ -71,7 +73,8 @@ def _device_route_now(group):
     """Makes the communicator's device route now, so that the C++ backend's first call on a CUDA
     device (or emulated memory through its test seam) finds the route's call cache and sets the
     device's engine up from C++ (csrc/bindings/device_engines.h), never through the route; over
-    the group's c10d::Store itself where the communicator has torch's store (not a signed one)."""
+    the group's c10d::Store itself where the communicator has torch's store, or a SignedStore over
+    it (``COMMLIB_SECRET``: the route signs and verifies in C++ with the SignedStore's key)."""
     route_of = getattr(getattr(group, "_comm", None), "_device", None)
     if not callable(route_of):
         return
@@ -79,7 +82,9 @@ def _device_route_now(group):
     if torch.cuda.is_available():
         route.enable_cpp_cuda_setup()
     store = getattr(group._comm, "_store", None)
-    if isinstance(store, dist.Store):  # torch's store, unsigned: its set-ups meet through it from C++
+    if type(store) is SignedStore:  # (exactly: a subclass may sign otherwise, so it keeps its object)
+        store = store.inner
+    if isinstance(store, dist.Store):  # torch's store: its set-ups meet through it from C++
         load()._use_c10d_setup_store(route.fast_calls_address, store)
 
 

@@ -15,21 +15,18 @@ namespace py = pybind11;
 namespace commlib {
 namespace {
 
-// The set-up's store: set and check-and-read over the client, values signed and verified where
-// the Python store was a SignedStore (`key` non-empty), as SignedStore.set/get do.
+// The set-up's store: set and check-and-read over the client (signed by signed_setup_store where
+// the Python store was a SignedStore).
 class CommlibSetupStore : public SetupStore {
  public:
-  CommlibSetupStore(StoreAddress address, std::string key) : client_(std::move(address)), key_(std::move(key)) {}
+  explicit CommlibSetupStore(StoreAddress address) : client_(std::move(address)) {}
   void set(const std::string& key, const std::string& value) override {
     std::lock_guard<std::mutex> lock(mu_);
-    client_.set(key, key_.empty() ? value : sign_store_value(key_, key, value));
+    client_.set(key, value);
   }
   bool try_get(const std::string& key, std::string* value) override {
     std::lock_guard<std::mutex> lock(mu_);
-    std::string stored;
-    if (!client_.try_get(key, &stored)) return false;
-    *value = key_.empty() ? std::move(stored) : verify_store_value(key_, key, stored);
-    return true;
+    return client_.try_get(key, value);
   }
   void idle() override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -39,6 +36,25 @@ class CommlibSetupStore : public SetupStore {
  private:
   std::mutex mu_;
   StoreClient client_;
+};
+
+// SignedStore.set / get over any set-up store (signed_setup_store).
+class SignedSetupStore : public SetupStore {
+ public:
+  SignedSetupStore(std::shared_ptr<SetupStore> inner, std::string key) : inner_(std::move(inner)), key_(std::move(key)) {}
+  void set(const std::string& key, const std::string& value) override {
+    inner_->set(key, sign_store_value(key_, key, value));
+  }
+  bool try_get(const std::string& key, std::string* value) override {
+    std::string stored;
+    if (!inner_->try_get(key, &stored)) return false;
+    *value = verify_store_value(key_, key, stored);
+    return true;
+  }
+  void idle() override { inner_->idle(); }
+
+ private:
+  const std::shared_ptr<SetupStore> inner_;
   const std::string key_;
 };
 
@@ -48,15 +64,20 @@ py::object store_module_attr(const char* module, const char* name) {
 
 }  // namespace
 
+std::string store_signing_key(py::handle store) {
+  py::object signed_type = store_module_attr("commlib.bootstrap.secret", "SignedStore");
+  if (!py::type::handle_of(store).is(signed_type)) return std::string();
+  return py::bytes(store.attr("_key")).cast<std::string>();
+}
+
+std::shared_ptr<SetupStore> signed_setup_store(std::shared_ptr<SetupStore> inner, std::string key) {
+  return std::make_shared<SignedSetupStore>(std::move(inner), std::move(key));
+}
+
 std::unique_ptr<SetupStore> commlib_setup_store(py::handle store) {
   py::object tcp_type = store_module_attr("commlib.bootstrap.store", "TCPStore");
-  py::object signed_type = store_module_attr("commlib.bootstrap.secret", "SignedStore");
-  py::handle tcp = store;
-  std::string key;
-  if (py::type::handle_of(store).is(signed_type)) {
-    tcp = store.attr("inner");
-    key = py::bytes(store.attr("_key")).cast<std::string>();
-  }
+  std::string key = store_signing_key(store);
+  py::handle tcp = key.empty() ? store : store.attr("inner");
   if (!py::type::handle_of(tcp).is(tcp_type)) return nullptr;
   // The server this store's socket reached (numeric), and what its messages call it. A store whose
   // socket is closed already keeps its Python object: its own operations say what is wrong.
@@ -79,7 +100,9 @@ std::unique_ptr<SetupStore> commlib_setup_store(py::handle store) {
   if (rank0)
     a.silent_advice = "; it is served in rank 0's process: if rank 0 (or its host) died, the store died with it. " +
                       store_module_attr("commlib.bootstrap.store", "RANK0_STORE_ADVICE").cast<std::string>();
-  return std::make_unique<CommlibSetupStore>(std::move(a), std::move(key));
+  auto client = std::make_unique<CommlibSetupStore>(std::move(a));
+  if (key.empty()) return client;
+  return std::make_unique<SignedSetupStore>(std::move(client), std::move(key));
 }
 
 void bind_commlib_setup_store(py::module_& m) {

@@ -30,6 +30,7 @@ DeviceEngines::DeviceEngines(py::object comm, py::object store, std::string labe
       nccl_setup_(std::move(nccl_setup)),
       comm_(comm_ref_.cast<Communicator&>()),
       store_(commlib_setup_store(store)),  // commlib's own store, read once here: C++ from now on
+      signing_key_(store_signing_key(store)),
       label_(std::move(label)),
       timeout_s_(timeout_s),
       cache_(cache) {
@@ -93,6 +94,7 @@ void DeviceEngines::clear() {
 }
 
 void DeviceEngines::set_store(std::shared_ptr<SetupStore> store) {
+  if (!signing_key_.empty()) store = signed_setup_store(std::move(store), signing_key_);
   std::lock_guard<std::mutex> one_at_a_time(setup_mu_);
   std::shared_ptr<SetupStore> old;
   {

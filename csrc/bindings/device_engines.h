@@ -9,8 +9,8 @@
 //
 // What stays Python: NCCL's communicator (commlib/device/nccl_comm.py setup_links, given as
 // `nccl_setup` and called under the GIL, only where some pair uses the nccl link), and the store
-// itself where it is neither commlib's own (spoken from C++: commlib_setup_store.h) nor torch's
-// (handed over by _C_torch: set_store).
+// itself where it is neither commlib's own (spoken from C++: commlib_setup_store.h) nor torch's, or
+// a SignedStore over either (handed over by _C_torch: set_store).
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -70,7 +70,10 @@ class DeviceEngines {
   void clear();
 
   // The store the set-ups meet through from now on (the torch backend's c10d::Store over the same
-  // keys as the Python object it was given: commlib._C_torch, device_setup_api.h use_store).
+  // keys as the Python object it was given: commlib._C_torch, device_setup_api.h use_store). Where
+  // that object is a SignedStore (COMMLIB_SECRET), `store` is the store it wraps (torch's), and the
+  // set-ups sign and verify over it with the SignedStore's key, as the object does
+  // (commlib_setup_store.h signed_setup_store): from C++, the GIL untouched.
   void set_store(std::shared_ptr<SetupStore> store);
   // Whether the set-ups meet through the store's Python object (its set/check/get under the GIL):
   // false for commlib's own store (read once at construction) and once torch's store was given.
@@ -101,6 +104,7 @@ class DeviceEngines {
   pybind11::object comm_ref_, store_ref_, nccl_setup_;
   Communicator& comm_;
   std::shared_ptr<SetupStore> store_;
+  const std::string signing_key_;  // the Python store's, where it is a SignedStore (set_store)
   bool python_store_ = true;
   bool closed_ = false;  // (clear: the route closed)
   const std::string label_;

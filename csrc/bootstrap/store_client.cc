@@ -97,6 +97,13 @@ void StoreClient::connect(const char* op, const std::string& key) {
     socklen_t len = sizeof err;
     err = n < 0 ? errno : (getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len) == 0 ? err : errno);
   }
+  // Refused: nobody listens at an address the Python store's own connection reached (its hello
+  // answered when the set-up store was read from it), so the server is gone. That is the event the
+  // Python store meets as its open connection closed by the server, and it is named as that
+  // ("store connection closed", kClosed): this client reopens the store's connection per set-up only
+  // so that an idle rank does not hold a server waiting for its clients to go (store_lease.py), and
+  // errno's "Connection refused" would read as a wrong address or a server never started.
+  if (err == ECONNREFUSED) fail_io(op, key, kClosed);
   if (err != 0) fail_io(op, key, err);
   const int one = 1;
   setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);

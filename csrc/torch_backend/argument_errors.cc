@@ -132,13 +132,30 @@ void refuse_reduce_scatter_base(const at::Tensor& out, const at::Tensor& in, con
   refuse_reduction(out, op);
 }
 
+void refuse_reduce_scatter_lists(const std::vector<at::Tensor>& out, const std::vector<std::vector<at::Tensor>>& in) {
+  if (out.size() != 1)
+    throw py::value_error("output_tensors: reduce_scatter takes one output per call, got " +
+                          num(static_cast<int64_t>(out.size())));
+  if (in.size() != 1)
+    throw py::value_error("input_tensors: has " + num(static_cast<int64_t>(in.size())) +
+                          " lists, expected one per output (1)");
+}
+
+void refuse_pair_counts(const std::vector<at::Tensor>& out, const std::vector<at::Tensor>& in) {
+  if (out.size() != in.size())
+    throw py::value_error("output_tensors: has " + num(static_cast<int64_t>(out.size())) +
+                          " tensors, expected one per input (" + num(static_cast<int64_t>(in.size())) + ")");
+}
+
 void refuse_allgather_pairs(const std::vector<at::Tensor>& out, const std::vector<at::Tensor>& in, int P) {
-  for (size_t i = 0; i < out.size() && i < in.size(); ++i) refuse_allgather_base(out[i], in[i], P);
+  refuse_pair_counts(out, in);
+  for (size_t i = 0; i < out.size(); ++i) refuse_allgather_base(out[i], in[i], P);
 }
 
 void refuse_reduce_scatter_pairs(const std::vector<at::Tensor>& out, const std::vector<at::Tensor>& in,
                                  const c10d::ReduceOp& op, int P) {
-  for (size_t i = 0; i < out.size() && i < in.size(); ++i) refuse_reduce_scatter_base(out[i], in[i], op, P);
+  refuse_pair_counts(out, in);
+  for (size_t i = 0; i < out.size(); ++i) refuse_reduce_scatter_base(out[i], in[i], op, P);
 }
 
 void refuse_alltoall_base(const at::Tensor& out, const at::Tensor& in, bool out_equal, bool in_equal, int P) {

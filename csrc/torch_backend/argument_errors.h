@@ -61,8 +61,13 @@ void refuse_rooted(bool gather, const std::vector<at::Tensor>& mine, const std::
 // list as refuse_allgather_list checks it.
 void refuse_allgather_coalesced(const std::vector<std::vector<at::Tensor>>& out, const std::vector<at::Tensor>& in,
                                 int P, int me);
-// The coalesced single-tensor forms: each pair (as far as the shorter list goes, as the Python side
-// zips them) checked as the single call is, all of them before any is sent.
+// reduce_scatter's lists: one output (as gloo), and one input list for it ("input_tensors: has 2 lists,
+// expected one per output (1)"; zipped with the output, the other lists were once dropped unread).
+void refuse_reduce_scatter_lists(const std::vector<at::Tensor>& out, const std::vector<std::vector<at::Tensor>>& in);
+// The coalesced single-tensor forms: lists of two lengths ("output_tensors: has 3 tensors, expected one
+// per input (2)"; zipped, the pairs past the shorter were once dropped unread), then each pair checked
+// as the single call is, all of them before any is sent.
+void refuse_pair_counts(const std::vector<at::Tensor>& out, const std::vector<at::Tensor>& in);
 void refuse_allgather_pairs(const std::vector<at::Tensor>& out, const std::vector<at::Tensor>& in, int P);
 void refuse_reduce_scatter_pairs(const std::vector<at::Tensor>& out, const std::vector<at::Tensor>& in,
                                  const c10d::ReduceOp& op, int P);

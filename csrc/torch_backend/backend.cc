@@ -61,8 +61,9 @@ bool core_op(const c10d::ReduceOp& op, DType dt, RedOp* out, double* scale) {
     case c10d::ReduceOp::BOR: *out = RedOp::BOr; return integer;
     case c10d::ReduceOp::BXOR: *out = RedOp::BXor; return integer;
     case c10d::ReduceOp::PREMUL_SUM: {
+      // (on integers too: the core pre-scales the input as it does for the Python backend's call)
       auto* sup = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
-      if (sup == nullptr || integer) return false;
+      if (sup == nullptr) return false;
       if (sup->tensor_factor.defined()) {
         if (!sup->tensor_factor.device().is_cpu()) return false;
         *scale = sup->tensor_factor.item<double>();

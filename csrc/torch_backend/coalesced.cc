@@ -2,7 +2,7 @@
 // of all_reduce, all_gather_into_tensor or reduce_scatter_tensor calls (and functional
 // collectives' *_coalesced), and all_gather_coalesced (lists), each run as one core call over one flat buffer: the tensors packed
 // side by side, the result unpacked into each. Mixed dtypes: all-gathers move bytes and take any;
-// reductions need one dtype the core reduces (else the Python side groups them by dtype). CUDA
+// reductions one call per dtype, each in its staging dtype (reduction_of). CUDA
 // tensors: one call per tensor (pair), device_calls.cc's cuda_coalesced, a pair with a tensor to
 // stage through staging.h's builder of its single form (device_staged.cc), all_gather_coalesced one
 // staged list all-gather per input.
@@ -127,10 +127,10 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::allreduce_coalesced(std::vector<a
     return delegate("allreduce", one(i), single);
   };
   if (!t.empty() && t[0].defined() && t[0].is_cuda()) {  // an op a dtype does not define: before any is enqueued
+    refuse_reductions(t, o.reduceOp);  // (argument_errors.h, in the Python side's order: devices, then each op)
     Reduction r;
     for (const auto& x : t)
       if (x.defined()) reduction_in(x, o.reduceOp, &r);
-    refuse_reductions(t, o.reduceOp);  // (argument_errors.h: what a pair's hand-over would raise)
   }
   if (auto w = cuda_coalesced(t, t, cuda_one, hand_over_one)) return w;
   // One call per dtype (in the order each first appears), each over one flat buffer of its staging
@@ -241,10 +241,10 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::reduce_scatter_tensor_coalesced(s
                                                                                std::vector<at::Tensor>& in,
                                                                                const c10d::ReduceScatterOptions& o) {
   if (!out.empty() && out[0].defined() && out[0].is_cuda()) {  // (as allreduce_coalesced)
+    refuse_reduce_scatter_pairs(out, in, o.reduceOp, getSize());  // (the Python side's order: lengths, then each pair)
     Reduction r;
     for (const auto& x : out)
       if (x.defined()) reduction_in(x, o.reduceOp, &r);
-    refuse_reduce_scatter_pairs(out, in, o.reduceOp, getSize());
   }
   if (auto w = cuda_coalesced(
           out, in,
@@ -258,38 +258,59 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::reduce_scatter_tensor_coalesced(s
           },
           [&](size_t i) { return delegate("_reduce_scatter_base", out[i], in[i], o); }))
     return w;
+  // One call per dtype (in the order each first appears, as allreduce_coalesced groups them), each
+  // through its staging dtype (reduction_of); one work over them when there are several.
   const int64_t P = getSize();
-  Reduction r;  // (a dtype the core does not reduce through its staging dtype: reduction_of)
-  bool ours = !in.empty() && in.size() == out.size() && reduction_of(in[0], o.reduceOp, &r);
-  for (size_t i = 0; ours && i < in.size(); ++i)
-    ours = host_layout(in[i]) && host_layout(out[i]) && in[i].scalar_type() == in[0].scalar_type() &&
-           out[i].scalar_type() == in[0].scalar_type() && in[i].numel() == out[i].numel() * P;
+  std::vector<std::vector<size_t>> groups;
+  std::vector<Reduction> kinds;
+  bool ours = !in.empty() && in.size() == out.size();
+  for (size_t i = 0; ours && i < in.size(); ++i) {
+    ours = host_layout(in[i]) && host_layout(out[i]) && out[i].scalar_type() == in[i].scalar_type() &&
+           in[i].numel() == out[i].numel() * P;
+    size_t g = 0;
+    while (ours && g < groups.size() && in[groups[g][0]].scalar_type() != in[i].scalar_type()) ++g;
+    if (ours && g == groups.size()) {
+      Reduction r;  // (a dtype the core does not reduce through its staging dtype)
+      ours = reduction_of(in[i], o.reduceOp, &r);
+      groups.emplace_back();
+      kinds.push_back(r);
+    }
+    if (ours) groups[g].push_back(i);
+  }
   if (!ours) {
     refuse_reduce_scatter_pairs(out, in, o.reduceOp, getSize());
     return delegate("reduce_scatter_tensor_coalesced", out, in, o);
   }
-  // Rank r's block of the packed input: block r of every input side by side (S elements).
-  std::vector<int64_t> offs, counts;
-  int64_t S = 0;
-  for (const auto& x : out) {
-    offs.push_back(S);
-    counts.push_back(x.numel());
-    S += x.numel();
+  std::vector<WorkPtr> works;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const Reduction& r = kinds[g];
+    // Rank r's block of the packed input: block r of every input of the group side by side (S elements).
+    std::vector<int64_t> offs, counts;
+    std::vector<at::Tensor> outs;
+    int64_t S = 0;
+    for (size_t i : groups[g]) {
+      offs.push_back(S);
+      counts.push_back(out[i].numel());
+      outs.push_back(out[i]);
+      S += out[i].numel();
+    }
+    at::Tensor flat_in = at::empty({P, S}, in[groups[g][0]].options().dtype(r.stage));
+    for (size_t k = 0; k < groups[g].size(); ++k)
+      flat_in.narrow(1, offs[k], counts[k]).copy_(in[groups[g][k]].reshape({P, counts[k]}));
+    at::Tensor flat_out = at::empty({S}, flat_in.options());
+    auto call = make_call(Collective::ReduceScatter, algo(Collective::ReduceScatter), r.dt, S * r.reals,
+                          address(flat_in), address(flat_out));
+    call.op = r.op;
+    call.scale = r.scale;
+    works.push_back(run(call, o.asyncOp, c10d::OpType::COALESCED, "reduce_scatter_tensor_coalesced", outs,
+                        [flat_in, flat_out, outs, offs, counts]() mutable {
+                          for (size_t i = 0; i < outs.size(); ++i)
+                            outs[i].copy_(flat_out.narrow(0, offs[i], counts[i]).view(outs[i].sizes()));
+                        },
+                        o.timeout));
   }
-  at::Tensor flat_in = at::empty({P, S}, in[0].options().dtype(r.stage));
-  for (size_t i = 0; i < in.size(); ++i) flat_in.narrow(1, offs[i], counts[i]).copy_(in[i].reshape({P, counts[i]}));
-  at::Tensor flat_out = at::empty({S}, flat_in.options());
-  auto call = make_call(Collective::ReduceScatter, algo(Collective::ReduceScatter), r.dt, S * r.reals,
-                        address(flat_in), address(flat_out));
-  call.op = r.op;
-  call.scale = r.scale;
-  std::vector<at::Tensor> outs = out;
-  return run(call, o.asyncOp, c10d::OpType::COALESCED, "reduce_scatter_tensor_coalesced", out,
-             [flat_in, flat_out, outs, offs, counts]() mutable {
-               for (size_t i = 0; i < outs.size(); ++i)
-                 outs[i].copy_(flat_out.narrow(0, offs[i], counts[i]).view(outs[i].sizes()));
-             },
-             o.timeout);
+  if (works.size() == 1) return works[0];
+  return c10::make_intrusive<CoalescedWork>(getRank(), std::move(works));
 }
 
 }  // namespace torch_backend

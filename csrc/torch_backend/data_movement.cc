@@ -124,8 +124,8 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::gather(std::vector<std::vector<at
   int64_t n;
   const bool root = o.rootRank == getRank();
   if (in.size() == 1 && movable(in[0], &dt, &n) && o.rootRank >= 0 && o.rootRank < getSize() &&
-      (root ? out.size() == 1 && out[0].size() == static_cast<size_t>(getSize()) && all_like(out[0], in[0])
-            : out.empty())) {
+      (!root || (out.size() == 1 && out[0].size() == static_cast<size_t>(getSize()) && all_like(out[0], in[0])))) {
+    // (a non-root's list, which torch never passes, is ignored, as the Python backend ignores it)
     at::Tensor ci = dense(in[0]);
     at::Tensor flat = root ? at::empty({in[0].numel() * getSize()}, in[0].options()) : at::Tensor();
     auto call = make_call(Collective::Gather, algo(Collective::Gather), dt, n, address(ci),
@@ -147,8 +147,8 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::scatter(std::vector<at::Tensor>& 
   int64_t n;
   const bool root = o.rootRank == getRank();
   if (out.size() == 1 && movable(out[0], &dt, &n) && o.rootRank >= 0 && o.rootRank < getSize() &&
-      (root ? in.size() == 1 && in[0].size() == static_cast<size_t>(getSize()) && all_like(in[0], out[0])
-            : in.empty())) {
+      (!root || (in.size() == 1 && in[0].size() == static_cast<size_t>(getSize()) && all_like(in[0], out[0])))) {
+    // (a non-root's list, which torch never passes, is ignored, as the Python backend ignores it)
     at::Tensor flat;
     if (root) {
       std::vector<at::Tensor> blocks;

@@ -68,6 +68,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::device_staged(StagedCall s, uint8
   if (ran < 0) raise_core_error(err, name, getRank());
   if (ran == 0) return nullptr;  // (the copies in went to buffers no one reads: the caller hands the call over)
   seq_.fetch_add(1);
+  s.keep.insert(s.keep.end(), s.inputs.begin(), s.inputs.end());  // (held until the engine retired the call)
   devices_.hold(work, s.keep);
   const int me = getRank();
   auto call = c10::make_intrusive<CudaWork>(api_, type, name, me, std::move(outputs), work, stream);

@@ -90,9 +90,10 @@ at::Tensor staged_for(const at::Tensor& t, const Reduction& r) {
 c10::intrusive_ptr<c10d::Work> CommlibBackend::run_staged(StagedCall s, bool async, c10d::OpType type,
                                                           const char* name, const std::vector<at::Tensor>& outputs,
                                                           std::chrono::milliseconds timeout) {
-  std::function<void()> finish;  // (holds the staged buffers until the call ran)
-  if (!s.nothing_staged())
-    finish = [keep = std::move(s.keep), after = std::move(s.after)]() mutable {
+  std::function<void()> finish;  // (holds the staged buffers, and an asynchronous call's inputs, until the call ran)
+  if (!s.nothing_staged() || (async && !s.inputs.empty()))
+    finish = [keep = std::move(s.keep), inputs = async ? std::move(s.inputs) : std::vector<at::Tensor>(),
+              after = std::move(s.after)]() mutable {
       if (after) after();
     };
   return run(s.call, async, type, name, outputs, std::move(finish), timeout);
@@ -183,9 +184,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::reduce_scatter(std::vector<at::Te
                                                               const c10d::ReduceScatterOptions& o) {
   // The input list's blocks side by side, each padded to the largest when they differ (the padding
   // is reduced and thrown away), in the staging dtype; the output through a buffer of that dtype.
-  if (out.size() > 1)  // (as gloo: one output per reduce_scatter)
-    throw py::value_error("output_tensors: reduce_scatter takes one output per call, got " + std::to_string(out.size()));
-  if (out.size() != 1 || in.size() != 1) return delegate("reduce_scatter", out, in, o);  // (it names what is wrong)
+  refuse_reduce_scatter_lists(out, in);  // (as gloo: one output per reduce_scatter; one input list for it)
   auto build = [&](const StageOn& on, StagedCall* s) {
     return stage_reduce_scatter_list(on, out[0], in[0], o.reduceOp, getSize(), getRank(),
                                      algo(Collective::ReduceScatter), s);

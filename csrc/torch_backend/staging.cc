@@ -21,7 +21,10 @@ bool as_it_lies(const at::Tensor& t, at::ScalarType s) {
 // `t`'s values as a contiguous tensor of dtype `s` (cast, conjugate and negative views resolved by
 // copy_): `t` itself when it is one already, else a buffer kept by the call.
 at::Tensor staged_in(const StageOn& on, const at::Tensor& t, at::ScalarType s, StagedCall* call) {
-  if (as_it_lies(t, s)) return t;
+  if (as_it_lies(t, s)) {
+    call->inputs.push_back(t);
+    return t;
+  }
   at::Tensor b = on.empty(t.sizes(), t.options().dtype(s));
   b.copy_(t);
   call->keep.push_back(b);

@@ -42,6 +42,10 @@ struct StageOn {
 struct StagedCall {
   CollectiveCall call;
   std::vector<at::Tensor> keep;
+  // The caller's inputs the call reads as they lie: held until an asynchronous call ran (its caller
+  // may drop them before that, as `dist.reduce_scatter_tensor(out, torch.cat(...), async_op=True)`
+  // does; a blocking call's caller holds them through it).
+  std::vector<at::Tensor> inputs;
   std::function<void()> after;
   // Nothing was staged: the tensors go as they lie (the caller's unstaged entry already offered them).
   bool nothing_staged() const { return keep.empty() && !after; }

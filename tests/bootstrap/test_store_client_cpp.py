@@ -133,6 +133,8 @@ def test_a_refused_write_says_what_python_says(monkeypatch):
 def test_a_server_gone_is_the_same_store_lost_error(rank0):
     server = StoreServer("127.0.0.1", 0)
     py = TCPStore("127.0.0.1", server.port, timeout=5, served_by_rank0=rank0)
+    # Python stores whose first operation comes after the server went (a set, a check)
+    idle = [TCPStore("127.0.0.1", server.port, timeout=5, served_by_rank0=rank0) for _ in range(2)]
     cpp = _C.CommlibSetupStore.of(py)
     try:
         assert cpp.try_get("first") is None  # (its connection is open, as during a set-up)
@@ -140,15 +142,21 @@ def test_a_server_gone_is_the_same_store_lost_error(rank0):
         got = _raised(lambda: cpp.try_get("pool/device1/1"))
         assert got == _raised(lambda: py.check(["pool/device1/1"]))
         assert got[0] == "StoreLostError" and ("rank 0 died" in got[1]) == rank0, got
-        # A set-up that starts after the server went opens its connection then: refused, the same class.
+        # A set-up that starts after the server went opens its connection then, and is refused: the
+        # same event as the Python store's open connection closed by the server, and the same text
+        # ("store connection closed", not the connect's "[Errno 111] Connection refused").
         cpp.idle()
-        cls, message = _raised(lambda: cpp.set("pool/device2/0", b"h"))
-        assert cls == "StoreLostError" and message == (
-            f"store at 127.0.0.1:{server.port}: connection lost during set 'pool/device2/0' ([Errno 111] "
-            f"Connection refused): {got[1].split('): ', 1)[1]}"), message
+        expected = _raised(lambda: idle[0].set("pool/device2/0", b"h"))
+        assert expected == ("StoreLostError", f"store at 127.0.0.1:{server.port}: connection lost during set "
+                                              f"'pool/device2/0' (store connection closed): "
+                                              f"{got[1].split('): ', 1)[1]}"), expected
+        assert _raised(lambda: cpp.set("pool/device2/0", b"h")) == expected
+        cpp.idle()
+        assert _raised(lambda: cpp.try_get("pool/device2/1")) == _raised(lambda: idle[1].check(["pool/device2/1"]))
     finally:
         cpp.idle()
-        py.close()
+        for store in [py] + idle:
+            store.close()
         server.close()
 
 

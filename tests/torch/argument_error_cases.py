@@ -9,8 +9,6 @@ same bad calls (each raises on every rank before anything is sent), then an all_
 right only if nothing of the bad calls was sent."""
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import torch
 import torch.distributed as dist
 from torch._C import _distributed_c10d as _c10d
@@ -18,6 +16,7 @@ from torch._C import _distributed_c10d as _c10d
 import commlib.torch
 from backend_cases import setup
 from native_call_cases import handed_over
+from spies import spy_methods
 from torch_fast_path_cases import python_world
 
 
@@ -82,6 +81,20 @@ def bad_calls(P, r):
             [z(2 * P), z(3 * P + 1)], [z(2), z(3)], _c10d.AllgatherOptions()),
         "reduce_scatter_tensor_coalesced size": lambda b: b.reduce_scatter_tensor_coalesced(
             [z(2), z(3)], [z(2 * P), z(3 * P + 1)], dist.ReduceScatterOptions()),
+        # lists of two lengths (once cut to the shorter: the pairs past it silently dropped)
+        "allgather_into_tensor_coalesced more outputs": lambda b: b.allgather_into_tensor_coalesced(
+            [z(2 * P), z(3 * P)], [z(2)], _c10d.AllgatherOptions()),
+        "allgather_into_tensor_coalesced more inputs": lambda b: b.allgather_into_tensor_coalesced(
+            [z(2 * P)], [z(2), z(3)], _c10d.AllgatherOptions()),
+        "reduce_scatter_tensor_coalesced more outputs": lambda b: b.reduce_scatter_tensor_coalesced(
+            [z(2), z(3)], [z(2 * P)], dist.ReduceScatterOptions()),
+        "reduce_scatter_tensor_coalesced more inputs": lambda b: b.reduce_scatter_tensor_coalesced(
+            [z(2)], [z(2 * P), z(3 * P)], dist.ReduceScatterOptions()),
+        "reduce_scatter_tensor_coalesced lengths before a bad op": lambda b: b.reduce_scatter_tensor_coalesced(
+            [z(2)], [z(2 * P), z(3 * P)], _opts("ReduceScatterOptions", reduceOp=band)),
+        "reduce_scatter two input lists": lambda b: b.reduce_scatter(
+            [z(2)], [[z(2) for _ in range(P)], [z(2) for _ in range(P)]], dist.ReduceScatterOptions()),
+        "reduce_scatter no input list": lambda b: b.reduce_scatter([z(2)], [], dist.ReduceScatterOptions()),
         "allgather_coalesced lists": lambda b: b.allgather_coalesced(
             [[z(2)] for _ in range(P + 1)], [z(2)], _c10d.AllgatherOptions()),
         "allgather_coalesced list length": lambda b: b.allgather_coalesced(
@@ -123,23 +136,10 @@ _COMM_CALLS = ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatte
                "barrier")
 
 
-@contextmanager
 def sent(group):
     """The names of the communicator calls the Python backend of ``group`` issued inside (those
     that returned: a call its own checks refused sent nothing)."""
-    comm = commlib.torch.python_group(group).comm
-    seen: list = []
-    for name in _COMM_CALLS:
-        def spy(*args, _name=name, _method=getattr(comm, name), **kwargs):
-            done = _method(*args, **kwargs)
-            seen.append(_name)
-            return done
-        setattr(comm, name, spy)
-    try:
-        yield seen
-    finally:
-        for name in _COMM_CALLS:
-            delattr(comm, name)
+    return spy_methods(commlib.torch.python_group(group).comm, _COMM_CALLS, returned_only=True)
 
 
 def _outcome(call, group):

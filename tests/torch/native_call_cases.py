@@ -7,13 +7,13 @@ compared with gloo in the same processes (or with the values the sender encoded)
 from __future__ import annotations
 
 import datetime
-from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
 
 import commlib.torch
 from backend_cases import _cmp, _data, setup
+from spies import spy_methods
 
 # Every method of the Python backend the C++ one could hand a call to.
 _PY_METHODS = ("send", "recv", "recv_anysource", "allreduce", "allreduce_coalesced", "broadcast", "reduce",
@@ -23,21 +23,10 @@ _PY_METHODS = ("send", "recv", "recv_anysource", "allreduce", "allreduce_coalesc
 DTYPES = (torch.float32, torch.int64, torch.bfloat16, torch.bool, torch.complex64, torch.int16)
 
 
-@contextmanager
 def handed_over(group=None):
-    """The names of the calls the C++ backend of ``group`` handed to its Python backend inside."""
-    pyg = commlib.torch.python_group(group)
-    seen: list = []
-    for name in _PY_METHODS:
-        def spy(*args, _name=name, _method=getattr(pyg, name), **kwargs):
-            seen.append(_name)
-            return _method(*args, **kwargs)
-        setattr(pyg, name, spy)
-    try:
-        yield seen
-    finally:
-        for name in _PY_METHODS:
-            delattr(pyg, name)
+    """The names of the calls the C++ backend of ``group`` handed to its Python backend inside
+    (each when it is made: a hand-over that then raises was a hand-over)."""
+    return spy_methods(commlib.torch.python_group(group), _PY_METHODS)
 
 
 _GLOO_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int32,
@@ -375,4 +364,3 @@ def case_call_timeout(comm):
             assert msg.startswith("PeerError") and name in msg and "call's timeout (1 s)" in msg, msg
             assert any(f"rank {p} did not answer" in msg for p in range(1, P)), msg
     return messages
-

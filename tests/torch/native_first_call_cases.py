@@ -14,6 +14,7 @@ import commlib.emulated as emu
 from commlib import _C
 from commlib.testing.faults import mark_reached, wait_until_reached
 from native_new_shape_cases import Offers, _fresh_calls
+from spies import spy_methods
 
 # What the Python route would be entered through: a call (run, p2p), a set-up (_engine, setup,
 # symmetric_pool) or a batch of the communicator (batch_p2p goes through p2p).
@@ -193,40 +194,103 @@ def set_up_failure_reaches_every_rank(comm):
 
 
 
-def first_call_over_torchs_store(comm):
-    """A group torch made (``dist.new_group(backend="commlib")``, over torch's own store): the C++
-    backend's first device call sets the engine up through that c10d::Store from C++
-    (``_use_c10d_setup_store``), so not even the store's Python binding is called, and the route
-    sees nothing. Returns (route entries seen, store operations through Python, whether the route
-    still meets through the Python object, the result right)."""
+def _torch_group():
+    """A group torch made (``dist.new_group(backend="commlib")``, over torch's own store; a
+    SignedStore over it under COMMLIB_SECRET), its C++ backend, and the route of its communicator."""
     import torch
     import torch.distributed as dist
 
-    from backend_cases import setup
-    from commlib.core.call_spec import COLLECTIVE, DTYPE, OP
-    setup(comm)
-    P, r = comm.size, comm.rank
     group = dist.new_group(backend="commlib")
     backend = group._get_backend(torch.device("cpu"))
-    route = backend.python_group._comm._device()
-    seen = []
-    for name in ROUTE_METHODS:
-        real = getattr(route, name)
+    return group, backend, backend.python_group._comm._device()
 
-        def spy(*args, _name=name, _real=real, **kwargs):
-            seen.append(_name)
-            return _real(*args, **kwargs)
-        setattr(route, name, spy)
+
+def _seam_all_reduce(backend, x):
+    """An int32 sum of ``x`` in place through the backend's device seam; its Work (None: declined)."""
+    from commlib.core.call_spec import COLLECTIVE, DTYPE, OP
+    return backend._device_collective(int(COLLECTIVE["all_reduce"]), int(DTYPE["int32"]), x.numpy().size, x.data_ptr(),
+                                      x.data_ptr(), int(OP["sum"]), 0, 1.0, False, x.device_index,
+                                      _C.emulated_current_stream())
+
+
+def first_call_over_torchs_store(comm):
+    """A group torch made (over torch's own store, or under COMMLIB_SECRET a SignedStore over it):
+    the C++ backend's first device call sets the engine up through that c10d::Store from C++
+    (``_use_c10d_setup_store``; signed and verified in C++ with the SignedStore's key), so not even
+    the store's Python binding is called, nor the SignedStore's methods, and the route sees nothing.
+    Returns (route entries seen, store operations through Python, whether the route still meets
+    through the Python object, the result right (and, signed, this rank's handle verified by the
+    SignedStore), the communicator's store class and whether its inner store is torch's, the
+    SignedStore's methods called)."""
+    import torch.distributed as dist
+
+    from backend_cases import setup
+    from commlib.bootstrap.secret import SignedStore
+    setup(comm)
+    P, r = comm.size, comm.rank
+    group, backend, route = _torch_group()
+    store = backend.python_group._comm._store
+    signed = isinstance(store, SignedStore)
     x = emu.from_numpy(np.full(33, r + 1, np.int32))
     emu.current_stream().synchronize()
     python_ops = _C.python_setup_store_calls()
-    w = backend._device_collective(int(COLLECTIVE["all_reduce"]), int(DTYPE["int32"]), 33, x.data_ptr(),
-                                   x.data_ptr(), int(OP["sum"]), 0, 1.0, False, x.device_index,
-                                   _C.emulated_current_stream())
-    if w is not None:
-        w.synchronize()
+    # (torch's own store is a pybind object: its calls are counted by python_setup_store_calls)
+    with spy_methods(route, ROUTE_METHODS) as seen, \
+            spy_methods(store, ("set", "get", "check") if signed else ()) as store_seen:
+        w = _seam_all_reduce(backend, x)
+        if w is not None:
+            w.synchronize()
     python_ops = _C.python_setup_store_calls() - python_ops
     right = w is not None and bool(np.array_equal(x.numpy(), np.full(33, P * (P + 1) // 2, np.int32)))
     python_store = route._setups.python_store()
+    if signed:  # what this rank's set-up wrote is signed as SignedStore signs (its get verifies, or raises)
+        pycomm = backend.python_group._comm
+        right = right and len(store.get(f"{pycomm._prefix}/device1/{r}")) > 0
+    over_torch = isinstance(store.inner if signed else store, dist.Store)
     dist.destroy_process_group(group)
-    return seen, python_ops, python_store, right
+    return seen, python_ops, python_store, right, type(store).__name__, over_torch, store_seen
+
+
+# Values a peer's set-up key may hold that SignedStore.get refuses (tests/bootstrap's kinds): each a
+# function of (store key, key name).
+def _bad_values():
+    from commlib.bootstrap import secret
+    other = secret.derive_key(b"another secret, long enough", "store")
+    return {
+        "tampered": lambda key, name: secret.sign_value(key, name, b"handle")[:-1] + b"W",
+        "replayed under another key": lambda key, name: secret.sign_value(key, name + b"/x", b"handle"),
+        "another secret": lambda key, name: secret.sign_value(other, name, b"handle"),
+        "unsigned": lambda key, name: b"handle",
+    }
+
+
+def signed_torch_store_refuses_bad_handles(comm):
+    """Under COMMLIB_SECRET, for each bad value: in a fresh torch group, rank 1 plants it under its
+    set-up key (past the signing, through torch's store) and makes no device call; rank 0's first
+    device call reads it in its set-up from C++. Returns on rank 0 {kind: ("Class: message" raised,
+    the SignedStore's own error reading that key, store operations through Python)} (rank 1: None)."""
+    import torch.distributed as dist
+
+    from backend_cases import setup
+    setup(comm)
+    out = {}
+    for kind, bad in _bad_values().items():
+        group, backend, route = _torch_group()
+        pycomm = backend.python_group._comm
+        key = f"{pycomm._prefix}/device1/1"
+        if comm.rank == 1:
+            pycomm._store.inner.set(key, bad(pycomm._store._key, key.encode()))
+        dist.barrier(group=group)
+        if comm.rank == 0:
+            ops = _C.python_setup_store_calls()
+            got, _ = _outcome(lambda: _seam_all_reduce(backend, emu.from_numpy(np.ones(8, np.int32))))
+            ops = _C.python_setup_store_calls() - ops
+            try:
+                pycomm._store.get(key)
+                expected = "no error"
+            except Exception as e:  # noqa: BLE001 - the class and message are the result
+                expected = f"{type(e).__name__}: {e}"
+            out[kind] = (got, expected, ops)
+        dist.barrier(group=dist.group.WORLD)
+        dist.destroy_process_group(group)
+    return out if comm.rank == 0 else None

@@ -12,6 +12,8 @@ import native_first_call_cases as cases  # noqa: E402
 
 from emulated_pools import DELAY_ENV as ENV  # noqa: E402  (the device matrix's pools)
 
+SECRET = "0123456789abcdef0123456789abcdef"  # (COMMLIB_SECRET: 32 characters)
+
 pytestmark = pytest.mark.usefixtures("cpp_backend")  # (tests/torch/conftest.py)
 
 
@@ -81,10 +83,31 @@ def test_a_set_up_error_reaches_every_rank(pool):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("size", [2, 3])
-def test_a_torch_group_sets_up_through_its_c10d_store_from_cpp(pool, size):
-    for rank, (seen, python_ops, python_store, right) in enumerate(
-            pool(size, env=ENV).run(cases.first_call_over_torchs_store, timeout=100)):
+@pytest.mark.parametrize("size,signed", [(2, False), (3, False), (2, True)], ids=["2", "3", "2-signed"])
+def test_a_torch_group_sets_up_through_its_c10d_store_from_cpp(pool, size, signed):
+    env = dict(ENV, **({"COMMLIB_SECRET": SECRET} if signed else {}))
+    for rank, (seen, python_ops, python_store, right, cls, over_torch, store_seen) in enumerate(
+            pool(size, env=env).run(cases.first_call_over_torchs_store, timeout=100)):
         assert seen == [] and right, (rank, seen, right)
-        # torch's store called from C++: no store operation went through a Python object.
-        assert python_store is False and python_ops == 0, (rank, python_store, python_ops)
+        assert cls == ("SignedStore" if signed else "PrefixStore") and over_torch, (rank, cls, over_torch)
+        # torch's store called from C++ (signed there too): no store operation went through a Python
+        # object, neither torch's binding nor the SignedStore's methods.
+        assert python_store is False and python_ops == 0 and store_seen == [], (
+            rank, python_store, python_ops, store_seen)
+
+
+@pytest.mark.timeout(150)
+def test_a_bad_handle_in_a_signed_torch_store_is_refused_from_cpp_as_signedstore_refuses_it(pool):
+    """Under COMMLIB_SECRET, a set-up over torch's store reads a peer's handle in C++ and refuses
+    what SignedStore.get refuses (tampered, replayed under another key, signed with another secret,
+    unsigned) with its class and text, through no Python store call."""
+    out = pool(2, env=dict(ENV, COMMLIB_SECRET=SECRET)).run(cases.signed_torch_store_refuses_bad_handles,
+                                                            timeout=120)[0]
+    assert sorted(out) == sorted(["tampered", "replayed under another key", "another secret", "unsigned"]), out
+    for kind, (got, expected, python_ops) in out.items():
+        assert expected.startswith("RendezvousError: "), (kind, expected)
+        # (a set-up's failure reaches a torch caller as the backend's RuntimeError naming the call and
+        # rank, the store's class and text inside; through the Python SignedStore it also carried
+        # pybind11's traceback lines)
+        assert got == f"RuntimeError: commlib device call on rank 0: {expected}", (kind, got, expected)
+        assert python_ops == 0, (kind, python_ops)
