@@ -128,31 +128,6 @@ bool lanes_ranked(const Composition& cand, const sim::Topology& model) {
   return (cand.algorithm != "rail_lanes" && cand.algorithm != "rail_window") || model.intra_by_device;
 }
 
-sim::Topology placed_model(const sim::Topology& model, const std::vector<int>& host_of) {
-  sim::Topology t = model;
-  // The NIC of each local index as the model's own first host has it (which local ranks share a NIC
-  // is the topology's: `nic_of`), so the search plays the NIC map the simulator plays; local indices
-  // past that host's ranks take NIC i % nics, the presets' rule (commlib/sim/topology_model.py).
-  std::vector<int> nic_of_local;
-  for (size_t r = 0; r < model.host_of.size() && r < model.nic_of.size(); ++r)
-    if (model.host_of[r] == model.host_of[0]) nic_of_local.push_back(model.nic_of[r]);
-  std::vector<int> ids, count;
-  t.host_of.assign(host_of.size(), 0);
-  t.nic_of.assign(host_of.size(), 0);
-  for (size_t r = 0; r < host_of.size(); ++r) {
-    size_t h = 0;
-    while (h < ids.size() && ids[h] != host_of[r]) ++h;
-    if (h == ids.size()) {
-      ids.push_back(host_of[r]);
-      count.push_back(0);
-    }
-    t.host_of[r] = static_cast<int>(h);
-    const int i = count[h]++;
-    t.nic_of[r] = i < static_cast<int>(nic_of_local.size()) ? nic_of_local[i] : i % std::max(1, t.nics_per_host);
-  }
-  return t;
-}
-
 double candidate_lower_bound(const CallShape& call, const Composition& cand, const sim::Topology& t,
                              int64_t* ops_per_rank) {
   if (ops_per_rank) *ops_per_rank = 0;
