@@ -42,6 +42,10 @@ PUBLISHED = [  # (label, topology, nics override, nodes, low, high busbw GB/s)
     ("3 DGX A100, 4 x 200G HDR", "dgx-a100", 4, (3,), 85.0, 96.0),
 ]
 NODES = (2, 16, 128, 1024)
+# The tables' machines: (preset, nics override). The published A100 point's machine, dgx-a100 with 4
+# NICs (two local ranks on each), has tables of its own since session 26 (docs/simulator.md,
+# "NIC-shared hosts"): there commlib's best is checked against NCCL's published 85-96 GB/s itself.
+TABLES = (("dgx-h100", None), ("dgx-a100", None), ("dgx-a100", 4))
 SIZES = tuple(1 << k for k in range(20, 31, 2))  # 1 MiB .. 1 GiB, x4
 ALGORITHMS = ("ring", "rail_ring", "auto")
 BIG = 1 << 30  # the published points are large-message plateaus
@@ -50,6 +54,14 @@ BIG = 1 << 30  # the published points are large-message plateaus
 def _topology(name, nics):
     t = sim.load(name)
     return t if nics is None else dataclasses.replace(t, name=f"{name}-{nics}nic", nics=nics)
+
+
+def nic_floor(name, nics, nodes) -> float:
+    """busbw (GB/s) of a hierarchical all_reduce bound only by its NICs' bytes: 2(H-1)/H of the buffer
+    leaves and enters every host, spread over its nics NICs (NIC-shared hosts, docs/simulator.md)."""
+    t = _topology(name.removesuffix(f"-{nics}nic"), nics)
+    P, per_host = nodes * t.devices_per_host, t.nics * t.nic_Gbps / 8 * t.nic_efficiency
+    return per_host * nodes / (nodes - 1) * (P - 1) / P
 
 
 def _point(args):
@@ -78,13 +90,13 @@ def sizes_for(nodes, alg):
 def jobs(quick=False, nodes_only=None, algorithms=ALGORITHMS, published=False):
     pts = [] if nodes_only and not published else [(t, n, nodes, "rail_ring", BIG) for _, t, n, ns, _, _ in PUBLISHED
                                                     for nodes in ns]
-    for t in ("dgx-h100", "dgx-a100"):
+    for t, nics in TABLES:
         for nodes in nodes_only or (NODES[:2] if quick else NODES):
             for alg in algorithms:
-                pts += [(t, None, nodes, alg, s) for s in sizes_for(nodes, alg)]
+                pts += [(t, nics, nodes, alg, s) for s in sizes_for(nodes, alg)]
     # the slow points first, so the pool's processes finish together; within a node count dgx-h100's
     # (the issue's target) and the largest sizes first, so a sweep cut short has the rows that matter
-    return sorted(pts, key=lambda p: (-p[2], p[0] != "dgx-h100", -p[4]))
+    return sorted(pts, key=lambda p: (-p[2], p[0] != "dgx-h100", p[1] is not None, -p[4]))
 
 
 def target_lines(rows) -> list[str]:
@@ -97,6 +109,20 @@ def target_lines(rows) -> list[str]:
     out = [f"Target (dgx-h100, >= 64 MiB: auto >= NCCL's published {low:g} GB/s): "
            + ("met at every simulated point." if not short else "missed at " + ", ".join(
                f"{n} nodes {fmt_bytes(s)} ({b:.0f})" for n, s, b in short) + ".")]
+    # The published A100 point's machine (4 NICs, two local ranks on each; docs/simulator.md "NIC-shared
+    # hosts"): commlib's best against NCCL's published range itself, at every node count tabled.
+    lo4, hi4 = PUBLISHED[1][4:]
+    shared = [(n, s, p["busbw_GBps"]) for (t, n, alg, s), p in sorted(rows.items())
+              if t == "dgx-a100-4nic" and alg == "auto" and s >= 1 << 26]
+    if shared:
+        under = [f"{n} nodes {fmt_bytes(s)} ({b:.1f})" for n, s, b in shared if b < hi4]
+        out.append(f"NIC-shared hosts (dgx-a100-4nic, >= 64 MiB, {len(shared)} points at "
+                   + ", ".join(sorted({str(n) for n, _, _ in shared}, key=int)) + " nodes): auto at or above NCCL's "
+                   f"published {lo4:g}-{hi4:g} GB/s (3 nodes) " + ("at every one" if not under else
+                   f"above {lo4:g} at every one, under {hi4:g} at " + ", ".join(under))
+                   + f"; lowest {min(b for _, _, b in shared):.1f}, within "
+                   + f"{max(1 - b / nic_floor('dgx-a100-4nic', 4, n) for n, _, b in shared) * 100:.1f} % of the "
+                   "4-NIC wire floor at every one.")
     # Against the model's NCCL (rail_ring) on the same preset and size, where both were simulated:
     # the per-step and per-message costs the model charges NCCL's ring too (docs/simulator.md, "The
     # accounting").
@@ -104,7 +130,7 @@ def target_lines(rows) -> list[str]:
             if alg == "auto" and s >= 1 << 26 and (t, n, "rail_ring", s) in rows]
     below = [f"{t} {n} nodes {fmt_bytes(s)} ({a:.0f} < {r:.0f})" for t, n, s, a, r in both if a < r]
     if both:
-        out.append(f"auto against the model's NCCL (rail_ring), >= 64 MiB, {len(both)} points on both presets: "
+        out.append(f"auto against the model's NCCL (rail_ring), >= 64 MiB, {len(both)} points on the presets: "
                    + ("at least as fast at every one." if not below else "slower at " + ", ".join(below) + "."))
     def auto_picks(prefix):  # the points where auto resolved to an algorithm of this name
         return [f"{t} {n} nodes {fmt_bytes(s)}" for (t, n, alg, s), p in sorted(rows.items())
@@ -167,6 +193,10 @@ PREDICTIONS = [
          ("dgx-h100", 128, 256 << 20, "372.6", "376.5"), ("dgx-h100", 128, 1 << 30, "379.8", "379.8"),
          ("dgx-h100", 1024, 64 << 20, "300.9", "330-350"), ("dgx-h100", 1024, 256 << 20, "never simulated", "355-370"),
          ("dgx-a100", 128, 64 << 20, "182.2", "182-188"), ("dgx-a100", 16, 64 << 20, "199.4", "199-205")]),
+    ("26", "dgx-a100 with 4 NICs (two local ranks on each) tabled; docs/simulator.md 'NIC-shared hosts'", [
+         ("dgx-a100-4nic", 128, 64 << 20, "never simulated", "95.5-97.0"),
+         ("dgx-a100-4nic", 128, 256 << 20, "never simulated", "95.5-97.0"),
+         ("dgx-a100-4nic", 128, 1 << 30, "never simulated", "95.5-97.0")]),
 ]
 
 
@@ -202,12 +232,16 @@ def markdown(data) -> list[str]:
             worst = max(worst, abs(off))
             out.append(f"| {label} (`{name}`) | {nodes} | {lo:g}-{hi:g} | {b:.1f} | {off * 100:+.1f}% |")
     out += ["", f"Largest deviation from a published range: {worst * 100:.1f}% (target: within 15%).", ""]
-    for t in ("dgx-h100", "dgx-a100"):
+    for preset, nics in TABLES:
+        t = _topology(preset, nics).name
         for nodes in NODES:
             if not any(k[:2] == (t, nodes) for k in rows):
                 continue
             out += [f"**{t}, {nodes} nodes ({nodes * 8} ranks)**: all_reduce busbw (GB/s); NCCL's published "
-                    + ("370-385" if t == "dgx-h100" else "no published point for 8 NICs (4 NICs: 85-96)"), "",
+                    + ("370-385" if t == "dgx-h100" else "85-96 (3 nodes; two GPUs a NIC)" if nics else
+                       "no published point for 8 NICs (4 NICs: 85-96)")
+                    + (f"; the wire floor of a bandwidth-optimal hierarchical all_reduce {nic_floor(t, nics, nodes):.1f}"
+                       if nics else ""), "",
                     "| size | ring | rail_ring (NCCL's) | auto (commlib's best) | auto picks |", "|---|---|---|---|---|"]
             for s in SIZES:
                 cells = []
@@ -242,7 +276,8 @@ def main(argv=None) -> int:
     ap.add_argument("--nodes", default="", help="comma list of node counts to simulate, merged into --json")
     ap.add_argument("--published", action="store_true", help="with --nodes: the published points' rail_ring too")
     ap.add_argument("--missing", action="store_true", help="with --nodes: only the points --json does not hold")
-    ap.add_argument("--topologies", default="", help="with --nodes: comma list of presets (dgx-h100, dgx-a100) to simulate")
+    ap.add_argument("--topologies", default="",
+                    help="with --nodes: comma list of the tables' machines (dgx-h100, dgx-a100, dgx-a100-4nic) to simulate")
     ap.add_argument("--sizes", default="", help="with --nodes: comma list of sizes in MiB to simulate (e.g. 64,1024)")
     ap.add_argument("--algorithms", default=",".join(ALGORITHMS),
                     help="with --nodes: comma list of the algorithms to simulate (e.g. auto), merged into --json")
@@ -257,7 +292,7 @@ def main(argv=None) -> int:
     if (a.topologies or a.sizes) and not nodes_only:
         ap.error("--topologies, --sizes: with --nodes")
     if a.topologies:  # one point at a time at 1024 nodes (15-20 min and ~3 GB each)
-        todo = [j for j in todo if j[0] in a.topologies.split(",")]
+        todo = [j for j in todo if _topology(j[0], j[1]).name in a.topologies.split(",")]
     if a.sizes:
         todo = [j for j in todo if j[4] in {int(s) << 20 for s in a.sizes.split(",")}]
     load_start = os.getloadavg()[0]

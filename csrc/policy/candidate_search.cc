@@ -128,24 +128,6 @@ bool lanes_ranked(const Composition& cand, const sim::Topology& model) {
   return (cand.algorithm != "rail_lanes" && cand.algorithm != "rail_window") || model.intra_by_device;
 }
 
-sim::Topology placed_model(const sim::Topology& model, const std::vector<int>& host_of) {
-  sim::Topology t = model;
-  std::vector<int> ids, count;
-  t.host_of.assign(host_of.size(), 0);
-  t.nic_of.assign(host_of.size(), 0);
-  for (size_t r = 0; r < host_of.size(); ++r) {
-    size_t h = 0;
-    while (h < ids.size() && ids[h] != host_of[r]) ++h;
-    if (h == ids.size()) {
-      ids.push_back(host_of[r]);
-      count.push_back(0);
-    }
-    t.host_of[r] = static_cast<int>(h);
-    t.nic_of[r] = count[h]++ % std::max(1, t.nics_per_host);
-  }
-  return t;
-}
-
 double candidate_lower_bound(const CallShape& call, const Composition& cand, const sim::Topology& t,
                              int64_t* ops_per_rank) {
   if (ops_per_rank) *ops_per_rank = 0;
