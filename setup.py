@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-from concurrent.futures import ThreadPoolExecutor
+import time
 from pathlib import Path
 
 import pybind11
@@ -22,7 +22,9 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
-from build_deps import compile_if_stale, linked_libraries, module_is_current, object_name  # noqa: E402  (beside this file)
+from build_deps import (CompileJob, build_in_one_pool, compile_if_stale, guessed_seconds,  # noqa: E402  (beside this file)
+                        linked_libraries, module_is_current, object_name, read_compile_seconds,
+                        write_compile_seconds)
 
 CSRC = ROOT / "csrc"
 OBJ_DIR = ROOT / "build" / "obj"
@@ -105,18 +107,27 @@ def newest_header_mtime():
 
 
 class CachedBuildExt(build_ext):
-    """Compiles each source to build/obj once, in parallel, then links."""
+    """Compiles every module's sources to build/obj once, in one pool (the longest first), and links
+    each module as soon as its own objects are built (build_deps.build_in_one_pool)."""
 
-    def build_extension(self, ext):
+    def build_extensions(self):
+        self.check_extensions_list(self.extensions)
+        self.build_all(self.extensions)
+
+    def build_extension(self, ext):  # (setuptools' entry for one module alone)
+        self.build_all([ext])
+
+    def build_all(self, exts):
         nvcc = find_nvcc()
         headers = newest_header_mtime()
         OBJ_DIR.mkdir(parents=True, exist_ok=True)
+        recorded, took = read_compile_seconds(OBJ_DIR), {}
 
         def run_printed(cmd, check):  # (a line is printed only when it runs)
             print(" ".join(cmd), flush=True)
             return subprocess.run(cmd, check=check)
 
-        def compile_one(src):
+        def compile_job(ext, src):
             src = str(ROOT / src)
             rel = Path(src).resolve().relative_to(ROOT)
             # (objects built against torch carry its version: its headers are not in the -MMD lists)
@@ -146,15 +157,29 @@ class CachedBuildExt(build_ext):
                     f"-I{i}" for i in INCLUDES]
                 if ext.name.endswith("_cuda"):
                     cmd += [f"-I{cuda_include(nvcc)}"]
-            # Objects from before compile lines were kept are adopted (their flags are today's), except
-            # _C_torch's: its flags changed in session 21 (-O3 -DNDEBUG) while trees kept -O2 objects.
-            compile_if_stale(obj, Path(src), dep, headers, cmd, run=run_printed,
-                             adopt_unrecorded=not ext.name.endswith("_C_torch"))
-            return str(obj)
 
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-            objects = list(pool.map(compile_one, ext.sources))
+            def run():
+                # Objects from before compile lines were kept are adopted (their flags are today's),
+                # except _C_torch's: its flags changed in session 21 (-O3 -DNDEBUG) while trees kept
+                # -O2 objects.
+                start = time.monotonic()
+                if compile_if_stale(obj, Path(src), dep, headers, cmd, run=run_printed,
+                                    adopt_unrecorded=not ext.name.endswith("_C_torch")):
+                    took[obj.name] = round(time.monotonic() - start, 1)  # (the next build's order)
+                return str(obj)
 
+            seconds = recorded.get(obj.name, guessed_seconds(src, ext.name))
+            return CompileJob(ext.name, obj.name, run, seconds)
+
+        jobs = [compile_job(ext, src) for ext in exts for src in ext.sources]
+        by_name = {ext.name: ext for ext in exts}
+        try:
+            build_in_one_pool(jobs, lambda name, objects: self.link(by_name[name], objects, nvcc),
+                              workers=os.cpu_count() or 2)
+        finally:  # (the compiles that finished are recorded even when another failed)
+            write_compile_seconds(OBJ_DIR, took)
+
+    def link(self, ext, objects, nvcc):
         out = Path(self.get_ext_fullpath(ext.name))
         out.parent.mkdir(parents=True, exist_ok=True)
         # Link to a temporary name, then rename: processes that have the old module loaded keep
