@@ -168,7 +168,8 @@ def longest_first(jobs):
 
 class CompileJob:
     """One object of `module` (e.g. "commlib._C") to compile: `run()` compiles it if stale and
-    returns the object's path; `seconds`: how long it is expected to take (the pool's order)."""
+    returns the object's path (None for a file the module needs built but does not link: its
+    precompiled header); `seconds`: how long it is expected to take (the pool's order)."""
 
     def __init__(self, module, name, run, seconds):
         self.module, self.name, self.run, self.seconds = module, name, run, seconds
@@ -191,7 +192,7 @@ def build_in_one_pool(jobs, link, workers):
             if failed is not None:
                 raise failed.exception()
             for m in [m for m, fs in pending.items() if all(f.done() for f in fs)]:
-                link(m, [f.result() for f in pending.pop(m)])
+                link(m, [o for o in (f.result() for f in pending.pop(m)) if o is not None])
     except BaseException:
         pool.shutdown(wait=True, cancel_futures=True)
         raise

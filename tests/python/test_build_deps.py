@@ -238,6 +238,15 @@ def test_the_pool_starts_the_longest_compiles_first_across_modules():
     assert [j.name for j in longest_first(jobs)] == ran
 
 
+def test_a_file_built_for_a_module_but_not_linked_is_left_out_of_its_link():
+    # (the torch backend's precompiled header: built first, in the pool, not an object)
+    ran, links = [], []
+    header = CompileJob("_C_torch", "headers.h.gch", lambda: ran.append("gch"), 100)
+    build_in_one_pool([header, _job("_C_torch", "backend", 25, ran)], lambda m, objs: links.append((m, objs)),
+                      workers=1)
+    assert ran == ["gch", "backend"] and links == [("_C_torch", ["backend.o"])]
+
+
 def test_a_module_is_linked_while_the_pool_still_compiles_another():
     # _C_cuda's last compile waits until _C has been linked: linking only after every compile of
     # every module would never get there (the wait's timeout fails it).
@@ -289,3 +298,13 @@ def test_setup_builds_every_module_in_one_pool():
     assert "def build_extensions(self):" in text and "build_in_one_pool(jobs" in text
     assert "recorded.get(obj.name, guessed_seconds(src, ext.name))" in text
     assert "ThreadPoolExecutor" not in text  # no pool of its own per module
+
+
+def test_the_torch_backend_is_compiled_with_its_precompiled_header():
+    # One .gch of torch's headers, with exactly the objects' flags (torch_build()[1]), named by torch's
+    # version and its header list (the objects' compile lines name it), waited for by every object.
+    text = (Path(__file__).resolve().parents[2] / "setup.py").read_text()
+    assert '"-Winvalid-pch", "-include",\n                       str(pch_header)] + torch_build()[1]' in text
+    assert '"-MF",\n                   str(gch.with_suffix(".d"))] + torch_build()[1]' in text
+    assert 'f"torch_headers.{PYTHON_ABI}.torch{torch_build()[0]}.{digest}.h"' in text
+    assert "pch_built.result()" in text
