@@ -9,7 +9,10 @@ flags (say -O2 to -O3) rebuilds the objects it concerns in every tree, not only 
 one small file read per object. Kept apart from setup.py so that tests can import it (setup.py
 runs the build when imported).
 """
+import json
+import os
 import subprocess
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 
@@ -107,3 +110,90 @@ def module_is_current(module, inputs, record, command):
         return all(Path(f).stat().st_mtime <= built for f in inputs)
     except OSError:  # no module, no record, or an input gone
         return False
+
+
+# --- One compile pool over every module's objects, longest first (setup.py) -----------------------
+# The modules used to be built one after another, each with its own pool of os.cpu_count() threads,
+# so each module's last compile left a core idle (CI's 2 cores: a torch-backend file of 10-20 s, the
+# plan kernel's nvcc run of 76 s+). One pool over all objects, the longest started first, leaves only
+# the shortest objects for the end; each module is linked as soon as its own objects are built.
+
+# Without a recorded duration (a fresh clone), a compile's seconds are guessed from what it is: the
+# CUDA files (nvcc, two architectures), then the torch backend's (torch's headers: 10-25 s of CPU
+# each), then the core's, the larger first (the bindings' pybind11 files are the slowest of those).
+GUESSED_SECONDS = {".cu": 120.0, "_C_torch": 25.0}
+COMPILE_SECONDS = "compile_seconds.json"  # in the object folder: each object's last compile time
+
+
+def guessed_seconds(source, module):
+    """A fresh clone's guess of how long `source` (of `module`, e.g. "commlib._C") takes to compile:
+    only the order of guesses matters (longest first)."""
+    source = Path(source)
+    if source.suffix == ".cu":
+        return GUESSED_SECONDS[".cu"]
+    if module.endswith("_C_torch"):
+        return GUESSED_SECONDS["_C_torch"]
+    try:
+        size = source.stat().st_size
+    except OSError:
+        size = 0
+    return 1.0 + size / 4000  # (a 20 KB bindings file: 6 s; a 300 B one: 1 s)
+
+
+def read_compile_seconds(obj_dir):
+    """{object file name: seconds its last compile took} recorded by the last build in `obj_dir`
+    ({} when none: a fresh clone, or a file cut short)."""
+    try:
+        data = json.loads((Path(obj_dir) / COMPILE_SECONDS).read_text())
+        return {str(k): float(v) for k, v in data.items()}
+    except (OSError, ValueError, AttributeError, TypeError):
+        return {}
+
+
+def write_compile_seconds(obj_dir, seconds):
+    """Adds `seconds` ({object file name: seconds}) to `obj_dir`'s record (written to a temporary
+    name, then renamed: a build cut short leaves the old record whole)."""
+    path = Path(obj_dir) / COMPILE_SECONDS
+    merged = dict(read_compile_seconds(obj_dir), **seconds)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(merged, indent=0, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def longest_first(jobs):
+    """`jobs` (each with .seconds, the expected compile time) in the order a pool should start them:
+    the longest first; ties in their given order."""
+    return sorted(jobs, key=lambda j: -j.seconds)
+
+
+class CompileJob:
+    """One object of `module` (e.g. "commlib._C") to compile: `run()` compiles it if stale and
+    returns the object's path (None for a file the module needs built but does not link: its
+    precompiled header); `seconds`: how long it is expected to take (the pool's order)."""
+
+    def __init__(self, module, name, run, seconds):
+        self.module, self.name, self.run, self.seconds = module, name, run, seconds
+
+
+def build_in_one_pool(jobs, link, workers):
+    """Runs every module's compile `jobs` in one pool of `workers` threads, started longest first,
+    and calls `link(module, objects)` (in this thread, while the pool compiles the rest) for each
+    module as soon as all of its objects are built, the objects in the order its jobs were given. A
+    failed compile cancels the compiles not yet started, waits for the running ones and raises; no
+    module with a failed object is linked."""
+    modules = list(dict.fromkeys(j.module for j in jobs))
+    pool = ThreadPoolExecutor(max_workers=max(1, workers))
+    try:
+        futures = {id(j): pool.submit(j.run) for j in longest_first(jobs)}
+        pending = {m: [futures[id(j)] for j in jobs if j.module == m] for m in modules}
+        while pending:
+            wait([f for fs in pending.values() for f in fs], return_when=FIRST_COMPLETED)
+            failed = next((f for fs in pending.values() for f in fs if f.done() and f.exception()), None)
+            if failed is not None:
+                raise failed.exception()
+            for m in [m for m, fs in pending.items() if all(f.done() for f in fs)]:
+                link(m, [o for o in (f.result() for f in pending.pop(m)) if o is not None])
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)

@@ -3,13 +3,15 @@ module linked again exactly when one of its objects or libraries, or its link li
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from build_deps import (compile_if_stale, compile_record, depfile_inputs, linked_libraries,  # noqa: E402
-                        module_is_current, object_is_current, object_name)
+from build_deps import (CompileJob, build_in_one_pool, compile_if_stale, compile_record,  # noqa: E402
+                        depfile_inputs, guessed_seconds, linked_libraries, longest_first, module_is_current,
+                        object_is_current, object_name, read_compile_seconds, write_compile_seconds)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -211,3 +213,98 @@ def test_setup_compiles_through_compile_if_stale():
     assert "compile_if_stale(obj, Path(src), dep, headers, cmd, run=run_printed," in text
     assert 'adopt_unrecorded=not ext.name.endswith("_C_torch"))' in text
     assert "subprocess.run(cmd, check=True)" not in text.split("def run_printed")[1].split("out = Path")[0]
+
+
+# --- One pool over every module's compiles (build_in_one_pool) ------------------------------------
+
+def _job(module, name, seconds, ran, action=None):
+    def run():
+        ran.append(name)
+        if action is not None:
+            action()
+        return name + ".o"
+    return CompileJob(module, name, run, seconds)
+
+
+def test_the_pool_starts_the_longest_compiles_first_across_modules():
+    ran, links = [], []
+    jobs = [_job("_C", "small", 1, ran), _job("_C", "mid", 5, ran), _job("_C_cuda", "kernel", 120, ran),
+            _job("_C_torch", "backend", 25, ran), _job("_C", "also_small", 1, ran)]
+    build_in_one_pool(jobs, lambda m, objs: links.append((m, objs)), workers=1)
+    assert ran == ["kernel", "backend", "mid", "small", "also_small"]  # ties keep their given order
+    # each module linked once, with its objects in its sources' order (the link line stays the same)
+    assert sorted(links) == [("_C", ["small.o", "mid.o", "also_small.o"]), ("_C_cuda", ["kernel.o"]),
+                             ("_C_torch", ["backend.o"])]
+    assert [j.name for j in longest_first(jobs)] == ran
+
+
+def test_a_file_built_for_a_module_but_not_linked_is_left_out_of_its_link():
+    # (the torch backend's precompiled header: built first, in the pool, not an object)
+    ran, links = [], []
+    header = CompileJob("_C_torch", "headers.h.gch", lambda: ran.append("gch"), 100)
+    build_in_one_pool([header, _job("_C_torch", "backend", 25, ran)], lambda m, objs: links.append((m, objs)),
+                      workers=1)
+    assert ran == ["gch", "backend"] and links == [("_C_torch", ["backend.o"])]
+
+
+def test_a_module_is_linked_while_the_pool_still_compiles_another():
+    # _C_cuda's last compile waits until _C has been linked: linking only after every compile of
+    # every module would never get there (the wait's timeout fails it).
+    linked_c = threading.Event()
+    waited = []
+    ran, links = [], []
+    jobs = [_job("_C", "a", 10, ran), _job("_C_cuda", "kernel", 5, ran, lambda: waited.append(linked_c.wait(20)))]
+
+    def link(module, objects):
+        links.append(module)
+        if module == "_C":
+            linked_c.set()
+    build_in_one_pool(jobs, link, workers=2)
+    assert waited == [True] and links == ["_C", "_C_cuda"]
+
+
+def test_a_failed_compile_links_nothing_of_its_module_and_cancels_what_had_not_started():
+    ran, links = [], []
+
+    def fail():
+        raise subprocess.CalledProcessError(1, ["g++"])
+    jobs = [_job("_C", "broken", 50, ran, fail), _job("_C", "later", 1, ran), _job("_C_torch", "t", 2, ran)]
+    with pytest.raises(subprocess.CalledProcessError):
+        build_in_one_pool(jobs, lambda m, objs: links.append(m), workers=1)
+    assert ran == ["broken"] and links == []
+
+
+def test_a_fresh_clone_guesses_cuda_then_torch_then_the_core_larger_first(tmp_path):
+    big, small = tmp_path / "big.cc", tmp_path / "small.cc"
+    big.write_text("x" * 40000)
+    small.write_text("x" * 100)
+    cu = guessed_seconds("csrc/kernels/k.cu", "commlib._C_cuda")
+    torch = guessed_seconds("csrc/torch_backend/module.cc", "commlib._C_torch")
+    assert cu > torch > guessed_seconds(big, "commlib._C") > guessed_seconds(small, "commlib._C") > 0
+
+
+def test_compile_seconds_are_kept_between_builds(tmp_path):
+    assert read_compile_seconds(tmp_path) == {}  # a fresh clone: none
+    write_compile_seconds(tmp_path, {"a.o": 3.5, "b.o": 1.0})
+    write_compile_seconds(tmp_path, {"b.o": 2.0})  # an incremental build adds to the record
+    assert read_compile_seconds(tmp_path) == {"a.o": 3.5, "b.o": 2.0}
+    (tmp_path / "compile_seconds.json").write_text('{"a.o": 3')  # cut short: ignored, not an error
+    assert read_compile_seconds(tmp_path) == {}
+
+
+def test_setup_builds_every_module_in_one_pool():
+    # setup.py cannot be imported (it builds): read its text.
+    text = (Path(__file__).resolve().parents[2] / "setup.py").read_text()
+    assert "def build_extensions(self):" in text and "build_in_one_pool(jobs" in text
+    assert "recorded.get(obj.name, guessed_seconds(src, ext.name))" in text
+    assert "ThreadPoolExecutor" not in text  # no pool of its own per module
+
+
+def test_the_torch_backend_is_compiled_with_its_precompiled_header():
+    # One .gch of torch's headers, with exactly the objects' flags (torch_build()[1]), named by torch's
+    # version and its header list (the objects' compile lines name it), waited for by every object.
+    text = (Path(__file__).resolve().parents[2] / "setup.py").read_text()
+    assert '"-Winvalid-pch", "-include",\n                       str(pch_header)] + torch_build()[1]' in text
+    assert '"-MF",\n                   str(gch.with_suffix(".d"))] + torch_build()[1]' in text
+    assert 'f"torch_headers.{PYTHON_ABI}.torch{torch_build()[0]}.{digest}.h"' in text
+    assert "pch_built.result()" in text
