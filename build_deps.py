@@ -187,7 +187,11 @@ def build_in_one_pool(jobs, link, workers):
         futures = {id(j): pool.submit(j.run) for j in longest_first(jobs)}
         pending = {m: [futures[id(j)] for j in jobs if j.module == m] for m in modules}
         while pending:
-            wait([f for fs in pending.values() for f in fs], return_when=FIRST_COMPLETED)
+            # (only the running and queued ones: wait() returns at once while any future given is
+            # done, so passing finished ones too spun this thread on a core the compiles need)
+            running = [f for fs in pending.values() for f in fs if not f.done()]
+            if running:
+                wait(running, return_when=FIRST_COMPLETED)
             failed = next((f for fs in pending.values() for f in fs if f.done() and f.exception()), None)
             if failed is not None:
                 raise failed.exception()

@@ -263,6 +263,19 @@ def test_a_module_is_linked_while_the_pool_still_compiles_another():
     assert waited == [True] and links == ["_C", "_C_cuda"]
 
 
+def test_the_pool_waits_without_spinning_while_compiles_run():
+    # One quick object, then two that run 1.5 s: while they run, the thread that links must sleep in
+    # wait(), not spin (it once passed the finished future to wait() again and again, which returns
+    # at once: a core of CI's two busy for the whole build). Its own CPU time says which.
+    import time
+    ran, links = [], []
+    jobs = [_job("_C", "quick", 1, ran), _job("_C", "slow", 5, ran, lambda: time.sleep(1.5)),
+            _job("_C_torch", "slow_too", 4, ran, lambda: time.sleep(1.5))]
+    cpu = time.thread_time()
+    build_in_one_pool(jobs, lambda m, objs: links.append(m), workers=3)
+    assert sorted(links) == ["_C", "_C_torch"]
+    assert time.thread_time() - cpu < 0.2  # spinning for 1.5 s costs far more, even on a loaded core
+
 def test_a_failed_compile_links_nothing_of_its_module_and_cancels_what_had_not_started():
     ran, links = [], []
 
