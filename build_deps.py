@@ -12,6 +12,7 @@ runs the build when imported).
 import json
 import os
 import subprocess
+import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
@@ -175,28 +176,48 @@ class CompileJob:
         self.module, self.name, self.run, self.seconds = module, name, run, seconds
 
 
+class _NotStarted(Exception):
+    """A compile the pool did not start because another had failed."""
+
+
 def build_in_one_pool(jobs, link, workers):
     """Runs every module's compile `jobs` in one pool of `workers` threads, started longest first,
     and calls `link(module, objects)` (in this thread, while the pool compiles the rest) for each
     module as soon as all of its objects are built, the objects in the order its jobs were given. A
-    failed compile cancels the compiles not yet started, waits for the running ones and raises; no
-    module with a failed object is linked."""
+    failed compile stops the compiles not yet started (a pool thread checks before it starts one:
+    no race with this thread's wake-up), waits for the running ones and raises; no module with a
+    failed object is linked."""
     modules = list(dict.fromkeys(j.module for j in jobs))
+    failed_once = threading.Event()
+
+    def guarded(job):
+        def run():
+            if failed_once.is_set():
+                raise _NotStarted(job.name)
+            try:
+                return job.run()
+            except BaseException:
+                failed_once.set()
+                raise
+        return run
+
     pool = ThreadPoolExecutor(max_workers=max(1, workers))
     try:
-        futures = {id(j): pool.submit(j.run) for j in longest_first(jobs)}
+        futures = {id(j): pool.submit(guarded(j)) for j in longest_first(jobs)}
         pending = {m: [futures[id(j)] for j in jobs if j.module == m] for m in modules}
         while pending:
-            # (only the running and queued ones: wait() returns at once while any future given is
-            # done, so passing finished ones too spun this thread on a core the compiles need)
+            failed = next((f for fs in pending.values() for f in fs if f.done() and f.exception() is not None
+                           and not isinstance(f.exception(), _NotStarted)), None)
+            if failed is not None:
+                raise failed.exception()
+            for m in [m for m, fs in pending.items() if all(f.done() and f.exception() is None for f in fs)]:
+                link(m, [o for o in (f.result() for f in pending.pop(m)) if o is not None])
+            # Only the compiles not yet done, and only after linking what is ready: wait() returns at
+            # once while any future given is done (passing finished ones spun this thread on a core
+            # the compiles need), and a compile may wait for a module's link (the tests' case).
             running = [f for fs in pending.values() for f in fs if not f.done()]
             if running:
                 wait(running, return_when=FIRST_COMPLETED)
-            failed = next((f for fs in pending.values() for f in fs if f.done() and f.exception()), None)
-            if failed is not None:
-                raise failed.exception()
-            for m in [m for m, fs in pending.items() if all(f.done() for f in fs)]:
-                link(m, [o for o in (f.result() for f in pending.pop(m)) if o is not None])
     except BaseException:
         pool.shutdown(wait=True, cancel_futures=True)
         raise

@@ -11,34 +11,11 @@ from commlib.testing import close_pools, get_pool  # noqa: E402
 
 from gpu_presence import cuda_import_error, gpu_verdict, listed_gpus  # noqa: E402
 from thread_leaks import describe, left_running, retire_pools_with_dead_stores  # noqa: E402
-
-
-# The longest modules, started first (the CI's --durations, session 26): scripts/test.sh's two
-# xdist workers take whole modules (--dist loadfile) in collection order, and the run ends when the
-# busier worker ends, so a long module collected late (tests/torch sorts near the end) left the
-# other worker idle for its length. The rest keep their order after these; no test's outcome may
-# depend on what ran before it in its worker (which worker takes which module is timing already).
-STARTED_FIRST = (
-    "tests/torch/test_torch_suite.py",  # its one run of torch's suite: 25-28 s
-    "tests/sim/test_candidate_search.py",
-    "tests/sim/test_rail_lanes_model.py",
-    "tests/sim/test_rail_halving_model.py",
-    "tests/torch/test_clean_exit.py",
-    "tests/host/test_collectives.py",
-    "tests/host/test_single_copy_reload.py",
-    "tests/fault/test_shrink_recovery.py",
-    "tests/sim/test_closed_forms.py",
-    "tests/bootstrap/test_set_up_over_commlib_store.py",
-)
-
-
-def _longest_modules_first(items):
-    rank = {m: i for i, m in enumerate(STARTED_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # (stable)
+from module_order import longest_modules_first  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
-    _longest_modules_first(items)
+    longest_modules_first(items)
     # get_closest_marker, not `"gpu" in item.keywords`: keywords also hold the names of the
     # directories above the test, so a checkout in a folder named gpu skipped every test.
     gpu_items = [item for item in items if item.get_closest_marker("gpu")]
