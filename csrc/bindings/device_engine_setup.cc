@@ -14,6 +14,7 @@
 
 #include "bindings/peer_control.h"
 #include "common/errors.h"
+#include "stream/device_link.h"
 #include "stream/stream_engine_options.h"
 
 namespace commlib {
@@ -175,6 +176,12 @@ std::shared_ptr<StreamEngine> set_up_device_engine(const DeviceEngineSetup& s, S
                                                  stream_engine_options_from_env(s.timeout_s, s.label));
     Waiter waiter(s, store);
     if (s.poll) s.poll(*engine);  // a host side already aborted raises here, before the rendezvous
+    // Every pair's link is chosen before this rank publishes anything (connect() chooses them again):
+    // a setting that links some pair nowhere (ipc across hosts) is then this rank's own ValueError on
+    // every rank it concerns, not a race with a peer's report of the same refusal (a CommError).
+    const LinkTopology topo{s.comm.topology().host_of};
+    for (int p = 0; p < size; ++p)
+      if (p != me) choose_device_link(topo, me, p, engine->link_setting());
     store.set(s.prefix + "/" + std::to_string(me), engine->local_handle());
     std::vector<std::string> handles;
     handles.reserve(size);
