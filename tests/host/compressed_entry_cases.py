@@ -28,13 +28,29 @@ def resolution_spy():
         communicator.compressed_call = real
 
 
-def _call(comm, coll, n, compress, algorithm, out_buf, in_buf):
+def call_compressed(comm, coll, out_buf, in_buf, compress, algorithm, async_op=False):
+    """One compress= call of `coll` (all_reduce reduces `in_buf` copied into `out_buf`)."""
     if coll == "all_reduce":
         np.copyto(out_buf, in_buf)
-        return comm.all_reduce(out_buf, compress=compress, algorithm=algorithm)
+        return comm.all_reduce(out_buf, compress=compress, algorithm=algorithm, async_op=async_op)
     if coll == "reduce_scatter":
-        return comm.reduce_scatter(out_buf, in_buf, compress=compress, algorithm=algorithm)
-    return comm.all_gather(out_buf, in_buf, compress=compress, algorithm=algorithm)
+        return comm.reduce_scatter(out_buf, in_buf, compress=compress, algorithm=algorithm, async_op=async_op)
+    return comm.all_gather(out_buf, in_buf, compress=compress, algorithm=algorithm, async_op=async_op)
+
+
+def compressed_call_shapes(P, r, sizes):
+    """The compressed calls the entry tests make on rank r of P: all_reduce, reduce_scatter and
+    all_gather at each count in `sizes`, float32 and float16, a Codec with auto and a codec's name
+    with ring. Yields (coll, n, dtype, compress, algorithm, x, out_n): x is the rank's seeded input
+    (n * P long for reduce_scatter), out_n the output's length (n * P for all_gather)."""
+    for coll in ("all_reduce", "reduce_scatter", "all_gather"):
+        for n in sizes:
+            for dtype in ("float32", "float16"):
+                for compress, algorithm in ((Codec("int8", block_size=8), "auto"), ("bf16", "ring")):
+                    rng = np.random.default_rng(1000 * r + n)
+                    in_n = n * P if coll == "reduce_scatter" else n
+                    out_n = n * P if coll == "all_gather" else n
+                    yield coll, n, dtype, compress, algorithm, rng.standard_normal(in_n).astype(dtype), out_n
 
 
 def compressed_calls_from_the_entry(comm, k=4):
@@ -45,29 +61,22 @@ def compressed_calls_from_the_entry(comm, k=4):
     calls with an equal Codec made anew each call, a key the entry never holds)."""
     P, r = comm.size, comm.rank
     out = []
-    for coll in ("all_reduce", "reduce_scatter", "all_gather"):
-        for n in (1, 13, 97):
-            for dtype in ("float32", "float16"):
-                for compress, algorithm in ((Codec("int8", block_size=8), "auto"), ("bf16", "ring")):
-                    rng = np.random.default_rng(1000 * r + n)
-                    in_n = n * P if coll == "reduce_scatter" else n
-                    out_n = n * P if coll == "all_gather" else n
-                    x = rng.standard_normal(in_n).astype(dtype)
-                    y = np.zeros(out_n, dtype)
-                    _call(comm, coll, n, compress, algorithm, y, x)  # resolved and added by the Python path
-                    ref = np.zeros(out_n, dtype)
-                    fresh = (lambda c=compress: Codec(c.name, c.block_size)) if isinstance(compress, Codec) else \
-                        (lambda c=compress: Codec(c))
-                    hits = _C.host_compressed_counts()[0]
-                    with resolution_spy() as seen:
-                        right = True
-                        for _ in range(k):
-                            _call(comm, coll, n, compress, algorithm, y, x)
-                            y_entry = y.copy()
-                            _call(comm, coll, n, fresh(), algorithm, ref, x)  # (a miss: the Python path)
-                            right &= y_entry.tobytes() == ref.tobytes()
-                    hits = _C.host_compressed_counts()[0] - hits
-                    out.append(((coll, n, dtype, str(compress)[:20], algorithm), len(seen) - k, hits, right))
+    for coll, n, dtype, compress, algorithm, x, out_n in compressed_call_shapes(P, r, (1, 13, 97)):
+        y = np.zeros(out_n, dtype)
+        call_compressed(comm, coll, y, x, compress, algorithm)  # resolved and added by the Python path
+        ref = np.zeros(out_n, dtype)
+        fresh = (lambda c=compress: Codec(c.name, c.block_size)) if isinstance(compress, Codec) else \
+            (lambda c=compress: Codec(c))
+        hits = _C.host_compressed_counts()[0]
+        with resolution_spy() as seen:
+            right = True
+            for _ in range(k):
+                call_compressed(comm, coll, y, x, compress, algorithm)
+                y_entry = y.copy()
+                call_compressed(comm, coll, ref, x, fresh(), algorithm)  # (a miss: the Python path)
+                right &= y_entry.tobytes() == ref.tobytes()
+        hits = _C.host_compressed_counts()[0] - hits
+        out.append(((coll, n, dtype, str(compress)[:20], algorithm), len(seen) - k, hits, right))
     return out
 
 

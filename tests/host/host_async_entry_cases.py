@@ -15,6 +15,8 @@ from commlib.core.communicator import Communicator
 from commlib.core.work import Work
 from commlib.testing.faults import arm_death
 
+from compressed_entry_cases import call_compressed, compressed_call_shapes
+
 # Awkward counts: none, one, fewer than the ranks, primes.
 SIZES = [0, 1, 2, 3, 5, 13, 97]
 
@@ -93,15 +95,6 @@ def async_a2av_from_the_entry(comm, rounds=4):
     return len(seen), entry_runs, made, bool(works_ok), bool(right), bool(same)
 
 
-def _compressed(comm, coll, y, x, compress, algorithm, async_op):
-    if coll == "all_reduce":
-        np.copyto(y, x)
-        return comm.all_reduce(y, compress=compress, algorithm=algorithm, async_op=async_op)
-    if coll == "reduce_scatter":
-        return comm.reduce_scatter(y, x, compress=compress, algorithm=algorithm, async_op=async_op)
-    return comm.all_gather(y, x, compress=compress, algorithm=algorithm, async_op=async_op)
-
-
 def async_compressed_from_the_entry(comm, k=3):
     """all_reduce, reduce_scatter and all_gather with compress= and async_op=True (a Codec with auto,
     a codec's name with ring), counts 1, 2 and 13, float32 and float16: the first call of each key
@@ -109,30 +102,23 @@ def async_compressed_from_the_entry(comm, k=3):
     the k calls, entry runs, every handle a Work, bytes equal to the Python route's)]."""
     P, r = comm.size, comm.rank
     out = []
-    for coll in ("all_reduce", "reduce_scatter", "all_gather"):
-        for n in (1, 2, 13):
-            for dtype in ("float32", "float16"):
-                for compress, algorithm in ((Codec("int8", block_size=8), "auto"), ("bf16", "ring")):
-                    rng = np.random.default_rng(1000 * r + n)
-                    in_n = n * P if coll == "reduce_scatter" else n
-                    out_n = n * P if coll == "all_gather" else n
-                    x = rng.standard_normal(in_n).astype(dtype)
-                    y, ref = np.zeros(out_n, dtype), np.zeros(out_n, dtype)
-                    _compressed(comm, coll, y, x, compress, algorithm, True).wait()  # resolved by Python
-                    hits = _C.host_compressed_counts()[0]
-                    runs = _C.host_entry_counts()["async"]
-                    works_ok, same = True, True
-                    with python_route_spy() as seen:
-                        ys = [np.zeros(out_n, dtype) for _ in range(k)]
-                        works = [_compressed(comm, coll, ys[i], x, compress, algorithm, True) for i in range(k)]
-                        works_ok = all(type(w) is Work for w in works)
-                        for w in works:
-                            w.wait()
-                    with python_route_only():
-                        _compressed(comm, coll, ref, x, compress, algorithm, True).wait()
-                    same = all(v.tobytes() == ref.tobytes() for v in ys)
-                    entry = (_C.host_compressed_counts()[0] - hits, _C.host_entry_counts()["async"] - runs)
-                    out.append(((coll, n, dtype, str(compress)[:12], algorithm), len(seen), entry, works_ok, same))
+    for coll, n, dtype, compress, algorithm, x, out_n in compressed_call_shapes(P, r, (1, 2, 13)):
+        y, ref = np.zeros(out_n, dtype), np.zeros(out_n, dtype)
+        call_compressed(comm, coll, y, x, compress, algorithm, True).wait()  # resolved by Python
+        hits = _C.host_compressed_counts()[0]
+        runs = _C.host_entry_counts()["async"]
+        works_ok, same = True, True
+        with python_route_spy() as seen:
+            ys = [np.zeros(out_n, dtype) for _ in range(k)]
+            works = [call_compressed(comm, coll, ys[i], x, compress, algorithm, True) for i in range(k)]
+            works_ok = all(type(w) is Work for w in works)
+            for w in works:
+                w.wait()
+        with python_route_only():
+            call_compressed(comm, coll, ref, x, compress, algorithm, True).wait()
+        same = all(v.tobytes() == ref.tobytes() for v in ys)
+        entry = (_C.host_compressed_counts()[0] - hits, _C.host_entry_counts()["async"] - runs)
+        out.append(((coll, n, dtype, str(compress)[:12], algorithm), len(seen), entry, works_ok, same))
     return out
 
 
