@@ -17,8 +17,7 @@ import time
 
 import pytest
 
-HELLO = struct.Struct("<QII16sIIIiQ32sII")
-MAGIC = 0x31706374626c6d63
+from tcp_wire import MAGIC, hello
 ROUNDS = 4  # without the fix the child crashed in the first or second round of every run tried
 
 CHILD = r"""
@@ -44,14 +43,14 @@ def _refused_hello(address, child_pid):
     refusal's bytes."""
     host, port = address.rsplit(":", 1)
     cid = hashlib.sha256(b"teardown").digest()[:16]
-    hello = HELLO.pack(MAGIC, 3, 48, cid, 1, 0, 2, os.getpid(), 512 << 10, os.urandom(32), 2, 2)  # lane 2 of 2
+    frame = hello(cid, os.getpid(), 512 << 10, os.urandom(32), 2, 2)  # lane 2 of 2
     os.kill(child_pid, signal.SIGSTOP)
     try:
         deadline = time.monotonic() + 5
         while not _stopped(child_pid):
             assert time.monotonic() < deadline, "the child did not stop"
         s = socket.create_connection((host, int(port)), timeout=5)
-        s.sendall(hello)
+        s.sendall(frame)
     finally:
         os.kill(child_pid, signal.SIGCONT)
     with s:

@@ -96,10 +96,7 @@ def test_fuzzed_port_does_not_disturb_a_job_with_lanes(pool):
 
 # ---- the handshake, between two endpoints in this process (tcp_socket.h) ----
 
-HELLO = struct.Struct("<QII16sIIIiQ32sII")
-CHALLENGE = struct.Struct("<QiI32s32s")
-VERDICT = struct.Struct("<QII")
-MAGIC = 0x31706374626c6d63
+from tcp_wire import CHALLENGE, MAGIC, VERDICT, hello  # noqa: E402
 
 
 def _endpoint(monkeypatch, rank, lanes):
@@ -118,7 +115,7 @@ def _hello(address, lane, lanes, keep):
     cid = hashlib.sha256(b"job-7/x").digest()[:16]
     s = socket.create_connection((host, int(port)), timeout=10)  # (a loaded machine)
     keep.append(s)
-    s.sendall(HELLO.pack(MAGIC, 3, 48, cid, 1, 0, 2, os.getpid(), 512 << 10, nonce, lane, lanes))
+    s.sendall(hello(cid, os.getpid(), 512 << 10, nonce, lane, lanes))
     raw = s.recv(CHALLENGE.size, socket.MSG_WAITALL)
     if len(raw) != CHALLENGE.size or CHALLENGE.unpack(raw)[0] != MAGIC:  # dropped, or refused with a reason
         return None

@@ -24,10 +24,7 @@ from commlib.testing import RankFailure, RankPool
 LOOPBACK = {"COMMLIB_SOCKET_IFNAME": "lo"}
 TWO_HOSTS = ("a", "a", "b")
 SECRET = "0123456789abcdef-job-secret"
-HELLO = struct.Struct("<QII16sIIIiQ32sII")    # tcp_socket.h Hello (version 3; 2 added lane, lanes)
-CHALLENGE = struct.Struct("<QiI32s32s")       # Challenge
-VERDICT = struct.Struct("<QII")               # Verdict
-MAGIC = 0x31706374626c6d63
+from tcp_wire import CHALLENGE, MAGIC, VERDICT, hello  # noqa: E402  (tcp_socket.h's frames)
 
 
 def test_hmac_sha256_matches_python():
@@ -55,9 +52,9 @@ def _impostor(address, key: bytes, comm_id="job-1/x", chunk=512 << 10, lane=0, l
     host, port = address.rsplit(":", 1)
     nonce = os.urandom(32)
     cid = hashlib.sha256(comm_id.encode()).digest()[:16]
-    hello = HELLO.pack(MAGIC, 3, 48, cid, 1, 0, 2, os.getpid(), chunk, nonce, lane, lanes)
+    frame = hello(cid, os.getpid(), chunk, nonce, lane, lanes)
     with socket.create_connection((host, int(port)), timeout=3) as s:
-        s.sendall(hello)
+        s.sendall(frame)
         raw = s.recv(CHALLENGE.size, socket.MSG_WAITALL)
         if len(raw) != CHALLENGE.size:
             return None
