@@ -103,9 +103,11 @@ PyObject* run_host_all_to_allv(Communicator& comm, PyObject* const* args, const 
   AllToAllvOwnBlock own;
   if (!plan_all_to_allv(comm.size(), comm.rank(), va, vb, args[12], args[13], &splits, &items, &own)) return fallback();
   ++g_host_a2av[async];
+  int64_t sent = 0;  // the elements this rank sends (its input splits), what the call's errors count
+  for (int p = 0; p < comm.size(); ++p) sent += splits[p];
   return run_host(async, args[2], args[3], [&](bool as_work) {
     if (own.bytes) std::memmove(reinterpret_cast<void*>(own.dst), reinterpret_cast<const void*>(own.src), own.bytes);
-    return comm.p2p(std::move(items), va.dtype, as_work);
+    return comm.all_to_allv(std::move(items), va.dtype, sent, as_work);
   });
 }
 
