@@ -28,7 +28,7 @@ namespace {
 // `splits` (None: equal blocks) as `P` block sizes of `total` elements into `out`, as
 // call_checks.py split_sizes reads them; false (no Python error set) for anything it would refuse
 // (a count that does not split, a wrong length, a negative size, a wrong sum) or that is not a list
-// or tuple of ints (int(s) of anything else: the Python path's to read).
+// or tuple of ints that are not bools (as_split_list: the Python path's to read and refuse).
 bool read_splits(PyObject* splits, int64_t total, int P, int64_t* out) {
   if (splits == Py_None) {
     if (total % P) return false;
@@ -40,7 +40,7 @@ bool read_splits(PyObject* splits, int64_t total, int P, int64_t* out) {
   PyObject** items = PySequence_Fast_ITEMS(splits);
   int64_t sum = 0;
   for (int j = 0; j < P; ++j) {
-    if (!PyLong_Check(items[j])) return false;
+    if (!PyLong_Check(items[j]) || PyBool_Check(items[j])) return false;  // (True is no count: call_checks.py)
     int overflow = 0;
     const long long v = PyLong_AsLongLongAndOverflow(items[j], &overflow);
     if (overflow || v < 0 || (v == -1 && PyErr_Occurred())) return PyErr_Clear(), false;
