@@ -130,7 +130,6 @@ PyObject* DeviceCallCache::run_all_to_allv(PyObject* const* args, const BufferVi
   }
   release_completed();  // what the previous calls' enqueues retired (no device call)
   std::shared_ptr<DeviceWork> work;
-  std::exception_ptr error;
   CaptureStatus capture = CaptureStatus::None;
   const CaptureStatus* known_capture = nullptr;  // (asked by the own stream's wait: the engine's answer)
   try {
@@ -139,24 +138,19 @@ PyObject* DeviceCallCache::run_all_to_allv(PyObject* const* args, const BufferVi
       capture = wait_for_own_stream(engine->device(), *own, *dstream, *own_event);
       known_capture = &capture;
     }
-    ReleaseGil nogil;
-    try {
-      if (own_block.bytes) {
-        DeviceGuard g(engine->device());
-        engine->device().copy(reinterpret_cast<void*>(own_block.dst), reinterpret_cast<const void*>(own_block.src),
-                              own_block.bytes, *dstream);
-      }
-      work = engine->p2p(items, va.dtype, *dstream, known_capture);
-    } catch (...) {
-      error = std::current_exception();
-    }
   } catch (...) {
-    error = std::current_exception();
-  }
-  if (error) {
-    set_python_error(error);
+    set_python_error(std::current_exception());
     return nullptr;
   }
+  if (!ran_released([&] {
+        if (own_block.bytes) {
+          DeviceGuard g(engine->device());
+          engine->device().copy(reinterpret_cast<void*>(own_block.dst), reinterpret_cast<const void*>(own_block.src),
+                                own_block.bytes, *dstream);
+        }
+        work = engine->p2p(items, va.dtype, *dstream, known_capture);
+      }))
+    return nullptr;
   ++DeviceCallCounts::all_to_allv;
   // Held until the batch completed, in call order with every other call of the route (hold()),
   // after releasing what the enqueue's begin() retired: a work held past its completion holds its

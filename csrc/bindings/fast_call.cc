@@ -67,19 +67,7 @@ template <class Start>
 PyObject* run_host(bool async, PyObject* a, PyObject* b, Start&& start) {
   if (!async) return run_released([&] { start(false); });
   std::shared_ptr<Work> work;
-  std::exception_ptr error;
-  {
-    ReleaseGil nogil;
-    try {
-      work = start(true);
-    } catch (...) {
-      error = std::current_exception();
-    }
-  }
-  if (error) {
-    set_python_error(error);
-    return nullptr;
-  }
+  if (!ran_released([&] { work = start(true); })) return nullptr;
   try {
     py::object handle = py::cast(std::move(work));
     py::object refs = py::make_tuple(py::handle(a), py::handle(b));
