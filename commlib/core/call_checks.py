@@ -168,12 +168,55 @@ def as_seconds(x, name: str = "timeout", allow_zero: bool = False) -> Optional[f
     return value
 
 
+def as_flag(x, name: str = "async_op") -> bool:
+    """``x`` as a bool: True, False and NumPy's bools pass; anything else (a string, an int, None) is
+    refused (TypeError naming ``name``) before anything is sent, never read as true or false by
+    its truth value (``async_op="no"`` would run async)."""
+    if x is True or x is False:
+        return x
+    if isinstance(x, np.bool_):
+        return bool(x)
+    raise TypeError(f"{name}: expected a bool (True or False), got {type(x).__name__} {x!r}")
+
+
+def as_split_list(x, name: str):
+    """``x`` (split sizes: a list, tuple or any iterable of ints, e.g. a NumPy array; None: equal
+    blocks) as a list of Python ints, each read as ``as_int`` reads a rank (a bool, a float or text
+    is refused, never converted: ``int("3")``, ``int(2.5)``, ``True``); TypeError naming ``name``
+    for anything that is not iterable."""
+    if x is None:
+        return None
+    if isinstance(x, (str, bytes)) or not hasattr(x, "__iter__"):
+        raise TypeError(f"{name}: expected a list of element counts (one per rank), got {type(x).__name__} {x!r}")
+    return [as_int(s, name) for s in x]
+
+
+# The keyword arguments checked by their value alone, the same way for every method that takes
+# them, whichever route runs the call: each method's Python route reads them through
+# check_keywords before anything is sent (one table: communicator.py's collectives and barrier,
+# comm_p2p.py's batches). The C++ entry (csrc/bindings/fast_call.cc) runs a call only when each is of
+# the one plain form this table accepts too (async_op exactly True or False; splits a list or tuple
+# of ints that are not bools: device_all_to_allv.cc read_splits) and declines anything else to that
+# route, so a wrong value raises the same named error on either (tests/stream/test_keyword_errors.py).
+KEYWORDS = {
+    "async_op": as_flag,
+    "output_splits": as_split_list,
+    "input_splits": as_split_list,
+}
+
+
+def check_keywords(**given):
+    """The values of ``given`` (keyword arguments of a call, by name) as KEYWORDS' checks read them,
+    in the order given: a tuple, one value per argument; raises naming the first that is wrong."""
+    return tuple(KEYWORDS[name](value, name) for name, value in given.items())
+
+
 def split_sizes(splits, total, P, name):
     if splits is None:
         if total % P:
             raise ValueError(f"{name}: {total} elements do not split evenly over {P} ranks")
         return [total // P] * P
-    splits = [int(s) for s in splits]
+    splits = as_split_list(splits, name)
     if len(splits) != P:
         raise ValueError(f"{name}: has {len(splits)} entries, expected one per rank ({P})")
     if any(s < 0 for s in splits):

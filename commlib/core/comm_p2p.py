@@ -6,7 +6,7 @@ buffers) or of the device route's stream engine (device buffers).
 """
 from __future__ import annotations
 
-from commlib.core.call_checks import named_device_buffers
+from commlib.core.call_checks import check_keywords, named_device_buffers
 from commlib.core.call_spec import DTYPE
 from commlib.core.p2p_plan import check_one_per_peer, plan_batch
 from commlib.core.work import Work
@@ -37,6 +37,7 @@ class PointToPointMethods:
         at most one send to and one receive from each peer per batch (the stream engine's limit:
         a ``ValueError`` naming ``ops[i]`` otherwise).
         """
+        (async_op,) = check_keywords(async_op=async_op)  # (call_checks.py's one table)
         items, refs, named, dtype = plan_batch(ops, self._check_peer)
         bufs = named_device_buffers(named)
         if bufs:

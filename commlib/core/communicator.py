@@ -22,8 +22,8 @@ from commlib.core.comm_p2p import PointToPointMethods
 from commlib.core.device_route import DeviceRoute
 from commlib.core.dropped_close import Leftovers
 from commlib.core.failure import CommunicatorFailure
-from commlib.core.call_checks import (as_rank, check_algorithm, check_op, describe_like, device_buffers_of,
-                                      named_device_buffers, check_one_sided_on_host)
+from commlib.core.call_checks import (as_rank, check_algorithm, check_keywords, check_op, describe_like,
+                                      device_buffers_of, named_device_buffers, check_one_sided_on_host)
 from commlib.core.p2p_plan import plan_all_to_allv
 from commlib.device.route_context import RouteContext
 from commlib.core.work import Work  # noqa: F401  (re-exported: commlib.core.communicator.Work)
@@ -131,6 +131,7 @@ class Communicator(PointToPointMethods, LifetimeMethods, GroupMethods, Communica
 
     def _run(self, coll, algorithm, in_ptr, out_ptr, count, dtype, op, root, scale, async_op, refs,
              stream=None, compress=None):
+        (async_op,) = check_keywords(async_op=async_op)  # (call_checks.py's one table)
         # Device buffers (emulated, CUDA) go to the stream engine: the route forks only here.
         bufs = device_buffers_of(coll, refs)
         if compress is not None or not bufs:
@@ -225,6 +226,8 @@ class Communicator(PointToPointMethods, LifetimeMethods, GroupMethods, Communica
                      self._device_calls, None, output_splits, input_splits)
         if done is not NotImplemented:
             return done
+        async_op, output_splits, input_splits = check_keywords(async_op=async_op, output_splits=output_splits,
+                                                               input_splits=input_splits)
         ip, n_in, dt = describe(input, "input")
         op_ptr, n_out, dt2 = describe(output, "output")
         if dt2 != dt:
@@ -253,7 +256,8 @@ class Communicator(PointToPointMethods, LifetimeMethods, GroupMethods, Communica
         if stream is not None:
             raise ValueError("stream: given, but the buffers are host memory")
         ctypes.memmove(*own)
-        work = self._core.p2p(ops, DTYPE[dt], async_op)
+        # (the batch numbered as a collective: its errors name all_to_all #n, as the entry's do)
+        work = self._core.all_to_allv(ops, DTYPE[dt], n_in, async_op)
         return Work(work, (input, output)) if async_op else None
 
     def broadcast(self, tensor, root: int = 0, algorithm: str = "auto", async_op: bool = False,

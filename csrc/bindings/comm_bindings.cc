@@ -208,6 +208,16 @@ void bind_comm(py::module_& m) {
           },
           py::arg("items"), py::arg("dtype"), py::arg("async_op"))
       .def(
+          "all_to_allv",
+          [](Communicator& c, const std::vector<P2PTuple>& items, DType dtype, int64_t count, bool async) {
+            std::vector<P2PItem> v = p2p_items(items);
+            ReleaseGil nogil;
+            return c.all_to_allv(std::move(v), dtype, count, async);
+          },
+          py::arg("items"), py::arg("dtype"), py::arg("count"), py::arg("async_op"),
+          "An all_to_all with split sizes: the batch p2p runs (items as p2p takes them), numbered as a collective, "
+          "so its errors name all_to_all #n; count: the elements this rank sends.")
+      .def(
           "recv_any",
           [](Communicator& c, uintptr_t ptr, int64_t count, DType dtype, uintptr_t source, bool async) {
             ReleaseGil nogil;

@@ -28,7 +28,7 @@ namespace {
 // `splits` (None: equal blocks) as `P` block sizes of `total` elements into `out`, as
 // call_checks.py split_sizes reads them; false (no Python error set) for anything it would refuse
 // (a count that does not split, a wrong length, a negative size, a wrong sum) or that is not a list
-// or tuple of ints (int(s) of anything else: the Python path's to read).
+// or tuple of ints that are not bools (as_split_list: the Python path's to read and refuse).
 bool read_splits(PyObject* splits, int64_t total, int P, int64_t* out) {
   if (splits == Py_None) {
     if (total % P) return false;
@@ -40,7 +40,7 @@ bool read_splits(PyObject* splits, int64_t total, int P, int64_t* out) {
   PyObject** items = PySequence_Fast_ITEMS(splits);
   int64_t sum = 0;
   for (int j = 0; j < P; ++j) {
-    if (!PyLong_Check(items[j])) return false;
+    if (!PyLong_Check(items[j]) || PyBool_Check(items[j])) return false;  // (True is no count: call_checks.py)
     int overflow = 0;
     const long long v = PyLong_AsLongLongAndOverflow(items[j], &overflow);
     if (overflow || v < 0 || (v == -1 && PyErr_Occurred())) return PyErr_Clear(), false;
@@ -130,7 +130,6 @@ PyObject* DeviceCallCache::run_all_to_allv(PyObject* const* args, const BufferVi
   }
   release_completed();  // what the previous calls' enqueues retired (no device call)
   std::shared_ptr<DeviceWork> work;
-  std::exception_ptr error;
   CaptureStatus capture = CaptureStatus::None;
   const CaptureStatus* known_capture = nullptr;  // (asked by the own stream's wait: the engine's answer)
   try {
@@ -139,24 +138,19 @@ PyObject* DeviceCallCache::run_all_to_allv(PyObject* const* args, const BufferVi
       capture = wait_for_own_stream(engine->device(), *own, *dstream, *own_event);
       known_capture = &capture;
     }
-    ReleaseGil nogil;
-    try {
-      if (own_block.bytes) {
-        DeviceGuard g(engine->device());
-        engine->device().copy(reinterpret_cast<void*>(own_block.dst), reinterpret_cast<const void*>(own_block.src),
-                              own_block.bytes, *dstream);
-      }
-      work = engine->p2p(items, va.dtype, *dstream, known_capture);
-    } catch (...) {
-      error = std::current_exception();
-    }
   } catch (...) {
-    error = std::current_exception();
-  }
-  if (error) {
-    set_python_error(error);
+    set_python_error(std::current_exception());
     return nullptr;
   }
+  if (!ran_released([&] {
+        if (own_block.bytes) {
+          DeviceGuard g(engine->device());
+          engine->device().copy(reinterpret_cast<void*>(own_block.dst), reinterpret_cast<const void*>(own_block.src),
+                                own_block.bytes, *dstream);
+        }
+        work = engine->p2p(items, va.dtype, *dstream, known_capture);
+      }))
+    return nullptr;
   ++DeviceCallCounts::all_to_allv;
   // Held until the batch completed, in call order with every other call of the route (hold()),
   // after releasing what the enqueue's begin() retired: a work held past its completion holds its

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "bindings/bindings.h"
+#include "bindings/fast_call.h"
 #include "bindings/gil.h"
 
 namespace py = pybind11;
@@ -161,7 +162,6 @@ PyObject* DeviceCallCache::run(Collective coll, PyObject* const* args, const Buf
   uint64_t ordinal = 0;
   CaptureStatus capture = CaptureStatus::None;
   const CaptureStatus* known_capture = nullptr;
-  std::exception_ptr error;
   try {
     // The buffer's own stream first, when the call runs on another (device_own_stream.cc): under
     // the GIL, so that no other call records the device's wait event between this record and wait.
@@ -172,25 +172,18 @@ PyObject* DeviceCallCache::run(Collective coll, PyObject* const* args, const Buf
       known_capture = &capture;
     }
   } catch (...) {
-    error = std::current_exception();
-  }
-  if (!error) {
-    ReleaseGil nogil;
-    try {
-      if (blocking)
-        ordinal = hit.engine->collective_unhandled(hit.call, *hit.stream, known_capture);
-      else if (reused.second)
-        ordinal = hit.engine->collective_into(hit.call, *hit.stream, *reused.second, known_capture);
-      else
-        made = hit.engine->collective(hit.call, *hit.stream, known_capture);
-    } catch (...) {
-      error = std::current_exception();
-    }
-  }
-  if (error) {
-    set_python_error(error);
+    set_python_error(std::current_exception());
     return nullptr;
   }
+  if (!ran_released([&] {
+        if (blocking)
+          ordinal = hit.engine->collective_unhandled(hit.call, *hit.stream, known_capture);
+        else if (reused.second)
+          ordinal = hit.engine->collective_into(hit.call, *hit.stream, *reused.second, known_capture);
+        else
+          made = hit.engine->collective(hit.call, *hit.stream, known_capture);
+      }))
+    return nullptr;
   last_engine = hit.engine;
   ++DeviceCallCounts::hits;
   if (fresh) {

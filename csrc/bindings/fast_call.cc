@@ -67,19 +67,7 @@ template <class Start>
 PyObject* run_host(bool async, PyObject* a, PyObject* b, Start&& start) {
   if (!async) return run_released([&] { start(false); });
   std::shared_ptr<Work> work;
-  std::exception_ptr error;
-  {
-    ReleaseGil nogil;
-    try {
-      work = start(true);
-    } catch (...) {
-      error = std::current_exception();
-    }
-  }
-  if (error) {
-    set_python_error(error);
-    return nullptr;
-  }
+  if (!ran_released([&] { work = start(true); })) return nullptr;
   try {
     py::object handle = py::cast(std::move(work));
     py::object refs = py::make_tuple(py::handle(a), py::handle(b));
@@ -103,9 +91,11 @@ PyObject* run_host_all_to_allv(Communicator& comm, PyObject* const* args, const 
   AllToAllvOwnBlock own;
   if (!plan_all_to_allv(comm.size(), comm.rank(), va, vb, args[12], args[13], &splits, &items, &own)) return fallback();
   ++g_host_a2av[async];
+  int64_t sent = 0;  // the elements this rank sends (its input splits), what the call's errors count
+  for (int p = 0; p < comm.size(); ++p) sent += splits[p];
   return run_host(async, args[2], args[3], [&](bool as_work) {
     if (own.bytes) std::memmove(reinterpret_cast<void*>(own.dst), reinterpret_cast<const void*>(own.src), own.bytes);
-    return comm.p2p(std::move(items), va.dtype, as_work);
+    return comm.all_to_allv(std::move(items), va.dtype, sent, as_work);
   });
 }
 

@@ -25,10 +25,11 @@ bool call_of(Collective coll, int P, int me, PyObject* op, PyObject* algorithm, 
 
 void set_python_error(std::exception_ptr p);  // (bindings.h)
 
-// Runs `run` (a blocking call into the core) with the GIL released, as every fast entry does: None,
-// or nullptr with the Python error its exception maps to (set_python_error) set.
+// Runs `run` (a call into the core that may block) with the GIL released, as every fast entry
+// does: true, or false with the Python error its exception maps to (set_python_error) set, once
+// the GIL is held again. What `run` makes it hands out through its captures.
 template <class Run>
-PyObject* run_released(Run&& run) {
+bool ran_released(Run&& run) {
   std::exception_ptr error;
   {
     ReleaseGil nogil;
@@ -38,10 +39,15 @@ PyObject* run_released(Run&& run) {
       error = std::current_exception();
     }
   }
-  if (error) {
-    set_python_error(error);
-    return nullptr;
-  }
+  if (!error) return true;
+  set_python_error(error);
+  return false;
+}
+
+// ran_released for a call whose answer is None: None, or nullptr with the Python error set.
+template <class Run>
+PyObject* run_released(Run&& run) {
+  if (!ran_released(std::forward<Run>(run))) return nullptr;
   Py_RETURN_NONE;
 }
 

@@ -242,27 +242,51 @@ std::shared_ptr<Work> Communicator::collective(const CollectiveCall& call, bool 
   return submit([this, call, seq] { run_collective(call, seq); }, async);
 }
 
-std::shared_ptr<Work> Communicator::p2p(std::vector<P2PItem> items, DType dtype, bool async, double timeout_s) {
+namespace {
+
+void check_p2p_items(const std::vector<P2PItem>& items, int rank, int size) {
   for (const P2PItem& it : items) {
-    if (it.peer < 0 || it.peer >= size_ || it.peer == rank_)
+    if (it.peer < 0 || it.peer >= size || it.peer == rank)
       throw std::invalid_argument("peer: " + std::to_string(it.peer) + " is not another rank of this communicator (size " +
-                                  std::to_string(size_) + ")");
+                                  std::to_string(size) + ")");
     if (it.count < 0) throw std::invalid_argument("count: negative");
   }
+}
+
+}  // namespace
+
+std::vector<uint64_t> Communicator::p2p_seqs(const std::vector<P2PItem>& items) {
   // Numbered when submitted (device messages made in between take the next numbers), unless a
   // receive from any source is queued ahead: its sender is known only when it runs.
   std::vector<uint64_t> seqs;
-  {
-    std::lock_guard<std::mutex> lk(p2p_mu_);
-    if (!queued_any_)
-      for (const P2PItem& it : items) seqs.push_back(it.send ? ++send_seq_[it.peer] : ++recv_seq_[it.peer]);
-  }
+  std::lock_guard<std::mutex> lk(p2p_mu_);
+  if (!queued_any_)
+    for (const P2PItem& it : items) seqs.push_back(it.send ? ++send_seq_[it.peer] : ++recv_seq_[it.peer]);
+  return seqs;
+}
+
+std::shared_ptr<Work> Communicator::p2p(std::vector<P2PItem> items, DType dtype, bool async, double timeout_s) {
+  check_p2p_items(items, rank_, size_);
+  std::vector<uint64_t> seqs = p2p_seqs(items);
   return submit(
       [this, items = std::move(items), dtype, seqs, timeout_s] {
         CallTimeout call_timeout(exec_, timeout_s);
         run_p2p(items, dtype, seqs);
       },
       async);
+}
+
+std::shared_ptr<Work> Communicator::all_to_allv(std::vector<P2PItem> items, DType dtype, int64_t count, bool async) {
+  check_p2p_items(items, rank_, size_);
+  // The collective's number first, as collective() takes it when submitted (a device call made in
+  // between takes the next one on every rank alike), then the messages' numbers per pair.
+  CallDesc desc;
+  desc.coll = static_cast<uint8_t>(Collective::AllToAll);
+  desc.dtype = static_cast<uint8_t>(dtype);
+  desc.count = count;
+  desc.seq = next_call_seq();
+  std::vector<uint64_t> seqs = p2p_seqs(items);
+  return submit([this, items = std::move(items), dtype, seqs, desc] { run_p2p(items, dtype, seqs, &desc); }, async);
 }
 
 uint64_t Communicator::next_p2p_seq(int peer, bool send) {

@@ -78,6 +78,12 @@ class Communicator {
   // call's own timeout in place of the communicator's (torch's per-call opts.timeout).
   std::shared_ptr<Work> collective(const CollectiveCall& call, bool async, double timeout_s = 0);
   std::shared_ptr<Work> p2p(std::vector<P2PItem> items, DType dtype, bool async, double timeout_s = 0);
+  // An all_to_all with split sizes: the point-to-point batch `items` (a send and a receive per
+  // peer, core/p2p_plan.py's plan; `count`: the elements this rank sends), run as p2p runs it but
+  // numbered as a collective (next_call_seq, taken when submitted on every rank alike), so a
+  // failure names "all_to_all #n" and the rank, as every collective's does, not a message of
+  // the batch (issue #37).
+  std::shared_ptr<Work> all_to_allv(std::vector<P2PItem> items, DType dtype, int64_t count, bool async);
   // Receives `count` elements from whichever peer sends first (in FIFO order with other calls) and
   // writes that peer's rank to *source (host/recv_any.cc).
   std::shared_ptr<Work> recv_any(uintptr_t ptr, int64_t count, DType dtype, int32_t* source, bool async,
@@ -136,6 +142,9 @@ class Communicator {
   // the executor asks the engine's probe (add_p2p_probe) for a device message of the number a host
   // receive waits for.
   uint64_t next_p2p_seq(int peer, bool send);
+  // Each item's message number (next_p2p_seq's, per pair), taken when a batch is submitted; empty
+  // while a receive from any source is queued (its batch numbers them when it runs).
+  std::vector<uint64_t> p2p_seqs(const std::vector<P2PItem>& items);
   uint64_t peek_p2p_seq(int peer, bool send);  // the number next_p2p_seq would return
   bool peek_host_message(int peer, CallDesc* desc);
   int add_p2p_probe(std::function<bool(int peer, const CallDesc& want, CallDesc* sent)> fn);
@@ -155,8 +164,10 @@ class Communicator {
   void worker_loop();
   void run_collective(const CollectiveCall& call, uint64_t seq);
   // `seqs`: each item's message number, taken when submitted (empty: take them now, as a receive
-  // from any source and the receives queued behind one do).
-  void run_p2p(const std::vector<P2PItem>& items, DType dtype, const std::vector<uint64_t>& seqs = {});
+  // from any source and the receives queued behind one do). `as_call`: the collective the batch is
+  // (all_to_allv), which its errors name; null: the batch's own messages.
+  void run_p2p(const std::vector<P2PItem>& items, DType dtype, const std::vector<uint64_t>& seqs = {},
+               const CallDesc* as_call = nullptr);
   int wait_for_any_sender(DType dtype, int64_t count);
   // The call's resolved plan (plan/plan_cache.h), auto's choice logged once at debug >= 1.
   const ResolvedPlan& plan(const CollectiveCall& call, int64_t bytes);

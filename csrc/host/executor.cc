@@ -235,7 +235,9 @@ void Executor::on_idle(std::vector<ExecOp>& ops, const CallDesc& call, Clock::ti
            "rank " + std::to_string(me) + " in " + what() + ": rank " + std::to_string(p) + " failed: " + st.message);
   }
   if (!slow_checks) return;
-  if (call.coll == static_cast<uint8_t>(Collective::Send)) check_device_messages(ops);
+  // (every batch's receives: a p2p batch's `call` is its last message or, for an all_to_all with
+  // split sizes, the collective it is; a collective's ops are no messages of point-to-point)
+  check_device_messages(ops);
   auto waiting = [&](size_t i) {  // a message this rank waits for (run_lanes: of a running step)
     const ExecOp& o = ops[i];
     return is_comm(o.kind) && !o.finished && (!idle_running_ || (*idle_running_)[i]);

@@ -213,7 +213,8 @@ int64_t Communicator::p2p_single_copy_min(int64_t largest) {
   return single_copy_auto_min(p2p_crossover_, largest);
 }
 
-void Communicator::run_p2p(const std::vector<P2PItem>& items, DType dtype, const std::vector<uint64_t>& seqs) {
+void Communicator::run_p2p(const std::vector<P2PItem>& items, DType dtype, const std::vector<uint64_t>& seqs,
+                           const CallDesc* as_call) {
   throw_if_aborted();
   const size_t esize = dtype_size(dtype);
   ops_.clear();
@@ -235,13 +236,15 @@ void Communicator::run_p2p(const std::vector<P2PItem>& items, DType dtype, const
     ops_.push_back(e);
     any = e.desc;
   }
+  // What the executor's errors name: the collective the batch is (all_to_allv), else its last message.
+  const CallDesc& call = as_call ? *as_call : any;
   const auto t0 = opts_.debug >= 2 ? Clock::now() : Clock::time_point{};
   try {
-    exec_.check_peers_failed(any);
+    exec_.check_peers_failed(call);
     size_t largest = 0;
     for (const ExecOp& e : ops_) largest = std::max(largest, e.bytes);
     exec_.begin_call(largest, 0, p2p_single_copy_min(static_cast<int64_t>(largest)));
-    exec_.run_step(ops_, dtype, RedOp::Sum, any);
+    exec_.run_step(ops_, dtype, RedOp::Sum, call);
   } catch (const CommError& e) {
     fail_communicator(e);
     throw;

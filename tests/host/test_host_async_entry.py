@@ -3,7 +3,7 @@ with split sizes, compress= calls whose codec the Python path resolved before, a
 collective, with async_op=True, run from C++ and answer with the Python path's Work handle: no call
 on the Python route, exact (and bit for bit the Python route's) at 2 and 3 ranks with awkward counts;
 a wrong argument still raises naming it before anything is sent; a rank killed under an async call
-is a PeerError naming it and the call (an all_to_all with splits: its batch's send) on the survivors (rank side: host_async_entry_cases.py)."""
+is a PeerError naming it and the call on the survivors (rank side: host_async_entry_cases.py)."""
 import os
 
 import pytest
@@ -57,9 +57,9 @@ def test_a_wrong_async_host_argument_raises_naming_it(pool):
 def test_a_rank_killed_under_an_async_entry_call_is_a_peer_error(kind, size, victim):
     before = set(os.listdir("/dev/shm"))
     results = run_killing_one_rank(size, victim, cases.kill_during_async_call, timeout=90, args=(kind,))
-    # (an all_to_all with splits is a point-to-point batch on the host core, on either route: its error
-    # names the batch's message, "send #n (count x dtype)", as the Python route's does)
-    assert_survivors_named_the_dead_rank(results, victim, call="send #" if kind == "a2av" else "all_reduce #",
+    # (an all_to_all with splits is a point-to-point batch on the host core numbered as a collective:
+    # its error names "all_to_all #n", on either route: test_a2av_peer_errors.py)
+    assert_survivors_named_the_dead_rank(results, victim, call="all_to_all #" if kind == "a2av" else "all_reduce #",
                                          within_s=30)
     leaked = [f for f in set(os.listdir("/dev/shm")) - before if "commlib" in f]
     assert not leaked, f"left in /dev/shm: {leaked}"
