@@ -10,10 +10,10 @@ import numpy as np
 import commlib
 import commlib._C as _C
 from commlib.codecs import Codec
-from commlib.core import communicator
 from commlib.core.communicator import Communicator
 from commlib.core.work import Work
 from commlib.testing.faults import arm_death
+from python_route import python_route_only
 
 from compressed_entry_cases import call_compressed, compressed_call_shapes
 
@@ -39,17 +39,6 @@ def python_route_spy():
     finally:
         for name, fn in real.items():
             setattr(Communicator, name, fn)
-
-
-@contextlib.contextmanager
-def python_route_only():
-    """Inside the block the entry declines every call: the Python route runs them (the reference)."""
-    real = communicator._fast
-    communicator._fast = lambda *args: NotImplemented
-    try:
-        yield
-    finally:
-        communicator._fast = real
 
 
 def _message(src, dst, n, salt):

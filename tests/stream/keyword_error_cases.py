@@ -3,25 +3,13 @@ buffers and on the emulated device, through the C++ entry and with the entry dec
 (the Python route alone), after the same calls ran right (so the entry holds them): the error each
 raises, and what it sent (the emulated device's driver calls on this thread, the C++ entry's host
 runs)."""
-import contextlib
-
 import numpy as np
 
 import commlib._C as _C
 import commlib.emulated as emu
-from commlib.core import communicator
+from python_route import python_route_only
 from kernel_path_cases import KERNEL_SETTINGS, with_settings
 
-
-@contextlib.contextmanager
-def python_route_only():
-    """Inside the block the C++ entry declines every call: the Python route runs them."""
-    real = communicator._fast
-    communicator._fast = lambda *args: NotImplemented
-    try:
-        yield
-    finally:
-        communicator._fast = real
 
 # (label, call(comm, x, y, peer)) of calls that differ from a right one in one keyword argument only.
 BAD_KEYWORDS = [
