@@ -8,23 +8,18 @@
 // receive's step runs, else parked in a buffer of its own until the step starts. A peer's channel is
 // drained while this call still expects bytes from it, so no lane's early message blocks another's.
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
 
 #include "host/executor.h"
 #include "host/lane_hold.h"
+#include "host/stall_clock.h"
 #include "plan/describe.h"
 
 namespace commlib {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-constexpr int64_t kSleepSliceUs = 50 * 1000;                      // as run_step's
-constexpr auto kSlowCheckEvery = std::chrono::milliseconds(100);  // as run_step's
 
 bool is_recv(OpKind k) { return k == OpKind::Recv || k == OpKind::RecvReduce; }
 
@@ -273,45 +268,34 @@ void Executor::run_lanes(std::vector<ExecOp>& ops, const LanedSteps& steps, DTyp
   for (int s = 0; s < n; ++s) run.ready.push_back(n - 1 - s);  // (popped from the back: list order)
   start_free_steps(run, dtype, op);
 
-  // The wait as run_step's: clocks read only once nothing moved.
-  Clock::time_point last_progress, last_slow;
-  bool started = false, fresh = true;
+  // The wait as run_step's (stall_clock.h).
+  StallClock clock;
   while (run.finished < static_cast<size_t>(n)) {
     const uint32_t seen = t_.events();
     run.park_all = park_eagerly();  // (a test seam: lane_hold.h)
     if (progress_lanes(run, dtype, op, call)) {
-      fresh = true;
+      clock.progressed();
       continue;
     }
     if (run.finished == static_cast<size_t>(n)) break;
     // Nothing moved: take what waits in the channels before waiting on anything.
     run.park_all = true;
     if (progress_lanes(run, dtype, op, call)) {
-      fresh = true;
+      clock.progressed();
       continue;
     }
     if (run.finished == static_cast<size_t>(n)) break;
-    const auto now = Clock::now();
-    if (!started) {
-      last_slow = now;
-      started = true;
-    }
-    if (fresh) {
-      last_progress = now;
-      fresh = false;
-    }
-    const bool slow = now - last_slow >= kSlowCheckEvery;
+    const bool slow = clock.stalled();
     if (slow) {
-      last_slow = now;
       // A peer may have published its last chunks and then exited: drain before judging it.
       if (progress_lanes(run, dtype, op, call)) {  // (park_all still)
-        fresh = true;
+        clock.progressed();
         continue;
       }
       if (run.finished == static_cast<size_t>(n)) break;
     }
-    on_idle(ops, call, last_progress, slow);
-    if (!t_.wait_events(seen, kSleepSliceUs, spin_)) spin_ = false;
+    on_idle(ops, call, clock.last_progress(), slow);
+    sleep_on_events(seen);
   }
 }
 
