@@ -5,7 +5,7 @@ schedule, which the executor runs step by step in list order (schedule/lanes.h: 
 lane fields are not lanes). The schedules need the host map: LANED_AB_HOSTS contiguous groups of
 equal size, as ``commlib bench --hosts`` places the ranks (default 1). E.g. on 8 ranks in 2 hosts::
 
-    LANED_AB_HOSTS=2 PYTHONPATH=bench commlib bench --np 8 --hosts 2 --import laned_list_order \\
+    LANED_AB_HOSTS=2 PYTHONPATH=bench commlib bench --np 8 --hosts 2 --peers none --import laned_list_order \\
         --algorithms rail_ring,rail_ring_in_list_order,rail_split,rail_split_in_list_order \\
         -b 64K -e 16M -f 4 --passes 5 all_reduce
 """
