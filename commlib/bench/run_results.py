@@ -43,6 +43,9 @@ def finish(a, cfg, command, results, backends, status) -> int:
         "world_size": cfg["world_size"], "timing": TIMING_NOTE, "backends": backends,
         "results": results, "memcpy": mem,
     }
+    # The fit simulates each algorithm measured: those registered by --import too, here as on the ranks.
+    from commlib.bench.rank_process import import_plugins
+    import_plugins(cfg)
     data["model"] = model.fit_results(results)
     if a.tune:
         path = a.tune_file or tuning.DEFAULT_OUTPUT

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "host/stall_clock.h"
 #include "plan/describe.h"
 #include "plan/lowering.h"
 #include "kernels/cpu_copy.h"
@@ -14,9 +15,6 @@ namespace commlib {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-constexpr int64_t kSleepSliceUs = 50 * 1000;           // longest single futex sleep
-constexpr auto kSlowCheckEvery = std::chrono::milliseconds(100);  // /proc and call checks
 
 bool is_comm(OpKind k) { return k == OpKind::Send || k == OpKind::Recv || k == OpKind::RecvReduce; }
 
@@ -325,10 +323,7 @@ void Executor::run_step(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
     run_local_ops(ops.data(), ops.data() + ops.size(), dtype, op);
   }
 
-  // Clocks are read only once the step stalls: a small message usually completes without waiting,
-  // and two clock reads per call show on the latency path.
-  Clock::time_point last_progress, last_slow;
-  bool started = false, fresh = true;  // fresh: progress since the last stall
+  StallClock clock;
   size_t pending = 0;
   for (;;) {
     uint32_t seen = t_.events();
@@ -336,31 +331,25 @@ void Executor::run_step(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
     const bool worked = work && work->run();
     if (pending == 0 && !worked) break;
     if (moved || worked) {
-      fresh = true;
+      clock.progressed();
       continue;
     }
-    auto now = Clock::now();
-    if (!started) {
-      last_slow = now;
-      started = true;
-    }
-    if (fresh) {
-      last_progress = now;
-      fresh = false;
-    }
-    bool slow = now - last_slow >= kSlowCheckEvery;
+    const bool slow = clock.stalled();
     if (slow) {
-      last_slow = now;
       // A peer may have published its last chunks and then exited: drain before judging it.
       if (progress(ops, dtype, op, call, &pending)) {
-        fresh = true;
+        clock.progressed();
         continue;
       }
       if (pending == 0) break;
     }
-    on_idle(ops, call, last_progress, slow);
-    if (!t_.wait_events(seen, kSleepSliceUs, spin_)) spin_ = false;
+    on_idle(ops, call, clock.last_progress(), slow);
+    sleep_on_events(seen);
   }
+}
+
+void Executor::sleep_on_events(uint32_t seen) {
+  if (!t_.wait_events(seen, kSleepSliceUs, spin_)) spin_ = false;
 }
 
 void Executor::check_device_messages(const std::vector<ExecOp>& ops) {

@@ -196,6 +196,9 @@ class Executor {
   void receive_rendezvous(ExecOp& o, const char* payload, DType dtype, RedOp op, const CallDesc& call,
                           char* into = nullptr);
   void read_from_peer(ExecOp& o, Link& l, uint64_t address, DType dtype, RedOp op);
+  // Sleeps on the doorbell until an event past `seen` or a slice (stall_clock.h); a wait that
+  // outlasted its spin makes this call's later waits sleep at once (spin_).
+  void sleep_on_events(uint32_t seen);
   void on_idle(std::vector<ExecOp>& ops, const CallDesc& call,
                std::chrono::steady_clock::time_point last_progress, bool slow_checks);
   [[noreturn]] void fail(ErrorKind kind, const std::string& message);

@@ -6,25 +6,21 @@
 // lane, and each peer's channel, first in, first out across lanes, is taken apart here: the chunk at
 // its head goes to its lane's next receive from that peer, straight into the destination when that
 // receive's step runs, else parked in a buffer of its own until the step starts. A peer's channel is
-// drained while this call still expects bytes from it, so no lane's early message blocks another's.
+// drained while a running receive from it is short of bytes, so no lane's early message blocks
+// another's (and that is all liveness needs: docs/DESIGN.md "Laned calls", "No deadlock").
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
 
 #include "host/executor.h"
 #include "host/lane_hold.h"
+#include "host/stall_clock.h"
 #include "plan/describe.h"
 
 namespace commlib {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-constexpr int64_t kSleepSliceUs = 50 * 1000;                      // as run_step's
-constexpr auto kSlowCheckEvery = std::chrono::milliseconds(100);  // as run_step's
 
 bool is_recv(OpKind k) { return k == OpKind::Recv || k == OpKind::RecvReduce; }
 
@@ -61,7 +57,7 @@ struct Executor::LanedRun {
   std::vector<std::unique_ptr<char[]>> parked;   // per op: what came before its step ran
   size_t finished = 0, first_unfinished = 0;
   // progress_lanes takes every chunk waiting in a channel this call still expects (parking what
-  // runs later), not only those whose receive runs: set once a pass moved nothing.
+  // runs later), not only those a running receive may be behind: the test seam park_eagerly only.
   bool park_all = false;
 
   size_t steps_count() const { return steps.lane.size(); }
@@ -209,8 +205,8 @@ bool Executor::progress_lanes(LanedRun& run, DType dtype, RedOp op, const CallDe
       const ChunkHeader* h = l.peek_recv(&payload);
       if (!h) break;
       // A chunk whose receive does not run yet stays in the channel (no copy) unless a running
-      // receive from p may be behind it, or this rank has nothing else to do (run.park_all): then no
-      // sender waits on this rank's channel while this rank waits on anything.
+      // receive from p may be behind it: then p's sends to this rank wait only while this rank
+      // waits on no message from p (docs/DESIGN.md "Laned calls": why that cannot deadlock).
       const size_t at = static_cast<size_t>(p) * run.W + h->lane;
       if (!run.park_all && !run.waiting[p] && h->lane < static_cast<uint32_t>(run.W) &&
           run.next_recv[at] < run.recvs[at].size() && !run.running[run.recvs[at][run.next_recv[at]]])
@@ -273,45 +269,27 @@ void Executor::run_lanes(std::vector<ExecOp>& ops, const LanedSteps& steps, DTyp
   for (int s = 0; s < n; ++s) run.ready.push_back(n - 1 - s);  // (popped from the back: list order)
   start_free_steps(run, dtype, op);
 
-  // The wait as run_step's: clocks read only once nothing moved.
-  Clock::time_point last_progress, last_slow;
-  bool started = false, fresh = true;
+  // The wait as run_step's (stall_clock.h).
+  StallClock clock;
   while (run.finished < static_cast<size_t>(n)) {
     const uint32_t seen = t_.events();
     run.park_all = park_eagerly();  // (a test seam: lane_hold.h)
     if (progress_lanes(run, dtype, op, call)) {
-      fresh = true;
+      clock.progressed();
       continue;
     }
     if (run.finished == static_cast<size_t>(n)) break;
-    // Nothing moved: take what waits in the channels before waiting on anything.
-    run.park_all = true;
-    if (progress_lanes(run, dtype, op, call)) {
-      fresh = true;
-      continue;
-    }
-    if (run.finished == static_cast<size_t>(n)) break;
-    const auto now = Clock::now();
-    if (!started) {
-      last_slow = now;
-      started = true;
-    }
-    if (fresh) {
-      last_progress = now;
-      fresh = false;
-    }
-    const bool slow = now - last_slow >= kSlowCheckEvery;
+    const bool slow = clock.stalled();
     if (slow) {
-      last_slow = now;
       // A peer may have published its last chunks and then exited: drain before judging it.
-      if (progress_lanes(run, dtype, op, call)) {  // (park_all still)
-        fresh = true;
+      if (progress_lanes(run, dtype, op, call)) {
+        clock.progressed();
         continue;
       }
       if (run.finished == static_cast<size_t>(n)) break;
     }
-    on_idle(ops, call, last_progress, slow);
-    if (!t_.wait_events(seen, kSleepSliceUs, spin_)) spin_ = false;
+    on_idle(ops, call, clock.last_progress(), slow);
+    sleep_on_events(seen);
   }
 }
 

@@ -11,15 +11,14 @@
 #include <cstring>
 
 #include "host/executor.h"
+#include "host/stall_clock.h"
 #include "kernels/cpu_copy.h"
 #include "plan/describe.h"
 
 namespace commlib {
 
 namespace {
-using Clock = std::chrono::steady_clock;
-constexpr int64_t kSleepSliceUs = 50 * 1000;
-constexpr auto kSlowCheckEvery = std::chrono::milliseconds(100);
+using Clock = std::chrono::steady_clock;  // (its waits' slices and checks: stall_clock.h's)
 // A stream's unit: what a root writes before it publishes, and the most a reader copies before it
 // publishes (so the root may reuse that much). Small enough that readers start on a broadcast's
 // first bytes while the root writes the rest, large enough that the per-piece stores are noise.

@@ -40,14 +40,18 @@ void PlanCache::drop_all() {
   last_ = nullptr;
 }
 
-PlanCache::PlanCache(PlanContext ctx) : ctx_(std::move(ctx)), tuning_generation_(tuning_generation()) {}
+PlanCache::PlanCache(PlanContext ctx)
+    : ctx_(std::move(ctx)), tuning_generation_(tuning_generation()), registry_generation_(registry_generation()) {}
 
 const std::shared_ptr<const ResolvedPlan>& PlanCache::find(const CollectiveCall& call) {
   ++lookups_;
-  const uint64_t gen = tuning_generation();
-  if (gen != tuning_generation_) {  // a new tuning table: auto may choose differently now
+  const uint64_t gen = tuning_generation(), reg = registry_generation();
+  // A new tuning table (auto may choose differently now), or algorithms added or removed (an index
+  // of the key may name another algorithm now: a stale plan ran the old one's schedule).
+  if (gen != tuning_generation_ || reg != registry_generation_) {
     drop_all();
     tuning_generation_ = gen;
+    registry_generation_ = reg;
   }
   const int root = collective_has_root(call.coll) ? call.root : 0;
   const ScheduleKey key{static_cast<uint8_t>(call.coll), call.algo, root, call.count,

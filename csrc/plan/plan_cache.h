@@ -84,6 +84,9 @@ class PlanCache {
   ScheduleKey last_key_;
   const std::shared_ptr<const ResolvedPlan>* last_ = nullptr;
   uint64_t tuning_generation_ = 0;  // of the tuning table the cached auto choices came from
+  // Of the algorithm registry the cached plans were built from: a Python algorithm unregistered and
+  // another registered in its place takes its index (registry.h), which the key holds.
+  uint64_t registry_generation_ = 0;
   uint64_t lookups_ = 0;
 };
 

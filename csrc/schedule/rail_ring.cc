@@ -1,7 +1,11 @@
 // Multi-channel rail-aligned rings (NCCL's multi-node ring): the buffer is cut into C channels, each
 // a share of every block with its own ring order through all P ranks, and the C rings run side by
-// side (step k of the schedule holds step k of every channel), so every NIC and every intra-host
-// port carries a share at once instead of one NIC per host boundary.
+// side, each channel in a lane of its own (schedule/lanes.h, issue #39: a channel's step waits only
+// for its own previous step, so on the host executor a channel held up by a slow link holds back no
+// other), so every NIC and every intra-host port carries a share at once instead of one NIC per host
+// boundary. The channels are listed round by round (channel_lanes): run in list order (the device
+// plans, compressed calls) every rank runs ring step k of channel 0, then of channel 1, ..., each a
+// whole exchange of its ring.
 //
 // Channel orders (rail_orders): with H >= 2 hosts of equal, even size L (the DGX shape), C = L and
 // the ring of channel c visits the hosts in order, crossing the ranks of host h along a Hamiltonian
@@ -11,7 +15,7 @@
 // exactly one too). The L paths of a host are Walecki's decomposition of the complete graph on L
 // vertices into L/2 Hamiltonian paths, each taken forwards and backwards, so no two channels use
 // the same intra-host pair in the same direction: each rank sends to and receives from C distinct
-// peers per step, as the IR requires (ir.h). With H odd the wrap from the last host back to host 0
+// peers per round (one channel on each). With H odd the wrap from the last host back to host 0
 // crosses rails (from local index c + L/2 to c), through the spine of a rail-optimised fabric.
 // Any other host map (one host, uneven hosts, odd L): C = 2, a ring and the same ring reversed
 // (host-major order), or C = 1 when P <= 2.
@@ -22,7 +26,9 @@
 
 #include "schedule/builders.h"
 #include "schedule/hierarchical_hosts.h"
+#include "schedule/lanes.h"
 #include "schedule/registry.h"
+#include "schedule/side_by_side.h"
 #include "schedule/subgroup.h"
 
 namespace commlib {
@@ -68,6 +74,18 @@ std::vector<std::vector<int>> rail_orders(const CollArgs& a) {
   return orders;
 }
 
+// One lane per channel (schedule/lanes.h): the host map alone decides C.
+int rail_ring_lanes(const CollArgs& a) { return static_cast<int>(rail_orders(a).size()); }
+
+// The channels' step lists as lanes, channel c in lane c, listed round by round (side_by_side.h
+// interleave_rounds): run in list order, every rank runs ring step k of channel 0, then of channel 1,
+// and so on, each a whole exchange of its ring, as the channels' one merged step k did.
+std::vector<Step> channel_lanes(std::vector<std::vector<Step>> lists) {
+  for (size_t c = 0; c < lists.size(); ++c)
+    for (Step& st : lists[c]) st.lane = static_cast<int>(c);
+  return interleave_rounds(std::move(lists));
+}
+
 int position(const std::vector<int>& order, int r) {
   return static_cast<int>(std::find(order.begin(), order.end(), r) - order.begin());
 }
@@ -82,7 +100,7 @@ Schedule all_reduce_rail_ring(const CollArgs& a) {
     lists.push_back(on_subgroup(Collective::AllReduce, "ring", a.rank, len, 0, g).steps);
   }
   Schedule s;
-  s.steps = zip_steps(lists);
+  s.steps = channel_lanes(std::move(lists));
   return s;
 }
 
@@ -102,10 +120,13 @@ Schedule all_gather_rail_ring(const CollArgs& a) {
     for (int k = 0; k < P - 1; ++k)
       st.push_back(Step{{op_send(next, k == 0 ? in_region(off, len) : blk(i - k)), op_recv(prev, blk(i - k - 1))}});
   }
+  for (int c = 0; c < C; ++c) {  // each channel copies its own share of this rank's block (its lane's elements)
+    if (lists[c].empty()) lists[c].emplace_back();
+    lists[c][0].ops.push_back(op_copy(out_region(r * n + blk_off(n, C, c), blk_len(n, C, c)),
+                                      in_region(blk_off(n, C, c), blk_len(n, C, c))));
+  }
   Schedule s;
-  s.steps = zip_steps(lists);
-  if (s.steps.empty()) s.steps.emplace_back();
-  s.steps[0].ops.push_back(op_copy(out_region(r * n, n), in_region(0, n)));
+  s.steps = channel_lanes(std::move(lists));
   return s;
 }
 
@@ -139,7 +160,7 @@ Schedule reduce_scatter_rail_ring(const CollArgs& a) {
       st.push_back(Step{{op_send(next, src), op_recv_reduce_from(prev, dst, in(i - k - 2))}});
     }
   }
-  s.steps = zip_steps(lists);
+  s.steps = channel_lanes(std::move(lists));
   if (P > 2) s.scratch_count = 2 * n;
   return s;
 }
@@ -152,6 +173,10 @@ COMMLIB_REGISTER_ALGORITHM(AllGather, "rail_ring", all_gather_rail_ring, 6, kLar
                            "one ring per rail: channels whose rings cross hosts on every local rank's NIC");
 COMMLIB_REGISTER_ALGORITHM(ReduceScatter, "rail_ring", reduce_scatter_rail_ring, 5, kLargeMessages,
                            "one ring per rail: channels whose rings cross hosts on every local rank's NIC");
+
+static const LanesRegistrar all_reduce_lanes(Collective::AllReduce, "rail_ring", rail_ring_lanes);
+static const LanesRegistrar all_gather_lanes(Collective::AllGather, "rail_ring", rail_ring_lanes);
+static const LanesRegistrar reduce_scatter_lanes(Collective::ReduceScatter, "rail_ring", rail_ring_lanes);
 
 }  // namespace sched
 }  // namespace commlib

@@ -8,6 +8,7 @@
 
 #include "schedule/builders.h"
 #include "schedule/hierarchical_hosts.h"
+#include "schedule/lanes.h"
 #include "schedule/registry.h"
 
 namespace commlib {
@@ -25,13 +26,23 @@ int64_t share_of(int64_t count, int share) {
   return count / kShareUnits * share + count % kShareUnits * share / kShareUnits;
 }
 
-std::vector<Step> merge_lanes(const std::vector<std::vector<Step>>& lanes) {
-  size_t len = 0;
-  for (const auto& l : lanes) len = std::max(len, l.size());
-  std::vector<Step> out(len);
-  for (const auto& lane : lanes)
-    for (size_t k = 0; k < lane.size(); ++k) out[k].ops.insert(out[k].ops.end(), lane[k].ops.begin(), lane[k].ops.end());
-  out.erase(std::remove_if(out.begin(), out.end(), [](const Step& st) { return st.ops.empty(); }), out.end());
+std::vector<Step> interleave_rounds(std::vector<std::vector<Step>> parts) {
+  struct At {
+    size_t round, part, index;
+  };
+  std::vector<At> order;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    std::vector<size_t> seen;  // per lane: its steps so far in this part
+    for (size_t i = 0; i < parts[p].size(); ++i) {
+      const size_t lane = static_cast<size_t>(parts[p][i].lane);
+      if (seen.size() <= lane) seen.resize(lane + 1, 0);
+      order.push_back(At{seen[lane]++, p, i});
+    }
+  }
+  std::stable_sort(order.begin(), order.end(), [](const At& x, const At& y) { return x.round < y.round; });
+  std::vector<Step> out;
+  for (const At& at : order)
+    if (!parts[at.part][at.index].ops.empty()) out.push_back(std::move(parts[at.part][at.index]));
   return out;
 }
 
@@ -66,14 +77,35 @@ std::vector<std::vector<Step>> moved_parts(const CollArgs& a, const std::vector<
 
 Schedule side_by_side(const CollArgs& a, const std::vector<Part>& parts, bool lock_step) {
   Schedule s;
-  std::vector<std::vector<Step>> lanes = moved_parts(a, parts, false, s);
+  std::vector<std::vector<Step>> lanes = moved_parts(a, parts, true, s);
+  int base = 0;  // the lanes of the parts before
+  for (size_t p = 0; p < lanes.size(); ++p) {
+    CollArgs pa = a;
+    pa.count = parts[p].count;
+    pa.compose(parts[p].how);
+    const int w = schedule_lanes(pa, parts[p].how.algorithm);
+    for (Step& st : lanes[p]) st.lane = w > 1 ? st.lane + base : base;  // (one lane: whatever its fields say)
+    base += w;
+  }
   if (lock_step) {
-    s.steps = merge_lanes(lanes);
+    s.steps = interleave_rounds(std::move(lanes));
   } else {
     for (auto& lane : lanes)
-      for (Step& st : lane) s.steps.push_back(std::move(st));
+      for (Step& st : lane)
+        if (!st.ops.empty()) s.steps.push_back(std::move(st));
   }
   return s;
+}
+
+int side_by_side_lanes(const CollArgs& a, const std::vector<Part>& parts) {
+  int W = 0;
+  for (const Part& p : parts) {
+    CollArgs pa = a;
+    pa.count = p.count;
+    pa.compose(p.how);
+    W += schedule_lanes(pa, p.how.algorithm);
+  }
+  return W;
 }
 
 Schedule lane_parts(const CollArgs& a, const std::vector<Part>& parts) {
@@ -117,6 +149,14 @@ bool hierarchical_in_lock_step(const CollArgs& a, int64_t count, int hosts) {
   return false;
 }
 
+// rail_split's parts: the rail rings on the first share, hierarchical on the rest.
+std::vector<Part> split_parts(const CollArgs& a) {
+  const int64_t rails = share_of(a.count, a.share > 0 ? a.share : kDefaultShare);
+  return {{Composition{"rail_ring"}, 0, rails},
+          {Composition{"hierarchical", a.inter_algorithm, a.intra_algorithm, a.segment, a.pieces}, rails,
+           a.count - rails}};
+}
+
 // rail_split: the rail rings (rail_ring.cc) on the first share / kShareUnits of the buffer, the
 // hierarchical schedule of CollArgs's phases, segment and pieces on the rest, side by side where both
 // are in lock step (hosts of equal size, and an inter algorithm that keeps it), one after another
@@ -129,16 +169,17 @@ Schedule all_reduce_rail_split(const CollArgs& a) {
   const HostMap m(a);
   bool equal = true;
   for (int h = 1; h < m.H(); ++h) equal = equal && m.L(h) == m.L(0);
-  const std::vector<Part> parts = {
-      {Composition{"rail_ring"}, 0, rails},
-      {Composition{"hierarchical", a.inter_algorithm, a.intra_algorithm, a.segment, a.pieces}, rails, a.count - rails}};
+  const std::vector<Part> parts = split_parts(a);
   return side_by_side(a, parts, equal && hierarchical_in_lock_step(a, a.count - rails, m.H()));
 }
+
+int rail_split_lanes(const CollArgs& a) { return a.share < 0 || a.share > kShareUnits ? 1 : side_by_side_lanes(a, split_parts(a)); }
 
 }  // namespace
 
 COMMLIB_REGISTER_ALGORITHM(AllReduce, "rail_split", all_reduce_rail_split, 12, kLargeMessages,
-                           "rail rings on a share of the buffer beside hierarchical on the rest, in the same steps");
+                           "rail rings on a share of the buffer beside hierarchical on the rest, each channel a lane");
+static const LanesRegistrar rail_split_lanes_count(Collective::AllReduce, "rail_split", rail_split_lanes);
 
 }  // namespace sched
 }  // namespace commlib

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "schedule/lanes.h"
 #include "schedule/registry.h"
 
 namespace commlib {
@@ -42,6 +43,13 @@ Schedule on_subgroup(Collective coll, const std::string& algorithm, int rank, in
     throw std::invalid_argument(std::string(what) + ": " + collective_name(coll) + " algorithm '" + algorithm +
                                 "' is one-sided and cannot run a phase of a hierarchical schedule");
   Schedule s = build_schedule(sub, algorithm);
+  // A phase runs as one lane of its parent (whose lanes are its own): a laned algorithm's lanes
+  // become each step's concurrent ops (merge_rounds; the laned ones that may run here, rail_ring's
+  // channels, are in lock step).
+  if (schedule_lanes(sub, algorithm) > 1) {
+    s.steps = merge_rounds(s.steps);
+    s.window = 0;
+  }
   for (Step& st : s.steps) {
     for (Op& o : st.ops) {
       if (o.peer >= 0) o.peer = g.members[o.peer];
@@ -76,6 +84,20 @@ std::vector<Step> zip_steps(const std::vector<std::vector<Step>>& lists) {
       if (k < l.size()) st.ops.insert(st.ops.end(), l[k].ops.begin(), l[k].ops.end());
     if (!st.ops.empty()) out.push_back(std::move(st));
   }
+  return out;
+}
+
+std::vector<Step> merge_rounds(const std::vector<Step>& steps) {
+  std::vector<Step> out;
+  std::vector<size_t> round;  // per lane: its steps so far
+  for (const Step& st : steps) {
+    const size_t lane = static_cast<size_t>(st.lane);
+    if (round.size() <= lane) round.resize(lane + 1, 0);
+    const size_t k = round[lane]++;
+    if (out.size() <= k) out.resize(k + 1);
+    out[k].ops.insert(out[k].ops.end(), st.ops.begin(), st.ops.end());
+  }
+  out.erase(std::remove_if(out.begin(), out.end(), [](const Step& st) { return st.ops.empty(); }), out.end());
   return out;
 }
 

@@ -40,6 +40,13 @@ void append_schedule(Schedule& s, const Schedule& more);
 // holds step k of each list; empty steps are dropped. Each list keeps its own order.
 std::vector<Step> zip_steps(const std::vector<std::vector<Step>>& lists);
 
+// A laned schedule's steps (schedule/lanes.h) as the steps of one lane: step k of the result holds
+// every lane's k-th step (its round), lane by lane in list order, all in lane 0. Right for lanes in
+// lock step (each message's two ends in the same round: rail_ring's channels); a phase of a
+// hierarchical schedule runs so (on_subgroup), its lanes the concurrent ops of each step, as before
+// the channels were lanes.
+std::vector<Step> merge_rounds(const std::vector<Step>& steps);
+
 // Lanes of a group's members (lanes[j]: member j's steps, every message's peer a member) placed in
 // rounds: the result's lane j has member j's steps in order, with empty steps between, so that a
 // message's send and its receive (the k-th send from one member to another meets the k-th receive

@@ -20,7 +20,7 @@ import numpy as np
 import commlib
 from commlib import _C
 from collective_cases import Failures, HostBuffers, run_reducing
-from collective_reference import BIG, DTYPES, ops_for, raw, report
+from collective_reference import BIG, DTYPES, big, ops_for, raw, report
 from matrix_selection import covering, large_covering
 
 ALGORITHMS = ("rail_window", "rail_lanes")
@@ -261,3 +261,99 @@ def mismatched_laned_calls(comm, count=4096):
         return f"{type(e).__name__}: {e}", time.monotonic() - t
     finally:
         sub.close()
+
+
+# Channels in lanes (issue #39, session 27): rail_ring's channels (all_reduce, all_gather,
+# reduce_scatter) and rail_split's parts (the rail rings' channels, hierarchical beside them), each a
+# lane, which the host executor runs in flight as it does rail_lanes' and rail_window's.
+CHANNELED = (("all_reduce", "rail_ring"), ("all_gather", "rail_ring"), ("reduce_scatter", "rail_ring"),
+             ("all_reduce", "rail_split"))
+
+
+def _register_channeled(comm):
+    """The library's channel-laned schedules as Python algorithms of their collectives (list order)."""
+    from commlib.core.call_spec import COLLECTIVE
+
+    host_of = list(comm.topology.host_of)
+    for collective, algorithm in CHANNELED:
+        def build(rank, size, count, root, collective=collective, algorithm=algorithm):
+            s = _C.schedule(COLLECTIVE[collective], algorithm, rank, size, count, root, _C.DType.int32, host_of)
+            return {k: v for k, v in s.items() if k in ("steps", "scratch_count")}
+        commlib.register_algorithm(collective, _listed_name(algorithm), build)
+
+
+def _unregister_channeled():
+    for collective, algorithm in reversed(CHANNELED):
+        commlib.unregister_algorithm(collective, _listed_name(algorithm))
+
+
+def channel_lanes_of(comm, collective, algorithm, count):
+    from commlib.core.call_spec import COLLECTIVE
+
+    return _C.schedule(COLLECTIVE[collective], algorithm, comm.rank, comm.size, count, 0, _C.DType.int32,
+                       list(comm.topology.host_of))["lanes"]
+
+
+def channel_counts(P, collective):
+    """Empty, one, fewer than the ranks, 13, primes (fewer elements than channels included: 1 with
+    up to 4 channels), and at 4 ranks ~1M elements a call (collective_reference.big: BIG, or BIG / P
+    a block; every channel's messages chunked)."""
+    return sorted({0, 1, max(P - 1, 0), 13, 197, 1009} | ({big(collective, P)} if P == 4 else set()))
+
+
+def channel_selection(P):
+    """{(collective, algorithm, count, dtype): (op, in place) values}: a pairwise covering of the small
+    counts, an each-choice covering at BIG (op None for all_gather)."""
+    def values(cell):
+        collective, _, count, dtype = cell
+        places = (False,) if count >= 100_000 else (False, True)
+        ops = [None] if collective == "all_gather" else ops_for(dtype, count)
+        return [(op, inplace) for op in ops for inplace in places]
+    cells = [(c, a, n, d) for d in DTYPES for c, a in CHANNELED for n in channel_counts(P, c)]
+    chosen = covering([cell for cell in cells if cell[2] < 100_000], values)
+    chosen.update(large_covering([cell for cell in cells if cell[2] >= 100_000], values))
+    return chosen
+
+
+def _run_channeled(comm, collective, algorithm, dtype, op, count, inplace):
+    """(result, reference, magnitudes) of one call (magnitudes None: exact)."""
+    from collective_cases import run_moving
+
+    if collective == "all_gather":
+        out, want = run_moving(comm, HostBuffers, collective, algorithm, dtype, count, 0, inplace)
+        return out, want, None
+    return run_reducing(comm, HostBuffers, collective, algorithm, dtype, op, count, 0, inplace)
+
+
+def check_channels(comm):
+    """Every selected case of CHANNELED, laned and in list order, as check_laned. Returns (failures,
+    digests, {(collective, algorithm): sorted lane counts met}, steps_ahead, parked_bytes over the run)."""
+    P, r = comm.size, comm.rank
+    failures, digests = Failures(), []
+    counters = (comm._core.steps_ahead, comm._core.parked_bytes)
+    before = [c() for c in counters]
+    lanes = {}
+    _register_channeled(comm)
+    try:
+        for (collective, algorithm, count, dtype), cases in channel_selection(P).items():
+            W = channel_lanes_of(comm, collective, algorithm, count)
+            lanes.setdefault(f"{collective} {algorithm}", set()).add(W)
+            for op, inplace in cases:
+                what = (f"{collective} {algorithm} ({W} lanes) {dtype} {op or ''} count={count} "
+                        f"{'in-place' if inplace else 'out-of-place'} P={P} rank={r}")
+                try:
+                    out, want, mag = _run_channeled(comm, collective, algorithm, dtype, op, count, inplace)
+                    listed, _, _ = _run_channeled(comm, collective, _listed_name(algorithm), dtype, op, count,
+                                                  inplace)
+                except Exception as e:  # noqa: BLE001 - report every case
+                    failures.append(f"{what}: raised {type(e).__name__}: {e}")
+                    continue
+                # (every rank ends with the same output but in reduce_scatter, each its own block)
+                if report(failures, what, dtype, out, want, mag, P) and collective != "reduce_scatter":
+                    digests.append((what.rsplit(" rank=", 1)[0], hashlib.sha1(raw(out)).hexdigest()))
+                if raw(out) != raw(listed):
+                    failures.append(f"{what}: differs bitwise from the same schedule run in list order")
+    finally:
+        _unregister_channeled()
+    return (failures.listed(), digests, {k: sorted(v) for k, v in lanes.items()}) + tuple(
+        c() - b for c, b in zip(counters, before))

@@ -1,5 +1,5 @@
-"""all_reduce's laned schedules (rail_window, rail_lanes: schedule/lanes.h) on the host executor, which
-runs their lanes in flight (docs/DESIGN.md "Laned calls"): shared memory inside an emulated host, TCP
+"""The laned schedules (rail_window, rail_lanes, rail_ring, rail_split: schedule/lanes.h) on the host
+executor, which runs their lanes in flight (docs/DESIGN.md "Laned calls"): shared memory inside an emulated host, TCP
 between hosts (COMMLIB_HOST_ID per rank), one pool of rank processes per world size.
 
 - The matrix: world sizes 1-5 and 8, every dtype, op and placement in a pairwise covering, awkward
@@ -10,9 +10,12 @@ between hosts (COMMLIB_HOST_ID per rank), one pool of rank processes per world s
   (list order), which the test checks too. Also under single-copy reads (COMMLIB_CMA=1, small shm
   slots: messages go by rendezvous, parked ones read early).
 - Overlap: rank 0's sends of lane 0 held (a test seam, host/lane_hold.h) while every rank finishes
-  its other lanes (rail_lanes: all of them; rail_window: those its window lets go). Run in list order
-  (the executor before issue #39) no step of another lane finishes while lane 0's first is held:
-  checked by hand by running the laned path with every step in one lane's order.
+  its other lanes (rail_lanes, rail_ring's channels, rail_split's channels and hierarchical part: all
+  of them; rail_window: those its window lets go). Run in list order (the executor before issue #39)
+  no step of another lane finishes while lane 0's first is held: checked by hand by running the laned
+  path with every step in one lane's order (sessions 26 and 27).
+- Channels in lanes (session 27): rail_ring's all_reduce, all_gather and reduce_scatter and
+  rail_split at the same world sizes and host maps, in the same pools, exact and equal to list order.
 - A rank killed inside a laned call: the others raise PeerError naming it and the call; ranks in
   different laned calls raise MismatchError naming both.
 """
@@ -61,6 +64,35 @@ def test_laned_all_reduce_matrix(pool, size):
     _check(results, size)
 
 
+# Channel lanes (session 27): rail_ring's channel count on each world size's host map (rail_ring.cc:
+# L on equal hosts of even L, else 2, 1 with at most two ranks); rail_split adds hierarchical's lane.
+RING_LANES = {1: 1, 2: 1, 3: 2, 4: 2, 5: 2, 8: 4}
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 5, 8])
+def test_channel_lanes_matrix(pool, size):
+    """rail_ring (all_reduce, all_gather, reduce_scatter) and rail_split with each channel in a lane:
+    exact, bitwise equal on every rank and to the same schedule run in list order (the pools of the
+    matrix above: no new processes)."""
+    results = pool(size, env=env_for(size)).run(cases.check_channels, timeout=540)
+    failures = [f for fails, *_ in results for f in fails]
+    assert not failures, f"{len(failures)} wrong result(s):\n" + "\n".join(failures[:20])
+    by_case = {}
+    for _, digests, *_ in results:
+        for case, digest in digests:
+            by_case.setdefault(case, set()).add(digest)
+    differing = [case for case, ds in by_case.items() if len(ds) > 1]
+    assert not differing, f"ranks differ bitwise in {len(differing)} case(s), e.g. {differing[:3]}"
+    C = RING_LANES[size]
+    want = {f"{c} rail_ring": [C] for c in ("all_reduce", "all_gather", "reduce_scatter")}
+    want["all_reduce rail_split"] = [C + 1]
+    assert results[0][2] == want, results[0][2]
+    ahead = sum(res[3] for res in results)  # steps finished ahead of list order, all ranks
+    if size >= 3:
+        assert ahead > 0, ahead
+
+
 @pytest.mark.timeout(300)
 def test_laned_all_reduce_with_single_copy_reads(pool):
     """COMMLIB_CMA=1 with 4 KiB slots: inside each host large messages go by rendezvous (the receiver
@@ -88,7 +120,7 @@ def test_laned_all_reduce_over_stuttering_links(pool):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("algorithm", ["rail_lanes", "rail_window"])
+@pytest.mark.parametrize("algorithm", ["rail_lanes", "rail_window", "rail_ring", "rail_split"])
 def test_other_lanes_finish_while_one_is_held(pool, tmp_path, algorithm):
     held = str(tmp_path / "held")
     results = pool(4, env=env_for(4)).run(cases.overlap_while_held, algorithm, held, f"held-{algorithm}", timeout=100)
@@ -98,6 +130,15 @@ def test_other_lanes_finish_while_one_is_held(pool, tmp_path, algorithm):
         if algorithm == "rail_lanes":
             # No window: every step of lane 1 finished while lane 0 was held, and only those ran ahead.
             assert while_held == others and after == others, (rank, others, while_held, after)
+        elif algorithm in ("rail_ring", "rail_split"):
+            # The channels' lanes (2 rings; rail_split: and hierarchical's) share nothing with lane 0.
+            # Listed round by round, a step of them is ahead only while a lane-0 step listed before
+            # it waits: on rank 0 (its first lane-0 step is held) every one of them; elsewhere those
+            # past where lane 0's ring stalled, some at least.
+            if rank == 0:
+                assert while_held == others and after == others, (rank, others, while_held, after)
+            else:
+                assert 0 < while_held <= others, (rank, others, while_held, after)
         else:
             # A window of one segment's steps: some steps of other lanes, not all, ran ahead.
             assert 0 < while_held <= others, (rank, others, while_held, after)

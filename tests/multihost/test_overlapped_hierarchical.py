@@ -9,7 +9,8 @@ import overlap_cases as cases
 
 LOOPBACK = {"COMMLIB_SOCKET_IFNAME": "lo"}
 # ("", ""): the built-in exchange between hosts, on the overlapped lanes too.
-# The last two: rail_split (schedule/side_by_side.cc), rail rings beside the overlapped pipeline, and
+# The last two: rail_split (schedule/side_by_side.cc), rail rings beside the overlapped pipeline (each a
+# lane: run in list order here, a Python algorithm), and
 # rail_halving (its own phases: paired by elements on 2 x 2, hierarchical rabenseifner/ring on 3 x 3),
 # rail_lanes (two lanes of rail_halving on 2 x 2, run lane after lane; rail_halving on 3 x 3) and
 # rail_window (a lane per segment, 3 to 78 of them on 2 x 2, listed in pipelined order and run in that
@@ -28,5 +29,8 @@ def test_overlapped_compositions_run_exactly(pool, hosts):
         for (inter, intra, *algorithm), per_pair in zip(PAIRS, [results[i:i + len(COUNTS)] for i in range(0, len(results), len(COUNTS))]):
             for count, (exact_in, exact_out, mixed) in zip(COUNTS, per_pair):
                 assert exact_in and exact_out, (rank, inter, intra, count)
-                # (rail_window's steps are each one segment's: intra-host or inter-host, never both)
-                assert mixed >= 2 or algorithm == ["rail_window"], (rank, inter, intra, count, mixed)
+                # (rail_window's steps are each one segment's: intra-host or inter-host, never both;
+                # rail_split's parts are lanes of their own since session 27, so a rank whose rings
+                # stay inside its host, 3 x 3 interleaved, has its inter-host messages in other steps,
+                # run beside them: tests/host/test_laned_calls.py)
+                assert mixed >= 2 or algorithm in (["rail_window"], ["rail_split"]), (rank, inter, intra, count, mixed)

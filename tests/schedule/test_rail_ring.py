@@ -1,8 +1,9 @@
 """Multi-channel rail-aligned rings (csrc/schedule/rail_ring.cc): every collective proven by the
 symbolic verifier on host maps up to 64 ranks (equal hosts of 1, 2, 3, 4, 6 and 8 ranks on 1..4
-hosts, 5 x 2, 7 x 3, 8 x 8, uneven, interleaved, one rank per host), in place and out of place; and the rail property:
-on hosts of equal even size every local rank crosses hosts for exactly one channel, to the same
-local index of the next host (with an even host count, the wrap too)."""
+hosts, 5 x 2, 7 x 3, 8 x 8, uneven, interleaved, one rank per host), in place and out of place, with
+each channel in a lane of its own (schedule/lanes.h: the verifier's lane checks, verifier_lanes.cc);
+and the rail property: on hosts of equal even size every local rank crosses hosts for exactly one
+channel, to the same local index of the next host (with an even host count, the wrap too)."""
 import random
 
 import pytest
@@ -21,6 +22,34 @@ def schedules(coll, hosts, count):
             for r in range(P)]
 
 
+def verify(collective, P, count, scheds):
+    """The verifier's proof, the lanes' checks included (every rank's schedule names the same lanes)."""
+    assert len({s["lanes"] for s in scheds}) == 1, [s["lanes"] for s in scheds]
+    _C._verify_custom(COLLECTIVE[collective], P, count, scheds, 0, lanes=scheds[0]["lanes"])
+
+
+def channels(hosts):
+    """rail_ring's channel count on `hosts` (rail_ring.cc rail_orders): L on H >= 2 equal hosts of even
+    L, else 2 (1 with at most two ranks)."""
+    H, P = len(set(hosts)), len(hosts)
+    sizes = {hosts.count(h) for h in set(hosts)}
+    L = next(iter(sizes))
+    return L if H >= 2 and len(sizes) == 1 and L % 2 == 0 else (2 if P > 2 else 1)
+
+
+@pytest.mark.parametrize("collective", COLLECTIVES)
+def test_each_channel_is_a_lane_listed_round_by_round(collective):
+    """Channel c's steps are in lane c; the list is round by round (round k of lane 0, 1, ..., C-1,
+    then round k+1), so list order runs every channel's ring step k before any channel's k+1."""
+    for hosts in ([0, 0, 1, 1], [h for h in range(2) for _ in range(8)], [0] * 5, [0, 0, 1], [0, 1]):
+        C = channels(hosts)
+        s = schedules(collective, hosts, 1000)[1]
+        assert s["lanes"] == C, (hosts, s["lanes"])
+        lanes = s.get("step_lanes", [0] * len(s["steps"]))
+        assert lanes == [k % C for k in range(len(lanes))], (hosts, lanes)
+        assert len(lanes) % C == 0
+
+
 def host_maps():
     rng = random.Random(39)
     equal = [[h for h in range(H) for _ in range(L)] for H in (1, 2, 3, 4) for L in (1, 2, 3, 4, 6, 8)]
@@ -33,17 +62,23 @@ def test_rail_ring_verified_on_host_maps(collective):
     for k, hosts in enumerate(host_maps()):
         P = len(hosts)
         count = [0, 1, P + 3, 37][k % 4]
-        _C._verify_custom(COLLECTIVE[collective], P, count, schedules(collective, hosts, count), 0)
+        scheds = schedules(collective, hosts, count)
+        verify(collective, P, count, scheds)
+
+
+def first_round(s):
+    """The ops of a rank's first round: every channel's first step (its lanes' first C steps)."""
+    return [op for st in s["steps"][:s["lanes"]] for op in st]
 
 
 def crossings(hosts, count=1 << 10):
-    """For each rank, the peers of its first step's sends that live on another host."""
+    """For each rank, the peers of its first round's sends that live on another host."""
     local = {}
     for r, h in enumerate(hosts):
         local[r] = sum(1 for q in range(r) if hosts[q] == h)
     out = []
     for s in schedules("all_reduce", hosts, count):
-        out.append([op["peer"] for op in s["steps"][0] if op["op"] == "send" and hosts[op["peer"]] != hosts[len(out)]])
+        out.append([op["peer"] for op in first_round(s) if op["op"] == "send" and hosts[op["peer"]] != hosts[len(out)]])
     return out, local
 
 
@@ -53,9 +88,10 @@ def test_every_local_rank_crosses_for_exactly_one_channel(H, L):
     cross, local = crossings(hosts)
     steps0 = schedules("all_reduce", hosts, 1 << 10)
     for r in range(H * L):
-        assert len(cross[r]) == 1, f"rank {r} crosses hosts {len(cross[r])} times in one step"
+        assert len(cross[r]) == 1, f"rank {r} crosses hosts {len(cross[r])} times in one round"
         # L channels, each sending to a different peer (L - 1 local peers and one on the next host).
-        assert sum(op["op"] == "send" for op in steps0[r]["steps"][0]) == L
+        sends = [op["peer"] for op in first_round(steps0[r]) if op["op"] == "send"]
+        assert len(sends) == len(set(sends)) == L
         q = cross[r][0]
         assert hosts[q] == (hosts[r] + 1) % H
         if H % 2 == 0 or hosts[r] != H - 1:  # rail-aligned (odd H: all but the wrap)
@@ -85,31 +121,42 @@ def test_rail_split_verified_on_host_maps(inter, intra, segments, pieces, share)
             continue
         P = len(hosts)
         count = [0, 1, 2, P + 3, 37, 64 * P + 7][(k + len(inter)) % 6]
-        _C._verify_custom(COLLECTIVE["all_reduce"], P, count,
-                          split_schedules(hosts, count, inter, intra, segments, pieces, share), 0)
+        verify("all_reduce", P, count, split_schedules(hosts, count, inter, intra, segments, pieces, share))
+
+
+def interleaved(sched, C):
+    """Whether the hierarchical part's lane (C) has a step listed before the rail rings' last one."""
+    lanes = sched.get("step_lanes", [])
+    hier = [k for k, lane in enumerate(lanes) if lane == C]
+    rings = [k for k, lane in enumerate(lanes) if lane < C]
+    return bool(hier and rings and hier[0] < rings[-1])
 
 
 @pytest.mark.parametrize("H,L", [(2, 3), (3, 3), (2, 4)])
 def test_rail_split_runs_its_parts_side_by_side(H, L):
-    """The parts share steps: no more steps than the longer part, and steps in which a rail ring's
-    message and a hierarchical one travel together, also with L even, where the L rings talk to
-    every local peer in every step, so a hierarchical message goes beside a ring's to the same peer
-    (ir.h: a pair's messages in one step match in op order)."""
+    """Each part in lanes of its own (the rail rings' C channels in lanes 0..C-1, hierarchical in lane
+    C: every message of a share in its part's lanes), every step of both kept, and listed round by
+    round: the hierarchical part's first step right after the rings' first round, also with L even,
+    where the L rings talk to every local peer in every round and hierarchical to the same peers."""
     hosts = [h for h in range(H) for _ in range(L)]
     count = 4096 * H * L
+    C = channels(hosts)
     split = split_schedules(hosts, count, "two_shot", "", 4, 0, 860)[0]
     rails = _C.schedule(COLLECTIVE["all_reduce"], "rail_ring", 0, H * L, count * 860 // 1024, 0, _C.DType.float32, hosts)
     rest = count - count * 860 // 1024
     hier = _C.schedule(COLLECTIVE["all_reduce"], "hierarchical", 0, H * L, rest, 0, _C.DType.float32, hosts,
                        "two_shot", rest // 4)
-    assert len(split["steps"]) == max(len(rails["steps"]), len(hier["steps"]))
+    assert split["lanes"] == C + 1
+    assert len(split["steps"]) == len(rails["steps"]) + len(hier["steps"])
     share = count * 860 // 1024
 
     def part(op):  # which share a message's buffer region lies in (scratch: neither)
         reg = op["src"] if op["op"] == "send" else op["dst"]
         return None if reg[0] == "scratch" else reg[1] >= share
-    both = [st for st in split["steps"] if {part(o) for o in st if o["peer"] is not None} >= {False, True}]
-    assert both, "no step carries both parts' messages"
+    for st, lane in zip(split["steps"], split["step_lanes"]):
+        assert {part(o) for o in st if o["peer"] is not None} <= {None, lane == C}, (lane, st)
+    assert split["step_lanes"][C] == C, split["step_lanes"][:C + 2]
+    assert interleaved(split, C)
 
 
 @pytest.mark.parametrize("hosts", [[h for h in range(4) for _ in range(4)], [h for h in range(3) for _ in range(2)]],
@@ -120,7 +167,7 @@ def test_rail_split_with_every_inter_algorithm(hosts):
     P = len(hosts)
     count = 64 * P + 7
     for inter in [""] + [a for a in commlib.algorithms("all_reduce") if a not in ("hierarchical", "rail_split", "rail_halving", "rail_lanes", "rail_window")]:
-        _C._verify_custom(COLLECTIVE["all_reduce"], P, count, split_schedules(hosts, count, inter, "", 16, 0, 0), 0)
+        verify("all_reduce", P, count, split_schedules(hosts, count, inter, "", 16, 0, 0))
 
 
 def in_lock_step(scheds):
@@ -139,21 +186,20 @@ def in_lock_step(scheds):
 @pytest.mark.parametrize("hosts", [[h for h in range(2) for _ in range(4)], [h for h in range(3) for _ in range(2)]],
                          ids=["2x4", "3x2"])
 def test_rail_split_shares_steps_only_with_a_part_in_lock_step(hosts):
-    """The lock-step whitelist (side_by_side.cc) against the built parts: wherever rail_split runs its
-    hierarchical part beside the rings (fewer steps than both parts), that part's sends and receives
-    sit at the same step indices on every rank (what sharing steps needs to keep a pair's order)."""
+    """The lock-step whitelist (side_by_side.cc) against the built parts: wherever rail_split lists its
+    hierarchical part round by round beside the rings (not after them), that part's sends and
+    receives sit at the same step indices on every rank (what list order needs: each round a whole
+    exchange of its lane)."""
     P = len(hosts)
     count = 64 * P + 7
-    rails = count * 860 // 1024
-    rest = count - rails
+    rest = count - count * 860 // 1024
     merged = 0
+    C = channels(hosts)
     for inter in [""] + [a for a in commlib.algorithms("all_reduce") if a not in ("hierarchical", "rail_split", "rail_halving", "rail_lanes", "rail_window")]:
         split = split_schedules(hosts, count, inter, "", 16, 0, 0)
         hier = [_C.schedule(COLLECTIVE["all_reduce"], "hierarchical", r, P, rest, 0, _C.DType.float32, hosts, inter,
                             rest // 16) for r in range(P)]
-        ring = [_C.schedule(COLLECTIVE["all_reduce"], "rail_ring", r, P, rails, 0, _C.DType.float32, hosts)
-                for r in range(P)]
-        if len(split[0]["steps"]) < len(hier[0]["steps"]) + len(ring[0]["steps"]):
+        if interleaved(split[0], C):
             merged += 1
-            assert in_lock_step(hier), f"{inter or 'built-in'}: shares steps with a part out of lock step"
+            assert in_lock_step(hier), f"{inter or 'built-in'}: listed round by round beside a part out of lock step"
     assert merged >= 5

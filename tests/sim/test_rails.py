@@ -49,22 +49,25 @@ def test_each_nic_is_charged_separately():
 
 
 def test_auto_picks_the_rails_where_the_model_says_so(no_tuning):
-    """2 dgx-h100 nodes, 256 MiB: the rail rings beside hierarchical (rail_split, sharing steps:
-    ir.h's pair rule) are the model's fastest in one lane, faster than the rail rings alone; in
-    lanes rail_halving (rail_lanes, test_rail_lanes_model.py) is faster still, and a lane per segment
-    under a window (rail_window, session 25) faster again: auto's pick."""
+    """2 dgx-h100 nodes, 256 MiB: the rail rings beside hierarchical (rail_split) are faster than the
+    rail rings alone; rail_halving in lanes (rail_lanes, test_rail_lanes_model.py) is faster than
+    rail_halving. Since session 27 rail_split's channels and its hierarchical part are lanes of their
+    own (no step waits for another part's): faster than rail_lanes here and, with rail_window (session
+    25's pick, a lane per segment under a window), auto's pick."""
     t = sim_topology.load("dgx-h100")
     P = 2 * t.devices_per_host
     d = t.engine_dict(P)
     count = (256 << 20) // 4
     cands = _C.predict_candidates(COLLECTIVE["all_reduce"], count, 4, 0, d)
-    best = min((c for c in cands if c["algorithm"] not in ("rail_lanes", "rail_window")), key=lambda c: c["predicted_s"])
-    rails = next(c for c in cands if c["algorithm"] == "rail_ring")
-    assert best["algorithm"] == "rail_split" and best["predicted_s"] < rails["predicted_s"]
-    lanes = next(c for c in cands if c["algorithm"] == "rail_lanes")
-    assert lanes["predicted_s"] < best["predicted_s"]
+    fastest = {}
+    for c in cands:
+        fastest[c["algorithm"]] = min(fastest.get(c["algorithm"], 1e9), c["predicted_s"])
+    assert fastest["rail_split"] < fastest["rail_ring"]
+    assert fastest["rail_lanes"] < fastest["rail_halving"]
     got = _C.resolve_algorithm(COLLECTIVE["all_reduce"], "auto", count, 4, 0, P, d["host_of"], d)
-    assert (got["source"], got["algorithm"]) == ("model", "rail_window") and got["predicted_s"] < lanes["predicted_s"]
+    # (rail_split on lanes27's branch, 1.231 ms against rail_lanes' 1.267; rail_window within a few %)
+    assert got["source"] == "model" and got["algorithm"] in ("rail_split", "rail_window"), got
+    assert got["predicted_s"] < fastest["rail_lanes"], (got, fastest)
     # Small messages: latency-bound, the rail ring's 2(P-1) steps lose.
     small = _C.resolve_algorithm(COLLECTIVE["all_reduce"], "auto", 256, 4, 0, P, d["host_of"], d)
     assert small["algorithm"] != "rail_ring"
