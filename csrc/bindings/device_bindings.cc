@@ -356,6 +356,16 @@ void bind_device(py::module_& m) {
           py::arg("items"), py::arg("dtype"), py::arg("stream"),
           "Enqueues sends/receives ((send, address, count, peer) each) on `stream`.")
       .def(
+          "all_to_allv",
+          [](StreamEngine& e, const std::vector<P2PTuple>& items, DType dtype, int64_t count, DeviceStream& stream) {
+            const std::vector<P2PItem> v = p2p_items(items);
+            ReleaseGil nogil;
+            return e.all_to_allv(v, dtype, count, stream);
+          },
+          py::arg("items"), py::arg("dtype"), py::arg("count"), py::arg("stream"),
+          "An all_to_all with split sizes: the batch p2p enqueues (items as p2p takes them), numbered as a "
+          "collective, so its errors name all_to_all #n; count: the elements this rank sends.")
+      .def(
           "check_first_call",
           [](StreamEngine& e, Collective coll, const std::string& algo, int64_t count, DType dtype, RedOp op, int root) {
             e.check_first_call(device_call(coll, algo, 0, 0, count, dtype, op, root, 1.0));
