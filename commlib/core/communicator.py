@@ -251,8 +251,9 @@ class Communicator(PointToPointMethods, LifetimeMethods, GroupMethods, Communica
         ops, own = plan_all_to_allv(self._rank, self._size, ip, op_ptr, n_in, n_out, dt, input_splits,
                                     output_splits)
         bufs = named_device_buffers((("input", input), ("output", output)))
-        if bufs:  # the stream engine (commlib/core/device_route.py), this rank's block copied on the stream
-            return self._device().p2p(bufs, ops, dt, async_op, (input, output), stream, own)
+        if bufs:  # the stream engine (commlib/core/device_route.py), this rank's block copied on the stream,
+            # the batch numbered as a collective (its errors name all_to_all #n), as the entry's is
+            return self._device().p2p(bufs, ops, dt, async_op, (input, output), stream, own, a2av_count=n_in)
         if stream is not None:
             raise ValueError("stream: given, but the buffers are host memory")
         ctypes.memmove(*own)

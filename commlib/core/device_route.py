@@ -290,17 +290,20 @@ class DeviceRoute(RouteFailure):
         for e in self._engines.values():
             e.start_kernel_chunk_numbers_at(n)
 
-    def p2p(self, bufs, items, dtype, async_op, refs, stream, own_block=None):
+    def p2p(self, bufs, items, dtype, async_op, refs, stream, own_block=None, a2av_count=None):
         """Enqueue sends/receives (``items``: (send, address, count, peer)) on device buffers;
         ``own_block`` (dst, src, bytes): a copy enqueued first on the same stream (all_to_all with
-        splits: this rank's block to itself)."""
+        splits: this rank's block to itself); ``a2av_count`` (all_to_all with splits: the elements
+        this rank sends): the batch is numbered as that collective, whose errors name
+        ``all_to_all #n`` (the engine's ``all_to_allv``, through ``p2p``'s ``a2av_count``), not
+        one of its messages."""
         first, stream_of, device_stream = self._one_device(bufs, stream)
         dt = DTYPE[dtype]
         engine = self._engine(first, first_p2p=(items, dt))
         self._after_own_stream(first, stream, stream_of, device_stream)
         if own_block is not None and own_block[2]:
             self._devices[(first.kind, first.device_index)].copy(*own_block, device_stream)
-        work = engine.p2p(items, dt, device_stream)
+        work = engine.p2p(items, dt, device_stream, a2av_count)
         if stream is None and first.stream is None:  # C++ callers' batches on this stream run there too
             self._fast_calls.add_stream(_BUFFER_KIND[first.kind], first.device_index, engine, device_stream)
         return self._enqueued(work, refs, stream_of, async_op)

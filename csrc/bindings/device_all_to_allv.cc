@@ -148,7 +148,8 @@ PyObject* DeviceCallCache::run_all_to_allv(PyObject* const* args, const BufferVi
           engine->device().copy(reinterpret_cast<void*>(own_block.dst), reinterpret_cast<const void*>(own_block.src),
                                 own_block.bytes, *dstream);
         }
-        work = engine->p2p(items, va.dtype, *dstream, known_capture);
+        // numbered as a collective (its errors name all_to_all #n); va.count: what this rank sends
+        work = engine->all_to_allv(items, va.dtype, va.count, *dstream, known_capture);
       }))
     return nullptr;
   ++DeviceCallCounts::all_to_allv;

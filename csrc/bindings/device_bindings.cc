@@ -1,7 +1,7 @@
 // The device interface, the emulated device and the stream engine, for commlib.emulated and
 // commlib.device_engine. Every call that may block releases the GIL (ReleaseGil: safe at
 // interpreter exit, bindings/gil.h).
-#include <pybind11/stl.h>
+#include <pybind11/stl.h>  // (std::optional too)
 
 #include <cstring>
 
@@ -348,13 +348,13 @@ void bind_device(py::module_& m) {
           "The algorithm a call of this shape runs on this engine (auto resolved as the host does).")
       .def(
           "p2p",
-          [](StreamEngine& e, const std::vector<P2PTuple>& items, DType dtype, DeviceStream& stream) {
+          [](StreamEngine& e, const std::vector<P2PTuple>& items, DType dtype, DeviceStream& stream, std::optional<int64_t> n) {
             const std::vector<P2PItem> v = p2p_items(items);
             ReleaseGil nogil;
-            return e.p2p(v, dtype, stream);
+            return n ? e.all_to_allv(v, dtype, *n, stream) : e.p2p(v, dtype, stream);
           },
-          py::arg("items"), py::arg("dtype"), py::arg("stream"),
-          "Enqueues sends/receives ((send, address, count, peer) each) on `stream`.")
+          py::arg("items"), py::arg("dtype"), py::arg("stream"), py::arg("a2av_count") = py::none(),
+          "Enqueues sends/receives ((send, address, count, peer) each) on `stream`; a2av_count: all_to_allv's.")
       .def(
           "check_first_call",
           [](StreamEngine& e, Collective coll, const std::string& algo, int64_t count, DType dtype, RedOp op, int root) {

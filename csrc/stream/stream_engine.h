@@ -117,6 +117,14 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   // (`known_capture` as collective's)
   std::shared_ptr<DeviceWork> p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& stream,
                                   const CaptureStatus* known_capture = nullptr);
+  // An all_to_all with split sizes: the batch `items` (a send and a receive per peer,
+  // core/p2p_plan.py's plan; `count`: the elements this rank sends), run as p2p runs it but
+  // numbered as a collective (the communicator's next call number, taken when enqueued, after the
+  // argument checks, on every rank alike and shared with host calls), so its errors name
+  // "all_to_all #n" and the rank as every collective's do, not a message of the batch (issue #37);
+  // its messages keep their numbers per pair.
+  std::shared_ptr<DeviceWork> all_to_allv(const std::vector<P2PItem>& items, DType dtype, int64_t count,
+                                          DeviceStream& stream, const CaptureStatus* known_capture = nullptr);
   // While the first device call waits for the peers' engines (a host rendezvous): publishes that
   // call as the next call of the communicator and raises MismatchError if a peer is in a host
   // call of that number, or the error of a peer (or of the host side) that failed.
@@ -200,7 +208,12 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   // A call on a capturing stream (stream/stream_capture.cc): returns 0 (complete at once).
   uint64_t capture_collective(const CollectiveCall& call, DeviceStream& s, CaptureStatus st, CallWork* work);
   void watch_replays(std::unique_lock<std::mutex>& lk);  // the watchdog's tick (mu_ held) while graphs may replay
-  std::shared_ptr<DeviceWork> enqueue_p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& s);
+  // p2p's and all_to_allv's body: `a2av_count` (null: a plain batch) makes the batch the collective
+  // all_to_all of that count, numbered as one.
+  std::shared_ptr<DeviceWork> run_p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& s,
+                                      const CaptureStatus* known_capture, const int64_t* a2av_count);
+  std::shared_ptr<DeviceWork> enqueue_p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& s,
+                                          const int64_t* a2av_count);
 
   CallDesc describe(const CollectiveCall& call, uint8_t algo, uint64_t seq) const;
   // Numbers a call, orders it after the previous one and starts its in-flight entry; finish()

@@ -3,12 +3,27 @@
 // numbers it and its messages (one numbering per pair with the host messages) and tracks it in
 // flight; the messages move on the point-to-point path (stream/p2p_path.h), behind the device
 // paths' interface (stream/device_path.h).
+#include <stdexcept>
+#include <string>
+
+#include "plan/lowering.h"  // failed_peer_error
 #include "stream/stream_engine.h"
 
 namespace commlib {
 
 std::shared_ptr<DeviceWork> StreamEngine::p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& s,
                                               const CaptureStatus* known_capture) {
+  return run_p2p(items, dtype, s, known_capture, nullptr);
+}
+
+std::shared_ptr<DeviceWork> StreamEngine::all_to_allv(const std::vector<P2PItem>& items, DType dtype, int64_t count,
+                                                      DeviceStream& s, const CaptureStatus* known_capture) {
+  if (count < 0) throw std::invalid_argument("count: negative");
+  return run_p2p(items, dtype, s, known_capture, &count);
+}
+
+std::shared_ptr<DeviceWork> StreamEngine::run_p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& s,
+                                                  const CaptureStatus* known_capture, const int64_t* a2av_count) {
   std::lock_guard<std::mutex> guard(enqueue_mu_);
   throw_if_failed_locked();
   try {
@@ -17,7 +32,7 @@ std::shared_ptr<DeviceWork> StreamEngine::p2p(const std::vector<P2PItem>& items,
       throw CommError("rank " + std::to_string(rank_) + " cannot capture point-to-point messages in a CUDA graph: they "
                       "run on the copy path, which refuses capture");
     if (kernel_) kernel_->collect_arenas(s);  // retired staging arenas every rank is done with (kernel_path_arena.cc)
-    return enqueue_p2p(items, dtype, s);
+    return enqueue_p2p(items, dtype, s, a2av_count);
   } catch (const CommError&) {
     throw;
   } catch (const std::invalid_argument&) {
@@ -27,7 +42,8 @@ std::shared_ptr<DeviceWork> StreamEngine::p2p(const std::vector<P2PItem>& items,
   }
 }
 
-std::shared_ptr<DeviceWork> StreamEngine::enqueue_p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& s) {
+std::shared_ptr<DeviceWork> StreamEngine::enqueue_p2p(const std::vector<P2PItem>& items, DType dtype, DeviceStream& s,
+                                                      const int64_t* a2av_count) {
   // An empty batch (all_to_all with splits on one rank) still orders and completes like a call.
   for (size_t i = 0; i < items.size(); ++i) {
     const P2PItem& it = items[i];
@@ -40,11 +56,26 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_p2p(const std::vector<P2PItem>
         throw std::invalid_argument("ops: a second " + std::string(it.send ? "send to" : "receive from") + " rank " +
                                     std::to_string(it.peer) + " in one batch");
   }
-  CallDesc call;  // the batch, for error messages; each message has its own descriptor
-  call.coll = static_cast<uint8_t>(Collective::Send);
-  call.dtype = static_cast<uint8_t>(dtype);
-  call.algo = kDeviceCallAlgoBit;
-  for (const P2PItem& it : items) call.count += it.count;
+  CallDesc message;  // what each message's descriptor starts from (its count and number per pair below)
+  message.coll = static_cast<uint8_t>(Collective::Send);
+  message.dtype = static_cast<uint8_t>(dtype);
+  message.algo = kDeviceCallAlgoBit;
+  for (const P2PItem& it : items) message.count += it.count;
+  // The call, for error messages: the batch (its messages' total), or the collective it is, which
+  // takes the communicator's next number here, after the checks above refused nothing (a refused
+  // argument leaves the numbering as it was), as a collective takes its number (stream_calls.cc).
+  CallDesc call = message;
+  if (a2av_count) {
+    call.coll = static_cast<uint8_t>(Collective::AllToAll);
+    call.count = *a2av_count;
+    call.seq = control_->next_call_seq();
+    ErrorKind kind;
+    std::string msg;
+    if (failed_peer_error(call, rank_, size_, [this](int p) { return control_->peer_status(p, false); }, &kind, &msg)) {
+      fail(kind, msg);
+      raise_to_caller(kind, msg);
+    }
+  }
   for (const P2PItem& it : items) {
     const PeerStatus st = control_->peer_status(it.peer, false);
     if (st.state == PeerState::Failed) {
@@ -57,7 +88,7 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_p2p(const std::vector<P2PItem>
   }
 
   begin(call, s);
-  std::vector<CallDesc> descs(items.size(), call);
+  std::vector<CallDesc> descs(items.size(), message);
   std::vector<uint64_t> ring(items.size());  // the pair's device message index
   for (size_t i = 0; i < items.size(); ++i) {
     descs[i].count = items[i].count;
@@ -68,15 +99,16 @@ std::shared_ptr<DeviceWork> StreamEngine::enqueue_p2p(const std::vector<P2PItem>
   CollectiveCall summary;
   summary.coll = Collective::Send;
   summary.dtype = dtype;
-  summary.count = call.count;
+  summary.count = message.count;
   const P2PBatch batch{items, dtype, descs, ring};
   Launched launched;
   std::string enqueue_error;
   try {
     launched = p2p_path_->enqueue(PathCall{P2PPath::no_plan(), summary, call, nullptr, seq_, false, nullptr, nullptr, &batch}, s);
   } catch (const std::exception& e) {
-    enqueue_error = "rank " + std::to_string(rank_) + " could not enqueue a batch of " + std::to_string(items.size()) +
-                    " sends/receives: " + e.what();
+    enqueue_error = "rank " + std::to_string(rank_) + " could not enqueue " +
+                    (a2av_count ? describe_call(call) + " (" : std::string("a batch of ")) + std::to_string(items.size()) +
+                    " sends/receives" + (a2av_count ? ")" : "") + ": " + e.what();
     fail_as(ErrorKind::Comm, ErrorKind::Peer, enqueue_error, true);  // PeerError at the peers (stream_calls.cc)
   }
   CallWork work;
