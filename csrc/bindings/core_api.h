@@ -29,10 +29,16 @@ class DeviceWork;  // stream/device_work.h: a call enqueued on a device stream (
 constexpr uint32_t kCoreApiVersion = 2;
 constexpr const char* kCoreApiCapsule = "commlib._C.core_api.v2";
 
-// Error kinds beyond the core's (common/errors.h ErrorKind): bad arguments, memory, anything else.
+// Error kinds beyond the core's (common/errors.h ErrorKind): bad arguments, memory, anything else,
+// and the store's (bootstrap/store_error.h StoreError: commlib.errors' RendezvousError and its
+// StoreLostError, met by a device engine's set-up from C++), so that a caller in another module
+// raises the class the Python path raises, not RuntimeError. New kinds only ever extend the list:
+// a module that does not know one raises it as RuntimeError (error_class's fallback).
 constexpr uint32_t kCoreInvalidArgument = 100;
 constexpr uint32_t kCoreOtherError = 101;
 constexpr uint32_t kCoreNoMemory = 102;
+constexpr uint32_t kCoreRendezvousError = 103;
+constexpr uint32_t kCoreStoreLostError = 104;
 
 // What a C++ caller holds to learn that a device call retired without holding the call's work
 // (device_ticket): the engine (opaque here) and the engine's number of the call; seq 0: nothing to
@@ -43,7 +49,8 @@ struct DeviceTicket {
 };
 
 struct CoreError {
-  uint32_t kind = 0;  // ErrorKind (None/Comm/Mismatch/Peer) or kCoreInvalidArgument/...
+  uint32_t kind = 0;  // ErrorKind (None/Comm/Mismatch/Peer) or kCoreInvalidArgument/...; for the
+                      // store's kinds the message without its class (StoreError::message)
   std::string message;
 };
 
@@ -71,8 +78,8 @@ struct CoreApi {
   int (*size)(void* comm);
   // Fails queued and later calls at once (peers are told), as Communicator::abort.
   void (*abort)(void* comm, const char* reason);
-  // The Python class an error's kind is raised as (borrowed; commlib._C's classes, ValueError,
-  // MemoryError, RuntimeError): the bindings' one table (bindings/error_kinds.h), so a module
+  // The Python class an error's kind is raised as (borrowed; commlib._C's classes, commlib.errors'
+  // RendezvousError and StoreLostError, ValueError, MemoryError, RuntimeError; call it with the GIL): the bindings' one table (bindings/error_kinds.h), so a module
   // raising the core's errors needs no mapping of its own. Last, so a module that does not read
   // it yet sees the same layout.
   PyObject* (*error_class)(uint32_t kind);

@@ -7,6 +7,7 @@
 
 #include "bindings/commlib_setup_store.h"
 #include "bindings/device_call_cache.h"
+#include "bindings/error_kinds.h"
 #include "bindings/gil.h"
 #include "device/emulated/emulated_device.h"
 
@@ -231,18 +232,11 @@ int DeviceEngines::set_up_from_cpp(uint8_t kind_code, int device, uintptr_t stre
                       "capture them");
     set_up(kind, device, std::move(d), std::move(poll), what);
     return 1;
-  } catch (const CommError& e) {
-    err->kind = static_cast<uint32_t>(kind_of(e));
-    err->message = e.what();
-  } catch (const std::invalid_argument& e) {
-    err->kind = kCoreInvalidArgument;
-    err->message = e.what();
-  } catch (const std::bad_alloc&) {
-    err->kind = kCoreNoMemory;
-    err->message = "out of memory setting up the device engine";
-  } catch (const std::exception& e) {
-    err->kind = kCoreOtherError;
-    err->message = e.what();
+  } catch (...) {
+    // The one classification (bindings/error_kinds.h): a store's failure keeps its class
+    // (RendezvousError, StoreLostError), as the Python route raises it, not RuntimeError.
+    *err = classify_error(std::current_exception());
+    if (err->kind == kCoreNoMemory) err->message = "out of memory setting up the device engine";
   }
   return -1;
 }

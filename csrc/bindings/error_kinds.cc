@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "bindings/bindings.h"
+#include "bootstrap/store_error.h"
 #include "common/errors.h"
 
 namespace py = pybind11;
@@ -32,6 +33,8 @@ CoreError classify_error(std::exception_ptr p) {
     std::rethrow_exception(p);
   } catch (const CommError& e) {
     return {static_cast<uint32_t>(kind_of(e)), e.what()};
+  } catch (const StoreError& e) {
+    return {e.kind() == StoreError::Kind::Lost ? kCoreStoreLostError : kCoreRendezvousError, e.message()};
   } catch (const std::invalid_argument& e) {
     return {kCoreInvalidArgument, e.what()};
   } catch (const std::bad_alloc& e) {
@@ -43,9 +46,27 @@ CoreError classify_error(std::exception_ptr p) {
   }
 }
 
+// commlib.errors' class `name` (a new reference kept for the process), or null (the error cleared)
+// where the module cannot be imported. Not at bind time: commlib.errors imports commlib._C.
+static PyObject* store_error_class(const char* name) {
+  PyObject* module = PyImport_ImportModule("commlib.errors");
+  PyObject* cls = module ? PyObject_GetAttrString(module, name) : nullptr;
+  Py_XDECREF(module);
+  if (cls == nullptr) PyErr_Clear();
+  return cls;
+}
+
 PyObject* python_error_class(uint32_t kind) {
   for (const PythonClass& c : g_classes)
     if (c.kind == kind && c.cls) return c.cls;
+  if (kind == kCoreRendezvousError || kind == kCoreStoreLostError) {
+    // (under the GIL, which serialises the first look-ups; a failed import is tried again next time)
+    static PyObject* rendezvous = nullptr;
+    static PyObject* lost = nullptr;
+    PyObject*& cls = kind == kCoreStoreLostError ? lost : rendezvous;
+    if (cls == nullptr) cls = store_error_class(kind == kCoreStoreLostError ? "StoreLostError" : "RendezvousError");
+    if (cls != nullptr) return cls;
+  }
   if (kind == kCoreInvalidArgument) return PyExc_ValueError;
   if (kind == kCoreNoMemory) return PyExc_MemoryError;
   return PyExc_RuntimeError;

@@ -15,11 +15,13 @@
 namespace commlib {
 
 // The exception `p` as a kind (ErrorKind::Comm/Mismatch/Peer, or kCoreInvalidArgument,
-// kCoreNoMemory, kCoreOtherError) and its message.
+// kCoreNoMemory, kCoreRendezvousError/kCoreStoreLostError for a StoreError, kCoreOtherError) and its
+// message (a StoreError's without its class: the kind carries it).
 CoreError classify_error(std::exception_ptr p);
 
 // The Python class a kind is raised as (borrowed): commlib's CommError, MismatchError, PeerError,
-// ValueError, MemoryError, else RuntimeError. Needs bind_error_classes() to have run.
+// RendezvousError, StoreLostError (commlib.errors, imported at first use), ValueError, MemoryError,
+// else RuntimeError. Needs bind_error_classes() to have run, and the GIL.
 PyObject* python_error_class(uint32_t kind);
 
 // Creates commlib._C.CommError, MismatchError and PeerError (the classes the table maps to).

@@ -4,8 +4,6 @@
 
 #include <utility>
 
-#include <ATen/MemoryOverlap.h>
-
 #include "common/shapes.h"
 #include "torch_backend/python_work.h"
 
@@ -81,10 +79,12 @@ bool core_op(const c10d::ReduceOp& op, DType dt, RedOp* out, double* scale) {
 }  // namespace
 
 bool host_layout(const at::Tensor& t) {
-  // (has_internal_overlap: No for permuted dense tensors, TooHard for sliced ones, Yes for
-  // expanded ones, whose copy back would write one element several times)
-  return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && !t.is_conj() && !t.is_neg() &&
-         (t.is_contiguous() || at::has_internal_overlap(t) != at::MemOverlap::Yes);
+  // Any strided layout, an expanded view (elements that overlap) included: every caller reads and
+  // writes a non-contiguous tensor through a contiguous copy (dense/CopyBack, the staging layer), as
+  // the Python backend does. An overlapping output's copy back is torch's own RuntimeError ("more
+  // than one element of the written-to tensor refers to a single memory location"), raised after the
+  // call ran, as on the Python backend (session 27: these were handed to it).
+  return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && !t.is_conj() && !t.is_neg();
 }
 
 bool reduction_dtype(const at::Tensor& t, DType* dt) { return core_dtype(t.scalar_type(), dt); }

@@ -9,7 +9,8 @@
 // Reductions of dtypes the core does not reduce go through a staging buffer (reductions.cc), and
 // sparse all_reduce, uneven lists and several tensors per call run here too (several.cc). What
 // remains is handed to the Python backend of the same group (commlib/torch/backend.py,
-// ProcessGroupCommlib over the same communicator): shrink, and layouts only it moves (an argument
+// ProcessGroupCommlib over the same communicator): shrink, the life cycle's closing, and tensors on
+// a device neither path here takes (an argument
 // error is raised here first, as it words it: argument_errors.h). Staged calls take one layer on both devices (staging.h: CPU tensors on the
 // core, CUDA tensors on the current stream, device_staged.cc). Both sides issue their calls on one
 // communicator, whose FIFO keeps them in call order.

@@ -6,6 +6,7 @@
 // tensors: one call per tensor (pair), device_calls.cc's cuda_coalesced, a pair with a tensor to
 // stage through staging.h's builder of its single form (device_staged.cc), all_gather_coalesced one
 // staged list all-gather per input.
+#include <algorithm>
 #include <utility>
 
 #include "torch_backend/argument_errors.h"
@@ -46,11 +47,15 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::allgather_coalesced(std::vector<s
     refuse_allgather_coalesced(out, in, getSize(), getRank());
     for (size_t i = 0; i < in.size(); ++i)
       if (!in[i].defined() || in[i].device() != in[0].device()) return delegate("allgather_coalesced", out, in, o);
-    for (const auto& per_rank : out) {
+    // (ranks' blocks of an input may differ in size: this rank's is in[i]'s, the others padded to the
+    // largest by stage_allgather_uneven, as the Python side pads them)
+    for (size_t r = 0; r < out.size(); ++r) {
+      const auto& per_rank = out[r];
       if (per_rank.size() != in.size()) return delegate("allgather_coalesced", out, in, o);
       for (size_t i = 0; i < in.size(); ++i)
         if (!per_rank[i].defined() || per_rank[i].device() != in[0].device() ||
-            per_rank[i].scalar_type() != in[i].scalar_type() || per_rank[i].numel() != in[i].numel())
+            per_rank[i].scalar_type() != in[i].scalar_type() ||
+            (static_cast<int>(r) == getRank() && per_rank[i].numel() != in[i].numel()))
           return delegate("allgather_coalesced", out, in, o);
     }
     std::vector<WorkPtr> works;
@@ -61,46 +66,60 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::allgather_coalesced(std::vector<s
       WorkPtr w = cuda_staged(in[i], true, c10d::OpType::ALLGATHER, "all_gather", outs[0],
                               [&](const StageOn& on, StagedCall* s) {
                                 return stage_allgather_list(on, outs[0], in[i], getSize(), algo(Collective::AllGather),
-                                                            s);
+                                                            s) ||
+                                       stage_allgather_uneven(on, outs[0], in[i], getSize(), getRank(),
+                                                              algo(Collective::AllGather), s);
                               });
       works.push_back(w ? std::move(w) : delegate("allgather", outs, one, o));
     }
     return c10::make_intrusive<CoalescedWork>(getRank(), std::move(works));
   }
+  // Ranks' blocks of an input may differ in size (out[r][i] is rank r's; this rank's is in[i]'s):
+  // each input's slot is its largest block, this rank's padded to it (the padding moved and never
+  // read), as the Python side pads its per-input all-gathers; every rank sees the same sizes, so
+  // every rank takes this path alike.
+  const size_t me = static_cast<size_t>(getRank());
   bool ours = !in.empty() && out.size() == P;
-  int64_t bytes = 0;
-  for (size_t i = 0; ours && i < in.size(); ++i) {
-    ours = host_layout(in[i]);
-    bytes += static_cast<int64_t>(in[i].nbytes());
-  }
+  std::vector<int64_t> slot(in.size(), 0);  // input i's bytes per rank in the flat buffers
+  for (size_t i = 0; ours && i < in.size(); ++i) ours = host_layout(in[i]);
   for (size_t r = 0; ours && r < P; ++r) {
     ours = out[r].size() == in.size();
-    for (size_t i = 0; ours && i < in.size(); ++i)
+    for (size_t i = 0; ours && i < in.size(); ++i) {
       ours = host_layout(out[r][i]) && out[r][i].scalar_type() == in[i].scalar_type() &&
-             out[r][i].numel() == in[i].numel();
+             (r != me || out[r][i].numel() == in[i].numel());
+      slot[i] = std::max<int64_t>(slot[i], ours ? static_cast<int64_t>(out[r][i].nbytes()) : 0);
+    }
   }
   if (!ours) {
     refuse_allgather_coalesced(out, in, getSize(), getRank());  // (argument_errors.h: before any hand-over)
     return delegate("allgather_coalesced", out, in, o);
   }
-  std::vector<at::Tensor> parts, outputs;
-  for (const auto& x : in) parts.push_back(bytes_of(dense(x)));
-  at::Tensor flat_in = at::cat(parts);
+  int64_t bytes = 0;  // one rank's part of the flat buffers
+  bool padded = false;
+  for (size_t i = 0; i < in.size(); ++i) {
+    bytes += slot[i];
+    padded = padded || slot[i] != static_cast<int64_t>(in[i].nbytes());
+  }
+  at::Tensor flat_in = at::empty({bytes}, at::TensorOptions().dtype(at::kByte));
+  if (padded) flat_in.zero_();  // (the padding is never read; zeroed so that no stale memory is sent)
+  for (size_t i = 0, off = 0; i < in.size(); off += slot[i], ++i)
+    flat_in.narrow(0, static_cast<int64_t>(off), static_cast<int64_t>(in[i].nbytes())).copy_(bytes_of(dense(in[i])));
   at::Tensor flat_out = at::empty({bytes * static_cast<int64_t>(P)}, at::TensorOptions().dtype(at::kByte));
+  std::vector<at::Tensor> outputs;
   for (const auto& per_rank : out) outputs.insert(outputs.end(), per_rank.begin(), per_rank.end());
   auto call = make_call(Collective::AllGather, algo(Collective::AllGather), DType::UInt8, bytes, address(flat_in),
                         address(flat_out));
   std::vector<std::vector<at::Tensor>> outs = out;
   return run(call, o.asyncOp, c10d::OpType::ALLGATHER_COALESCED, "all_gather_coalesced", outputs,
-             [flat_in, flat_out, outs, bytes]() mutable {
+             [flat_in, flat_out, outs, bytes, slot]() mutable {
                for (size_t r = 0; r < outs.size(); ++r) {
                  int64_t off = static_cast<int64_t>(r) * bytes;
-                 for (auto& t : outs[r]) {
+                 for (size_t i = 0; i < outs[r].size(); ++i) {
+                   at::Tensor& t = outs[r][i];
                    at::Tensor c = dense(t);
-                   const int64_t n = static_cast<int64_t>(c.nbytes());
-                   bytes_of(c).copy_(flat_out.narrow(0, off, n));
+                   bytes_of(c).copy_(flat_out.narrow(0, off, static_cast<int64_t>(c.nbytes())));
                    if (!c.is_same(t)) t.copy_(c);
-                   off += n;
+                   off += slot[i];
                  }
                }
              },

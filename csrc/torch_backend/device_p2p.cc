@@ -31,8 +31,9 @@ int set_up_device_p2p(void* cache, const std::vector<P2PItem>& items, DType dtyp
 
 
 bool device_p2p_layout(const at::Tensor& t) {
-  return t.defined() && t.is_cuda() && t.layout() == at::kStrided && !t.is_conj() && !t.is_neg() &&
-         (t.is_contiguous() || at::has_internal_overlap(t) != at::MemOverlap::Yes);
+  // (an expanded view too: sent from a contiguous copy; a receive into one fails at its copy back
+  // with torch's error, as on the CPU path: backend.cc host_layout)
+  return t.defined() && t.is_cuda() && t.layout() == at::kStrided && !t.is_conj() && !t.is_neg();
 }
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::hold_device_message(bool send, const at::Tensor& t, int peer,
@@ -67,8 +68,10 @@ namespace {
 
 // The kind of a Python error of the core's (the bindings' classes), for a CoreError.
 uint32_t kind_of_python_error(const CoreApi* api, const py::error_already_set& e) {
-  for (uint32_t kind : {static_cast<uint32_t>(ErrorKind::Mismatch), static_cast<uint32_t>(ErrorKind::Peer),
-                        static_cast<uint32_t>(ErrorKind::Comm), kCoreInvalidArgument, kCoreNoMemory}) {
+  // (subclasses before their bases: StoreLostError is a RendezvousError, which is a CommError)
+  for (uint32_t kind : {kCoreStoreLostError, kCoreRendezvousError, static_cast<uint32_t>(ErrorKind::Mismatch),
+                        static_cast<uint32_t>(ErrorKind::Peer), static_cast<uint32_t>(ErrorKind::Comm),
+                        kCoreInvalidArgument, kCoreNoMemory}) {
     PyObject* cls = api->error_class(kind);
     if (cls != nullptr && PyObject_IsInstance(e.value().ptr(), cls) == 1) return kind;
   }

@@ -150,7 +150,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::p2p(bool send, std::vector<at::Te
                           std::to_string(t.size()));
   refuse_sparse(t, send ? "send" : "recv");
   const bool on_device = device_p2p_layout(t[0]);
-  if (!host_tensor(t) && !on_device) {  // (overlapping views, other devices: the Python side stages or explains)
+  if (!host_tensor(t) && !on_device) {  // (other devices; conj/neg views, resolved by torch's API first)
     p2p_handed_over_ = true;
     return send ? delegate("send", t, peer, 0) : delegate("recv", t, peer, 0);
   }

@@ -4,8 +4,6 @@
 // non-contiguous tensor through a staging buffer (reduction_of: staging.py's reduction_staging in
 // C++), the result copied back with a cast. A declined call's argument errors are raised here
 // (argument_errors.h) before the hand-over; what is then handed over is no error.
-#include <ATen/MemoryOverlap.h>
-
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -24,11 +22,9 @@ uintptr_t address(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.da
 // A tensor the core takes as it is, once contiguous (the latency path's test).
 bool plain(const at::Tensor& t, DType* dt) { return host_layout(t) && reduction_dtype(t, dt); }
 
-// A strided tensor whose values a staging copy can read (and write back: no element twice).
-bool stageable(const at::Tensor& t) {
-  return t.defined() && t.layout() == at::kStrided &&
-         (t.is_contiguous() || at::has_internal_overlap(t) != at::MemOverlap::Yes);
-}
+// A strided tensor whose values a staging copy can read and write back (an expanded view's copy
+// back raises torch's own error, as on the Python backend: backend.cc host_layout).
+bool stageable(const at::Tensor& t) { return t.defined() && t.layout() == at::kStrided; }
 
 // torch's op as the Python side names it in a message (argument_errors.h's op_name).
 const char* named(c10d::ReduceOp::RedOpType op) {

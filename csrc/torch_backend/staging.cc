@@ -1,8 +1,6 @@
 // The staging layer's builders (staging.h): device-generic, ATen's stream-ordered ops only.
 #include "torch_backend/staging.h"
 
-#include <ATen/MemoryOverlap.h>
-
 #include <algorithm>
 #include <utility>
 
@@ -65,8 +63,9 @@ at::Tensor StageOn::empty(at::IntArrayRef sizes, const at::TensorOptions& option
 
 bool StageOn::holds(const at::Tensor& t) const {
   if (!t.defined() || t.layout() != at::kStrided || t.device().type() != device.type()) return false;
-  if (!device.is_cpu() && t.device() != device) return false;
-  return t.is_contiguous() || at::has_internal_overlap(t) != at::MemOverlap::Yes;
+  // (any strided layout, an expanded view included: read through a copy; an overlapping output's
+  // copy back is torch's own error, as on the Python backend: backend.cc host_layout)
+  return device.is_cpu() || t.device() == device;
 }
 
 bool stage_reduction(const StageOn& on, Collective c, const at::Tensor& t, const c10d::ReduceOp& op, int root, int me,
@@ -108,15 +107,26 @@ bool stage_reduce_scatter_list(const StageOn& on, const at::Tensor& out, const s
     return false;
   int64_t m = 0;
   bool equal = true;
+  at::ScalarType promoted = in[0].defined() ? in[0].scalar_type() : out.scalar_type();  // (undefined: declined below)
   for (const auto& x : in) {
-    if (!on.holds(x) || x.scalar_type() != out.scalar_type()) return false;
+    if (!on.holds(x)) return false;
     equal = equal && x.numel() == in[0].numel();
     m = std::max<int64_t>(m, x.numel());
+    promoted = at::promoteTypes(promoted, x.scalar_type());
   }
+  // Inputs of other dtypes than the output's, as the Python side takes them (data_movement.py
+  // reduce_scatter): equal blocks are concatenated, so their promoted dtype must be the output's
+  // (else the TypeError argument_errors.h raises); uneven ones are cast into the output's dtype. Each
+  // is cast to the output's dtype first, then to the staging dtype, so the values reduced are those
+  // the Python side reduces (an int32 block into an int16 output wraps before it widens).
+  if (equal && promoted != out.scalar_type()) return false;
   // The blocks side by side, each padded to the largest when they differ, in the staging dtype.
   at::Tensor flat = on.empty({m * P}, out.options().dtype(r.stage));
   if (!equal) flat.zero_();
-  for (int j = 0; j < P; ++j) flat.narrow(0, j * m, in[j].numel()).copy_(in[j].reshape({-1}));
+  for (int j = 0; j < P; ++j) {
+    const at::Tensor x = in[j].scalar_type() == out.scalar_type() ? in[j] : in[j].to(out.scalar_type());
+    flat.narrow(0, j * m, in[j].numel()).copy_(x.reshape({-1}));
+  }
   s->keep.push_back(flat);
   at::Tensor so = equal ? staged_out(on, out, r.stage, s) : on.empty({m}, flat.options());
   if (!equal) s->keep.push_back(so);

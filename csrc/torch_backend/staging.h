@@ -33,7 +33,8 @@ struct StageOn {
   std::function<at::Tensor(at::IntArrayRef, const at::TensorOptions&)> alloc;
 
   at::Tensor empty(at::IntArrayRef sizes, const at::TensorOptions& options) const;
-  // A strided tensor on `device` whose values a copy can read, and write back (no element twice).
+  // A strided tensor on `device` whose values a copy can read, and write back (an expanded output's
+  // copy back raises torch's own error, as the Python backend's does).
   bool holds(const at::Tensor& t) const;
 };
 

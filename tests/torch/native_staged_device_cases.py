@@ -206,6 +206,38 @@ def _cases(P, r):
         t = m.tensor(xs[r])
         return [t], [t], lambda: t.clone(), torch.cat([xs[j][5 * r: 5 * r + 5] for j in range(P)])
     add("all_to_all_single in place", "all_to_all_single", a2a_in_place)
+
+    # Session 27: an expanded view (one element stored for all) as the input of all_to_all_single,
+    # an all_gather list (equal and uneven) and a reduce_scatter list whose blocks (uneven) are int32
+    # into a float32 output (cast): read through a copy, as the Python side reads them
+    def value(q, j=0):
+        return 10 * q + j + 1
+
+    def a2a_expanded(m):
+        i = m.tensor(torch.tensor([float(value(r))])).expand(2 * P)
+        o = m.tensor(torch.zeros(2 * P))
+        return [o], [i], lambda: o.clone(), torch.tensor([float(value(j)) for j in range(P) for _ in range(2)])
+    add("all_to_all_single expanded input", "all_to_all_single", a2a_expanded)
+
+    def ag_list_expanded(m):
+        i = m.tensor(torch.tensor([value(r)], dtype=torch.int16)).expand(3)
+        outs = [m.tensor(torch.zeros(3, dtype=torch.int16)) for _ in range(P)]
+        return outs, [i], lambda: torch.stack([o.clone() for o in outs]), torch.tensor(
+            [[value(j)] * 3 for j in range(P)], dtype=torch.int16)
+    add("all_gather list expanded input", "all_gather", ag_list_expanded)
+
+    def ag_uneven_expanded(m):
+        i = m.tensor(torch.tensor([value(r)], dtype=torch.int64)).expand(r + 1)
+        outs = [m.tensor(torch.zeros(j + 1, dtype=torch.int64)) for j in range(P)]
+        return outs, [i], lambda: torch.cat([o.clone() for o in outs]), torch.cat(
+            [torch.full((j + 1,), value(j)) for j in range(P)])
+    add("all_gather uneven list expanded input", "all_gather", ag_uneven_expanded)
+
+    def rs_list_cast(m):
+        ins = [m.tensor(torch.tensor([value(r, j)], dtype=torch.int32)).expand(2 + j) for j in range(P)]
+        o = m.tensor(torch.zeros(2 + r))
+        return [o], ins, lambda: o.clone(), torch.full((2 + r,), float(sum(value(q, r) for q in range(P))))
+    add("reduce_scatter list uneven int32 expanded into float32", "reduce_scatter", rs_list_cast)
     return out
 
 
