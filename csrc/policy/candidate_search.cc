@@ -124,10 +124,6 @@ std::vector<Composition> candidate_list(Collective c, const std::vector<int>& ho
   return out;
 }
 
-bool lanes_ranked(const Composition& cand, const sim::Topology& model) {
-  return (cand.algorithm != "rail_lanes" && cand.algorithm != "rail_window") || model.intra_by_device;
-}
-
 double candidate_lower_bound(const CallShape& call, const Composition& cand, const sim::Topology& t,
                              int64_t* ops_per_rank) {
   if (ops_per_rank) *ops_per_rank = 0;
@@ -267,7 +263,7 @@ AlgorithmChoice search_best_candidate(const CallShape& call, const std::vector<i
   std::vector<Composition> cands;
   std::vector<std::vector<Composition>> shapes;  // per candidate: its shapes to simulate, or none
   for (const auto& c : candidate_list(call.coll, host_of, segment, call.count * call.elem_bytes)) {
-    if ((hier_only && c.algorithm != "hierarchical") || !lanes_ranked(c, topo)) continue;
+    if (hier_only && c.algorithm != "hierarchical") continue;
     std::vector<Composition> own = shape_is_simulated(call, c, topo) ? simulated_shapes(call, c, topo) : std::vector<Composition>{};
     cands.push_back(own.empty() ? choose_pipeline_shape(call, c, topo) : c);
     shapes.push_back(std::move(own));
