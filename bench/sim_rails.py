@@ -197,6 +197,12 @@ PREDICTIONS = [
          ("dgx-a100-4nic", 128, 64 << 20, "never simulated", "95.5-97.0"),
          ("dgx-a100-4nic", 128, 256 << 20, "never simulated", "95.5-97.0"),
          ("dgx-a100-4nic", 128, 1 << 30, "never simulated", "95.5-97.0")]),
+    ("27", "from 4096 ranks rail_window's K 64 with its end segments ramped (R 2); docs/simulator.md 'Session 27: a "
+     "ramped window'", [
+         ("dgx-h100", 128, 64 << 20, "363.7", "365-367", "363.4 with R 2 at K 128 (so auto's shapes below 4096 ranks are "
+          "unchanged: 363.7)"),
+         ("dgx-h100", 1024, 64 << 20, "347.8", "349-351", "351.2 (the shape's run; auto not rerun)"),
+         ("dgx-h100", 1024, 256 << 20, "359.4", "none written", "363.0 (the shape's run; auto not rerun)")]),
 ]
 
 

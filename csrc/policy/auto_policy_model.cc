@@ -57,7 +57,6 @@ std::vector<AlgorithmChoice> predict_candidates(const CallShape& call, const std
   const int64_t segment = hier_segment_setting();
   std::vector<AlgorithmChoice> out;
   for (const Composition& k : candidate_list(call.coll, host_of, segment, call.count * call.elem_bytes)) {
-    if (!lanes_ranked(k, topo)) continue;
     AlgorithmChoice c;
     static_cast<Composition&>(c) = choose_pipeline_shape(call, k, topo);
     c.source = "model";

@@ -124,10 +124,6 @@ std::vector<Composition> candidate_list(Collective c, const std::vector<int>& ho
   return out;
 }
 
-bool lanes_ranked(const Composition& cand, const sim::Topology& model) {
-  return (cand.algorithm != "rail_lanes" && cand.algorithm != "rail_window") || model.intra_by_device;
-}
-
 double candidate_lower_bound(const CallShape& call, const Composition& cand, const sim::Topology& t,
                              int64_t* ops_per_rank) {
   if (ops_per_rank) *ops_per_rank = 0;
@@ -209,10 +205,26 @@ double candidate_lower_bound(const CallShape& call, const Composition& cand, con
         slowest_lane = std::max(slowest_lane, lane_time[lane]);
       }
     }
-    if (t.nic_burst_bytes > 0) rank_time = std::max(rank_time, std::max(inter_out, inter_in) / t.nic_Bps);
-    if (lanes > 1) {  // the slowest lane, and every lane's bytes through the rank's port and NIC
+    if (lanes > 1)  // the slowest lane, and every lane's bytes through the rank's port
       rank_time = std::max({rank_time, slowest_lane, std::max(intra_out, intra_in) / (t.intra_bus_Bps > 0 ? std::min(port, t.intra_bus_Bps) : port)});
-      if (inter_out + inter_in > 0) rank_time = std::max(rank_time, std::max(inter_out, inter_in) / t.nic_Bps);
+    // Every byte the rank's NIC carries across hosts, each direction, at its rate: the rank's own and
+    // those of the ranks that share its NIC (nic_of: the 4-NIC hosts put two ranks on each). Before
+    // session 27 only the rank's own bytes, and only for laned or bucketed calls: on NIC-shared
+    // hosts every bound was about half its candidate's time, none was skipped, and auto's search
+    // at 128 dgx-a100-4nic nodes ran ~10 CPU minutes a point.
+    if (inter_out + inter_in > 0) {
+      double nic_out = inter_out, nic_in = inter_in;
+      for (int q = 0; q < P; ++q) {
+        if (q == r || t.host_of[q] != t.host_of[r] || t.nic_of[q] != t.nic_of[r]) continue;
+        a.rank = q;
+        for (const Step& st : build_schedule(a, cand).steps)
+          for (const Op& o : st.ops)
+            if ((o.kind == OpKind::Send || o.kind == OpKind::Recv || o.kind == OpKind::RecvReduce) &&
+                t.host_of[q] != t.host_of[o.peer])
+              (o.kind == OpKind::Send ? nic_out : nic_in) +=
+                  static_cast<double>(o.kind == OpKind::Send ? o.src.count : o.dst.count) * call.elem_bytes;
+      }
+      rank_time = std::max(rank_time, std::max(nic_out, nic_in) / t.nic_Bps);
     }
     bound = std::max(bound, rank_time);
     if (ops_per_rank) *ops_per_rank = std::max(*ops_per_rank, ops);
@@ -267,7 +279,7 @@ AlgorithmChoice search_best_candidate(const CallShape& call, const std::vector<i
   std::vector<Composition> cands;
   std::vector<std::vector<Composition>> shapes;  // per candidate: its shapes to simulate, or none
   for (const auto& c : candidate_list(call.coll, host_of, segment, call.count * call.elem_bytes)) {
-    if ((hier_only && c.algorithm != "hierarchical") || !lanes_ranked(c, topo)) continue;
+    if (hier_only && c.algorithm != "hierarchical") continue;
     std::vector<Composition> own = shape_is_simulated(call, c, topo) ? simulated_shapes(call, c, topo) : std::vector<Composition>{};
     cands.push_back(own.empty() ? choose_pipeline_shape(call, c, topo) : c);
     shapes.push_back(std::move(own));

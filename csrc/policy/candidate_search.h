@@ -53,12 +53,6 @@ std::vector<Composition> candidate_list(Collective c, const std::vector<int>& ho
 // (2 and 16 dgx-h100 nodes, 256 KiB: 0.67 and 0.69 of the best's busbw; from 1 MiB it can win).
 constexpr int64_t kLanesMinBytes = int64_t{1} << 20;
 
-// Whether auto ranks `cand` on `model`: rail_lanes (schedule/lanes.h) only where the model's
-// intra-host messages are the devices' (intra_by_device: the GPU presets, whose NCCL-like engines
-// keep several slices in flight); commlib's engines run lanes one after another, so on a CPU
-// host's fitted model the lanes' overlap would be a prediction for no engine here.
-bool lanes_ranked(const Composition& cand, const sim::Topology& model);
-
 // rail_split (schedule/side_by_side.h) is ranked from this many bytes a call: it balances the NICs'
 // and the ports' bytes, while its rail rings keep every one of their 2(P-1) lock-step steps, whose
 // fixed costs outweigh that below (docs/simulator.md "Rails and hierarchical side by side").

@@ -13,7 +13,13 @@ namespace commlib {
 // simulated. Session 25 (docs/simulator.md "A window of steps in flight"): at 64 MiB on 16 and 128
 // dgx-h100 nodes 64 and 128 segments win (128 nodes: K 128, D 2n 364.6 GB/s, K 64 D n 359.8, K 32
 // D n 339.7), the window matters by 1-2 %; fewer segments leave a segment's own chain exposed. From
-// 4096 ranks one shape (a run there takes minutes): K 64, D n.
+// 4096 ranks one shape (a run there takes minutes): K 64, D n, since session 27 ramped (share's ramp
+// R 2, schedule/rail_window.cc: the end segments in quarters and a half; 1024 nodes 64 MiB 351.2
+// GB/s against 347.8 equal, the same run's cost). Below 4096 ranks the ramp does not win (128 nodes,
+// 64 MiB: K 128 R 2 363.4 against 363.7 equal, K 96 R 2 362.3, K 64 R 2 358.9; docs/simulator.md
+// "Session 27").
+constexpr int kHugeRamp = 2;
+
 std::vector<Composition> window_shapes(const CallShape& call, const Composition& cand, const sim::Topology& t) {
   std::vector<Composition> out;
   const bool huge = t.size() >= 4096;
@@ -22,7 +28,7 @@ std::vector<Composition> window_shapes(const CallShape& call, const Composition&
     const int64_t segment = call.count / K;
     if (segment < 2 * static_cast<int64_t>(t.size())) continue;  // (the builder's one-lane fallback)
     Composition k = cand;
-    k.segment = segment, k.pieces = 0, k.share = 0;
+    k.segment = segment, k.pieces = 0, k.share = huge ? kHugeRamp << 16 : 0;
     if (wide) {  // twice one segment's steps: the builder's window with pieces 0, doubled
       CollArgs a = call.args_on(t.host_of);
       a.compose(k);

@@ -12,8 +12,8 @@ namespace commlib {
 
 // The segments (K) and windows (D) auto simulates for `cand` (rail_window) on the placed model, in
 // the order it tries them: K 64 and 128 with a window of one segment's steps, K 128 with two, K 32;
-// from 4096 ranks K 64 only. Shapes whose segments would hold fewer than 2 elements a rank (the
-// builder's one-lane fallback) are left out.
+// from 4096 ranks K 64 only, its end segments ramped (R 2). Shapes whose segments would hold fewer
+// than 2 elements a rank (the builder's one-lane fallback) are left out.
 std::vector<Composition> window_shapes(const CallShape& call, const Composition& cand, const sim::Topology& placed);
 
 }  // namespace commlib

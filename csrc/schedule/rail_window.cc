@@ -17,12 +17,19 @@
 // engines without a window run it.
 //
 // The composition: `segment` elements a segment (K = count / segment, at most kMaxWindowLanes; 0: one
-// segment), `pieces` the window D (0: one segment's steps), `share` the stagger (0: 1). Where
-// rail_halving does not pair (one host, unequal or non-power-of-two hosts) or a segment would hold
-// fewer than kMinWindowSegment elements per rank, it is rail_halving's plain form in one lane.
+// segment), `pieces` the window D (0: one segment's steps), `share` the stagger (0: 1) in its low 16
+// bits and a ramp R above them (share >> 16, session 27): the first and the last segment each cut in
+// R + 1 lanes of 1/2^R, 1/2^R, 2/2^R, .., 1/2 of it (hierarchical_layout.h's ramp, here segments of
+// their own), so the fill and the drain are a 1/2^R segment's while the steady segments, and so the
+// inter-host messages a rank posts, stay K's (0: equal segments; a ramp whose smallest piece would
+// hold fewer than kMinWindowSegment elements a rank, or that would pass kMaxWindowLanes, is left out).
+// Where rail_halving does not pair (one host, unequal or non-power-of-two hosts) or a segment would
+// hold fewer than kMinWindowSegment elements per rank, it is rail_halving's plain form in one lane.
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <utility>
+#include <vector>
 
 #include "schedule/builders.h"
 #include "schedule/hierarchical_hosts.h"
@@ -38,32 +45,65 @@ namespace {
 constexpr int kMaxWindowLanes = 256;  // (a run plays K lanes a rank: 128 win at 128 dgx-h100 nodes, 64 MiB)
 constexpr int64_t kMinWindowSegment = 2;  // elements per rank a segment at least (every rank a block)
 
-int rail_window_lanes(const CollArgs& a) {
+int equal_segments(const CollArgs& a) {
   if (a.segment <= 0 || !halving_hosts(HostMap(a))) return 1;
   const int64_t K = std::min<int64_t>(a.count / a.segment, kMaxWindowLanes);
   return K >= 2 && a.count / K >= kMinWindowSegment * a.size ? static_cast<int>(K) : 1;
 }
+
+// Each lane's segment, (offset, count) in list order: K equal segments, the first and last cut in
+// R + 1 ramp pieces (the file's comment) where the ramp fits.
+std::vector<std::pair<int64_t, int64_t>> window_segments(const CollArgs& a) {
+  const int K = equal_segments(a);
+  std::vector<std::pair<int64_t, int64_t>> seg;
+  for (int p = 0; p < K; ++p)
+    seg.emplace_back(a.count / K * p + std::min<int64_t>(p, a.count % K), a.count / K + (p < a.count % K ? 1 : 0));
+  const int R = a.share >> 16;
+  if (K < 2 || R <= 0 || R > 16 || K + 2 * R > kMaxWindowLanes) return seg;
+  const int64_t last = seg.back().second;  // (the shorter of the two lengths)
+  if ((last >> R) < kMinWindowSegment * a.size) return seg;
+  auto cut = [R](int64_t off, int64_t c, bool up) {  // 1/2^R, 1/2^R, 2/2^R, .., 1/2 (up), or reversed
+    std::vector<int64_t> ends{0};
+    for (int k = 1; k <= R; ++k) ends.push_back((c << (k - 1)) >> R);
+    ends.push_back(c);
+    std::vector<std::pair<int64_t, int64_t>> out;
+    for (size_t i = 0; i + 1 < ends.size(); ++i) {
+      const int64_t b = up ? ends[i] : c - ends[ends.size() - 1 - i];
+      const int64_t e = up ? ends[i + 1] : c - ends[ends.size() - 2 - i];
+      out.emplace_back(off + b, e - b);
+    }
+    return out;
+  };
+  std::vector<std::pair<int64_t, int64_t>> out = cut(seg.front().first, seg.front().second, true);
+  out.insert(out.end(), seg.begin() + 1, seg.end() - 1);
+  const auto tail = cut(seg.back().first, seg.back().second, false);
+  out.insert(out.end(), tail.begin(), tail.end());
+  return out;
+}
+
+int rail_window_lanes(const CollArgs& a) { return static_cast<int>(window_segments(a).size()); }
 
 }  // namespace
 
 Schedule all_reduce_rail_window(const CollArgs& a) {
   if (a.pieces < 0) throw std::invalid_argument("pieces: rail_window's window must be >= 0, got " + std::to_string(a.pieces));
   if (a.share < 0) throw std::invalid_argument("share: rail_window's stagger must be >= 0, got " + std::to_string(a.share));
-  const int K = rail_window_lanes(a);
+  const std::vector<std::pair<int64_t, int64_t>> segs = window_segments(a);
+  const int K = static_cast<int>(segs.size());
   CollArgs b = a;
   b.segment = b.pieces = b.share = 0;
   if (K == 1) return build_schedule(b, "rail_halving");  // its plain form: one segment
   // Lane p: segment p's schedule, its input and output regions moved to the segment, its scratch
   // past the segments before it, padded to the longest (as lane_parts, side_by_side.h), each of the
-  // (at most two) segment lengths built once: a build is O(P), and K of them a rank at 8192 ranks
+  // segment lengths (at most two, and the ramp's) built once: a build is O(P), and K of them a rank at 8192 ranks
   // were most of a simulation's time.
   std::map<int64_t, Schedule> built;
   std::vector<std::vector<Step>> lanes(K);
   Schedule laned;
   size_t n = 1;
   for (int p = 0; p < K; ++p) {
-    const int64_t offset = a.count / K * p + std::min<int64_t>(p, a.count % K);
-    b.count = a.count / K + (p < a.count % K ? 1 : 0);
+    const int64_t offset = segs[p].first;
+    b.count = segs[p].second;
     auto it = built.find(b.count);
     if (it == built.end()) it = built.emplace(b.count, build_schedule(b, "rail_halving")).first;
     lanes[p] = it->second.steps;
@@ -82,7 +122,7 @@ Schedule all_reduce_rail_window(const CollArgs& a) {
       laned.steps.push_back(std::move(st));
     }
   }
-  const int64_t stagger = a.share > 0 ? a.share : 1;
+  const int64_t stagger = (a.share & 0xffff) > 0 ? (a.share & 0xffff) : 1;
   std::vector<size_t> at(laned.steps.size());
   std::iota(at.begin(), at.end(), size_t{0});
   auto key = [&](size_t i) { return static_cast<int64_t>(i / n) * stagger + static_cast<int64_t>(i % n); };

@@ -35,7 +35,7 @@ class Run {
       const std::vector<std::vector<uint16_t>>* order = nullptr, int window = 0)
       : t_(t), rates_(rates), shapes_(shapes), progs_(progs), eb_(elem_bytes), P_(t.size()), H_(t.hosts()),
         W_(lanes), V_(t.size() * lanes), player_(*this), trace_(trace), codec_(codec),
-        order_lanes_(window > 0 ? order : nullptr), window_(window) {
+        order_lanes_(window > 0 ? order : nullptr), window_(window), shared_core_(lanes > 1 && !t.intra_by_device) {
     if (static_cast<int>(progs.size()) != V_) throw std::logic_error("simulate: programs for ranks x lanes expected");
     if (order_lanes_) {
       if (static_cast<int>(order_lanes_->size()) != P_) throw std::logic_error("simulate: a list order per rank expected");
@@ -66,6 +66,7 @@ class Run {
     tokens_.assign(free_at_.size(), 0.0);
     send_cpu_.assign(P_, 0.0);
     recv_cpu_.assign(P_, 0.0);
+    core_free_.assign(P_, 0.0);
     oversub_ = oversubscription(t);
   }
 
@@ -142,7 +143,7 @@ class Run {
       R.left = p[R.run].second;
     }
     R.shape = p[R.run].first;
-    const double at = t + (R.step > 0 ? t_.step_overhead_s * oversub_[t_.host_of[ph(r)]] : 0.0);
+    const double at = R.step > 0 ? on_core(ph(r), t, t_.step_overhead_s * oversub_[t_.host_of[ph(r)]]) : t;
     if (!order_lanes_) return heap_.push(Event{at, r, ++R.gen});
     ready_[r] = at;  // the window decides when it enters
     start_if_free(r);
@@ -274,7 +275,7 @@ class Run {
       cpu_[q] += t_.recv_overhead_s * fq;
       taken = recv_cpu_[q];
     }
-    Q.end = std::max(Q.end, taken + reduce_tail);
+    Q.end = std::max(Q.end, on_core(q, taken, reduce_tail));
     if (piece) {  // all the receiver's work, from the first piece's arrival and after its own encoding
       const double work = codec_.receiver_s(ro.count, reduces, rates_[q].reduce_s_per_byte, eb_) * fq;
       const double first_in = start + latency + codec_.bytes(piece, eb_, true) / slowest;
@@ -312,16 +313,30 @@ class Run {
   // the message streams in while it wakes.
   double receiver_running(int s, int q, double first) const;
 
+  // `work` seconds of rank r's CPU from `from`: when it is done. A laned call on a CPU host
+  // (shared_core_: the host executor's one progress thread per rank runs every lane's steps,
+  // docs/DESIGN.md "Laned calls") does each lane's step entry, reductions of received bytes and
+  // local copies and reductions one after another on that thread, first come, first served as the
+  // links are (the order the run reaches them); one lane, or devices moving a host's data, each
+  // player's own (a lane's steps follow one another anyway).
+  double on_core(int r, double from, double work) {
+    if (!shared_core_ || work <= 0) return from + work;
+    const double begin = std::max(from, core_free_[r]);
+    core_free_[r] = begin + work;
+    return core_free_[r];
+  }
+
   void finish_step(int v) {
     RankState& R = ranks_[v];
     const int r = ph(v);
     one_sided_ops(v);
-    double t = R.end;
+    double work = 0;
     for (const SimOp* o = shapes_.begin(R.shape); o != shapes_.end(R.shape); ++o) {
       const double bytes = static_cast<double>(o->count) * eb_;
-      if (o->kind == SimKind::Copy) t += bytes * rates_[r].copy_s_per_byte;
-      else if (o->kind == SimKind::Reduce) t += bytes * rates_[r].reduce_s_per_byte;
+      if (o->kind == SimKind::Copy) work += bytes * rates_[r].copy_s_per_byte;
+      else if (o->kind == SimKind::Reduce) work += bytes * rates_[r].reduce_s_per_byte;
     }
+    const double t = on_core(r, R.end, work);
     if (trace_) trace_->steps[r].emplace_back(R.t, t);
     post_signals(v, t);
     --R.left;
@@ -363,6 +378,8 @@ class Run {
   // its next one's (SIZE_MAX: none left).
   const std::vector<std::vector<uint16_t>>* order_lanes_ = nullptr;
   int window_ = 0;
+  const bool shared_core_;         // lanes on a CPU host: the rank's one progress thread (on_core)
+  std::vector<double> core_free_;  // per rank: when that thread has done the work it took on
   std::vector<size_t> next_;
   std::vector<std::vector<double>> done_;
   std::vector<double> ready_;

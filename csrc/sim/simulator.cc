@@ -37,14 +37,15 @@ Result simulate(Collective c, const Composition& how, int64_t count, int elem_by
   const double t1 = now_s();
   const std::vector<RankRates> rates = rank_rates(topo, c, count, elem_bytes, root, built->scratch, res);
   if (opts.trace) start_trace(*opts.trace, topo);
-  // Lanes (schedule/lanes.h) overlap where the devices move the intra-host data (intra_by_device:
-  // the GPU presets' NCCL-like engines keep several slices in flight); commlib's host executor runs
-  // a laned schedule in list order (its lanes' steps interleaved as the list has them), so on a CPU
-  // host's model it plays so.
+  // Lanes (schedule/lanes.h) play as players of their own, the rank's lanes in flight, as both the
+  // GPU presets' NCCL-like engines and, since session 26, commlib's host executor run them
+  // (docs/DESIGN.md "Laned calls"); on a CPU host the rank's one progress thread is shared by its
+  // lanes (run.h, on_core). A compressed call runs step by step in the host executor (list order),
+  // so a coded laned call on a CPU host's model plays its list in order.
   const std::vector<Program>* programs = &built->programs;
   std::vector<Program> listed;
   int lanes = built->lanes;
-  if (lanes > 1 && !topo.intra_by_device) {
+  if (lanes > 1 && !topo.intra_by_device && opts.codec.active) {
     listed.resize(P);
     std::vector<std::pair<size_t, uint32_t>> at(lanes);  // per lane: its program's run, steps taken of it
     for (int r = 0; r < P; ++r) {
