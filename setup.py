@@ -24,8 +24,8 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
-from build_deps import (CompileJob, build_in_one_pool, compile_if_stale, guessed_seconds,  # noqa: E402  (beside this file)
-                        linked_libraries, module_is_current, object_name, read_compile_seconds,
+from build_deps import (CompileJob, build_in_one_pool, compile_if_stale, cuda_gencode,  # noqa: E402  (beside this file)
+                        guessed_seconds, linked_libraries, module_is_current, object_name, read_compile_seconds,
                         write_compile_seconds)
 
 CSRC = ROOT / "csrc"
@@ -39,8 +39,16 @@ CXXFLAGS = ["-std=c++17", "-O3", "-fPIC", "-fvisibility=hidden", "-pthread", "-W
 INCLUDES = [str(CSRC), pybind11.get_include(), sysconfig.get_paths()["include"]]
 # COMMLIB_CUDA_ARCHS (params.cc): the architectures built; scripts/gpu_check.sh names the lent GPU's.
 CUDA_ARCHS = [a.strip() for a in os.environ.get("COMMLIB_CUDA_ARCHS", "80,90").split(",") if a.strip()]
+# COMMLIB_CUDA_ONE_PTX (params.cc; .ci/run sets it): the kernels' PTX compiled once, for the first
+# architecture, and assembled for each (build_deps.cuda_gencode). nvcc's front end (cicc) is about two
+# thirds of a .cu file's CPU per architecture (nvcc --time, session 27), and a CUDA module built where
+# no GPU runs it only proves that the code compiles and fits each architecture's registers: both still
+# hold, since no source branches on __CUDA_ARCH__'s value (tests/python/test_cuda_build.py) and
+# ptxas, which reports spills, still runs for every architecture.
+CUDA_ONE_PTX = bool(os.environ.get("COMMLIB_CUDA_ONE_PTX"))
 # An object built for other architectures is not current: the tag names them unless they are the default.
-CUDA_TAG = ".cuda" if CUDA_ARCHS == ["80", "90"] else ".cuda_sm" + "_".join(CUDA_ARCHS)
+CUDA_TAG = (".cuda" if CUDA_ARCHS == ["80", "90"] else ".cuda_sm" + "_".join(CUDA_ARCHS)) + (
+    ".one_ptx" if CUDA_ONE_PTX else "")
 
 
 def _rel(paths):
@@ -184,10 +192,7 @@ class CachedBuildExt(build_ext):
             if src.endswith(".cu"):
                 cmd = [nvcc, "-c", src, "-o", str(obj), "-std=c++17", "-O3", "-Xcompiler", "-fPIC",
                        "-Xcompiler", "-fvisibility=hidden", "-MD", "-MF", str(dep)]
-                for a in CUDA_ARCHS:
-                    cmd += ["-gencode", f"arch=compute_{a},code=sm_{a}"]
-                # PTX of the newest architecture too, so newer GPUs JIT-compile it.
-                cmd += ["-gencode", f"arch=compute_{CUDA_ARCHS[-1]},code=compute_{CUDA_ARCHS[-1]}"]
+                cmd += cuda_gencode(CUDA_ARCHS, CUDA_ONE_PTX)
                 # A kernel that spills registers fails the build (the kernel path's launch bounds
                 # are chosen so that none does, on every architecture built).
                 cmd += ["-Xptxas", "--warn-on-spills,--warning-as-error"]
