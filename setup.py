@@ -37,6 +37,13 @@ PYTHON_ABI = sysconfig.get_config_var("SOABI") or sys.implementation.cache_tag
 CXXFLAGS = ["-std=c++17", "-O3", "-fPIC", "-fvisibility=hidden", "-pthread", "-Wall",
             "-Wno-unused-function", "-g1"]
 INCLUDES = [str(CSRC), pybind11.get_include(), sysconfig.get_paths()["include"]]
+# Files compiled at another level than CXXFLAGS' (the later -O wins). The emulated device's kernel
+# executor instantiates the plan kernel's whole body for every dtype x op (about 45 times): at -O3
+# it was the core's costliest object (97.5 CPU-s), at -O1 47.7. The tests that run it (the kernel
+# path on the emulated device: six modules of tests/stream and tests/device, every process's CPU)
+# took 30.8 and 29.9 CPU-s with it at -O3, 33.0 and 30.5 at -O1 (session 27): their time is the
+# ranks' waits and the device's threads, not the element loops.
+OPT_LEVEL_OF = {"csrc/device/emulated/emulated_plan_kernel.cc": "-O1"}
 # COMMLIB_CUDA_ARCHS (params.cc): the architectures built; scripts/gpu_check.sh names the lent GPU's.
 CUDA_ARCHS = [a.strip() for a in os.environ.get("COMMLIB_CUDA_ARCHS", "80,90").split(",") if a.strip()]
 # COMMLIB_CUDA_ONE_PTX (params.cc; .ci/run sets it): the kernels' PTX compiled once, for the first
@@ -207,6 +214,8 @@ class CachedBuildExt(build_ext):
             else:
                 cmd = ["g++", "-c", src, "-o", str(obj), "-MMD", "-MF", str(dep)] + CXXFLAGS + [
                     f"-I{i}" for i in INCLUDES]
+                if str(rel) in OPT_LEVEL_OF:
+                    cmd += [OPT_LEVEL_OF[str(rel)]]
                 if ext.name.endswith("_cuda"):
                     cmd += [f"-I{cuda_include(nvcc)}"]
 
