@@ -89,7 +89,7 @@ def test_xdist_workers_take_modules_in_this_order(tmp_path):
     (tmp_path / "test_many.py").write_text("".join(f"def test_{i}():\n    pass\n" for i in range(5)))
     (tmp_path / "test_mid.py").write_text("def test_a():\n    pass\ndef test_b():\n    pass\n")
     (tmp_path / "test_long.py").write_text("def test_a():\n    pass\n")
-    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}  # (this run may be a worker)
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadfile", "-p", "no:cacheprovider",
                           "-p", "no:randomly", str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=120)
