@@ -222,3 +222,16 @@ def build_in_one_pool(jobs, link, workers):
         pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
+
+
+def cuda_gencode(archs, one_ptx):
+    """nvcc's -gencode arguments. By default each architecture's own PTX and machine code, and the
+    newest one's PTX in the module too, so newer GPUs JIT-compile it. With one_ptx, the first
+    architecture's PTX alone (one front-end run), assembled into every architecture's machine code,
+    and no PTX in the module (for a build that proves the code, not one that runs on a GPU)."""
+    if one_ptx:
+        return ["-gencode", f"arch=compute_{archs[0]},code=[{','.join(f'sm_{a}' for a in archs)}]"]
+    out = []
+    for a in archs:
+        out += ["-gencode", f"arch=compute_{a},code=sm_{a}"]
+    return out + ["-gencode", f"arch=compute_{archs[-1]},code=compute_{archs[-1]}"]

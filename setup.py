@@ -24,8 +24,8 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
-from build_deps import (CompileJob, build_in_one_pool, compile_if_stale, guessed_seconds,  # noqa: E402  (beside this file)
-                        linked_libraries, module_is_current, object_name, read_compile_seconds,
+from build_deps import (CompileJob, build_in_one_pool, compile_if_stale, cuda_gencode,  # noqa: E402  (beside this file)
+                        guessed_seconds, linked_libraries, module_is_current, object_name, read_compile_seconds,
                         write_compile_seconds)
 
 CSRC = ROOT / "csrc"
@@ -37,10 +37,25 @@ PYTHON_ABI = sysconfig.get_config_var("SOABI") or sys.implementation.cache_tag
 CXXFLAGS = ["-std=c++17", "-O3", "-fPIC", "-fvisibility=hidden", "-pthread", "-Wall",
             "-Wno-unused-function", "-g1"]
 INCLUDES = [str(CSRC), pybind11.get_include(), sysconfig.get_paths()["include"]]
+# Files compiled at another level than CXXFLAGS' (the later -O wins). The emulated device's kernel
+# executor instantiates the plan kernel's whole body for every dtype x op (about 45 times): at -O3
+# it was the core's costliest object (97.5 CPU-s), at -O1 47.7. The tests that run it (the kernel
+# path on the emulated device: six modules of tests/stream and tests/device, every process's CPU)
+# took 30.8 and 29.9 CPU-s with it at -O3, 33.0 and 30.5 at -O1 (session 27): their time is the
+# ranks' waits and the device's threads, not the element loops.
+OPT_LEVEL_OF = {"csrc/device/emulated/emulated_plan_kernel.cc": "-O1"}
 # COMMLIB_CUDA_ARCHS (params.cc): the architectures built; scripts/gpu_check.sh names the lent GPU's.
 CUDA_ARCHS = [a.strip() for a in os.environ.get("COMMLIB_CUDA_ARCHS", "80,90").split(",") if a.strip()]
+# COMMLIB_CUDA_ONE_PTX (params.cc; .ci/run sets it): the kernels' PTX compiled once, for the first
+# architecture, and assembled for each (build_deps.cuda_gencode). nvcc's front end (cicc) is about two
+# thirds of a .cu file's CPU per architecture (nvcc --time, session 27), and a CUDA module built where
+# no GPU runs it only proves that the code compiles and fits each architecture's registers: both still
+# hold, since no source branches on __CUDA_ARCH__'s value (tests/python/test_cuda_build.py) and
+# ptxas, which reports spills, still runs for every architecture.
+CUDA_ONE_PTX = bool(os.environ.get("COMMLIB_CUDA_ONE_PTX"))
 # An object built for other architectures is not current: the tag names them unless they are the default.
-CUDA_TAG = ".cuda" if CUDA_ARCHS == ["80", "90"] else ".cuda_sm" + "_".join(CUDA_ARCHS)
+CUDA_TAG = (".cuda" if CUDA_ARCHS == ["80", "90"] else ".cuda_sm" + "_".join(CUDA_ARCHS)) + (
+    ".one_ptx" if CUDA_ONE_PTX else "")
 
 
 def _rel(paths):
@@ -184,10 +199,7 @@ class CachedBuildExt(build_ext):
             if src.endswith(".cu"):
                 cmd = [nvcc, "-c", src, "-o", str(obj), "-std=c++17", "-O3", "-Xcompiler", "-fPIC",
                        "-Xcompiler", "-fvisibility=hidden", "-MD", "-MF", str(dep)]
-                for a in CUDA_ARCHS:
-                    cmd += ["-gencode", f"arch=compute_{a},code=sm_{a}"]
-                # PTX of the newest architecture too, so newer GPUs JIT-compile it.
-                cmd += ["-gencode", f"arch=compute_{CUDA_ARCHS[-1]},code=compute_{CUDA_ARCHS[-1]}"]
+                cmd += cuda_gencode(CUDA_ARCHS, CUDA_ONE_PTX)
                 # A kernel that spills registers fails the build (the kernel path's launch bounds
                 # are chosen so that none does, on every architecture built).
                 cmd += ["-Xptxas", "--warn-on-spills,--warning-as-error"]
@@ -197,16 +209,20 @@ class CachedBuildExt(build_ext):
                 cmd += ["--threads", "0"]
                 cmd += [f"-I{i}" for i in INCLUDES]
             elif ext.name.endswith("_C_torch"):
-                cmd = ["g++", "-c", src, "-o", str(obj), "-MMD", "-MF", str(dep), "-Winvalid-pch", "-include",
-                       str(pch_header)] + torch_build()[1]
+                # (the torch headers' .gch only for the files that include them: loading the 643 MB
+                # file cost common/alloc_count.cc 10.5 CPU-s, against 0.1 without it)
+                pch = ["-Winvalid-pch", "-include", str(pch_header)] if TORCH_BACKEND in Path(src).parents else []
+                cmd = ["g++", "-c", src, "-o", str(obj), "-MMD", "-MF", str(dep)] + pch + torch_build()[1]
             else:
                 cmd = ["g++", "-c", src, "-o", str(obj), "-MMD", "-MF", str(dep)] + CXXFLAGS + [
                     f"-I{i}" for i in INCLUDES]
+                if str(rel) in OPT_LEVEL_OF:
+                    cmd += [OPT_LEVEL_OF[str(rel)]]
                 if ext.name.endswith("_cuda"):
                     cmd += [f"-I{cuda_include(nvcc)}"]
 
             def run():
-                if ext.name.endswith("_C_torch"):
+                if "-include" in cmd:
                     pch_built.result()  # (started before any of these: it raises if it failed)
                 # Objects from before compile lines were kept are adopted (their flags are today's),
                 # except _C_torch's: its flags changed in session 21 (-O3 -DNDEBUG) while trees kept

@@ -11,7 +11,17 @@ from commlib.testing import close_pools, get_pool  # noqa: E402
 
 from gpu_presence import cuda_import_error, gpu_verdict, listed_gpus  # noqa: E402
 from thread_leaks import describe, left_running, retire_pools_with_dead_stores  # noqa: E402
-from module_order import longest_modules_first  # noqa: E402
+from module_order import ModuleClock, keep_collection_order, longest_modules_first  # noqa: E402
+
+_module_clock = ModuleClock()  # (each module's seconds in this run: build/module_seconds.txt)
+
+
+def pytest_configure(config):
+    keep_collection_order(config)
+
+
+def pytest_runtest_logreport(report):
+    _module_clock.add(report)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -44,6 +54,8 @@ def pytest_report_header(config):
 
 def pytest_sessionfinish(session, exitstatus):
     close_pools()
+    if not hasattr(session.config, "workerinput"):  # (the xdist controller, or a run without workers)
+        _module_clock.write()
 
 
 @pytest.fixture

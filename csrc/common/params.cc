@@ -79,6 +79,10 @@ const std::vector<Param> kParams = {
     {"COMMLIB_CUDA_ARCHS", "list", "80,90",
      "build time (setup.py): the GPU architectures the CUDA module is compiled for (PTX of the last too); "
      "scripts/gpu_check.sh builds for the lent GPU's alone, which halves the build"},
+    {"COMMLIB_CUDA_ONE_PTX", "flag", "",
+     "build time (setup.py): compile the CUDA kernels' PTX once, for the first of COMMLIB_CUDA_ARCHS, assembled "
+     "for each (every one still checked for spills) and none kept for newer GPUs: CI sets it (.ci/run), where no "
+     "GPU runs the module; about 40% less nvcc time"},
     {"COMMLIB_NO_TORCH_BACKEND", "flag", "",
      "build time (setup.py): skip the torch backend's C++ module (commlib._C_torch); groups are then the Python "
      "backend alone"},

@@ -315,9 +315,13 @@ def test_setup_builds_every_module_in_one_pool():
 
 def test_the_torch_backend_is_compiled_with_its_precompiled_header():
     # One .gch of torch's headers, with exactly the objects' flags (torch_build()[1]), named by torch's
-    # version and its header list (the objects' compile lines name it), waited for by every object.
+    # version and its header list (the objects' compile lines name it), waited for by every object
+    # that includes it: the torch backend's own files (not common/alloc_count.cc, which includes none).
     text = (Path(__file__).resolve().parents[2] / "setup.py").read_text()
-    assert '"-Winvalid-pch", "-include",\n                       str(pch_header)] + torch_build()[1]' in text
+    assert ('pch = ["-Winvalid-pch", "-include", str(pch_header)] if TORCH_BACKEND in Path(src).parents else []'
+            in text)
+    assert 'cmd = ["g++", "-c", src, "-o", str(obj), "-MMD", "-MF", str(dep)] + pch + torch_build()[1]' in text
+    assert 'if "-include" in cmd:\n                    pch_built.result()' in text
     assert '"-MF",\n                   str(gch.with_suffix(".d"))] + torch_build()[1]' in text
     assert 'f"torch_headers.{PYTHON_ABI}.torch{torch_build()[0]}.{digest}.h"' in text
     assert "pch_built.result()" in text
