@@ -155,7 +155,7 @@ class CommlibBackend(Backend):
             core = self.comm._core
             if core.auto_runs_flag_call(COLLECTIVE[collective], nbytes):
                 return "flags"  # one shared-memory write, not a schedule (docs/transports.md "Flag calls")
-            return core.auto_choice(COLLECTIVE[collective], nbytes)
+            return core.auto_choice(COLLECTIVE[collective], nbytes, C.elem_size(dtype))  # as the call resolves
         except Exception:
             pass
         try:

@@ -102,10 +102,12 @@ void bind_comm(py::module_& m) {
       .def_property_readonly("link_kinds", &Communicator::link_kinds)
       .def(
           "auto_choice",
-          [](const Communicator& c, Collective coll, int64_t bytes) {
-            return c.auto_choice(coll, bytes);
+          [](const Communicator& c, Collective coll, int64_t bytes, int elem_bytes) {
+            return c.auto_choice(coll, bytes, elem_bytes);
           },
-          "The algorithm auto picks for `coll` of `bytes` on this communicator's links.")
+          py::arg("coll"), py::arg("bytes"), py::arg("elem_bytes") = 1,
+          "The algorithm auto picks for `coll` of `bytes` on this communicator's links, as a call of elements of "
+          "`elem_bytes` bytes resolves (the element count can decide between candidates the model predicts alike).")
       .def(
           "auto_runs_flag_call",
           [](const Communicator& c, Collective coll, int64_t bytes) { return c.auto_runs_flag_call(coll, bytes); },

@@ -96,7 +96,7 @@ class Communicator {
   // The kind of transport that carries each rank ("self", "shm", "tcp"), by rank; kept after close().
   const std::vector<std::string>& link_kinds() const { return link_kinds_; }
   // What auto picks for `coll` of `bytes` on this communicator's links (policy/auto_policy.h).
-  std::string auto_choice(Collective coll, int64_t bytes) const;
+  std::string auto_choice(Collective coll, int64_t bytes, int elem_bytes = 1) const;
   // Whether auto's `coll` of `bytes` runs as a flag call (host/flag_calls.cc) instead of
   // auto_choice's schedule: small broadcasts and barriers with every rank on this host.
   bool auto_runs_flag_call(Collective coll, int64_t bytes) const;

@@ -1,6 +1,7 @@
 // The communicator's side of the plan cache (plan/plan_cache.h): what auto picks on its links, the
 // cost model it ranks candidates with, and the debug log of auto's choices.
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 
 #include "host/communicator.h"
@@ -9,8 +10,13 @@
 
 namespace commlib {
 
-std::string Communicator::auto_choice(Collective coll, int64_t bytes) const {
-  return resolve_call(plans_.context(), CallShape{coll, bytes, 1, 0}, 0).algorithm;
+std::string Communicator::auto_choice(Collective coll, int64_t bytes, int elem_bytes) const {
+  // As a call of bytes / elem_bytes elements resolves (plan/plan_cache.cc): the model's sums, and so
+  // a choice between candidates predicted alike, follow the element count, not only the bytes.
+  if (elem_bytes < 1 || bytes % elem_bytes)
+    throw std::invalid_argument("elem_bytes: " + std::to_string(elem_bytes) + " does not divide " + std::to_string(bytes) +
+                                " bytes");
+  return resolve_call(plans_.context(), CallShape{coll, bytes / elem_bytes, elem_bytes, 0}, 0).algorithm;
 }
 
 bool Communicator::auto_runs_flag_call(Collective coll, int64_t bytes) const {

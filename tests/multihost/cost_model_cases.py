@@ -41,6 +41,6 @@ def _run(comm):
                     failures.append(f"{coll} {algo} count {count}: {err}")
             want = _C.resolve_algorithm(COLLECTIVE[coll], "auto", count, 4, 0, comm.size, hosts, model)
             hier = _C.resolve_algorithm(COLLECTIVE[coll], "hierarchical", count, 4, 0, comm.size, hosts, model)
-            seen[f"{coll}:{count}"] = (comm._core.auto_choice(COLLECTIVE[coll], count * 4), want["algorithm"], want["source"],
+            seen[f"{coll}:{count}"] = (comm._core.auto_choice(COLLECTIVE[coll], count * 4, 4), want["algorithm"], want["source"],
                                        hier["inter_algorithm"])
     return seen, failures

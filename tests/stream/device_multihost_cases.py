@@ -57,7 +57,7 @@ def host_and_device_choices(comm):
         out = []
         for coll in ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all"):
             for count in (1, 1000, 70_001, 1 << 20):
-                host = comm._core.auto_choice(COLLECTIVE[coll], count * 4)
+                host = comm._core.auto_choice(COLLECTIVE[coll], count * 4, 4)  # float32, as the device call
                 device = engine.resolved_algorithm(COLLECTIVE[coll], "auto", count, DTYPE["float32"], 0)
                 one_host = _C.resolve_algorithm(COLLECTIVE[coll], "auto", count, 4, 0, comm.size, [], None)["algorithm"]
                 policy = _C.resolve_algorithm(COLLECTIVE[coll], "auto", count, 4, 0, comm.size, hosts, model)
