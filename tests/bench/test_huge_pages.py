@@ -137,7 +137,9 @@ def test_a_large_bench_buffer_gets_numpys_huge_pages():
     a, b = buffer_share(ours), buffer_share(numpys)
     if a is None or b is None:
         pytest.skip("page frames unreadable here (not root)")
-    assert b > 0 and a >= b - 0.25  # within a 2 MiB page of NumPy's (the two start at different offsets)
+    if b == 0:  # (the kernel had no huge page to give: fragmented memory, seen after a day's uptime in CI)
+        pytest.skip("the kernel gave NumPy's own array no huge page here: nothing to compare with")
+    assert a >= b - 0.25  # within a 2 MiB page of NumPy's (the two start at different offsets)
 
 
 def test_small_bench_buffers_are_numpys():
