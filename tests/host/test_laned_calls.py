@@ -37,7 +37,8 @@ def env_for(size, **extra):
             **extra}
 
 
-def _check(results, size):
+def _exact_and_alike(results):
+    """Every rank's (failures, digests, ...): no wrong result, and every case's bytes equal on all ranks."""
     failures = [f for fails, *_ in results for f in fails]
     assert not failures, f"{len(failures)} wrong result(s):\n" + "\n".join(failures[:20])
     by_case = {}
@@ -46,6 +47,10 @@ def _check(results, size):
             by_case.setdefault(case, set()).add(digest)
     differing = [case for case, ds in by_case.items() if len(ds) > 1]
     assert not differing, f"ranks differ bitwise in {len(differing)} case(s), e.g. {differing[:3]}"
+
+
+def _check(results, size):
+    _exact_and_alike(results)
     lanes = results[0][2]
     ahead = sum(res[3] for res in results)  # steps finished ahead of list order, all ranks
     parked = sum(res[4] for res in results)  # bytes that came before their step ran
@@ -76,14 +81,7 @@ def test_channel_lanes_matrix(pool, size):
     exact, bitwise equal on every rank and to the same schedule run in list order (the pools of the
     matrix above: no new processes)."""
     results = pool(size, env=env_for(size)).run(cases.check_channels, timeout=540)
-    failures = [f for fails, *_ in results for f in fails]
-    assert not failures, f"{len(failures)} wrong result(s):\n" + "\n".join(failures[:20])
-    by_case = {}
-    for _, digests, *_ in results:
-        for case, digest in digests:
-            by_case.setdefault(case, set()).add(digest)
-    differing = [case for case, ds in by_case.items() if len(ds) > 1]
-    assert not differing, f"ranks differ bitwise in {len(differing)} case(s), e.g. {differing[:3]}"
+    _exact_and_alike(results)
     C = RING_LANES[size]
     want = {f"{c} rail_ring": [C] for c in ("all_reduce", "all_gather", "reduce_scatter")}
     want["all_reduce rail_split"] = [C + 1]
