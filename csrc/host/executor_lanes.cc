@@ -76,12 +76,31 @@ void Executor::start_laned_step(LanedRun& run, int s, DType dtype, RedOp op) {
   run.state[s] = kRunning;
   run.active.push_back(s);
   ExecOp* ops = run.ops.data();
-  run_local_ops(ops + run.op_begin(s), ops + run.op_end(s), dtype, op);  // independent of the messages (ir.h)
+  // The step's copies and reductions are independent of its messages (ir.h): small ones first, large
+  // ones once its sends are posted, run_step's rule (a peer waiting for this rank's first chunks or
+  // its single-copy read does not wait for this rank's own copy: rail_ring's all_gather copies half
+  // its block in each channel's first step).
+  bool any_comm = false;
+  size_t local_bytes = 0;
+  for (size_t i = run.op_begin(s); i < run.op_end(s); ++i) {
+    if (ops[i].kind == OpKind::Send || is_recv(ops[i].kind))
+      any_comm = true;
+    else
+      local_bytes += ops[i].bytes;
+  }
+  const bool local_first = !any_comm || local_bytes < kInPlaceBytes;
+  if (local_first) run_local_ops(ops + run.op_begin(s), ops + run.op_end(s), dtype, op);
+  const size_t esize = dtype_size(dtype);
   size_t left = 0;
   for (size_t i = run.op_begin(s); i < run.op_end(s); ++i) {
     ExecOp& o = ops[i];
     run.running[i] = 1;
     if (o.kind != OpKind::Send && !is_recv(o.kind)) continue;
+    if (o.kind == OpKind::Send && !local_first && (o.after < 0 || all_posted(ops[o.after])) &&
+        !lane_held(static_cast<int>(o.lane))) {
+      progress_send(o, esize);
+      if (o.finished) bytes_sent_.fetch_add(o.bytes, std::memory_order_relaxed);
+    }
     if (is_recv(o.kind)) {
       if (!run.complete[i]) ++run.waiting[o.peer];
       if (run.arrived[i]) {  // what came early lands now
@@ -96,6 +115,7 @@ void Executor::start_laned_step(LanedRun& run, int s, DType dtype, RedOp op) {
   run.left[s] = left;
   for (size_t i = run.op_begin(s); i < run.op_end(s); ++i)
     if (ops[i].kind == OpKind::Recv && !run.complete[i]) post_laned_receive(run, ops[i].peer, dtype);
+  if (!local_first) run_local_ops(ops + run.op_begin(s), ops + run.op_end(s), dtype, op);
   if (!left) finish_laned_step(run, s);
 }
 
