@@ -166,6 +166,18 @@ void bind_comm(py::module_& m) {
            "did (the lanes' extra copy; docs/DESIGN.md \"Laned calls\").")
       .def("parked_reads", &Communicator::parked_reads,
            "Single-copy messages of laned calls read when parked (so acknowledgements keep the channel's order).")
+      .def(
+          "wait_counts",
+          [](Communicator& c) {
+            const Executor::WaitCounts w = c.wait_counts();
+            py::dict d;
+            d["passes"] = w.passes;
+            d["idle_passes"] = w.idle_passes;
+            d["waits"] = w.waits;
+            return d;
+          },
+          "The host executor's wait loops so far, every call (step by step and laned alike): passes over the "
+          "running ops, passes that moved nothing, and waits on the doorbell (each spins briefly, then sleeps).")
       .def("tcp_address", [](Communicator& c) { return tcp_of(c) ? tcp_of(c)->address() : std::string(); })
       .def(
           "tcp_stats",

@@ -73,6 +73,8 @@ class Communicator {
   // What laned calls parked (Executor::parked_bytes, parked_reads).
   uint64_t parked_bytes() const { return exec_.parked_bytes(); }
   uint64_t parked_reads() const { return exec_.parked_reads(); }
+  // The executor's wait loops: passes, passes that moved nothing, doorbell waits (Executor::wait_counts).
+  Executor::WaitCounts wait_counts() const { return exec_.wait_counts(); }
 
   // Returns a Work for async calls; nullptr once a blocking call completed. `timeout_s` > 0: this
   // call's own timeout in place of the communicator's (torch's per-call opts.timeout).

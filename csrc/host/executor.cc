@@ -18,11 +18,6 @@ using Clock = std::chrono::steady_clock;
 
 bool is_comm(OpKind k) { return k == OpKind::Send || k == OpKind::Recv || k == OpKind::RecvReduce; }
 
-// Messages from this size on go zero-copy where the link allows (sends written from the caller's
-// buffer, receives landed in it). Below it a copy costs less than the bookkeeping, and a copied
-// send completes at once, so small sends never wait for the peer to read.
-constexpr size_t kInPlaceBytes = size_t{64} << 10;
-
 // Whether every chunk of send `o` is on its link (a rendezvous send's one header; an in-place
 // send's last chunk), so a later message to the same peer may follow it.
 bool all_posted(const ExecOp& o) { return o.finished || o.rendezvous != 0; }
@@ -328,12 +323,14 @@ void Executor::run_step(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
   for (;;) {
     uint32_t seen = t_.events();
     bool moved = progress(ops, dtype, op, call, &pending);
+    bump(passes_);
     const bool worked = work && work->run();
     if (pending == 0 && !worked) break;
     if (moved || worked) {
       clock.progressed();
       continue;
     }
+    bump(idle_passes_);
     const bool slow = clock.stalled();
     if (slow) {
       // A peer may have published its last chunks and then exited: drain before judging it.
@@ -349,6 +346,7 @@ void Executor::run_step(std::vector<ExecOp>& ops, DType dtype, RedOp op, const C
 }
 
 void Executor::sleep_on_events(uint32_t seen) {
+  bump(waits_);
   if (!t_.wait_events(seen, kSleepSliceUs, spin_)) spin_ = false;
 }
 

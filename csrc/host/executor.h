@@ -112,6 +112,17 @@ class Executor {
   // when parked. Read from any thread.
   uint64_t parked_bytes() const { return parked_bytes_.load(std::memory_order_relaxed); }
   uint64_t parked_reads() const { return parked_reads_.load(std::memory_order_relaxed); }
+  // The wait loops' work (run_step's and run_lanes' alike, every call): passes over the running
+  // ops, those that moved nothing (a spin), and waits on the doorbell (each spins briefly, then
+  // sleeps); how a laned call's time compares with list order's in counts (bench/laned_counts.py,
+  // docs/DESIGN.md "Laned calls"). Read from any thread.
+  struct WaitCounts {
+    uint64_t passes = 0, idle_passes = 0, waits = 0;
+  };
+  WaitCounts wait_counts() const {
+    return {passes_.load(std::memory_order_relaxed), idle_passes_.load(std::memory_order_relaxed),
+            waits_.load(std::memory_order_relaxed)};
+  }
 
   // Raises at once if a peer has already failed (used at the start of every call).
   void check_peers_failed(const CallDesc& call);
@@ -167,6 +178,12 @@ class Executor {
  private:
   // Messages under 64 KiB never stream: the fence would cost more than the cache lines it saves.
   bool streams(size_t message_bytes) const { return stream_call_ && message_bytes >= (size_t{64} << 10); }
+  // Messages from this size on go zero-copy where the link allows (sends written from the caller's
+  // buffer, receives landed in it). Below it a copy costs less than the bookkeeping, and a copied
+  // send completes at once, so small sends never wait for the peer to read.
+  static constexpr size_t kInPlaceBytes = size_t{64} << 10;
+  // One more of a wait counter (only the executor's thread writes them: no locked add).
+  static void bump(std::atomic<uint64_t>& c) { c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
   bool progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const CallDesc& call, size_t* pending);
   struct LanedRun;  // run_lanes' state (executor_lanes.cc)
   bool progress_lanes(LanedRun& run, DType dtype, RedOp op, const CallDesc& call);
@@ -175,6 +192,8 @@ class Executor {
   void start_laned_step(LanedRun& run, int step, DType dtype, RedOp op);
   void finish_laned_step(LanedRun& run, int step);
   void start_free_steps(LanedRun& run, DType dtype, RedOp op);  // those of run.ready that may start
+  // Posts peer p's next receive to its link (lands in place) where nothing but it can come next.
+  void post_laned_receive(LanedRun& run, int p, DType dtype);
   // Checks chunk `h` against receive `o` at byte `at` (`expect` bytes): a MismatchError naming both
   // messages unless it is that chunk of that message in that lane.
   void check_chunk(const ExecOp& o, const ChunkHeader* h, size_t at, size_t expect, const CallDesc& call,
@@ -240,6 +259,7 @@ class Executor {
   std::atomic<uint64_t> steps_ahead_{0};
   std::atomic<uint64_t> parked_bytes_{0};
   std::atomic<uint64_t> parked_reads_{0};
+  std::atomic<uint64_t> passes_{0}, idle_passes_{0}, waits_{0};  // wait_counts()
   // run_lanes: per op of the call, whether its step runs (on_idle judges peers by those only); null
   // outside it.
   const std::vector<uint8_t>* idle_running_ = nullptr;

@@ -55,6 +55,8 @@ struct Executor::LanedRun {
   std::vector<size_t> arrived;   // per op: bytes taken off the channel
   std::vector<uint8_t> complete;                 // per op: all of it taken (a zero-byte message: its header)
   std::vector<std::unique_ptr<char[]>> parked;   // per op: what came before its step ran
+  std::vector<int> lanes_from;   // per peer: lanes with receives from it not all taken off its channel
+  std::vector<int> posted;       // per peer: the receive posted to its link (-1 none; post_laned_receive)
   size_t finished = 0, first_unfinished = 0;
   // progress_lanes takes every chunk waiting in a channel this call still expects (parking what
   // runs later), not only those a running receive may be behind: the test seam park_eagerly only.
@@ -74,12 +76,31 @@ void Executor::start_laned_step(LanedRun& run, int s, DType dtype, RedOp op) {
   run.state[s] = kRunning;
   run.active.push_back(s);
   ExecOp* ops = run.ops.data();
-  run_local_ops(ops + run.op_begin(s), ops + run.op_end(s), dtype, op);  // independent of the messages (ir.h)
+  // The step's copies and reductions are independent of its messages (ir.h): small ones first, large
+  // ones once its sends are posted, run_step's rule (a peer waiting for this rank's first chunks or
+  // its single-copy read does not wait for this rank's own copy: rail_ring's all_gather copies half
+  // its block in each channel's first step).
+  bool any_comm = false;
+  size_t local_bytes = 0;
+  for (size_t i = run.op_begin(s); i < run.op_end(s); ++i) {
+    if (ops[i].kind == OpKind::Send || is_recv(ops[i].kind))
+      any_comm = true;
+    else
+      local_bytes += ops[i].bytes;
+  }
+  const bool local_first = !any_comm || local_bytes < kInPlaceBytes;
+  if (local_first) run_local_ops(ops + run.op_begin(s), ops + run.op_end(s), dtype, op);
+  const size_t esize = dtype_size(dtype);
   size_t left = 0;
   for (size_t i = run.op_begin(s); i < run.op_end(s); ++i) {
     ExecOp& o = ops[i];
     run.running[i] = 1;
     if (o.kind != OpKind::Send && !is_recv(o.kind)) continue;
+    if (o.kind == OpKind::Send && !local_first && (o.after < 0 || all_posted(ops[o.after])) &&
+        !lane_held(static_cast<int>(o.lane))) {
+      progress_send(o, esize);
+      if (o.finished) bytes_sent_.fetch_add(o.bytes, std::memory_order_relaxed);
+    }
     if (is_recv(o.kind)) {
       if (!run.complete[i]) ++run.waiting[o.peer];
       if (run.arrived[i]) {  // what came early lands now
@@ -92,7 +113,34 @@ void Executor::start_laned_step(LanedRun& run, int s, DType dtype, RedOp op) {
     if (!o.finished) ++left;
   }
   run.left[s] = left;
+  for (size_t i = run.op_begin(s); i < run.op_end(s); ++i)
+    if (ops[i].kind == OpKind::Recv && !run.complete[i]) post_laned_receive(run, ops[i].peer, dtype);
+  if (!local_first) run_local_ops(ops + run.op_begin(s), ops + run.op_end(s), dtype, op);
   if (!left) finish_laned_step(run, s);
+}
+
+// A link lands a posted receive's chunks by their place in the channel (the call's descriptor, the
+// offset and size each chunk must have), not by lane, so a laned call posts a receive only where the
+// next chunks from its peer can be nobody else's: it is the next receive of the one lane that still
+// expects anything from that peer, nothing of it has come yet, and its step runs. rail_ring's
+// channels give each directed pair one lane, so every one of its large plain receives over TCP lands
+// in place, as in list order (without it every such chunk was copied out of the link's ring: the
+// lanes' second copy, session 28).
+void Executor::post_laned_receive(LanedRun& run, int p, DType dtype) {
+  if (run.posted[p] >= 0 || run.lanes_from[p] != 1) return;
+  Link& l = t_.link(p);
+  if (!l.caps().lands_in_place) return;
+  for (int k = 0; k < run.W; ++k) {
+    const size_t at = static_cast<size_t>(p) * run.W + k;
+    if (run.next_recv[at] >= run.recvs[at].size()) continue;
+    const int i = run.recvs[at][run.next_recv[at]];
+    ExecOp& o = run.ops[i];
+    if (o.kind != OpKind::Recv || o.bytes < kInPlaceBytes || !run.running[i] || run.arrived[i]) return;
+    l.post_recv(o.desc, o.dst, o.bytes, chunk_for(l, dtype_size(dtype)));
+    o.mode = 3;
+    run.posted[p] = i;
+    return;
+  }
 }
 
 void Executor::finish_laned_step(LanedRun& run, int s) {
@@ -127,7 +175,9 @@ void Executor::take_laned_chunk(LanedRun& run, int p, const ChunkHeader* h, cons
   }
   const int i = run.recvs[at][run.next_recv[at]];
   ExecOp& o = run.ops[i];
-  check_flags(h, l, false, p, call);
+  // Landed: the link wrote the payload to o.dst already (a posted receive: post_laned_receive).
+  const bool landed = (h->flags & kChunkLanded) && o.mode == 3;
+  check_flags(h, l, landed, p, call);
   const bool rendezvous = h->flags & kChunkRendezvous;
   const size_t esize = dtype_size(dtype);
   const size_t got = run.arrived[i];
@@ -136,7 +186,7 @@ void Executor::take_laned_chunk(LanedRun& run, int p, const ChunkHeader* h, cons
   if (run.running[i]) {
     if (rendezvous)
       receive_rendezvous(o, payload, dtype, op, call);
-    else if (expect)
+    else if (expect && !landed)
       deliver_bytes(o, got, payload, expect, dtype, op);
     o.done += expect;
   } else if (expect) {
@@ -156,8 +206,14 @@ void Executor::take_laned_chunk(LanedRun& run, int p, const ChunkHeader* h, cons
   run.arrived[i] += expect;
   if (run.arrived[i] < o.bytes) return;
   run.complete[i] = 1;
-  ++run.next_recv[at];
+  if (++run.next_recv[at] == run.recvs[at].size()) --run.lanes_from[p];
   --run.expected[p];
+  if (run.posted[p] == i) {
+    l.unpost_recv();
+    o.mode = -1;
+    run.posted[p] = -1;
+  }
+  post_laned_receive(run, p, dtype);  // the peer's next message, if its step runs
   if (run.running[i]) {
     --run.waiting[p];
     o.finished = true;
@@ -243,6 +299,8 @@ void Executor::run_lanes(std::vector<ExecOp>& ops, const LanedSteps& steps, DTyp
   run.next_recv.assign(static_cast<size_t>(P) * W, 0);
   run.expected.assign(P, 0);
   run.waiting.assign(P, 0);
+  run.lanes_from.assign(P, 0);
+  run.posted.assign(P, -1);
   std::vector<int> last_send(static_cast<size_t>(P) * W, -1);
   for (int s = 0; s < n; ++s)
     for (size_t i = steps.begin[s]; i < steps.begin[s + 1]; ++i) {
@@ -253,6 +311,7 @@ void Executor::run_lanes(std::vector<ExecOp>& ops, const LanedSteps& steps, DTyp
         o.after = last_send[at];
         last_send[at] = static_cast<int>(i);
       } else if (is_recv(o.kind)) {
+        if (run.recvs[at].empty()) ++run.lanes_from[o.peer];
         run.recvs[at].push_back(static_cast<int>(i));
         if (run.expected[o.peer]++ == 0) run.from.push_back(o.peer);
       }
@@ -274,11 +333,14 @@ void Executor::run_lanes(std::vector<ExecOp>& ops, const LanedSteps& steps, DTyp
   while (run.finished < static_cast<size_t>(n)) {
     const uint32_t seen = t_.events();
     run.park_all = park_eagerly();  // (a test seam: lane_hold.h)
-    if (progress_lanes(run, dtype, op, call)) {
+    const bool moved = progress_lanes(run, dtype, op, call);
+    bump(passes_);
+    if (moved) {
       clock.progressed();
       continue;
     }
     if (run.finished == static_cast<size_t>(n)) break;
+    bump(idle_passes_);
     const bool slow = clock.stalled();
     if (slow) {
       // A peer may have published its last chunks and then exited: drain before judging it.

@@ -357,3 +357,39 @@ def check_channels(comm):
         _unregister_channeled()
     return (failures.listed(), digests, {k: sorted(v) for k, v in lanes.items()}) + tuple(
         c() - b for c, b in zip(counters, before))
+
+
+# Posted receives in laned calls (session 28): rail_ring's large plain receives over TCP land in their
+# destination, as in list order, where the chunks that come next from that peer can only be theirs.
+# Counts whose messages over TCP are past the executor's 64 KiB for landing in place on 2 hosts of 2
+# (2 channels: a message is a block's half): all_gather and reduce_scatter's blocks, all_reduce's total.
+LANDING_COUNTS = {"all_gather": 100_003, "reduce_scatter": 100_003, "all_reduce": 400_019}
+LANDING_CALLS = 4
+
+
+def laned_landing(comm):
+    """rail_ring's three collectives, laned, LANDING_CALLS times each at LANDING_COUNTS (int32): exact,
+    bitwise equal to the same schedule in list order, and the TCP links' bytes landed in place during
+    the laned calls only. Returns (failures, {collective: bytes landed by the laned calls}, {collective:
+    lanes})."""
+    P, r = comm.size, comm.rank
+    failures, landed, lanes = Failures(), {}, {}
+    _register_channeled(comm)
+    try:
+        for collective, count in LANDING_COUNTS.items():
+            lanes[collective] = channel_lanes_of(comm, collective, "rail_ring", count)
+            op = None if collective == "all_gather" else "sum"
+            what = f"{collective} rail_ring int32 count={count} P={P} rank={r}"
+            listed, _, _ = _run_channeled(comm, collective, _listed_name("rail_ring"), "int32", op, count, False)
+            comm.barrier()
+            before = comm._core.tcp_stats()["landed"]
+            for _ in range(LANDING_CALLS):
+                out, want, mag = _run_channeled(comm, collective, "rail_ring", "int32", op, count, False)
+                report(failures, what, "int32", out, want, mag, P)
+                if raw(out) != raw(listed):
+                    failures.append(f"{what}: differs bitwise from the same schedule run in list order")
+            landed[collective] = comm._core.tcp_stats()["landed"] - before
+            comm.barrier()
+    finally:
+        _unregister_channeled()
+    return failures.listed(), landed, lanes
