@@ -31,12 +31,11 @@ int64_t check_device_plans_on_hosts(Collective coll, const Composition& how, int
   a.host_of = host_of;
   a.compose(how);
   bool merged = false;  // some rank's list had its lanes' rounds merged (device_list.h)
+  std::vector<std::vector<bool>> merged_step(size);  // per rank and step: it holds two lanes' steps or more
   for (int r = 0; r < size; ++r) {
     a.rank = r;
-    const Schedule built = build_schedule(a, algorithm);
-    const int lanes = schedule_lanes(a, algorithm);
-    merged = merged || device_merges_rounds(built, lanes);
-    const Schedule sched = device_list(built, lanes);  // what the device runs
+    const Schedule sched = device_list(build_schedule(a, algorithm), schedule_lanes(a, algorithm), &merged_step[r]);
+    merged = merged || std::find(merged_step[r].begin(), merged_step[r].end(), true) != merged_step[r].end();
     plans.push_back(lower_schedule(sched, r, size, esize, chunk_bytes));
     const std::string why = check_device_plan(plans.back(), sched, r, size, esize);
     if (!why.empty())
@@ -69,9 +68,9 @@ int64_t check_device_plans_on_hosts(Collective coll, const Composition& how, int
       start[a * P + b + 1] = start[a * P + b] + plans[a].sends_to[b];
     }
   std::vector<uint32_t> sent_bytes(start.back());
-  // A merged list's rounds are whole exchanges (device_list.h): every chunk is received at the step
-  // index it is sent at, so each step of C concurrent exchanges waits on no later step of a peer's
-  // (the kernel's deadlock argument, plan_kernel.cuh, ranks items by step first).
+  // A merged step is a whole exchange (device_list.h): every chunk sent or received in one is
+  // received at the step index it is sent at, so a step of C concurrent exchanges waits on no later
+  // step of a peer's (the kernel's deadlock argument, plan_kernel.cuh, ranks items by step first).
   std::vector<uint32_t> sent_step(merged ? start.back() : 0);
   for (size_t a = 0; a < P; ++a)
     for (uint32_t k = 0; k < plans[a].steps.size(); ++k)
@@ -88,7 +87,7 @@ int64_t check_device_plans_on_hosts(Collective coll, const Composition& how, int
         if (it.kind != kRecv && it.kind != kRecvReduce) continue;
         const size_t at = start[it.peer * P + b] + it.chunk;
         if (sent_bytes[at] != it.bytes) throw pair_error(it.peer, static_cast<int>(b), it.chunk);
-        if (merged && sent_step[at] != k)
+        if (merged && sent_step[at] != k && (merged_step[b][k] || merged_step[it.peer][sent_step[at]]))
           throw std::runtime_error(of + "rank " + std::to_string(it.peer) + "'s chunk " + std::to_string(it.chunk) +
                                    " to rank " + std::to_string(b) + " is sent at step " + std::to_string(sent_step[at]) +
                                    " and received at step " + std::to_string(k) + " of the merged list");

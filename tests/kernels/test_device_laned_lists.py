@@ -1,12 +1,14 @@
 """What the device paths run of a laned schedule (csrc/kernels/device_list.h, issue #39): where the
-lanes are in lock step (a list in round order: rail_ring's channels, rail_split beside a
-hierarchical part in lock step; a list under a window: rail_window's segments) every lane's k-th step
-is one step of the device list, so rail_ring's C channels run as C concurrent exchanges a round (one
-grid barrier), not C steps; rail_lanes (lanes not in lock step) and rail_split with its parts one
-after another stay in list order. Proven here: the merged lists replayed by the verifier (in place
-and out of place, the lane checks left out: the merged list is one lane) on the host maps the
-lanes' own sweeps cover (tests/schedule/test_rail_ring.py, test_rail_window.py), P up to 64, awkward
-counts; the device plans of the merged lists checked step for step and across ranks, every chunk
+lanes are in lock step (a block of the list in round order: rail_ring's channels, rail_split's rings
+and a hierarchical part in lock step beside them; a list under a window: rail_window's segments)
+every lane's k-th step is one step of the device list, so rail_ring's C channels run as C concurrent
+exchanges a round (one grid barrier), not C steps; rail_lanes (lanes not in lock step, listed one
+after another) stays in list order, and so does rail_split's hierarchical part where it is listed
+after the rings. Proven here: the merged lists replayed by the verifier (in place and out of place,
+the lane checks left out: the merged list is one lane) on the host maps the lanes' own sweeps cover
+(tests/schedule/test_rail_ring.py, test_rail_window.py), P up to 64, awkward counts (where
+rail_split lists its parts one after another, the rings' block merges and the hierarchical part runs
+as it is); the device plans of the merged lists checked step for step and across ranks, every chunk
 received at the step index it is sent at (check_device_plans); the plan's steps counted; and why
 rail_lanes is not merged (merged, its lanes' messages meet out of order)."""
 import os
@@ -84,8 +86,9 @@ def test_rail_ring_merged_lists_verified_and_planned(coll):
 @pytest.mark.parametrize("inter,intra,segments,pieces,share", SPLITS)
 def test_rail_split_device_lists_verified(inter, intra, segments, pieces, share):
     """rail_split on rail_ring's host maps (every other one, as its own sweep): the device lists
-    (merged where the parts are listed round by round, else as they are) pass the verifier; the
-    default composition's merge on equal hosts of even size."""
+    (every lane's rounds merged where the parts are listed round by round, the rings' only where the
+    parts are listed one after another) pass the verifier; the default composition merges on equal
+    hosts of even size."""
     turn = SPLITS.index((inter, intra, segments, pieces, share)) % 2
     merged = 0
     for k, hosts in enumerate(host_maps()):
@@ -100,6 +103,23 @@ def test_rail_split_device_lists_verified(inter, intra, segments, pieces, share)
     assert merged > 0
     hosts = [h for h in range(2) for _ in range(4)]
     assert all(d["merged"] for d in device_lists(split_schedules(hosts, 64 * 8 + 7, "", "", 0, 0, 0)))
+
+
+def test_rail_split_parts_one_after_another_merge_the_rings_only():
+    """Where rail_split lists its parts one after another (the hierarchical part, two_shot between
+    hosts and ring inside, not in lock step on hosts of 2, 1 and 3), the rings' block merges (C x
+    2 (P - 1) steps into 2 (P - 1)) and the hierarchical part follows as it is, on every rank; the
+    lists pass the verifier and the plans their check."""
+    hosts = [0, 0, 1, 2, 2, 2]
+    P, C, n = 6, channels(hosts), 64 * 6 + 7
+    scheds = split_schedules(hosts, n, "two_shot", "ring", 8, 2, 0)
+    lists = device_lists(scheds)
+    for s, d in zip(scheds, lists):
+        lanes = s["step_lanes"]
+        assert lanes[:C * 2 * (P - 1)] == [k % C for k in range(C * 2 * (P - 1))] and set(lanes[C * 2 * (P - 1):]) == {C}
+        assert d["merged"] and len(d["steps"]) == len(s["steps"]) - (C - 1) * 2 * (P - 1)
+        assert d["steps"][2 * (P - 1):] == s["steps"][C * 2 * (P - 1):]
+    verify_merged("all_reduce", P, n, lists)
 
 
 @pytest.mark.timeout(300)
