@@ -6,7 +6,8 @@ steps)), not C times its steps'; and the results are right. Run in the counting 
 test_call_counts.py (its communicators make no device call themselves). Across hosts (2 x 2 ranks,
 test_nccl.py's pool) the copy path runs every laned algorithm's device list: rail_ring's three
 collectives, rail_split, and rail_window and rail_lanes with lanes (a pipeline segment of 8), the
-collective matrix's checks (exact for integers, bitwise alike on every rank)."""
+collective matrix's checks (exact for integers, bitwise alike on every rank), and messages larger than
+the emulated NCCL buffers (a merged step's exchanges one NCCL group)."""
 import os
 import sys
 
@@ -55,7 +56,10 @@ def laned_cases():
             op = ops[k % len(ops)] if coll in device_cases.REDUCING else "sum"
             cases.append((coll, algo, dtype, op, count, 0, k % 2 == 1))
             k += 1
-    return cases
+    # Messages larger than the emulated NCCL's 4 x 64 KiB of buffering per pair (test_nccl.py's
+    # big_cases): a merged step's exchanges across hosts complete only as one NCCL group.
+    big = 1_000_003
+    return cases + [("all_reduce", algo, "float32", "sum", big, 0, False) for algo in ("rail_ring", "rail_split", "rail_window")]
 
 
 @pytest.mark.timeout(200)
