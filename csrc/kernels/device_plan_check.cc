@@ -89,7 +89,8 @@ int64_t check_device_plans_on_hosts(Collective coll, const Composition& how, int
         if (sent_bytes[at] != it.bytes) throw pair_error(it.peer, static_cast<int>(b), it.chunk);
         if (merged && sent_step[at] != k && (merged_step[b][k] || merged_step[it.peer][sent_step[at]]))
           throw std::runtime_error(of + "rank " + std::to_string(it.peer) + "'s chunk " + std::to_string(it.chunk) +
-                                   " to rank " + std::to_string(b) + " is sent at step " + std::to_string(sent_step[at]) +
+                                   " to rank " + std::to_string(b) + " is sent at step " +
+                                   std::to_string(sent_step[at]) +
                                    " and received at step " + std::to_string(k) + " of the merged list");
       }
   int64_t across = 0;

@@ -116,7 +116,8 @@ def test_rail_split_parts_one_after_another_merge_the_rings_only():
     lists = device_lists(scheds)
     for s, d in zip(scheds, lists):
         lanes = s["step_lanes"]
-        assert lanes[:C * 2 * (P - 1)] == [k % C for k in range(C * 2 * (P - 1))] and set(lanes[C * 2 * (P - 1):]) == {C}
+        rings = C * 2 * (P - 1)
+        assert lanes[:rings] == [k % C for k in range(rings)] and set(lanes[rings:]) == {C}
         assert d["merged"] and len(d["steps"]) == len(s["steps"]) - (C - 1) * 2 * (P - 1)
         assert d["steps"][2 * (P - 1):] == s["steps"][C * 2 * (P - 1):]
     verify_merged("all_reduce", P, n, lists)
