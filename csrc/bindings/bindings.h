@@ -50,6 +50,8 @@ void set_python_error(std::exception_ptr p);
 // One rank's schedule in schedule()'s dict (or plain list of steps) format (schedule_bindings.cc).
 struct Schedule;
 Schedule schedule_from_py(pybind11::handle obj);
+// ... and back (schedule()'s dict: steps, step_lanes and window where laned, scratch_count, algorithm).
+pybind11::dict schedule_to_py(const Schedule& s, const std::string& algorithm);
 
 // A simulator topology from the dict commlib/sim builds (bindings/sim_bindings.cc); ValueError
 // naming the field.

@@ -5,9 +5,11 @@
 
 #include "bindings/bindings.h"
 #include "common/types.h"
+#include "kernels/device_list.h"
 #include "kernels/device_plan.h"
 #include "kernels/device_plan_hosts.h"
 #include "kernels/one_sided_plan.h"
+#include "schedule/lanes.h"
 #include "schedule/registry.h"
 
 namespace py = pybind11;
@@ -82,8 +84,15 @@ DevicePlan plan_from_py(const py::dict& d) {
   return p;
 }
 
-Schedule schedule_of(Collective coll, const std::string& algo, int rank, int size, int64_t count, int root) {
-  return build_schedule(CollArgs{coll, rank, size, count, root}, algo);
+// What the device runs of the schedule (a laned list's rounds merged: kernels/device_list.h), on a
+// host map (`hosts`: every rank's host id; empty: one host).
+Schedule schedule_of(Collective coll, const std::string& algo, int rank, int size, int64_t count, int root,
+                     const std::vector<int>& hosts = {}) {
+  if (!hosts.empty() && static_cast<int>(hosts.size()) != size)
+    throw std::invalid_argument("hosts: " + std::to_string(hosts.size()) + " entries for " + std::to_string(size) + " ranks");
+  CollArgs a{coll, rank, size, count, root};
+  a.host_of = hosts;
+  return device_list(build_schedule(a, algo), schedule_lanes(a, algo));
 }
 
 }  // namespace
@@ -92,12 +101,28 @@ void bind_device_plan(py::module_& m) {
   m.def(
       "device_plan",
       [](Collective coll, const std::string& algo, int rank, int size, int64_t count, int root, size_t esize,
-         uint64_t chunk_bytes) {
-        return plan_to_py(lower_schedule(schedule_of(coll, algo, rank, size, count, root), rank, size, esize, chunk_bytes));
+         uint64_t chunk_bytes, const std::vector<int>& hosts) {
+        return plan_to_py(
+            lower_schedule(schedule_of(coll, algo, rank, size, count, root, hosts), rank, size, esize, chunk_bytes));
       },
       py::arg("collective"), py::arg("algorithm"), py::arg("rank"), py::arg("size"), py::arg("count"),
-      py::arg("root") = 0, py::arg("esize") = 4, py::arg("chunk_bytes") = 262144,
-      "One rank's device plan (the kernel path's lowering of its schedule) as a dict.");
+      py::arg("root") = 0, py::arg("esize") = 4, py::arg("chunk_bytes") = 262144, py::arg("hosts") = std::vector<int>{},
+      "One rank's device plan (the kernel path's lowering of what the device runs of its schedule: a laned list's "
+      "rounds merged, kernels/device_list.h) as a dict. `hosts`: every rank's host id (empty: one host).");
+  m.def(
+      "device_list",
+      [](const py::dict& schedule, int lanes) {
+        const Schedule s = schedule_from_py(schedule);
+        py::dict out = schedule_to_py(device_list(s, lanes), schedule.contains("algorithm")
+                                                                  ? schedule["algorithm"].cast<std::string>()
+                                                                  : std::string("custom"));
+        out["merged"] = device_merges_rounds(s, lanes);
+        return out;
+      },
+      py::arg("schedule"), py::arg("lanes"),
+      "What the device paths run of one rank's schedule (schedule()'s dict) of `lanes` lanes: its lanes' k-th "
+      "steps merged into one step where the lanes are listed in round order or under a window "
+      "(kernels/device_list.h), else the list as it is; `merged` says which.");
   m.def(
       "check_device_plan",
       [](const py::dict& plan, Collective coll, const std::string& algo, int rank, int size, int64_t count,

@@ -21,6 +21,8 @@ namespace {
 
 py::object region_to_py(const Region& g) { return py::make_tuple(buffer_name(g.buf), g.offset, g.count); }
 
+}  // namespace
+
 py::dict schedule_to_py(const Schedule& s, const std::string& algorithm) {
   py::list steps;
   for (const Step& st : s.steps) {
@@ -51,6 +53,8 @@ py::dict schedule_to_py(const Schedule& s, const std::string& algorithm) {
   out["algorithm"] = algorithm;
   return out;
 }
+
+namespace {
 
 BufferId parse_buffer(const std::string& b) {
   if (b == "input") return BufferId::Input;

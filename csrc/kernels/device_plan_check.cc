@@ -6,9 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "kernels/device_list.h"
 #include "kernels/device_plan.h"
 #include "kernels/device_plan_hosts.h"
 #include "kernels/one_sided_plan.h"
+#include "schedule/lanes.h"
 #include "schedule/registry.h"
 
 namespace commlib {
@@ -28,9 +30,12 @@ int64_t check_device_plans_on_hosts(Collective coll, const Composition& how, int
   CollArgs a{coll, 0, size, count, root};
   a.host_of = host_of;
   a.compose(how);
+  bool merged = false;  // some rank's list had its lanes' rounds merged (device_list.h)
+  std::vector<std::vector<bool>> merged_step(size);  // per rank and step: it holds two lanes' steps or more
   for (int r = 0; r < size; ++r) {
     a.rank = r;
-    const Schedule sched = build_schedule(a, algorithm);
+    const Schedule sched = device_list(build_schedule(a, algorithm), schedule_lanes(a, algorithm), &merged_step[r]);
+    merged = merged || std::find(merged_step[r].begin(), merged_step[r].end(), true) != merged_step[r].end();
     plans.push_back(lower_schedule(sched, r, size, esize, chunk_bytes));
     const std::string why = check_device_plan(plans.back(), sched, r, size, esize);
     if (!why.empty())
@@ -63,13 +68,31 @@ int64_t check_device_plans_on_hosts(Collective coll, const Composition& how, int
       start[a * P + b + 1] = start[a * P + b] + plans[a].sends_to[b];
     }
   std::vector<uint32_t> sent_bytes(start.back());
+  // A merged step is a whole exchange (device_list.h): every chunk sent or received in one is
+  // received at the step index it is sent at, so a step of C concurrent exchanges waits on no later
+  // step of a peer's (the kernel's deadlock argument, plan_kernel.cuh, ranks items by step first).
+  std::vector<uint32_t> sent_step(merged ? start.back() : 0);
   for (size_t a = 0; a < P; ++a)
-    for (const PlanItem& it : plans[a].items)
-      if (it.kind == kSend) sent_bytes[start[a * P + it.peer] + it.chunk] = it.bytes;
+    for (uint32_t k = 0; k < plans[a].steps.size(); ++k)
+      for (uint32_t j = plans[a].steps[k].first; j < plans[a].steps[k].first + plans[a].steps[k].count; ++j) {
+        const PlanItem& it = plans[a].items[j];
+        if (it.kind != kSend) continue;
+        sent_bytes[start[a * P + it.peer] + it.chunk] = it.bytes;
+        if (merged) sent_step[start[a * P + it.peer] + it.chunk] = k;
+      }
   for (size_t b = 0; b < P; ++b)
-    for (const PlanItem& it : plans[b].items)
-      if ((it.kind == kRecv || it.kind == kRecvReduce) && sent_bytes[start[it.peer * P + b] + it.chunk] != it.bytes)
-        throw pair_error(it.peer, static_cast<int>(b), it.chunk);
+    for (uint32_t k = 0; k < plans[b].steps.size(); ++k)
+      for (uint32_t j = plans[b].steps[k].first; j < plans[b].steps[k].first + plans[b].steps[k].count; ++j) {
+        const PlanItem& it = plans[b].items[j];
+        if (it.kind != kRecv && it.kind != kRecvReduce) continue;
+        const size_t at = start[it.peer * P + b] + it.chunk;
+        if (sent_bytes[at] != it.bytes) throw pair_error(it.peer, static_cast<int>(b), it.chunk);
+        if (merged && sent_step[at] != k && (merged_step[b][k] || merged_step[it.peer][sent_step[at]]))
+          throw std::runtime_error(of + "rank " + std::to_string(it.peer) + "'s chunk " + std::to_string(it.chunk) +
+                                   " to rank " + std::to_string(b) + " is sent at step " +
+                                   std::to_string(sent_step[at]) +
+                                   " and received at step " + std::to_string(k) + " of the merged list");
+      }
   int64_t across = 0;
   if (!host_of.empty())
     for (size_t a = 0; a < P; ++a)

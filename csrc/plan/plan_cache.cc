@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kernels/device_list.h"
 #include "plan/describe.h"
 #include "common/shapes.h"
 #include "policy/auto_policy.h"
@@ -78,6 +79,8 @@ const std::shared_ptr<const ResolvedPlan>& PlanCache::find(const CollectiveCall&
     p.sched = build_schedule(args, p.choice);
     args.compose(p.choice);
     p.lanes = schedule_lanes(args, p.name);
+    p.device_merged = device_merges_rounds(p.sched, p.lanes);
+    if (p.device_merged) p.merged = device_list(p.sched, p.lanes);
     p.algo = static_cast<uint8_t>(algorithm_index(call.coll, p.name));
     p.one_sided = uses_one_sided(p.sched);
     p.algorithm_one_sided = algorithm_is_one_sided(call.coll, p.name);

@@ -56,6 +56,11 @@ struct ResolvedPlan {
   // The algorithm's lanes for this call (schedule/lanes.h; 1: list order): more than one, the host
   // executor runs them in flight (docs/DESIGN.md "Laned calls").
   int lanes = 1;
+  // What the device paths run (kernels/device_list.h): a laned list in lock step with its lanes'
+  // k-th steps merged into one step (`device_merged`, held in `merged`); else `sched` as it is.
+  bool device_merged = false;
+  Schedule merged;
+  const Schedule& device_sched() const { return device_merged ? merged : sched; }
 };
 
 class PlanCache {

@@ -205,7 +205,7 @@ Launched CopyPath::enqueue(const PathCall& pc, DeviceStream& s) {
   // compress_inter_only codes messages between hosts only: on one host such a call is the plain
   // one, as on the host executor.
   if (runs_encoded(pc.call.codec)) return enqueue_compressed(pc, s);
-  const Schedule& sched = pc.plan.sched;
+  const Schedule& sched = pc.plan.device_sched();  // a laned list's rounds merged (kernels/device_list.h)
   const CollectiveCall& call = pc.call;
   const size_t esize = dtype_size(call.dtype);
   if (streams_ == 1 || sched.steps.empty()) {

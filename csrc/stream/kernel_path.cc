@@ -245,7 +245,7 @@ Launched KernelPath::enqueue(const PathCall& pc, DeviceStream& stream) {
   const CallDesc& d = pc.desc;
   const ScheduleKey key{d.coll, static_cast<uint8_t>(d.algo & ~kDeviceCallAlgoBit), d.root, d.count,
                         static_cast<uint8_t>(dtype_size(pc.call.dtype))};  // the resolved algorithm
-  return launch(key, pc.plan.sched, d, pc.bases, pc.call.dtype, pc.call.op, stream, pc.captured, pc.mapped,
+  return launch(key, pc.plan.device_sched(), d, pc.bases, pc.call.dtype, pc.call.op, stream, pc.captured, pc.mapped,
                 pc.plan_slot);
 }
 
