@@ -120,3 +120,50 @@ def case_routes_number_alike(comm):
     assert torch.equal(y, want), (me, y)
     dist.destroy_process_group(g)
     return s.tolist()
+
+
+DEVICE = 6  # an emulated device no other case of these processes sets an engine up on
+
+
+def kill_during_device_exchange(comm, victim: int):
+    """The CUDA branch (device_exchange: the stream engine's batch, numbered through core_api.h's
+    device_all_to_allv) on emulated memory through the backend's test seam: an uneven all_to_all
+    (its first call sets the engine up from C++), a host all_reduce, then ``victim`` dies under the
+    third call, another uneven all_to_all. A survivor returns (message, seconds, whether the first
+    call was right); None on the victim."""
+    import numpy as np
+
+    import commlib.emulated as emu
+    from commlib.torch import native
+    from commlib.torch.backend import ProcessGroupCommlib
+    sub = comm.split(0, timeout=30)
+    P, r = sub.size, sub.rank
+    pg = ProcessGroupCommlib(sub, r, P)
+    backend = native.wrap(pg)
+    ins, outs = [r + j + 1 for j in range(P)], [q + r + 1 for q in range(P)]
+    src = emu.from_numpy(np.concatenate([np.arange(ins[j], dtype=np.float32) + 1000 * r + 100 * j
+                                         for j in range(P)]), device_index=DEVICE)
+    dst = emu.from_numpy(np.full(sum(outs), -1, np.float32), device_index=DEVICE)
+    want = np.concatenate([np.arange(outs[q], dtype=np.float32) + 1000 * q + 100 * r for q in range(P)])
+
+    def exchange():
+        emu.current_stream(DEVICE).synchronize()  # (the seam's own block is copied by the host)
+        w = backend._device_exchange(src.data_ptr(), dst.data_ptr(), [4 * k for k in ins], [4 * k for k in outs],
+                                     DEVICE, 0)
+        w.wait()
+        w.synchronize()
+
+    exchange()  # #1 (the engine set up from C++ first)
+    right = bool((dst.numpy() == want).all())
+    sub.all_reduce(np.ones(4, np.float32))  # #2, on the host
+    if arm_death(sub, victim):
+        time.sleep(5)  # the kill arrives meanwhile
+        return None
+    t = time.monotonic()
+    try:
+        exchange()  # #3
+        return "no error", time.monotonic() - t, right
+    except commlib.PeerError as e:
+        return str(e), time.monotonic() - t, right
+    except Exception as e:  # noqa: BLE001
+        return f"wrong type {type(e).__name__}: {e}", time.monotonic() - t, right

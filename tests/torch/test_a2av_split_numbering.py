@@ -35,3 +35,21 @@ def test_a_rank_killed_under_all_to_all_single_with_splits_is_named_with_the_col
 def test_torch_and_commlib_routes_number_all_to_all_with_splits_alike(n):
     sums = get_pool(n).run(cases.case_routes_number_alike)
     assert sums == [[float(n * (n + 1) // 2)] * 3] * n, sums
+
+
+@pytest.mark.timeout(150)
+def test_the_cuda_branch_names_the_collective_on_the_emulated_device():
+    """device_exchange (the CUDA tensors' uneven all_to_all_single) on emulated memory through the
+    backend's seam: the batch is numbered through device_all_to_allv, so the survivors name
+    ``all_to_all #3`` (a plain batch named ``send #n``)."""
+    from emulated_pools import DELAY_ENV
+    victim = 2
+    results = run_killing_one_rank(3, victim, cases.kill_during_device_exchange, env=DELAY_ENV, timeout=120)
+    for rank, res in enumerate(results):
+        if rank != victim and res is not None:
+            assert res[2], f"rank {rank}: the first uneven all_to_all gave a wrong result"
+    assert_survivors_named_the_dead_rank([r and r[:2] for r in results], victim, call="all_to_all #3 (",
+                                         within_s=30)
+    for rank, res in enumerate(results):
+        if rank != victim:
+            assert "send #" not in res[0], res[0]
