@@ -119,6 +119,22 @@ int api_device_p2p(void* cache, const P2PItem* items, size_t n, DType dtype, uin
   });
 }
 
+bool api_all_to_allv(void* c, const P2PItem* items, size_t n, DType dtype, int64_t count, bool async,
+                     double timeout_s, std::shared_ptr<Work>* work, CoreError* err) {
+  return recorded(err, [&] {
+    auto w = comm_at(c).all_to_allv(std::vector<P2PItem>(items, items + n), dtype, count, async, timeout_s);
+    if (work) *work = std::move(w);
+  });
+}
+
+int api_device_all_to_allv(void* cache, const P2PItem* items, size_t n, DType dtype, int64_t count, uint8_t kind,
+                           int device, uintptr_t stream, std::shared_ptr<DeviceWork>* work, CoreError* err) {
+  return ran_or_recorded(err, [&] {
+    return run_device_p2p_native(*static_cast<DeviceCallCache*>(cache), items, n, dtype, static_cast<BufferKind>(kind),
+                                 device, stream, work, count);
+  });
+}
+
 bool api_device_work_of(PyObject* obj, std::shared_ptr<DeviceWork>* work) {
   try {
     py::handle inner = py::handle(obj).attr("_work");  // device_route.DeviceWork's engine work
@@ -151,7 +167,7 @@ const CoreApi g_api = {kCoreApiVersion,      api_collective,           api_p2p,
                        api_abort,            python_error_class,       api_device_collective,
                        api_device_known_complete, api_device_is_completed, api_device_synchronize,
                        api_device_p2p,       api_device_work_of,       api_device_ticket,
-                       api_device_ticket_retired};
+                       api_device_ticket_retired, api_all_to_allv,     api_device_all_to_allv};
 
 }  // namespace
 

@@ -128,6 +128,20 @@ struct CoreApi {
   // no device call, as device_known_complete).
   void (*device_ticket)(const std::shared_ptr<DeviceWork>& work, DeviceTicket* ticket);
   bool (*device_ticket_retired)(const DeviceTicket& ticket);
+
+  // -- all_to_all with split sizes numbered as a collective (issue #44, session 28), appended
+  // likewise: the point-to-point batch `items` (a send to and a receive from each peer, in
+  // core/p2p_plan.py's order; this rank's own block is the caller's to copy) run as p2p runs it but
+  // taking the communicator's next call number, as commlib's own routes take it
+  // (Communicator::all_to_allv, StreamEngine::all_to_allv), so the call numbers agree whichever
+  // route a rank's call took and a failure names "all_to_all #n" and the rank, not a message of
+  // the batch. `count`: the elements (of `dtype`) this rank sends, as the call's descriptor reads.
+  // On the host (as p2p, `timeout_s` likewise):
+  bool (*all_to_allv)(void* comm, const P2PItem* items, size_t n, DType dtype, int64_t count, bool async,
+                      double timeout_s, std::shared_ptr<Work>* work, CoreError* err);
+  // On device buffers (as device_p2p: 1 enqueued, 0 no engine on that stream's device yet, -1 err):
+  int (*device_all_to_allv)(void* cache, const P2PItem* items, size_t n, DType dtype, int64_t count, uint8_t kind,
+                            int device, uintptr_t stream, std::shared_ptr<DeviceWork>* work, CoreError* err);
 };
 
 }  // namespace commlib

@@ -49,8 +49,9 @@ bool run_device_call_native(DeviceCallCache& cache, const CollectiveCall& call, 
 }
 
 bool run_device_p2p_native(DeviceCallCache& cache, const P2PItem* items, size_t n, DType dtype, BufferKind kind,
-                           int device, uintptr_t stream, std::shared_ptr<DeviceWork>* work) {
-  if (!cache.streams().run(DeviceStreamKey{kind, device, stream}, std::vector<P2PItem>(items, items + n), dtype, work))
+                           int device, uintptr_t stream, std::shared_ptr<DeviceWork>* work, int64_t a2av_count) {
+  if (!cache.streams().run(DeviceStreamKey{kind, device, stream}, std::vector<P2PItem>(items, items + n), dtype, work,
+                           a2av_count))
     return false;
   DeviceCallCounts::native_p2p.fetch_add(1, std::memory_order_relaxed);
   return true;

@@ -104,12 +104,14 @@ class DeviceP2PStreams {
   }
 
   // Enqueues `items` on the stream `k` names (true, *work its handle); false when none is known
-  // (nothing ran). Throws what the engine throws. Without the GIL.
-  bool run(const DeviceStreamKey& k, const std::vector<P2PItem>& items, DType dtype, std::shared_ptr<DeviceWork>* work) {
+  // (nothing ran). Throws what the engine throws. Without the GIL. `a2av_count` >= 0: an all_to_all
+  // with split sizes, numbered as a collective (StreamEngine::all_to_allv).
+  bool run(const DeviceStreamKey& k, const std::vector<P2PItem>& items, DType dtype, std::shared_ptr<DeviceWork>* work,
+           int64_t a2av_count = -1) {
     std::shared_ptr<StreamEngine> engine;
     std::shared_ptr<DeviceStream> stream;
     if (!find(k, &engine, &stream)) return false;
-    *work = engine->p2p(items, dtype, *stream);
+    *work = a2av_count >= 0 ? engine->all_to_allv(items, dtype, a2av_count, *stream) : engine->p2p(items, dtype, *stream);
     return true;
   }
 

@@ -97,8 +97,10 @@ bool run_device_call_native(DeviceCallCache& cache, const CollectiveCall& call, 
 // Point-to-point from a C++ caller without the GIL (core_api.h's device_p2p): `items` (at most one
 // send to and one receive from each peer) of buffers of `kind` on `device`, enqueued on the stream
 // whose identity is `stream` when the route has enqueued a call there as a current stream (true);
-// false: it has not (nothing ran). Throws what the engine throws.
+// false: it has not (nothing ran). Throws what the engine throws. `a2av_count` >= 0: the batch is an
+// all_to_all with split sizes, numbered as a collective (StreamEngine::all_to_allv; core_api.h
+// device_all_to_allv), `a2av_count` the elements this rank sends.
 bool run_device_p2p_native(DeviceCallCache& cache, const P2PItem* items, size_t n, DType dtype, BufferKind kind,
-                           int device, uintptr_t stream, std::shared_ptr<DeviceWork>* work);
+                           int device, uintptr_t stream, std::shared_ptr<DeviceWork>* work, int64_t a2av_count = -1);
 
 }  // namespace commlib

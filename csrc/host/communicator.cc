@@ -276,7 +276,8 @@ std::shared_ptr<Work> Communicator::p2p(std::vector<P2PItem> items, DType dtype,
       async);
 }
 
-std::shared_ptr<Work> Communicator::all_to_allv(std::vector<P2PItem> items, DType dtype, int64_t count, bool async) {
+std::shared_ptr<Work> Communicator::all_to_allv(std::vector<P2PItem> items, DType dtype, int64_t count, bool async,
+                                                double timeout_s) {
   check_p2p_items(items, rank_, size_);
   // The collective's number first, as collective() takes it when submitted (a device call made in
   // between takes the next one on every rank alike), then the messages' numbers per pair.
@@ -286,7 +287,12 @@ std::shared_ptr<Work> Communicator::all_to_allv(std::vector<P2PItem> items, DTyp
   desc.count = count;
   desc.seq = next_call_seq();
   std::vector<uint64_t> seqs = p2p_seqs(items);
-  return submit([this, items = std::move(items), dtype, seqs, desc] { run_p2p(items, dtype, seqs, &desc); }, async);
+  return submit(
+      [this, items = std::move(items), dtype, seqs, desc, timeout_s] {
+        CallTimeout call_timeout(exec_, timeout_s);
+        run_p2p(items, dtype, seqs, &desc);
+      },
+      async);
 }
 
 uint64_t Communicator::next_p2p_seq(int peer, bool send) {

@@ -85,7 +85,9 @@ class Communicator {
   // numbered as a collective (next_call_seq, taken when submitted on every rank alike), so a
   // failure names "all_to_all #n" and the rank, as every collective's does, not a message of
   // the batch (issue #37).
-  std::shared_ptr<Work> all_to_allv(std::vector<P2PItem> items, DType dtype, int64_t count, bool async);
+  // `timeout_s` > 0: the call's own timeout, as collective()'s (the torch backend's opts.timeout).
+  std::shared_ptr<Work> all_to_allv(std::vector<P2PItem> items, DType dtype, int64_t count, bool async,
+                                    double timeout_s = 0);
   // Receives `count` elements from whichever peer sends first (in FIFO order with other calls) and
   // writes that peer's rank to *source (host/recv_any.cc).
   std::shared_ptr<Work> recv_any(uintptr_t ptr, int64_t count, DType dtype, int32_t* source, bool async,

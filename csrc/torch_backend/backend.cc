@@ -161,6 +161,34 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::run_p2p(const std::vector<P2PItem
       async, type, name, outputs, std::move(finish));
 }
 
+c10::intrusive_ptr<c10d::Work> CommlibBackend::run_all_to_allv(const std::vector<P2PItem>& items, DType dt,
+                                                               int64_t count, bool async, c10d::OpType type,
+                                                               const char* name,
+                                                               const std::vector<at::Tensor>& outputs,
+                                                               std::function<void()> finish,
+                                                               std::chrono::milliseconds timeout) {
+  const double secs = timeout_seconds(timeout);
+  return submit(
+      [&](bool a, std::shared_ptr<commlib::Work>* w, CoreError* err) {
+        return api_->all_to_allv(core_, items.data(), items.size(), dt, count, a, secs, a ? w : nullptr, err);
+      },
+      async, type, name, outputs, std::move(finish));
+}
+
+int64_t element_bytes(DType dt) {
+  switch (dt) {
+    case DType::Float64: case DType::Int64: return 8;
+    case DType::Float32: case DType::Int32: return 4;
+    case DType::Float16: case DType::BFloat16: return 2;
+    default: return 1;
+  }
+}
+
+DType a_to_a_dtype(const at::Tensor& t) {
+  DType dt;
+  return core_dtype(t.scalar_type(), &dt) ? dt : DType::UInt8;
+}
+
 c10::intrusive_ptr<c10d::Work> CommlibBackend::done_work(c10d::OpType type, const char* name,
                                                          const std::vector<at::Tensor>& outputs) {
   using Ptr = c10::intrusive_ptr<CommlibWork>;

@@ -102,7 +102,17 @@ struct DeviceBatch {
   std::vector<Message> messages;
   std::pair<at::Tensor, at::Tensor> own;
   std::vector<std::pair<at::Tensor, at::Tensor>> back;
+  // An all-to-all (the uneven all_to_all_single, the list form): the batch is numbered as a
+  // collective (core_api.h device_all_to_allv), its messages counted in elements of `dtype`,
+  // `a2av_count` the elements this rank sends; -1: a plain batch (gather, scatter).
+  int64_t a2av_count = -1;
+  DType dtype = DType::UInt8;
 };
+// The dtype an all-to-all moves a tensor's blocks as: its own where the core knows it, else bytes
+// (as the Python backend's staging.as_bytes), so the calls' descriptors agree on either backend.
+DType a_to_a_dtype(const at::Tensor& t);
+// The bytes of one element of `dt` (here: common/types.cc's dtype_size is the core's, not linked in).
+int64_t element_bytes(DType dt);
 // The batches of gather and scatter (one body, mirror images: `root_receives` for gather, whose root
 // receives block j into list[j]; scatter's root sends list[j] to rank j; the root copies its own
 // block) and of the list all_to_all, from tensors ready to move.
@@ -196,8 +206,8 @@ class CommlibBackend : public c10d::Backend {
   // gets `out` copied back after the batch. Public for the module's test seam.
   c10::intrusive_ptr<c10d::Work> device_exchange(const at::Tensor& in, const at::Tensor& out,
                                                  const std::vector<int64_t>& in_bytes,
-                                                 const std::vector<int64_t>& out_bytes, uint8_t kind, int device,
-                                                 uintptr_t stream_id, c10::Stream stream, at::Tensor user);
+                                                 const std::vector<int64_t>& out_bytes, DType dt, uint8_t kind,
+                                                 int device, uintptr_t stream_id, c10::Stream stream, at::Tensor user);
   // A collective of device memory as one batch of the stream engine (device_lists.cc: gather, scatter,
   // the list all_to_all; device_exchange), on `stream` (as hold_device_message names it), after every
   // message held before it; its work. Public for the module's test seam.
@@ -234,6 +244,12 @@ class CommlibBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> run_p2p(const std::vector<P2PItem>& items, bool async, c10d::OpType type,
                                          const char* name, const std::vector<at::Tensor>& outputs,
                                          std::function<void()> finish, std::chrono::milliseconds timeout);
+  // The core's all_to_all with split sizes (`items` in elements of `dt`, `count` the elements this
+  // rank sends), numbered as a collective, as run().
+  c10::intrusive_ptr<c10d::Work> run_all_to_allv(const std::vector<P2PItem>& items, DType dt, int64_t count, bool async,
+                                                 c10d::OpType type, const char* name,
+                                                 const std::vector<at::Tensor>& outputs, std::function<void()> finish,
+                                                 std::chrono::milliseconds timeout);
   // What run() and run_p2p() share: `issue(async, &work, &err)` puts the call on the core.
   template <typename Issue>
   c10::intrusive_ptr<c10d::Work> submit(Issue&& issue, bool async, c10d::OpType type, const char* name,
@@ -243,11 +259,13 @@ class CommlibBackend : public c10d::Backend {
   // holds it any more (torch's wrapper waits on it and drops it): a blocking call then allocates
   // no Work. Thread-safe (the spare is taken and put back with an atomic exchange).
   c10::intrusive_ptr<c10d::Work> done_work(c10d::OpType type, const char* name, const std::vector<at::Tensor>& outputs);
-  // An uneven all-to-all of byte buffers: block j of `in` (in_bytes[j] bytes) goes to rank j,
-  // block i of `out` comes from rank i; `finish` runs after (and copies this rank's own block).
+  // An uneven all-to-all of contiguous buffers: block j of `in` (in_bytes[j] bytes) goes to rank j,
+  // block i of `out` comes from rank i, as elements of `dt` (a_to_a_dtype: as the Python backend
+  // moves them); `finish` runs after (and copies this rank's own block). The core's all_to_all with
+  // split sizes, numbered as a collective (core_api.h all_to_allv), as commlib's own routes run it.
   c10::intrusive_ptr<c10d::Work> exchange(const at::Tensor& in, const at::Tensor& out,
                                           const std::vector<int64_t>& in_bytes, const std::vector<int64_t>& out_bytes,
-                                          bool async, c10d::OpType type, const char* name,
+                                          DType dt, bool async, c10d::OpType type, const char* name,
                                           std::vector<at::Tensor> outputs, std::function<void()> finish,
                                           std::chrono::milliseconds timeout);
   // A staged call (staging.h) of CPU tensors on the core, as run(): `s.after` as its finish.
@@ -303,7 +321,8 @@ class CommlibBackend : public c10d::Backend {
   // batch of them (P2PHold's device issuer), through python_batch while the device route has run
   // nothing on the batch's stream.
   c10::intrusive_ptr<c10d::Work> cuda_p2p(bool send, const at::Tensor& t, int peer);
-  bool issue_device_round(const std::vector<P2PHold::Held*>& round, CoreError* err);
+  // `a2av`: the round is one all-to-all's batch, numbered as a collective (DeviceBatch::a2av_count).
+  bool issue_device_round(const std::vector<P2PHold::Held*>& round, CoreError* err, const DeviceBatch* a2av = nullptr);
   bool python_batch(const std::vector<P2PHold::Held*>& round, std::shared_ptr<DeviceWork>* work, CoreError* err);
   // send() and recv() (p2p.cc).
   c10::intrusive_ptr<c10d::Work> p2p(bool send, std::vector<at::Tensor>& t, int peer);

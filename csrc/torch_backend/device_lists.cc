@@ -81,6 +81,10 @@ DeviceBatch alltoall_batch(const std::vector<at::Tensor>& outs, const std::vecto
     b.messages.push_back({false, outs[j], j});
   }
   b.own = {outs[me], ins[me]};
+  // numbered as a collective, as the Python backend's list all-to-all (its _alltoallv) is
+  b.dtype = ins.empty() ? DType::UInt8 : a_to_a_dtype(ins[0]);
+  b.a2av_count = 0;
+  for (const auto& t : ins) b.a2av_count += static_cast<int64_t>(t.nbytes() / element_bytes(b.dtype));
   return b;
 }
 
@@ -108,7 +112,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::device_batch(DeviceBatch batch, c
   CoreError err;
   if (round.empty())
     work->issue(nullptr, stream);  // one rank: its own block was all
-  else if (!issue_device_round(round, &err))
+  else if (!issue_device_round(round, &err, &batch))
     raise_core_error(err, name, me);
   if (!batch.back.empty()) {  // receives that landed in a contiguous copy: copied back after the batch
     c10::StreamGuard on_stream(stream);

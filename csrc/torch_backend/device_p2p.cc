@@ -105,9 +105,19 @@ bool CommlibBackend::python_batch(const std::vector<P2PHold::Held*>& round, std:
   return false;
 }
 
-bool CommlibBackend::issue_device_round(const std::vector<P2PHold::Held*>& round, CoreError* err) {
+bool CommlibBackend::issue_device_round(const std::vector<P2PHold::Held*>& round, CoreError* err,
+                                        const DeviceBatch* a2av) {
   const DeviceMessage& first = *round[0]->device;
   const c10::Stream s = first.stream;
+  const bool numbered = a2av != nullptr && a2av->a2av_count >= 0;  // an all-to-all: numbered as a collective
+  const DType dt = numbered ? a2av->dtype : DType::UInt8;
+  // 1 enqueued, 0 no engine on the stream's device yet, -1 err (core_api.h)
+  auto enqueue = [&](void* cache, const std::vector<P2PItem>& items, std::shared_ptr<DeviceWork>* work) {
+    return numbered ? api_->device_all_to_allv(cache, items.data(), items.size(), dt, a2av->a2av_count, first.kind,
+                                               first.device, first.stream_id, work, err)
+                    : api_->device_p2p(cache, items.data(), items.size(), dt, first.kind, first.device,
+                                       first.stream_id, work, err);
+  };
   std::vector<P2PItem> items;
   std::vector<at::Tensor> keep;  // held until the engine retired the batch
   for (P2PHold::Held* h : round) {
@@ -117,21 +127,19 @@ bool CommlibBackend::issue_device_round(const std::vector<P2PHold::Held*>& round
       event.block(s);
     }
     items.push_back(P2PItem{h->send, reinterpret_cast<uintptr_t>(h->tensor.data_ptr()),
-                            static_cast<int64_t>(h->tensor.nbytes()), h->peer});
+                            static_cast<int64_t>(h->tensor.nbytes() / element_bytes(dt)), h->peer});
     keep.push_back(h->tensor);
   }
   std::shared_ptr<DeviceWork> work;
   void* cache = devices_.cache(group_);
-  int ran = cache == nullptr ? 0
-                             : api_->device_p2p(cache, items.data(), items.size(), DType::UInt8, first.kind,
-                                                first.device, first.stream_id, &work, err);
+  int ran = cache == nullptr ? 0 : enqueue(cache, items, &work);
   if (ran == 0 && cache != nullptr) {  // no engine on the device yet: set it up from C++ (device_setup.cc)
-    const int set_up = set_up_device_p2p(cache, items, DType::UInt8, first.kind, first.device, first.stream_id, err);
+    const int set_up = set_up_device_p2p(cache, items, dt, first.kind, first.device, first.stream_id, err);
     if (set_up < 0) return false;
-    if (set_up > 0)
-      ran = api_->device_p2p(cache, items.data(), items.size(), DType::UInt8, first.kind, first.device,
-                             first.stream_id, &work, err);
+    if (set_up > 0) ran = enqueue(cache, items, &work);
   }
+  // (the Python path's batch, where C++ cannot set the engine up: CUDA without commlib._C_cuda; an
+  // all-to-all's batch is then a plain one there, unnumbered)
   if (ran < 0 || (ran == 0 && !python_batch(round, &work, err))) return false;
   {  // receives that landed in a contiguous copy: copied back on the issuing stream, after the batch
     c10::StreamGuard on_issuing(s);
@@ -151,9 +159,9 @@ bool CommlibBackend::issue_device_round(const std::vector<P2PHold::Held*>& round
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::device_exchange(const at::Tensor& in, const at::Tensor& out,
                                                                const std::vector<int64_t>& in_bytes,
-                                                               const std::vector<int64_t>& out_bytes, uint8_t kind,
-                                                               int device, uintptr_t stream_id, c10::Stream stream,
-                                                               at::Tensor user) {
+                                                               const std::vector<int64_t>& out_bytes, DType dt,
+                                                               uint8_t kind, int device, uintptr_t stream_id,
+                                                               c10::Stream stream, at::Tensor user) {
   const int me = getRank(), P = getSize();
   if (in_bytes[me] != out_bytes[me])
     throw py::value_error("input_split_sizes/output_split_sizes: this rank sends itself " + std::to_string(in_bytes[me]) +
@@ -174,6 +182,8 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::device_exchange(const at::Tensor&
     b.messages.push_back({false, ob.narrow(0, out_off[j], out_bytes[j]), j});
   }
   b.own = {ob.narrow(0, out_off[me], out_bytes[me]), ib.narrow(0, in_off[me], in_bytes[me])};
+  b.dtype = dt;  // numbered as a collective, as the Python path's batch (device_route.py p2p's a2av_count)
+  b.a2av_count = static_cast<int64_t>(in.nbytes() / element_bytes(dt));
   if (user.defined()) b.back.emplace_back(user, out);
   return device_batch(std::move(b), c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {user.defined() ? user : out},
                       kind, device, stream_id, stream);

@@ -3,7 +3,11 @@
 // they lie, on either device), with split sizes as one batch of sends and receives (the core's
 // all_to_allv, as commlib/core/p2p_plan.py plans it for the Python side; on CUDA tensors the stream
 // engine's batch, device_p2p.cc), and the list form
-// (alltoall) through one flat buffer each way. Every block moves as bytes, so any dtype goes.
+// (alltoall) through one flat buffer each way. Any dtype goes: blocks move as the tensor's elements
+// where the core knows its dtype, else as bytes (a_to_a_dtype, as the Python backend moves them).
+// Both batches are numbered as a collective (the core's all_to_allv, core_api.h; session 28: they
+// were plain point-to-point batches, so a dead peer's error named "send #n", and a rank whose call
+// went through the Python backend took a call number the others did not).
 #include <string>
 #include <utility>
 
@@ -61,8 +65,8 @@ std::vector<int64_t> offsets(const std::vector<int64_t>& sizes) {
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::exchange(const at::Tensor& in, const at::Tensor& out,
                                                         const std::vector<int64_t>& in_bytes,
-                                                        const std::vector<int64_t>& out_bytes, bool async,
-                                                        c10d::OpType type, const char* name,
+                                                        const std::vector<int64_t>& out_bytes, DType dt,
+                                                        bool async, c10d::OpType type, const char* name,
                                                         std::vector<at::Tensor> outputs, std::function<void()> finish,
                                                         std::chrono::milliseconds timeout) {
   const int me = getRank();
@@ -70,22 +74,25 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::exchange(const at::Tensor& in, co
     throw py::value_error("input_split_sizes/output_split_sizes: this rank sends itself " + std::to_string(in_bytes[me]) +
                           " bytes but expects " + std::to_string(out_bytes[me]));
   const auto in_off = offsets(in_bytes), out_off = offsets(out_bytes);
+  const int64_t es = element_bytes(dt);  // (every block a whole number of elements)
   std::vector<P2PItem> items;
+  int64_t sent = 0;
   for (int j = 0; j < getSize(); ++j) {
+    sent += in_bytes[j] / es;
     if (j == me) continue;
-    items.push_back(P2PItem{true, address(in) + in_off[j], in_bytes[j], j});
-    items.push_back(P2PItem{false, address(out) + out_off[j], out_bytes[j], j});
+    items.push_back(P2PItem{true, address(in) + in_off[j], in_bytes[j] / es, j});
+    items.push_back(P2PItem{false, address(out) + out_off[j], out_bytes[j] / es, j});
   }
   // This rank's own block is copied once the batch ran (after every call queued before it, which
   // may still be writing the input).
   at::Tensor own_src = bytes_of(in).narrow(0, in_off[me], in_bytes[me]);
   at::Tensor own_dst = bytes_of(out).narrow(0, out_off[me], out_bytes[me]);
-  return run_p2p(items, async, type, name, std::move(outputs),
-                 [in, out, own_src, own_dst, finish]() {
-                   own_dst.copy_(own_src);
-                   if (finish) finish();
-                 },
-                 timeout);
+  return run_all_to_allv(items, dt, sent, async, type, name, std::move(outputs),
+                         [in, out, own_src, own_dst, finish]() {
+                           own_dst.copy_(own_src);
+                           if (finish) finish();
+                         },
+                         timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::alltoall_base(at::Tensor& out, at::Tensor& in,
@@ -107,7 +114,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::alltoall_base(at::Tensor& out, at
     const auto out_bytes = block_bytes(co, out_splits, getSize(), "output_split_sizes", "output");
     if (co.numel() && ci.numel() && co.data_ptr() == ci.data_ptr()) ci = ci.clone();  // in place: send from a copy
     const c10::Stream s = current_stream(in.device());
-    return device_exchange(ci, co, in_bytes, out_bytes, kCudaBuffer, in.device().index(),
+    return device_exchange(ci, co, in_bytes, out_bytes, a_to_a_dtype(ci), kCudaBuffer, in.device().index(),
                            reinterpret_cast<uintptr_t>(s.native_handle()), s, co.is_same(out) ? at::Tensor() : out);
   }
   StagedCall staged;  // CPU tensors, equal blocks: the core's all_to_all through the staging layer, as CUDA's
@@ -128,7 +135,8 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::alltoall_base(at::Tensor& out, at
   const auto in_bytes = block_bytes(ci, in_splits, P, "input_split_sizes", "input");
   const auto out_bytes = block_bytes(co, out_splits, P, "output_split_sizes", "output");
   if (co.numel() && ci.numel() && co.data_ptr() == ci.data_ptr()) ci = ci.clone();  // in place: send from a copy
-  return exchange(ci, co, in_bytes, out_bytes, o.asyncOp, c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {out},
+  return exchange(ci, co, in_bytes, out_bytes, a_to_a_dtype(ci), o.asyncOp, c10d::OpType::ALLTOALL_BASE,
+                  "all_to_all_single", {out},
                   back.empty() ? nullptr : std::function<void()>(back), o.timeout);
 }
 
@@ -164,8 +172,8 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::alltoall(std::vector<at::Tensor>&
       off += out_bytes[i];
     }
   };
-  return exchange(flat_in, flat_out, in_bytes, out_bytes, o.asyncOp, c10d::OpType::ALLTOALL, "all_to_all", out,
-                  unpack, o.timeout);
+  return exchange(flat_in, flat_out, in_bytes, out_bytes, a_to_a_dtype(in[0]), o.asyncOp, c10d::OpType::ALLTOALL,
+                  "all_to_all", out, unpack, o.timeout);
 }
 
 }  // namespace torch_backend

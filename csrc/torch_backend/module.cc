@@ -224,7 +224,8 @@ PYBIND11_MODULE(_C_torch, m) {
             at::Tensor to = at::from_blob(reinterpret_cast<void*>(out), {n_out}, bytes);
             const c10::Stream host(c10::Stream::DEFAULT, c10::Device(c10::kCPU));
             py::gil_scoped_release nogil;
-            return b.device_exchange(ti, to, in_bytes, out_bytes, commlib::torch_backend::kEmulatedBuffer, device,
+            return b.device_exchange(ti, to, in_bytes, out_bytes, commlib::DType::UInt8,
+                                     commlib::torch_backend::kEmulatedBuffer, device,
                                      stream, host, at::Tensor());
           },
           py::arg("input"), py::arg("output"), py::arg("input_bytes"), py::arg("output_bytes"), py::arg("device"),

@@ -55,17 +55,25 @@ def _members(me: int) -> list:
     return out.tolist()
 
 
+SHRUNK = {}  # how the last shrunk default group was made (see _shrink_default_group)
+
+
 def _shrink_default_group():
     import commlib.torch as ct
     dead = ct.dead_ranks()
     dist.shrink_group(dead, shrink_flags=dist.distributed_c10d.SHRINK_ABORT)
+    # What torch's own path builds on the C++ backend (issue #44): torch's ProcessGroup with the
+    # shrunk CommlibBackend registered by torch itself; install()'s wrapper returns a Python group
+    # only for Python-only groups (commlib/torch/shrink.py).
+    pg = dist.distributed_c10d._get_default_group()
+    SHRUNK.update(group=type(pg).__name__, cpu_backend=type(pg._get_backend(torch.device("cpu"))).__name__)
     return dead
 
 
 def case_dist_all_reduce_shrink(comm, victim, kill_step=2):
     """Gradients summed with dist.all_reduce; ``victim`` dies at ``kill_step``; the survivors
     shrink the default group (dist.shrink_group) and redo the step. Returns (params bytes,
-    members by step, error message, excluded ranks, new rank)."""
+    members by step, error message, excluded ranks, new rank, how torch made the shrunk group)."""
     import training_replay as tr
     torch.set_num_threads(1)
     init_torch(comm)
@@ -86,7 +94,7 @@ def case_dist_all_reduce_shrink(comm, victim, kill_step=2):
         w -= tr.LR * g
         members_by_step.append(members)
         step += 1
-    out = (w.numpy().tobytes(), members_by_step, message, dead, dist.get_rank())
+    out = (w.numpy().tobytes(), members_by_step, message, dead, dist.get_rank(), dict(SHRUNK))
     dist.destroy_process_group()
     return out
 

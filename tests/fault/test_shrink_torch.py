@@ -22,6 +22,11 @@ from commlib.testing.faults import run_killing_one_rank  # noqa: E402
 KILL_STEP = 2
 
 
+def _cpp_backend() -> bool:
+    from commlib.torch import native
+    return native.load() is not None
+
+
 def _members(size, victim):
     everyone = list(range(size))
     return [everyone] * KILL_STEP + [[r for r in everyone if r != victim]] * (tr.STEPS - KILL_STEP)
@@ -35,8 +40,10 @@ def test_dist_all_reduce_survivors_shrink_group_and_train_on():
     want = tr.replay(_members(size, victim)).tobytes()
     survivors = [r for r in range(size) if r != victim]
     for r in survivors:
-        params, members_by_step, message, dead, new_rank = results[r]
+        params, members_by_step, message, dead, new_rank, shrunk = results[r]
         assert f"rank {victim}" in message and "PeerError" in message, message
+        if _cpp_backend():  # torch's own path: its ProcessGroup, the C++ backend it registered itself
+            assert shrunk == {"group": "ProcessGroup", "cpu_backend": "CommlibBackend"}, shrunk
         assert dead == [victim]
         assert new_rank == survivors.index(r)
         assert members_by_step == _members(size, victim)

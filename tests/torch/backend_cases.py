@@ -44,6 +44,10 @@ def setup(comm):
                             timeout=datetime.timedelta(seconds=60))
     _STATE["gloo"] = dist.new_group(backend="gloo")
     _STATE["world"] = dist.group.WORLD
+    from commlib.torch import native
+    if native.load() is not None:  # every case on this set-up runs on the C++ backend (issue #44)
+        backend = type(dist.group.WORLD._get_backend(torch.device("cpu"))).__name__
+        assert backend == "CommlibBackend", f"the default group's CPU backend is {backend}, not the C++ one"
     return _STATE
 
 

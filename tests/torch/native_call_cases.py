@@ -339,17 +339,26 @@ def case_non_contiguous(comm):
 def case_call_timeout(comm):
     """A call whose peer never comes raises within torch's per-call timeout (opts.timeout), not the
     group's (10 minutes here: the pool's call timeout would fire first), naming the rank and the
-    collective: dist.barrier(timeout=) and an all_reduce through the group's own method with
-    AllreduceOptions.timeout. Rank 0 calls, the others stay away until it has raised."""
+    collective: dist.barrier(timeout=), an all_reduce through the group's own method with
+    AllreduceOptions.timeout, and an all_to_all_single with split sizes with AllToAllOptions.timeout
+    (the core's numbered all_to_allv: its error names all_to_all #n). Rank 0 calls, the others stay
+    away until it has raised."""
     setup(comm)
     P, r = comm.size, comm.rank
     messages = []
-    for name in ("barrier", "all_reduce"):
+    names = ("barrier", "all_reduce", "all_to_all")
+    for name in names:
         g = dist.new_group(backend="commlib", timeout=datetime.timedelta(minutes=10))
         if r == 0:
             try:
                 if name == "barrier":
                     dist.barrier(group=g, timeout=datetime.timedelta(seconds=1))
+                elif name == "all_to_all":
+                    opts = dist.AllToAllOptions()
+                    opts.timeout = datetime.timedelta(seconds=1)
+                    splits = [j + 1 for j in range(P)]  # (uneven: the core's all_to_allv)
+                    g.alltoall_base(torch.zeros(sum(splits)), torch.ones(sum(splits)), splits, splits,
+                                    opts).wait()
                 else:
                     opts = dist.AllreduceOptions()
                     opts.timeout = datetime.timedelta(seconds=1)
@@ -360,7 +369,8 @@ def case_call_timeout(comm):
         comm.barrier()  # the pool's communicator: the others wait here until rank 0 raised
         dist.destroy_process_group(g)
     if r == 0:
-        for name, msg in zip(("barrier", "all_reduce"), messages):
+        for name, msg in zip(names, messages):
             assert msg.startswith("PeerError") and name in msg and "call's timeout (1 s)" in msg, msg
             assert any(f"rank {p} did not answer" in msg for p in range(1, P)), msg
+        assert "all_to_all #" in messages[2] and "send #" not in messages[2], messages[2]
     return messages
