@@ -21,6 +21,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from commlib.sim import ranking  # noqa: E402
 from commlib import _C  # noqa: E402
 from commlib.core import call_spec  # noqa: E402
 from commlib.sim import topology as sim_topology  # noqa: E402
@@ -77,7 +78,7 @@ def main(argv=None) -> int:
                 t0, c0 = time.perf_counter(), time.process_time()
                 cands = _C.predict_candidates(ce, count, 4, 0, d)
                 full = f"{time.perf_counter() - t0:.1f} / {time.process_time() - c0:.1f}"
-                best = min(cands, key=lambda k: k["predicted_s"])  # first of equals: registry order
+                best = ranking.tie_pick(cands)  # the tie rule: the first listed within the tie
                 mismatches += label(best) != label(r)
                 row += f" {full} | {label(best)} |"
             if a.exact:

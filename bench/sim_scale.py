@@ -25,6 +25,7 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 
+from commlib.sim import ranking
 from commlib import _C
 from commlib.core import call_spec
 from commlib.sim import topology as sim_topology
@@ -59,9 +60,9 @@ def point(args):
     cands = choice["candidates"]  # what the cost model ranked (every candidate: predict_candidates)
     assert choice["source"] == "model" and cands, choice
     wall = time.perf_counter() - t0
-    best = min(cands, key=lambda c: c["predicted_s"])
+    best = ranking.tie_pick(cands)
     flat = [c for c in cands if c["algorithm"] != "hierarchical"]
-    best_flat = min(flat, key=lambda c: c["predicted_s"])
+    best_flat = ranking.tie_pick(flat)
     auto_t = next(c["predicted_s"] for c in cands
                   if label(c) == label(choice))
     # Before the cost model: the link-kind rule and the built-in heuristic (no model given).

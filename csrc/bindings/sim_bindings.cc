@@ -12,6 +12,7 @@
 #include "kernels/cpu_codecs.h"
 #include "policy/auto_policy.h"
 #include "policy/candidate_search.h"
+#include "policy/tie_rule.h"
 #include "sim/compact.h"
 #include "sim/simulator.h"
 
@@ -273,6 +274,9 @@ void bind_sim(py::module_& m) {
   m.def("sim_memory_tier_fields", &memory_tier_fields,
         "A memory tier's fields as [(name, required)] (sim/topology.h).");
   m.def("clear_candidate_cache", &clear_candidate_cache, "Drops auto's cache of cost-model choices (tests).");
+  // auto's tie rule (policy/tie_rule.h): predictions within this relative distance are a tie, which
+  // goes to the candidate listed first (tests and benches that pick from predict_candidates use it).
+  m.attr("AUTO_TIE_RELATIVE") = kTieRelative;
   m.def(
       "candidate_lower_bound",
       [](Collective collective, const std::string& algorithm, int64_t count, int elem_bytes, int root,

@@ -9,6 +9,7 @@
 #include "policy/auto_policy.h"
 #include "policy/candidate_search.h"
 #include "policy/pipeline_shape.h"
+#include "policy/tie_rule.h"
 #include "schedule/registry.h"
 #include "sim/simulator.h"
 
@@ -75,14 +76,12 @@ AlgorithmChoice resolve_algorithm(const CallShape& call, const std::string& requ
   const Placement p = placement(host_of);
   AlgorithmChoice choice;
   choice.segment = hier_segment_setting();
-  auto best_of = [&](const std::vector<AlgorithmChoice>& cands, bool hier_only) {
-    AlgorithmChoice best;
-    double t = std::numeric_limits<double>::infinity();
-    for (const AlgorithmChoice& k : cands) {
-      if (hier_only && k.algorithm != "hierarchical") continue;
-      if (k.predicted_s < t) t = k.predicted_s, best = k;
-    }
-    return best;
+  auto best_of = [&](const std::vector<AlgorithmChoice>& cands, bool hier_only) {  // tie_rule.h
+    std::vector<double> times;
+    for (const AlgorithmChoice& k : cands)
+      times.push_back(hier_only && k.algorithm != "hierarchical" ? std::numeric_limits<double>::infinity() : k.predicted_s);
+    const size_t pick = tie_pick(times);
+    return pick < cands.size() ? cands[pick] : AlgorithmChoice{};
   };
   const bool model_applies = model && p.hosts > 1;
   if (requested != "auto") {

@@ -11,6 +11,7 @@
 
 #include "policy/model_key.h"
 #include "policy/pipeline_shape.h"
+#include "policy/tie_rule.h"
 #include "schedule/lanes.h"
 #include "schedule/registry.h"
 #include "sim/simulator.h"
@@ -315,16 +316,14 @@ AlgorithmChoice search_best_candidate(const CallShape& call, const std::vector<i
   std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
     return costly[x] != costly[y] ? costly[y] : bound[x] < bound[y];
   });
-  AlgorithmChoice best;
-  size_t best_index = std::numeric_limits<size_t>::max();
+  // Every candidate's time that may still tie with the best (tie_rule.h): runs stop, and bounds skip,
+  // only past tie_limit(best so far), so each candidate within the tie of the final best is here and
+  // the pick among them is the full ranking's (the first in candidate_list order within the tie).
+  std::vector<double> times(cands.size(), std::numeric_limits<double>::infinity());
   double best_t = std::numeric_limits<double>::infinity();
   auto take = [&](size_t i, double time_s) {
-    if (time_s < best_t || (time_s == best_t && i < best_index)) {
-      best_t = time_s, best_index = i;
-      static_cast<Composition&>(best) = cands[i];
-      best.predicted_s = time_s;
-      best.source = "model";
-    }
+    times[i] = time_s;
+    best_t = std::min(best_t, time_s);
   };
   auto simulate_whole = [&](size_t i) {
     if (!shapes[i].empty()) {  // its shapes now, within the best so far; the best of them taken as simulated
@@ -340,7 +339,7 @@ AlgorithmChoice search_best_candidate(const CallShape& call, const std::vector<i
       return;
     }
     sim::Options o;
-    o.stop_after_s = best_t;  // a run past the best so far cannot win (equal times still finish)
+    o.stop_after_s = tie_limit(best_t);  // a run past it can neither win nor tie (a tie still finishes)
     const sim::Result r = sim::simulate(call.coll, cands[i], call.count, call.elem_bytes, call.root, topo, o);
     ++st.simulated;
     if (r.cut) ++st.cut;
@@ -350,7 +349,7 @@ AlgorithmChoice search_best_candidate(const CallShape& call, const std::vector<i
   std::vector<std::pair<double, size_t>> estimated;  // (estimate, candidate)
   double best_estimate = std::numeric_limits<double>::infinity();
   for (size_t i : order) {
-    if (bound[i] > std::min(best_t, best_estimate * (1 + kExtrapolationMargin))) continue;
+    if (bound[i] > std::min(tie_limit(best_t), best_estimate * (1 + kExtrapolationMargin))) continue;
     if (!big[i]) {
       simulate_whole(i);
       continue;
@@ -374,6 +373,13 @@ AlgorithmChoice search_best_candidate(const CallShape& call, const std::vector<i
       ++st.confirmed;
       simulate_whole(i);
     }
+  }
+  AlgorithmChoice best;
+  const size_t pick = tie_pick(times);
+  if (pick < cands.size()) {
+    static_cast<Composition&>(best) = cands[pick];
+    best.predicted_s = times[pick];
+    best.source = "model";
   }
   std::lock_guard<std::mutex> lk(g_cache_mu);
   if (g_cache.size() >= kCacheEntries) g_cache.clear();

@@ -91,7 +91,7 @@ struct SearchStats {
   bool cached = false;
 };
 
-// The candidate with the smallest predicted time (ties: the earlier in candidate_list order), the
+// The candidate with the smallest predicted time (ties within policy/tie_rule.h: the earlier in candidate_list order), the
 // same as the minimum over predict_candidates where no extrapolated candidate is within the margin
 // of another. hier_only: among the hierarchical candidates only. extrapolate_ops: kExtrapolateOps,
 // lower in tests (0: simulate every candidate whole, the exact search).

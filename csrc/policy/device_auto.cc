@@ -9,6 +9,7 @@
 
 #include "policy/auto_policy.h"
 #include "policy/device_path_tuning.h"
+#include "policy/tie_rule.h"
 #include "schedule/registry.h"
 
 namespace commlib {
@@ -66,11 +67,13 @@ std::string model_choice(const KernelAutoCall& call, int size, DeviceRoute route
     auto it = memo.find(key);
     if (it != memo.end()) return it->second;
   }
-  std::string best;
-  double t = std::numeric_limits<double>::infinity();
-  for (const KernelAutoCandidate& k :
-       kernel_auto_candidates(call.coll, size, call.count, call.elem_bytes, route, slots_bytes, call.policy_algorithm))
-    if (k.fits && k.cost.seconds < t) t = k.cost.seconds, best = k.algorithm;
+  // The tie rule of every choice by predicted time (tie_rule.h): the first candidate within the tie of the least.
+  const std::vector<KernelAutoCandidate> cands =
+      kernel_auto_candidates(call.coll, size, call.count, call.elem_bytes, route, slots_bytes, call.policy_algorithm);
+  std::vector<double> times;
+  for (const KernelAutoCandidate& k : cands) times.push_back(k.fits ? k.cost.seconds : std::numeric_limits<double>::infinity());
+  const size_t pick = tie_pick(times);
+  const std::string best = pick < cands.size() ? cands[pick].algorithm : std::string();
   std::lock_guard<std::mutex> lk(mu);
   if (memo.size() >= kChoiceMemo) memo.clear();
   memo.emplace(key, best);

@@ -16,6 +16,7 @@
 #include "common/params.h"
 #include "common/shapes.h"
 #include "policy/model_key.h"
+#include "policy/tie_rule.h"
 #include "policy/window_shapes.h"
 #include "schedule/registry.h"
 #include "schedule/side_by_side.h"
@@ -111,6 +112,7 @@ struct ShapeMemo {
   Composition shape;
   double estimate_s;
   bool exact = true;
+  double least_s = -1;  // choose_simulated_shape's: the least of the shapes' times (-1: estimate_s)
 };
 std::mutex g_memo_mu;
 std::map<std::string, ShapeMemo> g_memo;
@@ -186,6 +188,16 @@ Composition memoised(const CallShape& call, const Composition& cand, const sim::
   return memo_store(key, ShapeMemo{best, best_s});
 }
 
+// The shape of the estimates picked by the tie rule (tie_rule.h: the first of the list within the tie of
+// the smallest), its estimate in *best_s; `none` (with *best_s untouched) when no estimate is finite.
+Composition pick_estimated(const Composition& none, const std::vector<Composition>& tried,
+                           const std::vector<double>& estimates, double* best_s) {
+  const size_t j = tie_pick(estimates);
+  if (j >= tried.size()) return none;
+  *best_s = estimates[j];
+  return tried[j];
+}
+
 // rail_split's share and its hierarchical part's shape (pipeline_shape.h): the part's (K, pieces)
 // as hierarchical's own choice for its count at the default share, then the share of the smallest
 // estimate with K segments of the part's count at that share.
@@ -196,16 +208,17 @@ Composition choose_split_share(const CallShape& call, const Composition& cand, c
     rest.count = call.count - sched::share_of(call.count, sched::kDefaultShare);
     const Composition hier = choose_pipeline_shape(rest, Composition{"hierarchical", cand.inter, cand.intra}, t);
     const int64_t K = hier.segment > 0 ? std::clamp<int64_t>(rest.count / hier.segment, 1, 16) : 1;
-    Composition best = cand;
+    std::vector<Composition> tried;
+    std::vector<double> estimates;
     for (int share : kShares) {
       Composition k = cand;
       const int64_t part = call.count - sched::share_of(call.count, share);
       k.segment = K > 1 && part / K > 0 ? part / K : 0;
       k.pieces = hier.pieces, k.share = share;
-      const double e = pipeline_estimate(call, k, t);
-      if (e < *best_s) *best_s = e, best = k;
+      tried.push_back(k);
+      estimates.push_back(pipeline_estimate(call, k, t));
     }
-    return best;
+    return pick_estimated(cand, tried, estimates, best_s);
   });
 }
 
@@ -214,17 +227,19 @@ Composition choose_split_share(const CallShape& call, const Composition& cand, c
 Composition choose_halving_segments(const CallShape& call, const Composition& cand, const sim::Topology& t,
                                     double* estimate_s) {
   return memoised(call, cand, t, estimate_s, [&](double* best_s) {
-    Composition best = cand;
-    best.segment = 0, best.pieces = 0;
+    Composition none = cand;
+    none.segment = 0, none.pieces = 0;
+    std::vector<Composition> tried;
+    std::vector<double> estimates;
     for (int K : {1, 2, 4, 8, 16}) {
       const int64_t segment = K == 1 ? 0 : call.count / K;
       if (K > 1 && (segment < 1 || std::min<int64_t>(call.count / segment, 16) != K)) continue;
       Composition k = cand;
       k.segment = segment, k.pieces = 0;
-      const double e = pipeline_estimate(call, k, t);
-      if (e < *best_s) *best_s = e, best = k;
+      tried.push_back(k);
+      estimates.push_back(pipeline_estimate(call, k, t));
     }
-    return best;
+    return pick_estimated(none, tried, estimates, best_s);
   });
 }
 
@@ -273,14 +288,15 @@ Composition choose_pipeline_shape(const CallShape& call, const Composition& cand
   unshaped.segment = 0, unshaped.pieces = 0;
   if (shapes.size() == 1 && !estimate_s) return unshaped;
   return memoised(call, cand, t, estimate_s, [&](double* best_s) {
-    Composition best = unshaped;
+    std::vector<Composition> tried;
+    std::vector<double> estimates;
     for (const auto& [segment, pieces] : shapes) {
       Composition k = cand;
       k.segment = segment, k.pieces = pieces;
-      const double e = pipeline_estimate(call, k, t);
-      if (e < *best_s) *best_s = e, best = k;
+      tried.push_back(k);
+      estimates.push_back(pipeline_estimate(call, k, t));
     }
-    return best;
+    return pick_estimated(unshaped, tried, estimates, best_s);
   });
 }
 
@@ -336,7 +352,7 @@ bool choose_simulated_shape(const CallShape& call, const Composition& cand, cons
   const std::string key = memo_key(call, cand, t);
   ShapeMemo hit;
   if (memo_find(key, &hit)) {
-    if (hit.exact && hit.estimate_s <= beat_s) {
+    if (hit.exact && (hit.least_s >= 0 ? hit.least_s : hit.estimate_s) <= tie_limit(beat_s)) {
       *shape = hit.shape, *time_s = hit.estimate_s;
       return true;
     }
@@ -349,26 +365,30 @@ bool choose_simulated_shape(const CallShape& call, const Composition& cand, cons
   std::iota(order.begin(), order.end(), size_t{0});
   if (bounds.size() == shapes.size())
     std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return bounds[x] < bounds[y]; });
-  const Composition* best = nullptr;
-  size_t best_j = shapes.size();
-  double best_s = std::numeric_limits<double>::infinity();
+  // The tie rule (tie_rule.h) twice over: a shape found ties with beat_s or beats it (its least time
+  // within tie_limit(beat_s)), and the pick among the shapes is the first within the tie of their least,
+  // so every shape up to tie_limit(tie_limit(beat_s)) runs to its end and the pick is the one simulating
+  // every shape gives.
+  std::vector<double> times(shapes.size(), std::numeric_limits<double>::infinity());
+  double least = std::numeric_limits<double>::infinity();
   for (size_t j : order) {
-    const double limit = std::min(best_s, beat_s);
+    const double limit = std::min(tie_limit(least), tie_limit(tie_limit(beat_s)));
     if (j < bounds.size() && bounds[j] > limit) continue;  // it cannot finish within the limit
     sim::Options o;
-    o.stop_after_s = limit;  // a run past it can win neither here nor the search (ties still finish)
+    o.stop_after_s = limit;  // a run past it can be picked neither here nor by the search (ties still finish)
     const sim::Result r = sim::simulate(call.coll, shapes[j], call.count, call.elem_bytes, call.root, t, o);
     if (runs) ++*runs;
     if (r.cut && cut) ++*cut;
-    if (!r.cut && (r.time_s < best_s || (r.time_s == best_s && j < best_j))) best_s = r.time_s, best = &shapes[j], best_j = j;
+    if (!r.cut) times[j] = r.time_s, least = std::min(least, r.time_s);
   }
-  if (!best) {  // every shape slower than beat_s (none at all: an infinite beat_s is never met)
+  const size_t pick = tie_pick(times);
+  if (pick >= shapes.size() || least > tie_limit(beat_s)) {  // every shape slower than beat_s's tie (none at all: an infinite beat_s is never met)
     if (!shapes.empty() && beat_s < std::numeric_limits<double>::infinity()) memo_store(key, ShapeMemo{cand, beat_s, false});
     return false;
   }
-  // The best of the shapes within beat_s is the best of all: every other one was slower than it.
-  *shape = memo_store(key, ShapeMemo{*best, best_s});
-  *time_s = best_s;
+  // The pick among the shapes within the tie of beat_s is the pick among all: every other one was slower.
+  *shape = memo_store(key, ShapeMemo{shapes[pick], times[pick], true, least});
+  *time_s = times[pick];
   return true;
 }
 

@@ -7,6 +7,7 @@ table wins where it has the shape; a requested hierarchical takes the model's in
 Messages: each term pins its exact effect on zero-byte messages (latency only otherwise)."""
 import pytest
 
+from commlib.sim import ranking
 from commlib import _C, tuning
 from commlib.sim import topology as sim_topology
 
@@ -53,7 +54,7 @@ def test_auto_is_the_fastest_candidate(no_tuning, topo, hosts, coll, nbytes):
         assert {(i, x) for a, i, x in names if a == "hierarchical" and x} == {(i, x) for i in flat for x in intra}
     else:
         assert all(a != "hierarchical" for a, _, _ in names)
-    best = min(cands, key=lambda c: c["predicted_s"])
+    best = ranking.tie_pick(cands)
     got = _C.resolve_algorithm(COLLECTIVE[coll], "auto", count, 4, 0, P, d["host_of"], d)
     assert got["source"] == "model"
     assert (got["algorithm"], got["inter_algorithm"], got["intra_algorithm"]) == (best["algorithm"], best["inter_algorithm"], best["intra_algorithm"])
@@ -110,7 +111,7 @@ def test_requested_hierarchical_takes_the_models_inter_algorithm(no_tuning):
     d = sim_topology.load("dgx-h100").engine_dict(32)
     got = _C.resolve_algorithm(_C.Collective.all_reduce, "hierarchical", 1 << 26, 4, 0, 32, d["host_of"], d)
     hier = [c for c in _C.predict_candidates(_C.Collective.all_reduce, 1 << 26, 4, 0, d) if c["algorithm"] == "hierarchical"]
-    best = min(hier, key=lambda c: c["predicted_s"])["inter_algorithm"]
+    best = ranking.tie_pick(hier)["inter_algorithm"]
     assert best != "" and got["inter_algorithm"] == best
     assert _C.resolve_algorithm(_C.Collective.all_reduce, "hierarchical", 1 << 26, 4, 0, 32, d["host_of"])["inter_algorithm"] == ""
 

@@ -2,6 +2,7 @@
 reductions, software overheads, auto resolution, and clear errors."""
 import pytest
 
+from commlib.sim import ranking
 import commlib
 import commlib._C as _C
 from test_closed_forms import uniform
@@ -105,7 +106,7 @@ def test_auto_is_the_engines_choice_for_the_links(monkeypatch):
     try:
         t = two_hosts(2, 1)
         spanning = _C.simulate(_C.Collective.all_reduce, "auto", 1 << 20, 4, 0, t)
-        best = min(_C.predict_candidates(_C.Collective.all_reduce, 1 << 20, 4, 0, t), key=lambda c: c["predicted_s"])
+        best = ranking.tie_pick(_C.predict_candidates(_C.Collective.all_reduce, 1 << 20, 4, 0, t))
         assert (spanning["algorithm"], spanning["inter_algorithm"], spanning["intra_algorithm"]) == (best["algorithm"], best["inter_algorithm"], best["intra_algorithm"])
         one_host = dict(uniform(4), host_of=[0] * 4, nic_of=[0] * 4)
         assert (_C.simulate(_C.Collective.all_reduce, "auto", 1 << 20, 4, 0, one_host)["algorithm"] ==

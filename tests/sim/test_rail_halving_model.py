@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from commlib.sim import ranking
 from commlib import _C, sim, tuning
 from commlib.core.call_spec import COLLECTIVE
 from commlib.sim import topology as sim_topology
@@ -67,7 +68,7 @@ def test_auto_picks_it_where_the_model_says_so(no_tuning):
     d = t.engine_dict(P)
     count = (1 << 30) // 4
     cands = _C.predict_candidates(COLLECTIVE["all_reduce"], count, 4, 0, d)
-    best = min((c for c in cands if c["algorithm"] not in ("rail_lanes", "rail_window")), key=lambda c: c["predicted_s"])
+    best = ranking.tie_pick(c for c in cands if c["algorithm"] not in ("rail_lanes", "rail_window"))
     assert best["algorithm"] == "rail_halving"
     window = next(c for c in cands if c["algorithm"] == "rail_window")
     assert window["predicted_s"] < best["predicted_s"]
