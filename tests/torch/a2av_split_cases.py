@@ -6,12 +6,11 @@ make it through torch meet ranks that make it through the group's commlib commun
 calls after it agree."""
 from __future__ import annotations
 
-import datetime
-import socket
 import time
 
 import torch
 import torch.distributed as dist
+from torch_group import init_commlib_group
 
 import commlib
 from commlib.testing.faults import arm_death
@@ -19,20 +18,10 @@ from commlib.testing.faults import arm_death
 
 def _init(comm, timeout_s: float = 20):
     """The default "commlib" group over the pool's ranks, on the C++ backend."""
-    import commlib.torch  # noqa: F401  (registers the backend)
     from commlib.torch import native
     assert native.load() is not None, "commlib._C_torch is not built"
-    if dist.is_initialized():
-        return
-    port = torch.zeros(1, dtype=torch.int64)
-    if comm.rank == 0:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port[0] = s.getsockname()[1]
-    comm.broadcast(port, root=0)
-    dist.init_process_group("commlib", init_method=f"tcp://127.0.0.1:{int(port.item())}",
-                            rank=comm.rank, world_size=comm.size,
-                            timeout=datetime.timedelta(seconds=timeout_s))
+    if not dist.is_initialized():
+        init_commlib_group(comm, timeout_s)
 
 
 def _buffers(me: int, P: int, rows: int = 2):
