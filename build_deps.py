@@ -9,6 +9,8 @@ flags (say -O2 to -O3) rebuilds the objects it concerns in every tree, not only 
 one small file read per object. Kept apart from setup.py so that tests can import it (setup.py
 runs the build when imported).
 """
+import contextlib
+import fcntl
 import json
 import os
 import subprocess
@@ -58,19 +60,36 @@ def compile_if_stale(obj, src, dep, all_headers_mtime, command, run=subprocess.r
     compiled again, its flags unknown, unless `adopt_unrecorded`: then, if current, it is taken as
     built by `command` and the line recorded (setup.py adopts the objects of modules whose flags
     did not change since records began, so that keying by flags costs no tree a full rebuild)."""
-    record, line = compile_record(obj), " ".join(map(str, command))
-    try:
-        same_line = record.read_text() == line
-    except OSError:  # no record
-        same_line = adopt_unrecorded
-    if same_line and object_is_current(obj, src, dep, all_headers_mtime):
-        if not record.exists():
-            record.write_text(line)
-        return False
-    record.unlink(missing_ok=True)  # (an interrupted compile must not leave the old line beside a new object)
-    run(command, check=True)
-    record.write_text(line)
-    return True
+    with object_lock(obj):
+        record, line = compile_record(obj), " ".join(map(str, command))
+        try:
+            same_line = record.read_text() == line
+        except OSError:  # no record
+            same_line = adopt_unrecorded
+        if same_line and object_is_current(obj, src, dep, all_headers_mtime):
+            if not record.exists():
+                record.write_text(line)
+            return False
+        record.unlink(missing_ok=True)  # (an interrupted compile must not leave the old line beside a new object)
+        run(command, check=True)
+        record.write_text(line)
+        return True
+
+
+@contextlib.contextmanager
+def object_lock(obj):
+    """Holds `obj`'s lock file (beside it, flock: released when its holder exits, even killed) while
+    one build checks and compiles it. Two builds may run in one tree at once (scripts/setup.sh starts
+    the core's compile while pip still installs torch, then the whole build joins it): the later one
+    waits for an object the other is compiling, then finds it current, instead of compiling it again
+    into the same file."""
+    obj.parent.mkdir(parents=True, exist_ok=True)
+    with open(obj.with_suffix(".lock"), "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def object_name(source, tag, python_abi):
