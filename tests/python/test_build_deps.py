@@ -343,7 +343,8 @@ def test_setup_builds_every_module_in_one_pool():
     # setup.py cannot be imported (it builds): read its text.
     text = (Path(__file__).resolve().parents[2] / "setup.py").read_text()
     assert "def build_extensions(self):" in text and "build_in_one_pool(jobs" in text
-    assert "recorded.get(obj.name, guessed_seconds(src, ext.name))" in text
+    assert "guessed_seconds(str(ROOT / m), ext.name) for m in unity.get(str(rel), [str(rel)])" in text
+    assert "recorded.get(obj.name, guess)" in text
     assert "ThreadPoolExecutor" not in text  # no pool of its own per module
 
 
@@ -359,3 +360,4 @@ def test_the_torch_backend_is_compiled_with_its_precompiled_header():
     assert '"-MF",\n                   str(gch.with_suffix(".d"))] + torch_build()[1]' in text
     assert 'f"torch_headers.{PYTHON_ABI}.torch{torch_build()[0]}.{digest}.h"' in text
     assert "pch_built.result()" in text
+
