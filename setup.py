@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 from build_deps import (CompileJob, build_in_one_pool, compile_if_stale, cuda_gencode,  # noqa: E402  (beside this file)
                         guessed_seconds, linked_libraries, module_is_current, object_name, read_compile_seconds,
-                        write_compile_seconds)
+                        unity_groups, write_compile_seconds)
 
 CSRC = ROOT / "csrc"
 OBJ_DIR = ROOT / "build" / "obj"
@@ -53,6 +53,16 @@ CUDA_ARCHS = [a.strip() for a in os.environ.get("COMMLIB_CUDA_ARCHS", "80,90").s
 # hold, since no source branches on __CUDA_ARCH__'s value (tests/python/test_cuda_build.py) and
 # ptxas, which reports spills, still runs for every architecture.
 CUDA_ONE_PTX = bool(os.environ.get("COMMLIB_CUDA_ONE_PTX"))
+# COMMLIB_UNITY_BINDINGS (params.cc; .ci/run sets it): the core's pybind11 files (csrc/bindings/*.cc) compiled
+# as UNITY_GROUPS files that #include them, not one object each. pybind11's headers cost every file that
+# includes them about 6 CPU-s (parsing them, and compiling the weak functions they define in each
+# file again: a file of the headers alone, 5.8 CPU-s at -O3): core_api.cc, fast_call.cc and
+# host_compressed_calls.cc took 23.4 CPU-s as three objects and 9.8 as one (session 28). For a build
+# that proves the code (CI's fresh clone); the README's set-up keeps one object a file, so that a
+# one-file change rebuilds that file alone, and so that each file is seen to include what it uses.
+# In one file, two files' helpers of one name in an anonymous namespace clash: CI's build says so.
+UNITY_BINDINGS = bool(os.environ.get("COMMLIB_UNITY_BINDINGS"))
+UNITY_GROUPS = 4  # (enough to keep both cores of CI's pool busy beside the rest of the core)
 # An object built for other architectures is not current: the tag names them unless they are the default.
 CUDA_TAG = (".cuda" if CUDA_ARCHS == ["80", "90"] else ".cuda_sm" + "_".join(CUDA_ARCHS)) + (
     ".one_ptx" if CUDA_ONE_PTX else "")
@@ -233,10 +243,15 @@ class CachedBuildExt(build_ext):
                     took[obj.name] = round(time.monotonic() - start, 1)  # (the next build's order)
                 return str(obj)
 
-            seconds = recorded.get(obj.name, guessed_seconds(src, ext.name))
+            # (a unity file's guess: its members' guesses added up)
+            guess = sum(guessed_seconds(str(ROOT / m), ext.name) for m in unity.get(str(rel), [str(rel)]))
+            seconds = recorded.get(obj.name, guess)
             return CompileJob(ext.name, obj.name, run, seconds)
 
-        jobs = [compile_job(ext, src) for ext in exts for src in ext.sources]
+        unity, sources_of = {}, {ext.name: ext.sources for ext in exts}
+        if UNITY_BINDINGS and "commlib._C" in sources_of:
+            sources_of["commlib._C"], unity = unity_groups(sources_of["commlib._C"], ROOT, OBJ_DIR, UNITY_GROUPS)
+        jobs = [compile_job(ext, src) for ext in exts for src in sources_of[ext.name]]
         if any(ext.name.endswith("_C_torch") for ext in exts):
             jobs.insert(0, pch_job(max(j.seconds for j in jobs) + 1))  # (started first)
         by_name = {ext.name: ext for ext in exts}

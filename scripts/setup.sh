@@ -9,7 +9,16 @@ if [ ! -x .venv/bin/python ] || ! cmp -s requirements.txt .venv/.requirements; t
   rm -rf .venv
   "$PY" -m venv .venv
   .venv/bin/pip install -q --upgrade pip >/dev/null 2>&1 || true
+  # The build's own requirements first (pybind11, setuptools, wheel: seconds), then the core's and the
+  # CUDA module's compile starts while pip installs the rest: unpacking and byte-compiling torch is
+  # about 30 s of one core, the other idle. The build below joins this one (an object one build is
+  # compiling, the other waits for: build_deps.object_lock) and adds the torch backend, whose flags
+  # need torch installed; it decides what is built, this one only starts early.
   # (pip's notes about this machine's extra index locations are noise: filtered out)
+  build_reqs=$(sed -n 's/#.*//; /^\(pybind11\|setuptools\|wheel\)\b/p' requirements.txt)
+  .venv/bin/pip install -q $build_reqs 2>&1 | { grep -v "^WARNING: Location" || true; } >&2
+  COMMLIB_NO_TORCH_BACKEND=1 .venv/bin/python setup.py -q build_ext --inplace >build.log 2>&1 </dev/null &
+  early_build=$!
   .venv/bin/pip install -q -r requirements.txt 2>&1 | { grep -v "^WARNING: Location" || true; } >&2
   cp requirements.txt .venv/.requirements
 fi
@@ -33,7 +42,14 @@ if [ -z "${COMMLIB_NO_CHROMIUM:-}" ] && [ "$(id -u)" = 0 ] && command -v apt-get
   ) </dev/null >/dev/null 2>&1 &
 fi
 echo "[setup] building the extension" >&2
-.venv/bin/python setup.py -q build_ext --inplace >build.log 2>&1 || { cat build.log >&2; exit 1; }
+if [ -n "${early_build:-}" ]; then
+  # (its failures are this build's to report: it compiles again whatever the early one did not)
+  .venv/bin/python setup.py -q build_ext --inplace >>build.log 2>&1 \
+    || { kill "$early_build" 2>/dev/null; wait "$early_build" 2>/dev/null; cat build.log >&2; exit 1; }
+  wait "$early_build" || true
+else
+  .venv/bin/python setup.py -q build_ext --inplace >build.log 2>&1 || { cat build.log >&2; exit 1; }
+fi
 # Editable install for the `commlib` command; the build above already produced the modules.
 if [ ! -x .venv/bin/commlib ]; then
   .venv/bin/pip install -q --no-build-isolation --no-deps -e . >>build.log 2>&1 || { cat build.log >&2; exit 1; }

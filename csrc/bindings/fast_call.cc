@@ -33,7 +33,7 @@ namespace commlib {
 
 namespace {
 
-constexpr int kColls = static_cast<int>(Collective::kCount);
+constexpr int kFastCallColls = static_cast<int>(Collective::kCount);
 
 // Calls of fast_collective in this process and how many it declined (for tests: which offers the
 // latency path took; the GIL serialises the increments, one per call on the path it takes).
@@ -189,7 +189,7 @@ PyObject* fast_collective(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   const bool splits = nargs == 14 && (args[12] != Py_None || args[13] != Py_None);
   auto* comm = static_cast<Communicator*>(PyLong_AsVoidPtr(args[0]));
   const long coll_code = PyLong_AsLong(args[1]);
-  if (!comm || coll_code < 0 || coll_code >= kColls || PyErr_Occurred()) {
+  if (!comm || coll_code < 0 || coll_code >= kFastCallColls || PyErr_Occurred()) {
     PyErr_Clear();
     return fallback();
   }

@@ -25,7 +25,7 @@ PyObject* g_cuda_stream_attr = nullptr;  // torch.cuda.Stream's "cuda_stream"
 PyObject* g_ptr_attr = nullptr;          // CuPy's Stream.ptr
 
 // o.name, or null without an error when `o` has no such attribute (bindings/optional_attr.h).
-PyObject* lookup(PyObject* o, PyObject* name) { return optional_attr(o, name); }
+PyObject* stream_attr(PyObject* o, PyObject* name) { return optional_attr(o, name); }
 
 // A non-negative int as a handle; false (no error set) for anything else.
 bool handle_of(PyObject* o, uintptr_t* id) {
@@ -57,8 +57,8 @@ NamedStream read_named_stream(BufferKind kind, PyObject* stream, uintptr_t* id) 
   }
   if (kind != BufferKind::Cuda) return NamedStream::Unread;
   // The resolver's order: cuda_stream, then ptr, then an int itself.
-  PyObject* value = lookup(stream, g_cuda_stream_attr);
-  if (value == nullptr) value = lookup(stream, g_ptr_attr);
+  PyObject* value = stream_attr(stream, g_cuda_stream_attr);
+  if (value == nullptr) value = stream_attr(stream, g_ptr_attr);
   if (value == nullptr) {
     if (!PyLong_Check(stream)) return NamedStream::WrongType;
     value = Py_NewRef(stream);

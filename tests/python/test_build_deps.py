@@ -207,6 +207,40 @@ def test_a_failed_compile_keeps_no_line(built):
     assert not compile_record(obj).exists()  # the next build compiles it again
 
 
+def test_two_builds_in_one_tree_compile_an_object_once(built):
+    """scripts/setup.sh's early build and the whole build run at once in a fresh clone: the one that
+    comes second to a stale object waits while the first compiles it (build_deps.object_lock), then
+    finds it current; without the lock both compile it into the same file."""
+    root, src, obj, dep = built
+    src.touch()  # stale
+    cmd = ["g++", "-c", str(src), "-o", str(obj), "-MMD", "-MF", str(dep)]
+    runs, first_running, second_tried = [], threading.Event(), threading.Event()
+
+    def run(c, check):
+        runs.append(threading.current_thread().name)
+        first_running.set()
+        second_tried.wait(timeout=10)  # (the second build asks while this compile runs)
+        return subprocess.run(c, check=check)
+
+    compiled = {}
+
+    def build(name):
+        compiled[name] = compile_if_stale(obj, src, dep, 0, cmd, run)
+
+    first = threading.Thread(target=build, args=("first",), name="first")
+    first.start()
+    assert first_running.wait(timeout=10)
+    second = threading.Thread(target=build, args=("second",), name="second")
+    second.start()
+    second.join(timeout=1.0)  # still waiting for the object's lock: the compile above runs
+    assert second.is_alive()
+    second_tried.set()
+    first.join(timeout=30)
+    second.join(timeout=30)
+    assert runs == ["first"] and compiled == {"first": True, "second": False}
+    assert object_is_current(obj, src, dep, 0)
+
+
 def test_setup_compiles_through_compile_if_stale():
     # setup.py cannot be imported (it builds): read that every object goes through the check.
     text = (Path(__file__).resolve().parents[2] / "setup.py").read_text()
@@ -309,7 +343,8 @@ def test_setup_builds_every_module_in_one_pool():
     # setup.py cannot be imported (it builds): read its text.
     text = (Path(__file__).resolve().parents[2] / "setup.py").read_text()
     assert "def build_extensions(self):" in text and "build_in_one_pool(jobs" in text
-    assert "recorded.get(obj.name, guessed_seconds(src, ext.name))" in text
+    assert "guessed_seconds(str(ROOT / m), ext.name) for m in unity.get(str(rel), [str(rel)])" in text
+    assert "recorded.get(obj.name, guess)" in text
     assert "ThreadPoolExecutor" not in text  # no pool of its own per module
 
 
@@ -325,3 +360,4 @@ def test_the_torch_backend_is_compiled_with_its_precompiled_header():
     assert '"-MF",\n                   str(gch.with_suffix(".d"))] + torch_build()[1]' in text
     assert 'f"torch_headers.{PYTHON_ABI}.torch{torch_build()[0]}.{digest}.h"' in text
     assert "pch_built.result()" in text
+
