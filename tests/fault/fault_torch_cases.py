@@ -5,18 +5,29 @@ fresh pool (``commlib.testing.run_killing_one_rank``): the victim's death retire
 """
 from __future__ import annotations
 
+import datetime
 import os
 import signal
+import socket
 import time
 
 import torch
 import torch.distributed as dist
-from torch_group import init_commlib_group
 
 
 def init_torch(comm, timeout_s: float = 20):
-    """The default "commlib" process group over the pool's ranks (tests/torch_group.py)."""
-    init_commlib_group(comm, timeout_s)
+    """The default "commlib" process group over the pool's ranks (tcp:// rendezvous on a port
+    rank 0 picks and shares through the pool's communicator)."""
+    import commlib.torch  # noqa: F401  (registers the backend)
+    port = torch.zeros(1, dtype=torch.int64)
+    if comm.rank == 0:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port[0] = s.getsockname()[1]
+    comm.broadcast(port, root=0)
+    dist.init_process_group("commlib", init_method=f"tcp://127.0.0.1:{int(port.item())}",
+                            rank=comm.rank, world_size=comm.size,
+                            timeout=datetime.timedelta(seconds=timeout_s))
 
 
 def die():

@@ -10,18 +10,20 @@ import time
 
 import torch
 import torch.distributed as dist
-from torch_group import init_commlib_group
 
 import commlib
 from commlib.testing.faults import arm_death
 
+import backend_cases as bc
 
-def _init(comm, timeout_s: float = 20):
-    """The default "commlib" group over the pool's ranks, on the C++ backend."""
+
+def _init(comm):
+    """The default "commlib" group over the pool's ranks, on the C++ backend: backend_cases.setup's,
+    the one every torch case module of a shared pool meets (a group of this module's own would make
+    theirs fail: torch allows one default group a process)."""
     from commlib.torch import native
     assert native.load() is not None, "commlib._C_torch is not built"
-    if not dist.is_initialized():
-        init_commlib_group(comm, timeout_s)
+    bc.setup(comm)
 
 
 def _buffers(me: int, P: int, rows: int = 2):
@@ -80,7 +82,7 @@ def case_routes_number_alike(comm):
     one through the communicator on every rank (bytes, as the Python backend passes them). Every
     result exact; returns the all_reduce's value."""
     import commlib.torch as ct
-    _init(comm, timeout_s=30)
+    _init(comm)
     g = dist.new_group(backend="commlib")
     me, P = dist.get_rank(), dist.get_world_size()
     want = _expected(me, P)
