@@ -221,7 +221,10 @@ def main(argv=None):
     if a.apply and not a.output:
         p.error("--apply needs -o OUT")
     crossover = core_tuning.read(a.table)
-    datas = [as_shipped(json.load(open(x)), crossover, a.ranks) for x in a.runs]
+    raw = [json.load(open(x)) for x in a.runs]
+    # the crossover as it applies on each run's machine class (the table's "machines" sections)
+    datas = [as_shipped(d, crossover and core_tuning.for_machine(crossover, d.get("machine") or None), a.ranks)
+             for d in raw]
     runs = [points(d, a.ranks) for d in datas]
     head = ["point", "auto runs"] + [f"run {i + 1}" for i in range(len(datas))] + ["class", "fix", "why"]
     print("cells: auto over the run's best / Open MPI over auto; **bold**: a loss (T5 miss, under the MPI margin)\n")

@@ -104,6 +104,8 @@ def main(argv=None):
         datas = [remerged(d, a.pass_statistic) for d in datas]
     rows = [points(d, a.ranks) for d in datas]
     table = core_tuning.read(a.table)
+    if table is not None:  # the table as it applies on the runs' machine class (its "machines" section)
+        table = core_tuning.for_machine(table, (json.load(open(a.runs[0])).get("machine") or None))
     tuned = {}  # (n, held-out run) -> mean misses over the tables tuned from n other runs
     for n in range(1, len(datas)):
         for h in range(len(datas)):

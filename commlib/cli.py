@@ -44,6 +44,10 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--single-copy-only", action="store_true",
                    help="take only the single_copy section from these runs (commlib bench --single-copy-ab) "
                         "and keep the output file's algorithm rows as they are")
+    t.add_argument("--machine-section", action="store_true",
+                   help="write the measured entries as the output file's section for the runs' machine class "
+                        "(its CPU model and cores; replaces that machine's section, keeps everything else): "
+                        "how commlib/core/tuning.json carries tables of several machine classes")
     from commlib.sim.tune import add_arguments as add_sim_tune
     add_sim_tune(t)
     from commlib.sim.cli import add_arguments as add_sim

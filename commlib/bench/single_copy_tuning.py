@@ -36,8 +36,12 @@ def _best(records):
 
 def crossovers(records):
     """{(collective, P): min call bytes or NEVER} where the records hold both kinds of run."""
-    on = _best([r for r in records if is_single_copy(r)])
-    off = _best([r for r in records if not is_single_copy(r)])
+    # Only records measured with single-copy explicitly on ("1") or off ("0"): a run under the
+    # crossover then in force ("auto", the main job) ran each size on whichever side that table said,
+    # so counting it as "off" made an old crossover's single-copy rows look like the channels' (session
+    # 29: the AMD table's runs on an Intel machine turned a 0.66x single-copy win into "never").
+    on = _best([r for r in records if str(r.get("single_copy", "")) == "1"])
+    off = _best([r for r in records if str(r.get("single_copy", "")) == "0"])
     out = {}
     for key in sorted(set(on) & set(off)):
         sizes = sorted(set(on[key]) & set(off[key]))

@@ -72,6 +72,8 @@ def main(args) -> int:
     from commlib.bench.report import load
     datas = load(args.files)
     path = args.output or DEFAULT_OUTPUT
+    if getattr(args, "machine_section", False):
+        return write_machine_section(path, datas)
     previous = read(path)
     table = from_runs(datas, previous=previous)
     if getattr(args, "single_copy_only", False):  # the crossover alone: every other section as it was
@@ -93,6 +95,51 @@ def main(args) -> int:
             f"P={P} {'never' if e['min_bytes'] < 0 else str(e['min_bytes']) + ' B'}" for P, e in sorted(per.items())))
     if os.path.abspath(path) != os.path.abspath(default_path()):
         print(f"# use it with COMMLIB_TUNING={os.path.abspath(path)}, or install it as {default_path()}")
+    return 0
+
+
+def machine_section(datas) -> dict:
+    """A ``"machines"`` section (commlib.core.tuning.for_machine) from bench runs of one machine class:
+    the entries measured by these runs only (no model rows, nothing kept from another file), their
+    single-copy crossovers when the runs measured both sides, the runs' machine and provenance."""
+    import time
+    machines = {(d.get("machine") or {}).get("cpu") for d in datas}
+    cores = {(d.get("machine") or {}).get("cores") for d in datas}
+    if len(machines) != 1 or len(cores) != 1 or None in machines or None in cores:
+        raise SystemExit(f"commlib tune --machine-section: the runs must come from one machine class "
+                         f"(cpu {sorted(map(str, machines))}, cores {sorted(map(str, cores))})")
+    table = from_runs(datas)
+    colls = {c: {P: e for P, e in per.items() if e.get("source") == "measured"}
+             for c, per in table.get("collectives", {}).items()}
+    section = {"machine": {"cpu": machines.pop(), "cores": int(cores.pop())},
+               "collectives": {c: per for c, per in colls.items() if per},
+               "generated": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    prov = provenance(datas, table)
+    if prov["single_copy"] == "measured by these runs":
+        section["single_copy"] = table["single_copy"]
+    section["provenance"] = prov
+    return section
+
+
+def write_machine_section(path, datas) -> int:
+    """``commlib tune FILE... -o TABLE --machine-section``: TABLE with the runs' machine section
+    replaced (or added); its top level and other machines' sections as they were."""
+    import json
+    from commlib.core.tuning import for_machine, read_strict
+    section = machine_section(datas)
+    table = read_strict(path)
+    for_machine(table, section["machine"])  # checks the existing sections
+    others = [s for s in table.get("machines", []) if s["machine"] != section["machine"]]
+    table["machines"] = others + [section]
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(table, f, indent=1, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+    m = section["machine"]
+    print(f"# {path}: section for {m['cpu']} ({m['cores']} cores): "
+          + ", ".join(f"{c} P={','.join(sorted(per))}" for c, per in sorted(section["collectives"].items()))
+          + ("; single-copy crossovers measured" if "single_copy" in section else ""))
     return 0
 
 

@@ -24,6 +24,15 @@ and world size, the call size (auto's bytes) from which single-copy reads of a p
 (the default) such calls send their messages of 64 KiB or more single-copy; calls without an entry
 use the channels (csrc/policy/single_copy.h).
 
+A ``"machines"`` list holds tables measured on other machine classes: each element is
+``{"machine": {"cpu": "<model name of /proc/cpuinfo>", "cores": N}, "collectives": {...},
+"single_copy": {...}, "provenance": {...}}``. On a machine whose CPU model and core count equal a
+section's (:func:`this_machine`), that section's entries replace the top level's, per collective and
+world size (entries it does not name stay): the crossovers and the algorithms' order change with the
+CPU (bench/RESULTS_collectives.md, session 29: the AMD EPYC table on an Intel Xeon missed T5 at 9-17 of
+60 points). :func:`for_machine` does the merge, :func:`load_default` installs its result;
+``commlib tune ... --machine-section`` writes a section.
+
 An entry may say ``"hosts": H`` (default 1): the rows were measured on that many hosts. Without a
 cost model every row applies to its world size; with one (COMMLIB_TOPOLOGY, ranks on several
 hosts) only rows of the communicator's host count do, the model deciding elsewhere.
@@ -53,6 +62,63 @@ class TuningFileError(ValueError):
 def default_path() -> str:
     """The tuning file shipped with the package (commlib/core/tuning.json)."""
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "tuning.json")
+
+
+def this_machine() -> dict:
+    """This machine's class as the shipped table's ``"machines"`` sections name it: the CPU model
+    (/proc/cpuinfo's first "model name", else the platform's processor name) and the core count."""
+    import platform
+    cpu = None
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"cpu": cpu or platform.processor() or platform.machine(), "cores": os.cpu_count()}
+
+
+_SECTION_KEYS = ("collectives", "single_copy")  # what a machine section may replace
+
+
+def _check_sections(table: dict):
+    secs = table.get("machines", [])
+    if not isinstance(secs, list):
+        raise TuningFileError("machines: must be a list of machine sections")
+    for i, sec in enumerate(secs):
+        m = sec.get("machine") if isinstance(sec, dict) else None
+        if not isinstance(m, dict) or not isinstance(m.get("cpu"), str) or not isinstance(m.get("cores"), int):
+            raise TuningFileError(f"machines[{i}]: needs \"machine\": {{\"cpu\": str, \"cores\": int}}, got {m!r}")
+    return secs
+
+
+def for_machine(table: dict, machine=None) -> dict:
+    """``table`` as it applies on ``machine`` (default: :func:`this_machine`): the first ``"machines"``
+    section whose cpu and cores equal the machine's replaces the top level's entries per (collective,
+    world size), in its ``"collectives"`` and ``"single_copy"`` sections; the result has no
+    ``"machines"`` key and says which section it took (``"machine_section"``: its index, or None)."""
+    secs = _check_sections(table)
+    machine = machine or this_machine()
+    out = {k: v for k, v in table.items() if k != "machines"}
+    out["machine_section"] = None
+    for i, sec in enumerate(secs):
+        m = sec["machine"]
+        if m["cpu"] == machine.get("cpu") and m["cores"] == machine.get("cores"):
+            for key in _SECTION_KEYS:
+                merged = {c: dict(per) for c, per in (table.get(key) or {}).items()}
+                for coll, per in (sec.get(key) or {}).items():
+                    merged.setdefault(coll, {}).update(per)
+                out[key] = merged
+            out["machine_section"] = i
+            break
+    return out
+
+
+def shipped(machine=None) -> dict:
+    """The shipped table (commlib/core/tuning.json) as it applies on ``machine`` (default: this one)."""
+    return for_machine(read_strict(default_path()), machine)
 
 
 def read(path):
@@ -170,7 +236,8 @@ def crossovers(table: dict) -> dict:
 
 
 def load_default() -> bool:
-    """Install $COMMLIB_TUNING, or the shipped file. True if a table was installed.
+    """Install $COMMLIB_TUNING, or the shipped file, as it applies on this machine
+    (:func:`for_machine`). True if a table was installed.
 
     COMMLIB_TUNING=0 (or off/none/false) installs nothing. A missing default file is not an error
     (auto then uses the built-in heuristic); a named file that is missing, or any file that is
@@ -186,7 +253,7 @@ def load_default() -> bool:
             return False
     table = read_strict(path)
     try:
-        install(table)
+        install(for_machine(table))
     except (ValueError, KeyError, TypeError) as e:
         raise TuningFileError(f"{path}: {e}") from None
     return True

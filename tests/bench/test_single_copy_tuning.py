@@ -153,3 +153,19 @@ def test_single_copy_only_keeps_every_row(tmp_path):
     t = tuning.read(out)
     assert t["collectives"] == rows
     assert t["single_copy"] == {"all_to_all": {"4": {"min_bytes": C.core_bytes("all_to_all", 1 << 20, "float32", 4)}}}
+
+
+def test_a_run_under_the_crossover_in_force_is_neither_side(tmp_path):
+    # a main-job run (single_copy "auto") whose old crossover ran the large sizes single-copy, fast: were
+    # it read as the channels' side, single-copy would seem to lose at the largest size ("never")
+    from commlib.bench import single_copy_tuning
+    off, on = _runs()
+    shipped = copy.deepcopy(on)
+    shipped["config"]["single_copy"] = "auto"
+    for r in shipped["results"]:
+        r["time_us"]["median"] /= 10
+    records = []
+    for d in (off, on, shipped):
+        records += [dict(r, single_copy=d["config"]["single_copy"]) for r in d["results"]]
+    one_mib = C.core_bytes("all_to_all", C.geometry("all_to_all", 1 << 20, "float32", 4)[2], "float32", 4)
+    assert single_copy_tuning.crossovers(records) == {("all_to_all", 4): one_mib}
