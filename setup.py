@@ -61,8 +61,16 @@ CUDA_ONE_PTX = bool(os.environ.get("COMMLIB_CUDA_ONE_PTX"))
 # that proves the code (CI's fresh clone); the README's set-up keeps one object a file, so that a
 # one-file change rebuilds that file alone, and so that each file is seen to include what it uses.
 # In one file, two files' helpers of one name in an anonymous namespace clash: CI's build says so.
+# The torch backend's files (csrc/torch_backend/*.cc) likewise: each loaded the 643 MB precompiled
+# header of torch's headers (TORCH_PCH_HEADERS: about 10.5 CPU-s a file) and compiled again the torch
+# inline code it uses: the 18 took 330.6 CPU-s as 18 objects, 85.3 as 3 (session 29). The helpers
+# several of them use are in torch_backend/tensor_for_core.h; tests/python/test_unity_bindings.py
+# checks that no two files of either folder define one name in an anonymous namespace.
 UNITY_BINDINGS = bool(os.environ.get("COMMLIB_UNITY_BINDINGS"))
-UNITY_GROUPS = 4  # (enough to keep both cores of CI's pool busy beside the rest of the core)
+# module: (its folder compiled as unity files, their names' stem, how many). (4 for the core: enough
+# to keep both cores of CI's pool busy beside the rest of the core; 3 for the torch backend's 18 files.)
+UNITY_OF = {"commlib._C": ("csrc/bindings", "unity_bindings", 4),
+            "commlib._C_torch": ("csrc/torch_backend", "unity_torch_backend", 3)}
 # An object built for other architectures is not current: the tag names them unless they are the default.
 CUDA_TAG = (".cuda" if CUDA_ARCHS == ["80", "90"] else ".cuda_sm" + "_".join(CUDA_ARCHS)) + (
     ".one_ptx" if CUDA_ONE_PTX else "")
@@ -123,6 +131,8 @@ def torch_build():
 # header's text is then parsed instead, as without it).
 TORCH_PCH_HEADERS = ("torch/csrc/utils/pybind.h", "torch/csrc/distributed/c10d/ProcessGroup.hpp",
                      "torch/csrc/jit/python/pybind_utils.h", "ATen/ATen.h")
+# CPU-s a file spends loading the .gch (common/alloc_count.cc, which uses none of it: 10.5 with, 0.1 without)
+TORCH_PCH_LOAD_SECONDS = 10.5
 
 
 def torch_pch_header():
@@ -221,7 +231,9 @@ class CachedBuildExt(build_ext):
             elif ext.name.endswith("_C_torch"):
                 # (the torch headers' .gch only for the files that include them: loading the 643 MB
                 # file cost common/alloc_count.cc 10.5 CPU-s, against 0.1 without it)
-                pch = ["-Winvalid-pch", "-include", str(pch_header)] if TORCH_BACKEND in Path(src).parents else []
+                # (and for the unity files that include them: COMMLIB_UNITY_BINDINGS)
+                pch = ["-Winvalid-pch", "-include", str(pch_header)] if (
+                    TORCH_BACKEND in Path(src).parents or str(rel) in unity) else []
                 cmd = ["g++", "-c", src, "-o", str(obj), "-MMD", "-MF", str(dep)] + pch + torch_build()[1]
             else:
                 cmd = ["g++", "-c", src, "-o", str(obj), "-MMD", "-MF", str(dep)] + CXXFLAGS + [
@@ -243,14 +255,22 @@ class CachedBuildExt(build_ext):
                     took[obj.name] = round(time.monotonic() - start, 1)  # (the next build's order)
                 return str(obj)
 
-            # (a unity file's guess: its members' guesses added up)
-            guess = sum(guessed_seconds(str(ROOT / m), ext.name) for m in unity.get(str(rel), [str(rel)]))
+            # (a unity file's guess: its members' guesses added up, less the precompiled header's load
+            # each torch backend file after the first no longer pays: a group then stays behind the
+            # CUDA files, so that the pool's second thread does not wait for the header while the first
+            # builds it)
+            members = unity.get(str(rel), [str(rel)])
+            guess = sum(guessed_seconds(str(ROOT / m), ext.name) for m in members)
+            if ext.name.endswith("_C_torch"):
+                guess -= TORCH_PCH_LOAD_SECONDS * (len(members) - 1)
             seconds = recorded.get(obj.name, guess)
             return CompileJob(ext.name, obj.name, run, seconds)
 
         unity, sources_of = {}, {ext.name: ext.sources for ext in exts}
-        if UNITY_BINDINGS and "commlib._C" in sources_of:
-            sources_of["commlib._C"], unity = unity_groups(sources_of["commlib._C"], ROOT, OBJ_DIR, UNITY_GROUPS)
+        for name, (folder, stem, groups) in UNITY_OF.items():
+            if UNITY_BINDINGS and name in sources_of:
+                sources_of[name], made = unity_groups(sources_of[name], ROOT, OBJ_DIR, groups, folder, stem)
+                unity.update(made)
         jobs = [compile_job(ext, src) for ext in exts for src in sources_of[ext.name]]
         if any(ext.name.endswith("_C_torch") for ext in exts):
             jobs.insert(0, pch_job(max(j.seconds for j in jobs) + 1))  # (started first)

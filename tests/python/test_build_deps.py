@@ -343,7 +343,8 @@ def test_setup_builds_every_module_in_one_pool():
     # setup.py cannot be imported (it builds): read its text.
     text = (Path(__file__).resolve().parents[2] / "setup.py").read_text()
     assert "def build_extensions(self):" in text and "build_in_one_pool(jobs" in text
-    assert "guessed_seconds(str(ROOT / m), ext.name) for m in unity.get(str(rel), [str(rel)])" in text
+    assert "members = unity.get(str(rel), [str(rel)])" in text
+    assert "guessed_seconds(str(ROOT / m), ext.name) for m in members)" in text
     assert "recorded.get(obj.name, guess)" in text
     assert "ThreadPoolExecutor" not in text  # no pool of its own per module
 
@@ -353,8 +354,8 @@ def test_the_torch_backend_is_compiled_with_its_precompiled_header():
     # version and its header list (the objects' compile lines name it), waited for by every object
     # that includes it: the torch backend's own files (not common/alloc_count.cc, which includes none).
     text = (Path(__file__).resolve().parents[2] / "setup.py").read_text()
-    assert ('pch = ["-Winvalid-pch", "-include", str(pch_header)] if TORCH_BACKEND in Path(src).parents else []'
-            in text)
+    assert ('pch = ["-Winvalid-pch", "-include", str(pch_header)] if (\n'
+            '                    TORCH_BACKEND in Path(src).parents or str(rel) in unity) else []' in text)
     assert 'cmd = ["g++", "-c", src, "-o", str(obj), "-MMD", "-MF", str(dep)] + pch + torch_build()[1]' in text
     assert 'if "-include" in cmd:\n                    pch_built.result()' in text
     assert '"-MF",\n                   str(gch.with_suffix(".d"))] + torch_build()[1]' in text
