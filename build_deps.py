@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import subprocess
 import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -77,19 +78,23 @@ def compile_if_stale(obj, src, dep, all_headers_mtime, command, run=subprocess.r
 
 
 @contextlib.contextmanager
-def object_lock(obj):
-    """Holds `obj`'s lock file (beside it, flock: released when its holder exits, even killed) while
-    one build checks and compiles it. Two builds may run in one tree at once (scripts/setup.sh starts
-    the core's compile while pip still installs torch, then the whole build joins it): the later one
-    waits for an object the other is compiling, then finds it current, instead of compiling it again
-    into the same file."""
-    obj.parent.mkdir(parents=True, exist_ok=True)
-    with open(obj.with_suffix(".lock"), "a") as f:
+def held_lock(path):
+    """Holds the lock file `path` (flock: released when its holder exits, even killed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def object_lock(obj):
+    """Holds `obj`'s lock file (beside it) while one build checks and compiles it. Two builds may run
+    in one tree at once (scripts/setup.sh starts the core's compile while pip still installs torch,
+    then the whole build joins it): the later one waits for an object the other is compiling, then
+    finds it current, instead of compiling it again into the same file."""
+    return held_lock(obj.with_suffix(".lock"))
 
 
 def object_name(source, tag, python_abi):
@@ -117,6 +122,42 @@ def linked_libraries(link_flags):
                 found.append(str(hit))
                 break
     return found
+
+
+def copy_is_current(src, dst):
+    """True if `dst` is a copy of `src` as link_module makes it (shutil.copy2 keeps the time): the same
+    size and modification time."""
+    try:
+        a, b = os.stat(src), os.stat(dst)
+    except OSError:
+        return False
+    return a.st_size == b.st_size and a.st_mtime_ns == b.st_mtime_ns
+
+
+def link_module(module, inputs, record, command, link, copies=(), run=subprocess.run, say=print):
+    """Links `module` by `link` (a list whose "-o" argument is a temporary name) unless
+    module_is_current(module, inputs, record, command), then renames that over `module` (a process
+    that has the old one loaded keeps its inode) and records `command`; then copies it to each of
+    `copies` (through a temporary name, renamed) unless that copy is current. All of it holds the
+    module's lock (beside `record`): scripts/setup.sh's early build and the whole build both link
+    _C and _C_cuda in a fresh clone, at about the same time; the second waits, then finds the module
+    and its copies current instead of linking and copying over the first's. Returns whether it linked."""
+    record = Path(record)
+    with held_lock(record.with_name(record.name + ".lock")):
+        linked = not module_is_current(module, inputs, record, command)
+        if linked:
+            say(" ".join(map(str, link)))
+            run(link, check=True)
+            os.replace(link[link.index("-o") + 1], module)
+            record.write_text(command)
+        else:
+            say(f"{Path(module).name}: objects and libraries unchanged, not linked again")
+        for dst in copies:
+            if not copy_is_current(module, dst):
+                tmp = Path(dst).with_name(Path(dst).name + f".tmp{os.getpid()}")
+                shutil.copy2(module, tmp)
+                os.replace(tmp, dst)
+        return linked
 
 
 def module_is_current(module, inputs, record, command):

@@ -25,7 +25,7 @@ from setuptools.command.build_ext import build_ext
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 from build_deps import (CompileJob, build_in_one_pool, compile_if_stale, cuda_gencode,  # noqa: E402  (beside this file)
-                        guessed_seconds, linked_libraries, module_is_current, object_name, read_compile_seconds,
+                        guessed_seconds, link_module, linked_libraries, object_name, read_compile_seconds,
                         unity_groups, write_compile_seconds)
 
 CSRC = ROOT / "csrc"
@@ -301,19 +301,13 @@ class CachedBuildExt(build_ext):
         link = ["g++", "-shared", "-o", str(tmp_out)] + objects + flags
         # (the recorded line names the module, not the temporary file it is linked to)
         record, command = OBJ_DIR / (out.name + ".link"), " ".join([str(out)] + objects + flags)
-        if module_is_current(out, objects + linked_libraries(flags), record, command):
-            print(f"{out.name}: objects and libraries unchanged, not linked again", flush=True)
-        else:
-            print(" ".join(link), flush=True)
-            subprocess.run(link, check=True)
-            os.replace(tmp_out, out)
-            record.write_text(command)
-        # Editable installs build in a temporary folder; keep a copy beside the sources too.
+        # Editable installs build in a temporary folder; keep a copy beside the sources too. The link
+        # and the copy hold the module's lock: a fresh clone's early build (scripts/setup.sh) and the
+        # whole build both link _C and _C_cuda.
         inplace = ROOT / "commlib" / out.name
-        if inplace.resolve() != out.resolve():
-            tmp_in = inplace.with_name(inplace.name + f".tmp{os.getpid()}")
-            shutil.copy2(out, tmp_in)
-            os.replace(tmp_in, inplace)
+        link_module(out, objects + linked_libraries(flags), record, command, link,
+                    copies=[inplace] if inplace.resolve() != out.resolve() else [],
+                    say=lambda line: print(line, flush=True))
         if ext.name.endswith("_C_torch"):
             # The torch version it was built against, readable without loading the module (a module
             # built against another torch may not even load): commlib/torch/native.py checks it.
