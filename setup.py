@@ -24,8 +24,8 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
-from build_deps import (CompileJob, build_in_one_pool, compile_if_stale, cuda_gencode,  # noqa: E402  (beside this file)
-                        guessed_seconds, link_module, linked_libraries, object_name, read_compile_seconds,
+from build_deps import (CompileJob, build_in_one_pool, compile_if_stale, copy_is_current,  # noqa: E402  (beside this file)
+                        cuda_gencode, guessed_seconds, link_module, linked_libraries, object_name, read_compile_seconds,
                         unity_groups, write_compile_seconds)
 
 CSRC = ROOT / "csrc"
@@ -177,6 +177,18 @@ class CachedBuildExt(build_ext):
 
     def build_extension(self, ext):  # (setuptools' entry for one module alone)
         self.build_all([ext])
+
+    def copy_extensions_to_source(self):
+        # --inplace: setuptools then copies every module into the source tree again, in place (the file
+        # rewritten, not renamed) and unlocked, while the other build of a fresh clone may link or load
+        # it. link() copied each there under the module's lock (build_deps.link_module): setuptools
+        # copies only what is not current.
+        saved, built = self.extensions, lambda e: os.path.join(self.build_lib, self.get_ext_filename(e.name))
+        self.extensions = [e for e in saved if not copy_is_current(built(e), self.get_ext_fullpath(e.name))]
+        try:
+            super().copy_extensions_to_source()
+        finally:
+            self.extensions = saved
 
     def build_all(self, exts):
         nvcc = find_nvcc()
