@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import subprocess
 import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -77,19 +78,23 @@ def compile_if_stale(obj, src, dep, all_headers_mtime, command, run=subprocess.r
 
 
 @contextlib.contextmanager
-def object_lock(obj):
-    """Holds `obj`'s lock file (beside it, flock: released when its holder exits, even killed) while
-    one build checks and compiles it. Two builds may run in one tree at once (scripts/setup.sh starts
-    the core's compile while pip still installs torch, then the whole build joins it): the later one
-    waits for an object the other is compiling, then finds it current, instead of compiling it again
-    into the same file."""
-    obj.parent.mkdir(parents=True, exist_ok=True)
-    with open(obj.with_suffix(".lock"), "a") as f:
+def held_lock(path):
+    """Holds the lock file `path` (flock: released when its holder exits, even killed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def object_lock(obj):
+    """Holds `obj`'s lock file (beside it) while one build checks and compiles it. Two builds may run
+    in one tree at once (scripts/setup.sh starts the core's compile while pip still installs torch,
+    then the whole build joins it): the later one waits for an object the other is compiling, then
+    finds it current, instead of compiling it again into the same file."""
+    return held_lock(obj.with_suffix(".lock"))
 
 
 def object_name(source, tag, python_abi):
@@ -117,6 +122,42 @@ def linked_libraries(link_flags):
                 found.append(str(hit))
                 break
     return found
+
+
+def copy_is_current(src, dst):
+    """True if `dst` is a copy of `src` as link_module makes it (shutil.copy2 keeps the time): the same
+    size and modification time."""
+    try:
+        a, b = os.stat(src), os.stat(dst)
+    except OSError:
+        return False
+    return a.st_size == b.st_size and a.st_mtime_ns == b.st_mtime_ns
+
+
+def link_module(module, inputs, record, command, link, copies=(), run=subprocess.run, say=print):
+    """Links `module` by `link` (a list whose "-o" argument is a temporary name) unless
+    module_is_current(module, inputs, record, command), then renames that over `module` (a process
+    that has the old one loaded keeps its inode) and records `command`; then copies it to each of
+    `copies` (through a temporary name, renamed) unless that copy is current. All of it holds the
+    module's lock (beside `record`): scripts/setup.sh's early build and the whole build both link
+    _C and _C_cuda in a fresh clone, at about the same time; the second waits, then finds the module
+    and its copies current instead of linking and copying over the first's. Returns whether it linked."""
+    record = Path(record)
+    with held_lock(record.with_name(record.name + ".lock")):
+        linked = not module_is_current(module, inputs, record, command)
+        if linked:
+            say(" ".join(map(str, link)))
+            run(link, check=True)
+            os.replace(link[link.index("-o") + 1], module)
+            record.write_text(command)
+        else:
+            say(f"{Path(module).name}: objects and libraries unchanged, not linked again")
+        for dst in copies:
+            if not copy_is_current(module, dst):
+                tmp = Path(dst).with_name(Path(dst).name + f".tmp{os.getpid()}")
+                shutil.copy2(module, tmp)
+                os.replace(tmp, dst)
+        return linked
 
 
 def module_is_current(module, inputs, record, command):
@@ -256,15 +297,15 @@ def cuda_gencode(archs, one_ptx):
     return out + ["-gencode", f"arch=compute_{archs[-1]},code=compute_{archs[-1]}"]
 
 
-def unity_groups(sources, root, obj_dir, groups):
-    """`sources` (relative to `root`) with csrc/bindings' files replaced by `groups` generated files in
-    `obj_dir` that #include them (setup.py's COMMLIB_UNITY_BINDINGS), as (sources, {generated file: its
-    members}), both relative to `root`. Members go to the group with the fewest bytes so far, the
-    largest first (a group's compile time follows its bytes beyond the headers' fixed cost). A group's
-    file is written only when its text changes, so that its age says when its list did (its members'
-    own changes are in its -MMD list)."""
+def unity_groups(sources, root, obj_dir, groups, folder="csrc/bindings", stem="unity_bindings"):
+    """`sources` (relative to `root`) with `folder`'s files (csrc/bindings', csrc/torch_backend's)
+    replaced by `groups` generated files `stem`_<i>.cc in `obj_dir` that #include them (setup.py's
+    COMMLIB_UNITY_BINDINGS), as (sources, {generated file: its members}), both relative to `root`.
+    Members go to the group with the fewest bytes so far, the largest first (a group's compile time
+    follows its bytes beyond the headers' fixed cost). A group's file is written only when its text
+    changes, so that its age says when its list did (its members' own changes are in its -MMD list)."""
     root, obj_dir = Path(root), Path(obj_dir)
-    members = [s for s in sources if s.startswith("csrc/bindings/")]
+    members = [s for s in sources if s.startswith(folder.rstrip("/") + "/")]
     if not members:
         return list(sources), {}
     size = {m: (root / m).stat().st_size for m in members}
@@ -274,9 +315,9 @@ def unity_groups(sources, root, obj_dir, groups):
     obj_dir.mkdir(parents=True, exist_ok=True)
     made = {}
     for i, group in enumerate(bins):
-        text = "// Generated by setup.py (COMMLIB_UNITY_BINDINGS): these csrc/bindings files in one object.\n" + "".join(
+        text = f"// Generated by setup.py (COMMLIB_UNITY_BINDINGS): these {folder} files in one object.\n" + "".join(
             f'#include "{Path(m).relative_to("csrc")}"\n' for m in sorted(group))
-        path = obj_dir / f"unity_bindings_{i}.cc"
+        path = obj_dir / f"{stem}_{i}.cc"
         if not path.exists() or path.read_text() != text:
             path.write_text(text)
         made[str(path.relative_to(root))] = sorted(group)

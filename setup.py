@@ -24,8 +24,8 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
-from build_deps import (CompileJob, build_in_one_pool, compile_if_stale, cuda_gencode,  # noqa: E402  (beside this file)
-                        guessed_seconds, linked_libraries, module_is_current, object_name, read_compile_seconds,
+from build_deps import (CompileJob, build_in_one_pool, compile_if_stale, copy_is_current,  # noqa: E402  (beside this file)
+                        cuda_gencode, guessed_seconds, link_module, linked_libraries, object_name, read_compile_seconds,
                         unity_groups, write_compile_seconds)
 
 CSRC = ROOT / "csrc"
@@ -61,8 +61,16 @@ CUDA_ONE_PTX = bool(os.environ.get("COMMLIB_CUDA_ONE_PTX"))
 # that proves the code (CI's fresh clone); the README's set-up keeps one object a file, so that a
 # one-file change rebuilds that file alone, and so that each file is seen to include what it uses.
 # In one file, two files' helpers of one name in an anonymous namespace clash: CI's build says so.
+# The torch backend's files (csrc/torch_backend/*.cc) likewise: each loaded the 643 MB precompiled
+# header of torch's headers (TORCH_PCH_HEADERS: about 10.5 CPU-s a file) and compiled again the torch
+# inline code it uses: the 18 took 330.6 CPU-s as 18 objects, 85.3 as 3 (session 29). The helpers
+# several of them use are in torch_backend/tensor_for_core.h; tests/python/test_unity_bindings.py
+# checks that no two files of either folder define one name in an anonymous namespace.
 UNITY_BINDINGS = bool(os.environ.get("COMMLIB_UNITY_BINDINGS"))
-UNITY_GROUPS = 4  # (enough to keep both cores of CI's pool busy beside the rest of the core)
+# module: (its folder compiled as unity files, their names' stem, how many). (4 for the core: enough
+# to keep both cores of CI's pool busy beside the rest of the core; 3 for the torch backend's 18 files.)
+UNITY_OF = {"commlib._C": ("csrc/bindings", "unity_bindings", 4),
+            "commlib._C_torch": ("csrc/torch_backend", "unity_torch_backend", 3)}
 # An object built for other architectures is not current: the tag names them unless they are the default.
 CUDA_TAG = (".cuda" if CUDA_ARCHS == ["80", "90"] else ".cuda_sm" + "_".join(CUDA_ARCHS)) + (
     ".one_ptx" if CUDA_ONE_PTX else "")
@@ -123,6 +131,8 @@ def torch_build():
 # header's text is then parsed instead, as without it).
 TORCH_PCH_HEADERS = ("torch/csrc/utils/pybind.h", "torch/csrc/distributed/c10d/ProcessGroup.hpp",
                      "torch/csrc/jit/python/pybind_utils.h", "ATen/ATen.h")
+# CPU-s a file spends loading the .gch (common/alloc_count.cc, which uses none of it: 10.5 with, 0.1 without)
+TORCH_PCH_LOAD_SECONDS = 10.5
 
 
 def torch_pch_header():
@@ -167,6 +177,18 @@ class CachedBuildExt(build_ext):
 
     def build_extension(self, ext):  # (setuptools' entry for one module alone)
         self.build_all([ext])
+
+    def copy_extensions_to_source(self):
+        # --inplace: setuptools then copies every module into the source tree again, in place (the file
+        # rewritten, not renamed) and unlocked, while the other build of a fresh clone may link or load
+        # it. link() copied each there under the module's lock (build_deps.link_module): setuptools
+        # copies only what is not current.
+        saved, built = self.extensions, lambda e: os.path.join(self.build_lib, self.get_ext_filename(e.name))
+        self.extensions = [e for e in saved if not copy_is_current(built(e), self.get_ext_fullpath(e.name))]
+        try:
+            super().copy_extensions_to_source()
+        finally:
+            self.extensions = saved
 
     def build_all(self, exts):
         nvcc = find_nvcc()
@@ -221,7 +243,9 @@ class CachedBuildExt(build_ext):
             elif ext.name.endswith("_C_torch"):
                 # (the torch headers' .gch only for the files that include them: loading the 643 MB
                 # file cost common/alloc_count.cc 10.5 CPU-s, against 0.1 without it)
-                pch = ["-Winvalid-pch", "-include", str(pch_header)] if TORCH_BACKEND in Path(src).parents else []
+                # (and for the unity files that include them: COMMLIB_UNITY_BINDINGS)
+                pch = ["-Winvalid-pch", "-include", str(pch_header)] if (
+                    TORCH_BACKEND in Path(src).parents or str(rel) in unity) else []
                 cmd = ["g++", "-c", src, "-o", str(obj), "-MMD", "-MF", str(dep)] + pch + torch_build()[1]
             else:
                 cmd = ["g++", "-c", src, "-o", str(obj), "-MMD", "-MF", str(dep)] + CXXFLAGS + [
@@ -243,14 +267,22 @@ class CachedBuildExt(build_ext):
                     took[obj.name] = round(time.monotonic() - start, 1)  # (the next build's order)
                 return str(obj)
 
-            # (a unity file's guess: its members' guesses added up)
-            guess = sum(guessed_seconds(str(ROOT / m), ext.name) for m in unity.get(str(rel), [str(rel)]))
+            # (a unity file's guess: its members' guesses added up, less the precompiled header's load
+            # each torch backend file after the first no longer pays: a group then stays behind the
+            # CUDA files, so that the pool's second thread does not wait for the header while the first
+            # builds it)
+            members = unity.get(str(rel), [str(rel)])
+            guess = sum(guessed_seconds(str(ROOT / m), ext.name) for m in members)
+            if ext.name.endswith("_C_torch"):
+                guess -= TORCH_PCH_LOAD_SECONDS * (len(members) - 1)
             seconds = recorded.get(obj.name, guess)
             return CompileJob(ext.name, obj.name, run, seconds)
 
         unity, sources_of = {}, {ext.name: ext.sources for ext in exts}
-        if UNITY_BINDINGS and "commlib._C" in sources_of:
-            sources_of["commlib._C"], unity = unity_groups(sources_of["commlib._C"], ROOT, OBJ_DIR, UNITY_GROUPS)
+        for name, (folder, stem, groups) in UNITY_OF.items():
+            if UNITY_BINDINGS and name in sources_of:
+                sources_of[name], made = unity_groups(sources_of[name], ROOT, OBJ_DIR, groups, folder, stem)
+                unity.update(made)
         jobs = [compile_job(ext, src) for ext in exts for src in sources_of[ext.name]]
         if any(ext.name.endswith("_C_torch") for ext in exts):
             jobs.insert(0, pch_job(max(j.seconds for j in jobs) + 1))  # (started first)
@@ -281,19 +313,13 @@ class CachedBuildExt(build_ext):
         link = ["g++", "-shared", "-o", str(tmp_out)] + objects + flags
         # (the recorded line names the module, not the temporary file it is linked to)
         record, command = OBJ_DIR / (out.name + ".link"), " ".join([str(out)] + objects + flags)
-        if module_is_current(out, objects + linked_libraries(flags), record, command):
-            print(f"{out.name}: objects and libraries unchanged, not linked again", flush=True)
-        else:
-            print(" ".join(link), flush=True)
-            subprocess.run(link, check=True)
-            os.replace(tmp_out, out)
-            record.write_text(command)
-        # Editable installs build in a temporary folder; keep a copy beside the sources too.
+        # Editable installs build in a temporary folder; keep a copy beside the sources too. The link
+        # and the copy hold the module's lock: a fresh clone's early build (scripts/setup.sh) and the
+        # whole build both link _C and _C_cuda.
         inplace = ROOT / "commlib" / out.name
-        if inplace.resolve() != out.resolve():
-            tmp_in = inplace.with_name(inplace.name + f".tmp{os.getpid()}")
-            shutil.copy2(out, tmp_in)
-            os.replace(tmp_in, inplace)
+        link_module(out, objects + linked_libraries(flags), record, command, link,
+                    copies=[inplace] if inplace.resolve() != out.resolve() else [],
+                    say=lambda line: print(line, flush=True))
         if ext.name.endswith("_C_torch"):
             # The torch version it was built against, readable without loading the module (a module
             # built against another torch may not even load): commlib/torch/native.py checks it.

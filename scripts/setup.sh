@@ -17,7 +17,10 @@ if [ ! -x .venv/bin/python ] || ! cmp -s requirements.txt .venv/.requirements; t
   # (pip's notes about this machine's extra index locations are noise: filtered out)
   build_reqs=$(sed -n 's/#.*//; /^\(pybind11\|setuptools\|wheel\)\b/p' requirements.txt)
   .venv/bin/pip install -q $build_reqs 2>&1 | { grep -v "^WARNING: Location" || true; } >&2
-  COMMLIB_NO_TORCH_BACKEND=1 .venv/bin/python setup.py -q build_ext --inplace >build.log 2>&1 </dev/null &
+  # (both builds append to build.log, O_APPEND: opened with `>`, the early one wrote at its own
+  # offset, over the lines the whole build had appended)
+  : >build.log
+  COMMLIB_NO_TORCH_BACKEND=1 .venv/bin/python setup.py -q build_ext --inplace >>build.log 2>&1 </dev/null &
   early_build=$!
   .venv/bin/pip install -q -r requirements.txt 2>&1 | { grep -v "^WARNING: Location" || true; } >&2
   cp requirements.txt .venv/.requirements

@@ -110,7 +110,10 @@ bool locate(uintptr_t ptr, BufferView* v, BufferProblem* why) {
   return true;
 }
 
-bool contiguous(int ndim, const int64_t* shape, const int64_t* strides, int64_t unit) {
+// Whether `strides` (null: none given) lay an array of `shape` out row-major, its elements side by
+// side, an element `unit` of the strides' units (bytes: its size; elements: 1); a dimension of one
+// element may step anywhere.
+bool row_major(int ndim, const int64_t* shape, const int64_t* strides, int64_t unit) {
   if (strides == nullptr) return true;
   int64_t expected = unit;
   for (int i = ndim - 1; i >= 0; --i) {
@@ -161,7 +164,7 @@ ForeignRead read_cai(PyObject* cai, BufferView* v, bool current_stream, BufferPr
     steps[i] = s;
     count *= n;
   }
-  if (!contiguous(ndim, dims, strides ? steps : nullptr, dtype_size(dt->second)))
+  if (!row_major(ndim, dims, strides ? steps : nullptr, dtype_size(dt->second)))
     return problem(why, PyExc_ValueError, "CUDA array must be C-contiguous"), ForeignRead::Bad;
   long long ptr = 0;
   if (!int_of(PyTuple_GET_ITEM(data, 0), &ptr))
@@ -271,7 +274,7 @@ ForeignRead read_dlpack(PyObject* o, PyObject* dl_device, BufferView* v, bool cu
     problem(why, PyExc_TypeError, "unsupported DLPack dtype (code " + std::to_string(t->dtype.code) + ", " +
                                       std::to_string(t->dtype.bits) + " bits, " + std::to_string(t->dtype.lanes) +
                                       " lanes)");
-  } else if (!contiguous(t->ndim, t->shape, t->strides, 1)) {
+  } else if (!row_major(t->ndim, t->shape, t->strides, 1)) {
     problem(why, PyExc_ValueError, "DLPack array must be C-contiguous");
   } else if (flags & kDLFlagReadOnly) {
     problem(why, PyExc_ValueError, "DLPack array is read-only (a collective writes its buffers)");

@@ -84,9 +84,10 @@ const std::vector<Param> kParams = {
      "for each (every one still checked for spills) and none kept for newer GPUs: CI sets it (.ci/run), where no "
      "GPU runs the module; about 40% less nvcc time"},
     {"COMMLIB_UNITY_BINDINGS", "flag", "",
-     "build time (setup.py): compile the core's pybind11 files (csrc/bindings) as four files that include them, "
-     "not one object each: pybind11's headers cost each file about 6 CPU-s. CI sets it (.ci/run); without it "
-     "a one-file change rebuilds that file alone"},
+     "build time (setup.py): compile the core's pybind11 files (csrc/bindings) as four files that include them "
+     "and the torch backend's (csrc/torch_backend) as three, not one object each: pybind11's headers cost each "
+     "file about 6 CPU-s, torch's precompiled header about 10.5. CI sets it (.ci/run); without it a one-file "
+     "change rebuilds that file alone"},
     {"COMMLIB_NO_TORCH_BACKEND", "flag", "",
      "build time (setup.py): skip the torch backend's C++ module (commlib._C_torch); groups are then the Python "
      "backend alone"},

@@ -6,6 +6,7 @@
 
 #include "common/shapes.h"
 #include "torch_backend/python_work.h"
+#include "torch_backend/tensor_for_core.h"
 
 namespace py = pybind11;
 
@@ -28,22 +29,6 @@ bool core_dtype(at::ScalarType s, DType* out) {
     default: return false;
   }
 }
-
-// A tensor the core can take (once contiguous): a CPU tensor of a dtype it reduces.
-bool plain(const at::Tensor& t, DType* dt) { return host_layout(t) && core_dtype(t.scalar_type(), dt); }
-
-bool plain(const at::Tensor& t) {
-  DType dt;
-  return plain(t, &dt);
-}
-
-bool all_plain_like(const std::vector<at::Tensor>& ts, const at::Tensor& like) {
-  for (const auto& t : ts)
-    if (!plain(t) || t.scalar_type() != like.scalar_type() || t.numel() != like.numel()) return false;
-  return true;
-}
-
-uintptr_t address(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()); }
 
 // torch's ReduceOp as the core's, with premul_sum's factor; false where the Python side must
 // decide (a factor on another device, bitwise ops on floats: it explains).
@@ -148,29 +133,17 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::run(const CollectiveCall& call, b
       async, type, name, outputs, std::move(finish));
 }
 
-c10::intrusive_ptr<c10d::Work> CommlibBackend::run_p2p(const std::vector<P2PItem>& items, bool async,
-                                                       c10d::OpType type, const char* name,
-                                                       const std::vector<at::Tensor>& outputs,
-                                                       std::function<void()> finish,
-                                                       std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<c10d::Work> CommlibBackend::run_items(const std::vector<P2PItem>& items, DType dt,
+                                                         int64_t a2av_count, bool async, c10d::OpType type,
+                                                         const char* name, const std::vector<at::Tensor>& outputs,
+                                                         std::function<void()> finish,
+                                                         std::chrono::milliseconds timeout) {
   const double secs = timeout_seconds(timeout);
   return submit(
       [&](bool a, std::shared_ptr<commlib::Work>* w, CoreError* err) {
-        return api_->p2p(core_, items.data(), items.size(), DType::UInt8, a, secs, a ? w : nullptr, err);
-      },
-      async, type, name, outputs, std::move(finish));
-}
-
-c10::intrusive_ptr<c10d::Work> CommlibBackend::run_all_to_allv(const std::vector<P2PItem>& items, DType dt,
-                                                               int64_t count, bool async, c10d::OpType type,
-                                                               const char* name,
-                                                               const std::vector<at::Tensor>& outputs,
-                                                               std::function<void()> finish,
-                                                               std::chrono::milliseconds timeout) {
-  const double secs = timeout_seconds(timeout);
-  return submit(
-      [&](bool a, std::shared_ptr<commlib::Work>* w, CoreError* err) {
-        return api_->all_to_allv(core_, items.data(), items.size(), dt, count, a, secs, a ? w : nullptr, err);
+        return a2av_count < 0
+                   ? api_->p2p(core_, items.data(), items.size(), dt, a, secs, a ? w : nullptr, err)
+                   : api_->all_to_allv(core_, items.data(), items.size(), dt, a2av_count, a, secs, a ? w : nullptr, err);
       },
       async, type, name, outputs, std::move(finish));
 }

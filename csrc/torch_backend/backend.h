@@ -29,6 +29,7 @@
 #include "torch_backend/p2p.h"
 #include "torch_backend/python_work.h"
 #include "torch_backend/staging.h"
+#include "torch_backend/tensor_for_core.h"
 #include "torch_backend/work.h"
 
 namespace commlib {
@@ -44,12 +45,8 @@ constexpr int kCollectives = static_cast<int>(Collective::kCount);
 // seconds, 0 for the communicator's own.
 inline double timeout_seconds(std::chrono::milliseconds t) { return t.count() > 0 ? t.count() / 1000.0 : 0.0; }
 
-// A CPU tensor the core can read once it is contiguous: dense, strided, neither conjugate nor
-// negative view, and (an output) no element stored twice.
-bool host_layout(const at::Tensor& t);
-// The core's dtype for a reduction of `t` (false: one the core does not reduce) and torch's op as
-// the core's (false where the Python side must decide: it explains), as every reduction here reads them.
-bool reduction_dtype(const at::Tensor& t, DType* dt);
+// torch's op as the core's (false where the Python side must decide: it explains), as every
+// reduction here reads it with reduction_dtype (tensor_for_core.h).
 bool reduction_op(const c10d::ReduceOp& op, DType dt, RedOp* out, double* scale);
 // How the core reduces a CPU tensor of any dtype it can (staging.py's reduction_staging, in C++): a
 // staging buffer of dtype `stage` (the tensor itself when it is a contiguous one already), the core's
@@ -240,17 +237,15 @@ class CommlibBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> run(const CollectiveCall& call, bool async, c10d::OpType type, const char* name,
                                      const std::vector<at::Tensor>& outputs, std::function<void()> finish = nullptr,
                                      std::chrono::milliseconds timeout = c10d::kUnsetTimeout);
-  // A batch of sends and receives on the core as one call (uneven all-to-all, exchange.cc), as run().
-  c10::intrusive_ptr<c10d::Work> run_p2p(const std::vector<P2PItem>& items, bool async, c10d::OpType type,
-                                         const char* name, const std::vector<at::Tensor>& outputs,
-                                         std::function<void()> finish, std::chrono::milliseconds timeout);
-  // The core's all_to_all with split sizes (`items` in elements of `dt`, `count` the elements this
-  // rank sends), numbered as a collective, as run().
-  c10::intrusive_ptr<c10d::Work> run_all_to_allv(const std::vector<P2PItem>& items, DType dt, int64_t count, bool async,
-                                                 c10d::OpType type, const char* name,
-                                                 const std::vector<at::Tensor>& outputs, std::function<void()> finish,
-                                                 std::chrono::milliseconds timeout);
-  // What run() and run_p2p() share: `issue(async, &work, &err)` puts the call on the core.
+  // A batch of sends and receives on the core as one call, as run(), `items` counted in elements of
+  // `dt`: with `a2av_count` -1 a plain batch (the core's p2p: several.cc's uneven all_gather); else
+  // the core's all_to_all with split sizes, `a2av_count` the elements this rank sends, numbered as a
+  // collective (exchange.cc), as DeviceBatch::a2av_count tells the two apart on the device.
+  c10::intrusive_ptr<c10d::Work> run_items(const std::vector<P2PItem>& items, DType dt, int64_t a2av_count, bool async,
+                                           c10d::OpType type, const char* name,
+                                           const std::vector<at::Tensor>& outputs, std::function<void()> finish,
+                                           std::chrono::milliseconds timeout);
+  // What run() and run_items() share: `issue(async, &work, &err)` puts the call on the core.
   template <typename Issue>
   c10::intrusive_ptr<c10d::Work> submit(Issue&& issue, bool async, c10d::OpType type, const char* name,
                                         const std::vector<at::Tensor>& outputs, std::function<void()> finish);

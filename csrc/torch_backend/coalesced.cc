@@ -11,24 +11,17 @@
 
 #include "torch_backend/argument_errors.h"
 #include "torch_backend/backend.h"
+#include "torch_backend/tensor_for_core.h"
 
 namespace commlib {
 namespace torch_backend {
 namespace {
-
-uintptr_t address(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()); }
 
 // `t`'s elements as bytes, viewed (P, n / P): one row per rank's block.
 at::Tensor rank_rows(const at::Tensor& t, int64_t P) {
   at::Tensor c = dense(t);
   return at::from_blob(c.data_ptr(), {P, static_cast<int64_t>(c.nbytes()) / P},
                        [c](void*) {}, at::TensorOptions().dtype(at::kByte));
-}
-
-// A contiguous tensor's bytes (sharing its storage).
-at::Tensor bytes_of(const at::Tensor& t) {
-  return at::from_blob(t.data_ptr(), {static_cast<int64_t>(t.nbytes())}, [t](void*) {},
-                       at::TensorOptions().dtype(at::kByte));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "torch_backend/argument_errors.h"
 #include "torch_backend/backend.h"
 #include "torch_backend/python_work.h"
+#include "torch_backend/tensor_for_core.h"
 
 namespace py = pybind11;
 
@@ -14,24 +15,10 @@ namespace torch_backend {
 namespace {
 
 // A tensor moved as it is (once contiguous): a CPU tensor (host_layout). Calls that only move
-// data take any dtype: one the core knows as itself, any other as its bytes.
+// data take any dtype: one the core knows as itself, any other as its bytes (moved_as).
 bool movable(const at::Tensor& t, DType* dt, int64_t* count) {
   if (!host_layout(t)) return false;
-  switch (t.scalar_type()) {
-    case at::kFloat: *dt = DType::Float32; break;
-    case at::kDouble: *dt = DType::Float64; break;
-    case at::kHalf: *dt = DType::Float16; break;
-    case at::kBFloat16: *dt = DType::BFloat16; break;
-    case at::kChar: *dt = DType::Int8; break;
-    case at::kByte: *dt = DType::UInt8; break;
-    case at::kInt: *dt = DType::Int32; break;
-    case at::kLong: *dt = DType::Int64; break;
-    default:
-      *dt = DType::UInt8;
-      *count = static_cast<int64_t>(t.nbytes());
-      return true;
-  }
-  *count = t.numel();
+  moved_as(t, dt, count);
   return true;
 }
 
@@ -43,8 +30,6 @@ bool all_like(const std::vector<at::Tensor>& ts, const at::Tensor& like) {
     if (!movable(t, &dt, &n) || t.scalar_type() != like.scalar_type() || t.numel() != like.numel()) return false;
   return true;
 }
-
-uintptr_t address(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()); }
 
 // Copies the blocks of `flat` into `outs` (the list forms of the gathers).
 void unpack(const at::Tensor& flat, std::vector<at::Tensor>& outs) {

@@ -8,6 +8,7 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 
 #include "torch_backend/backend.h"
+#include "torch_backend/tensor_for_core.h"
 
 namespace py = pybind11;
 
@@ -149,22 +150,6 @@ void DeviceCalls::clear() {
 }
 
 // -- the backend's calls on CUDA tensors ---------------------------------------------------------
-namespace {
-
-uintptr_t address(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()); }
-
-// What the Python path moves for a data-movement call (staging.py's as_bytes): the dtype the core
-// knows as itself, any other as its bytes.
-void moved_as(const at::Tensor& t, DType* dt, int64_t* count) {
-  if (reduction_dtype(t, dt)) {
-    *count = t.numel();
-  } else {
-    *dt = DType::UInt8;
-    *count = static_cast<int64_t>(t.nbytes());
-  }
-}
-
-}  // namespace
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::device_run(const CollectiveCall& call, uint8_t kind, bool two_buffers,
                                                           int device, uintptr_t stream_id, c10::Stream issued,

@@ -13,19 +13,13 @@
 
 #include "torch_backend/argument_errors.h"
 #include "torch_backend/backend.h"
+#include "torch_backend/tensor_for_core.h"
 
 namespace py = pybind11;
 
 namespace commlib {
 namespace torch_backend {
 namespace {
-
-uintptr_t address(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()); }
-
-// A contiguous tensor's bytes as a flat uint8 tensor (sharing its storage).
-at::Tensor bytes_of(const at::Tensor& t) {
-  return at::from_blob(t.data_ptr(), {static_cast<int64_t>(t.nbytes())}, at::TensorOptions().dtype(at::kByte));
-}
 
 // Bytes per rank of one side of all_to_all_single: split sizes count rows of dim 0; none means
 // equal blocks. Refused (ValueError naming the argument) when they do not add up.
@@ -87,12 +81,12 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::exchange(const at::Tensor& in, co
   // may still be writing the input).
   at::Tensor own_src = bytes_of(in).narrow(0, in_off[me], in_bytes[me]);
   at::Tensor own_dst = bytes_of(out).narrow(0, out_off[me], out_bytes[me]);
-  return run_all_to_allv(items, dt, sent, async, type, name, std::move(outputs),
-                         [in, out, own_src, own_dst, finish]() {
-                           own_dst.copy_(own_src);
-                           if (finish) finish();
-                         },
-                         timeout);
+  return run_items(items, dt, sent, async, type, name, std::move(outputs),
+                   [in, out, own_src, own_dst, finish]() {
+                     own_dst.copy_(own_src);
+                     if (finish) finish();
+                   },
+                   timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::alltoall_base(at::Tensor& out, at::Tensor& in,

@@ -10,6 +10,7 @@
 
 #include "torch_backend/argument_errors.h"
 #include "torch_backend/backend.h"
+#include "torch_backend/tensor_for_core.h"
 
 namespace py = pybind11;
 
@@ -17,10 +18,9 @@ namespace commlib {
 namespace torch_backend {
 namespace {
 
-uintptr_t address(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()); }
-
-// A tensor the core takes as it is, once contiguous (the latency path's test).
-bool plain(const at::Tensor& t, DType* dt) { return host_layout(t) && reduction_dtype(t, dt); }
+// A CPU tensor the core reduces on its own memory once contiguous, of a dtype it reduces as it is
+// (the latency path's test).
+bool reduced_as_it_lies(const at::Tensor& t, DType* dt) { return host_layout(t) && reduction_dtype(t, dt); }
 
 // A strided tensor whose values a staging copy can read and write back (an expanded view's copy
 // back raises torch's own error, as on the Python backend: backend.cc host_layout).
@@ -122,7 +122,7 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::allreduce(std::vector<at::Tensor>
   DType dt;
   RedOp op;
   double scale = 1.0;
-  if (t.size() == 1 && plain(t[0], &dt) && reduction_op(o.reduceOp, dt, &op, &scale)) {  // the latency path
+  if (t.size() == 1 && reduced_as_it_lies(t[0], &dt) && reduction_op(o.reduceOp, dt, &op, &scale)) {  // the latency path
     at::Tensor c = dense(t[0]);
     CopyBack back;
     back.add(t[0], c);

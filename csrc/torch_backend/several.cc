@@ -12,14 +12,13 @@
 #include <utility>
 
 #include "torch_backend/backend.h"
+#include "torch_backend/tensor_for_core.h"
 
 namespace py = pybind11;
 
 namespace commlib {
 namespace torch_backend {
 namespace {
-
-uintptr_t address(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()); }
 
 // `t`'s values, contiguous and resolved (no conjugate or negative view): what a send reads.
 at::Tensor readable(const at::Tensor& t) {
@@ -159,12 +158,12 @@ c10::intrusive_ptr<c10d::Work> CommlibBackend::uneven_allgather(std::vector<at::
     items.push_back(P2PItem{false, address(targets[j]), static_cast<int64_t>(targets[j].nbytes()), j});
   }
   at::Tensor own = outs[me];
-  return run_p2p(items, o.asyncOp, c10d::OpType::ALLGATHER, "all_gather", outs,
-                 [src, targets, own, back]() mutable {
-                   own.copy_(src.view(own.sizes()));
-                   back();
-                 },
-                 o.timeout);
+  return run_items(items, DType::UInt8, -1, o.asyncOp, c10d::OpType::ALLGATHER, "all_gather", outs,
+                   [src, targets, own, back]() mutable {
+                     own.copy_(src.view(own.sizes()));
+                     back();
+                   },
+                   o.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> CommlibBackend::allreduce_sparse(std::vector<at::Tensor>& t,

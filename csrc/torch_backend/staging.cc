@@ -5,12 +5,11 @@
 #include <utility>
 
 #include "torch_backend/backend.h"
+#include "torch_backend/tensor_for_core.h"
 
 namespace commlib {
 namespace torch_backend {
 namespace {
-
-uintptr_t address(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()); }
 
 bool as_it_lies(const at::Tensor& t, at::ScalarType s) {
   return t.scalar_type() == s && t.is_contiguous() && !t.is_conj() && !t.is_neg();
@@ -36,17 +35,6 @@ at::Tensor staged_out(const StageOn& on, const at::Tensor& t, at::ScalarType s, 
   at::Tensor b = on.empty(t.sizes(), t.options().dtype(s));
   call->keep.push_back(b);
   return b;
-}
-
-// What a data-movement call moves of `t` (contiguous): the dtype the core knows as itself, any
-// other as its bytes.
-void moved_as(const at::Tensor& t, DType* dt, int64_t* count) {
-  if (reduction_dtype(t, dt)) {
-    *count = t.numel();
-  } else {
-    *dt = DType::UInt8;
-    *count = static_cast<int64_t>(t.nbytes());
-  }
 }
 
 void set_op(CollectiveCall* call, const Reduction& r) {

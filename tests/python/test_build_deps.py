@@ -10,8 +10,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from build_deps import (CompileJob, build_in_one_pool, compile_if_stale, compile_record,  # noqa: E402
-                        depfile_inputs, guessed_seconds, linked_libraries, longest_first, module_is_current,
-                        object_is_current, object_name, read_compile_seconds, write_compile_seconds)
+                        copy_is_current, depfile_inputs, guessed_seconds, link_module, linked_libraries,
+                        longest_first, module_is_current, object_is_current, object_name, read_compile_seconds,
+                        write_compile_seconds)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -152,10 +153,45 @@ def test_a_module_is_linked_again_only_when_an_input_or_its_line_changed(linked)
 
 
 def test_setup_links_through_module_is_current():
-    # setup.py cannot be imported (it builds): read that its link is guarded by the check.
+    # setup.py cannot be imported (it builds): read that its link and copy go through link_module.
     text = (Path(__file__).resolve().parents[2] / "setup.py").read_text()
-    assert "if module_is_current(out, objects + linked_libraries(flags), record, command):" in text
-    assert "record.write_text(command)" in text
+    assert "link_module(out, objects + linked_libraries(flags), record, command, link," in text
+    assert "if not copy_is_current(built(e), self.get_ext_fullpath(e.name))]" in text and "shutil.copy2" not in text
+
+
+def test_two_builds_link_and_copy_a_module_once(linked):
+    """A fresh clone's early build (scripts/setup.sh) and the whole build both link _C: the second waits for
+    the module's lock, then finds it and its copy current (without the lock both link); a third does nothing."""
+    module, objects, flags, record, command = linked
+    record.unlink()  # stale: linked by neither build yet
+    tmp, copy = module.with_name("m.so.tmp"), module.parent / "inplace" / "m.so"
+    link = ["g++", "-shared", "-o", str(tmp)] + objects + [f"-L{module.parent}", "-lextra", "-pthread"]
+    copy.parent.mkdir()
+    runs, did, first_running, second_tried = [], {}, threading.Event(), threading.Event()
+
+    def run(cmd, check):
+        runs.append(threading.current_thread().name)
+        first_running.set()
+        second_tried.wait(timeout=10)  # (the second build asks while this link runs)
+        return subprocess.run(cmd, check=check)
+
+    def build(name):
+        did[name] = link_module(module, objects, record, command, link, copies=[copy], run=run, say=lambda s: None)
+
+    first, second = (threading.Thread(target=build, args=(n,), name=n) for n in ("first", "second"))
+    first.start()
+    assert first_running.wait(timeout=10)
+    second.start()
+    second.join(timeout=1.0)  # still waiting for the module's lock: the link above runs
+    assert second.is_alive()
+    second_tried.set()
+    first.join(timeout=30), second.join(timeout=30)
+    assert runs == ["first"] and did == {"first": True, "second": False}
+    assert module_is_current(module, objects, record, command) and copy_is_current(module, copy)
+    assert copy.read_bytes() == module.read_bytes() and not tmp.exists()
+    inode = copy.stat().st_ino
+    assert not link_module(module, objects, record, command, link, copies=[copy], run=run, say=lambda s: None)
+    assert copy.stat().st_ino == inode and runs == ["first"]
 
 
 def test_a_changed_compile_line_recompiles_and_the_same_line_does_not(built):
@@ -343,7 +379,8 @@ def test_setup_builds_every_module_in_one_pool():
     # setup.py cannot be imported (it builds): read its text.
     text = (Path(__file__).resolve().parents[2] / "setup.py").read_text()
     assert "def build_extensions(self):" in text and "build_in_one_pool(jobs" in text
-    assert "guessed_seconds(str(ROOT / m), ext.name) for m in unity.get(str(rel), [str(rel)])" in text
+    assert "members = unity.get(str(rel), [str(rel)])" in text
+    assert "guessed_seconds(str(ROOT / m), ext.name) for m in members)" in text
     assert "recorded.get(obj.name, guess)" in text
     assert "ThreadPoolExecutor" not in text  # no pool of its own per module
 
@@ -353,8 +390,8 @@ def test_the_torch_backend_is_compiled_with_its_precompiled_header():
     # version and its header list (the objects' compile lines name it), waited for by every object
     # that includes it: the torch backend's own files (not common/alloc_count.cc, which includes none).
     text = (Path(__file__).resolve().parents[2] / "setup.py").read_text()
-    assert ('pch = ["-Winvalid-pch", "-include", str(pch_header)] if TORCH_BACKEND in Path(src).parents else []'
-            in text)
+    assert ('pch = ["-Winvalid-pch", "-include", str(pch_header)] if (\n'
+            '                    TORCH_BACKEND in Path(src).parents or str(rel) in unity) else []' in text)
     assert 'cmd = ["g++", "-c", src, "-o", str(obj), "-MMD", "-MF", str(dep)] + pch + torch_build()[1]' in text
     assert 'if "-include" in cmd:\n                    pch_built.result()' in text
     assert '"-MF",\n                   str(gch.with_suffix(".d"))] + torch_build()[1]' in text

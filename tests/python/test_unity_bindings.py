@@ -1,7 +1,11 @@
-"""CI's unity build of the core's pybind11 files (COMMLIB_UNITY_BINDINGS, set by .ci/run): which files
-the generated groups hold (build_deps.unity_groups), and that setup.py groups them only when asked."""
+"""CI's unity build of the core's pybind11 files and the torch backend's (COMMLIB_UNITY_BINDINGS, set by
+.ci/run): which files the generated groups hold (build_deps.unity_groups), that setup.py groups them only
+when asked, and that no two files of either folder define one name in an anonymous namespace (they
+would clash, or overload each other, in whichever group holds both)."""
 import os
+import re
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -10,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from build_deps import unity_groups  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _age(path, seconds):
@@ -49,9 +54,96 @@ def test_unity_groups_hold_every_bindings_file_once_balanced_by_bytes(tmp_path):
     assert unity_groups(["csrc/host/h.cc"], tmp_path, obj, 2) == (["csrc/host/h.cc"], {})
 
 
+def test_torch_backend_groups_by_folder_and_stem(tmp_path):
+    """The torch backend's files are grouped as the bindings are, under their own stem: another folder's
+    files (and a file whose name only starts like the folder's) stay as they are."""
+    for d in ("csrc/torch_backend", "csrc/torch_backend_extra", "csrc/bindings"):
+        (tmp_path / d).mkdir(parents=True)
+    sources = ["csrc/bindings/a.cc", "csrc/torch_backend/x.cc", "csrc/torch_backend/y.cc", "csrc/torch_backend_extra/z.cc"]
+    for s in sources:
+        (tmp_path / s).write_text("int v;\n" * 10)
+    out, made = unity_groups(sources, tmp_path, tmp_path / "obj", 3, "csrc/torch_backend", "unity_torch_backend")
+    assert out == ["csrc/bindings/a.cc", "csrc/torch_backend_extra/z.cc", "obj/unity_torch_backend_0.cc",
+                   "obj/unity_torch_backend_1.cc"]
+    assert made == {"obj/unity_torch_backend_0.cc": ["csrc/torch_backend/x.cc"],
+                    "obj/unity_torch_backend_1.cc": ["csrc/torch_backend/y.cc"]}
+    assert '#include "torch_backend/y.cc"\n' in (tmp_path / "obj" / "unity_torch_backend_1.cc").read_text()
+
+
 def test_setup_groups_the_bindings_only_when_asked():
-    text = (Path(__file__).resolve().parents[2] / "setup.py").read_text()
+    text = (ROOT / "setup.py").read_text()
     assert 'UNITY_BINDINGS = bool(os.environ.get("COMMLIB_UNITY_BINDINGS"))' in text
-    assert 'if UNITY_BINDINGS and "commlib._C" in sources_of:' in text
-    ci = (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text()
+    assert 'if UNITY_BINDINGS and name in sources_of:' in text
+    assert '"commlib._C": ("csrc/bindings", "unity_bindings", 4)' in text
+    assert '"commlib._C_torch": ("csrc/torch_backend", "unity_torch_backend", 3)' in text
+    ci = (ROOT / ".ci" / "run").read_text()
     assert "export COMMLIB_UNITY_BINDINGS=" in ci
+
+
+def internal_names(text):
+    """The names a C++ file defines at the top of its anonymous namespaces (`namespace {` ... `}`):
+    functions, classes and variables; a function's body and a class's members are not read."""
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    names, inside, depth, stmt = set(), False, 0, ""
+    for line in text.splitlines():
+        line = re.sub(r'"(?:\\.|[^"\\])*"', '""', line).split("//")[0]
+        line = re.sub(r"'(?:\\.|[^'\\])+'", "''", line)
+        if not inside:
+            inside, depth, stmt = bool(re.match(r"\s*namespace\s*\{", line)), 0, ""
+            continue
+        for ch in line + "\n":
+            if depth == 0:
+                if ch == "}":  # the namespace's end
+                    inside = False
+                    break
+                stmt += ch
+                if ch in "{;":  # a declaration's end or a body's start
+                    m = (re.search(r"\b(?:class|struct|enum(?:\s+class)?|union)\s+(\w+)", stmt)
+                         or re.search(r"(\w+)\s*\([^()]*(?:\([^()]*\)[^()]*)*\)\s*(?:const\s*)?(?:noexcept\s*)?"
+                                      r"(?:->[^{;]*)?[{;]\s*$", stmt)
+                         or re.search(r"(\w+)\s*(?:\[[^\]]*\])?\s*(?:=[^;]*|\{[^;]*)?[;{]\s*$", stmt))
+                    if m and not re.match(r"\s*(using|namespace|typedef)\b", stmt):
+                        names.add(m.group(1))
+                    stmt = ""
+            if ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+                if depth == 0:
+                    stmt = ""
+    return names
+
+
+def test_the_scan_reads_what_a_file_defines():
+    text = """namespace a {
+namespace {
+// a comment's apostrophe: it's
+const char* kName = "}{";
+struct Held { int f() { return 1; } };
+int helper(const std::vector<int>& v, int (*g)(int)) {
+  if (v.empty()) { return '}'; }
+  return 0;
+}
+bool declared(int x);
+}  // namespace
+int outside(int x) { return x; }
+}  // namespace a
+"""
+    assert internal_names(text) == {"kName", "Held", "helper", "declared"}
+
+
+@pytest.mark.parametrize("folder", ["csrc/bindings", "csrc/torch_backend"])
+def test_no_two_files_of_a_unity_folder_define_one_internal_name(folder):
+    """Each of the folder's files compiles alone in the README's set-up and in a unity file beside any
+    others in CI's: a helper two files define in their anonymous namespaces would clash there (or,
+    with other parameters, overload the other file's), whichever group the pair falls in. Such a
+    helper goes to a header (csrc/torch_backend/tensor_for_core.h)."""
+    where = defaultdict(list)
+    files = sorted((ROOT / folder).glob("*.cc"))
+    assert len(files) > 10
+    for f in files:
+        for name in internal_names(f.read_text()):
+            where[name].append(f.name)
+    assert len(where) > 20  # (the scan finds the helpers there are)
+    twice = {n: fs for n, fs in where.items() if len(fs) > 1}
+    assert not twice, f"defined in the anonymous namespaces of several files of {folder}: {twice}"

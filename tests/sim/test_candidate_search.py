@@ -143,8 +143,9 @@ def test_cheap_candidates_first_keeps_the_exhaustive_choice(no_tuning, coll, nby
 # bound passes it not run, runs stopped past it; policy/pipeline_shape.h choose_simulated_shape), no
 # longer all of them before the search begins: the choice, its shape and its prediction are still
 # the full ranking's, where rail_lanes wins (4 and 16 dgx-h100 nodes from 1 MiB, 4 MiB) and where
-# it loses (16 nodes, 1 MiB: hierarchical).
-@pytest.mark.parametrize("nodes,nbytes", [(4, 1 << 20), (4, 64 << 20), (16, 1 << 20), (16, 4 << 20)])
+# it loses (16 nodes, 1 MiB: hierarchical). At 4 nodes against the whole ranking; at 16 (128 ranks)
+# against the candidates that decide it (the next test).
+@pytest.mark.parametrize("nodes,nbytes", [(4, 1 << 20), (4, 64 << 20)])
 def test_lane_shapes_chosen_in_the_search_keep_the_full_rankings_choice(no_tuning, nodes, nbytes):
     d = sim_topology.load("dgx-h100").engine_dict(nodes * 8)
     count = nbytes // 4
@@ -160,6 +161,31 @@ def test_lane_shapes_chosen_in_the_search_keep_the_full_rankings_choice(no_tunin
     lanes = next(c for c in cands if c["algorithm"] == "rail_lanes")
     played = _C.simulate(_C.Collective.all_reduce, "rail_lanes", count, 4, 0, d)  # by name: the model's shape
     assert (played["segment"], played["pieces"], played["time_s"]) == (lanes["segment"], lanes["pieces"], lanes["predicted_s"])
+
+
+@pytest.mark.parametrize("nbytes,winner", [(1 << 20, "hierarchical"), (4 << 20, "rail_lanes")])
+def test_lane_shapes_chosen_in_the_search_at_16_nodes(no_tuning, nbytes, winner):
+    """The previous test at 16 dgx-h100 nodes, against the candidates that decide it rather than the
+    whole ranking (17-20 CPU-s a size at 128 ranks, session 29): rail_lanes' own full choice (every
+    shape played, asked by name before any search) and the search's winner played alone. Where
+    rail_lanes wins, the search's choice is that full choice, shape and prediction; where it loses,
+    the winner's prediction is its own run and under rail_lanes' full choice. Asked again after the
+    search, rail_lanes' own choice is still the full one."""
+    d = sim_topology.load("dgx-h100").engine_dict(16 * 8)
+    count = nbytes // 4
+    keys = ("segment", "pieces", "share", "time_s")
+    full = _C.simulate(_C.Collective.all_reduce, "rail_lanes", count, 4, 0, d)  # by name: the model's shape
+    _C.clear_candidate_cache()  # the shapes' memo too: the search chooses them itself
+    got = _C.search_candidates(_C.Collective.all_reduce, count, 4, 0, d)
+    assert got["algorithm"] == winner and got["candidates"] > 20
+    if winner == "rail_lanes":
+        assert tuple(got[k] for k in keys[:3]) + (got["predicted_s"],) == tuple(full[k] for k in keys)
+    else:
+        alone = _C.simulate(_C.Collective.all_reduce, got["algorithm"], count, 4, 0, d, got["inter_algorithm"],
+                            got["segment"], got["intra_algorithm"], pieces=got["pieces"], share=got["share"])
+        assert alone["time_s"] == got["predicted_s"] < full["time_s"]
+    played = _C.simulate(_C.Collective.all_reduce, "rail_lanes", count, 4, 0, d)
+    assert tuple(played[k] for k in keys) == tuple(full[k] for k in keys)
 
 
 def test_lane_shape_within_a_time_to_beat(no_tuning):
