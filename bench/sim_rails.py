@@ -203,6 +203,11 @@ PREDICTIONS = [
           "unchanged: 363.7)"),
          ("dgx-h100", 1024, 64 << 20, "347.8", "349-351", "351.2 (the shape's run; auto not rerun)"),
          ("dgx-h100", 1024, 256 << 20, "359.4", "none written", "363.0 (the shape's run; auto not rerun)")]),
+    ("29", "below 4096 ranks rail_window's K 128 D 2n R 2 with each segment's intra-host phases direct among its "
+     "shapes; docs/simulator.md 'Session 29'", [
+         ("dgx-h100", 128, 64 << 20, "363.7", "366.4"), ("dgx-h100", 16, 64 << 20, "385.1", "385.1-389"),
+         ("dgx-a100", 128, 64 << 20, "187.5", "187.5-189.5"), ("dgx-a100", 16, 64 << 20, "199.4", "199.4"),
+         ("dgx-a100-4nic", 128, 64 << 20, "96.0", "96.0-96.6"), ("dgx-a100-4nic", 16, 64 << 20, "101.6", "101.6")]),
 ]
 
 

@@ -90,13 +90,15 @@ void bind_shapes(py::module_& m) {
           d["segment"] = k.segment;
           d["pieces"] = k.pieces;
           d["share"] = k.share;
+          d["intra_algorithm"] = k.intra;
           out.append(d);
         }
         return out;
       },
       py::arg("collective"), py::arg("algorithm"), py::arg("count"), py::arg("elem_bytes"), py::arg("topology"),
       "The shapes choose_simulated_shape plays for this call (policy/pipeline_shape.h, simulated_shapes), in "
-      "its order, without playing them: [{segment, pieces, share}] (pieces: lanes; share 1: ramped segments).");
+      "its order, without playing them: [{segment, pieces, share, intra_algorithm}] (pieces: lanes; share 1: ramped "
+      "segments).");
 
   m.def(
       "pipeline_estimate",

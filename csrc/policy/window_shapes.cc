@@ -15,20 +15,35 @@ namespace commlib {
 // D n 339.7), the window matters by 1-2 %; fewer segments leave a segment's own chain exposed. From
 // 4096 ranks one shape (a run there takes minutes): K 64, D n, since session 27 ramped (share's ramp
 // R 2, schedule/rail_window.cc: the end segments in quarters and a half; 1024 nodes 64 MiB 351.2
-// GB/s against 347.8 equal, the same run's cost). Below 4096 ranks the ramp does not win (128 nodes,
-// 64 MiB: K 128 R 2 363.4 against 363.7 equal, K 96 R 2 362.3, K 64 R 2 358.9; docs/simulator.md
-// "Session 27").
+// GB/s against 347.8 equal, the same run's cost). Below 4096 ranks the ramp does not win with the
+// ring inside the hosts (128 nodes, 64 MiB: K 128 R 2 363.4 against 363.7 equal, K 96 R 2 362.3, K 64
+// R 2 358.9; docs/simulator.md "Session 27").
+// Session 29: below 4096 ranks a fifth shape, tried first, K 128 under a window of 2n with the ramp R 2 and each
+// segment's intra-host phases by the direct exchange (one round each way, rail_window's `intra`):
+// 128 nodes, 64 MiB, 365.9 us (366.4 GB/s) against 368.6 (363.7) for the ring's K 128 D 2n
+// (docs/simulator.md "Session 29"). From 4096 ranks the one shape is unchanged (1024 nodes, 64 MiB:
+// direct 388.7 us against the ring's 382.1).
 constexpr int kHugeRamp = 2;
+
+struct WindowShape {
+  int K;
+  bool wide;          // a window of two segments' steps (else one)
+  int ramp;           // share's R
+  const char* intra;  // the segments' intra-host phases ("": the ring)
+};
 
 std::vector<Composition> window_shapes(const CallShape& call, const Composition& cand, const sim::Topology& t) {
   std::vector<Composition> out;
   const bool huge = t.size() >= 4096;
-  for (const auto& [K, wide] : huge ? std::vector<std::pair<int, bool>>{{64, false}}
-                                    : std::vector<std::pair<int, bool>>{{64, false}, {128, true}, {128, false}, {32, false}}) {
-    const int64_t segment = call.count / K;
+  static const std::vector<WindowShape> kHuge{{64, false, kHugeRamp, ""}};
+  static const std::vector<WindowShape> kShapes{
+      {128, true, 2, "direct"}, {64, false, 0, ""}, {128, true, 0, ""}, {128, false, 0, ""}, {32, false, 0, ""}};
+  for (const WindowShape& w : huge ? kHuge : kShapes) {
+    const int64_t segment = call.count / w.K;
     if (segment < 2 * static_cast<int64_t>(t.size())) continue;  // (the builder's one-lane fallback)
     Composition k = cand;
-    k.segment = segment, k.pieces = 0, k.share = huge ? kHugeRamp << 16 : 0;
+    k.segment = segment, k.pieces = 0, k.share = w.ramp << 16, k.intra = w.intra;
+    const bool wide = w.wide;
     if (wide) {  // twice one segment's steps: the builder's window with pieces 0, doubled
       CollArgs a = call.args_on(t.host_of);
       a.compose(k);

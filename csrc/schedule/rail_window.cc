@@ -28,11 +28,14 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "schedule/builders.h"
 #include "schedule/hierarchical_hosts.h"
+#include "schedule/hierarchical_layout.h"
 #include "schedule/lanes.h"
 #include "schedule/rail_halving.h"
 #include "schedule/registry.h"
@@ -83,16 +86,53 @@ std::vector<std::pair<int64_t, int64_t>> window_segments(const CollArgs& a) {
 
 int rail_window_lanes(const CollArgs& a) { return static_cast<int>(window_segments(a).size()); }
 
+// The intra-host reduce-scatter and all-gather of a segment named by CollArgs::intra_algorithm: ""
+// (rail_halving's plain form, ring), "recursive_halving" (its all-gather recursive doubling), or a
+// name registered for both (direct, ring, ..).
+std::pair<std::string, std::string> intra_pair(const std::string& name) {
+  if (name.empty() || name == "ring") return {"ring", "ring"};
+  if (name == "recursive_halving") return {"recursive_halving", "recursive_doubling"};
+  if (!algorithm_registered(Collective::ReduceScatter, name) || !algorithm_registered(Collective::AllGather, name))
+    throw std::invalid_argument("intra_algorithm: rail_window's segments take '', 'recursive_halving' or a name "
+                                "registered for both reduce_scatter and all_gather, got '" + name + "'");
+  return {name, name};
+}
+
+// One segment's schedule, `b` its call (segment, pieces and share cleared). CollArgs::intra_algorithm
+// empty: rail_halving's plain form (ring reduce-scatter and all-gather inside the hosts). Otherwise
+// those two phases by intra_pair's algorithms (session 29: recursive halving and doubling take log2 L
+// rounds each, direct one, against the ring's L - 1, the same bytes through a port: a shorter fill,
+// drain and chain a lane), rabenseifner per rail between them, the three phases one after another as
+// hierarchical's composed form runs one segment (hierarchical_all_reduce.cc).
+Schedule segment_schedule(CollArgs b) {
+  if (b.intra_algorithm.empty()) return build_schedule(b, "rail_halving");
+  const auto [rs, ag] = intra_pair(b.intra_algorithm);
+  b.inter_algorithm = "rabenseifner";
+  const HostMap m(b);
+  const Layout y(b, m, 1);
+  IntraPhases phases(y, rs, ag, 0);
+  Schedule s;
+  append_steps(s, phases.rs(0));
+  append_steps(s, inter_phase(b, y, 0, 0, s.scratch_count));
+  append_steps(s, phases.ag(0));
+  s.scratch_count = std::max(s.scratch_count, phases.scratch_end());
+  return s;
+}
+
 }  // namespace
 
 Schedule all_reduce_rail_window(const CollArgs& a) {
   if (a.pieces < 0) throw std::invalid_argument("pieces: rail_window's window must be >= 0, got " + std::to_string(a.pieces));
   if (a.share < 0) throw std::invalid_argument("share: rail_window's stagger must be >= 0, got " + std::to_string(a.share));
+  intra_pair(a.intra_algorithm);  // (a bad name fails on every host map, one lane or many)
   const std::vector<std::pair<int64_t, int64_t>> segs = window_segments(a);
   const int K = static_cast<int>(segs.size());
   CollArgs b = a;
   b.segment = b.pieces = b.share = 0;
-  if (K == 1) return build_schedule(b, "rail_halving");  // its plain form: one segment
+  if (K == 1) {  // rail_halving's plain form: one segment
+    b.intra_algorithm.clear();
+    return build_schedule(b, "rail_halving");
+  }
   // Lane p: segment p's schedule, its input and output regions moved to the segment, its scratch
   // past the segments before it, padded to the longest (as lane_parts, side_by_side.h), each of the
   // segment lengths (at most two, and the ramp's) built once: a build is O(P), and K of them a rank at 8192 ranks
@@ -105,7 +145,7 @@ Schedule all_reduce_rail_window(const CollArgs& a) {
     const int64_t offset = segs[p].first;
     b.count = segs[p].second;
     auto it = built.find(b.count);
-    if (it == built.end()) it = built.emplace(b.count, build_schedule(b, "rail_halving")).first;
+    if (it == built.end()) it = built.emplace(b.count, segment_schedule(b)).first;
     lanes[p] = it->second.steps;
     for (Step& st : lanes[p]) {
       for (Op& o : st.ops)

@@ -14,9 +14,11 @@ LOOPBACK = {"COMMLIB_SOCKET_IFNAME": "lo"}
 # rail_halving (its own phases: paired by elements on 2 x 2, hierarchical rabenseifner/ring on 3 x 3),
 # rail_lanes (two lanes of rail_halving on 2 x 2, run lane after lane; rail_halving on 3 x 3) and
 # rail_window (a lane per segment, 3 to 78 of them on 2 x 2, listed in pipelined order and run in that
-# order, its window unused by the executor; on 3 x 3 rail_halving's plain form: one lane).
+# order, its window unused by the executor; on 3 x 3 rail_halving's plain form: one lane), also with
+# its segments' intra-host phases direct (session 29).
 PAIRS = [("", ""), ("ring", ""), ("two_shot", "direct"), ("rabenseifner", "ring"), ("recursive_doubling", "rail_ring"),
-         ("two_shot", "", "rail_split"), ("", "", "rail_halving"), ("", "", "rail_lanes"), ("", "", "rail_window")]
+         ("two_shot", "", "rail_split"), ("", "", "rail_halving"), ("", "", "rail_lanes"), ("", "", "rail_window"),
+         ("", "direct", "rail_window")]
 COUNTS = [64 * 3 + 5, 64 * 16 + 1, 5003]
 
 

@@ -6,7 +6,8 @@ and uneven hosts, interleaved host ids, one rank per host), with awkward counts 
 the ranks, primes), 2 to 64 segments, windows and staggers; and the lane checks
 (verify/verifier_lanes.cc) reject windowed schedules whose in-flight steps could meet: two lanes
 touching one element, a message whose ends are in different lanes, a step outside the lanes, ranks
-with different windows."""
+with different windows. The segments' intra-host phases by recursive halving and doubling or direct
+(session 29) on the same host maps, fewer cases."""
 import copy
 
 import pytest
@@ -17,10 +18,10 @@ PAIRED = [[h for h in range(H) for _ in range(L)] for H, L in ((2, 2), (2, 4), (
 ONE_LANE = [[0] * 4, [h for h in range(3) for _ in range(3)], [0, 0, 1, 2, 2, 2], [1, 0, 1, 0, 2, 2], [0, 1, 2, 3]]
 
 
-def schedules(hosts, count, segment, window=0, stagger=0):
+def schedules(hosts, count, segment, window=0, stagger=0, intra=""):
     P = len(hosts)
     return [_C.schedule(_C.Collective.all_reduce, "rail_window", r, P, count, 0, _C.DType.float32, hosts, "",
-                        segment, "", window, stagger) for r in range(P)]
+                        segment, intra, window, stagger) for r in range(P)]
 
 
 def step_lanes(s):
@@ -60,6 +61,54 @@ def test_verified_on_host_maps(hosts):
             assert {len(set(step_lanes(s))) for s in scheds} == {want}, count  # every lane has steps
             assert {s["window"] for s in scheds} == {window or scheds[0]["window"]} and scheds[0]["window"] > 0
         verify(hosts, count, scheds)
+
+
+INTRA = ("recursive_halving", "direct")
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("hosts", PAIRED + ONE_LANE, ids=lambda h: "x".join(map(str, [len(set(h)), len(h)])))
+def test_intra_phases_verified_on_host_maps(hosts):
+    """rail_window with its segments' reduce-scatter and all-gather inside the hosts by recursive
+    halving and doubling, or direct (CollArgs::intra_algorithm): the verifier's proof (both layouts,
+    the lane checks) with awkward counts, a window and a stagger; on the one-lane maps the name is
+    taken and rail_halving's plain form runs."""
+    P = len(hosts)
+    cases = [(1, 1, 0, 0), (97, 49, 0, 0), (P * 8 * 4 + 3, P * 8, 0, 0), (P * 8 * 3 + 1, P * 3, 40, 3)]
+    if P == 64:
+        cases = [(97, 7, 0, 0), (64 * 8 * 2 + 5, 64 * 2, 0, 2)]
+    for intra in INTRA:
+        for count, segment, window, stagger in cases:
+            scheds = schedules(hosts, count, segment, window, stagger, intra)
+            want = lanes_expected(hosts, count, segment)
+            assert all(s["lanes"] == want for s in scheds), (intra, count, segment, scheds[0]["lanes"], want)
+            verify(hosts, count, scheds)
+
+
+def test_intra_phases_take_their_rounds():
+    """2 x 8 ranks, 4 segments: a lane's messages inside the host are the ring's 2 (L - 1) = 14 by
+    default, recursive halving and doubling's 2 log2 L = 6, direct's 2 x 7 in two steps; its messages
+    between hosts (rabenseifner per rail, 2 log2 H = 2) are the same in all three; a name neither
+    registered for both phases nor recursive_halving is refused, naming the argument."""
+    hosts = [h for h in range(2) for _ in range(8)]
+    count, segment = 4 * 16 * 64, 16 * 64
+
+    def lane0(intra):
+        s = schedules(hosts, count, segment, intra=intra)[0]
+        assert s["lanes"] == 4
+        steps = [st for st, lane in zip(s["steps"], s["step_lanes"]) if lane == 0]
+        inside = [o for st in steps for o in st if o["op"] == "send" and hosts[o["peer"]] == 0]
+        talking = [st for st in steps if any(o["op"] == "send" and hosts[o["peer"]] == 0 for o in st)]
+        between = [o for st in steps for o in st if o["op"] == "send" and hosts[o["peer"]] == 1]
+        return len(inside), len(talking), len(between)
+
+    assert lane0("") == (14, 14, 2)
+    assert lane0("recursive_halving") == (6, 6, 2)
+    assert lane0("direct") == (14, 2, 2)
+    with pytest.raises(ValueError, match="intra_algorithm"):
+        schedules(hosts, count, segment, intra="recursive_doubling")
+    with pytest.raises(ValueError, match="intra_algorithm"):
+        schedules([0, 1], 96, 24, intra="nope")  # (one lane there: still refused)
 
 
 def test_each_lane_is_one_segments_rail_halving_in_pipelined_order():

@@ -2,7 +2,8 @@
 segment each cut in R + 1 lanes of 1/2^R, 1/2^R, 2/2^R, .., 1/2 of a segment, K + 2R lanes in all.
 Proven by the verifier (both layouts; its lane checks: no two lanes touch one element, every message
 in one lane) on the host maps where the lanes apply, with awkward counts, windows and staggers; the
-ramp's lanes hold the pieces it says; a ramp that does not fit is left out. Under a second of CPU."""
+ramp's lanes hold the pieces it says; a ramp that does not fit is left out; the segments' intra phases by
+recursive halving or direct under a ramp (session 29)."""
 import pytest
 
 from commlib import _C
@@ -10,10 +11,10 @@ from commlib import _C
 PAIRED = [[h for h in range(H) for _ in range(L)] for H, L in ((2, 2), (2, 4), (4, 2), (4, 4), (8, 8))]
 
 
-def schedules(hosts, count, segment, window=0, ramp=0, stagger=0):
+def schedules(hosts, count, segment, window=0, ramp=0, stagger=0, intra=""):
     P = len(hosts)
     return [_C.schedule(_C.Collective.all_reduce, "rail_window", r, P, count, 0, _C.DType.float32, hosts, "",
-                        segment, "", window, (ramp << 16) | stagger) for r in range(P)]
+                        segment, intra, window, (ramp << 16) | stagger) for r in range(P)]
 
 
 @pytest.mark.timeout(300)
@@ -25,8 +26,12 @@ def test_ramped_window_is_verified(hosts):
     # out: K lanes), and too few elements for any segment (one lane).
     cases = [(P * 8 * 8 + 5, P * 8, 0, 1, 0, 8 + 2), (P * 16 * 8 + 3, P * 8, 0, 2, 0, 16 + 4),
              (P * 64 * 16 + 7, P * 16, 40, 3, 3, 64 + 6), (P * 2 * 8, P * 8, 0, 20, 0, 2), (97, 7, 0, 2, 0, 1)]
-    for count, segment, window, ramp, stagger, lanes in cases:
-        scheds = schedules(hosts, count, segment, window, ramp, stagger)
+    # The segments' intra phases by recursive halving or direct (session 29) under the ramp: K 8, R 2
+    # (up to 16 ranks: at 64 the two cases would double the module's time).
+    if P <= 16:
+        cases += [(P * 8 * 8 + 5, P * 8, 0, 2, 0, 8 + 4, intra) for intra in ("recursive_halving", "direct")]
+    for count, segment, window, ramp, stagger, lanes, *intra in cases:
+        scheds = schedules(hosts, count, segment, window, ramp, stagger, *intra)
         assert {s["lanes"] for s in scheds} == {lanes}, (count, ramp, scheds[0]["lanes"])
         for in_place in (False, True):
             _C._verify_custom(_C.Collective.all_reduce, P, count, scheds, 0, lanes=lanes, in_place=in_place)

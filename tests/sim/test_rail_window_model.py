@@ -61,3 +61,20 @@ def test_a_slow_step_holds_back_its_lane_and_the_window_only():
     diagonal = trace(d, 16, n, stagger=1)
     assert max(most_in_flight(s) for s in after["steps"]) > 2
     assert after["time_s"] < 1.1 * diagonal["time_s"], (after["time_s"], diagonal["time_s"])
+
+
+@pytest.mark.timeout(120)
+def test_the_shapes_auto_simulates():
+    """rail_window's shapes (policy/window_shapes.cc), without playing them: below 4096 ranks K 128
+    under a window of two segments' steps, its end segments ramped (R 2) and each segment's intra-host
+    phases direct first (session 29: 128 dgx-h100 nodes, 64 MiB, 365.9 us against the ring's 368.6),
+    then the ring's four; from 4096 ranks the one ring shape, K 64 ramped."""
+    count = (64 << 20) // 4
+    shapes = _C.simulated_shapes(_C.Collective.all_reduce, "rail_window", count, 4, engine("dgx-h100", 16))
+    n = _C.schedule(_C.Collective.all_reduce, "rail_window", 0, 128, count, 0, _C.DType.float32,
+                    [r // 8 for r in range(128)], "", count // 128, "direct", 0, 2 << 16)["window"]
+    assert shapes[0] == {"segment": count // 128, "pieces": 2 * n, "share": 2 << 16, "intra_algorithm": "direct"}
+    assert [(s["segment"], s["share"], s["intra_algorithm"]) for s in shapes[1:]] == [
+        (count // K, 0, "") for K in (64, 128, 128, 32)]
+    huge = _C.simulated_shapes(_C.Collective.all_reduce, "rail_window", count, 4, engine("dgx-h100", 512))
+    assert huge == [{"segment": count // 64, "pieces": 0, "share": 2 << 16, "intra_algorithm": ""}]
