@@ -78,13 +78,11 @@ def _point(args):
 
 
 def sizes_for(nodes, alg):
-    """The sizes simulated: every size at 2 and 16 nodes. At 128 nodes (1024 ranks) a rail ring plays
-    2 x 1023 steps of 8 channels on every rank (16.7 M steps: 21 s per point here at load 22, 4 GB of
-    pages touched), still every size; at 1024 nodes (8192 ranks, 8x the ranks and the steps) only auto, at
-    64 MiB, 256 MiB (since session 25) and 1 GiB (auto's search cuts a candidate once it cannot win)."""
-    if nodes <= 128:
-        return SIZES
-    return (1 << 26, 1 << 28, BIG) if alg == "auto" else ()
+    """The sizes simulated: every size at every node count (since session 29; before, at 1024 nodes only
+    auto at 64 MiB, 256 MiB and 1 GiB). What a point costs grows with the ranks: at 128 nodes (1024
+    ranks) a rail ring plays 2 x 1023 steps of 8 channels on every rank (16.7 M steps, 4-90 s a point
+    here); at 1024 nodes (8192 ranks) SCALE_COST below, measured in session 29."""
+    return SIZES
 
 
 def jobs(quick=False, nodes_only=None, algorithms=ALGORITHMS, published=False):
@@ -97,6 +95,11 @@ def jobs(quick=False, nodes_only=None, algorithms=ALGORITHMS, published=False):
     # the slow points first, so the pool's processes finish together; within a node count dgx-h100's
     # (the issue's target) and the largest sizes first, so a sweep cut short has the rows that matter
     return sorted(pts, key=lambda p: (-p[2], p[0] != "dgx-h100", p[1] is not None, -p[4]))
+
+
+def busbw(p) -> str:
+    """A point's busbw as the tables write it: one decimal, two below 1 GB/s (flat rings at 1024 nodes)."""
+    return f"{p['busbw_GBps']:.{1 if p['busbw_GBps'] >= 1 else 2}f}"
 
 
 def target_lines(rows) -> list[str]:
@@ -164,13 +167,15 @@ def target_lines(rows) -> list[str]:
             "the previous one whole, where NCCL pipelines slices within a step: 0.9 us of posting, latency and "
             "taking in a step, 1.8 ms at 128 nodes, beside the NICs' 5.5; docs/simulator.md, 'Session 17'; not "
             "checked against a published point at this scale).")
-    for session, change, points in PREDICTIONS:
+    for session, change, points, *alg in PREDICTIONS:  # alg: the column predicted (auto unless named)
+        alg = alg[0] if alg else "auto"
         cells = []
         for t, n, size, was, predicted, *got in points:  # got: the result then, where a later change moved it
-            p = rows.get((t, n, "auto", size))
+            p = rows.get((t, n, alg, size))
             cells.append(f"{t} {n} nodes {fmt_bytes(size)}: {was} before, predicted {predicted}, "
-                         + (f"measured {got[0]}" if got else "the table " + (f"{p['busbw_GBps']:.1f}" if p else "none")))
-        out.append(f"Predicted before the rerun, beside the result in the table above (auto, busbw GB/s; session "
+                         + (f"measured {got[0]}" if got else "the table " + (
+                             busbw(p) + (f" ({p['resolved']})" if "(" in predicted else "") if p else "none")))
+        out.append(f"Predicted before the rerun, beside the result in the table above ({alg}, busbw GB/s; session "
                    f"{session}: {change}): " + "; ".join(cells) + ".")
     out.append(AT_SCALE)
     return out + [""]
@@ -203,6 +208,34 @@ PREDICTIONS = [
           "unchanged: 363.7)"),
          ("dgx-h100", 1024, 64 << 20, "347.8", "349-351", "351.2 (the shape's run; auto not rerun)"),
          ("dgx-h100", 1024, 256 << 20, "359.4", "none written", "363.0 (the shape's run; auto not rerun)")]),
+    # Session 29 (written 15:31 UTC, before any run): from the 128-node rows, each node-count doubling adding
+    # what it added from 16 to 128 nodes (auto: 2-4 us a doubling at 1-16 MiB, two_shot's hosts-linear
+    # messages leaving dgx-a100's pick); the flat rings 2(P - 1) steps of the 128-node rows' per-step cost
+    # (0.79-0.93 us) plus the same NIC bytes.
+    ("29", "1024-node cells never simulated, auto from the 128-node rows", [
+        ("dgx-h100", 1024, 16 << 20, "never simulated", "255-275 (rail_window)"),
+        ("dgx-h100", 1024, 4 << 20, "never simulated", "148-165 (rail_lanes)"),
+        ("dgx-h100", 1024, 1 << 20, "never simulated", "62-78 (rail_lanes)"),
+        ("dgx-a100", 1024, 256 << 20, "never simulated", "185-189 (rail_lanes or rail_window)"),
+        ("dgx-a100", 1024, 16 << 20, "never simulated", "112-126 (rail_lanes or hierarchical/rabenseifner)"),
+        ("dgx-a100", 1024, 4 << 20, "never simulated", "70-82 (rail_lanes or hierarchical/rabenseifner)"),
+        ("dgx-a100", 1024, 1 << 20, "never simulated", "42-50 (hierarchical/rabenseifner or rail_lanes)")]),
+    ("29", "1024-node rail_ring, 16382 lock-step steps of 0.79-0.93 us plus the NICs' bytes", [
+        ("dgx-h100", 1024, 1 << 30, "never simulated", "96-116"), ("dgx-h100", 1024, 256 << 20, "never simulated", "33-38"),
+        ("dgx-h100", 1024, 64 << 20, "never simulated", "8.8-10.1"), ("dgx-h100", 1024, 16 << 20, "never simulated", "2.4-2.7"),
+        ("dgx-h100", 1024, 4 << 20, "never simulated", "0.60-0.68"), ("dgx-h100", 1024, 1 << 20, "never simulated", "0.15-0.17"),
+        ("dgx-a100", 1024, 1 << 30, "never simulated", "78-82"), ("dgx-a100", 1024, 256 << 20, "never simulated", "28-30"),
+        ("dgx-a100", 1024, 64 << 20, "never simulated", "7.9-8.4"), ("dgx-a100", 1024, 16 << 20, "never simulated", "2.0-2.2"),
+        ("dgx-a100", 1024, 4 << 20, "never simulated", "0.51-0.55"), ("dgx-a100", 1024, 1 << 20, "never simulated", "0.13-0.14")],
+     "rail_ring"),
+    ("29", "1024-node ring, 16382 lock-step steps of 0.81-0.83 us plus one NIC's bytes", [
+        ("dgx-h100", 1024, 1 << 30, "never simulated", "36-38"), ("dgx-h100", 1024, 256 << 20, "never simulated", "21-22.5"),
+        ("dgx-h100", 1024, 64 << 20, "never simulated", "7.8-8.4"), ("dgx-h100", 1024, 16 << 20, "never simulated", "2.2-2.45"),
+        ("dgx-h100", 1024, 4 << 20, "never simulated", "0.57-0.63"), ("dgx-h100", 1024, 1 << 20, "never simulated", "0.14-0.16"),
+        ("dgx-a100", 1024, 1 << 30, "never simulated", "20-21.5"), ("dgx-a100", 1024, 256 << 20, "never simulated", "14.5-15.5"),
+        ("dgx-a100", 1024, 64 << 20, "never simulated", "6.8-7.3"), ("dgx-a100", 1024, 16 << 20, "never simulated", "2.2-2.35"),
+        ("dgx-a100", 1024, 4 << 20, "never simulated", "0.58-0.63"), ("dgx-a100", 1024, 1 << 20, "never simulated", "0.14-0.16")],
+     "ring"),
 ]
 
 
@@ -221,6 +254,17 @@ AT_SCALE = (
     "at each): 122.9 / 135.1 / 137.4 GB/s at 64 MiB / 256 MiB / 1 GiB on 128 nodes, 117.0 "
     "at 64 MiB on 1024 nodes; auto is faster at every one."
 )
+
+
+# Why a table's cell is "-" (the points `sizes_for` asks for that no run has filled), per node count.
+UNRUN_WHY = {
+    128: "dgx-a100-4nic was tabled from 64 MiB, its published point's plateau, in session 26; its small sizes "
+         "were never run",
+    1024: "not run yet: what each costs is below",
+}
+# What the 1024-node points cost (session 29, measured here).
+SCALE_COST = ("A flat ring's steps grow with the square of the ranks: a rail ring at 8192 ranks plays 8 x 2 x 8191 "
+              "steps on each of 8192 ranks, 1.07 G steps, 64x the 128-node point.")
 
 
 def markdown(data) -> list[str]:
@@ -253,7 +297,7 @@ def markdown(data) -> list[str]:
                 cells = []
                 for alg in ALGORITHMS:
                     p = rows.get((t, nodes, alg, s))
-                    cells.append(f"{p['busbw_GBps']:.1f}" if p else "-")
+                    cells.append(busbw(p) if p else "-")
                 a = rows.get((t, nodes, "auto", s))
                 out.append(f"| {fmt_bytes(s)} | " + " | ".join(cells) + f" | {a['resolved'] if a else '-'} |")
             out.append("")
@@ -261,10 +305,22 @@ def markdown(data) -> list[str]:
     missing = [n for n in NODES if not any(p["nodes"] == n for p in data["points"])]
     if missing:
         out.append(f"Not in this sweep: {', '.join(map(str, missing))} nodes (not run: `--quick` or `--nodes` left them out).")
+    shown = {k[:2] for k in rows}
+    unrun = {}  # (topology, nodes, algorithm): the sizes of a table shown above that no run has filled
+    for preset, nics in TABLES:
+        t = _topology(preset, nics).name
+        for nodes in NODES:
+            for alg in ALGORITHMS:
+                sizes = [s for s in sizes_for(nodes, alg) if (t, nodes) in shown and (t, nodes, alg, s) not in rows]
+                if sizes:
+                    unrun[(t, nodes, alg)] = sizes
+    for nodes in sorted({n for _, n, _ in unrun}):
+        out.append(f"Not simulated (\"-\" above), {nodes} nodes: " + "; ".join(
+            f"{t} {alg} at {', '.join(fmt_bytes(s) for s in sizes)}" for (t, n, alg), sizes in unrun.items() if n == nodes)
+            + f" ({UNRUN_WHY.get(nodes, 'not run yet')}).")
     slow = max(data["points"], key=lambda p: p["wall_s"])
     out.append(f"Slowest point: {slow['topology']} {slow['nodes']} nodes {slow['algorithm']} {fmt_bytes(slow['bytes'])}, "
-               f"{slow['wall_s']:.0f} s. Flat rings at 1024 nodes are not simulated (`sizes_for`): a flat ring's steps grow with the square of the ranks (a rail ring at "
-               "8192 ranks plays 8 x 2 x 8191 steps on each of 8192 ranks, 1.07 G steps, 64x the 128-node point).")
+               f"{slow['wall_s']:.0f} s. " + SCALE_COST)
     out.append(f"Sweep: {data['jobs']} processes, {data['wall_s']:.0f} s on this shared 2-core VM (the runs' wall times added up).")
     for run in data.get("runs", []):
         out.append(f"Rerun {run['date']}: {run['nodes']} nodes, {run['algorithms']} ({run['points']} points), "
