@@ -81,7 +81,10 @@ def sizes_for(nodes, alg):
     """The sizes simulated: every size at every node count (since session 29; before, at 1024 nodes only
     auto at 64 MiB, 256 MiB and 1 GiB). What a point costs grows with the ranks: at 128 nodes (1024
     ranks) a rail ring plays 2 x 1023 steps of 8 channels on every rank (16.7 M steps, 4-90 s a point
-    here); at 1024 nodes (8192 ranks) SCALE_COST below, measured in session 29."""
+    here); at 1024 nodes (8192 ranks, SCALE_COST below, measured in session 29) a ring point 89 CPU-s, auto
+    80-350 below 64 MiB and 375-1100 s wall from it, a rail ring 1000 CPU-s or more (8 x 2 x 8191 steps on
+    every rank): the two presets' 36 points at 1024 nodes are at least 5 CPU-hours here, so run them a column at
+    a time (--nodes 1024 --algorithms ... --missing), one process (1-3 GB each)."""
     return SIZES
 
 
@@ -260,11 +263,20 @@ AT_SCALE = (
 UNRUN_WHY = {
     128: "dgx-a100-4nic was tabled from 64 MiB, its published point's plateau, in session 26; its small sizes "
          "were never run",
-    1024: "not run yet: what each costs is below",
+    1024: "session 29 ran the 1024-node cells one at a time at nice 10 on the 2 shared cores (load 2-7, about half "
+          "a core) from 16:00 to 16:46 UTC, in order of value: auto on dgx-h100, auto on dgx-a100 (4 and 16 MiB left: "
+          "230-350 CPU-s each would have ended past its stop), then the cheap ring cells; a rail_ring cell needs 1000 "
+          "CPU-s or more (below), more than the session had. The next run: "
+          "`bench/sim_rails.py --jobs 1 --nodes 1024 --missing` on a quiet machine, one process (~1 GB for auto, ~2-3 GB "
+          "for rail_ring)",
 }
 # What the 1024-node points cost (session 29, measured here).
-SCALE_COST = ("A flat ring's steps grow with the square of the ranks: a rail ring at 8192 ranks plays 8 x 2 x 8191 "
-              "steps on each of 8192 ranks, 1.07 G steps, 64x the 128-node point.")
+SCALE_COST = (
+    "What a 1024-node point costs here (session 29, CPU seconds of one process, load 2-7): ring 64-89 (134 M steps: "
+    "2 x 8191 on each of 8192 ranks); auto 73-80 at 1 MiB, 231 / 352 at 4 / 16 MiB on dgx-h100 (0.2-1.0 GB), 651 at "
+    "256 MiB on dgx-a100 (1.2 GB); rail_ring not run: 8 channels of the ring's steps (1.07 G), 11.2 CPU-s at 128 nodes "
+    "and 62.7 at 256 (1 MiB; x5.6 for x4 the steps), so at least 16 x 62.7 = 1000 at 1024 nodes (docs/simulator.md, "
+    "'Scale: compaction', says why compaction does not shrink it and what could).")
 
 
 def markdown(data) -> list[str]:
