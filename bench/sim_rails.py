@@ -78,13 +78,14 @@ def _point(args):
 
 
 def sizes_for(nodes, alg):
-    """The sizes simulated: every size at 2 and 16 nodes. At 128 nodes (1024 ranks) a rail ring plays
-    2 x 1023 steps of 8 channels on every rank (16.7 M steps: 21 s per point here at load 22, 4 GB of
-    pages touched), still every size; at 1024 nodes (8192 ranks, 8x the ranks and the steps) only auto, at
-    64 MiB, 256 MiB (since session 25) and 1 GiB (auto's search cuts a candidate once it cannot win)."""
-    if nodes <= 128:
-        return SIZES
-    return (1 << 26, 1 << 28, BIG) if alg == "auto" else ()
+    """The sizes simulated: every size at every node count (since session 29; before, at 1024 nodes only
+    auto at 64 MiB, 256 MiB and 1 GiB). What a point costs grows with the ranks: at 128 nodes (1024
+    ranks) a rail ring plays 2 x 1023 steps of 8 channels on every rank (16.7 M steps, 4-90 s a point
+    here); at 1024 nodes (8192 ranks, SCALE_COST below, measured in session 29) a ring point 89 CPU-s, auto
+    80-350 below 64 MiB and 375-1100 s wall from it, a rail ring 1000 CPU-s or more (8 x 2 x 8191 steps on
+    every rank): the two presets' 36 points at 1024 nodes are at least 5 CPU-hours here, so run them a column at
+    a time (--nodes 1024 --algorithms ... --missing), one process (1-3 GB each)."""
+    return SIZES
 
 
 def jobs(quick=False, nodes_only=None, algorithms=ALGORITHMS, published=False):
@@ -97,6 +98,11 @@ def jobs(quick=False, nodes_only=None, algorithms=ALGORITHMS, published=False):
     # the slow points first, so the pool's processes finish together; within a node count dgx-h100's
     # (the issue's target) and the largest sizes first, so a sweep cut short has the rows that matter
     return sorted(pts, key=lambda p: (-p[2], p[0] != "dgx-h100", p[1] is not None, -p[4]))
+
+
+def busbw(p) -> str:
+    """A point's busbw as the tables write it: one decimal, two below 1 GB/s (flat rings at 1024 nodes)."""
+    return f"{p['busbw_GBps']:.{1 if p['busbw_GBps'] >= 1 else 2}f}"
 
 
 def target_lines(rows) -> list[str]:
@@ -164,13 +170,15 @@ def target_lines(rows) -> list[str]:
             "the previous one whole, where NCCL pipelines slices within a step: 0.9 us of posting, latency and "
             "taking in a step, 1.8 ms at 128 nodes, beside the NICs' 5.5; docs/simulator.md, 'Session 17'; not "
             "checked against a published point at this scale).")
-    for session, change, points in PREDICTIONS:
+    for session, change, points, *alg in PREDICTIONS:  # alg: the column predicted (auto unless named)
+        alg = alg[0] if alg else "auto"
         cells = []
         for t, n, size, was, predicted, *got in points:  # got: the result then, where a later change moved it
-            p = rows.get((t, n, "auto", size))
+            p = rows.get((t, n, alg, size))
             cells.append(f"{t} {n} nodes {fmt_bytes(size)}: {was} before, predicted {predicted}, "
-                         + (f"measured {got[0]}" if got else "the table " + (f"{p['busbw_GBps']:.1f}" if p else "none")))
-        out.append(f"Predicted before the rerun, beside the result in the table above (auto, busbw GB/s; session "
+                         + (f"measured {got[0]}" if got else "the table " + (
+                             busbw(p) + (f" ({p['resolved']})" if "(" in predicted else "") if p else "none")))
+        out.append(f"Predicted before the rerun, beside the result in the table above ({alg}, busbw GB/s; session "
                    f"{session}: {change}): " + "; ".join(cells) + ".")
     out.append(AT_SCALE)
     return out + [""]
@@ -208,6 +216,34 @@ PREDICTIONS = [
          ("dgx-h100", 128, 64 << 20, "363.7", "366.4"), ("dgx-h100", 16, 64 << 20, "385.1", "385.1-389"),
          ("dgx-a100", 128, 64 << 20, "187.5", "187.5-189.5"), ("dgx-a100", 16, 64 << 20, "199.4", "199.4"),
          ("dgx-a100-4nic", 128, 64 << 20, "96.0", "96.0-96.6"), ("dgx-a100-4nic", 16, 64 << 20, "101.6", "101.6")]),
+    # Session 29 (written 15:31 UTC, before any run): from the 128-node rows, each node-count doubling adding
+    # what it added from 16 to 128 nodes (auto: 2-4 us a doubling at 1-16 MiB, two_shot's hosts-linear
+    # messages leaving dgx-a100's pick); the flat rings 2(P - 1) steps of the 128-node rows' per-step cost
+    # (0.79-0.93 us) plus the same NIC bytes.
+    ("29", "1024-node cells never simulated, auto from the 128-node rows", [
+        ("dgx-h100", 1024, 16 << 20, "never simulated", "255-275 (rail_window)"),
+        ("dgx-h100", 1024, 4 << 20, "never simulated", "148-165 (rail_lanes)"),
+        ("dgx-h100", 1024, 1 << 20, "never simulated", "62-78 (rail_lanes)"),
+        ("dgx-a100", 1024, 256 << 20, "never simulated", "185-189 (rail_lanes or rail_window)"),
+        ("dgx-a100", 1024, 16 << 20, "never simulated", "112-126 (rail_lanes or hierarchical/rabenseifner)"),
+        ("dgx-a100", 1024, 4 << 20, "never simulated", "70-82 (rail_lanes or hierarchical/rabenseifner)"),
+        ("dgx-a100", 1024, 1 << 20, "never simulated", "42-50 (hierarchical/rabenseifner or rail_lanes)")]),
+    ("29", "1024-node rail_ring, 16382 lock-step steps of 0.79-0.93 us plus the NICs' bytes", [
+        ("dgx-h100", 1024, 1 << 30, "never simulated", "96-116"), ("dgx-h100", 1024, 256 << 20, "never simulated", "33-38"),
+        ("dgx-h100", 1024, 64 << 20, "never simulated", "8.8-10.1"), ("dgx-h100", 1024, 16 << 20, "never simulated", "2.4-2.7"),
+        ("dgx-h100", 1024, 4 << 20, "never simulated", "0.60-0.68"), ("dgx-h100", 1024, 1 << 20, "never simulated", "0.15-0.17"),
+        ("dgx-a100", 1024, 1 << 30, "never simulated", "78-82"), ("dgx-a100", 1024, 256 << 20, "never simulated", "28-30"),
+        ("dgx-a100", 1024, 64 << 20, "never simulated", "7.9-8.4"), ("dgx-a100", 1024, 16 << 20, "never simulated", "2.0-2.2"),
+        ("dgx-a100", 1024, 4 << 20, "never simulated", "0.51-0.55"), ("dgx-a100", 1024, 1 << 20, "never simulated", "0.13-0.14")],
+     "rail_ring"),
+    ("29", "1024-node ring, 16382 lock-step steps of 0.81-0.83 us plus one NIC's bytes", [
+        ("dgx-h100", 1024, 1 << 30, "never simulated", "36-38"), ("dgx-h100", 1024, 256 << 20, "never simulated", "21-22.5"),
+        ("dgx-h100", 1024, 64 << 20, "never simulated", "7.8-8.4"), ("dgx-h100", 1024, 16 << 20, "never simulated", "2.2-2.45"),
+        ("dgx-h100", 1024, 4 << 20, "never simulated", "0.57-0.63"), ("dgx-h100", 1024, 1 << 20, "never simulated", "0.14-0.16"),
+        ("dgx-a100", 1024, 1 << 30, "never simulated", "20-21.5"), ("dgx-a100", 1024, 256 << 20, "never simulated", "14.5-15.5"),
+        ("dgx-a100", 1024, 64 << 20, "never simulated", "6.8-7.3"), ("dgx-a100", 1024, 16 << 20, "never simulated", "2.2-2.35"),
+        ("dgx-a100", 1024, 4 << 20, "never simulated", "0.58-0.63"), ("dgx-a100", 1024, 1 << 20, "never simulated", "0.14-0.16")],
+     "ring"),
 ]
 
 
@@ -219,13 +255,33 @@ AT_SCALE = (
     "cluster vendors' nccl-tests guides; NVIDIA/nccl issue 1211, 'How much can 512 H100 ReduceScatter/AllGather-8GB "
     "run to', asks exactly this for 1024-4096 H100 and has no answer; nccl-tests issue 196, S. Jeaugey: with 8 NICs "
     "NCCL's tree struggles to beat the ring, so the 370-385 plateau is the ring's). So 370 stays the mark at every "
-    "node count and size here. The model's NCCL algorithms: the rail_ring column above (not simulated at 1024 "
-    "nodes, `sizes_for`), and NCCL's tree modelled as hierarchical with double_tree between hosts (one rail's tree "
+    "node count and size here. The model's NCCL algorithms: the rail_ring column above (at 1024 nodes "
+    "2 x 8191 lock-step steps a channel; its cells not simulated are listed below the tables), and NCCL's tree modelled as hierarchical with double_tree between hosts (one rail's tree "
     "per local rank; session 22: `_C.simulate(all_reduce, 'hierarchical', count, 4, 0, "
     "load('dgx-h100').engine_dict(nodes * 8), 'double_tree', segment)` at 1, 4 and 16 segments, 1 the fastest "
     "at each): 122.9 / 135.1 / 137.4 GB/s at 64 MiB / 256 MiB / 1 GiB on 128 nodes, 117.0 "
     "at 64 MiB on 1024 nodes; auto is faster at every one."
 )
+
+
+# Why a table's cell is "-" (the points `sizes_for` asks for that no run has filled), per node count.
+UNRUN_WHY = {
+    128: "dgx-a100-4nic was tabled from 64 MiB, its published point's plateau, in session 26; its small sizes "
+         "were never run",
+    1024: "session 29 ran the 1024-node cells one at a time at nice 10 on the 2 shared cores (load 2-7, about half "
+          "a core) from 16:00 to 16:46 UTC, in order of value: auto on dgx-h100, auto on dgx-a100 (4 and 16 MiB left: "
+          "230-350 CPU-s each would have ended past its stop), then the cheap ring cells; a rail_ring cell needs 1000 "
+          "CPU-s or more (below), more than the session had. The next run: "
+          "`bench/sim_rails.py --jobs 1 --nodes 1024 --missing` on a quiet machine, one process (~1 GB for auto, ~2-3 GB "
+          "for rail_ring)",
+}
+# What the 1024-node points cost (session 29, measured here).
+SCALE_COST = (
+    "What a 1024-node point costs here (session 29, CPU seconds of one process, load 2-7): ring 64-89 (134 M steps: "
+    "2 x 8191 on each of 8192 ranks); auto 73-80 at 1 MiB, 231 / 352 at 4 / 16 MiB on dgx-h100 (0.2-1.0 GB), 651 at "
+    "256 MiB on dgx-a100 (1.2 GB); rail_ring not run: 8 channels of the ring's steps (1.07 G), 11.2 CPU-s at 128 nodes "
+    "and 62.7 at 256 (1 MiB; x5.6 for x4 the steps), so at least 16 x 62.7 = 1000 at 1024 nodes (docs/simulator.md, "
+    "'Scale: compaction', says why compaction does not shrink it and what could).")
 
 
 def markdown(data) -> list[str]:
@@ -258,7 +314,7 @@ def markdown(data) -> list[str]:
                 cells = []
                 for alg in ALGORITHMS:
                     p = rows.get((t, nodes, alg, s))
-                    cells.append(f"{p['busbw_GBps']:.1f}" if p else "-")
+                    cells.append(busbw(p) if p else "-")
                 a = rows.get((t, nodes, "auto", s))
                 out.append(f"| {fmt_bytes(s)} | " + " | ".join(cells) + f" | {a['resolved'] if a else '-'} |")
             out.append("")
@@ -266,10 +322,22 @@ def markdown(data) -> list[str]:
     missing = [n for n in NODES if not any(p["nodes"] == n for p in data["points"])]
     if missing:
         out.append(f"Not in this sweep: {', '.join(map(str, missing))} nodes (not run: `--quick` or `--nodes` left them out).")
+    shown = {k[:2] for k in rows}
+    unrun = {}  # (topology, nodes, algorithm): the sizes of a table shown above that no run has filled
+    for preset, nics in TABLES:
+        t = _topology(preset, nics).name
+        for nodes in NODES:
+            for alg in ALGORITHMS:
+                sizes = [s for s in sizes_for(nodes, alg) if (t, nodes) in shown and (t, nodes, alg, s) not in rows]
+                if sizes:
+                    unrun[(t, nodes, alg)] = sizes
+    for nodes in sorted({n for _, n, _ in unrun}):
+        out.append(f"Not simulated (\"-\" above), {nodes} nodes: " + "; ".join(
+            f"{t} {alg} at {', '.join(fmt_bytes(s) for s in sizes)}" for (t, n, alg), sizes in unrun.items() if n == nodes)
+            + f" ({UNRUN_WHY.get(nodes, 'not run yet')}).")
     slow = max(data["points"], key=lambda p: p["wall_s"])
     out.append(f"Slowest point: {slow['topology']} {slow['nodes']} nodes {slow['algorithm']} {fmt_bytes(slow['bytes'])}, "
-               f"{slow['wall_s']:.0f} s. Flat rings at 1024 nodes are not simulated (`sizes_for`): a flat ring's steps grow with the square of the ranks (a rail ring at "
-               "8192 ranks plays 8 x 2 x 8191 steps on each of 8192 ranks, 1.07 G steps, 64x the 128-node point).")
+               f"{slow['wall_s']:.0f} s. " + SCALE_COST)
     out.append(f"Sweep: {data['jobs']} processes, {data['wall_s']:.0f} s on this shared 2-core VM (the runs' wall times added up).")
     for run in data.get("runs", []):
         out.append(f"Rerun {run['date']}: {run['nodes']} nodes, {run['algorithms']} ({run['points']} points), "

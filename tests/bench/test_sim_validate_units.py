@@ -91,3 +91,23 @@ def test_sim_cores_summary_needs_every_run_in_the_csv(tmp_path):
     csv_path.write_text('# run np2 {"machine": {}}\nrun,backend\n')
     with pytest.raises(SystemExit, match="no '# run' line for np4, np8"):
         sim_cores.summarize_csv(str(tmp_path), str(tmp_path / "out.json"))
+
+
+def test_rails_section_writes_small_flat_ring_cells_lists_the_unrun_and_predicts_per_column():
+    """(g) at 1024 nodes (session 29): a flat ring's busbw under 1 GB/s keeps two decimals (0.16,
+    not 0.2), every cell of a table shown that no run filled is listed as not simulated, and a
+    prediction of another column than auto (PREDICTIONS' fourth field) is set beside that column's
+    result."""
+    import sim_rails as sr
+    point = lambda t, n, alg, s, b: {"topology": t, "nodes": n, "algorithm": alg, "bytes": s,  # noqa: E731
+                                     "busbw_GBps": b, "resolved": alg, "wall_s": 1.0}
+    pts = [point(sr._topology(t, nics).name, n, "rail_ring", sr.BIG, 380.0)
+           for _, t, nics, ns, _, _ in sr.PUBLISHED for n in ns]
+    pts.append(point("dgx-h100", 1024, "ring", 1 << 20, 0.1567))
+    text = "\n".join(sr.markdown({"points": pts, "jobs": 1, "wall_s": 1.0}))
+    assert "| 1 MiB | 0.16 | - | - | - |" in text
+    unrun = next(line for line in text.splitlines() if line.startswith('Not simulated ("-" above), 1024 nodes'))
+    assert "dgx-h100 ring at 4 MiB, 16 MiB, 64 MiB, 256 MiB, 1 GiB;" in unrun
+    assert "dgx-h100 rail_ring at 1 MiB, 4 MiB" in unrun and sr.UNRUN_WHY[1024] in unrun
+    ring = next(line for line in text.splitlines() if line.startswith("Predicted") and "(ring, busbw" in line)
+    assert "dgx-h100 1024 nodes 1 MiB: never simulated before, predicted 0.14-0.16, the table 0.16;" in ring
