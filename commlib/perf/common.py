@@ -287,14 +287,9 @@ def count_wrong(got, expected: np.ndarray, dtype: str, op: str) -> int:
 
 # -- machine ---------------------------------------------------------------------------------------
 def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    """The CPU model, as the tuning file's machine sections name it (commlib.core.tuning.this_machine)."""
+    from commlib.core.tuning import this_machine
+    return this_machine()["cpu"]
 
 
 def _mem_gib():
