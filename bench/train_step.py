@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import socket
 import statistics
 import sys
 import time
@@ -177,12 +176,6 @@ def rank_bench(comm, methods, cfg, port):
 
 
 # -- driver ---------------------------------------------------------------------------------------
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _machine():
     cpu = platform.processor() or platform.machine()
     try:
@@ -232,6 +225,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     sys.path[:0] = [ROOT, os.path.join(ROOT, "bench")]  # this checkout's commlib; this module
     import importlib
+    from commlib.bootstrap.ports import free_port
     from commlib.testing import RankPool
     me = importlib.import_module("train_step")  # a module the rank processes can import
     cfg = {"d": args.d, "layers": args.layers, "heads": args.heads, "vocab": args.vocab,
@@ -243,7 +237,7 @@ def main(argv=None):
         t = time.time()
         pool = RankPool(n, timeout=900)
         try:
-            res = pool.run(me.rank_bench, list(args.methods), cfg, _free_port(), timeout=900)
+            res = pool.run(me.rank_bench, list(args.methods), cfg, free_port(), timeout=900)
         finally:
             pool.close()
         for method in args.methods:
@@ -259,7 +253,7 @@ def main(argv=None):
                 pool = RankPool(n, timeout=600)
                 try:
                     iso = pool.run(me.rank_bench, [row[1]], dict(cfg, steps=2, warmup=1),
-                                   _free_port(), timeout=600)
+                                   free_port(), timeout=600)
                 finally:
                     pool.close()
                 row[4] = (iso[0]["_rss"], iso[0]["_hwm"])

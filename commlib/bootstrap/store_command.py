@@ -36,8 +36,14 @@ def run(args) -> int:
         print(f"commlib store: --port: expected 0..65535, got {args.port}", file=sys.stderr)
         return 2
     host = "127.0.0.1" if args.host == "localhost" else args.host
-    # Blocked before the server's thread starts (it inherits the mask), so the signals wait for
-    # sigwait below instead of interrupting a thread in the middle of its work.
+    # The stop signals are recorded, never raised: blocking them in this thread is not enough, as
+    # the threads importing commlib started (numpy's, torch's) do not block them, and a SIGINT the
+    # kernel hands to one of those runs Python's default handler, a KeyboardInterrupt in the middle
+    # of whatever this thread does (seen: while printing the start line). Blocked here before the
+    # server's thread starts (it inherits the mask), so a signal sent to this process waits for
+    # sigtimedwait below, or reaches the handler if another thread takes it.
+    stops: list[int] = []
+    previous = {s: signal.signal(s, lambda sig, _frame: stops.append(sig)) for s in STOP_SIGNALS}
     saved = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         try:
@@ -54,10 +60,15 @@ def run(args) -> int:
             where = f"[{host}]:{server.port}" if ":" in host else f"{host}:{server.port}"
             signing = "values signed with COMMLIB_SECRET only" if key else "no COMMLIB_SECRET: values unsigned"
             print(f"commlib store: serving on {where} ({signing}); on every rank: COMMLIB_STORE={where}", flush=True)
-            stop = signal.sigwait(STOP_SIGNALS)
+            while not stops:  # (the timeout lets a handler that another thread's signal queued run)
+                got = signal.sigtimedwait(STOP_SIGNALS, 0.5)
+                if got is not None:
+                    stops.append(got.si_signo)
         finally:
             server.close()
-        print(f"commlib store: stopped ({signal.Signals(stop).name})", flush=True)
+        print(f"commlib store: stopped ({signal.Signals(stops[0]).name})", flush=True)
         return 0
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, saved)
+        for s, handler in previous.items():
+            signal.signal(s, handler)

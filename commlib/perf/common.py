@@ -347,9 +347,9 @@ def machine_info() -> dict:
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port outside the kernel's ephemeral range (commlib.bootstrap.ports)."""
+    from commlib.bootstrap.ports import free_port as _free_port
+    return _free_port()
 
 
 def log(msg: str):

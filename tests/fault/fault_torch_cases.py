@@ -8,11 +8,12 @@ from __future__ import annotations
 import datetime
 import os
 import signal
-import socket
 import time
 
 import torch
 import torch.distributed as dist
+
+from commlib.bootstrap.ports import free_port
 
 
 def init_torch(comm, timeout_s: float = 20):
@@ -21,9 +22,7 @@ def init_torch(comm, timeout_s: float = 20):
     import commlib.torch  # noqa: F401  (registers the backend)
     port = torch.zeros(1, dtype=torch.int64)
     if comm.rank == 0:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port[0] = s.getsockname()[1]
+        port[0] = free_port()
     comm.broadcast(port, root=0)
     dist.init_process_group("commlib", init_method=f"tcp://127.0.0.1:{int(port.item())}",
                             rank=comm.rank, world_size=comm.size,

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import time
 
 import numpy as np
 
 import commlib
 from commlib.errors import PeerError
+from commlib.bootstrap.ports import free_port
 
 
 def _job(comm, prefix: str, store_address: str = "", secret: str = ""):
@@ -24,9 +24,7 @@ def _job(comm, prefix: str, store_address: str = "", secret: str = ""):
         return commlib.init(rank=comm.rank, world_size=comm.size, prefix=prefix, timeout=30)
     port = np.zeros(1, np.int64)
     if comm.rank == 0:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port[0] = s.getsockname()[1]
+        port[0] = free_port()
     comm.broadcast(port, root=0)
     return commlib.init(rank=comm.rank, world_size=comm.size, master_addr="127.0.0.1", master_port=int(port[0]),
                         prefix=prefix, timeout=30)

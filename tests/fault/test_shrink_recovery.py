@@ -10,7 +10,6 @@ as documented left survivors apart. shrink(exclude=[np.int64(2)]) and shrink(tim
 refused or accepted unlike every other call. A shrunk communicator that ran a device call and was
 dropped without close() kept its engine's exported memory (two descriptors) for good."""
 import os
-import socket
 import sys
 
 import pytest
@@ -20,24 +19,16 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 import shrink_recovery_cases as rc  # noqa: E402
+from commlib.bootstrap.ports import free_ports  # noqa: E402
 from commlib.testing import RankPool  # noqa: E402
 
-
-def _free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 @pytest.mark.timeout(150)
 def test_init_store_outlives_any_one_communicator_and_shrink_checks_arguments():
     pool = RankPool(3, timeout=60)
     try:
-        ports = _free_ports(3)
+        ports = free_ports(3)
         # the documented pattern, then a split and a shrink of the smaller communicator
         assert pool.run(rc.case_documented_shrink_pattern, ports[0]) == [[3, 3, 3]] * 3
         # a split child outlives its parent
@@ -80,7 +71,7 @@ def test_every_survivor_recovers_together_from_a_death_at_each_step_of_a_shrink(
     env = {"COMMLIB_HOST_ID": hosts[:size]} if hosts else None
     pool = RankPool(size, timeout=90, env=env)
     try:
-        results = pool.run(rc.case_deaths_at_each_step, _free_ports(1)[0], STEPS, held, 120, allow_death=True,
+        results = pool.run(rc.case_deaths_at_each_step, free_ports(1)[0], STEPS, held, 120, allow_death=True,
                            timeout=90)
     finally:
         pool.kill()

@@ -52,11 +52,8 @@ def test_rank0_reports_a_rank_that_never_comes(server):
 
 
 def test_unreachable_store_is_a_rendezvous_error():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()  # nothing listens there now
+    from commlib.bootstrap.ports import free_port
+    port = free_port()  # nothing listens there
     with pytest.raises(commlib.RendezvousError, match=f"127.0.0.1:{port}"):
         commlib.init(rank=1, world_size=2, master_addr="127.0.0.1", master_port=port, timeout=0.3)
     assert issubclass(commlib.RendezvousError, commlib.CommError)

@@ -20,6 +20,7 @@ import pytest
 
 import commlib
 from commlib.bootstrap import store_server
+from commlib.bootstrap.ports import free_port
 from commlib.bootstrap.secret import derive_key, sign_value
 from commlib.bootstrap.store import StoreServer, TCPStore
 from hardening_util import run_ranks
@@ -144,9 +145,7 @@ def test_rank0s_own_server_takes_the_secret(monkeypatch):
     """init()'s store (rank 0 serves it) refuses unsigned writes when COMMLIB_SECRET is set, and
     everything commlib itself writes (rendezvous, split) is signed."""
     monkeypatch.setenv("COMMLIB_SECRET", SECRET)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
 
     def rank(r):
         comm = commlib.init(rank=r, world_size=2, master_addr="127.0.0.1", master_port=port, timeout=20)

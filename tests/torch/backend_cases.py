@@ -11,10 +11,11 @@ per process so the long-lived pool pays for it once.
 from __future__ import annotations
 
 import datetime
-import socket
 
 import torch
 import torch.distributed as dist
+
+from commlib.bootstrap.ports import free_port
 
 _STATE: dict = {}
 
@@ -26,18 +27,12 @@ DDP_RTOL, DDP_ATOL = 1e-4, 1e-5
 FSDP_RTOL, FSDP_ATOL = 1e-5, 1e-6
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def setup(comm):
     """Initialise the default "commlib" group and a gloo twin once per process."""
     if "gloo" in _STATE:
         return _STATE
     import commlib.torch  # noqa: F401  (registers the backend)
-    port = torch.tensor([_free_port() if comm.rank == 0 else 0], dtype=torch.int64)
+    port = torch.tensor([free_port() if comm.rank == 0 else 0], dtype=torch.int64)
     comm.broadcast(port, root=0)
     dist.init_process_group("commlib", init_method=f"tcp://127.0.0.1:{int(port.item())}",
                             rank=comm.rank, world_size=comm.size,

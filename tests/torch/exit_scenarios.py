@@ -17,7 +17,6 @@ import datetime
 import json
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -28,6 +27,7 @@ import torch.distributed as dist
 import commlib
 import commlib.torch
 import commlib.torch.at_exit
+from commlib.bootstrap.ports import free_port
 
 
 def _init(rank, port, timeout_s=20):
@@ -116,12 +116,6 @@ SCENARIOS = {f.__name__: f for f in (issue17, nothing_destroyed, comm_closed, wa
                                      sys_exit_in_thread, exit_from_signal_handler)}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _status(raw: int) -> int:
     return os.WEXITSTATUS(raw) if os.WIFEXITED(raw) else -os.WTERMSIG(raw)
 
@@ -152,7 +146,7 @@ def main() -> int:
     while jobs or running:
         while jobs and len(running) < len(lanes):
             cpu = next(c for c in lanes if c not in running)
-            name, port, t0 = jobs.pop(0), _free_port(), time.monotonic()
+            name, port, t0 = jobs.pop(0), free_port(), time.monotonic()
             spinner = 0 if args.no_contention else os.fork()
             if spinner == 0 and not args.no_contention:  # competes for the ranks' CPU until killed
                 os.sched_setaffinity(0, {cpu})

@@ -10,7 +10,6 @@ exact); DDP after 20 SGD steps vs single-process full-batch training: rtol 1e-4 
 bitwise equal across ranks); FSDP2/HSDP losses vs gloo: rtol 1e-5 / atol 1e-6.
 """
 import os
-import socket
 import sys
 import tempfile
 
@@ -26,6 +25,7 @@ import backend_collective_cases as bcol  # noqa: E402
 import backend_error_cases as berr  # noqa: E402
 import backend_training_cases as btrain  # noqa: E402
 from commlib.testing import get_pool  # noqa: E402
+from commlib.bootstrap.ports import free_port  # noqa: E402
 from commlib.testing.ranks import process_context  # noqa: E402
 
 
@@ -113,9 +113,7 @@ def test_mismatch_raises_through_torch():
 
 def test_killed_rank_raises_within_timeout():
     """Rank 1 dies; rank 0's next all_reduce raises (init_process_group timeout = 5 s)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     ctx = process_context()  # forked from the torch-preloaded server: no torch import per rank
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "result")
