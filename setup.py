@@ -67,6 +67,17 @@ CUDA_ONE_PTX = bool(os.environ.get("COMMLIB_CUDA_ONE_PTX"))
 # several of them use are in torch_backend/tensor_for_core.h; tests/python/test_unity_bindings.py
 # checks that no two files of either folder define one name in an anonymous namespace.
 UNITY_BINDINGS = bool(os.environ.get("COMMLIB_UNITY_BINDINGS"))
+# As unity files the torch backend's three objects compile without the precompiled header: building it
+# cost 40-55 CPU-s, more than the ~6.5 CPU-s a file it saves (unity file 2: 43.2 with it, 49.7
+# without, session 30).
+TORCH_PCH = not UNITY_BINDINGS
+# COMMLIB_BINDINGS_O1 (params.cc; .ci/run sets it): the pybind11 files (csrc/bindings, or their unity
+# files) and the torch backend's compiled at -O1, not -O3. They are glue between Python and the core:
+# CI's build proves them and measures nothing, and at -O3 they were half of its C++ CPU. Unity file 0
+# of the bindings took 45.2 CPU-s at -O3, 31.0 at -O1; the torch backend's unity file 2 (no
+# precompiled header) 49.7 and 30.8 (session 30).
+BINDINGS_O1 = bool(os.environ.get("COMMLIB_BINDINGS_O1"))
+GLUE_FOLDERS = ("csrc/bindings", "csrc/torch_backend")
 # module: (its folder compiled as unity files, their names' stem, how many). (4 for the core: enough
 # to keep both cores of CI's pool busy beside the rest of the core; 3 for the torch backend's 18 files.)
 UNITY_OF = {"commlib._C": ("csrc/bindings", "unity_bindings", 4),
@@ -200,7 +211,7 @@ class CachedBuildExt(build_ext):
             print(" ".join(cmd), flush=True)
             return subprocess.run(cmd, check=check)
 
-        pch_header = torch_pch_header() if any(ext.name.endswith("_C_torch") for ext in exts) else None
+        pch_header = torch_pch_header() if TORCH_PCH and any(ext.name.endswith("_C_torch") for ext in exts) else None
         pch_built = Future()
 
         def pch_job(seconds):
@@ -244,14 +255,18 @@ class CachedBuildExt(build_ext):
                 # (the torch headers' .gch only for the files that include them: loading the 643 MB
                 # file cost common/alloc_count.cc 10.5 CPU-s, against 0.1 without it)
                 # (and for the unity files that include them: COMMLIB_UNITY_BINDINGS)
-                pch = ["-Winvalid-pch", "-include", str(pch_header)] if (
+                pch = ["-Winvalid-pch", "-include", str(pch_header)] if pch_header and (
                     TORCH_BACKEND in Path(src).parents or str(rel) in unity) else []
                 cmd = ["g++", "-c", src, "-o", str(obj), "-MMD", "-MF", str(dep)] + pch + torch_build()[1]
+                if BINDINGS_O1:
+                    cmd += ["-O1"]  # (the later -O wins)
             else:
                 cmd = ["g++", "-c", src, "-o", str(obj), "-MMD", "-MF", str(dep)] + CXXFLAGS + [
                     f"-I{i}" for i in INCLUDES]
                 if str(rel) in OPT_LEVEL_OF:
                     cmd += [OPT_LEVEL_OF[str(rel)]]
+                elif BINDINGS_O1 and (str(rel) in unity or str(rel).startswith(GLUE_FOLDERS)):
+                    cmd += ["-O1"]
                 if ext.name.endswith("_cuda"):
                     cmd += [f"-I{cuda_include(nvcc)}"]
 
@@ -273,7 +288,7 @@ class CachedBuildExt(build_ext):
             # builds it)
             members = unity.get(str(rel), [str(rel)])
             guess = sum(guessed_seconds(str(ROOT / m), ext.name) for m in members)
-            if ext.name.endswith("_C_torch"):
+            if ext.name.endswith("_C_torch") and pch_header:
                 guess -= TORCH_PCH_LOAD_SECONDS * (len(members) - 1)
             seconds = recorded.get(obj.name, guess)
             return CompileJob(ext.name, obj.name, run, seconds)
@@ -284,7 +299,7 @@ class CachedBuildExt(build_ext):
                 sources_of[name], made = unity_groups(sources_of[name], ROOT, OBJ_DIR, groups, folder, stem)
                 unity.update(made)
         jobs = [compile_job(ext, src) for ext in exts for src in sources_of[ext.name]]
-        if any(ext.name.endswith("_C_torch") for ext in exts):
+        if pch_header:
             jobs.insert(0, pch_job(max(j.seconds for j in jobs) + 1))  # (started first)
         by_name = {ext.name: ext for ext in exts}
         try:

@@ -86,8 +86,12 @@ const std::vector<Param> kParams = {
     {"COMMLIB_UNITY_BINDINGS", "flag", "",
      "build time (setup.py): compile the core's pybind11 files (csrc/bindings) as four files that include them "
      "and the torch backend's (csrc/torch_backend) as three, not one object each: pybind11's headers cost each "
-     "file about 6 CPU-s, torch's precompiled header about 10.5. CI sets it (.ci/run); without it a one-file "
+     "file about 6 CPU-s, torch's precompiled header about 10.5 (as unity files they compile without it). CI sets it (.ci/run); without it a one-file "
      "change rebuilds that file alone"},
+    {"COMMLIB_BINDINGS_O1", "flag", "",
+     "build time (setup.py): compile the pybind11 files (csrc/bindings) and the torch backend's (csrc/torch_backend) "
+     "at -O1, not -O3: about 30% less of their CPU. CI sets it (.ci/run), whose build proves them and measures "
+     "nothing; the README's set-up keeps -O3"},
     {"COMMLIB_NO_TORCH_BACKEND", "flag", "",
      "build time (setup.py): skip the torch backend's C++ module (commlib._C_torch); groups are then the Python "
      "backend alone"},

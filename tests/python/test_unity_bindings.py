@@ -80,6 +80,29 @@ def test_setup_groups_the_bindings_only_when_asked():
     assert "export COMMLIB_UNITY_BINDINGS=" in ci
 
 
+def test_ci_compiles_the_glue_at_o1_and_the_unity_torch_files_without_the_pch():
+    """COMMLIB_BINDINGS_O1 (CI): the pybind11 files and the torch backend's get -O1 after the -O3 of
+    their flags (the later -O wins); as unity files the torch backend's take no precompiled header
+    (building it cost more than it saved three files)."""
+    text = (ROOT / "setup.py").read_text()
+    assert 'BINDINGS_O1 = bool(os.environ.get("COMMLIB_BINDINGS_O1"))' in text
+    assert 'GLUE_FOLDERS = ("csrc/bindings", "csrc/torch_backend")' in text
+    assert "TORCH_PCH = not UNITY_BINDINGS" in text
+    assert "export COMMLIB_BINDINGS_O1=" in (ROOT / ".ci" / "run").read_text()
+    if not (os.environ.get("COMMLIB_BINDINGS_O1") and os.environ.get("COMMLIB_UNITY_BINDINGS")):
+        return  # (this tree's build: the README's, -O3 throughout)
+    # CI's tree (scripts/test.sh built it with these settings): the compile lines its build recorded
+    obj = ROOT / "build" / "obj"
+    glue = sorted(obj.glob("build_obj_unity_*.cmd"))
+    assert len(glue) == 7, [p.name for p in glue]  # 4 bindings files, 3 torch backend files
+    for cmd in glue:
+        flags = cmd.read_text().split()
+        assert [f for f in flags if f.startswith("-O")][-1] == "-O1", cmd.name
+        assert "-include" not in flags, cmd.name
+    core = (obj / next(p.name for p in obj.glob("csrc_host_communicator.cc.*.cmd"))).read_text().split()
+    assert [f for f in core if f.startswith("-O")] == ["-O3"]
+
+
 def internal_names(text):
     """The names a C++ file defines at the top of its anonymous namespaces (`namespace {` ... `}`):
     functions, classes and variables; a function's body and a class's members are not read."""
