@@ -390,6 +390,16 @@ void bind_device(py::module_& m) {
              e.nccl().with_comm([code](const NcclApi& api, NcclComm c) { emulated_nccl_inject_async_error(api, c, code); });
            },
            py::arg("code"), "Tests, emulated NCCL only: ncclCommGetAsyncError reports `code` from now on.")
+      .def(
+          "nccl_pause_sweep",
+          [](StreamEngine& e, int ms) {
+            int n = 0;
+            e.nccl().with_comm([&](const NcclApi& api, NcclComm c) { n = emulated_nccl_pause_sweep(api, c, ms); });
+            return n;
+          },
+          py::arg("ms"),
+          "Tests, emulated NCCL only: the next sweep that holds a send back behind which another to its peer "
+          "waits pauses `ms` ms after it and at its end (emulated_nccl_pause_sweep); returns the pauses so far.")
       .def_property_readonly("device_name", [](StreamEngine& e) { return e.device().name(); })
       .def("abort", &StreamEngine::abort)
       .def("failed", &StreamEngine::failed)
