@@ -12,7 +12,6 @@
 #include "device/emulated/emulated_device.h"
 #include "device/emulated/emulated_kernel_counters.h"
 #include "device/emulated/emulated_rules.h"
-#include "device/emulated/nccl_emulated.h"
 #include "device/emulated/query_gate.h"
 #include "device/nccl_loader.h"
 #include "host/communicator.h"
@@ -372,24 +371,7 @@ void bind_device(py::module_& m) {
           py::arg("items"), py::arg("dtype"),
           "While a first call of sends/receives waits for the peers' engines: raises MismatchError if a peer sent "
           "the message a receive expects from a host buffer.")
-      // NCCL (stream/nccl_link.h), set up by commlib/device/nccl_comm.py.
-      .def("nccl_load", [](StreamEngine& e, const std::vector<std::string>& c) { return e.nccl().load(c); })
-      .def("nccl_emulated", [](StreamEngine& e) { return e.nccl().from_device(); })
-      .def("nccl_ready", [](StreamEngine& e) { return e.nccl().ready(); })
-      .def("nccl_unique_id", [](StreamEngine& e) { return py::bytes(e.nccl().unique_id()); })
-      .def(
-          "nccl_init",
-          [](StreamEngine& e, py::bytes id) {
-            std::string s = id;
-            ReleaseGil nogil;
-            e.nccl().init(s);
-          },
-          "ncclCommInitRank with rank 0's unique id (blocks until every rank joined).")
-      .def("nccl_carries_any", [](StreamEngine& e) { return e.nccl().carries_any(); })
-      .def("nccl_inject_async_error", [](StreamEngine& e, int code) {
-             e.nccl().with_comm([code](const NcclApi& api, NcclComm c) { emulated_nccl_inject_async_error(api, c, code); });
-           },
-           py::arg("code"), "Tests, emulated NCCL only: ncclCommGetAsyncError reports `code` from now on.")
+      // NCCL (nccl_load, nccl_init, ...): bindings/device_nccl_bindings.cc.
       .def_property_readonly("device_name", [](StreamEngine& e) { return e.device().name(); })
       .def("abort", &StreamEngine::abort)
       .def("failed", &StreamEngine::failed)

@@ -15,6 +15,7 @@ void bind_device_cost(pybind11::module_& m);       // bindings/device_cost_bindi
 void bind_grid_claims(pybind11::module_& m);       // bindings/grid_claims_bindings.cc (after bind_device)
 void bind_verify(pybind11::module_& m);            // bindings/verify_bindings.cc: verify() (after bind_schedule)
 void bind_device_engine_setup(pybind11::module_& m);  // bindings/device_engine_setup_bindings.cc (after bind_device)
+void bind_engine_nccl(pybind11::module_& m);        // bindings/device_nccl_bindings.cc (after bind_device)
 }  // namespace commlib
 
 PYBIND11_MODULE(_C, m) {
@@ -31,6 +32,7 @@ PYBIND11_MODULE(_C, m) {
   commlib::bind_device_codecs(m);
   commlib::bind_device_work(m);
   commlib::bind_device_engine_setup(m);
+  commlib::bind_engine_nccl(m);
   commlib::bind_buffer_view(m);
   commlib::bind_foreign_arrays(m);
   commlib::bind_dlpack_export(m);

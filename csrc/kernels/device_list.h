@@ -15,10 +15,11 @@
 //   - it is listed in round order (every lane's k-th step before any lane's (k+1)-th): the builders
 //     list so exactly where the lanes are in lock step (interleave_rounds: rail_ring's channels on
 //     every host map, rail_split where its hierarchical part is in lock step);
-// Other blocks stay in list order: rail_window's (listed diagonally under a window; merged by rounds
-// in session 28, which its copy-path runs across hosts showed losing data on an Intel machine in
-// session 29, a race the verifier and the plan check do not see: not merged until it is found),
-// rail_lanes' (its lanes, each a pipelined rail_halving, listed one
+//   - or the schedule has a window (rail_window: each lane one segment's rail_halving plain form on
+//     equal power-of-two hosts, in lock step; listed diagonally, so not in round order). (In list
+//     order in session 29, when its copy-path runs across hosts lost data: the emulated NCCL let a
+//     group's later send to a peer pass a held one, session 30: nccl_emulated.cc's run_group.)
+// Other blocks stay in list order: rail_lanes' (its lanes, each a pipelined rail_halving, listed one
 // after another: a block each; they are not in lock step, and merged a pair's messages of two
 // lanes meet out of order) and rail_split's hierarchical part where the parts are listed one after
 // another (not in lock step: its block as it is, after the rings' block, merged).

@@ -13,6 +13,8 @@ import numpy as np
 import commlib
 import commlib.emulated as emu
 
+from kernel_path_cases import with_settings
+
 
 def links(comm):
     """Which peers this rank's device engine reaches over NCCL (after a device call)."""
@@ -302,3 +304,29 @@ def nccl_calls_run_from_cpp(comm):
     finally:
         sub.close()
     return hits, new, error, right
+
+
+def grouped_sends_in_order(comm, segment, pause_ms):
+    """rail_window's all_reduce of 1031 int32 with a pipeline segment of `segment` across two hosts
+    (test_nccl.py's TWO_HOSTS): its device list merges the lanes' rounds, so a step's NCCL group
+    holds 128 messages to the rank's peer on the other host, more than the emulated NCCL's 4 slots
+    per pair. On rank 0 the group's sweep that first holds a send back pauses `pause_ms` after it
+    and at its end (emulated_nccl_pause_sweep): the peer frees slots meanwhile, then reads what the
+    sweep published. The chunks must still move in order per pair (a later send passing the held
+    one would count a chunk never written, and the peer would read a stale slot). Returns (pauses
+    rank 0's NCCL made, whether the sum is exact) per rank."""
+    def run(sub):
+        P, r, n = sub.size, sub.rank, 1031
+        def values(q):
+            return ((np.arange(n, dtype=np.int64) * 7919 + q * 104729) % 1000003).astype(np.int32)
+        x = emu.from_numpy(values(r))
+        sub.all_reduce(x, algorithm="rail_window")  # the NCCL communicator exists from here on
+        x.numpy()
+        engine = next(iter(sub._device()._engines.values()))
+        if r == 0:
+            engine.nccl_pause_sweep(pause_ms)
+        y = emu.from_numpy(values(r))
+        sub.all_reduce(y, algorithm="rail_window")
+        right = np.array_equal(y.numpy(), sum(values(q).astype(np.int64) for q in range(P)).astype(np.int32))
+        return engine.nccl_pause_sweep(0) if r == 0 else None, right
+    return with_settings(comm, {"COMMLIB_HIER_SEGMENT": str(segment)}, run)

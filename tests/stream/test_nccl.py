@@ -89,6 +89,18 @@ def test_point_to_point_over_the_nccl_link(pool):
         assert p.run(case, timeout=100) == [[]] * 3, case.__name__
 
 
+@pytest.mark.timeout(120)
+def test_a_groups_messages_to_one_peer_move_in_order(pool):
+    # rail_window's merged device list across hosts: an NCCL group of 128 messages to one peer. A
+    # sweep of rank 0's group that holds a send back pauses (the peer frees slots), then the rest of
+    # the sweep moves, then it pauses again (the peer reads): every sum stays exact, as NCCL matches
+    # a pair's messages in order (before session 30 the emulated NCCL let a later send pass the held
+    # one: a stale slot read, a different element each run of test_device_laned_plans.py).
+    out = pool(4, env=TWO_HOSTS).run(nccl_cases.grouped_sends_in_order, 8, 200, timeout=100)
+    assert out[0][0] == 1, out  # the pause happened (the group held a send back behind another)
+    assert [right for _, right in out] == [True] * 4, out
+
+
 @pytest.mark.timeout(240)
 def test_ipc_within_hosts_nccl_across(pool):
     p = pool(4, env=TWO_HOSTS)

@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
@@ -44,17 +45,40 @@ struct GroupOp {
   uint64_t first = 0, n = 0, done = 0;
 };
 
+// Whether a send after `g` in `ops` goes to g's peer.
+bool later_send(const std::vector<GroupOp>& ops, const GroupOp& g) {
+  for (const GroupOp* o = &g + 1; o < ops.data() + ops.size(); ++o)
+    if (o->op.send && o->op.peer == g.op.peer) return true;
+  return false;
+}
+
 // Progresses every operation of a group until all are done or the communicator is aborted.
+// A group's operations to one peer in one direction hold consecutive chunk numbers in call order
+// (enqueue_group), and each moves only once every earlier one of its (peer, direction) is done:
+// chunks move strictly in order per ordered pair, as NCCL matches them. (Without that hold, a
+// send whose slot was still in use could be passed, in the same sweep, by the next send to that
+// peer once the receiver had freed a slot meanwhile: `ready` then counted a chunk never written,
+// and the receiver took a stale slot; a receive likewise could free a later slot before an
+// earlier one was read, and the sender overwrote it. A group has several messages to one peer
+// where a device list merges lanes' steps: rail_window's merged rounds across hosts, session 30.)
 void run_group(Comm& c, std::vector<GroupOp>& ops) {
   char* mine = c.regions[c.rank];
   unsigned idle = 0;
+  std::vector<char> held(2 * static_cast<size_t>(c.size));  // per (peer, direction): an earlier op still moving
+  int pause_at_end = 0;  // tests: the sweep's pause (emulated_nccl_pause_sweep)
   for (;;) {
     // An aborted communicator moves nothing more (NCCL frees it): its peers must not receive
     // the rest of a call whose data is garbage as if it were sound.
     if (c.aborted.load(std::memory_order_acquire)) return;
     bool progressed = false, left = false;
+    std::fill(held.begin(), held.end(), 0);
     for (GroupOp& g : ops) {
       const int p = g.op.peer;
+      char& earlier = held[2 * static_cast<size_t>(p) + (g.op.send ? 1 : 0)];
+      if (earlier) {  // an earlier chunk to / from p has not moved yet: this op waits its turn
+        left = true;
+        continue;
+      }
       while (g.done < g.n) {
         const uint64_t k = g.first + g.done;
         const size_t off = g.done * kChunk, n = std::min(kChunk, g.op.bytes - std::min(g.op.bytes, off));
@@ -70,8 +94,19 @@ void run_group(Comm& c, std::vector<GroupOp>& ops) {
         ++g.done;
         progressed = true;
       }
-      left |= g.done < g.n;
+      if (g.done < g.n) {
+        left = true, earlier = 1;
+        if (g.op.send && !pause_at_end && c.pause_ms.load(std::memory_order_relaxed) > 0 && later_send(ops, g)) {
+          pause_at_end = c.pause_ms.exchange(0);  // (one sweep; emulated_nccl_pause_sweep)
+          if (pause_at_end > 0) {
+            c.pauses.fetch_add(1);
+            std::this_thread::sleep_for(std::chrono::milliseconds(pause_at_end));
+          }
+        }
+      }
     }
+    if (pause_at_end > 0) std::this_thread::sleep_for(std::chrono::milliseconds(pause_at_end));
+    pause_at_end = 0;
     if (!left) return;
     if (progressed) {
       idle = 0;
@@ -271,6 +306,17 @@ const NcclApi& emulated_nccl_api() {
 }
 
 std::string emulated_nccl_last_error() { return emunccl::t_error; }
+
+int emulated_nccl_pause_sweep(const NcclApi& api, NcclComm c, int ms) {
+  if (&api != &emulated_nccl_api())
+    throw std::invalid_argument("pause_sweep: only the emulated NCCL pauses its sweeps");
+  if (!c) throw std::invalid_argument("pause_sweep: no NCCL communicator");
+  if (ms < 0) throw std::invalid_argument("pause_sweep: ms must be >= 0, got " + std::to_string(ms));
+  const std::shared_ptr<emunccl::Comm> comm = emunccl::comm_of(c);
+  if (!comm) throw std::invalid_argument("emulated NCCL: no live communicator to pause");
+  if (ms) comm->pause_ms.store(ms);
+  return comm->pauses.load();
+}
 
 void emulated_nccl_inject_async_error(const NcclApi& api, NcclComm c, NcclResult code) {
   if (&api != &emulated_nccl_api())

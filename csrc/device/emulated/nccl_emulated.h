@@ -37,4 +37,12 @@ std::string emulated_nccl_last_error();
 // unless it is the emulated NCCL's, or without a communicator.
 void emulated_nccl_inject_async_error(const NcclApi& api, NcclComm c, NcclResult code);
 
+// Tests: the next sweep of a group of `c` (the host loop that moves a group's chunks) in which a
+// send cannot move while a later send of the group goes to the same peer pauses `ms` milliseconds
+// right after that send, and again at the sweep's end, as a slow device between two operations:
+// the receiver frees slots meanwhile, then acts on what the rest of the sweep published (a group's
+// chunks to one peer must still move in order: tests/stream/test_nccl.py). ms 0 arms nothing.
+// Returns how many such pauses `c` made so far. std::invalid_argument as for inject_async_error.
+int emulated_nccl_pause_sweep(const NcclApi& api, NcclComm c, int ms);
+
 }  // namespace commlib

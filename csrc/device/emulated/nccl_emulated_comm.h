@@ -32,6 +32,7 @@ struct Comm {
   std::vector<char*> regions;  // regions[rank] is this rank's own, the others mapped from peers
   std::atomic<bool> aborted{false};
   std::atomic<int> async_error{0};  // what CommGetAsyncError reports (set by a test's injection)
+  std::atomic<int> pause_ms{0}, pauses{0};  // tests: emulated_nccl_pause_sweep (armed, made so far)
   // Chunk counters per peer; only the stream's host functions touch them, one group at a time.
   std::vector<uint64_t> sent, received;
   ~Comm();
