@@ -58,17 +58,19 @@ def test_pairing_by_elements_beats_pairing_by_count():
 
 
 def test_auto_picks_it_where_the_model_says_so(no_tuning):
-    """8 dgx-a100 nodes, 1 GiB (NIC-bound: 8 x 200 Gb/s against NVLink 3): the model's fastest
+    """8 dgx-a100 nodes, 64 MiB (NIC-bound: 8 x 200 Gb/s against NVLink 3): the model's fastest
     candidate in one lane; a lane per segment under a window (rail_window, session 25) faster, and
-    rail_halving in lanes (rail_lanes, test_rail_lanes_model.py) faster again: auto's pick. (16
-    nodes rank the same four alike, 10.6 / 10.6 / 11.0 / 11.2 ms, for twice the CPU: 24 s, of which
-    the full ranking is nearly all; 8 nodes: 9.9 / 9.9 / 10.3 / 10.5 ms; 4 nodes rank hierarchical
-    above rail_halving. Auto is resolved once, as the runtime resolves it: sim.predict's "auto",
-    the same search again, was a fifth of the test's CPU; test_cli.py reads its "resolved".)"""
+    rail_halving in lanes (rail_lanes, test_rail_lanes_model.py) faster again: auto's pick
+    (rail_lanes / rail_window / rail_halving / the next, hierarchical two_shot: 0.620 / 0.621 /
+    0.725 / 0.763 ms). (1 GiB until session 30 ranks the same four alike, 9.9 / 9.9 / 10.3 / 10.5
+    ms, for 1.5 times the CPU, nearly all of it the full ranking's shapes; 16 nodes alike again for
+    twice that; 4 nodes rank rail_split and hierarchical above rail_halving, and at 16 MiB
+    rail_window wins. Auto is resolved once, as the runtime resolves it: sim.predict's "auto", the
+    same search again, was a fifth of the test's CPU; test_cli.py reads its "resolved".)"""
     t = sim_topology.load("dgx-a100")
     P = 8 * t.devices_per_host
     d = t.engine_dict(P)
-    count = (1 << 30) // 4
+    count = (64 << 20) // 4
     cands = _C.predict_candidates(COLLECTIVE["all_reduce"], count, 4, 0, d)
     best = ranking.tie_pick(c for c in cands if c["algorithm"] not in ("rail_lanes", "rail_window"))
     assert best["algorithm"] == "rail_halving"

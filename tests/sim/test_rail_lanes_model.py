@@ -55,12 +55,14 @@ def test_lanes_overlap_where_list_order_does_not():
     assert lanes["time_s"] < 0.85 * halving["time_s"], (lanes["time_s"], halving["time_s"])
 
 
-def test_auto_picks_lanes_at_16_nodes(no_tuning):
-    """16 dgx-h100 nodes, 64 MiB: rail_halving's lock step leaves the NICs idle a latency per small
-    step; rail_lanes' candidate is predicted at least 360 GB/s busbw (the NICs' bound is 410), and
-    auto's pick is laned: rail_window (a lane per segment under a window, session 25), faster still."""
-    d = engine("dgx-h100", 16)
-    P = 128
+def test_auto_picks_lanes(no_tuning):
+    """4 dgx-h100 nodes, 64 MiB: rail_halving's lock step leaves the NICs idle a latency per small
+    step (343 GB/s busbw); rail_lanes' candidate is predicted at least 360 GB/s (408; the NICs' bound
+    is 410), and auto's pick is laned: rail_window (a lane per segment under a window, session 25),
+    faster still. (16 nodes until session 30: 308 and 382 GB/s, the same pick, for 4 times the CPU,
+    23 s of the suite; test_auto_ramps_where_the_model_says searches at 16 nodes.)"""
+    d = engine("dgx-h100", 4)
+    P = 32
     lanes = _C.simulate(_C.Collective.all_reduce, "rail_lanes", COUNT, 4, 0, d)  # by name: the model's shape
     assert lanes["pieces"] >= 2 and 2 * (P - 1) / P * COUNT * 4 / lanes["time_s"] >= 360e9
     r = _C.simulate(_C.Collective.all_reduce, "auto", COUNT, 4, 0, d)
@@ -72,8 +74,10 @@ def test_auto_picks_lanes_at_16_nodes(no_tuning):
 def test_requested_by_name_takes_the_models_shape(no_tuning, monkeypatch, name):
     """Requested by name (segment -1: the setting's) on the model, rail_halving and rail_lanes get
     the shape auto would give them, not COMMLIB_HIER_SEGMENT's default; with the setting set, its
-    segment."""
-    d = engine("dgx-h100", 16)
+    segment. (4 dgx-h100 nodes: rail_halving's model takes 8 segments, rail_lanes' 8 lanes of 16
+    segments, 6 % under the best of the default 2 lanes. At 16 nodes until session 30, where
+    rail_lanes' every shape played cost about 4 times the CPU.)"""
+    d = engine("dgx-h100", 4)
     modelled = simulate(d, name, -1)
     best = min(simulate(d, name, COUNT // k)["time_s"] for k in (2, 4, 8, 16))  # the lanes: 2 by default
     if name == "rail_halving":  # 262144: the setting's default, COUNT / 64 (K 16 at most)
@@ -122,9 +126,11 @@ def test_ramped_segments_shrink_the_fill(monkeypatch):
 
 
 def test_auto_ramps_where_the_model_says(no_tuning):
-    """16 dgx-h100 nodes, 256 MiB: auto's rail_lanes shape is ramped (396.6 GB/s, 387.8 equal)."""
-    d = engine("dgx-h100", 16)
-    out = _C.simulate(_C.Collective.all_reduce, "auto", (256 << 20) // 4, 4, 0, d)
+    """4 dgx-a100 nodes, 64 MiB: auto's rail_lanes shape is ramped (8 lanes of 16 segments: 243.2
+    GB/s, 240.1 equal). (16 dgx-h100 nodes, 256 MiB until session 30, 396.6 against 387.8: a
+    128-rank search, 26 s of the suite; on 4 and 8 dgx-h100 nodes rail_window wins instead.)"""
+    d = engine("dgx-a100", 4)
+    out = _C.simulate(_C.Collective.all_reduce, "auto", (64 << 20) // 4, 4, 0, d)
     assert out["algorithm"] == "rail_lanes" and out["share"] == 1, out
 
 
