@@ -12,6 +12,7 @@
 #include "policy/device_path_tuning.h"
 #include "policy/single_copy.h"
 #include "stream/kernel_path.h"
+#include "schedule/hierarchical_layout.h"
 #include "schedule/registry.h"
 
 namespace py = pybind11;
@@ -198,6 +199,9 @@ py::list trait_names(uint32_t t) {
 void bind_schedule(py::module_& m) {
   py::register_exception<VerificationError>(m, "VerificationError", PyExc_AssertionError);
 
+  m.def("set_overlap_memo", &sched::set_overlap_memo, py::arg("on"),
+        "Test hook: whether the overlapped pipeline reuses a host's aligned intra lanes across its local ranks "
+        "(on by default); returns the previous value.");
   m.def("algorithms", [](Collective collective) { return algorithms(collective); }, py::arg("collective"),
         "Registered algorithm names of a collective (\"auto\" not included).");
 

@@ -246,5 +246,10 @@ struct OverlapShape {
 // steps) when it does not apply: fewer than two hosts or segments, or unequal hosts.
 Schedule all_reduce_overlapped(const CollArgs& a, const Layout& y, const OverlapShape& shape = OverlapShape{});
 
+// Whether all_reduce_overlapped reuses a host's aligned intra lanes of a tick across its local
+// ranks (a per-thread memo, hierarchical_overlap.cc); returns the previous value. On by default;
+// off only to check that the memo changes nothing (tests: _C.set_overlap_memo).
+bool set_overlap_memo(bool on);
+
 }  // namespace sched
 }  // namespace commlib
