@@ -5,7 +5,8 @@ with the memo must equal, op for op, the one built without it (_C.set_overlap_me
 hierarchical with the built-in and registered intra algorithms, pieces cut and capped, rail_halving
 (paired by elements, ramped), rail_lanes (lanes of unequal counts), rail_window, unequal and
 folded hosts, up to 64 ranks and awkward counts; and built in reverse rank order, so that the
-lanes a rank reuses were built by another local rank."""
+lanes a rank reuses were built by another local rank; and an intra algorithm registered again from
+Python under the same name is not served from the memo (its key holds the registry's generation)."""
 import pytest
 
 from commlib import _C
@@ -67,3 +68,37 @@ def test_schedules_identical_with_and_without_the_memo(case, memo_restored):
     assert _C.set_overlap_memo(True) is False
     assert build(case, range(P)) == plain
     assert build(case, reversed(range(P))) == plain
+
+
+@pytest.mark.timeout(120)
+def test_a_reregistered_intra_algorithm_is_not_served_from_the_memo(memo_restored):
+    """The memo's key holds the registry's generation: an intra algorithm registered from Python,
+    removed and registered again under the same name with another builder, gets the new lanes."""
+    import commlib
+
+    name, hosts, count = "memo_probe", hosts_of(2, 4), 4 * 3 * 8 * PIECE + 5
+    case = ("hierarchical", hosts, count, "ring", 4 * 8 * PIECE, name, 0, 0)
+    P = len(hosts)
+
+    def register(inner):
+        for coll in ("reduce_scatter", "all_gather"):
+            commlib.register_algorithm(coll, name, lambda r, s, c, root, coll=coll: commlib.schedule(coll, inner, r, s, c, root))
+
+    def unregister():
+        for coll in ("reduce_scatter", "all_gather"):
+            commlib.unregister_algorithm(coll, name)
+
+    built = {}
+    try:
+        for inner in ("ring", "direct"):
+            register(inner)
+            try:
+                _C.set_overlap_memo(True)
+                built[inner] = build(case, range(P))
+                _C.set_overlap_memo(False)
+                assert build(case, range(P)) == built[inner]
+            finally:
+                unregister()
+    finally:
+        _C.set_overlap_memo(True)
+    assert built["ring"] != built["direct"]  # the second registration's lanes, not the first's
