@@ -55,7 +55,7 @@ ALL_STEPS="build,import,torch,kernels,kernels_bw,copy,latency,staged,auto_route,
 # target of issues #37 and #38 the script measures, and the correctness of what never ran on a GPU,
 # with the launch step at the issue's 4 ranks only. Its steps' limits add up to at most its budget
 # (the dry run says so, and fails where they do not fit the device budget).
-LENT_STEPS="build,import,kernels,staged,launch,trace,gpu,bench"
+LENT_STEPS="build,import,kernels,copy,staged,launch,trace,gpu,bench"
 # The device budget a lent task has (15 minutes, its start and idle waits counted), a machine's
 # start (a minute or more: 90 s assumed), the two transfers of a call (20 s each), the give-back,
 # and the step a second command reruns at once if it failed or was cut (the machine still warm:
@@ -129,7 +129,14 @@ if wants build; then
   # Only the lent GPU's architecture (COMMLIB_CUDA_ARCHS): half the nvcc time of the default 80,90.
   arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
   [ -n "$arch" ] && export COMMLIB_CUDA_ARCHS=${COMMLIB_CUDA_ARCHS:-$arch}
-  if ! run_step build 120 "\`$PY setup.py build_ext --inplace\` (_C, _C_cuda for sm_${COMMLIB_CUDA_ARCHS:-80,90}, _C_torch; $(nproc) jobs)" \
+  # The build's longest jobs, one core each (session 31, on CI's 2-core Intel machine): the CUDA plan
+  # kernel for sm_90 alone 129 s, 80 s with nvcc's --split-compile=0 on two cores (its optimiser's and
+  # ptxas's work spread over threads; ~40 s expected on 16: the step's 120 s was too close without
+  # it); the torch backend's files after torch's 107 s precompiled header (~170 s in all), ~60 s
+  # as COMMLIB_UNITY_BINDINGS' three unity files (no header; -O3 as before: the glue's -O1,
+  # COMMLIB_BINDINGS_O1, is CI's alone, since the launch step times the host path).
+  export COMMLIB_UNITY_BINDINGS=1 NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS:+$NVCC_APPEND_FLAGS }--split-compile=0"
+  if ! run_step build 120 "\`$PY setup.py build_ext --inplace\` (_C, _C_cuda for sm_${COMMLIB_CUDA_ARCHS:-80,90} with --split-compile=0, _C_torch; unity files; $(nproc) jobs)" \
     "$PY" setup.py build_ext --inplace; then
     # _C_torch is built against the machine's torch (another version than CI's): a failure there
     # is recorded above and the rest is checked without it (groups then use the Python backend).
@@ -194,6 +201,11 @@ if wants copy; then
   # (COMMLIB_DEVICE_COPY_RECV: gated kernels that read the host stop word per block; the same
   # kernels gated on a device mirror of it, the prepared fix; ungated; plain copies by
   # cudaMemcpyAsync), one and two streams, 4 and 64 MiB: which of the suspects the time follows.
+  if [ $lent -eq 1 ]; then
+    # --lent's short form (session 31): the hypothesis's test alone, the ring at 4 and 64 MiB, one stream
+    latency_step copy 40 "The copy path alone (fresh processes, no kernel path): ring at 4 and 64 MiB, data operations gated / mirror / ungated / driver" \
+      --paths copy --sizes 4M,64M --algorithms ring --reps 5 --sweep COMMLIB_DEVICE_COPY_RECV=gated,mirror,ungated,driver
+  else
   latency_step copy 180 "The copy path alone (fresh processes, no kernel path): ring and direct at 4 and 64 MiB, data operations gated / mirror / ungated / driver, 1 and 2 streams" \
     --paths copy --sizes 4M,64M --algorithms ring,direct --reps 10 --sweep COMMLIB_DEVICE_COPY_RECV=gated,mirror,ungated,driver \
     --sweep COMMLIB_DEVICE_STREAMS=1,2
@@ -201,6 +213,7 @@ if wants copy; then
   # stream blocked in cuStreamWaitValue64 can hold back kernels of another stream on its queue.
   latency_step copy_queues 60 "The copy path's 64 MiB ring with 1 and 32 hardware queues per process (CUDA_DEVICE_MAX_CONNECTIONS)" \
     --paths copy --sizes 64M --algorithms ring --reps 10 --sweep CUDA_DEVICE_MAX_CONNECTIONS=1,32
+  fi
 fi
 if wants latency; then
   # The one-sided (mapped) all_reduces run on the kernel path only (the copy path's rows say it
@@ -215,7 +228,7 @@ if wants staged; then
   # exceeds them: that row says it was refused). Never run on a GPU; docs/gpu.md has its prediction.
   export PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
   # (the fused two-shot alone, auto's staged choice: the target's; the others staged are auto_route's)
-  latency_step staged 40 "The staged path (cudaMallocAsync tensors, no peer maps them): 64 and 256 MiB fused two-shot all_reduce staged in the arena and through the slots" \
+  latency_step staged 35 "The staged path (cudaMallocAsync tensors, no peer maps them): 64 and 256 MiB fused two-shot all_reduce staged in the arena and through the slots" \
     --paths kernel --sizes 64M,256M --reps 10 --algorithms mapped_fused_two_shot \
     --sweep COMMLIB_DEVICE_STAGING=pool,slots
   unset PYTORCH_CUDA_ALLOC_CONF
@@ -238,10 +251,11 @@ fi
 if wants launch; then
   # Issue #37's launch targets (bench/gpu_launch.py): its own table, as latency_step's.
   [ $dry -eq 0 ] && mkdir -p bench/results
+  launch_limit=30; [ $lent -eq 1 ] && launch_limit=20  # (session 14: 9-10 s a rank count)
   launch_run() {  # name, ranks, what, extra arguments of bench/gpu_launch.py
     local name=$1 np_=$2 what=$3
     shift 3
-    run_step "$name" 30 "Issue #37's launch targets: 8 B all_reduce enqueue, back-to-back, synchronous and a replayed graph of 100 calls against torch's add_ and an empty kernel, $what" \
+    run_step "$name" $launch_limit "Issue #37's launch targets: 8 B all_reduce enqueue, back-to-back, synchronous and a replayed graph of 100 calls against torch's add_ and an empty kernel, $what" \
       "$PY" bench/gpu_launch.py --np "$np_" --json "bench/results/gpu_$name.json" "$@"
     if [ $dry -eq 0 ] && [ -s "$logs/$name.log" ]; then
       { echo "### Launch targets, $what (bench/gpu_launch.py)"; echo; sed -n '/^[0-9]* ranks\{0,1\} on/,$p' "$logs/$name.log"; echo; } >> "$logs/bench.md"
@@ -268,7 +282,7 @@ fi
 if wants trace || wants trace_msg; then  # issue #38 item 6; docs/gpu.md "The trace" has the per-block model's predictions
   trace_dir=${OUT:-$ROOT/bench/results}/gpu_trace mps_note=""
   if [ "$gpus" -lt 2 ] && start_mps mps_trace; then mps_note=", under MPS"; fi
-  wants trace && run_step trace 30 "One 64 MiB mapped_fused_two_shot all_reduce traced (COMMLIB_DEVICE_TRACE=1), 4 ranks on GPU 0$mps_note: the timeline in $trace_dir/trace.json" \
+  wants trace && run_step trace $((lent ? 20 : 30)) "One 64 MiB mapped_fused_two_shot all_reduce traced (COMMLIB_DEVICE_TRACE=1), 4 ranks on GPU 0$mps_note: the timeline in $trace_dir/trace.json" \
     "$PY" bench/gpu_trace.py --np 4 --size 64M --out "$trace_dir"
   # a message plan's trace too (session 17): where the staged two_shot's time goes, step by step
   wants trace_msg && run_step trace_msg 30 "One 64 MiB two_shot all_reduce (a message plan) traced, 4 ranks on GPU 0$mps_note: $trace_dir/two_shot/trace.json" \
@@ -287,7 +301,8 @@ fi
 if wants gpu; then
   # tests/device/test_symmetric_cuda.py (issue #38 item 1's symmetric pool on CUDA, never run on a
   # GPU; ~10 s) is among the first modules collected (tests/device).
-  run_step gpu 140 "\`pytest -m gpu tests/ --ignore=tests/kernels\`: every other @pytest.mark.gpu test (device buffers and the symmetric pool on CUDA, the stream engine with 2 and 4 ranks on GPU 0, torch backend, parallel), no MPS" \
+  # (--lent: 55 tests in session 31; session 14's 36 took 70 s)
+  run_step gpu $((lent ? 170 : 140)) "\`pytest -m gpu tests/ --ignore=tests/kernels\`: every other @pytest.mark.gpu test (device buffers and the symmetric pool on CUDA, the stream engine with 2 and 4 ranks on GPU 0, torch backend, parallel), no MPS" \
     "${PYTEST[@]}" -m gpu tests/ --ignore=tests/kernels
 fi
 
@@ -334,15 +349,19 @@ if wants bench; then
     common[4]=$np
   fi
   [ $dry -eq 0 ] && mkdir -p bench/results
-  run_step bench_small 25 "all_reduce 16 B .. 1 MiB (issue #38's one-shot target from 64 KiB), $np ranks ($note$mps), kernel and copy paths" \
+  run_step bench_small $((lent ? 20 : 25)) "all_reduce 16 B .. 1 MiB (issue #38's one-shot target from 64 KiB), $np ranks ($note$mps), kernel and copy paths" \
     "$PY" -m commlib bench "${common[@]}" -b 16 -e 1M -f 4 --json "bench/results/${tag}_small.json"
-  run_step bench_large 80 "all_reduce $large_what, $np ranks ($note$mps), kernel and copy paths" \
-    "$PY" -m commlib bench "${common[@]}" "${large[@]}" --json "bench/results/${tag}_large.json"
+  # --lent: the kernel path alone at the large sizes (session 14's bench_large timed out on the copy
+  # path's 90-320 ms calls: "The copy path's large-message regression"; the copy step times that path)
+  large_cmd=("${common[@]}") large_paths="kernel and copy paths" large_limit=80
+  [ $lent -eq 1 ] && large_cmd[18]=kernel large_paths="kernel path (the copy path: the copy step)" large_limit=50
+  run_step bench_large $large_limit "all_reduce $large_what, $np ranks ($note$mps), $large_paths" \
+    "$PY" -m commlib bench "${large_cmd[@]}" "${large[@]}" --json "bench/results/${tag}_large.json"
   # Issue #38's other targets: reduce_scatter and all_gather on mapped buffers >= 0.8x a copy at
   # 256 MiB (docs/gpu.md "Prediction for the fused reduce_scatter and the all_gather"), kernel path.
   for coll in reduce_scatter all_gather; do
     algos=ring,mapped,auto; [ $coll = reduce_scatter ] && algos=ring,mapped,mapped_fused,auto
-    run_step "bench_$coll" 35 "$coll $large_what, $np ranks ($note$mps), kernel path" \
+    run_step "bench_$coll" $((lent ? 30 : 35)) "$coll $large_what, $np ranks ($note$mps), kernel path" \
       "$PY" -m commlib bench $coll "${common[@]:1:14}" --algorithms $algos --paths kernel "${peers[@]}" "${large[@]}" \
       --json "bench/results/${tag}_$coll.json"
   done
@@ -351,7 +370,7 @@ if wants bench; then
   # job (bench/gpu_symm.py); where torch refuses several ranks on one GPU its rows say why. One
   # GPU only (with several, the bench's ranks each have a GPU and NCCL is the peer); not emulated.
   if [ $emulated -eq 0 ] && [ "$gpus" -lt 2 ]; then
-    run_step bench_symm 25 "torch's symmetric-memory all_reduce (one_shot, two_shot; TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1) at the bench's sizes beside commlib's mapped_one_shot and mapped_fused_two_shot, $np ranks on GPU 0$mps" \
+    run_step bench_symm $((lent ? 20 : 25)) "torch's symmetric-memory all_reduce (one_shot, two_shot; TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1) at the bench's sizes beside commlib's mapped_one_shot and mapped_fused_two_shot, $np ranks on GPU 0$mps" \
       "$PY" bench/gpu_symm.py --np "$np" --reps 10 --json "bench/results/${tag}_symm.json"
     if [ $dry -eq 0 ] && [ -s "$logs/bench_symm.log" ]; then
       { echo "### torch's symmetric-memory all_reduce beside commlib's mapped one (bench/gpu_symm.py$mps)"; echo

@@ -71,6 +71,13 @@ write_report() {
       cat "$logs/kept.md"
     fi
   } > "$out"
+  # On a lent machine what comes back is what lies under $OUT: the report, the steps' logs and the
+  # bench's JSON, copied after every step (a command cut at its limit still returns them).
+  if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
+    cp "$out" "$OUT/" 2>/dev/null
+    tar czf "$OUT/gpu_check_logs.tgz" -C "$logs" . 2>/dev/null
+    [ -d "$ROOT/bench/results" ] && tar czf "$OUT/gpu_check_results.tgz" -C "$ROOT" bench/results 2>/dev/null
+  fi
 }
 
 # dry_summary: the end of a dry run: the steps' limits added up against the script's budget and,

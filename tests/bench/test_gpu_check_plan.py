@@ -122,7 +122,7 @@ def test_the_lent_command_fits_the_device_budget_with_a_rerun(tmp_path):
     all_reduce to 1 MiB and 64-256 MiB, reduce_scatter and all_gather at 256 MiB."""
     lines = _plan(tmp_path, 1, True, "", args=("--lent",))
     limits = _limits(lines)
-    assert list(limits) == ["build", "import", "kernels", "staged", "launch", "trace", "gpu", "bench_small",
+    assert list(limits) == ["build", "import", "kernels", "copy", "staged", "launch", "trace", "gpu", "bench_small",
                             "bench_large", "bench_reduce_scatter", "bench_all_gather", "bench_symm"], limits
     summary = [ln for ln in lines if ln.startswith("gpu_check: the steps' time limits add up to")]
     assert summary == [f"gpu_check: the steps' time limits add up to {sum(limits.values())}s, within the 590s "
@@ -132,6 +132,12 @@ def test_the_lent_command_fits_the_device_budget_with_a_rerun(tmp_path):
     assert total == 90 + 590 + 20 + limits["bench_large"] + 20 + 30 and total <= 900, device
     launch = [ln for ln in lines if "bench/gpu_launch.py" in ln and not ln.startswith("[")]
     assert len(launch) == 1 and "--np 4 " in launch[0], launch  # the issue's 4 ranks only
+    # the large all_reduce on the kernel path alone (the copy path's 90-320 ms calls cut session 14's),
+    # the copy path timed by the copy step's short form instead
+    large = [ln for ln in lines if "bench all_reduce" in ln and "-b 64M" in ln and not ln.startswith("[")]
+    assert len(large) == 1 and "--paths kernel " in large[0], large
+    copy = [ln for ln in lines if "--paths copy" in ln and not ln.startswith("[")]
+    assert len(copy) == 1 and "COMMLIB_DEVICE_COPY_RECV=gated,mirror,ungated,driver" in copy[0], copy
 
 
 @pytest.mark.parametrize("budget,why", [("400", "limits over the budget"), ("600", "over one command")])
