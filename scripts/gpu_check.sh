@@ -301,8 +301,8 @@ fi
 if wants gpu; then
   # tests/device/test_symmetric_cuda.py (issue #38 item 1's symmetric pool on CUDA, never run on a
   # GPU; ~10 s) is among the first modules collected (tests/device).
-  # (--lent: 55 tests in session 31; session 14's 36 took 70 s)
-  run_step gpu $((lent ? 170 : 140)) "\`pytest -m gpu tests/ --ignore=tests/kernels\`: every other @pytest.mark.gpu test (device buffers and the symmetric pool on CUDA, the stream engine with 2 and 4 ranks on GPU 0, torch backend, parallel), no MPS" \
+  # (55 tests in session 31, in 62 s with their pools cached; session 14's 36 took 70 s)
+  run_step gpu 170 "\`pytest -m gpu tests/ --ignore=tests/kernels\`: every other @pytest.mark.gpu test (device buffers and the symmetric pool on CUDA, the stream engine with 2 and 4 ranks on GPU 0, torch backend, parallel), no MPS" \
     "${PYTEST[@]}" -m gpu tests/ --ignore=tests/kernels
 fi
 

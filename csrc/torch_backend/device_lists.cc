@@ -12,6 +12,7 @@
 // move as they lie (not contiguous, on another device, conjugate or negative views) move through a
 // contiguous copy on the call's device: a send's made at the call on the current stream, a
 // receive's copied back on it after the batch. Nothing is staged through one flat buffer.
+#include <ATen/MemoryOverlap.h>  // (at::get_overlap_status: torch 2.11 declares it here alone)
 #include <c10/core/StreamGuard.h>
 
 #include <string>

@@ -15,6 +15,14 @@ STEPS, ROWS_PER_RANK, SEQ, LR = 10, 2, 16, 1e-2
 VARIANTS = {"plain": (None, None), "int8": ("int8", "int8"), "int8_int4": ("int8", "int4")}
 
 
+def fsdp_param_group(module):
+    """`module`'s FSDP2 parameter group (a private attribute: torch 2.13 keeps a list of them,
+    `_fsdp_param_groups`; 2.11, the lent GPU machine's, one, `_fsdp_param_group`)."""
+    state = module._get_fsdp_state()
+    groups = getattr(state, "_fsdp_param_groups", None)
+    return groups[0] if groups is not None else state._fsdp_param_group
+
+
 def case_tinygpt_fsdp(comm, variant):
     """Returns (global losses per step, bytes the mesh group's communicator sent during training,
     the full parameters' bytes, (all-gather calls, reduce-scatter calls, the reduce-scatters'
@@ -42,8 +50,7 @@ def case_tinygpt_fsdp(comm, variant):
                                         ROWS_PER_RANK)
     sent = core.bytes_sent() - before
     if ag or rs:
-        comms = [(m._get_fsdp_state()._fsdp_param_groups[0]._all_gather_comm,
-                  m._get_fsdp_state()._fsdp_param_groups[0]._reduce_scatter_comm) for m in changed]
+        comms = [(fsdp_param_group(m)._all_gather_comm, fsdp_param_group(m)._reduce_scatter_comm) for m in changed]
         calls = (sum(a.calls for a, _ in comms), sum(r.calls for _, r in comms),
                  [float(r.residual.norm()) if r.residual is not None else 0.0 for _, r in comms])
     full = torch.cat([p.full_tensor().detach().reshape(-1) for p in model.parameters()]).numpy().tobytes()

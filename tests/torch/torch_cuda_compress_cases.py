@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 import commlib.torch.hooks as hooks
+from fsdp_compress_cases import fsdp_param_group
 from torch_cuda_cases import _cuda_setup, _fsdp2_trained, _mlp, _train
 
 
@@ -84,7 +85,7 @@ def case_cuda_fsdp2_compressed(comm, steps=6):
         model, runs[device], changed = _fsdp2_trained(
             mesh, device, comm.rank, steps,
             lambda m: fsdp_hooks.compress_fsdp(m, all_gather="int8", reduce_scatter="int8"))
-        groups = [m._get_fsdp_state()._fsdp_param_groups[0] for m in changed]
+        groups = [fsdp_param_group(m) for m in changed]
         gathers = [g._all_gather_comm for g in groups]
         scatters = [g._reduce_scatter_comm for g in groups]
         if not all(a.calls for a in gathers) or not all(r.calls for r in scatters):
