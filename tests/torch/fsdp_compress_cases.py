@@ -16,11 +16,15 @@ VARIANTS = {"plain": (None, None), "int8": ("int8", "int8"), "int8_int4": ("int8
 
 
 def fsdp_param_group(module):
-    """`module`'s FSDP2 parameter group (a private attribute: torch 2.13 keeps a list of them,
-    `_fsdp_param_groups`; 2.11, the lent GPU machine's, one, `_fsdp_param_group`)."""
+    """`module`'s FSDP2 parameter group, None where it holds no parameters of its own (a root whose
+    parameters are all in its fully_shard-ed children: no collective of its own). A private
+    attribute: torch 2.13 keeps a list of them, `_fsdp_param_groups`; 2.11, the lent GPU machine's,
+    one, `_fsdp_param_group` (session 31's GPU run: None for such a root)."""
     state = module._get_fsdp_state()
     groups = getattr(state, "_fsdp_param_groups", None)
-    return groups[0] if groups is not None else state._fsdp_param_group
+    if groups is not None:
+        return groups[0] if groups else None
+    return state._fsdp_param_group
 
 
 def case_tinygpt_fsdp(comm, variant):
@@ -50,7 +54,8 @@ def case_tinygpt_fsdp(comm, variant):
                                         ROWS_PER_RANK)
     sent = core.bytes_sent() - before
     if ag or rs:
-        comms = [(fsdp_param_group(m)._all_gather_comm, fsdp_param_group(m)._reduce_scatter_comm) for m in changed]
+        groups = [g for g in map(fsdp_param_group, changed) if g is not None]
+        comms = [(g._all_gather_comm, g._reduce_scatter_comm) for g in groups]
         calls = (sum(a.calls for a, _ in comms), sum(r.calls for _, r in comms),
                  [float(r.residual.norm()) if r.residual is not None else 0.0 for _, r in comms])
     full = torch.cat([p.full_tensor().detach().reshape(-1) for p in model.parameters()]).numpy().tobytes()

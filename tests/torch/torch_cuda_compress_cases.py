@@ -85,7 +85,7 @@ def case_cuda_fsdp2_compressed(comm, steps=6):
         model, runs[device], changed = _fsdp2_trained(
             mesh, device, comm.rank, steps,
             lambda m: fsdp_hooks.compress_fsdp(m, all_gather="int8", reduce_scatter="int8"))
-        groups = [fsdp_param_group(m) for m in changed]
+        groups = [g for g in map(fsdp_param_group, changed) if g is not None]
         gathers = [g._all_gather_comm for g in groups]
         scatters = [g._reduce_scatter_comm for g in groups]
         if not all(a.calls for a in gathers) or not all(r.calls for r in scatters):
