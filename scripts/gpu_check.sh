@@ -199,7 +199,7 @@ if wants copy; then
   # (session 14) a 64 MiB ring took 92 ms there, 1.4 ms on the H100 two days before (docs/gpu.md,
   # "The copy path's large-message regression"). Its data operations four ways
   # (COMMLIB_DEVICE_COPY_RECV: gated kernels that read the host stop word per block; the same
-  # kernels gated on a device mirror of it, the prepared fix; ungated; plain copies by
+  # kernels gated on a device mirror of it, the default since session 31; ungated; plain copies by
   # cudaMemcpyAsync), one and two streams, 4 and 64 MiB: which of the suspects the time follows.
   if [ $lent -eq 1 ]; then
     # --lent's short form (session 31): the hypothesis's test alone, the ring at 4 and 64 MiB, one stream

@@ -66,12 +66,12 @@ class CopyPath final : public DevicePathRunner {
   // flight (COMMLIB_DEVICE_SLOTS <= 64), and every message moves at least one chunk, so a sender
   // never overwrites a descriptor its receiver has not checked yet.
   static constexpr uint64_t kP2PRing = 128;
-  // COMMLIB_DEVICE_COPY_RECV (a diagnostic of the H200's large-message regression, docs/gpu.md
-  // "The copy path's large-message regression"): gated (the stop word read by every block of every
-  // copy and reduction kernel), mirror (each such kernel gated on a device word the stream filled
-  // from the stop word just before it: one read of host memory per operation, not per block),
-  // ungated (those kernels without a gate), driver (plain copies by the driver's copy engines,
-  // reductions ungated). ungated and driver let a mismatched call write.
+  // COMMLIB_DEVICE_COPY_RECV (docs/gpu.md "The copy path's large-message regression"): mirror, the
+  // default (each copy and reduction kernel gated on a device word the stream filled from the stop
+  // word just before it: one read of host memory per operation, not per block), gated (the stop
+  // word read by every block of every such kernel: the H200's large-message regression, a
+  // diagnostic), ungated (those kernels without a gate), driver (plain copies by the driver's copy
+  // engines, reductions ungated). ungated and driver let a mismatched call write.
   enum class DataOps : uint8_t { Gated, Mirror, Ungated, Driver };
   // mirror: device words at the inbox's end, one per data operation in turn (a stream's refresh and
   // its kernel's read are stream-ordered; another stream's operation takes another word).
@@ -151,7 +151,8 @@ class CopyPath final : public DevicePathRunner {
   void project_region(const CodecSpec& spec, DType dtype, char* base, const std::vector<CodecPiece>& pieces, char* tmp,
                       DeviceStream& s);
   // A step's copy or reduction out of the inbox or between its own buffers, as COMMLIB_DEVICE_COPY_RECV
-  // says: gated kernels (the default), the same kernels not gated, or plain copies by the driver.
+  // says: gated kernels (on a device mirror of the stop word by default), the same kernels not gated,
+  // or plain copies by the driver.
   void data_copy(char* dst, const char* src, size_t bytes, DeviceStream& s);
   void data_reduce(char* dst, const char* src, size_t n, DType dtype, RedOp op, DeviceStream& s);
   const uint64_t* gate(DeviceStream& s);  // the word a data operation is gated on (null: none)

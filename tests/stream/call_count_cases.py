@@ -338,10 +338,10 @@ def late_peer_polls(comm, cases, late_s=0.2):
 
 
 def copy_recv_counts(comm, setting):
-    """COMMLIB_DEVICE_COPY_RECV=`setting` on the copy path (docs/gpu.md "The copy path's large-message
-    regression"): the driver calls one ring all_reduce and one ring all_gather (4 floats per rank)
-    make on this thread, and whether both results are right; then the same under the default
-    (gated), the baseline."""
+    """COMMLIB_DEVICE_COPY_RECV=`setting` (None: unset, the default) on the copy path (docs/gpu.md
+    "The copy path's large-message regression"): the driver calls one ring all_reduce and one ring
+    all_gather (4 floats per rank) make on this thread, and whether both results are right; then the
+    same under gated (no copy of the stop word), the baseline."""
     from kernel_path_cases import COPY_SETTINGS
 
     def run(sub):
@@ -349,5 +349,8 @@ def copy_recv_counts(comm, setting):
         counts, _, _, _ = _counted(lambda: [calls[name][0](False, None) for name in ("all_reduce", "all_gather")])
         _drain()
         return counts, all(calls[name][1]() for name in ("all_reduce", "all_gather"))
-    return [with_settings(comm, dict(COPY_SETTINGS, COMMLIB_DEVICE_COPY_RECV=s, COMMLIB_ALGO_ALL_REDUCE="ring",
-                                     COMMLIB_ALGO_ALL_GATHER="ring"), run) for s in (setting, "gated")]
+
+    def settings(s):
+        chosen = {} if s is None else {"COMMLIB_DEVICE_COPY_RECV": s}
+        return dict(COPY_SETTINGS, **chosen, COMMLIB_ALGO_ALL_REDUCE="ring", COMMLIB_ALGO_ALL_GATHER="ring")
+    return [with_settings(comm, settings(s), run) for s in (setting, "gated")]

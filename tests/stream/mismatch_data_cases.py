@@ -10,10 +10,11 @@ import commlib.emulated as emu
 from commlib.settings import overridden
 from kernel_path_cases import COPY_SETTINGS, KERNEL_SETTINGS
 
-# copy+mirror: the copy path's data operations gated on a device mirror of the stop word
-# (COMMLIB_DEVICE_COPY_RECV=mirror, docs/gpu.md "The copy path's large-message regression").
+# copy: the copy path's data operations as by default, gated on a device mirror of the stop word
+# (COMMLIB_DEVICE_COPY_RECV unset: mirror); copy+gated: on the stop word itself, read by every block
+# (COMMLIB_DEVICE_COPY_RECV=gated, a diagnostic: docs/gpu.md "The copy path's large-message regression").
 PATHS = {"kernel": KERNEL_SETTINGS, "copy": COPY_SETTINGS,
-         "copy+mirror": dict(COPY_SETTINGS, COMMLIB_DEVICE_COPY_RECV="mirror")}
+         "copy+gated": dict(COPY_SETTINGS, COMMLIB_DEVICE_COPY_RECV="gated")}
 N = 256  # elements: several of the test settings' 4 KiB chunks on the copy path
 
 

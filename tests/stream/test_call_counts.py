@@ -212,24 +212,27 @@ def test_steady_calls_on_cuda_complete_by_the_done_word(pool):
         assert right and seen, (rank, right, seen)
 
 
-@pytest.mark.parametrize("setting", ["gated", "mirror", "ungated", "driver"])
+@pytest.mark.parametrize("setting", [None, "mirror", "gated", "ungated", "driver"])
 def test_the_copy_paths_data_operations_follow_the_setting(pool, setting):
-    """COMMLIB_DEVICE_COPY_RECV (a diagnostic for the H200's copy-path regression: docs/gpu.md "The
-    copy path's large-message regression"): gated, every copy and reduction of a step is a kernel that
-    reads the stop word; mirror, the same gated kernels, each after a copy of the stop word into
-    the device word it reads; ungated, the same kernels without a gate; driver, the plain copies
+    """COMMLIB_DEVICE_COPY_RECV (docs/gpu.md "The copy path's large-message regression"): mirror,
+    the default (None: unset), every copy and reduction of a step is a kernel gated on a device word,
+    each after one copy of the stop word into that word (one per gated kernel, counted against
+    gated's); gated, the same kernels reading the stop word itself, no copy of it (the H200's
+    regression, a diagnostic); ungated, the same kernels without a gate; driver, the plain copies
     are the driver's (cudaMemcpyAsync) and the reductions ungated kernels. The results are right in
-    all four (test_mismatch_data.py: mirror keeps a mismatched call from writing)."""
+    all of them (test_mismatch_data.py: the default and gated keep a mismatched call from writing)."""
     for (counts, ok), (baseline, _) in pool(2, env=DELAY_ENV, own=COUNTING).run(
             copy_recv_counts, setting, timeout=60):
         assert ok, counts
         gated = counts.get("a gated copy kernel launch", 0) + counts.get("a gated reduction kernel launch", 0)
         kernels = counts.get("a copy kernel launch", 0) + counts.get("a reduction kernel launch", 0)
         assert counts.get("a gated reduction kernel launch", 0) + counts.get("a reduction kernel launch", 0) > 0, counts
-        if setting in ("gated", "mirror"):
+        if setting in (None, "gated", "mirror"):
             assert gated > 0 and kernels == 0 and counts.get("a gated copy kernel launch", 0) > 0, counts
+            assert gated == baseline.get("a gated copy kernel launch", 0) + \
+                baseline.get("a gated reduction kernel launch", 0), (counts, baseline)
             mirrored = counts.get("cudaMemcpyAsync", 0) - baseline.get("cudaMemcpyAsync", 0)
-            assert mirrored == (gated if setting == "mirror" else 0), counts
+            assert mirrored == (0 if setting == "gated" else gated), (counts, baseline)
         else:
             assert gated == 0 and kernels > 0, counts
             copies = counts.get("a copy kernel launch", 0)

@@ -36,7 +36,7 @@ def _check(results, cases, receivers_only=("p2p",)):
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("path", ["kernel", "copy", "copy+mirror"])
+@pytest.mark.parametrize("path", ["kernel", "copy", "copy+gated"])
 def test_a_mismatched_call_writes_nothing_and_raises(pool, path):
     _check(pool(2, env=DELAY_ENV).run(mismatched_calls, path, CASES, timeout=200), CASES)
 
