@@ -111,6 +111,11 @@ class CopyPath final : public DevicePathRunner {
   bool grouped(int peer) const { return peer != rank_ && grouped_[peer]; }
   bool remote(int peer) const { return peer != rank_ && remote_[peer]; }
   const uint64_t* stop_dev() const;  // the stop word's device address (gated operations)
+  // The word a write after a call's launch (avg's divide, on either path) is gated on: by default
+  // the stop word mirrored into a device word as the stream reaches the write (one read of host
+  // memory, not one per block: up to 8192 blocks per rank at 32 MiB and more); the stop word itself
+  // under the other COMMLIB_DEVICE_COPY_RECV settings (the divide stays gated whatever they do).
+  const uint64_t* gate_after_call(DeviceStream& s);
 
   // Sets the stop word (host memory: allowed in a host function).
   void stop_data();

@@ -28,6 +28,10 @@ const uint64_t* CopyPath::gate(DeviceStream& s) {
   return word;
 }
 
+const uint64_t* CopyPath::gate_after_call(DeviceStream& s) {
+  return data_ops_ == DataOps::Mirror ? gate(s) : stop_dev();
+}
+
 void CopyPath::data_copy(char* dst, const char* src, size_t bytes, DeviceStream& s) {
   if (data_ops_ == DataOps::Driver) device_->copy(dst, src, bytes, s);
   else device_->copy_unless(gate(s), dst, src, bytes, s);

@@ -380,7 +380,7 @@ Launched StreamEngine::enqueue_call(const CollectiveCall& call, const ResolvedPl
   Launched l = runner.enqueue(PathCall{plan, call, desc, bases, seq_, captured, mapped, plan_slot}, s);
   if (l.done) note_wait(StreamWait{l.done, l.target, l.peer, l.send, seq_});  // the launch's first peer until it completes
   if (avg_divides(call, rank_) && call.count) {
-    device_->divide_unless(copy_->stop_dev(), out, static_cast<size_t>(call.count), call.dtype, size_, s);
+    device_->divide_unless(copy_->gate_after_call(s), out, static_cast<size_t>(call.count), call.dtype, size_, s);
     l.done_dev = nullptr;  // the divide ends the call, after the launch: its completion is an event
   }
   return l;

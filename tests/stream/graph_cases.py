@@ -164,6 +164,25 @@ def capture_refusals(comm):
     return with_settings(comm, KERNEL_SETTINGS, kernel), with_settings(comm, COPY_SETTINGS, copy)
 
 
+def captured_avg_replays(comm, replays=4):
+    """An avg all_reduce (its divide after the launch, gated on the stop word mirrored by a copy
+    that is captured with it) captured after a warm-up, replayed with new inputs: whether every
+    replay's result is the ranks' mean."""
+    def run(sub):
+        P, x = sub.size, emu.from_numpy(np.zeros(1000, np.float32))
+        sub.all_reduce(x, op="avg")
+        g = emu.Graph()
+        with emu.graph(g):
+            sub.all_reduce(x, op="avg")
+        right = []
+        for i in range(1, replays + 1):
+            x.copy_(emu.from_numpy(np.full(1000, (sub.rank + 1) * i, np.float32)))
+            g.replay()
+            right.append(bool((x.numpy() == np.float32(i * (P + 1) / 2)).all()))
+        return right
+    return with_settings(comm, KERNEL_SETTINGS, run)
+
+
 def captured_all_reduce(comm):
     """A sub-communicator whose all_reduce of 1000 ones is warmed up, captured in a graph and
     replayed once (complete): (sub, its buffer, the graph)."""

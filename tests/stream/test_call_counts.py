@@ -178,11 +178,12 @@ def test_waits_on_another_stream_are_one_stream_wait_on_the_done_word(pool):
         assert out["synchronize"][0] == {} and out["is_completed"][0] == {}, out
         # avg: its divide runs after the launch, so its completion is an event, recorded per call and
         # queried at most once by a later call's retire (created while the pool has none free: back
-        # to back, the calls in flight hold theirs).
+        # to back, the calls in flight hold theirs); the divide is gated on the stop word mirrored
+        # into a device word by one 8-byte copy (not read from host memory by each of its blocks).
         calls, hits = out["avg"]
         assert hits == n and calls.pop("cudaEventQuery", 0) <= n and calls.pop("cudaEventCreate", 0) <= n, calls
         assert calls == {**{k: v * n for k, v in PER_CALL.items()}, "cudaEventRecord": n,
-                         "a gated divide kernel launch": n}, calls
+                         "a gated divide kernel launch": n, "cudaMemcpyAsync": n}, calls
 
 
 def test_a_completion_event_orders_another_stream_and_costs_one_record(pool):

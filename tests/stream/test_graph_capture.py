@@ -56,6 +56,12 @@ def test_capture_without_warm_up_or_on_the_copy_path_is_refused_by_name(pool):
 
 
 @pytest.mark.timeout(90)
+def test_a_captured_avg_all_reduce_divides_on_every_replay(pool):
+    for rank, right in enumerate(pool(SIZE, env=DELAY_ENV).run(graph_cases.captured_avg_replays, timeout=60)):
+        assert right == [True] * 4, (rank, right)
+
+
+@pytest.mark.timeout(90)
 def test_a_rank_killed_during_replays_is_a_peer_error_on_the_survivors():
     results = run_killing_one_rank(3, 0, kill_during_replay, env=dict(DELAY_ENV, **KERNEL_SETTINGS), timeout=60)
     assert_survivors_named_the_dead_rank(results, 0, call="replayed graph", within_s=20)
