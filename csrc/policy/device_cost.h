@@ -61,6 +61,10 @@ struct DeviceCostParams {
   double grid_barrier_s = 1e-6;             // t_b
   double one_sided_bytes_per_s = 0.975e12;  // R of a one-sided plan, per rank
   double message_bytes_per_s = 0.382e12;    // R of a message plan, per rank
+  double one_block_bytes = 8192;            // a message plan whose items are all this small runs on one
+                                            // block (COMMLIB_DEVICE_LL_BYTES's default)
+  double block_bytes = 262144;              // a one-sided grid's bytes per block per handshake
+                                            // (COMMLIB_DEVICE_BLOCK_BYTES's default)
 };
 double handshake_seconds(int size, const DeviceCostParams& params = {});
 
