@@ -108,7 +108,9 @@ bool one_shot_size(int size, uint64_t bytes) { return bytes * static_cast<uint64
 }  // namespace
 
 std::string kernel_auto_choice(const KernelAutoCall& call, int size, DeviceRoute route, uint64_t slots_bytes) {
-  if (one_shot_size(size, call.bytes()))  // the one-shot (all_reduce), else the policy's
+  // Rule 2, but for an all_reduce on mapped buffers: the model (device_auto.h says why)
+  const bool measured = call.coll == Collective::AllReduce && route == DeviceRoute::Mapped;
+  if (!measured && one_shot_size(size, call.bytes()))  // the one-shot (all_reduce), else the policy's
     return call.coll == Collective::AllReduce ? "direct" : call.policy_algorithm;
   return model_choice(call, size, route, slots_bytes);
 }

@@ -38,10 +38,14 @@
 //   1. a tuning row measured on the kernel path (the tuning file's "kernel_path" section, TuningRow::
 //      kernel_path) for this world size and size wins: a measurement beats the model;
 //   2. where each rank receives at most kOneShotBytes ((P - 1) x the message, or the output block):
-//      `direct` for an all_reduce, the policy's algorithm for a reduce_scatter. There the handshakes
-//      decide, and the model has no fit: its constants come from 64 and 256 MiB calls, and the one
-//      measurement of small calls (session 14, 8 B at 4 ranks, before the one-block plans) ran ring's
-//      six waits in sequence faster than direct's one (68 against 92 us), which no count of waits explains;
+//      `direct` for an all_reduce on a staged route, the policy's algorithm for a reduce_scatter.
+//      There the handshakes decide, and the model has no fit on those routes: its constants come
+//      from 64 and 256 MiB calls, and session 14's one measurement of small calls (8 B at 4 ranks,
+//      before the one-block plans) ran ring's six waits faster than direct's one (68 against 92 us).
+//      An all_reduce on mapped buffers is the model's at every size: session 31's H200 run measured
+//      every candidate there from 16 B to 1 MiB, and the model (its waits corrected then) picks what
+//      ran fastest: direct up to 8 KiB (one block), the fused two-shot from 16 KiB (46 us at 64 KiB,
+//      where rule 2's direct took 412; docs/gpu.md "Device auto by the cost model");
 //   3. the model's fastest candidate on the call's route; on the slots' route only the one-sided
 //      candidates whose staged buffers fit the slots area (a larger call is refused there, and the
 //      message plans stream any size through the slots). The choice is memoised per (collective,

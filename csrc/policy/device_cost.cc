@@ -2,6 +2,7 @@
 #include "policy/device_cost.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "common/shapes.h"
 #include "schedule/registry.h"
@@ -98,7 +99,27 @@ DeviceCost device_call_cost(Collective coll, const std::string& algorithm, int s
     t += c.staged_bytes;
   }
   if (staged && route == DeviceRoute::Slots) c.waits += 1;  // the closing handshake
-  c.grid_barriers = !one_sided ? static_cast<int>(s.steps.size()) : staged ? 2 : 1;
+  if (one_sided) {
+    // The grid KernelPath::upload sizes: a block per block_bytes of one handshake's region (an
+    // all_reduce's 1/P block); on one block a grid barrier is the block's own __syncthreads.
+    const double per_handshake = static_cast<double>(count) * e / (coll == Collective::AllReduce ? size : 1);
+    const bool one_block = per_handshake < 2 * params.block_bytes;
+    c.grid_barriers = one_block ? 0 : staged ? 2 : 1;
+  } else {
+    // A message plan: one block where every item fits the LL protocol (KernelPath::launch), its
+    // check folded into the data handshakes where every peer has a message; else a grid, the
+    // check its own exchange (a wait before the first step) and grid barrier.
+    bool one_block = size > 1, every_peer = false;
+    std::vector<bool> peer(size, false);
+    for (const Step& st : s.steps)
+      for (const Op& o : st.ops) {
+        one_block = one_block && static_cast<double>(std::max(o.dst.count, o.src.count)) * e <= params.one_block_bytes;
+        if (is_message(o.kind) && o.peer >= 0 && o.peer < size) peer[o.peer] = true;
+      }
+    every_peer = std::count(peer.begin(), peer.end(), true) == size - 1;
+    if (size > 1 && !(one_block && every_peer)) c.waits += 1;  // the descriptor check's exchange
+    c.grid_barriers = one_block ? 0 : static_cast<int>(s.steps.size()) + 1;
+  }
   c.traffic_bytes = t;
   const double rate = one_sided ? params.one_sided_bytes_per_s : params.message_bytes_per_s;
   c.seconds = params.launch_s + c.waits * handshake_seconds(size, params) + c.grid_barriers * params.grid_barrier_s +

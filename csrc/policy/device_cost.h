@@ -17,10 +17,16 @@
 //      These are the counts tests/stream/test_one_sided_kernel.py measures on the emulated device
 //      (the data and staged bytes of `kernel_counters()`), and the model's test compares with them.
 //   W  the cross-rank waits in sequence: the schedule's steps that wait on a peer (a receive, or a
-//      one-sided wait; a step's waits overlap), and the closing handshake a launch staged through the
-//      slots adds (docs/gpu.md "Which buffers take which path").
-//   G  grid barriers per block: a message plan one per step, a one-sided plan one (the descriptor
-//      check's), two staged (the copy-in's and the copy-out's).
+//      one-sided wait; a step's waits overlap), the closing handshake a launch staged through the
+//      slots adds (docs/gpu.md "Which buffers take which path"), and a message plan's descriptor
+//      check where it is its own exchange: on a grid (some item above COMMLIB_DEVICE_LL_BYTES'
+//      default, 8 KiB), or one block whose plan misses a peer; one block joining every peer folds
+//      it into the data handshakes (plan_call_check.cuh). Session 31's H200 run: direct 45.3 us at
+//      4 KiB (one block), 73.7 at 16 KiB (a grid).
+//   G  grid barriers per block, none on a grid of one block (there the block's own __syncthreads):
+//      a message plan one per step and the check's, a one-sided plan one (the descriptor check's),
+//      two staged (the copy-in's and the copy-out's); a one-sided grid is a block per
+//      COMMLIB_DEVICE_BLOCK_BYTES (256 KiB) of a handshake's region (an all_reduce's 1/P block).
 //   R  bytes per second per rank: a one-sided plan's (every block streams its own byte range) or a
 //      message plan's (chunks through the slots in lockstep): fitted separately, below.
 //
@@ -61,6 +67,10 @@ struct DeviceCostParams {
   double grid_barrier_s = 1e-6;             // t_b
   double one_sided_bytes_per_s = 0.975e12;  // R of a one-sided plan, per rank
   double message_bytes_per_s = 0.382e12;    // R of a message plan, per rank
+  double one_block_bytes = 8192;            // a message plan whose items are all this small runs on one
+                                            // block (COMMLIB_DEVICE_LL_BYTES's default)
+  double block_bytes = 262144;              // a one-sided grid's bytes per block per handshake
+                                            // (COMMLIB_DEVICE_BLOCK_BYTES's default)
 };
 double handshake_seconds(int size, const DeviceCostParams& params = {});
 

@@ -56,7 +56,7 @@ KernelPath::KernelPath(std::shared_ptr<Device> device, int rank, int size, uint3
       slot_bytes_(slot_bytes), mode_(mode),
       ll_bytes_(device_ll_bytes_from_env(slot_bytes)),
       kernel_max_bytes_(kernel_path_crossover(size)),
-      split_bytes_(std::max<uint32_t>(ll_bytes_ + 1, static_cast<uint32_t>(std::min<uint64_t>(64 << 10, slot_bytes / 2)))),
+      split_bytes_(std::max<uint32_t>(ll_bytes_ + 1, static_cast<uint32_t>(std::min<uint64_t>(kSplitMaxBytes, slot_bytes / 2)))),
       block_bytes_(param_bytes("COMMLIB_DEVICE_BLOCK_BYTES")),
       imported_(size, nullptr), tracing_(device_trace_from_env()) {
   pool_staging_ = param_choice("COMMLIB_DEVICE_STAGING", {"pool", "slots"}) == "pool";

@@ -45,6 +45,14 @@ void check_device_paths(const std::vector<std::string>& kernel_handles, DevicePa
 // COMMLIB_DEVICE_LL_BYTES for slots of `slot_bytes` (at most a slot; std::invalid_argument naming
 // it unless a multiple of 64 up to 65536).
 uint32_t device_ll_bytes_from_env(uint64_t slot_bytes);
+// The largest split threshold (KernelPath::split_bytes_: chunks of at least half a slot, at most
+// this, are split over the whole message grid). A split chunk costs every block of the grid a wait
+// on its flag and a system-scope arrival, each rank's blocks in lockstep: the H200 run of session 31
+// (4 ranks, one GPU, MPS) measured ~40-60 us per split chunk (direct 412 us at 64 KiB against 74 at
+// 16 KiB; ring 683 at 256 KiB against 66 at 64 KiB; two_shot 552 against 88), about what one
+// block streams 1 MiB in (~20 GB/s per block): below it a chunk is faster on its own block.
+// (64 KiB before: docs/gpu.md "Device auto by the cost model".)
+constexpr uint64_t kSplitMaxBytes = uint64_t{1} << 20;
 // COMMLIB_DEVICE_TRACE (0 or 1): whether kernel-path launches stamp their steps (kernel_path_trace.cc).
 bool device_trace_from_env();
 
@@ -334,7 +342,7 @@ class KernelPath final : public DevicePathRunner {
   const uint32_t ll_bytes_;  // COMMLIB_DEVICE_LL_BYTES, at most a slot
   const uint64_t kernel_max_bytes_;  // auto's crossover (device_path_tuning.h)
   // Chunks of at least this many bytes run on every block of the grid (plan_kernel.cuh, split
-  // items): half a slot, at most 64 KiB, always above ll_bytes_.
+  // items): half a slot, at most kSplitMaxBytes, always above ll_bytes_.
   const uint32_t split_bytes_;
   // One-sided plans: at least this many bytes per block per handshake (COMMLIB_DEVICE_BLOCK_BYTES).
   const uint64_t block_bytes_;

@@ -50,11 +50,49 @@ def test_the_fused_two_shots_waits_and_barriers_per_route():
     got = {r: (cost(AR, "mapped_fused_two_shot", N, r)["waits"], cost(AR, "mapped_fused_two_shot", N, r)["grid_barriers"])
            for r in ("mapped", "arena", "slots")}
     assert got == {"mapped": (2, 1), "arena": (2, 2), "slots": (3, 2)}, got
-    # two_shot through the slots: 8.75 N at P = 4 (issue #38's "about 8.5 N"), two waits (the
-    # reduce-scatter's and the all-gather's exchanges), the same on every route
+    # two_shot through the slots: 8.75 N at P = 4 (issue #38's "about 8.5 N"), three waits (the
+    # descriptor check's exchange on a grid, the reduce-scatter's and the all-gather's exchanges),
+    # the same on every route
     for r in ("mapped", "arena", "slots"):
         k = cost(AR, "two_shot", N, r)
-        assert (k["traffic_bytes"] / N, k["waits"], k["staged_bytes"]) == (8.75, 2, 0), k
+        assert (k["traffic_bytes"] / N, k["waits"], k["staged_bytes"]) == (8.75, 3, 0), k
+
+
+def test_a_message_plan_on_one_block_folds_its_check():
+    # KernelPath::launch: every item at most COMMLIB_DEVICE_LL_BYTES (8 KiB) runs on one block, where
+    # a plan joining every peer folds the descriptor check into its data handshakes (the emulated
+    # device counts folded_checks, no check_exchanges) and grid barriers are the block's own; a
+    # larger call runs on a grid: the check is its own exchange and barrier (check_exchanges 1).
+    # Session 31's H200 run: direct 45.3 us at 4 KiB (one block), 73.7 at 16 KiB (a grid).
+    small, grid = cost(AR, "direct", 4 << 10, "mapped"), cost(AR, "direct", 16 << 10, "mapped")
+    assert (small["waits"], small["grid_barriers"]) == (1, 0), small
+    # direct's 5 steps and the check's barrier: the emulated device counts 6 per block at 16 KiB
+    assert (grid["waits"], grid["grid_barriers"]) == (2, 6), grid
+    # a one-sided plan on one block (a 1/P block of at most twice COMMLIB_DEVICE_BLOCK_BYTES per
+    # handshake): no grid barrier; on more, the check's (mapped)
+    assert cost(AR, "mapped_fused_two_shot", 1 << 20, "mapped")["grid_barriers"] == 0
+    assert cost(AR, "mapped_fused_two_shot", 4 << 20, "mapped")["grid_barriers"] == 1
+
+
+# Session 31's H200 run (4 ranks on one GPU under MPS, torch's caching allocator: mapped buffers),
+# `commlib bench all_reduce --device cuda` median sync us per call (the table in docs/gpu.md
+# "Device auto by the cost model"): what auto should take where the kernel path ran every candidate.
+MEASURED_31 = {
+    16 << 10: {"direct": 73.9, "two_shot": 60.4, "mapped_one_shot": 54.5, "mapped_two_shot": 56.5,
+               "mapped_fused_two_shot": 46.7},
+    64 << 10: {"direct": 412.0, "two_shot": 87.7, "mapped_one_shot": 55.6, "mapped_two_shot": 56.9,
+               "mapped_fused_two_shot": 46.1},
+    256 << 10: {"direct": 426.5, "two_shot": 552.1, "mapped_one_shot": 165.4, "mapped_two_shot": 61.1,
+                "mapped_fused_two_shot": 49.5},
+    1 << 20: {"direct": 391.3, "two_shot": 575.7, "mapped_one_shot": 293.6, "mapped_two_shot": 89.8,
+              "mapped_fused_two_shot": 66.6},
+}
+
+
+def test_auto_takes_what_session_31_measured_fastest_on_mapped_buffers():
+    got = {n: choice(AR, 4, n, "mapped") for n in MEASURED_31}
+    want = {n: min(t, key=t.get) for n, t in MEASURED_31.items()}
+    assert got == want, (got, want)
 
 
 def test_the_model_reproduces_the_measurements_it_was_fitted_to():
@@ -75,9 +113,9 @@ def choice(coll, size, n_bytes, route, slots=64 << 20):
 def test_auto_per_route_and_size():
     sizes = (8, 256 << 10, 1 << 20, 4 << 20, 64 << 20)
     fused = "mapped_fused_two_shot"
-    assert [choice(AR, 4, n, "mapped") for n in sizes] == ["direct", "direct", fused, fused, fused]
-    assert [choice(AR, 4, n, "arena") for n in sizes] == ["direct", "direct", fused, fused, fused]
-    assert [choice(AR, 4, n, "slots") for n in sizes] == ["direct", "direct", "two_shot", fused, fused]
+    assert [choice(AR, 4, n, "mapped") for n in sizes] == ["direct", fused, fused, fused, fused]
+    assert [choice(AR, 4, n, "arena") for n in sizes] == ["direct", fused, fused, fused, fused]
+    assert [choice(AR, 4, n, "slots") for n in sizes] == ["direct", "direct", fused, fused, fused]
     # through the slots only what fits them: 64 MiB staged in place needs 64 MiB
     assert choice(AR, 4, 64 << 20, "slots", slots=(64 << 20) - 1) == "two_shot"
     assert choice(AR, 4, 64 << 20, "slots", slots=64 << 20) == fused
@@ -112,7 +150,7 @@ def test_only_the_shared_broadcast_is_host_only():
 def model_table():
     """docs/gpu.md's table of the model's predictions: all_reduce float32 at 4 ranks, per size and route."""
     rows = []
-    for n in (256 << 10, 1 << 20, 4 << 20, 64 << 20, 256 << 20):
+    for n in (16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 64 << 20, 256 << 20):
         for route in ("mapped", "arena", "slots"):
             ks = _C.device_auto_candidates(AR, 4, n // 4, route=route, slots_bytes=64 << 20)
             us = {k["algorithm"]: (f"{k['seconds'] * 1e6:.0f}" if k["fits"] else "-") for k in ks}
