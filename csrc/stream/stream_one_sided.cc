@@ -79,9 +79,8 @@ MappedPeers StreamEngine::agree_route(const CollectiveCall& call) {
   // ranks that call it out of place too (a per-rank choice, as for every other algorithm).
   const bool in_place = input_staging(call, rank_, size_).kind == InputStaging::Copy;
   route.mapped = wait_for_peers(call, "agreeing on the peers' buffers", [&](const std::function<bool()>& stop) {
-    return registry.agree(number, 0, in_place ? nullptr : reinterpret_cast<const void*>(call.input), in_bytes, false,
-                          stop, &in) &&
-           registry.agree(number, 1, reinterpret_cast<const void*>(call.output), out_bytes, false, stop, &out);
+    return registry.agree(number, in_place ? nullptr : reinterpret_cast<const void*>(call.input), in_bytes,
+                          reinterpret_cast<const void*>(call.output), out_bytes, stop, &in, &out);
   });
   if (!route.mapped) return route;
   route.in = std::move(in.peer);
