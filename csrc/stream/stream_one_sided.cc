@@ -6,7 +6,7 @@
 // the registry (device/peer_buffers.h, lookup: a prediction) but PeerBuffers::agree: each rank
 // writes its registration of the call's input and output into its ring and reads every peer's,
 // and every rank answers from the same entries. That is a host wait for every peer to reach the
-// call, taken only by the calls that may use the answer, chosen from what every rank knows alike
+// call (one per call, both buffers' entries written first: peer_buffers_agree.cc), taken only by the calls that may use the answer, chosen from what every rank knows alike
 // (one_sided_candidate): a one-sided algorithm named, or auto where the cost model's choice on the
 // mapped route is one-sided (policy/device_auto.h, kernel_auto_may_map). A prepared call of such
 // a shape agrees per call as well (so ranks that prepare and ranks that do not agree alike), with
