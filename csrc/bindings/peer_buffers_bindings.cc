@@ -29,6 +29,7 @@ py::dict stats_dict(const PeerBuffers::Stats& s) {
   d["mispredicted"] = s.mispredicted;
   d["unshareable"] = s.unshareable;
   d["arena_hits"] = s.arena_hits;
+  d["agree_sleeps"] = s.agree_sleeps;
   return d;
 }
 

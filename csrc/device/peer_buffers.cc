@@ -110,8 +110,9 @@ void PeerBuffers::retire(char* base) {
   ++stats_.retired;
 }
 
-PeerBufferTag PeerBuffers::register_own(const void* ptr, size_t bytes, bool captured, uint32_t* slot) {
-  const Device::MemoryRange r = device_->memory_range(ptr);
+PeerBufferTag PeerBuffers::register_own(const void* ptr, size_t bytes, bool captured, uint32_t* slot,
+                                        const Device::MemoryRange* known) {
+  const Device::MemoryRange r = known ? *known : device_->memory_range(ptr);
   const char* p = static_cast<const char*>(ptr);
   if (!r.bytes || p + bytes > r.base + r.bytes) return PeerBufferTag{};  // not (all) memory of this device
   auto it = own_.find(r.base);

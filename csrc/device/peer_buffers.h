@@ -83,17 +83,21 @@ class PeerBuffers {
                         const std::function<bool()>& stop = nullptr);
 
   // The exact, agreed form of lookup (peer_buffers_agree.cc), for a call whose route every rank
-  // must choose alike (the kernel path's one-sided calls): this rank's tag goes into its ring as
-  // lookup's does (an empty tag when `captured`: no export then, so every rank stages), then it
-  // waits for every peer's ring entry of the call (no prediction; bounded by the timeout, `stop`
-  // polled). True when every rank registered its buffer: every rank then reads the same ring
-  // entries and answers true, and view->peer holds every peer's buffer mapped here (a peer's
+  // must choose alike (the kernel path's one-sided calls): this rank's tags of the call's input and
+  // output (buffers 0 and 1; a null `in`: none, so every rank stages) go into its ring as lookup's
+  // does, both before it reads any peer's, then it waits for every peer's two entries of the call
+  // (no prediction; bounded by the timeout, `stop` polled): one wait for the slowest peer per call.
+  // True when every rank registered both buffers: every rank then reads the same ring entries and
+  // answers true, and in_view/out_view->peer hold every peer's buffers mapped here (a peer's
   // segment that cannot be mapped although registered throws std::runtime_error naming the rank:
-  // this rank alone would stage). False: view->peer all null, on every rank.
+  // this rank alone would stage). False: the views' peer all null, on every rank. What it asks the
+  // driver: nothing for a symmetric pool's block (its arena is mapped here already), else one
+  // pointer query per allocation (the output in the input's allocation: none more), which tells a
+  // freed-and-reallocated buffer at the same address from the one registered (its buffer id).
   // The call numbers of agree (and agree_arena) are the engine's own, written into a ring of their
   // own: lookup's numbers (its caller's) never meet them, so both may be used on one registry.
-  bool agree(uint64_t call, unsigned which, const void* ptr, size_t bytes, bool captured,
-             const std::function<bool()>& stop, PeerBufferView* view);
+  bool agree(uint64_t call, const void* in, size_t in_bytes, const void* out, size_t out_bytes,
+             const std::function<bool()>& stop, PeerBufferView* in_view, PeerBufferView* out_view);
 
   // The kernel path's staging arena (stream/kernel_path_arena.cc): `base` (the start of an
   // allocation, `bytes` long; null: this rank has none) registered as share_arena does, its share
@@ -138,7 +142,8 @@ class PeerBuffers {
 
   struct Stats {
     uint64_t registered = 0, retired = 0, imported = 0, closed = 0, hits = 0, misses = 0, waits = 0,
-             mispredicted = 0, unshareable = 0, arena_hits = 0;  // arena_hits: of hits, inside a symmetric arena
+             mispredicted = 0, unshareable = 0, arena_hits = 0,  // arena_hits: of hits, inside a symmetric arena
+             agree_sleeps = 0;  // sleeps of agree's waits (a peer later than the spins and yields)
   };
   Stats stats() const;
   // This rank's live registrations and the peers' slots it maps now.
@@ -177,15 +182,23 @@ class PeerBuffers {
   // How lookup and agree open a call (mu_ held): `which` checked, the closed check, the peers'
   // retired imports closed (not while capturing: no driver call may run then), `v` sized for every rank.
   void open_call(unsigned which, bool captured, PeerBufferView& v);
-  PeerBufferTag register_own(const void* ptr, size_t bytes, bool captured, uint32_t* slot);
+  // `known`: the range of ptr's allocation, already asked (no second query).
+  PeerBufferTag register_own(const void* ptr, size_t bytes, bool captured, uint32_t* slot,
+                             const Device::MemoryRange* known = nullptr);
+  // agree's tag of one buffer (mu_ held): a symmetric arena's without a driver call, else
+  // register_own's, querying the range unless *range (the other buffer's) holds it; updates *range.
+  PeerBufferTag agreed_tag(const void* ptr, size_t bytes, uint32_t* slot, Device::MemoryRange* range);
   void retire(char* base);
   void write_ring(uint64_t call, unsigned which, const PeerBufferTag& tag, uint32_t slot, Ring ring);
   int read_ring(int p, uint64_t call, unsigned which, RingTag* out, Ring ring) const;
   char* mapped(int p, const RingTag& t, bool captured);
   void close_retired(int p);
-  // agree's wait (mu_ held): every peer's ring entry of (call, which) into tags[p], bounded by the
-  // timeout, `stop` polled.
-  void wait_entries(uint64_t call, unsigned which, const std::function<bool()>& stop, std::vector<RingTag>& tags);
+  // agree's wait (mu_ held): every peer's ring entries of (call, first + w) for w < n into
+  // tags[w][p], bounded by the timeout, `stop` polled; spins kAgreeSpins times, then yields up to
+  // kAgreeYields, then sleeps 20 us a time (stats_.agree_sleeps).
+  void wait_entries(uint64_t call, unsigned first, unsigned n, const std::function<bool()>& stop,
+                    std::vector<RingTag>* tags);
+  static constexpr unsigned kAgreeSpins = 64, kAgreeYields = 4096;
   void learn(const std::string& key, int p, const RingTag& t);
   void check_predictions();
   // lookup's answer for a buffer inside a mapped arena (mu_ held); false: in none.
@@ -206,6 +219,7 @@ class PeerBuffers {
   std::unordered_map<std::string, std::vector<RingTag>> predicted_;
   std::vector<Pending> pending_;
   std::vector<Arena> arenas_;
+  std::vector<RingTag> agree_tags_[2];  // agree's peers' entries (input, output), kept: no allocation per call
   Stats stats_;
 };
 

@@ -18,52 +18,85 @@
 
 namespace commlib {
 
-void PeerBuffers::wait_entries(uint64_t call, unsigned which, const std::function<bool()>& stop,
-                               std::vector<RingTag>& tags) {
+void PeerBuffers::wait_entries(uint64_t call, unsigned first, unsigned n, const std::function<bool()>& stop,
+                               std::vector<RingTag>* tags) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
-  tags.assign(size_, RingTag{});
+  for (unsigned w = 0; w < n; ++w) tags[w].assign(size_, RingTag{});
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
     if (!peers_[p]) throw std::logic_error("peer buffers: agree() with a peer not mapped");
-    int got;
-    for (unsigned spin = 0; (got = read_ring(p, call, which, &tags[p], Ring::Agreed)) == 0; ++spin) {
-      if (stop && stop()) throw std::runtime_error("peer buffers: stopped while waiting for rank " + std::to_string(p));
-      if (std::chrono::steady_clock::now() > deadline)
-        throw std::runtime_error("rank " + std::to_string(p) + " did not reach call " + std::to_string(call) +
-                                 " of the one-sided calls within the timeout (" + std::to_string(timeout_s_) +
-                                 " s): rank " + std::to_string(rank_) + " waited for its buffer's registration");
-      if (spin > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    for (unsigned w = 0; w < n; ++w) {
+      int got;
+      // Spin, then yield, then sleep, as the done word's wait (stream_works.cc): a peer reaches the
+      // call within microseconds of this rank in a steady loop, and a 20 us sleep costs 60-100 us on
+      // Linux (the timer's slack and the wake-up), which every mapped call paid when it slept once.
+      for (unsigned spin = 0; (got = read_ring(p, call, first + w, &tags[w][p], Ring::Agreed)) == 0; ++spin) {
+        if (stop && stop()) throw std::runtime_error("peer buffers: stopped while waiting for rank " + std::to_string(p));
+        if (std::chrono::steady_clock::now() > deadline)
+          throw std::runtime_error("rank " + std::to_string(p) + " did not reach call " + std::to_string(call) +
+                                   " of the one-sided calls within the timeout (" + std::to_string(timeout_s_) +
+                                   " s): rank " + std::to_string(rank_) + " waited for its buffer's registration");
+        if (spin > kAgreeYields) {
+          ++stats_.agree_sleeps;
+          std::this_thread::sleep_for(std::chrono::microseconds(20));
+        } else if (spin > kAgreeSpins) {
+          std::this_thread::yield();
+        }
+      }
+      if (got < 0)  // every rank agrees on every such call, so no peer runs kRing of them ahead
+        throw std::logic_error("peer buffers: rank " + std::to_string(p) + "'s entry of call " + std::to_string(call) +
+                               " was overwritten");
     }
-    if (got < 0)  // every rank agrees on every such call, so no peer runs kRing of them ahead
-      throw std::logic_error("peer buffers: rank " + std::to_string(p) + "'s entry of call " + std::to_string(call) +
-                             " was overwritten");
   }
   ++stats_.waits;
 }
 
-bool PeerBuffers::agree(uint64_t call, unsigned which, const void* ptr, size_t bytes, bool captured,
-                        const std::function<bool()>& stop, PeerBufferView* view) {
+PeerBufferTag PeerBuffers::agreed_tag(const void* ptr, size_t bytes, uint32_t* slot, Device::MemoryRange* range) {
+  if (!ptr) return PeerBufferTag{};  // no buffer of this rank (an in-place all_to_all's input): every rank stages
+  const char* p = static_cast<const char*>(ptr);
+  // A symmetric pool's block: its arena is this registry's (share_arena) and lives until unmap_arena
+  // took it out of arenas_, so its tag is known without asking the driver.
+  for (const Arena& a : arenas_)
+    if (a.own.id && p >= a.base && p + bytes <= a.base + a.bytes) {
+      *slot = a.own.slot;
+      return PeerBufferTag{a.own.id, static_cast<uint64_t>(p - a.base)};
+    }
+  // The output inside the allocation the input's query just found (in place, or one buffer's two
+  // halves): the same allocation at this instant, so no second query.
+  if (!range->bytes || p < range->base || p + bytes > range->base + range->bytes) *range = device_->memory_range(ptr);
+  return register_own(ptr, bytes, false, slot, range);
+}
+
+bool PeerBuffers::agree(uint64_t call, const void* in, size_t in_bytes, const void* out, size_t out_bytes,
+                        const std::function<bool()>& stop, PeerBufferView* in_view, PeerBufferView* out_view) {
   std::lock_guard<std::mutex> lk(mu_);
-  PeerBufferView& v = *view;
-  open_call(which, captured, v);
-  uint32_t slot = 0;
-  // Captured: an empty tag (no export or import may run), so every rank stages this call.
-  v.own = captured ? PeerBufferTag{} : register_own(ptr, bytes, false, &slot);
-  write_ring(call, which, v.own, slot, Ring::Agreed);
-  std::vector<RingTag> tags;
-  wait_entries(call, which, stop, tags);
-  bool every = v.own.id != 0;
-  for (int p = 0; p < size_; ++p) every = every && (p == rank_ || tags[p].tag.id != 0);
+  PeerBufferView* views[2] = {in_view, out_view};
+  open_call(0, false, *in_view);
+  out_view->peer.assign(size_, nullptr);
+  out_view->expect.assign(size_, PeerBufferTag{});
+  // Both buffers' entries written before any peer's is read: one wait for the slowest peer per call
+  // (two before, one per buffer, each a round of every rank's host).
+  Device::MemoryRange range{};
+  uint32_t slots[2] = {0, 0};
+  in_view->own = agreed_tag(in, in_bytes, &slots[0], &range);
+  out_view->own = agreed_tag(out, out_bytes, &slots[1], &range);
+  for (unsigned w = 0; w < 2; ++w) write_ring(call, w, views[w]->own, slots[w], Ring::Agreed);
+  wait_entries(call, 0, 2, stop, agree_tags_);
+  bool every = in_view->own.id != 0 && out_view->own.id != 0;
+  for (int p = 0; p < size_; ++p)
+    every = every && (p == rank_ || (agree_tags_[0][p].tag.id != 0 && agree_tags_[1][p].tag.id != 0));
   if (!every) return false;
-  for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
-    char* base = mapped(p, tags[p], false);
-    if (!base)
-      throw std::runtime_error("rank " + std::to_string(rank_) + " cannot map rank " + std::to_string(p) +
-                               "'s registered buffer of a one-sided call (freed while the call was enqueued?)");
-    v.peer[p] = base + tags[p].tag.offset;
-    v.expect[p] = tags[p].tag;
-  }
+  for (unsigned w = 0; w < 2; ++w)
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      const RingTag& t = agree_tags_[w][p];
+      char* base = mapped(p, t, false);
+      if (!base)
+        throw std::runtime_error("rank " + std::to_string(rank_) + " cannot map rank " + std::to_string(p) +
+                                 "'s registered buffer of a one-sided call (freed while the call was enqueued?)");
+      views[w]->peer[p] = base + t.tag.offset;
+      views[w]->expect[p] = t.tag;
+    }
   return true;
 }
 
@@ -77,16 +110,16 @@ bool PeerBuffers::agree_arena(uint64_t call, unsigned which, const void* base, s
   const PeerBufferTag own = base ? register_own(base, bytes, false, &slot) : PeerBufferTag{};
   if (own.id && own.offset != 0) throw std::invalid_argument("base: not the start of an allocation");
   write_ring(call, which, own, slot, Ring::Agreed);
-  std::vector<RingTag> tags;
-  wait_entries(call, which, stop, tags);
+  std::vector<RingTag> tags[1];
+  wait_entries(call, which, 1, stop, tags);
   bool every = own.id != 0;
-  for (int p = 0; p < size_; ++p) every = every && (p == rank_ || tags[p].tag.id != 0);
+  for (int p = 0; p < size_; ++p) every = every && (p == rank_ || tags[0][p].tag.id != 0);
   if (!every) return false;
   peers->assign(size_, nullptr);
   (*peers)[rank_] = static_cast<char*>(const_cast<void*>(base));
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
-    char* mapping = mapped(p, tags[p], false);  // imported once, kept until retired (close_arena_imports) or close
+    char* mapping = mapped(p, tags[0][p], false);  // imported once, kept until retired (close_arena_imports) or close
     if (!mapping)
       throw std::runtime_error("rank " + std::to_string(rank_) + " cannot map rank " + std::to_string(p) +
                                "'s staging arena (its handle refused)");

@@ -6,7 +6,7 @@
 // the registry (device/peer_buffers.h, lookup: a prediction) but PeerBuffers::agree: each rank
 // writes its registration of the call's input and output into its ring and reads every peer's,
 // and every rank answers from the same entries. That is a host wait for every peer to reach the
-// call, taken only by the calls that may use the answer, chosen from what every rank knows alike
+// call (one per call, both buffers' entries written first: peer_buffers_agree.cc), taken only by the calls that may use the answer, chosen from what every rank knows alike
 // (one_sided_candidate): a one-sided algorithm named, or auto where the cost model's choice on the
 // mapped route is one-sided (policy/device_auto.h, kernel_auto_may_map). A prepared call of such
 // a shape agrees per call as well (so ranks that prepare and ranks that do not agree alike), with
@@ -79,9 +79,8 @@ MappedPeers StreamEngine::agree_route(const CollectiveCall& call) {
   // ranks that call it out of place too (a per-rank choice, as for every other algorithm).
   const bool in_place = input_staging(call, rank_, size_).kind == InputStaging::Copy;
   route.mapped = wait_for_peers(call, "agreeing on the peers' buffers", [&](const std::function<bool()>& stop) {
-    return registry.agree(number, 0, in_place ? nullptr : reinterpret_cast<const void*>(call.input), in_bytes, false,
-                          stop, &in) &&
-           registry.agree(number, 1, reinterpret_cast<const void*>(call.output), out_bytes, false, stop, &out);
+    return registry.agree(number, in_place ? nullptr : reinterpret_cast<const void*>(call.input), in_bytes,
+                          reinterpret_cast<const void*>(call.output), out_bytes, stop, &in, &out);
   });
   if (!route.mapped) return route;
   route.in = std::move(in.peer);

@@ -354,3 +354,38 @@ def copy_recv_counts(comm, setting):
         chosen = {} if s is None else {"COMMLIB_DEVICE_COPY_RECV": s}
         return dict(COPY_SETTINGS, **chosen, COMMLIB_ALGO_ALL_REDUCE="ring", COMMLIB_ALGO_ALL_GATHER="ring")
     return [with_settings(comm, settings(s), run) for s in (setting, "gated")]
+
+
+MAPPED_ALGORITHMS = ("mapped_one_shot", "mapped_two_shot", "mapped_fused_two_shot")
+
+
+def mapped_steady_counts(comm, n=40, count=1024):
+    """The one-sided all_reduces (csrc/stream/stream_one_sided.cc: every call agrees on its route
+    with the peers, PeerBuffers::agree), in place on `count` float32, n steady calls back to back
+    through the C++ entry: {(algorithm, "array"|"pool"): (driver calls on this thread, C++ entry
+    hits, agreement waits, results right)} for a commlib.emulated array (cudaMalloc'd memory: its
+    registration checked per call) and a symmetric pool block (commlib.device.empty: its arena
+    mapped when made)."""
+    import commlib.device as cdev
+
+    def run(sub):
+        out = {}
+        engine = None
+        for algo in MAPPED_ALGORITHMS:
+            for kind in ("array", "pool"):
+                if kind == "array":
+                    x = emu.from_numpy(np.ones(count, np.float32))
+                else:
+                    x = cdev.empty(count, "float32", comm=sub, device="emulated")
+                    x.copy_(emu.from_numpy(np.ones(count, np.float32)))
+                for _ in range(3):
+                    sub.all_reduce(x, algorithm=algo)
+                _drain()
+                engine = sub._device()._last_engine
+                waits = engine.peer_buffer_stats()["waits"]
+                calls, hits, _, _ = _counted(lambda: [sub.all_reduce(x, algorithm=algo) for _ in range(n)])
+                _drain()
+                right = bool((x.numpy() == float(sub.size) ** (3 + n)).all())
+                out[(algo, kind)] = (calls, hits, engine.peer_buffer_stats()["waits"] - waits, right)
+        return out
+    return with_settings(comm, KERNEL_SETTINGS, run)

@@ -21,7 +21,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from call_count_cases import (KEPT, asked_call_counts, completion_events, copy_recv_counts, late_peer_polls,  # noqa: E402
                               launch_counts,
-                              mapped_candidate_lookups, plan_lookups, pooled_handles, steady_call_counts,
+                              mapped_candidate_lookups, mapped_steady_counts, plan_lookups, pooled_handles, steady_call_counts,
                               steady_calls_cuda)
 from entry_stream_cases import steady_named_stream_counts  # noqa: E402
 from foreign_array_cases import foreign_steady_call_counts  # noqa: E402
@@ -123,6 +123,25 @@ def test_a_steady_auto_call_that_may_map_looks_no_plan_up(pool):
     for out in pool(2, env=DELAY_ENV, own=COUNTING).run(mapped_candidate_lookups, n, timeout=120):
         assert out["mapped"] == (0, 0, n, "mapped_fused_two_shot", True), out
         assert out["staged"] == (0, 0, n, "mapped_fused_two_shot", True), out
+
+
+def test_a_steady_one_sided_call_agrees_once_and_asks_the_driver_once_at_most(pool):
+    """The one-sided all_reduces agree on their route with the peers per call (PeerBuffers::agree,
+    docs/gpu.md "The per-call cost budget"): ONE host wait for the peers per call, both buffers'
+    entries written first (it was one per buffer: two rounds of every rank's host, each a 60-100 us
+    sleep when a peer was not there within the spins, the GPU run's ~100 us enqueues), and besides
+    the steady call's launch, guard and capture query, one pointer query per call for a cudaMalloc'd
+    buffer (its buffer id: freed and reallocated at the same address is another allocation; in
+    place, input and output are one allocation: one query, it was two) and none for a symmetric
+    pool block (its arena is the registry's own)."""
+    n = 40
+    for out in pool(2, env=DELAY_ENV, own=COUNTING).run(mapped_steady_counts, n, timeout=120):
+        assert len(out) == 6, sorted(out)
+        for (algo, kind), (calls, hits, waits, right) in out.items():
+            assert right and hits == n, (algo, kind, hits, right)
+            queries = {"cuPointerGetAttributes": n} if kind == "array" else {}
+            assert calls == {**{k: v * n for k, v in PER_CALL.items()}, **queries}, (algo, kind, calls)
+            assert waits == n, (algo, kind, waits)
 
 
 @pytest.mark.parametrize("kind", ["cai", "dlpack"])
