@@ -316,6 +316,9 @@ class KernelPath final : public DevicePathRunner {
   void release_mapped_tables(DeviceStream& stream);
   static constexpr size_t kMappedTables = 256;
   std::map<std::vector<uint64_t>, void*> mapped_tables_;
+  // A mapped call's table, the key looked up in mapped_tables_: kept across calls and refilled in
+  // place (a vector per call was a heap allocation per steady mapped call, issue #37 item 1).
+  std::vector<uint64_t> mapped_words_;
 
   // kernel_path_setup.cc: the handle's fields of the peer buffers and the residency, their
   // connection (the grid's budget, std::invalid_argument when COMMLIB_DEVICE_PATH=kernel cannot

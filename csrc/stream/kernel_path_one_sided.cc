@@ -167,7 +167,8 @@ void KernelPath::fill_one_sided(kexec::PlanLaunch& a, const Uploaded& u, char* c
   // last wait), and a mapped launch touches no slots (every rank takes the same route).
   if (mapped && mapped->mapped) {
     const uint8_t in_bit = 1u << static_cast<int>(BufferId::Input), out_bit = 1u << static_cast<int>(BufferId::Output);
-    std::vector<uint64_t> words(static_cast<size_t>(size_) * 3, 0);
+    std::vector<uint64_t>& words = mapped_words_;  // (kept: no allocation per call)
+    words.assign(static_cast<size_t>(size_) * 3, 0);
     for (int q = 0; q < size_; ++q) {
       words[q * 3 + 0] = (u.peer_bufs & in_bit) ? reinterpret_cast<uint64_t>(mapped->in[q]) : 0;
       words[q * 3 + 1] = (u.peer_bufs & out_bit) ? reinterpret_cast<uint64_t>(mapped->out[q]) : 0;

@@ -256,11 +256,12 @@ uint64_t StreamEngine::enqueue_collective(const CollectiveCall& call, const Prep
   // Retired staging arenas every rank is done with are freed at every eager call, and again after
   // an agreement, where every peer has published what it was done with (kernel_path_arena.cc).
   if (kernel_) kernel_->collect_arenas(s);
-  MappedPeers route;
+  const MappedPeers* agreed = &one_sided_.staged;  // (the engine's: no allocation per call)
   if (one_sided_candidate(call, prepared)) {
-    route = agree_route(call);
+    agreed = &agree_route(call);
     if (kernel_) kernel_->collect_arenas(s);
   }
+  const MappedPeers& route = *agreed;
   // The plan of the route taken (a prepared auto call holds one per route), and its device plan's slot.
   const DeviceRoute taken = route.mapped ? DeviceRoute::Mapped : staged_route();
   auto prepared_plan = [&](DeviceRoute r, KernelPlanSlot** slot) -> const ResolvedPlan& {

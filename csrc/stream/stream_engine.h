@@ -49,6 +49,7 @@
 #include "stream/device_work.h"
 #include "stream/event_pool.h"
 #include "stream/nccl_link.h"
+#include "stream/one_sided_scratch.h"
 #include "stream/kernel_path.h"
 #include "stream/p2p_descriptors.h"
 #include "stream/p2p_path.h"
@@ -256,15 +257,19 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   // algorithm named, here or in `prepared`, or auto that would take the mapped two-shot where
   // every rank's buffers are mapped; decided from what every rank knows alike), and the agreement.
   bool one_sided_candidate(const CollectiveCall& call, const PreparedCall* prepared);
-  MappedPeers agree_route(const CollectiveCall& call);
+  // The route, in one_sided_ (refilled per call: no allocation in a steady state).
+  const MappedPeers& agree_route(const CollectiveCall& call);
   // An eager staged one-sided call of shape `key` stages in the kernel path's arena (grown here,
   // alike on every rank, when too small: kernel_path_arena.cc); false: through the slots.
   bool staged_in_arena(const CollectiveCall& call, const ScheduleKey& key, DeviceStream& s);
   // `wait(stop)`, a host wait for every peer (stop: this engine or a peer failed): a peer's
   // failure raises as any call after it, another error names the collective, this rank and `what`.
-  bool wait_for_peers(const CollectiveCall& call, const char* what,
-                      const std::function<bool(const std::function<bool()>&)>& wait);
+  // A template (defined and used in stream_one_sided.cc only): the wait is called in place, no
+  // std::function made of it per call (a lambda capturing the call's state is a heap allocation).
+  template <class Wait>
+  bool wait_for_peers(const CollectiveCall& call, const char* what, Wait&& wait);
   uint64_t one_sided_calls_ = 0;  // agree_route's call numbers (the same on every rank)
+  OneSidedScratch one_sided_;     // agree_route's views and route, kept across calls (enqueue_mu_)
   // The path `call` runs on (policy/device_auto.h: device auto decides, the engine asks).
   DeviceCallPath path_of(const CollectiveCall& call) const;
   // compress=: the copy path (refusing what it cannot run)

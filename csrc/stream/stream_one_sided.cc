@@ -40,20 +40,21 @@ bool StreamEngine::one_sided_candidate(const CollectiveCall& call, const Prepare
   return kernel_auto_may_map(size_, plans_.context().topology, kernel_auto_inputs(DeviceRoute::Mapped), shape);
 }
 
-bool StreamEngine::wait_for_peers(const CollectiveCall& call, const char* what,
-                                  const std::function<bool(const std::function<bool()>&)>& wait) {
+template <class Wait>
+bool StreamEngine::wait_for_peers(const CollectiveCall& call, const char* what, Wait&& wait) {
   // A peer that failed (its failure on the control plane) never reaches the call: stop waiting,
   // and fail the call as any call after a peer's failure (PeerError naming it), not by the timeout.
-  const auto status = [this](int p) { return control_->peer_status(p, false); };
-  const auto stop = [this, &status] {
+  // (`stop` captures `this` alone: a std::function holds it in place, no allocation.)
+  const auto stop = [this] {
     if (failed()) return true;
     for (int p = 0; p < size_; ++p)
-      if (p != rank_ && status(p).state == PeerState::Failed) return true;
+      if (p != rank_ && control_->peer_status(p, false).state == PeerState::Failed) return true;
     return false;
   };
   try {
     return wait(stop);
   } catch (const std::runtime_error& e) {
+    const auto status = [this](int p) { return control_->peer_status(p, false); };
     ErrorKind kind;
     std::string msg;
     if (failed_peer_error(describe(call, call.algo, control_->peek_call_seq()), rank_, size_, status, &kind, &msg)) {
@@ -65,26 +66,29 @@ bool StreamEngine::wait_for_peers(const CollectiveCall& call, const char* what,
   }
 }
 
-MappedPeers StreamEngine::agree_route(const CollectiveCall& call) {
+const MappedPeers& StreamEngine::agree_route(const CollectiveCall& call) {
   const size_t esize = dtype_size(call.dtype);
   const BufferShapes shapes = buffer_shapes(call.coll, call.count, size_, rank_, call.root);
   const size_t in_bytes = static_cast<size_t>(std::max<int64_t>(shapes.input, 0)) * esize,
                out_bytes = static_cast<size_t>(std::max<int64_t>(shapes.output, 0)) * esize;
   const uint64_t number = ++one_sided_calls_;
   PeerBuffers& registry = kernel_->peer_buffers();
-  PeerBufferView in, out;
-  MappedPeers route;
+  // The views and the route are the engine's, refilled in place (one_sided_scratch.h): after the
+  // first call their vectors hold every rank's entry already, so a steady call allocates nothing.
+  OneSidedScratch& o = one_sided_;
+  MappedPeers& route = o.route;
+  route.mapped = false;
   // In place (an all_to_all whose input is its output: input_staging copies it into the engine's
   // memory, which the kernel reads): no input is registered, so every rank stages the call, the
   // ranks that call it out of place too (a per-rank choice, as for every other algorithm).
   const bool in_place = input_staging(call, rank_, size_).kind == InputStaging::Copy;
   route.mapped = wait_for_peers(call, "agreeing on the peers' buffers", [&](const std::function<bool()>& stop) {
     return registry.agree(number, in_place ? nullptr : reinterpret_cast<const void*>(call.input), in_bytes,
-                          reinterpret_cast<const void*>(call.output), out_bytes, stop, &in, &out);
+                          reinterpret_cast<const void*>(call.output), out_bytes, stop, &o.in, &o.out);
   });
   if (!route.mapped) return route;
-  route.in = std::move(in.peer);
-  route.out = std::move(out.peer);
+  route.in.assign(o.in.peer.begin(), o.in.peer.end());
+  route.out.assign(o.out.peer.begin(), o.out.peer.end());
   route.in[rank_] = reinterpret_cast<char*>(call.input);
   route.out[rank_] = reinterpret_cast<char*>(call.output);
   return route;
