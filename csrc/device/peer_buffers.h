@@ -143,7 +143,7 @@ class PeerBuffers {
   struct Stats {
     uint64_t registered = 0, retired = 0, imported = 0, closed = 0, hits = 0, misses = 0, waits = 0,
              mispredicted = 0, unshareable = 0, arena_hits = 0,  // arena_hits: of hits, inside a symmetric arena
-             agree_sleeps = 0;  // sleeps of agree's waits (a peer later than the spins and yields)
+             agree_sleeps = 0;  // sleeps of agree's and lookup's waits (a peer later than the spins and yields)
   };
   Stats stats() const;
   // This rank's live registrations and the peers' slots it maps now.
