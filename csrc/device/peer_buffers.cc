@@ -14,7 +14,6 @@
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
-#include <thread>
 
 namespace commlib {
 
@@ -311,15 +310,7 @@ PeerBufferView PeerBuffers::lookup(uint64_t call, unsigned which, const void* pt
           throw std::runtime_error("peer buffers: rank " + std::to_string(p) + " did not reach call " +
                                    std::to_string(call) + " within the timeout (" + std::to_string(timeout_s_) +
                                    " s) while rank " + std::to_string(rank_) + " registered a new buffer");
-        // As agree's wait (peer_buffers_agree.cc): spin, yield, then sleep. A 50 us sleep after 64
-        // spins cost ~100 us on Linux for every first call with a buffer, while the peer, in a
-        // steady loop, reaches the call within microseconds.
-        if (spin > kAgreeYields) {
-          ++stats_.agree_sleeps;
-          std::this_thread::sleep_for(std::chrono::microseconds(20));
-        } else if (spin > kAgreeSpins) {
-          std::this_thread::yield();
-        }
+        back_off(spin);  // (a 50 us sleep after 64 spins before session 31: ~100 us a first call)
       }
     }
     if (got == 1) learn(key, p, t);

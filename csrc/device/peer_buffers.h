@@ -199,6 +199,9 @@ class PeerBuffers {
   void wait_entries(uint64_t call, unsigned first, unsigned n, const std::function<bool()>& stop,
                     std::vector<RingTag>* tags);
   static constexpr unsigned kAgreeSpins = 64, kAgreeYields = 4096;
+  // One turn of agree's and lookup's waits for a peer: spins kAgreeSpins times, then yields up to
+  // kAgreeYields, then sleeps 20 us a time (stats_.agree_sleeps).
+  void back_off(unsigned spin);
   void learn(const std::string& key, int p, const RingTag& t);
   void check_predictions();
   // lookup's answer for a buffer inside a mapped arena (mu_ held); false: in none.

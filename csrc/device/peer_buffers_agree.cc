@@ -27,21 +27,13 @@ void PeerBuffers::wait_entries(uint64_t call, unsigned first, unsigned n, const 
     if (!peers_[p]) throw std::logic_error("peer buffers: agree() with a peer not mapped");
     for (unsigned w = 0; w < n; ++w) {
       int got;
-      // Spin, then yield, then sleep, as the done word's wait (stream_works.cc): a peer reaches the
-      // call within microseconds of this rank in a steady loop, and a 20 us sleep costs 60-100 us on
-      // Linux (the timer's slack and the wake-up), which every mapped call paid when it slept once.
       for (unsigned spin = 0; (got = read_ring(p, call, first + w, &tags[w][p], Ring::Agreed)) == 0; ++spin) {
         if (stop && stop()) throw std::runtime_error("peer buffers: stopped while waiting for rank " + std::to_string(p));
         if (std::chrono::steady_clock::now() > deadline)
           throw std::runtime_error("rank " + std::to_string(p) + " did not reach call " + std::to_string(call) +
                                    " of the one-sided calls within the timeout (" + std::to_string(timeout_s_) +
                                    " s): rank " + std::to_string(rank_) + " waited for its buffer's registration");
-        if (spin > kAgreeYields) {
-          ++stats_.agree_sleeps;
-          std::this_thread::sleep_for(std::chrono::microseconds(20));
-        } else if (spin > kAgreeSpins) {
-          std::this_thread::yield();
-        }
+        back_off(spin);
       }
       if (got < 0)  // every rank agrees on every such call, so no peer runs kRing of them ahead
         throw std::logic_error("peer buffers: rank " + std::to_string(p) + "'s entry of call " + std::to_string(call) +
@@ -49,6 +41,18 @@ void PeerBuffers::wait_entries(uint64_t call, unsigned first, unsigned n, const 
     }
   }
   ++stats_.waits;
+}
+
+void PeerBuffers::back_off(unsigned spin) {
+  // Spin, then yield, then sleep, as the done word's wait (stream_works.cc): a peer reaches the
+  // call within microseconds of this rank in a steady loop, and a 20 us sleep costs 60-100 us on
+  // Linux (the timer's slack and the wake-up), which every mapped call paid when it slept once.
+  if (spin > kAgreeYields) {
+    ++stats_.agree_sleeps;
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  } else if (spin > kAgreeSpins) {
+    std::this_thread::yield();
+  }
 }
 
 PeerBufferTag PeerBuffers::agreed_tag(const void* ptr, size_t bytes, uint32_t* slot, Device::MemoryRange* range) {
