@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import glob
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ from callgrind_counts import dump_total, inclusive  # (bench/, beside this scrip
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from commlib.bootstrap.ports import free_port  # noqa: E402
 
 WAITS = ("commlib::Executor::wait_flags", "commlib::Executor::on_idle")
 
@@ -81,9 +81,7 @@ def measure(np_, rank, collectives, calls, nbytes, keep=""):
         out_dir = keep or d
         me = [sys.executable, os.path.abspath(__file__), "--child", "--collectives", ",".join(collectives),
               "--calls", str(calls), "--bytes", str(nbytes)]
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()  # below the ephemeral range: never handed to another bind(0)
         env = dict(os.environ, PYTHONPATH=ROOT, PYTHONHASHSEED="0", OMP_NUM_THREADS="1", COMMLIB_TIMEOUT="900",
                    WORLD_SIZE=str(np_), LOCAL_WORLD_SIZE=str(np_), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         procs = []

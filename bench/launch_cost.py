@@ -123,10 +123,8 @@ def rank_main(comm, calls, mark, on="current"):
 
 def _spawn(calls, callgrind_dir, on="current"):
     """Runs 2 ranks (this script with --rank), under callgrind when `callgrind_dir`; their outputs."""
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from commlib.bootstrap.ports import free_port
+    port = free_port()  # below the ephemeral range: never handed to another bind(0)
     procs = []
     for r in range(2):
         cmd = [sys.executable, os.path.abspath(__file__), "--rank", str(r), "--port", str(port), "--calls", str(calls),

@@ -84,10 +84,8 @@ def rank_main(comm, calls):
 
 
 def _spawn(calls):
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from commlib.bootstrap.ports import free_port
+    port = free_port()  # below the ephemeral range: never handed to another bind(0)
     procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--rank", str(r), "--port", str(port),
                                "--calls", str(calls)], stdout=subprocess.PIPE, env={**os.environ, **KERNEL_ENV},
                               text=True) for r in range(2)]

@@ -24,7 +24,6 @@ import functools
 import os
 import resource
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from commlib.bootstrap.ports import free_port  # noqa: E402
 
 
 def context_switches():
@@ -249,9 +249,7 @@ def main(argv=None):
             cmd = cmd[:cmd.index(sys.executable)] + me + ["--rank-main", "mpi"]
             subprocess.run(cmd, env=env, check=True)
             continue
-        with socket.socket() as s:  # a free port for the rendezvous
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()  # below the ephemeral range: never handed to another bind(0)
         procs = [subprocess.Popen(me + ["--rank-main", "commlib"], env=dict(
             env, RANK=str(r), WORLD_SIZE=str(a.np), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(a.np),
             MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))) for r in range(a.np)]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
 
-from commlib.perf import common as C
+from commlib.bootstrap.ports import free_port
 
 NETNS_PORT = 29500  # first rendezvous port inside fresh namespaces (nothing else listens there)
 
@@ -51,7 +51,7 @@ class Placement:
 
     def _rendezvous(self) -> Tuple[str, int]:
         if self.net is None:
-            return "127.0.0.1", C.free_port()
+            return "127.0.0.1", free_port()
         # A new port per job: the previous job's store port may still be in TIME_WAIT.
         self._next_port += 2
         return self.net.hosts[0]["addr"], self._next_port

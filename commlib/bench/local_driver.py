@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 
+from commlib.bootstrap.ports import free_port
 from commlib.perf import common as C
 from commlib.bench.run_results import finish
 
@@ -83,7 +84,7 @@ def _launch_mpi(cfg_path, part, timeout, place, backend="mpi"):
     for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
     if backend != "mpi":
-        env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(C.free_port())})
+        env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())})
     return _run_job([(cmd, env)], timeout, backend)
 
 

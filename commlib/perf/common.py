@@ -346,11 +346,5 @@ def machine_info() -> dict:
     return info
 
 
-def free_port() -> int:
-    """A free loopback port outside the kernel's ephemeral range (commlib.bootstrap.ports)."""
-    from commlib.bootstrap.ports import free_port as _free_port
-    return _free_port()
-
-
 def log(msg: str):
     print(msg, file=sys.stderr, flush=True)
