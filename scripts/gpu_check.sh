@@ -280,13 +280,15 @@ if wants launch; then
   done
 fi
 if wants trace || wants trace_msg; then  # issue #38 item 6; docs/gpu.md "The trace" has the per-block model's predictions
-  trace_dir=${OUT:-$ROOT/bench/results}/gpu_trace mps_note=""
+  # Each trace one folder under $OUT: the run tool brings back files at most two folders down
+  # (session 31's $OUT/gpu_trace/two_shot/trace.json did not come back).
+  trace_dir=${OUT:-$ROOT/bench/results}/gpu_trace msg_trace_dir=${OUT:-$ROOT/bench/results}/gpu_trace_msg mps_note=""
   if [ "$gpus" -lt 2 ] && start_mps mps_trace; then mps_note=", under MPS"; fi
   wants trace && run_step trace $((lent ? 20 : 30)) "One 64 MiB mapped_fused_two_shot all_reduce traced (COMMLIB_DEVICE_TRACE=1), 4 ranks on GPU 0$mps_note: the timeline in $trace_dir/trace.json" \
     "$PY" bench/gpu_trace.py --np 4 --size 64M --out "$trace_dir"
   # a message plan's trace too (session 17): where the staged two_shot's time goes, step by step
-  wants trace_msg && run_step trace_msg 30 "One 64 MiB two_shot all_reduce (a message plan) traced, 4 ranks on GPU 0$mps_note: $trace_dir/two_shot/trace.json" \
-    "$PY" bench/gpu_trace.py --np 4 --size 64M --algorithm two_shot --out "$trace_dir/two_shot"
+  wants trace_msg && run_step trace_msg 30 "One 64 MiB two_shot all_reduce (a message plan) traced, 4 ranks on GPU 0$mps_note: $msg_trace_dir/trace.json" \
+    "$PY" bench/gpu_trace.py --np 4 --size 64M --algorithm two_shot --out "$msg_trace_dir"
   [ -n "$mps_note" ] && stop_mps
   for t in trace trace_msg; do
     [ $dry -eq 0 ] && [ -s "$logs/$t.log" ] && { echo "### The $t step's traced 64 MiB all_reduce (bench/gpu_trace.py$mps_note)"; echo

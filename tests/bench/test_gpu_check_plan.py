@@ -83,12 +83,13 @@ def test_the_launch_step_times_one_rank_per_gpu_where_there_are_several(tmp_path
 
 def test_the_trace_step_traces_one_64_MiB_mapped_all_reduce_into_out(tmp_path, monkeypatch):
     """Issue #38 item 6: bench/gpu_trace.py, 4 ranks on GPU 0, its trace under $OUT (what the run
-    tool brings back) when that is set; a message plan's (two_shot) beside it."""
+    tool brings back) when that is set; a message plan's (two_shot) beside it, each one folder under $OUT
+    (the tool brings back files at most two folders down: session 31's two_shot trace, one deeper, was lost)."""
     monkeypatch.setenv("OUT", str(tmp_path / "out"))
     runs = _plan(tmp_path, 1, True, "bench/gpu_trace.py")
     assert [r.split(" ", 1)[1] for r in runs] == [
         f"bench/gpu_trace.py --np 4 --size 64M --out {tmp_path / 'out'}/gpu_trace",
-        f"bench/gpu_trace.py --np 4 --size 64M --algorithm two_shot --out {tmp_path / 'out'}/gpu_trace/two_shot"], runs
+        f"bench/gpu_trace.py --np 4 --size 64M --algorithm two_shot --out {tmp_path / 'out'}/gpu_trace_msg"], runs
 
 
 def test_the_auto_route_step_times_auto_beside_every_candidate(tmp_path):
