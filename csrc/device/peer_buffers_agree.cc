@@ -35,9 +35,13 @@ void PeerBuffers::wait_entries(uint64_t call, unsigned first, unsigned n, const 
                                    " s): rank " + std::to_string(rank_) + " waited for its buffer's registration");
         back_off(spin);
       }
-      if (got < 0)  // every rank agrees on every such call, so no peer runs kRing of them ahead
-        throw std::logic_error("peer buffers: rank " + std::to_string(p) + "'s entry of call " + std::to_string(call) +
-                               " was overwritten");
+      // Every rank agrees on every such call, so no peer runs kRing of them ahead: an entry of a later
+      // call is a peer's fault (its numbering not this rank's), refused as one (session 32: a
+      // logic_error, which reached the caller without the collective's name).
+      if (got < 0)
+        throw std::runtime_error("rank " + std::to_string(p) + "'s entry of one-sided call " + std::to_string(call) +
+                                 " holds a later call's (its one-sided calls numbered apart from rank " +
+                                 std::to_string(rank_) + "'s); refused");
     }
   }
   ++stats_.waits;

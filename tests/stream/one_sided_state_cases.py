@@ -104,7 +104,8 @@ def _peer_buffer_tables():
 
 def forged_entry(comm, victim, field, value):
     """Rank `victim` overwrites its own agree ring's entries of the next one-sided call (what a peer
-    says: `field` "offset" or "slot" set to `value`, its buffer's id kept) and never makes the call;
+    says: `field` "offset" or "slot" set to `value`, or "call": the entry's call number `value` calls
+    on, its buffer's id kept) and never makes the call;
     the others make it. A survivor returns (the error's type and message, seconds); the victim None."""
     import contextlib
     import mmap
@@ -128,12 +129,13 @@ def forged_entry(comm, victim, field, value):
                 nxt = last + 1
                 for w in (0, 1):
                     seq, _, bid, offset, slot, nbytes = entries[(last % _RING) * _PER_CALL + w]
-                    fields = dict(offset=offset, slot=slot)
-                    fields[field] = value
+                    fields = dict(offset=offset, slot=slot, call=nxt)
+                    fields[field] = value if field != "call" else nxt + value
                     at = _AGREED + ((nxt % _RING) * _PER_CALL + w) * _ENTRY
                     s = struct.unpack_from("<Q", m, at)[0]
                     struct.pack_into("<Q", m, at, s + 1)
-                    struct.pack_into("<QQQQQ", m, at + 8, nxt + 1, bid, fields["offset"], fields["slot"], nbytes)
+                    struct.pack_into("<QQQQQ", m, at + 8, fields["call"] + 1, bid, fields["offset"], fields["slot"],
+                                     nbytes)
                     struct.pack_into("<Q", m, at, s + 2)
                 m.close()
             sub.barrier()
