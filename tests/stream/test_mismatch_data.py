@@ -16,7 +16,7 @@ CASES = [("all_reduce", "dtype", "blocking"), ("all_reduce", "count", "async"), 
          ("reduce_scatter", "count", "blocking"), ("broadcast", "dtype", "blocking"), ("p2p", "count", "blocking"),
          ("p2p", "dtype", "async"), ("avg", "count", "blocking"), ("avg", "count", "async")]
 # The kernel path alone: a one-sided call (refused by name on the copy path).
-KERNEL_CASES = [("mapped", "count", "blocking"), ("mapped", "dtype", "async")]
+KERNEL_CASES = [("mapped", "count", "blocking"), ("mapped", "dtype", "async"), ("mapped_avg", "count", "async")]
 
 
 def _check(results, cases, receivers_only=("p2p",)):
