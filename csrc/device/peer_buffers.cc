@@ -157,13 +157,15 @@ PeerBufferTag PeerBuffers::register_own(const void* ptr, size_t bytes, bool capt
   return PeerBufferTag{r.buffer_id, static_cast<uint64_t>(p - r.base)};
 }
 
-void PeerBuffers::write_ring(uint64_t call, unsigned which, const PeerBufferTag& tag, uint32_t slot, Ring ring) {
+void PeerBuffers::write_ring(uint64_t call, unsigned which, const PeerBufferTag& tag, uint32_t slot, Ring ring,
+                             uint64_t bytes) {
   Shared::Entry& e = (ring == Ring::Agreed ? mine_->agreed : mine_->ring)[(call % kRing) * kBuffersPerCall + which];
   seq_write(e.seq, [&] {
     e.call_plus_one = call + 1;
     e.id = tag.id;
     e.offset = tag.offset;
     e.slot = slot;
+    e.bytes = tag.id ? bytes : 0;
   });
 }
 
@@ -173,16 +175,19 @@ int PeerBuffers::read_ring(int p, uint64_t call, unsigned which, RingTag* out, R
   const Shared::Entry& e = (ring == Ring::Agreed ? peers_[p]->agreed : peers_[p]->ring)[(call % kRing) * kBuffersPerCall + which];
   for (unsigned tries = 0;; ++tries) {
     if (tries == 1u << 20) return 0;  // a writer that died mid-write: the caller's timeout decides
-    uint64_t c = 0, id = 0, offset = 0, slot = 0;
+    uint64_t c = 0, id = 0, offset = 0, slot = 0, bytes = 0;
     if (!seq_read(e.seq, [&] {
           c = e.call_plus_one;
           id = e.id;
           offset = e.offset;
           slot = e.slot;
+          bytes = e.bytes;
         }))
       continue;
     if (c != call + 1) return c > call + 1 ? -1 : 0;
-    *out = RingTag{PeerBufferTag{id, offset}, static_cast<uint32_t>(slot), call + 1};
+    // (a slot past the table reads as kSegments: mapped() refuses it, not the cast's wrap)
+    *out = RingTag{PeerBufferTag{id, offset}, static_cast<uint32_t>(std::min<uint64_t>(slot, kSegments)), call + 1,
+                   bytes};
     return 1;
   }
 }
@@ -198,11 +203,12 @@ char* PeerBuffers::mapped(int p, const RingTag& t, bool captured) {
     ++stats_.closed;
   }
   const Shared::Segment& seg = peers_[p]->segments[t.slot];
-  uint64_t id = 0, seq = 0;
+  uint64_t id = 0, seq = 0, seg_bytes = 0;
   std::string handle;
   while (!seq_read(seg.seq, [&] {
     seq = seg.seq.load(std::memory_order_relaxed);
     id = seg.id;
+    seg_bytes = seg.bytes;
     handle.assign(seg.handle, strnlen(seg.handle, peer_table::kHandleBytes));
   })) {
   }
@@ -217,7 +223,7 @@ char* PeerBuffers::mapped(int p, const RingTag& t, bool captured) {
     device_->close_import(base);
     return nullptr;
   }
-  imp = Import{t.tag.id, base};
+  imp = Import{t.tag.id, base, seg_bytes};
   ++stats_.imported;
   return base;
 }
@@ -287,7 +293,7 @@ PeerBufferView PeerBuffers::lookup(uint64_t call, unsigned which, const void* pt
   if (arena_view(call, which, ptr, bytes, captured, v)) return v;  // a symmetric pool's block: mapped already
   uint32_t slot = 0;
   v.own = register_own(ptr, bytes, captured, &slot);
-  write_ring(call, which, v.own, slot, Ring::Lookup);  // the peers learn this rank's buffer of the call from it
+  write_ring(call, which, v.own, slot, Ring::Lookup, bytes);  // the peers learn this rank's buffer of the call from it
   if (!v.own.id) return v;  // not registrable here: the call is staged for this rank
   const std::string key = key_of(v.own, bytes, which);
   auto known = predicted_.find(key);
@@ -317,6 +323,8 @@ PeerBufferView PeerBuffers::lookup(uint64_t call, unsigned which, const void* pt
     if (got != 1 && !(pending.unresolved & (uint64_t{1} << (p % 64)))) continue;  // lost or captured: staged
     if (!t.tag.id) continue;  // p's buffer is not registered: staged
     if (char* base = mapped(p, t, captured)) {
+      const uint64_t held = imports_[p][t.slot].bytes;  // (a peer's extent past its allocation: staged)
+      if (t.tag.offset > held || bytes > held - t.tag.offset) continue;
       v.peer[p] = base + t.tag.offset;
       v.expect[p] = t.tag;
     }

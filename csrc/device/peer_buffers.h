@@ -160,11 +160,13 @@ class PeerBuffers {
   struct Import {
     uint64_t id = 0;
     char* base = nullptr;
+    uint64_t bytes = 0;  // the allocation's bytes, as its segment said when imported
   };
   struct RingTag {
     PeerBufferTag tag;
     uint32_t slot = 0;
     uint64_t call = 0;
+    uint64_t bytes = 0;  // the bytes of the buffer from tag.offset on the call uses (its owner's word)
   };
   enum class Ring { Lookup, Agreed };  // which of a rank's two call rings (see agree)
   struct Arena {  // a symmetric arena, mapped (share_arena, map_arena)
@@ -189,9 +191,14 @@ class PeerBuffers {
   // register_own's, querying the range unless *range (the other buffer's) holds it; updates *range.
   PeerBufferTag agreed_tag(const void* ptr, size_t bytes, uint32_t* slot, Device::MemoryRange* range);
   void retire(char* base);
-  void write_ring(uint64_t call, unsigned which, const PeerBufferTag& tag, uint32_t slot, Ring ring);
+  void write_ring(uint64_t call, unsigned which, const PeerBufferTag& tag, uint32_t slot, Ring ring, uint64_t bytes);
   int read_ring(int p, uint64_t call, unsigned which, RingTag* out, Ring ring) const;
   char* mapped(int p, const RingTag& t, bool captured);
+  // A peer's entry trusted no further than it can be checked (agree, agree_arena): mapped(p, t),
+  // and the entry's extent (tag.offset + bytes) inside the allocation its segment registered; an
+  // entry that is not (a count or offset out of range: a peer's fault, never used) or cannot be
+  // mapped throws std::runtime_error naming rank p, call `call` and `what`.
+  char* checked_mapping(int p, const RingTag& t, uint64_t call, const char* what);
   void close_retired(int p);
   // agree's wait (mu_ held): every peer's ring entries of (call, first + w) for w < n into
   // tags[w][p], bounded by the timeout, `stop` polled; spins kAgreeSpins times, then yields up to

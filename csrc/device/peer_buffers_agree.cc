@@ -35,9 +35,13 @@ void PeerBuffers::wait_entries(uint64_t call, unsigned first, unsigned n, const 
                                    " s): rank " + std::to_string(rank_) + " waited for its buffer's registration");
         back_off(spin);
       }
-      if (got < 0)  // every rank agrees on every such call, so no peer runs kRing of them ahead
-        throw std::logic_error("peer buffers: rank " + std::to_string(p) + "'s entry of call " + std::to_string(call) +
-                               " was overwritten");
+      // Every rank agrees on every such call, so no peer runs kRing of them ahead: an entry of a later
+      // call is a peer's fault (its numbering not this rank's), refused as one (session 32: a
+      // logic_error, which reached the caller without the collective's name).
+      if (got < 0)
+        throw std::runtime_error("rank " + std::to_string(p) + "'s entry of one-sided call " + std::to_string(call) +
+                                 " holds a later call's (its one-sided calls numbered apart from rank " +
+                                 std::to_string(rank_) + "'s); refused");
     }
   }
   ++stats_.waits;
@@ -71,6 +75,24 @@ PeerBufferTag PeerBuffers::agreed_tag(const void* ptr, size_t bytes, uint32_t* s
   return register_own(ptr, bytes, false, slot, range);
 }
 
+char* PeerBuffers::checked_mapping(int p, const RingTag& t, uint64_t call, const char* what) {
+  char* base = mapped(p, t, false);
+  if (!base)
+    throw std::runtime_error("rank " + std::to_string(rank_) + " cannot map rank " + std::to_string(p) + "'s " + what +
+                             " of one-sided call " + std::to_string(call) +
+                             " (freed while the call was enqueued, or a slot past its table: " + std::to_string(t.slot) +
+                             ")");
+  // Trust nothing a peer says (session 32): its entry's extent must lie in the allocation its
+  // segment registered, or a launch through the mapping reads and writes outside the peer's buffer.
+  const uint64_t held = imports_[p][t.slot].bytes;
+  if (t.tag.offset > held || t.bytes > held - t.tag.offset)
+    throw std::runtime_error("rank " + std::to_string(p) + "'s " + what + " of one-sided call " + std::to_string(call) +
+                             " is out of range: offset " + std::to_string(t.tag.offset) + " + " +
+                             std::to_string(t.bytes) + " bytes in an allocation of " + std::to_string(held) +
+                             "; refused by rank " + std::to_string(rank_));
+  return base;
+}
+
 bool PeerBuffers::agree(uint64_t call, const void* in, size_t in_bytes, const void* out, size_t out_bytes,
                         const std::function<bool()>& stop, PeerBufferView* in_view, PeerBufferView* out_view) {
   std::lock_guard<std::mutex> lk(mu_);
@@ -84,7 +106,8 @@ bool PeerBuffers::agree(uint64_t call, const void* in, size_t in_bytes, const vo
   uint32_t slots[2] = {0, 0};
   in_view->own = agreed_tag(in, in_bytes, &slots[0], &range);
   out_view->own = agreed_tag(out, out_bytes, &slots[1], &range);
-  for (unsigned w = 0; w < 2; ++w) write_ring(call, w, views[w]->own, slots[w], Ring::Agreed);
+  write_ring(call, 0, in_view->own, slots[0], Ring::Agreed, in_bytes);
+  write_ring(call, 1, out_view->own, slots[1], Ring::Agreed, out_bytes);
   wait_entries(call, 0, 2, stop, agree_tags_);
   bool every = in_view->own.id != 0 && out_view->own.id != 0;
   for (int p = 0; p < size_; ++p)
@@ -94,10 +117,7 @@ bool PeerBuffers::agree(uint64_t call, const void* in, size_t in_bytes, const vo
     for (int p = 0; p < size_; ++p) {
       if (p == rank_) continue;
       const RingTag& t = agree_tags_[w][p];
-      char* base = mapped(p, t, false);
-      if (!base)
-        throw std::runtime_error("rank " + std::to_string(rank_) + " cannot map rank " + std::to_string(p) +
-                                 "'s registered buffer of a one-sided call (freed while the call was enqueued?)");
+      char* base = checked_mapping(p, t, call, w == 0 ? "input" : "output");
       views[w]->peer[p] = base + t.tag.offset;
       views[w]->expect[p] = t.tag;
     }
@@ -113,7 +133,7 @@ bool PeerBuffers::agree_arena(uint64_t call, unsigned which, const void* base, s
   // A rank that could not allocate one shares nothing (id 0): then no rank stages in its arena.
   const PeerBufferTag own = base ? register_own(base, bytes, false, &slot) : PeerBufferTag{};
   if (own.id && own.offset != 0) throw std::invalid_argument("base: not the start of an allocation");
-  write_ring(call, which, own, slot, Ring::Agreed);
+  write_ring(call, which, own, slot, Ring::Agreed, bytes);
   std::vector<RingTag> tags[1];
   wait_entries(call, which, 1, stop, tags);
   bool every = own.id != 0;
@@ -123,10 +143,13 @@ bool PeerBuffers::agree_arena(uint64_t call, unsigned which, const void* base, s
   (*peers)[rank_] = static_cast<char*>(const_cast<void*>(base));
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
-    char* mapping = mapped(p, tags[0][p], false);  // imported once, kept until retired (close_arena_imports) or close
-    if (!mapping)
-      throw std::runtime_error("rank " + std::to_string(rank_) + " cannot map rank " + std::to_string(p) +
-                               "'s staging arena (its handle refused)");
+    // imported once, kept until retired (close_arena_imports) or close
+    char* mapping = checked_mapping(p, tags[0][p], call, "staging arena");
+    if (tags[0][p].tag.offset != 0 || tags[0][p].bytes < bytes)  // (the start of an allocation, as large)
+      throw std::runtime_error("rank " + std::to_string(p) + "'s staging arena of call " + std::to_string(call) +
+                               " is not the agreed one: offset " + std::to_string(tags[0][p].tag.offset) + ", " +
+                               std::to_string(tags[0][p].bytes) + " bytes (" + std::to_string(bytes) +
+                               " agreed); refused by rank " + std::to_string(rank_));
     (*peers)[p] = mapping;
   }
   return true;

@@ -72,7 +72,7 @@ bool PeerBuffers::arena_view(uint64_t call, unsigned which, const void* ptr, siz
     if (p < a.base || p + bytes > a.base + a.bytes || !a.own.id) continue;
     const uint64_t offset = static_cast<uint64_t>(p - a.base);
     v.own = PeerBufferTag{a.own.id, offset};
-    write_ring(call, which, v.own, a.own.slot, Ring::Lookup);  // the peers' lookups read it as any other
+    write_ring(call, which, v.own, a.own.slot, Ring::Lookup, bytes);  // the peers' lookups read it as any other
     for (int q = 0; q < size_; ++q) {
       if (q == rank_ || !peers_[q] || !a.every[q].id) continue;
       const RingTag t{PeerBufferTag{a.every[q].id, offset}, a.every[q].slot, 0};

@@ -31,7 +31,8 @@ struct PeerBuffers::Shared {
     std::atomic<uint64_t> seq;
     uint64_t call_plus_one;  // 0: never written
     uint64_t id, offset, slot;
-    uint64_t pad[3];
+    uint64_t bytes;  // the buffer's bytes from offset on that the call uses (RingTag::bytes)
+    uint64_t pad[2];
   };
   // Two rings of the same layout, so that their call numbers never meet: lookup's (keyed by its
   // caller's numbers: the tests' binding, the symmetric pool's hits) and agree's (the engine's

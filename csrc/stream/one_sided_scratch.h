@@ -6,6 +6,8 @@
 // one call at a time, and read by that call's launch before the next call refills them.
 #pragma once
 
+#include <chrono>
+
 #include "device/peer_buffers.h"
 #include "stream/device_path.h"
 
@@ -15,6 +17,10 @@ struct OneSidedScratch {
   PeerBufferView in, out;  // PeerBuffers::agree's answer for the call's input and output
   MappedPeers route;       // the call's route (agree_route's answer)
   const MappedPeers staged{};  // the route of a call that does not agree (never mapped)
+  // When wait_for_peers last asked whether the peers' processes live (a peer that died or closed
+  // publishes no failure): every kLivenessEvery while it waits, not at every spin.
+  std::chrono::steady_clock::time_point liveness_at{};
+  static constexpr std::chrono::milliseconds kLivenessEvery{100};
 };
 
 }  // namespace commlib

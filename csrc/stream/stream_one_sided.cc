@@ -14,6 +14,7 @@
 // stage, in the staging arena or the slots (every rank captures the same calls, as any captured
 // collective needs).
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <stdexcept>
 
@@ -44,11 +45,21 @@ template <class Wait>
 bool StreamEngine::wait_for_peers(const CollectiveCall& call, const char* what, Wait&& wait) {
   // A peer that failed (its failure on the control plane) never reaches the call: stop waiting,
   // and fail the call as any call after a peer's failure (PeerError naming it), not by the timeout.
-  // (`stop` captures `this` alone: a std::function holds it in place, no allocation.)
+  // A peer that died (SIGKILL) never reaches it either, and publishes nothing: its process is asked
+  // every kLivenessEvery, as the watchdog does (a system call, not one per spin). (A closed peer is
+  // left to the timeout, as before: one that made this call may close once it drained.) (`stop`
+  // captures `this` alone: a std::function holds it in place, no allocation.)
+  one_sided_.liveness_at = std::chrono::steady_clock::now();
   const auto stop = [this] {
     if (failed()) return true;
-    for (int p = 0; p < size_; ++p)
-      if (p != rank_ && control_->peer_status(p, false).state == PeerState::Failed) return true;
+    const auto now = std::chrono::steady_clock::now();
+    const bool process = now - one_sided_.liveness_at >= OneSidedScratch::kLivenessEvery;
+    if (process) one_sided_.liveness_at = now;
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      const PeerState st = control_->peer_status(p, process).state;
+      if (st == PeerState::Failed || st == PeerState::Dead) return true;
+    }
     return false;
   };
   try {
@@ -57,9 +68,20 @@ bool StreamEngine::wait_for_peers(const CollectiveCall& call, const char* what, 
     const auto status = [this](int p) { return control_->peer_status(p, false); };
     ErrorKind kind;
     std::string msg;
-    if (failed_peer_error(describe(call, call.algo, control_->peek_call_seq()), rank_, size_, status, &kind, &msg)) {
+    const CallDesc desc = describe(call, call.algo, control_->peek_call_seq());
+    if (failed_peer_error(desc, rank_, size_, status, &kind, &msg)) {
       fail(kind, msg);
       raise_to_caller(kind, msg);
+    }
+    for (int p = 0; p < size_; ++p) {  // (session 32: a dead peer was waited for the whole timeout, a CommError)
+      if (p == rank_) continue;
+      const PeerStatus st = control_->peer_status(p, true);
+      if (st.state != PeerState::Dead && st.state != PeerState::Closed) continue;
+      msg = "rank " + std::to_string(p) + " (pid " + std::to_string(control_->peer_pid(p)) + ") " +
+            (st.state == PeerState::Dead ? "died" : "closed the communicator") + " during " + describe_call(desc) +
+            "; rank " + std::to_string(rank_) + " was " + what;
+      fail(ErrorKind::Peer, msg);
+      raise_to_caller(ErrorKind::Peer, msg);
     }
     throw std::runtime_error(std::string(collective_name(call.coll)) + " on rank " + std::to_string(rank_) + ", " +
                              what + ": " + e.what());
@@ -77,7 +99,6 @@ const MappedPeers& StreamEngine::agree_route(const CollectiveCall& call) {
   // first call their vectors hold every rank's entry already, so a steady call allocates nothing.
   OneSidedScratch& o = one_sided_;
   MappedPeers& route = o.route;
-  route.mapped = false;
   // In place (an all_to_all whose input is its output: input_staging copies it into the engine's
   // memory, which the kernel reads): no input is registered, so every rank stages the call, the
   // ranks that call it out of place too (a per-rank choice, as for every other algorithm).

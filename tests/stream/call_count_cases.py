@@ -363,7 +363,8 @@ def mapped_steady_counts(comm, n=40, count=1024):
     """The one-sided all_reduces (csrc/stream/stream_one_sided.cc: every call agrees on its route
     with the peers, PeerBuffers::agree), in place on `count` float32, n steady calls back to back
     through the C++ entry: {(algorithm, "array"|"pool"): (driver calls on this thread, C++ entry
-    hits, agreement waits, results right, heap allocations of commlib's C++ code on this thread)} for a commlib.emulated array (cudaMalloc'd memory: its
+    hits, agreement waits, results right, heap allocations of commlib's C++ code on this thread, sleeps
+    of the agreement's wait: PeerBuffers::back_off)} for a commlib.emulated array (cudaMalloc'd memory: its
     registration checked per call) and a symmetric pool block (commlib.device.empty: its arena
     mapped when made)."""
     import commlib.device as cdev
@@ -382,10 +383,12 @@ def mapped_steady_counts(comm, n=40, count=1024):
                     sub.all_reduce(x, algorithm=algo)
                 _drain()
                 engine = sub._device()._last_engine
-                waits = engine.peer_buffer_stats()["waits"]
+                before = engine.peer_buffer_stats()
                 calls, hits, _, allocs = _counted(lambda: [sub.all_reduce(x, algorithm=algo) for _ in range(n)])
                 _drain()
                 right = bool((x.numpy() == float(sub.size) ** (3 + n)).all())
-                out[(algo, kind)] = (calls, hits, engine.peer_buffer_stats()["waits"] - waits, right, allocs)
+                after = engine.peer_buffer_stats()
+                out[(algo, kind)] = (calls, hits, after["waits"] - before["waits"], right, allocs,
+                                     after["agree_sleeps"] - before["agree_sleeps"])
         return out
     return with_settings(comm, KERNEL_SETTINGS, run)

@@ -46,6 +46,13 @@ def _scenario(sub, coll, kind, changed):
     if coll == "all_reduce":
         x = _full(n, dt, value)
         return (lambda a: sub.all_reduce(x, algorithm=ALGO[P], async_op=a)), [x]
+    if coll == "avg":  # the divide after the launch is gated too (CopyPath::gate_after_call)
+        x = _full(n, dt, value)
+        return (lambda a: sub.all_reduce(x, op="avg", algorithm=ALGO[P], async_op=a)), [x]
+    if coll in ("mapped", "mapped_avg"):  # one-sided on buffers every rank maps (the route agreed: stream_one_sided.cc)
+        x = _full(n, dt, value)
+        op = "avg" if coll == "mapped_avg" else "sum"
+        return (lambda a: sub.all_reduce(x, op=op, algorithm="mapped_fused_two_shot", async_op=a)), [x]
     if coll == "all_gather":
         x, out = _full(n, dt, value), _full(n * P, dt, -1)
         return (lambda a: sub.all_gather(out, x, async_op=a)), [out]

@@ -14,7 +14,9 @@ from test_device_collectives import DELAY_ENV  # noqa: E402
 
 CASES = [("all_reduce", "dtype", "blocking"), ("all_reduce", "count", "async"), ("all_gather", "dtype", "async"),
          ("reduce_scatter", "count", "blocking"), ("broadcast", "dtype", "blocking"), ("p2p", "count", "blocking"),
-         ("p2p", "dtype", "async")]
+         ("p2p", "dtype", "async"), ("avg", "count", "blocking"), ("avg", "count", "async")]
+# The kernel path alone: a one-sided call (refused by name on the copy path).
+KERNEL_CASES = [("mapped", "count", "blocking"), ("mapped", "dtype", "async"), ("mapped_avg", "count", "async")]
 
 
 def _check(results, cases, receivers_only=("p2p",)):
@@ -38,7 +40,8 @@ def _check(results, cases, receivers_only=("p2p",)):
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("path", ["kernel", "copy", "copy+gated"])
 def test_a_mismatched_call_writes_nothing_and_raises(pool, path):
-    _check(pool(2, env=DELAY_ENV).run(mismatched_calls, path, CASES, timeout=200), CASES)
+    cases = CASES + (KERNEL_CASES if path == "kernel" else [])
+    _check(pool(2, env=DELAY_ENV).run(mismatched_calls, path, cases, timeout=200), cases)
 
 
 @pytest.mark.timeout(120)

@@ -237,3 +237,21 @@ def test_two_byte_types_fold_packed_to_the_cpu_kernels_bits(pool):
         for per_rank in pool(3, env=DELAY_ENV).run(two_byte_fused, count, timeout=120):
             assert [what for what, same in per_rank if not same] == [], (count, per_rank)
             assert len(per_rank) == 16
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 5])
+def test_auto_in_the_mapped_band_runs_the_fused_two_shot_right(pool, size):
+    """Device auto's pick since session 31 (policy/device_auto.h: an all_reduce on mapped buffers is
+    the model's at every size, the fused two-shot at 16 KiB-1 MiB): every dtype (int8, float16,
+    bfloat16 among them) and op (avg, premul_sum), prime counts in the band and 0, 1, P - 1, 13
+    around it, in place or not, at 1-5 ranks: results as the host reference's (integers exactly),
+    bitwise alike on every rank, and every call in the band ran the fused two-shot."""
+    from one_sided_cases import auto_in_the_mapped_band, auto_matrix
+    cases = auto_in_the_mapped_band(size)
+    results = pool(size, env=DELAY_ENV).run(auto_matrix, cases, timeout=100)
+    device_cases.check_results([(f, d) for f, d, _ in results])
+    for _, _, ran in results:
+        for (case, band), algo in zip(cases, ran):
+            if band and size > 1 and case[3] != "premul_sum":  # (premul_sum's scaled copy stages: no agreement)
+                assert algo == "mapped_fused_two_shot", (case, algo)
