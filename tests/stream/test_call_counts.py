@@ -150,12 +150,10 @@ def test_a_steady_one_sided_call_agrees_once_and_asks_the_driver_once_at_most(po
             queries = {"cuPointerGetAttributes": n} if kind == "array" else {}
             assert calls == {**{k: v * n for k, v in PER_CALL.items()}, **queries}, (algo, kind, calls)
             assert waits == n, (algo, kind, waits)
-        # The agreement's wait spins, then yields, before it sleeps (PeerBuffers::back_off): a peer
-        # reaches a steady call within the yields, so the 20 us sleep (60-100 us on Linux) is not
-        # the common case. Counted, not timed: none here when quiet; at most a few calls of the 240
-        # on a loaded machine (sleeping right after the spins: 21-37 of them).
-        sleeps = {case: v[5] for case, v in out.items()}
-        assert sum(sleeps.values()) <= n // 4, sleeps
+        # The agreement's sleeps (PeerBuffers::back_off, its counter `agree_sleeps`) are not asserted:
+        # whether a peer reaches a steady call within the spins and yields is the scheduler's (none
+        # here on a quiet machine, more whenever a rank of this pool or another worker's is
+        # descheduled: a CI with two workers on two cores), a timing, not a count of calls.
         allocs = {case: v[4] for case, v in out.items()}
         assert all(a >= 0 for a in allocs.values()) and sum(allocs.values()) <= queue_growths_n, allocs
 
