@@ -13,11 +13,11 @@ PREDICTIONS = [
          ("dgx-h100", 1024, 1 << 30, "367.5", "374.8"), ("dgx-a100", 1024, 1 << 30, "187.3", "187-190")]),
     ("25", "rail_window (a lane per segment under a window of steps in flight) ranked beside rail_lanes; "
      "docs/simulator.md 'A window of steps in flight'", [
-         ("dgx-h100", 2, 64 << 20, "392.3", "396.4"), ("dgx-h100", 16, 64 << 20, "378.0", "388.7"),
-         ("dgx-h100", 16, 256 << 20, "396.6", "396.6"), ("dgx-h100", 128, 64 << 20, "340.0", "364.6"),
-         ("dgx-h100", 128, 256 << 20, "372.6", "376.5"), ("dgx-h100", 128, 1 << 30, "379.8", "379.8"),
+         ("dgx-h100", 2, 64 << 20, "392.3", "396.4"), ("dgx-h100", 16, 64 << 20, "378.0", "388.7", "385.1"),
+         ("dgx-h100", 16, 256 << 20, "396.6", "396.6", "396.6"), ("dgx-h100", 128, 64 << 20, "340.0", "364.6", "363.7"),
+         ("dgx-h100", 128, 256 << 20, "372.6", "376.5", "375.6"), ("dgx-h100", 128, 1 << 30, "379.8", "379.8", "379.8"),
          ("dgx-h100", 1024, 64 << 20, "300.9", "330-350"), ("dgx-h100", 1024, 256 << 20, "never simulated", "355-370"),
-         ("dgx-a100", 128, 64 << 20, "182.2", "182-188"), ("dgx-a100", 16, 64 << 20, "199.4", "199-205")]),
+         ("dgx-a100", 128, 64 << 20, "182.2", "182-188", "187.5"), ("dgx-a100", 16, 64 << 20, "199.4", "199-205", "199.4")]),
     ("26", "dgx-a100 with 4 NICs (two local ranks on each) tabled; docs/simulator.md 'NIC-shared hosts'", [
          ("dgx-a100-4nic", 128, 64 << 20, "never simulated", "95.5-97.0"),
          ("dgx-a100-4nic", 128, 256 << 20, "never simulated", "95.5-97.0"),
@@ -30,8 +30,8 @@ PREDICTIONS = [
          ("dgx-h100", 1024, 256 << 20, "359.4", "none written", "363.0 (the shape's run; auto not rerun)")]),
     ("29", "below 4096 ranks rail_window's K 128 D 2n R 2 with each segment's intra-host phases direct among its "
      "shapes; docs/simulator.md 'Session 29'", [
-         ("dgx-h100", 128, 64 << 20, "363.7", "366.4"), ("dgx-h100", 16, 64 << 20, "385.1", "385.1-389"),
-         ("dgx-a100", 128, 64 << 20, "187.5", "187.5-189.5"), ("dgx-a100", 16, 64 << 20, "199.4", "199.4"),
+         ("dgx-h100", 128, 64 << 20, "363.7", "366.4", "366.4"), ("dgx-h100", 16, 64 << 20, "385.1", "385.1-389", "388.0"),
+         ("dgx-a100", 128, 64 << 20, "187.5", "187.5-189.5", "188.7"), ("dgx-a100", 16, 64 << 20, "199.4", "199.4", "199.4"),
          ("dgx-a100-4nic", 128, 64 << 20, "96.0", "96.0-96.6"), ("dgx-a100-4nic", 16, 64 << 20, "101.6", "101.6")]),
     # Session 29 (written 15:31 UTC, before any run): from the 128-node rows, each node-count doubling adding
     # what it added from 16 to 128 nodes (auto: 2-4 us a doubling at 1-16 MiB, two_shot's hosts-linear
@@ -61,4 +61,12 @@ PREDICTIONS = [
         ("dgx-a100", 1024, 64 << 20, "never simulated", "6.8-7.3"), ("dgx-a100", 1024, 16 << 20, "never simulated", "2.2-2.35"),
         ("dgx-a100", 1024, 4 << 20, "never simulated", "0.58-0.63"), ("dgx-a100", 1024, 1 << 20, "never simulated", "0.14-0.16")],
      "ring"),
+    ("32", "below 4096 ranks rail_window's K 128 D 5n/2 R 2 direct with an intra window of 3 (at most 3 of a rank's "
+     "steps inside the host in flight, oldest first) tried first; docs/simulator.md 'Session 32'", [
+         ("dgx-h100", 128, 64 << 20, "366.4", "372.4"), ("dgx-h100", 128, 256 << 20, "375.6", "380.6"),
+         ("dgx-h100", 128, 1 << 30, "379.8", "381.8"), ("dgx-h100", 16, 64 << 20, "388.0", "392.5"),
+         ("dgx-h100", 16, 256 << 20, "396.6", "398.5"), ("dgx-h100", 16, 1 << 30, "399.1", "399.6"),
+         ("dgx-a100", 128, 64 << 20, "188.7", "191.2"), ("dgx-a100", 128, 256 << 20, "190.8", "192.9"),
+         ("dgx-a100", 128, 1 << 30, "191.7", "193.2"), ("dgx-a100", 16, 64 << 20, "199.4", "199.5-200.1"),
+         ("dgx-a100", 16, 256 << 20, "201.4", "201.4-201.5"), ("dgx-a100", 16, 1 << 30, "201.8", "201.8-201.9")]),
 ]

@@ -49,6 +49,7 @@ py::dict schedule_to_py(const Schedule& s, const std::string& algorithm) {
     for (const Step& st : s.steps) lanes.append(st.lane);
     out["step_lanes"] = std::move(lanes);
     out["window"] = s.window;
+    if (s.intra_window != 0) out["intra_window"] = s.intra_window;  // (ir.h Schedule::intra_window)
   }
   out["scratch_count"] = s.scratch_count;
   out["algorithm"] = algorithm;
@@ -89,6 +90,7 @@ Schedule schedule_from_py(py::handle obj) {
     auto d = obj.cast<py::dict>();
     steps = d["steps"];
     if (d.contains("window")) s.window = d["window"].cast<int>();
+    if (d.contains("intra_window")) s.intra_window = d["intra_window"].cast<int>();
     if (d.contains("scratch_count")) {
       s.scratch_count = d["scratch_count"].cast<int64_t>();
       infer_scratch = false;
@@ -232,7 +234,8 @@ void bind_schedule(py::module_& m) {
       py::arg("inter") = "", py::arg("segment") = -1, py::arg("intra") = "", py::arg("pieces") = 0, py::arg("share") = 0,
       "One rank's schedule as a dict {steps, scratch_count, algorithm, lanes}, and for a laned schedule also "
       "step_lanes and window (schedule/lanes.h: step_lanes[i] the lane of step i among `lanes`, 1 but for laned "
-      "algorithms; window: steps in flight, ir.h Schedule::window, 0 none). `hosts`: every rank's host id "
+      "algorithms; window: steps in flight, ir.h Schedule::window, 0 none; intra_window where not 0: "
+      "ir.h Schedule::intra_window). `hosts`: every rank's host id "
       "(hierarchical schedules; empty: one host); `inter`: hierarchical's inter-host algorithm (\"\": the "
       "built-in exchange); `segment`: its pipeline segment in elements (-1: COMMLIB_HIER_SEGMENT, 0: none); "
       "`intra`: the intra-host phases' algorithm (\"\": the built-in direct exchanges; needs `inter`); "

@@ -53,6 +53,8 @@ struct LanedSteps {
   std::vector<int> lane;      // per step
   int lanes = 1;              // W (schedule/lanes.h)
   int window = 0;             // Schedule::window
+  std::vector<int> gate;      // per step: the step its intra window also waits for (-1 none; empty:
+                              // no intra window: Schedule::intra_window, schedule/lanes.h)
 };
 
 // Work the caller interleaves with a step's transfers (the compressed lowering's codec: encoding

@@ -39,6 +39,7 @@ struct Executor::LanedRun {
   const int W;
   std::vector<uint8_t> state;             // per step: kWaiting, kRunning, kFinished
   std::vector<int> lane_prev, lane_next;  // per step: its lane's previous and next step (-1 none)
+  std::vector<int> wake;                  // per step: the step its intra window holds for it (-1 none)
   std::vector<int> step_of;               // per op
   std::vector<size_t> left;               // per running step: its messages not finished
   std::vector<uint8_t> running;           // per op: its step runs (on_idle's mask)
@@ -68,7 +69,8 @@ struct Executor::LanedRun {
   bool can_start(int s) const {
     const int D = steps.window;
     return state[s] == kWaiting && (lane_prev[s] < 0 || state[lane_prev[s]] == kFinished) &&
-           (D <= 0 || s < D || state[s - D] == kFinished);
+           (D <= 0 || s < D || state[s - D] == kFinished) &&
+           (steps.gate.empty() || steps.gate[s] < 0 || state[steps.gate[s]] == kFinished);
   }
 };
 
@@ -153,6 +155,7 @@ void Executor::finish_laned_step(LanedRun& run, int s) {
   if (run.lane_next[s] >= 0) run.ready.push_back(run.lane_next[s]);
   const int D = run.steps.window;
   if (D > 0 && static_cast<size_t>(s) + D < run.steps_count()) run.ready.push_back(s + D);
+  if (!run.wake.empty() && run.wake[s] >= 0) run.ready.push_back(run.wake[s]);
 }
 
 void Executor::take_laned_chunk(LanedRun& run, int p, const ChunkHeader* h, const char* payload, DType dtype,
@@ -283,6 +286,12 @@ void Executor::run_lanes(std::vector<ExecOp>& ops, const LanedSteps& steps, DTyp
   run.lane_prev.assign(n, -1);
   run.lane_next.assign(n, -1);
   run.left.assign(n, 0);
+  if (!steps.gate.empty()) {  // (each gate holds one step: the intra window slides over its steps)
+    if (steps.gate.size() != static_cast<size_t>(n)) throw std::logic_error("run_lanes: an intra-window gate per step expected");
+    run.wake.assign(n, -1);
+    for (int s = 0; s < n; ++s)
+      if (steps.gate[s] >= 0) run.wake[steps.gate[s]] = s;
+  }
   std::vector<int> last(W, -1);
   for (int s = 0; s < n; ++s) {
     int& prev = last[steps.lane[s]];

@@ -15,6 +15,7 @@
 #include "plan/lowering.h"
 #include "kernels/cpu_reduce.h"
 #include "policy/auto_policy.h"
+#include "schedule/lanes.h"
 #include "schedule/registry.h"
 
 namespace commlib {
@@ -164,6 +165,7 @@ void Communicator::run_collective(const CollectiveCall& call, uint64_t seq) {
       laned_.lane.clear();
       laned_.lanes = planned.lanes;
       laned_.window = sched.window;
+      intra_window_gates(sched, rank_, topology_.host_of, laned_.gate);  // (empty: no intra window)
       for (const Step& step : sched.steps) {
         laned_.begin.push_back(ops_.size());
         laned_.lane.push_back(step.lane);

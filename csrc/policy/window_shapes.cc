@@ -23,31 +23,36 @@ namespace commlib {
 // 128 nodes, 64 MiB, 365.9 us (366.4 GB/s) against 368.6 (363.7) for the ring's K 128 D 2n
 // (docs/simulator.md "Session 29"). From 4096 ranks the one shape is unchanged (1024 nodes, 64 MiB:
 // direct 388.7 us against the ring's 382.1).
+// Session 32: below 4096 ranks a sixth shape, tried first, K 128 under a window of 5n/2 with the
+// ramp R 2, direct intra phases and an intra window of 3 (share >> 24: at most 3 of a rank's steps
+// inside the host in flight, the oldest first, ir.h Schedule::intra_window): 128 nodes, 64 MiB,
+// 360.0 us (372.4 GB/s) against 365.9 for the session-29 shape; without the intra window the wider
+// window queued the ports (371.8 us) (docs/simulator.md "Session 32").
 constexpr int kHugeRamp = 2;
 
 struct WindowShape {
   int K;
-  bool wide;          // a window of two segments' steps (else one)
+  int halves;         // the window in halves of one segment's steps n (2: n, 4: 2n, 5: 5n/2)
   int ramp;           // share's R
   const char* intra;  // the segments' intra-host phases ("": the ring)
+  int intra_window;   // share's E (0: none)
 };
 
 std::vector<Composition> window_shapes(const CallShape& call, const Composition& cand, const sim::Topology& t) {
   std::vector<Composition> out;
   const bool huge = t.size() >= 4096;
-  static const std::vector<WindowShape> kHuge{{64, false, kHugeRamp, ""}};
-  static const std::vector<WindowShape> kShapes{
-      {128, true, 2, "direct"}, {64, false, 0, ""}, {128, true, 0, ""}, {128, false, 0, ""}, {32, false, 0, ""}};
+  static const std::vector<WindowShape> kHuge{{64, 2, kHugeRamp, "", 0}};
+  static const std::vector<WindowShape> kShapes{{128, 5, 2, "direct", 3}, {128, 4, 2, "direct", 0}, {64, 2, 0, "", 0},
+                                                {128, 4, 0, "", 0},       {128, 2, 0, "", 0},        {32, 2, 0, "", 0}};
   for (const WindowShape& w : huge ? kHuge : kShapes) {
     const int64_t segment = call.count / w.K;
     if (segment < 2 * static_cast<int64_t>(t.size())) continue;  // (the builder's one-lane fallback)
     Composition k = cand;
-    k.segment = segment, k.pieces = 0, k.share = w.ramp << 16, k.intra = w.intra;
-    const bool wide = w.wide;
-    if (wide) {  // twice one segment's steps: the builder's window with pieces 0, doubled
+    k.segment = segment, k.pieces = 0, k.share = w.intra_window << 24 | w.ramp << 16, k.intra = w.intra;
+    if (w.halves != 2) {  // the builder's window with pieces 0 (one segment's steps), scaled
       CollArgs a = call.args_on(t.host_of);
       a.compose(k);
-      k.pieces = 2 * build_schedule(a, k).window;
+      k.pieces = w.halves * build_schedule(a, k).window / 2;
     }
     out.push_back(k);
   }

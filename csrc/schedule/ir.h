@@ -131,6 +131,14 @@ struct Schedule {
   // steps D after it. Meaningless without lanes (one lane runs one step at a time). Every rank's
   // schedule of a call has the same window.
   int window = 0;
+  // Steps inside the host in flight (session 32, docs/simulator.md): 0, no bound but the window's;
+  // E > 0, a step whose messages all stay inside its rank's host (the call's host map: lanes.h
+  // intra_window_gates) also waits for the E-th such step listed before it to have finished, so at
+  // most E of them run at once and the oldest first (the ports' work of old segments is not queued
+  // behind new ones'), while the window keeps D steps of every kind in flight. Like the window it
+  // only holds steps back (each waits for a step listed earlier); meaningless without lanes; every
+  // rank of a call has the same.
+  int intra_window = 0;
 };
 
 // How a call's schedule is composed: the registered algorithm and, for hierarchical, what runs in

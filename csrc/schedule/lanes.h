@@ -22,6 +22,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "schedule/ir.h"
 
@@ -31,6 +32,13 @@ using LaneCount = int (*)(const CollArgs&);
 
 // The lanes of the registered `algorithm`'s schedule for `a` (1 unless it registered a count).
 int schedule_lanes(const CollArgs& a, const std::string& algorithm);
+
+// Schedule::intra_window's gates for rank `rank`'s schedule `s` (host_of: every rank's host, empty:
+// one host), into `gate`: per step, the step it also waits for (the intra_window-th step listed
+// before it whose messages all stay inside the host, if it is one such itself), -1 none; empty
+// where the schedule has no intra window. The simulator (sim/compact.cc) and the host executor
+// (host/lowering.cc) both gate by it.
+void intra_window_gates(const Schedule& s, int rank, const std::vector<int>& host_of, std::vector<int>& gate);
 
 // Registers an algorithm's lane count at load time (static initialisation of its file).
 struct LanesRegistrar {

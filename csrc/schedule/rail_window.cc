@@ -18,11 +18,13 @@
 //
 // The composition: `segment` elements a segment (K = count / segment, at most kMaxWindowLanes; 0: one
 // segment), `pieces` the window D (0: one segment's steps), `share` the stagger (0: 1) in its low 16
-// bits and a ramp R above them (share >> 16, session 27): the first and the last segment each cut in
+// bits and a ramp R above them (share >> 16 & 0xff, session 27): the first and the last segment each cut in
 // R + 1 lanes of 1/2^R, 1/2^R, 2/2^R, .., 1/2 of it (hierarchical_layout.h's ramp, here segments of
 // their own), so the fill and the drain are a 1/2^R segment's while the steady segments, and so the
 // inter-host messages a rank posts, stay K's (0: equal segments; a ramp whose smallest piece would
-// hold fewer than kMinWindowSegment elements a rank, or that would pass kMaxWindowLanes, is left out).
+// hold fewer than kMinWindowSegment elements a rank, or that would pass kMaxWindowLanes, is left out),
+// and above that (share >> 24, session 32) the intra window E (ir.h Schedule::intra_window: at most
+// E of a rank's steps inside the host in flight, the oldest first; 0 none).
 // Where rail_halving does not pair (one host, unequal or non-power-of-two hosts) or a segment would
 // hold fewer than kMinWindowSegment elements per rank, it is rail_halving's plain form in one lane.
 #include <algorithm>
@@ -61,7 +63,7 @@ std::vector<std::pair<int64_t, int64_t>> window_segments(const CollArgs& a) {
   std::vector<std::pair<int64_t, int64_t>> seg;
   for (int p = 0; p < K; ++p)
     seg.emplace_back(a.count / K * p + std::min<int64_t>(p, a.count % K), a.count / K + (p < a.count % K ? 1 : 0));
-  const int R = a.share >> 16;
+  const int R = (a.share >> 16) & 0xff;
   if (K < 2 || R <= 0 || R > 16 || K + 2 * R > kMaxWindowLanes) return seg;
   const int64_t last = seg.back().second;  // (the shorter of the two lengths)
   if ((last >> R) < kMinWindowSegment * a.size) return seg;
@@ -172,6 +174,7 @@ Schedule all_reduce_rail_window(const CollArgs& a) {
   for (size_t i : at)
     if (!laned.steps[i].ops.empty()) s.steps.push_back(std::move(laned.steps[i]));  // (padding dropped)
   s.window = a.pieces > 0 ? a.pieces : static_cast<int>(n);
+  s.intra_window = a.share >> 24;
   return s;
 }
 

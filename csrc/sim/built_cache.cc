@@ -61,9 +61,10 @@ std::shared_ptr<const BuiltPrograms> built_programs(Collective c, const Composit
   // building the same call both build; the second keeps the first's entry).
   auto built = std::make_shared<BuiltPrograms>();
   built->programs = build_programs(c, how, size, count, root, host_of, built->shapes, &built->scratch, &built->lanes,
-                                   &built->order, &built->window);
+                                   &built->order, &built->window, &built->gates);
   size_t bytes = built->shapes.bytes() + built->scratch.capacity() * sizeof(int64_t) + key.size();
   for (const auto& o : built->order) bytes += o.capacity() * sizeof(uint16_t) + sizeof(o);
+  for (const auto& g : built->gates) bytes += g.capacity() * sizeof(int) + sizeof(g);
   for (const Program& p : built->programs) bytes += p.capacity() * sizeof(Program::value_type) + sizeof(Program);
   built->bytes = bytes;
   if (bytes > kBuiltCacheBytes) return built;

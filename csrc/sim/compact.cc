@@ -76,7 +76,8 @@ uint32_t ShapeTable::intern(std::vector<SimOp>& ops) {
 std::vector<Program> build_programs(Collective c, const Composition& how, int size, int64_t count, int root,
                                     const std::vector<int>& host_of, ShapeTable& shapes,
                                     std::vector<int64_t>* scratch, int* lanes,
-                                    std::vector<std::vector<uint16_t>>* order, int* window) {
+                                    std::vector<std::vector<uint16_t>>* order, int* window,
+                                    std::vector<std::vector<int>>* gates) {
   if (scratch) scratch->assign(size, 0);
   CollArgs a;
   a.coll = c;
@@ -89,6 +90,7 @@ std::vector<Program> build_programs(Collective c, const Composition& how, int si
   if (lanes) *lanes = W;
   if (W > 0xffff) throw std::invalid_argument("simulate: " + how.algorithm + " has more than 65535 lanes");
   if (order) order->assign(W > 1 ? size : 0, {});
+  if (gates) gates->assign(W > 1 ? size : 0, {});
   std::vector<Program> programs(static_cast<size_t>(size) * W);
   std::vector<SimOp> ops;
   for (int r = 0; r < size; ++r) {
@@ -97,6 +99,7 @@ std::vector<Program> build_programs(Collective c, const Composition& how, int si
     if (scratch) (*scratch)[r] = s.scratch_count;
     if (window && r == 0) *window = s.window;
     if (W > 1 && order) (*order)[r].reserve(s.steps.size());
+    if (W > 1 && gates) intra_window_gates(s, r, host_of, (*gates)[r]);
     for (size_t i = 0; i < s.steps.size(); ++i) {
       const Step& st = s.steps[i];
       if (W > 1 && (st.lane < 0 || st.lane >= W))

@@ -65,11 +65,14 @@ using Program = std::vector<std::pair<uint32_t, uint32_t>>;
 // rank, rank r's lane c at r * W + c: the steps of lane c (ir.h Step::lane), in order. `order` (if
 // not null, and W > 1) receives each rank's list order as lanes (order[r][i]: the lane of rank r's
 // step i), which the window (`window`, if not null: ir.h Schedule::window) and a list-order replay
-// of the lanes need.
+// of the lanes need. `gates` (if not null, and W > 1) receives each rank's intra-window gates
+// (ir.h Schedule::intra_window, schedule/lanes.h intra_window_gates: gates[r][i] the list step rank
+// r's step i also waits for, -1 none), empty for every rank where the schedule has no intra window.
 std::vector<Program> build_programs(Collective c, const Composition& how, int size, int64_t count, int root,
                                     const std::vector<int>& host_of, ShapeTable& shapes,
                                     std::vector<int64_t>* scratch = nullptr, int* lanes = nullptr,
-                                    std::vector<std::vector<uint16_t>>* order = nullptr, int* window = nullptr);
+                                    std::vector<std::vector<uint16_t>>* order = nullptr, int* window = nullptr,
+                                    std::vector<std::vector<int>>* gates = nullptr);
 
 // Every rank's compacted schedule of one call, as build_programs makes it, shared read-only.
 struct BuiltPrograms {
@@ -79,6 +82,7 @@ struct BuiltPrograms {
   int lanes = 1;
   std::vector<std::vector<uint16_t>> order;  // lanes > 1: per rank, each step's lane in list order
   int window = 0;                            // ir.h Schedule::window (steps in flight; 0 none)
+  std::vector<std::vector<int>> gates;       // lanes > 1: per rank, the intra window's (build_programs)
   size_t bytes = 0;  // memory held
 };
 

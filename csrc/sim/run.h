@@ -28,14 +28,16 @@ class Run {
  public:
   // progs: per rank, or per rank and lane (`lanes` W > 1: compact.h): each (rank, lane) is a player
   // of its own, v = r * W + c, with its own steps, on rank r's links, CPU and rates.
-  // `order` (with a window > 0: ir.h Schedule::window): per rank, each list step's lane; then a
-  // rank's step i enters only once its lane's previous step and step i - window have finished.
+  // `order` (with a window > 0: ir.h Schedule::window, or intra-window gates): per rank, each list
+  // step's lane; then a rank's step i enters only once its lane's previous step, step i - window
+  // and the step `gates`[r][i] (if any: Schedule::intra_window, compact.h) have finished.
   Run(const Topology& t, const std::vector<RankRates>& rates, const ShapeTable& shapes,
       const std::vector<Program>& progs, int elem_bytes, Trace* trace, const CodecCost& codec, int lanes = 1,
-      const std::vector<std::vector<uint16_t>>* order = nullptr, int window = 0)
+      const std::vector<std::vector<uint16_t>>* order = nullptr, int window = 0,
+      const std::vector<std::vector<int>>* gates = nullptr)
       : t_(t), rates_(rates), shapes_(shapes), progs_(progs), eb_(elem_bytes), P_(t.size()), H_(t.hosts()),
         W_(lanes), V_(t.size() * lanes), player_(*this), trace_(trace), codec_(codec),
-        order_lanes_(window > 0 ? order : nullptr), window_(window), shared_core_(lanes > 1 && !t.intra_by_device) {
+        order_lanes_(order), window_(window), shared_core_(lanes > 1 && !t.intra_by_device) {
     if (static_cast<int>(progs.size()) != V_) throw std::logic_error("simulate: programs for ranks x lanes expected");
     if (order_lanes_) {
       if (static_cast<int>(order_lanes_->size()) != P_) throw std::logic_error("simulate: a list order per rank expected");
@@ -54,6 +56,17 @@ class Run {
           if (last[o[i]] == SIZE_MAX) pos_[r * W_ + o[i]] = i;
           else nxt_[r][last[o[i]]] = i;
           last[o[i]] = i;
+        }
+      }
+      if (gates && static_cast<int>(gates->size()) == P_) {  // each gate's one step it holds (a sliding window)
+        gates_ = gates;
+        wakes_.resize(P_);
+        for (int r = 0; r < P_; ++r) {
+          const std::vector<int>& g = (*gates)[r];
+          if (g.empty()) continue;
+          wakes_[r].assign(g.size(), -1);
+          for (size_t i = 0; i < g.size(); ++i)
+            if (g[i] >= 0) wakes_[r][g[i]] = static_cast<int>(i);
         }
       }
     }
@@ -155,9 +168,14 @@ class Run {
     const size_t i = pos_[v];
     if (ready_[v] < 0 || i == SIZE_MAX) return;
     double at = ready_[v];
-    if (i >= static_cast<size_t>(window_)) {
+    if (window_ > 0 && i >= static_cast<size_t>(window_)) {
       const double d = done_[r][i - window_];
       if (d < 0) return;  // its finish starts it
+      at = std::max(at, d);
+    }
+    if (gates_ && !(*gates_)[r].empty() && (*gates_)[r][i] >= 0) {  // the intra window's
+      const double d = done_[r][(*gates_)[r][i]];
+      if (d < 0) return;
       at = std::max(at, d);
     }
     ready_[v] = -1;
@@ -345,8 +363,10 @@ class Run {
     const size_t done = order_lanes_ ? cur_[v] : 0;  // (schedule_entry may move cur_[v] on)
     if (order_lanes_) done_[r][done] = t;
     schedule_entry(v, t);
-    if (order_lanes_ && done + window_ < done_[r].size())  // the step the window held for this one
+    if (order_lanes_ && window_ > 0 && done + window_ < done_[r].size())  // the step the window held for this one
       start_if_free(r * W_ + (*order_lanes_)[r][done + window_]);
+    if (gates_ && !wakes_[r].empty() && wakes_[r][done] >= 0)  // the step the intra window held
+      start_if_free(r * W_ + (*order_lanes_)[r][wakes_[r][done]]);
   }
 
   const Topology& t_;
@@ -378,6 +398,8 @@ class Run {
   // its next one's (SIZE_MAX: none left).
   const std::vector<std::vector<uint16_t>>* order_lanes_ = nullptr;
   int window_ = 0;
+  const std::vector<std::vector<int>>* gates_ = nullptr;  // the intra window's (null or empty per rank: none)
+  std::vector<std::vector<int>> wakes_;                   // per rank and list step: the step its finish frees (-1)
   const bool shared_core_;         // lanes on a CPU host: the rank's one progress thread (on_core)
   std::vector<double> core_free_;  // per rank: when that thread has done the work it took on
   std::vector<size_t> next_;

@@ -63,8 +63,11 @@ Result simulate(Collective c, const Composition& how, int64_t count, int elem_by
     lanes = 1;
   }
   // A window (ir.h Schedule::window) bounds the lanes' steps in flight; in list order it changes nothing.
+  // So does the intra window (Schedule::intra_window), which needs the window's list order.
+  const bool windowed = lanes > 1 && (built->window > 0 || std::any_of(built->gates.begin(), built->gates.end(),
+                                                                        [](const std::vector<int>& g) { return !g.empty(); }));
   detail::Run run(topo, rates, shapes, *programs, elem_bytes, opts.trace, opts.codec, lanes,
-                  lanes > 1 && built->window > 0 ? &built->order : nullptr, built->window);
+                  windowed ? &built->order : nullptr, built->window, windowed ? &built->gates : nullptr);
   run.play(res, opts.stop_after_s);
   res.build_s = t1 - t0;
   res.run_s = now_s() - t1;

@@ -108,6 +108,9 @@ void check_lanes(Collective c, const std::vector<Schedule>& per_rank, int size, 
     if (s.window < 0 || s.window != per_rank[0].window)
       fail(label, "rank " + std::to_string(r) + " has window " + std::to_string(s.window) + ", rank 0 " +
                       std::to_string(per_rank[0].window) + " (one window >= 0 for every rank)");
+    if (s.intra_window < 0 || s.intra_window != per_rank[0].intra_window)
+      fail(label, "rank " + std::to_string(r) + " has intra window " + std::to_string(s.intra_window) + ", rank 0 " +
+                      std::to_string(per_rank[0].intra_window) + " (one intra window >= 0 for every rank)");
     for (size_t i = 0; i < s.steps.size(); ++i)
       if (s.steps[i].lane < 0 || s.steps[i].lane >= lanes)
         fail(label, "rank " + std::to_string(r) + " step " + std::to_string(i) + " is in lane " +

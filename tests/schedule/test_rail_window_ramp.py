@@ -3,7 +3,7 @@ segment each cut in R + 1 lanes of 1/2^R, 1/2^R, 2/2^R, .., 1/2 of a segment, K 
 Proven by the verifier (both layouts; its lane checks: no two lanes touch one element, every message
 in one lane) on the host maps where the lanes apply, with awkward counts, windows and staggers; the
 ramp's lanes hold the pieces it says; a ramp that does not fit is left out; the segments' intra phases by
-recursive halving or direct under a ramp (session 29)."""
+recursive halving or direct under a ramp (session 29); the intra window (session 32: `share >> 24`)."""
 import pytest
 
 from commlib import _C
@@ -11,10 +11,10 @@ from commlib import _C
 PAIRED = [[h for h in range(H) for _ in range(L)] for H, L in ((2, 2), (2, 4), (4, 2), (4, 4), (8, 8))]
 
 
-def schedules(hosts, count, segment, window=0, ramp=0, stagger=0, intra=""):
+def schedules(hosts, count, segment, window=0, ramp=0, stagger=0, intra="", intra_window=0):
     P = len(hosts)
     return [_C.schedule(_C.Collective.all_reduce, "rail_window", r, P, count, 0, _C.DType.float32, hosts, "",
-                        segment, intra, window, (ramp << 16) | stagger) for r in range(P)]
+                        segment, intra, window, (intra_window << 24) | (ramp << 16) | stagger) for r in range(P)]
 
 
 @pytest.mark.timeout(300)
@@ -52,3 +52,28 @@ def test_the_ramps_lanes_hold_its_pieces():
     n = s["window"]
     staggered = schedules(hosts, 8 * 1024, 1024, ramp=2, stagger=n)[0]["step_lanes"]
     assert staggered == sorted(staggered)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("hosts", PAIRED, ids=lambda h: "x".join(map(str, [len(set(h)), len(h)])))
+def test_intra_window_is_verified(hosts):
+    """The intra window (session 32, `share >> 24` = E: ir.h Schedule::intra_window, at most E of a
+    rank's steps inside the host in flight) only holds steps back: the steps are E 0's, every rank
+    carries E, the verifier proves the schedules (both layouts, its lane checks), with the ramp and
+    the direct intra phases as auto's shape has them, and refuses ranks that disagree on E."""
+    P = len(hosts)
+    count, segment = P * 16 * 8 + 3, P * 8
+    # (at 64 ranks the ring's segments only: the intra phases' cases would double the module's time)
+    cases = ((1, 0, ""), (3, 2, "direct"), (3, 2, "recursive_halving")) if P <= 16 else ((3, 1, ""),)
+    for E, ramp, intra in cases:
+        scheds = schedules(hosts, count, segment, 0, ramp, 0, intra, E)
+        plain = schedules(hosts, count, segment, 0, ramp, 0, intra)
+        assert [s["intra_window"] for s in scheds] == [E] * P
+        assert [s["steps"] for s in scheds] == [s["steps"] for s in plain]
+        assert [s["step_lanes"] for s in scheds] == [s["step_lanes"] for s in plain]
+        lanes = scheds[0]["lanes"]
+        for in_place in (False, True):
+            _C._verify_custom(_C.Collective.all_reduce, P, count, scheds, 0, lanes=lanes, in_place=in_place)
+    scheds[-1] = dict(scheds[-1], intra_window=E + 1)
+    with pytest.raises(Exception, match="intra window"):
+        _C._verify_custom(_C.Collective.all_reduce, P, count, scheds, 0, lanes=lanes)

@@ -2,7 +2,8 @@
 (one per segment, schedule/rail_window.cc) play as players of their own on a GPU preset, but a rank's
 step i enters only once step i - D of its list has finished, so at most D of a rank's steps are ever
 in flight; so on a CPU host's model too (tests/sim/test_cpu_host_lanes.py). The trace (up to 64
-ranks) shows each rank's steps' entries and ends."""
+ranks) shows each rank's steps' entries and ends. The intra window (session 32) holds a rank's steps
+inside the host back further."""
 import pytest
 
 from commlib import _C
@@ -66,15 +67,36 @@ def test_a_slow_step_holds_back_its_lane_and_the_window_only():
 @pytest.mark.timeout(120)
 def test_the_shapes_auto_simulates():
     """rail_window's shapes (policy/window_shapes.cc), without playing them: below 4096 ranks K 128
-    under a window of two segments' steps, its end segments ramped (R 2) and each segment's intra-host
-    phases direct first (session 29: 128 dgx-h100 nodes, 64 MiB, 365.9 us against the ring's 368.6),
-    then the ring's four; from 4096 ranks the one ring shape, K 64 ramped."""
+    under a window of 5/2 segments' steps, ramped (R 2), direct inside the hosts, with an intra
+    window of 3 first (session 32: 128 dgx-h100 nodes, 64 MiB, 360.0 us), then the same under two
+    segments' steps without it (session 29: 365.9 us against the ring's 368.6), then the ring's
+    four; from 4096 ranks the one ring shape, K 64 ramped."""
     count = (64 << 20) // 4
     shapes = _C.simulated_shapes(_C.Collective.all_reduce, "rail_window", count, 4, engine("dgx-h100", 16))
     n = _C.schedule(_C.Collective.all_reduce, "rail_window", 0, 128, count, 0, _C.DType.float32,
                     [r // 8 for r in range(128)], "", count // 128, "direct", 0, 2 << 16)["window"]
-    assert shapes[0] == {"segment": count // 128, "pieces": 2 * n, "share": 2 << 16, "intra_algorithm": "direct"}
-    assert [(s["segment"], s["share"], s["intra_algorithm"]) for s in shapes[1:]] == [
+    assert shapes[0] == {"segment": count // 128, "pieces": 5 * n // 2, "share": 3 << 24 | 2 << 16,
+                         "intra_algorithm": "direct"}
+    assert shapes[1] == {"segment": count // 128, "pieces": 2 * n, "share": 2 << 16, "intra_algorithm": "direct"}
+    assert [(s["segment"], s["share"], s["intra_algorithm"]) for s in shapes[2:]] == [
         (count // K, 0, "") for K in (64, 128, 128, 32)]
     huge = _C.simulated_shapes(_C.Collective.all_reduce, "rail_window", count, 4, engine("dgx-h100", 512))
     assert huge == [{"segment": count // 64, "pieces": 0, "share": 2 << 16, "intra_algorithm": ""}]
+
+
+@pytest.mark.timeout(120)
+def test_the_intra_window_holds_the_hosts_steps_back():
+    """The intra window (session 32: ir.h Schedule::intra_window, rail_window's `share >> 24` = E): a
+    step whose messages all stay inside the host also waits for the E-th such step before it. 2
+    dgx-h100 nodes, 16 MiB in 16 segments with direct intra phases: E 1 (one such step of a rank at a
+    time) is slower than none, E 3 plays another time, and an E past every such step of the list is
+    no bound at all (the same time as none, to the bit)."""
+    d = engine("dgx-h100", 2)
+
+    def time_s(E):
+        return _C.simulate(_C.Collective.all_reduce, "rail_window", COUNT, 4, 0, d, "", COUNT // 16, "direct",
+                           pieces=0, share=E << 24)["time_s"]
+
+    none, one, three, past = (time_s(E) for E in (0, 1, 3, 100))
+    assert one > none and three != none, (none, one, three)
+    assert past == none, (past, none)
