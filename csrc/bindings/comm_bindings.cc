@@ -161,6 +161,10 @@ void bind_comm(py::module_& m) {
       .def("steps_ahead", &Communicator::steps_ahead,
            "Steps of laned calls (an algorithm of several schedule lanes) that finished while a step listed "
            "before them had not: the overlap the host executor's lanes gave (0 when a call runs in list order).")
+      .def("intra_in_flight_max", &Communicator::intra_in_flight_max,
+           "The most steps inside the host of a laned call under an intra window (Schedule::intra_window E: "
+           "rail_window's shape auto may pick) that ran at once on this rank, over every call so far: at most "
+           "E (0 until such a call ran).")
       .def("parked_bytes", &Communicator::parked_bytes,
            "Bytes of laned calls' messages that arrived before their step ran and were copied aside until it "
            "did (the lanes' extra copy; docs/DESIGN.md \"Laned calls\").")

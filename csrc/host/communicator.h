@@ -70,6 +70,8 @@ class Communicator {
   uint64_t single_copy_sends() const { return exec_.single_copy_sends(); }
   // Steps of laned calls that finished ahead of a step listed before them (Executor::steps_ahead).
   uint64_t steps_ahead() const { return exec_.steps_ahead(); }
+  // The most intra-window steps of a laned call running at once on this rank (Executor::intra_in_flight_max).
+  uint64_t intra_in_flight_max() const { return exec_.intra_in_flight_max(); }
   // What laned calls parked (Executor::parked_bytes, parked_reads).
   uint64_t parked_bytes() const { return exec_.parked_bytes(); }
   uint64_t parked_reads() const { return exec_.parked_reads(); }

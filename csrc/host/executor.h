@@ -109,6 +109,10 @@ class Executor {
   // Steps of laned calls that finished while a step listed before them had not (the overlap the
   // lanes gave; 0 in list order). Read from any thread.
   uint64_t steps_ahead() const { return steps_ahead_.load(std::memory_order_relaxed); }
+  // The most steps of one laned call under an intra window (Schedule::intra_window E) that ran at
+  // once inside the host on this rank, over every call so far: at most E where the executor honours
+  // the window (the steps it gates and their gates). Read from any thread.
+  uint64_t intra_in_flight_max() const { return intra_in_flight_max_.load(std::memory_order_relaxed); }
   // Bytes of laned calls' messages that came before their step ran and were parked (copied aside,
   // landed when the step starts: the lanes' extra copy), and of those the single-copy messages read
   // when parked. Read from any thread.
@@ -259,6 +263,7 @@ class Executor {
   std::atomic<uint64_t> bytes_sent_{0};
   std::atomic<uint64_t> single_copy_sends_{0};
   std::atomic<uint64_t> steps_ahead_{0};
+  std::atomic<uint64_t> intra_in_flight_max_{0};
   std::atomic<uint64_t> parked_bytes_{0};
   std::atomic<uint64_t> parked_reads_{0};
   std::atomic<uint64_t> passes_{0}, idle_passes_{0}, waits_{0};  // wait_counts()

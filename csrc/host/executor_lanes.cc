@@ -40,6 +40,10 @@ struct Executor::LanedRun {
   std::vector<uint8_t> state;             // per step: kWaiting, kRunning, kFinished
   std::vector<int> lane_prev, lane_next;  // per step: its lane's previous and next step (-1 none)
   std::vector<int> wake;                  // per step: the step its intra window holds for it (-1 none)
+  // Per step: one the intra window counts (a gated step, or the gate of one: the window's steps
+  // inside the host, as far as it bounds them), and how many such steps run now.
+  std::vector<uint8_t> windowed;
+  int windowed_running = 0;
   std::vector<int> step_of;               // per op
   std::vector<size_t> left;               // per running step: its messages not finished
   std::vector<uint8_t> running;           // per op: its step runs (on_idle's mask)
@@ -77,6 +81,10 @@ struct Executor::LanedRun {
 void Executor::start_laned_step(LanedRun& run, int s, DType dtype, RedOp op) {
   run.state[s] = kRunning;
   run.active.push_back(s);
+  if (!run.windowed.empty() && run.windowed[s]) {
+    const uint64_t now = static_cast<uint64_t>(++run.windowed_running);
+    if (now > intra_in_flight_max_.load(std::memory_order_relaxed)) intra_in_flight_max_.store(now, std::memory_order_relaxed);
+  }
   ExecOp* ops = run.ops.data();
   // The step's copies and reductions are independent of its messages (ir.h): small ones first, large
   // ones once its sends are posted, run_step's rule (a peer waiting for this rank's first chunks or
@@ -148,6 +156,7 @@ void Executor::post_laned_receive(LanedRun& run, int p, DType dtype) {
 void Executor::finish_laned_step(LanedRun& run, int s) {
   run.state[s] = kFinished;
   ++run.finished;
+  if (!run.windowed.empty() && run.windowed[s]) --run.windowed_running;
   run.active.erase(std::find(run.active.begin(), run.active.end(), s));
   if (static_cast<size_t>(s) > run.first_unfinished) steps_ahead_.fetch_add(1, std::memory_order_relaxed);
   while (run.first_unfinished < run.steps_count() && run.state[run.first_unfinished] == kFinished) ++run.first_unfinished;
@@ -289,8 +298,9 @@ void Executor::run_lanes(std::vector<ExecOp>& ops, const LanedSteps& steps, DTyp
   if (!steps.gate.empty()) {  // (each gate holds one step: the intra window slides over its steps)
     if (steps.gate.size() != static_cast<size_t>(n)) throw std::logic_error("run_lanes: an intra-window gate per step expected");
     run.wake.assign(n, -1);
+    run.windowed.assign(n, 0);
     for (int s = 0; s < n; ++s)
-      if (steps.gate[s] >= 0) run.wake[steps.gate[s]] = s;
+      if (steps.gate[s] >= 0) run.wake[steps.gate[s]] = s, run.windowed[s] = run.windowed[steps.gate[s]] = 1;
   }
   std::vector<int> last(W, -1);
   for (int s = 0; s < n; ++s) {

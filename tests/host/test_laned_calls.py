@@ -161,3 +161,25 @@ def test_killed_rank_in_a_laned_call(algorithm):
     assert_survivors_named_the_dead_rank(results, victim, within_s=30)
     leaked = [f for f in set(os.listdir("/dev/shm")) - before if "commlib" in f]
     assert not leaked, f"left in /dev/shm: {leaked}"
+
+
+@pytest.mark.timeout(240)
+def test_auto_runs_rail_windows_intra_window_within_it(pool):
+    """Session 32's intra window (ir.h Schedule::intra_window E: a step inside the host also waits for
+    the E-th such step before it) as auto picks it on a real communicator: 8 ranks in 2 emulated hosts
+    of 4 under COMMLIB_TOPOLOGY=dgx-h100, 16 MiB of int32, the model's rail_window shape with E 3
+    (intra_window_cases.py). The call is exact on every rank, bitwise equal to the same schedule run in
+    list order, ran laned (steps ahead of list order), and no rank ever had more than E of its steps
+    inside the host in flight (Executor::intra_in_flight_max), but more than one: the window bounds
+    the overlap, it does not serialise it."""
+    import intra_window_cases
+
+    env = {"COMMLIB_SOCKET_IFNAME": "lo", "COMMLIB_HOST_ID": ("a",) * 4 + ("b",) * 4, "COMMLIB_TOPOLOGY": "dgx-h100"}
+    results = pool(8, env=env).run(intra_window_cases.run, timeout=200)
+    resolution = results[0][0]
+    assert resolution["algorithm"] == "rail_window" and resolution["E"] == 3, resolution
+    for rank, (res, chose, exact, listed, ahead, in_flight) in enumerate(results):
+        assert res == resolution and chose == "rail_window", (rank, res, chose)
+        assert exact and listed, (rank, exact, listed)
+        assert ahead > 0, (rank, ahead)
+        assert 1 < in_flight <= resolution["E"], (rank, in_flight)
