@@ -1,9 +1,11 @@
 // The simulator's event run (simulator.h has the rules): one Run plays one call's compacted
 // schedules on a topology. Its events, steps, matching and the timing of messages are here; its
-// links, the posting of sends, waits and one-sided ops in run_links.cc; simulator.cc's simulate()
+// links, the posting of sends, waits and one-sided ops in run_links.cc; a laned call's list order
+// (windows, intra-window gates) set up in run_order.cc; simulator.cc's simulate()
 // builds (or finds built) the schedules and plays them. Internal to csrc/sim.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <queue>
 #include <stdexcept>
@@ -39,37 +41,7 @@ class Run {
         W_(lanes), V_(t.size() * lanes), player_(*this), trace_(trace), codec_(codec),
         order_lanes_(order), window_(window), shared_core_(lanes > 1 && !t.intra_by_device) {
     if (static_cast<int>(progs.size()) != V_) throw std::logic_error("simulate: programs for ranks x lanes expected");
-    if (order_lanes_) {
-      if (static_cast<int>(order_lanes_->size()) != P_) throw std::logic_error("simulate: a list order per rank expected");
-      next_.assign(P_, 0);
-      done_.resize(P_);
-      for (int r = 0; r < P_; ++r) done_[r].assign((*order_lanes_)[r].size(), -1.0);
-      ready_.assign(V_, -1.0);
-      cur_.assign(V_, 0);
-      pos_.assign(V_, SIZE_MAX);
-      nxt_.resize(P_);
-      for (int r = 0; r < P_; ++r) {  // each list step's next in its lane, and each lane's first
-        const std::vector<uint16_t>& o = (*order_lanes_)[r];
-        nxt_[r].assign(o.size(), SIZE_MAX);
-        std::vector<size_t> last(W_, SIZE_MAX);
-        for (size_t i = 0; i < o.size(); ++i) {
-          if (last[o[i]] == SIZE_MAX) pos_[r * W_ + o[i]] = i;
-          else nxt_[r][last[o[i]]] = i;
-          last[o[i]] = i;
-        }
-      }
-      if (gates && static_cast<int>(gates->size()) == P_) {  // each gate's one step it holds (a sliding window)
-        gates_ = gates;
-        wakes_.resize(P_);
-        for (int r = 0; r < P_; ++r) {
-          const std::vector<int>& g = (*gates)[r];
-          if (g.empty()) continue;
-          wakes_[r].assign(g.size(), -1);
-          for (size_t i = 0; i < g.size(); ++i)
-            if (g[i] >= 0) wakes_[r][g[i]] = static_cast<int>(i);
-        }
-      }
-    }
+    if (order_lanes_) set_list_order(gates);
     ranks_.resize(V_);
     player_.reset(V_);
     free_at_.assign(2 * P_ + H_ + 2 * H_ * t.nics_per_host, 0.0);
@@ -163,6 +135,9 @@ class Run {
   }
 
   // Player v's next step enters once it is ready and the step `window_` before it finished.
+  // The list order's bookkeeping (run_order.cc): each list step's next in its lane, each lane's
+  // first, and the intra window's wakes (the step each gate's finish frees).
+  void set_list_order(const std::vector<std::vector<int>>* gates);
   void start_if_free(int v) {
     const int r = ph(v);
     const size_t i = pos_[v];

@@ -247,7 +247,7 @@ def test_auto_in_the_mapped_band_runs_the_fused_two_shot_right(pool, size):
     bfloat16 among them) and op (avg, premul_sum), prime counts in the band and 0, 1, P - 1, 13
     around it, in place or not, at 1-5 ranks: results as the host reference's (integers exactly),
     bitwise alike on every rank, and every call in the band ran the fused two-shot."""
-    from one_sided_cases import auto_in_the_mapped_band, auto_matrix
+    from one_sided_auto_cases import auto_in_the_mapped_band, auto_matrix
     cases = auto_in_the_mapped_band(size)
     results = pool(size, env=DELAY_ENV).run(auto_matrix, cases, timeout=100)
     device_cases.check_results([(f, d) for f, d, _ in results])
