@@ -323,8 +323,7 @@ PeerBufferView PeerBuffers::lookup(uint64_t call, unsigned which, const void* pt
     if (got != 1 && !(pending.unresolved & (uint64_t{1} << (p % 64)))) continue;  // lost or captured: staged
     if (!t.tag.id) continue;  // p's buffer is not registered: staged
     if (char* base = mapped(p, t, captured)) {
-      const uint64_t held = imports_[p][t.slot].bytes;  // (a peer's extent past its allocation: staged)
-      if (t.tag.offset > held || bytes > held - t.tag.offset) continue;
+      if (!imports_[p][t.slot].holds(t.tag.offset, bytes)) continue;  // (a peer's extent past its allocation: staged)
       v.peer[p] = base + t.tag.offset;
       v.expect[p] = t.tag;
     }

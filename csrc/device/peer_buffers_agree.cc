@@ -85,7 +85,7 @@ char* PeerBuffers::checked_mapping(int p, const RingTag& t, uint64_t call, const
   // Trust nothing a peer says (session 32): its entry's extent must lie in the allocation its
   // segment registered, or a launch through the mapping reads and writes outside the peer's buffer.
   const uint64_t held = imports_[p][t.slot].bytes;
-  if (t.tag.offset > held || t.bytes > held - t.tag.offset)
+  if (!imports_[p][t.slot].holds(t.tag.offset, t.bytes))
     throw std::runtime_error("rank " + std::to_string(p) + "'s " + what + " of one-sided call " + std::to_string(call) +
                              " is out of range: offset " + std::to_string(t.tag.offset) + " + " +
                              std::to_string(t.bytes) + " bytes in an allocation of " + std::to_string(held) +

@@ -131,9 +131,8 @@ void StreamEngine::watch_replays(std::unique_lock<std::mutex>& lk) {
           return fail(st.kind == ErrorKind::None ? ErrorKind::Comm : st.kind,
                       "rank " + std::to_string(rank_) + " in " + what + ": rank " + std::to_string(p) + " failed: " + st.message);
         if (st.state == PeerState::Dead || st.state == PeerState::Closed)
-          return fail(ErrorKind::Peer, "rank " + std::to_string(p) + " (pid " + std::to_string(control_->peer_pid(p)) + ") " +
-                                           (st.state == PeerState::Dead ? "died" : "closed the communicator") + " during " +
-                                           what + "; rank " + std::to_string(rank_) + " was waiting for its peers");
+          return fail(ErrorKind::Peer, gone_peer(p, st.state, what) + "; rank " + std::to_string(rank_) +
+                                           " was waiting for its peers");
       }
     }
     if (std::chrono::duration<double>(now - w.progress).count() > opts_.timeout_s)

@@ -287,6 +287,9 @@ class StreamEngine : public std::enable_shared_from_this<StreamEngine>, private 
   void watchdog_loop();
   void inspect_in_flight(bool slow);
   std::string describe_seq(uint64_t seq);
+  // "rank p (pid n) died during <what>" ("closed the communicator" for a closed peer): how the
+  // watchdogs and the one-sided agreement's wait name a peer gone mid-call (stream_watchdog.cc).
+  std::string gone_peer(int p, PeerState state, const std::string& what) const;
   void fail(ErrorKind kind, const std::string& message, bool publish = true);
   // Every throw of the engine's error to a caller: notes that a caller was told (reported_).
   [[noreturn]] void raise_to_caller(ErrorKind kind, const std::string& message);

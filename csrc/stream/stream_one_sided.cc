@@ -77,9 +77,7 @@ bool StreamEngine::wait_for_peers(const CollectiveCall& call, const char* what, 
       if (p == rank_) continue;
       const PeerStatus st = control_->peer_status(p, true);
       if (st.state != PeerState::Dead && st.state != PeerState::Closed) continue;
-      msg = "rank " + std::to_string(p) + " (pid " + std::to_string(control_->peer_pid(p)) + ") " +
-            (st.state == PeerState::Dead ? "died" : "closed the communicator") + " during " + describe_call(desc) +
-            "; rank " + std::to_string(rank_) + " was " + what;
+      msg = gone_peer(p, st.state, describe_call(desc)) + "; rank " + std::to_string(rank_) + " was " + what;
       fail(ErrorKind::Peer, msg);
       raise_to_caller(ErrorKind::Peer, msg);
     }

@@ -143,6 +143,11 @@ void StreamEngine::device_error(const std::string& where, const std::exception& 
 
 // -- watchdog ---------------------------------------------------------------------------------
 
+std::string StreamEngine::gone_peer(int p, PeerState state, const std::string& what) const {
+  return "rank " + std::to_string(p) + " (pid " + std::to_string(control_->peer_pid(p)) + ") " +
+         (state == PeerState::Dead ? "died" : "closed the communicator") + " during " + what;
+}
+
 std::string StreamEngine::describe_seq(uint64_t seq) {
   for (const InFlight& f : in_flight_)
     if (f.seq == seq) return describe_call(f.desc);
@@ -331,9 +336,7 @@ void StreamEngine::inspect_in_flight(bool slow) {
     if (st.state == PeerState::Closed && stuck_call && control_->peer_call(p, &last) && last.seq >= stuck_call)
       continue;
     if (st.state == PeerState::Dead || st.state == PeerState::Closed)
-      return fail(ErrorKind::Peer, "rank " + std::to_string(p) + " (pid " + std::to_string(control_->peer_pid(p)) + ") " +
-                                       (st.state == PeerState::Dead ? "died" : "closed the communicator") + " during " +
-                                       what + waiting_on(p));
+      return fail(ErrorKind::Peer, gone_peer(p, st.state, what) + waiting_on(p));
   }
   if (std::chrono::duration<double>(now - last_progress).count() > opts_.timeout_s) {
     char secs[32];
