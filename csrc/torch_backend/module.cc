@@ -169,9 +169,16 @@ PYBIND11_MODULE(_C_torch, m) {
               };
               for (int i = 0; i < 2 * kept; ++i) one();
               ran = 0;
-              const uint64_t before = commlib::thread_allocations();
-              for (int i = 0; i < n; ++i) one();
-              allocations = commlib::thread_allocations() - before;
+              for (int i = 0; i < n; ++i) {
+                const uint64_t before = commlib::thread_allocations();
+                one();
+                allocations += commlib::thread_allocations() - before;
+                // One call in flight at a time (its synchronize uncounted): the works referenced are
+                // the kept ones and the one in hand, as in the warm-up, whatever the host's lead
+                // over the device would otherwise be (the pool and queues grew with that lead).
+                const auto& newest = held[(at + held.size() - 1) % held.size()];
+                if (newest) newest->synchronize();
+              }
               for (auto& w : held)
                 if (w) w->synchronize();
               held.clear();  // (released without the GIL, as torch's holders release theirs)

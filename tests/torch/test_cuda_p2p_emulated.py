@@ -70,8 +70,9 @@ def test_the_cpp_backend_runs_cached_device_calls_itself(pool):
 def test_the_cpp_backends_steady_device_calls_cost_what_the_entrys_do(pool):
     # Its works are pooled and re-armed (bindings/device_work_pool.h, NativeWorkPool; and the
     # backend's CudaWork, torch_backend/device_calls.h DeviceCalls::work_for): no DeviceWork
-    # made per steady call (one per call when every call made its own). The per-call queues grow
-    # only when they double past their largest size (common/ring_queue.h): a handful at most. Its
+    # made per steady call (one per call when every call made its own), and the per-call queues
+    # (common/ring_queue.h) do not grow: the cases run one call in flight at a time, so the counts
+    # do not depend on how far the host runs ahead of the emulated device (CI's machine: further). Its
     # driver calls are the Python entry's budget (tests/stream/test_call_counts.py PER_CALL: one
     # launch, one device guard, one capture query), plus one event record per launch exactly when
     # another engine lives on the device (stream/kernel_occupancy.h LaunchChain). A pool of its own: other modules' engines on the shared pools'
@@ -84,7 +85,7 @@ def test_the_cpp_backends_steady_device_calls_cost_what_the_entrys_do(pool):
     for allocs, hits, right, calls, (torch_allocs, ran, pooled) in pool(2, env=ENV, own="native_counting").run(
             native_device_cases.steady_cpp_calls_allocate_nothing, n, timeout=120):
         assert right and hits == n, (hits, right)
-        assert 0 <= allocs <= 6, allocs
+        assert allocs == 0, allocs
         # _C_torch's side: a CudaWork re-armed from the backend's pool once torch let go of it, the
         # held tensors in a ring's slots (n per call each when made per call); 8 held + 1 in hand
         assert ran == n and torch_allocs == 0, (ran, torch_allocs)
