@@ -29,6 +29,7 @@ class CudaDevice final : public Device {
   std::string export_memory(void* ptr) override;
   void* import_memory(const std::string& handle) override;
   void close_import(void* ptr) override;
+  size_t imported_bytes(void* ptr) override;  // cuPointerGetAttributes (cuda_device_ranges.cc)
 
   std::shared_ptr<DeviceStream> create_stream() override;
   // A stream the caller owns (torch.cuda.current_stream().cuda_stream, a CuPy stream's ptr).

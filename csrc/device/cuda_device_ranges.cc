@@ -49,6 +49,17 @@ Device::MemoryRange CudaDevice::memory_range(const void* ptr) {
   return MemoryRange{reinterpret_cast<char*>(start), size, buffer_id, (ipc_capable & 0xff) != 0};
 }
 
+// An IPC mapping of a peer's allocation: the driver's range of it (the whole allocation, mapped at
+// its start). Not memory_range: that one answers for this device's own memory only.
+size_t CudaDevice::imported_bytes(void* ptr) {
+  CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+  CUdeviceptr start = 0;
+  size_t size = 0;
+  void* data[] = {&start, &size};
+  const CUresult r = get_attributes()(2, attrs, data, reinterpret_cast<CUdeviceptr>(ptr));
+  return r == CUDA_SUCCESS && start == reinterpret_cast<CUdeviceptr>(ptr) ? size : 0;
+}
+
 unsigned CudaDevice::multiprocessors() const {
   int sms = 0;
   cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, index_), "cudaDeviceGetAttribute");

@@ -130,6 +130,12 @@ class Device {
   virtual std::string export_memory(void* ptr) = 0;
   virtual void* import_memory(const std::string& handle) = 0;
   virtual void close_import(void* ptr) = 0;
+  // The bytes of the peer's allocation an import_memory answer maps, as this process's driver sees
+  // it (cuPointerGetAttributes' RANGE_SIZE); 0: unknown. What the peer's table says is only a claim.
+  virtual size_t imported_bytes(void* ptr) {
+    (void)ptr;
+    return 0;
+  }
 
   // -- streams and events ----------------------------------------------------------------------
   virtual std::shared_ptr<DeviceStream> create_stream() = 0;

@@ -223,6 +223,11 @@ char* PeerBuffers::mapped(int p, const RingTag& t, bool captured) {
     device_->close_import(base);
     return nullptr;
   }
+  // The segment's size is the peer's word; the mapping's is the driver's. Entries are checked
+  // against the smaller (Import::holds), so a peer that claims more than it allocated cannot make a
+  // launch reach past the mapping (trust nothing a peer says: docs/gpu.md, session 32's audit).
+  const uint64_t real = device_->imported_bytes(base);
+  if (real) seg_bytes = std::min<uint64_t>(seg_bytes, real);
   imp = Import{t.tag.id, base, seg_bytes};
   ++stats_.imported;
   return base;

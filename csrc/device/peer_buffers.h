@@ -160,7 +160,7 @@ class PeerBuffers {
   struct Import {
     uint64_t id = 0;
     char* base = nullptr;
-    uint64_t bytes = 0;  // the allocation's bytes, as its segment said when imported
+    uint64_t bytes = 0;  // the allocation's bytes: its segment's word, at most what the driver mapped
     // Whether [offset, offset + n) lies in the allocation (a peer's entry is checked before use).
     bool holds(uint64_t offset, uint64_t n) const { return offset <= bytes && n <= bytes - offset; }
   };

@@ -102,10 +102,28 @@ def _peer_buffer_tables():
     return out
 
 
+def _inflated_segment(m, slot):
+    """Registers, in a free slot of this rank's own table `m`, a copy of segment `slot` (the same
+    memory handle) under a new buffer id, claiming 64 times its bytes: (new id, new slot, the
+    allocation's real bytes)."""
+    import struct
+    at = lambda k: 64 + k * _SEGMENT_BYTES  # noqa: E731  (the table's header is a line)
+    seq, bid, nbytes = struct.unpack_from("<QQQ", m, at(slot))
+    handle = bytes(m[at(slot) + 24:at(slot) + _SEGMENT_BYTES])
+    free = next(k for k in range(_SEGMENTS - 1, -1, -1) if struct.unpack_from("<Q", m, at(k) + 8)[0] == 0)
+    s = struct.unpack_from("<Q", m, at(free))[0]
+    struct.pack_into("<Q", m, at(free), s + 1)
+    struct.pack_into("<QQ", m, at(free) + 8, bid + (1 << 48), nbytes * 64)
+    m[at(free) + 24:at(free) + _SEGMENT_BYTES] = handle
+    struct.pack_into("<Q", m, at(free), s + 2)
+    return bid + (1 << 48), free, nbytes
+
+
 def forged_entry(comm, victim, field, value):
     """Rank `victim` overwrites its own agree ring's entries of the next one-sided call (what a peer
     says: `field` "offset" or "slot" set to `value`, or "call": the entry's call number `value` calls
-    on, its buffer's id kept) and never makes the call;
+    on, its buffer's id kept, or "segment": a new segment of the same memory claiming 64 times its
+    bytes, the entries `value` bytes past the real allocation's end) and never makes the call;
     the others make it. A survivor returns (the error's type and message, seconds); the victim None."""
     import contextlib
     import mmap
@@ -127,10 +145,15 @@ def forged_entry(comm, victim, field, value):
                 entries = [struct.unpack_from("<QQQQQQ", m, _AGREED + k * _ENTRY) for k in range(_RING * _PER_CALL)]
                 last = max(e[1] for e in entries) - 1  # the last call this rank agreed on
                 nxt = last + 1
+                if field == "segment":
+                    forged = _inflated_segment(m, entries[(last % _RING) * _PER_CALL][4])
                 for w in (0, 1):
                     seq, _, bid, offset, slot, nbytes = entries[(last % _RING) * _PER_CALL + w]
                     fields = dict(offset=offset, slot=slot, call=nxt)
-                    fields[field] = value if field != "call" else nxt + value
+                    if field == "segment":  # past the real allocation, inside the claimed one
+                        bid, fields["slot"], fields["offset"] = forged[0], forged[1], forged[2] + value
+                    else:
+                        fields[field] = value if field != "call" else nxt + value
                     at = _AGREED + ((nxt % _RING) * _PER_CALL + w) * _ENTRY
                     s = struct.unpack_from("<Q", m, at)[0]
                     struct.pack_into("<Q", m, at, s + 1)

@@ -37,11 +37,13 @@ def test_a_kept_route_never_describes_an_earlier_calls_buffers(pool):
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("field,value", [("offset", 1 << 40), ("offset", 4096 * 4 - 64), ("slot", 1 << 20),
-                                         ("call", 256)])
+                                         ("call", 256), ("segment", 4096)])
 def test_an_impossible_peer_entry_is_refused_naming_the_peer(field, value):
     """Rank 1 writes an entry of the next call whose offset lies past its buffer's allocation (far,
-    or inside it but with the call's bytes running past its end), whose slot is past the table, or
-    which holds a later call's number: ranks 0 and 2 refuse it with an error naming rank 1 and the
+    or inside it but with the call's bytes running past its end), whose slot is past the table,
+    which holds a later call's number, or which lies past the allocation inside a segment that
+    claims more bytes than the memory behind its handle (the mapping's real size bounds it:
+    Device::imported_bytes): ranks 0 and 2 refuse it with an error naming rank 1 and the
     collective, promptly, and launch nothing through it."""
     p = RankPool(3, timeout=50, env=dict(DELAY_ENV, COMMLIB_TIMEOUT="30"))
     try:

@@ -135,6 +135,7 @@ class EmulatedDevice final : public Device {
   std::string export_memory(void* ptr) override;
   void* import_memory(const std::string& handle) override;
   void close_import(void* ptr) override;
+  size_t imported_bytes(void* ptr) override;
 
   std::shared_ptr<DeviceStream> create_stream() override;
   // The live stream of this device whose identity is `id`, as the C++ entry keys an emulated

@@ -202,6 +202,13 @@ void* EmulatedDevice::import_memory(const std::string& handle) {
   return p;
 }
 
+size_t EmulatedDevice::imported_bytes(void* ptr) {
+  enter("cuPointerGetAttributes");
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = imports_.find(ptr);
+  return it == imports_.end() ? 0 : it->second - kPage;  // (the count page is the emulation's own)
+}
+
 void EmulatedDevice::close_import(void* ptr) {
   enter("cudaIpcCloseMemHandle", false, true);
   size_t bytes = 0;
