@@ -77,4 +77,9 @@ PREDICTIONS = [
         ("dgx-a100-4nic", 128, 1 << 30, "97.0", "97.0-97.4"), ("dgx-a100-4nic", 16, 64 << 20, "101.6", "101.6-102.2"),
         ("dgx-a100-4nic", 16, 256 << 20, "101.9", "101.9-102.3"), ("dgx-a100-4nic", 16, 1 << 30, "102.0", "102.0-102.4"),
         ("dgx-a100-4nic", 2, 64 << 20, "178.3", "178.3-178.6"), ("dgx-a100", 2, 64 << 20, "255.1", "255.1-255.4")]),
+    # Session 33 (written 02:16 UTC 2026-12-01, before the rerun): the shape's own runs at 1024 nodes (the one
+    # rail_window shape auto plays there; rail_lanes' best is far below at both sizes).
+    ("33", "from 4096 ranks rail_window's one shape K 64 D 2n R 2 direct with an intra window of 2 in place of the "
+     "ring's K 64 D n R 2; docs/simulator.md 'Session 33'", [
+        ("dgx-h100", 1024, 64 << 20, "347.8", "358.1"), ("dgx-h100", 1024, 256 << 20, "359.4", "366.6")]),
 ]
