@@ -70,8 +70,8 @@ def test_the_shapes_auto_simulates():
     under a window of 5/2 segments' steps, ramped (R 2), direct inside the hosts, with an intra
     window of 3 first (session 32: 128 dgx-h100 nodes, 64 MiB, 360.0 us), then the same under two
     segments' steps without it (session 29: 365.9 us against the ring's 368.6), then the ring's
-    four; from 4096 ranks one shape (session 33), K 64 under a window of 2n, ramped, direct, with an
-    intra window of 2 (1024 nodes, 64 MiB: 374.8 us against the ring's K 64 D n R 2, 382.1)."""
+    four; from 4096 ranks one shape (session 33), K 64 under a window of 5n, ramped, direct, with an
+    intra window of 2 (1024 nodes, 64 MiB: 361.2 us against the ring's K 64 D n R 2, 382.1)."""
     count = (64 << 20) // 4
     shapes = _C.simulated_shapes(_C.Collective.all_reduce, "rail_window", count, 4, engine("dgx-h100", 16))
     n = _C.schedule(_C.Collective.all_reduce, "rail_window", 0, 128, count, 0, _C.DType.float32,
@@ -84,7 +84,7 @@ def test_the_shapes_auto_simulates():
     n = _C.schedule(_C.Collective.all_reduce, "rail_window", 0, 4096, count, 0, _C.DType.float32,
                     [r // 8 for r in range(4096)], "", count // 64, "direct", 0, 2 << 16)["window"]
     huge = _C.simulated_shapes(_C.Collective.all_reduce, "rail_window", count, 4, engine("dgx-h100", 512))
-    assert huge == [{"segment": count // 64, "pieces": 2 * n, "share": 2 << 24 | 2 << 16, "intra_algorithm": "direct"}]
+    assert huge == [{"segment": count // 64, "pieces": 5 * n, "share": 2 << 24 | 2 << 16, "intra_algorithm": "direct"}]
 
 
 @pytest.mark.timeout(120)
