@@ -85,5 +85,7 @@ PREDICTIONS = [
     # Session 33, then (written 02:56 UTC, before the second rerun): the same shape under a window of 5n (the shape's
     # own runs; windows 2n-8n swept at 64 MiB: 374.8 / 371.7 / 365.5 / 361.2 / 361.4 / 361.6 us).
     ("33, then", "from 4096 ranks rail_window's one shape under a window of 5n in place of 2n", [
-        ("dgx-h100", 1024, 64 << 20, "358.1", "371.5"), ("dgx-h100", 1024, 256 << 20, "366.6", "377.2")]),
+        ("dgx-h100", 1024, 64 << 20, "358.1", "371.5"), ("dgx-h100", 1024, 256 << 20, "366.6", "377.2"),
+        # (written 03:19 UTC, before dgx-a100's rerun: the shape's own runs there, 713.1 and 2829.3 us)
+        ("dgx-a100", 1024, 64 << 20, "182.2", "188.2"), ("dgx-a100", 1024, 256 << 20, "185.8", "189.7")]),
 ]
